@@ -1,0 +1,171 @@
+"""The tool registry: what a tool is (spec), how it runs (handler), and what it may touch (context).
+
+The catalog fills in ``ToolSpec`` values; executor modules attach handlers. The agent loop
+only talks to ``ToolRegistry``: it never knows which module implements a tool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from llm.types import ToolDefinition
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool as the catalog defines it.
+
+    ``examples`` are realistic user requests used only to build the retrieval text for the
+    tool index; they are never sent to the model. ``groups`` are the contexts the tool
+    belongs to (``workflow``, ``tables``, ``knowledge``).
+    """
+
+    definition: ToolDefinition
+    groups: frozenset[str]
+    examples: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    def embedding_text(self) -> str:
+        """``"<name> — <description> | <example> | …"``: the text the tool index embeds."""
+        parts = [f"{self.definition.name} \u2014 {self.definition.description}"]
+        parts.extend(self.examples)
+        return " | ".join(parts)
+
+
+@dataclass(slots=True)
+class EvidenceSource:
+    """Something this run retrieved that an answer may cite."""
+
+    id: str
+    title: str = ""
+    url: str | None = None
+    kind: str = "internal"  # internal | external
+    location: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"id": self.id, "title": self.title, "kind": self.kind}
+        if self.url:
+            d["url"] = self.url
+        if self.location:
+            d["location"] = self.location
+        if self.metadata:
+            d["metadata"] = self.metadata
+        return d
+
+
+@dataclass(slots=True)
+class RunToolState:
+    """Per-run state that tools share: what was retrieved and which tools ran.
+
+    It lives exactly as long as one run; nothing here is global.
+    """
+
+    sources: dict[str, EvidenceSource] = field(default_factory=dict)
+    tools_called: list[str] = field(default_factory=list)
+    query_id: str | None = None
+    last_external_result_id: str | None = None
+    final_response: dict[str, Any] | None = None
+    clarification: dict[str, Any] | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def add_source(self, source: EvidenceSource) -> None:
+        self.sources.setdefault(source.id, source)
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """What a handler may use: the caller's identity and credentials, the UI context,
+    the shared HTTP client, and the run's shared state."""
+
+    user_id: str
+    authorization: str | None
+    conversation_id: str
+    run_id: str
+    context_type: str
+    context: dict[str, Any]
+    http: httpx.AsyncClient
+    state: RunToolState = field(default_factory=RunToolState)
+
+
+@dataclass(slots=True)
+class ToolOutcome:
+    """What a handler returns.
+
+    ``content`` is JSON-serialisable and goes to the model (encoded with orjson).
+    ``events`` are ``(event_name, data)`` pairs streamed to the client *before* this
+    call's ``tool_call_result`` (previews, ``response``, ``clarification``).
+    ``model_content`` overrides what the model sees when it must differ from
+    ``content`` (a preview's fixed ``preview_sent`` answer).
+    ``counts_as_execution`` is False for calls rejected by validation.
+    """
+
+    content: Any
+    is_error: bool = False
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    model_content: Any = None
+    counts_as_execution: bool = True
+    ends_run: bool = False
+
+    @classmethod
+    def error(cls, message: str, **extra: Any) -> ToolOutcome:
+        return cls(content={"error": message, **extra}, is_error=True)
+
+
+ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[ToolOutcome]]
+
+
+class UnknownToolError(KeyError):
+    pass
+
+
+class ToolRegistry:
+    """Specs by name, plus the handler that executes each one (if any yet)."""
+
+    def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+        self._handlers: dict[str, ToolHandler] = {}
+        for spec in specs:
+            self.add_spec(spec)
+
+    def add_spec(self, spec: ToolSpec) -> None:
+        if spec.name in self._specs:
+            raise ValueError(f"duplicate tool {spec.name!r}")
+        self._specs[spec.name] = spec
+
+    def set_handler(self, name: str, handler: ToolHandler) -> None:
+        if name not in self._specs:
+            raise UnknownToolError(name)
+        self._handlers[name] = handler
+
+    def spec(self, name: str) -> ToolSpec:
+        try:
+            return self._specs[name]
+        except KeyError:
+            raise UnknownToolError(name) from None
+
+    def handler(self, name: str) -> ToolHandler | None:
+        return self._handlers.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(self._specs.values())
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def names(self) -> list[str]:
+        return list(self._specs)
+
+    def in_group(self, group: str) -> list[ToolSpec]:
+        """Tools of a group, in catalog order."""
+        return [s for s in self._specs.values() if group in s.groups]
