@@ -1,0 +1,55 @@
+"""Run any ASGI app on a real uvicorn server bound to a free loopback port.
+
+Streaming must be tested over a real socket: httpx's ASGITransport buffers whole
+responses and hides streaming, timing and disconnect bugs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import uvicorn
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@asynccontextmanager
+async def serve_app(app: Any, *, lifespan: str = "on", **config: Any) -> AsyncIterator[str]:
+    """Serve ``app`` on 127.0.0.1:<free port> inside the current event loop; yield its base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    cfg = uvicorn.Config(
+        app,
+        lifespan=lifespan,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=2,
+        **config,
+    )
+    server = uvicorn.Server(cfg)
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+                raise RuntimeError("uvicorn exited before starting")
+            await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        try:
+            await asyncio.wait_for(task, timeout=10)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            task.cancel()
+        sock.close()
