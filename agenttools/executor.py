@@ -1,0 +1,120 @@
+"""Runs one tool call: lookup, context-ID injection (on a copy), validation, the handler.
+
+Nothing raises out of ``execute``: unknown tools, malformed arguments, validation
+failures, timeouts and handler crashes all become a ``ToolOutcome`` the model can read.
+The validator and injector are handed in, so this module stays a thin, testable seam.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry, UnknownToolError
+from llm.types import ToolCall
+
+log = logging.getLogger("agentchat.tools")
+
+
+class ValidationOutcome(Protocol):
+    ok: bool
+    arguments: dict[str, Any]
+    error: dict[str, Any] | None
+
+
+Validator = Callable[[Any, object], ValidationOutcome]
+Injector = Callable[[str, dict[str, Any], str, Mapping[str, Any]], dict[str, Any]]
+
+# Tools that only read: calls of one turn that are all in this set run concurrently.
+READ_ONLY_TOOLS = frozenset(
+    {
+        "knowledge_base_search",
+        "perplexity_search",
+        "search_text",
+        "search_semantic",
+        "get_document_metadata",
+        "discover",
+        "get_workflow_rule",
+        "explain_workflow_node",
+        "list_workflow_rules",
+        "list_my_alerts",
+        "get_alert_detail",
+        "list_alerts_for_rule",
+        "search_database_schema",
+        "discover_table_reference",
+        "get_table_config",
+        "list_table_configs",
+        "validate_table_config",
+    }
+)
+
+
+@dataclass(slots=True)
+class ToolExecutor:
+    registry: ToolRegistry
+    validator: Validator | None = None
+    injector: Injector | None = None
+    timeout_s: float = 30.0
+
+    def is_read_only(self, name: str) -> bool:
+        return name in READ_ONLY_TOOLS
+
+    async def execute(self, call: ToolCall, ctx: ToolContext, *, allowed: frozenset[str] | None = None) -> ToolOutcome:
+        if call.name not in self.registry or (allowed is not None and call.name not in allowed):
+            names = sorted(allowed) if allowed is not None else self.registry.names()
+            return ToolOutcome(
+                content={
+                    "error": "unknown_tool",
+                    "reason": f"There is no tool named {call.name!r} available here.",
+                    "guidance": "Call one of: " + ", ".join(names),
+                },
+                is_error=True,
+                counts_as_execution=False,
+            )
+        if call.parse_error is not None:
+            return ToolOutcome(
+                content={
+                    "error": "invalid_arguments_json",
+                    "reason": f"The arguments were not a JSON object: {call.parse_error}",
+                    "guidance": "Send the arguments again as one valid JSON object matching the tool's schema.",
+                },
+                is_error=True,
+                counts_as_execution=False,
+            )
+        args: dict[str, Any] = dict(call.arguments)
+        if self.injector is not None:
+            try:
+                args = self.injector(call.name, args, ctx.context_type, ctx.context)
+            except Exception:  # the injector is best-effort: the model's own input stands
+                log.exception("context id injection failed", extra={"tool": call.name})
+        spec = self.registry.spec(call.name)
+        if self.validator is not None:
+            result = self.validator(spec, args)
+            if not result.ok:
+                return ToolOutcome(content=result.error, is_error=True, counts_as_execution=False)
+            args = result.arguments
+        handler = self.registry.handler(call.name)
+        if handler is None:
+            return ToolOutcome.error(
+                f"The tool {call.name} is not available in this deployment.",
+                guidance="Continue without it, or tell the user what is missing.",
+            )
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await handler(args, ctx)
+        except TimeoutError:
+            return ToolOutcome.error(f"The tool {call.name} timed out after {self.timeout_s:g} s.")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a handler bug must not end the run
+            log.exception("tool handler crashed", extra={"tool": call.name})
+            return ToolOutcome.error(f"The tool {call.name} failed unexpectedly ({type(exc).__name__}).")
+
+    def spec_or_none(self, name: str) -> Any:
+        try:
+            return self.registry.spec(name)
+        except UnknownToolError:
+            return None

@@ -1,0 +1,263 @@
+"""Settings read from the environment once, validated at start-up with clear messages.
+
+Every variable of ARCHITECTURE.md lives here; nothing else in the code reads
+``os.environ``. ``Settings.from_env`` collects *all* problems before failing, so an
+operator fixes a bad deployment in one go.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+PROVIDERS = ("auto", "ollama", "gemini", "extractive")
+EMBEDDERS = ("auto", "gemini", "ollama", "hashing", "none")
+AUTH_MODES = ("none", "jwt")
+CONTEXT_TYPES = ("workflow", "tables", "knowledge")
+
+
+class ConfigError(ValueError):
+    """One or more environment variables are invalid; the message lists every problem."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    llm_provider: str = "auto"
+    ollama_host: str = "http://127.0.0.1:11434"
+    ollama_model: str = "qwen3:4b"
+    ollama_embed_model: str = "nomic-embed-text"
+    ollama_num_ctx: int = 16384
+    ollama_keep_alive: str = "10m"
+    gemini_api_key: str | None = None
+    gemini_model: str = "gemini-2.5-flash"
+    gemini_embed_model: str = "gemini-embedding-001"
+    gemini_embed_dim: int = 768
+    gemini_base_url: str | None = None
+    embedder: str = "auto"
+    perplexity_api_key: str | None = None
+    perplexity_base_url: str = "https://api.perplexity.ai"
+    perplexity_model: str = "sonar"
+    backend_url: str | None = None
+    db_path: Path = Path("data/agentchat.sqlite3")
+    cache_dir: Path | None = None
+    rag_top_k: int = 6
+    rag_min_score: float = 0.0
+    max_loops: int = 20
+    max_tokens: int = 4096
+    max_tool_calls: int = 8
+    context_budget_tokens: int = 24000
+    history_budget_tokens: int = 8000
+    mandatory_contexts: tuple[str, ...] = CONTEXT_TYPES
+    cors_origins: tuple[str, ...] = ()
+    auth: str = "none"
+    jwt_secret: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    llm_timeout_s: float = 120.0
+    tool_timeout_s: float = 30.0
+    backend_timeout_s: float = 15.0
+    max_body_bytes: int = 1024 * 1024
+    max_message_chars: int = 32000
+    run_grace_s: float = 600.0
+    heartbeat_s: float = 15.0
+    max_runs_per_user: int = 8
+    requests_per_minute: int = 60
+    stream_token_ttl_s: int = 300
+    ingest_sample_kb: bool = True
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        reader = _Reader(env)
+        d = cls()
+        s = cls(
+            llm_provider=reader.choice("AGENT_LLM_PROVIDER", PROVIDERS, d.llm_provider),
+            ollama_host=reader.url("OLLAMA_HOST", d.ollama_host),
+            ollama_model=reader.text("OLLAMA_MODEL", d.ollama_model),
+            ollama_embed_model=reader.text("OLLAMA_EMBED_MODEL", d.ollama_embed_model),
+            ollama_num_ctx=reader.integer("OLLAMA_NUM_CTX", d.ollama_num_ctx, lo=512),
+            ollama_keep_alive=reader.text("OLLAMA_KEEP_ALIVE", d.ollama_keep_alive),
+            gemini_api_key=reader.optional("GEMINI_API_KEY"),
+            gemini_model=reader.text("GEMINI_MODEL", d.gemini_model),
+            gemini_embed_model=reader.text("GEMINI_EMBED_MODEL", d.gemini_embed_model),
+            gemini_embed_dim=reader.integer("GEMINI_EMBED_DIM", d.gemini_embed_dim, lo=8, hi=3072),
+            gemini_base_url=reader.optional_url("GEMINI_BASE_URL"),
+            embedder=reader.choice("AGENT_EMBEDDER", EMBEDDERS, d.embedder),
+            perplexity_api_key=reader.optional("PERPLEXITY_API_KEY"),
+            perplexity_base_url=reader.url("PERPLEXITY_BASE_URL", d.perplexity_base_url),
+            perplexity_model=reader.text("PERPLEXITY_MODEL", d.perplexity_model),
+            backend_url=reader.optional_url("AGENT_BACKEND_URL"),
+            db_path=Path(reader.text("AGENT_DB_PATH", str(d.db_path))),
+            cache_dir=_opt_path(reader.optional("AGENT_CACHE_DIR")),
+            rag_top_k=reader.integer("AGENT_RAG_TOP_K", d.rag_top_k, lo=0, hi=100),
+            rag_min_score=reader.number("AGENT_RAG_MIN_SCORE", d.rag_min_score, lo=-1.0, hi=1.0),
+            max_loops=reader.integer("AGENT_MAX_LOOPS", d.max_loops, lo=1, hi=200),
+            max_tokens=reader.integer("AGENT_MAX_TOKENS", d.max_tokens, lo=64, hi=1_000_000),
+            max_tool_calls=reader.integer("AGENT_MAX_TOOL_CALLS", d.max_tool_calls, lo=1, hi=1000),
+            context_budget_tokens=reader.integer(
+                "AGENT_CONTEXT_BUDGET_TOKENS", d.context_budget_tokens, lo=256
+            ),
+            history_budget_tokens=reader.integer(
+                "AGENT_HISTORY_BUDGET_TOKENS", d.history_budget_tokens, lo=0
+            ),
+            mandatory_contexts=reader.subset(
+                "AGENT_MANDATORY_CONTEXTS", CONTEXT_TYPES, d.mandatory_contexts
+            ),
+            cors_origins=reader.listing("AGENT_CORS_ORIGINS", d.cors_origins),
+            auth=reader.choice("AGENT_AUTH", AUTH_MODES, d.auth),
+            jwt_secret=reader.optional("AGENT_JWT_SECRET"),
+            host=reader.text("AGENT_HOST", d.host),
+            port=reader.integer("AGENT_PORT", d.port, lo=0, hi=65535),
+            llm_timeout_s=reader.number("AGENT_LLM_TIMEOUT_S", d.llm_timeout_s, lo=1),
+            tool_timeout_s=reader.number("AGENT_TOOL_TIMEOUT_S", d.tool_timeout_s, lo=0.1),
+            backend_timeout_s=reader.number("AGENT_BACKEND_TIMEOUT_S", d.backend_timeout_s, lo=0.1),
+            max_body_bytes=reader.integer("AGENT_MAX_BODY_BYTES", d.max_body_bytes, lo=1024),
+            run_grace_s=reader.number("AGENT_RUN_GRACE_S", d.run_grace_s, lo=0),
+            heartbeat_s=reader.number("AGENT_HEARTBEAT_S", d.heartbeat_s, lo=0.05),
+            max_runs_per_user=reader.integer("AGENT_MAX_RUNS_PER_USER", d.max_runs_per_user, lo=1),
+            requests_per_minute=reader.integer("AGENT_REQUESTS_PER_MINUTE", d.requests_per_minute, lo=1),
+            stream_token_ttl_s=reader.integer("AGENT_STREAM_TOKEN_TTL_S", d.stream_token_ttl_s, lo=5),
+            ingest_sample_kb=reader.boolean("AGENT_INGEST_SAMPLE_KB", d.ingest_sample_kb),
+        )
+        if s.llm_provider == "gemini" and not s.gemini_api_key:
+            reader.problems.append("AGENT_LLM_PROVIDER=gemini needs GEMINI_API_KEY")
+        if s.embedder == "gemini" and not s.gemini_api_key:
+            reader.problems.append("AGENT_EMBEDDER=gemini needs GEMINI_API_KEY")
+        if s.auth == "jwt" and not s.jwt_secret:
+            reader.problems.append("AGENT_AUTH=jwt needs AGENT_JWT_SECRET")
+        if s.auth == "jwt" and s.jwt_secret and len(s.jwt_secret) < 16:
+            reader.problems.append("AGENT_JWT_SECRET must be at least 16 characters")
+        if reader.problems:
+            raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(reader.problems))
+        return s
+
+    def with_(self, **changes: Any) -> Settings:
+        return replace(self, **changes)
+
+    def redacted(self) -> dict[str, Any]:
+        """The settings as a dict safe to log: secrets masked."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in {"gemini_api_key", "perplexity_api_key", "jwt_secret"}:
+                value = "***" if value else None
+            elif isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, Mapping):
+                continue
+            out[f.name] = value
+        return out
+
+
+def _opt_path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+class _Reader:
+    """Reads typed values, collecting every problem instead of stopping at the first."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+        self.problems: list[str] = []
+
+    def _raw(self, name: str) -> str | None:
+        value = self.env.get(name)
+        if value is None:
+            return None
+        value = value.strip()
+        return value or None
+
+    def text(self, name: str, default: str) -> str:
+        return self._raw(name) or default
+
+    def optional(self, name: str) -> str | None:
+        return self._raw(name)
+
+    def url(self, name: str, default: str) -> str:
+        value = self._raw(name) or default
+        if not value.startswith(("http://", "https://")):
+            if name == "OLLAMA_HOST" and "://" not in value:
+                return "http://" + value.rstrip("/")
+            self.problems.append(f"{name} must be an http(s) URL, got {value!r}")
+        return value.rstrip("/")
+
+    def optional_url(self, name: str) -> str | None:
+        value = self._raw(name)
+        if value is None:
+            return None
+        if not value.startswith(("http://", "https://")):
+            self.problems.append(f"{name} must be an http(s) URL, got {value!r}")
+        return value.rstrip("/")
+
+    def choice(self, name: str, allowed: tuple[str, ...], default: str) -> str:
+        value = (self._raw(name) or default).lower()
+        if value not in allowed:
+            self.problems.append(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+            return default
+        return value
+
+    def integer(self, name: str, default: int, *, lo: int | None = None, hi: int | None = None) -> int:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            self.problems.append(f"{name} must be an integer, got {raw!r}")
+            return default
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            self.problems.append(f"{name} must be between {lo} and {hi}, got {value}")
+            return default
+        return value
+
+    def number(self, name: str, default: float, *, lo: float | None = None, hi: float | None = None) -> float:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            self.problems.append(f"{name} must be a number, got {raw!r}")
+            return default
+        if not math.isfinite(value) or (lo is not None and value < lo) or (hi is not None and value > hi):
+            self.problems.append(f"{name} must be a finite number between {lo} and {hi}, got {raw!r}")
+            return default
+        return value
+
+    def boolean(self, name: str, default: bool) -> bool:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        low = raw.lower()
+        if low in {"1", "true", "yes", "on"}:
+            return True
+        if low in {"0", "false", "no", "off"}:
+            return False
+        self.problems.append(f"{name} must be a boolean (true/false), got {raw!r}")
+        return default
+
+    def listing(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        return tuple(p.strip() for p in raw.split(",") if p.strip())
+
+    def subset(self, name: str, allowed: tuple[str, ...], default: tuple[str, ...]) -> tuple[str, ...]:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        if raw.lower() in {"none", "-"}:
+            return ()
+        items = tuple(p.strip().lower() for p in raw.split(",") if p.strip())
+        bad = [i for i in items if i not in allowed]
+        if bad:
+            self.problems.append(f"{name} entries must be among {', '.join(allowed)}; got {bad}")
+            return default
+        return items

@@ -1,0 +1,77 @@
+"""The app factory: one call builds a complete, independent service."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.routing import Route
+
+from app import http
+from app.config import Settings
+from app.wiring import AUTO, Overrides, build_services
+
+log = logging.getLogger("agentchat")
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    provider: Any = None,
+    registry: Any = None,
+    embedder: Any = AUTO,
+    prompts: Any = None,
+    shutdown_deadline_s: float = 20.0,
+) -> Starlette:
+    """Build the Starlette app. ``provider``, ``registry``, ``embedder`` and ``prompts``
+    replace the configured components (tests, benchmarks); everything else is real."""
+    settings = settings or Settings.from_env()
+    overrides = Overrides(provider=provider, registry=registry, embedder=embedder, prompts=prompts)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            svc = await build_services(settings, stack, overrides)
+            app.state.services = svc
+            log.info("agentchat ready", extra={"settings": settings.redacted()})
+            try:
+                yield
+            finally:
+                await svc.runs.shutdown(shutdown_deadline_s)
+                for task in svc.background:
+                    task.cancel()
+                await asyncio.gather(*svc.background, return_exceptions=True)
+
+    routes = [
+        Route("/v1/agent/chat", http.chat, methods=["POST"]),
+        Route("/v1/agent/runs", http.create_run, methods=["POST"]),
+        Route("/v1/agent/runs/{run_id}/events", http.run_events, methods=["GET"]),
+        Route("/v1/agent/runs/{run_id}/cancel", http.cancel_run, methods=["POST"]),
+        Route("/v1/agent/conversations/{conversation_id}", http.get_conversation, methods=["GET"]),
+        Route("/healthz", http.healthz, methods=["GET"]),
+        Route("/readyz", http.readyz, methods=["GET"]),
+        Route("/metrics", http.metrics, methods=["GET"]),
+    ]
+    middleware = []
+    if settings.cors_origins:
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(settings.cors_origins),
+                allow_methods=["GET", "POST", "OPTIONS"],
+                allow_headers=["Accept", "Content-Type", "Authorization", "Last-Event-ID"],
+                max_age=86400,
+            )
+        )
+    return Starlette(
+        routes=routes,
+        middleware=middleware,
+        lifespan=lifespan,
+        exception_handlers={404: http.not_found, 405: http.method_not_allowed, 500: http.server_error},
+    )

@@ -1,0 +1,148 @@
+"""The three-stage tool selector: context filter → embedding search → core merge.
+
+It runs once per run. Every failure on the way (no embedder, an index still building or
+whose build failed, a search that raises or times out) falls back to *all* tools of the
+context — the Go original fell back to the core tools only, which hid most tools — and
+the reason travels in the ``tool_selection`` event and the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from agenttools.registry import ToolRegistry, ToolSpec
+
+log = logging.getLogger("agentchat.selector")
+
+IndexStatus = Literal["disabled", "building", "ready", "failed"]
+
+
+class Match(Protocol):
+    name: str
+    score: float
+
+
+class SearchOutcome(Protocol):
+    matches: Sequence[Match]
+
+
+class SearchableIndex(Protocol):
+    async def search(
+        self, query: str, *, top_k: int = 6, min_score: float = 0.0, allowlist: Any = None
+    ) -> SearchOutcome: ...
+
+
+@dataclass(slots=True)
+class IndexState:
+    """The tool index as the app sees it: absent, building, ready, or failed with a reason."""
+
+    status: IndexStatus = "disabled"
+    reason: str = "no embedder configured"
+    index: SearchableIndex | None = None
+    embedder_name: str | None = None
+    built_ms: float | None = None
+
+    def ready(self, index: SearchableIndex, built_ms: float) -> None:
+        self.index, self.status, self.reason, self.built_ms = index, "ready", "", built_ms
+
+    def failed(self, reason: str) -> None:
+        self.index, self.status, self.reason = None, "failed", reason
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    context_type: str
+    core: list[str]
+    rag: list[tuple[str, float]]
+    fallback: str | None
+    tools: list[str]
+    elapsed_ms: float = 0.0
+
+    def event(self) -> dict[str, Any]:
+        return {
+            "context_type": self.context_type,
+            "core": self.core,
+            "rag": [{"name": n, "score": round(s, 4)} for n, s in self.rag],
+            "fallback": self.fallback,
+            "tools": self.tools,
+        }
+
+
+CoreToolsFn = Callable[[str, Mapping[str, Any] | None], list[str]]
+ContextFilterFn = Callable[[Sequence[ToolSpec], str], list[ToolSpec]]
+
+
+@dataclass(slots=True)
+class ToolSelector:
+    registry: ToolRegistry
+    index_state: IndexState
+    core_tools: CoreToolsFn
+    context_filter: ContextFilterFn
+    top_k: int = 6
+    min_score: float = 0.0
+    search_timeout_s: float = 10.0
+    max_query_chars: int = 8000
+    log_extra: dict[str, Any] = field(default_factory=dict)
+
+    async def select(self, context_type: str, context: Mapping[str, Any] | None, message: str) -> Selection:
+        started = time.perf_counter()
+        # Stage 1: context filter.
+        context_specs = self.context_filter(list(self.registry), context_type)
+        context_names = [s.name for s in context_specs]
+        allowed = set(context_names)
+        log.info(
+            "tool selection: context filter",
+            extra={"stage": "context_filter", "context_type": context_type,
+                   "total": len(self.registry), "kept": len(context_names)},
+        )
+        core = [n for n in self.core_tools(context_type, context) if n in allowed]
+        # Stage 2: embedding search.
+        rag: list[tuple[str, float]] = []
+        fallback: str | None = None
+        state = self.index_state
+        if state.status != "ready" or state.index is None:
+            fallback = f"index {state.status}: {state.reason}" if state.reason else f"index {state.status}"
+        else:
+            query = message.strip()[: self.max_query_chars]
+            if not query:
+                fallback = "empty message"
+            else:
+                t0 = time.perf_counter()
+                try:
+                    async with asyncio.timeout(self.search_timeout_s):
+                        result = await state.index.search(
+                            query, top_k=self.top_k, min_score=self.min_score, allowlist=allowed
+                        )
+                    rag = [(m.name, float(m.score)) for m in result.matches if m.name in allowed]
+                    log.info(
+                        "tool selection: search",
+                        extra={"stage": "rag_search", "top_k": self.top_k, "min_score": self.min_score,
+                               "matches": [{"name": n, "score": round(s, 4)} for n, s in rag],
+                               "elapsed_ms": round((time.perf_counter() - t0) * 1000, 3)},
+                    )
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # any search failure: fall back, never fail the run
+                    fallback = f"search failed: {type(exc).__name__}: {exc}"[:300]
+        # Stage 3: core merge (or fallback to the whole context set).
+        if fallback is not None:
+            tools = list(context_names)
+            log.warning("tool selection: fallback to all context tools",
+                        extra={"stage": "fallback", "reason": fallback, "tools": len(tools)})
+        else:
+            tools = []
+            seen: set[str] = set()
+            for name in [*core, *(n for n, _ in rag)]:
+                if name in allowed and name not in seen:
+                    seen.add(name)
+                    tools.append(name)
+        elapsed = (time.perf_counter() - started) * 1000
+        log.info("tool selection: final",
+                 extra={"stage": "tool_selection", "core": core, "rag": [n for n, _ in rag],
+                        "fallback": fallback, "final": tools, "elapsed_ms": round(elapsed, 3)})
+        return Selection(context_type, core, rag, fallback, tools, elapsed)

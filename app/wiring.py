@@ -1,0 +1,263 @@
+"""Builds the app's services from settings: one function per room, called by the factory.
+
+Tests and benchmarks override pieces (a scripted provider, a registry of test tools,
+a given embedder) through ``Overrides``; everything else is the real component.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agenttools.registry import ToolRegistry
+from app.agent import Agent, AgentSettings, MandatoryPolicy
+from app.auth import Authenticator
+from app.config import Settings
+from app.db import Database
+from app.limits import RateLimiter
+from app.runs import RunRegistry
+from app.selector import IndexState, ToolSelector
+from app.services import Services
+from app.stores import SqliteConversationStore, SqliteRunLog, SqliteToolCallLog
+from llm.provider import Provider
+from toolindex.embedder import Embedder
+
+log = logging.getLogger("agentchat.wiring")
+
+AUTO = "auto"
+
+
+@dataclass(slots=True)
+class Overrides:
+    provider: Provider | None = None
+    registry: ToolRegistry | None = None
+    embedder: Embedder | None | str = AUTO
+    prompts: Any = None
+
+
+async def choose_provider(settings: Settings, http: httpx.AsyncClient) -> tuple[Provider, str]:
+    """``AGENT_LLM_PROVIDER``: explicit choices are honoured; ``auto`` takes Gemini when a
+    key is set, else Ollama when it answers with the model pulled, else the offline
+    extractive provider (which needs no model)."""
+    kind = settings.llm_provider
+    if kind == "gemini" or (kind == "auto" and settings.gemini_api_key):
+        from llm.gemini import GeminiProvider
+
+        assert settings.gemini_api_key
+        return (
+            GeminiProvider(
+                settings.gemini_api_key,
+                settings.gemini_model,
+                base_url=settings.gemini_base_url,
+                timeout_s=settings.llm_timeout_s,
+            ),
+            "GEMINI_API_KEY is set" if kind == "auto" else "AGENT_LLM_PROVIDER=gemini",
+        )
+    if kind == "ollama":
+        return _ollama(settings), "AGENT_LLM_PROVIDER=ollama"
+    if kind == "auto":
+        reason = await _probe_ollama_chat(settings, http)
+        if reason is None:
+            return _ollama(settings), f"Ollama answers at {settings.ollama_host} with {settings.ollama_model}"
+    else:
+        reason = "AGENT_LLM_PROVIDER=extractive"
+    from llm.extractive import ExtractiveProvider
+
+    return ExtractiveProvider(), f"no model reachable ({reason}); answering extractively from the knowledge base"
+
+
+def _ollama(settings: Settings) -> Provider:
+    from llm.ollama import OllamaProvider
+
+    return OllamaProvider(
+        settings.ollama_host,
+        settings.ollama_model,
+        timeout=settings.llm_timeout_s,
+        num_ctx=settings.ollama_num_ctx,
+        keep_alive=settings.ollama_keep_alive,
+    )
+
+
+async def _probe_ollama_chat(settings: Settings, http: httpx.AsyncClient) -> str | None:
+    """None when Ollama is up with the chat model pulled, else why not."""
+    url = settings.ollama_host + "/api/tags"
+    try:
+        response = await http.get(url, timeout=2.0)
+    except httpx.HTTPError as exc:
+        return f"Ollama not reachable at {settings.ollama_host}: {type(exc).__name__}"
+    if response.status_code != 200:
+        return f"Ollama answered HTTP {response.status_code}"
+    try:
+        models = {m.get("name") for m in response.json().get("models", []) if isinstance(m, dict)}
+    except ValueError:
+        return "Ollama's /api/tags answer was not JSON"
+    wanted = settings.ollama_model
+    if wanted in models or (":" not in wanted and f"{wanted}:latest" in models):
+        return None
+    return f"Ollama has no model {wanted!r} pulled (ollama pull {wanted})"
+
+
+async def choose_embedder(settings: Settings, http: httpx.AsyncClient) -> tuple[Embedder | None, str]:
+    from toolindex.factory import choose_embedder as pick
+
+    return await pick(
+        settings.embedder,
+        gemini_api_key=settings.gemini_api_key,
+        gemini_model=settings.gemini_embed_model,
+        gemini_base_url=settings.gemini_base_url,
+        gemini_dim=settings.gemini_embed_dim,
+        ollama_host=settings.ollama_host,
+        ollama_model=settings.ollama_embed_model,
+        http_client=http,
+    )
+
+
+async def build_tool_index(
+    state: IndexState, registry: ToolRegistry, embedder: Embedder, cache_dir: Path | None
+) -> None:
+    """Runs in the background at start-up; selection falls back until it is ready."""
+    from toolindex.caches import VectorCache
+    from toolindex.index import ToolIndex
+
+    state.status, state.reason, state.embedder_name = "building", "building the tool index", embedder.name
+    started = time.perf_counter()
+    try:
+        cache = VectorCache(cache_dir) if cache_dir is not None else None
+        index = await ToolIndex.build([(s.name, s.embedding_text()) for s in registry], embedder, cache=cache)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        state.failed(f"index build failed: {exc}"[:400])
+        log.warning("tool index build failed; selection falls back to all context tools", extra={"reason": state.reason})
+        return
+    state.ready(index, (time.perf_counter() - started) * 1000)
+    log.info("tool index ready", extra={"tools": len(registry), "embedder": embedder.name, "ms": state.built_ms})
+
+
+def default_registry() -> ToolRegistry:
+    from agenttools.catalog import build_catalog
+
+    return ToolRegistry(build_catalog())
+
+
+async def build_services(settings: Settings, stack: AsyncExitStack, overrides: Overrides) -> Services:
+    db = await Database.open(settings.db_path)
+    stack.push_async_callback(db.close)
+    http = httpx.AsyncClient(
+        timeout=httpx.Timeout(settings.backend_timeout_s, connect=5.0),
+        limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+        follow_redirects=False,
+    )
+    stack.push_async_callback(http.aclose)
+
+    if overrides.provider is not None:
+        provider, provider_reason = overrides.provider, "given by the caller"
+    else:
+        provider, provider_reason = await choose_provider(settings, http)
+        stack.push_async_callback(provider.aclose)
+    log.info("LLM provider", extra={"provider": provider.name, "model": provider.model, "reason": provider_reason})
+
+    registry = overrides.registry if overrides.registry is not None else default_registry()
+    components: dict[str, Any] = {}
+    if overrides.registry is None:
+        from app.rooms import attach_rooms
+
+        components = await attach_rooms(settings, registry, http, stack)
+
+    index_state = IndexState()
+    background: list[asyncio.Task[Any]] = []
+    if overrides.embedder == AUTO:
+        embedder, why = await choose_embedder(settings, http)
+    else:
+        embedder, why = overrides.embedder, "given by the caller"  # type: ignore[assignment]
+    if embedder is None:
+        index_state.status, index_state.reason = "disabled", why
+    else:
+        index_state.embedder_name = embedder.name
+        cache_dir = settings.cache_dir or settings.db_path.parent / "cache"
+        background.append(asyncio.create_task(build_tool_index(index_state, registry, embedder, cache_dir)))
+        stack.push_async_callback(embedder.aclose)
+    log.info("embedder", extra={"embedder": getattr(embedder, "name", None), "reason": why})
+
+    warm = getattr(provider, "warm", None)
+    if warm is not None:
+        background.append(asyncio.create_task(warm()))
+
+    from agenttools.catalog import core_tools, tools_for_context
+    from agenttools.context_ids import inject_context_ids
+    from agenttools.executor import ToolExecutor
+    from agenttools.validation import validate_arguments
+
+    selector = ToolSelector(
+        registry=registry,
+        index_state=index_state,
+        core_tools=core_tools,
+        context_filter=tools_for_context,
+        top_k=settings.rag_top_k,
+        min_score=settings.rag_min_score,
+    )
+    executor = ToolExecutor(
+        registry, validator=validate_arguments, injector=inject_context_ids, timeout_s=settings.tool_timeout_s
+    )
+    if overrides.prompts is not None:
+        prompts = overrides.prompts
+    else:
+        from app.prompting import PromptService
+
+        prompts = PromptService()
+    run_log_db = SqliteRunLog(db)
+    conversations = SqliteConversationStore(db)
+    tool_log = SqliteToolCallLog(db)
+    agent = Agent(
+        provider=provider,
+        registry=registry,
+        executor=executor,
+        selector=selector,
+        prompts=prompts,
+        conversations=conversations,
+        tool_log=tool_log,
+        http=http,
+        settings=AgentSettings(
+            max_loops=settings.max_loops,
+            max_tokens=settings.max_tokens,
+            max_tool_calls=settings.max_tool_calls,
+            context_budget_tokens=settings.context_budget_tokens,
+            history_budget_tokens=settings.history_budget_tokens,
+            mandatory_contexts=settings.mandatory_contexts,
+            idle_timeout_s=settings.llm_timeout_s,
+        ),
+        policy=MandatoryPolicy(),
+    )
+    runs = RunRegistry(grace_s=settings.run_grace_s, sink=run_log_db)
+    svc = Services(
+        settings=settings,
+        db=db,
+        http=http,
+        auth=Authenticator(settings.auth, settings.jwt_secret, stream_ttl_s=settings.stream_token_ttl_s),
+        runs=runs,
+        run_log=run_log_db,
+        conversations=conversations,
+        tool_log=tool_log,
+        provider=provider,
+        provider_reason=provider_reason,
+        agent=agent,
+        index_state=index_state,
+        rate_limiter=RateLimiter(settings.requests_per_minute),
+        components=components,
+        background=background,
+    )
+    background.append(asyncio.create_task(_sweep(runs)))
+    return svc
+
+
+async def _sweep(runs: RunRegistry) -> None:
+    while True:
+        await asyncio.sleep(30)
+        runs.sweep()

@@ -1,0 +1,63 @@
+"""Shared fixtures: build a real app on a temp SQLite file and serve it on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.config import Settings
+from app.factory import create_app
+from tests.support.server import serve_app
+from tests.support.sse import SSEEvent, iter_sse
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """Settings for an isolated app: temp DB, no mandatory flow, no sample KB, offline."""
+    return Settings.from_env(
+        {
+            "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"),
+            "AGENT_MANDATORY_CONTEXTS": "none",
+            "AGENT_INGEST_SAMPLE_KB": "false",
+            "AGENT_EMBEDDER": "none",
+            "AGENT_LLM_PROVIDER": "extractive",
+            "OLLAMA_HOST": "http://127.0.0.1:9",
+        }
+    )
+
+
+@asynccontextmanager
+async def running_app(settings: Settings, **overrides: Any) -> AsyncIterator[tuple[str, Any]]:
+    """Serve ``create_app(settings, **overrides)``; yield (base_url, app)."""
+    app = create_app(settings, **overrides)
+    async with serve_app(app) as base_url:
+        yield base_url, app
+
+
+async def collect_sse(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    *,
+    stop: Callable[[SSEEvent], bool] | None = None,
+    **kwargs: Any,
+) -> list[SSEEvent]:
+    """Read an SSE response to its end (or until ``stop`` says so), as a browser parses it."""
+    events: list[SSEEvent] = []
+    async with client.stream(method, url, **kwargs) as response:
+        assert response.status_code == 200, await response.aread()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        async for ev in iter_sse(response.aiter_lines()):
+            events.append(ev)
+            if stop is not None and stop(ev):
+                break
+    return events
+
+
+def names(events: list[SSEEvent]) -> list[str]:
+    return [e.event for e in events if e.event != "heartbeat"]
