@@ -155,11 +155,8 @@ async def stream_run(
     run.followers += 1
     try:
         yield b"retry: %d\n\n" % RETRY_MS
-        async for ev in run.follow(after, idle=svc.settings.heartbeat_s):
-            if ev is None:
-                yield heartbeat_frame()
-                continue
-            yield ev.wire
+        async for frames in run.follow_wire(after, idle=svc.settings.heartbeat_s):
+            yield heartbeat_frame() if frames is None else frames
     finally:
         run.followers -= 1
         if run.followers == 0:

@@ -127,6 +127,42 @@ class Run:
                 except TimeoutError:
                     yield None
 
+    async def follow_wire(self, after: int = 0, *, idle: float | None = None, max_bytes: int = 65536) -> AsyncIterator[bytes | None]:
+        """Like ``follow`` but yields SSE bytes, joining every event already in the log
+        (up to ``max_bytes``) into one write: a fast producer costs one send per batch,
+        not one per token."""
+        pos = max(0, after)
+        while True:
+            if pos < len(self.events):
+                parts: list[bytes] = []
+                size = 0
+                done = False
+                while pos < len(self.events) and size < max_bytes:
+                    ev = self.events[pos]
+                    pos += 1
+                    frame = ev.wire
+                    parts.append(frame)
+                    size += len(frame)
+                    if ev.event == TERMINAL_EVENT:
+                        done = True
+                        break
+                yield b"".join(parts)
+                if done:
+                    return
+                continue
+            if self.finished:
+                return
+            waiter = self._changed
+            if pos < len(self.events):
+                continue
+            if idle is None:
+                await waiter.wait()
+            else:
+                try:
+                    await asyncio.wait_for(waiter.wait(), idle)
+                except TimeoutError:
+                    yield None
+
     async def wait_finished(self) -> None:
         while not self.finished:
             await self._changed.wait()

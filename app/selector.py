@@ -132,8 +132,9 @@ class ToolSelector:
         # Stage 3: core merge (or fallback to the whole context set).
         if fallback is not None:
             tools = list(context_names)
-            log.warning("tool selection: fallback to all context tools",
-                        extra={"stage": "fallback", "reason": fallback, "tools": len(tools)})
+            level = logging.INFO if state.status in ("disabled", "building") else logging.WARNING
+            log.log(level, "tool selection: fallback to all context tools",
+                    extra={"stage": "fallback", "reason": fallback, "tools": len(tools)})
         else:
             tools = []
             seen: set[str] = set()

@@ -1,0 +1,39 @@
+# One venv, installed on demand: `make run` and `make test` are all a newcomer needs.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: install run dev test bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+# The embedded default: the reference backend beside the agent, the sample knowledge
+# base ingested on first start, and whichever model is reachable (Gemini with a key,
+# a local Ollama with the model pulled, else the offline extractive provider).
+run: install
+	$(BIN)/agentchat serve
+
+# Against a local Ollama: `ollama pull qwen3:4b && ollama pull nomic-embed-text` first.
+dev: install
+	AGENT_LLM_PROVIDER=ollama AGENT_EMBEDDER=$${AGENT_EMBEDDER:-ollama} \
+	OLLAMA_MODEL=$${OLLAMA_MODEL:-qwen3:4b} $(BIN)/agentchat serve --reload
+
+test: install
+	$(BIN)/python -m pytest -q
+
+bench: install
+	@mkdir -p bench/results
+	@for b in bench/sse_overhead.py bench/selection.py bench/retrieval_quality.py bench/kb.py \
+	          bench/keywords.py bench/tools.py bench/resume.py bench/corpus.py; do \
+	  if [ -f $$b ]; then echo "== $$b"; $(BIN)/python $$b || exit 1; fi; \
+	done
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache data

@@ -1,0 +1,234 @@
+"""``agentchat``: serve, ingest, run the reference backend, list buckets, prune keywords."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from app.config import ConfigError, Settings
+from app.logs import configure_logging
+
+log = logging.getLogger("agentchat.cli")
+
+
+def _settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except ConfigError as exc:
+        print(f"agentchat: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+# --- serve -------------------------------------------------------------------------------
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from app.factory import create_app
+
+    settings = _settings()
+    host = args.host or settings.host
+    port = args.port if args.port is not None else settings.port
+    servers: list[uvicorn.Server] = []
+    if settings.backend_url is None and not args.no_backend:
+        from backend.app import create_backend_app
+
+        backend_port = args.backend_port or port + 1
+        backend_db = settings.db_path.parent / "backend.sqlite3"
+        backend_db.parent.mkdir(parents=True, exist_ok=True)
+        servers.append(
+            uvicorn.Server(
+                uvicorn.Config(create_backend_app(backend_db), host="127.0.0.1", port=backend_port,
+                               log_level="warning", lifespan="on")
+            )
+        )
+        settings = settings.with_(backend_url=f"http://127.0.0.1:{backend_port}")
+        log.info("reference backend started beside the agent", extra={"url": settings.backend_url})
+    agent = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings),
+            host=host,
+            port=port,
+            log_level="info",
+            lifespan="on",
+            timeout_graceful_shutdown=int(args.grace),
+            access_log=False,
+        )
+    )
+    print(f"agentchat: serving on http://{host}:{port}  (playground at /, stream at POST /v1/agent/chat)",
+          file=sys.stderr)
+    servers.insert(0, agent)
+    tasks = [asyncio.create_task(s.serve()) for s in servers]
+    done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for s in servers:
+        s.should_exit = True
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for t in done:
+        if t.exception() is not None:
+            raise t.exception()  # type: ignore[misc]
+
+
+def _serve_reload(args: argparse.Namespace) -> None:
+    """``--reload`` for development: uvicorn restarts the app on code changes."""
+    import uvicorn
+
+    settings = _settings()
+    os.environ.setdefault("AGENT_PORT", str(args.port or settings.port))
+    uvicorn.run(
+        "app.factory:create_app",
+        factory=True,
+        host=args.host or settings.host,
+        port=args.port if args.port is not None else settings.port,
+        reload=True,
+        reload_dirs=[str(Path(__file__).resolve().parent.parent)],
+        log_level="info",
+    )
+
+
+# --- knowledge base ------------------------------------------------------------------------
+
+
+async def _open_kb(settings: Settings) -> Any:
+    from app.rooms import kb_embedder
+    from knowledge.kb import KnowledgeBase
+
+    embedder, why = await kb_embedder(settings)
+    log.info("knowledge-base embedder", extra={"reason": why})
+    return await KnowledgeBase.open(settings.db_path, embedder)
+
+
+def _progress_bar(done: int, total: int, label: str) -> None:
+    width = 30
+    filled = int(width * done / total) if total else width
+    bar = "#" * filled + "-" * (width - filled)
+    tail = label if len(label) <= 40 else "…" + label[-39:]
+    sys.stderr.write(f"\r[{bar}] {done}/{total} {tail:<40}")
+    sys.stderr.flush()
+    if done >= total:
+        sys.stderr.write("\n")
+
+
+async def _ingest(args: argparse.Namespace) -> int:
+    settings = _settings()
+    kb = await _open_kb(settings)
+    try:
+        paths = [Path(p) for p in args.paths]
+        missing = [str(p) for p in paths if not p.exists()]
+        if missing:
+            print(f"agentchat ingest: no such file or directory: {', '.join(missing)}", file=sys.stderr)
+            return 2
+        report = await kb.ingest_paths(
+            paths, bucket=args.bucket, progress=None if args.quiet else _progress_bar
+        )
+    finally:
+        await kb.aclose()
+    print(_report_text(report))
+    return 1 if getattr(report, "rejected", None) and args.strict else 0
+
+
+def _report_text(report: Any) -> str:
+    parts = []
+    for name in ("added", "updated", "skipped", "deleted", "chunks"):
+        if hasattr(report, name):
+            parts.append(f"{name}={getattr(report, name)}")
+    rejected = getattr(report, "rejected", []) or []
+    lines = ["ingested: " + " ".join(parts) + f" rejected={len(rejected)}"]
+    for r in rejected[:50]:
+        lines.append(f"  rejected: {r}")
+    return "\n".join(lines)
+
+
+async def _buckets(args: argparse.Namespace) -> int:
+    settings = _settings()
+    kb = await _open_kb(settings)
+    try:
+        buckets = await kb.list_buckets()
+    finally:
+        await kb.aclose()
+    if not buckets:
+        print("no buckets")
+    for b in buckets:
+        schema = ", ".join(f"{k}:{v}" for k, v in (b.schema or {}).items()) or "(no typed fields)"
+        print(f"{b.name:<20} documents={b.documents:<8} chunks={b.chunks:<8} {schema}")
+    return 0
+
+
+async def _prune_keywords(args: argparse.Namespace) -> int:
+    from agenttools.keywords import KeywordStore
+
+    settings = _settings()
+    store = await KeywordStore.open(settings.db_path)
+    try:
+        removed = await store.prune(min_usage=args.min_usage, older_than_days=args.older_than)
+    finally:
+        await store.aclose()
+    print(f"pruned {removed} keywords (usage < {args.min_usage}, unused for more than {args.older_than} days)")
+    return 0
+
+
+async def _backend(args: argparse.Namespace) -> int:
+    from backend.app import serve_backend
+
+    settings = _settings()
+    db = Path(args.db) if args.db else settings.db_path.parent / "backend.sqlite3"
+    db.parent.mkdir(parents=True, exist_ok=True)
+    await serve_backend(args.host, args.port, db)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="agentchat", description="Streaming agent-chat service.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="serve the agent (and the reference backend unless AGENT_BACKEND_URL is set)")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--backend-port", type=int, help="port of the embedded reference backend (default: port+1)")
+    serve.add_argument("--no-backend", action="store_true", help="do not start the reference backend")
+    serve.add_argument("--grace", type=float, default=20.0, help="seconds running streams get on shutdown")
+    serve.add_argument("--reload", action="store_true", help="restart on code changes (development)")
+
+    ingest = sub.add_parser("ingest", help="ingest files or directories into the knowledge base")
+    ingest.add_argument("paths", nargs="+")
+    ingest.add_argument("--bucket", default="default")
+    ingest.add_argument("--quiet", action="store_true", help="no progress bar")
+    ingest.add_argument("--strict", action="store_true", help="exit 1 when any record was rejected")
+
+    sub.add_parser("buckets", help="list buckets, their schemas and counts")
+
+    kw = sub.add_parser("keywords", help="keyword index maintenance")
+    kw_sub = kw.add_subparsers(dest="kw_command", required=True)
+    prune = kw_sub.add_parser("prune", help="delete rarely used, stale keywords")
+    prune.add_argument("--min-usage", type=int, required=True, help="delete keywords used fewer times than this")
+    prune.add_argument("--older-than", type=float, required=True, help="…and unused for more than this many days")
+
+    backend = sub.add_parser("backend", help="run the reference Ichor-compatible backend alone")
+    backend.add_argument("--host", default="127.0.0.1")
+    backend.add_argument("--port", type=int, default=8081)
+    backend.add_argument("--db", help="SQLite file (default: beside AGENT_DB_PATH)")
+
+    args = parser.parse_args(argv)
+    configure_logging()
+    if args.command == "serve":
+        if args.reload:
+            _serve_reload(args)
+            return 0
+        try:
+            asyncio.run(_serve(args))
+        except KeyboardInterrupt:
+            pass
+        return 0
+    runners = {"ingest": _ingest, "buckets": _buckets, "backend": _backend}
+    if args.command == "keywords":
+        return asyncio.run(_prune_keywords(args))
+    return asyncio.run(runners[args.command](args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

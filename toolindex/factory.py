@@ -1,0 +1,122 @@
+"""Pick the embedder from ``AGENT_EMBEDDER`` (auto|gemini|ollama|hashing|none).
+
+``auto`` prefers quality that is actually available, in this order:
+
+1. Gemini, when an API key is configured (no probe: a key is an explicit opt-in, and
+   a failing build later falls back with a logged reason);
+2. Ollama, when ``GET {host}/api/tags`` answers within a short timeout **and** lists
+   the embedding model (with or without a ``:latest`` tag) — a reachable server
+   without the model would only turn into a failed index build;
+3. the hashing embedder, which always works offline.
+
+An explicit choice is honoured without probing; one that cannot be satisfied (gemini
+without a key) yields ``None``, which the selector treats as "no embedder": all
+context-filtered tools. Every outcome comes with a reason string for the logs.
+"""
+
+from __future__ import annotations
+
+import httpx
+import orjson
+
+from toolindex.embedder import Embedder
+from toolindex.hashing import HashingEmbedder
+from toolindex.ollama import normalise_host
+
+EMBEDDER_KINDS = ("auto", "gemini", "ollama", "hashing", "none")
+#: Seconds allowed for the Ollama reachability probe in ``auto`` mode.
+PROBE_TIMEOUT_S = 2.0
+
+
+def _model_listed(tags_body: bytes, model: str) -> bool:
+    try:
+        listed = orjson.loads(tags_body).get("models") or []
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
+    wanted = {model, model.split(":", 1)[0] + ":latest"} if ":" not in model else {model}
+    for entry in listed:
+        if not isinstance(entry, dict):
+            continue
+        for field in ("name", "model"):
+            if entry.get(field) in wanted:
+                return True
+    return False
+
+
+async def probe_ollama(
+    host: str, model: str, *, http_client: httpx.AsyncClient | None = None, timeout_s: float = PROBE_TIMEOUT_S
+) -> tuple[bool, str]:
+    """Is Ollama at ``host`` up with ``model`` pulled? Returns ``(ok, reason)``."""
+    url = normalise_host(host) + "/api/tags"
+    try:
+        if http_client is not None:
+            response = await http_client.get(url, timeout=timeout_s)
+        else:
+            async with httpx.AsyncClient(timeout=timeout_s) as client:
+                response = await client.get(url)
+    except httpx.HTTPError as exc:
+        return False, f"ollama not reachable at {normalise_host(host)} ({type(exc).__name__})"
+    if response.status_code != 200:
+        return False, f"ollama at {normalise_host(host)} answered HTTP {response.status_code} to /api/tags"
+    if not _model_listed(response.content, model):
+        return False, f"ollama at {normalise_host(host)} has no embedding model {model!r} pulled"
+    return True, f"ollama at {normalise_host(host)} with {model!r}"
+
+
+async def choose_embedder(
+    kind: str,
+    *,
+    gemini_api_key: str | None,
+    gemini_model: str = "gemini-embedding-001",
+    gemini_base_url: str | None = None,
+    gemini_dim: int = 768,
+    ollama_host: str = "http://127.0.0.1:11434",
+    ollama_model: str = "nomic-embed-text",
+    http_timeout: float = 30.0,
+    http_client: httpx.AsyncClient | None = None,
+    probe_timeout_s: float = PROBE_TIMEOUT_S,
+    hashing_dim: int = 384,
+) -> tuple[Embedder | None, str]:
+    """Return ``(embedder or None, reason)``; raises ``ValueError`` for an unknown kind.
+
+    ``http_client`` (the app's shared client) is used for the Ollama probe only; the
+    embedders talk through their own libraries' clients.
+    """
+    kind = (kind or "auto").strip().lower()
+    if kind not in EMBEDDER_KINDS:
+        raise ValueError(f"AGENT_EMBEDDER must be one of {', '.join(EMBEDDER_KINDS)}, not {kind!r}")
+
+    if kind == "none":
+        return None, "AGENT_EMBEDDER=none: tool search disabled"
+    if kind == "hashing":
+        return HashingEmbedder(dim=hashing_dim), "AGENT_EMBEDDER=hashing"
+    if kind == "gemini":
+        if not gemini_api_key:
+            return None, "AGENT_EMBEDDER=gemini but GEMINI_API_KEY is not set: tool search disabled"
+        return _gemini(gemini_api_key, gemini_model, gemini_base_url, gemini_dim, http_timeout), (
+            f"AGENT_EMBEDDER=gemini ({gemini_model}, dim {gemini_dim})"
+        )
+    if kind == "ollama":
+        return _ollama(ollama_host, ollama_model, http_timeout), f"AGENT_EMBEDDER=ollama ({ollama_model})"
+
+    # auto
+    if gemini_api_key:
+        return _gemini(gemini_api_key, gemini_model, gemini_base_url, gemini_dim, http_timeout), (
+            f"auto: GEMINI_API_KEY set, using gemini ({gemini_model}, dim {gemini_dim})"
+        )
+    ok, why = await probe_ollama(ollama_host, ollama_model, http_client=http_client, timeout_s=probe_timeout_s)
+    if ok:
+        return _ollama(ollama_host, ollama_model, http_timeout), f"auto: no Gemini key; {why}"
+    return HashingEmbedder(dim=hashing_dim), f"auto: no Gemini key; {why}; using the hashing embedder"
+
+
+def _gemini(api_key: str, model: str, base_url: str | None, dim: int, timeout_s: float) -> Embedder:
+    from toolindex.gemini import GeminiEmbedder  # google-genai is heavy: load only when chosen
+
+    return GeminiEmbedder(api_key, model or "gemini-embedding-001", dim=dim, base_url=base_url, timeout_s=timeout_s)
+
+
+def _ollama(host: str, model: str, timeout_s: float) -> Embedder:
+    from toolindex.ollama import OllamaEmbedder
+
+    return OllamaEmbedder(host, model or "nomic-embed-text", timeout_s=timeout_s)
