@@ -160,14 +160,17 @@ async def _buckets(args: argparse.Namespace) -> int:
 
 
 async def _prune_keywords(args: argparse.Namespace) -> int:
+    from agenttools.external_results import ExternalResultStore
     from agenttools.keywords import KeywordStore
 
     settings = _settings()
-    store = await KeywordStore.open(settings.db_path)
+    results = await ExternalResultStore.open(settings.db_path)
+    store = await KeywordStore.open(settings.db_path, results)
     try:
         removed = await store.prune(min_usage=args.min_usage, older_than_days=args.older_than)
     finally:
-        await store.aclose()
+        await store.close()
+        await results.close()
     print(f"pruned {removed} keywords (usage < {args.min_usage}, unused for more than {args.older_than} days)")
     return 0
 

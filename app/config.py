@@ -55,6 +55,7 @@ class Settings:
     cors_origins: tuple[str, ...] = ()
     auth: str = "none"
     jwt_secret: str | None = None
+    admin_users: tuple[str, ...] = ()
     host: str = "127.0.0.1"
     port: int = 8000
     llm_timeout_s: float = 120.0
@@ -111,6 +112,7 @@ class Settings:
             cors_origins=reader.listing("AGENT_CORS_ORIGINS", d.cors_origins),
             auth=reader.choice("AGENT_AUTH", AUTH_MODES, d.auth),
             jwt_secret=reader.optional("AGENT_JWT_SECRET"),
+            admin_users=reader.listing("AGENT_ADMIN_USERS", d.admin_users),
             host=reader.text("AGENT_HOST", d.host),
             port=reader.integer("AGENT_PORT", d.port, lo=0, hi=65535),
             llm_timeout_s=reader.number("AGENT_LLM_TIMEOUT_S", d.llm_timeout_s, lo=1),

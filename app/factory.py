@@ -13,7 +13,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
-from app import http
+from app import admin_routes, http
 from app.config import Settings
 from app.wiring import AUTO, Overrides, build_services
 
@@ -54,6 +54,8 @@ def create_app(
         Route("/v1/agent/runs/{run_id}/events", http.run_events, methods=["GET"]),
         Route("/v1/agent/runs/{run_id}/cancel", http.cancel_run, methods=["POST"]),
         Route("/v1/agent/conversations/{conversation_id}", http.get_conversation, methods=["GET"]),
+        Route("/v1/kb/documents", admin_routes.ingest_documents, methods=["POST"]),
+        Route("/v1/admin/keywords/prune", admin_routes.prune_keywords, methods=["POST"]),
         Route("/healthz", http.healthz, methods=["GET"]),
         Route("/readyz", http.readyz, methods=["GET"]),
         Route("/metrics", http.metrics, methods=["GET"]),

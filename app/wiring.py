@@ -57,6 +57,7 @@ async def choose_provider(settings: Settings, http: httpx.AsyncClient) -> tuple[
                 settings.gemini_model,
                 base_url=settings.gemini_base_url,
                 timeout_s=settings.llm_timeout_s,
+                http_client=http,
             ),
             "GEMINI_API_KEY is set" if kind == "auto" else "AGENT_LLM_PROVIDER=gemini",
         )
@@ -105,18 +106,9 @@ async def _probe_ollama_chat(settings: Settings, http: httpx.AsyncClient) -> str
 
 
 async def choose_embedder(settings: Settings, http: httpx.AsyncClient) -> tuple[Embedder | None, str]:
-    from toolindex.factory import choose_embedder as pick
+    from app.rooms import kb_embedder
 
-    return await pick(
-        settings.embedder,
-        gemini_api_key=settings.gemini_api_key,
-        gemini_model=settings.gemini_embed_model,
-        gemini_base_url=settings.gemini_base_url,
-        gemini_dim=settings.gemini_embed_dim,
-        ollama_host=settings.ollama_host,
-        ollama_model=settings.ollama_embed_model,
-        http_client=http,
-    )
+    return await kb_embedder(settings, http)
 
 
 async def build_tool_index(
@@ -164,19 +156,19 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         stack.push_async_callback(provider.aclose)
     log.info("LLM provider", extra={"provider": provider.name, "model": provider.model, "reason": provider_reason})
 
+    if overrides.embedder == AUTO:
+        embedder, why = await choose_embedder(settings, http)
+    else:
+        embedder, why = overrides.embedder, "given by the caller"  # type: ignore[assignment]
     registry = overrides.registry if overrides.registry is not None else default_registry()
     components: dict[str, Any] = {}
     if overrides.registry is None:
         from app.rooms import attach_rooms
 
-        components = await attach_rooms(settings, registry, http, stack)
+        components = await attach_rooms(settings, registry, http, stack, embedder=embedder)
 
     index_state = IndexState()
     background: list[asyncio.Task[Any]] = []
-    if overrides.embedder == AUTO:
-        embedder, why = await choose_embedder(settings, http)
-    else:
-        embedder, why = overrides.embedder, "given by the caller"  # type: ignore[assignment]
     if embedder is None:
         index_state.status, index_state.reason = "disabled", why
     else:

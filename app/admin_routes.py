@@ -1,0 +1,78 @@
+"""Knowledge-base ingestion over HTTP and keyword-index maintenance.
+
+``POST /v1/kb/documents`` takes ``{"documents": [...], "bucket"?}`` (each document
+``{text|content, title?, id?, source?, url?, metadata?}``) and answers with the
+ingestion report; rejected records come back with their 1-based position.
+``POST /v1/admin/keywords/prune`` takes ``{"min_usage", "older_than_days"}``.
+Both are administrative: in ``jwt`` mode only users in ``AGENT_ADMIN_USERS`` may call them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.http import HTTPProblem, ORJSONResponse, identify, read_json_body, services
+
+MAX_KB_BODY = 32 * 1024 * 1024
+MAX_DOCUMENTS = 5000
+
+
+def _require_admin(request: Request) -> None:
+    svc = services(request)
+    ident = identify(request)
+    if svc.settings.auth != "none" and ident.user_id not in svc.settings.admin_users:
+        raise HTTPProblem(403, "forbidden", "this route is for administrators (AGENT_ADMIN_USERS)")
+
+
+def _component(request: Request, name: str) -> Any:
+    comp = services(request).components.get(name)
+    if comp is None:
+        raise HTTPProblem(503, "unavailable", f"the {name} component is not configured in this app")
+    return comp
+
+
+async def ingest_documents(request: Request) -> Response:
+    try:
+        _require_admin(request)
+        knowledge = _component(request, "knowledge")
+        body = await read_json_body(request, MAX_KB_BODY)
+        if not isinstance(body, dict) or not isinstance(body.get("documents"), list):
+            raise HTTPProblem(400, "invalid_request", 'send {"documents": [ {...}, ... ], "bucket"?: "name"}')
+        docs = body["documents"]
+        if not docs:
+            raise HTTPProblem(400, "invalid_field", "documents must not be empty")
+        if len(docs) > MAX_DOCUMENTS:
+            raise HTTPProblem(400, "invalid_field", f"at most {MAX_DOCUMENTS} documents per request")
+        bucket = body.get("bucket", "default")
+        if not isinstance(bucket, str):
+            raise HTTPProblem(400, "invalid_field", "bucket must be a string")
+        try:
+            report = await knowledge.kb.ingest_documents(docs, bucket=bucket)
+        except ValueError as exc:  # unknown bucket, bad bucket name
+            raise HTTPProblem(400, "invalid_field", str(exc)) from None
+        payload = report.to_dict()
+        status = 200 if (payload["added"] or payload["updated"] or payload["skipped"]) else 422
+        return ORJSONResponse(payload, status_code=status)
+    except HTTPProblem as p:
+        return p.response()
+
+
+async def prune_keywords(request: Request) -> Response:
+    try:
+        _require_admin(request)
+        keywords = _component(request, "keywords")
+        body = await read_json_body(request, 4096)
+        if not isinstance(body, dict):
+            raise HTTPProblem(400, "invalid_request", 'send {"min_usage": N, "older_than_days": D}')
+        min_usage, days = body.get("min_usage"), body.get("older_than_days")
+        if isinstance(min_usage, bool) or not isinstance(min_usage, int) or min_usage < 1:
+            raise HTTPProblem(400, "invalid_field", "min_usage must be an integer >= 1")
+        if isinstance(days, bool) or not isinstance(days, int | float) or days < 0:
+            raise HTTPProblem(400, "invalid_field", "older_than_days must be a number >= 0")
+        removed = await keywords.prune(min_usage=min_usage, older_than_days=float(days))
+        return ORJSONResponse({"removed": removed})
+    except HTTPProblem as p:
+        return p.response()

@@ -1,0 +1,128 @@
+"""Attaches the tool rooms to the registry: knowledge base + RAG tools, backend tools.
+
+Each room gets exactly what it needs (paths, the shared HTTP client, settings values)
+and registers its handlers; the agent never learns which module runs which tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from agenttools.registry import ToolRegistry
+from app.config import Settings
+from toolindex.embedder import Embedder
+
+log = logging.getLogger("agentchat.rooms")
+
+
+async def kb_embedder(settings: Settings, http: httpx.AsyncClient | None = None) -> tuple[Embedder | None, str]:
+    """The knowledge base's embedder: the configured one (``AGENT_EMBEDDER``)."""
+    from toolindex.factory import choose_embedder
+
+    return await choose_embedder(
+        settings.embedder,
+        gemini_api_key=settings.gemini_api_key,
+        gemini_model=settings.gemini_embed_model,
+        gemini_base_url=settings.gemini_base_url,
+        gemini_dim=settings.gemini_embed_dim,
+        ollama_host=settings.ollama_host,
+        ollama_model=settings.ollama_embed_model,
+        http_client=http,
+    )
+
+
+@dataclass(slots=True)
+class KnowledgeComponent:
+    """The KB as the app sees it, with the sample-KB ingestion status for /readyz."""
+
+    kb: Any
+    sample: str = "not requested"
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+
+    async def readiness(self) -> dict[str, Any]:
+        stats = await self.kb.stats()
+        return {"ok": True, "documents": stats.get("documents"), "chunks": stats.get("chunks"), "sample_kb": self.sample}
+
+    async def ingest_sample(self) -> None:
+        from knowledge.sample import ensure_sample_kb
+
+        self.sample = "ingesting"
+        try:
+            report = await ensure_sample_kb(self.kb)
+        except Exception as exc:  # the service still works; search just finds nothing
+            self.sample = f"failed: {type(exc).__name__}: {exc}"[:300]
+            log.exception("sample knowledge base ingestion failed")
+            return
+        self.sample = "already had documents" if report is None else f"ingested {report.chunks} chunks"
+        log.info("sample knowledge base", extra={"status": self.sample})
+
+
+async def attach_rooms(
+    settings: Settings,
+    registry: ToolRegistry,
+    http: httpx.AsyncClient,
+    stack: AsyncExitStack,
+    *,
+    embedder: Embedder | None,
+) -> dict[str, Any]:
+    from agenttools.external_results import ExternalResultStore
+    from agenttools.keywords import KeywordStore
+    from agenttools.perplexity import PerplexityClient
+    from agenttools.rag.deps import RagToolDeps
+    from agenttools.rag_tools import register_rag_tools
+    from knowledge.kb import KnowledgeBase
+
+    components: dict[str, Any] = {}
+    kb = await KnowledgeBase.open(settings.db_path, embedder)
+    stack.push_async_callback(kb.aclose)
+    knowledge = KnowledgeComponent(kb)
+    components["knowledge"] = knowledge
+    if settings.ingest_sample_kb:
+        task = asyncio.create_task(knowledge.ingest_sample(), name="sample-kb")
+        knowledge.tasks.append(task)
+        stack.push_async_callback(_cancel, task)
+
+    results = await ExternalResultStore.open(settings.db_path)
+    stack.push_async_callback(results.close)
+    keywords = await KeywordStore.open(settings.db_path, results)
+    stack.push_async_callback(keywords.close)
+    components["keywords"] = keywords
+    perplexity = (
+        PerplexityClient(
+            http,
+            settings.perplexity_api_key,
+            base_url=settings.perplexity_base_url,
+            model=settings.perplexity_model,
+        )
+        if settings.perplexity_api_key
+        else None
+    )
+    register_rag_tools(
+        registry, RagToolDeps(knowledge=kb, keywords=keywords, external_results=results, perplexity=perplexity)
+    )
+
+    if settings.backend_url:
+        from agenttools.drafts import SqliteDraftStore
+        from agenttools.table_tools import register_table_tools
+        from agenttools.tool_support import WorkflowToolDeps
+        from agenttools.workflow_tools import register_workflow_tools
+
+        drafts = await SqliteDraftStore.open(str(settings.db_path))
+        stack.push_async_callback(drafts.close)
+        deps = WorkflowToolDeps(backend_url=settings.backend_url, drafts=drafts, timeout_s=settings.backend_timeout_s)
+        register_workflow_tools(registry, deps)
+        register_table_tools(registry, deps)
+    else:
+        log.warning("AGENT_BACKEND_URL is not set: workflow and table tools are listed but cannot run")
+    return components
+
+
+async def _cancel(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)

@@ -1,0 +1,591 @@
+// The playground: an EventSource client of /v1/agent/runs.
+//
+// Why it is built this way:
+// - A run lives on the server, independent of this page. The page keeps
+//   {run_id, stream_url, conversation_id} in sessionStorage, so a reload re-opens the
+//   stream with ?after=0 and re-renders the whole run from its event log.
+// - EventSource reconnects on its own and sends Last-Event-ID (the server prefers it
+//   over ?after), so a dropped network resumes without gaps. A finished run answers
+//   204 on reconnect, which makes the browser stop.
+// - Every piece of model or tool output goes into the DOM as text (textContent /
+//   createTextNode), never as HTML; links are only made from http(s) URLs.
+"use strict";
+
+(() => {
+  const STORE_RUN = "agentchat.run";
+  const STORE_CONVERSATION = "agentchat.conversation";
+  const STORE_TOKEN = "agentchat.token";
+  const CONTEXT_EXAMPLES = {
+    workflow: '{"workflow_id": ""}',
+    tables: '{"config_id": ""}',
+    knowledge: "{}",
+  };
+
+  const $ = (id) => document.getElementById(id);
+  const ui = {
+    transcript: $("transcript"),
+    empty: $("empty"),
+    form: $("ask"),
+    message: $("message"),
+    context: $("context"),
+    contextError: $("context-error"),
+    formError: $("form-error"),
+    send: $("send"),
+    stop: $("stop"),
+    newConversation: $("new-conversation"),
+    token: $("token"),
+    conn: $("conn"),
+    conversation: $("conversation"),
+    template: $("run-template"),
+  };
+
+  /** The run being shown and followed: {info, view, es, lastSeq, done}. */
+  let current = null;
+
+  // --- small DOM helpers (text only) ----------------------------------------------------
+
+  function el(tag, className, ...children) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    for (const child of children) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : String(child));
+    }
+    return node;
+  }
+
+  function safeHref(url) {
+    if (typeof url !== "string" || !url) return null;
+    try {
+      const parsed = new URL(url, window.location.href);
+      return parsed.protocol === "http:" || parsed.protocol === "https:" ? parsed.href : null;
+    } catch {
+      return null;
+    }
+  }
+
+  function parse(data) {
+    try {
+      return JSON.parse(data);
+    } catch {
+      return null;
+    }
+  }
+
+  function asText(value) {
+    if (value === null || value === undefined) return "";
+    if (typeof value === "string") return value;
+    return JSON.stringify(value);
+  }
+
+  function readStored(key) {
+    const raw = sessionStorage.getItem(key);
+    return raw ? parse(raw) : null;
+  }
+
+  function authHeaders() {
+    const token = ui.token.value.trim();
+    return token ? { Authorization: `Bearer ${token}` } : {};
+  }
+
+  function setConn(text) {
+    ui.conn.textContent = text;
+  }
+
+  function setBusy(busy) {
+    ui.send.disabled = busy;
+    ui.stop.disabled = !busy;
+    for (const button of ui.transcript.querySelectorAll("button.decide")) {
+      button.disabled = busy || button.dataset.decided === "true";
+    }
+  }
+
+  function showConversation() {
+    ui.conversation.textContent = sessionStorage.getItem(STORE_CONVERSATION) || "new";
+  }
+
+  // --- the run view ----------------------------------------------------------------------
+
+  function newRunView(info) {
+    const node = ui.template.content.firstElementChild.cloneNode(true);
+    node.dataset.runId = info.run_id;
+    node.querySelector(".question").textContent = info.question || "(question)";
+    node.querySelector(".run-id").textContent = info.run_id;
+    ui.empty.hidden = true;
+    ui.transcript.append(node);
+    return {
+      root: node,
+      status: node.querySelector(".run-status"),
+      selection: node.querySelector(".selection"),
+      selectionBody: node.querySelector(".selection-body"),
+      tools: node.querySelector(".tools"),
+      previews: node.querySelector(".previews"),
+      answer: node.querySelector(".answer"),
+      paragraph: null,
+      final: node.querySelector(".final"),
+      clarification: node.querySelector(".clarification"),
+      errors: node.querySelector(".errors"),
+      toolItems: new Map(),
+    };
+  }
+
+  function setRunStatus(view, status, text) {
+    view.root.dataset.status = status;
+    view.status.textContent = text || status;
+  }
+
+  function addError(view, text) {
+    view.errors.append(el("p", null, text));
+  }
+
+  // --- event renderers -------------------------------------------------------------------
+
+  const render = {
+    run_started(view) {
+      setRunStatus(view, "running", "running");
+    },
+
+    tool_selection(view, d) {
+      const body = view.selectionBody;
+      body.replaceChildren();
+      const row = (term, value) => body.append(el("dt", null, term), el("dd", null, value));
+      row("Context", asText(d.context_type));
+      row("Core", (d.core || []).join(", ") || "none");
+      const rag = (d.rag || []).map((r) => `${r.name} (${Number(r.score).toFixed(3)})`);
+      row("Search", rag.join(", ") || "none");
+      row("Fallback", d.fallback ? asText(d.fallback) : "no");
+      row("Offered", (d.tools || []).join(", ") || "none");
+      view.selection.querySelector("summary").textContent =
+        `Tool selection: ${(d.tools || []).length} tools${d.fallback ? " (fallback)" : ""}`;
+      view.selection.hidden = false;
+    },
+
+    message_start(view) {
+      view.paragraph = null;
+    },
+
+    content_chunk(view, d) {
+      if (!view.paragraph) {
+        view.paragraph = el("p", "chunk-text");
+        view.answer.append(view.paragraph);
+      }
+      view.paragraph.append(document.createTextNode(asText(d.chunk)));
+    },
+
+    tool_call_start(view, d) {
+      const item = el(
+        "li",
+        "tool",
+        el("span", "spinner", null),
+        el("span", "tool-name", asText(d.name)),
+        el("span", "tool-state", "running…"),
+      );
+      item.querySelector(".spinner").setAttribute("aria-hidden", "true");
+      item.dataset.state = "running";
+      item.dataset.toolUseId = asText(d.tool_use_id);
+      view.toolItems.set(d.tool_use_id, item);
+      view.tools.append(item);
+      view.paragraph = null;
+    },
+
+    tool_call_result(view, d) {
+      let item = view.toolItems.get(d.tool_use_id);
+      if (!item) {
+        render.tool_call_start(view, d);
+        item = view.toolItems.get(d.tool_use_id);
+      }
+      item.querySelector(".spinner")?.remove();
+      item.dataset.state = d.is_error ? "error" : "ok";
+      const ms = Number(d.duration_ms);
+      item.querySelector(".tool-state").textContent =
+        `${d.is_error ? "error" : "ok"}${Number.isFinite(ms) ? ` · ${Math.round(ms)} ms` : ""}`;
+    },
+
+    workflow_preview(view, d) {
+      const wf = d.workflow && typeof d.workflow === "object" ? d.workflow : {};
+      const actions = Array.isArray(wf.actions) ? wf.actions : [];
+      const edges = Array.isArray(wf.edges) ? wf.edges : [];
+      const box = el("section", "preview workflow-preview");
+      box.setAttribute("aria-label", "Workflow preview");
+      const title = d.is_update ? `Workflow preview: update of ${asText(d.workflow_id)}` : "Workflow preview: new workflow";
+      box.append(el("h3", null, title));
+      if (d.description) box.append(el("p", "preview-description", asText(d.description)));
+      if (wf.name) box.append(el("p", null, `Name: ${asText(wf.name)}${wf.is_active === false ? " (inactive)" : ""}`));
+
+      const names = new Map();
+      actions.forEach((a, i) => {
+        const name = a && a.name ? asText(a.name) : `action ${i + 1}`;
+        names.set(`temp:${i}`, name);
+        if (a && a.id) names.set(asText(a.id), name);
+      });
+      const nameOf = (id) => names.get(asText(id)) || asText(id);
+
+      box.append(el("h4", null, `Actions (${actions.length})`));
+      const list = el("ol", "actions");
+      for (const a of actions) {
+        const kind = a && a.action_type ? ` — ${asText(a.action_type)}` : "";
+        const item = el("li", null, el("strong", null, a && a.name ? asText(a.name) : "(unnamed)"), kind);
+        if (a && a.description) item.append(el("div", "action-description", asText(a.description)));
+        list.append(item);
+      }
+      box.append(list);
+
+      box.append(el("h4", null, `Edges (${edges.length})`));
+      const edgeList = el("ul", "edges");
+      for (const e of edges) {
+        let text;
+        if (e && (e.edge_type === "start" || !e.source_action_id)) {
+          text = `start → ${nameOf(e && e.target_action_id)}`;
+        } else {
+          const port = e.source_output ? ` [${asText(e.source_output)}]` : "";
+          text = `${nameOf(e.source_action_id)}${port} → ${nameOf(e.target_action_id)}`;
+        }
+        edgeList.append(el("li", null, text));
+      }
+      box.append(edgeList);
+      view.previews.append(box);
+    },
+
+    table_config_preview(view, d) {
+      const config = d.config && typeof d.config === "object" ? d.config : {};
+      const box = el("section", "preview table-preview");
+      box.setAttribute("aria-label", "Table configuration preview");
+      const label = d.name ? ` “${asText(d.name)}”` : "";
+      box.append(el("h3", null, `Table configuration preview${label}${d.is_update ? " (update)" : " (new)"}`));
+      if (d.description) box.append(el("p", "preview-description", asText(d.description)));
+      const sources = Array.isArray(config.data_source) ? config.data_source : [];
+      sources.forEach((ds, i) => {
+        if (!ds || typeof ds !== "object") return;
+        box.append(el("h4", null, `Data source ${i + 1}: ${asText(ds.source)}${ds.type ? ` (${asText(ds.type)})` : ""}`));
+        const select = ds.select && typeof ds.select === "object" ? ds.select : {};
+        box.append(table("Columns", ["Name", "Alias", "Table column"], (select.columns || []).map(
+          (c) => [c && c.name, c && c.alias, c && c.table_column])));
+        box.append(table("Filters", ["Column", "Operator", "Value"], (ds.filters || []).map(
+          (f) => [f && f.column, f && f.operator, f && f.value])));
+        box.append(table("Sorts", ["Column", "Direction", "Priority"], (ds.sort || []).map(
+          (s) => [s && s.column, s && s.direction, s && s.priority])));
+      });
+      if (!sources.length) box.append(el("p", null, "(no data sources)"));
+      const decision = el("p", "decision");
+      decision.setAttribute("role", "status");
+      const accept = el("button", "decide accept", "Accept");
+      const reject = el("button", "decide reject secondary", "Reject");
+      accept.type = reject.type = "button";
+      const decide = (accepted) => {
+        accept.dataset.decided = reject.dataset.decided = "true";
+        accept.disabled = reject.disabled = true;
+        decision.textContent = accepted ? "Accepted" : "Rejected";
+        box.dataset.decision = accepted ? "accepted" : "rejected";
+        const what = d.name ? ` “${asText(d.name)}”` : "";
+        ask(accepted
+          ? `I accept the proposed table configuration${what}.`
+          : `I reject the proposed table configuration${what}.`);
+      };
+      accept.addEventListener("click", () => decide(true));
+      reject.addEventListener("click", () => decide(false));
+      accept.disabled = reject.disabled = !current || !current.done;
+      box.append(el("div", "buttons", accept, reject), decision);
+      view.previews.append(box);
+    },
+
+    table_config_validation_error(view, d) {
+      const box = el("section", "preview invalid");
+      box.setAttribute("aria-label", "Table configuration errors");
+      box.append(el("h3", null, "The table configuration is not valid"));
+      const list = el("ul", "validation-errors");
+      for (const e of Array.isArray(d.errors) ? d.errors : []) list.append(el("li", null, asText(e)));
+      box.append(list);
+      view.previews.append(box);
+    },
+
+    clarification(view, d) {
+      const kind = d.type === "overload" ? "The question is too broad" : "More information is needed";
+      view.clarification.replaceChildren(el("strong", null, kind), " ");
+      const info = d.missing_info;
+      if (Array.isArray(info)) {
+        const list = el("ul");
+        for (const item of info) list.append(el("li", null, asText(item)));
+        view.clarification.append(list);
+      } else {
+        view.clarification.append(el("span", null, asText(info)));
+      }
+      view.clarification.hidden = false;
+    },
+
+    response(view, d) {
+      view.final.querySelector(".final-answer").textContent = asText(d.answer);
+      const meta = [];
+      if (typeof d.confidence_score === "number") meta.push(`confidence ${d.confidence_score.toFixed(2)}`);
+      if (d.used_internal_kb) meta.push("knowledge base");
+      if (d.used_external_kb) meta.push("web");
+      view.final.querySelector(".final-meta").textContent = meta.join(" · ");
+      const list = view.final.querySelector(".sources");
+      list.replaceChildren();
+      for (const s of Array.isArray(d.sources) ? d.sources : []) {
+        if (!s || typeof s !== "object") continue;
+        const title = asText(s.title || s.id || s.url);
+        const href = safeHref(s.url);
+        let label;
+        if (href) {
+          label = el("a", null, title);
+          label.href = href;
+          label.target = "_blank";
+          label.rel = "noopener noreferrer";
+        } else {
+          label = el("span", null, title);
+        }
+        const item = el("li", null, label);
+        if (s.location) item.append(` — ${asText(s.location)}`);
+        if (s.kind) item.append(el("span", "source-kind", ` (${asText(s.kind)})`));
+        list.append(item);
+      }
+      view.final.hidden = false;
+    },
+
+    message_complete(view, d) {
+      const status = ["completed", "failed", "cancelled"].includes(d.status) ? d.status : "completed";
+      setRunStatus(view, status);
+      for (const item of view.toolItems.values()) {
+        if (item.dataset.state === "running") {
+          item.querySelector(".spinner")?.remove();
+          item.dataset.state = "error";
+          item.querySelector(".tool-state").textContent = status === "cancelled" ? "cancelled" : "unfinished";
+        }
+      }
+    },
+  };
+
+  function table(caption, headings, rows) {
+    const t = el("table");
+    t.append(el("caption", null, caption));
+    const head = el("tr");
+    for (const h of headings) {
+      const th = el("th", null, h);
+      th.scope = "col";
+      head.append(th);
+    }
+    t.append(el("thead", null, head));
+    const body = el("tbody");
+    if (!rows.length) {
+      const td = el("td", "none", "none");
+      td.colSpan = headings.length;
+      body.append(el("tr", null, td));
+    }
+    for (const r of rows) body.append(el("tr", null, ...r.map((v) => el("td", null, asText(v)))));
+    t.append(body);
+    return t;
+  }
+
+  // --- following a run -------------------------------------------------------------------
+
+  function withParam(url, key, value) {
+    const u = new URL(url, window.location.href);
+    u.searchParams.set(key, value);
+    return u.pathname + u.search;
+  }
+
+  function follow(info, { replay }) {
+    const view = newRunView(info);
+    const url = replay ? withParam(info.stream_url, "after", "0") : info.stream_url;
+    const es = new EventSource(url);
+    const run = { info, view, es, lastSeq: 0, done: false };
+    current = run;
+    setBusy(true);
+    setConn("connecting…");
+
+    const on = (name) => {
+      es.addEventListener(name, (e) => {
+        const seq = Number(e.lastEventId);
+        if (Number.isFinite(seq) && seq > 0) {
+          if (seq <= run.lastSeq) return; // already rendered
+          run.lastSeq = seq;
+        }
+        const data = parse(e.data);
+        if (data === null || typeof data !== "object") return;
+        render[name](view, data);
+        if (name === "message_complete") finish(run, data.status);
+      });
+    };
+    for (const name of Object.keys(render)) on(name);
+
+    es.addEventListener("heartbeat", () => setConn("connected"));
+    es.addEventListener("open", () => setConn("connected"));
+    // Both the server's `error` event and the browser's own connection errors arrive
+    // here; only the server's carries data.
+    es.addEventListener("error", (e) => {
+      if (typeof e.data === "string") {
+        const seq = Number(e.lastEventId);
+        if (Number.isFinite(seq) && seq > 0) {
+          if (seq <= run.lastSeq) return;
+          run.lastSeq = seq;
+        }
+        const d = parse(e.data) || {};
+        addError(view, `Error${d.code ? ` (${d.code})` : ""}: ${asText(d.message || e.data)}`);
+        return;
+      }
+      if (run.done) return;
+      if (es.readyState === EventSource.CLOSED) {
+        setConn("disconnected");
+        addError(view, "The stream could not be opened or resumed (the run may be gone, or its link expired).");
+        finish(run, "unknown");
+      } else {
+        setConn("reconnecting…");
+      }
+    });
+  }
+
+  function finish(run, status) {
+    if (run.done) return;
+    run.done = true;
+    run.es.close();
+    if (status === "unknown") setRunStatus(run.view, "unknown", "status unknown");
+    const stored = readStored(STORE_RUN);
+    if (stored && stored.run_id === run.info.run_id) {
+      sessionStorage.setItem(STORE_RUN, JSON.stringify({ ...stored, finished: true }));
+    }
+    if (current === run) {
+      setBusy(false);
+      setConn("idle");
+    }
+  }
+
+  // --- actions ---------------------------------------------------------------------------
+
+  function contextType() {
+    const checked = ui.form.querySelector('input[name="context_type"]:checked');
+    return checked ? checked.value : "workflow";
+  }
+
+  async function problemText(response) {
+    const body = await response.json().catch(() => null);
+    const detail = body && (body.detail || body.error);
+    const retry = response.headers.get("Retry-After");
+    return `HTTP ${response.status}${detail ? `: ${detail}` : ""}${retry ? ` (retry in ${retry} s)` : ""}`;
+  }
+
+  async function ask(message) {
+    ui.formError.textContent = "";
+    ui.contextError.textContent = "";
+    if (current && !current.done) {
+      ui.formError.textContent = "Wait for the current answer to finish, or stop it.";
+      return;
+    }
+    const text = message.trim();
+    if (!text) {
+      ui.formError.textContent = "Type a question first.";
+      ui.message.focus();
+      return;
+    }
+    const context = parse(ui.context.value.trim() || "{}");
+    if (context === null || typeof context !== "object" || Array.isArray(context)) {
+      ui.contextError.textContent = "The context must be a JSON object, for example {}.";
+      ui.context.focus();
+      return;
+    }
+    const body = { message: text, context_type: contextType(), context };
+    const conversation = sessionStorage.getItem(STORE_CONVERSATION);
+    if (conversation) body.conversation_id = conversation;
+
+    ui.send.disabled = true;
+    let response;
+    try {
+      response = await fetch("/v1/agent/runs", {
+        method: "POST",
+        headers: { "Content-Type": "application/json", Accept: "application/json", ...authHeaders() },
+        body: JSON.stringify(body),
+      });
+    } catch (err) {
+      ui.formError.textContent = `Could not reach the server: ${err}`;
+      ui.send.disabled = false;
+      return;
+    }
+    if (response.status !== 201) {
+      ui.formError.textContent = `The run was not started — ${await problemText(response)}`;
+      ui.send.disabled = false;
+      return;
+    }
+    const created = await response.json();
+    const info = {
+      run_id: created.run_id,
+      conversation_id: created.conversation_id,
+      stream_url: created.stream_url,
+      question: text,
+    };
+    sessionStorage.setItem(STORE_RUN, JSON.stringify(info));
+    sessionStorage.setItem(STORE_CONVERSATION, created.conversation_id);
+    showConversation();
+    ui.message.value = "";
+    follow(info, { replay: false });
+  }
+
+  async function stop() {
+    const run = current;
+    if (!run || run.done) return;
+    ui.stop.disabled = true;
+    setRunStatus(run.view, "running", "stopping…");
+    let response;
+    try {
+      response = await fetch(`/v1/agent/runs/${encodeURIComponent(run.info.run_id)}/cancel`, {
+        method: "POST",
+        headers: { Accept: "application/json", ...authHeaders() },
+      });
+    } catch (err) {
+      addError(run.view, `Could not reach the server to stop the run: ${err}`);
+      ui.stop.disabled = run.done;
+      return;
+    }
+    if (!response.ok) {
+      addError(run.view, `Stopping failed — ${await problemText(response)}`);
+      ui.stop.disabled = run.done;
+    }
+    // The stream itself delivers message_complete with status "cancelled".
+  }
+
+  function newConversation() {
+    if (current && !current.done) {
+      ui.formError.textContent = "Stop the current answer before starting a new conversation.";
+      return;
+    }
+    sessionStorage.removeItem(STORE_RUN);
+    sessionStorage.removeItem(STORE_CONVERSATION);
+    for (const node of ui.transcript.querySelectorAll(".run")) node.remove();
+    ui.empty.hidden = false;
+    current = null;
+    showConversation();
+    ui.message.focus();
+  }
+
+  // --- start-up --------------------------------------------------------------------------
+
+  ui.form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    ask(ui.message.value);
+  });
+  ui.message.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
+      e.preventDefault();
+      ask(ui.message.value);
+    }
+  });
+  ui.stop.addEventListener("click", stop);
+  ui.newConversation.addEventListener("click", newConversation);
+  ui.token.value = sessionStorage.getItem(STORE_TOKEN) || "";
+  ui.token.addEventListener("change", () => {
+    const token = ui.token.value.trim();
+    if (token) sessionStorage.setItem(STORE_TOKEN, token);
+    else sessionStorage.removeItem(STORE_TOKEN);
+  });
+  for (const radio of ui.form.querySelectorAll('input[name="context_type"]')) {
+    radio.addEventListener("change", () => {
+      const value = ui.context.value.trim();
+      if (!value || Object.values(CONTEXT_EXAMPLES).includes(value)) ui.context.value = CONTEXT_EXAMPLES[radio.value];
+    });
+  }
+
+  showConversation();
+  const stored = readStored(STORE_RUN);
+  if (stored && stored.run_id && stored.stream_url) {
+    // Resume (or re-show) the last run: replay its whole log, then follow it live.
+    follow(stored, { replay: true });
+  }
+})();
