@@ -1,0 +1,157 @@
+"""The tool catalog: every tool the agent can be offered, the contexts it belongs to, and the
+core tools each context always gets.
+
+``build_catalog()`` returns fresh ``ToolSpec`` values (the definitions live in
+``catalog_workflow``, ``catalog_tables`` and ``catalog_knowledge``); the app builds a
+``ToolRegistry`` from them once at start-up. Everything else here is a pure function of its
+arguments or an immutable constant, so several apps can live in one process.
+
+Core tools (stage 3 of tool selection) are always offered in their context, whatever the
+embedding search ranks; the two mandatory tools of the RAG flow are appended everywhere so a
+context can never lose the tool it is required to call first or last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from agenttools.catalog_knowledge import knowledge_specs
+from agenttools.catalog_tables import table_specs
+from agenttools.catalog_workflow import workflow_specs
+from agenttools.registry import ToolSpec
+
+CONTEXT_TYPES: tuple[str, ...] = ("workflow", "tables", "knowledge")
+
+RAG_FLOW_TOOLS: tuple[str, ...] = (
+    "knowledge_base_search",
+    "perplexity_search",
+    "index_keywords",
+    "generate_response",
+)
+"""The tools of the mandatory RAG flow (seeds 000–002); they belong to every context."""
+
+MANDATORY_CORE_TOOLS: tuple[str, ...] = ("knowledge_base_search", "generate_response")
+"""Appended to every context's core set: the tool that must come first and the one that must
+come last. ``perplexity_search`` and ``index_keywords`` are not core: the agent loop offers
+them once the knowledge base has been searched."""
+
+WORKFLOW_CORE: tuple[str, ...] = ("list_workflow_rules", "discover")
+
+NEW_WORKFLOW_CORE: tuple[str, ...] = (
+    "discover",
+    "start_draft",
+    "add_draft_action",
+    "remove_draft_action",
+    "preview_draft",
+)
+"""On an empty canvas the draft tools must all be there. ``remove_draft_action`` is included,
+unlike the Go original: guided creation is a multi-turn conversation (now that history is
+kept) in which the user confirms each step, so "drop that step" is an expected request, and
+without the tool the model's only way out is a fresh draft that loses the earlier steps. It
+costs one small schema."""
+
+TABLES_CORE: tuple[str, ...] = (
+    "get_table_config",
+    "discover_table_reference",
+    "apply_column_change",
+    "apply_filter_change",
+    "preview_table_config",
+)
+
+KNOWLEDGE_CORE: tuple[str, ...] = (
+    "knowledge_base_search",
+    "search_text",
+    "search_semantic",
+    "get_document_metadata",
+    "perplexity_search",
+    "index_keywords",
+    "generate_response",
+)
+
+
+def build_catalog() -> list[ToolSpec]:
+    """Every tool, in catalog order: workflow tools, table tools, knowledge tools."""
+    specs = [*workflow_specs(), *table_specs(), *knowledge_specs()]
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name in seen:
+            raise ValueError(f"duplicate tool {spec.name!r} in catalog")
+        seen.add(spec.name)
+    return specs
+
+
+def _check_context_type(context_type: str) -> None:
+    if context_type not in CONTEXT_TYPES:
+        raise ValueError(f"unknown context_type {context_type!r}; expected one of {', '.join(CONTEXT_TYPES)}")
+
+
+def tools_for_context(specs: Iterable[ToolSpec], context_type: str) -> list[ToolSpec]:
+    """Stage 1 of selection: the tools whose groups include ``context_type``, in catalog order."""
+    _check_context_type(context_type)
+    return [s for s in specs if context_type in s.groups]
+
+
+def core_tools(
+    context_type: str,
+    context: Mapping[str, Any] | None,
+    *,
+    mandatory: Sequence[str] = MANDATORY_CORE_TOOLS,
+) -> list[str]:
+    """The tool names always offered in this context, de-duplicated, in priority order.
+
+    ``mandatory`` is what the context's enforcement policy requires (by default the first
+    and last tools of the RAG flow); a policy that enforces nothing passes ``()``.
+    """
+    _check_context_type(context_type)
+    if context_type == "workflow":
+        base = NEW_WORKFLOW_CORE if is_new_workflow(context) else WORKFLOW_CORE
+    elif context_type == "tables":
+        base = TABLES_CORE
+    else:
+        base = KNOWLEDGE_CORE
+    out: list[str] = []
+    for name in (*base, *mandatory):
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def is_new_workflow(context: Mapping[str, Any] | str | bytes | None | object) -> bool:
+    """Whether a workflow context describes an empty canvas (guided creation).
+
+    Accepts the decoded context or its raw JSON text. The rules:
+    1. nothing (``None``, empty text, or JSON ``null``) → new;
+    2. anything that is not an object with a usable shape (invalid JSON, an array, a
+       non-boolean ``is_new``, a non-string ``workflow_id``, non-list ``nodes``) → not new;
+    3. an explicit boolean ``is_new`` wins, whatever else is there;
+    4. otherwise new when ``workflow_id`` is empty and there are no ``nodes``.
+    """
+    if context is None:
+        return True
+    if isinstance(context, (bytes, bytearray, memoryview, str)):
+        raw = bytes(context) if not isinstance(context, str) else context.encode()
+        if not raw.strip():
+            return True
+        try:
+            context = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return False
+        if context is None:
+            return True
+    if not isinstance(context, Mapping):
+        return False
+    is_new = context.get("is_new")
+    workflow_id = context.get("workflow_id")
+    nodes = context.get("nodes")
+    if is_new is not None and not isinstance(is_new, bool):
+        return False
+    if workflow_id is not None and not isinstance(workflow_id, str):
+        return False
+    if nodes is not None and not isinstance(nodes, list):
+        return False
+    if isinstance(is_new, bool):
+        return is_new
+    return not workflow_id and not nodes
