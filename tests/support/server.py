@@ -26,6 +26,8 @@ async def serve_app(app: Any, *, lifespan: str = "on", **config: Any) -> AsyncIt
     """Serve ``app`` on 127.0.0.1:<free port> inside the current event loop; yield its base URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Without it, Nagle's algorithm delays small responses by ~40 ms on loopback.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     cfg = uvicorn.Config(
@@ -37,7 +39,6 @@ async def serve_app(app: Any, *, lifespan: str = "on", **config: Any) -> AsyncIt
         **config,
     )
     server = uvicorn.Server(cfg)
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:

@@ -1,0 +1,82 @@
+"""The reference backend's app factory and a coroutine to serve it.
+
+``create_backend_app(db_path)`` builds a self-contained Starlette app: its lifespan opens
+one aiosqlite connection, applies the numbered migrations, seeds a fresh database once,
+and closes the connection on shutdown. Everything lives on ``app.state`` so many apps can
+run in one process (tests do exactly that).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.routing import Route
+
+from backend import routes_alerts, routes_core, routes_data, routes_introspection, routes_workflow
+from backend.db import Database
+from backend.responses import ApiError, JSONResponse, handle_api_error, handle_http_exception
+from backend.seed_loader import seed_database
+
+logger = logging.getLogger("backend")
+
+
+async def healthz(request: Request) -> JSONResponse:
+    return JSONResponse({"status": "ok"})
+
+
+def create_backend_app(db_path: str | Path, *, seed: bool = True) -> Starlette:
+    """An Ichor-compatible REST backend over the SQLite file at ``db_path``."""
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        db = await Database.open(db_path)
+        try:
+            applied = await db.migrate()
+            if applied:
+                logger.info("backend migrations applied: %s", applied)
+            if seed and await seed_database(db):
+                logger.info("backend seeded %s", db_path)
+            app.state.db = db
+            yield
+        finally:
+            await db.close()
+
+    routes = [
+        Route("/healthz", healthz, methods=["GET"]),
+        *routes_workflow.ROUTES,
+        *routes_alerts.ROUTES,
+        *routes_core.ROUTES,
+        *routes_introspection.ROUTES,
+        *routes_data.ROUTES,
+    ]
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={ApiError: handle_api_error, HTTPException: handle_http_exception},
+    )
+
+
+async def serve_backend(host: str, port: int, db_path: str | Path) -> None:
+    """Run the backend on ``host:port`` until interrupted or cancelled (``agentchat backend``).
+
+    Cancelling the calling task shuts the server down gracefully (lifespan shutdown runs,
+    the database is closed) before the cancellation propagates, so the backend can run
+    as a task beside the agent in ``make dev``.
+    """
+    config = uvicorn.Config(create_backend_app(db_path), host=host, port=port, log_level="info", lifespan="on")
+    server = uvicorn.Server(config)
+    task = asyncio.ensure_future(server.serve())
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        server.should_exit = True
+        await task
+        raise
