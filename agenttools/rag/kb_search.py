@@ -1,0 +1,166 @@
+"""``knowledge_base_search``: the mandatory first step of every run.
+
+Besides the knowledge-base passages it returns the stored external answers whose indexed
+keywords occur in the query (``origin: "external_indexed"``): this is how an answer
+fetched from Perplexity once is found by the next related question (seed 002, SC-006)
+without another external call.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from agenttools.external_results import ExternalResult
+from agenttools.rag.deps import ChunkHitLike, RagToolDeps
+from agenttools.rag.policy import mark_kb_searched, note_external_result
+from agenttools.rag.sources import chunk_source, chunk_source_id, external_sources, iso_time
+from agenttools.registry import RunToolState, ToolContext, ToolHandler, ToolOutcome
+
+log = logging.getLogger(__name__)
+
+ORIGIN_INDEXED = "external_indexed"
+
+
+def new_query_id() -> str:
+    return "q_" + uuid.uuid4().hex[:16]
+
+
+def ensure_query_id(state: RunToolState) -> str:
+    """One query id per run (per user question), created by the first KB search."""
+    if state.query_id is None:
+        state.query_id = new_query_id()
+    return state.query_id
+
+
+def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
+    settings = deps.settings
+
+    async def knowledge_base_search(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        query = str(args.get("query") or "").strip()
+        if not query:
+            return ToolOutcome.error(
+                "query must not be empty",
+                guidance="Pass the key concepts of the user's question as the query.",
+            )
+        top_k = _top_k(args.get("top_k"), settings.max_top_k)
+        kb_id = str(args.get("kb_id") or settings.default_kb_id).strip() or settings.default_kb_id
+        bucket = None if kb_id == settings.default_kb_id else kb_id
+        state = ctx.state
+        query_id = ensure_query_id(state)
+        # The model did its mandatory step even if the backend fails below.
+        mark_kb_searched(state)
+
+        hits: list[ChunkHitLike] = []
+        total_matches, relaxed, kb_error = 0, False, None
+        try:
+            response = await deps.knowledge.search(query, bucket=bucket, top_k=top_k)
+            hits = list(response.hits)[:top_k]
+            total_matches, relaxed = int(response.total_matches), bool(response.relaxed)
+        except ValueError as exc:  # the KB's own "bad request" (unknown bucket, bad filter)
+            return ToolOutcome.error(
+                f"The knowledge base rejected the search: {str(exc)[:300]}",
+                query_id=query_id,
+                guidance=f'Retry with kb_id "{settings.default_kb_id}" or one named in the error.',
+            )
+        except Exception as exc:  # a broken KB must not crash the run
+            log.exception("knowledge_base_search failed (run %s)", ctx.run_id)
+            kb_error = f"{type(exc).__name__}"
+
+        external: list[ExternalResult] = []
+        try:
+            external = await deps.keywords.lookup(query, limit=settings.max_external_answers)
+        except Exception:
+            log.exception("keyword lookup failed (run %s)", ctx.run_id)
+
+        if kb_error is not None and not external:
+            return ToolOutcome.error(
+                f"The knowledge base is unavailable right now ({kb_error}).",
+                query_id=query_id,
+                guidance=(
+                    "Continue without it: use perplexity_search if it is available, or answer "
+                    "through generate_response saying the knowledge base could not be searched."
+                ),
+            )
+
+        for hit in hits:
+            state.add_source(chunk_source(hit))
+        for result in external:
+            for source in external_sources(result, ORIGIN_INDEXED):
+                state.add_source(source)
+            note_external_result(state, result.id, needs_keywords=False)
+
+        content: dict[str, Any] = {
+            "query_id": query_id,
+            "kb_id": kb_id,
+            "chunks": [_chunk_view(hit, settings.max_chunk_chars) for hit in hits],
+            "total_matches": total_matches,
+            "external_answers": [_external_view(r, settings.max_external_answer_chars) for r in external],
+            "sufficient_hint": _sufficiency_hint(len(hits), relaxed, bool(external)),
+            "cite_with": "Cite what you use in generate_response by its source_id.",
+        }
+        if relaxed:
+            content["relaxed"] = True
+        if kb_error is not None:
+            content["kb_error"] = f"The knowledge base could not be searched ({kb_error})."
+        return ToolOutcome(content=content)
+
+    return knowledge_base_search
+
+
+def _top_k(value: object, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 5
+    return max(1, min(int(value), maximum))
+
+
+def _chunk_view(hit: ChunkHitLike, max_chars: int) -> dict[str, Any]:
+    text = hit.text if len(hit.text) <= max_chars else hit.text[:max_chars].rstrip() + " …"
+    return {
+        "source_id": chunk_source_id(hit),
+        "doc_id": hit.doc_id,
+        "chunk_id": hit.chunk_id,
+        "title": hit.title,
+        "text": text,
+        "score": round(float(hit.score), 4),
+        "metadata": chunk_source(hit).metadata,
+    }
+
+
+def _external_view(result: ExternalResult, max_chars: int) -> dict[str, Any]:
+    answer = result.answer
+    if len(answer) > max_chars:
+        answer = answer[:max_chars].rstrip() + " …"
+    return {
+        "source_id": result.id,
+        "origin": ORIGIN_INDEXED,
+        "provider": result.provider,
+        "question": result.query,
+        "answer": answer,
+        "citations": [
+            {"source_id": result.citation_source_id(c), "title": c.title, "url": c.url}
+            for c in result.citations
+        ],
+        "matched_keywords": list(result.matched_keywords),
+        "retrieved_at": iso_time(result.created_at),
+    }
+
+
+def _sufficiency_hint(n_chunks: int, relaxed: bool, has_external: bool) -> str:
+    if has_external:
+        return (
+            "Stored external answers match this question (origin external_indexed). If they "
+            "and the passages answer it, cite them; a new perplexity_search is not needed."
+        )
+    if n_chunks == 0:
+        return (
+            "No passages matched. If answering needs facts the knowledge base lacks, call "
+            "perplexity_search (when available); otherwise say through generate_response that "
+            "the knowledge base has no information on this."
+        )
+    caution = " Some search constraints were relaxed to find them." if relaxed else ""
+    return (
+        f"{n_chunks} passage(s) found.{caution} Decide whether they fully answer the question; "
+        "if not, call perplexity_search with a query aimed at the missing facts."
+    )

@@ -1,0 +1,251 @@
+"""Ollama provider: ``/api/chat`` streaming through the official ``ollama`` client.
+
+Wire facts this module is built around (ollama 0.6.x, Ollama server >= 0.9):
+
+- The client has no default timeout; we always pass one (an httpx timeout: it bounds
+  each connect/read, i.e. the gap between streamed lines, not the whole answer).
+- ``AsyncClient.chat`` validates ``tools`` through its pydantic ``Tool`` model, which
+  silently drops nested ``properties``, ``format``, ``default`` and ``anyOf``. We
+  therefore build the JSON body ourselves and hand it to the client's own streaming
+  request method (``AsyncClient._request``, the exact call ``chat`` makes after
+  serialising), so schemas reach the server untouched while response parsing,
+  NDJSON framing and ``ResponseError`` handling stay the library's.
+- Tool calls arrive whole, without ids; several may arrive in one turn, in one line or
+  spread over several. ``done_reason`` never says "tool_calls".
+- ``thinking`` arrives in ``message.thinking`` and is reported as ``ThinkingDelta``.
+- In streaming calls a refused connection surfaces as raw ``httpx.ConnectError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import ollama
+
+from llm._toolcalls import new_call_id, whole_call_events
+from llm._transport_errors import transport_error
+from llm.provider import ProviderHealth
+from llm.types import (
+    ChatRequest,
+    ContentDelta,
+    Message,
+    MessageComplete,
+    MessageStart,
+    StreamError,
+    StreamEvent,
+    ThinkingDelta,
+    ToolDefinition,
+    Usage,
+)
+
+log = logging.getLogger(__name__)
+
+ERROR_PREFIX = "ERROR: "
+
+
+def tools_payload(tools: list[ToolDefinition]) -> list[dict[str, Any]]:
+    """Ollama's ``tools`` list: OpenAI-style function entries with the schema as given."""
+    return [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        }
+        for t in tools
+    ]
+
+
+def messages_payload(system_prompt: str, messages: list[Message]) -> list[dict[str, Any]]:
+    """Provider-neutral messages to Ollama chat messages.
+
+    Tool results become ``role: tool`` messages carrying ``tool_name`` (Ollama matches
+    results to calls by name and order; it has no call ids). Error results are
+    prefixed so the model can tell a failure from data. ``content`` is always sent,
+    even empty, because strict servers reject a message without it.
+    """
+    out: list[dict[str, Any]] = []
+    if system_prompt:
+        out.append({"role": "system", "content": system_prompt})
+    for m in messages:
+        if m.role == "assistant":
+            entry: dict[str, Any] = {"role": "assistant", "content": m.content}
+            if m.tool_calls:
+                entry["tool_calls"] = [
+                    {"function": {"name": c.name, "arguments": c.arguments if c.parse_error is None else {}}}
+                    for c in m.tool_calls
+                ]
+            out.append(entry)
+            continue
+        for r in m.tool_results:
+            content = f"{ERROR_PREFIX}{r.content}" if r.is_error else r.content
+            out.append({"role": "tool", "tool_name": r.name, "content": content})
+        if m.content:
+            out.append({"role": "user", "content": m.content})
+    return out
+
+
+class OllamaProvider:
+    """``Provider`` on a local or remote Ollama server.
+
+    ``timeout`` bounds each network operation of a request (connect, and the wait for
+    every next streamed line). ``num_ctx`` sets the context window (Ollama's default
+    of 2-4k tokens silently truncates a long system prompt plus tool list).
+    ``keep_alive`` keeps the model loaded between turns. ``think`` is sent as-is when
+    not ``None`` (thinking models only). Pass ``client`` to share an existing
+    ``ollama.AsyncClient``; otherwise the provider owns one and ``aclose`` closes it.
+    """
+
+    name = "ollama"
+
+    def __init__(
+        self,
+        host: str,
+        model: str,
+        *,
+        timeout: float = 120.0,
+        num_ctx: int | None = 8192,
+        keep_alive: str | float | None = "30m",
+        think: bool | None = None,
+        client: ollama.AsyncClient | None = None,
+        warm_timeout: float = 300.0,
+        health_timeout: float = 5.0,
+    ) -> None:
+        self.model = model
+        self.host = host
+        self._num_ctx = num_ctx
+        self._keep_alive = keep_alive
+        self._think = think
+        self._warm_timeout = warm_timeout
+        self._health_timeout = health_timeout
+        self._owns_client = client is None
+        self._client = client if client is not None else ollama.AsyncClient(host=host, timeout=httpx.Timeout(timeout))
+
+    # --- request -----------------------------------------------------------------
+
+    def request_body(self, request: ChatRequest) -> dict[str, Any]:
+        """The JSON body of ``POST /api/chat`` for this turn."""
+        options: dict[str, Any] = {"num_predict": request.max_tokens}
+        if self._num_ctx is not None:
+            options["num_ctx"] = self._num_ctx
+        if request.temperature is not None:
+            options["temperature"] = request.temperature
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages_payload(request.system_prompt, request.messages),
+            "stream": True,
+            "options": options,
+        }
+        if request.tools:
+            body["tools"] = tools_payload(request.tools)
+        if self._think is not None:
+            body["think"] = self._think
+        if self._keep_alive is not None:
+            body["keep_alive"] = self._keep_alive
+        return body
+
+    async def _open_stream(self, body: dict[str, Any]) -> AsyncIterator[ollama.ChatResponse]:
+        # See the module docstring: ``chat()`` would mangle nested tool schemas.
+        stream: AsyncIterator[ollama.ChatResponse] = await self._client._request(
+            ollama.ChatResponse, "POST", "/api/chat", json=body, stream=True
+        )
+        return stream
+
+    # --- Provider ------------------------------------------------------------------
+
+    async def stream_chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        yield MessageStart()
+        stream: AsyncIterator[ollama.ChatResponse] | None = None
+        calls = 0
+        usage = Usage()
+        done_reason = ""
+        error: StreamError | None = None
+        try:
+            stream = await self._open_stream(self.request_body(request))
+            async for part in stream:
+                message = part.message
+                if message.thinking:
+                    yield ThinkingDelta(text=message.thinking)
+                if message.content:
+                    yield ContentDelta(text=message.content)
+                for call in message.tool_calls or ():
+                    for event in whole_call_events(new_call_id(), call.function.name, calls, call.function.arguments):
+                        yield event
+                    calls += 1
+                if part.done:
+                    usage = Usage(part.prompt_eval_count or 0, part.eval_count or 0)
+                    done_reason = part.done_reason or "stop"
+                    break
+            else:
+                error = StreamError(message="Ollama ended the stream before its final message", code="provider_error")
+        except ollama.ResponseError as exc:
+            error = self._response_error(exc)
+        except httpx.HTTPError as exc:
+            error = transport_error(exc, "Ollama", self.host) or StreamError(f"Ollama request failed: {exc}")
+        except ValueError as exc:  # malformed NDJSON line or a line that is not a ChatResponse
+            error = StreamError(message=f"Ollama sent a malformed response: {exc}", code="provider_error")
+        except Exception as exc:  # the contract: failures are events, never raised
+            log.exception("unexpected error in Ollama stream")
+            error = StreamError(message=f"Ollama stream failed: {type(exc).__name__}: {exc}", code="provider_error")
+        finally:
+            if stream is not None:
+                # Close the HTTP response now, whether the turn finished, failed, or
+                # the consumer stopped iterating (GeneratorExit or cancellation).
+                with contextlib.suppress(Exception):
+                    await stream.aclose()  # type: ignore[attr-defined]
+        if error is not None:
+            yield error
+            return
+        yield MessageComplete(stop_for_tool_use=calls > 0, usage=usage, stop_reason=done_reason)
+
+    def _response_error(self, exc: ollama.ResponseError) -> StreamError:
+        status = exc.status_code
+        if status == 429:
+            return StreamError(message=f"Ollama is rate limiting: {exc.error}", code="provider_rate_limited")
+        if status == -1:
+            return StreamError(message=f"Ollama reported an error mid-stream: {exc.error}", code="provider_error")
+        if status == 404:
+            return StreamError(
+                message=f"Ollama: {exc.error} (pull it with `ollama pull {self.model}`)", code="provider_error"
+            )
+        return StreamError(message=f"Ollama returned HTTP {status}: {exc.error}", code="provider_error")
+
+    async def health(self) -> ProviderHealth:
+        """Ok when the server answers ``/api/tags`` and lists the configured model."""
+        try:
+            async with asyncio.timeout(self._health_timeout):
+                listing = await self._client.list()
+        except ollama.ResponseError as exc:
+            return ProviderHealth(ok=False, detail=f"Ollama at {self.host} answered HTTP {exc.status_code}: {exc.error}")
+        except (httpx.HTTPError, ConnectionError, TimeoutError) as exc:
+            return ProviderHealth(ok=False, detail=f"Ollama at {self.host} unreachable: {exc or type(exc).__name__}")
+        names = {m.model for m in listing.models if m.model}
+        if self.model in names or f"{self.model}:latest" in names:
+            return ProviderHealth(ok=True, detail=f"Ollama at {self.host} serves {self.model}")
+        return ProviderHealth(
+            ok=False, detail=f"Ollama at {self.host} does not have {self.model}; run `ollama pull {self.model}`"
+        )
+
+    async def warm(self) -> bool:
+        """Load the model into memory (a chat with no messages), so the first turn is fast.
+
+        Meant to run as a background task at start-up: it never raises, bounds itself
+        with its own timeout, and only logs the outcome. Returns whether it worked.
+        """
+        try:
+            async with asyncio.timeout(self._warm_timeout):
+                await self._client.chat(model=self.model, messages=[], keep_alive=self._keep_alive)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("warming Ollama model %s at %s failed: %s", self.model, self.host, exc or type(exc).__name__)
+            return False
+        log.info("Ollama model %s loaded at %s", self.model, self.host)
+        return True
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.close()
