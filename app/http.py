@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from sse_starlette import EventSourceResponse
+from sse_starlette.sse import AppStatus
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -142,6 +143,11 @@ def start_run(svc: Services, ident: Identity, chat: ChatInput) -> Run:
     return run
 
 
+def server_stopping() -> bool:
+    """True once uvicorn received SIGTERM/SIGINT (sse-starlette records it to drain streams)."""
+    return bool(AppStatus.should_exit)
+
+
 def heartbeat_frame() -> bytes:
     return b"event: heartbeat\ndata: {\"ts\":%d}\n\n" % int(time.time())
 
@@ -161,7 +167,10 @@ async def stream_run(
         run.followers -= 1
         if run.followers == 0:
             run.last_detached_at = time.time()
-        if cancel_on_exit and not run.finished and run.task is not None:
+        # A stream closed because the server is stopping leaves its run alone: the run
+        # finishes (up to the shutdown deadline) into the durable log, and the client
+        # resumes it from the next process with Last-Event-ID.
+        if cancel_on_exit and not run.finished and run.task is not None and not server_stopping():
             run.task.cancel()
 
 
