@@ -154,7 +154,7 @@ async def _buckets(args: argparse.Namespace) -> int:
     if not buckets:
         print("no buckets")
     for b in buckets:
-        schema = ", ".join(f"{k}:{v}" for k, v in (b.schema or {}).items()) or "(no typed fields)"
+        schema = ", ".join(f"{k}:{v}" for k, v in (b.fields or {}).items()) or "(no typed fields)"
         print(f"{b.name:<20} documents={b.documents:<8} chunks={b.chunks:<8} {schema}")
     return 0
 

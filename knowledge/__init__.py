@@ -1,0 +1,35 @@
+"""The knowledge base: documents, chunks, FTS5 + vectors, buckets with typed metadata,
+filters, hybrid search with re-ranking, ingestion, and the shipped sample KB."""
+
+from knowledge.filters import FilterError, compile_filters
+from knowledge.kb import DEFAULT_BUCKET, KBConfig, KnowledgeBase, UnknownBucketError
+from knowledge.sample import SAMPLE_KB_DIR, ensure_sample_kb
+from knowledge.types import (
+    BucketInfo,
+    ChunkHit,
+    DocumentIn,
+    FieldType,
+    IngestReport,
+    Rejection,
+    SearchMode,
+    SearchResponse,
+)
+
+__all__ = [
+    "DEFAULT_BUCKET",
+    "SAMPLE_KB_DIR",
+    "BucketInfo",
+    "ChunkHit",
+    "DocumentIn",
+    "FieldType",
+    "FilterError",
+    "IngestReport",
+    "KBConfig",
+    "KnowledgeBase",
+    "Rejection",
+    "SearchMode",
+    "SearchResponse",
+    "UnknownBucketError",
+    "compile_filters",
+    "ensure_sample_kb",
+]

@@ -1,0 +1,201 @@
+"""Turn files into documents: Markdown, text, HTML, JSON/JSONL records, PDF (with pypdf).
+
+Everything here is synchronous and pure (path in, documents out) so the knowledge base
+can run it in a worker thread. A file that cannot be read becomes a ``Rejection`` (with
+the line number for JSONL records), never an exception that stops a whole ingestion.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from knowledge.html_text import html_to_text
+from knowledge.names import is_doc_id, short_hash, slugify
+from knowledge.types import DocumentIn, Rejection
+
+TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".text", ".rst"}
+HTML_SUFFIXES = {".html", ".htm"}
+RECORD_SUFFIXES = {".json", ".jsonl", ".ndjson"}
+PDF_SUFFIXES = {".pdf"}
+SUPPORTED_SUFFIXES = TEXT_SUFFIXES | HTML_SUFFIXES | RECORD_SUFFIXES | PDF_SUFFIXES
+
+_RECORD_KEYS = {"id", "doc_id", "title", "name", "subject", "text", "content", "body", "url", "source", "metadata"}
+_FRONT_MATTER_RE = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
+_MD_TITLE_RE = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)
+MAX_FILE_BYTES = 50 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class LoadedDocument:
+    doc: DocumentIn
+    line: int | None = None
+
+
+def pdf_supported() -> bool:
+    return importlib.util.find_spec("pypdf") is not None
+
+
+def iter_files(path: Path) -> Iterator[Path]:
+    """Supported files under ``path`` (itself if a file), sorted, hidden entries skipped."""
+    if path.is_file():
+        yield path
+        return
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if not name.startswith(".") and Path(name).suffix.lower() in SUPPORTED_SUFFIXES:
+                yield Path(root) / name
+
+
+def file_doc_id(path: Path, explicit: Any = None) -> str:
+    if is_doc_id(explicit):
+        return str(explicit)
+    return f"{slugify(path.stem)}-{short_hash(str(path))}"
+
+
+def _title_from_stem(path: Path) -> str:
+    return re.sub(r"[_\-]+", " ", path.stem).strip().capitalize() or path.name
+
+
+def _front_matter(text: str) -> tuple[dict[str, str], str]:
+    m = _FRONT_MATTER_RE.match(text)
+    if not m:
+        return {}, text
+    meta: dict[str, str] = {}
+    for line in m.group(1).splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip():
+            meta[key.strip()] = value.strip().strip("'\"")
+    return meta, text[m.end() :]
+
+
+def load_file(path: Path) -> tuple[list[LoadedDocument], list[Rejection]]:
+    """Parse one file; ``path`` should be absolute (it becomes the documents' source)."""
+    suffix = path.suffix.lower()
+    src = str(path)
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            return [], [Rejection(src, f"file larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")]
+        if suffix in PDF_SUFFIXES:
+            return _load_pdf(path)
+        raw = path.read_bytes()
+    except OSError as exc:
+        return [], [Rejection(src, f"cannot read file: {exc.strerror or exc}")]
+    text = raw.decode("utf-8", errors="replace").lstrip("\ufeff")
+    if suffix in RECORD_SUFFIXES:
+        return _load_records(path, text)
+    if suffix in HTML_SUFFIXES:
+        title, body = html_to_text(text)
+        meta: dict[str, Any] = {"format": "html"}
+        explicit = None
+    elif suffix in TEXT_SUFFIXES:
+        meta, body = _front_matter(text) if suffix in (".md", ".markdown") else ({}, text)
+        explicit = meta.pop("id", None)
+        title = meta.pop("title", "")
+        if not title and suffix in (".md", ".markdown"):
+            m = _MD_TITLE_RE.search(body)
+            title = m.group(1).strip() if m else ""
+        meta = {**meta, "format": "markdown" if suffix in (".md", ".markdown") else "text"}
+    else:
+        return [], [Rejection(src, f"unsupported file type {suffix or '(none)'}")]
+    if not body.strip():
+        return [], [Rejection(src, "empty document")]
+    url = meta.pop("url", None) if isinstance(meta.get("url"), str) else None
+    doc = DocumentIn(
+        text=body,
+        title=title or _title_from_stem(path),
+        id=file_doc_id(path, explicit),
+        source=src,
+        url=url,
+        metadata=meta,
+    )
+    return [LoadedDocument(doc)], []
+
+
+def _load_pdf(path: Path) -> tuple[list[LoadedDocument], list[Rejection]]:
+    src = str(path)
+    if not pdf_supported():
+        return [], [Rejection(src, "PDF support needs the optional 'pypdf' package (pip install agentchat[pdf])")]
+    import pypdf  # optional dependency, imported only when present
+
+    try:
+        reader = pypdf.PdfReader(str(path))
+        pages = [(page.extract_text() or "").strip() for page in reader.pages]
+        info = reader.metadata
+        title = str(info.title) if info is not None and info.title else ""
+    except Exception as exc:  # pypdf raises many types on malformed files
+        return [], [Rejection(src, f"unreadable PDF: {exc}")]
+    body = "\n\n".join(p for p in pages if p)
+    if not body:
+        return [], [Rejection(src, "PDF has no extractable text")]
+    doc = DocumentIn(
+        text=body,
+        title=title or _title_from_stem(path),
+        id=file_doc_id(path),
+        source=src,
+        metadata={"format": "pdf", "pages": len(pages)},
+    )
+    return [LoadedDocument(doc)], []
+
+
+def record_to_document(record: Any, *, source: str | None, fallback_id: str | None) -> DocumentIn:
+    """A JSON record as a document; top-level keys beyond the known ones become metadata."""
+    if not isinstance(record, Mapping):
+        raise ValueError("record is not a JSON object")
+    doc = DocumentIn.from_mapping(record)
+    if not doc.title:
+        for key in ("name", "subject"):
+            if isinstance(record.get(key), str):
+                doc.title = record[key]
+                break
+    extra = {k: v for k, v in record.items() if k not in _RECORD_KEYS}
+    doc.metadata = {**extra, **doc.metadata}
+    if doc.id is None:
+        doc.id = fallback_id
+    elif not is_doc_id(doc.id):
+        raise ValueError(f"invalid id {doc.id[:40]!r}: use letters, digits and . _ : - (max 128)")
+    if source is not None:
+        doc.source = source
+    return doc
+
+
+def _load_records(path: Path, text: str) -> tuple[list[LoadedDocument], list[Rejection]]:
+    src = str(path)
+    base = f"{slugify(path.stem, limit=32)}-{short_hash(src, size=6)}"
+    docs: list[LoadedDocument] = []
+    rejected: list[Rejection] = []
+    if path.suffix.lower() == ".json":
+        try:
+            data = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            return [], [Rejection(src, f"invalid JSON: {exc}")]
+        if isinstance(data, Mapping) and isinstance(data.get("documents") or data.get("records"), list):
+            data = data.get("documents") or data.get("records")
+        records = data if isinstance(data, list) else [data]
+        for i, record in enumerate(records, start=1):
+            try:
+                docs.append(LoadedDocument(record_to_document(record, source=src, fallback_id=f"{base}-{i}"), i))
+            except ValueError as exc:
+                rejected.append(Rejection(src, f"record {i}: {exc}", i))
+        return docs, rejected
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            rejected.append(Rejection(src, f"invalid JSON: {exc}", lineno))
+            continue
+        try:
+            docs.append(LoadedDocument(record_to_document(record, source=src, fallback_id=f"{base}-{lineno}"), lineno))
+        except ValueError as exc:
+            rejected.append(Rejection(src, str(exc), lineno))
+    return docs, rejected

@@ -1,0 +1,207 @@
+"""Fusion, re-ranking and snippets: from candidate lists to the hits a model reads.
+
+* Reciprocal rank fusion (k = 60) merges the BM25 and vector rankings without having to
+  calibrate one score against the other.
+* The re-ranker adds cheap signals that a rank alone misses and that are absolute,
+  so a poor best match does not look perfect: how many query terms the chunk contains,
+  an exact phrase match, terms in the title, and query words equal to a metadata value.
+* Scores are on 0..1: the fused part is divided by its maximum possible value (rank 1
+  in every list) and damped by how relevant the chunk actually is (the larger of its
+  query-term coverage and its cosine similarity), so rank 1 of a query that matches
+  nothing well scores low; phrase and title matches and metadata add fixed amounts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from knowledge.textnorm import fold, fold_with_map, stem, tokens
+
+RRF_K = 60
+W_FUSED, W_PHRASE, W_TITLE, W_META = 0.80, 0.10, 0.05, 0.05
+RELEVANCE_FLOOR = 0.4
+
+
+def rrf(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> dict[int, float]:
+    """``{item: sum(1 / (k + rank))}`` over the rankings (ranks from 1)."""
+    fused: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, item in enumerate(ranking, start=1):
+            fused[item] = fused.get(item, 0.0) + 1.0 / (k + rank)
+    return fused
+
+
+def rrf_max(lists: int, k: int = RRF_K) -> float:
+    return lists / (k + 1.0)
+
+
+@dataclass(slots=True)
+class Candidate:
+    """A hydrated chunk with its fused score, waiting to be re-ranked."""
+
+    chunk_rowid: int
+    doc_id: str
+    position: int
+    title: str
+    heading: str
+    text: str
+    bucket: str
+    source: str
+    url: str | None
+    metadata: dict[str, Any]
+    fused: float
+    score: float = 0.0
+    cosine: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class QueryTerms:
+    terms: tuple[str, ...]
+    phrase: str  # folded, whitespace-normalised query; empty if a single term
+
+    @classmethod
+    def of(cls, query: str, content: Sequence[str]) -> QueryTerms:
+        words = tokens(query)
+        phrase = " ".join(words) if len(words) > 1 else ""
+        return cls(tuple(content), phrase)
+
+
+def _surface_forms(term: str) -> frozenset[str]:
+    """The term plus common English inflections of its stem ("tests" → test, testing…),
+    so coverage matches what the Porter-stemmed FTS index matched, without stemming
+    every word of every candidate."""
+    s = stem(term)
+    forms = {term, s, s + "s", s + "es", s + "ed", s + "ing", s + "er", s + "ers"}
+    if s.endswith("y"):
+        forms.add(s[:-1] + "ies")
+    if len(s) > 2 and s[-1] not in "aeiouy":
+        forms.update({s + s[-1] + "ing", s + s[-1] + "ed"})
+    return frozenset(forms)
+
+
+def _meta_values(metadata: Mapping[str, Any]) -> set[str]:
+    out: set[str] = set()
+    for v in metadata.values():
+        if isinstance(v, bool) or v is None:
+            continue
+        if isinstance(v, (str, int, float)):
+            s = fold(str(v)).strip()
+            if 0 < len(s) <= 80:
+                out.add(" ".join(tokens(s)))
+    return out
+
+
+def rerank(candidates: list[Candidate], q: QueryTerms, *, lists: int, top_k: int, per_doc: int = 3) -> list[Candidate]:
+    """Score, cap at ``per_doc`` chunks per document, and keep the best ``top_k``."""
+    max_fused = rrf_max(max(1, lists))
+    n_terms = max(1, len(q.terms))
+    forms = [_surface_forms(t) for t in q.terms]
+    meta_cache: dict[int, set[str]] = {}
+    query_words = f" {q.phrase or ' '.join(q.terms)} "
+    phrase_in_query = q.phrase
+    ordered_in = sorted(candidates, key=lambda c: -c.fused)
+    scored: list[Candidate] = []
+    for i, c in enumerate(ordered_in):
+        # Exact early exit: a candidate's score is at most W_FUSED * its fused share plus
+        # every bonus, so once the current top_k all beat that bound for the next
+        # candidate (fused is sorted), nothing further can enter the result.
+        if i >= top_k and i % 8 == 0:
+            bound = W_FUSED * min(1.0, c.fused / max_fused) + W_PHRASE + W_TITLE + W_META
+            current = _capped(scored, top_k, per_doc)
+            if len(current) >= top_k and current[-1].score > bound:
+                break
+        scored.append(c)
+        body_words = tokens(c.text)
+        body_set = set(body_words)
+        title_set = set(tokens(c.title + " " + c.heading))
+        coverage = sum(1 for f in forms if not f.isdisjoint(body_set) or not f.isdisjoint(title_set)) / n_terms
+        title_cov = sum(1 for f in forms if not f.isdisjoint(title_set)) / n_terms
+        body = " ".join(body_words)
+        phrase = 1.0 if phrase_in_query and f" {phrase_in_query} " in f" {body} " else 0.0
+        key = id(c.metadata)
+        values = meta_cache.get(key)
+        if values is None:
+            values = meta_cache[key] = _meta_values(c.metadata)
+        meta = 1.0 if any(f" {value} " in query_words for value in values) else 0.0
+        fused = min(1.0, c.fused / max_fused)
+        relevance = max(coverage, min(1.0, max(0.0, c.cosine)))
+        damped = fused * (RELEVANCE_FLOOR + (1.0 - RELEVANCE_FLOOR) * relevance)
+        c.score = round(min(1.0, W_FUSED * damped + W_PHRASE * phrase + W_TITLE * title_cov + W_META * meta), 4)
+    return _capped(scored, top_k, per_doc)
+
+
+def _capped(candidates: list[Candidate], top_k: int, per_doc: int) -> list[Candidate]:
+    """Best ``top_k`` by score with at most ``per_doc`` per document (ties: fused, id, position)."""
+    ordered = sorted(candidates, key=lambda c: (-c.score, -c.fused, c.doc_id, c.position))
+    kept: list[Candidate] = []
+    per: dict[str, int] = {}
+    for c in ordered:
+        if per.get(c.doc_id, 0) >= per_doc:
+            continue
+        per[c.doc_id] = per.get(c.doc_id, 0) + 1
+        kept.append(c)
+        if len(kept) >= top_k:
+            break
+    return kept
+
+
+def signal_spread(values: Sequence[float], top_k: int) -> float:
+    """Relative drop of a raw relevance signal from the best to the ``top_k``-th value.
+
+    ~0 means the query does not discriminate (flat scores); 1.0 when there are fewer
+    than ``top_k`` values (nothing to be flat about).
+    """
+    if len(values) < max(2, top_k):
+        return 1.0
+    best = values[0]
+    if best <= 0:
+        return 0.0
+    return max(0.0, min(1.0, (best - values[top_k - 1]) / best))
+
+
+def snippet(text: str, q: QueryTerms, context_chars: int | None) -> str:
+    """``text`` cut to about ``context_chars`` around its best match (phrase, else the
+    densest cluster of query terms), on word boundaries, with ``…`` where cut."""
+    if not context_chars or context_chars <= 0 or len(text) <= context_chars:
+        return text
+    folded, index = fold_with_map(text)
+    start_f: int | None = None
+    if q.phrase:
+        pat = r"\W+".join(re.escape(w) for w in q.phrase.split())
+        m = re.search(r"(?<!\w)" + pat + r"(?!\w)", folded)
+        if m:
+            start_f = m.start()
+    if start_f is None and q.terms:
+        positions = sorted(
+            m.start()
+            for t in q.terms
+            for m in re.finditer(r"(?<![^\W_])" + re.escape(t) + r"(?![^\W_])", folded)
+        )
+        best, best_count, j = None, 0, 0
+        for i, p in enumerate(positions):
+            while positions[j] < p - context_chars // 2:
+                j += 1
+            count = i - j + 1
+            if count > best_count:
+                best, best_count = positions[j], count
+        start_f = best
+    if start_f is None:
+        anchor = 0
+    else:
+        anchor = index[min(start_f, len(index) - 1)] if index else 0
+    start = max(0, anchor - context_chars // 4)
+    end = min(len(text), start + context_chars)
+    start = max(0, end - context_chars)
+    if start > 0:
+        sp = text.find(" ", start, min(len(text), start + 40))
+        if sp != -1:
+            start = sp + 1
+    if end < len(text):
+        sp = text.rfind(" ", max(start, end - 40), end)
+        if sp > start:
+            end = sp
+    cut = text[start:end].strip()
+    return ("…" if start > 0 else "") + cut + ("…" if end < len(text) else "")

@@ -1,0 +1,156 @@
+"""Plain data types of the knowledge base: what goes in, what comes out.
+
+They are dataclasses (not dicts) so the tool layer and the HTTP routes get typed fields,
+and each has a ``to_dict`` for JSON so callers never hand-build wire shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, TypeAlias
+
+FieldType: TypeAlias = Literal["TEXT", "INTEGER", "REAL", "DATE", "BOOLEAN"]
+SearchMode: TypeAlias = Literal["hybrid", "text", "semantic"]
+
+FIELD_TYPES: frozenset[str] = frozenset({"TEXT", "INTEGER", "REAL", "DATE", "BOOLEAN"})
+
+
+@dataclass(slots=True)
+class DocumentIn:
+    """A document handed over directly (HTTP ``POST /v1/kb/documents`` or a parsed file).
+
+    ``id`` is optional: without one a stable id is derived from the title and text, so
+    posting the same document twice is a skip, not a duplicate.
+    """
+
+    text: str
+    title: str = ""
+    id: str | None = None
+    source: str = "api"
+    url: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> DocumentIn:
+        """Build from a JSON object; ``content``/``body`` are accepted as ``text``.
+
+        Raises ``ValueError`` with a readable reason when the object cannot be a document.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError("a document must be a JSON object")
+        text = next((data[k] for k in ("text", "content", "body") if isinstance(data.get(k), str)), None)
+        if text is None or not text.strip():
+            raise ValueError("missing text: give a non-empty 'text', 'content' or 'body' string")
+        meta = data.get("metadata") or {}
+        if not isinstance(meta, Mapping):
+            raise ValueError("'metadata' must be an object")
+        doc_id = data.get("id", data.get("doc_id"))
+        if doc_id is not None and not isinstance(doc_id, str):
+            doc_id = str(doc_id) if isinstance(doc_id, int) and not isinstance(doc_id, bool) else None
+            if doc_id is None:
+                raise ValueError("'id' must be a string")
+        title = data.get("title")
+        url = data.get("url")
+        return cls(
+            text=text,
+            title=title if isinstance(title, str) else "",
+            id=doc_id,
+            source=str(data.get("source") or "api"),
+            url=url if isinstance(url, str) and url else None,
+            metadata=dict(meta),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A record or file that was not ingested, and why (``line`` is 1-based when known)."""
+
+    source: str
+    reason: str
+    line: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class IngestReport:
+    """Counts of one ingestion; ``embed_seconds`` is the share spent in the embedder."""
+
+    added: int = 0
+    updated: int = 0
+    skipped: int = 0
+    deleted: int = 0
+    chunks: int = 0
+    files: int = 0
+    rejected: list[Rejection] = field(default_factory=list)
+    elapsed_seconds: float = 0.0
+    embed_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["rejected"] = [r.to_dict() for r in self.rejected]
+        return d
+
+
+@dataclass(slots=True)
+class ChunkHit:
+    """One retrieved passage. ``score`` is in 0..1; ``text`` is a snippet when asked for."""
+
+    doc_id: str
+    chunk_id: str
+    title: str
+    text: str
+    score: float
+    metadata: dict[str, Any]
+    source: str
+    url: str | None
+    bucket: str
+    position: int
+    heading: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class SearchResponse:
+    """Hits plus the signals the tool layer needs to ask for clarification.
+
+    ``total_matches`` counts matching chunks (text side: FTS matches; semantic side:
+    eligible chunks with a positive similarity; hybrid: the larger). ``overloaded`` is
+    true when that count exceeds the configured threshold *and* the relevance signal is
+    flat (``score_spread`` below the configured minimum), i.e. the query does not
+    discriminate. ``relaxed`` is true when filters were dropped to find anything;
+    ``dropped_filter`` names what was dropped.
+    """
+
+    hits: list[ChunkHit]
+    total_matches: int
+    relaxed: bool
+    elapsed_ms: float
+    mode: str = "hybrid"
+    score_spread: float = 0.0
+    overloaded: bool = False
+    dropped_filter: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["hits"] = [h.to_dict() for h in self.hits]
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class BucketInfo:
+    """A bucket, its typed metadata schema, and how much it holds."""
+
+    name: str
+    fields: dict[str, str]
+    documents: int
+    chunks: int
+    created_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,236 @@
+"""The in-memory chunk vector matrix, safe to scan from worker threads while it grows.
+
+Rows are L2-normalised float32, aligned with three numpy arrays: chunk row ids, document
+codes and bucket codes. Readers take an immutable ``Snapshot`` (buffers + row count) and
+scan only rows ``[:n]``; appends write past ``n`` and publish a new snapshot, growth
+copies into a bigger buffer, and compaction builds fresh buffers, so a scan in progress
+never sees a half-written row. Deletions flip an ``alive`` flag in place: a racing scan
+may still return a just-deleted chunk, which the caller drops when the row is not found
+in SQLite.
+
+All mutation happens on the event loop thread (after the SQLite commit); scans may run
+anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+F32 = npt.NDArray[np.float32]
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+BoolArr = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    matrix: F32
+    chunk_ids: I64
+    doc_codes: I32
+    bucket_codes: I32
+    alive: BoolArr
+    n: int
+
+
+def normalise_rows(rows: npt.ArrayLike) -> F32:
+    m = np.asarray(rows, dtype=np.float32)
+    if m.ndim == 1:
+        m = m.reshape(1, -1)
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (m / norms).astype(np.float32, copy=False)
+
+
+class VectorIndex:
+    """Append-mostly vector store keyed by chunk row id, with doc and bucket codes."""
+
+    def __init__(self, dim: int, capacity: int = 1024) -> None:
+        self.dim = dim
+        self._doc_code: dict[str, int] = {}
+        self._doc_names: list[str] = []
+        self._bucket_code: dict[str, int] = {}
+        self._row_of_chunk: dict[int, int] = {}
+        self._rows_of_doc: dict[int, list[int]] = {}
+        self._dead = 0
+        cap = max(16, capacity)
+        self._snap = Snapshot(
+            np.zeros((cap, dim), np.float32),
+            np.zeros(cap, np.int64),
+            np.zeros(cap, np.int32),
+            np.zeros(cap, np.int32),
+            np.zeros(cap, np.bool_),
+            0,
+        )
+
+    # -- codes ------------------------------------------------------------------
+    def doc_code(self, doc_id: str, *, create: bool = False) -> int | None:
+        code = self._doc_code.get(doc_id)
+        if code is None and create:
+            code = len(self._doc_names)
+            self._doc_code[doc_id] = code
+            self._doc_names.append(doc_id)
+        return code
+
+    def doc_name(self, code: int) -> str:
+        return self._doc_names[code]
+
+    def bucket_code(self, bucket: str, *, create: bool = False) -> int | None:
+        code = self._bucket_code.get(bucket)
+        if code is None and create:
+            code = len(self._bucket_code)
+            self._bucket_code[bucket] = code
+        return code
+
+    @property
+    def doc_code_count(self) -> int:
+        return len(self._doc_names)
+
+    @property
+    def size(self) -> int:
+        """Live rows."""
+        return self._snap.n - self._dead
+
+    def snapshot(self) -> Snapshot:
+        return self._snap
+
+    # -- mutation ----------------------------------------------------------------
+    def add(self, chunk_ids: Iterable[int], doc_id: str, bucket: str, vectors: F32) -> None:
+        """Append rows for one document (vectors are normalised here, whatever they were)."""
+        ids = np.fromiter(chunk_ids, dtype=np.int64)
+        if len(ids) == 0:
+            return
+        rows = normalise_rows(vectors)
+        if rows.shape != (len(ids), self.dim):
+            raise ValueError(f"expected {len(ids)}x{self.dim} vectors, got {rows.shape}")
+        dcode = self.doc_code(doc_id, create=True)
+        bcode = self.bucket_code(bucket, create=True)
+        assert dcode is not None and bcode is not None
+        snap = self._snap
+        n, k = snap.n, len(ids)
+        if n + k > len(snap.chunk_ids):
+            snap = self._grow(n + k)
+        snap.matrix[n : n + k] = rows
+        snap.chunk_ids[n : n + k] = ids
+        snap.doc_codes[n : n + k] = dcode
+        snap.bucket_codes[n : n + k] = bcode
+        snap.alive[n : n + k] = True
+        rows_list = self._rows_of_doc.setdefault(dcode, [])
+        for i, cid in enumerate(ids.tolist()):
+            self._row_of_chunk[cid] = n + i
+            rows_list.append(n + i)
+        self._snap = Snapshot(snap.matrix, snap.chunk_ids, snap.doc_codes, snap.bucket_codes, snap.alive, n + k)
+
+    def remove_document(self, doc_id: str) -> int:
+        code = self._doc_code.get(doc_id)
+        if code is None:
+            return 0
+        rows = self._rows_of_doc.pop(code, [])
+        snap = self._snap
+        for r in rows:
+            snap.alive[r] = False
+            self._row_of_chunk.pop(int(snap.chunk_ids[r]), None)
+        self._dead += len(rows)
+        if self._dead > 4096 and self._dead > self._snap.n // 4:
+            self.compact()
+        return len(rows)
+
+    def _grow(self, needed: int) -> Snapshot:
+        old = self._snap
+        cap = max(needed, len(old.chunk_ids) * 2)
+        n = old.n
+        matrix = np.zeros((cap, self.dim), np.float32)
+        matrix[:n] = old.matrix[:n]
+        new = Snapshot(
+            matrix,
+            _resized(old.chunk_ids, cap, n),
+            _resized(old.doc_codes, cap, n),
+            _resized(old.bucket_codes, cap, n),
+            _resized(old.alive, cap, n),
+            n,
+        )
+        self._snap = new
+        return new
+
+    def compact(self) -> None:
+        """Drop dead rows into fresh buffers (old snapshots stay valid for running scans)."""
+        old = self._snap
+        keep = np.flatnonzero(old.alive[: old.n])
+        cap = max(16, int(len(keep) * 1.25) + 16)
+        n = len(keep)
+        matrix = np.zeros((cap, self.dim), np.float32)
+        matrix[:n] = old.matrix[keep]
+        new = Snapshot(
+            matrix,
+            _resized(old.chunk_ids[keep], cap, n),
+            _resized(old.doc_codes[keep], cap, n),
+            _resized(old.bucket_codes[keep], cap, n),
+            np.concatenate([np.ones(n, np.bool_), np.zeros(cap - n, np.bool_)]),
+            n,
+        )
+        self._row_of_chunk = {int(c): i for i, c in enumerate(new.chunk_ids[:n].tolist())}
+        self._rows_of_doc = {}
+        for i, code in enumerate(new.doc_codes[:n].tolist()):
+            self._rows_of_doc.setdefault(code, []).append(i)
+        self._dead = 0
+        self._snap = new
+
+    # -- masks and scans (thread-safe reads) ----------------------------------------
+    def doc_mask(self, snap: Snapshot, doc_ids: Iterable[str]) -> BoolArr:
+        get = self._doc_code.get
+        codes = np.fromiter((get(d, -1) for d in doc_ids), dtype=np.int64)
+        allowed = np.zeros(max(1, self.doc_code_count) + 1, np.bool_)
+        allowed[codes] = True  # unknown ids (-1) land in the spare last slot
+        allowed[-1] = False
+        return allowed[snap.doc_codes[: snap.n]]
+
+    def cosines(self, chunk_ids: Iterable[int], query: F32) -> dict[int, float]:
+        """Cosine of ``query`` with each given chunk that has a vector (for re-ranking)."""
+        snap = self._snap
+        pairs = [(c, self._row_of_chunk.get(c)) for c in chunk_ids]
+        found = [(c, r) for c, r in pairs if r is not None and r < snap.n]
+        if not found:
+            return {}
+        rows = np.fromiter((r for _, r in found), dtype=np.int64, count=len(found))
+        scores = snap.matrix[rows] @ query.astype(np.float32, copy=False).reshape(-1)
+        return {c: float(s) for (c, _), s in zip(found, scores.tolist(), strict=True)}
+
+    @staticmethod
+    def scan(snap: Snapshot, query: F32, limit: int, mask: BoolArr | None = None) -> tuple[I64, F32, int]:
+        """Top ``limit`` rows by cosine: ``(chunk_ids, scores, positive_count)``.
+
+        ``positive_count`` counts eligible rows with a positive similarity (the
+        semantic side's "matches"). A selective mask gathers just its rows; a broad one
+        scores everything and masks the result, which is cheaper than a big gather.
+        """
+        n = snap.n
+        if n == 0 or limit <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32), 0
+        eligible = snap.alive[:n] if mask is None else (mask & snap.alive[:n])
+        count = int(eligible.sum())
+        if count == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32), 0
+        q = query.astype(np.float32, copy=False).reshape(-1)
+        if count < n // 4:
+            rows = np.flatnonzero(eligible)
+            scores = snap.matrix[rows] @ q
+        else:
+            rows = None
+            scores = snap.matrix[:n] @ q
+            scores = np.where(eligible, scores, np.float32(-np.inf))
+        positive = int((scores > 0).sum())
+        k = min(limit, count)
+        top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+        top = top[np.argsort(-scores[top], kind="stable")]
+        top = top[np.isfinite(scores[top])]
+        picked = top if rows is None else rows[top]
+        return snap.chunk_ids[picked].copy(), scores[top].astype(np.float32), positive
+
+
+def _resized(arr: npt.NDArray[np.generic], cap: int, n: int) -> npt.NDArray[np.generic]:
+    out = np.zeros(cap, arr.dtype)
+    out[:n] = arr[:n]
+    return out

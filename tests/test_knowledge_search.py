@@ -1,0 +1,169 @@
+"""Search: FTS robustness, vectors, fusion, caps, scores, snippets, scope, signals, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from knowledge import KBConfig, KnowledgeBase, UnknownBucketError
+from tests.test_knowledge_chunking import NASTY
+from toolindex.hashing import HashingEmbedder
+
+ANIMALS = {
+    "otter": "Sea otters float on their backs and crack shellfish with stones.",
+    "beaver": "Beavers build dams from branches and mud across small rivers.",
+    "heron": "Grey herons stand still in shallow water waiting for fish.",
+    "cafe": "Le café sert une crème brûlée délicieuse près de la façade.",
+}
+
+
+@pytest.fixture
+async def kb(tmp_path: Path) -> AsyncIterator[KnowledgeBase]:
+    base = await KnowledgeBase.open(tmp_path / "kb.db", HashingEmbedder(dim=256))
+    await base.ingest_documents([{"id": k, "title": k.capitalize(), "text": v} for k, v in ANIMALS.items()])
+    try:
+        yield base
+    finally:
+        await base.aclose()
+
+
+async def test_fts_folds_diacritics_both_ways(kb: KnowledgeBase) -> None:
+    for query in ("creme brulee", "CRÈME BRÛLÉE", "facade"):
+        res = await kb.search(query, mode="text")
+        assert [h.doc_id for h in res.hits] == ["cafe"], query
+
+
+@pytest.mark.parametrize("query", NASTY)
+@pytest.mark.parametrize("mode", ["text", "hybrid", "semantic"])
+async def test_punctuation_and_syntax_laden_queries_never_fail(kb: KnowledgeBase, query: str, mode: str) -> None:
+    res = await kb.search(query, mode=mode)  # type: ignore[arg-type]
+    assert all(0.0 <= h.score <= 1.0 for h in res.hits)
+
+
+async def test_fts_operators_in_queries_are_plain_words(kb: KnowledgeBase) -> None:
+    res = await kb.search('otters NOT "shellfish', mode="text")
+    assert res.hits and res.hits[0].doc_id == "otter"
+
+
+async def test_semantic_finds_related_wording_without_shared_words(kb: KnowledgeBase) -> None:
+    # Misspelt words share no token with the otter text, but the hashing embedder's
+    # character n-grams still connect them.
+    text = await kb.search("shelfish craking", mode="text")
+    sem = await kb.search("shelfish craking", mode="semantic")
+    assert text.hits == []
+    assert sem.hits[0].doc_id == "otter" and sem.mode == "semantic"
+
+
+async def test_hybrid_fuses_both_sides_and_scores_are_unit(kb: KnowledgeBase) -> None:
+    res = await kb.search("herons waiting for fish in water", top_k=4)
+    assert res.mode == "hybrid" and res.hits[0].doc_id == "heron"
+    scores = [h.score for h in res.hits]
+    assert scores == sorted(scores, reverse=True)
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    # the best match beats an unrelated document clearly
+    assert scores[0] - scores[-1] > 0.2
+
+
+async def test_weak_best_match_does_not_score_like_a_perfect_one(kb: KnowledgeBase) -> None:
+    strong = await kb.search("sea otters crack shellfish with stones", mode="semantic")
+    weak = await kb.search("quantum chromodynamics lattice", mode="semantic")
+    assert strong.hits[0].score > weak.hits[0].score + 0.3
+
+
+async def test_at_most_three_chunks_per_document(tmp_path: Path) -> None:
+    kb = await KnowledgeBase.open(tmp_path / "kb.db", HashingEmbedder(dim=128), config=KBConfig(chunk_target=200, chunk_overlap=20))
+    try:
+        long_text = "\n\n".join(f"Paragraph {i} mentions the lighthouse keeper and the lamp." for i in range(30))
+        await kb.ingest_documents(
+            [
+                {"id": "long", "title": "Lighthouse", "text": long_text},
+                {"id": "short", "title": "Other", "text": "A short note about a lighthouse."},
+            ]
+        )
+        assert (await kb.get_document("long"))["chunks"] > 5  # type: ignore[index]
+        res = await kb.search("lighthouse keeper lamp", top_k=10)
+        per_doc = [h.doc_id for h in res.hits]
+        assert per_doc.count("long") == 3 and "short" in per_doc
+        assert len({h.chunk_id for h in res.hits}) == len(res.hits)
+    finally:
+        await kb.aclose()
+
+
+async def test_snippet_context_chars_and_hit_fields(kb: KnowledgeBase) -> None:
+    long = "Intro words here. " * 40 + "The secret ingredient is saffron from the valley. " + "Outro words. " * 40
+    await kb.ingest_documents([{"id": "recipe", "title": "Recipe", "text": long, "url": "https://x.test/r", "metadata": {"cuisine": "persian"}}])
+    res = await kb.search("saffron valley", context_chars=120)
+    hit = res.hits[0]
+    assert hit.doc_id == "recipe" and "saffron" in hit.text and len(hit.text) <= 122
+    assert (hit.chunk_id, hit.bucket, hit.url, hit.metadata) == (f"recipe#{hit.position}", "default", "https://x.test/r", {"cuisine": "persian"})
+    full = await kb.search("saffron valley")
+    assert len(full.hits[0].text) > 200
+
+
+async def test_bucket_and_doc_scope(kb: KnowledgeBase) -> None:
+    await kb.create_bucket("birds", {})
+    await kb.ingest_documents([{"id": "owl", "text": "Owls hunt fish at night? No, mice."}], bucket="birds")
+    res = await kb.search("fish", bucket="birds", mode="hybrid", top_k=10)
+    assert {h.doc_id for h in res.hits} == {"owl"} and all(h.bucket == "birds" for h in res.hits)
+    res = await kb.search("fish", doc_id="heron", top_k=10)
+    assert {h.doc_id for h in res.hits} == {"heron"}
+    with pytest.raises(UnknownBucketError, match="available buckets: birds, default"):
+        await kb.search("fish", bucket="nope")
+    with pytest.raises(ValueError):
+        await kb.search("fish", mode="fuzzy")  # type: ignore[arg-type]
+
+
+async def test_no_embedder_means_text_only(tmp_path: Path) -> None:
+    kb = await KnowledgeBase.open(tmp_path / "kb.db", None)
+    try:
+        await kb.ingest_documents([{"id": "a", "text": "walrus tusks"}])
+        res = await kb.search("walrus", mode="semantic")
+        assert res.mode == "text" and res.hits[0].doc_id == "a" and res.warnings
+        assert (await kb.search("walrus")).mode == "text"
+    finally:
+        await kb.aclose()
+
+
+async def test_overload_signal_on_many_flat_matches(tmp_path: Path) -> None:
+    kb = await KnowledgeBase.open(tmp_path / "kb.db", HashingEmbedder(dim=64), config=KBConfig(overload_threshold=50))
+    try:
+        docs = [{"id": f"inv-{i}", "title": "Invoice", "text": f"Invoice number {i} for services rendered."} for i in range(80)]
+        await kb.ingest_documents(docs)
+        broad = await kb.search("invoice", mode="text", top_k=10)
+        assert broad.total_matches == 80 and broad.score_spread < 0.05 and broad.overloaded
+        narrow = await kb.search("invoice 17", mode="text", top_k=10)
+        assert narrow.hits[0].doc_id == "inv-17" and not narrow.overloaded
+    finally:
+        await kb.aclose()
+
+
+async def test_concurrent_searches_while_ingesting(tmp_path: Path) -> None:
+    kb = await KnowledgeBase.open(tmp_path / "kb.db", HashingEmbedder(dim=64), config=KBConfig(executor_rows=10, batch_documents=20))
+    try:
+        await kb.ingest_documents([{"id": "seed", "text": "kestrel hovering over the field"}])
+
+        async def ingest() -> None:
+            for round_ in range(5):
+                docs = [{"id": f"d{round_}-{i}", "text": f"kestrel note {round_} {i} about hovering"} for i in range(40)]
+                report = await kb.ingest_documents(docs)
+                assert report.added == 40
+                await kb.delete_documents([f"d{round_}-{i}" for i in range(0, 40, 2)])
+
+        async def search_loop() -> int:
+            n = 0
+            for _ in range(30):
+                res = await kb.search("kestrel hovering", top_k=5)
+                assert res.hits and all(0 <= h.score <= 1 for h in res.hits)
+                n += 1
+                await asyncio.sleep(0)
+            return n
+
+        results = await asyncio.gather(ingest(), *(search_loop() for _ in range(4)))
+        assert results[1:] == [30, 30, 30, 30]
+        stats = await kb.stats()
+        assert stats["documents"] == 1 + 5 * 20 and stats["vectors"] == stats["chunks"]
+    finally:
+        await kb.aclose()
