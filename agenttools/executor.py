@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry, UnknownToolError
+from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry
 from llm.types import ToolCall
 
 log = logging.getLogger("agentchat.tools")
@@ -112,9 +112,3 @@ class ToolExecutor:
         except Exception as exc:  # a handler bug must not end the run
             log.exception("tool handler crashed", extra={"tool": call.name})
             return ToolOutcome.error(f"The tool {call.name} failed unexpectedly ({type(exc).__name__}).")
-
-    def spec_or_none(self, name: str) -> Any:
-        try:
-            return self.registry.spec(name)
-        except UnknownToolError:
-            return None

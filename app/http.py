@@ -6,7 +6,6 @@ everything after is an ``error`` event followed by ``message_complete``.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import time
@@ -319,8 +318,3 @@ async def method_not_allowed(request: Request, exc: Exception) -> Response:
 async def server_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error", exc_info=exc)
     return ORJSONResponse({"error": "internal_error", "detail": "unexpected server error"}, 500)
-
-
-def cancel_quietly(task: asyncio.Task[Any] | None) -> None:
-    if task is not None and not task.done():
-        task.cancel()

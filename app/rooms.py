@@ -118,6 +118,7 @@ async def attach_rooms(
         deps = WorkflowToolDeps(backend_url=settings.backend_url, drafts=drafts, timeout_s=settings.backend_timeout_s)
         register_workflow_tools(registry, deps)
         register_table_tools(registry, deps)
+        components["resolution_cache"] = deps.resolution_cache
     else:
         log.warning("AGENT_BACKEND_URL is not set: workflow and table tools are listed but cannot run")
     return components

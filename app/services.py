@@ -44,6 +44,15 @@ class Metrics:
             "# TYPE agentchat_tool_index_ready gauge",
             f"agentchat_tool_index_ready {1 if svc.index_state.status == 'ready' else 0}",
         ]
+        cache = svc.components.get("resolution_cache")
+        if cache is not None:
+            stats = cache.stats.to_dict()
+            out += [
+                "# HELP agentchat_resolution_cache_total Name-to-UUID resolution cache lookups, by outcome.",
+                "# TYPE agentchat_resolution_cache_total counter",
+                f'agentchat_resolution_cache_total{{outcome="hit"}} {stats.get("hits", 0)}',
+                f'agentchat_resolution_cache_total{{outcome="miss"}} {stats.get("misses", 0)}',
+            ]
         return out
 
 
