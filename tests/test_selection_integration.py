@@ -1,0 +1,140 @@
+"""The three-stage selector inside the running app: the `tool_selection` event, the tools
+the model is actually sent, readiness while the index builds, and every fallback."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agenttools.catalog import build_catalog, tools_for_context
+from app.config import Settings
+from llm.ollama import OllamaProvider
+from tests.conftest import collect_sse, running_app
+from tests.fakes import FakeOllama, Text, running_fake
+from toolindex.embedder import EmbeddingError
+from toolindex.hashing import HashingEmbedder
+
+
+class GatedEmbedder(HashingEmbedder):
+    """A hashing embedder whose document batch waits for a gate, and that can be told
+    to fail at build or at query time."""
+
+    def __init__(self, *, fail_build: bool = False, fail_query: bool = False) -> None:
+        super().__init__(dim=128)
+        self.gate = asyncio.Event()
+        self.fail_build, self.fail_query = fail_build, fail_query
+
+    async def embed_batch(self, texts: list[str], *, task: str = "document") -> Any:
+        await self.gate.wait()
+        if self.fail_build:
+            raise EmbeddingError("embedding service answered HTTP 429")
+        return await super().embed_batch(texts, task=task)  # type: ignore[arg-type]
+
+    async def embed(self, text: str, *, task: str = "query") -> Any:
+        if self.fail_query:
+            raise EmbeddingError("embedding service timed out")
+        return await super().embed(text, task=task)  # type: ignore[arg-type]
+
+
+def settings(tmp_path: Path) -> Settings:
+    return Settings.from_env({
+        "AGENT_DB_PATH": str(tmp_path / "a.db"),
+        "AGENT_MANDATORY_CONTEXTS": "none",
+        "AGENT_INGEST_SAMPLE_KB": "false",
+        "AGENT_CACHE_DIR": str(tmp_path / "cache"),
+    })
+
+
+async def wait_index(client: httpx.AsyncClient, base: str, status: str) -> dict[str, Any]:
+    for _ in range(500):
+        body = (await client.get(f"{base}/readyz")).json()
+        if body["checks"]["tool_index"]["status"] == status:
+            return body
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"tool index never became {status}: {body}")
+
+
+async def selection_run(tmp_path: Path, embedder: GatedEmbedder, message: str, context: dict[str, Any],
+                        *, release: bool = True, expect: str = "ready") -> tuple[dict[str, Any], dict[str, Any]]:
+    fake = FakeOllama([[Text("ok")]])
+    async with running_fake(fake.app) as url:
+        provider = OllamaProvider(url, "llama3.2", timeout=10)
+        async with running_app(settings(tmp_path), provider=provider, embedder=embedder) as (base, _):
+            async with httpx.AsyncClient(timeout=30) as client:
+                building = await wait_index(client, base, "building")
+                assert building["ready"] is True  # serving while the index builds
+                assert "falls back" in building["checks"]["tool_index"]["note"]
+                if release:
+                    embedder.gate.set()
+                    await wait_index(client, base, expect)
+                events = await collect_sse(client, "POST", f"{base}/v1/agent/chat",
+                                           json={"message": message, "context_type": "workflow", "context": context})
+    selection = next(e.json() for e in events if e.event == "tool_selection")
+    sent = [r for r in fake.chat_requests if r.get("messages")][0]
+    return selection, sent
+
+
+def context_tools(context_type: str) -> list[str]:
+    return [s.name for s in tools_for_context(build_catalog(), context_type)]
+
+
+async def test_selection_event_and_tools_sent_match(tmp_path: Path) -> None:
+    selection, sent = await selection_run(
+        tmp_path, GatedEmbedder(), "Who gets notified when the low stock alert fires?", {"workflow_id": "x", "nodes": [1]}
+    )
+    assert selection["fallback"] is None
+    assert selection["core"][:2] == ["list_workflow_rules", "discover"]
+    assert len(selection["rag"]) == 6 and all(isinstance(r["score"], float) for r in selection["rag"])
+    scores = [r["score"] for r in selection["rag"]]
+    assert scores == sorted(scores, reverse=True)
+    assert selection["tools"][: len(selection["core"])] == selection["core"]
+    assert len(selection["tools"]) == len(set(selection["tools"]))
+    assert set(selection["tools"]) <= set(context_tools("workflow"))
+    assert len(selection["tools"]) < len(context_tools("workflow"))
+    assert [t["function"]["name"] for t in sent["tools"]] == selection["tools"]
+
+
+async def test_new_canvas_gets_the_draft_core(tmp_path: Path) -> None:
+    selection, _ = await selection_run(tmp_path, GatedEmbedder(), "Build me a new approval workflow", {"is_new": True})
+    assert {"start_draft", "add_draft_action", "preview_draft"} <= set(selection["core"])
+
+
+async def test_index_still_building_falls_back_to_all_context_tools(tmp_path: Path) -> None:
+    selection, sent = await selection_run(tmp_path, GatedEmbedder(), "list my rules", {}, release=False)
+    assert selection["fallback"].startswith("index building")
+    assert selection["tools"] == context_tools("workflow")
+    assert len(sent["tools"]) == len(context_tools("workflow"))
+
+
+async def test_failed_build_falls_back_with_the_reason(tmp_path: Path) -> None:
+    selection, _ = await selection_run(tmp_path, GatedEmbedder(fail_build=True), "list my rules", {}, expect="failed")
+    assert "429" in selection["fallback"] and selection["tools"] == context_tools("workflow")
+
+
+async def test_failed_query_embedding_falls_back_with_the_reason(tmp_path: Path) -> None:
+    selection, _ = await selection_run(tmp_path, GatedEmbedder(fail_query=True), "list my rules", {})
+    assert selection["fallback"].startswith("search failed") and "timed out" in selection["fallback"]
+    assert selection["tools"] == context_tools("workflow")
+
+
+async def test_restart_reuses_cached_tool_vectors(tmp_path: Path) -> None:
+    first = GatedEmbedder()
+    await selection_run(tmp_path, first, "list my rules", {})
+    calls: list[int] = []
+
+    class Counting(GatedEmbedder):
+        async def embed_batch(self, texts: list[str], *, task: str = "document") -> Any:
+            calls.append(len(texts))
+            return await super().embed_batch(texts, task=task)
+
+    second = Counting()
+    second.gate.set()
+    fake = FakeOllama([[Text("ok")]])
+    async with running_fake(fake.app) as url:
+        async with running_app(settings(tmp_path), provider=OllamaProvider(url, "m", timeout=10), embedder=second) as (base, _):
+            async with httpx.AsyncClient(timeout=30) as client:
+                await wait_index(client, base, "ready")
+    assert calls == []
