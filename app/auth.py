@@ -102,8 +102,15 @@ class Authenticator:
         sig = hmac.new(self._stream_key, body.encode(), hashlib.sha256).digest()[:18]
         return f"{body}.{_b64url(sig)}"
 
-    def verify_stream_token(self, token: str, run_id: str, *, now: float | None = None) -> str:
-        """Return the user the token was issued to, if it is valid for this run."""
+    def verify_stream_token(
+        self, token: str, run_id: str, *, now: float | None = None, run_live: bool = False
+    ) -> str:
+        """Return the user the token was issued to, if it is valid for this run.
+
+        The expiry bounds how long a leaked link can *start* reading; while the run is
+        still live (running, or finished within its grace period) an expired token keeps
+        working, so a browser that reconnects after a long network drop still resumes.
+        """
         try:
             body, sig_b64 = token.split(".")
             sig = _b64url_decode(sig_b64)
@@ -115,6 +122,6 @@ class Authenticator:
             raise AuthError("invalid stream token")
         if claims.get("r") != run_id:
             raise AuthError("stream token is for another run")
-        if (time.time() if now is None else now) > float(claims.get("e", 0)):
+        if not run_live and (time.time() if now is None else now) > float(claims.get("e", 0)):
             raise AuthError("stream token expired")
         return str(claims.get("u"))

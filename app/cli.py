@@ -88,6 +88,7 @@ def _serve_reload(args: argparse.Namespace) -> None:
         reload=True,
         reload_dirs=[str(Path(__file__).resolve().parent.parent)],
         log_level="info",
+        access_log=False,  # stream URLs carry tokens
     )
 
 

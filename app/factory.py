@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from app import admin_routes, http
 from app.config import Settings
+from app.playground import playground_routes
 from app.wiring import AUTO, Overrides, build_services
 
 log = logging.getLogger("agentchat")
@@ -59,6 +60,7 @@ def create_app(
         Route("/healthz", http.healthz, methods=["GET"]),
         Route("/readyz", http.readyz, methods=["GET"]),
         Route("/metrics", http.metrics, methods=["GET"]),
+        *playground_routes(),
     ]
     middleware = []
     if settings.cors_origins:

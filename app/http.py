@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from app.agent import Caller, ChatInput
-from app.auth import AuthError, Identity
+from app.auth import LOCAL_USER, AuthError, Identity
 from app.config import CONTEXT_TYPES
 from app.runs import Run, RunEvent
 
@@ -229,10 +229,17 @@ def _after(request: Request) -> int:
 def _reader(request: Request, run_id: str) -> str:
     """The user reading a run: from a stream token (EventSource) or the Authorization header."""
     svc = services(request)
+    if svc.auth.mode == "none":
+        # One local user: a link from before a restart (new signing key) still resumes.
+        return LOCAL_USER
     token = request.query_params.get("token")
     if token:
+        run = svc.runs.get(run_id)
+        live = run is not None and (
+            not run.finished or (run.finished_at is not None and time.time() - run.finished_at < svc.runs.grace_s)
+        )
         try:
-            return svc.auth.verify_stream_token(token, run_id)
+            return svc.auth.verify_stream_token(token, run_id, run_live=live)
         except AuthError as exc:
             raise HTTPProblem(401, "unauthenticated", str(exc)) from None
     return identify(request).user_id

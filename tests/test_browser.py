@@ -1,0 +1,261 @@
+"""The playground in a real headless Chromium: ask, stream, previews, reload mid-answer, stop.
+
+The browser runs the page's own JavaScript against the real app on uvicorn: ``fetch``
+starts the run, ``EventSource`` reads it, a real ``Page.reload`` drops the connection,
+and the page resumes from ``sessionStorage``. The model is a gated script, so "mid-answer"
+is a fact (the provider is parked at a gate), not a timing guess.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
+from app.config import Settings
+from app.playground import playground_routes
+from llm.scripted import ScriptedCall
+from llm.types import ChatRequest, ToolDefinition
+from tests.browser.cdp import Page, find_chromium, launch
+from tests.conftest import running_app
+from tests.support.gated_provider import Gate, GatedProvider, GatedTurn, last_user_text
+
+ALL = frozenset({"workflow", "tables", "knowledge"})
+ARTIFACTS = Path(__file__).parent / "artifacts"
+HOSTILE = '<img src=x onerror="window.__pwned=1">'
+NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
+
+WORKFLOW = {
+    "name": "Low stock alert",
+    "is_active": True,
+    "actions": [
+        {"name": "Check stock", "action_type": "evaluate_condition"},
+        {"name": "Email buyer " + HOSTILE, "action_type": "send_email"},
+    ],
+    "edges": [
+        {"target_action_id": "temp:0", "edge_type": "start", "edge_order": 0},
+        {
+            "source_action_id": "temp:0",
+            "target_action_id": "temp:1",
+            "edge_type": "sequence",
+            "source_output": "true",
+            "edge_order": 1,
+        },
+    ],
+}
+TABLE_CONFIG = {
+    "data_source": [
+        {
+            "source": "inventory",
+            "type": "query",
+            "select": {"columns": [{"name": "sku"}, {"name": "qty", "alias": "Quantity"}]},
+            "filters": [{"column": "qty", "operator": "lt", "value": 10}],
+            "sort": [{"column": "qty", "direction": "asc"}],
+        }
+    ]
+}
+RESPONSE = {
+    "answer": "Your low-stock workflow is ready for review.",
+    "sources": [{"id": "kb:1", "title": "Workflow guide", "url": "https://docs.example.com/workflows", "kind": "internal"}],
+    "confidence_score": 0.9,
+    "used_internal_kb": True,
+    "used_external_kb": False,
+}
+
+
+def registry() -> ToolRegistry:
+    names = ("preview_workflow_probe", "preview_table_probe", "answer_probe")
+    reg = ToolRegistry([ToolSpec(ToolDefinition(n, f"Test tool {n}.", NO_ARGS), ALL) for n in names])
+
+    async def workflow(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        event = {"description": "Emails the buyer when stock is low.", "workflow": WORKFLOW, "is_update": False}
+        return ToolOutcome({"ok": True}, events=[("workflow_preview", event)], model_content={"status": "preview_sent"})
+
+    async def table(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        event = {"description": "Low stock first.", "config": TABLE_CONFIG, "is_update": False, "name": "Stock"}
+        return ToolOutcome({"ok": True}, events=[("table_config_preview", event)], model_content={"status": "preview_sent"})
+
+    async def answer(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        return ToolOutcome({"ok": True}, events=[("response", RESPONSE)])
+
+    reg.set_handler("preview_workflow_probe", workflow)
+    reg.set_handler("preview_table_probe", table)
+    reg.set_handler("answer_probe", answer)
+    return reg
+
+
+def turn_in_run(request: ChatRequest) -> int:
+    """How many model turns this run has had before this request."""
+    for i in range(len(request.messages) - 1, -1, -1):
+        m = request.messages[i]
+        if m.role == "user" and m.content:
+            return (len(request.messages) - 1 - i) // 2
+    return 0
+
+
+class Script:
+    """Scripts the model by question; the gates let the test act mid-answer."""
+
+    def __init__(self) -> None:
+        self.reload_gate = Gate()
+        self.stop_gate = Gate()
+
+    def __call__(self, request: ChatRequest, index: int) -> GatedTurn:
+        question, turn = last_user_text(request), turn_in_run(request)
+        if question.startswith("Build"):
+            return [
+                GatedTurn(
+                    ["Let me draft that. "],
+                    [ScriptedCall("preview_workflow_probe", {}), ScriptedCall("preview_table_probe", {})],
+                ),
+                GatedTurn(["The workflow ", self.reload_gate, "is ready ", "for review."], [ScriptedCall("answer_probe", {})]),
+                GatedTurn([]),
+            ][min(turn, 2)]
+        if question.startswith("I accept"):
+            return GatedTurn(["Saved."])
+        if question.startswith("Stop"):
+            return GatedTurn(["Working on it", self.stop_gate, " (never sent)"])
+        return GatedTurn([f"unexpected question {question!r}"])
+
+
+def with_playground(app: Any) -> Any:
+    """Mount the playground unless the factory already does (it will, once wired)."""
+    if not any(getattr(r, "path", None) == "/" for r in app.router.routes):
+        app.router.routes.extend(playground_routes())
+    return app
+
+
+def js(value: str) -> str:
+    return orjson.dumps(value).decode()
+
+
+RUN = "document.querySelector('article.run:last-of-type')"
+
+
+async def last_run(page: Page, expr: str) -> Any:
+    return await page.evaluate(f"(() => {{ const run = {RUN}; return run ? {expr} : null; }})()")
+
+
+async def ask(page: Page, question: str) -> None:
+    await page.type_into("#message", question)
+    await page.click("#send")
+
+
+async def test_playground_page_and_static_files_are_served_safely(settings: Settings) -> None:
+    provider = GatedProvider([])
+    async with running_app(settings, provider=provider, registry=registry(), embedder=None) as (base, app):
+        with_playground(app)
+        async with httpx.AsyncClient(timeout=10) as client:
+            page = await client.get(f"{base}/")
+            script = await client.get(f"{base}/static/playground.js")
+            style = await client.get(f"{base}/static/playground.css")
+            escape = await client.get(f"{base}/static/../playground.py")
+            missing = await client.get(f"{base}/static/nope.js")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert page.headers["referrer-policy"] == "no-referrer"
+    assert '<script src="/static/playground.js"' in page.text and "<script>" not in page.text
+    assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+    assert "EventSource" in script.text and "innerHTML" not in script.text
+    assert script.headers["x-content-type-options"] == "nosniff"
+    assert style.status_code == 200 and style.headers["content-type"].startswith("text/css")
+    assert escape.status_code == 404 and missing.status_code == 404
+
+
+async def test_playground_in_headless_chromium(settings: Settings) -> None:
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("no chromium binary (install Debian's `chromium` package; .ci/run does)")
+    script = Script()
+    provider = GatedProvider(script)
+    async with running_app(settings, provider=provider, registry=registry(), embedder=None) as (base, app):
+        with_playground(app)
+        svc = app.state.services
+        async with launch(binary) as browser:
+            page = await browser.new_page()
+            await page.navigate(f"{base}/")
+            assert await page.evaluate("document.title") == "Agent chat playground"
+
+            # 1. Ask: streamed text, tool calls, selection and previews render while the
+            #    model is still mid-answer (parked at the gate).
+            await ask(page, "Build a low-stock alert workflow")
+            await script.reload_gate.reached.wait()
+            await page.wait_for(
+                f"{RUN} && {RUN}.querySelector('.answer').textContent.includes('The workflow ')",
+                what="the streamed text before the gate",
+            )
+            await page.wait_for(f"{RUN}.querySelectorAll('.tools li[data-state=ok]').length === 2", what="2 tools ok")
+            run_id = await last_run(page, "run.dataset.runId")
+            run = svc.runs.get(run_id)
+            assert run is not None and not run.finished
+            assert await last_run(page, "run.dataset.status") == "running"
+            assert await last_run(page, "run.querySelector('.question').textContent") == "Build a low-stock alert workflow"
+            assert await last_run(page, "run.querySelector('.selection').hidden") is False
+            assert await last_run(page, "run.querySelector('.spinner') === null")
+            actions = await last_run(page, "[...run.querySelectorAll('.workflow-preview .actions li')].map(n => n.textContent)")
+            assert actions == ["Check stock — evaluate_condition", f"Email buyer {HOSTILE} — send_email"]
+            edges = await last_run(page, "[...run.querySelectorAll('.workflow-preview .edges li')].map(n => n.textContent)")
+            assert edges == ["start → Check stock", f"Check stock [true] → Email buyer {HOSTILE}"]
+            # Model and tool output is text, never markup.
+            assert await page.evaluate("document.querySelector('article.run img') === null && !window.__pwned")
+            cells = await last_run(page, "[...run.querySelectorAll('.table-preview td')].map(n => n.textContent)")
+            assert cells == ["sku", "", "", "qty", "Quantity", "", "qty", "lt", "10", "qty", "asc", ""]
+
+            # 2. Reload mid-answer: a new document, which resumes the run from sessionStorage.
+            await page.evaluate("window.__beforeReload = true")
+            await page.reload()
+            assert await page.evaluate("window.__beforeReload === undefined")
+            await page.wait_for(
+                f"{RUN} && {RUN}.dataset.runId === {js(run_id)} && "
+                f"{RUN}.querySelector('.answer').textContent.includes('The workflow ')",
+                what="the replayed answer after reload",
+            )
+            await page.wait_for(f"{RUN}.querySelectorAll('.tools li[data-state=ok]').length === 2", what="replayed tools")
+            assert await page.evaluate("document.querySelectorAll('article.run').length") == 1
+            assert await page.evaluate("document.querySelectorAll('.workflow-preview').length") == 1
+            assert not run.finished
+
+            # 3. The rest of the answer arrives on the resumed stream, nothing twice.
+            script.reload_gate.open()
+            await page.wait_for(f"{RUN}.dataset.status === 'completed'", what="the run to complete")
+            streamed = "".join(orjson.loads(e.data)["chunk"] for e in run.events if e.event == "content_chunk")
+            assert streamed == "Let me draft that. The workflow is ready for review."
+            assert await last_run(page, "run.querySelector('.answer').textContent") == streamed
+            assert await last_run(page, "run.querySelector('.final-answer').textContent") == RESPONSE["answer"]
+            link = await last_run(page, "(a => a && [a.textContent, a.href, a.rel])(run.querySelector('.sources a'))")
+            assert link == ["Workflow guide", "https://docs.example.com/workflows", "noopener noreferrer"]
+            assert await last_run(page, "run.querySelectorAll('.tools li').length") == 3
+            assert await page.evaluate("document.getElementById('stop').disabled") is True
+            conversation_id = run.conversation_id
+            assert await page.evaluate("document.getElementById('conversation').textContent") == conversation_id
+
+            # 4. Accepting the table preview asks a follow-up in the same conversation.
+            await page.click(".table-preview button.accept")
+            await page.wait_for(
+                f"document.querySelectorAll('article.run').length === 2 && {RUN}.dataset.status === 'completed'",
+                what="the follow-up run",
+            )
+            follow_up = svc.runs.get(await last_run(page, "run.dataset.runId"))
+            assert follow_up is not None and follow_up.conversation_id == conversation_id
+            assert last_user_text(provider.requests[-1]) == "I accept the proposed table configuration “Stock”."
+            assert await page.evaluate("document.querySelector('.table-preview').dataset.decision") == "accepted"
+
+            # 5. Stop a running answer.
+            await ask(page, "Stop right there")
+            await script.stop_gate.reached.wait()
+            await page.wait_for(f"{RUN}.querySelector('.answer').textContent === 'Working on it'", what="the held text")
+            stopped = svc.runs.get(await last_run(page, "run.dataset.runId"))
+            assert stopped is not None and not stopped.finished
+            await page.click("#stop")
+            await page.wait_for(f"{RUN}.dataset.status === 'cancelled'", what="the cancelled status")
+            assert stopped.status == "cancelled"
+            assert [e.event for e in stopped.events][-1] == "message_complete"
+            assert await last_run(page, "run.querySelector('.answer').textContent") == "Working on it"
+
+            await page.screenshot(ARTIFACTS / "playground.png")
+            assert page.exceptions == [] and page.console_errors == []
+    assert (ARTIFACTS / "playground.png").stat().st_size > 10_000
