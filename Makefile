@@ -14,6 +14,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Benchmarks compare against ChromaDB, a bench-only dependency.
+BENCH_STAMP := $(VENV)/.installed-bench-stamp
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	@touch $(BENCH_STAMP)
+
 # The embedded default: the reference backend beside the agent, the sample knowledge
 # base ingested on first start, and whichever model is reachable (Gemini with a key,
 # a local Ollama with the model pulled, else the offline extractive provider).
@@ -28,10 +34,10 @@ dev: install
 test: install
 	$(BIN)/python -m pytest -q
 
-bench: install
+bench: $(BENCH_STAMP)
 	@mkdir -p bench/results
 	@for b in bench/sse_overhead.py bench/selection.py bench/retrieval_quality.py bench/kb.py \
-	          bench/keywords.py bench/tools.py bench/resume.py bench/corpus.py; do \
+	          bench/keywords.py bench/tools.py bench/resume.py bench/corpus.py bench/corpus_quality.py; do \
 	  if [ -f $$b ]; then echo "== $$b"; $(BIN)/python $$b || exit 1; fi; \
 	done
 

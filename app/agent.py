@@ -92,6 +92,12 @@ class ToolCallLog(Protocol):
     def record(self, entry: ToolCallRecord) -> None: ...
 
 
+class Planner(Protocol):
+    """Query decomposition (seed 004 §8): a short plan hint for the system prompt, or None."""
+
+    async def plan(self, message: str) -> Any: ...
+
+
 class Prompts(Protocol):
     def system_prompt(
         self,
@@ -101,6 +107,7 @@ class Prompts(Protocol):
         tool_names: Sequence[str],
         policy: MandatoryPolicy | None,
         max_tool_calls: int | None,
+        plan_hint: str | None = None,
     ) -> str: ...
 
     def enforcement(self, tool: str, step: str) -> str: ...
@@ -168,6 +175,7 @@ class Agent:
         http: Any,
         settings: AgentSettings,
         policy: MandatoryPolicy | None = None,
+        planner: Planner | None = None,
     ) -> None:
         self.provider = provider
         self.registry = registry
@@ -179,6 +187,7 @@ class Agent:
         self.http = http
         self.settings = settings
         self.policy = policy or MandatoryPolicy()
+        self.planner = planner
 
     def policy_for(self, context_type: str) -> MandatoryPolicy | None:
         return self.policy if context_type in self.settings.mandatory_contexts else None
@@ -251,12 +260,17 @@ class Agent:
         run.emit("tool_selection", selection.event())
         policy = self.policy_for(chat.context_type)
         tool_defs = [self.registry.spec(n).definition for n in selection.tools if n in self.registry]
+        hint = None
+        if self.planner is not None and chat.context_type == "knowledge":
+            plan = await self.planner.plan(chat.message)  # never raises; None skips the hint
+            hint = plan.text if plan is not None else None
         system = self.prompts.system_prompt(
             chat.context_type,
             chat.context,
             tool_names=[d.name for d in tool_defs],
             policy=policy,
             max_tool_calls=self.settings.max_tool_calls,
+            plan_hint=hint,
         )
         user = Message("user", chat.message)
         scope.messages = [*prune_history(history, self.settings.history_budget_tokens), user]

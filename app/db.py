@@ -114,6 +114,17 @@ def _split_sql(script: str) -> list[str]:
 Write = tuple[str, Sequence[Any]]
 
 
+def _group_consecutive(batch: Sequence[Write]) -> list[tuple[str, list[Sequence[Any]]]]:
+    """Group writes into runs of the same SQL, keeping their order."""
+    groups: list[tuple[str, list[Sequence[Any]]]] = []
+    for sql, params in batch:
+        if groups and groups[-1][0] == sql:
+            groups[-1][1].append(params)
+        else:
+            groups.append((sql, [params]))
+    return groups
+
+
 class Database:
     """Owns the writer connection, a reader connection and the background write queue."""
 
@@ -176,8 +187,9 @@ class Database:
                 try:
                     async with self._write_lock:
                         await self.writer.execute("BEGIN")
-                        for sql, params in batch:
-                            await self.writer.execute(sql, params)
+                        # One thread hop per run of identical statements, not per row.
+                        for sql, rows in _group_consecutive(batch):
+                            await self.writer.executemany(sql, rows)
                         await self.writer.execute("COMMIT")
                 except Exception:
                     log.exception("background write batch failed", extra={"size": len(batch)})

@@ -28,12 +28,13 @@ def create_app(
     registry: Any = None,
     embedder: Any = AUTO,
     prompts: Any = None,
+    planner: Any = None,
     shutdown_deadline_s: float = 20.0,
 ) -> Starlette:
     """Build the Starlette app. ``provider``, ``registry``, ``embedder`` and ``prompts``
     replace the configured components (tests, benchmarks); everything else is real."""
     settings = settings or Settings.from_env()
-    overrides = Overrides(provider=provider, registry=registry, embedder=embedder, prompts=prompts)
+    overrides = Overrides(provider=provider, registry=registry, embedder=embedder, prompts=prompts, planner=planner)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -21,6 +21,7 @@ class PromptService:
         tool_names: Sequence[str],
         policy: MandatoryPolicy | None,
         max_tool_calls: int | None,
+        plan_hint: str | None = None,
     ) -> str:
         return self.library.build_system_prompt(
             context_type,
@@ -29,6 +30,7 @@ class PromptService:
             mandatory_first=policy.first if policy else None,
             mandatory_last=policy.last if policy else None,
             max_tool_calls=max_tool_calls,
+            plan_hint=plan_hint,
         )
 
     def enforcement(self, tool: str, step: str) -> str:

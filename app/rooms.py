@@ -71,6 +71,7 @@ async def attach_rooms(
     *,
     embedder: Embedder | None,
 ) -> dict[str, Any]:
+    from agenttools.corpus_tools import CorpusToolDeps, register_corpus_tools
     from agenttools.external_results import ExternalResultStore
     from agenttools.keywords import KeywordStore
     from agenttools.perplexity import PerplexityClient
@@ -106,6 +107,7 @@ async def attach_rooms(
     register_rag_tools(
         registry, RagToolDeps(knowledge=kb, keywords=keywords, external_results=results, perplexity=perplexity)
     )
+    register_corpus_tools(registry, CorpusToolDeps(knowledge=kb))
 
     if settings.backend_url:
         from agenttools.drafts import SqliteDraftStore

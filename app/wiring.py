@@ -40,6 +40,7 @@ class Overrides:
     registry: ToolRegistry | None = None
     embedder: Embedder | None | str = AUTO
     prompts: Any = None
+    planner: Any = None
 
 
 async def choose_provider(settings: Settings, http: httpx.AsyncClient) -> tuple[Provider, str]:
@@ -226,6 +227,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
             idle_timeout_s=settings.llm_timeout_s,
         ),
         policy=MandatoryPolicy(),
+        planner=overrides.planner if overrides.planner is not None else _default_planner(provider, components),
     )
     runs = RunRegistry(grace_s=settings.run_grace_s, sink=run_log_db)
     svc = Services(
@@ -247,6 +249,17 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     )
     background.append(asyncio.create_task(_sweep(runs)))
     return svc
+
+
+def _default_planner(provider: Provider, components: dict[str, Any]) -> Any:
+    """Query decomposition needs a model and a knowledge base with typed buckets; the
+    planner itself skips (no model call) when no bucket declares fields."""
+    knowledge = components.get("knowledge")
+    if knowledge is None or provider.name == "extractive":
+        return None
+    from app.planner import QueryPlanner
+
+    return QueryPlanner(provider, knowledge.kb)
 
 
 async def _sweep(runs: RunRegistry) -> None:

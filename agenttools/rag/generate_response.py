@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from agenttools.citations import verify_citations
 from agenttools.rag.deps import RagToolDeps
 from agenttools.rag.policy import GENERATE_RESPONSE, missing_prerequisite, prerequisite_error
 from agenttools.rag.sources import resolve_citations
 from agenttools.registry import EvidenceSource, RunToolState, ToolContext, ToolHandler, ToolOutcome
 
 MAX_LISTED_SOURCES = 40
+_CITATIONS_REPORTED = "citations.unknown_reported"
 
 
 def make_generate_response_handler(deps: RagToolDeps) -> ToolHandler:
@@ -62,9 +64,26 @@ def make_generate_response_handler(deps: RagToolDeps) -> ToolHandler:
                 valid_sources=_valid_sources(state),
             )
 
+        # Inline [id] citations: unknown ones go back to the model once, then are removed.
+        check = verify_citations(answer, state)
+        corrections: list[str] = []
+        if check.unknown_ids:
+            if not state.extras.get(_CITATIONS_REPORTED):
+                state.extras[_CITATIONS_REPORTED] = True
+                return ToolOutcome.error(
+                    "The answer cites ids that were not retrieved in this run: "
+                    + ", ".join(f"[{u}]" for u in check.unknown_ids)
+                    + ". Cite only ids from the search results, or remove these citations.",
+                    reason="unknown_citations",
+                    unknown_ids=check.unknown_ids,
+                    valid_sources=_valid_sources(state),
+                )
+            answer = check.answer_without_unknown.strip() or answer
+            corrections.append("removed citations of ids not retrieved: " + ", ".join(check.unknown_ids))
+        cited += [s for s in check.cited_sources if s.id not in {c.id for c in cited}]
+
         used_internal = bool(args.get("used_internal_kb"))
         used_external = bool(args.get("used_external_kb"))
-        corrections: list[str] = []
         if any(s.kind == "external" for s in cited) and not used_external:
             used_external = True
             corrections.append("used_external_kb set to true: external sources are cited")

@@ -1,0 +1,109 @@
+"""Citation verification (seed 004 §4, step 4): every ``[id]`` in an answer must name
+evidence this run retrieved.
+
+The model is told to cite ``[doc_id]`` (corpus tools) or ``[source_id]`` (RAG tools).
+``verify_citations`` finds those markers, resolves each id against the run's evidence
+with the same rules ``generate_response`` uses for its ``sources`` list (exact id, a
+chunk's ``doc_id``, a URL), removes the ones that resolve to nothing and returns the
+known ones as sources (title and location), in order of first citation.
+
+What counts as a citation marker, so ordinary brackets survive: ``[x]`` where ``x`` is
+one or more id-like tokens separated by commas or semicolons, not a Markdown link text
+(``[text](url)``), not an index (``a[i]``: preceded by a word character), not inside
+code. A token is id-like when it resolves, or when it looks like an identifier (has a
+digit or one of ``-_.:#/@``). Plain words in brackets (``[sic]``, ``[optional]``) are
+prose, left alone. ``[n]`` (a web answer's own citation marker) resolves to a retrieved
+web citation numbered ``n``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from agenttools.rag.sources import resolve_citations
+from agenttools.registry import EvidenceSource, RunToolState
+
+_BRACKET = re.compile(r"(?<![\w\\\[])\[([^\[\]\n]{1,400})\](?!\()")
+_SPLIT = re.compile(r"\s*[,;]\s*")
+_TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:#/@\-]{0,199}$")
+_ID_HINT = re.compile(r"[0-9_.:#/@\-]")
+_CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]*`", re.DOTALL)
+
+
+@dataclass(slots=True)
+class CitationCheck:
+    """The outcome of checking one answer.
+
+    ``answer_without_unknown`` is the answer with every unknown id removed (a bracket
+    left empty disappears with the space before it); ``unknown_ids`` lists each unknown
+    id once, in order; ``cited_sources`` are the known sources cited, each once.
+    """
+
+    answer_without_unknown: str
+    unknown_ids: list[str] = field(default_factory=list)
+    cited_sources: list[EvidenceSource] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.unknown_ids
+
+
+def _resolve(token: str, state: RunToolState) -> EvidenceSource | None:
+    found, _unknown = resolve_citations([token], state)
+    if found:
+        return found[0]
+    if token.isdigit():
+        matches = [
+            s for s in state.sources.values() if s.kind == "external" and str(s.metadata.get("index")) == token
+        ]
+        if matches:  # several web answers numbering alike: ambiguous, but not invented
+            return matches[0]
+    return None
+
+
+def _code_spans(answer: str) -> list[tuple[int, int]]:
+    return [m.span() for m in _CODE.finditer(answer)]
+
+
+def verify_citations(answer: str, state: RunToolState) -> CitationCheck:
+    """Check ``answer``'s ``[id]`` markers against ``state.sources``; never raises."""
+    code = _code_spans(answer)
+    cited: dict[str, EvidenceSource] = {}
+    unknown: dict[str, None] = {}
+    pieces: list[str] = []
+    last = 0
+    for m in _BRACKET.finditer(answer):
+        if any(a <= m.start() < b for a, b in code):
+            continue
+        tokens = [t for t in _SPLIT.split(m.group(1).strip()) if t]
+        if not tokens or not all(_TOKEN.match(t) for t in tokens):
+            continue
+        resolved = [(t, _resolve(t, state)) for t in tokens]
+        if not any(src is not None or _ID_HINT.search(t) for t, src in resolved):
+            continue  # prose in brackets, e.g. [sic]
+        kept: list[str] = []
+        for token, src in resolved:
+            if src is not None:
+                cited.setdefault(src.id, src)
+                kept.append(token)
+            elif _ID_HINT.search(token):
+                unknown.setdefault(token, None)
+            else:
+                kept.append(token)
+        if len(kept) == len(tokens):
+            continue
+        start = m.start()
+        if not kept:
+            # Drop the marker and the whitespace before it: "text [bad]." -> "text."
+            while start > last and answer[start - 1] in " \t":
+                start -= 1
+            pieces.append(answer[last:start])
+        else:
+            pieces.append(answer[last:start] + "[" + ", ".join(kept) + "]")
+        last = m.end()
+    pieces.append(answer[last:])
+    return CitationCheck("".join(pieces), list(unknown), list(cited.values()))
+
+
+__all__ = ["CitationCheck", "verify_citations"]

@@ -1,0 +1,458 @@
+"""Large bucketed corpus: our knowledge base against ChromaDB on the same chunks and vectors.
+
+A synthetic corpus (invoices with vendor/date/amount, contracts with party/year,
+datasheets with part/type; one chunk per document) of 100k chunks, or 1M with ``--full``,
+is generated deterministically. Vectors come from a bag-of-words random-projection
+embedder (fast, deterministic, 384 dims): they are computed once, before either side is
+timed, and both sides get the very same matrix, so ingest times exclude embedding.
+
+Each side runs in its own child process so its memory is its own:
+
+* ``kb`` — ``KnowledgeBase.ingest_documents`` (SQLite + FTS5 + typed metadata columns +
+  vectors), then ``search_text`` (BM25), ``search_semantic`` (vectors), filtered text and
+  filtered vector search, all through ``KnowledgeBase.search`` as the tools call it;
+* ``chroma`` — a persistent ChromaDB collection (HNSW, cosine) with the same documents,
+  metadata and vectors: ingest, vector query, filtered vector query.
+
+Run from the repository root:  .venv/bin/python bench/corpus.py [--full] [--chunks N]
+Writes bench/results/corpus.json (corpus_1m.json for 1M chunks). ChromaDB is a bench-only dependency; without it the
+Chroma column is left out (and the reason recorded), never faked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import hashlib
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import orjson  # noqa: E402
+
+from bench._common import rss_kb, summary, write_results  # noqa: E402
+
+DIM = 384
+SEED = 7
+QUERIES = 60
+WARMUP = 5
+TARGETS = {"filtered_p95_ms_100k": 50.0, "filtered_p95_ms_1m": 200.0}
+
+# --------------------------------------------------------------------------- synthetic corpus
+
+_SYL = ["ka", "lo", "mi", "ne", "ra", "tu", "vo", "zen", "dor", "sil", "mar", "tek", "lin", "pha", "gro", "qui"]
+SERVICES = [
+    "consulting services", "cloud hosting", "office furniture", "security audit", "travel expenses",
+    "software licenses", "network maintenance", "legal advice", "catering", "hardware repair",
+    "data migration", "staff training", "printing supplies", "cleaning services", "freight shipping",
+]
+CLAUSES = [
+    "Termination: either party may terminate with {n} days written notice.",
+    "Force majeure excuses delays caused by events beyond reasonable control.",
+    "Confidential information shall not be disclosed to third parties.",
+    "Liability is limited to the fees paid in the preceding twelve months.",
+    "Payment is due within {n} days of the invoice date.",
+    "The supplier warrants the goods free of defects for {n} months.",
+    "Disputes are settled by arbitration in the seat of the customer.",
+    "Either party may assign this agreement with prior written consent.",
+]
+DEVICE_TYPES = ["NPN", "PNP", "MOSFET", "diode", "op-amp", "regulator", "zener", "IGBT"]
+PARAMS = ["collector current", "breakdown voltage", "gain bandwidth", "power dissipation", "junction temperature",
+          "leakage current", "rise time", "thermal resistance", "input offset", "dropout voltage"]
+
+
+def _word(rng: np.random.Generator, n: int) -> str:
+    return "".join(_SYL[i] for i in rng.integers(0, len(_SYL), n))
+
+
+class Vocab:
+    """Names and a Zipf-weighted filler vocabulary, fixed by the seed."""
+
+    def __init__(self, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        self.vendors = sorted({_word(rng, 3).capitalize() + suffix for suffix in (" GmbH", " Ltd", " Inc") for _ in range(80)})
+        self.filler = sorted({_word(rng, int(rng.integers(2, 4))) for _ in range(6000)})
+        weights = 1.0 / np.arange(1, len(self.filler) + 1) ** 1.05
+        self.filler_p = weights / weights.sum()
+
+
+def generate(n: int, seed: int = SEED) -> Iterator[tuple[str, str, dict[str, Any], str, str]]:
+    """``(bucket, doc_id, metadata, title, text)`` for ``n`` documents (1 chunk each)."""
+    vocab = Vocab(seed)
+    rng = np.random.default_rng(seed + 1)
+    base = dt.date(2019, 1, 1).toordinal()
+    for i in range(n):
+        filler = " ".join(rng.choice(vocab.filler, size=int(rng.integers(20, 45)), p=vocab.filler_p))
+        kind = i % 4
+        if kind < 2:
+            vendor = vocab.vendors[int(rng.integers(len(vocab.vendors)))]
+            date = dt.date.fromordinal(base + int(rng.integers(0, 7 * 365))).isoformat()
+            amount = round(float(rng.lognormal(7, 1.2)), 2)
+            s1, s2 = (SERVICES[j] for j in rng.choice(len(SERVICES), 2, replace=False))
+            title = f"Invoice INV-{date[:4]}-{i:07d} from {vendor}"
+            text = (
+                f"Invoice INV-{date[:4]}-{i:07d} issued by {vendor} on {date} for {s1} and {s2}. "
+                f"Total amount due {amount:.2f} EUR, payment within {int(rng.choice([14, 30, 60]))} days. {filler}."
+            )
+            yield "invoices", f"inv-{i:07d}", {"vendor": vendor, "invoice_date": date, "amount": amount, "year": int(date[:4])}, title, text
+        elif kind == 2:
+            party = vocab.vendors[int(rng.integers(len(vocab.vendors)))]
+            year = int(rng.integers(2015, 2026))
+            clauses = " ".join(
+                CLAUSES[j].format(n=int(rng.choice([30, 60, 90]))) for j in rng.choice(len(CLAUSES), 3, replace=False)
+            )
+            title = f"Agreement with {party} ({year})"
+            yield "contracts", f"ctr-{i:07d}", {"party": party, "year": year}, title, f"{title}. {clauses} {filler}."
+        else:
+            dtype = DEVICE_TYPES[int(rng.integers(len(DEVICE_TYPES)))]
+            part = f"{_word(rng, 1).upper()}{int(rng.integers(100, 9999))}"
+            p1, p2 = (PARAMS[j] for j in rng.choice(len(PARAMS), 2, replace=False))
+            title = f"{part} {dtype} datasheet"
+            text = f"The {part} is a {dtype} device. Maximum {p1} and typical {p2} are listed below. {filler}."
+            yield "datasheets", f"ds-{i:07d}", {"part": part, "type": dtype}, title, text
+
+
+SCHEMAS = {
+    "invoices": {"vendor": "TEXT", "invoice_date": "DATE", "amount": "REAL", "year": "INTEGER"},
+    "contracts": {"party": "TEXT", "year": "INTEGER"},
+    "datasheets": {"part": "TEXT", "type": "TEXT"},
+}
+
+
+def query_set(seed: int = SEED) -> list[dict[str, Any]]:
+    """Queries for every measurement: text, a bucket, and a filter in both languages."""
+    vocab = Vocab(seed)
+    rng = np.random.default_rng(seed + 2)
+    out = []
+    for i in range(QUERIES):
+        kind = i % 3
+        if kind == 0:
+            service = SERVICES[int(rng.integers(len(SERVICES)))]
+            year = int(rng.integers(2019, 2026))
+            out.append({
+                "bucket": "invoices",
+                "text": f"invoice for {service}",
+                "kb_filter": {"amount": {">": 1000}, "year": year},
+                "chroma_where": {"$and": [{"bucket": "invoices"}, {"amount": {"$gt": 1000.0}}, {"year": year}]},
+            })
+        elif kind == 1:
+            party = vocab.vendors[int(rng.integers(len(vocab.vendors)))]
+            out.append({
+                "bucket": "contracts",
+                "text": "termination notice period",
+                "kb_filter": {"party": party},
+                "chroma_where": {"$and": [{"bucket": "contracts"}, {"party": party}]},
+            })
+        else:
+            dtype = DEVICE_TYPES[int(rng.integers(len(DEVICE_TYPES)))]
+            param = PARAMS[int(rng.integers(len(PARAMS)))]
+            out.append({
+                "bucket": "datasheets",
+                "text": f"{dtype} maximum {param}",
+                "kb_filter": {"type": dtype},
+                "chroma_where": {"$and": [{"bucket": "datasheets"}, {"type": dtype}]},
+            })
+    return out
+
+
+# --------------------------------------------------------------------------- vectors
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+class BowProjection:
+    """Bag-of-words random projection: each token has a fixed random unit vector (seeded by
+    its BLAKE2b hash); a text is the L2-normalised sum. Deterministic in any process."""
+
+    def __init__(self, dim: int = DIM) -> None:
+        self.dim = dim
+        self._rows: dict[str, np.ndarray] = {}
+
+    def token(self, tok: str) -> np.ndarray:
+        row = self._rows.get(tok)
+        if row is None:
+            seed = int.from_bytes(hashlib.blake2b(tok.encode(), digest_size=8).digest(), "little")
+            row = np.random.default_rng(seed).standard_normal(self.dim).astype(np.float32)
+            row /= np.linalg.norm(row)
+            self._rows[tok] = row
+        return row
+
+    def embed(self, text: str) -> np.ndarray:
+        toks = _TOKEN.findall(text.lower())
+        v = np.zeros(self.dim, np.float32)
+        for t in toks:
+            v += self.token(t)
+        n = float(np.linalg.norm(v))
+        return v / n if n > 0 else v
+
+    def matrix(self, texts: list[str]) -> np.ndarray:
+        return np.stack([self.embed(t) for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+
+
+class LookupEmbedder:
+    """An ``Embedder`` that serves precomputed document vectors (so the KB's ingest time is
+    storage and indexing, like Chroma's) and projects queries with ``BowProjection``."""
+
+    name = "bench-bow"
+    model = "bow-v1"
+    max_chars = 20_000
+
+    def __init__(self, table: dict[str, int], vectors: np.ndarray) -> None:
+        self.table = table
+        self.vectors = vectors
+        self.dim = vectors.shape[1]
+        self.projection = BowProjection(self.dim)
+
+    async def embed(self, text: str, *, task: str = "query") -> np.ndarray:
+        return self.projection.embed(text)
+
+    async def embed_batch(self, texts: list[str], *, task: str = "document") -> np.ndarray:
+        rows = [self.table.get(t) for t in texts]
+        if all(r is not None for r in rows):
+            return self.vectors[[int(r) for r in rows if r is not None]]
+        return self.projection.matrix(texts)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def embedding_text(title: str, text: str) -> str:
+    """What ``KnowledgeBase`` embeds for a one-chunk document without headings."""
+    return f"{title}\n{text}"
+
+
+# --------------------------------------------------------------------------- the two sides
+
+
+def _peak_rss_kb() -> int:
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def _dir_mb(path: Path) -> float:
+    total = sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
+    return round(total / 2**20, 1)
+
+
+async def run_kb(n: int, workdir: Path) -> dict[str, Any]:
+    from knowledge.kb import KBConfig, KnowledgeBase
+
+    vectors = np.load(workdir / "vectors.npy", mmap_mode="r")
+    docs = list(generate(n))
+    table = {embedding_text(d[3], d[4]): i for i, d in enumerate(docs)}
+    rss0 = rss_kb()
+    db = workdir / "kb.sqlite3"
+    kb = await KnowledgeBase.open(db, LookupEmbedder(table, np.ascontiguousarray(vectors)), config=KBConfig(batch_documents=2000))
+    for bucket, fields in SCHEMAS.items():
+        await kb.create_bucket(bucket, fields)
+    started = time.perf_counter()
+    by_bucket: dict[str, list[dict[str, Any]]] = {b: [] for b in SCHEMAS}
+    for bucket, doc_id, meta, title, text in docs:
+        by_bucket[bucket].append({"id": doc_id, "title": title, "text": text, "metadata": meta})
+    del docs
+    ingested = 0
+    for bucket, items in by_bucket.items():
+        for start in range(0, len(items), 10_000):
+            report = await kb.ingest_documents(items[start : start + 10_000], bucket=bucket)
+            assert not report.rejected, report.rejected[:3]
+            ingested += report.chunks
+    ingest_s = time.perf_counter() - started
+    by_bucket.clear()
+
+    queries = query_set()
+    timings: dict[str, list[float]] = {"search_text": [], "search_semantic": [], "filtered_text": [], "filtered_semantic": []}
+    counts: dict[str, list[int]] = {k: [] for k in timings}
+
+    async def measure(name: str, q: dict[str, Any], **kw: Any) -> None:
+        t0 = time.perf_counter()
+        res = await kb.search(q["text"], bucket=q["bucket"], top_k=10, context_chars=400, **kw)
+        timings[name].append((time.perf_counter() - t0) * 1000)
+        counts[name].append(len(res.hits))
+
+    for q in queries[:WARMUP]:
+        await kb.search(q["text"], bucket=q["bucket"], mode="semantic")
+        await kb.search(q["text"], bucket=q["bucket"], mode="text")
+    for name in timings:
+        timings[name].clear()
+    for q in queries:
+        await measure("search_text", q, mode="text")
+        await measure("search_semantic", q, mode="semantic")
+        await measure("filtered_text", q, mode="text", filters=q["kb_filter"])
+        await measure("filtered_semantic", q, mode="semantic", filters=q["kb_filter"])
+    rss1 = rss_kb()
+    await kb.aclose()
+    return {
+        "chunks": ingested,
+        "ingest_seconds": round(ingest_s, 2),
+        "ingest_chunks_per_s": round(ingested / ingest_s, 1),
+        "latency_ms": {k: summary(v) for k, v in timings.items()},
+        "mean_hits": {k: round(sum(v) / len(v), 2) for k, v in counts.items()},
+        "rss_mb_after_queries": round(rss1 / 1024, 1),
+        "rss_mb_growth": round((rss1 - rss0) / 1024, 1),
+        "peak_rss_mb": round(_peak_rss_kb() / 1024, 1),
+        "disk_mb": _dir_mb(db),
+    }
+
+
+def run_chroma(n: int, workdir: Path) -> dict[str, Any]:
+    import chromadb
+    from chromadb.config import Settings as ChromaSettings
+
+    vectors = np.load(workdir / "vectors.npy", mmap_mode="r")
+    qvecs = np.load(workdir / "queries.npy")
+    docs = list(generate(n))
+    rss0 = rss_kb()
+    path = workdir / "chroma"
+    client = chromadb.PersistentClient(path=str(path), settings=ChromaSettings(anonymized_telemetry=False))
+    col = client.create_collection("bench", metadata={"hnsw:space": "cosine"})
+    step = min(5000, int(client.get_max_batch_size()))
+    started = time.perf_counter()
+    for start in range(0, len(docs), step):
+        part = docs[start : start + step]
+        col.add(
+            ids=[d[1] for d in part],
+            embeddings=np.ascontiguousarray(vectors[start : start + len(part)]),
+            documents=[d[4] for d in part],
+            metadatas=[{"bucket": d[0], "title": d[3], **d[2]} for d in part],
+        )
+    ingest_s = time.perf_counter() - started
+    count = col.count()
+    del docs
+    queries = query_set()
+    timings: dict[str, list[float]] = {"vector": [], "filtered_vector": []}
+    hits: dict[str, list[int]] = {k: [] for k in timings}
+    for i in range(WARMUP):
+        col.query(query_embeddings=[qvecs[i]], n_results=10, where={"bucket": queries[i]["bucket"]})
+    for i, q in enumerate(queries):
+        for name, where in (("vector", {"bucket": q["bucket"]}), ("filtered_vector", q["chroma_where"])):
+            t0 = time.perf_counter()
+            res = col.query(query_embeddings=[qvecs[i]], n_results=10, where=where, include=["documents", "metadatas", "distances"])
+            timings[name].append((time.perf_counter() - t0) * 1000)
+            hits[name].append(len(res["ids"][0]))
+    rss1 = rss_kb()
+    return {
+        "version": chromadb.__version__,
+        "chunks": count,
+        "ingest_seconds": round(ingest_s, 2),
+        "ingest_chunks_per_s": round(count / ingest_s, 1),
+        "latency_ms": {k: summary(v) for k, v in timings.items()},
+        "mean_hits": {k: round(sum(v) / len(v), 2) for k, v in hits.items()},
+        "rss_mb_after_queries": round(rss1 / 1024, 1),
+        "rss_mb_growth": round((rss1 - rss0) / 1024, 1),
+        "peak_rss_mb": round(_peak_rss_kb() / 1024, 1),
+        "disk_mb": _dir_mb(path),
+    }
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def prepare(n: int, workdir: Path) -> float:
+    started = time.perf_counter()
+    proj = BowProjection()
+    out = np.lib.format.open_memmap(workdir / "vectors.npy", mode="w+", dtype=np.float32, shape=(n, DIM))
+    batch: list[str] = []
+    row = 0
+    for _bucket, _id, _meta, title, text in generate(n):
+        batch.append(embedding_text(title, text))
+        if len(batch) == 5000:
+            out[row : row + len(batch)] = proj.matrix(batch)
+            row += len(batch)
+            batch = []
+    if batch:
+        out[row : row + len(batch)] = proj.matrix(batch)
+    out.flush()
+    del out
+    np.save(workdir / "queries.npy", proj.matrix([q["text"] for q in query_set()]))
+    return time.perf_counter() - started
+
+
+def child(side: str, n: int, workdir: Path) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONHASHSEED": "0", "ANONYMIZED_TELEMETRY": "False"}
+    proc = subprocess.run(
+        [sys.executable, __file__, "--side", side, "--chunks", str(n), "--workdir", str(workdir)],
+        capture_output=True, text=True, env=env, check=False,
+    )
+    if proc.returncode != 0:
+        return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1][:500] if (proc.stderr or proc.stdout) else f"exit {proc.returncode}"}
+    return orjson.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def chroma_available() -> str | None:
+    try:
+        import chromadb  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken native dependency
+        return f"chromadb cannot be imported: {type(exc).__name__}: {exc}"
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--full", action="store_true", help="1M chunks instead of 100k")
+    ap.add_argument("--chunks", type=int, default=None)
+    ap.add_argument("--side", choices=("kb", "chroma"), help=argparse.SUPPRESS)
+    ap.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--skip-chroma", action="store_true")
+    args = ap.parse_args()
+    n = args.chunks or (1_000_000 if args.full else 100_000)
+
+    if args.side:
+        result = asyncio.run(run_kb(n, args.workdir)) if args.side == "kb" else run_chroma(n, args.workdir)
+        print(orjson.dumps(result).decode())
+        return 0
+
+    workdir = Path(tempfile.mkdtemp(prefix="agentchat-corpus-"))
+    try:
+        print(f"corpus: {n:,} chunks, {DIM}-dim vectors (workdir {workdir})", flush=True)
+        prep_s = prepare(n, workdir)
+        print(f"  generated and embedded in {prep_s:.1f} s", flush=True)
+        kb = child("kb", n, workdir)
+        print("  kb:", orjson.dumps(kb).decode(), flush=True)
+        why_not = "skipped (--skip-chroma)" if args.skip_chroma else chroma_available()
+        chroma = {"skipped": why_not} if why_not else child("chroma", n, workdir)
+        print("  chroma:", orjson.dumps(chroma).decode(), flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    comparison: dict[str, Any] = {}
+    if "latency_ms" in kb and "latency_ms" in chroma:
+        comparison = {
+            "ingest_rate_ratio_kb_over_chroma": round(kb["ingest_chunks_per_s"] / chroma["ingest_chunks_per_s"], 2),
+            "filtered_vector_p95_ms": {
+                "kb": kb["latency_ms"]["filtered_semantic"]["p95"],
+                "chroma": chroma["latency_ms"]["filtered_vector"]["p95"],
+            },
+            "rss_mb_after_queries": {"kb": kb["rss_mb_after_queries"], "chroma": chroma["rss_mb_after_queries"]},
+        }
+    target_key = "filtered_p95_ms_1m" if n >= 1_000_000 else "filtered_p95_ms_100k"
+    checks = {}
+    if "latency_ms" in kb:
+        worst = max(kb["latency_ms"]["filtered_text"]["p95"], kb["latency_ms"]["filtered_semantic"]["p95"])
+        checks = {"filtered_p95_ms": worst, "target_ms": TARGETS[target_key], "met": worst <= TARGETS[target_key]}
+        if comparison:
+            checks["ingest_at_least_chroma"] = comparison["ingest_rate_ratio_kb_over_chroma"] >= 1.0
+    path = write_results(
+        "corpus" if n < 1_000_000 else "corpus_1m",
+        {"chunks": n, "dim": DIM, "queries": QUERIES, "prepare_seconds": round(prep_s, 1), "kb": kb, "chroma": chroma,
+         "comparison": comparison, "targets": checks},
+    )
+    print(f"targets: {checks}")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
