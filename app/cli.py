@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
 import os
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config import ConfigError, Settings
+from app.gcpolicy import tune_for_serving
 from app.logs import configure_logging
 
 log = logging.getLogger("agentchat.cli")
@@ -77,13 +77,10 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 async def _freeze_startup_objects(server: Any, tasks: list[asyncio.Task[None]]) -> None:
-    """Once serving, move everything alive (modules, the app, its services) out of the
-    garbage collector's generations: full collections then walk only what runs and
-    connections allocate, which shortens the pauses that delay every open stream."""
+    """Once serving, apply the serving GC policy (app/gcpolicy.py)."""
     while not server.started and not any(t.done() for t in tasks):
         await asyncio.sleep(0.05)
-    gc.collect()
-    gc.freeze()
+    tune_for_serving()
 
 
 def _serve_reload(args: argparse.Namespace) -> None:

@@ -149,11 +149,10 @@ async def _serve(server: Any, stats: str | None, gc_freeze: bool) -> None:
         while not server.started and not task.done():
             await asyncio.sleep(0.01)
         if gc_freeze:
-            # Everything alive after start-up (modules, the app, its services) is moved out
-            # of the collector's generations, so a full collection only walks what the
-            # runs and connections allocated since.
-            gc.collect()
-            gc.freeze()
+            # The same policy `agentchat serve` applies once it is up.
+            from app.gcpolicy import tune_for_serving
+
+            tune_for_serving()
         monitor.reset()
         await task
     finally:
@@ -252,7 +251,7 @@ async def server_process(args: argparse.Namespace, stats: dict[str, Any]) -> Asy
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="bench-resume-") as tmp:
         profile = ["--profile", args.profile] if args.profile else []
-        profile += ["--gc-freeze"] if args.gc_freeze else []
+        profile += ["--gc-tuned"] if args.gc_freeze else ["--no-gc-tuning"]
         proc = await asyncio.create_subprocess_exec(
             sys.executable, __file__, "--serve", *profile, "--stats", str(Path(tmp) / "stats.json"), "--port", str(port), "--db", str(Path(tmp) / "bench.sqlite3"),
             "--chunks", str(args.chunks), "--chunk-delay-ms", str(args.chunk_delay_ms),
@@ -597,8 +596,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--db", help=argparse.SUPPRESS)
     p.add_argument("--stats", help=argparse.SUPPRESS)
     p.add_argument(
-        "--gc-freeze", action="store_true", help="gc.freeze() in the server after start-up (see the report)"
+        "--no-gc-tuning", dest="gc_freeze", action="store_false",
+        help="leave the server's GC at CPython defaults instead of the serving policy of `agentchat serve`",
     )
+    p.add_argument("--gc-tuned", dest="gc_freeze", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args()
 
 
