@@ -35,44 +35,38 @@ def _component(request: Request, name: str) -> Any:
 
 
 async def ingest_documents(request: Request) -> Response:
+    _require_admin(request)
+    knowledge = _component(request, "knowledge")
+    body = await read_json_body(request, MAX_KB_BODY)
+    if not isinstance(body, dict) or not isinstance(body.get("documents"), list):
+        raise HTTPProblem(400, "invalid_request", 'send {"documents": [ {...}, ... ], "bucket"?: "name"}')
+    docs = body["documents"]
+    if not docs:
+        raise HTTPProblem(400, "invalid_field", "documents must not be empty")
+    if len(docs) > MAX_DOCUMENTS:
+        raise HTTPProblem(400, "invalid_field", f"at most {MAX_DOCUMENTS} documents per request")
+    bucket = body.get("bucket", "default")
+    if not isinstance(bucket, str):
+        raise HTTPProblem(400, "invalid_field", "bucket must be a string")
     try:
-        _require_admin(request)
-        knowledge = _component(request, "knowledge")
-        body = await read_json_body(request, MAX_KB_BODY)
-        if not isinstance(body, dict) or not isinstance(body.get("documents"), list):
-            raise HTTPProblem(400, "invalid_request", 'send {"documents": [ {...}, ... ], "bucket"?: "name"}')
-        docs = body["documents"]
-        if not docs:
-            raise HTTPProblem(400, "invalid_field", "documents must not be empty")
-        if len(docs) > MAX_DOCUMENTS:
-            raise HTTPProblem(400, "invalid_field", f"at most {MAX_DOCUMENTS} documents per request")
-        bucket = body.get("bucket", "default")
-        if not isinstance(bucket, str):
-            raise HTTPProblem(400, "invalid_field", "bucket must be a string")
-        try:
-            report = await knowledge.kb.ingest_documents(docs, bucket=bucket)
-        except ValueError as exc:  # unknown bucket, bad bucket name
-            raise HTTPProblem(400, "invalid_field", str(exc)) from None
-        payload = report.to_dict()
-        status = 200 if (payload["added"] or payload["updated"] or payload["skipped"]) else 422
-        return ORJSONResponse(payload, status_code=status)
-    except HTTPProblem as p:
-        return p.response()
+        report = await knowledge.kb.ingest_documents(docs, bucket=bucket)
+    except ValueError as exc:  # unknown bucket, bad bucket name
+        raise HTTPProblem(400, "invalid_field", str(exc)) from None
+    payload = report.to_dict()
+    status = 200 if (payload["added"] or payload["updated"] or payload["skipped"]) else 422
+    return ORJSONResponse(payload, status_code=status)
 
 
 async def prune_keywords(request: Request) -> Response:
-    try:
-        _require_admin(request)
-        keywords = _component(request, "keywords")
-        body = await read_json_body(request, 4096)
-        if not isinstance(body, dict):
-            raise HTTPProblem(400, "invalid_request", 'send {"min_usage": N, "older_than_days": D}')
-        min_usage, days = body.get("min_usage"), body.get("older_than_days")
-        if isinstance(min_usage, bool) or not isinstance(min_usage, int) or min_usage < 1:
-            raise HTTPProblem(400, "invalid_field", "min_usage must be an integer >= 1")
-        if isinstance(days, bool) or not isinstance(days, int | float) or days < 0:
-            raise HTTPProblem(400, "invalid_field", "older_than_days must be a number >= 0")
-        removed = await keywords.prune(min_usage=min_usage, older_than_days=float(days))
-        return ORJSONResponse({"removed": removed})
-    except HTTPProblem as p:
-        return p.response()
+    _require_admin(request)
+    keywords = _component(request, "keywords")
+    body = await read_json_body(request, 4096)
+    if not isinstance(body, dict):
+        raise HTTPProblem(400, "invalid_request", 'send {"min_usage": N, "older_than_days": D}')
+    min_usage, days = body.get("min_usage"), body.get("older_than_days")
+    if isinstance(min_usage, bool) or not isinstance(min_usage, int) or min_usage < 1:
+        raise HTTPProblem(400, "invalid_field", "min_usage must be an integer >= 1")
+    if isinstance(days, bool) or not isinstance(days, int | float) or days < 0:
+        raise HTTPProblem(400, "invalid_field", "older_than_days must be a number >= 0")
+    removed = await keywords.prune(min_usage=min_usage, older_than_days=float(days))
+    return ORJSONResponse({"removed": removed})

@@ -78,5 +78,10 @@ def create_app(
         routes=routes,
         middleware=middleware,
         lifespan=lifespan,
-        exception_handlers={404: http.not_found, 405: http.method_not_allowed, 500: http.server_error},
+        exception_handlers={
+            http.HTTPProblem: http.problem,
+            404: http.not_found,
+            405: http.method_not_allowed,
+            500: http.server_error,
+        },
     )

@@ -191,20 +191,14 @@ def sse(content: AsyncIterator[bytes], svc: Services) -> EventSourceResponse:
 
 
 async def chat(request: Request) -> Response:
-    try:
-        ident, chat_input = await admit(request)
-    except HTTPProblem as p:
-        return p.response()
+    ident, chat_input = await admit(request)
     svc = services(request)
     run = start_run(svc, ident, chat_input)
     return sse(stream_run(svc, run, 0, cancel_on_exit=True), svc)
 
 
 async def create_run(request: Request) -> Response:
-    try:
-        ident, chat_input = await admit(request)
-    except HTTPProblem as p:
-        return p.response()
+    ident, chat_input = await admit(request)
     svc = services(request)
     run = start_run(svc, ident, chat_input)
     token = svc.auth.stream_token(run.id, ident.user_id)
@@ -248,57 +242,48 @@ def _reader(request: Request, run_id: str) -> str:
 async def run_events(request: Request) -> Response:
     svc = services(request)
     run_id = request.path_params["run_id"]
-    try:
-        user_id = _reader(request, run_id)
-        after = _after(request)
-        run = svc.runs.get(run_id)
-        if run is not None:
-            if run.user_id != user_id:
-                raise HTTPProblem(404, "not_found", "no such run")
-            if run.finished and after >= run.last_seq:
-                return Response(status_code=204)
-            return sse(stream_run(svc, run, after, cancel_on_exit=False), svc)
-        stored = await svc.run_log.get(run_id)
-        if stored is None or stored.user_id != user_id:
+    user_id = _reader(request, run_id)
+    after = _after(request)
+    run = svc.runs.get(run_id)
+    if run is not None:
+        if run.user_id != user_id:
             raise HTTPProblem(404, "not_found", "no such run")
-        events = await svc.run_log.events_after(run_id, after)
-        if not events:
+        if run.finished and after >= run.last_seq:
             return Response(status_code=204)
-        return sse(stream_stored(events), svc)
-    except HTTPProblem as p:
-        return p.response()
+        return sse(stream_run(svc, run, after, cancel_on_exit=False), svc)
+    stored = await svc.run_log.get(run_id)
+    if stored is None or stored.user_id != user_id:
+        raise HTTPProblem(404, "not_found", "no such run")
+    events = await svc.run_log.events_after(run_id, after)
+    if not events:
+        return Response(status_code=204)
+    return sse(stream_stored(events), svc)
 
 
 async def cancel_run(request: Request) -> Response:
     svc = services(request)
     run_id = request.path_params["run_id"]
-    try:
-        ident = identify(request)
-        run = svc.runs.get(run_id)
-        if run is None or run.user_id != ident.user_id:
-            stored = await svc.run_log.get(run_id)
-            if stored is None or stored.user_id != ident.user_id:
-                raise HTTPProblem(404, "not_found", "no such run")
-            return ORJSONResponse({"run_id": run_id, "status": stored.status})
-        if not run.finished:
-            await svc.runs.cancel(run)
-        return ORJSONResponse({"run_id": run_id, "status": run.status})
-    except HTTPProblem as p:
-        return p.response()
+    ident = identify(request)
+    run = svc.runs.get(run_id)
+    if run is None or run.user_id != ident.user_id:
+        stored = await svc.run_log.get(run_id)
+        if stored is None or stored.user_id != ident.user_id:
+            raise HTTPProblem(404, "not_found", "no such run")
+        return ORJSONResponse({"run_id": run_id, "status": stored.status})
+    if not run.finished:
+        await svc.runs.cancel(run)
+    return ORJSONResponse({"run_id": run_id, "status": run.status})
 
 
 async def get_conversation(request: Request) -> Response:
     svc = services(request)
     conversation_id = request.path_params["conversation_id"]
-    try:
-        ident = identify(request)
-        owner = await svc.conversations.owner(conversation_id)
-        if owner is None or owner != ident.user_id:
-            raise HTTPProblem(404, "not_found", "no such conversation")
-        messages = await svc.conversations.load_dicts(conversation_id)
-        return ORJSONResponse({"conversation_id": conversation_id, "messages": messages})
-    except HTTPProblem as p:
-        return p.response()
+    ident = identify(request)
+    owner = await svc.conversations.owner(conversation_id)
+    if owner is None or owner != ident.user_id:
+        raise HTTPProblem(404, "not_found", "no such conversation")
+    messages = await svc.conversations.load_dicts(conversation_id)
+    return ORJSONResponse({"conversation_id": conversation_id, "messages": messages})
 
 
 async def healthz(request: Request) -> Response:
@@ -312,6 +297,11 @@ async def readyz(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     return Response(services(request).metrics_text(), media_type="text/plain; version=0.0.4")
+
+
+async def problem(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPProblem)
+    return exc.response()
 
 
 async def not_found(request: Request, exc: Exception) -> Response:

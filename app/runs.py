@@ -100,33 +100,6 @@ class Run:
 
     # --- reading ------------------------------------------------------------------
 
-    async def follow(self, after: int = 0, *, idle: float | None = None) -> AsyncIterator[RunEvent | None]:
-        """Yield events with ``seq > after`` as they arrive; stop after ``message_complete``.
-
-        With ``idle`` set, yields ``None`` whenever no event arrived for that many seconds
-        (the caller turns it into a heartbeat).
-        """
-        pos = max(0, after)
-        while True:
-            while pos < len(self.events):
-                ev = self.events[pos]
-                pos += 1
-                yield ev
-                if ev.event == TERMINAL_EVENT:
-                    return
-            if self.finished:
-                return
-            waiter = self._changed
-            if pos < len(self.events):
-                continue
-            if idle is None:
-                await waiter.wait()
-            else:
-                try:
-                    await asyncio.wait_for(waiter.wait(), idle)
-                except TimeoutError:
-                    yield None
-
     async def follow_wire(self, after: int = 0, *, idle: float | None = None, max_bytes: int = 65536) -> AsyncIterator[bytes | None]:
         """Like ``follow`` but yields SSE bytes, joining every event already in the log
         (up to ``max_bytes``) into one write: a fast producer costs one send per batch,
