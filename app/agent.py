@@ -239,6 +239,7 @@ class Agent:
     async def _persist(self, scope: _RunScope) -> None:
         if not scope.new_messages:
             return
+        _answer_dangling_calls(scope.new_messages)
         try:
             await asyncio.wait_for(
                 asyncio.shield(
@@ -481,6 +482,21 @@ class Agent:
             )
         )
         return ToolResult(call.id, call.name, content, outcome.is_error)
+
+
+def _answer_dangling_calls(messages: list[Message]) -> None:
+    """Give every tool call of the last assistant turn a result, if the run stopped
+    (cancelled, failed) before they had one: providers reject a history with calls
+    that were never answered, which would break the conversation's next run."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "assistant":
+            calls = messages[i].tool_calls
+            answered = {r.tool_call_id for m in messages[i + 1 :] for r in m.tool_results}
+            missing = [c for c in calls if c.id not in answered]
+            if missing:
+                note = orjson.dumps({"error": "not_run", "reason": "The run ended before this call ran."}).decode()
+                messages.append(Message("user", tool_results=[ToolResult(c.id, c.name, note, True) for c in missing]))
+            return
 
 
 def _parse_call(call_id: str, name: str, raw: str) -> ToolCall:

@@ -226,6 +226,13 @@ async def test_disconnect_cancels_a_running_tool(settings: Settings, probe: Tool
         [run] = list(app.state.services.runs._runs.values())
         await asyncio.wait_for(run.wait_finished(), timeout=10)
         assert run.status == "cancelled"
+        # The stored conversation answers the call that never finished, so the
+        # conversation's next run sends providers a valid history.
+        await app.state.services.db.flush()
+        stored = await app.state.services.conversations.load(run.conversation_id, run.user_id)
+        assert stored[-2].tool_calls[0].name == "wait_for_backend"
+        assert stored[-1].tool_results[0].tool_call_id == stored[-2].tool_calls[0].id
+        assert stored[-1].tool_results[0].is_error
 
 
 async def test_max_loops(tmp_path: Any, probe: ToolProbe, ollama_fake: Any) -> None:
