@@ -150,7 +150,8 @@ def _report_text(report: Any) -> str:
     rejected = getattr(report, "rejected", []) or []
     lines = ["ingested: " + " ".join(parts) + f" rejected={len(rejected)}"]
     for r in rejected[:50]:
-        lines.append(f"  rejected: {r}")
+        where = f"{r.source} line {r.line}" if getattr(r, "line", None) else str(getattr(r, "source", ""))
+        lines.append(f"  rejected: {where}: {getattr(r, 'reason', r)}")
     return "\n".join(lines)
 
 
@@ -158,6 +159,19 @@ async def _buckets(args: argparse.Namespace) -> int:
     settings = _settings()
     kb = await _open_kb(settings)
     try:
+        if getattr(args, "bucket_command", None) == "create":
+            fields: dict[str, str] = {}
+            for spec in args.fields:
+                name, _, kind = spec.partition(":")
+                if not name or not kind:
+                    print(f"agentchat buckets create: field {spec!r} must be NAME:TYPE", file=sys.stderr)
+                    return 2
+                fields[name] = kind.upper()
+            try:
+                await kb.create_bucket(args.name, fields)
+            except ValueError as exc:
+                print(f"agentchat buckets create: {exc}", file=sys.stderr)
+                return 2
         buckets = await kb.list_buckets()
     finally:
         await kb.aclose()
@@ -213,7 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     ingest.add_argument("--quiet", action="store_true", help="no progress bar")
     ingest.add_argument("--strict", action="store_true", help="exit 1 when any record was rejected")
 
-    sub.add_parser("buckets", help="list buckets, their schemas and counts")
+    buckets = sub.add_parser("buckets", help="list buckets, their schemas and counts")
+    bucket_sub = buckets.add_subparsers(dest="bucket_command")
+    create = bucket_sub.add_parser("create", help="create a bucket with typed metadata fields")
+    create.add_argument("name")
+    create.add_argument("fields", nargs="*", metavar="FIELD:TYPE",
+                        help="TYPE is TEXT, INTEGER, REAL, DATE or BOOLEAN (e.g. vendor:TEXT amount:REAL)")
 
     kw = sub.add_parser("keywords", help="keyword index maintenance")
     kw_sub = kw.add_subparsers(dest="kw_command", required=True)
