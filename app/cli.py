@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -85,10 +86,27 @@ async def _freeze_startup_objects(server: Any, tasks: list[asyncio.Task[None]]) 
 
 def _serve_reload(args: argparse.Namespace) -> None:
     """``--reload`` for development: uvicorn restarts the app on code changes."""
+    settings = _settings()
+    port = args.port if args.port is not None else settings.port
+    os.environ.setdefault("AGENT_PORT", str(port))
+    backend: subprocess.Popen[bytes] | None = None
+    if settings.backend_url is None and not args.no_backend:
+        # The reloader re-imports the app in a child process; the backend runs beside it
+        # in its own process so reloads do not reset it.
+        backend_port = args.backend_port or port + 1
+        backend = subprocess.Popen([sys.executable, "-m", "app.cli", "backend", "--port", str(backend_port)])
+        os.environ["AGENT_BACKEND_URL"] = f"http://127.0.0.1:{backend_port}"
+    try:
+        _run_reloader(args, settings)
+    finally:
+        if backend is not None:
+            backend.terminate()
+            backend.wait(10)
+
+
+def _run_reloader(args: argparse.Namespace, settings: Settings) -> None:
     import uvicorn
 
-    settings = _settings()
-    os.environ.setdefault("AGENT_PORT", str(args.port or settings.port))
     uvicorn.run(
         "app.factory:create_app",
         factory=True,
