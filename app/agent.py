@@ -159,6 +159,7 @@ class _RunScope:
     executions: int = 0
     nudges: dict[str, int] = field(default_factory=dict)
     malformed_strikes: int = 0
+    failed_attempts: dict[str, int] = field(default_factory=dict)
 
 
 class Agent:
@@ -465,7 +466,15 @@ class Agent:
         content = body if isinstance(body, str) else orjson.dumps(body, default=str).decode()
         if len(content) > MAX_TOOL_RESULT_CHARS:
             content = content[:MAX_TOOL_RESULT_CHARS] + f"… [truncated: {len(content)} characters in all]"
-        status = "success" if not outcome.is_error else ("failure" if outcome.counts_as_execution else "rejected")
+        # Seed 001's log: success | failure, plus `rejected` for calls refused before they
+        # ran (validation, prerequisites); a call after earlier failed attempts of the same
+        # tool in this run is logged as `retry` with how many came before.
+        retries = scope.failed_attempts.get(call.name, 0)
+        if outcome.is_error:
+            status = "failure" if outcome.counts_as_execution else "rejected"
+            scope.failed_attempts[call.name] = retries + 1
+        else:
+            status = "retry" if retries else "success"
         self.tool_log.record(
             ToolCallRecord(
                 run_id=run.id,
@@ -478,7 +487,7 @@ class Agent:
                 status=status,
                 error=content[:1000] if outcome.is_error else None,
                 duration_ms=round(duration_ms, 2),
-                retry_count=scope.state.tools_called.count(call.name) if outcome.is_error else 0,
+                retry_count=retries,
             )
         )
         return ToolResult(call.id, call.name, content, outcome.is_error)

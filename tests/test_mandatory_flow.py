@@ -252,13 +252,13 @@ async def test_injection_strings_are_rejected_before_execution(tmp_path: Path, a
     async with flow_app(tmp_path, steps) as (base, app, fake, _):
         events = await ask(base)
         await app.state.services.db.flush()
-        rows = await app.state.services.db.fetchall("SELECT tool_name, status FROM tool_calls ORDER BY id")
+        rows = await app.state.services.db.fetchall("SELECT tool_name, status, retry_count FROM tool_calls ORDER BY id")
     first = [e.json() for e in events if e.event == "tool_call_result"][0]
     assert first["is_error"] is True
     feedback = tool_results(sent(fake)[1], "knowledge_base_search")[0]
     assert feedback["error"] == "invalid_parameters" and feedback["reason"] and feedback["guidance"]
-    assert rows[0] == ("knowledge_base_search", "rejected")
-    assert ("knowledge_base_search", "success") in rows
+    assert rows[0] == ("knowledge_base_search", "rejected", 0)
+    assert rows[1] == ("knowledge_base_search", "retry", 1)
     assert events[-1].json()["status"] == "completed"
 
 
