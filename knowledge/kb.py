@@ -9,8 +9,14 @@ Why this shape:
 * The vector side is an in-memory float32 matrix (``VectorIndex``) loaded at open and
   updated after each commit; scans over large matrices run in a worker thread.
 * Search = FTS5 BM25 ∪ vector top-N → reciprocal rank fusion → cheap re-ranking →
-  at most 3 chunks per document → scores on 0..1. Filters are compiled once and used
-  twice: as a parameterised ``WHERE`` for FTS and as a document mask for the vectors.
+  at most 3 chunks per document → scores on 0..1. Filters are compiled once and
+  resolved to the set of documents in scope, used twice: to restrict the BM25 ranking
+  and as a document mask for the vectors.
+* BM25 cost grows with the matches it must score, so terms in a large share of the
+  chunks (near-zero idf) are left out of the ``MATCH`` (``fts.selective_terms``), and a
+  scoped search never joins inside the FTS query (with planner statistics SQLite may
+  re-run the ``MATCH`` per document): it probes the best matches of the whole index,
+  or ranks every match once and intersects with the scope.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from knowledge.filters import (
     parse_filters,
     split_constraints,
 )
-from knowledge.fts import match_expression
+from knowledge.fts import or_expression, selective_terms
 from knowledge.loaders import LoadedDocument, iter_files, load_file, record_to_document
 from knowledge.migrations import apply_migrations, utc_now
 from knowledge.names import check_bucket_name, is_doc_id, short_hash, slugify
@@ -85,6 +91,14 @@ class KBConfig:
     executor_rows: int = 2_000
     query_cache: int = 256
     busy_timeout_ms: int = 10_000
+    #: BM25 skips terms in more than this share of all chunks (FTS5 idf ≤ log 4) …
+    common_term_fraction: float = 0.2
+    #: … once they are in at least this many chunks (below, scoring them is cheap).
+    common_term_min_df: int = 5_000
+    #: Scoped text search first ranks this many best matches of the whole index and
+    #: keeps those in scope; only when too few are, it ranks within the scope exactly.
+    text_probe: int = 1_000
+    term_stats_cache: int = 20_000
 
 
 @dataclass(slots=True)
@@ -121,6 +135,13 @@ class KnowledgeBase:
         self._schemas: dict[str, dict[str, str]] = {}
         self._index = VectorIndex(embedder.dim if embedder else 1)
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        # Document frequency per query term and the chunk count, for dropping very
+        # common terms; cleared after every write, guarded by a generation counter so a
+        # count read before a commit is never cached after it.
+        self._df_cache: dict[str, int] = {}
+        self._df_total: int | None = None
+        self._df_generation = 0
+        self._doc_counts: dict[str | None, int] = {}
         self._closed = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -521,6 +542,7 @@ class KnowledgeBase:
             except BaseException:
                 await self._writer.execute("ROLLBACK")
                 raise
+        self._term_stats_changed()
         for p in todo:
             self._index.remove_document(p.doc.id or "")
             if p.vectors is not None and p.row_ids:
@@ -585,6 +607,7 @@ class KnowledgeBase:
             except BaseException:
                 await self._writer.execute("ROLLBACK")
                 raise
+        self._term_stats_changed()
         for d in found:
             self._index.remove_document(d)
         return len(found)
@@ -680,13 +703,43 @@ class KnowledgeBase:
         n_cand: int,
         context_chars: int | None,
     ) -> SearchResponse:
-        warnings: list[str] = []
         q = QueryTerms.of(query or "", content_terms(query or ""))
         scoped_docs: list[str] | None = None
-        if compiled is not None or doc_id is not None:
-            scoped_docs = await self._scoped_doc_ids(bucket, compiled, doc_id)
-            if not scoped_docs:
-                return SearchResponse([], 0, False, 0.0, mode=mode)
+        # The BM25 term choice needs only the query: queue its lookups on the reader
+        # now, so they run back to back with the scope query instead of after it.
+        terms_task = (
+            asyncio.create_task(self._selective_terms(content_terms(query or ""), n_cand)) if mode != "semantic" else None
+        )
+        try:
+            if compiled is not None or doc_id is not None:
+                scoped_docs = await self._scoped_doc_ids(bucket, compiled, doc_id)
+                if not scoped_docs:
+                    return SearchResponse([], 0, False, 0.0, mode=mode)
+            return await self._rank(
+                query, q, bucket, compiled, doc_id, scoped_docs, terms_task, mode, top_k, n_cand, context_chars
+            )
+        finally:
+            if terms_task is not None:
+                if not terms_task.done():
+                    terms_task.cancel()
+                elif not terms_task.cancelled():
+                    terms_task.exception()  # retrieved: an early return must not log it
+
+    async def _rank(
+        self,
+        query: str,
+        q: QueryTerms,
+        bucket: str | None,
+        compiled: CompiledFilter | None,
+        doc_id: str | None,
+        scoped_docs: list[str] | None,
+        terms_task: asyncio.Task[list[str]] | None,
+        mode: str,
+        top_k: int,
+        n_cand: int,
+        context_chars: int | None,
+    ) -> SearchResponse:
+        warnings: list[str] = []
         use_text = mode in ("hybrid", "text")
         use_vec = mode in ("hybrid", "semantic")
         if use_vec and (self.embedder is None or self._index.size == 0):
@@ -705,11 +758,8 @@ class KnowledgeBase:
         async def text_side() -> tuple[list[int], list[float], int]:
             if not use_text:
                 return [], [], 0
-            if scoped_docs is not None and doc_id is None:
-                fast = await self._fts_probe(query, set(scoped_docs), n_cand)
-                if fast is not None:
-                    return fast
-            return await self._fts(query, bucket, compiled, doc_id, n_cand)
+            terms = await terms_task if terms_task is not None else None
+            return await self._fts(query, bucket, compiled, doc_id, scoped_docs, n_cand, terms)
 
         async def vec_side() -> tuple[list[int], list[float], int]:
             if not use_vec or query_vec is None:
@@ -785,75 +835,184 @@ class KnowledgeBase:
             params.append(doc_id)
         return joins, " AND ".join(where), params
 
-    async def _scoped_doc_ids(self, bucket: str | None, compiled: CompiledFilter | None, doc_id: str | None) -> list[str]:
+    def _scope_sql(
+        self, bucket: str | None, compiled: CompiledFilter | None, doc_id: str | None
+    ) -> tuple[str, list[Any]]:
+        """A ``SELECT`` of the ids of the documents in scope, and its parameters."""
         if compiled is not None and compiled.uses_meta and not compiled.uses_builtin and doc_id is None and bucket:
             # Only typed fields: the bucket's own table is the whole scope, and driving
             # from it lets SQLite use the field indexes (3x faster than via documents).
-            sql = f"SELECT m.doc_id FROM {bucket_sql.meta_table(bucket)} m WHERE {compiled.sql}"
-            params: list[Any] = list(compiled.params)
-        else:
-            joins, where, params = self._join_sql(bucket, compiled, doc_id)
-            sql = f"SELECT d.id FROM kb_documents d{joins}" + (f" WHERE {where}" if where else "")
+            return f"SELECT m.doc_id FROM {bucket_sql.meta_table(bucket)} m WHERE {compiled.sql}", list(compiled.params)
+        joins, where, params = self._join_sql(bucket, compiled, doc_id)
+        return f"SELECT d.id FROM kb_documents d{joins}" + (f" WHERE {where}" if where else ""), params
+
+    async def _scoped_doc_ids(self, bucket: str | None, compiled: CompiledFilter | None, doc_id: str | None) -> list[str]:
+        sql, params = self._scope_sql(bucket, compiled, doc_id)
         async with self._reader.execute(sql, params) as cur:
             return [r[0] for r in await cur.fetchall()]
 
+    # -- BM25 side -------------------------------------------------------------------
+    def _term_stats_changed(self) -> None:
+        self._df_generation += 1
+        self._df_cache.clear()
+        self._df_total = None
+        self._doc_counts.clear()
+
+    async def _doc_count(self, bucket: str | None) -> int:
+        """Documents in ``bucket`` (all when ``None``), cached until the next write."""
+        known = self._doc_counts.get(bucket)
+        if known is not None:
+            return known
+        generation = self._df_generation
+        sql, params = (
+            ("SELECT count(*) FROM kb_documents", ()) if bucket is None
+            else ("SELECT count(*) FROM kb_documents WHERE bucket = ?", (bucket,))
+        )
+        async with self._reader.execute(sql, params) as cur:
+            row = await cur.fetchone()
+        count = int(row[0]) if row else 0
+        if generation == self._df_generation:
+            self._doc_counts[bucket] = count
+        return count
+
+    async def _selective_terms(self, terms: list[str], limit: int) -> list[str]:
+        """``terms`` without the very common ones (see ``fts.selective_terms``).
+
+        Document frequencies come from the FTS index itself (an unscored ``count(*)`` of
+        the term's matches, so stemming and tokenising agree with the index) and are
+        cached until the next write.
+        """
+        cfg = self.config
+        generation = self._df_generation
+        total = self._df_total
+        if total is None:
+            async with self._reader.execute("SELECT count(*) FROM kb_chunks") as cur:
+                row = await cur.fetchone()
+            total = int(row[0]) if row else 0
+            if generation == self._df_generation:
+                self._df_total = total
+        if total < cfg.common_term_min_df:
+            return terms  # nothing can be common enough to matter: exact old behaviour
+        df = {t: self._df_cache[t] for t in terms if t in self._df_cache}
+        missing = [t for t in terms if t not in df]
+        if missing:
+            # One statement for all of them: an unscored count is cheap, a round trip is not.
+            sql = "SELECT " + ", ".join(
+                ["(SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?)"] * len(missing)
+            )
+            async with self._reader.execute(sql, [or_expression([t]) for t in missing]) as cur:
+                row = await cur.fetchone()
+            counts = [int(c) for c in row] if row else [0] * len(missing)
+            if generation == self._df_generation:
+                if len(self._df_cache) + len(missing) > cfg.term_stats_cache:
+                    self._df_cache.clear()
+                self._df_cache.update(zip(missing, counts, strict=True))
+            df.update(zip(missing, counts, strict=True))
+        return selective_terms(
+            terms,
+            df,
+            total,
+            common_fraction=cfg.common_term_fraction,
+            common_min_df=cfg.common_term_min_df,
+            min_matches=limit,
+        )
+
     async def _fts(
-        self, query: str, bucket: str | None, compiled: CompiledFilter | None, doc_id: str | None, limit: int
+        self,
+        query: str,
+        bucket: str | None,
+        compiled: CompiledFilter | None,
+        doc_id: str | None,
+        scoped_docs: list[str] | None,
+        limit: int,
+        terms: list[str] | None = None,
     ) -> tuple[list[int], list[float], int]:
-        match = match_expression(query)
+        """BM25 top ``limit`` within the scope: ``(chunk ids, scores, match count)``.
+
+        Unscoped: one ranked query on the bare index. Scoped: a probe of the best
+        matches of the whole index (cheap joins on ~1000 rows), else the exact ranking
+        of every match intersected with the scope's chunks. Matches are never joined
+        row by row inside the FTS query: with planner statistics SQLite may then drive
+        from the documents and re-run the MATCH (and bm25's statistics) per chunk.
+        """
+        if terms is None:
+            terms = await self._selective_terms(content_terms(query), limit)
+        match = or_expression(terms)
         if match is None:
             return [], [], 0
-        joins, where, params = self._join_sql(bucket, compiled, doc_id)
-        # bm25() cannot sit in a window query, so the matches are materialised once and
-        # both ranked and counted from there.
-        if where:
-            inner = (
-                f"SELECT f.rowid AS id, bm25(kb_chunks_fts, {_BM25_WEIGHTS}) AS s "
-                f"FROM kb_chunks_fts f JOIN kb_chunks c ON c.id = f.rowid JOIN kb_documents d ON d.id = c.doc_id{joins} "
-                f"WHERE kb_chunks_fts MATCH ? AND {where}"
+        if bucket is None and scoped_docs is None and doc_id is None:
+            sql = (
+                f"SELECT rowid, bm25(kb_chunks_fts, {_BM25_WEIGHTS}) AS s, "
+                "(SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1) "
+                "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1 ORDER BY s, rowid LIMIT ?2"
             )
-            args: list[Any] = [match, *params, limit]
+            async with self._reader.execute(sql, (match, limit)) as cur:
+                rows = await cur.fetchall()
+            if not rows:
+                return [], [], 0
+            return [int(r[0]) for r in rows], [max(0.0, -float(r[1])) for r in rows], int(rows[0][2])
+        if doc_id is None and await self._probe_may_fill(bucket, scoped_docs, limit):
+            probed = await self._fts_probe(match, bucket, None if scoped_docs is None else set(scoped_docs), limit)
+            if probed is not None:
+                return probed
+        if scoped_docs is not None:
+            # The scope is already known: hand it over as JSON rather than re-running it.
+            scope_sql, params = "SELECT value FROM json_each(?)", [orjson.dumps(scoped_docs).decode()]
         else:
-            inner = (
-                f"SELECT rowid AS id, bm25(kb_chunks_fts, {_BM25_WEIGHTS}) AS s "
-                "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?"
-            )
-            args = [match, limit]
-        sql = f"WITH m AS MATERIALIZED ({inner}) SELECT id, s, (SELECT count(*) FROM m) FROM m ORDER BY s LIMIT ?"
-        async with self._reader.execute(sql, args) as cur:
+            scope_sql, params = self._scope_sql(bucket, compiled, doc_id)
+        sql = (
+            f"WITH m AS MATERIALIZED (SELECT rowid AS id, bm25(kb_chunks_fts, {_BM25_WEIGHTS}) AS s "
+            "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?), "
+            f"k AS MATERIALIZED (SELECT id, s FROM m WHERE id IN (SELECT c.id FROM kb_chunks c WHERE c.doc_id IN ({scope_sql}))) "
+            "SELECT id, s, (SELECT count(*) FROM k) FROM k ORDER BY s, id LIMIT ?"
+        )
+        async with self._reader.execute(sql, [match, *params, limit]) as cur:
             rows = await cur.fetchall()
         if not rows:
             return [], [], 0
         return [int(r[0]) for r in rows], [max(0.0, -float(r[1])) for r in rows], int(rows[0][2])
 
-    async def _fts_probe(
-        self, query: str, scope: set[str], limit: int
-    ) -> tuple[list[int], list[float], int] | None:
-        """Filtered BM25 without joining every match: rank all matches on the bare FTS
-        index, look at the best ``probe`` of them and keep those in ``scope``.
+    async def _probe_may_fill(self, bucket: str | None, scoped_docs: list[str] | None, limit: int) -> bool:
+        """Whether the probe can be expected to find ``limit`` in-scope matches: the
+        scope's share of its bucket (of all documents without one) times the probe
+        size. A small scope goes straight to the exact query, saving a second ranking
+        of every match (both are exact; this only decides which is faster)."""
+        if scoped_docs is not None:
+            share = len(scoped_docs) / max(1, await self._doc_count(bucket))
+        elif bucket is not None:
+            share = await self._doc_count(bucket) / max(1, await self._doc_count(None))
+        else:
+            return True
+        return share * max(limit * 10, self.config.text_probe) >= limit
 
-        Joining each match to its document and typed metadata costs far more than
-        ranking; a filter that keeps a fair share of documents fills ``limit`` from the
-        probe. ``None`` when it does not (then the exact joined query runs). The match
-        count is exact when the probe saw every match, else scaled from the probe.
+    async def _fts_probe(
+        self, match: str, bucket: str | None, scope: set[str] | None, limit: int
+    ) -> tuple[list[int], list[float], int] | None:
+        """Scoped BM25 without touching every match: rank all matches on the bare FTS
+        index, look at the best ``probe`` of them and keep those in scope (``scope``
+        doc ids, else ``bucket``).
+
+        A scope that holds a fair share of the matches fills ``limit`` from the probe.
+        ``None`` when it does not (then the exact query runs). The match count is exact
+        when the probe saw every match, else scaled from the probe.
         """
-        match = match_expression(query)
-        if match is None:
-            return [], [], 0
-        probe = max(limit * 10, 1000)
+        probe = max(limit * 10, self.config.text_probe)
         sql = (
-            f"WITH m AS MATERIALIZED (SELECT rowid AS id, bm25(kb_chunks_fts, {_BM25_WEIGHTS}) AS s "
-            "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?) "
-            "SELECT t.id, t.s, t.total, c.doc_id FROM "
-            "(SELECT id, s, (SELECT count(*) FROM m) AS total FROM m ORDER BY s LIMIT ?) t "
-            "JOIN kb_chunks c ON c.id = t.id ORDER BY t.s"
+            f"WITH t AS MATERIALIZED (SELECT rowid AS id, bm25(kb_chunks_fts, {_BM25_WEIGHTS}) AS s, "
+            "(SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1) AS total "
+            "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1 ORDER BY s, rowid LIMIT ?2) "
+            "SELECT t.id, t.s, t.total, c.doc_id, d.bucket FROM t "
+            "CROSS JOIN kb_chunks c ON c.id = t.id CROSS JOIN kb_documents d ON d.id = c.doc_id ORDER BY t.s, t.id"
         )
         async with self._reader.execute(sql, (match, probe)) as cur:
             rows = await cur.fetchall()
         if not rows:
             return [], [], 0
         total_all = int(rows[0][2])
-        kept = [(int(r[0]), max(0.0, -float(r[1]))) for r in rows if r[3] in scope]
+        if scope is not None:
+            kept = [(int(r[0]), max(0.0, -float(r[1]))) for r in rows if r[3] in scope]
+        else:
+            kept = [(int(r[0]), max(0.0, -float(r[1]))) for r in rows if r[4] == bucket]
         if len(rows) >= total_all:
             kept_total = len(kept)
         elif len(kept) >= limit:

@@ -204,7 +204,8 @@ class VectorIndex:
 
         ``positive_count`` counts eligible rows with a positive similarity (the
         semantic side's "matches"). A selective mask gathers just its rows; a broad one
-        scores everything and masks the result, which is cheaper than a big gather.
+        scores the span of rows it covers and masks the result, which is cheaper than a
+        big gather.
         """
         n = snap.n
         if n == 0 or limit <= 0:
@@ -214,19 +215,26 @@ class VectorIndex:
         if count == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32), 0
         q = query.astype(np.float32, copy=False).reshape(-1)
-        if count < n // 4:
+        # Rows of one bucket (or ingest batch) are mostly adjacent: when the eligible
+        # rows are dense within their span, score the span (a view, not a copy).
+        offset = int(np.argmax(eligible))
+        end = n - int(np.argmax(eligible[::-1]))
+        rows: I64 | None = None
+        # Measured on 2 cores: a gather costs ~7x a streamed row, so past ~1/6 of the
+        # rows scoring them all and masking is faster.
+        if end - offset <= 2 * count or count >= n // 6:
+            scores = snap.matrix[offset:end] @ q
+            if end - offset > count:
+                scores = np.where(eligible[offset:end], scores, np.float32(-np.inf))
+        else:
             rows = np.flatnonzero(eligible)
             scores = snap.matrix[rows] @ q
-        else:
-            rows = None
-            scores = snap.matrix[:n] @ q
-            scores = np.where(eligible, scores, np.float32(-np.inf))
         positive = int((scores > 0).sum())
         k = min(limit, count)
         top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
         top = top[np.argsort(-scores[top], kind="stable")]
         top = top[np.isfinite(scores[top])]
-        picked = top if rows is None else rows[top]
+        picked = top + offset if rows is None else rows[top]
         return snap.chunk_ids[picked].copy(), scores[top].astype(np.float32), positive
 
 

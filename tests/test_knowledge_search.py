@@ -6,9 +6,12 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from knowledge import KBConfig, KnowledgeBase, UnknownBucketError
+from knowledge.fts import selective_terms
+from knowledge.vectors import VectorIndex, normalise_rows
 from tests.test_knowledge_chunking import NASTY
 from toolindex.hashing import HashingEmbedder
 
@@ -167,3 +170,77 @@ async def test_concurrent_searches_while_ingesting(tmp_path: Path) -> None:
         assert stats["documents"] == 1 + 5 * 20 and stats["vectors"] == stats["chunks"]
     finally:
         await kb.aclose()
+
+
+# --------------------------------------------------------------------------- common terms, scoped BM25, span scans
+
+
+def test_selective_terms_drops_common_terms_but_keeps_something() -> None:
+    df = {"invoice": 600, "the": 900, "widget": 12, "gizmo": 0}
+    args = {"common_fraction": 0.2, "common_min_df": 100}
+    assert selective_terms(["invoice", "widget", "gizmo"], df, 1000, **args) == ["widget"]
+    # every present term common: the rarest one stays; absent terms never match
+    assert selective_terms(["the", "invoice", "gizmo"], df, 1000, **args) == ["invoice"]
+    assert selective_terms(["gizmo"], df, 1000, **args) == []
+    # too few matches left to fill the candidate list: nothing is dropped
+    assert selective_terms(["invoice", "widget"], df, 1000, min_matches=50, **args) == ["invoice", "widget"]
+    # frequent in share but not in absolute numbers: kept (cheap to score)
+    assert selective_terms(["invoice", "widget"], df, 1000, common_fraction=0.2, common_min_df=700) == ["invoice", "widget"]
+
+
+async def test_common_terms_are_skipped_and_refreshed_after_ingest(tmp_path: Path) -> None:
+    cfg = KBConfig(common_term_min_df=50, candidates=10)
+    kb = await KnowledgeBase.open(tmp_path / "kb.db", None, config=cfg)
+    try:
+        docs = [{"id": f"inv-{i}", "text": f"Invoice {i} for services" + (" with widget parts" if i % 20 == 0 else "")} for i in range(200)]
+        await kb.ingest_documents(docs)
+        res = await kb.search("invoice widget", mode="text", top_k=10)
+        # "invoice" is in every chunk: only the widget chunks match, best first
+        assert {h.doc_id for h in res.hits} == {f"inv-{i}" for i in range(0, 200, 20)} and res.total_matches == 10
+        res = await kb.search("invoice gizmo", mode="text", top_k=3)
+        assert len(res.hits) == 3 and res.total_matches == 200  # nothing has "gizmo": the common term is kept
+        await kb.ingest_documents([{"id": "g", "text": "A gizmo, finally."}])
+        res = await kb.search("invoice gizmo", mode="text", top_k=3)
+        assert res.hits[0].doc_id == "g"  # the cached document frequency of "gizmo" was refreshed
+    finally:
+        await kb.aclose()
+
+
+async def test_small_bucket_among_many_matches_is_ranked_exactly(tmp_path: Path) -> None:
+    kb = await KnowledgeBase.open(tmp_path / "kb.db", HashingEmbedder(dim=64), config=KBConfig(text_probe=50))
+    try:
+        await kb.create_bucket("small", {"level": "TEXT"})
+        await kb.ingest_documents([{"id": f"big-{i}", "text": f"disk warning number {i} disk"} for i in range(300)])
+        small = [{"id": f"s{i}", "text": f"a disk warning {i}", "level": "hi" if i else "lo"} for i in range(3)]
+        await kb.ingest_documents(small, bucket="small")
+        for mode in ("text", "hybrid"):
+            res = await kb.search("disk warning", bucket="small", mode=mode, top_k=10)
+            assert {h.doc_id for h in res.hits} == {"s0", "s1", "s2"}, mode
+        res = await kb.search("disk warning", bucket="small", mode="text", top_k=10)
+        assert res.total_matches == 3
+        res = await kb.search("disk warning", bucket="small", filters={"level": "hi"}, mode="text", top_k=10)
+        assert {h.doc_id for h in res.hits} == {"s1", "s2"} and res.total_matches == 2
+    finally:
+        await kb.aclose()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "interleaved", "sparse"])
+def test_masked_vector_scan_matches_brute_force(layout: str) -> None:
+    rng = np.random.default_rng(3)
+    index = VectorIndex(16)
+    for d in range(40):
+        bucket = ("a" if d < 20 else "b") if layout == "contiguous" else ("a" if d % 2 else "b")
+        if layout == "sparse":
+            bucket = "a" if d == 5 else "b"
+        index.add(range(d * 10, d * 10 + 10), f"doc{d}", bucket, rng.standard_normal((10, 16)).astype(np.float32))
+    index.remove_document("doc7")
+    snap = index.snapshot()
+    q = normalise_rows(rng.standard_normal(16))[0]
+    mask = snap.bucket_codes[: snap.n] == index.bucket_code("a")
+    ids, scores, positive = VectorIndex.scan(snap, q, 7, mask)
+    eligible = mask & snap.alive[: snap.n]
+    all_scores = snap.matrix[: snap.n] @ q
+    order = [int(i) for i in np.argsort(-np.where(eligible, all_scores, -np.inf), kind="stable")[: min(7, int(eligible.sum()))]]
+    assert ids.tolist() == [int(snap.chunk_ids[i]) for i in order]
+    assert np.allclose(scores, all_scores[order])
+    assert positive == int(((all_scores > 0) & eligible).sum())
