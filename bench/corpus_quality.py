@@ -117,16 +117,17 @@ def recall(ranked: list[str], relevant: set[str], k: int = K) -> float:
 FUSION_NOTE = (
     "knowledge.ranking.fuse: per-query min-max normalised BM25 and cosine, weighted CombSUM "
     "(BM25 1.0, dense side dense_weight(embedder)); the hashing weight was chosen from "
-    "{0.1, 0.25, 0.5, 1.0} on the tune half (even query positions) by nDCG@10; nothing else was tuned"
+    "{0.1, 0.25, 0.5, 1.0} and the MiniLM weight from {1.0, 1.5, 2.0, 3.0} on the tune half "
+    "(even query positions) by nDCG@10; nothing else was tuned"
 )
 
 
 def split_of(index: int) -> str:
     """Fixed split of the labelled queries: even positions tune, odd ones are held out.
 
-    The one tuned knob (the hashing embedder's dense weight in
-    ``knowledge.ranking.DENSE_WEIGHTS``, picked from {0.1, 0.25, 0.5, 1.0}) was chosen
-    on the ``tune`` half only; ``held_out`` is what it was never fitted to.
+    The one tuned knob (each embedder's dense weight in ``knowledge.ranking.DENSE_WEIGHTS``:
+    hashing from {0.1, 0.25, 0.5, 1.0}, MiniLM from {1.0, 1.5, 2.0, 3.0}) was chosen on
+    the ``tune`` half only; ``held_out`` is what it was never fitted to.
     """
     return "tune" if index % 2 == 0 else "held_out"
 

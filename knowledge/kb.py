@@ -50,7 +50,7 @@ from knowledge.fts import or_expression, selective_terms
 from knowledge.loaders import LoadedDocument, iter_files, load_file, record_to_document
 from knowledge.migrations import apply_migrations, utc_now
 from knowledge.names import check_bucket_name, is_doc_id, short_hash, slugify
-from knowledge.ranking import Candidate, QueryTerms, rerank, rrf, signal_spread, snippet
+from knowledge.ranking import Candidate, QueryTerms, dense_weight, fuse, rerank, signal_spread, snippet
 from knowledge.textnorm import content_terms
 from knowledge.types import (
     BucketInfo,
@@ -767,9 +767,11 @@ class KnowledgeBase:
             return await self._vector(query_vec, bucket, scoped_docs, n_cand)
 
         (t_ids, t_scores, t_total), (v_ids, v_scores, v_total) = await asyncio.gather(text_side(), vec_side())
-        lists = [r for r in (t_ids, v_ids) if r]
         used = "hybrid" if use_text and use_vec else ("text" if use_text else "semantic")
-        fused = rrf(lists)
+        # Score-level fusion: each side min-max normalised per query, the dense side
+        # weighted by how much its embedder is worth (knowledge/ranking.py).
+        weight = dense_weight(self.embedder.name if self.embedder else None)
+        fused = fuse([(t_ids, t_scores, 1.0), (v_ids, v_scores, weight)])
         ordered = sorted(fused, key=lambda cid: -fused[cid])[:n_cand]
         cands = await self._hydrate(ordered, fused)
         if query_vec is not None and cands:
@@ -777,7 +779,7 @@ class KnowledgeBase:
             for c in cands:
                 c.cosine = cos.get(c.chunk_rowid, 0.0)
         n_lists = (1 if use_text else 0) + (1 if use_vec else 0)
-        top = rerank(cands, q, lists=max(1, n_lists), top_k=top_k, per_doc=self.config.per_doc)
+        top = rerank(cands, q, lists=max(1, n_lists), top_k=top_k, per_doc=self.config.per_doc, max_fused=1.0)
         hits = [
             ChunkHit(
                 doc_id=c.doc_id,
