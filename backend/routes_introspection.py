@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from backend.auth import require_user
-from backend.db import Database, request_db
+from backend.db import request_db
 from backend.params import sql_identifier
 from backend.responses import JSONResponse, not_found
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import platform
-import statistics
 import sys
 import time
 from collections.abc import Callable
