@@ -13,6 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+import orjson
+from starlette.requests import Request
+
+from tests.fakes._streaming import header_dict
+
 
 @dataclass(frozen=True, slots=True)
 class Text:
@@ -161,3 +166,19 @@ class RecordedRequest:
     headers: dict[str, str]
     body: Any
     closed_early: bool = False
+
+    @classmethod
+    async def read(cls, request: Request) -> RecordedRequest:
+        """Record an incoming request, its body decoded as JSON when it is JSON."""
+        raw = await request.body()
+        try:
+            body: Any = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            body = raw
+        return cls(
+            method=request.method,
+            path=request.url.path,
+            query=dict(request.query_params),
+            headers=header_dict(request.headers.raw),
+            body=body,
+        )

@@ -42,7 +42,7 @@ from tests.fakes._script import (
     TurnLike,
     TurnQueue,
 )
-from tests.fakes._streaming import AsgiResponse, DropConnection, ObservedStream, header_dict
+from tests.fakes._streaming import AsgiResponse, DropConnection, ObservedStream
 
 GOOGLE_STATUS = {
     400: "INVALID_ARGUMENT",
@@ -161,19 +161,9 @@ class FakeGemini:
     # --- dispatch --------------------------------------------------------------------
 
     async def _dispatch(self, request: Request) -> Response:
-        raw = await request.body()
-        try:
-            body: Any = orjson.loads(raw) if raw else None
-        except orjson.JSONDecodeError:
-            body = raw
-        rec = RecordedRequest(
-            method=request.method,
-            path=request.url.path,
-            query=dict(request.query_params),
-            headers=header_dict(request.headers.raw),
-            body=body,
-        )
+        rec = await RecordedRequest.read(request)
         self.requests.append(rec)
+        body: Any = rec.body
         target = request.path_params["target"]
         model, _, method = target.partition(":")
         if self.api_key is not None:

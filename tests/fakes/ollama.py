@@ -40,7 +40,7 @@ from tests.fakes._script import (
     TurnFactory,
     TurnQueue,
 )
-from tests.fakes._streaming import AsgiResponse, DropConnection, ObservedStream, header_dict
+from tests.fakes._streaming import AsgiResponse, DropConnection, ObservedStream
 
 _NDJSON = "application/x-ndjson"
 
@@ -125,18 +125,7 @@ class FakeOllama:
     # --- endpoints -------------------------------------------------------------------
 
     async def _record(self, request: Request) -> RecordedRequest:
-        raw = await request.body()
-        try:
-            body: Any = orjson.loads(raw) if raw else None
-        except orjson.JSONDecodeError:
-            body = raw
-        rec = RecordedRequest(
-            method=request.method,
-            path=request.url.path,
-            query=dict(request.query_params),
-            headers=header_dict(request.headers.raw),
-            body=body,
-        )
+        rec = await RecordedRequest.read(request)
         self.requests.append(rec)
         return rec
 
