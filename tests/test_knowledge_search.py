@@ -244,3 +244,37 @@ def test_masked_vector_scan_matches_brute_force(layout: str) -> None:
     assert ids.tolist() == [int(snap.chunk_ids[i]) for i in order]
     assert np.allclose(scores, all_scores[order])
     assert positive == int(((all_scores > 0) & eligible).sum())
+
+
+async def test_filtered_bm25_is_the_whole_ranking_restricted_to_the_scope(tmp_path: Path) -> None:
+    """The scoped FTS query scores only in-scope matches; its order, scores and match
+    count must be exactly those of the whole-index ranking with out-of-scope rows removed."""
+    kb = await KnowledgeBase.open(tmp_path / "kb.db", None)
+    try:
+        await kb.create_bucket("inv", {"year": "INTEGER"})
+        words = ["disk", "warning", "fan", "power", "cable", "rack"]
+        docs = [
+            {
+                "id": f"d{i}",
+                "title": f"note {i} {words[i % 6]}",
+                "text": " ".join(words[(i * j) % 6] for j in range(1, 2 + i % 7)),
+                "year": 2020 + i % 3,
+            }
+            for i in range(240)
+        ]
+        await kb.ingest_documents(docs, bucket="inv")
+        await kb.ingest_documents([{"id": f"o{i}", "text": "disk warning elsewhere"} for i in range(40)])
+        whole_ids, whole_scores, _ = await kb._fts("disk warning fan", None, None, None, None, 1000)
+        res = await kb.search("disk warning fan", bucket="inv", filters={"year": 2021}, mode="text", top_k=5)
+        scope = {f"d{i}" for i in range(240) if i % 3 == 1}
+        hit_docs = {h.doc_id for h in res.hits}
+        assert hit_docs and hit_docs <= scope
+        async with kb._reader.execute("SELECT id, doc_id FROM kb_chunks") as cur:
+            doc_of = dict(await cur.fetchall())
+        expected = [(c, s) for c, s in zip(whole_ids, whole_scores, strict=True) if doc_of[c] in scope]
+        scoped_docs = sorted(scope)
+        ids, scores, total = await kb._fts("disk warning fan", "inv", None, None, scoped_docs, 30)
+        assert list(zip(ids, scores, strict=True)) == expected[:30]
+        assert total == len(expected) == res.total_matches
+    finally:
+        await kb.aclose()
