@@ -63,7 +63,7 @@ async def test_hashing_vectors_are_unit_float32_of_the_configured_dim() -> None:
     matrix = await embedder.embed_batch(["list the workflow rules", "Ünïcödé wörds ok", "x"])
     assert matrix.shape == (3, 256) and matrix.dtype == np.float32
     assert np.allclose(norms(matrix), 1.0, atol=1e-6)
-    assert (embedder.name, embedder.model, embedder.dim) == ("hashing", "hashing-v1", 256)
+    assert (embedder.name, embedder.model, embedder.dim) == ("hashing", "hashing-v2", 256)
     assert isinstance(embedder, Embedder)
 
 

@@ -7,9 +7,12 @@ import pytest
 from knowledge.ranking import (
     DEFAULT_DENSE_WEIGHT,
     Candidate,
+    DenseWeight,
+    FusionSide,
     QueryTerms,
     dense_weight,
     fuse,
+    head_minmax,
     minmax,
     rerank,
 )
@@ -58,12 +61,53 @@ def test_zero_weight_or_empty_sides_are_ignored() -> None:
 
 
 def test_dense_weight_defaults_per_embedder_kind_and_overrides() -> None:
-    assert dense_weight("hashing") < DEFAULT_DENSE_WEIGHT
-    assert dense_weight("gemini") == DEFAULT_DENSE_WEIGHT
-    assert dense_weight("ollama") == DEFAULT_DENSE_WEIGHT
-    assert dense_weight(None) == DEFAULT_DENSE_WEIGHT
-    assert dense_weight("hashing", {"hashing": 0.6}) == 0.6
-    assert dense_weight("ollama", {"ollama": -1.0}) == 0.0
+    assert dense_weight("hashing").weight < DEFAULT_DENSE_WEIGHT
+    assert dense_weight("gemini").weight == DEFAULT_DENSE_WEIGHT
+    assert dense_weight("ollama").weight == DEFAULT_DENSE_WEIGHT
+    assert dense_weight(None).weight == DEFAULT_DENSE_WEIGHT
+    assert dense_weight("hashing", {"hashing": 0.6}).weight == 0.6
+    assert dense_weight("ollama", {"ollama": -1.0}).weight == 0.0
+
+
+def test_only_the_hashing_embedder_has_a_trusted_depth_and_overrides_keep_it() -> None:
+    # Learned embedders rank by meaning all the way down; the hashing one only at its head.
+    assert dense_weight("hashing").depth is not None
+    for kind in ("gemini", "ollama", "minilm", None):
+        assert dense_weight(kind).depth is None
+    assert dense_weight("hashing", {"hashing": 0.6}).depth == dense_weight("hashing").depth
+    with pytest.raises(ValueError):
+        DenseWeight(0.5, depth=0)
+
+
+def test_head_minmax_floors_at_the_depth_th_score() -> None:
+    scores = [0.9, 0.5, 0.7, 0.3, 0.1]
+    assert head_minmax(scores, 3) == pytest.approx([1.0, 0.0, 0.5, 0.0, 0.0])
+    # No depth, or a list no longer than it: plain min-max.
+    assert head_minmax(scores, None) == minmax(scores)
+    assert head_minmax(scores, 5) == minmax(scores)
+    # A flat head: its members are all best, everything below is nothing.
+    assert head_minmax([0.4, 0.4, 0.4, 0.2], 2) == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_dense_tail_cannot_reorder_bm25_but_its_head_still_can() -> None:
+    # BM25 ranks 1 > 2 > 3 > 4 with 3 and 4 close; the dense side's noisy tail prefers 4.
+    text = ([1, 2, 3, 4], [10.0, 6.0, 3.0, 2.9])
+    dense_ids = [2, 9, 8, 7, 4, 5, 3]
+    dense_scores = [0.40, 0.30, 0.29, 0.28, 0.27, 0.26, 0.10]
+    whole = fuse([(*text, 1.0), FusionSide(dense_ids, dense_scores, 0.5)])
+    head = fuse([(*text, 1.0), FusionSide(dense_ids, dense_scores, 0.5, depth=3)])
+    assert whole[4] > whole[3]  # min-max over the whole list lets the tail decide
+    assert head[3] > head[4]  # below the 3rd cosine the dense side adds nothing
+    assert head[4] == 0.0 and head[9] > 0.0 and head[8] == 0.0
+    # The head still counts: 2 is the dense side's best and closes on BM25's best.
+    assert head[2] - head[1] > fuse([(*text, 1.0)])[2] - fuse([(*text, 1.0)])[1]
+
+
+def test_a_lone_depth_limited_side_keeps_its_whole_order() -> None:
+    # Vectors alone (semantic mode): nothing to defer to, so the depth does not apply.
+    ids, scores = [5, 6, 7, 8], [0.9, 0.6, 0.5, 0.2]
+    alone = fuse([([], [], 1.0), FusionSide(ids, scores, 0.25, depth=2)])
+    assert alone == pytest.approx(dict(zip(ids, minmax(scores), strict=True)))
 
 
 def _cand(i: int, text: str, fused: float) -> Candidate:
