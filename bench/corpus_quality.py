@@ -251,7 +251,7 @@ async def main_async() -> int:
         "corpus_quality",
         {"python": sys.version.split()[0], "queries": len(queries), "missing_labels": missing,
          "fusion": FUSION_NOTE,
-         "dense_weights": {name: {"weight": float(w), "depth": w.depth} for name, w in DENSE_WEIGHTS.items()},
+         "dense_weights": {name: {"weight": w.weight, "depth": w.depth} for name, w in DENSE_WEIGHTS.items()},
          "real_embedder": None if real is None else f"{real.name}:{real.model}", "real_embedder_note": None if real else why,
          "results": results},
     )
