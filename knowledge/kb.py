@@ -8,15 +8,16 @@ Why this shape:
   one per batch of documents, never across an embedding call.
 * The vector side is an in-memory float32 matrix (``VectorIndex``) loaded at open and
   updated after each commit; scans over large matrices run in a worker thread.
-* Search = FTS5 BM25 ∪ vector top-N → reciprocal rank fusion → cheap re-ranking →
-  at most 3 chunks per document → scores on 0..1. Filters are compiled once and
-  resolved to the set of documents in scope, used twice: to restrict the BM25 ranking
-  and as a document mask for the vectors.
+* Search = FTS5 BM25 ∪ vector top-N → score fusion (``ranking.fuse``) → cheap
+  re-ranking → at most 3 chunks per document → scores on 0..1. Filters are compiled
+  once and resolved to the set of documents in scope, used twice: to restrict the BM25
+  ranking and as a document mask for the vectors.
 * BM25 cost grows with the matches it must score, so terms in a large share of the
-  chunks (near-zero idf) are left out of the ``MATCH`` (``fts.selective_terms``), and a
-  scoped search never joins inside the FTS query (with planner statistics SQLite may
-  re-run the ``MATCH`` per document): it probes the best matches of the whole index,
-  or ranks every match once and intersects with the scope.
+  chunks (near-zero idf) are left out of the ``MATCH`` (``fts.selective_terms``). A
+  scoped search walks the matches once and scores only those in scope, with the scope
+  test kept out of FTS5's reach (``+rowid IN``): handed to FTS5 as a rowid constraint
+  it would re-run the ``MATCH`` and bm25's statistics per chunk. A bucket without
+  filters probes the best matches of the whole index instead.
 """
 
 from __future__ import annotations
@@ -95,8 +96,9 @@ class KBConfig:
     common_term_fraction: float = 0.2
     #: … once they are in at least this many chunks (below, scoring them is cheap).
     common_term_min_df: int = 5_000
-    #: Scoped text search first ranks this many best matches of the whole index and
-    #: keeps those in scope; only when too few are, it ranks within the scope exactly.
+    #: Text search in a bucket without filters first ranks this many best matches of
+    #: the whole index and keeps the bucket's; only when too few are, it ranks within
+    #: the bucket exactly.
     text_probe: int = 1_000
     term_stats_cache: int = 20_000
 
