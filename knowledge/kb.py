@@ -937,7 +937,7 @@ class KnowledgeBase:
         of the best matches of the whole index when the bucket holds a fair share of
         them (cheap joins on ~1000 rows). Otherwise the scope's chunk ids are
         materialised once and the FTS cursor walks every match but computes ``bm25()``
-        only for those in scope: scoring is ~20x the cost of walking a match, and a
+        only for those in scope: scoring costs 20-30x walking a match, and a
         filter typically keeps a few percent of them (at 1M chunks 3-6x faster than
         scoring every match and intersecting afterwards, same ranking). The scope test
         is written ``+rowid IN sc`` so SQLite cannot hand it to FTS5 as a rowid
