@@ -975,7 +975,12 @@ class KnowledgeBase:
             "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ? AND +rowid IN sc) "
             "SELECT id, s, (SELECT count(*) FROM k) FROM k ORDER BY s, id LIMIT ?"
         )
-        async with self._reader.execute(sql, [*params, match, limit]) as cur:
+        return await self._ranked(sql, [*params, match, limit])
+
+    async def _ranked(self, sql: str, params: Sequence[Any]) -> tuple[list[int], list[float], int]:
+        """Run a BM25 query whose rows are ``(chunk id, bm25, match count)``, best first:
+        ``(chunk ids, scores as positive numbers, match count)``."""
+        async with self._reader.execute(sql, params) as cur:
             rows = await cur.fetchall()
         if not rows:
             return [], [], 0
