@@ -111,7 +111,7 @@ def _opt_str(value: Any) -> str | None:
 
 
 def _allowed_fields(schema: Mapping[str, str]) -> dict[str, str]:
-    return {**{name: ftype for name, (ftype, _sql) in BUILTIN_FIELDS.items()}, **dict(schema)}
+    return {**BUILTIN_FIELDS, **dict(schema)}
 
 
 async def _bucket_list(kb: CorpusKnowledge) -> list[dict[str, Any]]:
@@ -143,7 +143,9 @@ def register_hit(state: RunToolState, hit: ChunkHit) -> EvidenceSource:
         meta.update(doc_id=hit.doc_id, bucket=hit.bucket, chunks=[], origin="corpus")
         if hit.source:
             meta["source"] = hit.source
-        source = EvidenceSource(id=hit.doc_id, title=hit.title or hit.doc_id, url=hit.url, kind="internal", metadata=meta)
+        source = EvidenceSource(
+            id=hit.doc_id, title=hit.title or hit.doc_id, url=hit.url, kind="internal", metadata=meta
+        )
         state.add_source(source)
     chunks = source.metadata.setdefault("chunks", [])
     if isinstance(chunks, list) and hit.chunk_id not in chunks:

@@ -5,37 +5,30 @@ normalised (NFKC + casefold, whitespace collapsed, edge punctuation dropped) int
 *key* that is UNIQUE in the table, so "Straße", "STRASSE" and full-width "ＳＴＲＡＳＳＥ"
 are one keyword. Re-indexing a known keyword merges it (``usage_count + 1``,
 ``last_used_at`` / ``updated_at`` set) and adds an association to the query, the external
-result and the conversation — in one ``BEGIN IMMEDIATE`` transaction with
-``INSERT … ON CONFLICT DO UPDATE``, so concurrent calls (on this connection or another
-process's) never lose an update.
+result and the conversation, atomically (``storage.interfaces.KeywordStore.upsert``), so
+concurrent calls never lose an update.
 
-``lookup(text)`` is the read side: the keys that occur in a query as whole tokens or
-phrases point at the stored external answers, which ``knowledge_base_search`` returns.
+``KeywordIndex.lookup(text)`` is the read side: the keys that occur in a query as whole
+tokens or phrases point at the stored external answers, which ``knowledge_base_search``
+returns. The rows live in ``storage``; the rules (validation, normalisation, ranking, the
+prune policy and the clock) live here.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 import unicodedata
-import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-import aiosqlite
-
-from agenttools.external_results import ExternalResult, ExternalResultStore
-from agenttools.rag.sqlite import apply_migrations, open_connection, write_transaction
-
-MIGRATIONS_TABLE = "keywords_migrations"
+from storage.interfaces import ExternalResultStore, KeywordStore
+from storage.keyword_records import ExternalResult, KeywordAssociation, KeywordRecord
 
 MIN_CHARS = 2
 MAX_CHARS = 50
 MAX_WORDS = 6
 MIN_PER_CALL = 3
 MAX_PER_CALL = 10
-_SQL_IN_CHUNK = 500
 _MAX_QUERY_TOKENS = 256
 
 # Punctuation kept at token edges because it changes meaning ("C#", "AT&T", "50%").
@@ -182,39 +175,7 @@ def validate_keywords(raw_keywords: Sequence[object]) -> KeywordValidation:
     return KeywordValidation(tuple(accepted.values()), tuple(rejected), tuple(duplicates))
 
 
-# --------------------------------------------------------------------------- store
-
-_MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE IF NOT EXISTS keywords (
-        keyword_id TEXT PRIMARY KEY,
-        key TEXT NOT NULL UNIQUE,
-        display TEXT NOT NULL CHECK (length(display) BETWEEN 2 AND 50),
-        usage_count INTEGER NOT NULL DEFAULT 1 CHECK (usage_count >= 1),
-        created_at REAL NOT NULL,
-        updated_at REAL NOT NULL,
-        last_used_at REAL
-    );
-    CREATE INDEX IF NOT EXISTS idx_keywords_usage ON keywords(usage_count, last_used_at);
-    CREATE TABLE IF NOT EXISTS keyword_associations (
-        association_id TEXT PRIMARY KEY,
-        keyword_id TEXT REFERENCES keywords(keyword_id) ON DELETE SET NULL,
-        keyword_key TEXT NOT NULL,
-        query_id TEXT,
-        external_result_id TEXT,
-        conversation_id TEXT,
-        created_at REAL NOT NULL,
-        archived_at REAL,
-        CHECK (query_id IS NOT NULL OR external_result_id IS NOT NULL)
-    );
-    CREATE INDEX IF NOT EXISTS idx_keyword_assoc_keyword ON keyword_associations(keyword_id);
-    CREATE INDEX IF NOT EXISTS idx_keyword_assoc_query ON keyword_associations(query_id);
-    CREATE INDEX IF NOT EXISTS idx_keyword_assoc_result ON keyword_associations(external_result_id);
-    CREATE UNIQUE INDEX IF NOT EXISTS uq_keyword_assoc ON keyword_associations(
-        keyword_id, ifnull(query_id, ''), ifnull(external_result_id, ''), ifnull(conversation_id, '')
-    )
-    """,
-)
+# --------------------------------------------------------------------------- index
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,69 +189,24 @@ class IndexedKeyword:
         return {"keyword": self.display, "usage_count": self.usage_count, "merged": self.merged}
 
 
-@dataclass(frozen=True, slots=True)
-class KeywordRecord:
-    keyword_id: str
-    key: str
-    display: str
-    usage_count: int
-    created_at: float
-    updated_at: float
-    last_used_at: float | None
+class KeywordIndex:
+    """The keyword rules over the stores: what the RAG tools and the prune route call.
 
-
-@dataclass(frozen=True, slots=True)
-class Association:
-    keyword_key: str
-    query_id: str | None
-    external_result_id: str | None
-    conversation_id: str | None
-    archived: bool
-
-
-class KeywordStore:
-    """Keywords and their associations on the shared SQLite file (own connection).
-
-    One asyncio lock serialises this connection (SQLite has one transaction per
-    connection); ``BEGIN IMMEDIATE`` + busy timeout serialise against other connections.
+    Storage (``storage.interfaces.KeywordStore`` / ``ExternalResultStore``) keeps rows
+    by normalised key; this class normalises, decides which phrases of a query could be
+    keywords, ranks the answers they lead to, and owns the clock and the prune policy.
     """
 
     def __init__(
         self,
-        db: aiosqlite.Connection,
+        keywords: KeywordStore,
         results: ExternalResultStore,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._db = db
+        self._keywords = keywords
         self._results = results
         self._clock = clock
-        self._lock = asyncio.Lock()
-
-    @classmethod
-    async def open(
-        cls,
-        path: str | Path,
-        results: ExternalResultStore,
-        *,
-        clock: Callable[[], float] = time.time,
-    ) -> KeywordStore:
-        db = await open_connection(path)
-        try:
-            await apply_migrations(db, MIGRATIONS_TABLE, _MIGRATIONS)
-        except BaseException:
-            await db.close()
-            raise
-        return cls(db, results, clock=clock)
-
-    async def close(self) -> None:
-        await self._db.close()
-
-    async def __aenter__(self) -> KeywordStore:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     # ---------------------------------------------------------------- write side
 
@@ -304,50 +220,20 @@ class KeywordStore:
     ) -> list[IndexedKeyword]:
         """Upsert ``keywords`` and associate each with the query / results / conversation.
 
-        Keys must be distinct (``validate_keywords`` merges duplicates). One transaction:
-        either every keyword and association lands or none does.
+        Duplicate keys count once (``validate_keywords`` merges them already). One
+        transaction: either every keyword and association lands or none does.
         """
-        unique = list({c.key: c for c in keywords}.values())
+        unique = {c.key: c.display for c in keywords}
         if not unique:
             return []
-        result_ids: list[str | None] = list(dict.fromkeys(external_result_ids)) or [None]
-        if query_id is None and result_ids == [None]:
-            raise ValueError("an association needs a query id or an external result id")
-        now = self._clock()
-        values_sql = ",".join("(?, ?, ?, 1, ?, ?, NULL)" for _ in unique)
-        params: list[object] = []
-        for c in unique:
-            params.extend((uuid.uuid4().hex, c.key, c.display, now, now))
-        async with self._lock, write_transaction(self._db) as db:
-            rows = await db.execute_fetchall(
-                "INSERT INTO keywords"
-                " (keyword_id, key, display, usage_count, created_at, updated_at, last_used_at)"
-                f" VALUES {values_sql}"
-                " ON CONFLICT(key) DO UPDATE SET usage_count = usage_count + 1,"
-                " updated_at = excluded.updated_at, last_used_at = excluded.updated_at"
-                " RETURNING keyword_id, key, display, usage_count",
-                params,
-            )
-            by_key = {row[1]: row for row in rows}
-            await db.executemany(
-                "INSERT OR IGNORE INTO keyword_associations (association_id, keyword_id,"
-                " keyword_key, query_id, external_result_id, conversation_id, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (uuid.uuid4().hex, by_key[c.key][0], c.key, query_id, rid, conversation_id, now)
-                    for c in unique
-                    for rid in result_ids
-                ],
-            )
-        return [
-            IndexedKeyword(
-                key=c.key,
-                display=str(by_key[c.key][2]),
-                usage_count=int(by_key[c.key][3]),
-                merged=int(by_key[c.key][3]) > 1,
-            )
-            for c in unique
-        ]
+        stored = await self._keywords.upsert(
+            unique,
+            query_id=query_id,
+            external_result_ids=external_result_ids,
+            conversation_id=conversation_id,
+            now=self._clock(),
+        )
+        return [IndexedKeyword(r.key, r.display, r.usage_count, merged=r.usage_count > 1) for r in stored]
 
     async def prune(self, min_usage: int, older_than_days: float) -> int:
         """Delete keywords used fewer than ``min_usage`` times and idle for ``older_than_days``.
@@ -362,18 +248,9 @@ class KeywordStore:
         if older_than_days < 0:
             raise ValueError("older_than_days must be >= 0")
         now = self._clock()
-        cutoff = now - older_than_days * 86_400.0
-        where = "usage_count < ? AND COALESCE(last_used_at, updated_at) < ?"
-        async with self._lock, write_transaction(self._db) as db:
-            await db.execute_fetchall(
-                "UPDATE keyword_associations SET archived_at = ?, keyword_id = NULL"
-                f" WHERE keyword_id IN (SELECT keyword_id FROM keywords WHERE {where})",
-                (now, min_usage, cutoff),
-            )
-            rows = await db.execute_fetchall(
-                f"DELETE FROM keywords WHERE {where} RETURNING keyword_id", (min_usage, cutoff)
-            )
-        return len(list(rows))
+        return await self._keywords.prune(
+            usage_below=min_usage, idle_before=now - older_than_days * 86_400.0, now=now
+        )
 
     # ---------------------------------------------------------------- read side
 
@@ -387,67 +264,31 @@ class KeywordStore:
         candidates = _phrases(tokens(text)[:_MAX_QUERY_TOKENS])
         if not candidates:
             return []
-        matches: list[tuple[str, str, str]] = []  # (result_id, key, display)
-        async with self._lock:
-            for chunk in _chunks(sorted(candidates), _SQL_IN_CHUNK):
-                marks = ",".join("?" * len(chunk))
-                rows = await self._db.execute_fetchall(
-                    "SELECT a.external_result_id, k.key, k.display FROM keywords k"
-                    " JOIN keyword_associations a ON a.keyword_id = k.keyword_id"
-                    f" WHERE k.key IN ({marks}) AND a.external_result_id IS NOT NULL",
-                    chunk,
-                )
-                matches.extend((r[0], r[1], r[2]) for r in rows)
-            if matches:
-                keys = sorted({m[1] for m in matches})
-                marks = ",".join("?" * len(keys))
-                async with write_transaction(self._db) as db:
-                    await db.execute_fetchall(
-                        f"UPDATE keywords SET last_used_at = ? WHERE key IN ({marks})",
-                        (self._clock(), *keys),
-                    )
-        if not matches:
+        hits = await self._keywords.hits(candidates)
+        if not hits:
             return []
+        await self._keywords.touch({h.key for h in hits}, now=self._clock())
         matched: dict[str, dict[str, str]] = {}
-        for result_id, key, display in matches:
-            matched.setdefault(result_id, {})[key] = display
+        for hit in hits:
+            matched.setdefault(hit.external_result_id, {})[hit.key] = hit.display
         results = await self._results.get_many(list(matched))
         ranked = sorted(
             results,
             key=lambda r: (sum(len(k.split()) for k in matched[r.id]), r.created_at),
             reverse=True,
         )
-        return [_with_keywords(r, tuple(sorted(matched[r.id].values()))) for r in ranked[:limit]]
+        return [replace(r, matched_keywords=tuple(sorted(matched[r.id].values()))) for r in ranked[:limit]]
 
     async def get(self, keyword: str) -> KeywordRecord | None:
         """The stored keyword that ``keyword`` normalises to (for admin views and tests)."""
-        async with self._lock:
-            rows = list(
-                await self._db.execute_fetchall(
-                    "SELECT keyword_id, key, display, usage_count, created_at, updated_at,"
-                    " last_used_at FROM keywords WHERE key = ?",
-                    (keyword_key(keyword),),
-                )
-            )
-        if not rows:
-            return None
-        r = rows[0]
-        return KeywordRecord(r[0], r[1], r[2], int(r[3]), float(r[4]), float(r[5]), r[6])
+        return await self._keywords.get(keyword_key(keyword))
 
-    async def associations(self, keyword: str) -> list[Association]:
+    async def associations(self, keyword: str) -> list[KeywordAssociation]:
         """All associations recorded for ``keyword``, archived ones included."""
-        async with self._lock:
-            rows = await self._db.execute_fetchall(
-                "SELECT keyword_key, query_id, external_result_id, conversation_id, archived_at"
-                " FROM keyword_associations WHERE keyword_key = ? ORDER BY created_at",
-                (keyword_key(keyword),),
-            )
-        return [Association(r[0], r[1], r[2], r[3], r[4] is not None) for r in rows]
+        return await self._keywords.associations(keyword_key(keyword))
 
     async def count(self) -> int:
-        async with self._lock:
-            rows = await self._db.execute_fetchall("SELECT COUNT(*) FROM keywords")
-        return int(next(iter(rows))[0])
+        return await self._keywords.count()
 
 
 def _phrases(toks: Sequence[str]) -> set[str]:
@@ -459,12 +300,3 @@ def _phrases(toks: Sequence[str]) -> set[str]:
                 break
             out.add(" ".join(toks[i : i + n]))
     return out
-
-
-def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
-def _with_keywords(result: ExternalResult, keywords: tuple[str, ...]) -> ExternalResult:
-    return replace(result, matched_keywords=keywords)

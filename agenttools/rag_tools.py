@@ -2,10 +2,10 @@
 
 The app factory builds the stores and clients and calls::
 
-    external = await ExternalResultStore.open(db_path)
-    keywords = await KeywordStore.open(db_path, external)
+    storage = await open_sqlite_storage(db_path)        # one bundle per process
+    keywords = KeywordIndex(storage.keywords, storage.external_results)
     perplexity = PerplexityClient.from_env(http, os.environ)      # None when no key
-    register_rag_tools(registry, RagToolDeps(kb, keywords, external, perplexity))
+    register_rag_tools(registry, RagToolDeps(kb, keywords, storage.external_results, perplexity))
 
 The agent loop asks :func:`missing_prerequisite` before running a tool and
 :func:`next_required_tool` when it has to enforce the flow; both read the same run

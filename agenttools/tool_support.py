@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from agenttools.backend_client import BackendClient, BackendError
-from agenttools.drafts import DraftError, DraftStore
+from agenttools.drafts import DraftError, Drafts
 from agenttools.registry import ToolContext, ToolOutcome
 from agenttools.resolution import ResolutionCache, Resolver, caller_key
 
@@ -43,7 +43,7 @@ class WorkflowToolDeps:
     """Everything the backend tools need, built once by the app factory."""
 
     backend_url: str
-    drafts: DraftStore
+    drafts: Drafts
     resolution_cache: ResolutionCache = field(default_factory=ResolutionCache)
     timeout_s: float = 15.0
     max_response_bytes: int = 2_000_000

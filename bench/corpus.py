@@ -248,14 +248,15 @@ def _dir_mb(path: Path) -> float:
 
 
 async def run_kb(n: int, workdir: Path) -> dict[str, Any]:
-    from knowledge.kb import KBConfig, KnowledgeBase
+    from app.kb_file import open_kb_file
+    from knowledge.kb import KBConfig
 
     vectors = np.load(workdir / "vectors.npy", mmap_mode="r")
     docs = list(generate(n))
     table = {embedding_text(d[3], d[4]): i for i, d in enumerate(docs)}
     rss0 = rss_kb()
     db = workdir / "kb.sqlite3"
-    kb = await KnowledgeBase.open(db, LookupEmbedder(table, np.ascontiguousarray(vectors)), config=KBConfig(batch_documents=2000))
+    kb = await open_kb_file(db, LookupEmbedder(table, np.ascontiguousarray(vectors)), config=KBConfig(batch_documents=2000))
     for bucket, fields in SCHEMAS.items():
         await kb.create_bucket(bucket, fields)
     started = time.perf_counter()

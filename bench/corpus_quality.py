@@ -157,10 +157,10 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def evaluate(embedder: Any, docs: list[dict[str, Any]], queries: list[dict[str, Any]]) -> dict[str, Any]:
-    from knowledge.kb import KnowledgeBase
+    from app.kb_file import open_kb_file
 
     with tempfile.TemporaryDirectory(prefix="agentchat-quality-") as tmp:
-        kb = await KnowledgeBase.open(Path(tmp) / "kb.sqlite3", embedder)
+        kb = await open_kb_file(Path(tmp) / "kb.sqlite3", embedder)
         try:
             report = await kb.ingest_documents(docs, bucket="pydocs")
             rows: list[dict[str, Any]] = []

@@ -29,6 +29,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.kb_file import open_kb_file  # noqa: E402
 from knowledge import KBConfig, KnowledgeBase  # noqa: E402
 from toolindex.hashing import HashingEmbedder  # noqa: E402
 
@@ -118,7 +119,7 @@ async def run_size(n_chunks: int, n_queries: int, workdir: Path) -> dict[str, An
     vocab = make_vocab(rng)
     n_docs = n_chunks // CHUNKS_PER_DOC
     db = workdir / f"kb-{n_chunks}.db"
-    kb = await KnowledgeBase.open(db, RandomUnitEmbedder(DIM), config=KBConfig(batch_documents=500))
+    kb = await open_kb_file(db, RandomUnitEmbedder(DIM), config=KBConfig(batch_documents=500))
     await kb.create_bucket("bench", SCHEMA)
     t_gen = time.perf_counter()
     docs = make_docs(rng, vocab, n_docs, 0)
@@ -157,7 +158,7 @@ async def run_size(n_chunks: int, n_queries: int, workdir: Path) -> dict[str, An
     }
     await kb.aclose()
     t2 = time.perf_counter()
-    kb = await KnowledgeBase.open(db, RandomUnitEmbedder(DIM))
+    kb = await open_kb_file(db, RandomUnitEmbedder(DIM))
     open_s = time.perf_counter() - t2
     await kb.aclose()
     return {

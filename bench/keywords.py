@@ -8,9 +8,9 @@ together. Afterwards every usage count must equal the number of calls that named
 key, and every (keyword, query, result, conversation) association must be present.
 
 Two set-ups, each repeated on a fresh SQLite file:
-  * one KeywordStore (one connection, as one app process has),
-  * four KeywordStores on the same file (as four worker processes would), where only
-    BEGIN IMMEDIATE + busy_timeout keep the counts exact.
+  * one storage bundle (one writer connection, as one app process has),
+  * four storage bundles on the same file (as four worker processes would), where only
+    BEGIN IMMEDIATE + busy_timeout + retries keep the counts exact.
 
 Run from the repository root:  .venv/bin/python bench/keywords.py
 Writes bench/results/keywords.json.
@@ -31,14 +31,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx  # noqa: E402
 
 from agenttools.catalog_knowledge import knowledge_specs  # noqa: E402
-from agenttools.external_results import ExternalResultStore  # noqa: E402
-from agenttools.keywords import KeywordStore, keyword_key  # noqa: E402
+from agenttools.external_results import new_external_result  # noqa: E402
+from agenttools.keywords import KeywordIndex, keyword_key  # noqa: E402
 from agenttools.rag.deps import RagToolDeps  # noqa: E402
 from agenttools.rag.policy import INDEX_KEYWORDS, mark_kb_searched, note_external_result  # noqa: E402
 from agenttools.rag_tools import register_rag_tools  # noqa: E402
 from agenttools.registry import RunToolState, ToolContext, ToolRegistry  # noqa: E402
 from agenttools.validation import validate_arguments  # noqa: E402
 from bench._common import write_results  # noqa: E402
+from storage.sqlite import open_sqlite_storage
 
 CALLS = 200
 REPEATS = 5
@@ -73,8 +74,9 @@ class _NoKnowledge:
 async def one_round(connections: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
-        results = await ExternalResultStore.open(db)
-        stores = [await KeywordStore.open(db, results) for _ in range(connections)]
+        bundles = [await open_sqlite_storage(db) for _ in range(connections)]
+        results = bundles[0].external_results
+        stores = [KeywordIndex(b.keywords, b.external_results) for b in bundles]
         async with httpx.AsyncClient() as http:
             registries = []
             for store in stores:
@@ -87,13 +89,14 @@ async def one_round(connections: int) -> dict[str, Any]:
             runs: list[tuple[ToolContext, str]] = []
             for i in range(CALLS):
                 state = RunToolState(query_id=f"q{i}")
-                result = await results.save(
+                result = new_external_result(
                     provider="perplexity",
                     query=f"question {i}",
                     answer="answer",
                     citations=[],
                     query_id=f"q{i}",
                 )
+                await results.save(result)
                 mark_kb_searched(state)
                 note_external_result(state, result.id, needs_keywords=True)
                 ctx = ToolContext("u", None, f"conv-{i}", f"run-{i}", "knowledge", {}, http, state)
@@ -130,9 +133,8 @@ async def one_round(connections: int) -> dict[str, Any]:
                 }
                 want = {(f"q{i}", runs[i][1], f"conv-{i}") for i in callers}
                 missing_assocs += len(want - got)
-            for store in stores:
-                await store.close()
-        await results.close()
+            for bundle in bundles:
+                await bundle.close()
     return {
         "seconds": elapsed,
         "calls_per_s": CALLS / elapsed,

@@ -36,11 +36,12 @@ import orjson  # noqa: E402
 from agenttools.backend_tools import register_backend_tools  # noqa: E402
 from agenttools.catalog import build_catalog  # noqa: E402
 from agenttools.context_ids import inject_context_ids  # noqa: E402
-from agenttools.drafts import SqliteDraftStore  # noqa: E402
+from agenttools.drafts import Drafts  # noqa: E402
 from agenttools.registry import ToolContext, ToolRegistry  # noqa: E402
 from agenttools.resolution import ResolutionCache  # noqa: E402
 from agenttools.tool_support import WorkflowToolDeps  # noqa: E402
 from backend.seed import ALERT_IDS, ALICE_ID, RULE_IDS, TABLE_CONFIG_IDS  # noqa: E402
+from storage.sqlite import open_sqlite_storage  # noqa: E402
 
 ITERATIONS = int(os.environ.get("BENCH_ITERATIONS", "300"))
 WARMUP = 30
@@ -205,7 +206,8 @@ async def main() -> dict[str, Any]:
         try:
             async with httpx.AsyncClient() as http:
                 await _wait_ready(http, base)
-                drafts = await SqliteDraftStore.open(str(Path(tmp) / "agent.db"))
+                storage = await open_sqlite_storage(Path(tmp) / "agent.db")
+                drafts = Drafts(storage.drafts)
                 cache = ResolutionCache()
                 registry = ToolRegistry(build_catalog())
                 register_backend_tools(registry, WorkflowToolDeps(backend_url=base, drafts=drafts, resolution_cache=cache))
@@ -213,7 +215,7 @@ async def main() -> dict[str, Any]:
                     overhead = await _overhead(registry, http, base)
                     conversation = await _conversation(registry, http, cache)
                 finally:
-                    await drafts.close()
+                    await storage.close()
         finally:
             proc.terminate()
             proc.wait(timeout=10)

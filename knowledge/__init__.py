@@ -1,4 +1,4 @@
-"""The knowledge base: documents, chunks, FTS5 + vectors, buckets with typed metadata,
+"""The knowledge base: documents, chunks, full-text + vector search over the storage KB index, typed buckets,
 filters, hybrid search with re-ranking, ingestion, and the shipped sample KB."""
 
 from knowledge.filters import FilterError, compile_filters

@@ -1,9 +1,10 @@
-"""Bucket schemas: typed metadata fields stored as real, indexed columns.
+"""Buckets and their typed metadata fields: the schema rules and the schema cache.
 
-Each bucket with fields gets a side table ``meta_<bucket>`` (``doc_id`` primary key,
-one column per field, one index per column) so filters such as
-``total_amount > 1000`` run on an index instead of parsing JSON per row. The JSON
-``metadata`` column of the document keeps everything (typed or not) for display.
+A bucket may declare typed fields (``{"total_amount": "REAL"}``); the storage engine
+keeps them as real, indexed columns so filters such as ``total_amount > 1000`` run on an
+index instead of parsing JSON per row, while the document's JSON ``metadata`` keeps
+everything (typed or not) for display. Here: which schemas are allowed, how a record's
+metadata is coerced onto one, and ``Buckets``, the known schemas over a ``KBIndex``.
 """
 
 from __future__ import annotations
@@ -13,15 +14,12 @@ from typing import Any
 
 from knowledge.filters import coerce_typed, is_bad
 from knowledge.names import check_bucket_name, check_field_name
-from knowledge.types import FIELD_TYPES
+from knowledge.types import FIELD_TYPES, BucketInfo
+from storage.interfaces import KBIndex
 
-_SQL_TYPES = {
-    "TEXT": "TEXT COLLATE NOCASE",
-    "INTEGER": "INTEGER",
-    "REAL": "REAL",
-    "DATE": "TEXT",  # ISO YYYY-MM-DD sorts and compares correctly as text
-    "BOOLEAN": "INTEGER",
-}
+
+class UnknownBucketError(ValueError):
+    """A search or ingest named a bucket that does not exist; the message lists those that do."""
 
 
 def validate_schema(fields: Mapping[str, Any]) -> dict[str, str]:
@@ -38,42 +36,6 @@ def validate_schema(fields: Mapping[str, Any]) -> dict[str, str]:
             raise ValueError(f"field {name!r}: type must be one of {', '.join(sorted(FIELD_TYPES))}")
         out[name] = t
     return out
-
-
-def meta_table(bucket: str) -> str:
-    """Quoted table name; the bucket name is validated first, so this is safe to interpolate."""
-    return f'"meta_{check_bucket_name(bucket)}"'
-
-
-def create_table_statements(bucket: str, fields: Mapping[str, str]) -> list[str]:
-    table = meta_table(bucket)
-    cols = ", ".join(f'"{check_field_name(n)}" {_SQL_TYPES[t]}' for n, t in fields.items())
-    stmts = [
-        f"CREATE TABLE IF NOT EXISTS {table} (doc_id TEXT PRIMARY KEY "
-        f"REFERENCES kb_documents(id) ON DELETE CASCADE{', ' + cols if cols else ''})"
-    ]
-    stmts += [index_statement(bucket, n) for n in fields]
-    return stmts
-
-
-def add_column_statements(bucket: str, name: str, ftype: str) -> list[str]:
-    return [
-        f'ALTER TABLE {meta_table(bucket)} ADD COLUMN "{check_field_name(name)}" {_SQL_TYPES[ftype]}',
-        index_statement(bucket, name),
-    ]
-
-
-def index_statement(bucket: str, name: str) -> str:
-    check_bucket_name(bucket)
-    check_field_name(name)
-    return f'CREATE INDEX IF NOT EXISTS "meta_{bucket}__{name}" ON "meta_{bucket}"("{name}")'
-
-
-def upsert_statement(bucket: str, fields: Mapping[str, str]) -> str:
-    names = ["doc_id", *(check_field_name(n) for n in fields)]
-    cols = ", ".join(f'"{n}"' for n in names)
-    marks = ", ".join("?" * len(names))
-    return f"INSERT OR REPLACE INTO {meta_table(bucket)} ({cols}) VALUES ({marks})"
 
 
 def typed_row(fields: Mapping[str, str], metadata: Mapping[str, Any]) -> tuple[list[Any], list[str]]:
@@ -97,3 +59,59 @@ def typed_row(fields: Mapping[str, str], metadata: Mapping[str, Any]) -> tuple[l
         else:
             values.append(v)
     return values, errors
+
+
+def typed_values(fields: Mapping[str, str], metadata: Mapping[str, Any]) -> list[Any]:
+    """``typed_row`` without the errors (a value that does not fit is NULL): how
+    existing documents fill fields added to their bucket later."""
+    return typed_row(fields, metadata)[0]
+
+
+class Buckets:
+    """The bucket schemas, cached; reloaded when an unknown bucket is asked for."""
+
+    def __init__(self, index: KBIndex) -> None:
+        self._index = index
+        self._schemas: dict[str, dict[str, str]] = {}
+
+    def __len__(self) -> int:
+        return len(self._schemas)
+
+    def cached(self, bucket: str) -> dict[str, str] | None:
+        return self._schemas.get(bucket)
+
+    async def load(self) -> None:
+        self._schemas = await self._index.bucket_schemas()
+
+    async def create(self, name: str, fields: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Create ``name`` with typed ``fields``, or add new fields to an existing bucket.
+
+        Existing documents get the new columns filled from their JSON metadata where
+        the value fits. Changing the type of an existing field is refused.
+        """
+        check_bucket_name(name)
+        schema = validate_schema(fields or {})
+        merged = await self._index.create_bucket(name, schema, typed_row=typed_values)
+        self._schemas[name] = merged
+        return dict(merged)
+
+    async def ensure(self, name: str) -> None:
+        if name in self._schemas:
+            return
+        await self.load()
+        if name not in self._schemas:
+            await self.create(name, {})
+
+    async def schema(self, bucket: str) -> dict[str, str]:
+        """The typed fields of ``bucket``; ``UnknownBucketError`` lists the known buckets."""
+        if bucket not in self._schemas:
+            await self.load()
+        if bucket not in self._schemas:
+            known = ", ".join(sorted(self._schemas)) or "(none)"
+            raise UnknownBucketError(f"unknown bucket {bucket[:60]!r}; available buckets: {known}")
+        return dict(self._schemas[bucket])
+
+    async def infos(self) -> list[BucketInfo]:
+        return [
+            BucketInfo(b.name, b.fields, b.documents, b.chunks, b.created_at) for b in await self._index.list_buckets()
+        ]

@@ -1,4 +1,4 @@
-"""The metadata filter language shared by every search tool, compiled to safe SQL.
+"""The metadata filter language shared by every search tool, validated into a tree.
 
 Grammar (JSON)::
 
@@ -11,11 +11,12 @@ Grammar (JSON)::
                                               eq ne gt gte lt lte, == <> "not in")
 
 Every field is checked against the bucket schema plus the built-in document fields;
-every value is coerced to the field's type and bound as a parameter. Field names never
-reach SQL unless they are in the schema, and schema names were validated against
-``^[a-z][a-z0-9_]{0,40}$`` when the bucket was created, so the only text we interpolate
-is text we wrote. Depth, clause count, ``in`` list length and string sizes are bounded
-so an absurd filter is rejected, not executed.
+every value is coerced to the field's type. The result is the engine-neutral tree of
+``storage.kb_records`` (``KBFilter``): each storage engine turns it into its own query
+language and binds every value as a parameter; field names reach it only when they are
+in the schema, and schema names were validated against ``^[a-z][a-z0-9_]{0,40}$`` when
+the bucket was created. Depth, clause count, ``in`` list length and string sizes are
+bounded so an absurd filter is rejected, not executed.
 """
 
 from __future__ import annotations
@@ -23,10 +24,18 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from storage.kb_records import (
+    KB_DOCUMENT_FIELDS,
+    AllOf,
+    AnyOf,
+    FieldCondition,
+    FilterNode,
+    KBFilter,
+)
 
 MAX_DEPTH = 4
 MAX_CONDITIONS = 32
@@ -34,15 +43,8 @@ MAX_IN_VALUES = 100
 MAX_STRING = 500
 MAX_LIKE = 200
 
-#: Fields every document has, whatever its bucket: name → (type, SQL expression).
-BUILTIN_FIELDS: dict[str, tuple[str, str]] = {
-    "doc_id": ("TEXT", "d.id"),
-    "title": ("TEXT", "d.title"),
-    "source": ("TEXT", "d.source"),
-    "url": ("TEXT", "d.url"),
-    "created_at": ("DATE", "substr(d.created_at, 1, 10)"),
-    "updated_at": ("DATE", "substr(d.updated_at, 1, 10)"),
-}
+#: Fields every document has, whatever its bucket: name → type.
+BUILTIN_FIELDS: Mapping[str, str] = KB_DOCUMENT_FIELDS
 
 _OPS: dict[str, str] = {}
 for _canon, _spellings in {
@@ -61,26 +63,16 @@ for _canon, _spellings in {
 
 _LOGIC = {"$and": "AND", "$or": "OR", "and": "AND", "or": "OR"}
 
+#: What ``compile_filters`` returns: the validated tree (``storage.kb_records.KBFilter``).
+CompiledFilter = KBFilter
+
 
 class FilterError(ValueError):
     """A filter that cannot be applied; the message is written for the model to fix it."""
 
 
-@dataclass(frozen=True, slots=True)
-class CompiledFilter:
-    """A parameterised ``WHERE`` fragment over ``documents d`` (and ``meta_<bucket> m``).
-
-    ``uses_meta`` says whether the caller must join the bucket's typed table as ``m``.
-    """
-
-    sql: str
-    params: tuple[Any, ...]
-    uses_meta: bool
-    uses_builtin: bool = False
-
-
 def describe_fields(fields: Mapping[str, str] | None) -> str:
-    parts = [f"{name} ({ftype})" for name, (ftype, _) in BUILTIN_FIELDS.items()]
+    parts = [f"{name} ({ftype})" for name, ftype in BUILTIN_FIELDS.items()]
     parts += [f"{name} ({ftype})" for name, ftype in (fields or {}).items()]
     return ", ".join(parts)
 
@@ -101,22 +93,25 @@ def parse_filters(filters: Any) -> dict[str, Any] | None:
     return dict(filters) if filters else None
 
 
+def _group(kind: type[AllOf | AnyOf], parts: list[FilterNode]) -> FilterNode:
+    return parts[0] if len(parts) == 1 else kind(tuple(parts))
+
+
 class _Compiler:
     def __init__(self, fields: Mapping[str, str] | None, bucket: str | None) -> None:
         self.fields = dict(fields or {})
         self.bucket = bucket
-        self.params: list[Any] = []
         self.conditions = 0
-        self.uses_meta = False
+        self.uses_typed = False
         self.uses_builtin = False
 
     # -- structure -------------------------------------------------------------
-    def node(self, obj: Any, depth: int) -> str:
+    def node(self, obj: Any, depth: int) -> FilterNode:
         if depth > MAX_DEPTH:
             raise FilterError(f"filters are nested too deeply (at most {MAX_DEPTH} levels)")
         if not isinstance(obj, Mapping) or not obj:
             raise FilterError("each filter must be a non-empty object")
-        parts: list[str] = []
+        parts: list[FilterNode] = []
         for key, value in obj.items():
             if not isinstance(key, str):
                 raise FilterError("filter keys must be strings")
@@ -125,31 +120,31 @@ class _Compiler:
                 parts.append(self.logic(logic, value, depth))
             else:
                 parts.append(self.field_clause(key, value))
-        return parts[0] if len(parts) == 1 else "(" + " AND ".join(parts) + ")"
+        return _group(AllOf, parts)
 
-    def logic(self, joiner: str, value: Any, depth: int) -> str:
+    def logic(self, joiner: str, value: Any, depth: int) -> FilterNode:
         if not isinstance(value, Sequence) or isinstance(value, (str, bytes)) or not value:
             raise FilterError(f"${joiner.lower()} needs a non-empty list of filter objects")
         if len(value) > MAX_CONDITIONS:
             raise FilterError(f"${joiner.lower()} has too many branches (at most {MAX_CONDITIONS})")
         inner = [self.node(v, depth + 1) for v in value]
-        return inner[0] if len(inner) == 1 else "(" + f" {joiner} ".join(inner) + ")"
+        return _group(AllOf if joiner == "AND" else AnyOf, inner)
 
     # -- one field ---------------------------------------------------------------
-    def resolve(self, name: str) -> tuple[str, str]:
+    def resolve(self, name: str) -> tuple[str, bool]:
+        """``(type, builtin)`` of a field the filter may use."""
         if name in BUILTIN_FIELDS:
             self.uses_builtin = True
-            return BUILTIN_FIELDS[name]
+            return BUILTIN_FIELDS[name], True
         if name in self.fields:
-            self.uses_meta = True
-            # Safe: schema names were validated against ^[a-z][a-z0-9_]{0,40}$ on creation.
-            return self.fields[name], f'm."{name}"'
+            self.uses_typed = True
+            return self.fields[name], False
         where = f"bucket {self.bucket!r}" if self.bucket else "searches without a bucket"
         shown = name if len(name) <= 60 else name[:60] + "…"
         raise FilterError(f"unknown filter field {shown!r}; allowed fields for {where}: {describe_fields(self.fields)}")
 
-    def field_clause(self, name: str, value: Any) -> str:
-        ftype, column = self.resolve(name)
+    def field_clause(self, name: str, value: Any) -> FilterNode:
+        ftype, builtin = self.resolve(name)
         if isinstance(value, Mapping):
             if not value:
                 raise FilterError(f"filter on {name!r} is empty")
@@ -157,14 +152,14 @@ class _Compiler:
                 op = value.get("operator", value.get("op"))
                 if "value" not in value or set(value) - {"operator", "op", "value"}:
                     raise FilterError(f"filter on {name!r}: use {{\"operator\": op, \"value\": v}}")
-                return self.condition(name, ftype, column, op, value["value"])
-            conds = [self.condition(name, ftype, column, op, v) for op, v in value.items()]
-            return conds[0] if len(conds) == 1 else "(" + " AND ".join(conds) + ")"
+                return self.condition(name, ftype, builtin, op, value["value"])
+            conds = [self.condition(name, ftype, builtin, op, v) for op, v in value.items()]
+            return _group(AllOf, conds)
         if isinstance(value, (list, tuple)):
-            return self.condition(name, ftype, column, "in", value)
-        return self.condition(name, ftype, column, "=", value)
+            return self.condition(name, ftype, builtin, "in", value)
+        return self.condition(name, ftype, builtin, "=", value)
 
-    def condition(self, name: str, ftype: str, column: str, op_raw: Any, value: Any) -> str:
+    def condition(self, name: str, ftype: str, builtin: bool, op_raw: Any, value: Any) -> FieldCondition:
         self.conditions += 1
         if self.conditions > MAX_CONDITIONS:
             raise FilterError(f"too many filter conditions (at most {MAX_CONDITIONS})")
@@ -181,9 +176,7 @@ class _Compiler:
             coerced = [coerce_value(name, ftype, v) for v in value]
             if any(v is None for v in coerced):
                 raise FilterError(f"{op!r} on {name!r} cannot contain null")
-            self.params.extend(coerced)
-            marks = ", ".join("?" * len(coerced))
-            return f"{column} {'IN' if op == 'in' else 'NOT IN'} ({marks})"
+            return FieldCondition(name, builtin, "in" if op == "in" else "nin", tuple(coerced))
         if op == "like":
             if ftype not in ("TEXT", "DATE"):
                 raise FilterError(f"'like' only works on TEXT or DATE fields; {name!r} is {ftype}")
@@ -191,17 +184,15 @@ class _Compiler:
                 raise FilterError(f"'like' on {name!r} needs a pattern of 1..{MAX_LIKE} characters")
             if "%" not in value and "_" not in value:
                 value = f"%{value}%"
-            self.params.append(value)
-            return f"{column} LIKE ?"
+            return FieldCondition(name, builtin, "like", value)
         coerced_value = coerce_value(name, ftype, value)
         if coerced_value is None:
             if op == "=":
-                return f"{column} IS NULL"
+                return FieldCondition(name, builtin, "is_null")
             if op == "!=":
-                return f"{column} IS NOT NULL"
+                return FieldCondition(name, builtin, "not_null")
             raise FilterError(f"{op!r} on {name!r} needs a value, not null")
-        self.params.append(coerced_value)
-        return f"{column} {op} ?"
+        return FieldCondition(name, builtin, op, coerced_value)  # type: ignore[arg-type]
 
 
 def coerce_value(name: str, ftype: str, value: Any) -> Any:
@@ -297,8 +288,8 @@ def is_bad(value: Any) -> bool:
 
 def compile_filters(
     filters: Any, fields: Mapping[str, str] | None, *, bucket: str | None = None
-) -> CompiledFilter | None:
-    """Validate ``filters`` against ``fields`` (the bucket schema) and compile them.
+) -> KBFilter | None:
+    """Validate ``filters`` against ``fields`` (the bucket schema) into the filter tree.
 
     Returns ``None`` for no filters. Raises ``FilterError`` naming the allowed fields on
     an unknown field, and saying what was expected on a bad value or operator.
@@ -307,10 +298,8 @@ def compile_filters(
     if parsed is None:
         return None
     compiler = _Compiler(fields, bucket)
-    sql = compiler.node(parsed, 1)
-    return CompiledFilter(
-        sql=sql, params=tuple(compiler.params), uses_meta=compiler.uses_meta, uses_builtin=compiler.uses_builtin
-    )
+    root = compiler.node(parsed, 1)
+    return KBFilter(root=root, uses_typed=compiler.uses_typed, uses_builtin=compiler.uses_builtin)
 
 
 def split_constraints(filters: Mapping[str, Any]) -> list[dict[str, Any]]:

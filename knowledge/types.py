@@ -10,10 +10,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, TypeAlias
 
+from storage.kb_records import KB_FIELD_TYPES, KBTextTuning
+
 FieldType: TypeAlias = Literal["TEXT", "INTEGER", "REAL", "DATE", "BOOLEAN"]
 SearchMode: TypeAlias = Literal["hybrid", "text", "semantic"]
 
-FIELD_TYPES: frozenset[str] = frozenset({"TEXT", "INTEGER", "REAL", "DATE", "BOOLEAN"})
+FIELD_TYPES: frozenset[str] = KB_FIELD_TYPES
 
 
 @dataclass(slots=True)
@@ -154,3 +156,41 @@ class BucketInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+DEFAULT_BUCKET = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class KBConfig:
+    """Tuning knobs; the defaults are the documented behaviour."""
+
+    chunk_target: int = 800
+    chunk_overlap: int = 120
+    embed_batch: int = 64
+    batch_documents: int = 256
+    candidates: int = 100
+    per_doc: int = 3
+    max_top_k: int = 50
+    overload_threshold: int = 200
+    flat_spread: float = 0.05
+    executor_rows: int = 2_000
+    query_cache: int = 256
+    #: BM25 skips terms in more than this share of all chunks (FTS5 idf ≤ log 4) …
+    common_term_fraction: float = 0.2
+    #: … once they are in at least this many chunks (below, scoring them is cheap).
+    common_term_min_df: int = 5_000
+    #: Text search in a bucket without filters first ranks this many best matches of
+    #: the whole index and keeps the bucket's; only when too few are, it ranks within
+    #: the bucket exactly.
+    text_probe: int = 1_000
+    term_stats_cache: int = 20_000
+
+    @property
+    def text_tuning(self) -> KBTextTuning:
+        return KBTextTuning(
+            common_term_fraction=self.common_term_fraction,
+            common_term_min_df=self.common_term_min_df,
+            text_probe=self.text_probe,
+            term_stats_cache=self.term_stats_cache,
+        )

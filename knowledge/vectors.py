@@ -8,8 +8,10 @@ never sees a half-written row. Deletions flip an ``alive`` flag in place: a raci
 may still return a just-deleted chunk, which the caller drops when the row is not found
 in SQLite.
 
-All mutation happens on the event loop thread (after the SQLite commit); scans may run
-anywhere.
+All mutation happens on the event loop thread (after the storage commit); scans may run
+anywhere. The rows come from the storage engine's ``KBIndex`` (``load_vectors``), so the
+same scan serves every engine; an engine with its own vector search (pgvector) can
+replace it later.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+
+from storage.interfaces import KBIndex
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
@@ -242,3 +246,13 @@ def _resized(arr: npt.NDArray[np.generic], cap: int, n: int) -> npt.NDArray[np.g
     out = np.zeros(cap, arr.dtype)
     out[:n] = arr[:n]
     return out
+
+
+async def load_vectors(vectors: VectorIndex, index: KBIndex, embed_model: str) -> int:
+    """Fill ``vectors`` with every stored vector of ``embed_model`` (at ``vectors.dim``
+    dimensions); returns how many rows were added."""
+    added = 0
+    async for rows in index.iter_vectors(embed_model, vectors.dim):
+        vectors.add(rows.chunk_ids, rows.doc_id, rows.bucket, rows.vectors)
+        added += len(rows.chunk_ids)
+    return added

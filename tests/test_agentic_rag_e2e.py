@@ -16,14 +16,14 @@ import pytest
 
 from agenttools.catalog import build_catalog
 from agenttools.corpus_tools import CorpusToolDeps, register_corpus_tools
-from agenttools.external_results import ExternalResultStore
-from agenttools.keywords import KeywordStore
+from agenttools.keywords import KeywordIndex
 from agenttools.rag_tools import RagToolDeps, register_rag_tools
 from agenttools.registry import ToolRegistry
 from app.config import Settings
 from app.factory import create_app
 from app.planner import QueryPlanner
 from llm.ollama import OllamaProvider
+from storage.sqlite import open_sqlite_storage
 from tests.conftest import collect_sse, names
 from tests.fakes import FakeOllama, Text, ToolCall, ToolCalls, running_fake
 from tests.support.server import serve_app
@@ -51,10 +51,12 @@ async def agentic_app(
 ) -> AsyncIterator[str]:
     """The app with the corpus + RAG tools on a real KB, the model played by ``fake``."""
     kb = await build_corpus(tmp_path / "kb.sqlite3")
-    results = await ExternalResultStore.open(tmp_path / "stores.sqlite3")
-    keywords = await KeywordStore.open(tmp_path / "stores.sqlite3", results)
+    storage = await open_sqlite_storage(tmp_path / "stores.sqlite3")
+    keywords = KeywordIndex(storage.keywords, storage.external_results)
     registry = ToolRegistry(build_catalog())
-    register_rag_tools(registry, RagToolDeps(knowledge=kb, keywords=keywords, external_results=results))
+    register_rag_tools(
+        registry, RagToolDeps(knowledge=kb, keywords=keywords, external_results=storage.external_results)
+    )
     register_corpus_tools(registry, CorpusToolDeps(knowledge=kb, **deps))
     try:
         async with running_fake(fake.app) as url:
@@ -69,8 +71,7 @@ async def agentic_app(
             finally:
                 await provider.aclose()
     finally:
-        await keywords.close()
-        await results.close()
+        await storage.close()
         await kb.aclose()
 
 

@@ -14,12 +14,12 @@ from agenttools.catalog import build_catalog
 from agenttools.citations import verify_citations
 from agenttools.corpus_tools import CorpusToolDeps, register_corpus_tools
 from agenttools.executor import ToolExecutor
-from agenttools.external_results import ExternalResultStore
-from agenttools.keywords import KeywordStore
+from agenttools.keywords import KeywordIndex
 from agenttools.rag_tools import RagToolDeps, register_rag_tools
 from agenttools.registry import EvidenceSource, RunToolState, ToolContext, ToolRegistry
 from agenttools.validation import validate_arguments
 from llm.types import ToolCall
+from storage.sqlite import open_sqlite_storage
 from tests.test_corpus_tools import build_corpus
 
 
@@ -97,16 +97,17 @@ def test_unknown_web_marker_numbers_are_invented_citations() -> None:
 @pytest.fixture
 async def tools(tmp_path: Path) -> Any:
     kb = await build_corpus(tmp_path / "kb.sqlite3")
-    results = await ExternalResultStore.open(tmp_path / "agent.sqlite3")
-    keywords = await KeywordStore.open(tmp_path / "agent.sqlite3", results)
+    storage = await open_sqlite_storage(tmp_path / "agent.sqlite3")
+    keywords = KeywordIndex(storage.keywords, storage.external_results)
     registry = ToolRegistry(build_catalog())
-    register_rag_tools(registry, RagToolDeps(knowledge=kb, keywords=keywords, external_results=results))
+    register_rag_tools(
+        registry, RagToolDeps(knowledge=kb, keywords=keywords, external_results=storage.external_results)
+    )
     register_corpus_tools(registry, CorpusToolDeps(knowledge=kb))
     async with httpx.AsyncClient() as http:
         ctx = ToolContext("u1", None, "c1", "r1", "knowledge", {}, http, RunToolState())
         yield ToolExecutor(registry, validator=validate_arguments), ctx
-    await keywords.close()
-    await results.close()
+    await storage.close()
     await kb.aclose()
 
 

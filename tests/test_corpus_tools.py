@@ -20,6 +20,7 @@ from agenttools.executor import ToolExecutor
 from agenttools.rag.policy import kb_searched
 from agenttools.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry
 from agenttools.validation import validate_arguments
+from app.kb_file import open_kb_file
 from knowledge.kb import KnowledgeBase
 from llm.types import ToolCall
 from toolindex.hashing import HashingEmbedder
@@ -84,7 +85,7 @@ DATASHEETS = [
 
 async def build_corpus(path: Path) -> KnowledgeBase:
     """The shared test corpus: invoices, contracts and datasheets with typed schemas."""
-    kb = await KnowledgeBase.open(path, HashingEmbedder(dim=128))
+    kb = await open_kb_file(path, HashingEmbedder(dim=128))
     await kb.create_bucket("invoices", INVOICE_FIELDS)
     await kb.create_bucket("contracts", {"party": "TEXT", "year": "INTEGER"})
     await kb.create_bucket("datasheets", {"part": "TEXT", "type": "TEXT"})

@@ -1,4 +1,5 @@
-"""Workflow drafts: the SQLite store (ownership, TTL, limit, locking) and the four draft tools."""
+"""Workflow drafts: the draft rules over the store (ownership, TTL, limit, locking) and the
+four draft tools."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import pytest
 
 from agenttools.backend_tools import register_backend_tools
 from agenttools.catalog import build_catalog
-from agenttools.drafts import DraftAction, DraftLimitError, DraftNotFoundError, SqliteDraftStore
+from agenttools.drafts import DraftAction, DraftLimitError, DraftNotFoundError, Drafts
 from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry
 from agenttools.tool_support import WorkflowToolDeps
 from backend.app import create_backend_app
 from backend.seed import ALICE_ID, BOB_ID, ENTITIES, TRIGGER_TYPES
 from tests.support.server import serve_app
+from tests.support.storage import opened_storage
 
 
 class FakeClock:
@@ -29,14 +31,11 @@ class FakeClock:
 @pytest.fixture
 async def store(tmp_path):
     clock = FakeClock()
-    s = await SqliteDraftStore.open(str(tmp_path / "drafts.db"), clock=clock, max_per_owner=3)
-    try:
-        yield s, clock
-    finally:
-        await s.close()
+    async with opened_storage(tmp_path / "drafts.db") as storage:
+        yield Drafts(storage.drafts, clock=clock, max_per_owner=3), clock
 
 
-async def _new(s: SqliteDraftStore, owner: str = "alice") -> str:
+async def _new(s: Drafts, owner: str = "alice") -> str:
     d = await s.create(owner, name="n", entity="sales.orders", trigger_type="on_create")
     return d.id
 
@@ -92,15 +91,11 @@ async def test_concurrent_updates_do_not_lose_actions(store) -> None:
 
 
 async def test_drafts_survive_a_reopen(tmp_path) -> None:
-    path = str(tmp_path / "d.db")
-    s = await SqliteDraftStore.open(path)
-    draft_id = await _new(s)
-    await s.close()
-    s2 = await SqliteDraftStore.open(path)  # migrations are idempotent
-    try:
-        assert (await s2.get("alice", draft_id)).name == "n"
-    finally:
-        await s2.close()
+    path = tmp_path / "d.db"
+    async with opened_storage(path) as storage:
+        draft_id = await _new(Drafts(storage.drafts))
+    async with opened_storage(path) as storage:  # migrations are idempotent
+        assert (await Drafts(storage.drafts).get("alice", draft_id)).name == "n"
 
 
 # -- tools against the reference backend ------------------------------------------------------
@@ -109,10 +104,9 @@ async def test_drafts_survive_a_reopen(tmp_path) -> None:
 @pytest.fixture
 async def tools(tmp_path):
     async with serve_app(create_backend_app(str(tmp_path / "backend.db"))) as base_url:
-        async with httpx.AsyncClient() as http:
-            drafts = await SqliteDraftStore.open(str(tmp_path / "agent.db"))
+        async with httpx.AsyncClient() as http, opened_storage(tmp_path / "agent.db") as storage:
             registry = ToolRegistry(build_catalog())
-            register_backend_tools(registry, WorkflowToolDeps(backend_url=base_url, drafts=drafts))
+            register_backend_tools(registry, WorkflowToolDeps(backend_url=base_url, drafts=Drafts(storage.drafts)))
 
             async def call(tool: str, args: dict[str, Any], user: str = "alice") -> ToolOutcome:
                 ctx = ToolContext(
@@ -126,10 +120,7 @@ async def tools(tmp_path):
                 )
                 return await registry.handler(tool)(args, ctx)  # type: ignore[misc]
 
-            try:
-                yield call
-            finally:
-                await drafts.close()
+            yield call
 
 
 def ok(o: ToolOutcome) -> Any:

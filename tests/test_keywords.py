@@ -8,15 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from agenttools.external_results import Citation, ExternalResultStore
+from agenttools.external_results import Citation, new_external_result
 from agenttools.keywords import (
     Candidate,
-    KeywordStore,
+    KeywordIndex,
     Rejection,
     check_keyword,
     keyword_key,
     validate_keywords,
 )
+from storage.interfaces import ExternalResultStore
+from storage.sqlite import SqliteStorage, open_sqlite_storage
+from tests.support.storage import opened_storage
 
 
 class Clock:
@@ -43,17 +46,19 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def results(db_path: Path, clock: Clock):
-    store = await ExternalResultStore.open(db_path, clock=clock)
-    yield store
-    await store.close()
+async def storage(db_path: Path):
+    async with opened_storage(db_path) as s:
+        yield s
 
 
 @pytest.fixture
-async def store(db_path: Path, results: ExternalResultStore, clock: Clock):
-    s = await KeywordStore.open(db_path, results, clock=clock)
-    yield s
-    await s.close()
+def results(storage: SqliteStorage) -> ExternalResultStore:
+    return storage.external_results
+
+
+@pytest.fixture
+def store(storage: SqliteStorage, clock: Clock) -> KeywordIndex:
+    return KeywordIndex(storage.keywords, storage.external_results, clock=clock)
 
 
 def cands(*words: str) -> list[Candidate]:
@@ -122,7 +127,7 @@ def test_duplicates_within_one_call_are_merged_not_rejected() -> None:
 # ------------------------------------------------------------------ store: merge & associations
 
 
-async def test_index_creates_then_merges(store: KeywordStore, clock: Clock) -> None:
+async def test_index_creates_then_merges(store: KeywordIndex, clock: Clock) -> None:
     first = await store.index(
         cands("Straße", "EU VAT"), query_id="q1", external_result_ids=["px_1"], conversation_id="c1"
     )
@@ -153,25 +158,25 @@ async def test_index_creates_then_merges(store: KeywordStore, clock: Clock) -> N
     ]
 
 
-async def test_association_needs_a_query_or_a_result(store: KeywordStore) -> None:
+async def test_association_needs_a_query_or_a_result(store: KeywordIndex) -> None:
     with pytest.raises(ValueError):
         await store.index(cands("EU VAT"), query_id=None, external_result_ids=[])
     assert await store.count() == 0
 
 
-async def test_one_association_per_result(store: KeywordStore) -> None:
+async def test_one_association_per_result(store: KeywordIndex) -> None:
     await store.index(cands("EU VAT"), query_id="q1", external_result_ids=["px_1", "px_2"])
     assocs = await store.associations("eu vat")
     assert sorted(a.external_result_id or "" for a in assocs) == ["px_1", "px_2"]
     assert (await store.get("eu vat")).usage_count == 1  # type: ignore[union-attr]
 
 
-async def test_concurrent_indexing_never_loses_an_update(
-    db_path: Path, results: ExternalResultStore, store: KeywordStore
-) -> None:
-    """200 calls over overlapping keywords, spread over four connections (as four workers
-    would be): every usage count exact, every association present."""
-    others = [await KeywordStore.open(db_path, results) for _ in range(3)]
+async def test_concurrent_indexing_never_loses_an_update(db_path: Path, store: KeywordIndex) -> None:
+    """200 calls over overlapping keywords, spread over four storage bundles on one file
+    (as four worker processes would be, each with its own writer): every usage count
+    exact, every association present."""
+    bundles = [await open_sqlite_storage(db_path) for _ in range(3)]
+    others = [KeywordIndex(b.keywords, b.external_results) for b in bundles]
     stores = [store, *others]
     vocab = ["alpha term", "beta term", "gamma term", "delta term", "epsilon term", "zeta term", "eta term"]
 
@@ -186,8 +191,8 @@ async def test_concurrent_indexing_never_loses_an_update(
             )
         )
     finally:
-        for s in others:
-            await s.close()
+        for b in bundles:
+            await b.close()
 
     expected: dict[str, list[int]] = {w: [] for w in vocab}
     for i in range(200):
@@ -204,22 +209,26 @@ async def test_concurrent_indexing_never_loses_an_update(
 
 
 async def test_lookup_matches_whole_tokens_and_phrases(
-    store: KeywordStore, results: ExternalResultStore, clock: Clock
+    store: KeywordIndex, results: ExternalResultStore, clock: Clock
 ) -> None:
-    vat = await results.save(
+    vat = new_external_result(
         provider="perplexity",
         query="EU VAT reverse charge rules",
         answer="Reverse charge applies [1].",
         citations=[Citation(1, "https://ec.europa.eu/vat", "VAT rules")],
         query_id="q1",
+        now=clock(),
     )
-    nitrogen = await results.save(
+    nitrogen = new_external_result(
         provider="perplexity",
         query="boiling point of liquid nitrogen",
         answer="77 K.",
         citations=[],
         query_id="q2",
+        now=clock(),
     )
+    await results.save(vat)
+    await results.save(nitrogen)
     await store.index(
         cands("reverse charge", "EU VAT", "Straße"), query_id="q1", external_result_ids=[vat.id]
     )
@@ -250,7 +259,7 @@ async def test_lookup_matches_whole_tokens_and_phrases(
 # ------------------------------------------------------------------ pruning
 
 
-async def test_prune_by_usage_and_age_keeps_associations_archived(store: KeywordStore, clock: Clock) -> None:
+async def test_prune_by_usage_and_age_keeps_associations_archived(store: KeywordIndex, clock: Clock) -> None:
     await store.index(
         cands("rarely used", "often used", "fresh single"), query_id="q1", external_result_ids=["px_1"]
     )
@@ -284,27 +293,28 @@ async def test_prune_by_usage_and_age_keeps_associations_archived(store: Keyword
     assert await store.prune(min_usage=2, older_than_days=30) == 0
 
 
-async def test_prune_rejects_nonsense_arguments(store: KeywordStore) -> None:
+async def test_prune_rejects_nonsense_arguments(store: KeywordIndex) -> None:
     with pytest.raises(ValueError):
         await store.prune(min_usage=0, older_than_days=1)
     with pytest.raises(ValueError):
         await store.prune(min_usage=1, older_than_days=-1)
 
 
-async def test_reopening_applies_no_migration_twice(db_path: Path, results: ExternalResultStore) -> None:
-    a = await KeywordStore.open(db_path, results)
-    await a.index(cands("EU VAT"), query_id="q1")
-    await a.close()
-    b = await KeywordStore.open(db_path, results)
-    try:
-        assert (await b.get("eu vat")) is not None
-    finally:
-        await b.close()
+async def test_a_second_bundle_on_the_file_sees_the_data_and_migrates_nothing(
+    db_path: Path, storage: SqliteStorage, store: KeywordIndex
+) -> None:
+    await store.index(cands("EU VAT"), query_id="q1")
+    async with opened_storage(db_path) as again:
+        assert again.schema_version == storage.schema_version
+        assert (await KeywordIndex(again.keywords, again.external_results).get("eu vat")) is not None
+        rows = await again.db.fetchall("SELECT version FROM schema_version ORDER BY version")
+        assert [r[0] for r in rows] == list(range(1, storage.schema_version + 1))
 
 
-async def test_a_cancelled_index_call_leaves_the_store_usable(db_path: Path, store: KeywordStore) -> None:
-    """Cancelled while waiting for the write lock (another process holds it): no partial
-    write, no transaction left open on the connection."""
+async def test_a_cancelled_index_call_commits_whole_or_not_at_all(db_path: Path, store: KeywordIndex) -> None:
+    """Cancelled while waiting for the write lock (another process holds it): the call's
+    transaction still ends (commit or rollback) before the writer is reused, so there is
+    no partial write and no transaction left open."""
     import aiosqlite
 
     async with aiosqlite.connect(str(db_path), isolation_level=None) as other:
@@ -312,10 +322,12 @@ async def test_a_cancelled_index_call_leaves_the_store_usable(db_path: Path, sto
         task = asyncio.create_task(store.index(cands("EU VAT", "reverse charge"), query_id="q1"))
         await asyncio.sleep(0.05)
         task.cancel()
-        # Let the queued BEGIN succeed now: the cancelled call must then roll it back.
         await other.execute_fetchall("ROLLBACK")
         with pytest.raises(asyncio.CancelledError):
             await task
+    first = [await store.get("eu vat"), await store.get("reverse charge")]
+    assert (first[0] is None and first[1] is None) or all(r is not None and r.usage_count == 1 for r in first)
+    landed = first[0] is not None
     again = await store.index(cands("EU VAT", "reverse charge"), query_id="q2")
-    assert [k.usage_count for k in again] == [1, 1]
-    assert [a.query_id for a in await store.associations("eu vat")] == ["q2"]
+    assert [k.usage_count for k in again] == ([2, 2] if landed else [1, 1])
+    assert [a.query_id for a in await store.associations("eu vat")] == (["q1", "q2"] if landed else ["q2"])

@@ -7,9 +7,9 @@ import sqlite3
 import pytest
 
 from knowledge.chunking import chunk_text
-from knowledge.fts import match_expression
 from knowledge.ranking import QueryTerms, rrf, snippet
 from knowledge.textnorm import content_terms, fold
+from storage.sqlite.kb_fts import or_expression
 
 
 def _para(i: int, words: int = 30) -> str:
@@ -70,7 +70,7 @@ def test_match_expression_is_always_valid_fts(query: str) -> None:
     db = sqlite3.connect(":memory:")
     db.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='unicode61 remove_diacritics 2')")
     db.execute("INSERT INTO t VALUES ('the facade of unicode and secret start')")
-    expr = match_expression(query)
+    expr = or_expression(content_terms(query, limit=24))
     if expr is not None:
         db.execute("SELECT rowid FROM t WHERE t MATCH ?", (expr,)).fetchall()
 

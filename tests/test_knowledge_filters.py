@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from app.kb_file import open_kb_file
 from knowledge import FilterError, KnowledgeBase, compile_filters
+from storage.sqlite.kb_filters_sql import filter_sql
 from toolindex.hashing import HashingEmbedder
 
 SCHEMA = {"vendor": "TEXT", "amount": "REAL", "year": "INTEGER", "issued": "DATE", "paid": "BOOLEAN"}
@@ -22,7 +24,7 @@ INVOICES: list[dict[str, Any]] = [
 
 @pytest.fixture
 async def kb(tmp_path: Path) -> AsyncIterator[KnowledgeBase]:
-    base = await KnowledgeBase.open(tmp_path / "kb.db", HashingEmbedder(dim=64))
+    base = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=64))
     await base.create_bucket("invoices", SCHEMA)
     docs = [{**inv, "title": f"Invoice {inv['id']}", "text": f"Invoice from {inv['vendor']} for widgets."} for inv in INVOICES]
     report = await base.ingest_documents(docs, bucket="invoices")
@@ -124,8 +126,10 @@ async def test_injection_attempts_are_rejected(kb: KnowledgeBase, filters: Any) 
 async def test_values_are_bound_never_interpolated(kb: KnowledgeBase) -> None:
     evil = "x' OR '1'='1"
     compiled = compile_filters({"vendor": evil, "$or": [{"vendor": {"like": "%'; --"}}]}, SCHEMA, bucket="invoices")
-    assert compiled is not None and evil not in compiled.sql and "--" not in compiled.sql
-    assert evil in compiled.params
+    assert compiled is not None
+    sql, params = filter_sql(compiled)
+    assert evil not in sql and "--" not in sql
+    assert evil in params
     assert await ids(kb, {"vendor": evil}) == set()
 
 
@@ -161,7 +165,7 @@ async def test_metadata_value_named_in_query_boosts(kb: KnowledgeBase) -> None:
 async def test_filtered_text_search_beyond_the_probe_window(tmp_path: Path) -> None:
     """More matches than the probe looks at: a broad filter is answered from the probe
     (count scaled), a narrow one falls back to the exact joined query."""
-    kb = await KnowledgeBase.open(tmp_path / "kb.db", None)
+    kb = await open_kb_file(tmp_path / "kb.db", None)
     try:
         await kb.create_bucket("logs", {"level": "TEXT", "n": "INTEGER"})
         docs = [{"id": f"l{i}", "text": f"disk warning number {i}", "level": "rare" if i % 400 == 7 else ("even" if i % 2 == 0 else "odd"), "n": i} for i in range(1300)]

@@ -10,14 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.kb_file import open_kb_file
 from knowledge import DocumentIn, KnowledgeBase, ensure_sample_kb
+from storage.sqlite.migrations import MIGRATIONS
 from toolindex.embedder import EmbeddingError
 from toolindex.hashing import HashingEmbedder
 
 
 @pytest.fixture
 async def kb(tmp_path: Path) -> AsyncIterator[KnowledgeBase]:
-    base = await KnowledgeBase.open(tmp_path / "kb.db", HashingEmbedder(dim=128))
+    base = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=128))
     try:
         yield base
     finally:
@@ -98,7 +100,7 @@ async def test_removed_files_are_deleted_everywhere(kb: KnowledgeBase, tmp_path:
     assert [h.title for h in hits] == ["Other"]  # the sibling directory is not in scope
     stats = await kb.stats()
     assert stats["documents"] == 2 and stats["vectors"] == 2
-    with sqlite3.connect(kb.db_path) as db:  # FTS rows went with the chunks
+    with sqlite3.connect(kb.index.location) as db:  # FTS rows went with the chunks
         n = db.execute("SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH 'manatee'").fetchone()[0]
     assert n == 1
 
@@ -215,7 +217,7 @@ class FlakyEmbedder(HashingEmbedder):
 
 async def test_embedding_failure_keeps_text_search_and_heals_on_reingest(tmp_path: Path) -> None:
     emb = FlakyEmbedder()
-    kb = await KnowledgeBase.open(tmp_path / "kb.db", emb)
+    kb = await open_kb_file(tmp_path / "kb.db", emb)
     try:
         d = tmp_path / "docs"
         write(d / "a.md", "# Kiwi\n\nkiwi birds cannot fly\n")
@@ -232,10 +234,10 @@ async def test_embedding_failure_keeps_text_search_and_heals_on_reingest(tmp_pat
 
 async def test_reopen_loads_vectors_and_migrations_once(tmp_path: Path) -> None:
     path = tmp_path / "kb.db"
-    kb = await KnowledgeBase.open(path, HashingEmbedder(dim=128))
+    kb = await open_kb_file(path, HashingEmbedder(dim=128))
     await kb.ingest_documents([{"id": "d1", "text": "capybara grooming habits"}])
     await kb.aclose()
-    kb = await KnowledgeBase.open(path, HashingEmbedder(dim=128))
+    kb = await open_kb_file(path, HashingEmbedder(dim=128))
     try:
         assert (await kb.stats())["vectors"] == 1
         res = await kb.search("capybara grooming", mode="semantic")
@@ -243,10 +245,10 @@ async def test_reopen_loads_vectors_and_migrations_once(tmp_path: Path) -> None:
     finally:
         await kb.aclose()
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT version FROM kb_migrations").fetchall() == [(1,)]
+        assert db.execute("SELECT version FROM schema_version").fetchall() == [(m.version,) for m in MIGRATIONS]
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     # A different embedder space: vectors are not mixed in; the document needs re-embedding.
-    kb = await KnowledgeBase.open(path, HashingEmbedder(dim=64))
+    kb = await open_kb_file(path, HashingEmbedder(dim=64))
     try:
         stats = await kb.stats()
         assert stats["vectors"] == 0 and stats["documents_without_current_vectors"] == 1

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from app.kb_file import open_kb_file
 from knowledge import KBConfig, KnowledgeBase, UnknownBucketError
-from knowledge.fts import selective_terms
+from knowledge.textnorm import content_terms
 from knowledge.vectors import VectorIndex, normalise_rows
+from storage.kb_records import KBScope
+from storage.sqlite.kb_fts import selective_terms
 from tests.test_knowledge_chunking import NASTY
 from toolindex.hashing import HashingEmbedder
 
@@ -25,7 +29,7 @@ ANIMALS = {
 
 @pytest.fixture
 async def kb(tmp_path: Path) -> AsyncIterator[KnowledgeBase]:
-    base = await KnowledgeBase.open(tmp_path / "kb.db", HashingEmbedder(dim=256))
+    base = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=256))
     await base.ingest_documents([{"id": k, "title": k.capitalize(), "text": v} for k, v in ANIMALS.items()])
     try:
         yield base
@@ -77,7 +81,7 @@ async def test_weak_best_match_does_not_score_like_a_perfect_one(kb: KnowledgeBa
 
 
 async def test_at_most_three_chunks_per_document(tmp_path: Path) -> None:
-    kb = await KnowledgeBase.open(tmp_path / "kb.db", HashingEmbedder(dim=128), config=KBConfig(chunk_target=200, chunk_overlap=20))
+    kb = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=128), config=KBConfig(chunk_target=200, chunk_overlap=20))
     try:
         long_text = "\n\n".join(f"Paragraph {i} mentions the lighthouse keeper and the lamp." for i in range(30))
         await kb.ingest_documents(
@@ -120,7 +124,7 @@ async def test_bucket_and_doc_scope(kb: KnowledgeBase) -> None:
 
 
 async def test_no_embedder_means_text_only(tmp_path: Path) -> None:
-    kb = await KnowledgeBase.open(tmp_path / "kb.db", None)
+    kb = await open_kb_file(tmp_path / "kb.db", None)
     try:
         await kb.ingest_documents([{"id": "a", "text": "walrus tusks"}])
         res = await kb.search("walrus", mode="semantic")
@@ -131,7 +135,7 @@ async def test_no_embedder_means_text_only(tmp_path: Path) -> None:
 
 
 async def test_overload_signal_on_many_flat_matches(tmp_path: Path) -> None:
-    kb = await KnowledgeBase.open(tmp_path / "kb.db", HashingEmbedder(dim=64), config=KBConfig(overload_threshold=50))
+    kb = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=64), config=KBConfig(overload_threshold=50))
     try:
         docs = [{"id": f"inv-{i}", "title": "Invoice", "text": f"Invoice number {i} for services rendered."} for i in range(80)]
         await kb.ingest_documents(docs)
@@ -144,7 +148,7 @@ async def test_overload_signal_on_many_flat_matches(tmp_path: Path) -> None:
 
 
 async def test_concurrent_searches_while_ingesting(tmp_path: Path) -> None:
-    kb = await KnowledgeBase.open(tmp_path / "kb.db", HashingEmbedder(dim=64), config=KBConfig(executor_rows=10, batch_documents=20))
+    kb = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=64), config=KBConfig(executor_rows=10, batch_documents=20))
     try:
         await kb.ingest_documents([{"id": "seed", "text": "kestrel hovering over the field"}])
 
@@ -190,7 +194,7 @@ def test_selective_terms_drops_common_terms_but_keeps_something() -> None:
 
 async def test_common_terms_are_skipped_and_refreshed_after_ingest(tmp_path: Path) -> None:
     cfg = KBConfig(common_term_min_df=50, candidates=10)
-    kb = await KnowledgeBase.open(tmp_path / "kb.db", None, config=cfg)
+    kb = await open_kb_file(tmp_path / "kb.db", None, config=cfg)
     try:
         docs = [{"id": f"inv-{i}", "text": f"Invoice {i} for services" + (" with widget parts" if i % 20 == 0 else "")} for i in range(200)]
         await kb.ingest_documents(docs)
@@ -207,7 +211,7 @@ async def test_common_terms_are_skipped_and_refreshed_after_ingest(tmp_path: Pat
 
 
 async def test_small_bucket_among_many_matches_is_ranked_exactly(tmp_path: Path) -> None:
-    kb = await KnowledgeBase.open(tmp_path / "kb.db", HashingEmbedder(dim=64), config=KBConfig(text_probe=50))
+    kb = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=64), config=KBConfig(text_probe=50))
     try:
         await kb.create_bucket("small", {"level": "TEXT"})
         await kb.ingest_documents([{"id": f"big-{i}", "text": f"disk warning number {i} disk"} for i in range(300)])
@@ -249,7 +253,7 @@ def test_masked_vector_scan_matches_brute_force(layout: str) -> None:
 async def test_filtered_bm25_is_the_whole_ranking_restricted_to_the_scope(tmp_path: Path) -> None:
     """The scoped FTS query scores only in-scope matches; its order, scores and match
     count must be exactly those of the whole-index ranking with out-of-scope rows removed."""
-    kb = await KnowledgeBase.open(tmp_path / "kb.db", None)
+    kb = await open_kb_file(tmp_path / "kb.db", None)
     try:
         await kb.create_bucket("inv", {"year": "INTEGER"})
         words = ["disk", "warning", "fan", "power", "cable", "rack"]
@@ -264,17 +268,17 @@ async def test_filtered_bm25_is_the_whole_ranking_restricted_to_the_scope(tmp_pa
         ]
         await kb.ingest_documents(docs, bucket="inv")
         await kb.ingest_documents([{"id": f"o{i}", "text": "disk warning elsewhere"} for i in range(40)])
-        whole_ids, whole_scores, _ = await kb._fts("disk warning fan", None, None, None, None, 1000)
+        terms, tuning = content_terms("disk warning fan"), kb.config.text_tuning
+        whole = await kb.index.text_candidates(terms, KBScope(), 1000, tuning)
         res = await kb.search("disk warning fan", bucket="inv", filters={"year": 2021}, mode="text", top_k=5)
         scope = {f"d{i}" for i in range(240) if i % 3 == 1}
         hit_docs = {h.doc_id for h in res.hits}
         assert hit_docs and hit_docs <= scope
-        async with kb._reader.execute("SELECT id, doc_id FROM kb_chunks") as cur:
-            doc_of = dict(await cur.fetchall())
-        expected = [(c, s) for c, s in zip(whole_ids, whole_scores, strict=True) if doc_of[c] in scope]
-        scoped_docs = sorted(scope)
-        ids, scores, total = await kb._fts("disk warning fan", "inv", None, None, scoped_docs, 30)
-        assert list(zip(ids, scores, strict=True)) == expected[:30]
-        assert total == len(expected) == res.total_matches
+        with sqlite3.connect(kb.index.location) as db:
+            doc_of = dict(db.execute("SELECT id, doc_id FROM kb_chunks").fetchall())
+        expected = [(c, s) for c, s in zip(whole.ids, whole.scores, strict=True) if doc_of[c] in scope]
+        scoped = await kb.index.text_candidates(terms, KBScope(bucket="inv", doc_ids=sorted(scope)), 30, tuning)
+        assert list(zip(scoped.ids, scoped.scores, strict=True)) == expected[:30]
+        assert scoped.total == len(expected) == res.total_matches
     finally:
         await kb.aclose()

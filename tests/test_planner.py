@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from app.kb_file import open_kb_file
 from app.planner import PlannerSettings, QueryPlanner
 from knowledge.kb import KnowledgeBase
 from llm.ollama import OllamaProvider
@@ -116,7 +117,7 @@ async def test_a_model_that_never_answers_times_out_into_no_hint(kb: KnowledgeBa
 
 
 async def test_no_schemas_means_no_calls(tmp_path: Path) -> None:
-    plain = await KnowledgeBase.open(tmp_path / "plain.sqlite3", None)
+    plain = await open_kb_file(tmp_path / "plain.sqlite3", None)
     try:
         hint, fake = await plan_with(plain, [say(ROUTE)])
     finally:

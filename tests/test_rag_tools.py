@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from agenttools.catalog_knowledge import knowledge_specs
-from agenttools.external_results import ExternalResultStore
-from agenttools.keywords import KeywordStore
+from agenttools.external_results import new_external_result
+from agenttools.keywords import KeywordIndex
 from agenttools.perplexity import PerplexityClient
 from agenttools.rag.policy import mark_kb_searched, note_external_result
 from agenttools.rag_tools import (
@@ -32,6 +32,8 @@ from agenttools.rag_tools import (
 from agenttools.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry, UnknownToolError
 from agenttools.validation import validate_arguments
 from knowledge.types import ChunkHit, SearchResponse
+from storage.interfaces import ExternalResultStore
+from storage.sqlite import SqliteStorage, open_sqlite_storage
 from tests.fakes.perplexity import Answer, Fail, FakePerplexity, Hang, Source
 from tests.support.server import serve_app
 
@@ -94,10 +96,11 @@ class SmallKnowledgeBase:
 class Harness:
     registry: ToolRegistry
     kb: SmallKnowledgeBase
-    keywords: KeywordStore
+    keywords: KeywordIndex
     results: ExternalResultStore
     http: httpx.AsyncClient
     fake: FakePerplexity
+    storage: SqliteStorage
     runs: list[ToolContext] = field(default_factory=list)
 
     def run(self, conversation_id: str = "conv-1") -> ToolContext:
@@ -132,14 +135,14 @@ class Harness:
 async def build(
     tmp_path: Path, http: httpx.AsyncClient, fake: FakePerplexity, base_url: str | None
 ) -> Harness:
-    db = tmp_path / "agent.db"
-    results = await ExternalResultStore.open(db)
-    keywords = await KeywordStore.open(db, results)
+    storage = await open_sqlite_storage(tmp_path / "agent.db")
+    results = storage.external_results
+    keywords = KeywordIndex(storage.keywords, results)
     kb = SmallKnowledgeBase(DOCS)
     perplexity = PerplexityClient(http, fake.api_key, base_url=base_url, timeout_s=0.3) if base_url else None
     registry = ToolRegistry(knowledge_specs())
     register_rag_tools(registry, RagToolDeps(kb, keywords, results, perplexity))
-    return Harness(registry, kb, keywords, results, http, fake)
+    return Harness(registry, kb, keywords, results, http, fake, storage)
 
 
 @pytest.fixture
@@ -148,8 +151,7 @@ async def h(tmp_path: Path) -> AsyncIterator[Harness]:
     async with httpx.AsyncClient() as http, serve_app(fake.app) as base:
         harness = await build(tmp_path, http, fake, base)
         yield harness
-        await harness.keywords.close()
-        await harness.results.close()
+        await harness.storage.close()
 
 
 @pytest.fixture
@@ -157,8 +159,7 @@ async def unconfigured(tmp_path: Path) -> AsyncIterator[Harness]:
     async with httpx.AsyncClient() as http:
         harness = await build(tmp_path, http, FakePerplexity(), None)
         yield harness
-        await harness.keywords.close()
-        await harness.results.close()
+        await harness.storage.close()
 
 
 NITROGEN = Answer(
@@ -414,9 +415,10 @@ async def test_concurrent_index_keywords_calls_keep_exact_counts(h: Harness) -> 
     for i in range(200):
         ctx = h.run(conversation_id=f"conv-{i}")
         ctx.state.query_id = f"q{i}"
-        result = await h.results.save(
+        result = new_external_result(
             provider="perplexity", query=f"question {i}", answer="a", citations=[], query_id=f"q{i}"
         )
+        await h.results.save(result)
         mark_kb_searched(ctx.state)
         note_external_result(ctx.state, result.id, needs_keywords=True)
         ctxs.append(ctx)

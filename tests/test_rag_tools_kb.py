@@ -11,8 +11,7 @@ import httpx
 import pytest
 
 from agenttools.catalog_knowledge import knowledge_specs
-from agenttools.external_results import ExternalResultStore
-from agenttools.keywords import KeywordStore
+from agenttools.keywords import KeywordIndex
 from agenttools.perplexity import PerplexityClient
 from agenttools.rag_tools import (
     GENERATE_RESPONSE,
@@ -25,6 +24,7 @@ from agenttools.rag_tools import (
 from agenttools.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry
 from agenttools.validation import validate_arguments
 from knowledge import DocumentIn, KnowledgeBase
+from storage.sqlite import open_sqlite_storage
 from tests.fakes.perplexity import Answer, FakePerplexity, Source
 from tests.support.server import serve_app
 from toolindex.hashing import HashingEmbedder
@@ -64,9 +64,10 @@ class Rig:
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     db = tmp_path / "agent.db"
     fake = FakePerplexity()
-    kb = await KnowledgeBase.open(db, HashingEmbedder())
-    results = await ExternalResultStore.open(db)
-    keywords = await KeywordStore.open(db, results)
+    storage = await open_sqlite_storage(db)
+    kb = await KnowledgeBase.create(storage.kb_index, HashingEmbedder())
+    results = storage.external_results
+    keywords = KeywordIndex(storage.keywords, results)
     try:
         report = await kb.ingest_documents(DOCS)
         assert report.added == 2
@@ -76,9 +77,8 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
             register_rag_tools(registry, RagToolDeps(kb, keywords, results, perplexity))
             yield Rig(registry, http, fake)
     finally:
-        await keywords.close()
-        await results.close()
         await kb.aclose()
+        await storage.close()
 
 
 async def test_kb_only_answer_cites_real_chunks(rig: Rig) -> None:

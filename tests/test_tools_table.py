@@ -11,11 +11,12 @@ import pytest
 from agenttools.backend_tools import register_backend_tools
 from agenttools.catalog import build_catalog
 from agenttools.context_ids import inject_context_ids
-from agenttools.drafts import SqliteDraftStore
+from agenttools.drafts import Drafts
 from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry
 from agenttools.tool_support import WorkflowToolDeps
 from backend.app import create_backend_app
 from backend.seed import ALICE_ID, BOB_ID, TABLE_CONFIG_IDS
+from storage.sqlite import open_sqlite_storage
 from tests.support.server import serve_app
 
 
@@ -23,7 +24,8 @@ from tests.support.server import serve_app
 async def env(tmp_path):
     async with serve_app(create_backend_app(str(tmp_path / "backend.db"))) as base_url:
         async with httpx.AsyncClient() as http:
-            drafts = await SqliteDraftStore.open(str(tmp_path / "agent.db"))
+            storage = await open_sqlite_storage(tmp_path / "agent.db")
+            drafts = Drafts(storage.drafts)
             registry = ToolRegistry(build_catalog())
             register_backend_tools(registry, WorkflowToolDeps(backend_url=base_url, drafts=drafts))
             seen_by_backend: list[str] = []
@@ -49,7 +51,7 @@ async def env(tmp_path):
             try:
                 yield call, config, base_url, http
             finally:
-                await drafts.close()
+                await storage.close()
                 del seen_by_backend
 
 

@@ -10,12 +10,13 @@ import pytest
 
 from agenttools.backend_tools import register_backend_tools
 from agenttools.catalog import build_catalog
-from agenttools.drafts import SqliteDraftStore
+from agenttools.drafts import Drafts
 from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry
 from agenttools.resolution import ResolutionCache
 from agenttools.tool_support import WorkflowToolDeps
 from backend.app import create_backend_app
 from backend.seed import ALERT_IDS, ALICE_ID, ADMIN_ID, BOB_ID, ENTITIES, RULE_IDS, TRIGGER_TYPES, USERS
+from storage.sqlite import open_sqlite_storage
 from tests.support.server import serve_app
 
 Call = Callable[..., Awaitable[ToolOutcome]]
@@ -27,7 +28,8 @@ async def env(tmp_path):
     """(call, cache): ``await call(tool, args, user="alice", context=None)``."""
     async with serve_app(create_backend_app(str(tmp_path / "backend.db"))) as base_url:
         async with httpx.AsyncClient() as http:
-            drafts = await SqliteDraftStore.open(str(tmp_path / "agent.db"))
+            storage = await open_sqlite_storage(tmp_path / "agent.db")
+            drafts = Drafts(storage.drafts)
             cache = ResolutionCache()
             registry = ToolRegistry(build_catalog())
             register_backend_tools(registry, WorkflowToolDeps(backend_url=base_url, drafts=drafts, resolution_cache=cache))
@@ -49,7 +51,7 @@ async def env(tmp_path):
             try:
                 yield call, cache
             finally:
-                await drafts.close()
+                await storage.close()
 
 
 def ok(outcome: ToolOutcome) -> Any:
@@ -340,7 +342,8 @@ async def test_a_rule_created_moments_ago_resolves_after_one_refetch(tmp_path) -
     clock = Clock()
     async with serve_app(create_backend_app(str(tmp_path / "backend.db"))) as base_url:
         async with httpx.AsyncClient() as http:
-            drafts = await SqliteDraftStore.open(str(tmp_path / "agent.db"))
+            storage = await open_sqlite_storage(tmp_path / "agent.db")
+            drafts = Drafts(storage.drafts)
             cache = ResolutionCache(clock=clock)
             registry = ToolRegistry(build_catalog())
             register_backend_tools(registry, WorkflowToolDeps(backend_url=base_url, drafts=drafts, resolution_cache=cache))
@@ -361,4 +364,4 @@ async def test_a_rule_created_moments_ago_resolves_after_one_refetch(tmp_path) -
                 assert "not found" in err(await get_rule({"workflow_id": "Still Missing"}, ctx))
                 assert cache.stats.refreshes == 1  # a fresh list is not refetched again
             finally:
-                await drafts.close()
+                await storage.close()

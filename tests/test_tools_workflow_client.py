@@ -18,9 +18,10 @@ from starlette.routing import Route
 from agenttools.backend_client import BackendClient, BackendError, build_path, encode_query
 from agenttools.backend_tools import register_backend_tools
 from agenttools.catalog import build_catalog
-from agenttools.drafts import SqliteDraftStore
+from agenttools.drafts import Drafts
 from agenttools.registry import ToolContext, ToolRegistry
 from agenttools.tool_support import WorkflowToolDeps
+from storage.sqlite import SqliteStorage, open_sqlite_storage
 from tests.support.server import free_port, serve_app
 
 
@@ -188,11 +189,12 @@ async def test_empty_204_is_none(fault_server, http) -> None:
 
 @pytest.fixture
 async def registry_for(tmp_path, http):
-    stores: list[SqliteDraftStore] = []
+    stores: list[SqliteStorage] = []
 
     async def make(base: str, **kw) -> tuple[ToolRegistry, ToolContext]:
-        drafts = await SqliteDraftStore.open(str(tmp_path / "drafts.db"))
-        stores.append(drafts)
+        storage = await open_sqlite_storage(tmp_path / "drafts.db")
+        drafts = Drafts(storage.drafts)
+        stores.append(storage)
         reg = ToolRegistry(build_catalog())
         register_backend_tools(reg, WorkflowToolDeps(backend_url=base, drafts=drafts, **kw))
         ctx = ToolContext(

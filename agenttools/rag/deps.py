@@ -6,9 +6,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agenttools.external_results import ExternalResultStore
-from agenttools.keywords import KeywordStore
+from agenttools.keywords import KeywordIndex
 from agenttools.perplexity import PerplexityClient
+from storage.interfaces import ExternalResultStore
 
 
 class ChunkHitLike(Protocol):
@@ -69,7 +69,7 @@ class RagToolDeps:
     """Everything the four RAG tools touch. ``perplexity`` is None when no key is configured."""
 
     knowledge: KnowledgeSearcher
-    keywords: KeywordStore
+    keywords: KeywordIndex
     external_results: ExternalResultStore
     perplexity: PerplexityClient | None = None
     settings: RagToolSettings = field(default_factory=RagToolSettings)

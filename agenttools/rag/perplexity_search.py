@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from agenttools.external_results import new_external_result
 from agenttools.perplexity import PerplexityError
 from agenttools.rag.deps import RagToolDeps
 from agenttools.rag.policy import (
@@ -80,7 +81,7 @@ def make_perplexity_search_handler(deps: RagToolDeps) -> ToolHandler:
             )
 
         try:
-            result = await deps.external_results.save(
+            result = new_external_result(
                 provider=client.provider,
                 query=query,
                 answer=answer.answer,
@@ -89,6 +90,7 @@ def make_perplexity_search_handler(deps: RagToolDeps) -> ToolHandler:
                 query_id=ctx.state.query_id,
                 conversation_id=ctx.conversation_id,
             )
+            await deps.external_results.save(result)
         except Exception:
             log.exception("storing the perplexity result failed (run %s)", ctx.run_id)
             return ToolOutcome.error(

@@ -1,0 +1,294 @@
+"""Ingestion: files and posted documents → validated, chunked, embedded, stored.
+
+Why this shape:
+
+* Work happens in batches of documents (``KBConfig.batch_documents``): validate, skip
+  what is unchanged (same content hash, same embedder, same bucket), chunk in a worker
+  thread, embed in batches, then one write per batch through the ``KBIndex`` (one
+  transaction, never held across an embedding call). The in-memory vector matrix is
+  updated only after the write committed.
+* A failing embedder does not lose documents: they are stored for text search only
+  and say so in the report, so a later ingest re-embeds them.
+* Re-ingesting a directory deletes the documents that came from it but are gone, unless
+  their file had rejected records (a typo must not delete data).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from knowledge.buckets import Buckets, typed_row
+from knowledge.chunking import Chunk, chunk_text
+from knowledge.loaders import LoadedDocument, iter_files, load_file, record_to_document
+from knowledge.names import check_bucket_name, is_doc_id, short_hash, slugify
+from knowledge.types import (
+    DEFAULT_BUCKET,
+    DocumentIn,
+    IngestReport,
+    KBConfig,
+    Rejection,
+)
+from knowledge.vectors import VectorIndex
+from storage.interfaces import KBIndex
+from storage.kb_records import KBChunkWrite, KBDocumentWrite
+from toolindex.embedder import Embedder, EmbeddingError
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(slots=True)
+class _Prepared:
+    doc: DocumentIn
+    line: int | None
+    content_hash: str
+    typed: list[Any]
+    chunks: list[Chunk]
+    existing_bucket: str | None
+    vectors: np.ndarray | None = None
+
+
+def embedding_text(title: str, chunk: Chunk) -> str:
+    """What is embedded for a chunk: its title and heading, then its text."""
+    head = title if not chunk.heading or chunk.heading == title else f"{title} — {chunk.heading}"
+    return f"{head}\n{chunk.text}" if head else chunk.text
+
+
+class Ingestor:
+    """Adds, updates and deletes documents of one knowledge base."""
+
+    def __init__(
+        self,
+        index: KBIndex,
+        buckets: Buckets,
+        vectors: VectorIndex,
+        embedder: Embedder | None,
+        config: KBConfig,
+    ) -> None:
+        self.index = index
+        self.buckets = buckets
+        self.vectors = vectors
+        self.embedder = embedder
+        self.config = config
+        self.embed_key = f"{embedder.name}:{embedder.model}" if embedder else None
+        self.dim = embedder.dim if embedder else None
+
+    async def ingest_paths(
+        self,
+        paths: Iterable[str | os.PathLike[str]],
+        *,
+        bucket: str = DEFAULT_BUCKET,
+        progress: Progress | None = None,
+    ) -> IngestReport:
+        started = time.perf_counter()
+        check_bucket_name(bucket)
+        await self.buckets.ensure(bucket)
+        report = IngestReport()
+        roots = [Path(p).expanduser().resolve() for p in paths]
+        files: list[Path] = []
+        for root in roots:
+            if not root.exists():
+                report.rejected.append(Rejection(str(root), "path does not exist"))
+                continue
+            files.extend(await asyncio.to_thread(lambda r=root: list(iter_files(r))))
+        report.files = len(files)
+        seen: set[str] = set()
+        protected: set[str] = set()
+        pending: list[LoadedDocument] = []
+        for done, path in enumerate(files, start=1):
+            loaded, rejected = await asyncio.to_thread(load_file, path)
+            if rejected:
+                report.rejected.extend(rejected)
+                protected.add(str(path))
+            pending.extend(loaded)
+            if len(pending) >= self.config.batch_documents:
+                await self._ingest_batch(pending, bucket, report, seen)
+                pending = []
+            if progress is not None:
+                progress(done, len(files), str(path))
+        if pending:
+            await self._ingest_batch(pending, bucket, report, seen)
+        stale = await self._stale_documents(bucket, [r for r in roots if r.exists()], seen, protected)
+        if stale:
+            report.deleted += await self.delete_documents(stale)
+        report.rejected.sort(key=lambda r: (r.source, r.line or 0))
+        report.elapsed_seconds = round(time.perf_counter() - started, 4)
+        return report
+
+    async def ingest_documents(
+        self,
+        docs: Sequence[DocumentIn | Mapping[str, Any]],
+        *,
+        bucket: str = DEFAULT_BUCKET,
+        progress: Progress | None = None,
+    ) -> IngestReport:
+        started = time.perf_counter()
+        check_bucket_name(bucket)
+        await self.buckets.ensure(bucket)
+        report = IngestReport()
+        loaded: list[LoadedDocument] = []
+        for i, item in enumerate(docs, start=1):
+            try:
+                doc = item if isinstance(item, DocumentIn) else record_to_document(item, source=None, fallback_id=None)
+            except ValueError as exc:
+                report.rejected.append(Rejection("api", str(exc), i))
+                continue
+            if doc.id is None:
+                doc.id = f"{slugify(doc.title or doc.text[:40], limit=40)}-{short_hash(doc.title, doc.text)}"
+            loaded.append(LoadedDocument(doc, i))
+        seen: set[str] = set()
+        step = self.config.batch_documents
+        for start in range(0, len(loaded), step):
+            await self._ingest_batch(loaded[start : start + step], bucket, report, seen)
+            if progress is not None:
+                progress(min(start + step, len(loaded)), len(loaded), "api")
+        report.rejected.sort(key=lambda r: (r.source, r.line or 0))
+        report.elapsed_seconds = round(time.perf_counter() - started, 4)
+        return report
+
+    async def delete_documents(self, doc_ids: Sequence[str]) -> int:
+        ids = [d for d in dict.fromkeys(doc_ids) if isinstance(d, str)]
+        if not ids:
+            return 0
+        found = await self.index.delete_documents(ids)
+        for d in found:
+            self.vectors.remove_document(d)
+        return len(found)
+
+    # ------------------------------------------------------------------ one batch
+    async def _ingest_batch(
+        self, loaded: list[LoadedDocument], bucket: str, report: IngestReport, seen: set[str]
+    ) -> None:
+        schema = await self.buckets.schema(bucket)
+        candidates: list[tuple[LoadedDocument, str, list[Any]]] = []
+        for item in loaded:
+            doc = item.doc
+            src = doc.source
+            if not doc.id or not is_doc_id(doc.id):
+                report.rejected.append(Rejection(src, f"invalid document id {str(doc.id)[:40]!r}", item.line))
+                continue
+            if doc.id in seen:
+                report.rejected.append(Rejection(src, f"duplicate document id {doc.id!r} in this ingestion", item.line))
+                continue
+            if not doc.text.strip():
+                report.rejected.append(Rejection(src, "empty text", item.line))
+                continue
+            typed, errors = typed_row(schema, doc.metadata)
+            if errors:
+                report.rejected.append(Rejection(src, "; ".join(errors), item.line))
+                continue
+            seen.add(doc.id)
+            candidates.append((item, self._content_hash(doc), typed))
+        if not candidates:
+            return
+        existing = await self.index.document_states([c[0].doc.id or "" for c in candidates])
+        todo: list[_Prepared] = []
+        for item, digest, typed in candidates:
+            old = existing.get(item.doc.id or "")
+            if old is not None and (old.content_hash, old.embed_model, old.embed_dim, old.bucket) == (
+                digest, self.embed_key, self.dim, bucket
+            ):
+                report.skipped += 1
+                continue
+            todo.append(_Prepared(item.doc, item.line, digest, typed, [], old.bucket if old else None))
+        if not todo:
+            return
+        target, overlap = self.config.chunk_target, self.config.chunk_overlap
+
+        def chunk_all() -> None:
+            for p in todo:
+                p.chunks = chunk_text(p.doc.text, target=target, overlap=overlap)
+
+        await asyncio.to_thread(chunk_all)
+        todo = [p for p in todo if p.chunks]
+        await self._embed(todo, report)
+        await self._write(todo, bucket, schema)
+        for p in todo:
+            if p.existing_bucket is None:
+                report.added += 1
+            else:
+                report.updated += 1
+            report.chunks += len(p.chunks)
+
+    def _content_hash(self, doc: DocumentIn) -> str:
+        cfg = self.config
+        payload = orjson.dumps(
+            [doc.title, doc.text, doc.url, doc.source, doc.metadata, cfg.chunk_target, cfg.chunk_overlap],
+            option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
+            default=str,
+        )
+        return hashlib.sha256(payload).hexdigest()
+
+    async def _embed(self, todo: list[_Prepared], report: IngestReport) -> None:
+        """Embed all chunks in batches; on failure store the documents without vectors
+        (still found by text search) and say so, so a later ingest re-embeds them."""
+        if self.embedder is None:
+            return
+        texts: list[str] = []
+        for p in todo:
+            texts.extend(embedding_text(p.doc.title, c) for c in p.chunks)
+        started = time.perf_counter()
+        rows: list[np.ndarray] = []
+        try:
+            step = max(1, self.config.embed_batch)
+            for start in range(0, len(texts), step):
+                batch = [t[: self.embedder.max_chars] for t in texts[start : start + step]]
+                rows.append(np.asarray(await self.embedder.embed_batch(batch, task="document"), np.float32))
+        except EmbeddingError as exc:
+            report.rejected.append(
+                Rejection("embedder", f"embedding failed, {len(todo)} documents stored for text search only: {exc}")
+            )
+            return
+        finally:
+            report.embed_seconds = round(report.embed_seconds + time.perf_counter() - started, 4)
+        matrix = np.concatenate(rows) if rows else np.zeros((0, self.embedder.dim), np.float32)
+        offset = 0
+        for p in todo:
+            n = len(p.chunks)
+            p.vectors = matrix[offset : offset + n]
+            offset += n
+
+    async def _write(self, todo: list[_Prepared], bucket: str, schema: dict[str, str]) -> None:
+        docs = [
+            KBDocumentWrite(
+                id=p.doc.id or "",
+                title=p.doc.title,
+                source=p.doc.source,
+                url=p.doc.url,
+                content_hash=p.content_hash,
+                metadata=p.doc.metadata,
+                chars=len(p.doc.text),
+                chunks=[KBChunkWrite(c.position, c.heading, c.text) for c in p.chunks],
+                vectors=p.vectors,
+                embed_model=self.embed_key if p.vectors is not None else None,
+                embed_dim=self.dim if p.vectors is not None else None,
+                typed=p.typed if schema else (),
+            )
+            for p in todo
+        ]
+        row_ids = await self.index.write_documents(bucket, schema, docs)
+        for p, ids in zip(todo, row_ids, strict=True):
+            self.vectors.remove_document(p.doc.id or "")
+            if p.vectors is not None and ids:
+                self.vectors.add(ids, p.doc.id or "", bucket, p.vectors)
+
+    async def _stale_documents(
+        self, bucket: str, roots: list[Path], seen: set[str], protected: set[str]
+    ) -> list[str]:
+        stale: list[str] = []
+        for root in roots:
+            if root.is_dir():
+                rows = await self.index.source_documents(bucket, str(root).rstrip(os.sep) + os.sep, prefix=True)
+            else:
+                rows = await self.index.source_documents(bucket, str(root), prefix=False)
+            stale.extend(doc_id for doc_id, source in rows if doc_id not in seen and source not in protected)
+        return sorted(set(stale))

@@ -1,0 +1,263 @@
+"""Search: full-text candidates from the ``KBIndex`` ∪ vector top-N from the in-memory
+matrix → score fusion (``ranking.fuse``) → cheap re-ranking → at most ``per_doc``
+chunks per document → scores on 0..1.
+
+Filters are validated once into the engine-neutral tree and resolved to the set of
+documents in scope, used twice: to restrict the BM25 ranking and as a document mask for
+the vectors. The BM25 term choice needs only the query, so it runs beside the scope
+query. Vector scans over large matrices run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from knowledge.buckets import Buckets
+from knowledge.filters import (
+    compile_filters,
+    constraint_label,
+    join_constraints,
+    parse_filters,
+    split_constraints,
+)
+from knowledge.ranking import (
+    Candidate,
+    FusionSide,
+    QueryTerms,
+    dense_weight,
+    fuse,
+    rerank,
+    signal_spread,
+    snippet,
+)
+from knowledge.textnorm import content_terms
+from knowledge.types import ChunkHit, KBConfig, SearchMode, SearchResponse
+from knowledge.vectors import VectorIndex
+from storage.interfaces import KBIndex
+from storage.kb_records import KBRanked, KBScope
+from toolindex.embedder import Embedder, EmbeddingError
+
+MODES = ("hybrid", "text", "semantic")
+
+
+class Searcher:
+    """Answers ``KnowledgeBase.search`` and ``relax_filters``."""
+
+    def __init__(
+        self,
+        index: KBIndex,
+        buckets: Buckets,
+        vectors: VectorIndex,
+        embedder: Embedder | None,
+        config: KBConfig,
+    ) -> None:
+        self.index = index
+        self.buckets = buckets
+        self.vectors = vectors
+        self.embedder = embedder
+        self.config = config
+        self._tuning = config.text_tuning
+        self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    async def search(
+        self,
+        query: str,
+        *,
+        bucket: str | None = None,
+        top_k: int = 5,
+        filters: Mapping[str, Any] | str | None = None,
+        doc_id: str | None = None,
+        mode: SearchMode = "hybrid",
+        context_chars: int | None = None,
+        candidates: int | None = None,
+        relax: bool = False,
+    ) -> SearchResponse:
+        started = time.perf_counter()
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        top_k = max(1, min(int(top_k), self.config.max_top_k))
+        n_cand = max(top_k, min(int(candidates or self.config.candidates), 1000))
+        schema: dict[str, str] | None = await self.buckets.schema(bucket) if bucket is not None else None
+        parsed = parse_filters(filters)
+        compiled = compile_filters(parsed, schema, bucket=bucket)
+        response = await self._search_once(query, KBScope(bucket, compiled, doc_id), mode, top_k, n_cand, context_chars)
+        if relax and parsed and not response.hits:
+            relaxed = await self.relax_filters(parsed, bucket=bucket)
+            if relaxed is not None:
+                new_filters, dropped = relaxed
+                compiled = compile_filters(new_filters, schema, bucket=bucket)
+                response = await self._search_once(
+                    query, KBScope(bucket, compiled, doc_id), mode, top_k, n_cand, context_chars
+                )
+                response.relaxed = True
+                response.dropped_filter = dropped
+        response.elapsed_ms = round((time.perf_counter() - started) * 1000, 3)
+        return response
+
+    async def relax_filters(
+        self, filters: Mapping[str, Any], *, bucket: str | None = None
+    ) -> tuple[dict[str, Any] | None, str] | None:
+        parsed = parse_filters(filters)
+        if not parsed:
+            return None
+        schema = await self.buckets.schema(bucket) if bucket is not None else None
+        constraints = split_constraints(parsed)
+        if not constraints:
+            return None
+        counts = []
+        for c in constraints:
+            compiled = compile_filters(c, schema, bucket=bucket)
+            counts.append(await self.index.count_documents(KBScope(bucket, compiled)))
+        drop = min(range(len(constraints)), key=lambda i: counts[i])
+        rest = [c for i, c in enumerate(constraints) if i != drop]
+        return join_constraints(rest), constraint_label(constraints[drop])
+
+    # ------------------------------------------------------------------ one pass
+    async def _search_once(
+        self, query: str, scope: KBScope, mode: str, top_k: int, n_cand: int, context_chars: int | None
+    ) -> SearchResponse:
+        # The BM25 term choice needs only the query: start its lookups now, so they run
+        # beside the scope query instead of after it.
+        terms_task = (
+            asyncio.create_task(self.index.selective_terms(content_terms(query or ""), n_cand, self._tuning))
+            if mode != "semantic"
+            else None
+        )
+        try:
+            if scope.filter is not None or scope.doc_id is not None:
+                scoped_docs = await self.index.scoped_doc_ids(scope)
+                if not scoped_docs:
+                    return SearchResponse([], 0, False, 0.0, mode=mode)
+                scope = KBScope(scope.bucket, scope.filter, scope.doc_id, scoped_docs)
+            return await self._rank(query, scope, terms_task, mode, top_k, n_cand, context_chars)
+        finally:
+            if terms_task is not None:
+                if not terms_task.done():
+                    terms_task.cancel()
+                elif not terms_task.cancelled():
+                    terms_task.exception()  # retrieved: an early return must not log it
+
+    async def _rank(
+        self,
+        query: str,
+        scope: KBScope,
+        terms_task: asyncio.Task[list[str]] | None,
+        mode: str,
+        top_k: int,
+        n_cand: int,
+        context_chars: int | None,
+    ) -> SearchResponse:
+        q = QueryTerms.of(query or "", content_terms(query or ""))
+        warnings: list[str] = []
+        use_text = mode in ("hybrid", "text")
+        use_vec = mode in ("hybrid", "semantic")
+        if use_vec and (self.embedder is None or self.vectors.size == 0):
+            if mode == "semantic":
+                warnings.append("no vectors available (no embedder or nothing embedded); used text search")
+                use_text = True
+            use_vec = False
+        query_vec: np.ndarray | None = None
+        if use_vec:
+            try:
+                query_vec = await self._embed_query(query)
+            except EmbeddingError as exc:
+                warnings.append(f"embedder failed ({exc}); used text search only")
+                use_vec, use_text = False, True
+
+        async def text_side() -> KBRanked:
+            if not use_text:
+                return KBRanked()
+            if terms_task is not None:
+                terms = await terms_task
+            else:  # semantic search fell back to text
+                terms = await self.index.selective_terms(content_terms(query or ""), n_cand, self._tuning)
+            return await self.index.text_candidates(terms, scope, n_cand, self._tuning)
+
+        async def vec_side() -> tuple[list[int], list[float], int]:
+            if not use_vec or query_vec is None:
+                return [], [], 0
+            return await self._vector(query_vec, scope, n_cand)
+
+        text, (v_ids, v_scores, v_total) = await asyncio.gather(text_side(), vec_side())
+        used = "hybrid" if use_text and use_vec else ("text" if use_text else "semantic")
+        # Score-level fusion: each side min-max normalised per query, the dense side
+        # weighted by how much its embedder is worth (knowledge/ranking.py).
+        dense = dense_weight(self.embedder.name if self.embedder else None)
+        fused = fuse([FusionSide(text.ids, text.scores, 1.0), FusionSide(v_ids, v_scores, dense.weight, dense.depth)])
+        ordered = sorted(fused, key=lambda cid: -fused[cid])[:n_cand]
+        cands = [
+            Candidate(r.chunk_id, r.doc_id, r.position, r.title, r.heading, r.text, r.bucket, r.source, r.url,
+                      r.metadata, fused[r.chunk_id])
+            for r in await self.index.hydrate(ordered)
+        ]
+        if query_vec is not None and cands:
+            cos = self.vectors.cosines([c.chunk_rowid for c in cands], query_vec)
+            for c in cands:
+                c.cosine = cos.get(c.chunk_rowid, 0.0)
+        n_lists = (1 if use_text else 0) + (1 if use_vec else 0)
+        top = rerank(cands, q, lists=max(1, n_lists), top_k=top_k, per_doc=self.config.per_doc, max_fused=1.0)
+        hits = [
+            ChunkHit(
+                doc_id=c.doc_id,
+                chunk_id=f"{c.doc_id}#{c.position}",
+                title=c.title,
+                text=snippet(c.text, q, context_chars),
+                score=c.score,
+                metadata=c.metadata,
+                source=c.source,
+                url=c.url,
+                bucket=c.bucket,
+                position=c.position,
+                heading=c.heading,
+            )
+            for c in top
+        ]
+        spreads = [signal_spread(s, top_k) for s in (text.scores, v_scores) if s]
+        spread = round(max(spreads), 4) if spreads else 1.0
+        total = max(text.total, v_total)
+        overloaded = total > self.config.overload_threshold and spread < self.config.flat_spread
+        return SearchResponse(hits, total, False, 0.0, used, spread, overloaded, None, warnings)
+
+    async def _vector(self, query_vec: np.ndarray, scope: KBScope, limit: int) -> tuple[list[int], list[float], int]:
+        index = self.vectors
+        snap = index.snapshot()
+        mask = None
+        if scope.doc_ids is not None:
+            mask = index.doc_mask(snap, scope.doc_ids)
+        elif scope.bucket is not None:
+            code = index.bucket_code(scope.bucket)
+            if code is None:
+                return [], [], 0
+            mask = snap.bucket_codes[: snap.n] == code
+        if snap.n > self.config.executor_rows:
+            loop = asyncio.get_running_loop()
+            ids, scores, positive = await loop.run_in_executor(None, VectorIndex.scan, snap, query_vec, limit, mask)
+        else:
+            ids, scores, positive = VectorIndex.scan(snap, query_vec, limit, mask)
+        return ids.tolist(), [float(s) for s in scores], positive
+
+    async def _embed_query(self, query: str) -> np.ndarray:
+        assert self.embedder is not None
+        cached = self._query_cache.get(query)
+        if cached is not None:
+            self._query_cache.move_to_end(query)
+            return cached
+        vec = np.asarray(await self.embedder.embed(query[: self.embedder.max_chars], task="query"), np.float32)
+        vec = vec.reshape(-1)
+        if vec.shape[0] != self.vectors.dim:
+            raise EmbeddingError(f"query vector has {vec.shape[0]} dimensions, index has {self.vectors.dim}")
+        norm = float(np.linalg.norm(vec))
+        vec = vec / norm if norm > 0 else vec
+        self._query_cache[query] = vec
+        if len(self._query_cache) > self.config.query_cache:
+            self._query_cache.popitem(last=False)
+        return vec
+
+
+__all__ = ["MODES", "Searcher"]

@@ -1,0 +1,22 @@
+"""Errors every storage engine raises the same way, so callers never catch driver types."""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base of the errors below."""
+
+
+class StorageUnavailable(StorageError):
+    """A write could not be committed within the retry window (database locked by
+    another process, disk full, file unwritable). The data was *not* stored."""
+
+    code = "storage_unavailable"
+
+
+class ConversationOwnedByAnother(StorageError):
+    """The conversation exists and belongs to another user (callers answer 404)."""
+
+
+class ConversationBusy(StorageError):
+    """A run of this conversation is still live and the multitask policy is ``reject``."""

@@ -1,0 +1,271 @@
+"""Every kind of data the service keeps, as small async interfaces.
+
+A newcomer opens this file and sees what is stored; each engine (``storage/sqlite``,
+later ``storage/postgres``) implements all of them and passes one contract suite
+(``tests/storage``). Callers receive these from the app factory and never open a
+connection themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from typing import Any, Protocol
+
+from llm.types import Message
+from storage.draft_records import Draft
+from storage.kb_records import (
+    KBBucketRecord,
+    KBChunkRow,
+    KBCounts,
+    KBDocState,
+    KBDocumentRecord,
+    KBDocumentWrite,
+    KBRanked,
+    KBScope,
+    KBTextTuning,
+    KBVectorRows,
+    TypedRow,
+)
+from storage.keyword_records import (
+    ExternalResult,
+    KeywordAssociation,
+    KeywordHit,
+    KeywordRecord,
+)
+from storage.records import (
+    NewRun,
+    RunEvent,
+    RunWrite,
+    StoredMessage,
+    StoredRun,
+    ToolCallRecord,
+)
+
+
+class ConversationStore(Protocol):
+    """Conversations are owned from their first byte; messages get their ``seq`` inside
+    the write transaction, so concurrent appends never collide or get lost."""
+
+    async def owner(self, conversation_id: str) -> str | None: ...
+
+    async def claim(self, conversation_id: str, user_id: str) -> None:
+        """Create the conversation owned by ``user_id``, or check that it is theirs
+        (raises ``ConversationOwnedByAnother``)."""
+        ...
+
+    async def load(self, conversation_id: str, user_id: str, *, limit: int = 400) -> list[Message]: ...
+
+    async def messages(self, conversation_id: str) -> list[StoredMessage]: ...
+
+    async def append(self, conversation_id: str, user_id: str, messages: Sequence[Message]) -> None: ...
+
+
+class RunStore(Protocol):
+    """Runs and their replayable event log, with the checkpoints of durable execution."""
+
+    async def create(self, run: NewRun) -> list[str]:
+        """Store the run (status ``queued``) and claim its conversation for the user, in
+        one transaction. Returns the ids of the conversation's other unfinished runs,
+        oldest first. Raises ``ConversationOwnedByAnother``, and ``ConversationBusy``
+        when the policy is ``reject`` and another run is unfinished."""
+        ...
+
+    async def get(self, run_id: str) -> StoredRun | None: ...
+
+    async def events_after(self, run_id: str, after: int, limit: int = 10_000) -> list[RunEvent]: ...
+
+    def write(
+        self,
+        step: RunWrite,
+        *,
+        on_commit: Callable[[], None] | None = None,
+        on_fail: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        """Queue a step; it commits after every step queued before it."""
+        ...
+
+    async def commit(self, step: RunWrite) -> None:
+        """Queue a step and wait until it is durable (raises ``StorageUnavailable``)."""
+        ...
+
+    async def unfinished(self) -> list[StoredRun]:
+        """Runs that have not ended (queued, running, interrupted), oldest first."""
+        ...
+
+    async def set_status(self, run_ids: Sequence[str], status: str) -> None: ...
+
+
+class ToolCallLog(Protocol):
+    def record(self, entry: ToolCallRecord) -> None:
+        """Queue an entry (never blocks the stream)."""
+        ...
+
+
+class Health(Protocol):
+    async def readiness(self) -> dict[str, Any]: ...
+
+
+# --- interfaces of the other stores (drafts, keywords, external results, KB) follow ---
+
+
+# --- drafts ---
+
+
+class DraftStore(Protocol):
+    """Workflow drafts, each owned by one caller. A draft is *live* while its
+    ``last_access`` is after the ``live_after`` the caller passes (its TTL policy);
+    a dead draft, or another owner's, reads as absent."""
+
+    async def insert(self, draft: Draft, *, live_after: float, max_per_owner: int) -> bool:
+        """Delete every draft that is no longer live, then store ``draft`` unless its
+        owner already has ``max_per_owner`` live drafts (then return False) — as one
+        atomic step, so concurrent inserts never overshoot the limit."""
+        ...
+
+    async def load(self, owner: str, draft_id: str, *, live_after: float) -> Draft | None: ...
+
+    async def save(self, draft: Draft) -> None:
+        """Store the draft's ``actions`` and ``last_access`` (using a draft refreshes it)."""
+        ...
+
+    async def purge(self, *, live_after: float) -> int:
+        """Delete the drafts that are no longer live; return how many."""
+        ...
+
+
+# --- keywords and external results ---
+
+
+class ExternalResultStore(Protocol):
+    """Answers from external search, kept so keywords can point at them."""
+
+    async def save(self, result: ExternalResult) -> None:
+        """Store ``result`` (its id and ``created_at`` are the caller's; not
+        ``matched_keywords``)."""
+        ...
+
+    async def get(self, result_id: str) -> ExternalResult | None: ...
+
+    async def get_many(self, result_ids: Sequence[str]) -> list[ExternalResult]:
+        """The results that exist, in the order of ``result_ids`` (unknown ids skipped)."""
+        ...
+
+
+class KeywordStore(Protocol):
+    """Keywords by their normalised ``key`` (unique), with usage counts and the
+    associations to the queries, external results and conversations they came from."""
+
+    async def upsert(
+        self,
+        keywords: Mapping[str, str],
+        *,
+        query_id: str | None,
+        external_result_ids: Sequence[str] = (),
+        conversation_id: str | None = None,
+        now: float,
+    ) -> list[KeywordRecord]:
+        """``keywords`` maps key -> display form. A new key is stored with usage 1; a
+        known one gets ``usage_count + 1`` and ``updated_at = last_used_at = now`` (its
+        display form kept). Each keyword is associated once with every result id (or,
+        with none given, with the query alone). All or nothing; concurrent calls never
+        lose an update. Returns the keywords as stored, in the order given. Raises
+        ``ValueError`` when there is neither a query id nor a result id."""
+        ...
+
+    async def hits(self, keys: Collection[str]) -> list[KeywordHit]:
+        """The live keywords among ``keys`` that point at an external result, one hit
+        per (keyword, result)."""
+        ...
+
+    async def touch(self, keys: Collection[str], *, now: float) -> None:
+        """Set ``last_used_at`` of these keywords (a lookup used them)."""
+        ...
+
+    async def prune(self, *, usage_below: int, idle_before: float, now: float) -> int:
+        """Delete the keywords used fewer than ``usage_below`` times whose last use
+        (``last_used_at``, else ``updated_at``) is before ``idle_before``. Their
+        associations stay, archived at ``now``. Returns how many keywords went."""
+        ...
+
+    async def get(self, key: str) -> KeywordRecord | None: ...
+
+    async def associations(self, key: str) -> list[KeywordAssociation]:
+        """Every association recorded for ``key``, archived ones included, oldest first."""
+        ...
+
+    async def count(self) -> int: ...
+
+
+# --- knowledge base index ---
+
+
+class KBIndex(Protocol):
+    """The knowledge base's documents, chunks, full-text index and stored vectors.
+
+    ``knowledge`` does the chunking, embedding, ranking and fusion; an engine keeps the
+    rows and answers the questions below. Writes are atomic per call; reads see every
+    write that returned. The in-memory vector matrix is filled from ``iter_vectors``.
+    """
+
+    @property
+    def location(self) -> str:
+        """Where the data lives, for humans (a file path, a database URL without secrets)."""
+        ...
+
+    # buckets
+    async def bucket_schemas(self) -> dict[str, dict[str, str]]: ...
+
+    async def list_buckets(self) -> list[KBBucketRecord]: ...
+
+    async def create_bucket(self, name: str, fields: Mapping[str, str], *, typed_row: TypedRow) -> dict[str, str]:
+        """Create ``name`` with ``fields`` (already validated), or add the new ones to it,
+        filling them for existing documents with ``typed_row(schema, metadata)``.
+        Returns the bucket's whole schema; ``KBSchemaConflict`` if a field changes type."""
+        ...
+
+    # writes
+    async def document_states(self, doc_ids: Sequence[str]) -> dict[str, KBDocState]: ...
+
+    async def write_documents(
+        self, bucket: str, fields: Mapping[str, str], docs: Sequence[KBDocumentWrite]
+    ) -> list[list[int]]:
+        """Replace these documents (moving them into ``bucket``); returns the new chunk
+        ids of each document, in order."""
+        ...
+
+    async def delete_documents(self, doc_ids: Sequence[str]) -> list[str]:
+        """Delete them everywhere; returns the ids that existed."""
+        ...
+
+    async def source_documents(self, bucket: str, source: str, *, prefix: bool) -> list[tuple[str, str]]:
+        """``(doc_id, source)`` of the bucket's documents whose source is ``source``, or
+        starts with it when ``prefix``."""
+        ...
+
+    # reads
+    def iter_vectors(self, embed_model: str, dim: int) -> AsyncIterator[KBVectorRows]:
+        """Every stored vector of that embedder, one document at a time."""
+        ...
+
+    async def scoped_doc_ids(self, scope: KBScope) -> list[str]: ...
+
+    async def count_documents(self, scope: KBScope) -> int: ...
+
+    async def selective_terms(self, terms: Sequence[str], min_matches: int, tuning: KBTextTuning) -> list[str]:
+        """The query terms worth ranking by: without terms that match nothing, and
+        without very common ones when the engine's ranking pays for them."""
+        ...
+
+    async def text_candidates(
+        self, terms: Sequence[str], scope: KBScope, limit: int, tuning: KBTextTuning
+    ) -> KBRanked:
+        """Full-text (BM25) top ``limit`` chunks matching any of ``terms`` within ``scope``."""
+        ...
+
+    async def hydrate(self, chunk_ids: Sequence[int]) -> list[KBChunkRow]:
+        """The chunks that still exist, with their document's fields, in any order."""
+        ...
+
+    async def get_document(self, doc_id: str) -> KBDocumentRecord | None: ...
+
+    async def counts(self, embed_model: str | None, embed_dim: int | None) -> KBCounts: ...

@@ -1,0 +1,217 @@
+"""The records the knowledge-base index (``storage.interfaces.KBIndex``) exchanges.
+
+Plain types with no behaviour, so ``knowledge`` (ingest, search, ranking) and every
+engine speak of documents, chunks, scopes and filters without importing each other.
+A filter reaches the engine as a small tree (``FilterNode``) that ``knowledge.filters``
+has already validated and coerced; each engine turns it into its own query language.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+#: The typed-field kinds a bucket may declare.
+KB_FIELD_TYPES: frozenset[str] = frozenset({"TEXT", "INTEGER", "REAL", "DATE", "BOOLEAN"})
+
+#: Fields every document has, whatever its bucket (name → type). Every engine can
+#: filter on them; ``created_at``/``updated_at`` compare as dates (``YYYY-MM-DD``).
+KB_DOCUMENT_FIELDS: Mapping[str, str] = {
+    "doc_id": "TEXT",
+    "title": "TEXT",
+    "source": "TEXT",
+    "url": "TEXT",
+    "created_at": "DATE",
+    "updated_at": "DATE",
+}
+
+# --- the engine-neutral filter tree ---------------------------------------------------
+
+FilterOp = Literal["=", "!=", ">", ">=", "<", "<=", "in", "nin", "like", "is_null", "not_null"]
+
+
+@dataclass(frozen=True, slots=True)
+class FieldCondition:
+    """One comparison. ``builtin`` fields are document fields (``KB_DOCUMENT_FIELDS``),
+    the others typed fields of the bucket. ``value`` is already in the field's storage
+    form (TEXT/DATE as ``str``, INTEGER and BOOLEAN as ``int``, REAL as ``float``): a
+    tuple for ``in``/``nin``, a pattern for ``like`` (case-insensitive), nothing for
+    ``is_null``/``not_null``. TEXT fields of a bucket compare case-insensitively."""
+
+    field: str
+    builtin: bool
+    op: FilterOp
+    value: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class AllOf:
+    parts: tuple[FilterNode, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AnyOf:
+    parts: tuple[FilterNode, ...]
+
+
+FilterNode: TypeAlias = "FieldCondition | AllOf | AnyOf"
+
+
+@dataclass(frozen=True, slots=True)
+class KBFilter:
+    """A validated filter: its tree, and which kinds of fields it reads."""
+
+    root: FilterNode
+    uses_typed: bool
+    uses_builtin: bool
+
+
+@dataclass(frozen=True, slots=True)
+class KBScope:
+    """Which documents a read covers: all of them, a bucket, a filter within it, one
+    document, or an already resolved list of document ids (``doc_ids`` wins)."""
+
+    bucket: str | None = None
+    filter: KBFilter | None = None
+    doc_id: str | None = None
+    doc_ids: Sequence[str] | None = None
+
+    @property
+    def everything(self) -> bool:
+        return self.bucket is None and self.filter is None and self.doc_id is None and self.doc_ids is None
+
+
+# --- buckets -----------------------------------------------------------------------------
+
+#: Coerces a document's JSON metadata onto a bucket schema: values in field order.
+TypedRow: TypeAlias = Callable[[Mapping[str, str], Mapping[str, Any]], Sequence[Any]]
+
+
+class KBSchemaConflict(ValueError):
+    """A bucket field was declared again with another type."""
+
+
+@dataclass(frozen=True, slots=True)
+class KBBucketRecord:
+    name: str
+    fields: dict[str, str]
+    documents: int
+    chunks: int
+    created_at: str
+
+
+# --- documents ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KBDocState:
+    """What an ingest compares against to decide skip / update / move."""
+
+    content_hash: str
+    embed_model: str | None
+    embed_dim: int | None
+    bucket: str
+
+
+@dataclass(frozen=True, slots=True)
+class KBChunkWrite:
+    position: int
+    heading: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class KBDocumentWrite:
+    """A document replacing whatever was stored under its id (chunks, vectors, typed
+    fields). ``vectors`` has one float32 row per chunk, or is ``None`` (text search
+    only); ``typed`` holds the bucket's typed field values in schema order."""
+
+    id: str
+    title: str
+    source: str
+    url: str | None
+    content_hash: str
+    metadata: Mapping[str, Any]
+    chars: int
+    chunks: Sequence[KBChunkWrite]
+    vectors: npt.NDArray[np.float32] | None = None
+    embed_model: str | None = None
+    embed_dim: int | None = None
+    typed: Sequence[Any] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class KBDocumentRecord:
+    id: str
+    bucket: str
+    title: str
+    source: str
+    url: str | None
+    content_hash: str
+    embed_model: str | None
+    embed_dim: int | None
+    metadata: dict[str, Any]
+    fields: dict[str, Any]
+    chars: int
+    chunks: int
+    created_at: str
+    updated_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class KBCounts:
+    documents: int
+    chunks: int
+    #: Documents whose stored vectors are not of the given embedder (or missing).
+    without_vectors: int
+
+
+# --- search ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KBTextTuning:
+    """How the full-text side trades exactness for speed (see ``KBConfig``)."""
+
+    common_term_fraction: float = 0.2
+    common_term_min_df: int = 5_000
+    text_probe: int = 1_000
+    term_stats_cache: int = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class KBRanked:
+    """A ranked candidate list: chunk ids best first, higher-is-better scores, and how
+    many chunks matched in all."""
+
+    ids: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    total: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class KBChunkRow:
+    chunk_id: int
+    doc_id: str
+    position: int
+    title: str
+    heading: str
+    text: str
+    bucket: str
+    source: str
+    url: str | None
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class KBVectorRows:
+    """The stored vectors of one document's chunks (``vectors``: float32, one row each)."""
+
+    doc_id: str
+    bucket: str
+    chunk_ids: list[int]
+    vectors: npt.NDArray[np.float32]

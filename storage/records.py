@@ -1,0 +1,111 @@
+"""The records the stores keep. No behaviour beyond encoding; importable from anywhere.
+
+Like Starlette's ``types.py``: a small module of plain types, so the agent loop, the
+routes and the engines can all speak of a ``RunEvent`` without importing each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from llm.types import Message
+
+RunStatus = Literal["queued", "running", "completed", "failed", "cancelled", "interrupted"]
+#: Statuses of a run that has not ended: another process may carry it on.
+UNFINISHED: tuple[RunStatus, ...] = ("queued", "running", "interrupted")
+TERMINAL_STATUSES: tuple[RunStatus, ...] = ("completed", "failed", "cancelled")
+TERMINAL_EVENT = "message_complete"
+MultitaskPolicy = Literal["enqueue", "reject", "interrupt"]
+MULTITASK_POLICIES: tuple[MultitaskPolicy, ...] = ("enqueue", "reject", "interrupt")
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    """One event of a run; ``data`` is compact JSON text (one line: orjson escapes
+    newlines), encoded once on append. ``wire`` is the SSE frame, built once and sent
+    as-is to every follower."""
+
+    seq: int
+    event: str
+    data: str
+
+    @property
+    def wire(self) -> bytes:
+        return b"id: %d\nevent: %s\ndata: %s\n\n" % (self.seq, self.event.encode(), self.data.encode())
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """A run as admitted: stored (with the user's message in ``input``) before the 2xx."""
+
+    id: str
+    conversation_id: str
+    user_id: str
+    context_type: str
+    input: bytes
+    multitask: MultitaskPolicy = "enqueue"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRun:
+    id: str
+    conversation_id: str
+    user_id: str
+    context_type: str
+    status: str
+    created_at: float = 0.0
+    input: bytes | None = None
+    checkpoint: bytes | None = None
+    checkpoint_seq: int = 0
+    last_seq: int = 0
+    multitask: str = "enqueue"
+    resumes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunWrite:
+    """What one step of a run stores, atomically: its events, its checkpoint, the
+    messages it adds to the conversation (their ``seq`` is assigned inside the write
+    transaction) and a status change. ``finished`` also forgets the run's input."""
+
+    run_id: str
+    conversation_id: str
+    events: Sequence[RunEvent] = ()
+    checkpoint: bytes | None = None
+    checkpoint_seq: int | None = None
+    messages: Sequence[Message] = ()
+    status: RunStatus | None = None
+    finished: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRecord:
+    """Seed 001's tool-call log entry."""
+
+    run_id: str
+    conversation_id: str
+    user_id: str
+    tool_use_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    result: str
+    status: str  # success | failure | retry | rejected
+    error: str | None
+    duration_ms: float
+    retry_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    seq: int
+    created_at: float
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+# --- records of the other stores (drafts, keywords, external results, KB) follow ---
+
+# --- drafts: see storage/draft_records.py (Draft, DraftAction) ---
+# --- keywords and external results: see storage/keyword_records.py (Citation,
+#     ExternalResult, KeywordRecord, KeywordAssociation, KeywordHit) ---

@@ -1,0 +1,404 @@
+"""One SQLite file, shared by every store: one writer connection, a few readers.
+
+Why this shape:
+
+* WAL lets readers run beside the single writer, so reads borrow one of a few reader
+  connections (aiosqlite runs each connection on its own thread) and never wait on a
+  write.
+* Every write goes through the one writer connection under one lock, so our own
+  transactions never collide and ``BEGIN IMMEDIATE`` read-modify-writes (the next
+  message ``seq``) cannot race.
+* Appends that must not slow the stream (run events, checkpoints, the tool-call log)
+  are *items* on a queue that one task commits in batches. An item's statements always
+  commit together; ``on_commit`` tells its producer when it is durable (followers are
+  shown an event only then), ``on_fail`` when it never will be.
+* A busy or unwritable database is retried with backoff for ``write_retry_s``; after
+  that the failure is loud: the waiting callers get ``StorageUnavailable``, ``healthy``
+  turns false (``/readyz``), and ``stats`` counts it. Nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiosqlite
+
+from storage.errors import StorageUnavailable
+
+log = logging.getLogger("agentchat.storage")
+
+T = TypeVar("T")
+Statement = tuple[str, Sequence[Any]]
+MAX_BATCH_ITEMS = 500
+
+
+@dataclass(slots=True)
+class WriteStats:
+    batches: int = 0
+    retries: int = 0
+    failures: int = 0
+
+
+@dataclass(slots=True)
+class WriteItem:
+    """Statements that commit together, with whoever waits on them."""
+
+    statements: Sequence[Statement]
+    on_commit: Callable[[], None] | None = None
+    on_fail: Callable[[BaseException], None] | None = None
+    future: asyncio.Future[None] | None = None
+
+    def committed(self) -> None:
+        if self.on_commit is not None:
+            self.on_commit()
+        if self.future is not None and not self.future.done():
+            self.future.set_result(None)
+
+    def failed(self, exc: BaseException) -> None:
+        if self.on_fail is not None:
+            try:
+                self.on_fail(exc)
+            except Exception:  # a failing handler must not stop the writer
+                log.exception("write failure handler raised")
+        if self.future is not None and not self.future.done():
+            self.future.set_exception(exc)
+
+
+@dataclass(frozen=True, slots=True)
+class SqliteOptions:
+    readers: int = 3
+    #: How long a write keeps retrying a busy or failing database before giving up.
+    write_retry_s: float = 10.0
+    #: SQLite's own wait for a lock, per attempt (our retry loop wraps it).
+    busy_timeout_ms: int = 1000
+    cache_kib: int = 16_384
+
+
+def _transient(exc: BaseException) -> bool:
+    """Locked, busy, I/O and full-disk errors may pass; constraint errors never will."""
+    return isinstance(exc, sqlite3.OperationalError) or (
+        isinstance(exc, sqlite3.DatabaseError)
+        and not isinstance(exc, sqlite3.IntegrityError | sqlite3.ProgrammingError | sqlite3.InterfaceError)
+    )
+
+
+async def _connect(path: Path, opts: SqliteOptions, *, writer: bool) -> aiosqlite.Connection:
+    conn = await aiosqlite.connect(path, isolation_level=None)
+    try:
+        # busy_timeout first: switching to WAL itself needs the write lock.
+        await conn.execute(f"PRAGMA busy_timeout = {int(opts.busy_timeout_ms)}")
+        if writer:
+            await conn.execute("PRAGMA journal_mode = WAL")
+        await conn.execute("PRAGMA synchronous = NORMAL")
+        await conn.execute("PRAGMA foreign_keys = ON")
+        await conn.execute(f"PRAGMA cache_size = -{int(opts.cache_kib)}")
+    except BaseException:
+        await conn.close()
+        raise
+    return conn
+
+
+class SqliteDatabase:
+    """The file, its connections, and the ordered background writer."""
+
+    def __init__(
+        self, path: Path, writer: aiosqlite.Connection, readers: list[aiosqlite.Connection], opts: SqliteOptions
+    ) -> None:
+        self.path = path
+        self.opts = opts
+        self.stats = WriteStats()
+        self.healthy = True
+        self.last_error: str | None = None
+        self._writer = writer
+        self._readers = readers
+        self._idle: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
+        for r in readers:
+            self._idle.put_nowait(r)
+        self._write_lock = asyncio.Lock()
+        self._queue: asyncio.Queue[WriteItem] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @classmethod
+    async def open(cls, path: str | Path, opts: SqliteOptions | None = None) -> SqliteDatabase:
+        """Open the file (creating its folder); migrations are the caller's next step."""
+        opts = opts or SqliteOptions()
+        # aiosqlite logs every statement with its parameters at DEBUG: user messages and
+        # the credentials a live run keeps in its input. Never let that reach a log.
+        logging.getLogger("aiosqlite").setLevel(logging.INFO)
+        p = Path(path)
+        if str(p) == ":memory:":
+            raise ValueError("storage needs a file path (the writer and readers share it)")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        writer = await _connect(p, opts, writer=True)
+        readers: list[aiosqlite.Connection] = []
+        try:
+            for _ in range(max(1, opts.readers)):
+                readers.append(await _connect(p, opts, writer=False))
+        except BaseException:
+            for r in readers:
+                await r.close()
+            await writer.close()
+            raise
+        return cls(p, writer, readers, opts)
+
+    def start(self) -> None:
+        """Start the background writer (after migrations)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._drain(), name="storage-writer")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._task is not None:
+            with contextlib.suppress(StorageUnavailable):
+                await asyncio.wait_for(self.flush(), timeout=self.opts.write_retry_s + 5)
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        # Anything still queued (the writer gave up or was never started) fails loudly.
+        while not self._queue.empty():
+            self._queue.get_nowait().failed(StorageUnavailable("storage closed before this write"))
+        async with self._write_lock:
+            with contextlib.suppress(sqlite3.Error):
+                await self._writer.execute("PRAGMA optimize")
+            await self._writer.close()
+        for r in self._readers:
+            await r.close()
+
+    # --- reads --------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def reading(self) -> AsyncIterator[aiosqlite.Connection]:
+        """Borrow a reader connection for several statements (temp tables, cursors)."""
+        conn = await self._idle.get()
+        try:
+            yield conn
+        finally:
+            self._idle.put_nowait(conn)
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        async with self.reading() as conn, conn.execute(sql, params) as cur:
+            return [tuple(r) for r in await cur.fetchall()]
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        async with self.reading() as conn, conn.execute(sql, params) as cur:
+            row = await cur.fetchone()
+            return tuple(row) if row is not None else None
+
+    # --- transactions on the writer ------------------------------------------------
+
+    async def transact(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]], *, immediate: bool = True) -> T:
+        """Run ``fn`` inside one write transaction and commit; retried as a whole while
+        the database is busy (so ``fn`` must only touch the database). Raises
+        ``StorageUnavailable`` after ``write_retry_s``; other errors propagate at once."""
+        deadline = time.monotonic() + self.opts.write_retry_s
+        attempt = 0
+        while True:
+            try:
+                return await self._locked(self._run_transaction(fn, immediate))
+            except Exception as exc:
+                if not _transient(exc):
+                    raise
+                attempt += 1
+                if time.monotonic() >= deadline:
+                    self._gave_up(exc)
+                    raise StorageUnavailable(f"database write failed after {attempt} attempts: {exc}") from exc
+                self.stats.retries += 1
+                await asyncio.sleep(_backoff(attempt))
+
+    async def transact_raw(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
+        """Run ``fn`` on the writer under the lock, *without* a transaction around it
+        (``fn`` manages its own, e.g. one per migration step). For start-up work only."""
+        async with self._write_lock:
+            return await fn(self._writer)
+
+    async def execute(self, statements: Sequence[Statement]) -> None:
+        """Commit ``statements`` now, in one transaction (retried like ``transact``)."""
+
+        async def run(conn: aiosqlite.Connection) -> None:
+            for sql, params in statements:
+                await conn.execute(sql, params)
+
+        await self.transact(run)
+
+    async def _locked(self, work: Awaitable[T]) -> T:
+        """Run one transaction on the writer under the lock. A cancelled caller still
+        lets it finish (commit or roll back) before the lock is released, so the next
+        transaction never finds one open."""
+        async with self._write_lock:
+            task = asyncio.ensure_future(work)
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                with contextlib.suppress(BaseException):
+                    await task
+                raise
+
+    async def _run_transaction(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]], immediate: bool) -> T:
+        conn = self._writer
+        await conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        try:
+            result = await fn(conn)
+            await conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                await conn.execute("ROLLBACK")
+            raise
+        self._succeeded()
+        return result
+
+    # --- the ordered background writer ------------------------------------------------
+
+    def enqueue(
+        self,
+        statements: Sequence[Statement],
+        *,
+        on_commit: Callable[[], None] | None = None,
+        on_fail: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        """Queue statements that commit together, after everything queued before them."""
+        if self._closed:
+            exc = StorageUnavailable("storage is closed")
+            WriteItem(statements, on_commit, on_fail).failed(exc)
+            return
+        self._queue.put_nowait(WriteItem(statements, on_commit, on_fail))
+
+    async def commit(self, statements: Sequence[Statement], *, on_commit: Callable[[], None] | None = None) -> None:
+        """Queue statements and wait until they (and all before them) are committed."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        item = WriteItem(statements, on_commit, None, fut)
+        if self._closed or self._task is None or self._task.done():
+            item.failed(StorageUnavailable("the storage writer is not running"))
+        else:
+            self._queue.put_nowait(item)
+        await fut
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is committed (or has failed)."""
+        if self._task is None or self._task.done():
+            return
+        await self.commit(())
+
+    @property
+    def queued(self) -> int:
+        return self._queue.qsize()
+
+    async def _drain(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < MAX_BATCH_ITEMS and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            await self._write_batch(batch)
+
+    async def _write_batch(self, batch: list[WriteItem]) -> None:
+        deadline = time.monotonic() + self.opts.write_retry_s
+        attempt = 0
+        while True:
+            try:
+                await self._locked(self._commit_items(batch))
+            except Exception as exc:
+                if not _transient(exc):
+                    await self._write_one_by_one(batch)
+                    return
+                attempt += 1
+                if time.monotonic() >= deadline:
+                    self._gave_up(exc)
+                    err = StorageUnavailable(f"database write failed after {attempt} attempts: {exc}")
+                    err.__cause__ = exc
+                    # Everything queued behind the batch would commit out of order: it
+                    # fails too, so producers can end their runs loudly and in order.
+                    while not self._queue.empty():
+                        batch.append(self._queue.get_nowait())
+                    log.error("storage write gave up", extra={"items": len(batch), "error": str(exc)})
+                    for item in batch:
+                        item.failed(err)
+                    return
+                self.stats.retries += 1
+                if attempt == 1:
+                    log.warning("storage busy; retrying", extra={"error": str(exc), "items": len(batch)})
+                await asyncio.sleep(_backoff(attempt))
+                continue
+            self.stats.batches += 1
+            for item in batch:
+                item.committed()
+            return
+
+    async def _commit_items(self, batch: Sequence[WriteItem]) -> None:
+        conn = self._writer
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            # One thread hop per run of identical statements, not per row.
+            for sql, rows in _group_consecutive(s for item in batch for s in item.statements):
+                if len(rows) == 1:
+                    await conn.execute(sql, rows[0])
+                else:
+                    await conn.executemany(sql, rows)
+            await conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                await conn.execute("ROLLBACK")
+            raise
+        self._succeeded()
+
+    async def _write_one_by_one(self, batch: list[WriteItem]) -> None:
+        """A constraint error in a batch: commit items singly so only the bad one fails."""
+        for item in batch:
+            try:
+                await self._locked(self._commit_items([item]))
+            except Exception as exc:
+                log.error("storage write rejected", extra={"error": str(exc)})
+                item.failed(exc)
+            else:
+                item.committed()
+
+    # --- health ---------------------------------------------------------------------
+
+    def _succeeded(self) -> None:
+        if not self.healthy:
+            log.warning("storage writes succeed again")
+        self.healthy = True
+        self.last_error = None
+
+    def _gave_up(self, exc: BaseException) -> None:
+        self.healthy = False
+        self.last_error = f"{type(exc).__name__}: {exc}"[:300]
+        self.stats.failures += 1
+
+    async def readiness(self) -> dict[str, Any]:
+        try:
+            await asyncio.wait_for(self.fetchone("SELECT 1"), timeout=3)
+        except Exception as exc:
+            return {"ok": False, "engine": "sqlite", "detail": f"read failed: {exc}"}
+        if not self.healthy:
+            return {"ok": False, "engine": "sqlite", "detail": f"writes are failing: {self.last_error}"}
+        return {
+            "ok": True,
+            "engine": "sqlite",
+            "queued_writes": self.queued,
+            "write_retries": self.stats.retries,
+            "write_failures": self.stats.failures,
+        }
+
+
+def _backoff(attempt: int) -> float:
+    return float(min(1.0, 0.025 * (2 ** min(attempt, 6))))
+
+
+def _group_consecutive(statements: Any) -> list[tuple[str, list[Sequence[Any]]]]:
+    groups: list[tuple[str, list[Sequence[Any]]]] = []
+    for sql, params in statements:
+        if groups and groups[-1][0] == sql:
+            groups[-1][1].append(params)
+        else:
+            groups.append((sql, [params]))
+    return groups

@@ -1,0 +1,75 @@
+"""Typed bucket fields as real, indexed columns: the ``meta_<bucket>`` side tables.
+
+Each bucket gets a side table ``meta_<bucket>`` (``doc_id`` primary key, one column per
+field, one index per column), created on demand when the bucket is, so filters such as
+``total_amount > 1000`` run on an index instead of parsing JSON per row. The JSON
+``metadata`` column of the document keeps everything (typed or not) for display.
+
+Bucket and field names become table and column names, which cannot be bound as
+parameters: ``knowledge`` validates them, and every statement here checks them again
+against the same strict pattern before interpolating anything.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+_IDENT = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+
+SQL_TYPES = {
+    "TEXT": "TEXT COLLATE NOCASE",
+    "INTEGER": "INTEGER",
+    "REAL": "REAL",
+    "DATE": "TEXT",  # ISO YYYY-MM-DD sorts and compares correctly as text
+    "BOOLEAN": "INTEGER",
+}
+
+
+def ident(name: str) -> str:
+    if not isinstance(name, str) or _IDENT.fullmatch(name) is None:
+        raise ValueError(f"not a safe identifier: {str(name)[:60]!r}")
+    return name
+
+
+def meta_table(bucket: str) -> str:
+    """Quoted table name of the bucket's typed fields."""
+    return f'"meta_{ident(bucket)}"'
+
+
+def create_table_statements(bucket: str, fields: Mapping[str, str]) -> list[str]:
+    table = meta_table(bucket)
+    cols = ", ".join(f'"{ident(n)}" {SQL_TYPES[t]}' for n, t in fields.items())
+    stmts = [
+        (
+            f"CREATE TABLE IF NOT EXISTS {table} (doc_id TEXT PRIMARY KEY "
+            f"REFERENCES kb_documents(id) ON DELETE CASCADE{', ' + cols if cols else ''})"
+        )
+    ]
+    stmts += [index_statement(bucket, n) for n in fields]
+    return stmts
+
+
+def add_column_statements(bucket: str, name: str, ftype: str) -> list[str]:
+    return [
+        f'ALTER TABLE {meta_table(bucket)} ADD COLUMN "{ident(name)}" {SQL_TYPES[ftype]}',
+        index_statement(bucket, name),
+    ]
+
+
+def index_statement(bucket: str, name: str) -> str:
+    ident(bucket)
+    ident(name)
+    return f'CREATE INDEX IF NOT EXISTS "meta_{bucket}__{name}" ON "meta_{bucket}"("{name}")'
+
+
+def upsert_statement(bucket: str, fields: Mapping[str, str]) -> str:
+    names = ["doc_id", *(ident(n) for n in fields)]
+    cols = ", ".join(f'"{n}"' for n in names)
+    marks = ", ".join("?" * len(names))
+    return f"INSERT OR REPLACE INTO {meta_table(bucket)} ({cols}) VALUES ({marks})"
+
+
+def select_fields_statement(bucket: str, fields: Mapping[str, str]) -> str:
+    cols = ", ".join(f'"{ident(f)}"' for f in fields)
+    return f"SELECT {cols} FROM {meta_table(bucket)} WHERE doc_id = ?"

@@ -1,0 +1,279 @@
+"""FTS5 on its own terms: ``MATCH`` syntax, which terms are worth scoring, and the
+ranked BM25 statements of the knowledge-base index.
+
+User text never reaches ``MATCH`` as is: quotes, ``*``, ``:``, ``^``, ``-``,
+parentheses and the words ``AND``/``OR``/``NOT``/``NEAR`` all mean something to FTS5 and
+raise syntax errors or change the query. ``knowledge`` tokenises the query and drops
+stop words; each remaining term is emitted here as a double-quoted string (a token can
+contain no ``"``, but any is doubled anyway) joined with ``OR``; BM25 then ranks chunks
+that contain more of the terms higher.
+
+BM25 cost grows with the matches it must score, so terms in a large share of the
+chunks (near-zero idf) are left out of the ``MATCH`` (``selective_terms``). A scoped
+search walks the matches once and scores only those in scope, with the scope test kept
+out of FTS5's reach (``+rowid IN``): handed to FTS5 as a rowid constraint it would
+re-run the ``MATCH`` and bm25's statistics per chunk. A bucket without filters probes
+the best matches of the whole index instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from storage.kb_records import KBRanked, KBScope, KBTextTuning
+from storage.sqlite.database import SqliteDatabase
+from storage.sqlite.kb_filters_sql import scope_sql
+
+BM25_WEIGHTS = "4.0, 2.0, 1.0"  # title, heading, text
+
+#: Rows ``(chunk id, bm25, match count)``, best first, over the whole index.
+RANK_ALL = (
+    f"SELECT rowid, bm25(kb_chunks_fts, {BM25_WEIGHTS}) AS s, "
+    "(SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1) "
+    "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1 ORDER BY s, rowid LIMIT ?2"
+)
+
+#: Rows ``(chunk id, bm25, match count, bucket)`` of the best ``?2`` matches of the
+#: whole index (the probe of a bucket without filters).
+PROBE = (
+    f"WITH t AS MATERIALIZED (SELECT rowid AS id, bm25(kb_chunks_fts, {BM25_WEIGHTS}) AS s, "
+    "(SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1) AS total "
+    "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1 ORDER BY s, rowid LIMIT ?2) "
+    "SELECT t.id, t.s, t.total, d.bucket FROM t "
+    "CROSS JOIN kb_chunks c ON c.id = t.id CROSS JOIN kb_documents d ON d.id = c.doc_id ORDER BY t.s, t.id"
+)
+
+
+def rank_in_scope(scope_sql: str) -> str:
+    """Rows ``(chunk id, bm25, match count)``, best first, of the matches whose document
+    is in ``scope_sql`` (a ``SELECT`` of document ids); parameters: the scope's, then
+    the ``MATCH`` expression, then the limit.
+
+    The scope's chunk ids are materialised once and the FTS cursor walks every match but
+    computes ``bm25()`` only for those in scope: scoring costs 20-30x walking a match,
+    and a filter typically keeps a few percent of them (at 1M chunks 3-6x faster than
+    scoring every match and intersecting afterwards, same ranking). The scope test is
+    written ``+rowid IN sc`` so SQLite cannot hand it to FTS5 as a rowid constraint:
+    that would re-run the MATCH, and bm25's per-query statistics (a walk over each
+    term's whole doclist), once per chunk in scope.
+    """
+    return (
+        f"WITH sc AS MATERIALIZED (SELECT c.id FROM kb_chunks c WHERE c.doc_id IN ({scope_sql})), "
+        f"k AS MATERIALIZED (SELECT rowid AS id, bm25(kb_chunks_fts, {BM25_WEIGHTS}) AS s "
+        "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ? AND +rowid IN sc) "
+        "SELECT id, s, (SELECT count(*) FROM k) FROM k ORDER BY s, id LIMIT ?"
+    )
+
+
+def term_counts_statement(n: int) -> str:
+    """One statement counting the (unscored) matches of ``n`` single-term expressions:
+    an unscored count is cheap, a round trip is not."""
+    return "SELECT " + ", ".join(["(SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?)"] * n)
+
+
+def quote_term(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
+def or_expression(terms: Sequence[str]) -> str | None:
+    """``"a" OR "b"`` for already tokenised ``terms``; ``None`` when there are none."""
+    return " OR ".join(quote_term(t) for t in terms) if terms else None
+
+
+def bm25_to_unit(bm25: float) -> float:
+    """Map an FTS5 ``bm25()`` value (negative, lower is better) onto 0..1, saturating."""
+    x = max(0.0, -bm25)
+    return x / (1.0 + x)
+
+
+def selective_terms(
+    terms: Sequence[str],
+    df: Mapping[str, int],
+    total_chunks: int,
+    *,
+    common_fraction: float = 0.2,
+    common_min_df: int = 5_000,
+    min_matches: int = 0,
+) -> list[str]:
+    """The query terms worth handing to BM25, given each term's document frequency.
+
+    Why dropping them costs little: FTS5's ``bm25()`` uses
+    ``idf = log((N - df + 0.5) / (df + 0.5))`` (clamped to ``1e-6`` when not positive),
+    so a term in more than half of the chunks adds nothing to any score and one in a
+    fifth adds at most log(4) ≈ 1.4 against 3–7 for a discriminating term; yet scoring
+    it means visiting every one of its matches (an "invoice" in half of 100k chunks
+    costs ~50 ms). The re-ranker still counts every query term for coverage, so a chunk
+    that also has the dropped term keeps an edge there.
+
+    A term is dropped when it is in more than ``common_fraction`` of the chunks and in
+    at least ``common_min_df`` of them (below that, scoring it is cheap, and small
+    collections keep exactly the old behaviour). Terms with no match are dropped too
+    (they cannot change a score or a match). When every present term is common the
+    rarest one is kept; when the kept terms together match fewer than ``min_matches``
+    chunks, nothing common is dropped (the common terms are then needed to fill the
+    candidate list). Order is preserved.
+    """
+    present = [t for t in terms if df.get(t, 0) > 0]
+    if not present:
+        return []
+    threshold = total_chunks * common_fraction
+
+    def common(term: str) -> bool:
+        n = df[term]
+        return n >= common_min_df and n > threshold
+
+    kept = [t for t in present if not common(t)]
+    if kept and sum(df[t] for t in kept) < min_matches:
+        return present
+    if kept:
+        return kept
+    rarest = min(range(len(present)), key=lambda i: (df[present[i]], i))
+    return [present[rarest]]
+
+
+def _ranked(rows: Sequence[Sequence[Any]]) -> KBRanked:
+    """Rows ``(chunk id, bm25, match count)``, best first → positive scores."""
+    if not rows:
+        return KBRanked()
+    return KBRanked([int(r[0]) for r in rows], [max(0.0, -float(r[1])) for r in rows], int(rows[0][2]))
+
+
+class FtsRanker:
+    """The full-text side of ``SqliteKBIndex``, with its term and document counts.
+
+    The counts are cached until ``changed()`` (called after every write of the index),
+    guarded by a generation counter so a count read before a commit is never cached
+    after it.
+    """
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self._db = db
+        self._df_cache: dict[str, int] = {}
+        self._df_total: int | None = None
+        self._doc_counts: dict[str | None, int] = {}
+        self._generation = 0
+
+    def changed(self) -> None:
+        self._generation += 1
+        self._df_cache.clear()
+        self._df_total = None
+        self._doc_counts.clear()
+
+    async def _doc_count(self, bucket: str | None) -> int:
+        """Documents in ``bucket`` (all when ``None``), cached until the next write."""
+        known = self._doc_counts.get(bucket)
+        if known is not None:
+            return known
+        generation = self._generation
+        sql, params = (
+            ("SELECT count(*) FROM kb_documents", ()) if bucket is None
+            else ("SELECT count(*) FROM kb_documents WHERE bucket = ?", (bucket,))
+        )
+        row = await self._db.fetchone(sql, params)
+        count = int(row[0]) if row else 0
+        if generation == self._generation:
+            self._doc_counts[bucket] = count
+        return count
+
+    async def selective_terms(self, terms: Sequence[str], min_matches: int, tuning: KBTextTuning) -> list[str]:
+        """``terms`` without the very common ones (see ``selective_terms`` above).
+
+        Document frequencies come from the FTS index itself (an unscored ``count(*)`` of
+        the term's matches, so stemming and tokenising agree with the index) and are
+        cached until the next write.
+        """
+        terms = list(terms)
+        generation = self._generation
+        total = self._df_total
+        if total is None:
+            row = await self._db.fetchone("SELECT count(*) FROM kb_chunks")
+            total = int(row[0]) if row else 0
+            if generation == self._generation:
+                self._df_total = total
+        if total < tuning.common_term_min_df:
+            return terms  # nothing can be common enough to matter: exact old behaviour
+        df = {t: self._df_cache[t] for t in terms if t in self._df_cache}
+        missing = [t for t in terms if t not in df]
+        if missing:
+            row = await self._db.fetchone(
+                term_counts_statement(len(missing)), [or_expression([t]) for t in missing]
+            )
+            counts = [int(c) for c in row] if row else [0] * len(missing)
+            if generation == self._generation:
+                if len(self._df_cache) + len(missing) > tuning.term_stats_cache:
+                    self._df_cache.clear()
+                self._df_cache.update(zip(missing, counts, strict=True))
+            df.update(zip(missing, counts, strict=True))
+        return selective_terms(
+            terms,
+            df,
+            total,
+            common_fraction=tuning.common_term_fraction,
+            common_min_df=tuning.common_term_min_df,
+            min_matches=min_matches,
+        )
+
+    async def text_candidates(
+        self, terms: Sequence[str], scope: KBScope, limit: int, tuning: KBTextTuning
+    ) -> KBRanked:
+        """BM25 top ``limit`` within the scope.
+
+        Everything: one ranked query on the bare index. A bucket without filters: a
+        probe of the best matches of the whole index when the bucket holds a fair share
+        of them (cheap joins on ~1000 rows). Otherwise the scope is ranked exactly
+        (``rank_in_scope``).
+        """
+        match = or_expression(terms)
+        if match is None:
+            return KBRanked()
+        if scope.everything:
+            return _ranked(await self._db.fetchall(RANK_ALL, (match, limit)))
+        if (
+            scope.doc_ids is None
+            and scope.doc_id is None
+            and scope.filter is None
+            and await self._probe_may_fill(scope.bucket, limit, tuning)
+        ):
+            probed = await self._probe(match, scope.bucket, limit, tuning)
+            if probed is not None:
+                return probed
+        if scope.doc_ids is not None:
+            # The scope is already known: hand it over as JSON rather than re-running it.
+            inner, params = "SELECT value FROM json_each(?)", [orjson.dumps(list(scope.doc_ids)).decode()]
+        else:
+            inner, params = scope_sql(scope)
+        return _ranked(await self._db.fetchall(rank_in_scope(inner), [*params, match, limit]))
+
+    async def _probe_may_fill(self, bucket: str | None, limit: int, tuning: KBTextTuning) -> bool:
+        """Whether a probe can be expected to find ``limit`` matches of ``bucket``: the
+        bucket's share of all documents times the probe size. A small bucket goes
+        straight to the exact query, saving a ranking of every match (both are exact;
+        this only decides which is faster)."""
+        if bucket is None:
+            return True
+        share = await self._doc_count(bucket) / max(1, await self._doc_count(None))
+        return share * max(limit * 10, tuning.text_probe) >= limit
+
+    async def _probe(self, match: str, bucket: str | None, limit: int, tuning: KBTextTuning) -> KBRanked | None:
+        """A bucket's BM25 top ``limit`` without materialising the bucket: rank all
+        matches on the bare FTS index, look at the best ``probe`` of them and keep
+        those in ``bucket``. ``None`` when the bucket does not fill ``limit`` from the
+        probe (then the exact query runs). The match count is exact when the probe saw
+        every match, else scaled from the probe."""
+        probe = max(limit * 10, tuning.text_probe)
+        rows = await self._db.fetchall(PROBE, (match, probe))
+        if not rows:
+            return KBRanked()
+        total_all = int(rows[0][2])
+        kept = [(int(r[0]), max(0.0, -float(r[1]))) for r in rows if r[3] == bucket]
+        if len(rows) >= total_all:
+            kept_total = len(kept)
+        elif len(kept) >= limit:
+            kept_total = round(total_all * len(kept) / len(rows))
+        else:
+            return None
+        kept = kept[:limit]
+        return KBRanked([k[0] for k in kept], [k[1] for k in kept], kept_total)

@@ -1,0 +1,150 @@
+"""The keyword index in the shared SQLite file (tables ``keywords`` and
+``keyword_associations``).
+
+A merge is ``INSERT … ON CONFLICT(key) DO UPDATE SET usage_count = usage_count + 1`` in
+one ``BEGIN IMMEDIATE`` transaction on the shared writer, so concurrent calls — from
+this process or another one on the same file — never lose an update.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Any
+
+import aiosqlite
+
+from storage.keyword_records import KeywordAssociation, KeywordHit, KeywordRecord
+from storage.sqlite.database import SqliteDatabase, Statement
+
+#: Keys per ``IN (…)`` list / per multi-row ``VALUES`` (SQLite caps bound parameters).
+_CHUNK = 500
+_RECORD_COLUMNS = "keyword_id, key, display, usage_count, created_at, updated_at, last_used_at"
+
+
+class SqliteKeywordStore:
+    def __init__(self, db: SqliteDatabase) -> None:
+        self._db = db
+
+    async def upsert(
+        self,
+        keywords: Mapping[str, str],
+        *,
+        query_id: str | None,
+        external_result_ids: Sequence[str] = (),
+        conversation_id: str | None = None,
+        now: float,
+    ) -> list[KeywordRecord]:
+        items = list(keywords.items())
+        if not items:
+            return []
+        result_ids: list[str | None] = list(dict.fromkeys(external_result_ids)) or [None]
+        if query_id is None and result_ids == [None]:
+            raise ValueError("an association needs a query id or an external result id")
+        new_ids = {key: uuid.uuid4().hex for key, _ in items}
+        association_ids = [uuid.uuid4().hex for _ in range(len(items) * len(result_ids))]
+
+        async def run(conn: aiosqlite.Connection) -> dict[str, tuple[Any, ...]]:
+            stored: dict[str, tuple[Any, ...]] = {}
+            for chunk in _chunks(items, _CHUNK):
+                params: list[object] = []
+                for key, display in chunk:
+                    params.extend((new_ids[key], key, display, now, now))
+                rows = await conn.execute_fetchall(
+                    f"INSERT INTO keywords ({_RECORD_COLUMNS})"
+                    f" VALUES {','.join('(?, ?, ?, 1, ?, ?, NULL)' for _ in chunk)}"
+                    " ON CONFLICT(key) DO UPDATE SET usage_count = usage_count + 1,"
+                    " updated_at = excluded.updated_at, last_used_at = excluded.updated_at"
+                    f" RETURNING {_RECORD_COLUMNS}",
+                    params,
+                )
+                stored.update((row[1], tuple(row)) for row in rows)
+            pairs = [(key, rid) for key, _ in items for rid in result_ids]
+            await conn.executemany(
+                "INSERT OR IGNORE INTO keyword_associations (association_id, keyword_id,"
+                " keyword_key, query_id, external_result_id, conversation_id, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (aid, stored[key][0], key, query_id, rid, conversation_id, now)
+                    for aid, (key, rid) in zip(association_ids, pairs, strict=True)
+                ],
+            )
+            return stored
+
+        stored = await self._db.transact(run)
+        return [_record(stored[key]) for key, _ in items]
+
+    async def hits(self, keys: Collection[str]) -> list[KeywordHit]:
+        wanted = sorted(set(keys))
+        out: list[KeywordHit] = []
+        if not wanted:
+            return out
+        async with self._db.reading() as conn:
+            for chunk in _chunks(wanted, _CHUNK):
+                rows = await conn.execute_fetchall(
+                    "SELECT DISTINCT a.external_result_id, k.key, k.display FROM keywords k"
+                    " JOIN keyword_associations a ON a.keyword_id = k.keyword_id"
+                    f" WHERE k.key IN ({','.join('?' * len(chunk))}) AND a.external_result_id IS NOT NULL",
+                    chunk,
+                )
+                out.extend(KeywordHit(r[0], r[1], r[2]) for r in rows)
+        return out
+
+    async def touch(self, keys: Collection[str], *, now: float) -> None:
+        wanted = sorted(set(keys))
+        if not wanted:
+            return
+        statements: list[Statement] = [
+            (f"UPDATE keywords SET last_used_at = ? WHERE key IN ({','.join('?' * len(chunk))})", (now, *chunk))
+            for chunk in _chunks(wanted, _CHUNK)
+        ]
+        await self._db.execute(statements)
+
+    async def prune(self, *, usage_below: int, idle_before: float, now: float) -> int:
+        where = "usage_count < ? AND COALESCE(last_used_at, updated_at) < ?"
+
+        async def run(conn: aiosqlite.Connection) -> int:
+            await conn.execute(
+                "UPDATE keyword_associations SET archived_at = ?, keyword_id = NULL"
+                f" WHERE keyword_id IN (SELECT keyword_id FROM keywords WHERE {where})",
+                (now, usage_below, idle_before),
+            )
+            rows = await conn.execute_fetchall(
+                f"DELETE FROM keywords WHERE {where} RETURNING keyword_id", (usage_below, idle_before)
+            )
+            return len(list(rows))
+
+        return await self._db.transact(run)
+
+    async def get(self, key: str) -> KeywordRecord | None:
+        row = await self._db.fetchone(f"SELECT {_RECORD_COLUMNS} FROM keywords WHERE key = ?", (key,))
+        return _record(row) if row is not None else None
+
+    async def associations(self, key: str) -> list[KeywordAssociation]:
+        rows = await self._db.fetchall(
+            "SELECT keyword_key, query_id, external_result_id, conversation_id, archived_at"
+            " FROM keyword_associations WHERE keyword_key = ? ORDER BY created_at, rowid",
+            (key,),
+        )
+        return [KeywordAssociation(r[0], r[1], r[2], r[3], r[4] is not None) for r in rows]
+
+    async def count(self) -> int:
+        row = await self._db.fetchone("SELECT COUNT(*) FROM keywords")
+        return int(row[0]) if row is not None else 0
+
+
+def _record(row: Sequence[Any]) -> KeywordRecord:
+    return KeywordRecord(
+        keyword_id=row[0],
+        key=row[1],
+        display=row[2],
+        usage_count=int(row[3]),
+        created_at=float(row[4]),
+        updated_at=float(row[5]),
+        last_used_at=float(row[6]) if row[6] is not None else None,
+    )
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

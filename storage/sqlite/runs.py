@@ -1,0 +1,130 @@
+"""Runs, their replayable event log and their checkpoints, on SQLite.
+
+A step of a run (its events, its checkpoint, the messages it adds to the conversation,
+a status change) is one queue item, so it commits as a whole or not at all: the log
+never holds an event whose step state was lost, nor a checkpoint ahead of its events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import aiosqlite
+
+from storage.errors import ConversationBusy
+from storage.records import UNFINISHED, NewRun, RunEvent, RunWrite, StoredRun
+from storage.sqlite.conversations import append_statements, claim_in
+from storage.sqlite.database import SqliteDatabase, Statement
+
+_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+_UNFINISHED_SQL = "(" + ", ".join(f"'{s}'" for s in UNFINISHED) + ")"
+_EVENT_SQL = "INSERT INTO run_events(run_id, seq, event, data) VALUES (?, ?, ?, ?)"
+_COLUMNS = (
+    "r.id, r.conversation_id, r.user_id, r.context_type, r.status, r.created_at, r.input, r.checkpoint, "
+    "r.checkpoint_seq, (SELECT COALESCE(MAX(seq), 0) FROM run_events e WHERE e.run_id = r.id), r.multitask, r.resumes"
+)
+
+
+def _stored(row: Sequence[object]) -> StoredRun:
+    return StoredRun(
+        id=str(row[0]),
+        conversation_id=str(row[1]),
+        user_id=str(row[2]),
+        context_type=str(row[3]),
+        status=str(row[4]),
+        created_at=float(row[5] or 0.0),  # type: ignore[arg-type]
+        input=row[6],  # type: ignore[arg-type]
+        checkpoint=row[7],  # type: ignore[arg-type]
+        checkpoint_seq=int(row[8] or 0),  # type: ignore[call-overload]
+        last_seq=int(row[9] or 0),  # type: ignore[call-overload]
+        multitask=str(row[10]),
+        resumes=int(row[11] or 0),  # type: ignore[call-overload]
+    )
+
+
+def step_statements(step: RunWrite) -> list[Statement]:
+    out: list[Statement] = [(_EVENT_SQL, (step.run_id, e.seq, e.event, e.data)) for e in step.events]
+    if step.messages:
+        out += append_statements(step.conversation_id, step.messages, step.run_id)
+    if step.checkpoint is not None:
+        out.append(
+            (
+                "UPDATE runs SET checkpoint = ?, checkpoint_seq = ? WHERE id = ?",
+                (step.checkpoint, step.checkpoint_seq or 0, step.run_id),
+            )
+        )
+    if step.finished:
+        out.append(
+            (
+                f"UPDATE runs SET status = ?, finished_at = {_NOW}, input = NULL, checkpoint = NULL WHERE id = ?",
+                (step.status or "completed", step.run_id),
+            )
+        )
+    elif step.status is not None:
+        out.append(
+            (
+                f"UPDATE runs SET status = ?, started_at = COALESCE(started_at, {_NOW}) WHERE id = ?",
+                (step.status, step.run_id),
+            )
+        )
+    return out
+
+
+class SqliteRunStore:
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+
+    async def create(self, run: NewRun) -> list[str]:
+        async def tx(conn: aiosqlite.Connection) -> list[str]:
+            await claim_in(conn, run.conversation_id, run.user_id)
+            async with conn.execute(
+                f"SELECT id FROM runs WHERE conversation_id = ? AND status IN {_UNFINISHED_SQL} ORDER BY rowid",
+                (run.conversation_id,),
+            ) as cur:
+                others = [str(r[0]) for r in await cur.fetchall()]
+            if others and run.multitask == "reject":
+                raise ConversationBusy(run.conversation_id)
+            await conn.execute(
+                "INSERT INTO runs(id, conversation_id, user_id, context_type, status, input, multitask) "
+                "VALUES (?, ?, ?, ?, 'queued', ?, ?)",
+                (run.id, run.conversation_id, run.user_id, run.context_type, run.input, run.multitask),
+            )
+            return others
+
+        return await self.db.transact(tx)
+
+    async def get(self, run_id: str) -> StoredRun | None:
+        row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM runs r WHERE r.id = ?", (run_id,))
+        return _stored(row) if row else None
+
+    async def events_after(self, run_id: str, after: int, limit: int = 10_000) -> list[RunEvent]:
+        rows = await self.db.fetchall(
+            "SELECT seq, event, data FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (run_id, after, limit),
+        )
+        return [RunEvent(int(s), str(e), str(d)) for s, e, d in rows]
+
+    def write(
+        self,
+        step: RunWrite,
+        *,
+        on_commit: Callable[[], None] | None = None,
+        on_fail: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.db.enqueue(step_statements(step), on_commit=on_commit, on_fail=on_fail)
+
+    async def commit(self, step: RunWrite, *, on_commit: Callable[[], None] | None = None) -> None:
+        await self.db.commit(step_statements(step), on_commit=on_commit)
+
+    async def unfinished(self) -> list[StoredRun]:
+        rows = await self.db.fetchall(
+            f"SELECT {_COLUMNS} FROM runs r WHERE r.status IN {_UNFINISHED_SQL} ORDER BY r.rowid"
+        )
+        return [_stored(r) for r in rows]
+
+    async def set_status(self, run_ids: Sequence[str], status: str) -> None:
+        if run_ids:
+            await self.db.execute([("UPDATE runs SET status = ? WHERE id = ?", (status, rid)) for rid in run_ids])
+
+    async def count_resume(self, run_id: str) -> None:
+        await self.db.execute([("UPDATE runs SET resumes = resumes + 1 WHERE id = ?", (run_id,))])

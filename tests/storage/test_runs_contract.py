@@ -1,0 +1,102 @@
+"""RunStore contract: runs admitted atomically, steps stored whole, the log replayable."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+
+from llm.types import Message
+from storage.errors import ConversationBusy, ConversationOwnedByAnother
+from storage.records import NewRun, RunEvent, RunWrite, ToolCallRecord
+
+
+def new_run(run_id: str, conv: str = "c", user: str = "alice", multitask: Any = "enqueue") -> NewRun:
+    return NewRun(run_id, conv, user, "knowledge", orjson.dumps({"message": "hi"}), multitask)
+
+
+def ev(seq: int, name: str = "content_chunk") -> RunEvent:
+    return RunEvent(seq, name, orjson.dumps({"seq": seq}).decode())
+
+
+async def test_create_claims_the_conversation_and_lists_unfinished_runs(store_engine: Any) -> None:
+    runs = store_engine.runs
+    assert await runs.create(new_run("r1")) == []
+    assert await runs.create(new_run("r2")) == ["r1"]
+    assert await store_engine.conversations.owner("c") == "alice"
+    with pytest.raises(ConversationOwnedByAnother):
+        await runs.create(new_run("r3", user="bob"))
+    with pytest.raises(ConversationBusy):
+        await runs.create(new_run("r4", multitask="reject"))
+    assert await runs.get("r3") is None and await runs.get("r4") is None
+    stored = await runs.get("r1")
+    assert stored is not None and stored.status == "queued" and orjson.loads(stored.input) == {"message": "hi"}
+    assert [r.id for r in await runs.unfinished()] == ["r1", "r2"]
+
+
+async def test_a_step_stores_events_checkpoint_messages_and_status_together(store_engine: Any) -> None:
+    runs = store_engine.runs
+    await runs.create(new_run("r1"))
+    await runs.commit(RunWrite("r1", "c", events=[ev(1), ev(2)], checkpoint=b"ck1", checkpoint_seq=2,
+                               messages=[Message("user", "hi")], status="running"))
+    stored = await runs.get("r1")
+    assert stored is not None
+    assert (stored.status, stored.checkpoint, stored.checkpoint_seq, stored.last_seq) == ("running", b"ck1", 2, 2)
+    assert [m.payload["content"] for m in await store_engine.conversations.messages("c")] == ["hi"]
+    assert [e.seq for e in await runs.events_after("r1", 0)] == [1, 2]
+    assert [e.seq for e in await runs.events_after("r1", 1)] == [2]
+
+
+async def test_finishing_forgets_input_and_checkpoint_and_leaves_unfinished(store_engine: Any) -> None:
+    runs = store_engine.runs
+    await runs.create(new_run("r1"))
+    await runs.commit(RunWrite("r1", "c", events=[ev(1)], checkpoint=b"ck", checkpoint_seq=1, status="running"))
+    await runs.commit(RunWrite("r1", "c", events=[ev(2, "message_complete")], status="completed", finished=True))
+    stored = await runs.get("r1")
+    assert stored is not None
+    assert (stored.status, stored.input, stored.checkpoint) == ("completed", None, None)
+    assert await runs.unfinished() == []
+
+
+async def test_queued_writes_commit_in_order_and_report_when_durable(store_engine: Any) -> None:
+    runs = store_engine.runs
+    await runs.create(new_run("r1"))
+    committed: list[int] = []
+    for i in range(1, 301):
+        runs.write(RunWrite("r1", "c", events=[ev(i)]), on_commit=lambda i=i: committed.append(i))
+    await runs.commit(RunWrite("r1", "c"))  # a barrier: everything queued before is durable
+    assert committed == list(range(1, 301))
+    assert [e.seq for e in await runs.events_after("r1", 0)] == list(range(1, 301))
+
+
+async def test_a_duplicate_event_fails_only_its_own_step(store_engine: Any) -> None:
+    runs = store_engine.runs
+    await runs.create(new_run("r1"))
+    await runs.create(new_run("r2", conv="d"))
+    failed: list[BaseException] = []
+    ok: list[str] = []
+    runs.write(RunWrite("r1", "c", events=[ev(1)]), on_commit=lambda: ok.append("a"))
+    runs.write(RunWrite("r1", "c", events=[ev(1)]), on_fail=failed.append)  # same seq again
+    runs.write(RunWrite("r2", "d", events=[ev(1)]), on_commit=lambda: ok.append("b"))
+    await runs.commit(RunWrite("r1", "c"))
+    assert ok == ["a", "b"] and len(failed) == 1
+    assert len(await runs.events_after("r2", 0)) == 1
+
+
+async def test_set_status_marks_runs_interrupted_and_they_stay_unfinished(store_engine: Any) -> None:
+    runs = store_engine.runs
+    await asyncio.gather(runs.create(new_run("r1")), runs.create(new_run("r2", conv="d")))
+    await runs.set_status(["r1", "r2"], "interrupted")
+    assert {r.id: r.status for r in await runs.unfinished()} == {"r1": "interrupted", "r2": "interrupted"}
+
+
+async def test_tool_call_log_is_written_in_the_background(store_engine: Any) -> None:
+    log = store_engine.tool_calls
+    log.record(ToolCallRecord("r1", "c", "alice", "t1", "knowledge_base_search", {"query": "x", "api_key": "s3cret"},
+                              "{}", "success", None, 1.5, 0))
+    await store_engine.db.flush()
+    rows = await log.for_run("r1")
+    assert rows == [{"tool_use_id": "t1", "tool_name": "knowledge_base_search", "status": "success",
+                     "retry_count": 0, "duration_ms": 1.5}]

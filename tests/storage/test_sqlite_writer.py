@@ -1,0 +1,76 @@
+"""The SQLite engine's writer under a database held by another process: retried while
+busy, then a loud failure (callers told, health flips) — and healthy again after."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from storage.errors import StorageUnavailable
+from storage.sqlite import SqliteOptions, open_sqlite_storage
+from storage.sqlite.migrations import MIGRATIONS, VERSION_TABLE
+
+
+async def _hold_exclusive(path: Path, seconds: float) -> None:
+    """Another connection (as another process would) holds the write lock."""
+
+    def hold() -> None:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=5)
+        conn.execute("BEGIN EXCLUSIVE")
+        import time
+
+        time.sleep(seconds)
+        conn.execute("ROLLBACK")
+        conn.close()
+
+    await asyncio.to_thread(hold)
+
+
+async def test_a_busy_database_is_waited_for_within_the_retry_window(tmp_path: Path) -> None:
+    storage = await open_sqlite_storage(tmp_path / "a.db", SqliteOptions(write_retry_s=10, busy_timeout_ms=50))
+    try:
+        holder = asyncio.create_task(_hold_exclusive(storage.db.path, 0.6))
+        await asyncio.sleep(0.2)
+        await storage.conversations.claim("c", "alice")  # waits, then succeeds
+        await holder
+        assert storage.db.stats.retries >= 1 and storage.db.healthy
+        assert await storage.conversations.owner("c") == "alice"
+    finally:
+        await storage.close()
+
+
+async def test_past_the_retry_window_writes_fail_loudly_then_recover(tmp_path: Path) -> None:
+    storage = await open_sqlite_storage(tmp_path / "a.db", SqliteOptions(write_retry_s=0.3, busy_timeout_ms=50))
+    try:
+        holder = asyncio.create_task(_hold_exclusive(storage.db.path, 1.5))
+        await asyncio.sleep(0.2)
+        failed: list[BaseException] = []
+        storage.db.enqueue([("INSERT INTO conversations(id, user_id) VALUES ('q', 'u')", ())], on_fail=failed.append)
+        with pytest.raises(StorageUnavailable):
+            await storage.db.commit([("INSERT INTO conversations(id, user_id) VALUES ('x', 'u')", ())])
+        assert len(failed) == 1 and isinstance(failed[0], StorageUnavailable)
+        assert not storage.db.healthy and (await storage.readiness())["ok"] is False
+        assert storage.db.stats.failures >= 1
+        await holder
+        await storage.conversations.claim("after", "u")
+        assert storage.db.healthy and (await storage.readiness())["ok"] is True
+        assert await storage.conversations.owner("q") is None  # the failed write was not half-done
+    finally:
+        await storage.close()
+
+
+async def test_migrations_apply_once_into_one_version_table(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    opened = await asyncio.gather(*(open_sqlite_storage(path) for _ in range(4)))
+    for s in opened:
+        await s.close()
+    conn = sqlite3.connect(path)
+    rows = conn.execute(f"SELECT version FROM {VERSION_TABLE} ORDER BY version").fetchall()
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    conn.close()
+    assert [r[0] for r in rows] == [m.version for m in MIGRATIONS]
+    assert not any(t.endswith("_migrations") for t in tables)
+    assert {"runs", "run_events", "messages", "kb_chunks", "keywords", "workflow_drafts"} <= tables
