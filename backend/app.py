@@ -64,14 +64,14 @@ def create_backend_app(db_path: str | Path, *, seed: bool = True) -> Starlette:
     )
 
 
-async def serve_backend(host: str, port: int, db_path: str | Path) -> None:
-    """Run the backend on ``host:port`` until interrupted or cancelled (``agentchat backend``).
+async def serve_backend(host: str, port: int, db_path: str | Path, *, log_level: str = "info") -> None:
+    """Run the backend on ``host:port`` until interrupted or cancelled (``python -m backend``).
 
     Cancelling the calling task shuts the server down gracefully (lifespan shutdown runs,
     the database is closed) before the cancellation propagates, so the backend can run
-    as a task beside the agent in ``make dev``.
+    as a task beside other work (tests do).
     """
-    config = uvicorn.Config(create_backend_app(db_path), host=host, port=port, log_level="info", lifespan="on")
+    config = uvicorn.Config(create_backend_app(db_path), host=host, port=port, log_level=log_level, lifespan="on")
     server = uvicorn.Server(config)
     task = asyncio.ensure_future(server.serve())
     try:

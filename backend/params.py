@@ -1,4 +1,8 @@
-"""Query-string and path-parameter checks shared by the routes."""
+"""Query-string and path-parameter checks shared by the routes.
+
+Every integer a client sends is range-checked here before it reaches SQLite, whose
+integers are signed 64-bit (a larger one is an ``OverflowError``, i.e. a 500).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,11 @@ from backend.responses import invalid_argument
 
 DEFAULT_ROWS = 10
 MAX_ROWS = 1000
+# (page - 1) * rows stays far inside SQLite's 64-bit OFFSET, and inside a Go int32.
+MAX_PAGE = 2**31 - 1
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+# ASCII digits only: Python's int() also takes "1_000", " 7 ", "+7" and non-ASCII digits.
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,24 +38,28 @@ class Page:
         return {"items": items, "total": total, "page": self.page, "rows_per_page": self.rows}
 
 
-def _int_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw, 10)
-    except ValueError:
-        raise invalid_argument(f"{name}: must be an integer, got {raw!r}") from None
-    if value < low or (high is not None and value > high):
-        bound = f"between {low} and {high}" if high is not None else f">= {low}"
-        raise invalid_argument(f"{name}: must be {bound}, got {value}")
+def bounded_int(raw: str, name: str, low: int, high: int) -> int:
+    """``raw`` as an integer in ``[low, high]`` (``-?[0-9]+``), else a 400 naming ``name``."""
+    if not _INTEGER.fullmatch(raw):
+        shown = raw if len(raw) <= 40 else raw[:40] + "…"
+        raise invalid_argument(f"{name}: must be an integer between {low} and {high}, got {shown!r}")
+    value = int(raw)
+    if not low <= value <= high:
+        raise invalid_argument(f"{name}: must be between {low} and {high}, got {value}")
     return value
 
 
+def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    return bounded_int(raw, name, low, high)
+
+
 def parse_page(request: Request) -> Page:
-    """``page`` ≥ 1 (default 1), ``rows`` 1–1000 (default 10); anything else is a 400."""
+    """``page`` 1–2³¹-1 (default 1), ``rows`` 1–1000 (default 10); anything else is a 400."""
     return Page(
-        page=_int_param(request, "page", 1, 1, None),
+        page=_int_param(request, "page", 1, 1, MAX_PAGE),
         rows=_int_param(request, "rows", DEFAULT_ROWS, 1, MAX_ROWS),
     )
 

@@ -14,6 +14,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 MAX_BODY_BYTES = 1024 * 1024
+# orjson encodes at most 254 levels and the validators recurse; no real workflow or table
+# config comes close to this.
+MAX_JSON_DEPTH = 64
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 _STATUS_CODES = {
     400: "invalid_argument",
@@ -88,7 +92,7 @@ async def read_json_object(request: Request) -> dict[str, Any]:
     """
     too_large = ApiError(413, "too_large", f"request body exceeds {MAX_BODY_BYTES} bytes")
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+    if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise too_large
     chunks: list[bytes] = []
     size = 0
@@ -106,7 +110,27 @@ async def read_json_object(request: Request) -> dict[str, Any]:
         raise invalid_argument(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise invalid_argument("request body must be a JSON object")
+    check_json(body)
     return body
+
+
+def check_json(value: Any, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """A 400 for a document nested deeper than ``max_depth`` or holding an integer outside
+    SQLite's signed 64-bit range (orjson decodes up to 2**64-1 as ``int``). Iterative."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            if type(node) is int and not INT64_MIN <= node <= INT64_MAX:
+                raise invalid_argument(f"integers must lie between {INT64_MIN} and {INT64_MAX}")
+            continue
+        if depth > max_depth:
+            raise invalid_argument(f"request body is nested deeper than {max_depth} levels")
+        stack.extend((child, depth + 1) for child in children)
 
 
 def dumps_text(value: Any) -> str:

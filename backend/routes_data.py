@@ -151,7 +151,8 @@ async def update(request: Request) -> JSONResponse:
         if isinstance(name, str):
             await _name_taken(db, name.strip(), config_id)
         await w.execute(
-            "UPDATE table_configs SET name = ?, description = ?, config = ?, updated_by = ?, updated_date = ? WHERE id = ?",
+            "UPDATE table_configs SET name = ?, description = ?, config = ?, updated_by = ?, updated_date = ? "
+            "WHERE id = ?",
             (
                 name.strip() if isinstance(name, str) else row["name"],
                 description if isinstance(description, str) else row["description"],

@@ -59,7 +59,8 @@ ACTION_TYPES: tuple[dict[str, Any], ...] = (
         "allocate_inventory",
         "Allocate Inventory",
         "inventory",
-        "Allocates on-hand stock to an order or line item. Picks locations by the chosen strategy and records the allocation for a later commit.",
+        "Allocates on-hand stock to an order or line item. Picks locations by the chosen strategy and records "
+        "the allocation for a later commit.",
         _schema(
             {
                 "source_from_line_item": {"type": "boolean"},
@@ -101,7 +102,8 @@ ACTION_TYPES: tuple[dict[str, Any], ...] = (
         "check_reorder_point",
         "Check Reorder Point",
         "inventory",
-        "Compares stock with the product's reorder point. Routes to needs_reorder when stock has fallen to or below it.",
+        "Compares stock with the product's reorder point. "
+        "Routes to needs_reorder when stock has fallen to or below it.",
         _schema(
             {
                 "product_id": _UUID,
@@ -156,7 +158,8 @@ ACTION_TYPES: tuple[dict[str, Any], ...] = (
         "create_entity",
         "Create Entity",
         "data",
-        "Creates a record in another table from template values. Fields may reference the triggering record with {{field}} templates.",
+        "Creates a record in another table from template values. "
+        "Fields may reference the triggering record with {{field}} templates.",
         _schema(
             {
                 "target_entity": {"type": "string", "minLength": 3},

@@ -158,8 +158,8 @@ async def _seed_alerts(w: Writer) -> None:
             entity_name, entity_id = alert.entity, ENTITIES[alert.entity]
         rule_id = None if alert.rule_key is None else rule_ids[alert.rule_key]
         await w.execute(
-            "INSERT INTO alerts(id, alert_type, severity, title, message, context, source_entity_name, source_entity_id, "
-            "source_rule_id, action_url, status, expires_date, created_date, updated_date) "
+            "INSERT INTO alerts(id, alert_type, severity, title, message, context, source_entity_name, "
+            "source_entity_id, source_rule_id, action_url, status, expires_date, created_date, updated_date) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
             (
                 alert.id,

@@ -329,11 +329,9 @@ class _Checker:
                 continue
             if ident in self.known or ident.replace(".", "_") in self.known:
                 continue
-            self.error(
-                where,
-                f"expression references unknown field {ident!r}; known fields: {', '.join(sorted(self.known)) or '(none)'}",
-                "INVALID_FIELD_REFERENCE",
-            )
+            known = ", ".join(sorted(self.known)) or "(none)"
+            message = f"expression references unknown field {ident!r}; known fields: {known}"
+            self.error(where, message, "INVALID_FIELD_REFERENCE")
 
     def chart_parts(self, source: dict[str, Any], where: str) -> None:
         for path, metric in self.items(self.arr(source, "metrics", f"{where}.metrics"), f"{where}.metrics"):

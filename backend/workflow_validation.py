@@ -20,6 +20,7 @@ from backend.params import canonical_uuid
 
 EDGE_TYPES = ("start", "sequence", "always")
 TEMP_PREFIX = "temp:"
+MAX_EDGE_ORDER = 2**31 - 1  # a PostgreSQL integer in Ichor
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,8 +177,8 @@ def parse_workflow(body: Mapping[str, Any], action_types: Sequence[str]) -> tupl
         order = raw.get("edge_order", 0)
         if order is None:
             order = 0
-        if not isinstance(order, int) or isinstance(order, bool) or order < 0:
-            problems.add(f"{where}.edge_order", f"must be an integer >= 0, got {order!r}")
+        if not isinstance(order, int) or isinstance(order, bool) or not 0 <= order <= MAX_EDGE_ORDER:
+            problems.add(f"{where}.edge_order", f"must be an integer between 0 and {MAX_EDGE_ORDER}, got {order!r}")
             order = 0
         source = raw.get("source_action_id")
         if source is not None and not isinstance(source, str):
@@ -203,7 +204,7 @@ def _resolve(ref: str, actions: Sequence[ActionSpec]) -> int | str:
     """The action index ``ref`` points at, or the reason it points nowhere."""
     if ref.startswith(TEMP_PREFIX):
         tail = ref[len(TEMP_PREFIX) :]
-        if not tail.isdigit():
+        if not (tail.isascii() and tail.isdigit() and len(tail) <= 9):
             return f"{ref!r} is not a valid temp reference (expected temp:<action index>)"
         index = int(tail)
         if index >= len(actions):
@@ -303,7 +304,7 @@ def _find_cycle(adjacency: Mapping[int, list[int]]) -> list[int] | None:
             stack[-1] = (node, next_child + 1)
             child = children[next_child]
             if state.get(child) == 1:
-                return path[path.index(child) :] + [child]
+                return [*path[path.index(child) :], child]
             if child not in state:
                 state[child] = 1
                 stack.append((child, 0))

@@ -1,0 +1,26 @@
+"""The error answer every route gives before a stream starts: ``4xx`` with ``{"error", "detail"}``.
+
+Kept apart from ``app/http.py`` so small checkers (``app/bounds.py``) can raise it
+without importing the routes, and the routes can use the checkers without a cycle.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.responses import JSONResponse
+
+
+class ORJSONResponse(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+class HTTPProblem(Exception):
+    def __init__(self, status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.status, self.error, self.detail, self.headers = status, error, detail, headers or {}
+
+    def response(self) -> ORJSONResponse:
+        return ORJSONResponse({"error": self.error, "detail": self.detail}, self.status, headers=self.headers)

@@ -1,0 +1,36 @@
+"""``python -m backend [--host H] [--port P] [--db FILE] [--log-level L]``: serve the reference backend.
+
+Its own process, so the agent never imports this package: ``agentchat serve`` starts it
+beside the agent (and stops it on exit), ``agentchat backend`` execs it. SIGINT and
+SIGTERM shut it down gracefully (the lifespan closes the database).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+from backend.app import serve_backend
+
+DEFAULT_DB = Path("data/backend.sqlite3")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m backend", description="The reference Ichor-compatible backend.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8081)
+    parser.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"SQLite file (default: {DEFAULT_DB})")
+    parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    args.db.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve_backend(args.host, args.port, args.db, log_level=args.log_level))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
