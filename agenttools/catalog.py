@@ -119,7 +119,7 @@ def core_tools(
     return out
 
 
-def is_new_workflow(context: Mapping[str, Any] | str | bytes | None | object) -> bool:
+def is_new_workflow(context: Mapping[str, Any] | str | bytes | object | None) -> bool:
     """Whether a workflow context describes an empty canvas (guided creation).
 
     Accepts the decoded context or its raw JSON text. The rules:

@@ -135,7 +135,9 @@ def knowledge_specs() -> list[ToolSpec]:
                         max_items=10,
                         min_items=3,
                     ),
-                    "query_id": string("Id of the query the web search answered, if known.", max_length=200, pattern=DOC_ID_PATTERN),
+                    "query_id": string(
+                        "Id of the query the web search answered, if known.", max_length=200, pattern=DOC_ID_PATTERN
+                    ),
                     "perplexity_result_id": string(
                         "The result id returned by perplexity_search.", max_length=200, pattern=DOC_ID_PATTERN
                     ),

@@ -58,7 +58,9 @@ def _column_item() -> dict:
                 max_length=64,
                 pattern=PG_TYPE_PATTERN,
             ),
-            "source_table": string("Table the column comes from, if not the base table.", max_length=63, pattern=SQL_IDENTIFIER_PATTERN),
+            "source_table": string(
+                "Table the column comes from, if not the base table.", max_length=63, pattern=SQL_IDENTIFIER_PATTERN
+            ),
             "source_schema": string("Schema of source_table.", max_length=63, pattern=SQL_IDENTIFIER_PATTERN),
             "hidden": boolean("Select the column without showing it."),
         },
@@ -95,7 +97,9 @@ def table_specs() -> list[ToolSpec]:
             "columns, filters or joins, or to pick a table for a workflow.",
             obj(
                 {
-                    "schema": string("Database schema name, e.g. 'sales'.", max_length=63, pattern=SQL_IDENTIFIER_PATTERN),
+                    "schema": string(
+                        "Database schema name, e.g. 'sales'.", max_length=63, pattern=SQL_IDENTIFIER_PATTERN
+                    ),
                     "table": string(
                         "Table name inside the schema; needs schema too.", max_length=63, pattern=SQL_IDENTIFIER_PATTERN
                     ),
@@ -196,7 +200,9 @@ def table_specs() -> list[ToolSpec]:
             "table use the apply_* tools and preview_table_config.",
             obj(
                 {
-                    "name": string("Name of the new configuration (3 to 100 characters).", max_length=100, min_length=3),
+                    "name": string(
+                        "Name of the new configuration (3 to 100 characters).", max_length=100, min_length=3
+                    ),
                     "description": string("What the table is for.", max_length=500),
                     "config": free_object(_CONFIG),
                 },
@@ -222,7 +228,9 @@ def table_specs() -> list[ToolSpec]:
                     "name": string("New name, if it changes (3 to 100 characters).", max_length=100, min_length=3),
                     "description": string("New description, if it changes.", max_length=500),
                     "config": free_object(_CONFIG),
-                    "description_of_changes": string("One or two sentences telling the user what changed.", max_length=1000),
+                    "description_of_changes": string(
+                        "One or two sentences telling the user what changed.", max_length=1000
+                    ),
                 },
                 ("config",),
             ),
@@ -282,7 +290,9 @@ def table_specs() -> list[ToolSpec]:
                                 "Value to compare with (a list for 'in'; leave out for is_null / is_not_null)."
                             ),
                             "label": string("Label shown on the filter control.", max_length=100),
-                            "control_type": string("Input control for the filter, e.g. 'select' or 'date'.", max_length=50),
+                            "control_type": string(
+                                "Input control for the filter, e.g. 'select' or 'date'.", max_length=50
+                            ),
                         },
                         ("column",),
                         "The filter: {column (required), operator (eq, neq, gt, gte, lt, lte, in, like, "
@@ -318,7 +328,9 @@ def table_specs() -> list[ToolSpec]:
                             "schema": string("Schema of that table.", max_length=63, pattern=SQL_IDENTIFIER_PATTERN),
                             "join_type": string("Join kind; left when left out.", enum=JOIN_TYPES),
                             "relationship_from": string(
-                                "Linking column on the base table, e.g. 'customer_id'.", max_length=128, pattern=COLUMN_PATTERN
+                                "Linking column on the base table, e.g. 'customer_id'.",
+                                max_length=128,
+                                pattern=COLUMN_PATTERN,
                             ),
                             "relationship_to": string(
                                 "Linking column on the joined table, e.g. 'id'.", max_length=128, pattern=COLUMN_PATTERN

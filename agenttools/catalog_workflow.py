@@ -175,7 +175,11 @@ def workflow_specs() -> list[ToolSpec]:
             "and record that raised it, recipients and timestamps. Use it after "
             "list_my_alerts or list_alerts_for_rule when the user asks about a specific alert.",
             obj(
-                {"alert_id": string("The alert's UUID, as listed by the alert tools.", max_length=36, pattern=UUID_PATTERN)},
+                {
+                    "alert_id": string(
+                        "The alert's UUID, as listed by the alert tools.", max_length=36, pattern=UUID_PATTERN
+                    )
+                },
                 ("alert_id",),
             ),
             (

@@ -68,7 +68,9 @@ def used_fields(filters: Any) -> set[str]:
 def narrowing_fields(schema: Mapping[str, str], filters: Any) -> list[str]:
     """``"vendor (a name or value)"``-style labels for schema fields not yet filtered on."""
     taken = used_fields(filters)
-    labels = [f"{name} ({_TYPE_HINTS.get(ftype, ftype.lower())})" for name, ftype in schema.items() if name not in taken]
+    labels = [
+        f"{name} ({_TYPE_HINTS.get(ftype, ftype.lower())})" for name, ftype in schema.items() if name not in taken
+    ]
     return labels[:MAX_FIELDS_NAMED]
 
 

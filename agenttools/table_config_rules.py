@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ConfigReport", "validate_table_config", "IDENT_RE", "COLUMN_VISUAL_TYPES"]
+__all__ = ["COLUMN_VISUAL_TYPES", "IDENT_RE", "ConfigReport", "validate_table_config"]
 
 IDENT_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*(\.[a-zA-Z_][a-zA-Z0-9_]*)*$")
 
@@ -221,11 +221,10 @@ def _check_data_source(r: ConfigReport, ds: Any, i: int) -> tuple[list[str], lis
     _nonneg(r, ds, "rows", path)
     select = _obj(r, ds.get("select"), f"{path}.select") or {}
     _check_columns(r, _list(r, select.get("columns"), f"{path}.select.columns"), f"{path}.select.columns", select_names)
-    _check_foreign(
-        r, _list(r, select.get("foreign_tables"), f"{path}.select.foreign_tables"), f"{path}.select.foreign_tables", foreign_names
-    )
+    foreign = _list(r, select.get("foreign_tables"), f"{path}.select.foreign_tables")
+    _check_foreign(r, foreign, f"{path}.select.foreign_tables", foreign_names)
     comp = _list(r, select.get("client_computed_columns"), f"{path}.select.client_computed_columns")
-    for j, c in enumerate(comp):
+    for c in comp:
         if isinstance(c, dict) and isinstance(c.get("name"), str) and c["name"]:
             computed.append(c["name"])
     known = set(select_names) | set(foreign_names) | set(computed)
@@ -319,7 +318,11 @@ def _check_visual_column(r: ConfigReport, key: str, col: dict[str, Any]) -> None
     path = f"visual_settings.columns.{key}"
     header = _str(r, col, "header", path)
     if header.strip().lower() == "id" or header.strip().lower().endswith(" id"):
-        r.error(f"{path}.header", f"visible column header {header!r} shows an id; hide the column or rename it", "VISIBLE_ID_HEADER")
+        r.error(
+            f"{path}.header",
+            f"visible column header {header!r} shows an id; hide the column or rename it",
+            "VISIBLE_ID_HEADER",
+        )
     ctype = _str(r, col, "type", path)
     if not ctype:
         r.error(f"{path}.type", "type is required for a visible column", "REQUIRED")
@@ -364,7 +367,7 @@ def _check_visual(r: ConfigReport, vs: dict[str, Any], needed: list[str]) -> Non
     with_order: list[str] = []
     without_order: list[str] = []
     label_columns: set[str] = set()
-    for key, col in cols.items():
+    for col in cols.values():
         if isinstance(col, dict) and isinstance(col.get("link"), dict) and col["link"].get("label_column"):
             label_columns.add(str(col["link"]["label_column"]))
     for key in sorted(cols):
@@ -399,7 +402,11 @@ def _check_visual(r: ConfigReport, vs: dict[str, Any], needed: list[str]) -> Non
             continue
         col = cols.get(name)
         if col is None:
-            r.error(f"visual_settings.columns.{name}", f"selected column {name!r} has no visual settings", "MISSING_VISUAL_SETTINGS")
+            r.error(
+                f"visual_settings.columns.{name}",
+                f"selected column {name!r} has no visual settings",
+                "MISSING_VISUAL_SETTINGS",
+            )
         elif isinstance(col, dict) and col.get("hidden") is not True and not col.get("type"):
             pass  # already reported by _check_visual_column
     pag = _obj(r, vs.get("pagination"), "visual_settings.pagination")
@@ -466,5 +473,6 @@ def validate_table_config(config: Any) -> ConfigReport:
     perms = _obj(r, config.get("permissions"), "permissions") or {}
     for j, action in enumerate(_list(r, perms.get("actions"), "permissions.actions")):
         if action not in PERMISSION_ACTIONS:
-            r.error(f"permissions.actions[{j}]", f"{action!r} is not one of {', '.join(PERMISSION_ACTIONS)}", "INVALID_VALUE")
+            allowed = ", ".join(PERMISSION_ACTIONS)
+            r.error(f"permissions.actions[{j}]", f"{action!r} is not one of {allowed}", "INVALID_VALUE")
     return r

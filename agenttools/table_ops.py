@@ -14,13 +14,13 @@ from typing import Any
 from agenttools.table_config_rules import validate_table_config
 
 __all__ = [
+    "PG_TYPES_BY_VISUAL",
     "OperationError",
     "apply_column_change",
     "apply_filter_change",
     "apply_join_change",
     "apply_sort_change",
     "map_pg_type",
-    "PG_TYPES_BY_VISUAL",
 ]
 
 
@@ -127,7 +127,10 @@ def _next_order(visual: dict[str, Any]) -> int | float | None:
     orders = [
         v["order"]
         for v in visual.values()
-        if isinstance(v, dict) and v.get("hidden") is not True and isinstance(v.get("order"), (int, float)) and v["order"]
+        if isinstance(v, dict)
+        and v.get("hidden") is not True
+        and isinstance(v.get("order"), (int, float))
+        and v["order"]
     ]
     return max(orders) + 10 if orders else None
 

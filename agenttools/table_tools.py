@@ -36,7 +36,7 @@ from agenttools.tool_support import (
     req_str,
 )
 
-__all__ = ["TABLE_TOOL_NAMES", "TABLE_REFERENCE", "register_table_tools"]
+__all__ = ["TABLE_REFERENCE", "TABLE_TOOL_NAMES", "register_table_tools"]
 
 _SQL_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
@@ -233,7 +233,10 @@ async def preview_table_config(args: dict[str, Any], s: CallScope) -> ToolOutcom
     config = object_arg(args, "config", s.deps)
     changes = req_str(args, "description_of_changes", "one or two sentences telling the user what changed")
     return _preview_or_errors(
-        config, description_of_changes=changes, config_id=_config_id(args, required=False), name=opt_str(args, "name") or None
+        config,
+        description_of_changes=changes,
+        config_id=_config_id(args, required=False),
+        name=opt_str(args, "name") or None,
     )
 
 
@@ -252,7 +255,9 @@ async def create_table_config(args: dict[str, Any], s: CallScope) -> ToolOutcome
     """Gated write: validates and previews a new config; the user's approval creates it."""
     name = _checked_name(args, required=True)
     config = object_arg(args, "config", s.deps)
-    changes = opt_str(args, "description_of_changes") or opt_str(args, "description") or f'New table configuration "{name}".'
+    changes = (
+        opt_str(args, "description_of_changes") or opt_str(args, "description") or f'New table configuration "{name}".'
+    )
     return _preview_or_errors(config, description_of_changes=changes, config_id=None, name=name)
 
 
@@ -273,11 +278,13 @@ def _op_outcome(fn: Any, *op_args: Any) -> ToolOutcome:
 
 
 async def apply_column_change_tool(args: dict[str, Any], s: CallScope) -> ToolOutcome:
-    return _op_outcome(apply_column_change, object_arg(args, "config", s.deps), args.get("operation"), args.get("columns"))
+    config = object_arg(args, "config", s.deps)
+    return _op_outcome(apply_column_change, config, args.get("operation"), args.get("columns"))
 
 
 async def apply_filter_change_tool(args: dict[str, Any], s: CallScope) -> ToolOutcome:
-    return _op_outcome(apply_filter_change, object_arg(args, "config", s.deps), args.get("operation"), args.get("filter"))
+    config = object_arg(args, "config", s.deps)
+    return _op_outcome(apply_filter_change, config, args.get("operation"), args.get("filter"))
 
 
 async def apply_join_change_tool(args: dict[str, Any], s: CallScope) -> ToolOutcome:

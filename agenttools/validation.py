@@ -26,6 +26,7 @@ only has to understand the keywords the catalog emits.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Mapping
@@ -165,7 +166,7 @@ class ValidationResult:
 class _Walk:
     """One validation pass: collects problems and the guards that were tripped."""
 
-    __slots__ = ("tool", "issues", "hints")
+    __slots__ = ("hints", "issues", "tool")
 
     def __init__(self, tool: str) -> None:
         self.tool = tool
@@ -280,10 +281,8 @@ def _check_object(
     schema: Mapping[str, Any], value: Any, path: str, guard: str | None, walk: _Walk, depth: int
 ) -> Any:
     if isinstance(value, str) and value.lstrip().startswith("{"):
-        try:  # a model that sent the object as JSON text
+        with contextlib.suppress(orjson.JSONDecodeError):  # a model that sent the object as JSON text
             value = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            pass
     if not isinstance(value, Mapping):
         walk.fail(path, f"must be an object, got {_type_name(value)}")
         return _MISSING
@@ -453,7 +452,7 @@ def _check_free(value: Any, path: str, walk: _Walk, depth: int) -> Any:
     if depth > MAX_DEPTH:
         walk.fail(path, f"nested deeper than {MAX_DEPTH} levels")
         return _MISSING
-    if value is None or isinstance(value, bool) or isinstance(value, int):
+    if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, float):
         if not math.isfinite(value):

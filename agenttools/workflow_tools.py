@@ -11,7 +11,7 @@ import asyncio
 from typing import Any
 
 from agenttools.backend_client import BackendError, build_path, require_object, require_sequence
-from agenttools.drafts import Draft, DraftAction, DraftError
+from agenttools.drafts import Draft, DraftAction, DraftError, draft_payload
 from agenttools.ids import parse_uuid, uuid_error
 from agenttools.previews import workflow_preview_outcome
 from agenttools.registry import ToolOutcome, ToolRegistry
@@ -273,9 +273,8 @@ async def _check_action_types(s: CallScope, workflow: dict[str, Any]) -> None:
         if isinstance(action, dict):
             t = action.get("action_type")
             if t not in known:
-                raise PayloadError(
-                    f"action {action.get('name')!r} has unknown action_type {t!r}; valid types: {', '.join(sorted(known))}"
-                )
+                valid = ", ".join(sorted(known))
+                raise PayloadError(f"action {action.get('name')!r} has unknown action_type {t!r}; valid types: {valid}")
 
 
 async def _transform(s: CallScope, payload: Any) -> dict[str, Any]:
@@ -472,7 +471,7 @@ async def preview_draft(args: dict[str, Any], s: CallScope) -> ToolOutcome:
     draft = await s.deps.drafts.get(s.owner, draft_id)
     if not draft.actions:
         raise ToolInputError("the draft has no actions yet; add at least one with add_draft_action")
-    workflow = await _transform(s, draft.to_payload())
+    workflow = await _transform(s, draft_payload(draft))
     return await _dry_run(s, workflow, description, None)
 
 

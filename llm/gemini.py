@@ -294,7 +294,8 @@ class GeminiProvider:
                     parts.append(_part_record(part))
                     if part.function_call is not None:
                         call = part.function_call
-                        for event in whole_call_events(call.id or new_call_id(), call.name or "", calls, call.args or {}):
+                        call_id = call.id or new_call_id()
+                        for event in whole_call_events(call_id, call.name or "", calls, call.args or {}):
                             yield event
                         calls += 1
                     elif part.text:
@@ -338,7 +339,9 @@ class GeminiProvider:
         if exc.code == 429:
             return StreamError(message=f"Gemini rate limit: {detail}", code="provider_rate_limited")
         if exc.code in (401, 403) or (exc.code == 400 and "API key" in detail):
-            return StreamError(message=f"Gemini rejected the API key (HTTP {exc.code}): {detail}", code="provider_error")
+            return StreamError(
+                message=f"Gemini rejected the API key (HTTP {exc.code}): {detail}", code="provider_error"
+            )
         if exc.code in (408, 504):
             return StreamError(message=f"Gemini timed out (HTTP {exc.code}): {detail}", code="provider_timeout")
         status = f" {exc.status}" if exc.status else ""
@@ -356,7 +359,8 @@ class GeminiProvider:
                 ),
             )
         except genai_errors.APIError as exc:
-            return ProviderHealth(ok=False, detail=f"Gemini model {self.model}: HTTP {exc.code} {exc.message or ''}".strip())
+            detail = f"Gemini model {self.model}: HTTP {exc.code} {exc.message or ''}".strip()
+            return ProviderHealth(ok=False, detail=detail)
         except Exception as exc:
             err = transport_error(exc, "Gemini", self.base_url)
             return ProviderHealth(ok=False, detail=err.message if err else f"Gemini health check failed: {exc}")

@@ -219,7 +219,8 @@ class OllamaProvider:
             async with asyncio.timeout(self._health_timeout):
                 listing = await self._client.list()
         except ollama.ResponseError as exc:
-            return ProviderHealth(ok=False, detail=f"Ollama at {self.host} answered HTTP {exc.status_code}: {exc.error}")
+            detail = f"Ollama at {self.host} answered HTTP {exc.status_code}: {exc.error}"
+            return ProviderHealth(ok=False, detail=detail)
         except (httpx.HTTPError, ConnectionError, TimeoutError) as exc:
             return ProviderHealth(ok=False, detail=f"Ollama at {self.host} unreachable: {exc or type(exc).__name__}")
         names = {m.model for m in listing.models if m.model}

@@ -247,7 +247,7 @@ def enforcement_message(tool: str, step: str, *, library: PromptLibrary | None =
     return (library if library is not None else PromptLibrary()).enforcement_message(tool, step)
 
 
-def is_new_workflow(context: Mapping[str, Any] | str | bytes | None | object) -> bool:
+def is_new_workflow(context: Mapping[str, Any] | str | bytes | object | None) -> bool:
     """Whether a workflow context is an empty canvas (guided creation).
 
     The same rules as ``agenttools.catalog.is_new_workflow`` (a test keeps the two in step;
