@@ -41,13 +41,15 @@ dev: install
 	AGENT_LLM_PROVIDER=ollama AGENT_EMBEDDER=$${AGENT_EMBEDDER:-ollama} \
 	OLLAMA_MODEL=$${OLLAMA_MODEL:-qwen3:4b} $(BIN)/agentchat serve --reload
 
+# Lint the product code first (configuration: [tool.ruff] in pyproject.toml), then test.
 test: install
+	$(BIN)/ruff check app llm toolindex storage agenttools knowledge prompts backend
 	$(BIN)/python -m pytest -q
 
 bench: $(BENCH_STAMP)
 	@mkdir -p bench/results
 	@for b in bench/sse_overhead.py bench/selection.py bench/retrieval_quality.py bench/kb.py \
-	          bench/keywords.py bench/tools.py bench/resume.py bench/corpus.py bench/corpus_quality.py; do \
+	          bench/keywords.py bench/tools.py bench/resume.py bench/chaos.py bench/corpus.py bench/corpus_quality.py; do \
 	  if [ -f $$b ]; then echo "== $$b"; $(BIN)/python $$b || exit 1; fi; \
 	done
 

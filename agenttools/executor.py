@@ -52,6 +52,10 @@ READ_ONLY_TOOLS = frozenset(
 )
 
 
+# Read-only, but each call is paid for: never repeated when a run is carried on.
+RUN_AT_MOST_ONCE = frozenset({"perplexity_search"})
+
+
 @dataclass(slots=True)
 class ToolExecutor:
     registry: ToolRegistry
@@ -61,6 +65,11 @@ class ToolExecutor:
 
     def is_read_only(self, name: str) -> bool:
         return name in READ_ONLY_TOOLS
+
+    def is_repeatable(self, name: str) -> bool:
+        """May a call that was cut off (crash, shutdown) simply be run again? Only reads
+        that cost nothing; a write or a paid web search is run at most once."""
+        return name in READ_ONLY_TOOLS and name not in RUN_AT_MOST_ONCE
 
     async def execute(self, call: ToolCall, ctx: ToolContext, *, allowed: frozenset[str] | None = None) -> ToolOutcome:
         if call.name not in self.registry or (allowed is not None and call.name not in allowed):

@@ -14,10 +14,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from app.bounds import check_int, check_number
 from app.http import HTTPProblem, ORJSONResponse, identify, read_json_body, services
 
 MAX_KB_BODY = 32 * 1024 * 1024
 MAX_DOCUMENTS = 5000
+MAX_MIN_USAGE = 2**31 - 1
+MAX_IDLE_DAYS = 100 * 366
 
 
 def _require_admin(request: Request) -> None:
@@ -63,10 +66,7 @@ async def prune_keywords(request: Request) -> Response:
     body = await read_json_body(request, 4096)
     if not isinstance(body, dict):
         raise HTTPProblem(400, "invalid_request", 'send {"min_usage": N, "older_than_days": D}')
-    min_usage, days = body.get("min_usage"), body.get("older_than_days")
-    if isinstance(min_usage, bool) or not isinstance(min_usage, int) or min_usage < 1:
-        raise HTTPProblem(400, "invalid_field", "min_usage must be an integer >= 1")
-    if isinstance(days, bool) or not isinstance(days, int | float) or days < 0:
-        raise HTTPProblem(400, "invalid_field", "older_than_days must be a number >= 0")
-    removed = await keywords.prune(min_usage=min_usage, older_than_days=float(days))
+    min_usage = check_int(body.get("min_usage"), name="min_usage", lo=1, hi=MAX_MIN_USAGE)
+    days = check_number(body.get("older_than_days"), name="older_than_days", lo=0, hi=MAX_IDLE_DAYS)
+    removed = await keywords.prune(min_usage=min_usage, older_than_days=days)
     return ORJSONResponse({"removed": removed})

@@ -1,13 +1,21 @@
-"""``agentchat``: serve, ingest, run the reference backend, list buckets, prune keywords."""
+"""``agentchat``: serve, ingest, run the reference backend, list buckets, prune keywords.
+
+The reference backend (``backend/``) always runs in its own process (``python -m backend``):
+the agent talks to it over HTTP only, as it would to the real one, and never imports it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,55 +34,142 @@ def _settings() -> Settings:
         raise SystemExit(2) from None
 
 
+# --- the reference backend, in its own process ----------------------------------------------
+
+BACKEND_START_TIMEOUT_S = 30.0
+
+
+def _backend_db(settings: Settings, explicit: str | None = None) -> Path:
+    """The backend's SQLite file: ``explicit``, else beside ``AGENT_DB_PATH``."""
+    return Path(explicit) if explicit else settings.db_path.parent / "backend.sqlite3"
+
+
+def _backend_argv(host: str, port: int, db: Path, *, log_level: str = "info") -> list[str]:
+    return [sys.executable, "-m", "backend", "--host", host, "--port", str(port), "--db", str(db),
+            "--log-level", log_level]
+
+
+def _wait_until_up(proc: subprocess.Popen[bytes], url: str, timeout_s: float = BACKEND_START_TIMEOUT_S) -> None:
+    """Block until ``url/healthz`` answers 200; exit with a message if the process dies or never answers."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=2.0) as client:
+        while (code := proc.poll()) is None:
+            try:
+                if client.get(f"{url}/healthz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                print(f"agentchat: the reference backend did not answer at {url} within {timeout_s:g} s",
+                      file=sys.stderr)
+                raise SystemExit(1)
+            time.sleep(0.05)
+    print(f"agentchat: the reference backend exited with code {code} (is {url} already in use?)", file=sys.stderr)
+    raise SystemExit(1)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()  # SIGTERM: uvicorn shuts down gracefully and the database is closed
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def _reference_backend(settings: Settings, args: argparse.Namespace, port: int, log_level: str) -> Iterator[str | None]:
+    """Start ``python -m backend`` beside the agent unless ``AGENT_BACKEND_URL`` or
+    ``--no-backend`` says otherwise; yield its URL once it answers; stop it on the way out."""
+    if settings.backend_url is not None or args.no_backend:
+        yield None
+        return
+    backend_port = args.backend_port or port + 1
+    url = f"http://127.0.0.1:{backend_port}"
+    proc = subprocess.Popen(
+        _backend_argv("127.0.0.1", backend_port, _backend_db(settings), log_level=log_level),
+        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+    )
+    try:
+        _wait_until_up(proc, url)
+        log.info("reference backend started beside the agent", extra={"url": url, "pid": proc.pid})
+        yield url
+    finally:
+        _stop(proc)
+
+
+def _die_with_parent() -> None:
+    """In the backend child, before exec (Linux): SIGTERM it when the agent dies, even by SIGKILL."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    # uvicorn handles SIGTERM while it serves, then restores this handler and re-raises the
+    # signal; the default action would kill the process before the backend is stopped.
+    raise SystemExit(128 + signum)
+
+
 # --- serve -------------------------------------------------------------------------------
 
 
-async def _serve(args: argparse.Namespace) -> None:
+def _serve(args: argparse.Namespace) -> None:
+    settings = _settings()
+    port = args.port if args.port is not None else settings.port
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    if args.reload:
+        os.environ.setdefault("AGENT_PORT", str(port))
+        # The reloader re-imports the app in a child process; the backend keeps running
+        # in its own, so reloads do not reset it.
+        with _reference_backend(settings, args, port, "info") as url:
+            if url is not None:
+                os.environ["AGENT_BACKEND_URL"] = url
+            _run_reloader(args, settings)
+        return
+    with _reference_backend(settings, args, port, "warning") as url:
+        if url is not None:
+            settings = settings.with_(backend_url=url)
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_serve_agent(args, settings, port))
+
+
+async def _serve_agent(args: argparse.Namespace, settings: Settings, port: int) -> None:
     import uvicorn
 
     from app.factory import create_app
+    from app.serving import DrainingServer
 
-    settings = _settings()
     host = args.host or settings.host
-    port = args.port if args.port is not None else settings.port
-    servers: list[uvicorn.Server] = []
-    if settings.backend_url is None and not args.no_backend:
-        from backend.app import create_backend_app
+    grace_s = settings.shutdown_grace_s if args.grace is None else args.grace
+    app = create_app(settings, shutdown_deadline_s=grace_s)
 
-        backend_port = args.backend_port or port + 1
-        backend_db = settings.db_path.parent / "backend.sqlite3"
-        backend_db.parent.mkdir(parents=True, exist_ok=True)
-        servers.append(
-            uvicorn.Server(
-                uvicorn.Config(create_backend_app(backend_db), host="127.0.0.1", port=backend_port,
-                               log_level="warning", lifespan="on")
-            )
-        )
-        settings = settings.with_(backend_url=f"http://127.0.0.1:{backend_port}")
-        log.info("reference backend started beside the agent", extra={"url": settings.backend_url})
-    agent = uvicorn.Server(
+    async def drain() -> None:
+        svc = getattr(app.state, "services", None)
+        if svc is not None:
+            await svc.runs.shutdown(grace_s)
+
+    agent = DrainingServer(
         uvicorn.Config(
-            create_app(settings),
+            app,
             host=host,
             port=port,
             log_level="info",
             lifespan="on",
-            timeout_graceful_shutdown=int(args.grace),
+            timeout_graceful_shutdown=5,
             access_log=False,
-        )
+        ),
+        drain,
     )
     print(f"agentchat: serving on http://{host}:{port}  (playground at /, stream at POST /v1/agent/chat)",
           file=sys.stderr)
-    servers.insert(0, agent)
-    tasks = [asyncio.create_task(s.serve()) for s in servers]
-    await _freeze_startup_objects(agent, tasks)
-    done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    for s in servers:
-        s.should_exit = True
-    await asyncio.gather(*tasks, return_exceptions=True)
-    for t in done:
-        if t.exception() is not None:
-            raise t.exception()  # type: ignore[misc]
+    task = asyncio.create_task(agent.serve())
+    await _freeze_startup_objects(agent, [task])
+    await task
 
 
 async def _freeze_startup_objects(server: Any, tasks: list[asyncio.Task[None]]) -> None:
@@ -82,26 +177,6 @@ async def _freeze_startup_objects(server: Any, tasks: list[asyncio.Task[None]]) 
     while not server.started and not any(t.done() for t in tasks):
         await asyncio.sleep(0.05)
     tune_for_serving()
-
-
-def _serve_reload(args: argparse.Namespace) -> None:
-    """``--reload`` for development: uvicorn restarts the app on code changes."""
-    settings = _settings()
-    port = args.port if args.port is not None else settings.port
-    os.environ.setdefault("AGENT_PORT", str(port))
-    backend: subprocess.Popen[bytes] | None = None
-    if settings.backend_url is None and not args.no_backend:
-        # The reloader re-imports the app in a child process; the backend runs beside it
-        # in its own process so reloads do not reset it.
-        backend_port = args.backend_port or port + 1
-        backend = subprocess.Popen([sys.executable, "-m", "app.cli", "backend", "--port", str(backend_port)])
-        os.environ["AGENT_BACKEND_URL"] = f"http://127.0.0.1:{backend_port}"
-    try:
-        _run_reloader(args, settings)
-    finally:
-        if backend is not None:
-            backend.terminate()
-            backend.wait(10)
 
 
 def _run_reloader(args: argparse.Namespace, settings: Settings) -> None:
@@ -123,12 +198,12 @@ def _run_reloader(args: argparse.Namespace, settings: Settings) -> None:
 
 
 async def _open_kb(settings: Settings) -> Any:
+    from app.kb_file import open_kb_file
     from app.rooms import kb_embedder
-    from knowledge.kb import KnowledgeBase
 
     embedder, why = await kb_embedder(settings)
     log.info("knowledge-base embedder", extra={"reason": why})
-    return await KnowledgeBase.open(settings.db_path, embedder)
+    return await open_kb_file(settings.db_path, embedder)
 
 
 def _progress_bar(done: int, total: int, label: str) -> None:
@@ -202,29 +277,27 @@ async def _buckets(args: argparse.Namespace) -> int:
 
 
 async def _prune_keywords(args: argparse.Namespace) -> int:
-    from agenttools.external_results import ExternalResultStore
-    from agenttools.keywords import KeywordStore
+    from agenttools.keywords import KeywordIndex
+    from storage.sqlite import open_sqlite_storage
 
     settings = _settings()
-    results = await ExternalResultStore.open(settings.db_path)
-    store = await KeywordStore.open(settings.db_path, results)
+    storage = await open_sqlite_storage(settings.db_path)
     try:
-        removed = await store.prune(min_usage=args.min_usage, older_than_days=args.older_than)
+        index = KeywordIndex(storage.keywords, storage.external_results)
+        removed = await index.prune(min_usage=args.min_usage, older_than_days=args.older_than)
     finally:
-        await store.close()
-        await results.close()
+        await storage.close()
     print(f"pruned {removed} keywords (usage < {args.min_usage}, unused for more than {args.older_than} days)")
     return 0
 
 
-async def _backend(args: argparse.Namespace) -> int:
-    from backend.app import serve_backend
-
-    settings = _settings()
-    db = Path(args.db) if args.db else settings.db_path.parent / "backend.sqlite3"
-    db.parent.mkdir(parents=True, exist_ok=True)
-    await serve_backend(args.host, args.port, db)
-    return 0
+def _backend(args: argparse.Namespace) -> int:
+    """``agentchat backend``: become ``python -m backend`` (same pid, signals and exit code)."""
+    argv = _backend_argv(args.host, args.port, _backend_db(_settings(), args.db))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(argv[0], argv)
+    return 0  # not reached
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,7 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int)
     serve.add_argument("--backend-port", type=int, help="port of the embedded reference backend (default: port+1)")
     serve.add_argument("--no-backend", action="store_true", help="do not start the reference backend")
-    serve.add_argument("--grace", type=float, default=20.0, help="seconds running streams get on shutdown")
+    serve.add_argument("--grace", type=float, default=None,
+                       help="seconds live runs may go on after SIGTERM before they are released "
+                            "for the next process (default AGENT_SHUTDOWN_GRACE_S, 20)")
     serve.add_argument("--reload", action="store_true", help="restart on code changes (development)")
 
     ingest = sub.add_parser("ingest", help="ingest files or directories into the knowledge base")
@@ -270,15 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     configure_logging()
     if args.command == "serve":
-        if args.reload:
-            _serve_reload(args)
-            return 0
-        try:
-            asyncio.run(_serve(args))
-        except KeyboardInterrupt:
-            pass
+        with contextlib.suppress(KeyboardInterrupt):
+            _serve(args)
         return 0
-    runners = {"ingest": _ingest, "buckets": _buckets, "backend": _backend}
+    if args.command == "backend":
+        return _backend(args)
+    runners = {"ingest": _ingest, "buckets": _buckets}
     if args.command == "keywords":
         return asyncio.run(_prune_keywords(args))
     return asyncio.run(runners[args.command](args))

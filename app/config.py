@@ -64,6 +64,11 @@ class Settings:
     max_body_bytes: int = 1024 * 1024
     max_message_chars: int = 32000
     run_grace_s: float = 600.0
+    #: SIGTERM: how long live runs may go on before they are released as interrupted.
+    shutdown_grace_s: float = 20.0
+    #: How long a storage write retries a busy or failing database before the runs
+    #: waiting on it end with ``storage_unavailable``.
+    db_write_retry_s: float = 10.0
     heartbeat_s: float = 15.0
     max_runs_per_user: int = 8
     requests_per_minute: int = 60
@@ -120,6 +125,8 @@ class Settings:
             backend_timeout_s=reader.number("AGENT_BACKEND_TIMEOUT_S", d.backend_timeout_s, lo=0.1),
             max_body_bytes=reader.integer("AGENT_MAX_BODY_BYTES", d.max_body_bytes, lo=1024),
             run_grace_s=reader.number("AGENT_RUN_GRACE_S", d.run_grace_s, lo=0),
+            shutdown_grace_s=reader.number("AGENT_SHUTDOWN_GRACE_S", d.shutdown_grace_s, lo=0, hi=3600),
+            db_write_retry_s=reader.number("AGENT_DB_WRITE_RETRY_S", d.db_write_retry_s, lo=0.05, hi=3600),
             heartbeat_s=reader.number("AGENT_HEARTBEAT_S", d.heartbeat_s, lo=0.05),
             max_runs_per_user=reader.integer("AGENT_MAX_RUNS_PER_USER", d.max_runs_per_user, lo=1),
             requests_per_minute=reader.integer("AGENT_REQUESTS_PER_MINUTE", d.requests_per_minute, lo=1),

@@ -29,11 +29,12 @@ def create_app(
     embedder: Any = AUTO,
     prompts: Any = None,
     planner: Any = None,
-    shutdown_deadline_s: float = 20.0,
+    shutdown_deadline_s: float | None = None,
 ) -> Starlette:
     """Build the Starlette app. ``provider``, ``registry``, ``embedder`` and ``prompts``
     replace the configured components (tests, benchmarks); everything else is real."""
     settings = settings or Settings.from_env()
+    grace_s = settings.shutdown_grace_s if shutdown_deadline_s is None else shutdown_deadline_s
     overrides = Overrides(provider=provider, registry=registry, embedder=embedder, prompts=prompts, planner=planner)
 
     @asynccontextmanager
@@ -41,11 +42,14 @@ def create_app(
         async with AsyncExitStack() as stack:
             svc = await build_services(settings, stack, overrides)
             app.state.services = svc
+            # Runs the last process left unfinished (SIGTERM or SIGKILL) are carried on
+            # before the first request is served.
+            await svc.runs.recover()
             log.info("agentchat ready", extra={"settings": settings.redacted()})
             try:
                 yield
             finally:
-                await svc.runs.shutdown(shutdown_deadline_s)
+                await svc.runs.shutdown(grace_s)
                 for task in svc.background:
                     task.cancel()
                 await asyncio.gather(*svc.background, return_exceptions=True)

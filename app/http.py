@@ -15,13 +15,18 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from sse_starlette import EventSourceResponse
 from sse_starlette.sse import AppStatus
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
-from app.agent import Caller, ChatInput
 from app.auth import LOCAL_USER, AuthError, Identity
+from app.bounds import MAX_JSON_DEPTH, MAX_SAFE_INTEGER, check_json, parse_int
 from app.config import CONTEXT_TYPES
+from app.problems import HTTPProblem, ORJSONResponse
+from app.records import Caller, ChatInput
 from app.runs import Run, RunEvent
+from storage.errors import ConversationBusy, ConversationOwnedByAnother, StorageUnavailable
+from storage.records import MULTITASK_POLICIES
 
 if TYPE_CHECKING:
     from app.services import Services
@@ -32,27 +37,15 @@ CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 RETRY_MS = 2000
 
 
-class ORJSONResponse(JSONResponse):
-    def render(self, content: Any) -> bytes:
-        return orjson.dumps(content)
-
-
-class HTTPProblem(Exception):
-    def __init__(self, status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(detail)
-        self.status, self.error, self.detail, self.headers = status, error, detail, headers or {}
-
-    def response(self) -> ORJSONResponse:
-        return ORJSONResponse({"error": self.error, "detail": self.detail}, self.status, headers=self.headers)
-
-
 def services(request: Request) -> Services:
     return request.app.state.services  # type: ignore[no-any-return]
 
 
-async def read_json_body(request: Request, limit: int) -> Any:
+async def read_json_body(request: Request, limit: int, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """The body as JSON: at most ``limit`` bytes, nested at most ``max_depth`` levels, its
+    integers within SQLite's range (``app/bounds.py``) — else a ``4xx`` saying which."""
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
+    if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise HTTPProblem(413, "payload_too_large", f"the body is larger than {limit} bytes")
     chunks: list[bytes] = []
     size = 0
@@ -65,9 +58,11 @@ async def read_json_body(request: Request, limit: int) -> Any:
     if not body.strip():
         raise HTTPProblem(400, "invalid_json", "the body is empty; send a JSON object")
     try:
-        return orjson.loads(body)
+        value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise HTTPProblem(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
+    check_json(value, max_depth=max_depth)
+    return value
 
 
 def parse_chat_input(body: Any, *, max_message_chars: int) -> ChatInput:
@@ -101,7 +96,16 @@ def parse_chat_input(body: Any, *, max_message_chars: int) -> ChatInput:
         raise HTTPProblem(
             400, "invalid_field", "conversation_id must be 1-128 characters of letters, digits, '_', '-', '.', ':'"
         )
-    return ChatInput(message=message, context_type=context_type, context=context, conversation_id=conversation_id)
+    multitask = body.get("multitask", "enqueue")
+    if multitask not in MULTITASK_POLICIES:
+        raise HTTPProblem(400, "invalid_field", f"multitask must be one of {', '.join(MULTITASK_POLICIES)}")
+    return ChatInput(
+        message=message,
+        context_type=context_type,
+        context=context,
+        conversation_id=conversation_id,
+        multitask=multitask,
+    )
 
 
 def identify(request: Request) -> Identity:
@@ -133,13 +137,25 @@ async def admit(request: Request) -> tuple[Identity, ChatInput]:
     return ident, chat
 
 
-def start_run(svc: Services, ident: Identity, chat: ChatInput) -> Run:
-    run = svc.runs.create(user_id=ident.user_id, context_type=chat.context_type, conversation_id=chat.conversation_id)
-    svc.run_log.created(run)
-    svc.metrics.runs_started += 1
-    caller = Caller(ident.user_id, ident.authorization)
-    svc.runs.start(run, lambda r: svc.agent.run(r, chat, caller))
-    return run
+async def start_run(svc: Services, ident: Identity, chat: ChatInput) -> Run:
+    """Store the run and its message, claim the conversation, start the agent — or
+    refuse with a 4xx/503 before anything streams."""
+    try:
+        return await svc.runs.submit(chat, Caller(ident.user_id, ident.authorization))
+    except ConversationOwnedByAnother:
+        raise HTTPProblem(404, "not_found", "no such conversation") from None
+    except ConversationBusy:
+        raise HTTPProblem(
+            409,
+            "conversation_busy",
+            "a run of this conversation is still in progress; wait for it to end, or send "
+            'multitask "enqueue" (run after it) or "interrupt" (cancel it)',
+        ) from None
+    except StorageUnavailable:
+        raise HTTPProblem(
+            503, "storage_unavailable", "the service cannot store new runs right now; retry shortly",
+            {"Retry-After": "5"},
+        ) from None
 
 
 def server_stopping() -> bool:
@@ -193,14 +209,14 @@ def sse(content: AsyncIterator[bytes], svc: Services) -> EventSourceResponse:
 async def chat(request: Request) -> Response:
     ident, chat_input = await admit(request)
     svc = services(request)
-    run = start_run(svc, ident, chat_input)
+    run = await start_run(svc, ident, chat_input)
     return sse(stream_run(svc, run, 0, cancel_on_exit=True), svc)
 
 
 async def create_run(request: Request) -> Response:
     ident, chat_input = await admit(request)
     svc = services(request)
-    run = start_run(svc, ident, chat_input)
+    run = await start_run(svc, ident, chat_input)
     token = svc.auth.stream_token(run.id, ident.user_id)
     return ORJSONResponse(
         {
@@ -213,11 +229,10 @@ async def create_run(request: Request) -> Response:
 
 
 def _after(request: Request) -> int:
-    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-    try:
-        return max(0, int(raw))
-    except ValueError:
-        raise HTTPProblem(400, "invalid_field", "Last-Event-ID / after must be an integer") from None
+    """The last event id the client has seen (``Last-Event-ID`` header, else ``?after=``); 0 = all."""
+    if request.headers.get("last-event-id"):
+        return parse_int(request.headers["last-event-id"], name="Last-Event-ID", lo=0, hi=MAX_SAFE_INTEGER)
+    return parse_int(request.query_params.get("after"), name="after", lo=0, hi=MAX_SAFE_INTEGER, default=0)
 
 
 def _reader(request: Request, run_id: str) -> str:
@@ -251,10 +266,10 @@ async def run_events(request: Request) -> Response:
         if run.finished and after >= run.last_seq:
             return Response(status_code=204)
         return sse(stream_run(svc, run, after, cancel_on_exit=False), svc)
-    stored = await svc.run_log.get(run_id)
+    stored = await svc.run_store.get(run_id)
     if stored is None or stored.user_id != user_id:
         raise HTTPProblem(404, "not_found", "no such run")
-    events = await svc.run_log.events_after(run_id, after)
+    events = await svc.run_store.events_after(run_id, after)
     if not events:
         return Response(status_code=204)
     return sse(stream_stored(events), svc)
@@ -266,7 +281,7 @@ async def cancel_run(request: Request) -> Response:
     ident = identify(request)
     run = svc.runs.get(run_id)
     if run is None or run.user_id != ident.user_id:
-        stored = await svc.run_log.get(run_id)
+        stored = await svc.run_store.get(run_id)
         if stored is None or stored.user_id != ident.user_id:
             raise HTTPProblem(404, "not_found", "no such run")
         return ORJSONResponse({"run_id": run_id, "status": stored.status})
@@ -282,7 +297,12 @@ async def get_conversation(request: Request) -> Response:
     owner = await svc.conversations.owner(conversation_id)
     if owner is None or owner != ident.user_id:
         raise HTTPProblem(404, "not_found", "no such conversation")
-    messages = await svc.conversations.load_dicts(conversation_id)
+    messages = []
+    for stored in await svc.conversations.messages(conversation_id):
+        d = dict(stored.payload)
+        d.pop("replay", None)
+        d["seq"], d["created_at"] = stored.seq, stored.created_at
+        messages.append(d)
     return ORJSONResponse({"conversation_id": conversation_id, "messages": messages})
 
 
@@ -309,7 +329,11 @@ async def not_found(request: Request, exc: Exception) -> Response:
 
 
 async def method_not_allowed(request: Request, exc: Exception) -> Response:
-    return ORJSONResponse({"error": "method_not_allowed", "detail": f"{request.method} is not allowed here"}, 405)
+    # Starlette's router raises the 405 with the route's ``Allow`` header; keep it (RFC 9110 §15.5.6).
+    headers = exc.headers if isinstance(exc, HTTPException) else None
+    allowed = f"; allowed: {headers['Allow']}" if headers and "Allow" in headers else ""
+    detail = f"{request.method} is not allowed here{allowed}"
+    return ORJSONResponse({"error": "method_not_allowed", "detail": detail}, 405, headers=headers)
 
 
 async def server_error(request: Request, exc: Exception) -> Response:

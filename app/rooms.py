@@ -10,13 +10,16 @@ import asyncio
 import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from agenttools.registry import ToolRegistry
 from app.config import Settings
 from toolindex.embedder import Embedder
+
+if TYPE_CHECKING:
+    from storage.sqlite import SqliteStorage
 
 log = logging.getLogger("agentchat.rooms")
 
@@ -46,8 +49,22 @@ class KnowledgeComponent:
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
     async def readiness(self) -> dict[str, Any]:
+        """Not ready while the sample knowledge base loads or after its load failed:
+        the README's first question would be answered "I could not find an answer"."""
         stats = await self.kb.stats()
-        return {"ok": True, "documents": stats.get("documents"), "chunks": stats.get("chunks"), "sample_kb": self.sample}
+        loading = self.sample == "ingesting"
+        failed = self.sample.startswith("failed")
+        out: dict[str, Any] = {
+            "ok": not (loading or failed),
+            "documents": stats.get("documents"),
+            "chunks": stats.get("chunks"),
+            "sample_kb": self.sample,
+        }
+        if loading:
+            out["detail"] = "the sample knowledge base is being ingested"
+        elif failed:
+            out["detail"] = f"the sample knowledge base could not be ingested ({self.sample})"
+        return out
 
     async def ingest_sample(self) -> None:
         from knowledge.sample import ensure_sample_kb
@@ -70,29 +87,27 @@ async def attach_rooms(
     stack: AsyncExitStack,
     *,
     embedder: Embedder | None,
+    storage: SqliteStorage,
 ) -> dict[str, Any]:
     from agenttools.corpus_tools import CorpusToolDeps, register_corpus_tools
-    from agenttools.external_results import ExternalResultStore
-    from agenttools.keywords import KeywordStore
+    from agenttools.keywords import KeywordIndex
     from agenttools.perplexity import PerplexityClient
     from agenttools.rag.deps import RagToolDeps
     from agenttools.rag_tools import register_rag_tools
     from knowledge.kb import KnowledgeBase
 
     components: dict[str, Any] = {}
-    kb = await KnowledgeBase.open(settings.db_path, embedder)
+    kb = await KnowledgeBase.create(storage.kb_index, embedder, schema_version=storage.schema_version)
     stack.push_async_callback(kb.aclose)
     knowledge = KnowledgeComponent(kb)
     components["knowledge"] = knowledge
     if settings.ingest_sample_kb:
+        knowledge.sample = "ingesting"
         task = asyncio.create_task(knowledge.ingest_sample(), name="sample-kb")
         knowledge.tasks.append(task)
         stack.push_async_callback(_cancel, task)
 
-    results = await ExternalResultStore.open(settings.db_path)
-    stack.push_async_callback(results.close)
-    keywords = await KeywordStore.open(settings.db_path, results)
-    stack.push_async_callback(keywords.close)
+    keywords = KeywordIndex(storage.keywords, storage.external_results)
     components["keywords"] = keywords
     perplexity = (
         PerplexityClient(
@@ -105,19 +120,20 @@ async def attach_rooms(
         else None
     )
     register_rag_tools(
-        registry, RagToolDeps(knowledge=kb, keywords=keywords, external_results=results, perplexity=perplexity)
+        registry,
+        RagToolDeps(knowledge=kb, keywords=keywords, external_results=storage.external_results, perplexity=perplexity),
     )
     register_corpus_tools(registry, CorpusToolDeps(knowledge=kb))
 
     if settings.backend_url:
-        from agenttools.drafts import SqliteDraftStore
+        from agenttools.drafts import Drafts
         from agenttools.table_tools import register_table_tools
         from agenttools.tool_support import WorkflowToolDeps
         from agenttools.workflow_tools import register_workflow_tools
 
-        drafts = await SqliteDraftStore.open(str(settings.db_path))
-        stack.push_async_callback(drafts.close)
-        deps = WorkflowToolDeps(backend_url=settings.backend_url, drafts=drafts, timeout_s=settings.backend_timeout_s)
+        deps = WorkflowToolDeps(
+            backend_url=settings.backend_url, drafts=Drafts(storage.drafts), timeout_s=settings.backend_timeout_s
+        )
         register_workflow_tools(registry, deps)
         register_table_tools(registry, deps)
         components["resolution_cache"] = deps.resolution_cache

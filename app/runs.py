@@ -1,11 +1,17 @@
-"""Runs: an agent task plus its ordered event log, readable by any number of followers.
+"""A live run: its ordered event log, shown to followers only once it is durable.
 
-A run's events are appended in order with a per-run sequence (the SSE ``id:``). Followers
-never own a queue: each one keeps only its position in the shared log and waits for the
-next append, so a slow reader costs O(1) memory and simply catches up (or, after the
-in-memory tail was evicted, replays from the durable log). The agent task runs on its
-own, independent of any connection; ``/v1/agent/chat`` cancels it when its one client
-leaves, ``/v1/agent/runs`` lets it outlive connections.
+Events are appended with a per-run sequence (the SSE ``id:``) and queued to the run
+store; a follower is shown an event only after the store committed it, so every event
+a client ever saw can be replayed. A step's events and its checkpoint go in one write
+(``emit_step``), which is what lets another process carry the run on after a crash.
+
+If the store gives up (database locked or unwritable past the retry window), the run
+ends loudly: the events that were never shown are dropped, ``error``
+(``storage_unavailable``) and ``message_complete`` take their ids, followers see them at
+once, and their write is retried in the background until the database is back.
+
+Followers never own a queue: each keeps only its position and waits for the next
+commit, so a slow reader costs O(1) memory.
 """
 
 from __future__ import annotations
@@ -13,38 +19,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import orjson
 
+from llm.types import Message
+from storage.errors import StorageError
+from storage.records import TERMINAL_EVENT, RunEvent, RunStatus, RunWrite, StoredRun
+
 log = logging.getLogger("agentchat.runs")
 
-RunStatus = Literal["running", "completed", "failed", "cancelled"]
-TERMINAL_EVENT = "message_complete"
+__all__ = ["TERMINAL_EVENT", "Run", "RunEvent", "RunEventLog", "encode"]
 
 
-@dataclass(frozen=True, slots=True)
-class RunEvent:
-    """One event of a run; ``data`` is compact JSON text (one line: orjson escapes
-    newlines), encoded once on append. ``wire`` is the SSE frame, built once and sent
-    as-is to every follower."""
+class RunEventLog(Protocol):
+    """The part of the run store a live run writes to."""
 
-    seq: int
-    event: str
-    data: str
-
-    @property
-    def wire(self) -> bytes:
-        return b"id: %d\nevent: %s\ndata: %s\n\n" % (self.seq, self.event.encode(), self.data.encode())
-
-
-class RunEventSink(Protocol):
-    """Where events go durably (SQLite run log); appends must not block the caller."""
-
-    def append(self, run_id: str, event: RunEvent) -> None: ...
+    def write(
+        self,
+        step: RunWrite,
+        *,
+        on_commit: Callable[[], None] | None = None,
+        on_fail: Callable[[BaseException], None] | None = None,
+    ) -> None: ...
 
 
 def encode(data: dict[str, Any]) -> str:
@@ -58,37 +57,210 @@ class Run:
     user_id: str
     context_type: str
     created_at: float = field(default_factory=time.time)
-    status: RunStatus = "running"
+    status: RunStatus = "queued"
     events: list[RunEvent] = field(default_factory=list)
+    #: ``events[:durable]`` are committed; followers see only those.
+    durable: int = 0
     task: asyncio.Task[None] | None = None
     finished_at: float | None = None
     followers: int = 0
     last_detached_at: float | None = None
-    sink: RunEventSink | None = None
+    log: RunEventLog | None = None
     max_events: int = 100_000
+    #: Set when the server releases the run at shutdown: followers end cleanly (no
+    #: ``message_complete``) and the next process carries the run on.
+    released: bool = False
+    interrupting: bool = False
+    storage_error: str | None = None
+    #: The user's message, stored with the run's first step — or with its ending, when
+    #: the run is cancelled before it started (queued behind another), so it is never lost.
+    question: str | None = None
+    on_storage_failure: Callable[[Run, list[RunEvent]], None] | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Plain events emitted in this turn of the event loop, written as one step.
+    _pending: list[RunEvent] = field(default_factory=list)
+    _flush_scheduled: bool = False
+
+    @classmethod
+    def restore(cls, stored: StoredRun, events: Sequence[RunEvent], log: RunEventLog | None, max_events: int) -> Run:
+        """A run read back from the store after a restart; its log is durable as read."""
+        run = cls(
+            id=stored.id,
+            conversation_id=stored.conversation_id,
+            user_id=stored.user_id,
+            context_type=stored.context_type,
+            created_at=stored.created_at,
+            status="running" if stored.status == "interrupted" else stored.status,  # type: ignore[arg-type]
+            events=list(events),
+            log=log,
+            max_events=max_events,
+        )
+        run.durable = len(run.events)
+        return run
 
     # --- writing ------------------------------------------------------------------
 
     def emit(self, event: str, data: dict[str, Any]) -> RunEvent | None:
-        """Append an event (no-op once the run is finished, except nothing may follow
-        ``message_complete``). Returns the stored event."""
-        if self.finished_at is not None:
+        """Append one event. Events emitted in one turn of the event loop (a burst of
+        tokens) are stored as one write; each is shown once that write commits."""
+        written = self._append([(event, data)])
+        if not written:
             return None
-        if len(self.events) >= self.max_events and event != TERMINAL_EVENT:
-            return None
-        ev = RunEvent(seq=len(self.events) + 1, event=event, data=encode(data))
-        self.events.append(ev)
-        if self.sink is not None:
-            self.sink.append(self.id, ev)
-        if event == TERMINAL_EVENT:
-            self.finished_at = time.time()
-            status = data.get("status")
-            if status in ("completed", "failed", "cancelled"):
-                self.status = status
+        if written[-1].event == TERMINAL_EVENT:
+            self._flush_pending()
+            self._queue(RunWrite(self.id, self.conversation_id, events=written), terminal=True)
+            return written[-1]
+        self._pending.extend(written)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_pending)
+        return written[-1]
+
+    def _flush_pending(self) -> None:
+        self._flush_scheduled = False
+        if self._pending:
+            events, self._pending = self._pending, []
+            self._queue(RunWrite(self.id, self.conversation_id, events=events), terminal=False)
+
+    def emit_step(
+        self,
+        events: Sequence[tuple[str, dict[str, Any]]] = (),
+        *,
+        checkpoint: bytes | None = None,
+        messages: Sequence[Message] = (),
+        status: RunStatus | None = None,
+        finished: bool = False,
+    ) -> asyncio.Future[None]:
+        """Append events and store them together with the step's checkpoint, messages
+        and status in one write. The returned future resolves when it is durable (it
+        raises ``StorageUnavailable`` when it never will be)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.finished or self.storage_error is not None:
+            fut.set_exception(_Ended(self.storage_error or "run already ended"))
+            fut.exception()  # mark retrieved: callers may not await it
+            return fut
+        self._flush_pending()  # earlier plain events go first
+        written = self._append(events)
+        if status is not None and not finished:
+            self.status = status
+        step = RunWrite(
+            self.id,
+            self.conversation_id,
+            events=written,
+            checkpoint=checkpoint,
+            checkpoint_seq=len(self.events) if checkpoint is not None else None,
+            messages=messages,
+            status=status,
+            finished=finished,
+        )
+        self._queue(step, terminal=bool(written) and written[-1].event == TERMINAL_EVENT, future=fut)
+        return fut
+
+    def _append(self, events: Sequence[tuple[str, dict[str, Any]]]) -> list[RunEvent]:
+        written: list[RunEvent] = []
+        for name, data in events:
+            if self.finished_at is not None:
+                break
+            if len(self.events) >= self.max_events and name != TERMINAL_EVENT:
+                continue
+            ev = RunEvent(seq=len(self.events) + 1, event=name, data=encode(data))
+            self.events.append(ev)
+            written.append(ev)
+            if name == TERMINAL_EVENT:
+                self.finished_at = time.time()
+                status = data.get("status")
+                if status in ("completed", "failed", "cancelled"):
+                    self.status = status
+        return written
+
+    def _queue(self, step: RunWrite, *, terminal: bool, future: asyncio.Future[None] | None = None) -> None:
+        upto = len(self.events)
+        if terminal:
+            step = RunWrite(
+                step.run_id,
+                step.conversation_id,
+                events=step.events,
+                checkpoint=step.checkpoint,
+                checkpoint_seq=step.checkpoint_seq,
+                messages=step.messages,
+                status=self.status,
+                finished=True,
+            )
+        if self.log is None:
+            self._mark_durable(upto)
+            if future is not None and not future.done():
+                future.set_result(None)
+            return
+
+        def committed() -> None:
+            self._mark_durable(upto)
+            if future is not None and not future.done():
+                future.set_result(None)
+
+        def failed(exc: BaseException) -> None:
+            if future is not None and not future.done():
+                future.set_exception(exc)
+                future.exception()
+            self._storage_failed(exc)
+
+        self.log.write(step, on_commit=committed, on_fail=failed)
+
+    def _mark_durable(self, upto: int) -> None:
+        if upto > self.durable and self.storage_error is None:
+            self.durable = min(upto, len(self.events))
+            if not self._changed.is_set():
+                self._notify()
+
+    def _storage_failed(self, exc: BaseException) -> None:
+        """End the run loudly, in order, with what followers have seen so far."""
+        if self.storage_error is not None:
+            return
+        self.storage_error = str(exc)[:300]
+        log.error("run ends: its events could not be stored", extra={"run_id": self.id, "error": self.storage_error})
+        del self.events[self.durable :]
+        self._pending.clear()
+        self.finished_at = None
+        tail = [
+            (
+                "error",
+                {
+                    "message": "The service could not store this run's progress; it was stopped.",
+                    "code": "storage_unavailable",
+                },
+            ),
+            (
+                TERMINAL_EVENT,
+                {
+                    "status": "failed",
+                    "run_id": self.id,
+                    "conversation_id": self.conversation_id,
+                    "turns": 0,
+                    "usage": {"input_tokens": 0, "output_tokens": 0},
+                },
+            ),
+        ]
+        written = []
+        for name, data in tail:
+            ev = RunEvent(seq=len(self.events) + 1, event=name, data=encode(data))
+            self.events.append(ev)
+            written.append(ev)
+        self.finished_at = time.time()
+        self.status = "failed"
+        self.durable = len(self.events)  # shown now; stored by the rescue writer below
+        self._notify()
+        if self.on_storage_failure is not None:
+            self.on_storage_failure(self, written)
+        if self.task is not None and not self.task.done() and self.task is not asyncio.current_task():
+            self.task.cancel()
+
+    def release(self) -> None:
+        """Stop following (server shutdown): followers end without a terminal event."""
+        self.released = True
+        self._notify()
+
+    def _notify(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
-        return ev
 
     @property
     def finished(self) -> bool:
@@ -100,17 +272,19 @@ class Run:
 
     # --- reading ------------------------------------------------------------------
 
-    async def follow_wire(self, after: int = 0, *, idle: float | None = None, max_bytes: int = 65536) -> AsyncIterator[bytes | None]:
-        """Like ``follow`` but yields SSE bytes, joining every event already in the log
-        (up to ``max_bytes``) into one write: a fast producer costs one send per batch,
-        not one per token."""
+    async def follow_wire(
+        self, after: int = 0, *, idle: float | None = None, max_bytes: int = 65536
+    ) -> AsyncIterator[bytes | None]:
+        """SSE bytes of the durable events after ``after``, joining every event already
+        committed (up to ``max_bytes``) into one write; ``None`` after ``idle`` seconds
+        without events (the caller sends a heartbeat)."""
         pos = max(0, after)
         while True:
-            if pos < len(self.events):
+            if pos < self.durable:
                 parts: list[bytes] = []
                 size = 0
                 done = False
-                while pos < len(self.events) and size < max_bytes:
+                while pos < self.durable and size < max_bytes:
                     ev = self.events[pos]
                     pos += 1
                     frame = ev.wire
@@ -123,11 +297,9 @@ class Run:
                 if done:
                     return
                 continue
-            if self.finished:
+            if self.released or (self.finished and pos >= self.durable and self.durable == len(self.events)):
                 return
             waiter = self._changed
-            if pos < len(self.events):
-                continue
             if idle is None:
                 await waiter.wait()
             else:
@@ -137,107 +309,9 @@ class Run:
                     yield None
 
     async def wait_finished(self) -> None:
-        while not self.finished:
+        while not (self.finished or self.released):
             await self._changed.wait()
 
 
-AgentFn = Callable[[Run], Awaitable[None]]
-
-
-class RunRegistry:
-    """Live runs of this process, by id. Finished runs are kept for ``grace_s`` so a
-    reconnecting client can replay them from memory; older ones come from the run log."""
-
-    def __init__(self, *, grace_s: float = 600.0, sink: RunEventSink | None = None) -> None:
-        self._runs: dict[str, Run] = {}
-        self.grace_s = grace_s
-        self.sink = sink
-        self._closing = False
-
-    def create(self, *, user_id: str, context_type: str, conversation_id: str | None = None) -> Run:
-        run = Run(
-            id=f"run_{uuid.uuid4().hex}",
-            conversation_id=conversation_id or f"conv_{uuid.uuid4().hex}",
-            user_id=user_id,
-            context_type=context_type,
-            sink=self.sink,
-        )
-        self._runs[run.id] = run
-        return run
-
-    def start(self, run: Run, agent: AgentFn) -> asyncio.Task[None]:
-        task = asyncio.create_task(agent(run), name=f"agent:{run.id}")
-        run.task = task
-        task.add_done_callback(lambda t: self._on_done(run, t))
-        return task
-
-    def _on_done(self, run: Run, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("agent task crashed", exc_info=task.exception(), extra={"run_id": run.id})
-        if not run.finished:
-            # The agent always ends with message_complete; this is the last line of defence.
-            status = "cancelled" if task.cancelled() else "failed"
-            if status == "failed":
-                run.emit("error", {"message": "internal error", "code": "internal_error"})
-            run.emit(
-                TERMINAL_EVENT,
-                {
-                    "status": status,
-                    "run_id": run.id,
-                    "conversation_id": run.conversation_id,
-                    "turns": 0,
-                    "usage": {"input_tokens": 0, "output_tokens": 0},
-                },
-            )
-
-    def get(self, run_id: str) -> Run | None:
-        return self._runs.get(run_id)
-
-    def active(self) -> list[Run]:
-        return [r for r in self._runs.values() if not r.finished]
-
-    def count_active(self, user_id: str) -> int:
-        return sum(1 for r in self._runs.values() if not r.finished and r.user_id == user_id)
-
-    async def cancel(self, run: Run) -> None:
-        """Cancel a run's agent task and wait (bounded) for its terminal event."""
-        if run.task is not None and not run.task.done():
-            run.task.cancel()
-            try:
-                await asyncio.wait_for(asyncio.shield(run.task), timeout=5)
-            except (asyncio.CancelledError, TimeoutError, Exception):
-                pass
-
-    def sweep(self, now: float | None = None) -> int:
-        """Forget finished runs past the grace period; cancel abandoned running ones."""
-        now = time.time() if now is None else now
-        removed = 0
-        for run_id, run in list(self._runs.items()):
-            if run.finished and run.finished_at is not None and now - run.finished_at > self.grace_s:
-                del self._runs[run_id]
-                removed += 1
-            elif (
-                not run.finished
-                and run.followers == 0
-                and run.last_detached_at is not None
-                and now - run.last_detached_at > self.grace_s
-                and run.task is not None
-            ):
-                log.info("cancelling abandoned run", extra={"run_id": run_id})
-                run.task.cancel()
-        return removed
-
-    async def shutdown(self, deadline_s: float) -> None:
-        """Let running runs finish up to ``deadline_s``, then cancel the rest."""
-        self._closing = True
-        tasks = [r.task for r in self.active() if r.task is not None]
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=deadline_s)
-            for t in pending:
-                t.cancel()
-            if pending:
-                await asyncio.wait(pending, timeout=5)
-
-    @property
-    def closing(self) -> bool:
-        return self._closing
+class _Ended(StorageError):
+    """A step was emitted after the run ended (storage failure): nothing was written."""

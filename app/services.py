@@ -14,31 +14,48 @@ import httpx
 from app.agent import Agent
 from app.auth import Authenticator
 from app.config import Settings
-from app.db import Database
 from app.limits import RateLimiter
-from app.runs import RunRegistry
+from app.run_manager import RunManager
 from app.selector import IndexState
-from app.stores import SqliteConversationStore, SqliteRunLog, SqliteToolCallLog
 from llm.provider import Provider
+from storage.interfaces import ConversationStore, RunStore, ToolCallLog
+from storage.sqlite import SqliteStorage
 
 
 @dataclass(slots=True)
 class Metrics:
-    runs_started: int = 0
+    """Prometheus text from the live census and the stores' counters."""
 
     def lines(self, svc: Services) -> list[str]:
-        by_status: dict[str, int] = {}
-        for run in svc.runs._runs.values():  # noqa: SLF001 - a read-only census
-            by_status[run.status] = by_status.get(run.status, 0) + 1
+        by_status = svc.runs.census()
+        counters = svc.runs.counters
+        stats = svc.storage.db.stats
         out = [
             "# HELP agentchat_runs_started_total Runs started since the process started.",
             "# TYPE agentchat_runs_started_total counter",
-            f"agentchat_runs_started_total {self.runs_started}",
+            f"agentchat_runs_started_total {counters.started}",
             "# HELP agentchat_runs Runs held in memory, by status.",
             "# TYPE agentchat_runs gauge",
         ]
-        for status in ("running", "completed", "failed", "cancelled"):
+        for status in ("queued", "running", "completed", "failed", "cancelled", "interrupted"):
             out.append(f'agentchat_runs{{status="{status}"}} {by_status.get(status, 0)}')
+        out += [
+            "# HELP agentchat_runs_resumed_total Runs carried on from a checkpoint after a restart.",
+            "# TYPE agentchat_runs_resumed_total counter",
+            f"agentchat_runs_resumed_total {counters.resumed}",
+            "# HELP agentchat_runs_interrupted_total Runs released at shutdown for the next process.",
+            "# TYPE agentchat_runs_interrupted_total counter",
+            f"agentchat_runs_interrupted_total {counters.interrupted}",
+            "# HELP agentchat_runs_storage_failed_total Runs ended because their events could not be stored.",
+            "# TYPE agentchat_runs_storage_failed_total counter",
+            f"agentchat_runs_storage_failed_total {counters.storage_failures}",
+            "# HELP agentchat_storage_write_retries_total Storage writes retried: the database was busy or failing.",
+            "# TYPE agentchat_storage_write_retries_total counter",
+            f"agentchat_storage_write_retries_total {stats.retries}",
+            "# HELP agentchat_storage_write_failures_total Storage writes given up after the retry window.",
+            "# TYPE agentchat_storage_write_failures_total counter",
+            f"agentchat_storage_write_failures_total {stats.failures}",
+        ]
         out += [
             "# HELP agentchat_tool_index_ready Whether the tool index is ready (1) or selection falls back (0).",
             "# TYPE agentchat_tool_index_ready gauge",
@@ -59,13 +76,13 @@ class Metrics:
 @dataclass(slots=True)
 class Services:
     settings: Settings
-    db: Database
+    storage: SqliteStorage
     http: httpx.AsyncClient
     auth: Authenticator
-    runs: RunRegistry
-    run_log: SqliteRunLog
-    conversations: SqliteConversationStore
-    tool_log: SqliteToolCallLog
+    runs: RunManager
+    run_store: RunStore
+    conversations: ConversationStore
+    tool_log: ToolCallLog
     provider: Provider
     provider_reason: str
     agent: Agent
@@ -78,8 +95,7 @@ class Services:
     async def readiness(self) -> dict[str, Any]:
         checks: dict[str, Any] = {}
         try:
-            await self.db.fetchone("SELECT 1")
-            checks["db"] = {"ok": True}
+            checks["db"] = await self.storage.readiness()
         except Exception as exc:
             checks["db"] = {"ok": False, "detail": str(exc)}
         try:
@@ -108,7 +124,9 @@ class Services:
                     checks[name] = await probe()
                 except Exception as exc:
                     checks[name] = {"ok": False, "detail": str(exc)}
-        ready = checks["db"]["ok"] and checks["provider"]["ok"] and not self.runs.closing
+        if self.runs.closing:
+            checks["shutdown"] = {"ok": False, "detail": "draining: new runs are refused"}
+        ready = all(bool(c.get("ok")) for name, c in checks.items() if name != "tool_index")
         return {"ready": ready, "checks": checks}
 
     def metrics_text(self) -> str:

@@ -20,13 +20,12 @@ from agenttools.registry import ToolRegistry
 from app.agent import Agent, AgentSettings, MandatoryPolicy
 from app.auth import Authenticator
 from app.config import Settings
-from app.db import Database
 from app.limits import RateLimiter
-from app.runs import RunRegistry
+from app.run_manager import RunManager
 from app.selector import IndexState, ToolSelector
 from app.services import Services
-from app.stores import SqliteConversationStore, SqliteRunLog, SqliteToolCallLog
 from llm.provider import Provider
+from storage.sqlite import SqliteOptions, open_sqlite_storage
 from toolindex.embedder import Embedder
 
 log = logging.getLogger("agentchat.wiring")
@@ -38,7 +37,7 @@ AUTO = "auto"
 class Overrides:
     provider: Provider | None = None
     registry: ToolRegistry | None = None
-    embedder: Embedder | None | str = AUTO
+    embedder: Embedder | str | None = AUTO
     prompts: Any = None
     planner: Any = None
 
@@ -128,7 +127,9 @@ async def build_tool_index(
         raise
     except Exception as exc:
         state.failed(f"index build failed: {exc}"[:400])
-        log.warning("tool index build failed; selection falls back to all context tools", extra={"reason": state.reason})
+        log.warning(
+            "tool index build failed; selection falls back to all context tools", extra={"reason": state.reason}
+        )
         return
     state.ready(index, (time.perf_counter() - started) * 1000)
     log.info("tool index ready", extra={"tools": len(registry), "embedder": embedder.name, "ms": state.built_ms})
@@ -141,8 +142,9 @@ def default_registry() -> ToolRegistry:
 
 
 async def build_services(settings: Settings, stack: AsyncExitStack, overrides: Overrides) -> Services:
-    db = await Database.open(settings.db_path)
-    stack.push_async_callback(db.close)
+    # The one storage room: migrated completely before anything else reads or writes.
+    storage = await open_sqlite_storage(settings.db_path, SqliteOptions(write_retry_s=settings.db_write_retry_s))
+    stack.push_async_callback(storage.close)
     http = httpx.AsyncClient(
         timeout=httpx.Timeout(settings.backend_timeout_s, connect=5.0),
         limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
@@ -166,7 +168,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     if overrides.registry is None:
         from app.rooms import attach_rooms
 
-        components = await attach_rooms(settings, registry, http, stack, embedder=embedder)
+        components = await attach_rooms(settings, registry, http, stack, embedder=embedder, storage=storage)
 
     index_state = IndexState()
     background: list[asyncio.Task[Any]] = []
@@ -205,9 +207,8 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         from app.prompting import PromptService
 
         prompts = PromptService()
-    run_log_db = SqliteRunLog(db)
-    conversations = SqliteConversationStore(db)
-    tool_log = SqliteToolCallLog(db)
+    conversations = storage.conversations
+    tool_log = storage.tool_calls
     agent = Agent(
         provider=provider,
         registry=registry,
@@ -229,14 +230,14 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         policy=MandatoryPolicy(),
         planner=overrides.planner if overrides.planner is not None else _default_planner(provider, components),
     )
-    runs = RunRegistry(grace_s=settings.run_grace_s, sink=run_log_db)
+    runs = RunManager(store=storage.runs, agent=agent.run, grace_s=settings.run_grace_s)
     svc = Services(
         settings=settings,
-        db=db,
+        storage=storage,
         http=http,
         auth=Authenticator(settings.auth, settings.jwt_secret, stream_ttl_s=settings.stream_token_ttl_s),
         runs=runs,
-        run_log=run_log_db,
+        run_store=storage.runs,
         conversations=conversations,
         tool_log=tool_log,
         provider=provider,
@@ -262,7 +263,7 @@ def _default_planner(provider: Provider, components: dict[str, Any]) -> Any:
     return QueryPlanner(provider, knowledge.kb)
 
 
-async def _sweep(runs: RunRegistry) -> None:
+async def _sweep(runs: RunManager) -> None:
     while True:
         await asyncio.sleep(30)
         runs.sweep()

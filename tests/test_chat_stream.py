@@ -210,7 +210,7 @@ async def test_disconnect_mid_stream_closes_the_provider_stream(
         assert run.task is not None and run.task.done()
         assert [e.event for e in run.events][-1] == "message_complete"
         # The partial answer is kept in the conversation.
-        await app.state.services.db.flush()
+        await app.state.services.storage.db.flush()
         stored = await app.state.services.conversations.load(run.conversation_id, run.user_id)
         assert stored[-1].role == "assistant" and stored[-1].content == "Thinking about it"
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("agent:")]
@@ -220,15 +220,18 @@ async def test_disconnect_cancels_a_running_tool(settings: Settings, probe: Tool
     fake, url = ollama_fake
     fake.add_turn([ToolCall("wait_for_backend", {})])
     async with running_app(settings, provider=ollama_provider(url), registry=probe.registry(), embedder=None) as (base, app):
-        await chat_events(base, BODY, stop=lambda e: e.event == "tool_call_start")
+        # Stay connected until the tool runs (it starts once the turn is stored), then leave.
+        reader = asyncio.create_task(chat_events(base, BODY))
         await asyncio.wait_for(probe.started.wait(), timeout=10)
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
         await asyncio.wait_for(probe.cancelled.wait(), timeout=10)
         [run] = list(app.state.services.runs._runs.values())
         await asyncio.wait_for(run.wait_finished(), timeout=10)
         assert run.status == "cancelled"
         # The stored conversation answers the call that never finished, so the
         # conversation's next run sends providers a valid history.
-        await app.state.services.db.flush()
+        await app.state.services.storage.db.flush()
         stored = await app.state.services.conversations.load(run.conversation_id, run.user_id)
         assert stored[-2].tool_calls[0].name == "wait_for_backend"
         assert stored[-1].tool_results[0].tool_call_id == stored[-2].tool_calls[0].id

@@ -251,8 +251,8 @@ async def test_injection_strings_are_rejected_before_execution(tmp_path: Path, a
     steps = [call("knowledge_base_search", args), search(), answer()]
     async with flow_app(tmp_path, steps) as (base, app, fake, _):
         events = await ask(base)
-        await app.state.services.db.flush()
-        rows = await app.state.services.db.fetchall("SELECT tool_name, status, retry_count FROM tool_calls ORDER BY id")
+        await app.state.services.storage.db.flush()
+        rows = await app.state.services.storage.db.fetchall("SELECT tool_name, status, retry_count FROM tool_calls ORDER BY id")
     first = [e.json() for e in events if e.event == "tool_call_result"][0]
     assert first["is_error"] is True
     feedback = tool_results(sent(fake)[1], "knowledge_base_search")[0]

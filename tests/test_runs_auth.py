@@ -126,7 +126,7 @@ async def test_stream_tokens(served: Served) -> None:
     # network drop resumes), refused once the run has left memory.
     expired = auth.stream_token(run_id, "alice", now=time.time() - auth.stream_ttl_s - 60)
     assert auth.verify_stream_token(expired, run_id, run_live=True) == "alice"
-    await served.svc.db.flush()
+    await served.svc.storage.db.flush()
     live_run = served.svc.runs._runs.pop(run_id)
     gone = await served.client.get(f"{events_path}?token={expired}")
     assert gone.status_code == 401 and gone.json()["error"] == "unauthenticated"
@@ -180,7 +180,7 @@ async def test_another_users_run_and_conversation_are_404(served: Served) -> Non
     assert [m["content"] for m in history.json()["messages"]][-2:] == ["And then?", "Quick answer"]
 
     # After the run left memory, ownership is still enforced from the run log.
-    await served.svc.db.flush()
+    await served.svc.storage.db.flush()
     served.svc.runs.sweep(now=time.time() + served.svc.runs.grace_s + 1)
     assert served.svc.runs.get(run_id) is None
     assert (await served.client.get(f"/v1/agent/runs/{run_id}/events", headers=BOB)).status_code == 404

@@ -203,7 +203,7 @@ async def test_replay_comes_from_the_sqlite_log_once_the_run_left_memory(setting
             run = svc.runs.get(created["run_id"])
             await run.wait_finished()
             expected = logged(run)
-            await svc.db.flush()
+            await svc.storage.db.flush()
             assert svc.runs.sweep(now=time.time() + svc.runs.grace_s + 1) == 1
             assert svc.runs.get(run.id) is None
 
@@ -232,7 +232,7 @@ async def test_cancel_is_idempotent_and_keeps_the_partial_answer(settings: Setti
             first, second = await asyncio.gather(client.post(cancel_url), client.post(cancel_url))
             third = await client.post(cancel_url)
             seen = frames(await follower)
-            await svc.db.flush()
+            await svc.storage.db.flush()
             history = (await client.get(f"/v1/agent/conversations/{run.conversation_id}")).json()["messages"]
             assert svc.runs.sweep(now=time.time() + svc.runs.grace_s + 1) == 1
             after_eviction = await client.post(cancel_url)

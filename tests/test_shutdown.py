@@ -80,8 +80,14 @@ async def test_running_run_finishes_during_shutdown_and_replays_on_the_next_proc
     assert tail == events[3:]
 
 
-async def test_run_past_the_deadline_is_cancelled_and_logged(tmp_path: Path) -> None:
+async def test_run_past_the_deadline_is_interrupted_and_carried_on_by_the_next_process(tmp_path: Path) -> None:
     run_id = await start_run_then_stop(tmp_path, SlowProvider(1, 0, hold=True), deadline_s=0.2)
     events = await replay(tmp_path, run_id)
-    assert '"status":"cancelled"' in events[-1]
-    assert any(":content_chunk:" in e for e in events)
+    assert [e.split(":")[0] for e in events] == [str(i) for i in range(1, len(events) + 1)]
+    kinds = [e.split(":")[1] for e in events]
+    # The cut-off turn was shown, then discarded and run again by the next process.
+    assert kinds.count("run_resumed") == 1 and kinds.count("message_complete") == 1
+    resumed = next(e for e in events if ":run_resumed:" in e)
+    assert '"discarded":{"from_seq"' in resumed
+    assert kinds.index("content_chunk") < kinds.index("run_resumed")
+    assert '"status":"completed"' in events[-1]

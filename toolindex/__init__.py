@@ -11,10 +11,10 @@ from toolindex.hashing import HashingEmbedder
 from toolindex.index import IndexBuildError, SearchResult, ToolIndex, ToolMatch
 
 __all__ = [
+    "EmbedTask",
     "Embedder",
     "EmbeddingError",
     "EmbeddingSpace",
-    "EmbedTask",
     "HashingEmbedder",
     "IndexBuildError",
     "Matrix",

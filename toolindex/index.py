@@ -161,7 +161,7 @@ class ToolIndex:
             except Exception as exc:  # an unreadable cache only costs an embedding call
                 logger.warning("could not read the tool vector cache: %s", exc)
         missing: dict[str, str] = {}  # digest -> text, first occurrence; duplicates embed once
-        for digest, text in zip(digests, texts):
+        for digest, text in zip(digests, texts, strict=True):
             if digest not in stored and digest not in missing:
                 missing[digest] = text
 
@@ -174,9 +174,9 @@ class ToolIndex:
                 logger.info("tool vector cache dim %d != embedder dim %d; re-embedding all tools",
                             cached_dim, fresh.shape[1])
                 vectors = {}
-                missing = dict(zip(digests, texts))
+                missing = dict(zip(digests, texts, strict=True))
                 fresh = await cls._embed_documents(embedder, list(missing.values()), int(fresh.shape[1]))
-            vectors.update(zip(missing, fresh))
+            vectors.update(zip(missing, fresh, strict=True))
         try:
             matrix = to_unit_rows(np.stack([vectors[d] for d in digests]), expected_count=len(digests),
                                   expected_dim=None, source="index")
@@ -283,7 +283,7 @@ class ToolIndex:
         rounded = np.round(scores.astype(np.float64), _SCORE_DECIMALS)
         order = np.lexsort((self._name_rank[rows], -rounded))[:k]
         names = self._names
-        return [ToolMatch(names[r], s) for r, s in zip(rows[order].tolist(), rounded[order].tolist())]
+        return [ToolMatch(names[r], s) for r, s in zip(rows[order].tolist(), rounded[order].tolist(), strict=True)]
 
     # --- search ---------------------------------------------------------------------
 

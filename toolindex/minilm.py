@@ -178,12 +178,14 @@ def _check_config(config: Mapping[str, Any], pooling: Mapping[str, Any] | None) 
         raise ValueError(f"hidden_act {config.get('hidden_act')!r} is not the erf GELU")
     if config.get("position_embedding_type", "absolute") != "absolute":
         raise ValueError("only absolute position embeddings are supported")
-    if pooling is not None:
-        if not pooling.get("pooling_mode_mean_tokens", False) or any(
+    if pooling is not None and (
+        not pooling.get("pooling_mode_mean_tokens", False)
+        or any(
             pooling.get(k, False)
             for k in ("pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens")
-        ):
-            raise ValueError("the pooling configuration is not plain mean pooling")
+        )
+    ):
+        raise ValueError("the pooling configuration is not plain mean pooling")
 
 
 def _load_encoder(model_dir: Path, dim: int) -> _Encoder:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import httpx
 import numpy as np
@@ -103,10 +104,8 @@ class OllamaEmbedder:
 
     async def aclose(self) -> None:
         if self._owns_client:
-            try:
+            with contextlib.suppress(Exception):  # closing must never fail shutdown
                 await self._client.close()
-            except Exception:  # closing must never fail shutdown
-                pass
 
     def __repr__(self) -> str:
         return f"OllamaEmbedder(host={self.host!r}, model={self.model!r}, dim={self.dim})"

@@ -1,0 +1,152 @@
+"""The tool step of a run: execute the pending calls of a model turn, store each result.
+
+Each result is stored together with its events (previews, ``response``,
+``tool_call_result``) and the run's checkpoint in one write, the moment it is back.
+A call that must not run twice (a write, a paid search) is first stored as *started*;
+if the process dies before its result is stored, carrying the run on answers it as
+interrupted instead of running it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import orjson
+
+from agenttools.executor import ToolExecutor
+from agenttools.registry import ToolContext, ToolOutcome
+from app.agent_deps import AgentSettings, Prompts, ToolCallLog
+from app.run_state import PendingCalls, RunState
+from app.runs import Run
+from llm.types import ToolCall, ToolResult
+from storage.records import ToolCallRecord
+
+MAX_TOOL_RESULT_CHARS = 24_000
+INTERRUPTED = (
+    "This call was cut off when the service restarted, and it may or may not have taken effect. "
+    "It was not run again. Check its effect (for example by reading the object) before retrying."
+)
+
+
+@dataclass(slots=True)
+class ToolStep:
+    executor: ToolExecutor
+    prompts: Prompts
+    tool_log: ToolCallLog
+    settings: AgentSettings
+    last_tool: str | None
+
+    async def run_pending(self, run: Run, ctx: ToolContext, state: RunState) -> list[ToolResult]:
+        """Answer every pending call, in the model's order; read-only runs run together."""
+        pending = state.pending
+        assert pending is not None
+        allowed = frozenset(pending.allowed)
+        calls = pending.calls
+        i = 0
+        while i < len(calls):
+            j = i + 1
+            if self.executor.is_read_only(calls[i].name):
+                while j < len(calls) and self.executor.is_read_only(calls[j].name):
+                    j += 1
+            batch = [c for c in calls[i:j] if c.id not in pending.results]
+            if len(batch) == 1:
+                await self._answer(run, ctx, state, batch[0], allowed)
+            elif batch:
+                await asyncio.gather(*(self._answer(run, ctx, state, c, allowed) for c in batch))
+            i = j
+        return [pending.results[c.id] for c in calls]
+
+    async def _answer(
+        self, run: Run, ctx: ToolContext, state: RunState, call: ToolCall, allowed: frozenset[str]
+    ) -> None:
+        pending = state.pending
+        assert pending is not None
+        if call.id in pending.started and not self.executor.is_repeatable(call.name):
+            outcome = ToolOutcome(content={"error": "interrupted", "reason": INTERRUPTED}, is_error=True)
+            self._store(run, state, pending, call, outcome, 0.0)
+            return
+        if not self.executor.is_repeatable(call.name):
+            pending.started.append(call.id)
+            await run.emit_step(checkpoint=state.encode())
+        outcome, duration_ms = await self._execute(state, ctx, call, allowed)
+        self._store(run, state, pending, call, outcome, duration_ms)
+
+    async def _execute(
+        self, state: RunState, ctx: ToolContext, call: ToolCall, allowed: frozenset[str]
+    ) -> tuple[ToolOutcome, float]:
+        started = time.perf_counter()
+        last = self.last_tool
+        if call.name != last and state.executions >= self.settings.max_tool_calls:
+            outcome = ToolOutcome(
+                content={
+                    "error": "tool_budget_exhausted",
+                    "reason": self.prompts.budget_exhausted(self.settings.max_tool_calls),
+                },
+                is_error=True,
+                counts_as_execution=False,
+            )
+        else:
+            if call.name != last:
+                state.executions += 1
+            outcome = await self.executor.execute(call, ctx, allowed=allowed)
+            if not outcome.counts_as_execution and call.name != last:
+                state.executions -= 1
+        return outcome, (time.perf_counter() - started) * 1000
+
+    def _store(
+        self, run: Run, state: RunState, pending: PendingCalls, call: ToolCall, outcome: ToolOutcome, duration_ms: float
+    ) -> None:
+        """Record the result and emit its events with the checkpoint, in one write (no
+        await in between, so concurrent calls never interleave their steps)."""
+        if outcome.counts_as_execution and not outcome.is_error:
+            state.tools.tools_called.append(call.name)
+        body = outcome.model_content if outcome.model_content is not None else outcome.content
+        content = body if isinstance(body, str) else orjson.dumps(body, default=str).decode()
+        if len(content) > MAX_TOOL_RESULT_CHARS:
+            content = content[:MAX_TOOL_RESULT_CHARS] + f"… [truncated: {len(content)} characters in all]"
+        result = ToolResult(call.id, call.name, content, outcome.is_error)
+        pending.results[call.id] = result
+        events: list[tuple[str, dict[str, object]]] = [*outcome.events]
+        events.append(
+            (
+                "tool_call_result",
+                {
+                    "tool_use_id": call.id,
+                    "name": call.name,
+                    "is_error": outcome.is_error,
+                    "duration_ms": round(duration_ms, 2),
+                },
+            )
+        )
+        self._log(run, state, call, outcome, content, duration_ms)
+        run.emit_step(events, checkpoint=state.encode())
+
+    def _log(
+        self, run: Run, state: RunState, call: ToolCall, outcome: ToolOutcome, content: str, duration_ms: float
+    ) -> None:
+        # Seed 001's log: success | failure, plus `rejected` for calls refused before they
+        # ran (validation, prerequisites); a call after earlier failed attempts of the same
+        # tool in this run is logged as `retry` with how many came before.
+        retries = state.failed_attempts.get(call.name, 0)
+        if outcome.is_error:
+            status = "failure" if outcome.counts_as_execution else "rejected"
+            state.failed_attempts[call.name] = retries + 1
+        else:
+            status = "retry" if retries else "success"
+        self.tool_log.record(
+            ToolCallRecord(
+                run_id=run.id,
+                conversation_id=run.conversation_id,
+                user_id=run.user_id,
+                tool_use_id=call.id,
+                tool_name=call.name,
+                arguments=call.arguments,
+                result=content[:4000],
+                status=status,
+                error=content[:1000] if outcome.is_error else None,
+                duration_ms=round(duration_ms, 2),
+                retry_count=retries,
+            )
+        )

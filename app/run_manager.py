@@ -1,0 +1,343 @@
+"""Runs of this process: admission, conversation order, cancellation, shutdown, recovery.
+
+* **Admission** stores the run (and its user's message, in the run's input) and claims
+  the conversation in one transaction before the client gets its 2xx.
+* **Conversations are serialised**: a run starts only when the conversation's earlier
+  runs have ended, per the request's ``multitask`` policy — ``enqueue`` (wait, then see
+  their turns), ``reject`` (409 while one is live) or ``interrupt`` (cancel them).
+* **Shutdown** stops admission, lets live runs go on for a grace period, then releases
+  the rest as *interrupted* (their last checkpoint stands; followers reconnect).
+* **Recovery** at start-up, before serving: every run that had not ended — after a
+  SIGTERM or a SIGKILL — is carried on from its last checkpoint, with its event ids
+  continuing where the log stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from app.records import Caller, ChatInput, decode_run_input, encode_run_input
+from app.run_state import RunState
+from app.runs import TERMINAL_EVENT, Run, RunEvent
+from llm.types import Message
+from storage.errors import StorageUnavailable
+from storage.interfaces import RunStore
+from storage.records import NewRun, RunWrite, StoredRun
+
+log = logging.getLogger("agentchat.runs")
+
+#: ``agent(run, chat, caller, state=None, resumed=None)``: the agent loop.
+AgentFn = Callable[..., Awaitable[None]]
+
+
+@dataclass(slots=True)
+class RunCounters:
+    started: int = 0
+    resumed: int = 0
+    interrupted: int = 0
+    storage_failures: int = 0
+    rescued_writes: int = 0
+
+
+@dataclass(slots=True)
+class RunManager:
+    store: RunStore
+    agent: AgentFn
+    grace_s: float = 600.0
+    max_events: int = 100_000
+    rescue_retry_s: float = 2.0
+    counters: RunCounters = field(default_factory=RunCounters)
+    _runs: dict[str, Run] = field(default_factory=dict)
+    _by_conversation: dict[str, list[Run]] = field(default_factory=dict)
+    _closing: bool = False
+    _rescues: set[asyncio.Task[None]] = field(default_factory=set)
+
+    # --- admission --------------------------------------------------------------------
+
+    async def submit(self, chat: ChatInput, caller: Caller) -> Run:
+        """Store and start a run. Raises ``ConversationOwnedByAnother``,
+        ``ConversationBusy`` (policy ``reject``) or ``StorageUnavailable``."""
+        run_id = f"run_{uuid.uuid4().hex}"
+        conversation_id = chat.conversation_id or f"conv_{uuid.uuid4().hex}"
+        await self.store.create(
+            NewRun(
+                id=run_id,
+                conversation_id=conversation_id,
+                user_id=caller.user_id,
+                context_type=chat.context_type,
+                input=encode_run_input(chat, caller),
+                multitask=chat.multitask,
+            )
+        )
+        run = self._new_run(run_id, conversation_id, caller.user_id, chat.context_type)
+        run.question = chat.message
+        earlier = self._live_in(conversation_id)
+        if chat.multitask == "interrupt":
+            for other in earlier:
+                if other.task is not None and not other.task.done():
+                    log.info(
+                        "interrupting an earlier run of the conversation", extra={"run_id": other.id, "by": run_id}
+                    )
+                    other.task.cancel()
+        self._register(run)
+        self.counters.started += 1
+        chat = ChatInput(chat.message, chat.context_type, chat.context, conversation_id, chat.multitask)
+        self._start(run, earlier, lambda: self.agent(run, chat, caller))
+        return run
+
+    def _new_run(self, run_id: str, conversation_id: str, user_id: str, context_type: str) -> Run:
+        run = Run(
+            id=run_id,
+            conversation_id=conversation_id,
+            user_id=user_id,
+            context_type=context_type,
+            log=self.store,
+            max_events=self.max_events,
+        )
+        run.on_storage_failure = self._rescue
+        return run
+
+    def _register(self, run: Run) -> None:
+        self._runs[run.id] = run
+        self._by_conversation.setdefault(run.conversation_id, []).append(run)
+
+    def _live_in(self, conversation_id: str) -> list[Run]:
+        return [r for r in self._by_conversation.get(conversation_id, []) if not r.finished]
+
+    def _start(self, run: Run, earlier: list[Run], body: Callable[[], Awaitable[None]]) -> None:
+        async def go() -> None:
+            for other in earlier:  # the conversation's turns run one after another
+                await other.wait_finished()
+            await body()
+
+        task = asyncio.create_task(go(), name=f"agent:{run.id}")
+        run.task = task
+        task.add_done_callback(lambda t: self._on_done(run, t))
+
+    def _on_done(self, run: Run, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("agent task crashed", exc_info=task.exception(), extra={"run_id": run.id})
+        if not run.finished and not run.released:
+            # Cancelled before the agent began (a queued run), or a crash past the
+            # agent's own handlers: the run still ends with exactly one terminal event.
+            status = "cancelled" if task.cancelled() else "failed"
+            events: list[tuple[str, dict[str, Any]]] = []
+            if status == "failed":
+                events.append(("error", {"message": "internal error", "code": "internal_error"}))
+            events.append((TERMINAL_EVENT, _terminal(run, status)))
+            never_started = run.status == "queued" and run.question is not None
+            messages = [Message("user", run.question)] if never_started and run.question else []
+            run.emit_step(events, messages=messages, finished=True)
+        convo = self._by_conversation.get(run.conversation_id)
+        if convo is not None and all(r.finished or r.released for r in convo):
+            self._by_conversation.pop(run.conversation_id, None)
+
+    # --- reading ------------------------------------------------------------------------
+
+    def get(self, run_id: str) -> Run | None:
+        return self._runs.get(run_id)
+
+    def active(self) -> list[Run]:
+        return [r for r in self._runs.values() if not r.finished and not r.released]
+
+    def count_active(self, user_id: str) -> int:
+        return sum(1 for r in self.active() if r.user_id == user_id)
+
+    def census(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for run in self._runs.values():
+            out[run.status] = out.get(run.status, 0) + 1
+        return out
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    # --- cancellation and housekeeping ----------------------------------------------------
+
+    async def cancel(self, run: Run) -> None:
+        """Cancel a run's task and wait (bounded) for its terminal event."""
+        if run.task is not None and not run.task.done():
+            run.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):
+                await asyncio.wait_for(asyncio.shield(run.task), timeout=5)
+
+    def sweep(self, now: float | None = None) -> int:
+        """Forget finished runs past the grace period; cancel abandoned running ones."""
+        now = time.time() if now is None else now
+        removed = 0
+        for run_id, run in list(self._runs.items()):
+            if run.finished and run.finished_at is not None and now - run.finished_at > self.grace_s:
+                if run.durable < len(run.events):
+                    continue  # its tail is still being written
+                del self._runs[run_id]
+                removed += 1
+            elif (
+                not run.finished
+                and run.followers == 0
+                and run.last_detached_at is not None
+                and now - run.last_detached_at > self.grace_s
+                and run.task is not None
+            ):
+                log.info("cancelling abandoned run", extra={"run_id": run_id})
+                run.task.cancel()
+        return removed
+
+    # --- storage failure: the loud ending must reach the log eventually ----------------------
+
+    def _rescue(self, run: Run, events: list[RunEvent]) -> None:
+        self.counters.storage_failures += 1
+        task = asyncio.get_running_loop().create_task(self._write_until_stored(run, events))
+        self._rescues.add(task)
+        task.add_done_callback(self._rescues.discard)
+
+    async def _write_until_stored(self, run: Run, events: list[RunEvent]) -> None:
+        step = RunWrite(run.id, run.conversation_id, events=events, status="failed", finished=True)
+        while True:
+            try:
+                await self.store.commit(step)
+            except StorageUnavailable:
+                await asyncio.sleep(self.rescue_retry_s)
+                continue
+            self.counters.rescued_writes += 1
+            log.info("stored the ending of a run that storage had failed", extra={"run_id": run.id})
+            return
+
+    # --- shutdown ---------------------------------------------------------------------------
+
+    def begin_shutdown(self) -> None:
+        """Refuse new runs from now on (503 with Retry-After)."""
+        self._closing = True
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Let live runs go on for ``grace_s``, then release the rest as interrupted."""
+        self._closing = True
+        tasks = [r.task for r in self.active() if r.task is not None and not r.task.done()]
+        if tasks and grace_s > 0:
+            await asyncio.wait(tasks, timeout=grace_s)
+        left = [r for r in self.active() if r.task is not None and not r.task.done()]
+        for run in left:
+            run.interrupting = True
+            assert run.task is not None
+            run.task.cancel()
+        if left:
+            await asyncio.wait([r.task for r in left if r.task is not None], timeout=10)
+            self.counters.interrupted += len(left)
+            log.info("released live runs for the next process", extra={"runs": len(left)})
+        for run in left:
+            run.release()
+        # Runs queued behind a released run were never started: mark them interrupted too.
+        queued = [r.id for r in self._runs.values() if r.released and r.status == "queued"]
+        with contextlib.suppress(StorageUnavailable):
+            await self.store.set_status(queued, "interrupted")
+        for task in list(self._rescues):
+            task.cancel()
+
+    # --- recovery -----------------------------------------------------------------------------
+
+    async def recover(self) -> int:
+        """Carry on every run that had not ended when the last process stopped."""
+        stored_runs = await self.store.unfinished()
+        for stored in stored_runs:
+            await self._recover_one(stored)
+        if stored_runs:
+            log.info("carrying on runs from the previous process", extra={"runs": len(stored_runs)})
+        return len(stored_runs)
+
+    async def _recover_one(self, stored: StoredRun) -> None:
+        events = await self.store.events_after(stored.id, 0, limit=self.max_events)
+        run = Run.restore(stored, events, self.store, self.max_events)
+        run.on_storage_failure = self._rescue
+        earlier = self._live_in(run.conversation_id)
+        self._register(run)
+        self.counters.resumed += 1
+        if events and events[-1].event == TERMINAL_EVENT:
+            # It ended, but the process died before its status was written.
+            run.finished_at = time.time()
+            status = _status_of(events[-1])
+            run.status = status  # type: ignore[assignment]
+            await self.store.set_status([run.id], status)
+            return
+        reason = _cannot_resume(stored, events)
+        if reason is not None:
+            log.warning("run cannot be carried on", extra={"run_id": run.id, "reason": reason})
+            run.emit_step(
+                [
+                    (
+                        "error",
+                        {
+                            "message": f"The run was interrupted and cannot be carried on: {reason}.",
+                            "code": "run_interrupted",
+                        },
+                    ),
+                    (TERMINAL_EVENT, _terminal(run, "failed")),
+                ],
+                finished=True,
+            )
+            return
+        assert stored.input is not None
+        chat, caller = decode_run_input(stored.input, conversation_id=stored.conversation_id, user_id=stored.user_id)
+        run.question = chat.message
+        if stored.checkpoint is None:  # admitted, never started: start it now
+            self._start(run, earlier, lambda: self.agent(run, chat, caller))
+            return
+        state = RunState.decode(stored.checkpoint)
+        discarded = (
+            {
+                "from_seq": stored.checkpoint_seq + 1,
+                "to_seq": stored.last_seq,
+                "reason": "a model turn was cut off; it is run again",
+            }
+            if stored.last_seq > stored.checkpoint_seq
+            else None
+        )
+        resumed = {
+            "run_id": run.id,
+            "reason": "the service restarted",
+            "checkpoint_seq": stored.checkpoint_seq,
+            "discarded": discarded,
+            "pending_tool_calls": len(state.pending.calls) - len(state.pending.results) if state.pending else 0,
+        }
+        if discarded is not None:
+            log.info("discarding a partial model turn", extra={"run_id": run.id, **discarded})
+        self._start(run, earlier, lambda: self.agent(run, chat, caller, state=state, resumed=resumed))
+
+
+def _cannot_resume(stored: StoredRun, events: list[RunEvent]) -> str | None:
+    if stored.input is None:
+        return "its input was not kept"
+    if stored.checkpoint is None and events:
+        return "it has no checkpoint"
+    if stored.checkpoint is not None:
+        try:
+            RunState.decode(stored.checkpoint)
+        except (ValueError, KeyError, TypeError) as exc:
+            return f"its checkpoint is unreadable ({exc})"
+    return None
+
+
+def _status_of(event: RunEvent) -> str:
+    try:
+        status = orjson.loads(event.data).get("status")
+    except orjson.JSONDecodeError:
+        status = None
+    return status if status in ("completed", "failed", "cancelled") else "failed"
+
+
+def _terminal(run: Run, status: str) -> dict[str, Any]:
+    return {
+        "status": status,
+        "run_id": run.id,
+        "conversation_id": run.conversation_id,
+        "turns": 0,
+        "usage": {"input_tokens": 0, "output_tokens": 0},
+    }

@@ -1,0 +1,136 @@
+"""The state of a run between steps, and its encoding as a checkpoint.
+
+Kept apart from the agent's dependencies (as pydantic-ai keeps ``GraphAgentState`` apart
+from ``GraphAgentDeps``): everything here is plain data, so a run can be stopped after
+any step and carried on by another process from the stored checkpoint.
+
+``pending`` is a model turn whose tool calls are not all answered yet: the results that
+came back, and the side-effecting calls that were *started* (so a crash mid-call never
+leads to running it twice: on resume such a call is answered "interrupted" instead).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from agenttools.registry import EvidenceSource, RunToolState
+from llm.types import Message, ToolCall, ToolResult, Usage
+
+CHECKPOINT_VERSION = 1
+
+
+@dataclass(slots=True)
+class PendingCalls:
+    calls: list[ToolCall]
+    allowed: list[str]
+    results: dict[str, ToolResult] = field(default_factory=dict)
+    started: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "calls": [c.to_dict() for c in self.calls],
+            "allowed": self.allowed,
+            "results": {k: r.to_dict() for k, r in self.results.items()},
+            "started": self.started,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PendingCalls:
+        return cls(
+            calls=[ToolCall.from_dict(c) for c in d["calls"]],
+            allowed=list(d["allowed"]),
+            results={k: ToolResult.from_dict(r) for k, r in d["results"].items()},
+            started=list(d["started"]),
+        )
+
+
+@dataclass(slots=True)
+class RunState:
+    system: str
+    tool_names: list[str]
+    budget: int
+    messages: list[Message]
+    tools: RunToolState = field(default_factory=RunToolState)
+    turns: int = 0
+    usage: Usage = Usage()
+    executions: int = 0
+    nudges: dict[str, int] = field(default_factory=dict)
+    malformed_strikes: int = 0
+    failed_attempts: dict[str, int] = field(default_factory=dict)
+    pending: PendingCalls | None = None
+    #: Messages added since the last stored step (written with the next one).
+    unsaved: list[Message] = field(default_factory=list)
+
+    def add(self, message: Message) -> None:
+        self.messages.append(message)
+        self.unsaved.append(message)
+
+    def take_unsaved(self) -> list[Message]:
+        out, self.unsaved = self.unsaved, []
+        return out
+
+    def encode(self) -> bytes:
+        t = self.tools
+        return orjson.dumps(
+            {
+                "v": CHECKPOINT_VERSION,
+                "system": self.system,
+                "tool_names": self.tool_names,
+                "budget": self.budget,
+                "messages": [m.to_dict() for m in self.messages],
+                "turns": self.turns,
+                "usage": self.usage.to_dict(),
+                "executions": self.executions,
+                "nudges": self.nudges,
+                "malformed_strikes": self.malformed_strikes,
+                "failed_attempts": self.failed_attempts,
+                "pending": self.pending.to_dict() if self.pending is not None else None,
+                "tools": {
+                    "sources": [_source_dict(s) for s in t.sources.values()],
+                    "tools_called": t.tools_called,
+                    "query_id": t.query_id,
+                    "last_external_result_id": t.last_external_result_id,
+                    "final_response": t.final_response,
+                    "clarification": t.clarification,
+                    "extras": t.extras,
+                },
+            },
+            default=str,
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> RunState:
+        d = orjson.loads(raw)
+        if d.get("v") != CHECKPOINT_VERSION:
+            raise ValueError(f"unknown checkpoint version {d.get('v')!r}")
+        t = d["tools"]
+        tools = RunToolState(
+            sources={s["id"]: EvidenceSource(**s) for s in t["sources"]},
+            tools_called=list(t["tools_called"]),
+            query_id=t["query_id"],
+            last_external_result_id=t["last_external_result_id"],
+            final_response=t["final_response"],
+            clarification=t["clarification"],
+            extras=dict(t["extras"]),
+        )
+        return cls(
+            system=d["system"],
+            tool_names=list(d["tool_names"]),
+            budget=int(d["budget"]),
+            messages=[Message.from_dict(m) for m in d["messages"]],
+            tools=tools,
+            turns=int(d["turns"]),
+            usage=Usage(**d["usage"]),
+            executions=int(d["executions"]),
+            nudges=dict(d["nudges"]),
+            malformed_strikes=int(d["malformed_strikes"]),
+            failed_attempts=dict(d["failed_attempts"]),
+            pending=PendingCalls.from_dict(d["pending"]) if d["pending"] is not None else None,
+        )
+
+
+def _source_dict(s: EvidenceSource) -> dict[str, Any]:
+    return {"id": s.id, "title": s.title, "url": s.url, "kind": s.kind, "location": s.location, "metadata": s.metadata}

@@ -1,0 +1,143 @@
+"""A fresh database, started for real, again and again: the sample knowledge base is
+there every time, and ``/readyz`` never says ready before it is (nor after it failed).
+
+- 20 starts in a row of ``agentchat serve`` (the offline extractive provider, the hashing
+  embedder), each on a new database: ``/readyz`` answers 503 (or nothing yet) until the
+  sample knowledge base is in; its first 200 reports the chunks; and the README's own
+  example question is answered from the knowledge base, with sources.
+- While the sample knowledge base is loading — held there by an Ollama embedder fake
+  that does not answer — ``/readyz`` is 503 and says why; when the load fails (the
+  server's database made unwritable with ``prlimit --fsize``), it stays 503 and says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.fakes.ollama import FakeOllama
+from tests.support.procs import AgentServer, prlimit_fsize, until
+from tests.support.server import serve_app
+from tests.support.sse import iter_sse
+
+STARTS = 20
+README_QUESTION = "How do I resume a stream after a disconnect?"
+
+
+def offline_env(**extra: str) -> dict[str, str]:
+    return {
+        "AGENT_LLM_PROVIDER": "extractive",
+        "AGENT_EMBEDDER": "hashing",
+        "OLLAMA_HOST": "http://127.0.0.1:9",
+        "AGENT_DB_WRITE_RETRY_S": "1",
+        **extra,
+    }
+
+
+def knowledge(body: dict[str, Any] | None) -> dict[str, Any]:
+    checks = (body or {}).get("checks") or {}
+    return dict(checks.get("knowledge") or {})
+
+
+async def ask(base: str, question: str) -> list[tuple[str, Any]]:
+    events: list[tuple[str, Any]] = []
+    async with httpx.AsyncClient(timeout=60) as http, http.stream(
+        "POST", f"{base}/v1/agent/chat", json={"message": question, "context_type": "knowledge"}
+    ) as response:
+        assert response.status_code == 200, await response.aread()
+        async for ev in iter_sse(response.aiter_lines()):
+            if ev.event != "heartbeat":
+                events.append((ev.event, ev.json()))
+    return events
+
+
+async def test_the_sample_kb_is_there_after_every_fresh_start(tmp_path: Path) -> None:
+    failures: list[str] = []
+    for i in range(STARTS):
+        work = tmp_path / f"start-{i:02d}"
+        work.mkdir()
+        server = AgentServer(work, offline_env())
+        server.start()
+        kept = True
+        try:
+            history: list[tuple[int, dict[str, Any] | None]] = []
+            ready = await server.wait_ready(timeout=120, history=history)
+            before = [status for status, _ in history[:-1]]
+            kb = knowledge(ready)
+            problems = []
+            if any(status not in (0, 503) for status in before):
+                problems.append(f"/readyz answered {sorted(set(before))} before it was ready")
+            if not (isinstance(kb.get("chunks"), int) and kb["chunks"] > 0) or str(kb.get("sample_kb", "")).startswith(
+                "failed"
+            ):
+                problems.append(f"ready without the sample knowledge base: {kb}")
+            events = await ask(server.base, README_QUESTION)
+            responses = [data for name, data in events if name == "response"]
+            if not responses or not responses[-1].get("used_internal_kb") or not responses[-1].get("sources"):
+                got = responses or [n for n, _ in events]
+                problems.append(f"the README question was not answered from the KB: {got}")
+            kept = bool(problems)
+            if problems:
+                failures.append(
+                    f"start {i}: " + "; ".join(problems) + "\n  " + "\n  ".join(server.grep("ERROR", "Error", "failed"))
+                )
+        finally:
+            server.close()
+        if not kept:  # keep the evidence of a failing start, drop the rest
+            shutil.rmtree(work, ignore_errors=True)
+    assert not failures, f"{len(failures)} of {STARTS} fresh starts went wrong:\n" + "\n".join(failures)
+
+
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux) to make a database unwritable")
+async def test_readyz_is_503_while_the_sample_kb_loads_and_after_it_failed(tmp_path: Path) -> None:
+    fake = FakeOllama(models=["nomic-embed-text:latest"])
+    fake.embed_hold = asyncio.Event()
+    async with serve_app(fake.app) as ollama_url:
+        server = AgentServer(tmp_path, offline_env(AGENT_EMBEDDER="ollama", OLLAMA_HOST=ollama_url))
+        server.start()
+        try:
+            await server.wait_healthy()
+            await until(lambda: bool(fake.embed_requests), "the knowledge base to ask for embeddings", timeout=60)
+            async with httpx.AsyncClient() as http:
+                loading = [await server.readyz(http) for _ in range(5)]
+                for status, body in loading:
+                    assert status == 503, (status, body)
+                    assert knowledge(body).get("ok") is False, body
+                    assert "ingest" in orjson.dumps(knowledge(body)).decode(), body
+
+                # The load fails: nothing can be written any more when the embeddings arrive.
+                assert server.pid is not None
+                prlimit_fsize(server.pid, 1)
+                try:
+                    fake.embed_hold.set()
+                    failed: list[tuple[int, dict[str, Any] | None]] = []
+
+                    async def load_failed() -> bool:
+                        failed.append(await server.readyz(http))
+                        return str(knowledge(failed[-1][1]).get("sample_kb", "")).startswith("failed")
+
+                    for _ in range(600):
+                        if await load_failed():
+                            break
+                        await asyncio.sleep(0.1)
+                    statuses = {status for status, _ in failed}
+                    assert statuses == {503}, failed[-3:]
+                    assert str(knowledge(failed[-1][1]).get("sample_kb", "")).startswith("failed"), (
+                        failed[-1],
+                        server.tail(),
+                    )
+                    assert knowledge(failed[-1][1]).get("ok") is False
+                finally:
+                    if server.running:
+                        prlimit_fsize(server.pid, None)
+                # The write failures are over, the failed load is still reported.
+                status, body = await server.readyz(http)
+                assert status == 503 and knowledge(body).get("ok") is False, (status, body)
+        finally:
+            server.close()
