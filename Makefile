@@ -49,7 +49,8 @@ test: install
 bench: $(BENCH_STAMP)
 	@mkdir -p bench/results
 	@for b in bench/sse_overhead.py bench/selection.py bench/retrieval_quality.py bench/kb.py \
-	          bench/keywords.py bench/tools.py bench/resume.py bench/chaos.py bench/corpus.py bench/corpus_quality.py; do \
+	          bench/keywords.py bench/keyword_reuse.py bench/tools.py bench/resume.py bench/chaos.py bench/corpus.py bench/corpus_quality.py \
+	          bench/ingest.py; do \
 	  if [ -f $$b ]; then echo "== $$b"; $(BIN)/python $$b || exit 1; fi; \
 	done
 

@@ -66,8 +66,8 @@ def knowledge_specs() -> list[ToolSpec]:
             "knowledge_base_search",
             "Searches the internal knowledge base and returns the most relevant passages, each "
             "with a source_id (what you cite), doc_id, title, text, a relevance score from 0 to "
-            "1 and metadata, plus any previously stored web answers whose indexed keywords match "
-            "the query. "
+            "1 and metadata, plus any previously stored web answers to a related question "
+            "(external sources with their web URLs: cite them instead of searching the web again). "
             "Required: call it first for every user request, before any other tool. Do not "
             "pass the user's words verbatim: rewrite them into a focused search query (core "
             "concepts, synonyms, domain terms). Then judge whether the passages answer the "

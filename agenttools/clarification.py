@@ -4,9 +4,14 @@ useful, the run stops and the user is asked to fix or narrow the question.
 Two triggers, both decided by the corpus search tools from what the knowledge base
 reports, never by the model guessing:
 
-* ``no_results`` — nothing matched, even after the filters were relaxed once;
-* ``overload`` — far more matches than anyone can read, and the relevance scores are
-  flat (the query does not single anything out), so more searching will not help.
+* ``no_results`` — nothing matched. When the search had conditions (``filters``) the
+  message names the one that matches nothing (``year = 2024``, with the user's own words
+  when the query decomposition recorded them) and *offers* dropping it, saying how many
+  documents would match without it; the condition is never dropped silently (seed 004
+  §10.1: "I found no contracts for 2024 — search all years?").
+* ``overload`` — a list-all request ("list every invoice") covers at least the
+  configured number of documents (``AGENT_CLARIFY_OVERLOAD_HITS``, default 100), or a
+  search matched that many passages with flat scores (the query singles nothing out).
 
 A clarification is a ``clarification`` SSE event ``{type, missing_info}`` plus
 ``RunToolState.clarification``; the agent loop ends the run (status ``completed``)
@@ -97,6 +102,113 @@ def no_results(bucket: str, query: str, filters: Any, dropped: str | None, schem
     return Clarification("no_results", f"{text} {ask}.")
 
 
+_OP_WORDS = {"nin": "not in", "like": "like"}
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "(" + ", ".join(_value_text(v) for v in value[:10]) + (", …" if len(value) > 10 else "") + ")"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    text = str(value)
+    return text if len(text) <= 60 else text[:60] + "…"
+
+
+def constraint_text(constraint: Mapping[str, Any]) -> str:
+    """``{"year": 2024}`` → ``year = 2024``, ``{"amount": {">": 2500}}`` → ``amount > 2500``;
+    anything more complex stays compact JSON."""
+    if len(constraint) == 1:
+        (field, value), = constraint.items()
+        if isinstance(field, str) and not field.startswith("$") and field.lower() not in ("and", "or"):
+            if isinstance(value, Mapping):
+                if set(value) <= {"operator", "op", "value"} and "value" in value:
+                    op, operand = value.get("operator", value.get("op", "=")), value["value"]
+                elif len(value) == 1:
+                    (op, operand), = value.items()
+                else:
+                    return _filters_text(constraint)
+                op = str(op).lstrip("$")
+                return f"{field} {_OP_WORDS.get(op, op)} {_value_text(operand)}"
+            if isinstance(value, (list, tuple)):
+                return f"{field} in {_value_text(value)}"
+            return f"{field} = {_value_text(value)}"
+    return _filters_text(constraint)
+
+
+@dataclass(frozen=True, slots=True)
+class UnmatchedConstraint:
+    """A condition of a search that found nothing: how it reads, the user's own words for
+    it (from the query decomposition, when known), and the documents it alone matches."""
+
+    text: str
+    documents: int
+    raw_text: str | None = None
+
+    def named(self) -> str:
+        return f'{self.text} ("{self.raw_text}")' if self.raw_text else self.text
+
+
+def no_results_for_constraints(
+    bucket: str,
+    query: str,
+    culprits: Sequence[UnmatchedConstraint],
+    *,
+    together: bool,
+    without: int | None,
+    without_label: str | None,
+) -> Clarification:
+    """Nothing matched a filtered search; name the condition(s) responsible.
+
+    ``culprits``: the conditions that alone match no document of the bucket, or (when
+    ``together``: each matches something, but not all at once) the one whose dropping
+    was tried. ``without``: documents found with ``without_label`` dropped (``None`` when
+    that was not tried, 0 when it found nothing either).
+    """
+    names = " and ".join(c.named() for c in culprits[:3]) or "the given conditions"
+    if together:
+        text = f'No documents in "{bucket}" match all the conditions together for "{query[:120]}"'
+    elif culprits and all(c.documents > 0 for c in culprits):  # the condition holds; the query finds nothing
+        text = f'No documents in "{bucket}" with {names} match "{query[:120]}"'
+    else:
+        text = f'No documents in "{bucket}" match {names}'
+        if query.strip():
+            text += f' (searching for "{query[:120]}")'
+    text += "."
+    if without and without_label:
+        ask = (
+            f"Without the condition {without_label}, {without} matching document"
+            f"{'s' if without != 1 else ''} would be found. Shall I search without {without_label}"
+            " (for example all years, or a wider range), or do you mean a different value?"
+        )
+    elif without == 0:
+        ask = (
+            "Nothing matches even without that condition. Please check the names, numbers or "
+            "spelling in the question, or loosen the other conditions."
+        )
+    else:
+        ask = "Please check the value, or say whether to search without this condition."
+    return Clarification("no_results", f"{text} {ask}")
+
+
+def list_overload(
+    bucket: str, documents: int, exact: bool, topic: str, filters: Any, schema: Mapping[str, str]
+) -> Clarification:
+    """A list-all request covering too many documents to list (seed 004 §10.2)."""
+    count = f"{documents:,}" if exact else f"at least {documents:,}"
+    what = f'{count} documents in "{bucket}"'
+    if topic:
+        what += f' about "{topic[:80]}"'
+    shown = _filters_text(filters)
+    if shown:
+        what += f" with the conditions {shown}"
+    fields = narrowing_fields(schema, filters)
+    if fields:
+        ask = "Please narrow the request by " + ", ".join(fields) + "."
+    else:
+        ask = "Please narrow the request with more specific terms (names, numbers, a time period)."
+    return Clarification("overload", f"I found {what}: too many to list here. {ask}")
+
+
 def overload(bucket: str, total: int, filters: Any, schema: Mapping[str, str]) -> Clarification:
     fields = narrowing_fields(schema, filters)
     text = f'Found {total:,} matching passages in "{bucket}", and none stands out.'
@@ -135,9 +247,13 @@ __all__ = [
     "CLARIFICATION_EVENT",
     "Clarification",
     "ClarificationType",
+    "UnmatchedConstraint",
     "clarification_outcome",
+    "constraint_text",
+    "list_overload",
     "narrowing_fields",
     "no_results",
+    "no_results_for_constraints",
     "overload",
     "used_fields",
 ]

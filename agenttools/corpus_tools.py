@@ -11,31 +11,52 @@ call and what came back into three things:
 * evidence: every document a result came from is registered in ``RunToolState.sources``
   under its ``doc_id``, so a ``[doc_id]`` citation in the answer (or a ``source_id`` in
   ``generate_response``) resolves to a title and a location;
-* a clarification (see :mod:`agenttools.clarification`) when nothing matched even with
-  the filters relaxed once, or when the query matches far too much with flat scores.
+* a clarification (see :mod:`agenttools.clarification`) when nothing matched — naming
+  the condition that matches nothing and offering to drop it, never dropping it
+  silently — or when a list-all request covers at least ``overload_threshold``
+  documents (``AGENT_CLARIFY_OVERLOAD_HITS``), or a query matches that many passages
+  with flat scores;
+* the review of the search so far (:mod:`agenttools.review`: ``enough`` / ``more`` with
+  the next call / ``clarify``), which the model is told to follow.
+
+When the run was planned (:mod:`agenttools.decomposition`), a search without
+``filters`` gets the plan's constraints for its bucket (``filters: {}`` opts out).
 
 Errors the model can fix (unknown bucket, bad filter) come back as tool errors naming
 what is allowed, so the next call can be right.
 
 The app factory registers them after the RAG tools::
 
-    register_corpus_tools(registry, CorpusToolDeps(knowledge=kb, overload_threshold=200))
+    register_corpus_tools(registry, CorpusToolDeps(knowledge=kb, overload_threshold=100, max_tool_calls=8))
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from agenttools.clarification import clarification_outcome, no_results, overload
+from agenttools.clarification import (
+    UnmatchedConstraint,
+    clarification_outcome,
+    constraint_text,
+    list_overload,
+    no_results,
+    no_results_for_constraints,
+    overload,
+)
+from agenttools.decomposition import plan_filters, plan_intent, raw_text_for
 from agenttools.rag.policy import mark_kb_searched
-from agenttools.rag.sources import small_metadata
+from agenttools.rag.sources import page_label, shown_source, small_metadata
 from agenttools.registry import EvidenceSource, RunToolState, ToolContext, ToolHandler, ToolOutcome, ToolRegistry
-from knowledge.filters import BUILTIN_FIELDS, FilterError
+from agenttools.review import record_search, review_round
+from agenttools.untrusted import TRUST, quoted, safe_url
+from knowledge.filters import BUILTIN_FIELDS, FilterError, parse_filters
 from knowledge.kb import UnknownBucketError
-from knowledge.types import BucketInfo, ChunkHit, SearchResponse
+from knowledge.textnorm import STOP_WORDS
+from knowledge.types import BucketInfo, ChunkHit, ConstraintCount, DocumentCount, SearchResponse
 
 log = logging.getLogger("agentchat.tools.corpus")
 
@@ -72,20 +93,37 @@ class CorpusKnowledge(Protocol):
 
     async def get_document(self, doc_id: str) -> dict[str, Any] | None: ...
 
+    async def constraint_counts(
+        self, filters: Mapping[str, Any] | str | None, *, bucket: str | None = None
+    ) -> list[ConstraintCount]: ...
+
+    async def count_documents(
+        self,
+        query: str | None = None,
+        *,
+        bucket: str | None = None,
+        filters: Mapping[str, Any] | str | None = None,
+        doc_id: str | None = None,
+        limit: int = 1000,
+    ) -> DocumentCount: ...
+
 
 @dataclass(frozen=True, slots=True)
 class CorpusToolDeps:
     """What the corpus tools need, and the limits that keep their results small.
 
-    ``overload_threshold`` / ``flat_spread``: a search is an overload (and asks the user
-    to narrow it) when it matched more than ``overload_threshold`` passages and the
-    knowledge base's ``score_spread`` (relative drop of the raw relevance signal over
-    the top results) is below ``flat_spread``. ``clarify`` turns both clarifications
-    off (results are then returned as they are).
+    ``overload_threshold`` (``AGENT_CLARIFY_OVERLOAD_HITS``, default 100): a list-all
+    request ("list every invoice": the plan's intent is ``list``, the query says
+    all/every/each/list, or it names nothing but the bucket) covering at least this many
+    documents is an overload and asks the user to narrow it; so is any search matching
+    at least this many passages with a flat relevance signal (the knowledge base's
+    ``score_spread`` below ``flat_spread``). ``clarify`` turns the clarifications off
+    (results are then returned as they are, relaxed filters included).
+    ``max_tool_calls`` (``AGENT_MAX_TOOL_CALLS``) lets the review count the calls left.
     """
 
     knowledge: CorpusKnowledge
-    overload_threshold: int = 200
+    overload_threshold: int = 100
     flat_spread: float = 0.05
     candidates: int = 100
     max_top_k: int = 20
@@ -93,6 +131,7 @@ class CorpusToolDeps:
     max_context_chars: int = 4000
     max_metadata_chars: int = 200
     clarify: bool = True
+    max_tool_calls: int | None = None
 
 
 # --------------------------------------------------------------------------- argument helpers
@@ -127,11 +166,13 @@ async def _bucket_list(kb: CorpusKnowledge) -> list[dict[str, Any]]:
 
 
 def location_of(hit: ChunkHit) -> str:
-    """``"chunk 3 — Payment terms"``: where in the document the passage is."""
+    """``"chunk 3 — Payment terms"`` (``"page 5, chunk 3 — …"`` in a PDF): where in the
+    document the passage is."""
     where = f"chunk {hit.position}"
     if hit.heading and hit.heading != hit.title:
         where += f" \u2014 {hit.heading[:80]}"
-    return where
+    pages = page_label(getattr(hit, "page", None), getattr(hit, "page_end", None))
+    return f"{pages}, {where}" if pages else where
 
 
 def register_hit(state: RunToolState, hit: ChunkHit) -> EvidenceSource:
@@ -142,7 +183,7 @@ def register_hit(state: RunToolState, hit: ChunkHit) -> EvidenceSource:
         meta = small_metadata(hit.metadata)
         meta.update(doc_id=hit.doc_id, bucket=hit.bucket, chunks=[], origin="corpus")
         if hit.source:
-            meta["source"] = hit.source
+            meta["source"] = shown_source(hit.source)
         source = EvidenceSource(
             id=hit.doc_id, title=hit.title or hit.doc_id, url=hit.url, kind="internal", metadata=meta
         )
@@ -150,6 +191,14 @@ def register_hit(state: RunToolState, hit: ChunkHit) -> EvidenceSource:
     chunks = source.metadata.setdefault("chunks", [])
     if isinstance(chunks, list) and hit.chunk_id not in chunks:
         chunks.append(hit.chunk_id)
+        page = getattr(hit, "page", None)
+        if page is not None:
+            end = getattr(hit, "page_end", None) or page
+            # ``pages`` is the document's page count (PDF metadata); these are the pages read.
+            cited = source.metadata.setdefault("cited_pages", [])
+            if isinstance(cited, list):
+                cited[:] = sorted(set(cited) | set(range(page, end + 1)))
+            source.metadata.setdefault("page", page)  # the first cited passage's page
         locations = [loc for loc in (source.location or "").split("; ") if loc]
         loc = location_of(hit)
         if loc not in locations and len(locations) < MAX_LOCATIONS:
@@ -166,10 +215,19 @@ def _hit_view(hit: ChunkHit, max_meta: int) -> dict[str, Any]:
         "chunk_id": hit.chunk_id,
         "title": hit.title,
         "location": location_of(hit),
-        "snippet": hit.text,
+        **quoted(hit.text, source=f"corpus document {hit.doc_id!r}, {location_of(hit)}", field="snippet"),
         "score": round(float(hit.score), 4),
         "metadata": meta,
+        **_page_view(hit),
     }
+
+
+def _page_view(hit: ChunkHit) -> dict[str, Any]:
+    page = getattr(hit, "page", None)
+    if page is None:
+        return {}
+    end = getattr(hit, "page_end", None)
+    return {"page": page, **({"page_end": end} if end is not None and end != page else {})}
 
 
 # --------------------------------------------------------------------------- handlers
@@ -192,6 +250,10 @@ def make_search_handler(deps: CorpusToolDeps, mode: Literal["text", "semantic"],
         context_chars = _int_arg(args.get("context_chars"), default_context, 50, deps.max_context_chars)
         doc_id = _opt_str(args.get("doc_id"))
         filters = args.get("filters") or None
+        planned = None
+        if args.get("filters") is None and doc_id is None:  # absent: the plan's; {} opts out
+            planned = plan_filters(ctx.state, bucket)
+            filters = planned or filters
 
         try:
             schema = await kb.bucket_schema(bucket)
@@ -234,35 +296,53 @@ def make_search_handler(deps: CorpusToolDeps, mode: Literal["text", "semantic"],
 
         state = ctx.state
         mark_kb_searched(state)  # a corpus search is a knowledge-base search for the RAG flow
+        filters = parse_filters(filters)  # valid (the search ran); a JSON string becomes its object
         details: dict[str, Any] = {"bucket": bucket, "query": query, "filters": filters, "mode": response.mode}
+        if planned:
+            details["filters_from_plan"] = True
+        # ``relaxed``: the filters as given matched nothing; the hits (if any) are of a
+        # relaxed search and are never passed off as answers to the question asked.
+        unmatched = not response.hits or response.relaxed
+
+        if unmatched and deps.clarify:
+            record_search(state, tool=tool, bucket=bucket, query=query, filters=filters, hits=[], total=0)
+            if filters:
+                clar, extra = await _unmatched_filters(kb, state, bucket, query, filters, doc_id, response)
+            else:
+                clar, extra = no_results(bucket, query, None, None, schema), {}
+            log.info(
+                "clarification: no results",
+                extra={"run_id": ctx.run_id, "tool": tool, "bucket": bucket, **extra},
+            )
+            return clarification_outcome(state, clar, {**details, "total_matches": 0, **extra})
+        if not response.hits:
+            return ToolOutcome(content={**details, "total_matches": 0, "results": []})
         if response.relaxed:
             details["relaxed"] = True
             details["dropped_filter"] = response.dropped_filter
 
-        if not response.hits:
-            if deps.clarify:
-                clar = no_results(bucket, query, filters, response.dropped_filter, schema)
-                log.info("clarification: no results", extra={"run_id": ctx.run_id, "tool": tool, "bucket": bucket})
-                return clarification_outcome(state, clar, {**details, "total_matches": 0})
-            return ToolOutcome(content={**details, "total_matches": 0, "results": []})
-
-        overloaded = (
-            response.total_matches > deps.overload_threshold and response.score_spread < deps.flat_spread
-        )
-        if overloaded and deps.clarify:
-            clar = overload(bucket, response.total_matches, filters, schema)
-            log.info(
-                "clarification: overload",
-                extra={"run_id": ctx.run_id, "tool": tool, "bucket": bucket, "total": response.total_matches},
-            )
-            return clarification_outcome(
-                state,
-                clar,
-                {**details, "total_matches": response.total_matches, "score_spread": response.score_spread},
-            )
+        if deps.clarify:
+            overloaded = await _overload(deps, state, bucket, query, filters, doc_id, schema, response)
+            if overloaded is not None:
+                clar, extra = overloaded
+                record_search(
+                    state, tool=tool, bucket=bucket, query=query, filters=filters, hits=[], total=response.total_matches
+                )
+                log.info(
+                    "clarification: overload", extra={"run_id": ctx.run_id, "tool": tool, "bucket": bucket, **extra}
+                )
+                return clarification_outcome(state, clar, {**details, **extra})
 
         for hit in response.hits:
             register_hit(state, hit)
+        record_search(
+            state, tool=tool, bucket=bucket, query=query, filters=filters, hits=response.hits,
+            total=response.total_matches,
+        )
+        calls_left = None
+        if deps.max_tool_calls is not None:  # this call is not in tools_called yet
+            calls_left = max(0, deps.max_tool_calls - len(state.tools_called) - 1)
+        review = review_round(state, calls_left=calls_left)
         content: dict[str, Any] = {
             **details,
             "total_matches": response.total_matches,
@@ -271,7 +351,14 @@ def make_search_handler(deps: CorpusToolDeps, mode: Literal["text", "semantic"],
                 "Cite a passage by its doc_id in square brackets, e.g. [" + response.hits[0].doc_id + "], "
                 "and list the same ids as sources in generate_response."
             ),
+            "review": review.to_dict(),
+            "next_step": review.instruction(),
         }
+        if planned:
+            content["note"] = (
+                "The filters come from the question's conditions (the search plan); pass filters {} to "
+                "search without them."
+            )
         if response.relaxed:
             content["note"] = (
                 f"Nothing matched all conditions; the condition {response.dropped_filter} was dropped "
@@ -282,6 +369,114 @@ def make_search_handler(deps: CorpusToolDeps, mode: Literal["text", "semantic"],
         return ToolOutcome(content=content)
 
     return search
+
+
+#: Words that make a query a list-all request, and the filler around them.
+_LIST_MARKERS = frozenset("all every each list enumerate".split())
+_LIST_FILLER = _LIST_MARKERS | frozenset(
+    "show give find me documents document docs entries entry records record items item files file".split()
+)
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def list_request(query: str, bucket: str, intent: str | None) -> tuple[bool, str]:
+    """``(is a list-all request, what it is about)``.
+
+    A list-all request asks for every document of a kind: the plan's intent is ``list``
+    (when there is no plan: the query says all / every / each / list), or the query names
+    nothing but the bucket ("invoice" in ``invoices``). The topic is the query without
+    list words, stop words and the bucket's name ("every invoice with late fees" → "late
+    fees"), empty when it is the whole bucket.
+    """
+    words = _WORD.findall(query.casefold())
+    stem = bucket.casefold().rstrip("s")
+    topic = [w for w in words if w not in _LIST_FILLER and w not in STOP_WORDS and w.rstrip("s") != stem]
+    if intent is not None:
+        wanted = intent == "list"
+    else:
+        wanted = any(w in _LIST_MARKERS for w in words)
+    return wanted or not topic, " ".join(topic)
+
+
+async def _overload(
+    deps: CorpusToolDeps,
+    state: RunToolState,
+    bucket: str,
+    query: str,
+    filters: Any,
+    doc_id: str | None,
+    schema: Mapping[str, str],
+    response: SearchResponse,
+) -> tuple[Any, dict[str, Any]] | None:
+    """The overload clarification for this search, or ``None``.
+
+    A list-all request counts the documents it covers (exactly for a whole scope, a lower
+    bound past a few hundred matching passages); any other search is an overload only
+    when it matched ``overload_threshold`` passages with flat scores.
+    """
+    threshold = deps.overload_threshold
+    is_list, topic = list_request(query, bucket, plan_intent(state))
+    if is_list and doc_id is None:
+        try:
+            counted = await deps.knowledge.count_documents(
+                topic, bucket=bucket, filters=filters, limit=min(1000, max(3 * threshold, 100))
+            )
+        except Exception:  # the count is a courtesy; the results still go back
+            log.exception("counting the documents of a list request failed")
+        else:
+            if counted.documents >= threshold:
+                clar = list_overload(bucket, counted.documents, counted.exact, topic, filters, schema)
+                return clar, {"documents": counted.documents, "exact": counted.exact, "list_request": True}
+    if response.total_matches >= threshold and response.score_spread < deps.flat_spread:
+        clar = overload(bucket, response.total_matches, filters, schema)
+        return clar, {"total_matches": response.total_matches, "score_spread": response.score_spread}
+    return None
+
+
+async def _unmatched_filters(
+    kb: CorpusKnowledge,
+    state: RunToolState,
+    bucket: str,
+    query: str,
+    filters: Any,
+    doc_id: str | None,
+    response: SearchResponse,
+) -> tuple[Any, dict[str, Any]]:
+    """The ``no_results`` clarification of a filtered search: which condition matches
+    nothing (alone, or only in combination), and what dropping it would find."""
+    try:
+        counts = await kb.constraint_counts(filters, bucket=bucket)
+    except Exception:
+        log.exception("counting the documents of each condition failed")
+        counts = []
+    culprits = [c for c in counts if c.documents == 0]
+    together = not culprits and len(counts) > 1
+    if not culprits:
+        culprits = [c for c in counts if c.label == response.dropped_filter][:1] or counts[:1]
+    rest = [c.constraint for c in counts if c not in culprits]
+    without: int | None = None
+    if culprits:
+        remaining: Any = None if not rest else (rest[0] if len(rest) == 1 else {"$and": rest})
+        try:
+            found = await kb.count_documents(query, bucket=bucket, filters=remaining, doc_id=doc_id)
+            without = found.documents
+        except Exception:
+            log.exception("counting the documents without the condition failed")
+        if response.relaxed and response.hits:
+            without = max(without or 0, len({h.doc_id for h in response.hits}))
+    named = [
+        UnmatchedConstraint(constraint_text(c.constraint), c.documents, raw_text_for(state, c.constraint))
+        for c in culprits
+    ]
+    label = " and ".join(u.text for u in named) or None
+    clar = no_results_for_constraints(bucket, query, named, together=together, without=without, without_label=label)
+    extra: dict[str, Any] = {
+        "unmatched_conditions": [u.text for u in named],
+        "documents_without_them": without,
+    }
+    if rest:
+        extra["filters_without_them"] = rest[0] if len(rest) == 1 else {"$and": rest}
+    return clar, extra
 
 
 def make_metadata_handler(deps: CorpusToolDeps) -> ToolHandler:
@@ -316,14 +511,15 @@ def make_metadata_handler(deps: CorpusToolDeps) -> ToolHandler:
             "doc_id": doc_id,
             "bucket": doc.get("bucket"),
             "title": doc.get("title"),
-            "source": doc.get("source"),
-            "url": doc.get("url"),
+            "source": shown_source(doc.get("source")),
+            "url": safe_url(doc.get("url")),
             "fields": doc.get("fields") or {},
             "metadata": _capped(doc.get("metadata") or {}, deps.max_metadata_chars),
             "chars": doc.get("chars"),
             "chunks": doc.get("chunks"),
             "created_at": doc.get("created_at"),
             "updated_at": doc.get("updated_at"),
+            "trust": TRUST,  # title, fields and metadata come from the document
         }
         return ToolOutcome(content=content)
 

@@ -8,43 +8,58 @@ are one keyword. Re-indexing a known keyword merges it (``usage_count + 1``,
 result and the conversation, atomically (``storage.interfaces.KeywordStore.upsert``), so
 concurrent calls never lose an update.
 
-``KeywordIndex.lookup(text)`` is the read side: the keys that occur in a query as whole
-tokens or phrases point at the stored external answers, which ``knowledge_base_search``
-returns. The rows live in ``storage``; the rules (validation, normalisation, ranking, the
-prune policy and the clock) live here.
+``KeywordIndex.lookup(text)`` is the read side (SC-006): which saved answers a later
+question asks about. Two kinds of evidence, each on 0..1:
+
+* **terms** — each keyword is stored with its matching terms (``knowledge.textnorm.
+  keyword_terms``: stemmed, stop words out, hyphenated words joined), and the query's
+  terms are looked up in one indexed read. Word order, plurals, inflections and
+  hyphenation do not matter: "applications of quantum computing" contains every term of
+  "quantum computing applications". A keyword whose terms are all present counts 1; a
+  partial one (matched/total)², so "stock price" alone does not bring back "AAPL stock
+  price" but helps the meaning side.
+* **meaning** — ``knowledge.saved_answers.SavedAnswerVectors`` (when the KB has an
+  embedder): the query vector against the vectors of each result's question and answer
+  and of each keyword, as evidence through the embedder's similarity scale.
+
+A result's score is ``1 - (1 - terms)(1 - meaning)``, its best keyword's term evidence
+with the best of its question, answer and keyword similarities; results at
+``min_score`` (0.5) or above come back best first. Matched keywords get ``last_used_at``
+set, which keeps them from being pruned as idle. The rows live in ``storage``; the rules
+(validation, normalisation, scoring, the prune policy and the clock) live here.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
+from knowledge.saved_answers import SemanticMatches
+from knowledge.textnorm import STOP_WORDS, keyword_terms, query_terms
+from knowledge.textnorm import tokens as text_tokens
 from storage.interfaces import ExternalResultStore, KeywordStore
 from storage.keyword_records import ExternalResult, KeywordAssociation, KeywordRecord
+
+log = logging.getLogger(__name__)
 
 MIN_CHARS = 2
 MAX_CHARS = 50
 MAX_WORDS = 6
 MIN_PER_CALL = 3
 MAX_PER_CALL = 10
-_MAX_QUERY_TOKENS = 256
+#: A saved answer comes back from a lookup at this score (0..1) or above.
+MIN_MATCH_SCORE = 0.5
+#: A keyword is reported as matched (and kept from idle-pruning) at this evidence.
+_KEYWORD_SHOWN = 0.5
+#: Keywords close in meaning to a query that are looked up for their answers.
+_MAX_SEMANTIC_KEYWORDS = 50
 
 # Punctuation kept at token edges because it changes meaning ("C#", "AT&T", "50%").
 _KEEP_EDGE = frozenset("#%&@+")
-
-STOP_WORDS: frozenset[str] = frozenset(
-    """
-    a an the and or but nor so yet if then else of in on at to for from by with without
-    into onto over under about above below between among through during before after
-    is are was were be been being am do does did doing have has had having can could
-    shall should will would may might must not no yes it its it's this that these those
-    there here what which who whom whose when where why how i me my we us our you your
-    he him his she her they them their as than too very just also only all any both each
-    few more most other some such own same s t don't isn't aren't wasn't weren't
-    """.split()
-)
 
 # Words that are real words but say nothing as a keyword (seed 000: "information", "a").
 VAGUE_WORDS: frozenset[str] = frozenset(
@@ -58,6 +73,7 @@ VAGUE_WORDS: frozenset[str] = frozenset(
     """.split()
 )
 
+#: Stop words are the service's one list (``knowledge.textnorm``).
 GENERIC_WORDS: frozenset[str] = STOP_WORDS | VAGUE_WORDS
 
 
@@ -149,7 +165,7 @@ def check_keyword(raw: object) -> Candidate | Rejection:
     if len(toks) > MAX_WORDS:
         return Rejection(raw, "too_many_words", f"Keyword has {len(toks)} words; use at most {MAX_WORDS}.")
     key = " ".join(toks)
-    if key in GENERIC_WORDS or all(t in STOP_WORDS for t in toks):
+    if key in GENERIC_WORDS or all(_is_stop_word(t) for t in toks):
         return Rejection(
             raw,
             "generic",
@@ -157,6 +173,14 @@ def check_keyword(raw: object) -> Candidate | Rejection:
             "technology or 'topic + domain' phrase.",
         )
     return Candidate(key=key, display=display)
+
+
+def _is_stop_word(token: str) -> bool:
+    """A stop word, or a contraction of them ("don't", "it's")."""
+    if token in STOP_WORDS:
+        return True
+    parts = text_tokens(token)
+    return ("'" in token or "\u2019" in token) and bool(parts) and all(p in STOP_WORDS for p in parts)
 
 
 def validate_keywords(raw_keywords: Sequence[object]) -> KeywordValidation:
@@ -178,6 +202,18 @@ def validate_keywords(raw_keywords: Sequence[object]) -> KeywordValidation:
 # --------------------------------------------------------------------------- index
 
 
+class SavedAnswerSearch(Protocol):
+    """The meaning side of the lookup (``knowledge.saved_answers.SavedAnswerVectors``)."""
+
+    async def remember_result(self, result: ExternalResult) -> None: ...
+
+    async def remember_keywords(self, keywords: Mapping[str, str]) -> None: ...
+
+    async def search(self, text: str) -> SemanticMatches: ...
+
+    async def backfill(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class IndexedKeyword:
     key: str
@@ -193,8 +229,10 @@ class KeywordIndex:
     """The keyword rules over the stores: what the RAG tools and the prune route call.
 
     Storage (``storage.interfaces.KeywordStore`` / ``ExternalResultStore``) keeps rows
-    by normalised key; this class normalises, decides which phrases of a query could be
-    keywords, ranks the answers they lead to, and owns the clock and the prune policy.
+    by normalised key; this class normalises, derives each keyword's matching terms,
+    scores the saved answers a query leads to (with ``semantic``, the vectors of
+    ``knowledge.saved_answers``, when the KB has an embedder), and owns the clock and the
+    prune policy.
     """
 
     def __init__(
@@ -202,13 +240,28 @@ class KeywordIndex:
         keywords: KeywordStore,
         results: ExternalResultStore,
         *,
+        semantic: SavedAnswerSearch | None = None,
+        min_score: float = MIN_MATCH_SCORE,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._keywords = keywords
         self._results = results
+        self._semantic = semantic
+        self._min_score = min_score
         self._clock = clock
 
     # ---------------------------------------------------------------- write side
+
+    async def save_result(self, result: ExternalResult) -> None:
+        """Store a new external answer, then embed its question and answer so later
+        questions find it by meaning (a failed embedding is logged: the keywords still
+        find it)."""
+        await self._results.save(result)
+        if self._semantic is not None:
+            try:
+                await self._semantic.remember_result(result)
+            except Exception:
+                log.warning("embedding external result %s failed", result.id, exc_info=True)
 
     async def index(
         self,
@@ -221,7 +274,8 @@ class KeywordIndex:
         """Upsert ``keywords`` and associate each with the query / results / conversation.
 
         Duplicate keys count once (``validate_keywords`` merges them already). One
-        transaction: either every keyword and association lands or none does.
+        transaction: either every keyword, its matching terms and its associations land
+        or none does. New keywords are embedded afterwards (outside the transaction).
         """
         unique = {c.key: c.display for c in keywords}
         if not unique:
@@ -232,8 +286,28 @@ class KeywordIndex:
             external_result_ids=external_result_ids,
             conversation_id=conversation_id,
             now=self._clock(),
+            terms={key: keyword_terms(display) for key, display in unique.items()},
         )
+        if self._semantic is not None:
+            try:
+                await self._semantic.remember_keywords({r.key: r.display for r in stored})
+            except Exception:
+                log.warning("embedding %d keywords failed", len(stored), exc_info=True)
         return [IndexedKeyword(r.key, r.display, r.usage_count, merged=r.usage_count > 1) for r in stored]
+
+    async def backfill(self, *, batch: int = 500) -> dict[str, int]:
+        """Fill in what data written before keyword terms and vectors existed lacks:
+        the terms of old keywords, and (with an embedder) vectors of old results and
+        keywords. Run once at start-up, in the background; lookups work meanwhile."""
+        terms = 0
+        while True:
+            missing = await self._keywords.without_terms(batch)
+            if not missing:
+                break
+            await self._keywords.set_terms({key: keyword_terms(display) for key, display in missing.items()})
+            terms += len(missing)
+        vectors = await self._semantic.backfill() if self._semantic is not None else 0
+        return {"keyword_terms": terms, "vectors": vectors}
 
     async def prune(self, min_usage: int, older_than_days: float) -> int:
         """Delete keywords used fewer than ``min_usage`` times and idle for ``older_than_days``.
@@ -255,29 +329,59 @@ class KeywordIndex:
     # ---------------------------------------------------------------- read side
 
     async def lookup(self, text: str, *, limit: int = 3) -> list[ExternalResult]:
-        """External answers whose keywords occur in ``text`` (whole tokens / phrases).
+        """The saved external answers ``text`` asks about, best first (see the module
+        docstring for the score), each with ``matched_keywords`` and ``match_score``.
 
-        Ranked by how much of the query the matched keywords cover (a three-word phrase
-        counts more than a single word), newest first on ties. Matched keywords get
-        ``last_used_at`` set, which keeps them from being pruned as idle.
+        Keywords that led to a returned answer get ``last_used_at`` set, which keeps
+        them from being pruned as idle.
         """
-        candidates = _phrases(tokens(text)[:_MAX_QUERY_TOKENS])
-        if not candidates:
+        if not text.strip():
             return []
-        hits = await self._keywords.hits(candidates)
-        if not hits:
+        evidence: dict[str, _Evidence] = {}
+        terms = query_terms(text)
+        if terms:
+            for hit in await self._keywords.term_hits(terms):
+                value = 1.0 if hit.matched >= hit.terms else (hit.matched / hit.terms) ** 2
+                e = evidence.setdefault(hit.external_result_id, _Evidence())
+                e.terms = max(e.terms, value)
+                if value >= 1.0:
+                    e.full_terms += hit.terms
+                e.note(hit.key, hit.display, value)
+        semantic = await self._semantic_matches(text)
+        for result_id, value in semantic.results.items():
+            e = evidence.setdefault(result_id, _Evidence())
+            e.meaning = max(e.meaning, value)
+        if semantic.keywords:
+            best = sorted(semantic.keywords, key=lambda k: -semantic.keywords[k])[:_MAX_SEMANTIC_KEYWORDS]
+            for kw in await self._keywords.hits(best):  # live keywords only: pruned ones lead nowhere
+                value = semantic.keywords[kw.key]
+                e = evidence.setdefault(kw.external_result_id, _Evidence())
+                e.meaning = max(e.meaning, value)
+                e.note(kw.key, kw.display, value)
+
+        scores = {rid: e.score for rid, e in evidence.items() if e.score >= self._min_score}
+        if not scores:
             return []
-        await self._keywords.touch({h.key for h in hits}, now=self._clock())
-        matched: dict[str, dict[str, str]] = {}
-        for hit in hits:
-            matched.setdefault(hit.external_result_id, {})[hit.key] = hit.display
-        results = await self._results.get_many(list(matched))
+        results = await self._results.get_many(list(scores))
         ranked = sorted(
-            results,
-            key=lambda r: (sum(len(k.split()) for k in matched[r.id]), r.created_at),
-            reverse=True,
-        )
-        return [replace(r, matched_keywords=tuple(sorted(matched[r.id].values()))) for r in ranked[:limit]]
+            results, key=lambda r: (round(scores[r.id], 6), evidence[r.id].full_terms, r.created_at), reverse=True
+        )[:limit]
+        used = {key for r in ranked for key in evidence[r.id].leading_keys()}
+        if used:
+            await self._keywords.touch(used, now=self._clock())
+        return [
+            replace(r, matched_keywords=evidence[r.id].matched_keywords(), match_score=round(scores[r.id], 4))
+            for r in ranked
+        ]
+
+    async def _semantic_matches(self, text: str) -> SemanticMatches:
+        if self._semantic is None:
+            return SemanticMatches()
+        try:
+            return await self._semantic.search(text)
+        except Exception:  # the keyword terms still work without the vectors
+            log.warning("semantic lookup of saved answers failed", exc_info=True)
+            return SemanticMatches()
 
     async def get(self, keyword: str) -> KeywordRecord | None:
         """The stored keyword that ``keyword`` normalises to (for admin views and tests)."""
@@ -291,12 +395,29 @@ class KeywordIndex:
         return await self._keywords.count()
 
 
-def _phrases(toks: Sequence[str]) -> set[str]:
-    """Every run of 1..MAX_WORDS consecutive tokens: the keys a query could contain."""
-    out: set[str] = set()
-    for i in range(len(toks)):
-        for n in range(1, MAX_WORDS + 1):
-            if i + n > len(toks):
-                break
-            out.add(" ".join(toks[i : i + n]))
-    return out
+class _Evidence:
+    """What points a query at one saved result: term and meaning evidence on 0..1, the
+    term count of its fully matched keywords (a tie-break), and the keywords involved."""
+
+    __slots__ = ("full_terms", "keywords", "meaning", "terms")
+
+    def __init__(self) -> None:
+        self.terms = 0.0
+        self.meaning = 0.0
+        self.full_terms = 0
+        self.keywords: dict[str, tuple[str, float]] = {}
+
+    @property
+    def score(self) -> float:
+        return 1.0 - (1.0 - self.terms) * (1.0 - self.meaning)
+
+    def note(self, key: str, display: str, value: float) -> None:
+        if value > self.keywords.get(key, ("", 0.0))[1]:
+            self.keywords[key] = (display, value)
+
+    def leading_keys(self) -> list[str]:
+        return [key for key, (_, value) in self.keywords.items() if value >= _KEYWORD_SHOWN]
+
+    def matched_keywords(self) -> tuple[str, ...]:
+        shown = [(display, value) for display, value in self.keywords.values() if value >= _KEYWORD_SHOWN]
+        return tuple(display for display, _ in sorted(shown, key=lambda dv: (-round(dv[1], 2), dv[0])))

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from agenttools.untrusted import safe_url
 from llm.types import ToolDefinition
 
 
@@ -52,8 +53,9 @@ class EvidenceSource:
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"id": self.id, "title": self.title, "kind": self.kind}
-        if self.url:
-            d["url"] = self.url
+        url = safe_url(self.url)  # only http(s): a document's javascript:/data: link is dropped
+        if url:
+            d["url"] = url
         if self.location:
             d["location"] = self.location
         if self.metadata:

@@ -51,6 +51,9 @@ class WorkflowToolDeps:
     max_result_chars: int = 24_000
     #: Largest ``config`` / ``workflow`` object accepted from the model (encoded bytes).
     max_input_bytes: int = 256_000
+    #: Sent when the caller sent no ``Authorization`` (``AGENT_AUTH=none`` with the
+    #: reference backend: ``Bearer demo-alice``); a caller's own header always wins.
+    fallback_authorization: str | None = None
 
 
 @dataclass(slots=True)
@@ -64,14 +67,15 @@ class CallScope:
 
     @classmethod
     def build(cls, deps: WorkflowToolDeps, ctx: ToolContext) -> CallScope:
+        authorization = ctx.authorization or deps.fallback_authorization
         client = BackendClient(
             http=ctx.http,
             base_url=deps.backend_url,
-            authorization=ctx.authorization,
+            authorization=authorization,
             timeout_s=deps.timeout_s,
             max_response_bytes=deps.max_response_bytes,
         )
-        resolver = Resolver(client, deps.resolution_cache, caller_key(ctx.user_id, ctx.authorization))
+        resolver = Resolver(client, deps.resolution_cache, caller_key(ctx.user_id, authorization))
         return cls(deps=deps, ctx=ctx, client=client, resolver=resolver)
 
     @property

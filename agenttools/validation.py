@@ -1,5 +1,5 @@
 """Tool-argument validation: the JSON-Schema subset the catalog uses, plus sanitising and
-the checks that stop a model (or text injected into it) from breaking out of a field.
+the checks that stop a value from breaking out of the field it is meant for.
 
 Every tool call passes through ``validate_arguments`` before it runs (FR-002 / FR-005). A
 rejected call comes back as ``{"error": "invalid_parameters", "reason", "guidance"}`` for the
@@ -14,11 +14,17 @@ What is checked, in one pass over the arguments:
   JSON string, ``null`` for an optional field (treated as absent);
 - every string loses its control characters (``\\n`` and ``\\t`` stay) and invisible
   formatting characters; strings with a schema are trimmed;
-- guards chosen by field name (see ``FIELD_GUARDS``): instruction-like phrases in free-text
-  search queries, SQL fragments and path traversal in ids and names that end up in URLs or
-  lookups, and a strict shape for metadata ``filters``;
+- guards chosen by field name (see ``FIELD_GUARDS``): SQL fragments and path traversal in
+  ids and names that end up in URLs or lookups, and a strict shape for metadata ``filters``;
 - free-form objects (workflow payloads, table configs) are capped by serialized size and
   nesting depth; arrays by ``maxItems`` (or a default cap).
+
+Free-text search queries and keywords get the type, length and control-character checks
+and nothing more: a question about "the system prompt", "jailbreak risks" or "developer
+mode" is an ordinary question (a phrase blacklist rejected those and stopped nothing).
+Protection against injected instructions lives where untrusted text enters the model's
+view: retrieved text is quoted and neutralised (``agenttools.untrusted``) and the system
+prompt says tool results are data.
 
 The validator is a small hand-written walker, not a dependency: it runs on every call and
 only has to understand the keywords the catalog emits.
@@ -64,16 +70,11 @@ SEARCH_FILTER_OPERATORS: Final = frozenset(
 knowledge base's filter compiler (``knowledge.filters``) understands."""
 _FILTER_LOGIC: Final = frozenset({"$and", "$or", "and", "or"})
 
-FREE_TEXT = "free_text"
 REFERENCE = "reference"
 FILTERS = "filters"
 
 FIELD_GUARDS: Final[Mapping[str, str]] = MappingProxyType(
     {
-        # free-text search queries (and their items) must not carry instructions
-        "query": FREE_TEXT,
-        "context": FREE_TEXT,
-        "keywords": FREE_TEXT,
         # ids and names that end up in URL paths, SQL or name lookups
         "id": REFERENCE,
         "alert_id": REFERENCE,
@@ -105,31 +106,6 @@ _INVISIBLE = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
 )
 
-_INJECTION_PATTERNS: Final = tuple(
-    re.compile(p)
-    for p in (
-        r"\b(ignore|disregard|forget|override|bypass)\s+((all|any|the|of|everything|your|my|these|those)\s+)*"
-        r"(previous|prior|above|earlier|preceding|original|system|developer|your)\s+"
-        r"(instructions?|prompts?|rules|directions|guidelines|messages|context)\b",
-        r"\b(ignore|disregard|forget)\s+(all|any|every)\s+(instructions?|rules|prompts?)\b",
-        r"\bsystem\s*prompt\b",
-        r"\byou\s+are\s+now\b",
-        r"\bfrom\s+now\s+on,?\s+you\b",
-        r"\bpretend\s+(to\s+be|you\s+are)\b",
-        r"\bnew\s+instructions?\s*:",
-        r"\b(developer|god|dan|jailbreak)\s+mode\b",
-        r"\bjailbreak",
-        r"\bdo\s+anything\s+now\b",
-        r"\b(reveal|print|repeat|output|leak|dump|show)\s+(me\s+)?(your|the\s+(hidden|secret|initial|original))\s+"
-        r"(instructions|prompt|system\s+message)\b",
-        r"<\|?\s*(im_start|im_end|system|endoftext)\s*\|?>",
-        r"\[/?inst\]",
-        r"</?\s*(system|assistant|developer)\s*>",
-        r"(^|\n)\s*(system|assistant|developer)\s*:",
-        r"#{2,}\s*(system|instructions?)\b",
-    )
-)
-
 _REFERENCE_BAD_CHARS: Final = frozenset("/\\?#%;'\"`<>\n\t")
 _REFERENCE_BAD_SEQUENCES: Final = ("..", "--", "/*", "*/")
 _SQL_WORDS = re.compile(
@@ -142,8 +118,6 @@ _NUMBER_TEXT = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 
 _HINTS: Final[Mapping[str, str]] = MappingProxyType(
     {
-        FREE_TEXT: "Search text must describe the information to find; rephrase it without "
-        "instructions addressed to an assistant.",
         REFERENCE: "Ids and names must be copied exactly from a previous tool result or the "
         "context; they cannot contain slashes, quotes, '?', '#', '%', ';', '..' or '--'.",
         FILTERS: "filters maps metadata field names to a value, a list of values (any of "
@@ -503,24 +477,12 @@ def _within_size(value: Any, path: str, walk: _Walk) -> bool:
 
 
 def _passes_guard(guard: str, text: str, path: str, walk: _Walk) -> bool:
-    if guard == FREE_TEXT:
-        if looks_like_injection(text):
-            walk.fail(path, "contains instruction-like text", _HINTS[FREE_TEXT])
-            return False
-        return True
     if guard == REFERENCE:
         problem = reference_problem(text)
         if problem is not None:
             walk.fail(path, problem, _HINTS[REFERENCE])
             return False
     return True
-
-
-def looks_like_injection(text: str) -> bool:
-    """True if free text contains phrases that address the assistant instead of describing
-    what to search for (``ignore previous instructions``, ``system prompt``, role tags…)."""
-    folded = text.casefold()
-    return any(p.search(folded) for p in _INJECTION_PATTERNS)
 
 
 def reference_problem(text: str) -> str | None:

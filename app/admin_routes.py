@@ -4,7 +4,10 @@
 ``{text|content, title?, id?, source?, url?, metadata?}``) and answers with the
 ingestion report; rejected records come back with their 1-based position.
 ``POST /v1/admin/keywords/prune`` takes ``{"min_usage", "older_than_days"}``.
-Both are administrative: in ``jwt`` mode only users in ``AGENT_ADMIN_USERS`` may call them.
+Both are administrative: in ``jwt`` mode only users in ``AGENT_ADMIN_USERS`` may call them;
+with ``AGENT_AUTH=none`` (anyone who can reach the port is "the user") they answer 403
+unless ``AGENT_ADMIN_OPEN=true`` opens them for local use. The CLI works on the database
+directly either way.
 """
 
 from __future__ import annotations
@@ -26,7 +29,15 @@ MAX_IDLE_DAYS = 100 * 366
 def _require_admin(request: Request) -> None:
     svc = services(request)
     ident = identify(request)
-    if svc.settings.auth != "none" and ident.user_id not in svc.settings.admin_users:
+    if svc.settings.auth == "none":
+        if not svc.settings.admin_open:
+            raise HTTPProblem(
+                403,
+                "forbidden",
+                "admin routes are closed without authentication: use the agentchat CLI, run with "
+                "AGENT_AUTH=jwt and AGENT_ADMIN_USERS, or set AGENT_ADMIN_OPEN=true for local use",
+            )
+    elif ident.user_id not in svc.settings.admin_users:
         raise HTTPProblem(403, "forbidden", "this route is for administrators (AGENT_ADMIN_USERS)")
 
 

@@ -20,23 +20,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from agenttools.executor import ToolExecutor
+from agenttools.rag.policy import FlowPolicy
 from agenttools.registry import RunToolState, ToolContext, ToolRegistry
+from agenttools.review import review_after_round
 from app.agent_deps import (
     AgentSettings,
     ConversationHistory,
-    MandatoryPolicy,
     Planner,
     Prompts,
     ToolCallLog,
 )
 from app.agent_tools import ToolStep
 from app.budget import estimate_tokens, prune_history, prune_in_run
+from app.metrics import FinishedRun, RunMetrics
 from app.records import Caller, ChatInput
 from app.run_state import PendingCalls, RunState
 from app.runs import TERMINAL_EVENT, Run
@@ -58,11 +61,14 @@ from llm.types import (
     Usage,
 )
 from storage.errors import StorageError
-from storage.records import ToolCallRecord
+from storage.records import RunSummary, ToolCallRecord
 
 log = logging.getLogger("agentchat.agent")
 
-__all__ = ["Agent", "AgentSettings", "Caller", "ChatInput", "MandatoryPolicy", "ToolCallRecord"]
+#: The old name of the flow policy, kept for callers.
+MandatoryPolicy = FlowPolicy
+
+__all__ = ["Agent", "AgentSettings", "Caller", "ChatInput", "FlowPolicy", "MandatoryPolicy", "ToolCallRecord"]
 
 
 @dataclass(slots=True)
@@ -106,8 +112,9 @@ class Agent:
         tool_log: ToolCallLog,
         http: Any,
         settings: AgentSettings,
-        policy: MandatoryPolicy | None = None,
+        policy: FlowPolicy | None = None,
         planner: Planner | None = None,
+        metrics: RunMetrics | None = None,
     ) -> None:
         self.provider = provider
         self.registry = registry
@@ -118,13 +125,14 @@ class Agent:
         self.tool_log = tool_log
         self.http = http
         self.settings = settings
-        self.policy = policy or MandatoryPolicy()
+        self.policy = policy or FlowPolicy()
         self.planner = planner
+        self.metrics = metrics
         self.tools = ToolStep(
-            executor=executor, prompts=prompts, tool_log=tool_log, settings=settings, last_tool=self.policy.last
+            executor=executor, prompts=prompts, tool_log=tool_log, settings=settings, flow=self.policy, metrics=metrics
         )
 
-    def policy_for(self, context_type: str) -> MandatoryPolicy | None:
+    def policy_for(self, context_type: str) -> FlowPolicy | None:
         return self.policy if context_type in self.settings.mandatory_contexts else None
 
     # --- the run ----------------------------------------------------------------------
@@ -200,6 +208,8 @@ class Agent:
         if self.planner is not None and chat.context_type == "knowledge":
             plan = await self.planner.plan(chat.message)  # never raises; None skips the hint
             hint = plan.text if plan is not None else None
+            if plan is not None and hasattr(plan, "attach"):
+                plan.attach(scope.ctx.state)  # its constraints become the corpus tools' filters
         system = self.prompts.system_prompt(
             chat.context_type,
             chat.context,
@@ -251,26 +261,16 @@ class Agent:
             state.add(Message("assistant", outcome.text, outcome.calls, replay=outcome.replay))
 
             if not outcome.calls:
-                required = (
-                    policy.required_next(state.tools.tools_called, state.tools.final_response is not None)
-                    if policy
-                    else None
-                )
+                required = policy.next_required(state.tools) if policy else None
                 if required is None:
                     return "completed"
                 self._nudge(scope, *required, results=[])
                 await run_step(scope, state)
                 continue
 
-            if (
-                policy
-                and policy.first
-                and policy.first not in state.tools.tools_called
-                and all(c.name != policy.first for c in outcome.calls)
-            ):
-                results = [
-                    self._refuse(scope, c, f"Not executed: {policy.first} must be called first.") for c in outcome.calls
-                ]
+            if policy and policy.refuse_turn([c.name for c in outcome.calls], state.tools):
+                reason = f"Not executed: search the knowledge first ({policy.first} or a corpus search)."
+                results = [self._refuse(scope, c, reason) for c in outcome.calls]
                 self._nudge(
                     scope, policy.first, "Step 1: search the knowledge base before anything else", results=results
                 )
@@ -289,23 +289,49 @@ class Agent:
         state = scope.state
         assert state is not None and state.pending is not None
         results = await self.tools.run_pending(scope.run, scope.ctx, state)
+        names = [c.name for c in state.pending.calls]
         state.pending = None
         strikes = [r for r in results if r.is_error and '"invalid_arguments_json"' in r.content]
         state.malformed_strikes = state.malformed_strikes + 1 if strikes else 0
         state.add(Message("user", tool_results=results))
+        # Seed 004's review after a search round: enough / more / clarify.
+        review = review_after_round(
+            state.tools, names, calls_left=max(0, self.settings.max_tool_calls - state.executions)
+        )
+        if (
+            review is not None
+            and review.status == "clarify"
+            and state.tools.clarification is None
+            and review.clarification_details is not None
+        ):
+            state.tools.clarification = dict(review.clarification_details)
+            await run_step(scope, state, events=[("clarification", dict(review.clarification_details))])
+            return "completed"
         await run_step(scope, state)
         if state.malformed_strikes >= 2:
             raise RunFailed("The model sent malformed tool-call arguments twice in a row.", "malformed_tool_call")
         if state.tools.clarification is not None or state.tools.final_response is not None:
             return "completed"
+        policy = self.policy_for(scope.chat.context_type)
+        if policy is not None and policy.generate_failures(state.tools) >= 2:
+            raise RunFailed(
+                f"Failed to generate a response after a retry: {policy.last} failed twice.",
+                "response_generation_failed",
+            )
+        if self.policy.repeats_refused(state.tools) >= 2:
+            raise RunFailed(
+                "The model kept repeating a tool call that had already failed the same way twice.",
+                "repeated_tool_call",
+            )
         return None
 
     def _offered_tools(
-        self, tool_defs: list[ToolDefinition], tools: RunToolState, policy: MandatoryPolicy | None
+        self, tool_defs: list[ToolDefinition], tools: RunToolState, policy: FlowPolicy | None
     ) -> list[ToolDefinition]:
-        if policy and policy.external and policy.first and policy.first not in tools.tools_called:
-            return [d for d in tool_defs if d.name != policy.external]
-        return tool_defs
+        if policy is None:
+            return tool_defs
+        names = set(policy.offerable([d.name for d in tool_defs], tools))
+        return [d for d in tool_defs if d.name in names]
 
     def _nudge(self, scope: _RunScope, tool: str, step: str, *, results: list[ToolResult]) -> None:
         """Tell the model a mandatory tool is missing; the second miss fails the run."""
@@ -316,11 +342,20 @@ class Agent:
                 f"The model did not call the mandatory tool {tool} after being reminded ({step}).",
                 "mandatory_tool_missing",
             )
+        policy = self.policy_for(scope.chat.context_type)
+        if policy is not None and tool == policy.last and policy.generate_failures(state.tools) >= 1:
+            # The one retry FR-010 allows was spent on a failing call.
+            raise RunFailed(
+                f"Failed to generate a response after a retry: {tool} failed and was not called again.",
+                "response_generation_failed",
+            )
         state.nudges[tool] = state.nudges.get(tool, 0) + 1
         state.add(Message("user", self.prompts.enforcement(tool, step), tool_results=results))
         log.info("mandatory tool missing; reminding the model", extra={"run_id": scope.run.id, "tool": tool})
 
     def _refuse(self, scope: _RunScope, call: ToolCall, reason: str) -> ToolResult:
+        if scope.state is not None:
+            scope.state.call_outcomes.append((call.name, False))
         content = orjson.dumps({"error": "not_executed", "reason": reason}).decode()
         scope.run.emit(
             "tool_call_result", {"tool_use_id": call.id, "name": call.name, "is_error": True, "duration_ms": 0.0}
@@ -348,6 +383,20 @@ class Agent:
                 },
             )
         )
+        summary = (
+            RunSummary(state.tool_calls, tuple(state.used_tools), state.keyword_count) if state is not None else None
+        )
+        if self.metrics is not None:
+            self.metrics.run_finished(
+                FinishedRun(
+                    status=status,
+                    seconds=time.time() - run.created_at,
+                    tool_calls=tuple(state.call_outcomes) if state else (),
+                    context_type=scope.chat.context_type,
+                    mandatory=self.policy_for(scope.chat.context_type) is not None,
+                    response_reminders=state.nudges.get(self.policy.last, 0) if state else 0,
+                )
+            )
         messages: list[Message] = []
         if state is None and run.question:
             messages = [Message("user", run.question)]  # ended before its first step
@@ -355,7 +404,7 @@ class Agent:
             if status != "completed":
                 self._answer_dangling(state)
             messages = state.take_unsaved()
-        run.emit_step(events, messages=messages, finished=True)
+        run.emit_step(events, messages=messages, finished=True, summary=summary)
 
     def _close_cancelled(self, scope: _RunScope) -> None:
         state = scope.state

@@ -9,28 +9,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from agenttools.rag.policy import FlowPolicy
 from llm.types import Message
 from storage.records import ToolCallRecord
-
-
-@dataclass(frozen=True, slots=True)
-class MandatoryPolicy:
-    """The mandatory flow of seed 000: which tool must come first, which must end the run,
-    and what must follow an external search."""
-
-    first: str | None = "knowledge_base_search"
-    last: str | None = "generate_response"
-    external: str | None = "perplexity_search"
-    after_external: str | None = "index_keywords"
-
-    def required_next(self, called: Sequence[str], finished: bool) -> tuple[str, str] | None:
-        if self.first and self.first not in called:
-            return self.first, "Step 1: search the knowledge base before anything else"
-        if self.external and self.after_external and self.external in called and self.after_external not in called:
-            return self.after_external, "Step 3c: index keywords from the external search results"
-        if self.last and not finished:
-            return self.last, "Step 4: return the final answer through generate_response"
-        return None
 
 
 class ConversationHistory(Protocol):
@@ -54,7 +35,7 @@ class Prompts(Protocol):
         context: Mapping[str, Any] | None,
         *,
         tool_names: Sequence[str],
-        policy: MandatoryPolicy | None,
+        policy: FlowPolicy | None,
         max_tool_calls: int | None,
         plan_hint: str | None = None,
     ) -> str: ...

@@ -16,8 +16,11 @@ from dataclasses import dataclass
 import orjson
 
 from agenttools.executor import ToolExecutor
+from agenttools.rag.policy import FlowPolicy
 from agenttools.registry import ToolContext, ToolOutcome
+from agenttools.untrusted import neutralize
 from app.agent_deps import AgentSettings, Prompts, ToolCallLog
+from app.metrics import RunMetrics
 from app.run_state import PendingCalls, RunState
 from app.runs import Run
 from llm.types import ToolCall, ToolResult
@@ -36,7 +39,8 @@ class ToolStep:
     prompts: Prompts
     tool_log: ToolCallLog
     settings: AgentSettings
-    last_tool: str | None
+    flow: FlowPolicy
+    metrics: RunMetrics | None = None
 
     async def run_pending(self, run: Run, ctx: ToolContext, state: RunState) -> list[ToolResult]:
         """Answer every pending call, in the model's order; read-only runs run together."""
@@ -67,17 +71,25 @@ class ToolStep:
             outcome = ToolOutcome(content={"error": "interrupted", "reason": INTERRUPTED}, is_error=True)
             self._store(run, state, pending, call, outcome, 0.0)
             return
+        refusal = self.flow.before_call(call.name, call.arguments, state.tools)
+        if refusal is not None:
+            outcome = ToolOutcome(
+                content={"error": refusal.code, "reason": refusal.reason}, is_error=True, counts_as_execution=False
+            )
+            self._store(run, state, pending, call, outcome, 0.0)
+            return
         if not self.executor.is_repeatable(call.name):
             pending.started.append(call.id)
             await run.emit_step(checkpoint=state.encode())
         outcome, duration_ms = await self._execute(state, ctx, call, allowed)
+        self.flow.record(call.name, call.arguments, outcome, state.tools)
         self._store(run, state, pending, call, outcome, duration_ms)
 
     async def _execute(
         self, state: RunState, ctx: ToolContext, call: ToolCall, allowed: frozenset[str]
     ) -> tuple[ToolOutcome, float]:
         started = time.perf_counter()
-        last = self.last_tool
+        last = self.flow.last
         if call.name != last and state.executions >= self.settings.max_tool_calls:
             outcome = ToolOutcome(
                 content={
@@ -102,7 +114,19 @@ class ToolStep:
         await in between, so concurrent calls never interleave their steps)."""
         if outcome.counts_as_execution and not outcome.is_error:
             state.tools.tools_called.append(call.name)
+        state.call_outcomes.append((call.name, not outcome.is_error))
+        if self.metrics is not None and outcome.counts_as_execution:
+            self.metrics.tool_finished(call.name, not outcome.is_error, duration_ms / 1000)
+        if outcome.counts_as_execution:
+            state.tool_calls += 1
+            if call.name not in state.used_tools:
+                state.used_tools.append(call.name)
+            if isinstance(outcome.content, dict) and not outcome.is_error:
+                count = outcome.content.get("keyword_count")
+                if isinstance(count, int) and not isinstance(count, bool):
+                    state.keyword_count += count
         body = outcome.model_content if outcome.model_content is not None else outcome.content
+        body = neutralize(body)  # retrieved text must not carry chat-template control tokens
         content = body if isinstance(body, str) else orjson.dumps(body, default=str).decode()
         if len(content) > MAX_TOOL_RESULT_CHARS:
             content = content[:MAX_TOOL_RESULT_CHARS] + f"… [truncated: {len(content)} characters in all]"

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from app.cli_kb import add_kb_commands, run_kb_command
 from app.config import ConfigError, Settings
 from app.gcpolicy import tune_for_serving
 from app.logs import configure_logging
@@ -84,11 +85,19 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def _reference_backend(settings: Settings, args: argparse.Namespace, port: int, log_level: str) -> Iterator[str | None]:
     """Start ``python -m backend`` beside the agent unless ``AGENT_BACKEND_URL`` or
     ``--no-backend`` says otherwise; yield its URL once it answers; stop it on the way out."""
+    from app.serving import BindError, bind_socket
+
     if settings.backend_url is not None or args.no_backend:
         yield None
         return
     backend_port = args.backend_port or port + 1
     url = f"http://127.0.0.1:{backend_port}"
+    try:  # a taken port is one clear line here, not the child's error after a wait
+        bind_socket("127.0.0.1", backend_port, what="agentchat (reference backend)",
+                    hint="--backend-port, --no-backend or AGENT_BACKEND_URL").close()
+    except BindError as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(1) from None
     proc = subprocess.Popen(
         _backend_argv("127.0.0.1", backend_port, _backend_db(settings), log_level=log_level),
         preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
@@ -118,33 +127,50 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 # --- serve -------------------------------------------------------------------------------
 
 
-def _serve(args: argparse.Namespace) -> None:
+def _serve(args: argparse.Namespace) -> int:
+    from app.serving import BindError, bind_socket, bound_port
+
     settings = _settings()
-    port = args.port if args.port is not None else settings.port
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    if args.reload:
-        os.environ.setdefault("AGENT_PORT", str(port))
-        # The reloader re-imports the app in a child process; the backend keeps running
-        # in its own, so reloads do not reset it.
-        with _reference_backend(settings, args, port, "info") as url:
-            if url is not None:
-                os.environ["AGENT_BACKEND_URL"] = url
-            _run_reloader(args, settings)
-        return
-    with _reference_backend(settings, args, port, "warning") as url:
-        if url is not None:
-            settings = settings.with_(backend_url=url)
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(_serve_agent(args, settings, port))
-
-
-async def _serve_agent(args: argparse.Namespace, settings: Settings, port: int) -> None:
-    import uvicorn
-
-    from app.factory import create_app
-    from app.serving import DrainingServer
-
     host = args.host or settings.host
+    port = args.port if args.port is not None else settings.port
+    # Bind before anything else starts: a taken port is one line and exit code 1.
+    try:
+        sock = bind_socket(host, port)
+    except BindError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    port = bound_port(sock)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    with sock:
+        if args.reload:
+            os.environ["AGENT_PORT"] = str(port)
+            # The reloader re-imports the app in a child process; the backend keeps running
+            # in its own, so reloads do not reset it.
+            with _reference_backend(settings, args, port, "info") as url:
+                if url is not None:
+                    os.environ["AGENT_BACKEND_URL"] = url
+                _run_reloader(reload_config(host, port, settings), sock)
+            return 0
+        with _reference_backend(settings, args, port, "warning") as url:
+            if url is not None:
+                settings = settings.with_(backend_url=url)
+            with contextlib.suppress(KeyboardInterrupt):
+                started = asyncio.run(_serve_agent(args, settings, host, sock))
+    return 0 if started else 3
+
+
+def _serving_line(host: str, port: int, extra: str = "") -> str:
+    from app.serving import display_url
+
+    return (f"agentchat: serving on {display_url(host, port)}  (playground at /, stream at POST /v1/agent/chat)"
+            f"{extra}")
+
+
+async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, sock: Any) -> bool:
+    """Serve on the bound socket until stopped; ``False`` if the app never started."""
+    from app.factory import create_app
+    from app.serving import DrainingServer, bound_port, uvicorn_config
+
     grace_s = settings.shutdown_grace_s if args.grace is None else args.grace
     app = create_app(settings, shutdown_deadline_s=grace_s)
 
@@ -153,127 +179,70 @@ async def _serve_agent(args: argparse.Namespace, settings: Settings, port: int) 
         if svc is not None:
             await svc.runs.shutdown(grace_s)
 
+    port = bound_port(sock)
     agent = DrainingServer(
-        uvicorn.Config(
+        uvicorn_config(
             app,
             host=host,
             port=port,
+            header_timeout_s=settings.header_timeout_s,
             log_level="info",
             lifespan="on",
             timeout_graceful_shutdown=5,
-            access_log=False,
         ),
         drain,
     )
-    print(f"agentchat: serving on http://{host}:{port}  (playground at /, stream at POST /v1/agent/chat)",
-          file=sys.stderr)
-    task = asyncio.create_task(agent.serve())
-    await _freeze_startup_objects(agent, [task])
+    async def serve() -> None:
+        try:
+            await agent.serve(sockets=[sock])
+        except SystemExit as exc:  # uvicorn's way out when the app's start-up fails; no traceback
+            log.error("the service did not start", extra={"code": exc.code})
+
+    task = asyncio.create_task(serve())
+    await _when_serving(agent, [task], _serving_line(host, port))
     await task
+    return bool(agent.started)
 
 
-async def _freeze_startup_objects(server: Any, tasks: list[asyncio.Task[None]]) -> None:
-    """Once serving, apply the serving GC policy (app/gcpolicy.py)."""
+async def _when_serving(server: Any, tasks: list[asyncio.Task[None]], line: str) -> None:
+    """Once uvicorn accepts connections: say where, and apply the serving GC policy
+    (app/gcpolicy.py). Nothing is printed when it never started."""
     while not server.started and not any(t.done() for t in tasks):
         await asyncio.sleep(0.05)
-    tune_for_serving()
+    if server.started:
+        print(line, file=sys.stderr, flush=True)
+        tune_for_serving()
 
 
-def _run_reloader(args: argparse.Namespace, settings: Settings) -> None:
-    import uvicorn
+def reload_config(host: str, port: int, settings: Settings) -> Any:
+    """uvicorn's config for ``--reload``: the app by import path, watching only the
+    project's packages (``app.serving.PACKAGES``) — never ``.venv`` or ``data``."""
+    from app.serving import PACKAGES, PROJECT_ROOT, uvicorn_config
 
-    uvicorn.run(
+    return uvicorn_config(
         "app.factory:create_app",
         factory=True,
-        host=args.host or settings.host,
-        port=args.port if args.port is not None else settings.port,
+        host=host,
+        port=port,
+        header_timeout_s=settings.header_timeout_s,
         reload=True,
-        reload_dirs=[str(Path(__file__).resolve().parent.parent)],
+        reload_dirs=[str(PROJECT_ROOT / name) for name in PACKAGES if (PROJECT_ROOT / name).is_dir()],
         log_level="info",
-        access_log=False,  # stream URLs carry tokens
     )
 
 
-# --- knowledge base ------------------------------------------------------------------------
+def _run_reloader(config: Any, sock: Any) -> None:
+    import uvicorn
+    from uvicorn.supervisors import ChangeReload
+
+    from app.serving import bound_port
+
+    sock.listen(2048)  # connections queue from now on, while the child starts the app
+    print(_serving_line(config.host, bound_port(sock), "  [reloading on changes]"), file=sys.stderr, flush=True)
+    ChangeReload(config, target=uvicorn.Server(config).run, sockets=[sock]).run()
 
 
-async def _open_kb(settings: Settings) -> Any:
-    from app.kb_file import open_kb_file
-    from app.rooms import kb_embedder
-
-    embedder, why = await kb_embedder(settings)
-    log.info("knowledge-base embedder", extra={"reason": why})
-    return await open_kb_file(settings.db_path, embedder)
-
-
-def _progress_bar(done: int, total: int, label: str) -> None:
-    width = 30
-    filled = int(width * done / total) if total else width
-    bar = "#" * filled + "-" * (width - filled)
-    tail = label if len(label) <= 40 else "…" + label[-39:]
-    sys.stderr.write(f"\r[{bar}] {done}/{total} {tail:<40}")
-    sys.stderr.flush()
-    if done >= total:
-        sys.stderr.write("\n")
-
-
-async def _ingest(args: argparse.Namespace) -> int:
-    settings = _settings()
-    kb = await _open_kb(settings)
-    try:
-        paths = [Path(p) for p in args.paths]
-        missing = [str(p) for p in paths if not p.exists()]
-        if missing:
-            print(f"agentchat ingest: no such file or directory: {', '.join(missing)}", file=sys.stderr)
-            return 2
-        report = await kb.ingest_paths(
-            paths, bucket=args.bucket, progress=None if args.quiet else _progress_bar
-        )
-    finally:
-        await kb.aclose()
-    print(_report_text(report))
-    return 1 if getattr(report, "rejected", None) and args.strict else 0
-
-
-def _report_text(report: Any) -> str:
-    parts = []
-    for name in ("added", "updated", "skipped", "deleted", "chunks"):
-        if hasattr(report, name):
-            parts.append(f"{name}={getattr(report, name)}")
-    rejected = getattr(report, "rejected", []) or []
-    lines = ["ingested: " + " ".join(parts) + f" rejected={len(rejected)}"]
-    for r in rejected[:50]:
-        where = f"{r.source} line {r.line}" if getattr(r, "line", None) else str(getattr(r, "source", ""))
-        lines.append(f"  rejected: {where}: {getattr(r, 'reason', r)}")
-    return "\n".join(lines)
-
-
-async def _buckets(args: argparse.Namespace) -> int:
-    settings = _settings()
-    kb = await _open_kb(settings)
-    try:
-        if getattr(args, "bucket_command", None) == "create":
-            fields: dict[str, str] = {}
-            for spec in args.fields:
-                name, _, kind = spec.partition(":")
-                if not name or not kind:
-                    print(f"agentchat buckets create: field {spec!r} must be NAME:TYPE", file=sys.stderr)
-                    return 2
-                fields[name] = kind.upper()
-            try:
-                await kb.create_bucket(args.name, fields)
-            except ValueError as exc:
-                print(f"agentchat buckets create: {exc}", file=sys.stderr)
-                return 2
-        buckets = await kb.list_buckets()
-    finally:
-        await kb.aclose()
-    if not buckets:
-        print("no buckets")
-    for b in buckets:
-        schema = ", ".join(f"{k}:{v}" for k, v in (b.fields or {}).items()) or "(no typed fields)"
-        print(f"{b.name:<20} documents={b.documents:<8} chunks={b.chunks:<8} {schema}")
-    return 0
+# --- knowledge base: ingest, buckets, docs (app/cli_kb.py) ---------------------------------
 
 
 async def _prune_keywords(args: argparse.Namespace) -> int:
@@ -300,8 +269,18 @@ def _backend(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("agentchat")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agentchat", description="Streaming agent-chat service.")
+    parser.add_argument("--version", action="version", version=f"agentchat {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="serve the agent (and the reference backend unless AGENT_BACKEND_URL is set)")
@@ -314,18 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                             "for the next process (default AGENT_SHUTDOWN_GRACE_S, 20)")
     serve.add_argument("--reload", action="store_true", help="restart on code changes (development)")
 
-    ingest = sub.add_parser("ingest", help="ingest files or directories into the knowledge base")
-    ingest.add_argument("paths", nargs="+")
-    ingest.add_argument("--bucket", default="default")
-    ingest.add_argument("--quiet", action="store_true", help="no progress bar")
-    ingest.add_argument("--strict", action="store_true", help="exit 1 when any record was rejected")
-
-    buckets = sub.add_parser("buckets", help="list buckets, their schemas and counts")
-    bucket_sub = buckets.add_subparsers(dest="bucket_command")
-    create = bucket_sub.add_parser("create", help="create a bucket with typed metadata fields")
-    create.add_argument("name")
-    create.add_argument("fields", nargs="*", metavar="FIELD:TYPE",
-                        help="TYPE is TEXT, INTEGER, REAL, DATE or BOOLEAN (e.g. vendor:TEXT amount:REAL)")
+    add_kb_commands(sub)
 
     kw = sub.add_parser("keywords", help="keyword index maintenance")
     kw_sub = kw.add_subparsers(dest="kw_command", required=True)
@@ -345,15 +313,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     configure_logging()
     if args.command == "serve":
-        with contextlib.suppress(KeyboardInterrupt):
-            _serve(args)
-        return 0
+        try:
+            return _serve(args)
+        except KeyboardInterrupt:
+            return 0
     if args.command == "backend":
         return _backend(args)
-    runners = {"ingest": _ingest, "buckets": _buckets}
     if args.command == "keywords":
         return asyncio.run(_prune_keywords(args))
-    return asyncio.run(runners[args.command](args))
+    return asyncio.run(run_kb_command(args, _settings()))
 
 
 if __name__ == "__main__":

@@ -42,13 +42,21 @@ class Settings:
     perplexity_base_url: str = "https://api.perplexity.ai"
     perplexity_model: str = "sonar"
     backend_url: str | None = None
+    #: ``AGENT_AUTH=none``: the reference backend's demo user the tools call as when the
+    #: caller sends no ``Authorization`` (``AGENT_BACKEND_DEMO_TOKEN``; ``none`` turns it off).
+    backend_demo_token: str | None = "demo-alice"
     db_path: Path = Path("data/agentchat.sqlite3")
+    #: ``postgresql://…``: every store on PostgreSQL (with pgvector) instead of ``db_path``.
+    database_url: str | None = None
     cache_dir: Path | None = None
     rag_top_k: int = 6
     rag_min_score: float = 0.0
     max_loops: int = 20
     max_tokens: int = 4096
     max_tool_calls: int = 8
+    #: Seed 004 §10.2: a list-all request covering at least this many documents asks the
+    #: user to narrow it (``clarification`` ``overload``) instead of returning a few hits.
+    clarify_overload_hits: int = 100
     context_budget_tokens: int = 24000
     history_budget_tokens: int = 8000
     mandatory_contexts: tuple[str, ...] = CONTEXT_TYPES
@@ -56,6 +64,8 @@ class Settings:
     auth: str = "none"
     jwt_secret: str | None = None
     admin_users: tuple[str, ...] = ()
+    #: ``AGENT_AUTH=none`` refuses the admin routes unless this is set (local use only).
+    admin_open: bool = False
     host: str = "127.0.0.1"
     port: int = 8000
     llm_timeout_s: float = 120.0
@@ -63,7 +73,19 @@ class Settings:
     backend_timeout_s: float = 15.0
     max_body_bytes: int = 1024 * 1024
     max_message_chars: int = 32000
+    #: A request's headers must arrive within this (then the connection is closed), its
+    #: body within ``body_timeout_s`` (408).
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    #: A chat without an Idempotency-Key is cancelled when its client leaves and does not
+    #: re-attach (a retried POST with Last-Event-ID) within this many seconds.
+    chat_reattach_s: float = 3.0
+    #: Caps on model output: one streamed chunk, and the text of one assistant message.
+    max_chunk_chars: int = 16_384
+    max_answer_chars: int = 200_000
     run_grace_s: float = 600.0
+    #: A finished run's events stay in memory this long; later replays read the store.
+    finished_run_memory_s: float = 60.0
     #: SIGTERM: how long live runs may go on before they are released as interrupted.
     shutdown_grace_s: float = 20.0
     #: How long a storage write retries a busy or failing database before the runs
@@ -74,6 +96,15 @@ class Settings:
     requests_per_minute: int = 60
     stream_token_ttl_s: int = 300
     ingest_sample_kb: bool = True
+    #: Buckets ``knowledge_base_search`` covers when the model names none
+    #: (``AGENT_KB_DEFAULT_BUCKETS``, comma-separated; ``*`` = every bucket).
+    kb_default_buckets: tuple[str, ...] = ("default",)
+    #: FR-008 automatic pruning: keywords used fewer than ``keyword_min_usage`` times and
+    #: idle for longer than ``keyword_max_age_days`` are removed every
+    #: ``keyword_prune_interval_s`` seconds; a max age of 0 turns the pruning off.
+    keyword_max_age_days: float = 90.0
+    keyword_min_usage: int = 2
+    keyword_prune_interval_s: float = 3600.0
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -98,13 +129,18 @@ class Settings:
             perplexity_base_url=reader.url("PERPLEXITY_BASE_URL", d.perplexity_base_url),
             perplexity_model=reader.text("PERPLEXITY_MODEL", d.perplexity_model),
             backend_url=reader.optional_url("AGENT_BACKEND_URL"),
+            backend_demo_token=_demo_token(reader.text("AGENT_BACKEND_DEMO_TOKEN", d.backend_demo_token or "none")),
             db_path=Path(reader.text("AGENT_DB_PATH", str(d.db_path))),
+            database_url=reader.database_url("AGENT_DATABASE_URL"),
             cache_dir=_opt_path(reader.optional("AGENT_CACHE_DIR")),
             rag_top_k=reader.integer("AGENT_RAG_TOP_K", d.rag_top_k, lo=0, hi=100),
             rag_min_score=reader.number("AGENT_RAG_MIN_SCORE", d.rag_min_score, lo=-1.0, hi=1.0),
             max_loops=reader.integer("AGENT_MAX_LOOPS", d.max_loops, lo=1, hi=200),
             max_tokens=reader.integer("AGENT_MAX_TOKENS", d.max_tokens, lo=64, hi=1_000_000),
             max_tool_calls=reader.integer("AGENT_MAX_TOOL_CALLS", d.max_tool_calls, lo=1, hi=1000),
+            clarify_overload_hits=reader.integer(
+                "AGENT_CLARIFY_OVERLOAD_HITS", d.clarify_overload_hits, lo=1, hi=1_000_000
+            ),
             context_budget_tokens=reader.integer(
                 "AGENT_CONTEXT_BUDGET_TOKENS", d.context_budget_tokens, lo=256
             ),
@@ -118,13 +154,22 @@ class Settings:
             auth=reader.choice("AGENT_AUTH", AUTH_MODES, d.auth),
             jwt_secret=reader.optional("AGENT_JWT_SECRET"),
             admin_users=reader.listing("AGENT_ADMIN_USERS", d.admin_users),
+            admin_open=reader.boolean("AGENT_ADMIN_OPEN", d.admin_open),
             host=reader.text("AGENT_HOST", d.host),
             port=reader.integer("AGENT_PORT", d.port, lo=0, hi=65535),
             llm_timeout_s=reader.number("AGENT_LLM_TIMEOUT_S", d.llm_timeout_s, lo=1),
             tool_timeout_s=reader.number("AGENT_TOOL_TIMEOUT_S", d.tool_timeout_s, lo=0.1),
             backend_timeout_s=reader.number("AGENT_BACKEND_TIMEOUT_S", d.backend_timeout_s, lo=0.1),
             max_body_bytes=reader.integer("AGENT_MAX_BODY_BYTES", d.max_body_bytes, lo=1024),
+            header_timeout_s=reader.number("AGENT_HEADER_TIMEOUT_S", d.header_timeout_s, lo=0.1, hi=3600),
+            body_timeout_s=reader.number("AGENT_BODY_TIMEOUT_S", d.body_timeout_s, lo=0.1, hi=3600),
+            chat_reattach_s=reader.number("AGENT_CHAT_REATTACH_S", d.chat_reattach_s, lo=0, hi=3600),
+            max_chunk_chars=reader.integer("AGENT_MAX_CHUNK_CHARS", d.max_chunk_chars, lo=64, hi=10_000_000),
+            max_answer_chars=reader.integer("AGENT_MAX_ANSWER_CHARS", d.max_answer_chars, lo=256, hi=100_000_000),
             run_grace_s=reader.number("AGENT_RUN_GRACE_S", d.run_grace_s, lo=0),
+            finished_run_memory_s=reader.number(
+                "AGENT_FINISHED_RUN_MEMORY_S", d.finished_run_memory_s, lo=0, hi=86400
+            ),
             shutdown_grace_s=reader.number("AGENT_SHUTDOWN_GRACE_S", d.shutdown_grace_s, lo=0, hi=3600),
             db_write_retry_s=reader.number("AGENT_DB_WRITE_RETRY_S", d.db_write_retry_s, lo=0.05, hi=3600),
             heartbeat_s=reader.number("AGENT_HEARTBEAT_S", d.heartbeat_s, lo=0.05),
@@ -132,6 +177,14 @@ class Settings:
             requests_per_minute=reader.integer("AGENT_REQUESTS_PER_MINUTE", d.requests_per_minute, lo=1),
             stream_token_ttl_s=reader.integer("AGENT_STREAM_TOKEN_TTL_S", d.stream_token_ttl_s, lo=5),
             ingest_sample_kb=reader.boolean("AGENT_INGEST_SAMPLE_KB", d.ingest_sample_kb),
+            kb_default_buckets=reader.listing("AGENT_KB_DEFAULT_BUCKETS", d.kb_default_buckets) or ("*",),
+            keyword_max_age_days=reader.number(
+                "AGENT_KEYWORD_MAX_AGE_DAYS", d.keyword_max_age_days, lo=0, hi=36_500
+            ),
+            keyword_min_usage=reader.integer("AGENT_KEYWORD_MIN_USAGE", d.keyword_min_usage, lo=1, hi=1_000_000),
+            keyword_prune_interval_s=reader.number(
+                "AGENT_KEYWORD_PRUNE_INTERVAL_S", d.keyword_prune_interval_s, lo=0.01, hi=31_536_000
+            ),
         )
         if s.llm_provider == "gemini" and not s.gemini_api_key:
             reader.problems.append("AGENT_LLM_PROVIDER=gemini needs GEMINI_API_KEY")
@@ -163,6 +216,10 @@ class Settings:
                 continue
             out[f.name] = value
         return out
+
+
+def _demo_token(value: str) -> str | None:
+    return None if value.lower() in {"none", "-", "off", "false"} else value.removeprefix("Bearer ").strip()
 
 
 def _opt_path(value: str | None) -> Path | None:
@@ -204,6 +261,13 @@ class _Reader:
         if not value.startswith(("http://", "https://")):
             self.problems.append(f"{name} must be an http(s) URL, got {value!r}")
         return value.rstrip("/")
+
+    def database_url(self, name: str) -> str | None:
+        value = self._raw(name)
+        if value is not None and not value.lower().startswith(("postgresql://", "postgres://")):
+            self.problems.append(f"{name} must be a postgresql:// URL, got a value of another form")
+            return None
+        return value
 
     def choice(self, name: str, allowed: tuple[str, ...], default: str) -> str:
         value = (self._raw(name) or default).lower()

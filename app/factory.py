@@ -13,7 +13,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
-from app import admin_routes, http
+from app import admin_routes, http, kb_routes
 from app.config import Settings
 from app.playground import playground_routes
 from app.wiring import AUTO, Overrides, build_services
@@ -61,6 +61,10 @@ def create_app(
         Route("/v1/agent/runs/{run_id}/cancel", http.cancel_run, methods=["POST"]),
         Route("/v1/agent/conversations/{conversation_id}", http.get_conversation, methods=["GET"]),
         Route("/v1/kb/documents", admin_routes.ingest_documents, methods=["POST"]),
+        Route("/v1/kb/documents", kb_routes.list_documents, methods=["GET"]),
+        Route("/v1/kb/documents/{doc_id}", kb_routes.delete_document, methods=["DELETE"]),
+        Route("/v1/kb/buckets", kb_routes.list_buckets, methods=["GET"]),
+        Route("/v1/kb/buckets/{name}", kb_routes.delete_bucket, methods=["DELETE"]),
         Route("/v1/admin/keywords/prune", admin_routes.prune_keywords, methods=["POST"]),
         Route("/healthz", http.healthz, methods=["GET"]),
         Route("/readyz", http.readyz, methods=["GET"]),
@@ -73,7 +77,7 @@ def create_app(
             Middleware(
                 CORSMiddleware,
                 allow_origins=list(settings.cors_origins),
-                allow_methods=["GET", "POST", "OPTIONS"],
+                allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
                 allow_headers=["Accept", "Content-Type", "Authorization", "Last-Event-ID"],
                 max_age=86400,
             )

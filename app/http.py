@@ -6,6 +6,7 @@ everything after is an ``error`` event followed by ``message_complete``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -16,16 +17,17 @@ import orjson
 from sse_starlette import EventSourceResponse
 from sse_starlette.sse import AppStatus
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from app.auth import LOCAL_USER, AuthError, Identity
 from app.bounds import MAX_JSON_DEPTH, MAX_SAFE_INTEGER, check_json, parse_int
 from app.config import CONTEXT_TYPES
+from app.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from app.problems import HTTPProblem, ORJSONResponse
 from app.records import Caller, ChatInput
 from app.runs import Run, RunEvent
-from storage.errors import ConversationBusy, ConversationOwnedByAnother, StorageUnavailable
+from storage.errors import ConversationBusy, ConversationOwnedByAnother, IdempotencyKeyUsed, StorageUnavailable
 from storage.records import MULTITASK_POLICIES
 
 if TYPE_CHECKING:
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("agentchat.http")
 
 CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # visible ASCII, as HTTP header tokens go
 RETRY_MS = 2000
 
 
@@ -47,14 +50,7 @@ async def read_json_body(request: Request, limit: int, *, max_depth: int = MAX_J
     declared = request.headers.get("content-length")
     if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise HTTPProblem(413, "payload_too_large", f"the body is larger than {limit} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPProblem(413, "payload_too_large", f"the body is larger than {limit} bytes")
-        chunks.append(chunk)
-    body = b"".join(chunks)
+    body = await _read_body(request, limit, services(request).settings.body_timeout_s)
     if not body.strip():
         raise HTTPProblem(400, "invalid_json", "the body is empty; send a JSON object")
     try:
@@ -63,6 +59,37 @@ async def read_json_body(request: Request, limit: int, *, max_depth: int = MAX_J
         raise HTTPProblem(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
     check_json(value, max_depth=max_depth)
     return value
+
+
+async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The whole body within ``timeout_s`` (a client that trickles it gets 408 and the
+    connection is closed); a client that leaves mid-body is one INFO line, no traceback."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise HTTPProblem(
+                        413, "payload_too_large", f"the body is larger than {limit} bytes", {"Connection": "close"}
+                    )
+                chunks.append(chunk)
+    except TimeoutError:
+        log.info("request body too slow; closing", extra={"path": request.url.path, "client": _peer(request),
+                                                          "received": size, "timeout_s": timeout_s})
+        raise HTTPProblem(
+            408, "body_timeout", f"the body did not arrive within {timeout_s:g} s", {"Connection": "close"}
+        ) from None
+    except ClientDisconnect:
+        log.info("client left before sending its whole body", extra={"path": request.url.path,
+                                                                     "client": _peer(request), "received": size})
+        raise HTTPProblem(400, "client_disconnected", "the client disconnected", {"Connection": "close"}) from None
+    return b"".join(chunks)
+
+
+def _peer(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
 
 
 def parse_chat_input(body: Any, *, max_message_chars: int) -> ChatInput:
@@ -115,13 +142,32 @@ def identify(request: Request) -> Identity:
         raise HTTPProblem(exc.status, "unauthenticated", str(exc), {"WWW-Authenticate": "Bearer"}) from None
 
 
-async def admit(request: Request) -> tuple[Identity, ChatInput]:
-    """Everything that can refuse a chat before a run exists, in a fixed order."""
+def rate_limit_key(request: Request, ident: Identity) -> str:
+    """Whose budget a request spends: the authenticated user; with ``AGENT_AUTH=none``
+    (one shared local user) the client's address, so one client cannot lock out the rest."""
+    if services(request).auth.mode == "none":
+        return f"addr:{_peer(request)}"
+    return f"user:{ident.user_id}"
+
+
+def idempotency_key(request: Request) -> str | None:
+    raw = request.headers.get("idempotency-key")
+    if raw is None:
+        return None
+    key = raw.strip()
+    if not IDEMPOTENCY_KEY.match(key):
+        raise HTTPProblem(400, "invalid_header", "Idempotency-Key must be 1-255 visible ASCII characters")
+    return key
+
+
+async def admit_request(request: Request) -> tuple[Identity, ChatInput]:
+    """Everything that can refuse a chat request, in a fixed order, except the run limit
+    (a retry that resumes its run does not start another)."""
     svc = services(request)
     if svc.runs.closing:
         raise HTTPProblem(503, "shutting_down", "the server is restarting; retry shortly", {"Retry-After": "2"})
     ident = identify(request)
-    wait = svc.rate_limiter.check(ident.user_id)
+    wait = svc.rate_limiter.check(rate_limit_key(request, ident))
     if wait is not None:
         raise HTTPProblem(429, "rate_limited", "too many requests; slow down", {"Retry-After": str(int(wait))})
     body = await read_json_body(request, svc.settings.max_body_bytes)
@@ -130,18 +176,29 @@ async def admit(request: Request) -> tuple[Identity, ChatInput]:
         owner = await svc.conversations.owner(chat.conversation_id)
         if owner is not None and owner != ident.user_id:
             raise HTTPProblem(404, "not_found", "no such conversation")
+    return ident, chat
+
+
+def check_run_limit(svc: Services, ident: Identity) -> None:
     if svc.runs.count_active(ident.user_id) >= svc.settings.max_runs_per_user:
         raise HTTPProblem(
             429, "too_many_runs", "too many runs in progress for this user", {"Retry-After": "5"}
         )
+
+
+async def admit(request: Request) -> tuple[Identity, ChatInput]:
+    """Everything that can refuse a new run before it exists, in a fixed order."""
+    ident, chat = await admit_request(request)
+    check_run_limit(services(request), ident)
     return ident, chat
 
 
-async def start_run(svc: Services, ident: Identity, chat: ChatInput) -> Run:
+async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str | None = None) -> Run:
     """Store the run and its message, claim the conversation, start the agent — or
-    refuse with a 4xx/503 before anything streams."""
+    refuse with a 4xx/503 before anything streams. ``IdempotencyKeyUsed`` passes
+    through: a concurrent request with the same key started the run first."""
     try:
-        return await svc.runs.submit(chat, Caller(ident.user_id, ident.authorization))
+        return await svc.runs.submit(chat, Caller(ident.user_id, ident.authorization), idempotency_key=key)
     except ConversationOwnedByAnother:
         raise HTTPProblem(404, "not_found", "no such conversation") from None
     except ConversationBusy:
@@ -163,21 +220,32 @@ def server_stopping() -> bool:
     return bool(AppStatus.should_exit)
 
 
+RETRY_FIELD = b"retry: %d\n" % RETRY_MS
+
+
 def heartbeat_frame() -> bytes:
-    return b"event: heartbeat\ndata: {\"ts\":%d}\n\n" % int(time.time())
+    """The keep-alive: a comment line for proxies and a named event for stall detection,
+    in one frame. A comment in a frame of its own would reach clients that dispatch on
+    every blank line (``@microsoft/fetch-event-source``) as an empty message."""
+    return b": ping\nevent: heartbeat\ndata: {\"ts\":%d}\n\n" % int(time.time())
 
 
 async def stream_run(
     svc: Services, run: Run, after: int, *, cancel_on_exit: bool
 ) -> AsyncIterator[bytes]:
-    """Frames of a live run from ``after`` on. When ``cancel_on_exit`` (the single-request
-    chat) and the client leaves first, the agent is cancelled — synchronously, because
-    this generator is being cancelled and must not await."""
+    """Frames of a live run from ``after`` on; the first frame carries ``retry:``. When
+    ``cancel_on_exit`` (a chat without an ``Idempotency-Key``) and the last client leaves,
+    the agent is cancelled unless a client re-attaches within ``AGENT_CHAT_REATTACH_S``
+    (a retried POST with ``Last-Event-ID``) — scheduled synchronously, because this
+    generator is being cancelled and must not await."""
     run.followers += 1
+    first = True
     try:
-        yield b"retry: %d\n\n" % RETRY_MS
         async for frames in run.follow_wire(after, idle=svc.settings.heartbeat_s):
-            yield heartbeat_frame() if frames is None else frames
+            frame = heartbeat_frame() if frames is None else frames
+            if first:
+                frame, first = RETRY_FIELD + frame, False
+            yield frame
     finally:
         run.followers -= 1
         if run.followers == 0:
@@ -186,45 +254,161 @@ async def stream_run(
         # finishes (up to the shutdown deadline) into the durable log, and the client
         # resumes it from the next process with Last-Event-ID.
         if cancel_on_exit and not run.finished and run.task is not None and not server_stopping():
+            _cancel_unless_reattached(run, svc.settings.chat_reattach_s)
+
+
+def _cancel_unless_reattached(run: Run, within_s: float) -> None:
+    if run.followers > 0:
+        return
+    detached_at = run.last_detached_at
+
+    def cancel() -> None:
+        # Still alone since this detach (a client that came back and left again set a
+        # newer time and its own timer), still running: the client is gone for good.
+        if run.followers == 0 and run.last_detached_at == detached_at and not run.finished and run.task is not None:
+            log.info("chat client left; cancelling its run", extra={"run_id": run.id})
             run.task.cancel()
+
+    if within_s <= 0:
+        cancel()
+    else:
+        asyncio.get_running_loop().call_later(within_s, cancel)
 
 
 async def stream_stored(events: list[RunEvent]) -> AsyncIterator[bytes]:
-    yield b"retry: %d\n\n" % RETRY_MS
-    for ev in events:
-        yield ev.wire
+    """A stored run's events; the first frame carries ``retry:``."""
+    for i, ev in enumerate(events):
+        yield RETRY_FIELD + ev.wire if i == 0 else ev.wire
+
+
+async def _no_events() -> AsyncIterator[bytes]:
+    return
+    yield  # an async generator with nothing in it
 
 
 def sse(content: AsyncIterator[bytes], svc: Services) -> EventSourceResponse:
+    # ping=0: sse-starlette's pings are comment-only frames; ours ride in the heartbeat.
     return EventSourceResponse(
         content,
-        ping=svc.settings.heartbeat_s,
+        ping=0,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+# --- retried chats: resume the run instead of starting another ------------------------------
+
+
+def retried_run(svc: Services, ident: Identity, chat: ChatInput, after: int) -> Run | None:
+    """The run a ``POST /v1/agent/chat`` carrying ``Last-Event-ID`` (and no key) retries:
+    the newest of the user's runs that is live, or ended less than
+    ``AGENT_FINISHED_RUN_MEMORY_S`` ago, with the same message and context type (and
+    conversation, when the body names one) and at least ``after`` events. Clients such
+    as fetch-event-source re-POST the very body they sent first, so that is the match."""
+    now = time.time()
+    for run in svc.runs.recent(ident.user_id):
+        if run.finished_at is not None and now - run.finished_at > svc.settings.finished_run_memory_s:
+            continue
+        if (
+            run.question == chat.message
+            and run.context_type == chat.context_type
+            and (chat.conversation_id is None or chat.conversation_id == run.conversation_id)
+            and after <= run.last_seq
+        ):
+            return run
+    return None
+
+
+async def resume_stream(
+    svc: Services, run_id: str, user_id: str, after: int, *, cancel_on_exit: bool
+) -> Response | None:
+    """The stream of an existing run from after ``after``: live from memory, else replayed
+    from the store; ``None`` when the user has no such run. A run with nothing newer
+    answers with an empty event stream (fetch-event-source retries on a 204)."""
+    run = svc.runs.get(run_id)
+    if run is not None and run.user_id == user_id:
+        if run.finished and after >= run.last_seq:
+            return sse(_no_events(), svc)
+        return sse(stream_run(svc, run, after, cancel_on_exit=cancel_on_exit), svc)
+    stored = await svc.run_store.get(run_id)
+    if stored is None or stored.user_id != user_id:
+        return None
+    return sse(stream_stored(await svc.run_store.events_after(run_id, after)), svc)
+
+
+async def resume_chat(request: Request, svc: Services, ident: Identity, chat: ChatInput) -> Response | None:
+    """A retried chat (``Idempotency-Key`` the user used before, or ``Last-Event-ID``
+    matching a recent run): that run's stream after ``Last-Event-ID``; else ``None``."""
+    key = idempotency_key(request)
+    after = _after(request)
+    if key is not None:
+        stored = await svc.run_store.find_by_idempotency_key(ident.user_id, key)
+        if stored is None:
+            return None
+        if chat.conversation_id is not None and chat.conversation_id != stored.conversation_id:
+            raise HTTPProblem(
+                422, "idempotency_key_reused", "this Idempotency-Key was used for a request to another conversation"
+            )
+        log.info("chat retried with its Idempotency-Key; resuming its run", extra={"run_id": stored.id, "after": after})
+        return await resume_stream(svc, stored.id, ident.user_id, after, cancel_on_exit=False)
+    if "last-event-id" not in request.headers:
+        return None
+    run = retried_run(svc, ident, chat, after)
+    if run is None:
+        return None
+    log.info("chat retried with Last-Event-ID; resuming its run", extra={"run_id": run.id, "after": after})
+    return await resume_stream(svc, run.id, ident.user_id, after, cancel_on_exit=True)
 
 
 # --- routes -------------------------------------------------------------------------------
 
 
 async def chat(request: Request) -> Response:
-    ident, chat_input = await admit(request)
+    """Start a run and stream it — or, for a retry of a chat (same ``Idempotency-Key``, or
+    ``Last-Event-ID`` and the same body), resume that run's stream after the last id."""
     svc = services(request)
-    run = await start_run(svc, ident, chat_input)
-    return sse(stream_run(svc, run, 0, cancel_on_exit=True), svc)
+    ident, chat_input = await admit_request(request)
+    resumed = await resume_chat(request, svc, ident, chat_input)
+    if resumed is not None:
+        return resumed
+    check_run_limit(svc, ident)
+    key = idempotency_key(request)
+    try:
+        run = await start_run(svc, ident, chat_input, key=key)
+    except IdempotencyKeyUsed as exc:  # a concurrent retry with this key started it first
+        resumed = await resume_stream(svc, exc.run_id, ident.user_id, _after(request), cancel_on_exit=False)
+        if resumed is None:
+            raise HTTPProblem(409, "idempotency_conflict", "retry this request") from None
+        return resumed
+    # With a key the client has said it will come back: the run outlives this connection.
+    return sse(stream_run(svc, run, 0, cancel_on_exit=key is None), svc)
 
 
 async def create_run(request: Request) -> Response:
-    ident, chat_input = await admit(request)
+    """Start a run (201); a repeat with the same ``Idempotency-Key`` answers 200 with the
+    run the key started."""
     svc = services(request)
-    run = await start_run(svc, ident, chat_input)
-    token = svc.auth.stream_token(run.id, ident.user_id)
+    ident, chat_input = await admit_request(request)
+    key = idempotency_key(request)
+    existing = await svc.run_store.find_by_idempotency_key(ident.user_id, key) if key is not None else None
+    if existing is None:
+        check_run_limit(svc, ident)
+        try:
+            run = await start_run(svc, ident, chat_input, key=key)
+            run_id, conversation_id, status = run.id, run.conversation_id, 201
+        except IdempotencyKeyUsed as exc:
+            existing = await svc.run_store.get(exc.run_id)
+            if existing is None:
+                raise HTTPProblem(409, "idempotency_conflict", "retry this request") from None
+    if existing is not None:
+        run_id, conversation_id, status = existing.id, existing.conversation_id, 200
+    token = svc.auth.stream_token(run_id, ident.user_id)
     return ORJSONResponse(
         {
-            "run_id": run.id,
-            "conversation_id": run.conversation_id,
-            "stream_url": f"/v1/agent/runs/{run.id}/events?token={token}",
+            "run_id": run_id,
+            "conversation_id": conversation_id,
+            "stream_url": f"/v1/agent/runs/{run_id}/events?token={token}",
         },
-        status_code=201,
+        status_code=status,
     )
 
 
@@ -316,7 +500,7 @@ async def readyz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    return Response(services(request).metrics_text(), media_type="text/plain; version=0.0.4")
+    return Response(services(request).metrics_body(), media_type=METRICS_CONTENT_TYPE)
 
 
 async def problem(request: Request, exc: Exception) -> Response:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.agent import MandatoryPolicy
+from agenttools.rag.policy import FlowPolicy
 from prompts.builder import PromptLibrary
 
 
@@ -19,7 +19,7 @@ class PromptService:
         context: Mapping[str, Any] | None,
         *,
         tool_names: Sequence[str],
-        policy: MandatoryPolicy | None,
+        policy: FlowPolicy | None,
         max_tool_calls: int | None,
         plan_hint: str | None = None,
     ) -> str:

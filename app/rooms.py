@@ -19,6 +19,7 @@ from app.config import Settings
 from toolindex.embedder import Embedder
 
 if TYPE_CHECKING:
+    from agenttools.keywords import KeywordIndex
     from storage.sqlite import SqliteStorage
 
 log = logging.getLogger("agentchat.rooms")
@@ -92,9 +93,10 @@ async def attach_rooms(
     from agenttools.corpus_tools import CorpusToolDeps, register_corpus_tools
     from agenttools.keywords import KeywordIndex
     from agenttools.perplexity import PerplexityClient
-    from agenttools.rag.deps import RagToolDeps
+    from agenttools.rag.deps import RagToolDeps, RagToolSettings
     from agenttools.rag_tools import register_rag_tools
     from knowledge.kb import KnowledgeBase
+    from knowledge.saved_answers import SavedAnswerVectors
 
     components: dict[str, Any] = {}
     kb = await KnowledgeBase.create(storage.kb_index, embedder, schema_version=storage.schema_version)
@@ -107,8 +109,17 @@ async def attach_rooms(
         knowledge.tasks.append(task)
         stack.push_async_callback(_cancel, task)
 
-    keywords = KeywordIndex(storage.keywords, storage.external_results)
+    # Saved external answers are found again by their keywords' terms and, with an
+    # embedder, by meaning, in the KB's vector space (SC-006).
+    semantic = (
+        SavedAnswerVectors(storage.external_vectors, embedder, embed_query=kb.embed_query)
+        if embedder is not None
+        else None
+    )
+    keywords = KeywordIndex(storage.keywords, storage.external_results, semantic=semantic)
     components["keywords"] = keywords
+    backfill = asyncio.create_task(_backfill_keywords(keywords), name="keyword-backfill")
+    stack.push_async_callback(_cancel, backfill)
     perplexity = (
         PerplexityClient(
             http,
@@ -121,9 +132,22 @@ async def attach_rooms(
     )
     register_rag_tools(
         registry,
-        RagToolDeps(knowledge=kb, keywords=keywords, external_results=storage.external_results, perplexity=perplexity),
+        RagToolDeps(
+            knowledge=kb,
+            keywords=keywords,
+            external_results=storage.external_results,
+            perplexity=perplexity,
+            settings=RagToolSettings(default_buckets=settings.kb_default_buckets),
+        ),
     )
-    register_corpus_tools(registry, CorpusToolDeps(knowledge=kb))
+    register_corpus_tools(
+        registry,
+        CorpusToolDeps(
+            knowledge=kb,
+            overload_threshold=settings.clarify_overload_hits,
+            max_tool_calls=settings.max_tool_calls,
+        ),
+    )
 
     if settings.backend_url:
         from agenttools.drafts import Drafts
@@ -131,15 +155,76 @@ async def attach_rooms(
         from agenttools.tool_support import WorkflowToolDeps
         from agenttools.workflow_tools import register_workflow_tools
 
+        backend = BackendComponent.of(settings, http)
         deps = WorkflowToolDeps(
-            backend_url=settings.backend_url, drafts=Drafts(storage.drafts), timeout_s=settings.backend_timeout_s
+            backend_url=settings.backend_url,
+            drafts=Drafts(storage.drafts),
+            timeout_s=settings.backend_timeout_s,
+            fallback_authorization=backend.fallback_authorization,
         )
         register_workflow_tools(registry, deps)
         register_table_tools(registry, deps)
         components["resolution_cache"] = deps.resolution_cache
+        components["backend"] = backend
+        log.info("workflow/table backend", extra={"url": backend.url, "auth": backend.auth_mode})
     else:
+        components["backend"] = BackendComponent.of(settings, http)
         log.warning("AGENT_BACKEND_URL is not set: workflow and table tools are listed but cannot run")
     return components
+
+
+@dataclass(slots=True)
+class BackendComponent:
+    """Where the workflow/table tools go and as whom, for the log and ``/readyz``.
+
+    With ``AGENT_AUTH=none`` a caller usually sends no ``Authorization``; the tools then
+    call as the reference backend's demo user (``AGENT_BACKEND_DEMO_TOKEN``, default
+    ``demo-alice``) instead of failing with 401. With ``jwt`` the caller's token goes.
+    """
+
+    url: str | None
+    http: httpx.AsyncClient
+    fallback_authorization: str | None
+    auth_mode: str
+
+    @classmethod
+    def of(cls, settings: Settings, http: httpx.AsyncClient) -> BackendComponent:
+        token = settings.backend_demo_token if settings.auth == "none" else None
+        if settings.auth != "none":
+            mode = "the caller's Authorization (AGENT_AUTH=jwt)"
+        elif token:
+            mode = f"demo user {token} when the caller sends no Authorization"
+        else:
+            mode = "the caller's Authorization only (AGENT_BACKEND_DEMO_TOKEN=none)"
+        return cls(settings.backend_url, http, f"Bearer {token}" if token else None, mode)
+
+    async def readiness(self) -> dict[str, Any]:
+        """Informational: an unreachable backend fails workflow/table tools only, so it
+        never makes the service unready."""
+        out: dict[str, Any] = {"ok": True, "url": self.url, "auth": self.auth_mode}
+        if self.url is None:
+            out["detail"] = "AGENT_BACKEND_URL is not set: workflow and table tools cannot run"
+            return out
+        try:
+            response = await self.http.get(self.url + "/healthz", timeout=1.5)
+            out["reachable"] = response.status_code < 500
+            if response.status_code >= 400:
+                out["detail"] = f"GET /healthz answered HTTP {response.status_code}"
+        except httpx.HTTPError as exc:
+            out["reachable"] = False
+            out["detail"] = f"not reachable ({type(exc).__name__}): workflow and table tools will fail"
+        return out
+
+
+async def _backfill_keywords(keywords: KeywordIndex) -> None:
+    """Terms and vectors for keywords and external answers stored before they existed."""
+    try:
+        done = await keywords.backfill()
+    except Exception:  # lookups still work with what is there
+        log.exception("back-filling keyword terms and saved-answer vectors failed")
+        return
+    if any(done.values()):
+        log.info("keyword index back-filled", extra=done)
 
 
 async def _cancel(task: asyncio.Task[Any]) -> None:

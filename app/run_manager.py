@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import time
 import uuid
@@ -53,6 +54,9 @@ class RunManager:
     store: RunStore
     agent: AgentFn
     grace_s: float = 600.0
+    #: A finished run stays in memory this long (fast replays for clients that reconnect
+    #: at once); after that its replay is read from the store and its memory is freed.
+    finished_memory_s: float = 60.0
     max_events: int = 100_000
     rescue_retry_s: float = 2.0
     counters: RunCounters = field(default_factory=RunCounters)
@@ -63,9 +67,10 @@ class RunManager:
 
     # --- admission --------------------------------------------------------------------
 
-    async def submit(self, chat: ChatInput, caller: Caller) -> Run:
+    async def submit(self, chat: ChatInput, caller: Caller, *, idempotency_key: str | None = None) -> Run:
         """Store and start a run. Raises ``ConversationOwnedByAnother``,
-        ``ConversationBusy`` (policy ``reject``) or ``StorageUnavailable``."""
+        ``ConversationBusy`` (policy ``reject``), ``IdempotencyKeyUsed`` (the caller's
+        key already names a run) or ``StorageUnavailable``."""
         run_id = f"run_{uuid.uuid4().hex}"
         conversation_id = chat.conversation_id or f"conv_{uuid.uuid4().hex}"
         await self.store.create(
@@ -76,6 +81,7 @@ class RunManager:
                 context_type=chat.context_type,
                 input=encode_run_input(chat, caller),
                 multitask=chat.multitask,
+                idempotency_key=idempotency_key,
             )
         )
         run = self._new_run(run_id, conversation_id, caller.user_id, chat.context_type)
@@ -149,6 +155,12 @@ class RunManager:
     def active(self) -> list[Run]:
         return [r for r in self._runs.values() if not r.finished and not r.released]
 
+    def recent(self, user_id: str) -> list[Run]:
+        """The user's runs still in memory (live, or finished within ``finished_memory_s``
+        or still followed), newest first."""
+        mine = [r for r in self._runs.values() if r.user_id == user_id]
+        return sorted(mine, key=lambda r: r.created_at, reverse=True)
+
     def count_active(self, user_id: str) -> int:
         return sum(1 for r in self.active() if r.user_id == user_id)
 
@@ -172,12 +184,18 @@ class RunManager:
                 await asyncio.wait_for(asyncio.shield(run.task), timeout=5)
 
     def sweep(self, now: float | None = None) -> int:
-        """Forget finished runs past the grace period; cancel abandoned running ones."""
+        """Forget finished runs nobody follows after ``finished_memory_s`` (their log is in
+        the store); cancel running ones abandoned for ``grace_s``."""
         now = time.time() if now is None else now
         removed = 0
         for run_id, run in list(self._runs.items()):
-            if run.finished and run.finished_at is not None and now - run.finished_at > self.grace_s:
-                if run.durable < len(run.events):
+            if (
+                run.finished
+                and run.finished_at is not None
+                and now - run.finished_at > self.finished_memory_s
+                and run.followers == 0
+            ):
+                if run.durable < len(run.events) or run.storage_error is not None:
                     continue  # its tail is still being written
                 del self._runs[run_id]
                 removed += 1
@@ -190,6 +208,8 @@ class RunManager:
             ):
                 log.info("cancelling abandoned run", extra={"run_id": run_id})
                 run.task.cancel()
+        if removed:
+            release_free_memory()
         return removed
 
     # --- storage failure: the loud ending must reach the log eventually ----------------------
@@ -310,6 +330,17 @@ class RunManager:
         if discarded is not None:
             log.info("discarding a partial model turn", extra={"run_id": run.id, **discarded})
         self._start(run, earlier, lambda: self.agent(run, chat, caller, state=state, resumed=resumed))
+
+
+def release_free_memory() -> None:
+    """Hand freed heap pages back to the OS (glibc keeps them otherwise, so RSS stays at
+    its peak long after a burst of runs is gone). A no-op where there is no glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    with contextlib.suppress(AttributeError):
+        libc.malloc_trim(0)
 
 
 def _cannot_resume(stored: StoredRun, events: list[RunEvent]) -> str | None:

@@ -61,6 +61,12 @@ class RunState:
     malformed_strikes: int = 0
     failed_attempts: dict[str, int] = field(default_factory=dict)
     pending: PendingCalls | None = None
+    #: Seed 001's run record: calls executed, the tools they used, keywords indexed.
+    tool_calls: int = 0
+    used_tools: list[str] = field(default_factory=list)
+    keyword_count: int = 0
+    #: Every answered call of the run in order, with whether it succeeded (metrics).
+    call_outcomes: list[tuple[str, bool]] = field(default_factory=list)
     #: Messages added since the last stored step (written with the next one).
     unsaved: list[Message] = field(default_factory=list)
 
@@ -88,6 +94,9 @@ class RunState:
                 "malformed_strikes": self.malformed_strikes,
                 "failed_attempts": self.failed_attempts,
                 "pending": self.pending.to_dict() if self.pending is not None else None,
+                "record": {"tool_calls": self.tool_calls, "used_tools": self.used_tools,
+                           "keyword_count": self.keyword_count,
+                           "call_outcomes": [[n, ok] for n, ok in self.call_outcomes]},
                 "tools": {
                     "sources": [_source_dict(s) for s in t.sources.values()],
                     "tools_called": t.tools_called,
@@ -129,6 +138,10 @@ class RunState:
             malformed_strikes=int(d["malformed_strikes"]),
             failed_attempts=dict(d["failed_attempts"]),
             pending=PendingCalls.from_dict(d["pending"]) if d["pending"] is not None else None,
+            tool_calls=int(d.get("record", {}).get("tool_calls", 0)),
+            used_tools=list(d.get("record", {}).get("used_tools", [])),
+            keyword_count=int(d.get("record", {}).get("keyword_count", 0)),
+            call_outcomes=[(str(n), bool(ok)) for n, ok in d.get("record", {}).get("call_outcomes", [])],
         )
 
 

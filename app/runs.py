@@ -27,7 +27,7 @@ import orjson
 
 from llm.types import Message
 from storage.errors import StorageError
-from storage.records import TERMINAL_EVENT, RunEvent, RunStatus, RunWrite, StoredRun
+from storage.records import TERMINAL_EVENT, RunEvent, RunStatus, RunSummary, RunWrite, StoredRun
 
 log = logging.getLogger("agentchat.runs")
 
@@ -130,6 +130,7 @@ class Run:
         messages: Sequence[Message] = (),
         status: RunStatus | None = None,
         finished: bool = False,
+        summary: RunSummary | None = None,
     ) -> asyncio.Future[None]:
         """Append events and store them together with the step's checkpoint, messages
         and status in one write. The returned future resolves when it is durable (it
@@ -152,6 +153,7 @@ class Run:
             messages=messages,
             status=status,
             finished=finished,
+            summary=summary,
         )
         self._queue(step, terminal=bool(written) and written[-1].event == TERMINAL_EVENT, future=fut)
         return fut
@@ -185,6 +187,7 @@ class Run:
                 messages=step.messages,
                 status=self.status,
                 finished=True,
+                summary=step.summary,
             )
         if self.log is None:
             self._mark_durable(upto)

@@ -15,62 +15,12 @@ from app.agent import Agent
 from app.auth import Authenticator
 from app.config import Settings
 from app.limits import RateLimiter
+from app.metrics import AppMetrics, LiveSources
 from app.run_manager import RunManager
 from app.selector import IndexState
 from llm.provider import Provider
 from storage.interfaces import ConversationStore, RunStore, ToolCallLog
 from storage.sqlite import SqliteStorage
-
-
-@dataclass(slots=True)
-class Metrics:
-    """Prometheus text from the live census and the stores' counters."""
-
-    def lines(self, svc: Services) -> list[str]:
-        by_status = svc.runs.census()
-        counters = svc.runs.counters
-        stats = svc.storage.db.stats
-        out = [
-            "# HELP agentchat_runs_started_total Runs started since the process started.",
-            "# TYPE agentchat_runs_started_total counter",
-            f"agentchat_runs_started_total {counters.started}",
-            "# HELP agentchat_runs Runs held in memory, by status.",
-            "# TYPE agentchat_runs gauge",
-        ]
-        for status in ("queued", "running", "completed", "failed", "cancelled", "interrupted"):
-            out.append(f'agentchat_runs{{status="{status}"}} {by_status.get(status, 0)}')
-        out += [
-            "# HELP agentchat_runs_resumed_total Runs carried on from a checkpoint after a restart.",
-            "# TYPE agentchat_runs_resumed_total counter",
-            f"agentchat_runs_resumed_total {counters.resumed}",
-            "# HELP agentchat_runs_interrupted_total Runs released at shutdown for the next process.",
-            "# TYPE agentchat_runs_interrupted_total counter",
-            f"agentchat_runs_interrupted_total {counters.interrupted}",
-            "# HELP agentchat_runs_storage_failed_total Runs ended because their events could not be stored.",
-            "# TYPE agentchat_runs_storage_failed_total counter",
-            f"agentchat_runs_storage_failed_total {counters.storage_failures}",
-            "# HELP agentchat_storage_write_retries_total Storage writes retried: the database was busy or failing.",
-            "# TYPE agentchat_storage_write_retries_total counter",
-            f"agentchat_storage_write_retries_total {stats.retries}",
-            "# HELP agentchat_storage_write_failures_total Storage writes given up after the retry window.",
-            "# TYPE agentchat_storage_write_failures_total counter",
-            f"agentchat_storage_write_failures_total {stats.failures}",
-        ]
-        out += [
-            "# HELP agentchat_tool_index_ready Whether the tool index is ready (1) or selection falls back (0).",
-            "# TYPE agentchat_tool_index_ready gauge",
-            f"agentchat_tool_index_ready {1 if svc.index_state.status == 'ready' else 0}",
-        ]
-        cache = svc.components.get("resolution_cache")
-        if cache is not None:
-            stats = cache.stats.to_dict()
-            out += [
-                "# HELP agentchat_resolution_cache_total Name-to-UUID resolution cache lookups, by outcome.",
-                "# TYPE agentchat_resolution_cache_total counter",
-                f'agentchat_resolution_cache_total{{outcome="hit"}} {stats.get("hits", 0)}',
-                f'agentchat_resolution_cache_total{{outcome="miss"}} {stats.get("misses", 0)}',
-            ]
-        return out
 
 
 @dataclass(slots=True)
@@ -88,7 +38,7 @@ class Services:
     agent: Agent
     index_state: IndexState
     rate_limiter: RateLimiter
-    metrics: Metrics = field(default_factory=Metrics)
+    metrics: AppMetrics = field(default_factory=AppMetrics)
     components: dict[str, Any] = field(default_factory=dict)
     background: list[asyncio.Task[Any]] = field(default_factory=list)
 
@@ -129,5 +79,16 @@ class Services:
         ready = all(bool(c.get("ok")) for name, c in checks.items() if name != "tool_index")
         return {"ready": ready, "checks": checks}
 
-    def metrics_text(self) -> str:
-        return "\n".join(self.metrics.lines(self)) + "\n"
+    def live_metric_sources(self) -> LiveSources:
+        """What ``/metrics`` reads at scrape time from this app's live objects."""
+        return LiveSources(
+            census=self.runs.census,
+            run_counters=lambda: self.runs.counters,
+            write_stats=lambda: self.storage.db.stats,
+            index_ready=lambda: self.index_state.status == "ready",
+            resolution_cache=lambda: self.components.get("resolution_cache"),
+        )
+
+    def metrics_body(self) -> bytes:
+        """This app's metrics in the Prometheus text format."""
+        return self.metrics.exposition()

@@ -16,16 +16,18 @@ from typing import Any
 
 import httpx
 
+from agenttools.rag.policy import FlowPolicy
 from agenttools.registry import ToolRegistry
-from app.agent import Agent, AgentSettings, MandatoryPolicy
+from app.agent import Agent, AgentSettings
 from app.auth import Authenticator
 from app.config import Settings
 from app.limits import RateLimiter
+from app.metrics import AppMetrics
 from app.run_manager import RunManager
 from app.selector import IndexState, ToolSelector
 from app.services import Services
 from llm.provider import Provider
-from storage.sqlite import SqliteOptions, open_sqlite_storage
+from storage.open import open_storage
 from toolindex.embedder import Embedder
 
 log = logging.getLogger("agentchat.wiring")
@@ -143,7 +145,7 @@ def default_registry() -> ToolRegistry:
 
 async def build_services(settings: Settings, stack: AsyncExitStack, overrides: Overrides) -> Services:
     # The one storage room: migrated completely before anything else reads or writes.
-    storage = await open_sqlite_storage(settings.db_path, SqliteOptions(write_retry_s=settings.db_write_retry_s))
+    storage = await open_storage(settings.database_url or settings.db_path, write_retry_s=settings.db_write_retry_s)
     stack.push_async_callback(storage.close)
     http = httpx.AsyncClient(
         timeout=httpx.Timeout(settings.backend_timeout_s, connect=5.0),
@@ -185,7 +187,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     if warm is not None:
         background.append(asyncio.create_task(warm()))
 
-    from agenttools.catalog import core_tools, tools_for_context
+    from agenttools.catalog import tools_for_context
     from agenttools.context_ids import inject_context_ids
     from agenttools.executor import ToolExecutor
     from agenttools.validation import validate_arguments
@@ -193,7 +195,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     selector = ToolSelector(
         registry=registry,
         index_state=index_state,
-        core_tools=core_tools,
+        core_tools=flow_core_tools(settings.mandatory_contexts),
         context_filter=tools_for_context,
         top_k=settings.rag_top_k,
         min_score=settings.rag_min_score,
@@ -209,6 +211,8 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         prompts = PromptService()
     conversations = storage.conversations
     tool_log = storage.tool_calls
+    # This app's own Prometheus registry; the agent loop records run outcomes in it.
+    metrics = AppMetrics(tool_names=registry)
     agent = Agent(
         provider=provider,
         registry=registry,
@@ -227,10 +231,16 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
             mandatory_contexts=settings.mandatory_contexts,
             idle_timeout_s=settings.llm_timeout_s,
         ),
-        policy=MandatoryPolicy(),
+        metrics=metrics.runs,
+        policy=FlowPolicy(),
         planner=overrides.planner if overrides.planner is not None else _default_planner(provider, components),
     )
-    runs = RunManager(store=storage.runs, agent=agent.run, grace_s=settings.run_grace_s)
+    runs = RunManager(
+        store=storage.runs,
+        agent=agent.run,
+        grace_s=settings.run_grace_s,
+        finished_memory_s=settings.finished_run_memory_s,
+    )
     svc = Services(
         settings=settings,
         storage=storage,
@@ -245,11 +255,38 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         agent=agent,
         index_state=index_state,
         rate_limiter=RateLimiter(settings.requests_per_minute),
+        metrics=metrics,
         components=components,
         background=background,
     )
     background.append(asyncio.create_task(_sweep(runs)))
+    metrics.attach_live(svc.live_metric_sources())
+    keywords = components.get("keywords")
+    if keywords is not None:
+        from app.keyword_pruning import KeywordPrunePolicy, prune_keywords_periodically
+
+        prune_policy = KeywordPrunePolicy(
+            max_age_days=settings.keyword_max_age_days,
+            min_usage=settings.keyword_min_usage,
+            interval_s=settings.keyword_prune_interval_s,
+        )
+        background.append(
+            asyncio.create_task(prune_keywords_periodically(keywords, prune_policy), name="keyword-prune")
+        )
     return svc
+
+
+def flow_core_tools(mandatory_contexts: tuple[str, ...]) -> Any:
+    """Core tools per context; where the mandatory flow applies, all four of its tools
+    are offered (so the web branch — Perplexity, then keywords — is reachable there)."""
+    from agenttools.catalog import MANDATORY_CORE_TOOLS, core_tools
+    from agenttools.rag.policy import RAG_TOOL_NAMES
+
+    def pick(context_type: str, context: Any) -> list[str]:
+        flow = RAG_TOOL_NAMES if context_type in mandatory_contexts else MANDATORY_CORE_TOOLS
+        return core_tools(context_type, context, mandatory=flow)
+
+    return pick
 
 
 def _default_planner(provider: Provider, components: dict[str, Any]) -> Any:

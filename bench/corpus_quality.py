@@ -156,11 +156,26 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-async def evaluate(embedder: Any, docs: list[dict[str, Any]], queries: list[dict[str, Any]]) -> dict[str, Any]:
-    from app.kb_file import open_kb_file
+async def open_engine_kb(engine: str, tmp: str, embedder: Any, pg: Any) -> Any:
+    """The KB on a fresh SQLite file, or on a fresh database of the bench's PostgreSQL."""
+    if engine == "sqlite":
+        from app.kb_file import open_kb_file
 
+        return await open_kb_file(Path(tmp) / "kb.sqlite3", embedder)
+    from knowledge.kb import KnowledgeBase
+    from storage.postgres import open_postgres_storage
+
+    storage = await open_postgres_storage(pg.url(pg.new_database(empty=True)))
+    return await KnowledgeBase.create(
+        storage.kb_index, embedder, schema_version=storage.schema_version, on_close=storage.close
+    )
+
+
+async def evaluate(
+    embedder: Any, docs: list[dict[str, Any]], queries: list[dict[str, Any]], engine: str = "sqlite", pg: Any = None
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="agentchat-quality-") as tmp:
-        kb = await open_kb_file(Path(tmp) / "kb.sqlite3", embedder)
+        kb = await open_engine_kb(engine, tmp, embedder, pg)
         try:
             report = await kb.ingest_documents(docs, bucket="pydocs")
             rows: list[dict[str, Any]] = []
@@ -177,6 +192,7 @@ async def evaluate(embedder: Any, docs: list[dict[str, Any]], queries: list[dict
         finally:
             await kb.aclose()
     return {
+        "engine": engine,
         "embedder": f"{embedder.name}:{embedder.model}",
         "documents": len(docs),
         "chunks": report.chunks,
@@ -228,19 +244,37 @@ async def main_async() -> int:
         queries = [q for q in queries if q["relevant"]]
     print(f"corpus: {len(docs)} documents (Python {sys.version.split()[0]}), {len(queries)} labelled queries")
 
-    results = []
-    hashing = HashingEmbedder(dim=384)
-    results.append(await evaluate(hashing, docs, queries))
-    real, why = await real_embedder()
-    if real is not None:
+    # Engines: AGENT_BENCH_ENGINES=sqlite,postgres (default both when a PostgreSQL can be
+    # started: the pgserver wheel of the dev dependencies, see tests/support/postgres.py).
+    engines = [e.strip() for e in os.environ.get("AGENT_BENCH_ENGINES", "sqlite,postgres").split(",") if e.strip()]
+    pg = None
+    if "postgres" in engines:
         try:
-            results.append(await evaluate(real, docs, queries))
-        finally:
-            await real.aclose()
-    else:
-        print(f"no real embedder configured: {why}")
+            from tests.support.postgres import TestPostgres
+
+            pg = TestPostgres().start()
+        except Exception as exc:  # the SQLite figures still stand on their own
+            print(f"postgres engine skipped: {exc}")
+            engines.remove("postgres")
+    results = []
+    try:
+        hashing = HashingEmbedder(dim=384)
+        for engine in engines:
+            results.append(await evaluate(hashing, docs, queries, engine, pg))
+        real, why = await real_embedder()
+        if real is not None:
+            try:
+                for engine in engines:
+                    results.append(await evaluate(real, docs, queries, engine, pg))
+            finally:
+                await real.aclose()
+        else:
+            print(f"no real embedder configured: {why}")
+    finally:
+        if pg is not None:
+            pg.stop()
     for r in results:
-        print(f"== {r['embedder']}  ({r['documents']} docs, {r['chunks']} chunks)")
+        print(f"== [{r['engine']}] {r['embedder']}  ({r['documents']} docs, {r['chunks']} chunks)")
         for part, summary in (("all", r["summary"]), *r["by_split"].items()):
             print(f"  [{part}]")
             for name in LABELS.values():

@@ -95,6 +95,16 @@ class Buckets:
         self._schemas[name] = merged
         return dict(merged)
 
+    async def exists(self, name: str) -> bool:
+        if name in self._schemas:
+            return True
+        await self.load()
+        return name in self._schemas
+
+    def forget(self, name: str) -> None:
+        """After the bucket was deleted."""
+        self._schemas.pop(name, None)
+
     async def ensure(self, name: str) -> None:
         if name in self._schemas:
             return

@@ -6,6 +6,11 @@ sentences) up to ``target`` characters, start a new chunk at a heading once the 
 one is reasonably full, and carry the last ``overlap`` characters of a chunk into the
 next one *within* a section, so a fact that straddles a boundary is still found whole.
 Each chunk remembers the heading path it sits under ("Routes › Chat").
+
+Paged text (a PDF) separates its pages with a line holding a form feed (``\f``,
+``PAGE_BREAK``); with ``paged=True`` each chunk also remembers the pages its own text
+comes from (``page`` .. ``page_end``, 1-based; the overlap carried in from the previous
+chunk does not count), so a citation can say "page 5".
 """
 
 from __future__ import annotations
@@ -17,12 +22,18 @@ _HEADING_RE = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _FENCE_RE = re.compile(r"^\s*(```|~~~)")
 _SENTENCE_RE = re.compile(r"(?<=[.!?…])\s+")
 
+#: What separates the pages of paged text: a line holding a form feed.
+PAGE_BREAK = "\n\f\n"
+
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
     position: int
     heading: str
     text: str
+    #: First and last page the chunk's text is on (1-based), for paged text only.
+    page: int | None = None
+    page_end: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,14 +41,16 @@ class _Block:
     text: str
     heading: str  # heading path in effect for this block
     is_heading: bool
+    page: int | None = None
 
 
-def _blocks(text: str) -> list[_Block]:
+def _blocks(text: str, paged: bool = False) -> list[_Block]:
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     blocks: list[_Block] = []
     path: list[tuple[int, str]] = []
     para: list[str] = []
     in_fence = False
+    page = 1 if paged else None
 
     def heading_path() -> str:
         return " › ".join(h for _, h in path)
@@ -46,10 +59,14 @@ def _blocks(text: str) -> list[_Block]:
         if para:
             body = "\n".join(para).strip()
             if body:
-                blocks.append(_Block(body, heading_path(), False))
+                blocks.append(_Block(body, heading_path(), False, page))
             para.clear()
 
     for line in lines:
+        if page is not None and "\f" in line and not line.strip():
+            flush()  # a paragraph never spans a page break: each block has one page
+            page += line.count("\f")
+            continue
         if _FENCE_RE.match(line):
             in_fence = not in_fence
             para.append(line)
@@ -64,7 +81,7 @@ def _blocks(text: str) -> list[_Block]:
             while path and path[-1][0] >= level:
                 path.pop()
             path.append((level, title))
-            blocks.append(_Block(line.strip(), heading_path(), True))
+            blocks.append(_Block(line.strip(), heading_path(), True, page))
         elif not line.strip():
             flush()
         else:
@@ -116,24 +133,29 @@ def _tail(text: str, overlap: int) -> str:
     return tail[cut + 1 :] if 0 <= cut < len(tail) // 2 else tail
 
 
-def chunk_text(text: str, *, target: int = 800, overlap: int = 120) -> list[Chunk]:
-    """Chunks of roughly ``target`` characters (never more than ``target + overlap``)."""
+def chunk_text(text: str, *, target: int = 800, overlap: int = 120, paged: bool = False) -> list[Chunk]:
+    """Chunks of roughly ``target`` characters (never more than ``target + overlap``).
+
+    ``paged``: ``text`` is pages separated by ``PAGE_BREAK``; chunks carry page numbers.
+    """
     if target < 50:
         raise ValueError("target must be at least 50 characters")
     overlap = max(0, min(overlap, target // 2))
     chunks: list[Chunk] = []
     parts: list[str] = []
+    pages: list[int] = []
     size = 0
     heading = ""
 
     def emit() -> None:
-        nonlocal parts, size
+        nonlocal parts, size, pages
         body = "\n\n".join(parts).strip()
         if body:
-            chunks.append(Chunk(len(chunks), heading, body))
-        parts, size = [], 0
+            first, last = (min(pages), max(pages)) if pages else (None, None)
+            chunks.append(Chunk(len(chunks), heading, body, first, last))
+        parts, size, pages = [], 0, []
 
-    for block in _blocks(text):
+    for block in _blocks(text, paged):
         if block.is_heading:
             if size >= target // 2:
                 emit()
@@ -141,6 +163,8 @@ def chunk_text(text: str, *, target: int = 800, overlap: int = 120) -> list[Chun
                 heading = block.heading
             parts.append(block.text)
             size += len(block.text) + 2
+            if block.page is not None:
+                pages.append(block.page)
             continue
         for piece in _pieces(block.text, target):
             if parts and size + len(piece) > target:
@@ -154,5 +178,7 @@ def chunk_text(text: str, *, target: int = 800, overlap: int = 120) -> list[Chun
                 heading = block.heading
             parts.append(piece)
             size += len(piece) + 2
+            if block.page is not None:
+                pages.append(block.page)
     emit()
     return chunks

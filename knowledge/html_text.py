@@ -1,13 +1,21 @@
-"""HTML to heading-preserving plain text, with the standard library's parser.
+"""HTML to heading-preserving plain text.
 
-Scripts, styles and other non-content elements are dropped; ``<h1>``–``<h6>`` become
-Markdown headings so the chunker can split on them; block elements become paragraph
-breaks. The ``<title>`` (or first ``<h1>``) becomes the document title.
+``extract_html`` is what ingestion uses: the page's *main content* (navigation
+sidebars, menus, headers and footers left out) by ``trafilatura``, a maintained
+extractor, as Markdown with its headings; when trafilatura is not installed, or finds
+too little on a tiny page, the standard library's stripper (``html_to_text``) below.
+
+The stripper drops scripts, styles and other non-content elements, turns ``<h1>``–``<h6>``
+into Markdown headings so the chunker can split on them, and block elements into
+paragraph breaks. The ``<title>`` (or first ``<h1>``) becomes the document title.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import re
+from functools import cache
 from html.parser import HTMLParser
 
 _SKIP = {"script", "style", "noscript", "template", "svg", "head", "iframe", "object"}
@@ -91,3 +99,44 @@ def html_to_text(html: str) -> tuple[str, str]:
     text = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
     title = " ".join(parser.title.split()) or parser.first_h1
     return title, text
+
+
+#: Below this many characters, the extractor's result is not trusted over the stripper's
+#: (on a tiny page it falls back to a bare text dump without headings).
+MIN_EXTRACTED_CHARS = 200
+_HEADERLINK = re.compile(r"[ \t]*[¶\uf0c1]")
+
+
+@cache
+def extractor_available() -> bool:
+    return importlib.util.find_spec("trafilatura") is not None
+
+
+def extract_html(html: str) -> tuple[str, str, str]:
+    """``(title, text, extractor)`` of a page: its main content by ``trafilatura`` when
+    installed (``extractor`` is ``"trafilatura"``), else the whole text (``"stdlib"``)."""
+    title, stripped = html_to_text(html)
+    if not extractor_available():
+        return title, stripped, "stdlib"
+    import trafilatura  # optional at run time: the stripper above is the fallback
+
+    logging.getLogger("trafilatura").setLevel(logging.ERROR)
+    try:
+        main = trafilatura.extract(
+            html,
+            output_format="markdown",
+            include_tables=True,
+            include_formatting=True,
+            include_links=False,
+            include_images=False,
+            include_comments=False,
+            favor_recall=True,
+            deduplicate=False,
+        )
+    except Exception:  # a page trafilatura cannot parse still has the stripper's text
+        main = None
+    if not main or len(main) < MIN_EXTRACTED_CHARS:
+        return title, stripped, "stdlib"
+    main = _HEADERLINK.sub("", main)
+    main = re.sub(r"\n{3,}", "\n\n", main).strip()
+    return title, main, "trafilatura"

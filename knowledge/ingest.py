@@ -29,7 +29,8 @@ import orjson
 
 from knowledge.buckets import Buckets, typed_row
 from knowledge.chunking import Chunk, chunk_text
-from knowledge.loaders import LoadedDocument, iter_files, load_file, record_to_document
+from knowledge.filecheck import DEFAULT_MAX_FILE_MB, MB, SKIP_TOO_LARGE, SKIP_UNREADABLE, walk_files
+from knowledge.loaders import SUPPORTED_SUFFIXES, LoadedDocument, load_file, record_to_document
 from knowledge.names import check_bucket_name, is_doc_id, short_hash, slugify
 from knowledge.types import (
     DEFAULT_BUCKET,
@@ -44,6 +45,11 @@ from storage.kb_records import KBChunkWrite, KBDocumentWrite
 from toolindex.embedder import Embedder, EmbeddingError
 
 Progress = Callable[[int, int, str], None]
+#: Called after each batch is written, with the report so far (chunk counts for a progress bar).
+BatchHook = Callable[[IngestReport], None]
+DEFAULT_MAX_FILE_BYTES = int(DEFAULT_MAX_FILE_MB * MB)
+#: Skipped files whose old documents stay: the file is still there, it just was not read.
+_KEEP_DOCUMENTS_OF = {SKIP_TOO_LARGE, SKIP_UNREADABLE}
 
 
 @dataclass(slots=True)
@@ -88,24 +94,36 @@ class Ingestor:
         *,
         bucket: str = DEFAULT_BUCKET,
         progress: Progress | None = None,
+        follow_links: bool = False,
+        max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
+        on_batch: BatchHook | None = None,
     ) -> IngestReport:
         started = time.perf_counter()
         check_bucket_name(bucket)
-        await self.buckets.ensure(bucket)
         report = IngestReport()
         roots = [Path(p).expanduser().resolve() for p in paths]
-        files: list[Path] = []
+        files: list[tuple[Path, str]] = []
+        protected: set[str] = set()
         for root in roots:
             if not root.exists():
-                report.rejected.append(Rejection(str(root), "path does not exist"))
+                report.rejected.append(Rejection(str(root), "path does not exist", kind="missing path"))
                 continue
-            files.extend(await asyncio.to_thread(lambda r=root: list(iter_files(r))))
+
+            def walk(r: Path = root) -> list[Any]:
+                return list(walk_files(r, SUPPORTED_SUFFIXES, follow_links=follow_links, max_file_bytes=max_file_bytes))
+
+            for entry in await asyncio.to_thread(walk):
+                if entry.skip is None:
+                    files.append((entry.path, entry.shown))
+                    continue
+                report.skip_file(str(entry.path), entry.skip, entry.detail)
+                if entry.skip in _KEEP_DOCUMENTS_OF:
+                    protected.add(str(entry.path))
         report.files = len(files)
         seen: set[str] = set()
-        protected: set[str] = set()
         pending: list[LoadedDocument] = []
-        for done, path in enumerate(files, start=1):
-            loaded, rejected = await asyncio.to_thread(load_file, path)
+        for done, (path, shown) in enumerate(files, start=1):
+            loaded, rejected = await asyncio.to_thread(load_file, path, shown)
             if rejected:
                 report.rejected.extend(rejected)
                 protected.add(str(path))
@@ -113,10 +131,14 @@ class Ingestor:
             if len(pending) >= self.config.batch_documents:
                 await self._ingest_batch(pending, bucket, report, seen)
                 pending = []
+                if on_batch is not None:
+                    on_batch(report)
             if progress is not None:
-                progress(done, len(files), str(path))
+                progress(done, len(files), shown)
         if pending:
             await self._ingest_batch(pending, bucket, report, seen)
+            if on_batch is not None:
+                on_batch(report)
         stale = await self._stale_documents(bucket, [r for r in roots if r.exists()], seen, protected)
         if stale:
             report.deleted += await self.delete_documents(stale)
@@ -133,7 +155,6 @@ class Ingestor:
     ) -> IngestReport:
         started = time.perf_counter()
         check_bucket_name(bucket)
-        await self.buckets.ensure(bucket)
         report = IngestReport()
         loaded: list[LoadedDocument] = []
         for i, item in enumerate(docs, start=1):
@@ -168,7 +189,9 @@ class Ingestor:
     async def _ingest_batch(
         self, loaded: list[LoadedDocument], bucket: str, report: IngestReport, seen: set[str]
     ) -> None:
-        schema = await self.buckets.schema(bucket)
+        # A bucket is created by the first write into it, never for an ingestion that
+        # stored nothing; until then it has no typed fields.
+        schema = await self.buckets.schema(bucket) if await self.buckets.exists(bucket) else {}
         candidates: list[tuple[LoadedDocument, str, list[Any]]] = []
         for item in loaded:
             doc = item.doc
@@ -206,7 +229,7 @@ class Ingestor:
 
         def chunk_all() -> None:
             for p in todo:
-                p.chunks = chunk_text(p.doc.text, target=target, overlap=overlap)
+                p.chunks = chunk_text(p.doc.text, target=target, overlap=overlap, paged=p.doc.paged)
 
         await asyncio.to_thread(chunk_all)
         todo = [p for p in todo if p.chunks]
@@ -222,7 +245,8 @@ class Ingestor:
     def _content_hash(self, doc: DocumentIn) -> str:
         cfg = self.config
         payload = orjson.dumps(
-            [doc.title, doc.text, doc.url, doc.source, doc.metadata, cfg.chunk_target, cfg.chunk_overlap],
+            [doc.title, doc.text, doc.url, doc.source, doc.metadata, cfg.chunk_target, cfg.chunk_overlap]
+            + (["paged"] if doc.paged else []),
             option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
             default=str,
         )
@@ -258,6 +282,9 @@ class Ingestor:
             offset += n
 
     async def _write(self, todo: list[_Prepared], bucket: str, schema: dict[str, str]) -> None:
+        if not todo:
+            return
+        await self.buckets.ensure(bucket)
         docs = [
             KBDocumentWrite(
                 id=p.doc.id or "",
@@ -267,11 +294,12 @@ class Ingestor:
                 content_hash=p.content_hash,
                 metadata=p.doc.metadata,
                 chars=len(p.doc.text),
-                chunks=[KBChunkWrite(c.position, c.heading, c.text) for c in p.chunks],
+                chunks=[KBChunkWrite(c.position, c.heading, c.text, c.page, c.page_end) for c in p.chunks],
                 vectors=p.vectors,
                 embed_model=self.embed_key if p.vectors is not None else None,
                 embed_dim=self.dim if p.vectors is not None else None,
                 typed=p.typed if schema else (),
+                origin=p.doc.origin,
             )
             for p in todo
         ]

@@ -4,8 +4,9 @@ It holds no data and speaks no SQL: documents, chunks, the full-text index and s
 vectors live behind a ``storage.interfaces.KBIndex`` (``storage/sqlite/kb_index.py`` by
 default), handed in by whoever opened the storage. What happens here:
 
-* ``load()`` makes sure the default bucket exists, reads the bucket schemas and fills
-  the in-memory float32 vector matrix (``VectorIndex``) from the index.
+* ``load()`` reads the bucket schemas and fills the in-memory float32 vector matrix
+  (``VectorIndex``) from the index. A bucket exists once something was ingested into
+  it (or it was created with typed fields); no bucket is created empty by accident.
 * Ingestion (``knowledge/ingest.py``): validate, skip unchanged, chunk, embed, write.
 * Search (``knowledge/search.py``): full-text candidates ∪ vector top-N → fusion →
   re-ranking; filters validated in ``knowledge/filters.py`` into an engine-neutral tree.
@@ -20,14 +21,18 @@ import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from knowledge.buckets import Buckets, UnknownBucketError
 from knowledge.filters import FilterError
-from knowledge.ingest import Ingestor, Progress
-from knowledge.names import is_doc_id
+from knowledge.ingest import DEFAULT_MAX_FILE_BYTES, BatchHook, Ingestor, Progress
+from knowledge.names import is_doc_id, is_identifier
 from knowledge.search import Searcher
 from knowledge.types import (
     DEFAULT_BUCKET,
     BucketInfo,
+    ConstraintCount,
+    DocumentCount,
     DocumentIn,
     IngestReport,
     KBConfig,
@@ -78,8 +83,7 @@ class KnowledgeBase:
         return kb
 
     async def load(self) -> None:
-        """Ensure the default bucket, read the schemas, load the vectors of this embedder."""
-        await self._buckets.ensure(DEFAULT_BUCKET)
+        """Read the schemas, load the vectors of this embedder."""
         await self._buckets.load()
         if self.embedder is not None and self.embed_key is not None:
             await load_vectors(self._vectors, self.index, self.embed_key)
@@ -113,18 +117,45 @@ class KnowledgeBase:
     async def list_buckets(self) -> list[BucketInfo]:
         return await self._buckets.infos()
 
+    async def delete_bucket(self, name: str) -> int | None:
+        """Delete ``name`` with its documents (chunks, vectors, typed fields): how many
+        documents went, or ``None`` when there is no such bucket."""
+        if not is_identifier(name):
+            return None
+        gone = await self.index.delete_bucket(name)
+        self._buckets.forget(name)
+        if gone is None:
+            return None
+        for doc_id in gone:
+            self._vectors.remove_document(doc_id)
+        return len(gone)
+
     # ------------------------------------------------------------------ documents
     async def ingest_paths(
-        self, paths: Iterable[str | os.PathLike[str]], *, bucket: str = DEFAULT_BUCKET, progress: Progress | None = None
+        self,
+        paths: Iterable[str | os.PathLike[str]],
+        *,
+        bucket: str = DEFAULT_BUCKET,
+        progress: Progress | None = None,
+        follow_links: bool = False,
+        max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
+        on_batch: BatchHook | None = None,
     ) -> IngestReport:
         """Ingest files and directories into ``bucket``.
 
         Unchanged documents (same content hash, same embedder) are skipped; documents
         that came from an ingested directory or file but are no longer there are
         deleted. A file with any rejected record keeps its old documents (a typo must
-        not delete data); fix it and re-ingest to propagate deletions.
+        not delete data); fix it and re-ingest to propagate deletions. Binary and
+        non-UTF-8 files are rejected with a reason; hidden entries, unsupported types,
+        symbolic links below the named paths (unless ``follow_links``) and files over
+        ``max_file_bytes`` are skipped and counted in ``report.skipped_files``.
+        Documents' ``source`` is their path relative to the named folder's parent.
         """
-        return await self._ingest.ingest_paths(paths, bucket=bucket, progress=progress)
+        return await self._ingest.ingest_paths(
+            paths, bucket=bucket, progress=progress, follow_links=follow_links,
+            max_file_bytes=max_file_bytes, on_batch=on_batch,
+        )
 
     async def ingest_documents(
         self,
@@ -144,6 +175,17 @@ class KnowledgeBase:
     async def delete_documents(self, doc_ids: Sequence[str]) -> int:
         """Delete documents (chunks, full-text rows, typed metadata, vectors). Returns how many existed."""
         return await self._ingest.delete_documents(doc_ids)
+
+    async def list_documents(
+        self, *, bucket: str | None = None, limit: int = 100, after: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Documents ordered by id, ``limit`` at a time after the id ``after`` (no text)."""
+        rows = await self.index.list_documents(bucket, limit=limit, after=after)
+        return [
+            {"doc_id": r.id, "bucket": r.bucket, "title": r.title, "source": r.source, "url": r.url,
+             "chars": r.chars, "chunks": r.chunks, "updated_at": r.updated_at}
+            for r in rows
+        ]
 
     async def get_document(self, doc_id: str) -> dict[str, Any] | None:
         """Everything known about a document except its text (for ``get_document_metadata``)."""
@@ -182,6 +224,7 @@ class KnowledgeBase:
         context_chars: int | None = None,
         candidates: int | None = None,
         relax: bool = False,
+        buckets: Sequence[str] | None = None,
     ) -> SearchResponse:
         """Hybrid (default), BM25-only (``text``) or vector-only (``semantic``) search.
 
@@ -190,11 +233,20 @@ class KnowledgeBase:
         filtered search that finds nothing is retried once without its most
         restrictive constraint, and the response says ``relaxed=True`` and what was
         dropped. Raises ``UnknownBucketError`` for an unknown bucket.
+
+        ``buckets`` (when ``bucket`` is not given) scopes the search to several buckets
+        — the configured default ones — and ignores those that do not exist (yet);
+        ``"*"`` among them means every bucket.
         """
         return await self._search.search(
             query, bucket=bucket, top_k=top_k, filters=filters, doc_id=doc_id, mode=mode,
-            context_chars=context_chars, candidates=candidates, relax=relax,
+            context_chars=context_chars, candidates=candidates, relax=relax, buckets=buckets,
         )
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        """The query vector ``search`` uses (cached), so another index in the KB's vector
+        space embeds a query once. Raises ``EmbeddingError`` (also without an embedder)."""
+        return await self._search.embed_query(text)
 
     async def relax_filters(
         self, filters: Mapping[str, Any], *, bucket: str | None = None
@@ -203,6 +255,26 @@ class KnowledgeBase:
         the fewest documents): ``(remaining filters or None, dropped constraint as JSON)``.
         ``None`` when there is nothing to drop."""
         return await self._search.relax_filters(filters, bucket=bucket)
+
+    async def constraint_counts(
+        self, filters: Mapping[str, Any] | str | None, *, bucket: str | None = None
+    ) -> list[ConstraintCount]:
+        """Each top-level constraint of ``filters`` with the documents it alone matches
+        (to name the condition a search found nothing for)."""
+        return await self._search.constraint_counts(filters, bucket=bucket)
+
+    async def count_documents(
+        self,
+        query: str | None = None,
+        *,
+        bucket: str | None = None,
+        filters: Mapping[str, Any] | str | None = None,
+        doc_id: str | None = None,
+        limit: int = 1000,
+    ) -> DocumentCount:
+        """Documents in scope, or those of them whose text matches ``query``'s terms
+        (a lower bound past ``limit`` matching passages): the size of a list-all request."""
+        return await self._search.count_documents(query, bucket=bucket, filters=filters, doc_id=doc_id, limit=limit)
 
     async def stats(self) -> dict[str, Any]:
         dim = self.embedder.dim if self.embedder else None

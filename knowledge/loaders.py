@@ -17,7 +17,9 @@ from typing import Any
 
 import orjson
 
-from knowledge.html_text import html_to_text
+from knowledge.chunking import PAGE_BREAK
+from knowledge.filecheck import decode_text
+from knowledge.html_text import extract_html
 from knowledge.names import is_doc_id, short_hash, slugify
 from knowledge.types import DocumentIn, Rejection
 
@@ -77,23 +79,29 @@ def _front_matter(text: str) -> tuple[dict[str, str], str]:
     return meta, text[m.end() :]
 
 
-def load_file(path: Path) -> tuple[list[LoadedDocument], list[Rejection]]:
-    """Parse one file; ``path`` should be absolute (it becomes the documents' source)."""
+def load_file(path: Path, source: str | None = None) -> tuple[list[LoadedDocument], list[Rejection]]:
+    """Parse one file. ``path`` should be absolute: it is the documents' ``origin`` and
+    names the file in rejections; ``source`` is what readers see (a path relative to
+    the ingested folder; the file name by default), never the server's path."""
     suffix = path.suffix.lower()
     src = str(path)
+    shown = source or path.name
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
-            return [], [Rejection(src, f"file larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")]
+            return [], [Rejection(src, f"file larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB", kind="too large")]
         if suffix in PDF_SUFFIXES:
-            return _load_pdf(path)
+            return _load_pdf(path, shown)
         raw = path.read_bytes()
     except OSError as exc:
-        return [], [Rejection(src, f"cannot read file: {exc.strerror or exc}")]
-    text = raw.decode("utf-8", errors="replace").lstrip("\ufeff")
+        return [], [Rejection(src, f"cannot read file: {exc.strerror or exc}", kind="unreadable")]
+    decoded = decode_text(raw)
+    if decoded.text is None:
+        return [], [Rejection(src, decoded.reason, kind=decoded.kind)]
+    text = decoded.text
     if suffix in RECORD_SUFFIXES:
-        return _load_records(path, text)
+        return _load_records(path, text, shown)
     if suffix in HTML_SUFFIXES:
-        title, body = html_to_text(text)
+        title, body, _ = extract_html(text)
         meta: dict[str, Any] = {"format": "html"}
         explicit = None
     elif suffix in TEXT_SUFFIXES:
@@ -105,25 +113,27 @@ def load_file(path: Path) -> tuple[list[LoadedDocument], list[Rejection]]:
             title = m.group(1).strip() if m else ""
         meta = {**meta, "format": "markdown" if suffix in (".md", ".markdown") else "text"}
     else:
-        return [], [Rejection(src, f"unsupported file type {suffix or '(none)'}")]
+        return [], [Rejection(src, f"unsupported file type {suffix or '(none)'}", kind="unsupported type")]
     if not body.strip():
-        return [], [Rejection(src, "empty document")]
+        return [], [Rejection(src, "empty document", kind="empty")]
     url = meta.pop("url", None) if isinstance(meta.get("url"), str) else None
     doc = DocumentIn(
         text=body,
         title=title or _title_from_stem(path),
         id=file_doc_id(path, explicit),
-        source=src,
+        source=shown,
         url=url,
         metadata=meta,
+        origin=src,
     )
     return [LoadedDocument(doc)], []
 
 
-def _load_pdf(path: Path) -> tuple[list[LoadedDocument], list[Rejection]]:
+def _load_pdf(path: Path, shown: str) -> tuple[list[LoadedDocument], list[Rejection]]:
     src = str(path)
     if not pdf_supported():
-        return [], [Rejection(src, "PDF support needs the optional 'pypdf' package (pip install agentchat[pdf])")]
+        why = "PDF support needs the optional 'pypdf' package (pip install agentchat[pdf])"
+        return [], [Rejection(src, why, kind="PDF")]
     import pypdf  # optional dependency, imported only when present
 
     try:
@@ -132,16 +142,20 @@ def _load_pdf(path: Path) -> tuple[list[LoadedDocument], list[Rejection]]:
         info = reader.metadata
         title = str(info.title) if info is not None and info.title else ""
     except Exception as exc:  # pypdf raises many types on malformed files
-        return [], [Rejection(src, f"unreadable PDF: {exc}")]
-    body = "\n\n".join(p for p in pages if p)
-    if not body:
-        return [], [Rejection(src, "PDF has no extractable text")]
+        return [], [Rejection(src, f"unreadable PDF: {exc}", kind="PDF")]
+    if not any(pages):
+        return [], [Rejection(src, "PDF has no extractable text", kind="PDF")]
+    # Pages stay apart (a form-feed line between them, empty pages kept) so every chunk
+    # knows which page it is on and a citation can name it.
+    body = PAGE_BREAK.join(p.replace("\f", "\n") for p in pages)
     doc = DocumentIn(
         text=body,
         title=title or _title_from_stem(path),
         id=file_doc_id(path),
-        source=src,
+        source=shown,
+        origin=src,
         metadata={"format": "pdf", "pages": len(pages)},
+        paged=True,
     )
     return [LoadedDocument(doc)], []
 
@@ -167,7 +181,7 @@ def record_to_document(record: Any, *, source: str | None, fallback_id: str | No
     return doc
 
 
-def _load_records(path: Path, text: str) -> tuple[list[LoadedDocument], list[Rejection]]:
+def _load_records(path: Path, text: str, shown: str) -> tuple[list[LoadedDocument], list[Rejection]]:
     src = str(path)
     base = f"{slugify(path.stem, limit=32)}-{short_hash(src, size=6)}"
     docs: list[LoadedDocument] = []
@@ -176,15 +190,15 @@ def _load_records(path: Path, text: str) -> tuple[list[LoadedDocument], list[Rej
         try:
             data = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
-            return [], [Rejection(src, f"invalid JSON: {exc}")]
+            return [], [Rejection(src, f"invalid JSON: {exc}", kind="invalid JSON")]
         if isinstance(data, Mapping) and isinstance(data.get("documents") or data.get("records"), list):
             data = data.get("documents") or data.get("records")
         records = data if isinstance(data, list) else [data]
         for i, record in enumerate(records, start=1):
             try:
-                docs.append(LoadedDocument(record_to_document(record, source=src, fallback_id=f"{base}-{i}"), i))
+                docs.append(LoadedDocument(_from_file(record, shown, src, f"{base}-{i}"), i))
             except ValueError as exc:
-                rejected.append(Rejection(src, f"record {i}: {exc}", i))
+                rejected.append(Rejection(src, f"record {i}: {exc}", i, kind="invalid record"))
         return docs, rejected
     for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
@@ -192,10 +206,16 @@ def _load_records(path: Path, text: str) -> tuple[list[LoadedDocument], list[Rej
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            rejected.append(Rejection(src, f"invalid JSON: {exc}", lineno))
+            rejected.append(Rejection(src, f"invalid JSON: {exc}", lineno, kind="invalid JSON"))
             continue
         try:
-            docs.append(LoadedDocument(record_to_document(record, source=src, fallback_id=f"{base}-{lineno}"), lineno))
+            docs.append(LoadedDocument(_from_file(record, shown, src, f"{base}-{lineno}"), lineno))
         except ValueError as exc:
-            rejected.append(Rejection(src, str(exc), lineno))
+            rejected.append(Rejection(src, str(exc), lineno, kind="invalid record"))
     return docs, rejected
+
+
+def _from_file(record: Any, shown: str, origin: str, fallback_id: str) -> DocumentIn:
+    doc = record_to_document(record, source=shown, fallback_id=fallback_id)
+    doc.origin = origin
+    return doc

@@ -192,6 +192,8 @@ class Candidate:
     fused: float
     score: float = 0.0
     cosine: float = 0.0
+    page: int | None = None
+    page_end: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,12 +15,13 @@ SAMPLE_KB_DIR = Path(__file__).resolve().parent / "sample_kb"
 
 
 async def ensure_sample_kb(kb: KnowledgeBase, *, bucket: str = DEFAULT_BUCKET) -> IngestReport | None:
-    """Ingest the sample KB into ``bucket`` when the knowledge base holds no documents.
+    """Ingest the sample KB into ``bucket`` when that bucket holds no documents.
 
-    Returns the report, or ``None`` when the KB already had content (it is never
-    overwritten or mixed into a KB someone has filled).
+    Returns the report, or ``None`` when the bucket already had content (it is never
+    overwritten or mixed into a bucket someone has filled). Other buckets do not
+    matter: a corpus ingested into its own bucket leaves the sample KB's answers alone
+    (``knowledge_base_search`` covers ``AGENT_KB_DEFAULT_BUCKETS``, the sample's bucket).
     """
-    stats = await kb.stats()
-    if stats["documents"] > 0:
+    if any(b.name == bucket and b.documents > 0 for b in await kb.list_buckets()):
         return None
     return await kb.ingest_paths([SAMPLE_KB_DIR], bucket=bucket)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,8 +36,8 @@ from knowledge.ranking import (
     signal_spread,
     snippet,
 )
-from knowledge.textnorm import content_terms
-from knowledge.types import ChunkHit, KBConfig, SearchMode, SearchResponse
+from knowledge.textnorm import STOP_WORDS, content_terms, tokens
+from knowledge.types import ChunkHit, ConstraintCount, DocumentCount, KBConfig, SearchMode, SearchResponse
 from knowledge.vectors import VectorIndex
 from storage.interfaces import KBIndex
 from storage.kb_records import KBRanked, KBScope
@@ -77,12 +77,24 @@ class Searcher:
         context_chars: int | None = None,
         candidates: int | None = None,
         relax: bool = False,
+        buckets: Sequence[str] | None = None,
     ) -> SearchResponse:
         started = time.perf_counter()
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
         top_k = max(1, min(int(top_k), self.config.max_top_k))
         n_cand = max(top_k, min(int(candidates or self.config.candidates), 1000))
+        if bucket is None and buckets is not None and "*" not in buckets:
+            known = [b for b in dict.fromkeys(buckets) if await self.buckets.exists(b)]
+            if not known:
+                return SearchResponse([], 0, False, round((time.perf_counter() - started) * 1000, 3), mode=mode)
+            if len(known) > 1:
+                response = await self._search_buckets(
+                    query, known, filters, doc_id, mode, top_k, n_cand, context_chars
+                )
+                response.elapsed_ms = round((time.perf_counter() - started) * 1000, 3)
+                return response
+            bucket = known[0]
         schema: dict[str, str] | None = await self.buckets.schema(bucket) if bucket is not None else None
         parsed = parse_filters(filters)
         compiled = compile_filters(parsed, schema, bucket=bucket)
@@ -100,23 +112,82 @@ class Searcher:
         response.elapsed_ms = round((time.perf_counter() - started) * 1000, 3)
         return response
 
+    async def _search_buckets(
+        self,
+        query: str,
+        buckets: list[str],
+        filters: Mapping[str, Any] | str | None,
+        doc_id: str | None,
+        mode: str,
+        top_k: int,
+        n_cand: int,
+        context_chars: int | None,
+    ) -> SearchResponse:
+        """Several buckets: the union of their documents in scope (each bucket's filters
+        compiled on its own schema), ranked together in one pass."""
+        parsed = parse_filters(filters)
+        in_scope: list[str] = []
+        for b in buckets:
+            compiled = compile_filters(parsed, await self.buckets.schema(b), bucket=b)
+            in_scope.extend(await self.index.scoped_doc_ids(KBScope(b, compiled, doc_id)))
+        if not in_scope:
+            return SearchResponse([], 0, False, 0.0, mode=mode)
+        return await self._search_once(
+            query, KBScope(doc_ids=list(dict.fromkeys(in_scope))), mode, top_k, n_cand, context_chars
+        )
+
     async def relax_filters(
         self, filters: Mapping[str, Any], *, bucket: str | None = None
     ) -> tuple[dict[str, Any] | None, str] | None:
+        counted = await self.constraint_counts(filters, bucket=bucket)
+        if not counted:
+            return None
+        drop = min(range(len(counted)), key=lambda i: counted[i].documents)
+        rest = [c.constraint for i, c in enumerate(counted) if i != drop]
+        return join_constraints(rest), counted[drop].label
+
+    async def constraint_counts(
+        self, filters: Mapping[str, Any] | str | None, *, bucket: str | None = None
+    ) -> list[ConstraintCount]:
+        """Each top-level constraint of ``filters`` alone, with how many documents of
+        ``bucket`` it matches: which condition is the one that matches nothing."""
         parsed = parse_filters(filters)
         if not parsed:
-            return None
+            return []
         schema = await self.buckets.schema(bucket) if bucket is not None else None
-        constraints = split_constraints(parsed)
-        if not constraints:
-            return None
-        counts = []
-        for c in constraints:
+        out: list[ConstraintCount] = []
+        for c in split_constraints(parsed):
             compiled = compile_filters(c, schema, bucket=bucket)
-            counts.append(await self.index.count_documents(KBScope(bucket, compiled)))
-        drop = min(range(len(constraints)), key=lambda i: counts[i])
-        rest = [c for i, c in enumerate(constraints) if i != drop]
-        return join_constraints(rest), constraint_label(constraints[drop])
+            documents = await self.index.count_documents(KBScope(bucket, compiled))
+            out.append(ConstraintCount(c, constraint_label(c), documents))
+        return out
+
+    async def count_documents(
+        self,
+        query: str | None = None,
+        *,
+        bucket: str | None = None,
+        filters: Mapping[str, Any] | str | None = None,
+        doc_id: str | None = None,
+        limit: int = 1000,
+    ) -> DocumentCount:
+        """How many documents a request covers: those in scope (bucket, filters,
+        doc_id) and, when ``query`` has content terms, whose text matches one of them.
+
+        Exact for a scope alone; with terms, the distinct documents among the best
+        ``limit`` matching passages (``exact`` is false when there were more passages,
+        so the count is a lower bound).
+        """
+        schema = await self.buckets.schema(bucket) if bucket is not None else None
+        scope = KBScope(bucket, compile_filters(filters, schema, bucket=bucket), doc_id)
+        terms = [t for t in tokens(query or "") if t not in STOP_WORDS]
+        if not terms:
+            return DocumentCount(await self.index.count_documents(scope), True)
+        ranked = await self.index.text_candidates(list(dict.fromkeys(terms)), scope, max(1, limit), self._tuning)
+        if not ranked.ids:
+            return DocumentCount(0, True)
+        rows = await self.index.hydrate(ranked.ids)
+        return DocumentCount(len({r.doc_id for r in rows}), ranked.total <= len(ranked.ids))
 
     # ------------------------------------------------------------------ one pass
     async def _search_once(
@@ -193,7 +264,7 @@ class Searcher:
         ordered = sorted(fused, key=lambda cid: -fused[cid])[:n_cand]
         cands = [
             Candidate(r.chunk_id, r.doc_id, r.position, r.title, r.heading, r.text, r.bucket, r.source, r.url,
-                      r.metadata, fused[r.chunk_id])
+                      r.metadata, fused[r.chunk_id], page=r.page, page_end=r.page_end)
             for r in await self.index.hydrate(ordered)
         ]
         if query_vec is not None and cands:
@@ -215,6 +286,8 @@ class Searcher:
                 bucket=c.bucket,
                 position=c.position,
                 heading=c.heading,
+                page=c.page,
+                page_end=c.page_end,
             )
             for c in top
         ]
@@ -241,6 +314,13 @@ class Searcher:
         else:
             ids, scores, positive = VectorIndex.scan(snap, query_vec, limit, mask)
         return ids.tolist(), [float(s) for s in scores], positive
+
+    async def embed_query(self, query: str) -> np.ndarray:
+        """The query vector search uses (cached), for indexes in the same vector space
+        (the saved external answers of ``knowledge.saved_answers``)."""
+        if self.embedder is None:
+            raise EmbeddingError("the knowledge base has no embedder")
+        return await self._embed_query(query)
 
     async def _embed_query(self, query: str) -> np.ndarray:
         assert self.embedder is not None

@@ -1,5 +1,11 @@
 """Text folding and tokenising that agree with the FTS5 ``unicode61 remove_diacritics 2``
-tokenizer closely enough for query building, re-ranking and snippet placement.
+tokenizer closely enough for query building, re-ranking and snippet placement, and the
+terms keywords are matched by (``keyword_terms`` / ``query_terms``).
+
+The service's one stop-word list lives here (``STOP_WORDS``); the keyword rules
+(``agenttools.keywords``) use it too. ``toolindex.hashing`` keeps its own: that room may
+not import this one, and its list is part of the ``hashing-v2`` vector space (changing
+it would silently change every stored vector).
 """
 
 from __future__ import annotations
@@ -10,20 +16,28 @@ import unicodedata
 _TOKEN_RE = re.compile(r"[^\W_]+", re.UNICODE)
 _COMBINING_RE = re.compile(r"[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
 
-#: Words that carry no retrieval signal. Dropped from FTS queries because they match
-#: nearly every chunk (slow, and they flatten BM25) and ignored by the re-ranker.
-STOP_WORDS: frozenset[str] = frozenset(
+#: English function words: they carry no retrieval signal.
+FUNCTION_WORDS: frozenset[str] = frozenset(
     """
-    a about above after again against all am an and any are as at be because been before
-    being below between both but by can could did do does doing down during each few for
-    from further had has have having he her here hers herself him himself his how i if in
-    into is it its itself just me more most my myself no nor not now of off on once only or
-    other our ours ourselves out over own same she should so some such than that the their
-    theirs them themselves then there these they this those through to too under until up
-    very was we were what when where which while who whom why will with would you your
-    yours yourself yourselves please tell show find give get know explain describe list
+    a about above after again against all am among an and any are as at be because been
+    before being below between both but by can could did do does doing down during each
+    else few for from further had has have having he her here hers herself him himself his
+    how i if in into is it its itself just may me might more most must my myself no nor not
+    now of off on once only onto or other our ours ourselves out over own same shall she
+    should so some such than that the their theirs them themselves then there these they
+    this those through to too under until up very was we were what when where which while
+    who whom whose why will with within without would yet you your yours yourself
+    yourselves also yes s t d ll m re ve don doesn didn isn aren wasn weren won wouldn
     """.split()
 )
+
+#: The filler of requests ("please tell me", "explain", "list"): not what is asked about.
+REQUEST_WORDS: frozenset[str] = frozenset("please tell show find give get know explain describe list".split())
+
+#: Words that carry no retrieval signal. Dropped from FTS queries because they match
+#: nearly every chunk (slow, and they flatten BM25), ignored by the re-ranker and by
+#: keyword matching, and a keyword made only of them is too generic to index.
+STOP_WORDS: frozenset[str] = FUNCTION_WORDS | REQUEST_WORDS
 
 
 def fold(text: str) -> str:
@@ -91,3 +105,101 @@ def stem(word: str) -> str:
     if n > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
         return word[:-1]
     return word
+
+
+# --------------------------------------------------------------------------- keyword terms
+
+#: Joined n-grams a query contributes, so "real time" meets the keyword "real-time" and
+#: "return to office" meets "return-to-office".
+_JOIN_SIZES = (2, 3)
+#: Words of a query considered for matching (a model's KB query is a sentence, not a page).
+MAX_QUERY_WORDS = 96
+
+_BRITISH_SUFFIXES = (
+    ("isations", "izations"),
+    ("isation", "ization"),
+    ("ising", "izing"),
+    ("ised", "ized"),
+    ("ises", "izes"),
+    ("ise", "ize"),
+    ("ysing", "yzing"),
+    ("ysed", "yzed"),
+    ("yses", "yzes"),
+    ("yse", "yze"),
+)
+
+
+def _american(word: str) -> str:
+    """British → American spelling where a suffix rule suffices ("optimisation",
+    "analyse", "haemoglobin"), so both spellings reach one stem. Applied to both sides of
+    a match, so an over-eager rewrite ("promise" → "promize") costs nothing."""
+    for british, american in _BRITISH_SUFFIXES:
+        # A stem of three letters or more: "raise"/"raises" and "rise" stay as they are.
+        if word.endswith(british) and len(word) - len(british) >= 3:
+            word = word[: -len(british)] + american
+            break
+    ae = word.find("ae", 1)
+    if ae > 0 and word.isalpha():
+        word = word[:ae] + word[ae + 1 :]
+    return word
+
+
+def match_stem(word: str) -> str:
+    """The matching form of one folded word: American spelling, then its Porter stem."""
+    # Imported here: the stemmer is only needed by keyword matching.
+    from knowledge.stemmer import porter_stem
+
+    return porter_stem(_american(word))
+
+
+def _is_content(part: str) -> bool:
+    return part not in STOP_WORDS and (len(part) > 1 or part.isdigit())
+
+
+def keyword_terms(text: str) -> tuple[str, ...]:
+    """The terms a keyword is matched by: its stemmed content words, in order, no repeats.
+
+    A word written with inner punctuation is one term, joined ("node-pressure" →
+    ``nodepressur``, "Trip.com" → ``tripcom``, "16:8" → ``168``); ``query_terms`` offers
+    both the joined form and the parts, so the keyword "real-time analytics" meets
+    "real time analytics", "real-time analytics" and "realtime analytics" alike. Stop
+    words go; a keyword of stop words only keeps them (it still has to match something).
+    """
+    out: dict[str, None] = {}
+    everything: dict[str, None] = {}
+    for raw in fold(text).split():
+        parts = _TOKEN_RE.findall(raw)
+        if not parts:
+            continue
+        word = "".join(parts)
+        term = match_stem(word)
+        everything.setdefault(term, None)
+        if len(parts) > 1 or _is_content(word):
+            out.setdefault(term, None)
+    return tuple(out or everything)
+
+
+def query_terms(text: str) -> set[str]:
+    """Every term of ``text`` a keyword could be matched by (see ``keyword_terms``).
+
+    The stemmed content words; for a word with inner punctuation also the joined form;
+    and the joined pairs and triples of consecutive words ("real time" → ``realtim``),
+    which is how a compound written apart meets one written together.
+    """
+    words: list[str] = []
+    terms: set[str] = set()
+    for raw in fold(text).split():
+        parts = _TOKEN_RE.findall(raw)
+        if not parts:
+            continue
+        if len(parts) > 1:
+            terms.add(match_stem("".join(parts)))
+        words.extend(parts)
+        if len(words) >= MAX_QUERY_WORDS:
+            break
+    words = words[:MAX_QUERY_WORDS]
+    terms.update(match_stem(w) for w in words if _is_content(w))
+    for n in _JOIN_SIZES:
+        for i in range(len(words) - n + 1):
+            terms.add(match_stem("".join(words[i : i + n])))
+    return terms

@@ -32,6 +32,12 @@ class DocumentIn:
     source: str = "api"
     url: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: ``text`` is pages separated by ``knowledge.chunking.PAGE_BREAK`` (a PDF): chunks
+    #: then record the pages they come from, and citations can name them.
+    paged: bool = False
+    #: The absolute path of the file it was read from (``source`` is what readers see:
+    #: a path relative to the ingested folder). Internal: never shown or returned.
+    origin: str | None = None
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> DocumentIn:
@@ -71,6 +77,8 @@ class Rejection:
     source: str
     reason: str
     line: int | None = None
+    #: A short category for counting (``binary``, ``not UTF-8``, ``invalid JSON`` …).
+    kind: str = "rejected"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,10 +97,30 @@ class IngestReport:
     rejected: list[Rejection] = field(default_factory=list)
     elapsed_seconds: float = 0.0
     embed_seconds: float = 0.0
+    #: Files not read at all, by reason (``unsupported file type .png``, ``symbolic
+    #: link``, ``hidden``, ``larger than the size limit`` …), and a few of each.
+    skipped_files: dict[str, int] = field(default_factory=dict)
+    skipped_examples: list[Rejection] = field(default_factory=list)
+
+    #: How many files of each skip reason ``skipped_examples`` keeps.
+    EXAMPLES_PER_REASON = 20
+
+    def skip_file(self, path: str, reason: str, detail: str = "") -> None:
+        seen = self.skipped_files.get(reason, 0)
+        self.skipped_files[reason] = seen + 1
+        if seen < self.EXAMPLES_PER_REASON:
+            self.skipped_examples.append(Rejection(path, detail or reason, kind=reason))
+
+    def rejected_by_kind(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for r in self.rejected:
+            counts[r.kind] = counts.get(r.kind, 0) + 1
+        return counts
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["rejected"] = [r.to_dict() for r in self.rejected]
+        d["skipped_examples"] = [r.to_dict() for r in self.skipped_examples]
         return d
 
 
@@ -111,6 +139,9 @@ class ChunkHit:
     bucket: str
     position: int
     heading: str = ""
+    #: First and last page of the passage in a paged document (a PDF), else ``None``.
+    page: int | None = None
+    page_end: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -142,6 +173,23 @@ class SearchResponse:
         d = asdict(self)
         d["hits"] = [h.to_dict() for h in self.hits]
         return d
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintCount:
+    """One top-level constraint of a filter, its label, and the documents it alone matches."""
+
+    constraint: dict[str, Any]
+    label: str
+    documents: int
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentCount:
+    """How many documents a request covers; ``exact`` is false for a lower bound."""
+
+    documents: int
+    exact: bool
 
 
 @dataclass(frozen=True, slots=True)

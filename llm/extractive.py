@@ -6,6 +6,12 @@ question; the next turn reads the chunks that came back, picks the sentences tha
 overlap the question, streams them as the answer with ``[source_id]`` citations, and
 calls ``generate_response`` with those sources. With nothing relevant it says it does
 not know. Everything it needs is in the conversation it is sent, so it keeps no state.
+
+Acting on workflows and table configurations needs a model. A request from those
+contexts — told apart by the role the system prompt gives it, or else by the workflow and
+table tools it is offered — is declined with a message naming what to configure, after
+the mandatory knowledge-base search (so the run still follows the flow); the search
+results are not used, so no unrelated knowledge-base text is passed off as an answer.
 """
 
 from __future__ import annotations
@@ -43,6 +49,21 @@ _STOP = frozenset(
     "why will with would you your about after before does did get got has have having here just more most "
     "not only other over same some such too under up very via use used using".split()
 )
+#: The role headings ``prompts/texts/*_role.md`` open with (a line of their own: the
+#: embedded UI context is one line of JSON and cannot fake one).
+_ACTING_ROLE = re.compile(
+    r"^## Your role: (?P<role>workflow automation|table configuration) assistant\s*$", re.MULTILINE
+)
+_ROLE_CONTEXT = {"workflow automation": "workflow", "table configuration": "tables"}
+#: Without a recognisable role (a custom prompt), these offered tools mark the context.
+_WORKFLOW_TOOLS = frozenset(
+    {"list_workflow_rules", "discover", "start_draft", "add_draft_action", "preview_draft", "preview_workflow"}
+)
+_TABLE_TOOLS = frozenset(
+    {"get_table_config", "discover_table_reference", "apply_column_change", "apply_filter_change",
+     "preview_table_config"}
+)
+_WHAT = {"workflow": "workflows", "tables": "table configurations"}
 MIN_RELEVANCE = 0.08
 MAX_SENTENCES = 4
 MAX_ANSWER_CHARS = 1200
@@ -58,6 +79,32 @@ def _stem(word: str) -> str:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             return word[: -len(suffix)]
     return word
+
+
+def acting_context(request: ChatRequest) -> str | None:
+    """``"workflow"`` or ``"tables"`` when the request asks to act on those, else None."""
+    role = _ACTING_ROLE.search(request.system_prompt)
+    if role is not None:
+        return _ROLE_CONTEXT[role.group("role")]
+    offered = {t.name for t in request.tools}
+    if offered & _WORKFLOW_TOOLS:
+        return "workflow"
+    if offered & _TABLE_TOOLS:
+        return "tables"
+    return None
+
+
+def decline_message(context: str) -> str:
+    """What the offline provider says to a workflow or table request: what to configure."""
+    what = _WHAT.get(context, "workflows and table configurations")
+    return (
+        f"I can't work on {what} right now: this service is running without a language model "
+        "(the offline extractive mode), which can only answer questions from the knowledge base. "
+        f"To create or change {what}, configure a model and restart the service: "
+        "AGENT_LLM_PROVIDER=ollama with OLLAMA_MODEL set to a pulled model that supports tool calls "
+        "(for example qwen3:4b), or GEMINI_API_KEY for Gemini. "
+        "Questions about the documentation can still be asked in the knowledge context."
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +202,15 @@ class ExtractiveProvider:
         offered = {t.name for t in request.tools}
         question, start = _question(request.messages)
         results = _results_since(request.messages, start)
-        searched = [r for r in results if r.name == SEARCH_TOOL and not r.is_error]
+        attempted = [r for r in results if r.name == SEARCH_TOOL]
+        searched = [r for r in attempted if not r.is_error]
         answered = [r for r in results if r.name == ANSWER_TOOL]
-        if SEARCH_TOOL not in offered or ANSWER_TOOL not in offered:
+        acting = acting_context(request)
+        if acting is not None:
+            for ev in self._decline(acting, offered, attempted, answered, question):
+                yield ev
+            return
+        if not attempted and SEARCH_TOOL not in offered:
             text = (
                 "I am running without a language model, so I can only answer questions from the "
                 "knowledge base, and its tools are not available in this context."
@@ -165,7 +218,7 @@ class ExtractiveProvider:
             yield ContentDelta(text)
             yield MessageComplete(stop_for_tool_use=False, usage=Usage(), stop_reason="stop")
             return
-        if not searched:
+        if not attempted:  # a failed search is not repeated: answer with what there is
             for ev in self._call(SEARCH_TOOL, {"query": question[:500], "top_k": 5}):
                 yield ev
             return
@@ -186,6 +239,9 @@ class ExtractiveProvider:
             used_kb = True
         for piece in _pieces(answer):
             yield ContentDelta(piece)
+        if ANSWER_TOOL not in offered or len(answered) >= 2:  # say it as text; never loop on it
+            yield MessageComplete(stop_for_tool_use=False, usage=Usage(), stop_reason="stop")
+            return
         args: dict[str, Any] = {
             "answer": answer,
             "sources": sources,
@@ -195,6 +251,34 @@ class ExtractiveProvider:
         }
         for ev in self._call(ANSWER_TOOL, args):
             yield ev
+
+    def _decline(
+        self,
+        context: str,
+        offered: set[str],
+        attempted: list[ToolResult],
+        answered: list[ToolResult],
+        question: str,
+    ) -> list[StreamEvent]:
+        """Decline an acting request: the mandatory search first (when offered), then the
+        message through ``generate_response`` (when offered), else as plain text. Each
+        step is taken once, so whatever the policy offers when, this cannot loop."""
+        if answered and not answered[-1].is_error:
+            return [MessageComplete(stop_for_tool_use=False, usage=Usage(), stop_reason="stop")]
+        if SEARCH_TOOL in offered and not attempted and not answered:
+            return self._call(SEARCH_TOOL, {"query": (question or "help")[:500], "top_k": 3})
+        text = decline_message(context)
+        out: list[StreamEvent] = [ContentDelta(piece) for piece in _pieces(text)]
+        if ANSWER_TOOL in offered and not answered:
+            args = {
+                "answer": text,
+                "sources": [],
+                "confidence_score": 1.0,
+                "used_internal_kb": False,
+                "used_external_kb": False,
+            }
+            return out + self._call(ANSWER_TOOL, args)
+        return [*out, MessageComplete(stop_for_tool_use=False, usage=Usage(), stop_reason="stop")]
 
     def _call(self, name: str, args: dict[str, Any]) -> list[StreamEvent]:
         call_id = f"call_x{next(self._ids)}"

@@ -20,3 +20,11 @@ class ConversationOwnedByAnother(StorageError):
 
 class ConversationBusy(StorageError):
     """A run of this conversation is still live and the multitask policy is ``reject``."""
+
+
+class IdempotencyKeyUsed(StorageError):
+    """The user already started a run with this ``Idempotency-Key``: ``run_id`` is it."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id

@@ -9,7 +9,10 @@ connection themselves.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
 
 from llm.types import Message
 from storage.draft_records import Draft
@@ -18,6 +21,7 @@ from storage.kb_records import (
     KBChunkRow,
     KBCounts,
     KBDocState,
+    KBDocumentListing,
     KBDocumentRecord,
     KBDocumentWrite,
     KBRanked,
@@ -28,9 +32,12 @@ from storage.kb_records import (
 )
 from storage.keyword_records import (
     ExternalResult,
+    ExternalVector,
     KeywordAssociation,
     KeywordHit,
     KeywordRecord,
+    KeywordTermHit,
+    NewExternalVector,
 )
 from storage.records import (
     NewRun,
@@ -67,10 +74,16 @@ class RunStore(Protocol):
         """Store the run (status ``queued``) and claim its conversation for the user, in
         one transaction. Returns the ids of the conversation's other unfinished runs,
         oldest first. Raises ``ConversationOwnedByAnother``, and ``ConversationBusy``
-        when the policy is ``reject`` and another run is unfinished."""
+        when the policy is ``reject`` and another run is unfinished. A run with an
+        ``idempotency_key`` the user already used is not stored: ``IdempotencyKeyUsed``
+        names the run that has it (checked first, and atomically with the insert)."""
         ...
 
     async def get(self, run_id: str) -> StoredRun | None: ...
+
+    async def find_by_idempotency_key(self, user_id: str, key: str) -> StoredRun | None:
+        """The run ``user_id`` started with ``Idempotency-Key: key``, if it is stored."""
+        ...
 
     async def events_after(self, run_id: str, after: int, limit: int = 10_000) -> list[RunEvent]: ...
 
@@ -163,13 +176,31 @@ class KeywordStore(Protocol):
         external_result_ids: Sequence[str] = (),
         conversation_id: str | None = None,
         now: float,
+        terms: Mapping[str, Sequence[str]] | None = None,
     ) -> list[KeywordRecord]:
         """``keywords`` maps key -> display form. A new key is stored with usage 1; a
         known one gets ``usage_count + 1`` and ``updated_at = last_used_at = now`` (its
         display form kept). Each keyword is associated once with every result id (or,
-        with none given, with the query alone). All or nothing; concurrent calls never
-        lose an update. Returns the keywords as stored, in the order given. Raises
-        ``ValueError`` when there is neither a query id nor a result id."""
+        with none given, with the query alone). ``terms`` (key -> matching terms) are
+        stored for ``term_hits``, replacing the keyword's earlier ones. All or nothing;
+        concurrent calls never lose an update. Returns the keywords as stored, in the
+        order given. Raises ``ValueError`` when there is neither a query id nor a
+        result id."""
+        ...
+
+    async def term_hits(self, terms: Collection[str]) -> list[KeywordTermHit]:
+        """The live keywords with at least one of ``terms`` that point at an external
+        result: one hit per (keyword, result), with how many of the keyword's terms
+        are among ``terms`` and how many it has."""
+        ...
+
+    async def set_terms(self, terms: Mapping[str, Sequence[str]]) -> None:
+        """Replace the matching terms of these keys (unknown keys are skipped)."""
+        ...
+
+    async def without_terms(self, limit: int) -> dict[str, str]:
+        """Up to ``limit`` live keywords (key -> display) whose terms were never stored
+        (indexed before terms existed)."""
         ...
 
     async def hits(self, keys: Collection[str]) -> list[KeywordHit]:
@@ -194,6 +225,30 @@ class KeywordStore(Protocol):
         ...
 
     async def count(self) -> int: ...
+
+
+class ExternalVectorStore(Protocol):
+    """Embeddings of saved external answers (their question and answer text) and of
+    keywords, per embedder (``embed_model``), so later questions find them by meaning.
+    Rows are never updated: a reader keeps the highest ``id`` it has loaded and asks
+    for what came after."""
+
+    async def save(self, embed_model: str, rows: Sequence[NewExternalVector]) -> None:
+        """Store the rows; a (kind, ref) that already has a vector of ``embed_model`` keeps it."""
+        ...
+
+    async def after(self, embed_model: str, dim: int, after_id: int, limit: int) -> list[ExternalVector]:
+        """Up to ``limit`` vectors of ``embed_model`` at ``dim`` dimensions with an id
+        above ``after_id``, in id order."""
+        ...
+
+    async def unembedded_results(self, embed_model: str, limit: int) -> list[ExternalResult]:
+        """Up to ``limit`` external results without an ``answer`` vector of ``embed_model``."""
+        ...
+
+    async def unembedded_keywords(self, embed_model: str, limit: int) -> dict[str, str]:
+        """Up to ``limit`` live keywords (key -> display) without a vector of ``embed_model``."""
+        ...
 
 
 # --- knowledge base index ---
@@ -237,9 +292,14 @@ class KBIndex(Protocol):
         """Delete them everywhere; returns the ids that existed."""
         ...
 
-    async def source_documents(self, bucket: str, source: str, *, prefix: bool) -> list[tuple[str, str]]:
-        """``(doc_id, source)`` of the bucket's documents whose source is ``source``, or
-        starts with it when ``prefix``."""
+    async def source_documents(self, bucket: str, origin: str, *, prefix: bool) -> list[tuple[str, str]]:
+        """``(doc_id, origin)`` of the bucket's documents whose origin (the absolute path
+        of the file they were read from) is ``origin``, or starts with it when ``prefix``."""
+        ...
+
+    async def delete_bucket(self, name: str) -> list[str] | None:
+        """Delete the bucket, its documents and its typed fields; returns the ids of the
+        documents deleted, or ``None`` when there is no such bucket."""
         ...
 
     # reads
@@ -268,4 +328,28 @@ class KBIndex(Protocol):
 
     async def get_document(self, doc_id: str) -> KBDocumentRecord | None: ...
 
+    async def list_documents(
+        self, bucket: str | None, *, limit: int, after: str | None = None
+    ) -> list[KBDocumentListing]:
+        """Documents by id (of ``bucket``, or all), those with an id greater than ``after``."""
+        ...
+
     async def counts(self, embed_model: str | None, embed_dim: int | None) -> KBCounts: ...
+
+
+@runtime_checkable
+class KBVectorSearch(Protocol):
+    """What an engine with its own vector index (PostgreSQL: pgvector HNSW, cosine) adds
+    to ``KBIndex``: the dense side answered inside the database, so no replica needs the
+    whole matrix in memory and every replica sees every other's writes at once."""
+
+    async def vector_candidates(
+        self, query: npt.NDArray[np.float32], embed_model: str, scope: KBScope, limit: int
+    ) -> KBRanked:
+        """The ``limit`` chunks nearest to ``query`` (cosine; scores are similarities,
+        best first) among the vectors of ``embed_model`` within ``scope``."""
+        ...
+
+    async def cosines(self, chunk_ids: Sequence[int], query: npt.NDArray[np.float32]) -> dict[int, float]:
+        """Cosine similarity of each of these chunks' vectors to ``query``."""
+        ...

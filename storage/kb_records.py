@@ -122,6 +122,9 @@ class KBChunkWrite:
     position: int
     heading: str
     text: str
+    #: First and last page of the chunk in a paged document (a PDF), else ``None``.
+    page: int | None = None
+    page_end: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +145,9 @@ class KBDocumentWrite:
     embed_model: str | None = None
     embed_dim: int | None = None
     typed: Sequence[Any] = ()
+    #: The absolute path of the file it was read from (``None`` for posted documents):
+    #: how a re-ingested folder finds its documents whose files are gone. Never shown.
+    origin: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +165,20 @@ class KBDocumentRecord:
     chars: int
     chunks: int
     created_at: str
+    updated_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class KBDocumentListing:
+    """One line of a document listing (``list_documents``): no text, no metadata."""
+
+    id: str
+    bucket: str
+    title: str
+    source: str
+    url: str | None
+    chars: int
+    chunks: int
     updated_at: str
 
 
@@ -205,6 +225,8 @@ class KBChunkRow:
     source: str
     url: str | None
     metadata: dict[str, Any]
+    page: int | None = None
+    page_end: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

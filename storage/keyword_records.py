@@ -8,7 +8,10 @@ lookup ranking and the prune policy live in ``agenttools.keywords``, id generati
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +49,8 @@ class Citation:
 
 @dataclass(frozen=True, slots=True)
 class ExternalResult:
-    """A stored external answer. ``matched_keywords`` is filled only by keyword lookups
-    (it is not stored)."""
+    """A stored external answer. ``matched_keywords`` and ``match_score`` are filled only
+    by keyword lookups (they are not stored)."""
 
     id: str
     provider: str
@@ -59,6 +62,8 @@ class ExternalResult:
     conversation_id: str | None
     created_at: float
     matched_keywords: tuple[str, ...] = field(default=())
+    #: How well a lookup matched it, 0..1 (filled only by lookups, not stored).
+    match_score: float = 0.0
 
     def citation_source_id(self, citation: Citation) -> str:
         return f"{self.id}#{citation.index}"
@@ -97,3 +102,41 @@ class KeywordHit:
     external_result_id: str
     key: str
     display: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeywordTermHit:
+    """A live keyword some of whose matching terms a query contains, and one external
+    result it points at: ``matched`` of its ``terms`` terms were found."""
+
+    external_result_id: str
+    key: str
+    display: str
+    matched: int
+    terms: int
+
+
+#: What an external vector embeds: the query a saved answer was fetched with, the
+#: answer text, or one keyword (``ref`` is the result id, or the keyword's key).
+ExternalVectorKind = Literal["question", "answer", "keyword"]
+EXTERNAL_VECTOR_KINDS: tuple[ExternalVectorKind, ...] = ("question", "answer", "keyword")
+
+
+@dataclass(frozen=True, slots=True)
+class NewExternalVector:
+    """An embedding to store (float32, one row)."""
+
+    kind: ExternalVectorKind
+    ref: str
+    vector: npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalVector:
+    """A stored embedding. ``id`` grows with every row an engine stores, so a reader
+    that remembers the last id it saw loads only what is new."""
+
+    id: int
+    kind: ExternalVectorKind
+    ref: str
+    vector: npt.NDArray[np.float32]

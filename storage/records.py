@@ -46,6 +46,8 @@ class NewRun:
     context_type: str
     input: bytes
     multitask: MultitaskPolicy = "enqueue"
+    #: The client's ``Idempotency-Key``: unique per user, it names this run for retries.
+    idempotency_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,15 @@ class StoredRun:
 
 
 @dataclass(frozen=True, slots=True)
+class RunSummary:
+    """What a run did (seed 001), stored when it ends."""
+
+    tool_call_count: int = 0
+    used_tools: tuple[str, ...] = ()
+    keyword_count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class RunWrite:
     """What one step of a run stores, atomically: its events, its checkpoint, the
     messages it adds to the conversation (their ``seq`` is assigned inside the write
@@ -78,6 +89,7 @@ class RunWrite:
     messages: Sequence[Message] = ()
     status: RunStatus | None = None
     finished: bool = False
+    summary: RunSummary | None = None
 
 
 @dataclass(frozen=True, slots=True)

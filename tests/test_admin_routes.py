@@ -18,7 +18,10 @@ SECRET = "admin-route-secret-0123456789"
 
 
 def settings(tmp_path: Path, **env: str) -> Settings:
-    return Settings.from_env({"AGENT_DB_PATH": str(tmp_path / "a.db"), "AGENT_INGEST_SAMPLE_KB": "false", **env})
+    # AGENT_ADMIN_OPEN: these routes are refused in `none` mode otherwise (tests/test_safe_defaults.py).
+    return Settings.from_env(
+        {"AGENT_DB_PATH": str(tmp_path / "a.db"), "AGENT_INGEST_SAMPLE_KB": "false", "AGENT_ADMIN_OPEN": "true", **env}
+    )
 
 
 @pytest.mark.parametrize(

@@ -101,6 +101,7 @@ async def agent(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple
     settings = Settings.from_env(
         {
             "AGENT_DB_PATH": str(db),
+            "AGENT_ADMIN_OPEN": "true",  # the admin routes are refused in `none` mode otherwise
             "AGENT_MANDATORY_CONTEXTS": "none",
             "AGENT_INGEST_SAMPLE_KB": "false",
             "AGENT_EMBEDDER": "none",

@@ -239,10 +239,12 @@ async def test_injection_attempts_never_widen_the_match_or_touch_the_tables(
     if outcome.is_error:
         assert outcome.content["reason"] in ("invalid_filters", "invalid_arguments") or "error" in outcome.content
     else:
-        # The injected text is a literal value: it matches nothing, so the KB dropped the
-        # condition (relaxed) instead of executing it; nothing leaked through the filter.
-        assert outcome.content.get("relaxed") is True
-        assert orjson.loads(outcome.content["dropped_filter"]) == filters
+        # The injected text is a literal value: it matches nothing, so the user is asked
+        # about that condition instead of it being executed; nothing leaked through the filter.
+        assert outcome.content["clarification_requested"] == "no_results"
+        assert outcome.content["total_matches"] == 0 and "results" not in outcome.content
+        assert len(outcome.content["unmatched_conditions"]) == 1
+        assert outcome.content["unmatched_conditions"][0].startswith("vendor ")
     stats = await harness.kb.stats()
     assert stats["documents"] == 34
     again = await search_invoices(harness, {"vendor": "ACME"})
@@ -321,9 +323,40 @@ async def test_get_document_metadata_returns_typed_fields_and_registers_the_docu
 # --------------------------------------------------------------------------- clarification
 
 
-async def test_empty_filter_result_is_relaxed_once_before_anything_else(harness: Harness) -> None:
-    outcome = await search_invoices(harness, {"vendor": "ACME", "year": 2031})
-    assert not outcome.is_error
+async def test_a_filter_that_matches_nothing_is_named_and_offered_not_dropped(harness: Harness) -> None:
+    outcome, ctx = await harness.call(
+        "search_text",
+        {"bucket": "invoices", "query": "invoice payable", "filters": {"vendor": "ACME", "year": 2031}, "top_k": 20},
+    )
+    assert not outcome.is_error and outcome.ends_run
+    (event,) = [data for name, data in outcome.events if name == "clarification"]
+    assert event["type"] == "no_results"
+    assert "year = 2031" in event["missing_info"] and "vendor" not in event["missing_info"].split("Without")[0]
+    assert "6 matching documents" in event["missing_info"] and "search without year = 2031" in event["missing_info"]
+    assert outcome.content["unmatched_conditions"] == ["year = 2031"]
+    assert outcome.content["documents_without_them"] == len(expected(lambda m: m["vendor"] == "ACME"))
+    assert outcome.content["filters_without_them"] == {"vendor": "ACME"}
+    assert "results" not in outcome.content and not ctx.state.sources  # other years are not passed off
+
+
+async def test_conditions_that_match_only_apart_are_named_together(harness: Harness) -> None:
+    outcome, _ = await harness.call(
+        "search_text", {"bucket": "invoices", "query": "invoice", "filters": {"vendor": "ACME", "year": 2023, "amount": 100}}
+    )
+    event = outcome.events[0][1]
+    assert event["type"] == "no_results" and "all the conditions together" in event["missing_info"]
+    assert outcome.content["unmatched_conditions"]  # the most restrictive one, offered for dropping
+
+
+async def test_with_clarification_off_an_empty_filter_is_relaxed_once(tmp_path: Path) -> None:
+    kb = await build_corpus(tmp_path / "kb.sqlite3")
+    try:
+        async with httpx.AsyncClient() as http:
+            h = Harness(kb, ToolExecutor(build_registry(kb, clarify=False), validator=validate_arguments), http)
+            outcome = await search_invoices(h, {"vendor": "ACME", "year": 2031})
+    finally:
+        await kb.aclose()
+    assert not outcome.is_error and not outcome.events
     assert outcome.content["relaxed"] is True and outcome.content["dropped_filter"] == '{"year":2031}'
     assert ids(outcome) == expected(lambda m: m["vendor"] == "ACME")
     assert "dropped" in outcome.content["note"]

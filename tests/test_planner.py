@@ -10,6 +10,15 @@ from typing import Any
 import orjson
 import pytest
 
+from agenttools.decomposition import (
+    DecompositionError,
+    plan_filters,
+    plan_of,
+    raw_text_for,
+    schema_errors,
+    validate_decomposition,
+)
+from agenttools.registry import RunToolState
 from app.kb_file import open_kb_file
 from app.planner import PlannerSettings, QueryPlanner
 from knowledge.kb import KnowledgeBase
@@ -18,24 +27,36 @@ from tests.fakes import FakeOllama, Hold, HttpError, Text, running_fake
 from tests.test_corpus_tools import build_corpus
 
 QUESTION = "Find invoices over $1k from Acme in 2023"
-ROUTE = {"buckets": ["invoices"], "intent": "list"}
+ROUTE = {
+    "intent": "list",
+    "primary_buckets": ["invoices"],
+    "entities": [{"name": "Acme", "role": "company"}],
+    "topic_terms": ["invoice"],
+    "subqueries": [{"purpose": "filter_docs", "query": "Acme invoice 2023"}],
+    "output_preferences": {"format": "table", "needs_citations": True},
+}
 PLAN = {
-    "plans": {
-        "invoices": {
-            "filters": {
-                "amount": {"operator": ">", "value": 1000},
-                "vendor": {"like": "%Acme%"},
-                "invoice_date": {">=": "2023-01-01", "<": "2024-01-01"},
-            },
-            "queries": ["invoice"],
-            "strategy": "hybrid",
-        }
-    }
+    "constraints": [
+        {"field": "amount", "operator": ">", "value": 1000, "raw_text": "over $1k"},
+        {"field": "vendor", "op": "like", "value": "%Acme%", "raw_text": "from Acme"},
+        {"field": "invoice_date", "operator": "gte", "value": "2023-01-01", "raw_text": "in 2023"},
+        {"field": "invoice_date", "operator": "<", "value": "2024-01-01", "raw_text": "in 2023"},
+    ],
+    "strategy": "hybrid",
+}
+FILTERS = {
+    "amount": {">": 1000},
+    "vendor": {"like": "%Acme%"},
+    "invoice_date": {">=": "2023-01-01", "<": "2024-01-01"},
 }
 
 
 def say(obj: Any) -> list[Any]:
     return [Text(orjson.dumps(obj).decode())]
+
+
+def constrain(**constraint: Any) -> list[Any]:
+    return say({"constraints": [constraint]})
 
 
 @pytest.fixture
@@ -61,14 +82,27 @@ def chat_bodies(fake: FakeOllama) -> list[dict[str, Any]]:
     return [b for b in fake.chat_requests if b.get("messages")]
 
 
-async def test_router_then_schema_planner_give_a_validated_hint(kb: KnowledgeBase) -> None:
-    hint, fake = await plan_with(kb, [say(ROUTE), [Text("```json\n"), Text(orjson.dumps(PLAN).decode()), Text("\n```")]])
+async def test_router_then_schema_planner_give_the_seed_s_whole_object(kb: KnowledgeBase) -> None:
+    fenced = [Text("```json\n"), Text(orjson.dumps(PLAN).decode()), Text("\n```")]
+    hint, fake = await plan_with(kb, [say(ROUTE), fenced])
     assert hint is not None
     assert hint.intent == "list" and hint.buckets == ["invoices"]
+    d = hint.decomposition
+    assert schema_errors(d) == []  # the JSON Schema of agenttools/schemas/decomposition.schema.json
+    assert set(d) == {
+        "intent", "primary_buckets", "entities", "constraints", "topic_terms", "subqueries", "output_preferences"
+    }
+    assert d["entities"] == [{"name": "Acme", "role": "company"}]
+    assert d["subqueries"] == [{"purpose": "filter_docs", "query": "Acme invoice 2023"}]
+    assert d["output_preferences"] == {"format": "table", "needs_citations": True}
+    assert [(c["field"], c["operator"], c["raw_text"]) for c in d["constraints"]] == [
+        ("amount", ">", "over $1k"), ("vendor", "like", "from Acme"),
+        ("invoice_date", ">=", "in 2023"), ("invoice_date", "<", "in 2023"),
+    ]
     (plan,) = hint.plans
-    assert plan.filters == PLAN["plans"]["invoices"]["filters"] and plan.strategy == "hybrid"
+    assert plan.filters == FILTERS and plan.strategy == "hybrid" and plan.queries == ("Acme invoice 2023",)
     assert 'bucket "invoices"' in hint.text and "search_text and search_semantic" in hint.text
-    assert '"amount":{"operator":">","value":1000}' in hint.text
+    assert '"amount":{">":1000}' in hint.text and '("over $1k")' in hint.text and "answer as table" in hint.text
     router, planner = chat_bodies(fake)
     # Phase 1 sees bucket names and field names only; phase 2 the typed schema of the chosen bucket only.
     router_system = router["messages"][0]["content"]
@@ -79,6 +113,52 @@ async def test_router_then_schema_planner_give_a_validated_hint(kb: KnowledgeBas
     planner_system = planner["messages"][0]["content"]
     assert "amount (REAL)" in planner_system and "invoice_date (DATE)" in planner_system
     assert "party (TEXT)" not in planner_system
+
+
+async def test_omitted_fields_get_their_defaults_and_still_validate(kb: KnowledgeBase) -> None:
+    hint, _ = await plan_with(kb, [say({"buckets": ["contracts"], "intent": "qa"}), say({})])
+    assert hint is not None
+    assert hint.decomposition == {
+        "intent": "qa", "primary_buckets": ["contracts"], "entities": [], "constraints": [], "topic_terms": [],
+        "subqueries": [], "output_preferences": {"format": "natural_language", "needs_citations": True},
+    }
+    assert schema_errors(hint.decomposition) == [] and hint.plans[0].filters is None
+
+
+async def test_attach_keeps_the_plan_with_the_run(kb: KnowledgeBase) -> None:
+    hint, _ = await plan_with(kb, [say(ROUTE), say(PLAN)])
+    assert hint is not None
+    state = RunToolState()
+    hint.attach(state)
+    assert plan_of(state) == hint.decomposition and plan_filters(state, "invoices") == FILTERS
+    assert plan_filters(state, "contracts") is None
+    assert raw_text_for(state, {"amount": {">": 1000}}) == "over $1k"
+
+
+def test_the_schema_rejects_what_the_seed_does_not_allow() -> None:
+    good = {
+        "intent": "compare", "primary_buckets": ["datasheets"], "entities": [{"name": "BC547", "role": "product"}],
+        "constraints": [{"field": "type", "operator": "in", "value": ["NPN", "PNP"], "raw_text": "NPN or PNP"}],
+        "topic_terms": ["gain"], "subqueries": [{"purpose": "find_properties", "query": "hFE gain"}],
+        "output_preferences": {"format": "table", "needs_citations": True},
+    }
+    assert validate_decomposition(good) is good
+    bad = [
+        {**good, "intent": "gossip"},
+        {**good, "primary_buckets": []},
+        {**good, "entities": [{"name": "BC547"}]},
+        {**good, "constraints": [{"field": "type", "operator": "in", "value": "NPN", "raw_text": "NPN"}]},
+        {**good, "constraints": [{"field": "type", "operator": "~", "value": 1, "raw_text": "x"}]},
+        {**good, "constraints": [{"field": "type", "operator": "=", "value": "NPN"}]},  # raw_text is required
+        {**good, "subqueries": [{"query": "gain"}]},
+        {**good, "output_preferences": {"format": "csv", "needs_citations": True}},
+        {k: v for k, v in good.items() if k != "topic_terms"},
+        {**good, "extra": 1},
+    ]
+    for obj in bad:
+        assert schema_errors(obj), obj
+        with pytest.raises(DecompositionError):
+            validate_decomposition(obj)
 
 
 async def test_the_hint_filters_run_against_the_knowledge_base(kb: KnowledgeBase) -> None:
@@ -94,13 +174,16 @@ async def test_the_hint_filters_run_against_the_knowledge_base(kb: KnowledgeBase
     [
         ([[HttpError(500, "model crashed")]], 1),
         ([[Text("Sure! The bucket is invoices.")]], 1),
-        ([say({"buckets": ["receipts"], "intent": "list"})], 1),
-        ([say({"buckets": ["invoices"], "intent": "gossip"})], 1),
+        ([say({"primary_buckets": ["receipts"], "intent": "list"})], 1),
+        ([say({"primary_buckets": ["invoices"], "intent": "gossip"})], 1),
         ([say(["invoices"])], 1),
-        ([say(ROUTE), say({"plans": {"invoices": {"filters": {"colour": "red"}}}})], 2),
-        ([say(ROUTE), say({"plans": {"invoices": {"filters": {"amount": {">": "lots"}}}}})], 2),
-        ([say(ROUTE), say({"plans": {"contracts": {"filters": {"year": 2023}}}})], 2),
-        ([say(ROUTE), [Text('{"plans": {"invoices": ')]], 2),
+        ([say(ROUTE), constrain(field="colour", operator="=", value="red", raw_text="red")], 2),
+        ([say(ROUTE), constrain(field="amount", operator=">", value="lots", raw_text="a lot")], 2),
+        ([say(ROUTE), constrain(field="year", value=2023, raw_text="2023", bucket="contracts")], 2),
+        ([say(ROUTE), constrain(field="amount", operator="between", value=5, raw_text="x")], 2),
+        ([say({**ROUTE, "entities": [{"name": "Acme"}]}), say(PLAN)], 2),  # schema: an entity needs its role
+        ([say({**ROUTE, "output_preferences": {"format": "csv"}}), say(PLAN)], 2),
+        ([say(ROUTE), [Text('{"constraints": [')]], 2),
         ([say(ROUTE), [HttpError(503, "overloaded")]], 2),
     ],
 )

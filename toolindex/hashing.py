@@ -39,6 +39,9 @@ from toolindex.vectors import describe_error, to_unit_rows
 _TOKEN_RE = re.compile(r"[^\W_]+", re.UNICODE)
 
 #: Common English function words, plus the filler of chat requests ("please show me").
+#: Kept apart from the service's list (``knowledge.textnorm.STOP_WORDS``) on purpose:
+#: this room may not import that one, and this list is part of the ``hashing-v2`` vector
+#: space — changing it would silently change every stored vector.
 STOP_WORDS: frozenset[str] = frozenset(
     """
     a about above after again against all am an and any are as at be because been before

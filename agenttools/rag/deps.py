@@ -49,7 +49,7 @@ class KnowledgeSearcher(Protocol):
     """The slice of ``knowledge.KnowledgeBase`` that ``knowledge_base_search`` uses."""
 
     async def search(
-        self, query: str, *, bucket: str | None = None, top_k: int = 5
+        self, query: str, *, bucket: str | None = None, top_k: int = 5, buckets: Sequence[str] | None = None
     ) -> SearchResponseLike: ...
 
 
@@ -58,6 +58,9 @@ class RagToolSettings:
     """Limits that keep tool results small enough for a model's context."""
 
     default_kb_id: str = "default_kb"
+    #: The buckets the default ``kb_id`` covers (``AGENT_KB_DEFAULT_BUCKETS``); empty or
+    #: ``"*"`` means every bucket. A UI context's ``buckets`` overrides them.
+    default_buckets: tuple[str, ...] = ()
     max_top_k: int = 20
     max_chunk_chars: int = 1_500
     max_external_answers: int = 3

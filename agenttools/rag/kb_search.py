@@ -1,7 +1,9 @@
 """``knowledge_base_search``: the mandatory first step of every run.
 
-Besides the knowledge-base passages it returns the stored external answers whose indexed
-keywords occur in the query (``origin: "external_indexed"``): this is how an answer
+Besides the knowledge-base passages it returns the stored external answers the query
+asks about (``origin: "external_indexed"``, with their web citations' URLs), found by
+their keywords' stemmed terms in any order and by the meaning of their question, answer
+and keywords (``agenttools.keywords.KeywordIndex.lookup``): this is how an answer
 fetched from Perplexity once is found by the next related question (seed 002, SC-006)
 without another external call.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from agenttools.external_results import ExternalResult
@@ -17,6 +20,7 @@ from agenttools.rag.deps import ChunkHitLike, RagToolDeps
 from agenttools.rag.policy import mark_kb_searched, note_external_result
 from agenttools.rag.sources import chunk_source, chunk_source_id, external_sources, iso_time
 from agenttools.registry import RunToolState, ToolContext, ToolHandler, ToolOutcome
+from agenttools.untrusted import quoted, safe_url
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,7 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
         top_k = _top_k(args.get("top_k"), settings.max_top_k)
         kb_id = str(args.get("kb_id") or settings.default_kb_id).strip() or settings.default_kb_id
         bucket = None if kb_id == settings.default_kb_id else kb_id
+        scope = {} if bucket is not None else _default_scope(ctx.context, settings.default_buckets)
         state = ctx.state
         query_id = ensure_query_id(state)
         # The model did its mandatory step even if the backend fails below.
@@ -55,7 +60,7 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
         hits: list[ChunkHitLike] = []
         total_matches, relaxed, kb_error = 0, False, None
         try:
-            response = await deps.knowledge.search(query, bucket=bucket, top_k=top_k)
+            response = await deps.knowledge.search(query, bucket=bucket, top_k=top_k, **scope)
             hits = list(response.hits)[:top_k]
             total_matches, relaxed = int(response.total_matches), bool(response.relaxed)
         except ValueError as exc:  # the KB's own "bad request" (unknown bucket, bad filter)
@@ -109,6 +114,22 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
     return knowledge_base_search
 
 
+def _default_scope(context: Mapping[str, Any], default: tuple[str, ...]) -> dict[str, Any]:
+    """The buckets a search without ``kb_id`` covers: those the caller's UI context
+    names (``{"buckets": [...]}`` or ``{"bucket": "..."}``), else the configured default;
+    nothing (every bucket) when neither names any."""
+    named = context.get("buckets", context.get("bucket")) if isinstance(context, Mapping) else None
+    if isinstance(named, str):
+        named = [named]
+    if isinstance(named, list):
+        chosen = tuple(b.strip() for b in named if isinstance(b, str) and b.strip())[:20]
+        if chosen:
+            return {"buckets": chosen}
+    if default and "*" not in default:
+        return {"buckets": default}
+    return {}
+
+
 def _top_k(value: object, maximum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 5
@@ -122,7 +143,7 @@ def _chunk_view(hit: ChunkHitLike, max_chars: int) -> dict[str, Any]:
         "doc_id": hit.doc_id,
         "chunk_id": hit.chunk_id,
         "title": hit.title,
-        "text": text,
+        **quoted(text, source=f"knowledge-base document {hit.doc_id!r}"),
         "score": round(float(hit.score), 4),
         "metadata": chunk_source(hit).metadata,
     }
@@ -137,12 +158,13 @@ def _external_view(result: ExternalResult, max_chars: int) -> dict[str, Any]:
         "origin": ORIGIN_INDEXED,
         "provider": result.provider,
         "question": result.query,
-        "answer": answer,
+        **quoted(answer, source=f"stored {result.provider} web answer", field="answer"),
         "citations": [
-            {"source_id": result.citation_source_id(c), "title": c.title, "url": c.url}
+            {"source_id": result.citation_source_id(c), "title": c.title, "url": safe_url(c.url)}
             for c in result.citations
         ],
         "matched_keywords": list(result.matched_keywords),
+        "match_score": result.match_score,
         "retrieved_at": iso_time(result.created_at),
     }
 

@@ -22,6 +22,7 @@ from agenttools.rag.policy import (
 )
 from agenttools.rag.sources import external_sources
 from agenttools.registry import ToolContext, ToolHandler, ToolOutcome
+from agenttools.untrusted import quoted, safe_url
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def make_perplexity_search_handler(deps: RagToolDeps) -> ToolHandler:
                 query_id=ctx.state.query_id,
                 conversation_id=ctx.conversation_id,
             )
-            await deps.external_results.save(result)
+            await deps.keywords.save_result(result)  # stored, and embedded for later lookups
         except Exception:
             log.exception("storing the perplexity result failed (run %s)", ctx.run_id)
             return ToolOutcome.error(
@@ -106,12 +107,12 @@ def make_perplexity_search_handler(deps: RagToolDeps) -> ToolHandler:
             content={
                 "perplexity_result_id": result.id,
                 "source_id": result.id,
-                "answer": answer.answer,
+                **quoted(answer.answer, source=f"{client.provider} web search answer", field="answer"),
                 "citations": [
                     {
                         "source_id": result.citation_source_id(c),
                         "title": c.title,
-                        "url": c.url,
+                        "url": safe_url(c.url),
                         **({"date": c.date} if c.date else {}),
                     }
                     for c in answer.citations

@@ -1,18 +1,31 @@
-"""The ordering rules of the mandatory flow, in one place the agent loop and the handlers share.
+"""The mandatory flow (seeds 000–002) as ONE policy, read by the agent loop and the handlers.
 
-Seed 000/002: ``knowledge_base_search`` comes first; ``perplexity_search`` only after it;
-once Perplexity answered, ``index_keywords`` must run before ``generate_response``
-(SC-003: keywords are indexed in 100% of Perplexity cases). The loop calls
-:func:`missing_prerequisite` before executing a tool (and :func:`next_required_tool` to
-fill the enforcement prompt); each handler calls it again, so the rule holds whichever
-way a tool is reached.
+* **Search the knowledge first.** Any knowledge search — ``knowledge_base_search``,
+  ``search_text``, ``search_semantic``, ``get_document_metadata`` — satisfies the first
+  step, and so does an *attempted* search that failed (FR-011: a knowledge base that is
+  down must degrade to Perplexity or an honest answer, not fail the run); the model is
+  told what failed. A call rejected by validation is not an attempt.
+* ``perplexity_search`` only after that; once Perplexity answered, ``index_keywords``
+  must run before ``generate_response`` (SC-003).
+* ``generate_response`` ends the run; a missing *or failing* one gets exactly one retry
+  (FR-010), then the run fails with ``response_generation_failed``.
+* An identical failing call (same tool, arguments and error) is not run a third time.
 
-The facts the rules read are recorded by the handlers in ``RunToolState.extras`` under
-``rag.*`` keys (helpers below), not inferred from ``tools_called``: a call rejected by
-validation or a failed Perplexity call must not count as "done".
+The facts are kept in ``RunToolState.extras`` under ``rag.*`` / ``flow.*`` keys (plain
+JSON, so they travel in the run's checkpoint). ``FlowPolicy`` answers "what must come
+next" (``next_required``) and "what may be offered now" (``offerable``); the loop records
+each call's outcome with ``record``; handlers call :func:`missing_prerequisite`, so a rule
+holds whichever way a tool is reached.
 """
 
 from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
 
 from agenttools.registry import RunToolState, ToolOutcome
 
@@ -21,10 +34,18 @@ PERPLEXITY_SEARCH = "perplexity_search"
 INDEX_KEYWORDS = "index_keywords"
 GENERATE_RESPONSE = "generate_response"
 RAG_TOOL_NAMES = (KB_SEARCH, PERPLEXITY_SEARCH, INDEX_KEYWORDS, GENERATE_RESPONSE)
+#: Each of these is "searching the knowledge" for step 1 of the flow.
+KNOWLEDGE_SEARCH_TOOLS = frozenset({KB_SEARCH, "search_text", "search_semantic", "get_document_metadata"})
+#: Dropped from the offer once a review said the search is ``enough``.
+CORPUS_SEARCH_TOOLS = frozenset({"search_text", "search_semantic"})
 
 _KB_SEARCHED = "rag.kb_searched"
 _EXTERNAL_IDS = "rag.external_result_ids"
 _UNINDEXED = "rag.unindexed_result_ids"
+_KB_FAILED = "rag.kb_search_failed"
+_GENERATE_FAILURES = "flow.generate_failures"
+_FAILED_CALLS = "flow.failed_calls"
+_REFUSED_REPEATS = "flow.refused_repeats"
 
 
 # ----------------------------------------------------------------------------- facts
@@ -114,3 +135,107 @@ def next_required_tool(state: RunToolState) -> tuple[str, str] | None:
     if state.final_response is None:
         return GENERATE_RESPONSE, "Step 4: return the final answer through generate_response"
     return None
+
+
+# ----------------------------------------------------------------------------- the policy
+
+#: How many times an identical failing call may run; after that it is refused.
+IDENTICAL_FAILURES_ALLOWED = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A call the policy will not run, and why (for the model)."""
+
+    reason: str
+    code: str = "not_executed"
+
+
+@dataclass(frozen=True, slots=True)
+class FlowPolicy:
+    first: str = KB_SEARCH
+    last: str = GENERATE_RESPONSE
+    tools: tuple[str, ...] = RAG_TOOL_NAMES
+
+    # --- what must come next / what may be offered ------------------------------------
+
+    def next_required(self, state: RunToolState) -> tuple[str, str] | None:
+        """``(tool, step)`` the run still owes before it may end, or None."""
+        return next_required_tool(state)
+
+    def offerable(self, names: Iterable[str], state: RunToolState) -> list[str]:
+        """The tools to offer now: Perplexity only once the knowledge was searched."""
+        from agenttools.review import search_closed  # the review after a search round (seed 004)
+
+        searched = kb_searched(state)
+        closed = search_closed(state)
+        return [
+            n for n in names if (searched or n != PERPLEXITY_SEARCH) and not (closed and n in CORPUS_SEARCH_TOOLS)
+        ]
+
+    def refuse_turn(self, names: Sequence[str], state: RunToolState) -> bool:
+        """A turn that skips the first step (no knowledge search yet, none asked for)."""
+        return not kb_searched(state) and not any(n in KNOWLEDGE_SEARCH_TOOLS for n in names)
+
+    # --- before a call ------------------------------------------------------------------
+
+    def before_call(self, name: str, arguments: dict[str, Any], state: RunToolState) -> Refusal | None:
+        """Refuse the third identical call of a call that failed the same way twice."""
+        entry = state.extras.get(_FAILED_CALLS, {}).get(_call_key(name, arguments))
+        if entry is not None and entry[1] >= IDENTICAL_FAILURES_ALLOWED:
+            refused: dict[str, int] = state.extras.setdefault(_REFUSED_REPEATS, {})
+            refused[name] = refused.get(name, 0) + 1
+            return Refusal(
+                f"Not executed: this exact {name} call already failed {entry[1]} times with the same "
+                f"error ({entry[2]}). Do not repeat it: change the arguments, use another tool, or "
+                "answer with what you have.",
+                "repeated_failing_call",
+            )
+        return None
+
+    def repeats_refused(self, state: RunToolState) -> int:
+        return sum(state.extras.get(_REFUSED_REPEATS, {}).values())
+
+    # --- after a call -------------------------------------------------------------------
+
+    def record(self, name: str, arguments: dict[str, Any], outcome: ToolOutcome, state: RunToolState) -> None:
+        """Update the flow's facts with a call's outcome; add guidance to a failed search."""
+        attempted = outcome.counts_as_execution
+        if name in KNOWLEDGE_SEARCH_TOOLS and attempted:
+            mark_kb_searched(state)
+            if outcome.is_error:
+                state.extras[_KB_FAILED] = True
+                if isinstance(outcome.content, dict):
+                    outcome.content.setdefault(
+                        "next_step",
+                        "The knowledge base could not be searched. Tell the user, then use "
+                        "perplexity_search if the question needs outside information, or answer with "
+                        "what you know through generate_response.",
+                    )
+        if name == self.last and outcome.is_error:
+            state.extras[_GENERATE_FAILURES] = int(state.extras.get(_GENERATE_FAILURES, 0)) + 1
+        failed: dict[str, list[Any]] = state.extras.setdefault(_FAILED_CALLS, {})
+        key = _call_key(name, arguments)
+        if outcome.is_error:
+            error = _error_text(outcome)
+            digest = hashlib.sha1(error.encode()).hexdigest()[:16]
+            entry = failed.get(key)
+            count = entry[1] + 1 if entry is not None and entry[0] == digest else 1
+            failed[key] = [digest, count, error[:200]]
+        else:
+            failed.pop(key, None)
+
+    def generate_failures(self, state: RunToolState) -> int:
+        return int(state.extras.get(_GENERATE_FAILURES, 0))
+
+
+def _call_key(name: str, arguments: dict[str, Any]) -> str:
+    raw = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS, default=str)
+    return f"{name}:{hashlib.sha1(raw).hexdigest()[:16]}"
+
+
+def _error_text(outcome: ToolOutcome) -> str:
+    content = outcome.content
+    if isinstance(content, dict):
+        return str(content.get("error") or content.get("reason") or content)[:500]
+    return str(content)[:500]

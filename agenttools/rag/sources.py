@@ -21,6 +21,7 @@ from typing import Any
 from agenttools.external_results import ExternalResult
 from agenttools.rag.deps import ChunkHitLike
 from agenttools.registry import EvidenceSource, RunToolState
+from agenttools.untrusted import safe_url
 
 _REF_KEYS = ("source_id", "id", "chunk_id", "url", "doc_id")
 _MAX_META_VALUE_CHARS = 200
@@ -30,6 +31,33 @@ def chunk_source_id(hit: ChunkHitLike) -> str:
     return str(hit.chunk_id)
 
 
+def page_label(page: int | None, page_end: int | None = None) -> str | None:
+    """``"page 5"``, ``"pages 5–6"``, or ``None`` for a passage without pages."""
+    if page is None:
+        return None
+    if page_end is None or page_end == page:
+        return f"page {page}"
+    return f"pages {page}\u2013{page_end}"
+
+
+def hit_pages(hit: object) -> tuple[int | None, int | None]:
+    """A hit's ``(page, page_end)``; hits of engines without pages give ``(None, None)``."""
+    page = getattr(hit, "page", None)
+    end = getattr(hit, "page_end", None)
+    return (page if isinstance(page, int) else None, end if isinstance(end, int) else None)
+
+
+def shown_source(source: str | None) -> str | None:
+    """A document's source as readers may see it: ingestion stores a path relative to
+    the ingested folder; an absolute server path (a document stored before that) is cut
+    to its file name, so no source ever shows where the server keeps its files."""
+    if not source:
+        return source
+    if source.startswith("/") or source.startswith("\\") or (len(source) > 2 and source[1:3] in (":\\", ":/")):
+        return source.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] or None
+    return source
+
+
 def chunk_source(hit: ChunkHitLike) -> EvidenceSource:
     meta = small_metadata(hit.metadata)
     meta.update(doc_id=hit.doc_id, chunk_id=hit.chunk_id, score=round(float(hit.score), 4))
@@ -37,28 +65,51 @@ def chunk_source(hit: ChunkHitLike) -> EvidenceSource:
         meta["bucket"] = hit.bucket
     if hit.position is not None:
         meta["position"] = hit.position
+    page, page_end = hit_pages(hit)
+    location = shown_source(hit.source)
+    if page is not None:
+        meta["page"] = page
+        if page_end is not None and page_end != page:
+            meta["page_end"] = page_end
+        label = page_label(page, page_end)
+        location = f"{location}, {label}" if location else label
     return EvidenceSource(
         id=chunk_source_id(hit),
         title=hit.title or hit.doc_id,
         url=hit.url,
         kind="internal",
-        location=hit.source,
+        location=location,
         metadata=meta,
     )
 
 
 def external_sources(result: ExternalResult, origin: str) -> list[EvidenceSource]:
-    """The answer itself plus one source per web citation."""
-    base = {
+    """The answer itself plus one source per web citation.
+
+    The answer's own source carries its web citations (FR-014): ``url`` is the first
+    one's and ``metadata.citations`` lists them all (``source_id``, ``url``, ``title``),
+    so a ``response`` that cites only the answer still says where it came from.
+    """
+    base: dict[str, Any] = {
         "origin": origin,
         "provider": result.provider,
         "question": result.query,
         "retrieved_at": iso_time(result.created_at),
     }
+    cited = [(c, safe_url(c.url)) for c in result.citations]  # only http(s) links travel
+    web = [
+        {"source_id": result.citation_source_id(c), "url": url, **({"title": c.title[:200]} if c.title else {})}
+        for c, url in cited
+        if url is not None
+    ]
+    if web:
+        base["citations"] = web
+        base["urls"] = [w["url"] for w in web]
     out = [
         EvidenceSource(
             id=result.id,
             title=f"{result.provider.capitalize()} answer: {result.query[:80]}",
+            url=web[0]["url"] if web else None,
             kind="external",
             metadata=base,
         )
@@ -112,9 +163,11 @@ def _resolve_scalar(ref: str, state: RunToolState) -> EvidenceSource | None:
     exact = state.sources.get(ref)
     if exact is not None:
         return exact
-    for source in state.sources.values():
-        if source.url and source.url == ref:
-            return source
+    # A web citation is named by its URL; the answer that cites it carries the same URL
+    # and comes second, so the citation's own source wins.
+    by_url = [s for s in state.sources.values() if s.url and s.url == ref]
+    if by_url:
+        return min(by_url, key=lambda s: "urls" in s.metadata)
     for source in state.sources.values():
         if source.kind == "internal" and str(source.metadata.get("doc_id")) == ref:
             return source

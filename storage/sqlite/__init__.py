@@ -9,6 +9,7 @@ from storage.sqlite.conversations import SqliteConversationStore
 from storage.sqlite.database import SqliteDatabase, SqliteOptions
 from storage.sqlite.drafts import SqliteDraftStore
 from storage.sqlite.external_results import SqliteExternalResultStore
+from storage.sqlite.external_vectors import SqliteExternalVectorStore
 from storage.sqlite.kb_index import SqliteKBIndex
 from storage.sqlite.keywords import SqliteKeywordStore
 from storage.sqlite.migrations import migrate
@@ -28,6 +29,7 @@ class SqliteStorage:
     drafts: SqliteDraftStore
     keywords: SqliteKeywordStore
     external_results: SqliteExternalResultStore
+    external_vectors: SqliteExternalVectorStore
     kb_index: SqliteKBIndex
     # (other stores: drafts, keywords, external results, the KB index — added below)
 
@@ -58,6 +60,7 @@ async def open_sqlite_storage(path: str | Path, opts: SqliteOptions | None = Non
             drafts=SqliteDraftStore(db),
             keywords=SqliteKeywordStore(db),
             external_results=SqliteExternalResultStore(db),
+            external_vectors=SqliteExternalVectorStore(db),
             kb_index=SqliteKBIndex(db),
         )
     except BaseException:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -79,7 +80,9 @@ class SqliteOptions:
     write_retry_s: float = 10.0
     #: SQLite's own wait for a lock, per attempt (our retry loop wraps it).
     busy_timeout_ms: int = 1000
-    cache_kib: int = 16_384
+    #: Page cache per connection (SQLite's default is 2 MiB); each of the 1 + readers
+    #: connections holds up to this much, so it bounds RSS as much as speed.
+    cache_kib: int = 2_048
 
 
 def _transient(exc: BaseException) -> bool:
@@ -334,20 +337,11 @@ class SqliteDatabase:
             return
 
     async def _commit_items(self, batch: Sequence[WriteItem]) -> None:
-        conn = self._writer
-        await conn.execute("BEGIN IMMEDIATE")
-        try:
-            # One thread hop per run of identical statements, not per row.
-            for sql, rows in _group_consecutive(s for item in batch for s in item.statements):
-                if len(rows) == 1:
-                    await conn.execute(sql, rows[0])
-                else:
-                    await conn.executemany(sql, rows)
-            await conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                await conn.execute("ROLLBACK")
-            raise
+        groups = _group_consecutive(s for item in batch for s in item.statements)
+        # The whole batch — BEGIN, one executemany per run of identical statements, COMMIT —
+        # in ONE hop to the connection's thread: under load, each hop is a wait for the
+        # event loop, and the stream is shown an event only after this commit.
+        await self._writer._execute(_commit_sync, self._writer._conn, groups)
         self._succeeded()
 
     async def _write_one_by_one(self, batch: list[WriteItem]) -> None:
@@ -388,6 +382,39 @@ class SqliteDatabase:
             "write_retries": self.stats.retries,
             "write_failures": self.stats.failures,
         }
+
+
+_VALUES = re.compile(r"^(INSERT (?:OR \w+ )?INTO [^(]+\([^)]*\)\s*VALUES\s*)(\((?:\?,\s*)*\?\))$", re.IGNORECASE)
+#: SQLite allows 32,766 parameters per statement; keep well below.
+MAX_PARAMS = 8_000
+
+
+def _commit_sync(conn: sqlite3.Connection, groups: list[tuple[str, list[Sequence[Any]]]]) -> None:
+    """Runs on the writer connection's own thread (aiosqlite's worker).
+
+    Many rows of one plain ``INSERT … VALUES (?, …)`` become one multi-row statement:
+    ``executemany`` releases and retakes the GIL around every row, and with a busy event
+    loop each retake can wait a whole switch interval — a burst of tokens from a thousand
+    runs would queue behind that convoy."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for sql, rows in groups:
+            match = _VALUES.match(sql) if len(rows) > 1 else None
+            if len(rows) == 1:
+                conn.execute(sql, rows[0])
+            elif match is None:
+                conn.executemany(sql, rows)
+            else:
+                head, one = match.group(1), match.group(2)
+                per = max(1, MAX_PARAMS // max(1, len(rows[0])))
+                for i in range(0, len(rows), per):
+                    chunk = rows[i : i + per]
+                    conn.execute(head + ",".join([one] * len(chunk)), [p for row in chunk for p in row])
+        conn.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
 
 
 def _backoff(attempt: int) -> float:

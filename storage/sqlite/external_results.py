@@ -11,6 +11,7 @@ from storage.keyword_records import Citation, ExternalResult
 from storage.sqlite.database import SqliteDatabase
 
 _IN_CHUNK = 500
+RESULT_COLUMNS = "result_id, provider, query, answer, citations, model, query_id, conversation_id, created_at"
 
 
 class SqliteExternalResultStore:
@@ -48,16 +49,14 @@ class SqliteExternalResultStore:
         for i in range(0, len(ids), _IN_CHUNK):
             chunk = ids[i : i + _IN_CHUNK]
             rows = await self._db.fetchall(
-                "SELECT result_id, provider, query, answer, citations, model, query_id,"
-                " conversation_id, created_at FROM external_results"
-                f" WHERE result_id IN ({','.join('?' * len(chunk))})",
+                f"SELECT {RESULT_COLUMNS} FROM external_results WHERE result_id IN ({','.join('?' * len(chunk))})",
                 chunk,
             )
-            by_id.update((row[0], _row_to_result(row)) for row in rows)
+            by_id.update((row[0], row_to_result(row)) for row in rows)
         return [by_id[i] for i in ids if i in by_id]
 
 
-def _row_to_result(row: Sequence[Any]) -> ExternalResult:
+def row_to_result(row: Sequence[Any]) -> ExternalResult:
     return ExternalResult(
         id=row[0],
         provider=row[1],

@@ -31,6 +31,7 @@ from storage.kb_records import (
     KBChunkRow,
     KBCounts,
     KBDocState,
+    KBDocumentListing,
     KBDocumentRecord,
     KBDocumentWrite,
     KBRanked,
@@ -48,15 +49,18 @@ _PART = 500  # ids per IN (...) list
 
 _UPSERT_DOCUMENT = (
     "INSERT INTO kb_documents(id, bucket, title, source, url, content_hash, embed_model, embed_dim,"
-    " metadata, chars, chunk_count, created_at, updated_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " metadata, chars, chunk_count, created_at, updated_at, origin)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT(id) DO UPDATE SET bucket = excluded.bucket, title = excluded.title,"
-    " source = excluded.source, url = excluded.url, content_hash = excluded.content_hash,"
+    " source = excluded.source, origin = excluded.origin, url = excluded.url, content_hash = excluded.content_hash,"
     " embed_model = excluded.embed_model, embed_dim = excluded.embed_dim,"
     " metadata = excluded.metadata, chars = excluded.chars, chunk_count = excluded.chunk_count,"
     " updated_at = excluded.updated_at"
 )
-_INSERT_CHUNK = "INSERT INTO kb_chunks(id, doc_id, position, title, heading, text, vector) VALUES (?, ?, ?, ?, ?, ?, ?)"
+_INSERT_CHUNK = (
+    "INSERT INTO kb_chunks(id, doc_id, position, title, heading, text, vector, page, page_end)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 def utc_now() -> str:
@@ -196,12 +200,15 @@ class SqliteKBIndex:
                     (
                         d.id, bucket, d.title, d.source, d.url, d.content_hash, d.embed_model, d.embed_dim,
                         orjson.dumps(d.metadata, default=str).decode(), d.chars, len(d.chunks), now, now,
+                        d.origin,
                     )
                 )
                 mine = []
                 for j, c in enumerate(d.chunks):
                     blob = d.vectors[j].astype(np.float32).tobytes() if d.vectors is not None else None
-                    chunk_rows.append((next_id, d.id, c.position, d.title, c.heading, c.text, blob))
+                    chunk_rows.append(
+                        (next_id, d.id, c.position, d.title, c.heading, c.text, blob, c.page, c.page_end)
+                    )
                     mine.append(next_id)
                     next_id += 1
                 row_ids.append(mine)
@@ -249,15 +256,36 @@ class SqliteKBIndex:
         for part in _parts(ids):
             await conn.execute(f"DELETE FROM {table} WHERE {column} IN ({_marks(len(part))})", part)
 
-    async def source_documents(self, bucket: str, source: str, *, prefix: bool) -> list[tuple[str, str]]:
-        if prefix and source:
-            # A range on the (bucket, source) index instead of LIKE (no escaping, no scan).
-            upper = source[:-1] + chr(ord(source[-1]) + 1)
-            sql = "SELECT id, source FROM kb_documents WHERE bucket = ? AND source >= ? AND source < ?"
-            params: tuple[Any, ...] = (bucket, source, upper)
+    async def source_documents(self, bucket: str, origin: str, *, prefix: bool) -> list[tuple[str, str]]:
+        if prefix and origin:
+            # A range on the (bucket, origin) index instead of LIKE (no escaping, no scan).
+            upper = origin[:-1] + chr(ord(origin[-1]) + 1)
+            sql = "SELECT id, origin FROM kb_documents WHERE bucket = ? AND origin >= ? AND origin < ?"
+            params: tuple[Any, ...] = (bucket, origin, upper)
         else:
-            sql, params = "SELECT id, source FROM kb_documents WHERE bucket = ? AND source = ?", (bucket, source)
+            sql, params = "SELECT id, origin FROM kb_documents WHERE bucket = ? AND origin = ?", (bucket, origin)
         return [(str(i), str(s)) for i, s in await self._db.fetchall(sql, params)]
+
+    async def delete_bucket(self, name: str) -> list[str] | None:
+        kb_buckets.ident(name)
+
+        async def run(conn: aiosqlite.Connection) -> list[str] | None:
+            async with conn.execute("SELECT schema FROM kb_buckets WHERE name = ?", (name,)) as cur:
+                row = await cur.fetchone()
+            if row is None:
+                return None
+            async with conn.execute("SELECT id FROM kb_documents WHERE bucket = ?", (name,)) as cur:
+                gone = [str(r[0]) for r in await cur.fetchall()]
+            await self._delete_rows(conn, "kb_chunks", "doc_id", gone)
+            await conn.execute(f"DROP TABLE IF EXISTS {kb_buckets.meta_table(name)}")
+            await conn.execute("DELETE FROM kb_documents WHERE bucket = ?", (name,))
+            await conn.execute("DELETE FROM kb_buckets WHERE name = ?", (name,))
+            return gone
+
+        try:
+            return await self._db.transact(run)
+        finally:
+            self._stats_changed()
 
     # ------------------------------------------------------------------ vectors
     async def iter_vectors(self, embed_model: str, dim: int) -> AsyncIterator[KBVectorRows]:
@@ -314,17 +342,18 @@ class SqliteKBIndex:
             return []
         ids = list(chunk_ids)
         rows = await self._db.fetchall(
-            "SELECT c.id, c.doc_id, c.position, c.title, c.heading, c.text, d.bucket, d.source, d.url, d.metadata "
+            "SELECT c.id, c.doc_id, c.position, c.title, c.heading, c.text, d.bucket, d.source, d.url, d.metadata,"
+            " c.page, c.page_end "
             f"FROM kb_chunks c JOIN kb_documents d ON d.id = c.doc_id WHERE c.id IN ({_marks(len(ids))})",
             ids,
         )
         meta_cache: dict[str, dict[str, Any]] = {}
         out = []
-        for cid, doc_id, pos, title, heading, text, bucket, source, url, meta_json in rows:
+        for cid, doc_id, pos, title, heading, text, bucket, source, url, meta_json, page, page_end in rows:
             meta = meta_cache.get(doc_id)
             if meta is None:
                 meta = meta_cache[doc_id] = orjson.loads(meta_json)
-            out.append(KBChunkRow(cid, doc_id, pos, title, heading, text, bucket, source, url, meta))
+            out.append(KBChunkRow(cid, doc_id, pos, title, heading, text, bucket, source, url, meta, page, page_end))
         return out
 
     async def get_document(self, doc_id: str) -> KBDocumentRecord | None:
@@ -348,6 +377,24 @@ class SqliteKBIndex:
             did, bucket, title, source, url, chash, model, dim, orjson.loads(meta_json), typed,
             chars, nchunks, created, updated,
         )
+
+    async def list_documents(
+        self, bucket: str | None, *, limit: int, after: str | None = None
+    ) -> list[KBDocumentListing]:
+        where, params = [], []
+        if bucket is not None:
+            where.append("bucket = ?")
+            params.append(bucket)
+        if after is not None:
+            where.append("id > ?")
+            params.append(after)
+        sql = (
+            "SELECT id, bucket, title, source, url, chars, chunk_count, updated_at FROM kb_documents"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY id LIMIT ?"
+        )
+        rows = await self._db.fetchall(sql, (*params, max(0, int(limit))))
+        return [KBDocumentListing(str(i), b, t, s, u, int(c), int(n), up) for i, b, t, s, u, c, n, up in rows]
 
     async def counts(self, embed_model: str | None, embed_dim: int | None) -> KBCounts:
         row = await self._db.fetchone(

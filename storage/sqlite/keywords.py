@@ -1,5 +1,5 @@
-"""The keyword index in the shared SQLite file (tables ``keywords`` and
-``keyword_associations``).
+"""The keyword index in the shared SQLite file (tables ``keywords``,
+``keyword_associations`` and ``keyword_terms``).
 
 A merge is ``INSERT … ON CONFLICT(key) DO UPDATE SET usage_count = usage_count + 1`` in
 one ``BEGIN IMMEDIATE`` transaction on the shared writer, so concurrent calls — from
@@ -14,7 +14,7 @@ from typing import Any
 
 import aiosqlite
 
-from storage.keyword_records import KeywordAssociation, KeywordHit, KeywordRecord
+from storage.keyword_records import KeywordAssociation, KeywordHit, KeywordRecord, KeywordTermHit
 from storage.sqlite.database import SqliteDatabase, Statement
 
 #: Keys per ``IN (…)`` list / per multi-row ``VALUES`` (SQLite caps bound parameters).
@@ -34,6 +34,7 @@ class SqliteKeywordStore:
         external_result_ids: Sequence[str] = (),
         conversation_id: str | None = None,
         now: float,
+        terms: Mapping[str, Sequence[str]] | None = None,
     ) -> list[KeywordRecord]:
         items = list(keywords.items())
         if not items:
@@ -69,6 +70,8 @@ class SqliteKeywordStore:
                     for aid, (key, rid) in zip(association_ids, pairs, strict=True)
                 ],
             )
+            if terms:
+                await _write_terms(conn, {stored[k][0]: terms[k] for k, _ in items if k in terms})
             return stored
 
         stored = await self._db.transact(run)
@@ -89,6 +92,45 @@ class SqliteKeywordStore:
                 )
                 out.extend(KeywordHit(r[0], r[1], r[2]) for r in rows)
         return out
+
+    async def term_hits(self, terms: Collection[str]) -> list[KeywordTermHit]:
+        wanted = sorted(set(terms))
+        if not wanted:
+            return []
+        # One statement (a query has a few hundred terms at most; SQLite binds 32,766),
+        # so a keyword's matched terms are counted together. DISTINCT: a keyword
+        # associated with one result from several queries counts each term once.
+        rows = await self._db.fetchall(
+            "SELECT a.external_result_id, k.key, k.display, COUNT(DISTINCT t.term), k.term_count"
+            " FROM keyword_terms t JOIN keywords k ON k.keyword_id = t.keyword_id"
+            " JOIN keyword_associations a ON a.keyword_id = k.keyword_id"
+            f" WHERE t.term IN ({','.join('?' * len(wanted))}) AND a.external_result_id IS NOT NULL"
+            " GROUP BY a.external_result_id, k.keyword_id",
+            wanted,
+        )
+        return [KeywordTermHit(r[0], r[1], r[2], int(r[3]), max(int(r[4] or 0), int(r[3]))) for r in rows]
+
+    async def set_terms(self, terms: Mapping[str, Sequence[str]]) -> None:
+        keys = sorted(terms)
+        if not keys:
+            return
+
+        async def run(conn: aiosqlite.Connection) -> None:
+            ids: dict[str, Sequence[str]] = {}
+            for chunk in _chunks(keys, _CHUNK):
+                rows = await conn.execute_fetchall(
+                    f"SELECT keyword_id, key FROM keywords WHERE key IN ({','.join('?' * len(chunk))})", chunk
+                )
+                ids.update((row[0], terms[row[1]]) for row in rows)
+            await _write_terms(conn, ids)
+
+        await self._db.transact(run)
+
+    async def without_terms(self, limit: int) -> dict[str, str]:
+        rows = await self._db.fetchall(
+            "SELECT key, display FROM keywords WHERE term_count IS NULL ORDER BY created_at LIMIT ?", (limit,)
+        )
+        return {r[0]: r[1] for r in rows}
 
     async def touch(self, keys: Collection[str], *, now: float) -> None:
         wanted = sorted(set(keys))
@@ -131,6 +173,17 @@ class SqliteKeywordStore:
     async def count(self) -> int:
         row = await self._db.fetchone("SELECT COUNT(*) FROM keywords")
         return int(row[0]) if row is not None else 0
+
+
+async def _write_terms(conn: aiosqlite.Connection, terms_by_id: Mapping[str, Sequence[str]]) -> None:
+    """Replace the terms of these keyword ids (inside the caller's transaction)."""
+    for keyword_id, raw_terms in terms_by_id.items():
+        unique = list(dict.fromkeys(t for t in raw_terms if t))
+        await conn.execute("DELETE FROM keyword_terms WHERE keyword_id = ?", (keyword_id,))
+        await conn.executemany(
+            "INSERT OR IGNORE INTO keyword_terms (term, keyword_id) VALUES (?, ?)", [(t, keyword_id) for t in unique]
+        )
+        await conn.execute("UPDATE keywords SET term_count = ? WHERE keyword_id = ?", (len(unique), keyword_id))
 
 
 def _record(row: Sequence[Any]) -> KeywordRecord:

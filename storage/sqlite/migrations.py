@@ -220,10 +220,73 @@ _DURABLE_RUNS = (
     "DROP TABLE IF EXISTS drafts_migrations",
 )
 
+# Seed 001: what a run did, recorded when it ends (tool calls made, tools used, keywords
+# indexed), so the success criteria can be read per run.
+_RUN_SUMMARY = (
+    "ALTER TABLE runs ADD COLUMN tool_call_count INTEGER",
+    "ALTER TABLE runs ADD COLUMN used_tools TEXT",
+    "ALTER TABLE runs ADD COLUMN keyword_count INTEGER",
+)
+
+# PDF pages per chunk, so a cited passage can say which page it is on (NULL for text
+# without pages). Documents ingested before keep NULL until they are re-ingested.
+_KB_CHUNK_PAGES = (
+    "ALTER TABLE kb_chunks ADD COLUMN page INTEGER",
+    "ALTER TABLE kb_chunks ADD COLUMN page_end INTEGER",
+)
+
+# SC-006: saved external answers found by meaning and by stemmed, order-free keyword
+# terms. ``term_count`` stays NULL for keywords indexed before (the keyword index
+# back-fills their terms at start-up); a pruned keyword's terms go with it. Vectors
+# are per embedder; ``id`` only grows (AUTOINCREMENT), so a reader loads what is new.
+_EXTERNAL_MATCHING = (
+    "ALTER TABLE keywords ADD COLUMN term_count INTEGER",
+    """CREATE TABLE IF NOT EXISTS keyword_terms (
+        term TEXT NOT NULL,
+        keyword_id TEXT NOT NULL REFERENCES keywords(keyword_id) ON DELETE CASCADE,
+        PRIMARY KEY (term, keyword_id)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS idx_keyword_terms_keyword ON keyword_terms(keyword_id)",
+    """CREATE TABLE IF NOT EXISTS external_vectors (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL CHECK (kind IN ('question', 'answer', 'keyword')),
+        ref TEXT NOT NULL,
+        embed_model TEXT NOT NULL,
+        dim INTEGER NOT NULL,
+        vector BLOB NOT NULL,
+        created_at REAL NOT NULL,
+        UNIQUE (embed_model, kind, ref)
+    )""",
+)
+
+# A client's ``Idempotency-Key`` names the run it started, per user, so a retried
+# ``POST /v1/agent/chat`` resumes that run instead of starting another. NULL for runs
+# started without one (a partial unique index: any number of those).
+_RUN_IDEMPOTENCY = (
+    "ALTER TABLE runs ADD COLUMN idempotency_key TEXT",
+    "CREATE UNIQUE INDEX IF NOT EXISTS idx_runs_idempotency ON runs(user_id, idempotency_key) "
+    "WHERE idempotency_key IS NOT NULL",
+)
+
+# Ingested files: ``source`` is what readers see (a path relative to the ingested
+# folder, or the caller's own), ``origin`` the absolute path it was read from, used only
+# to find the documents of a re-ingested folder whose files are gone. Never shown.
+_KB_DOCUMENT_ORIGIN = (
+    "ALTER TABLE kb_documents ADD COLUMN origin TEXT",
+    "UPDATE kb_documents SET origin = source WHERE origin IS NULL",
+    "CREATE INDEX IF NOT EXISTS kb_documents_bucket_origin ON kb_documents(bucket, origin)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "conversations, runs, tool calls, drafts, keywords, external results, knowledge base",
               _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB),
     Migration(2, "durable runs: input, checkpoint, multitask policy; one version table", _DURABLE_RUNS),
+    Migration(3, "run summary: tool_call_count, used_tools, keyword_count", _RUN_SUMMARY),
+    Migration(4, "knowledge base: the page of each chunk of a paged document", _KB_CHUNK_PAGES),
+    Migration(5, "external answers: keyword terms, vectors of answers and keywords", _EXTERNAL_MATCHING),
+    Migration(6, "runs: the Idempotency-Key a client started each run with", _RUN_IDEMPOTENCY),
+    Migration(7, "knowledge base: the absolute origin of ingested files, apart from their shown source",
+              _KB_DOCUMENT_ORIGIN),
 )
 
 VERSION_TABLE = "schema_version"

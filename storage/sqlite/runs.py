@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import aiosqlite
 
-from storage.errors import ConversationBusy
+from storage.errors import ConversationBusy, IdempotencyKeyUsed
 from storage.records import UNFINISHED, NewRun, RunEvent, RunWrite, StoredRun
 from storage.sqlite.conversations import append_statements, claim_in
 from storage.sqlite.database import SqliteDatabase, Statement
@@ -53,6 +53,14 @@ def step_statements(step: RunWrite) -> list[Statement]:
                 (step.checkpoint, step.checkpoint_seq or 0, step.run_id),
             )
         )
+    if step.summary is not None:
+        s = step.summary
+        out.append(
+            (
+                "UPDATE runs SET tool_call_count = ?, used_tools = ?, keyword_count = ? WHERE id = ?",
+                (s.tool_call_count, ",".join(s.used_tools), s.keyword_count, step.run_id),
+            )
+        )
     if step.finished:
         out.append(
             (
@@ -76,6 +84,13 @@ class SqliteRunStore:
 
     async def create(self, run: NewRun) -> list[str]:
         async def tx(conn: aiosqlite.Connection) -> list[str]:
+            if run.idempotency_key is not None:  # one writer: this check and the insert are atomic
+                async with conn.execute(
+                    "SELECT id FROM runs WHERE user_id = ? AND idempotency_key = ?", (run.user_id, run.idempotency_key)
+                ) as cur:
+                    row = await cur.fetchone()
+                if row is not None:
+                    raise IdempotencyKeyUsed(str(row[0]))
             await claim_in(conn, run.conversation_id, run.user_id)
             async with conn.execute(
                 f"SELECT id FROM runs WHERE conversation_id = ? AND status IN {_UNFINISHED_SQL} ORDER BY rowid",
@@ -85,9 +100,11 @@ class SqliteRunStore:
             if others and run.multitask == "reject":
                 raise ConversationBusy(run.conversation_id)
             await conn.execute(
-                "INSERT INTO runs(id, conversation_id, user_id, context_type, status, input, multitask) "
-                "VALUES (?, ?, ?, ?, 'queued', ?, ?)",
-                (run.id, run.conversation_id, run.user_id, run.context_type, run.input, run.multitask),
+                "INSERT INTO runs(id, conversation_id, user_id, context_type, status, input, multitask, "
+                "idempotency_key) "
+                "VALUES (?, ?, ?, ?, 'queued', ?, ?, ?)",
+                (run.id, run.conversation_id, run.user_id, run.context_type, run.input, run.multitask,
+                 run.idempotency_key),
             )
             return others
 
@@ -95,6 +112,12 @@ class SqliteRunStore:
 
     async def get(self, run_id: str) -> StoredRun | None:
         row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM runs r WHERE r.id = ?", (run_id,))
+        return _stored(row) if row else None
+
+    async def find_by_idempotency_key(self, user_id: str, key: str) -> StoredRun | None:
+        row = await self.db.fetchone(
+            f"SELECT {_COLUMNS} FROM runs r WHERE r.user_id = ? AND r.idempotency_key = ?", (user_id, key)
+        )
         return _stored(row) if row else None
 
     async def events_after(self, run_id: str, after: int, limit: int = 10_000) -> list[RunEvent]:

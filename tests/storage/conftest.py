@@ -1,21 +1,38 @@
 """The engines the storage contract suite runs against.
 
-``store_engine`` yields a whole storage bundle (``.drafts``, ``.keywords``,
-``.external_results`` …) on a fresh database. Today only the embedded SQLite engine;
-PostgreSQL joins as a second param, and every contract test then runs against both.
+``store_engine`` yields a whole storage bundle (``.conversations``, ``.runs``,
+``.drafts``, ``.keywords``, ``.external_results``, ``.kb_index`` …) on a fresh database
+of each engine: a SQLite file, and a PostgreSQL database copied from the migrated
+template of the session's server (``tests/support/postgres.py``). Every contract test
+runs against both; a PostgreSQL that cannot start fails the tests, it never skips them.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.postgres import PostgresUnavailable, TestPostgres
 from tests.support.storage import opened_storage
 
-ENGINES = ["sqlite"]
+ENGINES = ["sqlite", "postgres"]
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[TestPostgres]:
+    """One PostgreSQL (with pgvector) for the whole session, with the migrated template."""
+    try:
+        server = TestPostgres().start()
+    except PostgresUnavailable as exc:
+        pytest.fail(f"the PostgreSQL engine's tests need a server: {exc}", pytrace=False)
+    try:
+        server.prepare_template()
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(params=ENGINES)
@@ -23,5 +40,15 @@ async def store_engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
     if request.param == "sqlite":
         async with opened_storage(tmp_path / "contract.db") as storage:
             yield storage
+    elif request.param == "postgres":
+        from storage.postgres import open_postgres_storage
+
+        server: TestPostgres = request.getfixturevalue("pg_server")
+        with server.database() as url:
+            storage = await open_postgres_storage(url)
+            try:
+                yield storage
+            finally:
+                await storage.close()
     else:  # pragma: no cover - a new engine must be wired here
         raise AssertionError(f"unknown storage engine {request.param!r}")

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from llm.types import Message
-from storage.errors import ConversationBusy, ConversationOwnedByAnother
+from storage.errors import ConversationBusy, ConversationOwnedByAnother, IdempotencyKeyUsed
 from storage.records import NewRun, RunEvent, RunWrite, ToolCallRecord
 
 
@@ -100,3 +100,43 @@ async def test_tool_call_log_is_written_in_the_background(store_engine: Any) -> 
     rows = await log.for_run("r1")
     assert rows == [{"tool_use_id": "t1", "tool_name": "knowledge_base_search", "status": "success",
                      "retry_count": 0, "duration_ms": 1.5}]
+
+
+async def test_an_idempotency_key_names_one_run_per_user(store_engine: Any) -> None:
+    runs = store_engine.runs
+
+    def keyed(run_id: str, key: str | None, conv: str = "c", user: str = "alice", multitask: Any = "enqueue") -> NewRun:
+        return NewRun(run_id, conv, user, "knowledge", orjson.dumps({"message": "hi"}), multitask, key)
+
+    assert await runs.create(keyed("r1", "k-1")) == []
+    assert await runs.create(keyed("r2", None)) == ["r1"]  # runs without a key never collide
+    assert await runs.create(keyed("r3", None)) == ["r1", "r2"]
+    # The key is checked before the conversation's policy: a retry is never "busy".
+    with pytest.raises(IdempotencyKeyUsed) as taken:
+        await runs.create(keyed("r4", "k-1", conv="other", multitask="reject"))
+    assert taken.value.run_id == "r1"
+    assert await runs.get("r4") is None and await store_engine.conversations.owner("other") is None
+    # Keys are per user.
+    assert await runs.create(keyed("r5", "k-1", conv="bobs", user="bob")) == []
+    found = await runs.find_by_idempotency_key("alice", "k-1")
+    assert found is not None and (found.id, found.user_id, found.conversation_id) == ("r1", "alice", "c")
+    bobs = await runs.find_by_idempotency_key("bob", "k-1")
+    assert bobs is not None and bobs.id == "r5"
+    assert await runs.find_by_idempotency_key("alice", "k-2") is None
+    # The key outlives the run's end (its input and checkpoint are forgotten, not the key).
+    await runs.commit(RunWrite("r1", "c", events=[ev(1, "message_complete")], status="completed", finished=True))
+    done = await runs.find_by_idempotency_key("alice", "k-1")
+    assert done is not None and (done.status, done.last_seq) == ("completed", 1)
+
+
+async def test_concurrent_creates_with_one_key_store_one_run(store_engine: Any) -> None:
+    runs = store_engine.runs
+    attempts = [
+        NewRun(f"r{i}", f"c{i}", "alice", "knowledge", orjson.dumps({"message": "hi"}), "enqueue", "same")
+        for i in range(8)
+    ]
+    outcomes = await asyncio.gather(*(runs.create(a) for a in attempts), return_exceptions=True)
+    winners = [a.id for a, o in zip(attempts, outcomes, strict=True) if not isinstance(o, BaseException)]
+    assert len(winners) == 1, outcomes
+    losers = [o for o in outcomes if isinstance(o, BaseException)]
+    assert all(isinstance(o, IdempotencyKeyUsed) and o.run_id == winners[0] for o in losers), losers

@@ -1,0 +1,82 @@
+"""The scale-out engine: every store on one PostgreSQL database (with pgvector),
+migrated once at open — however many replicas open it at the same moment.
+
+Same interfaces, same contract suite (``tests/storage``) as the SQLite engine; needs
+the ``postgres`` extra (``pip install 'agentchat[postgres]'``: psycopg 3, psycopg-pool,
+pgvector).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from storage.postgres.conversations import PostgresConversationStore
+from storage.postgres.database import Conn, PostgresDatabase, PostgresOptions, redact
+from storage.postgres.drafts import PostgresDraftStore
+from storage.postgres.external_results import PostgresExternalResultStore
+from storage.postgres.external_vectors import PostgresExternalVectorStore
+from storage.postgres.kb_index import PostgresKBIndex
+from storage.postgres.keywords import PostgresKeywordStore
+from storage.postgres.migrations import migrate
+from storage.postgres.runs import PostgresRunStore
+from storage.postgres.tool_calls import PostgresToolCallLog
+
+
+@dataclass(slots=True)
+class PostgresStorage:
+    """Every store of the service on one database. Built by ``open_postgres_storage``."""
+
+    db: PostgresDatabase
+    schema_version: int
+    conversations: PostgresConversationStore
+    runs: PostgresRunStore
+    tool_calls: PostgresToolCallLog
+    drafts: PostgresDraftStore
+    keywords: PostgresKeywordStore
+    external_results: PostgresExternalResultStore
+    external_vectors: PostgresExternalVectorStore
+    kb_index: PostgresKBIndex
+
+    engine = "postgres"
+
+    async def readiness(self) -> dict[str, object]:
+        return await self.db.readiness()
+
+    async def close(self) -> None:
+        await self.db.close()
+
+
+async def _configure(conn: Conn) -> None:
+    """Every pooled connection speaks pgvector's ``vector`` (binary, numpy in and out)."""
+    from pgvector.psycopg import register_vector_async
+
+    await register_vector_async(conn)
+
+
+async def open_postgres_storage(url: str, opts: PostgresOptions | None = None) -> PostgresStorage:
+    """Apply every pending migration (once, under an advisory lock, whatever the number
+    of replicas starting), then open the pool and start the writer: nothing reads or
+    writes a table before the schema is complete."""
+    opts = opts or PostgresOptions()
+    version = await migrate(url, connect_timeout=max(1, int(opts.connect_timeout_s)))
+    db = await PostgresDatabase.open(url, opts, configure=_configure)
+    try:
+        db.start()
+        return PostgresStorage(
+            db=db,
+            schema_version=version,
+            conversations=PostgresConversationStore(db),
+            runs=PostgresRunStore(db),
+            tool_calls=PostgresToolCallLog(db),
+            drafts=PostgresDraftStore(db),
+            keywords=PostgresKeywordStore(db),
+            external_results=PostgresExternalResultStore(db),
+            external_vectors=PostgresExternalVectorStore(db),
+            kb_index=PostgresKBIndex(db),
+        )
+    except BaseException:
+        await db.close()
+        raise
+
+
+__all__ = ["PostgresDatabase", "PostgresOptions", "PostgresStorage", "open_postgres_storage", "redact"]

@@ -1,0 +1,381 @@
+"""One PostgreSQL database, shared by every store: a pool of connections and the same
+ordered background writer as the SQLite engine.
+
+Why this shape (the SQLite engine's ``database.py`` is the model; differences only):
+
+* A pool (``psycopg_pool.AsyncConnectionPool``) instead of one writer and a few
+  readers: PostgreSQL runs transactions side by side, and ordering between them is
+  the database's business (row locks, ``ON CONFLICT``, advisory locks), so there is no
+  process-wide write lock. Connections are in autocommit mode; a transaction is always
+  an explicit ``async with conn.transaction()``, so nothing idles in a transaction.
+* The ordered background writer is kept as is: appends that must not slow the stream
+  (run events, checkpoints, the tool-call log) are *items* on a queue that one task
+  commits in batches. An item's statements commit together, in order, after every
+  item queued before it (in this process); ``on_commit`` says when it is durable,
+  ``on_fail`` when it never will be. A batch of consecutive identical statements is
+  sent with ``executemany`` (one pipelined round trip, not one per row).
+* The same write-retry semantics: a transient failure (connection lost, server
+  restarting, lock timeout, deadlock, serialization failure, disk full) is retried with
+  backoff for ``write_retry_s``; after that the waiting callers get
+  ``StorageUnavailable``, ``healthy`` turns false (``/readyz``) and ``stats`` counts
+  it. A constraint error in a batch re-runs its items one by one so only the bad one
+  fails.
+* A transaction whose caller is cancelled still runs to its end (commit or rollback)
+  before its connection goes back to the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from storage.errors import StorageUnavailable
+
+# The queue item and counters are the SQLite engine's own: one meaning for both engines.
+from storage.sqlite.database import MAX_BATCH_ITEMS, WriteItem, WriteStats
+
+log = logging.getLogger("agentchat.storage")
+
+T = TypeVar("T")
+Statement = tuple[str, Sequence[Any]]
+Conn = AsyncConnection[tuple[Any, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresOptions:
+    min_connections: int = 2
+    max_connections: int = 10
+    #: How long a write keeps retrying a failing database before giving up.
+    write_retry_s: float = 10.0
+    #: PostgreSQL's own wait for a lock, per attempt (our retry loop wraps it); 0 = no limit.
+    lock_timeout_ms: int = 5_000
+    #: A statement running longer than this is cancelled (0 = no limit).
+    statement_timeout_ms: int = 0
+    #: How long to wait for a pooled connection before the attempt counts as failed.
+    connect_timeout_s: float = 10.0
+    application_name: str = "agentchat"
+    #: psycopg prepares a statement on a connection after this many runs of it; ``None``
+    #: never prepares (needed behind a transaction-pooling PgBouncer).
+    prepare_threshold: int | None = 5
+
+
+def transient(exc: BaseException) -> bool:
+    """Connection loss, lock and statement timeouts, deadlocks, serialization failures,
+    a full disk, a pool with no free connection: may pass. Constraint and programming
+    errors never will. (In psycopg all of the first kind are ``OperationalError``.)"""
+    return isinstance(exc, psycopg.OperationalError)
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for logs and ``location``."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "postgresql://?"
+    host = params.get("host") or "localhost"
+    port = params.get("port") or "5432"
+    user = params.get("user") or ""
+    db = params.get("dbname") or ""
+    return f"postgresql://{user + '@' if user else ''}{host}:{port}/{db}"
+
+
+class PostgresDatabase:
+    """The pool, and the ordered background writer."""
+
+    engine = "postgres"
+
+    def __init__(self, url: str, pool: AsyncConnectionPool[Any], opts: PostgresOptions) -> None:
+        self.url = url
+        self.location = redact(url)
+        self.opts = opts
+        self.stats = WriteStats()
+        self.healthy = True
+        self.last_error: str | None = None
+        self.pool = pool
+        self._queue: asyncio.Queue[WriteItem] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @staticmethod
+    def connection_kwargs(opts: PostgresOptions) -> dict[str, Any]:
+        settings = [f"-c lock_timeout={int(opts.lock_timeout_ms)}"]
+        if opts.statement_timeout_ms:
+            settings.append(f"-c statement_timeout={int(opts.statement_timeout_ms)}")
+        return {
+            "autocommit": True,
+            "application_name": opts.application_name,
+            "options": " ".join(settings),
+            "connect_timeout": max(1, int(opts.connect_timeout_s)),
+            "prepare_threshold": opts.prepare_threshold,
+        }
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        opts: PostgresOptions | None = None,
+        *,
+        configure: Callable[[Conn], Awaitable[None]] | None = None,
+    ) -> PostgresDatabase:
+        """Open the pool (``configure`` runs on every new connection: type adapters)."""
+        opts = opts or PostgresOptions()
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            url,
+            min_size=max(1, opts.min_connections),
+            max_size=max(opts.min_connections, opts.max_connections, 2),
+            kwargs=cls.connection_kwargs(opts),
+            configure=configure,
+            open=False,
+            timeout=opts.connect_timeout_s,
+            name="agentchat-storage",
+        )
+        try:
+            await pool.open(wait=True, timeout=opts.connect_timeout_s)
+        except BaseException:
+            await pool.close()
+            raise
+        return cls(url, pool, opts)
+
+    def start(self) -> None:
+        """Start the background writer (after migrations)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._drain(), name="storage-writer")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._task is not None:
+            with contextlib.suppress(StorageUnavailable, asyncio.TimeoutError):
+                await asyncio.wait_for(self.flush(), timeout=self.opts.write_retry_s + 5)
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        while not self._queue.empty():
+            self._queue.get_nowait().failed(StorageUnavailable("storage closed before this write"))
+        await self.pool.close()
+
+    # --- reads --------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def reading(self) -> AsyncIterator[Conn]:
+        """Borrow a connection for several statements (autocommit: each its own snapshot)."""
+        async with self.pool.connection() as conn:
+            yield conn
+
+    async def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
+        async with self.reading() as conn:
+            cur = await conn.execute(sql, params)  # type: ignore[arg-type]
+            return list(await cur.fetchall())
+
+    async def fetchone(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> tuple[Any, ...] | None:
+        async with self.reading() as conn:
+            cur = await conn.execute(sql, params)  # type: ignore[arg-type]
+            return await cur.fetchone()
+
+    # --- transactions -------------------------------------------------------------
+
+    async def transact(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """Run ``fn`` inside one transaction and commit; retried as a whole on transient
+        failures (so ``fn`` must only touch the database). Raises ``StorageUnavailable``
+        after ``write_retry_s``; other errors propagate at once."""
+        deadline = time.monotonic() + self.opts.write_retry_s
+        attempt = 0
+        while True:
+            try:
+                return await _finish_even_if_cancelled(self._run_transaction(fn))
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                attempt += 1
+                if time.monotonic() >= deadline:
+                    self._gave_up(exc)
+                    raise StorageUnavailable(f"database write failed after {attempt} attempts: {exc}") from exc
+                self.stats.retries += 1
+                await asyncio.sleep(_backoff(attempt))
+
+    async def execute(self, statements: Sequence[Statement]) -> None:
+        """Commit ``statements`` now, in one transaction (retried like ``transact``)."""
+
+        async def run(conn: Conn) -> None:
+            await _run_statements(conn, statements)
+
+        await self.transact(run)
+
+    async def _run_transaction(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        async with self.pool.connection() as conn, conn.transaction():
+            result = await fn(conn)
+        self._succeeded()
+        return result
+
+    # --- the ordered background writer ----------------------------------------------
+
+    def enqueue(
+        self,
+        statements: Sequence[Statement],
+        *,
+        on_commit: Callable[[], None] | None = None,
+        on_fail: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        """Queue statements that commit together, after everything queued before them."""
+        if self._closed:
+            WriteItem(statements, on_commit, on_fail).failed(StorageUnavailable("storage is closed"))
+            return
+        self._queue.put_nowait(WriteItem(statements, on_commit, on_fail))
+
+    async def commit(self, statements: Sequence[Statement], *, on_commit: Callable[[], None] | None = None) -> None:
+        """Queue statements and wait until they (and all before them) are committed."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        item = WriteItem(statements, on_commit, None, fut)
+        if self._closed or self._task is None or self._task.done():
+            item.failed(StorageUnavailable("the storage writer is not running"))
+        else:
+            self._queue.put_nowait(item)
+        await fut
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is committed (or has failed)."""
+        if self._task is None or self._task.done():
+            return
+        await self.commit(())
+
+    @property
+    def queued(self) -> int:
+        return self._queue.qsize()
+
+    async def _drain(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < MAX_BATCH_ITEMS and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            await self._write_batch(batch)
+
+    async def _write_batch(self, batch: list[WriteItem]) -> None:
+        deadline = time.monotonic() + self.opts.write_retry_s
+        attempt = 0
+        while True:
+            try:
+                await _finish_even_if_cancelled(self._commit_items(batch))
+            except Exception as exc:
+                if not transient(exc):
+                    await self._write_one_by_one(batch)
+                    return
+                attempt += 1
+                if time.monotonic() >= deadline:
+                    self._gave_up(exc)
+                    err = StorageUnavailable(f"database write failed after {attempt} attempts: {exc}")
+                    err.__cause__ = exc
+                    # Everything queued behind the batch would commit out of order: it
+                    # fails too, so producers can end their runs loudly and in order.
+                    while not self._queue.empty():
+                        batch.append(self._queue.get_nowait())
+                    log.error("storage write gave up", extra={"items": len(batch), "error": str(exc)})
+                    for item in batch:
+                        item.failed(err)
+                    return
+                self.stats.retries += 1
+                if attempt == 1:
+                    log.warning("storage busy; retrying", extra={"error": str(exc), "items": len(batch)})
+                await asyncio.sleep(_backoff(attempt))
+                continue
+            self.stats.batches += 1
+            for item in batch:
+                item.committed()
+            return
+
+    async def _commit_items(self, batch: Sequence[WriteItem]) -> None:
+        statements = [s for item in batch for s in item.statements]
+        if not statements:
+            self._succeeded()
+            return
+        async with self.pool.connection() as conn, conn.transaction():
+            await _run_statements(conn, statements)
+        self._succeeded()
+
+    async def _write_one_by_one(self, batch: list[WriteItem]) -> None:
+        """A constraint error in a batch: commit items singly so only the bad one fails."""
+        for item in batch:
+            try:
+                await _finish_even_if_cancelled(self._commit_items([item]))
+            except Exception as exc:
+                log.error("storage write rejected", extra={"error": str(exc)})
+                item.failed(exc)
+            else:
+                item.committed()
+
+    # --- health ---------------------------------------------------------------------
+
+    def _succeeded(self) -> None:
+        if not self.healthy:
+            log.warning("storage writes succeed again")
+        self.healthy = True
+        self.last_error = None
+
+    def _gave_up(self, exc: BaseException) -> None:
+        self.healthy = False
+        self.last_error = f"{type(exc).__name__}: {exc}"[:300]
+        self.stats.failures += 1
+
+    async def readiness(self) -> dict[str, Any]:
+        try:
+            await asyncio.wait_for(self.fetchone("SELECT 1"), timeout=3)
+        except Exception as exc:
+            return {"ok": False, "engine": "postgres", "detail": f"read failed: {exc}"}
+        if not self.healthy:
+            return {"ok": False, "engine": "postgres", "detail": f"writes are failing: {self.last_error}"}
+        pool = self.pool.get_stats()
+        return {
+            "ok": True,
+            "engine": "postgres",
+            "queued_writes": self.queued,
+            "write_retries": self.stats.retries,
+            "write_failures": self.stats.failures,
+            "pool_size": pool.get("pool_size", 0),
+            "pool_available": pool.get("pool_available", 0),
+            "requests_waiting": pool.get("requests_waiting", 0),
+        }
+
+
+async def _run_statements(conn: Conn, statements: Sequence[Statement]) -> None:
+    """Run ``statements`` in order; consecutive identical ones as one ``executemany``."""
+    async with conn.cursor() as cur:
+        for sql, rows in _group_consecutive(statements):
+            if len(rows) == 1:
+                await cur.execute(sql, rows[0])  # type: ignore[arg-type]
+            else:
+                await cur.executemany(sql, rows)  # type: ignore[arg-type]
+
+
+async def _finish_even_if_cancelled(work: Awaitable[T]) -> T:
+    """Await ``work``; a cancelled caller still lets it finish (commit or roll back)
+    before the cancellation propagates, so no connection returns mid-transaction."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await task
+        raise
+
+
+def _backoff(attempt: int) -> float:
+    return float(min(1.0, 0.025 * (2 ** min(attempt, 6))))
+
+
+def _group_consecutive(statements: Sequence[Statement]) -> list[tuple[str, list[Sequence[Any]]]]:
+    groups: list[tuple[str, list[Sequence[Any]]]] = []
+    for sql, params in statements:
+        if groups and groups[-1][0] == sql:
+            groups[-1][1].append(params)
+        else:
+            groups.append((sql, [params]))
+    return groups

@@ -1,0 +1,221 @@
+"""Full-text ranking on PostgreSQL: the generated ``tsvector`` and its GIN index find the
+matches, and the chunks are scored with BM25 — the same formula, column weights and
+constants as FTS5's ``bm25()`` in the SQLite engine — so both engines rank alike and
+the fusion in ``knowledge.ranking`` (tuned on BM25 scores) needs no second tuning.
+
+Why not ``ts_rank``: it has no idf (a rare term weighs what a common one does) and its
+scores live on another scale; on the labelled sets it ranks worse than BM25.
+
+How a query runs:
+
+* ``knowledge`` hands over folded, stop-word-free terms. Each becomes the lexemes
+  PostgreSQL's English configuration makes of it (``to_tsvector('english',
+  agentchat_fold(term))``, the same function the generated column uses), cached for
+  good — a configuration does not change under a running process.
+* The matches are ``tsv @@ (lexeme | lexeme …)`` within the scope, found through the
+  GIN index. Each match's tsvector is cut down to the query's lexemes
+  (``ts_delete`` twice: C code, no row per lexeme) before its term frequencies are read
+  (positions weighted 4/2/1 by the A/B/C weights of title/heading/text).
+* BM25 = Σ idf · tf·(k1+1) / (tf + k1·(1 - b + b·ntok/avgdl)), k1 = 1.2, b = 0.75,
+  idf = ln((N - df + 0.5)/(df + 0.5)) clamped to 1e-6 — FTS5's own. ``ntok`` is the
+  chunk's token count (stored on write); ``N``, ``avgdl`` and each lexeme's ``df`` come
+  from the whole index and are cached until this process writes, and at most
+  ``STATS_TTL_S`` (another replica may write).
+* Very common terms are left out as in the SQLite engine (``selective_terms``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from storage.kb_records import KBRanked, KBScope, KBTextTuning
+from storage.postgres.database import PostgresDatabase
+from storage.postgres.kb_filters_sql import scope_sql
+from storage.postgres.migrations import FOLD_FUNCTION, TEXT_CONFIG
+from storage.sqlite.kb_fts import selective_terms
+
+K1 = 1.2
+B = 0.75
+#: FTS5's column weights (title, heading, text), carried by the tsvector weights A/B/C.
+WEIGHTS = (4.0, 2.0, 1.0)
+#: How long index statistics may be reused when another replica may have written.
+STATS_TTL_S = 30.0
+_LEXEME_CACHE = 50_000
+
+#: Rows ``(chunk id, bm25, match count)``, best first. ``{scope}`` is a condition on
+#: ``c`` (may be empty), followed by its parameters.
+_RANK = """
+WITH q(lex, idf) AS (SELECT * FROM unnest(%(lex)s::text[], %(idf)s::float8[])),
+m AS MATERIALIZED (
+    SELECT c.id, c.ntok, ts_delete(c.tsv, tsvector_to_array(ts_delete(c.tsv, %(lex)s::text[]))) AS t
+    FROM kb_chunks c WHERE c.tsv @@ %(tsq)s::tsquery {scope}
+),
+s AS (
+    SELECT m.id, sum(
+        q.idf * (f.tf * %(k1p1)s) / (f.tf + %(k1)s * (%(one_minus_b)s + %(b_over_avgdl)s * m.ntok))
+    ) AS score
+    FROM m
+    CROSS JOIN LATERAL unnest(m.t) AS u(lexeme, positions, weights)
+    JOIN q ON q.lex = u.lexeme
+    CROSS JOIN LATERAL (SELECT
+        %(wa)s * cardinality(array_positions(u.weights, 'A'))
+        + %(wb)s * cardinality(array_positions(u.weights, 'B'))
+        + %(wc)s * (cardinality(u.weights) - cardinality(array_positions(u.weights, 'A'))
+                    - cardinality(array_positions(u.weights, 'B'))) AS tf) f
+    GROUP BY m.id
+)
+SELECT s.id, s.score, (SELECT count(*) FROM m) FROM s ORDER BY s.score DESC, s.id LIMIT %(limit)s
+"""
+
+
+def tsquery_literal(lexeme: str) -> str:
+    """One lexeme as ``tsquery`` input: quoted, quotes and backslashes doubled, so no
+    character of it is query syntax."""
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def or_query(lexemes: Sequence[str]) -> str:
+    return " | ".join(tsquery_literal(x) for x in lexemes)
+
+
+def idf(n: int, df: int) -> float:
+    value = math.log((n - df + 0.5) / (df + 0.5)) if n > 0 else 0.0
+    return value if value > 0 else 1e-6
+
+
+def named_params(sql: str, values: Sequence[Any], into: dict[str, Any], prefix: str = "s") -> str:
+    """``sql`` with its positional ``%s`` renamed ``%(s0)s``, ``%(s1)s`` …, their values
+    added to ``into`` (so a fragment can sit inside a statement of named parameters)."""
+    parts = sql.split("%s")
+    if len(parts) - 1 != len(values):
+        raise ValueError("placeholders and values do not match")
+    out = [parts[0]]
+    for i, (value, rest) in enumerate(zip(values, parts[1:], strict=True)):
+        name = f"{prefix}{i}"
+        into[name] = value
+        out.append(f"%({name})s{rest}")
+    return "".join(out)
+
+
+class TextRanker:
+    """The full-text side of ``PostgresKBIndex``, with its cached statistics."""
+
+    def __init__(self, db: PostgresDatabase) -> None:
+        self._db = db
+        self._lexemes: dict[str, tuple[str, ...]] = {}
+        self._df: dict[str, int] = {}
+        self._totals: tuple[int, float] | None = None  # (chunks, average tokens)
+        self._stats_at = 0.0
+        self._generation = 0
+
+    def changed(self) -> None:
+        self._generation += 1
+        self._df.clear()
+        self._totals = None
+
+    def _expire(self) -> None:
+        if time.monotonic() - self._stats_at > STATS_TTL_S:
+            self.changed()
+            self._stats_at = time.monotonic()
+
+    async def lexemes(self, terms: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        missing = [t for t in dict.fromkeys(terms) if t not in self._lexemes]
+        if missing:
+            rows = await self._db.fetchall(
+                f"SELECT t, ARRAY(SELECT lexeme FROM unnest(to_tsvector('{TEXT_CONFIG}'::regconfig, "
+                f"{FOLD_FUNCTION}(t)))) FROM unnest(%s::text[]) AS t",
+                (missing,),
+            )
+            if len(self._lexemes) + len(rows) > _LEXEME_CACHE:
+                self._lexemes.clear()
+            for term, lexes in rows:
+                self._lexemes[term] = tuple(lexes)
+        return {t: self._lexemes.get(t, ()) for t in terms}
+
+    async def totals(self) -> tuple[int, float]:
+        self._expire()
+        if self._totals is not None:
+            return self._totals
+        generation = self._generation
+        row = await self._db.fetchone("SELECT count(*), coalesce(avg(ntok), 0) FROM kb_chunks")
+        totals = (int(row[0]), float(row[1])) if row else (0, 0.0)
+        if generation == self._generation:
+            self._totals = totals
+        return totals
+
+    async def document_frequencies(self, lexemes: Sequence[str]) -> dict[str, int]:
+        """How many chunks hold each lexeme (an unscored count through the GIN index)."""
+        self._expire()
+        out = {x: self._df[x] for x in lexemes if x in self._df}
+        missing = [x for x in dict.fromkeys(lexemes) if x not in out]
+        if missing:
+            generation = self._generation
+            select = ", ".join(["(SELECT count(*) FROM kb_chunks WHERE tsv @@ %s::tsquery)"] * len(missing))
+            row = await self._db.fetchone(f"SELECT {select}", [tsquery_literal(x) for x in missing])
+            counts = [int(c) for c in row] if row else [0] * len(missing)
+            found = dict(zip(missing, counts, strict=True))
+            if generation == self._generation:
+                self._df.update(found)
+            out.update(found)
+        return out
+
+    async def selective_terms(self, terms: Sequence[str], min_matches: int, tuning: KBTextTuning) -> list[str]:
+        """``terms`` without those that match nothing here, and without very common ones
+        once the index is large (the SQLite engine's rule, on this engine's counts)."""
+        terms = list(terms)
+        total, _ = await self.totals()
+        if total < tuning.common_term_min_df:
+            return terms
+        lex = await self.lexemes(terms)
+        df_lex = await self.document_frequencies([x for t in terms for x in lex[t]])
+        # A term's df: its most frequent lexeme's (a term is nearly always one lexeme).
+        df = {t: max((df_lex.get(x, 0) for x in lex[t]), default=0) for t in terms}
+        return selective_terms(
+            terms,
+            df,
+            total,
+            common_fraction=tuning.common_term_fraction,
+            common_min_df=tuning.common_term_min_df,
+            min_matches=min_matches,
+        )
+
+    async def text_candidates(
+        self, terms: Sequence[str], scope: KBScope, limit: int, tuning: KBTextTuning,
+        schema: Mapping[str, str] | None = None,
+    ) -> KBRanked:
+        lex = await self.lexemes(terms)
+        lexemes = list(dict.fromkeys(x for t in terms for x in lex[t]))
+        if not lexemes or limit <= 0:
+            return KBRanked()
+        total, avgdl = await self.totals()
+        if total == 0:
+            return KBRanked()
+        df = await self.document_frequencies(lexemes)
+        params: dict[str, Any] = {
+            "lex": lexemes,
+            "idf": [idf(total, df.get(x, 0)) for x in lexemes],
+            "tsq": or_query(lexemes),
+            "k1": K1,
+            "k1p1": K1 + 1.0,
+            "one_minus_b": 1.0 - B,
+            "b_over_avgdl": B / avgdl if avgdl > 0 else 0.0,
+            "wa": WEIGHTS[0],
+            "wb": WEIGHTS[1],
+            "wc": WEIGHTS[2],
+            "limit": limit,
+        }
+        condition = ""
+        if scope.doc_ids is not None:
+            condition = "AND c.doc_id = ANY(%(doc_ids)s::text[])"
+            params["doc_ids"] = list(scope.doc_ids)
+        elif not scope.everything:
+            inner, inner_params = scope_sql(scope, schema)
+            # Positional parameters of the scope become named ones of this statement.
+            condition = "AND c.doc_id IN (" + named_params(inner, inner_params, params) + ")"
+        rows = await self._db.fetchall(_RANK.format(scope=condition), params)
+        if not rows:
+            return KBRanked()
+        return KBRanked([int(r[0]) for r in rows], [float(r[1]) for r in rows], int(rows[0][2]))

@@ -1,0 +1,342 @@
+"""The one migration runner and the one version table (``schema_version``) of the
+PostgreSQL engine.
+
+The steps carry the SQLite engine's numbers and names, so "schema version 4" means the
+same tables on both engines (what ``agentchat migrate-db`` relies on); each step says
+the same thing in PostgreSQL's words. A released step is never edited; a change is a
+new step, in both engines.
+
+Ten replicas starting together migrate once: the runner takes a session-level
+``pg_advisory_lock`` before reading the version table, so the first applies the
+pending steps and the others, let in one by one afterwards, find nothing to do. Each
+step runs in its own transaction with its row in ``schema_version`` (DDL is
+transactional in PostgreSQL: a failed step leaves nothing half-made).
+
+The ``vector`` extension (pgvector) is created by step 1 when it is missing, which
+needs a role allowed to create it; a managed database where it already exists needs no
+such right.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import psycopg
+
+VERSION_TABLE = "schema_version"
+#: ``pg_advisory_lock`` key of the migration runner ("agentchat" as an int64).
+MIGRATION_LOCK = 0x6167656E74636861
+_NOW = "(extract(epoch from clock_timestamp())::double precision)"
+
+#: Folds text the way ``knowledge.textnorm.fold`` does (NFKD, combining marks dropped)
+#: and splits it where FTS5's tokenizer does (every ASCII punctuation character is a
+#: separator) before PostgreSQL's parser and English stemmer see it: "café" meets
+#: "cafe", and "os.path.join" is three words, not one file-name token. Immutable, so a
+#: generated column may use it.
+FOLD_FUNCTION = "agentchat_fold"
+TEXT_CONFIG = "english"
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+_APP = (
+    f"""CREATE TABLE IF NOT EXISTS conversations (
+        id TEXT PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL DEFAULT {_NOW},
+        updated_at DOUBLE PRECISION NOT NULL DEFAULT {_NOW}
+    )""",
+    "CREATE INDEX IF NOT EXISTS conversations_user ON conversations(user_id, updated_at)",
+    f"""CREATE TABLE IF NOT EXISTS messages (
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        payload BYTEA NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL DEFAULT {_NOW},
+        PRIMARY KEY (conversation_id, seq)
+    )""",
+    f"""CREATE TABLE IF NOT EXISTS tool_calls (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        tool_use_id TEXT NOT NULL,
+        tool_name TEXT NOT NULL,
+        parameters BYTEA NOT NULL,
+        result TEXT,
+        status TEXT NOT NULL CHECK (status IN ('success', 'failure', 'retry', 'rejected')),
+        error TEXT,
+        duration_ms DOUBLE PRECISION NOT NULL,
+        retry_count INTEGER NOT NULL DEFAULT 0,
+        created_at DOUBLE PRECISION NOT NULL DEFAULT {_NOW}
+    )""",
+    "CREATE INDEX IF NOT EXISTS tool_calls_run ON tool_calls(run_id)",
+    "CREATE INDEX IF NOT EXISTS tool_calls_name_time ON tool_calls(tool_name, created_at)",
+    # ``seq`` orders runs by admission (SQLite's rowid).
+    f"""CREATE TABLE IF NOT EXISTS runs (
+        id TEXT PRIMARY KEY,
+        seq BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+        conversation_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        context_type TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL DEFAULT {_NOW},
+        finished_at DOUBLE PRECISION
+    )""",
+    "CREATE INDEX IF NOT EXISTS runs_user ON runs(user_id, created_at)",
+    """CREATE TABLE IF NOT EXISTS run_events (
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        event TEXT NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    )""",
+)
+
+_DRAFTS = (
+    """CREATE TABLE IF NOT EXISTS workflow_drafts (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        name TEXT NOT NULL,
+        entity TEXT NOT NULL,
+        trigger_type TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '',
+        trigger_conditions TEXT,
+        actions TEXT NOT NULL DEFAULT '[]',
+        created_at DOUBLE PRECISION NOT NULL,
+        last_access DOUBLE PRECISION NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS workflow_drafts_owner ON workflow_drafts(owner, last_access)",
+    "CREATE INDEX IF NOT EXISTS workflow_drafts_last_access ON workflow_drafts(last_access)",
+)
+
+_EXTERNAL = (
+    """CREATE TABLE IF NOT EXISTS external_results (
+        result_id TEXT PRIMARY KEY,
+        provider TEXT NOT NULL,
+        query TEXT NOT NULL,
+        answer TEXT NOT NULL,
+        citations TEXT NOT NULL DEFAULT '[]',
+        model TEXT,
+        query_id TEXT,
+        conversation_id TEXT,
+        created_at DOUBLE PRECISION NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS idx_external_results_query_id ON external_results(query_id)",
+    "CREATE INDEX IF NOT EXISTS idx_external_results_created ON external_results(created_at)",
+)
+
+_KEYWORDS = (
+    """CREATE TABLE IF NOT EXISTS keywords (
+        keyword_id TEXT PRIMARY KEY,
+        key TEXT NOT NULL UNIQUE,
+        display TEXT NOT NULL CHECK (char_length(display) BETWEEN 2 AND 50),
+        usage_count INTEGER NOT NULL DEFAULT 1 CHECK (usage_count >= 1),
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        last_used_at DOUBLE PRECISION
+    )""",
+    "CREATE INDEX IF NOT EXISTS idx_keywords_usage ON keywords(usage_count, last_used_at)",
+    # ``seq`` orders associations by insertion (SQLite's rowid).
+    """CREATE TABLE IF NOT EXISTS keyword_associations (
+        association_id TEXT PRIMARY KEY,
+        seq BIGINT GENERATED ALWAYS AS IDENTITY,
+        keyword_id TEXT REFERENCES keywords(keyword_id) ON DELETE SET NULL,
+        keyword_key TEXT NOT NULL,
+        query_id TEXT,
+        external_result_id TEXT,
+        conversation_id TEXT,
+        created_at DOUBLE PRECISION NOT NULL,
+        archived_at DOUBLE PRECISION,
+        CHECK (query_id IS NOT NULL OR external_result_id IS NOT NULL)
+    )""",
+    "CREATE INDEX IF NOT EXISTS idx_keyword_assoc_keyword ON keyword_associations(keyword_id)",
+    "CREATE INDEX IF NOT EXISTS idx_keyword_assoc_key ON keyword_associations(keyword_key, created_at, seq)",
+    "CREATE INDEX IF NOT EXISTS idx_keyword_assoc_query ON keyword_associations(query_id)",
+    "CREATE INDEX IF NOT EXISTS idx_keyword_assoc_result ON keyword_associations(external_result_id)",
+    """CREATE UNIQUE INDEX IF NOT EXISTS uq_keyword_assoc ON keyword_associations(
+        keyword_id, coalesce(query_id, ''), coalesce(external_result_id, ''), coalesce(conversation_id, '')
+    )""",
+)
+
+# The knowledge base. Full text: a generated ``tsvector`` (title weight A, heading B,
+# text C — FTS5's column weights 4/2/1) with a GIN index; ``ntok`` is the chunk's
+# token count, BM25's document length. Vectors: pgvector's ``vector`` without a fixed
+# dimension (documents of several embedders may coexist); each dimension gets its own
+# partial HNSW index (cosine) when its first vector is written (``kb_index``). Typed
+# bucket metadata lives in ``meta_<bucket>`` tables the KB index creates.
+# ``source`` compares byte-wise (``COLLATE "C"``) so the prefix range of
+# ``source_documents`` is a plain index range whatever the database's locale.
+_KB = (
+    "CREATE EXTENSION IF NOT EXISTS vector",
+    f"""CREATE OR REPLACE FUNCTION {FOLD_FUNCTION}(t TEXT) RETURNS TEXT
+        LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+        RETURN regexp_replace(regexp_replace(normalize(t, NFKD),
+            '[\\u0300-\\u036f\\u1ab0-\\u1aff\\u1dc0-\\u1dff\\u20d0-\\u20ff\\ufe20-\\ufe2f]', '', 'g'),
+            '[!-/:-@[-`{{-~]', ' ', 'g')""",
+    """CREATE TABLE IF NOT EXISTS kb_buckets (
+        name TEXT PRIMARY KEY,
+        schema TEXT NOT NULL DEFAULT '{}',
+        created_at TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS kb_documents (
+        id TEXT PRIMARY KEY,
+        bucket TEXT NOT NULL REFERENCES kb_buckets(name),
+        title TEXT NOT NULL DEFAULT '',
+        source TEXT COLLATE "C" NOT NULL DEFAULT '',
+        url TEXT,
+        content_hash TEXT NOT NULL,
+        embed_model TEXT,
+        embed_dim INTEGER,
+        metadata TEXT NOT NULL DEFAULT '{}',
+        chars INTEGER NOT NULL DEFAULT 0,
+        chunk_count INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS kb_documents_bucket_source ON kb_documents(bucket, source)",
+    "CREATE INDEX IF NOT EXISTS kb_documents_embedder ON kb_documents(embed_model, embed_dim)",
+    "CREATE SEQUENCE IF NOT EXISTS kb_chunks_id_seq AS BIGINT",
+    f"""CREATE TABLE IF NOT EXISTS kb_chunks (
+        id BIGINT PRIMARY KEY DEFAULT nextval('kb_chunks_id_seq'),
+        doc_id TEXT NOT NULL REFERENCES kb_documents(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        title TEXT NOT NULL DEFAULT '',
+        heading TEXT NOT NULL DEFAULT '',
+        text TEXT NOT NULL,
+        ntok INTEGER NOT NULL DEFAULT 0,
+        embedding vector,
+        tsv tsvector GENERATED ALWAYS AS (
+            setweight(to_tsvector('{TEXT_CONFIG}'::regconfig, {FOLD_FUNCTION}(title)), 'A')
+            || setweight(to_tsvector('{TEXT_CONFIG}'::regconfig, {FOLD_FUNCTION}(heading)), 'B')
+            || setweight(to_tsvector('{TEXT_CONFIG}'::regconfig, {FOLD_FUNCTION}(text)), 'C')
+        ) STORED
+    )""",
+    "ALTER SEQUENCE kb_chunks_id_seq OWNED BY kb_chunks.id",
+    "CREATE UNIQUE INDEX IF NOT EXISTS kb_chunks_doc_position ON kb_chunks(doc_id, position)",
+    "CREATE INDEX IF NOT EXISTS kb_chunks_tsv ON kb_chunks USING gin(tsv)",
+)
+
+# Durable execution: a run keeps its input until it ends (so another process can carry
+# it on), its checkpoint (the step state, rewritten with the events of each step), and
+# the last event sequence the checkpoint covers.
+_DURABLE_RUNS = (
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS input BYTEA",
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS checkpoint BYTEA",
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS checkpoint_seq INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS multitask TEXT NOT NULL DEFAULT 'enqueue'",
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS started_at DOUBLE PRECISION",
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS resumes INTEGER NOT NULL DEFAULT 0",
+    "CREATE INDEX IF NOT EXISTS runs_unfinished ON runs(status, seq) "
+    "WHERE status IN ('queued', 'running', 'interrupted')",
+    "CREATE INDEX IF NOT EXISTS runs_conversation ON runs(conversation_id, seq)",
+    "ALTER TABLE messages ADD COLUMN IF NOT EXISTS run_id TEXT",
+)
+
+# Seed 001: what a run did, recorded when it ends.
+_RUN_SUMMARY = (
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS tool_call_count INTEGER",
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS used_tools TEXT",
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS keyword_count INTEGER",
+)
+
+# PDF pages per chunk (NULL for text without pages).
+_KB_CHUNK_PAGES = (
+    "ALTER TABLE kb_chunks ADD COLUMN IF NOT EXISTS page INTEGER",
+    "ALTER TABLE kb_chunks ADD COLUMN IF NOT EXISTS page_end INTEGER",
+)
+
+# SC-006: saved external answers found by meaning and by stemmed, order-free keyword
+# terms. ``term_count`` stays NULL for keywords indexed before (the keyword index
+# back-fills their terms at start-up); a pruned keyword's terms go with it. Vectors are
+# per embedder; ``id`` only grows and, because saves take a lock first, ids become
+# visible in order, so a reader that remembers the last id it loaded misses nothing.
+_EXTERNAL_MATCHING = (
+    "ALTER TABLE keywords ADD COLUMN IF NOT EXISTS term_count INTEGER",
+    """CREATE TABLE IF NOT EXISTS keyword_terms (
+        term TEXT NOT NULL,
+        keyword_id TEXT NOT NULL REFERENCES keywords(keyword_id) ON DELETE CASCADE,
+        PRIMARY KEY (term, keyword_id)
+    )""",
+    "CREATE INDEX IF NOT EXISTS idx_keyword_terms_keyword ON keyword_terms(keyword_id)",
+    """CREATE TABLE IF NOT EXISTS external_vectors (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        kind TEXT NOT NULL CHECK (kind IN ('question', 'answer', 'keyword')),
+        ref TEXT NOT NULL,
+        embed_model TEXT NOT NULL,
+        dim INTEGER NOT NULL,
+        vector vector NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        UNIQUE (embed_model, kind, ref)
+    )""",
+    "CREATE INDEX IF NOT EXISTS idx_external_vectors_model ON external_vectors(embed_model, dim, id)",
+)
+
+# A client's ``Idempotency-Key`` names the run it started, per user (NULL without one).
+_RUN_IDEMPOTENCY = (
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS idempotency_key TEXT",
+    "CREATE UNIQUE INDEX IF NOT EXISTS runs_idempotency ON runs(user_id, idempotency_key) "
+    "WHERE idempotency_key IS NOT NULL",
+)
+
+# Ingested files: ``source`` is what readers see (a path relative to the ingested
+# folder, or the caller's own), ``origin`` the absolute path it was read from, used only
+# to find the documents of a re-ingested folder whose files are gone. Never shown.
+_KB_DOCUMENT_ORIGIN = (
+    'ALTER TABLE kb_documents ADD COLUMN IF NOT EXISTS origin TEXT COLLATE "C"',
+    "UPDATE kb_documents SET origin = source WHERE origin IS NULL",
+    "CREATE INDEX IF NOT EXISTS kb_documents_bucket_origin ON kb_documents(bucket, origin)",
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "conversations, runs, tool calls, drafts, keywords, external results, knowledge base",
+              _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB),
+    Migration(2, "durable runs: input, checkpoint, multitask policy; one version table", _DURABLE_RUNS),
+    Migration(3, "run summary: tool_call_count, used_tools, keyword_count", _RUN_SUMMARY),
+    Migration(4, "knowledge base: the page of each chunk of a paged document", _KB_CHUNK_PAGES),
+    Migration(5, "external answers: keyword terms, vectors of answers and keywords", _EXTERNAL_MATCHING),
+    Migration(6, "runs: the Idempotency-Key a client started each run with", _RUN_IDEMPOTENCY),
+    Migration(7, "knowledge base: the absolute origin of ingested files, apart from their shown source",
+              _KB_DOCUMENT_ORIGIN),
+)
+
+
+async def migrate(url: str, migrations: tuple[Migration, ...] = MIGRATIONS, *, connect_timeout: int = 10) -> int:
+    """Apply every pending step on a connection of its own, under the advisory lock;
+    return the schema version afterwards."""
+    async with await psycopg.AsyncConnection.connect(
+        url, autocommit=True, connect_timeout=connect_timeout, application_name="agentchat-migrate"
+    ) as conn:
+        await conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+        try:
+            return await _migrate_locked(conn, migrations)
+        finally:
+            if not conn.closed:
+                await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+
+
+async def _migrate_locked(conn: psycopg.AsyncConnection[tuple[object, ...]], migrations: tuple[Migration, ...]) -> int:
+    await conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} ("
+        "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
+    )
+    cur = await conn.execute(f"SELECT version FROM {VERSION_TABLE}")
+    done = {int(r[0]) for r in await cur.fetchall()}  # type: ignore[call-overload]
+    version = 0
+    for step in migrations:
+        if step.version not in done:
+            async with conn.transaction():
+                for statement in step.statements:
+                    await conn.execute(statement)  # type: ignore[arg-type]
+                await conn.execute(
+                    f"INSERT INTO {VERSION_TABLE}(version, name, applied_at) VALUES (%s, %s, %s)",
+                    (step.version, step.name, time.time()),
+                )
+        version = step.version
+    return version

@@ -1,0 +1,161 @@
+"""Runs, their replayable event log and their checkpoints, on PostgreSQL.
+
+A step of a run (its events, its checkpoint, the messages it adds to the conversation,
+a status change) is one item of the ordered writer, so it commits as a whole or not at
+all, after every step queued before it. ``create`` claims the conversation and reads
+its unfinished runs with the conversation's row locked, so two replicas admitting runs
+on one conversation see each other (the ``reject`` policy holds across replicas).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from storage.errors import ConversationBusy, IdempotencyKeyUsed
+from storage.postgres.conversations import append_statements, claim_in
+from storage.postgres.database import Conn, PostgresDatabase, Statement
+from storage.records import UNFINISHED, NewRun, RunEvent, RunWrite, StoredRun
+
+_NOW = "(extract(epoch from clock_timestamp())::double precision)"
+_EVENT_SQL = "INSERT INTO run_events(run_id, seq, event, data) VALUES (%s, %s, %s, %s)"
+_COLUMNS = (
+    "r.id, r.conversation_id, r.user_id, r.context_type, r.status, r.created_at, r.input, r.checkpoint, "
+    "r.checkpoint_seq, (SELECT COALESCE(MAX(seq), 0) FROM run_events e WHERE e.run_id = r.id), r.multitask, r.resumes"
+)
+
+
+def _stored(row: Sequence[object]) -> StoredRun:
+    return StoredRun(
+        id=str(row[0]),
+        conversation_id=str(row[1]),
+        user_id=str(row[2]),
+        context_type=str(row[3]),
+        status=str(row[4]),
+        created_at=float(row[5] or 0.0),  # type: ignore[arg-type]
+        input=bytes(row[6]) if row[6] is not None else None,  # type: ignore[arg-type]
+        checkpoint=bytes(row[7]) if row[7] is not None else None,  # type: ignore[arg-type]
+        checkpoint_seq=int(row[8] or 0),  # type: ignore[call-overload]
+        last_seq=int(row[9] or 0),  # type: ignore[call-overload]
+        multitask=str(row[10]),
+        resumes=int(row[11] or 0),  # type: ignore[call-overload]
+    )
+
+
+def step_statements(step: RunWrite) -> list[Statement]:
+    out: list[Statement] = [(_EVENT_SQL, (step.run_id, e.seq, e.event, e.data)) for e in step.events]
+    if step.messages:
+        out += append_statements(step.conversation_id, step.messages, step.run_id)
+    if step.checkpoint is not None:
+        out.append(
+            (
+                "UPDATE runs SET checkpoint = %s, checkpoint_seq = %s WHERE id = %s",
+                (step.checkpoint, step.checkpoint_seq or 0, step.run_id),
+            )
+        )
+    summary = getattr(step, "summary", None)
+    if summary is not None:
+        out.append(
+            (
+                "UPDATE runs SET tool_call_count = %s, used_tools = %s, keyword_count = %s WHERE id = %s",
+                (summary.tool_call_count, ",".join(summary.used_tools), summary.keyword_count, step.run_id),
+            )
+        )
+    if step.finished:
+        out.append(
+            (
+                f"UPDATE runs SET status = %s, finished_at = {_NOW}, input = NULL, checkpoint = NULL WHERE id = %s",
+                (step.status or "completed", step.run_id),
+            )
+        )
+    elif step.status is not None:
+        out.append(
+            (
+                f"UPDATE runs SET status = %s, started_at = COALESCE(started_at, {_NOW}) WHERE id = %s",
+                (step.status, step.run_id),
+            )
+        )
+    return out
+
+
+async def _run_with_key(conn: Conn, user_id: str, key: str) -> str | None:
+    cur = await conn.execute("SELECT id FROM runs WHERE user_id = %s AND idempotency_key = %s", (user_id, key))
+    row = await cur.fetchone()
+    return str(row[0]) if row else None
+
+
+class PostgresRunStore:
+    def __init__(self, db: PostgresDatabase) -> None:
+        self.db = db
+
+    async def create(self, run: NewRun) -> list[str]:
+        async def tx(conn: Conn) -> list[str]:
+            if run.idempotency_key is not None:
+                taken = await _run_with_key(conn, run.user_id, run.idempotency_key)
+                if taken is not None:
+                    raise IdempotencyKeyUsed(taken)
+            await claim_in(conn, run.conversation_id, run.user_id)  # locks the conversation's row
+            cur = await conn.execute(
+                "SELECT id FROM runs WHERE conversation_id = %s AND status = ANY(%s) ORDER BY seq",
+                (run.conversation_id, list(UNFINISHED)),
+            )
+            others = [str(r[0]) for r in await cur.fetchall()]
+            if others and run.multitask == "reject":
+                raise ConversationBusy(run.conversation_id)
+            # Two replicas admitting one key at once: the unique index lets one insert win;
+            # the other inserts nothing, waits for the winner's commit and names its run.
+            cur = await conn.execute(
+                "INSERT INTO runs(id, conversation_id, user_id, context_type, status, input, multitask, "
+                "idempotency_key) "
+                "VALUES (%s, %s, %s, %s, 'queued', %s, %s, %s) "
+                "ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id",
+                (run.id, run.conversation_id, run.user_id, run.context_type, run.input, run.multitask,
+                 run.idempotency_key),
+            )
+            if await cur.fetchone() is None:
+                assert run.idempotency_key is not None
+                raise IdempotencyKeyUsed(await _run_with_key(conn, run.user_id, run.idempotency_key) or "")
+            return others
+
+        return await self.db.transact(tx)
+
+    async def get(self, run_id: str) -> StoredRun | None:
+        row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM runs r WHERE r.id = %s", (run_id,))
+        return _stored(row) if row else None
+
+    async def find_by_idempotency_key(self, user_id: str, key: str) -> StoredRun | None:
+        row = await self.db.fetchone(
+            f"SELECT {_COLUMNS} FROM runs r WHERE r.user_id = %s AND r.idempotency_key = %s", (user_id, key)
+        )
+        return _stored(row) if row else None
+
+    async def events_after(self, run_id: str, after: int, limit: int = 10_000) -> list[RunEvent]:
+        rows = await self.db.fetchall(
+            "SELECT seq, event, data FROM run_events WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+            (run_id, after, limit),
+        )
+        return [RunEvent(int(s), str(e), str(d)) for s, e, d in rows]
+
+    def write(
+        self,
+        step: RunWrite,
+        *,
+        on_commit: Callable[[], None] | None = None,
+        on_fail: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.db.enqueue(step_statements(step), on_commit=on_commit, on_fail=on_fail)
+
+    async def commit(self, step: RunWrite, *, on_commit: Callable[[], None] | None = None) -> None:
+        await self.db.commit(step_statements(step), on_commit=on_commit)
+
+    async def unfinished(self) -> list[StoredRun]:
+        rows = await self.db.fetchall(
+            f"SELECT {_COLUMNS} FROM runs r WHERE r.status = ANY(%s) ORDER BY r.seq", (list(UNFINISHED),)
+        )
+        return [_stored(r) for r in rows]
+
+    async def set_status(self, run_ids: Sequence[str], status: str) -> None:
+        if run_ids:
+            await self.db.execute([("UPDATE runs SET status = %s WHERE id = ANY(%s)", (status, list(run_ids)))])
+
+    async def count_resume(self, run_id: str) -> None:
+        await self.db.execute([("UPDATE runs SET resumes = resumes + 1 WHERE id = %s", (run_id,))])

@@ -1,0 +1,240 @@
+"""What only the PostgreSQL engine has to show: migrating once however many replicas
+start together, the writer's retries against a locked table, guarantees that hold
+between replicas (two storage bundles on one database, as two processes would have),
+pgvector's HNSW search, and the engine chooser."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import psycopg
+import pytest
+
+from knowledge.buckets import typed_values
+from llm.types import Message
+from storage.draft_records import Draft
+from storage.errors import ConversationBusy, ConversationOwnedByAnother, StorageUnavailable
+from storage.interfaces import KBVectorSearch
+from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBScope
+from storage.open import is_postgres_url, open_storage
+from storage.postgres import PostgresOptions, PostgresStorage, open_postgres_storage, redact
+from storage.postgres.migrations import MIGRATIONS, VERSION_TABLE
+from storage.records import NewRun
+from tests.support.postgres import TestPostgres
+
+
+@pytest.fixture
+async def pg_url(pg_server: TestPostgres) -> AsyncIterator[str]:
+    with pg_server.database() as url:
+        yield url
+
+
+@pytest.fixture
+async def replicas(pg_url: str) -> AsyncIterator[tuple[PostgresStorage, PostgresStorage]]:
+    a = await open_postgres_storage(pg_url)
+    b = await open_postgres_storage(pg_url)
+    try:
+        yield a, b
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_ten_replicas_starting_together_migrate_once(pg_server: TestPostgres) -> None:
+    with pg_server.database(empty=True) as url:
+        opened = await asyncio.gather(*(open_postgres_storage(url) for _ in range(10)))
+        try:
+            assert {s.schema_version for s in opened} == {MIGRATIONS[-1].version}
+        finally:
+            for s in opened:
+                await s.close()
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(f"SELECT version FROM {VERSION_TABLE} ORDER BY version").fetchall()
+            tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+        assert [r[0] for r in rows] == [m.version for m in MIGRATIONS]
+        assert {"runs", "run_events", "messages", "kb_chunks", "keywords", "workflow_drafts"} <= tables
+
+
+async def _hold_lock(url: str, table: str, seconds: float) -> None:
+    async with await psycopg.AsyncConnection.connect(url) as conn, conn.transaction():
+        await conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")  # type: ignore[arg-type]
+        await asyncio.sleep(seconds)
+
+
+async def test_a_locked_table_is_waited_for_within_the_retry_window(pg_url: str) -> None:
+    storage = await open_postgres_storage(pg_url, PostgresOptions(write_retry_s=10, lock_timeout_ms=50))
+    try:
+        holder = asyncio.create_task(_hold_lock(pg_url, "conversations", 0.6))
+        await asyncio.sleep(0.2)
+        await storage.conversations.claim("c", "alice")  # times out on the lock, retries, succeeds
+        await holder
+        assert storage.db.stats.retries >= 1 and storage.db.healthy
+        assert await storage.conversations.owner("c") == "alice"
+    finally:
+        await storage.close()
+
+
+async def test_past_the_retry_window_writes_fail_loudly_then_recover(pg_url: str) -> None:
+    storage = await open_postgres_storage(pg_url, PostgresOptions(write_retry_s=0.3, lock_timeout_ms=50))
+    try:
+        holder = asyncio.create_task(_hold_lock(pg_url, "conversations", 1.5))
+        await asyncio.sleep(0.2)
+        failed: list[BaseException] = []
+        storage.db.enqueue([("INSERT INTO conversations(id, user_id) VALUES ('q', 'u')", ())], on_fail=failed.append)
+        with pytest.raises(StorageUnavailable):
+            await storage.db.commit([("INSERT INTO conversations(id, user_id) VALUES ('x', 'u')", ())])
+        assert len(failed) == 1 and isinstance(failed[0], StorageUnavailable)
+        assert not storage.db.healthy and (await storage.readiness())["ok"] is False
+        assert storage.db.stats.failures >= 1
+        await holder
+        await storage.conversations.claim("after", "u")
+        ready = await storage.readiness()
+        assert storage.db.healthy and ready["ok"] is True and ready["engine"] == "postgres"
+        assert await storage.conversations.owner("q") is None  # the failed write was not half-done
+    finally:
+        await storage.close()
+
+
+async def test_a_new_conversation_has_one_owner_across_replicas(
+    replicas: tuple[PostgresStorage, PostgresStorage],
+) -> None:
+    a, b = replicas
+    results = await asyncio.gather(
+        *((a if i % 2 else b).conversations.claim("race", f"user{i}") for i in range(8)), return_exceptions=True
+    )
+    assert sum(r is None for r in results) == 1
+    assert all(isinstance(r, ConversationOwnedByAnother) for r in results if r is not None)
+
+
+async def test_appends_from_two_replicas_never_collide(replicas: tuple[PostgresStorage, PostgresStorage]) -> None:
+    a, b = replicas
+    await a.conversations.claim("c", "alice")
+    await asyncio.gather(
+        *((a if i % 2 else b).conversations.append("c", "alice", [Message("user", f"m{i}"),
+                                                                   Message("assistant", f"a{i}")])
+          for i in range(30))
+    )
+    stored = await b.conversations.messages("c")
+    assert [m.seq for m in stored] == list(range(1, 61))
+    texts = [m.payload["content"] for m in stored]
+    for i in range(0, 60, 2):
+        assert texts[i + 1] == "a" + texts[i][1:]
+
+
+async def test_reject_policy_holds_across_replicas(replicas: tuple[PostgresStorage, PostgresStorage]) -> None:
+    a, b = replicas
+
+    def run(rid: str) -> NewRun:
+        return NewRun(rid, "conv", "alice", "knowledge", orjson.dumps({"message": "hi"}), "reject")
+
+    results = await asyncio.gather(*((a if i % 2 else b).runs.create(run(f"r{i}")) for i in range(6)),
+                                   return_exceptions=True)
+    assert sum(r == [] for r in results) == 1
+    assert all(isinstance(r, ConversationBusy) for r in results if r != [])
+    assert len(await a.runs.unfinished()) == 1
+
+
+async def test_draft_limit_and_keyword_merges_hold_across_replicas(
+    replicas: tuple[PostgresStorage, PostgresStorage],
+) -> None:
+    a, b = replicas
+    drafts = [Draft(str(uuid.uuid4()), "alice", "flow", "sales.orders", "on_create", created_at=1e9, last_access=1e9)
+              for _ in range(10)]
+    accepted = await asyncio.gather(
+        *((a if i % 2 else b).drafts.insert(d, live_after=0.0, max_per_owner=3) for i, d in enumerate(drafts))
+    )
+    assert accepted.count(True) == 3
+    await asyncio.gather(
+        *((a if i % 2 else b).keywords.upsert({"eu vat": "EU VAT", "reverse charge": "Reverse charge"},
+                                              query_id=f"q{i}", now=1e9 + i) for i in range(20))
+    )
+    rec = await a.keywords.get("eu vat")
+    assert rec is not None and rec.usage_count == 20
+
+
+async def test_the_run_writer_of_each_replica_keeps_its_order(
+    replicas: tuple[PostgresStorage, PostgresStorage],
+) -> None:
+    from storage.records import RunEvent, RunWrite
+
+    a, b = replicas
+    await a.runs.create(NewRun("ra", "ca", "alice", "knowledge", b"{}"))
+    await b.runs.create(NewRun("rb", "cb", "bob", "knowledge", b"{}"))
+    order: list[str] = []
+    for i in range(1, 101):
+        for name, s in (("ra", a), ("rb", b)):
+            s.runs.write(RunWrite(name, "c" + name[1], events=[RunEvent(i, "content_chunk", "{}")],
+                                  messages=[Message("assistant", str(i))] if i % 10 == 0 else ()),
+                         on_commit=lambda name=name, i=i: order.append(f"{name}{i}"))
+    await asyncio.gather(a.db.flush(), b.db.flush())
+    assert [o for o in order if o.startswith("ra")] == [f"ra{i}" for i in range(1, 101)]
+    assert [o for o in order if o.startswith("rb")] == [f"rb{i}" for i in range(1, 101)]
+    assert [e.seq for e in await b.runs.events_after("ra", 0)] == list(range(1, 101))
+    assert [m.seq for m in await a.conversations.messages("cb")] == list(range(1, 11))
+
+
+def _doc(doc_id: str, vectors: np.ndarray, bucket_meta: dict[str, Any] | None = None) -> KBDocumentWrite:
+    return KBDocumentWrite(
+        id=doc_id, title=doc_id, source=f"{doc_id}.md", url=None, content_hash=doc_id, metadata=bucket_meta or {},
+        chars=10, chunks=[KBChunkWrite(i, "", f"chunk {i} of {doc_id}") for i in range(len(vectors))],
+        vectors=vectors.astype(np.float32), embed_model="m", embed_dim=vectors.shape[1],
+    )
+
+
+async def test_vector_candidates_use_hnsw_and_agree_with_an_exact_scan(pg_url: str) -> None:
+    storage = await open_postgres_storage(pg_url)
+    try:
+        kb = storage.kb_index
+        await kb.create_bucket("a", {}, typed_row=typed_values)
+        await kb.create_bucket("b", {}, typed_row=typed_values)
+        rng = np.random.default_rng(7)
+        matrix = rng.normal(size=(400, 16)).astype(np.float32)
+        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+        ids_a = await kb.write_documents("a", {}, [_doc(f"a{i}", matrix[i * 10:(i + 1) * 10]) for i in range(20)])
+        ids_b = await kb.write_documents("b", {}, [_doc(f"b{i}", matrix[200 + i * 10:210 + i * 10]) for i in range(20)])
+        chunk_ids = np.array([c for doc in [*ids_a, *ids_b] for c in doc])
+        with psycopg.connect(pg_url) as conn:
+            assert conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = 'kb_chunks_hnsw_16'").fetchone()
+        query = matrix[3] + 0.1 * matrix[250]
+        query /= np.linalg.norm(query)
+        exact = chunk_ids[np.argsort(-(matrix @ query))[:10]].tolist()
+        got = await kb.vector_candidates(query, "m", KBScope(), 10)
+        assert got.ids[0] == exact[0] and len(set(got.ids) & set(exact)) >= 8  # approximate, but close
+        assert got.scores == sorted(got.scores, reverse=True) and got.scores[0] == pytest.approx(
+            float(matrix[0 + 3] @ query), abs=1e-5)
+        in_b = await kb.vector_candidates(query, "m", KBScope(bucket="b"), 5)
+        assert set(in_b.ids) <= {c for doc in ids_b for c in doc} and len(in_b.ids) == 5
+        listed = await kb.vector_candidates(query, "m", KBScope(doc_ids=["b5", "a0"]), 50)
+        assert sorted(listed.ids) == sorted([*ids_b[5], *ids_a[0]])
+        assert (await kb.vector_candidates(query, "other", KBScope(), 5)).ids == []
+        assert isinstance(kb, KBVectorSearch)
+        cos = await kb.cosines([int(chunk_ids[0]), int(chunk_ids[250]), 10**9], query)
+        assert set(cos) == {int(chunk_ids[0]), int(chunk_ids[250])}
+        assert cos[int(chunk_ids[250])] == pytest.approx(float(matrix[250] @ query), abs=1e-5)
+    finally:
+        await storage.close()
+
+
+async def test_open_storage_picks_the_engine_from_the_target(pg_url: str, tmp_path: Path) -> None:
+    assert is_postgres_url(pg_url) and is_postgres_url("postgres://u@h/db")
+    assert not is_postgres_url(str(tmp_path / "a.db")) and not is_postgres_url(tmp_path / "a.db")
+    pg = await open_storage(pg_url, write_retry_s=2.0)
+    lite = await open_storage(tmp_path / "a.db", write_retry_s=2.0)
+    try:
+        assert (pg.engine, lite.engine) == ("postgres", "sqlite")
+        assert pg.schema_version == MIGRATIONS[-1].version
+        assert pg.db.opts.write_retry_s == 2.0 and lite.db.opts.write_retry_s == 2.0
+        assert pg.kb_index.location.startswith("postgresql://") and lite.kb_index.location.endswith("a.db")
+        assert redact("postgresql://bob:s3cret@db.example:6543/agent") == "postgresql://bob@db.example:6543/agent"
+        for s in (pg, lite):
+            await s.conversations.claim("c", "alice")
+            assert (await s.readiness())["ok"] is True
+    finally:
+        await pg.close()
+        await lite.close()

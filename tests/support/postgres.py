@@ -1,0 +1,264 @@
+"""A real PostgreSQL (with pgvector) for the tests, started by the suite itself.
+
+Where the server comes from, first match wins:
+
+* ``AGENT_TEST_DATABASE_URL`` — an existing server (a superuser URL); each test gets a
+  fresh database on it, dropped afterwards.
+* ``AGENT_TEST_PG_BIN`` — a folder holding ``initdb`` and ``postgres``.
+* the ``pgserver`` wheel (a dev dependency): PostgreSQL 16 built with the ``vector``
+  extension, installed by ``pip`` like any package — nothing to set up by hand.
+* Debian's ``/usr/lib/postgresql/<n>/bin`` (with ``postgresql-<n>-pgvector``).
+
+One server per test session: ``initdb`` into a temporary folder, ``postgres`` on a
+free loopback port with durability switched off (``fsync``, ``full_page_writes``,
+``synchronous_commit``: a test database is thrown away, so there is nothing to make
+durable), stopped and deleted at the end. Each test then gets its own database,
+copied from a template that already holds the ``vector`` extension and the migrated
+schema (``CREATE DATABASE … TEMPLATE`` copies files: far faster than migrating again).
+
+PostgreSQL refuses to run as root; as root the server runs as ``nobody``.
+
+Nothing here skips: if no server can be started the error says why and what to
+install, and the tests that asked for PostgreSQL fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+HOW_TO_INSTALL = (
+    "install the dev dependencies (`make install`, which brings the `pgserver` wheel: PostgreSQL with "
+    "pgvector), or set AGENT_TEST_PG_BIN to a folder with initdb/postgres that has the vector extension, "
+    "or AGENT_TEST_DATABASE_URL to a superuser URL of a running server with pgvector"
+)
+TEMPLATE_DB = "agentchat_template"
+
+
+class PostgresUnavailable(RuntimeError):
+    """No test PostgreSQL could be started; the message says why and what to install."""
+
+
+def _pgserver_bin() -> Path | None:
+    spec = importlib.util.find_spec("pgserver")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+    return path if (path / "postgres").exists() else None
+
+
+def find_bin() -> Path:
+    configured = os.environ.get("AGENT_TEST_PG_BIN")
+    if configured:
+        if not (Path(configured) / "postgres").exists():
+            raise PostgresUnavailable(f"AGENT_TEST_PG_BIN={configured} holds no `postgres` binary")
+        return Path(configured)
+    found = _pgserver_bin()
+    if found is not None:
+        return found
+    debian = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), reverse=True)
+    if debian:
+        return debian[0].parent
+    raise PostgresUnavailable(f"no PostgreSQL binaries found: {HOW_TO_INSTALL}")
+
+
+def _others_can_run(bindir: Path) -> bool:
+    """Whether a user other than the owner may traverse to ``bindir`` and run from it."""
+    import stat
+
+    for folder in [bindir, *bindir.parents]:
+        if not folder.stat().st_mode & stat.S_IXOTH:
+            return False
+    return all(os.stat(bindir / name).st_mode & stat.S_IXOTH for name in ("initdb", "postgres"))
+
+
+def _copy_install(bindir: Path, dest: Path) -> Path:
+    """Copy the installation around ``bindir`` into ``dest``; return the copy's bindir.
+    The pgserver wheel's binaries find their shared libraries in ``pgserver.libs`` three
+    levels up (an RPATH relative to themselves), so that folder comes along."""
+    root = bindir.parent
+    copy_root = dest / root.parent.name / root.name
+    shutil.copytree(root, copy_root, symlinks=True)
+    libs = root.parent.parent / f"{root.parent.name}.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, dest / libs.name, symlinks=True)
+    return copy_root / bindir.name
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class TestPostgres:
+    """One PostgreSQL server for a test session (see the module docstring)."""
+
+    __test__ = False  # not a test class, whatever pytest thinks of its name
+
+    def __init__(self) -> None:
+        self.external = os.environ.get("AGENT_TEST_DATABASE_URL") or None
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.user = "postgres"
+        self._dir: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._counter = 0
+
+    # --- the server ---------------------------------------------------------------
+
+    def start(self) -> TestPostgres:
+        if self.external:
+            return self
+        bindir = find_bin()
+        self._dir = Path(tempfile.mkdtemp(prefix="agentchat-pg-"))
+        data = self._dir / "data"
+        data.mkdir()
+        run_as: dict[str, Any] = {}
+        if os.geteuid() == 0:
+            import pwd
+
+            nobody = pwd.getpwnam("nobody")
+            os.chown(self._dir, nobody.pw_uid, nobody.pw_gid)
+            os.chown(data, nobody.pw_uid, nobody.pw_gid)
+            run_as = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+            if not _others_can_run(bindir):
+                # A checkout under a private folder (/root): ``nobody`` cannot reach the
+                # binaries there, so run a copy (PostgreSQL finds its lib/ and share/
+                # relative to its own binary).
+                bindir = _copy_install(bindir, self._dir / "site")
+        env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
+        init = subprocess.run(
+            [str(bindir / "initdb"), "-D", str(data), "-U", self.user, "--auth=trust", "-E", "UTF8",
+             "--locale=C", "--no-sync"],
+            capture_output=True, env=env, cwd=self._dir, check=False, **run_as,
+        )
+        if init.returncode != 0:
+            self.stop()
+            raise PostgresUnavailable(
+                f"initdb failed ({init.returncode}): {init.stderr.decode(errors='replace')[-2000:]}"
+            )
+        log = self._dir / "postgres.log"
+        last_error = ""
+        for _ in range(3):  # a port taken between choosing and binding: try another
+            self.port = _free_port()
+            with open(log, "wb") as out:
+                if run_as:
+                    os.chown(log, run_as["user"], run_as["group"])
+                self._proc = subprocess.Popen(
+                    [str(bindir / "postgres"), "-D", str(data), "-p", str(self.port), "-h", self.host,
+                     "-c", "unix_socket_directories=", "-c", "fsync=off", "-c", "full_page_writes=off",
+                     "-c", "synchronous_commit=off", "-c", "max_connections=300", "-c", "shared_buffers=64MB",
+                     "-c", "max_locks_per_transaction=256"],
+                    stdout=out, stderr=subprocess.STDOUT, env=env, cwd=self._dir, start_new_session=True,
+                    **run_as,
+                )
+            if self._wait_ready(30.0):
+                break
+            last_error = log.read_text(errors="replace")[-3000:]
+            self._kill()
+        else:
+            self.stop()
+            raise PostgresUnavailable(f"postgres did not start: {last_error}")
+        return self
+
+    def _wait_ready(self, timeout: float) -> bool:
+        import psycopg
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                return False
+            try:
+                with psycopg.connect(self.url("postgres"), connect_timeout=2):
+                    return True
+            except psycopg.OperationalError:
+                time.sleep(0.05)
+        return False
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGINT)  # "fast" shutdown: disconnect clients, stop
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+    def stop(self) -> None:
+        self._kill()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    # --- databases ----------------------------------------------------------------
+
+    def url(self, database: str) -> str:
+        if self.external:
+            import psycopg.conninfo
+
+            params = psycopg.conninfo.conninfo_to_dict(self.external)
+            params["dbname"] = database
+            return psycopg.conninfo.make_conninfo(**params)  # type: ignore[arg-type]
+        return f"postgresql://{self.user}@{self.host}:{self.port}/{database}"
+
+    def admin(self, sql: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+            conn.execute(sql)  # type: ignore[arg-type]
+
+    def prepare_template(self) -> None:
+        """The template every test database is copied from: the extension created and
+        the schema migrated by the engine itself."""
+        import asyncio
+
+        from storage.postgres import open_postgres_storage
+
+        self.admin(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)')
+        self.admin(f'CREATE DATABASE "{TEMPLATE_DB}" TEMPLATE template0')
+
+        async def migrate() -> None:
+            storage = await open_postgres_storage(self.url(TEMPLATE_DB))
+            await storage.close()
+
+        # Its own event loop on its own thread: the caller may be inside a running loop.
+        import concurrent.futures
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, migrate()).result()
+
+    def new_database(self, *, empty: bool = False) -> str:
+        """A fresh database (migrated, unless ``empty``); returns its name."""
+        self._counter += 1
+        name = f"agentchat_test_{os.getpid()}_{self._counter}"
+        self.admin(f'CREATE DATABASE "{name}" TEMPLATE "{"template0" if empty else TEMPLATE_DB}"')
+        return name
+
+    def drop_database(self, name: str) -> None:
+        with contextlib.suppress(Exception):
+            self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    @contextlib.contextmanager
+    def database(self, *, empty: bool = False) -> Iterator[str]:
+        """``with server.database() as url:`` a fresh database, dropped afterwards."""
+        name = self.new_database(empty=empty)
+        try:
+            yield self.url(name)
+        finally:
+            self.drop_database(name)
+
+
+__all__ = ["HOW_TO_INSTALL", "PostgresUnavailable", "TestPostgres", "find_bin"]

@@ -1,0 +1,159 @@
+"""``agentchat ingest``, ``agentchat docs list|rm`` and ``agentchat buckets [rm]``:
+every skipped file counted by reason, rejections in the exit code (``--keep-going``),
+symbolic links and the size limit, no empty buckets, progress that is a ``tqdm`` bar on
+a terminal and plain lines (no ``\\r``) in a log."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.cli_kb import IngestProgress, add_kb_commands, run_kb_command
+from app.config import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="agentchat")
+    add_kb_commands(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(argv)
+
+
+def settings(tmp_path: Path) -> Settings:
+    return Settings.from_env({"AGENT_DB_PATH": str(tmp_path / "kb.db"), "AGENT_EMBEDDER": "hashing"})
+
+
+async def run(tmp_path: Path, *argv: str) -> int:
+    return await run_kb_command(parse(*argv), settings(tmp_path))
+
+
+def library(tmp_path: Path) -> Path:
+    d = tmp_path / "library"
+    (d / "guides").mkdir(parents=True)
+    (d / "guides" / "install.md").write_text("# Install\n\nRun the installer with care.\n")
+    (d / "faq.txt").write_text("Questions and answers about puffins.\n")
+    (d / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + os.urandom(64))
+    (d / "noise.md").write_bytes(os.urandom(3000))
+    (d / ".cache").mkdir()
+    (d / ".cache" / "x.md").write_text("# hidden\n")
+    (d / "big.txt").write_text("lots of words " * 100_000)  # 1.3 MB
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not part of the library\n")
+    (d / "link.txt").symlink_to(outside)
+    return d
+
+
+async def test_ingest_reports_every_skip_and_rejection_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = library(tmp_path)
+    code = await run(tmp_path, "ingest", str(d), "--bucket", "lib", "--quiet", "--max-file-mb", "1")
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "bucket 'lib': 3 files read, 2 documents added" in out
+    assert "skipped 4 files:" in out
+    for line in ("1  hidden", "1  symbolic link (not followed; use --follow-links)",
+                 "1  unsupported file type .png", "1  larger than the size limit (--max-file-mb)"):
+        assert line in out
+    assert "rejected 1:" in out and "1  binary" in out and "noise.md: binary content" in out
+    assert "warning: 1 file(s) over the 1 MB limit were skipped" in out and "big.txt: 1.3 MB" in out
+    assert "--keep-going" in err
+
+    # --keep-going: the same result, exit 0; --follow-links reads the link too.
+    code = await run(tmp_path, "ingest", str(d), "--bucket", "lib", "--quiet", "--keep-going", "--follow-links",
+                     "--max-file-mb", "1")
+    out, _ = capsys.readouterr()
+    assert code == 0 and "1 documents added" in out and "2 unchanged" in out and "symbolic link" not in out
+
+
+async def test_nothing_ingested_creates_no_bucket(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "a.md").write_bytes(os.urandom(2000))
+    (junk / "b.bin").write_bytes(b"x")
+    assert await run(tmp_path, "ingest", str(junk), "--bucket", "junk", "--quiet") == 1
+    assert "nothing was stored" in capsys.readouterr().out
+    assert await run(tmp_path, "buckets") == 0
+    assert capsys.readouterr().out.strip() == "no buckets"
+    assert await run(tmp_path, "ingest", str(tmp_path / "missing"), "--quiet") == 2
+    assert await run(tmp_path, "ingest", str(junk), "--bucket", "Bad-Name", "--quiet") == 2
+
+
+async def test_docs_list_rm_and_buckets_rm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = library(tmp_path)
+    await run(tmp_path, "ingest", str(d), "--bucket", "lib", "--quiet", "--keep-going", "--max-file-mb", "1")
+    await run(tmp_path, "ingest", str(d / "guides"), "--bucket", "other", "--quiet")  # moves install.md
+    capsys.readouterr()
+    assert await run(tmp_path, "docs", "list", "--limit", "1") == 0
+    out = capsys.readouterr().out.splitlines()
+    first = out[0].split()[0]
+    assert out[-1] == f"(more may follow: --after {first})"
+    assert await run(tmp_path, "docs", "list", "--after", first) == 0
+    rest = capsys.readouterr().out
+    assert first.startswith("faq-") and first not in rest
+    assert "guides/install.md" in rest and str(tmp_path) not in rest
+    assert await run(tmp_path, "docs", "list", "--bucket", "other") == 0
+    listed = capsys.readouterr().out
+    assert "guides/install.md" in listed and "faq" not in listed
+    doc_id = listed.split()[0]
+
+    assert await run(tmp_path, "docs", "rm", doc_id, "nope-123") == 1
+    assert "removed 1 of 2 documents" in capsys.readouterr().out
+    assert await run(tmp_path, "docs", "list", "--bucket", "other") == 0
+    assert capsys.readouterr().out.strip() == "no documents"
+
+    assert await run(tmp_path, "buckets", "rm", "lib") == 2  # it holds documents: --yes
+    assert "add --yes" in capsys.readouterr().err
+    assert await run(tmp_path, "buckets", "rm", "lib", "--yes") == 0
+    assert "removed bucket 'lib' and its 1 documents" in capsys.readouterr().out
+    assert await run(tmp_path, "buckets", "rm", "lib") == 1
+    assert await run(tmp_path, "buckets") == 0
+    assert capsys.readouterr().out.split()[0] == "other"
+
+
+def test_progress_is_a_bar_on_a_terminal_and_plain_lines_otherwise() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    class Report:
+        chunks = 42
+
+    log = io.StringIO()
+    plain = IngestProgress(log, interval_s=0)
+    for i in range(1, 4):
+        plain(i, 3, f"docs/{i}.md")
+    plain.on_batch(Report())
+    plain.close()
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue()
+    assert lines[0].startswith("ingest: 1/3 files (33%)") and "files/s" in lines[0] and "ETA" in lines[0]
+    assert lines[-1].startswith("ingest: 3/3 files (100%), 42 chunks")
+
+    tty = Tty()
+    bar = IngestProgress(tty)
+    for i in range(1, 4):
+        bar(i, 3, f"docs/{i}.md")
+    bar.on_batch(Report())
+    bar.close()
+    shown = tty.getvalue()
+    assert "\r" in shown and "3/3" in shown and "file/s" in shown and "42 chunks" in shown
+
+
+def test_agentchat_ingest_in_a_log_file_has_no_carriage_returns(tmp_path: Path) -> None:
+    d = library(tmp_path)
+    env = {**os.environ, "AGENT_DB_PATH": str(tmp_path / "kb.db"), "AGENT_EMBEDDER": "hashing"}
+    with open(tmp_path / "ingest.log", "wb") as logfile:
+        argv = [sys.executable, "-m", "app.cli", "ingest", str(d), "--bucket", "lib", "--max-file-mb", "1"]
+        proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=logfile, timeout=120)
+    log = (tmp_path / "ingest.log").read_bytes()
+    assert proc.returncode == 1, log
+    assert b"\r" not in log and b"ingest: 3/3 files (100%)" in log
+    assert b"skipped 4 files" in proc.stdout and b"rejected 1" in proc.stdout
