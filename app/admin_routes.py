@@ -42,7 +42,7 @@ def _require_admin(request: Request) -> None:
 
 
 def _component(request: Request, name: str) -> Any:
-    comp = services(request).components.get(name)
+    comp = services(request).rooms.named(name)
     if comp is None:
         raise HTTPProblem(503, "unavailable", f"the {name} component is not configured in this app")
     return comp

@@ -38,6 +38,7 @@ from app.agent_deps import (
     ToolCallLog,
 )
 from app.agent_tools import ToolStep
+from app.agent_turn import stream_turn
 from app.budget import estimate_tokens, prune_history, prune_in_run
 from app.metrics import FinishedRun, RunMetrics
 from app.records import Caller, ChatInput
@@ -47,17 +48,10 @@ from app.selector import ToolSelector
 from llm.provider import Provider
 from llm.types import (
     ChatRequest,
-    ContentDelta,
     Message,
-    MessageComplete,
-    MessageStart,
-    StreamError,
-    ThinkingDelta,
     ToolCall,
     ToolDefinition,
     ToolResult,
-    ToolUseInput,
-    ToolUseStart,
     Usage,
 )
 from storage.errors import StorageError
@@ -69,16 +63,6 @@ log = logging.getLogger("agentchat.agent")
 MandatoryPolicy = FlowPolicy
 
 __all__ = ["Agent", "AgentSettings", "Caller", "ChatInput", "FlowPolicy", "MandatoryPolicy", "ToolCallRecord"]
-
-
-@dataclass(slots=True)
-class _TurnOutcome:
-    text: str = ""
-    calls: list[ToolCall] = field(default_factory=list)
-    stop_for_tool_use: bool = False
-    usage: Usage = Usage()
-    replay: dict[str, Any] | None = None
-    error: tuple[str, str] | None = None  # (message, code)
 
 
 class RunFailed(Exception):
@@ -96,7 +80,8 @@ class _RunScope:
     caller: Caller
     ctx: ToolContext
     state: RunState | None = None
-    partial_text: str = ""
+    #: Text of the turn being streamed (kept if the run is cancelled mid-turn).
+    partial: list[str] = field(default_factory=list)
 
 
 class Agent:
@@ -251,13 +236,20 @@ class Agent:
                 tools=offered,
                 max_tokens=self.settings.max_tokens,
             )
-            outcome = await self._stream_turn(scope, request, state.turns - 1)
+            outcome = await stream_turn(
+                self.provider,
+                scope.run,
+                request,
+                state.turns - 1,
+                idle_timeout_s=self.settings.idle_timeout_s,
+                partial=scope.partial,
+            )
             state.usage = state.usage + outcome.usage
             if outcome.error is not None:
                 if outcome.text:
                     state.add(Message("assistant", outcome.text))
                 raise RunFailed(*outcome.error)
-            scope.partial_text = ""
+            scope.partial.clear()
             state.add(Message("assistant", outcome.text, outcome.calls, replay=outcome.replay))
 
             if not outcome.calls:
@@ -408,8 +400,8 @@ class Agent:
 
     def _close_cancelled(self, scope: _RunScope) -> None:
         state = scope.state
-        if state is not None and scope.partial_text:
-            state.add(Message("assistant", scope.partial_text))
+        if state is not None and scope.partial:
+            state.add(Message("assistant", "".join(scope.partial)))
 
     @staticmethod
     def _answer_dangling(state: RunState) -> None:
@@ -444,60 +436,6 @@ class Agent:
         finally:
             run.release()
 
-    # --- one streamed turn ---------------------------------------------------------------
-
-    async def _stream_turn(self, scope: _RunScope, request: ChatRequest, turn: int) -> _TurnOutcome:
-        run = scope.run
-        out = _TurnOutcome()
-        text_parts: list[str] = []
-        order: list[str] = []
-        names: dict[str, str] = {}
-        args: dict[str, list[str]] = {}
-        completed = False
-        stream = self.provider.stream_chat(request)
-        try:
-            async with asyncio.timeout(self.settings.idle_timeout_s) as deadline:
-                async for ev in stream:
-                    deadline.reschedule(asyncio.get_running_loop().time() + self.settings.idle_timeout_s)
-                    match ev:
-                        case ContentDelta(text=text):
-                            if text:
-                                text_parts.append(text)
-                                scope.partial_text += text
-                                run.emit("content_chunk", {"chunk": text})
-                        case ToolUseStart(id=cid, name=name):
-                            if cid not in names:
-                                order.append(cid)
-                                args[cid] = []
-                            names[cid] = name
-                            run.emit("tool_call_start", {"tool_use_id": cid, "name": name})
-                        case ToolUseInput(id=cid, partial_json=partial):
-                            args.setdefault(cid, []).append(partial)
-                        case MessageStart():
-                            run.emit("message_start", {"turn": turn})
-                        case MessageComplete():
-                            out.stop_for_tool_use = ev.stop_for_tool_use
-                            out.usage = ev.usage
-                            out.replay = ev.replay
-                            completed = True
-                        case ThinkingDelta(text=text):
-                            log.debug("thinking", extra={"run_id": run.id, "text": text[:2000]})
-                        case StreamError(message=message, code=code):
-                            out.error = (message, code)
-                            break
-        except TimeoutError:
-            out.error = (f"The model sent nothing for {self.settings.idle_timeout_s:g} s.", "provider_timeout")
-        finally:
-            await stream.aclose()  # type: ignore[attr-defined]
-        out.text = "".join(text_parts)
-        if out.error is None and not completed:
-            out.error = ("The model's stream ended before the turn was complete.", "provider_error")
-        if out.error is None:
-            out.calls = [_parse_call(cid, names.get(cid, ""), "".join(args.get(cid, []))) for cid in order]
-            if out.calls and not out.stop_for_tool_use:
-                log.info("tool calls with a non-tool stop reason; executing them anyway", extra={"run_id": run.id})
-        return out
-
 
 async def run_step(
     scope: _RunScope, state: RunState, *, events: list[tuple[str, dict[str, Any]]] | None = None, status: Any = None
@@ -505,16 +443,3 @@ async def run_step(
     """Store the step: its events, the checkpoint and the messages it added, together."""
     messages = state.take_unsaved()
     await scope.run.emit_step(events or [], checkpoint=state.encode(), messages=messages, status=status)
-
-
-def _parse_call(call_id: str, name: str, raw: str) -> ToolCall:
-    text = raw.strip()
-    if not text:
-        return ToolCall(call_id, name, {}, raw)
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        return ToolCall(call_id, name, {}, raw, parse_error=str(exc))
-    if not isinstance(value, dict):
-        return ToolCall(call_id, name, {}, raw, parse_error=f"expected an object, got {type(value).__name__}")
-    return ToolCall(call_id, name, value, raw)

@@ -235,7 +235,7 @@ def report_text(report: Any, bucket: str, max_file_mb: float, *, examples: int =
         lines.append(f"nothing was stored; bucket {bucket!r} was not created if it did not exist")
     skipped = sum(report.skipped_files.values())
     if skipped:
-        lines.append(f"skipped {skipped} files:")
+        lines.append(f"skipped {_n(skipped, 'file')}:")
         for reason, n in sorted(report.skipped_files.items(), key=lambda kv: (-kv[1], kv[0])):
             lines.append(f"  {n:>7}  {reason}")
     rejected = report.rejected_by_kind()
@@ -253,9 +253,13 @@ def report_text(report: Any, bucket: str, max_file_mb: float, *, examples: int =
     large = [r for r in report.skipped_examples if r.kind == SKIP_TOO_LARGE]
     if large:
         n = report.skipped_files.get(SKIP_TOO_LARGE, len(large))
-        lines.append(f"warning: {n} file(s) over the {max_file_mb:g} MB limit were skipped (raise --max-file-mb):")
+        lines.append(f"warning: {_n(n, 'file')} over the {max_file_mb:g} MB limit skipped (raise --max-file-mb):")
         lines.extend(f"  {r.source}: {r.reason}" for r in large[:examples])
     return "\n".join(lines)
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 async def _buckets(args: argparse.Namespace, settings: Settings) -> int:

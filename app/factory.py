@@ -78,7 +78,7 @@ def create_app(
                 CORSMiddleware,
                 allow_origins=list(settings.cors_origins),
                 allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
-                allow_headers=["Accept", "Content-Type", "Authorization", "Last-Event-ID"],
+                allow_headers=["Accept", "Content-Type", "Authorization", "Last-Event-ID", "Idempotency-Key"],
                 max_age=86400,
             )
         )

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from storage.errors import StorageUnavailable
+from storage.interfaces import LimitStore
+
+log = logging.getLogger("agentchat.limits")
 
 
 @dataclass(slots=True)
@@ -30,3 +39,68 @@ class RateLimiter:
             return max(1.0, math.ceil(60.0 - (now - window[0])))
         window.append(now)
         return None
+
+    def forget_last(self, user_id: str) -> None:
+        """Take back the request ``check`` just admitted (another limit refused it)."""
+        window = self._hits.get(user_id)
+        if window:
+            window.pop()
+
+
+class RunRegistry(Protocol):
+    def count_active(self, user_id: str) -> int: ...
+
+    def recent(self, user_id: str) -> Sequence[Any]: ...
+
+
+@dataclass(slots=True)
+class Admission:
+    """The per-user limits of every replica on one database.
+
+    Requests per minute: with a ``store`` (the PostgreSQL engine: many replicas) every
+    admitted request is counted in the database, atomically (``LimitStore.hit``); the
+    in-process window runs first and may only *refuse* — it has seen a subset of the
+    user's requests, so it never admits what the shared count would refuse. Without a
+    store (the embedded SQLite default: one process) the in-process window decides.
+
+    Concurrent runs: the user's unfinished runs in the store (an indexed count), less
+    those this process has finished whose ending is still in the write queue, and never
+    fewer than the ones running here."""
+
+    per_minute: int
+    store: LimitStore | None = None
+    runs_store: LimitStore | None = None
+    local: RateLimiter = field(init=False)
+    prune_every_s: float = 60.0
+    _last_prune: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.local = RateLimiter(self.per_minute)
+
+    async def check_rate(self, key: str, now: float | None = None) -> float | None:
+        """None when the request may go on, else seconds until one may."""
+        wait = self.local.check(key)
+        if wait is not None or self.store is None:
+            return wait
+        now = time.time() if now is None else now
+        try:
+            decision = await self.store.hit(key, self.per_minute, now)
+        except StorageUnavailable:
+            log.warning("shared rate limit unavailable; using this replica's count", extra={"key": key})
+            return None
+        if now - self._last_prune >= self.prune_every_s:
+            self._last_prune = now
+            with contextlib.suppress(StorageUnavailable):
+                await self.store.prune(now)
+        if decision.allowed:
+            return None
+        self.local.forget_last(key)  # refused: this request does not count here either
+        return decision.retry_after_s or 1.0
+
+    async def active_runs(self, user_id: str, registry: RunRegistry, cap: int) -> int:
+        here = registry.count_active(user_id)
+        if self.runs_store is None:
+            return here
+        stored = await self.runs_store.unfinished_runs(user_id, cap + 64)
+        ended_here = {r.id for r in registry.recent(user_id) if r.finished}
+        return max(here, sum(1 for run_id in stored if run_id not in ended_here))

@@ -20,6 +20,7 @@ from toolindex.embedder import Embedder
 
 if TYPE_CHECKING:
     from agenttools.keywords import KeywordIndex
+    from agenttools.resolution import ResolutionCache
     from storage.sqlite import SqliteStorage
 
 log = logging.getLogger("agentchat.rooms")
@@ -81,6 +82,30 @@ class KnowledgeComponent:
         log.info("sample knowledge base", extra={"status": self.sample})
 
 
+@dataclass(slots=True)
+class Rooms:
+    """The rooms an app attached, typed: what the routes, ``/readyz`` and ``/metrics`` may
+    reach. A room the app runs without (tests with their own registry) is ``None``."""
+
+    knowledge: KnowledgeComponent | None = None
+    keywords: KeywordIndex | None = None
+    resolution_cache: ResolutionCache | None = None
+    backend: BackendComponent | None = None
+
+    def named(self, name: str) -> Any:
+        """A room by name, for routes that say which one they need; None when absent."""
+        return getattr(self, name, None) if name in self.__slots__ else None  # type: ignore[attr-defined]
+
+    def with_readiness(self) -> list[tuple[str, Any]]:
+        """Rooms that report their own readiness, by name."""
+        out = []
+        for name in ("knowledge", "keywords", "backend"):
+            room = getattr(self, name)
+            if room is not None and hasattr(room, "readiness"):
+                out.append((name, room))
+        return out
+
+
 async def attach_rooms(
     settings: Settings,
     registry: ToolRegistry,
@@ -89,7 +114,7 @@ async def attach_rooms(
     *,
     embedder: Embedder | None,
     storage: SqliteStorage,
-) -> dict[str, Any]:
+) -> Rooms:
     from agenttools.corpus_tools import CorpusToolDeps, register_corpus_tools
     from agenttools.keywords import KeywordIndex
     from agenttools.perplexity import PerplexityClient
@@ -98,11 +123,11 @@ async def attach_rooms(
     from knowledge.kb import KnowledgeBase
     from knowledge.saved_answers import SavedAnswerVectors
 
-    components: dict[str, Any] = {}
+    rooms = Rooms()
     kb = await KnowledgeBase.create(storage.kb_index, embedder, schema_version=storage.schema_version)
     stack.push_async_callback(kb.aclose)
     knowledge = KnowledgeComponent(kb)
-    components["knowledge"] = knowledge
+    rooms.knowledge = knowledge
     if settings.ingest_sample_kb:
         knowledge.sample = "ingesting"
         task = asyncio.create_task(knowledge.ingest_sample(), name="sample-kb")
@@ -117,7 +142,7 @@ async def attach_rooms(
         else None
     )
     keywords = KeywordIndex(storage.keywords, storage.external_results, semantic=semantic)
-    components["keywords"] = keywords
+    rooms.keywords = keywords
     backfill = asyncio.create_task(_backfill_keywords(keywords), name="keyword-backfill")
     stack.push_async_callback(_cancel, backfill)
     perplexity = (
@@ -164,13 +189,13 @@ async def attach_rooms(
         )
         register_workflow_tools(registry, deps)
         register_table_tools(registry, deps)
-        components["resolution_cache"] = deps.resolution_cache
-        components["backend"] = backend
+        rooms.resolution_cache = deps.resolution_cache
+        rooms.backend = backend
         log.info("workflow/table backend", extra={"url": backend.url, "auth": backend.auth_mode})
     else:
-        components["backend"] = BackendComponent.of(settings, http)
+        rooms.backend = BackendComponent.of(settings, http)
         log.warning("AGENT_BACKEND_URL is not set: workflow and table tools are listed but cannot run")
-    return components
+    return rooms
 
 
 @dataclass(slots=True)

@@ -16,6 +16,7 @@ from app.auth import Authenticator
 from app.config import Settings
 from app.limits import RateLimiter
 from app.metrics import AppMetrics, LiveSources
+from app.rooms import Rooms
 from app.run_manager import RunManager
 from app.selector import IndexState
 from llm.provider import Provider
@@ -39,7 +40,7 @@ class Services:
     index_state: IndexState
     rate_limiter: RateLimiter
     metrics: AppMetrics = field(default_factory=AppMetrics)
-    components: dict[str, Any] = field(default_factory=dict)
+    rooms: Rooms = field(default_factory=Rooms)
     background: list[asyncio.Task[Any]] = field(default_factory=list)
 
     async def readiness(self) -> dict[str, Any]:
@@ -67,13 +68,11 @@ class Services:
             "detail": st.reason or None,
             "note": None if st.status == "ready" else "tool selection falls back to all tools of the context",
         }
-        for name, comp in self.components.items():
-            probe = getattr(comp, "readiness", None)
-            if probe is not None:
-                try:
-                    checks[name] = await probe()
-                except Exception as exc:
-                    checks[name] = {"ok": False, "detail": str(exc)}
+        for name, room in self.rooms.with_readiness():
+            try:
+                checks[name] = await room.readiness()
+            except Exception as exc:
+                checks[name] = {"ok": False, "detail": str(exc)}
         if self.runs.closing:
             checks["shutdown"] = {"ok": False, "detail": "draining: new runs are refused"}
         ready = all(bool(c.get("ok")) for name, c in checks.items() if name != "tool_index")
@@ -86,7 +85,7 @@ class Services:
             run_counters=lambda: self.runs.counters,
             write_stats=lambda: self.storage.db.stats,
             index_ready=lambda: self.index_state.status == "ready",
-            resolution_cache=lambda: self.components.get("resolution_cache"),
+            resolution_cache=lambda: self.rooms.resolution_cache,
         )
 
     def metrics_body(self) -> bytes:

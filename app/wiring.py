@@ -23,6 +23,7 @@ from app.auth import Authenticator
 from app.config import Settings
 from app.limits import RateLimiter
 from app.metrics import AppMetrics
+from app.rooms import Rooms
 from app.run_manager import RunManager
 from app.selector import IndexState, ToolSelector
 from app.services import Services
@@ -166,11 +167,11 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     else:
         embedder, why = overrides.embedder, "given by the caller"  # type: ignore[assignment]
     registry = overrides.registry if overrides.registry is not None else default_registry()
-    components: dict[str, Any] = {}
+    rooms = Rooms()
     if overrides.registry is None:
         from app.rooms import attach_rooms
 
-        components = await attach_rooms(settings, registry, http, stack, embedder=embedder, storage=storage)
+        rooms = await attach_rooms(settings, registry, http, stack, embedder=embedder, storage=storage)
 
     index_state = IndexState()
     background: list[asyncio.Task[Any]] = []
@@ -233,7 +234,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         ),
         metrics=metrics.runs,
         policy=FlowPolicy(),
-        planner=overrides.planner if overrides.planner is not None else _default_planner(provider, components),
+        planner=overrides.planner if overrides.planner is not None else _default_planner(provider, rooms),
     )
     runs = RunManager(
         store=storage.runs,
@@ -256,12 +257,12 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         index_state=index_state,
         rate_limiter=RateLimiter(settings.requests_per_minute),
         metrics=metrics,
-        components=components,
+        rooms=rooms,
         background=background,
     )
     background.append(asyncio.create_task(_sweep(runs)))
     metrics.attach_live(svc.live_metric_sources())
-    keywords = components.get("keywords")
+    keywords = rooms.keywords
     if keywords is not None:
         from app.keyword_pruning import KeywordPrunePolicy, prune_keywords_periodically
 
@@ -289,10 +290,10 @@ def flow_core_tools(mandatory_contexts: tuple[str, ...]) -> Any:
     return pick
 
 
-def _default_planner(provider: Provider, components: dict[str, Any]) -> Any:
+def _default_planner(provider: Provider, rooms: Rooms) -> Any:
     """Query decomposition needs a model and a knowledge base with typed buckets; the
     planner itself skips (no model call) when no bucket declares fields."""
-    knowledge = components.get("knowledge")
+    knowledge = rooms.knowledge
     if knowledge is None or provider.name == "extractive":
         return None
     from app.planner import QueryPlanner

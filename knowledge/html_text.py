@@ -16,6 +16,7 @@ import importlib.util
 import logging
 import re
 from functools import cache
+from html import unescape
 from html.parser import HTMLParser
 
 _SKIP = {"script", "style", "noscript", "template", "svg", "head", "iframe", "object"}
@@ -115,9 +116,8 @@ def extractor_available() -> bool:
 def extract_html(html: str) -> tuple[str, str, str]:
     """``(title, text, extractor)`` of a page: its main content by ``trafilatura`` when
     installed (``extractor`` is ``"trafilatura"``), else the whole text (``"stdlib"``)."""
-    title, stripped = html_to_text(html)
     if not extractor_available():
-        return title, stripped, "stdlib"
+        return (*html_to_text(html), "stdlib")
     import trafilatura  # optional at run time: the stripper above is the fallback
 
     logging.getLogger("trafilatura").setLevel(logging.ERROR)
@@ -136,7 +136,26 @@ def extract_html(html: str) -> tuple[str, str, str]:
     except Exception:  # a page trafilatura cannot parse still has the stripper's text
         main = None
     if not main or len(main) < MIN_EXTRACTED_CHARS:
-        return title, stripped, "stdlib"
+        return (*html_to_text(html), "stdlib")
     main = _HEADERLINK.sub("", main)
     main = re.sub(r"\n{3,}", "\n\n", main).strip()
-    return title, main, "trafilatura"
+    return _title(html, main), main, "trafilatura"
+
+
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
+_MD_H1 = re.compile(r"^#\s+(.+?)\s*$", re.MULTILINE)
+
+
+def _title(html: str, main: str) -> str:
+    """The page's ``<title>`` (without parsing the page a second time), else the first
+    heading of its main content."""
+    m = _TITLE.search(html, 0, 200_000)
+    if m:
+        title = " ".join(unescape(_TAGS.sub(" ", m.group(1))).split())
+        if title:
+            return title
+    h1 = _MD_H1.search(main)
+    return h1.group(1).strip() if h1 else ""
+
+
+_TAGS = re.compile(r"<[^>]*>")

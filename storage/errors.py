@@ -28,3 +28,10 @@ class IdempotencyKeyUsed(StorageError):
     def __init__(self, run_id: str) -> None:
         super().__init__(run_id)
         self.run_id = run_id
+
+
+class LeaseLost(StorageError):
+    """A run's step was not stored: another process holds the run's lease now (this one
+    was paused or cut off past the lease), so this process must stop writing the run."""
+
+    code = "run_lease_lost"

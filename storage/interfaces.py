@@ -39,6 +39,7 @@ from storage.keyword_records import (
     KeywordTermHit,
     NewExternalVector,
 )
+from storage.limit_records import RateDecision
 from storage.records import (
     NewRun,
     RunEvent,
@@ -106,6 +107,43 @@ class RunStore(Protocol):
         ...
 
     async def set_status(self, run_ids: Sequence[str], status: str) -> None: ...
+
+    # Leases: the process executing a run holds it for ``lease_s`` and renews it; a run
+    # whose lease expired (its process died) is claimed by another. A step written with
+    # ``RunWrite.lease_owner`` by a process that lost the lease fails with ``LeaseLost``.
+
+    async def claim(
+        self, owner: str, lease_s: float, *, expired_only: bool = True, limit: int = 100
+    ) -> list[StoredRun]:
+        """Atomically take the unfinished runs whose lease expired or that never had one
+        (every unfinished run when not ``expired_only``) for ``owner``; oldest first."""
+        ...
+
+    async def renew(self, owner: str, run_ids: Sequence[str], lease_s: float) -> set[str]:
+        """Extend ``owner``'s leases of ``run_ids``; returns the ones it still holds."""
+        ...
+
+    async def release_leases(self, owner: str, run_ids: Sequence[str]) -> None:
+        """Let other processes take these runs at once (shutdown)."""
+        ...
+
+
+class LimitStore(Protocol):
+    """Admission limits every replica shares: requests per key per minute, and the
+    number of a user's unfinished runs (an indexed count, read at admission)."""
+
+    async def hit(self, key: str, per_minute: int, now: float) -> RateDecision:
+        """Count one request of ``key`` at ``now`` if the limit allows it, atomically
+        across replicas; a refused request is not counted."""
+        ...
+
+    async def prune(self, now: float) -> int:
+        """Forget windows that no longer count at ``now``; returns how many."""
+        ...
+
+    async def unfinished_runs(self, user_id: str, limit: int) -> list[str]:
+        """Ids of up to ``limit`` of the user's runs that are queued, running or interrupted."""
+        ...
 
 
 class ToolCallLog(Protocol):

@@ -48,6 +48,9 @@ class NewRun:
     multitask: MultitaskPolicy = "enqueue"
     #: The client's ``Idempotency-Key``: unique per user, it names this run for retries.
     idempotency_key: str | None = None
+    #: The process that will execute the run leases it from admission for ``lease_s``.
+    lease_owner: str | None = None
+    lease_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,11 @@ class RunWrite:
     status: RunStatus | None = None
     finished: bool = False
     summary: RunSummary | None = None
+    #: Written by the holder of the run's lease: the write renews the lease for
+    #: ``lease_s``, or fails with ``LeaseLost`` (nothing stored) when another process
+    #: took the run over. ``None``: no lease check (one process, or a rescue write).
+    lease_owner: str | None = None
+    lease_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,7 @@ async def test_ingest_reports_rejected_records_and_skips_unchanged(tmp_path: Pat
 
 async def test_prune_route_validates_and_prunes(tmp_path: Path) -> None:
     async with running_app(settings(tmp_path), provider=ScriptedProvider([]), embedder=None) as (base, app):
-        keywords = app.state.services.components["keywords"]
+        keywords = app.state.services.rooms.keywords
         async with httpx.AsyncClient() as client:
             bad = await client.post(f"{base}/v1/admin/keywords/prune", json={"min_usage": 0, "older_than_days": 1})
             assert bad.status_code == 400 and bad.json()["error"] == "invalid_field"

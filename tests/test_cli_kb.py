@@ -63,7 +63,7 @@ async def test_ingest_reports_every_skip_and_rejection_and_exits_1(
                  "1  unsupported file type .png", "1  larger than the size limit (--max-file-mb)"):
         assert line in out
     assert "rejected 1:" in out and "1  binary" in out and "noise.md: binary content" in out
-    assert "warning: 1 file(s) over the 1 MB limit were skipped" in out and "big.txt: 1.3 MB" in out
+    assert "warning: 1 file over the 1 MB limit skipped" in out and "big.txt: 1.3 MB" in out
     assert "--keep-going" in err
 
     # --keep-going: the same result, exit 0; --follow-links reads the link too.

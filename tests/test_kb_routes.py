@@ -106,7 +106,7 @@ async def test_knowledge_chat_stays_on_the_default_buckets_and_shows_no_server_p
                   "text": "To resume a stream of job applications after a disconnect from work, write a resume."}
                  for i in range(20)]
     async with running_app(settings(tmp_path, **env)) as (base, app):
-        await app.state.services.components["knowledge"].tasks[0]
+        await app.state.services.rooms.knowledge.tasks[0]
         async with httpx.AsyncClient(base_url=base, timeout=30) as client:
             before = await collect_sse(client, "POST", "/v1/agent/chat", json=question)
             r = await client.post("/v1/kb/documents", json={"documents": unrelated, "bucket": "careers"})

@@ -146,7 +146,7 @@ async def test_the_app_prunes_on_its_own(tmp_path: Path) -> None:
         now = time.time()
         await svc.storage.keywords.upsert({"stale topic": "stale topic"}, query_id="q-old", now=now - 45 * DAY)
         await svc.storage.keywords.upsert({"fresh topic": "fresh topic"}, query_id="q-new", now=now)
-        keywords = svc.components["keywords"]
+        keywords = svc.rooms.keywords
         async with asyncio.timeout(10):
             while await keywords.get("stale topic") is not None:
                 await asyncio.sleep(0.02)

@@ -154,7 +154,7 @@ async def test_first_call_to_another_tool_is_not_executed(tmp_path: Path) -> Non
     steps = [call("index_keywords", {"keywords": ["resume stream", "last event id", "reconnect"]}), search(), answer()]
     async with flow_app(tmp_path, steps) as (base, app, fake, _):
         events = await ask(base)
-        keywords = app.state.services.components["keywords"]
+        keywords = app.state.services.rooms.keywords
         assert await keywords.lookup("resume stream") == []
     first = [e.json() for e in events if e.event == "tool_call_result"][0]
     assert first["name"] == "index_keywords" and first["is_error"] is True

@@ -104,7 +104,7 @@ class RecordingPlanner:
     plans: list[PlanHint | None] = field(default_factory=list)
 
     async def plan(self, message: str) -> PlanHint | None:
-        kb = self.app.state.services.components["knowledge"].kb
+        kb = self.app.state.services.rooms.knowledge.kb
         hint = await QueryPlanner(self.provider, kb).plan(message)
         self.plans.append(hint)
         return hint
@@ -119,7 +119,7 @@ class Harness:
 
     @property
     def kb(self) -> Any:
-        return self.app.state.services.components["knowledge"].kb
+        return self.app.state.services.rooms.knowledge.kb
 
     async def ask(self, message: str) -> list[Any]:
         async with httpx.AsyncClient(timeout=30) as client:

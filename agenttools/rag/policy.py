@@ -36,8 +36,6 @@ GENERATE_RESPONSE = "generate_response"
 RAG_TOOL_NAMES = (KB_SEARCH, PERPLEXITY_SEARCH, INDEX_KEYWORDS, GENERATE_RESPONSE)
 #: Each of these is "searching the knowledge" for step 1 of the flow.
 KNOWLEDGE_SEARCH_TOOLS = frozenset({KB_SEARCH, "search_text", "search_semantic", "get_document_metadata"})
-#: Dropped from the offer once a review said the search is ``enough``.
-CORPUS_SEARCH_TOOLS = frozenset({"search_text", "search_semantic"})
 
 _KB_SEARCHED = "rag.kb_searched"
 _EXTERNAL_IDS = "rag.external_result_ids"
@@ -165,13 +163,11 @@ class FlowPolicy:
 
     def offerable(self, names: Iterable[str], state: RunToolState) -> list[str]:
         """The tools to offer now: Perplexity only once the knowledge was searched."""
-        from agenttools.review import search_closed  # the review after a search round (seed 004)
-
+        # A review that says the search is "enough" (seed 004) is advice in the search
+        # result, not a change of the offer: the model reads it, and the tool list stays
+        # stable between turns.
         searched = kb_searched(state)
-        closed = search_closed(state)
-        return [
-            n for n in names if (searched or n != PERPLEXITY_SEARCH) and not (closed and n in CORPUS_SEARCH_TOOLS)
-        ]
+        return [n for n in names if searched or n != PERPLEXITY_SEARCH]
 
     def refuse_turn(self, names: Sequence[str], state: RunToolState) -> bool:
         """A turn that skips the first step (no knowledge search yet, none asked for)."""

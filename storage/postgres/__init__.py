@@ -17,6 +17,7 @@ from storage.postgres.external_results import PostgresExternalResultStore
 from storage.postgres.external_vectors import PostgresExternalVectorStore
 from storage.postgres.kb_index import PostgresKBIndex
 from storage.postgres.keywords import PostgresKeywordStore
+from storage.postgres.limits import PostgresLimitStore
 from storage.postgres.migrations import migrate
 from storage.postgres.runs import PostgresRunStore
 from storage.postgres.tool_calls import PostgresToolCallLog
@@ -36,6 +37,7 @@ class PostgresStorage:
     external_results: PostgresExternalResultStore
     external_vectors: PostgresExternalVectorStore
     kb_index: PostgresKBIndex
+    limits: PostgresLimitStore
 
     engine = "postgres"
 
@@ -73,6 +75,7 @@ async def open_postgres_storage(url: str, opts: PostgresOptions | None = None) -
             external_results=PostgresExternalResultStore(db),
             external_vectors=PostgresExternalVectorStore(db),
             kb_index=PostgresKBIndex(db),
+            limits=PostgresLimitStore(db),
         )
     except BaseException:
         await db.close()

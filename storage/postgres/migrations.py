@@ -294,6 +294,43 @@ _KB_DOCUMENT_ORIGIN = (
     "CREATE INDEX IF NOT EXISTS kb_documents_bucket_origin ON kb_documents(bucket, origin)",
 )
 
+# Shared limits (issue 13): requests per key per one-minute window, counted in the
+# database so every replica sees the same counts; and the user's unfinished runs,
+# counted at admission from a partial index instead of one process's memory.
+_SHARED_LIMITS = (
+    """CREATE TABLE IF NOT EXISTS rate_limits (
+        key TEXT NOT NULL,
+        window_start BIGINT NOT NULL,
+        count INTEGER NOT NULL,
+        PRIMARY KEY (key, window_start)
+    )""",
+    "CREATE INDEX IF NOT EXISTS rate_limits_window ON rate_limits(window_start)",
+    "CREATE INDEX IF NOT EXISTS runs_user_unfinished ON runs(user_id) "
+    "WHERE status IN ('queued', 'running', 'interrupted')",
+)
+
+# Run ownership across replicas: the replica executing a run holds a lease on it
+# (``lease_owner``, ``lease_until`` in epoch seconds of the database's clock) and renews
+# it while the run is live; a run whose lease expired (its replica died) is claimed by
+# another. ``agentchat_hold_lease`` is the first statement of every step a leased run
+# writes: it renews the lease, or raises (``run_lease_lost``) when another replica took
+# the run over — the step commits nothing and its writer abandons the run.
+_RUN_LEASES = (
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS lease_owner TEXT",
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS lease_until DOUBLE PRECISION",
+    """CREATE OR REPLACE FUNCTION agentchat_hold_lease(p_run TEXT, p_owner TEXT, p_lease DOUBLE PRECISION)
+    RETURNS void LANGUAGE plpgsql AS $fn$
+    BEGIN
+        UPDATE runs SET lease_until = GREATEST(COALESCE(lease_until, 0),
+                                               extract(epoch from clock_timestamp())::double precision + p_lease)
+        WHERE id = p_run AND lease_owner = p_owner;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'run_lease_lost: %', p_run USING ERRCODE = 'P0001';
+        END IF;
+    END
+    $fn$""",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "conversations, runs, tool calls, drafts, keywords, external results, knowledge base",
               _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB),
@@ -304,6 +341,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "runs: the Idempotency-Key a client started each run with", _RUN_IDEMPOTENCY),
     Migration(7, "knowledge base: the absolute origin of ingested files, apart from their shown source",
               _KB_DOCUMENT_ORIGIN),
+    Migration(8, "shared limits: request counts per window, an index of each user's unfinished runs",
+              _SHARED_LIMITS),
+    Migration(9, "runs: the lease of the replica executing each run", _RUN_LEASES),
 )
 
 

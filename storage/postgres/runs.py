@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from storage.errors import ConversationBusy, IdempotencyKeyUsed
+import psycopg
+
+from storage.errors import ConversationBusy, IdempotencyKeyUsed, LeaseLost
 from storage.postgres.conversations import append_statements, claim_in
 from storage.postgres.database import Conn, PostgresDatabase, Statement
 from storage.records import UNFINISHED, NewRun, RunEvent, RunWrite, StoredRun
@@ -41,8 +43,23 @@ def _stored(row: Sequence[object]) -> StoredRun:
     )
 
 
+#: Channel of the notification every committed step with events sends (payload
+#: ``run_id:last_seq``): followers on other replicas wake and read the new events.
+NOTIFY_CHANNEL = "run_events"
+_NOTIFY_SQL = f"SELECT pg_notify('{NOTIFY_CHANNEL}', %s)"
+_HOLD_LEASE_SQL = "SELECT agentchat_hold_lease(%s, %s, %s)"
+
+
+def lease_lost(exc: BaseException) -> bool:
+    """Whether a failed write was refused by ``agentchat_hold_lease``."""
+    return isinstance(exc, psycopg.errors.RaiseException) and "run_lease_lost" in str(exc)
+
+
 def step_statements(step: RunWrite) -> list[Statement]:
-    out: list[Statement] = [(_EVENT_SQL, (step.run_id, e.seq, e.event, e.data)) for e in step.events]
+    out: list[Statement] = []
+    if step.lease_owner is not None:  # first: a run taken over stores nothing more
+        out.append((_HOLD_LEASE_SQL, (step.run_id, step.lease_owner, float(step.lease_s))))
+    out += [(_EVENT_SQL, (step.run_id, e.seq, e.event, e.data)) for e in step.events]
     if step.messages:
         out += append_statements(step.conversation_id, step.messages, step.run_id)
     if step.checkpoint is not None:
@@ -74,6 +91,8 @@ def step_statements(step: RunWrite) -> list[Statement]:
                 (step.status, step.run_id),
             )
         )
+    if step.events:  # delivered at commit, in commit order, only if it commits
+        out.append((_NOTIFY_SQL, (f"{step.run_id}:{step.events[-1].seq}",)))
     return out
 
 
@@ -105,11 +124,11 @@ class PostgresRunStore:
             # the other inserts nothing, waits for the winner's commit and names its run.
             cur = await conn.execute(
                 "INSERT INTO runs(id, conversation_id, user_id, context_type, status, input, multitask, "
-                "idempotency_key) "
-                "VALUES (%s, %s, %s, %s, 'queued', %s, %s, %s) "
+                "idempotency_key, lease_owner, lease_until) "
+                f"VALUES (%s, %s, %s, %s, 'queued', %s, %s, %s, %s, CASE WHEN %s THEN {_NOW} + %s END) "
                 "ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id",
                 (run.id, run.conversation_id, run.user_id, run.context_type, run.input, run.multitask,
-                 run.idempotency_key),
+                 run.idempotency_key, run.lease_owner, run.lease_owner is not None, float(run.lease_s)),
             )
             if await cur.fetchone() is None:
                 assert run.idempotency_key is not None
@@ -142,7 +161,17 @@ class PostgresRunStore:
         on_commit: Callable[[], None] | None = None,
         on_fail: Callable[[BaseException], None] | None = None,
     ) -> None:
-        self.db.enqueue(step_statements(step), on_commit=on_commit, on_fail=on_fail)
+        fail = on_fail
+        if on_fail is not None and step.lease_owner is not None:
+
+            def fail(exc: BaseException) -> None:
+                if lease_lost(exc):
+                    lost = LeaseLost(f"run {step.run_id} is held by another process now")
+                    lost.__cause__ = exc
+                    exc = lost
+                on_fail(exc)
+
+        self.db.enqueue(step_statements(step), on_commit=on_commit, on_fail=fail)
 
     async def commit(self, step: RunWrite, *, on_commit: Callable[[], None] | None = None) -> None:
         await self.db.commit(step_statements(step), on_commit=on_commit)
@@ -159,3 +188,50 @@ class PostgresRunStore:
 
     async def count_resume(self, run_id: str) -> None:
         await self.db.execute([("UPDATE runs SET resumes = resumes + 1 WHERE id = %s", (run_id,))])
+
+    # --- leases: which replica executes which run -------------------------------------------
+
+    async def claim(
+        self, owner: str, lease_s: float, *, expired_only: bool = True, limit: int = 100
+    ) -> list[StoredRun]:
+        """Take unfinished runs whose lease expired (or that never had one) — all of them
+        when not ``expired_only`` — for ``owner``, atomically: of replicas claiming at
+        once, each run goes to exactly one. Oldest first."""
+        expired = f"AND (lease_until IS NULL OR lease_until < {_NOW})" if expired_only else ""
+        sql = (
+            f"UPDATE runs SET lease_owner = %s, lease_until = {_NOW} + %s WHERE id IN ("
+            f"SELECT id FROM runs WHERE status = ANY(%s) {expired} ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED"
+            ") RETURNING id"
+        )
+
+        async def tx(conn: Conn) -> list[str]:
+            cur = await conn.execute(sql, (owner, float(lease_s), list(UNFINISHED), limit))
+            return [str(r[0]) for r in await cur.fetchall()]
+
+        ids = await self.db.transact(tx)
+        if not ids:
+            return []
+        rows = await self.db.fetchall(f"SELECT {_COLUMNS} FROM runs r WHERE r.id = ANY(%s) ORDER BY r.seq", (ids,))
+        return [_stored(r) for r in rows]
+
+    async def renew(self, owner: str, run_ids: Sequence[str], lease_s: float) -> set[str]:
+        """Extend ``owner``'s leases; returns the runs it still holds (the others were
+        taken over, or ended)."""
+        if not run_ids:
+            return set()
+
+        async def tx(conn: Conn) -> set[str]:
+            cur = await conn.execute(
+                f"UPDATE runs SET lease_until = {_NOW} + %s WHERE id = ANY(%s) AND lease_owner = %s RETURNING id",
+                (float(lease_s), list(run_ids), owner),
+            )
+            return {str(r[0]) for r in await cur.fetchall()}
+
+        return await self.db.transact(tx)
+
+    async def release_leases(self, owner: str, run_ids: Sequence[str]) -> None:
+        """Give runs up at once (shutdown): the next replica that looks takes them."""
+        if run_ids:
+            await self.db.execute(
+                [("UPDATE runs SET lease_until = NULL WHERE id = ANY(%s) AND lease_owner = %s", (list(run_ids), owner))]
+            )

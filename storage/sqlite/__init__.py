@@ -12,6 +12,7 @@ from storage.sqlite.external_results import SqliteExternalResultStore
 from storage.sqlite.external_vectors import SqliteExternalVectorStore
 from storage.sqlite.kb_index import SqliteKBIndex
 from storage.sqlite.keywords import SqliteKeywordStore
+from storage.sqlite.limits import SqliteLimitStore
 from storage.sqlite.migrations import migrate
 from storage.sqlite.runs import SqliteRunStore
 from storage.sqlite.tool_calls import SqliteToolCallLog
@@ -31,6 +32,7 @@ class SqliteStorage:
     external_results: SqliteExternalResultStore
     external_vectors: SqliteExternalVectorStore
     kb_index: SqliteKBIndex
+    limits: SqliteLimitStore
     # (other stores: drafts, keywords, external results, the KB index — added below)
 
     engine = "sqlite"
@@ -62,6 +64,7 @@ async def open_sqlite_storage(path: str | Path, opts: SqliteOptions | None = Non
             external_results=SqliteExternalResultStore(db),
             external_vectors=SqliteExternalVectorStore(db),
             kb_index=SqliteKBIndex(db),
+            limits=SqliteLimitStore(db),
         )
     except BaseException:
         await db.close()

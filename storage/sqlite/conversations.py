@@ -8,6 +8,7 @@ concurrent appends to one conversation never collide.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,14 @@ async def claim_in(conn: aiosqlite.Connection, conversation_id: str, user_id: st
     await conn.execute(CLAIM_SQL, (conversation_id, user_id))
     async with conn.execute("SELECT user_id FROM conversations WHERE id = ?", (conversation_id,)) as cur:
         row = await cur.fetchone()
+    if row is None or row[0] != user_id:
+        raise ConversationOwnedByAnother(conversation_id)
+
+
+def claim_sync(conn: sqlite3.Connection, conversation_id: str, user_id: str) -> None:
+    """``claim_in`` for a plain connection (a transaction run on the writer's thread)."""
+    conn.execute(CLAIM_SQL, (conversation_id, user_id))
+    row = conn.execute("SELECT user_id FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
     if row is None or row[0] != user_id:
         raise ConversationOwnedByAnother(conversation_id)
 

@@ -277,6 +277,29 @@ _KB_DOCUMENT_ORIGIN = (
     "CREATE INDEX IF NOT EXISTS kb_documents_bucket_origin ON kb_documents(bucket, origin)",
 )
 
+# Shared limits (issue 13): requests per key per one-minute window, counted in the
+# database so every replica sees the same counts; and the user's unfinished runs,
+# counted at admission from a partial index instead of one process's memory.
+_SHARED_LIMITS = (
+    """CREATE TABLE IF NOT EXISTS rate_limits (
+        key TEXT NOT NULL,
+        window_start INTEGER NOT NULL,
+        count INTEGER NOT NULL,
+        PRIMARY KEY (key, window_start)
+    )""",
+    "CREATE INDEX IF NOT EXISTS rate_limits_window ON rate_limits(window_start)",
+    "CREATE INDEX IF NOT EXISTS runs_user_unfinished ON runs(user_id) "
+    "WHERE status IN ('queued', 'running', 'interrupted')",
+)
+
+# Run ownership: the process executing a run holds a lease on it (``lease_owner``,
+# ``lease_until`` in epoch seconds), renewed while the run is live; a run whose lease
+# expired is claimed by the next process that looks.
+_RUN_LEASES = (
+    "ALTER TABLE runs ADD COLUMN lease_owner TEXT",
+    "ALTER TABLE runs ADD COLUMN lease_until REAL",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "conversations, runs, tool calls, drafts, keywords, external results, knowledge base",
               _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB),
@@ -287,6 +310,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "runs: the Idempotency-Key a client started each run with", _RUN_IDEMPOTENCY),
     Migration(7, "knowledge base: the absolute origin of ingested files, apart from their shown source",
               _KB_DOCUMENT_ORIGIN),
+    Migration(8, "shared limits: request counts per window, an index of each user's unfinished runs",
+              _SHARED_LIMITS),
+    Migration(9, "runs: the lease of the replica executing each run", _RUN_LEASES),
 )
 
 VERSION_TABLE = "schema_version"

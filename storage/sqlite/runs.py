@@ -7,13 +7,12 @@ never holds an event whose step state was lost, nor a checkpoint ahead of its ev
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Sequence
-
-import aiosqlite
 
 from storage.errors import ConversationBusy, IdempotencyKeyUsed
 from storage.records import UNFINISHED, NewRun, RunEvent, RunWrite, StoredRun
-from storage.sqlite.conversations import append_statements, claim_in
+from storage.sqlite.conversations import append_statements, claim_sync
 from storage.sqlite.database import SqliteDatabase, Statement
 
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
@@ -83,32 +82,33 @@ class SqliteRunStore:
         self.db = db
 
     async def create(self, run: NewRun) -> list[str]:
-        async def tx(conn: aiosqlite.Connection) -> list[str]:
+        def tx(conn: sqlite3.Connection) -> list[str]:
             if run.idempotency_key is not None:  # one writer: this check and the insert are atomic
-                async with conn.execute(
+                row = conn.execute(
                     "SELECT id FROM runs WHERE user_id = ? AND idempotency_key = ?", (run.user_id, run.idempotency_key)
-                ) as cur:
-                    row = await cur.fetchone()
+                ).fetchone()
                 if row is not None:
                     raise IdempotencyKeyUsed(str(row[0]))
-            await claim_in(conn, run.conversation_id, run.user_id)
-            async with conn.execute(
-                f"SELECT id FROM runs WHERE conversation_id = ? AND status IN {_UNFINISHED_SQL} ORDER BY rowid",
-                (run.conversation_id,),
-            ) as cur:
-                others = [str(r[0]) for r in await cur.fetchall()]
+            claim_sync(conn, run.conversation_id, run.user_id)
+            others = [
+                str(r[0])
+                for r in conn.execute(
+                    f"SELECT id FROM runs WHERE conversation_id = ? AND status IN {_UNFINISHED_SQL} ORDER BY rowid",
+                    (run.conversation_id,),
+                )
+            ]
             if others and run.multitask == "reject":
                 raise ConversationBusy(run.conversation_id)
-            await conn.execute(
+            conn.execute(
                 "INSERT INTO runs(id, conversation_id, user_id, context_type, status, input, multitask, "
-                "idempotency_key) "
-                "VALUES (?, ?, ?, ?, 'queued', ?, ?, ?)",
+                f"idempotency_key, lease_owner, lease_until) VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, "
+                f"CASE WHEN ? THEN {_NOW} + ? END)",
                 (run.id, run.conversation_id, run.user_id, run.context_type, run.input, run.multitask,
-                 run.idempotency_key),
+                 run.idempotency_key, run.lease_owner, run.lease_owner is not None, float(run.lease_s)),
             )
             return others
 
-        return await self.db.transact(tx)
+        return await self.db.transact_sync(tx)
 
     async def get(self, run_id: str) -> StoredRun | None:
         row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM runs r WHERE r.id = ?", (run_id,))
@@ -151,3 +151,58 @@ class SqliteRunStore:
 
     async def count_resume(self, run_id: str) -> None:
         await self.db.execute([("UPDATE runs SET resumes = resumes + 1 WHERE id = ?", (run_id,))])
+
+    # --- leases (one process by default: the same rules, with one claimant) -------------------
+
+    async def claim(
+        self, owner: str, lease_s: float, *, expired_only: bool = True, limit: int = 100
+    ) -> list[StoredRun]:
+        """Take unfinished runs whose lease expired (or that never had one) — all of them
+        when not ``expired_only`` — for ``owner`` (one writer: atomic). Oldest first."""
+        expired = f"AND (lease_until IS NULL OR lease_until < {_NOW})" if expired_only else ""
+
+        def tx(conn: sqlite3.Connection) -> list[str]:
+            ids = [
+                str(r[0])
+                for r in conn.execute(
+                    f"SELECT id FROM runs WHERE status IN {_UNFINISHED_SQL} {expired} ORDER BY rowid LIMIT ?", (limit,)
+                )
+            ]
+            conn.executemany(
+                f"UPDATE runs SET lease_owner = ?, lease_until = {_NOW} + ? WHERE id = ?",
+                [(owner, float(lease_s), rid) for rid in ids],
+            )
+            return ids
+
+        ids = await self.db.transact_sync(tx)
+        out = []
+        for rid in ids:
+            stored = await self.get(rid)
+            if stored is not None:
+                out.append(stored)
+        return out
+
+    async def renew(self, owner: str, run_ids: Sequence[str], lease_s: float) -> set[str]:
+        """Extend ``owner``'s leases; returns the runs it still holds."""
+        if not run_ids:
+            return set()
+
+        def tx(conn: sqlite3.Connection) -> set[str]:
+            held: set[str] = set()
+            for rid in run_ids:
+                cur = conn.execute(
+                    f"UPDATE runs SET lease_until = {_NOW} + ? WHERE id = ? AND lease_owner = ?",
+                    (float(lease_s), rid, owner),
+                )
+                if cur.rowcount:
+                    held.add(rid)
+            return held
+
+        return await self.db.transact_sync(tx)
+
+    async def release_leases(self, owner: str, run_ids: Sequence[str]) -> None:
+        """Give runs up at once (shutdown): the next process takes them without waiting."""
+        if run_ids:
+            await self.db.execute(
+                [("UPDATE runs SET lease_until = NULL WHERE id = ? AND lease_owner = ?", (rid, owner)) for rid in run_ids]
+            )

@@ -1,0 +1,113 @@
+"""One streamed model turn: provider events become run events; text and tool calls are
+collected for the agent loop. Kept apart from the loop, which stores each turn."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from app.runs import Run
+from llm.provider import Provider
+from llm.types import (
+    ChatRequest,
+    ContentDelta,
+    MessageComplete,
+    MessageStart,
+    StreamError,
+    ThinkingDelta,
+    ToolCall,
+    ToolUseInput,
+    ToolUseStart,
+    Usage,
+)
+
+log = logging.getLogger("agentchat.agent")
+
+
+@dataclass(slots=True)
+class TurnOutcome:
+    text: str = ""
+    calls: list[ToolCall] = field(default_factory=list)
+    stop_for_tool_use: bool = False
+    usage: Usage = Usage()
+    replay: dict[str, Any] | None = None
+    error: tuple[str, str] | None = None  # (message, code)
+
+
+async def stream_turn(
+    provider: Provider,
+    run: Run,
+    request: ChatRequest,
+    turn: int,
+    *,
+    idle_timeout_s: float,
+    partial: list[str],
+) -> TurnOutcome:
+    """Stream one model turn into run events; collect its text and tool calls. Text is
+    also appended to ``partial`` as it arrives, so a cancelled run keeps what was said."""
+    out = TurnOutcome()
+    text_parts: list[str] = []
+    order: list[str] = []
+    names: dict[str, str] = {}
+    args: dict[str, list[str]] = {}
+    completed = False
+    stream = provider.stream_chat(request)
+    try:
+        async with asyncio.timeout(idle_timeout_s) as deadline:
+            async for ev in stream:
+                deadline.reschedule(asyncio.get_running_loop().time() + idle_timeout_s)
+                match ev:
+                    case ContentDelta(text=text):
+                        if text:
+                            text_parts.append(text)
+                            partial.append(text)
+                            run.emit("content_chunk", {"chunk": text})
+                    case ToolUseStart(id=cid, name=name):
+                        if cid not in names:
+                            order.append(cid)
+                            args[cid] = []
+                        names[cid] = name
+                        run.emit("tool_call_start", {"tool_use_id": cid, "name": name})
+                    case ToolUseInput(id=cid, partial_json=partial):
+                        args.setdefault(cid, []).append(partial)
+                    case MessageStart():
+                        run.emit("message_start", {"turn": turn})
+                    case MessageComplete():
+                        out.stop_for_tool_use = ev.stop_for_tool_use
+                        out.usage = ev.usage
+                        out.replay = ev.replay
+                        completed = True
+                    case ThinkingDelta(text=text):
+                        log.debug("thinking", extra={"run_id": run.id, "text": text[:2000]})
+                    case StreamError(message=message, code=code):
+                        out.error = (message, code)
+                        break
+    except TimeoutError:
+        out.error = (f"The model sent nothing for {idle_timeout_s:g} s.", "provider_timeout")
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]
+    out.text = "".join(text_parts)
+    if out.error is None and not completed:
+        out.error = ("The model's stream ended before the turn was complete.", "provider_error")
+    if out.error is None:
+        out.calls = [parse_call(cid, names.get(cid, ""), "".join(args.get(cid, []))) for cid in order]
+        if out.calls and not out.stop_for_tool_use:
+            log.info("tool calls with a non-tool stop reason; executing them anyway", extra={"run_id": run.id})
+    return out
+
+
+def parse_call(call_id: str, name: str, raw: str) -> ToolCall:
+    text = raw.strip()
+    if not text:
+        return ToolCall(call_id, name, {}, raw)
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        return ToolCall(call_id, name, {}, raw, parse_error=str(exc))
+    if not isinstance(value, dict):
+        return ToolCall(call_id, name, {}, raw, parse_error=f"expected an object, got {type(value).__name__}")
+    return ToolCall(call_id, name, value, raw)
