@@ -41,6 +41,7 @@ from app.agent_tools import ToolStep
 from app.agent_turn import stream_turn
 from app.budget import estimate_tokens, prune_history, prune_in_run
 from app.metrics import FinishedRun, RunMetrics
+from app.output_caps import TurnTextCap
 from app.records import Caller, ChatInput
 from app.run_state import PendingCalls, RunState
 from app.runs import TERMINAL_EVENT, Run
@@ -156,7 +157,7 @@ class Agent:
         except RunFailed as exc:
             error, status = {"message": str(exc), "code": exc.code}, "failed"
         except asyncio.CancelledError:
-            if run.storage_error is not None:
+            if run.storage_error is not None or run.lost:
                 raise
             if run.interrupting:
                 await self._release(scope)
@@ -166,8 +167,8 @@ class Agent:
             self._finish(scope, status, None)
             raise
         except StorageError as exc:
-            if run.storage_error is not None:
-                return  # the run already ended loudly (Run._storage_failed)
+            if run.storage_error is not None or run.lost:
+                return  # the run already ended loudly (Run._storage_failed), or moved on
             log.error("run could not be stored", extra={"run_id": run.id, "error": str(exc)})
             error, status = (
                 {"message": "The service could not store this run.", "code": "storage_unavailable"},
@@ -243,6 +244,7 @@ class Agent:
                 state.turns - 1,
                 idle_timeout_s=self.settings.idle_timeout_s,
                 partial=scope.partial,
+                cap=TurnTextCap(self.settings.max_chunk_chars, self.settings.max_answer_chars),
             )
             state.usage = state.usage + outcome.usage
             if outcome.error is not None:

@@ -54,5 +54,8 @@ class AgentSettings:
     history_budget_tokens: int = 8000
     mandatory_contexts: tuple[str, ...] = ("workflow", "tables", "knowledge")
     idle_timeout_s: float = 120.0
+    #: Caps on what one model turn may stream: one chunk, and the whole message.
+    max_chunk_chars: int = 16_384
+    max_answer_chars: int = 200_000
     #: How long an interrupted run may take to store its status at shutdown.
     release_timeout_s: float = 5.0

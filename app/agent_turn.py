@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from app.output_caps import TurnTextCap
 from app.runs import Run
 from llm.provider import Provider
 from llm.types import (
@@ -46,6 +47,7 @@ async def stream_turn(
     *,
     idle_timeout_s: float,
     partial: list[str],
+    cap: TurnTextCap | None = None,
 ) -> TurnOutcome:
     """Stream one model turn into run events; collect its text and tool calls. Text is
     also appended to ``partial`` as it arrives, so a cancelled run keeps what was said."""
@@ -62,6 +64,8 @@ async def stream_turn(
                 deadline.reschedule(asyncio.get_running_loop().time() + idle_timeout_s)
                 match ev:
                     case ContentDelta(text=text):
+                        if cap is not None:
+                            text = cap.admit(text)
                         if text:
                             text_parts.append(text)
                             partial.append(text)
@@ -91,6 +95,11 @@ async def stream_turn(
     finally:
         await stream.aclose()  # type: ignore[attr-defined]
     out.text = "".join(text_parts)
+    if cap is not None and cap.cut:
+        log.warning(
+            "model output cut to its caps",
+            extra={"run_id": run.id, "chunks_cut": cap.chunks_cut, "chars_dropped": cap.chars_dropped},
+        )
     if out.error is None and not completed:
         out.error = ("The model's stream ended before the turn was complete.", "provider_error")
     if out.error is None:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-PROVIDERS = ("auto", "ollama", "gemini", "extractive")
-EMBEDDERS = ("auto", "gemini", "ollama", "local", "hashing", "none")
+PROVIDERS = ("auto", "ollama", "gemini", "openai", "extractive")
+EMBEDDERS = ("auto", "gemini", "ollama", "openai", "local", "hashing", "none")
 AUTH_MODES = ("none", "jwt")
 CONTEXT_TYPES = ("workflow", "tables", "knowledge")
 
@@ -37,6 +37,11 @@ class Settings:
     gemini_embed_model: str = "gemini-embedding-001"
     gemini_embed_dim: int = 768
     gemini_base_url: str | None = None
+    #: Any OpenAI-compatible server (``AGENT_LLM_PROVIDER=openai``, ``AGENT_EMBEDDER=openai``).
+    openai_base_url: str = "https://api.openai.com/v1"
+    openai_api_key: str | None = None
+    openai_model: str = "gpt-4o-mini"
+    openai_embed_model: str = "text-embedding-3-small"
     embedder: str = "auto"
     perplexity_api_key: str | None = None
     perplexity_base_url: str = "https://api.perplexity.ai"
@@ -63,6 +68,13 @@ class Settings:
     cors_origins: tuple[str, ...] = ()
     auth: str = "none"
     jwt_secret: str | None = None
+    #: RS256/ES256 bearer tokens: keys from a JWKS URL (cached, refreshed on an unknown
+    #: ``kid``) or a PEM public key file; ``aud`` / ``iss`` checked when set.
+    jwt_jwks_url: str | None = None
+    jwt_public_key: Path | None = None
+    jwt_audience: str | None = None
+    jwt_issuer: str | None = None
+    jwt_leeway_s: float = 30.0
     admin_users: tuple[str, ...] = ()
     #: ``AGENT_AUTH=none`` refuses the admin routes unless this is set (local use only).
     admin_open: bool = False
@@ -71,6 +83,13 @@ class Settings:
     llm_timeout_s: float = 120.0
     tool_timeout_s: float = 30.0
     backend_timeout_s: float = 15.0
+    #: Outbound pool sizes, per replica: model streams (a streamed answer holds one
+    #: connection for its whole length), and everything else on the shared client
+    #: (backend, Perplexity, Gemini embeddings). A request beyond them waits, and says
+    #: so (a log line and ``agentchat_pool_wait_seconds``).
+    llm_max_connections: int = 256
+    backend_max_connections: int = 200
+    embed_max_connections: int = 32
     max_body_bytes: int = 1024 * 1024
     max_message_chars: int = 32000
     #: A request's headers must arrive within this (then the connection is closed), its
@@ -84,6 +103,9 @@ class Settings:
     max_chunk_chars: int = 16_384
     max_answer_chars: int = 200_000
     run_grace_s: float = 600.0
+    #: A run is leased by the process executing it for this long (renewed every third of
+    #: it); when that process dies, another takes the run over within about this time.
+    run_lease_s: float = 10.0
     #: A finished run's events stay in memory this long; later replays read the store.
     finished_run_memory_s: float = 60.0
     #: SIGTERM: how long live runs may go on before they are released as interrupted.
@@ -124,6 +146,10 @@ class Settings:
             gemini_embed_model=reader.text("GEMINI_EMBED_MODEL", d.gemini_embed_model),
             gemini_embed_dim=reader.integer("GEMINI_EMBED_DIM", d.gemini_embed_dim, lo=8, hi=3072),
             gemini_base_url=reader.optional_url("GEMINI_BASE_URL"),
+            openai_base_url=reader.url("OPENAI_BASE_URL", d.openai_base_url),
+            openai_api_key=reader.optional("OPENAI_API_KEY"),
+            openai_model=reader.text("OPENAI_MODEL", d.openai_model),
+            openai_embed_model=reader.text("OPENAI_EMBED_MODEL", d.openai_embed_model),
             embedder=reader.choice("AGENT_EMBEDDER", EMBEDDERS, d.embedder),
             perplexity_api_key=reader.optional("PERPLEXITY_API_KEY"),
             perplexity_base_url=reader.url("PERPLEXITY_BASE_URL", d.perplexity_base_url),
@@ -153,6 +179,11 @@ class Settings:
             cors_origins=reader.listing("AGENT_CORS_ORIGINS", d.cors_origins),
             auth=reader.choice("AGENT_AUTH", AUTH_MODES, d.auth),
             jwt_secret=reader.optional("AGENT_JWT_SECRET"),
+            jwt_jwks_url=reader.optional_url("AGENT_JWT_JWKS_URL"),
+            jwt_public_key=_opt_path(reader.optional("AGENT_JWT_PUBLIC_KEY")),
+            jwt_audience=reader.optional("AGENT_JWT_AUDIENCE"),
+            jwt_issuer=reader.optional("AGENT_JWT_ISSUER"),
+            jwt_leeway_s=reader.number("AGENT_JWT_LEEWAY_S", d.jwt_leeway_s, lo=0, hi=3600),
             admin_users=reader.listing("AGENT_ADMIN_USERS", d.admin_users),
             admin_open=reader.boolean("AGENT_ADMIN_OPEN", d.admin_open),
             host=reader.text("AGENT_HOST", d.host),
@@ -160,6 +191,12 @@ class Settings:
             llm_timeout_s=reader.number("AGENT_LLM_TIMEOUT_S", d.llm_timeout_s, lo=1),
             tool_timeout_s=reader.number("AGENT_TOOL_TIMEOUT_S", d.tool_timeout_s, lo=0.1),
             backend_timeout_s=reader.number("AGENT_BACKEND_TIMEOUT_S", d.backend_timeout_s, lo=0.1),
+            llm_max_connections=reader.integer("AGENT_LLM_MAX_CONNECTIONS", d.llm_max_connections, lo=1,
+                                               hi=100_000),
+            backend_max_connections=reader.integer("AGENT_BACKEND_MAX_CONNECTIONS", d.backend_max_connections,
+                                                   lo=1, hi=100_000),
+            embed_max_connections=reader.integer("AGENT_EMBED_MAX_CONNECTIONS", d.embed_max_connections, lo=1,
+                                                 hi=100_000),
             max_body_bytes=reader.integer("AGENT_MAX_BODY_BYTES", d.max_body_bytes, lo=1024),
             header_timeout_s=reader.number("AGENT_HEADER_TIMEOUT_S", d.header_timeout_s, lo=0.1, hi=3600),
             body_timeout_s=reader.number("AGENT_BODY_TIMEOUT_S", d.body_timeout_s, lo=0.1, hi=3600),
@@ -167,6 +204,7 @@ class Settings:
             max_chunk_chars=reader.integer("AGENT_MAX_CHUNK_CHARS", d.max_chunk_chars, lo=64, hi=10_000_000),
             max_answer_chars=reader.integer("AGENT_MAX_ANSWER_CHARS", d.max_answer_chars, lo=256, hi=100_000_000),
             run_grace_s=reader.number("AGENT_RUN_GRACE_S", d.run_grace_s, lo=0),
+            run_lease_s=reader.number("AGENT_RUN_LEASE_S", d.run_lease_s, lo=0.5, hi=3600),
             finished_run_memory_s=reader.number(
                 "AGENT_FINISHED_RUN_MEMORY_S", d.finished_run_memory_s, lo=0, hi=86400
             ),
@@ -190,8 +228,10 @@ class Settings:
             reader.problems.append("AGENT_LLM_PROVIDER=gemini needs GEMINI_API_KEY")
         if s.embedder == "gemini" and not s.gemini_api_key:
             reader.problems.append("AGENT_EMBEDDER=gemini needs GEMINI_API_KEY")
-        if s.auth == "jwt" and not s.jwt_secret:
-            reader.problems.append("AGENT_AUTH=jwt needs AGENT_JWT_SECRET")
+        if s.auth == "jwt" and not (s.jwt_secret or s.jwt_jwks_url or s.jwt_public_key):
+            reader.problems.append("AGENT_AUTH=jwt needs AGENT_JWT_SECRET, AGENT_JWT_JWKS_URL or AGENT_JWT_PUBLIC_KEY")
+        if s.jwt_public_key is not None and not s.jwt_public_key.is_file():
+            reader.problems.append(f"AGENT_JWT_PUBLIC_KEY: no such file {str(s.jwt_public_key)!r}")
         if s.auth == "jwt" and s.jwt_secret and len(s.jwt_secret) < 16:
             reader.problems.append("AGENT_JWT_SECRET must be at least 16 characters")
         if reader.problems:
@@ -206,7 +246,7 @@ class Settings:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in {"gemini_api_key", "perplexity_api_key", "jwt_secret"}:
+            if f.name in {"gemini_api_key", "perplexity_api_key", "jwt_secret", "openai_api_key"}:
                 value = "***" if value else None
             elif isinstance(value, Path):
                 value = str(value)

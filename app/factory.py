@@ -14,6 +14,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from app import admin_routes, http, kb_routes
+from app.auth import JwksPrefetch
 from app.config import Settings
 from app.playground import playground_routes
 from app.wiring import AUTO, Overrides, build_services
@@ -82,6 +83,8 @@ def create_app(
                 max_age=86400,
             )
         )
+    # JWKS keys are fetched (async) before the routes verify tokens synchronously.
+    middleware.append(Middleware(JwksPrefetch))
     return Starlette(
         routes=routes,
         middleware=middleware,

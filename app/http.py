@@ -26,9 +26,10 @@ from app.config import CONTEXT_TYPES
 from app.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from app.problems import HTTPProblem, ORJSONResponse
 from app.records import Caller, ChatInput
+from app.remote_runs import follow_stored
 from app.runs import Run, RunEvent
 from storage.errors import ConversationBusy, ConversationOwnedByAnother, IdempotencyKeyUsed, StorageUnavailable
-from storage.records import MULTITASK_POLICIES
+from storage.records import MULTITASK_POLICIES, UNFINISHED
 
 if TYPE_CHECKING:
     from app.services import Services
@@ -167,7 +168,7 @@ async def admit_request(request: Request) -> tuple[Identity, ChatInput]:
     if svc.runs.closing:
         raise HTTPProblem(503, "shutting_down", "the server is restarting; retry shortly", {"Retry-After": "2"})
     ident = identify(request)
-    wait = svc.rate_limiter.check(rate_limit_key(request, ident))
+    wait = await svc.limits.check_rate(rate_limit_key(request, ident))
     if wait is not None:
         raise HTTPProblem(429, "rate_limited", "too many requests; slow down", {"Retry-After": str(int(wait))})
     body = await read_json_body(request, svc.settings.max_body_bytes)
@@ -179,8 +180,10 @@ async def admit_request(request: Request) -> tuple[Identity, ChatInput]:
     return ident, chat
 
 
-def check_run_limit(svc: Services, ident: Identity) -> None:
-    if svc.runs.count_active(ident.user_id) >= svc.settings.max_runs_per_user:
+async def check_run_limit(svc: Services, ident: Identity) -> None:
+    """Counts the user's unfinished runs in the store: the limit holds across replicas."""
+    cap = svc.settings.max_runs_per_user
+    if await svc.limits.active_runs(ident.user_id, svc.runs, cap) >= cap:
         raise HTTPProblem(
             429, "too_many_runs", "too many runs in progress for this user", {"Retry-After": "5"}
         )
@@ -189,7 +192,7 @@ def check_run_limit(svc: Services, ident: Identity) -> None:
 async def admit(request: Request) -> tuple[Identity, ChatInput]:
     """Everything that can refuse a new run before it exists, in a fixed order."""
     ident, chat = await admit_request(request)
-    check_run_limit(services(request), ident)
+    await check_run_limit(services(request), ident)
     return ident, chat
 
 
@@ -281,6 +284,16 @@ async def stream_stored(events: list[RunEvent]) -> AsyncIterator[bytes]:
         yield RETRY_FIELD + ev.wire if i == 0 else ev.wire
 
 
+async def stream_remote(svc: Services, feed: Any, run_id: str, after: int) -> AsyncIterator[bytes]:
+    """A run executing on another replica, read live from the store (woken by its feed)."""
+    first = True
+    async for frames in follow_stored(svc.run_store, feed, run_id, after, idle=svc.settings.heartbeat_s):
+        frame = heartbeat_frame() if frames is None else frames
+        if first:
+            frame, first = RETRY_FIELD + frame, False
+        yield frame
+
+
 async def _no_events() -> AsyncIterator[bytes]:
     return
     yield  # an async generator with nothing in it
@@ -370,7 +383,7 @@ async def chat(request: Request) -> Response:
     resumed = await resume_chat(request, svc, ident, chat_input)
     if resumed is not None:
         return resumed
-    check_run_limit(svc, ident)
+    await check_run_limit(svc, ident)
     key = idempotency_key(request)
     try:
         run = await start_run(svc, ident, chat_input, key=key)
@@ -391,7 +404,7 @@ async def create_run(request: Request) -> Response:
     key = idempotency_key(request)
     existing = await svc.run_store.find_by_idempotency_key(ident.user_id, key) if key is not None else None
     if existing is None:
-        check_run_limit(svc, ident)
+        await check_run_limit(svc, ident)
         try:
             run = await start_run(svc, ident, chat_input, key=key)
             run_id, conversation_id, status = run.id, run.conversation_id, 201
@@ -453,6 +466,9 @@ async def run_events(request: Request) -> Response:
     stored = await svc.run_store.get(run_id)
     if stored is None or stored.user_id != user_id:
         raise HTTPProblem(404, "not_found", "no such run")
+    feed = getattr(svc.storage, "run_feed", None)
+    if feed is not None and stored.status in UNFINISHED:  # live on another replica
+        return sse(stream_remote(svc, feed, run_id, after), svc)
     events = await svc.run_store.events_after(run_id, after)
     if not events:
         return Response(status_code=204)

@@ -335,6 +335,17 @@ class AppMetrics:
         GCCollector(registry=self.registry)
         self.runs = RunMetrics(self.registry, tool_names=tool_names)
         self._live: LiveCollector | None = None
+        # A request that found every connection of an outbound pool busy (``llm.pool``).
+        self.pool_wait_seconds = Histogram(
+            "agentchat_pool_wait_seconds",
+            "Time a request waited for a connection of a full outbound pool (llm, backend)",
+            ["pool"],
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=self.registry,
+        )
+
+    def pool_waited(self, pool: str, seconds: float) -> None:
+        self.pool_wait_seconds.labels(pool=pool).observe(seconds)
 
     def attach_live(self, sources: LiveSources) -> None:
         """Register the live collector (once: the factory calls this when the services exist)."""

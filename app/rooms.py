@@ -21,7 +21,7 @@ from toolindex.embedder import Embedder
 if TYPE_CHECKING:
     from agenttools.keywords import KeywordIndex
     from agenttools.resolution import ResolutionCache
-    from storage.sqlite import SqliteStorage
+    from storage.interfaces import StorageBundle
 
 log = logging.getLogger("agentchat.rooms")
 
@@ -39,6 +39,9 @@ async def kb_embedder(settings: Settings, http: httpx.AsyncClient | None = None)
         ollama_host=settings.ollama_host,
         ollama_model=settings.ollama_embed_model,
         http_client=http,
+        openai_base_url=settings.openai_base_url,
+        openai_api_key=settings.openai_api_key,
+        openai_model=settings.openai_embed_model,
     )
 
 
@@ -113,7 +116,7 @@ async def attach_rooms(
     stack: AsyncExitStack,
     *,
     embedder: Embedder | None,
-    storage: SqliteStorage,
+    storage: StorageBundle,
 ) -> Rooms:
     from agenttools.corpus_tools import CorpusToolDeps, register_corpus_tools
     from agenttools.keywords import KeywordIndex

@@ -10,6 +10,12 @@
 * **Recovery** at start-up, before serving: every run that had not ended — after a
   SIGTERM or a SIGKILL — is carried on from its last checkpoint, with its event ids
   continuing where the log stops.
+* **Leases** (``lease_s`` > 0): the process executing a run holds a lease on it from
+  admission, renewed every ``lease_s / 3``; every step it writes checks the lease. Every
+  ``lease_s / 2`` each process claims (atomically, in the store) the unfinished runs whose
+  lease expired — their replica died — and carries them on like a restart would. A
+  process that finds its lease gone (it was paused past the lease) abandons the run
+  without emitting anything: the new owner continues it.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ import asyncio
 import contextlib
 import ctypes
 import logging
+import os
+import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -59,11 +67,18 @@ class RunManager:
     finished_memory_s: float = 60.0
     max_events: int = 100_000
     rescue_retry_s: float = 2.0
+    #: Run leases (0: none — every unfinished run is this process's at start-up).
+    lease_s: float = 0.0
+    #: At start-up, take every unfinished run, leased or not (one process per database,
+    #: as with the embedded SQLite engine); later claims take expired leases only.
+    exclusive: bool = False
+    owner_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
     counters: RunCounters = field(default_factory=RunCounters)
     _runs: dict[str, Run] = field(default_factory=dict)
     _by_conversation: dict[str, list[Run]] = field(default_factory=dict)
     _closing: bool = False
     _rescues: set[asyncio.Task[None]] = field(default_factory=set)
+    _lease_task: asyncio.Task[None] | None = None
 
     # --- admission --------------------------------------------------------------------
 
@@ -82,6 +97,8 @@ class RunManager:
                 input=encode_run_input(chat, caller),
                 multitask=chat.multitask,
                 idempotency_key=idempotency_key,
+                lease_owner=self.owner_id if self.lease_s > 0 else None,
+                lease_s=self.lease_s,
             )
         )
         run = self._new_run(run_id, conversation_id, caller.user_id, chat.context_type)
@@ -110,6 +127,8 @@ class RunManager:
             max_events=self.max_events,
         )
         run.on_storage_failure = self._rescue
+        if self.lease_s > 0:
+            run.lease_owner, run.lease_s = self.owner_id, self.lease_s
         return run
 
     def _register(self, run: Run) -> None:
@@ -150,7 +169,10 @@ class RunManager:
     # --- reading ------------------------------------------------------------------------
 
     def get(self, run_id: str) -> Run | None:
-        return self._runs.get(run_id)
+        """The run as this process knows it (``None`` for one another process took over:
+        read it from the store)."""
+        run = self._runs.get(run_id)
+        return None if run is None or run.lost else run
 
     def active(self) -> list[Run]:
         return [r for r in self._runs.values() if not r.finished and not r.released]
@@ -189,7 +211,10 @@ class RunManager:
         now = time.time() if now is None else now
         removed = 0
         for run_id, run in list(self._runs.items()):
-            if (
+            if run.lost and run.followers == 0:
+                del self._runs[run_id]
+                removed += 1
+            elif (
                 run.finished
                 and run.finished_at is not None
                 and now - run.finished_at > self.finished_memory_s
@@ -261,22 +286,90 @@ class RunManager:
             await self.store.set_status(queued, "interrupted")
         for task in list(self._rescues):
             task.cancel()
+        if self._lease_task is not None:
+            self._lease_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lease_task
+            self._lease_task = None
+        if self.lease_s > 0:
+            mine = [r.id for r in self._runs.values() if r.released and not r.lost and not r.finished]
+            with contextlib.suppress(StorageUnavailable):
+                await self.store.release_leases(self.owner_id, mine)
 
     # --- recovery -----------------------------------------------------------------------------
 
     async def recover(self) -> int:
-        """Carry on every run that had not ended when the last process stopped."""
-        stored_runs = await self.store.unfinished()
+        """Carry on every run that had not ended when the last process stopped (with
+        leases: every run whose lease expired, or all of them when ``exclusive``), then
+        keep renewing this process's leases and taking over runs whose lease expires."""
+        if self.lease_s <= 0:
+            stored_runs = await self.store.unfinished()
+        else:
+            stored_runs = await self.store.claim(self.owner_id, self.lease_s, expired_only=not self.exclusive)
         for stored in stored_runs:
             await self._recover_one(stored)
         if stored_runs:
             log.info("carrying on runs from the previous process", extra={"runs": len(stored_runs)})
+        if self.lease_s > 0 and self._lease_task is None and not self._closing:
+            self._lease_task = asyncio.create_task(self._keep_leases(), name="run-leases")
         return len(stored_runs)
 
-    async def _recover_one(self, stored: StoredRun) -> None:
+    async def take_over(self) -> int:
+        """Claim and carry on the runs whose lease expired (their process died)."""
+        stored_runs = await self.store.claim(self.owner_id, self.lease_s, expired_only=True)
+        taken = 0
+        for stored in stored_runs:
+            if self._closing:
+                break
+            mine = self._runs.get(stored.id)
+            if mine is not None and not mine.lost and not mine.released:
+                continue  # still running here (the lease lapsed while this loop was busy)
+            await self._recover_one(stored, reason="its replica stopped; another took it over")
+            taken += 1
+        if taken:
+            log.info("took over runs whose lease expired", extra={"runs": taken, "owner": self.owner_id})
+        return taken
+
+    async def renew_leases(self) -> int:
+        """Renew this process's leases; abandon the runs another process took. Returns
+        how many were abandoned."""
+        held = [
+            r for r in self._runs.values()
+            if not r.lost and not r.released and (not r.finished or r.durable < len(r.events))
+        ]
+        if not held:
+            return 0
+        still = await self.store.renew(self.owner_id, [r.id for r in held], self.lease_s)
+        lost = [r for r in held if r.id not in still and not r.finished]
+        for run in lost:
+            run.abandon()
+        return len(lost)
+
+    async def _keep_leases(self) -> None:
+        """Renew every ``lease_s / 3``; look for expired leases every ``lease_s / 2``."""
+        renew_every, claim_every = self.lease_s / 3, self.lease_s / 2
+        next_renew = next_claim = time.monotonic()
+        while not self._closing:
+            now = time.monotonic()
+            try:
+                if now >= next_renew:
+                    next_renew = now + renew_every
+                    await self.renew_leases()
+                if now >= next_claim and not self._closing:
+                    next_claim = now + claim_every
+                    await self.take_over()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the database is away: try again next tick
+                log.warning("run lease upkeep failed", extra={"error": str(exc)[:300]})
+            await asyncio.sleep(max(0.05, min(next_renew, next_claim) - time.monotonic()))
+
+    async def _recover_one(self, stored: StoredRun, *, reason: str = "the service restarted") -> None:
         events = await self.store.events_after(stored.id, 0, limit=self.max_events)
         run = Run.restore(stored, events, self.store, self.max_events)
         run.on_storage_failure = self._rescue
+        if self.lease_s > 0:
+            run.lease_owner, run.lease_s = self.owner_id, self.lease_s
         earlier = self._live_in(run.conversation_id)
         self._register(run)
         self.counters.resumed += 1
@@ -322,7 +415,7 @@ class RunManager:
         )
         resumed = {
             "run_id": run.id,
-            "reason": "the service restarted",
+            "reason": reason,
             "checkpoint_seq": stored.checkpoint_seq,
             "discarded": discarded,
             "pending_tool_calls": len(state.pending.calls) - len(state.pending.results) if state.pending else 0,

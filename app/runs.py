@@ -17,6 +17,7 @@ commit, so a slow reader costs O(1) memory.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -26,7 +27,7 @@ from typing import Any, Protocol
 import orjson
 
 from llm.types import Message
-from storage.errors import StorageError
+from storage.errors import LeaseLost, StorageError
 from storage.records import TERMINAL_EVENT, RunEvent, RunStatus, RunSummary, RunWrite, StoredRun
 
 log = logging.getLogger("agentchat.runs")
@@ -76,6 +77,12 @@ class Run:
     #: the run is cancelled before it started (queued behind another), so it is never lost.
     question: str | None = None
     on_storage_failure: Callable[[Run, list[RunEvent]], None] | None = None
+    #: The lease this process holds on the run: every step it writes checks it.
+    lease_owner: str | None = None
+    lease_s: float = 0.0
+    #: Another process took the run over (this one lost its lease): nothing more is
+    #: written or shown here; followers end without a terminal event and reconnect.
+    lost: bool = False
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     #: Plain events emitted in this turn of the event loop, written as one step.
     _pending: list[RunEvent] = field(default_factory=list)
@@ -136,8 +143,8 @@ class Run:
         and status in one write. The returned future resolves when it is durable (it
         raises ``StorageUnavailable`` when it never will be)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self.finished or self.storage_error is not None:
-            fut.set_exception(_Ended(self.storage_error or "run already ended"))
+        if self.finished or self.storage_error is not None or self.lost:
+            fut.set_exception(_Ended(self.storage_error or ("run taken over" if self.lost else "run already ended")))
             fut.exception()  # mark retrieved: callers may not await it
             return fut
         self._flush_pending()  # earlier plain events go first
@@ -160,6 +167,8 @@ class Run:
 
     def _append(self, events: Sequence[tuple[str, dict[str, Any]]]) -> list[RunEvent]:
         written: list[RunEvent] = []
+        if self.lost:
+            return written
         for name, data in events:
             if self.finished_at is not None:
                 break
@@ -177,6 +186,8 @@ class Run:
 
     def _queue(self, step: RunWrite, *, terminal: bool, future: asyncio.Future[None] | None = None) -> None:
         upto = len(self.events)
+        if self.lease_owner is not None:
+            step = dataclasses.replace(step, lease_owner=self.lease_owner, lease_s=self.lease_s)
         if terminal:
             step = RunWrite(
                 step.run_id,
@@ -188,6 +199,8 @@ class Run:
                 status=self.status,
                 finished=True,
                 summary=step.summary,
+                lease_owner=step.lease_owner,
+                lease_s=step.lease_s,
             )
         if self.log is None:
             self._mark_durable(upto)
@@ -204,7 +217,10 @@ class Run:
             if future is not None and not future.done():
                 future.set_exception(exc)
                 future.exception()
-            self._storage_failed(exc)
+            if isinstance(exc, LeaseLost):
+                self.abandon()
+            else:
+                self._storage_failed(exc)
 
         self.log.write(step, on_commit=committed, on_fail=failed)
 
@@ -253,6 +269,21 @@ class Run:
         self._notify()
         if self.on_storage_failure is not None:
             self.on_storage_failure(self, written)
+        if self.task is not None and not self.task.done() and self.task is not asyncio.current_task():
+            self.task.cancel()
+
+    def abandon(self) -> None:
+        """Another process holds the run now: drop what was never stored, stop the agent
+        without emitting anything, and let followers go (they reconnect and read the
+        run from the store, where its new owner carries it on)."""
+        if self.lost:
+            return
+        self.lost = True
+        log.warning("run taken over by another process; abandoned here", extra={"run_id": self.id})
+        del self.events[self.durable :]
+        self._pending.clear()
+        self.released = True
+        self._notify()
         if self.task is not None and not self.task.done() and self.task is not asyncio.current_task():
             self.task.cancel()
 

@@ -14,20 +14,19 @@ import httpx
 from app.agent import Agent
 from app.auth import Authenticator
 from app.config import Settings
-from app.limits import RateLimiter
+from app.limits import Admission
 from app.metrics import AppMetrics, LiveSources
 from app.rooms import Rooms
 from app.run_manager import RunManager
 from app.selector import IndexState
 from llm.provider import Provider
-from storage.interfaces import ConversationStore, RunStore, ToolCallLog
-from storage.sqlite import SqliteStorage
+from storage.interfaces import ConversationStore, RunStore, StorageBundle, ToolCallLog
 
 
 @dataclass(slots=True)
 class Services:
     settings: Settings
-    storage: SqliteStorage
+    storage: StorageBundle
     http: httpx.AsyncClient
     auth: Authenticator
     runs: RunManager
@@ -38,7 +37,7 @@ class Services:
     provider_reason: str
     agent: Agent
     index_state: IndexState
-    rate_limiter: RateLimiter
+    limits: Admission
     metrics: AppMetrics = field(default_factory=AppMetrics)
     rooms: Rooms = field(default_factory=Rooms)
     background: list[asyncio.Task[Any]] = field(default_factory=list)

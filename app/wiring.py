@@ -21,12 +21,13 @@ from agenttools.registry import ToolRegistry
 from app.agent import Agent, AgentSettings
 from app.auth import Authenticator
 from app.config import Settings
-from app.limits import RateLimiter
+from app.limits import Admission
 from app.metrics import AppMetrics
 from app.rooms import Rooms
 from app.run_manager import RunManager
 from app.selector import IndexState, ToolSelector
 from app.services import Services
+from llm.pool import PoolWaits, pooled_transport
 from llm.provider import Provider
 from storage.open import open_storage
 from toolindex.embedder import Embedder
@@ -45,7 +46,10 @@ class Overrides:
     planner: Any = None
 
 
-async def choose_provider(settings: Settings, http: httpx.AsyncClient) -> tuple[Provider, str]:
+async def choose_provider(
+    settings: Settings, http: httpx.AsyncClient, *, llm_http: httpx.AsyncClient | None = None,
+    pool_waits: PoolWaits | None = None,
+) -> tuple[Provider, str]:
     """``AGENT_LLM_PROVIDER``: explicit choices are honoured; ``auto`` takes Gemini when a
     key is set, else Ollama when it answers with the model pulled, else the offline
     extractive provider (which needs no model)."""
@@ -60,16 +64,27 @@ async def choose_provider(settings: Settings, http: httpx.AsyncClient) -> tuple[
                 settings.gemini_model,
                 base_url=settings.gemini_base_url,
                 timeout_s=settings.llm_timeout_s,
-                http_client=http,
+                http_client=llm_http or http,
             ),
             "GEMINI_API_KEY is set" if kind == "auto" else "AGENT_LLM_PROVIDER=gemini",
         )
     if kind == "ollama":
-        return _ollama(settings), "AGENT_LLM_PROVIDER=ollama"
+        return _ollama(settings, pool_waits), "AGENT_LLM_PROVIDER=ollama"
+    if kind == "openai":
+        from llm.openai import OpenAIProvider
+
+        provider = OpenAIProvider(
+            settings.openai_base_url,
+            settings.openai_model,
+            api_key=settings.openai_api_key,
+            timeout_s=settings.llm_timeout_s,
+            http_client=llm_http or http,
+        )
+        return provider, f"AGENT_LLM_PROVIDER=openai ({settings.openai_base_url})"
     if kind == "auto":
         reason = await _probe_ollama_chat(settings, http)
         if reason is None:
-            return _ollama(settings), f"Ollama answers at {settings.ollama_host} with {settings.ollama_model}"
+            return _ollama(settings, pool_waits), f"Ollama answers at {settings.ollama_host} with {settings.ollama_model}"
     else:
         reason = "AGENT_LLM_PROVIDER=extractive"
     from llm.extractive import ExtractiveProvider
@@ -77,7 +92,7 @@ async def choose_provider(settings: Settings, http: httpx.AsyncClient) -> tuple[
     return ExtractiveProvider(), f"no model reachable ({reason}); answering extractively from the knowledge base"
 
 
-def _ollama(settings: Settings) -> Provider:
+def _ollama(settings: Settings, pool_waits: PoolWaits | None = None) -> Provider:
     from llm.ollama import OllamaProvider
 
     return OllamaProvider(
@@ -86,6 +101,7 @@ def _ollama(settings: Settings) -> Provider:
         timeout=settings.llm_timeout_s,
         num_ctx=settings.ollama_num_ctx,
         keep_alive=settings.ollama_keep_alive,
+        transport=pooled_transport("llm", settings.llm_max_connections, on_wait=pool_waits),
     )
 
 
@@ -148,17 +164,26 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     # The one storage room: migrated completely before anything else reads or writes.
     storage = await open_storage(settings.database_url or settings.db_path, write_retry_s=settings.db_write_retry_s)
     stack.push_async_callback(storage.close)
+    # Every outbound pool has a stated size; a request that waits for a connection says
+    # so (``llm.pool``; the hook reaches the metrics once they exist).
+    pool_waits = PoolWaits()
     http = httpx.AsyncClient(
         timeout=httpx.Timeout(settings.backend_timeout_s, connect=5.0),
-        limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+        transport=pooled_transport("backend", settings.backend_max_connections, on_wait=pool_waits, keepalive=50),
         follow_redirects=False,
     )
     stack.push_async_callback(http.aclose)
+    llm_http = httpx.AsyncClient(
+        timeout=httpx.Timeout(settings.llm_timeout_s, connect=10.0),
+        transport=pooled_transport("llm", settings.llm_max_connections, on_wait=pool_waits),
+        follow_redirects=False,
+    )
+    stack.push_async_callback(llm_http.aclose)
 
     if overrides.provider is not None:
         provider, provider_reason = overrides.provider, "given by the caller"
     else:
-        provider, provider_reason = await choose_provider(settings, http)
+        provider, provider_reason = await choose_provider(settings, http, llm_http=llm_http, pool_waits=pool_waits)
         stack.push_async_callback(provider.aclose)
     log.info("LLM provider", extra={"provider": provider.name, "model": provider.model, "reason": provider_reason})
 
@@ -214,6 +239,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     tool_log = storage.tool_calls
     # This app's own Prometheus registry; the agent loop records run outcomes in it.
     metrics = AppMetrics(tool_names=registry)
+    pool_waits.attach(metrics.pool_waited)
     agent = Agent(
         provider=provider,
         registry=registry,
@@ -231,6 +257,8 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
             history_budget_tokens=settings.history_budget_tokens,
             mandatory_contexts=settings.mandatory_contexts,
             idle_timeout_s=settings.llm_timeout_s,
+            max_chunk_chars=settings.max_chunk_chars,
+            max_answer_chars=settings.max_answer_chars,
         ),
         metrics=metrics.runs,
         policy=FlowPolicy(),
@@ -241,12 +269,15 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         agent=agent.run,
         grace_s=settings.run_grace_s,
         finished_memory_s=settings.finished_run_memory_s,
+        lease_s=settings.run_lease_s,
+        # One process per SQLite file: at start-up every unfinished run is this one's.
+        exclusive=storage.engine != "postgres",
     )
     svc = Services(
         settings=settings,
         storage=storage,
         http=http,
-        auth=Authenticator(settings.auth, settings.jwt_secret, stream_ttl_s=settings.stream_token_ttl_s),
+        auth=Authenticator.from_settings(settings, http),
         runs=runs,
         run_store=storage.runs,
         conversations=conversations,
@@ -255,7 +286,13 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         provider_reason=provider_reason,
         agent=agent,
         index_state=index_state,
-        rate_limiter=RateLimiter(settings.requests_per_minute),
+        # Requests per minute are counted in the database when replicas share it
+        # (PostgreSQL); concurrent runs are always counted from the runs table.
+        limits=Admission(
+            settings.requests_per_minute,
+            store=storage.limits if storage.engine == "postgres" else None,
+            runs_store=storage.limits,
+        ),
         metrics=metrics,
         rooms=rooms,
         background=background,

@@ -13,7 +13,9 @@ Two questions a librarian asks before trusting an index:
 
 from __future__ import annotations
 
+import codecs
 import os
+import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -64,8 +66,10 @@ class Decoded:
     reason: str = ""
 
 
-def decode_text(raw: bytes) -> Decoded:
-    """UTF-8 text (a BOM is dropped; UTF-16 with a BOM is accepted), or why not."""
+def decode_text(raw: bytes, *, html: bool = False) -> Decoded:
+    """UTF-8 text (a BOM is dropped; UTF-16 with a BOM is accepted), or why not. An HTML
+    page that declares another charset (``<meta charset>``, ``<?xml encoding>``) is
+    decoded with it: that is a document saying what it is, not a guess."""
     for magic, name in _MAGIC:
         if raw.startswith(magic) and not (magic == b"MZ" and _mostly_text(raw)):
             return Decoded(None, "binary", f"binary content: {name}")
@@ -83,16 +87,40 @@ def decode_text(raw: bytes) -> Decoded:
     except UnicodeDecodeError as exc:
         if not _mostly_text(raw):
             return Decoded(None, "binary", "binary content: mostly non-text bytes")
+        declared = _declared_charset(raw) if html else None
+        if declared is not None:
+            try:
+                return _checked(raw.decode(declared))
+            except UnicodeDecodeError:
+                return Decoded(None, "not UTF-8", f"not valid {declared} text, the charset the page declares")
         return Decoded(
             None,
             "not UTF-8",
             f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); convert it to UTF-8 first",
         )
+    return _checked(text)
+
+
+def _checked(text: str) -> Decoded:
     text = text.removeprefix("\ufeff")
     controls = sum(1 for ch in text[:_SNIFF] if ord(ch) < 32 and ch not in "\t\n\r\f\v\x1b")
     if controls > max(8, len(text[:_SNIFF]) // 20):
         return Decoded(None, "binary", "binary content: too many control characters")
     return Decoded(text)
+
+
+_CHARSET = re.compile(rb"""(?:charset|encoding)\s*=\s*["']?([A-Za-z0-9_.:-]{2,40})""", re.IGNORECASE)
+
+
+def _declared_charset(raw: bytes) -> str | None:
+    """The charset an HTML/XML head declares, when Python knows it."""
+    m = _CHARSET.search(raw[:4096])
+    if m is None:
+        return None
+    try:
+        return codecs.lookup(m.group(1).decode("ascii")).name
+    except LookupError:
+        return None
 
 
 def _mostly_text(raw: bytes) -> bool:

@@ -94,7 +94,7 @@ def load_file(path: Path, source: str | None = None) -> tuple[list[LoadedDocumen
         raw = path.read_bytes()
     except OSError as exc:
         return [], [Rejection(src, f"cannot read file: {exc.strerror or exc}", kind="unreadable")]
-    decoded = decode_text(raw)
+    decoded = decode_text(raw, html=suffix in HTML_SUFFIXES)
     if decoded.text is None:
         return [], [Rejection(src, decoded.reason, kind=decoded.kind)]
     text = decoded.text

@@ -113,6 +113,7 @@ class OllamaProvider:
         client: ollama.AsyncClient | None = None,
         warm_timeout: float = 300.0,
         health_timeout: float = 5.0,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.model = model
         self.host = host
@@ -122,7 +123,10 @@ class OllamaProvider:
         self._warm_timeout = warm_timeout
         self._health_timeout = health_timeout
         self._owns_client = client is None
-        self._client = client if client is not None else ollama.AsyncClient(host=host, timeout=httpx.Timeout(timeout))
+        # ``transport``: the pool of a stated size (``llm.pool``); httpx's default holds 100.
+        self._client = client if client is not None else ollama.AsyncClient(
+            host=host, timeout=httpx.Timeout(timeout), **({"transport": transport} if transport is not None else {})
+        )
 
     # --- request -----------------------------------------------------------------
 

@@ -391,3 +391,37 @@ class KBVectorSearch(Protocol):
     async def cosines(self, chunk_ids: Sequence[int], query: npt.NDArray[np.float32]) -> dict[int, float]:
         """Cosine similarity of each of these chunks' vectors to ``query``."""
         ...
+
+
+# --- the bundle an engine opens ---
+
+
+class WriterHealth(Protocol):
+    """The part of an engine's database the app reads: health, counters, a barrier."""
+
+    healthy: bool
+    stats: Any
+
+    async def flush(self) -> None: ...
+
+
+class StorageBundle(Protocol):
+    """Every store of the service on one engine, as ``storage.open_storage`` returns it
+    (``SqliteStorage`` or ``PostgresStorage``); the app factory holds one of these."""
+
+    engine: str
+    schema_version: int
+    db: WriterHealth
+    conversations: ConversationStore
+    runs: RunStore
+    tool_calls: ToolCallLog
+    drafts: DraftStore
+    keywords: KeywordStore
+    external_results: ExternalResultStore
+    external_vectors: ExternalVectorStore
+    kb_index: KBIndex
+    limits: LimitStore
+
+    async def readiness(self) -> dict[str, Any]: ...
+
+    async def close(self) -> None: ...

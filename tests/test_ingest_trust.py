@@ -62,14 +62,18 @@ async def test_binary_and_non_utf8_files_are_rejected_with_a_reason(kb: Knowledg
     write(d / "program.txt", elf_binary())
     write(d / "latin1.txt", "Café crème, déjà vu, naïve façade.\n".encode("latin-1"))
     write(d / "utf16.txt", "Unicode in UTF-16 about ibises.".encode("utf-16"))
+    # An HTML page that declares its charset is decoded with it (that is not a guess).
+    write(d / "old.html", '<html><head><meta charset="ISO-8859-1"><title>Vieille page</title></head>'
+          "<body><p>Les spatules blanches nichent près de l'étang.</p></body></html>".encode("latin-1"))
     report = await kb.ingest_paths([d])
     reasons = {Path(r.source).name: (r.kind, r.reason) for r in report.rejected}
     assert reasons["random.md"][0] == "binary"
     assert reasons["program.txt"] == ("binary", "binary content: an ELF executable")
     assert reasons["latin1.txt"][0] == "not UTF-8" and "0xe9" in reasons["latin1.txt"][1]
     assert report.rejected_by_kind() == {"binary": 2, "not UTF-8": 1}
-    assert report.added == 2 and report.chunks == 2  # good.md and the UTF-16 file (it has a BOM)
+    assert report.added == 3 and report.chunks == 3  # good.md, the UTF-16 file (it has a BOM), old.html
     assert (await kb.search("ibises", mode="text")).hits
+    assert "près de l'étang" in (await kb.search("spatules", mode="text")).hits[0].text
 
 
 def test_decode_text_tells_text_from_binary() -> None:

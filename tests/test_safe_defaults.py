@@ -20,7 +20,7 @@ from llm.scripted import ScriptedProvider
 from tests.conftest import running_app
 
 BAD = {"message": "", "context_type": "knowledge"}  # refused after the rate limit counted it
-SECRET = "safe-defaults-secret-0123456789"
+SECRET = "safe-defaults-secret-0123456789-abcdef"
 
 
 def settings(tmp_path: Path, **env: str) -> Settings:
@@ -137,7 +137,7 @@ async def test_a_huge_model_line_is_cut_in_the_stream_and_in_the_stored_answer(t
     from tests.support.gated_provider import GatedProvider, GatedTurn
 
     huge = "z" * 5_000_000
-    provider = GatedProvider([GatedTurn(["Intro. ", huge, " more", " and more"])])
+    provider = GatedProvider([GatedTurn(["Intro. ", huge, "y" * 900, "w" * 900, " tail"])])
     s = settings(tmp_path, AGENT_MANDATORY_CONTEXTS="none", AGENT_MAX_CHUNK_CHARS="1000",
                  AGENT_MAX_ANSWER_CHARS="1500")
     body = {"message": "Say a lot.", "context_type": "workflow", "context": {}}
@@ -148,9 +148,11 @@ async def test_a_huge_model_line_is_cut_in_the_stream_and_in_the_stored_answer(t
             conversation_id = events[0].json()["conversation_id"]
             stored = (await client.get(f"/v1/agent/conversations/{conversation_id}")).json()["messages"]
     chunks = [e.json()["chunk"] for e in events if e.event == "content_chunk"]
-    assert chunks[1] == "z" * 1000 + chunk_notice(1000)
+    assert chunks[0] == "Intro. "
+    assert chunks[1] == "z" * 1000 + chunk_notice(1000)  # the 5 MB line, cut
+    assert chunks[2] == "y" * 493 + answer_notice(1500)  # 7 + 1000 + 493 = the answer cap
+    assert len(chunks) == 3  # the rest is dropped
     streamed = "".join(chunks)
-    assert streamed.endswith(answer_notice(1500)) and len(streamed) < 1500 + 400
     [answer] = [m["content"] for m in stored if m["role"] == "assistant"]
     assert answer == streamed
     assert events[-1].json()["status"] == "completed"

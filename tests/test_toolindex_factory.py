@@ -141,7 +141,7 @@ async def test_explicit_choices() -> None:
 
 async def test_unknown_kind_is_a_configuration_error() -> None:
     with pytest.raises(ValueError, match="AGENT_EMBEDDER"):
-        await choose_embedder("openai", **settings())
+        await choose_embedder("word2vec", **settings())
 
 
 async def test_probe_matches_tags_with_and_without_latest() -> None:

@@ -1,4 +1,4 @@
-"""Pick the embedder from ``AGENT_EMBEDDER`` (auto|gemini|ollama|local|hashing|none).
+"""Pick the embedder from ``AGENT_EMBEDDER`` (auto|gemini|ollama|openai|local|hashing|none).
 
 ``auto`` prefers quality that is actually available, in this order:
 
@@ -24,11 +24,11 @@ from pathlib import Path
 import httpx
 import orjson
 
-from toolindex.embedder import Embedder
+from toolindex.embedder import Embedder, EmbeddingError
 from toolindex.hashing import HashingEmbedder
 from toolindex.ollama import normalise_host
 
-EMBEDDER_KINDS = ("auto", "gemini", "ollama", "local", "hashing", "none")
+EMBEDDER_KINDS = ("auto", "gemini", "ollama", "openai", "local", "hashing", "none")
 #: Seconds allowed for the Ollama reachability probe in ``auto`` mode.
 PROBE_TIMEOUT_S = 2.0
 
@@ -82,6 +82,9 @@ async def choose_embedder(
     probe_timeout_s: float = PROBE_TIMEOUT_S,
     hashing_dim: int = 384,
     local_model_dir: Path | None = None,
+    openai_base_url: str = "https://api.openai.com/v1",
+    openai_api_key: str | None = None,
+    openai_model: str = "text-embedding-3-small",
 ) -> tuple[Embedder | None, str]:
     """Return ``(embedder or None, reason)``; raises ``ValueError`` for an unknown kind.
 
@@ -106,6 +109,18 @@ async def choose_embedder(
         )
     if kind == "ollama":
         return _ollama(ollama_host, ollama_model, http_timeout), f"AGENT_EMBEDDER=ollama ({ollama_model})"
+    if kind == "openai":
+        from toolindex.openai import OpenAIEmbedder  # only when chosen (explicit; never picked by auto)
+
+        embedder = OpenAIEmbedder(openai_base_url, openai_model, api_key=openai_api_key, timeout_s=http_timeout)
+        # The knowledge base sizes its vector index from ``dim`` when it is built: learn
+        # it now with one tiny request (a server that cannot answer it disables search).
+        try:
+            await embedder.embed("dimension probe")
+        except EmbeddingError as exc:
+            await embedder.aclose()
+            return None, f"AGENT_EMBEDDER=openai but {exc}: tool search disabled"
+        return embedder, f"AGENT_EMBEDDER=openai ({openai_model} at {openai_base_url}, dim {embedder.dim})"
     if kind == "local":
         local, why_not = _local(local_model_dir)
         if local is None:

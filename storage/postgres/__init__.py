@@ -19,6 +19,7 @@ from storage.postgres.kb_index import PostgresKBIndex
 from storage.postgres.keywords import PostgresKeywordStore
 from storage.postgres.limits import PostgresLimitStore
 from storage.postgres.migrations import migrate
+from storage.postgres.notify import RunEventsListener
 from storage.postgres.runs import PostgresRunStore
 from storage.postgres.tool_calls import PostgresToolCallLog
 
@@ -38,6 +39,8 @@ class PostgresStorage:
     external_vectors: PostgresExternalVectorStore
     kb_index: PostgresKBIndex
     limits: PostgresLimitStore
+    #: Wakes this process's followers of runs executing on other replicas (LISTEN/NOTIFY).
+    run_feed: RunEventsListener | None = None
 
     engine = "postgres"
 
@@ -45,6 +48,8 @@ class PostgresStorage:
         return await self.db.readiness()
 
     async def close(self) -> None:
+        if self.run_feed is not None:
+            await self.run_feed.close()
         await self.db.close()
 
 
@@ -53,6 +58,12 @@ async def _configure(conn: Conn) -> None:
     from pgvector.psycopg import register_vector_async
 
     await register_vector_async(conn)
+
+
+def _start_feed(url: str, opts: PostgresOptions) -> RunEventsListener:
+    feed = RunEventsListener(url, connect_timeout_s=opts.connect_timeout_s)
+    feed.start()
+    return feed
 
 
 async def open_postgres_storage(url: str, opts: PostgresOptions | None = None) -> PostgresStorage:
@@ -76,6 +87,7 @@ async def open_postgres_storage(url: str, opts: PostgresOptions | None = None) -
             external_vectors=PostgresExternalVectorStore(db),
             kb_index=PostgresKBIndex(db),
             limits=PostgresLimitStore(db),
+            run_feed=_start_feed(url, opts),
         )
     except BaseException:
         await db.close()

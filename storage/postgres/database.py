@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -38,15 +37,19 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from storage.errors import StorageUnavailable
-
-# The queue item and counters are the SQLite engine's own: one meaning for both engines.
-from storage.sqlite.database import MAX_BATCH_ITEMS, WriteItem, WriteStats
+from storage.writer import (
+    OrderedWriter,
+    QueuedWrites,
+    Statement,
+    WriteHealth,
+    WriteItem,
+    group_consecutive,
+    retrying,
+)
 
 log = logging.getLogger("agentchat.storage")
 
 T = TypeVar("T")
-Statement = tuple[str, Sequence[Any]]
 Conn = AsyncConnection[tuple[Any, ...]]
 
 
@@ -88,7 +91,7 @@ def redact(url: str) -> str:
     return f"postgresql://{user + '@' if user else ''}{host}:{port}/{db}"
 
 
-class PostgresDatabase:
+class PostgresDatabase(QueuedWrites):
     """The pool, and the ordered background writer."""
 
     engine = "postgres"
@@ -97,12 +100,14 @@ class PostgresDatabase:
         self.url = url
         self.location = redact(url)
         self.opts = opts
-        self.stats = WriteStats()
-        self.healthy = True
-        self.last_error: str | None = None
+        self.health = WriteHealth()
         self.pool = pool
-        self._queue: asyncio.Queue[WriteItem] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
+        self._queue = OrderedWriter(
+            lambda batch: _finish_even_if_cancelled(self._commit_items(batch)),
+            transient=transient,
+            retry_s=opts.write_retry_s,
+            health=self.health,
+        )
         self._closed = False
 
     @staticmethod
@@ -145,23 +150,11 @@ class PostgresDatabase:
             raise
         return cls(url, pool, opts)
 
-    def start(self) -> None:
-        """Start the background writer (after migrations)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._drain(), name="storage-writer")
-
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        if self._task is not None:
-            with contextlib.suppress(StorageUnavailable, asyncio.TimeoutError):
-                await asyncio.wait_for(self.flush(), timeout=self.opts.write_retry_s + 5)
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        while not self._queue.empty():
-            self._queue.get_nowait().failed(StorageUnavailable("storage closed before this write"))
+        await self._queue.close()  # commits what is queued; anything left fails loudly
         await self.pool.close()
 
     # --- reads --------------------------------------------------------------------
@@ -188,20 +181,12 @@ class PostgresDatabase:
         """Run ``fn`` inside one transaction and commit; retried as a whole on transient
         failures (so ``fn`` must only touch the database). Raises ``StorageUnavailable``
         after ``write_retry_s``; other errors propagate at once."""
-        deadline = time.monotonic() + self.opts.write_retry_s
-        attempt = 0
-        while True:
-            try:
-                return await _finish_even_if_cancelled(self._run_transaction(fn))
-            except Exception as exc:
-                if not transient(exc):
-                    raise
-                attempt += 1
-                if time.monotonic() >= deadline:
-                    self._gave_up(exc)
-                    raise StorageUnavailable(f"database write failed after {attempt} attempts: {exc}") from exc
-                self.stats.retries += 1
-                await asyncio.sleep(_backoff(attempt))
+        return await retrying(
+            lambda: _finish_even_if_cancelled(self._run_transaction(fn)),
+            transient=transient,
+            retry_s=self.opts.write_retry_s,
+            health=self.health,
+        )
 
     async def execute(self, statements: Sequence[Statement]) -> None:
         """Commit ``statements`` now, in one transaction (retried like ``transact``)."""
@@ -219,79 +204,6 @@ class PostgresDatabase:
 
     # --- the ordered background writer ----------------------------------------------
 
-    def enqueue(
-        self,
-        statements: Sequence[Statement],
-        *,
-        on_commit: Callable[[], None] | None = None,
-        on_fail: Callable[[BaseException], None] | None = None,
-    ) -> None:
-        """Queue statements that commit together, after everything queued before them."""
-        if self._closed:
-            WriteItem(statements, on_commit, on_fail).failed(StorageUnavailable("storage is closed"))
-            return
-        self._queue.put_nowait(WriteItem(statements, on_commit, on_fail))
-
-    async def commit(self, statements: Sequence[Statement], *, on_commit: Callable[[], None] | None = None) -> None:
-        """Queue statements and wait until they (and all before them) are committed."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        item = WriteItem(statements, on_commit, None, fut)
-        if self._closed or self._task is None or self._task.done():
-            item.failed(StorageUnavailable("the storage writer is not running"))
-        else:
-            self._queue.put_nowait(item)
-        await fut
-
-    async def flush(self) -> None:
-        """Wait until everything queued so far is committed (or has failed)."""
-        if self._task is None or self._task.done():
-            return
-        await self.commit(())
-
-    @property
-    def queued(self) -> int:
-        return self._queue.qsize()
-
-    async def _drain(self) -> None:
-        while True:
-            batch = [await self._queue.get()]
-            while len(batch) < MAX_BATCH_ITEMS and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            await self._write_batch(batch)
-
-    async def _write_batch(self, batch: list[WriteItem]) -> None:
-        deadline = time.monotonic() + self.opts.write_retry_s
-        attempt = 0
-        while True:
-            try:
-                await _finish_even_if_cancelled(self._commit_items(batch))
-            except Exception as exc:
-                if not transient(exc):
-                    await self._write_one_by_one(batch)
-                    return
-                attempt += 1
-                if time.monotonic() >= deadline:
-                    self._gave_up(exc)
-                    err = StorageUnavailable(f"database write failed after {attempt} attempts: {exc}")
-                    err.__cause__ = exc
-                    # Everything queued behind the batch would commit out of order: it
-                    # fails too, so producers can end their runs loudly and in order.
-                    while not self._queue.empty():
-                        batch.append(self._queue.get_nowait())
-                    log.error("storage write gave up", extra={"items": len(batch), "error": str(exc)})
-                    for item in batch:
-                        item.failed(err)
-                    return
-                self.stats.retries += 1
-                if attempt == 1:
-                    log.warning("storage busy; retrying", extra={"error": str(exc), "items": len(batch)})
-                await asyncio.sleep(_backoff(attempt))
-                continue
-            self.stats.batches += 1
-            for item in batch:
-                item.committed()
-            return
-
     async def _commit_items(self, batch: Sequence[WriteItem]) -> None:
         statements = [s for item in batch for s in item.statements]
         if not statements:
@@ -301,29 +213,8 @@ class PostgresDatabase:
             await _run_statements(conn, statements)
         self._succeeded()
 
-    async def _write_one_by_one(self, batch: list[WriteItem]) -> None:
-        """A constraint error in a batch: commit items singly so only the bad one fails."""
-        for item in batch:
-            try:
-                await _finish_even_if_cancelled(self._commit_items([item]))
-            except Exception as exc:
-                log.error("storage write rejected", extra={"error": str(exc)})
-                item.failed(exc)
-            else:
-                item.committed()
-
-    # --- health ---------------------------------------------------------------------
-
     def _succeeded(self) -> None:
-        if not self.healthy:
-            log.warning("storage writes succeed again")
-        self.healthy = True
-        self.last_error = None
-
-    def _gave_up(self, exc: BaseException) -> None:
-        self.healthy = False
-        self.last_error = f"{type(exc).__name__}: {exc}"[:300]
-        self.stats.failures += 1
+        self.health.succeeded()
 
     async def readiness(self) -> dict[str, Any]:
         try:
@@ -348,7 +239,7 @@ class PostgresDatabase:
 async def _run_statements(conn: Conn, statements: Sequence[Statement]) -> None:
     """Run ``statements`` in order; consecutive identical ones as one ``executemany``."""
     async with conn.cursor() as cur:
-        for sql, rows in _group_consecutive(statements):
+        for sql, rows in group_consecutive(statements):
             if len(rows) == 1:
                 await cur.execute(sql, rows[0])  # type: ignore[arg-type]
             else:
@@ -365,17 +256,3 @@ async def _finish_even_if_cancelled(work: Awaitable[T]) -> T:
         with contextlib.suppress(BaseException):
             await task
         raise
-
-
-def _backoff(attempt: int) -> float:
-    return float(min(1.0, 0.025 * (2 ** min(attempt, 6))))
-
-
-def _group_consecutive(statements: Sequence[Statement]) -> list[tuple[str, list[Sequence[Any]]]]:
-    groups: list[tuple[str, list[Sequence[Any]]]] = []
-    for sql, params in statements:
-        if groups and groups[-1][0] == sql:
-            groups[-1][1].append(params)
-        else:
-            groups.append((sql, [params]))
-    return groups

@@ -33,7 +33,6 @@ class SqliteStorage:
     external_vectors: SqliteExternalVectorStore
     kb_index: SqliteKBIndex
     limits: SqliteLimitStore
-    # (other stores: drafts, keywords, external results, the KB index — added below)
 
     engine = "sqlite"
 

@@ -24,7 +24,6 @@ import contextlib
 import logging
 import re
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,45 +31,19 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from storage.errors import StorageUnavailable
+from storage.writer import (
+    OrderedWriter,
+    QueuedWrites,
+    Statement,
+    WriteHealth,
+    WriteItem,
+    group_consecutive,
+    retrying,
+)
 
 log = logging.getLogger("agentchat.storage")
 
 T = TypeVar("T")
-Statement = tuple[str, Sequence[Any]]
-MAX_BATCH_ITEMS = 500
-
-
-@dataclass(slots=True)
-class WriteStats:
-    batches: int = 0
-    retries: int = 0
-    failures: int = 0
-
-
-@dataclass(slots=True)
-class WriteItem:
-    """Statements that commit together, with whoever waits on them."""
-
-    statements: Sequence[Statement]
-    on_commit: Callable[[], None] | None = None
-    on_fail: Callable[[BaseException], None] | None = None
-    future: asyncio.Future[None] | None = None
-
-    def committed(self) -> None:
-        if self.on_commit is not None:
-            self.on_commit()
-        if self.future is not None and not self.future.done():
-            self.future.set_result(None)
-
-    def failed(self, exc: BaseException) -> None:
-        if self.on_fail is not None:
-            try:
-                self.on_fail(exc)
-            except Exception:  # a failing handler must not stop the writer
-                log.exception("write failure handler raised")
-        if self.future is not None and not self.future.done():
-            self.future.set_exception(exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +82,7 @@ async def _connect(path: Path, opts: SqliteOptions, *, writer: bool) -> aiosqlit
     return conn
 
 
-class SqliteDatabase:
+class SqliteDatabase(QueuedWrites):
     """The file, its connections, and the ordered background writer."""
 
     def __init__(
@@ -117,17 +90,19 @@ class SqliteDatabase:
     ) -> None:
         self.path = path
         self.opts = opts
-        self.stats = WriteStats()
-        self.healthy = True
-        self.last_error: str | None = None
+        self.health = WriteHealth()
         self._writer = writer
         self._readers = readers
         self._idle: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
         for r in readers:
             self._idle.put_nowait(r)
         self._write_lock = asyncio.Lock()
-        self._queue: asyncio.Queue[WriteItem] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
+        self._queue = OrderedWriter(
+            lambda batch: self._locked(self._commit_items(batch)),
+            transient=_transient,
+            retry_s=opts.write_retry_s,
+            health=self.health,
+        )
         self._closed = False
 
     @classmethod
@@ -153,24 +128,11 @@ class SqliteDatabase:
             raise
         return cls(p, writer, readers, opts)
 
-    def start(self) -> None:
-        """Start the background writer (after migrations)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._drain(), name="storage-writer")
-
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        if self._task is not None:
-            with contextlib.suppress(StorageUnavailable):
-                await asyncio.wait_for(self.flush(), timeout=self.opts.write_retry_s + 5)
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        # Anything still queued (the writer gave up or was never started) fails loudly.
-        while not self._queue.empty():
-            self._queue.get_nowait().failed(StorageUnavailable("storage closed before this write"))
+        await self._queue.close()  # commits what is queued; anything left fails loudly
         async with self._write_lock:
             with contextlib.suppress(sqlite3.Error):
                 await self._writer.execute("PRAGMA optimize")
@@ -218,20 +180,12 @@ class SqliteDatabase:
         return result
 
     async def _retrying(self, attempt_once: Callable[[], Awaitable[T]]) -> T:
-        deadline = time.monotonic() + self.opts.write_retry_s
-        attempt = 0
-        while True:
-            try:
-                return await self._locked(attempt_once())
-            except Exception as exc:
-                if not _transient(exc):
-                    raise
-                attempt += 1
-                if time.monotonic() >= deadline:
-                    self._gave_up(exc)
-                    raise StorageUnavailable(f"database write failed after {attempt} attempts: {exc}") from exc
-                self.stats.retries += 1
-                await asyncio.sleep(_backoff(attempt))
+        return await retrying(
+            lambda: self._locked(attempt_once()),
+            transient=_transient,
+            retry_s=self.opts.write_retry_s,
+            health=self.health,
+        )
 
     async def transact_raw(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
         """Run ``fn`` on the writer under the lock, *without* a transaction around it
@@ -274,113 +228,18 @@ class SqliteDatabase:
         self._succeeded()
         return result
 
-    # --- the ordered background writer ------------------------------------------------
-
-    def enqueue(
-        self,
-        statements: Sequence[Statement],
-        *,
-        on_commit: Callable[[], None] | None = None,
-        on_fail: Callable[[BaseException], None] | None = None,
-    ) -> None:
-        """Queue statements that commit together, after everything queued before them."""
-        if self._closed:
-            exc = StorageUnavailable("storage is closed")
-            WriteItem(statements, on_commit, on_fail).failed(exc)
-            return
-        self._queue.put_nowait(WriteItem(statements, on_commit, on_fail))
-
-    async def commit(self, statements: Sequence[Statement], *, on_commit: Callable[[], None] | None = None) -> None:
-        """Queue statements and wait until they (and all before them) are committed."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        item = WriteItem(statements, on_commit, None, fut)
-        if self._closed or self._task is None or self._task.done():
-            item.failed(StorageUnavailable("the storage writer is not running"))
-        else:
-            self._queue.put_nowait(item)
-        await fut
-
-    async def flush(self) -> None:
-        """Wait until everything queued so far is committed (or has failed)."""
-        if self._task is None or self._task.done():
-            return
-        await self.commit(())
-
-    @property
-    def queued(self) -> int:
-        return self._queue.qsize()
-
-    async def _drain(self) -> None:
-        while True:
-            batch = [await self._queue.get()]
-            while len(batch) < MAX_BATCH_ITEMS and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            await self._write_batch(batch)
-
-    async def _write_batch(self, batch: list[WriteItem]) -> None:
-        deadline = time.monotonic() + self.opts.write_retry_s
-        attempt = 0
-        while True:
-            try:
-                await self._locked(self._commit_items(batch))
-            except Exception as exc:
-                if not _transient(exc):
-                    await self._write_one_by_one(batch)
-                    return
-                attempt += 1
-                if time.monotonic() >= deadline:
-                    self._gave_up(exc)
-                    err = StorageUnavailable(f"database write failed after {attempt} attempts: {exc}")
-                    err.__cause__ = exc
-                    # Everything queued behind the batch would commit out of order: it
-                    # fails too, so producers can end their runs loudly and in order.
-                    while not self._queue.empty():
-                        batch.append(self._queue.get_nowait())
-                    log.error("storage write gave up", extra={"items": len(batch), "error": str(exc)})
-                    for item in batch:
-                        item.failed(err)
-                    return
-                self.stats.retries += 1
-                if attempt == 1:
-                    log.warning("storage busy; retrying", extra={"error": str(exc), "items": len(batch)})
-                await asyncio.sleep(_backoff(attempt))
-                continue
-            self.stats.batches += 1
-            for item in batch:
-                item.committed()
-            return
+    # --- the ordered background writer (storage/writer.py) ---------------------------
 
     async def _commit_items(self, batch: Sequence[WriteItem]) -> None:
-        groups = _group_consecutive(s for item in batch for s in item.statements)
+        groups = group_consecutive(s for item in batch for s in item.statements)
         # The whole batch — BEGIN, one executemany per run of identical statements, COMMIT —
         # in ONE hop to the connection's thread: under load, each hop is a wait for the
         # event loop, and the stream is shown an event only after this commit.
         await self._writer._execute(_commit_sync, self._writer._conn, groups)
         self._succeeded()
 
-    async def _write_one_by_one(self, batch: list[WriteItem]) -> None:
-        """A constraint error in a batch: commit items singly so only the bad one fails."""
-        for item in batch:
-            try:
-                await self._locked(self._commit_items([item]))
-            except Exception as exc:
-                log.error("storage write rejected", extra={"error": str(exc)})
-                item.failed(exc)
-            else:
-                item.committed()
-
-    # --- health ---------------------------------------------------------------------
-
     def _succeeded(self) -> None:
-        if not self.healthy:
-            log.warning("storage writes succeed again")
-        self.healthy = True
-        self.last_error = None
-
-    def _gave_up(self, exc: BaseException) -> None:
-        self.healthy = False
-        self.last_error = f"{type(exc).__name__}: {exc}"[:300]
-        self.stats.failures += 1
+        self.health.succeeded()
 
     async def readiness(self) -> dict[str, Any]:
         try:
@@ -441,17 +300,3 @@ def _commit_sync(conn: sqlite3.Connection, groups: list[tuple[str, list[Sequence
         with contextlib.suppress(sqlite3.Error):
             conn.execute("ROLLBACK")
         raise
-
-
-def _backoff(attempt: int) -> float:
-    return float(min(1.0, 0.025 * (2 ** min(attempt, 6))))
-
-
-def _group_consecutive(statements: Any) -> list[tuple[str, list[Sequence[Any]]]]:
-    groups: list[tuple[str, list[Sequence[Any]]]] = []
-    for sql, params in statements:
-        if groups and groups[-1][0] == sql:
-            groups[-1][1].append(params)
-        else:
-            groups.append((sql, [params]))
-    return groups

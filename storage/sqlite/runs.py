@@ -203,6 +203,5 @@ class SqliteRunStore:
     async def release_leases(self, owner: str, run_ids: Sequence[str]) -> None:
         """Give runs up at once (shutdown): the next process takes them without waiting."""
         if run_ids:
-            await self.db.execute(
-                [("UPDATE runs SET lease_until = NULL WHERE id = ? AND lease_owner = ?", (rid, owner)) for rid in run_ids]
-            )
+            sql = "UPDATE runs SET lease_until = NULL WHERE id = ? AND lease_owner = ?"
+            await self.db.execute([(sql, (rid, owner)) for rid in run_ids])

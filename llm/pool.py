@@ -1,0 +1,110 @@
+"""Outbound connection pools of a stated size, whose waits are seen.
+
+httpx's default pool holds 100 connections; a request beyond that waits, silently, for
+a connection to free up — for a streamed model answer that is the whole answer of
+another run. ``pooled_transport`` builds an httpx transport with an explicit pool
+size and a gate of the same size in front of it: a request that finds every
+connection busy waits at the gate, where the wait is timed and reported
+(``on_wait(pool, seconds)``: a log line and ``agentchat_pool_wait_seconds``). A
+connection is held until the response is closed (a stream to its end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+
+log = logging.getLogger("agentchat.pool")
+
+WaitHook = Callable[[str, float], None]
+
+
+class _Released(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, release: Callable[[], None]) -> None:
+        self._inner, self._release = inner, release
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            self._release()
+
+
+class PooledTransport(httpx.AsyncBaseTransport):
+    """At most ``max_connections`` requests in flight; the others wait, and say so."""
+
+    def __init__(self, name: str, max_connections: int, inner: httpx.AsyncBaseTransport,
+                 on_wait: WaitHook | None = None) -> None:
+        self.name, self.max_connections, self._inner = name, max_connections, inner
+        self._gate = asyncio.Semaphore(max_connections)
+        self.on_wait = on_wait
+        self.in_flight = 0
+        self.waits = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._gate.locked():
+            started = time.perf_counter()
+            await self._gate.acquire()
+            waited = time.perf_counter() - started
+            self.waits += 1
+            log.warning("waited for an outbound connection",
+                        extra={"pool": self.name, "wait_s": round(waited, 4), "max_connections": self.max_connections,
+                               "host": request.url.host})
+            if self.on_wait is not None:
+                self.on_wait(self.name, waited)
+        else:
+            await self._gate.acquire()
+        self.in_flight += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.in_flight -= 1
+                self._gate.release()
+
+        try:
+            response = await self._inner.handle_async_request(request)
+        except BaseException:
+            release()
+            raise
+        stream = response.stream
+        assert isinstance(stream, httpx.AsyncByteStream)
+        response.stream = _Released(stream, release)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def pooled_transport(name: str, max_connections: int, *, on_wait: WaitHook | None = None,
+                     keepalive: int | None = None, **transport_kwargs: Any) -> PooledTransport:
+    limits = httpx.Limits(max_connections=max_connections,
+                          max_keepalive_connections=min(max_connections, keepalive or max_connections))
+    inner = httpx.AsyncHTTPTransport(limits=limits, **transport_kwargs)
+    return PooledTransport(name, max_connections, inner, on_wait)
+
+
+class PoolWaits:
+    """One app's sink for pool waits: transports are built before its metrics, so the
+    hook forwards to whatever is attached later."""
+
+    def __init__(self) -> None:
+        self._sink: WaitHook | None = None
+
+    def attach(self, sink: WaitHook) -> None:
+        self._sink = sink
+
+    def __call__(self, pool: str, seconds: float) -> None:
+        if self._sink is not None:
+            self._sink(pool, seconds)

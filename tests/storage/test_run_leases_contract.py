@@ -1,0 +1,61 @@
+"""RunStore leases (both engines): a run is claimed by one process at a time, renewed
+while it runs, taken over once its lease expires, and given up at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+
+from storage.errors import LeaseLost
+from storage.records import NewRun, RunEvent, RunWrite
+
+
+def leased(run_id: str, owner: str | None, lease_s: float = 30.0) -> NewRun:
+    return NewRun(run_id, f"c-{run_id}", "alice", "knowledge", orjson.dumps({"message": "hi"}),
+                  lease_owner=owner, lease_s=lease_s)
+
+
+async def test_only_expired_or_unleased_runs_are_claimed(store_engine: Any) -> None:
+    runs = store_engine.runs
+    await runs.create(leased("held", "A"))
+    await runs.create(leased("short", "A", lease_s=0.2))
+    await runs.create(leased("never", None))
+    assert [r.id for r in await runs.claim("B", 5)] == ["never"]
+    assert await runs.claim("C", 5) == []  # B holds it now
+    await asyncio.sleep(0.3)
+    assert [r.id for r in await runs.claim("B", 5)] == ["short"]
+    assert await runs.renew("A", ["held", "short"], 30) == {"held"}
+    # At start-up of a lone process: every unfinished run, whoever held it.
+    assert sorted(r.id for r in await runs.claim("D", 5, expired_only=False)) == ["held", "never", "short"]
+    await runs.release_leases("D", ["held"])
+    assert [r.id for r in await runs.claim("E", 5)] == ["held"]
+
+
+async def test_concurrent_claims_take_each_run_once(store_engine: Any) -> None:
+    runs = store_engine.runs
+    for i in range(12):
+        await runs.create(leased(f"r{i}", None))
+    claimed = await asyncio.gather(*(runs.claim(f"P{i}", 5) for i in range(4)))
+    ids = [r.id for batch in claimed for r in batch]
+    assert sorted(ids) == sorted(f"r{i}" for i in range(12))
+
+
+async def test_a_step_of_a_process_that_lost_the_lease_stores_nothing(store_engine: Any) -> None:
+    if store_engine.engine != "postgres":
+        pytest.skip("one process per SQLite file: no other writer can take a run over")
+    runs = store_engine.runs
+    await runs.create(leased("r", "A", lease_s=0.1))
+    await asyncio.sleep(0.2)
+    assert [r.id for r in await runs.claim("B", 5)] == ["r"]
+    failures: list[BaseException] = []
+    done = asyncio.Event()
+    step = RunWrite("r", "c-r", events=[RunEvent(1, "content_chunk", "{}")], lease_owner="A", lease_s=5)
+    runs.write(step, on_commit=done.set, on_fail=lambda exc: (failures.append(exc), done.set()))
+    ok = RunWrite("r", "c-r", events=[RunEvent(1, "run_resumed", "{}")], lease_owner="B", lease_s=5)
+    await runs.commit(ok)
+    await asyncio.wait_for(done.wait(), 10)
+    assert len(failures) == 1 and isinstance(failures[0], LeaseLost)
+    assert [e.event for e in await runs.events_after("r", 0)] == ["run_resumed"]

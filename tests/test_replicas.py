@@ -1,0 +1,194 @@
+"""Three replicas on loopback ports against one PostgreSQL: a run started on replica A
+and followed from B and C survives a SIGKILL of A.
+
+The model is the paced Ollama fake (in this process) and every run walks
+knowledge_base_search → the side-effecting backend call (through the counting proxy) →
+generate_response. Runs start on A with a short lease (``AGENT_RUN_LEASE_S=2``); each is
+followed by one client on B and one on C (they read it live from the store, woken by
+``LISTEN/NOTIFY``). A is killed mid-run, one run's backend call held in flight. Then:
+
+- B or C takes every unfinished run over (its lease expired) and carries it to the end;
+- every follower saw ids 1..N, each once, and exactly one ``message_complete``, last —
+  the same sequence on B and C, and the same as the stored log;
+- a reconnect after the end answers 204 on every replica (A restarted included);
+- the side-effecting backend call reached the backend at most once per run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.fakes.paced_ollama import SIDE_EFFECT_TOOL, run_body, side_effect_marker
+from tests.support.postgres import PostgresUnavailable, TestPostgres
+from tests.support.procs import (
+    DEMO_AUTH,
+    AgentServer,
+    Trace,
+    check_trace,
+    client,
+    follow,
+    replay,
+    start_run,
+    until,
+)
+from tests.support.procs import tool_stack as make_tool_stack
+
+RUNS = 4
+LEASE_S = 2.0
+#: Hand-over deadline after the kill: the lease, a claim tick (lease/2), the resumed
+#: step's write, and slack for a loaded 2-core machine.
+HANDOVER_MARGIN_S = 8.0
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[TestPostgres]:
+    try:
+        server = TestPostgres().start()
+    except PostgresUnavailable as exc:
+        pytest.fail(f"the replica test needs a PostgreSQL server: {exc}", pytrace=False)
+    try:
+        server.prepare_template()
+        yield server
+    finally:
+        server.stop()
+
+
+def _saw(trace: Trace, name: str, tool: str | None = None) -> bool:
+    return any(
+        event == name and (tool is None or orjson.loads(data).get("name") == tool) for _, event, data in trace.frames
+    )
+
+
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGSTOP], ids=["sigkill", "paused"])
+async def test_three_replicas_hand_over_a_stopped_replicas_runs(
+    tmp_path: Path, pg: TestPostgres, stop: signal.Signals
+) -> None:
+    with pg.database() as url:
+        async with make_tool_stack(tmp_path, tokens=30, pause_s=0.05) as stack:
+            env = stack.agent_env(AGENT_DATABASE_URL=url, AGENT_RUN_LEASE_S=str(LEASE_S))
+            servers = [AgentServer(tmp_path, env, name=name) for name in ("a", "b", "c")]
+            for server in servers:
+                server.start()
+            a, b, c = servers
+            try:
+                await asyncio.gather(*(s.wait_healthy() for s in servers))
+                await _scenario(stack, a, b, c, stop)
+            finally:
+                if stop == signal.SIGSTOP and a.running:
+                    a.send(signal.SIGCONT)
+                for server in servers:
+                    server.close()
+
+
+async def _scenario(  # type: ignore[no-untyped-def]
+    stack, a: AgentServer, b: AgentServer, c: AgentServer, stop: signal.Signals
+) -> None:
+    async with client() as http:
+        tags = [f"replica-{i}-{uuid.uuid4().hex[:6]}" for i in range(RUNS)]
+        in_flight = stack.proxy.hold(side_effect_marker(tags[0]))  # A dies inside this call
+        pairs: list[tuple[Trace, Trace]] = []
+        tasks: list[asyncio.Task[Trace]] = []
+        for tag in tags:
+            status, body = await start_run(http, a.base, run_body(tag))
+            assert status == 201, (status, body, a.tail())
+            pair = (Trace(tag=tag), Trace(tag=tag))
+            for trace, server in zip(pair, (b, c), strict=True):
+                trace.run_id, trace.conversation_id = body["run_id"], body["conversation_id"]
+                trace.stream_url = body["stream_url"]
+                tasks.append(asyncio.create_task(follow(http, server.base, trace, deadline_s=120)))
+            pairs.append(pair)
+            await asyncio.sleep(0.2)
+
+        # Followers on B and C see A's run live (NOTIFY), and A is mid-run everywhere.
+        await until(
+            lambda: all(_saw(t, "content_chunk") for pair in pairs for t in pair) and in_flight.reached.is_set(),
+            "every follower on B and C streaming A's runs, one backend call in flight",
+            timeout=60,
+        )
+        unfinished = [p[0].tag for p in pairs if not _saw(p[0], "message_complete")]
+        assert len(unfinished) >= RUNS // 2, "the runs finished before the kill; the test proves nothing"
+        seen_before = {p[0].tag: len(p[0].frames) for p in pairs}
+
+        a.send(stop)
+        if stop == signal.SIGKILL:
+            await a.wait_exit(30)
+        killed_at = time.monotonic()
+        in_flight.release.set()  # a paused A gets its answer only once it runs again
+
+        _, pending = await asyncio.wait(tasks, timeout=120)
+        for task in pending:
+            task.cancel()
+
+        problems: dict[str, list[str]] = {}
+        handover: list[float] = []
+        for pb, pc in pairs:
+            assert pb.stream_url is not None
+            status, stored = await replay(http, b.base, pb.stream_url)
+            found = [f"B: {p}" for p in check_trace(pb, stored if status == 200 else [])]
+            found += [f"C: {p}" for p in check_trace(pc, stored if status == 200 else [])]
+            if pb.frames != pc.frames:
+                found.append("the followers on B and C saw different sequences")
+            if sum(1 for f in stored if f[1] == "message_complete") != 1:
+                found.append("the stored log does not hold exactly one message_complete")
+            executed = stack.proxy.side_effects(pb.tag)
+            if executed > 1:
+                found.append(f"the side-effecting backend call ran {executed} times")
+            if pb.tag in unfinished:
+                resumed = [orjson.loads(d) for _, n, d in pb.frames if n == "run_resumed"]
+                if not resumed:
+                    found.append("a run unfinished at the kill was not announced as resumed")
+                after = pb.received_at[seen_before[pb.tag] :]
+                if after:
+                    handover.append(after[0] - killed_at)
+            # After the end, a reconnect answers 204 on every live replica.
+            for server in (b, c):
+                response = await http.get(
+                    f"{server.base}{pb.stream_url}", headers={"Last-Event-ID": str(pb.last_id), **DEMO_AUTH}
+                )
+                if response.status_code != 204:
+                    found.append(f"a reconnect to {server.name} after the end answered {response.status_code}")
+            if found:
+                problems[pb.tag] = found
+
+        took_over = b.grep("took over runs") + c.grep("took over runs")
+        report = {
+            "problems": problems,
+            "handover_s": [round(h, 2) for h in handover],
+            "took_over": took_over[-4:],
+            "b_log": b.grep("ERROR", "Traceback")[-10:],
+            "c_log": c.grep("ERROR", "Traceback")[-10:],
+        }
+        print("replica hand-over:", orjson.dumps({k: report[k] for k in ("handover_s", "took_over")}).decode())
+        assert not problems, orjson.dumps(report, option=orjson.OPT_INDENT_2).decode()
+        assert took_over, report
+        assert handover and max(handover) <= LEASE_S + HANDOVER_MARGIN_S, report
+        assert any(_saw(p[0], "tool_call_result", SIDE_EFFECT_TOOL) for p in pairs), report
+
+        if stop == signal.SIGSTOP:
+            # A wakes up past its leases: it must abandon its runs without writing.
+            logged = b.mark(), c.mark()
+            a.send(signal.SIGCONT)
+            await until(lambda: bool(a.grep("abandoned here")), "A to notice it lost its runs", timeout=30)
+            await asyncio.sleep(LEASE_S)
+            for pb, pc in pairs:
+                assert pb.stream_url is not None
+                status, stored = await replay(http, b.base, pb.stream_url)
+                assert status == 200 and stored == pb.frames == pc.frames, (pb.tag, a.tail())
+            assert not b.grep("took over runs", since=logged[0]) and not c.grep("took over runs", since=logged[1])
+        else:
+            # A comes back: it takes nothing (every run ended) and answers 204 too.
+            await a.restart()
+        for pb, _ in pairs:
+            assert pb.stream_url is not None
+            response = await http.get(
+                f"{a.base}{pb.stream_url}", headers={"Last-Event-ID": str(pb.last_id), **DEMO_AUTH}
+            )
+            assert response.status_code == 204, (pb.tag, response.status_code, a.tail())
