@@ -352,7 +352,8 @@ class Agent:
             scope.state.call_outcomes.append((call.name, False))
         content = orjson.dumps({"error": "not_executed", "reason": reason}).decode()
         scope.run.emit(
-            "tool_call_result", {"tool_use_id": call.id, "name": call.name, "is_error": True, "duration_ms": 0.0}
+            "tool_call_result",
+            {"tool_use_id": call.id, "name": call.name, "is_error": True, "duration_ms": 0.0, "error": reason},
         )
         return ToolResult(call.id, call.name, content, True)
 

@@ -133,17 +133,15 @@ class ToolStep:
         result = ToolResult(call.id, call.name, content, outcome.is_error)
         pending.results[call.id] = result
         events: list[tuple[str, dict[str, object]]] = [*outcome.events]
-        events.append(
-            (
-                "tool_call_result",
-                {
-                    "tool_use_id": call.id,
-                    "name": call.name,
-                    "is_error": outcome.is_error,
-                    "duration_ms": round(duration_ms, 2),
-                },
-            )
-        )
+        data: dict[str, object] = {
+            "tool_use_id": call.id,
+            "name": call.name,
+            "is_error": outcome.is_error,
+            "duration_ms": round(duration_ms, 2),
+        }
+        if outcome.is_error:
+            data["error"] = failure_reason(outcome.content)
+        events.append(("tool_call_result", data))
         self._log(run, state, call, outcome, content, duration_ms)
         run.emit_step(events, checkpoint=state.encode())
 
@@ -174,3 +172,14 @@ class ToolStep:
                 retry_count=retries,
             )
         )
+
+
+def failure_reason(content: object) -> str:
+    """A failed call's reason in one short line, for the client (``tool_call_result.error``)."""
+    if isinstance(content, dict):
+        parts = [str(content[k]) for k in ("error", "reason", "detail") if content.get(k)]
+        text = ": ".join(dict.fromkeys(parts)) or str(content)
+    else:
+        text = str(content)
+    text = " ".join(text.split())
+    return text if len(text) <= 300 else text[:299] + "…"

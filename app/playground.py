@@ -36,6 +36,12 @@ async def index(request: Request) -> Response:
     return FileResponse(STATIC_DIR / "index.html", media_type="text/html; charset=utf-8", headers=SECURITY_HEADERS)
 
 
+async def favicon(request: Request) -> Response:
+    """The page links ``/static/favicon.svg``; browsers that ask for ``/favicon.ico`` get it too."""
+    headers = {**SECURITY_HEADERS, "Cache-Control": "public, max-age=86400"}
+    return FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml", headers=headers)
+
+
 class _StaticWithHeaders(StaticFiles):
     """``StaticFiles`` (which refuses paths outside its directory) plus our headers."""
 
@@ -55,8 +61,9 @@ class _StaticWithHeaders(StaticFiles):
 
 
 def playground_routes() -> list[BaseRoute]:
-    """``GET /`` (the page) and ``GET /static/...`` (its script and style)."""
+    """``GET /`` (the page), ``GET /favicon.ico`` and ``GET /static/...`` (script, style, icon)."""
     return [
         Route("/", index, methods=["GET"], name="playground"),
+        Route("/favicon.ico", favicon, methods=["GET"], name="favicon"),
         Mount("/static", app=_StaticWithHeaders(directory=STATIC_DIR), name="static"),
     ]

@@ -58,18 +58,36 @@ TABLE_CONFIG = {
         }
     ]
 }
+SERVER_PATH = "/srv/agent/knowledge/sample_kb/10-troubleshooting.md"
 RESPONSE = {
-    "answer": "Your low-stock workflow is ready for review.",
-    "sources": [{"id": "kb:1", "title": "Workflow guide", "url": "https://docs.example.com/workflows", "kind": "internal"}],
+    "answer": (
+        "Your **low-stock** workflow is ready for review [wf-guide#1].\n\n"
+        f"- It checks stock {HOSTILE} <script>window.__pwned = 2</script>\n"
+        "- It emails the buyer [wf-guide#2][trouble#3]\n\n"
+        "See [the guide](https://docs.example.com/workflows) or [this](javascript:alert(1))."
+    ),
+    "sources": [
+        {"id": "wf-guide#1", "title": "Workflow guide", "url": "https://docs.example.com/workflows", "kind": "internal"},
+        {"id": "wf-guide#2", "title": "Workflow guide", "url": "https://docs.example.com/workflows", "kind": "internal"},
+        {"id": "trouble#3", "title": "Troubleshooting", "kind": "internal", "location": SERVER_PATH},
+    ],
     "confidence_score": 0.9,
     "used_internal_kb": True,
     "used_external_kb": False,
 }
 
 
+ANSWER_ARGS = {"answer": RESPONSE["answer"], "sources": [s["id"] for s in RESPONSE["sources"]]}
+
+
 def registry() -> ToolRegistry:
-    names = ("preview_workflow_probe", "preview_table_probe", "answer_probe")
-    reg = ToolRegistry([ToolSpec(ToolDefinition(n, f"Test tool {n}.", NO_ARGS), ALL) for n in names])
+    names = ("preview_workflow_probe", "preview_table_probe", "failing_probe")
+    specs = [ToolSpec(ToolDefinition(n, f"Test tool {n}.", NO_ARGS), ALL) for n in names]
+    # The final answer goes through `generate_response`, as with a real model: its
+    # arguments are what the conversation stores, so a reload can show the turn again.
+    answer_args = {"type": "object", "properties": {"answer": {"type": "string"}, "sources": {"type": "array"}}}
+    specs.append(ToolSpec(ToolDefinition("generate_response", "Test answer tool.", answer_args), ALL))
+    reg = ToolRegistry(specs)
 
     async def workflow(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         event = {"description": "Emails the buyer when stock is low.", "workflow": WORKFLOW, "is_update": False}
@@ -82,9 +100,13 @@ def registry() -> ToolRegistry:
     async def answer(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         return ToolOutcome({"ok": True}, events=[("response", RESPONSE)])
 
+    async def failing(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        return ToolOutcome.error("backend refused: 401 missing token", status=401)
+
+    reg.set_handler("failing_probe", failing)
     reg.set_handler("preview_workflow_probe", workflow)
     reg.set_handler("preview_table_probe", table)
-    reg.set_handler("answer_probe", answer)
+    reg.set_handler("generate_response", answer)
     return reg
 
 
@@ -112,11 +134,11 @@ class Script:
                     ["Let me draft that. "],
                     [ScriptedCall("preview_workflow_probe", {}), ScriptedCall("preview_table_probe", {})],
                 ),
-                GatedTurn(["The workflow ", self.reload_gate, "is ready ", "for review."], [ScriptedCall("answer_probe", {})]),
+                GatedTurn(["The workflow ", self.reload_gate, "is ready ", "for review."], [ScriptedCall("generate_response", ANSWER_ARGS)]),
                 GatedTurn([]),
             ][min(turn, 2)]
         if question.startswith("I accept"):
-            return GatedTurn(["Saved."])
+            return [GatedTurn([], [ScriptedCall("failing_probe", {})]), GatedTurn(["Saved."])][min(turn, 1)]
         if question.startswith("Stop"):
             return GatedTurn(["Working on it", self.stop_gate, " (never sent)"])
         return GatedTurn([f"unexpected question {question!r}"])
@@ -133,7 +155,7 @@ def js(value: str) -> str:
     return orjson.dumps(value).decode()
 
 
-RUN = "document.querySelector('article.run:last-of-type')"
+RUN = "[...document.querySelectorAll('article.run')].pop()"
 
 
 async def last_run(page: Page, expr: str) -> Any:
@@ -155,6 +177,8 @@ async def test_playground_page_and_static_files_are_served_safely(settings: Sett
             style = await client.get(f"{base}/static/playground.css")
             escape = await client.get(f"{base}/static/../playground.py")
             missing = await client.get(f"{base}/static/nope.js")
+            icon = await client.get(f"{base}/favicon.ico")
+            markdown = await client.get(f"{base}/static/markdown.js")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "script-src 'self'" in page.headers["content-security-policy"]
     assert page.headers["referrer-policy"] == "no-referrer"
@@ -164,6 +188,12 @@ async def test_playground_page_and_static_files_are_served_safely(settings: Sett
     assert script.headers["x-content-type-options"] == "nosniff"
     assert style.status_code == 200 and style.headers["content-type"].startswith("text/css")
     assert escape.status_code == 404 and missing.status_code == 404
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+    assert '<link rel="icon" href="/static/favicon.svg"' in page.text
+    # The renderer builds elements; nothing in the page's scripts parses HTML.
+    for source in (script.text, markdown.text):
+        assert "innerHTML" not in source and "outerHTML" not in source and "insertAdjacentHTML" not in source
+        assert "DOMParser" not in source and "document.write" not in source
 
 
 async def test_playground_in_headless_chromium(settings: Settings) -> None:
@@ -175,10 +205,17 @@ async def test_playground_in_headless_chromium(settings: Settings) -> None:
     async with running_app(settings, provider=provider, registry=registry(), embedder=None) as (base, app):
         with_playground(app)
         svc = app.state.services
+        provider.name, provider.model = "extractive", "sample-kb"  # what /readyz reports offline
         async with launch(binary) as browser:
             page = await browser.new_page()
             await page.navigate(f"{base}/")
             assert await page.evaluate("document.title") == "Agent chat playground"
+            # The provider is on screen, with the offline banner.
+            await page.wait_for("document.getElementById('provider').textContent.includes('extractive')", what="provider")
+            assert await page.evaluate("document.getElementById('provider').textContent") == "extractive · sample-kb"
+            assert await page.evaluate("!document.getElementById('offline').hidden")
+            banner = await page.evaluate("document.getElementById('offline').textContent")
+            assert "extracted from the knowledge base" in banner and "workflows and table configurations needs a model" in banner
 
             # 1. Ask: streamed text, tool calls, selection and previews render while the
             #    model is still mid-answer (parked at the gate).
@@ -219,16 +256,47 @@ async def test_playground_in_headless_chromium(settings: Settings) -> None:
             assert await page.evaluate("document.querySelectorAll('.workflow-preview').length") == 1
             assert not run.finished
 
-            # 3. The rest of the answer arrives on the resumed stream, nothing twice.
+            # 3. The rest of the answer arrives on the resumed stream; the final response
+            #    replaces the streamed text, so the answer is shown once, as Markdown.
             script.reload_gate.open()
             await page.wait_for(f"{RUN}.dataset.status === 'completed'", what="the run to complete")
             streamed = "".join(orjson.loads(e.data)["chunk"] for e in run.events if e.event == "content_chunk")
             assert streamed == "Let me draft that. The workflow is ready for review."
-            assert await last_run(page, "run.querySelector('.answer').textContent") == streamed
-            assert await last_run(page, "run.querySelector('.final-answer').textContent") == RESPONSE["answer"]
+            answer = await last_run(page, "run.querySelector('.answer').textContent")
+            assert "ready for review" in answer and "Let me draft that" not in answer
+            assert answer.count("Your low-stock workflow is ready for review") == 1
+            assert await page.evaluate("document.body.innerText.split('ready for review').length - 1") == 1
+            assert await last_run(page, "run.querySelector('.answer strong').textContent") == "low-stock"
+            assert await last_run(page, "run.querySelectorAll('.answer ul > li').length") == 2
+            # Raw HTML from the model is text: no <img>, no <script>, nothing ran.
+            assert await last_run(page, "run.querySelector('.answer img, .answer script') === null")
+            assert HOSTILE in answer and "<script>window.__pwned = 2</script>" in answer
+            assert await page.evaluate("window.__pwned === undefined")
+            links = await last_run(page, "[...run.querySelectorAll('.answer a:not(.cite)')].map(a => [a.textContent, a.href])")
+            assert links == [["the guide", "https://docs.example.com/workflows"]]  # no javascript: link
+            # Citations: numbered links to de-duplicated source cards, no server path.
+            cites = await last_run(
+                page, "[...run.querySelectorAll('.answer a.cite')].map(a => [a.textContent, a.getAttribute('href')])"
+            )
+            cards = await last_run(
+                page, "[...run.querySelectorAll('.sources li.source-card')].map(li => [li.id, li.textContent])"
+            )
+            assert [c[0] for c in cites] == ["[1]", "[1]", "[2]"]
+            assert [c[1] for c in cites] == [f"#{cards[0][0]}", f"#{cards[0][0]}", f"#{cards[1][0]}"]
+            assert len(cards) == 2
+            assert cards[0][1].startswith("Workflow guide") and "https://docs.example.com/workflows" in cards[0][1]
+            assert cards[1][1].startswith("Troubleshooting") and "10-troubleshooting.md" in cards[1][1]
+            assert "/srv/agent" not in await page.evaluate("document.body.innerText")
             link = await last_run(page, "(a => a && [a.textContent, a.href, a.rel])(run.querySelector('.sources a'))")
             assert link == ["Workflow guide", "https://docs.example.com/workflows", "noopener noreferrer"]
             assert await last_run(page, "run.querySelectorAll('.tools li').length") == 3
+            # The workflow preview offers Accept / Reject; Reject dismisses it with a note.
+            assert await page.evaluate("document.querySelectorAll('.workflow-preview button.decide').length") == 2
+            await page.click(".workflow-preview button.reject")
+            await page.wait_for("document.querySelector('.workflow-preview').dataset.decision === 'rejected'", what="reject")
+            note = await page.evaluate("document.querySelector('.workflow-preview .decision').textContent")
+            assert note.startswith("Rejected") and "nothing was saved" in note
+            assert await page.evaluate("document.querySelectorAll('article.run').length") == 1  # no new run
             assert await page.evaluate("document.getElementById('stop').disabled") is True
             conversation_id = run.conversation_id
             assert await page.evaluate("document.getElementById('conversation').textContent") == conversation_id
@@ -243,6 +311,30 @@ async def test_playground_in_headless_chromium(settings: Settings) -> None:
             assert follow_up is not None and follow_up.conversation_id == conversation_id
             assert last_user_text(provider.requests[-1]) == "I accept the proposed table configuration “Stock”."
             assert await page.evaluate("document.querySelector('.table-preview').dataset.decision") == "accepted"
+            # A failed tool shows its reason.
+            await page.wait_for(f"{RUN}.querySelector('.tools li[data-state=error] .tool-reason[data-pending=false]') !== null",
+                                what="the failed tool's reason")
+            failed = await last_run(page, "run.querySelector('.tools li[data-state=error]').textContent")
+            assert "failing_probe" in failed and "backend refused: 401 missing token" in failed
+            await page.screenshot(ARTIFACTS / "playground-answer.png")
+
+            # 4b. A reload restores the whole conversation: the earlier turn from the
+            #     conversation, the last run replayed, the context picker as it was.
+            await page.evaluate("document.querySelector('input[value=tables]').click()")
+            await page.reload()
+            await page.wait_for("document.querySelectorAll('#history article.run.past').length === 1", what="past turn")
+            await page.wait_for(f"{RUN}.dataset.status === 'completed'", what="the replayed last run")
+            past = await page.evaluate("document.querySelector('#history article.run').querySelector('.question').textContent")
+            assert past == "Build a low-stock alert workflow"
+            past_answer = await page.evaluate("document.querySelector('#history .answer').textContent")
+            assert "Your low-stock workflow is ready for review" in past_answer
+            assert await page.evaluate("document.querySelector('#history .answer strong') !== null")
+            assert await page.evaluate("document.querySelectorAll('article.run').length") == 2
+            assert (await last_run(page, "run.querySelector('.question').textContent")).startswith("I accept")
+            assert "backend refused" in await last_run(page, "run.querySelector('.tools li[data-state=error]').textContent")
+            assert await page.evaluate("document.querySelector('input[value=tables]').checked")
+            assert await page.evaluate("document.getElementById('conversation').textContent") == conversation_id
+            await page.screenshot(ARTIFACTS / "playground-restored.png")
 
             # 5. Stop a running answer.
             await ask(page, "Stop right there")
@@ -258,4 +350,6 @@ async def test_playground_in_headless_chromium(settings: Settings) -> None:
 
             await page.screenshot(ARTIFACTS / "playground.png")
             assert page.exceptions == [] and page.console_errors == []
+            assert page.failed_requests == []  # no 404, not even for the favicon
+            assert any(url.endswith("/static/favicon.svg") for url in page.requested)
     assert (ARTIFACTS / "playground.png").stat().st_size > 10_000

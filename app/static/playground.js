@@ -8,13 +8,22 @@
 //   over ?after), so a dropped network resumes without gaps. A finished run answers
 //   204 on reconnect, which makes the browser stop.
 // - Every piece of model or tool output goes into the DOM as text (textContent /
-//   createTextNode), never as HTML; links are only made from http(s) URLs.
+//   createTextNode), never as HTML; links are only made from http(s) URLs. Answers are
+//   Markdown, rendered by markdown.js, which builds elements and never parses HTML.
+// - The streamed text is the answer while it is being written; the final `response`
+//   event replaces it (with its citations linked to numbered source cards), so the
+//   answer is shown once.
+// - A reload restores the conversation: earlier turns come from
+//   GET /v1/agent/conversations/{id}, the current run is replayed from its event log.
 "use strict";
 
 (() => {
   const STORE_RUN = "agentchat.run";
   const STORE_CONVERSATION = "agentchat.conversation";
   const STORE_TOKEN = "agentchat.token";
+  const STORE_CONTEXT = "agentchat.context";
+  const STORE_DECISIONS = "agentchat.decisions";
+  const md = window.AgentMarkdown;
   const CONTEXT_EXAMPLES = {
     workflow: '{"workflow_id": ""}',
     tables: '{"config_id": ""}',
@@ -36,6 +45,9 @@
     token: $("token"),
     conn: $("conn"),
     conversation: $("conversation"),
+    history: $("history"),
+    provider: $("provider"),
+    offline: $("offline"),
     template: $("run-template"),
   };
 
@@ -54,14 +66,32 @@
     return node;
   }
 
-  function safeHref(url) {
-    if (typeof url !== "string" || !url) return null;
-    try {
-      const parsed = new URL(url, window.location.href);
-      return parsed.protocol === "http:" || parsed.protocol === "https:" ? parsed.href : null;
-    } catch {
-      return null;
+  const safeHref = md.safeHref;
+
+  /** A source's location without server paths: a URL stays, a file path keeps its name. */
+  function displayLocation(location) {
+    const text = asText(location).trim();
+    if (!text) return "";
+    if (safeHref(text) && /^https?:/i.test(text)) return text;
+    if (/^(file:|\/|~[\\/]|[A-Za-z]:[\\/]|\\\\)/.test(text) || /(^|[\\/])\.\.([\\/]|$)/.test(text)) {
+      return text.split(/[\\/]/).filter(Boolean).pop() || "";
     }
+    return text;
+  }
+
+  /** The short reason a tool failed, from whatever shape it came in. */
+  function reasonOf(value) {
+    if (value === null || value === undefined || value === "") return "";
+    if (typeof value === "string") {
+      const parsed = parse(value);
+      return parsed && typeof parsed === "object" ? reasonOf(parsed) : value;
+    }
+    if (typeof value !== "object") return asText(value);
+    const main = value.reason || value.message || value.detail || value.error;
+    if (main && typeof main === "object") return reasonOf(main);
+    const code = value.code || value.status;
+    const text = main ? asText(main) : JSON.stringify(value);
+    return code && !text.includes(asText(code)) ? `${text} (${asText(code)})` : text;
   }
 
   function parse(data) {
@@ -121,7 +151,10 @@
       tools: node.querySelector(".tools"),
       previews: node.querySelector(".previews"),
       answer: node.querySelector(".answer"),
-      paragraph: null,
+      text: "",
+      responded: false,
+      after: "",
+      pendingRender: 0,
       final: node.querySelector(".final"),
       clarification: node.querySelector(".clarification"),
       errors: node.querySelector(".errors"),
@@ -136,6 +169,124 @@
 
   function addError(view, text) {
     view.errors.append(el("p", null, text));
+  }
+
+  /** Re-render the streamed Markdown at most once a frame. */
+  function scheduleAnswer(view) {
+    if (view.pendingRender) return;
+    const draw = () => {
+      view.pendingRender = 0;
+      if (view.responded) {
+        if (!view.after.trim()) return;
+        let extra = view.answer.querySelector(".after-answer");
+        if (!extra) {
+          extra = el("div", "after-answer");
+          view.answer.append(extra);
+        }
+        extra.replaceChildren(md.render(view.after));
+      } else {
+        view.answer.replaceChildren(md.render(view.text));
+      }
+    };
+    view.pendingRender = document.hidden ? (setTimeout(draw, 0), 1) : requestAnimationFrame(draw);
+  }
+
+  /** Source cards (one per document) and a resolver from cited ids to card numbers. */
+  function sourceCards(view, sources) {
+    const cards = [];
+    const byKey = new Map();
+    const byId = new Map();
+    const docOf = (s) => asText((s.metadata && s.metadata.doc_id) || asText(s.id).split("#")[0]);
+    for (const s of Array.isArray(sources) ? sources : []) {
+      if (!s || typeof s !== "object") continue;
+      const href = safeHref(s.url);
+      const key = href || docOf(s) || asText(s.title);
+      let card = byKey.get(key);
+      if (!card) {
+        card = { n: cards.length + 1, source: s, href, anchor: `src-${view.root.dataset.runId}-${cards.length + 1}` };
+        cards.push(card);
+        byKey.set(key, card);
+      }
+      if (s.id) byId.set(asText(s.id), card);
+      const doc = docOf(s);
+      if (doc && !byId.has(doc)) byId.set(doc, card);
+    }
+    const resolve = (id) => byId.get(id) || byId.get(id.split("#")[0]) || null;
+    return { cards, resolve };
+  }
+
+  function renderAnswer(view, answer, sources) {
+    const { cards, resolve } = sourceCards(view, sources);
+    const cite = (id) => {
+      const card = resolve(id);
+      if (!card) return null;
+      const a = el("a", "cite", `[${card.n}]`);
+      a.href = `#${card.anchor}`;
+      a.title = asText(card.source.title || id);
+      a.dataset.source = id;
+      return a;
+    };
+    view.answer.replaceChildren(md.render(answer, { cite }));
+    const list = view.final.querySelector(".sources");
+    list.replaceChildren();
+    for (const card of cards) {
+      const s = card.source;
+      const title = asText(s.title || (card.href ? s.url : "") || asText(s.id).split("#")[0] || "source");
+      const heading = card.href ? el("a", "source-title", title) : el("span", "source-title", title);
+      if (card.href) {
+        heading.href = card.href;
+        heading.target = "_blank";
+        heading.rel = "noopener noreferrer";
+      }
+      const item = el("li", "source-card", heading);
+      item.id = card.anchor;
+      item.dataset.n = String(card.n);
+      const where = card.href ? card.href : displayLocation(s.location);
+      if (where) item.append(el("span", card.href ? "source-url" : "source-location", where));
+      if (s.kind) item.append(el("span", "source-kind", asText(s.kind)));
+      list.append(item);
+    }
+    list.hidden = cards.length === 0;
+    const heading = view.final.querySelector(".sources-heading");
+    if (heading) heading.hidden = cards.length === 0;
+    return cards.length;
+  }
+
+  function loadDecisions() {
+    return parse(sessionStorage.getItem(STORE_DECISIONS) || "{}") || {};
+  }
+
+  /** Accept / Reject under a preview. Accept asks a follow-up; Reject dismisses it. */
+  function decisionButtons(view, box, { key, acceptMessage, rejectNote }) {
+    const decision = el("p", "decision");
+    decision.setAttribute("role", "status");
+    const accept = el("button", "decide accept", "Accept");
+    const reject = el("button", "decide reject secondary", "Reject");
+    accept.type = reject.type = "button";
+    const settle = (choice) => {
+      accept.dataset.decided = reject.dataset.decided = "true";
+      accept.disabled = reject.disabled = true;
+      box.dataset.decision = choice;
+      decision.textContent = choice === "accepted" ? "Accepted — the agent was told." : rejectNote;
+    };
+    const remember = (choice) => {
+      const all = loadDecisions();
+      all[key] = choice;
+      sessionStorage.setItem(STORE_DECISIONS, JSON.stringify(all));
+    };
+    accept.addEventListener("click", () => {
+      settle("accepted");
+      remember("accepted");
+      ask(acceptMessage);
+    });
+    reject.addEventListener("click", () => {
+      settle("rejected");
+      remember("rejected");
+    });
+    accept.disabled = reject.disabled = !current || !current.done;
+    box.append(el("div", "buttons", accept, reject), decision);
+    const earlier = loadDecisions()[key];
+    if (earlier) settle(earlier);
   }
 
   // --- event renderers -------------------------------------------------------------------
@@ -161,15 +312,19 @@
     },
 
     message_start(view) {
-      view.paragraph = null;
+      view.breakNext = true;
     },
 
     content_chunk(view, d) {
-      if (!view.paragraph) {
-        view.paragraph = el("p", "chunk-text");
-        view.answer.append(view.paragraph);
+      const chunk = asText(d.chunk);
+      if (view.responded) {
+        view.after += chunk;
+      } else {
+        if (view.breakNext && view.text && !/\n\n$/.test(view.text)) view.text += "\n\n";
+        view.text += chunk;
       }
-      view.paragraph.append(document.createTextNode(asText(d.chunk)));
+      view.breakNext = false;
+      scheduleAnswer(view);
     },
 
     tool_call_start(view, d) {
@@ -185,7 +340,7 @@
       item.dataset.toolUseId = asText(d.tool_use_id);
       view.toolItems.set(d.tool_use_id, item);
       view.tools.append(item);
-      view.paragraph = null;
+      view.breakNext = true;
     },
 
     tool_call_result(view, d) {
@@ -198,7 +353,12 @@
       item.dataset.state = d.is_error ? "error" : "ok";
       const ms = Number(d.duration_ms);
       item.querySelector(".tool-state").textContent =
-        `${d.is_error ? "error" : "ok"}${Number.isFinite(ms) ? ` · ${Math.round(ms)} ms` : ""}`;
+        `${d.is_error ? "failed" : "ok"}${Number.isFinite(ms) ? ` · ${Math.round(ms)} ms` : ""}`;
+      if (d.is_error) {
+        const reason = reasonOf(d.error ?? d.reason ?? d.detail ?? d.message);
+        // Without a reason in the event, the run's stored tool result supplies it when it ends.
+        setToolReason(item, reason || "", !reason);
+      }
     },
 
     workflow_preview(view, d) {
@@ -243,6 +403,15 @@
         edgeList.append(el("li", null, text));
       }
       box.append(edgeList);
+      const what = wf.name ? ` “${asText(wf.name)}”` : "";
+      const index = view.previews.querySelectorAll(".workflow-preview").length;
+      decisionButtons(view, box, {
+        key: `${view.root.dataset.runId}:workflow:${index}`,
+        acceptMessage: d.is_update
+          ? `I accept the proposed changes to the workflow${what}. Save them.`
+          : `I accept the proposed workflow${what}. Save this workflow.`,
+        rejectNote: "Rejected — the preview was dismissed and nothing was saved.",
+      });
       view.previews.append(box);
     },
 
@@ -266,25 +435,13 @@
           (s) => [s && s.column, s && s.direction, s && s.priority])));
       });
       if (!sources.length) box.append(el("p", null, "(no data sources)"));
-      const decision = el("p", "decision");
-      decision.setAttribute("role", "status");
-      const accept = el("button", "decide accept", "Accept");
-      const reject = el("button", "decide reject secondary", "Reject");
-      accept.type = reject.type = "button";
-      const decide = (accepted) => {
-        accept.dataset.decided = reject.dataset.decided = "true";
-        accept.disabled = reject.disabled = true;
-        decision.textContent = accepted ? "Accepted" : "Rejected";
-        box.dataset.decision = accepted ? "accepted" : "rejected";
-        const what = d.name ? ` “${asText(d.name)}”` : "";
-        ask(accepted
-          ? `I accept the proposed table configuration${what}.`
-          : `I reject the proposed table configuration${what}.`);
-      };
-      accept.addEventListener("click", () => decide(true));
-      reject.addEventListener("click", () => decide(false));
-      accept.disabled = reject.disabled = !current || !current.done;
-      box.append(el("div", "buttons", accept, reject), decision);
+      const what = d.name ? ` “${asText(d.name)}”` : "";
+      const index = view.previews.querySelectorAll(".table-preview").length;
+      decisionButtons(view, box, {
+        key: `${view.root.dataset.runId}:table:${index}`,
+        acceptMessage: `I accept the proposed table configuration${what}.`,
+        rejectNote: "Rejected — the preview was dismissed and nothing was saved.",
+      });
       view.previews.append(box);
     },
 
@@ -313,38 +470,23 @@
     },
 
     response(view, d) {
-      view.final.querySelector(".final-answer").textContent = asText(d.answer);
+      // The final answer replaces the streamed text: shown once, with its citations linked.
+      view.responded = true;
+      view.after = "";
+      const answer = asText(d.answer) || view.text;
+      renderAnswer(view, answer, d.sources);
       const meta = [];
       if (typeof d.confidence_score === "number") meta.push(`confidence ${d.confidence_score.toFixed(2)}`);
       if (d.used_internal_kb) meta.push("knowledge base");
       if (d.used_external_kb) meta.push("web");
       view.final.querySelector(".final-meta").textContent = meta.join(" · ");
-      const list = view.final.querySelector(".sources");
-      list.replaceChildren();
-      for (const s of Array.isArray(d.sources) ? d.sources : []) {
-        if (!s || typeof s !== "object") continue;
-        const title = asText(s.title || s.id || s.url);
-        const href = safeHref(s.url);
-        let label;
-        if (href) {
-          label = el("a", null, title);
-          label.href = href;
-          label.target = "_blank";
-          label.rel = "noopener noreferrer";
-        } else {
-          label = el("span", null, title);
-        }
-        const item = el("li", null, label);
-        if (s.location) item.append(` — ${asText(s.location)}`);
-        if (s.kind) item.append(el("span", "source-kind", ` (${asText(s.kind)})`));
-        list.append(item);
-      }
       view.final.hidden = false;
     },
 
     message_complete(view, d) {
       const status = ["completed", "failed", "cancelled"].includes(d.status) ? d.status : "completed";
       setRunStatus(view, status);
+      if (status === "failed" && !view.errors.childElementCount) addError(view, "The run failed.");
       for (const item of view.toolItems.values()) {
         if (item.dataset.state === "running") {
           item.querySelector(".spinner")?.remove();
@@ -384,7 +526,7 @@
     return u.pathname + u.search;
   }
 
-  function follow(info, { replay }) {
+  function follow(info, { replay, onReplayFailed = null }) {
     const view = newRunView(info);
     const url = replay ? withParam(info.stream_url, "after", "0") : info.stream_url;
     const es = new EventSource(url);
@@ -420,10 +562,23 @@
           run.lastSeq = seq;
         }
         const d = parse(e.data) || {};
-        addError(view, `Error${d.code ? ` (${d.code})` : ""}: ${asText(d.message || e.data)}`);
+        addError(view, `Error${d.code ? ` (${d.code})` : ""}: ${asText(d.message || e.data)}${hintFor(d.code)}`);
         return;
       }
       if (run.done) return;
+      if (es.readyState === EventSource.CLOSED && replay && run.lastSeq === 0 && onReplayFailed) {
+        // The run's link expired (or the run is gone): show its turn from the conversation.
+        run.done = true;
+        es.close();
+        view.root.remove();
+        if (current === run) {
+          current = null;
+          setBusy(false);
+          setConn("idle");
+        }
+        onReplayFailed();
+        return;
+      }
       if (es.readyState === EventSource.CLOSED) {
         setConn("disconnected");
         addError(view, "The stream could not be opened or resumed (the run may be gone, or its link expired).");
@@ -438,6 +593,7 @@
     if (run.done) return;
     run.done = true;
     run.es.close();
+    fillToolReasons(run).catch(() => {});
     if (status === "unknown") setRunStatus(run.view, "unknown", "status unknown");
     const stored = readStored(STORE_RUN);
     if (stored && stored.run_id === run.info.run_id) {
@@ -446,6 +602,44 @@
     if (current === run) {
       setBusy(false);
       setConn("idle");
+    }
+  }
+
+  const HINTS = {
+    provider_unreachable: " — the model could not be reached; check /readyz.",
+    provider_timeout: " — the model took too long to answer.",
+    provider_rate_limited: " — the model's provider is rate limiting; try again shortly.",
+    max_loops: " — the agent used up its steps before answering.",
+    storage_unavailable: " — the server could not store the run's progress.",
+  };
+
+  function hintFor(code) {
+    return HINTS[code] || "";
+  }
+
+  function setToolReason(item, reason, pending) {
+    let node = item.querySelector(".tool-reason");
+    if (!node) {
+      node = el("span", "tool-reason");
+      item.append(node);
+    }
+    node.dataset.pending = pending ? "true" : "false";
+    node.textContent = pending ? "" : `— ${reason}`;
+  }
+
+  /** Fill in the reasons of failed tools from the conversation's stored tool results. */
+  async function fillToolReasons(run) {
+    const items = [...run.view.tools.querySelectorAll('.tool-reason[data-pending="true"]')];
+    if (!items.length || !run.info.conversation_id) return;
+    const conversation = await fetchConversation(run.info.conversation_id);
+    const results = new Map();
+    for (const m of conversation ? conversation.messages : []) {
+      for (const r of Array.isArray(m.tool_results) ? m.tool_results : []) results.set(r.tool_call_id, r);
+    }
+    for (const node of items) {
+      const item = node.closest("li");
+      const result = results.get(item.dataset.toolUseId);
+      setToolReason(item, result ? reasonOf(result.content) || "failed" : "failed (no reason recorded)", false);
     }
   }
 
@@ -482,6 +676,7 @@
       ui.context.focus();
       return;
     }
+    saveContext();
     const body = { message: text, context_type: contextType(), context };
     const conversation = sessionStorage.getItem(STORE_CONVERSATION);
     if (conversation) body.conversation_id = conversation;
@@ -548,11 +743,139 @@
     }
     sessionStorage.removeItem(STORE_RUN);
     sessionStorage.removeItem(STORE_CONVERSATION);
+    sessionStorage.removeItem(STORE_DECISIONS);
     for (const node of ui.transcript.querySelectorAll(".run")) node.remove();
     ui.empty.hidden = false;
     current = null;
     showConversation();
     ui.message.focus();
+  }
+
+  // --- the conversation so far and the provider ------------------------------------------
+
+  async function fetchConversation(id) {
+    const response = await fetch(`/v1/agent/conversations/${encodeURIComponent(id)}`, {
+      headers: { Accept: "application/json", ...authHeaders() },
+    });
+    if (!response.ok) return null;
+    const body = await response.json().catch(() => null);
+    return body && Array.isArray(body.messages) ? body : null;
+  }
+
+  /** Turns of a stored conversation: {question, answer, sources, failures}. */
+  function turnsOf(messages) {
+    const turns = [];
+    let turn = null;
+    for (const m of messages) {
+      if (!m || typeof m !== "object") continue;
+      const results = Array.isArray(m.tool_results) ? m.tool_results : [];
+      if (m.role === "user" && !results.length && m.content) {
+        turn = { question: asText(m.content), text: "", answer: null, sources: [], failures: [] };
+        turns.push(turn);
+        continue;
+      }
+      if (!turn) continue;
+      if (m.role === "assistant") {
+        if (m.content) turn.text += (turn.text ? "\n\n" : "") + asText(m.content);
+        for (const call of Array.isArray(m.tool_calls) ? m.tool_calls : []) {
+          const args = call && call.arguments;
+          if (call.name === "generate_response" && args && typeof args.answer === "string") {
+            turn.answer = args.answer;
+            turn.sources = (Array.isArray(args.sources) ? args.sources : []).map((id) =>
+              typeof id === "object" && id ? id : { id: asText(id), title: asText(id).split("#")[0] });
+          }
+        }
+      }
+      for (const r of results) {
+        if (r && r.is_error) turn.failures.push({ name: asText(r.name), reason: reasonOf(r.content) });
+      }
+    }
+    return turns;
+  }
+
+  function renderPastTurn(turn, index) {
+    const node = ui.template.content.firstElementChild.cloneNode(true);
+    node.classList.add("past");
+    node.dataset.runId = `past-${index}`;
+    node.dataset.status = "completed";
+    node.querySelector(".question").textContent = turn.question;
+    node.querySelector(".run-meta").remove();
+    const view = {
+      root: node,
+      answer: node.querySelector(".answer"),
+      final: node.querySelector(".final"),
+      tools: node.querySelector(".tools"),
+    };
+    for (const f of turn.failures) {
+      const item = el("li", "tool", el("span", "tool-name", f.name), el("span", "tool-state", "failed"));
+      item.dataset.state = "error";
+      setToolReason(item, f.reason || "failed", false);
+      view.tools.append(item);
+    }
+    const answer = turn.answer ?? turn.text;
+    if (answer) {
+      renderAnswer(view, answer, turn.sources);
+      view.final.hidden = !turn.sources.length;
+    } else {
+      view.answer.append(el("p", "hint", "(no answer was recorded)"));
+    }
+    ui.history.append(node);
+    ui.empty.hidden = true;
+  }
+
+  /** Render the stored turns; skip the last one when it is the run about to be replayed. */
+  async function restoreConversation(skipQuestion) {
+    const id = sessionStorage.getItem(STORE_CONVERSATION);
+    if (!id) return [];
+    let conversation = null;
+    try {
+      conversation = await fetchConversation(id);
+    } catch {
+      conversation = null;
+    }
+    if (!conversation) return [];
+    const turns = turnsOf(conversation.messages);
+    let skipped = [];
+    if (skipQuestion && turns.length && turns[turns.length - 1].question === skipQuestion) skipped = turns.splice(-1);
+    ui.history.replaceChildren();
+    turns.forEach(renderPastTurn);
+    return skipped;
+  }
+
+  async function showProvider() {
+    let report = null;
+    try {
+      const response = await fetch("/readyz", { headers: { Accept: "application/json" } });
+      report = await response.json();
+    } catch {
+      report = null;
+    }
+    const p = report && report.checks && report.checks.provider;
+    if (!p || typeof p !== "object") {
+      ui.provider.textContent = "unknown";
+      return;
+    }
+    const name = asText(p.name) || "unknown";
+    ui.provider.textContent = p.model ? `${name} · ${asText(p.model)}` : name;
+    ui.provider.title = [p.chosen_because, p.detail].filter(Boolean).map(asText).join(" — ");
+    ui.provider.dataset.ok = p.ok ? "true" : "false";
+    if (name === "extractive") {
+      ui.offline.hidden = false;
+      const why = p.chosen_because ? ` (${asText(p.chosen_because)})` : "";
+      ui.offline.querySelector(".why").textContent = why;
+    }
+  }
+
+  function saveContext() {
+    sessionStorage.setItem(STORE_CONTEXT, JSON.stringify({ type: contextType(), context: ui.context.value }));
+  }
+
+  function restoreContext() {
+    const saved = readStored(STORE_CONTEXT);
+    if (!saved || typeof saved !== "object") return;
+    const radio = ui.form.querySelector(`input[name="context_type"][value="${CSS.escape(asText(saved.type))}"]`);
+    if (radio) radio.checked = true;
+    if (typeof saved.context === "string") ui.context.value = saved.context;
   }
 
   // --- start-up --------------------------------------------------------------------------
@@ -579,13 +902,26 @@
     radio.addEventListener("change", () => {
       const value = ui.context.value.trim();
       if (!value || Object.values(CONTEXT_EXAMPLES).includes(value)) ui.context.value = CONTEXT_EXAMPLES[radio.value];
+      saveContext();
     });
   }
+  ui.context.addEventListener("change", saveContext);
 
+  restoreContext();
   showConversation();
+  showProvider();
   const stored = readStored(STORE_RUN);
   if (stored && stored.run_id && stored.stream_url) {
-    // Resume (or re-show) the last run: replay its whole log, then follow it live.
-    follow(stored, { replay: true });
+    // Earlier turns from the conversation; the last run replayed from its whole log
+    // (then followed live), or from the conversation when its link has expired.
+    const skipped = restoreConversation(stored.question);
+    follow(stored, {
+      replay: true,
+      onReplayFailed: async () => {
+        for (const turn of await skipped) renderPastTurn(turn, ui.history.childElementCount);
+      },
+    });
+  } else {
+    restoreConversation(null);
   }
 })();

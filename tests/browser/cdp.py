@@ -69,6 +69,8 @@ class Page:
     session_id: str
     exceptions: list[str] = field(default_factory=list)
     console_errors: list[str] = field(default_factory=list)
+    failed_requests: list[tuple[int, str]] = field(default_factory=list)
+    requested: list[str] = field(default_factory=list)
     loads: int = 0
     _loaded: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -82,6 +84,11 @@ class Page:
             self.exceptions.append(str(exc.get("description") or details.get("text")))
         elif method == "Runtime.consoleAPICalled" and params.get("type") == "error":
             self.console_errors.append(" ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", [])))
+        elif method == "Network.responseReceived":
+            response = params.get("response", {})
+            self.requested.append(str(response.get("url")))
+            if int(response.get("status", 0)) >= 400:
+                self.failed_requests.append((int(response["status"]), str(response.get("url"))))
         elif method == "Page.loadEventFired":
             self.loads += 1
             self._loaded.set()
@@ -192,7 +199,7 @@ class Browser:
         attached = await self.send("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True})
         page = Page(self, attached["sessionId"])
         self._pages[page.session_id] = page
-        for domain in ("Page.enable", "Runtime.enable"):
+        for domain in ("Page.enable", "Runtime.enable", "Network.enable"):
             await page.send(domain)
         return page
 
