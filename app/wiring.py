@@ -84,7 +84,8 @@ async def choose_provider(
     if kind == "auto":
         reason = await _probe_ollama_chat(settings, http)
         if reason is None:
-            return _ollama(settings, pool_waits), f"Ollama answers at {settings.ollama_host} with {settings.ollama_model}"
+            why = f"Ollama answers at {settings.ollama_host} with {settings.ollama_model}"
+            return _ollama(settings, pool_waits), why
     else:
         reason = "AGENT_LLM_PROVIDER=extractive"
     from llm.extractive import ExtractiveProvider

@@ -78,6 +78,9 @@ class PooledTransport(httpx.AsyncBaseTransport):
         except BaseException:
             release()
             raise
+        if response.is_closed:  # read whole already (a response built with its content)
+            release()
+            return response
         stream = response.stream
         assert isinstance(stream, httpx.AsyncByteStream)
         response.stream = _Released(stream, release)

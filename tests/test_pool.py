@@ -13,6 +13,12 @@ from app.metrics import AppMetrics
 from llm.pool import PooledTransport, PoolWaits
 
 
+class Chunks(httpx.AsyncByteStream):
+    async def __aiter__(self):  # type: ignore[no-untyped-def]
+        yield b"o"
+        yield b"k"
+
+
 class SlowTransport(httpx.AsyncBaseTransport):
     def __init__(self) -> None:
         self.in_flight = 0
@@ -25,7 +31,7 @@ class SlowTransport(httpx.AsyncBaseTransport):
             await asyncio.sleep(0.05)
         finally:
             self.in_flight -= 1
-        return httpx.Response(200, content=b"ok")
+        return httpx.Response(200, stream=Chunks())
 
 
 async def test_a_full_pool_makes_requests_wait_and_records_the_wait(caplog: pytest.LogCaptureFixture) -> None:
@@ -49,9 +55,10 @@ async def test_a_streamed_response_holds_its_connection_until_closed() -> None:
     transport = PooledTransport("llm", 1, SlowTransport())
     async with httpx.AsyncClient(transport=transport, base_url="http://model") as client:
         async with client.stream("GET", "/x") as response:
-            await response.aread()
-            assert transport.in_flight == 1
-        assert transport.in_flight == 0
+            async for _chunk in response.aiter_raw():
+                assert transport.in_flight == 1  # mid-stream: the connection is held
+                break
+        assert transport.in_flight == 0  # closed early: released
 
 
 def test_pool_sizes_are_settings() -> None:
