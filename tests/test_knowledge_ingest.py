@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sqlite3
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -190,8 +190,10 @@ async def test_ingest_documents_validates_and_derives_stable_ids(kb: KnowledgeBa
     assert hit.doc_id == "direct-1" and hit.url == "https://example.test/d" and hit.source == "api"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pypdf") is not None, reason="pypdf installed")
-async def test_pdf_without_pypdf_is_rejected_with_a_reason(kb: KnowledgeBase, tmp_path: Path) -> None:
+async def test_pdf_without_pypdf_is_rejected_with_a_reason(
+    kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pypdf", None)  # as if the pdf extra were not installed
     f = write(tmp_path / "doc.pdf", "%PDF-1.4 fake")
     report = await kb.ingest_paths([f])
     assert report.added == 0 and "pypdf" in report.rejected[0].reason
