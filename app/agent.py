@@ -44,7 +44,7 @@ from app.metrics import FinishedRun, RunMetrics
 from app.output_caps import TurnTextCap
 from app.records import Caller, ChatInput
 from app.run_state import PendingCalls, RunState
-from app.runs import TERMINAL_EVENT, Run
+from app.runs import TERMINAL_EVENT, Run, terminal_data
 from app.selector import ToolSelector
 from llm.provider import Provider
 from llm.types import (
@@ -369,13 +369,9 @@ class Agent:
         events.append(
             (
                 TERMINAL_EVENT,
-                {
-                    "status": status,
-                    "run_id": run.id,
-                    "conversation_id": run.conversation_id,
-                    "turns": state.turns if state else 0,
-                    "usage": (state.usage if state else Usage()).to_dict(),
-                },
+                terminal_data(
+                    run, status, turns=state.turns if state else 0, usage=(state.usage if state else Usage()).to_dict()
+                ),
             )
         )
         summary = (

@@ -36,7 +36,7 @@ import orjson
 
 from app.records import Caller, ChatInput, decode_run_input, encode_run_input
 from app.run_state import RunState
-from app.runs import TERMINAL_EVENT, Run, RunEvent
+from app.runs import TERMINAL_EVENT, Run, RunEvent, terminal_data
 from llm.types import Message
 from storage.errors import StorageUnavailable
 from storage.interfaces import RunStore
@@ -141,7 +141,7 @@ class RunManager:
     def _start(self, run: Run, earlier: list[Run], body: Callable[[], Awaitable[None]]) -> None:
         async def go() -> None:
             for other in earlier:  # the conversation's turns run one after another
-                await other.wait_finished()
+                await other.wait_settled()
             await body()
 
         task = asyncio.create_task(go(), name=f"agent:{run.id}")
@@ -158,7 +158,7 @@ class RunManager:
             events: list[tuple[str, dict[str, Any]]] = []
             if status == "failed":
                 events.append(("error", {"message": "internal error", "code": "internal_error"}))
-            events.append((TERMINAL_EVENT, _terminal(run, status)))
+            events.append((TERMINAL_EVENT, terminal_data(run, status)))
             never_started = run.status == "queued" and run.question is not None
             messages = [Message("user", run.question)] if never_started and run.question else []
             run.emit_step(events, messages=messages, finished=True)
@@ -392,7 +392,7 @@ class RunManager:
                             "code": "run_interrupted",
                         },
                     ),
-                    (TERMINAL_EVENT, _terminal(run, "failed")),
+                    (TERMINAL_EVENT, terminal_data(run, "failed")),
                 ],
                 finished=True,
             )
@@ -455,13 +455,3 @@ def _status_of(event: RunEvent) -> str:
     except orjson.JSONDecodeError:
         status = None
     return status if status in ("completed", "failed", "cancelled") else "failed"
-
-
-def _terminal(run: Run, status: str) -> dict[str, Any]:
-    return {
-        "status": status,
-        "run_id": run.id,
-        "conversation_id": run.conversation_id,
-        "turns": 0,
-        "usage": {"input_tokens": 0, "output_tokens": 0},
-    }

@@ -32,7 +32,7 @@ from storage.records import TERMINAL_EVENT, RunEvent, RunStatus, RunSummary, Run
 
 log = logging.getLogger("agentchat.runs")
 
-__all__ = ["TERMINAL_EVENT", "Run", "RunEvent", "RunEventLog", "encode"]
+__all__ = ["TERMINAL_EVENT", "Run", "RunEvent", "RunEventLog", "encode", "terminal_data"]
 
 
 class RunEventLog(Protocol):
@@ -49,6 +49,17 @@ class RunEventLog(Protocol):
 
 def encode(data: dict[str, Any]) -> str:
     return orjson.dumps(data).decode()
+
+
+def terminal_data(run: Run, status: str, *, turns: int = 0, usage: dict[str, int] | None = None) -> dict[str, Any]:
+    """The ``message_complete`` payload: the one shape every ending of a run uses."""
+    return {
+        "status": status,
+        "run_id": run.id,
+        "conversation_id": run.conversation_id,
+        "turns": turns,
+        "usage": usage if usage is not None else {"input_tokens": 0, "output_tokens": 0},
+    }
 
 
 @dataclass(slots=True)
@@ -189,19 +200,7 @@ class Run:
         if self.lease_owner is not None:
             step = dataclasses.replace(step, lease_owner=self.lease_owner, lease_s=self.lease_s)
         if terminal:
-            step = RunWrite(
-                step.run_id,
-                step.conversation_id,
-                events=step.events,
-                checkpoint=step.checkpoint,
-                checkpoint_seq=step.checkpoint_seq,
-                messages=step.messages,
-                status=self.status,
-                finished=True,
-                summary=step.summary,
-                lease_owner=step.lease_owner,
-                lease_s=step.lease_s,
-            )
+            step = dataclasses.replace(step, status=self.status, finished=True)
         if self.log is None:
             self._mark_durable(upto)
             if future is not None and not future.done():
@@ -247,16 +246,7 @@ class Run:
                     "code": "storage_unavailable",
                 },
             ),
-            (
-                TERMINAL_EVENT,
-                {
-                    "status": "failed",
-                    "run_id": self.id,
-                    "conversation_id": self.conversation_id,
-                    "turns": 0,
-                    "usage": {"input_tokens": 0, "output_tokens": 0},
-                },
-            ),
+            (TERMINAL_EVENT, terminal_data(self, "failed")),
         ]
         written = []
         for name, data in tail:
@@ -341,6 +331,17 @@ class Run:
                     await asyncio.wait_for(waiter.wait(), idle)
                 except TimeoutError:
                     yield None
+
+    async def wait_settled(self) -> None:
+        """Until the run has ended *and its ending is stored* (or it was released): the
+        next run of the conversation loads its history from the store."""
+        while not (
+            self.released
+            or self.lost
+            or self.storage_error is not None
+            or (self.finished and self.durable >= len(self.events))
+        ):
+            await self._changed.wait()
 
     async def wait_finished(self) -> None:
         while not (self.finished or self.released):
