@@ -497,7 +497,7 @@ def make_metadata_handler(deps: CorpusToolDeps) -> ToolHandler:
             )
         source = ctx.state.sources.get(doc_id)
         if source is None:
-            meta = {"doc_id": doc_id, "bucket": doc.get("bucket"), "chunks": [], "origin": "corpus"}
+            meta: dict[str, Any] = {"doc_id": doc_id, "bucket": doc.get("bucket"), "chunks": [], "origin": "corpus"}
             source = EvidenceSource(
                 id=doc_id, title=str(doc.get("title") or doc_id), url=doc.get("url"), kind="internal", metadata=meta
             )

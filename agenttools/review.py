@@ -162,8 +162,10 @@ def _next_planned(state: RunToolState, log: Sequence[Mapping[str, Any]]) -> tupl
             return _search_call(state, _planned_tool(state, bucket), bucket, first), (
                 f'the plan names bucket "{bucket}", which was not searched yet'
             )
-    for query, bucket, purpose in queries:
-        target = bucket if isinstance(bucket, str) and bucket in buckets else None
+    for query, wanted, purpose in queries:
+        target = wanted if isinstance(wanted, str) and wanted in buckets else None
+        if not isinstance(query, str):
+            continue
         if not _covered(query, target, purpose, log):
             where = target or buckets[0]
             return _search_call(state, _planned_tool(state, where), where, query), (

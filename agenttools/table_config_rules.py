@@ -284,12 +284,13 @@ def _check_data_source(r: ConfigReport, ds: Any, i: int) -> tuple[list[str], lis
             r.error(mpath, "must be an object", "INVALID_TYPE")
             continue
         _enum(r, _str(r, m, "function", mpath), METRIC_FUNCTIONS, f"{mpath}.function")
-        has_col, expr = bool(m.get("column")), _obj(r, m.get("expression"), f"{mpath}.expression")
-        if has_col == bool(expr):
+        has_col, metric_expr = bool(m.get("column")), _obj(r, m.get("expression"), f"{mpath}.expression")
+        if has_col == bool(metric_expr):
             r.error(mpath, "a metric needs exactly one of column or expression", "INVALID_VALUE")
-        if expr:
-            _enum(r, _str(r, expr, "operator", f"{mpath}.expression"), METRIC_OPERATORS, f"{mpath}.expression.operator")
-            cols = _list(r, expr.get("columns"), f"{mpath}.expression.columns")
+        if metric_expr:
+            _enum(r, _str(r, metric_expr, "operator", f"{mpath}.expression"), METRIC_OPERATORS,
+                  f"{mpath}.expression.operator")
+            cols = _list(r, metric_expr.get("columns"), f"{mpath}.expression.columns")
             if len(cols) < 2:
                 r.error(f"{mpath}.expression.columns", "needs at least 2 columns", "INVALID_VALUE")
             for k, c in enumerate(cols):

@@ -277,7 +277,7 @@ def apply_join_change(config: Any, operation: Any, join: Any) -> dict[str, Any]:
         for c in cols:
             if c not in visual:
                 # Unlike the original, joined columns also join an existing column order.
-                vcol = {"name": c, "header": c, "type": "string"}
+                vcol: dict[str, Any] = {"name": c, "header": c, "type": "string"}
                 if (order := _next_order(visual)) is not None:
                     vcol["order"] = order
                 visual[c] = vcol

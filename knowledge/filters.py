@@ -153,7 +153,7 @@ class _Compiler:
                 if "value" not in value or set(value) - {"operator", "op", "value"}:
                     raise FilterError(f"filter on {name!r}: use {{\"operator\": op, \"value\": v}}")
                 return self.condition(name, ftype, builtin, op, value["value"])
-            conds = [self.condition(name, ftype, builtin, op, v) for op, v in value.items()]
+            conds: list[FilterNode] = [self.condition(name, ftype, builtin, op, v) for op, v in value.items()]
             return _group(AllOf, conds)
         if isinstance(value, (list, tuple)):
             return self.condition(name, ftype, builtin, "in", value)

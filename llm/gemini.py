@@ -248,7 +248,9 @@ class GeminiProvider:
         self._owns_client = True
 
     def config(self, request: ChatRequest) -> types.GenerateContentConfig:
-        tools = [types.Tool(function_declarations=function_declarations(request.tools))] if request.tools else None
+        tools: types.ToolListUnion | None = (
+            [types.Tool(function_declarations=function_declarations(request.tools))] if request.tools else None
+        )
         return types.GenerateContentConfig(
             system_instruction=request.system_prompt or None,
             tools=tools,

@@ -154,7 +154,8 @@ class ToolIndex:
             return make([], np.zeros((0, space.dim), dtype=np.float32))
 
         digests = [text_digest(t) for t in texts]
-        cached_dim, stored = 0, {}
+        cached_dim: int = 0
+        stored: dict[str, Vector] = {}
         if cache is not None:
             try:
                 cached_dim, stored = await cache.load(space)

@@ -77,11 +77,13 @@ class OpenAIEmbedder:
         return parts[0] if len(parts) == 1 else np.vstack(parts)
 
     async def _embed_chunk(self, texts: list[str]) -> Matrix:
-        extra = {"dimensions": self._dimensions} if self._dimensions else {}
         try:
-            response = await self._client.embeddings.create(
-                model=self.model, input=texts, encoding_format="float", **extra
-            )
+            if self._dimensions:
+                response = await self._client.embeddings.create(
+                    model=self.model, input=texts, encoding_format="float", dimensions=self._dimensions
+                )
+            else:
+                response = await self._client.embeddings.create(model=self.model, input=texts, encoding_format="float")
         except openai.APIStatusError as exc:
             raise EmbeddingError(f"openai embedding HTTP {exc.status_code}: {str(exc.message)[:300]}") from exc
         except openai.APITimeoutError as exc:

@@ -86,7 +86,7 @@ def redact(url: str) -> str:
         return "postgresql://?"
     host = params.get("host") or "localhost"
     port = params.get("port") or "5432"
-    user = params.get("user") or ""
+    user = str(params.get("user") or "")
     db = params.get("dbname") or ""
     return f"postgresql://{user + '@' if user else ''}{host}:{port}/{db}"
 

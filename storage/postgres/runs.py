@@ -26,6 +26,15 @@ _COLUMNS = (
 )
 
 
+def _blob(value: object) -> bytes | None:
+    """A ``bytea`` column as bytes (psycopg hands back ``bytes`` or ``memoryview``)."""
+    if value is None:
+        return None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"expected a bytea value, got {type(value).__name__}")
+
+
 def _stored(row: Sequence[object]) -> StoredRun:
     return StoredRun(
         id=str(row[0]),
@@ -34,8 +43,8 @@ def _stored(row: Sequence[object]) -> StoredRun:
         context_type=str(row[3]),
         status=str(row[4]),
         created_at=float(row[5] or 0.0),  # type: ignore[arg-type]
-        input=bytes(row[6]) if row[6] is not None else None,  # type: ignore[arg-type]
-        checkpoint=bytes(row[7]) if row[7] is not None else None,  # type: ignore[arg-type]
+        input=_blob(row[6]),
+        checkpoint=_blob(row[7]),
         checkpoint_seq=int(row[8] or 0),  # type: ignore[call-overload]
         last_seq=int(row[9] or 0),  # type: ignore[call-overload]
         multitask=str(row[10]),

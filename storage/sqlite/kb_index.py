@@ -236,7 +236,7 @@ class SqliteKBIndex:
                 async with conn.execute(
                     f"SELECT id, bucket FROM kb_documents WHERE id IN ({_marks(len(part))})", part
                 ) as cur:
-                    found.update(dict(await cur.fetchall()))
+                    found.update((str(doc_id), str(bucket)) for doc_id, bucket in await cur.fetchall())
             if not found:
                 return []
             gone = list(found)
