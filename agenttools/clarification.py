@@ -28,9 +28,10 @@ from typing import Any, Literal
 import orjson
 
 from agenttools.registry import RunToolState, ToolOutcome
+from events import Clarification as ClarificationEvent
+from events import Event
 
 ClarificationType = Literal["no_results", "overload"]
-CLARIFICATION_EVENT = "clarification"
 MAX_FIELDS_NAMED = 6
 
 # Which kind of constraint each field type suggests, in the user's words.
@@ -239,12 +240,13 @@ def clarification_outcome(state: RunToolState, clarification: Clarification, det
             "Their reply arrives as the next message."
         ),
     }
-    events = [(CLARIFICATION_EVENT, clarification.event())] if first else []
+    events: list[Event] = []
+    if first:
+        events.append(ClarificationEvent(type=clarification.type, missing_info=clarification.missing_info))
     return ToolOutcome(content=content, events=events, ends_run=True)
 
 
 __all__ = [
-    "CLARIFICATION_EVENT",
     "Clarification",
     "ClarificationType",
     "UnmatchedConstraint",

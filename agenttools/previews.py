@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agenttools.registry import ToolOutcome
+from events import UNSET, TableConfigPreview, TableConfigValidationError, WorkflowPreview
 
 __all__ = [
     "PREVIEW_SENT",
@@ -39,17 +40,16 @@ def workflow_preview_outcome(
     workflow_id: str | None,
 ) -> ToolOutcome:
     """``workflow_preview`` carrying the transformed, dry-run-validated workflow."""
-    event: dict[str, Any] = {
-        "description": description,
-        "workflow": workflow,
-        "is_update": bool(workflow_id),
-    }
-    if workflow_id:
-        event["workflow_id"] = workflow_id
+    event = WorkflowPreview(
+        description=description,
+        workflow=workflow,
+        is_update=bool(workflow_id),
+        workflow_id=workflow_id or UNSET,
+    )
     content = {**result, "workflow": workflow}
     return ToolOutcome(
         content=content,
-        events=[("workflow_preview", event)],
+        events=[event],
         model_content=dict(PREVIEW_SENT),
     )
 
@@ -62,19 +62,17 @@ def table_config_preview_outcome(
     name: str | None,
     warnings: list[dict[str, Any]],
 ) -> ToolOutcome:
-    event: dict[str, Any] = {
-        "description": description_of_changes,
-        "config": config,
-        "is_update": bool(config_id),
-    }
-    if config_id:
-        event["config_id"] = config_id
-    if name:
-        event["name"] = name
+    event = TableConfigPreview(
+        description=description_of_changes,
+        config=config,
+        is_update=bool(config_id),
+        config_id=config_id or UNSET,
+        config_name=name or UNSET,
+    )
     content = {"valid": True, "errors": [], "warnings": warnings, "config": config}
     return ToolOutcome(
         content=content,
-        events=[("table_config_preview", event)],
+        events=[event],
         model_content=dict(PREVIEW_SENT),
     )
 
@@ -99,4 +97,4 @@ def table_config_validation_outcome(
         "warnings": warnings,
         "message": "The config is invalid and was not previewed; fix these errors and try again.",
     }
-    return ToolOutcome(content=content, events=[("table_config_validation_error", {"errors": strings})])
+    return ToolOutcome(content=content, events=[TableConfigValidationError(errors=strings)])

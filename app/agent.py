@@ -38,14 +38,15 @@ from app.agent_deps import (
     ToolCallLog,
 )
 from app.agent_tools import ToolStep
-from app.agent_turn import stream_turn
+from app.agent_turn import TurnOutcome, stream_turn
 from app.budget import estimate_tokens, prune_history, prune_in_run
 from app.metrics import FinishedRun, RunMetrics
 from app.output_caps import TurnTextCap
 from app.records import Caller, ChatInput
 from app.run_state import PendingCalls, RunState
-from app.runs import TERMINAL_EVENT, Run, terminal_data
+from app.runs import Run, terminal_event
 from app.selector import ToolSelector
+from events import Clarification, Error, Event, RunEnding, RunResumed, RunStarted, TokenUsage, ToolCallResult
 from llm.provider import Provider
 from llm.types import (
     ChatRequest,
@@ -83,6 +84,8 @@ class _RunScope:
     state: RunState | None = None
     #: Text of the turn being streamed (kept if the run is cancelled mid-turn).
     partial: list[str] = field(default_factory=list)
+    #: Whether time-to-first-token is still to be observed (not for a run carried on).
+    first_token_pending: bool = True
 
 
 class Agent:
@@ -130,7 +133,7 @@ class Agent:
         caller: Caller,
         *,
         state: RunState | None = None,
-        resumed: dict[str, Any] | None = None,
+        resumed: RunResumed | None = None,
     ) -> None:
         """Run (or, given ``state``, carry on) one run to its ``message_complete``."""
         ctx = ToolContext(
@@ -143,19 +146,19 @@ class Agent:
             http=self.http,
             state=state.tools if state is not None else RunToolState(),
         )
-        scope = _RunScope(run=run, chat=chat, caller=caller, ctx=ctx, state=state)
-        status = "failed"
-        error: dict[str, str] | None = None
+        scope = _RunScope(run=run, chat=chat, caller=caller, ctx=ctx, state=state, first_token_pending=state is None)
+        status: RunEnding = "failed"
+        error: Error | None = None
         try:
             if scope.state is None:
-                run.emit("run_started", {"run_id": run.id, "conversation_id": run.conversation_id})
+                run.emit(RunStarted(run_id=run.id, conversation_id=run.conversation_id))
                 scope.state = await self._prepare(scope)
             else:
-                await run.emit_step([("run_resumed", resumed or {})], status="running")
+                await run.emit_step([resumed or _resumed(run, scope.state)], status="running")
             ctx.state = scope.state.tools
             status = await self._loop(scope)
         except RunFailed as exc:
-            error, status = {"message": str(exc), "code": exc.code}, "failed"
+            error, status = Error(message=str(exc), code=exc.code), "failed"
         except asyncio.CancelledError:
             if run.storage_error is not None or run.lost:
                 raise
@@ -170,13 +173,10 @@ class Agent:
             if run.storage_error is not None or run.lost:
                 return  # the run already ended loudly (Run._storage_failed), or moved on
             log.error("run could not be stored", extra={"run_id": run.id, "error": str(exc)})
-            error, status = (
-                {"message": "The service could not store this run.", "code": "storage_unavailable"},
-                "failed",
-            )
+            error, status = Error(message="The service could not store this run.", code="storage_unavailable"), "failed"
         except Exception as exc:
             log.exception("agent run crashed", extra={"run_id": run.id})
-            error, status = {"message": f"internal error ({type(exc).__name__})", "code": "internal_error"}, "failed"
+            error, status = Error(message=f"internal error ({type(exc).__name__})", code="internal_error"), "failed"
         self._finish(scope, status, error)
 
     async def _prepare(self, scope: _RunScope) -> RunState:
@@ -214,10 +214,10 @@ class Agent:
         )
         state.add(user)
         scope.state = state  # from here on the user's message is in the step below
-        await run_step(scope, state, events=[("tool_selection", selection.event())], status="running")
+        await run_step(scope, state, events=[selection.event()], status="running")
         return state
 
-    async def _loop(self, scope: _RunScope) -> str:
+    async def _loop(self, scope: _RunScope) -> RunEnding:
         chat, state = scope.chat, scope.state
         assert state is not None
         policy = self.policy_for(chat.context_type)
@@ -247,6 +247,7 @@ class Agent:
                 cap=TurnTextCap(self.settings.max_chunk_chars, self.settings.max_answer_chars),
             )
             state.usage = state.usage + outcome.usage
+            self._observe_turn(scope, outcome)
             if outcome.error is not None:
                 if outcome.text:
                     state.add(Message("assistant", outcome.text))
@@ -278,7 +279,7 @@ class Agent:
                 return done
         raise RunFailed(f"Stopped after {self.settings.max_loops} model turns without a final answer.", "max_loops")
 
-    async def _tool_step(self, scope: _RunScope) -> str | None:
+    async def _tool_step(self, scope: _RunScope) -> RunEnding | None:
         """Run the pending calls, store the step; a status when the run is over."""
         state = scope.state
         assert state is not None and state.pending is not None
@@ -299,7 +300,7 @@ class Agent:
             and review.clarification_details is not None
         ):
             state.tools.clarification = dict(review.clarification_details)
-            await run_step(scope, state, events=[("clarification", dict(review.clarification_details))])
+            await run_step(scope, state, events=[Clarification.from_dict(review.clarification_details)])
             return "completed"
         await run_step(scope, state)
         if state.malformed_strikes >= 2:
@@ -327,6 +328,16 @@ class Agent:
         names = set(policy.offerable([d.name for d in tool_defs], tools))
         return [d for d in tool_defs if d.name in names]
 
+    def _observe_turn(self, scope: _RunScope, outcome: TurnOutcome) -> None:
+        """Time to first token (once per run started here) and provider errors by code."""
+        if self.metrics is None:
+            return
+        if scope.first_token_pending and outcome.first_text_at is not None:
+            scope.first_token_pending = False
+            self.metrics.first_token(outcome.first_text_at - scope.run.created_at)
+        if outcome.error is not None:
+            self.metrics.provider_error(outcome.error[1])
+
     def _nudge(self, scope: _RunScope, tool: str, step: str, *, results: list[ToolResult]) -> None:
         """Tell the model a mandatory tool is missing; the second miss fails the run."""
         state = scope.state
@@ -344,7 +355,7 @@ class Agent:
                 "response_generation_failed",
             )
         state.nudges[tool] = state.nudges.get(tool, 0) + 1
-        state.add(Message("user", self.prompts.enforcement(tool, step), tool_results=results))
+        state.add(Message("user", self.prompts.enforcement(tool, step), tool_results=results, reminder=True))
         log.info("mandatory tool missing; reminding the model", extra={"run_id": scope.run.id, "tool": tool})
 
     def _refuse(self, scope: _RunScope, call: ToolCall, reason: str) -> ToolResult:
@@ -352,26 +363,24 @@ class Agent:
             scope.state.call_outcomes.append((call.name, False))
         content = orjson.dumps({"error": "not_executed", "reason": reason}).decode()
         scope.run.emit(
-            "tool_call_result",
-            {"tool_use_id": call.id, "name": call.name, "is_error": True, "duration_ms": 0.0, "error": reason},
+            ToolCallResult(tool_use_id=call.id, tool_name=call.name, is_error=True, duration_ms=0.0, error=reason)
         )
         return ToolResult(call.id, call.name, content, True)
 
     # --- endings ---------------------------------------------------------------------------
 
-    def _finish(self, scope: _RunScope, status: str, error: dict[str, str] | None) -> None:
+    def _finish(self, scope: _RunScope, status: RunEnding, error: Error | None) -> None:
         """The last step: the run's remaining messages, ``error`` if any, then exactly
         one ``message_complete`` — all in one write."""
         run, state = scope.run, scope.state
-        events: list[tuple[str, dict[str, Any]]] = []
-        if error is not None:
-            events.append(("error", error))
+        events: list[Event] = [] if error is None else [error]
+        usage = state.usage if state else Usage()
         events.append(
-            (
-                TERMINAL_EVENT,
-                terminal_data(
-                    run, status, turns=state.turns if state else 0, usage=(state.usage if state else Usage()).to_dict()
-                ),
+            terminal_event(
+                run,
+                status,
+                turns=state.turns if state else 0,
+                usage=TokenUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens),
             )
         )
         summary = (
@@ -386,6 +395,8 @@ class Agent:
                     context_type=scope.chat.context_type,
                     mandatory=self.policy_for(scope.chat.context_type) is not None,
                     response_reminders=state.nudges.get(self.policy.last, 0) if state else 0,
+                    input_tokens=usage.input_tokens,
+                    output_tokens=usage.output_tokens,
                 )
             )
         messages: list[Message] = []
@@ -437,8 +448,21 @@ class Agent:
 
 
 async def run_step(
-    scope: _RunScope, state: RunState, *, events: list[tuple[str, dict[str, Any]]] | None = None, status: Any = None
+    scope: _RunScope, state: RunState, *, events: list[Event] | None = None, status: Any = None
 ) -> None:
     """Store the step: its events, the checkpoint and the messages it added, together."""
     messages = state.take_unsaved()
     await scope.run.emit_step(events or [], checkpoint=state.encode(), messages=messages, status=status)
+
+
+def _resumed(run: Run, state: RunState) -> RunResumed:
+    """``run_resumed`` for a run carried on without the run manager's account of why
+    (a caller handing the agent a stored state directly)."""
+    pending = state.pending
+    return RunResumed(
+        run_id=run.id,
+        reason="carried on from its last checkpoint",
+        checkpoint_seq=run.last_seq,
+        discarded=None,
+        pending_tool_calls=len(pending.calls) - len(pending.results) if pending is not None else 0,
+    )

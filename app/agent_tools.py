@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -23,6 +23,8 @@ from app.agent_deps import AgentSettings, Prompts, ToolCallLog
 from app.metrics import RunMetrics
 from app.run_state import PendingCalls, RunState
 from app.runs import Run
+from app.tracing import Tracing
+from events import UNSET, Event, ToolCallResult
 from llm.types import ToolCall, ToolResult
 from storage.records import ToolCallRecord
 
@@ -41,6 +43,8 @@ class ToolStep:
     settings: AgentSettings
     flow: FlowPolicy
     metrics: RunMetrics | None = None
+    #: A span per executed call when tracing is on (``app.tracing``; set by the wiring).
+    tracing: Tracing = field(default_factory=Tracing)
 
     async def run_pending(self, run: Run, ctx: ToolContext, state: RunState) -> list[ToolResult]:
         """Answer every pending call, in the model's order; read-only runs run together."""
@@ -102,7 +106,9 @@ class ToolStep:
         else:
             if call.name != last:
                 state.executions += 1
-            outcome = await self.executor.execute(call, ctx, allowed=allowed)
+            with self.tracing.tool_span(call.name) as span:
+                outcome = await self.executor.execute(call, ctx, allowed=allowed)
+                span.finished(not outcome.is_error)
             if not outcome.counts_as_execution and call.name != last:
                 state.executions -= 1
         return outcome, (time.perf_counter() - started) * 1000
@@ -132,16 +138,14 @@ class ToolStep:
             content = content[:MAX_TOOL_RESULT_CHARS] + f"… [truncated: {len(content)} characters in all]"
         result = ToolResult(call.id, call.name, content, outcome.is_error)
         pending.results[call.id] = result
-        events: list[tuple[str, dict[str, object]]] = [*outcome.events]
-        data: dict[str, object] = {
-            "tool_use_id": call.id,
-            "name": call.name,
-            "is_error": outcome.is_error,
-            "duration_ms": round(duration_ms, 2),
-        }
-        if outcome.is_error:
-            data["error"] = failure_reason(outcome.content)
-        events.append(("tool_call_result", data))
+        done = ToolCallResult(
+            tool_use_id=call.id,
+            tool_name=call.name,
+            is_error=outcome.is_error,
+            duration_ms=round(duration_ms, 2),
+            error=failure_reason(outcome.content) if outcome.is_error else UNSET,
+        )
+        events: list[Event] = [*outcome.events, done]
         self._log(run, state, call, outcome, content, duration_ms)
         run.emit_step(events, checkpoint=state.encode())
 

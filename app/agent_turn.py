@@ -1,17 +1,24 @@
 """One streamed model turn: provider events become run events; text and tool calls are
-collected for the agent loop. Kept apart from the loop, which stores each turn."""
+collected for the agent loop. Kept apart from the loop, which stores each turn.
+
+Provider events (``llm.types``) are told apart by class in one ``match``, so each branch
+sees its own fields typed; run events are the ``events`` classes (``MessageStart`` there
+is aliased ``TurnStarted`` here, next to the provider's own ``MessageStart``)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 import orjson
 
 from app.output_caps import TurnTextCap
 from app.runs import Run
+from events import ContentChunk, ToolCallStart
+from events import MessageStart as TurnStarted
 from llm.provider import Provider
 from llm.types import (
     ChatRequest,
@@ -37,6 +44,8 @@ class TurnOutcome:
     usage: Usage = Usage()
     replay: dict[str, Any] | None = None
     error: tuple[str, str] | None = None  # (message, code)
+    #: Wall-clock time of the turn's first streamed text (for time-to-first-token).
+    first_text_at: float | None = None
 
 
 async def stream_turn(
@@ -67,29 +76,31 @@ async def stream_turn(
                         if cap is not None:
                             text = cap.admit(text)
                         if text:
+                            if out.first_text_at is None:
+                                out.first_text_at = time.time()
                             text_parts.append(text)
                             partial.append(text)
-                            run.emit("content_chunk", {"chunk": text})
+                            run.emit(ContentChunk(chunk=text))
                     case ToolUseStart(id=cid, name=name):
                         if cid not in names:
                             order.append(cid)
                             args[cid] = []
                         names[cid] = name
-                        run.emit("tool_call_start", {"tool_use_id": cid, "name": name})
-                    case ToolUseInput(id=cid, partial_json=partial):
-                        args.setdefault(cid, []).append(partial)
+                        run.emit(ToolCallStart(tool_use_id=cid, tool_name=name))
+                    case ToolUseInput(id=cid, partial_json=piece):
+                        args.setdefault(cid, []).append(piece)
                     case MessageStart():
-                        run.emit("message_start", {"turn": turn})
-                    case MessageComplete():
-                        out.stop_for_tool_use = ev.stop_for_tool_use
-                        out.usage = ev.usage
-                        out.replay = ev.replay
+                        run.emit(TurnStarted(turn=turn))
+                    case MessageComplete(stop_for_tool_use=stop, usage=usage, replay=replay):
+                        out.stop_for_tool_use, out.usage, out.replay = stop, usage, replay
                         completed = True
                     case ThinkingDelta(text=text):
                         log.debug("thinking", extra={"run_id": run.id, "text": text[:2000]})
                     case StreamError(message=message, code=code):
                         out.error = (message, code)
                         break
+                    case _:
+                        assert_never(ev)  # mypy: every provider event has a branch
     except TimeoutError:
         out.error = (f"The model sent nothing for {idle_timeout_s:g} s.", "provider_timeout")
     finally:

@@ -51,7 +51,7 @@ from agenttools.registry import RunToolState
 from knowledge.filters import FilterError, compile_filters, describe_fields
 from knowledge.types import BucketInfo
 from llm.provider import Provider
-from llm.types import ChatRequest, Message
+from llm.types import ChatRequest, ContentDelta, Message, StreamError, ToolUseStart
 
 log = logging.getLogger("agentchat.planner")
 
@@ -201,14 +201,15 @@ class QueryPlanner:
         stream = self.provider.stream_chat(request)
         try:
             async for ev in stream:
-                if ev.type == "content_delta":
-                    parts.append(ev.text)
-                elif ev.type == "error":
-                    raise PlanRejected(f"provider error: {ev.message}")
-                elif ev.type == "tool_use_start":
-                    raise PlanRejected("the model called a tool instead of answering with JSON")
+                match ev:
+                    case ContentDelta(text=text):
+                        parts.append(text)
+                    case StreamError(message=message):
+                        raise PlanRejected(f"provider error: {message}")
+                    case ToolUseStart():
+                        raise PlanRejected("the model called a tool instead of answering with JSON")
         finally:
-            await stream.aclose()
+            await stream.aclose()  # type: ignore[attr-defined]
         return "".join(parts)
 
 

@@ -15,8 +15,8 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Protocol
 
+from events import MessageComplete
 from storage.interfaces import RunStore
-from storage.records import TERMINAL_EVENT
 
 
 class RunFeed(Protocol):
@@ -54,7 +54,7 @@ async def follow_stored(
                         break
                     parts.append(ev.wire)
                     pos = ev.seq
-                    if ev.event == TERMINAL_EVENT:
+                    if ev.event == MessageComplete.name:
                         done = True
                         break
                 if parts:

@@ -22,17 +22,16 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-import orjson
-
+from events import Error, Event, MessageComplete, RunEnding, TokenUsage
 from llm.types import Message
 from storage.errors import LeaseLost, StorageError
-from storage.records import TERMINAL_EVENT, RunEvent, RunStatus, RunSummary, RunWrite, StoredRun
+from storage.records import RunEvent, RunStatus, RunSummary, RunWrite, StoredRun
 
 log = logging.getLogger("agentchat.runs")
 
-__all__ = ["TERMINAL_EVENT", "Run", "RunEvent", "RunEventLog", "encode", "terminal_data"]
+__all__ = ["Run", "RunEvent", "RunEventLog", "terminal_event"]
 
 
 class RunEventLog(Protocol):
@@ -47,19 +46,15 @@ class RunEventLog(Protocol):
     ) -> None: ...
 
 
-def encode(data: dict[str, Any]) -> str:
-    return orjson.dumps(data).decode()
-
-
-def terminal_data(run: Run, status: str, *, turns: int = 0, usage: dict[str, int] | None = None) -> dict[str, Any]:
-    """The ``message_complete`` payload: the one shape every ending of a run uses."""
-    return {
-        "status": status,
-        "run_id": run.id,
-        "conversation_id": run.conversation_id,
-        "turns": turns,
-        "usage": usage if usage is not None else {"input_tokens": 0, "output_tokens": 0},
-    }
+def terminal_event(run: Run, status: RunEnding, *, turns: int = 0, usage: TokenUsage | None = None) -> MessageComplete:
+    """The ``message_complete`` of ``run``: every ending of a run builds it here."""
+    return MessageComplete(
+        status=status,
+        run_id=run.id,
+        conversation_id=run.conversation_id,
+        turns=turns,
+        usage=usage if usage is not None else TokenUsage(input_tokens=0, output_tokens=0),
+    )
 
 
 @dataclass(slots=True)
@@ -88,6 +83,8 @@ class Run:
     #: the run is cancelled before it started (queued behind another), so it is never lost.
     question: str | None = None
     on_storage_failure: Callable[[Run, list[RunEvent]], None] | None = None
+    #: Told when the run is abandoned here (another process took it over: ``/metrics``).
+    on_abandon: Callable[[Run], None] | None = None
     #: The lease this process holds on the run: every step it writes checks it.
     lease_owner: str | None = None
     lease_s: float = 0.0
@@ -118,13 +115,13 @@ class Run:
 
     # --- writing ------------------------------------------------------------------
 
-    def emit(self, event: str, data: dict[str, Any]) -> RunEvent | None:
+    def emit(self, event: Event) -> RunEvent | None:
         """Append one event. Events emitted in one turn of the event loop (a burst of
         tokens) are stored as one write; each is shown once that write commits."""
-        written = self._append([(event, data)])
+        written = self._append((event,))
         if not written:
             return None
-        if written[-1].event == TERMINAL_EVENT:
+        if isinstance(event, MessageComplete):
             self._flush_pending()
             self._queue(RunWrite(self.id, self.conversation_id, events=written), terminal=True)
             return written[-1]
@@ -142,7 +139,7 @@ class Run:
 
     def emit_step(
         self,
-        events: Sequence[tuple[str, dict[str, Any]]] = (),
+        events: Sequence[Event] = (),
         *,
         checkpoint: bytes | None = None,
         messages: Sequence[Message] = (),
@@ -173,26 +170,24 @@ class Run:
             finished=finished,
             summary=summary,
         )
-        self._queue(step, terminal=bool(written) and written[-1].event == TERMINAL_EVENT, future=fut)
+        self._queue(step, terminal=bool(written) and written[-1].event == MessageComplete.name, future=fut)
         return fut
 
-    def _append(self, events: Sequence[tuple[str, dict[str, Any]]]) -> list[RunEvent]:
+    def _append(self, events: Sequence[Event]) -> list[RunEvent]:
         written: list[RunEvent] = []
         if self.lost:
             return written
-        for name, data in events:
+        for event in events:
             if self.finished_at is not None:
                 break
-            if len(self.events) >= self.max_events and name != TERMINAL_EVENT:
+            if len(self.events) >= self.max_events and not isinstance(event, MessageComplete):
                 continue
-            ev = RunEvent(seq=len(self.events) + 1, event=name, data=encode(data))
+            ev = RunEvent(seq=len(self.events) + 1, event=event.name, data=event.to_json().decode())
             self.events.append(ev)
             written.append(ev)
-            if name == TERMINAL_EVENT:
+            if isinstance(event, MessageComplete):
                 self.finished_at = time.time()
-                status = data.get("status")
-                if status in ("completed", "failed", "cancelled"):
-                    self.status = status
+                self.status = event.status
         return written
 
     def _queue(self, step: RunWrite, *, terminal: bool, future: asyncio.Future[None] | None = None) -> None:
@@ -238,19 +233,15 @@ class Run:
         del self.events[self.durable :]
         self._pending.clear()
         self.finished_at = None
-        tail = [
-            (
-                "error",
-                {
-                    "message": "The service could not store this run's progress; it was stopped.",
-                    "code": "storage_unavailable",
-                },
+        tail: list[Event] = [
+            Error(
+                message="The service could not store this run's progress; it was stopped.", code="storage_unavailable"
             ),
-            (TERMINAL_EVENT, terminal_data(self, "failed")),
+            terminal_event(self, "failed"),
         ]
         written = []
-        for name, data in tail:
-            ev = RunEvent(seq=len(self.events) + 1, event=name, data=encode(data))
+        for event in tail:
+            ev = RunEvent(seq=len(self.events) + 1, event=event.name, data=event.to_json().decode())
             self.events.append(ev)
             written.append(ev)
         self.finished_at = time.time()
@@ -270,6 +261,8 @@ class Run:
             return
         self.lost = True
         log.warning("run taken over by another process; abandoned here", extra={"run_id": self.id})
+        if self.on_abandon is not None:
+            self.on_abandon(self)
         del self.events[self.durable :]
         self._pending.clear()
         self.released = True
@@ -314,7 +307,7 @@ class Run:
                     frame = ev.wire
                     parts.append(frame)
                     size += len(frame)
-                    if ev.event == TERMINAL_EVENT:
+                    if ev.event == MessageComplete.name:
                         done = True
                         break
                 yield b"".join(parts)

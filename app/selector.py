@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from agenttools.registry import ToolRegistry, ToolSpec
+from events import RagScore, ToolSelection
 
 log = logging.getLogger("agentchat.selector")
 
@@ -23,12 +24,15 @@ IndexStatus = Literal["disabled", "building", "ready", "failed"]
 
 
 class Match(Protocol):
-    name: str
-    score: float
+    @property
+    def name(self) -> str: ...
+    @property
+    def score(self) -> float: ...
 
 
 class SearchOutcome(Protocol):
-    matches: Sequence[Match]
+    @property
+    def matches(self) -> Sequence[Match]: ...
 
 
 class SearchableIndex(Protocol):
@@ -63,14 +67,14 @@ class Selection:
     tools: list[str]
     elapsed_ms: float = 0.0
 
-    def event(self) -> dict[str, Any]:
-        return {
-            "context_type": self.context_type,
-            "core": self.core,
-            "rag": [{"name": n, "score": round(s, 4)} for n, s in self.rag],
-            "fallback": self.fallback,
-            "tools": self.tools,
-        }
+    def event(self) -> ToolSelection:
+        return ToolSelection(
+            context_type=self.context_type,
+            core=self.core,
+            rag=[RagScore(name=n, score=round(s, 4)) for n, s in self.rag],
+            fallback=self.fallback,
+            tools=self.tools,
+        )
 
 
 CoreToolsFn = Callable[[str, Mapping[str, Any] | None], list[str]]

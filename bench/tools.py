@@ -41,6 +41,7 @@ from agenttools.registry import ToolContext, ToolRegistry  # noqa: E402
 from agenttools.resolution import ResolutionCache  # noqa: E402
 from agenttools.tool_support import WorkflowToolDeps  # noqa: E402
 from backend.seed import ALERT_IDS, ALICE_ID, RULE_IDS, TABLE_CONFIG_IDS  # noqa: E402
+from events import WorkflowPreview  # noqa: E402
 from storage.sqlite import open_sqlite_storage  # noqa: E402
 
 ITERATIONS = int(os.environ.get("BENCH_ITERATIONS", "300"))
@@ -180,7 +181,7 @@ async def _conversation(registry: ToolRegistry, http: httpx.AsyncClient, cache: 
             outcome = await registry.handler(tool)(inject_context_ids(tool, args, "workflow", context), ctx)  # type: ignore[misc]
             calls += 1
             errors += outcome.is_error
-            previews += any(name == "workflow_preview" for name, _ in outcome.events)
+            previews += any(isinstance(e, WorkflowPreview) for e in outcome.events)
             if tool == "start_draft" and not outcome.is_error:
                 draft_id = outcome.content["draft_id"]
     after = cache.stats.to_dict()

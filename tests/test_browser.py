@@ -18,6 +18,7 @@ import pytest
 from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
 from app.config import Settings
 from app.playground import playground_routes
+from events import Response, TableConfigPreview, WorkflowPreview
 from llm.scripted import ScriptedCall
 from llm.types import ChatRequest, ToolDefinition
 from tests.browser.cdp import Page, find_chromium, launch
@@ -91,14 +92,14 @@ def registry() -> ToolRegistry:
 
     async def workflow(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         event = {"description": "Emails the buyer when stock is low.", "workflow": WORKFLOW, "is_update": False}
-        return ToolOutcome({"ok": True}, events=[("workflow_preview", event)], model_content={"status": "preview_sent"})
+        return ToolOutcome({"ok": True}, events=[WorkflowPreview.from_dict(event)], model_content={"status": "preview_sent"})
 
     async def table(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         event = {"description": "Low stock first.", "config": TABLE_CONFIG, "is_update": False, "name": "Stock"}
-        return ToolOutcome({"ok": True}, events=[("table_config_preview", event)], model_content={"status": "preview_sent"})
+        return ToolOutcome({"ok": True}, events=[TableConfigPreview.from_dict(event)], model_content={"status": "preview_sent"})
 
     async def answer(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-        return ToolOutcome({"ok": True}, events=[("response", RESPONSE)])
+        return ToolOutcome({"ok": True}, events=[Response.from_dict(RESPONSE)])
 
     async def failing(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         return ToolOutcome.error("backend refused: 401 missing token", status=401)

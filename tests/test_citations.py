@@ -20,6 +20,7 @@ from agenttools.registry import EvidenceSource, RunToolState, ToolContext, ToolR
 from agenttools.validation import validate_arguments
 from llm.types import ToolCall
 from storage.sqlite import open_sqlite_storage
+from tests.support.events import wire
 from tests.test_corpus_tools import build_corpus
 
 
@@ -131,7 +132,7 @@ async def test_generate_response_bounces_invented_ids_once_then_removes_them(too
 
     second = await run(executor, ctx, "generate_response", args)
     assert not second.is_error and second.ends_run
-    ((name, payload),) = second.events
+    ((name, payload),) = wire(second.events)
     assert name == "response"
     assert payload["answer"] == f"Either party may terminate with notice [{real}]; the fee is waived."
     (source,) = payload["sources"]
@@ -150,6 +151,6 @@ async def test_inline_citations_add_their_sources_to_the_response(tools: Any) ->
     }
     out = await run(executor, ctx, "generate_response", args)
     assert not out.is_error
-    payload = out.events[0][1]
+    payload = wire(out.events)[0][1]
     assert [s["id"] for s in payload["sources"]] == ["ds-bc547", "ds-bc557"]
     assert payload["answer"] == args["answer"]

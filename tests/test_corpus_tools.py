@@ -23,6 +23,7 @@ from agenttools.validation import validate_arguments
 from app.kb_file import open_kb_file
 from knowledge.kb import KnowledgeBase
 from llm.types import ToolCall
+from tests.support.events import wire
 from toolindex.hashing import HashingEmbedder
 
 VENDORS = ["ACME", "Globex", "Initech", "Umbrella", "Hooli"]
@@ -329,7 +330,7 @@ async def test_a_filter_that_matches_nothing_is_named_and_offered_not_dropped(ha
         {"bucket": "invoices", "query": "invoice payable", "filters": {"vendor": "ACME", "year": 2031}, "top_k": 20},
     )
     assert not outcome.is_error and outcome.ends_run
-    (event,) = [data for name, data in outcome.events if name == "clarification"]
+    (event,) = [data for name, data in wire(outcome.events) if name == "clarification"]
     assert event["type"] == "no_results"
     assert "year = 2031" in event["missing_info"] and "vendor" not in event["missing_info"].split("Without")[0]
     assert "6 matching documents" in event["missing_info"] and "search without year = 2031" in event["missing_info"]
@@ -343,7 +344,7 @@ async def test_conditions_that_match_only_apart_are_named_together(harness: Harn
     outcome, _ = await harness.call(
         "search_text", {"bucket": "invoices", "query": "invoice", "filters": {"vendor": "ACME", "year": 2023, "amount": 100}}
     )
-    event = outcome.events[0][1]
+    event = wire(outcome.events)[0][1]
     assert event["type"] == "no_results" and "all the conditions together" in event["missing_info"]
     assert outcome.content["unmatched_conditions"]  # the most restrictive one, offered for dropping
 
@@ -367,8 +368,8 @@ async def test_no_results_after_relaxing_asks_the_user(harness: Harness) -> None
         "search_text", {"bucket": "contracts", "query": "zeppelin", "filters": {"party": "Initech"}}
     )
     assert not outcome.is_error and outcome.ends_run
-    assert outcome.events and outcome.events[0][0] == "clarification"
-    event = outcome.events[0][1]
+    assert outcome.events and wire(outcome.events)[0][0] == "clarification"
+    event = wire(outcome.events)[0][1]
     assert event["type"] == "no_results" and set(event) == {"type", "missing_info"}
     assert "zeppelin" in event["missing_info"] and "Initech" in event["missing_info"]
     assert ctx.state.clarification == event
@@ -382,8 +383,8 @@ async def test_overload_with_flat_scores_asks_to_narrow_by_schema_fields(tmp_pat
         async with httpx.AsyncClient() as http:
             h = Harness(kb, ToolExecutor(build_registry(kb, overload_threshold=20), validator=validate_arguments), http)
             outcome, ctx = await h.call("search_text", {"bucket": "invoices", "query": "payable", "top_k": 5})
-            assert outcome.events and outcome.events[0][0] == "clarification", outcome.content
-            event = outcome.events[0][1]
+            assert outcome.events and wire(outcome.events)[0][0] == "clarification", outcome.content
+            event = wire(outcome.events)[0][1]
             assert event["type"] == "overload"
             assert "30" in event["missing_info"]
             for field_name in INVOICE_FIELDS:

@@ -16,6 +16,7 @@ from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry
 from agenttools.tool_support import WorkflowToolDeps
 from backend.app import create_backend_app
 from backend.seed import ALICE_ID, BOB_ID, ENTITIES, TRIGGER_TYPES
+from tests.support.events import wire
 from tests.support.server import serve_app
 from tests.support.storage import opened_storage
 
@@ -149,7 +150,7 @@ async def test_single_action_draft_previews_with_its_start_edge(tools) -> None:
     assert added["output_ports"] == ["success", "failure"] and added["action_index"] == 0
     outcome = await call("preview_draft", {"draft_id": draft_id, "description": "Mail on every order"})
     ok(outcome)
-    [(name, event)] = outcome.events
+    [(name, event)] = wire(outcome.events)
     assert name == "workflow_preview" and event["is_update"] is False
     assert event["description"] == "Mail on every order"
     wf = event["workflow"]
@@ -166,7 +167,7 @@ async def test_branching_draft_uses_default_and_named_ports(tools) -> None:
     ok(await call("add_draft_action", {"draft_id": draft_id, "name": "Log", "action_type": "log_audit_entry", "action_config": {"message": "short"}, "after": "Check:insufficient"}))
     outcome = await call("preview_draft", {"draft_id": draft_id, "description": "d"})
     ok(outcome)
-    edges = outcome.events[0][1]["workflow"]["edges"]
+    edges = wire(outcome.events)[0][1]["workflow"]["edges"]
     assert [(e.get("source_action_id"), e["target_action_id"], e.get("source_output")) for e in edges] == [
         (None, "temp:0", None),
         ("temp:0", "temp:1", "sufficient"),
@@ -200,7 +201,7 @@ async def test_remove_action_reconnects_dependants_to_its_predecessor(tools) -> 
     assert removed["reconnected"] == ["C"] and "2 action(s) remaining" in removed["message"]
     outcome = await call("preview_draft", {"draft_id": draft_id, "description": "d"})
     ok(outcome)
-    edges = outcome.events[0][1]["workflow"]["edges"]
+    edges = wire(outcome.events)[0][1]["workflow"]["edges"]
     assert [e["edge_type"] for e in edges] == ["start", "sequence"]
     assert edges[1]["source_output"] == "insufficient"
     assert "not found in the draft" in err(await call("remove_draft_action", {"draft_id": draft_id, "action_name": "B"}))

@@ -10,33 +10,41 @@ from agenttools.previews import (
     workflow_preview_outcome,
 )
 from agenttools.table_config_rules import validate_table_config
+from events import TableConfigPreview, TableConfigValidationError, WorkflowPreview
 
 
 def test_workflow_preview_for_new_and_update() -> None:
     wf = {"name": "w", "actions": [], "edges": []}
     new = workflow_preview_outcome(description="d", workflow=wf, result={"valid": True, "errors": []}, workflow_id=None)
-    assert new.events == [("workflow_preview", {"description": "d", "workflow": wf, "is_update": False})]
+    assert new.events == [WorkflowPreview(description="d", workflow=wf, is_update=False)]
+    wire = b'{"description":"d","workflow":{"name":"w","actions":[],"edges":[]},"is_update":false}'
+    assert new.events[0].to_json() == wire
     assert new.model_content == PREVIEW_SENT and new.model_content["status"] == "preview_sent"
     assert not new.is_error and new.content["workflow"] == wf
     upd = workflow_preview_outcome(description="d", workflow=wf, result={"valid": True}, workflow_id="abc")
-    assert upd.events[0][1]["is_update"] is True and upd.events[0][1]["workflow_id"] == "abc"
+    assert upd.events[0].name == "workflow_preview"
+    assert upd.events[0].to_dict() == {"description": "d", "workflow": wf, "is_update": True, "workflow_id": "abc"}
 
 
 def test_table_config_preview_payload_keys() -> None:
     out = table_config_preview_outcome(config={"title": "t"}, description_of_changes="c", config_id=None, name=None, warnings=[])
-    assert out.events == [("table_config_preview", {"description": "c", "config": {"title": "t"}, "is_update": False})]
+    assert out.events == [TableConfigPreview(description="c", config={"title": "t"}, is_update=False)]
+    assert out.events[0].to_json() == b'{"description":"c","config":{"title":"t"},"is_update":false}'
     out = table_config_preview_outcome(config={}, description_of_changes="c", config_id="id1", name="n", warnings=[])
-    assert out.events[0][1] == {"description": "c", "config": {}, "is_update": True, "config_id": "id1", "name": "n"}
+    assert out.events[0].name == "table_config_preview"
+    assert out.events[0].to_dict() == {
+        "description": "c", "config": {}, "is_update": True, "config_id": "id1", "name": "n"
+    }
 
 
 def test_validation_error_event_carries_field_message_strings() -> None:
     report = validate_table_config({"data_source": [{"source": ""}], "widget_type": "pie"})
     out = table_config_validation_outcome(errors=report.errors, warnings=report.warnings)
-    [(name, data)] = out.events
-    assert name == "table_config_validation_error"
-    assert data["errors"] == error_strings(report.errors)
-    assert "title: title is required" in data["errors"]
-    assert "widget_type: 'pie' is not one of table, chart" in data["errors"]
+    [event] = out.events
+    assert isinstance(event, TableConfigValidationError) and event.name == "table_config_validation_error"
+    assert event.errors == error_strings(report.errors)
+    assert "title: title is required" in event.errors
+    assert "widget_type: 'pie' is not one of table, chart" in event.errors
     assert out.model_content is None and out.content["valid"] is False and not out.is_error
 
 

@@ -35,6 +35,7 @@ from knowledge.types import ChunkHit, SearchResponse
 from storage.interfaces import ExternalResultStore
 from storage.sqlite import SqliteStorage, open_sqlite_storage
 from tests.fakes.perplexity import Answer, Fail, FakePerplexity, Hang, Source
+from tests.support.events import wire
 from tests.support.server import serve_app
 
 DOCS = [
@@ -456,7 +457,7 @@ async def test_generate_response_emits_the_response_event(h: Harness) -> None:
         },
     )
     assert not out.is_error and out.ends_run
-    ((name, payload),) = out.events
+    ((name, payload),) = wire(out.events)
     assert name == "response"
     assert payload["answer"] == "Runs end with message_complete."
     assert [s["id"] for s in payload["sources"]] == ["events:0"]  # a doc_id resolves to its chunk
@@ -533,7 +534,7 @@ async def test_generate_response_domain_rules(h: Harness) -> None:
         GENERATE_RESPONSE,
         {"answer": "I don't know.", "sources": [], "used_internal_kb": False, "used_external_kb": True},
     )
-    assert not ok.is_error and ok.events[0][1]["used_external_kb"] is False
+    assert not ok.is_error and wire(ok.events)[0][1]["used_external_kb"] is False
     assert ok.content["corrections"]
 
 
@@ -561,7 +562,7 @@ async def test_perplexity_answer_indexed_by_keywords_is_found_by_the_next_search
             "used_external_kb": True,
         },
     )
-    payload1 = answer1.events[0][1]
+    payload1 = wire(answer1.events)[0][1]
     assert [s["id"] for s in payload1["sources"]] == [rid, f"{rid}#1"]
     assert payload1["sources"][1]["url"] == "https://en.wikipedia.org/wiki/Liquid_nitrogen"
     assert payload1["used_external_kb"] is True and answer1.ends_run
@@ -582,7 +583,7 @@ async def test_perplexity_answer_indexed_by_keywords_is_found_by_the_next_search
         {"answer": "77 K.", "sources": [rid, f"{rid}#2"], "used_internal_kb": True, "used_external_kb": True},
     )
     assert not answer2.is_error, answer2.content
-    p2 = answer2.events[0][1]
+    p2 = wire(answer2.events)[0][1]
     assert [s["id"] for s in p2["sources"]] == [rid, f"{rid}#2"]
     assert p2["sources"][0]["metadata"]["origin"] == "external_indexed"
     assert len(h.fake.calls) == calls_before  # no second paid web call

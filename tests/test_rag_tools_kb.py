@@ -26,6 +26,7 @@ from agenttools.validation import validate_arguments
 from knowledge import DocumentIn, KnowledgeBase
 from storage.sqlite import open_sqlite_storage
 from tests.fakes.perplexity import Answer, FakePerplexity, Source
+from tests.support.events import wire
 from tests.support.server import serve_app
 from toolindex.hashing import HashingEmbedder
 
@@ -98,7 +99,7 @@ async def test_kb_only_answer_cites_real_chunks(rig: Rig) -> None:
             "used_external_kb": False,
         },
     )
-    assert done.ends_run and done.events[0][1]["sources"][0]["title"] == "Configuration"
+    assert done.ends_run and wire(done.events)[0][1]["sources"][0]["title"] == "Configuration"
 
 
 async def test_sc006_with_the_real_knowledge_base(rig: Rig) -> None:
@@ -133,5 +134,5 @@ async def test_sc006_with_the_real_knowledge_base(rig: Rig) -> None:
             "used_external_kb": True,
         },
     )
-    assert [s["id"] for s in done.events[0][1]["sources"]] == [f"{rid}#1"]
+    assert [s["id"] for s in wire(done.events)[0][1]["sources"]] == [f"{rid}#1"]
     assert len(rig.fake.calls) == 1

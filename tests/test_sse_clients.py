@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import subprocess
 import uuid
 from collections.abc import AsyncIterator
@@ -34,6 +33,7 @@ from app.config import Settings
 from llm.types import ToolDefinition
 from tests.conftest import running_app
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
+from tests.support.node import npm_ci
 
 JS_DIR = Path(__file__).parent / "js"
 SCRIPT = JS_DIR / "sse_client.mjs"
@@ -44,33 +44,10 @@ NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
 # --- the npm packages, installed from the project's own files ---------------------------------
 
 
-def _installed() -> bool:
-    marker = JS_DIR / "node_modules" / ".package-lock.json"  # written by npm ci / npm install
-    lock = JS_DIR / "package-lock.json"
-    return marker.exists() and marker.stat().st_mtime >= lock.stat().st_mtime
-
-
 @pytest.fixture(scope="session")
 def node() -> str:
     """``node``, with the pinned clients installed in tests/js/node_modules."""
-    node_bin, npm_bin = shutil.which("node"), shutil.which("npm")
-    if node_bin is None or npm_bin is None:
-        pytest.fail(
-            "the npm SSE client tests need Node.js >= 18 and npm (Debian: apt-get install nodejs npm; "
-            ".ci/run installs them)",
-            pytrace=False,
-        )
-    if not _installed():
-        done = subprocess.run(
-            [npm_bin, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=JS_DIR,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        if done.returncode != 0:
-            pytest.fail(f"npm ci in {JS_DIR} failed:\n{done.stdout}\n{done.stderr}", pytrace=False)
-    return node_bin
+    return npm_ci(JS_DIR)
 
 
 class JsClient:

@@ -17,6 +17,7 @@ from agenttools.tool_support import WorkflowToolDeps
 from backend.app import create_backend_app
 from backend.seed import ALICE_ID, BOB_ID, TABLE_CONFIG_IDS
 from storage.sqlite import open_sqlite_storage
+from tests.support.events import wire
 from tests.support.server import serve_app
 
 
@@ -141,7 +142,7 @@ async def test_preview_table_config_valid_sends_preview_as_update_from_context(e
         context={"config_id": stored["id"]},
     )
     ok(outcome)
-    [(name, event)] = outcome.events
+    [(name, event)] = wire(outcome.events)
     assert name == "table_config_preview"
     assert event == {"description": "No change", "config": stored["config"], "is_update": True, "config_id": stored["id"]}
     assert outcome.model_content["status"] == "preview_sent"
@@ -154,7 +155,7 @@ async def test_preview_table_config_invalid_sends_validation_error_strings(env) 
     broken["data_source"][0]["sort"] = [{"column": "x; drop table", "direction": "sideways"}]
     outcome = await call("preview_table_config", {"config": broken, "description_of_changes": "x"})
     content = ok(outcome)
-    [(name, event)] = outcome.events
+    [(name, event)] = wire(outcome.events)
     assert name == "table_config_validation_error"
     assert "title: title is required" in event["errors"]
     assert all(isinstance(e, str) and ": " in e for e in event["errors"])
@@ -177,7 +178,7 @@ async def test_create_and_update_never_write(env) -> None:
     stored = await config("open_sales_orders")
     created = await call("create_table_config", {"name": "Late orders", "config": stored["config"], "description": "late"})
     ok(created)
-    [(name, event)] = created.events
+    [(name, event)] = wire(created.events)
     assert name == "table_config_preview" and event["is_update"] is False and event["name"] == "Late orders"
     assert created.model_content["status"] == "preview_sent"
     r = await http.get(f"{base_url}/v1/data/name/Late orders", headers={"Authorization": "Bearer demo-alice"})
@@ -187,7 +188,7 @@ async def test_create_and_update_never_write(env) -> None:
     changed["title"] = "Renamed title"
     updated = await call("update_table_config", {"config": changed}, context={"config_id": stored["id"]})
     ok(updated)
-    [(name, event)] = updated.events
+    [(name, event)] = wire(updated.events)
     assert event["is_update"] is True and event["config_id"] == stored["id"]
     assert (await config("open_sales_orders"))["config"]["title"] == stored["config"]["title"]
     assert "id is required" in err(await call("update_table_config", {"config": changed}))
@@ -220,8 +221,8 @@ async def test_apply_chain_then_preview(env) -> None:
     assert step["config"]["data_source"][0]["sort"] == [{"column": "promised_date", "direction": "desc"}]
     outcome = await call("preview_table_config", {"config": step["config"], "description_of_changes": "Added order date"}, context=ctx)
     ok(outcome)
-    assert outcome.events[0][0] == "table_config_preview"
-    assert outcome.events[0][1]["config_id"] == cid
+    assert wire(outcome.events)[0][0] == "table_config_preview"
+    assert wire(outcome.events)[0][1]["config_id"] == cid
 
 
 async def test_apply_errors_and_invalid_results(env) -> None:

@@ -17,6 +17,7 @@ from agenttools.tool_support import WorkflowToolDeps
 from backend.app import create_backend_app
 from backend.seed import ALERT_IDS, ALICE_ID, ADMIN_ID, BOB_ID, ENTITIES, RULE_IDS, TRIGGER_TYPES, USERS
 from storage.sqlite import open_sqlite_storage
+from tests.support.events import wire
 from tests.support.server import serve_app
 
 Call = Callable[..., Awaitable[ToolOutcome]]
@@ -244,7 +245,7 @@ async def test_preview_workflow_sends_the_transformed_workflow(env) -> None:
     outcome = await call("preview_workflow", {"workflow": _new_workflow(), "description": "Mail on new orders"})
     ok(outcome)
     assert outcome.model_content["status"] == "preview_sent"
-    [(name, event)] = outcome.events
+    [(name, event)] = wire(outcome.events)
     assert name == "workflow_preview"
     assert event["is_update"] is False and "workflow_id" not in event
     wf = event["workflow"]
@@ -276,7 +277,7 @@ async def test_preview_workflow_update_dry_runs_through_the_update_endpoint(env)
     }
     outcome = await call("preview_workflow", {"workflow_id": rule_id, "workflow": workflow, "description": "New subject"})
     ok(outcome)
-    [(name, event)] = outcome.events
+    [(name, event)] = wire(outcome.events)
     assert event["is_update"] is True and event["workflow_id"] == rule_id
     # An existing action id only validates on the update endpoint: on create it would be rejected.
     assert event["workflow"]["actions"][0]["id"] == action["id"]

@@ -16,6 +16,7 @@ from agenttools.rag.deps import RagToolDeps
 from agenttools.rag.policy import GENERATE_RESPONSE, missing_prerequisite, prerequisite_error
 from agenttools.rag.sources import resolve_citations
 from agenttools.registry import EvidenceSource, RunToolState, ToolContext, ToolHandler, ToolOutcome
+from events import Response, Source
 
 MAX_LISTED_SOURCES = 40
 _CITATIONS_REPORTED = "citations.unknown_reported"
@@ -113,7 +114,14 @@ def make_generate_response_handler(deps: RagToolDeps) -> ToolHandler:
         content: dict[str, Any] = {"delivered": True, "source_count": len(cited)}
         if corrections:
             content["corrections"] = corrections
-        return ToolOutcome(content=content, events=[("response", payload)], ends_run=True)
+        event = Response(
+            answer=answer,
+            sources=[Source(**s) for s in payload["sources"]],
+            confidence_score=confidence,
+            used_internal_kb=used_internal,
+            used_external_kb=used_external,
+        )
+        return ToolOutcome(content=content, events=[event], ends_run=True)
 
     return generate_response
 

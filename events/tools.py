@@ -1,0 +1,72 @@
+"""Events of tool calls: start and result, and the previews a tool asks the user to approve.
+
+Field order is the JSON key order on the wire; do not reorder fields. The JSON key
+``name`` (the tool's, the config's) is ``tool_name`` / ``config_name`` in Python,
+because ``name`` is the event's wire name.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from events.base import Event
+
+__all__ = [
+    "TableConfigPreview",
+    "TableConfigValidationError",
+    "ToolCallResult",
+    "ToolCallStart",
+    "WorkflowPreview",
+]
+
+
+class ToolCallStart(Event, frozen=True, kw_only=True):
+    """The model called a tool."""
+
+    name: ClassVar[str] = "tool_call_start"
+    tool_use_id: str
+    tool_name: str = msgspec.field(name="name")
+
+
+class ToolCallResult(Event, frozen=True, kw_only=True):
+    """A tool call came back (after the call's own events, such as a preview)."""
+
+    name: ClassVar[str] = "tool_call_result"
+    tool_use_id: str
+    tool_name: str = msgspec.field(name="name")
+    is_error: bool
+    duration_ms: Annotated[float, Meta(ge=0)]
+    error: Annotated[str, Meta(description="Why the call failed, in one line (failed calls only).")] | UnsetType = (
+        UNSET
+    )
+
+
+class WorkflowPreview(Event, frozen=True, kw_only=True):
+    """A validated workflow for the user to accept or reject (nothing was saved)."""
+
+    name: ClassVar[str] = "workflow_preview"
+    description: str
+    workflow: Annotated[dict[str, Any], Meta(description="The workflow, dry-run validated by the backend.")]
+    is_update: bool
+    workflow_id: Annotated[str, Meta(description="The workflow it changes (updates only).")] | UnsetType = UNSET
+
+
+class TableConfigPreview(Event, frozen=True, kw_only=True):
+    """A validated table configuration for the user to accept or reject (nothing was saved)."""
+
+    name: ClassVar[str] = "table_config_preview"
+    description: str
+    config: dict[str, Any]
+    is_update: bool
+    config_id: Annotated[str, Meta(description="The configuration it changes (updates only).")] | UnsetType = UNSET
+    config_name: str | UnsetType = msgspec.field(default=UNSET, name="name")
+
+
+class TableConfigValidationError(Event, frozen=True, kw_only=True):
+    """A table configuration the model proposed is invalid; it was not previewed."""
+
+    name: ClassVar[str] = "table_config_validation_error"
+    errors: Annotated[list[str], Meta(description='"<field>: <message>" strings.')]
