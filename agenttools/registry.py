@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from agenttools.untrusted import safe_url
+from events import Event
 from llm.types import ToolDefinition
 
 
@@ -102,8 +103,8 @@ class ToolOutcome:
     """What a handler returns.
 
     ``content`` is JSON-serialisable and goes to the model (encoded with orjson).
-    ``events`` are ``(event_name, data)`` pairs streamed to the client *before* this
-    call's ``tool_call_result`` (previews, ``response``, ``clarification``).
+    ``events`` are streamed to the client *before* this call's ``tool_call_result``
+    (previews, ``response``, ``clarification``).
     ``model_content`` overrides what the model sees when it must differ from
     ``content`` (a preview's fixed ``preview_sent`` answer).
     ``counts_as_execution`` is False for calls rejected by validation.
@@ -111,7 +112,7 @@ class ToolOutcome:
 
     content: Any
     is_error: bool = False
-    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
     model_content: Any = None
     counts_as_execution: bool = True
     ends_run: bool = False
@@ -146,6 +147,11 @@ class ToolRegistry:
         if name not in self._specs:
             raise UnknownToolError(name)
         self._handlers[name] = handler
+
+    def remove(self, name: str) -> None:
+        """Drop a tool and its handler (MCP tools come and go with their servers)."""
+        self._specs.pop(name, None)
+        self._handlers.pop(name, None)
 
     def spec(self, name: str) -> ToolSpec:
         try:
