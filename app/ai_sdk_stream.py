@@ -1,0 +1,328 @@
+"""The Vercel AI SDK UI message stream (``x-vercel-ai-ui-message-stream: v1``).
+
+``POST /v1/agent/ui-stream`` takes the body ``useChat`` sends through its
+``DefaultChatTransport`` (``{id, messages, trigger, messageId}`` plus our ``context_type``
+— default ``knowledge`` —, ``context`` and ``multitask``), starts a run of the same run
+manager as ``/v1/agent/runs`` in the conversation named by the chat ``id``, and answers
+with the run's event log translated into UI message chunks. ``GET
+/v1/agent/ui-stream/{chat_id}/stream`` is what ``useChat({resume: true})`` (and
+``chat.resumeStream()``) calls: 204 when the chat has no run that is live or ended within
+``AGENT_FINISHED_RUN_MEMORY_S``, else that run replayed from its first event and followed
+live (the SDK's transport treats a resumed stream as a replay: the message is rebuilt
+from its ``start`` chunk, whose ``messageId`` is the run id).
+
+The mapping (README "AI SDK UI message stream"): each model turn is a step
+(``start-step``/``finish-step``); streamed text is a text part; each tool call is a
+``dynamic`` and ``providerExecuted`` tool part (``tool-input-start``,
+``tool-input-available`` — the native log does not carry arguments, so ``input`` is
+``null`` —, then ``tool-output-available`` with ``{duration_ms}`` or
+``tool-output-error``); the ``response`` event's sources become ``source-url`` (they have
+a link) or ``source-document`` parts, and an answer that was not streamed as text becomes
+one; previews and clarifications are ``data-workflow-preview``,
+``data-table-config-preview``, ``data-table-config-validation-error``,
+``data-clarification`` parts; other native events are transient ``data-<event>`` parts
+(``onData`` only); ``error`` is an ``error`` chunk; the end is ``finish`` (metadata: run
+and conversation ids, status, usage, confidence) — or ``abort`` for a cancelled run — then
+``data: [DONE]``. A client that leaves (``stop()``) cancels the run unless it re-attaches
+within ``AGENT_CHAT_REATTACH_S``, as a keyless native chat does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+import events
+from agenttools.catalog import CONTEXT_TYPES
+from app import http
+from app.compat_runs import (
+    AnswerText,
+    Event,
+    active_run,
+    admit_body,
+    check_owner,
+    follow_any,
+    follow_live,
+    import_history,
+)
+from app.problems import HTTPProblem
+from app.records import ChatInput
+from llm.types import Message
+from storage.records import MULTITASK_POLICIES
+
+if TYPE_CHECKING:
+    from app.services import Services
+
+HEADERS = {"x-vercel-ai-ui-message-stream": "v1", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+TRIGGERS = ("submit-message", "regenerate-message")
+#: Native events with a part of their own; ``response``/``clarification`` also add text.
+DATA_PARTS = {
+    events.WorkflowPreview.name: "data-workflow-preview",
+    events.TableConfigPreview.name: "data-table-config-preview",
+    events.TableConfigValidationError.name: "data-table-config-validation-error",
+    events.Clarification.name: "data-clarification",
+}
+_TOOL = {"dynamic": True, "providerExecuted": True}
+DONE = b"data: [DONE]\n\n"
+#: Events translated per write when a burst of them was committed at once.
+SLICE = 64
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    """A UI message's text: its ``text`` parts (AI SDK 5+), else a ``content`` string."""
+    parts = message.get("parts")
+    if isinstance(parts, list):
+        return "".join(str(p.get("text") or "") for p in parts if isinstance(p, dict) and p.get("type") == "text")
+    content = message.get("content")
+    return content if isinstance(content, str) else ""
+
+
+def parse_body(body: dict[str, Any], *, max_message_chars: int) -> tuple[ChatInput, list[Message]]:
+    """The run's input and the chat's earlier turns, or a 400 naming the field at fault."""
+    chat_id = body.get("id")
+    if not isinstance(chat_id, str) or not http.CONVERSATION_ID.match(chat_id):
+        raise HTTPProblem(
+            400, "invalid_field", "id (the chat id) must be 1-128 characters of letters, digits, '_', '-', '.', ':'"
+        )
+    trigger = body.get("trigger", "submit-message")
+    if trigger not in TRIGGERS:
+        raise HTTPProblem(400, "invalid_field", f"trigger must be one of {', '.join(TRIGGERS)}")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise HTTPProblem(400, "invalid_field", "messages must be a non-empty array of UI messages")
+    last = messages[-1]
+    question = _message_text(last)
+    if last.get("role") != "user" or not question.strip():
+        raise HTTPProblem(400, "invalid_field", "the last message must be a user message with a text part")
+    if len(question) > max_message_chars:
+        raise HTTPProblem(400, "invalid_field", f"the last message is longer than {max_message_chars} characters")
+    context_type = body.get("context_type", "knowledge")
+    if context_type not in CONTEXT_TYPES:
+        raise HTTPProblem(
+            400, "unknown_context_type", f"context_type must be one of {', '.join(CONTEXT_TYPES)}; got {context_type!r}"
+        )
+    context = body.get("context") or {}
+    if not isinstance(context, dict):
+        raise HTTPProblem(400, "invalid_field", "context must be a JSON object")
+    multitask = body.get("multitask", "enqueue")
+    if multitask not in MULTITASK_POLICIES:
+        raise HTTPProblem(400, "invalid_field", f"multitask must be one of {', '.join(MULTITASK_POLICIES)}")
+    earlier = [
+        Message(m["role"], text)
+        for m in messages[:-1]
+        if m.get("role") in ("user", "assistant") and (text := _message_text(m)).strip()
+    ]
+    return ChatInput(question, str(context_type), context, chat_id, multitask), earlier
+
+
+class UIChunks:
+    """Run events → UI message chunks (dicts), in order, for one assistant message."""
+
+    def __init__(self, run_id: str, conversation_id: str) -> None:
+        self.message_id = run_id
+        self.metadata: dict[str, Any] = {"run_id": run_id, "conversation_id": conversation_id}
+        self.answer = AnswerText()
+        self.step_open = False
+        self.text_id: str | None = None
+        self._delta_head = b""
+        self.parts = 0
+        self.tools: dict[str, str] = {}
+        self.done = False
+
+    def start(self) -> list[dict[str, Any]]:
+        return [{"type": "start", "messageId": self.message_id, "messageMetadata": dict(self.metadata)}]
+
+    def _id(self, kind: str) -> str:
+        self.parts += 1
+        return f"{kind}-{self.parts}"
+
+    def _close_text(self, out: list[dict[str, Any]]) -> None:
+        if self.text_id is not None:
+            out.append({"type": "text-end", "id": self.text_id})
+            self.text_id = None
+
+    def _step(self, out: list[dict[str, Any]]) -> None:
+        if not self.step_open:
+            out.append({"type": "start-step"})
+            self.step_open = True
+
+    def _end_step(self, out: list[dict[str, Any]]) -> None:
+        self._close_text(out)
+        if self.step_open:
+            out.append({"type": "finish-step"})
+            self.step_open = False
+
+    def _text(self, out: list[dict[str, Any]], text: str) -> None:
+        if not text:
+            return
+        self._step(out)
+        if self.text_id is None:
+            self.text_id = self._id("text")
+            self._delta_head = b'data: {"type":"text-delta","id":' + orjson.dumps(self.text_id) + b',"delta":'
+            out.append({"type": "text-start", "id": self.text_id})
+        out.append({"type": "text-delta", "id": self.text_id, "delta": text})
+
+    def _whole_text(self, out: list[dict[str, Any]], text: str) -> None:
+        """Text the client has not seen yet (a final answer, a clarification), as its own part."""
+        if self.answer.owed(text):
+            self._close_text(out)
+            self._text(out, text)
+            self._close_text(out)
+
+    def _tool_start(self, out: list[dict[str, Any]], call_id: str, name: str) -> None:
+        self._close_text(out)
+        self._step(out)
+        self.tools[call_id] = name
+        out.append({"type": "tool-input-start", "toolCallId": call_id, "toolName": name, **_TOOL})
+        out.append({"type": "tool-input-available", "toolCallId": call_id, "toolName": name, "input": None, **_TOOL})
+
+    def wire(self, name: str, data: dict[str, Any]) -> bytes:
+        """``feed`` as SSE bytes; a token inside an open text part takes the short way."""
+        if name == events.ContentChunk.name and self.text_id is not None:
+            chunk = str(data.get("chunk") or "")
+            self.answer.chunk(chunk)
+            if not chunk:
+                return b""
+            return self._delta_head + orjson.dumps(chunk) + b"}\n\n"
+        return _frames(self.feed(name, data))
+
+    def feed(self, name: str, data: dict[str, Any]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        match name:
+            case events.ContentChunk.name:
+                chunk = str(data.get("chunk") or "")
+                self.answer.chunk(chunk)
+                self._text(out, chunk)
+            case events.MessageStart.name:
+                self._end_step(out)
+                self._step(out)
+                self.answer.new_turn()
+            case events.ToolCallStart.name:
+                self._tool_start(out, str(data.get("tool_use_id")), str(data.get("name")))
+            case events.ToolCallResult.name:
+                self._tool_result(out, data)
+            case events.Response.name:
+                self._whole_text(out, str(data.get("answer") or ""))
+                out.extend(self._sources(data.get("sources")))
+                for key in ("confidence_score", "used_internal_kb", "used_external_kb"):
+                    self.metadata[key] = data.get(key)
+            case events.Error.name:
+                self._close_text(out)
+                out.append({"type": "error", "errorText": str(data.get("message") or "the run failed")})
+                self.metadata["error_code"] = data.get("code")
+            case events.MessageComplete.name:
+                out.extend(self._finish(data))
+            case events.RunStarted.name:
+                pass  # the ``start`` chunk already carries the run and conversation ids
+            case _ if name in DATA_PARTS:
+                out.append({"type": DATA_PARTS[name], "data": data})
+                if name == events.Clarification.name:
+                    self._whole_text(out, str(data.get("missing_info") or ""))
+            case _:
+                out.append({"type": "data-" + name.replace("_", "-"), "data": data, "transient": True})
+        return out
+
+    def _tool_result(self, out: list[dict[str, Any]], data: dict[str, Any]) -> None:
+        call_id = str(data.get("tool_use_id"))
+        if call_id not in self.tools:  # never seen starting (defensive: the SDK needs the part first)
+            self._tool_start(out, call_id, str(data.get("name")))
+        if data.get("is_error"):
+            error = str(data.get("error") or "the tool call failed")
+            out.append({"type": "tool-output-error", "toolCallId": call_id, "errorText": error, **_TOOL})
+        else:
+            output = {"duration_ms": data.get("duration_ms")}
+            out.append({"type": "tool-output-available", "toolCallId": call_id, "output": output, **_TOOL})
+
+    @staticmethod
+    def _sources(sources: Any) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for s in sources if isinstance(sources, list) else []:
+            if not isinstance(s, dict) or not s.get("id"):
+                continue
+            source_id, title = str(s["id"]), str(s.get("title") or s["id"])
+            meta = {"agentchat": {k: v for k, v in s.items() if k in ("kind", "location", "metadata")}}
+            if s.get("url"):
+                out.append({"type": "source-url", "sourceId": source_id, "url": str(s["url"]), "title": title,
+                            "providerMetadata": meta})
+            else:
+                media = (s.get("metadata") or {}).get("media_type") if isinstance(s.get("metadata"), dict) else None
+                out.append({"type": "source-document", "sourceId": source_id, "title": title,
+                            "mediaType": str(media or "text/plain"), "providerMetadata": meta})
+        return out
+
+    def _finish(self, data: dict[str, Any]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        self._end_step(out)
+        self.done = True
+        status = str(data.get("status"))
+        if status == "cancelled":
+            return [*out, {"type": "abort", "reason": "the run was cancelled"}]
+        self.metadata.update(status=status, usage=data.get("usage"), turns=data.get("turns"))
+        reason = "stop" if status == "completed" else "error"
+        return [*out, {"type": "finish", "finishReason": reason, "messageMetadata": self.metadata}]
+
+
+def _frames(chunks: list[dict[str, Any]]) -> bytes:
+    return b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks)
+
+
+async def _stream(ui: UIChunks, source: AsyncIterator[list[Event | None]]) -> AsyncIterator[bytes]:
+    yield _frames(ui.start())
+    async for batch in source:
+        out: list[bytes] = []
+        for i, ev in enumerate(batch, 1):
+            out.append(b": ping\n\n" if ev is None else ui.wire(*ev))
+            if i % SLICE == 0:  # a burst of committed events goes out in slices, not at its end
+                yield b"".join(out)
+                out.clear()
+        if out:
+            yield b"".join(out)
+    if not ui.done:  # released at shutdown: the next process carries the run on
+        text = "the server restarted before the run ended; resume the stream"
+        yield _frames([{"type": "error", "errorText": text}])
+    yield DONE
+
+
+def _response(svc: Services, ui: UIChunks, source: AsyncIterator[list[Event | None]]) -> Response:
+    return http.sse(_stream(ui, source), svc, HEADERS)
+
+
+async def ui_stream(request: Request) -> Response:
+    """``POST /v1/agent/ui-stream``: start a run of the chat and stream it as UI chunks."""
+    svc, ident, body = await admit_body(request)
+    chat, earlier = parse_body(body, max_message_chars=svc.settings.max_message_chars)
+    assert chat.conversation_id is not None
+    # A chat this server has not seen: its earlier turns become the history. (Without
+    # any, the run's creation claims the conversation, or answers 404 for another's.)
+    known = await check_owner(svc, chat.conversation_id, ident.user_id) if earlier else True
+    await http.check_run_limit(svc, ident)
+    if not known:
+        await import_history(svc, chat.conversation_id, ident.user_id, earlier)
+    run = await http.start_run(svc, ident, chat)
+    return _response(svc, UIChunks(run.id, run.conversation_id), follow_live(svc, run, cancel_on_exit=True))
+
+
+async def ui_stream_resume(request: Request) -> Response:
+    """``GET /v1/agent/ui-stream/{chat_id}/stream``: the chat's active run, or 204."""
+    svc = http.services(request)
+    ident = http.identify(request)
+    chat_id = request.path_params["chat_id"]
+    if not http.CONVERSATION_ID.match(chat_id) or not await _owned(svc, chat_id, ident.user_id):
+        return Response(status_code=204)
+    run_id = await active_run(svc, ident.user_id, chat_id, within_s=svc.settings.finished_run_memory_s)
+    source = await follow_any(svc, run_id, ident.user_id, cancel_on_exit=True) if run_id else None
+    if run_id is None or source is None:
+        return Response(status_code=204)
+    return _response(svc, UIChunks(run_id, chat_id), source)
+
+
+async def _owned(svc: Services, chat_id: str, user_id: str) -> bool:
+    try:
+        return await check_owner(svc, chat_id, user_id)
+    except HTTPProblem:  # another user's chat looks like no chat at all
+        return False
+

@@ -1,0 +1,190 @@
+"""The OpenAPI description of the ecosystem faces (``app/openai_compat.py``,
+``app/ai_sdk_stream.py``), mirroring what those routes check and answer.
+
+Their streams are not run events: each frame is an unnamed SSE ``message`` whose ``data``
+is one JSON chunk (an OpenAI ``chat.completion.chunk`` or error, or an AI SDK UI message
+chunk) or the closing ``[DONE]``, described here frame by frame as the native stream is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agenttools.catalog import CONTEXT_TYPES
+from app.openai_request import model_ids
+from app.openapi import ApiContribution, json_body, json_response, path_param, problem, schema_ref
+from storage.records import MULTITASK_POLICIES
+
+CONVERSATION_ID_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
+_ID_HEADERS = {
+    "X-Run-Id": {"description": "The run that answers (cancel it with `POST /v1/agent/runs/{run_id}/cancel`).",
+                 "schema": {"type": "string"}},
+    "X-Conversation-Id": {"description": "The conversation the run belongs to (send it back to continue it).",
+                          "schema": {"type": "string"}},
+}
+
+
+def _frames(chunk: dict[str, Any], description: str) -> dict[str, Any]:
+    data = {
+        "anyOf": [
+            {"const": "[DONE]"},
+            {"type": "string", "contentMediaType": "application/json", "contentSchema": chunk},
+        ]
+    }
+    frame = {
+        "type": "object",
+        "required": ["event", "data"],
+        "description": description,
+        "properties": {"event": {"const": "message"}, "data": data},
+    }
+    return {"schema": frame, "x-sse-events": {"message": chunk}}
+
+
+def _openai_error(description: str) -> dict[str, Any]:
+    return json_response(description, schema_ref("OpenAIError"))
+
+
+def openai_api() -> ApiContribution:
+    model = schema_ref("OpenAIModel")
+    chunk = {"type": "object", "description": "A `chat.completion.chunk` (`agentchat`: a native event riding "
+             "on an empty delta) or, after a failure, `{error}`.",
+             "properties": {"object": {"const": "chat.completion.chunk"}, "error": schema_ref("OpenAIErrorBody")}}
+    unauthenticated = _openai_error("No valid bearer token (`AGENT_AUTH=jwt`)")
+    paths: dict[str, dict[str, Any]] = {
+        "/v1/models": {"get": {
+            "tags": ["openai"], "operationId": "listModels",
+            "summary": "OpenAI-compatible: one model per agent context",
+            "responses": {
+                "200": json_response("The models", {
+                    "type": "object", "required": ["object", "data"],
+                    "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": model}},
+                }),
+                "401": unauthenticated,
+            },
+        }},
+        "/v1/models/{model}": {"get": {
+            "tags": ["openai"], "operationId": "getModel", "summary": "OpenAI-compatible: one model",
+            "parameters": [path_param("model", {"type": "string"}, "A model id from `GET /v1/models`.")],
+            "responses": {"200": json_response("The model", model), "401": unauthenticated,
+                          "404": _openai_error("No such model (`model_not_found`)")},
+        }},
+        "/v1/chat/completions": {"post": {
+            "tags": ["openai"], "operationId": "createChatCompletion",
+            "summary": "OpenAI-compatible chat completion: a run of the agent in the model's context",
+            "description": "The last message is the run's question; earlier user/assistant turns are its history "
+            "(see README, OpenAI-compatible endpoints). `stream: true` answers `chat.completion.chunk`s, then "
+            "`[DONE]`. Unknown fields are ignored; `max_tokens`, `temperature`, `tools` and the like are too.",
+            "parameters": [{"name": "X-Conversation-Id", "in": "header", "required": False,
+                            "description": "Continue this server-side conversation.",
+                            "schema": {"type": "string", "pattern": CONVERSATION_ID_PATTERN}}],
+            "requestBody": json_body(schema_ref("ChatCompletionRequest")),
+            "responses": {
+                "200": {"description": "A `chat.completion`, or (stream) its chunks", "headers": _ID_HEADERS,
+                        "content": {"application/json": {"schema": schema_ref("ChatCompletion")},
+                                    "text/event-stream": _frames(chunk, "One chunk, or `[DONE]`")}},
+                "400": _openai_error("The body is invalid (`invalid_json`, `invalid_value`, …; `param` names it)"),
+                "401": unauthenticated,
+                "404": _openai_error("Unknown model (`model_not_found`) or another user's conversation"),
+                "408": _openai_error("The body did not arrive in time (`body_timeout`)"),
+                "409": _openai_error("The conversation is busy (`multitask: reject`) or the run was cancelled"),
+                "413": _openai_error("The body is too large (`payload_too_large`)"),
+                "429": _openai_error("Too many requests or runs (`rate_limited`, `too_many_runs`)"),
+                "500": _openai_error("The run failed (its error code)"),
+                "502": _openai_error("The model provider failed (`provider_…`)"),
+                "503": _openai_error("Shutting down or storage unavailable"),
+            },
+        }},
+    }
+    error_body = {"type": "object", "required": ["message", "type", "code"], "properties": {
+        "message": {"type": "string"}, "type": {"type": "string"},
+        "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]},
+    }}
+    schemas = {
+        "OpenAIErrorBody": error_body,
+        "OpenAIError": {"type": "object", "required": ["error"],
+                        "properties": {"error": schema_ref("OpenAIErrorBody")}},
+        "OpenAIModel": {"type": "object", "required": ["id", "object", "created", "owned_by"], "properties": {
+            "id": {"enum": model_ids()}, "object": {"const": "model"},
+            "created": {"type": "integer"}, "owned_by": {"type": "string"},
+        }},
+        "ChatCompletionRequest": {"type": "object", "required": ["model", "messages"], "properties": {
+            "model": {"enum": model_ids()},
+            "messages": {"type": "array", "minItems": 1, "items": {
+                "type": "object", "required": ["role"],
+                "properties": {"role": {"enum": ["system", "developer", "user", "assistant", "tool", "function"]},
+                               "content": {"type": ["string", "array", "null"]}},
+            }},
+            "stream": {"type": ["boolean", "null"]},
+            "stream_options": {"type": ["object", "null"], "properties": {"include_usage": {"type": "boolean"}}},
+            "context": {"type": "object", "description": "agentchat: the run's UI context"},
+            "conversation_id": {"type": "string", "pattern": CONVERSATION_ID_PATTERN,
+                                "description": "agentchat: continue this conversation"},
+            "multitask": {"enum": list(MULTITASK_POLICIES)},
+        }},
+        "ChatCompletion": {"type": "object", "required": ["id", "object", "choices"], "properties": {
+            "id": {"type": "string"}, "object": {"const": "chat.completion"}, "model": {"type": "string"},
+            "choices": {"type": "array", "items": {"type": "object", "properties": {
+                "message": {"type": "object", "properties": {"role": {"const": "assistant"},
+                                                             "content": {"type": "string"}}},
+                "finish_reason": {"type": "string"},
+            }}},
+            "usage": {"type": ["object", "null"]},
+            "agentchat": {"type": "object", "description": "Every native event but `content_chunk`, in order."},
+        }},
+    }
+    tags = [{"name": "openai", "description": "The agent as an OpenAI-compatible model (Open WebUI, OpenAI SDKs)."}]
+    return ApiContribution(paths=paths, schemas=schemas, tags=tags)
+
+
+def ai_sdk_api() -> ApiContribution:
+    chunk = {"type": "object", "required": ["type"], "description": "A UI message chunk (`start`, `text-delta`, "
+             "`tool-input-start`, `source-url`, `data-…`, `finish`, …).", "properties": {"type": {"type": "string"}}}
+    stream = {"description": "The UI message stream (`x-vercel-ai-ui-message-stream: v1`)",
+              "headers": {"x-vercel-ai-ui-message-stream": {"schema": {"const": "v1"}, "required": True}},
+              "content": {"text/event-stream": _frames(chunk, "One chunk, or `[DONE]`")}}
+    body = {"type": "object", "required": ["id", "messages"], "properties": {
+        "id": {"type": "string", "pattern": CONVERSATION_ID_PATTERN, "description": "The chat id: the conversation."},
+        "messages": {"type": "array", "minItems": 1, "items": {"type": "object", "properties": {
+            "id": {"type": "string"}, "role": {"enum": ["system", "user", "assistant"]},
+            "parts": {"type": "array", "items": {"type": "object"}},
+        }}},
+        "trigger": {"enum": ["submit-message", "regenerate-message"]},
+        "messageId": {"type": ["string", "null"]},
+        "context_type": {"enum": list(CONTEXT_TYPES), "default": "knowledge"},
+        "context": {"type": "object"},
+        "multitask": {"enum": list(MULTITASK_POLICIES)},
+    }}
+    unauthenticated = problem("No valid bearer token (`AGENT_AUTH=jwt`)", authenticate=True)
+    paths: dict[str, dict[str, Any]] = {
+        "/v1/agent/ui-stream": {"post": {
+            "tags": ["ai-sdk"], "operationId": "uiMessageStream",
+            "summary": "Start a run of the chat; stream it as a Vercel AI SDK UI message stream",
+            "description": "The body `useChat`'s `DefaultChatTransport` sends, plus `context_type`, `context` "
+            "and `multitask`. The last message is the question; the chat's earlier messages are its history "
+            "when the server does not know the chat yet.",
+            "requestBody": json_body(body),
+            "responses": {
+                "200": stream,
+                "400": problem("The body is invalid (`invalid_json`, `invalid_field`, `unknown_context_type`)"),
+                "401": unauthenticated,
+                "404": problem("The chat id is another user's conversation (`not_found`)"),
+                "408": problem("The body did not arrive in time (`body_timeout`)"),
+                "409": problem("A run of this chat is in progress and `multitask` is `reject`"),
+                "413": problem("The body is too large (`payload_too_large`)"),
+                "429": problem("Too many requests or runs", retry_after=True),
+                "503": problem("Shutting down or storage unavailable", retry_after=True),
+            },
+        }},
+        "/v1/agent/ui-stream/{chat_id}/stream": {"get": {
+            "tags": ["ai-sdk"], "operationId": "resumeUiMessageStream",
+            "summary": "Resume the chat's stream (what `useChat({resume: true})` calls)",
+            "parameters": [path_param("chat_id", {"type": "string"}, "The chat id.")],
+            "responses": {
+                "200": stream,
+                "204": {"description": "The chat has no live or just-ended run"},
+                "401": unauthenticated,
+            },
+        }},
+    }
+    tags = [{"name": "ai-sdk", "description": "The Vercel AI SDK UI message stream (`useChat`)."}]
+    return ApiContribution(paths=paths, tags=tags)

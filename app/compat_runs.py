@@ -1,0 +1,227 @@
+"""What the ecosystem faces (OpenAI-compatible, AI SDK UI stream) share: admission, the
+conversation a client's transcript continues, and reading a run's stored events.
+
+These faces never run the agent themselves. A request is admitted like a native one
+(auth, rate limit, body limits, run limit), becomes a ``ChatInput`` submitted to the same
+run manager, and its stream is the run's own event log — read through the native
+follower (``app.http.stream_run`` / ``stream_remote``), parsed back into ``(name, data)``
+pairs and translated by the face. So a run started here is durable, resumable and
+cancellable exactly like one started on ``/v1/agent/runs``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from starlette.requests import Request
+
+from app import http
+from app.auth import Identity
+from app.problems import HTTPProblem
+from app.runs import Run
+from llm.types import Message
+from storage.errors import ConversationOwnedByAnother, StorageUnavailable
+from storage.records import TERMINAL_EVENT, UNFINISHED, RunEvent, StoredRun
+
+if TYPE_CHECKING:
+    from app.services import Services
+
+#: One run event: its name and its decoded ``data``; ``None`` is a keep-alive tick.
+Event = tuple[str, dict[str, Any]]
+
+
+async def admit_body(request: Request) -> tuple[Services, Identity, Any]:
+    """The checks every chat request passes before its body is read, in the native order
+    (shutting down → 503, credentials → 401, rate → 429), then the body as bounded JSON."""
+    svc = http.services(request)
+    if svc.runs.closing:
+        raise HTTPProblem(503, "shutting_down", "the server is restarting; retry shortly", {"Retry-After": "2"})
+    ident = http.identify(request)
+    wait = await svc.limits.check_rate(http.rate_limit_key(request, ident))
+    if wait is not None:
+        raise HTTPProblem(429, "rate_limited", "too many requests; slow down", {"Retry-After": str(int(wait))})
+    body = await http.read_json_body(request, svc.settings.max_body_bytes)
+    if not isinstance(body, dict):
+        raise HTTPProblem(400, "invalid_request", "the body must be a JSON object")
+    return svc, ident, body
+
+
+def normalized(text: str) -> str:
+    """Whitespace-insensitive form, for "was this already said" checks."""
+    return " ".join(text.split())
+
+
+class AnswerText:
+    """The text a client has been shown so far, and what the run still owes it.
+
+    The native stream's ``content_chunk`` text is the answer while it is written; a model
+    may instead (or as well) put the whole answer into ``generate_response``, whose
+    ``response`` event carries it. A client that only shows text must see that answer
+    once: ``owed`` returns it unless it is already contained in what was streamed.
+    """
+
+    __slots__ = ("_norm", "_parts", "_turn_break")
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+        self._norm = ""
+        self._turn_break = False
+
+    @property
+    def text(self) -> str:
+        return "".join(self._parts)
+
+    def new_turn(self) -> None:
+        self._turn_break = bool(self._parts)
+
+    def chunk(self, text: str) -> str:
+        """The delta to send for a streamed chunk (a paragraph break opens a new turn's text)."""
+        if not text:
+            return ""
+        if self._turn_break:
+            self._turn_break = False
+            if not self.text.endswith("\n\n"):
+                text = "\n\n" + text
+        self._parts.append(text)
+        self._norm = ""
+        return text
+
+    def owed(self, extra: str) -> str:
+        """The delta that adds ``extra`` unless the client already has it ('' if it does)."""
+        want = normalized(extra)
+        if not want:
+            return ""
+        if not self._norm:
+            self._norm = normalized(self.text)
+        if want in self._norm:
+            return ""
+        return self.chunk(extra if not self._parts else "\n\n" + extra.lstrip())
+
+
+# --- reading a run's events ---------------------------------------------------------------
+
+
+def parse_frames(chunk: bytes) -> list[Event | None]:
+    """The run events in SSE bytes written by the native follower: frames of ``id``,
+    ``event`` and ``data`` lines in that order (``retry`` or a comment may come first),
+    ``data`` always one line of compact JSON. A heartbeat becomes ``None``."""
+    out: list[Event | None] = []
+    for frame in chunk.split(b"\n\n"):
+        head, found, data = frame.partition(b"data: ")  # the first data field: JSON has no raw newline
+        at = head.find(b"event: ")
+        if not found or at < 0:
+            continue
+        name = head[at + 7 : head.find(b"\n", at)]
+        if name == b"heartbeat":
+            out.append(None)
+            continue
+        value = orjson.loads(data)
+        out.append((name.decode(), value if isinstance(value, dict) else {}))
+    return out
+
+
+async def _batches(frames: AsyncIterator[bytes]) -> AsyncIterator[list[Event | None]]:
+    # aclosing: when the client leaves, the native follower's ``finally`` must run now
+    # (it counts followers and cancels an abandoned run after the re-attach window).
+    async with contextlib.aclosing(frames) as source:  # type: ignore[type-var]
+        async for chunk in source:
+            yield parse_frames(chunk)
+
+
+def follow_live(svc: Services, run: Run, *, cancel_on_exit: bool) -> AsyncIterator[list[Event | None]]:
+    """A run of this process from its first event, live, to ``message_complete``; events
+    come in the batches the native follower writes (everything committed since the last)."""
+    return _batches(http.stream_run(svc, run, 0, cancel_on_exit=cancel_on_exit))
+
+
+async def _stored(svc: Services, run_id: str) -> AsyncIterator[list[Event | None]]:
+    """A stored run's events, a page at a time, up to its terminal event."""
+    after = 0
+    while True:
+        page = await svc.run_store.events_after(run_id, after)
+        if not page:
+            return
+        yield [_decoded(ev) for ev in page]
+        after = page[-1].seq
+        if page[-1].event == TERMINAL_EVENT:
+            return
+
+
+def _decoded(ev: RunEvent) -> Event:
+    value = orjson.loads(ev.data)
+    return ev.event, value if isinstance(value, dict) else {}
+
+
+async def follow_any(
+    svc: Services, run_id: str, user_id: str, *, cancel_on_exit: bool
+) -> AsyncIterator[list[Event | None]] | None:
+    """The user's run from its first event: live here, live on another replica (read from
+    the store), or replayed from the store; ``None`` when there is no such run."""
+    run = svc.runs.get(run_id)
+    if run is not None and run.user_id == user_id:
+        return follow_live(svc, run, cancel_on_exit=cancel_on_exit)
+    stored = await svc.run_store.get(run_id)
+    if stored is None or stored.user_id != user_id:
+        return None
+    feed = getattr(svc.storage, "run_feed", None)
+    if feed is not None and stored.status in UNFINISHED:
+        return _batches(http.stream_remote(svc, feed, run_id, 0))
+    return _stored(svc, run_id)
+
+
+async def stored_events(svc: Services, run_id: str) -> list[Event]:
+    """Every stored event of a run (for checks, not for streaming)."""
+    return [ev async for page in _stored(svc, run_id) for ev in page if ev is not None]
+
+
+async def active_run(svc: Services, user_id: str, conversation_id: str, *, within_s: float) -> str | None:
+    """The conversation's newest run that is live, or ended less than ``within_s`` ago
+    (this process remembers it); else an unfinished one in the store (another replica)."""
+    now = time.time()
+    for run in svc.runs.recent(user_id):
+        if run.conversation_id != conversation_id:
+            continue
+        if not run.finished or (run.finished_at is not None and now - run.finished_at <= within_s):
+            return run.id
+        break
+    unfinished: list[StoredRun] = [
+        r for r in await svc.run_store.unfinished() if r.conversation_id == conversation_id and r.user_id == user_id
+    ]
+    return unfinished[-1].id if unfinished else None
+
+
+# --- the conversation a transcript continues -------------------------------------------------
+
+
+async def import_history(svc: Services, conversation_id: str, user_id: str, messages: Sequence[Message]) -> None:
+    """Store a client's earlier turns in a conversation that has none yet, so the run's
+    history is what the client shows. ``append`` claims the conversation in its own
+    transaction; with nothing to store, the run's creation claims it."""
+    if not messages:
+        return
+    try:
+        await svc.conversations.append(conversation_id, user_id, messages)
+    except ConversationOwnedByAnother:  # claimed by another user since we looked
+        raise HTTPProblem(404, "not_found", "no such conversation") from None
+    except StorageUnavailable:
+        raise HTTPProblem(
+            503, "storage_unavailable", "the service cannot store conversations right now; retry shortly",
+            {"Retry-After": "5"},
+        ) from None
+
+
+async def copy_history(svc: Services, source: str, target: str, user_id: str) -> None:
+    """Start ``target`` with ``source``'s stored messages (tool calls and results included)."""
+    await import_history(svc, target, user_id, await svc.conversations.load(source, user_id))
+
+
+async def check_owner(svc: Services, conversation_id: str, user_id: str) -> bool:
+    """True when the conversation exists and is the user's; 404 when it is another's."""
+    owner = await svc.conversations.owner(conversation_id)
+    if owner is not None and owner != user_id:
+        raise HTTPProblem(404, "not_found", "no such conversation")
+    return owner is not None

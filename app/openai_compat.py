@@ -1,0 +1,312 @@
+"""The OpenAI-compatible face: ``GET /v1/models`` and ``POST /v1/chat/completions``.
+
+Open WebUI and any OpenAI SDK can use the agent as a "model": one model per agent
+context (``agentchat-knowledge``, ``agentchat-workflow``, ``agentchat-tables``, from the
+catalog's contexts). A completion is a run of the same run manager as
+``/v1/agent/runs`` (auth from ``Authorization: Bearer``, limits, durability); its answer
+is the run's event log translated (``app/compat_runs.py``), never a second agent path.
+
+What a client gets (documented in README "OpenAI-compatible endpoints"):
+
+* ``delta.content`` / ``message.content``: the streamed answer text; a final answer
+  that reached us only through ``generate_response`` (or a clarification) is appended
+  unless it was already streamed.
+* ``agentchat``, an extra top-level field on chunks with an empty ``delta``: every other
+  native event as ``{"event", "data"}`` (tool calls and results, previews, the
+  ``response`` with its sources, ``message_complete`` on the final chunk). Empty deltas
+  and extra top-level fields are what other OpenAI-compatible servers send too
+  (llama.cpp's ``timings``, Perplexity's ``citations``), so text-only clients skip them;
+  the OpenAI SDKs keep them (``chunk.model_extra``).
+* Errors before the stream: OpenAI's ``{"error": {"message", "type", "param", "code"}}``
+  with a 4xx/5xx status; after it started: one such error chunk, then ``[DONE]``.
+
+History: OpenAI clients resend the whole transcript each time. With an explicit
+conversation (``X-Conversation-Id`` header or body ``conversation_id``) the server-side
+conversation is continued and the earlier messages are imported only when it is new.
+Otherwise every request gets a fresh conversation: when its earlier turns are exactly a
+transcript this server answered (that run is found by a hash of the transcript, stored
+as its idempotency key, and the answer the client holds is what it sent), that
+conversation's stored messages are copied, tool calls and results included; else the
+earlier turns are imported as text.
+Either way nothing the client shows is lost, and edits, branches and regenerations
+behave as they do on OpenAI's own stateless API.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+import events
+from app import http
+from app.auth import Identity
+from app.compat_runs import (
+    AnswerText,
+    admit_body,
+    check_owner,
+    copy_history,
+    follow_live,
+    import_history,
+    normalized,
+    stored_events,
+)
+from app.openai_request import (
+    CompletionRequest,
+    error_body,
+    error_response,
+    model_ids,
+    parse_request,
+    unknown_model,
+)
+from app.problems import HTTPProblem, ORJSONResponse
+from app.records import ChatInput
+from app.runs import Run
+from llm.types import Message
+from storage.errors import IdempotencyKeyUsed
+
+if TYPE_CHECKING:
+    from app.services import Services
+
+CHAIN_KEY_PREFIX = "oai-chain:"
+
+
+# --- GET /v1/models -----------------------------------------------------------------------
+
+
+def _model(model_id: str) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "agentchat"}
+
+
+async def list_models(request: Request) -> Response:
+    try:
+        http.identify(request)
+    except HTTPProblem as exc:
+        return error_response(exc)
+    return ORJSONResponse({"object": "list", "data": [_model(m) for m in model_ids()]})
+
+
+async def get_model(request: Request) -> Response:
+    try:
+        http.identify(request)
+        model = request.path_params["model"]
+        if model not in model_ids():
+            raise unknown_model(model)
+    except HTTPProblem as exc:
+        return error_response(exc)
+    return ORJSONResponse(_model(model))
+
+
+# --- the conversation the transcript continues ---------------------------------------------------
+
+
+def chain_key(turns: list[tuple[str, str]]) -> str:
+    """The idempotency key a run is stored under: a hash of the transcript it answered."""
+    canonical = orjson.dumps([[role, normalized(text)] for role, text in turns])
+    return CHAIN_KEY_PREFIX + hashlib.sha256(canonical).hexdigest()
+
+
+async def _answered_by_us(svc: Services, user_id: str, earlier: list[tuple[str, str]]) -> str | None:
+    """The conversation of the run that answered ``earlier`` up to its last user turn, when
+    the assistant text after it is what that run sent; else None."""
+    last_user = max((i for i, (role, _) in enumerate(earlier) if role == "user"), default=None)
+    if last_user is None or last_user == len(earlier) - 1:
+        return None
+    held = normalized(" ".join(text for _, text in earlier[last_user + 1:]))
+    parent = await svc.run_store.find_by_idempotency_key(user_id, chain_key(earlier[: last_user + 1]))
+    if parent is None or parent.status != "completed":
+        return None
+    tr = Translator("", "", 0, include_usage=False)
+    for name, data in await stored_events(svc, parent.id):
+        tr.feed(name, data)
+    return parent.conversation_id if normalized(tr.answer.text) == held else None
+
+
+async def conversation_for(svc: Services, ident: Identity, req: CompletionRequest) -> tuple[str, str | None]:
+    """(conversation id, idempotency key) of the run that answers ``req`` — see the module doc."""
+    user = ident.user_id
+    earlier = [Message(role, text) for role, text in req.turns[:-1]]  # type: ignore[arg-type]
+    if req.conversation_id is not None:
+        if not await check_owner(svc, req.conversation_id, user):
+            await import_history(svc, req.conversation_id, user, earlier)
+        return req.conversation_id, None
+    conversation_id = f"oai_{uuid.uuid4().hex}"
+    source = await _answered_by_us(svc, user, req.turns[:-1])
+    if source is not None:
+        await copy_history(svc, source, conversation_id, user)
+    else:
+        await import_history(svc, conversation_id, user, earlier)
+    return conversation_id, chain_key(req.turns)
+
+
+# --- events → chunks -------------------------------------------------------------------------------
+
+
+class Translator:
+    """Run events → ``chat.completion.chunk`` frames (SSE bytes); its state is the
+    non-streamed answer."""
+
+    def __init__(self, completion_id: str, model: str, created: int, *, include_usage: bool) -> None:
+        self.id, self.model, self.created, self.include_usage = completion_id, model, created, include_usage
+        self.answer = AnswerText()
+        self.events: list[dict[str, Any]] = []
+        self.usage: dict[str, int] | None = None
+        self.error: dict[str, str] | None = None
+        self.status: str | None = None
+        # The hot path (one frame per token) splices the delta into pre-encoded bytes.
+        head = orjson.dumps(self.chunk({}))
+        self._before_delta = b"data: " + head[: head.index(b'"delta":') + 8]
+        self._after_content = b',"logprobs":null,"finish_reason":null}]}\n\n'
+
+    def chunk(self, delta: dict[str, Any], finish: str | None = None, extra: Any = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": None,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+        if extra is not None:
+            out["agentchat"] = extra
+        return out
+
+    def _content(self, text: str) -> list[bytes]:
+        if not text:
+            return []
+        return [self._before_delta + orjson.dumps({"content": text}) + self._after_content]
+
+    def feed(self, name: str, data: dict[str, Any]) -> list[bytes]:
+        match name:
+            case events.ContentChunk.name:
+                return self._content(self.answer.chunk(str(data.get("chunk") or "")))
+            case events.MessageComplete.name:
+                return self._complete(data)
+        event = {"event": name, "data": data}
+        self.events.append(event)
+        out = [frame(self.chunk({}, extra=event))]
+        match name:
+            case events.MessageStart.name:
+                self.answer.new_turn()
+            case events.Response.name:
+                out += self._content(self.answer.owed(str(data.get("answer") or "")))
+            case events.Clarification.name:
+                out += self._content(self.answer.owed(str(data.get("missing_info") or "")))
+            case events.Error.name:
+                self.error = {"message": str(data.get("message") or "the run failed"), "code": str(data.get("code"))}
+        return out
+
+    def _complete(self, data: dict[str, Any]) -> list[bytes]:
+        self.status = str(data.get("status"))
+        raw = data.get("usage") or {}
+        prompt, completion = int(raw.get("input_tokens") or 0), int(raw.get("output_tokens") or 0)
+        self.usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        if self.status == "cancelled" and self.error is None:
+            self.error = {"message": "the run was cancelled", "code": "cancelled"}
+        if self.error is not None or self.status != "completed":
+            err = self.error or {"message": "the run failed", "code": "run_failed"}
+            return [frame(error_body(err["message"], err["code"], 500))]
+        event = {"event": events.MessageComplete.name, "data": data}
+        self.events.append(event)
+        out = [frame(self.chunk({}, "stop", event))]
+        if self.include_usage:
+            last = self.chunk({})
+            last["choices"], last["usage"] = [], self.usage
+            out.append(frame(last))
+        return out
+
+    def completion(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": None,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": self.answer.text, "refusal": None},
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": self.usage,
+            "agentchat": {"events": self.events},
+        }
+
+
+def frame(payload: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+#: Events translated per write when a burst of them was committed at once.
+SLICE = 64
+
+
+def _failure_status(code: str) -> int:
+    if code == "storage_unavailable":
+        return 503
+    if code.startswith("provider_"):
+        return 502
+    return 409 if code == "cancelled" else 500
+
+
+# --- POST /v1/chat/completions ------------------------------------------------------------------
+
+
+async def chat_completions(request: Request) -> Response:
+    try:
+        return await _chat_completions(request)
+    except HTTPProblem as exc:
+        return error_response(exc)
+
+
+async def _chat_completions(request: Request) -> Response:
+    svc, ident, body = await admit_body(request)
+    req = parse_request(body, request.headers, max_message_chars=svc.settings.max_message_chars)
+    await http.check_run_limit(svc, ident)
+    conversation_id, key = await conversation_for(svc, ident, req)
+    chat = ChatInput(req.question, req.context_type, req.context, conversation_id, req.multitask)
+    try:
+        run = await http.start_run(svc, ident, chat, key=key)
+    except IdempotencyKeyUsed:  # the same transcript again (regenerate): it runs again, the first keeps the key
+        run = await http.start_run(svc, ident, chat)
+    tr = Translator(f"chatcmpl-{run.id}", req.model, int(time.time()), include_usage=req.include_usage)
+    headers = {"X-Run-Id": run.id, "X-Conversation-Id": run.conversation_id}
+    if req.stream:
+        return http.sse(_stream(svc, run, tr), svc, headers)
+    async for batch in follow_live(svc, run, cancel_on_exit=False):
+        for ev in batch:
+            if ev is not None:
+                tr.feed(*ev)
+    if tr.status == "completed" and tr.error is None:
+        return ORJSONResponse(tr.completion(), headers=headers)
+    err = tr.error or {"message": "the server stopped before the run ended; retry", "code": "interrupted"}
+    status = _failure_status(err["code"]) if tr.status is not None else 503
+    return ORJSONResponse(error_body(err["message"], err["code"], status), status, headers=headers)
+
+
+async def _stream(svc: Services, run: Run, tr: Translator) -> AsyncIterator[bytes]:
+    yield frame(tr.chunk({"role": "assistant", "content": ""}))
+    async for batch in follow_live(svc, run, cancel_on_exit=True):
+        out: list[bytes] = []
+        for i, ev in enumerate(batch, 1):
+            if ev is None:
+                out.append(b": ping\n\n")
+            else:
+                out.extend(tr.feed(*ev))
+            if i % SLICE == 0:  # a burst of committed events goes out in slices, not at its end
+                yield b"".join(out)
+                out.clear()
+        if out:
+            yield b"".join(out)
+    if tr.status is None:  # released at shutdown: an OpenAI client cannot resume a stream
+        yield frame(error_body("the server restarted before the run ended; retry", "interrupted", 503))
+    yield DONE
