@@ -21,10 +21,10 @@ import httpx
 import orjson
 import pytest
 
+from client import AgentClient
 from tests.fakes.ollama import FakeOllama
 from tests.support.procs import AgentServer, prlimit_fsize, until
 from tests.support.server import serve_app
-from tests.support.sse import iter_sse
 
 STARTS = 20
 README_QUESTION = "How do I resume a stream after a disconnect?"
@@ -46,15 +46,8 @@ def knowledge(body: dict[str, Any] | None) -> dict[str, Any]:
 
 
 async def ask(base: str, question: str) -> list[tuple[str, Any]]:
-    events: list[tuple[str, Any]] = []
-    async with httpx.AsyncClient(timeout=60) as http, http.stream(
-        "POST", f"{base}/v1/agent/chat", json={"message": question, "context_type": "knowledge"}
-    ) as response:
-        assert response.status_code == 200, await response.aread()
-        async for ev in iter_sse(response.aiter_lines()):
-            if ev.event != "heartbeat":
-                events.append((ev.event, ev.json()))
-    return events
+    async with AgentClient(base) as agent:
+        return [(event.name, event.to_dict()) async for event in agent.chat(question, "knowledge")]
 
 
 async def test_the_sample_kb_is_there_after_every_fresh_start(tmp_path: Path) -> None:

@@ -12,10 +12,10 @@ import httpx
 from agenttools.registry import ToolRegistry
 from app.config import Settings
 from app.factory import create_app
+from client import AgentClient
 from llm.provider import ProviderHealth
 from llm.types import ChatRequest, ContentDelta, MessageComplete, MessageStart, StreamEvent, Usage
 from tests.support.server import serve_app
-from tests.support.sse import iter_sse
 
 
 class SlowProvider:
@@ -61,12 +61,11 @@ async def start_run_then_stop(tmp_path: Path, provider: SlowProvider, deadline_s
 
 
 async def replay(tmp_path: Path, run_id: str, after: int = 0) -> list[str]:
+    """The run's events after ``after``, read by the next process, as ``id:event:data``."""
     app = create_app(settings_for(tmp_path), provider=SlowProvider(0, 0), registry=ToolRegistry(), embedder=None)
-    async with serve_app(app) as base, httpx.AsyncClient(timeout=30) as client:
-        async with client.stream("GET", f"{base}/v1/agent/runs/{run_id}/events",
-                                 headers={"Last-Event-ID": str(after)}) as response:
-            assert response.status_code == 200
-            return [f"{e.id}:{e.event}:{e.data}" async for e in iter_sse(response.aiter_lines())]
+    async with serve_app(app) as base, AgentClient(base) as agent:
+        stream = agent.stream(run_id, after=after)
+        return [f"{stream.last_event_id}:{e.name}:{e.to_json().decode()}" async for e in stream]
 
 
 async def test_running_run_finishes_during_shutdown_and_replays_on_the_next_process(tmp_path: Path) -> None:

@@ -1,0 +1,318 @@
+"""The built-in routes, described: one ``ApiContribution`` per route module (the
+knowledge-base and admin routes in ``app/openapi_kb.py``).
+
+Each description mirrors the checks its route makes (``app/http.py``'s
+``parse_chat_input`` and ``_after``, ``app/bounds.py``, the KB and admin routes), so a
+client generated from the document sends what the server accepts, and the statuses
+listed are the ones the route can answer (schemathesis checks both against a live server).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.bounds import MAX_SAFE_INTEGER
+from app.config import CONTEXT_TYPES, Settings
+from app.openapi import (
+    ApiContribution,
+    header,
+    json_body,
+    json_response,
+    path_param,
+    problem,
+    public,
+    query,
+    schema_ref,
+    sse_response,
+)
+from app.openapi_kb import kb_api
+from storage.records import MULTITASK_POLICIES
+
+RUN_STATUSES = ("queued", "running", "completed", "failed", "cancelled", "interrupted")
+CONVERSATION_ID_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
+EVENT_ID = {"type": "integer", "minimum": 0, "maximum": MAX_SAFE_INTEGER}
+
+
+def _admission() -> dict[str, Any]:
+    """What can refuse a request that starts a run, before anything streams."""
+    return {
+        "400": problem("The body, a field or a header is invalid (`invalid_json`, `invalid_field`, "
+                       "`unknown_context_type`, `invalid_header`, `too_deep`, `number_out_of_range`)"),
+        "401": problem("No valid bearer token (`AGENT_AUTH=jwt`)", authenticate=True),
+        "408": problem("The body did not arrive within `AGENT_BODY_TIMEOUT_S` (`body_timeout`)"),
+        "409": problem("A run of this conversation is in progress and `multitask` is `reject` "
+                       "(`conversation_busy`), or a concurrent retry (`idempotency_conflict`)"),
+        "413": problem("The body is larger than `AGENT_MAX_BODY_BYTES` (`payload_too_large`)"),
+        "422": problem("This `Idempotency-Key` was used for another conversation (`idempotency_key_reused`)"),
+        "429": problem("Too many requests (`rate_limited`) or runs in progress for this user (`too_many_runs`)",
+                       retry_after=True),
+        "404": problem("`conversation_id` names a conversation of another user (`not_found`)"),
+        "503": problem("The server is restarting (`shutting_down`) or cannot store runs (`storage_unavailable`)",
+                       retry_after=True),
+    }
+
+
+def _chat_request(settings: Settings) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["message", "context_type"],
+        "description": "Other members are ignored. Nested at most 64 levels; integers within 64 bits.",
+        "properties": {
+            "message": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": settings.max_message_chars,
+                "pattern": r"\S",
+                "description": "The question (`AGENT_MAX_MESSAGE_CHARS`); not only white space.",
+            },
+            "context_type": {"enum": list(CONTEXT_TYPES), "description": "Which tools and prompt the run uses."},
+            "context": {
+                "type": ["object", "null"],
+                "description": "The UI context (`workflow_id`, `table_id`, …); its IDs are injected into tool calls.",
+            },
+            "conversation_id": {
+                "type": ["string", "null"],
+                "pattern": CONVERSATION_ID_PATTERN,
+                "description": "Continue this conversation (yours); omitted: a new one.",
+            },
+            "multitask": {
+                "enum": list(MULTITASK_POLICIES),
+                "default": "enqueue",
+                "description": "When a run of the conversation is in progress: run after it, refuse (409), "
+                "or cancel it.",
+            },
+        },
+    }
+
+
+def _idempotency_key() -> dict[str, Any]:
+    return header(
+        "Idempotency-Key",
+        {"type": "string", "pattern": r"^[\x21-\x7e]{1,255}$"},
+        "Repeat a request safely: the same key (per user) answers with the run it started.",
+    )
+
+
+def _last_event_id(what: str) -> dict[str, Any]:
+    return header("Last-Event-ID", EVENT_ID, what)
+
+
+def _run_links() -> dict[str, Any]:
+    """Where a started run's ids lead (OpenAPI links: for readers and for stateful testers)."""
+    run = {"run_id": "$response.body#/run_id"}
+    return {
+        "events": {"operationId": "streamRunEvents", "parameters": run, "description": "Read the run."},
+        "cancel": {"operationId": "cancelRun", "parameters": run, "description": "Stop the run."},
+        "conversation": {
+            "operationId": "getConversation",
+            "parameters": {"conversation_id": "$response.body#/conversation_id"},
+            "description": "The run's conversation.",
+        },
+    }
+
+
+def agent_api(settings: Settings) -> ApiContribution:
+    """``app/http.py``: chat, runs, their events, cancel, conversations."""
+    run_id = path_param("run_id", {"type": "string"}, "The run (`run_…` from `POST /v1/agent/runs`).")
+    not_found_run = problem("No such run of yours (`not_found`)")
+    unauthenticated = problem("No valid bearer token (`AGENT_AUTH=jwt`)", authenticate=True)
+    chat_body = json_body(schema_ref("ChatRequest"))
+    paths: dict[str, dict[str, Any]] = {
+        "/v1/agent/chat": {
+            "post": {
+                "tags": ["runs"],
+                "operationId": "chat",
+                "summary": "Start a run and stream its events",
+                "description": "The Go-compatible route. A retry of the same request resumes its run instead "
+                "of starting another: with the same `Idempotency-Key`, or with `Last-Event-ID` and the same "
+                "body. Without a key, the run is cancelled when the client leaves and does not come back "
+                "within `AGENT_CHAT_REATTACH_S`.",
+                "parameters": [
+                    _idempotency_key(),
+                    _last_event_id("On a retry: the last event id seen; the stream resumes after it."),
+                ],
+                "requestBody": chat_body,
+                "responses": {
+                    "200": sse_response("The run's events; a retry of a finished run with nothing newer "
+                                        "answers with an empty stream"),
+                    **_admission(),
+                },
+            }
+        },
+        "/v1/agent/runs": {
+            "post": {
+                "tags": ["runs"],
+                "operationId": "createRun",
+                "summary": "Start a run; read it from `stream_url`",
+                "parameters": [_idempotency_key()],
+                "requestBody": chat_body,
+                "responses": {
+                    "201": {**json_response("The run started", schema_ref("RunCreated")), "links": _run_links()},
+                    "200": {**json_response("A repeat with the same `Idempotency-Key`: the run it started",
+                                            schema_ref("RunCreated")), "links": _run_links()},
+                    **_admission(),
+                },
+            }
+        },
+        "/v1/agent/runs/{run_id}/events": {
+            "get": {
+                "tags": ["runs"],
+                "operationId": "streamRunEvents",
+                "summary": "A run's events: replayed from a point, then live",
+                "description": "Resume with `Last-Event-ID` (what `EventSource` sends) or `?after=`. A browser "
+                "`EventSource` cannot send headers: it uses `stream_url`, whose `token` authorises this run.",
+                "security": [{"bearerAuth": []}, {}],
+                "parameters": [
+                    run_id,
+                    query("token", {"type": "string"}, "The stream token of `stream_url` (instead of a bearer "
+                          "token); ignored with `AGENT_AUTH=none`."),
+                    query("after", EVENT_ID, "Send the events after this id (0: all)."),
+                    _last_event_id("The last event id seen; wins over `after`."),
+                ],
+                "responses": {
+                    "200": sse_response("The events after the given id; live ones follow until `message_complete`"),
+                    "204": {"description": "The run has ended and every event was seen: stop reconnecting"},
+                    "400": problem("`Last-Event-ID` or `after` is not an integer in range (`invalid_field`)"),
+                    "401": problem("No valid bearer or stream token (`unauthenticated`)"),
+                    "404": not_found_run,
+                },
+            }
+        },
+        "/v1/agent/runs/{run_id}/cancel": {
+            "post": {
+                "tags": ["runs"],
+                "operationId": "cancelRun",
+                "summary": "Stop a run (idempotent)",
+                "description": "The run ends with `message_complete` (`cancelled`); a finished run keeps its status.",
+                "parameters": [run_id],
+                "responses": {
+                    "200": json_response("The run's status now", schema_ref("RunStatus")),
+                    "401": unauthenticated,
+                    "404": not_found_run,
+                },
+            }
+        },
+        "/v1/agent/conversations/{conversation_id}": {
+            "get": {
+                "tags": ["runs"],
+                "operationId": "getConversation",
+                "summary": "A conversation's messages (owner only)",
+                "parameters": [path_param("conversation_id", {"type": "string"}, "The conversation.")],
+                "responses": {
+                    "200": json_response("The messages, oldest first", schema_ref("Conversation")),
+                    "401": unauthenticated,
+                    "404": problem("No such conversation of yours (`not_found`)"),
+                },
+            }
+        },
+    }
+    schemas = {
+        "ChatRequest": _chat_request(settings),
+        "RunCreated": {
+            "type": "object",
+            "required": ["run_id", "conversation_id", "stream_url"],
+            "properties": {
+                "run_id": {"type": "string"},
+                "conversation_id": {"type": "string"},
+                "stream_url": {"type": "string", "description": "Events of the run, with a short-lived "
+                               "signed `token` so a browser `EventSource` (no headers) can read it."},
+            },
+        },
+        "RunStatus": {
+            "type": "object",
+            "required": ["run_id", "status"],
+            "properties": {"run_id": {"type": "string"}, "status": {"enum": list(RUN_STATUSES)}},
+        },
+        "Conversation": {
+            "type": "object",
+            "required": ["conversation_id", "messages"],
+            "properties": {
+                "conversation_id": {"type": "string"},
+                "messages": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["role", "seq", "created_at"],
+                        "description": "A stored message (`user`, `assistant` with its tool calls, `tool` results).",
+                        "properties": {
+                            "role": {"type": "string"},
+                            "content": {},
+                            "seq": {"type": "integer"},
+                            "created_at": {"type": "number", "description": "Unix seconds."},
+                        },
+                    },
+                },
+            },
+        },
+    }
+    tags = [{"name": "runs", "description": "Start runs, read their events, cancel them; conversations."}]
+    return ApiContribution(paths=paths, schemas=schemas, tags=tags)
+
+
+def operations_api() -> ApiContribution:
+    """Health, readiness and metrics (``app/http.py``)."""
+    readiness = schema_ref("Readiness")
+    paths = {
+        "/healthz": {"get": {
+            "tags": ["operations"], "operationId": "healthz", "summary": "Liveness", "security": public(),
+            "responses": {"200": json_response("Alive", {
+                "type": "object", "required": ["status"], "properties": {"status": {"const": "ok"}}})},
+        }},
+        "/readyz": {"get": {
+            "tags": ["operations"], "operationId": "readyz", "security": public(),
+            "summary": "Readiness: provider, database, tool index, knowledge base, backend",
+            "responses": {"200": json_response("Ready", readiness),
+                          "503": json_response("Not ready; `checks` say why", readiness)},
+        }},
+        "/metrics": {"get": {
+            "tags": ["operations"], "operationId": "metrics", "summary": "Prometheus metrics", "security": public(),
+            "responses": {"200": {"description": "The Prometheus text format",
+                                  "content": {"text/plain": {"schema": {"type": "string"}}}}},
+        }},
+    }
+    schemas = {"Readiness": {
+        "type": "object",
+        "required": ["ready", "checks"],
+        "properties": {
+            "ready": {"type": "boolean"},
+            "checks": {"type": "object", "additionalProperties": {
+                "type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}}},
+        },
+    }}
+    tags = [{"name": "operations", "description": "For load balancers and monitoring."}]
+    return ApiContribution(paths=paths, schemas=schemas, tags=tags)
+
+
+def pages_api() -> ApiContribution:
+    """The playground (``app/playground.py``)."""
+    not_found = problem("No such file (`not_found`)")
+    paths = {
+        "/": {"get": {
+            "tags": ["pages"], "operationId": "playground", "summary": "The playground page", "security": public(),
+            "responses": {"200": {"description": "The page", "content": {"text/html": {"schema": {"type": "string"}}}}},
+        }},
+        "/favicon.ico": {"get": {
+            "tags": ["pages"], "operationId": "favicon", "summary": "The icon", "security": public(),
+            "responses": {"200": {"description": "An SVG",
+                                  "content": {"image/svg+xml": {"schema": {"type": "string"}}}}},
+        }},
+        "/static/{path}": {"get": {
+            "tags": ["pages"], "operationId": "staticFile", "summary": "The pages' scripts, styles and icon",
+            "security": public(),
+            "parameters": [path_param("path", {"type": "string", "minLength": 1}, "A file name.")],
+            "responses": {
+                "200": {"description": "The file", "content": {
+                    media: {"schema": {"type": "string"}}
+                    for media in ("text/javascript", "text/css", "image/svg+xml", "text/html")
+                }},
+                "404": not_found,
+            },
+        }},
+    }
+    tags = [{"name": "pages", "description": "What a browser loads."}]
+    return ApiContribution(paths=paths, tags=tags)
+
+
+def builtin_api(settings: Settings) -> list[ApiContribution]:
+    """Every built-in route module's contribution, in the order the docs show them."""
+    return [agent_api(settings), kb_api(), operations_api(), pages_api()]

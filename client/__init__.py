@@ -1,0 +1,29 @@
+"""A small typed Python client of the agent service's HTTP API.
+
+    async with AgentClient("http://127.0.0.1:8080", token=jwt) as agent:
+        run = await agent.start_run("How do I resume a stream?", "knowledge")
+        async for event in agent.stream(run.run_id):   # resumes by Last-Event-ID on drops
+            if isinstance(event, events.ContentChunk):
+                print(event.chunk, end="")
+
+Events are the ``events`` classes (the same ones the server emits); refusals raise
+``APIError`` carrying the server's problem JSON.
+"""
+
+from __future__ import annotations
+
+from client.agent import AgentClient, EventStream
+from client.errors import AgentClientError, APIError, StreamInterrupted
+from client.types import Conversation, ConversationMessage, RunState, StartedRun
+
+__all__ = [
+    "APIError",
+    "AgentClient",
+    "AgentClientError",
+    "Conversation",
+    "ConversationMessage",
+    "EventStream",
+    "RunState",
+    "StartedRun",
+    "StreamInterrupted",
+]

@@ -1,0 +1,48 @@
+"""The client's typed results (events themselves are the ``events`` classes)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+RunStatusName = Literal["queued", "running", "completed", "failed", "cancelled", "interrupted"]
+ContextType = Literal["workflow", "tables", "knowledge"]
+Multitask = Literal["enqueue", "reject", "interrupt"]
+
+
+@dataclass(frozen=True, slots=True)
+class StartedRun:
+    """``POST /v1/agent/runs``. ``created`` is False when an ``Idempotency-Key`` the user
+    sent before found the run it started (HTTP 200 instead of 201). ``stream_url``
+    carries a signed token, for a browser ``EventSource``."""
+
+    run_id: str
+    conversation_id: str
+    stream_url: str
+    created: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """A run's status, as ``POST /v1/agent/runs/{id}/cancel`` answers it."""
+
+    run_id: str
+    status: RunStatusName
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationMessage:
+    """One stored message; ``payload`` is the whole stored object (tool calls and all)."""
+
+    seq: int
+    created_at: float
+    role: str
+    content: Any
+    payload: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    conversation_id: str
+    messages: tuple[ConversationMessage, ...]

@@ -1,0 +1,241 @@
+"""The OpenAPI 3.1 description: complete, valid, served, rendered — and true.
+
+- Every route the Starlette router serves is described, and nothing else is.
+- The document is valid OpenAPI 3.1 (schemathesis' own validator) and every schema in it
+  is valid JSON Schema 2020-12; the event catalogue is the ``events`` package's.
+- ``/openapi.json`` and ``/docs`` are served (the page offline: no script, no CDN).
+- Schemathesis runs property-based against a live uvicorn server (default settings with
+  the offline extractive provider; the admin routes opened and the rate limit raised so
+  the fuzzer gets past 403/429): for every operation, positive and negative examples,
+  no 5xx, and every response's status, content type, headers and body match the
+  description — SSE bodies included, each event's ``data`` against its schema.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import schemathesis
+from jsonschema import Draft202012Validator
+from schemathesis.checks import not_a_server_error
+from schemathesis.core.failures import FailureGroup
+from schemathesis.errors import InvalidSchema
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+import events
+from app.config import Settings
+from app.factory import create_app
+from app.openapi import documented_operations, route_operations
+from tests.conftest import running_app
+from tests.support.server import serve_app
+
+MAX_EXAMPLES = 15
+
+
+def built_document(app: Any) -> dict[str, Any]:
+    """The document the app serves, read from its route (no server needed)."""
+    for route in app.routes:
+        if getattr(route, "path", None) == "/openapi.json":
+            response = asyncio.run(route.endpoint(None))
+            return dict(orjson.loads(response.body))
+    raise AssertionError("no /openapi.json route")
+
+
+def test_every_route_is_described_and_nothing_else(settings: Settings) -> None:
+    app = create_app(settings)
+    served = route_operations(app.routes)
+    described = documented_operations(built_document(app))
+    assert served - described == set(), "routes without a description in the OpenAPI document"
+    assert described - served == set(), "described operations no route serves"
+    assert ("/v1/agent/runs/{run_id}/events", "get") in served and ("/static/{path}", "get") in served
+
+
+def test_the_document_is_valid_openapi_31_and_its_schemas_valid_json_schema(settings: Settings) -> None:
+    doc = built_document(create_app(settings))
+    assert doc["openapi"].startswith("3.1.")
+    schemathesis.openapi.from_dict(doc).validate()
+    for schema in doc["components"]["schemas"].values():
+        Draft202012Validator.check_schema(schema)  # raises naming the bad keyword
+    # The validator is not a formality: a broken document is refused.
+    broken = copy.deepcopy(doc)
+    del broken["paths"]["/healthz"]["get"]["responses"]["200"]["description"]
+    with pytest.raises((InvalidSchema, ValueError)):
+        schemathesis.openapi.from_dict(broken).validate()
+
+
+def test_the_event_catalogue_is_the_events_package(settings: Settings) -> None:
+    doc = built_document(create_app(settings))
+    catalogue = doc["x-sse-events"]
+    assert list(catalogue) == list(events.EVENT_TYPES)
+    schemas = doc["components"]["schemas"]
+    for name, data_schema in events.event_data_schemas().items():
+        assert schemas[catalogue[name]["$ref"].rsplit("/", 1)[-1]] == data_schema
+    frames = schemas["RunEventFrame"]["oneOf"]
+    assert [f["properties"]["event"]["const"] for f in frames] == list(events.EVENT_TYPES)
+    assert [f["properties"]["data"]["contentSchema"] for f in frames] == list(catalogue.values())
+    stream = doc["paths"]["/v1/agent/runs/{run_id}/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]
+    assert stream["x-sse-events"] == catalogue
+
+
+def test_security_follows_agent_auth(settings: Settings) -> None:
+    open_doc = built_document(create_app(settings))
+    jwt_doc = built_document(create_app(settings.with_(auth="jwt", jwt_secret="x" * 32)))
+    assert {} in open_doc["security"] and jwt_doc["security"] == [{"bearerAuth": []}]
+    assert open_doc["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
+    assert jwt_doc["paths"]["/healthz"]["get"]["security"] == []
+
+
+async def test_served_document_and_offline_docs_page(settings: Settings) -> None:
+    async with running_app(settings) as (base, app), httpx.AsyncClient(base_url=base, timeout=30) as http:
+        served = await http.get("/openapi.json")
+        page = await http.get("/docs")
+        css = await http.get("/static/docs.css")
+        playground = await http.get("/")
+    assert served.status_code == 200 and served.headers["content-type"] == "application/json"
+    doc = served.json()
+    assert documented_operations(doc) == route_operations(app.routes)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+    assert 'href="/docs"' in playground.text
+    html = page.text
+    assert "<script" not in html and "@import" not in css.text and "url(" not in css.text
+    linked = re.findall(r'(?:src|href)="([^"]*)"', html)
+    assert linked and all(url.startswith(("/", "#")) for url in linked), "the page must work offline"
+    for path, item in doc["paths"].items():
+        assert f"<code>{path}</code>" in html
+        for op in item.values():
+            assert f'id="op-{op["operationId"]}"' in html
+    for name in events.EVENT_TYPES:
+        assert f'id="event-{name}"' in html
+    assert 'href="#schema-MessageCompleteEvent"' in html  # refs are links
+
+
+async def test_a_conversation_id_with_a_trailing_newline_is_refused(settings: Settings) -> None:
+    """Found while describing the pattern: ``$`` matched before a final newline."""
+    async with running_app(settings) as (base, _app), httpx.AsyncClient(base_url=base, timeout=30) as http:
+        body = {"message": "hi", "context_type": "knowledge", "conversation_id": "conv_1\n"}
+        refused = await http.post("/v1/agent/runs", json=body)
+    assert refused.status_code == 400 and refused.json()["error"] == "invalid_field"
+
+
+# --- schemathesis against a live server ---------------------------------------------------------
+
+
+@contextmanager
+def live_server(app: Any) -> Iterator[str]:
+    """``serve_app`` on its own event loop in a thread: schemathesis' test functions are
+    synchronous (requests), the server must keep serving while they block."""
+    ready = threading.Event()
+    box: dict[str, Any] = {}
+
+    async def main() -> None:
+        box["stop"] = asyncio.Event()
+        try:
+            async with serve_app(app) as base:
+                box["base"] = base
+                ready.set()
+                await box["stop"].wait()
+        finally:
+            ready.set()
+
+    def run() -> None:
+        loop.run_until_complete(main())
+        # What the server leaves behind (sse-starlette's shutdown watcher) ends with its loop.
+        leftovers = asyncio.all_tasks(loop)
+        for task in leftovers:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=run, name="live-api", daemon=True)
+    thread.start()
+    ready.wait(60)
+    try:
+        assert "base" in box, "the server did not start"
+        yield box["base"]
+    finally:
+        if "stop" in box:
+            loop.call_soon_threadsafe(box["stop"].set)
+        thread.join(30)
+        loop.close()
+
+
+def live_settings(db_path: Path) -> Settings:
+    """The default configuration with the offline provider, except that the request rate
+    is raised and the admin routes are open (``AGENT_ADMIN_OPEN``), so the fuzzer reaches
+    past the limiter and the 403 into the routes' own code (their 403 and 429 have tests
+    of their own)."""
+    return Settings.from_env(
+        {
+            "AGENT_DB_PATH": str(db_path),
+            "AGENT_LLM_PROVIDER": "extractive",
+            "AGENT_EMBEDDER": "none",
+            "AGENT_INGEST_SAMPLE_KB": "false",
+            "OLLAMA_HOST": "http://127.0.0.1:9",
+            "AGENT_REQUESTS_PER_MINUTE": "100000",
+            "AGENT_ADMIN_OPEN": "true",
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def live_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    work: Path = tmp_path_factory.mktemp("schemathesis")
+    with live_server(create_app(live_settings(work / "agent.sqlite3"))) as base:
+        yield base
+
+
+# The operations to test are known before any server runs: the app's own document (the
+# same bytes the live server serves, as test_served_document_and_offline_docs_page checks).
+schema = schemathesis.openapi.from_dict(
+    built_document(create_app(live_settings(Path("unused.sqlite3")))),
+    config=schemathesis.Config.from_dict(
+        {
+            "generation": {"max-examples": MAX_EXAMPLES, "deterministic": True, "database": "none", "mode": "all"},
+            "phases": {"stateful": {"enabled": False}, "coverage": {"enabled": False}},
+            "suppress-health-check": ["too_slow", "filter_too_much"],
+        }
+    ),
+)
+
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
+
+
+@schema.parametrize()
+def test_the_live_server_keeps_its_description(case: Any, live_base: str) -> None:
+    case.call_and_validate(base_url=live_base, checks=CHECKS, timeout=30)
+
+
+def test_schemathesis_reads_the_events_inside_the_stream(live_base: str) -> None:
+    """The SSE checks are not vacuous: with ``message_complete`` described wrongly, the
+    same validation fails on a real run's stream."""
+    doc = built_document(create_app(live_settings(Path("unused.sqlite3"))))
+    doc["components"]["schemas"]["MessageCompleteEvent"]["required"].append("not_sent")
+    chat = schemathesis.openapi.from_dict(doc)["/v1/agent/chat"]["POST"]
+    case = chat.Case(body={"message": "What is in the knowledge base?", "context_type": "knowledge"})
+    with pytest.raises(FailureGroup) as caught:
+        case.call_and_validate(base_url=live_base, checks=CHECKS, timeout=30)
+    [failure] = caught.value.exceptions
+    assert failure.title == "SSE event violates schema" and '"event": "message_complete"' in failure.message
