@@ -26,11 +26,16 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import jwt
 import orjson
+
+from app.log_context import note_user
+
+if TYPE_CHECKING:
+    from storage.interfaces import SecretStore
 
 try:  # PyJWT >= 2.10 warns on every use of an HMAC key under 32 bytes; the config checks length once
     from jwt.warnings import InsecureKeyLengthWarning as _ShortKeyWarning
@@ -246,6 +251,7 @@ class Authenticator:
         http: httpx.AsyncClient | None = None,
         jwks_min_refresh_s: float = 30.0,
         jwks_max_age_s: float = 3600.0,
+        stream_secret: str | None = None,
     ) -> None:
         self.mode = mode
         self.secret = secret
@@ -262,11 +268,15 @@ class Authenticator:
         self.jwks = (
             JwksKeys(jwks_url, http, min_refresh_s=jwks_min_refresh_s, max_age_s=jwks_max_age_s) if jwks_url else None
         )
-        # Stream tokens are signed with the JWT secret, or a per-process key otherwise.
-        self._stream_key = (secret or secrets.token_urlsafe(32)).encode() + b":stream"
+        # Stream tokens are signed with ``stream_secret`` — the app passes one every
+        # replica shares (``shared_stream_secret``); an Authenticator built without one
+        # (a single process, tests) signs with the JWT secret or a key of its own.
+        self._stream_key = (stream_secret or secret or secrets.token_urlsafe(32)).encode() + b":stream"
 
     @classmethod
-    def from_settings(cls, settings: Any, http: httpx.AsyncClient | None = None) -> Authenticator:
+    def from_settings(
+        cls, settings: Any, http: httpx.AsyncClient | None = None, *, stream_secret: str | None = None
+    ) -> Authenticator:
         pem_path: Path | None = settings.jwt_public_key
         return cls(
             settings.auth,
@@ -278,6 +288,7 @@ class Authenticator:
             issuer=settings.jwt_issuer,
             leeway_s=settings.jwt_leeway_s,
             http=http,
+            stream_secret=stream_secret,
         )
 
     def _bearer(self, authorization: str | None) -> str:
@@ -298,6 +309,7 @@ class Authenticator:
         if alg in ASYMMETRIC_ALGS and self._public_key is None and self.jwks is not None:
             jwk = await self.jwks.key(header.get("kid") if isinstance(header.get("kid"), str) else None)
             claims = self._claims(token, _jwk_key(jwk, str(alg)), str(alg))
+            note_user(str(claims["sub"]))
             return Identity(str(claims["sub"]), authorization)
         return self.identify(authorization)
 
@@ -317,6 +329,7 @@ class Authenticator:
         """Synchronous check: the ``none`` mode, HS256, a PEM key, or JWKS keys already
         cached (an unknown ``kid`` needs ``authenticate``, which can fetch)."""
         if self.mode == "none":
+            note_user(LOCAL_USER)
             return Identity(LOCAL_USER, authorization)
         token = self._bearer(authorization)
         header = _header(token)
@@ -334,6 +347,7 @@ class Authenticator:
         else:
             raise AuthError("unsupported token algorithm")
         claims = self._claims(token, key, str(alg))
+        note_user(str(claims["sub"]))  # the logs say who; the token itself never reaches them
         return Identity(str(claims["sub"]), authorization)
 
     def _claims(self, token: str, key: Any, alg: str) -> dict[str, Any]:
@@ -367,7 +381,21 @@ class Authenticator:
             raise AuthError("stream token is for another run")
         if not run_live and (time.time() if now is None else now) > float(claims.get("e", 0)):
             raise AuthError("stream token expired")
+        note_user(str(claims.get("u")))
         return str(claims.get("u"))
+
+
+STREAM_SECRET_NAME = "stream_token"
+
+
+async def shared_stream_secret(configured: str | None, store: SecretStore) -> str:
+    """The key ``stream_url`` tokens are signed with, the same on every replica:
+    ``AGENT_STREAM_TOKEN_SECRET`` when set, else a random key the first process to start
+    stored in the database (later ones, and replicas starting at the same moment, read
+    that one). A per-process key would make a link from replica A fail on replica B."""
+    if configured:
+        return configured
+    return await store.get_or_create(STREAM_SECRET_NAME, secrets.token_urlsafe(32))
 
 
 class JwksPrefetch:

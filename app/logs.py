@@ -1,17 +1,41 @@
-"""Logging set-up: one line per record, with the structured ``extra`` fields appended as JSON."""
+"""Logging set-up: JSON lines (default for ``agentchat serve``) or readable text.
+
+``AGENT_LOG_FORMAT=json`` writes one JSON object per line through python-json-logger's
+orjson formatter — chosen over structlog because every module here already logs through
+the standard library with ``extra={…}`` fields, which python-json-logger serialises as
+they are, with no second logging API to learn or to bridge uvicorn's and the libraries'
+records into. ``text`` (``make dev``, the other CLI commands) keeps the one-line form
+with the fields appended as JSON. Either way ``app.log_context.ContextFilter`` adds
+``run_id``, ``conversation_id``, ``user`` and ``route`` to the lines of a request or a
+run. ``AGENT_LOG_LEVEL`` sets the level. uvicorn's loggers go through the same handler
+(``uvicorn_log_config``), and its access log stays off: ``app.log_context.AccessLog``
+writes ours, without query secrets.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
+from datetime import UTC, datetime
+from typing import Any, Final
 
 import orjson
+from pythonjsonlogger.core import RESERVED_ATTRS
+from pythonjsonlogger.orjson import OrjsonFormatter
 
-_STANDARD = set(logging.LogRecord("x", 0, "x", 0, "x", None, None).__dict__) | {"message", "asctime"}
+from app.log_context import ContextFilter
+
+FORMATS: Final = ("json", "text")
+
+#: uvicorn adds ``color_message`` (the message with ANSI colours) to its records.
+_NOT_FIELDS = frozenset({"color_message"})
+_STANDARD = set(logging.LogRecord("x", 0, "x", 0, "x", None, None).__dict__) | {"message", "asctime"} | _NOT_FIELDS
 
 
 class StructuredFormatter(logging.Formatter):
+    """``time LEVEL logger: message {"extra": …}`` — for people reading a terminal."""
+
     def format(self, record: logging.LogRecord) -> str:
         base = super().format(record)
         extra = {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
@@ -20,10 +44,81 @@ class StructuredFormatter(logging.Formatter):
         return base
 
 
-def configure_logging(level: str | None = None) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(StructuredFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+class JsonLinesFormatter(OrjsonFormatter):
+    """One JSON object per record: ``time``, ``level``, ``logger``, ``message``, then the
+    context fields and the call's ``extra`` fields."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            ["levelname", "name", "message"],
+            rename_fields={"levelname": "level", "name": "logger"},
+            reserved_attrs=[*RESERVED_ATTRS, *_NOT_FIELDS],
+        )
+
+    def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]) -> None:
+        # The time first, in UTC with milliseconds: what log shippers sort and parse.
+        log_data["time"] = datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds")
+        super().add_fields(log_data, record, message_dict)
+
+
+def log_format(explicit: str | None = None, *, default: str = "json") -> str:
+    """``explicit``, else ``AGENT_LOG_FORMAT``, else ``default``; a ``ValueError`` names
+    the allowed values."""
+    value = (explicit or os.environ.get("AGENT_LOG_FORMAT") or default).strip().lower()
+    if value not in FORMATS:
+        raise ValueError(f"AGENT_LOG_FORMAT must be one of {', '.join(FORMATS)}; got {value!r}")
+    return value
+
+
+def log_level(explicit: str | None = None) -> str:
+    return (explicit or os.environ.get("AGENT_LOG_LEVEL") or "INFO").strip().upper()
+
+
+def make_handler(fmt: str = "json", stream: Any = None) -> logging.Handler:
+    """The one handler: stderr, the chosen format, the context fields."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonLinesFormatter())
+    else:
+        handler.setFormatter(StructuredFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(ContextFilter())
+    return handler
+
+
+def configure_logging(level: str | None = None, *, fmt: str | None = None, default_format: str = "json") -> str:
+    """Install the handler on the root logger; returns the format in use."""
+    chosen = log_format(fmt, default=default_format)
     root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel((level or os.environ.get("AGENT_LOG_LEVEL") or "INFO").upper())
+    root.handlers[:] = [make_handler(chosen)]
+    root.setLevel(log_level(level))
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    return chosen
+
+
+def uvicorn_log_config(fmt: str, level: str | None = None) -> dict[str, Any]:
+    """uvicorn's ``log_config``: its loggers propagate to our handler on the root logger
+    (also in the ``--reload`` child, which configures logging from this dict), and its
+    own access log has no handler."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "handlers": {"agentchat": {"()": "app.logs.make_handler", "fmt": fmt}},
+        "root": {"handlers": ["agentchat"], "level": log_level(level)},
+        "loggers": {
+            "uvicorn": {"handlers": [], "propagate": True},
+            "uvicorn.error": {"handlers": [], "propagate": True},
+            "uvicorn.access": {"handlers": [], "propagate": False},
+            "httpx": {"level": "WARNING"},
+        },
+    }
+
+
+def announce(line: str, logger: str = "agentchat.cli") -> None:
+    """A line for the operator (where the service listens): a record of its own in JSON
+    mode, so the output stays JSON lines, printed otherwise; shown at any log level."""
+    root = logging.getLogger()
+    if any(isinstance(h.formatter, JsonLinesFormatter) for h in root.handlers):
+        log = logging.getLogger(logger)
+        log.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, line, (), None))
+    else:
+        print(line, file=sys.stderr, flush=True)

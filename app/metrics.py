@@ -28,6 +28,7 @@ from typing import Any, Final, NamedTuple
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     GCCollector,
     Histogram,
     PlatformCollector,
@@ -52,6 +53,8 @@ KEYWORD_TOOL: Final = "index_keywords"
 RUN_STATUSES: Final = ("queued", "running", "completed", "failed", "cancelled", "interrupted")
 #: SC-005 asks for 95 % under 10 s: 10 is a bucket boundary.
 LATENCY_BUCKETS: Final = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+#: Take-over happens within about half a lease (10 s by default) after expiry.
+TAKEOVER_BUCKETS: Final = (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0)
 TOOL_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 #: Tool names the model invents are reported under this label, so they cannot grow
 #: the number of series without bound.
@@ -85,6 +88,8 @@ class FinishedRun:
     mandatory: bool = True
     response_seconds: float | None = None
     response_reminders: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
 
     def calls(self) -> list[ToolCallFact]:
         return [ToolCallFact(str(name), bool(ok)) for name, ok in self.tool_calls]
@@ -185,6 +190,25 @@ class RunMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.first_token_seconds = Histogram(
+            "agentchat_time_to_first_token_seconds",
+            "Time from a run's start to its first streamed answer token (runs carried on after a "
+            "restart or take-over are left out: their start is not this process's).",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.provider_errors = Counter(
+            "agentchat_provider_errors",
+            "Model turns that failed, by our error code (provider_timeout, provider_rate_limited, ...).",
+            ["code"],
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "agentchat_tokens",
+            "Model tokens of finished runs as the provider reported them, by direction (in | out).",
+            ["direction"],
+            registry=registry,
+        )
         self.kb_runs = Counter(
             "agentchat_kb_search_runs",
             "SC-001: finished runs under the mandatory flow, by whether the knowledge base was searched.",
@@ -226,10 +250,22 @@ class RunMetrics:
         """After each executed tool call (``ok`` is ``not result.is_error``)."""
         self.tool_seconds.labels(self._tool_label(name), "ok" if ok else "error").observe(max(0.0, seconds))
 
+    def first_token(self, seconds: float) -> None:
+        """Once per run, at its first streamed answer token."""
+        self.first_token_seconds.observe(max(0.0, seconds))
+
+    def provider_error(self, code: str) -> None:
+        """A model turn that ended in an error (``code`` is ours, a short fixed set)."""
+        self.provider_errors.labels(code).inc()
+
     def run_finished(self, summary: FinishedRun) -> RunOutcome:
         """Once per run, when its ``message_complete`` is emitted. Returns what was read."""
         outcome = assess(summary, self._kb_tools)
         self.run_seconds.labels(summary.status).observe(max(0.0, summary.seconds))
+        if summary.input_tokens > 0:
+            self.tokens.labels("in").inc(summary.input_tokens)
+        if summary.output_tokens > 0:
+            self.tokens.labels("out").inc(summary.output_tokens)
         if summary.responded:
             latency = summary.seconds if summary.response_seconds is None else summary.response_seconds
             self.response_seconds.observe(max(0.0, latency))
@@ -260,6 +296,8 @@ class LiveSources:
     write_stats: Callable[[], Any]  # .retries .failures
     index_ready: Callable[[], bool]
     resolution_cache: Callable[[], Any | None]  # None, or an object with stats.to_dict()
+    #: Runs this process holds a lease on (``None``: no leases, the gauge is left out).
+    leases_held: Callable[[], int] | None = None
 
 
 class LiveCollector:
@@ -286,6 +324,7 @@ class LiveCollector:
         yield _counter(
             "agentchat_runs_interrupted", "Runs released at shutdown for the next process.", counters.interrupted
         )
+        yield from _lease_metrics(counters, s.leases_held)
         yield _counter(
             "agentchat_runs_storage_failed",
             "Runs ended because their events could not be stored.",
@@ -322,6 +361,35 @@ def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
     return CounterMetricFamily(name, doc, value=value)
 
 
+def _lease_metrics(counters: Any, leases_held: Callable[[], int] | None) -> Iterator[Metric]:
+    """Run ownership across replicas (issue 13): leases held, renewals that failed, runs
+    lost to and taken over from other replicas, leases handed back at shutdown."""
+    if leases_held is not None:
+        yield GaugeMetricFamily(
+            "agentchat_run_leases_held", "Runs this replica holds a lease on (it executes them).", value=leases_held()
+        )
+    yield _counter(
+        "agentchat_run_lease_renewals_failed",
+        "Lease renewals that failed (the database was away); the runs are lost if it stays away past the lease.",
+        getattr(counters, "lease_renewals_failed", 0),
+    )
+    yield _counter(
+        "agentchat_run_leases_lost",
+        "Runs abandoned here because another replica took them over (this one was paused past its lease).",
+        getattr(counters, "leases_lost", 0),
+    )
+    yield _counter(
+        "agentchat_runs_taken_over",
+        "Runs taken over from another replica whose lease expired (it died), carried on here.",
+        getattr(counters, "taken_over", 0),
+    )
+    yield _counter(
+        "agentchat_run_leases_released",
+        "Leases handed back at shutdown so another replica takes the runs at once.",
+        getattr(counters, "leases_released", 0),
+    )
+
+
 # --------------------------------------------------------------------------- the whole
 
 
@@ -338,9 +406,24 @@ class AppMetrics:
         # A request that found every connection of an outbound pool busy (``llm.pool``).
         self.pool_wait_seconds = Histogram(
             "agentchat_pool_wait_seconds",
-            "Time a request waited for a connection of a full outbound pool (llm, backend)",
+            "Time a request waited for a connection of a full outbound pool (llm, backend, embed, perplexity)",
             ["pool"],
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=self.registry,
+        )
+
+        # From the moment a dead replica's lease expired to the run resumed here.
+        self.take_over_latency = Histogram(
+            "agentchat_run_takeover_latency_seconds",
+            "Time from the expiry of a dead replica's lease on a run to the run carried on here.",
+            buckets=TAKEOVER_BUCKETS,
+            registry=self.registry,
+        )
+
+        # Server-sent-event responses being written right now (every route that streams).
+        self.open_streams = Gauge(
+            "agentchat_open_streams",
+            "SSE responses open now (native, OpenAI-compatible and AI SDK streams).",
             registry=self.registry,
         )
 

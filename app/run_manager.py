@@ -30,13 +30,13 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal
 
-import orjson
-
+from app.log_context import bind_run, note_run
 from app.records import Caller, ChatInput, decode_run_input, encode_run_input
 from app.run_state import RunState
-from app.runs import TERMINAL_EVENT, Run, RunEvent, terminal_data
+from app.runs import Run, RunEvent, terminal_event
+from events import Discarded, Error, Event, EventDecodeError, MessageComplete, RunResumed, parse_event
 from llm.types import Message
 from storage.errors import StorageUnavailable
 from storage.interfaces import RunStore
@@ -55,6 +55,12 @@ class RunCounters:
     interrupted: int = 0
     storage_failures: int = 0
     rescued_writes: int = 0
+    #: Run ownership across replicas (``/metrics``): renewals that failed, runs another
+    #: replica took from this one, runs taken over here, leases handed back at shutdown.
+    lease_renewals_failed: int = 0
+    leases_lost: int = 0
+    taken_over: int = 0
+    leases_released: int = 0
 
 
 @dataclass(slots=True)
@@ -74,6 +80,8 @@ class RunManager:
     exclusive: bool = False
     owner_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
     counters: RunCounters = field(default_factory=RunCounters)
+    #: Called with the seconds from a dead replica's lease expiry to its run resumed here.
+    on_take_over: Callable[[float], None] | None = None
     _runs: dict[str, Run] = field(default_factory=dict)
     _by_conversation: dict[str, list[Run]] = field(default_factory=dict)
     _closing: bool = False
@@ -103,6 +111,7 @@ class RunManager:
         )
         run = self._new_run(run_id, conversation_id, caller.user_id, chat.context_type)
         run.question = chat.message
+        note_run(run_id, conversation_id)  # the request's log lines name the run from here on
         earlier = self._live_in(conversation_id)
         if chat.multitask == "interrupt":
             for other in earlier:
@@ -127,6 +136,7 @@ class RunManager:
             max_events=self.max_events,
         )
         run.on_storage_failure = self._rescue
+        run.on_abandon = self._lost
         if self.lease_s > 0:
             run.lease_owner, run.lease_s = self.owner_id, self.lease_s
         return run
@@ -140,6 +150,7 @@ class RunManager:
 
     def _start(self, run: Run, earlier: list[Run], body: Callable[[], Awaitable[None]]) -> None:
         async def go() -> None:
+            bind_run(run.id, run.conversation_id, run.user_id)  # every log line of the run names it
             for other in earlier:  # the conversation's turns run one after another
                 await other.wait_settled()
             await body()
@@ -154,11 +165,11 @@ class RunManager:
         if not run.finished and not run.released:
             # Cancelled before the agent began (a queued run), or a crash past the
             # agent's own handlers: the run still ends with exactly one terminal event.
-            status = "cancelled" if task.cancelled() else "failed"
-            events: list[tuple[str, dict[str, Any]]] = []
+            status: Literal["cancelled", "failed"] = "cancelled" if task.cancelled() else "failed"
+            events: list[Event] = []
             if status == "failed":
-                events.append(("error", {"message": "internal error", "code": "internal_error"}))
-            events.append((TERMINAL_EVENT, terminal_data(run, status)))
+                events.append(Error(message="internal error", code="internal_error"))
+            events.append(terminal_event(run, status))
             never_started = run.status == "queued" and run.question is not None
             messages = [Message("user", run.question)] if never_started and run.question else []
             run.emit_step(events, messages=messages, finished=True)
@@ -295,6 +306,7 @@ class RunManager:
             mine = [r.id for r in self._runs.values() if r.released and not r.lost and not r.finished]
             with contextlib.suppress(StorageUnavailable):
                 await self.store.release_leases(self.owner_id, mine)
+                self.counters.leases_released += len(mine)
 
     # --- recovery -----------------------------------------------------------------------------
 
@@ -308,6 +320,8 @@ class RunManager:
             stored_runs = await self.store.claim(self.owner_id, self.lease_s, expired_only=not self.exclusive)
         for stored in stored_runs:
             await self._recover_one(stored)
+            if not self.exclusive and self.lease_s > 0:
+                self._taken_over(stored)  # a replica's leases expired: it died
         if stored_runs:
             log.info("carrying on runs from the previous process", extra={"runs": len(stored_runs)})
         if self.lease_s > 0 and self._lease_task is None and not self._closing:
@@ -325,25 +339,47 @@ class RunManager:
             if mine is not None and not mine.lost and not mine.released:
                 continue  # still running here (the lease lapsed while this loop was busy)
             await self._recover_one(stored, reason="its replica stopped; another took it over")
+            self._taken_over(stored)
             taken += 1
         if taken:
             log.info("took over runs whose lease expired", extra={"runs": taken, "owner": self.owner_id})
         return taken
 
-    async def renew_leases(self) -> int:
-        """Renew this process's leases; abandon the runs another process took. Returns
-        how many were abandoned."""
-        held = [
+    def _taken_over(self, stored: StoredRun) -> None:
+        self.counters.taken_over += 1
+        if self.on_take_over is not None and stored.lease_expired_at is not None:
+            self.on_take_over(max(0.0, time.time() - stored.lease_expired_at))
+
+    def _held(self) -> list[Run]:
+        return [
             r for r in self._runs.values()
             if not r.lost and not r.released and (not r.finished or r.durable < len(r.events))
         ]
+
+    def leases_held(self) -> int:
+        """Runs this process holds a lease on (0 without leases)."""
+        return len(self._held()) if self.lease_s > 0 else 0
+
+    async def renew_leases(self) -> int:
+        """Renew this process's leases; abandon the runs another process took. Returns
+        how many were abandoned."""
+        held = self._held()
         if not held:
             return 0
-        still = await self.store.renew(self.owner_id, [r.id for r in held], self.lease_s)
+        try:
+            still = await self.store.renew(self.owner_id, [r.id for r in held], self.lease_s)
+        except Exception:
+            self.counters.lease_renewals_failed += 1
+            raise
         lost = [r for r in held if r.id not in still and not r.finished]
         for run in lost:
-            run.abandon()
+            run.abandon()  # counted by ``_lost``
         return len(lost)
+
+    def _lost(self, run: Run) -> None:
+        """A run of this process was taken over by another (found by a renewal, or by a
+        step whose write the lease refused)."""
+        self.counters.leases_lost += 1
 
     async def _keep_leases(self) -> None:
         """Renew every ``lease_s / 3``; look for expired leases every ``lease_s / 2``."""
@@ -368,31 +404,28 @@ class RunManager:
         events = await self.store.events_after(stored.id, 0, limit=self.max_events)
         run = Run.restore(stored, events, self.store, self.max_events)
         run.on_storage_failure = self._rescue
+        run.on_abandon = self._lost
         if self.lease_s > 0:
             run.lease_owner, run.lease_s = self.owner_id, self.lease_s
         earlier = self._live_in(run.conversation_id)
         self._register(run)
         self.counters.resumed += 1
-        if events and events[-1].event == TERMINAL_EVENT:
+        if events and events[-1].event == MessageComplete.name:
             # It ended, but the process died before its status was written.
             run.finished_at = time.time()
             status = _status_of(events[-1])
             run.status = status  # type: ignore[assignment]
             await self.store.set_status([run.id], status)
             return
-        reason = _cannot_resume(stored, events)
-        if reason is not None:
-            log.warning("run cannot be carried on", extra={"run_id": run.id, "reason": reason})
+        cannot = _cannot_resume(stored, events)  # not ``reason``: that one goes into run_resumed
+        if cannot is not None:
+            log.warning("run cannot be carried on", extra={"run_id": run.id, "reason": cannot})
             run.emit_step(
                 [
-                    (
-                        "error",
-                        {
-                            "message": f"The run was interrupted and cannot be carried on: {reason}.",
-                            "code": "run_interrupted",
-                        },
+                    Error(
+                        message=f"The run was interrupted and cannot be carried on: {cannot}.", code="run_interrupted"
                     ),
-                    (TERMINAL_EVENT, terminal_data(run, "failed")),
+                    terminal_event(run, "failed"),
                 ],
                 finished=True,
             )
@@ -405,23 +438,26 @@ class RunManager:
             return
         state = RunState.decode(stored.checkpoint)
         discarded = (
-            {
-                "from_seq": stored.checkpoint_seq + 1,
-                "to_seq": stored.last_seq,
-                "reason": "a model turn was cut off; it is run again",
-            }
+            Discarded(
+                from_seq=stored.checkpoint_seq + 1,
+                to_seq=stored.last_seq,
+                reason="a model turn was cut off; it is run again",
+            )
             if stored.last_seq > stored.checkpoint_seq
             else None
         )
-        resumed = {
-            "run_id": run.id,
-            "reason": reason,
-            "checkpoint_seq": stored.checkpoint_seq,
-            "discarded": discarded,
-            "pending_tool_calls": len(state.pending.calls) - len(state.pending.results) if state.pending else 0,
-        }
+        resumed = RunResumed(
+            run_id=run.id,
+            reason=reason,
+            checkpoint_seq=stored.checkpoint_seq,
+            discarded=discarded,
+            pending_tool_calls=len(state.pending.calls) - len(state.pending.results) if state.pending else 0,
+        )
         if discarded is not None:
-            log.info("discarding a partial model turn", extra={"run_id": run.id, **discarded})
+            log.info(
+                "discarding a partial model turn",
+                extra={"run_id": run.id, "from_seq": discarded.from_seq, "to_seq": discarded.to_seq},
+            )
         self._start(run, earlier, lambda: self.agent(run, chat, caller, state=state, resumed=resumed))
 
 
@@ -450,8 +486,9 @@ def _cannot_resume(stored: StoredRun, events: list[RunEvent]) -> str | None:
 
 
 def _status_of(event: RunEvent) -> str:
+    """The status a stored ``message_complete`` names (``failed`` if it cannot be read)."""
     try:
-        status = orjson.loads(event.data).get("status")
-    except orjson.JSONDecodeError:
-        status = None
-    return status if status in ("completed", "failed", "cancelled") else "failed"
+        ended = parse_event(event.event, event.data)
+    except EventDecodeError:
+        return "failed"
+    return ended.status if isinstance(ended, MessageComplete) else "failed"

@@ -67,6 +67,9 @@ class StoredRun:
     last_seq: int = 0
     multitask: str = "enqueue"
     resumes: int = 0
+    #: Set by ``RunStore.claim`` only: when the lease this claim replaced had expired
+    #: (epoch seconds; ``None`` when the run had no lease) — the take-over latency.
+    lease_expired_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -294,3 +294,48 @@ async def test_extractive_provider_end_to_end(tmp_path: Path) -> None:
     streamed = "".join(e.json()["chunk"] for e in events if e.event == "content_chunk")
     assert streamed == response["answer"]
     assert events[-1].json()["status"] == "completed"
+
+
+async def test_metrics_of_runs_through_the_loop(tmp_path: Path) -> None:
+    """Time to first token, tokens in/out, provider errors by code and open streams move
+    with real runs (read with Prometheus' own parser)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.fakes import HttpError
+
+    def fail(body: dict[str, Any]) -> list[Any]:
+        return [HttpError(503, "the model is overloaded")]
+
+    def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    async with flow_app(tmp_path, [say("Let me look. "), search(), answer(), fail]) as (base, _app, _fake, _p):
+        async with httpx.AsyncClient(timeout=30) as client:
+            before = samples((await client.get(f"{base}/metrics")).text)
+            assert before[("agentchat_open_streams", ())] == 0
+            assert before[("agentchat_time_to_first_token_seconds_count", ())] == 0
+            async with client.stream(
+                "POST", f"{base}/v1/agent/chat", json={"message": QUESTION, "context_type": "knowledge"}
+            ) as response:
+                lines = response.aiter_lines()
+                async for line in lines:
+                    if line.startswith("event:"):
+                        break  # the stream is open and has begun
+                during = samples((await client.get(f"{base}/metrics")).text)
+                async for _ in lines:
+                    pass
+            failed = await ask(base)
+            after = samples((await client.get(f"{base}/metrics")).text)
+    assert during[("agentchat_open_streams", ())] == 1
+    assert after[("agentchat_open_streams", ())] == 0
+    assert failed[-1].json()["status"] == "failed"
+    assert after[("agentchat_time_to_first_token_seconds_count", ())] == 1  # the failed run streamed no text
+    # Three scripted turns of the fake at 11 tokens in and 7 out each.
+    assert after[("agentchat_tokens_total", (("direction", "in"),))] == 33
+    assert after[("agentchat_tokens_total", (("direction", "out"),))] == 21
+    codes = {labels: v for (name, labels), v in after.items() if name == "agentchat_provider_errors_total"}
+    assert sum(codes.values()) == 1 and all(v == 1 for v in codes.values()), codes

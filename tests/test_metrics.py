@@ -149,6 +149,10 @@ RECORDED = {
     "agentchat_perplexity_runs": "counter",
     "agentchat_perplexity_runs_keywords_indexed": "counter",
     "agentchat_tool_retries": "counter",
+    "agentchat_time_to_first_token_seconds": "histogram",
+    "agentchat_provider_errors": "counter",
+    "agentchat_tokens": "counter",
+    "agentchat_open_streams": "gauge",
 }
 
 

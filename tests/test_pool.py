@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from agenttools.perplexity import PerplexityClient
 from app.config import Settings
 from app.metrics import AppMetrics
+from app.rooms import kb_embedder, perplexity_http
 from llm.pool import PooledTransport, PoolWaits
+from tests.fakes import FakeGemini, FakeOllama, running_fake
+from tests.fakes.openai import FakeOpenAI
+from tests.fakes.perplexity import Answer, FakePerplexity
 
 
 class Chunks(httpx.AsyncByteStream):
@@ -65,3 +74,115 @@ def test_pool_sizes_are_settings() -> None:
     s = Settings.from_env({"AGENT_LLM_MAX_CONNECTIONS": "500", "AGENT_BACKEND_MAX_CONNECTIONS": "64"})
     assert (s.llm_max_connections, s.backend_max_connections) == (500, 64)
     assert Settings.from_env({}).llm_max_connections == 256
+
+
+def test_embedder_and_perplexity_pool_sizes_are_settings() -> None:
+    s = Settings.from_env({"AGENT_EMBED_MAX_CONNECTIONS": "3", "AGENT_PERPLEXITY_MAX_CONNECTIONS": "5"})
+    assert (s.embed_max_connections, s.perplexity_max_connections) == (3, 5)
+    assert (Settings.from_env({}).embed_max_connections, Settings.from_env({}).perplexity_max_connections) == (32, 16)
+
+
+# --- the configured size reaches each client: N+1 requests against a held loopback fake ---
+
+
+class Held:
+    """ASGI middleware in front of a fake: while ``holding``, requests whose path ends
+    with ``suffix`` wait for ``release``; it counts how many arrived and the peak of
+    those in the server at once."""
+
+    def __init__(self, app: Any, suffix: str) -> None:
+        self.app, self.suffix = app, suffix
+        self.holding = False
+        self.release = asyncio.Event()
+        self.arrived = self.in_server = self.peak = 0
+        self.reached = asyncio.Event()
+        self.expect = 0
+
+    def hold(self, expect: int) -> None:
+        self.holding, self.expect, self.arrived = True, expect, 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not self.holding or not scope["path"].endswith(self.suffix):
+            await self.app(scope, receive, send)
+            return
+        self.arrived += 1
+        self.in_server += 1
+        self.peak = max(self.peak, self.in_server)
+        if self.arrived >= self.expect:
+            self.reached.set()
+        try:
+            await self.release.wait()
+            await self.app(scope, receive, send)
+        finally:
+            self.in_server -= 1
+
+
+def pool_waits_counted(metrics: AppMetrics, pool: str) -> float:
+    for family in text_string_to_metric_families(metrics.exposition().decode()):
+        for sample in family.samples:
+            if sample.name == "agentchat_pool_wait_seconds_count" and sample.labels.get("pool") == pool:
+                return sample.value
+    return 0.0
+
+
+async def overflow(held: Held, size: int, call: Callable[[], Any]) -> None:
+    """``size + 1`` calls at once: ``size`` reach the server and are held there; the
+    last one waits for a connection (it does not reach the server while they are held)."""
+    held.hold(size)
+    tasks = [asyncio.create_task(call()) for _ in range(size + 1)]
+    await asyncio.wait_for(held.reached.wait(), 10)
+    for _ in range(20):  # let a request the pool did not stop reach the server
+        await asyncio.sleep(0.01)
+    assert held.arrived == size and held.peak == size
+    held.release.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    assert held.arrived == size + 1 and held.peak == size
+
+
+@asynccontextmanager
+async def embedder_fake(kind: str) -> AsyncIterator[tuple[Held, dict[str, str]]]:
+    """The fake of one embedding service behind ``Held``, and the settings that use it."""
+    if kind == "ollama":
+        held = Held(FakeOllama().app, "/api/embed")
+        async with running_fake(held) as url:
+            yield held, {"AGENT_EMBEDDER": "ollama", "OLLAMA_HOST": url, "OLLAMA_EMBED_MODEL": "nomic-embed-text"}
+    elif kind == "gemini":
+        held = Held(FakeGemini(api_key="test-key").app, ":batchEmbedContents")
+        async with running_fake(held) as url:
+            yield held, {"AGENT_EMBEDDER": "gemini", "GEMINI_API_KEY": "test-key", "GEMINI_BASE_URL": url}
+    else:
+        held = Held(FakeOpenAI().app, "/v1/embeddings")
+        async with running_fake(held) as url:
+            yield held, {"AGENT_EMBEDDER": "openai", "OPENAI_BASE_URL": url + "/v1", "OPENAI_EMBED_MODEL": "embed-test"}
+
+
+@pytest.mark.parametrize("kind", ["ollama", "gemini", "openai"])
+async def test_an_embedder_uses_a_pool_of_the_configured_size(kind: str, caplog: pytest.LogCaptureFixture) -> None:
+    metrics = AppMetrics()
+    waits = PoolWaits()
+    waits.attach(metrics.pool_waited)
+    async with AsyncExitStack() as stack:
+        held, env = await stack.enter_async_context(embedder_fake(kind))
+        settings = Settings.from_env({**env, "AGENT_EMBED_MAX_CONNECTIONS": "2"})
+        embedder, why = await kb_embedder(settings, pool_waits=waits)  # the app's (and the KB's) embedder
+        assert embedder is not None and embedder.name == kind, why
+        stack.push_async_callback(embedder.aclose)
+        with caplog.at_level(logging.WARNING, logger="agentchat.pool"):
+            await overflow(held, 2, lambda: embedder.embed("tool search query"))
+    assert pool_waits_counted(metrics, "embed") == 1
+    assert [r.__dict__.get("pool") for r in caplog.records if "waited for an outbound connection" in r.message] == [
+        "embed"
+    ]
+
+
+async def test_perplexity_uses_a_pool_of_its_own_of_the_configured_size() -> None:
+    metrics = AppMetrics()
+    waits = PoolWaits()
+    waits.attach(metrics.pool_waited)
+    fake = FakePerplexity(script=lambda body: Answer("An answer."))
+    held = Held(fake.app, "/chat/completions")
+    settings = Settings.from_env({"AGENT_PERPLEXITY_MAX_CONNECTIONS": "3"})
+    async with running_fake(held) as url, AsyncExitStack() as stack:
+        client = PerplexityClient(await perplexity_http(settings, stack, waits), fake.api_key, base_url=url)
+        await overflow(held, 3, lambda: client.search("latest release notes"))
+    assert pool_waits_counted(metrics, "perplexity") == 1

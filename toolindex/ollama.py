@@ -49,7 +49,9 @@ class OllamaEmbedder:
         max_chars: int = 6_000,
         batch_size: int = 128,
         client: ollama.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """``transport``: the pool of a stated size the requests go through (``llm.pool``)."""
         if batch_size < 1:
             raise ValueError("batch_size must be positive")
         self.host = normalise_host(host)
@@ -61,7 +63,9 @@ class OllamaEmbedder:
         self._timeout_s = timeout_s
         self._uses_prefixes = "nomic" in model.lower()
         self._owns_client = client is None
-        self._client = client or ollama.AsyncClient(host=self.host, timeout=timeout_s)
+        self._client = client or ollama.AsyncClient(
+            host=self.host, timeout=timeout_s, **({"transport": transport} if transport is not None else {})
+        )
 
     def _prepare(self, text: str, task: EmbedTask) -> str:
         body = prepare_text(text, self.max_chars)

@@ -39,7 +39,10 @@ class OpenAIEmbedder:
         max_chars: int = 8_000,
         batch_size: int = 128,
         http_client: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """``transport``: the pool of a stated size the requests go through (``llm.pool``),
+        for the client built here when no ``http_client`` is given."""
         if batch_size < 1:
             raise ValueError("batch_size must be positive")
         self.base_url = base_url.rstrip("/")
@@ -50,8 +53,12 @@ class OpenAIEmbedder:
         self._batch_size = batch_size
         self._timeout_s = timeout_s
         self._owns_http = http_client is None
-        self._http = http_client or httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=20, max_keepalive_connections=10), follow_redirects=False
+        self._http = http_client or (
+            httpx.AsyncClient(transport=transport, follow_redirects=False)
+            if transport is not None
+            else httpx.AsyncClient(
+                limits=httpx.Limits(max_connections=20, max_keepalive_connections=10), follow_redirects=False
+            )
         )
         self._client = openai.AsyncOpenAI(
             base_url=self.base_url,

@@ -10,6 +10,7 @@ on one conversation see each other (the ``reject`` policy holds across replicas)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import psycopg
 
@@ -207,21 +208,25 @@ class PostgresRunStore:
         when not ``expired_only`` — for ``owner``, atomically: of replicas claiming at
         once, each run goes to exactly one. Oldest first."""
         expired = f"AND (lease_until IS NULL OR lease_until < {_NOW})" if expired_only else ""
+        # The sub-select locks the rows and keeps each one's old lease end (returned: the
+        # take-over latency starts when the dead replica's lease expired).
         sql = (
-            f"UPDATE runs SET lease_owner = %s, lease_until = {_NOW} + %s WHERE id IN ("
-            f"SELECT id FROM runs WHERE status = ANY(%s) {expired} ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED"
-            ") RETURNING id"
+            f"UPDATE runs SET lease_owner = %s, lease_until = {_NOW} + %s FROM ("
+            f"SELECT id, lease_until FROM runs WHERE status = ANY(%s) {expired} ORDER BY seq LIMIT %s "
+            "FOR UPDATE SKIP LOCKED) AS old WHERE runs.id = old.id RETURNING runs.id, old.lease_until"
         )
 
-        async def tx(conn: Conn) -> list[str]:
+        async def tx(conn: Conn) -> dict[str, float | None]:
             cur = await conn.execute(sql, (owner, float(lease_s), list(UNFINISHED), limit))
-            return [str(r[0]) for r in await cur.fetchall()]
+            return {str(r[0]): r[1] for r in await cur.fetchall()}
 
-        ids = await self.db.transact(tx)
-        if not ids:
+        claimed = await self.db.transact(tx)
+        if not claimed:
             return []
-        rows = await self.db.fetchall(f"SELECT {_COLUMNS} FROM runs r WHERE r.id = ANY(%s) ORDER BY r.seq", (ids,))
-        return [_stored(r) for r in rows]
+        rows = await self.db.fetchall(
+            f"SELECT {_COLUMNS} FROM runs r WHERE r.id = ANY(%s) ORDER BY r.seq", (list(claimed),)
+        )
+        return [replace(stored, lease_expired_at=claimed.get(stored.id)) for stored in map(_stored, rows)]
 
     async def renew(self, owner: str, run_ids: Sequence[str], lease_s: float) -> set[str]:
         """Extend ``owner``'s leases; returns the runs it still holds (the others were

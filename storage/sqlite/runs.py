@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from storage.errors import ConversationBusy, IdempotencyKeyUsed
 from storage.records import UNFINISHED, NewRun, RunEvent, RunWrite, StoredRun
@@ -161,25 +162,27 @@ class SqliteRunStore:
         when not ``expired_only`` — for ``owner`` (one writer: atomic). Oldest first."""
         expired = f"AND (lease_until IS NULL OR lease_until < {_NOW})" if expired_only else ""
 
-        def tx(conn: sqlite3.Connection) -> list[str]:
-            ids = [
-                str(r[0])
+        def tx(conn: sqlite3.Connection) -> dict[str, float | None]:
+            expired_at = {
+                str(r[0]): r[1]
                 for r in conn.execute(
-                    f"SELECT id FROM runs WHERE status IN {_UNFINISHED_SQL} {expired} ORDER BY rowid LIMIT ?", (limit,)
+                    f"SELECT id, lease_until FROM runs WHERE status IN {_UNFINISHED_SQL} {expired} "
+                    "ORDER BY rowid LIMIT ?",
+                    (limit,),
                 )
-            ]
+            }
             conn.executemany(
                 f"UPDATE runs SET lease_owner = ?, lease_until = {_NOW} + ? WHERE id = ?",
-                [(owner, float(lease_s), rid) for rid in ids],
+                [(owner, float(lease_s), rid) for rid in expired_at],
             )
-            return ids
+            return expired_at
 
-        ids = await self.db.transact_sync(tx)
+        claimed = await self.db.transact_sync(tx)
         out = []
-        for rid in ids:
+        for rid, until in claimed.items():  # insertion order: oldest first
             stored = await self.get(rid)
             if stored is not None:
-                out.append(stored)
+                out.append(replace(stored, lease_expired_at=until))
         return out
 
     async def renew(self, owner: str, run_ids: Sequence[str], lease_s: float) -> set[str]:

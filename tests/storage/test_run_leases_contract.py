@@ -4,6 +4,7 @@ while it runs, taken over once its lease expires, and given up at shutdown."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import orjson
@@ -59,3 +60,20 @@ async def test_a_step_of_a_process_that_lost_the_lease_stores_nothing(store_engi
     await asyncio.wait_for(done.wait(), 10)
     assert len(failures) == 1 and isinstance(failures[0], LeaseLost)
     assert [e.event for e in await runs.events_after("r", 0)] == ["run_resumed"]
+
+
+async def test_a_claim_says_when_the_lease_it_replaced_had_expired(store_engine: Any) -> None:
+    """What the take-over latency metric measures from (``lease_expired_at``)."""
+    runs = store_engine.runs
+    before = time.time()
+    await runs.create(leased("dead", "A", lease_s=0.2))
+    await runs.create(leased("never", None))
+    await asyncio.sleep(0.3)
+    claimed = {r.id: r for r in await runs.claim("B", 5)}
+    assert claimed["never"].lease_expired_at is None
+    expired_at = claimed["dead"].lease_expired_at
+    # (SQLite's clock in SQL is julianday-based: milliseconds)
+    assert expired_at is not None and before + 0.19 <= expired_at <= time.time()
+    # Read any other way, a run carries no such value.
+    stored = await runs.get("dead")
+    assert stored is not None and stored.lease_expired_at is None

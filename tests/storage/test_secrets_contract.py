@@ -1,0 +1,52 @@
+"""The ``SecretStore`` contract: a named secret is generated once and every process on
+the database reads the same value — also when several start at the same moment."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storage.open import open_storage
+from tests.storage.conftest import ENGINES
+from tests.support.postgres import TestPostgres
+
+
+async def test_the_first_value_stored_is_the_one_every_caller_gets(store_engine: Any) -> None:
+    store = store_engine.secrets
+    first = await store.get_or_create("stream_token", "alpha")
+    again = await store.get_or_create("stream_token", "beta")
+    other = await store.get_or_create("another", "gamma")
+    assert (first, again, other) == ("alpha", "alpha", "gamma")
+
+
+@pytest.fixture(params=ENGINES)
+async def three_processes(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[list[Any]]:
+    """Three storage bundles opened on one database, as three replicas would."""
+    async with AsyncExitStack() as stack:
+        if request.param == "sqlite":
+            target: str | Path = tmp_path / "shared.db"
+        else:
+            server: TestPostgres = request.getfixturevalue("pg_server")
+            target = stack.enter_context(server.database())
+        bundles = []
+        for _ in range(3):
+            bundle = await open_storage(target)
+            stack.push_async_callback(bundle.close)
+            bundles.append(bundle)
+        yield bundles
+
+
+async def test_processes_starting_together_agree_on_one_value(three_processes: list[Any]) -> None:
+    candidates = [secrets.token_urlsafe(16) for _ in range(12)]
+    got = await asyncio.gather(
+        *(three_processes[i % 3].secrets.get_or_create("stream_token", value) for i, value in enumerate(candidates))
+    )
+    assert len(set(got)) == 1 and got[0] in candidates
+    # A process that starts later reads it too.
+    assert await three_processes[1].secrets.get_or_create("stream_token", "late") == got[0]
