@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from app.cli_kb import add_kb_commands, run_kb_command
+from app.cli_migrate import add_migrate_command, run_migrate_db
 from app.config import ConfigError, Settings
 from app.gcpolicy import tune_for_serving
-from app.logs import configure_logging
+from app.logs import announce, configure_logging, uvicorn_log_config
 
 log = logging.getLogger("agentchat.cli")
 
@@ -149,7 +150,7 @@ def _serve(args: argparse.Namespace) -> int:
             with _reference_backend(settings, args, port, "info") as url:
                 if url is not None:
                     os.environ["AGENT_BACKEND_URL"] = url
-                _run_reloader(reload_config(host, port, settings), sock)
+                _run_reloader(reload_config(host, port, settings, log_format=args.log_format), sock)
             return 0
         with _reference_backend(settings, args, port, "warning") as url:
             if url is not None:
@@ -187,6 +188,7 @@ async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, 
             port=port,
             header_timeout_s=settings.header_timeout_s,
             log_level="info",
+            log_config=uvicorn_log_config(args.log_format),
             lifespan="on",
             timeout_graceful_shutdown=5,
         ),
@@ -210,11 +212,11 @@ async def _when_serving(server: Any, tasks: list[asyncio.Task[None]], line: str)
     while not server.started and not any(t.done() for t in tasks):
         await asyncio.sleep(0.05)
     if server.started:
-        print(line, file=sys.stderr, flush=True)
+        announce(line)
         tune_for_serving()
 
 
-def reload_config(host: str, port: int, settings: Settings) -> Any:
+def reload_config(host: str, port: int, settings: Settings, *, log_format: str = "text") -> Any:
     """uvicorn's config for ``--reload``: the app by import path, watching only the
     project's packages (``app.serving.PACKAGES``) — never ``.venv`` or ``data``."""
     from app.serving import PACKAGES, PROJECT_ROOT, uvicorn_config
@@ -228,6 +230,7 @@ def reload_config(host: str, port: int, settings: Settings) -> Any:
         reload=True,
         reload_dirs=[str(PROJECT_ROOT / name) for name in PACKAGES if (PROJECT_ROOT / name).is_dir()],
         log_level="info",
+        log_config=uvicorn_log_config(log_format),
     )
 
 
@@ -238,7 +241,7 @@ def _run_reloader(config: Any, sock: Any) -> None:
     from app.serving import bound_port
 
     sock.listen(2048)  # connections queue from now on, while the child starts the app
-    print(_serving_line(config.host, bound_port(sock), "  [reloading on changes]"), file=sys.stderr, flush=True)
+    announce(_serving_line(config.host, bound_port(sock), "  [reloading on changes]"))
     ChangeReload(config, target=uvicorn.Server(config).run, sockets=[sock]).run()
 
 
@@ -294,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--reload", action="store_true", help="restart on code changes (development)")
 
     add_kb_commands(sub)
+    add_migrate_command(sub)
 
     kw = sub.add_parser("keywords", help="keyword index maintenance")
     kw_sub = kw.add_subparsers(dest="kw_command", required=True)
@@ -311,7 +315,13 @@ def main(argv: list[str] | None = None) -> int:
     # loop; multi-threaded BLAS on top of that fights the loop for the cores. Must be set
     # before numpy is first imported, which nothing above has done.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    configure_logging()
+    # JSON lines for the service (log shippers), readable text for the other commands
+    # (progress bars, one-off output); AGENT_LOG_FORMAT chooses for all of them.
+    try:
+        args.log_format = configure_logging(default_format="json" if args.command == "serve" else "text")
+    except ValueError as exc:
+        print(f"agentchat: {exc}", file=sys.stderr)
+        return 2
     if args.command == "serve":
         try:
             return _serve(args)
@@ -321,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         return _backend(args)
     if args.command == "keywords":
         return asyncio.run(_prune_keywords(args))
+    if args.command == "migrate-db":
+        return asyncio.run(run_migrate_db(args, _settings()))
     return asyncio.run(run_kb_command(args, _settings()))
 
 

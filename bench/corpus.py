@@ -1,4 +1,5 @@
-"""Large bucketed corpus: our knowledge base against ChromaDB on the same chunks and vectors.
+"""Large bucketed corpus: our knowledge base (on SQLite and on PostgreSQL) against ChromaDB
+on the same chunks and vectors.
 
 A synthetic corpus (invoices with vendor/date/amount, contracts with party/year,
 datasheets with part/type; one chunk per document) of 100k chunks, or 1M with ``--full``,
@@ -11,12 +12,20 @@ Each side runs in its own child process so its memory is its own:
 * ``kb`` — ``KnowledgeBase.ingest_documents`` (SQLite + FTS5 + typed metadata columns +
   vectors), then ``search_text`` (BM25), ``search_semantic`` (vectors), hybrid, and the
   three filtered, all through ``KnowledgeBase.search`` as the tools call it;
+* ``pg`` — the same ``KnowledgeBase`` calls on the PostgreSQL engine (``tsvector`` + GIN
+  for text, pgvector for the dense side: exact for small scopes, HNSW for large ones —
+  nothing in the process's memory). PostgreSQL is started the way the tests start it
+  (``tests/support/postgres.py``: the ``pgserver`` wheel, ``fsync`` off,
+  ``shared_buffers`` 64 MB); its memory is the PSS of the server's processes and its disk
+  ``pg_database_size``. ``semantic_agreement_at_10`` is the mean overlap of its semantic
+  top-10 documents with the SQLite side's (exact) ones;
 * ``chroma`` — a persistent ChromaDB collection (HNSW, cosine) with the same documents,
   metadata and vectors: ingest, vector query, filtered vector query.
 
-Run from the repository root:  .venv/bin/python bench/corpus.py [--full] [--chunks N]
-Writes bench/results/corpus.json (corpus_1m.json for 1M chunks). ChromaDB is a bench-only dependency; without it the
-Chroma column is left out (and the reason recorded), never faked.
+Run from the repository root:  .venv/bin/python bench/corpus.py [--full] [--chunks N] [--skip-postgres]
+Writes bench/results/corpus.json (corpus_1m.json for 1M chunks, corpus_<n>.json otherwise).
+ChromaDB is a bench-only dependency; without it the Chroma column is left out (and the
+reason recorded), never faked; likewise PostgreSQL when no server can be started.
 """
 
 from __future__ import annotations
@@ -84,7 +93,9 @@ class Vocab:
 
     def __init__(self, seed: int) -> None:
         rng = np.random.default_rng(seed)
-        self.vendors = sorted({_word(rng, 3).capitalize() + suffix for suffix in (" GmbH", " Ltd", " Inc") for _ in range(80)})
+        self.vendors = sorted(
+            {_word(rng, 3).capitalize() + suffix for suffix in (" GmbH", " Ltd", " Inc") for _ in range(80)}
+        )
         self.filler = sorted({_word(rng, int(rng.integers(2, 4))) for _ in range(6000)})
         weights = 1.0 / np.arange(1, len(self.filler) + 1) ** 1.05
         self.filler_p = weights / weights.sum()
@@ -108,7 +119,8 @@ def generate(n: int, seed: int = SEED) -> Iterator[tuple[str, str, dict[str, Any
                 f"Invoice INV-{date[:4]}-{i:07d} issued by {vendor} on {date} for {s1} and {s2}. "
                 f"Total amount due {amount:.2f} EUR, payment within {int(rng.choice([14, 30, 60]))} days. {filler}."
             )
-            yield "invoices", f"inv-{i:07d}", {"vendor": vendor, "invoice_date": date, "amount": amount, "year": int(date[:4])}, title, text
+            meta = {"vendor": vendor, "invoice_date": date, "amount": amount, "year": int(date[:4])}
+            yield "invoices", f"inv-{i:07d}", meta, title, text
         elif kind == 2:
             party = vocab.vendors[int(rng.integers(len(vocab.vendors)))]
             year = int(rng.integers(2015, 2026))
@@ -247,16 +259,56 @@ def _dir_mb(path: Path) -> float:
     return round(total / 2**20, 1)
 
 
-async def run_kb(n: int, workdir: Path) -> dict[str, Any]:
-    from app.kb_file import open_kb_file
+async def _open_kb(engine: str, workdir: Path, embedder: Any, pg_url: str | None) -> tuple[Any, Any]:
+    """The KB on ``engine`` and a coroutine function measuring its disk use (MB)."""
     from knowledge.kb import KBConfig
 
+    config = KBConfig(batch_documents=2000)
+    if engine == "sqlite":
+        from app.kb_file import open_kb_file
+
+        db = workdir / "kb.sqlite3"
+
+        async def sqlite_disk() -> float:
+            return round(sum(_dir_mb(p) for p in workdir.glob("kb.sqlite3*")), 1)
+
+        return await open_kb_file(db, embedder, config=config), sqlite_disk
+    from knowledge.kb import KnowledgeBase
+    from storage.postgres import open_postgres_storage
+
+    assert pg_url is not None
+    storage = await open_postgres_storage(pg_url)
+
+    async def pg_disk() -> float:
+        row = await storage.db.fetchone("SELECT pg_database_size(current_database())")
+        return round(int(row[0]) / 2**20, 1) if row else 0.0
+
+    kb = await KnowledgeBase.create(storage.kb_index, embedder, config=config, on_close=storage.close)
+    return kb, pg_disk
+
+
+def _server_pss_mb(pid: int | None) -> float | None:
+    """Proportional memory of a PostgreSQL server: the postmaster and every backend
+    (shared buffers counted once, split between the processes that touched them)."""
+    if not pid:
+        return None
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+        return round(sum(p.memory_full_info().pss for p in procs) / 2**20, 1)
+    except (psutil.Error, AttributeError):
+        return None
+
+
+async def run_kb(n: int, workdir: Path, engine: str = "sqlite", pg_url: str | None = None,
+                 pg_pid: int | None = None) -> dict[str, Any]:
     vectors = np.load(workdir / "vectors.npy", mmap_mode="r")
     docs = list(generate(n))
     table = {embedding_text(d[3], d[4]): i for i, d in enumerate(docs)}
     rss0 = rss_kb()
-    db = workdir / "kb.sqlite3"
-    kb = await open_kb_file(db, LookupEmbedder(table, np.ascontiguousarray(vectors)), config=KBConfig(batch_documents=2000))
+    kb, disk_mb = await _open_kb(engine, workdir, LookupEmbedder(table, np.ascontiguousarray(vectors)), pg_url)
     for bucket, fields in SCHEMAS.items():
         await kb.create_bucket(bucket, fields)
     started = time.perf_counter()
@@ -279,12 +331,15 @@ async def run_kb(n: int, workdir: Path) -> dict[str, Any]:
         "filtered_text": [], "filtered_semantic": [], "filtered_hybrid": [],
     }
     counts: dict[str, list[int]] = {k: [] for k in timings}
+    top_ids: dict[str, list[list[str]]] = {"search_semantic": [], "filtered_semantic": []}
 
     async def measure(name: str, q: dict[str, Any], **kw: Any) -> None:
         t0 = time.perf_counter()
         res = await kb.search(q["text"], bucket=q["bucket"], top_k=10, context_chars=400, **kw)
         timings[name].append((time.perf_counter() - t0) * 1000)
         counts[name].append(len(res.hits))
+        if name in top_ids:
+            top_ids[name].append([h.doc_id for h in res.hits])
 
     for q in queries[:WARMUP]:
         await kb.search(q["text"], bucket=q["bucket"], mode="semantic")
@@ -299,8 +354,11 @@ async def run_kb(n: int, workdir: Path) -> dict[str, Any]:
         await measure("search_hybrid", q, mode="hybrid")
         await measure("filtered_hybrid", q, mode="hybrid", filters=q["kb_filter"])
     rss1 = rss_kb()
+    disk = await disk_mb()
+    server_mb = _server_pss_mb(pg_pid)
     await kb.aclose()
     return {
+        "engine": engine,
         "chunks": ingested,
         "ingest_seconds": round(ingest_s, 2),
         "ingest_chunks_per_s": round(ingested / ingest_s, 1),
@@ -309,7 +367,9 @@ async def run_kb(n: int, workdir: Path) -> dict[str, Any]:
         "rss_mb_after_queries": round(rss1 / 1024, 1),
         "rss_mb_growth": round((rss1 - rss0) / 1024, 1),
         "peak_rss_mb": round(_peak_rss_kb() / 1024, 1),
-        "disk_mb": _dir_mb(db),
+        **({"server_pss_mb_after_queries": server_mb} if server_mb is not None else {}),
+        "disk_mb": disk,
+        "_top_ids": top_ids,
     }
 
 
@@ -345,7 +405,8 @@ def run_chroma(n: int, workdir: Path) -> dict[str, Any]:
     for i, q in enumerate(queries):
         for name, where in (("vector", {"bucket": q["bucket"]}), ("filtered_vector", q["chroma_where"])):
             t0 = time.perf_counter()
-            res = col.query(query_embeddings=[qvecs[i]], n_results=10, where=where, include=["documents", "metadatas", "distances"])
+            res = col.query(query_embeddings=[qvecs[i]], n_results=10, where=where,
+                            include=["documents", "metadatas", "distances"])
             timings[name].append((time.perf_counter() - t0) * 1000)
             hits[name].append(len(res["ids"][0]))
     rss1 = rss_kb()
@@ -386,15 +447,47 @@ def prepare(n: int, workdir: Path) -> float:
     return time.perf_counter() - started
 
 
-def child(side: str, n: int, workdir: Path) -> dict[str, Any]:
+def child(side: str, n: int, workdir: Path, *extra: str) -> dict[str, Any]:
     env = {**os.environ, "PYTHONHASHSEED": "0", "ANONYMIZED_TELEMETRY": "False"}
     proc = subprocess.run(
-        [sys.executable, __file__, "--side", side, "--chunks", str(n), "--workdir", str(workdir)],
+        [sys.executable, __file__, "--side", side, "--chunks", str(n), "--workdir", str(workdir), *extra],
         capture_output=True, text=True, env=env, check=False,
     )
     if proc.returncode != 0:
-        return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1][:500] if (proc.stderr or proc.stdout) else f"exit {proc.returncode}"}
+        out = (proc.stderr or proc.stdout).strip()
+        return {"error": out.splitlines()[-1][:500] if out else f"exit {proc.returncode}"}
     return orjson.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def postgres_side(n: int, workdir: Path) -> dict[str, Any]:
+    """The ``pg`` child against a PostgreSQL started as the tests start it."""
+    try:
+        from tests.support.postgres import TestPostgres
+
+        server = TestPostgres().start()
+    except Exception as exc:  # the other columns still stand on their own
+        return {"skipped": f"no PostgreSQL could be started: {type(exc).__name__}: {exc}"[:500]}
+    try:
+        server.admin('CREATE DATABASE "corpus"')
+        pid = server._proc.pid if server._proc is not None else 0
+        result = child("pg", n, workdir, "--pg-url", server.url("corpus"), "--pg-pid", str(pid))
+        if "latency_ms" in result:
+            result["server"] = "pgserver wheel (PostgreSQL 16, pgvector), fsync off, shared_buffers 64MB"
+        return result
+    finally:
+        server.stop()
+
+
+def agreement(a: list[list[str]], b: list[list[str]]) -> float | None:
+    """Mean overlap of two sides' top-10 document lists, query by query."""
+    pairs = [(set(x), set(y)) for x, y in zip(a, b, strict=False) if x or y]
+    if not pairs:
+        return None
+    return round(sum(len(x & y) / max(len(x), len(y)) for x, y in pairs) / len(pairs), 4)
+
+
+def _short(result: dict[str, Any]) -> str:
+    return orjson.dumps({k: v for k, v in result.items() if not k.startswith("_")}).decode()
 
 
 def chroma_available() -> str | None:
@@ -409,33 +502,57 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--full", action="store_true", help="1M chunks instead of 100k")
     ap.add_argument("--chunks", type=int, default=None)
-    ap.add_argument("--side", choices=("kb", "chroma"), help=argparse.SUPPRESS)
+    ap.add_argument("--side", choices=("kb", "pg", "chroma"), help=argparse.SUPPRESS)
     ap.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--pg-url", help=argparse.SUPPRESS)
+    ap.add_argument("--pg-pid", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--skip-chroma", action="store_true")
+    ap.add_argument("--skip-postgres", action="store_true")
     args = ap.parse_args()
     n = args.chunks or (1_000_000 if args.full else 100_000)
 
     if args.side:
-        result = asyncio.run(run_kb(n, args.workdir)) if args.side == "kb" else run_chroma(n, args.workdir)
+        if args.side == "chroma":
+            result = run_chroma(n, args.workdir)
+        else:
+            engine = "sqlite" if args.side == "kb" else "postgres"
+            result = asyncio.run(run_kb(n, args.workdir, engine, args.pg_url, args.pg_pid))
         print(orjson.dumps(result).decode())
         return 0
 
+    load_start = [round(x, 2) for x in os.getloadavg()]  # the figures mean little on a busy machine
     workdir = Path(tempfile.mkdtemp(prefix="agentchat-corpus-"))
     try:
         print(f"corpus: {n:,} chunks, {DIM}-dim vectors (workdir {workdir})", flush=True)
         prep_s = prepare(n, workdir)
         print(f"  generated and embedded in {prep_s:.1f} s", flush=True)
         kb = child("kb", n, workdir)
-        print("  kb:", orjson.dumps(kb).decode(), flush=True)
+        print("  kb:", _short(kb), flush=True)
+        pg: dict[str, Any] = (
+            {"skipped": "skipped (--skip-postgres)"} if args.skip_postgres else postgres_side(n, workdir)
+        )
+        print("  postgres:", _short(pg), flush=True)
         why_not = "skipped (--skip-chroma)" if args.skip_chroma else chroma_available()
-        chroma = {"skipped": why_not} if why_not else child("chroma", n, workdir)
+        chroma: dict[str, Any] = {"skipped": why_not} if why_not else child("chroma", n, workdir)
         print("  chroma:", orjson.dumps(chroma).decode(), flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
+    if "latency_ms" in kb and "latency_ms" in pg:
+        pg["semantic_agreement_at_10"] = {
+            name: agreement(pg["_top_ids"][name], kb["_top_ids"][name]) for name in kb["_top_ids"]
+        }
+    for side in (kb, pg):
+        side.pop("_top_ids", None)
     comparison: dict[str, Any] = {}
+    if "latency_ms" in kb and "latency_ms" in pg:
+        comparison["postgres"] = {
+            "ingest_rate_ratio_postgres_over_sqlite": round(pg["ingest_chunks_per_s"] / kb["ingest_chunks_per_s"], 3),
+            "p95_ms": {k: {"sqlite": kb["latency_ms"][k]["p95"], "postgres": pg["latency_ms"][k]["p95"]}
+                       for k in ("filtered_text", "filtered_semantic", "filtered_hybrid")},
+        }
     if "latency_ms" in kb and "latency_ms" in chroma:
-        comparison = {
+        comparison |= {
             "ingest_rate_ratio_kb_over_chroma": round(kb["ingest_chunks_per_s"] / chroma["ingest_chunks_per_s"], 2),
             "filtered_vector_p95_ms": {
                 "kb": kb["latency_ms"]["filtered_semantic"]["p95"],
@@ -448,12 +565,14 @@ def main() -> int:
     if "latency_ms" in kb:
         worst = max(kb["latency_ms"][k]["p95"] for k in ("filtered_text", "filtered_semantic", "filtered_hybrid"))
         checks = {"filtered_p95_ms": worst, "target_ms": TARGETS[target_key], "met": worst <= TARGETS[target_key]}
-        if comparison:
+        if "ingest_rate_ratio_kb_over_chroma" in comparison:
             checks["ingest_at_least_chroma"] = comparison["ingest_rate_ratio_kb_over_chroma"] >= 1.0
     path = write_results(
-        "corpus" if n < 1_000_000 else "corpus_1m",
+        # Other sizes (a quick try) never overwrite the 100k and 1M results.
+        {100_000: "corpus", 1_000_000: "corpus_1m"}.get(n, f"corpus_{n}"),
         {"chunks": n, "dim": DIM, "queries": QUERIES, "prepare_seconds": round(prep_s, 1), "kb": kb, "chroma": chroma,
-         "comparison": comparison, "targets": checks},
+         "postgres": pg, "comparison": comparison, "targets": checks,
+         "load_average_1_5_15": {"start": load_start, "end": [round(x, 2) for x in os.getloadavg()]}},
     )
     print(f"targets: {checks}")
     print(f"wrote {path}")

@@ -29,6 +29,7 @@ import orjson
 
 from knowledge.buckets import Buckets, typed_row
 from knowledge.chunking import Chunk, chunk_text
+from knowledge.dense import DenseSide
 from knowledge.filecheck import DEFAULT_MAX_FILE_MB, MB, SKIP_TOO_LARGE, SKIP_UNREADABLE, walk_files
 from knowledge.loaders import SUPPORTED_SUFFIXES, LoadedDocument, load_file, record_to_document
 from knowledge.names import check_bucket_name, is_doc_id, short_hash, slugify
@@ -39,7 +40,6 @@ from knowledge.types import (
     KBConfig,
     Rejection,
 )
-from knowledge.vectors import VectorIndex
 from storage.interfaces import KBIndex
 from storage.kb_records import KBChunkWrite, KBDocumentWrite
 from toolindex.embedder import Embedder, EmbeddingError
@@ -76,7 +76,7 @@ class Ingestor:
         self,
         index: KBIndex,
         buckets: Buckets,
-        vectors: VectorIndex,
+        vectors: DenseSide,
         embedder: Embedder | None,
         config: KBConfig,
     ) -> None:

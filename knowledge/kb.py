@@ -4,9 +4,11 @@ It holds no data and speaks no SQL: documents, chunks, the full-text index and s
 vectors live behind a ``storage.interfaces.KBIndex`` (``storage/sqlite/kb_index.py`` by
 default), handed in by whoever opened the storage. What happens here:
 
-* ``load()`` reads the bucket schemas and fills the in-memory float32 vector matrix
-  (``VectorIndex``) from the index. A bucket exists once something was ingested into
-  it (or it was created with typed fields); no bucket is created empty by accident.
+* ``load()`` reads the bucket schemas and readies the dense side (``knowledge.dense``):
+  on an engine with its own vector search (PostgreSQL: pgvector) nothing is loaded,
+  otherwise the in-memory float32 matrix is filled from the index. A bucket exists
+  once something was ingested into it (or it was created with typed fields); no bucket
+  is created empty by accident.
 * Ingestion (``knowledge/ingest.py``): validate, skip unchanged, chunk, embed, write.
 * Search (``knowledge/search.py``): full-text candidates ∪ vector top-N → fusion →
   re-ranking; filters validated in ``knowledge/filters.py`` into an engine-neutral tree.
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from knowledge.buckets import Buckets, UnknownBucketError
+from knowledge.dense import dense_side
 from knowledge.filters import FilterError
 from knowledge.ingest import DEFAULT_MAX_FILE_BYTES, BatchHook, Ingestor, Progress
 from knowledge.names import is_doc_id, is_identifier
@@ -39,7 +42,6 @@ from knowledge.types import (
     SearchMode,
     SearchResponse,
 )
-from knowledge.vectors import VectorIndex, load_vectors
 from storage.interfaces import KBIndex
 from toolindex.embedder import Embedder
 
@@ -64,7 +66,10 @@ class KnowledgeBase:
         self._on_close = on_close
         self._closed = False
         self._buckets = Buckets(index)
-        self._vectors = VectorIndex(embedder.dim if embedder else 1)
+        embed_key = f"{embedder.name}:{embedder.model}" if embedder else None  # as ``Ingestor`` stores it
+        self._vectors = dense_side(
+            index, embed_key, embedder.dim if embedder else 1, executor_rows=self.config.executor_rows
+        )
         self._ingest = Ingestor(index, self._buckets, self._vectors, embedder, self.config)
         self._search = Searcher(index, self._buckets, self._vectors, embedder, self.config)
 
@@ -83,10 +88,9 @@ class KnowledgeBase:
         return kb
 
     async def load(self) -> None:
-        """Read the schemas, load the vectors of this embedder."""
+        """Read the schemas, ready the dense side (in memory unless the engine searches)."""
         await self._buckets.load()
-        if self.embedder is not None and self.embed_key is not None:
-            await load_vectors(self._vectors, self.index, self.embed_key)
+        await self._vectors.load()
 
     async def aclose(self) -> None:
         """Forget the in-memory state; closes the storage only if this KB was opened
@@ -282,7 +286,7 @@ class KnowledgeBase:
         return {
             "documents": counts.documents,
             "chunks": counts.chunks,
-            "vectors": self._vectors.size,
+            "vectors": await self._vectors.count(),
             "buckets": len(self._buckets),
             "embedder": self.embed_key,
             "dim": dim,

@@ -1,11 +1,13 @@
-"""Search: full-text candidates from the ``KBIndex`` ∪ vector top-N from the in-memory
-matrix → score fusion (``ranking.fuse``) → cheap re-ranking → at most ``per_doc``
-chunks per document → scores on 0..1.
+"""Search: full-text candidates from the ``KBIndex`` ∪ vector top-N from the dense side
+(``knowledge.dense``: the in-memory matrix, or the engine's own vector search) → score
+fusion (``ranking.fuse``) → cheap re-ranking → at most ``per_doc`` chunks per document
+→ scores on 0..1.
 
 Filters are validated once into the engine-neutral tree and resolved to the set of
-documents in scope, used twice: to restrict the BM25 ranking and as a document mask for
-the vectors. The BM25 term choice needs only the query, so it runs beside the scope
-query. Vector scans over large matrices run in a worker thread.
+documents in scope, used twice: to restrict the BM25 ranking and to restrict the dense
+side (a document mask of the matrix, or a condition of the engine's query). The BM25
+term choice needs only the query, so it runs beside the scope query. Vector scans over
+large matrices run in a worker thread.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from knowledge.buckets import Buckets
+from knowledge.dense import DenseSide
 from knowledge.filters import (
     compile_filters,
     constraint_label,
@@ -38,7 +41,6 @@ from knowledge.ranking import (
 )
 from knowledge.textnorm import STOP_WORDS, content_terms, tokens
 from knowledge.types import ChunkHit, ConstraintCount, DocumentCount, KBConfig, SearchMode, SearchResponse
-from knowledge.vectors import VectorIndex
 from storage.interfaces import KBIndex
 from storage.kb_records import KBRanked, KBScope
 from toolindex.embedder import Embedder, EmbeddingError
@@ -53,13 +55,13 @@ class Searcher:
         self,
         index: KBIndex,
         buckets: Buckets,
-        vectors: VectorIndex,
+        dense: DenseSide,
         embedder: Embedder | None,
         config: KBConfig,
     ) -> None:
         self.index = index
         self.buckets = buckets
-        self.vectors = vectors
+        self.dense = dense
         self.embedder = embedder
         self.config = config
         self._tuning = config.text_tuning
@@ -228,7 +230,7 @@ class Searcher:
         warnings: list[str] = []
         use_text = mode in ("hybrid", "text")
         use_vec = mode in ("hybrid", "semantic")
-        if use_vec and (self.embedder is None or self.vectors.size == 0):
+        if use_vec and (self.embedder is None or not await self.dense.available()):
             if mode == "semantic":
                 warnings.append("no vectors available (no embedder or nothing embedded); used text search")
                 use_text = True
@@ -250,12 +252,13 @@ class Searcher:
                 terms = await self.index.selective_terms(content_terms(query or ""), n_cand, self._tuning)
             return await self.index.text_candidates(terms, scope, n_cand, self._tuning)
 
-        async def vec_side() -> tuple[list[int], list[float], int]:
+        async def vec_side() -> KBRanked:
             if not use_vec or query_vec is None:
-                return [], [], 0
-            return await self._vector(query_vec, scope, n_cand)
+                return KBRanked()
+            return await self.dense.nearest(query_vec, scope, n_cand)
 
-        text, (v_ids, v_scores, v_total) = await asyncio.gather(text_side(), vec_side())
+        text, vec = await asyncio.gather(text_side(), vec_side())
+        v_ids, v_scores, v_total = vec.ids, vec.scores, vec.total
         used = "hybrid" if use_text and use_vec else ("text" if use_text else "semantic")
         # Score-level fusion: each side min-max normalised per query, the dense side
         # weighted by how much its embedder is worth (knowledge/ranking.py).
@@ -268,7 +271,7 @@ class Searcher:
             for r in await self.index.hydrate(ordered)
         ]
         if query_vec is not None and cands:
-            cos = self.vectors.cosines([c.chunk_rowid for c in cands], query_vec)
+            cos = await self.dense.cosines([c.chunk_rowid for c in cands], query_vec)
             for c in cands:
                 c.cosine = cos.get(c.chunk_rowid, 0.0)
         n_lists = (1 if use_text else 0) + (1 if use_vec else 0)
@@ -297,24 +300,6 @@ class Searcher:
         overloaded = total > self.config.overload_threshold and spread < self.config.flat_spread
         return SearchResponse(hits, total, False, 0.0, used, spread, overloaded, None, warnings)
 
-    async def _vector(self, query_vec: np.ndarray, scope: KBScope, limit: int) -> tuple[list[int], list[float], int]:
-        index = self.vectors
-        snap = index.snapshot()
-        mask = None
-        if scope.doc_ids is not None:
-            mask = index.doc_mask(snap, scope.doc_ids)
-        elif scope.bucket is not None:
-            code = index.bucket_code(scope.bucket)
-            if code is None:
-                return [], [], 0
-            mask = snap.bucket_codes[: snap.n] == code
-        if snap.n > self.config.executor_rows:
-            loop = asyncio.get_running_loop()
-            ids, scores, positive = await loop.run_in_executor(None, VectorIndex.scan, snap, query_vec, limit, mask)
-        else:
-            ids, scores, positive = VectorIndex.scan(snap, query_vec, limit, mask)
-        return ids.tolist(), [float(s) for s in scores], positive
-
     async def embed_query(self, query: str) -> np.ndarray:
         """The query vector search uses (cached), for indexes in the same vector space
         (the saved external answers of ``knowledge.saved_answers``)."""
@@ -330,8 +315,8 @@ class Searcher:
             return cached
         vec = np.asarray(await self.embedder.embed(query[: self.embedder.max_chars], task="query"), np.float32)
         vec = vec.reshape(-1)
-        if vec.shape[0] != self.vectors.dim:
-            raise EmbeddingError(f"query vector has {vec.shape[0]} dimensions, index has {self.vectors.dim}")
+        if vec.shape[0] != self.dense.dim:
+            raise EmbeddingError(f"query vector has {vec.shape[0]} dimensions, index has {self.dense.dim}")
         norm = float(np.linalg.norm(vec))
         vec = vec / norm if norm > 0 else vec
         self._query_cache[query] = vec

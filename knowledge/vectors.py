@@ -9,15 +9,16 @@ may still return a just-deleted chunk, which the caller drops when the row is no
 in SQLite.
 
 All mutation happens on the event loop thread (after the storage commit); scans may run
-anywhere. The rows come from the storage engine's ``KBIndex`` (``load_vectors``), so the
-same scan serves every engine; an engine with its own vector search (pgvector) can
-replace it later.
+anywhere. The rows come from the storage engine's ``KBIndex`` (``load_vectors``). It is
+the dense side of an engine without its own vector search (the embedded SQLite);
+PostgreSQL answers in the database instead (``knowledge.dense``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -242,7 +243,10 @@ class VectorIndex:
         return snap.chunk_ids[picked].copy(), scores[top].astype(np.float32), positive
 
 
-def _resized(arr: npt.NDArray[np.generic], cap: int, n: int) -> npt.NDArray[np.generic]:
+G = TypeVar("G", bound=np.generic)
+
+
+def _resized(arr: npt.NDArray[G], cap: int, n: int) -> npt.NDArray[G]:
     out = np.zeros(cap, arr.dtype)
     out[:n] = arr[:n]
     return out

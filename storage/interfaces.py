@@ -146,6 +146,17 @@ class LimitStore(Protocol):
         ...
 
 
+class SecretStore(Protocol):
+    """Named secrets every process on the database shares (``app_secrets``): generated
+    once by whichever process needs one first, then read by all."""
+
+    async def get_or_create(self, name: str, value: str) -> str:
+        """Store ``value`` under ``name`` unless a value is already stored; return the
+        stored one. Concurrent first calls (replicas starting together) all return the
+        same value."""
+        ...
+
+
 class ToolCallLog(Protocol):
     def record(self, entry: ToolCallRecord) -> None:
         """Queue an entry (never blocks the stream)."""
@@ -297,7 +308,8 @@ class KBIndex(Protocol):
 
     ``knowledge`` does the chunking, embedding, ranking and fusion; an engine keeps the
     rows and answers the questions below. Writes are atomic per call; reads see every
-    write that returned. The in-memory vector matrix is filled from ``iter_vectors``.
+    write that returned. On an engine without ``KBVectorSearch`` the dense side is an
+    in-memory matrix filled from ``iter_vectors``.
     """
 
     @property
@@ -392,6 +404,14 @@ class KBVectorSearch(Protocol):
         """Cosine similarity of each of these chunks' vectors to ``query``."""
         ...
 
+    async def has_vectors(self, embed_model: str, dim: int) -> bool:
+        """Whether any chunk has a vector of ``embed_model`` at ``dim`` dimensions."""
+        ...
+
+    async def count_vectors(self, embed_model: str, dim: int) -> int:
+        """How many chunks have a vector of ``embed_model`` at ``dim`` dimensions."""
+        ...
+
 
 # --- the bundle an engine opens ---
 
@@ -399,28 +419,60 @@ class KBVectorSearch(Protocol):
 class WriterHealth(Protocol):
     """The part of an engine's database the app reads: health, counters, a barrier."""
 
-    healthy: bool
-    stats: Any
+    @property
+    def healthy(self) -> bool: ...
+
+    @property
+    def stats(self) -> Any: ...
 
     async def flush(self) -> None: ...
 
 
 class StorageBundle(Protocol):
     """Every store of the service on one engine, as ``storage.open_storage`` returns it
-    (``SqliteStorage`` or ``PostgresStorage``); the app factory holds one of these."""
+    (``SqliteStorage`` or ``PostgresStorage``); the app factory holds one of these.
+    Members are read-only properties so that an engine may hold its own store classes (a
+    protocol attribute would be invariant)."""
 
-    engine: str
-    schema_version: int
-    db: WriterHealth
-    conversations: ConversationStore
-    runs: RunStore
-    tool_calls: ToolCallLog
-    drafts: DraftStore
-    keywords: KeywordStore
-    external_results: ExternalResultStore
-    external_vectors: ExternalVectorStore
-    kb_index: KBIndex
-    limits: LimitStore
+    @property
+    def engine(self) -> str: ...
+
+    @property
+    def schema_version(self) -> int: ...
+
+    @property
+    def db(self) -> WriterHealth: ...
+
+    @property
+    def conversations(self) -> ConversationStore: ...
+
+    @property
+    def runs(self) -> RunStore: ...
+
+    @property
+    def tool_calls(self) -> ToolCallLog: ...
+
+    @property
+    def drafts(self) -> DraftStore: ...
+
+    @property
+    def keywords(self) -> KeywordStore: ...
+
+    @property
+    def external_results(self) -> ExternalResultStore: ...
+
+    @property
+    def external_vectors(self) -> ExternalVectorStore: ...
+
+    @property
+    def kb_index(self) -> KBIndex: ...
+
+    @property
+    def limits(self) -> LimitStore: ...
+
+    @property
+    def secrets(self) -> SecretStore: ...
+
 
     async def readiness(self) -> dict[str, Any]: ...
 

@@ -21,6 +21,7 @@ from storage.postgres.limits import PostgresLimitStore
 from storage.postgres.migrations import migrate
 from storage.postgres.notify import RunEventsListener
 from storage.postgres.runs import PostgresRunStore
+from storage.postgres.secrets import PostgresSecretStore
 from storage.postgres.tool_calls import PostgresToolCallLog
 
 
@@ -39,6 +40,7 @@ class PostgresStorage:
     external_vectors: PostgresExternalVectorStore
     kb_index: PostgresKBIndex
     limits: PostgresLimitStore
+    secrets: PostgresSecretStore
     #: Wakes this process's followers of runs executing on other replicas (LISTEN/NOTIFY).
     run_feed: RunEventsListener | None = None
 
@@ -87,6 +89,7 @@ async def open_postgres_storage(url: str, opts: PostgresOptions | None = None) -
             external_vectors=PostgresExternalVectorStore(db),
             kb_index=PostgresKBIndex(db),
             limits=PostgresLimitStore(db),
+            secrets=PostgresSecretStore(db),
             run_feed=_start_feed(url, opts),
         )
     except BaseException:

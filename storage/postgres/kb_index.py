@@ -1,17 +1,18 @@
 """``PostgresKBIndex``: the knowledge base's documents, chunks, full-text index and
-vectors on PostgreSQL (``storage.interfaces.KBIndex``), with pgvector's HNSW search as
-an extra (``vector_candidates``).
+vectors on PostgreSQL (``storage.interfaces.KBIndex``), with pgvector's search as
+``KBVectorSearch`` (``vector_candidates``).
 
 Why this shape (the SQLite engine's ``kb_index.py`` is the model; differences only):
 
 * Full text: a generated ``tsvector`` column with a GIN index (``migrations``), ranked
   with FTS5's BM25 (``kb_text``), so both engines give the same kind of scores.
-* Vectors: pgvector's ``vector`` column. The service's dense side still scans the
-  in-memory matrix filled from ``iter_vectors`` (same code for every engine);
-  ``vector_candidates`` answers the same question inside PostgreSQL through an HNSW
-  index (cosine) — one partial index per dimension, created when the first vector of
-  that dimension is written (pgvector indexes at most 2,000 dimensions; larger ones are
-  scanned exactly).
+* Vectors: pgvector's ``vector`` column. The service's dense side asks
+  ``vector_candidates`` (``KBVectorSearch``; ``kb_vectors``): answered inside PostgreSQL,
+  exactly for small scopes and through an HNSW index (cosine) for large ones — one
+  partial index per dimension, created when the first vector of that dimension is
+  written (pgvector indexes at most 2,000 dimensions; larger ones are scanned exactly).
+  ``iter_vectors`` stays for tools that want every vector (nothing in the service loads
+  them into memory on this engine).
 * Chunk ids come from a sequence (several replicas may ingest at once); chunks are
   written with ``COPY``.
 * Every write is one transaction; a bucket's DDL (its ``meta_<bucket>`` table) takes an
@@ -46,15 +47,11 @@ from storage.kb_records import (
 from storage.postgres import kb_buckets
 from storage.postgres.database import Conn, PostgresDatabase
 from storage.postgres.kb_filters_sql import count_sql, scope_sql
-from storage.postgres.kb_text import TextRanker, named_params
+from storage.postgres.kb_text import TextRanker
+from storage.postgres.kb_vectors import EXACT_SCOPE_VECTORS, HNSW_MAX_DIM, VectorSearch
 from storage.sqlite.kb_buckets import ident
 from storage.sqlite.kb_index import utc_now
 
-#: pgvector's HNSW limit for ``vector`` columns.
-HNSW_MAX_DIM = 2000
-#: A scope of at most this many documents is searched exactly (no index): faster, and
-#: an HNSW scan filtered down to a few documents would miss most of them.
-EXACT_SCOPE_DOCS = 2_000
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 
 _UPSERT_DOCUMENT = (
@@ -86,12 +83,28 @@ def hnsw_index_name(dim: int) -> str:
     return f"kb_chunks_hnsw_{int(dim)}"
 
 
+async def ensure_hnsw_index(conn: Conn, dim: int) -> None:
+    """Create the partial HNSW index (cosine) of vectors of ``dim`` dimensions unless it
+    exists (under an advisory lock, so two writers do not both build it)."""
+    if not 0 < dim <= HNSW_MAX_DIM:
+        return
+    cur = await conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (hnsw_index_name(dim),))
+    if await cur.fetchone() is None:
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('kb_chunks_hnsw', %s))", (dim,))
+        await conn.execute(
+            f"CREATE INDEX IF NOT EXISTS {hnsw_index_name(dim)} ON kb_chunks "  # type: ignore[arg-type]
+            f"USING hnsw ((embedding::vector({int(dim)})) vector_cosine_ops) "
+            f"WHERE vector_dims(embedding) = {int(dim)}"
+        )
+
+
 class PostgresKBIndex:
     """The KB index on one ``PostgresDatabase``; built by ``open_postgres_storage``."""
 
-    def __init__(self, db: PostgresDatabase) -> None:
+    def __init__(self, db: PostgresDatabase, *, exact_scope_vectors: int = EXACT_SCOPE_VECTORS) -> None:
         self._db = db
         self._text = TextRanker(db)
+        self._vectors = VectorSearch(db, self._schema, exact_scope_vectors=exact_scope_vectors)
         self._schemas: dict[str, dict[str, str]] = {}
         self._indexed_dims: set[int] = set()
 
@@ -99,8 +112,19 @@ class PostgresKBIndex:
     def location(self) -> str:
         return self._db.location
 
+    @property
+    def exact_scope_vectors(self) -> int:
+        """Scopes of at most this many vectors are searched exactly, larger ones through
+        the HNSW index (``kb_vectors``); 0 sends every search to the index."""
+        return self._vectors.exact_scope_vectors
+
+    @exact_scope_vectors.setter
+    def exact_scope_vectors(self, value: int) -> None:
+        self._vectors.exact_scope_vectors = max(0, int(value))
+
     def _stats_changed(self) -> None:
         self._text.changed()
+        self._vectors.changed()
 
     async def _schema(self, bucket: str | None) -> dict[str, str] | None:
         if bucket is None:
@@ -246,14 +270,14 @@ class PostgresKBIndex:
                 row_ids.append(mine)
                 if upsert_meta is not None:
                     meta_rows.append((d.id, *d.typed))
-            async with conn.cursor() as c:
-                await c.executemany(_UPSERT_DOCUMENT, doc_rows)
+            async with conn.cursor() as cur:
+                await cur.executemany(_UPSERT_DOCUMENT, doc_rows)
                 if chunk_rows:
-                    async with c.copy(_COPY_CHUNKS) as copy:
+                    async with cur.copy(_COPY_CHUNKS) as copy:
                         for r in chunk_rows:
                             await copy.write_row(r)
                 if upsert_meta is not None and meta_rows:
-                    await c.executemany(upsert_meta, meta_rows)  # type: ignore[arg-type]
+                    await cur.executemany(upsert_meta, meta_rows)  # type: ignore[arg-type]
             for dim in dims:
                 await self._ensure_hnsw(conn, dim)
             return row_ids
@@ -265,16 +289,9 @@ class PostgresKBIndex:
 
     async def _ensure_hnsw(self, conn: Conn, dim: int) -> None:
         """The partial HNSW index (cosine) of vectors of ``dim`` dimensions, made once."""
-        if dim in self._indexed_dims or not 0 < dim <= HNSW_MAX_DIM:
+        if dim in self._indexed_dims:
             return
-        cur = await conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (hnsw_index_name(dim),))
-        if await cur.fetchone() is None:
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('kb_chunks_hnsw', %s))", (dim,))
-            await conn.execute(
-                f"CREATE INDEX IF NOT EXISTS {hnsw_index_name(dim)} ON kb_chunks "  # type: ignore[arg-type]
-                f"USING hnsw ((embedding::vector({int(dim)})) vector_cosine_ops) "
-                f"WHERE vector_dims(embedding) = {int(dim)}"
-            )
+        await ensure_hnsw_index(conn, dim)
         self._indexed_dims.add(dim)
 
     async def delete_documents(self, doc_ids: Sequence[str]) -> list[str]:
@@ -368,51 +385,18 @@ class PostgresKBIndex:
         self, query: npt.NDArray[np.float32], embed_model: str, scope: KBScope, limit: int
     ) -> KBRanked:
         """The ``limit`` chunks nearest to ``query`` by cosine among the vectors of
-        ``embed_model`` within ``scope`` (scores: cosine similarity, best first).
-
-        Through the HNSW index when the scope is large (``hnsw.ef_search`` raised to the
-        limit, so a wide top-k is not cut at pgvector's default 40); exact when the
-        scope is a short list of documents or the dimension has no index. ``total`` is
-        the number of candidates returned (an index scan does not count its matches)."""
-        dim = int(np.asarray(query).shape[-1])
-        vec = np.asarray(query, dtype=np.float32).reshape(dim)
-        params: dict[str, Any] = {"q": vec, "model": embed_model, "limit": int(limit)}
-        where = [f"vector_dims(c.embedding) = {dim}", "d.embed_model = %(model)s"]
-        exact = dim > HNSW_MAX_DIM
-        if scope.doc_ids is not None:
-            where.append("c.doc_id = ANY(%(doc_ids)s::text[])")
-            params["doc_ids"] = list(scope.doc_ids)
-            exact = exact or len(scope.doc_ids) <= EXACT_SCOPE_DOCS
-        elif not scope.everything:
-            inner, inner_params = scope_sql(scope, await self._schema(scope.bucket))
-            where.append("c.doc_id IN (" + named_params(inner, inner_params, params) + ")")
-        distance = f"c.embedding::vector({dim}) <=> %(q)s::vector({dim})"
-        sql = (
-            f"SELECT c.id, 1 - ({distance}) FROM kb_chunks c JOIN kb_documents d ON d.id = c.doc_id "
-            f"WHERE {' AND '.join(where)} ORDER BY {distance} LIMIT %(limit)s"  # no tie-break: HNSW orders
-        )
-        async with self._db.reading() as conn, conn.transaction():
-            if exact:
-                await conn.execute("SET LOCAL enable_indexscan = off")
-            else:
-                await conn.execute(f"SET LOCAL hnsw.ef_search = {max(40, min(1000, int(limit)))}")  # type: ignore[arg-type]
-            cur = await conn.execute(sql, params)  # type: ignore[arg-type]
-            rows = await cur.fetchall()
-        return KBRanked([int(r[0]) for r in rows], [float(r[1]) for r in rows], len(rows))
+        ``embed_model`` within ``scope`` (scores: cosine similarity, best first): exact
+        for small scopes, through the HNSW index for large ones (``kb_vectors``)."""
+        return await self._vectors.candidates(query, embed_model, scope, limit)
 
     async def cosines(self, chunk_ids: Sequence[int], query: npt.NDArray[np.float32]) -> dict[int, float]:
-        """Cosine similarity of each stored chunk vector to ``query`` (chunks without a
-        vector of that dimension are left out): the re-ranker's dense signal without an
-        in-memory matrix."""
-        if not chunk_ids:
-            return {}
-        dim = int(np.asarray(query).shape[-1])
-        rows = await self._db.fetchall(
-            f"SELECT id, 1 - (embedding::vector({dim}) <=> %s::vector({dim})) FROM kb_chunks "
-            f"WHERE id = ANY(%s) AND vector_dims(embedding) = {dim}",
-            (np.asarray(query, dtype=np.float32).reshape(dim), [int(i) for i in chunk_ids]),
-        )
-        return {int(i): float(c) for i, c in rows}
+        return await self._vectors.cosines(chunk_ids, query)
+
+    async def count_vectors(self, embed_model: str, dim: int) -> int:
+        return await self._vectors.count_vectors(embed_model, dim)
+
+    async def has_vectors(self, embed_model: str, dim: int) -> bool:
+        return await self._vectors.has_vectors(embed_model, dim)
 
     # ------------------------------------------------------------------ scopes
     async def scoped_doc_ids(self, scope: KBScope) -> list[str]:
@@ -504,4 +488,4 @@ class PostgresKBIndex:
         return KBCounts(docs, chunks, stale)
 
 
-__all__ = ["PostgresKBIndex"]
+__all__ = ["PostgresKBIndex", "ensure_hnsw_index", "hnsw_index_name"]

@@ -142,7 +142,9 @@ class TextRanker:
         generation = self._generation
         row = await self._db.fetchone("SELECT count(*), coalesce(avg(ntok), 0) FROM kb_chunks")
         totals = (int(row[0]), float(row[1])) if row else (0, 0.0)
-        if generation == self._generation:
+        # An empty index is not remembered: another replica's first document must be
+        # found at once, not after ``STATS_TTL_S``.
+        if generation == self._generation and totals[0] > 0:
             self._totals = totals
         return totals
 
@@ -158,7 +160,8 @@ class TextRanker:
             counts = [int(c) for c in row] if row else [0] * len(missing)
             found = dict(zip(missing, counts, strict=True))
             if generation == self._generation:
-                self._df.update(found)
+                # Nor is a term that matches nothing (``selective_terms`` would drop it).
+                self._df.update({x: n for x, n in found.items() if n > 0})
             out.update(found)
         return out
 

@@ -15,6 +15,7 @@ from storage.sqlite.keywords import SqliteKeywordStore
 from storage.sqlite.limits import SqliteLimitStore
 from storage.sqlite.migrations import migrate
 from storage.sqlite.runs import SqliteRunStore
+from storage.sqlite.secrets import SqliteSecretStore
 from storage.sqlite.tool_calls import SqliteToolCallLog
 
 
@@ -33,6 +34,7 @@ class SqliteStorage:
     external_vectors: SqliteExternalVectorStore
     kb_index: SqliteKBIndex
     limits: SqliteLimitStore
+    secrets: SqliteSecretStore
 
     engine = "sqlite"
 
@@ -64,6 +66,7 @@ async def open_sqlite_storage(path: str | Path, opts: SqliteOptions | None = Non
             external_vectors=SqliteExternalVectorStore(db),
             kb_index=SqliteKBIndex(db),
             limits=SqliteLimitStore(db),
+            secrets=SqliteSecretStore(db),
         )
     except BaseException:
         await db.close()

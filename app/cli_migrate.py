@@ -1,0 +1,72 @@
+"""``agentchat migrate-db --to postgresql://… [--from agent.db]``: move a SQLite database
+of the service into PostgreSQL (the copy itself is ``storage.migrate_copy``).
+
+Exit codes: 0 copied and every table's count matches; 1 the counts differ or the copy
+failed (re-run to resume: it continues after the last committed batch); 2 refused
+before copying (the file is in use, the target is not empty or not PostgreSQL, the
+schema versions differ).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from app.config import Settings
+
+
+def add_migrate_command(sub: Any) -> None:
+    p = sub.add_parser(
+        "migrate-db",
+        help="copy the SQLite database into PostgreSQL (resumable, counts checked at the end)",
+        description="Copy every table of the SQLite database into PostgreSQL, in batches; stop every "
+                    "process using the SQLite file first. Interrupted? Run it again: it resumes.",
+    )
+    p.add_argument("--to", required=True, metavar="postgresql://…", help="the target database (migrated first)")
+    p.add_argument("--from", dest="source", metavar="PATH", help="the SQLite file (default: AGENT_DB_PATH)")
+    p.add_argument("--batch-rows", type=int, default=2000, help="rows per batch, each one transaction (2000)")
+
+
+async def run_migrate_db(args: argparse.Namespace, settings: Settings) -> int:
+    from storage.migrate_copy import (
+        CountMismatch,
+        MigrateError,
+        SourceInUse,
+        TargetNotEmpty,
+        TqdmProgress,
+        copy_sqlite_to_postgres,
+    )
+    from storage.open import is_postgres_url
+    from storage.postgres import redact
+
+    if not is_postgres_url(args.to):
+        print("agentchat migrate-db: --to must be a postgresql:// URL", file=sys.stderr)
+        return 2
+    source = Path(args.source) if args.source else settings.db_path
+    print(f"copying {source} into {redact(args.to)}", file=sys.stderr, flush=True)
+    try:
+        report = await copy_sqlite_to_postgres(
+            source, args.to, batch_rows=args.batch_rows, progress=TqdmProgress(sys.stderr)
+        )
+    except CountMismatch as exc:
+        print(f"agentchat migrate-db: {exc}", file=sys.stderr)
+        return 1
+    except (SourceInUse, TargetNotEmpty) as exc:
+        print(f"agentchat migrate-db: refused: {exc}", file=sys.stderr)
+        return 2
+    except MigrateError as exc:
+        print(f"agentchat migrate-db: {exc}", file=sys.stderr)
+        return 2
+    for t in report.tables:
+        print(f"  {t.table:28s} {t.source:>10d} rows  (copied now {t.copied})", file=sys.stderr)
+    print(
+        f"done: {len(report.tables)} tables, {sum(t.target for t in report.tables)} rows, schema version "
+        f"{report.schema_version}{' (resumed)' if report.resumed else ''}; every count matches",
+        file=sys.stderr,
+    )
+    return 0
+
+
+__all__ = ["add_migrate_command", "run_migrate_db"]

@@ -1,0 +1,164 @@
+"""The dense side of search: the chunks nearest to a query vector, from wherever the
+engine keeps them.
+
+Two ways, one interface (``DenseSide``), chosen once by ``dense_side``:
+
+* ``MatrixDense`` — the in-memory float32 matrix (``knowledge.vectors.VectorIndex``),
+  filled from the store at start and kept in step by ingestion. The embedded SQLite
+  engine has no vector index of its own, and a numpy scan of 1M rows takes ~60 ms.
+* ``DatabaseDense`` — the engine answers (``storage.interfaces.KBVectorSearch``:
+  pgvector on PostgreSQL). Nothing is held in memory, so replicas do not each carry
+  the whole matrix, and a document another replica ingested is found the moment its
+  transaction commits.
+
+Filters reach both as the same ``KBScope``; the fusion, re-ranking and tool results
+around them (``knowledge.search``) do not know which one answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from knowledge.vectors import VectorIndex, load_vectors
+from storage.interfaces import KBIndex, KBVectorSearch
+from storage.kb_records import KBRanked, KBScope
+
+F32 = npt.NDArray[np.float32]
+
+
+class DenseSide(Protocol):
+    @property
+    def dim(self) -> int: ...
+
+    def add(self, chunk_ids: Iterable[int], doc_id: str, bucket: str, vectors: F32) -> None:
+        """Ingestion stored these vectors (committed): make them searchable."""
+        ...
+
+    def remove_document(self, doc_id: str) -> int:
+        """Ingestion deleted or replaced this document (committed)."""
+        ...
+
+    async def load(self) -> int:
+        """Called once at start; returns how many vectors were loaded into memory."""
+        ...
+
+    async def available(self) -> bool:
+        """Whether there is anything to search (else the search falls back to text)."""
+        ...
+
+    async def count(self) -> int: ...
+
+    async def nearest(self, query: F32, scope: KBScope, limit: int) -> KBRanked:
+        """The ``limit`` chunks in ``scope`` nearest to ``query`` (unit length), by cosine,
+        best first; ``total`` counts the chunks in scope with a positive similarity (an
+        engine's index may estimate it)."""
+        ...
+
+    async def cosines(self, chunk_ids: Sequence[int], query: F32) -> dict[int, float]: ...
+
+
+class MatrixDense:
+    """The in-memory matrix (see the module docstring)."""
+
+    def __init__(self, index: KBIndex, embed_model: str | None, dim: int, *, executor_rows: int = 2_000) -> None:
+        self.matrix = VectorIndex(dim)
+        self._index = index
+        self._embed_model = embed_model
+        self._executor_rows = executor_rows
+
+    @property
+    def dim(self) -> int:
+        return self.matrix.dim
+
+    def add(self, chunk_ids: Iterable[int], doc_id: str, bucket: str, vectors: F32) -> None:
+        self.matrix.add(chunk_ids, doc_id, bucket, vectors)
+
+    def remove_document(self, doc_id: str) -> int:
+        return self.matrix.remove_document(doc_id)
+
+    async def load(self) -> int:
+        if self._embed_model is None:
+            return 0
+        return await load_vectors(self.matrix, self._index, self._embed_model)
+
+    async def available(self) -> bool:
+        return self.matrix.size > 0
+
+    async def count(self) -> int:
+        return self.matrix.size
+
+    async def nearest(self, query: F32, scope: KBScope, limit: int) -> KBRanked:
+        matrix = self.matrix
+        snap = matrix.snapshot()
+        mask = None
+        if scope.doc_ids is not None:
+            mask = matrix.doc_mask(snap, scope.doc_ids)
+        elif scope.bucket is not None:
+            code = matrix.bucket_code(scope.bucket)
+            if code is None:
+                return KBRanked()
+            mask = snap.bucket_codes[: snap.n] == code
+        if snap.n > self._executor_rows:
+            loop = asyncio.get_running_loop()
+            ids, scores, positive = await loop.run_in_executor(None, VectorIndex.scan, snap, query, limit, mask)
+        else:
+            ids, scores, positive = VectorIndex.scan(snap, query, limit, mask)
+        return KBRanked(ids.tolist(), [float(s) for s in scores], positive)
+
+    async def cosines(self, chunk_ids: Sequence[int], query: F32) -> dict[int, float]:
+        return self.matrix.cosines(chunk_ids, query)
+
+
+class DatabaseDense:
+    """The engine's own vector search (see the module docstring)."""
+
+    def __init__(self, search: KBVectorSearch, embed_model: str, dim: int) -> None:
+        self._search = search
+        self._embed_model = embed_model
+        self._dim = dim
+        self._seen = False
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def add(self, chunk_ids: Iterable[int], doc_id: str, bucket: str, vectors: F32) -> None:
+        self._seen = True  # the rows are in the database already
+
+    def remove_document(self, doc_id: str) -> int:
+        return 0
+
+    async def load(self) -> int:
+        return 0
+
+    async def available(self) -> bool:
+        # Once vectors exist they are assumed to stay (a search of an emptied index just
+        # finds nothing); until then every search asks, since another replica may ingest.
+        if not self._seen:
+            self._seen = await self._search.has_vectors(self._embed_model, self._dim)
+        return self._seen
+
+    async def count(self) -> int:
+        return await self._search.count_vectors(self._embed_model, self._dim)
+
+    async def nearest(self, query: F32, scope: KBScope, limit: int) -> KBRanked:
+        return await self._search.vector_candidates(query, self._embed_model, scope, limit)
+
+    async def cosines(self, chunk_ids: Sequence[int], query: F32) -> dict[int, float]:
+        return await self._search.cosines(chunk_ids, query)
+
+
+def dense_side(index: KBIndex, embed_model: str | None, dim: int, *, executor_rows: int = 2_000) -> DenseSide:
+    """The engine's vector search when it has one (and there is an embedder), else the
+    in-memory matrix."""
+    if embed_model is not None and isinstance(index, KBVectorSearch):
+        return DatabaseDense(index, embed_model, dim)
+    return MatrixDense(index, embed_model, dim, executor_rows=executor_rows)
+
+
+__all__ = ["DatabaseDense", "DenseSide", "MatrixDense", "dense_side"]
