@@ -20,9 +20,16 @@ log = logging.getLogger("agentchat.tools")
 
 
 class ValidationOutcome(Protocol):
-    ok: bool
-    arguments: dict[str, Any]
-    error: dict[str, Any] | None
+    """What a validator returns (read-only, so any result class with these fields fits)."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def arguments(self) -> dict[str, Any]: ...
+
+    @property
+    def error(self) -> Mapping[str, Any] | None: ...
 
 
 Validator = Callable[[Any, object], ValidationOutcome]

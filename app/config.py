@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from agenttools.mcp_config import McpConfigError, McpServerConfig, load_servers
+
 PROVIDERS = ("auto", "ollama", "gemini", "openai", "extractive")
 EMBEDDERS = ("auto", "gemini", "ollama", "openai", "local", "hashing", "none")
 AUTH_MODES = ("none", "jwt")
@@ -82,6 +84,8 @@ class Settings:
     port: int = 8000
     llm_timeout_s: float = 120.0
     tool_timeout_s: float = 30.0
+    #: MCP servers whose tools join the catalog, read from the ``AGENT_MCP_SERVERS`` file.
+    mcp_servers: tuple[McpServerConfig, ...] = ()
     backend_timeout_s: float = 15.0
     #: Outbound pool sizes, per replica: model streams (a streamed answer holds one
     #: connection for its whole length), and everything else on the shared client
@@ -90,6 +94,8 @@ class Settings:
     llm_max_connections: int = 256
     backend_max_connections: int = 200
     embed_max_connections: int = 32
+    #: Perplexity's own pool: slow paid searches never hold the backend's connections.
+    perplexity_max_connections: int = 16
     max_body_bytes: int = 1024 * 1024
     max_message_chars: int = 32000
     #: A request's headers must arrive within this (then the connection is closed), its
@@ -117,6 +123,13 @@ class Settings:
     max_runs_per_user: int = 8
     requests_per_minute: int = 60
     stream_token_ttl_s: int = 300
+    #: Signs ``stream_url`` tokens; unset, a random key generated once is kept in the
+    #: database (``app_secrets``), so every replica accepts every other one's links.
+    stream_token_secret: str | None = None
+    #: OpenTelemetry spans (run, model calls, tool calls): on with ``AGENT_OTEL=1`` or
+    #: when ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``…_TRACES_ENDPOINT`` is set (needs the
+    #: ``otel`` extra; the exporter reads the standard ``OTEL_*`` variables itself).
+    otel_enabled: bool = False
     ingest_sample_kb: bool = True
     #: Buckets ``knowledge_base_search`` covers when the model names none
     #: (``AGENT_KB_DEFAULT_BUCKETS``, comma-separated; ``*`` = every bucket).
@@ -197,6 +210,8 @@ class Settings:
                                                    lo=1, hi=100_000),
             embed_max_connections=reader.integer("AGENT_EMBED_MAX_CONNECTIONS", d.embed_max_connections, lo=1,
                                                  hi=100_000),
+            perplexity_max_connections=reader.integer("AGENT_PERPLEXITY_MAX_CONNECTIONS",
+                                                      d.perplexity_max_connections, lo=1, hi=100_000),
             max_body_bytes=reader.integer("AGENT_MAX_BODY_BYTES", d.max_body_bytes, lo=1024),
             header_timeout_s=reader.number("AGENT_HEADER_TIMEOUT_S", d.header_timeout_s, lo=0.1, hi=3600),
             body_timeout_s=reader.number("AGENT_BODY_TIMEOUT_S", d.body_timeout_s, lo=0.1, hi=3600),
@@ -214,6 +229,10 @@ class Settings:
             max_runs_per_user=reader.integer("AGENT_MAX_RUNS_PER_USER", d.max_runs_per_user, lo=1),
             requests_per_minute=reader.integer("AGENT_REQUESTS_PER_MINUTE", d.requests_per_minute, lo=1),
             stream_token_ttl_s=reader.integer("AGENT_STREAM_TOKEN_TTL_S", d.stream_token_ttl_s, lo=5),
+            stream_token_secret=reader.optional("AGENT_STREAM_TOKEN_SECRET"),
+            otel_enabled=reader.boolean("AGENT_OTEL", d.otel_enabled)
+            or bool(reader.optional("OTEL_EXPORTER_OTLP_ENDPOINT")
+                    or reader.optional("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")),
             ingest_sample_kb=reader.boolean("AGENT_INGEST_SAMPLE_KB", d.ingest_sample_kb),
             kb_default_buckets=reader.listing("AGENT_KB_DEFAULT_BUCKETS", d.kb_default_buckets) or ("*",),
             keyword_max_age_days=reader.number(
@@ -224,6 +243,12 @@ class Settings:
                 "AGENT_KEYWORD_PRUNE_INTERVAL_S", d.keyword_prune_interval_s, lo=0.01, hi=31_536_000
             ),
         )
+        mcp_file = reader.optional("AGENT_MCP_SERVERS")
+        if mcp_file:
+            try:
+                s = replace(s, mcp_servers=load_servers(mcp_file, env))
+            except McpConfigError as exc:
+                reader.problems.append(str(exc))
         if s.llm_provider == "gemini" and not s.gemini_api_key:
             reader.problems.append("AGENT_LLM_PROVIDER=gemini needs GEMINI_API_KEY")
         if s.embedder == "gemini" and not s.gemini_api_key:
@@ -234,6 +259,8 @@ class Settings:
             reader.problems.append(f"AGENT_JWT_PUBLIC_KEY: no such file {str(s.jwt_public_key)!r}")
         if s.auth == "jwt" and s.jwt_secret and len(s.jwt_secret) < 16:
             reader.problems.append("AGENT_JWT_SECRET must be at least 16 characters")
+        if s.stream_token_secret is not None and len(s.stream_token_secret) < 16:
+            reader.problems.append("AGENT_STREAM_TOKEN_SECRET must be at least 16 characters")
         if reader.problems:
             raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(reader.problems))
         return s
@@ -246,8 +273,13 @@ class Settings:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in {"gemini_api_key", "perplexity_api_key", "jwt_secret", "openai_api_key"}:
+            if f.name in {"gemini_api_key", "perplexity_api_key", "jwt_secret", "openai_api_key",
+                          "stream_token_secret"}:
                 value = "***" if value else None
+            elif f.name == "database_url" and value:
+                value = _without_password(value)
+            elif f.name == "mcp_servers":
+                value = [f"{m.name}: {m.describe()}" for m in value]
             elif isinstance(value, Path):
                 value = str(value)
             elif isinstance(value, tuple):
@@ -256,6 +288,17 @@ class Settings:
                 continue
             out[f.name] = value
         return out
+
+
+def _without_password(url: str) -> str:
+    """``postgresql://user:pw@host/db`` → ``postgresql://user:***@host/db`` (for the logs)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 def _demo_token(value: str) -> str | None:

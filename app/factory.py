@@ -13,9 +13,14 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
-from app import admin_routes, http, kb_routes
+from app import admin_routes, ai_sdk_stream, http, kb_routes, openai_compat
 from app.auth import JwksPrefetch
+from app.compat_openapi import ai_sdk_api, openai_api
 from app.config import Settings
+from app.docs_page import render_docs
+from app.log_context import AccessLog
+from app.openapi import build_openapi, openapi_routes
+from app.openapi_paths import builtin_api
 from app.playground import playground_routes
 from app.wiring import AUTO, Overrides, build_services
 
@@ -31,12 +36,14 @@ def create_app(
     prompts: Any = None,
     planner: Any = None,
     shutdown_deadline_s: float | None = None,
+    tracer_provider: Any = None,
 ) -> Starlette:
     """Build the Starlette app. ``provider``, ``registry``, ``embedder`` and ``prompts``
     replace the configured components (tests, benchmarks); everything else is real."""
     settings = settings or Settings.from_env()
     grace_s = settings.shutdown_grace_s if shutdown_deadline_s is None else shutdown_deadline_s
-    overrides = Overrides(provider=provider, registry=registry, embedder=embedder, prompts=prompts, planner=planner)
+    overrides = Overrides(provider=provider, registry=registry, embedder=embedder, prompts=prompts, planner=planner,
+                          tracer_provider=tracer_provider)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -70,9 +77,19 @@ def create_app(
         Route("/healthz", http.healthz, methods=["GET"]),
         Route("/readyz", http.readyz, methods=["GET"]),
         Route("/metrics", http.metrics, methods=["GET"]),
+        Route("/v1/models", openai_compat.list_models, methods=["GET"]),
+        Route("/v1/models/{model}", openai_compat.get_model, methods=["GET"]),
+        Route("/v1/chat/completions", openai_compat.chat_completions, methods=["POST"]),
+        Route("/v1/agent/ui-stream", ai_sdk_stream.ui_stream, methods=["POST"]),
+        Route("/v1/agent/ui-stream/{chat_id}/stream", ai_sdk_stream.ui_stream_resume, methods=["GET"]),
         *playground_routes(),
     ]
-    middleware = []
+    # /openapi.json and /docs describe every route above: a module adding routes adds its
+    # ApiContribution to this list (tests/test_openapi.py fails on an undescribed route).
+    api = build_openapi([*builtin_api(settings), openai_api(), ai_sdk_api()], auth_mode=settings.auth)
+    routes += openapi_routes(api, render_docs(api))
+    # Outermost: every request's log fields, and its access-log line (app/log_context.py).
+    middleware = [Middleware(AccessLog)]
     if settings.cors_origins:
         middleware.append(
             Middleware(

@@ -10,10 +10,11 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from prometheus_client import Gauge
 from sse_starlette import EventSourceResponse
 from sse_starlette.sse import AppStatus
 from starlette.exceptions import HTTPException
@@ -28,6 +29,7 @@ from app.problems import HTTPProblem, ORJSONResponse
 from app.records import Caller, ChatInput
 from app.remote_runs import follow_stored
 from app.runs import Run, RunEvent
+from events import Heartbeat
 from storage.errors import ConversationBusy, ConversationOwnedByAnother, IdempotencyKeyUsed, StorageUnavailable
 from storage.records import MULTITASK_POLICIES, UNFINISHED
 
@@ -36,7 +38,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentchat.http")
 
-CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
+# \Z, not $: `$` also matches before a final newline, which let "conv\n" through.
+CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}\Z")
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # visible ASCII, as HTTP header tokens go
 RETRY_MS = 2000
 
@@ -230,7 +233,8 @@ def heartbeat_frame() -> bytes:
     """The keep-alive: a comment line for proxies and a named event for stall detection,
     in one frame. A comment in a frame of its own would reach clients that dispatch on
     every blank line (``@microsoft/fetch-event-source``) as an empty message."""
-    return b": ping\nevent: heartbeat\ndata: {\"ts\":%d}\n\n" % int(time.time())
+    beat = Heartbeat(ts=int(time.time()))
+    return b": ping\nevent: %s\ndata: %s\n\n" % (beat.name.encode(), beat.to_json())
 
 
 async def stream_run(
@@ -299,13 +303,24 @@ async def _no_events() -> AsyncIterator[bytes]:
     yield  # an async generator with nothing in it
 
 
-def sse(content: AsyncIterator[bytes], svc: Services) -> EventSourceResponse:
+def sse(content: AsyncIterator[bytes], svc: Services, headers: Mapping[str, str] | None = None) -> EventSourceResponse:
+    """Every SSE response of the app (native, OpenAI-compatible, AI SDK): unbuffered through
+    proxies, and counted in ``agentchat_open_streams`` while it is being written."""
     # ping=0: sse-starlette's pings are comment-only frames; ours ride in the heartbeat.
     return EventSourceResponse(
-        content,
+        _counted(content, svc.metrics.open_streams),
         ping=0,
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
     )
+
+
+async def _counted(content: AsyncIterator[bytes], gauge: Gauge) -> AsyncIterator[bytes]:
+    gauge.inc()
+    try:
+        async for chunk in content:
+            yield chunk
+    finally:
+        gauge.dec()
 
 
 # --- retried chats: resume the run instead of starting another ------------------------------
@@ -437,6 +452,7 @@ def _reader(request: Request, run_id: str) -> str:
     svc = services(request)
     if svc.auth.mode == "none":
         # One local user: a link from before a restart (new signing key) still resumes.
+        svc.auth.identify(None)  # notes the local user for the log lines
         return LOCAL_USER
     token = request.query_params.get("token")
     if token:

@@ -16,18 +16,23 @@ import httpx
 
 from agenttools.registry import ToolRegistry
 from app.config import Settings
+from llm.pool import WaitHook
 from toolindex.embedder import Embedder
 
 if TYPE_CHECKING:
     from agenttools.keywords import KeywordIndex
     from agenttools.resolution import ResolutionCache
+    from app.mcp_room import McpRoom
     from storage.interfaces import StorageBundle
 
 log = logging.getLogger("agentchat.rooms")
 
 
-async def kb_embedder(settings: Settings, http: httpx.AsyncClient | None = None) -> tuple[Embedder | None, str]:
-    """The knowledge base's embedder: the configured one (``AGENT_EMBEDDER``)."""
+async def kb_embedder(
+    settings: Settings, http: httpx.AsyncClient | None = None, *, pool_waits: WaitHook | None = None
+) -> tuple[Embedder | None, str]:
+    """The knowledge base's embedder: the configured one (``AGENT_EMBEDDER``), its HTTP
+    client on a pool of ``AGENT_EMBED_MAX_CONNECTIONS`` whose waits are reported."""
     from toolindex.factory import choose_embedder
 
     return await choose_embedder(
@@ -42,6 +47,8 @@ async def kb_embedder(settings: Settings, http: httpx.AsyncClient | None = None)
         openai_base_url=settings.openai_base_url,
         openai_api_key=settings.openai_api_key,
         openai_model=settings.openai_embed_model,
+        max_connections=settings.embed_max_connections,
+        on_pool_wait=pool_waits,
     )
 
 
@@ -94,6 +101,8 @@ class Rooms:
     keywords: KeywordIndex | None = None
     resolution_cache: ResolutionCache | None = None
     backend: BackendComponent | None = None
+    #: ``AGENT_MCP_SERVERS``: the MCP servers' connections and tools (``app.mcp_room``).
+    mcp: McpRoom | None = None
 
     def named(self, name: str) -> Any:
         """A room by name, for routes that say which one they need; None when absent."""
@@ -102,7 +111,7 @@ class Rooms:
     def with_readiness(self) -> list[tuple[str, Any]]:
         """Rooms that report their own readiness, by name."""
         out = []
-        for name in ("knowledge", "keywords", "backend"):
+        for name in ("knowledge", "keywords", "backend", "mcp"):
             room = getattr(self, name)
             if room is not None and hasattr(room, "readiness"):
                 out.append((name, room))
@@ -117,6 +126,7 @@ async def attach_rooms(
     *,
     embedder: Embedder | None,
     storage: StorageBundle,
+    pool_waits: WaitHook | None = None,
 ) -> Rooms:
     from agenttools.corpus_tools import CorpusToolDeps, register_corpus_tools
     from agenttools.keywords import KeywordIndex
@@ -150,7 +160,7 @@ async def attach_rooms(
     stack.push_async_callback(_cancel, backfill)
     perplexity = (
         PerplexityClient(
-            http,
+            await perplexity_http(settings, stack, pool_waits),
             settings.perplexity_api_key,
             base_url=settings.perplexity_base_url,
             model=settings.perplexity_model,
@@ -242,6 +252,21 @@ class BackendComponent:
             out["reachable"] = False
             out["detail"] = f"not reachable ({type(exc).__name__}): workflow and table tools will fail"
         return out
+
+
+async def perplexity_http(
+    settings: Settings, stack: AsyncExitStack, pool_waits: WaitHook | None
+) -> httpx.AsyncClient:
+    """Perplexity's own client and pool (``AGENT_PERPLEXITY_MAX_CONNECTIONS``): slow paid
+    searches wait for each other, never for (or instead of) the backend's connections."""
+    from llm.pool import pooled_transport
+
+    client = httpx.AsyncClient(
+        transport=pooled_transport("perplexity", settings.perplexity_max_connections, on_wait=pool_waits),
+        follow_redirects=False,
+    )
+    stack.push_async_callback(client.aclose)
+    return client
 
 
 async def _backfill_keywords(keywords: KeywordIndex) -> None:

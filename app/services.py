@@ -85,6 +85,7 @@ class Services:
             write_stats=lambda: self.storage.db.stats,
             index_ready=lambda: self.index_state.status == "ready",
             resolution_cache=lambda: self.rooms.resolution_cache,
+            leases_held=self.runs.leases_held,
         )
 
     def metrics_body(self) -> bytes:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ import httpx
 from agenttools.rag.policy import FlowPolicy
 from agenttools.registry import ToolRegistry
 from app.agent import Agent, AgentSettings
-from app.auth import Authenticator
+from app.auth import Authenticator, shared_stream_secret
 from app.config import Settings
 from app.limits import Admission
 from app.metrics import AppMetrics
@@ -27,6 +28,7 @@ from app.rooms import Rooms
 from app.run_manager import RunManager
 from app.selector import IndexState, ToolSelector
 from app.services import Services
+from app.tracing import Tracing
 from llm.pool import PoolWaits, pooled_transport
 from llm.provider import Provider
 from storage.open import open_storage
@@ -44,6 +46,8 @@ class Overrides:
     embedder: Embedder | str | None = AUTO
     prompts: Any = None
     planner: Any = None
+    #: An OpenTelemetry ``TracerProvider`` the spans go to (tests: an in-memory exporter).
+    tracer_provider: Any = None
 
 
 async def choose_provider(
@@ -125,16 +129,22 @@ async def _probe_ollama_chat(settings: Settings, http: httpx.AsyncClient) -> str
     return f"Ollama has no model {wanted!r} pulled (ollama pull {wanted})"
 
 
-async def choose_embedder(settings: Settings, http: httpx.AsyncClient) -> tuple[Embedder | None, str]:
+async def choose_embedder(
+    settings: Settings, http: httpx.AsyncClient, pool_waits: PoolWaits | None = None
+) -> tuple[Embedder | None, str]:
     from app.rooms import kb_embedder
 
-    return await kb_embedder(settings, http)
+    return await kb_embedder(settings, http, pool_waits=pool_waits)
 
 
 async def build_tool_index(
-    state: IndexState, registry: ToolRegistry, embedder: Embedder, cache_dir: Path | None
+    state: IndexState, registry: ToolRegistry, embedder: Embedder, cache_dir: Path | None,
+    *, on_ready: Callable[[Any], None] | None = None,
 ) -> None:
-    """Runs in the background at start-up; selection falls back until it is ready."""
+    """Runs in the background at start-up; selection falls back until it is ready.
+    MCP tools are left out: their segments are embedded per server (``app.mcp_room``),
+    which ``on_ready`` combines with this index."""
+    from agenttools.mcp_config import MCP_GROUP
     from toolindex.caches import VectorCache
     from toolindex.index import ToolIndex
 
@@ -142,7 +152,8 @@ async def build_tool_index(
     started = time.perf_counter()
     try:
         cache = VectorCache(cache_dir) if cache_dir is not None else None
-        index = await ToolIndex.build([(s.name, s.embedding_text()) for s in registry], embedder, cache=cache)
+        specs = [s for s in registry if MCP_GROUP not in s.groups]
+        index = await ToolIndex.build([(s.name, s.embedding_text()) for s in specs], embedder, cache=cache)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
@@ -152,6 +163,8 @@ async def build_tool_index(
         )
         return
     state.ready(index, (time.perf_counter() - started) * 1000)
+    if on_ready is not None:
+        on_ready(index)
     log.info("tool index ready", extra={"tools": len(registry), "embedder": embedder.name, "ms": state.built_ms})
 
 
@@ -186,10 +199,14 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     else:
         provider, provider_reason = await choose_provider(settings, http, llm_http=llm_http, pool_waits=pool_waits)
         stack.push_async_callback(provider.aclose)
+    # Spans for runs, model calls and tool calls; a no-op unless configured (app/tracing.py).
+    tracing = Tracing.from_settings(settings.otel_enabled, provider=overrides.tracer_provider)
+    stack.push_async_callback(tracing.aclose)
+    provider = tracing.wrap_provider(provider)
     log.info("LLM provider", extra={"provider": provider.name, "model": provider.model, "reason": provider_reason})
 
     if overrides.embedder == AUTO:
-        embedder, why = await choose_embedder(settings, http)
+        embedder, why = await choose_embedder(settings, http, pool_waits)
     else:
         embedder, why = overrides.embedder, "given by the caller"  # type: ignore[assignment]
     registry = overrides.registry if overrides.registry is not None else default_registry()
@@ -197,16 +214,25 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     if overrides.registry is None:
         from app.rooms import attach_rooms
 
-        rooms = await attach_rooms(settings, registry, http, stack, embedder=embedder, storage=storage)
+        rooms = await attach_rooms(settings, registry, http, stack, embedder=embedder, storage=storage,
+                                   pool_waits=pool_waits)
 
     index_state = IndexState()
     background: list[asyncio.Task[Any]] = []
+    cache_dir = settings.cache_dir or settings.db_path.parent / "cache"
+    if settings.mcp_servers:  # AGENT_MCP_SERVERS: connected in the background, closed at shutdown
+        from app.mcp_room import attach_mcp
+
+        rooms.mcp = attach_mcp(settings.mcp_servers, registry, index_state, embedder, cache_dir)
+        stack.push_async_callback(rooms.mcp.aclose)
     if embedder is None:
         index_state.status, index_state.reason = "disabled", why
     else:
         index_state.embedder_name = embedder.name
-        cache_dir = settings.cache_dir or settings.db_path.parent / "cache"
-        background.append(asyncio.create_task(build_tool_index(index_state, registry, embedder, cache_dir)))
+        on_ready = rooms.mcp.base_ready if rooms.mcp is not None else None
+        background.append(
+            asyncio.create_task(build_tool_index(index_state, registry, embedder, cache_dir, on_ready=on_ready))
+        )
         stack.push_async_callback(embedder.aclose)
     log.info("embedder", extra={"embedder": getattr(embedder, "name", None), "reason": why})
 
@@ -265,20 +291,25 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         policy=FlowPolicy(),
         planner=overrides.planner if overrides.planner is not None else _default_planner(provider, rooms),
     )
+    agent.tools.tracing = tracing
     runs = RunManager(
         store=storage.runs,
-        agent=agent.run,
+        agent=tracing.wrap_run(agent.run),
         grace_s=settings.run_grace_s,
         finished_memory_s=settings.finished_run_memory_s,
         lease_s=settings.run_lease_s,
         # One process per SQLite file: at start-up every unfinished run is this one's.
         exclusive=storage.engine != "postgres",
+        on_take_over=metrics.take_over_latency.observe,
     )
     svc = Services(
         settings=settings,
         storage=storage,
         http=http,
-        auth=Authenticator.from_settings(settings, http),
+        # stream_url tokens are signed with a key every replica on the database shares.
+        auth=Authenticator.from_settings(
+            settings, http, stream_secret=await shared_stream_secret(settings.stream_token_secret, storage.secrets)
+        ),
         runs=runs,
         run_store=storage.runs,
         conversations=conversations,

@@ -116,12 +116,12 @@ class Passage:
 
 
 def _question(messages: list[Message]) -> tuple[str, int]:
-    """The latest user question and its index (enforcement reminders carry tool results
-    or follow an assistant turn of this run; the question is the last plain user text
-    that starts an exchange)."""
+    """The latest user question and its index: the last user text that is neither tool
+    results nor one of the agent's own reminders (marked ``reminder``). A question may
+    follow an assistant turn (history imported as text, a run cancelled mid-answer)."""
     for i in range(len(messages) - 1, -1, -1):
         m = messages[i]
-        if m.role == "user" and m.content and not m.tool_results and (i == 0 or messages[i - 1].role != "assistant"):
+        if m.role == "user" and m.content and not m.tool_results and not m.reminder:
             return m.content, i
     for i in range(len(messages) - 1, -1, -1):
         if messages[i].role == "user" and messages[i].content:

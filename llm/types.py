@@ -95,7 +95,9 @@ class Message:
     previous assistant turn's calls). An ``assistant`` message carries text and/or
     tool calls. ``replay`` holds provider-private data that must be sent back
     unmodified on the next turn (Gemini's content parts with thought signatures);
-    it is keyed by provider name so another provider simply ignores it.
+    it is keyed by provider name so another provider simply ignores it. ``reminder``
+    marks a ``user`` message the agent wrote itself (an enforcement reminder), so that
+    nothing mistakes it for the user's question.
     """
 
     role: Role
@@ -103,6 +105,7 @@ class Message:
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_results: list[ToolResult] = field(default_factory=list)
     replay: dict[str, Any] | None = None
+    reminder: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -112,6 +115,8 @@ class Message:
             d["tool_results"] = [r.to_dict() for r in self.tool_results]
         if self.replay:
             d["replay"] = self.replay
+        if self.reminder:
+            d["reminder"] = True
         return d
 
     @classmethod
@@ -125,6 +130,7 @@ class Message:
             tool_calls=[ToolCall.from_dict(c) for c in d.get("tool_calls") or []],
             tool_results=[ToolResult.from_dict(r) for r in d.get("tool_results") or []],
             replay=d.get("replay"),
+            reminder=d.get("reminder") is True,
         )
 
 

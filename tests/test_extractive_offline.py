@@ -135,3 +135,35 @@ def test_the_context_is_read_from_the_prompt_role_or_else_the_tools() -> None:
     custom = ChatRequest("You are helpful.", [], [ToolDefinition("preview_table_config", "", {})])
     assert acting_context(custom) == "tables"
     assert acting_context(ChatRequest("You are helpful.", [], [ToolDefinition("search_text", "", {})])) is None
+
+
+async def test_a_follow_up_question_is_answered_not_the_first_one(offline: Settings) -> None:
+    """The second question of a conversation follows the first answer (an assistant turn);
+    it is still the question, while the agent's own reminders never are."""
+    async with (
+        running_app(offline, provider=ExtractiveProvider()) as (base, _),
+        httpx.AsyncClient(timeout=30) as client,
+    ):
+        assert (await client.post(f"{base}/v1/kb/documents", json={"documents": DOCS})).status_code == 200
+        first = await chat(client, base, "Which variables does the shell environment list?", "knowledge")
+        conversation_id = first[0].json()["conversation_id"]
+        second = await chat(
+            client, base, "How do I resume a stream after a disconnect?", "knowledge", conversation_id=conversation_id
+        )
+    assert "PATH" in next(e.json() for e in first if e.event == "response")["answer"]
+    answer = next(e.json() for e in second if e.event == "response")["answer"]
+    assert "Last-Event-ID" in answer and "PATH" not in answer
+
+
+def test_reminders_are_not_questions() -> None:
+    from llm.extractive import _question
+
+    history = [
+        Message("user", "How do I resume a stream?"),
+        Message("assistant", "Let me think."),
+        Message("user", "Call knowledge_base_search first.", reminder=True),
+    ]
+    assert _question(history) == ("How do I resume a stream?", 0)
+    follow_up = [*history[:2], Message("user", "And what does the shell list?")]
+    assert _question(follow_up) == ("And what does the shell list?", 2)
+    assert Message.from_dict(history[2].to_dict()).reminder is True
