@@ -38,21 +38,33 @@ run: install
 
 # Against a local Ollama: `ollama pull qwen3:4b && ollama pull nomic-embed-text` first.
 dev: install
-	AGENT_LLM_PROVIDER=ollama AGENT_EMBEDDER=$${AGENT_EMBEDDER:-ollama} \
+	AGENT_LLM_PROVIDER=ollama AGENT_EMBEDDER=$${AGENT_EMBEDDER:-ollama} AGENT_LOG_FORMAT=$${AGENT_LOG_FORMAT:-text} \
 	OLLAMA_MODEL=$${OLLAMA_MODEL:-qwen3:4b} $(BIN)/agentchat serve --reload
 
-# Lint the product code first (configuration: [tool.ruff] in pyproject.toml), then test.
+# Lint and type-check the product code first (configuration: [tool.ruff] and [tool.mypy]
+# in pyproject.toml), then test.
+PRODUCT := events client app llm toolindex storage agenttools knowledge prompts backend
 test: install
-	$(BIN)/ruff check app llm toolindex storage agenttools knowledge prompts backend
+	$(BIN)/ruff check $(PRODUCT)
+	$(BIN)/mypy $(PRODUCT)
 	$(BIN)/python -m pytest -q
 
-bench: $(BENCH_STAMP)
+# The peer server of bench/langgraph_peer.py, in a virtualenv of its own (its pins clash
+# with the dev tools'): `langgraph dev` on the in-memory runtime.
+LANGGRAPH_VENV  := .venv-langgraph
+LANGGRAPH_STAMP := $(LANGGRAPH_VENV)/.installed-stamp
+$(LANGGRAPH_STAMP):
+	@test -x $(LANGGRAPH_VENV)/bin/python || $(PYTHON) -m venv $(LANGGRAPH_VENV)
+	$(LANGGRAPH_VENV)/bin/python -m pip install --quiet 'langgraph-cli[inmem]>=0.4.40,<0.5'
+	@touch $(LANGGRAPH_STAMP)
+
+bench: $(BENCH_STAMP) $(LANGGRAPH_STAMP)
 	@mkdir -p bench/results
 	@for b in bench/sse_overhead.py bench/selection.py bench/retrieval_quality.py bench/kb.py \
 	          bench/keywords.py bench/keyword_reuse.py bench/tools.py bench/resume.py bench/chaos.py bench/corpus.py bench/corpus_quality.py \
-	          bench/ingest.py; do \
+	          bench/ingest.py bench/capacity.py bench/scaleout.py bench/langgraph_peer.py; do \
 	  if [ -f $$b ]; then echo "== $$b"; $(BIN)/python $$b || exit 1; fi; \
 	done
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache data
+	rm -rf $(VENV) $(LANGGRAPH_VENV) *.egg-info .pytest_cache data

@@ -58,3 +58,58 @@ def write_results(name: str, payload: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
     return path
+
+
+# --- helpers of the load benchmarks (capacity, scaleout, langgraph_peer) ----------------------------
+
+
+def tree_rss_kb(pid: int) -> int:
+    """RSS of ``pid`` and every descendant, in KiB (a server that forks workers)."""
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            total += rss_kb(current)
+            with open(f"/proc/{current}/task/{current}/children") as f:
+                stack.extend(int(c) for c in f.read().split())
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+    return total
+
+
+def raise_fd_limit() -> int:
+    """Lift the soft limit on open files to the hard one (a thousand sockets per process)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def histogram_totals(metrics_text: str, name: str) -> dict[str, dict[str, float]]:
+    """``{label_values: {"count": n, "sum": s}}`` of a Prometheus histogram in ``/metrics`` text."""
+    out: dict[str, dict[str, float]] = {}
+    for line in metrics_text.splitlines():
+        for part in ("count", "sum"):
+            prefix = f"{name}_{part}"
+            if line.startswith(prefix) and line[len(prefix) : len(prefix) + 1] in ("{", " "):
+                labels, _, value = line[len(prefix) :].rpartition(" ")
+                key = labels.strip("{} ") or "all"
+                out.setdefault(key, {"count": 0.0, "sum": 0.0})[part] = float(value)
+    return out
+
+
+def ms(values_s: list[float]) -> dict[str, float]:
+    """``summary`` of seconds, in milliseconds."""
+    return summary([v * 1000 for v in values_s])
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
