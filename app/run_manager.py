@@ -10,10 +10,12 @@
 * **Recovery** at start-up, before serving: every run that had not ended — after a
   SIGTERM or a SIGKILL — is carried on from its last checkpoint, with its event ids
   continuing where the log stops.
-* **Leases** (``lease_s`` > 0): the process executing a run holds a lease on it from
-  admission, renewed every ``lease_s / 3``; every step it writes checks the lease. Every
-  ``lease_s / 2`` each process claims (atomically, in the store) the unfinished runs whose
-  lease expired — their replica died — and carries them on like a restart would. A
+* **Leases** (``lease_s`` > 0, the hand-over bound): the process executing a run holds a
+  lease on it from admission that lives ``0.7 × lease_s`` and is renewed every third of
+  that; every step it writes checks the lease. Every ``lease_s / 10`` each process claims
+  (atomically, in the store) the unfinished runs whose lease expired — their replica
+  died — and carries them on like a restart would, so a dead replica's runs resume
+  within about ``0.8 × lease_s`` plus the time to load their checkpoint. A
   process that finds its lease gone (it was paused past the lease) abandons the run
   without emitting anything: the new owner continues it.
 """
@@ -38,11 +40,16 @@ from app.run_state import RunState
 from app.runs import Run, RunEvent, terminal_event
 from events import Discarded, Error, Event, EventDecodeError, MessageComplete, RunResumed, parse_event
 from llm.types import Message
-from storage.errors import StorageUnavailable
+from storage.errors import LeaseLost, StorageUnavailable
 from storage.interfaces import RunStore
 from storage.records import NewRun, RunWrite, StoredRun
 
 log = logging.getLogger("agentchat.runs")
+
+#: A written lease lives this share of ``lease_s``; others look for expired ones every
+#: ``LEASE_CLAIM_SHARE × lease_s``: expiry plus one look stays within ``lease_s``.
+LEASE_TTL_SHARE = 0.7
+LEASE_CLAIM_SHARE = 0.1
 
 #: ``agent(run, chat, caller, state=None, resumed=None)``: the agent loop.
 AgentFn = Callable[..., Awaitable[None]]
@@ -106,7 +113,7 @@ class RunManager:
                 multitask=chat.multitask,
                 idempotency_key=idempotency_key,
                 lease_owner=self.owner_id if self.lease_s > 0 else None,
-                lease_s=self.lease_s,
+                lease_s=self.lease_ttl_s,
             )
         )
         run = self._new_run(run_id, conversation_id, caller.user_id, chat.context_type)
@@ -138,7 +145,7 @@ class RunManager:
         run.on_storage_failure = self._rescue
         run.on_abandon = self._lost
         if self.lease_s > 0:
-            run.lease_owner, run.lease_s = self.owner_id, self.lease_s
+            run.lease_owner, run.lease_s = self.owner_id, self.lease_ttl_s
         return run
 
     def _register(self, run: Run) -> None:
@@ -257,13 +264,24 @@ class RunManager:
         task.add_done_callback(self._rescues.discard)
 
     async def _write_until_stored(self, run: Run, events: list[RunEvent]) -> None:
-        step = RunWrite(run.id, run.conversation_id, events=events, status="failed", finished=True)
+        # Under its lease: if another replica took the run over meanwhile, its ending is
+        # that replica's to write, and this one must not overwrite the log with a failure.
+        step = RunWrite(
+            run.id, run.conversation_id, events=events, status="failed", finished=True,
+            lease_owner=run.lease_owner, lease_s=run.lease_s,
+        )
         while True:
             try:
                 await self.store.commit(step)
             except StorageUnavailable:
                 await asyncio.sleep(self.rescue_retry_s)
                 continue
+            except LeaseLost:
+                log.info("a failed run was taken over by another replica; it ends there", extra={"run_id": run.id})
+                return
+            except Exception as exc:  # e.g. a key another owner's write took: nothing to retry
+                log.error("could not store a failed run's ending", extra={"run_id": run.id, "error": str(exc)[:300]})
+                return
             self.counters.rescued_writes += 1
             log.info("stored the ending of a run that storage had failed", extra={"run_id": run.id})
             return
@@ -317,7 +335,7 @@ class RunManager:
         if self.lease_s <= 0:
             stored_runs = await self.store.unfinished()
         else:
-            stored_runs = await self.store.claim(self.owner_id, self.lease_s, expired_only=not self.exclusive)
+            stored_runs = await self.store.claim(self.owner_id, self.lease_ttl_s, expired_only=not self.exclusive)
         for stored in stored_runs:
             await self._recover_one(stored)
             if not self.exclusive and self.lease_s > 0:
@@ -330,7 +348,7 @@ class RunManager:
 
     async def take_over(self) -> int:
         """Claim and carry on the runs whose lease expired (their process died)."""
-        stored_runs = await self.store.claim(self.owner_id, self.lease_s, expired_only=True)
+        stored_runs = await self.store.claim(self.owner_id, self.lease_ttl_s, expired_only=True)
         taken = 0
         for stored in stored_runs:
             if self._closing:
@@ -356,6 +374,13 @@ class RunManager:
             if not r.lost and not r.released and (not r.finished or r.durable < len(r.events))
         ]
 
+    @property
+    def lease_ttl_s(self) -> float:
+        """How long a written lease lives: short enough that expiry plus the next look
+        for expired leases stays within ``lease_s`` (``AGENT_RUN_LEASE_S`` is the
+        hand-over bound), long enough to survive two missed renewals."""
+        return self.lease_s * LEASE_TTL_SHARE
+
     def leases_held(self) -> int:
         """Runs this process holds a lease on (0 without leases)."""
         return len(self._held()) if self.lease_s > 0 else 0
@@ -367,7 +392,7 @@ class RunManager:
         if not held:
             return 0
         try:
-            still = await self.store.renew(self.owner_id, [r.id for r in held], self.lease_s)
+            still = await self.store.renew(self.owner_id, [r.id for r in held], self.lease_ttl_s)
         except Exception:
             self.counters.lease_renewals_failed += 1
             raise
@@ -382,8 +407,9 @@ class RunManager:
         self.counters.leases_lost += 1
 
     async def _keep_leases(self) -> None:
-        """Renew every ``lease_s / 3``; look for expired leases every ``lease_s / 2``."""
-        renew_every, claim_every = self.lease_s / 3, self.lease_s / 2
+        """Renew every third of the lease's lifetime; look for expired leases every tenth
+        of ``lease_s``, so a dead replica's runs are carried on within ``lease_s``."""
+        renew_every, claim_every = self.lease_ttl_s / 3, self.lease_s * LEASE_CLAIM_SHARE
         next_renew = next_claim = time.monotonic()
         while not self._closing:
             now = time.monotonic()
@@ -406,7 +432,7 @@ class RunManager:
         run.on_storage_failure = self._rescue
         run.on_abandon = self._lost
         if self.lease_s > 0:
-            run.lease_owner, run.lease_s = self.owner_id, self.lease_s
+            run.lease_owner, run.lease_s = self.owner_id, self.lease_ttl_s
         earlier = self._live_in(run.conversation_id)
         self._register(run)
         self.counters.resumed += 1

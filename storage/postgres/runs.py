@@ -184,7 +184,12 @@ class PostgresRunStore:
         self.db.enqueue(step_statements(step), on_commit=on_commit, on_fail=fail)
 
     async def commit(self, step: RunWrite, *, on_commit: Callable[[], None] | None = None) -> None:
-        await self.db.commit(step_statements(step), on_commit=on_commit)
+        try:
+            await self.db.commit(step_statements(step), on_commit=on_commit)
+        except Exception as exc:
+            if step.lease_owner is not None and lease_lost(exc):
+                raise LeaseLost(f"run {step.run_id} is held by another process now") from exc
+            raise
 
     async def unfinished(self) -> list[StoredRun]:
         rows = await self.db.fetchall(

@@ -62,6 +62,23 @@ async def test_a_step_of_a_process_that_lost_the_lease_stores_nothing(store_engi
     assert [e.event for e in await runs.events_after("r", 0)] == ["run_resumed"]
 
 
+async def test_a_direct_commit_under_a_lost_lease_raises_lease_lost(store_engine: Any) -> None:
+    """The rescue writer (a failed run's ending) commits directly; once another process
+    took the run over it must get ``LeaseLost`` and store nothing, not overwrite the log."""
+    if store_engine.engine != "postgres":
+        pytest.skip("one process per SQLite file: no other writer can take a run over")
+    runs = store_engine.runs
+    await runs.create(leased("r", "A", lease_s=0.1))
+    await asyncio.sleep(0.2)
+    assert [r.id for r in await runs.claim("B", 5)] == ["r"]
+    await runs.commit(RunWrite("r", "c-r", events=[RunEvent(1, "run_resumed", "{}")], lease_owner="B", lease_s=5))
+    stale = RunWrite("r", "c-r", events=[RunEvent(2, "message_complete", "{}")], status="failed", finished=True,
+                     lease_owner="A", lease_s=5)
+    with pytest.raises(LeaseLost):
+        await runs.commit(stale)
+    assert [e.event for e in await runs.events_after("r", 0)] == ["run_resumed"]
+
+
 async def test_a_claim_says_when_the_lease_it_replaced_had_expired(store_engine: Any) -> None:
     """What the take-over latency metric measures from (``lease_expired_at``)."""
     runs = store_engine.runs
