@@ -33,7 +33,7 @@ from app.config import Settings
 from llm.types import ToolDefinition
 from tests.conftest import running_app
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
-from tests.support.node import npm_ci
+from tests.support.node import NodeScript, npm_ci
 
 JS_DIR = Path(__file__).parent / "js"
 SCRIPT = JS_DIR / "sse_client.mjs"
@@ -50,52 +50,13 @@ def node() -> str:
     return npm_ci(JS_DIR)
 
 
-class JsClient:
-    """One ``node sse_client.mjs`` run; its JSON records arrive in ``records`` as printed."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.records: list[dict[str, Any]] = []
-        self._changed = asyncio.Event()
-        self._reader = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        assert self.proc.stdout is not None
-        async for line in self.proc.stdout:
-            self.records.append(orjson.loads(line))
-            self._changed.set()
-        self._changed.set()
-
-    async def until(self, predicate: Any, what: str, timeout: float = 30) -> None:
-        async with asyncio.timeout(timeout):
-            while not predicate(self.records):
-                if self._reader.done():
-                    raise AssertionError(f"the client exited before {what}: {self.records}")
-                self._changed.clear()
-                await self._changed.wait()
-
-    async def finish(self, timeout: float = 30) -> list[dict[str, Any]]:
-        async with asyncio.timeout(timeout):
-            await self._reader
-            code = await self.proc.wait()
-        assert self.proc.stderr is not None
-        err = (await self.proc.stderr.read()).decode()
-        assert code == 0, err
-        assert self.records and self.records[-1]["kind"] == "done", (self.records, err)
-        return self.records
-
-    def kill(self) -> None:
-        if self.proc.returncode is None:
-            self.proc.kill()
-
-
 @contextlib.asynccontextmanager
-async def js_client(node: str, **spec: Any) -> AsyncIterator[JsClient]:
+async def js_client(node: str, **spec: Any) -> AsyncIterator[NodeScript]:
     proc = await asyncio.create_subprocess_exec(
         node, str(SCRIPT), orjson.dumps(spec).decode(),
         cwd=JS_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "NODE_NO_WARNINGS": "1"},
     )
-    client = JsClient(proc)
+    client = NodeScript(proc)
     try:
         yield client
     finally:

@@ -8,13 +8,16 @@ the lock does not name, and a second call in the same checkout costs a ``stat``.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
-__all__ = ["npm_ci"]
+__all__ = ["NodeScript", "npm_ci"]
 
 
 def _installed(package_dir: Path) -> bool:
@@ -43,3 +46,51 @@ def npm_ci(package_dir: Path) -> str:
         if done.returncode != 0:
             pytest.fail(f"npm ci in {package_dir} failed:\n{done.stdout}\n{done.stderr}", pytrace=False)
     return node_bin
+
+
+class NodeScript:
+    """One running ``node <script>.mjs`` that prints a JSON record a line (the test
+    scripts under ``tests/js``); the records arrive in ``records`` as printed, the last
+    one ``{"kind": "done"}`` when the script ends well."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.records: list[dict[str, Any]] = []
+        self._changed = asyncio.Event()
+        self._reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        async for line in self.proc.stdout:
+            self.records.append(orjson.loads(line))
+            self._changed.set()
+        self._changed.set()
+
+    async def until(self, predicate: Any, what: str, timeout: float = 30) -> None:
+        async with asyncio.timeout(timeout):
+            while not predicate(self.records):
+                if self._reader.done():
+                    raise AssertionError(f"the client exited before {what}: {self.records}")
+                self._changed.clear()
+                await self._changed.wait()
+
+    async def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line.encode() + b"\n")
+        await self.proc.stdin.drain()
+
+    async def finish(self, timeout: float = 30) -> list[dict[str, Any]]:
+        if self.proc.stdin is not None and not self.proc.stdin.is_closing():
+            self.proc.stdin.close()
+        async with asyncio.timeout(timeout):
+            await self._reader
+            code = await self.proc.wait()
+        assert self.proc.stderr is not None
+        err = (await self.proc.stderr.read()).decode()
+        assert code == 0, err
+        assert self.records and self.records[-1]["kind"] == "done", (self.records, err)
+        return self.records
+
+    def kill(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.kill()
