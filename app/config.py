@@ -96,6 +96,8 @@ class Settings:
     embed_max_connections: int = 32
     #: Perplexity's own pool: slow paid searches never hold the backend's connections.
     perplexity_max_connections: int = 16
+    #: PostgreSQL pool per replica (writes, and followers reading the log).
+    db_max_connections: int = 30
     max_body_bytes: int = 1024 * 1024
     max_message_chars: int = 32000
     #: A request's headers must arrive within this (then the connection is closed), its
@@ -212,6 +214,7 @@ class Settings:
                                                  hi=100_000),
             perplexity_max_connections=reader.integer("AGENT_PERPLEXITY_MAX_CONNECTIONS",
                                                       d.perplexity_max_connections, lo=1, hi=100_000),
+            db_max_connections=reader.integer("AGENT_DB_MAX_CONNECTIONS", d.db_max_connections, lo=2, hi=10_000),
             max_body_bytes=reader.integer("AGENT_MAX_BODY_BYTES", d.max_body_bytes, lo=1024),
             header_timeout_s=reader.number("AGENT_HEADER_TIMEOUT_S", d.header_timeout_s, lo=0.1, hi=3600),
             body_timeout_s=reader.number("AGENT_BODY_TIMEOUT_S", d.body_timeout_s, lo=0.1, hi=3600),

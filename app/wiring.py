@@ -176,7 +176,11 @@ def default_registry() -> ToolRegistry:
 
 async def build_services(settings: Settings, stack: AsyncExitStack, overrides: Overrides) -> Services:
     # The one storage room: migrated completely before anything else reads or writes.
-    storage = await open_storage(settings.database_url or settings.db_path, write_retry_s=settings.db_write_retry_s)
+    storage = await open_storage(
+        settings.database_url or settings.db_path,
+        write_retry_s=settings.db_write_retry_s,
+        max_connections=settings.db_max_connections,
+    )
     stack.push_async_callback(storage.close)
     # Every outbound pool has a stated size; a request that waits for a connection says
     # so (``llm.pool``; the hook reaches the metrics once they exist).

@@ -7,6 +7,7 @@ the path of a SQLite file.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,11 +27,12 @@ async def open_storage(
     *,
     write_retry_s: float | None = None,
     options: Any = None,
+    max_connections: int | None = None,
 ) -> SqliteStorage | PostgresStorage:
     """Open (and migrate) the storage at ``target``: a PostgreSQL URL or a SQLite path.
 
-    ``write_retry_s`` applies to either engine; ``options`` (``SqliteOptions`` or
-    ``PostgresOptions``) replaces the defaults wholesale."""
+    ``write_retry_s`` applies to either engine, ``max_connections`` to PostgreSQL's pool;
+    ``options`` (``SqliteOptions`` or ``PostgresOptions``) replaces the defaults wholesale."""
     if is_postgres_url(target):
         try:
             from storage.postgres import PostgresOptions, open_postgres_storage
@@ -38,8 +40,13 @@ async def open_storage(
             raise RuntimeError(
                 "a postgresql:// database needs the postgres extra: pip install 'agentchat[postgres]'"
             ) from exc
-        pg_opts = options or (PostgresOptions(write_retry_s=write_retry_s) if write_retry_s is not None
-                              else PostgresOptions())
+        if options is None:
+            options = PostgresOptions()
+            if write_retry_s is not None:
+                options = dataclasses.replace(options, write_retry_s=write_retry_s)
+            if max_connections is not None:
+                options = dataclasses.replace(options, max_connections=max_connections)
+        pg_opts = options
         return await open_postgres_storage(str(target).strip(), pg_opts)
     from storage.sqlite import SqliteOptions, open_sqlite_storage
 

@@ -56,7 +56,9 @@ Conn = AsyncConnection[tuple[Any, ...]]
 @dataclass(frozen=True, slots=True)
 class PostgresOptions:
     min_connections: int = 2
-    max_connections: int = 10
+    #: Followers read the log through the pool on every wake-up: with 10 connections and
+    #: ~36 live followers a token reached them 1 s late at p99 (15 ms with 40).
+    max_connections: int = 30
     #: How long a write keeps retrying a failing database before giving up.
     write_retry_s: float = 10.0
     #: PostgreSQL's own wait for a lock, per attempt (our retry loop wraps it); 0 = no limit.

@@ -238,3 +238,20 @@ async def test_open_storage_picks_the_engine_from_the_target(pg_url: str, tmp_pa
     finally:
         await pg.close()
         await lite.close()
+
+
+async def test_the_pool_size_setting_reaches_the_pool(pg_url: str) -> None:
+    """AGENT_DB_MAX_CONNECTIONS: followers read the log through this pool, so its size
+    bounds how many of them a replica serves without queueing (10 was too few)."""
+    from app.config import Settings
+
+    assert Settings.from_env({}).db_max_connections == 30
+    assert Settings.from_env({"AGENT_DB_MAX_CONNECTIONS": "7"}).db_max_connections == 7
+    with pytest.raises(ValueError):
+        Settings.from_env({"AGENT_DB_MAX_CONNECTIONS": "1"})
+    storage = await open_storage(pg_url, write_retry_s=3, max_connections=7)
+    try:
+        assert isinstance(storage, PostgresStorage)
+        assert storage.db.pool.max_size == 7 and storage.db.opts.write_retry_s == 3
+    finally:
+        await storage.close()
