@@ -65,6 +65,17 @@ def lease_lost(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.errors.RaiseException) and "run_lease_lost" in str(exc)
 
 
+def _as_lease_lost(step: RunWrite, exc: BaseException) -> BaseException:
+    """``LeaseLost`` (caused by ``exc``) when a leased step was refused because another
+    process holds the run now; any other failure as it is. One mapping for the queued
+    writes and the direct commits (the rescue of a failed run's ending)."""
+    if step.lease_owner is None or not lease_lost(exc):
+        return exc
+    lost = LeaseLost(f"run {step.run_id} is held by another process now")
+    lost.__cause__ = exc
+    return lost
+
+
 def step_statements(step: RunWrite) -> list[Statement]:
     out: list[Statement] = []
     if step.lease_owner is not None:  # first: a run taken over stores nothing more
@@ -175,11 +186,7 @@ class PostgresRunStore:
         if on_fail is not None and step.lease_owner is not None:
 
             def fail(exc: BaseException) -> None:
-                if lease_lost(exc):
-                    lost = LeaseLost(f"run {step.run_id} is held by another process now")
-                    lost.__cause__ = exc
-                    exc = lost
-                on_fail(exc)
+                on_fail(_as_lease_lost(step, exc))
 
         self.db.enqueue(step_statements(step), on_commit=on_commit, on_fail=fail)
 
@@ -187,9 +194,10 @@ class PostgresRunStore:
         try:
             await self.db.commit(step_statements(step), on_commit=on_commit)
         except Exception as exc:
-            if step.lease_owner is not None and lease_lost(exc):
-                raise LeaseLost(f"run {step.run_id} is held by another process now") from exc
-            raise
+            mapped = _as_lease_lost(step, exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
 
     async def unfinished(self) -> list[StoredRun]:
         rows = await self.db.fetchall(
