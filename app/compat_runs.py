@@ -167,9 +167,8 @@ async def follow_any(
     stored = await svc.run_store.get(run_id)
     if stored is None or stored.user_id != user_id:
         return None
-    feed = getattr(svc.storage, "run_feed", None)
-    if feed is not None and stored.status in UNFINISHED:
-        return _batches(http.stream_remote(svc, feed, run_id, 0))
+    if svc.remote is not None and stored.status in UNFINISHED:
+        return _batches(http.stream_remote(svc, svc.remote, run_id, 0))
     return _stored(svc, run_id)
 
 

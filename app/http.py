@@ -27,7 +27,7 @@ from app.config import CONTEXT_TYPES
 from app.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from app.problems import HTTPProblem, ORJSONResponse
 from app.records import Caller, ChatInput
-from app.remote_runs import follow_stored
+from app.remote_runs import RemoteRuns
 from app.runs import Run, RunEvent
 from events import Heartbeat
 from storage.errors import ConversationBusy, ConversationOwnedByAnother, IdempotencyKeyUsed, StorageUnavailable
@@ -288,10 +288,10 @@ async def stream_stored(events: list[RunEvent]) -> AsyncIterator[bytes]:
         yield RETRY_FIELD + ev.wire if i == 0 else ev.wire
 
 
-async def stream_remote(svc: Services, feed: Any, run_id: str, after: int) -> AsyncIterator[bytes]:
-    """A run executing on another replica, read live from the store (woken by its feed)."""
+async def stream_remote(svc: Services, remote: RemoteRuns, run_id: str, after: int) -> AsyncIterator[bytes]:
+    """A run executing on another replica, live from this replica's tail of it."""
     first = True
-    async for frames in follow_stored(svc.run_store, feed, run_id, after, idle=svc.settings.heartbeat_s):
+    async for frames in remote.follow(run_id, after, idle=svc.settings.heartbeat_s):
         frame = heartbeat_frame() if frames is None else frames
         if first:
             frame, first = RETRY_FIELD + frame, False
@@ -482,9 +482,8 @@ async def run_events(request: Request) -> Response:
     stored = await svc.run_store.get(run_id)
     if stored is None or stored.user_id != user_id:
         raise HTTPProblem(404, "not_found", "no such run")
-    feed = getattr(svc.storage, "run_feed", None)
-    if feed is not None and stored.status in UNFINISHED:  # live on another replica
-        return sse(stream_remote(svc, feed, run_id, after), svc)
+    if svc.remote is not None and stored.status in UNFINISHED:  # live on another replica
+        return sse(stream_remote(svc, svc.remote, run_id, after), svc)
     events = await svc.run_store.events_after(run_id, after)
     if not events:
         return Response(status_code=204)

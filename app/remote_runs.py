@@ -1,72 +1,206 @@
-"""Following a run that executes in another process (another replica).
+"""Following runs that execute in another process (another replica).
 
-The run's log in the store is the source of truth: a remote follower reads the events
-after its position with ``events_after``, sends them, and waits to be woken by the
-store's feed (PostgreSQL ``LISTEN/NOTIFY``: every committed step notifies) — or, should a
-notification be lost, by a slow poll. It ends after ``message_complete``; ids are the
-stored ones, so a client resumes with ``Last-Event-ID`` on any replica.
+The run's log in the store is the source of truth, but reading it per token per
+follower does not scale: with a few dozen live runs each follower held a pooled
+connection on every wake-up, and tokens reached followers a second late at p99 (see
+``bench/results/scaleout_probe_pool30.json``). So each replica keeps **one tail per
+followed run**: a single reader that takes the run's new events from the store's feed
+(PostgreSQL notifications carry them when they fit), reads the log only when it must (the
+first look, a gap, an oversized step, a reconnect, a slow poll against a lost
+notification), and fans the events out to every local follower of that run. A follower
+that starts behind the tail's window catches up from the log on its own, then joins.
+
+Ids are the stored ones and a tail never skips a gap (it waits for the missing step to
+commit or reads the log), so a client resumes with ``Last-Event-ID`` on any replica.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
-from collections.abc import AsyncIterator, Iterator
-from typing import Protocol
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 
 from events import MessageComplete
 from storage.interfaces import RunStore
+from storage.records import RunEvent
+from storage.run_feed import RunFeed, RunWatch
+
+log = logging.getLogger("agentchat.runs")
+
+TERMINAL_EVENT = MessageComplete.name
 
 
-class RunFeed(Protocol):
-    def watch(self, run_id: str) -> contextlib.AbstractContextManager[asyncio.Event]: ...
+@dataclass(slots=True)
+class _Tail:
+    """The recent events of one run, as this replica's reader has them."""
+
+    run_id: str
+    #: Seq of the event just before ``events[0]`` (``events`` = base+1 .. last_seq).
+    base: int
+    events: list[RunEvent] = field(default_factory=list)
+    done: bool = False
+    error: BaseException | None = None
+    followers: int = 0
+    closed: bool = False
+    #: Replaced on every change; followers wait on the one they saw.
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    watch: RunWatch | None = None
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def last_seq(self) -> int:
+        return self.base + len(self.events)
+
+    def extend(self, events: Sequence[RunEvent]) -> tuple[int, bool]:
+        """Append the events that continue the tail; (how many, whether a gap stopped it)."""
+        added = 0
+        for ev in events:
+            if ev.seq <= self.last_seq:
+                continue  # already here (read from the log and carried by a notification)
+            if ev.seq != self.last_seq + 1:
+                return added, True
+            self.events.append(ev)
+            added += 1
+            if ev.event == TERMINAL_EVENT:
+                self.done = True
+                break
+        return added, False
+
+    def trim(self, window: int) -> None:
+        if len(self.events) > 2 * window:
+            drop = len(self.events) - window
+            del self.events[:drop]
+            self.base += drop
+
+    def publish(self) -> None:
+        old, self.changed = self.changed, asyncio.Event()
+        old.set()
 
 
-@contextlib.contextmanager
-def _no_feed() -> Iterator[asyncio.Event]:
-    yield asyncio.Event()
+def _frames(events: Sequence[RunEvent], pos: int) -> tuple[bytes, int, bool]:
+    """The SSE bytes of the events that continue ``pos``, the new position, and whether
+    the terminal event was among them."""
+    parts: list[bytes] = []
+    for ev in events:
+        if ev.seq <= pos:
+            continue
+        if ev.seq != pos + 1:  # never skip: wait for the gap to commit
+            break
+        parts.append(ev.wire)
+        pos = ev.seq
+        if ev.event == TERMINAL_EVENT:
+            return b"".join(parts), pos, True
+    return b"".join(parts), pos, False
 
 
-async def follow_stored(
-    store: RunStore,
-    feed: RunFeed | None,
-    run_id: str,
-    after: int,
-    *,
-    idle: float,
-    poll_s: float = 2.0,
-    batch: int = 1000,
-) -> AsyncIterator[bytes | None]:
-    """SSE bytes of the stored events of ``run_id`` after ``after``, live, until its
-    terminal event; ``None`` after ``idle`` seconds without events (send a heartbeat)."""
-    pos = max(0, after)
-    last_sent = time.monotonic()
-    with feed.watch(run_id) if feed is not None else _no_feed() as woke:
-        while True:
-            woke.clear()  # before the read: a commit after it wakes the wait below
-            events = await store.events_after(run_id, pos, limit=batch)
-            if events:
-                parts: list[bytes] = []
-                done = False
-                for ev in events:
-                    if ev.seq != pos + 1:  # never skip: wait for the gap to commit
-                        break
-                    parts.append(ev.wire)
-                    pos = ev.seq
-                    if ev.event == MessageComplete.name:
-                        done = True
-                        break
-                if parts:
-                    yield b"".join(parts)
+class RemoteRuns:
+    """This replica's followers of runs executing elsewhere: one reader per run."""
+
+    def __init__(
+        self, store: RunStore, feed: RunFeed, *, poll_s: float = 2.0, batch: int = 1000, window: int = 2048
+    ) -> None:
+        self.store = store
+        self.feed = feed
+        self.poll_s = poll_s
+        self.batch = batch
+        self.window = window
+        self._tails: dict[str, _Tail] = {}
+        #: Reads of the log by tails (not by followers catching up): a figure for tests.
+        self.log_reads = 0
+
+    @property
+    def followed_runs(self) -> int:
+        return len(self._tails)
+
+    async def follow(self, run_id: str, after: int, *, idle: float) -> AsyncIterator[bytes | None]:
+        """SSE bytes of the run's events after ``after``, live, until its terminal event;
+        ``None`` after ``idle`` seconds without events (send a heartbeat)."""
+        pos = max(0, after)
+        tail = self._join(run_id, pos)
+        last_sent = time.monotonic()
+        try:
+            while True:
+                changed = tail.changed
+                if pos < tail.base:  # behind the shared window: catch up from the log
+                    events: Sequence[RunEvent] = await self.store.events_after(
+                        run_id, pos, limit=min(self.batch, tail.base - pos)
+                    )
+                else:
+                    events = tail.events[pos - tail.base :]
+                frames, pos, done = _frames(events, pos)
+                if frames:
+                    yield frames
                     last_sent = time.monotonic()
                 if done:
                     return
-                if parts:
+                if frames:
                     continue
-            wait = min(poll_s, max(0.05, idle - (time.monotonic() - last_sent)))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woke.wait(), wait)
-            if not woke.is_set() and time.monotonic() - last_sent >= idle:
-                yield None
-                last_sent = time.monotonic()
+                if tail.error is not None:
+                    raise tail.error
+                if tail.done and pos >= tail.last_seq:
+                    return  # resumed past the end
+                wait = max(0.05, idle - (time.monotonic() - last_sent))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), wait)
+                if not changed.is_set() and time.monotonic() - last_sent >= idle:
+                    yield None
+                    last_sent = time.monotonic()
+        finally:
+            self._leave(tail)
+
+    def _join(self, run_id: str, pos: int) -> _Tail:
+        tail = self._tails.get(run_id)
+        if tail is None or tail.error is not None:
+            tail = _Tail(run_id, base=pos)
+            self._tails[run_id] = tail
+            tail.task = asyncio.create_task(self._read(tail), name=f"run-tail-{run_id}")
+        tail.followers += 1
+        return tail
+
+    def _leave(self, tail: _Tail) -> None:
+        tail.followers -= 1
+        if tail.followers > 0:
+            return
+        tail.closed = True
+        if self._tails.get(tail.run_id) is tail:
+            del self._tails[tail.run_id]
+        if tail.watch is not None:
+            tail.watch.woke.set()  # the reader sees ``closed`` and stops
+
+    async def _read(self, tail: _Tail) -> None:
+        try:
+            with self.feed.watch(tail.run_id) as watch:
+                tail.watch = watch
+                while not (tail.closed or tail.done):
+                    carried, must_read = watch.take()
+                    added, gap = tail.extend(carried)
+                    if must_read or gap:
+                        added += await self._read_log(tail)
+                    if added:
+                        tail.trim(self.window)
+                        tail.publish()
+                    if tail.done or tail.closed:
+                        break
+                    try:
+                        await asyncio.wait_for(watch.woke.wait(), self.poll_s)
+                    except TimeoutError:
+                        watch.must_read = True  # a notification may have been lost
+        except Exception as exc:
+            log.warning("reading a run followed here failed", extra={"run_id": tail.run_id, "error": str(exc)[:300]})
+            tail.error = exc
+            if self._tails.get(tail.run_id) is tail:
+                del self._tails[tail.run_id]
+            tail.publish()
+
+    async def _read_log(self, tail: _Tail) -> int:
+        added = 0
+        while True:
+            self.log_reads += 1
+            events = await self.store.events_after(tail.run_id, tail.last_seq, limit=self.batch)
+            n, _ = tail.extend(events)
+            added += n
+            if tail.done or n == 0 or len(events) < self.batch:
+                return added

@@ -16,6 +16,7 @@ from app.auth import Authenticator
 from app.config import Settings
 from app.limits import Admission
 from app.metrics import AppMetrics, LiveSources
+from app.remote_runs import RemoteRuns
 from app.rooms import Rooms
 from app.run_manager import RunManager
 from app.selector import IndexState
@@ -41,6 +42,8 @@ class Services:
     metrics: AppMetrics = field(default_factory=AppMetrics)
     rooms: Rooms = field(default_factory=Rooms)
     background: list[asyncio.Task[Any]] = field(default_factory=list)
+    #: Followers of runs executing on other replicas (engines with a run feed only).
+    remote: RemoteRuns | None = None
 
     async def readiness(self) -> dict[str, Any]:
         checks: dict[str, Any] = {}

@@ -24,6 +24,7 @@ from app.auth import Authenticator, shared_stream_secret
 from app.config import Settings
 from app.limits import Admission
 from app.metrics import AppMetrics
+from app.remote_runs import RemoteRuns
 from app.rooms import Rooms
 from app.run_manager import RunManager
 from app.selector import IndexState, ToolSelector
@@ -332,6 +333,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         metrics=metrics,
         rooms=rooms,
         background=background,
+        remote=RemoteRuns(storage.runs, storage.run_feed) if storage.run_feed is not None else None,
     )
     background.append(asyncio.create_task(_sweep(runs)))
     metrics.attach_live(svc.live_metric_sources())

@@ -48,6 +48,7 @@ from storage.records import (
     StoredRun,
     ToolCallRecord,
 )
+from storage.run_feed import RunFeed
 
 
 class ConversationStore(Protocol):
@@ -472,6 +473,11 @@ class StorageBundle(Protocol):
 
     @property
     def secrets(self) -> SecretStore: ...
+
+    @property
+    def run_feed(self) -> RunFeed | None:
+        """News of runs committed by other processes; ``None`` for a one-process engine."""
+        ...
 
 
     async def readiness(self) -> dict[str, Any]: ...

@@ -1,16 +1,16 @@
 """Live run events across replicas: PostgreSQL's own ``LISTEN/NOTIFY``.
 
-Every committed step that adds events to a run's log sends ``NOTIFY run_events,
-'<run_id>:<last_seq>'`` in its own transaction (``runs.step_statements``), so the
-notification is delivered exactly when — and only if — the events are durable, in
-commit order. One listener per process holds a dedicated connection (outside the pool)
-with ``LISTEN run_events`` and wakes the local followers of that run, which then read
-the new events from the store (``events_after``): the log stays the single source of
-truth, and a notification carries no event data (so its 8000-byte payload limit and a
-lost notification never lose an event — followers also re-read on a slow poll).
+Every committed step that adds events to a run's log sends ``NOTIFY run_events`` in its
+own transaction (``runs.step_statements``), so the notification is delivered exactly
+when — and only if — the events are durable, in commit order. Its payload carries the
+events themselves when they fit (``notify_payload``): a replica following the run takes
+them from the notification and reads the log only when they did not fit, on a gap, after
+a reconnect, or on a slow poll against a lost notification. One listener per process
+holds a dedicated connection (outside the pool) with ``LISTEN run_events`` and hands each
+notification to the local watchers of its run (``RunWatch``).
 
-When the connection drops, the listener reconnects with backoff and wakes every
-follower once (they re-read whatever they may have missed meanwhile).
+When the connection drops, the listener reconnects with backoff and tells every watcher
+to read the log once (whatever was committed meanwhile).
 """
 
 from __future__ import annotations
@@ -23,13 +23,16 @@ from typing import Any
 
 import psycopg
 
+from storage.postgres.notify_payload import decode_payload
 from storage.postgres.runs import NOTIFY_CHANNEL
+from storage.run_feed import RunWatch
 
 log = logging.getLogger("agentchat.storage")
 
 
 class RunEventsListener:
-    """Wakes local followers when another process (or this one) commits a run's events."""
+    """Hands a run's committed events (or "read the log") to its local watchers, whichever
+    process committed them."""
 
     def __init__(
         self, url: str, *, connect_timeout_s: float = 10.0, application_name: str = "agentchat-listen"
@@ -37,7 +40,7 @@ class RunEventsListener:
         self.url = url
         self.connect_timeout_s = connect_timeout_s
         self.application_name = application_name
-        self._watchers: dict[str, set[asyncio.Event]] = {}
+        self._watchers: dict[str, list[RunWatch]] = {}
         self._task: asyncio.Task[None] | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self.connected = asyncio.Event()
@@ -60,17 +63,18 @@ class RunEventsListener:
             self._conn = None
 
     @contextlib.contextmanager
-    def watch(self, run_id: str) -> Iterator[asyncio.Event]:
-        """An event set whenever new events of ``run_id`` were committed (the holder
-        clears it before each read, so no wake-up between a read and a wait is lost)."""
-        woke = asyncio.Event()
-        self._watchers.setdefault(run_id, set()).add(woke)
+    def watch(self, run_id: str) -> Iterator[RunWatch]:
+        """What arrives for ``run_id`` from now on (the holder calls ``take`` before each
+        look at the log, so nothing committed between a look and a wait is missed)."""
+        watch = RunWatch()
+        self._watchers.setdefault(run_id, []).append(watch)
         try:
-            yield woke
+            yield watch
         finally:
             watchers = self._watchers.get(run_id)
             if watchers is not None:
-                watchers.discard(woke)
+                with contextlib.suppress(ValueError):
+                    watchers.remove(watch)
                 if not watchers:
                     del self._watchers[run_id]
 
@@ -78,14 +82,19 @@ class RunEventsListener:
     def watched(self) -> int:
         return sum(len(w) for w in self._watchers.values())
 
-    def _wake(self, run_id: str) -> None:
-        for woke in self._watchers.get(run_id, ()):
-            woke.set()
+    def _deliver(self, payload: str) -> None:
+        run_id, _, _ = payload.partition("\n")[0].rpartition(":")
+        watchers = self._watchers.get(run_id)
+        if not watchers:  # most notifications are for runs nobody here follows
+            return
+        _, events = decode_payload(payload)
+        for watch in watchers:
+            watch.deliver(events)
 
-    def _wake_all(self) -> None:
+    def _read_all(self) -> None:
         for watchers in self._watchers.values():
-            for woke in watchers:
-                woke.set()
+            for watch in watchers:
+                watch.deliver(None)
 
     async def _listen(self) -> None:
         attempt = 0
@@ -112,11 +121,10 @@ class RunEventsListener:
                     log.info("run events listener connected again")
                 attempt = 0
                 self.connected.set()
-                self._wake_all()  # whatever was committed while we were away
+                self._read_all()  # whatever was committed while we were away
                 async for note in conn.notifies():
                     self.notifications += 1
-                    run_id, _, _seq = note.payload.rpartition(":")
-                    self._wake(run_id or note.payload)
+                    self._deliver(note.payload)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -37,6 +37,8 @@ class SqliteStorage:
     secrets: SqliteSecretStore
 
     engine = "sqlite"
+    #: One process per file: its live runs are followed in memory.
+    run_feed = None
 
     async def readiness(self) -> dict[str, object]:
         return await self.db.readiness()
