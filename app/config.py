@@ -96,8 +96,10 @@ class Settings:
     embed_max_connections: int = 32
     #: Perplexity's own pool: slow paid searches never hold the backend's connections.
     perplexity_max_connections: int = 16
-    #: PostgreSQL pool per replica (writes, and followers reading the log).
-    db_max_connections: int = 30
+    #: PostgreSQL pool per replica: the writer, reads, leases. Followers of runs on other
+    #: replicas take their events from notifications, not from a connection each, so 20
+    #: serves hundreds of them, and three replicas stay under PostgreSQL's default 100.
+    db_max_connections: int = 20
     max_body_bytes: int = 1024 * 1024
     max_message_chars: int = 32000
     #: A request's headers must arrive within this (then the connection is closed), its

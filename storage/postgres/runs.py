@@ -17,6 +17,7 @@ import psycopg
 from storage.errors import ConversationBusy, IdempotencyKeyUsed, LeaseLost
 from storage.postgres.conversations import append_statements, claim_in
 from storage.postgres.database import Conn, PostgresDatabase, Statement
+from storage.postgres.notify_payload import encode_payload
 from storage.records import UNFINISHED, NewRun, RunEvent, RunWrite, StoredRun
 
 _NOW = "(extract(epoch from clock_timestamp())::double precision)"
@@ -54,7 +55,8 @@ def _stored(row: Sequence[object]) -> StoredRun:
 
 
 #: Channel of the notification every committed step with events sends (payload
-#: ``run_id:last_seq``): followers on other replicas wake and read the new events.
+#: ``run_id:last_seq`` and, when they fit, the events: ``notify_payload``): followers on
+#: other replicas get the new events without reading the log.
 NOTIFY_CHANNEL = "run_events"
 _NOTIFY_SQL = f"SELECT pg_notify('{NOTIFY_CHANNEL}', %s)"
 _HOLD_LEASE_SQL = "SELECT agentchat_hold_lease(%s, %s, %s)"
@@ -113,7 +115,7 @@ def step_statements(step: RunWrite) -> list[Statement]:
             )
         )
     if step.events:  # delivered at commit, in commit order, only if it commits
-        out.append((_NOTIFY_SQL, (f"{step.run_id}:{step.events[-1].seq}",)))
+        out.append((_NOTIFY_SQL, (encode_payload(step.run_id, step.events),)))
     return out
 
 
@@ -148,8 +150,18 @@ class PostgresRunStore:
                 "idempotency_key, lease_owner, lease_until) "
                 f"VALUES (%s, %s, %s, %s, 'queued', %s, %s, %s, %s, CASE WHEN %s THEN {_NOW} + %s END) "
                 "ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id",
-                (run.id, run.conversation_id, run.user_id, run.context_type, run.input, run.multitask,
-                 run.idempotency_key, run.lease_owner, run.lease_owner is not None, float(run.lease_s)),
+                (
+                    run.id,
+                    run.conversation_id,
+                    run.user_id,
+                    run.context_type,
+                    run.input,
+                    run.multitask,
+                    run.idempotency_key,
+                    run.lease_owner,
+                    run.lease_owner is not None,
+                    float(run.lease_s),
+                ),
             )
             if await cur.fetchone() is None:
                 assert run.idempotency_key is not None
@@ -243,14 +255,27 @@ class PostgresRunStore:
 
     async def renew(self, owner: str, run_ids: Sequence[str], lease_s: float) -> set[str]:
         """Extend ``owner``'s leases; returns the runs it still holds (the others were
-        taken over, or ended)."""
+        taken over, or ended).
+
+        Never waits for a row lock: a run whose row is locked right now is in the middle of
+        a step of this process's writer (``agentchat_hold_lease`` renews it in that very
+        transaction) or of a claim (which only takes expired leases). Waiting instead
+        deadlocked with the writer — a multi-row update and a batch of steps lock the same
+        rows in different orders — and PostgreSQL broke each one after its 1 s
+        ``deadlock_timeout``: that second reached followers as token delay. A skipped run
+        counts as held when its committed owner is ``owner``; a step that finds it lost
+        still fails with ``LeaseLost``."""
         if not run_ids:
             return set()
+        ids = list(run_ids)
 
         async def tx(conn: Conn) -> set[str]:
             cur = await conn.execute(
-                f"UPDATE runs SET lease_until = {_NOW} + %s WHERE id = ANY(%s) AND lease_owner = %s RETURNING id",
-                (float(lease_s), list(run_ids), owner),
+                "WITH renewed AS ("
+                f"UPDATE runs SET lease_until = {_NOW} + %s WHERE id IN ("
+                "SELECT id FROM runs WHERE id = ANY(%s) AND lease_owner = %s FOR UPDATE SKIP LOCKED)) "
+                "SELECT id FROM runs WHERE id = ANY(%s) AND lease_owner = %s",
+                (float(lease_s), ids, owner, ids, owner),
             )
             return {str(r[0]) for r in await cur.fetchall()}
 

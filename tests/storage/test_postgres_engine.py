@@ -241,11 +241,11 @@ async def test_open_storage_picks_the_engine_from_the_target(pg_url: str, tmp_pa
 
 
 async def test_the_pool_size_setting_reaches_the_pool(pg_url: str) -> None:
-    """AGENT_DB_MAX_CONNECTIONS: followers read the log through this pool, so its size
-    bounds how many of them a replica serves without queueing (10 was too few)."""
+    """AGENT_DB_MAX_CONNECTIONS sizes the pool of each replica (three replicas with the
+    default stay under PostgreSQL's default ``max_connections`` of 100)."""
     from app.config import Settings
 
-    assert Settings.from_env({}).db_max_connections == 30
+    assert Settings.from_env({}).db_max_connections == 20
     assert Settings.from_env({"AGENT_DB_MAX_CONNECTIONS": "7"}).db_max_connections == 7
     with pytest.raises(ValueError):
         Settings.from_env({"AGENT_DB_MAX_CONNECTIONS": "1"})

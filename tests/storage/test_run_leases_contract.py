@@ -94,3 +94,24 @@ async def test_a_claim_says_when_the_lease_it_replaced_had_expired(store_engine:
     # Read any other way, a run carries no such value.
     stored = await runs.get("dead")
     assert stored is not None and stored.lease_expired_at is None
+
+
+async def test_renewing_never_waits_for_a_run_in_the_middle_of_a_step(store_engine: Any) -> None:
+    """A renewal that waited for a row a step holds deadlocked with the writer (each
+    locking the same runs in another order), and PostgreSQL broke the cycle only after
+    its ``deadlock_timeout``: a second of delay for every follower of those runs."""
+    if store_engine.engine != "postgres":
+        pytest.skip("one writer per SQLite file: a renewal and a step never overlap")
+    import psycopg
+
+    runs = store_engine.runs
+    for rid in ("busy", "idle", "gone"):
+        await runs.create(leased(rid, "A"))
+    await runs.release_leases("A", ["gone"])
+    assert [r.id for r in await runs.claim("B", 5)] == ["gone"]
+    async with await psycopg.AsyncConnection.connect(store_engine.db.url) as step:
+        await step.execute("SELECT agentchat_hold_lease('busy', 'A', 30)")  # a step in flight
+        held = await asyncio.wait_for(runs.renew("A", ["busy", "idle", "gone"], 30), 2)
+        assert held == {"busy", "idle"}
+        await step.rollback()
+    assert await runs.renew("A", ["busy", "idle", "gone"], 30) == {"busy", "idle"}
