@@ -204,14 +204,15 @@ async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
     progress = None if args.quiet else IngestProgress()
     kb = await _open_kb(settings)
     try:
-        report = await kb.ingest_paths(
-            paths,
-            bucket=args.bucket,
-            progress=progress,
-            on_batch=progress.on_batch if progress is not None else None,
-            follow_links=args.follow_links,
-            max_file_bytes=int(args.max_file_mb * MB),
-        )
+        async with kb.bulk_load():  # PostgreSQL: a new HNSW index is built once, at the end
+            report = await kb.ingest_paths(
+                paths,
+                bucket=args.bucket,
+                progress=progress,
+                on_batch=progress.on_batch if progress is not None else None,
+                follow_links=args.follow_links,
+                max_file_bytes=int(args.max_file_mb * MB),
+            )
     finally:
         if progress is not None:
             progress.close()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import numpy as np
@@ -175,6 +176,12 @@ class KnowledgeBase:
         from title and text. Nothing is deleted.
         """
         return await self._ingest.ingest_documents(docs, bucket=bucket, progress=progress)
+
+    def bulk_load(self) -> AbstractAsyncContextManager[None]:
+        """``async with kb.bulk_load():`` around a large first load: the engine may build
+        some indexes once at the end instead of row by row (PostgreSQL's HNSW graph:
+        ``KBIndex.bulk_load``). Searches stay correct meanwhile."""
+        return self.index.bulk_load()
 
     async def delete_documents(self, doc_ids: Sequence[str]) -> int:
         """Delete documents (chunks, full-text rows, typed metadata, vectors). Returns how many existed."""

@@ -9,6 +9,7 @@ connection themselves.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -341,6 +342,13 @@ class KBIndex(Protocol):
 
     async def delete_documents(self, doc_ids: Sequence[str]) -> list[str]:
         """Delete them everywhere; returns the ids that existed."""
+        ...
+
+    def bulk_load(self) -> AbstractAsyncContextManager[None]:
+        """Writes inside this block may leave index structures that are far cheaper to
+        build once than to maintain row by row (PostgreSQL's HNSW graph) to be built when
+        the block ends — but only ones that did not exist when it began, so searches of a
+        live corpus never lose an index. Searches stay correct meanwhile (exact)."""
         ...
 
     async def source_documents(self, bucket: str, origin: str, *, prefix: bool) -> list[tuple[str, str]]:

@@ -344,8 +344,7 @@ class _Copier:
         dims = await self.pg("SELECT DISTINCT vector_dims(embedding) FROM kb_chunks WHERE embedding IS NOT NULL")
         for (dim,) in dims:
             async with self.target.transaction():
-                await self.target.execute("SET LOCAL maintenance_work_mem = '256MB'")
-                await ensure_hnsw_index(self.target, int(dim))
+                await ensure_hnsw_index(self.target, int(dim), bulk_build=True)
 
     async def count_source(self, table: str) -> int:
         return int((await self.lite(f"SELECT count(*) FROM {_q(table)}"))[0][0])

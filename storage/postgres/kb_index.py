@@ -21,6 +21,8 @@ Why this shape (the SQLite engine's ``kb_index.py`` is the model; differences on
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -83,19 +85,37 @@ def hnsw_index_name(dim: int) -> str:
     return f"kb_chunks_hnsw_{int(dim)}"
 
 
-async def ensure_hnsw_index(conn: Conn, dim: int) -> None:
+#: Memory for building an HNSW index in one go (``bulk_load``): the graph of a million
+#: 384-dimension vectors takes about 2 GB; when it does not fit, pgvector says so and
+#: goes on, more slowly. Only the building backend uses it, only while it builds.
+HNSW_BUILD_MEMORY = "2GB"
+
+
+async def hnsw_index_exists(conn: Conn, dim: int) -> bool:
+    cur = await conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (hnsw_index_name(dim),))
+    return await cur.fetchone() is not None
+
+
+async def ensure_hnsw_index(conn: Conn, dim: int, *, bulk_build: bool = False) -> None:
     """Create the partial HNSW index (cosine) of vectors of ``dim`` dimensions unless it
-    exists (under an advisory lock, so two writers do not both build it)."""
+    exists (under an advisory lock, so two writers do not both build it). ``bulk_build``:
+    over many rows at once (more memory, no statement timeout)."""
     if not 0 < dim <= HNSW_MAX_DIM:
         return
-    cur = await conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (hnsw_index_name(dim),))
-    if await cur.fetchone() is None:
+    if not await hnsw_index_exists(conn, dim):
         await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('kb_chunks_hnsw', %s))", (dim,))
+        if bulk_build:
+            await conn.execute(f"SET LOCAL maintenance_work_mem = '{HNSW_BUILD_MEMORY}'")  # type: ignore[arg-type]
+            await conn.execute("SET LOCAL statement_timeout = 0")
         await conn.execute(
             f"CREATE INDEX IF NOT EXISTS {hnsw_index_name(dim)} ON kb_chunks "  # type: ignore[arg-type]
             f"USING hnsw ((embedding::vector({int(dim)})) vector_cosine_ops) "
             f"WHERE vector_dims(embedding) = {int(dim)}"
         )
+
+
+async def _build_hnsw(conn: Conn, *, dim: int) -> None:
+    await ensure_hnsw_index(conn, dim, bulk_build=True)
 
 
 class PostgresKBIndex:
@@ -107,6 +127,9 @@ class PostgresKBIndex:
         self._vectors = VectorSearch(db, self._schema, exact_scope_vectors=exact_scope_vectors)
         self._schemas: dict[str, dict[str, str]] = {}
         self._indexed_dims: set[int] = set()
+        self._bulk = 0
+        #: Dimensions written during ``bulk_load`` whose HNSW index did not exist yet.
+        self._deferred_dims: set[int] = set()
 
     @property
     def location(self) -> str:
@@ -288,11 +311,34 @@ class PostgresKBIndex:
             self._stats_changed()
 
     async def _ensure_hnsw(self, conn: Conn, dim: int) -> None:
-        """The partial HNSW index (cosine) of vectors of ``dim`` dimensions, made once."""
-        if dim in self._indexed_dims:
+        """The partial HNSW index (cosine) of vectors of ``dim`` dimensions, made once —
+        or, during ``bulk_load``, noted to be built when the load ends."""
+        if dim in self._indexed_dims or dim in self._deferred_dims:
+            return
+        if self._bulk and 0 < dim <= HNSW_MAX_DIM and not await hnsw_index_exists(conn, dim):
+            self._deferred_dims.add(dim)
             return
         await ensure_hnsw_index(conn, dim)
         self._indexed_dims.add(dim)
+
+    @contextlib.asynccontextmanager
+    async def bulk_load(self) -> AsyncIterator[None]:
+        """Inserting into an HNSW graph row by row costs milliseconds per vector (it
+        capped ingest near 340 chunks/s); building it once over the loaded rows is what
+        pgvector recommends for initial loads. So an index that did not exist when the
+        load began is built at its end (even when the load fails half-way: the rows
+        that committed need it); an existing one is maintained as usual."""
+        self._bulk += 1
+        try:
+            yield
+        finally:
+            self._bulk -= 1
+            if not self._bulk and self._deferred_dims:
+                dims, self._deferred_dims = sorted(self._deferred_dims), set()
+                for dim in dims:
+                    await self._db.transact(functools.partial(_build_hnsw, dim=dim))
+                    self._indexed_dims.add(dim)
+                self._stats_changed()
 
     async def delete_documents(self, doc_ids: Sequence[str]) -> list[str]:
         ids = list(dict.fromkeys(doc_ids))
@@ -488,4 +534,4 @@ class PostgresKBIndex:
         return KBCounts(docs, chunks, stale)
 
 
-__all__ = ["PostgresKBIndex", "ensure_hnsw_index", "hnsw_index_name"]
+__all__ = ["PostgresKBIndex", "ensure_hnsw_index", "hnsw_index_exists", "hnsw_index_name"]

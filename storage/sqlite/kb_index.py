@@ -18,6 +18,7 @@ Why this shape:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -169,6 +170,12 @@ class SqliteKBIndex:
             for doc_id, h, model, dim, b in rows:
                 out[doc_id] = KBDocState(h, model, dim, b)
         return out
+
+    @contextlib.asynccontextmanager
+    async def bulk_load(self) -> AsyncIterator[None]:
+        """Nothing to defer: FTS5 and the row indexes are cheap per row, and vectors are
+        searched exactly (in memory)."""
+        yield
 
     async def write_documents(
         self, bucket: str, fields: Mapping[str, str], docs: Sequence[KBDocumentWrite]
