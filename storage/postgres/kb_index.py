@@ -66,9 +66,14 @@ _UPSERT_DOCUMENT = (
     " metadata = excluded.metadata, chars = excluded.chars, chunk_count = excluded.chunk_count,"
     " updated_at = excluded.updated_at"
 )
+#: Binary ``COPY``: pgvector's text form of a vector is 384 floats printed one by one
+#: in Python (~0.37 ms a chunk, most of a bulk load's time); its binary form is a copy
+#: of the float32 buffer.
 _COPY_CHUNKS = (
-    "COPY kb_chunks (id, doc_id, position, title, heading, text, ntok, embedding, page, page_end) FROM STDIN"
+    "COPY kb_chunks (id, doc_id, position, title, heading, text, ntok, embedding, page, page_end)"
+    " FROM STDIN (FORMAT BINARY)"
 )
+_CHUNK_TYPES = ("int8", "text", "int4", "text", "text", "text", "int4", "vector", "int4", "int4")
 
 
 def clean(text: str | None) -> str | None:
@@ -297,6 +302,7 @@ class PostgresKBIndex:
                 await cur.executemany(_UPSERT_DOCUMENT, doc_rows)
                 if chunk_rows:
                     async with cur.copy(_COPY_CHUNKS) as copy:
+                        copy.set_types(list(_CHUNK_TYPES))
                         for r in chunk_rows:
                             await copy.write_row(r)
                 if upsert_meta is not None and meta_rows:
