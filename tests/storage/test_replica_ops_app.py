@@ -226,3 +226,51 @@ async def test_lease_and_take_over_metrics(database: dict[str, str]) -> None:
         assert (await scrape(client, base))["agentchat_run_leases_released_total"] == 0
     # (the app has stopped: its registry is still readable)
     assert metrics_of(svc.metrics_body().decode())["agentchat_run_leases_released_total"] == 1
+
+
+LOCKER = (
+    "import sqlite3, sys\n"
+    "c = sqlite3.connect(sys.argv[1], timeout=60, isolation_level=None)\n"
+    "c.execute('BEGIN EXCLUSIVE')\n"
+    "print('locked', flush=True)\n"
+    "sys.stdin.readline()\n"
+    "c.execute('ROLLBACK')\n"
+)
+
+
+async def test_a_failed_lease_renewal_is_counted_and_the_run_goes_on(tmp_path: Path) -> None:
+    """Another process holds the SQLite file's write lock: renewals fail (counted in
+    ``agentchat_run_lease_renewals_failed_total``); once it lets go, the lease is renewed
+    and the run — still this process's — finishes normally."""
+    import sys
+
+    gate = Gate()
+    db = {"AGENT_DB_PATH": str(tmp_path / "locked.sqlite3")}
+    settings = replica_settings(db, AGENT_RUN_LEASE_S="1", AGENT_DB_WRITE_RETRY_S="0.2")
+    async with AsyncExitStack() as stack:
+        base, app = await replica(stack, settings, lambda _r, _i: GatedTurn(steps=("held ", gate, "done")))
+        client = await stack.enter_async_context(httpx.AsyncClient(timeout=30))
+        created = await client.post(f"{base}/v1/agent/runs", json=BODY)
+        assert created.status_code == 201
+        run = app.state.services.runs.get(created.json()["run_id"])
+        await asyncio.wait_for(gate.reached.wait(), 10)
+        assert (await scrape(client, base))["agentchat_run_lease_renewals_failed_total"] == 0
+        locker = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", LOCKER, db["AGENT_DB_PATH"],
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        assert locker.stdin is not None and locker.stdout is not None
+        try:
+            assert (await asyncio.wait_for(locker.stdout.readline(), 30)).strip() == b"locked"
+
+            async def failed() -> bool:
+                return (await scrape(client, base))["agentchat_run_lease_renewals_failed_total"] >= 1
+
+            await until(failed, "a renewal to fail while the file is locked")
+        finally:
+            locker.stdin.write(b"\n")
+            await locker.stdin.drain()
+            await asyncio.wait_for(locker.wait(), 30)
+        gate.open()
+        await asyncio.wait_for(run.wait_finished(), 15)
+        assert run.status == "completed"
+        assert (await scrape(client, base))["agentchat_run_leases_lost_total"] == 0
