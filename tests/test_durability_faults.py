@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -45,42 +44,15 @@ from tests.support.procs import (
     tool_stack,
     until,
 )
+from tests.support.sqlite_lock import sqlite_file_locked
 
 RUNS = 3
 RETRY_S = 1.0
 HOLD_AFTER_NOTICED_S = 3 * RETRY_S
 
-LOCKER = (
-    "import sqlite3, sys\n"
-    "c = sqlite3.connect(sys.argv[1], timeout=60, isolation_level=None)\n"
-    "c.execute('BEGIN EXCLUSIVE')\n"
-    "print('locked', flush=True)\n"
-    "sys.stdin.readline()\n"
-    "c.execute('ROLLBACK')\n"
-    "c.close()\n"
-)
-
-
-@contextlib.asynccontextmanager
-async def database_locked(server: AgentServer) -> AsyncIterator[None]:
+def database_locked(server: AgentServer) -> contextlib.AbstractAsyncContextManager[None]:
     """Another process holds the database's write lock until the block ends."""
-    locker = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", LOCKER, str(server.db_path), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
-    )
-    assert locker.stdout is not None and locker.stdin is not None
-    try:
-        line = await asyncio.wait_for(locker.stdout.readline(), 60)
-        assert line.strip() == b"locked", line
-        yield
-    finally:
-        with contextlib.suppress(Exception):
-            locker.stdin.write(b"release\n")
-            await locker.stdin.drain()
-        try:
-            await asyncio.wait_for(locker.wait(), 10)
-        except TimeoutError:
-            locker.kill()
-            await locker.wait()
+    return sqlite_file_locked(server.db_path)
 
 
 @contextlib.asynccontextmanager

@@ -30,6 +30,7 @@ from tests.conftest import collect_sse, running_app
 from tests.storage.conftest import ENGINES
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
 from tests.support.postgres import TestPostgres
+from tests.support.sqlite_lock import sqlite_file_locked
 
 BODY = {"message": "hi", "context_type": "knowledge"}
 
@@ -228,22 +229,10 @@ async def test_lease_and_take_over_metrics(database: dict[str, str]) -> None:
     assert metrics_of(svc.metrics_body().decode())["agentchat_run_leases_released_total"] == 1
 
 
-LOCKER = (
-    "import sqlite3, sys\n"
-    "c = sqlite3.connect(sys.argv[1], timeout=60, isolation_level=None)\n"
-    "c.execute('BEGIN EXCLUSIVE')\n"
-    "print('locked', flush=True)\n"
-    "sys.stdin.readline()\n"
-    "c.execute('ROLLBACK')\n"
-)
-
-
 async def test_a_failed_lease_renewal_is_counted_and_the_run_goes_on(tmp_path: Path) -> None:
     """Another process holds the SQLite file's write lock: renewals fail (counted in
     ``agentchat_run_lease_renewals_failed_total``); once it lets go, the lease is renewed
     and the run — still this process's — finishes normally."""
-    import sys
-
     gate = Gate()
     db = {"AGENT_DB_PATH": str(tmp_path / "locked.sqlite3")}
     settings = replica_settings(db, AGENT_RUN_LEASE_S="1", AGENT_DB_WRITE_RETRY_S="0.2")
@@ -255,21 +244,12 @@ async def test_a_failed_lease_renewal_is_counted_and_the_run_goes_on(tmp_path: P
         run = app.state.services.runs.get(created.json()["run_id"])
         await asyncio.wait_for(gate.reached.wait(), 10)
         assert (await scrape(client, base))["agentchat_run_lease_renewals_failed_total"] == 0
-        locker = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", LOCKER, db["AGENT_DB_PATH"],
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
-        assert locker.stdin is not None and locker.stdout is not None
-        try:
-            assert (await asyncio.wait_for(locker.stdout.readline(), 30)).strip() == b"locked"
+        async with sqlite_file_locked(db["AGENT_DB_PATH"]):
 
             async def failed() -> bool:
                 return (await scrape(client, base))["agentchat_run_lease_renewals_failed_total"] >= 1
 
             await until(failed, "a renewal to fail while the file is locked")
-        finally:
-            locker.stdin.write(b"\n")
-            await locker.stdin.drain()
-            await asyncio.wait_for(locker.wait(), 30)
         gate.open()
         await asyncio.wait_for(run.wait_finished(), 15)
         assert run.status == "completed"
