@@ -21,7 +21,7 @@ from llm.types import Message
 from storage.draft_records import Draft
 from storage.errors import ConversationBusy, ConversationOwnedByAnother, StorageUnavailable
 from storage.interfaces import KBVectorSearch
-from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBScope
+from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBScope, KBTextTuning
 from storage.open import is_postgres_url, open_storage
 from storage.postgres import PostgresOptions, PostgresStorage, open_postgres_storage, redact
 from storage.postgres.migrations import MIGRATIONS, VERSION_TABLE
@@ -256,6 +256,65 @@ async def test_a_bulk_load_builds_a_new_hnsw_index_once_at_its_end(pg_url: str) 
                 await kb.write_documents("a", {}, [_doc("wide", rng.normal(size=(4, 20)))])
                 raise RuntimeError("the source went away")
         assert has_index(20)
+    finally:
+        await storage.close()
+
+
+async def test_pruned_text_ranking_equals_scoring_every_match(pg_url: str) -> None:
+    """MaxScore (``kb_text``): the chunks of the rarest terms set a bar that chunks of only
+    the commonest terms cannot reach, so those are never scored — and the top list,
+    scores and match count are exactly what scoring every match gives."""
+    from storage.postgres import kb_text
+
+    storage = await open_postgres_storage(pg_url)
+    try:
+        kb = storage.kb_index
+        await kb.create_bucket("t", {}, typed_row=typed_values)
+        rng = np.random.default_rng(11)
+        share = {"report": 0.5, "budget": 0.3, "quarter": 0.7}
+        rare = ["zeppelin", "quokka", "marzipan", "obsidian"]
+        docs = []
+        for i in range(600):
+            words = [w for w, p in share.items() for _ in range(int(rng.integers(1, 4))) if rng.random() < p]
+            if i % 37 == 0:
+                words += list(rng.choice(rare, size=int(rng.integers(1, 3))))
+            words += [f"filler{int(x)}" for x in rng.integers(0, 300, size=int(rng.integers(5, 40)))]
+            docs.append(KBDocumentWrite(
+                id=f"d{i}", title="", source="s.md", url=None, content_hash=str(i), metadata={}, chars=1,
+                chunks=[KBChunkWrite(0, "", " ".join(words))], vectors=None, embed_model=None, embed_dim=None))
+        await kb.write_documents("t", {}, docs)
+        tuning = KBTextTuning()
+        scored: list[int] = []
+        real_rank = kb_text.TextRanker._rank
+
+        async def counting(self: Any, condition: str, params: dict[str, Any], matching: Any) -> Any:
+            scored.append(len(matching))
+            return await real_rank(self, condition, params, matching)
+
+        async def both(terms: list[str], scope: KBScope, limit: int) -> tuple[Any, Any]:
+            kb_text.TextRanker._rank = counting  # type: ignore[method-assign]
+            try:
+                pruned = await kb.text_candidates(terms, scope, limit, tuning)
+            finally:
+                kb_text.TextRanker._rank = real_rank  # type: ignore[method-assign]
+            factor, kb_text.FIRST_PASS_DF_FACTOR = kb_text.FIRST_PASS_DF_FACTOR, 10**9  # no pruning
+            try:
+                full = await kb.text_candidates(terms, scope, limit, tuning)
+            finally:
+                kb_text.FIRST_PASS_DF_FACTOR = factor
+            return pruned, full
+
+        terms = ["report", "budget", "quarter", "zeppelin", "quokka", "marzipan"]
+        for limit in (1, 3, 10, 40, 700):
+            scored.clear()
+            pruned, full = await both(terms, KBScope(), limit)
+            assert pruned.ids == full.ids and pruned.scores == pytest.approx(full.scores)
+            assert pruned.total == full.total and len(full.ids) == min(limit, full.total)
+            if limit <= 3:  # no pass scored the chunks of every term
+                assert max(scored) < len(terms), scored
+        scope = KBScope(doc_ids=[f"d{i}" for i in range(0, 600, 3)])
+        pruned, full = await both(terms, scope, 5)
+        assert pruned.ids == full.ids and pruned.total == full.total < 600
     finally:
         await storage.close()
 
