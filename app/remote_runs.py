@@ -97,10 +97,15 @@ def _frames(events: Sequence[RunEvent], pos: int) -> tuple[bytes, int, bool]:
 
 
 class RemoteRuns:
-    """This replica's followers of runs executing elsewhere: one reader per run."""
+    """This replica's followers of runs executing elsewhere: one reader per run.
+
+    ``poll_s``: how long a quiet run goes without a look at its log. PostgreSQL does not
+    drop notifications on a live connection (a reconnect makes every tail read the log),
+    so this is a last resort, kept long: a run waiting on a slow tool costs a read per
+    replica every ``poll_s``, not one per follower per second."""
 
     def __init__(
-        self, store: RunStore, feed: RunFeed, *, poll_s: float = 2.0, batch: int = 1000, window: int = 2048
+        self, store: RunStore, feed: RunFeed, *, poll_s: float = 10.0, batch: int = 1000, window: int = 2048
     ) -> None:
         self.store = store
         self.feed = feed
