@@ -344,6 +344,9 @@ class PostgresKBIndex:
                 for dim in dims:
                     await self._db.transact(functools.partial(_build_hnsw, dim=dim))
                     self._indexed_dims.add(dim)
+                # Fresh planner statistics for the loaded rows (autovacuum would get there later).
+                async with self._db.reading() as conn:
+                    await conn.execute("ANALYZE kb_chunks")
                 self._stats_changed()
 
     async def delete_documents(self, doc_ids: Sequence[str]) -> list[str]:

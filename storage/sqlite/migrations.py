@@ -328,6 +328,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # Nothing to change here (vectors live in the row already); the step keeps both
     # engines' numbers equal, which ``agentchat migrate-db`` checks.
     Migration(11, "knowledge base: chunk vectors kept in the row, for the dense search in the database", ()),
+    Migration(12, "knowledge base: chunk tsvectors kept in the row, for full-text ranking", ()),
 )
 
 VERSION_TABLE = "schema_version"

@@ -260,6 +260,16 @@ async def test_a_bulk_load_builds_a_new_hnsw_index_once_at_its_end(pg_url: str) 
         await storage.close()
 
 
+async def test_chunk_vectors_and_tsvectors_are_kept_in_the_row(pg_url: str) -> None:
+    """Both search sides read these columns for every candidate: out of line, each read
+    was a TOAST lookup (migrations 11 and 12), so both are ``MAIN``."""
+    with psycopg.connect(pg_url) as conn:
+        storage_of = dict(conn.execute(
+            "SELECT attname, attstorage FROM pg_attribute WHERE attrelid = 'kb_chunks'::regclass "
+            "AND attname IN ('embedding', 'tsv', 'text')").fetchall())
+    assert storage_of == {"embedding": "m", "tsv": "m", "text": "x"}
+
+
 async def test_pruned_text_ranking_equals_scoring_every_match(pg_url: str) -> None:
     """MaxScore (``kb_text``): the chunks of the rarest terms set a bar that chunks of only
     the commonest terms cannot reach, so those are never scored — and the top list,
