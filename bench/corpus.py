@@ -23,6 +23,7 @@ Each side runs in its own child process so its memory is its own:
   metadata and vectors: ingest, vector query, filtered vector query.
 
 Run from the repository root:  .venv/bin/python bench/corpus.py [--full] [--chunks N] [--skip-postgres]
+[--reuse chroma]
 Writes bench/results/corpus.json (corpus_1m.json for 1M chunks, corpus_<n>.json otherwise).
 ChromaDB is a bench-only dependency; without it the Chroma column is left out (and the
 reason recorded), never faked; likewise PostgreSQL when no server can be started.
@@ -508,16 +509,19 @@ def results_name(n: int) -> str:
     return {100_000: "corpus", 1_000_000: "corpus_1m"}.get(n, f"corpus_{n}")
 
 
-def reused_chroma(n: int) -> dict[str, Any]:
+def reused_column(n: int, side: str) -> dict[str, Any]:
+    """A column of this size's existing results, marked as reused (with its date)."""
     path = ROOT / "bench" / "results" / f"{results_name(n)}.json"
     try:
         old = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
-        return {"skipped": f"--reuse-chroma: cannot read {path.name}: {exc}"}
-    chroma = old.get("chroma") or {}
-    if "latency_ms" not in chroma:
-        return {"skipped": f"--reuse-chroma: {path.name} has no ChromaDB measurement"}
-    return {**chroma, "reused_from": f"{path.name}, measured {old.get('when', '?')}"}
+        return {"skipped": f"reusing {side}: cannot read {path.name}: {exc}"}
+    column = old.get(side) or {}
+    if "latency_ms" not in column:
+        return {"skipped": f"reusing {side}: {path.name} has no measurement of it"}
+    if "reused_from" in column:
+        return column
+    return {**column, "reused_from": f"{path.name}, measured {old.get('when', '?')}"}
 
 
 def main() -> int:
@@ -530,9 +534,10 @@ def main() -> int:
     ap.add_argument("--pg-pid", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--skip-chroma", action="store_true")
     ap.add_argument("--skip-postgres", action="store_true")
-    ap.add_argument("--reuse-chroma", action="store_true",
-                    help="take the ChromaDB column from this size's existing results file (it does not depend "
-                         "on our code, and takes 20+ minutes at 1M); recorded as reused, with its date")
+    ap.add_argument("--reuse", type=lambda v: {x.strip() for x in v.split(",") if x.strip()}, default=set(),
+                    help="columns to take from this size's existing results file instead of measuring them "
+                         "again (kb,postgres,chroma: e.g. ChromaDB, which does not depend on our code and takes "
+                         "20+ minutes at 1M); each is recorded as reused, with its date")
     args = ap.parse_args()
     n = args.chunks or (1_000_000 if args.full else 100_000)
 
@@ -551,22 +556,23 @@ def main() -> int:
         print(f"corpus: {n:,} chunks, {DIM}-dim vectors (workdir {workdir})", flush=True)
         prep_s = prepare(n, workdir)
         print(f"  generated and embedded in {prep_s:.1f} s", flush=True)
-        kb = child("kb", n, workdir)
+        kb = reused_column(n, "kb") if "kb" in args.reuse else child("kb", n, workdir)
         print("  kb:", _short(kb), flush=True)
         pg: dict[str, Any] = (
-            {"skipped": "skipped (--skip-postgres)"} if args.skip_postgres else postgres_side(n, workdir)
+            {"skipped": "skipped (--skip-postgres)"} if args.skip_postgres
+            else reused_column(n, "postgres") if "postgres" in args.reuse else postgres_side(n, workdir)
         )
         print("  postgres:", _short(pg), flush=True)
         why_not = "skipped (--skip-chroma)" if args.skip_chroma else chroma_available()
         chroma: dict[str, Any] = (
-            reused_chroma(n) if args.reuse_chroma
+            reused_column(n, "chroma") if "chroma" in args.reuse
             else {"skipped": why_not} if why_not else child("chroma", n, workdir)
         )
         print("  chroma:", orjson.dumps(chroma).decode(), flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
-    if "latency_ms" in kb and "latency_ms" in pg:
+    if "_top_ids" in kb and "_top_ids" in pg:
         pg["semantic_agreement_at_10"] = {
             name: agreement(pg["_top_ids"][name], kb["_top_ids"][name]) for name in kb["_top_ids"]
         }
