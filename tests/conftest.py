@@ -31,6 +31,23 @@ def settings(tmp_path: Path) -> Settings:
     )
 
 
+@pytest.fixture
+def offline(tmp_path: Path) -> Settings:
+    """The default configuration (the mandatory flow in every context), offline: the
+    extractive answerer, no embedder, no sample KB, and an open admin route so a test
+    can ingest its own documents."""
+    return Settings.from_env(
+        {
+            "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"),
+            "AGENT_INGEST_SAMPLE_KB": "false",
+            "AGENT_ADMIN_OPEN": "true",  # POST /v1/kb/documents in `none` mode
+            "AGENT_EMBEDDER": "none",
+            "AGENT_LLM_PROVIDER": "extractive",
+            "OLLAMA_HOST": "http://127.0.0.1:9",
+        }
+    )
+
+
 @asynccontextmanager
 async def running_app(settings: Settings, **overrides: Any) -> AsyncIterator[tuple[str, Any]]:
     """Serve ``create_app(settings, **overrides)``; yield (base_url, app)."""

@@ -90,21 +90,6 @@ def assistant_of(state: dict[str, Any]) -> dict[str, Any]:
     return next(m for m in state["messages"] if m["role"] == "assistant")
 
 
-@pytest.fixture
-def offline(tmp_path: Path) -> Settings:
-    """The default configuration (mandatory flow everywhere), offline, a KB we ingest."""
-    return Settings.from_env(
-        {
-            "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"),
-            "AGENT_INGEST_SAMPLE_KB": "false",
-            "AGENT_ADMIN_OPEN": "true",
-            "AGENT_EMBEDDER": "none",
-            "AGENT_LLM_PROVIDER": "extractive",
-            "OLLAMA_HOST": "http://127.0.0.1:9",
-        }
-    )
-
-
 async def test_the_sdk_reader_assembles_text_tool_and_source_parts(node: str, offline: Settings) -> None:
     async with running_app(offline, provider=ExtractiveProvider()) as (base, app):
         async with httpx.AsyncClient(base_url=base, timeout=30) as http:

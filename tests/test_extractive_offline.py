@@ -6,7 +6,6 @@ Through the real agent loop, over SSE, with the default mandatory policy.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -33,21 +32,6 @@ DOCS = [
         "every event you missed, then follows the run live.",
     },
 ]
-
-
-@pytest.fixture
-def offline(tmp_path: Path) -> Settings:
-    """Default settings (the mandatory flow in every context), offline, no sample KB."""
-    return Settings.from_env(
-        {
-            "AGENT_DB_PATH": str(tmp_path / "x.db"),
-            "AGENT_INGEST_SAMPLE_KB": "false",
-            "AGENT_ADMIN_OPEN": "true",  # POST /v1/kb/documents in `none` mode
-            "AGENT_EMBEDDER": "none",
-            "AGENT_LLM_PROVIDER": "extractive",
-            "OLLAMA_HOST": "http://127.0.0.1:9",
-        }
-    )
 
 
 async def chat(client: httpx.AsyncClient, base: str, message: str, context_type: str, **extra: Any) -> list[Any]:

@@ -10,7 +10,6 @@ Ollama fake, whose answer is built from the conversation it is sent.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -42,21 +41,6 @@ DOCS = [
 ]
 RESUME_Q = "How do I resume a stream after a disconnect?"
 REFUND_Q = "How long does a refund take to arrive?"
-
-
-@pytest.fixture
-def offline(tmp_path: Path) -> Settings:
-    """The default configuration (mandatory flow everywhere), offline, a KB we ingest."""
-    return Settings.from_env(
-        {
-            "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"),
-            "AGENT_INGEST_SAMPLE_KB": "false",
-            "AGENT_ADMIN_OPEN": "true",
-            "AGENT_EMBEDDER": "none",
-            "AGENT_LLM_PROVIDER": "extractive",
-            "OLLAMA_HOST": "http://127.0.0.1:9",
-        }
-    )
 
 
 @pytest.fixture
