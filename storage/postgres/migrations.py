@@ -358,6 +358,13 @@ _KB_VECTORS_INLINE = ("ALTER TABLE kb_chunks ALTER COLUMN embedding SET STORAGE 
 # first). Rows written before keep their layout until rewritten (``VACUUM FULL kb_chunks``).
 _KB_TSV_INLINE = ("ALTER TABLE kb_chunks ALTER COLUMN tsv SET STORAGE MAIN",)
 
+# Seed 001 indexes the tool-call log by session (our conversation) and by status, for
+# "what did this conversation call" and "which calls failed" without a scan.
+_TOOL_CALL_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS tool_calls_conversation ON tool_calls(conversation_id)",
+    "CREATE INDEX IF NOT EXISTS tool_calls_status ON tool_calls(status)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "conversations, runs, tool calls, drafts, keywords, external results, knowledge base",
               _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB),
@@ -375,6 +382,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(11, "knowledge base: chunk vectors kept in the row, for the dense search in the database",
               _KB_VECTORS_INLINE),
     Migration(12, "knowledge base: chunk tsvectors kept in the row, for full-text ranking", _KB_TSV_INLINE),
+    Migration(13, "tool-call log: indexes on conversation_id and status (seed 001)", _TOOL_CALL_INDEXES),
 )
 
 

@@ -311,6 +311,13 @@ _APP_SECRETS = (
     )""",
 )
 
+# Seed 001 indexes the tool-call log by session (our conversation) and by status, for
+# "what did this conversation call" and "which calls failed" without a scan.
+_TOOL_CALL_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS tool_calls_conversation ON tool_calls(conversation_id)",
+    "CREATE INDEX IF NOT EXISTS tool_calls_status ON tool_calls(status)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "conversations, runs, tool calls, drafts, keywords, external results, knowledge base",
               _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB),
@@ -329,6 +336,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # engines' numbers equal, which ``agentchat migrate-db`` checks.
     Migration(11, "knowledge base: chunk vectors kept in the row, for the dense search in the database", ()),
     Migration(12, "knowledge base: chunk tsvectors kept in the row, for full-text ranking", ()),
+    Migration(13, "tool-call log: indexes on conversation_id and status (seed 001)", _TOOL_CALL_INDEXES),
 )
 
 VERSION_TABLE = "schema_version"

@@ -102,6 +102,25 @@ async def test_tool_call_log_is_written_in_the_background(store_engine: Any) -> 
                      "retry_count": 0, "duration_ms": 1.5}]
 
 
+async def test_tool_call_log_is_indexed_by_conversation_and_status(store_engine: Any) -> None:
+    """Seed 001 indexes the log by session (our conversation) and by status (migration 13)."""
+    if type(store_engine.db).__name__.startswith("Sqlite"):
+        rows = await store_engine.db.fetchall(
+            "SELECT il.name, ii.name FROM pragma_index_list('tool_calls') AS il, pragma_index_info(il.name) AS ii"
+        )
+    else:
+        rows = await store_engine.db.fetchall(
+            "SELECT i.relname, a.attname FROM pg_index x JOIN pg_class t ON t.oid = x.indrelid "
+            "JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_attribute a ON a.attrelid = t.oid "
+            "AND a.attnum = ANY(x.indkey) WHERE t.relname = 'tool_calls'"
+        )
+    columns: dict[str, set[str]] = {}
+    for index, column in rows:
+        columns.setdefault(str(index), set()).add(str(column))
+    assert columns.get("tool_calls_conversation") == {"conversation_id"}
+    assert columns.get("tool_calls_status") == {"status"}
+
+
 async def test_an_idempotency_key_names_one_run_per_user(store_engine: Any) -> None:
     runs = store_engine.runs
 
