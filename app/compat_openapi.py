@@ -82,7 +82,8 @@ def openai_api() -> ApiContribution:
                 "200": {"description": "A `chat.completion`, or (stream) its chunks", "headers": _ID_HEADERS,
                         "content": {"application/json": {"schema": schema_ref("ChatCompletion")},
                                     "text/event-stream": _frames(chunk, "One chunk, or `[DONE]`")}},
-                "400": _openai_error("The body is invalid (`invalid_json`, `invalid_value`, …; `param` names it)"),
+                "400": _openai_error("The body is invalid (`invalid_json`, `invalid_value`, …; `param` names it), "
+                                     "or `context.buckets` names an unknown bucket (`unknown_bucket`)"),
                 "401": unauthenticated,
                 "404": _openai_error("Unknown model (`model_not_found`) or another user's conversation"),
                 "408": _openai_error("The body did not arrive in time (`body_timeout`)"),
@@ -165,7 +166,8 @@ def ai_sdk_api() -> ApiContribution:
             "requestBody": json_body(body),
             "responses": {
                 "200": stream,
-                "400": problem("The body is invalid (`invalid_json`, `invalid_field`, `unknown_context_type`)"),
+                "400": problem("The body is invalid (`invalid_json`, `invalid_field`, `unknown_context_type`), or "
+                               "`context.buckets` names an unknown bucket (`unknown_bucket`)"),
                 "401": unauthenticated,
                 "404": problem("The chat id is another user's conversation (`not_found`)"),
                 "408": problem("The body did not arrive in time (`body_timeout`)"),

@@ -24,6 +24,7 @@ from starlette.responses import Response
 from app.auth import LOCAL_USER, AuthError, Identity
 from app.bounds import MAX_JSON_DEPTH, MAX_SAFE_INTEGER, check_json, parse_int
 from app.config import CONTEXT_TYPES
+from app.context_scope import check_bucket_scope
 from app.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from app.problems import HTTPProblem, ORJSONResponse
 from app.records import Caller, ChatInput
@@ -202,7 +203,10 @@ async def admit(request: Request) -> tuple[Identity, ChatInput]:
 async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str | None = None) -> Run:
     """Store the run and its message, claim the conversation, start the agent — or
     refuse with a 4xx/503 before anything streams. ``IdempotencyKeyUsed`` passes
-    through: a concurrent request with the same key started the run first."""
+    through: a concurrent request with the same key started the run first. Every face
+    (native, OpenAI-compatible, AI SDK) starts its runs here, so the context's
+    knowledge-base scope is checked here once (``app/context_scope.py``)."""
+    await check_bucket_scope(svc, chat.context)
     try:
         return await svc.runs.submit(chat, Caller(ident.user_id, ident.authorization), idempotency_key=key)
     except ConversationOwnedByAnother:

@@ -37,7 +37,9 @@ def _admission() -> dict[str, Any]:
     """What can refuse a request that starts a run, before anything streams."""
     return {
         "400": problem("The body, a field or a header is invalid (`invalid_json`, `invalid_field`, "
-                       "`unknown_context_type`, `invalid_header`, `too_deep`, `number_out_of_range`)"),
+                       "`unknown_context_type`, `invalid_header`, `too_deep`, `number_out_of_range`), or "
+                       "`context.buckets` names a bucket that does not exist (`unknown_bucket`; the detail "
+                       "lists the buckets that do)"),
         "401": problem("No valid bearer token (`AGENT_AUTH=jwt`)", authenticate=True),
         "408": problem("The body did not arrive within `AGENT_BODY_TIMEOUT_S` (`body_timeout`)"),
         "409": problem("A run of this conversation is in progress and `multitask` is `reject` "
@@ -68,7 +70,9 @@ def _chat_request(settings: Settings) -> dict[str, Any]:
             "context_type": {"enum": list(CONTEXT_TYPES), "description": "Which tools and prompt the run uses."},
             "context": {
                 "type": ["object", "null"],
-                "description": "The UI context (`workflow_id`, `table_id`, …); its IDs are injected into tool calls.",
+                "description": "The UI context (`workflow_id`, `table_id`, …); its IDs are injected into tool calls. "
+                "`buckets` (an array of bucket names, or `bucket`: one name; `*`: every bucket) scopes the "
+                "knowledge-base search instead of `AGENT_KB_DEFAULT_BUCKETS`; an unknown name is a 400.",
             },
             "conversation_id": {
                 "type": ["string", "null"],

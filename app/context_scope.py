@@ -1,0 +1,68 @@
+"""The knowledge-base scope a chat's UI context names, checked before a run starts.
+
+``knowledge_base_search`` searches the buckets the caller's context names
+(``context.buckets``, a list, or ``context.bucket``, one name) instead of the configured
+default. A name that is not a bucket used to search nothing, and the run answered "I
+could not find an answer" as if the knowledge base lacked the fact. So a context naming
+an unknown bucket is refused as a ``400 unknown_bucket`` whose detail lists the buckets
+that exist — on every face that takes a context, since they all start runs through
+``app.http.start_run``, which calls this first.
+
+The names are looked up in the knowledge base's bucket cache (``KnowledgeBase.bucket_schema``,
+which reloads the schemas once on a miss), never counted: a run start costs no scan of
+the corpus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from app.problems import HTTPProblem
+from knowledge.buckets import UnknownBucketError
+from storage.errors import StorageUnavailable
+
+if TYPE_CHECKING:
+    from app.services import Services
+
+#: The search tool reads at most this many names from the context (``agenttools/rag/kb_search.py``).
+MAX_CONTEXT_BUCKETS = 20
+#: "every bucket", as in ``AGENT_KB_DEFAULT_BUCKETS``.
+ALL_BUCKETS = "*"
+
+
+def named_buckets(context: Mapping[str, Any]) -> tuple[str, list[str]] | None:
+    """``(key, names)`` the context scopes the search to, or ``None`` when it names none;
+    a 400 when ``buckets``/``bucket`` is there but is not a name or a list of names."""
+    key = "buckets" if "buckets" in context else "bucket" if "bucket" in context else None
+    if key is None or context[key] is None:
+        return None
+    raw = context[key]
+    values = [raw] if isinstance(raw, str) else raw
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise HTTPProblem(400, "invalid_field", f"context.{key} must be a bucket name or an array of bucket names")
+    names = list(dict.fromkeys(v.strip() for v in values if v.strip()))
+    if len(names) > MAX_CONTEXT_BUCKETS:
+        raise HTTPProblem(400, "invalid_field", f"context.{key} names more than {MAX_CONTEXT_BUCKETS} buckets")
+    return (key, names) if names else None
+
+
+async def check_bucket_scope(svc: Services, context: Mapping[str, Any]) -> None:
+    """Refuse a context that scopes the knowledge-base search to a bucket that does not exist."""
+    named = named_buckets(context)
+    knowledge = svc.rooms.knowledge
+    if named is None or knowledge is None:  # no KB room: no search tool reads the scope
+        return
+    key, names = named
+    for name in names:
+        if name == ALL_BUCKETS:
+            continue
+        try:
+            await knowledge.kb.bucket_schema(name)
+        except UnknownBucketError as exc:
+            raise HTTPProblem(400, "unknown_bucket", f"context.{key}: {exc}") from None
+        except StorageUnavailable:
+            raise HTTPProblem(
+                503, "storage_unavailable", "the knowledge base cannot be read right now; retry shortly",
+                {"Retry-After": "5"},
+            ) from None
