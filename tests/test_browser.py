@@ -354,3 +354,54 @@ async def test_playground_in_headless_chromium(settings: Settings) -> None:
             assert page.failed_requests == []  # no 404, not even for the favicon
             assert any(url.endswith("/static/favicon.svg") for url in page.requested)
     assert (ARTIFACTS / "playground.png").stat().st_size > 10_000
+
+
+async def test_offline_the_playground_opens_in_knowledge_and_answers_a_first_question(tmp_path: Path) -> None:
+    """What a newcomer sees: the default configuration with no model reachable (provider
+    and embedder ``auto``, a fresh database with the sample knowledge base)."""
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("no chromium binary (install Debian's `chromium` package; .ci/run does)")
+    defaults = Settings.from_env({"AGENT_DB_PATH": str(tmp_path / "agent.db"), "OLLAMA_HOST": "http://127.0.0.1:9"})
+    async with running_app(defaults) as (base, app):
+        await app.state.services.rooms.knowledge.tasks[0]  # the sample KB is in
+        async with launch(binary) as browser:
+            page = await browser.new_page()
+            await page.navigate(f"{base}/")
+            await page.wait_for("document.getElementById('provider').textContent.startsWith('extractive')",
+                                what="provider")
+            # Offline, the page opens where questions can be answered, with an example of one.
+            assert await page.evaluate("document.querySelector('input[value=knowledge]').checked")
+            assert await page.evaluate("document.getElementById('context').value") == "{}"
+            assert "resume a stream" in await page.evaluate("document.getElementById('message').placeholder")
+            # The banner names what configures a model, each as `auto` reads it.
+            banner = " ".join((await page.evaluate("document.getElementById('offline').textContent")).split())
+            assert "workflows and table configurations needs a model" in banner
+            for setting in ("GEMINI_API_KEY", "OLLAMA_MODEL", "make dev", "OPENAI_BASE_URL and OPENAI_API_KEY"):
+                assert setting in banner, setting
+            assert await page.evaluate("document.querySelector('#offline a').getAttribute('href')") == "/readyz"
+
+            # A first question gets a readable answer from the sample KB, with its sources.
+            await ask(page, "How do I resume a stream after a disconnect?")
+            await page.wait_for(f"{RUN} && {RUN}.dataset.status === 'completed'", timeout=60, what="the answer")
+            answer = await last_run(page, "run.querySelector('.answer').textContent")
+            assert len(answer) > 80 and "could not find" not in answer
+            assert await last_run(page, "run.querySelectorAll('.sources li.source-card').length") >= 1
+            meta = await last_run(page, "run.querySelector('.final-meta').textContent")
+            assert meta.startswith("confidence ") and "knowledge base" in meta
+            await page.screenshot(Path("/tmp/playground-offline-answer.png"))
+
+            # A workflow request is declined offline: shown without a confidence, which
+            # would read as certainty about an answer that is not there.
+            await page.click("input[value=workflow]")
+            assert await page.evaluate("document.getElementById('context').value") == '{"workflow_id": ""}'
+            await ask(page, "Create a workflow that emails me when stock runs low")
+            await page.wait_for(
+                f"document.querySelectorAll('article.run').length === 2 && {RUN}.dataset.status === 'completed'",
+                timeout=60, what="the declined workflow request",
+            )
+            declined = await last_run(page, "run.innerText")
+            assert "language model" in declined and "confidence" not in declined
+            assert await last_run(page, "run.querySelector('.final').hidden") is True
+            await page.screenshot(Path("/tmp/playground-offline-declined.png"))
+            assert page.exceptions == [] and page.console_errors == []

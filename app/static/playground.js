@@ -29,6 +29,11 @@
     tables: '{"config_id": ""}',
     knowledge: "{}",
   };
+  const QUESTION_EXAMPLES = {
+    workflow: "e.g. Create a workflow that emails me when stock runs low",
+    tables: "e.g. Show products with fewer than 10 in stock, lowest first",
+    knowledge: "e.g. How do I resume a stream after a disconnect?",
+  };
 
   const $ = (id) => document.getElementById(id);
   const ui = {
@@ -53,6 +58,9 @@
 
   /** The run being shown and followed: {info, view, es, lastSeq, done}. */
   let current = null;
+  /** True once the context picker shows a choice (restored or the user's): offline mode
+   *  then leaves it alone instead of switching to Knowledge. */
+  let contextChosen = false;
 
   // --- small DOM helpers (text only) ----------------------------------------------------
 
@@ -474,13 +482,9 @@
       view.responded = true;
       view.after = "";
       const answer = asText(d.answer) || view.text;
-      renderAnswer(view, answer, d.sources);
-      const meta = [];
-      if (typeof d.confidence_score === "number") meta.push(`confidence ${d.confidence_score.toFixed(2)}`);
-      if (d.used_internal_kb) meta.push("knowledge base");
-      if (d.used_external_kb) meta.push("web");
-      view.final.querySelector(".final-meta").textContent = meta.join(" · ");
-      view.final.hidden = false;
+      const cited = renderAnswer(view, answer, d.sources);
+      view.final.querySelector(".final-meta").textContent = responseMeta(d, cited);
+      view.final.hidden = !cited && !view.final.querySelector(".final-meta").textContent;
     },
 
     message_complete(view, d) {
@@ -496,6 +500,17 @@
       }
     },
   };
+
+  /** The line under an answer. The confidence is shown only for an answer that rests on
+   *  the sources it cites: a refusal or "I could not find an answer" cites none, and a
+   *  score there (the offline answerer sends 1.0 with a refusal) would read as certainty. */
+  function responseMeta(d, cited) {
+    const meta = [];
+    if (cited && typeof d.confidence_score === "number") meta.push(`confidence ${d.confidence_score.toFixed(2)}`);
+    if (d.used_internal_kb) meta.push("knowledge base");
+    if (d.used_external_kb) meta.push("web");
+    return meta.join(" · ");
+  }
 
   function table(caption, headings, rows) {
     const t = el("table");
@@ -648,6 +663,20 @@
   function contextType() {
     const checked = ui.form.querySelector('input[name="context_type"]:checked');
     return checked ? checked.value : "workflow";
+  }
+
+  /** Check a context's radio; its example context replaces an untouched one. */
+  function pickContext(type) {
+    const radio = ui.form.querySelector(`input[name="context_type"][value="${CSS.escape(type)}"]`);
+    if (!radio) return;
+    radio.checked = true;
+    const value = ui.context.value.trim();
+    if (!value || Object.values(CONTEXT_EXAMPLES).includes(value)) ui.context.value = CONTEXT_EXAMPLES[type];
+    showQuestionExample();
+  }
+
+  function showQuestionExample() {
+    ui.message.placeholder = QUESTION_EXAMPLES[contextType()] || "";
   }
 
   async function problemText(response) {
@@ -861,8 +890,12 @@
     ui.provider.dataset.ok = p.ok ? "true" : "false";
     if (name === "extractive") {
       ui.offline.hidden = false;
-      const why = p.chosen_because ? ` (${asText(p.chosen_because)})` : "";
-      ui.offline.querySelector(".why").textContent = why;
+      const why = ui.offline.querySelector(".why");
+      why.textContent = p.chosen_because ? `Why offline: ${asText(p.chosen_because)}` : "";
+      why.hidden = !p.chosen_because;
+      // Offline only knowledge questions can be answered: open there, unless a context
+      // was already chosen (restored from this tab, or picked while /readyz answered).
+      if (!contextChosen) pickContext("knowledge");
     }
   }
 
@@ -874,7 +907,10 @@
     const saved = readStored(STORE_CONTEXT);
     if (!saved || typeof saved !== "object") return;
     const radio = ui.form.querySelector(`input[name="context_type"][value="${CSS.escape(asText(saved.type))}"]`);
-    if (radio) radio.checked = true;
+    if (radio) {
+      radio.checked = true;
+      contextChosen = true;
+    }
     if (typeof saved.context === "string") ui.context.value = saved.context;
   }
 
@@ -900,14 +936,15 @@
   });
   for (const radio of ui.form.querySelectorAll('input[name="context_type"]')) {
     radio.addEventListener("change", () => {
-      const value = ui.context.value.trim();
-      if (!value || Object.values(CONTEXT_EXAMPLES).includes(value)) ui.context.value = CONTEXT_EXAMPLES[radio.value];
+      contextChosen = true;
+      pickContext(radio.value);
       saveContext();
     });
   }
   ui.context.addEventListener("change", saveContext);
 
   restoreContext();
+  showQuestionExample();
   showConversation();
   showProvider();
   const stored = readStored(STORE_RUN);
