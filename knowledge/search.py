@@ -1,7 +1,7 @@
 """Search: full-text candidates from the ``KBIndex`` ∪ vector top-N from the dense side
 (``knowledge.dense``: the in-memory matrix, or the engine's own vector search) → score
 fusion (``ranking.fuse``) → cheap re-ranking → at most ``per_doc`` chunks per document
-→ scores on 0..1.
+→ copies of a better hit dropped (``knowledge.duplicates``) → scores on 0..1.
 
 Filters are validated once into the engine-neutral tree and resolved to the set of
 documents in scope, used twice: to restrict the BM25 ranking and to restrict the dense
@@ -22,6 +22,7 @@ import numpy as np
 
 from knowledge.buckets import Buckets
 from knowledge.dense import DenseSide
+from knowledge.duplicates import collapse_duplicates
 from knowledge.filters import (
     compile_filters,
     constraint_label,
@@ -66,6 +67,8 @@ class Searcher:
         self.config = config
         self._tuning = config.text_tuning
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        #: Searches that asked for vectors and ran on text instead (``/readyz``, ``/metrics``).
+        self.text_fallbacks = 0
 
     async def search(
         self,
@@ -233,13 +236,18 @@ class Searcher:
         if use_vec and (self.embedder is None or not await self.dense.available()):
             if mode == "semantic":
                 warnings.append("no vectors available (no embedder or nothing embedded); used text search")
-                use_text = True
+            elif self.embedder is not None:  # without an embedder, text-only hybrid is the configuration
+                warnings.append("no vectors available (nothing embedded yet); ranked by text only")
+            if mode == "semantic" or self.embedder is not None:
+                self.text_fallbacks += 1
+            use_text = True
             use_vec = False
         query_vec: np.ndarray | None = None
         if use_vec:
             try:
                 query_vec = await self._embed_query(query)
             except EmbeddingError as exc:
+                self.text_fallbacks += 1
                 warnings.append(f"embedder failed ({exc}); used text search only")
                 use_vec, use_text = False, True
 
@@ -275,7 +283,14 @@ class Searcher:
             for c in cands:
                 c.cosine = cos.get(c.chunk_rowid, 0.0)
         n_lists = (1 if use_text else 0) + (1 if use_vec else 0)
-        top = rerank(cands, q, lists=max(1, n_lists), top_k=top_k, per_doc=self.config.per_doc, max_fused=1.0)
+        # Ranked deeper than asked, so the copies dropped next (a page as .md and .html)
+        # leave room for other passages instead of shrinking the answer.
+        ranked = rerank(
+            cands, q, lists=max(1, n_lists), top_k=2 * top_k + 4, per_doc=self.config.per_doc, max_fused=1.0
+        )
+        top, duplicates = collapse_duplicates(
+            ranked, top_k, text=lambda c: c.text, source=lambda c: c.source, document=lambda c: c.doc_id
+        )
         hits = [
             ChunkHit(
                 doc_id=c.doc_id,
@@ -298,7 +313,7 @@ class Searcher:
         spread = round(max(spreads), 4) if spreads else 1.0
         total = max(text.total, v_total)
         overloaded = total > self.config.overload_threshold and spread < self.config.flat_spread
-        return SearchResponse(hits, total, False, 0.0, used, spread, overloaded, None, warnings)
+        return SearchResponse(hits, total, False, 0.0, used, spread, overloaded, None, warnings, duplicates)
 
     async def embed_query(self, query: str) -> np.ndarray:
         """The query vector search uses (cached), for indexes in the same vector space

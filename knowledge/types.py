@@ -168,6 +168,9 @@ class SearchResponse:
     overloaded: bool = False
     dropped_filter: str | None = None
     warnings: list[str] = field(default_factory=list)
+    #: Hits left out as copies of a better one (the same page as .md and .html, or the
+    #: same text in two documents: ``knowledge.duplicates``).
+    duplicates: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

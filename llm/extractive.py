@@ -2,9 +2,10 @@
 
 It plays the mandatory flow deterministically through the same loop and the same tools
 as a real model: the first turn calls ``knowledge_base_search`` with the user's
-question; the next turn reads the chunks that came back, picks the sentences that best
-overlap the question, streams them as the answer with ``[source_id]`` citations, and
-calls ``generate_response`` with those sources. With nothing relevant it says it does
+question; the next turn reads the chunks that came back, quotes the passage(s) that best
+cover the question whole (``llm.extractive_answer``: neighbouring sentences, lists and
+code blocks intact, no sentence twice), streams them as the answer with ``[source_id]``
+citations, and calls ``generate_response`` with those sources. With nothing relevant it says it does
 not know. Everything it needs is in the conversation it is sent, so it keeps no state.
 
 Acting on workflows and table configurations needs a model. A request from those
@@ -18,13 +19,12 @@ from __future__ import annotations
 
 import itertools
 import re
-import unicodedata
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from llm.extractive_answer import Passage, compose_answer
 from llm.provider import ProviderHealth
 from llm.types import (
     ChatRequest,
@@ -41,14 +41,6 @@ from llm.types import (
 
 SEARCH_TOOL = "knowledge_base_search"
 ANSWER_TOOL = "generate_response"
-_WORD = re.compile(r"[^\W_]+(?:[-'][^\W_]+)*", re.UNICODE)
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(\[])|\n{2,}|\n(?=[-*#|] )")
-_STOP = frozenset(
-    "a an and are as at be by can could do does for from how i if in into is it its me my of on or our "
-    "should so than that the their them then there these this those to was we what when where which who "
-    "why will with would you your about after before does did get got has have having here just more most "
-    "not only other over same some such too under up very via use used using".split()
-)
 #: The role headings ``prompts/texts/*_role.md`` open with (a line of their own: the
 #: embedded UI context is one line of JSON and cannot fake one).
 _ACTING_ROLE = re.compile(
@@ -64,21 +56,6 @@ _TABLE_TOOLS = frozenset(
      "preview_table_config"}
 )
 _WHAT = {"workflow": "workflows", "tables": "table configurations"}
-MIN_RELEVANCE = 0.08
-MAX_SENTENCES = 4
-MAX_ANSWER_CHARS = 1200
-
-
-def _terms(text: str) -> list[str]:
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    return [w for w in _WORD.findall(folded) if w not in _STOP and len(w) > 1]
-
-
-def _stem(word: str) -> str:
-    for suffix in ("ations", "ation", "ings", "ing", "ies", "ied", "es", "ed", "s"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
 
 
 def acting_context(request: ChatRequest) -> str | None:
@@ -105,14 +82,6 @@ def decline_message(context: str) -> str:
         "(for example qwen3:4b), or GEMINI_API_KEY for Gemini. "
         "Questions about the documentation can still be asked in the knowledge context."
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Passage:
-    source_id: str
-    title: str
-    text: str
-    score: float
 
 
 def _question(messages: list[Message]) -> tuple[str, int]:
@@ -150,44 +119,6 @@ def _passages(result: ToolResult) -> list[Passage]:
             out.append(Passage(str(ext["source_id"]), str(ext.get("question") or "stored external answer"),
                                str(ext["answer"]), 0.5))
     return out
-
-
-def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[str], float]:
-    """Pick the sentences that best cover the question; return (answer, sources, confidence)."""
-    q = {_stem(t) for t in _terms(question)}
-    if not q or not passages:
-        return "", [], 0.0
-    scored: list[tuple[float, int, str, str]] = []
-    for p_rank, passage in enumerate(passages):
-        title_terms = {_stem(t) for t in _terms(passage.title)}
-        for s_rank, sentence in enumerate(_SENTENCE.split(passage.text)):
-            sentence = " ".join(sentence.split()).lstrip("#-*| ").strip()
-            if len(sentence) < 25:
-                continue
-            terms = {_stem(t) for t in _terms(sentence)}
-            if not terms:
-                continue
-            overlap = len(q & terms) / len(q)
-            title_bonus = 0.15 * len(q & title_terms) / len(q)
-            score = overlap + title_bonus + 0.1 * passage.score - 0.01 * s_rank - 0.02 * p_rank
-            scored.append((score, p_rank * 1000 + s_rank, passage.source_id, sentence))
-    scored.sort(key=lambda s: (-s[0], s[1]))
-    picked = [s for s in scored if s[0] >= MIN_RELEVANCE][:MAX_SENTENCES]
-    if not picked:
-        return "", [], 0.0
-    picked.sort(key=lambda s: s[1])  # keep the documents' own order for readability
-    parts: list[str] = []
-    sources: list[str] = []
-    length = 0
-    for _score, _order, source_id, sentence in picked:
-        if length + len(sentence) > MAX_ANSWER_CHARS and parts:
-            break
-        parts.append(f"{sentence} [{source_id}]")
-        length += len(sentence)
-        if source_id not in sources:
-            sources.append(source_id)
-    confidence = round(min(0.9, max(s[0] for s in picked)), 2)
-    return " ".join(parts), sources, confidence
 
 
 class ExtractiveProvider:
@@ -309,3 +240,6 @@ def _pieces(text: str, size: int = 48) -> list[str]:
     if current:
         out.append(current)
     return out
+
+
+__all__ = ["ExtractiveProvider", "Passage", "acting_context", "compose_answer", "decline_message"]

@@ -23,18 +23,59 @@ def test_short_text_is_one_chunk_with_heading() -> None:
     assert "Hello there." in chunks[0].text
 
 
+def _sentences(i: int, n: int = 5, words: int = 6) -> str:
+    return " ".join("S" + " ".join(f"w{i}x{k}y{j}" for j in range(words)) + "." for k in range(n))
+
+
 def test_long_section_is_split_with_overlap_and_bounded_size() -> None:
-    text = "# Doc\n\n## Part\n\n" + "\n\n".join(_para(i) for i in range(30))
+    text = "# Doc\n\n## Part\n\n" + "\n\n".join(_sentences(i) for i in range(30))
     chunks = chunk_text(text, target=800, overlap=120)
     assert len(chunks) > 3
     assert [c.position for c in chunks] == list(range(len(chunks)))
     for c in chunks:
         assert len(c.text) <= 800 + 120 + 4
     for prev, cur in zip(chunks, chunks[1:], strict=False):
-        # the start of each later chunk repeats the end of the previous one
+        # the start of each later chunk repeats the end of the previous one: whole sentences
         head = cur.text[:60]
         assert head in prev.text, (head, prev.text[-200:])
+        assert cur.text.startswith("S"), cur.text[:40]
     assert all(c.heading == "Doc › Part" for c in chunks[1:])
+
+
+def test_the_carry_is_whole_sentences_or_nothing() -> None:
+    """A chunk never starts mid-sentence: a last sentence longer than the overlap is not
+    carried at all (issue 20: answers started "is configured through …")."""
+    text = "# Doc\n\n" + "\n\n".join(_para(i) for i in range(30))  # one 190-char sentence each
+    chunks = chunk_text(text, target=800, overlap=120)
+    assert len(chunks) > 3
+    for c in chunks[1:]:
+        assert c.text.startswith("w") and c.text.split(" ", 1)[0].endswith("x0"), c.text[:40]
+
+
+def test_a_long_list_is_cut_between_items_and_keeps_its_lines() -> None:
+    items = [f"- Item {i} says something about option {i}." for i in range(60)]
+    chunks = chunk_text("# Options\n\nThe options are:\n\n" + "\n".join(items), target=400, overlap=80)
+    assert len(chunks) > 3
+    seen: list[str] = []
+    for c in chunks:
+        body = [line for line in c.text.split("\n") if line.startswith("- ")]
+        assert all(line in items for line in body), c.text  # no item flattened or cut
+        seen += body
+    assert [i for i in items if i not in seen] == []
+
+
+def test_a_long_code_block_is_cut_between_lines_and_fenced_again() -> None:
+    lines = [f"echo line {i} of the script" for i in range(80)]
+    text = "# Script\n\nRun this:\n\n```bash\n" + "\n".join(lines) + "\n```\n"
+    chunks = chunk_text(text, target=400, overlap=80)
+    code = [c for c in chunks if "echo line" in c.text]
+    assert len(code) > 2
+    got: list[str] = []
+    for c in code:
+        assert c.text.count("```") % 2 == 0, c.text
+        inner = c.text[c.text.index("```bash\n") + 8 : c.text.rindex("\n```")]
+        got += [line for line in inner.split("\n") if line not in got]
+    assert got == lines
 
 
 def test_new_heading_starts_new_chunk_once_current_is_full() -> None:
@@ -56,6 +97,19 @@ def test_tiny_sections_are_merged_and_giant_words_cut() -> None:
 def test_code_fences_are_not_headings() -> None:
     chunks = chunk_text("# Real\n\n```\n# not a heading\n```\n")
     assert chunks[0].heading == "Real"
+
+
+def test_a_long_table_is_cut_between_rows_under_its_header() -> None:
+    rows = [f"| `event_{i}` | `{{field_{i}}}` | when thing {i} happens |" for i in range(40)]
+    text = "# Events\n\n| event | data | when |\n| --- | --- | --- |\n" + "\n".join(rows)
+    chunks = chunk_text(text, target=400, overlap=80)
+    tables = [c for c in chunks if "`event_" in c.text]
+    assert len(tables) > 2
+    seen: list[str] = []
+    for c in tables:
+        assert "| event | data | when |\n| --- | --- | --- |" in c.text
+        seen += [line for line in c.text.split("\n") if line.startswith("| `event_")]
+    assert all(row in rows for row in seen) and all(row in seen for row in rows)
 
 
 NASTY = [

@@ -58,11 +58,12 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
         mark_kb_searched(state)
 
         hits: list[ChunkHitLike] = []
-        total_matches, relaxed, kb_error = 0, False, None
+        total_matches, relaxed, kb_error, duplicates = 0, False, None, 0
         try:
             response = await deps.knowledge.search(query, bucket=bucket, top_k=top_k, **scope)
             hits = list(response.hits)[:top_k]
             total_matches, relaxed = int(response.total_matches), bool(response.relaxed)
+            duplicates = int(getattr(response, "duplicates", 0) or 0)
         except ValueError as exc:  # the KB's own "bad request" (unknown bucket, bad filter)
             return ToolOutcome.error(
                 f"The knowledge base rejected the search: {str(exc)[:300]}",
@@ -107,6 +108,8 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
         }
         if relaxed:
             content["relaxed"] = True
+        if duplicates:  # copies of a passage shown (a page as .md and .html): said, not hidden
+            content["duplicates_collapsed"] = duplicates
         if kb_error is not None:
             content["kb_error"] = f"The knowledge base could not be searched ({kb_error})."
         return ToolOutcome(content=content)

@@ -1,0 +1,194 @@
+"""A retrieved passage read as Markdown blocks, for the offline answerer.
+
+The answerer quotes whole units, so it needs to know what the units are: prose is
+quoted by the sentence (its hard line wraps reflowed), a list by the item (each item one
+line, its marker kept), a fenced code block or a table verbatim, and headings only say
+what the text under them is about. Splitting a passage into sentences with one regex —
+what the answerer did before — flattened code blocks into a line and cut lists into
+bullets without their introduction.
+
+A passage may also be cut at either end: a chunk stored by an older chunker can start
+mid-sentence (it carried the last characters of the previous chunk), a snippet starts
+with ``…``, a result cut for size ends with `` …``. ``parse_passage`` drops those partial
+sentences, so what is quoted never starts or ends mid-sentence.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+BlockKind = Literal["prose", "list", "code", "table", "heading"]
+
+_FENCE = re.compile(r"^\s*(```+|~~~+)")
+_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.+?)\s*#*\s*$")
+_ITEM = re.compile(r"^(?P<indent>\s*)(?P<marker>[-*+]|\d{1,3}[.)])\s+(?P<body>\S.*)$")
+_TABLE = re.compile(r"^\s*\|")
+#: A sentence ends at . ! ? (maybe closed by a quote, bracket or emphasis) before a
+#: capital, digit, code span, quote, bracket or emphasis; not after "e.g." and the like.
+_SENTENCE_END = re.compile(
+    r"(?<!\be\.g\.)(?<!\bi\.e\.)(?<!\betc\.)(?<!\bvs\.)(?<!\bcf\.)"
+    r"(?<=[.!?])([\"')\]*_]*)\s+(?=[A-Z0-9`\"'(\[*_])"
+)
+#: A passage cut mid-sentence at its start: an ellipsis, or a lower-case word or
+#: punctuation where a sentence would start.
+_CUT_START = re.compile(r"^(?:…|\.\.\.|[a-z][a-z']*[\s,;:.)]|[,;:)\]])")
+
+
+@dataclass(slots=True)
+class Block:
+    """One Markdown block: ``units`` are its sentences (prose), items (list) or nothing."""
+
+    kind: BlockKind
+    units: list[str] = field(default_factory=list)
+    text: str = ""  # code and table: the block verbatim; heading: its title
+
+    def markdown(self, only: list[int] | None = None) -> str:
+        """The block as Markdown (a list's items one a line; ``only``: those units)."""
+        if self.kind in ("code", "table"):
+            return self.text
+        if self.kind == "heading":
+            return ""
+        chosen = self.units if only is None else [self.units[i] for i in only]
+        return ("\n" if self.kind == "list" else " ").join(chosen)
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of one reflowed paragraph (or list item)."""
+    out: list[str] = []
+    last = 0
+    for m in _SENTENCE_END.finditer(text):
+        end = m.start() + len(m.group(1))
+        piece = text[last:end].strip()
+        if piece:
+            out.append(piece)
+        last = m.end()
+    tail = text[last:].strip()
+    if tail:
+        out.append(tail)
+    return out
+
+
+def _reflow(lines: list[str]) -> str:
+    return " ".join(" ".join(line.split()) for line in lines if line.strip())
+
+
+def parse_blocks(text: str) -> list[Block]:
+    """The Markdown blocks of ``text`` in order; an unclosed code fence is closed."""
+    blocks: list[Block] = []
+    prose: list[str] = []
+    items: list[list[str]] = []  # current list: each item's lines (first line keeps its marker)
+    table: list[str] = []
+
+    def flush() -> None:
+        if prose:
+            body = _reflow(prose)
+            if body:
+                blocks.append(Block("prose", split_sentences(body)))
+            prose.clear()
+        if items:
+            blocks.append(Block("list", [_item_line(lines) for lines in items]))
+            items.clear()
+        if table:
+            blocks.append(Block("table", text="\n".join(table)))
+            table.clear()
+
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        fence = _FENCE.match(line)
+        if fence:
+            flush()
+            mark = fence.group(1)
+            code = [line.strip()]
+            i += 1
+            while i < len(lines) and not lines[i].strip().startswith(mark):
+                code.append(lines[i].rstrip())
+                i += 1
+            code.append(mark)  # the closing fence, or one added to a fence cut short
+            blocks.append(Block("code", text="\n".join(code)))
+            i += 1
+            continue
+        heading = _HEADING.match(line)
+        item = _ITEM.match(line)
+        if heading:
+            flush()
+            blocks.append(Block("heading", text=heading.group(2).strip()))
+        elif not line.strip():
+            flush()
+        elif _TABLE.match(line) and not items:
+            if prose:
+                flush()
+            table.append(line.rstrip())
+        elif item:
+            if prose or table:
+                flush()
+            items.append([line.rstrip()])
+        elif items:
+            items[-1].append(line)  # a continuation line of the item
+        else:
+            if table:
+                flush()
+            prose.append(line)
+        i += 1
+    flush()
+    return blocks
+
+
+def _item_line(lines: list[str]) -> str:
+    m = _ITEM.match(lines[0])
+    assert m is not None
+    body = _reflow([m.group("body"), *lines[1:]])
+    return f"{m.group('indent')}{m.group('marker')} {body}"
+
+
+def item_body(item: str) -> str:
+    """A list item's text without its marker."""
+    return split_item(item)[1]
+
+
+def split_item(line: str) -> tuple[str, str]:
+    """``(indent and marker, text)`` of a list item line; ``("", line)`` for other text."""
+    m = _ITEM.match(line)
+    return (line[: m.start("body")], m.group("body")) if m else ("", line)
+
+
+def parse_passage(text: str, *, first_of_document: bool) -> list[Block]:
+    """``parse_blocks`` without a sentence cut at either end of the passage.
+
+    A passage that is not the start of its document and starts with a lower-case word
+    (or an ellipsis, or punctuation) starts mid-sentence: its first sentence goes. A
+    passage that ends with an ellipsis was cut: its last sentence goes.
+    """
+    stripped = text.strip()
+    cut_end = stripped.endswith("…") and not stripped.endswith("...…")
+    cut_start = stripped.startswith("…") or (not first_of_document and bool(_CUT_START.match(stripped)))
+    if cut_start:
+        stripped = stripped.lstrip("…").lstrip(".")
+    if cut_end:
+        stripped = stripped.rstrip("…").rstrip()
+    blocks = parse_blocks(stripped)
+    if cut_start:
+        _drop_unit(blocks, first=True)
+    if cut_end:
+        _drop_unit(blocks, first=False)
+    return [b for b in blocks if b.units or b.text]
+
+
+def _drop_unit(blocks: list[Block], *, first: bool) -> None:
+    """Drop the first (or last) sentence of the passage, or the list item or code block it cut."""
+    order = blocks if first else list(reversed(blocks))
+    for block in order:
+        if block.kind == "heading":
+            return  # the cut is before or after a heading: nothing partial to drop
+        if block.kind in ("code", "table"):
+            block.text = ""
+            return
+        if block.units:  # the cut sentence, or the list item it is in
+            block.units.pop(0 if first else -1)
+            return
+
+
+__all__ = ["Block", "item_body", "parse_blocks", "parse_passage", "split_item", "split_sentences"]
