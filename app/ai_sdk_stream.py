@@ -39,6 +39,7 @@ from starlette.responses import Response
 import events
 from agenttools.catalog import CONTEXT_TYPES
 from app import http
+from app.context_scope import check_bucket_scope
 from app.compat_runs import (
     AnswerText,
     Event,
@@ -300,6 +301,7 @@ async def ui_stream(request: Request) -> Response:
     # any, the run's creation claims the conversation, or answers 404 for another's.)
     known = await check_owner(svc, chat.conversation_id, ident.user_id) if earlier else True
     await http.check_run_limit(svc, ident)
+    await check_bucket_scope(svc, chat.context)  # before any history is imported: a refusal leaves nothing
     if not known:
         await import_history(svc, chat.conversation_id, ident.user_id, earlier)
     run = await http.start_run(svc, ident, chat)

@@ -46,6 +46,7 @@ from starlette.responses import Response
 
 import events
 from app import http
+from app.context_scope import check_bucket_scope
 from app.auth import Identity
 from app.compat_runs import (
     AnswerText,
@@ -272,6 +273,7 @@ async def _chat_completions(request: Request) -> Response:
     svc, ident, body = await admit_body(request)
     req = parse_request(body, request.headers, max_message_chars=svc.settings.max_message_chars)
     await http.check_run_limit(svc, ident)
+    await check_bucket_scope(svc, req.context)  # before any history is imported: a refusal leaves nothing
     conversation_id, key = await conversation_for(svc, ident, req)
     chat = ChatInput(req.question, req.context_type, req.context, conversation_id, req.multitask)
     try:

@@ -49,6 +49,21 @@ async def test_an_unknown_bucket_is_a_400_naming_the_known_buckets_on_every_face
             # Nothing was started for the refused AI SDK chat: no conversation, nothing to resume.
             ui_conversation = await client.get("/v1/agent/conversations/chat-unknown-bucket")
             ui_resume = await client.get("/v1/agent/ui-stream/chat-unknown-bucket/stream")
+            # With earlier turns to import (a chat this server has not seen), still nothing is stored.
+            with_history = ui_body("chat-history-unknown-bucket", unknown)
+            with_history["messages"] = [
+                {"id": "m0", "role": "user", "parts": [{"type": "text", "text": "Hello"}]},
+                {"id": "m1", "role": "assistant", "parts": [{"type": "text", "text": "Hi."}]},
+                *with_history["messages"],
+            ]
+            ui_history = await client.post("/v1/agent/ui-stream", json=with_history)
+            ui_history_conversation = await client.get("/v1/agent/conversations/chat-history-unknown-bucket")
+            oai_history = await client.post("/v1/chat/completions", json={
+                "model": "agentchat-knowledge", "context": unknown, "conversation_id": "oai-history-unknown-bucket",
+                "messages": [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi."},
+                             {"role": "user", "content": QUESTION}],
+            })
+            oai_history_conversation = await client.get("/v1/agent/conversations/oai-history-unknown-bucket")
             # A bucket that exists scopes the search; `*` is every bucket.
             scoped = await collect_sse(client, "POST", "/v1/agent/chat",
                                        json={**native, "context": {"buckets": ["default"]}})
@@ -69,6 +84,8 @@ async def test_an_unknown_bucket_is_a_400_naming_the_known_buckets_on_every_face
     assert error["type"] == "invalid_request_error"
     assert ui.status_code == 400 and ui.json()["error"] == "unknown_bucket"
     assert ui_conversation.status_code == 404 and ui_resume.status_code == 204
+    assert ui_history.status_code == 400 and ui_history_conversation.status_code == 404
+    assert oai_history.status_code == 400 and oai_history_conversation.status_code == 404, oai_history.text
 
     response = next(e.json() for e in scoped if e.event == "response")
     assert response["sources"] and {s["metadata"].get("bucket") for s in response["sources"]} == {"default"}
