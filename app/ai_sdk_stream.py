@@ -39,7 +39,6 @@ from starlette.responses import Response
 import events
 from agenttools.catalog import CONTEXT_TYPES
 from app import http
-from app.context_scope import check_bucket_scope
 from app.compat_runs import (
     AnswerText,
     Event,
@@ -50,6 +49,7 @@ from app.compat_runs import (
     follow_live,
     import_history,
 )
+from app.context_scope import check_bucket_scope
 from app.problems import HTTPProblem
 from app.records import ChatInput
 from llm.types import Message

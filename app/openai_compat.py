@@ -46,7 +46,6 @@ from starlette.responses import Response
 
 import events
 from app import http
-from app.context_scope import check_bucket_scope
 from app.auth import Identity
 from app.compat_runs import (
     AnswerText,
@@ -58,6 +57,7 @@ from app.compat_runs import (
     normalized,
     stored_events,
 )
+from app.context_scope import check_bucket_scope
 from app.openai_request import (
     CompletionRequest,
     error_body,
