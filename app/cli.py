@@ -250,10 +250,14 @@ def _run_reloader(config: Any, sock: Any) -> None:
 
 async def _prune_keywords(args: argparse.Namespace) -> int:
     from agenttools.keywords import KeywordIndex
-    from storage.sqlite import open_sqlite_storage
+    from app.cli_storage import StorageUnavailable, open_cli_storage
 
     settings = _settings()
-    storage = await open_sqlite_storage(settings.db_path)
+    try:  # the service's database (AGENT_DATABASE_URL, else AGENT_DB_PATH), never a local copy
+        storage = await open_cli_storage(settings)
+    except StorageUnavailable as exc:
+        print(f"agentchat keywords prune: {exc}", file=sys.stderr)
+        return 1
     try:
         index = KeywordIndex(storage.keywords, storage.external_results)
         removed = await index.prune(min_usage=args.min_usage, older_than_days=args.older_than)
@@ -287,8 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="serve the agent (and the reference backend unless AGENT_BACKEND_URL is set)")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    serve.add_argument("--host", help="address to listen on (default AGENT_HOST, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on, 0 for any free one (default AGENT_PORT, 8000)")
     serve.add_argument("--backend-port", type=int, help="port of the embedded reference backend (default: port+1)")
     serve.add_argument("--no-backend", action="store_true", help="do not start the reference backend")
     serve.add_argument("--grace", type=float, default=None,
@@ -306,8 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     prune.add_argument("--older-than", type=float, required=True, help="…and unused for more than this many days")
 
     backend = sub.add_parser("backend", help="run the reference Ichor-compatible backend alone")
-    backend.add_argument("--host", default="127.0.0.1")
-    backend.add_argument("--port", type=int, default=8081)
+    backend.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    backend.add_argument("--port", type=int, default=8081, help="port to listen on (default 8081)")
     backend.add_argument("--db", help="SQLite file (default: beside AGENT_DB_PATH)")
 
     args = parser.parse_args(argv)

@@ -1,0 +1,93 @@
+"""The database of the CLI's commands: the server's, chosen the same way.
+
+``agentchat ingest``, ``buckets``, ``docs`` and ``keywords prune`` open storage through
+``storage.open.open_storage`` with the target the service uses (``AGENT_DATABASE_URL``
+when set, else the SQLite file at ``AGENT_DB_PATH``): a command never writes one
+database while the service reads another. A database that cannot be opened is one
+clear line naming it (password removed) and exit code 1, never a traceback, and never
+a quiet fall-back to a local file.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from app.config import Settings
+
+#: The pool a CLI command needs: one writer and a reader or two, not the service's.
+CLI_MAX_CONNECTIONS = 4
+
+
+class StorageUnavailable(RuntimeError):
+    """The configured database could not be opened; the message names it and says why."""
+
+
+def storage_target(settings: Settings) -> str | Path:
+    """What the service opens: the PostgreSQL URL when one is set, else the SQLite file."""
+    return settings.database_url or settings.db_path
+
+
+def describe_target(target: str | Path) -> str:
+    """The database for a person to read: a PostgreSQL URL without its password, or the path."""
+    from storage.open import is_postgres_url
+
+    if is_postgres_url(target):
+        from storage.postgres import redact
+
+        return f"PostgreSQL {redact(str(target))}"
+    return f"SQLite file {target}"
+
+
+def _open_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [OSError, sqlite3.Error, RuntimeError]
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - the postgres extra is not installed
+        pass
+    else:
+        errors.append(psycopg.Error)
+    return tuple(errors)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:300]
+
+
+async def open_cli_storage(settings: Settings) -> Any:
+    """The migrated storage bundle of the configured database (``StorageUnavailable`` if not)."""
+    from storage.open import open_storage
+
+    target = storage_target(settings)
+    try:
+        return await open_storage(
+            target, write_retry_s=settings.db_write_retry_s, max_connections=CLI_MAX_CONNECTIONS
+        )
+    except _open_errors() as exc:
+        raise StorageUnavailable(f"cannot open the {describe_target(target)}: {_first_line(exc)}") from exc
+
+
+async def open_cli_kb(settings: Settings, embedder: Any) -> Any:
+    """The knowledge base on the configured database; closing it closes the storage
+    (``StorageUnavailable`` if it cannot be opened)."""
+    from app.kb_file import open_kb_file
+
+    target = storage_target(settings)
+    try:
+        return await open_kb_file(
+            target, embedder, write_retry_s=settings.db_write_retry_s, max_connections=CLI_MAX_CONNECTIONS
+        )
+    except _open_errors() as exc:
+        raise StorageUnavailable(f"cannot open the {describe_target(target)}: {_first_line(exc)}") from exc
+
+
+__all__ = [
+    "CLI_MAX_CONNECTIONS",
+    "StorageUnavailable",
+    "describe_target",
+    "open_cli_kb",
+    "open_cli_storage",
+    "storage_target",
+]
