@@ -32,7 +32,11 @@ MAX_LIST_LIMIT = 10_000
 
 class IngestProgress:
     """Per-file progress with chunk counts: a ``tqdm`` bar when ``stream`` is a terminal
-    (and tqdm is installed), else a plain line every ``interval_s`` seconds and at the end."""
+    (and tqdm is installed), else a plain line every ``interval_s`` seconds and at the end.
+
+    The ingestion calls it after each file and while it embeds a batch; ``ticking()``
+    runs beside it so a quiet stretch (a folder being listed, one slow embedding call)
+    still gets its line every ``interval_s``: silence means the process is stuck."""
 
     def __init__(self, stream: TextIO | None = None, *, interval_s: float = 5.0, tty: bool | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr
@@ -42,6 +46,8 @@ class IngestProgress:
         self.chunks = 0
         self.total = 0
         self.done = 0
+        #: What happens besides reading files (``"embedding 128/900 chunks"``), or "".
+        self.phase = ""
         self._bar: Any = None
         self._last_line = 0.0
         if self.tty:
@@ -52,6 +58,7 @@ class IngestProgress:
 
     def __call__(self, done: int, total: int, label: str) -> None:
         self.done, self.total = done, total
+        self.phase = label if label.startswith("embedding ") else ""
         if self.tty:
             if self._bar is None:
                 from tqdm import tqdm
@@ -61,10 +68,23 @@ class IngestProgress:
             self._bar.update(done - self._bar.n)
             self._bar.set_postfix_str(self._chunk_text(), refresh=False)
             return
+        self.tick()
+
+    def tick(self) -> None:
+        """A plain line if none was written for ``interval_s`` (a bar redraws itself)."""
         now = time.perf_counter()
-        if done < total and now - self._last_line >= self.interval_s:
-            self._last_line = now
+        if self._bar is not None:
+            self._bar.set_postfix_str(self._chunk_text())
+        elif not self.tty and now - self._last_line >= self.interval_s:
             self._write_line(now)
+
+    async def ticking(self) -> None:
+        """Tick every ``interval_s`` until cancelled (run it as a task beside the ingestion)."""
+        import asyncio
+
+        while True:
+            await asyncio.sleep(self.interval_s)
+            self.tick()
 
     def on_batch(self, report: Any) -> None:
         self.chunks = int(getattr(report, "chunks", 0))
@@ -74,6 +94,7 @@ class IngestProgress:
     def close(self) -> None:
         """The last word: the bar's final state, or one last line (after the last batch
         was written, so its chunks are counted)."""
+        self.phase = ""
         if self._bar is not None:
             self._bar.set_postfix_str(self._chunk_text())
             self._bar.close()
@@ -83,22 +104,29 @@ class IngestProgress:
             self.total = 0
 
     def _write_line(self, now: float) -> None:
+        self._last_line = now
         self.stream.write(self._line(now) + "\n")
         self.stream.flush()
 
     def _chunk_text(self) -> str:
         elapsed = max(1e-9, time.perf_counter() - self.started)
-        return f"{self.chunks} chunks, {self.chunks / elapsed:.0f} chunks/s"
+        text = f"{self.chunks} chunks, {self.chunks / elapsed:.0f} chunks/s"
+        return f"{text}, {self.phase}" if self.phase else text
 
     def _line(self, now: float) -> str:
         elapsed = max(1e-9, now - self.started)
+        if not self.total:
+            return f"ingest: looking for files ({_duration(elapsed)} so far)"
         rate = self.done / elapsed
-        pct = 100.0 * self.done / self.total if self.total else 100.0
-        eta = (self.total - self.done) / rate if rate > 0 else 0.0
-        return (
+        pct = 100.0 * self.done / self.total
+        line = (
             f"ingest: {self.done}/{self.total} files ({pct:.0f}%), {self.chunks} chunks, "
-            f"{rate:.1f} files/s, {self.chunks / elapsed:.0f} chunks/s, ETA {_duration(eta)}"
+            f"{rate:.1f} files/s, {self.chunks / elapsed:.0f} chunks/s"
         )
+        if self.done < self.total:
+            eta = (self.total - self.done) / rate if rate > 0 else 0.0
+            line += f", ETA {_duration(eta)}"
+        return f"{line}, {self.phase}" if self.phase else line
 
 
 def _duration(value: float) -> str:
@@ -120,7 +148,8 @@ def add_kb_commands(sub: Any) -> None:
     from knowledge.filecheck import DEFAULT_MAX_FILE_MB
 
     ingest = sub.add_parser("ingest", help="ingest files or directories into the knowledge base")
-    ingest.add_argument("paths", nargs="+")
+    ingest.add_argument("paths", nargs="+", metavar="PATH",
+                        help="files or folders to read (.md .txt .rst .html .json .jsonl .pdf; folders recursively)")
     ingest.add_argument("--bucket", default="default", help="bucket to ingest into (created on the first document)")
     ingest.add_argument("--quiet", action="store_true", help="no progress")
     ingest.add_argument("--follow-links", action="store_true",
@@ -134,11 +163,11 @@ def add_kb_commands(sub: Any) -> None:
     buckets = sub.add_parser("buckets", help="list buckets, their schemas and counts; create or remove one")
     bucket_sub = buckets.add_subparsers(dest="bucket_command")
     create = bucket_sub.add_parser("create", help="create a bucket with typed metadata fields")
-    create.add_argument("name")
+    create.add_argument("name", help="bucket name: lowercase letters, digits and _, starting with a letter")
     create.add_argument("fields", nargs="*", metavar="FIELD:TYPE",
                         help="TYPE is TEXT, INTEGER, REAL, DATE or BOOLEAN (e.g. vendor:TEXT amount:REAL)")
-    rm = bucket_sub.add_parser("rm", help="remove a bucket and every document in it")
-    rm.add_argument("name")
+    rm = bucket_sub.add_parser("rm", help="remove a bucket and every document in it (no other bucket's)")
+    rm.add_argument("name", help="the bucket to remove")
     rm.add_argument("--yes", action="store_true", help="needed when the bucket still holds documents")
 
     docs = sub.add_parser("docs", help="list or remove knowledge-base documents")
@@ -148,7 +177,7 @@ def add_kb_commands(sub: Any) -> None:
     ls.add_argument("--limit", type=_limit, default=100, help=f"at most this many (1..{MAX_LIST_LIMIT}, default 100)")
     ls.add_argument("--after", help="start after this document id (the next page)")
     drm = docs_sub.add_parser("rm", help="remove documents by id")
-    drm.add_argument("ids", nargs="+", metavar="DOC_ID")
+    drm.add_argument("ids", nargs="+", metavar="DOC_ID", help="document ids, as `agentchat docs list` shows them")
 
 
 def _positive_float(raw: str) -> float:
@@ -176,13 +205,42 @@ async def run_kb_command(args: argparse.Namespace, settings: Settings) -> int:
     return await runner(args, settings)
 
 
-async def _open_kb(settings: Settings) -> Any:
-    from app.kb_file import open_kb_file
-    from app.rooms import kb_embedder
+async def _open_kb(settings: Settings, command: str, *, embed: bool = False) -> Any:
+    """The KB on the service's database (``app.cli_storage``). Only ``ingest`` embeds,
+    so only it chooses (and probes) an embedder; listing and removing need no model.
+    ``None`` after printing why the database could not be opened."""
+    from app.cli_storage import StorageUnavailable, open_cli_kb
 
-    embedder, why = await kb_embedder(settings)
-    log.info("knowledge-base embedder", extra={"reason": why})
-    return await open_kb_file(settings.db_path, embedder)
+    embedder = None
+    if embed:
+        from app.rooms import kb_embedder
+
+        embedder, why = await kb_embedder(settings)
+        log.info(embedder_line(embedder, why))
+    try:
+        return await open_cli_kb(settings, embedder)
+    except StorageUnavailable as exc:
+        print(f"agentchat {command}: {exc}", file=sys.stderr)
+        return None
+
+
+def embedder_line(embedder: Any, why: str) -> str:
+    """One short line on what ``ingest`` embeds with and why: the chooser's reason
+    without its install hints (in parentheses), so a fallback is seen, not a paragraph."""
+    import re
+
+    reason = why
+    while True:
+        shorter = re.sub(r"\s*\([^()]*\)", "", reason)
+        if shorter == reason:
+            break
+        reason = shorter
+    reason = " ".join(reason.split())
+    if len(reason) > 200:
+        reason = reason[:199] + "…"
+    if embedder is None:
+        return f"embedder: none, documents are stored for text search only ({reason})"
+    return f"embedder: {embedder.name} {embedder.model} ({reason})"
 
 
 async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
@@ -201,8 +259,13 @@ async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
     if missing:
         print(f"agentchat ingest: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return EXIT_USAGE
+    kb = await _open_kb(settings, "ingest", embed=True)
+    if kb is None:
+        return EXIT_REJECTED
     progress = None if args.quiet else IngestProgress()
-    kb = await _open_kb(settings)
+    import asyncio
+
+    ticker = asyncio.create_task(progress.ticking()) if progress is not None else None
     try:
         async with kb.bulk_load():  # PostgreSQL: a new HNSW index is built once, at the end
             report = await kb.ingest_paths(
@@ -214,6 +277,8 @@ async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
                 max_file_bytes=int(args.max_file_mb * MB),
             )
     finally:
+        if ticker is not None:
+            ticker.cancel()
         if progress is not None:
             progress.close()
         await kb.aclose()
@@ -264,7 +329,9 @@ def _n(count: int, noun: str) -> str:
 
 
 async def _buckets(args: argparse.Namespace, settings: Settings) -> int:
-    kb = await _open_kb(settings)
+    kb = await _open_kb(settings, "buckets")
+    if kb is None:
+        return EXIT_REJECTED
     try:
         command = getattr(args, "bucket_command", None)
         if command == "create":
@@ -289,8 +356,12 @@ async def _buckets(args: argparse.Namespace, settings: Settings) -> int:
                 print(f"agentchat buckets rm: bucket {args.name!r} holds {info.documents} documents; "
                       "add --yes to remove them with it", file=sys.stderr)
                 return EXIT_USAGE
+            # Said before it happens: a bucket holds only its own documents (a document
+            # belongs to one bucket), and this is how many of them go.
+            print(f"removing bucket {args.name!r}: {_n(info.documents, 'document')}, "
+                  f"{_n(info.chunks, 'chunk')}; other buckets are not touched", flush=True)
             gone = await kb.delete_bucket(args.name)
-            print(f"removed bucket {args.name!r} and its {gone or 0} documents")
+            print(f"removed bucket {args.name!r} and its {_n(gone or 0, 'document')}")
             return 0
         buckets = await kb.list_buckets()
     finally:
@@ -304,7 +375,9 @@ async def _buckets(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _docs(args: argparse.Namespace, settings: Settings) -> int:
-    kb = await _open_kb(settings)
+    kb = await _open_kb(settings, "docs")
+    if kb is None:
+        return EXIT_REJECTED
     try:
         if args.docs_command == "rm":
             ids = list(dict.fromkeys(args.ids))

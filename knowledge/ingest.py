@@ -11,6 +11,12 @@ Why this shape:
   and say so in the report, so a later ingest re-embeds them.
 * Re-ingesting a directory deletes the documents that came from it but are gone, unless
   their file had rejected records (a typo must not delete data).
+* A document belongs to one bucket: ids made from a file's path include the bucket, so
+  the same folder ingested into a second bucket adds copies there, and an id given
+  explicitly that already names a document of another bucket is rejected, never moved.
+* Files that are not documents are skipped and counted, not failures: a JSON file with
+  no text field in any record, and an HTML page that repeats a Markdown file of the
+  same ingestion (``knowledge.samepage``).
 """
 
 from __future__ import annotations
@@ -31,8 +37,9 @@ from knowledge.buckets import Buckets, typed_row
 from knowledge.chunking import Chunk, chunk_text
 from knowledge.dense import DenseSide
 from knowledge.filecheck import DEFAULT_MAX_FILE_MB, MB, SKIP_TOO_LARGE, SKIP_UNREADABLE, walk_files
-from knowledge.loaders import SUPPORTED_SUFFIXES, LoadedDocument, load_file, record_to_document
+from knowledge.loaders import SKIP_NOT_RECORDS, SUPPORTED_SUFFIXES, LoadedDocument, load_file, record_to_document
 from knowledge.names import check_bucket_name, is_doc_id, short_hash, slugify
+from knowledge.samepage import SKIP_SAME_PAGE, find_same_pages
 from knowledge.types import (
     DEFAULT_BUCKET,
     DocumentIn,
@@ -44,7 +51,11 @@ from storage.interfaces import KBIndex
 from storage.kb_records import KBChunkWrite, KBDocumentWrite
 from toolindex.embedder import Embedder, EmbeddingError
 
+#: ``(files done, files in all, what is happening)``: after each file, and while a batch
+#: is embedded (``"embedding 128/900 chunks"``), so a long embedding is not silence.
 Progress = Callable[[int, int, str], None]
+#: ``(chunks embedded, chunks to embed)`` of the batch being embedded.
+EmbedHook = Callable[[int, int], None]
 #: Called after each batch is written, with the report so far (chunk counts for a progress bar).
 BatchHook = Callable[[IngestReport], None]
 DEFAULT_MAX_FILE_BYTES = int(DEFAULT_MAX_FILE_MB * MB)
@@ -119,24 +130,42 @@ class Ingestor:
                 report.skip_file(str(entry.path), entry.skip, entry.detail)
                 if entry.skip in _KEEP_DOCUMENTS_OF:
                     protected.add(str(entry.path))
+        repeats = {s.html: s for s in await asyncio.to_thread(find_same_pages, files)}
+        kept: list[tuple[Path, str]] = []
+        for path, shown in files:
+            if path in repeats:
+                report.skip_file(str(path), SKIP_SAME_PAGE, f"{shown}: same page as {repeats[path].shown}")
+            else:
+                kept.append((path, shown))
+        files = kept
         report.files = len(files)
         seen: set[str] = set()
         pending: list[LoadedDocument] = []
+        done = 0
+
+        def embedding(k: int, n: int) -> None:
+            if progress is not None:
+                progress(done, len(files), f"embedding {k}/{n} chunks")
+
         for done, (path, shown) in enumerate(files, start=1):
-            loaded, rejected = await asyncio.to_thread(load_file, path, shown)
-            if rejected:
-                report.rejected.extend(rejected)
-                protected.add(str(path))
+            loaded, rejected = await asyncio.to_thread(load_file, path, shown, bucket=bucket)
+            for r in rejected:
+                if r.kind == SKIP_NOT_RECORDS:  # not a file of documents: skipped, not read
+                    report.skip_file(str(path), SKIP_NOT_RECORDS, shown)
+                    report.files -= 1
+                else:
+                    report.rejected.append(r)
+                    protected.add(str(path))
             pending.extend(loaded)
             if len(pending) >= self.config.batch_documents:
-                await self._ingest_batch(pending, bucket, report, seen)
+                await self._ingest_batch(pending, bucket, report, seen, embedding)
                 pending = []
                 if on_batch is not None:
                     on_batch(report)
             if progress is not None:
                 progress(done, len(files), shown)
         if pending:
-            await self._ingest_batch(pending, bucket, report, seen)
+            await self._ingest_batch(pending, bucket, report, seen, embedding)
             if on_batch is not None:
                 on_batch(report)
         stale = await self._stale_documents(bucket, [r for r in roots if r.exists()], seen, protected)
@@ -163,8 +192,9 @@ class Ingestor:
             except ValueError as exc:
                 report.rejected.append(Rejection("api", str(exc), i))
                 continue
-            if doc.id is None:
-                doc.id = f"{slugify(doc.title or doc.text[:40], limit=40)}-{short_hash(doc.title, doc.text)}"
+            if doc.id is None:  # the same document posted to two buckets is two documents
+                key = (doc.title, doc.text) if bucket == DEFAULT_BUCKET else (bucket, doc.title, doc.text)
+                doc.id = f"{slugify(doc.title or doc.text[:40], limit=40)}-{short_hash(*key)}"
             loaded.append(LoadedDocument(doc, i))
         seen: set[str] = set()
         step = self.config.batch_documents
@@ -187,7 +217,12 @@ class Ingestor:
 
     # ------------------------------------------------------------------ one batch
     async def _ingest_batch(
-        self, loaded: list[LoadedDocument], bucket: str, report: IngestReport, seen: set[str]
+        self,
+        loaded: list[LoadedDocument],
+        bucket: str,
+        report: IngestReport,
+        seen: set[str],
+        on_embed: EmbedHook | None = None,
     ) -> None:
         # A bucket is created by the first write into it, never for an ingestion that
         # stored nothing; until then it has no typed fields.
@@ -217,6 +252,15 @@ class Ingestor:
         todo: list[_Prepared] = []
         for item, digest, typed in candidates:
             old = existing.get(item.doc.id or "")
+            if old is not None and old.bucket != bucket:
+                report.rejected.append(Rejection(
+                    item.doc.source,
+                    f"document id {item.doc.id!r} is taken by a document of bucket {old.bucket!r}; a document "
+                    "belongs to one bucket: remove it there first, or give this one another id",
+                    item.line,
+                    kind="id of another bucket",
+                ))
+                continue
             if old is not None and (old.content_hash, old.embed_model, old.embed_dim, old.bucket) == (
                 digest, self.embed_key, self.dim, bucket
             ):
@@ -233,7 +277,7 @@ class Ingestor:
 
         await asyncio.to_thread(chunk_all)
         todo = [p for p in todo if p.chunks]
-        await self._embed(todo, report)
+        await self._embed(todo, report, on_embed)
         await self._write(todo, bucket, schema)
         for p in todo:
             if p.existing_bucket is None:
@@ -252,7 +296,7 @@ class Ingestor:
         )
         return hashlib.sha256(payload).hexdigest()
 
-    async def _embed(self, todo: list[_Prepared], report: IngestReport) -> None:
+    async def _embed(self, todo: list[_Prepared], report: IngestReport, on_embed: EmbedHook | None = None) -> None:
         """Embed all chunks in batches; on failure store the documents without vectors
         (still found by text search) and say so, so a later ingest re-embeds them."""
         if self.embedder is None:
@@ -267,6 +311,8 @@ class Ingestor:
             for start in range(0, len(texts), step):
                 batch = [t[: self.embedder.max_chars] for t in texts[start : start + step]]
                 rows.append(np.asarray(await self.embedder.embed_batch(batch, task="document"), np.float32))
+                if on_embed is not None:
+                    on_embed(min(start + step, len(texts)), len(texts))
         except EmbeddingError as exc:
             report.rejected.append(
                 Rejection("embedder", f"embedding failed, {len(todo)} documents stored for text search only: {exc}")

@@ -21,13 +21,20 @@ from knowledge.chunking import PAGE_BREAK
 from knowledge.filecheck import decode_text
 from knowledge.html_text import extract_html
 from knowledge.names import is_doc_id, short_hash, slugify
-from knowledge.types import DocumentIn, Rejection
+from knowledge.types import DEFAULT_BUCKET, DocumentIn, Rejection
 
 TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".text", ".rst"}
 HTML_SUFFIXES = {".html", ".htm"}
 RECORD_SUFFIXES = {".json", ".jsonl", ".ndjson"}
 PDF_SUFFIXES = {".pdf"}
 SUPPORTED_SUFFIXES = TEXT_SUFFIXES | HTML_SUFFIXES | RECORD_SUFFIXES | PDF_SUFFIXES
+
+#: A record is a document when it has one of these (``DocumentIn.from_mapping``).
+_TEXT_KEYS = ("text", "content", "body")
+#: The skip reason of a JSON file none of whose records has a text field: data that
+#: happens to sit in a documentation folder (``package.json``, a site's ``nav.json``),
+#: not a file of documents with mistakes in it. Counted as skipped, never a failure.
+SKIP_NOT_RECORDS = "JSON without document records (no text, content or body field)"
 
 _RECORD_KEYS = {"id", "doc_id", "title", "name", "subject", "text", "content", "body", "url", "source", "metadata"}
 _FRONT_MATTER_RE = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
@@ -57,10 +64,18 @@ def iter_files(path: Path) -> Iterator[Path]:
                 yield Path(root) / name
 
 
-def file_doc_id(path: Path, explicit: Any = None) -> str:
+def file_doc_id(path: Path, explicit: Any = None, bucket: str = DEFAULT_BUCKET) -> str:
+    """The id of the document read from ``path`` into ``bucket``: the file's own
+    (``id:`` front matter) when it gives one, else its name and a hash of its path and
+    bucket, so the same file ingested into two buckets is two documents. The default
+    bucket hashes the path alone, as before buckets were part of the id."""
     if is_doc_id(explicit):
         return str(explicit)
-    return f"{slugify(path.stem)}-{short_hash(str(path))}"
+    return f"{slugify(path.stem)}-{_bucket_hash(bucket, str(path))}"
+
+
+def _bucket_hash(bucket: str, key: str, size: int = 8) -> str:
+    return short_hash(key, size=size) if bucket == DEFAULT_BUCKET else short_hash(bucket, key, size=size)
 
 
 def _title_from_stem(path: Path) -> str:
@@ -79,10 +94,13 @@ def _front_matter(text: str) -> tuple[dict[str, str], str]:
     return meta, text[m.end() :]
 
 
-def load_file(path: Path, source: str | None = None) -> tuple[list[LoadedDocument], list[Rejection]]:
+def load_file(
+    path: Path, source: str | None = None, *, bucket: str = DEFAULT_BUCKET
+) -> tuple[list[LoadedDocument], list[Rejection]]:
     """Parse one file. ``path`` should be absolute: it is the documents' ``origin`` and
     names the file in rejections; ``source`` is what readers see (a path relative to
-    the ingested folder; the file name by default), never the server's path."""
+    the ingested folder; the file name by default), never the server's path. ``bucket``
+    is part of the ids the file's documents get (``file_doc_id``)."""
     suffix = path.suffix.lower()
     src = str(path)
     shown = source or path.name
@@ -90,7 +108,7 @@ def load_file(path: Path, source: str | None = None) -> tuple[list[LoadedDocumen
         if path.stat().st_size > MAX_FILE_BYTES:
             return [], [Rejection(src, f"file larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB", kind="too large")]
         if suffix in PDF_SUFFIXES:
-            return _load_pdf(path, shown)
+            return _load_pdf(path, shown, bucket)
         raw = path.read_bytes()
     except OSError as exc:
         return [], [Rejection(src, f"cannot read file: {exc.strerror or exc}", kind="unreadable")]
@@ -99,7 +117,7 @@ def load_file(path: Path, source: str | None = None) -> tuple[list[LoadedDocumen
         return [], [Rejection(src, decoded.reason, kind=decoded.kind)]
     text = decoded.text
     if suffix in RECORD_SUFFIXES:
-        return _load_records(path, text, shown)
+        return _load_records(path, text, shown, bucket)
     if suffix in HTML_SUFFIXES:
         title, body, _ = extract_html(text)
         meta: dict[str, Any] = {"format": "html"}
@@ -120,7 +138,7 @@ def load_file(path: Path, source: str | None = None) -> tuple[list[LoadedDocumen
     doc = DocumentIn(
         text=body,
         title=title or _title_from_stem(path),
-        id=file_doc_id(path, explicit),
+        id=file_doc_id(path, explicit, bucket),
         source=shown,
         url=url,
         metadata=meta,
@@ -129,7 +147,7 @@ def load_file(path: Path, source: str | None = None) -> tuple[list[LoadedDocumen
     return [LoadedDocument(doc)], []
 
 
-def _load_pdf(path: Path, shown: str) -> tuple[list[LoadedDocument], list[Rejection]]:
+def _load_pdf(path: Path, shown: str, bucket: str) -> tuple[list[LoadedDocument], list[Rejection]]:
     src = str(path)
     if not pdf_supported():
         why = "PDF support needs the optional 'pypdf' package (pip install agentchat[pdf])"
@@ -151,7 +169,7 @@ def _load_pdf(path: Path, shown: str) -> tuple[list[LoadedDocument], list[Reject
     doc = DocumentIn(
         text=body,
         title=title or _title_from_stem(path),
-        id=file_doc_id(path),
+        id=file_doc_id(path, None, bucket),
         source=shown,
         origin=src,
         metadata={"format": "pdf", "pages": len(pages)},
@@ -181,9 +199,9 @@ def record_to_document(record: Any, *, source: str | None, fallback_id: str | No
     return doc
 
 
-def _load_records(path: Path, text: str, shown: str) -> tuple[list[LoadedDocument], list[Rejection]]:
+def _load_records(path: Path, text: str, shown: str, bucket: str) -> tuple[list[LoadedDocument], list[Rejection]]:
     src = str(path)
-    base = f"{slugify(path.stem, limit=32)}-{short_hash(src, size=6)}"
+    base = f"{slugify(path.stem, limit=32)}-{_bucket_hash(bucket, src, size=6)}"
     docs: list[LoadedDocument] = []
     rejected: list[Rejection] = []
     if path.suffix.lower() == ".json":
@@ -194,12 +212,16 @@ def _load_records(path: Path, text: str, shown: str) -> tuple[list[LoadedDocumen
         if isinstance(data, Mapping) and isinstance(data.get("documents") or data.get("records"), list):
             data = data.get("documents") or data.get("records")
         records = data if isinstance(data, list) else [data]
+        if not any(_has_text_key(r) for r in records):
+            return [], [Rejection(src, SKIP_NOT_RECORDS, kind=SKIP_NOT_RECORDS)]
         for i, record in enumerate(records, start=1):
             try:
                 docs.append(LoadedDocument(_from_file(record, shown, src, f"{base}-{i}"), i))
             except ValueError as exc:
                 rejected.append(Rejection(src, f"record {i}: {exc}", i, kind="invalid record"))
         return docs, rejected
+    parsed = 0
+    with_text = False
     for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
@@ -208,11 +230,19 @@ def _load_records(path: Path, text: str, shown: str) -> tuple[list[LoadedDocumen
         except orjson.JSONDecodeError as exc:
             rejected.append(Rejection(src, f"invalid JSON: {exc}", lineno, kind="invalid JSON"))
             continue
+        parsed += 1
+        with_text = with_text or _has_text_key(record)
         try:
             docs.append(LoadedDocument(_from_file(record, shown, src, f"{base}-{lineno}"), lineno))
         except ValueError as exc:
             rejected.append(Rejection(src, str(exc), lineno, kind="invalid record"))
+    if parsed and not with_text and len(rejected) == parsed:  # every line parsed; none is a document
+        return [], [Rejection(src, SKIP_NOT_RECORDS, kind=SKIP_NOT_RECORDS)]
     return docs, rejected
+
+
+def _has_text_key(record: Any) -> bool:
+    return isinstance(record, Mapping) and any(k in record for k in _TEXT_KEYS)
 
 
 def _from_file(record: Any, shown: str, origin: str, fallback_id: str) -> DocumentIn:

@@ -1,0 +1,135 @@
+"""``agentchat ingest|buckets|docs`` as a user runs them: a real process, the default
+configuration (only the database file is chosen), output and exit code read as a person
+would. A document belongs to its bucket; commands that need no model never contact one;
+an ordinary documentation folder (Markdown with its HTML rendering, a ``package.json``)
+ingests with exit code 0, its non-documents skipped and counted."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from tests.fakes.ollama import FakeOllama
+from tests.support.procs import REPO, child_env
+from tests.support.server import serve_app
+
+
+async def agentchat(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app.cli", *argv, cwd=REPO, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 180)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def buckets_table(out: str) -> dict[str, int]:
+    """``{bucket: documents}`` from ``agentchat buckets``."""
+    rows = {}
+    for line in out.splitlines():
+        name, documents = line.split()[:2]
+        rows[name] = int(documents.removeprefix("documents="))
+    return rows
+
+
+def folder(root: Path) -> Path:
+    d = root / "guide"
+    (d / "sub").mkdir(parents=True)
+    (d / "install.md").write_text("# Install\n\nRun the installer, then restart the shell.\n")
+    (d / "sub" / "upgrade.md").write_text("# Upgrade\n\nUpgrades keep your settings in place.\n")
+    return d
+
+
+async def test_a_second_bucket_gets_copies_and_removing_it_leaves_the_first_alone(tmp_path: Path) -> None:
+    env = child_env({"AGENT_DB_PATH": str(tmp_path / "agent.db")})
+    d = folder(tmp_path)
+    code, out, _ = await agentchat(env, "ingest", str(d), "--quiet")
+    assert code == 0 and "2 documents added, 0 updated" in out
+
+    code, out, _ = await agentchat(env, "ingest", str(d), "--bucket", "nodecheck", "--quiet")
+    assert code == 0, out
+    assert "bucket 'nodecheck': 2 files read, 2 documents added, 0 updated" in out
+    code, out, _ = await agentchat(env, "buckets")
+    assert code == 0 and buckets_table(out) == {"default": 2, "nodecheck": 2}
+
+    # Re-ingesting the first bucket finds its own documents unchanged: nothing moved.
+    code, out, _ = await agentchat(env, "ingest", str(d), "--quiet")
+    assert code == 0 and "0 documents added, 0 updated, 2 unchanged, 0 deleted" in out
+
+    code, out, err = await agentchat(env, "buckets", "rm", "nodecheck")
+    assert code == 2 and "holds 2 documents" in err and "--yes" in err
+    code, out, _ = await agentchat(env, "buckets", "rm", "nodecheck", "--yes")
+    assert code == 0
+    assert out.splitlines() == [
+        "removing bucket 'nodecheck': 2 documents, 2 chunks; other buckets are not touched",
+        "removed bucket 'nodecheck' and its 2 documents",
+    ]
+    code, out, _ = await agentchat(env, "buckets")
+    assert code == 0 and buckets_table(out) == {"default": 2}
+    code, out, _ = await agentchat(env, "docs", "list")
+    assert code == 0 and "guide/install.md" in out and "guide/sub/upgrade.md" in out
+
+
+async def test_an_explicit_id_is_never_moved_to_another_bucket(tmp_path: Path) -> None:
+    env = child_env({"AGENT_DB_PATH": str(tmp_path / "agent.db")})
+    d = tmp_path / "notes"
+    d.mkdir()
+    (d / "pinned.md").write_text("---\nid: pinned-note\n---\n# Pinned\n\nThe pinned note.\n")
+    assert (await agentchat(env, "ingest", str(d), "--quiet"))[0] == 0
+    code, out, _ = await agentchat(env, "ingest", str(d), "--bucket", "other", "--quiet")
+    assert code == 1 and "nothing was stored" in out
+    assert "document id 'pinned-note' is taken by a document of bucket 'default'" in out
+    code, out, _ = await agentchat(env, "buckets")
+    assert buckets_table(out) == {"default": 1}
+
+
+async def test_commands_without_a_model_never_contact_one(tmp_path: Path) -> None:
+    fake = FakeOllama()
+    async with serve_app(fake.app) as url:
+        env = child_env({"AGENT_DB_PATH": str(tmp_path / "agent.db"), "OLLAMA_HOST": url})
+        for argv in (["buckets"], ["docs", "list"], ["buckets", "create", "parts", "part:TEXT"]):
+            code, _, err = await agentchat(env, *argv)
+            assert code == 0 and err == "", (argv, err)
+        assert fake.requests == []
+
+        code, out, err = await agentchat(env, "ingest", str(folder(tmp_path)), "--quiet")
+        assert code == 0, out + err
+        assert fake.embed_requests  # ingest embeds, so it (and only it) chose an embedder
+        lines = err.splitlines()
+        assert len(lines) == 1 and "embedder: ollama nomic-embed-text" in lines[0] and len(lines[0]) < 300
+
+
+async def test_an_ordinary_documentation_folder_ingests_with_exit_0(tmp_path: Path) -> None:
+    env = child_env({"AGENT_DB_PATH": str(tmp_path / "agent.db")})
+    d = tmp_path / "docs"
+    (d / "content").mkdir(parents=True)
+    (d / "output").mkdir()
+    page = ("Configuring the registry. Set the registry URL with npm config set registry, "
+            "then every install and publish uses it. Scoped packages can use their own registry. ")
+    (d / "content" / "registry.md").write_text(f"# Registry\n\n{page * 3}\n\nSee [config](../config.md).\n")
+    (d / "output" / "registry.html").write_text(
+        f"<html><head><title>registry</title></head><body><nav>npm docs</nav>"
+        f"<h1>Registry</h1><p>{page * 3}</p><p>See <a href='config.html'>config</a>.</p></body></html>"
+    )
+    (d / "content" / "scope.md").write_text("# Scope\n\nScoped package names start with an at sign.\n")
+    (d / "output" / "scope.html").write_text("<h1>Scope</h1><p>Something else entirely: release notes of 2019.</p>")
+    (d / "package.json").write_text('{"name": "docs", "version": "1.0.0", "scripts": {"build": "make"}}')
+    (d / "nav.json").write_text('[{"title": "Registry", "url": "/registry"}, {"title": "Scope", "url": "/scope"}]')
+
+    code, out, err = await agentchat(env, "ingest", str(d))
+    assert code == 0, out + err
+    assert "bucket 'default': 3 files read, 3 documents added" in out
+    assert "skipped 3 files:" in out
+    assert "1  same page as a Markdown file (the .md is kept)" in out
+    assert "2  JSON without document records (no text, content or body field)" in out
+    assert "rejected" not in out
+    assert err.splitlines()[-1].startswith("ingest: 5/5 files (100%), 3 chunks")  # progress on stderr, as plain lines
+
+    code, out, _ = await agentchat(env, "docs", "list")
+    listed = out.splitlines()
+    assert code == 0 and len(listed) == 3
+    assert any("docs/content/registry.md" in line for line in listed)
+    assert not any("docs/output/registry.html" in line for line in listed)
+    assert any("docs/output/scope.html" in line for line in listed)  # same name, other text: kept
