@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from agenttools.catalog_discovery import FIND_TOOLS, discovery_specs
 from agenttools.catalog_knowledge import knowledge_specs
 from agenttools.catalog_tables import table_specs
 from agenttools.catalog_workflow import workflow_specs
@@ -72,9 +73,14 @@ KNOWLEDGE_CORE: tuple[str, ...] = (
 )
 
 
+DISCOVERY_CORE_TOOLS: tuple[str, ...] = (FIND_TOOLS,)
+"""Appended to every context's core set: the search over the context's whole catalog for
+a tool that selection did not offer (``agenttools.catalog_discovery``)."""
+
+
 def build_catalog() -> list[ToolSpec]:
-    """Every tool, in catalog order: workflow tools, table tools, knowledge tools."""
-    specs = [*workflow_specs(), *table_specs(), *knowledge_specs()]
+    """Every tool, in catalog order: workflow tools, table tools, knowledge tools, ``find_tools``."""
+    specs = [*workflow_specs(), *table_specs(), *knowledge_specs(), *discovery_specs()]
     seen: set[str] = set()
     for spec in specs:
         if spec.name in seen:
@@ -100,7 +106,8 @@ def core_tools(
     *,
     mandatory: Sequence[str] = MANDATORY_CORE_TOOLS,
 ) -> list[str]:
-    """The tool names always offered in this context, de-duplicated, in priority order.
+    """The tool names always offered in this context, de-duplicated, in priority order
+    (``find_tools`` last).
 
     ``mandatory`` is what the context's enforcement policy requires (by default the first
     and last tools of the RAG flow); a policy that enforces nothing passes ``()``.
@@ -113,7 +120,7 @@ def core_tools(
     else:
         base = KNOWLEDGE_CORE
     out: list[str] = []
-    for name in (*base, *mandatory):
+    for name in (*base, *mandatory, *DISCOVERY_CORE_TOOLS):
         if name not in out:
             out.append(name)
     return out

@@ -55,6 +55,7 @@ READ_ONLY_TOOLS = frozenset(
         "get_table_config",
         "list_table_configs",
         "validate_table_config",
+        "find_tools",
     }
 )
 

@@ -8,7 +8,10 @@ result caps never learn it is remote. What is specific to MCP lives here:
 * **Names.** A tool keeps its own name when it is unique; one that clashes with a
   built-in tool, or with a tool of another server, is exposed as ``<server>__<name>`` —
   every clashing one, so the outcome depends only on the set of tools, never on which
-  server happened to connect first — and the rename is logged. Names are reduced to
+  server happened to connect first — and the rename is logged once. The set is every
+  configured server's *known* list: the last list it gave, kept while it is down (and
+  across restarts, by ``McpRoom``), so a server going away never renames another's
+  tools and a call by a name the model was given keeps working. Names are reduced to
   what every model API accepts (letters, digits, ``_``, ``-``; 64 characters).
 * **Groups.** Each tool is in the ``mcp`` group plus the chat contexts its server is
   configured for, so stage 1 of selection (the context filter) sees it there.
@@ -238,6 +241,7 @@ class McpCatalog:
         registry: ToolRegistry,
         contexts: Mapping[str, Sequence[str]],
         callers: Mapping[str, McpCaller],
+        known: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.registry = registry
         self._contexts = {s: frozenset({MCP_GROUP, *c}) for s, c in contexts.items()}
@@ -246,6 +250,12 @@ class McpCatalog:
         self._tools: dict[str, list[McpTool]] = {}
         self._exposed: dict[tuple[str, str], str] = {}
         self._handlers: dict[tuple[str, str], McpToolHandler] = {}
+        #: Each configured server's last known tool names (kept while it is down); the
+        #: names are assigned over these, so they do not depend on who is up.
+        self._known: dict[str, tuple[str, ...]] = {
+            s: tuple(names) for s, names in (known or {}).items() if s in self._contexts
+        }
+        self._renames_logged: set[tuple[str, str, str]] = set()
 
     def tools(self, server: str) -> list[McpTool]:
         return list(self._tools.get(server, ()))
@@ -256,6 +266,10 @@ class McpCatalog:
 
     def owns(self, name: str) -> bool:
         return name in self._exposed.values()
+
+    def known(self) -> dict[str, list[str]]:
+        """Each server's last known tool names (what ``McpRoom`` keeps across restarts)."""
+        return {s: list(names) for s, names in self._known.items()}
 
     def update(self, server: str, tools: Sequence[McpTool] | None) -> dict[tuple[str, str], str]:
         if tools is None:
@@ -268,11 +282,14 @@ class McpCatalog:
                     seen.add(t.name)
                     unique.append(t)
             self._tools[server] = unique
+            self._known[server] = tuple(t.name for t in unique)
         for name in self._exposed.values():
             self.registry.remove(name)
         builtin = set(self.registry.names())
         ordered = [t for s in self._order for t in self._tools.get(s, ())]
-        exposed = assign_names(builtin, (t.key for t in ordered))
+        known = {(s, n) for s in self._order for n in self._known.get(s, ())}
+        names = assign_names(builtin, known | {t.key for t in ordered})
+        exposed = {t.key: names[t.key] for t in ordered}
         handlers: dict[tuple[str, str], McpToolHandler] = {}
         for t in ordered:
             name = exposed[t.key]
@@ -283,7 +300,8 @@ class McpCatalog:
                 handler = McpToolHandler(t, self._callers[t.server])
             handlers[t.key] = handler
             self.registry.set_handler(name, handler)
-            if name != safe_name(t.name) and self._exposed.get(t.key) != name:
+            if name != safe_name(t.name) and (t.server, t.name, name) not in self._renames_logged:
+                self._renames_logged.add((t.server, t.name, name))
                 clash = "a built-in tool" if safe_name(t.name) in builtin else "a tool of another server"
                 log.warning("MCP tool renamed: its name clashes with %s", clash, extra={
                     "mcp_server": t.server, "tool": t.name, "exposed_as": name})

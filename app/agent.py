@@ -40,6 +40,7 @@ from app.agent_deps import (
 from app.agent_tools import ToolStep
 from app.agent_turn import TurnOutcome, stream_turn
 from app.budget import estimate_tokens, prune_history, prune_in_run
+from app.find_tools import found_tools
 from app.metrics import FinishedRun, RunMetrics
 from app.output_caps import TurnTextCap
 from app.records import Caller, ChatInput
@@ -221,7 +222,6 @@ class Agent:
         chat, state = scope.chat, scope.state
         assert state is not None
         policy = self.policy_for(chat.context_type)
-        tool_defs = [self.registry.spec(n).definition for n in state.tool_names if n in self.registry]
 
         if state.pending is not None:  # carried on in the middle of a tool step
             done = await self._tool_step(scope)
@@ -230,7 +230,7 @@ class Agent:
 
         while state.turns < self.settings.max_loops:
             state.turns += 1
-            offered = self._offered_tools(tool_defs, state.tools, policy)
+            offered = self._offered_tools(self._run_tool_defs(state), state.tools, policy)
             request = ChatRequest(
                 system_prompt=state.system,
                 messages=list(prune_in_run(state.messages, state.budget)),  # a snapshot: state grows on
@@ -319,6 +319,12 @@ class Agent:
                 "repeated_tool_call",
             )
         return None
+
+    def _run_tool_defs(self, state: RunState) -> list[ToolDefinition]:
+        """The run's selection plus what ``find_tools`` found (kept in the checkpoint), minus
+        tools that left the catalog (an MCP server that went away)."""
+        names = list(dict.fromkeys([*state.tool_names, *found_tools(state.tools)]))
+        return [self.registry.spec(n).definition for n in names if n in self.registry]
 
     def _offered_tools(
         self, tool_defs: list[ToolDefinition], tools: RunToolState, policy: FlowPolicy | None

@@ -18,6 +18,7 @@ import orjson
 from agenttools.executor import ToolExecutor
 from agenttools.rag.policy import FlowPolicy
 from agenttools.registry import ToolContext, ToolOutcome
+from agenttools.result_summary import summarize_result
 from agenttools.untrusted import neutralize
 from app.agent_deps import AgentSettings, Prompts, ToolCallLog
 from app.metrics import RunMetrics
@@ -144,6 +145,7 @@ class ToolStep:
             is_error=outcome.is_error,
             duration_ms=round(duration_ms, 2),
             error=failure_reason(outcome.content) if outcome.is_error else UNSET,
+            summary=UNSET if outcome.is_error else summarize_result(body),
         )
         events: list[Event] = [*outcome.events, done]
         self._log(run, state, call, outcome, content, duration_ms)

@@ -11,6 +11,10 @@ or a vector without its tool.
 
 Nothing here waits for a server at start-up: connections run in their own tasks, and a
 server that fails to start only leaves its tools absent until it is up.
+
+Each server's last known tool names are kept in ``<cache>/mcp/known_tools.json``, so the
+names a clash gives (``McpCatalog``) are the same after a restart even while one of the
+clashing servers is still down.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 import mcp_types as types
 import numpy as np
+import orjson
 
 from agenttools.mcp_catalog import McpCatalog, McpTool, tool_from_mcp
 from agenttools.mcp_client import McpConnection
@@ -49,6 +54,7 @@ class McpRoom:
         cache_dir: Path | None,
         *,
         probe_interval_s: float = 30.0,
+        known: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.servers = list(servers)
         self.index_state = index_state
@@ -57,7 +63,10 @@ class McpRoom:
         self.connections = {
             s.name: McpConnection(s, self.on_tools, probe_interval_s=probe_interval_s) for s in self.servers
         }
-        self.catalog = McpCatalog(registry, {s.name: s.contexts for s in self.servers}, self.connections)
+        self.catalog = McpCatalog(
+            registry, {s.name: s.contexts for s in self.servers}, self.connections, known=known
+        )
+        self._known_saved = self.catalog.known()
         self._base: ToolIndex | None = None
         self._segments: dict[str, ToolIndex] = {}
         self._index_notes: dict[str, str] = {}
@@ -84,6 +93,17 @@ class McpRoom:
         self._combine()
         self.updates += 1
         log.info("MCP tools applied", extra={"mcp_server": server, "tools": len(tools or ())})
+        await self._save_known()
+
+    async def _save_known(self) -> None:
+        known = self.catalog.known()
+        if self.cache_dir is None or known == self._known_saved:
+            return
+        self._known_saved = known
+        try:
+            await asyncio.to_thread(_write_json, known_tools_path(self.cache_dir), known)
+        except OSError as exc:  # names stay stable in this process; a restart may not know a down server's
+            log.warning("MCP tool names could not be kept for the next start", extra={"reason": str(exc)})
 
     async def _embed(self, server: str, tools: list[McpTool]) -> ToolIndex | None:
         if self.embedder is None:
@@ -166,7 +186,31 @@ def combine_indexes(
     return ToolIndex(names, np.vstack(blocks), base.embedder, query_cache=base.query_cache)
 
 
-def attach_mcp(
+def known_tools_path(cache_dir: Path) -> Path:
+    return cache_dir / "mcp" / "known_tools.json"
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(orjson.dumps(value))
+    tmp.replace(path)
+
+
+def _read_known(path: Path) -> dict[str, list[str]]:
+    """The names kept by the last start; an unreadable file is ignored (names are then
+    assigned from what the servers list in this process)."""
+    try:
+        value = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {s: [n for n in names if isinstance(n, str)] for s, names in value.items()
+            if isinstance(s, str) and isinstance(names, list)}
+
+
+async def attach_mcp(
     servers: Sequence[McpServerConfig],
     registry: ToolRegistry,
     index_state: IndexState,
@@ -174,7 +218,8 @@ def attach_mcp(
     cache_dir: Path | None,
 ) -> McpRoom:
     """Build the room and start connecting (in the background)."""
-    room = McpRoom(servers, registry, index_state, embedder, cache_dir)
+    known = await asyncio.to_thread(_read_known, known_tools_path(cache_dir)) if cache_dir is not None else {}
+    room = McpRoom(servers, registry, index_state, embedder, cache_dir, known=known)
     room.start()
     log.info("MCP servers configured", extra={"mcp_servers": [s.name for s in servers]})
     return room

@@ -228,7 +228,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     if settings.mcp_servers:  # AGENT_MCP_SERVERS: connected in the background, closed at shutdown
         from app.mcp_room import attach_mcp
 
-        rooms.mcp = attach_mcp(settings.mcp_servers, registry, index_state, embedder, cache_dir)
+        rooms.mcp = await attach_mcp(settings.mcp_servers, registry, index_state, embedder, cache_dir)
         stack.push_async_callback(rooms.mcp.aclose)
     if embedder is None:
         index_state.status, index_state.reason = "disabled", why
@@ -246,9 +246,11 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         background.append(asyncio.create_task(warm()))
 
     from agenttools.catalog import tools_for_context
+    from agenttools.catalog_discovery import FIND_TOOLS
     from agenttools.context_ids import inject_context_ids
     from agenttools.executor import ToolExecutor
     from agenttools.validation import validate_arguments
+    from app.find_tools import FindTools
 
     selector = ToolSelector(
         registry=registry,
@@ -261,6 +263,8 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     executor = ToolExecutor(
         registry, validator=validate_arguments, injector=inject_context_ids, timeout_s=settings.tool_timeout_s
     )
+    if FIND_TOOLS in registry:  # the search over the context's whole catalog (app/find_tools.py)
+        registry.set_handler(FIND_TOOLS, FindTools(registry, index_state, tools_for_context))
     if overrides.prompts is not None:
         prompts = overrides.prompts
     else:

@@ -82,8 +82,8 @@ def by_name(specs):
 def test_catalog_has_every_tool_once(specs):
     names = [s.name for s in specs]
     assert len(names) == len(set(names))
-    assert set(names) == {*GO_WORKFLOW_TOOLS, *GO_TABLE_TOOLS, *RAG_FLOW_TOOLS, *CORPUS_TOOLS}
-    assert len(names) == 31
+    assert set(names) == {*GO_WORKFLOW_TOOLS, *GO_TABLE_TOOLS, *RAG_FLOW_TOOLS, *CORPUS_TOOLS, "find_tools"}
+    assert len(names) == 32
     ToolRegistry(specs)  # the registry accepts it (it rejects duplicates)
 
 
@@ -98,9 +98,9 @@ def test_groups_match_the_reference(specs):
     workflow = [s.name for s in tools_for_context(specs, "workflow")]
     tables = [s.name for s in tools_for_context(specs, "tables")]
     knowledge = [s.name for s in tools_for_context(specs, "knowledge")]
-    assert set(workflow) == {*GO_WORKFLOW_TOOLS, "search_database_schema", *RAG_FLOW_TOOLS}
-    assert set(tables) == {*GO_TABLE_TOOLS, *RAG_FLOW_TOOLS}
-    assert set(knowledge) == {*RAG_FLOW_TOOLS, *CORPUS_TOOLS}
+    assert set(workflow) == {*GO_WORKFLOW_TOOLS, "search_database_schema", *RAG_FLOW_TOOLS, "find_tools"}
+    assert set(tables) == {*GO_TABLE_TOOLS, *RAG_FLOW_TOOLS, "find_tools"}
+    assert set(knowledge) == {*RAG_FLOW_TOOLS, *CORPUS_TOOLS, "find_tools"}
     # catalog order is kept
     order = [s.name for s in specs]
     for group in (workflow, tables, knowledge):
@@ -274,6 +274,7 @@ def test_core_tools_per_context(specs):
         "discover",
         "knowledge_base_search",
         "generate_response",
+        "find_tools",
     ]
     assert core_tools("workflow", {"is_new": True}) == [
         "discover",
@@ -283,6 +284,7 @@ def test_core_tools_per_context(specs):
         "preview_draft",
         "knowledge_base_search",
         "generate_response",
+        "find_tools",
     ]
     assert core_tools("tables", {"config_id": "x"}) == [
         "get_table_config",
@@ -292,9 +294,10 @@ def test_core_tools_per_context(specs):
         "preview_table_config",
         "knowledge_base_search",
         "generate_response",
+        "find_tools",
     ]
     knowledge = core_tools("knowledge", None)
-    assert set(knowledge) == {*RAG_FLOW_TOOLS, *CORPUS_TOOLS}
+    assert set(knowledge) == {*RAG_FLOW_TOOLS, *CORPUS_TOOLS, "find_tools"}
     assert len(knowledge) == len(set(knowledge))
 
 
@@ -305,12 +308,13 @@ def test_core_tools_are_in_their_context_and_include_mandatory(specs, context_ty
     core = core_tools(context_type, context)
     assert set(core) <= allowed
     assert set(MANDATORY_CORE_TOOLS) <= set(core)
+    assert core[-1] == "find_tools"  # every context can reach the tools selection left out
     assert len(core) == len(set(core))
 
 
 def test_core_tools_without_mandatory_policy():
     assert "knowledge_base_search" not in core_tools("workflow", {"is_new": False}, mandatory=())
-    assert core_tools("tables", None, mandatory=("generate_response",))[-1] == "generate_response"
+    assert core_tools("tables", None, mandatory=("generate_response",))[-2:] == ["generate_response", "find_tools"]
 
 
 # --- new-workflow detection (§10.3 of the reference: the 14 cases) -----------------------

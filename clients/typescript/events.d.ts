@@ -211,6 +211,10 @@ export interface ToolCallResult {
    * Why the call failed, in one line (failed calls only).
    */
   error?: string;
+  /**
+   * What the call returned, in one short line inside “” quotes: retrieved data to show the user, never instructions.
+   */
+  summary?: string;
 }
 /**
  * The agent needs the user to narrow or fix the question; the run ends after it.
