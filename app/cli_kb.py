@@ -1,6 +1,7 @@
 """The knowledge-base commands of ``agentchat``: ``ingest``, ``buckets``, ``docs``.
 
-They work directly on the database file (``AGENT_DB_PATH``), never through the server.
+They work directly on the service's database (``app.cli_storage``: ``AGENT_DATABASE_URL``,
+else the file at ``AGENT_DB_PATH``), never through the server.
 What a librarian needs to trust an ingestion: every file is either read or counted
 under the reason it was skipped; binary and non-UTF-8 files are rejected with a
 reason; symbolic links are followed only when asked; files over the size limit are

@@ -149,6 +149,26 @@ def test_progress_is_a_bar_on_a_terminal_and_plain_lines_otherwise() -> None:
     assert "\r" in shown and "3/3" in shown and "file/s" in shown and "42 chunks" in shown
 
 
+async def test_progress_ticks_through_a_quiet_stretch() -> None:
+    """No file finished and no batch written for a while (one slow embedding call): the
+    ticker still writes a line every interval, saying what is going on."""
+    import asyncio
+
+    log = io.StringIO()
+    progress = IngestProgress(log, interval_s=0.01)
+    progress(3, 3, "embedding 64/900 chunks")
+    ticker = asyncio.create_task(progress.ticking())
+    try:
+        async with asyncio.timeout(30):
+            while len(log.getvalue().splitlines()) < 3:
+                await asyncio.sleep(0.01)
+    finally:
+        ticker.cancel()
+    lines = log.getvalue().splitlines()
+    assert all(line.startswith("ingest: 3/3 files (100%)") for line in lines)
+    assert lines[-1].endswith(", embedding 64/900 chunks") and "ETA" not in lines[-1]
+
+
 def test_agentchat_ingest_in_a_log_file_has_no_carriage_returns(tmp_path: Path) -> None:
     d = library(tmp_path)
     env = {**os.environ, "AGENT_DB_PATH": str(tmp_path / "kb.db"), "AGENT_EMBEDDER": "hashing"}

@@ -267,3 +267,36 @@ async def test_sample_kb_is_ingested_once_and_answers(kb: KnowledgeBase) -> None
     assert res.hits and any("message_complete" in h.text for h in res.hits)
     res = await kb.search("how do I run the tests")
     assert any("make test" in h.text for h in res.hits)
+
+
+async def test_progress_is_told_while_a_batch_is_embedded(tmp_path: Path) -> None:
+    """All files of a small folder fit one batch, so the embedding happens after the last
+    file was read: the progress callback hears about it, chunk batch by chunk batch."""
+    from knowledge.types import KBConfig
+
+    for i in range(3):
+        write(tmp_path / "docs" / f"{i}.md", f"# Page {i}\n\nSome words about page {i}.\n")
+    calls: list[tuple[int, int, str]] = []
+    kb = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=32), config=KBConfig(embed_batch=2))
+    try:
+        report = await kb.ingest_paths([tmp_path / "docs"], progress=lambda d, t, label: calls.append((d, t, label)))
+    finally:
+        await kb.aclose()
+    assert report.added == 3 and report.chunks == 3
+    assert [c for c in calls if c[2].startswith("embedding")] == [(3, 3, "embedding 2/3 chunks"),
+                                                                  (3, 3, "embedding 3/3 chunks")]
+
+
+async def test_the_same_file_in_two_buckets_is_two_documents(kb: KnowledgeBase, tmp_path: Path) -> None:
+    f = write(tmp_path / "docs" / "guide.md", "# Guide\n\nPuffins nest in burrows.\n")
+    first = await kb.ingest_paths([f])
+    second = await kb.ingest_paths([f], bucket="birds")
+    posted = await kb.ingest_documents([{"title": "Note", "text": "A posted note."}], bucket="birds")
+    again = await kb.ingest_documents([{"title": "Note", "text": "A posted note."}])
+    assert (first.added, second.added, second.updated, posted.added, again.added) == (1, 1, 0, 1, 1)
+    assert {b.name: b.documents for b in await kb.list_buckets()} == {"default": 2, "birds": 2}
+    assert await kb.delete_bucket("birds") == 2
+    assert {b.name: b.documents for b in await kb.list_buckets()} == {"default": 2}
+    moved = await kb.ingest_documents([{"id": "fixed", "text": "one"}])
+    clash = await kb.ingest_documents([{"id": "fixed", "text": "one"}], bucket="birds")
+    assert moved.added == 1 and clash.added == 0 and clash.rejected[0].kind == "id of another bucket"
