@@ -14,7 +14,10 @@ default), handed in by whoever opened the storage. What happens here:
   re-ranking; filters validated in ``knowledge/filters.py`` into an engine-neutral tree.
 
 ``embedder`` may be ``None``: search is then text-only and documents are stored without
-vectors (re-ingesting with an embedder later fills them in).
+vectors (re-ingesting with an embedder later fills them in). An embedder's ``dim`` must
+be known before the vectors are sized from it: ``create`` probes one that does not know
+it yet (``toolindex.probe``), and the constructor refuses it (issue 20: a matrix sized
+0 wide refused every vector after its document had been stored).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from knowledge.types import (
 )
 from storage.interfaces import KBIndex
 from toolindex.embedder import Embedder
+from toolindex.probe import probe_embedder
 
 
 class KnowledgeBase:
@@ -60,6 +64,11 @@ class KnowledgeBase:
         schema_version: int | None = None,
         on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        if embedder is not None and embedder.dim <= 0:
+            raise ValueError(
+                f"the {embedder.name} embedder's dimension is not known yet: probe it first "
+                "(KnowledgeBase.create does, or toolindex.probe.probe_embedder)"
+            )
         self.index = index
         self.embedder = embedder
         self.config = config or KBConfig()
@@ -84,6 +93,10 @@ class KnowledgeBase:
         schema_version: int | None = None,
         on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> KnowledgeBase:
+        """Raises ``EmbeddingError`` when ``embedder`` does not know its dimension and
+        its probe fails."""
+        if embedder is not None and embedder.dim <= 0:
+            await probe_embedder(embedder)
         kb = cls(index, embedder, config, schema_version=schema_version, on_close=on_close)
         await kb.load()
         return kb
@@ -286,6 +299,23 @@ class KnowledgeBase:
         """Documents in scope, or those of them whose text matches ``query``'s terms
         (a lower bound past ``limit`` matching passages): the size of a list-all request."""
         return await self._search.count_documents(query, bucket=bucket, filters=filters, doc_id=doc_id, limit=limit)
+
+    @property
+    def text_fallbacks(self) -> int:
+        """Searches that asked for vectors and ran on text since start (``/metrics``)."""
+        return self._search.text_fallbacks
+
+    async def semantic_search(self) -> dict[str, Any]:
+        """Whether a semantic search runs on vectors now, and why not: a search that
+        cannot falls back to text and says so in its result; this says so in ``/readyz``.
+        ``fallbacks`` counts the searches that asked for vectors and ran on text."""
+        out: dict[str, Any] = {"embedder": self.embed_key, "dim": self.embedder.dim if self.embedder else None,
+                               "fallbacks": self._search.text_fallbacks}
+        if self.embedder is None:
+            return {"ok": False, "detail": "no embedder: every search runs on text", **out}
+        if not await self._vectors.available():
+            return {"ok": False, "detail": f"no vectors of {self.embed_key} stored yet: searches run on text", **out}
+        return {"ok": True, **out}
 
     async def stats(self) -> dict[str, Any]:
         dim = self.embedder.dim if self.embedder else None

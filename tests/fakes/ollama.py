@@ -3,7 +3,10 @@
 Speaks the documented wire format (https://github.com/ollama/ollama/blob/main/docs/api.md):
 ``POST /api/chat`` streams NDJSON (one ``ChatResponse`` object per line, the last with
 ``done: true``, ``done_reason`` and token counts), or answers one object when
-``stream`` is false; ``POST /api/embed``; ``GET /api/tags``; ``GET /api/version``.
+``stream`` is false; ``POST /api/embed``; ``POST /api/show`` (``model_info`` with
+``<arch>.embedding_length``, ``capabilities``: ``embedding`` for models named ``*embed*``,
+else ``completion``/``tools``); ``GET /api/tags``; ``GET /api/version``. Like the real
+server, the first ``/api/embed`` loads the model: with ``first_embed_delay_s`` it is slow.
 Like the real server, a chat with an empty ``messages`` list just loads the model
 (``done_reason: "load"``) and consumes no scripted turn.
 """
@@ -85,12 +88,18 @@ class FakeOllama:
         embed_fn: EmbedFn | None = None,
         embed_dim: int = 64,
         version: str = "0.12.6",
+        first_embed_delay_s: float = 0.0,
+        show_model_info: bool = True,
     ) -> None:
         self.turns = TurnQueue(script)
         self.models = list(models)
         self.embed_fn: EmbedFn = embed_fn or HashingEmbedding()
         self.embed_dim = embed_dim
         self.version = version
+        self.first_embed_delay_s = first_embed_delay_s
+        #: False: ``/api/show`` answers without ``model_info``/``capabilities``, as old servers do.
+        self.show_model_info = show_model_info
+        self._model_loaded = False
         self.embed_error: HttpError | None = None
         self.embed_hold: asyncio.Event | None = None
         self.requests: list[RecordedRequest] = []
@@ -101,6 +110,7 @@ class FakeOllama:
                 Route("/api/chat", self._chat, methods=["POST"]),
                 Route("/api/embed", self._embed, methods=["POST"]),
                 Route("/api/tags", self._tags, methods=["GET"]),
+                Route("/api/show", self._show, methods=["POST"]),
                 Route("/api/version", self._version, methods=["GET"]),
             ]
         )
@@ -260,6 +270,10 @@ class FakeOllama:
             await self.embed_hold.wait()
         if self.embed_error is not None:
             return self._http_error(self.embed_error)
+        if not self._model_loaded:  # the first embedding loads the model
+            self._model_loaded = True
+            if self.first_embed_delay_s > 0:
+                await asyncio.sleep(self.first_embed_delay_s)
         inputs = body.get("input", [])
         texts = [inputs] if isinstance(inputs, str) else list(inputs)
         dim = int(body.get("dimensions") or self.embed_dim)
@@ -296,6 +310,43 @@ class FakeOllama:
                     }
                     for name in self.models
                 ]
+            }
+        )
+
+    def _listed(self, name: str) -> str | None:
+        wanted = {name} if ":" in name else {name, f"{name}:latest"}
+        return next((m for m in self.models if m in wanted), None)
+
+    async def _show(self, request: Request) -> Response:
+        rec = await self._record(request)
+        body = rec.body if isinstance(rec.body, dict) else {}
+        name = str(body.get("model") or body.get("name") or "")
+        listed = self._listed(name)
+        if listed is None:
+            return _json_response({"error": f"model '{name}' not found"}, 404)
+        embeds = "embed" in listed
+        arch = "nomic-bert" if embeds else "llama"
+        if not self.show_model_info:
+            return _json_response({"license": "", "modelfile": f"FROM {listed}\n", "parameters": "",
+                                   "template": "{{ .Prompt }}", "details": {"format": "gguf", "family": arch},
+                                   "model_info": {}})
+        return _json_response(
+            {
+                "license": "",
+                "modelfile": f"FROM {listed}\n",
+                "parameters": "",
+                "template": "{{ .Prompt }}",
+                "details": {"parent_model": "", "format": "gguf", "family": arch, "families": [arch],
+                            "parameter_size": "137M" if embeds else "3.2B", "quantization_level": "F16"},
+                "model_info": {
+                    "general.architecture": arch,
+                    "general.parameter_count": 136_727_040 if embeds else 3_212_749_888,
+                    f"{arch}.context_length": 2048 if embeds else 131072,
+                    f"{arch}.embedding_length": self.embed_dim if embeds else 3072,
+                    f"{arch}.block_count": 12 if embeds else 28,
+                },
+                "capabilities": ["embedding"] if embeds else ["completion", "tools"],
+                "modified_at": "2025-01-01T00:00:00Z",
             }
         )
 

@@ -88,8 +88,16 @@ class FakeOpenAI:
         embed_dim: int = 64,
         split_arguments: int = 3,
         api_key: str | None = None,
+        first_embed_delay_s: float = 0.0,
+        embeddings: bool = True,
     ) -> None:
+        """``first_embed_delay_s``: the first embedding is that slow (a cold start);
+        ``embeddings=False``: a chat-only server (``/v1/embeddings`` answers 404, as
+        llama.cpp does without ``--embeddings``)."""
         self.turns = TurnQueue(script)
+        self.first_embed_delay_s = first_embed_delay_s
+        self.embeddings = embeddings
+        self._embedded_once = False
         self.models = list(models)
         self.embed_fn: EmbedFn = embed_fn or HashingEmbedding()
         self.embed_dim = embed_dim
@@ -233,9 +241,15 @@ class FakeOpenAI:
         body = rec.body
         if not isinstance(body, dict) or not body.get("model") or "input" not in body:
             return _json(_error_body(400, "model and input are required"), 400)
+        if not self.embeddings:
+            return _json(_error_body(404, "This server does not serve embeddings"), 404)
         if self.embed_error is not None:
             err = self.embed_error
             return _json(_error_body(err.status, err.message), err.status)
+        if not self._embedded_once:
+            self._embedded_once = True
+            if self.first_embed_delay_s > 0:
+                await asyncio.sleep(self.first_embed_delay_s)
         inputs = body["input"]
         texts = [inputs] if isinstance(inputs, str) else list(inputs)
         dim = int(body.get("dimensions") or self.embed_dim)
