@@ -298,6 +298,8 @@ def make_search_handler(deps: CorpusToolDeps, mode: Literal["text", "semantic"],
         mark_kb_searched(state)  # a corpus search is a knowledge-base search for the RAG flow
         filters = parse_filters(filters)  # valid (the search ran); a JSON string becomes its object
         details: dict[str, Any] = {"bucket": bucket, "query": query, "filters": filters, "mode": response.mode}
+        if response.warnings:  # e.g. a semantic search that ran on text: said on every path
+            details["warnings"] = list(response.warnings)
         if planned:
             details["filters_from_plan"] = True
         # ``relaxed``: the filters as given matched nothing; the hits (if any) are of a
@@ -364,8 +366,6 @@ def make_search_handler(deps: CorpusToolDeps, mode: Literal["text", "semantic"],
                 f"Nothing matched all conditions; the condition {response.dropped_filter} was dropped "
                 "to find these. Say so if it matters for the answer."
             )
-        if response.warnings:
-            content["warnings"] = list(response.warnings)
         return ToolOutcome(content=content)
 
     return search

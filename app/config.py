@@ -273,6 +273,13 @@ class Settings:
     def with_(self, **changes: Any) -> Settings:
         return replace(self, **changes)
 
+    @property
+    def openai_configured(self) -> bool:
+        """``OPENAI_API_KEY`` or ``OPENAI_BASE_URL`` is set: ``auto`` tries that server
+        (after Gemini, before Ollama) for the chat model and the embedder."""
+        default_url = Settings.__dataclass_fields__["openai_base_url"].default
+        return bool(self.openai_api_key) or self.openai_base_url != default_url
+
     def redacted(self) -> dict[str, Any]:
         """The settings as a dict safe to log: secrets masked."""
         out: dict[str, Any] = {}

@@ -298,6 +298,8 @@ class LiveSources:
     resolution_cache: Callable[[], Any | None]  # None, or an object with stats.to_dict()
     #: Runs this process holds a lease on (``None``: no leases, the gauge is left out).
     leases_held: Callable[[], int] | None = None
+    #: Knowledge searches that asked for vectors and ran on text (``None``: no KB).
+    kb_text_fallbacks: Callable[[], int] | None = None
 
 
 class LiveCollector:
@@ -344,6 +346,12 @@ class LiveCollector:
             "Whether the tool index is ready (1) or selection falls back (0).",
             value=1 if s.index_ready() else 0,
         )
+        if s.kb_text_fallbacks is not None:
+            yield _counter(
+                "agentchat_kb_semantic_fallbacks",
+                "Knowledge searches that asked for vectors and ran on text (no vectors, or the embedder failed).",
+                s.kb_text_fallbacks(),
+            )
         cache = s.resolution_cache()
         if cache is not None:
             cache_stats = cache.stats.to_dict()

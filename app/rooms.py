@@ -47,6 +47,7 @@ async def kb_embedder(
         openai_base_url=settings.openai_base_url,
         openai_api_key=settings.openai_api_key,
         openai_model=settings.openai_embed_model,
+        openai_configured=settings.openai_configured,
         max_connections=settings.embed_max_connections,
         on_pool_wait=pool_waits,
     )
@@ -64,18 +65,27 @@ class KnowledgeComponent:
         """Not ready while the sample knowledge base loads or after its load failed:
         the README's first question would be answered "I could not find an answer"."""
         stats = await self.kb.stats()
+        semantic = await self.kb.semantic_search()
         loading = self.sample == "ingesting"
         failed = self.sample.startswith("failed")
+        # Documents but not one vector while an embedder is configured: every semantic
+        # search would run on text (the ingest that should have embedded them failed).
+        unembedded = bool(stats.get("documents")) and semantic["embedder"] is not None and not semantic["ok"]
         out: dict[str, Any] = {
-            "ok": not (loading or failed),
+            "ok": not (loading or failed or unembedded),
             "documents": stats.get("documents"),
             "chunks": stats.get("chunks"),
+            "vectors": stats.get("vectors"),
+            "documents_without_current_vectors": stats.get("documents_without_current_vectors"),
             "sample_kb": self.sample,
+            "semantic_search": semantic,
         }
         if loading:
             out["detail"] = "the sample knowledge base is being ingested"
         elif failed:
             out["detail"] = f"the sample knowledge base could not be ingested ({self.sample})"
+        elif unembedded:
+            out["detail"] = f"semantic search cannot run: {semantic['detail']}"
         return out
 
     async def ingest_sample(self) -> None:

@@ -14,6 +14,7 @@ import httpx
 from app.agent import Agent
 from app.auth import Authenticator
 from app.config import Settings
+from app.embedder_check import EmbedderCheck
 from app.limits import Admission
 from app.metrics import AppMetrics, LiveSources
 from app.remote_runs import RemoteRuns
@@ -44,6 +45,8 @@ class Services:
     background: list[asyncio.Task[Any]] = field(default_factory=list)
     #: Followers of runs executing on other replicas (engines with a run feed only).
     remote: RemoteRuns | None = None
+    #: The embedder chosen at start-up (probed), why, and its first answer: ``/readyz``.
+    embedder_check: EmbedderCheck | None = None
 
     async def readiness(self) -> dict[str, Any]:
         checks: dict[str, Any] = {}
@@ -70,6 +73,8 @@ class Services:
             "detail": st.reason or None,
             "note": None if st.status == "ready" else "tool selection falls back to all tools of the context",
         }
+        if self.embedder_check is not None:
+            checks["embedder"] = self.embedder_check.readiness()
         for name, room in self.rooms.with_readiness():
             try:
                 checks[name] = await room.readiness()
@@ -89,7 +94,12 @@ class Services:
             index_ready=lambda: self.index_state.status == "ready",
             resolution_cache=lambda: self.rooms.resolution_cache,
             leases_held=self.runs.leases_held,
+            kb_text_fallbacks=self._kb_text_fallbacks if self.rooms.knowledge is not None else None,
         )
+
+    def _kb_text_fallbacks(self) -> int:
+        knowledge = self.rooms.knowledge
+        return int(knowledge.kb.text_fallbacks) if knowledge is not None else 0
 
     def metrics_body(self) -> bytes:
         """This app's metrics in the Prometheus text format."""

@@ -56,8 +56,10 @@ async def choose_provider(
     pool_waits: PoolWaits | None = None,
 ) -> tuple[Provider, str]:
     """``AGENT_LLM_PROVIDER``: explicit choices are honoured; ``auto`` takes Gemini when a
-    key is set, else Ollama when it answers with the model pulled, else the offline
-    extractive provider (which needs no model)."""
+    key is set, else the OpenAI-compatible server when ``OPENAI_BASE_URL`` or
+    ``OPENAI_API_KEY`` is set and its ``/models`` answers, else Ollama when it answers
+    with the model pulled, else the offline extractive provider (which needs no model).
+    Every choice passed over is named in the reason (logged, and shown in ``/readyz``)."""
     kind = settings.llm_provider
     if kind == "gemini" or (kind == "auto" and settings.gemini_api_key):
         from llm.gemini import GeminiProvider
@@ -75,6 +77,14 @@ async def choose_provider(
         )
     if kind == "ollama":
         return _ollama(settings, pool_waits), "AGENT_LLM_PROVIDER=ollama"
+    passed: list[str] = []
+    if kind == "auto" and settings.openai_configured:
+        why_not = await _probe_openai_chat(settings, http)
+        if why_not is None:
+            kind = "openai"
+            passed.append("auto: OPENAI_BASE_URL/OPENAI_API_KEY set and the server answers")
+        else:
+            passed.append(why_not)
     if kind == "openai":
         from llm.openai import OpenAIProvider
 
@@ -85,12 +95,14 @@ async def choose_provider(
             timeout_s=settings.llm_timeout_s,
             http_client=llm_http or http,
         )
-        return provider, f"AGENT_LLM_PROVIDER=openai ({settings.openai_base_url})"
+        label = passed[-1] if passed else "AGENT_LLM_PROVIDER=openai"
+        return provider, f"{label} ({settings.openai_base_url}, {settings.openai_model})"
     if kind == "auto":
         reason = await _probe_ollama_chat(settings, http)
         if reason is None:
             why = f"Ollama answers at {settings.ollama_host} with {settings.ollama_model}"
-            return _ollama(settings, pool_waits), why
+            return _ollama(settings, pool_waits), "; ".join([*passed, why])
+        reason = "; ".join([*passed, reason])
     else:
         reason = "AGENT_LLM_PROVIDER=extractive"
     from llm.extractive import ExtractiveProvider
@@ -109,6 +121,20 @@ def _ollama(settings: Settings, pool_waits: PoolWaits | None = None) -> Provider
         keep_alive=settings.ollama_keep_alive,
         transport=pooled_transport("llm", settings.llm_max_connections, on_wait=pool_waits),
     )
+
+
+async def _probe_openai_chat(settings: Settings, http: httpx.AsyncClient) -> str | None:
+    """None when the OpenAI-compatible server answers ``GET /models`` (with the key, if
+    any), else why not."""
+    url = settings.openai_base_url.rstrip("/") + "/models"
+    headers = {"Authorization": f"Bearer {settings.openai_api_key}"} if settings.openai_api_key else {}
+    try:
+        response = await http.get(url, headers=headers, timeout=5.0)
+    except httpx.HTTPError as exc:
+        return f"OpenAI-compatible server not reachable at {settings.openai_base_url}: {type(exc).__name__}"
+    if response.status_code != 200:
+        return f"OpenAI-compatible server at {settings.openai_base_url} answered HTTP {response.status_code} to /models"
+    return None
 
 
 async def _probe_ollama_chat(settings: Settings, http: httpx.AsyncClient) -> str | None:
@@ -240,6 +266,11 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         )
         stack.push_async_callback(embedder.aclose)
     log.info("embedder", extra={"embedder": getattr(embedder, "name", None), "reason": why})
+    from app.embedder_check import EmbedderCheck
+
+    embedder_check = EmbedderCheck(embedder, why, settings.embedder if overrides.embedder == AUTO else "given")
+    embedder_check.start()
+    stack.push_async_callback(embedder_check.aclose)
 
     warm = getattr(provider, "warm", None)
     if warm is not None:
@@ -338,6 +369,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         rooms=rooms,
         background=background,
         remote=RemoteRuns(storage.runs, storage.run_feed) if storage.run_feed is not None else None,
+        embedder_check=embedder_check,
     )
     background.append(asyncio.create_task(_sweep(runs)))
     metrics.attach_live(svc.live_metric_sources())
