@@ -171,6 +171,7 @@ async def build_tool_index(
     """Runs in the background at start-up; selection falls back until it is ready.
     MCP tools are left out: their segments are embedded per server (``app.mcp_room``),
     which ``on_ready`` combines with this index."""
+    from agenttools.catalog_discovery import FIND_TOOLS
     from agenttools.mcp_config import MCP_GROUP
     from toolindex.caches import VectorCache
     from toolindex.index import ToolIndex
@@ -179,7 +180,8 @@ async def build_tool_index(
     started = time.perf_counter()
     try:
         cache = VectorCache(cache_dir) if cache_dir is not None else None
-        specs = [s for s in registry if MCP_GROUP not in s.groups]
+        # find_tools is core everywhere: ranking it would only take a slot of the top k.
+        specs = [s for s in registry if MCP_GROUP not in s.groups and s.name != FIND_TOOLS]
         index = await ToolIndex.build([(s.name, s.embedding_text()) for s in specs], embedder, cache=cache)
     except asyncio.CancelledError:
         raise

@@ -14,6 +14,9 @@ its in-process transport) and added to the catalog the way the app adds them
 (ten families, one per domain): recall of the needed tool in the selected set with the
 core merge of the default policy, how often it is ranked first, and the selection time
 at that catalog size (p50/p95, cold query embeddings) beside the built-in catalog alone.
+``recall_with_find_tools``: the needed tool is in the selected set OR among the tools the
+``find_tools`` core tool (``app.find_tools``, same index, its default 10 results) returns
+for the same message — what a model that searches when it lacks a tool can reach.
 
 Run: ``.venv/bin/python bench/retrieval_quality.py`` (figures in bench/results/retrieval_quality.json).
 """
@@ -29,6 +32,7 @@ import orjson
 from _common import summary, write_results
 
 from agenttools.catalog import build_catalog, core_tools, tools_for_context
+from agenttools.catalog_discovery import FIND_TOOLS
 from agenttools.registry import ToolRegistry
 from app.config import Settings
 from app.selector import IndexState, ToolSelector
@@ -41,6 +45,12 @@ TARGET = 0.9
 MCP_SERVER = "catalog"
 
 
+def ranked_specs(registry: ToolRegistry) -> list[tuple[str, str]]:
+    """What the app's tool index embeds (``app.wiring.build_tool_index``): not ``find_tools``,
+    which is core in every context."""
+    return [(s.name, s.embedding_text()) for s in registry if s.name != FIND_TOOLS]
+
+
 async def evaluate_mcp(embedder: Embedder) -> dict[str, Any]:
     """Recall and selection time with the 500-tool MCP catalog added (see the docstring)."""
     from mcp import Client
@@ -48,6 +58,8 @@ async def evaluate_mcp(embedder: Embedder) -> dict[str, Any]:
     from agenttools.catalog import CONTEXT_TYPES
     from agenttools.mcp_catalog import McpCatalog, tool_from_mcp
     from agenttools.mcp_config import MCP_GROUP
+    from agenttools.registry import ToolContext
+    from app.find_tools import FindTools
     from app.mcp_room import combine_indexes
     from app.wiring import flow_core_tools
     from tests.fakes.mcp_catalog import generate_tools, labelled_queries
@@ -62,18 +74,19 @@ async def evaluate_mcp(embedder: Embedder) -> dict[str, Any]:
     catalog = McpCatalog(registry, {MCP_SERVER: CONTEXT_TYPES}, {MCP_SERVER: None})  # type: ignore[dict-item]
     exposed = catalog.update(MCP_SERVER, tools)  # no calls here: the handlers are never run
     started = time.perf_counter()
-    base = await ToolIndex.build([(s.name, s.embedding_text()) for s in registry if MCP_GROUP not in s.groups],
-                                 embedder)
+    base = await ToolIndex.build([(s.name, s.embedding_text()) for s in registry
+                                  if MCP_GROUP not in s.groups and s.name != FIND_TOOLS], embedder)
     segment = await ToolIndex.build([(t.name, t.embedding_text()) for t in tools], embedder)
     build_ms = (time.perf_counter() - started) * 1000
     core = flow_core_tools(CONTEXT_TYPES)  # the default policy: every context has the mandatory flow
     state, builtin_state = IndexState(), IndexState()
     state.ready(combine_indexes(base, {MCP_SERVER: segment}, exposed), build_ms)
-    builtin_state.ready(await ToolIndex.build([(s.name, s.embedding_text()) for s in builtin_registry], embedder), 0)
+    builtin_state.ready(await ToolIndex.build(ranked_specs(builtin_registry), embedder), 0)
     selector = ToolSelector(registry, state, core, tools_for_context, top_k=6, min_score=0.0)
     builtin_selector = ToolSelector(builtin_registry, builtin_state, core, tools_for_context, top_k=6, min_score=0.0)
+    find_tools = FindTools(registry, state, tools_for_context)
     queries = labelled_queries(generate_tools())
-    hits = first = 0
+    hits = first = found_hits = with_find = 0
     by_family: dict[str, list[int]] = {}
     by_context: dict[str, list[int]] = {}
     cold_ms: list[float] = []
@@ -91,6 +104,11 @@ async def evaluate_mcp(embedder: Embedder) -> dict[str, Any]:
             hit = needed in sel.tools
             hits += hit
             first += bool(sel.rag) and sel.rag[0][0] == needed
+            ctx = ToolContext(user_id="bench", authorization=None, conversation_id="c", run_id="r",
+                              context_type=context_type, context={}, http=None)  # type: ignore[arg-type]
+            found = [t["name"] for t in (await find_tools({"query": q["message"]}, ctx)).content["tools"]]
+            found_hits += needed in found
+            with_find += hit or needed in found
             by_family.setdefault(q["family"], []).append(hit)
             by_context.setdefault(context_type, []).append(hit)
             if not hit and len(misses) < 20:
@@ -111,6 +129,8 @@ async def evaluate_mcp(embedder: Embedder) -> dict[str, Any]:
         "selections": total,
         "recall_with_core_merge": round(hits / total, 4),
         "ranked_first": round(first / total, 4),
+        "found_by_find_tools": round(found_hits / total, 4),
+        "recall_with_find_tools": round(with_find / total, 4),
         "recall_by_family": {k: round(sum(v) / len(v), 4) for k, v in by_family.items()},
         "recall_by_context": {k: round(sum(v) / len(v), 4) for k, v in by_context.items()},
         "selection_ms_cold_query": summary(cold_ms),
@@ -124,7 +144,7 @@ async def evaluate_mcp(embedder: Embedder) -> dict[str, Any]:
 async def evaluate(embedder: Embedder, queries: list[dict[str, Any]]) -> dict[str, Any]:
     registry = ToolRegistry(build_catalog())
     started = time.perf_counter()
-    index = await ToolIndex.build([(s.name, s.embedding_text()) for s in registry], embedder)
+    index = await ToolIndex.build(ranked_specs(registry), embedder)
     build_ms = (time.perf_counter() - started) * 1000
     state = IndexState()
     state.ready(index, build_ms)
@@ -191,6 +211,7 @@ async def main() -> None:
     for r in mcp_runs:
         print(f"{r['embedder']:<28} MCP catalog ({r['mcp_tools']} generated tools, {r['catalog_tools']} in all): "
               f"recall with core merge {r['recall_with_core_merge']:.3f}, ranked first {r['ranked_first']:.3f}, "
+              f"with find_tools {r['recall_with_find_tools']:.3f}, "
               f"selection p50 {r['selection_ms_cold_query']['p50']:.2f} ms cold / "
               f"{r['selection_ms_all']['p50']:.2f} ms all (built-in catalog alone "
               f"{r['selection_ms_builtin_catalog_cold_query']['p50']:.2f} ms), by family {r['recall_by_family']}")
