@@ -238,3 +238,25 @@ async def test_probe_matches_tags_with_and_without_latest() -> None:
         assert (await probe_ollama(host, "nomic-embed-text:latest"))[0]
         assert (await probe_ollama(host, "mxbai-embed-large:335m"))[0]
         assert not (await probe_ollama(host, "mxbai-embed-large"))[0]
+
+
+async def test_the_knowledge_base_is_never_sized_from_an_unknown_dimension(tmp_path: Path) -> None:
+    from knowledge.kb import KnowledgeBase
+    from storage.sqlite import open_sqlite_storage
+
+    fake = FakeOllama(models=["nomic-embed-text:latest"], embed_dim=256)
+    storage = await open_sqlite_storage(tmp_path / "kb.sqlite3")
+    try:
+        async with running_fake(fake.app) as base_url:
+            embedder = OllamaEmbedder(base_url)  # dim unknown (0) until probed
+            with pytest.raises(ValueError, match="dimension is not known"):
+                KnowledgeBase(storage.kb_index, embedder)
+            kb = await KnowledgeBase.create(storage.kb_index, embedder)  # probes first
+            report = await kb.ingest_documents([{"id": "d1", "title": "Streams", "text": "Resume with Last-Event-ID."}])
+            assert report.added == 1 and not report.rejected, report
+            assert (await kb.stats())["vectors"] == 1 and embedder.dim == 256
+            response = await kb.search("resume a stream", mode="semantic")
+            assert response.mode == "semantic" and not response.warnings
+            await embedder.aclose()
+    finally:
+        await storage.close()
