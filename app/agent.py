@@ -12,8 +12,10 @@ again, and a side-effecting call that was started but never answered is reported
 model as interrupted rather than repeated.
 
 A ``MandatoryPolicy`` (seeds 000–002) makes the model search the knowledge base first and
-end with ``generate_response``, with one nudge each before the run fails. The run always
-ends with exactly one ``message_complete``.
+end with ``generate_response``, with one nudge each before the run fails — in the
+contexts of ``mandatory_contexts`` (by default ``knowledge``). Elsewhere the same policy
+runs on demand: nothing is refused for lack of a search, and only a run that used the
+flow owes its end. The run always ends with exactly one ``message_complete``.
 """
 
 from __future__ import annotations
@@ -21,14 +23,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
 from agenttools.executor import ToolExecutor
-from agenttools.rag.policy import FlowPolicy
-from agenttools.registry import RunToolState, ToolContext, ToolRegistry
+from agenttools.rag.policy import FlowPolicy, set_flow_scope
+from agenttools.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry
 from agenttools.review import review_after_round
 from app.agent_deps import (
     AgentSettings,
@@ -122,8 +124,11 @@ class Agent:
             executor=executor, prompts=prompts, tool_log=tool_log, settings=settings, flow=self.policy, metrics=metrics
         )
 
-    def policy_for(self, context_type: str) -> FlowPolicy | None:
-        return self.policy if context_type in self.settings.mandatory_contexts else None
+    def policy_for(self, context_type: str) -> FlowPolicy:
+        """The flow policy of a context: mandatory in ``mandatory_contexts``, else on demand."""
+        if context_type in self.settings.mandatory_contexts:
+            return self.policy
+        return replace(self.policy, mandatory=False)
 
     # --- the run ----------------------------------------------------------------------
 
@@ -148,6 +153,8 @@ class Agent:
             state=state.tools if state is not None else RunToolState(),
         )
         scope = _RunScope(run=run, chat=chat, caller=caller, ctx=ctx, state=state, first_token_pending=state is None)
+        # Set at every start, so a run carried on follows this process's settings.
+        set_flow_scope(ctx.state, mandatory=self.policy_for(chat.context_type).mandatory)
         status: RunEnding = "failed"
         error: Error | None = None
         try:
@@ -256,14 +263,14 @@ class Agent:
             state.add(Message("assistant", outcome.text, outcome.calls, replay=outcome.replay))
 
             if not outcome.calls:
-                required = policy.next_required(state.tools) if policy else None
+                required = policy.next_required(state.tools)
                 if required is None:
                     return "completed"
                 self._nudge(scope, *required, results=[])
                 await run_step(scope, state)
                 continue
 
-            if policy and policy.refuse_turn([c.name for c in outcome.calls], state.tools):
+            if policy.refuse_turn([c.name for c in outcome.calls], state.tools):
                 reason = f"Not executed: search the knowledge first ({policy.first} or a corpus search)."
                 results = [self._refuse(scope, c, reason) for c in outcome.calls]
                 self._nudge(
@@ -308,7 +315,7 @@ class Agent:
         if state.tools.clarification is not None or state.tools.final_response is not None:
             return "completed"
         policy = self.policy_for(scope.chat.context_type)
-        if policy is not None and policy.generate_failures(state.tools) >= 2:
+        if policy.generate_failures(state.tools) >= 2:
             raise RunFailed(
                 f"Failed to generate a response after a retry: {policy.last} failed twice.",
                 "response_generation_failed",
@@ -327,10 +334,8 @@ class Agent:
         return [self.registry.spec(n).definition for n in names if n in self.registry]
 
     def _offered_tools(
-        self, tool_defs: list[ToolDefinition], tools: RunToolState, policy: FlowPolicy | None
+        self, tool_defs: list[ToolDefinition], tools: RunToolState, policy: FlowPolicy
     ) -> list[ToolDefinition]:
-        if policy is None:
-            return tool_defs
         names = set(policy.offerable([d.name for d in tool_defs], tools))
         return [d for d in tool_defs if d.name in names]
 
@@ -354,7 +359,7 @@ class Agent:
                 "mandatory_tool_missing",
             )
         policy = self.policy_for(scope.chat.context_type)
-        if policy is not None and tool == policy.last and policy.generate_failures(state.tools) >= 1:
+        if tool == policy.last and policy.generate_failures(state.tools) >= 1:
             # The one retry FR-010 allows was spent on a failing call.
             raise RunFailed(
                 f"Failed to generate a response after a retry: {tool} failed and was not called again.",
@@ -365,9 +370,15 @@ class Agent:
         log.info("mandatory tool missing; reminding the model", extra={"run_id": scope.run.id, "tool": tool})
 
     def _refuse(self, scope: _RunScope, call: ToolCall, reason: str) -> ToolResult:
+        """A call of a turn the policy refused: answered, streamed and logged (seed 001:
+        every call is in the log, this one as ``rejected``), never run."""
+        content = orjson.dumps({"error": "not_executed", "reason": reason}).decode()
         if scope.state is not None:
             scope.state.call_outcomes.append((call.name, False))
-        content = orjson.dumps({"error": "not_executed", "reason": reason}).decode()
+            outcome = ToolOutcome(
+                content={"error": "not_executed", "reason": reason}, is_error=True, counts_as_execution=False
+            )
+            self.tools.log_call(scope.run, scope.state, call, outcome, 0.0)
         scope.run.emit(
             ToolCallResult(tool_use_id=call.id, tool_name=call.name, is_error=True, duration_ms=0.0, error=reason)
         )
@@ -399,7 +410,7 @@ class Agent:
                     seconds=time.time() - run.created_at,
                     tool_calls=tuple(state.call_outcomes) if state else (),
                     context_type=scope.chat.context_type,
-                    mandatory=self.policy_for(scope.chat.context_type) is not None,
+                    mandatory=self.policy_for(scope.chat.context_type).mandatory,
                     response_reminders=state.nudges.get(self.policy.last, 0) if state else 0,
                     input_tokens=usage.input_tokens,
                     output_tokens=usage.output_tokens,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from agenttools.executor import ToolExecutor
+from agenttools.log_redaction import log_text, redact_for_log
 from agenttools.rag.policy import FlowPolicy
 from agenttools.registry import ToolContext, ToolOutcome
 from agenttools.result_summary import summarize_result
@@ -30,6 +31,9 @@ from llm.types import ToolCall, ToolResult
 from storage.records import ToolCallRecord
 
 MAX_TOOL_RESULT_CHARS = 24_000
+#: The tool-call log keeps results and errors cut to these lengths (seed 001: "may be truncated").
+LOGGED_RESULT_CHARS = 4000
+LOGGED_ERROR_CHARS = 1000
 INTERRUPTED = (
     "This call was cut off when the service restarted, and it may or may not have taken effect. "
     "It was not run again. Check its effect (for example by reading the object) before retrying."
@@ -148,15 +152,15 @@ class ToolStep:
             summary=UNSET if outcome.is_error else summarize_result(body),
         )
         events: list[Event] = [*outcome.events, done]
-        self._log(run, state, call, outcome, content, duration_ms)
+        self.log_call(run, state, call, outcome, duration_ms)
         run.emit_step(events, checkpoint=state.encode())
 
-    def _log(
-        self, run: Run, state: RunState, call: ToolCall, outcome: ToolOutcome, content: str, duration_ms: float
-    ) -> None:
-        # Seed 001's log: success | failure, plus `rejected` for calls refused before they
-        # ran (validation, prerequisites); a call after earlier failed attempts of the same
-        # tool in this run is logged as `retry` with how many came before.
+    def log_call(self, run: Run, state: RunState, call: ToolCall, outcome: ToolOutcome, duration_ms: float) -> None:
+        """Seed 001's log: success | failure, plus ``rejected`` for calls refused before
+        they ran (validation, prerequisites, the flow's first step); a call after earlier
+        failed attempts of the same tool in this run is logged as ``retry`` with how many
+        came before. Arguments and result are redacted (``agenttools.log_redaction``)."""
+        body = outcome.model_content if outcome.model_content is not None else outcome.content
         retries = state.failed_attempts.get(call.name, 0)
         if outcome.is_error:
             status = "failure" if outcome.counts_as_execution else "rejected"
@@ -170,10 +174,10 @@ class ToolStep:
                 user_id=run.user_id,
                 tool_use_id=call.id,
                 tool_name=call.name,
-                arguments=call.arguments,
-                result=content[:4000],
+                arguments=redact_for_log(call.arguments),
+                result=log_text(body, LOGGED_RESULT_CHARS),
                 status=status,
-                error=content[:1000] if outcome.is_error else None,
+                error=log_text(failure_reason(outcome.content), LOGGED_ERROR_CHARS) if outcome.is_error else None,
                 duration_ms=round(duration_ms, 2),
                 retry_count=retries,
             )

@@ -66,7 +66,9 @@ class Settings:
     clarify_overload_hits: int = 100
     context_budget_tokens: int = 24000
     history_budget_tokens: int = 8000
-    mandatory_contexts: tuple[str, ...] = CONTEXT_TYPES
+    #: Where the RAG flow is mandatory (search first, end with generate_response): the
+    #: seeds' RAG system, the ``knowledge`` context. Elsewhere it runs on demand.
+    mandatory_contexts: tuple[str, ...] = ("knowledge",)
     cors_origins: tuple[str, ...] = ()
     auth: str = "none"
     jwt_secret: str | None = None

@@ -27,8 +27,9 @@ class PromptService:
             context_type,
             context,
             tool_names=tool_names,
-            mandatory_first=policy.first if policy else None,
-            mandatory_last=policy.last if policy else None,
+            # An on-demand policy is described by the prompt, not enforced as steps.
+            mandatory_first=policy.first if policy and policy.mandatory else None,
+            mandatory_last=policy.last if policy and policy.mandatory else None,
             max_tool_calls=max_tool_calls,
             plan_hint=plan_hint,
         )

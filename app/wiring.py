@@ -391,14 +391,16 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
 
 
 def flow_core_tools(mandatory_contexts: tuple[str, ...]) -> Any:
-    """Core tools per context; where the mandatory flow applies, all four of its tools
-    are offered (so the web branch — Perplexity, then keywords — is reachable there)."""
-    from agenttools.catalog import MANDATORY_CORE_TOOLS, core_tools
+    """Core tools per context: all four tools of the RAG flow in every context, whether
+    the flow is mandatory there or on demand (``mandatory_contexts`` decides only how the
+    agent enforces it), so the web branch — Perplexity, then keywords — is reachable."""
+    from agenttools.catalog import core_tools
     from agenttools.rag.policy import RAG_TOOL_NAMES
 
+    del mandatory_contexts  # the offer is the same; the enforcement differs (app.agent)
+
     def pick(context_type: str, context: Any) -> list[str]:
-        flow = RAG_TOOL_NAMES if context_type in mandatory_contexts else MANDATORY_CORE_TOOLS
-        return core_tools(context_type, context, mandatory=flow)
+        return core_tools(context_type, context, mandatory=RAG_TOOL_NAMES)
 
     return pick
 

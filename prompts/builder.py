@@ -8,7 +8,8 @@ hands it around); nothing is loaded at import time.
 A system prompt is made of, in order:
 1. the base role;
 2. the mandatory RAG flow (first tool, optional web search and keyword indexing, last tool),
-   present when the context's enforcement policy names those tools;
+   present when the context's enforcement policy names those tools; else, when
+   ``knowledge_base_search`` is offered, the same flow on demand (``rag_flow_on_demand``);
 3. the context's own sections: workflow (plus guided creation on an empty canvas), tables
    (with its own preamble and the context really embedded: the Go original dropped it) or
    knowledge;
@@ -38,6 +39,7 @@ TEXT_NAMES: Final = (
     "rag_flow_first",
     "rag_flow_external",
     "rag_flow_last",
+    "rag_flow_on_demand",
     "rag_tool_rules",
     "keyword_guidance",
     "response_formatting",
@@ -106,9 +108,13 @@ class PromptLibrary:
         t = self._texts
         sections: list[str] = [t["base"]]
 
+        # Without a mandatory first step the flow is on demand: described, not required.
+        on_demand = not mandatory_first and "knowledge_base_search" in names
         if mandatory_first:
             sections.append(Template(t["rag_flow_first"]).substitute(first=mandatory_first))
-        if web and mandatory_first:
+        elif on_demand:
+            sections.append(t["rag_flow_on_demand"])
+        if web and (mandatory_first or on_demand):
             sections.append(t["rag_flow_external"])
         if mandatory_last:
             sections.append(Template(t["rag_flow_last"]).substitute(last=mandatory_last))
@@ -126,7 +132,7 @@ class PromptLibrary:
             new_canvas = False
             sections.append(t["knowledge_role"])
 
-        if web and mandatory_first:
+        if web and (mandatory_first or on_demand):
             sections.append(t["keyword_guidance"])
         sections.extend((t["rag_tool_rules"], t["response_formatting"]))
 

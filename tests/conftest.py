@@ -18,7 +18,8 @@ from tests.support.sse import SSEEvent, iter_sse
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    """Settings for an isolated app: temp DB, no mandatory flow, no sample KB, offline."""
+    """Settings for an isolated app: temp DB, the flow on demand in every context (no
+    mandatory flow), no sample KB, offline."""
     return Settings.from_env(
         {
             "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"),
@@ -33,7 +34,8 @@ def settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def offline(tmp_path: Path) -> Settings:
-    """The default configuration (the mandatory flow in every context), offline: the
+    """The default configuration (the flow mandatory in ``knowledge``, on demand in
+    ``workflow`` and ``tables``), offline: the
     extractive answerer, no embedder, no sample KB, and an open admin route so a test
     can ingest its own documents."""
     return Settings.from_env(

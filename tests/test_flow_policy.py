@@ -98,12 +98,12 @@ async def test_benign_questions_are_not_refused_by_the_flow(tmp_path: Path) -> N
 
 
 def test_the_web_branch_is_offered_wherever_the_flow_applies() -> None:
-    pick = flow_core_tools(("workflow", "tables", "knowledge"))
-    for context in ("workflow", "tables", "knowledge"):
-        core = pick(context, {})
-        assert {"knowledge_base_search", "perplexity_search", "index_keywords", "generate_response"} <= set(core)
-    off = flow_core_tools(())("tables", {})
-    assert "perplexity_search" not in off and "knowledge_base_search" in off
+    # Issue 20 item 6: mandatory or on demand, the four flow tools are core everywhere.
+    for mandatory in (("workflow", "tables", "knowledge"), ("knowledge",), ()):
+        pick = flow_core_tools(mandatory)
+        for context in ("workflow", "tables", "knowledge"):
+            core = pick(context, {})
+            assert {"knowledge_base_search", "perplexity_search", "index_keywords", "generate_response"} <= set(core)
 
 
 def test_offerable_hides_perplexity_until_any_knowledge_search_was_attempted() -> None:

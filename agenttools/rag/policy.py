@@ -11,6 +11,17 @@
   (FR-010), then the run fails with ``response_generation_failed``.
 * An identical failing call (same tool, arguments and error) is not run a third time.
 
+**Scope.** Where the flow is *mandatory* (``AGENT_MANDATORY_CONTEXTS``, by default only
+the ``knowledge`` context) every rule above holds from the first turn. Elsewhere the
+flow is *on demand*: its four tools are offered, nothing forces a search and no other
+tool is ever refused for lack of one; the order rules hold once the model uses the flow,
+and a run that searched the knowledge ends through ``generate_response``
+(``flow_started``). Which scope a run has is kept in its state (``set_flow_scope``) so the
+handlers read the same answer as the loop.
+
+Seed 004's review: once a review after a corpus search says ``enough``, the search tools
+(and the web search) are no longer offered, so the next turn answers.
+
 The facts are kept in ``RunToolState.extras`` under ``rag.*`` / ``flow.*`` keys (plain
 JSON, so they travel in the run's checkpoint). ``FlowPolicy`` answers "what must come
 next" (``next_required``) and "what may be offered now" (``offerable``); the loop records
@@ -28,6 +39,7 @@ from typing import Any
 import orjson
 
 from agenttools.registry import RunToolState, ToolOutcome
+from agenttools.review import search_closed
 
 KB_SEARCH = "knowledge_base_search"
 PERPLEXITY_SEARCH = "perplexity_search"
@@ -36,6 +48,8 @@ GENERATE_RESPONSE = "generate_response"
 RAG_TOOL_NAMES = (KB_SEARCH, PERPLEXITY_SEARCH, INDEX_KEYWORDS, GENERATE_RESPONSE)
 #: Each of these is "searching the knowledge" for step 1 of the flow.
 KNOWLEDGE_SEARCH_TOOLS = frozenset({KB_SEARCH, "search_text", "search_semantic", "get_document_metadata"})
+#: Not offered once a review said ``enough`` (reading a found document's metadata stays).
+CLOSED_BY_ENOUGH = frozenset({KB_SEARCH, "search_text", "search_semantic", PERPLEXITY_SEARCH})
 
 _KB_SEARCHED = "rag.kb_searched"
 _EXTERNAL_IDS = "rag.external_result_ids"
@@ -44,6 +58,7 @@ _KB_FAILED = "rag.kb_search_failed"
 _GENERATE_FAILURES = "flow.generate_failures"
 _FAILED_CALLS = "flow.failed_calls"
 _REFUSED_REPEATS = "flow.refused_repeats"
+_ON_DEMAND = "flow.on_demand"
 
 
 # ----------------------------------------------------------------------------- facts
@@ -51,6 +66,34 @@ _REFUSED_REPEATS = "flow.refused_repeats"
 
 def kb_searched(state: RunToolState) -> bool:
     return bool(state.extras.get(_KB_SEARCHED))
+
+
+def kb_search_failed(state: RunToolState) -> bool:
+    """Whether a knowledge search of this run was attempted and failed."""
+    return bool(state.extras.get(_KB_FAILED))
+
+
+def set_flow_scope(state: RunToolState, *, mandatory: bool) -> None:
+    """Record whether the flow is mandatory in this run (the agent sets it at every start)."""
+    if mandatory:
+        state.extras.pop(_ON_DEMAND, None)
+    else:
+        state.extras[_ON_DEMAND] = True
+
+
+def flow_mandatory(state: RunToolState) -> bool:
+    """The run's scope; a state that never had one set is mandatory (the strict reading)."""
+    return not state.extras.get(_ON_DEMAND)
+
+
+def flow_started(state: RunToolState) -> bool:
+    """Whether the run has used the RAG flow: searched the knowledge, retrieved a web
+    answer or tried ``generate_response``. Only then do its end rules bind on demand."""
+    return (
+        kb_searched(state)
+        or bool(state.extras.get(_EXTERNAL_IDS))
+        or int(state.extras.get(_GENERATE_FAILURES, 0)) > 0
+    )
 
 
 def mark_kb_searched(state: RunToolState) -> None:
@@ -99,7 +142,7 @@ def missing_prerequisite(tool_name: str, state: RunToolState) -> str | None:
             "none. Call it only after perplexity_search has returned an answer."
         )
     if tool_name == GENERATE_RESPONSE:
-        if not kb_searched(state):
+        if not kb_searched(state) and flow_mandatory(state):
             return (
                 "You must call knowledge_base_search before generate_response: every answer "
                 "starts from the internal knowledge base."
@@ -125,8 +168,11 @@ def prerequisite_error(message: str) -> ToolOutcome:
 
 
 def next_required_tool(state: RunToolState) -> tuple[str, str] | None:
-    """``(tool, workflow step)`` the run still owes before it may end, for the enforcement prompt."""
-    if not kb_searched(state):
+    """``(tool, workflow step)`` the run still owes before it may end, for the enforcement
+    prompt. On demand, a run that has not used the flow owes nothing."""
+    if not flow_mandatory(state) and not flow_started(state):
+        return None
+    if not kb_searched(state) and flow_mandatory(state):
         return KB_SEARCH, "Step 1: search the knowledge base"
     if unindexed_result_ids(state):
         return INDEX_KEYWORDS, "Step 3c: index keywords from the Perplexity answer"
@@ -154,6 +200,9 @@ class FlowPolicy:
     first: str = KB_SEARCH
     last: str = GENERATE_RESPONSE
     tools: tuple[str, ...] = RAG_TOOL_NAMES
+    #: False: the flow is on demand in this context (see the module docstring). The
+    #: agent writes it into each run's state (``set_flow_scope``), which the rules read.
+    mandatory: bool = True
 
     # --- what must come next / what may be offered ------------------------------------
 
@@ -162,15 +211,19 @@ class FlowPolicy:
         return next_required_tool(state)
 
     def offerable(self, names: Iterable[str], state: RunToolState) -> list[str]:
-        """The tools to offer now: Perplexity only once the knowledge was searched."""
-        # A review that says the search is "enough" (seed 004) is advice in the search
-        # result, not a change of the offer: the model reads it, and the tool list stays
-        # stable between turns.
-        searched = kb_searched(state)
-        return [n for n in names if searched or n != PERPLEXITY_SEARCH]
+        """The tools to offer now. Mandatory: Perplexity only once the knowledge was
+        searched (on demand all four stay offered; its handler keeps the order). After a
+        review said ``enough`` (seed 004), no search tool at all, so the next turn answers."""
+        if search_closed(state):
+            return [n for n in names if n not in CLOSED_BY_ENOUGH]
+        hide_web = flow_mandatory(state) and not kb_searched(state)
+        return [n for n in names if not (hide_web and n == PERPLEXITY_SEARCH)]
 
     def refuse_turn(self, names: Sequence[str], state: RunToolState) -> bool:
-        """A turn that skips the first step (no knowledge search yet, none asked for)."""
+        """A turn that skips the first step (no knowledge search yet, none asked for);
+        never on demand, where other tools need no search."""
+        if not flow_mandatory(state):
+            return False
         return not kb_searched(state) and not any(n in KNOWLEDGE_SEARCH_TOOLS for n in names)
 
     # --- before a call ------------------------------------------------------------------
