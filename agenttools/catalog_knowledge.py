@@ -1,8 +1,9 @@
 """Catalog entries for the knowledge tools: the mandatory RAG flow (knowledge base search,
 web search, keyword indexing, the final answer) and the bucketed corpus search tools.
 
-The four flow tools belong to every context, because the mandatory flow applies to every
-context by default; the corpus search tools belong to ``knowledge`` only.
+The four flow tools belong to every context (mandatory in ``knowledge`` by default, on
+demand elsewhere: ``AGENT_MANDATORY_CONTEXTS``); the corpus search tools belong to
+``knowledge`` only.
 """
 
 from __future__ import annotations
@@ -134,6 +135,11 @@ def knowledge_specs() -> list[ToolSpec]:
                         string("A keyword or short phrase.", max_length=100, min_length=1),
                         max_items=10,
                         min_items=3,
+                    ),
+                    "query": string(
+                        "The user's original question the web search answered (seed 000); "
+                        "the keywords are tied to this run's query.",
+                        max_length=2000,
                     ),
                     "query_id": string(
                         "Id of the query the web search answered, if known.", max_length=200, pattern=DOC_ID_PATTERN

@@ -13,7 +13,7 @@ from typing import Any
 
 from agenttools.citations import verify_citations
 from agenttools.rag.deps import RagToolDeps
-from agenttools.rag.policy import GENERATE_RESPONSE, missing_prerequisite, prerequisite_error
+from agenttools.rag.policy import GENERATE_RESPONSE, kb_search_failed, missing_prerequisite, prerequisite_error
 from agenttools.rag.sources import resolve_citations
 from agenttools.registry import EvidenceSource, RunToolState, ToolContext, ToolHandler, ToolOutcome
 from events import Response, Source
@@ -94,6 +94,16 @@ def make_generate_response_handler(deps: RagToolDeps) -> ToolHandler:
         if used_external and not any(s.kind == "external" for s in state.sources.values()):
             used_external = False
             corrections.append("used_external_kb set to false: no external source was retrieved")
+        if used_internal and not any(s.kind == "internal" for s in state.sources.values()):
+            used_internal = False
+            corrections.append(
+                "used_internal_kb set to false: "
+                + (
+                    "the knowledge-base search failed"
+                    if kb_search_failed(state)
+                    else "no knowledge-base passage was retrieved"
+                )
+            )
         if not cited and state.sources and (used_internal or used_external):
             return ToolOutcome.error(
                 "The answer claims to use retrieved information but cites no sources. List "

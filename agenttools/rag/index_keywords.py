@@ -77,9 +77,13 @@ def make_index_keywords_handler(deps: RagToolDeps) -> ToolHandler:
             result_ids = [given.strip()]
         else:
             result_ids = unindexed_result_ids(state) or retrieved[-1:]
-        # The run's own query id is authoritative; the model's is only a fallback.
+        # The run's own query id is authoritative; the model's is only a fallback. The
+        # original question (``query``, seed 000's diagram) names that same query: it is
+        # echoed back and kept in the tool-call log with the call.
         given_query = args.get("query_id")
         query_id = state.query_id or (given_query.strip() if isinstance(given_query, str) else None)
+        question = args.get("query")
+        question = question.strip() if isinstance(question, str) and question.strip() else None
 
         try:
             indexed = await deps.keywords.index(
@@ -107,6 +111,8 @@ def make_index_keywords_handler(deps: RagToolDeps) -> ToolHandler:
             "perplexity_result_ids": result_ids,
             "query_id": query_id,
         }
+        if question is not None:
+            content["query"] = question
         if checked.duplicates:
             content["duplicates_merged"] = list(checked.duplicates)
         if rejected:
