@@ -95,6 +95,7 @@ VALID_EXAMPLES: dict[str, dict] = {
     "search_text": {"bucket": "invoices", "query": "INV-2023-0042", "filters": {"year": 2023}},
     "search_semantic": {"bucket": "contracts", "query": "early termination", "doc_id": "contract_123"},
     "get_document_metadata": {"doc_id": "contract_123"},
+    "find_tools": {"query": "list the files in a directory", "limit": 5},
 }
 
 
