@@ -118,3 +118,13 @@ def test_offerable_hides_perplexity_until_any_knowledge_search_was_attempted() -
     rejected = ToolOutcome(content={"error": "bad"}, is_error=True, counts_as_execution=False)
     policy.record("knowledge_base_search", {}, rejected, fresh)
     assert not kb_searched(fresh)
+
+
+def test_looking_for_tools_may_come_before_the_knowledge_search() -> None:
+    # find_tools acts on nothing and answers nothing: a turn of only that does not skip step 1,
+    # but it does not open the way for other tools either.
+    policy, state = FlowPolicy(), RunToolState()
+    assert not policy.refuse_turn(["find_tools"], state)
+    assert not policy.refuse_turn(["find_tools", "knowledge_base_search"], state)
+    assert policy.refuse_turn(["find_tools", "generate_response"], state)
+    assert policy.refuse_turn(["list_workflows"], state)

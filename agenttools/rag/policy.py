@@ -38,6 +38,7 @@ from typing import Any
 
 import orjson
 
+from agenttools.catalog_discovery import FIND_TOOLS
 from agenttools.registry import RunToolState, ToolOutcome
 from agenttools.review import search_closed
 
@@ -221,10 +222,14 @@ class FlowPolicy:
 
     def refuse_turn(self, names: Sequence[str], state: RunToolState) -> bool:
         """A turn that skips the first step (no knowledge search yet, none asked for);
-        never on demand, where other tools need no search."""
-        if not flow_mandatory(state):
+        never on demand, where other tools need no search. Looking for tools
+        (``find_tools``) acts on nothing and answers nothing, so a turn of only that is
+        not skipping the search: it may come first."""
+        if not flow_mandatory(state) or kb_searched(state):
             return False
-        return not kb_searched(state) and not any(n in KNOWLEDGE_SEARCH_TOOLS for n in names)
+        if any(n in KNOWLEDGE_SEARCH_TOOLS for n in names):
+            return False
+        return not all(n == FIND_TOOLS for n in names)
 
     # --- before a call ------------------------------------------------------------------
 
