@@ -69,7 +69,9 @@ def knowledge_specs() -> list[ToolSpec]:
             "with a source_id (what you cite), doc_id, title, text, a relevance score from 0 to "
             "1 and metadata, plus any previously stored web answers to a related question "
             "(external sources with their web URLs: cite them instead of searching the web again). "
-            "Required: call it first for every user request, before any other tool. Do not "
+            "Where the system prompt makes the knowledge flow mandatory, call it first for every "
+            "user request, before any other tool; elsewhere, call it whenever the answer may be "
+            "in the documentation. Do not "
             "pass the user's words verbatim: rewrite them into a focused search query (core "
             "concepts, synonyms, domain terms). Then judge whether the passages answer the "
             "question: if so, answer with generate_response; if not, you may search the web "
@@ -160,8 +162,9 @@ def knowledge_specs() -> list[ToolSpec]:
         ),
         _spec(
             "generate_response",
-            "Delivers your final answer to the user. Required: every request ends with exactly "
-            "this call; never write the answer as plain text. Put the complete answer in "
+            "Delivers your final answer to the user. Required whenever the knowledge was searched "
+            "(and for every request where the system prompt makes the flow mandatory): end with "
+            "exactly this call; never write that answer as plain text. Put the complete answer in "
             "answer, list in sources the source_id of every passage and web citation you used, "
             "exactly as the search results gave it, and say whether the internal knowledge base "
             "and the web were used. Sources you did not retrieve in this conversation are "
