@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import faulthandler
 import logging
 import os
 import signal
@@ -142,6 +143,9 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
     port = bound_port(sock)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # A fatal signal (SIGBUS: SQLite's memory-mapped -shm cut short under the server)
+    # leaves a line and the Python stack on stderr instead of a silent death.
+    faulthandler.enable()
     with sock:
         if args.reload:
             os.environ["AGENT_PORT"] = str(port)

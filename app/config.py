@@ -102,6 +102,9 @@ class Settings:
     #: replicas take their events from notifications, not from a connection each, so 20
     #: serves hundreds of them, and three replicas stay under PostgreSQL's default 100.
     db_max_connections: int = 20
+    #: PostgreSQL: how long a request waits for a pooled connection before it is answered
+    #: 503 ``storage_unavailable`` (an outage longer than this is a 503, never a hang).
+    db_pool_timeout_s: float = 10.0
     max_body_bytes: int = 1024 * 1024
     max_message_chars: int = 32000
     #: A request's headers must arrive within this (then the connection is closed), its
@@ -219,6 +222,7 @@ class Settings:
             perplexity_max_connections=reader.integer("AGENT_PERPLEXITY_MAX_CONNECTIONS",
                                                       d.perplexity_max_connections, lo=1, hi=100_000),
             db_max_connections=reader.integer("AGENT_DB_MAX_CONNECTIONS", d.db_max_connections, lo=2, hi=10_000),
+            db_pool_timeout_s=reader.number("AGENT_DB_POOL_TIMEOUT_S", d.db_pool_timeout_s, lo=0.1, hi=3600),
             max_body_bytes=reader.integer("AGENT_MAX_BODY_BYTES", d.max_body_bytes, lo=1024),
             header_timeout_s=reader.number("AGENT_HEADER_TIMEOUT_S", d.header_timeout_s, lo=0.1, hi=3600),
             body_timeout_s=reader.number("AGENT_BODY_TIMEOUT_S", d.body_timeout_s, lo=0.1, hi=3600),

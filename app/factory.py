@@ -23,6 +23,7 @@ from app.openapi import build_openapi, openapi_routes
 from app.openapi_paths import builtin_api
 from app.playground import playground_routes
 from app.wiring import AUTO, Overrides, build_services
+from storage.errors import StorageUnavailable
 
 log = logging.getLogger("agentchat")
 
@@ -108,6 +109,7 @@ def create_app(
         lifespan=lifespan,
         exception_handlers={
             http.HTTPProblem: http.problem,
+            StorageUnavailable: http.storage_unavailable,
             404: http.not_found,
             405: http.method_not_allowed,
             500: http.server_error,

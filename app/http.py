@@ -543,6 +543,18 @@ async def problem(request: Request, exc: Exception) -> Response:
     return exc.response()
 
 
+async def storage_unavailable(request: Request, exc: Exception) -> Response:
+    """Any route whose database is away — a write given up, SQLite's file removed or
+    replaced, PostgreSQL's pool without a connection — answers 503 with ``Retry-After``,
+    never 500."""
+    log.warning("database unavailable; answered 503", extra={"path": request.url.path, "error": str(exc)[:300]})
+    return ORJSONResponse(
+        {"error": "storage_unavailable", "detail": "the service cannot reach its database right now; retry shortly"},
+        503,
+        headers={"Retry-After": "5"},
+    )
+
+
 async def not_found(request: Request, exc: Exception) -> Response:
     return ORJSONResponse({"error": "not_found", "detail": f"no route for {request.url.path}"}, 404)
 

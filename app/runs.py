@@ -253,6 +253,11 @@ class Run:
         if self.task is not None and not self.task.done() and self.task is not asyncio.current_task():
             self.task.cancel()
 
+    def storage_lost(self, exc: BaseException) -> None:
+        """The database went away under this process (its file removed or replaced):
+        end now, exactly as when a write of this run fails, not at its next write."""
+        self._storage_failed(exc)
+
     def abandon(self) -> None:
         """Another process holds the run now: drop what was never stored, stop the agent
         without emitting anything, and let followers go (they reconnect and read the

@@ -24,6 +24,10 @@ from app.selector import IndexState
 from llm.provider import Provider
 from storage.interfaces import ConversationStore, RunStore, StorageBundle, ToolCallLog
 
+#: Rooms whose readiness reads the database: not asked while it is unavailable, so
+#: ``/readyz`` answers at once during an outage.
+STORAGE_ROOMS = frozenset({"knowledge", "keywords"})
+
 
 @dataclass(slots=True)
 class Services:
@@ -76,6 +80,10 @@ class Services:
         if self.embedder_check is not None:
             checks["embedder"] = self.embedder_check.readiness()
         for name, room in self.rooms.with_readiness():
+            if name in STORAGE_ROOMS and not checks["db"].get("ok"):
+                # They read the same database: asking would wait for its timeouts again.
+                checks[name] = {"ok": False, "detail": "not checked: the database is unavailable"}
+                continue
             try:
                 checks[name] = await room.readiness()
             except Exception as exc:

@@ -33,6 +33,7 @@ from app.tracing import Tracing
 from llm.pool import PoolWaits, pooled_transport
 from llm.provider import Provider
 from storage.open import open_storage
+from storage.sqlite.database import SqliteDatabase
 from toolindex.embedder import Embedder
 
 log = logging.getLogger("agentchat.wiring")
@@ -209,6 +210,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         settings.database_url or settings.db_path,
         write_retry_s=settings.db_write_retry_s,
         max_connections=settings.db_max_connections,
+        pool_timeout_s=settings.db_pool_timeout_s,
     )
     stack.push_async_callback(storage.close)
     # Every outbound pool has a stated size; a request that waits for a connection says
@@ -374,6 +376,8 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         embedder_check=embedder_check,
     )
     background.append(asyncio.create_task(_sweep(runs)))
+    if isinstance(storage.db, SqliteDatabase):  # its file removed or replaced: live runs end now
+        storage.db.on_lost.append(lambda exc: end_live_runs(runs, exc))
     metrics.attach_live(svc.live_metric_sources())
     keywords = rooms.keywords
     if keywords is not None:
@@ -388,6 +392,14 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
             asyncio.create_task(prune_keywords_periodically(keywords, prune_policy), name="keyword-prune")
         )
     return svc
+
+
+def end_live_runs(runs: RunManager, exc: BaseException) -> None:
+    """The database went away under the server (``storage/sqlite/file_guard.py``): every
+    live run ends now with ``error`` (``storage_unavailable``) and ``message_complete``,
+    not when it next writes — a run waiting on a slow model would otherwise stream on."""
+    for run in runs.active():
+        run.storage_lost(exc)
 
 
 def flow_core_tools(mandatory_contexts: tuple[str, ...]) -> Any:

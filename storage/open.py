@@ -28,10 +28,12 @@ async def open_storage(
     write_retry_s: float | None = None,
     options: Any = None,
     max_connections: int | None = None,
+    pool_timeout_s: float | None = None,
 ) -> SqliteStorage | PostgresStorage:
     """Open (and migrate) the storage at ``target``: a PostgreSQL URL or a SQLite path.
 
-    ``write_retry_s`` applies to either engine, ``max_connections`` to PostgreSQL's pool;
+    ``write_retry_s`` applies to either engine, ``max_connections`` and ``pool_timeout_s``
+    (the wait for a connection) to PostgreSQL's pool;
     ``options`` (``SqliteOptions`` or ``PostgresOptions``) replaces the defaults wholesale."""
     if is_postgres_url(target):
         try:
@@ -46,6 +48,8 @@ async def open_storage(
                 options = dataclasses.replace(options, write_retry_s=write_retry_s)
             if max_connections is not None:
                 options = dataclasses.replace(options, max_connections=max_connections)
+            if pool_timeout_s is not None:
+                options = dataclasses.replace(options, connect_timeout_s=pool_timeout_s)
         pg_opts = options
         return await open_postgres_storage(str(target).strip(), pg_opts)
     from storage.sqlite import SqliteOptions, open_sqlite_storage

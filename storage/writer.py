@@ -7,7 +7,9 @@ is durable, ``on_fail`` when it never will be. A transient failure (busy, locked
 connection lost, disk full) is retried with backoff for ``retry_s``; after that the
 batch and everything queued behind it fail with ``StorageUnavailable`` (so producers end
 their runs loudly and in order), ``healthy`` turns false and ``stats`` counts it. A
-constraint error re-runs the batch's items one by one so only the bad one fails.
+constraint error re-runs the batch's items one by one so only the bad one fails. An
+engine that refuses outright (``StorageUnavailable`` from ``commit_batch``: SQLite's file
+was removed or replaced) is not retried: the batch and everything behind it fail at once.
 
 An engine supplies only how a batch is committed (``commit_batch``) and which errors
 are transient; queueing, ordering, retries and health are this module's, once.
@@ -113,6 +115,9 @@ async def retrying(
     while True:
         try:
             return await attempt_once()
+        except StorageUnavailable as exc:  # the engine refused outright (its file is gone)
+            health.gave_up(exc)
+            raise
         except Exception as exc:
             if not transient(exc):
                 raise
@@ -215,22 +220,18 @@ class OrderedWriter:
         while True:
             try:
                 await self._commit_batch(batch)
+            except StorageUnavailable as exc:  # the engine refused outright: no retry
+                self._give_up(batch, exc, exc)
+                return
             except Exception as exc:
                 if not self._transient(exc):
                     await self._write_one_by_one(batch)
                     return
                 attempt += 1
                 if time.monotonic() >= deadline:
-                    self.health.gave_up(exc)
                     err = StorageUnavailable(f"database write failed after {attempt} attempts: {exc}")
                     err.__cause__ = exc
-                    # Everything queued behind the batch would commit out of order: it
-                    # fails too, so producers can end their runs loudly and in order.
-                    while not self._queue.empty():
-                        batch.append(self._queue.get_nowait())
-                    log.error("storage write gave up", extra={"items": len(batch), "error": str(exc)})
-                    for item in batch:
-                        item.failed(err)
+                    self._give_up(batch, exc, err)
                     return
                 self.health.stats.retries += 1
                 if attempt == 1:
@@ -241,6 +242,16 @@ class OrderedWriter:
             for item in batch:
                 item.committed()
             return
+
+    def _give_up(self, batch: list[WriteItem], exc: BaseException, err: StorageUnavailable) -> None:
+        self.health.gave_up(exc)
+        # Everything queued behind the batch would commit out of order: it fails too,
+        # so producers can end their runs loudly and in order.
+        while not self._queue.empty():
+            batch.append(self._queue.get_nowait())
+        log.error("storage write gave up", extra={"items": len(batch), "error": str(exc)})
+        for item in batch:
+            item.failed(err)
 
     async def _write_one_by_one(self, batch: list[WriteItem]) -> None:
         for item in batch:

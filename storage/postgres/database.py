@@ -22,6 +22,10 @@ Why this shape (the SQLite engine's ``database.py`` is the model; differences on
   fails.
 * A transaction whose caller is cancelled still runs to its end (commit or rollback)
   before its connection goes back to the pool.
+* A read that cannot get a connection (the pool waited ``connect_timeout_s``:
+  ``PoolTimeout``) or loses it raises ``StorageUnavailable``, like a write that gave up:
+  routes answer 503 with ``Retry-After``, never 500. ``readiness`` answers within
+  ``READINESS_TIMEOUT_S`` whatever the database does.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
+from storage.errors import StorageUnavailable
 from storage.writer import (
     OrderedWriter,
     QueuedWrites,
@@ -51,6 +56,8 @@ log = logging.getLogger("agentchat.storage")
 
 T = TypeVar("T")
 Conn = AsyncConnection[tuple[Any, ...]]
+#: ``/readyz`` must answer at once during an outage: the probe gets this long.
+READINESS_TIMEOUT_S = 0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,9 +170,13 @@ class PostgresDatabase(QueuedWrites):
 
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[Conn]:
-        """Borrow a connection for several statements (autocommit: each its own snapshot)."""
-        async with self.pool.connection() as conn:
-            yield conn
+        """Borrow a connection for several statements (autocommit: each its own snapshot).
+        No connection within the pool's timeout, or one lost mid-read: ``StorageUnavailable``."""
+        try:
+            async with self.pool.connection() as conn:
+                yield conn
+        except psycopg.OperationalError as exc:  # PoolTimeout is one; so is a lost connection
+            raise StorageUnavailable(f"database unreachable: {type(exc).__name__}: {exc}"[:300]) from exc
 
     async def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
         async with self.reading() as conn:
@@ -220,7 +231,10 @@ class PostgresDatabase(QueuedWrites):
 
     async def readiness(self) -> dict[str, Any]:
         try:
-            await asyncio.wait_for(self.fetchone("SELECT 1"), timeout=3)
+            await asyncio.wait_for(self.fetchone("SELECT 1"), timeout=READINESS_TIMEOUT_S)
+        except TimeoutError:
+            detail = f"no connection answered within {READINESS_TIMEOUT_S} s (database unreachable or saturated)"
+            return {"ok": False, "engine": "postgres", "detail": detail}
         except Exception as exc:
             return {"ok": False, "engine": "postgres", "detail": f"read failed: {exc}"}
         if not self.healthy:

@@ -15,6 +15,11 @@ Why this shape:
 * A busy or unwritable database is retried with backoff for ``write_retry_s``; after
   that the failure is loud: the waiting callers get ``StorageUnavailable``, ``healthy``
   turns false (``/readyz``), and ``stats`` counts it. Nothing is dropped silently.
+* The file is checked, not assumed (``file_guard.py``): before every write transaction
+  and every ``file_check_s``, the database, ``-wal`` and ``-shm`` must still be the files
+  opened, and writable. Removed or replaced, nothing more is written (a write would land
+  in a file that vanishes with the process) — every write and ``/readyz`` say
+  ``storage_unavailable`` until a restart, and ``on_lost`` ends the live runs at once.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
+from storage.errors import StorageUnavailable
+from storage.sqlite.file_guard import DatabaseFileGuard
 from storage.writer import (
     OrderedWriter,
     QueuedWrites,
@@ -56,6 +63,8 @@ class SqliteOptions:
     #: Page cache per connection (SQLite's default is 2 MiB); each of the 1 + readers
     #: connections holds up to this much, so it bounds RSS as much as speed.
     cache_kib: int = 2_048
+    #: How often the file's identity and writability are checked besides before writes.
+    file_check_s: float = 1.0
 
 
 def _transient(exc: BaseException) -> bool:
@@ -104,6 +113,12 @@ class SqliteDatabase(QueuedWrites):
             health=self.health,
         )
         self._closed = False
+        self.guard = DatabaseFileGuard(path)
+        #: Told (on the event loop) when the file is found removed or replaced.
+        self.on_lost: list[Callable[[StorageUnavailable], None]] = []
+        self._loop = asyncio.get_running_loop()
+        self.guard.on_lost.append(self._lost_from_thread)
+        self._watch_task: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, path: str | Path, opts: SqliteOptions | None = None) -> SqliteDatabase:
@@ -116,6 +131,9 @@ class SqliteDatabase(QueuedWrites):
         if str(p) == ":memory:":
             raise ValueError("storage needs a file path (the writer and readers share it)")
         p.parent.mkdir(parents=True, exist_ok=True)
+        if not await asyncio.to_thread(p.exists):
+            # The normal first start — or a file removed while no server ran: say so.
+            log.warning("creating a new database", extra={"path": str(p.resolve())})
         writer = await _connect(p, opts, writer=True)
         readers: list[aiosqlite.Connection] = []
         try:
@@ -126,19 +144,50 @@ class SqliteDatabase(QueuedWrites):
                 await r.close()
             await writer.close()
             raise
-        return cls(p, writer, readers, opts)
+        db = cls(p, writer, readers, opts)
+        await asyncio.to_thread(db.guard.check)  # records the files' identity as opened
+        return db
+
+    def start(self) -> None:
+        """Start the background writer and the file watch (after migrations)."""
+        super().start()
+        if self._watch_task is None and self.opts.file_check_s > 0:
+            self._watch_task = asyncio.create_task(self._watch_file(), name="storage-file-watch")
+
+    async def _watch_file(self) -> None:
+        while not self._closed and self.guard.lost is None:
+            await asyncio.sleep(self.opts.file_check_s)
+            await asyncio.to_thread(self.guard.check)
+
+    def _lost_from_thread(self, reason: str) -> None:
+        exc = StorageUnavailable(f"database file {self.path}: {reason}")
+        self._loop.call_soon_threadsafe(self._announce_lost, exc)
+
+    def _announce_lost(self, exc: StorageUnavailable) -> None:
+        self.health.gave_up(exc)
+        for listener in list(self.on_lost):
+            try:
+                listener(exc)
+            except Exception:
+                log.exception("database-lost listener raised")
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch_task
         await self._queue.close()  # commits what is queued; anything left fails loudly
         async with self._write_lock:
-            with contextlib.suppress(sqlite3.Error):
-                await self._writer.execute("PRAGMA optimize")
+            if self.guard.lost is None:  # never a write into a file removed or replaced
+                with contextlib.suppress(sqlite3.Error):
+                    await self._writer.execute("PRAGMA optimize")
             await self._writer.close()
         for r in self._readers:
             await r.close()
+        await asyncio.to_thread(self.guard.set_aside_orphans)
 
     # --- reads --------------------------------------------------------------------
 
@@ -175,7 +224,7 @@ class SqliteDatabase(QueuedWrites):
         return await self._retrying(lambda: self._run_sync_transaction(fn))
 
     async def _run_sync_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        result: T = await self._writer._execute(_transaction_sync, self._writer._conn, fn)
+        result: T = await self._writer._execute(_transaction_sync, self._writer._conn, fn, self.guard)
         self._succeeded()
         return result
 
@@ -191,6 +240,7 @@ class SqliteDatabase(QueuedWrites):
         """Run ``fn`` on the writer under the lock, *without* a transaction around it
         (``fn`` manages its own, e.g. one per migration step). For start-up work only."""
         async with self._write_lock:
+            await self._writer._execute(self.guard.raise_if_unsafe)
             return await fn(self._writer)
 
     async def execute(self, statements: Sequence[Statement]) -> None:
@@ -217,6 +267,7 @@ class SqliteDatabase(QueuedWrites):
 
     async def _run_transaction(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]], immediate: bool) -> T:
         conn = self._writer
+        await conn._execute(self.guard.raise_if_unsafe)  # on the writer's thread, just before
         await conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
         try:
             result = await fn(conn)
@@ -235,13 +286,17 @@ class SqliteDatabase(QueuedWrites):
         # The whole batch — BEGIN, one executemany per run of identical statements, COMMIT —
         # in ONE hop to the connection's thread: under load, each hop is a wait for the
         # event loop, and the stream is shown an event only after this commit.
-        await self._writer._execute(_commit_sync, self._writer._conn, groups)
+        await self._writer._execute(_commit_sync, self._writer._conn, groups, self.guard)
         self._succeeded()
 
     def _succeeded(self) -> None:
         self.health.succeeded()
 
     async def readiness(self) -> dict[str, Any]:
+        problem = await asyncio.to_thread(self.guard.check)
+        if problem is not None:
+            what = "restart the server" if self.guard.lost else "writes are refused until it is writable"
+            return {"ok": False, "engine": "sqlite", "detail": f"database file {self.path}: {problem} ({what})"}
         try:
             await asyncio.wait_for(self.fetchone("SELECT 1"), timeout=3)
         except Exception as exc:
@@ -262,7 +317,8 @@ _VALUES = re.compile(r"^(INSERT (?:OR \w+ )?INTO [^(]+\([^)]*\)\s*VALUES\s*)(\((
 MAX_PARAMS = 8_000
 
 
-def _transaction_sync(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+def _transaction_sync(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T], guard: DatabaseFileGuard) -> T:
+    guard.raise_if_unsafe()
     conn.execute("BEGIN IMMEDIATE")
     try:
         result = fn(conn)
@@ -274,13 +330,17 @@ def _transaction_sync(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection
     return result
 
 
-def _commit_sync(conn: sqlite3.Connection, groups: list[tuple[str, list[Sequence[Any]]]]) -> None:
+def _commit_sync(
+    conn: sqlite3.Connection, groups: list[tuple[str, list[Sequence[Any]]]], guard: DatabaseFileGuard
+) -> None:
     """Runs on the writer connection's own thread (aiosqlite's worker).
 
     Many rows of one plain ``INSERT … VALUES (?, …)`` become one multi-row statement:
     ``executemany`` releases and retakes the GIL around every row, and with a busy event
     loop each retake can wait a whole switch interval — a burst of tokens from a thousand
-    runs would queue behind that convoy."""
+    runs would queue behind that convoy. The guard goes first: never a write into a file
+    removed or replaced under the server."""
+    guard.raise_if_unsafe()
     conn.execute("BEGIN IMMEDIATE")
     try:
         for sql, rows in groups:

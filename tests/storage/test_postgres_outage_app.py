@@ -1,0 +1,95 @@
+"""A PostgreSQL outage longer than the pool's timeout, under a served app.
+
+The app reaches PostgreSQL through a relay this test cuts (every connection closed,
+every new one closed on arrival) for longer than ``AGENT_DB_POOL_TIMEOUT_S``. Meanwhile:
+``/readyz`` answers 503 at once (checks.db.ok false), and every route that needs the
+database — starting a run, reading a stored run's events, a conversation — answers 503
+``storage_unavailable`` with ``Retry-After``, never 500. Once the relay is restored the
+app is ready again and a run completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import psycopg.conninfo
+import pytest
+
+from app.config import Settings
+from llm.extractive import ExtractiveProvider
+from tests.conftest import collect_sse, running_app
+from tests.support.postgres import TestPostgres
+from tests.support.tcp_cut import CuttableRelay, cuttable_relay
+
+POOL_TIMEOUT_S = 1.0
+
+
+@pytest.fixture
+async def relayed_url(pg_server: TestPostgres) -> AsyncIterator[tuple[str, CuttableRelay]]:
+    with pg_server.database() as url:
+        params = psycopg.conninfo.conninfo_to_dict(url)
+        async with cuttable_relay(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432)) as relay:
+            params["host"], params["port"] = "127.0.0.1", str(relay.port)
+            yield "postgresql://{user}@{host}:{port}/{dbname}".format(**params), relay
+
+
+async def test_an_outage_longer_than_the_pool_timeout_is_503_everywhere(
+    relayed_url: tuple[str, CuttableRelay], tmp_path: Path
+) -> None:
+    url, relay = relayed_url
+    settings = Settings.from_env({
+        "AGENT_DATABASE_URL": url,
+        "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
+        "AGENT_DB_POOL_TIMEOUT_S": str(POOL_TIMEOUT_S),  # the setting under test
+        "AGENT_INGEST_SAMPLE_KB": "false",
+        "AGENT_EMBEDDER": "hashing",
+        "AGENT_LLM_PROVIDER": "extractive",
+        "OLLAMA_HOST": "http://127.0.0.1:9",
+    })
+    body = {"message": "How do I resume a stream?", "context_type": "knowledge"}
+    async with (
+        running_app(settings, provider=ExtractiveProvider()) as (base, app),
+        httpx.AsyncClient(timeout=30) as client,
+    ):
+        assert app.state.services.storage.engine == "postgres"
+        before = await collect_sse(client, "POST", f"{base}/v1/agent/chat", json=body)
+        done = before[-1].json()
+        assert before[-1].event == "message_complete" and done["status"] == "completed"
+        assert (await client.get(f"{base}/readyz")).status_code == 200
+
+        relay.cut()
+        # /readyz does not wait for the pool: a client that gives up after 3 s (the
+        # server's own bound is under one) still gets its answer, every time.
+        for _ in range(3):
+            ready = await client.get(f"{base}/readyz", timeout=3)
+            assert ready.status_code == 503, ready.text
+            assert ready.json()["checks"]["db"]["ok"] is False
+
+        answers = {
+            "start a run": await client.post(f"{base}/v1/agent/runs", json=body),
+            "a stored run's events": await client.get(f"{base}/v1/agent/runs/run_unknown/events"),
+            "a conversation": await client.get(f"{base}/v1/agent/conversations/{done['conversation_id']}x"),
+        }
+        assert relay.refused > 0, "the app never tried to reach the database during the outage"
+        for what, response in answers.items():
+            assert response.status_code == 503, (what, response.status_code, response.text)
+            assert response.json()["error"] == "storage_unavailable", (what, response.text)
+            assert response.headers.get("retry-after"), what
+
+        relay.restore()
+        statuses: list[int] = []
+
+        async def ready_again() -> bool:
+            statuses.append((await client.get(f"{base}/readyz", timeout=3)).status_code)
+            return statuses[-1] == 200
+
+        for _ in range(300):  # the pool reconnects in the background
+            if await ready_again():
+                break
+            await asyncio.sleep(0.05)
+        assert statuses[-1] == 200, statuses[-5:]
+        after = await collect_sse(client, "POST", f"{base}/v1/agent/chat", json=body)
+        assert after[-1].event == "message_complete" and after[-1].json()["status"] == "completed"

@@ -1,0 +1,156 @@
+"""The SQLite file changed under a running server process, during live runs.
+
+Three faults, applied to the files of a server that is streaming runs:
+
+- **removed**: the database, its ``-wal`` and ``-shm`` unlinked (what ``rm agent.sqlite3*``
+  or a clean-up job does);
+- **replaced**: another SQLite file moved over the database's path (a restore by rename);
+- **shm_read_only**: the ``-shm`` replaced by a read-only copy of itself.
+
+What must hold, for each:
+- ``/readyz`` turns 503 with ``checks.db.ok`` false and says why;
+- every live run ends loudly: ``error`` (``storage_unavailable``), then one
+  ``message_complete`` ``failed``, last, with contiguous ids;
+- a new run is refused with 503 ``storage_unavailable`` and ``Retry-After``;
+- the process stays up, and never writes into the file now at the path: after
+  *removed* no file appears there; after *replaced* the new file is byte for byte
+  what was moved in, even after the server stopped;
+- after *removed*, a restarted server says it is creating a new database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import signal
+import sqlite3
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.paced_ollama import run_body
+from tests.support.procs import DEMO_AUTH, AgentServer, Trace, client, follow, start_run, tool_stack, until
+
+RUNS = 2
+FILES = ("", "-wal", "-shm")
+
+
+def _remove(db: Path, workdir: Path) -> None:
+    for suffix in FILES:
+        Path(f"{db}{suffix}").unlink()
+
+
+def _replace(db: Path, workdir: Path) -> None:
+    other = workdir / "other.sqlite3"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE restored (note TEXT)")
+    conn.execute("INSERT INTO restored VALUES ('moved in by the operator')")
+    conn.commit()
+    conn.close()
+    os.replace(other, db)
+
+
+def _shm_read_only(db: Path, workdir: Path) -> None:
+    shm = Path(f"{db}-shm")
+    copy = workdir / "copy-shm"
+    copy.write_bytes(shm.read_bytes())
+    copy.chmod(0o444)
+    os.replace(copy, shm)
+
+
+FAULTS = {"removed": _remove, "replaced": _replace, "shm_read_only": _shm_read_only}
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _db_check(body: dict[str, Any] | None) -> dict[str, Any]:
+    return ((body or {}).get("checks") or {}).get("db") or {}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+async def test_a_database_file_changed_under_the_server_is_noticed_and_never_written(
+    tmp_path: Path, fault: str
+) -> None:
+    async with tool_stack(tmp_path, tokens=400, pause_s=0.05) as stack:
+        server = AgentServer(tmp_path, stack.agent_env())
+        server.start()
+        try:
+            await server.wait_healthy()
+            async with client() as http:
+                assert (await server.readyz(http))[0] == 200
+                traces = [Trace(tag=f"{fault}-{i}-{uuid.uuid4().hex[:6]}") for i in range(RUNS)]
+                followers = []
+                for trace in traces:
+                    status, body = await start_run(http, server.base, run_body(trace.tag))
+                    assert status == 201, body
+                    trace.stream_url = body["stream_url"]
+                    followers.append(asyncio.create_task(follow(http, server.base, trace, deadline_s=120)))
+                await until(
+                    lambda: all(sum(n == "content_chunk" for n in t.names()) >= 3 for t in traces),
+                    "every run to stream",
+                    timeout=60,
+                )
+                assert all(t.outcome == "pending" for t in traces), "the runs ended before the fault"
+
+                mark = server.mark()
+                FAULTS[fault](server.db_path, tmp_path)
+                moved_in = _sha256(server.db_path) if fault == "replaced" else None
+
+                readiness: list[tuple[int, dict[str, Any] | None]] = []
+
+                async def noticed() -> bool:
+                    readiness.append(await server.readyz(http))
+                    return readiness[-1][0] == 503 and _db_check(readiness[-1][1]).get("ok") is False
+
+                for _ in range(300):
+                    if await noticed():
+                        break
+                    await asyncio.sleep(0.05)
+                assert readiness[-1][0] == 503, readiness[-3:]
+                assert _db_check(readiness[-1][1])["detail"], readiness[-1]
+
+                await asyncio.wait_for(asyncio.gather(*followers), timeout=90)
+
+                refused = await http.post(
+                    f"{server.base}/v1/agent/runs", json=run_body(f"{fault}-after"), headers=DEMO_AUTH
+                )
+                assert refused.status_code == 503, refused.text
+                assert refused.json()["error"] == "storage_unavailable"
+                assert refused.headers.get("retry-after")
+                assert (await server.readyz(http))[0] == 503  # it stays unavailable
+                assert server.running, server.tail()
+                if fault == "removed":
+                    assert not server.db_path.exists(), "the running server created a new database file"
+
+            # A graceful stop: closing the database must not write into the file either.
+            server.send(signal.SIGTERM)
+            assert await server.wait_exit(60) is not None, server.tail()
+            log = server.text(since=mark)
+            if fault == "replaced":  # not one byte written into the file moved in
+                assert _sha256(server.db_path) == moved_in
+                conn = sqlite3.connect(server.db_path)
+                assert conn.execute("SELECT note FROM restored").fetchall() == [("moved in by the operator",)]
+                conn.close()
+            if fault == "removed":  # a restart starts afresh — and says so
+                restart_mark = server.mark()
+                await server.restart()
+                assert "creating a new database" in server.text(since=restart_mark), server.tail()
+        finally:
+            server.close()
+
+        for trace in traces:
+            ids = [f[0] for f in trace.frames]
+            assert ids == [str(i) for i in range(1, len(ids) + 1)], (trace.tag, ids)
+            assert trace.names().count("message_complete") == 1 and trace.names()[-1] == "message_complete", (
+                trace.tag, trace.names()[-4:],
+            )
+            assert trace.names()[-2] == "error" and trace.error_codes[-1:] == ["storage_unavailable"], (
+                trace.tag, trace.names()[-4:], trace.error_codes,
+            )
+            assert trace.final_status == "failed", trace.tag
+        assert "the database file changed under the running server" in log, log[-3000:]
