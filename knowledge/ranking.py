@@ -42,6 +42,10 @@ from knowledge.textnorm import fold, fold_with_map, stem, tokens
 
 RRF_K = 60
 W_FUSED, W_PHRASE, W_TITLE, W_META = 0.80, 0.10, 0.05, 0.05
+#: A document's opening says what the document is: when the query names the document
+#: (every word of its title is a query term), its first chunk gains this much ("what
+#: does npm dedupe do?" is answered by the npm-dedupe page's description, not its options).
+W_LEAD = 0.05
 RELEVANCE_FLOOR = 0.4
 
 
@@ -261,7 +265,7 @@ def rerank(
         # every bonus, so once the current top_k all beat that bound for the next
         # candidate (fused is sorted), nothing further can enter the result.
         if i >= top_k and i % 8 == 0:
-            bound = W_FUSED * min(1.0, c.fused / max_fused) + W_PHRASE + W_TITLE + W_META
+            bound = W_FUSED * min(1.0, c.fused / max_fused) + W_PHRASE + W_TITLE + W_META + W_LEAD
             current = _capped(scored, top_k, per_doc)
             if len(current) >= top_k and current[-1].score > bound:
                 break
@@ -281,8 +285,17 @@ def rerank(
         fused = min(1.0, c.fused / max_fused)
         relevance = max(coverage, min(1.0, max(0.0, c.cosine)))
         damped = fused * (RELEVANCE_FLOOR + (1.0 - RELEVANCE_FLOOR) * relevance)
-        c.score = round(min(1.0, W_FUSED * damped + W_PHRASE * phrase + W_TITLE * title_cov + W_META * meta), 4)
+        lead = 1.0 if c.position == 0 and _names_title(c.title, forms) else 0.0
+        c.score = round(
+            min(1.0, W_FUSED * damped + W_PHRASE * phrase + W_TITLE * title_cov + W_META * meta + W_LEAD * lead), 4
+        )
     return _capped(scored, top_k, per_doc)
+
+
+def _names_title(title: str, forms: list[frozenset[str]]) -> bool:
+    """True when every word of ``title`` is one of the query's terms (in any form)."""
+    words = tokens(title)
+    return bool(words) and all(any(w in f or stem(w) in f for f in forms) for w in words)
 
 
 def _capped(candidates: list[Candidate], top_k: int, per_doc: int) -> list[Candidate]:

@@ -56,6 +56,8 @@ _TABLE_TOOLS = frozenset(
      "preview_table_config"}
 )
 _WHAT = {"workflow": "workflows", "tables": "table configurations"}
+#: Passages asked for: the answerer picks the best one or two, so it reads a few more.
+SEARCH_TOP_K = 8
 
 
 def acting_context(request: ChatRequest) -> str | None:
@@ -150,7 +152,7 @@ class ExtractiveProvider:
             yield MessageComplete(stop_for_tool_use=False, usage=Usage(), stop_reason="stop")
             return
         if not attempted:  # a failed search is not repeated: answer with what there is
-            for ev in self._call(SEARCH_TOOL, {"query": question[:500], "top_k": 5}):
+            for ev in self._call(SEARCH_TOOL, {"query": question[:500], "top_k": SEARCH_TOP_K}):
                 yield ev
             return
         if answered and not answered[-1].is_error:

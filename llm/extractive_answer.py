@@ -42,6 +42,16 @@ WHOLE_BLOCK_CHARS = 1800
 #: A whole list or table says more than the question asks: an item or sentence that
 #: covers the question as well is preferred.
 WHOLE_BLOCK_PENALTY = 0.1
+#: A question asking for several things ("which events…", "what are the…", "list…")
+#: is answered by a whole list or table: it gains this much instead of the penalty, and
+#: its length is not held against it.
+ENUMERATION_BONUS = 0.05
+_ENUMERATION = re.compile(r"^\s*(?:which\b|what\s+are\b|list\b|name\s+the\b)", re.IGNORECASE)
+#: How much a question word found only in the unit's title or heading counts.
+CONTEXT_WEIGHT = 0.8
+FIRST_UNDER_HEADING_BONUS = 0.05
+#: For the first sentence of a document the question names (see ``_units``).
+OPENING_BONUS = 0.2
 #: A code block up to this long follows the paragraph that leads to it.
 FOLLOWING_CODE_CHARS = 500
 MAX_ANSWER_CHARS = 1200
@@ -49,12 +59,13 @@ MAX_PASSAGES = 2
 #: A further passage must score at least this share of the best one.
 SECOND_PASSAGE_SHARE = 0.75
 
-_WORD = re.compile(r"[^\W_]+(?:[-'][^\W_]+)*", re.UNICODE)
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _STOP = frozenset(
     "a an and are as at be by can could do does for from how i if in into is it its me my of on or our "
     "should so than that the their them then there these this those to was we what when where which who "
     "why will with would you your about after before does did get got has have having here just more most "
-    "not only other over same some such too under up very via use used using".split()
+    "not only other over same some such too under up very via use used using see".split()
 )
 _PREFIXES = ("dis", "re", "un", "de", "pre", "non")
 _REFERRING = frozenset("this that these those it its they their such then so".split())
@@ -138,6 +149,7 @@ class _Read:
     passage: Passage
     blocks: list[Block]
     headings: list[str]
+    first: bool  # the passage opens its document
 
 
 def _read(passage: Passage) -> _Read:
@@ -149,7 +161,7 @@ def _read(passage: Passage) -> _Read:
         if b.kind == "heading":
             current = b.text
         headings.append(current)
-    return _Read(passage, blocks, headings)
+    return _Read(passage, blocks, headings, first)
 
 
 def _introduces(text: str) -> bool:
@@ -164,40 +176,64 @@ def _prev_block(read: _Read, b: int) -> Block | None:
     return read.blocks[b - 1] if b > 0 else None
 
 
-def _units(reads: list[_Read], question: frozenset[str]) -> list[_Unit]:
+def _unit_score(question: frozenset[str], text: str, context: frozenset[str]) -> float:
+    """Coverage of the question by the unit, its title and heading counting a little less
+    ("This command removes …" under "npm-prune" is about npm prune), less a little for
+    every word past a sentence's worth (of two units that cover the question alike, the
+    one that says only that is the answer)."""
+    terms = _stems(text)
+    own = _coverage(question, terms)
+    around = _coverage(question, terms | context)
+    words = len(text.split())
+    return own + CONTEXT_WEIGHT * (around - own) - min(0.1, 0.002 * max(0, words - 20))
+
+
+def _only_links(text: str) -> bool:
+    """A unit that is nothing but links ("See also" lists) says nothing itself."""
+    return len(_LINK.sub("", item_body(text)).strip(" .,;:-*")) < 3
+
+
+def _units(reads: list[_Read], question: frozenset[str], enumeration: bool) -> list[_Unit]:
     out: list[_Unit] = []
     for p, read in enumerate(reads):
         title = _stems(read.passage.title)
+        rank = 0.1 * read.passage.score - 0.02 * p
+        # A question that names a document ("what does npm dedupe do?", every word in the
+        # title "npm-dedupe") is answered by what that document says first.
+        named = read.first and _coverage(title, question) >= 1.0
+        opening = next((b for b, block in enumerate(read.blocks) if block.kind == "prose"), -1)
         for b, block in enumerate(read.blocks):
             if block.kind == "heading" or block.kind == "code":
                 continue
             context = title | _stems(read.headings[b])
+            after_heading = b > 0 and read.blocks[b - 1].kind == "heading"
             if block.kind in ("list", "table"):  # the whole block, when no one item says it
                 whole = block.markdown()
-                if len(whole) <= WHOLE_BLOCK_CHARS:
-                    terms = _stems(whole)
-                    coverage = _coverage(question, terms)
-                    if coverage > 0:
-                        score = (coverage + 0.15 * _coverage(question, context - terms) + 0.1 * read.passage.score
-                                 - 0.02 * p - WHOLE_BLOCK_PENALTY)
-                        out.append(_Unit(p, b, -1, whole, score))
+                if len(whole) <= WHOLE_BLOCK_CHARS and not all(_only_links(u) for u in block.units or [whole]):
+                    plain = _LINK.sub(r"\1", whole)
+                    score = _unit_score(question, plain, context) + (
+                        ENUMERATION_BONUS + min(0.1, 0.002 * max(0, len(plain.split()) - 20)) if enumeration
+                        else -WHOLE_BLOCK_PENALTY
+                    )
+                    if score > 0:
+                        out.append(_Unit(p, b, -1, whole, score + rank))
             if block.kind == "table":
                 continue
             for i, text in enumerate(block.units):
-                if len(text) < MIN_LEAD_CHARS:
+                if len(text) < MIN_LEAD_CHARS or _only_links(text):
                     continue
                 last = i == len(block.units) - 1
-                follower = _next_block(read, b)
-                if block.kind == "prose" and last and _introduces(text) and follower is None:
+                if block.kind == "prose" and last and _introduces(text) and _next_block(read, b) is None:
                     continue  # introduces what this passage does not hold
-                terms = _stems(item_body(text) if block.kind == "list" else text)
-                coverage = _coverage(question, terms)
-                if coverage <= 0:
-                    continue
-                # The heading's words count only where the unit's own do not.
-                heading_bonus = 0.15 * _coverage(question, context - terms)
-                score = (coverage + heading_bonus + 0.1 * read.passage.score - 0.02 * p
-                         - 0.004 * min(i, 10))
+                plain = _LINK.sub(r"\1", item_body(text) if block.kind == "list" else text)
+                score = _unit_score(question, plain, context) + rank - 0.004 * min(i, 10)
+                if _coverage(question, _stems(plain)) <= 0 and not (named and b == opening) \
+                        and _coverage(question, _stems(read.headings[b])) < 0.5:
+                    continue  # about the question neither itself nor by its section
+                if after_heading and i == 0:  # what a section says first is what it is about
+                    score += FIRST_UNDER_HEADING_BONUS
+                if named and b == opening and i == 0:
+                    score += OPENING_BONUS
                 out.append(_Unit(p, b, i, text, score))
     return out
 
@@ -291,7 +327,8 @@ def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[st
     if not q or not passages:
         return "", [], 0.0
     reads = [_read(p) for p in passages]
-    units = sorted(_units(reads, q), key=lambda u: (-u.score, u.passage, u.block, u.index))
+    enumeration = bool(_ENUMERATION.search(question))
+    units = sorted(_units(reads, q, enumeration), key=lambda u: (-u.score, u.passage, u.block, u.index))
     units = [u for u in units if u.score >= MIN_RELEVANCE]
     if not units:
         return "", [], 0.0

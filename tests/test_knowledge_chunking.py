@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 
 import pytest
@@ -34,7 +35,7 @@ def test_long_section_is_split_with_overlap_and_bounded_size() -> None:
     assert [c.position for c in chunks] == list(range(len(chunks)))
     for c in chunks:
         assert len(c.text) <= 800 + 120 + 4
-    for prev, cur in zip(chunks, chunks[1:], strict=False):
+    for prev, cur in itertools.pairwise(chunks):
         # the start of each later chunk repeats the end of the previous one: whole sentences
         head = cur.text[:60]
         assert head in prev.text, (head, prev.text[-200:])

@@ -1,0 +1,61 @@
+"""Offline answers as a reader judges them: the share of questions whose answer carries
+its fact, and how many sentences were said twice or started mid-sentence.
+
+Runs the default configuration (no model reachable: the extractive answerer, the
+hashing embedder) on a fresh database, ingests the npm documentation installed with npm
+through ``agentchat ingest``, asks tests/data/offline_questions.json in the knowledge
+context and writes bench/results/offline_answers.json.
+
+    .venv/bin/python bench/offline_answers.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.support.offline_answers import carries, fragments, load_questions, npm_docs, repeated_sentences
+from tests.test_offline_answers import ask_all, defaults, ingest
+
+RESULTS = Path(__file__).resolve().parent / "results" / "offline_answers.json"
+
+
+async def main() -> None:
+    questions = load_questions()
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        env = defaults(Path(tmp))
+        docs = npm_docs()
+        if docs is not None:
+            await ingest(env, docs, "npm")
+        sets = {"sample": await ask_all(env, questions["sample"], None)}
+        if docs is not None:
+            sets["npm"] = await ask_all(env, questions["npm"], {"bucket": "npm"})
+        else:
+            print("npm is not installed: the npm documentation set is skipped")
+    for name, results in sets.items():
+        carried = [r for r in results if carries(r["answer"], r["fact"])]
+        out[name] = {
+            "questions": len(results),
+            "carried": len(carried),
+            "carried_rate": round(len(carried) / len(results), 3),
+            "repeated_sentences": sum(len(repeated_sentences(r["answer"])) for r in results),
+            "fragments": sum(len(fragments(r["answer"])) for r in results),
+            "missed": [r["question"] for r in results if r not in carried],
+        }
+        print(f"{name}: carried {len(carried)}/{len(results)} ({out[name]['carried_rate']:.0%}), "
+              f"repeated sentences {out[name]['repeated_sentences']}, fragments {out[name]['fragments']}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,91 @@
+"""Judging offline answers as a reader would: is the fact there, is any sentence said
+twice, does any paragraph start mid-sentence. Shared by tests/test_offline_answers.py
+and bench/offline_answers.py; the questions are tests/data/offline_questions.json."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+QUESTIONS = Path(__file__).resolve().parents[1] / "data" / "offline_questions.json"
+_CITATION = re.compile(r"\s*\[[A-Za-z0-9][\w.:#/@\-]*\]")
+_MARKS = re.compile(r"[*_`]")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(\[*_])")
+_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+")
+#: Lower-case words that may start a sentence in these documents (command names).
+_LOWERCASE_STARTS = frozenset({"npm", "npx"})
+
+
+def load_questions() -> dict[str, list[dict[str, str]]]:
+    data = orjson.loads(QUESTIONS.read_bytes())
+    return {"sample": data["sample"], "npm": data["npm"]}
+
+
+def npm_docs() -> Path | None:
+    """``$(npm root -g)/npm/docs`` when npm is installed, else None."""
+    npm = shutil.which("npm")
+    if npm is None:
+        return None
+    root = subprocess.run([npm, "root", "-g"], capture_output=True, text=True, timeout=60).stdout.strip()
+    docs = Path(root) / "npm" / "docs"
+    return docs if docs.is_dir() else None
+
+
+def carries(answer: str, fact: str) -> bool:
+    """The fact is in the answer (case, emphasis and code marks ignored)."""
+    return _MARKS.sub("", fact).casefold() in _MARKS.sub("", answer).casefold()
+
+
+def _prose_lines(answer: str) -> list[str]:
+    """The answer's paragraphs and list items, without code blocks, tables or citations."""
+    out: list[str] = []
+    in_code = False
+    for line in answer.split("\n"):
+        if line.strip().startswith(("```", "~~~")):
+            in_code = not in_code
+            continue
+        if in_code or not line.strip() or line.lstrip().startswith("|"):
+            continue
+        text = _CITATION.sub("", _ITEM.sub("", line)).strip()
+        if text:
+            out.append(text)
+    return out
+
+
+def repeated_sentences(answer: str) -> list[str]:
+    """Sentences said more than once (compared over their folded words)."""
+    seen: set[str] = set()
+    repeated: list[str] = []
+    for line in _prose_lines(answer):
+        for sentence in _SENTENCE.split(line):
+            key = " ".join(re.findall(r"[^\W_]+", sentence.casefold()))
+            if len(key.split()) < 3:
+                continue
+            if key in seen:
+                repeated.append(sentence)
+            seen.add(key)
+    return repeated
+
+
+def fragments(answer: str) -> list[str]:
+    """Paragraphs or items that start or end mid-sentence."""
+    out: list[str] = []
+    for line in _prose_lines(answer):
+        text = line.lstrip("*_ ")
+        first = _MARKS.sub("", text.split(" ", 1)[0])
+        label = first.endswith(":")  # "*note*: …" starts a sentence
+        starts_cut = text.startswith(("…", "...", ",", ";", ")")) or (
+            text[:1].islower() and first not in _LOWERCASE_STARTS and not label
+        )
+        if starts_cut or text.endswith("…"):
+            out.append(line)
+    return out
+
+
+def response_of(events: list[Any]) -> dict[str, Any]:
+    return next(e.json() for e in events if e.event == "response")

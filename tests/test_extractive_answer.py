@@ -1,0 +1,71 @@
+"""The offline answer's composition (llm/extractive_answer.py) and the KB's copy
+collapse (knowledge/duplicates.py), on passages shaped like the ones that garbled
+answers in issue 20; tests/test_offline_answers.py runs the whole service."""
+
+from __future__ import annotations
+
+from knowledge.duplicates import collapse_duplicates
+from llm.extractive_answer import Passage, compose_answer
+from tests.support.offline_answers import fragments, repeated_sentences
+
+MD = """### Description
+
+This command is similar to `npm install`, except it's meant for automated environments.
+
+The main differences between using `npm install` and `npm ci` are:
+
+* The project **must** have an existing `package-lock.json` or
+  `npm-shrinkwrap.json`.
+* It will never write to `package.json` or any of the package-locks:
+  installs are essentially frozen."""
+HTML_END = """# npm-ci
+
+This command is similar to `npm install`, except it's meant for automated environments.
+
+The main differences between using `npm install` and `npm ci` are:"""
+OLD_CHUNK = """you're doing a clean install of your dependencies.
+
+The main differences between using `npm install` and `npm ci` are:
+
+- The project **must** have an existing `package-lock.json` or `npm-shrinkwrap.json`.
+- It will never write to `package.json` or any of the package-locks:
+installs are essentially frozen."""
+
+
+def test_the_list_comes_with_its_introduction_once_from_copies() -> None:
+    passages = [
+        Passage("html#0", "npm-ci", HTML_END, 0.9),  # ends at the introduction: cannot be quoted whole
+        Passage("md#1", "npm-ci", MD, 0.8),
+        Passage("old#1", "npm-ci", OLD_CHUNK, 0.7),  # an old chunk starting mid-sentence
+    ]
+    answer, sources, _ = compose_answer("What does npm ci do differently from npm install?", passages)
+    assert answer.count("The main differences between using") == 1
+    assert "\n* The project **must** have an existing `package-lock.json` or `npm-shrinkwrap.json`." in answer
+    assert "installs are essentially frozen." in answer
+    assert repeated_sentences(answer) == [] and fragments(answer) == []
+    assert "you're doing" not in answer and sources[0] == "md#1"
+
+
+def test_the_sentence_after_the_lead_comes_along() -> None:
+    text = ("## Durable runs\n\n- `POST /v1/agent/runs/{run_id}/cancel` stops a run. It is idempotent.\n"
+            "- `GET /v1/agent/runs/{run_id}/events` streams the events of a run after a disconnect. "
+            "`Last-Event-ID` (or `?after=N`) replays from that point and then follows live.")
+    passages = [Passage("api#1", "HTTP API", text, 0.5)]
+    answer, _, _ = compose_answer("How do I resume a stream after a disconnect?", passages)
+    assert "Last-Event-ID" in answer and not answer.startswith("- ")
+
+
+def test_a_code_block_stays_a_code_block() -> None:
+    text = "## Configure CI\n\nConfigure Travis CI to build using `npm ci`:\n\n```yaml\ninstall:\n- npm ci\n```"
+    answer, _, _ = compose_answer("How do I configure Travis CI for npm ci?", [Passage("ci#3", "npm-ci", text, 0.5)])
+    assert "```yaml\ninstall:\n- npm ci\n```" in answer
+
+
+def test_copies_are_collapsed_and_counted() -> None:
+    hits = [
+        ("a", "docs/content/npm-ci.md", MD),
+        ("b", "docs/output/npm-ci.html", MD.replace("*", "-").replace("\n  ", " ")),  # same words
+        ("c", "docs/other.md", "Something else entirely about publishing packages to a registry."),
+    ]
+    kept, dropped = collapse_duplicates(hits, 5, text=lambda h: h[2], source=lambda h: h[1], document=lambda h: h[0])
+    assert [h[0] for h in kept] == ["a", "c"] and dropped == 1

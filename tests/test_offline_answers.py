@@ -1,0 +1,119 @@
+"""Issue 20, item 4: the offline default's answers read as answers.
+
+Through the real service with its defaults (provider and embedder ``auto`` with no model
+reachable, so the extractive answerer and the hashing embedder; a fresh database that
+ingests the sample knowledge base itself), documents ingested by the real CLI
+(``agentchat ingest``), questions asked in the ``knowledge`` context over SSE, the
+``response`` event's answer judged as a reader would (tests/support/offline_answers.py):
+the fact it must carry, no sentence said twice, no paragraph starting or ending
+mid-sentence, copies of one page never cited twice.
+
+The questions (tests/data/offline_questions.json) are over the sample KB and the npm
+documentation installed with npm (``.md`` and ``.html`` copies of each page).
+
+The issue's target is 90 % of facts carried. Measured on this set (2026-11-26): the
+sample KB 10/12, the npm docs 9/14 (73 % overall). Every miss read by hand is a
+retrieval miss: the passage that states the fact is not among the eight the search
+returns (``npm-run``'s description loses to the ``scripts`` page, "log in" does not
+meet ``npm-login``), so the answerer cannot quote it. The floors below guard what is
+reached; raising them needs better retrieval, not a different answerer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.config import Settings
+from tests.conftest import collect_sse, running_app
+from tests.support.offline_answers import (
+    carries,
+    fragments,
+    load_questions,
+    npm_docs,
+    repeated_sentences,
+    response_of,
+)
+from tests.support.procs import REPO, child_env
+
+SAMPLE_FLOOR = 0.8
+NPM_FLOOR = 0.6
+QUOTED_IN_THE_ISSUE = {
+    "What does npm ci do differently from npm install?",
+    "How do I resume a stream after a disconnect?",
+}
+
+
+def defaults(tmp_path: Path) -> dict[str, str]:
+    """The default configuration on a fresh database, with no model reachable."""
+    return {"AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"), "OLLAMA_HOST": "http://127.0.0.1:9"}
+
+
+async def ingest(env: dict[str, str], path: Path, bucket: str) -> None:
+    """``agentchat ingest PATH --bucket B`` as a user runs it."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app.cli", "ingest", str(path), "--bucket", bucket, "--quiet", "--keep-going",
+        cwd=REPO, env=child_env(env), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0, out.decode()[-2000:]
+
+
+async def ask_all(
+    env: dict[str, str], questions: list[dict[str, str]], context: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    async with running_app(Settings.from_env(env)) as (base, _), httpx.AsyncClient(timeout=120) as client:
+        for _ in range(600):  # the sample KB is ingested at start-up
+            if (await client.get(f"{base}/readyz")).status_code == 200:
+                break
+            await asyncio.sleep(0.1)
+        for item in questions:
+            body: dict[str, Any] = {"message": item["question"], "context_type": "knowledge"}
+            if context:
+                body["context"] = context
+            events = await collect_sse(client, "POST", f"{base}/v1/agent/chat", json=body)
+            assert events[-1].event == "message_complete" and events[-1].json()["status"] == "completed"
+            results.append({**item, **response_of(events)})
+    return results
+
+
+def judge(results: list[dict[str, Any]], floor: float) -> None:
+    for r in results:
+        print(f"\n=== {r['question']}  (must carry: {r['fact']})\n{r['answer']}")
+    for r in results:
+        assert repeated_sentences(r["answer"]) == [], (r["question"], r["answer"])
+        assert fragments(r["answer"]) == [], (r["question"], r["answer"])
+        # One page is cited from one file: never as its .md and its .html copy.
+        files = {s["location"] for s in r["sources"] if s.get("location")}
+        assert len({f.rsplit(".", 1)[0].rsplit("/", 1)[-1] for f in files}) == len(files), r["sources"]
+        if r["question"] in QUOTED_IN_THE_ISSUE:
+            assert carries(r["answer"], r["fact"]), (r["question"], r["answer"])
+    carried = sum(carries(r["answer"], r["fact"]) for r in results) / len(results)
+    print(f"\ncarried {carried:.0%} of {len(results)}")
+    assert carried >= floor, [r["question"] for r in results if not carries(r["answer"], r["fact"])]
+
+
+async def test_sample_kb_questions_are_answered_whole(tmp_path: Path) -> None:
+    results = await ask_all(defaults(tmp_path), load_questions()["sample"], None)
+    judge(results, SAMPLE_FLOOR)
+
+
+async def test_npm_documentation_questions_are_answered_whole(tmp_path: Path) -> None:
+    docs = npm_docs()
+    if docs is None:
+        pytest.skip("npm is not installed: no $(npm root -g)/npm/docs to ask about")
+    env = defaults(tmp_path)
+    await ingest(env, docs, "npm")
+    results = await ask_all(env, load_questions()["npm"], {"bucket": "npm"})
+    judge(results, NPM_FLOOR)
+    ci = next(r for r in results if r["question"].startswith("What does npm ci"))
+    # The list the sentence introduces comes with it, as Markdown, from one copy of the page.
+    assert ci["answer"].count("The main differences between using") == 1
+    assert "\n* " in ci["answer"] or "\n- " in ci["answer"]
+    assert len({s["location"] for s in ci["sources"]}) == 1, ci["sources"]  # one copy of the page
