@@ -28,7 +28,9 @@ from storage.kb_records import (
     KBRanked,
     KBScope,
     KBTextTuning,
+    KBUnembedded,
     KBVectorRows,
+    KBVectorWrite,
     TypedRow,
 )
 from storage.keyword_records import (
@@ -394,6 +396,22 @@ class KBIndex(Protocol):
         ...
 
     async def counts(self, embed_model: str | None, embed_dim: int | None) -> KBCounts: ...
+
+    # re-embedding (``knowledge.backfill``)
+    async def documents_without_vectors(
+        self, embed_model: str, embed_dim: int, *, limit: int, after: str | None = None
+    ) -> list[KBUnembedded]:
+        """Up to ``limit`` documents, by id after ``after``, whose vectors are not of
+        ``embed_model`` at ``embed_dim`` dimensions (missing, or another embedder's), each
+        with its chunks' text in position order."""
+        ...
+
+    async def store_vectors(self, embed_model: str, embed_dim: int, docs: Sequence[KBVectorWrite]) -> list[str]:
+        """In one transaction, give these documents' chunks their vectors and mark the
+        documents as embedded by ``embed_model`` — only those still as they were read
+        (same content hash, same chunk ids): a document re-ingested meanwhile is left to
+        that ingest. Returns the ids written."""
+        ...
 
 
 @runtime_checkable

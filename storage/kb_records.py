@@ -190,6 +190,43 @@ class KBCounts:
     without_vectors: int
 
 
+# --- re-embedding ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KBChunkText:
+    """One stored chunk as the embedder sees it (``knowledge.ingest.embedding_text``)."""
+
+    id: int
+    heading: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class KBUnembedded:
+    """A stored document without vectors of the current embedder (never embedded, or
+    by another one), with what embedding it again needs (``KBIndex.documents_without_vectors``)."""
+
+    id: str
+    bucket: str
+    title: str
+    content_hash: str
+    #: In position order.
+    chunks: tuple[KBChunkText, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class KBVectorWrite:
+    """Vectors for a document's chunks as read (``KBIndex.store_vectors``): written only
+    if the document still has this content hash and these chunk ids."""
+
+    doc_id: str
+    content_hash: str
+    chunk_ids: Sequence[int]
+    #: One float32 row per chunk id, in the same order.
+    vectors: npt.NDArray[np.float32]
+
+
 # --- search ------------------------------------------------------------------------------
 
 

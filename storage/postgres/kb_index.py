@@ -34,6 +34,7 @@ import orjson
 from storage.kb_records import (
     KBBucketRecord,
     KBChunkRow,
+    KBChunkText,
     KBCounts,
     KBDocState,
     KBDocumentListing,
@@ -43,7 +44,9 @@ from storage.kb_records import (
     KBSchemaConflict,
     KBScope,
     KBTextTuning,
+    KBUnembedded,
     KBVectorRows,
+    KBVectorWrite,
     TypedRow,
 )
 from storage.postgres import kb_buckets
@@ -541,6 +544,72 @@ class PostgresKBIndex:
         )
         docs, chunks, stale = (int(x) for x in row) if row else (0, 0, 0)
         return KBCounts(docs, chunks, stale)
+
+    # ------------------------------------------------------------------ re-embedding
+    async def documents_without_vectors(
+        self, embed_model: str, embed_dim: int, *, limit: int, after: str | None = None
+    ) -> list[KBUnembedded]:
+        docs = await self._db.fetchall(
+            "SELECT id, bucket, title, content_hash FROM kb_documents"
+            " WHERE (embed_model IS DISTINCT FROM %s OR embed_dim IS DISTINCT FROM %s) AND chunk_count > 0"
+            ' AND id COLLATE "C" > %s ORDER BY id COLLATE "C" LIMIT %s',
+            (embed_model, embed_dim, after or "", max(0, int(limit))),
+        )
+        if not docs:
+            return []
+        ids = [str(r[0]) for r in docs]
+        chunks: dict[str, list[KBChunkText]] = {}
+        rows = await self._db.fetchall(
+            "SELECT doc_id, id, heading, text FROM kb_chunks WHERE doc_id = ANY(%s) ORDER BY doc_id, position",
+            (ids,),
+        )
+        for doc_id, cid, heading, text in rows:
+            chunks.setdefault(str(doc_id), []).append(KBChunkText(int(cid), heading or "", text or ""))
+        return [KBUnembedded(str(i), b, t or "", h, tuple(chunks.get(str(i), ()))) for i, b, t, h in docs]
+
+    async def store_vectors(self, embed_model: str, embed_dim: int, docs: Sequence[KBVectorWrite]) -> list[str]:
+        if not docs:
+            return []
+        wanted = {d.doc_id: d for d in docs}
+
+        async def run(conn: Conn) -> list[str]:
+            # Locked in the order an ingest takes them (chunks, then the document): one
+            # replacing a document waits for this transaction, or has already committed.
+            cur = await conn.execute(
+                "SELECT doc_id, id FROM kb_chunks WHERE doc_id = ANY(%s) ORDER BY doc_id, position FOR UPDATE",
+                (list(wanted),),
+            )
+            current: dict[str, list[int]] = {}
+            for doc_id, cid in await cur.fetchall():
+                current.setdefault(str(doc_id), []).append(int(cid))
+            cur = await conn.execute(
+                "SELECT id, content_hash FROM kb_documents WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
+                (list(wanted),),
+            )
+            same = {str(i) for i, h in await cur.fetchall() if wanted[str(i)].content_hash == h}
+            written: list[str] = []
+            updates: list[tuple[Any, ...]] = []
+            for d in docs:
+                ids = current.get(d.doc_id)
+                if d.doc_id not in same or ids != [int(c) for c in d.chunk_ids] or len(ids) != len(d.vectors):
+                    continue
+                updates.extend((np.asarray(v, np.float32), cid) for cid, v in zip(ids, d.vectors, strict=True))
+                written.append(d.doc_id)
+            if not written:
+                return []
+            async with conn.cursor() as c:
+                await c.executemany("UPDATE kb_chunks SET embedding = %s WHERE id = %s", updates)
+            await conn.execute(
+                "UPDATE kb_documents SET embed_model = %s, embed_dim = %s WHERE id = ANY(%s)",
+                (embed_model, embed_dim, written),
+            )
+            await self._ensure_hnsw(conn, embed_dim)
+            return written
+
+        try:
+            return await self._db.transact(run)
+        finally:
+            self._stats_changed()
 
 
 __all__ = ["PostgresKBIndex", "ensure_hnsw_index", "hnsw_index_exists", "hnsw_index_name"]

@@ -30,6 +30,7 @@ import orjson
 from storage.kb_records import (
     KBBucketRecord,
     KBChunkRow,
+    KBChunkText,
     KBCounts,
     KBDocState,
     KBDocumentListing,
@@ -39,7 +40,9 @@ from storage.kb_records import (
     KBSchemaConflict,
     KBScope,
     KBTextTuning,
+    KBUnembedded,
     KBVectorRows,
+    KBVectorWrite,
     TypedRow,
 )
 from storage.sqlite import kb_buckets, kb_fts
@@ -411,6 +414,61 @@ class SqliteKBIndex:
         )
         docs, chunks, stale = (int(x) for x in row) if row else (0, 0, 0)
         return KBCounts(docs, chunks, stale)
+
+    # ------------------------------------------------------------------ re-embedding
+    async def documents_without_vectors(
+        self, embed_model: str, embed_dim: int, *, limit: int, after: str | None = None
+    ) -> list[KBUnembedded]:
+        docs = await self._db.fetchall(
+            "SELECT id, bucket, title, content_hash FROM kb_documents"
+            " WHERE (embed_model IS NOT ? OR embed_dim IS NOT ?) AND chunk_count > 0 AND id > ?"
+            " ORDER BY id LIMIT ?",
+            (embed_model, embed_dim, after or "", max(0, int(limit))),
+        )
+        if not docs:
+            return []
+        chunks: dict[str, list[KBChunkText]] = {}
+        ids = [str(r[0]) for r in docs]
+        rows = await self._db.fetchall(
+            f"SELECT doc_id, id, heading, text FROM kb_chunks WHERE doc_id IN ({_marks(len(ids))})"
+            " ORDER BY doc_id, position",
+            ids,
+        )
+        for doc_id, cid, heading, text in rows:
+            chunks.setdefault(str(doc_id), []).append(KBChunkText(int(cid), heading or "", text or ""))
+        return [
+            KBUnembedded(str(i), b, t or "", h, tuple(chunks.get(str(i), ()))) for i, b, t, h in docs
+        ]
+
+    async def store_vectors(self, embed_model: str, embed_dim: int, docs: Sequence[KBVectorWrite]) -> list[str]:
+        if not docs:
+            return []
+
+        async def run(conn: aiosqlite.Connection) -> list[str]:
+            written: list[str] = []
+            for d in docs:
+                async with conn.execute("SELECT content_hash FROM kb_documents WHERE id = ?", (d.doc_id,)) as cur:
+                    row = await cur.fetchone()
+                if row is None or row[0] != d.content_hash:
+                    continue
+                async with conn.execute(
+                    "SELECT id FROM kb_chunks WHERE doc_id = ? ORDER BY position", (d.doc_id,)
+                ) as cur:
+                    current = [int(r[0]) for r in await cur.fetchall()]
+                if current != [int(c) for c in d.chunk_ids] or len(current) != len(d.vectors):
+                    continue
+                await conn.executemany(
+                    "UPDATE kb_chunks SET vector = ? WHERE id = ?",
+                    [(np.asarray(v, np.float32).tobytes(), cid) for cid, v in zip(current, d.vectors, strict=True)],
+                )
+                await conn.execute(
+                    "UPDATE kb_documents SET embed_model = ?, embed_dim = ? WHERE id = ?",
+                    (embed_model, embed_dim, d.doc_id),
+                )
+                written.append(d.doc_id)
+            return written
+
+        return await self._db.transact(run)
 
 
 def _vector_rows(doc_id: str, bucket: str, ids: list[int], vecs: list[bytes], dim: int) -> KBVectorRows:

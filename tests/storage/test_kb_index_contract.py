@@ -18,7 +18,14 @@ import pytest
 from knowledge.buckets import typed_values
 from knowledge.filters import compile_filters, parse_filters
 from storage.interfaces import KBIndex
-from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBSchemaConflict, KBScope, KBTextTuning
+from storage.kb_records import (
+    KBChunkWrite,
+    KBDocumentWrite,
+    KBSchemaConflict,
+    KBScope,
+    KBTextTuning,
+    KBVectorWrite,
+)
 
 TUNING = KBTextTuning()
 DIM = 8
@@ -352,3 +359,57 @@ async def test_counts_without_an_embedder(kb: KBIndex) -> None:
     await kb.write_documents("docs", {}, [doc("a", ["one"], vectors=False), doc("b", ["two"])])
     counts = await kb.counts(None, None)
     assert (counts.documents, counts.chunks, counts.without_vectors) == (2, 2, 1)
+
+
+async def test_documents_without_vectors_of_an_embedder_are_listed_with_their_chunks(kb: KBIndex) -> None:
+    await kb.create_bucket("docs", {}, typed_row=typed_values)
+    await kb.write_documents("docs", {}, [
+        doc("a", ["one", "two"], vectors=False), doc("b", ["three"]), doc("c", ["four"], vectors=False),
+        doc("d", ["five", "six", "seven"], vectors=False),
+    ])
+    pending = await kb.documents_without_vectors("test-embed", DIM, limit=10)
+    assert [d.id for d in pending] == ["a", "c", "d"]
+    first = pending[0]
+    assert (first.bucket, first.title, first.content_hash) == ("docs", "a", "h-a-2")
+    assert [(c.heading, c.text) for c in first.chunks] == [("Section 0", "one"), ("Section 1", "two")]
+    assert [d.id for d in await kb.documents_without_vectors("test-embed", DIM, limit=1, after="a")] == ["c"]
+    assert await kb.documents_without_vectors("test-embed", DIM, limit=10, after="d") == []
+    # Another embedder (or another dimension of the same one) needs every document.
+    assert [d.id for d in await kb.documents_without_vectors("other-model", DIM, limit=10)] == ["a", "b", "c", "d"]
+    assert len(await kb.documents_without_vectors("test-embed", DIM * 2, limit=10)) == 4
+
+
+async def test_stored_vectors_are_searchable_and_the_document_counts_as_embedded(kb: KBIndex) -> None:
+    await kb.create_bucket("docs", {}, typed_row=typed_values)
+    await kb.write_documents("docs", {}, [doc("a", ["one", "two"], vectors=False), doc("b", ["three"])])
+    (pending,) = await kb.documents_without_vectors("test-embed", DIM, limit=10)
+    vectors = np.stack([vec(3), vec(4)])
+    write = KBVectorWrite(pending.id, pending.content_hash, [c.id for c in pending.chunks], vectors)
+    assert await kb.store_vectors("test-embed", DIM, [write]) == ["a"]
+    assert await kb.documents_without_vectors("test-embed", DIM, limit=10) == []
+    assert (await kb.counts("test-embed", DIM)).without_vectors == 0
+    state = (await kb.document_states(["a"]))["a"]
+    assert (state.embed_model, state.embed_dim, state.content_hash) == ("test-embed", DIM, "h-a-2")
+    rows = {r.doc_id: r async for r in kb.iter_vectors("test-embed", DIM)}
+    assert rows["a"].chunk_ids == [c.id for c in pending.chunks]
+    np.testing.assert_allclose(rows["a"].vectors, vectors, rtol=1e-6)
+    # The full text is untouched.
+    assert (await kb.text_candidates(["two"], KBScope(), 10, TUNING)).ids == [pending.chunks[1].id]
+
+
+async def test_vectors_for_a_document_changed_since_it_was_read_are_not_stored(kb: KBIndex) -> None:
+    await kb.create_bucket("docs", {}, typed_row=typed_values)
+    await kb.write_documents("docs", {}, [
+        doc("a", ["one"], vectors=False), doc("b", ["two"], vectors=False), doc("c", ["three"], vectors=False),
+    ])
+    read = {d.id: d for d in await kb.documents_without_vectors("test-embed", DIM, limit=10)}
+    # Re-ingested meanwhile: "a" with new content, "b" with the same content (new chunk ids); "c" deleted.
+    await kb.write_documents("docs", {}, [doc("a", ["one", "more"], vectors=False), doc("b", ["two"], vectors=False)])
+    await kb.delete_documents(["c"])
+    writes = [
+        KBVectorWrite(d.id, d.content_hash, [c.id for c in d.chunks], np.stack([vec(1)] * len(d.chunks)))
+        for d in read.values()
+    ]
+    assert await kb.store_vectors("test-embed", DIM, writes) == []
+    assert [d.id for d in await kb.documents_without_vectors("test-embed", DIM, limit=10)] == ["a", "b"]
+    assert [r async for r in kb.iter_vectors("test-embed", DIM)] == []
