@@ -2,7 +2,10 @@
 
 ``POST /v1/kb/documents`` takes ``{"documents": [...], "bucket"?}`` (each document
 ``{text|content, title?, id?, source?, url?, metadata?}``) and answers with the
-ingestion report; rejected records come back with their 1-based position.
+ingestion report; rejected records come back with their 1-based position. When the
+embedder failed the documents are stored all the same, found by text search at once,
+and queued for re-embedding in the background: the answer is ``202 Accepted`` with
+``queued_for_embedding`` and ``embedding: {state: "queued", searchable_by: ["text"], …}``.
 ``POST /v1/admin/keywords/prune`` takes ``{"min_usage", "older_than_days"}``.
 Both are administrative: in ``jwt`` mode only users in ``AGENT_ADMIN_USERS`` may call them;
 with ``AGENT_AUTH=none`` (anyone who can reach the port is "the user") they answer 403
@@ -67,8 +70,26 @@ async def ingest_documents(request: Request) -> Response:
     except ValueError as exc:  # unknown bucket, bad bucket name
         raise HTTPProblem(400, "invalid_field", str(exc)) from None
     payload = report.to_dict()
+    payload["embedding"] = _embedding_state(report, has_embedder=knowledge.kb.embedder is not None)
     status = 200 if (payload["added"] or payload["updated"] or payload["skipped"]) else 422
+    if status == 200 and report.queued_for_embedding:
+        status = 202  # stored and searchable by text; the vectors are work still pending
     return ORJSONResponse(payload, status_code=status)
+
+
+def _embedding_state(report: Any, *, has_embedder: bool) -> dict[str, Any]:
+    """How the stored documents can be searched now, and what is still to come."""
+    if not has_embedder:
+        return {"state": "no embedder", "documents": 0, "searchable_by": ["text"]}
+    if report.queued_for_embedding:
+        return {
+            "state": "queued",
+            "documents": report.queued_for_embedding,
+            "searchable_by": ["text"],
+            "detail": f"the embedder failed ({report.embedding_error}): stored and found by text search now, "
+            "re-embedded in the background (GET /readyz: checks.knowledge.reembedding)",
+        }
+    return {"state": "done", "documents": 0, "searchable_by": ["text", "meaning"]}
 
 
 async def prune_keywords(request: Request) -> Response:

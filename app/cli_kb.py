@@ -288,6 +288,10 @@ async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
         print(f"agentchat ingest: {len(report.rejected)} rejected; exit code {EXIT_REJECTED} "
               "(--keep-going to exit 0)", file=sys.stderr)
         return EXIT_REJECTED
+    if report.queued_for_embedding and not args.keep_going:
+        print(f"agentchat ingest: {report.queued_for_embedding} documents not embedded; exit code {EXIT_REJECTED} "
+              "(--keep-going to exit 0)", file=sys.stderr)
+        return EXIT_REJECTED
     return 0
 
 
@@ -315,6 +319,12 @@ def report_text(report: Any, bucket: str, max_file_mb: float, *, examples: int =
             lines.append(f"  rejected: {where}: {r.reason}")
         if len(report.rejected) > examples:
             lines.append(f"  … and {len(report.rejected) - examples} more")
+    if report.queued_for_embedding:
+        lines.append(
+            f"warning: {_n(report.queued_for_embedding, 'document')} stored for text search only, the embedder "
+            f"failed ({report.embedding_error}); the server re-embeds them in the background "
+            "(agentchat serve over this database), or run this ingest again"
+        )
     from knowledge.filecheck import SKIP_TOO_LARGE
 
     large = [r for r in report.skipped_examples if r.kind == SKIP_TOO_LARGE]

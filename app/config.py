@@ -143,6 +143,12 @@ class Settings:
     #: Buckets ``knowledge_base_search`` covers when the model names none
     #: (``AGENT_KB_DEFAULT_BUCKETS``, comma-separated; ``*`` = every bucket).
     kb_default_buckets: tuple[str, ...] = ("default",)
+    #: Documents without vectors of the embedder are re-embedded in the background
+    #: (``knowledge.backfill``): a pass every ``kb_reembed_interval_s`` (and at start,
+    #: after a failed ingest); while the embedder fails, retries back off up to
+    #: ``kb_reembed_backoff_max_s``.
+    kb_reembed_interval_s: float = 300.0
+    kb_reembed_backoff_max_s: float = 30.0
     #: FR-008 automatic pruning: keywords used fewer than ``keyword_min_usage`` times and
     #: idle for longer than ``keyword_max_age_days`` are removed every
     #: ``keyword_prune_interval_s`` seconds; a max age of 0 turns the pruning off.
@@ -246,6 +252,12 @@ class Settings:
                     or reader.optional("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")),
             ingest_sample_kb=reader.boolean("AGENT_INGEST_SAMPLE_KB", d.ingest_sample_kb),
             kb_default_buckets=reader.listing("AGENT_KB_DEFAULT_BUCKETS", d.kb_default_buckets) or ("*",),
+            kb_reembed_interval_s=reader.number(
+                "AGENT_KB_REEMBED_INTERVAL_S", d.kb_reembed_interval_s, lo=1, hi=31_536_000
+            ),
+            kb_reembed_backoff_max_s=reader.number(
+                "AGENT_KB_REEMBED_BACKOFF_MAX_S", d.kb_reembed_backoff_max_s, lo=1, hi=86_400
+            ),
             keyword_max_age_days=reader.number(
                 "AGENT_KEYWORD_MAX_AGE_DAYS", d.keyword_max_age_days, lo=0, hi=36_500
             ),

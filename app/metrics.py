@@ -300,6 +300,9 @@ class LiveSources:
     leases_held: Callable[[], int] | None = None
     #: Knowledge searches that asked for vectors and ran on text (``None``: no KB).
     kb_text_fallbacks: Callable[[], int] | None = None
+    #: ``(documents waiting for vectors, documents re-embedded since start)`` of the KB's
+    #: re-embedding in the background (``None``: no KB).
+    kb_reembedding: Callable[[], tuple[int, int]] | None = None
 
 
 class LiveCollector:
@@ -351,6 +354,18 @@ class LiveCollector:
                 "agentchat_kb_semantic_fallbacks",
                 "Knowledge searches that asked for vectors and ran on text (no vectors, or the embedder failed).",
                 s.kb_text_fallbacks(),
+            )
+        if s.kb_reembedding is not None:
+            pending, reembedded = s.kb_reembedding()
+            yield GaugeMetricFamily(
+                "agentchat_kb_documents_pending_vectors",
+                "Knowledge-base documents without vectors of the embedder (found by text only), as last counted.",
+                value=pending,
+            )
+            yield _counter(
+                "agentchat_kb_documents_reembedded",
+                "Knowledge-base documents given vectors by the re-embedding in the background.",
+                reembedded,
             )
         cache = s.resolution_cache()
         if cache is not None:

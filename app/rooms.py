@@ -62,30 +62,40 @@ class KnowledgeComponent:
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
     async def readiness(self) -> dict[str, Any]:
-        """Not ready while the sample knowledge base loads or after its load failed:
-        the README's first question would be answered "I could not find an answer"."""
+        """Not ready while the sample knowledge base loads or after its load failed
+        (the README's first question would be answered "I could not find an answer"),
+        nor while documents wait for vectors of the embedder: a search by meaning cannot
+        see them until the re-embedding in the background (``knowledge.backfill``) has
+        given them theirs — then it is ready again by itself."""
         stats = await self.kb.stats()
         semantic = await self.kb.semantic_search()
         loading = self.sample == "ingesting"
         failed = self.sample.startswith("failed")
-        # Documents but not one vector while an embedder is configured: every semantic
-        # search would run on text (the ingest that should have embedded them failed).
-        unembedded = bool(stats.get("documents")) and semantic["embedder"] is not None and not semantic["ok"]
+        has_embedder = semantic["embedder"] is not None
+        pending = int(stats.get("documents_without_current_vectors") or 0) if has_embedder else 0
+        backfill = self.kb.backfill
+        backfill.pending = pending if has_embedder else 0  # the count just read is the freshest
         out: dict[str, Any] = {
-            "ok": not (loading or failed or unembedded),
+            "ok": not (loading or failed or pending),
             "documents": stats.get("documents"),
             "chunks": stats.get("chunks"),
             "vectors": stats.get("vectors"),
             "documents_without_current_vectors": stats.get("documents_without_current_vectors"),
+            "pending_vectors": pending,
             "sample_kb": self.sample,
             "semantic_search": semantic,
+            "reembedding": backfill.status(),
         }
         if loading:
             out["detail"] = "the sample knowledge base is being ingested"
         elif failed:
             out["detail"] = f"the sample knowledge base could not be ingested ({self.sample})"
-        elif unembedded:
-            out["detail"] = f"semantic search cannot run: {semantic['detail']}"
+        elif pending:
+            why = backfill.last_error if backfill.state == "waiting to retry" else None
+            out["detail"] = (
+                f"{pending} document(s) wait for vectors of {semantic['embedder']}: found by text search now, "
+                "re-embedded in the background" + (f" (the embedder failed: {why})" if why else "")
+            )
         return out
 
     async def ingest_sample(self) -> None:
@@ -145,10 +155,18 @@ async def attach_rooms(
     from agenttools.rag_tools import register_rag_tools
     from knowledge.kb import KnowledgeBase
     from knowledge.saved_answers import SavedAnswerVectors
+    from knowledge.types import KBConfig
 
     rooms = Rooms()
-    kb = await KnowledgeBase.create(storage.kb_index, embedder, schema_version=storage.schema_version)
+    config = KBConfig(
+        reembed_interval_s=settings.kb_reembed_interval_s, reembed_backoff_max_s=settings.kb_reembed_backoff_max_s
+    )
+    kb = await KnowledgeBase.create(storage.kb_index, embedder, config=config, schema_version=storage.schema_version)
     stack.push_async_callback(kb.aclose)
+    # Documents stored without vectors of this embedder (an ingest whose embedder failed,
+    # or another embedder's) get them in the background: a pass now, after each failed
+    # ingest, and on a slow timer; stopped by ``kb.aclose``.
+    kb.backfill.start()
     knowledge = KnowledgeComponent(kb)
     rooms.knowledge = knowledge
     if settings.ingest_sample_kb:

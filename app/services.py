@@ -103,7 +103,15 @@ class Services:
             resolution_cache=lambda: self.rooms.resolution_cache,
             leases_held=self.runs.leases_held,
             kb_text_fallbacks=self._kb_text_fallbacks if self.rooms.knowledge is not None else None,
+            kb_reembedding=self._kb_reembedding if self.rooms.knowledge is not None else None,
         )
+
+    def _kb_reembedding(self) -> tuple[int, int]:
+        knowledge = self.rooms.knowledge
+        if knowledge is None:
+            return 0, 0
+        backfill = knowledge.kb.backfill
+        return int(backfill.pending or 0), int(backfill.reembedded)
 
     def _kb_text_fallbacks(self) -> int:
         knowledge = self.rooms.knowledge

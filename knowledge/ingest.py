@@ -7,8 +7,10 @@ Why this shape:
   thread, embed in batches, then one write per batch through the ``KBIndex`` (one
   transaction, never held across an embedding call). The in-memory vector matrix is
   updated only after the write committed.
-* A failing embedder does not lose documents: they are stored for text search only
-  and say so in the report, so a later ingest re-embeds them.
+* A failing embedder does not lose documents: they are stored for text search only,
+  the report counts them as ``queued_for_embedding``, and the re-embedding in the
+  background (``knowledge.backfill``) gives them vectors once the embedder answers
+  (a later ingest of the same documents does too).
 * Re-ingesting a directory deletes the documents that came from it but are gone, unless
   their file had rejected records (a typo must not delete data).
 * A document belongs to one bucket: ids made from a file's path include the bucket, so
@@ -28,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import orjson
@@ -74,10 +76,36 @@ class _Prepared:
     vectors: np.ndarray | None = None
 
 
-def embedding_text(title: str, chunk: Chunk) -> str:
+class HeadedText(Protocol):
+    """A chunk as the embedder sees it: a new ``Chunk``, or a stored ``KBChunkText``."""
+
+    @property
+    def heading(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
+
+def embedding_text(title: str, chunk: HeadedText) -> str:
     """What is embedded for a chunk: its title and heading, then its text."""
     head = title if not chunk.heading or chunk.heading == title else f"{title} — {chunk.heading}"
     return f"{head}\n{chunk.text}" if head else chunk.text
+
+
+async def embed_texts(
+    embedder: Embedder, texts: Sequence[str], batch: int, on_embed: EmbedHook | None = None
+) -> np.ndarray:
+    """One float32 row per text, embedded ``batch`` at a time (each cut to the
+    embedder's ``max_chars``): how ingest and re-embedding both call the embedder.
+    Raises ``EmbeddingError``."""
+    rows: list[np.ndarray] = []
+    step = max(1, batch)
+    for start in range(0, len(texts), step):
+        part = [t[: embedder.max_chars] for t in texts[start : start + step]]
+        rows.append(np.asarray(await embedder.embed_batch(part, task="document"), np.float32))
+        if on_embed is not None:
+            on_embed(min(start + step, len(texts)), len(texts))
+    return np.concatenate(rows) if rows else np.zeros((0, embedder.dim), np.float32)
 
 
 class Ingestor:
@@ -297,30 +325,22 @@ class Ingestor:
         return hashlib.sha256(payload).hexdigest()
 
     async def _embed(self, todo: list[_Prepared], report: IngestReport, on_embed: EmbedHook | None = None) -> None:
-        """Embed all chunks in batches; on failure store the documents without vectors
-        (still found by text search) and say so, so a later ingest re-embeds them."""
+        """Embed all chunks in batches; on failure the documents are stored without
+        vectors (found by text search now) and counted as queued for re-embedding."""
         if self.embedder is None:
             return
         texts: list[str] = []
         for p in todo:
             texts.extend(embedding_text(p.doc.title, c) for c in p.chunks)
         started = time.perf_counter()
-        rows: list[np.ndarray] = []
         try:
-            step = max(1, self.config.embed_batch)
-            for start in range(0, len(texts), step):
-                batch = [t[: self.embedder.max_chars] for t in texts[start : start + step]]
-                rows.append(np.asarray(await self.embedder.embed_batch(batch, task="document"), np.float32))
-                if on_embed is not None:
-                    on_embed(min(start + step, len(texts)), len(texts))
+            matrix = await embed_texts(self.embedder, texts, self.config.embed_batch, on_embed)
         except EmbeddingError as exc:
-            report.rejected.append(
-                Rejection("embedder", f"embedding failed, {len(todo)} documents stored for text search only: {exc}")
-            )
+            report.queued_for_embedding += len(todo)
+            report.embedding_error = str(exc)[:400]
             return
         finally:
             report.embed_seconds = round(report.embed_seconds + time.perf_counter() - started, 4)
-        matrix = np.concatenate(rows) if rows else np.zeros((0, self.embedder.dim), np.float32)
         offset = 0
         for p in todo:
             n = len(p.chunks)

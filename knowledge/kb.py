@@ -10,6 +10,9 @@ default), handed in by whoever opened the storage. What happens here:
   once something was ingested into it (or it was created with typed fields); no bucket
   is created empty by accident.
 * Ingestion (``knowledge/ingest.py``): validate, skip unchanged, chunk, embed, write.
+  Documents stored without vectors of the current embedder (it failed, or they were
+  embedded by another one) are re-embedded in the background (``knowledge/backfill.py``,
+  ``kb.backfill``, started by whoever runs the KB as a service).
 * Search (``knowledge/search.py``): full-text candidates ∪ vector top-N → fusion →
   re-ranking; filters validated in ``knowledge/filters.py`` into an engine-neutral tree.
 
@@ -29,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from knowledge.backfill import VectorBackfill
 from knowledge.buckets import Buckets, UnknownBucketError
 from knowledge.dense import dense_side
 from knowledge.filters import FilterError
@@ -82,6 +86,9 @@ class KnowledgeBase:
         )
         self._ingest = Ingestor(index, self._buckets, self._vectors, embedder, self.config)
         self._search = Searcher(index, self._buckets, self._vectors, embedder, self.config)
+        #: Vectors for documents stored without them; runs once ``backfill.start()``ed.
+        self.backfill = VectorBackfill(index, self._vectors, embedder, self.config)
+        self._search.pending_vectors = lambda: self.backfill.pending or 0
 
     @classmethod
     async def create(
@@ -112,6 +119,7 @@ class KnowledgeBase:
         if self._closed:
             return
         self._closed = True
+        await self.backfill.aclose()
         if self._on_close is not None:
             await self._on_close()
 
@@ -170,10 +178,12 @@ class KnowledgeBase:
         ``max_file_bytes`` are skipped and counted in ``report.skipped_files``.
         Documents' ``source`` is their path relative to the named folder's parent.
         """
-        return await self._ingest.ingest_paths(
+        report = await self._ingest.ingest_paths(
             paths, bucket=bucket, progress=progress, follow_links=follow_links,
             max_file_bytes=max_file_bytes, on_batch=on_batch,
         )
+        self.backfill.ingested(report)
+        return report
 
     async def ingest_documents(
         self,
@@ -188,7 +198,9 @@ class KnowledgeBase:
         1-based position as ``line``. Documents without an id get a stable one derived
         from title and text. Nothing is deleted.
         """
-        return await self._ingest.ingest_documents(docs, bucket=bucket, progress=progress)
+        report = await self._ingest.ingest_documents(docs, bucket=bucket, progress=progress)
+        self.backfill.ingested(report)
+        return report
 
     def bulk_load(self) -> AbstractAsyncContextManager[None]:
         """``async with kb.bulk_load():`` around a large first load: the engine may build

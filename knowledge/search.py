@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -69,6 +69,9 @@ class Searcher:
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         #: Searches that asked for vectors and ran on text instead (``/readyz``, ``/metrics``).
         self.text_fallbacks = 0
+        #: Documents waiting for vectors (``knowledge.backfill``): a search by meaning
+        #: cannot see them, and its result says so.
+        self.pending_vectors: Callable[[], int] = lambda: 0
 
     async def search(
         self,
@@ -250,6 +253,12 @@ class Searcher:
                 self.text_fallbacks += 1
                 warnings.append(f"embedder failed ({exc}); used text search only")
                 use_vec, use_text = False, True
+        if use_vec and (waiting := self.pending_vectors()):
+            seen_by = "found by text in this search" if use_text else "a search in text mode finds them"
+            warnings.append(
+                f"{waiting} document(s) have no vectors yet (re-embedding in the background): "
+                f"not searched by meaning; {seen_by}"
+            )
 
         async def text_side() -> KBRanked:
             if not use_text:

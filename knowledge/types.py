@@ -101,6 +101,11 @@ class IngestReport:
     #: link``, ``hidden``, ``larger than the size limit`` …), and a few of each.
     skipped_files: dict[str, int] = field(default_factory=dict)
     skipped_examples: list[Rejection] = field(default_factory=list)
+    #: Documents stored without vectors because the embedder failed: found by text
+    #: search now, queued for re-embedding in the background (``knowledge.backfill``).
+    queued_for_embedding: int = 0
+    #: Why the embedder failed (when ``queued_for_embedding``).
+    embedding_error: str | None = None
 
     #: How many files of each skip reason ``skipped_examples`` keeps.
     EXAMPLES_PER_REASON = 20
@@ -236,6 +241,12 @@ class KBConfig:
     #: the bucket exactly.
     text_probe: int = 1_000
     term_stats_cache: int = 20_000
+    #: Re-embedding in the background (``knowledge.backfill``): documents per batch,
+    #: the slow timer between passes, and the backoff while the embedder keeps failing.
+    reembed_batch_documents: int = 32
+    reembed_interval_s: float = 300.0
+    reembed_backoff_min_s: float = 1.0
+    reembed_backoff_max_s: float = 30.0
 
     @property
     def text_tuning(self) -> KBTextTuning:

@@ -224,7 +224,8 @@ async def test_embedding_failure_keeps_text_search_and_heals_on_reingest(tmp_pat
         d = tmp_path / "docs"
         write(d / "a.md", "# Kiwi\n\nkiwi birds cannot fly\n")
         report = await kb.ingest_paths([d])
-        assert report.added == 1 and "embedding failed" in report.rejected[0].reason
+        assert report.added == 1 and not report.rejected
+        assert report.queued_for_embedding == 1 and "upstream 503" in str(report.embedding_error)
         assert (await kb.search("kiwi", mode="text")).hits[0].title == "Kiwi"
         assert (await kb.stats())["documents_without_current_vectors"] == 1
         emb.broken = False

@@ -1,0 +1,212 @@
+"""Re-embedding in the background: every stored document gets vectors of the current
+embedder, by itself.
+
+Why it exists (issue 20): an ingest whose embedder failed stores its documents for text
+search only — never half-stored, never lost — and a database filled while the embedder
+was broken (or by another embedder: another model, another dimension) has documents a
+search by meaning cannot see. Nothing but a re-ingest of the same files used to repair
+them. ``VectorBackfill`` does:
+
+* a **pass** reads the documents whose chunks lack vectors of the current embedder
+  (``KBIndex.documents_without_vectors``, a batch at a time by id), embeds their stored
+  chunk texts through the same embedder call as ingest (``knowledge.ingest.embed_texts``)
+  and writes the vectors in one transaction per batch (``KBIndex.store_vectors``), only
+  for documents still as they were read — one re-ingested meanwhile belongs to that
+  ingest. The dense side (in-memory matrix) learns them after the commit, as after an
+  ingest.
+* passes run at start-up, after every ingest that left documents without vectors (and
+  after one that embedded while documents were pending: the embedder is back), and on
+  a slow timer (``KBConfig.reembed_interval_s``). While the embedder keeps failing the
+  next pass waits longer each time (``reembed_backoff_min_s`` doubling up to
+  ``reembed_backoff_max_s``), so a dead server is asked rarely, a recovered one soon.
+* ``status()`` is what ``/readyz`` shows and ``pending`` / ``reembedded`` what
+  ``/metrics`` exports: nothing here is silent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from knowledge.dense import DenseSide
+from knowledge.ingest import embed_texts, embedding_text
+from knowledge.types import IngestReport, KBConfig
+from storage.interfaces import KBIndex
+from storage.kb_records import KBVectorWrite
+from toolindex.embedder import Embedder, EmbeddingError
+
+log = logging.getLogger("agentchat.kb.backfill")
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """One batch of a pass: documents read, those given vectors, the last id read."""
+
+    read: int
+    written: list[str]
+    last_id: str | None
+
+
+class VectorBackfill:
+    """Gives documents without vectors of ``embedder`` their vectors, in the background
+    once ``start()``ed (see the module docstring). Built by ``KnowledgeBase``."""
+
+    def __init__(
+        self, index: KBIndex, dense: DenseSide, embedder: Embedder | None, config: KBConfig
+    ) -> None:
+        self._index = index
+        self._dense = dense
+        self._embedder = embedder
+        self._config = config
+        self._embed_key = f"{embedder.name}:{embedder.model}" if embedder else None
+        #: Documents without vectors of this embedder, as last counted (``None``: not yet).
+        self.pending: int | None = None if embedder is not None else 0
+        #: Documents given vectors by this process (``/metrics``).
+        self.reembedded = 0
+        #: Passes that ended on an embedder or storage failure, in a row.
+        self.failures = 0
+        self.state = "not started" if embedder is not None else "no embedder"
+        self.last_error: str | None = None
+        self._retry_at: float | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ control
+    def start(self) -> asyncio.Task[None] | None:
+        """Run passes in the background until ``aclose`` (the first one now)."""
+        if self._embedder is None or self._task is not None:
+            return None
+        self._task = asyncio.create_task(self._run(), name="kb-vector-backfill")
+        return self._task
+
+    def wake(self) -> None:
+        """Run a pass now (or right after the one running)."""
+        self._wake.set()
+
+    def ingested(self, report: IngestReport) -> None:
+        """An ingest finished: documents it stored without vectors are queued (a pass
+        runs now); one that embedded while others wait says the embedder is back."""
+        if self._embedder is None:
+            return
+        if report.queued_for_embedding:
+            self.pending = (self.pending or 0) + report.queued_for_embedding
+            self.wake()
+        elif (report.added or report.updated) and self.pending and self.state == "waiting to retry":
+            self.wake()
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def status(self) -> dict[str, Any]:
+        """For ``/readyz``: what waits for vectors and what the re-embedding is doing."""
+        out: dict[str, Any] = {
+            "state": self.state,
+            "pending_documents": self.pending,
+            "reembedded_documents": self.reembedded,
+        }
+        if self.last_error is not None and self.state == "waiting to retry":
+            out["failures"] = self.failures
+            out["last_error"] = self.last_error
+        if self._retry_at is not None and self.state == "waiting to retry":
+            out["retry_in_s"] = round(max(0.0, self._retry_at - time.monotonic()), 1)
+        return out
+
+    # ------------------------------------------------------------------ the loop
+    async def _run(self) -> None:
+        cfg = self._config
+        delay = 0.0
+        while True:
+            if delay > 0:
+                self._retry_at = time.monotonic() + delay
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            self._wake.clear()
+            self._retry_at = None
+            try:
+                await self.run_pass()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the embedder or the database: try again later
+                self.failures += 1
+                self.state = "waiting to retry"
+                reason = str(exc) if isinstance(exc, EmbeddingError) else f"{type(exc).__name__}: {exc}"
+                self.last_error = reason[:400]
+                delay = min(cfg.reembed_backoff_max_s, cfg.reembed_backoff_min_s * 2 ** (self.failures - 1))
+                log.warning(
+                    "re-embedding documents failed; retrying",
+                    extra={"pending": self.pending, "retry_in_s": delay, "reason": self.last_error},
+                )
+                continue
+            self.failures, self.last_error = 0, None
+            self.state = "idle"
+            delay = cfg.reembed_interval_s
+
+    async def run_pass(self) -> int:
+        """Re-embed every document without current vectors, a batch at a time; how many
+        got vectors. Raises ``EmbeddingError`` (or a storage error) on the first failure."""
+        if self._embedder is None:
+            return 0
+        done = 0
+        after: str | None = None
+        await self.count_pending()
+        if self.pending:
+            self.state = "re-embedding"
+            log.info("re-embedding documents without vectors", extra={"pending": self.pending,
+                                                                       "embedder": self._embed_key})
+        while self.pending:
+            batch = await self.run_batch(after)
+            done += len(batch.written)
+            if batch.last_id is None:
+                break
+            after = batch.last_id
+        await self.count_pending()
+        if done:
+            log.info("documents re-embedded", extra={"documents": done, "pending": self.pending})
+        return done
+
+    async def count_pending(self) -> int:
+        if self._embedder is None:
+            return 0
+        counts = await self._index.counts(self._embed_key, self._embedder.dim)
+        self.pending = counts.without_vectors
+        return self.pending
+
+    async def run_batch(self, after: str | None = None) -> BatchResult:
+        """Embed and store the next batch of documents after the id ``after``."""
+        embedder = self._embedder
+        if embedder is None or self._embed_key is None:
+            return BatchResult(0, [], None)
+        docs = await self._index.documents_without_vectors(
+            self._embed_key, embedder.dim, limit=max(1, self._config.reembed_batch_documents), after=after
+        )
+        if not docs:
+            return BatchResult(0, [], None)
+        texts = [embedding_text(d.title, c) for d in docs for c in d.chunks]
+        matrix = await embed_texts(embedder, texts, self._config.embed_batch)
+        writes: list[KBVectorWrite] = []
+        offset = 0
+        for d in docs:
+            n = len(d.chunks)
+            writes.append(KBVectorWrite(d.id, d.content_hash, [c.id for c in d.chunks], matrix[offset : offset + n]))
+            offset += n
+        written = set(await self._index.store_vectors(self._embed_key, embedder.dim, writes))
+        for d, w in zip(docs, writes, strict=True):
+            if d.id in written:  # committed: searchable by meaning from now on
+                self._dense.remove_document(d.id)
+                self._dense.add(w.chunk_ids, d.id, d.bucket, np.asarray(w.vectors, np.float32))
+        self.reembedded += len(written)
+        if self.pending is not None:
+            self.pending = max(0, self.pending - len(written))
+        return BatchResult(len(docs), [d.id for d in docs if d.id in written], docs[-1].id)
+
+
+__all__ = ["BatchResult", "VectorBackfill"]
