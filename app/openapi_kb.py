@@ -61,6 +61,8 @@ def kb_api() -> ApiContribution:
                 "requestBody": json_body(schema_ref("IngestRequest")),
                 "responses": {
                     "200": json_response("What was ingested", report),
+                    "202": json_response("Stored and found by text search now, but the embedder failed: "
+                                         "`queued_for_embedding` documents are re-embedded in the background", report),
                     "422": json_response("Nothing was added, updated or skipped (see `rejected`)", report),
                     "400": problem("Not `{documents: [...]}`, empty, too many, or a bad bucket (`invalid_request`, "
                                    "`invalid_field`, `invalid_json`, `too_deep`, `number_out_of_range`)"),
@@ -183,6 +185,18 @@ def kb_api() -> ApiContribution:
                 "embed_seconds": {"type": "number"},
                 "skipped_files": {"type": "object", "additionalProperties": count},
                 "skipped_examples": {"type": "array", "items": rejection},
+                "queued_for_embedding": {**count, "description": "Stored without vectors (the embedder failed), "
+                                         "re-embedded in the background."},
+                "embedding_error": {"type": ["string", "null"]},
+                "embedding": {
+                    "type": "object",
+                    "properties": {
+                        "state": {"type": "string", "enum": ["done", "queued", "no embedder"]},
+                        "documents": count,
+                        "searchable_by": {"type": "array", "items": {"type": "string", "enum": ["text", "meaning"]}},
+                        "detail": {"type": "string"},
+                    },
+                },
             },
         },
         "DocumentPage": {
