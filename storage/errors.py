@@ -22,6 +22,11 @@ class ConversationBusy(StorageError):
     """A run of this conversation is still live and the multitask policy is ``reject``."""
 
 
+class TooManyRuns(StorageError):
+    """The user already has ``NewRun.max_unfinished_per_user`` unfinished runs (counted
+    in the admitting transaction): the run was not stored (callers answer 429)."""
+
+
 class IdempotencyKeyUsed(StorageError):
     """The user already started a run with this ``Idempotency-Key``: ``run_id`` is it."""
 

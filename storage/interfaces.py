@@ -81,10 +81,25 @@ class RunStore(Protocol):
         oldest first. Raises ``ConversationOwnedByAnother``, and ``ConversationBusy``
         when the policy is ``reject`` and another run is unfinished. A run with an
         ``idempotency_key`` the user already used is not stored: ``IdempotencyKeyUsed``
-        names the run that has it (checked first, and atomically with the insert)."""
+        names the run that has it (checked first, and atomically with the insert). With
+        ``max_unfinished_per_user``, the user's unfinished runs are counted in the same
+        transaction, atomically across processes: ``TooManyRuns`` at the cap. With the
+        ``interrupt`` policy, the other unfinished runs get a cancel request (as
+        ``request_cancel``) in the same transaction."""
         ...
 
     async def get(self, run_id: str) -> StoredRun | None: ...
+
+    async def request_cancel(self, run_id: str) -> StoredRun | None:
+        """Mark a cancel on the run if it has not ended (idempotent) and signal the
+        process executing it (a notification where the engine has them); the run as
+        stored afterwards, ``None`` if there is no such run."""
+        ...
+
+    async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
+        """Which of ``run_ids`` have not ended and have a cancel request (the owner's
+        look for cancels asked for on other replicas)."""
+        ...
 
     async def find_by_idempotency_key(self, user_id: str, key: str) -> StoredRun | None:
         """The run ``user_id`` started with ``Idempotency-Key: key``, if it is stored."""

@@ -51,6 +51,13 @@ class NewRun:
     #: The process that will execute the run leases it from admission for ``lease_s``.
     lease_owner: str | None = None
     lease_s: float = 0.0
+    #: The user's cap on unfinished runs, counted in the transaction that stores this
+    #: one (``TooManyRuns`` past it), so concurrent admissions on any replica cannot
+    #: all take the last slot. ``None``: no cap.
+    max_unfinished_per_user: int | None = None
+    #: Runs the admitting process has already ended whose ending is still queued for
+    #: the writer: not counted against the cap.
+    ending_unwritten: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +77,9 @@ class StoredRun:
     #: Set by ``RunStore.claim`` only: when the lease this claim replaced had expired
     #: (epoch seconds; ``None`` when the run had no lease) — the take-over latency.
     lease_expired_at: float | None = None
+    #: A cancel was asked for (on any replica) while the run had not ended: whoever
+    #: executes or next claims it ends it ``cancelled``.
+    cancel_requested: bool = False
 
 
 @dataclass(frozen=True, slots=True)

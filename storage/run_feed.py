@@ -7,14 +7,19 @@ following a run on another replica needs no read per token; where they do not â€
 oversized step, a reconnect, a lost notification â€” ``must_read`` says "read the log".
 The log stays the single source of truth either way.
 
+The feed also carries cancels asked for on another process (``subscribe_cancels``), so
+the process executing the run stops it at once.
+
 An engine used by one process only (SQLite) has no feed: its live runs are followed
-in memory.
+in memory, and a cancel asked for in another process on the same file is found by the
+run's owner on its next look at the store (``RunStore.cancel_requests``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -53,3 +58,8 @@ class RunWatch:
 
 class RunFeed(Protocol):
     def watch(self, run_id: str) -> contextlib.AbstractContextManager[RunWatch]: ...
+
+    def subscribe_cancels(self, callback: Callable[[str | None], None]) -> None:
+        """``callback(run_id)`` when a cancel of the run is asked for on any process;
+        ``callback(None)`` when one may have been missed (look in the store)."""
+        ...

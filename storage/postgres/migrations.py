@@ -365,6 +365,10 @@ _TOOL_CALL_INDEXES = (
     "CREATE INDEX IF NOT EXISTS tool_calls_status ON tool_calls(status)",
 )
 
+# A cancel asked for on any replica (issue 21): marked on the run's row, so the replica
+# executing the run — or the next one to claim it — ends it ``cancelled``.
+_RUN_CANCEL_REQUESTS = ("ALTER TABLE runs ADD COLUMN IF NOT EXISTS cancel_requested_at DOUBLE PRECISION",)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "conversations, runs, tool calls, drafts, keywords, external results, knowledge base",
               _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB),
@@ -383,6 +387,7 @@ MIGRATIONS: tuple[Migration, ...] = (
               _KB_VECTORS_INLINE),
     Migration(12, "knowledge base: chunk tsvectors kept in the row, for full-text ranking", _KB_TSV_INLINE),
     Migration(13, "tool-call log: indexes on conversation_id and status (seed 001)", _TOOL_CALL_INDEXES),
+    Migration(14, "runs: a cancel requested on any replica", _RUN_CANCEL_REQUESTS),
 )
 
 

@@ -9,8 +9,13 @@ a reconnect, or on a slow poll against a lost notification. One listener per pro
 holds a dedicated connection (outside the pool) with ``LISTEN run_events`` and hands each
 notification to the local watchers of its run (``RunWatch``).
 
+The same connection listens for cancels asked for on any replica (``run_cancels``,
+payload: the run id) and hands each to the process's cancel subscribers (the run
+manager), which cancel the run if it executes here.
+
 When the connection drops, the listener reconnects with backoff and tells every watcher
-to read the log once (whatever was committed meanwhile).
+to read the log once (whatever was committed meanwhile), and every cancel subscriber to
+look in the store (``None``: a cancel may have been missed).
 """
 
 from __future__ import annotations
@@ -18,13 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 
 from storage.postgres.notify_payload import decode_payload
-from storage.postgres.runs import NOTIFY_CHANNEL
+from storage.postgres.runs import CANCEL_CHANNEL, NOTIFY_CHANNEL
 from storage.run_feed import RunWatch
 
 log = logging.getLogger("agentchat.storage")
@@ -41,6 +46,7 @@ class RunEventsListener:
         self.connect_timeout_s = connect_timeout_s
         self.application_name = application_name
         self._watchers: dict[str, list[RunWatch]] = {}
+        self._cancel_subscribers: list[Callable[[str | None], None]] = []
         self._task: asyncio.Task[None] | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self.connected = asyncio.Event()
@@ -77,6 +83,18 @@ class RunEventsListener:
                     watchers.remove(watch)
                 if not watchers:
                     del self._watchers[run_id]
+
+    def subscribe_cancels(self, callback: Callable[[str | None], None]) -> None:
+        """Call ``callback(run_id)`` for every cancel asked for on any replica, and
+        ``callback(None)`` after a reconnect (look in the store: one may have been missed)."""
+        self._cancel_subscribers.append(callback)
+
+    def _cancel(self, run_id: str | None) -> None:
+        for callback in self._cancel_subscribers:
+            try:
+                callback(run_id)
+            except Exception:  # one subscriber's bug must not stop the listener
+                log.exception("a cancel subscriber failed", extra={"run_id": run_id})
 
     @property
     def watched(self) -> int:
@@ -117,14 +135,20 @@ class RunEventsListener:
             self._conn = conn
             try:
                 await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                await conn.execute(f"LISTEN {CANCEL_CHANNEL}")
                 if attempt or self.reconnects:
                     log.info("run events listener connected again")
                 attempt = 0
                 self.connected.set()
                 self._read_all()  # whatever was committed while we were away
+                if self.reconnects:
+                    self._cancel(None)
                 async for note in conn.notifies():
                     self.notifications += 1
-                    self._deliver(note.payload)
+                    if note.channel == CANCEL_CHANNEL:
+                        self._cancel(note.payload)
+                    else:
+                        self._deliver(note.payload)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import psycopg
 
-from storage.errors import ConversationBusy, IdempotencyKeyUsed, LeaseLost
+from storage.errors import ConversationBusy, IdempotencyKeyUsed, LeaseLost, TooManyRuns
 from storage.postgres.conversations import append_statements, claim_in
 from storage.postgres.database import Conn, PostgresDatabase, Statement
 from storage.postgres.notify_payload import encode_payload
@@ -24,7 +24,8 @@ _NOW = "(extract(epoch from clock_timestamp())::double precision)"
 _EVENT_SQL = "INSERT INTO run_events(run_id, seq, event, data) VALUES (%s, %s, %s, %s)"
 _COLUMNS = (
     "r.id, r.conversation_id, r.user_id, r.context_type, r.status, r.created_at, r.input, r.checkpoint, "
-    "r.checkpoint_seq, (SELECT COALESCE(MAX(seq), 0) FROM run_events e WHERE e.run_id = r.id), r.multitask, r.resumes"
+    "r.checkpoint_seq, (SELECT COALESCE(MAX(seq), 0) FROM run_events e WHERE e.run_id = r.id), r.multitask, r.resumes, "
+    "r.cancel_requested_at IS NOT NULL"
 )
 
 
@@ -51,6 +52,7 @@ def _stored(row: Sequence[object]) -> StoredRun:
         last_seq=int(row[9] or 0),  # type: ignore[call-overload]
         multitask=str(row[10]),
         resumes=int(row[11] or 0),  # type: ignore[call-overload]
+        cancel_requested=bool(row[12]),
     )
 
 
@@ -60,6 +62,18 @@ def _stored(row: Sequence[object]) -> StoredRun:
 NOTIFY_CHANNEL = "run_events"
 _NOTIFY_SQL = f"SELECT pg_notify('{NOTIFY_CHANNEL}', %s)"
 _HOLD_LEASE_SQL = "SELECT agentchat_hold_lease(%s, %s, %s)"
+#: Channel of a cancel asked for on any replica (payload: the run id), sent in the
+#: transaction that marks ``cancel_requested_at``: the replica executing the run cancels
+#: it at once (``notify.RunEventsListener``); a replica that missed it finds the mark on
+#: its next look (``cancel_requests``) or when it claims the run.
+CANCEL_CHANNEL = "run_cancels"
+_MARK_CANCEL_SQL = (
+    f"UPDATE runs SET cancel_requested_at = COALESCE(cancel_requested_at, {_NOW}) "
+    "WHERE id = ANY(%s) AND status = ANY(%s) RETURNING id"
+)
+#: ``pg_advisory_xact_lock(RUN_CAP_LOCK, hashtext(user_id))``: one admission per user at a
+#: time counts the user's unfinished runs ("RUNS").
+RUN_CAP_LOCK = 0x52554E53
 
 
 def lease_lost(exc: BaseException) -> bool:
@@ -125,6 +139,30 @@ async def _run_with_key(conn: Conn, user_id: str, key: str) -> str | None:
     return str(row[0]) if row else None
 
 
+async def _check_cap(conn: Conn, run: NewRun) -> None:
+    """Refuse the run when its user already has the cap's number of unfinished runs. The
+    per-user advisory lock (held to commit) makes count-then-insert atomic across
+    replicas: the next admission of the user counts after this one committed."""
+    cap = run.max_unfinished_per_user
+    assert cap is not None
+    await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (RUN_CAP_LOCK, run.user_id))
+    cur = await conn.execute(
+        "SELECT id FROM runs WHERE user_id = %s AND status = ANY(%s) LIMIT %s",
+        (run.user_id, list(UNFINISHED), cap + len(run.ending_unwritten)),
+    )
+    ending = set(run.ending_unwritten)
+    if sum(1 for r in await cur.fetchall() if str(r[0]) not in ending) >= cap:
+        raise TooManyRuns(run.user_id)
+
+
+async def _mark_cancelled(conn: Conn, run_ids: Sequence[str]) -> None:
+    """Mark the unfinished ones of ``run_ids`` cancelled-on-request and tell every replica
+    at commit (``CANCEL_CHANNEL``)."""
+    cur = await conn.execute(_MARK_CANCEL_SQL, (list(run_ids), list(UNFINISHED)))
+    for row in await cur.fetchall():
+        await conn.execute(f"SELECT pg_notify('{CANCEL_CHANNEL}', %s)", (str(row[0]),))
+
+
 class PostgresRunStore:
     def __init__(self, db: PostgresDatabase) -> None:
         self.db = db
@@ -143,6 +181,10 @@ class PostgresRunStore:
             others = [str(r[0]) for r in await cur.fetchall()]
             if others and run.multitask == "reject":
                 raise ConversationBusy(run.conversation_id)
+            if run.max_unfinished_per_user is not None:
+                await _check_cap(conn, run)
+            if others and run.multitask == "interrupt":  # their owners end them
+                await _mark_cancelled(conn, others)
             # Two replicas admitting one key at once: the unique index lets one insert win;
             # the other inserts nothing, waits for the winner's commit and names its run.
             cur = await conn.execute(
@@ -169,6 +211,26 @@ class PostgresRunStore:
             return others
 
         return await self.db.transact(tx)
+
+    async def request_cancel(self, run_id: str) -> StoredRun | None:
+        """Mark the run's cancel if it has not ended and notify its owner at commit; the
+        run as stored afterwards."""
+
+        async def tx(conn: Conn) -> None:
+            await _mark_cancelled(conn, [run_id])
+
+        await self.db.transact(tx)
+        return await self.get(run_id)
+
+    async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
+        """Which of ``run_ids`` (unfinished) have a cancel request."""
+        if not run_ids:
+            return set()
+        rows = await self.db.fetchall(
+            "SELECT id FROM runs WHERE id = ANY(%s) AND cancel_requested_at IS NOT NULL AND status = ANY(%s)",
+            (list(run_ids), list(UNFINISHED)),
+        )
+        return {str(r[0]) for r in rows}
 
     async def get(self, run_id: str) -> StoredRun | None:
         row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM runs r WHERE r.id = %s", (run_id,))

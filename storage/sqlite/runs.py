@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from storage.errors import ConversationBusy, IdempotencyKeyUsed
+from storage.errors import ConversationBusy, IdempotencyKeyUsed, TooManyRuns
 from storage.records import UNFINISHED, NewRun, RunEvent, RunWrite, StoredRun
 from storage.sqlite.conversations import append_statements, claim_sync
 from storage.sqlite.database import SqliteDatabase, Statement
@@ -21,7 +21,8 @@ _UNFINISHED_SQL = "(" + ", ".join(f"'{s}'" for s in UNFINISHED) + ")"
 _EVENT_SQL = "INSERT INTO run_events(run_id, seq, event, data) VALUES (?, ?, ?, ?)"
 _COLUMNS = (
     "r.id, r.conversation_id, r.user_id, r.context_type, r.status, r.created_at, r.input, r.checkpoint, "
-    "r.checkpoint_seq, (SELECT COALESCE(MAX(seq), 0) FROM run_events e WHERE e.run_id = r.id), r.multitask, r.resumes"
+    "r.checkpoint_seq, (SELECT COALESCE(MAX(seq), 0) FROM run_events e WHERE e.run_id = r.id), r.multitask, r.resumes, "
+    "r.cancel_requested_at IS NOT NULL"
 )
 
 
@@ -39,6 +40,7 @@ def _stored(row: Sequence[object]) -> StoredRun:
         last_seq=int(row[9] or 0),  # type: ignore[call-overload]
         multitask=str(row[10]),
         resumes=int(row[11] or 0),  # type: ignore[call-overload]
+        cancel_requested=bool(row[12]),
     )
 
 
@@ -78,6 +80,21 @@ def step_statements(step: RunWrite) -> list[Statement]:
     return out
 
 
+def _check_cap(conn: sqlite3.Connection, run: NewRun) -> None:
+    """Refuse the run when its user already has the cap's number of unfinished runs —
+    counted inside the admitting ``BEGIN IMMEDIATE`` transaction, which every process on
+    the file takes one at a time, so two admissions never both see the last slot free."""
+    cap = run.max_unfinished_per_user
+    assert cap is not None
+    rows = conn.execute(
+        f"SELECT id FROM runs WHERE user_id = ? AND status IN {_UNFINISHED_SQL} LIMIT ?",
+        (run.user_id, cap + len(run.ending_unwritten)),
+    ).fetchall()
+    ending = set(run.ending_unwritten)
+    if sum(1 for r in rows if str(r[0]) not in ending) >= cap:
+        raise TooManyRuns(run.user_id)
+
+
 class SqliteRunStore:
     def __init__(self, db: SqliteDatabase) -> None:
         self.db = db
@@ -100,6 +117,13 @@ class SqliteRunStore:
             ]
             if others and run.multitask == "reject":
                 raise ConversationBusy(run.conversation_id)
+            if run.max_unfinished_per_user is not None:
+                _check_cap(conn, run)
+            if others and run.multitask == "interrupt":  # their owners end them (``cancel_requests``)
+                conn.executemany(
+                    f"UPDATE runs SET cancel_requested_at = COALESCE(cancel_requested_at, {_NOW}) WHERE id = ?",
+                    [(rid,) for rid in others],
+                )
             conn.execute(
                 "INSERT INTO runs(id, conversation_id, user_id, context_type, status, input, multitask, "
                 f"idempotency_key, lease_owner, lease_until) VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, "
@@ -110,6 +134,29 @@ class SqliteRunStore:
             return others
 
         return await self.db.transact_sync(tx)
+
+    async def request_cancel(self, run_id: str) -> StoredRun | None:
+        """Mark the run's cancel if it has not ended; the run as stored afterwards. Its
+        owner finds the mark on its next look (``cancel_requests``, every fraction of a
+        second: SQLite has no notifications)."""
+        await self.db.execute([(
+            f"UPDATE runs SET cancel_requested_at = COALESCE(cancel_requested_at, {_NOW}) "
+            f"WHERE id = ? AND status IN {_UNFINISHED_SQL}",
+            (run_id,),
+        )])
+        return await self.get(run_id)
+
+    async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
+        """Which of ``run_ids`` (unfinished) have a cancel request."""
+        if not run_ids:
+            return set()
+        marks = ", ".join("?" * len(run_ids))
+        rows = await self.db.fetchall(
+            f"SELECT id FROM runs WHERE id IN ({marks}) AND cancel_requested_at IS NOT NULL "
+            f"AND status IN {_UNFINISHED_SQL}",
+            tuple(run_ids),
+        )
+        return {str(r[0]) for r in rows}
 
     async def get(self, run_id: str) -> StoredRun | None:
         row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM runs r WHERE r.id = ?", (run_id,))
