@@ -31,7 +31,13 @@ from app.records import Caller, ChatInput
 from app.remote_runs import RemoteRuns
 from app.runs import Run, RunEvent
 from events import Heartbeat
-from storage.errors import ConversationBusy, ConversationOwnedByAnother, IdempotencyKeyUsed, StorageUnavailable
+from storage.errors import (
+    ConversationBusy,
+    ConversationOwnedByAnother,
+    IdempotencyKeyUsed,
+    StorageUnavailable,
+    TooManyRuns,
+)
 from storage.records import MULTITASK_POLICIES, UNFINISHED
 
 if TYPE_CHECKING:
@@ -184,13 +190,18 @@ async def admit_request(request: Request) -> tuple[Identity, ChatInput]:
     return ident, chat
 
 
+def too_many_runs() -> HTTPProblem:
+    return HTTPProblem(429, "too_many_runs", "too many runs in progress for this user", {"Retry-After": "5"})
+
+
 async def check_run_limit(svc: Services, ident: Identity) -> None:
-    """Counts the user's unfinished runs in the store: the limit holds across replicas."""
+    """Counts the user's unfinished runs in the store: refuses early (before the run is
+    built) when the user is at the cap. The cap itself is held by ``start_run``, which
+    counts again in the transaction that stores the run — concurrent requests on any
+    replica all pass this read at once."""
     cap = svc.settings.max_runs_per_user
     if await svc.limits.active_runs(ident.user_id, svc.runs, cap) >= cap:
-        raise HTTPProblem(
-            429, "too_many_runs", "too many runs in progress for this user", {"Retry-After": "5"}
-        )
+        raise too_many_runs()
 
 
 async def admit(request: Request) -> tuple[Identity, ChatInput]:
@@ -208,7 +219,12 @@ async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str
     knowledge-base scope is checked here once (``app/context_scope.py``)."""
     await check_bucket_scope(svc, chat.context)
     try:
-        return await svc.runs.submit(chat, Caller(ident.user_id, ident.authorization), idempotency_key=key)
+        return await svc.runs.submit(
+            chat, Caller(ident.user_id, ident.authorization), idempotency_key=key,
+            run_cap=svc.settings.max_runs_per_user,
+        )
+    except TooManyRuns:
+        raise too_many_runs() from None
     except ConversationOwnedByAnother:
         raise HTTPProblem(404, "not_found", "no such conversation") from None
     except ConversationBusy:
@@ -503,10 +519,25 @@ async def cancel_run(request: Request) -> Response:
         stored = await svc.run_store.get(run_id)
         if stored is None or stored.user_id != ident.user_id:
             raise HTTPProblem(404, "not_found", "no such run")
-        return ORJSONResponse({"run_id": run_id, "status": stored.status})
+        if stored.status not in UNFINISHED:
+            return ORJSONResponse({"run_id": run_id, "status": stored.status})
+        # Executing on another replica (or between hand-overs): the store carries the
+        # cancel to whichever process runs it.
+        try:
+            status = await svc.runs.cancel_elsewhere(run_id)
+        except StorageUnavailable:
+            raise HTTPProblem(
+                503, "storage_unavailable", "the cancel could not be stored; retry shortly", {"Retry-After": "2"}
+            ) from None
+        return _cancel_answer(run_id, status)
     if not run.finished:
         await svc.runs.cancel(run)
-    return ORJSONResponse({"run_id": run_id, "status": run.status})
+    return _cancel_answer(run_id, run.status if run.finished else "cancelling")
+
+
+def _cancel_answer(run_id: str, status: str) -> Response:
+    """200 with the status the run ended with; 202 ``cancelling`` while it has not ended."""
+    return ORJSONResponse({"run_id": run_id, "status": status}, status_code=202 if status == "cancelling" else 200)
 
 
 async def get_conversation(request: Request) -> Response:

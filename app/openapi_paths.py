@@ -187,10 +187,15 @@ def agent_api(settings: Settings) -> ApiContribution:
                 "tags": ["runs"],
                 "operationId": "cancelRun",
                 "summary": "Stop a run (idempotent)",
-                "description": "The run ends with `message_complete` (`cancelled`); a finished run keeps its status.",
+                "description": "The run ends with `message_complete` (`cancelled`); a finished run keeps its status. "
+                "Any replica accepts it: the cancel is stored and reaches the replica executing the run (or the "
+                "next to claim it); the answer waits a few seconds for the ending.",
                 "parameters": [run_id],
                 "responses": {
                     "200": json_response("The run's status now", schema_ref("RunStatus")),
+                    "202": json_response(
+                        "`cancelling`: the cancel is stored; the run has not ended yet", schema_ref("RunStatus")
+                    ),
                     "401": unauthenticated,
                     "404": not_found_run,
                 },
@@ -225,7 +230,7 @@ def agent_api(settings: Settings) -> ApiContribution:
         "RunStatus": {
             "type": "object",
             "required": ["run_id", "status"],
-            "properties": {"run_id": {"type": "string"}, "status": {"enum": list(RUN_STATUSES)}},
+            "properties": {"run_id": {"type": "string"}, "status": {"enum": [*RUN_STATUSES, "cancelling"]}},
         },
         "Conversation": {
             "type": "object",

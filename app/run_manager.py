@@ -18,6 +18,15 @@
   within about ``0.8 × lease_s`` plus the time to load their checkpoint. A
   process that finds its lease gone (it was paused past the lease) abandons the run
   without emitting anything: the new owner continues it.
+* **Cancels from elsewhere**: a cancel (or an ``interrupt`` turn) that reaches a process
+  not executing the run marks it in the store (``RunStore.request_cancel``). The owner
+  learns at once through the engine's feed (PostgreSQL ``NOTIFY``), and otherwise on its
+  next look at the store for its live runs (every ``cancel_poll_s``: processes sharing a
+  SQLite file have no notifications); a run nobody held at that moment is ended
+  ``cancelled`` by whoever claims it next.
+* **Per-user cap**: the user's unfinished runs are counted in the transaction that stores
+  the run (``NewRun.max_unfinished_per_user``), so concurrent admissions on any number of
+  replicas cannot all take the last slot.
 """
 
 from __future__ import annotations
@@ -30,12 +39,13 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from app.log_context import bind_run, note_run
 from app.records import Caller, ChatInput, decode_run_input, encode_run_input
+from app.run_cancels import RunCancels
 from app.run_state import RunState
 from app.runs import Run, RunEvent, terminal_event
 from events import Discarded, Error, Event, EventDecodeError, MessageComplete, RunResumed, parse_event
@@ -43,6 +53,7 @@ from llm.types import Message
 from storage.errors import LeaseLost, StorageUnavailable
 from storage.interfaces import RunStore
 from storage.records import NewRun, RunWrite, StoredRun
+from storage.run_feed import RunFeed
 
 log = logging.getLogger("agentchat.runs")
 
@@ -89,21 +100,35 @@ class RunManager:
     counters: RunCounters = field(default_factory=RunCounters)
     #: Called with the seconds from a dead replica's lease expiry to its run resumed here.
     on_take_over: Callable[[float], None] | None = None
+    #: The engine's feed, where it has one (PostgreSQL): cancels asked for on other
+    #: replicas arrive through it, and it wakes a run waiting for another replica's run.
+    feed: RunFeed | None = None
+    #: How often the store is asked whether a live run here was cancelled elsewhere: the
+    #: only signal without a feed (several processes on one SQLite file); with one, a
+    #: fallback at the lease-claim pace.
+    cancel_poll_s: float = 0.25
     _runs: dict[str, Run] = field(default_factory=dict)
     _by_conversation: dict[str, list[Run]] = field(default_factory=dict)
     _closing: bool = False
     _rescues: set[asyncio.Task[None]] = field(default_factory=set)
     _lease_task: asyncio.Task[None] | None = None
+    cancels: RunCancels = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cancels = RunCancels(self.store, self._runs.get, self.active, feed=self.feed, poll_s=self.cancel_poll_s)
 
     # --- admission --------------------------------------------------------------------
 
-    async def submit(self, chat: ChatInput, caller: Caller, *, idempotency_key: str | None = None) -> Run:
+    async def submit(
+        self, chat: ChatInput, caller: Caller, *, idempotency_key: str | None = None, run_cap: int | None = None
+    ) -> Run:
         """Store and start a run. Raises ``ConversationOwnedByAnother``,
         ``ConversationBusy`` (policy ``reject``), ``IdempotencyKeyUsed`` (the caller's
-        key already names a run) or ``StorageUnavailable``."""
+        key already names a run), ``TooManyRuns`` (the user has ``run_cap`` unfinished
+        runs, counted atomically with the insert) or ``StorageUnavailable``."""
         run_id = f"run_{uuid.uuid4().hex}"
         conversation_id = chat.conversation_id or f"conv_{uuid.uuid4().hex}"
-        await self.store.create(
+        others = await self.store.create(
             NewRun(
                 id=run_id,
                 conversation_id=conversation_id,
@@ -114,12 +139,18 @@ class RunManager:
                 idempotency_key=idempotency_key,
                 lease_owner=self.owner_id if self.lease_s > 0 else None,
                 lease_s=self.lease_ttl_s,
+                max_unfinished_per_user=run_cap,
+                ending_unwritten=self._ending_unwritten(caller.user_id) if run_cap is not None else (),
             )
         )
         run = self._new_run(run_id, conversation_id, caller.user_id, chat.context_type)
         run.question = chat.message
         note_run(run_id, conversation_id)  # the request's log lines name the run from here on
         earlier = self._live_in(conversation_id)
+        here = {r.id for r in self._by_conversation.get(conversation_id, [])}
+        # Unfinished runs of the conversation on other replicas: this one waits for their
+        # endings too (with ``interrupt``, the store asked their owners to cancel them).
+        elsewhere = [rid for rid in others if rid not in here]
         if chat.multitask == "interrupt":
             for other in earlier:
                 if other.task is not None and not other.task.done():
@@ -130,8 +161,16 @@ class RunManager:
         self._register(run)
         self.counters.started += 1
         chat = ChatInput(chat.message, chat.context_type, chat.context, conversation_id, chat.multitask)
-        self._start(run, earlier, lambda: self.agent(run, chat, caller))
+        self._start(run, earlier, lambda: self.agent(run, chat, caller), elsewhere=elsewhere)
         return run
+
+    def _ending_unwritten(self, user_id: str) -> tuple[str, ...]:
+        """The user's runs that ended here whose ending the writer has not stored yet:
+        the store still counts them unfinished, the cap must not."""
+        return tuple(
+            r.id for r in self._runs.values()
+            if r.user_id == user_id and r.finished and (r.durable < len(r.events) or r.storage_error is not None)
+        )
 
     def _new_run(self, run_id: str, conversation_id: str, user_id: str, context_type: str) -> Run:
         run = Run(
@@ -155,11 +194,15 @@ class RunManager:
     def _live_in(self, conversation_id: str) -> list[Run]:
         return [r for r in self._by_conversation.get(conversation_id, []) if not r.finished]
 
-    def _start(self, run: Run, earlier: list[Run], body: Callable[[], Awaitable[None]]) -> None:
+    def _start(
+        self, run: Run, earlier: list[Run], body: Callable[[], Awaitable[None]], *, elsewhere: Sequence[str] = ()
+    ) -> None:
         async def go() -> None:
             bind_run(run.id, run.conversation_id, run.user_id)  # every log line of the run names it
             for other in earlier:  # the conversation's turns run one after another
                 await other.wait_settled()
+            for other_id in elsewhere:
+                await self.cancels.wait_end(other_id)
             await body()
 
         task = asyncio.create_task(go(), name=f"agent:{run.id}")
@@ -222,6 +265,11 @@ class RunManager:
             run.task.cancel()
             with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):
                 await asyncio.wait_for(asyncio.shield(run.task), timeout=5)
+
+    async def cancel_elsewhere(self, run_id: str, wait_s: float = 5.0) -> str:
+        """Cancel a run this process does not execute (``app/run_cancels.py``): its
+        status once its ending is stored within ``wait_s``, else ``cancelling``."""
+        return await self.cancels.request(run_id, wait_s)
 
     def sweep(self, now: float | None = None) -> int:
         """Forget finished runs nobody follows after ``finished_memory_s`` (their log is in
@@ -315,6 +363,7 @@ class RunManager:
             await self.store.set_status(queued, "interrupted")
         for task in list(self._rescues):
             task.cancel()
+        self.cancels.close()
         if self._lease_task is not None:
             self._lease_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -410,7 +459,11 @@ class RunManager:
         """Renew every third of the lease's lifetime; look for expired leases every tenth
         of ``lease_s``, so a dead replica's runs are carried on within ``lease_s``."""
         renew_every, claim_every = self.lease_ttl_s / 3, self.lease_s * LEASE_CLAIM_SHARE
-        next_renew = next_claim = time.monotonic()
+        # Cancels asked for on another process: the feed brings them at once; without one
+        # (SQLite) this look is the signal, so it comes often — one indexed read, only
+        # while runs are live here.
+        cancel_every = self.cancel_poll_s if self.feed is None else max(self.cancel_poll_s, claim_every)
+        next_renew = next_claim = next_cancel = time.monotonic()
         while not self._closing:
             now = time.monotonic()
             try:
@@ -420,11 +473,14 @@ class RunManager:
                 if now >= next_claim and not self._closing:
                     next_claim = now + claim_every
                     await self.take_over()
+                if now >= next_cancel and not self._closing:
+                    next_cancel = now + cancel_every
+                    await self.cancels.check()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the database is away: try again next tick
                 log.warning("run lease upkeep failed", extra={"error": str(exc)[:300]})
-            await asyncio.sleep(max(0.05, min(next_renew, next_claim) - time.monotonic()))
+            await asyncio.sleep(max(0.05, min(next_renew, next_claim, next_cancel) - time.monotonic()))
 
     async def _recover_one(self, stored: StoredRun, *, reason: str = "the service restarted") -> None:
         events = await self.store.events_after(stored.id, 0, limit=self.max_events)
@@ -461,6 +517,8 @@ class RunManager:
         run.question = chat.message
         if stored.checkpoint is None:  # admitted, never started: start it now
             self._start(run, earlier, lambda: self.agent(run, chat, caller))
+            if stored.cancel_requested:  # asked while nobody held it: it ends cancelled
+                self.cancels.cancel_here(run)
             return
         state = RunState.decode(stored.checkpoint)
         discarded = (
@@ -485,6 +543,8 @@ class RunManager:
                 extra={"run_id": run.id, "from_seq": discarded.from_seq, "to_seq": discarded.to_seq},
             )
         self._start(run, earlier, lambda: self.agent(run, chat, caller, state=state, resumed=resumed))
+        if stored.cancel_requested:  # asked while nobody held it: it ends cancelled
+            self.cancels.cancel_here(run)
 
 
 def release_free_memory() -> None:

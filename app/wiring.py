@@ -345,6 +345,8 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         # One process per SQLite file: at start-up every unfinished run is this one's.
         exclusive=storage.engine != "postgres",
         on_take_over=metrics.take_over_latency.observe,
+        # Cancels asked for on another replica arrive through the feed (PostgreSQL).
+        feed=storage.run_feed,
     )
     svc = Services(
         settings=settings,

@@ -110,7 +110,8 @@ class AgentClient:
         )
 
     async def cancel(self, run_id: str) -> RunState:
-        """Stop a run (idempotent): its status afterwards (``cancelled``, or how it had ended)."""
+        """Stop a run (idempotent): its status afterwards (``cancelled``, or how it had ended; ``cancelling``
+        when it runs on another replica and had not ended within the server's wait)."""
         _, data = await self._json("POST", f"/v1/agent/runs/{quote(run_id, safe='')}/cancel")
         return RunState(run_id=str(data["run_id"]), status=data["status"])
 

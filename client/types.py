@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-RunStatusName = Literal["queued", "running", "completed", "failed", "cancelled", "interrupted"]
+#: ``cancelling``: a cancel answered before the run ended (``POST …/cancel``, 202).
+RunStatusName = Literal["queued", "running", "completed", "failed", "cancelled", "interrupted", "cancelling"]
 ContextType = Literal["workflow", "tables", "knowledge"]
 Multitask = Literal["enqueue", "reject", "interrupt"]
 

@@ -52,3 +52,15 @@ async def store_engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
                 await storage.close()
     else:  # pragma: no cover - a new engine must be wired here
         raise AssertionError(f"unknown storage engine {request.param!r}")
+
+
+@pytest.fixture(params=ENGINES)
+async def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[dict[str, str]]:
+    """The environment that points several in-process replicas at one database of each
+    engine: one SQLite file, or one PostgreSQL database of the session's server."""
+    if request.param == "sqlite":
+        yield {"AGENT_DB_PATH": str(tmp_path / "shared.sqlite3")}
+    else:
+        server: TestPostgres = request.getfixturevalue("pg_server")
+        with server.database() as url:
+            yield {"AGENT_DATABASE_URL": url, "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3")}
