@@ -48,7 +48,16 @@ from app.records import Caller, ChatInput, decode_run_input, encode_run_input
 from app.run_cancels import RunCancels
 from app.run_state import RunState
 from app.runs import Run, RunEvent, terminal_event
-from events import Discarded, Error, Event, EventDecodeError, MessageComplete, RunResumed, parse_event
+from events import (
+    Discarded,
+    Error,
+    Event,
+    EventDecodeError,
+    MessageComplete,
+    RunResumed,
+    RunStarted,
+    parse_event,
+)
 from llm.types import Message
 from storage.errors import LeaseLost, StorageUnavailable
 from storage.interfaces import RunStore
@@ -216,7 +225,8 @@ class RunManager:
             # Cancelled before the agent began (a queued run), or a crash past the
             # agent's own handlers: the run still ends with exactly one terminal event.
             status: Literal["cancelled", "failed"] = "cancelled" if task.cancelled() else "failed"
-            events: list[Event] = []
+            # The contract: ``run_started`` comes first, even for a run that never began.
+            events: list[Event] = [] if run.events else [RunStarted(run_id=run.id, conversation_id=run.conversation_id)]
             if status == "failed":
                 events.append(Error(message="internal error", code="internal_error"))
             events.append(terminal_event(run, status))
