@@ -64,9 +64,12 @@ class KnowledgeComponent:
     async def readiness(self) -> dict[str, Any]:
         """Not ready while the sample knowledge base loads or after its load failed
         (the README's first question would be answered "I could not find an answer"),
-        nor while documents wait for vectors of the embedder: a search by meaning cannot
-        see them until the re-embedding in the background (``knowledge.backfill``) has
-        given them theirs — then it is ready again by itself."""
+        nor while documents wait for vectors and the embedder fails: a search by meaning
+        cannot see them until the re-embedding in the background (``knowledge.backfill``)
+        has given them theirs — then it is ready again by itself. Documents waiting while
+        the re-embedding makes progress (a corpus moving to another embedding model can
+        take hours) are shown here and in a metric but keep the replica in service: text
+        search finds them meanwhile, and every semantic search says what it cannot see."""
         stats = await self.kb.stats()
         semantic = await self.kb.semantic_search()
         loading = self.sample == "ingesting"
@@ -75,8 +78,9 @@ class KnowledgeComponent:
         pending = int(stats.get("documents_without_current_vectors") or 0) if has_embedder else 0
         backfill = self.kb.backfill
         backfill.pending = pending if has_embedder else 0  # the count just read is the freshest
+        stalled = bool(pending) and backfill.failures > 0  # the last pass failed: no progress
         out: dict[str, Any] = {
-            "ok": not (loading or failed or pending),
+            "ok": not (loading or failed or stalled),
             "documents": stats.get("documents"),
             "chunks": stats.get("chunks"),
             "vectors": stats.get("vectors"),

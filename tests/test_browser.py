@@ -8,6 +8,8 @@ is a fact (the provider is parked at a gate), not a timing guess.
 
 from __future__ import annotations
 
+import asyncio
+
 from pathlib import Path
 from typing import Any
 
@@ -218,10 +220,13 @@ async def test_playground_in_headless_chromium(settings: Settings) -> None:
             banner = await page.evaluate("document.getElementById('offline').textContent")
             assert "extracted from the knowledge base" in banner and "workflows and table configurations needs a model" in banner
 
-            # 1. Ask: streamed text, tool calls, selection and previews render while the
-            #    model is still mid-answer (parked at the gate).
+            # 1. Ask (in Workflow: offline the page opens in Knowledge): streamed text, tool
+            #    calls, selection and previews render while the model is still mid-answer
+            #    (parked at the gate).
+            await page.click("input[value=workflow]")
             await ask(page, "Build a low-stock alert workflow")
-            await script.reload_gate.reached.wait()
+            async with asyncio.timeout(60):
+                await script.reload_gate.reached.wait()
             await page.wait_for(
                 f"{RUN} && {RUN}.querySelector('.answer').textContent.includes('The workflow ')",
                 what="the streamed text before the gate",

@@ -60,7 +60,7 @@ class KnowledgeModel:
         text = orjson.dumps(body).decode()
         if "cite_with" not in text:  # no search result yet in the conversation
             return [ToolCall("search_semantic", {"bucket": "default", "query": self.query})]
-        tail = text[text.rindex("cite_with") - 20_000 :] if len(text) > 20_000 else text
+        tail = text[max(0, text.rindex("cite_with") - 20_000) :] if len(text) > 20_000 else text
         self.modes.extend(_MODE.findall(tail)[-1:])
         doc_id = _DOC_ID.findall(tail)[0]
         answer = f"Reconnect and send the last event id you saw [{doc_id}]."

@@ -145,3 +145,28 @@ async def test_a_document_re_ingested_while_its_batch_is_embedded_keeps_its_inge
         assert (await kb.stats())["vectors"] == 1  # the ingest's chunk only, never the stale one too
     finally:
         await kb.aclose()
+
+
+async def test_readiness_fails_only_while_the_embedder_fails_the_waiting_documents(tmp_path: Path) -> None:
+    """Documents waiting for vectors are always shown; the replica leaves service only
+    while the re-embedding cannot progress (a model change on a large corpus would
+    otherwise keep it out of service for hours while text search works)."""
+    from app.rooms import KnowledgeComponent
+
+    emb = FlakyEmbedder()
+    kb = await fast_kb(tmp_path / "kb.db", emb)
+    room = KnowledgeComponent(kb)
+    try:
+        await kb.ingest_documents(DOCS)  # stored, the embedder failing: queued
+        waiting = await room.readiness()
+        assert waiting["pending_vectors"] == 3 and waiting["ok"] is True and "wait for vectors" in waiting["detail"]
+        kb.backfill.start()
+        await until(lambda: kb.backfill.failures > 0, "a failed pass", 10)
+        stalled = await room.readiness()
+        assert stalled["ok"] is False and "the embedder failed: upstream 503" in stalled["detail"], stalled
+        emb.broken = False
+        await until(lambda: kb.backfill.pending == 0, "the documents re-embedded", 10)
+        ready = await room.readiness()
+        assert ready["ok"] is True and ready["pending_vectors"] == 0 and "detail" not in ready
+    finally:
+        await kb.aclose()

@@ -50,7 +50,7 @@ class SearchingModel:
         text = orjson.dumps(body).decode()
         if "cite_with" not in text:  # no search result yet in this conversation
             return [ToolCall(self.tool, {"bucket": "default", "query": self.query, "top_k": 2})]
-        result = text[text.rindex("cite_with") - 20_000 :] if len(text) > 20_000 else text
+        result = text[max(0, text.rindex("cite_with") - 20_000) :] if len(text) > 20_000 else text
         doc_ids = _DOC_ID.findall(result)
         modes = _MODE.findall(result)
         self.searches.append((modes[-1] if modes else "", doc_ids))
