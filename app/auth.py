@@ -8,7 +8,8 @@ an unknown ``kid`` at most every ``jwks_min_refresh_s`` and when older than
 ``jwks_max_age_s``: key rotation) or a PEM public key (``AGENT_JWT_PUBLIC_KEY``). The
 ``alg`` a token names must be one its configured key can verify (no HS256 with a public
 key). ``aud`` and ``iss`` are checked when configured, ``exp``/``nbf`` with
-``AGENT_JWT_LEEWAY_S`` of clock skew. The JWKS is fetched with the app's async httpx
+``AGENT_JWT_LEEWAY_S`` of clock skew; a token without ``exp`` is refused (it would be
+valid forever) unless ``AGENT_JWT_ALLOW_NO_EXP`` is set. The JWKS is fetched with the app's async httpx
 client, never blocking the event loop (PyJWT's ``PyJWKClient`` is synchronous). Tokens
 never reach the logs.
 """
@@ -26,16 +27,13 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import jwt
 import orjson
 
 from app.log_context import note_user
-
-if TYPE_CHECKING:
-    from storage.interfaces import SecretStore
 
 try:  # PyJWT >= 2.10 warns on every use of an HMAC key under 32 bytes; the config checks length once
     from jwt.warnings import InsecureKeyLengthWarning as _ShortKeyWarning
@@ -83,6 +81,7 @@ def _decode(
     audience: str | None,
     issuer: str | None,
     leeway: float,
+    require_exp: bool = False,
 ) -> dict[str, Any]:
     """Verify signature and registered claims; every failure is an ``AuthError``."""
     try:
@@ -95,7 +94,11 @@ def _decode(
                 audience=audience,
                 issuer=issuer,
                 leeway=leeway,
-                options={"verify_aud": audience is not None, "verify_iss": issuer is not None},
+                options={
+                    "verify_aud": audience is not None,
+                    "verify_iss": issuer is not None,
+                    "require": ["exp"] if require_exp else [],
+                },
             )
     except jwt.ExpiredSignatureError:
         raise AuthError("token expired") from None
@@ -106,6 +109,8 @@ def _decode(
     except jwt.InvalidIssuerError:
         raise AuthError("token issuer not accepted") from None
     except jwt.MissingRequiredClaimError as exc:
+        if exc.claim == "exp":
+            raise AuthError("token has no exp claim: tokens that never expire are not accepted") from None
         raise AuthError(f"token has no {exc.claim} claim") from None
     except jwt.InvalidSignatureError:
         raise AuthError("invalid token signature") from None
@@ -252,8 +257,11 @@ class Authenticator:
         jwks_min_refresh_s: float = 30.0,
         jwks_max_age_s: float = 3600.0,
         stream_secret: str | None = None,
+        allow_no_exp: bool = False,
     ) -> None:
         self.mode = mode
+        #: A token without ``exp`` would be valid forever: refused unless allowed.
+        self.allow_no_exp = allow_no_exp
         self.secret = secret
         self.stream_ttl_s = stream_ttl_s
         self.audience = audience
@@ -269,7 +277,7 @@ class Authenticator:
             JwksKeys(jwks_url, http, min_refresh_s=jwks_min_refresh_s, max_age_s=jwks_max_age_s) if jwks_url else None
         )
         # Stream tokens are signed with ``stream_secret`` — the app passes one every
-        # replica shares (``shared_stream_secret``); an Authenticator built without one
+        # replica shares (``app.keyring``); an Authenticator built without one
         # (a single process, tests) signs with the JWT secret or a key of its own.
         self._stream_key = (stream_secret or secret or secrets.token_urlsafe(32)).encode() + b":stream"
 
@@ -289,6 +297,7 @@ class Authenticator:
             leeway_s=settings.jwt_leeway_s,
             http=http,
             stream_secret=stream_secret,
+            allow_no_exp=settings.jwt_allow_no_exp,
         )
 
     def _bearer(self, authorization: str | None) -> str:
@@ -351,7 +360,10 @@ class Authenticator:
         return Identity(str(claims["sub"]), authorization)
 
     def _claims(self, token: str, key: Any, alg: str) -> dict[str, Any]:
-        return _decode(token, key, alg, audience=self.audience, issuer=self.issuer, leeway=self.leeway_s)
+        return _decode(
+            token, key, alg, audience=self.audience, issuer=self.issuer, leeway=self.leeway_s,
+            require_exp=not self.allow_no_exp,
+        )
 
     def stream_token(self, run_id: str, user_id: str, *, now: float | None = None) -> str:
         exp = int((time.time() if now is None else now) + self.stream_ttl_s)
@@ -383,19 +395,6 @@ class Authenticator:
             raise AuthError("stream token expired")
         note_user(str(claims.get("u")))
         return str(claims.get("u"))
-
-
-STREAM_SECRET_NAME = "stream_token"
-
-
-async def shared_stream_secret(configured: str | None, store: SecretStore) -> str:
-    """The key ``stream_url`` tokens are signed with, the same on every replica:
-    ``AGENT_STREAM_TOKEN_SECRET`` when set, else a random key the first process to start
-    stored in the database (later ones, and replicas starting at the same moment, read
-    that one). A per-process key would make a link from replica A fail on replica B."""
-    if configured:
-        return configured
-    return await store.get_or_create(STREAM_SECRET_NAME, secrets.token_urlsafe(32))
 
 
 class JwksPrefetch:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agenttools.mcp_config import McpConfigError, McpServerConfig, load_servers
+from app.masking import mask_url, url_secrets
 
 PROVIDERS = ("auto", "ollama", "gemini", "openai", "extractive")
 EMBEDDERS = ("auto", "gemini", "ollama", "openai", "local", "hashing", "none")
@@ -82,6 +83,9 @@ class Settings:
     admin_users: tuple[str, ...] = ()
     #: ``AGENT_AUTH=none`` refuses the admin routes unless this is set (local use only).
     admin_open: bool = False
+    #: A bearer token without ``exp`` would be valid forever: refused (401) unless this
+    #: is set (``AGENT_JWT_ALLOW_NO_EXP``, for an identity provider that cannot add one).
+    jwt_allow_no_exp: bool = False
     host: str = "127.0.0.1"
     port: int = 8000
     llm_timeout_s: float = 120.0
@@ -138,6 +142,13 @@ class Settings:
     #: OpenTelemetry spans (run, model calls, tool calls): on with ``AGENT_OTEL=1`` or
     #: when ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``…_TRACES_ENDPOINT`` is set (needs the
     #: ``otel`` extra; the exporter reads the standard ``OTEL_*`` variables itself).
+    #: Encrypts what the database keeps of a caller's credentials (a live run's
+    #: ``Authorization``) and, when ``stream_token_secret`` is unset, derives the stream
+    #: key — a key the database never holds (``app.keyring``).
+    secret_key: str | None = None
+    #: PostgreSQL without ``stream_token_secret`` / ``secret_key``: keep the generated
+    #: stream key in the database in plain text anyway (refused at start-up otherwise).
+    stream_key_in_database: bool = False
     otel_enabled: bool = False
     ingest_sample_kb: bool = True
     #: Buckets ``knowledge_base_search`` covers when the model names none
@@ -216,6 +227,7 @@ class Settings:
             admin_open=reader.boolean("AGENT_ADMIN_OPEN", d.admin_open),
             host=reader.text("AGENT_HOST", d.host),
             port=reader.integer("AGENT_PORT", d.port, lo=0, hi=65535),
+            jwt_allow_no_exp=reader.boolean("AGENT_JWT_ALLOW_NO_EXP", d.jwt_allow_no_exp),
             llm_timeout_s=reader.number("AGENT_LLM_TIMEOUT_S", d.llm_timeout_s, lo=1),
             tool_timeout_s=reader.number("AGENT_TOOL_TIMEOUT_S", d.tool_timeout_s, lo=0.1),
             backend_timeout_s=reader.number("AGENT_BACKEND_TIMEOUT_S", d.backend_timeout_s, lo=0.1),
@@ -251,6 +263,8 @@ class Settings:
             or bool(reader.optional("OTEL_EXPORTER_OTLP_ENDPOINT")
                     or reader.optional("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")),
             ingest_sample_kb=reader.boolean("AGENT_INGEST_SAMPLE_KB", d.ingest_sample_kb),
+            secret_key=reader.optional("AGENT_SECRET_KEY"),
+            stream_key_in_database=reader.boolean("AGENT_STREAM_KEY_IN_DATABASE", d.stream_key_in_database),
             kb_default_buckets=reader.listing("AGENT_KB_DEFAULT_BUCKETS", d.kb_default_buckets) or ("*",),
             kb_reembed_interval_s=reader.number(
                 "AGENT_KB_REEMBED_INTERVAL_S", d.kb_reembed_interval_s, lo=1, hi=31_536_000
@@ -288,6 +302,8 @@ class Settings:
             raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(reader.problems))
         return s
 
+        if s.secret_key is not None and len(s.secret_key) < 16:
+            reader.problems.append("AGENT_SECRET_KEY must be at least 16 characters")
     def with_(self, **changes: Any) -> Settings:
         return replace(self, **changes)
 
@@ -299,12 +315,19 @@ class Settings:
         return bool(self.openai_api_key) or self.openai_base_url != default_url
 
     def redacted(self) -> dict[str, Any]:
-        """The settings as a dict safe to log: secrets masked."""
+        """The settings as a dict safe to log: secrets masked, URLs without userinfo."""
         out: dict[str, Any] = {}
         for f in fields(self):
+    def secret_values(self) -> list[str]:
+        """Every configured value that is a credential — API keys, signing keys, the
+        demo token, passwords inside URLs — for ``app.masking.SecretScrubber``."""
+        values = [getattr(self, name) for name in _SECRET_FIELDS]
+        for name in _URL_FIELDS:
+            values += url_secrets(getattr(self, name))
+        return [v for v in values if isinstance(v, str) and v]
+
             value = getattr(self, f.name)
-            if f.name in {"gemini_api_key", "perplexity_api_key", "jwt_secret", "openai_api_key",
-                          "stream_token_secret"}:
+            if f.name in _SECRET_FIELDS:
                 value = "***" if value else None
             elif f.name == "database_url" and value:
                 value = _without_password(value)
@@ -312,6 +335,8 @@ class Settings:
                 value = [f"{m.name}: {m.describe()}" for m in value]
             elif isinstance(value, Path):
                 value = str(value)
+            elif f.name in _URL_FIELDS and value:
+                value = mask_url(value)
             elif isinstance(value, tuple):
                 value = list(value)
             elif isinstance(value, Mapping):
@@ -323,6 +348,18 @@ class Settings:
 def _without_password(url: str) -> str:
     """``postgresql://user:pw@host/db`` → ``postgresql://user:***@host/db`` (for the logs)."""
     from urllib.parse import urlsplit, urlunsplit
+
+#: Settings whose whole value is a credential (never logged, never served).
+_SECRET_FIELDS = frozenset(
+    {"gemini_api_key", "perplexity_api_key", "jwt_secret", "openai_api_key", "stream_token_secret", "secret_key",
+     "backend_demo_token"}
+)
+#: Settings that are URLs, whose userinfo may hold a password or a key.
+_URL_FIELDS = frozenset(
+    {"ollama_host", "gemini_base_url", "openai_base_url", "perplexity_base_url", "backend_url", "jwt_jwks_url",
+     "database_url"}
+)
+
 
     parts = urlsplit(url)
     if parts.password is None:

@@ -19,6 +19,7 @@ from app.compat_openapi import ai_sdk_api, openai_api
 from app.config import Settings
 from app.docs_page import render_docs
 from app.log_context import AccessLog
+from app.logs import scrubbed_logs
 from app.openapi import build_openapi, openapi_routes
 from app.openapi_paths import builtin_api
 from app.playground import playground_routes
@@ -49,6 +50,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
+            # The configured secrets never reach a log line of this app (app.logs).
+            stack.enter_context(scrubbed_logs(settings.secret_values()))
             svc = await build_services(settings, stack, overrides)
             app.state.services = svc
             # Runs the last process left unfinished (SIGTERM or SIGKILL) are carried on

@@ -30,15 +30,12 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import parse_qsl, urlencode
 
 from starlette.routing import Match
 
+from app.masking import mask_query
+
 FIELDS: Final = ("run_id", "conversation_id", "user", "route")
-#: Query parameters whose values never reach the access log.
-SECRET_PARAMS: Final = frozenset(
-    {"token", "access_token", "id_token", "api_key", "apikey", "key", "secret", "password", "signature", "sig"}
-)
 
 access_log = logging.getLogger("agentchat.access")
 
@@ -101,11 +98,9 @@ class ContextFilter(logging.Filter):
 
 
 def safe_query(raw: bytes) -> str | None:
-    """The query string with secret parameters' values masked (``token=***``)."""
-    if not raw:
-        return None
-    pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
-    return urlencode([(k, "***" if k.lower() in SECRET_PARAMS else v) for k, v in pairs], safe="*")
+    """The query string with the values of every parameter whose name suggests a
+    credential masked (``jwt=***``, ``client_secret=***``: ``app.masking``)."""
+    return mask_query(raw)
 
 
 def _route_of(scope: Scope) -> tuple[str | None, dict[str, Any]]:

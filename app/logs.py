@@ -9,7 +9,10 @@ with the fields appended as JSON. Either way ``app.log_context.ContextFilter`` a
 ``run_id``, ``conversation_id``, ``user`` and ``route`` to the lines of a request or a
 run. ``AGENT_LOG_LEVEL`` sets the level. uvicorn's loggers go through the same handler
 (``uvicorn_log_config``), and its access log stays off: ``app.log_context.AccessLog``
-writes ours, without query secrets.
+writes ours, without query secrets. ``MaskingFilter`` masks the userinfo of every URL
+a line quotes (``http://***@host``), on every handler; while an app runs,
+``scrubbed_logs`` adds the configured secret values (API keys, the demo token,
+passwords inside URLs) to what it masks, in the message, the fields and tracebacks.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -25,6 +30,7 @@ from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.orjson import OrjsonFormatter
 
 from app.log_context import ContextFilter
+from app.masking import SecretScrubber
 
 FORMATS: Final = ("json", "text")
 
@@ -61,6 +67,57 @@ class JsonLinesFormatter(OrjsonFormatter):
         super().add_fields(log_data, record, message_dict)
 
 
+class MaskingFilter(logging.Filter):
+    """Rewrites a record so no credential it names reaches the output: the message (its
+    arguments merged in), every ``extra`` field, and the traceback (formatted here, then
+    kept as text). ``scrubber`` decides what is masked."""
+
+    def __init__(self, scrubber: SecretScrubber | None = None) -> None:
+        super().__init__()
+        self.scrubber = scrubber or SecretScrubber(())
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        scrub = self.scrubber
+        message = record.getMessage()
+        masked = scrub.text(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        for name, value in list(record.__dict__.items()):
+            if name in _STANDARD or name.startswith("_") or not isinstance(value, str | dict | list | tuple):
+                continue
+            cleaned = scrub.value(value)
+            if cleaned != value:
+                setattr(record, name, cleaned)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = scrub.text(record.exc_text)
+            record.exc_info = None  # both formatters then print the scrubbed text
+        if record.stack_info:
+            record.stack_info = scrub.text(record.stack_info)
+        return True
+
+
+@contextmanager
+def scrubbed_logs(secret_values: Iterable[str]) -> Iterator[None]:
+    """While the block runs, the root logger's handlers also mask ``secret_values``
+    (``Settings.secret_values``); the filter is removed afterwards, so apps built one
+    after another in a process each mask their own."""
+    scrubber = SecretScrubber(secret_values)
+    if scrubber.empty:
+        yield
+        return
+    masking = MaskingFilter(scrubber)
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:
+        handler.addFilter(masking)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(masking)
+
+
 def log_format(explicit: str | None = None, *, default: str = "json") -> str:
     """``explicit``, else ``AGENT_LOG_FORMAT``, else ``default``; a ``ValueError`` names
     the allowed values."""
@@ -82,6 +139,7 @@ def make_handler(fmt: str = "json", stream: Any = None) -> logging.Handler:
     else:
         handler.setFormatter(StructuredFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(ContextFilter())
+    handler.addFilter(MaskingFilter())
     return handler
 
 

@@ -1,9 +1,10 @@
-"""The app's small shared types: what a chat asks for and who asks. No behaviour."""
+"""The app's small shared types: what a chat asks for and who asks, and how a run's
+input is stored. No behaviour beyond that encoding."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -25,10 +26,19 @@ class Caller:
     authorization: str | None = None
 
 
-def encode_run_input(chat: ChatInput, caller: Caller) -> bytes:
+class Sealer(Protocol):
+    """Encrypts a stored run input (``app.keyring.RunInputSealer``)."""
+
+    def seal(self, plain: bytes) -> bytes: ...
+
+    def open(self, stored: bytes) -> bytes: ...
+
+
+def encode_run_input(chat: ChatInput, caller: Caller, sealer: Sealer | None = None) -> bytes:
     """What a run needs to be carried on by another process: the question, its context
-    and the caller's credentials (forgotten when the run ends)."""
-    return orjson.dumps(
+    and the caller's credentials — encrypted when a key is configured, and forgotten
+    (the column cleared) when the run ends, however it ends."""
+    plain = orjson.dumps(
         {
             "message": chat.message,
             "context_type": chat.context_type,
@@ -36,9 +46,17 @@ def encode_run_input(chat: ChatInput, caller: Caller) -> bytes:
             "authorization": caller.authorization,
         }
     )
+    return sealer.seal(plain) if sealer is not None else plain
 
 
-def decode_run_input(raw: bytes, *, conversation_id: str, user_id: str) -> tuple[ChatInput, Caller]:
+def decode_run_input(
+    raw: bytes, *, conversation_id: str, user_id: str, sealer: Sealer | None = None
+) -> tuple[ChatInput, Caller]:
+    """The stored input; ``ValueError`` when it was encrypted under a key not configured."""
+    if sealer is not None:
+        raw = sealer.open(raw)
+    elif not raw.startswith(b"{"):
+        raise ValueError("the run's stored input is encrypted and no key is configured")
     d = orjson.loads(raw)
     chat = ChatInput(
         message=str(d["message"]),

@@ -16,6 +16,7 @@ import httpx
 
 from agenttools.registry import ToolRegistry
 from app.config import Settings
+from app.masking import mask_url
 from llm.pool import WaitHook
 from toolindex.embedder import Embedder
 
@@ -236,7 +237,7 @@ async def attach_rooms(
         register_table_tools(registry, deps)
         rooms.resolution_cache = deps.resolution_cache
         rooms.backend = backend
-        log.info("workflow/table backend", extra={"url": backend.url, "auth": backend.auth_mode})
+        log.info("workflow/table backend", extra={"url": mask_url(backend.url), "auth": backend.auth_mode})
     else:
         rooms.backend = BackendComponent.of(settings, http)
         log.warning("AGENT_BACKEND_URL is not set: workflow and table tools are listed but cannot run")
@@ -263,7 +264,8 @@ class BackendComponent:
         if settings.auth != "none":
             mode = "the caller's Authorization (AGENT_AUTH=jwt)"
         elif token:
-            mode = f"demo user {token} when the caller sends no Authorization"
+            # The token is a credential: named by its variable, never shown.
+            mode = "the demo user of AGENT_BACKEND_DEMO_TOKEN when the caller sends no Authorization"
         else:
             mode = "the caller's Authorization only (AGENT_BACKEND_DEMO_TOKEN=none)"
         return cls(settings.backend_url, http, f"Bearer {token}" if token else None, mode)
@@ -271,7 +273,7 @@ class BackendComponent:
     async def readiness(self) -> dict[str, Any]:
         """Informational: an unreachable backend fails workflow/table tools only, so it
         never makes the service unready."""
-        out: dict[str, Any] = {"ok": True, "url": self.url, "auth": self.auth_mode}
+        out: dict[str, Any] = {"ok": True, "url": mask_url(self.url), "auth": self.auth_mode}
         if self.url is None:
             out["detail"] = "AGENT_BACKEND_URL is not set: workflow and table tools cannot run"
             return out

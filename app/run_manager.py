@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from app.log_context import bind_run, note_run
-from app.records import Caller, ChatInput, decode_run_input, encode_run_input
+from app.records import Caller, ChatInput, Sealer, decode_run_input, encode_run_input
 from app.run_cancels import RunCancels
 from app.run_state import RunState
 from app.runs import Run, RunEvent, terminal_event
@@ -116,6 +116,8 @@ class RunManager:
     #: only signal without a feed (several processes on one SQLite file); with one, a
     #: fallback at the lease-claim pace.
     cancel_poll_s: float = 0.25
+    #: Encrypts the stored run input (the caller's ``Authorization``): ``app.keyring``.
+    input_sealer: Sealer | None = None
     _runs: dict[str, Run] = field(default_factory=dict)
     _by_conversation: dict[str, list[Run]] = field(default_factory=dict)
     _closing: bool = False
@@ -143,7 +145,7 @@ class RunManager:
                 conversation_id=conversation_id,
                 user_id=caller.user_id,
                 context_type=chat.context_type,
-                input=encode_run_input(chat, caller),
+                input=encode_run_input(chat, caller, self.input_sealer),
                 multitask=chat.multitask,
                 idempotency_key=idempotency_key,
                 lease_owner=self.owner_id if self.lease_s > 0 else None,
@@ -523,7 +525,18 @@ class RunManager:
             )
             return
         assert stored.input is not None
-        chat, caller = decode_run_input(stored.input, conversation_id=stored.conversation_id, user_id=stored.user_id)
+        try:
+            chat, caller = decode_run_input(
+                stored.input, conversation_id=stored.conversation_id, user_id=stored.user_id, sealer=self.input_sealer
+            )
+        except ValueError as exc:  # sealed under a key no longer configured
+            log.warning("run cannot be carried on", extra={"run_id": run.id, "reason": str(exc)})
+            run.emit_step(
+                [Error(message=f"The run was interrupted and cannot be carried on: {exc}.", code="run_interrupted"),
+                 terminal_event(run, "failed")],
+                finished=True,
+            )
+            return
         run.question = chat.message
         if stored.checkpoint is None:  # admitted, never started: start it now
             self._start(run, earlier, lambda: self.agent(run, chat, caller))

@@ -16,6 +16,7 @@ from app.auth import Authenticator
 from app.config import Settings
 from app.embedder_check import EmbedderCheck
 from app.limits import Admission
+from app.masking import SecretScrubber
 from app.metrics import AppMetrics, LiveSources
 from app.remote_runs import RemoteRuns
 from app.rooms import Rooms
@@ -51,6 +52,11 @@ class Services:
     remote: RemoteRuns | None = None
     #: The embedder chosen at start-up (probed), why, and its first answer: ``/readyz``.
     embedder_check: EmbedderCheck | None = None
+    #: Masks the configured secrets in what ``/readyz`` (unauthenticated) answers.
+    scrubber: SecretScrubber = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.scrubber = SecretScrubber(self.settings.secret_values())
 
     async def readiness(self) -> dict[str, Any]:
         checks: dict[str, Any] = {}
@@ -91,7 +97,8 @@ class Services:
         if self.runs.closing:
             checks["shutdown"] = {"ok": False, "detail": "draining: new runs are refused"}
         ready = all(bool(c.get("ok")) for name, c in checks.items() if name != "tool_index")
-        return {"ready": ready, "checks": checks}
+        # Reasons and details quote URLs and exception texts: no credential is served.
+        return {"ready": ready, "checks": self.scrubber.value(checks)}
 
     def live_metric_sources(self) -> LiveSources:
         """What ``/metrics`` reads at scrape time from this app's live objects."""

@@ -20,8 +20,9 @@ import httpx
 from agenttools.rag.policy import FlowPolicy
 from agenttools.registry import ToolRegistry
 from app.agent import Agent, AgentSettings
-from app.auth import Authenticator, shared_stream_secret
+from app.auth import Authenticator
 from app.config import Settings
+from app.keyring import resolve_keyring
 from app.limits import Admission
 from app.metrics import AppMetrics
 from app.remote_runs import RemoteRuns
@@ -213,6 +214,10 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         pool_timeout_s=settings.db_pool_timeout_s,
     )
     stack.push_async_callback(storage.close)
+    # The stream-token and run-input keys, from where a database copy cannot read them
+    # (app/keyring.py); PostgreSQL without a configured key refuses to start here.
+    keyring = await resolve_keyring(settings, storage.secrets, engine=storage.engine)
+    log.info("keys", extra={"source": keyring.source, "run_input_encrypted": keyring.sealer is not None})
     # Every outbound pool has a stated size; a request that waits for a connection says
     # so (``llm.pool``; the hook reaches the metrics once they exist).
     pool_waits = PoolWaits()
@@ -347,15 +352,14 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         on_take_over=metrics.take_over_latency.observe,
         # Cancels asked for on another replica arrive through the feed (PostgreSQL).
         feed=storage.run_feed,
+        input_sealer=keyring.sealer,
     )
     svc = Services(
         settings=settings,
         storage=storage,
         http=http,
         # stream_url tokens are signed with a key every replica on the database shares.
-        auth=Authenticator.from_settings(
-            settings, http, stream_secret=await shared_stream_secret(settings.stream_token_secret, storage.secrets)
-        ),
+        auth=Authenticator.from_settings(settings, http, stream_secret=keyring.stream_secret),
         runs=runs,
         run_store=storage.runs,
         conversations=conversations,

@@ -182,6 +182,7 @@ async def test_a_filtered_dense_search_through_the_index_keeps_its_recall(pg_sto
 def _settings(url: str, tmp_path: Path, name: str) -> Settings:
     return Settings.from_env({
         "AGENT_DATABASE_URL": url,
+        "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789",  # PostgreSQL: a key the database does not hold
         "AGENT_DB_PATH": str(tmp_path / f"{name}-unused.sqlite3"),
         "AGENT_INGEST_SAMPLE_KB": "false",
         "AGENT_ADMIN_OPEN": "true",

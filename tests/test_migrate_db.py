@@ -81,6 +81,9 @@ def _settings(tmp_path: Path, **extra: str) -> Settings:
         "AGENT_EMBEDDER": "hashing",
         "AGENT_LLM_PROVIDER": "extractive",
         "OLLAMA_HOST": "http://127.0.0.1:9",
+        # The keys come from the environment on both engines (app/keyring.py): the
+        # stream URLs issued on SQLite verify on PostgreSQL.
+        "AGENT_SECRET_KEY": "migrated-deployment-key-0123456789",
         **extra,
     })
 
@@ -170,7 +173,7 @@ async def test_a_database_filled_by_the_app_serves_the_same_on_postgresql(pg: Te
             assert services.storage.engine == "postgres"
             conversation = (await http.get(f"/v1/agent/conversations/{seen['conversation_id']}")).json()
             assert conversation == seen["conversation"]
-            for stream_url, frames in seen["runs"]:  # the old stream URLs work: the signing key moved too
+            for stream_url, frames in seen["runs"]:  # the old stream URLs work: the same key
                 replayed = await collect_sse(http, "GET", stream_url)
                 assert [(e.id, e.event, e.data) for e in replayed if e.event != "heartbeat"] == frames
             assert await _searches(services.rooms.knowledge.kb) == seen["searches"]

@@ -73,7 +73,8 @@ async def test_three_replicas_hand_over_a_stopped_replicas_runs(
 ) -> None:
     with pg.database() as url:
         async with make_tool_stack(tmp_path, tokens=30, pause_s=0.05) as stack:
-            env = stack.agent_env(AGENT_DATABASE_URL=url, AGENT_RUN_LEASE_S=str(LEASE_S))
+            env = stack.agent_env(AGENT_DATABASE_URL=url, AGENT_RUN_LEASE_S=str(LEASE_S),
+                                  AGENT_SECRET_KEY="replicas-share-this-key-0123456789")
             servers = [AgentServer(tmp_path, env, name=name) for name in ("a", "b", "c")]
             for server in servers:
                 server.start()

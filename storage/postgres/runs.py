@@ -281,7 +281,13 @@ class PostgresRunStore:
 
     async def set_status(self, run_ids: Sequence[str], status: str) -> None:
         if run_ids:
-            await self.db.execute([("UPDATE runs SET status = %s WHERE id = ANY(%s)", (status, list(run_ids)))])
+            # An ending forgets the caller's credentials (``input``), as a stored ending does.
+            sql = (
+                "UPDATE runs SET status = %s WHERE id = ANY(%s)"
+                if status in UNFINISHED
+                else "UPDATE runs SET status = %s, input = NULL, checkpoint = NULL WHERE id = ANY(%s)"
+            )
+            await self.db.execute([(sql, (status, list(run_ids)))])
 
     async def count_resume(self, run_id: str) -> None:
         await self.db.execute([("UPDATE runs SET resumes = resumes + 1 WHERE id = %s", (run_id,))])

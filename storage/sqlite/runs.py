@@ -195,7 +195,13 @@ class SqliteRunStore:
 
     async def set_status(self, run_ids: Sequence[str], status: str) -> None:
         if run_ids:
-            await self.db.execute([("UPDATE runs SET status = ? WHERE id = ?", (status, rid)) for rid in run_ids])
+            # An ending forgets the caller's credentials (``input``), as a stored ending does.
+            sql = (
+                "UPDATE runs SET status = ? WHERE id = ?"
+                if status in UNFINISHED
+                else "UPDATE runs SET status = ?, input = NULL, checkpoint = NULL WHERE id = ?"
+            )
+            await self.db.execute([(sql, (status, rid)) for rid in run_ids])
 
     async def count_resume(self, run_id: str) -> None:
         await self.db.execute([("UPDATE runs SET resumes = resumes + 1 WHERE id = ?", (run_id,))])

@@ -63,4 +63,6 @@ async def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
     else:
         server: TestPostgres = request.getfixturevalue("pg_server")
         with server.database() as url:
-            yield {"AGENT_DATABASE_URL": url, "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3")}
+            # PostgreSQL replicas share a key the database does not hold (app/keyring.py).
+            yield {"AGENT_DATABASE_URL": url, "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
+                   "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789"}

@@ -45,6 +45,7 @@ def test_settings_read_the_database_url() -> None:
 async def test_a_knowledge_question_is_answered_from_postgresql(pg_url: str, tmp_path: Path) -> None:
     settings = Settings.from_env({
         "AGENT_DATABASE_URL": pg_url,
+        "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789",  # PostgreSQL: a key the database does not hold
         "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
         "AGENT_INGEST_SAMPLE_KB": "false",
         "AGENT_ADMIN_OPEN": "true",  # POST /v1/kb/documents in `none` mode

@@ -42,6 +42,7 @@ async def test_an_outage_longer_than_the_pool_timeout_is_503_everywhere(
     url, relay = relayed_url
     settings = Settings.from_env({
         "AGENT_DATABASE_URL": url,
+        "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789",  # PostgreSQL: a key the database does not hold
         "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
         "AGENT_DB_POOL_TIMEOUT_S": str(POOL_TIMEOUT_S),  # the setting under test
         "AGENT_INGEST_SAMPLE_KB": "false",

@@ -43,7 +43,9 @@ async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
     else:
         server: TestPostgres = request.getfixturevalue("pg_server")
         with server.database() as url:
-            yield {"AGENT_DATABASE_URL": url, "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3")}
+            # PostgreSQL replicas share a key the database does not hold (app/keyring.py).
+            yield {"AGENT_DATABASE_URL": url, "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
+                   "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789"}
 
 
 def replica_settings(db: dict[str, str], **env: str) -> Settings:

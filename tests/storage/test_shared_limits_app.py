@@ -30,6 +30,7 @@ async def pg_url(pg_server: TestPostgres) -> AsyncIterator[str]:
 def replica_settings(url: str, tmp_path: Path, i: int, **env: str) -> Settings:
     return Settings.from_env({
         "AGENT_DATABASE_URL": url,
+        "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789",  # PostgreSQL: a key the database does not hold
         "AGENT_DB_PATH": str(tmp_path / f"replica{i}.sqlite3"),
         "AGENT_MANDATORY_CONTEXTS": "none",
         "AGENT_INGEST_SAMPLE_KB": "false",
