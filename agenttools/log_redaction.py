@@ -13,6 +13,9 @@ the same rules to both, at any depth:
 * strings, lists and objects are cut (``MAX_STRING_CHARS``, ``MAX_ITEMS``, ``MAX_DEPTH``).
 
 ``log_text`` then renders the redacted value as the stored text, cut to the column's cap.
+
+``redact_secrets`` applies the first two rules only (nothing cut or stripped): for a
+copy that must stay whole, such as the tool calls kept in a conversation's history.
 """
 
 from __future__ import annotations
@@ -72,6 +75,20 @@ def redact_for_log(value: Any, depth: int = 0) -> Any:
     return redact_text(str(value))
 
 
+def redact_secrets(value: Any, depth: int = 0) -> Any:
+    """A copy of ``value`` with the log's credential rules applied (secret-looking keys
+    masked, ``Bearer`` credentials masked) and nothing else changed."""
+    if depth > 50:
+        return value
+    if isinstance(value, dict):
+        return {k: (MASK if is_secret_key(k) else redact_secrets(v, depth + 1)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_secrets(v, depth + 1) for v in value]
+    if isinstance(value, str):
+        return _BEARER.sub(rf"\1 {MASK}", value)
+    return value
+
+
 def log_text(value: Any, limit: int) -> str:
     """``value`` redacted and rendered as the log's text, at most ``limit`` characters
     (a JSON string is parsed first, so the keys inside it are redacted too)."""
@@ -90,4 +107,4 @@ def _redact_long(text: str) -> str:
     return _BEARER.sub(rf"\1 {MASK}", sanitize_text(text))
 
 
-__all__ = ["MASK", "is_secret_key", "log_text", "redact_for_log", "redact_text"]
+__all__ = ["MASK", "is_secret_key", "log_text", "redact_for_log", "redact_secrets", "redact_text"]

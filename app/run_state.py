@@ -11,15 +11,60 @@ leads to running it twice: on resume such a call is answered "interrupted" inste
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
+from agenttools.log_redaction import redact_secrets
 from agenttools.registry import EvidenceSource, RunToolState
 from llm.types import Message, ToolCall, ToolResult, Usage
 
 CHECKPOINT_VERSION = 1
+
+
+_ARGUMENT_KEYS = frozenset({"args", "arguments"})
+
+
+def stored_copy(message: Message) -> Message:
+    """``message`` as the conversation keeps it: the arguments of its tool calls — also
+    inside a provider's replay data (Gemini's ``function_call.args``) and the raw
+    argument text — with the tool-call log's credential rules applied
+    (``agenttools.log_redaction.redact_secrets``), so a password or a bearer token the
+    model passed to a tool is not kept for the conversation's life."""
+    if message.role != "assistant" or not (message.tool_calls or message.replay):
+        return message
+    calls = [
+        replace(c, arguments=redact_secrets(c.arguments), raw_arguments=_redact_raw(c.raw_arguments))
+        for c in message.tool_calls
+    ]
+    replay = _redact_replay(message.replay) if message.replay else message.replay
+    return replace(message, tool_calls=calls, replay=replay)
+
+
+def _redact_raw(raw: str) -> str:
+    if not raw:
+        return raw
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return str(redact_secrets(raw))
+    return orjson.dumps(redact_secrets(parsed)).decode()
+
+
+def _redact_replay(value: Any, depth: int = 0) -> Any:
+    if depth > 30:
+        return value
+    if isinstance(value, dict):
+        return {
+            k: (_redact_raw(v) if isinstance(v, str) else redact_secrets(v))
+            if k in _ARGUMENT_KEYS
+            else _redact_replay(v, depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_redact_replay(v, depth + 1) for v in value]
+    return value
 
 
 @dataclass(slots=True)
@@ -75,8 +120,10 @@ class RunState:
         self.unsaved.append(message)
 
     def take_unsaved(self) -> list[Message]:
+        """The messages to store in the conversation, their tool calls' credentials
+        masked (``stored_copy``); the run itself goes on with them whole."""
         out, self.unsaved = self.unsaved, []
-        return out
+        return [stored_copy(m) for m in out]
 
     def encode(self) -> bytes:
         t = self.tools
