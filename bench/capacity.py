@@ -219,6 +219,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         if count > 1:
                             assert database is not None
                             extra["AGENT_DATABASE_URL"] = db.enter_context(database())
+                            extra["AGENT_SECRET_KEY"] = "bench-replicas-share-this-key-01"  # app/keyring.py
                         else:
                             extra["AGENT_DB_PATH"] = str(workdir / f"{provider}.sqlite3")
                         label = f"{count}x-{provider}"

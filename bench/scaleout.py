@@ -61,6 +61,8 @@ from tests.fakes.paced_gemini import stamps  # noqa: E402
 from tests.support.procs import AgentServer  # noqa: E402
 
 TARGETS = {"events_lost": 0, "events_duplicated": 0, "runs_not_completed": 0}
+#: PostgreSQL replicas need a key the database does not hold (app/keyring.py).
+BENCH_SECRET_KEY = "bench-replicas-share-this-key-01"
 
 
 def specs_for(servers: list[AgentServer], runs: int, ramp_s: float, label: str, seed: int) -> list[dict[str, Any]]:
@@ -205,7 +207,8 @@ async def handover_series(
     args: argparse.Namespace, workdir: Path, fakes: Fakes, database: str, lease_s: float
 ) -> dict[str, Any]:
     label = f"lease{lease_s:g}"
-    env = agent_env(fakes, "ollama", AGENT_DATABASE_URL=database, AGENT_RUN_LEASE_S=str(lease_s),
+    env = agent_env(fakes, "ollama", AGENT_DATABASE_URL=database, AGENT_SECRET_KEY=BENCH_SECRET_KEY,
+                    AGENT_RUN_LEASE_S=str(lease_s),
                     AGENT_HEARTBEAT_S="1", AGENT_LOG_LEVEL="INFO")  # INFO: the "took over runs" lines
     rounds: list[dict[str, Any]] = []
     all_runs: list[dict[str, Any]] = []
@@ -295,7 +298,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         configs = [("1 process, SQLite", 1, None)] + [(f"{n} replica(s), PostgreSQL", n, n) for n in args.replicas]
         for name, count, pg in configs:
             with contextlib.ExitStack() as db:
-                extra = {"AGENT_DATABASE_URL": db.enter_context(database())} if pg else {
+                extra = {"AGENT_DATABASE_URL": db.enter_context(database()),
+                         "AGENT_SECRET_KEY": BENCH_SECRET_KEY} if pg else {
                     "AGENT_DB_PATH": str(workdir / "single.sqlite3")}
                 row = await spread_config(args, workdir, fakes, f"{'pg' if pg else 'sqlite'}{count}", count, extra)
             spread_rows[name] = row
