@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 
 from storage.interfaces import ExternalResultStore
-from storage.keyword_records import Citation, ExternalResult
+from storage.keyword_records import NOBODY, Citation, ExternalResult
 
 __all__ = ["Citation", "ExternalResult", "ExternalResultStore", "new_external_result", "new_result_id"]
 
@@ -35,10 +35,12 @@ def new_external_result(
     model: str | None = None,
     query_id: str | None = None,
     conversation_id: str | None = None,
+    owner: str = NOBODY,
     now: float | None = None,
 ) -> ExternalResult:
-    """A new result with a fresh id, timestamped ``now`` (default: the current time);
-    hand it to ``ExternalResultStore.save``."""
+    """A new result with a fresh id, timestamped ``now`` (default: the current time),
+    owned by ``owner`` (the user whose run fetched it); hand it to
+    ``ExternalResultStore.save``."""
     return ExternalResult(
         id=new_result_id(),
         provider=provider,
@@ -48,5 +50,6 @@ def new_external_result(
         model=model,
         query_id=query_id,
         conversation_id=conversation_id,
+        owner=owner,
         created_at=time.time() if now is None else now,
     )

@@ -27,6 +27,13 @@ with the best of its question, answer and keyword similarities; results at
 ``min_score`` (0.5) or above come back best first. Matched keywords get ``last_used_at``
 set, which keeps them from being pruned as idle. The rows live in ``storage``; the rules
 (validation, normalisation, scoring, the prune policy and the clock) live here.
+
+Everything here is per user (issue 21): a saved answer and a keyword belong to the user
+whose run stored them (``owner``), and a lookup searches only the asker's own, since a
+web answer repeats what its user asked (Alice's medical leave must not reach Bob).
+``shared=True`` (``AGENT_SHARED_WEB_ANSWERS``) makes lookups search every user's
+answers — one pool, for single-tenant deployments that want the saved Perplexity calls.
+Keywords are still written per owner there, so switching it off again is clean.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ from knowledge.saved_answers import SemanticMatches
 from knowledge.textnorm import STOP_WORDS, keyword_terms, query_terms
 from knowledge.textnorm import tokens as text_tokens
 from storage.interfaces import ExternalResultStore, KeywordStore
-from storage.keyword_records import ExternalResult, KeywordAssociation, KeywordRecord
+from storage.keyword_records import NOBODY, ExternalResult, KeywordAssociation, KeywordRecord
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +62,10 @@ MAX_PER_CALL = 10
 MIN_MATCH_SCORE = 0.5
 #: A keyword is reported as matched (and kept from idle-pruning) at this evidence.
 _KEYWORD_SHOWN = 0.5
-#: Keywords close in meaning to a query that are looked up for their answers.
+#: Keywords close in meaning to a query that are looked up for their answers (the
+#: asker's best ones, from at most ``_SEMANTIC_KEYWORD_CANDIDATES`` of every owner's).
 _MAX_SEMANTIC_KEYWORDS = 50
+_SEMANTIC_KEYWORD_CANDIDATES = 1_000
 
 # Punctuation kept at token edges because it changes meaning ("C#", "AT&T", "50%").
 _KEEP_EDGE = frozenset("#%&@+")
@@ -231,8 +240,10 @@ class KeywordIndex:
     Storage (``storage.interfaces.KeywordStore`` / ``ExternalResultStore``) keeps rows
     by normalised key; this class normalises, derives each keyword's matching terms,
     scores the saved answers a query leads to (with ``semantic``, the vectors of
-    ``knowledge.saved_answers``, when the KB has an embedder), and owns the clock and the
-    prune policy.
+    ``knowledge.saved_answers``, when the KB has an embedder), and owns the clock, the
+    prune policy and whose answers a lookup sees (the asker's, or with ``shared``
+    everyone's). ``owner`` defaults to ``NOBODY``, the owner of no real user: tools and
+    benchmarks without users share that one.
     """
 
     def __init__(
@@ -243,18 +254,20 @@ class KeywordIndex:
         semantic: SavedAnswerSearch | None = None,
         min_score: float = MIN_MATCH_SCORE,
         clock: Callable[[], float] = time.time,
+        shared: bool = False,
     ) -> None:
         self._keywords = keywords
         self._results = results
         self._semantic = semantic
+        self.shared = shared
         self._min_score = min_score
         self._clock = clock
 
     # ---------------------------------------------------------------- write side
 
     async def save_result(self, result: ExternalResult) -> None:
-        """Store a new external answer, then embed its question and answer so later
-        questions find it by meaning (a failed embedding is logged: the keywords still
+        """Store a new external answer (owned by ``result.owner``), then embed its
+        question and answer so later questions find it by meaning (a failed embedding is logged: the keywords still
         find it)."""
         await self._results.save(result)
         if self._semantic is not None:
@@ -270,8 +283,11 @@ class KeywordIndex:
         query_id: str | None,
         external_result_ids: Sequence[str] = (),
         conversation_id: str | None = None,
+        owner: str = NOBODY,
     ) -> list[IndexedKeyword]:
-        """Upsert ``keywords`` and associate each with the query / results / conversation.
+        """Upsert ``owner``'s ``keywords`` and associate each with the query / results /
+        conversation (another user's keyword of the same key is not touched: ``merged``
+        speaks of the owner's own).
 
         Duplicate keys count once (``validate_keywords`` merges them already). One
         transaction: either every keyword, its matching terms and its associations land
@@ -285,6 +301,7 @@ class KeywordIndex:
             query_id=query_id,
             external_result_ids=external_result_ids,
             conversation_id=conversation_id,
+            owner=owner,
             now=self._clock(),
             terms={key: keyword_terms(display) for key, display in unique.items()},
         )
@@ -328,19 +345,21 @@ class KeywordIndex:
 
     # ---------------------------------------------------------------- read side
 
-    async def lookup(self, text: str, *, limit: int = 3) -> list[ExternalResult]:
-        """The saved external answers ``text`` asks about, best first (see the module
-        docstring for the score), each with ``matched_keywords`` and ``match_score``.
+    async def lookup(self, text: str, *, owner: str = NOBODY, limit: int = 3) -> list[ExternalResult]:
+        """The saved external answers of ``owner`` (of everyone when ``shared``) that
+        ``text`` asks about, best first (see the module docstring for the score), each
+        with ``matched_keywords`` and ``match_score``.
 
         Keywords that led to a returned answer get ``last_used_at`` set, which keeps
         them from being pruned as idle.
         """
         if not text.strip():
             return []
+        scope = None if self.shared else owner
         evidence: dict[str, _Evidence] = {}
         terms = query_terms(text)
         if terms:
-            for hit in await self._keywords.term_hits(terms):
+            for hit in await self._keywords.term_hits(terms, owner=scope):
                 value = 1.0 if hit.matched >= hit.terms else (hit.matched / hit.terms) ** 2
                 e = evidence.setdefault(hit.external_result_id, _Evidence())
                 e.terms = max(e.terms, value)
@@ -352,8 +371,15 @@ class KeywordIndex:
             e = evidence.setdefault(result_id, _Evidence())
             e.meaning = max(e.meaning, value)
         if semantic.keywords:
-            best = sorted(semantic.keywords, key=lambda k: -semantic.keywords[k])[:_MAX_SEMANTIC_KEYWORDS]
-            for kw in await self._keywords.hits(best):  # live keywords only: pruned ones lead nowhere
+            # The vectors are every owner's: the asker's own best keywords are chosen
+            # after the owner-scoped read, so other users' keywords cannot crowd them out.
+            near = sorted(semantic.keywords, key=lambda k: -semantic.keywords[k])[:_SEMANTIC_KEYWORD_CANDIDATES]
+            # live keywords only: pruned ones lead nowhere
+            found = await self._keywords.hits(near, owner=scope)
+            best = set(sorted({kw.key for kw in found}, key=lambda k: -semantic.keywords[k])[:_MAX_SEMANTIC_KEYWORDS])
+            for kw in found:
+                if kw.key not in best:
+                    continue
                 value = semantic.keywords[kw.key]
                 e = evidence.setdefault(kw.external_result_id, _Evidence())
                 e.meaning = max(e.meaning, value)
@@ -362,13 +388,13 @@ class KeywordIndex:
         scores = {rid: e.score for rid, e in evidence.items() if e.score >= self._min_score}
         if not scores:
             return []
-        results = await self._results.get_many(list(scores))
+        results = await self._results.get_many(list(scores), owner=scope)  # vector hits are everyone's
         ranked = sorted(
             results, key=lambda r: (round(scores[r.id], 6), evidence[r.id].full_terms, r.created_at), reverse=True
         )[:limit]
         used = {key for r in ranked for key in evidence[r.id].leading_keys()}
         if used:
-            await self._keywords.touch(used, now=self._clock())
+            await self._keywords.touch(used, owner=scope, now=self._clock())
         return [
             replace(r, matched_keywords=evidence[r.id].matched_keywords(), match_score=round(scores[r.id], 4))
             for r in ranked
@@ -383,13 +409,14 @@ class KeywordIndex:
             log.warning("semantic lookup of saved answers failed", exc_info=True)
             return SemanticMatches()
 
-    async def get(self, keyword: str) -> KeywordRecord | None:
-        """The stored keyword that ``keyword`` normalises to (for admin views and tests)."""
-        return await self._keywords.get(keyword_key(keyword))
+    async def get(self, keyword: str, *, owner: str = NOBODY) -> KeywordRecord | None:
+        """``owner``'s stored keyword that ``keyword`` normalises to (for admin views and tests)."""
+        return await self._keywords.get(keyword_key(keyword), owner=owner)
 
-    async def associations(self, keyword: str) -> list[KeywordAssociation]:
-        """All associations recorded for ``keyword``, archived ones included."""
-        return await self._keywords.associations(keyword_key(keyword))
+    async def associations(self, keyword: str, *, owner: str | None = NOBODY) -> list[KeywordAssociation]:
+        """All associations of ``owner`` (everyone's when None) recorded for
+        ``keyword``, archived ones included."""
+        return await self._keywords.associations(keyword_key(keyword), owner=owner)
 
     async def count(self) -> int:
         return await self._keywords.count()

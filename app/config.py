@@ -49,6 +49,9 @@ class Settings:
     perplexity_api_key: str | None = None
     perplexity_base_url: str = "https://api.perplexity.ai"
     perplexity_model: str = "sonar"
+    #: ``AGENT_SHARED_WEB_ANSWERS``: saved web answers and their keywords are one pool for
+    #: every user (single-tenant deployments); off, each user finds only their own.
+    shared_web_answers: bool = False
     backend_url: str | None = None
     #: ``AGENT_AUTH=none``: the reference backend's demo user the tools call as when the
     #: caller sends no ``Authorization`` (``AGENT_BACKEND_DEMO_TOKEN``; ``none`` turns it off).
@@ -193,6 +196,7 @@ class Settings:
             perplexity_api_key=reader.optional("PERPLEXITY_API_KEY"),
             perplexity_base_url=reader.url("PERPLEXITY_BASE_URL", d.perplexity_base_url),
             perplexity_model=reader.text("PERPLEXITY_MODEL", d.perplexity_model),
+            shared_web_answers=reader.boolean("AGENT_SHARED_WEB_ANSWERS", d.shared_web_answers),
             backend_url=reader.optional_url("AGENT_BACKEND_URL"),
             backend_demo_token=_demo_token(reader.text("AGENT_BACKEND_DEMO_TOKEN", d.backend_demo_token or "none")),
             db_path=Path(reader.text("AGENT_DB_PATH", str(d.db_path))),

@@ -187,7 +187,9 @@ async def attach_rooms(
         if embedder is not None
         else None
     )
-    keywords = KeywordIndex(storage.keywords, storage.external_results, semantic=semantic)
+    keywords = KeywordIndex(
+        storage.keywords, storage.external_results, semantic=semantic, shared=settings.shared_web_answers
+    )
     rooms.keywords = keywords
     backfill = asyncio.create_task(_backfill_keywords(keywords), name="keyword-backfill")
     stack.push_async_callback(_cancel, backfill)

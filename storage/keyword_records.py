@@ -13,6 +13,13 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+#: The owner of rows nobody can be named for: saved answers and keywords stored before
+#: rows had owners whose asker is not known (no conversation, or a keyword several
+#: users shared), and rows written outside any user (tools, benchmarks). A real user
+#: never has this id, so such rows are found only in the shared mode
+#: (``AGENT_SHARED_WEB_ANSWERS``) or by a caller that asks for ``NOBODY`` itself.
+NOBODY = ""
+
 
 @dataclass(frozen=True, slots=True)
 class Citation:
@@ -49,8 +56,10 @@ class Citation:
 
 @dataclass(frozen=True, slots=True)
 class ExternalResult:
-    """A stored external answer. ``matched_keywords`` and ``match_score`` are filled only
-    by keyword lookups (they are not stored)."""
+    """A stored external answer. ``owner`` is the user whose run fetched it (the answer
+    may repeat what they asked, so it is theirs: found only for them unless the
+    deployment shares web answers). ``matched_keywords`` and ``match_score`` are filled
+    only by keyword lookups (they are not stored)."""
 
     id: str
     provider: str
@@ -61,6 +70,7 @@ class ExternalResult:
     query_id: str | None
     conversation_id: str | None
     created_at: float
+    owner: str = NOBODY
     matched_keywords: tuple[str, ...] = field(default=())
     #: How well a lookup matched it, 0..1 (filled only by lookups, not stored).
     match_score: float = 0.0
@@ -71,8 +81,10 @@ class ExternalResult:
 
 @dataclass(frozen=True, slots=True)
 class KeywordRecord:
-    """A stored keyword. ``key`` is its normalised, unique form; ``display`` the form
-    first seen; ``last_used_at`` is None until a merge or a lookup uses it again."""
+    """A stored keyword. ``key`` is its normalised form, unique per ``owner`` (the user
+    whose run indexed it: two users' keywords never merge, so neither learns what the
+    other asked); ``display`` the form first seen; ``last_used_at`` is None until a
+    merge or a lookup uses it again."""
 
     keyword_id: str
     key: str
@@ -81,6 +93,7 @@ class KeywordRecord:
     created_at: float
     updated_at: float
     last_used_at: float | None
+    owner: str = NOBODY
 
 
 @dataclass(frozen=True, slots=True)

@@ -243,7 +243,7 @@ async def test_terms_are_replaced_when_a_keyword_is_indexed_again(storage: Sqlit
     await index.index(validate_keywords(["eu vat RULES"]).accepted, query_id="q2", external_result_ids=["px_2"])
     rows = await storage.db.fetchall("SELECT term FROM keyword_terms ORDER BY term")
     assert [r[0] for r in rows] == ["eu", "rule", "vat"]
-    hits = await storage.keywords.term_hits({"eu", "vat", "rule"})
+    hits = await storage.keywords.term_hits({"eu", "vat", "rule"}, owner="")
     assert sorted((h.external_result_id, h.matched, h.terms) for h in hits) == [("px_1", 3, 3), ("px_2", 3, 3)]
 
 
@@ -255,7 +255,7 @@ async def test_backfill_gives_old_keywords_terms_and_old_answers_vectors(storage
     )
     await storage.external_results.save(result)
     await storage.keywords.upsert({"quantum computing applications": "quantum computing applications"},
-                                  query_id="q", external_result_ids=[result.id], now=1.0)
+                                  query_id="q", external_result_ids=[result.id], owner="", now=1.0)
     index = KeywordIndex(storage.keywords, storage.external_results, semantic=vectors(storage))
     assert await index.lookup("applications of quantum computing") == []
     done = await index.backfill()

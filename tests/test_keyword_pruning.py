@@ -144,8 +144,9 @@ async def test_the_app_prunes_on_its_own(tmp_path: Path) -> None:
         svc = app.state.services
         assert any(t.get_name() == "keyword-prune" for t in svc.background)
         now = time.time()
-        await svc.storage.keywords.upsert({"stale topic": "stale topic"}, query_id="q-old", now=now - 45 * DAY)
-        await svc.storage.keywords.upsert({"fresh topic": "fresh topic"}, query_id="q-new", now=now)
+        await svc.storage.keywords.upsert({"stale topic": "stale topic"}, query_id="q-old", owner="",
+                                          now=now - 45 * DAY)
+        await svc.storage.keywords.upsert({"fresh topic": "fresh topic"}, query_id="q-new", owner="", now=now)
         keywords = svc.rooms.keywords
         async with asyncio.timeout(10):
             while await keywords.get("stale topic") is not None:

@@ -137,10 +137,11 @@ async def _fill_through_the_app(tmp_path: Path) -> dict[str, Any]:
         now = time.time()
         result = ExternalResult("ext-1", "perplexity", "zephyr calibration interval", "Every quarter [1].",
                                 (Citation(1, "https://example.org/zephyr", "Zephyr"),), "sonar", "q-1",
-                                conversation_id, now)
+                                conversation_id, now, owner="zoe")
         await storage.external_results.save(result)
         await storage.keywords.upsert({"zephyr calibration": "Zephyr calibration"}, query_id="q-1",
-                                      external_result_ids=["ext-1"], conversation_id=conversation_id, now=now,
+                                      external_result_ids=["ext-1"], conversation_id=conversation_id, owner="zoe",
+                                      now=now,
                                       terms={"zephyr calibration": ["zephyr", "calibr"]})
         vec = np.ones(8, np.float32) / np.sqrt(8)
         await storage.external_vectors.save("hashing:test", [NewExternalVector("answer", "ext-1", vec)])
@@ -178,9 +179,11 @@ async def test_a_database_filled_by_the_app_serves_the_same_on_postgresql(pg: Te
                 assert [(e.id, e.event, e.data) for e in replayed if e.event != "heartbeat"] == frames
             assert await _searches(services.rooms.knowledge.kb) == seen["searches"]
             storage = services.storage
-            hits = await storage.keywords.hits(["zephyr calibration"])
+            hits = await storage.keywords.hits(["zephyr calibration"], owner="zoe")  # owners copied too
             assert [(h.key, h.external_result_id) for h in hits] == [("zephyr calibration", "ext-1")]
-            assert (await storage.external_results.get("ext-1")).citations[0].url == "https://example.org/zephyr"
+            assert await storage.keywords.hits(["zephyr calibration"], owner="someone") == []
+            copied = await storage.external_results.get("ext-1", owner="zoe")
+            assert copied is not None and copied.citations[0].url == "https://example.org/zephyr"
             draft = await storage.drafts.load("someone", "draft-1", live_after=seen["now"] - 3600)
             assert draft is not None and draft.actions[0].action_config == {"to": "ops@example.org"}
             vectors = await storage.external_vectors.after("hashing:test", 8, 0, 10)

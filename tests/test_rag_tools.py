@@ -259,7 +259,7 @@ async def test_perplexity_success_is_stored_and_citable(h: Harness) -> None:
     assert rid.startswith("px_") and c["answer"].startswith("Liquid nitrogen boils")
     assert [x["source_id"] for x in c["citations"]] == [f"{rid}#1", f"{rid}#2"]
     assert c["citations"][0]["date"] == "2025-11-02"
-    stored = await h.results.get(rid)
+    stored = await h.results.get(rid, owner="u1")
     assert stored is not None and stored.query_id == ctx.state.query_id and stored.conversation_id == "conv-1"
     assert [s.url for s in stored.citations] == [x["url"] for x in c["citations"]]
     assert ctx.state.last_external_result_id == rid
@@ -364,7 +364,7 @@ async def test_index_keywords_reports_rejects_and_merges(h: Harness) -> None:
     assert c["duplicates_merged"] == ["LIQUID NITROGEN"]
     assert {r["keyword"]: r["reason"] for r in c["rejected"]} == {"the": "generic", "x": "too_short"}
     assert c["perplexity_result_ids"] == [rid] and c["query_id"] == ctx.state.query_id
-    assocs = await h.keywords.associations("liquid nitrogen")
+    assocs = await h.keywords.associations("liquid nitrogen", owner="u1")
     assert [(a.query_id, a.external_result_id, a.conversation_id) for a in assocs] == [
         (ctx.state.query_id, rid, "conv-1")
     ]
@@ -433,9 +433,9 @@ async def test_concurrent_index_keywords_calls_keep_exact_counts(h: Harness) -> 
     assert not any(o.is_error for o in outs)
     for w in vocab:
         users = [i for i in range(200) if w in words(i)]
-        rec = await h.keywords.get(w)
+        rec = await h.keywords.get(w, owner="u1")
         assert rec is not None and rec.usage_count == len(users)
-        assert len(await h.keywords.associations(w)) == len(users)
+        assert len(await h.keywords.associations(w, owner="u1")) == len(users)
     assert all(missing_prerequisite(GENERATE_RESPONSE, c.state) is None for c in ctxs)
 
 
@@ -588,7 +588,7 @@ async def test_perplexity_answer_indexed_by_keywords_is_found_by_the_next_search
     assert p2["sources"][0]["metadata"]["origin"] == "external_indexed"
     assert len(h.fake.calls) == calls_before  # no second paid web call
     # the hit counts as use: last_used_at is set on the matched keyword
-    rec = await h.keywords.get("liquid nitrogen")
+    rec = await h.keywords.get("liquid nitrogen", owner="u1")
     assert rec is not None and rec.last_used_at is not None
 
 

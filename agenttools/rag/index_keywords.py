@@ -91,6 +91,7 @@ def make_index_keywords_handler(deps: RagToolDeps) -> ToolHandler:
                 query_id=query_id or None,
                 external_result_ids=result_ids,
                 conversation_id=ctx.conversation_id,
+                owner=ctx.user_id,
             )
         except Exception as exc:
             log.exception("index_keywords failed (run %s)", ctx.run_id)

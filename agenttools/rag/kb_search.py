@@ -5,7 +5,8 @@ asks about (``origin: "external_indexed"``, with their web citations' URLs), fou
 their keywords' stemmed terms in any order and by the meaning of their question, answer
 and keywords (``agenttools.keywords.KeywordIndex.lookup``): this is how an answer
 fetched from Perplexity once is found by the next related question (seed 002, SC-006)
-without another external call.
+without another external call — the same user's question: saved answers are their
+asker's (issue 21), shared only with ``AGENT_SHARED_WEB_ANSWERS``.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
 
         external: list[ExternalResult] = []
         try:
-            external = await deps.keywords.lookup(query, limit=settings.max_external_answers)
+            # The asker's own saved answers only (everyone's in the shared mode).
+            external = await deps.keywords.lookup(query, owner=ctx.user_id, limit=settings.max_external_answers)
         except Exception:
             log.exception("keyword lookup failed (run %s)", ctx.run_id)
 

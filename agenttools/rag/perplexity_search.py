@@ -90,6 +90,7 @@ def make_perplexity_search_handler(deps: RagToolDeps) -> ToolHandler:
                 model=answer.model,
                 query_id=ctx.state.query_id,
                 conversation_id=ctx.conversation_id,
+                owner=ctx.user_id,  # the answer may repeat what this user asked: theirs
             )
             await deps.keywords.save_result(result)  # stored, and embedded for later lookups
         except Exception:

@@ -10,7 +10,9 @@ import orjson
 from storage.keyword_records import Citation, ExternalResult
 from storage.postgres.database import PostgresDatabase
 
-RESULT_COLUMNS = "result_id, provider, query, answer, citations, model, query_id, conversation_id, created_at"
+RESULT_COLUMNS = (
+    "result_id, provider, query, answer, citations, model, query_id, conversation_id, created_at, owner"
+)
 
 
 class PostgresExternalResultStore:
@@ -22,7 +24,7 @@ class PostgresExternalResultStore:
             [
                 (
                     "INSERT INTO external_results (result_id, provider, query, answer, citations, model,"
-                    " query_id, conversation_id, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    " query_id, conversation_id, created_at, owner) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                     (
                         result.id,
                         result.provider,
@@ -33,21 +35,24 @@ class PostgresExternalResultStore:
                         result.query_id,
                         result.conversation_id,
                         result.created_at,
+                        result.owner,
                     ),
                 )
             ]
         )
 
-    async def get(self, result_id: str) -> ExternalResult | None:
-        found = await self.get_many([result_id])
+    async def get(self, result_id: str, *, owner: str | None) -> ExternalResult | None:
+        found = await self.get_many([result_id], owner=owner)
         return found[0] if found else None
 
-    async def get_many(self, result_ids: Sequence[str]) -> list[ExternalResult]:
+    async def get_many(self, result_ids: Sequence[str], *, owner: str | None) -> list[ExternalResult]:
         ids = list(dict.fromkeys(result_ids))
         if not ids:
             return []
         rows = await self._db.fetchall(
-            f"SELECT {RESULT_COLUMNS} FROM external_results WHERE result_id = ANY(%s)", (ids,)
+            f"SELECT {RESULT_COLUMNS} FROM external_results"
+            " WHERE result_id = ANY(%s) AND (%s::text IS NULL OR owner = %s)",
+            (ids, owner, owner),
         )
         by_id = {row[0]: row_to_result(row) for row in rows}
         return [by_id[i] for i in ids if i in by_id]
@@ -64,4 +69,5 @@ def row_to_result(row: Sequence[Any]) -> ExternalResult:
         query_id=row[6],
         conversation_id=row[7],
         created_at=float(row[8]),
+        owner=str(row[9]),
     )

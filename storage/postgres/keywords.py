@@ -1,7 +1,9 @@
 """The keyword index on PostgreSQL (tables ``keywords``, ``keyword_associations`` and
 ``keyword_terms``).
 
-A merge is ``INSERT … ON CONFLICT (key) DO UPDATE SET usage_count = usage_count + 1``:
+Keywords are per owner (a unique index on ``(owner, key)``): reads take ``owner`` (a
+user id, or None for every owner's rows). A merge is ``INSERT … ON CONFLICT (owner,
+key) DO UPDATE SET usage_count = usage_count + 1``:
 concurrent calls from any replica never lose an update. Keys are written in sorted
 order so two merges of overlapping sets lock their rows in the same order (no
 deadlock between them).
@@ -16,7 +18,9 @@ from typing import Any
 from storage.keyword_records import KeywordAssociation, KeywordHit, KeywordRecord, KeywordTermHit
 from storage.postgres.database import Conn, PostgresDatabase
 
-_RECORD_COLUMNS = "keyword_id, key, display, usage_count, created_at, updated_at, last_used_at"
+_RECORD_COLUMNS = "keyword_id, key, display, usage_count, created_at, updated_at, last_used_at, owner"
+#: Every owner's rows when the owner parameter is NULL (the shared pool).
+_OWNED = "(%s::text IS NULL OR {table}.owner = %s)"
 
 
 class PostgresKeywordStore:
@@ -30,6 +34,7 @@ class PostgresKeywordStore:
         query_id: str | None,
         external_result_ids: Sequence[str] = (),
         conversation_id: str | None = None,
+        owner: str,
         now: float,
         terms: Mapping[str, Sequence[str]] | None = None,
     ) -> list[KeywordRecord]:
@@ -45,25 +50,27 @@ class PostgresKeywordStore:
         async def run(conn: Conn) -> dict[str, tuple[Any, ...]]:
             cur = await conn.execute(
                 f"INSERT INTO keywords ({_RECORD_COLUMNS})"
-                " SELECT i, k, d, 1, %s, %s, NULL FROM unnest(%s::text[], %s::text[], %s::text[]) AS t(i, k, d)"
+                " SELECT i, k, d, 1, %s, %s, NULL, %s"
+                " FROM unnest(%s::text[], %s::text[], %s::text[]) AS t(i, k, d)"
                 " ORDER BY k"
-                " ON CONFLICT (key) DO UPDATE SET usage_count = keywords.usage_count + 1,"
+                " ON CONFLICT (owner, key) DO UPDATE SET usage_count = keywords.usage_count + 1,"
                 " updated_at = excluded.updated_at, last_used_at = excluded.updated_at"
                 f" RETURNING {_RECORD_COLUMNS}",
-                (now, now, new_ids, [k for k, _ in ordered], [d for _, d in ordered]),
+                (now, now, owner, new_ids, [k for k, _ in ordered], [d for _, d in ordered]),
             )
             stored = {row[1]: tuple(row) for row in await cur.fetchall()}
             pairs = [(key, rid) for key, _ in ordered for rid in result_ids]
             await conn.execute(
                 "INSERT INTO keyword_associations (association_id, keyword_id, keyword_key, query_id,"
-                " external_result_id, conversation_id, created_at)"
-                " SELECT a, kw, k, %s, r, %s, %s FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[])"
+                " external_result_id, conversation_id, created_at, owner)"
+                " SELECT a, kw, k, %s, r, %s, %s, %s FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[])"
                 " WITH ORDINALITY AS t(a, kw, k, r, n) ORDER BY n"
                 " ON CONFLICT DO NOTHING",
                 (
                     query_id,
                     conversation_id,
                     now,
+                    owner,
                     [uuid.uuid4().hex for _ in pairs],
                     [stored[key][0] for key, _ in pairs],
                     [key for key, _ in pairs],
@@ -77,19 +84,19 @@ class PostgresKeywordStore:
         stored = await self._db.transact(run)
         return [_record(stored[key]) for key, _ in items]
 
-    async def hits(self, keys: Collection[str]) -> list[KeywordHit]:
+    async def hits(self, keys: Collection[str], *, owner: str | None) -> list[KeywordHit]:
         wanted = sorted(set(keys))
         if not wanted:
             return []
         rows = await self._db.fetchall(
             "SELECT DISTINCT a.external_result_id, k.key, k.display FROM keywords k"
             " JOIN keyword_associations a ON a.keyword_id = k.keyword_id"
-            " WHERE k.key = ANY(%s) AND a.external_result_id IS NOT NULL",
-            (wanted,),
+            " WHERE k.key = ANY(%s) AND a.external_result_id IS NOT NULL AND " + _OWNED.format(table="k"),
+            (wanted, owner, owner),
         )
         return [KeywordHit(r[0], r[1], r[2]) for r in rows]
 
-    async def term_hits(self, terms: Collection[str]) -> list[KeywordTermHit]:
+    async def term_hits(self, terms: Collection[str], *, owner: str | None) -> list[KeywordTermHit]:
         wanted = sorted(set(terms))
         if not wanted:
             return []
@@ -99,9 +106,9 @@ class PostgresKeywordStore:
             "SELECT a.external_result_id, k.key, k.display, COUNT(DISTINCT t.term), k.term_count"
             " FROM keyword_terms t JOIN keywords k ON k.keyword_id = t.keyword_id"
             " JOIN keyword_associations a ON a.keyword_id = k.keyword_id"
-            " WHERE t.term = ANY(%s) AND a.external_result_id IS NOT NULL"
+            " WHERE t.term = ANY(%s) AND a.external_result_id IS NOT NULL AND " + _OWNED.format(table="k") +
             " GROUP BY a.external_result_id, k.keyword_id",
-            (wanted,),
+            (wanted, owner, owner),
         )
         return [KeywordTermHit(r[0], r[1], r[2], int(r[3]), max(int(r[4] or 0), int(r[3]))) for r in rows]
 
@@ -124,10 +131,18 @@ class PostgresKeywordStore:
         )
         return {r[0]: r[1] for r in rows}
 
-    async def touch(self, keys: Collection[str], *, now: float) -> None:
+    async def touch(self, keys: Collection[str], *, owner: str | None, now: float) -> None:
         wanted = sorted(set(keys))
         if wanted:
-            await self._db.execute([("UPDATE keywords SET last_used_at = %s WHERE key = ANY(%s)", (now, wanted))])
+            await self._db.execute(
+                [
+                    (
+                        "UPDATE keywords SET last_used_at = %s WHERE key = ANY(%s) AND "
+                        + _OWNED.format(table="keywords"),
+                        (now, wanted, owner, owner),
+                    )
+                ]
+            )
 
     async def prune(self, *, usage_below: int, idle_before: float, now: float) -> int:
         where = "usage_count < %s AND COALESCE(last_used_at, updated_at) < %s"
@@ -145,15 +160,19 @@ class PostgresKeywordStore:
 
         return await self._db.transact(run)
 
-    async def get(self, key: str) -> KeywordRecord | None:
-        row = await self._db.fetchone(f"SELECT {_RECORD_COLUMNS} FROM keywords WHERE key = %s", (key,))
+    async def get(self, key: str, *, owner: str) -> KeywordRecord | None:
+        row = await self._db.fetchone(
+            f"SELECT {_RECORD_COLUMNS} FROM keywords WHERE key = %s AND owner = %s", (key, owner)
+        )
         return _record(row) if row is not None else None
 
-    async def associations(self, key: str) -> list[KeywordAssociation]:
+    async def associations(self, key: str, *, owner: str | None) -> list[KeywordAssociation]:
         rows = await self._db.fetchall(
             "SELECT keyword_key, query_id, external_result_id, conversation_id, archived_at"
-            " FROM keyword_associations WHERE keyword_key = %s ORDER BY created_at, seq",
-            (key,),
+            " FROM keyword_associations WHERE keyword_key = %s AND "
+            + _OWNED.format(table="keyword_associations")
+            + " ORDER BY created_at, seq",
+            (key, owner, owner),
         )
         return [KeywordAssociation(r[0], r[1], r[2], r[3], r[4] is not None) for r in rows]
 
@@ -185,4 +204,5 @@ def _record(row: Sequence[Any]) -> KeywordRecord:
         created_at=float(row[4]),
         updated_at=float(row[5]),
         last_used_at=float(row[6]) if row[6] is not None else None,
+        owner=str(row[7]),
     )

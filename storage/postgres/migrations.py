@@ -369,6 +369,27 @@ _TOOL_CALL_INDEXES = (
 # executing the run — or the next one to claim it — ends it ``cancelled``.
 _RUN_CANCEL_REQUESTS = ("ALTER TABLE runs ADD COLUMN IF NOT EXISTS cancel_requested_at DOUBLE PRECISION",)
 
+# Issue 21: everything stored from a user's question is that user's. Saved web answers,
+# keywords and their associations get ``owner`` (the user whose run stored them); a
+# keyword's key becomes unique per owner, so two users' keywords never merge. Rows from
+# before get the owner of the conversation they came from; a keyword is given one only
+# when all its conversations had the same owner. Anything else is owned by nobody ('')
+# and found only in the shared mode.
+_OWNERS = (
+    "ALTER TABLE external_results ADD COLUMN IF NOT EXISTS owner TEXT NOT NULL DEFAULT ''",
+    "UPDATE external_results r SET owner = c.user_id FROM conversations c WHERE c.id = r.conversation_id",
+    "ALTER TABLE keyword_associations ADD COLUMN IF NOT EXISTS owner TEXT NOT NULL DEFAULT ''",
+    "UPDATE keyword_associations a SET owner = c.user_id FROM conversations c WHERE c.id = a.conversation_id",
+    "ALTER TABLE keywords ADD COLUMN IF NOT EXISTS owner TEXT NOT NULL DEFAULT ''",
+    """UPDATE keywords k SET owner = o.owner FROM (
+        SELECT keyword_id, MIN(owner) AS owner FROM keyword_associations WHERE keyword_id IS NOT NULL
+        GROUP BY keyword_id HAVING COUNT(DISTINCT owner) = 1
+    ) o WHERE o.keyword_id = k.keyword_id""",
+    "ALTER TABLE keywords DROP CONSTRAINT IF EXISTS keywords_key_key",
+    "CREATE UNIQUE INDEX IF NOT EXISTS uq_keywords_owner_key ON keywords(owner, key)",
+    "CREATE INDEX IF NOT EXISTS idx_keywords_key ON keywords(key)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "conversations, runs, tool calls, drafts, keywords, external results, knowledge base",
               _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB),
@@ -388,6 +409,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(12, "knowledge base: chunk tsvectors kept in the row, for full-text ranking", _KB_TSV_INLINE),
     Migration(13, "tool-call log: indexes on conversation_id and status (seed 001)", _TOOL_CALL_INDEXES),
     Migration(14, "runs: a cancel requested on any replica", _RUN_CANCEL_REQUESTS),
+    Migration(15, "owners: saved web answers, keywords and their associations are their user's", _OWNERS),
 )
 
 

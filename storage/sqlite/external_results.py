@@ -11,7 +11,9 @@ from storage.keyword_records import Citation, ExternalResult
 from storage.sqlite.database import SqliteDatabase
 
 _IN_CHUNK = 500
-RESULT_COLUMNS = "result_id, provider, query, answer, citations, model, query_id, conversation_id, created_at"
+RESULT_COLUMNS = (
+    "result_id, provider, query, answer, citations, model, query_id, conversation_id, created_at, owner"
+)
 
 
 class SqliteExternalResultStore:
@@ -23,7 +25,7 @@ class SqliteExternalResultStore:
             [
                 (
                     "INSERT INTO external_results (result_id, provider, query, answer, citations, model,"
-                    " query_id, conversation_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " query_id, conversation_id, created_at, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         result.id,
                         result.provider,
@@ -34,23 +36,26 @@ class SqliteExternalResultStore:
                         result.query_id,
                         result.conversation_id,
                         result.created_at,
+                        result.owner,
                     ),
                 )
             ]
         )
 
-    async def get(self, result_id: str) -> ExternalResult | None:
-        found = await self.get_many([result_id])
+    async def get(self, result_id: str, *, owner: str | None) -> ExternalResult | None:
+        found = await self.get_many([result_id], owner=owner)
         return found[0] if found else None
 
-    async def get_many(self, result_ids: Sequence[str]) -> list[ExternalResult]:
+    async def get_many(self, result_ids: Sequence[str], *, owner: str | None) -> list[ExternalResult]:
         ids = list(dict.fromkeys(result_ids))
         by_id: dict[str, ExternalResult] = {}
+        mine = "" if owner is None else " AND owner = ?"
         for i in range(0, len(ids), _IN_CHUNK):
             chunk = ids[i : i + _IN_CHUNK]
             rows = await self._db.fetchall(
-                f"SELECT {RESULT_COLUMNS} FROM external_results WHERE result_id IN ({','.join('?' * len(chunk))})",
-                chunk,
+                f"SELECT {RESULT_COLUMNS} FROM external_results"
+                f" WHERE result_id IN ({','.join('?' * len(chunk))}){mine}",
+                [*chunk, *(() if owner is None else (owner,))],
             )
             by_id.update((row[0], row_to_result(row)) for row in rows)
         return [by_id[i] for i in ids if i in by_id]
@@ -67,4 +72,5 @@ def row_to_result(row: Sequence[Any]) -> ExternalResult:
         query_id=row[6],
         conversation_id=row[7],
         created_at=float(row[8]),
+        owner=str(row[9]),
     )

@@ -1,9 +1,11 @@
 """The keyword index in the shared SQLite file (tables ``keywords``,
 ``keyword_associations`` and ``keyword_terms``).
 
-A merge is ``INSERT … ON CONFLICT(key) DO UPDATE SET usage_count = usage_count + 1`` in
-one ``BEGIN IMMEDIATE`` transaction on the shared writer, so concurrent calls — from
-this process or another one on the same file — never lose an update.
+Keywords are per owner (``UNIQUE (owner, key)``): reads take ``owner`` (a user id, or
+None for every owner's rows). A merge is ``INSERT … ON CONFLICT(owner, key) DO UPDATE
+SET usage_count = usage_count + 1`` in one ``BEGIN IMMEDIATE`` transaction on the
+shared writer, so concurrent calls — from this process or another one on the same
+file — never lose an update.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from storage.sqlite.database import SqliteDatabase, Statement
 
 #: Keys per ``IN (…)`` list / per multi-row ``VALUES`` (SQLite caps bound parameters).
 _CHUNK = 500
-_RECORD_COLUMNS = "keyword_id, key, display, usage_count, created_at, updated_at, last_used_at"
+_RECORD_COLUMNS = "keyword_id, key, display, usage_count, created_at, updated_at, last_used_at, owner"
 
 
 class SqliteKeywordStore:
@@ -33,6 +35,7 @@ class SqliteKeywordStore:
         query_id: str | None,
         external_result_ids: Sequence[str] = (),
         conversation_id: str | None = None,
+        owner: str,
         now: float,
         terms: Mapping[str, Sequence[str]] | None = None,
     ) -> list[KeywordRecord]:
@@ -50,11 +53,11 @@ class SqliteKeywordStore:
             for chunk in _chunks(items, _CHUNK):
                 params: list[object] = []
                 for key, display in chunk:
-                    params.extend((new_ids[key], key, display, now, now))
+                    params.extend((new_ids[key], key, display, now, now, owner))
                 rows = await conn.execute_fetchall(
                     f"INSERT INTO keywords ({_RECORD_COLUMNS})"
-                    f" VALUES {','.join('(?, ?, ?, 1, ?, ?, NULL)' for _ in chunk)}"
-                    " ON CONFLICT(key) DO UPDATE SET usage_count = usage_count + 1,"
+                    f" VALUES {','.join('(?, ?, ?, 1, ?, ?, NULL, ?)' for _ in chunk)}"
+                    " ON CONFLICT(owner, key) DO UPDATE SET usage_count = usage_count + 1,"
                     " updated_at = excluded.updated_at, last_used_at = excluded.updated_at"
                     f" RETURNING {_RECORD_COLUMNS}",
                     params,
@@ -63,10 +66,10 @@ class SqliteKeywordStore:
             pairs = [(key, rid) for key, _ in items for rid in result_ids]
             await conn.executemany(
                 "INSERT OR IGNORE INTO keyword_associations (association_id, keyword_id,"
-                " keyword_key, query_id, external_result_id, conversation_id, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " keyword_key, query_id, external_result_id, conversation_id, created_at, owner)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (aid, stored[key][0], key, query_id, rid, conversation_id, now)
+                    (aid, stored[key][0], key, query_id, rid, conversation_id, now, owner)
                     for aid, (key, rid) in zip(association_ids, pairs, strict=True)
                 ],
             )
@@ -77,26 +80,28 @@ class SqliteKeywordStore:
         stored = await self._db.transact(run)
         return [_record(stored[key]) for key, _ in items]
 
-    async def hits(self, keys: Collection[str]) -> list[KeywordHit]:
+    async def hits(self, keys: Collection[str], *, owner: str | None) -> list[KeywordHit]:
         wanted = sorted(set(keys))
         out: list[KeywordHit] = []
         if not wanted:
             return out
+        mine, mine_args = _owned("k", owner)
         async with self._db.reading() as conn:
             for chunk in _chunks(wanted, _CHUNK):
                 rows = await conn.execute_fetchall(
                     "SELECT DISTINCT a.external_result_id, k.key, k.display FROM keywords k"
                     " JOIN keyword_associations a ON a.keyword_id = k.keyword_id"
-                    f" WHERE k.key IN ({','.join('?' * len(chunk))}) AND a.external_result_id IS NOT NULL",
-                    chunk,
+                    f" WHERE k.key IN ({','.join('?' * len(chunk))}) AND a.external_result_id IS NOT NULL{mine}",
+                    [*chunk, *mine_args],
                 )
                 out.extend(KeywordHit(r[0], r[1], r[2]) for r in rows)
         return out
 
-    async def term_hits(self, terms: Collection[str]) -> list[KeywordTermHit]:
+    async def term_hits(self, terms: Collection[str], *, owner: str | None) -> list[KeywordTermHit]:
         wanted = sorted(set(terms))
         if not wanted:
             return []
+        mine, mine_args = _owned("k", owner)
         # One statement (a query has a few hundred terms at most; SQLite binds 32,766),
         # so a keyword's matched terms are counted together. DISTINCT: a keyword
         # associated with one result from several queries counts each term once.
@@ -104,9 +109,9 @@ class SqliteKeywordStore:
             "SELECT a.external_result_id, k.key, k.display, COUNT(DISTINCT t.term), k.term_count"
             " FROM keyword_terms t JOIN keywords k ON k.keyword_id = t.keyword_id"
             " JOIN keyword_associations a ON a.keyword_id = k.keyword_id"
-            f" WHERE t.term IN ({','.join('?' * len(wanted))}) AND a.external_result_id IS NOT NULL"
+            f" WHERE t.term IN ({','.join('?' * len(wanted))}) AND a.external_result_id IS NOT NULL{mine}"
             " GROUP BY a.external_result_id, k.keyword_id",
-            wanted,
+            [*wanted, *mine_args],
         )
         return [KeywordTermHit(r[0], r[1], r[2], int(r[3]), max(int(r[4] or 0), int(r[3]))) for r in rows]
 
@@ -132,12 +137,16 @@ class SqliteKeywordStore:
         )
         return {r[0]: r[1] for r in rows}
 
-    async def touch(self, keys: Collection[str], *, now: float) -> None:
+    async def touch(self, keys: Collection[str], *, owner: str | None, now: float) -> None:
         wanted = sorted(set(keys))
         if not wanted:
             return
+        mine, mine_args = _owned("keywords", owner)
         statements: list[Statement] = [
-            (f"UPDATE keywords SET last_used_at = ? WHERE key IN ({','.join('?' * len(chunk))})", (now, *chunk))
+            (
+                f"UPDATE keywords SET last_used_at = ? WHERE key IN ({','.join('?' * len(chunk))}){mine}",
+                (now, *chunk, *mine_args),
+            )
             for chunk in _chunks(wanted, _CHUNK)
         ]
         await self._db.execute(statements)
@@ -158,15 +167,18 @@ class SqliteKeywordStore:
 
         return await self._db.transact(run)
 
-    async def get(self, key: str) -> KeywordRecord | None:
-        row = await self._db.fetchone(f"SELECT {_RECORD_COLUMNS} FROM keywords WHERE key = ?", (key,))
+    async def get(self, key: str, *, owner: str) -> KeywordRecord | None:
+        row = await self._db.fetchone(
+            f"SELECT {_RECORD_COLUMNS} FROM keywords WHERE key = ? AND owner = ?", (key, owner)
+        )
         return _record(row) if row is not None else None
 
-    async def associations(self, key: str) -> list[KeywordAssociation]:
+    async def associations(self, key: str, *, owner: str | None) -> list[KeywordAssociation]:
+        mine, mine_args = _owned("keyword_associations", owner)
         rows = await self._db.fetchall(
             "SELECT keyword_key, query_id, external_result_id, conversation_id, archived_at"
-            " FROM keyword_associations WHERE keyword_key = ? ORDER BY created_at, rowid",
-            (key,),
+            f" FROM keyword_associations WHERE keyword_key = ?{mine} ORDER BY created_at, rowid",
+            (key, *mine_args),
         )
         return [KeywordAssociation(r[0], r[1], r[2], r[3], r[4] is not None) for r in rows]
 
@@ -195,7 +207,13 @@ def _record(row: Sequence[Any]) -> KeywordRecord:
         created_at=float(row[4]),
         updated_at=float(row[5]),
         last_used_at=float(row[6]) if row[6] is not None else None,
+        owner=str(row[7]),
     )
+
+
+def _owned(table: str, owner: str | None) -> tuple[str, tuple[str, ...]]:
+    """The ``AND <table>.owner = ?`` clause and its argument; nothing for every owner."""
+    return ("", ()) if owner is None else (f" AND {table}.owner = ?", (owner,))
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:

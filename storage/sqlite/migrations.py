@@ -27,6 +27,11 @@ class Migration:
     version: int
     name: str
     statements: tuple[str, ...]
+    #: A step that rebuilds a table others reference (SQLite cannot change a UNIQUE
+    #: constraint in place) runs with foreign keys off, as SQLite's own procedure for
+    #: other schema changes says: dropping the old table would otherwise cascade to its
+    #: children. The keys are checked before the step commits.
+    rebuilds: bool = False
 
 
 _APP = (
@@ -322,6 +327,43 @@ _TOOL_CALL_INDEXES = (
 # executing the run — or the next one to claim it — ends it ``cancelled``.
 _RUN_CANCEL_REQUESTS = ("ALTER TABLE runs ADD COLUMN cancel_requested_at REAL",)
 
+# Issue 21: everything stored from a user's question is that user's. Saved web answers,
+# keywords and their associations get ``owner`` (the user whose run stored them); a
+# keyword's key becomes unique per owner, so two users' keywords never merge (SQLite
+# rebuilds the table for that). Rows from before get the owner of the conversation
+# they came from; a keyword is given one only when all its conversations had the same
+# owner. Anything else is owned by nobody ('') and found only in the shared mode.
+_OWNERS = (
+    "ALTER TABLE external_results ADD COLUMN owner TEXT NOT NULL DEFAULT ''",
+    "UPDATE external_results SET owner = COALESCE("
+    "(SELECT c.user_id FROM conversations c WHERE c.id = external_results.conversation_id), '')",
+    "ALTER TABLE keyword_associations ADD COLUMN owner TEXT NOT NULL DEFAULT ''",
+    "UPDATE keyword_associations SET owner = COALESCE("
+    "(SELECT c.user_id FROM conversations c WHERE c.id = keyword_associations.conversation_id), '')",
+    """CREATE TABLE keywords_owned (
+        keyword_id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL DEFAULT '',
+        key TEXT NOT NULL,
+        display TEXT NOT NULL CHECK (length(display) BETWEEN 2 AND 50),
+        usage_count INTEGER NOT NULL DEFAULT 1 CHECK (usage_count >= 1),
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        last_used_at REAL,
+        term_count INTEGER,
+        UNIQUE (owner, key)
+    )""",
+    """INSERT INTO keywords_owned (keyword_id, owner, key, display, usage_count, created_at, updated_at,
+        last_used_at, term_count)
+    SELECT k.keyword_id, COALESCE((SELECT MIN(a.owner) FROM keyword_associations a
+            WHERE a.keyword_id = k.keyword_id HAVING COUNT(DISTINCT a.owner) = 1), ''),
+        k.key, k.display, k.usage_count, k.created_at, k.updated_at, k.last_used_at, k.term_count
+    FROM keywords k""",
+    "DROP TABLE keywords",
+    "ALTER TABLE keywords_owned RENAME TO keywords",
+    "CREATE INDEX IF NOT EXISTS idx_keywords_usage ON keywords(usage_count, last_used_at)",
+    "CREATE INDEX IF NOT EXISTS idx_keywords_key ON keywords(key)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "conversations, runs, tool calls, drafts, keywords, external results, knowledge base",
               _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB),
@@ -342,6 +384,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(12, "knowledge base: chunk tsvectors kept in the row, for full-text ranking", ()),
     Migration(13, "tool-call log: indexes on conversation_id and status (seed 001)", _TOOL_CALL_INDEXES),
     Migration(14, "runs: a cancel requested on any replica", _RUN_CANCEL_REQUESTS),
+    Migration(15, "owners: saved web answers, keywords and their associations are their user's", _OWNERS,
+              rebuilds=True),
 )
 
 VERSION_TABLE = "schema_version"
@@ -355,6 +399,9 @@ async def migrate(conn: aiosqlite.Connection, migrations: tuple[Migration, ...] 
     )
     version = 0
     for step in migrations:
+        keys_were = await _foreign_keys(conn) if step.rebuilds else 0
+        if step.rebuilds:  # only outside a transaction does this pragma take effect
+            await conn.execute("PRAGMA foreign_keys = OFF")
         await conn.execute("BEGIN IMMEDIATE")
         try:
             async with conn.execute(f"SELECT 1 FROM {VERSION_TABLE} WHERE version = ?", (step.version,)) as cur:
@@ -362,6 +409,8 @@ async def migrate(conn: aiosqlite.Connection, migrations: tuple[Migration, ...] 
             if not done:
                 for statement in step.statements:
                     await _apply(conn, statement)
+                if step.rebuilds:
+                    await _check_foreign_keys(conn, step)
                 await conn.execute(
                     f"INSERT INTO {VERSION_TABLE}(version, name, applied_at) VALUES (?, ?, ?)",
                     (step.version, step.name, time.time()),
@@ -371,8 +420,24 @@ async def migrate(conn: aiosqlite.Connection, migrations: tuple[Migration, ...] 
             with contextlib.suppress(sqlite3.Error):
                 await conn.execute("ROLLBACK")
             raise
+        finally:
+            if step.rebuilds:
+                await conn.execute(f"PRAGMA foreign_keys = {keys_were}")
         version = step.version
     return version
+
+
+async def _foreign_keys(conn: aiosqlite.Connection) -> int:
+    async with conn.execute("PRAGMA foreign_keys") as cur:
+        row = await cur.fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+async def _check_foreign_keys(conn: aiosqlite.Connection, step: Migration) -> None:
+    async with conn.execute("PRAGMA foreign_key_check") as cur:
+        broken = list(await cur.fetchall())
+    if broken:
+        raise sqlite3.IntegrityError(f"migration {step.version} broke {len(broken)} foreign key(s): {broken[:3]}")
 
 
 async def _apply(conn: aiosqlite.Connection, statement: str) -> None:

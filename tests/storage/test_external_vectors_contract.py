@@ -66,31 +66,33 @@ async def test_unembedded_results_and_keywords(store_engine: Any) -> None:
     for rid, at in (("px_1", T0), ("px_2", T0 + 1)):
         await store_engine.external_results.save(result(rid, at))
     await store_engine.keywords.upsert({"eu vat": "EU VAT", "reverse charge": "Reverse charge"},
-                                       query_id="q", external_result_ids=["px_1"], now=T0)
+                                       query_id="q", external_result_ids=["px_1"], owner="alice", now=T0)
+    await store_engine.keywords.upsert({"reverse charge": "reverse charge"}, query_id="q", owner="bob", now=T0)
     vectors = store_engine.external_vectors
     assert [r.id for r in await vectors.unembedded_results("m", 10)] == ["px_1", "px_2"]
     await vectors.save("m", [NewExternalVector("answer", "px_1", unit(1, 0)),
                              NewExternalVector("keyword", "eu vat", unit(0, 1))])
     assert [r.id for r in await vectors.unembedded_results("m", 10)] == ["px_2"]
     assert [r.id for r in await vectors.unembedded_results("other", 1)] == ["px_1"]
-    assert await vectors.unembedded_keywords("m", 10) == {"reverse charge": "Reverse charge"}
+    # A key's vector serves every owner's keyword of that key: listed once.
+    assert list(await vectors.unembedded_keywords("m", 10)) == ["reverse charge"]
 
 
 async def test_keyword_terms_find_results_in_any_order(store_engine: Any) -> None:
     keywords = store_engine.keywords
     await keywords.upsert({"eu vat rules": "EU VAT rules"}, query_id="q1", external_result_ids=["px_1"],
-                          now=T0, terms={"eu vat rules": ["eu", "vat", "rule"]})
-    await keywords.upsert({"vat": "VAT"}, query_id="q2", external_result_ids=["px_2", "px_1"], now=T0,
+                          owner="alice", now=T0, terms={"eu vat rules": ["eu", "vat", "rule"]})
+    await keywords.upsert({"vat": "VAT"}, query_id="q2", external_result_ids=["px_2", "px_1"], owner="alice", now=T0,
                           terms={"vat": ["vat"]})
-    await keywords.upsert({"no terms": "no terms"}, query_id="q3", external_result_ids=["px_3"], now=T0)
-    hits = await keywords.term_hits({"vat", "rule", "unknown"})
+    await keywords.upsert({"no terms": "no terms"}, query_id="q3", external_result_ids=["px_3"], owner="alice", now=T0)
+    hits = await keywords.term_hits({"vat", "rule", "unknown"}, owner="alice")
     assert sorted((h.external_result_id, h.key, h.matched, h.terms) for h in hits) == [
         ("px_1", "eu vat rules", 2, 3), ("px_1", "vat", 1, 1), ("px_2", "vat", 1, 1)]
-    assert await keywords.term_hits(set()) == []
+    assert await keywords.term_hits(set(), owner="alice") == []
     assert await keywords.without_terms(10) == {"no terms": "no terms"}
     await keywords.set_terms({"no terms": ["term"], "eu vat rules": ["eu", "vat"], "unknown key": ["x"]})
     assert await keywords.without_terms(10) == {}
-    again = await keywords.term_hits({"rule", "term"})
+    again = await keywords.term_hits({"rule", "term"}, owner="alice")
     assert sorted((h.key, h.matched, h.terms) for h in again) == [("no terms", 1, 1)]
     assert await keywords.prune(usage_below=2, idle_before=T0 + 1, now=T0 + 1) == 3
-    assert await keywords.term_hits({"vat", "term"}) == []
+    assert await keywords.term_hits({"vat", "term"}, owner="alice") == []

@@ -152,9 +152,9 @@ async def test_draft_limit_and_keyword_merges_hold_across_replicas(
     assert accepted.count(True) == 3
     await asyncio.gather(
         *((a if i % 2 else b).keywords.upsert({"eu vat": "EU VAT", "reverse charge": "Reverse charge"},
-                                              query_id=f"q{i}", now=1e9 + i) for i in range(20))
+                                              query_id=f"q{i}", owner="alice", now=1e9 + i) for i in range(20))
     )
-    rec = await a.keywords.get("eu vat")
+    rec = await a.keywords.get("eu vat", owner="alice")
     assert rec is not None and rec.usage_count == 20
 
 
