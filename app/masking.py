@@ -42,6 +42,9 @@ CREDENTIAL_PARTS: Final = (
     "cookie",
 )
 
+#: A URL's user name without a password is taken for a token from this length on.
+TOKEN_AS_USER_MIN: Final = 16
+
 #: ``scheme://userinfo@`` inside any text (userinfo up to the first ``@`` before a path).
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^\s/@?#]+)@")
 
@@ -83,8 +86,9 @@ def mask_urls_in(text: str) -> str:
 
 
 def url_secrets(url: str | None) -> list[str]:
-    """The password (the user name, when there is no password: a token as user) and
-    credential query values of a URL, raw and percent-decoded: what a scrubber must know."""
+    """The password (the user name, when there is no password and it is long enough to be
+    a token given as user, not a name like ``postgres``) and credential query values of a
+    URL, raw and percent-decoded: what a scrubber must know."""
     if not url:
         return []
     try:
@@ -94,7 +98,7 @@ def url_secrets(url: str | None) -> list[str]:
     found: list[str] = []
     if parts.password:
         found += [parts.password, unquote(parts.password)]
-    elif parts.username:
+    elif parts.username and len(parts.username) >= TOKEN_AS_USER_MIN:
         found += [parts.username, unquote(parts.username)]
     found += [v for k, v in parse_qsl(parts.query) if is_credential_param(k) and v]
     return found
@@ -103,12 +107,13 @@ def url_secrets(url: str | None) -> list[str]:
 class SecretScrubber:
     """Replaces known secret values (and URL userinfo) in texts and nested values.
 
-    Built once from the settings (``from_values``); values shorter than
-    ``min_length`` are not scrubbed by value — masking every ``a`` in a log would hide
-    everything and protect nothing; such values still go through the rules above.
+    Built once from the settings (``Settings.secret_values``). Values shorter than
+    ``min_length`` are not scrubbed by value: a short password such as ``agent`` would
+    turn every ``agentchat`` in the log into ``***chat`` and protect nothing; such values
+    are still masked where they stand in a URL (the first rule).
     """
 
-    def __init__(self, values: Iterable[str], *, min_length: int = 4) -> None:
+    def __init__(self, values: Iterable[str], *, min_length: int = 8) -> None:
         unique = {v for v in values if v and len(v) >= min_length}
         # Longest first, so a secret containing another is replaced whole.
         ordered = sorted(unique, key=len, reverse=True)

@@ -22,7 +22,7 @@ from agenttools.registry import ToolRegistry
 from app.auth import AuthError, Authenticator, sign_hs256
 from app.config import Settings
 from app.keyring import KeyringError, RunInputSealer, derive, key_file_for, resolve_keyring
-from app.masking import is_credential_param, mask_query, mask_url
+from app.masking import SecretScrubber, is_credential_param, mask_query, mask_url
 from app.records import Caller, ChatInput, decode_run_input, encode_run_input
 from app.run_state import RunState, stored_copy
 from llm.scripted import ScriptedCall
@@ -58,6 +58,13 @@ def test_urls_are_shown_without_userinfo() -> None:
     shown = str(settings.redacted())
     assert "pa55-word" not in shown and "demo-planted-token" not in shown and "127.0.0.1:9" in shown
     assert {"pa55-word", "demo-planted-token"} <= set(settings.secret_values())
+    # A user name and a short password are not scrubbed by value (the log would lose every
+    # "agentchat" and "postgres"); in a URL they are still masked.
+    plain = Settings.from_env({"AGENT_DATABASE_URL": "postgresql://postgres:agent@db/agent"})
+    scrubber = SecretScrubber(plain.secret_values())
+    assert scrubber.text("agentchat on postgres at postgresql://postgres:agent@db/agent") == (
+        "agentchat on postgres at postgresql://***@db/agent"
+    )
 
 
 # --- JWT without exp -------------------------------------------------------------------------
