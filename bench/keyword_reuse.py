@@ -131,8 +131,14 @@ def distractors() -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- one set-up
 
 
+#: The one user of the benchmark: answers are saved for them and looked up by them (a
+#: lookup sees only its user's saved answers, issue 21).
+USER = "bench"
+
+
 async def save_answers(index: KeywordIndex, saved: list[dict[str, Any]]) -> dict[str, str]:
-    """Save each answer and index its keywords as the tools do; label -> stored result id."""
+    """Save each answer and index its keywords as the tools do (for ``USER``); label ->
+    stored result id."""
     ids: dict[str, str] = {}
     for i, item in enumerate(saved):
         result = new_external_result(
@@ -142,10 +148,11 @@ async def save_answers(index: KeywordIndex, saved: list[dict[str, Any]]) -> dict
             citations=[Citation(n + 1, c["url"], c.get("title", "")) for n, c in enumerate(item["citations"])],
             model="sonar",
             query_id=f"q-{i}",
+            owner=USER,
         )
         await index.save_result(result)
         checked = validate_keywords(item["keywords"])
-        await index.index(checked.accepted, query_id=f"q-{i}", external_result_ids=[result.id])
+        await index.index(checked.accepted, query_id=f"q-{i}", external_result_ids=[result.id], owner=USER)
         ids[result.id] = item["id"]
     return ids
 
@@ -199,7 +206,7 @@ async def _run(
         questions = [(q["query"], q["expect"], q["kind"]) for q in data["queries"]]
         questions += [(n["query"], None, "negative_" + n["kind"]) for n in data["negatives"]]
         for i, (query, expect, kind) in enumerate(questions):
-            ctx = ToolContext("bench", None, f"conv-{i}", f"run-{i}", "knowledge", {}, http, RunToolState())
+            ctx = ToolContext(USER, None, f"conv-{i}", f"run-{i}", "knowledge", {}, http, RunToolState())
             outcome = await handler({"query": query, "top_k": 5}, ctx)
             assert not outcome.is_error, outcome.content
             returned = [labels.get(a["source_id"], "?") for a in outcome.content["external_answers"]]
@@ -209,7 +216,7 @@ async def _run(
                 t0 = time.perf_counter()
                 await kb.search(query, top_k=5)
                 t1 = time.perf_counter()
-                await index.lookup(query)
+                await index.lookup(query, owner=USER)
                 t2 = time.perf_counter()
                 kb_ms.append((t1 - t0) * 1000)
                 lookup_ms.append((t2 - t1) * 1000)

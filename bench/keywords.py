@@ -122,14 +122,14 @@ async def one_round(connections: int) -> dict[str, Any]:
                     expected.setdefault(keyword_key(word), set()).add(i)
             count_errors, missing_assocs = [], 0
             for key, callers in expected.items():
-                rec = await stores[0].get(key)
+                rec = await stores[0].get(key, owner="u")  # the user of every call below
                 if rec is None or rec.usage_count != len(callers):
                     count_errors.append(
                         {"key": key, "expected": len(callers), "got": rec.usage_count if rec else None}
                     )
                 got = {
                     (a.query_id, a.external_result_id, a.conversation_id)
-                    for a in await stores[0].associations(key)
+                    for a in await stores[0].associations(key, owner="u")
                 }
                 want = {(f"q{i}", runs[i][1], f"conv-{i}") for i in callers}
                 missing_assocs += len(want - got)
