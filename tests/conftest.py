@@ -18,15 +18,14 @@ from tests.support.sse import SSEEvent, iter_sse
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    """Settings for an isolated app: temp DB, the flow on demand in every context (no
-    mandatory flow), no sample KB, offline."""
+    """Settings for an isolated app: the defaults (provider and embedder ``auto``, the
+    flow mandatory in ``knowledge``) on a fresh temp DB, without the sample KB. Ollama
+    points at a closed port, so ``auto`` finds no model whatever runs on this machine:
+    the extractive answerer and the hashing (or, when installed, the local) embedder."""
     return Settings.from_env(
         {
             "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"),
-            "AGENT_MANDATORY_CONTEXTS": "none",
             "AGENT_INGEST_SAMPLE_KB": "false",
-            "AGENT_EMBEDDER": "none",
-            "AGENT_LLM_PROVIDER": "extractive",
             "OLLAMA_HOST": "http://127.0.0.1:9",
         }
     )
@@ -34,17 +33,15 @@ def settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def offline(tmp_path: Path) -> Settings:
-    """The default configuration (the flow mandatory in ``knowledge``, on demand in
-    ``workflow`` and ``tables``), offline: the
-    extractive answerer, no embedder, no sample KB, and an open admin route so a test
-    can ingest its own documents."""
+    """The default configuration (provider and embedder ``auto``, the flow mandatory in
+    ``knowledge``, on demand in ``workflow`` and ``tables``) with no model reachable: the
+    extractive answerer and the embedder ``auto`` falls back to; no sample KB, and an
+    open admin route so a test can ingest its own documents."""
     return Settings.from_env(
         {
             "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"),
             "AGENT_INGEST_SAMPLE_KB": "false",
             "AGENT_ADMIN_OPEN": "true",  # POST /v1/kb/documents in `none` mode
-            "AGENT_EMBEDDER": "none",
-            "AGENT_LLM_PROVIDER": "extractive",
             "OLLAMA_HOST": "http://127.0.0.1:9",
         }
     )

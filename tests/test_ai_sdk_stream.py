@@ -138,7 +138,7 @@ async def test_use_chat_resumes_a_dropped_stream_from_the_run_log(node: str, set
         proxy = DroppingProxy(port_of(base))
         async with proxy as via, js(
             node, mode="chat", api=f"{via}/v1/agent/ui-stream", chatId="chat-drop-1",
-            text="Tell me a two-part story.", body={"context_type": "knowledge"},
+            text="Tell me a two-part story.", body={"context_type": "workflow"},  # a plain answer: no flow owed
         ) as client:
             await gate.reached.wait()
             await client.until(
@@ -177,7 +177,9 @@ async def test_resume_is_204_without_a_run_and_a_reload_replays_a_just_finished_
             await client.until(lambda recs: of(recs, "state"), "the resume to settle")
             nothing = await client.finish()
         async with httpx.AsyncClient(base_url=base, timeout=30) as http:
-            ran = await http.post("/v1/agent/ui-stream", json=ui_body("chat-reload", "Finish it."))
+            ran = await http.post(  # workflow: a plain answer owes no knowledge flow
+                "/v1/agent/ui-stream", json=ui_body("chat-reload", "Finish it.", context_type="workflow")
+            )
             assert ran.status_code == 200 and ran.text.endswith("data: [DONE]\n\n")
         user = ui_body("chat-reload", "Finish it.")["messages"]
         async with js(node, mode="chat", api=api, chatId="chat-reload", messages=user) as client:

@@ -173,10 +173,10 @@ async def test_a_connection_cut_mid_frame_is_resumed_without_loss_or_repeats(set
         proxy = CuttingProxy(base, marker=b'{"chunk":"two "}')
         async with proxy.serve() as via, AgentClient(via) as agent:
             if route == "stream":
-                started = await agent.start_run("count", "knowledge")
+                started = await agent.start_run("count", "workflow")  # a plain answer: no flow owed
                 stream = agent.stream(started.run_id)
             else:
-                stream = agent.chat("count", "knowledge")
+                stream = agent.chat("count", "workflow")
 
             async def read() -> list[events.Event]:
                 return [event async for event in stream]

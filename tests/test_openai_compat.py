@@ -224,8 +224,9 @@ async def test_multi_turn_history_reaches_the_model(settings: Settings, history:
         provider = OllamaProvider(url, "llama3.2", timeout=10)
         async with running_app(settings, provider=provider, embedder=None) as (base, _), sdk(base) as client:
             headers = {"X-Conversation-Id": "conv-ada-1"} if history == "conversation-id" else {}
+            # Workflow: the model answers in plain text, which owes no knowledge flow there.
             first = await client.chat.completions.create(
-                model="agentchat-knowledge", messages=[{"role": "user", "content": "My name is Ada."}],
+                model="agentchat-workflow", messages=[{"role": "user", "content": "My name is Ada."}],
                 extra_headers=headers,
             )
             said = first.choices[0].message.content or ""
@@ -235,7 +236,7 @@ async def test_multi_turn_history_reaches_the_model(settings: Settings, history:
                 {"role": "user", "content": "My name is Ada."}, {"role": "assistant", "content": held},
             ]
             second = await client.chat.completions.create(
-                model="agentchat-knowledge", messages=[*turns, {"role": "user", "content": "What is my name?"}],
+                model="agentchat-workflow", messages=[*turns, {"role": "user", "content": "What is my name?"}],
                 extra_headers=headers,
             )
     answer = second.choices[0].message.content
