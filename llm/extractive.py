@@ -80,8 +80,9 @@ def decline_message(context: str) -> str:
         f"I can't work on {what} right now: this service is running without a language model "
         "(the offline extractive mode), which can only answer questions from the knowledge base. "
         f"To create or change {what}, configure a model and restart the service: "
-        "AGENT_LLM_PROVIDER=ollama with OLLAMA_MODEL set to a pulled model that supports tool calls "
-        "(for example qwen3:4b), or GEMINI_API_KEY for Gemini. "
+        "GEMINI_API_KEY for Gemini; a local Ollama with OLLAMA_MODEL pulled (a model that supports "
+        "tool calls, for example qwen3:4b: `ollama pull qwen3:4b`, then `make dev`); or OPENAI_BASE_URL "
+        "and OPENAI_API_KEY for an OpenAI-compatible server. /readyz says which model was chosen and why. "
         "Questions about the documentation can still be asked in the knowledge context."
     )
 
@@ -206,7 +207,7 @@ class ExtractiveProvider:
             args = {
                 "answer": text,
                 "sources": [],
-                "confidence_score": 1.0,
+                "confidence_score": 0.0,  # a decline answers nothing: no confidence to claim
                 "used_internal_kb": False,
                 "used_external_kb": False,
             }

@@ -75,8 +75,9 @@ async def test_acting_requests_are_declined_with_what_to_configure(
     answer = response["answer"]
     assert answer == decline_message(context_type)
     assert f"I can't work on {what}" in answer
-    assert "AGENT_LLM_PROVIDER=ollama" in answer and "OLLAMA_MODEL" in answer and "GEMINI_API_KEY" in answer
+    assert "OLLAMA_MODEL" in answer and "GEMINI_API_KEY" in answer and "OPENAI_BASE_URL" in answer
     assert response["sources"] == [] and response["used_internal_kb"] is False
+    assert response["confidence_score"] == 0.0  # a decline claims no confidence
     # No knowledge-base text is passed off as an answer.
     for kb_text in ("PATH, HOME", "shell environment lists", "Last-Event-ID", "[doc-"):
         assert kb_text not in answer and kb_text not in streamed(events)
