@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from agenttools.registry import ToolRegistry
-from app.auth import AuthError, Authenticator, sign_hs256
+from app.auth import Authenticator, AuthError, sign_hs256
 from app.config import Settings
 from app.keyring import KeyringError, RunInputSealer, derive, key_file_for, resolve_keyring
 from app.masking import SecretScrubber, is_credential_param, mask_query, mask_url
@@ -84,10 +84,10 @@ def test_a_token_without_exp_is_refused_unless_allowed() -> None:
 async def test_the_server_answers_401_with_the_reason(tmp_path: Path) -> None:
     settings = _settings(tmp_path, AGENT_AUTH="jwt", AGENT_JWT_SECRET=JWT_SECRET)
     forever = sign_hs256({"sub": "alice"}, JWT_SECRET)
-    async with running_app(settings, provider=GatedProvider([]), registry=ToolRegistry(), embedder=None) as (base, _):
-        async with httpx.AsyncClient(timeout=10) as client:
-            refused = await client.post(f"{base}/v1/agent/runs", json=BODY,
-                                        headers={"Authorization": f"Bearer {forever}"})
+    app_ctx = running_app(settings, provider=GatedProvider([]), registry=ToolRegistry(), embedder=None)
+    async with app_ctx as (base, _), httpx.AsyncClient(timeout=10) as client:
+        refused = await client.post(f"{base}/v1/agent/runs", json=BODY,
+                                    headers={"Authorization": f"Bearer {forever}"})
     assert refused.status_code == 401 and "exp" in refused.text
 
 
@@ -121,13 +121,12 @@ async def test_a_conversation_keeps_no_credential_a_tool_was_called_with(tmp_pat
     settings = _settings(tmp_path)
     async with running_app(settings, provider=GatedProvider(turns), registry=ToolRegistry(), embedder=None) as (
         base, app,
-    ):
-        async with httpx.AsyncClient(timeout=20) as client:
-            created = (await client.post(f"{base}/v1/agent/runs", json=BODY)).json()
-            events = await collect_sse(client, "GET", base + created["stream_url"])
-            assert events[-1].event == "message_complete"
-            await app.state.services.storage.db.flush()
-            conversation = (await client.get(f"{base}/v1/agent/conversations/{created['conversation_id']}")).text
+    ), httpx.AsyncClient(timeout=20) as client:
+        created = (await client.post(f"{base}/v1/agent/runs", json=BODY)).json()
+        events = await collect_sse(client, "GET", base + created["stream_url"])
+        assert events[-1].event == "message_complete"
+        await app.state.services.storage.db.flush()
+        conversation = (await client.get(f"{base}/v1/agent/conversations/{created['conversation_id']}")).text
     assert "lookup" in conversation and "pw-planted-9" not in conversation and "tok-planted-9" not in conversation
 
 
@@ -155,19 +154,19 @@ async def test_the_stored_authorization_is_encrypted_while_live_and_gone_after(t
     settings = _settings(tmp_path, AGENT_AUTH="jwt", AGENT_JWT_SECRET=JWT_SECRET)
     token = sign_hs256({"sub": "alice", "exp": int(time.time()) + 600}, JWT_SECRET)
     provider = GatedProvider([GatedTurn(steps=("a", gate, "b"))])
-    async with running_app(settings, provider=provider, registry=ToolRegistry(), embedder=None) as (base, app):
-        async with httpx.AsyncClient(timeout=20) as client:
-            created = (await client.post(f"{base}/v1/agent/runs", json=BODY,
-                                         headers={"Authorization": f"Bearer {token}"})).json()
-            await asyncio.wait_for(gate.reached.wait(), 10)
-            await app.state.services.storage.db.flush()
-            live = _run_input(settings.db_path, created["run_id"])
-            assert live is not None and token.encode() not in live and live.startswith(b"F1:")
-            gate.open()
-            events = await collect_sse(client, "GET", base + created["stream_url"])
-            assert events[-1].event == "message_complete"
-            await app.state.services.storage.db.flush()
-            assert _run_input(settings.db_path, created["run_id"]) is None
+    app_ctx = running_app(settings, provider=provider, registry=ToolRegistry(), embedder=None)
+    async with app_ctx as (base, app), httpx.AsyncClient(timeout=20) as client:
+        created = (await client.post(f"{base}/v1/agent/runs", json=BODY,
+                                     headers={"Authorization": f"Bearer {token}"})).json()
+        await asyncio.wait_for(gate.reached.wait(), 10)
+        await app.state.services.storage.db.flush()
+        live = _run_input(settings.db_path, created["run_id"])
+        assert live is not None and token.encode() not in live and live.startswith(b"F1:")
+        gate.open()
+        events = await collect_sse(client, "GET", base + created["stream_url"])
+        assert events[-1].event == "message_complete"
+        await app.state.services.storage.db.flush()
+        assert _run_input(settings.db_path, created["run_id"]) is None
 
 
 # --- the stream key is not in the database ---------------------------------------------------
@@ -190,7 +189,8 @@ async def test_sqlite_keeps_its_generated_key_in_a_private_file(tmp_path: Path) 
 
 async def test_postgresql_without_a_key_refuses_to_start_unless_accepted(tmp_path: Path) -> None:
     class Store:
-        asked: list[str] = []
+        def __init__(self) -> None:
+            self.asked: list[str] = []
 
         async def get_or_create(self, name: str, value: str) -> str:
             self.asked.append(name)
@@ -212,25 +212,25 @@ async def test_a_copy_of_the_database_cannot_forge_a_stream_url(tmp_path: Path, 
     settings = _settings(tmp_path, AGENT_AUTH="jwt", AGENT_JWT_SECRET=JWT_SECRET, **env)
     token = sign_hs256({"sub": "alice", "exp": int(time.time()) + 600}, JWT_SECRET)
     provider = GatedProvider([GatedTurn(steps=("secret answer",))])
-    async with running_app(settings, provider=provider, registry=ToolRegistry(), embedder=None) as (base, app):
-        async with httpx.AsyncClient(timeout=20) as client:
-            created = (await client.post(f"{base}/v1/agent/runs", json=BODY,
-                                         headers={"Authorization": f"Bearer {token}"})).json()
-            run_id = created["run_id"]
-            genuine = await collect_sse(client, "GET", base + created["stream_url"])
-            assert genuine[-1].event == "message_complete"
-            await app.state.services.storage.db.flush()
-            # Everything the database holds that could be a key, tried as one.
-            candidates = [v for _, v in _app_secrets(settings.db_path)] + [JWT_SECRET]
-            for candidate in candidates:
-                forged = Authenticator("jwt", None, stream_secret=candidate).stream_token(run_id, "alice")
-                answer = await client.get(f"{base}/v1/agent/runs/{run_id}/events?token={forged}")
-                assert answer.status_code == 401, candidate
-            # The control: the real key (from outside the database) does sign a working link.
-            real = await resolve_keyring(settings, app.state.services.storage.secrets, engine="sqlite")
-            signed = Authenticator("jwt", None, stream_secret=real.stream_secret).stream_token(run_id, "alice")
-            replayed = await collect_sse(client, "GET", f"{base}/v1/agent/runs/{run_id}/events?token={signed}")
-            assert replayed[-1].event == "message_complete"
+    app_ctx = running_app(settings, provider=provider, registry=ToolRegistry(), embedder=None)
+    async with app_ctx as (base, app), httpx.AsyncClient(timeout=20) as client:
+        created = (await client.post(f"{base}/v1/agent/runs", json=BODY,
+                                     headers={"Authorization": f"Bearer {token}"})).json()
+        run_id = created["run_id"]
+        genuine = await collect_sse(client, "GET", base + created["stream_url"])
+        assert genuine[-1].event == "message_complete"
+        await app.state.services.storage.db.flush()
+        # Everything the database holds that could be a key, tried as one.
+        candidates = [v for _, v in _app_secrets(settings.db_path)] + [JWT_SECRET]
+        for candidate in candidates:
+            forged = Authenticator("jwt", None, stream_secret=candidate).stream_token(run_id, "alice")
+            answer = await client.get(f"{base}/v1/agent/runs/{run_id}/events?token={forged}")
+            assert answer.status_code == 401, candidate
+        # The control: the real key (from outside the database) does sign a working link.
+        real = await resolve_keyring(settings, app.state.services.storage.secrets, engine="sqlite")
+        signed = Authenticator("jwt", None, stream_secret=real.stream_secret).stream_token(run_id, "alice")
+        replayed = await collect_sse(client, "GET", f"{base}/v1/agent/runs/{run_id}/events?token={signed}")
+        assert replayed[-1].event == "message_complete"
     assert b"configured-stream-secret-0123" not in settings.db_path.read_bytes()
 
 
