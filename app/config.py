@@ -83,12 +83,12 @@ class Settings:
     jwt_audience: str | None = None
     jwt_issuer: str | None = None
     jwt_leeway_s: float = 30.0
-    admin_users: tuple[str, ...] = ()
-    #: ``AGENT_AUTH=none`` refuses the admin routes unless this is set (local use only).
-    admin_open: bool = False
     #: A bearer token without ``exp`` would be valid forever: refused (401) unless this
     #: is set (``AGENT_JWT_ALLOW_NO_EXP``, for an identity provider that cannot add one).
     jwt_allow_no_exp: bool = False
+    admin_users: tuple[str, ...] = ()
+    #: ``AGENT_AUTH=none`` refuses the admin routes unless this is set (local use only).
+    admin_open: bool = False
     host: str = "127.0.0.1"
     port: int = 8000
     llm_timeout_s: float = 120.0
@@ -142,9 +142,6 @@ class Settings:
     #: Signs ``stream_url`` tokens; unset, a random key generated once is kept in the
     #: database (``app_secrets``), so every replica accepts every other one's links.
     stream_token_secret: str | None = None
-    #: OpenTelemetry spans (run, model calls, tool calls): on with ``AGENT_OTEL=1`` or
-    #: when ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``…_TRACES_ENDPOINT`` is set (needs the
-    #: ``otel`` extra; the exporter reads the standard ``OTEL_*`` variables itself).
     #: Encrypts what the database keeps of a caller's credentials (a live run's
     #: ``Authorization``) and, when ``stream_token_secret`` is unset, derives the stream
     #: key — a key the database never holds (``app.keyring``).
@@ -152,6 +149,9 @@ class Settings:
     #: PostgreSQL without ``stream_token_secret`` / ``secret_key``: keep the generated
     #: stream key in the database in plain text anyway (refused at start-up otherwise).
     stream_key_in_database: bool = False
+    #: OpenTelemetry spans (run, model calls, tool calls): on with ``AGENT_OTEL=1`` or
+    #: when ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``…_TRACES_ENDPOINT`` is set (needs the
+    #: ``otel`` extra; the exporter reads the standard ``OTEL_*`` variables itself).
     otel_enabled: bool = False
     ingest_sample_kb: bool = True
     #: Buckets ``knowledge_base_search`` covers when the model names none
@@ -227,11 +227,11 @@ class Settings:
             jwt_audience=reader.optional("AGENT_JWT_AUDIENCE"),
             jwt_issuer=reader.optional("AGENT_JWT_ISSUER"),
             jwt_leeway_s=reader.number("AGENT_JWT_LEEWAY_S", d.jwt_leeway_s, lo=0, hi=3600),
+            jwt_allow_no_exp=reader.boolean("AGENT_JWT_ALLOW_NO_EXP", d.jwt_allow_no_exp),
             admin_users=reader.listing("AGENT_ADMIN_USERS", d.admin_users),
             admin_open=reader.boolean("AGENT_ADMIN_OPEN", d.admin_open),
             host=reader.text("AGENT_HOST", d.host),
             port=reader.integer("AGENT_PORT", d.port, lo=0, hi=65535),
-            jwt_allow_no_exp=reader.boolean("AGENT_JWT_ALLOW_NO_EXP", d.jwt_allow_no_exp),
             llm_timeout_s=reader.number("AGENT_LLM_TIMEOUT_S", d.llm_timeout_s, lo=1),
             tool_timeout_s=reader.number("AGENT_TOOL_TIMEOUT_S", d.tool_timeout_s, lo=0.1),
             backend_timeout_s=reader.number("AGENT_BACKEND_TIMEOUT_S", d.backend_timeout_s, lo=0.1),
@@ -263,12 +263,12 @@ class Settings:
             requests_per_minute=reader.integer("AGENT_REQUESTS_PER_MINUTE", d.requests_per_minute, lo=1),
             stream_token_ttl_s=reader.integer("AGENT_STREAM_TOKEN_TTL_S", d.stream_token_ttl_s, lo=5),
             stream_token_secret=reader.optional("AGENT_STREAM_TOKEN_SECRET"),
+            secret_key=reader.optional("AGENT_SECRET_KEY"),
+            stream_key_in_database=reader.boolean("AGENT_STREAM_KEY_IN_DATABASE", d.stream_key_in_database),
             otel_enabled=reader.boolean("AGENT_OTEL", d.otel_enabled)
             or bool(reader.optional("OTEL_EXPORTER_OTLP_ENDPOINT")
                     or reader.optional("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")),
             ingest_sample_kb=reader.boolean("AGENT_INGEST_SAMPLE_KB", d.ingest_sample_kb),
-            secret_key=reader.optional("AGENT_SECRET_KEY"),
-            stream_key_in_database=reader.boolean("AGENT_STREAM_KEY_IN_DATABASE", d.stream_key_in_database),
             kb_default_buckets=reader.listing("AGENT_KB_DEFAULT_BUCKETS", d.kb_default_buckets) or ("*",),
             kb_reembed_interval_s=reader.number(
                 "AGENT_KB_REEMBED_INTERVAL_S", d.kb_reembed_interval_s, lo=1, hi=31_536_000
@@ -302,12 +302,12 @@ class Settings:
             reader.problems.append("AGENT_JWT_SECRET must be at least 16 characters")
         if s.stream_token_secret is not None and len(s.stream_token_secret) < 16:
             reader.problems.append("AGENT_STREAM_TOKEN_SECRET must be at least 16 characters")
+        if s.secret_key is not None and len(s.secret_key) < 16:
+            reader.problems.append("AGENT_SECRET_KEY must be at least 16 characters")
         if reader.problems:
             raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(reader.problems))
         return s
 
-        if s.secret_key is not None and len(s.secret_key) < 16:
-            reader.problems.append("AGENT_SECRET_KEY must be at least 16 characters")
     def with_(self, **changes: Any) -> Settings:
         return replace(self, **changes)
 
@@ -318,10 +318,6 @@ class Settings:
         default_url = Settings.__dataclass_fields__["openai_base_url"].default
         return bool(self.openai_api_key) or self.openai_base_url != default_url
 
-    def redacted(self) -> dict[str, Any]:
-        """The settings as a dict safe to log: secrets masked, URLs without userinfo."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
     def secret_values(self) -> list[str]:
         """Every configured value that is a credential — API keys, signing keys, the
         demo token, passwords inside URLs — for ``app.masking.SecretScrubber``."""
@@ -330,17 +326,21 @@ class Settings:
             values += url_secrets(getattr(self, name))
         return [v for v in values if isinstance(v, str) and v]
 
+    def redacted(self) -> dict[str, Any]:
+        """The settings as a dict safe to log: secrets masked, URLs without userinfo."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
             value = getattr(self, f.name)
             if f.name in _SECRET_FIELDS:
                 value = "***" if value else None
             elif f.name == "database_url" and value:
                 value = _without_password(value)
+            elif f.name in _URL_FIELDS and value:
+                value = mask_url(value)
             elif f.name == "mcp_servers":
                 value = [f"{m.name}: {m.describe()}" for m in value]
             elif isinstance(value, Path):
                 value = str(value)
-            elif f.name in _URL_FIELDS and value:
-                value = mask_url(value)
             elif isinstance(value, tuple):
                 value = list(value)
             elif isinstance(value, Mapping):
@@ -348,10 +348,6 @@ class Settings:
             out[f.name] = value
         return out
 
-
-def _without_password(url: str) -> str:
-    """``postgresql://user:pw@host/db`` → ``postgresql://user:***@host/db`` (for the logs)."""
-    from urllib.parse import urlsplit, urlunsplit
 
 #: Settings whose whole value is a credential (never logged, never served).
 _SECRET_FIELDS = frozenset(
@@ -364,6 +360,10 @@ _URL_FIELDS = frozenset(
      "database_url"}
 )
 
+
+def _without_password(url: str) -> str:
+    """``postgresql://user:pw@host/db`` → ``postgresql://user:***@host/db`` (for the logs)."""
+    from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(url)
     if parts.password is None:
