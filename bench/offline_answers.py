@@ -4,9 +4,10 @@ its fact, and how many sentences were said twice or started mid-sentence.
 Runs the default configuration (no model reachable: the extractive answerer, the
 hashing embedder) on a fresh database, ingests the npm documentation installed with npm
 through ``agentchat ingest``, asks tests/data/offline_questions.json in the knowledge
-context and writes bench/results/offline_answers.json.
+context (the original set, tuned on, then the held-out set, only measured) and writes
+bench/results/offline_answers.json; ``--show`` prints every answer to read.
 
-    .venv/bin/python bench/offline_answers.py
+    .venv/bin/python bench/offline_answers.py [--show]
 """
 
 from __future__ import annotations
@@ -27,35 +28,46 @@ from tests.test_offline_answers import ask_all, defaults, ingest
 RESULTS = Path(__file__).resolve().parent / "results" / "offline_answers.json"
 
 
-async def main() -> None:
-    questions = load_questions()
+def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    carried = [r for r in results if carries(r["answer"], r["fact"])]
+    return {
+        "questions": len(results),
+        "carried": len(carried),
+        "carried_rate": round(len(carried) / len(results), 3),
+        "repeated_sentences": sum(len(repeated_sentences(r["answer"])) for r in results),
+        "fragments": sum(len(fragments(r["answer"])) for r in results),
+        "missed": [r["question"] for r in results if r not in carried],
+    }
+
+
+async def main(show: bool) -> None:
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         env = defaults(Path(tmp))
         docs = npm_docs()
         if docs is not None:
             await ingest(env, docs, "npm")
-        sets = {"sample": await ask_all(env, questions["sample"], None)}
-        if docs is not None:
-            sets["npm"] = await ask_all(env, questions["npm"], {"bucket": "npm"})
         else:
             print("npm is not installed: the npm documentation set is skipped")
-    for name, results in sets.items():
-        carried = [r for r in results if carries(r["answer"], r["fact"])]
-        out[name] = {
-            "questions": len(results),
-            "carried": len(carried),
-            "carried_rate": round(len(carried) / len(results), 3),
-            "repeated_sentences": sum(len(repeated_sentences(r["answer"])) for r in results),
-            "fragments": sum(len(fragments(r["answer"])) for r in results),
-            "missed": [r["question"] for r in results if r not in carried],
-        }
-        print(f"{name}: carried {len(carried)}/{len(results)} ({out[name]['carried_rate']:.0%}), "
-              f"repeated sentences {out[name]['repeated_sentences']}, fragments {out[name]['fragments']}")
+        for label, held_out in (("original", False), ("held_out", True)):
+            questions = load_questions(held_out)
+            sets = {"sample": await ask_all(env, questions["sample"], None)}
+            if docs is not None:
+                sets["npm"] = await ask_all(env, questions["npm"], {"bucket": "npm"})
+            out[label] = {name: summary(results) for name, results in sets.items()}
+            out[label]["overall"] = summary([r for results in sets.values() for r in results])
+            for name, figures in out[label].items():
+                print(f"{label} {name}: carried {figures['carried']}/{figures['questions']} "
+                      f"({figures['carried_rate']:.0%}), repeated sentences {figures['repeated_sentences']}, "
+                      f"fragments {figures['fragments']}")
+            if show:
+                for r in (r for results in sets.values() for r in results):
+                    mark = "carried" if carries(r["answer"], r["fact"]) else "MISSED"
+                    print(f"\n=== [{mark}: {r['fact']}] {r['question']}\n{r['answer']}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
     print(f"wrote {RESULTS}")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main("--show" in sys.argv[1:]))

@@ -21,8 +21,11 @@ _ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+")
 _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 
 
-def load_questions() -> dict[str, list[dict[str, str]]]:
+def load_questions(held_out: bool = False) -> dict[str, list[dict[str, str]]]:
+    """The original set (tuned on) or the held-out set (only ever measured)."""
     data = orjson.loads(QUESTIONS.read_bytes())
+    if held_out:
+        data = data["held_out"]
     return {"sample": data["sample"], "npm": data["npm"]}
 
 
