@@ -123,6 +123,9 @@ class RunManager:
     _closing: bool = False
     _rescues: set[asyncio.Task[None]] = field(default_factory=set)
     _lease_task: asyncio.Task[None] | None = None
+    #: When this process last failed to reach the store (epoch seconds): a lease that
+    #: lapsed around then lapsed because of the outage, not because its replica died.
+    _store_unreachable_at: float | None = None
     cancels: RunCancels = field(init=False)
 
     def __post_init__(self) -> None:
@@ -334,6 +337,7 @@ class RunManager:
             try:
                 await self.store.commit(step)
             except StorageUnavailable:
+                self._store_unreachable_at = time.time()
                 await asyncio.sleep(self.rescue_retry_s)
                 continue
             except LeaseLost:
@@ -417,12 +421,24 @@ class RunManager:
             mine = self._runs.get(stored.id)
             if mine is not None and not mine.lost and not mine.released:
                 continue  # still running here (the lease lapsed while this loop was busy)
-            await self._recover_one(stored, reason="its replica stopped; another took it over")
+            await self._recover_one(stored, reason=self._take_over_reason(stored))
             self._taken_over(stored)
             taken += 1
         if taken:
             log.info("took over runs whose lease expired", extra={"runs": taken, "owner": self.owner_id})
         return taken
+
+    def _take_over_reason(self, stored: StoredRun) -> str:
+        """Why a run with an expired lease is carried on here, for ``run_resumed``. A
+        lease lapses when its replica stops renewing it: because it died, or because it
+        could not reach the database. This process cannot see the other replica, but it
+        can tell whether it was itself cut off from the database while that lease was
+        last alive or since (one lease lifetime before its expiry): then an outage, not
+        a death, is the honest account."""
+        outage_at, expired_at = self._store_unreachable_at, stored.lease_expired_at
+        if outage_at is not None and (expired_at is None or outage_at >= expired_at - self.lease_ttl_s):
+            return "its lease lapsed while the database was unreachable; it was taken over"
+        return "its replica stopped; another took it over"
 
     def _taken_over(self, stored: StoredRun) -> None:
         self.counters.taken_over += 1
@@ -491,6 +507,7 @@ class RunManager:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the database is away: try again next tick
+                self._store_unreachable_at = time.time()
                 log.warning("run lease upkeep failed", extra={"error": str(exc)[:300]})
             await asyncio.sleep(max(0.05, min(next_renew, next_claim, next_cancel) - time.monotonic()))
 
