@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from storage.postgres.conversations import PostgresConversationStore
 from storage.postgres.database import Conn, PostgresDatabase, PostgresOptions, redact
+from storage.postgres.dialect import PostgresSql
 from storage.postgres.drafts import PostgresDraftStore
 from storage.postgres.external_results import PostgresExternalResultStore
 from storage.postgres.external_vectors import PostgresExternalVectorStore
@@ -23,6 +23,7 @@ from storage.postgres.notify import RunEventsListener
 from storage.postgres.runs import PostgresRunStore
 from storage.postgres.secrets import PostgresSecretStore
 from storage.postgres.tool_calls import PostgresToolCallLog
+from storage.stores.conversations import ConversationStore
 
 
 @dataclass(slots=True)
@@ -31,7 +32,7 @@ class PostgresStorage:
 
     db: PostgresDatabase
     schema_version: int
-    conversations: PostgresConversationStore
+    conversations: ConversationStore
     runs: PostgresRunStore
     tool_calls: PostgresToolCallLog
     drafts: PostgresDraftStore
@@ -77,10 +78,11 @@ async def open_postgres_storage(url: str, opts: PostgresOptions | None = None) -
     db = await PostgresDatabase.open(url, opts, configure=_configure)
     try:
         db.start()
+        sql = PostgresSql(db)
         return PostgresStorage(
             db=db,
             schema_version=version,
-            conversations=PostgresConversationStore(db),
+            conversations=ConversationStore(sql),
             runs=PostgresRunStore(db),
             tool_calls=PostgresToolCallLog(db),
             drafts=PostgresDraftStore(db),

@@ -15,10 +15,11 @@ from dataclasses import replace
 import psycopg
 
 from storage.errors import ConversationBusy, IdempotencyKeyUsed, LeaseLost, TooManyRuns
-from storage.postgres.conversations import append_statements, claim_in
 from storage.postgres.database import Conn, PostgresDatabase, Statement
+from storage.postgres.dialect import POSTGRES, PostgresTx
 from storage.postgres.notify_payload import encode_payload
 from storage.records import UNFINISHED, NewRun, RunEvent, RunWrite, StoredRun
+from storage.stores.conversations import append_statements, claim_in
 
 _NOW = "(extract(epoch from clock_timestamp())::double precision)"
 _EVENT_SQL = "INSERT INTO run_events(run_id, seq, event, data) VALUES (%s, %s, %s, %s)"
@@ -98,7 +99,8 @@ def step_statements(step: RunWrite) -> list[Statement]:
         out.append((_HOLD_LEASE_SQL, (step.run_id, step.lease_owner, float(step.lease_s))))
     out += [(_EVENT_SQL, (step.run_id, e.seq, e.event, e.data)) for e in step.events]
     if step.messages:
-        out += append_statements(step.conversation_id, step.messages, step.run_id)
+        appends = append_statements(POSTGRES, step.conversation_id, step.messages, step.run_id)
+        out += [(POSTGRES.render(sql), params) for sql, params in appends]
     if step.checkpoint is not None:
         out.append(
             (
@@ -173,7 +175,7 @@ class PostgresRunStore:
                 taken = await _run_with_key(conn, run.user_id, run.idempotency_key)
                 if taken is not None:
                     raise IdempotencyKeyUsed(taken)
-            await claim_in(conn, run.conversation_id, run.user_id)  # locks the conversation's row
+            await claim_in(PostgresTx(conn), run.conversation_id, run.user_id)  # locks the conversation's row
             cur = await conn.execute(
                 "SELECT id FROM runs WHERE conversation_id = %s AND status = ANY(%s) ORDER BY seq",
                 (run.conversation_id, list(UNFINISHED)),

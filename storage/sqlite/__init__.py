@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.sqlite.conversations import SqliteConversationStore
 from storage.sqlite.database import SqliteDatabase, SqliteOptions
+from storage.sqlite.dialect import SqliteSql
 from storage.sqlite.drafts import SqliteDraftStore
 from storage.sqlite.external_results import SqliteExternalResultStore
 from storage.sqlite.external_vectors import SqliteExternalVectorStore
@@ -17,6 +17,7 @@ from storage.sqlite.migrations import migrate
 from storage.sqlite.runs import SqliteRunStore
 from storage.sqlite.secrets import SqliteSecretStore
 from storage.sqlite.tool_calls import SqliteToolCallLog
+from storage.stores.conversations import ConversationStore
 
 
 @dataclass(slots=True)
@@ -25,7 +26,7 @@ class SqliteStorage:
 
     db: SqliteDatabase
     schema_version: int
-    conversations: SqliteConversationStore
+    conversations: ConversationStore
     runs: SqliteRunStore
     tool_calls: SqliteToolCallLog
     drafts: SqliteDraftStore
@@ -56,10 +57,11 @@ async def open_sqlite_storage(path: str | Path, opts: SqliteOptions | None = Non
             pass
         version = await db.transact_raw(migrate)
         db.start()
+        sql = SqliteSql(db)
         return SqliteStorage(
             db=db,
             schema_version=version,
-            conversations=SqliteConversationStore(db),
+            conversations=ConversationStore(sql),
             runs=SqliteRunStore(db),
             tool_calls=SqliteToolCallLog(db),
             drafts=SqliteDraftStore(db),

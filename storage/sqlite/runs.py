@@ -11,10 +11,11 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from storage.errors import ConversationBusy, IdempotencyKeyUsed, TooManyRuns
+from storage.errors import ConversationBusy, ConversationOwnedByAnother, IdempotencyKeyUsed, TooManyRuns
 from storage.records import UNFINISHED, NewRun, RunEvent, RunWrite, StoredRun
-from storage.sqlite.conversations import append_statements, claim_sync
 from storage.sqlite.database import SqliteDatabase, Statement
+from storage.sqlite.dialect import SQLITE
+from storage.stores.conversations import CLAIM_SQL, OWNER_SQL, append_statements
 
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 _UNFINISHED_SQL = "(" + ", ".join(f"'{s}'" for s in UNFINISHED) + ")"
@@ -44,10 +45,20 @@ def _stored(row: Sequence[object]) -> StoredRun:
     )
 
 
+
+def claim_sync(conn: sqlite3.Connection, conversation_id: str, user_id: str) -> None:
+    """``storage.stores.conversations.claim_in`` for a plain connection (a transaction
+    run on the writer's own thread, in one hop)."""
+    conn.execute(CLAIM_SQL, (conversation_id, user_id))
+    row = conn.execute(OWNER_SQL, (conversation_id,)).fetchone()
+    if row is None or row[0] != user_id:
+        raise ConversationOwnedByAnother(conversation_id)
+
+
 def step_statements(step: RunWrite) -> list[Statement]:
     out: list[Statement] = [(_EVENT_SQL, (step.run_id, e.seq, e.event, e.data)) for e in step.events]
     if step.messages:
-        out += append_statements(step.conversation_id, step.messages, step.run_id)
+        out += append_statements(SQLITE, step.conversation_id, step.messages, step.run_id)
     if step.checkpoint is not None:
         out.append(
             (

@@ -1,0 +1,90 @@
+"""PostgreSQL's dialect and executor: portable SQL rendered for psycopg (``%s``),
+transactions on pooled connections (``database.py``), advisory locks and
+``FOR UPDATE`` where replicas must take turns."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from storage.dialect import Dialect, Statement
+from storage.postgres.database import Conn, PostgresDatabase
+from storage.sql import Row, Tx
+
+T = TypeVar("T")
+
+POSTGRES = Dialect(
+    name="postgres",
+    paramstyle="format",
+    now="(extract(epoch from clock_timestamp())::double precision)",
+    for_update=" FOR UPDATE",
+    text_lock_sql="SELECT pg_advisory_xact_lock(hashtextextended(?, 0))",
+    number_lock_sql="SELECT pg_advisory_xact_lock(?)",
+    text_rejects_nul=True,
+)
+
+
+def _render(statements: Sequence[Statement]) -> list[Statement]:
+    return [(POSTGRES.render(sql), params) for sql, params in statements]
+
+
+class PostgresTx:
+    """A transaction on one pooled connection."""
+
+    dialect = POSTGRES
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        cur = await self._conn.execute(POSTGRES.render(sql), params)  # type: ignore[arg-type]
+        return int(cur.rowcount or 0)
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        async with self._conn.cursor() as cur:
+            await cur.executemany(POSTGRES.render(sql), rows)  # type: ignore[arg-type]
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        cur = await self._conn.execute(POSTGRES.render(sql), params)  # type: ignore[arg-type]
+        return await cur.fetchone()
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        cur = await self._conn.execute(POSTGRES.render(sql), params)  # type: ignore[arg-type]
+        return list(await cur.fetchall())
+
+
+class PostgresSql:
+    """``storage.sql.SqlEngine`` on one PostgreSQL database."""
+
+    dialect = POSTGRES
+
+    def __init__(self, db: PostgresDatabase) -> None:
+        self.db = db
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        return await self.db.fetchone(POSTGRES.render(sql), params)
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = (), *, binary: bool = False) -> list[Row]:
+        if not binary:
+            return await self.db.fetchall(POSTGRES.render(sql), params)
+        async with self.db.reading() as conn, conn.cursor(binary=True) as cur:
+            await cur.execute(POSTGRES.render(sql), params)  # type: ignore[arg-type]
+            return list(await cur.fetchall())
+
+    async def transact(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        return await self.db.transact(lambda conn: fn(PostgresTx(conn)))
+
+    async def execute(self, statements: Sequence[Statement]) -> None:
+        await self.db.execute(_render(statements))
+
+    def enqueue(
+        self,
+        statements: Sequence[Statement],
+        *,
+        on_commit: Callable[[], None] | None = None,
+        on_fail: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.db.enqueue(_render(statements), on_commit=on_commit, on_fail=on_fail)
+
+
+__all__ = ["POSTGRES", "PostgresSql", "PostgresTx"]

@@ -1,0 +1,75 @@
+"""The executor surface every store in ``storage.stores`` is written against.
+
+Each engine provides one ``SqlEngine`` over its connections (``storage.sqlite.dialect``,
+``storage.postgres.dialect``) and keeps what its durability rests on: SQLite's single
+writer and ordered background queue, PostgreSQL's pool and retried transactions. A
+store only says *what* to run, in portable SQL (see ``storage.dialect``); the engine
+renders it and decides *where*.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from storage.dialect import Dialect, Statement
+
+T = TypeVar("T")
+Row = tuple[Any, ...]
+
+
+class Tx(Protocol):
+    """One open write transaction (portable SQL in, plain tuples out)."""
+
+    dialect: Dialect
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement; the number of rows it changed."""
+        ...
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None: ...
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+
+
+class SqlEngine(Protocol):
+    """Reads, write transactions and queued writes on one database."""
+
+    dialect: Dialect
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None: ...
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = (), *, binary: bool = False) -> list[Row]:
+        """``binary``: ask for the binary wire format where the engine has one (vectors)."""
+        ...
+
+    async def transact(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        """Run ``fn`` in one write transaction, retried as a whole while the database is
+        busy or unreachable (so ``fn`` must only touch the database)."""
+        ...
+
+    async def execute(self, statements: Sequence[Statement]) -> None:
+        """Commit ``statements`` now, in one transaction."""
+        ...
+
+    def enqueue(
+        self,
+        statements: Sequence[Statement],
+        *,
+        on_commit: Callable[[], None] | None = None,
+        on_fail: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        """Queue ``statements`` on the ordered background writer (never blocks)."""
+        ...
+
+
+async def take_lock(tx: Tx, key: str | int) -> None:
+    """The dialect's advisory lock on ``key`` for the rest of ``tx`` (none on SQLite)."""
+    statement = tx.dialect.lock(key)
+    if statement is not None:
+        await tx.execute(*statement)
+
+
+__all__ = ["Row", "SqlEngine", "Tx", "take_lock"]

@@ -1,0 +1,82 @@
+"""SQLite's dialect and executor: portable SQL is SQLite's own (``?``), writes run on
+the one writer connection (``database.py``), reads on a reader."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import aiosqlite
+
+from storage.dialect import Dialect, Statement
+from storage.sql import Row, Tx
+from storage.sqlite.database import SqliteDatabase
+
+T = TypeVar("T")
+
+SQLITE = Dialect(
+    name="sqlite",
+    paramstyle="qmark",
+    now="((julianday('now') - 2440587.5) * 86400.0)",
+    for_update="",
+    text_lock_sql=None,  # one writer: write transactions already run one at a time
+    number_lock_sql=None,
+    text_rejects_nul=False,
+)
+
+
+class SqliteTx:
+    """A write transaction on the writer connection."""
+
+    dialect = SQLITE
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self._conn = conn
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        async with self._conn.execute(sql, params) as cur:
+            return int(cur.rowcount)
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        await self._conn.executemany(sql, rows)
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        async with self._conn.execute(sql, params) as cur:
+            row = await cur.fetchone()
+        return tuple(row) if row is not None else None
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return [tuple(r) for r in await self._conn.execute_fetchall(sql, params)]
+
+
+class SqliteSql:
+    """``storage.sql.SqlEngine`` on one SQLite file."""
+
+    dialect = SQLITE
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        return await self.db.fetchone(sql, params)
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = (), *, binary: bool = False) -> list[Row]:
+        return await self.db.fetchall(sql, params)
+
+    async def transact(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        return await self.db.transact(lambda conn: fn(SqliteTx(conn)))
+
+    async def execute(self, statements: Sequence[Statement]) -> None:
+        await self.db.execute(statements)
+
+    def enqueue(
+        self,
+        statements: Sequence[Statement],
+        *,
+        on_commit: Callable[[], None] | None = None,
+        on_fail: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.db.enqueue(statements, on_commit=on_commit, on_fail=on_fail)
+
+
+__all__ = ["SQLITE", "SqliteSql", "SqliteTx"]

@@ -1,0 +1,103 @@
+"""Conversations and their messages, on either engine.
+
+A conversation's owner is written the moment it is first named (``claim``): an
+``INSERT … ON CONFLICT DO NOTHING`` then a read of the owner in the same transaction
+(``FOR UPDATE`` on PostgreSQL), so a second user can never slip in before the first
+run ends, and of two replicas claiming one new conversation exactly one wins and the
+other reads the winner. Message ``seq`` numbers are computed inside the insert. The
+conversation's row is touched first (``UPDATE conversations SET updated_at``): on
+PostgreSQL that row lock orders appends from any number of replicas (read committed
+takes a fresh snapshot per statement, so each sees the previous one's messages); on
+SQLite the one writer orders them already.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from llm.types import Message
+from storage.dialect import Dialect, Statement
+from storage.errors import ConversationOwnedByAnother
+from storage.records import StoredMessage
+from storage.sql import SqlEngine, Tx
+
+CLAIM_SQL = "INSERT INTO conversations(id, user_id) VALUES (?, ?) ON CONFLICT (id) DO NOTHING"
+OWNER_SQL = "SELECT user_id FROM conversations WHERE id = ?"
+APPEND_SQL = (
+    "INSERT INTO messages(conversation_id, seq, role, payload, run_id) "
+    "SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ? FROM messages WHERE conversation_id = ?"
+)
+
+
+async def claim_in(tx: Tx, conversation_id: str, user_id: str) -> None:
+    """Create-or-check ownership inside an open transaction; on PostgreSQL the
+    conversation's row stays locked until it ends."""
+    await tx.execute(CLAIM_SQL, (conversation_id, user_id))
+    row = await tx.fetchone(OWNER_SQL + tx.dialect.for_update, (conversation_id,))
+    if row is None or row[0] != user_id:
+        raise ConversationOwnedByAnother(conversation_id)
+
+
+def append_statements(
+    dialect: Dialect, conversation_id: str, messages: Sequence[Message], run_id: str | None = None
+) -> list[Statement]:
+    """The statements appending ``messages``, in portable SQL (render them before they
+    go to an engine's own connection or writer queue)."""
+    if not messages:
+        return []
+    touch = f"UPDATE conversations SET updated_at = {dialect.now} WHERE id = ?"
+    out: list[Statement] = [(touch, (conversation_id,))]  # the row lock first: it orders the appends
+    out += [
+        (APPEND_SQL, (conversation_id, m.role, orjson.dumps(m.to_dict()), run_id, conversation_id)) for m in messages
+    ]
+    return out
+
+
+class ConversationStore:
+    def __init__(self, sql: SqlEngine) -> None:
+        self.sql = sql
+
+    async def owner(self, conversation_id: str) -> str | None:
+        row = await self.sql.fetchone(OWNER_SQL, (conversation_id,))
+        return str(row[0]) if row else None
+
+    async def claim(self, conversation_id: str, user_id: str) -> None:
+        await self.sql.transact(lambda tx: claim_in(tx, conversation_id, user_id))
+
+    async def load(self, conversation_id: str, user_id: str, *, limit: int = 400) -> list[Message]:
+        owner = await self.owner(conversation_id)
+        if owner is None:
+            return []
+        if owner != user_id:
+            raise ConversationOwnedByAnother(conversation_id)
+        rows = await self.sql.fetchall(
+            "SELECT payload FROM (SELECT seq, payload FROM messages WHERE conversation_id = ? "
+            "ORDER BY seq DESC LIMIT ?) m ORDER BY seq",
+            (conversation_id, limit),
+        )
+        return [Message.from_dict(orjson.loads(r[0])) for r in rows]
+
+    async def messages(self, conversation_id: str) -> list[StoredMessage]:
+        rows = await self.sql.fetchall(
+            "SELECT seq, payload, created_at FROM messages WHERE conversation_id = ? ORDER BY seq",
+            (conversation_id,),
+        )
+        out: list[StoredMessage] = []
+        for seq, payload, created in rows:
+            d: dict[str, Any] = orjson.loads(payload)
+            out.append(StoredMessage(int(seq), float(created), d))
+        return out
+
+    async def append(self, conversation_id: str, user_id: str, messages: Sequence[Message]) -> None:
+        if not messages:
+            return
+
+        async def run(tx: Tx) -> None:
+            await claim_in(tx, conversation_id, user_id)
+            for sql, params in append_statements(tx.dialect, conversation_id, messages):
+                await tx.execute(sql, params)
+
+        await self.sql.transact(run)
