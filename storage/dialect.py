@@ -15,9 +15,11 @@ The two instances live with their engines (``storage.sqlite.dialect``,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+import numpy as np
 
 Statement = tuple[str, Sequence[Any]]
 
@@ -38,6 +40,10 @@ class Dialect:
     number_lock_sql: str | None
     #: Text columns reject NUL characters (PostgreSQL).
     text_rejects_nul: bool
+    #: A float32 vector as a parameter (SQLite: its bytes; PostgreSQL: pgvector's adapter).
+    encode_vector: Callable[[np.ndarray], Any]
+    #: A stored vector, as read, back to a float32 array.
+    decode_vector: Callable[[Any], np.ndarray]
 
     def render(self, portable: str) -> str:
         """``portable`` (``?`` placeholders) in this engine's paramstyle. Portable SQL

@@ -12,18 +12,18 @@ from dataclasses import dataclass
 
 from storage.postgres.database import Conn, PostgresDatabase, PostgresOptions, redact
 from storage.postgres.dialect import PostgresSql
-from storage.postgres.drafts import PostgresDraftStore
-from storage.postgres.external_results import PostgresExternalResultStore
-from storage.postgres.external_vectors import PostgresExternalVectorStore
 from storage.postgres.kb_index import PostgresKBIndex
 from storage.postgres.keywords import PostgresKeywordStore
-from storage.postgres.limits import PostgresLimitStore
 from storage.postgres.migrations import migrate
 from storage.postgres.notify import RunEventsListener
 from storage.postgres.runs import PostgresRunStore
-from storage.postgres.secrets import PostgresSecretStore
-from storage.postgres.tool_calls import PostgresToolCallLog
-from storage.stores.conversations import ConversationStore
+from storage.stores.conversations import SqlConversationStore
+from storage.stores.drafts import SqlDraftStore
+from storage.stores.external_results import SqlExternalResultStore
+from storage.stores.external_vectors import SqlExternalVectorStore
+from storage.stores.limits import SqlLimitStore
+from storage.stores.secrets import SqlSecretStore
+from storage.stores.tool_calls import SqlToolCallLog
 
 
 @dataclass(slots=True)
@@ -32,16 +32,16 @@ class PostgresStorage:
 
     db: PostgresDatabase
     schema_version: int
-    conversations: ConversationStore
+    conversations: SqlConversationStore
     runs: PostgresRunStore
-    tool_calls: PostgresToolCallLog
-    drafts: PostgresDraftStore
+    tool_calls: SqlToolCallLog
+    drafts: SqlDraftStore
     keywords: PostgresKeywordStore
-    external_results: PostgresExternalResultStore
-    external_vectors: PostgresExternalVectorStore
+    external_results: SqlExternalResultStore
+    external_vectors: SqlExternalVectorStore
     kb_index: PostgresKBIndex
-    limits: PostgresLimitStore
-    secrets: PostgresSecretStore
+    limits: SqlLimitStore
+    secrets: SqlSecretStore
     #: Wakes this process's followers of runs executing on other replicas (LISTEN/NOTIFY).
     run_feed: RunEventsListener | None = None
 
@@ -82,16 +82,16 @@ async def open_postgres_storage(url: str, opts: PostgresOptions | None = None) -
         return PostgresStorage(
             db=db,
             schema_version=version,
-            conversations=ConversationStore(sql),
+            conversations=SqlConversationStore(sql),
             runs=PostgresRunStore(db),
-            tool_calls=PostgresToolCallLog(db),
-            drafts=PostgresDraftStore(db),
+            tool_calls=SqlToolCallLog(sql),
+            drafts=SqlDraftStore(sql),
             keywords=PostgresKeywordStore(db),
-            external_results=PostgresExternalResultStore(db),
-            external_vectors=PostgresExternalVectorStore(db),
+            external_results=SqlExternalResultStore(sql),
+            external_vectors=SqlExternalVectorStore(sql),
             kb_index=PostgresKBIndex(db),
-            limits=PostgresLimitStore(db),
-            secrets=PostgresSecretStore(db),
+            limits=SqlLimitStore(sql),
+            secrets=SqlSecretStore(sql),
             run_feed=_start_feed(url, opts),
         )
     except BaseException:

@@ -7,11 +7,21 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
+
 from storage.dialect import Dialect, Statement
 from storage.postgres.database import Conn, PostgresDatabase
 from storage.sql import Row, Tx
 
 T = TypeVar("T")
+
+
+def _array(value: Any) -> np.ndarray:
+    """pgvector's ``Vector`` (binary cursors) or a plain sequence, as float32."""
+    if hasattr(value, "to_numpy"):
+        return value.to_numpy().astype(np.float32, copy=False)  # type: ignore[no-any-return]
+    return np.asarray(value, np.float32)
+
 
 POSTGRES = Dialect(
     name="postgres",
@@ -21,6 +31,8 @@ POSTGRES = Dialect(
     text_lock_sql="SELECT pg_advisory_xact_lock(hashtextextended(?, 0))",
     number_lock_sql="SELECT pg_advisory_xact_lock(?)",
     text_rejects_nul=True,
+    encode_vector=lambda vec: vec,  # pgvector's registered adapter sends it
+    decode_vector=_array,
 )
 
 

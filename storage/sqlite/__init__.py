@@ -7,17 +7,17 @@ from pathlib import Path
 
 from storage.sqlite.database import SqliteDatabase, SqliteOptions
 from storage.sqlite.dialect import SqliteSql
-from storage.sqlite.drafts import SqliteDraftStore
-from storage.sqlite.external_results import SqliteExternalResultStore
-from storage.sqlite.external_vectors import SqliteExternalVectorStore
 from storage.sqlite.kb_index import SqliteKBIndex
 from storage.sqlite.keywords import SqliteKeywordStore
-from storage.sqlite.limits import SqliteLimitStore
 from storage.sqlite.migrations import migrate
 from storage.sqlite.runs import SqliteRunStore
-from storage.sqlite.secrets import SqliteSecretStore
-from storage.sqlite.tool_calls import SqliteToolCallLog
-from storage.stores.conversations import ConversationStore
+from storage.stores.conversations import SqlConversationStore
+from storage.stores.drafts import SqlDraftStore
+from storage.stores.external_results import SqlExternalResultStore
+from storage.stores.external_vectors import SqlExternalVectorStore
+from storage.stores.limits import SqlLimitStore
+from storage.stores.secrets import SqlSecretStore
+from storage.stores.tool_calls import SqlToolCallLog
 
 
 @dataclass(slots=True)
@@ -26,16 +26,16 @@ class SqliteStorage:
 
     db: SqliteDatabase
     schema_version: int
-    conversations: ConversationStore
+    conversations: SqlConversationStore
     runs: SqliteRunStore
-    tool_calls: SqliteToolCallLog
-    drafts: SqliteDraftStore
+    tool_calls: SqlToolCallLog
+    drafts: SqlDraftStore
     keywords: SqliteKeywordStore
-    external_results: SqliteExternalResultStore
-    external_vectors: SqliteExternalVectorStore
+    external_results: SqlExternalResultStore
+    external_vectors: SqlExternalVectorStore
     kb_index: SqliteKBIndex
-    limits: SqliteLimitStore
-    secrets: SqliteSecretStore
+    limits: SqlLimitStore
+    secrets: SqlSecretStore
 
     engine = "sqlite"
     #: One process per file: its live runs are followed in memory.
@@ -61,16 +61,16 @@ async def open_sqlite_storage(path: str | Path, opts: SqliteOptions | None = Non
         return SqliteStorage(
             db=db,
             schema_version=version,
-            conversations=ConversationStore(sql),
+            conversations=SqlConversationStore(sql),
             runs=SqliteRunStore(db),
-            tool_calls=SqliteToolCallLog(db),
-            drafts=SqliteDraftStore(db),
+            tool_calls=SqlToolCallLog(sql),
+            drafts=SqlDraftStore(sql),
             keywords=SqliteKeywordStore(db),
-            external_results=SqliteExternalResultStore(db),
-            external_vectors=SqliteExternalVectorStore(db),
+            external_results=SqlExternalResultStore(sql),
+            external_vectors=SqlExternalVectorStore(sql),
             kb_index=SqliteKBIndex(db),
-            limits=SqliteLimitStore(db),
-            secrets=SqliteSecretStore(db),
+            limits=SqlLimitStore(sql),
+            secrets=SqlSecretStore(sql),
         )
     except BaseException:
         await db.close()

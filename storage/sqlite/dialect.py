@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import aiosqlite
+import numpy as np
 
 from storage.dialect import Dialect, Statement
 from storage.sql import Row, Tx
@@ -22,6 +23,8 @@ SQLITE = Dialect(
     text_lock_sql=None,  # one writer: write transactions already run one at a time
     number_lock_sql=None,
     text_rejects_nul=False,
+    encode_vector=lambda vec: vec.tobytes(),
+    decode_vector=lambda raw: np.frombuffer(raw, dtype=np.float32),
 )
 
 

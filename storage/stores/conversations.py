@@ -56,7 +56,7 @@ def append_statements(
     return out
 
 
-class ConversationStore:
+class SqlConversationStore:
     def __init__(self, sql: SqlEngine) -> None:
         self.sql = sql
 

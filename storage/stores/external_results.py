@@ -1,4 +1,7 @@
-"""Stored external answers in the shared SQLite file (table ``external_results``)."""
+"""Stored external answers (table ``external_results``), on either engine.
+
+Many ids are read ``IN (?, …)`` lists of at most ``_IN_CHUNK`` (SQLite caps the bound
+parameters of one statement; PostgreSQL takes the same lists)."""
 
 from __future__ import annotations
 
@@ -8,17 +11,15 @@ from typing import Any
 import orjson
 
 from storage.keyword_records import Citation, ExternalResult
-from storage.sqlite.database import SqliteDatabase
+from storage.sql import SqlEngine
 
 _IN_CHUNK = 500
-RESULT_COLUMNS = (
-    "result_id, provider, query, answer, citations, model, query_id, conversation_id, created_at, owner"
-)
+RESULT_COLUMNS = "result_id, provider, query, answer, citations, model, query_id, conversation_id, created_at, owner"
 
 
-class SqliteExternalResultStore:
-    def __init__(self, db: SqliteDatabase) -> None:
-        self._db = db
+class SqlExternalResultStore:
+    def __init__(self, sql: SqlEngine) -> None:
+        self._db = sql
 
     async def save(self, result: ExternalResult) -> None:
         await self._db.execute(
@@ -54,7 +55,7 @@ class SqliteExternalResultStore:
             chunk = ids[i : i + _IN_CHUNK]
             rows = await self._db.fetchall(
                 f"SELECT {RESULT_COLUMNS} FROM external_results"
-                f" WHERE result_id IN ({','.join('?' * len(chunk))}){mine}",
+                f" WHERE result_id IN ({self._db.dialect.marks(len(chunk))}){mine}",
                 [*chunk, *(() if owner is None else (owner,))],
             )
             by_id.update((row[0], row_to_result(row)) for row in rows)

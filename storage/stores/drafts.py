@@ -1,8 +1,9 @@
-"""Workflow drafts on PostgreSQL (table ``workflow_drafts``).
+"""Workflow drafts (table ``workflow_drafts``), on either engine.
 
-``insert``'s purge-count-insert holds a transaction-scoped advisory lock on the owner,
-so concurrent inserts for one owner — from any replica — are counted one after another
-and never overshoot the limit; other owners do not wait.
+``insert``'s purge-count-insert is one write transaction. SQLite's one writer runs it
+alone; on PostgreSQL it first takes a transaction-scoped advisory lock on the owner, so
+concurrent inserts for one owner — from any replica — are counted one after another
+and never overshoot the limit, while other owners do not wait.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ from typing import Any
 import orjson
 
 from storage.draft_records import Draft, DraftAction
-from storage.postgres.database import Conn, PostgresDatabase
+from storage.sql import SqlEngine, Tx, take_lock
 
 _COLUMNS = "id, owner, name, entity, trigger_type, description, trigger_conditions, actions, created_at, last_access"
 
 
-class PostgresDraftStore:
-    def __init__(self, db: PostgresDatabase) -> None:
-        self._db = db
+class SqlDraftStore:
+    def __init__(self, sql: SqlEngine) -> None:
+        self._db = sql
 
     async def insert(self, draft: Draft, *, live_after: float, max_per_owner: int) -> bool:
         row = (
@@ -36,24 +37,20 @@ class PostgresDraftStore:
             draft.last_access,
         )
 
-        async def run(conn: Conn) -> bool:
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('workflow_drafts:' || %s, 0))",
-                               (draft.owner,))
-            await conn.execute("DELETE FROM workflow_drafts WHERE last_access <= %s", (live_after,))
-            cur = await conn.execute("SELECT COUNT(*) FROM workflow_drafts WHERE owner = %s", (draft.owner,))
-            count = await cur.fetchone()
+        async def run(tx: Tx) -> bool:
+            await take_lock(tx, "workflow_drafts:" + draft.owner)
+            await tx.execute("DELETE FROM workflow_drafts WHERE last_access <= ?", (live_after,))
+            count = await tx.fetchone("SELECT COUNT(*) FROM workflow_drafts WHERE owner = ?", (draft.owner,))
             if count is not None and int(count[0]) >= max_per_owner:
                 return False
-            await conn.execute(
-                f"INSERT INTO workflow_drafts({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", row
-            )
+            await tx.execute(f"INSERT INTO workflow_drafts({_COLUMNS}) VALUES ({tx.dialect.marks(len(row))})", row)
             return True
 
         return await self._db.transact(run)
 
     async def load(self, owner: str, draft_id: str, *, live_after: float) -> Draft | None:
         row = await self._db.fetchone(
-            f"SELECT {_COLUMNS} FROM workflow_drafts WHERE id = %s AND owner = %s AND last_access > %s",
+            f"SELECT {_COLUMNS} FROM workflow_drafts WHERE id = ? AND owner = ? AND last_access > ?",
             (draft_id, owner, live_after),
         )
         return _row_to_draft(row) if row is not None else None
@@ -62,16 +59,15 @@ class PostgresDraftStore:
         await self._db.execute(
             [
                 (
-                    "UPDATE workflow_drafts SET actions = %s, last_access = %s WHERE id = %s AND owner = %s",
+                    "UPDATE workflow_drafts SET actions = ?, last_access = ? WHERE id = ? AND owner = ?",
                     (_encode_actions(draft), draft.last_access, draft.id, draft.owner),
                 )
             ]
         )
 
     async def purge(self, *, live_after: float) -> int:
-        async def run(conn: Conn) -> int:
-            cur = await conn.execute("DELETE FROM workflow_drafts WHERE last_access <= %s", (live_after,))
-            return int(cur.rowcount)
+        async def run(tx: Tx) -> int:
+            return await tx.execute("DELETE FROM workflow_drafts WHERE last_access <= ?", (live_after,))
 
         return await self._db.transact(run)
 

@@ -1,8 +1,14 @@
-"""Embeddings of saved external answers and of keywords (table ``external_vectors``).
+"""Embeddings of saved external answers and of keywords (table ``external_vectors``),
+on either engine: SQLite keeps a vector's float32 bytes, PostgreSQL pgvector's
+``vector`` (the dialect encodes and decodes).
 
-Rows are written once and never updated; ``id`` is AUTOINCREMENT, so it only grows even
-after deletions, and a process that remembers the last id it loaded picks up what other
-processes stored with one indexed range read.
+Rows are written once and never updated, and a reader remembers the last ``id`` it
+loaded, picking up what other processes stored with one indexed range read. SQLite's
+``id`` is AUTOINCREMENT and its one writer commits saves in id order. A PostgreSQL
+identity column hands out ids when rows are inserted, not when they commit, so two
+concurrent saves could become visible out of order and a reader would skip the slower
+one for good; every save therefore takes one transaction-scoped advisory lock first
+(saves are rare: one per external answer), which makes ids visible in order.
 """
 
 from __future__ import annotations
@@ -14,13 +20,16 @@ from typing import Any, cast
 import numpy as np
 
 from storage.keyword_records import ExternalResult, ExternalVector, ExternalVectorKind, NewExternalVector
-from storage.sqlite.database import SqliteDatabase
-from storage.sqlite.external_results import RESULT_COLUMNS, row_to_result
+from storage.sql import SqlEngine, Tx, take_lock
+from storage.stores.external_results import RESULT_COLUMNS, row_to_result
+
+#: The advisory lock that orders the saves ("extvecs!"; PostgreSQL only).
+SAVE_LOCK = 0x6578747665637321
 
 
-class SqliteExternalVectorStore:
-    def __init__(self, db: SqliteDatabase) -> None:
-        self._db = db
+class SqlExternalVectorStore:
+    def __init__(self, sql: SqlEngine) -> None:
+        self._db = sql
 
     async def save(self, embed_model: str, rows: Sequence[NewExternalVector]) -> None:
         if not rows:
@@ -29,26 +38,27 @@ class SqliteExternalVectorStore:
         params = []
         for row in rows:
             vec = np.ascontiguousarray(row.vector, dtype=np.float32).reshape(-1)
-            params.append((row.kind, row.ref, embed_model, int(vec.shape[0]), vec.tobytes(), now))
-        await self._db.execute(
-            [
-                (
-                    "INSERT OR IGNORE INTO external_vectors (kind, ref, embed_model, dim, vector, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    p,
-                )
-                for p in params
-            ]
-        )
+            params.append((row.kind, row.ref, embed_model, int(vec.shape[0]), self._db.dialect.encode_vector(vec), now))
+
+        async def run(tx: Tx) -> None:
+            await take_lock(tx, SAVE_LOCK)
+            await tx.executemany(
+                "INSERT INTO external_vectors (kind, ref, embed_model, dim, vector, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                params,
+            )
+
+        await self._db.transact(run)
 
     async def after(self, embed_model: str, dim: int, after_id: int, limit: int) -> list[ExternalVector]:
         rows = await self._db.fetchall(
             "SELECT id, kind, ref, vector FROM external_vectors"
             " WHERE id > ? AND embed_model = ? AND dim = ? ORDER BY id LIMIT ?",
             (after_id, embed_model, dim, limit),
+            binary=True,
         )
         return [
-            ExternalVector(int(r[0]), cast(ExternalVectorKind, r[1]), r[2], np.frombuffer(r[3], dtype=np.float32))
+            ExternalVector(int(r[0]), cast(ExternalVectorKind, r[1]), r[2], self._db.dialect.decode_vector(r[3]))
             for r in rows
         ]
 
