@@ -63,7 +63,9 @@ from knowledge.kb import KnowledgeBase  # noqa: E402
 from knowledge.sample import ensure_sample_kb  # noqa: E402
 from knowledge.saved_answers import SavedAnswerVectors  # noqa: E402
 from knowledge.textnorm import STOP_WORDS  # noqa: E402
-from storage.sqlite import SqliteStorage, open_sqlite_storage  # noqa: E402
+from storage.open import open_storage  # noqa: E402
+from storage.postgres import PostgresStorage  # noqa: E402
+from storage.sqlite import SqliteStorage  # noqa: E402
 from toolindex.embedder import Embedder  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "keyword_reuse.json"
@@ -166,7 +168,7 @@ async def run_setup(
     extra: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        storage: SqliteStorage = await open_sqlite_storage(Path(tmp) / "bench.db")
+        storage = await open_storage(Path(tmp) / "bench.db")
         try:
             return await _run(name, storage, embedder, data, use_vectors=use_vectors, extra=extra)
         finally:
@@ -175,7 +177,7 @@ async def run_setup(
 
 async def _run(
     name: str,
-    storage: SqliteStorage,
+    storage: SqliteStorage | PostgresStorage,
     embedder: Embedder | None,
     data: dict[str, Any],
     *,

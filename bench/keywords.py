@@ -39,7 +39,7 @@ from agenttools.rag_tools import register_rag_tools  # noqa: E402
 from agenttools.registry import RunToolState, ToolContext, ToolRegistry  # noqa: E402
 from agenttools.validation import validate_arguments  # noqa: E402
 from bench._common import write_results  # noqa: E402
-from storage.sqlite import open_sqlite_storage
+from storage.open import open_storage
 
 CALLS = 200
 REPEATS = 5
@@ -74,7 +74,7 @@ class _NoKnowledge:
 async def one_round(connections: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
-        bundles = [await open_sqlite_storage(db) for _ in range(connections)]
+        bundles = [await open_storage(db) for _ in range(connections)]
         results = bundles[0].external_results
         stores = [KeywordIndex(b.keywords, b.external_results) for b in bundles]
         async with httpx.AsyncClient() as http:

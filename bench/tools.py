@@ -42,7 +42,7 @@ from agenttools.resolution import ResolutionCache  # noqa: E402
 from agenttools.tool_support import WorkflowToolDeps  # noqa: E402
 from backend.seed import ALERT_IDS, ALICE_ID, RULE_IDS, TABLE_CONFIG_IDS  # noqa: E402
 from events import WorkflowPreview  # noqa: E402
-from storage.sqlite import open_sqlite_storage  # noqa: E402
+from storage.open import open_storage  # noqa: E402
 
 ITERATIONS = int(os.environ.get("BENCH_ITERATIONS", "300"))
 WARMUP = 30
@@ -207,7 +207,7 @@ async def main() -> dict[str, Any]:
         try:
             async with httpx.AsyncClient() as http:
                 await _wait_ready(http, base)
-                storage = await open_sqlite_storage(Path(tmp) / "agent.db")
+                storage = await open_storage(Path(tmp) / "agent.db")
                 drafts = Drafts(storage.drafts)
                 cache = ResolutionCache()
                 registry = ToolRegistry(build_catalog())

@@ -8,6 +8,7 @@ has already validated and coerced; each engine turns it into its own query langu
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
@@ -274,3 +275,8 @@ class KBVectorRows:
     bucket: str
     chunk_ids: list[int]
     vectors: npt.NDArray[np.float32]
+
+
+def utc_now() -> str:
+    """The time a knowledge-base row is written, as ISO-8601 UTC text (both engines)."""
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

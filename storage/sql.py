@@ -34,35 +34,58 @@ class Tx(Protocol):
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
 
 
-class SqlEngine(Protocol):
-    """Reads, write transactions and queued writes on one database."""
+OnCommit = Callable[[], None] | None
+OnFail = Callable[[BaseException], None] | None
 
-    dialect: Dialect
+
+class EngineDatabase(Protocol):
+    """What an engine's database class already offers (in its own paramstyle)."""
 
     async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None: ...
 
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+
+    async def execute(self, statements: Sequence[Statement]) -> None: ...
+
+    def enqueue(self, statements: Sequence[Statement], *, on_commit: OnCommit = None, on_fail: OnFail = None) -> None:
+        ...
+
+
+class SqlEngine:
+    """Reads, write transactions and queued writes on one database, in portable SQL.
+
+    The engine's subclass names its ``dialect`` and opens transactions (``transact``);
+    everything else renders the SQL and hands it to the engine's database class as is."""
+
+    dialect: Dialect
+
+    def __init__(self, db: EngineDatabase) -> None:
+        self.db = db
+
+    def rendered(self, statements: Sequence[Statement]) -> Sequence[Statement]:
+        if self.dialect.paramstyle == "qmark":
+            return statements
+        return [(self.dialect.render(sql), params) for sql, params in statements]
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        return await self.db.fetchone(self.dialect.render(sql), params)
+
     async def fetchall(self, sql: str, params: Sequence[Any] = (), *, binary: bool = False) -> list[Row]:
         """``binary``: ask for the binary wire format where the engine has one (vectors)."""
-        ...
+        return await self.db.fetchall(self.dialect.render(sql), params)
 
     async def transact(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         """Run ``fn`` in one write transaction, retried as a whole while the database is
         busy or unreachable (so ``fn`` must only touch the database)."""
-        ...
+        raise NotImplementedError
 
     async def execute(self, statements: Sequence[Statement]) -> None:
         """Commit ``statements`` now, in one transaction."""
-        ...
+        await self.db.execute(self.rendered(statements))
 
-    def enqueue(
-        self,
-        statements: Sequence[Statement],
-        *,
-        on_commit: Callable[[], None] | None = None,
-        on_fail: Callable[[BaseException], None] | None = None,
-    ) -> None:
-        """Queue ``statements`` on the ordered background writer (never blocks)."""
-        ...
+    def enqueue(self, statements: Sequence[Statement], *, on_commit: OnCommit = None, on_fail: OnFail = None) -> None:
+        """Queue ``statements`` on the engine's ordered background writer (never blocks)."""
+        self.db.enqueue(self.rendered(statements), on_commit=on_commit, on_fail=on_fail)
 
 
 async def take_lock(tx: Tx, key: str | int) -> None:
@@ -72,4 +95,4 @@ async def take_lock(tx: Tx, key: str | int) -> None:
         await tx.execute(*statement)
 
 
-__all__ = ["Row", "SqlEngine", "Tx", "take_lock"]
+__all__ = ["EngineDatabase", "Row", "SqlEngine", "Tx", "take_lock"]

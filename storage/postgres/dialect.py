@@ -9,9 +9,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from storage.dialect import Dialect, Statement
+from storage.dialect import Dialect
 from storage.postgres.database import Conn, PostgresDatabase
-from storage.sql import Row, Tx
+from storage.sql import Row, SqlEngine, Tx
 
 T = TypeVar("T")
 
@@ -34,10 +34,6 @@ POSTGRES = Dialect(
     encode_vector=lambda vec: vec,  # pgvector's registered adapter sends it
     decode_vector=_array,
 )
-
-
-def _render(statements: Sequence[Statement]) -> list[Statement]:
-    return [(POSTGRES.render(sql), params) for sql, params in statements]
 
 
 class PostgresTx:
@@ -65,16 +61,14 @@ class PostgresTx:
         return list(await cur.fetchall())
 
 
-class PostgresSql:
+class PostgresSql(SqlEngine):
     """``storage.sql.SqlEngine`` on one PostgreSQL database."""
 
     dialect = POSTGRES
 
     def __init__(self, db: PostgresDatabase) -> None:
-        self.db = db
-
-    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
-        return await self.db.fetchone(POSTGRES.render(sql), params)
+        super().__init__(db)
+        self.db: PostgresDatabase = db
 
     async def fetchall(self, sql: str, params: Sequence[Any] = (), *, binary: bool = False) -> list[Row]:
         if not binary:
@@ -85,18 +79,6 @@ class PostgresSql:
 
     async def transact(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         return await self.db.transact(lambda conn: fn(PostgresTx(conn)))
-
-    async def execute(self, statements: Sequence[Statement]) -> None:
-        await self.db.execute(_render(statements))
-
-    def enqueue(
-        self,
-        statements: Sequence[Statement],
-        *,
-        on_commit: Callable[[], None] | None = None,
-        on_fail: Callable[[BaseException], None] | None = None,
-    ) -> None:
-        self.db.enqueue(_render(statements), on_commit=on_commit, on_fail=on_fail)
 
 
 __all__ = ["POSTGRES", "PostgresSql", "PostgresTx"]

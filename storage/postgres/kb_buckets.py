@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 
-from storage.sqlite.kb_buckets import ident
+from storage.kb_tables import create_table_sql, ident, meta_table
 
 SQL_TYPES = {
     "TEXT": 'TEXT COLLATE "C"',
@@ -29,11 +29,6 @@ SQL_TYPES = {
 }
 
 
-def meta_table(bucket: str) -> str:
-    """Quoted table name of the bucket's typed fields."""
-    return f'"meta_{ident(bucket)}"'
-
-
 def _index_name(bucket: str, name: str) -> str:
     full = f"meta_{bucket}__{name}"
     if len(full) <= 63:
@@ -42,14 +37,7 @@ def _index_name(bucket: str, name: str) -> str:
 
 
 def create_table_statements(bucket: str, fields: Mapping[str, str]) -> list[str]:
-    table = meta_table(bucket)
-    cols = ", ".join(f'"{ident(n)}" {SQL_TYPES[t]}' for n, t in fields.items())
-    stmts = [
-        (
-            f"CREATE TABLE IF NOT EXISTS {table} (doc_id TEXT PRIMARY KEY "
-            f"REFERENCES kb_documents(id) ON DELETE CASCADE{', ' + cols if cols else ''})"
-        )
-    ]
+    stmts = [create_table_sql(bucket, fields, SQL_TYPES)]
     stmts += [index_statement(bucket, n, t) for n, t in fields.items()]
     return stmts
 

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from storage.kb_records import AllOf, AnyOf, FieldCondition, FilterNode, KBFilter, KBScope
+from storage.kb_tables import ident
 from storage.postgres.kb_buckets import meta_table
-from storage.sqlite.kb_buckets import ident
 
 #: Document fields → SQL over ``kb_documents d`` (timestamps compare as dates).
 DOCUMENT_COLUMNS: dict[str, str] = {

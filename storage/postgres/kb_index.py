@@ -48,14 +48,14 @@ from storage.kb_records import (
     KBVectorRows,
     KBVectorWrite,
     TypedRow,
+    utc_now,
 )
+from storage.kb_tables import ident
 from storage.postgres import kb_buckets
 from storage.postgres.database import Conn, PostgresDatabase
 from storage.postgres.kb_filters_sql import count_sql, scope_sql
 from storage.postgres.kb_text import TextRanker
 from storage.postgres.kb_vectors import EXACT_SCOPE_VECTORS, HNSW_MAX_DIM, VectorSearch
-from storage.sqlite.kb_buckets import ident
-from storage.sqlite.kb_index import utc_now
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 

@@ -41,10 +41,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from storage.kb_records import KBRanked, KBScope, KBTextTuning
+from storage.kb_terms import selective_terms
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.kb_filters_sql import scope_sql
 from storage.postgres.migrations import FOLD_FUNCTION, TEXT_CONFIG
-from storage.sqlite.kb_fts import selective_terms
 
 K1 = 1.2
 B = 0.75

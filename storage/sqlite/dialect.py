@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 import aiosqlite
 import numpy as np
 
-from storage.dialect import Dialect, Statement
-from storage.sql import Row, Tx
+from storage.dialect import Dialect
+from storage.sql import Row, SqlEngine, Tx
 from storage.sqlite.database import SqliteDatabase
 
 T = TypeVar("T")
@@ -52,34 +52,17 @@ class SqliteTx:
         return [tuple(r) for r in await self._conn.execute_fetchall(sql, params)]
 
 
-class SqliteSql:
+class SqliteSql(SqlEngine):
     """``storage.sql.SqlEngine`` on one SQLite file."""
 
     dialect = SQLITE
 
     def __init__(self, db: SqliteDatabase) -> None:
-        self.db = db
-
-    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
-        return await self.db.fetchone(sql, params)
-
-    async def fetchall(self, sql: str, params: Sequence[Any] = (), *, binary: bool = False) -> list[Row]:
-        return await self.db.fetchall(sql, params)
+        super().__init__(db)
+        self.db: SqliteDatabase = db
 
     async def transact(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         return await self.db.transact(lambda conn: fn(SqliteTx(conn)))
-
-    async def execute(self, statements: Sequence[Statement]) -> None:
-        await self.db.execute(statements)
-
-    def enqueue(
-        self,
-        statements: Sequence[Statement],
-        *,
-        on_commit: Callable[[], None] | None = None,
-        on_fail: Callable[[BaseException], None] | None = None,
-    ) -> None:
-        self.db.enqueue(statements, on_commit=on_commit, on_fail=on_fail)
 
 
 __all__ = ["SQLITE", "SqliteSql", "SqliteTx"]

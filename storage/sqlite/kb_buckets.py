@@ -12,10 +12,9 @@ against the same strict pattern before interpolating anything.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
-_IDENT = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+from storage.kb_tables import create_table_sql, ident, meta_table
 
 SQL_TYPES = {
     "TEXT": "TEXT COLLATE NOCASE",
@@ -26,26 +25,8 @@ SQL_TYPES = {
 }
 
 
-def ident(name: str) -> str:
-    if not isinstance(name, str) or _IDENT.fullmatch(name) is None:
-        raise ValueError(f"not a safe identifier: {str(name)[:60]!r}")
-    return name
-
-
-def meta_table(bucket: str) -> str:
-    """Quoted table name of the bucket's typed fields."""
-    return f'"meta_{ident(bucket)}"'
-
-
 def create_table_statements(bucket: str, fields: Mapping[str, str]) -> list[str]:
-    table = meta_table(bucket)
-    cols = ", ".join(f'"{ident(n)}" {SQL_TYPES[t]}' for n, t in fields.items())
-    stmts = [
-        (
-            f"CREATE TABLE IF NOT EXISTS {table} (doc_id TEXT PRIMARY KEY "
-            f"REFERENCES kb_documents(id) ON DELETE CASCADE{', ' + cols if cols else ''})"
-        )
-    ]
+    stmts = [create_table_sql(bucket, fields, SQL_TYPES)]
     stmts += [index_statement(bucket, n) for n in fields]
     return stmts
 

@@ -19,7 +19,6 @@ Why this shape:
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -44,6 +43,7 @@ from storage.kb_records import (
     KBVectorRows,
     KBVectorWrite,
     TypedRow,
+    utc_now,
 )
 from storage.sqlite import kb_buckets, kb_fts
 from storage.sqlite.database import SqliteDatabase
@@ -65,10 +65,6 @@ _INSERT_CHUNK = (
     "INSERT INTO kb_chunks(id, doc_id, position, title, heading, text, vector, page, page_end)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-
-
-def utc_now() -> str:
-    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _marks(n: int) -> str:
@@ -476,4 +472,4 @@ def _vector_rows(doc_id: str, bucket: str, ids: list[int], vecs: list[bytes], di
     return KBVectorRows(doc_id, bucket, ids, matrix)
 
 
-__all__ = ["SqliteKBIndex", "utc_now"]
+__all__ = ["SqliteKBIndex"]
