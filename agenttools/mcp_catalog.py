@@ -156,6 +156,8 @@ def outcome_from_result(tool: McpTool, result: types.CallToolResult) -> ToolOutc
             server=tool.server,
             guidance="The tool failed. Fix the arguments if the reason says how, use another tool, "
             "or tell the user what failed.",
+            quoted_from=neutralize_text(source),  # the reason is the server's text: data
+            trust=TRUST,
         )
     content: dict[str, Any] = {"server": tool.server, "tool": tool.name}
     if text or not (result.structured_content or other):
@@ -215,6 +217,9 @@ class McpToolHandler:
                 reason=_failure(self.tool.server, exc),
                 server=self.tool.server,
                 guidance="Do not retry this tool right now; continue without it or tell the user.",
+                # The reason quotes the server's (or its transport's) error text.
+                quoted_from=neutralize_text(f"mcp:{self.tool.server}/{self.tool.name}"),
+                trust=TRUST,
             )
         return outcome_from_result(self.tool, result)
 

@@ -7,6 +7,7 @@ failure into a ``ToolOutcome.error`` so no handler ever raises into the agent lo
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -19,6 +20,7 @@ from agenttools.backend_client import BackendClient, BackendError
 from agenttools.drafts import DraftError, Drafts
 from agenttools.registry import ToolContext, ToolOutcome
 from agenttools.resolution import ResolutionCache, Resolver, caller_key
+from agenttools.untrusted import labelled
 
 __all__ = [
     "CallScope",
@@ -93,6 +95,9 @@ def guarded(name: str, deps: WorkflowToolDeps, fn: ScopedHandler) -> Handler:
 
     @functools.wraps(fn)
     async def handler(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        return _labelled(name, await run(args, ctx))
+
+    async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         try:
             if not isinstance(args, dict):
                 raise ToolInputError("arguments must be a JSON object")
@@ -104,6 +109,15 @@ def guarded(name: str, deps: WorkflowToolDeps, fn: ScopedHandler) -> Handler:
             return ToolOutcome.error(f"{name} failed because of an internal error; try again or ask the user")
 
     return handler
+
+
+def _labelled(name: str, outcome: ToolOutcome) -> ToolOutcome:
+    """The backend's answers (and its error texts) are another system's data: what the
+    model reads of them carries the retrieved-data label, like a search hit or an MCP
+    result. A fixed answer of ours (``model_content``, e.g. a preview's) is left as is."""
+    if outcome.model_content is not None:
+        return outcome
+    return dataclasses.replace(outcome, content=labelled(outcome.content, source=f"backend:{name}"))
 
 
 def req_str(args: dict[str, Any], key: str, hint: str = "") -> str:

@@ -15,6 +15,9 @@ for good reasons) but how retrieved text reaches it:
 * ``quoted`` labels a piece of retrieved text as data with where it came from: tool
   results put ``quoted_from`` and ``trust`` beside the text field they already had, and
   the system prompt says tool results are data, never instructions.
+* ``labelled`` puts the same label on a whole result whose every field came from
+  another system (the workflow/table backend's answers and errors, an MCP server's
+  error text), so each channel reaches the model marked the same way.
 * ``safe_url`` keeps only absolute ``http(s)`` links, so ``javascript:``, ``data:``,
   ``file:`` or relative links from ingested documents or the web never reach a client.
 """
@@ -89,6 +92,20 @@ def quoted(text: str, *, source: str, field: str = "text") -> dict[str, str]:
     so the result keeps the field its readers expect and gains the label.
     """
     return {field: neutralize_text(text), "quoted_from": neutralize_text(source), "trust": TRUST}
+
+
+def labelled(content: Any, *, source: str) -> dict[str, Any]:
+    """A whole tool result as data from ``source``: a mapping gains ``quoted_from`` and
+    ``trust`` beside its own fields (the label wins over fields of the same name, which
+    the source itself could have set); anything else is kept under ``data``.
+
+    For channels whose results are another system's text throughout — a backend's JSON,
+    an MCP server's error — so they reach the model labelled like a search hit.
+    """
+    out = dict(content) if isinstance(content, Mapping) else {"data": content}
+    out["quoted_from"] = neutralize_text(source)
+    out["trust"] = TRUST
+    return out
 
 
 def safe_url(url: object) -> str | None:

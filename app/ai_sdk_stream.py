@@ -29,7 +29,7 @@ within ``AGENT_CHAT_REATTACH_S``, as a keyless native chat does.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -121,10 +121,17 @@ def parse_body(body: dict[str, Any], *, max_message_chars: int) -> tuple[ChatInp
 
 
 class UIChunks:
-    """Run events → UI message chunks (dicts), in order, for one assistant message."""
+    """Run events → UI message chunks (dicts), in order, for one assistant message.
 
-    def __init__(self, run_id: str, conversation_id: str) -> None:
+    ``skip``: the event ids (``seq``, counted from 1 as the events arrive — every stream
+    here reads a run from its first event) a restart discarded, a model turn cut off and
+    streamed again. The native face sends them and lets ``run_resumed.discarded`` tell the
+    client to drop them; a UI message cannot take a part back, so they are left out."""
+
+    def __init__(self, run_id: str, conversation_id: str, skip: Sequence[tuple[int, int]] = ()) -> None:
         self.message_id = run_id
+        self.skip = tuple(skip)
+        self.seq = 0
         self.metadata: dict[str, Any] = {"run_id": run_id, "conversation_id": conversation_id}
         self.answer = AnswerText()
         self.step_open = False
@@ -183,6 +190,9 @@ class UIChunks:
 
     def wire(self, name: str, data: dict[str, Any]) -> bytes:
         """``feed`` as SSE bytes; a token inside an open text part takes the short way."""
+        self.seq += 1
+        if any(first <= self.seq <= last for first, last in self.skip):
+            return b""
         if name == events.ContentChunk.name and self.text_id is not None:
             chunk = str(data.get("chunk") or "")
             self.answer.chunk(chunk)
@@ -319,7 +329,23 @@ async def ui_stream_resume(request: Request) -> Response:
     source = await follow_any(svc, run_id, ident.user_id, cancel_on_exit=True) if run_id else None
     if run_id is None or source is None:
         return Response(status_code=204)
-    return _response(svc, UIChunks(run_id, chat_id), source)
+    return _response(svc, UIChunks(run_id, chat_id, await discarded_ranges(svc, run_id)), source)
+
+
+async def discarded_ranges(svc: Services, run_id: str) -> list[tuple[int, int]]:
+    """The event ids of ``run_id`` that restarts discarded so far: every ``run_resumed``'s
+    ``discarded`` in its log, and the one a recovery here has decided on but not yet
+    written (its ``run_resumed`` is the resumed agent's first step)."""
+    run = svc.runs.get(run_id)
+    logged = run.events if run is not None else await svc.run_store.events_after(run_id, 0, limit=svc.runs.max_events)
+    out = [r for r in (svc.runs.discarded_at_recovery(run_id),) if r is not None]
+    for ev in logged:
+        if ev.event != events.RunResumed.name:
+            continue
+        discarded = orjson.loads(ev.data).get("discarded")
+        if isinstance(discarded, dict):
+            out.append((int(discarded["from_seq"]), int(discarded["to_seq"])))
+    return out
 
 
 async def _owned(svc: Services, chat_id: str, user_id: str) -> bool:

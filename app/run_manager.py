@@ -126,6 +126,9 @@ class RunManager:
     #: When this process last failed to reach the store (epoch seconds): a lease that
     #: lapsed around then lapsed because of the outage, not because its replica died.
     _store_unreachable_at: float | None = None
+    #: Runs carried on here whose cut-off model turn was discarded: (from_seq, to_seq),
+    #: known before their ``run_resumed`` is written (readers that cannot take text back).
+    _discarded: dict[str, tuple[int, int]] = field(default_factory=dict)
     cancels: RunCancels = field(init=False)
 
     def __post_init__(self) -> None:
@@ -250,6 +253,11 @@ class RunManager:
         run = self._runs.get(run_id)
         return None if run is None or run.lost else run
 
+    def discarded_at_recovery(self, run_id: str) -> tuple[int, int] | None:
+        """The event ids a recovery here discarded from ``run_id`` (a cut-off model turn),
+        or ``None``."""
+        return self._discarded.get(run_id)
+
     def active(self) -> list[Run]:
         return [r for r in self._runs.values() if not r.finished and not r.released]
 
@@ -294,6 +302,7 @@ class RunManager:
         for run_id, run in list(self._runs.items()):
             if run.lost and run.followers == 0:
                 del self._runs[run_id]
+                self._discarded.pop(run_id, None)
                 removed += 1
             elif (
                 run.finished
@@ -304,6 +313,7 @@ class RunManager:
                 if run.durable < len(run.events) or run.storage_error is not None:
                     continue  # its tail is still being written
                 del self._runs[run_id]
+                self._discarded.pop(run_id, None)  # its run_resumed is in the log now
                 removed += 1
             elif (
                 not run.finished
@@ -578,6 +588,7 @@ class RunManager:
             pending_tool_calls=len(state.pending.calls) - len(state.pending.results) if state.pending else 0,
         )
         if discarded is not None:
+            self._discarded[run.id] = (discarded.from_seq, discarded.to_seq)
             log.info(
                 "discarding a partial model turn",
                 extra={"run_id": run.id, "from_seq": discarded.from_seq, "to_seq": discarded.to_seq},

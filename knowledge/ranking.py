@@ -34,18 +34,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from knowledge.textnorm import fold, fold_with_map, stem, tokens
+from knowledge.textnorm import STOP_WORDS, fold, fold_with_map, stem, tokens
 
 RRF_K = 60
 W_FUSED, W_PHRASE, W_TITLE, W_META = 0.80, 0.10, 0.05, 0.05
 #: A document's opening says what the document is: when the query names the document
 #: (every word of its title is a query term), its first chunk gains this much ("what
 #: does npm dedupe do?" is answered by the npm-dedupe page's description, not its options).
-W_LEAD = 0.05
+W_LEAD = 0.15
 RELEVANCE_FLOOR = 0.4
 
 
@@ -204,12 +204,27 @@ class Candidate:
 class QueryTerms:
     terms: tuple[str, ...]
     phrase: str  # folded, whitespace-normalised query; empty if a single term
+    #: ``{joined word: the term it extends}`` ("login": "log"): a chunk holding the
+    #: joined word covers that term (``textnorm.joined_terms``).
+    joined: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
-    def of(cls, query: str, content: Sequence[str]) -> QueryTerms:
+    def of(cls, query: str, content: Sequence[str], joined: Mapping[str, str] | None = None) -> QueryTerms:
         words = tokens(query)
         phrase = " ".join(words) if len(words) > 1 else ""
-        return cls(tuple(content), phrase)
+        return cls(tuple(content), phrase, MappingProxyType(dict(joined or {})))
+
+    def forms(self) -> list[frozenset[str]]:
+        """Per term, the words that count as it in a chunk: its inflections and those
+        of the words it joins into."""
+        out: list[frozenset[str]] = []
+        for t in self.terms:
+            forms = set(_surface_forms(t))
+            for word, head in self.joined.items():
+                if head == t:
+                    forms |= _surface_forms(word)
+            out.append(frozenset(forms))
+        return out
 
 
 def _surface_forms(term: str) -> frozenset[str]:
@@ -254,11 +269,12 @@ def rerank(
     if max_fused is None or max_fused <= 0:
         max_fused = rrf_max(max(1, lists))
     n_terms = max(1, len(q.terms))
-    forms = [_surface_forms(t) for t in q.terms]
+    forms = q.forms()
     meta_cache: dict[int, set[str]] = {}
     query_words = f" {q.phrase or ' '.join(q.terms)} "
     phrase_in_query = q.phrase
     ordered_in = sorted(candidates, key=lambda c: -c.fused)
+    shared = _shared_title_words(candidates)
     scored: list[Candidate] = []
     for i, c in enumerate(ordered_in):
         # Exact early exit: a candidate's score is at most W_FUSED * its fused share plus
@@ -285,17 +301,38 @@ def rerank(
         fused = min(1.0, c.fused / max_fused)
         relevance = max(coverage, min(1.0, max(0.0, c.cosine)))
         damped = fused * (RELEVANCE_FLOOR + (1.0 - RELEVANCE_FLOOR) * relevance)
-        lead = 1.0 if c.position == 0 and _names_title(c.title, forms) else 0.0
+        lead = 1.0 if c.position == 0 and _names_title(c.title, forms, shared) else 0.0
         c.score = round(
             min(1.0, W_FUSED * damped + W_PHRASE * phrase + W_TITLE * title_cov + W_META * meta + W_LEAD * lead), 4
         )
     return _capped(scored, top_k, per_doc)
 
 
-def _names_title(title: str, forms: list[frozenset[str]]) -> bool:
-    """True when every word of ``title`` is one of the query's terms (in any form)."""
+def _shared_title_words(candidates: Sequence[Candidate]) -> frozenset[str]:
+    """Title words common to several of the candidates' titles: the collection's own name
+    ("npm" in "npm-login", "npm-run", …), which says nothing about one page."""
+    seen: dict[str, int] = {}
+    for title in {c.title for c in candidates}:
+        for w in set(tokens(title)):
+            seen[w] = seen.get(w, 0) + 1
+    return frozenset(w for w, n in seen.items() if n > 1)
+
+
+def _names_title(title: str, forms: list[frozenset[str]], shared: frozenset[str] = frozenset()) -> bool:
+    """True when the query names the document: every word of ``title`` is one of the
+    query's terms (in any form), or every content word of it that no other candidate's
+    title has ("log in to the registry" names ``npm-login`` among ``npm-*`` pages)."""
     words = tokens(title)
-    return bool(words) and all(any(w in f or stem(w) in f for f in forms) for w in words)
+
+    def asked(w: str) -> bool:
+        return any(w in f or stem(w) in f for f in forms)
+
+    if not words:
+        return False
+    if all(asked(w) for w in words):
+        return True
+    own = [w for w in words if w not in shared and w not in STOP_WORDS]
+    return bool(own) and len(own) < len(words) and all(asked(w) for w in own)
 
 
 def _capped(candidates: list[Candidate], top_k: int, per_doc: int) -> list[Candidate]:

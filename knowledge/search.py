@@ -40,7 +40,7 @@ from knowledge.ranking import (
     signal_spread,
     snippet,
 )
-from knowledge.textnorm import STOP_WORDS, content_terms, tokens
+from knowledge.textnorm import STOP_WORDS, content_terms, joined_terms, tokens
 from knowledge.types import ChunkHit, ConstraintCount, DocumentCount, KBConfig, SearchMode, SearchResponse
 from storage.interfaces import KBIndex
 from storage.kb_records import KBRanked, KBScope
@@ -204,7 +204,7 @@ class Searcher:
         # The BM25 term choice needs only the query: start its lookups now, so they run
         # beside the scope query instead of after it.
         terms_task = (
-            asyncio.create_task(self.index.selective_terms(content_terms(query or ""), n_cand, self._tuning))
+            asyncio.create_task(self.index.selective_terms(_text_terms(query or ""), n_cand, self._tuning))
             if mode != "semantic"
             else None
         )
@@ -232,7 +232,7 @@ class Searcher:
         n_cand: int,
         context_chars: int | None,
     ) -> SearchResponse:
-        q = QueryTerms.of(query or "", content_terms(query or ""))
+        q = QueryTerms.of(query or "", content_terms(query or ""), joined_terms(query or ""))
         warnings: list[str] = []
         use_text = mode in ("hybrid", "text")
         use_vec = mode in ("hybrid", "semantic")
@@ -266,7 +266,7 @@ class Searcher:
             if terms_task is not None:
                 terms = await terms_task
             else:  # semantic search fell back to text
-                terms = await self.index.selective_terms(content_terms(query or ""), n_cand, self._tuning)
+                terms = await self.index.selective_terms(_text_terms(query or ""), n_cand, self._tuning)
             return await self.index.text_candidates(terms, scope, n_cand, self._tuning)
 
         async def vec_side() -> KBRanked:
@@ -347,6 +347,13 @@ class Searcher:
         if len(self._query_cache) > self.config.query_cache:
             self._query_cache.popitem(last=False)
         return vec
+
+
+def _text_terms(query: str) -> list[str]:
+    """The BM25 terms of ``query``: its content words, then the words adjacent ones join
+    into ("log in" → ``login``, found in ``npm-login``; see ``textnorm.joined_terms``)."""
+    terms = content_terms(query)
+    return terms + [w for w in joined_terms(query) if w not in terms]
 
 
 __all__ = ["MODES", "Searcher"]

@@ -10,6 +10,7 @@ it would silently change every stored vector).
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 
@@ -83,6 +84,37 @@ def content_terms(text: str, *, limit: int = 24) -> list[str]:
         for t in all_tokens:
             seen.setdefault(t, None)
     return list(seen)[:limit]
+
+
+#: Shortest word a pair of query words may join into ("log in" → ``login``).
+_MIN_JOINED = 5
+#: The adverb particles of English phrasal verbs ("log in", "back up", "check out").
+_PARTICLES = frozenset("in up out on off down over back away".split())
+
+
+def joined_terms(text: str) -> dict[str, str]:
+    """``{joined word: the content word it extends}`` for adjacent word pairs of ``text``
+    written apart that documents often write as one word: a phrasal verb or compound
+    ("log in" → ``login``, "set up" → ``setup``, "time out" → ``timeout``, "file name"
+    → ``filename``). Command names and identifiers are written that way (``npm-login``,
+    ``setup.py``), and a question written in words never meets them otherwise.
+
+    Only two content words, or a content word and the particle after it, all letters,
+    joined into a word of ``_MIN_JOINED`` letters or more that is not itself a stop word
+    (articles, pronouns and auxiliaries never join: "the registry" is no word). A pair
+    whose joined form no document holds matches nothing, so offering it costs one term
+    lookup.
+    """
+    words = tokens(text)
+    out: dict[str, str] = {}
+    for left, right in itertools.pairwise(words):
+        if not (left.isalpha() and right.isalpha()) or left in STOP_WORDS:
+            continue
+        word = left + right
+        if (right in STOP_WORDS and right not in _PARTICLES) or len(word) < _MIN_JOINED or word in STOP_WORDS:
+            continue
+        out.setdefault(word, left)
+    return out
 
 
 def stem(word: str) -> str:

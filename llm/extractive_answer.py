@@ -21,7 +21,13 @@ passage, not a bag of sentences:
 Scores are term coverage: the share of the question's content words (stemmed, and
 matched by shared prefixes and roots, so "differently" meets "differences" and
 "disconnect" half-meets "reconnecting") a unit holds, plus a little for the words of
-its title and section heading and for the search's own rank and score.
+its title and section heading and for the search's own rank and score
+(``llm.extractive_question`` reads the question). A document the question names opens
+the answer with its first paragraph (asides such as "Note: …" are not an opening); a
+unit holding what the question's form asks for (a path for "where", a number with its
+unit for "how many") is preferred; words inside links name another page and count as
+context only; a section quoted from its start keeps a heading that says more than its
+paragraph; a second passage comes from another document.
 """
 
 from __future__ import annotations
@@ -30,6 +36,10 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from llm.extractive_question import WORD as _WORD
+from llm.extractive_question import Question as _Question
+from llm.extractive_question import coverage as _coverage
+from llm.extractive_question import stems as _stems
 from llm.markdown_blocks import Block, item_body, parse_passage, split_item, split_sentences
 
 MIN_RELEVANCE = 0.08
@@ -46,7 +56,10 @@ WHOLE_BLOCK_PENALTY = 0.1
 #: is answered by a whole list or table: it gains this much instead of the penalty, and
 #: its length is not held against it.
 ENUMERATION_BONUS = 0.05
-_ENUMERATION = re.compile(r"^\s*(?:which\b|what\s+are\b|list\b|name\s+the\b)", re.IGNORECASE)
+ANSWER_TYPE_BONUS = 0.15
+#: A section heading this long says what its paragraph is about (see ``_with_heading``).
+MIN_HEADING_WORDS = 3
+_ASIDE = re.compile(r"^[*_\s]*(?:note|warning|caution|tip|see also|deprecated)\b[*_\s]*:", re.IGNORECASE)
 #: How much a question word found only in the unit's title or heading counts.
 CONTEXT_WEIGHT = 0.8
 FIRST_UNDER_HEADING_BONUS = 0.05
@@ -59,15 +72,7 @@ MAX_PASSAGES = 2
 #: A further passage must score at least this share of the best one.
 SECOND_PASSAGE_SHARE = 0.75
 
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
-_STOP = frozenset(
-    "a an and are as at be by can could do does for from how i if in into is it its me my of on or our "
-    "should so than that the their them then there these this those to was we what when where which who "
-    "why will with would you your about after before does did get got has have having here just more most "
-    "not only other over same some such too under up very via use used using see".split()
-)
-_PREFIXES = ("dis", "re", "un", "de", "pre", "non")
 _REFERRING = frozenset("this that these those it its they their such then so".split())
 
 
@@ -77,53 +82,6 @@ class Passage:
     title: str
     text: str
     score: float
-
-
-def _terms(text: str) -> list[str]:
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    return [w for w in _WORD.findall(folded) if w not in _STOP and len(w) > 1]
-
-
-def _stem(word: str) -> str:
-    for suffix in ("ations", "ation", "ings", "ing", "ies", "ied", "ences", "ence", "ently", "ent",
-                   "es", "ed", "ly", "s"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
-
-
-def _root(stem: str) -> str:
-    for prefix in _PREFIXES:
-        if stem.startswith(prefix) and len(stem) - len(prefix) >= 4:
-            return stem[len(prefix):]
-    return stem
-
-
-def _stems(text: str) -> frozenset[str]:
-    return frozenset(_stem(t) for t in _terms(text))
-
-
-def _match(q: str, terms: frozenset[str]) -> float:
-    """1.0 when the question's stem is among ``terms`` (or shares a long prefix with
-    one), 0.5 when only their roots meet ("disconnect" / "reconnect"), else 0."""
-    if q in terms:
-        return 1.0
-    best = 0.0
-    for t in terms:
-        shorter, longer = sorted((len(q), len(t)))
-        if shorter >= 5 and longer - shorter <= 3 and q[:shorter] == t[:shorter]:  # "configur"/"configure"
-            return 1.0
-        if shorter >= 7 and q[:7] == t[:7]:  # a long common prefix
-            return 1.0
-        if best < 0.5 and len(_root(q)) >= 4 and _root(q) == _root(t) and (_root(q) != q or _root(t) != t):
-            best = 0.5
-    return best
-
-
-def _coverage(question: frozenset[str], terms: frozenset[str]) -> float:
-    if not question or not terms:
-        return 0.0
-    return sum(_match(q, terms) for q in question) / len(question)
 
 
 def sentence_key(text: str) -> str:
@@ -176,16 +134,27 @@ def _prev_block(read: _Read, b: int) -> Block | None:
     return read.blocks[b - 1] if b > 0 else None
 
 
-def _unit_score(question: frozenset[str], text: str, context: frozenset[str]) -> float:
+def _unit_score(question: _Question, text: str, context: frozenset[str]) -> float:
     """Coverage of the question by the unit, its title and heading counting a little less
-    ("This command removes …" under "npm-prune" is about npm prune), less a little for
-    every word past a sentence's worth (of two units that cover the question alike, the
-    one that says only that is the answer)."""
-    terms = _stems(text)
-    own = _coverage(question, terms)
-    around = _coverage(question, terms | context)
+    ("This command removes …" under "npm-prune" is about npm prune), and so do the words
+    of its links, which name another page ("refer to [package-lock.json](…)" points at
+    the answer, it is not it); less a little for every word past a sentence's worth (of
+    two units that cover the question alike, the one that says only that is the answer)."""
+    links = " ".join(m.group(1) for m in _LINK.finditer(text))
+    if links:
+        context = context | question.terms(links)
+        text = _LINK.sub("", text)
+    terms = question.terms(text)
+    own = _coverage(question.stems, terms)
+    around = _coverage(question.stems, terms | context)
     words = len(text.split())
     return own + CONTEXT_WEIGHT * (around - own) - min(0.1, 0.002 * max(0, words - 20))
+
+
+def _aside(text: str) -> bool:
+    """A paragraph set apart from what the document says ("Note: this command is unaware
+    of workspaces."): not the document's opening, however early it comes."""
+    return _ASIDE.match(text) is not None
 
 
 def _only_links(text: str) -> bool:
@@ -193,26 +162,55 @@ def _only_links(text: str) -> bool:
     return len(_LINK.sub("", item_body(text)).strip(" .,;:-*")) < 3
 
 
-def _units(reads: list[_Read], question: frozenset[str], enumeration: bool) -> list[_Unit]:
+def _names(question: _Question, title: frozenset[str], shared: frozenset[str]) -> bool:
+    """The question names the document: every word of its title is asked about, or every
+    word of it that no other passage's title has ("how do I log in" names ``npm-login``
+    among ``npm-*`` pages; the shared "npm" names the collection, not a page)."""
+    asked = question.stems | frozenset(question.joined)
+    if _coverage(title, asked) >= 1.0:
+        return True
+    own = title - shared
+    return bool(own) and own != title and _coverage(own, asked) >= 1.0
+
+
+def _shared_title_stems(reads: list[_Read]) -> frozenset[str]:
+    seen: dict[str, int] = {}
+    for title in {r.passage.title for r in reads}:
+        for stem in _stems(title):
+            seen[stem] = seen.get(stem, 0) + 1
+    return frozenset(t for t, n in seen.items() if n > 1)
+
+
+def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
     out: list[_Unit] = []
+    shared = _shared_title_stems(reads)
     for p, read in enumerate(reads):
         title = _stems(read.passage.title)
         rank = 0.1 * read.passage.score - 0.02 * p
         # A question that names a document ("what does npm dedupe do?", every word in the
         # title "npm-dedupe") is answered by what that document says first.
-        named = read.first and _coverage(title, question) >= 1.0
-        opening = next((b for b, block in enumerate(read.blocks) if block.kind == "prose"), -1)
+        named = read.first and _names(question, title, shared)
+        opening = next(
+            (b for b, block in enumerate(read.blocks) if block.kind == "prose" and not _aside(block.units[0])), -1
+        )
         for b, block in enumerate(read.blocks):
             if block.kind == "heading" or block.kind == "code":
                 continue
             context = title | _stems(read.headings[b])
             after_heading = b > 0 and read.blocks[b - 1].kind == "heading"
-            if block.kind in ("list", "table"):  # the whole block, when no one item says it
+            if block.kind in ("list", "table") and question.enumeration:
+                # The whole block, for a question asking for several things: when its
+                # heading, title or introduction names them ("which events …" is the
+                # table under "The events", not a list that mentions events).
                 whole = block.markdown()
                 if len(whole) <= WHOLE_BLOCK_CHARS and not all(_only_links(u) for u in block.units or [whole]):
-                    plain = _LINK.sub(r"\1", whole)
+                    plain = whole
+                    intro = _prev_block(read, b)
+                    named_by = context | (question.terms(intro.units[-1]) if intro and intro.kind == "prose"
+                                          and intro.units else frozenset())
+                    of_them = question.focus is None or question.focus in named_by
                     score = _unit_score(question, plain, context) + (
-                        ENUMERATION_BONUS + min(0.1, 0.002 * max(0, len(plain.split()) - 20)) if enumeration
+                        ENUMERATION_BONUS + min(0.1, 0.002 * max(0, len(plain.split()) - 20)) if of_them
                         else -WHOLE_BLOCK_PENALTY
                     )
                     if score > 0:
@@ -225,15 +223,18 @@ def _units(reads: list[_Read], question: frozenset[str], enumeration: bool) -> l
                 last = i == len(block.units) - 1
                 if block.kind == "prose" and last and _introduces(text) and _next_block(read, b) is None:
                     continue  # introduces what this passage does not hold
-                plain = _LINK.sub(r"\1", item_body(text) if block.kind == "list" else text)
-                score = _unit_score(question, plain, context) + rank - 0.004 * min(i, 10)
-                if _coverage(question, _stems(plain)) <= 0 and not (named and b == opening) \
-                        and _coverage(question, _stems(read.headings[b])) < 0.5:
+                raw = item_body(text) if block.kind == "list" else text
+                plain = _LINK.sub(r"\1", raw)
+                score = _unit_score(question, raw, context) + rank - 0.004 * min(i, 10)
+                if _coverage(question.stems, question.terms(plain)) <= 0 and not (named and b == opening) \
+                        and _coverage(question.stems, _stems(read.headings[b])) < 0.5:
                     continue  # about the question neither itself nor by its section
                 if after_heading and i == 0:  # what a section says first is what it is about
                     score += FIRST_UNDER_HEADING_BONUS
                 if named and b == opening and i == 0:
                     score += OPENING_BONUS
+                if question.holds_wanted(plain):
+                    score += ANSWER_TYPE_BONUS
                 out.append(_Unit(p, b, i, text, score))
     return out
 
@@ -273,6 +274,24 @@ def _window(read: _Read, unit: _Unit) -> list[str]:
         if shown and len(shown) <= limit:
             pieces.append(shown)
     return pieces
+
+
+def _with_heading(read: _Read, unit: _Unit, pieces: list[str]) -> list[str]:
+    """A section quoted from its start keeps its heading when the heading says something
+    the paragraph does not ("The answers come from the extractive provider" over "No
+    model was reachable at start-up."): a label of one or two words ("Synopsis",
+    "`cache`") says nothing, and is left out."""
+    block = read.blocks[unit.block]
+    heading = _prev_block(read, unit.block)
+    if heading is None or heading.kind != "heading" or block.kind != "prose" or not pieces \
+            or _is_verbatim(pieces[0]) or not pieces[0].startswith(block.units[0]):
+        return pieces
+    title = heading.text.strip().strip("#*_ ").strip()
+    words = _WORD.findall(title)
+    if len(words) < MIN_HEADING_WORDS or _stems(title) <= _stems(" ".join(pieces)):
+        return pieces
+    label = title if title.endswith(("?", "!", ".")) else f"{title}."
+    return [f"**{label}** {pieces[0]}", *pieces[1:]]
 
 
 def _is_verbatim(piece: str) -> bool:
@@ -323,12 +342,11 @@ def _cite(pieces: list[str], source_id: str) -> str:
 
 def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[str], float]:
     """The best passage(s) for ``question``: ``(answer Markdown, cited source ids, confidence)``."""
-    q = _stems(question)
-    if not q or not passages:
+    q = _Question.of(question)
+    if not q.stems or not passages:
         return "", [], 0.0
     reads = [_read(p) for p in passages]
-    enumeration = bool(_ENUMERATION.search(question))
-    units = sorted(_units(reads, q, enumeration), key=lambda u: (-u.score, u.passage, u.block, u.index))
+    units = sorted(_units(reads, q), key=lambda u: (-u.score, u.passage, u.block, u.index))
     units = [u for u in units if u.score >= MIN_RELEVANCE]
     if not units:
         return "", [], 0.0
@@ -337,19 +355,23 @@ def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[st
     parts: list[str] = []
     sources: list[str] = []
     used_blocks: set[tuple[int, int]] = set()
+    used_documents: set[str] = set()
     length = 0
     for unit in units:
         if len(parts) >= MAX_PASSAGES or (parts and unit.score < SECOND_PASSAGE_SHARE * best):
             break
-        if (unit.passage, unit.block) in used_blocks or sentence_key(unit.text) in said:
-            continue
         read = reads[unit.passage]
-        pieces = _new_sentences(_window(read, unit), said.copy())
+        document = read.passage.source_id.split("#", 1)[0]
+        if (unit.passage, unit.block) in used_blocks or sentence_key(unit.text) in said \
+                or document in used_documents:
+            continue  # a second passage adds another page's answer, not more of the first's
+        pieces = _new_sentences(_with_heading(read, unit, _window(read, unit)), said.copy())
         size = sum(len(p) for p in pieces)
         if not pieces or (parts and length + size > MAX_ANSWER_CHARS):
             continue
         pieces = _new_sentences(pieces, said)
         used_blocks.add((unit.passage, unit.block))
+        used_documents.add(document)
         source_id = read.passage.source_id
         parts.append(_cite(pieces, source_id))
         length += size

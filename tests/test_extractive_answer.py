@@ -69,3 +69,31 @@ def test_copies_are_collapsed_and_counted() -> None:
     ]
     kept, dropped = collapse_duplicates(hits, 5, text=lambda h: h[2], source=lambda h: h[1], document=lambda h: h[0])
     assert [h[0] for h in kept] == ["a", "c"] and dropped == 1
+
+
+def test_a_where_question_is_answered_by_the_place() -> None:
+    passages = [
+        Passage("cache#2", "npm-cache", "npm stores cache data in an opaque directory named after its format.", 0.8),
+        Passage("folders#4", "Folders", "Cache files are stored in `~/.npm` on Posix.", 0.5),
+    ]
+    answer, _, _ = compose_answer("Where does npm store its cache?", passages)
+    assert answer.startswith("Cache files are stored in `~/.npm`"), answer
+
+
+def test_a_phrasal_verb_is_not_its_verb_alone() -> None:
+    passages = [
+        Passage("logging#4", "logging", "The CLI logs any notice headers returned from the configured registry.", 0.9),
+        Passage("login#0", "npm-login", "Verify a user in the specified registry, and save the credentials.", 0.6),
+        Passage("whoami#0", "npm-whoami", "Display the username of the user logged in to the registry.", 0.5),
+    ]
+    answer, sources, _ = compose_answer("How do I log in to the registry?", passages)
+    assert answer.startswith("Verify a user in the specified registry"), answer
+    assert sources[0] == "login#0"
+
+
+def test_a_heading_that_says_more_than_its_paragraph_is_kept() -> None:
+    text = "## The answers come from the extractive provider\n\nNo model was reachable at start-up. Check `/readyz`."
+    passage = Passage("t#0", "Troubleshooting", text, 0.5)
+    answer, _, _ = compose_answer("What happens when no model is reachable?", [passage])
+    assert answer.startswith("**The answers come from the extractive provider.** No model was reachable"), answer
+    assert fragments(answer) == [] and repeated_sentences(answer) == []

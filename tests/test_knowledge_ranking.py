@@ -132,3 +132,32 @@ def test_rerank_default_scale_is_still_rrf() -> None:
     # Passing the fuse scale to an RRF value would make the best hit look weak.
     weak = rerank([_cand(1, "alpha", 1 / 61)], q, lists=1, top_k=1, max_fused=1.0)
     assert weak[0].score < rrf_scaled[0].score
+
+
+def test_words_written_apart_offer_the_word_documents_join_them_into() -> None:
+    from knowledge.textnorm import joined_terms
+
+    assert joined_terms("How do I log in to the registry?") == {"login": "log"}
+    assert "setup" in joined_terms("How do I set up workspaces?")
+    # Articles, pronouns and auxiliaries never join: "the registry" is no word.
+    assert not any(w.startswith("the") for w in joined_terms("Where is the registry?"))
+
+
+def _page(i: int, title: str, position: int, text: str, fused: float) -> Candidate:
+    return Candidate(i, title, position, title, "", text, "b", "s", None, {}, fused)
+
+
+def test_a_page_named_by_its_own_title_word_opens_the_answer() -> None:
+    # "log in" names npm-login among npm-* pages ("npm" is every page's word), and
+    # "login" counts as the query's "log" in the page that holds it.
+    cands = [
+        _page(1, "logging", 4, "npm logs notices sent by the registry", 0.8),
+        _page(2, "npm-login", 0, "npm login verifies a user in the registry", 0.8),
+        _page(3, "npm-logout", 0, "npm logout ends the session with the registry", 0.8),
+    ]
+    query = "How do I log in to the registry?"
+    from knowledge.textnorm import content_terms, joined_terms
+
+    q = QueryTerms.of(query, content_terms(query), joined_terms(query))
+    top = rerank(cands, q, lists=1, top_k=3, max_fused=1.0)
+    assert top[0].doc_id == "npm-login", [(c.doc_id, c.score) for c in top]

@@ -30,6 +30,7 @@ import pytest_asyncio
 
 from agenttools.mcp_catalog import assign_names
 from agenttools.mcp_config import load_servers
+from agenttools.untrusted import TRUST
 from app.config import ConfigError, Settings
 from llm.ollama import OllamaProvider
 from tests.conftest import collect_sse, running_app
@@ -269,10 +270,13 @@ async def test_error_timeout_and_dead_server_are_failed_results_and_the_run_comp
     sent = world.sent()[before:]
     flaky = tool_results(sent[2], "flaky_failure")[0]
     assert flaky["error"] == "mcp_tool_error" and "card declined" in flaky["reason"]
+    # The server's error text is retrieved data, labelled like every other channel's.
+    assert flaky["quoted_from"] == "mcp:desk/flaky_failure" and flaky["trust"] == TRUST
     slow = tool_results(sent[3], "slow_operation")[0]
     assert "timed out" in slow["error"]
     crash = tool_results(sent[4], "crash_server")[0]
     assert crash["error"] == "mcp_call_failed" and "ops" in crash["reason"]
+    assert crash["quoted_from"] == "mcp:ops/crash_server" and crash["trust"] == TRUST
     # The supervisor notices the dead process, drops its tools, and starts it again.
     body = await world.until("ops reconnected", lambda b: b["checks"]["mcp"]["servers"]["ops"]["connects"] > connects
                              and b["checks"]["mcp"]["servers"]["ops"]["state"] == "up")

@@ -11,12 +11,16 @@ mid-sentence, copies of one page never cited twice.
 The questions (tests/data/offline_questions.json) are over the sample KB and the npm
 documentation installed with npm (``.md`` and ``.html`` copies of each page).
 
-The issue's target is 90 % of facts carried. Measured on this set (2026-11-26): the
-sample KB 10/12, the npm docs 9/14 (73 % overall). Every miss read by hand is a
-retrieval miss: the passage that states the fact is not among the eight the search
-returns (``npm-run``'s description loses to the ``scripts`` page, "log in" does not
-meet ``npm-login``), so the answerer cannot quote it. The floors below guard what is
-reached; raising them needs better retrieval, not a different answerer.
+The issue's target is 90 % of facts carried. First measured (2026-11-26): the sample KB
+10/12, the npm docs 9/14 (73 %). After the retrieval and answerer fixes (words written
+apart that documents join, "log in" / ``npm-login``; a document named by the words of
+its title no other page has; the named document's opening weighs more in ranking and
+answer; what a "where" / "how many" question wants; link text and asides; a second
+passage from another page): 12/12 and 13/14 (96 %). The held-out set
+(``held_out``, written from the documents and never tuned on) is checked too: sample
+7/7, npm 5/11 — its misses are the search not reaching the page ("list the installed
+packages" drops "list" as a request word, so ``npm-ls`` is not found) and answers that
+quote the right page without the asked phrase. The floors guard what is reached.
 """
 
 from __future__ import annotations
@@ -41,8 +45,11 @@ from tests.support.offline_answers import (
 )
 from tests.support.procs import REPO, child_env
 
-SAMPLE_FLOOR = 0.8
-NPM_FLOOR = 0.6
+#: Share of facts carried, per question set (original: tuned on; held_out: only measured).
+FLOORS = {
+    "original": {"sample": 0.9, "npm": 0.9},
+    "held_out": {"sample": 0.85, "npm": 0.45},
+}
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",
     "How do I resume a stream after a disconnect?",
@@ -100,8 +107,10 @@ def judge(results: list[dict[str, Any]], floor: float) -> None:
 
 
 async def test_sample_kb_questions_are_answered_whole(tmp_path: Path) -> None:
-    results = await ask_all(defaults(tmp_path), load_questions()["sample"], None)
-    judge(results, SAMPLE_FLOOR)
+    original, held_out = load_questions()["sample"], load_questions(held_out=True)["sample"]
+    results = await ask_all(defaults(tmp_path), original + held_out, None)
+    judge(results[: len(original)], FLOORS["original"]["sample"])
+    judge(results[len(original):], FLOORS["held_out"]["sample"])
 
 
 async def test_npm_documentation_questions_are_answered_whole(tmp_path: Path) -> None:
@@ -110,8 +119,11 @@ async def test_npm_documentation_questions_are_answered_whole(tmp_path: Path) ->
         pytest.skip("npm is not installed: no $(npm root -g)/npm/docs to ask about")
     env = defaults(tmp_path)
     await ingest(env, docs, "npm")
-    results = await ask_all(env, load_questions()["npm"], {"bucket": "npm"})
-    judge(results, NPM_FLOOR)
+    original, held_out = load_questions()["npm"], load_questions(held_out=True)["npm"]
+    both = await ask_all(env, original + held_out, {"bucket": "npm"})
+    results = both[: len(original)]
+    judge(results, FLOORS["original"]["npm"])
+    judge(both[len(original):], FLOORS["held_out"]["npm"])
     ci = next(r for r in results if r["question"].startswith("What does npm ci"))
     # The list the sentence introduces comes with it, as Markdown, from one copy of the page.
     assert ci["answer"].count("The main differences between using") == 1

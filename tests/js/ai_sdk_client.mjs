@@ -4,7 +4,7 @@
 //   node ai_sdk_client.mjs '<json spec>'
 //
 // spec.mode:
-//   "reader"  POST spec.url with spec.body; the response is read with the SDK's own
+//   "reader"  POST spec.url with spec.body (GET without a body when spec.method is "GET"); the response is read with the SDK's own
 //             parseJsonEventStream + uiMessageChunkSchema (every chunk validated) and
 //             assembled by readUIMessageStream.
 //   "chat"    what useChat does: a Chat (AbstractChat with a plain state) over
@@ -38,10 +38,11 @@ const spec = JSON.parse(process.argv[2]);
 const out = (record) => process.stdout.write(JSON.stringify(record) + "\n");
 
 async function reader() {
+  const get = spec.method === "GET"; // the resume request useChat({resume: true}) makes
   const response = await fetch(spec.url, {
-    method: "POST",
-    headers: { "content-type": "application/json", ...(spec.headers ?? {}) },
-    body: JSON.stringify(spec.body),
+    method: get ? "GET" : "POST",
+    headers: { ...(get ? {} : { "content-type": "application/json" }), ...(spec.headers ?? {}) },
+    body: get ? undefined : JSON.stringify(spec.body),
   });
   out({ kind: "response", status: response.status, headers: Object.fromEntries(response.headers) });
   const parsed = parseJsonEventStream({ stream: response.body, schema: uiMessageChunkSchema });

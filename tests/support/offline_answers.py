@@ -76,14 +76,17 @@ def repeated_sentences(answer: str) -> list[str]:
 
 
 def fragments(answer: str) -> list[str]:
-    """Paragraphs or items that start or end mid-sentence."""
+    """Paragraphs or items that start or end mid-sentence. A list item may be a phrase
+    ("per-user config file (`~/.npmrc`)"), so only a paragraph must start as a sentence
+    does; an item is cut when it starts with punctuation or ends with "…"."""
     out: list[str] = []
+    items = {_CITATION.sub("", _ITEM.sub("", line)).strip() for line in answer.split("\n") if _ITEM.match(line)}
     for line in _prose_lines(answer):
         text = line.lstrip("*_ ")
         first = _MARKS.sub("", text.split(" ", 1)[0])
         label = first.endswith(":")  # "*note*: …" starts a sentence
         starts_cut = text.startswith(("…", "...", ",", ";", ")")) or (
-            text[:1].islower() and first not in _LOWERCASE_STARTS and not label
+            text[:1].islower() and first not in _LOWERCASE_STARTS and not label and line not in items
         )
         if starts_cut or text.endswith("…"):
             out.append(line)

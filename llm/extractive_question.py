@@ -1,0 +1,146 @@
+"""What a question asks, for the offline answerer (``llm.extractive_answer``): its
+content words, stemmed, and how a passage's words meet them; the words adjacent ones
+join into ("log in" is what ``npm-login`` is named by) and the phrasal verbs that do not
+mean their verb alone ("log in" is not "logs"); whether it asks for several things
+("which events …"); and what kind of thing it wants ("where" a place, "how many" an
+amount).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import unicodedata
+from dataclasses import dataclass
+
+#: "which events (does …)", "which file formats does …": a plural noun right after
+#: "which", or one word later when an auxiliary or the end follows it ("which embedder
+#: works …" asks for one thing).
+_WHICH_MANY = re.compile(
+    r"^\s*which\s+(?:(?P<one>[a-z]+s)\b|[a-z]+\s+(?P<two>[a-z]+s)(?=\s+(?:do|does|did|are|is|can|could|should"
+    r"|must|will|would|were|have|has)\b|\s*[?.]?\s*$))",
+    re.IGNORECASE,
+)
+_ENUMERATION = re.compile(r"^\s*(?:what\s+are\b|list\b|name\s+the\b)", re.IGNORECASE)
+#: What a question asks for by its form, and what a unit holding it looks like: "where"
+#: wants a place (a path: ``~/.npm``, ``{prefix}/lib``, ``/etc/npmrc``), "how many / how
+#: large / how often …" an amount (a number with its unit: "800 characters", "15
+#: seconds", "3 to 10"). Of the units that cover the question alike, the one that holds
+#: what is asked for is the answer; the other only talks about the subject.
+_WANTS = (
+    ("place", re.compile(r"^\s*where\b", re.IGNORECASE),
+     re.compile(r"(?:^|[\s`'\"(])(?:~|\.{1,2}/|/[\w.]|\$\w+/|\{\w+\}/|%\w+%|[A-Za-z]:\\)[^\s`'\")]*")),
+    ("amount", re.compile(r"^\s*(?:how\s+(?:many|much|large|big|long|often|far|old|fast|small)|what\s+size)\b",
+                          re.IGNORECASE),
+     re.compile(r"(?<![\w.@=])\d+(?:[.,]\d+)?(?:\s?%|\s?(?:to|-|–)\s?\d+|\s[a-z]{2,}\b)")),
+)
+
+#: English adverb particles: "log in" is the ``login`` a command or page is named by.
+_PARTICLES = frozenset("in up out on off down over back away".split())
+
+WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_STOP = frozenset(
+    "a an and are as at be by can could do does for from how i if in into is it its me my of on or our "
+    "should so than that the their them then there these this those to was we what when where which who "
+    "why will with would you your about after before does did get got has have having here just more most "
+    "not only other over same some such too under up very via use used using see".split()
+)
+_PREFIXES = ("dis", "re", "un", "de", "pre", "non")
+
+
+def _terms(text: str) -> list[str]:
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return [w for w in WORD.findall(folded) if w not in _STOP and len(w) > 1]
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ations", "ation", "ings", "ing", "ies", "ied", "ences", "ence", "ently", "ent",
+                   "es", "ed", "ly", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    # A silent final "e" goes too, so "store" meets "stored" and "stores" ("stor").
+    return word[:-1] if word.endswith("e") and len(word) >= 5 else word
+
+
+def _root(stem: str) -> str:
+    for prefix in _PREFIXES:
+        if stem.startswith(prefix) and len(stem) - len(prefix) >= 4:
+            return stem[len(prefix):]
+    return stem
+
+
+def stems(text: str) -> frozenset[str]:
+    return frozenset(_stem(t) for t in _terms(text))
+
+
+def _match(q: str, terms: frozenset[str]) -> float:
+    """1.0 when the question's stem is among ``terms`` (or shares a long prefix with
+    one), 0.5 when only their roots meet ("disconnect" / "reconnect"), else 0."""
+    if q in terms:
+        return 1.0
+    best = 0.0
+    for t in terms:
+        shorter, longer = sorted((len(q), len(t)))
+        if shorter >= 5 and longer - shorter <= 3 and q[:shorter] == t[:shorter]:  # "configur"/"configure"
+            return 1.0
+        if shorter >= 7 and q[:7] == t[:7]:  # a long common prefix
+            return 1.0
+        if best < 0.5 and len(_root(q)) >= 4 and _root(q) == _root(t) and (_root(q) != q or _root(t) != t):
+            best = 0.5
+    return best
+
+
+def coverage(question: frozenset[str], terms: frozenset[str]) -> float:
+    if not question or not terms:
+        return 0.0
+    return sum(_match(q, terms) for q in question) / len(question)
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """What the answerer knows of the question: its stems, the words adjacent ones join
+    into (a unit holding ``login`` holds the question's "log in"), whether it asks for
+    several things and what kind of thing it wants."""
+
+    stems: frozenset[str]
+    joined: dict[str, str]
+    #: ``{verb: particle}`` of the question's phrasal verbs ("log in"): the verb alone
+    #: ("logs") is another word.
+    phrasal: dict[str, str]
+    enumeration: bool
+    focus: str | None  # the plural noun of "which events …"
+    wants: re.Pattern[str] | None
+
+    @classmethod
+    def of(cls, question: str) -> Question:
+        words = WORD.findall(unicodedata.normalize("NFKC", question).casefold())
+        joined: dict[str, str] = {}
+        phrasal: dict[str, str] = {}
+        for left, right in itertools.pairwise(words):
+            if left.isalpha() and right.isalpha() and left not in _STOP and len(left + right) >= 5 \
+                    and (right not in _STOP or right in _PARTICLES):
+                joined.setdefault(_stem(left + right), _stem(left))
+                if right in _PARTICLES:
+                    phrasal.setdefault(_stem(left), right)
+        many = _WHICH_MANY.search(question)
+        focus = _stem((many.group("one") or many.group("two")).casefold()) if many else None
+        wants = next((unit for _, asks, unit in _WANTS if asks.search(question)), None)
+        enumeration = bool(many) or bool(_ENUMERATION.search(question))
+        return cls(stems(question), joined, phrasal, enumeration, focus, wants)
+
+    def terms(self, text: str) -> frozenset[str]:
+        """The stems of ``text``, with the question's words a joined word stands for, and
+        without a phrasal verb of the question met without its particle."""
+        found = stems(text)
+        extra = {head for word, head in self.joined.items() if word in found}
+        if self.phrasal and found & self.phrasal.keys():
+            words = WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+            met = {_stem(a) for a, b in itertools.pairwise(words) if self.phrasal.get(_stem(a)) == b}
+            found = found - (self.phrasal.keys() - met)
+        return found | extra if extra else found
+
+    def holds_wanted(self, text: str) -> bool:
+        return self.wants is not None and self.wants.search(text) is not None
+
+
+__all__ = ["WORD", "Question", "coverage", "stems"]

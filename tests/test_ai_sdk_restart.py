@@ -1,0 +1,79 @@
+"""After a restart, the AI SDK resume shows the answer once: the model turn a SIGKILL cut
+off (its ``content_chunk``s are in the log, then ``run_resumed`` names them ``discarded``)
+is left out of the UI message, so the reader never shows the cut-off partial text and
+then the whole answer.
+
+A real server process on the paced Ollama fake (in this process, so it outlives the
+kill) is SIGKILLed while a model turn streams after a checkpoint; the next process
+carries the run on; the ``ai`` package's own reader (``tests/js/ai_sdk_client.mjs``)
+reads ``GET /v1/agent/ui-stream/{chat}/stream`` to the run's end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+from pathlib import Path
+
+import orjson
+
+from tests.fakes.paced_ollama import run_body
+from tests.support.procs import DEMO_AUTH, AgentServer, Trace, client, follow, replay, start_run, tool_stack, until
+from tests.test_ai_sdk_stream import js, node, of, texts
+
+__all__ = ["node"]  # the fixture, shared with the AI SDK tests
+
+
+def _mid_turn(trace: Trace) -> bool:
+    """A tool result (a checkpoint) was seen, and text of the next model turn after it."""
+    names = trace.names()
+    last_result = max((i for i, n in enumerate(names) if n == "tool_call_result"), default=-1)
+    return last_result >= 0 and "content_chunk" in names[last_result + 1 :]
+
+
+async def test_a_resume_after_a_restart_shows_the_answer_once(node: str, tmp_path: Path) -> None:
+    chat_id = f"chat-restart-{uuid.uuid4().hex[:8]}"
+    async with tool_stack(tmp_path, tokens=40, pause_s=0.05) as stack:
+        server = AgentServer(tmp_path, stack.agent_env())
+        server.start()
+        try:
+            await server.wait_healthy()
+            async with client() as http:
+                status, body = await start_run(http, server.base, {**run_body(chat_id), "conversation_id": chat_id})
+                assert status == 201, (status, body)
+                trace = Trace(tag=chat_id, run_id=body["run_id"], stream_url=body["stream_url"])
+                reading = asyncio.create_task(follow(http, server.base, trace, deadline_s=120))
+                await until(lambda: _mid_turn(trace), "a model turn streaming after a checkpoint", 60)
+                server.send(signal.SIGKILL)
+                await server.wait_exit(30)
+                server.start()
+                await server.wait_healthy()
+                url = f"{server.base}/v1/agent/ui-stream/{chat_id}/stream"
+                async with js(node, mode="reader", method="GET", url=url, headers=DEMO_AUTH) as reader:
+                    records = await reader.finish()
+                await reading
+                status, stored = await replay(http, server.base, trace.stream_url or "")
+        finally:
+            server.close()
+
+    assert status == 200 and stored[-1][1] == "message_complete"
+    [resumed] = [orjson.loads(d) for _, name, d in stored if name == "run_resumed"]
+    assert resumed["discarded"] is not None, resumed
+    first, last = resumed["discarded"]["from_seq"], resumed["discarded"]["to_seq"]
+    chunks = [(int(i or 0), orjson.loads(d)["chunk"]) for i, name, d in stored if name == "content_chunk"]
+    cut = "".join(c for seq, c in chunks if first <= seq <= last)
+    kept = "".join(c for seq, c in chunks if not first <= seq <= last)
+    assert cut.strip(), "the killed turn had streamed text (else this test proves nothing)"
+
+    [response] = of(records, "response")
+    assert response["status"] == 200
+    assert not of(records, "error"), records  # every chunk passed the SDK's schema
+    [message] = [r["message"] for r in of(records, "message")]
+    assert message["id"] == body["run_id"]
+    # The re-run turn once, without the cut-off partial before it (then the final answer,
+    # which the model gave through generate_response rather than as streamed text).
+    [answer] = [orjson.loads(d)["answer"] for _, name, d in stored if name == "response"]
+    assert texts(message) in (kept, kept + answer), (texts(message), kept)
+    assert texts(message) != "".join(c for _, c in chunks)
+    assert [r["chunk"]["type"] for r in of(records, "chunk")][-1] == "finish"
