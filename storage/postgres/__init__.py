@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from storage.postgres.database import Conn, PostgresDatabase, PostgresOptions, redact
 from storage.postgres.dialect import PostgresSql
 from storage.postgres.kb_index import PostgresKBIndex
-from storage.postgres.keywords import PostgresKeywordStore
 from storage.postgres.migrations import migrate
 from storage.postgres.notify import RunEventsListener
 from storage.postgres.runs import PostgresRunStore
@@ -21,6 +20,7 @@ from storage.stores.conversations import SqlConversationStore
 from storage.stores.drafts import SqlDraftStore
 from storage.stores.external_results import SqlExternalResultStore
 from storage.stores.external_vectors import SqlExternalVectorStore
+from storage.stores.keywords import SqlKeywordStore
 from storage.stores.limits import SqlLimitStore
 from storage.stores.secrets import SqlSecretStore
 from storage.stores.tool_calls import SqlToolCallLog
@@ -36,7 +36,7 @@ class PostgresStorage:
     runs: PostgresRunStore
     tool_calls: SqlToolCallLog
     drafts: SqlDraftStore
-    keywords: PostgresKeywordStore
+    keywords: SqlKeywordStore
     external_results: SqlExternalResultStore
     external_vectors: SqlExternalVectorStore
     kb_index: PostgresKBIndex
@@ -86,7 +86,7 @@ async def open_postgres_storage(url: str, opts: PostgresOptions | None = None) -
             runs=PostgresRunStore(db),
             tool_calls=SqlToolCallLog(sql),
             drafts=SqlDraftStore(sql),
-            keywords=PostgresKeywordStore(db),
+            keywords=SqlKeywordStore(sql),
             external_results=SqlExternalResultStore(sql),
             external_vectors=SqlExternalVectorStore(sql),
             kb_index=PostgresKBIndex(db),

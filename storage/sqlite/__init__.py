@@ -8,13 +8,13 @@ from pathlib import Path
 from storage.sqlite.database import SqliteDatabase, SqliteOptions
 from storage.sqlite.dialect import SqliteSql
 from storage.sqlite.kb_index import SqliteKBIndex
-from storage.sqlite.keywords import SqliteKeywordStore
 from storage.sqlite.migrations import migrate
 from storage.sqlite.runs import SqliteRunStore
 from storage.stores.conversations import SqlConversationStore
 from storage.stores.drafts import SqlDraftStore
 from storage.stores.external_results import SqlExternalResultStore
 from storage.stores.external_vectors import SqlExternalVectorStore
+from storage.stores.keywords import SqlKeywordStore
 from storage.stores.limits import SqlLimitStore
 from storage.stores.secrets import SqlSecretStore
 from storage.stores.tool_calls import SqlToolCallLog
@@ -30,7 +30,7 @@ class SqliteStorage:
     runs: SqliteRunStore
     tool_calls: SqlToolCallLog
     drafts: SqlDraftStore
-    keywords: SqliteKeywordStore
+    keywords: SqlKeywordStore
     external_results: SqlExternalResultStore
     external_vectors: SqlExternalVectorStore
     kb_index: SqliteKBIndex
@@ -65,7 +65,7 @@ async def open_sqlite_storage(path: str | Path, opts: SqliteOptions | None = Non
             runs=SqliteRunStore(db),
             tool_calls=SqlToolCallLog(sql),
             drafts=SqlDraftStore(sql),
-            keywords=SqliteKeywordStore(db),
+            keywords=SqlKeywordStore(sql),
             external_results=SqlExternalResultStore(sql),
             external_vectors=SqlExternalVectorStore(sql),
             kb_index=SqliteKBIndex(db),

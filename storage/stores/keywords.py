@@ -1,11 +1,13 @@
-"""The keyword index in the shared SQLite file (tables ``keywords``,
-``keyword_associations`` and ``keyword_terms``).
+"""The keyword index (tables ``keywords``, ``keyword_associations`` and
+``keyword_terms``), on either engine.
 
-Keywords are per owner (``UNIQUE (owner, key)``): reads take ``owner`` (a user id, or
-None for every owner's rows). A merge is ``INSERT … ON CONFLICT(owner, key) DO UPDATE
-SET usage_count = usage_count + 1`` in one ``BEGIN IMMEDIATE`` transaction on the
-shared writer, so concurrent calls — from this process or another one on the same
-file — never lose an update.
+Keywords are per owner (unique on ``(owner, key)``): reads take ``owner`` (a user id,
+or None for every owner's rows). A merge is ``INSERT … ON CONFLICT (owner, key) DO
+UPDATE SET usage_count = usage_count + 1`` in one write transaction, so concurrent
+calls — SQLite's one writer, any PostgreSQL replica — never lose an update. Keys are
+written in sorted order so two merges of overlapping sets lock their rows in the same
+order (no deadlock between them on PostgreSQL). ``IN (?, …)`` lists and multi-row
+``VALUES`` hold at most ``_CHUNK`` keys (SQLite caps the bound parameters).
 """
 
 from __future__ import annotations
@@ -14,30 +16,22 @@ import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
-import aiosqlite
-
 from storage.keyword_records import KeywordAssociation, KeywordHit, KeywordRecord, KeywordTermHit
-from storage.sqlite.database import SqliteDatabase, Statement
+from storage.sql import SqlEngine, Tx
 
-#: Keys per ``IN (…)`` list / per multi-row ``VALUES`` (SQLite caps bound parameters).
 _CHUNK = 500
 _RECORD_COLUMNS = "keyword_id, key, display, usage_count, created_at, updated_at, last_used_at, owner"
 
 
-class SqliteKeywordStore:
-    def __init__(self, db: SqliteDatabase) -> None:
-        self._db = db
+class SqlKeywordStore:
+    def __init__(self, sql: SqlEngine) -> None:
+        self._db = sql
+        # Associations in the order they were written: SQLite's rowid, PostgreSQL's seq.
+        self._insertion_order = "rowid" if sql.dialect.name == "sqlite" else "seq"
 
     async def upsert(
-        self,
-        keywords: Mapping[str, str],
-        *,
-        query_id: str | None,
-        external_result_ids: Sequence[str] = (),
-        conversation_id: str | None = None,
-        owner: str,
-        now: float,
-        terms: Mapping[str, Sequence[str]] | None = None,
+        self, keywords: Mapping[str, str], *, query_id: str | None, external_result_ids: Sequence[str] = (),
+        conversation_id: str | None = None, owner: str, now: float, terms: Mapping[str, Sequence[str]] | None = None,
     ) -> list[KeywordRecord]:
         items = list(keywords.items())
         if not items:
@@ -45,56 +39,53 @@ class SqliteKeywordStore:
         result_ids: list[str | None] = list(dict.fromkeys(external_result_ids)) or [None]
         if query_id is None and result_ids == [None]:
             raise ValueError("an association needs a query id or an external result id")
-        new_ids = {key: uuid.uuid4().hex for key, _ in items}
-        association_ids = [uuid.uuid4().hex for _ in range(len(items) * len(result_ids))]
+        ordered = sorted(items)
+        new_ids = {key: uuid.uuid4().hex for key, _ in ordered}
+        pairs = [(key, rid) for key, _ in ordered for rid in result_ids]
+        association_ids = [uuid.uuid4().hex for _ in pairs]
 
-        async def run(conn: aiosqlite.Connection) -> dict[str, tuple[Any, ...]]:
+        async def run(tx: Tx) -> dict[str, tuple[Any, ...]]:
             stored: dict[str, tuple[Any, ...]] = {}
-            for chunk in _chunks(items, _CHUNK):
+            for chunk in _chunks(ordered, _CHUNK):
                 params: list[object] = []
                 for key, display in chunk:
                     params.extend((new_ids[key], key, display, now, now, owner))
-                rows = await conn.execute_fetchall(
+                rows = await tx.fetchall(
                     f"INSERT INTO keywords ({_RECORD_COLUMNS})"
-                    f" VALUES {','.join('(?, ?, ?, 1, ?, ?, NULL, ?)' for _ in chunk)}"
-                    " ON CONFLICT(owner, key) DO UPDATE SET usage_count = usage_count + 1,"
+                    f" VALUES {', '.join('(?, ?, ?, 1, ?, ?, NULL, ?)' for _ in chunk)}"
+                    " ON CONFLICT (owner, key) DO UPDATE SET usage_count = keywords.usage_count + 1,"
                     " updated_at = excluded.updated_at, last_used_at = excluded.updated_at"
                     f" RETURNING {_RECORD_COLUMNS}",
                     params,
                 )
                 stored.update((row[1], tuple(row)) for row in rows)
-            pairs = [(key, rid) for key, _ in items for rid in result_ids]
-            await conn.executemany(
-                "INSERT OR IGNORE INTO keyword_associations (association_id, keyword_id,"
-                " keyword_key, query_id, external_result_id, conversation_id, created_at, owner)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            await tx.executemany(
+                "INSERT INTO keyword_associations (association_id, keyword_id, keyword_key, query_id,"
+                " external_result_id, conversation_id, created_at, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT DO NOTHING",
                 [
                     (aid, stored[key][0], key, query_id, rid, conversation_id, now, owner)
                     for aid, (key, rid) in zip(association_ids, pairs, strict=True)
                 ],
             )
             if terms:
-                await _write_terms(conn, {stored[k][0]: terms[k] for k, _ in items if k in terms})
+                await _write_terms(tx, {stored[k][0]: terms[k] for k, _ in ordered if k in terms})
             return stored
 
         stored = await self._db.transact(run)
         return [_record(stored[key]) for key, _ in items]
 
     async def hits(self, keys: Collection[str], *, owner: str | None) -> list[KeywordHit]:
-        wanted = sorted(set(keys))
-        out: list[KeywordHit] = []
-        if not wanted:
-            return out
         mine, mine_args = _owned("k", owner)
-        async with self._db.reading() as conn:
-            for chunk in _chunks(wanted, _CHUNK):
-                rows = await conn.execute_fetchall(
-                    "SELECT DISTINCT a.external_result_id, k.key, k.display FROM keywords k"
-                    " JOIN keyword_associations a ON a.keyword_id = k.keyword_id"
-                    f" WHERE k.key IN ({','.join('?' * len(chunk))}) AND a.external_result_id IS NOT NULL{mine}",
-                    [*chunk, *mine_args],
-                )
-                out.extend(KeywordHit(r[0], r[1], r[2]) for r in rows)
+        out: list[KeywordHit] = []
+        for chunk in _chunks(sorted(set(keys)), _CHUNK):
+            rows = await self._db.fetchall(
+                "SELECT DISTINCT a.external_result_id, k.key, k.display FROM keywords k"
+                " JOIN keyword_associations a ON a.keyword_id = k.keyword_id"
+                f" WHERE k.key IN ({self._db.dialect.marks(len(chunk))}) AND a.external_result_id IS NOT NULL{mine}",
+                [*chunk, *mine_args],
+            )
+            out.extend(KeywordHit(r[0], r[1], r[2]) for r in rows)
         return out
 
     async def term_hits(self, terms: Collection[str], *, owner: str | None) -> list[KeywordTermHit]:
@@ -109,7 +100,7 @@ class SqliteKeywordStore:
             "SELECT a.external_result_id, k.key, k.display, COUNT(DISTINCT t.term), k.term_count"
             " FROM keyword_terms t JOIN keywords k ON k.keyword_id = t.keyword_id"
             " JOIN keyword_associations a ON a.keyword_id = k.keyword_id"
-            f" WHERE t.term IN ({','.join('?' * len(wanted))}) AND a.external_result_id IS NOT NULL{mine}"
+            f" WHERE t.term IN ({self._db.dialect.marks(len(wanted))}) AND a.external_result_id IS NOT NULL{mine}"
             " GROUP BY a.external_result_id, k.keyword_id",
             [*wanted, *mine_args],
         )
@@ -120,14 +111,16 @@ class SqliteKeywordStore:
         if not keys:
             return
 
-        async def run(conn: aiosqlite.Connection) -> None:
+        async def run(tx: Tx) -> None:
             ids: dict[str, Sequence[str]] = {}
             for chunk in _chunks(keys, _CHUNK):
-                rows = await conn.execute_fetchall(
-                    f"SELECT keyword_id, key FROM keywords WHERE key IN ({','.join('?' * len(chunk))})", chunk
+                rows = await tx.fetchall(
+                    f"SELECT keyword_id, key FROM keywords WHERE key IN ({tx.dialect.marks(len(chunk))})"
+                    f" ORDER BY key{tx.dialect.for_update}",
+                    chunk,
                 )
                 ids.update((row[0], terms[row[1]]) for row in rows)
-            await _write_terms(conn, ids)
+            await _write_terms(tx, ids)
 
         await self._db.transact(run)
 
@@ -142,28 +135,29 @@ class SqliteKeywordStore:
         if not wanted:
             return
         mine, mine_args = _owned("keywords", owner)
-        statements: list[Statement] = [
-            (
-                f"UPDATE keywords SET last_used_at = ? WHERE key IN ({','.join('?' * len(chunk))}){mine}",
-                (now, *chunk, *mine_args),
-            )
-            for chunk in _chunks(wanted, _CHUNK)
-        ]
-        await self._db.execute(statements)
+        await self._db.execute(
+            [
+                (
+                    f"UPDATE keywords SET last_used_at = ? WHERE key IN ({self._db.dialect.marks(len(chunk))}){mine}",
+                    (now, *chunk, *mine_args),
+                )
+                for chunk in _chunks(wanted, _CHUNK)
+            ]
+        )
 
     async def prune(self, *, usage_below: int, idle_before: float, now: float) -> int:
         where = "usage_count < ? AND COALESCE(last_used_at, updated_at) < ?"
 
-        async def run(conn: aiosqlite.Connection) -> int:
-            await conn.execute(
+        async def run(tx: Tx) -> int:
+            await tx.execute(
                 "UPDATE keyword_associations SET archived_at = ?, keyword_id = NULL"
                 f" WHERE keyword_id IN (SELECT keyword_id FROM keywords WHERE {where})",
                 (now, usage_below, idle_before),
             )
-            rows = await conn.execute_fetchall(
+            rows = await tx.fetchall(
                 f"DELETE FROM keywords WHERE {where} RETURNING keyword_id", (usage_below, idle_before)
             )
-            return len(list(rows))
+            return len(rows)
 
         return await self._db.transact(run)
 
@@ -177,7 +171,7 @@ class SqliteKeywordStore:
         mine, mine_args = _owned("keyword_associations", owner)
         rows = await self._db.fetchall(
             "SELECT keyword_key, query_id, external_result_id, conversation_id, archived_at"
-            f" FROM keyword_associations WHERE keyword_key = ?{mine} ORDER BY created_at, rowid",
+            f" FROM keyword_associations WHERE keyword_key = ?{mine} ORDER BY created_at, {self._insertion_order}",
             (key, *mine_args),
         )
         return [KeywordAssociation(r[0], r[1], r[2], r[3], r[4] is not None) for r in rows]
@@ -187,15 +181,17 @@ class SqliteKeywordStore:
         return int(row[0]) if row is not None else 0
 
 
-async def _write_terms(conn: aiosqlite.Connection, terms_by_id: Mapping[str, Sequence[str]]) -> None:
+async def _write_terms(tx: Tx, terms_by_id: Mapping[str, Sequence[str]]) -> None:
     """Replace the terms of these keyword ids (inside the caller's transaction)."""
     for keyword_id, raw_terms in terms_by_id.items():
         unique = list(dict.fromkeys(t for t in raw_terms if t))
-        await conn.execute("DELETE FROM keyword_terms WHERE keyword_id = ?", (keyword_id,))
-        await conn.executemany(
-            "INSERT OR IGNORE INTO keyword_terms (term, keyword_id) VALUES (?, ?)", [(t, keyword_id) for t in unique]
-        )
-        await conn.execute("UPDATE keywords SET term_count = ? WHERE keyword_id = ?", (len(unique), keyword_id))
+        await tx.execute("DELETE FROM keyword_terms WHERE keyword_id = ?", (keyword_id,))
+        if unique:
+            await tx.executemany(
+                "INSERT INTO keyword_terms (term, keyword_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                [(t, keyword_id) for t in unique],
+            )
+        await tx.execute("UPDATE keywords SET term_count = ? WHERE keyword_id = ?", (len(unique), keyword_id))
 
 
 def _record(row: Sequence[Any]) -> KeywordRecord:
