@@ -6,10 +6,10 @@ the resolution cache) and calls :func:`register_backend_tools` on its registry.
 
 from __future__ import annotations
 
-from agenttools.registry import ToolRegistry
-from agenttools.table_tools import TABLE_TOOL_NAMES, register_table_tools
-from agenttools.tool_support import WorkflowToolDeps
-from agenttools.workflow_tools import WORKFLOW_TOOL_NAMES, register_workflow_tools
+from agenttools.core.registry import ToolRegistry
+from agenttools.core.tool_support import WorkflowToolDeps
+from agenttools.tables.tools import TABLE_TOOL_NAMES, register_table_tools
+from agenttools.workflow.tools import WORKFLOW_TOOL_NAMES, register_workflow_tools
 
 __all__ = ["BACKEND_TOOL_NAMES", "WorkflowToolDeps", "register_backend_tools"]
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from agenttools.mcp_config import McpConfigError, McpServerConfig, load_servers
-from app.masking import mask_url, url_secrets
+from agenttools.mcp.config import McpConfigError, McpServerConfig, load_servers
+from app.ops.masking import mask_url, url_secrets
 
 PROVIDERS = ("auto", "ollama", "gemini", "openai", "extractive")
 EMBEDDERS = ("auto", "gemini", "ollama", "openai", "local", "hashing", "none")
@@ -320,7 +320,7 @@ class Settings:
 
     def secret_values(self) -> list[str]:
         """Every configured value that is a credential — API keys, signing keys, the
-        demo token, passwords inside URLs — for ``app.masking.SecretScrubber``."""
+        demo token, passwords inside URLs — for ``app.ops.masking.SecretScrubber``."""
         values = [getattr(self, name) for name in _SECRET_FIELDS]
         for name in _URL_FIELDS:
             values += url_secrets(getattr(self, name))

@@ -13,16 +13,16 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
-from app import admin_routes, ai_sdk_stream, http, kb_routes, openai_compat
-from app.auth import JwksPrefetch
-from app.compat_openapi import ai_sdk_api, openai_api
 from app.config import Settings
-from app.docs_page import render_docs
-from app.log_context import AccessLog
-from app.logs import scrubbed_logs
-from app.openapi import build_openapi, openapi_routes
-from app.openapi_paths import builtin_api
-from app.playground import playground_routes
+from app.ops.log_context import AccessLog
+from app.ops.logs import scrubbed_logs
+from app.server import admin_routes, ai_sdk_stream, http, kb_routes, openai_compat
+from app.server.auth import JwksPrefetch
+from app.server.compat_openapi import ai_sdk_api, openai_api
+from app.server.docs_page import render_docs
+from app.server.openapi import build_openapi, openapi_routes
+from app.server.openapi_paths import builtin_api
+from app.server.playground import playground_routes
 from app.wiring import AUTO, Overrides, build_services
 from storage.errors import StorageUnavailable
 
@@ -50,7 +50,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            # The configured secrets never reach a log line of this app (app.logs).
+            # The configured secrets never reach a log line of this app (app.ops.logs).
             stack.enter_context(scrubbed_logs(settings.secret_values()))
             svc = await build_services(settings, stack, overrides)
             app.state.services = svc
@@ -92,7 +92,7 @@ def create_app(
     # ApiContribution to this list (tests/test_openapi.py fails on an undescribed route).
     api = build_openapi([*builtin_api(settings), openai_api(), ai_sdk_api()], auth_mode=settings.auth)
     routes += openapi_routes(api, render_docs(api))
-    # Outermost: every request's log fields, and its access-log line (app/log_context.py).
+    # Outermost: every request's log fields, and its access-log line (app/ops/log_context.py).
     middleware = [Middleware(AccessLog)]
     if settings.cors_origins:
         middleware.append(

@@ -30,11 +30,11 @@ import mcp_types as types
 import numpy as np
 import orjson
 
-from agenttools.mcp_catalog import McpCatalog, McpTool, tool_from_mcp
-from agenttools.mcp_client import McpConnection
-from agenttools.mcp_config import McpServerConfig
-from agenttools.registry import ToolRegistry
-from app.selector import IndexState
+from agenttools.core.registry import ToolRegistry
+from agenttools.mcp.catalog import McpCatalog, McpTool, tool_from_mcp
+from agenttools.mcp.client import McpConnection
+from agenttools.mcp.config import McpServerConfig
+from app.agent.selector import IndexState
 from toolindex.caches import VectorCache
 from toolindex.embedder import Embedder
 from toolindex.index import ToolIndex

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from agenttools.registry import ToolRegistry
+from agenttools.core.registry import ToolRegistry
 from app.config import Settings
-from app.masking import mask_url
+from app.ops.masking import mask_url
 from llm.pool import WaitHook
 from toolindex.embedder import Embedder
 
 if TYPE_CHECKING:
-    from agenttools.keywords import KeywordIndex
-    from agenttools.resolution import ResolutionCache
+    from agenttools.core.resolution import ResolutionCache
+    from agenttools.rag.keywords import KeywordIndex
     from app.mcp_room import McpRoom
     from storage.interfaces import StorageBundle
 
@@ -153,11 +153,11 @@ async def attach_rooms(
     storage: StorageBundle,
     pool_waits: WaitHook | None = None,
 ) -> Rooms:
-    from agenttools.corpus_tools import CorpusToolDeps, register_corpus_tools
-    from agenttools.keywords import KeywordIndex
-    from agenttools.perplexity import PerplexityClient
+    from agenttools.rag.corpus_tools import CorpusToolDeps, register_corpus_tools
     from agenttools.rag.deps import RagToolDeps, RagToolSettings
-    from agenttools.rag_tools import register_rag_tools
+    from agenttools.rag.keywords import KeywordIndex
+    from agenttools.rag.perplexity import PerplexityClient
+    from agenttools.rag.tools import register_rag_tools
     from knowledge.kb import KnowledgeBase
     from knowledge.saved_answers import SavedAnswerVectors
     from knowledge.types import KBConfig
@@ -223,10 +223,10 @@ async def attach_rooms(
     )
 
     if settings.backend_url:
-        from agenttools.drafts import Drafts
-        from agenttools.table_tools import register_table_tools
-        from agenttools.tool_support import WorkflowToolDeps
-        from agenttools.workflow_tools import register_workflow_tools
+        from agenttools.core.drafts import Drafts
+        from agenttools.core.tool_support import WorkflowToolDeps
+        from agenttools.tables.tools import register_table_tools
+        from agenttools.workflow.tools import register_workflow_tools
 
         backend = BackendComponent.of(settings, http)
         deps = WorkflowToolDeps(

@@ -17,20 +17,20 @@ from typing import Any
 
 import httpx
 
+from agenttools.core.registry import ToolRegistry
 from agenttools.rag.policy import FlowPolicy
-from agenttools.registry import ToolRegistry
-from app.agent import Agent, AgentSettings
-from app.auth import Authenticator
+from app.agent.loop import Agent, AgentSettings
+from app.agent.selector import IndexState, ToolSelector
 from app.config import Settings
 from app.keyring import resolve_keyring
-from app.limits import Admission
-from app.metrics import AppMetrics
-from app.remote_runs import RemoteRuns
+from app.ops.metrics import AppMetrics
+from app.ops.tracing import Tracing
 from app.rooms import Rooms
-from app.run_manager import RunManager
-from app.selector import IndexState, ToolSelector
-from app.services import Services
-from app.tracing import Tracing
+from app.runs.manager import RunManager
+from app.runs.remote import RemoteRuns
+from app.server.auth import Authenticator
+from app.server.limits import Admission
+from app.server.services import Services
 from llm.pool import PoolWaits, pooled_transport
 from llm.provider import Provider
 from storage.open import open_storage
@@ -173,8 +173,8 @@ async def build_tool_index(
     """Runs in the background at start-up; selection falls back until it is ready.
     MCP tools are left out: their segments are embedded per server (``app.mcp_room``),
     which ``on_ready`` combines with this index."""
-    from agenttools.catalog_discovery import FIND_TOOLS
-    from agenttools.mcp_config import MCP_GROUP
+    from agenttools.core.catalog_discovery import FIND_TOOLS
+    from agenttools.mcp.config import MCP_GROUP
     from toolindex.caches import VectorCache
     from toolindex.index import ToolIndex
 
@@ -200,7 +200,7 @@ async def build_tool_index(
 
 
 def default_registry() -> ToolRegistry:
-    from agenttools.catalog import build_catalog
+    from agenttools.core.catalog import build_catalog
 
     return ToolRegistry(build_catalog())
 
@@ -239,7 +239,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     else:
         provider, provider_reason = await choose_provider(settings, http, llm_http=llm_http, pool_waits=pool_waits)
         stack.push_async_callback(provider.aclose)
-    # Spans for runs, model calls and tool calls; a no-op unless configured (app/tracing.py).
+    # Spans for runs, model calls and tool calls; a no-op unless configured (app/ops/tracing.py).
     tracing = Tracing.from_settings(settings.otel_enabled, provider=overrides.tracer_provider)
     stack.push_async_callback(tracing.aclose)
     provider = tracing.wrap_provider(provider)
@@ -275,7 +275,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         )
         stack.push_async_callback(embedder.aclose)
     log.info("embedder", extra={"embedder": getattr(embedder, "name", None), "reason": why})
-    from app.embedder_check import EmbedderCheck
+    from app.ops.embedder_check import EmbedderCheck
 
     embedder_check = EmbedderCheck(embedder, why, settings.embedder if overrides.embedder == AUTO else "given")
     embedder_check.start()
@@ -285,12 +285,12 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     if warm is not None:
         background.append(asyncio.create_task(warm()))
 
-    from agenttools.catalog import tools_for_context
-    from agenttools.catalog_discovery import FIND_TOOLS
-    from agenttools.context_ids import inject_context_ids
-    from agenttools.executor import ToolExecutor
-    from agenttools.validation import validate_arguments
-    from app.find_tools import FindTools
+    from agenttools.core.catalog import tools_for_context
+    from agenttools.core.catalog_discovery import FIND_TOOLS
+    from agenttools.core.context_ids import inject_context_ids
+    from agenttools.core.executor import ToolExecutor
+    from agenttools.core.validation import validate_arguments
+    from app.agent.find_tools import FindTools
 
     selector = ToolSelector(
         registry=registry,
@@ -303,12 +303,12 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     executor = ToolExecutor(
         registry, validator=validate_arguments, injector=inject_context_ids, timeout_s=settings.tool_timeout_s
     )
-    if FIND_TOOLS in registry:  # the search over the context's whole catalog (app/find_tools.py)
+    if FIND_TOOLS in registry:  # the search over the context's whole catalog (app/agent/find_tools.py)
         registry.set_handler(FIND_TOOLS, FindTools(registry, index_state, tools_for_context))
     if overrides.prompts is not None:
         prompts = overrides.prompts
     else:
-        from app.prompting import PromptService
+        from app.agent.prompting import PromptService
 
         prompts = PromptService()
     conversations = storage.conversations
@@ -412,10 +412,10 @@ def flow_core_tools(mandatory_contexts: tuple[str, ...]) -> Any:
     """Core tools per context: all four tools of the RAG flow in every context, whether
     the flow is mandatory there or on demand (``mandatory_contexts`` decides only how the
     agent enforces it), so the web branch — Perplexity, then keywords — is reachable."""
-    from agenttools.catalog import core_tools
+    from agenttools.core.catalog import core_tools
     from agenttools.rag.policy import RAG_TOOL_NAMES
 
-    del mandatory_contexts  # the offer is the same; the enforcement differs (app.agent)
+    del mandatory_contexts  # the offer is the same; the enforcement differs (app.agent.loop)
 
     def pick(context_type: str, context: Any) -> list[str]:
         return core_tools(context_type, context, mandatory=RAG_TOOL_NAMES)
@@ -429,7 +429,7 @@ def _default_planner(provider: Provider, rooms: Rooms) -> Any:
     knowledge = rooms.knowledge
     if knowledge is None or provider.name == "extractive":
         return None
-    from app.planner import QueryPlanner
+    from app.agent.planner import QueryPlanner
 
     return QueryPlanner(provider, knowledge.kb)
 

@@ -266,7 +266,7 @@ async def _open_kb(engine: str, workdir: Path, embedder: Any, pg_url: str | None
 
     config = KBConfig(batch_documents=2000)
     if engine == "sqlite":
-        from app.kb_file import open_kb_file
+        from app.cli.kb_file import open_kb_file
 
         db = workdir / "kb.sqlite3"
 

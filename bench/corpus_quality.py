@@ -159,7 +159,7 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 async def open_engine_kb(engine: str, tmp: str, embedder: Any, pg: Any) -> Any:
     """The KB on a fresh SQLite file, or on a fresh database of the bench's PostgreSQL."""
     if engine == "sqlite":
-        from app.kb_file import open_kb_file
+        from app.cli.kb_file import open_kb_file
 
         return await open_kb_file(Path(tmp) / "kb.sqlite3", embedder)
     from knowledge.kb import KnowledgeBase

@@ -113,7 +113,7 @@ def child(tree: Path, db: Path) -> None:
     import logging
 
     logging.disable(logging.WARNING)
-    from app.kb_file import open_kb_file
+    from app.cli.kb_file import open_kb_file
     from knowledge.html_text import extractor_available
     from toolindex.hashing import HashingEmbedder
 

@@ -29,7 +29,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.kb_file import open_kb_file  # noqa: E402
+from app.cli.kb_file import open_kb_file  # noqa: E402
 from knowledge import KBConfig, KnowledgeBase  # noqa: E402
 from toolindex.hashing import HashingEmbedder  # noqa: E402
 

@@ -30,14 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx  # noqa: E402
 
-from agenttools.catalog_knowledge import knowledge_specs  # noqa: E402
-from agenttools.external_results import new_external_result  # noqa: E402
-from agenttools.keywords import KeywordIndex, keyword_key  # noqa: E402
+from agenttools.core.catalog_knowledge import knowledge_specs  # noqa: E402
+from agenttools.core.registry import RunToolState, ToolContext, ToolRegistry  # noqa: E402
+from agenttools.core.validation import validate_arguments  # noqa: E402
 from agenttools.rag.deps import RagToolDeps  # noqa: E402
+from agenttools.rag.external_results import new_external_result  # noqa: E402
+from agenttools.rag.keywords import KeywordIndex, keyword_key  # noqa: E402
 from agenttools.rag.policy import INDEX_KEYWORDS, mark_kb_searched, note_external_result  # noqa: E402
-from agenttools.rag_tools import register_rag_tools  # noqa: E402
-from agenttools.registry import RunToolState, ToolContext, ToolRegistry  # noqa: E402
-from agenttools.validation import validate_arguments  # noqa: E402
+from agenttools.rag.tools import register_rag_tools  # noqa: E402
 from bench._common import write_results  # noqa: E402
 from storage.open import open_storage
 

@@ -103,7 +103,7 @@ def serve(
     """The server process: the real app, one worker, a paced provider, no tools."""
     import uvicorn
 
-    from agenttools.registry import ToolRegistry
+    from agenttools.core.registry import ToolRegistry
     from app.config import Settings
     from app.factory import create_app
 
@@ -150,7 +150,7 @@ async def _serve(server: Any, stats: str | None, gc_freeze: bool) -> None:
             await asyncio.sleep(0.01)
         if gc_freeze:
             # The same policy `agentchat serve` applies once it is up.
-            from app.gcpolicy import tune_for_serving
+            from app.cli.gcpolicy import tune_for_serving
 
             tune_for_serving()
         monitor.reset()

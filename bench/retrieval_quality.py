@@ -9,13 +9,13 @@ when configured (GEMINI_API_KEY, or an Ollama with the embedding model pulled).
 The MCP part (``mcp_catalog`` in the results): the 500 generated tools of
 tests/fakes/mcp_catalog.py, listed by a real MCP server (the SDK's ``MCPServer``, over
 its in-process transport) and added to the catalog the way the app adds them
-(``agenttools.mcp_catalog``, one index segment combined with the built-in index by
+(``agenttools.mcp.catalog``, one index segment combined with the built-in index by
 ``app.mcp_room.combine_indexes``), in every chat context. One labelled request per tool
 (ten families, one per domain): recall of the needed tool in the selected set with the
 core merge of the default policy, how often it is ranked first, and the selection time
 at that catalog size (p50/p95, cold query embeddings) beside the built-in catalog alone.
 ``recall_with_find_tools``: the needed tool is in the selected set OR among the tools the
-``find_tools`` core tool (``app.find_tools``, same index, its default 10 results) returns
+``find_tools`` core tool (``app.agent.find_tools``, same index, its default 10 results) returns
 for the same message — what a model that searches when it lacks a tool can reach.
 
 Run: ``.venv/bin/python bench/retrieval_quality.py`` (figures in bench/results/retrieval_quality.json).
@@ -31,11 +31,11 @@ import _common
 import orjson
 from _common import summary, write_results
 
-from agenttools.catalog import build_catalog, core_tools, tools_for_context
-from agenttools.catalog_discovery import FIND_TOOLS
-from agenttools.registry import ToolRegistry
+from agenttools.core.catalog import build_catalog, core_tools, tools_for_context
+from agenttools.core.catalog_discovery import FIND_TOOLS
+from agenttools.core.registry import ToolRegistry
+from app.agent.selector import IndexState, ToolSelector
 from app.config import Settings
-from app.selector import IndexState, ToolSelector
 from toolindex.embedder import Embedder
 from toolindex.factory import choose_embedder
 from toolindex.hashing import HashingEmbedder
@@ -55,11 +55,11 @@ async def evaluate_mcp(embedder: Embedder) -> dict[str, Any]:
     """Recall and selection time with the 500-tool MCP catalog added (see the docstring)."""
     from mcp import Client
 
-    from agenttools.catalog import CONTEXT_TYPES
-    from agenttools.mcp_catalog import McpCatalog, tool_from_mcp
-    from agenttools.mcp_config import MCP_GROUP
-    from agenttools.registry import ToolContext
-    from app.find_tools import FindTools
+    from agenttools.core.catalog import CONTEXT_TYPES
+    from agenttools.core.registry import ToolContext
+    from agenttools.mcp.catalog import McpCatalog, tool_from_mcp
+    from agenttools.mcp.config import MCP_GROUP
+    from app.agent.find_tools import FindTools
     from app.mcp_room import combine_indexes
     from app.wiring import flow_core_tools
     from tests.fakes.mcp_catalog import generate_tools, labelled_queries

@@ -19,7 +19,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.routing import Route
 
-from agenttools.registry import ToolRegistry
+from agenttools.core.registry import ToolRegistry
 from app.config import Settings
 from app.factory import create_app
 from llm.provider import ProviderHealth

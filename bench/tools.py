@@ -34,12 +34,12 @@ import httpx  # noqa: E402
 import orjson  # noqa: E402
 
 from agenttools.backend_tools import register_backend_tools  # noqa: E402
-from agenttools.catalog import build_catalog  # noqa: E402
-from agenttools.context_ids import inject_context_ids  # noqa: E402
-from agenttools.drafts import Drafts  # noqa: E402
-from agenttools.registry import ToolContext, ToolRegistry  # noqa: E402
-from agenttools.resolution import ResolutionCache  # noqa: E402
-from agenttools.tool_support import WorkflowToolDeps  # noqa: E402
+from agenttools.core.catalog import build_catalog  # noqa: E402
+from agenttools.core.context_ids import inject_context_ids  # noqa: E402
+from agenttools.core.drafts import Drafts  # noqa: E402
+from agenttools.core.registry import ToolContext, ToolRegistry  # noqa: E402
+from agenttools.core.resolution import ResolutionCache  # noqa: E402
+from agenttools.core.tool_support import WorkflowToolDeps  # noqa: E402
 from backend.seed import ALERT_IDS, ALICE_ID, RULE_IDS, TABLE_CONFIG_IDS  # noqa: E402
 from events import WorkflowPreview  # noqa: E402
 from storage.open import open_storage  # noqa: E402

@@ -118,7 +118,7 @@ class _Rows:
 
 
 class SavedAnswerVectors:
-    """The semantic half of the saved-answer lookup (``agenttools.keywords.KeywordIndex``
+    """The semantic half of the saved-answer lookup (``agenttools.rag.keywords.KeywordIndex``
     does the keyword half and combines both)."""
 
     def __init__(

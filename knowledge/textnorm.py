@@ -3,7 +3,7 @@ tokenizer closely enough for query building, re-ranking and snippet placement, a
 terms keywords are matched by (``keyword_terms`` / ``query_terms``).
 
 The service's one stop-word list lives here (``STOP_WORDS``); the keyword rules
-(``agenttools.keywords``) use it too. ``toolindex.hashing`` keeps its own: that room may
+(``agenttools.rag.keywords``) use it too. ``toolindex.hashing`` keeps its own: that room may
 not import this one, and its list is part of the ``hashing-v2`` vector space (changing
 it would silently change every stored vector).
 """

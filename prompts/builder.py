@@ -256,7 +256,7 @@ def enforcement_message(tool: str, step: str, *, library: PromptLibrary | None =
 def is_new_workflow(context: Mapping[str, Any] | str | bytes | object | None) -> bool:
     """Whether a workflow context is an empty canvas (guided creation).
 
-    The same rules as ``agenttools.catalog.is_new_workflow`` (a test keeps the two in step;
+    The same rules as ``agenttools.core.catalog.is_new_workflow`` (a test keeps the two in step;
     ``prompts`` may not import ``agenttools``): nothing or JSON ``null`` → new; not an object
     of the expected shape → not new; an explicit boolean ``is_new`` wins; otherwise new when
     there is no ``workflow_id`` and no ``nodes``.

@@ -14,14 +14,14 @@ import httpx
 import orjson
 import pytest
 
-from agenttools.catalog import build_catalog
-from agenttools.corpus_tools import CorpusToolDeps, register_corpus_tools
-from agenttools.keywords import KeywordIndex
-from agenttools.rag_tools import RagToolDeps, register_rag_tools
-from agenttools.registry import ToolRegistry
+from agenttools.core.catalog import build_catalog
+from agenttools.core.registry import ToolRegistry
+from agenttools.rag.corpus_tools import CorpusToolDeps, register_corpus_tools
+from agenttools.rag.keywords import KeywordIndex
+from agenttools.rag.tools import RagToolDeps, register_rag_tools
+from app.agent.planner import QueryPlanner
 from app.config import Settings
 from app.factory import create_app
-from app.planner import QueryPlanner
 from llm.ollama import OllamaProvider
 from storage.sqlite import open_sqlite_storage
 from tests.conftest import collect_sse, names

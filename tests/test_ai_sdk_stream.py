@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 import events
-from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
+from agenttools.core.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
 from app.config import Settings
 from llm.extractive import ExtractiveProvider
 from llm.scripted import ScriptedCall, ScriptedProvider, ScriptedTurn

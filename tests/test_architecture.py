@@ -3,7 +3,9 @@
 
 Every ``import`` counts — module level, inside functions and under ``TYPE_CHECKING`` — since
 each is a dependency a reader has to follow. The table is parsed from the Markdown, so
-changing the rules means changing the document.
+changing the rules means changing the document. The second table, inside ``app/`` and
+``agenttools/``, is enforced the same way: each module belongs to one row, imports only the
+rows its row names, and the rows' graph has no cycles.
 """
 
 from __future__ import annotations
@@ -188,3 +190,129 @@ def test_no_import_cycles_between_files() -> None:
 def test_the_cycle_finder_finds_cycles() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# --- inside app/ and agenttools/: the rooms of the second table --------------------------------
+
+INNER_HEADER = ["inside", "room", "may import"]
+INNER_PATH = re.compile(r"`((?:[A-Za-z_][A-Za-z0-9_]*/)+(?:[A-Za-z_][A-Za-z0-9_]*\.py)?)`")
+
+
+@dataclass(frozen=True)
+class InnerRoom:
+    paths: tuple[str, ...]  # folders end in "/", modules in ".py"
+    may_import: tuple[str, ...]  # paths naming other rows
+    everything: bool  # "everything in <package>"
+
+    @property
+    def name(self) -> str:
+        return self.paths[0]
+
+    @property
+    def package(self) -> str:
+        return self.paths[0].split("/")[0]
+
+
+def read_inner_table(text: str) -> list[InnerRoom]:
+    lines = text.splitlines()
+    start = next(
+        i for i, line in enumerate(lines) if [c.strip() for c in line.strip().strip("|").split("|")] == INNER_HEADER
+    )
+    rows: list[InnerRoom] = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        rule = cells[-1]
+        rows.append(
+            InnerRoom(
+                tuple(INNER_PATH.findall(cells[0])),
+                tuple(INNER_PATH.findall(rule)),
+                rule.startswith("everything"),
+            )
+        )
+    return rows
+
+
+INNER = read_inner_table(DOC.read_text(encoding="utf-8"))
+
+
+def inner_room_of(rel: str) -> InnerRoom | None:
+    """The row holding the file ``rel`` (a path relative to the repository): the row naming
+    the file itself, else the one naming its deepest folder."""
+    best: tuple[int, InnerRoom] | None = None
+    for room in INNER:
+        for path in room.paths:
+            if path == rel:
+                return room
+            if path.endswith("/") and rel.startswith(path) and (best is None or len(path) > best[0]):
+                best = (len(path), room)
+    return best[1] if best else None
+
+
+def inner_allowed(room: InnerRoom) -> set[str]:
+    if room.everything:
+        return {r.name for r in INNER if r.package == room.package}
+    named = set()
+    for path in room.may_import:
+        target = next((r for r in INNER if path in r.paths), None)
+        assert target is not None, f"{room.name}: {path} is not a row of the table"
+        named.add(target.name)
+    return named | {room.name}
+
+
+def module_file(module: str) -> str | None:
+    """``a.b.c`` → ``a/b/c.py`` or ``a/b/c/__init__.py``, relative, if it exists."""
+    base = ROOT.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return str(path.relative_to(ROOT))
+    return None
+
+
+def test_the_inner_table_places_every_module_once() -> None:
+    assert {r.package for r in INNER} == {"app", "agenttools"}
+    unplaced = [
+        str(path.relative_to(ROOT))
+        for package in ("app", "agenttools")
+        for path in python_files(package)
+        if path.parent != ROOT / package or path.name != "__init__.py"
+        if inner_room_of(str(path.relative_to(ROOT))) is None
+    ]
+    assert not unplaced, f"modules no row of the inner table in docs/ARCHITECTURE.md holds: {unplaced}"
+    listed = [p for r in INNER for p in r.paths]
+    assert len(listed) == len(set(listed)), "a path is listed in two rows"
+    missing = [p for p in listed if not (ROOT / p).exists()]
+    assert not missing, f"rows name paths that do not exist: {missing}"
+
+
+def test_inner_rooms_import_only_what_the_table_allows() -> None:
+    bad: list[str] = []
+    for package in ("app", "agenttools"):
+        for path in python_files(package):
+            rel = str(path.relative_to(ROOT))
+            room = inner_room_of(rel)
+            if room is None:
+                continue  # the package's own __init__
+            allowed = inner_allowed(room)
+            for line, target, name in imported_modules(path):
+                if target.split(".")[0] != package:
+                    continue
+                target_file = (name and module_file(f"{target}.{name}")) or module_file(target)
+                other = inner_room_of(target_file) if target_file else None
+                if other is not None and other.name not in allowed:
+                    shown = f"{target}.{name}" if name and module_file(f"{target}.{name}") else target
+                    bad.append(f"{rel}:{line} imports {shown} ({other.name}; "
+                               f"{room.name} may import: {', '.join(sorted(allowed - {room.name})) or 'nothing'})")
+    assert not bad, "imports the inner table in docs/ARCHITECTURE.md does not allow:\n" + "\n".join(bad)
+
+
+def test_the_inner_rooms_have_no_cycles() -> None:
+    graph = {room.name: inner_allowed(room) - {room.name} for room in INNER}
+    found = cycles(graph)
+    assert not found, "the inner table allows cycles between rooms:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_only_the_composition_imports_the_server() -> None:
+    importers = {r.name for r in INNER if "app/server/" in inner_allowed(r)} - {"app/server/"}
+    assert importers == {"app/wiring.py"}, importers

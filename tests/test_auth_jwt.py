@@ -23,9 +23,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from agenttools.registry import ToolRegistry
-from app.auth import Authenticator, AuthError, sign_hs256
+from agenttools.core.registry import ToolRegistry
 from app.config import ConfigError, Settings
+from app.server.auth import Authenticator, AuthError, sign_hs256
 from tests.conftest import running_app
 from tests.fakes import running_fake
 

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import orjson
 
-from app.auth import sign_hs256
 from app.config import Settings
+from app.server.auth import sign_hs256
 from backend import create_backend_app
 from backend.seed import ALERT_IDS, ALERTS, ALICE_ID, TABLE_CONFIG_IDS
 from llm.ollama import OllamaProvider

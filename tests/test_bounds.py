@@ -13,9 +13,9 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from app.bounds import MAX_SAFE_INTEGER, check_int, check_json, parse_int
 from app.config import Settings
-from app.problems import HTTPProblem
+from app.server.bounds import MAX_SAFE_INTEGER, check_int, check_json, parse_int
+from app.server.problems import HTTPProblem
 from backend import create_backend_app
 from backend.seed import ENTITIES, TRIGGER_TYPES
 from llm.scripted import ScriptedProvider, ScriptedTurn

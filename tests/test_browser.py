@@ -9,7 +9,6 @@ is a fact (the provider is parked at a gate), not a timing guess.
 from __future__ import annotations
 
 import asyncio
-
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +16,9 @@ import httpx
 import orjson
 import pytest
 
-from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
+from agenttools.core.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
 from app.config import Settings
-from app.playground import playground_routes
+from app.server.playground import playground_routes
 from events import Response, TableConfigPreview, WorkflowPreview
 from llm.scripted import ScriptedCall
 from llm.types import ChatRequest, ToolDefinition

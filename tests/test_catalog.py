@@ -9,8 +9,8 @@ import pytest
 from ollama._types import Tool as OllamaTool
 
 import prompts.builder
-from agenttools import catalog, catalog_schema
-from agenttools.catalog import (
+from agenttools.core import catalog, catalog_schema
+from agenttools.core.catalog import (
     CONTEXT_TYPES,
     MANDATORY_CORE_TOOLS,
     RAG_FLOW_TOOLS,
@@ -19,8 +19,8 @@ from agenttools.catalog import (
     is_new_workflow,
     tools_for_context,
 )
-from agenttools.catalog_schema import ACTION_TYPES
-from agenttools.registry import ToolRegistry
+from agenttools.core.catalog_schema import ACTION_TYPES
+from agenttools.core.registry import ToolRegistry
 
 # §3.3 of the reference: the 24 tools the original chat executes.
 GO_WORKFLOW_TOOLS = (
@@ -374,7 +374,7 @@ def test_is_new_workflow_other_shapes(impl, raw, expected):
 def test_no_mutable_module_state():
     import __future__
 
-    from agenttools import catalog_knowledge, catalog_tables, catalog_workflow, validation
+    from agenttools.core import catalog_knowledge, catalog_tables, catalog_workflow, validation
 
     immutable = (str, int, float, tuple, frozenset, MappingProxyType, re.Pattern, type(None))
     modules = (catalog, catalog_schema, catalog_workflow, catalog_tables, catalog_knowledge, validation, prompts.builder)

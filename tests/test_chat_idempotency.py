@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import orjson
 
-from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
+from agenttools.core.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
 from app.config import Settings
 from llm.types import ToolDefinition
 from tests.conftest import collect_sse, running_app

@@ -12,7 +12,7 @@ import httpx
 import orjson
 import pytest
 
-from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
+from agenttools.core.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
 from app.config import Settings
 from llm.ollama import OllamaProvider
 from llm.scripted import ScriptedCall, ScriptedProvider, ScriptedTurn

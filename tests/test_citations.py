@@ -10,14 +10,14 @@ import httpx
 import orjson
 import pytest
 
-from agenttools.catalog import build_catalog
-from agenttools.citations import verify_citations
-from agenttools.corpus_tools import CorpusToolDeps, register_corpus_tools
-from agenttools.executor import ToolExecutor
-from agenttools.keywords import KeywordIndex
-from agenttools.rag_tools import RagToolDeps, register_rag_tools
-from agenttools.registry import EvidenceSource, RunToolState, ToolContext, ToolRegistry
-from agenttools.validation import validate_arguments
+from agenttools.core.catalog import build_catalog
+from agenttools.core.executor import ToolExecutor
+from agenttools.core.registry import EvidenceSource, RunToolState, ToolContext, ToolRegistry
+from agenttools.core.validation import validate_arguments
+from agenttools.rag.citations import verify_citations
+from agenttools.rag.corpus_tools import CorpusToolDeps, register_corpus_tools
+from agenttools.rag.keywords import KeywordIndex
+from agenttools.rag.tools import RagToolDeps, register_rag_tools
 from llm.types import ToolCall
 from storage.sqlite import open_sqlite_storage
 from tests.support.events import wire

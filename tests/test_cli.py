@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app import cli
+from app.cli import commands as cli
 from app.config import Settings
 from tests.support.server import free_port
 

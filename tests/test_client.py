@@ -23,9 +23,9 @@ import httpx
 import pytest
 
 import events
-from agenttools.registry import ToolRegistry
-from app.auth import sign_hs256
+from agenttools.core.registry import ToolRegistry
 from app.config import Settings
+from app.server.auth import sign_hs256
 from client import AgentClient, APIError, StreamInterrupted
 from tests.conftest import running_app
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn

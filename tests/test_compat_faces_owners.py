@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from app.auth import sign_hs256
 from app.config import Settings
+from app.server.auth import sign_hs256
 from llm.extractive import ExtractiveProvider
 from tests.conftest import running_app
 

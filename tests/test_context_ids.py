@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agenttools.context_ids import inject_context_ids
+from agenttools.core.context_ids import inject_context_ids
 
 WF = "35da6628-a96b-4bc4-a90f-8fa874ae48cc"
 CFG = "0f3b8d52-4a8e-4f0e-9a77-2c1f1c3e5d11"

@@ -14,13 +14,13 @@ import httpx
 import orjson
 import pytest
 
-from agenttools.catalog import build_catalog
-from agenttools.corpus_tools import CorpusToolDeps, register_corpus_tools
-from agenttools.executor import ToolExecutor
+from agenttools.core.catalog import build_catalog
+from agenttools.core.executor import ToolExecutor
+from agenttools.core.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry
+from agenttools.core.validation import validate_arguments
+from agenttools.rag.corpus_tools import CorpusToolDeps, register_corpus_tools
 from agenttools.rag.policy import kb_searched
-from agenttools.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry
-from agenttools.validation import validate_arguments
-from app.kb_file import open_kb_file
+from app.cli.kb_file import open_kb_file
 from knowledge.kb import KnowledgeBase
 from llm.types import ToolCall
 from tests.support.events import wire

@@ -10,10 +10,10 @@ import httpx
 import pytest
 
 from agenttools.backend_tools import register_backend_tools
-from agenttools.catalog import build_catalog
-from agenttools.drafts import DraftAction, DraftLimitError, DraftNotFoundError, Drafts
-from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry
-from agenttools.tool_support import WorkflowToolDeps
+from agenttools.core.catalog import build_catalog
+from agenttools.core.drafts import DraftAction, DraftLimitError, DraftNotFoundError, Drafts
+from agenttools.core.registry import ToolContext, ToolOutcome, ToolRegistry
+from agenttools.core.tool_support import WorkflowToolDeps
 from backend.app import create_backend_app
 from backend.seed import ALICE_ID, BOB_ID, ENTITIES, TRIGGER_TYPES
 from tests.support.events import wire

@@ -29,9 +29,9 @@ from typing import Any
 import httpx
 import pytest
 
-from agenttools.registry import ToolRegistry
-from app.auth import sign_hs256
+from agenttools.core.registry import ToolRegistry
 from app.config import Settings
+from app.server.auth import sign_hs256
 from tests.conftest import running_app
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn, last_user_text
 from tests.support.procs import Trace, follow, until

@@ -23,14 +23,14 @@ import orjson
 import pytest
 
 import events
-from agenttools.clarification import Clarification as ClarificationRequest
-from agenttools.clarification import clarification_outcome
-from agenttools.previews import (
+from agenttools.core.previews import (
     table_config_preview_outcome,
     table_config_validation_outcome,
     workflow_preview_outcome,
 )
-from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
+from agenttools.core.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
+from agenttools.rag.clarification import Clarification as ClarificationRequest
+from agenttools.rag.clarification import clarification_outcome
 from app.config import Settings
 from app.factory import create_app
 from llm.extractive import ExtractiveProvider
@@ -396,7 +396,7 @@ class TextAfterCallProvider:
 
 
 async def test_text_after_a_tool_call_in_one_turn_is_streamed(settings: Settings) -> None:
-    """Provider events become run events by class (``app/agent_turn.py``); a piece of a
+    """Provider events become run events by class (``app/agent/turn.py``); a piece of a
     call's arguments must not be taken for the turn's text (it once was: the run crashed)."""
     async with (
         running_app(settings, provider=TextAfterCallProvider(), registry=tool_registry(), embedder=None) as (base, _),

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agenttools.core.registry import RunToolState, ToolOutcome
 from agenttools.rag.policy import FlowPolicy, kb_searched
-from agenttools.registry import RunToolState, ToolOutcome
 from app.wiring import flow_core_tools
 from tests.conftest import names
 from tests.fakes.perplexity import Answer, Source

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import orjson
 
-from agenttools.log_redaction import log_text, redact_for_log
+from agenttools.core.log_redaction import log_text, redact_for_log
 from app.config import Settings
 from tests.conftest import collect_sse, names
 from tests.fakes.perplexity import Answer, Source

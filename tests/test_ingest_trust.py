@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.kb_file import open_kb_file
+from app.cli.kb_file import open_kb_file
 from knowledge import KnowledgeBase, ensure_sample_kb
 from knowledge.filecheck import SKIP_HIDDEN, SKIP_SYMLINK, SKIP_TOO_LARGE, decode_text
 from knowledge.html_text import extract_html, extractor_available

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.kb_file import open_kb_file
+from app.cli.kb_file import open_kb_file
 from knowledge import KnowledgeBase
 from knowledge.types import KBConfig
 from tests.support.procs import until

@@ -16,8 +16,8 @@ import numpy as np
 import orjson
 import pytest
 
+from app.cli.kb_file import open_kb_file
 from app.config import Settings
-from app.kb_file import open_kb_file
 from bench.corpus_quality import QUERIES, K, ndcg, recall, stdlib_documents
 from knowledge.buckets import typed_values
 from knowledge.dense import DatabaseDense, MatrixDense

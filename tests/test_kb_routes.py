@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.auth import sign_hs256
 from app.config import Settings
+from app.server.auth import sign_hs256
 from llm.scripted import ScriptedProvider
 from tests.conftest import collect_sse, running_app
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agenttools.external_results import Citation, ExternalResult, new_external_result
-from agenttools.keywords import KeywordIndex, check_keyword, validate_keywords
+from agenttools.rag.external_results import Citation, ExternalResult, new_external_result
+from agenttools.rag.keywords import KeywordIndex, check_keyword, validate_keywords
 from knowledge.saved_answers import SIMILARITY_SCALES, SavedAnswerVectors, SimilarityScale
 from knowledge.stemmer import porter_stem
 from knowledge.textnorm import STOP_WORDS, content_terms, keyword_terms, match_stem, query_terms
@@ -109,7 +109,7 @@ def test_a_query_lacking_a_term_does_not_contain_the_keyword(keyword: str, query
 
 def test_one_stop_word_list() -> None:
     """knowledge.textnorm owns the list; the keyword rules use the same object."""
-    import agenttools.keywords as kw
+    import agenttools.rag.keywords as kw
 
     assert kw.STOP_WORDS is STOP_WORDS
     assert {"the", "of", "also", "please"} <= STOP_WORDS

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agenttools.external_results import Citation, new_external_result
-from agenttools.keywords import (
+from agenttools.rag.external_results import Citation, new_external_result
+from agenttools.rag.keywords import (
     Candidate,
     KeywordIndex,
     Rejection,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.kb_file import open_kb_file
+from app.cli.kb_file import open_kb_file
 from knowledge import FilterError, KnowledgeBase, compile_filters
 from storage.sqlite.kb_filters_sql import filter_sql
 from toolindex.hashing import HashingEmbedder

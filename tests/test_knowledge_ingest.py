@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.kb_file import open_kb_file
+from app.cli.kb_file import open_kb_file
 from knowledge import DocumentIn, KnowledgeBase, ensure_sample_kb
 from storage.sqlite.migrations import MIGRATIONS
 from toolindex.embedder import EmbeddingError

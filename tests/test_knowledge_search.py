@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.kb_file import open_kb_file
+from app.cli.kb_file import open_kb_file
 from knowledge import KBConfig, KnowledgeBase, UnknownBucketError
 from knowledge.textnorm import content_terms
 from knowledge.vectors import VectorIndex, normalise_rows

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import httpx
 
-from agenttools.registry import ToolRegistry
+from agenttools.core.registry import ToolRegistry
 from app.config import Settings
-from app.limits import RateLimiter
+from app.server.limits import RateLimiter
 from tests.conftest import running_app
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
 

@@ -17,9 +17,9 @@ import orjson
 import pytest
 
 from app.config import Settings
-from app.log_context import safe_query
-from app.logs import configure_logging, log_format, make_handler
-from app.records import Caller, ChatInput, encode_run_input
+from app.ops.log_context import safe_query
+from app.ops.logs import configure_logging, log_format, make_handler
+from app.runs.records import Caller, ChatInput, encode_run_input
 from storage.records import NewRun
 from tests.conftest import running_app
 from tests.support.procs import AgentServer

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from agenttools.catalog import build_catalog
-from agenttools.mcp_catalog import McpCatalog, McpTool
-from agenttools.registry import RunToolState, ToolRegistry
-from agenttools.result_summary import summarize_result
-from app.find_tools import FOUND_TOOLS_KEY, found_tools
-from app.run_state import RunState
+from agenttools.core.catalog import build_catalog
+from agenttools.core.registry import RunToolState, ToolRegistry
+from agenttools.core.result_summary import summarize_result
+from agenttools.mcp.catalog import McpCatalog, McpTool
+from app.agent.find_tools import FOUND_TOOLS_KEY, found_tools
+from app.runs.state import RunState
 
 
 def tool(server: str, name: str) -> McpTool:

@@ -28,9 +28,9 @@ import orjson
 import pytest
 import pytest_asyncio
 
-from agenttools.mcp_catalog import assign_names
-from agenttools.mcp_config import load_servers
-from agenttools.untrusted import TRUST
+from agenttools.core.untrusted import TRUST
+from agenttools.mcp.catalog import assign_names
+from agenttools.mcp.config import load_servers
 from app.config import ConfigError, Settings
 from llm.ollama import OllamaProvider
 from tests.conftest import collect_sse, running_app

@@ -22,8 +22,8 @@ import numpy as np
 import psycopg
 import pytest
 
+from app.cli.kb_file import open_kb_file
 from app.config import Settings
-from app.kb_file import open_kb_file
 from knowledge.kb import KnowledgeBase
 from llm.extractive import ExtractiveProvider
 from llm.types import Message

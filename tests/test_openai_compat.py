@@ -17,7 +17,7 @@ import openai
 import orjson
 import pytest
 
-from agenttools.catalog import CONTEXT_TYPES
+from agenttools.core.catalog import CONTEXT_TYPES
 from app.config import Settings
 from llm.ollama import OllamaProvider
 from llm.scripted import ScriptedProvider, ScriptedTurn

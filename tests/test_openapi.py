@@ -40,7 +40,7 @@ from schemathesis.specs.openapi.checks import (
 import events
 from app.config import Settings
 from app.factory import create_app
-from app.openapi import documented_operations, route_operations
+from app.server.openapi import documented_operations, route_operations
 from tests.conftest import running_app
 from tests.support.server import serve_app
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from agenttools.perplexity import PerplexityClient, PerplexityError, parse_response
+from agenttools.rag.perplexity import PerplexityClient, PerplexityError, parse_response
 from tests.fakes.perplexity import Answer, Fail, FakePerplexity, Hang, Source
 from tests.support.server import serve_app
 

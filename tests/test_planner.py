@@ -10,7 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from agenttools.decomposition import (
+from agenttools.core.registry import RunToolState
+from agenttools.rag.decomposition import (
     DecompositionError,
     plan_filters,
     plan_of,
@@ -18,9 +19,8 @@ from agenttools.decomposition import (
     schema_errors,
     validate_decomposition,
 )
-from agenttools.registry import RunToolState
-from app.kb_file import open_kb_file
-from app.planner import PlannerSettings, QueryPlanner
+from app.agent.planner import PlannerSettings, QueryPlanner
+from app.cli.kb_file import open_kb_file
 from knowledge.kb import KnowledgeBase
 from llm.ollama import OllamaProvider
 from tests.fakes import FakeOllama, Hold, HttpError, Text, running_fake
@@ -88,7 +88,7 @@ async def test_router_then_schema_planner_give_the_seed_s_whole_object(kb: Knowl
     assert hint is not None
     assert hint.intent == "list" and hint.buckets == ["invoices"]
     d = hint.decomposition
-    assert schema_errors(d) == []  # the JSON Schema of agenttools/schemas/decomposition.schema.json
+    assert schema_errors(d) == []  # the JSON Schema of agenttools/rag/schemas/decomposition.schema.json
     assert set(d) == {
         "intent", "primary_buckets", "entities", "constraints", "topic_terms", "subqueries", "output_preferences"
     }

@@ -12,9 +12,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agenttools.perplexity import PerplexityClient
+from agenttools.rag.perplexity import PerplexityClient
 from app.config import Settings
-from app.metrics import AppMetrics
+from app.ops.metrics import AppMetrics
 from app.rooms import kb_embedder, perplexity_http
 from llm.pool import PooledTransport, PoolWaits
 from tests.fakes import FakeGemini, FakeOllama, running_fake

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from agenttools.previews import (
+from agenttools.core.previews import (
     PREVIEW_SENT,
     error_strings,
     table_config_preview_outcome,
     table_config_validation_outcome,
     workflow_preview_outcome,
 )
-from agenttools.table_config_rules import validate_table_config
+from agenttools.tables.config_rules import validate_table_config
 from events import TableConfigPreview, TableConfigValidationError, WorkflowPreview
 
 
@@ -59,7 +59,7 @@ def test_tool_messages_only_name_tools_that_exist() -> None:
     import re
     from pathlib import Path
 
-    from agenttools.catalog import build_catalog
+    from agenttools.core.catalog import build_catalog
 
     names = {spec.name for spec in build_catalog()}
     pattern = re.compile(r"\b(?:discover|list|get|create|update|validate|preview|start|add|remove|apply|search|explain)_[a-z_]+\b")

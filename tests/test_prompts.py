@@ -7,8 +7,8 @@ import re
 import orjson
 import pytest
 
-from agenttools.catalog import build_catalog, core_tools
-from agenttools.catalog_schema import ACTION_TYPES
+from agenttools.core.catalog import build_catalog, core_tools
+from agenttools.core.catalog_schema import ACTION_TYPES
 from prompts import CONTEXT_CAP_BYTES, PromptLibrary, build_system_prompt, enforcement_message
 from prompts.builder import TEXT_NAMES
 

@@ -14,12 +14,14 @@ from typing import Any
 import httpx
 import pytest
 
-from agenttools.catalog_knowledge import knowledge_specs
-from agenttools.external_results import new_external_result
-from agenttools.keywords import KeywordIndex
-from agenttools.perplexity import PerplexityClient
+from agenttools.core.catalog_knowledge import knowledge_specs
+from agenttools.core.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry, UnknownToolError
+from agenttools.core.validation import validate_arguments
+from agenttools.rag.external_results import new_external_result
+from agenttools.rag.keywords import KeywordIndex
+from agenttools.rag.perplexity import PerplexityClient
 from agenttools.rag.policy import mark_kb_searched, note_external_result
-from agenttools.rag_tools import (
+from agenttools.rag.tools import (
     GENERATE_RESPONSE,
     INDEX_KEYWORDS,
     KB_SEARCH,
@@ -29,8 +31,6 @@ from agenttools.rag_tools import (
     next_required_tool,
     register_rag_tools,
 )
-from agenttools.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry, UnknownToolError
-from agenttools.validation import validate_arguments
 from knowledge.types import ChunkHit, SearchResponse
 from storage.interfaces import ExternalResultStore
 from storage.sqlite import SqliteStorage, open_sqlite_storage

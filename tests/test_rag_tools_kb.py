@@ -10,10 +10,12 @@ from typing import Any
 import httpx
 import pytest
 
-from agenttools.catalog_knowledge import knowledge_specs
-from agenttools.keywords import KeywordIndex
-from agenttools.perplexity import PerplexityClient
-from agenttools.rag_tools import (
+from agenttools.core.catalog_knowledge import knowledge_specs
+from agenttools.core.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry
+from agenttools.core.validation import validate_arguments
+from agenttools.rag.keywords import KeywordIndex
+from agenttools.rag.perplexity import PerplexityClient
+from agenttools.rag.tools import (
     GENERATE_RESPONSE,
     INDEX_KEYWORDS,
     KB_SEARCH,
@@ -21,8 +23,6 @@ from agenttools.rag_tools import (
     RagToolDeps,
     register_rag_tools,
 )
-from agenttools.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry
-from agenttools.validation import validate_arguments
 from knowledge import DocumentIn, KnowledgeBase
 from storage.sqlite import open_sqlite_storage
 from tests.fakes.perplexity import Answer, FakePerplexity, Source

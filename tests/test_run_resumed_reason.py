@@ -20,10 +20,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
-from app.records import Caller, ChatInput, encode_run_input
-from app.run_manager import RunManager
-from app.run_state import RunState
-from app.runs import Run, terminal_event
+from app.runs.manager import RunManager
+from app.runs.records import Caller, ChatInput, encode_run_input
+from app.runs.run import Run, terminal_event
+from app.runs.state import RunState
 from events import RunResumed, RunStarted
 from storage.errors import StorageUnavailable
 from storage.interfaces import RunStore

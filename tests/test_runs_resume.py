@@ -16,9 +16,9 @@ import httpx
 import orjson
 import pytest
 
-from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
+from agenttools.core.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
 from app.config import Settings
-from app.runs import Run
+from app.runs.run import Run
 from llm.scripted import ScriptedCall
 from llm.types import ToolDefinition
 from tests.conftest import collect_sse, running_app

@@ -1,6 +1,6 @@
 """Safe by default with ``AGENT_AUTH=none``: rate limits per client address (one noisy
 client cannot lock everyone out), admin routes closed unless ``AGENT_ADMIN_OPEN=true``,
-and caps on what a model may put in one chunk and one answer (``app/output_caps.py``).
+and caps on what a model may put in one chunk and one answer (``app/agent/output_caps.py``).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from agenttools.registry import ToolRegistry
-from app.auth import sign_hs256
+from agenttools.core.registry import ToolRegistry
+from app.agent.output_caps import TurnTextCap, answer_notice, cap_chunk, cap_text, chunk_notice
 from app.config import Settings
-from app.output_caps import TurnTextCap, answer_notice, cap_chunk, cap_text, chunk_notice
+from app.server.auth import sign_hs256
 from llm.scripted import ScriptedProvider
 from tests.conftest import running_app
 
@@ -123,14 +123,14 @@ def test_an_answer_exactly_at_the_cap_is_not_marked_cut() -> None:
 def _agent_applies_caps() -> bool:
     from dataclasses import fields
 
-    from app.agent_deps import AgentSettings
+    from app.agent.deps import AgentSettings
 
     return {"max_chunk_chars", "max_answer_chars"} <= {f.name for f in fields(AgentSettings)}
 
 
 @pytest.mark.skipif(
     not _agent_applies_caps(),
-    reason="waiting for the agent loop to apply app/output_caps.py (AgentSettings.max_chunk_chars/max_answer_chars)",
+    reason="waiting for the agent loop to apply app/agent/output_caps.py (AgentSettings.max_chunk_chars/max_answer_chars)",
 )
 async def test_a_huge_model_line_is_cut_in_the_stream_and_in_the_stored_answer(tmp_path: Path) -> None:
     from tests.conftest import collect_sse

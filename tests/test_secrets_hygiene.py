@@ -18,13 +18,13 @@ import httpx
 import orjson
 import pytest
 
-from agenttools.registry import ToolRegistry
-from app.auth import Authenticator, AuthError, sign_hs256
+from agenttools.core.registry import ToolRegistry
 from app.config import Settings
 from app.keyring import KeyringError, RunInputSealer, derive, key_file_for, resolve_keyring
-from app.masking import SecretScrubber, is_credential_param, mask_query, mask_url
-from app.records import Caller, ChatInput, decode_run_input, encode_run_input
-from app.run_state import RunState, stored_copy
+from app.ops.masking import SecretScrubber, is_credential_param, mask_query, mask_url
+from app.runs.records import Caller, ChatInput, decode_run_input, encode_run_input
+from app.runs.state import RunState, stored_copy
+from app.server.auth import Authenticator, AuthError, sign_hs256
 from llm.scripted import ScriptedCall
 from llm.types import Message, ToolCall
 from storage.open import open_storage

@@ -30,11 +30,11 @@ import jsonschema
 import orjson
 import pytest
 
-from agenttools.decomposition import decomposition_schema, schema_errors
-from agenttools.registry import RunToolState
-from agenttools.review import record_search, review_after_round, review_round, search_closed
+from agenttools.core.registry import RunToolState
+from agenttools.rag.decomposition import decomposition_schema, schema_errors
+from agenttools.rag.review import record_search, review_after_round, review_round, search_closed
+from app.agent.planner import PlanHint, QueryPlanner
 from app.config import Settings
-from app.planner import PlanHint, QueryPlanner
 from knowledge.chunking import PAGE_BREAK, chunk_text
 from llm.ollama import OllamaProvider
 from tests.conftest import collect_sse, names, running_app
@@ -458,7 +458,7 @@ async def test_the_decomposition_is_the_seed_s_whole_object_and_validates(tmp_pa
 
 
 def _plan_hook_wired() -> bool:
-    from app import agent
+    from app.agent import loop as agent
 
     return "attach" in inspect.getsource(agent)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from agenttools.catalog import build_catalog, tools_for_context
+from agenttools.core.catalog import build_catalog, tools_for_context
 from app.config import Settings
 from llm.ollama import OllamaProvider
 from tests.conftest import collect_sse, running_app

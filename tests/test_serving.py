@@ -21,9 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app import cli
+from app.cli import commands as cli
+from app.cli.serving import PACKAGES, PROJECT_ROOT
 from app.config import Settings
-from app.serving import PACKAGES, PROJECT_ROOT
 from tests.support.procs import child_env
 
 SERVING = re.compile(r"agentchat: serving on http://127\.0\.0\.1:(\d+) ")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from agenttools.registry import ToolRegistry
+from agenttools.core.registry import ToolRegistry
 from app.config import Settings
 from app.factory import create_app
 from client import AgentClient

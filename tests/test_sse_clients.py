@@ -28,7 +28,7 @@ import httpx
 import orjson
 import pytest
 
-from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
+from agenttools.core.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
 from app.config import Settings
 from llm.types import ToolDefinition
 from tests.conftest import running_app

@@ -9,11 +9,11 @@ import httpx
 import pytest
 
 from agenttools.backend_tools import register_backend_tools
-from agenttools.catalog import build_catalog
-from agenttools.context_ids import inject_context_ids
-from agenttools.drafts import Drafts
-from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry
-from agenttools.tool_support import WorkflowToolDeps
+from agenttools.core.catalog import build_catalog
+from agenttools.core.context_ids import inject_context_ids
+from agenttools.core.drafts import Drafts
+from agenttools.core.registry import ToolContext, ToolOutcome, ToolRegistry
+from agenttools.core.tool_support import WorkflowToolDeps
 from backend.app import create_backend_app
 from backend.seed import ALICE_ID, BOB_ID, TABLE_CONFIG_IDS
 from storage.sqlite import open_sqlite_storage

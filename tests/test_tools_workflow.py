@@ -9,13 +9,13 @@ import httpx
 import pytest
 
 from agenttools.backend_tools import register_backend_tools
-from agenttools.catalog import build_catalog
-from agenttools.drafts import Drafts
-from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry
-from agenttools.resolution import ResolutionCache
-from agenttools.tool_support import WorkflowToolDeps
+from agenttools.core.catalog import build_catalog
+from agenttools.core.drafts import Drafts
+from agenttools.core.registry import ToolContext, ToolOutcome, ToolRegistry
+from agenttools.core.resolution import ResolutionCache
+from agenttools.core.tool_support import WorkflowToolDeps
 from backend.app import create_backend_app
-from backend.seed import ALERT_IDS, ALICE_ID, ADMIN_ID, BOB_ID, ENTITIES, RULE_IDS, TRIGGER_TYPES, USERS
+from backend.seed import ADMIN_ID, ALERT_IDS, ALICE_ID, BOB_ID, ENTITIES, RULE_IDS, TRIGGER_TYPES, USERS
 from storage.sqlite import open_sqlite_storage
 from tests.support.events import wire
 from tests.support.server import serve_app
@@ -142,7 +142,7 @@ async def test_get_workflow_rule_errors(env) -> None:
 
 
 async def test_get_workflow_rule_uses_the_context_id_when_injected(env) -> None:
-    from agenttools.context_ids import inject_context_ids
+    from agenttools.core.context_ids import inject_context_ids
 
     call, _ = env
     ctx = {"workflow_id": RULE_IDS["Welcome New Customer"]}

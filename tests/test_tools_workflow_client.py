@@ -15,12 +15,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from agenttools.backend_client import BackendClient, BackendError, build_path, encode_query
 from agenttools.backend_tools import register_backend_tools
-from agenttools.catalog import build_catalog
-from agenttools.drafts import Drafts
-from agenttools.registry import ToolContext, ToolRegistry
-from agenttools.tool_support import WorkflowToolDeps
+from agenttools.core.backend_client import BackendClient, BackendError, build_path, encode_query
+from agenttools.core.catalog import build_catalog
+from agenttools.core.drafts import Drafts
+from agenttools.core.registry import ToolContext, ToolRegistry
+from agenttools.core.tool_support import WorkflowToolDeps
 from storage.sqlite import SqliteStorage, open_sqlite_storage
 from tests.support.server import free_port, serve_app
 

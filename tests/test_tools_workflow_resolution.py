@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from agenttools.backend_client import BackendError
-from agenttools.resolution import ResolutionCache, caller_key
+from agenttools.core.backend_client import BackendError
+from agenttools.core.resolution import ResolutionCache, caller_key
 
 
 class Clock:

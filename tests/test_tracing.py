@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from app.config import Settings
-from app.tracing import Tracing
+from app.ops.tracing import Tracing
 from llm.extractive import ExtractiveProvider
 from tests.conftest import collect_sse, running_app
 from tests.fakes import FakeOllama, running_fake

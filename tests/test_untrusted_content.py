@@ -22,8 +22,8 @@ import httpx
 import orjson
 import pytest
 
-from agenttools.registry import EvidenceSource
-from agenttools.untrusted import TRUST, neutralize, neutralize_text, quoted, safe_url
+from agenttools.core.registry import EvidenceSource
+from agenttools.core.untrusted import TRUST, neutralize, neutralize_text, quoted, safe_url
 from app.config import Settings
 from llm.extractive import ExtractiveProvider
 from llm.ollama import OllamaProvider

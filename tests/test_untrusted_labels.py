@@ -2,7 +2,7 @@
 
 The knowledge base and the web already put ``quoted_from`` and ``trust`` beside the text
 they hand the model; here the workflow/table backend's answers and errors do too
-(``agenttools.tool_support.guarded``). End to end: the Ollama fake scripts the model,
+(``agenttools.core.tool_support.guarded``). End to end: the Ollama fake scripts the model,
 the agent runs the real tools against the reference backend on loopback, and the test
 reads the tool messages the model was sent. (MCP error texts: see
 ``tests/test_mcp_tools.py``, which checks the failed results the model received.)
@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from agenttools.untrusted import TRUST, labelled
+from agenttools.core.untrusted import TRUST, labelled
 from backend.seed import ALERT_IDS, ALERTS, ALICE_ID, TABLE_CONFIG_IDS
 from tests.test_backend_flows import backend_app, call, chat, say, sent
 

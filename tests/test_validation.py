@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agenttools.catalog import build_catalog
-from agenttools.registry import ToolSpec
-from agenttools.validation import (
+from agenttools.core.catalog import build_catalog
+from agenttools.core.registry import ToolSpec
+from agenttools.core.validation import (
     MAX_ARGUMENTS_BYTES,
     MAX_NESTED_BYTES,
     ValidationResult,
@@ -281,7 +281,7 @@ def test_strings_are_cleaned(tools):
 def test_queries_are_not_policed_by_a_phrase_blacklist(tools, query):
     # Search text is data: even text that reads like an instruction goes to the search as it
     # is (control characters and invisible ones removed). What protects the model is how
-    # retrieved text reaches it (agenttools.untrusted), not refusing the user's words.
+    # retrieved text reaches it (agenttools.core.untrusted), not refusing the user's words.
     result = check(tools, "knowledge_base_search", {"query": query})
     assert result.ok, result.error
     assert "\u200b" not in result.arguments["query"]

@@ -19,8 +19,8 @@ import httpx
 import orjson
 import pytest
 
-from app.auth import sign_hs256
 from app.config import Settings
+from app.server.auth import sign_hs256
 from llm.ollama import OllamaProvider
 from tests.conftest import collect_sse, running_app
 from tests.fakes import FakeOllama, ToolCall, running_fake

@@ -18,11 +18,11 @@ from typing import Any
 
 import orjson
 
-from agenttools.catalog_discovery import FIND_TOOLS, discovery_specs
-from agenttools.catalog_knowledge import knowledge_specs
-from agenttools.catalog_tables import table_specs
-from agenttools.catalog_workflow import workflow_specs
-from agenttools.registry import ToolSpec
+from agenttools.core.catalog_discovery import FIND_TOOLS, discovery_specs
+from agenttools.core.catalog_knowledge import knowledge_specs
+from agenttools.core.catalog_tables import table_specs
+from agenttools.core.catalog_workflow import workflow_specs
+from agenttools.core.registry import ToolSpec
 
 CONTEXT_TYPES: tuple[str, ...] = ("workflow", "tables", "knowledge")
 
@@ -75,7 +75,7 @@ KNOWLEDGE_CORE: tuple[str, ...] = (
 
 DISCOVERY_CORE_TOOLS: tuple[str, ...] = (FIND_TOOLS,)
 """Appended to every context's core set: the search over the context's whole catalog for
-a tool that selection did not offer (``agenttools.catalog_discovery``)."""
+a tool that selection did not offer (``agenttools.core.catalog_discovery``)."""
 
 
 def build_catalog() -> list[ToolSpec]:

@@ -1,9 +1,9 @@
 """Catalog entry for ``find_tools``: the way to the tools selection did not offer.
 
-Selection offers the core tools and the six best-ranked ones (``app.selector``); a large
+Selection offers the core tools and the six best-ranked ones (``app.agent.selector``); a large
 catalog (hundreds of MCP tools) has many more. ``find_tools`` lets the model search the
 context's whole catalog with its own words; the tools it finds are offered from the
-next model turn on (``app.find_tools`` runs it, ``app.agent`` widens the offer). It is
+next model turn on (``app.agent.find_tools`` runs it, ``app.agent.loop`` widens the offer). It is
 a core tool in every context.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from agenttools.catalog_schema import integer, obj, string
-from agenttools.registry import ToolSpec
+from agenttools.core.catalog_schema import integer, obj, string
+from agenttools.core.registry import ToolSpec
 from llm.types import ToolDefinition
 
 FIND_TOOLS: Final = "find_tools"

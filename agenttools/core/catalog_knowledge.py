@@ -8,7 +8,7 @@ demand elsewhere: ``AGENT_MANDATORY_CONTEXTS``); the corpus search tools belong 
 
 from __future__ import annotations
 
-from agenttools.catalog_schema import (
+from agenttools.core.catalog_schema import (
     DOC_ID_PATTERN,
     SQL_IDENTIFIER_PATTERN,
     array,
@@ -19,7 +19,7 @@ from agenttools.catalog_schema import (
     obj,
     string,
 )
-from agenttools.registry import ToolSpec
+from agenttools.core.registry import ToolSpec
 from llm.types import ToolDefinition
 
 EVERY_CONTEXT = frozenset({"workflow", "tables", "knowledge"})

@@ -4,7 +4,7 @@ The catalog writes dozens of parameter schemas; these helpers keep each one shor
 sure every schema has the same shape: ``type: object``, ``properties``, ``required`` and
 ``additionalProperties: false`` at the top, string limits everywhere, and a ``maxItems`` on
 every array. Only keywords that Gemini's ``Schema`` and the validator in
-``agenttools.validation`` both understand are emitted (no ``anyOf``, no ``$ref``, no
+``agenttools.core.validation`` both understand are emitted (no ``anyOf``, no ``$ref``, no
 ``format``), because the same dict is sent to the model and drives validation.
 
 The helpers return fresh dicts on every call, so nothing here is shared mutable state.

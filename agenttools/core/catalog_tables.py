@@ -8,7 +8,7 @@ Nothing here writes without the user's approval: ``create_table_config`` and
 
 from __future__ import annotations
 
-from agenttools.catalog_schema import (
+from agenttools.core.catalog_schema import (
     COLUMN_PATTERN,
     FILTER_OPERATORS,
     JOIN_TYPES,
@@ -25,7 +25,7 @@ from agenttools.catalog_schema import (
     obj,
     string,
 )
-from agenttools.registry import ToolSpec
+from agenttools.core.registry import ToolSpec
 from llm.types import ToolDefinition
 
 TABLES = frozenset({"tables"})

@@ -7,7 +7,7 @@ the retrieval text of the tool index; they are never sent to the model.
 
 from __future__ import annotations
 
-from agenttools.catalog_schema import (
+from agenttools.core.catalog_schema import (
     ACTION_TYPES,
     ALERT_SEVERITIES,
     ALERT_STATUSES,
@@ -20,7 +20,7 @@ from agenttools.catalog_schema import (
     obj,
     string,
 )
-from agenttools.registry import ToolSpec
+from agenttools.core.registry import ToolSpec
 from llm.types import ToolDefinition
 
 WORKFLOW = frozenset({"workflow"})

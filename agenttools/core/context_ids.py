@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agenttools.ids import is_strict_uuid
+from agenttools.core.ids import is_strict_uuid
 
 __all__ = ["TOOLS_NEEDING_CONFIG_ID", "TOOLS_NEEDING_WORKFLOW_ID", "inject_context_ids"]
 

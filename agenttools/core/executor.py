@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry
+from agenttools.core.registry import ToolContext, ToolOutcome, ToolRegistry
 from llm.types import ToolCall
 
 log = logging.getLogger("agentchat.tools")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from agenttools.registry import ToolOutcome
+from agenttools.core.registry import ToolOutcome
 from events import UNSET, TableConfigPreview, TableConfigValidationError, WorkflowPreview
 
 __all__ = [

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from agenttools.untrusted import safe_url
+from agenttools.core.untrusted import safe_url
 from events import Event
 from llm.types import ToolDefinition
 

@@ -24,8 +24,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from agenttools.backend_client import BackendClient, BackendError, build_path, require_sequence
-from agenttools.ids import parse_uuid
+from agenttools.core.backend_client import BackendClient, BackendError, build_path, require_sequence
+from agenttools.core.ids import parse_uuid
 
 __all__ = [
     "ActionTypeInfo",

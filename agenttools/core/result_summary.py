@@ -3,7 +3,7 @@
 The model gets the whole result; a person watching the stream gets this line, so every
 call shows what came back, not only that it ended. What a result holds is often text a
 server or a document supplied (an MCP tool's output, a search hit), so the line is
-treated as retrieved data: control tokens neutralised (``agenttools.untrusted``), one
+treated as retrieved data: control tokens neutralised (``agenttools.core.untrusted``), one
 line, at most ``MAX_SUMMARY_CHARS`` characters, inside typographic quotes.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from agenttools.untrusted import neutralize_text
+from agenttools.core.untrusted import neutralize_text
 
 MAX_SUMMARY_CHARS: Final = 200
 OPEN_QUOTE: Final = "\u201c"

@@ -16,11 +16,11 @@ from typing import Any
 
 import orjson
 
-from agenttools.backend_client import BackendClient, BackendError
-from agenttools.drafts import DraftError, Drafts
-from agenttools.registry import ToolContext, ToolOutcome
-from agenttools.resolution import ResolutionCache, Resolver, caller_key
-from agenttools.untrusted import labelled
+from agenttools.core.backend_client import BackendClient, BackendError
+from agenttools.core.drafts import DraftError, Drafts
+from agenttools.core.registry import ToolContext, ToolOutcome
+from agenttools.core.resolution import ResolutionCache, Resolver, caller_key
+from agenttools.core.untrusted import labelled
 
 __all__ = [
     "CallScope",

@@ -23,7 +23,7 @@ Free-text search queries and keywords get the type, length and control-character
 and nothing more: a question about "the system prompt", "jailbreak risks" or "developer
 mode" is an ordinary question (a phrase blacklist rejected those and stopped nothing).
 Protection against injected instructions lives where untrusted text enters the model's
-view: retrieved text is quoted and neutralised (``agenttools.untrusted``) and the system
+view: retrieved text is quoted and neutralised (``agenttools.core.untrusted``) and the system
 prompt says tool results are data.
 
 The validator is a small hand-written walker, not a dependency: it runs on every call and
@@ -42,7 +42,7 @@ from typing import Any, Final
 
 import orjson
 
-from agenttools.registry import ToolSpec
+from agenttools.core.registry import ToolSpec
 
 MAX_ARGUMENTS_BYTES: Final = 256 * 1024
 """Cap on the serialized size of all arguments of one call."""

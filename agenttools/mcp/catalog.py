@@ -17,7 +17,7 @@ result caps never learn it is remote. What is specific to MCP lives here:
   configured for, so stage 1 of selection (the context filter) sees it there.
 * **Results.** ``isError`` results and every failure on the way (server down, timeout,
   the server dying mid-call) become a failed ``ToolOutcome``; text is quoted as retrieved
-  data (``agenttools.untrusted``), structured content is kept as data, binary content is
+  data (``agenttools.core.untrusted``), structured content is kept as data, binary content is
   described, not inlined.
 * **Arguments** pass the shared validator (types, sizes, sanitising) and then the full
   JSON Schema of the tool (``anyOf``, ``$ref``, formats the shared walker does not
@@ -38,9 +38,9 @@ import mcp_types as types
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from agenttools.mcp_config import MCP_GROUP
-from agenttools.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
-from agenttools.untrusted import TRUST, neutralize_text, quoted
+from agenttools.core.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
+from agenttools.core.untrusted import TRUST, neutralize_text, quoted
+from agenttools.mcp.config import MCP_GROUP
 from llm.types import ToolDefinition
 
 log = logging.getLogger("agentchat.mcp")

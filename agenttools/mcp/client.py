@@ -44,7 +44,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from agenttools.mcp_config import McpServerConfig
+from agenttools.mcp.config import McpServerConfig
 
 log = logging.getLogger("agentchat.mcp")
 

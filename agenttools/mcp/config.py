@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from agenttools.catalog import CONTEXT_TYPES
+from agenttools.core.catalog import CONTEXT_TYPES
 
 MCP_GROUP: Final = "mcp"
 """The catalog group every MCP tool carries, beside the chat contexts it is offered in."""

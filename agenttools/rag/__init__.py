@@ -1,7 +1,12 @@
-"""Building blocks of the mandatory RAG flow (seeds 000-002).
+"""The mandatory RAG flow (seeds 000-002) and the knowledge tools (seed 004).
 
-The public entry point is :mod:`agenttools.rag_tools`; the modules here each do one job
-(SQLite plumbing, run-state policy, evidence sources, one module per tool handler).
-This package ``__init__`` stays empty on purpose so the stores can import the SQLite
-helpers without pulling the handlers in (and without import cycles).
+The flow's tools are attached by :mod:`agenttools.rag.tools`; one module per handler
+(``kb_search``, ``perplexity_search``, ``index_keywords``, ``generate_response``), the run's
+policy (``policy``), evidence sources (``sources``) and the handlers' dependencies
+(``deps``). Beside them: the keyword index (``keywords``), the Perplexity client
+(``perplexity``) and saved external answers (``external_results``), citation checks
+(``citations``), the bucketed-corpus tools (``corpus_tools``), their review
+(``review``), clarification requests (``clarification``) and query decomposition
+(``decomposition``, with ``schemas/``). Imports ``agenttools.core`` and no other tool room.
+This ``__init__`` stays empty of imports so a module here does not pull in the handlers.
 """

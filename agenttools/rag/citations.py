@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from agenttools.core.registry import EvidenceSource, RunToolState
 from agenttools.rag.sources import resolve_citations
-from agenttools.registry import EvidenceSource, RunToolState
 
 _BRACKET = re.compile(r"(?<![\w\\\[])\[([^\[\]\n]{1,400})\](?!\()")
 _SPLIT = re.compile(r"\s*[,;]\s*")

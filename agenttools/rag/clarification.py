@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import orjson
 
-from agenttools.registry import RunToolState, ToolOutcome
+from agenttools.core.registry import RunToolState, ToolOutcome
 from events import Clarification as ClarificationEvent
 from events import Event
 

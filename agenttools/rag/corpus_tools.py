@@ -11,15 +11,15 @@ call and what came back into three things:
 * evidence: every document a result came from is registered in ``RunToolState.sources``
   under its ``doc_id``, so a ``[doc_id]`` citation in the answer (or a ``source_id`` in
   ``generate_response``) resolves to a title and a location;
-* a clarification (see :mod:`agenttools.clarification`) when nothing matched — naming
+* a clarification (see :mod:`agenttools.rag.clarification`) when nothing matched — naming
   the condition that matches nothing and offering to drop it, never dropping it
   silently — or when a list-all request covers at least ``overload_threshold``
   documents (``AGENT_CLARIFY_OVERLOAD_HITS``), or a query matches that many passages
   with flat scores;
-* the review of the search so far (:mod:`agenttools.review`: ``enough`` / ``more`` with
+* the review of the search so far (:mod:`agenttools.rag.review`: ``enough`` / ``more`` with
   the next call / ``clarify``), which the model is told to follow.
 
-When the run was planned (:mod:`agenttools.decomposition`), a search without
+When the run was planned (:mod:`agenttools.rag.decomposition`), a search without
 ``filters`` gets the plan's constraints for its bucket (``filters: {}`` opts out).
 
 Errors the model can fix (unknown bucket, bad filter) come back as tool errors naming
@@ -38,7 +38,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from agenttools.clarification import (
+from agenttools.core.registry import EvidenceSource, RunToolState, ToolContext, ToolHandler, ToolOutcome, ToolRegistry
+from agenttools.core.untrusted import TRUST, quoted, safe_url
+from agenttools.rag.clarification import (
     UnmatchedConstraint,
     clarification_outcome,
     constraint_text,
@@ -47,12 +49,10 @@ from agenttools.clarification import (
     no_results_for_constraints,
     overload,
 )
-from agenttools.decomposition import plan_filters, plan_intent, raw_text_for
+from agenttools.rag.decomposition import plan_filters, plan_intent, raw_text_for
 from agenttools.rag.policy import mark_kb_searched
+from agenttools.rag.review import record_search, review_round
 from agenttools.rag.sources import page_label, shown_source, small_metadata
-from agenttools.registry import EvidenceSource, RunToolState, ToolContext, ToolHandler, ToolOutcome, ToolRegistry
-from agenttools.review import record_search, review_round
-from agenttools.untrusted import TRUST, quoted, safe_url
 from knowledge.filters import BUILTIN_FIELDS, FilterError, parse_filters
 from knowledge.kb import UnknownBucketError
 from knowledge.textnorm import STOP_WORDS

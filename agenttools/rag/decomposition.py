@@ -3,7 +3,7 @@ constraints become the corpus tools' ``filters``.
 
 The object (``intent``, ``primary_buckets``, ``entities`` with roles, ``constraints``
 with the ``raw_text`` they came from, ``topic_terms``, ``subqueries`` with a purpose,
-``output_preferences``) is built by ``app/planner.py`` from two model calls and checked
+``output_preferences``) is built by ``app/agent/planner.py`` from two model calls and checked
 here against ``schemas/decomposition.schema.json`` (JSON Schema 2020-12, validated with
 ``jsonschema``). A run that was planned keeps it in ``RunToolState.extras`` (plain JSON,
 so it travels in the run's checkpoint), where the corpus tools read it:
@@ -12,7 +12,7 @@ so it travels in the run's checkpoint), where the corpus tools read it:
   (``plan_filters``) — the user's "contracts from 2023" reaches the index even when the
   model forgets to pass it (seed 004 §6.2); ``filters: {}`` opts out;
 * a condition that matches nothing is named with the user's own words (``raw_text_for``);
-* the review step (``agenttools.review``) checks the plan's buckets and subqueries were
+* the review step (``agenttools.rag.review``) checks the plan's buckets and subqueries were
   searched before it says ``enough``.
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from agenttools.registry import RunToolState
+from agenttools.core.registry import RunToolState
 from knowledge.filters import BUILTIN_FIELDS
 
 SCHEMA_RESOURCE = "schemas/decomposition.schema.json"
@@ -53,7 +53,7 @@ class DecompositionError(ValueError):
 @functools.cache
 def decomposition_schema() -> dict[str, Any]:
     """The JSON Schema (read once from the package). Do not mutate the returned dict."""
-    text = resources.files("agenttools").joinpath(SCHEMA_RESOURCE).read_text(encoding="utf-8")
+    text = resources.files("agenttools.rag").joinpath(SCHEMA_RESOURCE).read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     Draft202012Validator.check_schema(schema)
     return schema

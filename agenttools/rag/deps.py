@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agenttools.keywords import KeywordIndex
-from agenttools.perplexity import PerplexityClient
+from agenttools.rag.keywords import KeywordIndex
+from agenttools.rag.perplexity import PerplexityClient
 from storage.interfaces import ExternalResultStore
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from agenttools.citations import verify_citations
+from agenttools.core.registry import EvidenceSource, RunToolState, ToolContext, ToolHandler, ToolOutcome
+from agenttools.rag.citations import verify_citations
 from agenttools.rag.deps import RagToolDeps
 from agenttools.rag.policy import GENERATE_RESPONSE, kb_search_failed, missing_prerequisite, prerequisite_error
 from agenttools.rag.sources import resolve_citations
-from agenttools.registry import EvidenceSource, RunToolState, ToolContext, ToolHandler, ToolOutcome
 from events import Response, Source
 
 MAX_LISTED_SOURCES = 40

@@ -1,6 +1,6 @@
 """``index_keywords``: keywords from an external answer, stored so later queries find it.
 
-Validation is seed 001's (see :mod:`agenttools.keywords`): individual bad keywords come
+Validation is seed 001's (see :mod:`agenttools.rag.keywords`): individual bad keywords come
 back with reasons while the good ones are indexed; fewer than three good ones make the
 whole call an error so the model retries with better keywords.
 
@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from agenttools.keywords import MAX_PER_CALL, MIN_PER_CALL, validate_keywords
+from agenttools.core.registry import ToolContext, ToolHandler, ToolOutcome
 from agenttools.rag.deps import RagToolDeps
+from agenttools.rag.keywords import MAX_PER_CALL, MIN_PER_CALL, validate_keywords
 from agenttools.rag.policy import (
     INDEX_KEYWORDS,
     external_result_ids,
@@ -24,7 +25,6 @@ from agenttools.rag.policy import (
     prerequisite_error,
     unindexed_result_ids,
 )
-from agenttools.registry import ToolContext, ToolHandler, ToolOutcome
 
 log = logging.getLogger(__name__)
 

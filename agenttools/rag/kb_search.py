@@ -3,7 +3,7 @@
 Besides the knowledge-base passages it returns the stored external answers the query
 asks about (``origin: "external_indexed"``, with their web citations' URLs), found by
 their keywords' stemmed terms in any order and by the meaning of their question, answer
-and keywords (``agenttools.keywords.KeywordIndex.lookup``): this is how an answer
+and keywords (``agenttools.rag.keywords.KeywordIndex.lookup``): this is how an answer
 fetched from Perplexity once is found by the next related question (seed 002, SC-006)
 without another external call — the same user's question: saved answers are their
 asker's (issue 21), shared only with ``AGENT_SHARED_WEB_ANSWERS``.
@@ -16,12 +16,12 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from agenttools.external_results import ExternalResult
+from agenttools.core.registry import RunToolState, ToolContext, ToolHandler, ToolOutcome
+from agenttools.core.untrusted import quoted, safe_url
 from agenttools.rag.deps import ChunkHitLike, RagToolDeps
+from agenttools.rag.external_results import ExternalResult
 from agenttools.rag.policy import mark_kb_searched, note_external_result
 from agenttools.rag.sources import chunk_source, chunk_source_id, external_sources, iso_time
-from agenttools.registry import RunToolState, ToolContext, ToolHandler, ToolOutcome
-from agenttools.untrusted import quoted, safe_url
 
 log = logging.getLogger(__name__)
 

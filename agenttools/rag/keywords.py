@@ -51,7 +51,7 @@ from knowledge.textnorm import tokens as text_tokens
 from storage.interfaces import ExternalResultStore, KeywordStore
 from storage.keyword_records import NOBODY, ExternalResult, KeywordAssociation, KeywordRecord
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("agenttools.keywords")  # its name before the rag room
 
 MIN_CHARS = 2
 MAX_CHARS = 50

@@ -5,7 +5,7 @@ Wire format (Perplexity's OpenAI-compatible Chat Completions API):
 ``{"model": "sonar", "messages": [...]}``; the answer is ``choices[0].message.content``,
 the sources are ``search_results: [{title, url, date, last_updated?, snippet?}]``
 (current) or ``citations: [url]`` (the older field). The answer's ``[n]`` markers are
-1-based positions in that list, which :class:`~agenttools.external_results.Citation`
+1-based positions in that list, which :class:`~agenttools.rag.external_results.Citation`
 keeps as ``index``.
 
 Failures never escape as transport exceptions: everything becomes a
@@ -24,7 +24,7 @@ from typing import Any, Literal
 import httpx
 import orjson
 
-from agenttools.external_results import Citation
+from agenttools.rag.external_results import Citation
 
 DEFAULT_BASE_URL = "https://api.perplexity.ai"
 DEFAULT_MODEL = "sonar"

@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from agenttools.external_results import new_external_result
-from agenttools.perplexity import PerplexityError
+from agenttools.core.registry import ToolContext, ToolHandler, ToolOutcome
+from agenttools.core.untrusted import quoted, safe_url
 from agenttools.rag.deps import RagToolDeps
+from agenttools.rag.external_results import new_external_result
+from agenttools.rag.perplexity import PerplexityError
 from agenttools.rag.policy import (
     PERPLEXITY_SEARCH,
     missing_prerequisite,
@@ -21,8 +23,6 @@ from agenttools.rag.policy import (
     prerequisite_error,
 )
 from agenttools.rag.sources import external_sources
-from agenttools.registry import ToolContext, ToolHandler, ToolOutcome
-from agenttools.untrusted import quoted, safe_url
 
 log = logging.getLogger(__name__)
 

@@ -38,9 +38,9 @@ from typing import Any
 
 import orjson
 
-from agenttools.catalog_discovery import FIND_TOOLS
-from agenttools.registry import RunToolState, ToolOutcome
-from agenttools.review import search_closed
+from agenttools.core.catalog_discovery import FIND_TOOLS
+from agenttools.core.registry import RunToolState, ToolOutcome
+from agenttools.rag.review import search_closed
 
 KB_SEARCH = "knowledge_base_search"
 PERPLEXITY_SEARCH = "perplexity_search"

@@ -5,7 +5,7 @@ the call to make next), or must the user be asked (``clarify``)?
 It is decided from facts, not by another model call: every corpus search records what
 it found (``record_search``: bucket, query, filters, mode, passages, documents, best
 score) in ``RunToolState.extras``, and ``review_round`` reads that log, the run's query
-decomposition (``agenttools.decomposition``) and the tool calls left:
+decomposition (``agenttools.rag.decomposition``) and the tool calls left:
 
 1. a clarification was already put to the user → ``clarify``;
 2. no tool calls left → ``enough`` when anything was found, else ``clarify``
@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agenttools.decomposition import plan_filters, plan_of
-from agenttools.registry import RunToolState
+from agenttools.core.registry import RunToolState
+from agenttools.rag.decomposition import plan_filters, plan_of
 
 SEARCH_LOG_KEY = "search.log"
 MAX_LOGGED = 40

@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from agenttools.external_results import ExternalResult
+from agenttools.core.registry import EvidenceSource, RunToolState
+from agenttools.core.untrusted import safe_url
 from agenttools.rag.deps import ChunkHitLike
-from agenttools.registry import EvidenceSource, RunToolState
-from agenttools.untrusted import safe_url
+from agenttools.rag.external_results import ExternalResult
 
 _REF_KEYS = ("source_id", "id", "chunk_id", "url", "doc_id")
 _MAX_META_VALUE_CHARS = 200

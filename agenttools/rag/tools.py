@@ -14,6 +14,7 @@ state the handlers write.
 
 from __future__ import annotations
 
+from agenttools.core.registry import ToolRegistry
 from agenttools.rag.deps import KnowledgeSearcher, RagToolDeps, RagToolSettings
 from agenttools.rag.generate_response import make_generate_response_handler
 from agenttools.rag.index_keywords import make_index_keywords_handler
@@ -29,7 +30,6 @@ from agenttools.rag.policy import (
     next_required_tool,
     prerequisite_error,
 )
-from agenttools.registry import ToolRegistry
 
 __all__ = [
     "GENERATE_RESPONSE",

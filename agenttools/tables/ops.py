@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from agenttools.table_config_rules import validate_table_config
+from agenttools.tables.config_rules import validate_table_config
 
 __all__ = [
     "PG_TYPES_BY_VISUAL",

@@ -11,21 +11,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agenttools.backend_client import BackendError, build_path, require_object, require_sequence
-from agenttools.ids import parse_uuid, uuid_error
-from agenttools.previews import table_config_preview_outcome, table_config_validation_outcome
-from agenttools.registry import ToolOutcome, ToolRegistry
-from agenttools.table_config_rules import COLUMN_VISUAL_TYPES
-from agenttools.table_config_rules import validate_table_config as check_table_config
-from agenttools.table_ops import (
-    PG_TYPES_BY_VISUAL,
-    OperationError,
-    apply_column_change,
-    apply_filter_change,
-    apply_join_change,
-    apply_sort_change,
-)
-from agenttools.tool_support import (
+from agenttools.core.backend_client import BackendError, build_path, require_object, require_sequence
+from agenttools.core.ids import parse_uuid, uuid_error
+from agenttools.core.previews import table_config_preview_outcome, table_config_validation_outcome
+from agenttools.core.registry import ToolOutcome, ToolRegistry
+from agenttools.core.tool_support import (
     CallScope,
     ToolInputError,
     WorkflowToolDeps,
@@ -34,6 +24,16 @@ from agenttools.tool_support import (
     object_arg,
     opt_str,
     req_str,
+)
+from agenttools.tables.config_rules import COLUMN_VISUAL_TYPES
+from agenttools.tables.config_rules import validate_table_config as check_table_config
+from agenttools.tables.ops import (
+    PG_TYPES_BY_VISUAL,
+    OperationError,
+    apply_column_change,
+    apply_filter_change,
+    apply_join_change,
+    apply_sort_change,
 )
 
 __all__ = ["TABLE_REFERENCE", "TABLE_TOOL_NAMES", "register_table_tools"]

@@ -17,7 +17,7 @@ import copy
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agenttools.backend_client import BackendError
+from agenttools.core.backend_client import BackendError
 
 __all__ = ["PayloadError", "generate_edges", "parse_after", "transform_workflow"]
 

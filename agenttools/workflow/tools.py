@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agenttools.backend_client import BackendError, build_path, require_object, require_sequence
-from agenttools.drafts import Draft, DraftAction, DraftError, draft_payload
-from agenttools.ids import parse_uuid, uuid_error
-from agenttools.previews import workflow_preview_outcome
-from agenttools.registry import ToolOutcome, ToolRegistry
-from agenttools.resolution import ActionTypeInfo
-from agenttools.tool_support import (
+from agenttools.core.backend_client import BackendError, build_path, require_object, require_sequence
+from agenttools.core.drafts import Draft, DraftAction, DraftError, draft_payload
+from agenttools.core.ids import parse_uuid, uuid_error
+from agenttools.core.previews import workflow_preview_outcome
+from agenttools.core.registry import ToolOutcome, ToolRegistry
+from agenttools.core.resolution import ActionTypeInfo
+from agenttools.core.tool_support import (
     CallScope,
     ToolInputError,
     WorkflowToolDeps,
@@ -28,8 +28,8 @@ from agenttools.tool_support import (
     page_args,
     req_str,
 )
-from agenttools.workflow_payload import PayloadError, parse_after, transform_workflow
-from agenttools.workflow_summaries import (
+from agenttools.workflow.payload import PayloadError, parse_after, transform_workflow
+from agenttools.workflow.summaries import (
     explain_node,
     flow_summary,
     page_info,

@@ -1,6 +1,6 @@
 """``find_tools``: the model searches the context's whole catalog for a tool it was not offered.
 
-Selection (``app.selector``) offers the core tools and the ``AGENT_RAG_TOP_K`` best
+Selection (``app.agent.selector``) offers the core tools and the ``AGENT_RAG_TOP_K`` best
 ranked ones, which keeps the model's tool list short; a tool that ranks lower (one of
 hundreds an MCP server lists) would otherwise be unreachable. This handler ranks the same
 context-filtered catalog with the same ``ToolIndex`` (same embedder, same query cache)
@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from agenttools.catalog_discovery import FIND_TOOLS, FIND_TOOLS_MAX_RESULTS
-from agenttools.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry, ToolSpec
-from app.selector import ContextFilterFn, IndexState
+from agenttools.core.catalog_discovery import FIND_TOOLS, FIND_TOOLS_MAX_RESULTS
+from agenttools.core.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry, ToolSpec
+from app.agent.selector import ContextFilterFn, IndexState
 
 FOUND_TOOLS_KEY: Final = "found_tools"
 #: At most this many found tools are added to a run's offer (the oldest finds drop out).

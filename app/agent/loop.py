@@ -28,27 +28,27 @@ from typing import Any
 
 import orjson
 
-from agenttools.executor import ToolExecutor
+from agenttools.core.executor import ToolExecutor
+from agenttools.core.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry
 from agenttools.rag.policy import FlowPolicy, set_flow_scope
-from agenttools.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry
-from agenttools.review import review_after_round
-from app.agent_deps import (
+from agenttools.rag.review import review_after_round
+from app.agent.budget import estimate_tokens, prune_history, prune_in_run
+from app.agent.deps import (
     AgentSettings,
     ConversationHistory,
     Planner,
     Prompts,
     ToolCallLog,
 )
-from app.agent_tools import ToolStep
-from app.agent_turn import TurnOutcome, stream_turn
-from app.budget import estimate_tokens, prune_history, prune_in_run
-from app.find_tools import found_tools
-from app.metrics import FinishedRun, RunMetrics
-from app.output_caps import TurnTextCap
-from app.records import Caller, ChatInput
-from app.run_state import PendingCalls, RunState
-from app.runs import Run, terminal_event
-from app.selector import ToolSelector
+from app.agent.find_tools import found_tools
+from app.agent.output_caps import TurnTextCap
+from app.agent.selector import ToolSelector
+from app.agent.tool_step import ToolStep
+from app.agent.turn import TurnOutcome, stream_turn
+from app.ops.metrics import FinishedRun, RunMetrics
+from app.runs.records import Caller, ChatInput
+from app.runs.run import Run, terminal_event
+from app.runs.state import PendingCalls, RunState
 from events import Clarification, Error, Event, RunEnding, RunResumed, RunStarted, TokenUsage, ToolCallResult
 from llm.provider import Provider
 from llm.types import (

@@ -14,8 +14,8 @@ question into the seed's decomposition object and a short search plan.
 
 The two answers are assembled into one object (``intent``, ``primary_buckets``,
 ``entities``, ``constraints``, ``topic_terms``, ``subqueries``, ``output_preferences``),
-validated against ``agenttools/schemas/decomposition.schema.json``, and the constraints
-become each bucket's ``filters`` (``agenttools.decomposition.bucket_filters``).
+validated against ``agenttools/rag/schemas/decomposition.schema.json``, and the constraints
+become each bucket's ``filters`` (``agenttools.rag.decomposition.bucket_filters``).
 
 The plan is advice for the model (its ``text`` goes into the system prompt) and data for
 the tools: ``PlanHint.attach(state)`` keeps it with the run, so a search without filters
@@ -36,7 +36,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from agenttools.decomposition import (
+from agenttools.core.registry import RunToolState
+from agenttools.rag.decomposition import (
     INTENTS,
     DecompositionError,
     applies_to,
@@ -47,7 +48,6 @@ from agenttools.decomposition import (
     normalise_constraint,
     validate_decomposition,
 )
-from agenttools.registry import RunToolState
 from knowledge.filters import FilterError, compile_filters, describe_fields
 from knowledge.types import BucketInfo
 from llm.provider import Provider
@@ -133,7 +133,7 @@ class PlanHint:
 
     def attach(self, state: RunToolState) -> None:
         """Keep the plan with a run: the corpus tools apply its filters, the review step
-        checks its searches (``agenttools.decomposition``)."""
+        checks its searches (``agenttools.rag.decomposition``)."""
         attach_plan(state, self.decomposition, self.filters, {p.bucket: p.strategy for p in self.plans})
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from agenttools.registry import ToolRegistry, ToolSpec
+from agenttools.core.registry import ToolRegistry, ToolSpec
 from events import RagScore, ToolSelection
 
 log = logging.getLogger("agentchat.selector")

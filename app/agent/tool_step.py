@@ -15,17 +15,17 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from agenttools.executor import ToolExecutor
-from agenttools.log_redaction import log_text, redact_for_log
+from agenttools.core.executor import ToolExecutor
+from agenttools.core.log_redaction import log_text, redact_for_log
+from agenttools.core.registry import ToolContext, ToolOutcome
+from agenttools.core.result_summary import summarize_result
+from agenttools.core.untrusted import neutralize
 from agenttools.rag.policy import FlowPolicy
-from agenttools.registry import ToolContext, ToolOutcome
-from agenttools.result_summary import summarize_result
-from agenttools.untrusted import neutralize
-from app.agent_deps import AgentSettings, Prompts, ToolCallLog
-from app.metrics import RunMetrics
-from app.run_state import PendingCalls, RunState
-from app.runs import Run
-from app.tracing import Tracing
+from app.agent.deps import AgentSettings, Prompts, ToolCallLog
+from app.ops.metrics import RunMetrics
+from app.ops.tracing import Tracing
+from app.runs.run import Run
+from app.runs.state import PendingCalls, RunState
 from events import UNSET, Event, ToolCallResult
 from llm.types import ToolCall, ToolResult
 from storage.records import ToolCallRecord
@@ -48,7 +48,7 @@ class ToolStep:
     settings: AgentSettings
     flow: FlowPolicy
     metrics: RunMetrics | None = None
-    #: A span per executed call when tracing is on (``app.tracing``; set by the wiring).
+    #: A span per executed call when tracing is on (``app.ops.tracing``; set by the wiring).
     tracing: Tracing = field(default_factory=Tracing)
 
     async def run_pending(self, run: Run, ctx: ToolContext, state: RunState) -> list[ToolResult]:
@@ -159,7 +159,7 @@ class ToolStep:
         """Seed 001's log: success | failure, plus ``rejected`` for calls refused before
         they ran (validation, prerequisites, the flow's first step); a call after earlier
         failed attempts of the same tool in this run is logged as ``retry`` with how many
-        came before. Arguments and result are redacted (``agenttools.log_redaction``)."""
+        came before. Arguments and result are redacted (``agenttools.core.log_redaction``)."""
         body = outcome.model_content if outcome.model_content is not None else outcome.content
         retries = state.failed_attempts.get(call.name, 0)
         if outcome.is_error:

@@ -15,8 +15,8 @@ from typing import Any, assert_never
 
 import orjson
 
-from app.output_caps import TurnTextCap
-from app.runs import Run
+from app.agent.output_caps import TurnTextCap
+from app.runs.run import Run
 from events import ContentChunk, ToolCallStart
 from events import MessageStart as TurnStarted
 from llm.provider import Provider

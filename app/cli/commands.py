@@ -20,11 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from app.cli_kb import add_kb_commands, run_kb_command
-from app.cli_migrate import add_migrate_command, run_migrate_db
+from app.cli.gcpolicy import tune_for_serving
+from app.cli.kb import add_kb_commands, run_kb_command
+from app.cli.migrate import add_migrate_command, run_migrate_db
 from app.config import ConfigError, Settings
-from app.gcpolicy import tune_for_serving
-from app.logs import announce, configure_logging, uvicorn_log_config
+from app.ops.logs import announce, configure_logging, uvicorn_log_config
 
 log = logging.getLogger("agentchat.cli")
 
@@ -87,7 +87,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def _reference_backend(settings: Settings, args: argparse.Namespace, port: int, log_level: str) -> Iterator[str | None]:
     """Start ``python -m backend`` beside the agent unless ``AGENT_BACKEND_URL`` or
     ``--no-backend`` says otherwise; yield its URL once it answers; stop it on the way out."""
-    from app.serving import BindError, bind_socket
+    from app.cli.serving import BindError, bind_socket
 
     if settings.backend_url is not None or args.no_backend:
         yield None
@@ -130,7 +130,7 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from app.serving import BindError, bind_socket, bound_port
+    from app.cli.serving import BindError, bind_socket, bound_port
 
     settings = _settings()
     host = args.host or settings.host
@@ -165,7 +165,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _serving_line(host: str, port: int, extra: str = "") -> str:
-    from app.serving import display_url
+    from app.cli.serving import display_url
 
     return (f"agentchat: serving on {display_url(host, port)}  (playground at /, stream at POST /v1/agent/chat)"
             f"{extra}")
@@ -173,8 +173,8 @@ def _serving_line(host: str, port: int, extra: str = "") -> str:
 
 async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, sock: Any) -> bool:
     """Serve on the bound socket until stopped; ``False`` if the app never started."""
+    from app.cli.serving import DrainingServer, bound_port, uvicorn_config
     from app.factory import create_app
-    from app.serving import DrainingServer, bound_port, uvicorn_config
 
     grace_s = settings.shutdown_grace_s if args.grace is None else args.grace
     app = create_app(settings, shutdown_deadline_s=grace_s)
@@ -212,7 +212,7 @@ async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, 
 
 async def _when_serving(server: Any, tasks: list[asyncio.Task[None]], line: str) -> None:
     """Once uvicorn accepts connections: say where, and apply the serving GC policy
-    (app/gcpolicy.py). Nothing is printed when it never started."""
+    (app/cli/gcpolicy.py). Nothing is printed when it never started."""
     while not server.started and not any(t.done() for t in tasks):
         await asyncio.sleep(0.05)
     if server.started:
@@ -222,8 +222,8 @@ async def _when_serving(server: Any, tasks: list[asyncio.Task[None]], line: str)
 
 def reload_config(host: str, port: int, settings: Settings, *, log_format: str = "text") -> Any:
     """uvicorn's config for ``--reload``: the app by import path, watching only the
-    project's packages (``app.serving.PACKAGES``) — never ``.venv`` or ``data``."""
-    from app.serving import PACKAGES, PROJECT_ROOT, uvicorn_config
+    project's packages (``app.cli.serving.PACKAGES``) — never ``.venv`` or ``data``."""
+    from app.cli.serving import PACKAGES, PROJECT_ROOT, uvicorn_config
 
     return uvicorn_config(
         "app.factory:create_app",
@@ -242,19 +242,19 @@ def _run_reloader(config: Any, sock: Any) -> None:
     import uvicorn
     from uvicorn.supervisors import ChangeReload
 
-    from app.serving import bound_port
+    from app.cli.serving import bound_port
 
     sock.listen(2048)  # connections queue from now on, while the child starts the app
     announce(_serving_line(config.host, bound_port(sock), "  [reloading on changes]"))
     ChangeReload(config, target=uvicorn.Server(config).run, sockets=[sock]).run()
 
 
-# --- knowledge base: ingest, buckets, docs (app/cli_kb.py) ---------------------------------
+# --- knowledge base: ingest, buckets, docs (app/cli/kb.py) ---------------------------------
 
 
 async def _prune_keywords(args: argparse.Namespace) -> int:
-    from agenttools.keywords import KeywordIndex
-    from app.cli_storage import StorageUnavailable, open_cli_storage
+    from agenttools.rag.keywords import KeywordIndex
+    from app.cli.database import StorageUnavailable, open_cli_storage
 
     settings = _settings()
     try:  # the service's database (AGENT_DATABASE_URL, else AGENT_DB_PATH), never a local copy

@@ -72,7 +72,7 @@ async def open_cli_storage(settings: Settings) -> Any:
 async def open_cli_kb(settings: Settings, embedder: Any) -> Any:
     """The knowledge base on the configured database; closing it closes the storage
     (``StorageUnavailable`` if it cannot be opened)."""
-    from app.kb_file import open_kb_file
+    from app.cli.kb_file import open_kb_file
 
     target = storage_target(settings)
     try:

@@ -1,6 +1,6 @@
 """The knowledge-base commands of ``agentchat``: ``ingest``, ``buckets``, ``docs``.
 
-They work directly on the service's database (``app.cli_storage``: ``AGENT_DATABASE_URL``,
+They work directly on the service's database (``app.cli.database``: ``AGENT_DATABASE_URL``,
 else the file at ``AGENT_DB_PATH``), never through the server.
 What a librarian needs to trust an ingestion: every file is either read or counted
 under the reason it was skipped; binary and non-UTF-8 files are rejected with a
@@ -207,10 +207,10 @@ async def run_kb_command(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _open_kb(settings: Settings, command: str, *, embed: bool = False) -> Any:
-    """The KB on the service's database (``app.cli_storage``). Only ``ingest`` embeds,
+    """The KB on the service's database (``app.cli.database``). Only ``ingest`` embeds,
     so only it chooses (and probes) an embedder; listing and removing need no model.
     ``None`` after printing why the database could not be opened."""
-    from app.cli_storage import StorageUnavailable, open_cli_kb
+    from app.cli.database import StorageUnavailable, open_cli_kb
 
     embedder = None
     if embed:

@@ -63,7 +63,7 @@ class DrainingServer(uvicorn.Server):
 
 #: The project's packages: ``--reload`` watches these and nothing else (not ``.venv``).
 PACKAGES = ("app", "llm", "toolindex", "storage", "agenttools", "knowledge", "prompts", "backend")
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class BindError(Exception):

@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from starlette.routing import Match
 
-from app.masking import mask_query
+from app.ops.masking import mask_query
 
 FIELDS: Final = ("run_id", "conversation_id", "user", "route")
 
@@ -99,7 +99,7 @@ class ContextFilter(logging.Filter):
 
 def safe_query(raw: bytes) -> str | None:
     """The query string with the values of every parameter whose name suggests a
-    credential masked (``jwt=***``, ``client_secret=***``: ``app.masking``)."""
+    credential masked (``jwt=***``, ``client_secret=***``: ``app.ops.masking``)."""
     return mask_query(raw)
 
 

@@ -5,10 +5,10 @@ orjson formatter — chosen over structlog because every module here already log
 the standard library with ``extra={…}`` fields, which python-json-logger serialises as
 they are, with no second logging API to learn or to bridge uvicorn's and the libraries'
 records into. ``text`` (``make dev``, the other CLI commands) keeps the one-line form
-with the fields appended as JSON. Either way ``app.log_context.ContextFilter`` adds
+with the fields appended as JSON. Either way ``app.ops.log_context.ContextFilter`` adds
 ``run_id``, ``conversation_id``, ``user`` and ``route`` to the lines of a request or a
 run. ``AGENT_LOG_LEVEL`` sets the level. uvicorn's loggers go through the same handler
-(``uvicorn_log_config``), and its access log stays off: ``app.log_context.AccessLog``
+(``uvicorn_log_config``), and its access log stays off: ``app.ops.log_context.AccessLog``
 writes ours, without query secrets. ``MaskingFilter`` masks the userinfo of every URL
 a line quotes (``http://***@host``), on every handler; while an app runs,
 ``scrubbed_logs`` adds the configured secret values (API keys, the demo token,
@@ -29,8 +29,8 @@ import orjson
 from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.orjson import OrjsonFormatter
 
-from app.log_context import ContextFilter
-from app.masking import SecretScrubber
+from app.ops.log_context import ContextFilter
+from app.ops.masking import SecretScrubber
 
 FORMATS: Final = ("json", "text")
 
@@ -160,7 +160,7 @@ def uvicorn_log_config(fmt: str, level: str | None = None) -> dict[str, Any]:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "handlers": {"agentchat": {"()": "app.logs.make_handler", "fmt": fmt}},
+        "handlers": {"agentchat": {"()": "app.ops.logs.make_handler", "fmt": fmt}},
         "root": {"handlers": ["agentchat"], "level": log_level(level)},
         "loggers": {
             "uvicorn": {"handlers": [], "propagate": True},

@@ -19,7 +19,7 @@ Where the spans come from, so the agent loop stays as it is:
   starts when the stream is first read, in the run's task, so its parent is the run
   span; provider, model, tokens in/out and the error code are attributes;
 * **tool call** (``execute_tool {name}``) — ``tool_span`` around the executor in the
-  tool step (``app.agent_tools``): tool name, outcome, duration.
+  tool step (``app.agent.tool_step``): tool name, outcome, duration.
 
 Attributes never carry message text, arguments, results or credentials.
 """

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from app.runs import Run
+from app.runs.run import Run
 from storage.interfaces import RunStore
 from storage.records import UNFINISHED
 from storage.run_feed import RunFeed

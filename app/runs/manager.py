@@ -43,11 +43,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from app.log_context import bind_run, note_run
-from app.records import Caller, ChatInput, Sealer, decode_run_input, encode_run_input
-from app.run_cancels import RunCancels
-from app.run_state import RunState
-from app.runs import Run, RunEvent, terminal_event
+from app.ops.log_context import bind_run, note_run
+from app.runs.cancels import RunCancels
+from app.runs.records import Caller, ChatInput, Sealer, decode_run_input, encode_run_input
+from app.runs.run import Run, RunEvent, terminal_event
+from app.runs.state import RunState
 from events import (
     Discarded,
     Error,
@@ -290,7 +290,7 @@ class RunManager:
                 await asyncio.wait_for(asyncio.shield(run.task), timeout=5)
 
     async def cancel_elsewhere(self, run_id: str, wait_s: float = 5.0) -> str:
-        """Cancel a run this process does not execute (``app/run_cancels.py``): its
+        """Cancel a run this process does not execute (``app/runs/cancels.py``): its
         status once its ending is stored within ``wait_s``, else ``cancelling``."""
         return await self.cancels.request(run_id, wait_s)
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from agenttools.log_redaction import redact_secrets
-from agenttools.registry import EvidenceSource, RunToolState
+from agenttools.core.log_redaction import redact_secrets
+from agenttools.core.registry import EvidenceSource, RunToolState
 from llm.types import Message, ToolCall, ToolResult, Usage
 
 CHECKPOINT_VERSION = 1
@@ -30,7 +30,7 @@ def stored_copy(message: Message) -> Message:
     """``message`` as the conversation keeps it: the arguments of its tool calls — also
     inside a provider's replay data (Gemini's ``function_call.args``) and the raw
     argument text — with the tool-call log's credential rules applied
-    (``agenttools.log_redaction.redact_secrets``), so a password or a bearer token the
+    (``agenttools.core.log_redaction.redact_secrets``), so a password or a bearer token the
     model passed to a tool is not kept for the conversation's life."""
     if message.role != "assistant" or not (message.tool_calls or message.replay):
         return message

@@ -20,8 +20,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.bounds import check_int, check_number
-from app.http import HTTPProblem, ORJSONResponse, identify, read_json_body, services
+from app.server.bounds import check_int, check_number
+from app.server.http import HTTPProblem, ORJSONResponse, identify, read_json_body, services
 
 MAX_KB_BODY = 32 * 1024 * 1024
 MAX_DOCUMENTS = 5000

@@ -37,9 +37,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import events
-from agenttools.catalog import CONTEXT_TYPES
-from app import http
-from app.compat_runs import (
+from agenttools.core.catalog import CONTEXT_TYPES
+from app.runs.records import ChatInput
+from app.server import http
+from app.server.compat_runs import (
     AnswerText,
     Event,
     active_run,
@@ -49,14 +50,13 @@ from app.compat_runs import (
     follow_live,
     import_history,
 )
-from app.context_scope import check_bucket_scope
-from app.problems import HTTPProblem
-from app.records import ChatInput
+from app.server.context_scope import check_bucket_scope
+from app.server.problems import HTTPProblem
 from llm.types import Message
 from storage.records import MULTITASK_POLICIES
 
 if TYPE_CHECKING:
-    from app.services import Services
+    from app.server.services import Services
 
 HEADERS = {"x-vercel-ai-ui-message-stream": "v1", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 TRIGGERS = ("submit-message", "regenerate-message")

@@ -33,7 +33,7 @@ import httpx
 import jwt
 import orjson
 
-from app.log_context import note_user
+from app.ops.log_context import note_user
 
 try:  # PyJWT >= 2.10 warns on every use of an HMAC key under 32 bytes; the config checks length once
     from jwt.warnings import InsecureKeyLengthWarning as _ShortKeyWarning

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from app.problems import HTTPProblem
+from app.server.problems import HTTPProblem
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # Number.MAX_SAFE_INTEGER: the largest integer a browser holds exactly (event ids, cursors).

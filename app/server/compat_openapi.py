@@ -1,5 +1,5 @@
-"""The OpenAPI description of the ecosystem faces (``app/openai_compat.py``,
-``app/ai_sdk_stream.py``), mirroring what those routes check and answer.
+"""The OpenAPI description of the ecosystem faces (``app/server/openai_compat.py``,
+``app/server/ai_sdk_stream.py``), mirroring what those routes check and answer.
 
 Their streams are not run events: each frame is an unnamed SSE ``message`` whose ``data``
 is one JSON chunk (an OpenAI ``chat.completion.chunk`` or error, or an AI SDK UI message
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agenttools.catalog import CONTEXT_TYPES
-from app.openai_request import model_ids
-from app.openapi import ApiContribution, json_body, json_response, path_param, problem, schema_ref
+from agenttools.core.catalog import CONTEXT_TYPES
+from app.server.openai_request import model_ids
+from app.server.openapi import ApiContribution, json_body, json_response, path_param, problem, schema_ref
 from storage.records import MULTITASK_POLICIES
 
 CONVERSATION_ID_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"

@@ -4,7 +4,7 @@ conversation a client's transcript continues, and reading a run's stored events.
 These faces never run the agent themselves. A request is admitted like a native one
 (auth, rate limit, body limits, run limit), becomes a ``ChatInput`` submitted to the same
 run manager, and its stream is the run's own event log — read through the native
-follower (``app.http.stream_run`` / ``stream_remote``), parsed back into ``(name, data)``
+follower (``app.server.http.stream_run`` / ``stream_remote``), parsed back into ``(name, data)``
 pairs and translated by the face. So a run started here is durable, resumable and
 cancellable exactly like one started on ``/v1/agent/runs``.
 """
@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from starlette.requests import Request
 
-from app import http
-from app.auth import Identity
-from app.problems import HTTPProblem
-from app.runs import Run
+from app.runs.run import Run
+from app.server import http
+from app.server.auth import Identity
+from app.server.problems import HTTPProblem
 from llm.types import Message
 from storage.errors import ConversationOwnedByAnother, StorageUnavailable
 from storage.records import TERMINAL_EVENT, UNFINISHED, RunEvent, StoredRun
 
 if TYPE_CHECKING:
-    from app.services import Services
+    from app.server.services import Services
 
 #: One run event: its name and its decoded ``data``; ``None`` is a keep-alive tick.
 Event = tuple[str, dict[str, Any]]

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from app.openapi import HTTP_METHODS
+from app.server.openapi import HTTP_METHODS
 
 _REF = re.compile(r"&quot;#/components/schemas/([A-Za-z0-9_.\-]+)&quot;")
 _CODE = re.compile(r"`([^`]+)`")

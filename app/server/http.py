@@ -21,15 +21,15 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from app.auth import LOCAL_USER, AuthError, Identity
-from app.bounds import MAX_JSON_DEPTH, MAX_SAFE_INTEGER, check_json, parse_int
 from app.config import CONTEXT_TYPES
-from app.context_scope import check_bucket_scope
-from app.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from app.problems import HTTPProblem, ORJSONResponse
-from app.records import Caller, ChatInput
-from app.remote_runs import RemoteRuns
-from app.runs import Run, RunEvent
+from app.ops.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from app.runs.records import Caller, ChatInput
+from app.runs.remote import RemoteRuns
+from app.runs.run import Run, RunEvent
+from app.server.auth import LOCAL_USER, AuthError, Identity
+from app.server.bounds import MAX_JSON_DEPTH, MAX_SAFE_INTEGER, check_json, parse_int
+from app.server.context_scope import check_bucket_scope
+from app.server.problems import HTTPProblem, ORJSONResponse
 from events import Heartbeat
 from storage.errors import (
     ConversationBusy,
@@ -41,7 +41,7 @@ from storage.errors import (
 from storage.records import MULTITASK_POLICIES, UNFINISHED
 
 if TYPE_CHECKING:
-    from app.services import Services
+    from app.server.services import Services
 
 log = logging.getLogger("agentchat.http")
 
@@ -57,7 +57,7 @@ def services(request: Request) -> Services:
 
 async def read_json_body(request: Request, limit: int, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """The body as JSON: at most ``limit`` bytes, nested at most ``max_depth`` levels, its
-    integers within SQLite's range (``app/bounds.py``) — else a ``4xx`` saying which."""
+    integers within SQLite's range (``app/server/bounds.py``) — else a ``4xx`` saying which."""
     declared = request.headers.get("content-length")
     if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise HTTPProblem(413, "payload_too_large", f"the body is larger than {limit} bytes")
@@ -216,7 +216,7 @@ async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str
     refuse with a 4xx/503 before anything streams. ``IdempotencyKeyUsed`` passes
     through: a concurrent request with the same key started the run first. Every face
     (native, OpenAI-compatible, AI SDK) starts its runs here, so the context's
-    knowledge-base scope is checked here once (``app/context_scope.py``)."""
+    knowledge-base scope is checked here once (``app/server/context_scope.py``)."""
     await check_bucket_scope(svc, chat.context)
     try:
         return await svc.runs.submit(

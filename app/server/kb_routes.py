@@ -6,7 +6,7 @@ as ``after`` for the next page. ``DELETE /v1/kb/documents/{doc_id}`` removes one
 (chunks, vectors, typed fields). ``GET /v1/kb/buckets`` lists buckets with their typed
 fields and counts; ``DELETE /v1/kb/buckets/{name}`` removes a bucket with every document
 in it. All are administrative, guarded like ``POST /v1/kb/documents``
-(``app/admin_routes.py``). A document's ``source`` is a path relative to the folder it
+(``app/server/admin_routes.py``). A document's ``source`` is a path relative to the folder it
 was ingested from, or the poster's own; never a path on the server.
 """
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.admin_routes import _component, _require_admin
-from app.bounds import parse_int
-from app.http import HTTPProblem, ORJSONResponse
+from app.server.admin_routes import _component, _require_admin
+from app.server.bounds import parse_int
+from app.server.http import HTTPProblem, ORJSONResponse
 from knowledge.names import is_doc_id, is_identifier
 
 MAX_LIST_LIMIT = 1000

@@ -4,7 +4,7 @@ Open WebUI and any OpenAI SDK can use the agent as a "model": one model per agen
 context (``agentchat-knowledge``, ``agentchat-workflow``, ``agentchat-tables``, from the
 catalog's contexts). A completion is a run of the same run manager as
 ``/v1/agent/runs`` (auth from ``Authorization: Bearer``, limits, durability); its answer
-is the run's event log translated (``app/compat_runs.py``), never a second agent path.
+is the run's event log translated (``app/server/compat_runs.py``), never a second agent path.
 
 What a client gets (documented in README "OpenAI-compatible endpoints"):
 
@@ -45,9 +45,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import events
-from app import http
-from app.auth import Identity
-from app.compat_runs import (
+from app.runs.records import ChatInput
+from app.runs.run import Run
+from app.server import http
+from app.server.auth import Identity
+from app.server.compat_runs import (
     AnswerText,
     admit_body,
     check_owner,
@@ -57,8 +59,8 @@ from app.compat_runs import (
     normalized,
     stored_events,
 )
-from app.context_scope import check_bucket_scope
-from app.openai_request import (
+from app.server.context_scope import check_bucket_scope
+from app.server.openai_request import (
     CompletionRequest,
     error_body,
     error_response,
@@ -66,14 +68,12 @@ from app.openai_request import (
     parse_request,
     unknown_model,
 )
-from app.problems import HTTPProblem, ORJSONResponse
-from app.records import ChatInput
-from app.runs import Run
+from app.server.problems import HTTPProblem, ORJSONResponse
 from llm.types import Message
 from storage.errors import IdempotencyKeyUsed
 
 if TYPE_CHECKING:
-    from app.services import Services
+    from app.server.services import Services
 
 CHAIN_KEY_PREFIX = "oai-chain:"
 

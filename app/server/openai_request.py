@@ -14,9 +14,9 @@ from typing import Any
 
 from starlette.responses import Response
 
-from agenttools.catalog import CONTEXT_TYPES
-from app import http
-from app.problems import HTTPProblem, ORJSONResponse
+from agenttools.core.catalog import CONTEXT_TYPES
+from app.server import http
+from app.server.problems import HTTPProblem, ORJSONResponse
 from storage.records import MULTITASK_POLICIES, MultitaskPolicy
 
 MODEL_PREFIX = "agentchat-"

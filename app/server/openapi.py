@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 description of the HTTP API: the shared pieces and the builder.
 
 Starlette routes carry no types, so the description is written down beside the
-validation it mirrors (``app/openapi_paths.py`` for the built-in routes) and a test
+validation it mirrors (``app/server/openapi_paths.py`` for the built-in routes) and a test
 compares it with the router: a route without a description fails the suite.
 
 Each route module contributes an ``ApiContribution`` — its path items
@@ -28,7 +28,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
 import events
-from app.playground import SECURITY_HEADERS
+from app.server.playground import SECURITY_HEADERS
 
 OPENAPI_VERSION = "3.1.0"
 PathItems = dict[str, dict[str, Any]]

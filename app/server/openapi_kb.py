@@ -1,4 +1,4 @@
-"""The knowledge-base and admin routes (``app/kb_routes.py``, ``app/admin_routes.py``), described.
+"""The knowledge-base and admin routes (``app/server/kb_routes.py``, ``app/server/admin_routes.py``), described.
 
 Administrative: with ``AGENT_AUTH=none`` they answer 403 unless ``AGENT_ADMIN_OPEN=true``.
 Per-document problems of an ingestion are reported in ``rejected``, not refused as a whole,
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.openapi import ApiContribution, json_body, json_response, path_param, problem, query, schema_ref
+from app.server.openapi import ApiContribution, json_body, json_response, path_param, problem, query, schema_ref
 
 BUCKET_PATTERN = r"^[a-z][a-z0-9_]{0,40}$"
 DOC_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
@@ -31,7 +31,7 @@ def _admin(*, body: bool = False) -> dict[str, Any]:
 
 
 def kb_api() -> ApiContribution:
-    """``app/kb_routes.py`` and ``app/admin_routes.py``: the knowledge base and keyword upkeep."""
+    """``app/server/kb_routes.py`` and ``app/server/admin_routes.py``: the knowledge base and keyword upkeep."""
     bucket_name = {"type": "string", "pattern": BUCKET_PATTERN}
     report = schema_ref("IngestReport")
     paths: dict[str, dict[str, Any]] = {

@@ -1,8 +1,8 @@
 """The built-in routes, described: one ``ApiContribution`` per route module (the
-knowledge-base and admin routes in ``app/openapi_kb.py``).
+knowledge-base and admin routes in ``app/server/openapi_kb.py``).
 
-Each description mirrors the checks its route makes (``app/http.py``'s
-``parse_chat_input`` and ``_after``, ``app/bounds.py``, the KB and admin routes), so a
+Each description mirrors the checks its route makes (``app/server/http.py``'s
+``parse_chat_input`` and ``_after``, ``app/server/bounds.py``, the KB and admin routes), so a
 client generated from the document sends what the server accepts, and the statuses
 listed are the ones the route can answer (schemathesis checks both against a live server).
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.bounds import MAX_SAFE_INTEGER
 from app.config import CONTEXT_TYPES, Settings
-from app.openapi import (
+from app.server.bounds import MAX_SAFE_INTEGER
+from app.server.openapi import (
     ApiContribution,
     header,
     json_body,
@@ -25,7 +25,7 @@ from app.openapi import (
     schema_ref,
     sse_response,
 )
-from app.openapi_kb import kb_api
+from app.server.openapi_kb import kb_api
 from storage.records import MULTITASK_POLICIES
 
 RUN_STATUSES = ("queued", "running", "completed", "failed", "cancelled", "interrupted")
@@ -116,7 +116,7 @@ def _run_links() -> dict[str, Any]:
 
 
 def agent_api(settings: Settings) -> ApiContribution:
-    """``app/http.py``: chat, runs, their events, cancel, conversations."""
+    """``app/server/http.py``: chat, runs, their events, cancel, conversations."""
     run_id = path_param("run_id", {"type": "string"}, "The run (`run_…` from `POST /v1/agent/runs`).")
     not_found_run = problem("No such run of yours (`not_found`)")
     unauthenticated = problem("No valid bearer token (`AGENT_AUTH=jwt`)", authenticate=True)
@@ -259,7 +259,7 @@ def agent_api(settings: Settings) -> ApiContribution:
 
 
 def operations_api() -> ApiContribution:
-    """Health, readiness and metrics (``app/http.py``)."""
+    """Health, readiness and metrics (``app/server/http.py``)."""
     readiness = schema_ref("Readiness")
     paths = {
         "/healthz": {"get": {
@@ -293,7 +293,7 @@ def operations_api() -> ApiContribution:
 
 
 def pages_api() -> ApiContribution:
-    """The playground (``app/playground.py``)."""
+    """The playground (``app/server/playground.py``)."""
     not_found = problem("No such file (`not_found`)")
     paths = {
         "/": {"get": {

@@ -1,6 +1,6 @@
 """The error answer every route gives before a stream starts: ``4xx`` with ``{"error", "detail"}``.
 
-Kept apart from ``app/http.py`` so small checkers (``app/bounds.py``) can raise it
+Kept apart from ``app/server/http.py`` so small checkers (``app/server/bounds.py``) can raise it
 without importing the routes, and the routes can use the checkers without a cycle.
 """
 

@@ -11,17 +11,17 @@ from typing import Any
 
 import httpx
 
-from app.agent import Agent
-from app.auth import Authenticator
+from app.agent.loop import Agent
+from app.agent.selector import IndexState
 from app.config import Settings
-from app.embedder_check import EmbedderCheck
-from app.limits import Admission
-from app.masking import SecretScrubber
-from app.metrics import AppMetrics, LiveSources
-from app.remote_runs import RemoteRuns
+from app.ops.embedder_check import EmbedderCheck
+from app.ops.masking import SecretScrubber
+from app.ops.metrics import AppMetrics, LiveSources
 from app.rooms import Rooms
-from app.run_manager import RunManager
-from app.selector import IndexState
+from app.runs.manager import RunManager
+from app.runs.remote import RemoteRuns
+from app.server.auth import Authenticator
+from app.server.limits import Admission
 from llm.provider import Provider
 from storage.interfaces import ConversationStore, RunStore, StorageBundle, ToolCallLog
 

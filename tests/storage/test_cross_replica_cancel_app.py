@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import orjson
 
-from app.auth import LOCAL_USER
-from app.records import Caller, ChatInput, encode_run_input
+from app.runs.records import Caller, ChatInput, encode_run_input
+from app.server.auth import LOCAL_USER
 from storage.open import open_storage
 from storage.records import NewRun
 from tests.storage.test_replica_ops_app import BODY, replica, replica_settings, until

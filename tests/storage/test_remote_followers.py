@@ -18,7 +18,7 @@ import orjson
 import psycopg
 import pytest
 
-from app.remote_runs import RemoteRuns
+from app.runs.remote import RemoteRuns
 from storage.postgres.notify_payload import MAX_PAYLOAD_BYTES, decode_payload, encode_payload
 from storage.records import NewRun, RunEvent, RunWrite
 from storage.run_feed import MAX_CARRIED, RunWatch

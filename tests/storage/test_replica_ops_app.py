@@ -20,10 +20,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from prometheus_client.parser import text_string_to_metric_families
 
-from agenttools.registry import ToolRegistry
-from app.auth import LOCAL_USER
+from agenttools.core.registry import ToolRegistry
 from app.config import Settings
-from app.records import Caller, ChatInput, encode_run_input
+from app.runs.records import Caller, ChatInput, encode_run_input
+from app.server.auth import LOCAL_USER
 from storage.open import open_storage
 from storage.records import NewRun
 from tests.conftest import collect_sse, running_app

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agenttools.registry import ToolRegistry
+from agenttools.core.registry import ToolRegistry
 from app.config import Settings
 from tests.conftest import running_app
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn

@@ -1,0 +1,5 @@
+"""``python -m app.cli``: the ``agentchat`` command."""
+
+from app.cli.commands import main
+
+raise SystemExit(main())
