@@ -9,8 +9,8 @@ renders it and decides *where*.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from typing import Any, Literal, Protocol, TypeVar
 
 from storage.dialect import Dialect, Statement
 
@@ -34,6 +34,32 @@ class Tx(Protocol):
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
 
 
+#: One statement of a *plan*: what to do with it (``Tx``'s method of that name), the
+#: portable SQL and its parameters. The plan receives the method's result back.
+Op = tuple[Literal["execute", "executemany", "fetchone", "fetchall"], str, Sequence[Any]]
+#: A transaction's logic written once as a generator of ``Op``s, returning its result:
+#: PostgreSQL drives it over ``Tx`` (``run_plan``), SQLite runs it whole on the writer's
+#: own thread, in one hop (``storage.sqlite.dialect``).
+Plan = Generator[Op, Any, T]
+
+
+def advance(plan: Plan[T], result: Any) -> tuple[bool, Any]:
+    """Send ``result`` into ``plan``: ``(False, its next Op)``, or ``(True, its value)``."""
+    try:
+        return False, plan.send(result)
+    except StopIteration as stop:
+        return True, stop.value
+
+
+async def run_plan(tx: Tx, plan: Plan[T]) -> T:
+    """Drive ``plan`` inside ``tx``: each ``Op`` runs, its result is sent back."""
+    done, value = advance(plan, None)
+    while not done:
+        kind, sql, params = value
+        done, value = advance(plan, await getattr(tx, kind)(sql, params))
+    return value  # type: ignore[no-any-return]
+
+
 OnCommit = Callable[[], None] | None
 OnFail = Callable[[BaseException], None] | None
 
@@ -49,6 +75,8 @@ class EngineDatabase(Protocol):
 
     def enqueue(self, statements: Sequence[Statement], *, on_commit: OnCommit = None, on_fail: OnFail = None) -> None:
         ...
+
+    async def commit(self, statements: Sequence[Statement], *, on_commit: OnCommit = None) -> None: ...
 
 
 class SqlEngine:
@@ -79,6 +107,10 @@ class SqlEngine:
         busy or unreachable (so ``fn`` must only touch the database)."""
         raise NotImplementedError
 
+    async def transact_plan(self, make: Callable[[Dialect], Plan[T]]) -> T:
+        """``transact`` for a ``Plan`` (made afresh for each attempt)."""
+        return await self.transact(lambda tx: run_plan(tx, make(tx.dialect)))
+
     async def execute(self, statements: Sequence[Statement]) -> None:
         """Commit ``statements`` now, in one transaction."""
         await self.db.execute(self.rendered(statements))
@@ -86,6 +118,10 @@ class SqlEngine:
     def enqueue(self, statements: Sequence[Statement], *, on_commit: OnCommit = None, on_fail: OnFail = None) -> None:
         """Queue ``statements`` on the engine's ordered background writer (never blocks)."""
         self.db.enqueue(self.rendered(statements), on_commit=on_commit, on_fail=on_fail)
+
+    async def commit(self, statements: Sequence[Statement], *, on_commit: OnCommit = None) -> None:
+        """Queue ``statements`` on the ordered writer and wait until they are committed."""
+        await self.db.commit(self.rendered(statements), on_commit=on_commit)
 
 
 async def take_lock(tx: Tx, key: str | int) -> None:
@@ -95,4 +131,4 @@ async def take_lock(tx: Tx, key: str | int) -> None:
         await tx.execute(*statement)
 
 
-__all__ = ["EngineDatabase", "Row", "SqlEngine", "Tx", "take_lock"]
+__all__ = ["EngineDatabase", "Op", "Plan", "Row", "SqlEngine", "Tx", "advance", "run_plan", "take_lock"]

@@ -9,10 +9,10 @@ from storage.sqlite.database import SqliteDatabase, SqliteOptions
 from storage.sqlite.dialect import SqliteSql
 from storage.sqlite.kb_index import SqliteKBIndex
 from storage.sqlite.migrations import migrate
-from storage.sqlite.runs import SqliteRunStore
+from storage.stores.runs import SqlRunStore
 
 
-class SqliteStorage(SqlStorage[SqliteDatabase, SqliteRunStore, SqliteKBIndex]):
+class SqliteStorage(SqlStorage[SqliteDatabase, SqlRunStore, SqliteKBIndex]):
     """Every store of the service on one file. Built by ``open_sqlite_storage``; one
     process per file, so its live runs are followed in memory (no ``run_feed``)."""
 
@@ -28,8 +28,9 @@ async def open_sqlite_storage(path: str | Path, opts: SqliteOptions | None = Non
             pass
         version = await db.transact_raw(migrate)
         db.start()
+        sql = SqliteSql(db)
         return SqliteStorage.assemble(
-            db=db, sql=SqliteSql(db), schema_version=version, runs=SqliteRunStore(db), kb_index=SqliteKBIndex(db)
+            db=db, sql=sql, schema_version=version, runs=SqlRunStore(sql), kb_index=SqliteKBIndex(db)
         )
     except BaseException:
         await db.close()

@@ -3,6 +3,7 @@ the one writer connection (``database.py``), reads on a reader."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -10,7 +11,7 @@ import aiosqlite
 import numpy as np
 
 from storage.dialect import Dialect
-from storage.sql import Row, SqlEngine, Tx
+from storage.sql import Plan, Row, SqlEngine, Tx, advance
 from storage.sqlite.database import SqliteDatabase
 
 T = TypeVar("T")
@@ -64,5 +65,28 @@ class SqliteSql(SqlEngine):
     async def transact(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         return await self.db.transact(lambda conn: fn(SqliteTx(conn)))
 
+    async def transact_plan(self, make: Callable[[Dialect], Plan[T]]) -> T:
+        """The whole transaction in one hop on the writer's thread (``transact_sync``):
+        hot paths such as admitting a run stay short when the event loop is busy."""
+        return await self.db.transact_sync(lambda conn: run_plan_sync(conn, make(SQLITE)))
 
-__all__ = ["SQLITE", "SqliteSql", "SqliteTx"]
+
+def run_plan_sync(conn: sqlite3.Connection, plan: Plan[T]) -> T:
+    """``storage.sql.run_plan`` on a plain connection (inside ``transact_sync``)."""
+    done, value = advance(plan, None)
+    while not done:
+        kind, sql, params = value
+        if kind == "executemany":
+            result: Any = conn.executemany(sql, params).rowcount
+        elif kind == "execute":
+            result = int(conn.execute(sql, params).rowcount)
+        elif kind == "fetchone":
+            row = conn.execute(sql, params).fetchone()
+            result = tuple(row) if row is not None else None
+        else:
+            result = [tuple(r) for r in conn.execute(sql, params).fetchall()]
+        done, value = advance(plan, result)
+    return value  # type: ignore[no-any-return]
+
+
+__all__ = ["SQLITE", "SqliteSql", "SqliteTx", "run_plan_sync"]

@@ -22,7 +22,7 @@ from llm.types import Message
 from storage.dialect import Dialect, Statement
 from storage.errors import ConversationOwnedByAnother
 from storage.records import StoredMessage
-from storage.sql import SqlEngine, Tx
+from storage.sql import Plan, SqlEngine, Tx, run_plan
 
 CLAIM_SQL = "INSERT INTO conversations(id, user_id) VALUES (?, ?) ON CONFLICT (id) DO NOTHING"
 OWNER_SQL = "SELECT user_id FROM conversations WHERE id = ?"
@@ -32,13 +32,17 @@ APPEND_SQL = (
 )
 
 
-async def claim_in(tx: Tx, conversation_id: str, user_id: str) -> None:
+def claim_ops(dialect: Dialect, conversation_id: str, user_id: str) -> Plan[None]:
     """Create-or-check ownership inside an open transaction; on PostgreSQL the
     conversation's row stays locked until it ends."""
-    await tx.execute(CLAIM_SQL, (conversation_id, user_id))
-    row = await tx.fetchone(OWNER_SQL + tx.dialect.for_update, (conversation_id,))
+    yield ("execute", CLAIM_SQL, (conversation_id, user_id))
+    row = yield ("fetchone", OWNER_SQL + dialect.for_update, (conversation_id,))
     if row is None or row[0] != user_id:
         raise ConversationOwnedByAnother(conversation_id)
+
+
+async def claim_in(tx: Tx, conversation_id: str, user_id: str) -> None:
+    await run_plan(tx, claim_ops(tx.dialect, conversation_id, user_id))
 
 
 def append_statements(

@@ -1,0 +1,351 @@
+"""Runs, their replayable event log and their checkpoints, on either engine.
+
+A step of a run (its events, its checkpoint, the messages it adds to the conversation,
+a status change) is one item of the engine's ordered writer, so it commits as a whole
+or not at all, after every step queued before it: the log never holds an event whose
+step state was lost, nor a checkpoint ahead of its events.
+
+Admission (``create``) is one transaction written once as a plan (``storage.sql.Plan``):
+SQLite runs it whole on its one writer's thread (``BEGIN IMMEDIATE``, one hop), which
+every process on the file takes one at a time; PostgreSQL claims the conversation with
+its row locked, so two replicas admitting runs on one conversation see each other, and
+counts the user's unfinished runs under a per-user advisory lock. What only PostgreSQL
+does — lease checks inside each step, notifications, ``SKIP LOCKED`` claims — is its
+subclass (``storage.postgres.runs``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from typing import Any
+
+from storage.dialect import Dialect, Statement
+from storage.errors import ConversationBusy, IdempotencyKeyUsed, TooManyRuns
+from storage.records import UNFINISHED, NewRun, RunEvent, RunWrite, StoredRun
+from storage.sql import Plan, SqlEngine
+from storage.stores.conversations import append_statements, claim_ops
+
+UNFINISHED_SQL = "(" + ", ".join(f"'{s}'" for s in UNFINISHED) + ")"
+_IN_CHUNK = 500
+_EVENT_SQL = "INSERT INTO run_events(run_id, seq, event, data) VALUES (?, ?, ?, ?)"
+COLUMNS = (
+    "r.id, r.conversation_id, r.user_id, r.context_type, r.status, r.created_at, r.input, r.checkpoint, "
+    "r.checkpoint_seq, (SELECT COALESCE(MAX(seq), 0) FROM run_events e WHERE e.run_id = r.id), r.multitask, r.resumes, "
+    "r.cancel_requested_at IS NOT NULL"
+)
+_KEY_SQL = "SELECT id FROM runs WHERE user_id = ? AND idempotency_key = ?"
+
+
+def _blob(value: Any) -> Any:
+    """A blob column as bytes (psycopg hands back ``bytes`` or ``memoryview``)."""
+    return bytes(value) if isinstance(value, bytearray | memoryview) else value
+
+
+def stored_run(row: Sequence[Any]) -> StoredRun:
+    return StoredRun(
+        id=str(row[0]),
+        conversation_id=str(row[1]),
+        user_id=str(row[2]),
+        context_type=str(row[3]),
+        status=str(row[4]),
+        created_at=float(row[5] or 0.0),
+        input=_blob(row[6]),
+        checkpoint=_blob(row[7]),
+        checkpoint_seq=int(row[8] or 0),
+        last_seq=int(row[9] or 0),
+        multitask=str(row[10]),
+        resumes=int(row[11] or 0),
+        cancel_requested=bool(row[12]),
+    )
+
+
+def step_statements(dialect: Dialect, step: RunWrite) -> list[Statement]:
+    """A step's statements in portable SQL (the engine's own come around them)."""
+    now = dialect.now
+    out: list[Statement] = [(_EVENT_SQL, (step.run_id, e.seq, e.event, e.data)) for e in step.events]
+    if step.messages:
+        out += append_statements(dialect, step.conversation_id, step.messages, step.run_id)
+    if step.checkpoint is not None:
+        out.append(
+            (
+                "UPDATE runs SET checkpoint = ?, checkpoint_seq = ? WHERE id = ?",
+                (step.checkpoint, step.checkpoint_seq or 0, step.run_id),
+            )
+        )
+    if step.summary is not None:
+        s = step.summary
+        out.append(
+            (
+                "UPDATE runs SET tool_call_count = ?, used_tools = ?, keyword_count = ? WHERE id = ?",
+                (s.tool_call_count, ",".join(s.used_tools), s.keyword_count, step.run_id),
+            )
+        )
+    if step.finished:
+        out.append(
+            (
+                f"UPDATE runs SET status = ?, finished_at = {now}, input = NULL, checkpoint = NULL WHERE id = ?",
+                (step.status or "completed", step.run_id),
+            )
+        )
+    elif step.status is not None:
+        out.append(
+            (
+                f"UPDATE runs SET status = ?, started_at = COALESCE(started_at, {now}) WHERE id = ?",
+                (step.status, step.run_id),
+            )
+        )
+    return out
+
+
+def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
+    for i in range(0, len(items), _IN_CHUNK):
+        yield items[i : i + _IN_CHUNK]
+
+
+class SqlRunStore:
+    """The run store; SQLite's as is. PostgreSQL's subclass fills the hooks below."""
+
+    def __init__(self, sql: SqlEngine) -> None:
+        self.sql = sql
+        self.db = sql.db
+        # Rows in the order they were inserted: SQLite's rowid, PostgreSQL's seq.
+        self.order = "rowid" if sql.dialect.name == "sqlite" else "seq"
+
+    # --- engine hooks ---------------------------------------------------------------------
+
+    def step_around(self, step: RunWrite) -> tuple[list[Statement], list[Statement]]:
+        """Statements before and after a step's own (none on SQLite)."""
+        return [], []
+
+    def cap_lock(self, user_id: str) -> Statement | None:
+        """The lock that makes count-then-insert of a user's runs atomic (SQLite: its one
+        writer already does)."""
+        return None
+
+    def cancel_notice(self, run_id: str) -> Statement | None:
+        """Sent when a run's cancel is marked (SQLite has no notifications: the owner
+        finds the mark on its next look, every fraction of a second)."""
+        return None
+
+    def failure(self, step: RunWrite, exc: BaseException) -> BaseException:
+        """A failed step's error as the caller sees it."""
+        return exc
+
+    # --- admission ------------------------------------------------------------------------
+
+    def _mark_cancelled(self, dialect: Dialect, run_ids: Sequence[str]) -> Plan[None]:
+        rows = yield (
+            "fetchall",
+            f"UPDATE runs SET cancel_requested_at = COALESCE(cancel_requested_at, {dialect.now}) "
+            f"WHERE id IN ({dialect.marks(len(run_ids))}) AND status IN {UNFINISHED_SQL} RETURNING id",
+            tuple(run_ids),
+        )
+        for row in rows:
+            notice = self.cancel_notice(str(row[0]))
+            if notice is not None:
+                yield ("execute", *notice)
+
+    def _admission(self, dialect: Dialect, run: NewRun) -> Plan[list[str]]:
+        if run.idempotency_key is not None:  # checked first; the insert below settles races
+            row = yield ("fetchone", _KEY_SQL, (run.user_id, run.idempotency_key))
+            if row is not None:
+                raise IdempotencyKeyUsed(str(row[0]))
+        yield from claim_ops(dialect, run.conversation_id, run.user_id)  # PostgreSQL: locks its row
+        rows = yield (
+            "fetchall",
+            f"SELECT id FROM runs WHERE conversation_id = ? AND status IN {UNFINISHED_SQL} ORDER BY {self.order}",
+            (run.conversation_id,),
+        )
+        others = [str(r[0]) for r in rows]
+        if others and run.multitask == "reject":
+            raise ConversationBusy(run.conversation_id)
+        cap = run.max_unfinished_per_user
+        if cap is not None:
+            lock = self.cap_lock(run.user_id)
+            if lock is not None:
+                yield ("execute", *lock)
+            rows = yield (
+                "fetchall",
+                f"SELECT id FROM runs WHERE user_id = ? AND status IN {UNFINISHED_SQL} LIMIT ?",
+                (run.user_id, cap + len(run.ending_unwritten)),
+            )
+            ending = set(run.ending_unwritten)
+            if sum(1 for r in rows if str(r[0]) not in ending) >= cap:
+                raise TooManyRuns(run.user_id)
+        if others and run.multitask == "interrupt":  # their owners end them (``cancel_requests``)
+            yield from self._mark_cancelled(dialect, others)
+        # Two replicas admitting one key at once: the unique index lets one insert win;
+        # the other inserts nothing, waits for the winner's commit and names its run.
+        inserted = yield (
+            "fetchone",
+            "INSERT INTO runs(id, conversation_id, user_id, context_type, status, input, multitask, "
+            "idempotency_key, lease_owner, lease_until) "
+            f"VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, CASE WHEN ? THEN {dialect.now} + ? END) "
+            "ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id",
+            (run.id, run.conversation_id, run.user_id, run.context_type, run.input, run.multitask,
+             run.idempotency_key, run.lease_owner, run.lease_owner is not None, float(run.lease_s)),
+        )
+        if inserted is None:
+            row = yield ("fetchone", _KEY_SQL, (run.user_id, run.idempotency_key))
+            raise IdempotencyKeyUsed(str(row[0]) if row else "")
+        return others
+
+    async def create(self, run: NewRun) -> list[str]:
+        return await self.sql.transact_plan(lambda dialect: self._admission(dialect, run))
+
+    async def request_cancel(self, run_id: str) -> StoredRun | None:
+        """Mark the run's cancel if it has not ended (and tell its owner at commit where
+        the engine can); the run as stored afterwards."""
+        await self.sql.transact_plan(lambda dialect: self._mark_cancelled(dialect, [run_id]))
+        return await self.get(run_id)
+
+    # --- reads ----------------------------------------------------------------------------
+
+    async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
+        out: set[str] = set()
+        for chunk in _chunks(list(run_ids)):
+            rows = await self.sql.fetchall(
+                f"SELECT id FROM runs WHERE id IN ({self.sql.dialect.marks(len(chunk))}) "
+                f"AND cancel_requested_at IS NOT NULL AND status IN {UNFINISHED_SQL}",
+                tuple(chunk),
+            )
+            out.update(str(r[0]) for r in rows)
+        return out
+
+    async def get(self, run_id: str) -> StoredRun | None:
+        row = await self.sql.fetchone(f"SELECT {COLUMNS} FROM runs r WHERE r.id = ?", (run_id,))
+        return stored_run(row) if row else None
+
+    async def find_by_idempotency_key(self, user_id: str, key: str) -> StoredRun | None:
+        row = await self.sql.fetchone(
+            f"SELECT {COLUMNS} FROM runs r WHERE r.user_id = ? AND r.idempotency_key = ?", (user_id, key)
+        )
+        return stored_run(row) if row else None
+
+    async def events_after(self, run_id: str, after: int, limit: int = 10_000) -> list[RunEvent]:
+        rows = await self.sql.fetchall(
+            "SELECT seq, event, data FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (run_id, after, limit),
+        )
+        return [RunEvent(int(s), str(e), str(d)) for s, e, d in rows]
+
+    async def unfinished(self) -> list[StoredRun]:
+        rows = await self.sql.fetchall(
+            f"SELECT {COLUMNS} FROM runs r WHERE r.status IN {UNFINISHED_SQL} ORDER BY r.{self.order}"
+        )
+        return [stored_run(r) for r in rows]
+
+    # --- writes ---------------------------------------------------------------------------
+
+    def statements(self, step: RunWrite) -> list[Statement]:
+        before, after = self.step_around(step)
+        return [*before, *step_statements(self.sql.dialect, step), *after]
+
+    def write(self, step: RunWrite, *, on_commit: Callable[[], None] | None = None,
+              on_fail: Callable[[BaseException], None] | None = None) -> None:
+        fail = on_fail
+        if on_fail is not None and step.lease_owner is not None:
+
+            def fail(exc: BaseException) -> None:
+                on_fail(self.failure(step, exc))
+
+        self.sql.enqueue(self.statements(step), on_commit=on_commit, on_fail=fail)
+
+    async def commit(self, step: RunWrite, *, on_commit: Callable[[], None] | None = None) -> None:
+        try:
+            await self.sql.commit(self.statements(step), on_commit=on_commit)
+        except Exception as exc:
+            mapped = self.failure(step, exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    async def set_status(self, run_ids: Sequence[str], status: str) -> None:
+        # An ending forgets the caller's credentials (``input``), as a stored ending does.
+        forget = "" if status in UNFINISHED else ", input = NULL, checkpoint = NULL"
+        statements: list[Statement] = [
+            (f"UPDATE runs SET status = ?{forget} WHERE id IN ({self.sql.dialect.marks(len(c))})", (status, *c))
+            for c in _chunks(list(run_ids))
+        ]
+        if statements:
+            await self.sql.execute(statements)
+
+    async def count_resume(self, run_id: str) -> None:
+        await self.sql.execute([("UPDATE runs SET resumes = resumes + 1 WHERE id = ?", (run_id,))])
+
+    # --- leases: which process executes which run -------------------------------------------
+
+    def _expired(self, expired_only: bool) -> str:
+        return f"AND (lease_until IS NULL OR lease_until < {self.sql.dialect.now})" if expired_only else ""
+
+    def _claim(self, dialect: Dialect, owner: str, lease_s: float, expired: str, limit: int) -> Plan[dict[str, Any]]:
+        rows = yield (
+            "fetchall",
+            f"SELECT id, lease_until FROM runs WHERE status IN {UNFINISHED_SQL} {expired} "
+            f"ORDER BY {self.order} LIMIT ?",
+            (limit,),
+        )
+        expired_at = {str(r[0]): r[1] for r in rows}
+        yield (
+            "executemany",
+            f"UPDATE runs SET lease_owner = ?, lease_until = {dialect.now} + ? WHERE id = ?",
+            [(owner, float(lease_s), rid) for rid in expired_at],
+        )
+        return expired_at
+
+    async def claimed(self, owner: str, lease_s: float, expired_only: bool, limit: int) -> dict[str, Any]:
+        """Run id -> its old lease end, for the runs taken (one writer: atomic)."""
+        expired = self._expired(expired_only)
+        return await self.sql.transact_plan(lambda dialect: self._claim(dialect, owner, lease_s, expired, limit))
+
+    async def claim(
+        self, owner: str, lease_s: float, *, expired_only: bool = True, limit: int = 100
+    ) -> list[StoredRun]:
+        """Take unfinished runs whose lease expired (or that never had one) — all of them
+        when not ``expired_only`` — for ``owner``, atomically: of processes claiming at
+        once, each run goes to exactly one. Oldest first."""
+        claimed = await self.claimed(owner, lease_s, expired_only, limit)
+        out: list[StoredRun] = []
+        for chunk in _chunks(list(claimed)):
+            rows = await self.sql.fetchall(
+                f"SELECT {COLUMNS} FROM runs r WHERE r.id IN ({self.sql.dialect.marks(len(chunk))}) "
+                f"ORDER BY r.{self.order}",
+                tuple(chunk),
+            )
+            out += [replace(run, lease_expired_at=claimed.get(run.id)) for run in map(stored_run, rows)]
+        return out
+
+    def _renew(self, dialect: Dialect, owner: str, run_ids: Sequence[str], lease_s: float) -> Plan[set[str]]:
+        held: set[str] = set()
+        for rid in run_ids:
+            changed = yield (
+                "execute",
+                f"UPDATE runs SET lease_until = {dialect.now} + ? WHERE id = ? AND lease_owner = ?",
+                (float(lease_s), rid, owner),
+            )
+            if changed:
+                held.add(rid)
+        return held
+
+    async def renew(self, owner: str, run_ids: Sequence[str], lease_s: float) -> set[str]:
+        """Extend ``owner``'s leases; returns the runs it still holds."""
+        if not run_ids:
+            return set()
+        return await self.sql.transact_plan(lambda dialect: self._renew(dialect, owner, run_ids, lease_s))
+
+    async def release_leases(self, owner: str, run_ids: Sequence[str]) -> None:
+        """Give runs up at once (shutdown): the next process that looks takes them."""
+        statements: list[Statement] = [
+            (
+                f"UPDATE runs SET lease_until = NULL WHERE id IN ({self.sql.dialect.marks(len(c))}) "
+                "AND lease_owner = ?",
+                (*c, owner),
+            )
+            for c in _chunks(list(run_ids))
+        ]
+        if statements:
+            await self.sql.execute(statements)
+
+
+__all__ = ["COLUMNS", "UNFINISHED_SQL", "SqlRunStore", "step_statements", "stored_run"]
