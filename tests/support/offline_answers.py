@@ -21,11 +21,18 @@ _ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+")
 _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 
 
-def load_questions(held_out: bool = False) -> dict[str, list[dict[str, str]]]:
-    """The original set (tuned on) or the held-out set (only ever measured)."""
+#: The question sets: "original" was tuned on; "held_out" and "fresh" were written from
+#: the documents afterwards and are only ever measured, so they say how answers fare on
+#: questions nobody tuned on.
+SETS = ("original", "held_out", "fresh")
+
+
+def load_questions(held_out: bool = False, name: str | None = None) -> dict[str, list[dict[str, str]]]:
+    """One question set by name (see SETS); ``held_out=True`` is ``name="held_out"``."""
     data = orjson.loads(QUESTIONS.read_bytes())
-    if held_out:
-        data = data["held_out"]
+    name = name or ("held_out" if held_out else "original")
+    if name != "original":
+        data = data[name]
     return {"sample": data["sample"], "npm": data["npm"]}
 
 
