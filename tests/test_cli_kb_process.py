@@ -10,9 +10,13 @@ import asyncio
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.fakes.ollama import FakeOllama
 from tests.support.procs import REPO, child_env
 from tests.support.server import serve_app
+
+pytestmark = pytest.mark.slow  # `agentchat` CLI subprocesses
 
 
 async def agentchat(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
