@@ -91,9 +91,11 @@ def fragments(answer: str) -> list[str]:
     for line in _prose_lines(answer):
         text = line.lstrip("*_ ")
         first = _MARKS.sub("", text.split(" ", 1)[0])
+        name = re.match(r"[a-z]+", first)  # "npm's registry …" starts with the name npm
         label = first.endswith(":")  # "*note*: …" starts a sentence
         starts_cut = text.startswith(("…", "...", ",", ";", ")")) or (
-            text[:1].islower() and first not in _LOWERCASE_STARTS and not label and line not in items
+            text[:1].islower() and (name is None or name.group(0) not in _LOWERCASE_STARTS) and not label
+            and line not in items
         )
         if starts_cut or text.endswith("…"):
             out.append(line)
