@@ -40,6 +40,11 @@ REQUEST_WORDS: frozenset[str] = frozenset("please tell show find give get know e
 #: are the topic when they are the action a how-question asks about (see
 #: ``_asked_action``); anywhere else they are filler.
 TOPIC_REQUEST_WORDS: frozenset[str] = frozenset("show find list get".split())
+#: Question words that are the topic when a question asks about them rather than with
+#: them: "why does … fail?" opens with "why" (the form of the question), but "how do I
+#: find out why a package is installed?" asks for the reason itself, which documents
+#: name by the word (``npm explain``, "alias: why"; "figure out exactly why …").
+_EMBEDDED_ASKS = frozenset({"why"})
 #: The subject of a how-question's action: "how do I list", "how can we find", "how to show".
 _ACTION_SUBJECTS = frozenset("i we you one to".split())
 
@@ -89,6 +94,8 @@ def content_terms(text: str, *, limit: int = 24) -> list[str]:
         if t in TOPIC_REQUEST_WORDS and _asked_action(all_tokens, i) and not _phrasal(all_tokens, i):
             seen.setdefault(t, None)
         elif t not in STOP_WORDS and (len(t) > 1 or t.isdigit()):
+            seen.setdefault(t, None)
+        elif t in _EMBEDDED_ASKS and i > 0:
             seen.setdefault(t, None)
     if not seen:
         for t in all_tokens:

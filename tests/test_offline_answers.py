@@ -29,6 +29,13 @@ in "find out"; a how-to quoted from a page's opening shows the page's synopsis; 
 own title is no section label): fresh sample 6/8, npm 5/8; held-out 7/7 and 5/11;
 original 25/26. Ranking a named page's opening with its page's best evidence won one
 held-out question (npm doctor) but cost corpus_quality nDCG@10, so it is not in.
+
+Round 3: a fourth set (``final``, 8 + 8, written from documents not read for the earlier
+sets and committed before any change) measured once at the end. "why" inside a question
+("find out why a package is installed") is now a search term (``npm explain``, "alias:
+why"): held-out npm 6/11. final: sample 5/8, npm 4/8. Indexing npm's front-matter
+``description`` as each page's opening line raised held-out npm to 7/11 and fresh npm to
+6/8 but lost an original question (package-lock.json), so it is not in.
 """
 
 from __future__ import annotations
@@ -57,8 +64,9 @@ from tests.support.procs import REPO, child_env
 #: Share of facts carried, per question set (original: tuned on; held_out: only measured).
 FLOORS = {
     "original": {"sample": 0.9, "npm": 0.9},
-    "held_out": {"sample": 0.85, "npm": 0.45},
+    "held_out": {"sample": 0.85, "npm": 0.5},
     "fresh": {"sample": 0.7, "npm": 0.6},
+    "final": {"sample": 0.6, "npm": 0.5},
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",

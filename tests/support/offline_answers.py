@@ -21,10 +21,10 @@ _ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+")
 _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 
 
-#: The question sets: "original" was tuned on; "held_out" and "fresh" were written from
+#: The question sets: "original" was tuned on; "held_out", "fresh" and "final" were written from
 #: the documents afterwards and are only ever measured, so they say how answers fare on
 #: questions nobody tuned on.
-SETS = ("original", "held_out", "fresh")
+SETS = ("original", "held_out", "fresh", "final")
 
 
 def load_questions(held_out: bool = False, name: str | None = None) -> dict[str, list[dict[str, str]]]:
