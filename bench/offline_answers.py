@@ -4,7 +4,7 @@ its fact, and how many sentences were said twice or started mid-sentence.
 Runs the default configuration (no model reachable: the extractive answerer, the
 hashing embedder) on a fresh database, ingests the npm documentation installed with npm
 through ``agentchat ingest``, asks tests/data/offline_questions.json in the knowledge
-context (the original set, tuned on, then the held-out set, only measured) and writes
+context (the original set, tuned on, then the held-out, fresh and final sets, only measured) and writes
 bench/results/offline_answers.json; ``--show`` prints every answer to read.
 
     .venv/bin/python bench/offline_answers.py [--show]
@@ -22,7 +22,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.offline_answers import carries, fragments, load_questions, npm_docs, repeated_sentences
+from tests.support.offline_answers import SETS, carries, fragments, load_questions, npm_docs, repeated_sentences
 from tests.test_offline_answers import ask_all, defaults, ingest
 
 RESULTS = Path(__file__).resolve().parent / "results" / "offline_answers.json"
@@ -49,8 +49,8 @@ async def main(show: bool) -> None:
             await ingest(env, docs, "npm")
         else:
             print("npm is not installed: the npm documentation set is skipped")
-        for label, held_out in (("original", False), ("held_out", True)):
-            questions = load_questions(held_out)
+        for label in SETS:
+            questions = load_questions(name=label)
             sets = {"sample": await ask_all(env, questions["sample"], None)}
             if docs is not None:
                 sets["npm"] = await ask_all(env, questions["npm"], {"bucket": "npm"})

@@ -9,13 +9,19 @@ list markers do not count: the comparison is over folded word tokens). A hit fro
 file with the same folder and stem as a better hit's (``a/guide.md`` / ``a/guide.html``)
 needs less overlap, since it is the same page by name as well. The better-ranked copy
 stays; the others are dropped and counted.
+
+Records are not copies of each other however alike their text: two invoices whose
+bodies read the same but whose typed fields (the bucket's schema: vendor, amount,
+year…) differ are two answers to a filtered search. So two hits are copies only when
+those fields agree. (Free-form front matter — a page's own title or description — does
+not make a record: the same option section pasted into two command pages is a copy.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePosixPath
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from knowledge.textnorm import tokens
 
@@ -25,6 +31,16 @@ COPY_CONTAINMENT = 0.8
 SAME_PAGE_CONTAINMENT = 0.5
 
 T = TypeVar("T")
+
+
+
+def record_facts(metadata: Mapping[str, Any] | None, fields: Mapping[str, str] | None) -> dict[str, Any]:
+    """The values of the bucket's typed ``fields`` in a hit's metadata: what makes it a
+    distinct record (none in a bucket without a schema)."""
+    if not fields:
+        return {}
+    data = metadata or {}
+    return {name: data.get(name) for name in fields}
 
 
 def shingles(text: str, size: int = 3) -> frozenset[tuple[str, ...]]:
@@ -59,11 +75,13 @@ def collapse_duplicates(
     text: Callable[[T], str],
     source: Callable[[T], str | None],
     document: Callable[[T], str],
+    facts: Callable[[T], Mapping[str, Any]] = lambda _item: {},
 ) -> tuple[list[T], int]:
     """The first ``keep`` items of ``ranked`` (best first) that are not copies of a
     better one, and how many copies were dropped on the way. Chunks of one document are
-    never each other's copies (its chunks share only their overlap)."""
-    kept: list[tuple[T, frozenset[tuple[str, ...]], str | None, str]] = []
+    never each other's copies (its chunks share only their overlap), nor are records
+    whose typed fields differ (``facts``, from ``record_facts``)."""
+    kept: list[tuple[T, frozenset[tuple[str, ...]], str | None, str, dict[str, Any]]] = []
     dropped = 0
     for item in ranked:
         if len(kept) >= keep:
@@ -71,9 +89,10 @@ def collapse_duplicates(
         grams = shingles(text(item))
         key = page_key(source(item))
         doc = document(item)
+        record = dict(facts(item))
         is_copy = False
-        for _other, other_grams, other_key, other_doc in kept:
-            if other_doc == doc:
+        for _other, other_grams, other_key, other_doc, other_record in kept:
+            if other_doc == doc or other_record != record:
                 continue
             limit = SAME_PAGE_CONTAINMENT if key is not None and key == other_key else COPY_CONTAINMENT
             if containment(grams, other_grams) >= limit:
@@ -82,8 +101,8 @@ def collapse_duplicates(
         if is_copy:
             dropped += 1
         else:
-            kept.append((item, grams, key, doc))
+            kept.append((item, grams, key, doc, record))
     return [k[0] for k in kept], dropped
 
 
-__all__ = ["collapse_duplicates", "containment", "page_key", "shingles"]
+__all__ = ["collapse_duplicates", "containment", "page_key", "record_facts", "shingles"]

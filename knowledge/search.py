@@ -22,7 +22,7 @@ import numpy as np
 
 from knowledge.buckets import Buckets
 from knowledge.dense import DenseSide
-from knowledge.duplicates import collapse_duplicates
+from knowledge.duplicates import collapse_duplicates, record_facts
 from knowledge.filters import (
     compile_filters,
     constraint_label,
@@ -298,7 +298,8 @@ class Searcher:
             cands, q, lists=max(1, n_lists), top_k=2 * top_k + 4, per_doc=self.config.per_doc, max_fused=1.0
         )
         top, duplicates = collapse_duplicates(
-            ranked, top_k, text=lambda c: c.text, source=lambda c: c.source, document=lambda c: c.doc_id
+            ranked, top_k, text=lambda c: c.text, source=lambda c: c.source, document=lambda c: c.doc_id,
+            facts=lambda c: record_facts(c.metadata, self.buckets.cached(c.bucket)),
         )
         hits = [
             ChunkHit(

@@ -34,6 +34,19 @@ FUNCTION_WORDS: frozenset[str] = frozenset(
 
 #: The filler of requests ("please tell me", "explain", "list"): not what is asked about.
 REQUEST_WORDS: frozenset[str] = frozenset("please tell show find give get know explain describe list".split())
+#: Request words that are also what a question may be about: "list every invoice" asks
+#: for a list and "what does npm outdated show?" for an output, but "how do I list the
+#: installed packages?" asks how listing is done (the ``npm ls`` page says "list"). They
+#: are the topic when they are the action a how-question asks about (see
+#: ``_asked_action``); anywhere else they are filler.
+TOPIC_REQUEST_WORDS: frozenset[str] = frozenset("show find list get".split())
+#: Question words that are the topic when a question asks about them rather than with
+#: them: "why does … fail?" opens with "why" (the form of the question), but "how do I
+#: find out why a package is installed?" asks for the reason itself, which documents
+#: name by the word (``npm explain``, "alias: why"; "figure out exactly why …").
+_EMBEDDED_ASKS = frozenset({"why"})
+#: The subject of a how-question's action: "how do I list", "how can we find", "how to show".
+_ACTION_SUBJECTS = frozenset("i we you one to".split())
 
 #: Words that carry no retrieval signal. Dropped from FTS queries because they match
 #: nearly every chunk (slow, and they flatten BM25), ignored by the re-ranker and by
@@ -77,13 +90,29 @@ def content_terms(text: str, *, limit: int = 24) -> list[str]:
     """
     seen: dict[str, None] = {}
     all_tokens = tokens(text)
-    for t in all_tokens:
-        if t not in STOP_WORDS and (len(t) > 1 or t.isdigit()):
+    for i, t in enumerate(all_tokens):
+        if t in TOPIC_REQUEST_WORDS and _asked_action(all_tokens, i) and not _phrasal(all_tokens, i):
+            seen.setdefault(t, None)
+        elif t not in STOP_WORDS and (len(t) > 1 or t.isdigit()):
+            seen.setdefault(t, None)
+        elif t in _EMBEDDED_ASKS and i > 0:
             seen.setdefault(t, None)
     if not seen:
         for t in all_tokens:
             seen.setdefault(t, None)
     return list(seen)[:limit]
+
+
+def _asked_action(words: list[str], i: int) -> bool:
+    """True when ``words[i]`` is the action a how-question asks about: "how do I list …",
+    "how to find …" (not "list every invoice", "please show me …", "what does … show")."""
+    return 2 <= i <= 4 and words[0] == "how" and words[i - 1] in _ACTION_SUBJECTS
+
+
+def _phrasal(words: list[str], i: int) -> bool:
+    """True when a particle follows ``words[i]``: "find out why …" asks to learn
+    something, not about finding (``npm find-dupes``); "show up" is not "show"."""
+    return i + 1 < len(words) and words[i + 1] in _PARTICLES
 
 
 #: Shortest word a pair of query words may join into ("log in" → ``login``).

@@ -276,6 +276,23 @@ def _window(read: _Read, unit: _Unit) -> list[str]:
     return pieces
 
 
+def _with_synopsis(read: _Read, unit: _Unit, pieces: list[str], question: _Question) -> list[str]:
+    """A how-to question quoted from a page's opening gets the page's synopsis too (the
+    short code block above the opening) when the quote names no command itself: "Spawn
+    a subshell in the directory of the installed package specified." answers "how do I
+    open a subshell …" only with ``npm explore <pkg>`` beside it."""
+    if not question.how_to or not read.first or any("`" in p for p in pieces):
+        return pieces
+    before = read.blocks[: unit.block]
+    if any(b.kind == "prose" and not _aside(b.units[0]) for b in before if b.units):
+        return pieces  # not the page's opening: its synopsis is about something else
+    code = next((b for b in before if b.kind == "code"), None)
+    if code is None:
+        return pieces
+    shown = code.markdown()
+    return [*pieces, shown] if shown and len(shown) <= FOLLOWING_CODE_CHARS else pieces
+
+
 def _with_heading(read: _Read, unit: _Unit, pieces: list[str]) -> list[str]:
     """A section quoted from its start keeps its heading when the heading says something
     the paragraph does not ("The answers come from the extractive provider" over "No
@@ -288,7 +305,10 @@ def _with_heading(read: _Read, unit: _Unit, pieces: list[str]) -> list[str]:
         return pieces
     title = heading.text.strip().strip("#*_ ").strip()
     words = _WORD.findall(title)
-    if len(words) < MIN_HEADING_WORDS or _stems(title) <= _stems(" ".join(pieces)):
+    # The page's own title over its opening ("package.json @11.19.1" in an HTML copy)
+    # names the page, not what the paragraph says.
+    own = {w for w in _stems(title) if not w.isdigit()} - _stems(read.passage.title)
+    if len(words) < MIN_HEADING_WORDS or not own or _stems(title) <= _stems(" ".join(pieces)):
         return pieces
     label = title if title.endswith(("?", "!", ".")) else f"{title}."
     return [f"**{label}** {pieces[0]}", *pieces[1:]]
@@ -365,7 +385,8 @@ def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[st
         if (unit.passage, unit.block) in used_blocks or sentence_key(unit.text) in said \
                 or document in used_documents:
             continue  # a second passage adds another page's answer, not more of the first's
-        pieces = _new_sentences(_with_heading(read, unit, _window(read, unit)), said.copy())
+        quoted = _with_synopsis(read, unit, _with_heading(read, unit, _window(read, unit)), q)
+        pieces = _new_sentences(quoted, said.copy())
         size = sum(len(p) for p in pieces)
         if not pieces or (parts and length + size > MAX_ANSWER_CHARS):
             continue

@@ -35,6 +35,11 @@ _WANTS = (
      re.compile(r"(?<![\w.@=])\d+(?:[.,]\d+)?(?:\s?%|\s?(?:to|-|–)\s?\d+|\s[a-z]{2,}\b)")),
 )
 
+#: "How do I …", "how can we …", "how to …": the question asks how a thing is done, and
+#: a command is how it is done (see ``Question.how_to``).
+_HOW_TO = re.compile(r"^\s*how\s+(?:(?:do|does|can|could|should|would|may|must)\s+(?:i|we|you|one)|to)\b",
+                     re.IGNORECASE)
+
 #: English adverb particles: "log in" is the ``login`` a command or page is named by.
 _PARTICLES = frozenset("in up out on off down over back away".split())
 
@@ -110,6 +115,8 @@ class Question:
     enumeration: bool
     focus: str | None  # the plural noun of "which events …"
     wants: re.Pattern[str] | None
+    #: "How do I …": the answer should show the command that does it.
+    how_to: bool = False
 
     @classmethod
     def of(cls, question: str) -> Question:
@@ -126,7 +133,8 @@ class Question:
         focus = _stem((many.group("one") or many.group("two")).casefold()) if many else None
         wants = next((unit for _, asks, unit in _WANTS if asks.search(question)), None)
         enumeration = bool(many) or bool(_ENUMERATION.search(question))
-        return cls(stems(question), joined, phrasal, enumeration, focus, wants)
+        how_to = _HOW_TO.search(question) is not None
+        return cls(stems(question), joined, phrasal, enumeration, focus, wants, how_to)
 
     def terms(self, text: str) -> frozenset[str]:
         """The stems of ``text``, with the question's words a joined word stands for, and

@@ -7,6 +7,13 @@ size and a gate of the same size in front of it: a request that finds every
 connection busy waits at the gate, where the wait is timed and reported
 (``on_wait(pool, seconds)``: a log line and ``agentchat_pool_wait_seconds``). A
 connection is held until the response is closed (a stream to its end).
+
+A request may carry an ``ON_SEND`` extension: an async callable awaited once the request
+holds its connection and before any of its bytes go out. A caller that must know whether
+a request *left* (a paid call run at most once records it as started) learns it there,
+not before the wait: a request still waiting for a connection when the process dies was
+never sent, and may simply be sent after a restart. If the callable raises, the request
+is not sent and the error propagates.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -22,6 +29,10 @@ import httpx
 log = logging.getLogger("agentchat.pool")
 
 WaitHook = Callable[[str, float], None]
+SendHook = Callable[[], Awaitable[None]]
+
+#: The httpx request extension holding a :data:`SendHook` (see the module docstring).
+ON_SEND = "agentchat.on_send"
 
 
 class _Released(httpx.AsyncByteStream):
@@ -52,6 +63,9 @@ class PooledTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if self._gate.locked():
+            # Said before the wait too: a wait the process never came back from leaves a trace.
+            log.info("waiting for an outbound connection",
+                     extra={"pool": self.name, "max_connections": self.max_connections, "host": request.url.host})
             started = time.perf_counter()
             await self._gate.acquire()
             waited = time.perf_counter() - started
@@ -73,7 +87,10 @@ class PooledTransport(httpx.AsyncBaseTransport):
                 self.in_flight -= 1
                 self._gate.release()
 
+        on_send: SendHook | None = request.extensions.get(ON_SEND)
         try:
+            if on_send is not None:
+                await on_send()
             response = await self._inner.handle_async_request(request)
         except BaseException:
             release()
@@ -88,6 +105,14 @@ class PooledTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def honours_on_send(http: httpx.AsyncClient) -> bool:
+    """Whether ``http`` sends through a :class:`PooledTransport`, which awaits a request's
+    ``ON_SEND`` hook. A caller that gets False must await its hook itself before sending
+    (earlier than needed, never later). httpx has no public accessor for a client's
+    transport; should its private name change, this answers False: the safe side."""
+    return isinstance(getattr(http, "_transport", None), PooledTransport)
 
 
 def pooled_transport(name: str, max_connections: int, *, on_wait: WaitHook | None = None,

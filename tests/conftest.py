@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from inspect import unwrap
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +78,45 @@ async def collect_sse(
 
 def names(events: list[SSEEvent]) -> list[str]:
     return [e.event for e in events if e.event != "heartbeat"]
+
+
+# --- markers (registered in pyproject.toml; `make test-fast` leaves these four out) ------------
+# ``slow`` is written in the slow modules themselves (``pytestmark = pytest.mark.slow``).
+# The other three come from what a test uses, so a new test carries them without anyone
+# thinking of it: the names its function, or a fixture it depends on, calls.
+_USES = {
+    "postgres": {"TestPostgres"},  # tests/support/postgres.py: starts a server
+    "browser": {"find_chromium"},  # tests/browser/cdp.py
+    "node": {"npm_ci", "NodeScript", "npm_docs"},  # tests/support/node.py, Node's npm docs
+}
+
+
+def _names_called(item: pytest.Item) -> set[str]:
+    """The global names read by the test function and by every fixture in its closure."""
+    functions = [getattr(item, "obj", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(item, "fixturenames", ()):
+        defs = info.name2fixturedefs.get(name) if info is not None else None
+        if defs:
+            functions.append(defs[-1].func)
+    names: set[str] = set()
+    for function in functions:
+        code = getattr(unwrap(function), "__code__", None) if function is not None else None
+        if code is not None:
+            names.update(code.co_names)
+    return names
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        called = _names_called(item)
+        for marker, names in _USES.items():
+            if called & names:
+                item.add_marker(marker)
+        # The engine-parametrised fixtures (tests/storage/conftest.py …) reach the session's
+        # PostgreSQL through request.getfixturevalue("pg_server"): only their postgres cases.
+        callspec = getattr(item, "callspec", None)
+        if "pg_server" in getattr(item, "fixturenames", ()) or (
+            callspec is not None and any(v == "postgres" for v in callspec.params.values() if isinstance(v, str))
+        ):
+            item.add_marker("postgres")

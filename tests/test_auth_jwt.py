@@ -10,6 +10,7 @@ import hmac
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -25,6 +26,7 @@ from starlette.routing import Route
 
 from agenttools.core.registry import ToolRegistry
 from app.config import ConfigError, Settings
+from app.server import auth as app_auth
 from app.server.auth import Authenticator, AuthError, sign_hs256
 from tests.conftest import running_app
 from tests.fakes import running_fake
@@ -174,26 +176,31 @@ async def test_algorithm_confusion_is_refused(jwks, http) -> None:
         await auth.authenticate("Bearer " + jwt.encode({"sub": "m"}, None, algorithm="none"))
 
 
-async def test_key_rotation_is_picked_up_with_a_minimum_interval(jwks, http) -> None:
+async def test_key_rotation_is_picked_up_with_a_minimum_interval(jwks, http, monkeypatch) -> None:
     server, url = jwks
     old, new = rsa_key(), ec_key()
     server.keys = [public_jwk(old, "old", "RS256")]
+    # The interval is read on app.auth's monotonic clock: the test moves that clock on
+    # instead of sleeping (a time.sleep here would block the event loop serving the JWKS).
+    clock = [1000.0]
+    monkeypatch.setattr(app_auth, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
     auth = auth_for(url, http, jwks_min_refresh_s=0.2)
     assert (await auth.authenticate("Bearer " + token(old, "RS256", "old"))).user_id == "alice"
     assert server.hits == 1
 
     server.keys = [public_jwk(new, "new", "ES256")]  # the identity provider rotates
-    time.sleep(0.25)
+    clock[0] += 0.25  # past the minimum interval
     assert (await auth.authenticate("Bearer " + token(new, "ES256", "new"))).user_id == "alice"
     assert server.hits == 2
     with pytest.raises(AuthError):  # the old key is gone from the set
         await auth.authenticate("Bearer " + token(old, "RS256", "old"))
     # A burst of unknown kids within the interval costs no further fetch.
     for i in range(20):
+        clock[0] += 0.005  # time passes, still within the 0.2 s interval
         with pytest.raises(AuthError, match="unknown key"):
             await auth.authenticate("Bearer " + token(new, "ES256", f"bogus-{i}"))
     assert server.hits == 2  # within the minimum interval: no refetch at all
-    time.sleep(0.25)
+    clock[0] += 0.25
     with pytest.raises(AuthError, match="unknown key"):
         await auth.authenticate("Bearer " + token(new, "ES256", "bogus-late"))
     assert server.hits == 3  # the interval passed: one more fetch

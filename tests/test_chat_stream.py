@@ -199,6 +199,7 @@ async def test_disconnect_mid_stream_closes_the_provider_stream(
 ) -> None:
     fake, url = ollama_fake
     fake.add_turn([Text("Thinking about it"), Hold()])
+    settings = settings.with_(chat_reattach_s=0)  # cancel on leaving, not after the 3 s re-attach window
     async with running_app(settings, provider=ollama_provider(url), registry=probe.registry(), embedder=None) as (base, app):
         events = await chat_events(base, BODY, stop=lambda e: e.event == "content_chunk")
         assert events[-1].event == "content_chunk"
@@ -219,6 +220,7 @@ async def test_disconnect_mid_stream_closes_the_provider_stream(
 async def test_disconnect_cancels_a_running_tool(settings: Settings, probe: ToolProbe, ollama_fake: Any) -> None:
     fake, url = ollama_fake
     fake.add_turn([ToolCall("wait_for_backend", {})])
+    settings = settings.with_(chat_reattach_s=0)  # cancel on leaving, not after the 3 s re-attach window
     async with running_app(settings, provider=ollama_provider(url), registry=probe.registry(), embedder=None) as (base, app):
         # Stay connected until the tool runs (it starts once the turn is stored), then leave.
         reader = asyncio.create_task(chat_events(base, BODY))

@@ -39,6 +39,8 @@ from tests.fakes import FakeGemini, FakeOllama, HttpError, ToolCall, running_fak
 from tests.fakes.openai import FakeOpenAI
 from tests.support.procs import AgentServer, until
 
+pytestmark = pytest.mark.slow  # real `agentchat serve` processes against fakes, a restart each
+
 QUESTION = "How do I resume a stream after a disconnect?"
 #: Longer than the old 2 s Ollama probe timeout: a first embedding that loads a model.
 COLD_START_S = 2.5

@@ -34,6 +34,8 @@ import pytest
 from tests.fakes.paced_ollama import run_body
 from tests.support.procs import DEMO_AUTH, AgentServer, Trace, client, follow, start_run, tool_stack, until
 
+pytestmark = pytest.mark.slow  # real server processes, database files changed under them
+
 RUNS = 2
 FILES = ("", "-wal", "-shm")
 

@@ -46,6 +46,8 @@ from tests.support.procs import (
 )
 from tests.support.sqlite_lock import sqlite_file_locked
 
+pytestmark = pytest.mark.slow  # real server processes under storage faults
+
 RUNS = 3
 RETRY_S = 1.0
 HOLD_AFTER_NOTICED_S = 3 * RETRY_S

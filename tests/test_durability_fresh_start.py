@@ -26,6 +26,8 @@ from tests.fakes.ollama import FakeOllama
 from tests.support.procs import AgentServer, prlimit_fsize, until
 from tests.support.server import serve_app
 
+pytestmark = pytest.mark.slow  # twenty fresh `agentchat serve` starts
+
 STARTS = 20
 README_QUESTION = "How do I resume a stream after a disconnect?"
 

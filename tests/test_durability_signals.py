@@ -48,6 +48,8 @@ from tests.support.procs import (
     until,
 )
 
+pytestmark = pytest.mark.slow  # real server processes signalled mid-run and restarted
+
 RUNS = 20
 
 

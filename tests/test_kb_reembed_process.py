@@ -23,10 +23,13 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 
 from client import AgentClient
 from tests.fakes import FakeOllama, HttpError, ToolCall, running_fake
 from tests.support.procs import AgentServer
+
+pytestmark = pytest.mark.slow  # real server processes restarted over a broken embedder
 
 MODELS = ["qwen3:4b", "nomic-embed-text:latest"]
 EMBED_DOWN = HttpError(500, "llama runner process has terminated")

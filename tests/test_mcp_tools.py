@@ -246,6 +246,7 @@ async def test_invalid_arguments_are_rejected_before_the_server_is_called(world:
     assert rows[-2:] == [("rejected",), ("rejected",)]
 
 
+@pytest.mark.slow  # waits out a real tool-call timeout and a dead server (~6 s)
 async def test_error_timeout_and_dead_server_are_failed_results_and_the_run_completes(world: World) -> None:
     await world.servers_up()
     connects = (await world.readyz())["checks"]["mcp"]["servers"]["ops"]["connects"]

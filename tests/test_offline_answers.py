@@ -21,6 +21,21 @@ passage from another page): 12/12 and 13/14 (96 %). The held-out set
 7/7, npm 5/11 — its misses are the search not reaching the page ("list the installed
 packages" drops "list" as a request word, so ``npm-ls`` is not found) and answers that
 quote the right page without the asked phrase. The floors guard what is reached.
+
+A third set (``fresh``, 8 + 8, written from the documents before the changes it measures)
+measured before any change for it: sample 6/8, npm 2/8. After the next fixes (request
+words kept when they are the action a how-question asks about, "how do I list …", and not
+in "find out"; a how-to quoted from a page's opening shows the page's synopsis; a page's
+own title is no section label): fresh sample 6/8, npm 5/8; held-out 7/7 and 5/11;
+original 25/26. Ranking a named page's opening with its page's best evidence won one
+held-out question (npm doctor) but cost corpus_quality nDCG@10, so it is not in.
+
+Round 3: a fourth set (``final``, 8 + 8, written from documents not read for the earlier
+sets and committed before any change) measured once at the end. "why" inside a question
+("find out why a package is installed") is now a search term (``npm explain``, "alias:
+why"): held-out npm 6/11. final: sample 5/8, npm 4/8. Indexing npm's front-matter
+``description`` as each page's opening line raised held-out npm to 7/11 and fresh npm to
+6/8 but lost an original question (package-lock.json), so it is not in.
 """
 
 from __future__ import annotations
@@ -36,6 +51,7 @@ import pytest
 from app.config import Settings
 from tests.conftest import collect_sse, running_app
 from tests.support.offline_answers import (
+    SETS,
     carries,
     fragments,
     load_questions,
@@ -48,7 +64,9 @@ from tests.support.procs import REPO, child_env
 #: Share of facts carried, per question set (original: tuned on; held_out: only measured).
 FLOORS = {
     "original": {"sample": 0.9, "npm": 0.9},
-    "held_out": {"sample": 0.85, "npm": 0.45},
+    "held_out": {"sample": 0.85, "npm": 0.5},
+    "fresh": {"sample": 0.7, "npm": 0.6},
+    "final": {"sample": 0.6, "npm": 0.5},
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",
@@ -106,11 +124,21 @@ def judge(results: list[dict[str, Any]], floor: float) -> None:
     assert carried >= floor, [r["question"] for r in results if not carries(r["answer"], r["fact"])]
 
 
+async def _ask_and_judge(
+    corpus: str, env: dict[str, str], context: dict[str, Any] | None
+) -> dict[str, list[dict[str, Any]]]:
+    """Every question set of ``corpus`` asked in one service, each judged on its floor."""
+    sets = {name: load_questions(name=name)[corpus] for name in SETS}
+    answers = await ask_all(env, [q for questions in sets.values() for q in questions], context)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name, questions in sets.items():
+        out[name], answers = answers[: len(questions)], answers[len(questions):]
+        judge(out[name], FLOORS[name][corpus])
+    return out
+
+
 async def test_sample_kb_questions_are_answered_whole(tmp_path: Path) -> None:
-    original, held_out = load_questions()["sample"], load_questions(held_out=True)["sample"]
-    results = await ask_all(defaults(tmp_path), original + held_out, None)
-    judge(results[: len(original)], FLOORS["original"]["sample"])
-    judge(results[len(original):], FLOORS["held_out"]["sample"])
+    await _ask_and_judge("sample", defaults(tmp_path), None)
 
 
 async def test_npm_documentation_questions_are_answered_whole(tmp_path: Path) -> None:
@@ -119,11 +147,7 @@ async def test_npm_documentation_questions_are_answered_whole(tmp_path: Path) ->
         pytest.skip("npm is not installed: no $(npm root -g)/npm/docs to ask about")
     env = defaults(tmp_path)
     await ingest(env, docs, "npm")
-    original, held_out = load_questions()["npm"], load_questions(held_out=True)["npm"]
-    both = await ask_all(env, original + held_out, {"bucket": "npm"})
-    results = both[: len(original)]
-    judge(results, FLOORS["original"]["npm"])
-    judge(both[len(original):], FLOORS["held_out"]["npm"])
+    results = (await _ask_and_judge("npm", env, {"bucket": "npm"}))["original"]
     ci = next(r for r in results if r["question"].startswith("What does npm ci"))
     # The list the sentence introduces comes with it, as Markdown, from one copy of the page.
     assert ci["answer"].count("The main differences between using") == 1

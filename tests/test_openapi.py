@@ -223,6 +223,7 @@ CHECKS = [
 ]
 
 
+@pytest.mark.slow  # every operation's generated examples against a live server
 @schema.parametrize()
 def test_the_live_server_keeps_its_description(case: Any, live_base: str) -> None:
     case.call_and_validate(base_url=live_base, checks=CHECKS, timeout=30)

@@ -16,10 +16,11 @@ from agenttools.rag.perplexity import PerplexityClient
 from app.config import Settings
 from app.ops.metrics import AppMetrics
 from app.rooms import kb_embedder, perplexity_http
-from llm.pool import PooledTransport, PoolWaits
+from llm.pool import ON_SEND, PooledTransport, PoolWaits, honours_on_send
 from tests.fakes import FakeGemini, FakeOllama, running_fake
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.perplexity import Answer, FakePerplexity
+from tests.support.procs import until
 
 
 class Chunks(httpx.AsyncByteStream):
@@ -186,3 +187,76 @@ async def test_perplexity_uses_a_pool_of_its_own_of_the_configured_size() -> Non
         client = PerplexityClient(await perplexity_http(settings, stack, waits), fake.api_key, base_url=url)
         await overflow(held, 3, lambda: client.search("latest release notes"))
     assert pool_waits_counted(metrics, "perplexity") == 1
+
+
+class GatedTransport(httpx.AsyncBaseTransport):
+    """Records the paths it is sent; a path in ``held`` waits for ``release``."""
+
+    def __init__(self, held: frozenset[str] = frozenset()) -> None:
+        self.sent: list[str] = []
+        self.held = held
+        self.reached = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(request.url.path)
+        if request.url.path in self.held:
+            self.reached.set()
+            await self.release.wait()
+        return httpx.Response(200, content=b"ok")
+
+
+async def test_on_send_is_awaited_once_a_connection_is_granted_and_before_the_request_leaves(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    inner = GatedTransport(held=frozenset({"/first"}))
+    transport = PooledTransport("perplexity", 1, inner)
+    order: list[str] = []
+
+    async def on_send() -> None:
+        order.append(f"on_send (sent so far: {inner.sent})")
+
+    def waiting() -> bool:  # logged right before the request blocks at the gate
+        return any("waiting for an outbound connection" in r.message for r in caplog.records)
+
+    caplog.set_level(logging.INFO, logger="agentchat.pool")
+    async with httpx.AsyncClient(transport=transport, base_url="http://pplx") as client:
+        first = asyncio.create_task(client.get("/first"))
+        await inner.reached.wait()
+        second = asyncio.create_task(client.get("/second", extensions={ON_SEND: on_send}))
+        await until(waiting, "the second request to wait for the connection")
+        assert order == []  # waiting for the connection: not reported as sent
+        inner.release.set()
+        await asyncio.gather(first, second)
+    assert order == ["on_send (sent so far: ['/first'])"] and inner.sent == ["/first", "/second"]
+
+
+async def test_a_failing_on_send_keeps_the_request_from_leaving_and_frees_the_connection() -> None:
+    inner = GatedTransport()
+    transport = PooledTransport("perplexity", 1, inner)
+
+    async def on_send() -> None:
+        raise RuntimeError("the started mark could not be stored")
+
+    async with httpx.AsyncClient(transport=transport, base_url="http://pplx") as client:
+        with pytest.raises(RuntimeError, match="started mark"):
+            await client.get("/paid", extensions={ON_SEND: on_send})
+        assert (await client.get("/next")).status_code == 200
+    assert inner.sent == ["/next"] and transport.in_flight == 0
+
+
+async def test_perplexity_reports_the_send_through_its_pool_or_before_sending_without_one() -> None:
+    fake = FakePerplexity(script=lambda body: Answer("An answer."))
+    calls_at_send: list[int] = []
+
+    async def before_send() -> None:
+        calls_at_send.append(len(fake.calls))
+
+    settings = Settings.from_env({"AGENT_PERPLEXITY_MAX_CONNECTIONS": "1"})
+    async with running_fake(fake.app) as url, AsyncExitStack() as stack:
+        pooled = await perplexity_http(settings, stack, None)
+        plain = await stack.enter_async_context(httpx.AsyncClient())
+        assert honours_on_send(pooled) and not honours_on_send(plain)
+        for http in (pooled, plain):
+            await PerplexityClient(http, fake.api_key, base_url=url).search("q", before_send=before_send)
+    assert calls_at_send == [0, 1]  # each time before the fake saw the request

@@ -246,6 +246,7 @@ QUERY_SECRETS = {"jwt": "jwt-planted-1", "client_secret": "cs-planted-2", "acces
                  "auth": "auth-planted-4", "signature": "sig-planted-5"}
 
 
+@pytest.mark.slow  # a real server process
 async def test_planted_secrets_never_reach_the_log_or_readyz(tmp_path: Path) -> None:
     env = {name: value for name, (value, _) in PLANTED.items()}
     env |= {"AGENT_LLM_PROVIDER": "auto", "AGENT_EMBEDDER": "none", "AGENT_INGEST_SAMPLE_KB": "false",

@@ -87,6 +87,7 @@ async def agentchat_serve(tmp_path: Path, *args: str, **env: str) -> AsyncIterat
         await asyncio.wait_for(pump, 10)
 
 
+@pytest.mark.slow  # real `agentchat serve` process
 async def test_the_address_is_printed_once_bound_and_started(tmp_path: Path) -> None:
     async with agentchat_serve(tmp_path) as served:
         printed_at = len(served.lines)
@@ -102,6 +103,7 @@ async def test_the_address_is_printed_once_bound_and_started(tmp_path: Path) -> 
     assert "Traceback" not in served.log
 
 
+@pytest.mark.slow  # real `agentchat serve` processes
 async def test_a_taken_port_is_one_line_and_exit_code_1(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -146,6 +148,7 @@ async def _read_until_closed(reader: asyncio.StreamReader) -> bytes:
     return await reader.read()  # until EOF
 
 
+@pytest.mark.slow  # real `agentchat serve` process, timeouts waited out
 async def test_slow_headers_and_bodies_are_timed_out_and_a_leaving_client_is_one_line(tmp_path: Path) -> None:
     async with agentchat_serve(tmp_path, AGENT_HEADER_TIMEOUT_S="0.5", AGENT_BODY_TIMEOUT_S="0.5") as served:
         port = served.port

@@ -63,6 +63,12 @@ READ_ONLY_TOOLS = frozenset(
 # Read-only, but each call is paid for: never repeated when a run is carried on.
 RUN_AT_MOST_ONCE = frozenset({"perplexity_search"})
 
+# At-most-once tools whose handler says when its request actually leaves (it awaits
+# ``ToolContext.before_send``, through its pooled transport once a connection is granted).
+# Such a call counts as started only then; any other at-most-once call counts as started
+# before its handler runs, since nothing would tell when it sent.
+STARTS_AT_SEND = frozenset({"perplexity_search"})
+
 
 @dataclass(slots=True)
 class ToolExecutor:
@@ -78,6 +84,11 @@ class ToolExecutor:
         """May a call that was cut off (crash, shutdown) simply be run again? Only reads
         that cost nothing; a write or a paid web search is run at most once."""
         return name in READ_ONLY_TOOLS and name not in RUN_AT_MOST_ONCE
+
+    def starts_at_send(self, name: str) -> bool:
+        """Does a call of ``name`` count as started when its request leaves (its handler
+        awaits ``ToolContext.before_send``), rather than when its handler starts?"""
+        return name in STARTS_AT_SEND and not self.is_repeatable(name)
 
     async def execute(self, call: ToolCall, ctx: ToolContext, *, allowed: frozenset[str] | None = None) -> ToolOutcome:
         if call.name not in self.registry or (allowed is not None and call.name not in allowed):

@@ -96,6 +96,13 @@ class ToolContext:
     context: dict[str, Any]
     http: httpx.AsyncClient
     state: RunToolState = field(default_factory=RunToolState)
+    #: Set (per call) for a tool the executor runs at most once and lets say when its
+    #: request leaves (``ToolExecutor.starts_at_send``): the handler must await it before
+    #: its request goes out — or hand it to a pooled transport (``llm.pool.ON_SEND``),
+    #: which awaits it once a connection is granted. A call still waiting for a connection
+    #: when the process dies was never sent, so it is run after a restart, not reported
+    #: interrupted. Awaiting it more than once is harmless.
+    before_send: Callable[[], Awaitable[None]] | None = None
 
 
 @dataclass(slots=True)

@@ -12,6 +12,10 @@ Failures never escape as transport exceptions: everything becomes a
 :class:`PerplexityError` with a ``kind`` the tool handler turns into a readable tool
 error (the run then answers from the knowledge base only). No retries here: a 429 or a
 timeout is reported at once so the run is not stalled; the model decides what to do.
+
+``search(..., before_send=hook)``: ``hook`` is awaited once the request holds a connection
+of Perplexity's pool, right before it leaves (``llm.pool.ON_SEND``) — the moment a paid
+call counts as made. Over a client without such a pool it is awaited before the request.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import httpx
 import orjson
 
 from agenttools.rag.external_results import Citation
+from llm.pool import ON_SEND, SendHook, honours_on_send
 
 DEFAULT_BASE_URL = "https://api.perplexity.ai"
 DEFAULT_MODEL = "sonar"
@@ -88,6 +93,7 @@ class PerplexityClient:
         self._url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         self._timeout = httpx.Timeout(timeout_s)
+        self._pooled = honours_on_send(http)
 
     @classmethod
     def from_env(
@@ -115,8 +121,16 @@ class PerplexityClient:
             ],
         }
 
-    async def search(self, query: str, context: str | None = None) -> PerplexityAnswer:
+    async def search(
+        self, query: str, context: str | None = None, *, before_send: SendHook | None = None
+    ) -> PerplexityAnswer:
         body = orjson.dumps(self.build_request(query, context))
+        extensions: dict[str, Any] = {}
+        if before_send is not None:
+            if self._pooled:
+                extensions[ON_SEND] = before_send
+            else:
+                await before_send()
         try:
             response = await self._http.post(
                 self._url,
@@ -127,6 +141,7 @@ class PerplexityClient:
                     "Accept": "application/json",
                 },
                 timeout=self._timeout,
+                extensions=extensions or None,
             )
         except httpx.TimeoutException as exc:
             raise PerplexityError("timeout", type(exc).__name__) from exc

@@ -66,7 +66,7 @@ def make_perplexity_search_handler(deps: RagToolDeps) -> ToolHandler:
         context_text = context.strip() if isinstance(context, str) else None
 
         try:
-            answer = await client.search(query, context_text or None)
+            answer = await client.search(query, context_text or None, before_send=ctx.before_send)
         except PerplexityError as exc:
             log.warning("perplexity_search failed (run %s): %s", ctx.run_id, exc)
             extra: dict[str, Any] = {"reason": exc.kind, "guidance": KB_ONLY_GUIDANCE}

@@ -4,14 +4,17 @@ Each result is stored together with its events (previews, ``response``,
 ``tool_call_result``) and the run's checkpoint in one write, the moment it is back.
 A call that must not run twice (a write, a paid search) is first stored as *started*;
 if the process dies before its result is stored, carrying the run on answers it as
-interrupted instead of running it again.
+interrupted instead of running it again. For a tool that says when its request leaves
+(``ToolExecutor.starts_at_send``: a paid search through its connection pool) it is stored
+as started only then — durably, before the bytes go out — so a call that was still
+waiting for a connection when the process died is simply run after the restart, once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import orjson
 
@@ -87,10 +90,16 @@ class ToolStep:
             )
             self._store(run, state, pending, call, outcome, 0.0)
             return
-        if not self.executor.is_repeatable(call.name):
+        mark: StartMark | None = None
+        if self.executor.starts_at_send(call.name):
+            mark = StartMark(run, state, call.id)
+            ctx = replace(ctx, before_send=mark)
+        elif not self.executor.is_repeatable(call.name):
             pending.started.append(call.id)
             await run.emit_step(checkpoint=state.encode())
         outcome, duration_ms = await self._execute(state, ctx, call, allowed)
+        if mark is not None:
+            mark.raise_failure()  # the mark was not stored: fail as a mark before the call would
         self.flow.record(call.name, call.arguments, outcome, state.tools)
         self._store(run, state, pending, call, outcome, duration_ms)
 
@@ -182,6 +191,32 @@ class ToolStep:
                 retry_count=retries,
             )
         )
+
+
+@dataclass(slots=True)
+class StartMark:
+    """``ToolContext.before_send`` of one call: the first await records the call as
+    started and waits until that checkpoint is durable; later awaits (a second request of
+    the same call) wait for the same write. Its failure is kept, because a handler may
+    turn any exception into a tool error: the step re-raises it."""
+
+    run: Run
+    state: RunState
+    call_id: str
+    write: asyncio.Future[None] | None = None
+
+    async def __call__(self) -> None:
+        if self.write is None:
+            pending = self.state.pending
+            assert pending is not None
+            pending.started.append(self.call_id)
+            self.write = self.run.emit_step(checkpoint=self.state.encode())
+        await asyncio.shield(self.write)
+
+    def raise_failure(self) -> None:
+        write = self.write
+        if write is not None and write.done() and not write.cancelled() and (exc := write.exception()) is not None:
+            raise exc
 
 
 def failure_reason(content: object) -> str:

@@ -100,6 +100,10 @@ def arguments_for(tool: str, tag: str) -> dict[str, Any]:
         return {"query": f"workflow notifications on new orders {tag}"}
     if tool == SIDE_EFFECT_TOOL:
         return {"workflow": _workflow(tag), "description": f"Mail ops on new orders ({tag})"}
+    if tool == "perplexity_search":  # the tag travels in the query, so a fake can count per run
+        return {"query": f"latest release notes of the order service {tag}"}
+    if tool == "index_keywords":
+        return {"keywords": ["order service release", "release notes", "refunds"]}
     if tool == "generate_response":
         return {
             "answer": f"The workflow preview for run {tag} is ready.",

@@ -15,6 +15,8 @@ from tests.support.postgres import TestPostgres
 from tests.support.procs import REPO, child_env
 from tests.support.server import free_port
 
+pytestmark = pytest.mark.slow  # `agentchat` CLI subprocesses
+
 
 async def agentchat(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(

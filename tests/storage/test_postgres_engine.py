@@ -61,17 +61,31 @@ async def test_ten_replicas_starting_together_migrate_once(pg_server: TestPostgr
         assert {"runs", "run_events", "messages", "kb_chunks", "keywords", "workflow_drafts"} <= tables
 
 
-async def _hold_lock(url: str, table: str, seconds: float) -> None:
-    async with await psycopg.AsyncConnection.connect(url) as conn, conn.transaction():
-        await conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")  # type: ignore[arg-type]
-        await asyncio.sleep(seconds)
+async def _holding_lock(url: str, table: str, seconds: float) -> asyncio.Task[None]:
+    """Another connection locks ``table`` and holds it for ``seconds``; returns once the
+    lock is held (the task ends when it is released)."""
+    held = asyncio.Event()
+
+    async def hold() -> None:
+        try:
+            async with await psycopg.AsyncConnection.connect(url) as conn, conn.transaction():
+                await conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")  # type: ignore[arg-type]
+                held.set()
+                await asyncio.sleep(seconds)
+        finally:
+            held.set()
+
+    holder = asyncio.create_task(hold())
+    await held.wait()
+    if holder.done():
+        holder.result()  # the lock was never taken: say why
+    return holder
 
 
 async def test_a_locked_table_is_waited_for_within_the_retry_window(pg_url: str) -> None:
     storage = await open_postgres_storage(pg_url, PostgresOptions(write_retry_s=10, lock_timeout_ms=50))
     try:
-        holder = asyncio.create_task(_hold_lock(pg_url, "conversations", 0.6))
-        await asyncio.sleep(0.2)
+        holder = await _holding_lock(pg_url, "conversations", 0.4)
         await storage.conversations.claim("c", "alice")  # times out on the lock, retries, succeeds
         await holder
         assert storage.db.stats.retries >= 1 and storage.db.healthy
@@ -83,8 +97,7 @@ async def test_a_locked_table_is_waited_for_within_the_retry_window(pg_url: str)
 async def test_past_the_retry_window_writes_fail_loudly_then_recover(pg_url: str) -> None:
     storage = await open_postgres_storage(pg_url, PostgresOptions(write_retry_s=0.3, lock_timeout_ms=50))
     try:
-        holder = asyncio.create_task(_hold_lock(pg_url, "conversations", 1.5))
-        await asyncio.sleep(0.2)
+        holder = await _holding_lock(pg_url, "conversations", 1.3)
         failed: list[BaseException] = []
         storage.db.enqueue([("INSERT INTO conversations(id, user_id) VALUES ('q', 'u')", ())], on_fail=failed.append)
         with pytest.raises(StorageUnavailable):

@@ -19,6 +19,20 @@ def leased(run_id: str, owner: str | None, lease_s: float = 30.0) -> NewRun:
                   lease_owner=owner, lease_s=lease_s)
 
 
+async def claim_until(runs: Any, owner: str, run_id: str, timeout: float = 10) -> dict[str, Any]:
+    """Claim as ``owner`` until ``run_id`` is among the runs taken; return every run taken
+    meanwhile. A lease runs out on the database's clock: wait for that, not a fixed time
+    (a claim that finds nothing expired changes nothing)."""
+    claimed: dict[str, Any] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        claimed.update({r.id: r for r in await runs.claim(owner, 5)})
+        if run_id in claimed:
+            return claimed
+        assert time.monotonic() < deadline, f"the lease of {run_id} never ran out"
+        await asyncio.sleep(0.02)
+
+
 async def test_only_expired_or_unleased_runs_are_claimed(store_engine: Any) -> None:
     runs = store_engine.runs
     await runs.create(leased("held", "A"))
@@ -26,8 +40,7 @@ async def test_only_expired_or_unleased_runs_are_claimed(store_engine: Any) -> N
     await runs.create(leased("never", None))
     assert [r.id for r in await runs.claim("B", 5)] == ["never"]
     assert await runs.claim("C", 5) == []  # B holds it now
-    await asyncio.sleep(0.3)
-    assert [r.id for r in await runs.claim("B", 5)] == ["short"]
+    assert list(await claim_until(runs, "B", "short")) == ["short"]
     assert await runs.renew("A", ["held", "short"], 30) == {"held"}
     # At start-up of a lone process: every unfinished run, whoever held it.
     assert sorted(r.id for r in await runs.claim("D", 5, expired_only=False)) == ["held", "never", "short"]
@@ -49,8 +62,7 @@ async def test_a_step_of_a_process_that_lost_the_lease_stores_nothing(store_engi
         pytest.skip("one process per SQLite file: no other writer can take a run over")
     runs = store_engine.runs
     await runs.create(leased("r", "A", lease_s=0.1))
-    await asyncio.sleep(0.2)
-    assert [r.id for r in await runs.claim("B", 5)] == ["r"]
+    assert list(await claim_until(runs, "B", "r")) == ["r"]
     failures: list[BaseException] = []
     done = asyncio.Event()
     step = RunWrite("r", "c-r", events=[RunEvent(1, "content_chunk", "{}")], lease_owner="A", lease_s=5)
@@ -69,8 +81,7 @@ async def test_a_direct_commit_under_a_lost_lease_raises_lease_lost(store_engine
         pytest.skip("one process per SQLite file: no other writer can take a run over")
     runs = store_engine.runs
     await runs.create(leased("r", "A", lease_s=0.1))
-    await asyncio.sleep(0.2)
-    assert [r.id for r in await runs.claim("B", 5)] == ["r"]
+    assert list(await claim_until(runs, "B", "r")) == ["r"]
     await runs.commit(RunWrite("r", "c-r", events=[RunEvent(1, "run_resumed", "{}")], lease_owner="B", lease_s=5))
     stale = RunWrite("r", "c-r", events=[RunEvent(2, "message_complete", "{}")], status="failed", finished=True,
                      lease_owner="A", lease_s=5)
@@ -85,8 +96,7 @@ async def test_a_claim_says_when_the_lease_it_replaced_had_expired(store_engine:
     before = time.time()
     await runs.create(leased("dead", "A", lease_s=0.2))
     await runs.create(leased("never", None))
-    await asyncio.sleep(0.3)
-    claimed = {r.id: r for r in await runs.claim("B", 5)}
+    claimed = await claim_until(runs, "B", "dead")  # "never" at once, "dead" once its lease ran out
     assert claimed["never"].lease_expired_at is None
     expired_at = claimed["dead"].lease_expired_at
     # (SQLite's clock in SQL is julianday-based: milliseconds)

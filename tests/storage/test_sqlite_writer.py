@@ -14,26 +14,35 @@ from storage.sqlite import SqliteOptions, open_sqlite_storage
 from storage.sqlite.migrations import MIGRATIONS, VERSION_TABLE
 
 
-async def _hold_exclusive(path: Path, seconds: float) -> None:
-    """Another connection (as another process would) holds the write lock."""
+async def _holding_exclusive(path: Path, seconds: float) -> asyncio.Task[None]:
+    """Another connection (as another process would) takes the write lock and holds it
+    for ``seconds``; returns once the lock is held (the task ends when it is released)."""
+    loop = asyncio.get_running_loop()
+    held = asyncio.Event()
 
     def hold() -> None:
-        conn = sqlite3.connect(path, isolation_level=None, timeout=5)
-        conn.execute("BEGIN EXCLUSIVE")
+        try:
+            conn = sqlite3.connect(path, isolation_level=None, timeout=5)
+            conn.execute("BEGIN EXCLUSIVE")
+        finally:
+            loop.call_soon_threadsafe(held.set)
         import time
 
         time.sleep(seconds)
         conn.execute("ROLLBACK")
         conn.close()
 
-    await asyncio.to_thread(hold)
+    holder = asyncio.create_task(asyncio.to_thread(hold))
+    await held.wait()
+    if holder.done():
+        holder.result()  # the lock was never taken: say why
+    return holder
 
 
 async def test_a_busy_database_is_waited_for_within_the_retry_window(tmp_path: Path) -> None:
     storage = await open_sqlite_storage(tmp_path / "a.db", SqliteOptions(write_retry_s=10, busy_timeout_ms=50))
     try:
-        holder = asyncio.create_task(_hold_exclusive(storage.db.path, 0.6))
-        await asyncio.sleep(0.2)
+        holder = await _holding_exclusive(storage.db.path, 0.4)
         await storage.conversations.claim("c", "alice")  # waits, then succeeds
         await holder
         assert storage.db.stats.retries >= 1 and storage.db.healthy
@@ -45,8 +54,7 @@ async def test_a_busy_database_is_waited_for_within_the_retry_window(tmp_path: P
 async def test_past_the_retry_window_writes_fail_loudly_then_recover(tmp_path: Path) -> None:
     storage = await open_sqlite_storage(tmp_path / "a.db", SqliteOptions(write_retry_s=0.3, busy_timeout_ms=50))
     try:
-        holder = asyncio.create_task(_hold_exclusive(storage.db.path, 1.5))
-        await asyncio.sleep(0.2)
+        holder = await _holding_exclusive(storage.db.path, 1.3)
         failed: list[BaseException] = []
         storage.db.enqueue([("INSERT INTO conversations(id, user_id) VALUES ('q', 'u')", ())], on_fail=failed.append)
         with pytest.raises(StorageUnavailable):

@@ -21,11 +21,18 @@ _ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+")
 _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 
 
-def load_questions(held_out: bool = False) -> dict[str, list[dict[str, str]]]:
-    """The original set (tuned on) or the held-out set (only ever measured)."""
+#: The question sets: "original" was tuned on; "held_out", "fresh" and "final" were written from
+#: the documents afterwards and are only ever measured, so they say how answers fare on
+#: questions nobody tuned on.
+SETS = ("original", "held_out", "fresh", "final")
+
+
+def load_questions(held_out: bool = False, name: str | None = None) -> dict[str, list[dict[str, str]]]:
+    """One question set by name (see SETS); ``held_out=True`` is ``name="held_out"``."""
     data = orjson.loads(QUESTIONS.read_bytes())
-    if held_out:
-        data = data["held_out"]
+    name = name or ("held_out" if held_out else "original")
+    if name != "original":
+        data = data[name]
     return {"sample": data["sample"], "npm": data["npm"]}
 
 
@@ -84,9 +91,11 @@ def fragments(answer: str) -> list[str]:
     for line in _prose_lines(answer):
         text = line.lstrip("*_ ")
         first = _MARKS.sub("", text.split(" ", 1)[0])
+        name = re.match(r"[a-z]+", first)  # "npm's registry …" starts with the name npm
         label = first.endswith(":")  # "*note*: …" starts a sentence
         starts_cut = text.startswith(("…", "...", ",", ";", ")")) or (
-            text[:1].islower() and first not in _LOWERCASE_STARTS and not label and line not in items
+            text[:1].islower() and (name is None or name.group(0) not in _LOWERCASE_STARTS) and not label
+            and line not in items
         )
         if starts_cut or text.endswith("…"):
             out.append(line)
