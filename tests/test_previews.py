@@ -64,8 +64,8 @@ def test_tool_messages_only_name_tools_that_exist() -> None:
     names = {spec.name for spec in build_catalog()}
     pattern = re.compile(r"\b(?:discover|list|get|create|update|validate|preview|start|add|remove|apply|search|explain)_[a-z_]+\b")
     modules = [
-        "backend_client", "resolution", "workflow_tools", "table_tools", "table_ops", "drafts",
-        "previews", "workflow_payload", "workflow_summaries", "tool_support", "table_config_rules",
+        "core/backend_client", "core/resolution", "workflow/tools", "tables/tools", "tables/ops", "core/drafts",
+        "core/previews", "workflow/payload", "workflow/summaries", "core/tool_support", "tables/config_rules",
     ]
     root = Path(__file__).resolve().parent.parent / "agenttools"
     unknown: set[str] = set()

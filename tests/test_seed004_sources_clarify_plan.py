@@ -420,7 +420,7 @@ CONSTRAINTS = {
 
 
 def _schema_file() -> dict[str, Any]:
-    path = Path(__file__).resolve().parents[1] / "agenttools" / "schemas" / "decomposition.schema.json"
+    path = Path(__file__).resolve().parents[1] / "agenttools" / "rag" / "schemas" / "decomposition.schema.json"
     return json.loads(path.read_text())
 
 
