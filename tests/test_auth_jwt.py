@@ -180,7 +180,7 @@ async def test_key_rotation_is_picked_up_with_a_minimum_interval(jwks, http, mon
     server, url = jwks
     old, new = rsa_key(), ec_key()
     server.keys = [public_jwk(old, "old", "RS256")]
-    # The interval is read on app.auth's monotonic clock: the test moves that clock on
+    # The interval is read on app.server.auth's monotonic clock: the test moves that clock on
     # instead of sleeping (a time.sleep here would block the event loop serving the JWKS).
     clock = [1000.0]
     monkeypatch.setattr(app_auth, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
