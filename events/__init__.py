@@ -11,7 +11,7 @@ from __future__ import annotations
 from msgspec import UNSET, UnsetType
 
 from events.base import Event, EventDecodeError, UnknownEvent
-from events.catalog import EVENT_TYPES, parse_event
+from events.catalog import EVENT_TYPES, AnyEvent, parse_event
 from events.run import (
     Clarification,
     ContentChunk,
@@ -41,6 +41,7 @@ from events.tools import (
 __all__ = [
     "EVENT_TYPES",
     "UNSET",
+    "AnyEvent",
     "Clarification",
     "ContentChunk",
     "Discarded",

@@ -28,7 +28,29 @@ from events.tools import (
     WorkflowPreview,
 )
 
-__all__ = ["EVENT_TYPES", "parse_event"]
+__all__ = ["EVENT_TYPES", "AnyEvent", "parse_event"]
+
+#: Every event a run's log can hold, as one closed union: a face translating a run
+#: dispatches on it with ``match`` and ends with ``assert_never``, so a new event class
+#: that a face does not handle is a type error, not a silent drop.
+AnyEvent = (
+    RunStarted
+    | RunResumed
+    | ToolSelection
+    | MessageStart
+    | ContentChunk
+    | ToolCallStart
+    | WorkflowPreview
+    | TableConfigPreview
+    | TableConfigValidationError
+    | ToolCallResult
+    | Clarification
+    | Response
+    | Error
+    | MessageComplete
+    | Heartbeat
+    | UnknownEvent
+)
 
 #: Wire name → class, in the order a run emits them (the documented order).
 EVENT_TYPES: Mapping[str, type[Event]] = MappingProxyType(

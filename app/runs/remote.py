@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from events import MessageComplete
@@ -80,20 +80,20 @@ class _Tail:
         old.set()
 
 
-def _frames(events: Sequence[RunEvent], pos: int) -> tuple[bytes, int, bool]:
-    """The SSE bytes of the events that continue ``pos``, the new position, and whether
-    the terminal event was among them."""
-    parts: list[bytes] = []
+def _continuing(events: Sequence[RunEvent], pos: int) -> tuple[list[RunEvent], int, bool]:
+    """The events that continue ``pos``, the new position, and whether the terminal event
+    was among them."""
+    out: list[RunEvent] = []
     for ev in events:
         if ev.seq <= pos:
             continue
         if ev.seq != pos + 1:  # never skip: wait for the gap to commit
             break
-        parts.append(ev.wire)
+        out.append(ev)
         pos = ev.seq
         if ev.event == TERMINAL_EVENT:
-            return b"".join(parts), pos, True
-    return b"".join(parts), pos, False
+            return out, pos, True
+    return out, pos, False
 
 
 class RemoteRuns:
@@ -121,8 +121,16 @@ class RemoteRuns:
         return len(self._tails)
 
     async def follow(self, run_id: str, after: int, *, idle: float) -> AsyncIterator[bytes | None]:
-        """SSE bytes of the run's events after ``after``, live, until its terminal event;
-        ``None`` after ``idle`` seconds without events (send a heartbeat)."""
+        """``follow_events`` as SSE bytes (each event's stored frame)."""
+        async with contextlib.aclosing(self.follow_events(run_id, after, idle=idle)) as batches:
+            async for batch in batches:
+                yield None if batch is None else b"".join(ev.wire for ev in batch)
+
+    async def follow_events(
+        self, run_id: str, after: int, *, idle: float
+    ) -> AsyncGenerator[list[RunEvent] | None, None]:
+        """The run's events after ``after``, live, until its terminal event; ``None``
+        after ``idle`` seconds without events (send a heartbeat)."""
         pos = max(0, after)
         tail = self._join(run_id, pos)
         last_sent = time.monotonic()
@@ -135,7 +143,7 @@ class RemoteRuns:
                     )
                 else:
                     events = tail.events[pos - tail.base :]
-                frames, pos, done = _frames(events, pos)
+                frames, pos, done = _continuing(events, pos)
                 if frames:
                     yield frames
                     last_sent = time.monotonic()

@@ -95,6 +95,9 @@ class Run:
     #: Plain events emitted in this turn of the event loop, written as one step.
     _pending: list[RunEvent] = field(default_factory=list)
     _flush_scheduled: bool = False
+    #: The typed event behind each appended ``RunEvent`` (by seq), so the faces that
+    #: translate a live run (OpenAI, AI SDK) never decode what this process encoded.
+    _typed: dict[int, Event] = field(default_factory=dict)
 
     @classmethod
     def restore(cls, stored: StoredRun, events: Sequence[RunEvent], log: RunEventLog | None, max_events: int) -> Run:
@@ -184,6 +187,7 @@ class Run:
                 continue
             ev = RunEvent(seq=len(self.events) + 1, event=event.name, data=event.to_json().decode())
             self.events.append(ev)
+            self._typed[ev.seq] = event
             written.append(ev)
             if isinstance(event, MessageComplete):
                 self.finished_at = time.time()
@@ -243,6 +247,7 @@ class Run:
         for event in tail:
             ev = RunEvent(seq=len(self.events) + 1, event=event.name, data=event.to_json().decode())
             self.events.append(ev)
+            self._typed[ev.seq] = event
             written.append(ev)
         self.finished_at = time.time()
         self.status = "failed"
@@ -294,29 +299,30 @@ class Run:
 
     # --- reading ------------------------------------------------------------------
 
-    async def follow_wire(
+    def typed(self, seq: int) -> Event | None:
+        """The event appended here as ``seq`` (``None`` for one read back from the store)."""
+        return self._typed.get(seq)
+
+    async def follow(
         self, after: int = 0, *, idle: float | None = None, max_bytes: int = 65536
-    ) -> AsyncIterator[bytes | None]:
-        """SSE bytes of the durable events after ``after``, joining every event already
-        committed (up to ``max_bytes``) into one write; ``None`` after ``idle`` seconds
-        without events (the caller sends a heartbeat)."""
+    ) -> AsyncIterator[list[RunEvent] | None]:
+        """The durable events after ``after``, every event already committed (up to
+        ``max_bytes`` of SSE) in one batch; ``None`` after ``idle`` seconds without events
+        (the caller sends a heartbeat)."""
         pos = max(0, after)
         while True:
             if pos < self.durable:
-                parts: list[bytes] = []
+                batch: list[RunEvent] = []
                 size = 0
-                done = False
                 while pos < self.durable and size < max_bytes:
                     ev = self.events[pos]
                     pos += 1
-                    frame = ev.wire
-                    parts.append(frame)
-                    size += len(frame)
+                    batch.append(ev)
+                    size += len(ev.data) + len(ev.event) + 24
                     if ev.event == MessageComplete.name:
-                        done = True
                         break
-                yield b"".join(parts)
-                if done:
+                yield batch
+                if batch[-1].event == MessageComplete.name:
                     return
                 continue
             if self.released or (self.finished and pos >= self.durable and self.durable == len(self.events)):

@@ -29,25 +29,26 @@ within ``AGENT_CHAT_REATTACH_S``, as a keyless native chat does.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
+import msgspec
 import orjson
+from msgspec import UnsetType
 from starlette.requests import Request
 from starlette.responses import Response
 
 import events
 from agenttools.core.catalog import CONTEXT_TYPES
+from app.runs.follow import Batches, Followed
 from app.runs.records import ChatInput
 from app.server import http
 from app.server.compat_runs import (
     AnswerText,
-    Event,
     active_run,
     admit_body,
     check_owner,
-    follow_any,
-    follow_live,
     import_history,
 )
 from app.server.context_scope import check_bucket_scope
@@ -188,92 +189,112 @@ class UIChunks:
         out.append({"type": "tool-input-start", "toolCallId": call_id, "toolName": name, **_TOOL})
         out.append({"type": "tool-input-available", "toolCallId": call_id, "toolName": name, "input": None, **_TOOL})
 
-    def wire(self, name: str, data: dict[str, Any]) -> bytes:
+    def wire(self, item: Followed) -> bytes:
         """``feed`` as SSE bytes; a token inside an open text part takes the short way."""
         self.seq += 1
         if any(first <= self.seq <= last for first, last in self.skip):
             return b""
-        if name == events.ContentChunk.name and self.text_id is not None:
-            chunk = str(data.get("chunk") or "")
-            self.answer.chunk(chunk)
-            if not chunk:
+        event = item.event
+        if isinstance(event, events.ContentChunk) and self.text_id is not None:
+            self.answer.chunk(event.chunk)
+            if not event.chunk:
                 return b""
-            return self._delta_head + orjson.dumps(chunk) + b"}\n\n"
-        return _frames(self.feed(name, data))
+            return self._delta_head + orjson.dumps(event.chunk) + b"}\n\n"
+        return _frames(self.feed(item))
 
-    def feed(self, name: str, data: dict[str, Any]) -> list[dict[str, Any]]:
+    def feed(self, item: Followed) -> list[dict[str, Any]]:
+        """The UI chunks of one run event; an event's ``data`` passed on whole is its stored
+        JSON spliced in as is (``orjson.Fragment``: never decoded or encoded again)."""
         out: list[dict[str, Any]] = []
-        match name:
-            case events.ContentChunk.name:
-                chunk = str(data.get("chunk") or "")
+        event = item.event
+        match event:
+            case events.ContentChunk(chunk=chunk):
                 self.answer.chunk(chunk)
                 self._text(out, chunk)
-            case events.MessageStart.name:
+            case events.MessageStart():
                 self._end_step(out)
                 self._step(out)
                 self.answer.new_turn()
-            case events.ToolCallStart.name:
-                self._tool_start(out, str(data.get("tool_use_id")), str(data.get("name")))
-            case events.ToolCallResult.name:
-                self._tool_result(out, data)
-            case events.Response.name:
-                self._whole_text(out, str(data.get("answer") or ""))
-                out.extend(self._sources(data.get("sources")))
-                for key in ("confidence_score", "used_internal_kb", "used_external_kb"):
-                    self.metadata[key] = data.get(key)
-            case events.Error.name:
+            case events.ToolCallStart(tool_use_id=call_id, tool_name=tool_name):
+                self._tool_start(out, call_id, tool_name)
+            case events.ToolCallResult():
+                self._tool_result(out, event)
+            case events.Response():
+                self._whole_text(out, event.answer)
+                out.extend(self._sources(event.sources))
+                self._answer_metadata(event, item)
+            case events.Error(message=message, code=code):
                 self._close_text(out)
-                out.append({"type": "error", "errorText": str(data.get("message") or "the run failed")})
-                self.metadata["error_code"] = data.get("code")
-            case events.MessageComplete.name:
-                out.extend(self._finish(data))
-            case events.RunStarted.name:
+                out.append({"type": "error", "errorText": message or "the run failed"})
+                self.metadata["error_code"] = code
+            case events.MessageComplete():
+                out.extend(self._finish(event))
+            case events.RunStarted():
                 pass  # the ``start`` chunk already carries the run and conversation ids
-            case _ if name in DATA_PARTS:
-                out.append({"type": DATA_PARTS[name], "data": data})
-                if name == events.Clarification.name:
-                    self._whole_text(out, str(data.get("missing_info") or ""))
+            case events.WorkflowPreview() | events.TableConfigPreview() | events.TableConfigValidationError():
+                out.append({"type": DATA_PARTS[item.name], "data": orjson.Fragment(item.data)})
+            case events.Clarification(missing_info=missing_info):
+                out.append({"type": DATA_PARTS[item.name], "data": orjson.Fragment(item.data)})
+                self._whole_text(out, missing_info)
+            case events.RunResumed() | events.ToolSelection() | events.Heartbeat() | events.UnknownEvent():
+                out.append({"type": "data-" + item.name.replace("_", "-"), "data": orjson.Fragment(item.data),
+                            "transient": True})
             case _:
-                out.append({"type": "data-" + name.replace("_", "-"), "data": data, "transient": True})
+                assert_never(event)
         return out
 
-    def _tool_result(self, out: list[dict[str, Any]], data: dict[str, Any]) -> None:
-        call_id = str(data.get("tool_use_id"))
+    def _answer_metadata(self, event: events.Response, item: Followed) -> None:
+        """The answer's confidence and knowledge flags, as the run encoded them. Read back
+        from the log, a confidence written as ``1`` decodes as ``1.0``: there the value is
+        taken from the stored JSON (one decode per run, for the one event that needs it)."""
+        confidence: Any = event.confidence_score
+        if not item.kept and isinstance(confidence, float) and confidence.is_integer():
+            confidence = orjson.loads(item.data).get("confidence_score")
+        self.metadata["confidence_score"] = confidence
+        self.metadata["used_internal_kb"] = event.used_internal_kb
+        self.metadata["used_external_kb"] = event.used_external_kb
+
+    def _tool_result(self, out: list[dict[str, Any]], event: events.ToolCallResult) -> None:
+        call_id = event.tool_use_id
         if call_id not in self.tools:  # never seen starting (defensive: the SDK needs the part first)
-            self._tool_start(out, call_id, str(data.get("name")))
-        if data.get("is_error"):
-            error = str(data.get("error") or "the tool call failed")
+            self._tool_start(out, call_id, event.tool_name)
+        if event.is_error:
+            error = event.error if isinstance(event.error, str) and event.error else "the tool call failed"
             out.append({"type": "tool-output-error", "toolCallId": call_id, "errorText": error, **_TOOL})
         else:
-            output = {"duration_ms": data.get("duration_ms")}
+            output = {"duration_ms": event.duration_ms}
             out.append({"type": "tool-output-available", "toolCallId": call_id, "output": output, **_TOOL})
 
     @staticmethod
-    def _sources(sources: Any) -> list[dict[str, Any]]:
+    def _sources(sources: Sequence[events.Source]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        for s in sources if isinstance(sources, list) else []:
-            if not isinstance(s, dict) or not s.get("id"):
+        for s in sources:
+            if not s.id:
                 continue
-            source_id, title = str(s["id"]), str(s.get("title") or s["id"])
-            meta = {"agentchat": {k: v for k, v in s.items() if k in ("kind", "location", "metadata")}}
-            if s.get("url"):
-                out.append({"type": "source-url", "sourceId": source_id, "url": str(s["url"]), "title": title,
+            title = s.title or s.id
+            extra: dict[str, Any] = {"kind": s.kind}
+            if not isinstance(s.location, UnsetType):
+                extra["location"] = s.location
+            if not isinstance(s.metadata, UnsetType):
+                extra["metadata"] = msgspec.to_builtins(s.metadata)
+            meta = {"agentchat": extra}
+            if isinstance(s.url, str) and s.url:
+                out.append({"type": "source-url", "sourceId": s.id, "url": s.url, "title": title,
                             "providerMetadata": meta})
             else:
-                media = (s.get("metadata") or {}).get("media_type") if isinstance(s.get("metadata"), dict) else None
-                out.append({"type": "source-document", "sourceId": source_id, "title": title,
+                media = s.metadata.get("media_type") if isinstance(s.metadata, dict) else None
+                out.append({"type": "source-document", "sourceId": s.id, "title": title,
                             "mediaType": str(media or "text/plain"), "providerMetadata": meta})
         return out
 
-    def _finish(self, data: dict[str, Any]) -> list[dict[str, Any]]:
+    def _finish(self, event: events.MessageComplete) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         self._end_step(out)
         self.done = True
-        status = str(data.get("status"))
-        if status == "cancelled":
+        if event.status == "cancelled":
             return [*out, {"type": "abort", "reason": "the run was cancelled"}]
-        self.metadata.update(status=status, usage=data.get("usage"), turns=data.get("turns"))
-        reason = "stop" if status == "completed" else "error"
+        self.metadata.update(status=event.status, usage=msgspec.to_builtins(event.usage), turns=event.turns)
+        reason = "stop" if event.status == "completed" else "error"
         return [*out, {"type": "finish", "finishReason": reason, "messageMetadata": self.metadata}]
 
 
@@ -281,24 +302,28 @@ def _frames(chunks: list[dict[str, Any]]) -> bytes:
     return b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks)
 
 
-async def _stream(ui: UIChunks, source: AsyncIterator[list[Event | None]]) -> AsyncIterator[bytes]:
+async def _stream(ui: UIChunks, source: Batches) -> AsyncIterator[bytes]:
     yield _frames(ui.start())
-    async for batch in source:
-        out: list[bytes] = []
-        for i, ev in enumerate(batch, 1):
-            out.append(b": ping\n\n" if ev is None else ui.wire(*ev))
-            if i % SLICE == 0:  # a burst of committed events goes out in slices, not at its end
+    async with contextlib.aclosing(source) as batches:  # the follower's ``finally`` runs as the client leaves
+        async for batch in batches:
+            if batch is None:
+                yield b": ping\n\n"
+                continue
+            out: list[bytes] = []
+            for i, item in enumerate(batch, 1):
+                out.append(ui.wire(item))
+                if i % SLICE == 0:  # a burst of committed events goes out in slices, not at its end
+                    yield b"".join(out)
+                    out.clear()
+            if out:
                 yield b"".join(out)
-                out.clear()
-        if out:
-            yield b"".join(out)
     if not ui.done:  # released at shutdown: the next process carries the run on
         text = "the server restarted before the run ended; resume the stream"
         yield _frames([{"type": "error", "errorText": text}])
     yield DONE
 
 
-def _response(svc: Services, ui: UIChunks, source: AsyncIterator[list[Event | None]]) -> Response:
+def _response(svc: Services, ui: UIChunks, source: Batches) -> Response:
     return http.sse(_stream(ui, source), svc, HEADERS)
 
 
@@ -315,7 +340,8 @@ async def ui_stream(request: Request) -> Response:
     if not known:
         await import_history(svc, chat.conversation_id, ident.user_id, earlier)
     run = await http.start_run(svc, ident, chat)
-    return _response(svc, UIChunks(run.id, run.conversation_id), follow_live(svc, run, cancel_on_exit=True))
+    following = http.follow_started(svc, run, cancel_on_exit=True)
+    return _response(svc, UIChunks(run.id, run.conversation_id), following.batches)
 
 
 async def ui_stream_resume(request: Request) -> Response:
@@ -326,10 +352,10 @@ async def ui_stream_resume(request: Request) -> Response:
     if not http.CONVERSATION_ID.match(chat_id) or not await _owned(svc, chat_id, ident.user_id):
         return Response(status_code=204)
     run_id = await active_run(svc, ident.user_id, chat_id, within_s=svc.settings.finished_run_memory_s)
-    source = await follow_any(svc, run_id, ident.user_id, cancel_on_exit=True) if run_id else None
-    if run_id is None or source is None:
+    following = await http.follow_run(svc, run_id, ident.user_id, 0, cancel_on_exit=True) if run_id else None
+    if run_id is None or following is None:
         return Response(status_code=204)
-    return _response(svc, UIChunks(run_id, chat_id, await discarded_ranges(svc, run_id)), source)
+    return _response(svc, UIChunks(run_id, chat_id, await discarded_ranges(svc, run_id)), following.batches)
 
 
 async def discarded_ranges(svc: Services, run_id: str) -> list[tuple[int, int]]:

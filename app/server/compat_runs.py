@@ -1,38 +1,33 @@
 """What the ecosystem faces (OpenAI-compatible, AI SDK UI stream) share: admission, the
-conversation a client's transcript continues, and reading a run's stored events.
+conversation a client's transcript continues, and reading a run's events.
 
 These faces never run the agent themselves. A request is admitted like a native one
 (auth, rate limit, body limits, run limit), becomes a ``ChatInput`` submitted to the same
-run manager, and its stream is the run's own event log — read through the native
-follower (``app.server.http.stream_run`` / ``stream_remote``), parsed back into ``(name, data)``
-pairs and translated by the face. So a run started here is durable, resumable and
-cancellable exactly like one started on ``/v1/agent/runs``.
+run manager, and its stream is the run's own event log — read through the one follower
+every face uses (``app.runs.follow``) as typed events, which the face encodes. So a run
+started here is durable, resumable and cancellable exactly like one started on
+``/v1/agent/runs``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from starlette.requests import Request
 
-from app.runs.run import Run
+from app.runs.follow import Followed
 from app.server import http
 from app.server.auth import Identity
 from app.server.problems import HTTPProblem
 from llm.types import Message
 from storage.errors import ConversationOwnedByAnother, StorageUnavailable
-from storage.records import TERMINAL_EVENT, UNFINISHED, RunEvent, StoredRun
+from storage.records import StoredRun
 
 if TYPE_CHECKING:
     from app.server.services import Services
-
-#: One run event: its name and its decoded ``data``; ``None`` is a keep-alive tick.
-Event = tuple[str, dict[str, Any]]
-
 
 async def admit_body(request: Request) -> tuple[Services, Identity, Any]:
     """The checks every chat request passes before its body is read, in the native order
@@ -105,76 +100,17 @@ class AnswerText:
 # --- reading a run's events ---------------------------------------------------------------
 
 
-def parse_frames(chunk: bytes) -> list[Event | None]:
-    """The run events in SSE bytes written by the native follower: frames of ``id``,
-    ``event`` and ``data`` lines in that order (``retry`` or a comment may come first),
-    ``data`` always one line of compact JSON. A heartbeat becomes ``None``."""
-    out: list[Event | None] = []
-    for frame in chunk.split(b"\n\n"):
-        head, found, data = frame.partition(b"data: ")  # the first data field: JSON has no raw newline
-        at = head.find(b"event: ")
-        if not found or at < 0:
-            continue
-        name = head[at + 7 : head.find(b"\n", at)]
-        if name == b"heartbeat":
-            out.append(None)
-            continue
-        value = orjson.loads(data)
-        out.append((name.decode(), value if isinstance(value, dict) else {}))
+async def logged_events(svc: Services, run_id: str, user_id: str) -> list[Followed]:
+    """Every event of the user's ended run (for checks, not for streaming)."""
+    following = await http.follow_run(svc, run_id, user_id, 0, cancel_on_exit=False)
+    if following is None:
+        return []
+    out: list[Followed] = []
+    async with contextlib.aclosing(following.batches) as batches:
+        async for batch in batches:
+            if batch is not None:
+                out.extend(batch)
     return out
-
-
-async def _batches(frames: AsyncIterator[bytes]) -> AsyncIterator[list[Event | None]]:
-    # aclosing: when the client leaves, the native follower's ``finally`` must run now
-    # (it counts followers and cancels an abandoned run after the re-attach window).
-    async with contextlib.aclosing(frames) as source:  # type: ignore[type-var]
-        async for chunk in source:
-            yield parse_frames(chunk)
-
-
-def follow_live(svc: Services, run: Run, *, cancel_on_exit: bool) -> AsyncIterator[list[Event | None]]:
-    """A run of this process from its first event, live, to ``message_complete``; events
-    come in the batches the native follower writes (everything committed since the last)."""
-    return _batches(http.stream_run(svc, run, 0, cancel_on_exit=cancel_on_exit))
-
-
-async def _stored(svc: Services, run_id: str) -> AsyncIterator[list[Event | None]]:
-    """A stored run's events, a page at a time, up to its terminal event."""
-    after = 0
-    while True:
-        page = await svc.run_store.events_after(run_id, after)
-        if not page:
-            return
-        yield [_decoded(ev) for ev in page]
-        after = page[-1].seq
-        if page[-1].event == TERMINAL_EVENT:
-            return
-
-
-def _decoded(ev: RunEvent) -> Event:
-    value = orjson.loads(ev.data)
-    return ev.event, value if isinstance(value, dict) else {}
-
-
-async def follow_any(
-    svc: Services, run_id: str, user_id: str, *, cancel_on_exit: bool
-) -> AsyncIterator[list[Event | None]] | None:
-    """The user's run from its first event: live here, live on another replica (read from
-    the store), or replayed from the store; ``None`` when there is no such run."""
-    run = svc.runs.get(run_id)
-    if run is not None and run.user_id == user_id:
-        return follow_live(svc, run, cancel_on_exit=cancel_on_exit)
-    stored = await svc.run_store.get(run_id)
-    if stored is None or stored.user_id != user_id:
-        return None
-    if svc.remote is not None and stored.status in UNFINISHED:
-        return _batches(http.stream_remote(svc, svc.remote, run_id, 0))
-    return _stored(svc, run_id)
-
-
-async def stored_events(svc: Services, run_id: str) -> list[Event]:
-    """Every stored event of a run (for checks, not for streaming)."""
-    return [ev async for page in _stored(svc, run_id) for ev in page if ev is not None]
 
 
 async def active_run(svc: Services, user_id: str, conversation_id: str, *, within_s: float) -> str | None:

@@ -7,10 +7,11 @@ everything after is an ``error`` event followed by ``message_complete``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -23,9 +24,9 @@ from starlette.responses import Response
 
 from app.config import CONTEXT_TYPES
 from app.ops.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from app.runs.follow import Batches, Following, follow, follow_here
 from app.runs.records import Caller, ChatInput
-from app.runs.remote import RemoteRuns
-from app.runs.run import Run, RunEvent
+from app.runs.run import Run
 from app.server.auth import LOCAL_USER, AuthError, Identity
 from app.server.bounds import MAX_JSON_DEPTH, MAX_SAFE_INTEGER, check_json, parse_int
 from app.server.context_scope import check_bucket_scope
@@ -257,31 +258,38 @@ def heartbeat_frame() -> bytes:
     return b": ping\nevent: %s\ndata: %s\n\n" % (beat.name.encode(), beat.to_json())
 
 
-async def stream_run(
-    svc: Services, run: Run, after: int, *, cancel_on_exit: bool
-) -> AsyncIterator[bytes]:
-    """Frames of a live run from ``after`` on; the first frame carries ``retry:``. When
-    ``cancel_on_exit`` (a chat without an ``Idempotency-Key``) and the last client leaves,
-    the agent is cancelled unless a client re-attaches within ``AGENT_CHAT_REATTACH_S``
-    (a retried POST with ``Last-Event-ID``) — scheduled synchronously, because this
-    generator is being cancelled and must not await."""
-    run.followers += 1
-    first = True
-    try:
-        async for frames in run.follow_wire(after, idle=svc.settings.heartbeat_s):
-            frame = heartbeat_frame() if frames is None else frames
-            if first:
-                frame, first = RETRY_FIELD + frame, False
-            yield frame
-    finally:
-        run.followers -= 1
-        if run.followers == 0:
-            run.last_detached_at = time.time()
+def follow_run(
+    svc: Services, run_id: str, user_id: str, after: int, *, cancel_on_exit: bool
+) -> Awaitable[Following | None]:
+    """``app.runs.follow.follow`` with this app's parts: the user's run after ``after``,
+    wherever it is (``None``: no such run)."""
+    return follow(
+        svc.runs, svc.run_store, svc.remote, run_id, user_id, after,
+        idle=svc.settings.heartbeat_s, on_leave=_on_leave(svc, cancel_on_exit),
+    )
+
+
+def follow_started(svc: Services, run: Run, *, cancel_on_exit: bool) -> Following:
+    """A run this request just started, from its first event."""
+    return follow_here(run, 0, idle=svc.settings.heartbeat_s, on_leave=_on_leave(svc, cancel_on_exit))
+
+
+def _on_leave(svc: Services, cancel_on_exit: bool) -> Callable[[Run], None] | None:
+    """When ``cancel_on_exit`` (a chat without an ``Idempotency-Key``) and the last client
+    leaves, the agent is cancelled unless a client re-attaches within
+    ``AGENT_CHAT_REATTACH_S`` (a retried POST with ``Last-Event-ID``) — scheduled
+    synchronously, because the follower is being cancelled and must not await."""
+    if not cancel_on_exit:
+        return None
+
+    def left(run: Run) -> None:
         # A stream closed because the server is stopping leaves its run alone: the run
         # finishes (up to the shutdown deadline) into the durable log, and the client
         # resumes it from the next process with Last-Event-ID.
-        if cancel_on_exit and not run.finished and run.task is not None and not server_stopping():
+        if not run.finished and run.task is not None and not server_stopping():
             _cancel_unless_reattached(run, svc.settings.chat_reattach_s)
+
+    return left
 
 
 def _cancel_unless_reattached(run: Run, within_s: float) -> None:
@@ -302,25 +310,17 @@ def _cancel_unless_reattached(run: Run, within_s: float) -> None:
         asyncio.get_running_loop().call_later(within_s, cancel)
 
 
-async def stream_stored(events: list[RunEvent]) -> AsyncIterator[bytes]:
-    """A stored run's events; the first frame carries ``retry:``."""
-    for i, ev in enumerate(events):
-        yield RETRY_FIELD + ev.wire if i == 0 else ev.wire
-
-
-async def stream_remote(svc: Services, remote: RemoteRuns, run_id: str, after: int) -> AsyncIterator[bytes]:
-    """A run executing on another replica, live from this replica's tail of it."""
+async def native_frames(batches: Batches) -> AsyncIterator[bytes]:
+    """The native SSE of a run: each event's stored frame (encoded once when the run
+    emitted it, the same bytes for every follower), everything committed at once in one
+    write, a heartbeat frame on an idle tick; the first write carries ``retry:``."""
     first = True
-    async for frames in remote.follow(run_id, after, idle=svc.settings.heartbeat_s):
-        frame = heartbeat_frame() if frames is None else frames
-        if first:
-            frame, first = RETRY_FIELD + frame, False
-        yield frame
-
-
-async def _no_events() -> AsyncIterator[bytes]:
-    return
-    yield  # an async generator with nothing in it
+    async with contextlib.aclosing(batches):  # the follower's ``finally`` runs as the client leaves
+        async for batch in batches:
+            frame = heartbeat_frame() if batch is None else b"".join(ev.wire for ev in batch)
+            if first:
+                frame, first = RETRY_FIELD + frame, False
+            yield frame
 
 
 def sse(content: AsyncIterator[bytes], svc: Services, headers: Mapping[str, str] | None = None) -> EventSourceResponse:
@@ -372,15 +372,10 @@ async def resume_stream(
     """The stream of an existing run from after ``after``: live from memory, else replayed
     from the store; ``None`` when the user has no such run. A run with nothing newer
     answers with an empty event stream (fetch-event-source retries on a 204)."""
-    run = svc.runs.get(run_id)
-    if run is not None and run.user_id == user_id:
-        if run.finished and after >= run.last_seq:
-            return sse(_no_events(), svc)
-        return sse(stream_run(svc, run, after, cancel_on_exit=cancel_on_exit), svc)
-    stored = await svc.run_store.get(run_id)
-    if stored is None or stored.user_id != user_id:
+    following = await follow_run(svc, run_id, user_id, after, cancel_on_exit=cancel_on_exit)
+    if following is None:
         return None
-    return sse(stream_stored(await svc.run_store.events_after(run_id, after)), svc)
+    return sse(native_frames(following.batches), svc)
 
 
 async def resume_chat(request: Request, svc: Services, ident: Identity, chat: ChatInput) -> Response | None:
@@ -428,7 +423,7 @@ async def chat(request: Request) -> Response:
             raise HTTPProblem(409, "idempotency_conflict", "retry this request") from None
         return resumed
     # With a key the client has said it will come back: the run outlives this connection.
-    return sse(stream_run(svc, run, 0, cancel_on_exit=key is None), svc)
+    return sse(native_frames(follow_started(svc, run, cancel_on_exit=key is None).batches), svc)
 
 
 async def create_run(request: Request) -> Response:
@@ -491,23 +486,12 @@ async def run_events(request: Request) -> Response:
     svc = services(request)
     run_id = request.path_params["run_id"]
     user_id = _reader(request, run_id)
-    after = _after(request)
-    run = svc.runs.get(run_id)
-    if run is not None:
-        if run.user_id != user_id:
-            raise HTTPProblem(404, "not_found", "no such run")
-        if run.finished and after >= run.last_seq:
-            return Response(status_code=204)
-        return sse(stream_run(svc, run, after, cancel_on_exit=False), svc)
-    stored = await svc.run_store.get(run_id)
-    if stored is None or stored.user_id != user_id:
+    following = await follow_run(svc, run_id, user_id, _after(request), cancel_on_exit=False)
+    if following is None:
         raise HTTPProblem(404, "not_found", "no such run")
-    if svc.remote is not None and stored.status in UNFINISHED:  # live on another replica
-        return sse(stream_remote(svc, svc.remote, run_id, after), svc)
-    events = await svc.run_store.events_after(run_id, after)
-    if not events:
+    if following.ended:
         return Response(status_code=204)
-    return sse(stream_stored(events), svc)
+    return sse(native_frames(following.batches), svc)
 
 
 async def cancel_run(request: Request) -> Response:

@@ -34,19 +34,20 @@ behave as they do on OpenAI's own stateless API.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
 import events
+from app.runs.follow import Batches, Followed
 from app.runs.records import ChatInput
-from app.runs.run import Run
 from app.server import http
 from app.server.auth import Identity
 from app.server.compat_runs import (
@@ -54,10 +55,9 @@ from app.server.compat_runs import (
     admit_body,
     check_owner,
     copy_history,
-    follow_live,
     import_history,
+    logged_events,
     normalized,
-    stored_events,
 )
 from app.server.context_scope import check_bucket_scope
 from app.server.openai_request import (
@@ -124,8 +124,8 @@ async def _answered_by_us(svc: Services, user_id: str, earlier: list[tuple[str, 
     if parent is None or parent.status != "completed":
         return None
     tr = Translator("", "", 0, include_usage=False)
-    for name, data in await stored_events(svc, parent.id):
-        tr.feed(name, data)
+    for item in await logged_events(svc, parent.id, user_id):
+        tr.feed(item)
     return parent.conversation_id if normalized(tr.answer.text) == held else None
 
 
@@ -156,7 +156,7 @@ class Translator:
     def __init__(self, completion_id: str, model: str, created: int, *, include_usage: bool) -> None:
         self.id, self.model, self.created, self.include_usage = completion_id, model, created, include_usage
         self.answer = AnswerText()
-        self.events: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []  # ``{event, data}``, ``data`` as stored JSON
         self.usage: dict[str, int] | None = None
         self.error: dict[str, str] | None = None
         self.status: str | None = None
@@ -183,39 +183,59 @@ class Translator:
             return []
         return [self._before_delta + orjson.dumps({"content": text}) + self._after_content]
 
-    def feed(self, name: str, data: dict[str, Any]) -> list[bytes]:
-        match name:
-            case events.ContentChunk.name:
-                return self._content(self.answer.chunk(str(data.get("chunk") or "")))
-            case events.MessageComplete.name:
-                return self._complete(data)
-        event = {"event": name, "data": data}
-        self.events.append(event)
-        out = [frame(self.chunk({}, extra=event))]
-        match name:
-            case events.MessageStart.name:
+    def feed(self, item: Followed) -> list[bytes]:
+        """The frames of one run event. Text becomes ``content``; every other event rides
+        as ``agentchat: {event, data}``, its ``data`` the stored JSON spliced in as is
+        (``orjson.Fragment``: never decoded or encoded again)."""
+        event = item.event
+        match event:
+            case events.ContentChunk(chunk=chunk):
+                return self._content(self.answer.chunk(chunk))
+            case events.MessageComplete():
+                return self._complete(event, item.data)
+        extra = {"event": item.name, "data": orjson.Fragment(item.data)}
+        self.events.append(extra)
+        out = [frame(self.chunk({}, extra=extra))]
+        match event:
+            case events.MessageStart():
                 self.answer.new_turn()
-            case events.Response.name:
-                out += self._content(self.answer.owed(str(data.get("answer") or "")))
-            case events.Clarification.name:
-                out += self._content(self.answer.owed(str(data.get("missing_info") or "")))
-            case events.Error.name:
-                self.error = {"message": str(data.get("message") or "the run failed"), "code": str(data.get("code"))}
+            case events.Response(answer=answer):
+                out += self._content(self.answer.owed(answer))
+            case events.Clarification(missing_info=missing_info):
+                out += self._content(self.answer.owed(missing_info))
+            case events.Error(message=message, code=code):
+                self.error = {"message": message or "the run failed", "code": code}
+            case (
+                events.RunStarted()
+                | events.RunResumed()
+                | events.ToolSelection()
+                | events.ToolCallStart()
+                | events.ToolCallResult()
+                | events.WorkflowPreview()
+                | events.TableConfigPreview()
+                | events.TableConfigValidationError()
+                | events.Heartbeat()
+                | events.UnknownEvent()
+                | events.ContentChunk()
+                | events.MessageComplete()
+            ):
+                pass  # carried by the ``agentchat`` field alone
+            case _:
+                assert_never(event)
         return out
 
-    def _complete(self, data: dict[str, Any]) -> list[bytes]:
-        self.status = str(data.get("status"))
-        raw = data.get("usage") or {}
-        prompt, completion = int(raw.get("input_tokens") or 0), int(raw.get("output_tokens") or 0)
+    def _complete(self, event: events.MessageComplete, data: str) -> list[bytes]:
+        self.status = event.status
+        prompt, completion = event.usage.input_tokens, event.usage.output_tokens
         self.usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
         if self.status == "cancelled" and self.error is None:
             self.error = {"message": "the run was cancelled", "code": "cancelled"}
         if self.error is not None or self.status != "completed":
             err = self.error or {"message": "the run failed", "code": "run_failed"}
             return [frame(error_body(err["message"], err["code"], 500))]
-        event = {"event": events.MessageComplete.name, "data": data}
-        self.events.append(event)
-        out = [frame(self.chunk({}, "stop", event))]
+        extra = {"event": events.MessageComplete.name, "data": orjson.Fragment(data)}
+        self.events.append(extra)
+        out = [frame(self.chunk({}, "stop", extra))]
         if self.include_usage:
             last = self.chunk({})
             last["choices"], last["usage"] = [], self.usage
@@ -283,11 +303,11 @@ async def _chat_completions(request: Request) -> Response:
     tr = Translator(f"chatcmpl-{run.id}", req.model, int(time.time()), include_usage=req.include_usage)
     headers = {"X-Run-Id": run.id, "X-Conversation-Id": run.conversation_id}
     if req.stream:
-        return http.sse(_stream(svc, run, tr), svc, headers)
-    async for batch in follow_live(svc, run, cancel_on_exit=False):
-        for ev in batch:
-            if ev is not None:
-                tr.feed(*ev)
+        return http.sse(_stream(http.follow_started(svc, run, cancel_on_exit=True).batches, tr), svc, headers)
+    async with contextlib.aclosing(http.follow_started(svc, run, cancel_on_exit=False).batches) as batches:
+        async for batch in batches:
+            for item in batch or ():
+                tr.feed(item)
     if tr.status == "completed" and tr.error is None:
         return ORJSONResponse(tr.completion(), headers=headers)
     err = tr.error or {"message": "the server stopped before the run ended; retry", "code": "interrupted"}
@@ -295,20 +315,21 @@ async def _chat_completions(request: Request) -> Response:
     return ORJSONResponse(error_body(err["message"], err["code"], status), status, headers=headers)
 
 
-async def _stream(svc: Services, run: Run, tr: Translator) -> AsyncIterator[bytes]:
+async def _stream(source: Batches, tr: Translator) -> AsyncIterator[bytes]:
     yield frame(tr.chunk({"role": "assistant", "content": ""}))
-    async for batch in follow_live(svc, run, cancel_on_exit=True):
-        out: list[bytes] = []
-        for i, ev in enumerate(batch, 1):
-            if ev is None:
-                out.append(b": ping\n\n")
-            else:
-                out.extend(tr.feed(*ev))
-            if i % SLICE == 0:  # a burst of committed events goes out in slices, not at its end
+    async with contextlib.aclosing(source) as batches:  # the follower's ``finally`` runs as the client leaves
+        async for batch in batches:
+            if batch is None:
+                yield b": ping\n\n"
+                continue
+            out: list[bytes] = []
+            for i, item in enumerate(batch, 1):
+                out.extend(tr.feed(item))
+                if i % SLICE == 0:  # a burst of committed events goes out in slices, not at its end
+                    yield b"".join(out)
+                    out.clear()
+            if out:
                 yield b"".join(out)
-                out.clear()
-        if out:
-            yield b"".join(out)
     if tr.status is None:  # released at shutdown: an OpenAI client cannot resume a stream
         yield frame(error_body("the server restarted before the run ended; retry", "interrupted", 503))
     yield DONE

@@ -1,0 +1,165 @@
+"""One way to follow a run, wherever it is: live in this process, live on another replica,
+or finished (its log in the store). Every face (the native SSE, the OpenAI chunks, the AI
+SDK parts) reads a run through ``follow`` and gets the same thing: batches of
+``Followed`` events, each with its id, its typed event and its stored encoding.
+
+Why one pipeline: the choice of where a run is read from used to be made in three places,
+and the OpenAI and AI SDK faces re-parsed the native face's SSE bytes into untyped pairs.
+Here the choice is made once, inside ``follow``; the native face sends each event's stored
+frame (encoded once, when the run emitted it, and shared by every follower), and the other
+faces dispatch on the typed event — kept from emission for a run of this process, decoded
+once from the log otherwise. SSE framing (``retry:``, heartbeats) stays at the HTTP edge.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol, cast
+
+from app.runs.remote import RemoteRuns
+from app.runs.run import Run
+from events import AnyEvent, Event, parse_event
+from storage.interfaces import RunStore
+from storage.records import TERMINAL_EVENT, UNFINISHED, RunEvent
+
+__all__ = ["Batches", "Followed", "Following", "LiveRuns", "follow", "follow_here"]
+
+
+class Followed:
+    """One event of a run as a follower receives it.
+
+    ``record`` is the stored event (``seq``, wire ``name``, compact JSON ``data``, the SSE
+    ``wire`` frame); ``event`` is the typed event, decoded from ``data`` only when a face
+    asks for it and the run did not keep it (so native followers never decode)."""
+
+    __slots__ = ("_event", "record")
+
+    def __init__(self, record: RunEvent, event: Event | None = None) -> None:
+        self.record = record
+        # Every event a run emits is one of the union's classes (``events.EVENT_TYPES``).
+        self._event = cast(AnyEvent | None, event)
+
+    @property
+    def seq(self) -> int:
+        return self.record.seq
+
+    @property
+    def name(self) -> str:
+        return self.record.event
+
+    @property
+    def data(self) -> str:
+        """The event's ``data`` as compact JSON, exactly as it went on the wire and into the log."""
+        return self.record.data
+
+    @property
+    def wire(self) -> bytes:
+        return self.record.wire
+
+    @property
+    def kept(self) -> bool:
+        """True when the typed event is the one the run emitted (not decoded from the log):
+        its numbers are exactly what was encoded (a JSON ``1`` read into a ``float`` field
+        comes back as ``1.0``)."""
+        return self._event is not None
+
+    @property
+    def event(self) -> AnyEvent:
+        if self._event is None:
+            self._event = cast(AnyEvent, parse_event(self.record.event, self.record.data))
+        return self._event
+
+
+#: Batches of events in commit order; ``None`` is an idle tick (no event for ``idle`` seconds).
+Batches = AsyncGenerator[list[Followed] | None, None]
+
+
+class LiveRuns(Protocol):
+    """The part of the run manager ``follow`` needs: the runs of this process."""
+
+    def get(self, run_id: str) -> Run | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Following:
+    """A user's run found for reading after ``after``.
+
+    ``ended``: nothing after ``after`` will ever come (a finished run the reader has
+    caught up with, or a stored one with nothing newer); ``batches`` is then empty and a
+    face may answer ``204`` instead of streaming."""
+
+    run_id: str
+    where: Literal["here", "remote", "stored"]
+    ended: bool
+    batches: Batches
+
+
+async def follow(
+    runs: LiveRuns,
+    store: RunStore,
+    remote: RemoteRuns | None,
+    run_id: str,
+    user_id: str,
+    after: int,
+    *,
+    idle: float,
+    on_leave: Callable[[Run], None] | None = None,
+) -> Following | None:
+    """The user's run ``run_id`` from after ``after``: live here, live on another replica
+    (this replica's shared tail of it), or replayed from the store; ``None`` when the user
+    has no such run. ``on_leave`` is told when a follower of a run of this process leaves."""
+    run = runs.get(run_id)
+    if run is not None:
+        if run.user_id != user_id:
+            return None
+        return follow_here(run, after, idle=idle, on_leave=on_leave)
+    stored = await store.get(run_id)
+    if stored is None or stored.user_id != user_id:
+        return None
+    if remote is not None and stored.status in UNFINISHED:
+        return Following(run_id, "remote", False, _remote(remote, run_id, after, idle))
+    first = await store.events_after(run_id, after)
+    return Following(run_id, "stored", not first, _stored(store, run_id, first))
+
+
+def follow_here(
+    run: Run, after: int, *, idle: float, on_leave: Callable[[Run], None] | None = None
+) -> Following:
+    """A run of this process, from after ``after``, live (a face that just started it)."""
+    ended = run.finished and after >= run.last_seq
+    return Following(run.id, "here", ended, _live(run, after, idle, on_leave))
+
+
+async def _live(run: Run, after: int, idle: float, on_leave: Callable[[Run], None] | None) -> Batches:
+    # Followers are counted while they read: a keyless chat's run is cancelled when its
+    # last follower is gone for good (``on_leave``, at the HTTP edge, decides).
+    run.followers += 1
+    try:
+        async for batch in run.follow(after, idle=idle):
+            yield None if batch is None else [Followed(ev, run.typed(ev.seq)) for ev in batch]
+    finally:
+        run.followers -= 1
+        if run.followers == 0:
+            run.last_detached_at = time.time()
+        if on_leave is not None:
+            on_leave(run)
+
+
+async def _remote(remote: RemoteRuns, run_id: str, after: int, idle: float) -> Batches:
+    batches = remote.follow_events(run_id, after, idle=idle)
+    try:
+        async for batch in batches:
+            yield None if batch is None else [Followed(ev) for ev in batch]
+    finally:
+        await batches.aclose()  # leave the shared tail now, not when collected
+
+
+async def _stored(store: RunStore, run_id: str, page: list[RunEvent]) -> Batches:
+    """A stored run's events, a page at a time, up to its terminal event."""
+    while page:
+        yield [Followed(ev) for ev in page]
+        if page[-1].event == TERMINAL_EVENT:
+            return
+        page = await store.events_after(run_id, page[-1].seq)
