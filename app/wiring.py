@@ -411,14 +411,18 @@ def end_live_runs(runs: RunManager, exc: BaseException) -> None:
 def flow_core_tools(mandatory_contexts: tuple[str, ...]) -> Any:
     """Core tools per context: all four tools of the RAG flow in every context, whether
     the flow is mandatory there or on demand (``mandatory_contexts`` decides only how the
-    agent enforces it), so the web branch — Perplexity, then keywords — is reachable."""
-    from agenttools.core.catalog import core_tools
+    agent enforces it), so the web branch — Perplexity, then keywords — is reachable.
+
+    Each context's own core set is the tools' ``core_in`` fact, read off the catalog (built
+    once here); the flow's four steps are the policy's roles (``FlowPolicy.tools``)."""
+    from agenttools.core.catalog import build_catalog, core_tools
     from agenttools.rag.policy import RAG_TOOL_NAMES
 
     del mandatory_contexts  # the offer is the same; the enforcement differs (app.agent.loop)
+    specs = tuple(build_catalog())
 
     def pick(context_type: str, context: Any) -> list[str]:
-        return core_tools(context_type, context, mandatory=RAG_TOOL_NAMES)
+        return core_tools(context_type, context, mandatory=RAG_TOOL_NAMES, specs=specs)
 
     return pick
 

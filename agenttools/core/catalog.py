@@ -6,14 +6,16 @@ core tools each context always gets.
 ``ToolRegistry`` from them once at start-up. Everything else here is a pure function of its
 arguments or an immutable constant, so several apps can live in one process.
 
-Core tools (stage 3 of tool selection) are always offered in their context, whatever the
-embedding search ranks; the two mandatory tools of the RAG flow are appended everywhere so a
-context can never lose the tool it is required to call first or last.
+Each tool carries its own facts (``ToolSpec.read_only``, ``core_in``, …), set where it is
+defined; :func:`names_where` asks them. Core tools (stage 3 of tool selection) are the ones
+whose ``core_in`` names the context, always offered there whatever the embedding search
+ranks; the two mandatory tools of the RAG flow are appended everywhere so a context can
+never lose the tool it is required to call first or last.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -21,8 +23,9 @@ import orjson
 from agenttools.core.catalog_discovery import FIND_TOOLS, discovery_specs
 from agenttools.core.catalog_knowledge import knowledge_specs
 from agenttools.core.catalog_tables import table_specs
-from agenttools.core.catalog_workflow import workflow_specs
+from agenttools.core.catalog_workflow import NEW_WORKFLOW, workflow_specs
 from agenttools.core.registry import ToolSpec
+from agenttools.core.registry import names_where as _names_where
 
 CONTEXT_TYPES: tuple[str, ...] = ("workflow", "tables", "knowledge")
 
@@ -39,40 +42,6 @@ MANDATORY_CORE_TOOLS: tuple[str, ...] = ("knowledge_base_search", "generate_resp
 come last. ``perplexity_search`` and ``index_keywords`` are not core: the agent loop offers
 them once the knowledge base has been searched."""
 
-WORKFLOW_CORE: tuple[str, ...] = ("list_workflow_rules", "discover")
-
-NEW_WORKFLOW_CORE: tuple[str, ...] = (
-    "discover",
-    "start_draft",
-    "add_draft_action",
-    "remove_draft_action",
-    "preview_draft",
-)
-"""On an empty canvas the draft tools must all be there. ``remove_draft_action`` is included,
-unlike the Go original: guided creation is a multi-turn conversation (now that history is
-kept) in which the user confirms each step, so "drop that step" is an expected request, and
-without the tool the model's only way out is a fresh draft that loses the earlier steps. It
-costs one small schema."""
-
-TABLES_CORE: tuple[str, ...] = (
-    "get_table_config",
-    "discover_table_reference",
-    "apply_column_change",
-    "apply_filter_change",
-    "preview_table_config",
-)
-
-KNOWLEDGE_CORE: tuple[str, ...] = (
-    "knowledge_base_search",
-    "search_text",
-    "search_semantic",
-    "get_document_metadata",
-    "perplexity_search",
-    "index_keywords",
-    "generate_response",
-)
-
-
 DISCOVERY_CORE_TOOLS: tuple[str, ...] = (FIND_TOOLS,)
 """Appended to every context's core set: the search over the context's whole catalog for
 a tool that selection did not offer (``agenttools.core.catalog_discovery``)."""
@@ -87,6 +56,13 @@ def build_catalog() -> list[ToolSpec]:
             raise ValueError(f"duplicate tool {spec.name!r} in catalog")
         seen.add(spec.name)
     return specs
+
+
+def names_where(test: Callable[[ToolSpec], bool], specs: Iterable[ToolSpec] | None = None) -> list[str]:
+    """The names of the tools (by default the catalog's) for which ``test`` holds, in
+    catalog order: how a reader with no registry at hand asks a fact, e.g.
+    ``names_where(lambda s: s.knowledge_search)``."""
+    return _names_where(build_catalog() if specs is None else specs, test)
 
 
 def _check_context_type(context_type: str) -> None:
@@ -105,20 +81,20 @@ def core_tools(
     context: Mapping[str, Any] | None,
     *,
     mandatory: Sequence[str] = MANDATORY_CORE_TOOLS,
+    specs: Iterable[ToolSpec] | None = None,
 ) -> list[str]:
     """The tool names always offered in this context, de-duplicated, in priority order
-    (``find_tools`` last).
+    (``find_tools`` last): the tools whose ``core_in`` names the context (the empty
+    workflow canvas is ``new_workflow``), by ``core_rank``, then the mandatory ones.
 
     ``mandatory`` is what the context's enforcement policy requires (by default the first
     and last tools of the RAG flow); a policy that enforces nothing passes ``()``.
+    ``specs`` is where the facts are read (the app's registry; by default the catalog).
     """
     _check_context_type(context_type)
-    if context_type == "workflow":
-        base = NEW_WORKFLOW_CORE if is_new_workflow(context) else WORKFLOW_CORE
-    elif context_type == "tables":
-        base = TABLES_CORE
-    else:
-        base = KNOWLEDGE_CORE
+    key = NEW_WORKFLOW if context_type == "workflow" and is_new_workflow(context) else context_type
+    core = [s for s in (build_catalog() if specs is None else specs) if key in s.core_in]
+    base = [s.name for s in sorted(core, key=lambda s: s.core_rank)]  # stable: ties keep catalog order
     out: list[str] = []
     for name in (*base, *mandatory, *DISCOVERY_CORE_TOOLS):
         if name not in out:

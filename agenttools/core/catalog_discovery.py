@@ -49,5 +49,6 @@ def discovery_specs() -> list[ToolSpec]:
                 "which tools are available for tides",
                 "search the available tools for a converter",
             ),
+            read_only=True,
         )
     ]

@@ -8,6 +8,8 @@ demand elsewhere: ``AGENT_MANDATORY_CONTEXTS``); the corpus search tools belong 
 
 from __future__ import annotations
 
+from typing import Unpack
+
 from agenttools.core.catalog_schema import (
     DOC_ID_PATTERN,
     SQL_IDENTIFIER_PATTERN,
@@ -19,7 +21,7 @@ from agenttools.core.catalog_schema import (
     obj,
     string,
 )
-from agenttools.core.registry import ToolSpec
+from agenttools.core.registry import ToolFacts, ToolSpec
 from llm.types import ToolDefinition
 
 EVERY_CONTEXT = frozenset({"workflow", "tables", "knowledge"})
@@ -35,9 +37,14 @@ _FILTERS = (
 
 
 def _spec(
-    name: str, description: str, parameters: dict, examples: tuple[str, ...], groups: frozenset[str]
+    name: str,
+    description: str,
+    parameters: dict,
+    examples: tuple[str, ...],
+    groups: frozenset[str],
+    **facts: Unpack[ToolFacts],
 ) -> ToolSpec:
-    return ToolSpec(ToolDefinition(name, description, parameters), groups, examples)
+    return ToolSpec(ToolDefinition(name, description, parameters), groups, examples, **facts)
 
 
 def _search_params(context_chars: int) -> dict:
@@ -94,6 +101,10 @@ def knowledge_specs() -> list[ToolSpec]:
                 "where is the setting for the database path",
             ),
             EVERY_CONTEXT,
+            read_only=True,
+            knowledge_search=True,
+            closed_by_enough=True,
+            core_in=KNOWLEDGE,
         ),
         _spec(
             "perplexity_search",
@@ -120,6 +131,12 @@ def knowledge_specs() -> list[ToolSpec]:
                 "recent news about the supplier",
             ),
             EVERY_CONTEXT,
+            read_only=True,
+            at_most_once=True,
+            starts_at_send=True,
+            closed_by_enough=True,
+            core_in=KNOWLEDGE,
+            core_rank=4,
         ),
         _spec(
             "index_keywords",
@@ -159,6 +176,8 @@ def knowledge_specs() -> list[ToolSpec]:
                 "store keywords for the search result",
             ),
             EVERY_CONTEXT,
+            core_in=KNOWLEDGE,
+            core_rank=5,
         ),
         _spec(
             "generate_response",
@@ -190,6 +209,8 @@ def knowledge_specs() -> list[ToolSpec]:
                 "tell me the final result",
             ),
             EVERY_CONTEXT,
+            core_in=KNOWLEDGE,
+            core_rank=6,
         ),
         _spec(
             "search_text",
@@ -208,6 +229,11 @@ def knowledge_specs() -> list[ToolSpec]:
                 "search the contracts for 'force majeure'",
             ),
             KNOWLEDGE,
+            read_only=True,
+            knowledge_search=True,
+            closed_by_enough=True,
+            core_in=KNOWLEDGE,
+            core_rank=1,
         ),
         _spec(
             "search_semantic",
@@ -225,6 +251,11 @@ def knowledge_specs() -> list[ToolSpec]:
                 "what do our policies say about remote work",
             ),
             KNOWLEDGE,
+            read_only=True,
+            knowledge_search=True,
+            closed_by_enough=True,
+            core_in=KNOWLEDGE,
+            core_rank=2,
         ),
         _spec(
             "get_document_metadata",
@@ -243,5 +274,9 @@ def knowledge_specs() -> list[ToolSpec]:
                 "show the details of document contract_123",
             ),
             KNOWLEDGE,
+            read_only=True,
+            knowledge_search=True,
+            core_in=KNOWLEDGE,
+            core_rank=3,
         ),
     ]

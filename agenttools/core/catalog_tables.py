@@ -8,6 +8,8 @@ Nothing here writes without the user's approval: ``create_table_config`` and
 
 from __future__ import annotations
 
+from typing import Unpack
+
 from agenttools.core.catalog_schema import (
     COLUMN_PATTERN,
     FILTER_OPERATORS,
@@ -25,7 +27,7 @@ from agenttools.core.catalog_schema import (
     obj,
     string,
 )
-from agenttools.core.registry import ToolSpec
+from agenttools.core.registry import ToolFacts, ToolSpec
 from llm.types import ToolDefinition
 
 TABLES = frozenset({"tables"})
@@ -43,9 +45,14 @@ _OPERATION = "add or remove."
 
 
 def _spec(
-    name: str, description: str, parameters: dict, examples: tuple[str, ...], groups: frozenset[str] = TABLES
+    name: str,
+    description: str,
+    parameters: dict,
+    examples: tuple[str, ...],
+    groups: frozenset[str] = TABLES,
+    **facts: Unpack[ToolFacts],
 ) -> ToolSpec:
-    return ToolSpec(ToolDefinition(name, description, parameters), groups, examples)
+    return ToolSpec(ToolDefinition(name, description, parameters), groups, examples, **facts)
 
 
 def _column_item() -> dict:
@@ -87,6 +94,9 @@ def table_specs() -> list[ToolSpec]:
                 "what's the right format string for day month year",
                 "which join types are supported",
             ),
+            read_only=True,
+            core_in=TABLES,
+            core_rank=1,
         ),
         _spec(
             "search_database_schema",
@@ -113,6 +123,7 @@ def table_specs() -> list[ToolSpec]:
                 "list the database schemas",
             ),
             BOTH,
+            read_only=True,
         ),
         _spec(
             "get_table_config",
@@ -136,6 +147,8 @@ def table_specs() -> list[ToolSpec]:
                 "show me the settings of the 'Open invoices' table",
                 "which columns are in this view right now",
             ),
+            read_only=True,
+            core_in=TABLES,
         ),
         _spec(
             "list_table_configs",
@@ -149,6 +162,7 @@ def table_specs() -> list[ToolSpec]:
                 "is there already a table for purchase orders",
                 "show every table configuration",
             ),
+            read_only=True,
         ),
         _spec(
             "validate_table_config",
@@ -163,6 +177,7 @@ def table_specs() -> list[ToolSpec]:
                 "is anything wrong with these settings",
                 "validate the grid setup before I save it",
             ),
+            read_only=True,
         ),
         _spec(
             "preview_table_config",
@@ -190,6 +205,8 @@ def table_specs() -> list[ToolSpec]:
                 "let me see it before saving",
                 "apply it and show me the result",
             ),
+            core_in=TABLES,
+            core_rank=4,
         ),
         _spec(
             "create_table_config",
@@ -270,6 +287,8 @@ def table_specs() -> list[ToolSpec]:
                 "hide the internal notes field",
                 "include order total and currency in the grid",
             ),
+            core_in=TABLES,
+            core_rank=2,
         ),
         _spec(
             "apply_filter_change",
@@ -309,6 +328,8 @@ def table_specs() -> list[ToolSpec]:
                 "show rows where the ship date is empty",
                 "limit it to the EU region",
             ),
+            core_in=TABLES,
+            core_rank=3,
         ),
         _spec(
             "apply_join_change",

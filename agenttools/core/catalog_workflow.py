@@ -7,6 +7,8 @@ the retrieval text of the tool index; they are never sent to the model.
 
 from __future__ import annotations
 
+from typing import Final, Unpack
+
 from agenttools.core.catalog_schema import (
     ACTION_TYPES,
     ALERT_SEVERITIES,
@@ -20,10 +22,14 @@ from agenttools.core.catalog_schema import (
     obj,
     string,
 )
-from agenttools.core.registry import ToolSpec
+from agenttools.core.registry import ToolFacts, ToolSpec
 from llm.types import ToolDefinition
 
 WORKFLOW = frozenset({"workflow"})
+#: The core set of the empty workflow canvas (guided creation), which differs from the
+#: workflow context's own (``agenttools.core.catalog.is_new_workflow`` tells them apart).
+NEW_WORKFLOW: Final = "new_workflow"
+NEW_CANVAS = frozenset({NEW_WORKFLOW})
 
 _WORKFLOW_ID_FROM_CONTEXT = (
     "The workflow rule: its UUID or its exact name. Leave it out to use the workflow that is "
@@ -45,8 +51,10 @@ _WORKFLOW_PAYLOAD = (
 )
 
 
-def _spec(name: str, description: str, parameters: dict, examples: tuple[str, ...]) -> ToolSpec:
-    return ToolSpec(ToolDefinition(name, description, parameters), WORKFLOW, examples)
+def _spec(
+    name: str, description: str, parameters: dict, examples: tuple[str, ...], **facts: Unpack[ToolFacts]
+) -> ToolSpec:
+    return ToolSpec(ToolDefinition(name, description, parameters), WORKFLOW, examples, **facts)
 
 
 def workflow_specs() -> list[ToolSpec]:
@@ -78,6 +86,9 @@ def workflow_specs() -> list[ToolSpec]:
                 "what settings does the send_email action need",
                 "list every action type with its output ports",
             ),
+            read_only=True,
+            core_in=WORKFLOW | NEW_CANVAS,
+            core_rank=1,
         ),
         _spec(
             "get_workflow_rule",
@@ -95,6 +106,7 @@ def workflow_specs() -> list[ToolSpec]:
                 "how is the supplier onboarding automation put together",
                 "give me an overview of this rule's flow",
             ),
+            read_only=True,
         ),
         _spec(
             "explain_workflow_node",
@@ -123,6 +135,7 @@ def workflow_specs() -> list[ToolSpec]:
                 "what is configured on the send email step",
                 "which step comes before the status transition",
             ),
+            read_only=True,
         ),
         _spec(
             "list_workflow_rules",
@@ -144,6 +157,8 @@ def workflow_specs() -> list[ToolSpec]:
                 "is there already a workflow for purchase orders",
                 "list the automation rules in the system",
             ),
+            read_only=True,
+            core_in=WORKFLOW,
         ),
         _spec(
             "list_my_alerts",
@@ -168,6 +183,7 @@ def workflow_specs() -> list[ToolSpec]:
                 "list my acknowledged warnings",
                 "anything high severity waiting for me",
             ),
+            read_only=True,
         ),
         _spec(
             "get_alert_detail",
@@ -188,6 +204,7 @@ def workflow_specs() -> list[ToolSpec]:
                 "show the full details of the stock warning",
                 "open alert 3f2b... and explain it",
             ),
+            read_only=True,
         ),
         _spec(
             "list_alerts_for_rule",
@@ -209,6 +226,7 @@ def workflow_specs() -> list[ToolSpec]:
                 "are there open alerts from the overdue invoice automation",
                 "show the alert history of this rule",
             ),
+            read_only=True,
         ),
         _spec(
             "preview_workflow",
@@ -277,6 +295,8 @@ def workflow_specs() -> list[ToolSpec]:
                 "start building a rule on the customers table",
                 "set up an automation that runs manually",
             ),
+            core_in=NEW_CANVAS,
+            core_rank=2,
         ),
         _spec(
             "add_draft_action",
@@ -311,6 +331,8 @@ def workflow_specs() -> list[ToolSpec]:
                 "after that wait two hours before notifying",
                 "next, update the order status to shipped",
             ),
+            core_in=NEW_CANVAS,
+            core_rank=3,
         ),
         _spec(
             "remove_draft_action",
@@ -330,6 +352,12 @@ def workflow_specs() -> list[ToolSpec]:
                 "take out the audit log action",
                 "undo that last step, I don't want it",
             ),
+            # Core on the empty canvas, unlike the Go original: guided creation is a multi-turn
+            # conversation (now that history is kept) in which the user confirms each step, so
+            # "drop that step" is an expected request, and without the tool the model's only way
+            # out is a fresh draft that loses the earlier steps. It costs one small schema.
+            core_in=NEW_CANVAS,
+            core_rank=4,
         ),
         _spec(
             "preview_draft",
@@ -355,5 +383,7 @@ def workflow_specs() -> list[ToolSpec]:
                 "looks good, preview it",
                 "validate the draft and show it on the canvas",
             ),
+            core_in=NEW_CANVAS,
+            core_rank=5,
         ),
     ]

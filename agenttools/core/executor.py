@@ -35,40 +35,6 @@ class ValidationOutcome(Protocol):
 Validator = Callable[[Any, object], ValidationOutcome]
 Injector = Callable[[str, dict[str, Any], str, Mapping[str, Any]], dict[str, Any]]
 
-# Tools that only read: calls of one turn that are all in this set run concurrently.
-READ_ONLY_TOOLS = frozenset(
-    {
-        "knowledge_base_search",
-        "perplexity_search",
-        "search_text",
-        "search_semantic",
-        "get_document_metadata",
-        "discover",
-        "get_workflow_rule",
-        "explain_workflow_node",
-        "list_workflow_rules",
-        "list_my_alerts",
-        "get_alert_detail",
-        "list_alerts_for_rule",
-        "search_database_schema",
-        "discover_table_reference",
-        "get_table_config",
-        "list_table_configs",
-        "validate_table_config",
-        "find_tools",
-    }
-)
-
-
-# Read-only, but each call is paid for: never repeated when a run is carried on.
-RUN_AT_MOST_ONCE = frozenset({"perplexity_search"})
-
-# At-most-once tools whose handler says when its request actually leaves (it awaits
-# ``ToolContext.before_send``, through its pooled transport once a connection is granted).
-# Such a call counts as started only then; any other at-most-once call counts as started
-# before its handler runs, since nothing would tell when it sent.
-STARTS_AT_SEND = frozenset({"perplexity_search"})
-
 
 @dataclass(slots=True)
 class ToolExecutor:
@@ -77,18 +43,25 @@ class ToolExecutor:
     injector: Injector | None = None
     timeout_s: float = 30.0
 
+    # The tool's own facts (``ToolSpec``) answer these; a name the registry does not know
+    # gets the cautious answer (run alone, at most once), and is then refused by ``execute``.
+
     def is_read_only(self, name: str) -> bool:
-        return name in READ_ONLY_TOOLS
+        """Calls of one turn that are all read-only run concurrently."""
+        spec = self.registry.get(name)
+        return spec is not None and spec.read_only
 
     def is_repeatable(self, name: str) -> bool:
         """May a call that was cut off (crash, shutdown) simply be run again? Only reads
         that cost nothing; a write or a paid web search is run at most once."""
-        return name in READ_ONLY_TOOLS and name not in RUN_AT_MOST_ONCE
+        spec = self.registry.get(name)
+        return spec is not None and spec.repeatable
 
     def starts_at_send(self, name: str) -> bool:
         """Does a call of ``name`` count as started when its request leaves (its handler
         awaits ``ToolContext.before_send``), rather than when its handler starts?"""
-        return name in STARTS_AT_SEND and not self.is_repeatable(name)
+        spec = self.registry.get(name)
+        return spec is not None and spec.starts_at_send and not spec.repeatable
 
     async def execute(self, call: ToolCall, ctx: ToolContext, *, allowed: frozenset[str] | None = None) -> ToolOutcome:
         if call.name not in self.registry or (allowed is not None and call.name not in allowed):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 
@@ -17,22 +17,65 @@ from events import Event
 from llm.types import ToolDefinition
 
 
+class ToolFacts(TypedDict, total=False):
+    """The facts of ``ToolSpec`` as keyword arguments, for the catalog's ``_spec`` helpers."""
+
+    read_only: bool
+    at_most_once: bool
+    starts_at_send: bool
+    knowledge_search: bool
+    closed_by_enough: bool
+    core_in: frozenset[str]
+    core_rank: int
+
+
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
-    """A tool as the catalog defines it.
+    """A tool as the catalog defines it, with the facts the rest of the service reads.
 
     ``examples`` are realistic user requests used only to build the retrieval text for the
     tool index; they are never sent to the model. ``groups`` are the contexts the tool
     belongs to (``workflow``, ``tables``, ``knowledge``).
+
+    The facts are set where the tool is defined (``agenttools.core.catalog_*``, MCP tools in
+    ``agenttools.mcp.catalog``), so no other module keeps a list of tool names: the executor,
+    the tool step, the flow policy, the metrics and the selector ask the spec. Every fact
+    defaults to the cautious answer (a write, run alone and at most once, core nowhere).
     """
 
     definition: ToolDefinition
     groups: frozenset[str]
     examples: tuple[str, ...] = ()
+    #: It only reads: the calls of one turn that are all read-only run together, and a
+    #: read-only call cut off by a crash is simply run again (unless ``at_most_once``).
+    read_only: bool = False
+    #: Read-only, but each call is paid for: never repeated when a run is carried on
+    #: (a write is never repeated anyway).
+    at_most_once: bool = False
+    #: An at-most-once tool whose handler says when its request actually leaves (it awaits
+    #: ``ToolContext.before_send``): such a call counts as started only then; any other
+    #: at-most-once call counts as started before its handler runs.
+    starts_at_send: bool = False
+    #: Calling it is "searching the knowledge" for step 1 of the mandatory flow (also when
+    #: it failed: the step was attempted), and for the metric of that step.
+    knowledge_search: bool = False
+    #: A search withdrawn once a review said ``enough`` (seed 004), so the next turn answers.
+    closed_by_enough: bool = False
+    #: The core sets it belongs to (stage 3 of selection): context types, or
+    #: ``new_workflow`` for the empty workflow canvas, whose core set is its own.
+    core_in: frozenset[str] = frozenset()
+    #: Where it stands among the core tools of its contexts (lower first).
+    core_rank: int = 0
 
     @property
     def name(self) -> str:
         return self.definition.name
+
+    @property
+    def repeatable(self) -> bool:
+        """May a call that was cut off (crash, shutdown) simply be run again? Only reads
+        that cost nothing; a write or a paid web search is run at most once."""
+        return self.read_only and not self.at_most_once
 
     def embedding_text(self) -> str:
         """``"<name> — <description> | <example> | …"``: the text the tool index embeds."""
@@ -132,6 +175,11 @@ class ToolOutcome:
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[ToolOutcome]]
 
 
+def names_where(specs: Iterable[ToolSpec], test: Callable[[ToolSpec], bool]) -> list[str]:
+    """The names of ``specs`` for which ``test`` holds, in their order."""
+    return [s.name for s in specs if test(s)]
+
+
 class UnknownToolError(KeyError):
     pass
 
@@ -180,6 +228,14 @@ class ToolRegistry:
 
     def names(self) -> list[str]:
         return list(self._specs)
+
+    def get(self, name: str) -> ToolSpec | None:
+        """The spec of ``name``, or None for a name the model made up."""
+        return self._specs.get(name)
+
+    def names_where(self, test: Callable[[ToolSpec], bool]) -> list[str]:
+        """The names of the tools for which ``test`` holds (a fact), in catalog order."""
+        return names_where(self._specs.values(), test)
 
     def in_group(self, group: str) -> list[ToolSpec]:
         """Tools of a group, in catalog order."""

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from agenttools.core.catalog import names_where
 from agenttools.core.catalog_discovery import FIND_TOOLS
 from agenttools.core.registry import RunToolState, ToolOutcome
 from agenttools.rag.review import search_closed
@@ -46,11 +47,10 @@ KB_SEARCH = "knowledge_base_search"
 PERPLEXITY_SEARCH = "perplexity_search"
 INDEX_KEYWORDS = "index_keywords"
 GENERATE_RESPONSE = "generate_response"
+#: The flow's own steps (its roles: first, web, keywords, last), not a list of tools by a
+#: property: which tools count as a knowledge search, or close after ``enough``, is each
+#: tool's own fact (``ToolSpec.knowledge_search``, ``closed_by_enough``).
 RAG_TOOL_NAMES = (KB_SEARCH, PERPLEXITY_SEARCH, INDEX_KEYWORDS, GENERATE_RESPONSE)
-#: Each of these is "searching the knowledge" for step 1 of the flow.
-KNOWLEDGE_SEARCH_TOOLS = frozenset({KB_SEARCH, "search_text", "search_semantic", "get_document_metadata"})
-#: Not offered once a review said ``enough`` (reading a found document's metadata stays).
-CLOSED_BY_ENOUGH = frozenset({KB_SEARCH, "search_text", "search_semantic", PERPLEXITY_SEARCH})
 
 _KB_SEARCHED = "rag.kb_searched"
 _EXTERNAL_IDS = "rag.external_result_ids"
@@ -204,6 +204,16 @@ class FlowPolicy:
     #: False: the flow is on demand in this context (see the module docstring). The
     #: agent writes it into each run's state (``set_flow_scope``), which the rules read.
     mandatory: bool = True
+    #: Each of these is "searching the knowledge" for step 1 of the flow (the tools'
+    #: ``knowledge_search`` fact, read off the catalog).
+    knowledge_search: frozenset[str] = field(
+        default_factory=lambda: frozenset(names_where(lambda s: s.knowledge_search))
+    )
+    #: Not offered once a review said ``enough`` (reading a found document's metadata
+    #: stays): the tools' ``closed_by_enough`` fact.
+    closed_by_enough: frozenset[str] = field(
+        default_factory=lambda: frozenset(names_where(lambda s: s.closed_by_enough))
+    )
 
     # --- what must come next / what may be offered ------------------------------------
 
@@ -216,7 +226,7 @@ class FlowPolicy:
         searched (on demand all four stay offered; its handler keeps the order). After a
         review said ``enough`` (seed 004), no search tool at all, so the next turn answers."""
         if search_closed(state):
-            return [n for n in names if n not in CLOSED_BY_ENOUGH]
+            return [n for n in names if n not in self.closed_by_enough]
         hide_web = flow_mandatory(state) and not kb_searched(state)
         return [n for n in names if not (hide_web and n == PERPLEXITY_SEARCH)]
 
@@ -227,7 +237,7 @@ class FlowPolicy:
         not skipping the search: it may come first."""
         if not flow_mandatory(state) or kb_searched(state):
             return False
-        if any(n in KNOWLEDGE_SEARCH_TOOLS for n in names):
+        if any(n in self.knowledge_search for n in names):
             return False
         return not all(n == FIND_TOOLS for n in names)
 
@@ -255,7 +265,7 @@ class FlowPolicy:
     def record(self, name: str, arguments: dict[str, Any], outcome: ToolOutcome, state: RunToolState) -> None:
         """Update the flow's facts with a call's outcome; add guidance to a failed search."""
         attempted = outcome.counts_as_execution
-        if name in KNOWLEDGE_SEARCH_TOOLS and attempted:
+        if name in self.knowledge_search and attempted:
             mark_kb_searched(state)
             if outcome.is_error:
                 state.extras[_KB_FAILED] = True

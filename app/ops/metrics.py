@@ -37,18 +37,17 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from agenttools.core.catalog import names_where
+from agenttools.rag.policy import GENERATE_RESPONSE, INDEX_KEYWORDS, PERPLEXITY_SEARCH
+
 #: The exposition format the body is written in (Prometheus text 0.0.4, which every
 #: scraper reads; the body contains only names that need no escaping).
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 
-#: Any of these counts as "searched the knowledge base" (issue 12, item 1), also when it
-#: failed: the step was attempted.
-KB_SEARCH_TOOLS: Final = frozenset(
-    {"knowledge_base_search", "search_text", "search_semantic", "get_document_metadata"}
-)
-RESPONSE_TOOL: Final = "generate_response"
-WEB_TOOL: Final = "perplexity_search"
-KEYWORD_TOOL: Final = "index_keywords"
+#: The flow's roles the success criteria are read off (the policy's own steps).
+RESPONSE_TOOL: Final = GENERATE_RESPONSE
+WEB_TOOL: Final = PERPLEXITY_SEARCH
+KEYWORD_TOOL: Final = INDEX_KEYWORDS
 
 RUN_STATUSES: Final = ("queued", "running", "completed", "failed", "cancelled", "interrupted")
 #: SC-005 asks for 95 % under 10 s: 10 is a bucket boundary.
@@ -113,8 +112,17 @@ class RunOutcome:
     retries: tuple[tuple[str, bool], ...]  # SC-007: (tool, recovered) per retried failure
 
 
-def assess(summary: FinishedRun, kb_tools: Collection[str] = KB_SEARCH_TOOLS) -> RunOutcome:
-    """Read the success criteria off one run (pure: unit-testable without a registry)."""
+def knowledge_search_tools() -> frozenset[str]:
+    """The tools whose call counts as "searched the knowledge base" (issue 12, item 1), also
+    when it failed (the step was attempted): their ``knowledge_search`` fact."""
+    return frozenset(names_where(lambda s: s.knowledge_search))
+
+
+def assess(summary: FinishedRun, kb_tools: Collection[str] | None = None) -> RunOutcome:
+    """Read the success criteria off one run (pure: unit-testable without a registry).
+    ``kb_tools``: the knowledge searches (by default the catalog's)."""
+    if kb_tools is None:
+        kb_tools = knowledge_search_tools()
     calls = summary.calls()
     ended = summary.status in {"completed", "failed"}  # cancelled / interrupted runs say nothing
 
@@ -164,12 +172,13 @@ class RunMetrics:
         registry: CollectorRegistry,
         *,
         tool_names: Container[str] | None = None,
-        kb_tools: Collection[str] = KB_SEARCH_TOOLS,
+        kb_tools: Collection[str] | None = None,
     ) -> None:
         """``tool_names``: the known tools (the registry); other names are reported as
-        ``other``. ``kb_tools``: the tools that count as searching the knowledge base."""
+        ``other``. ``kb_tools``: the tools that count as searching the knowledge base (by
+        default the catalog's knowledge searches)."""
         self._tool_names = tool_names
-        self._kb_tools = frozenset(kb_tools)
+        self._kb_tools = knowledge_search_tools() if kb_tools is None else frozenset(kb_tools)
         self.tool_seconds = Histogram(
             "agentchat_tool_call_duration_seconds",
             "Tool call latency, by tool and outcome (ok | error).",
