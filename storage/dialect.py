@@ -44,6 +44,12 @@ class Dialect:
     encode_vector: Callable[[np.ndarray], Any]
     #: A stored vector, as read, back to a float32 array.
     decode_vector: Callable[[Any], np.ndarray]
+    #: Null-safe equality and inequality (``a IS b`` / ``a IS NOT DISTINCT FROM b``).
+    same_as: str
+    differs_from: str
+    #: Appended to a text expression so it compares byte by byte (SQLite's default;
+    #: PostgreSQL's ``"C"`` collation whatever the database's locale).
+    byte_order: str
 
     def render(self, portable: str) -> str:
         """``portable`` (``?`` placeholders) in this engine's paramstyle. Portable SQL

@@ -33,6 +33,9 @@ POSTGRES = Dialect(
     text_rejects_nul=True,
     encode_vector=lambda vec: vec,  # pgvector's registered adapter sends it
     decode_vector=_array,
+    same_as="IS NOT DISTINCT FROM",
+    differs_from="IS DISTINCT FROM",
+    byte_order=' COLLATE "C"',
 )
 
 
@@ -43,6 +46,11 @@ class PostgresTx:
 
     def __init__(self, conn: Conn) -> None:
         self._conn = conn
+
+    @property
+    def connection(self) -> Conn:
+        """The connection itself, for what portable SQL cannot say (``COPY``)."""
+        return self._conn
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         cur = await self._conn.execute(POSTGRES.render(sql), params)  # type: ignore[arg-type]

@@ -10,7 +10,8 @@ on ``lower(column)``; DATE is ISO text, also byte-wise; BOOLEAN is 0/1 in a ``BI
 Bucket and field names become table and column names: ``ident`` checks them against
 the same strict pattern as the SQLite engine before anything is interpolated. Index
 names longer than PostgreSQL's 63 bytes are replaced by a hash (PostgreSQL would
-otherwise truncate them, and two long names could meet).
+otherwise truncate them, and two long names could meet). Statements with parameters
+are portable SQL (``?``, ``storage.dialect``).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def index_statement(bucket: str, name: str, ftype: str) -> str:
 def upsert_statement(bucket: str, fields: Mapping[str, str]) -> str:
     names = ["doc_id", *(ident(n) for n in fields)]
     cols = ", ".join(f'"{n}"' for n in names)
-    marks = ", ".join(["%s"] * len(names))
+    marks = ", ".join("?" * len(names))
     updates = ", ".join(f'"{n}" = excluded."{n}"' for n in names[1:])
     conflict = f"DO UPDATE SET {updates}" if updates else "DO NOTHING"
     return f"INSERT INTO {meta_table(bucket)} ({cols}) VALUES ({marks}) ON CONFLICT (doc_id) {conflict}"
@@ -67,4 +68,4 @@ def upsert_statement(bucket: str, fields: Mapping[str, str]) -> str:
 
 def select_fields_statement(bucket: str, fields: Mapping[str, str]) -> str:
     cols = ", ".join(f'"{ident(f)}"' for f in fields)
-    return f"SELECT {cols} FROM {meta_table(bucket)} WHERE doc_id = %s"
+    return f"SELECT {cols} FROM {meta_table(bucket)} WHERE doc_id = ?"

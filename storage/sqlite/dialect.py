@@ -26,6 +26,9 @@ SQLITE = Dialect(
     text_rejects_nul=False,
     encode_vector=lambda vec: vec.tobytes(),
     decode_vector=lambda raw: np.frombuffer(raw, dtype=np.float32),
+    same_as="IS",
+    differs_from="IS NOT",
+    byte_order="",
 )
 
 

@@ -18,7 +18,7 @@ the best matches of the whole index instead.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -173,9 +173,11 @@ class FtsRanker:
         )
 
     async def text_candidates(
-        self, terms: Sequence[str], scope: KBScope, limit: int, tuning: KBTextTuning
+        self, terms: Sequence[str], scope: KBScope, limit: int, tuning: KBTextTuning,
+        schema: Mapping[str, str] | None = None,
     ) -> KBRanked:
-        """BM25 top ``limit`` within the scope.
+        """BM25 top ``limit`` within the scope (``schema`` is not needed: SQLite's filter
+        conditions are the same whatever a field's type).
 
         Everything: one ranked query on the bare index. A bucket without filters: a
         probe of the best matches of the whole index when the bucket holds a fair share
