@@ -47,7 +47,6 @@ from app.server import http
 from app.server.compat_runs import (
     AnswerText,
     active_run,
-    admit_body,
     check_owner,
     import_history,
 )
@@ -329,8 +328,9 @@ def _response(svc: Services, ui: UIChunks, source: Batches) -> Response:
 
 async def ui_stream(request: Request) -> Response:
     """``POST /v1/agent/ui-stream``: start a run of the chat and stream it as UI chunks."""
-    svc, ident, body = await admit_body(request)
-    chat, earlier = parse_body(body, max_message_chars=svc.settings.max_message_chars)
+    svc, ident, (chat, earlier) = await http.admit(
+        request, lambda body, settings: parse_body(body, max_message_chars=settings.max_message_chars)
+    )
     assert chat.conversation_id is not None
     # A chat this server has not seen: its earlier turns become the history. (Without
     # any, the run's creation claims the conversation, or answers 404 for another's.)

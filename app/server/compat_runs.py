@@ -1,12 +1,12 @@
 """What the ecosystem faces (OpenAI-compatible, AI SDK UI stream) share: admission, the
 conversation a client's transcript continues, and reading a run's events.
 
-These faces never run the agent themselves. A request is admitted like a native one
-(auth, rate limit, body limits, run limit), becomes a ``ChatInput`` submitted to the same
-run manager, and its stream is the run's own event log — read through the one follower
-every face uses (``app.runs.follow``) as typed events, which the face encodes. So a run
-started here is durable, resumable and cancellable exactly like one started on
-``/v1/agent/runs``.
+These faces never run the agent themselves. A request is admitted by the same function as
+a native one (``app.server.http.admit``: auth, rate limit, body limits; then the run
+limit), becomes a ``ChatInput`` submitted to the same run manager, and its stream is the
+run's own event log — read through the one follower every face uses (``app.runs.follow``)
+as typed events, which the face encodes. So a run started here is durable, resumable and
+cancellable exactly like one started on ``/v1/agent/runs``.
 """
 
 from __future__ import annotations
@@ -14,13 +14,10 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
-from starlette.requests import Request
+from typing import TYPE_CHECKING
 
 from app.runs.follow import Followed
 from app.server import http
-from app.server.auth import Identity
 from app.server.problems import HTTPProblem
 from llm.types import Message
 from storage.errors import ConversationOwnedByAnother, StorageUnavailable
@@ -28,22 +25,6 @@ from storage.records import StoredRun
 
 if TYPE_CHECKING:
     from app.server.services import Services
-
-async def admit_body(request: Request) -> tuple[Services, Identity, Any]:
-    """The checks every chat request passes before its body is read, in the native order
-    (shutting down → 503, credentials → 401, rate → 429), then the body as bounded JSON."""
-    svc = http.services(request)
-    if svc.runs.closing:
-        raise HTTPProblem(503, "shutting_down", "the server is restarting; retry shortly", {"Retry-After": "2"})
-    ident = http.identify(request)
-    wait = await svc.limits.check_rate(http.rate_limit_key(request, ident))
-    if wait is not None:
-        raise HTTPProblem(429, "rate_limited", "too many requests; slow down", {"Retry-After": str(int(wait))})
-    body = await http.read_json_body(request, svc.settings.max_body_bytes)
-    if not isinstance(body, dict):
-        raise HTTPProblem(400, "invalid_request", "the body must be a JSON object")
-    return svc, ident, body
-
 
 def normalized(text: str) -> str:
     """Whitespace-insensitive form, for "was this already said" checks."""

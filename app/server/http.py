@@ -12,7 +12,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from prometheus_client import Gauge
@@ -42,6 +42,7 @@ from storage.errors import (
 from storage.records import MULTITASK_POLICIES, UNFINISHED
 
 if TYPE_CHECKING:
+    from app.config import Settings
     from app.server.services import Services
 
 log = logging.getLogger("agentchat.http")
@@ -50,6 +51,7 @@ log = logging.getLogger("agentchat.http")
 CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}\Z")
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # visible ASCII, as HTTP header tokens go
 RETRY_MS = 2000
+T = TypeVar("T")
 
 
 def services(request: Request) -> Services:
@@ -172,9 +174,12 @@ def idempotency_key(request: Request) -> str | None:
     return key
 
 
-async def admit_request(request: Request) -> tuple[Identity, ChatInput]:
-    """Everything that can refuse a chat request, in a fixed order, except the run limit
-    (a retry that resumes its run does not start another)."""
+async def admit(request: Request, parse: Callable[[dict[str, Any], Settings], T]) -> tuple[Services, Identity, T]:
+    """Every chat request of every face (native, OpenAI-compatible, AI SDK) passes the same
+    checks in one fixed order: shutting down → 503, credentials → 401, rate → 429, the
+    body (size, arrival time, JSON, nesting, integers) → 4xx, not a JSON object → 400,
+    then the face's own fields (``parse``) → 400. The run limit is not checked here: a
+    retry that resumes its run does not start another (``check_run_limit``)."""
     svc = services(request)
     if svc.runs.closing:
         raise HTTPProblem(503, "shutting_down", "the server is restarting; retry shortly", {"Retry-After": "2"})
@@ -183,7 +188,16 @@ async def admit_request(request: Request) -> tuple[Identity, ChatInput]:
     if wait is not None:
         raise HTTPProblem(429, "rate_limited", "too many requests; slow down", {"Retry-After": str(int(wait))})
     body = await read_json_body(request, svc.settings.max_body_bytes)
-    chat = parse_chat_input(body, max_message_chars=svc.settings.max_message_chars)
+    if not isinstance(body, dict):
+        raise HTTPProblem(400, "invalid_request", "the body must be a JSON object")
+    return svc, ident, parse(body, svc.settings)
+
+
+async def admit_request(request: Request) -> tuple[Identity, ChatInput]:
+    """A native chat request admitted (``admit``), its conversation the caller's own."""
+    svc, ident, chat = await admit(
+        request, lambda body, settings: parse_chat_input(body, max_message_chars=settings.max_message_chars)
+    )
     if chat.conversation_id is not None:
         owner = await svc.conversations.owner(chat.conversation_id)
         if owner is not None and owner != ident.user_id:
@@ -203,13 +217,6 @@ async def check_run_limit(svc: Services, ident: Identity) -> None:
     cap = svc.settings.max_runs_per_user
     if await svc.limits.active_runs(ident.user_id, svc.runs, cap) >= cap:
         raise too_many_runs()
-
-
-async def admit(request: Request) -> tuple[Identity, ChatInput]:
-    """Everything that can refuse a new run before it exists, in a fixed order."""
-    ident, chat = await admit_request(request)
-    await check_run_limit(services(request), ident)
-    return ident, chat
 
 
 async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str | None = None) -> Run:

@@ -52,7 +52,6 @@ from app.server import http
 from app.server.auth import Identity
 from app.server.compat_runs import (
     AnswerText,
-    admit_body,
     check_owner,
     copy_history,
     import_history,
@@ -164,6 +163,8 @@ class Translator:
         head = orjson.dumps(self.chunk({}))
         self._before_delta = b"data: " + head[: head.index(b'"delta":') + 8]
         self._after_content = b',"logprobs":null,"finish_reason":null}]}\n\n'
+        # Every other event's chunk: the empty-delta chunk with ``agentchat`` spliced in.
+        self._before_extra = b"data: " + head[:-1] + b',"agentchat":{"event":'
 
     def chunk(self, delta: dict[str, Any], finish: str | None = None, extra: Any = None) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -178,10 +179,19 @@ class Translator:
             out["agentchat"] = extra
         return out
 
-    def _content(self, text: str) -> list[bytes]:
+    def _content(self, text: str, encoded: str | None = None) -> list[bytes]:
+        """The chunk of ``text``; ``encoded`` is its JSON string when the run already wrote it."""
         if not text:
             return []
-        return [self._before_delta + orjson.dumps({"content": text}) + self._after_content]
+        value = encoded.encode() if encoded is not None else orjson.dumps(text)
+        return [self._before_delta + b'{"content":' + value + b"}" + self._after_content]
+
+    def _extra_frame(self, item: Followed) -> bytes:
+        """``frame(self.chunk({}, extra={"event": name, "data": data}))`` without encoding:
+        the prefix is built once and the event's stored JSON is spliced in."""
+        name = item.name.encode() if item.name.isascii() and item.name.isidentifier() else None
+        quoted = b'"' + name + b'"' if name is not None else orjson.dumps(item.name)
+        return self._before_extra + quoted + b',"data":' + item.data.encode() + b"}}\n\n"
 
     def feed(self, item: Followed) -> list[bytes]:
         """The frames of one run event. Text becomes ``content``; every other event rides
@@ -190,12 +200,14 @@ class Translator:
         event = item.event
         match event:
             case events.ContentChunk(chunk=chunk):
-                return self._content(self.answer.chunk(chunk))
+                delta = self.answer.chunk(chunk)
+                # The stored ``{"chunk":"…"}`` already holds the text as a JSON string.
+                same = delta == chunk and item.data.startswith('{"chunk":') and item.data.endswith("}")
+                return self._content(delta, item.data[9:-1] if same else None)
             case events.MessageComplete():
                 return self._complete(event, item.data)
-        extra = {"event": item.name, "data": orjson.Fragment(item.data)}
-        self.events.append(extra)
-        out = [frame(self.chunk({}, extra=extra))]
+        self.events.append({"event": item.name, "data": orjson.Fragment(item.data)})
+        out = [self._extra_frame(item)]
         match event:
             case events.MessageStart():
                 self.answer.new_turn()
@@ -290,8 +302,10 @@ async def chat_completions(request: Request) -> Response:
 
 
 async def _chat_completions(request: Request) -> Response:
-    svc, ident, body = await admit_body(request)
-    req = parse_request(body, request.headers, max_message_chars=svc.settings.max_message_chars)
+    sent = request.headers
+    svc, ident, req = await http.admit(
+        request, lambda body, settings: parse_request(body, sent, max_message_chars=settings.max_message_chars)
+    )
     await http.check_run_limit(svc, ident)
     await check_bucket_scope(svc, req.context)  # before any history is imported: a refusal leaves nothing
     conversation_id, key = await conversation_for(svc, ident, req)
