@@ -4,7 +4,8 @@ PostgreSQL engine.
 The steps carry the SQLite engine's numbers and names, so "schema version 4" means the
 same tables on both engines (what ``agentchat migrate-db`` relies on); each step says
 the same thing in PostgreSQL's words. A released step is never edited; a change is a
-new step, in both engines.
+new step, in both engines. Numbers, names and the runner's order are shared
+(``storage.migration_runner``).
 
 Ten replicas starting together migrate once: the runner takes a session-level
 ``pg_advisory_lock`` before reading the version table, so the first applies the
@@ -19,12 +20,13 @@ such right.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
+import contextlib
+from collections.abc import AsyncIterator
 
 import psycopg
 
-VERSION_TABLE = "schema_version"
+from storage.migration_runner import VERSION_TABLE, Migration, MigrationRunner, numbered
+
 #: ``pg_advisory_lock`` key of the migration runner ("agentchat" as an int64).
 MIGRATION_LOCK = 0x6167656E74636861
 _NOW = "(extract(epoch from clock_timestamp())::double precision)"
@@ -36,13 +38,6 @@ _NOW = "(extract(epoch from clock_timestamp())::double precision)"
 #: generated column may use it.
 FOLD_FUNCTION = "agentchat_fold"
 TEXT_CONFIG = "english"
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    version: int
-    name: str
-    statements: tuple[str, ...]
 
 
 _APP = (
@@ -390,27 +385,54 @@ _OWNERS = (
     "CREATE INDEX IF NOT EXISTS idx_keywords_key ON keywords(key)",
 )
 
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "conversations, runs, tool calls, drafts, keywords, external results, knowledge base",
-              _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB),
-    Migration(2, "durable runs: input, checkpoint, multitask policy; one version table", _DURABLE_RUNS),
-    Migration(3, "run summary: tool_call_count, used_tools, keyword_count", _RUN_SUMMARY),
-    Migration(4, "knowledge base: the page of each chunk of a paged document", _KB_CHUNK_PAGES),
-    Migration(5, "external answers: keyword terms, vectors of answers and keywords", _EXTERNAL_MATCHING),
-    Migration(6, "runs: the Idempotency-Key a client started each run with", _RUN_IDEMPOTENCY),
-    Migration(7, "knowledge base: the absolute origin of ingested files, apart from their shown source",
-              _KB_DOCUMENT_ORIGIN),
-    Migration(8, "shared limits: request counts per window, an index of each user's unfinished runs",
-              _SHARED_LIMITS),
-    Migration(9, "runs: the lease of the replica executing each run", _RUN_LEASES),
-    Migration(10, "app secrets shared by every process: the stream-token signing key", _APP_SECRETS),
-    Migration(11, "knowledge base: chunk vectors kept in the row, for the dense search in the database",
-              _KB_VECTORS_INLINE),
-    Migration(12, "knowledge base: chunk tsvectors kept in the row, for full-text ranking", _KB_TSV_INLINE),
-    Migration(13, "tool-call log: indexes on conversation_id and status (seed 001)", _TOOL_CALL_INDEXES),
-    Migration(14, "runs: a cancel requested on any replica", _RUN_CANCEL_REQUESTS),
-    Migration(15, "owners: saved web answers, keywords and their associations are their user's", _OWNERS),
+MIGRATIONS: tuple[Migration, ...] = numbered(
+    {
+        1: _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB,
+        2: _DURABLE_RUNS,
+        3: _RUN_SUMMARY,
+        4: _KB_CHUNK_PAGES,
+        5: _EXTERNAL_MATCHING,
+        6: _RUN_IDEMPOTENCY,
+        7: _KB_DOCUMENT_ORIGIN,
+        8: _SHARED_LIMITS,
+        9: _RUN_LEASES,
+        10: _APP_SECRETS,
+        11: _KB_VECTORS_INLINE,
+        12: _KB_TSV_INLINE,
+        13: _TOOL_CALL_INDEXES,
+        14: _RUN_CANCEL_REQUESTS,
+        15: _OWNERS,
+    },
 )
+
+
+class _PostgresRunner(MigrationRunner):
+    """Each step in its own transaction; the applied versions are read once, under the
+    session's advisory lock (``migrate``), before the first step."""
+
+    time_type = "DOUBLE PRECISION"
+    mark = "%s"
+
+    def __init__(self, conn: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
+        self._conn = conn
+        self._done: set[int] | None = None
+
+    async def execute(self, sql: str, params: tuple[object, ...] = ()) -> None:
+        await self._conn.execute(sql, params or None)  # type: ignore[arg-type]
+
+    @contextlib.asynccontextmanager
+    async def step(self, step: Migration) -> AsyncIterator[None]:
+        if self._done is None:
+            cur = await self._conn.execute(f"SELECT version FROM {VERSION_TABLE}")
+            self._done = {int(r[0]) for r in await cur.fetchall()}  # type: ignore[call-overload]
+        if step.version in self._done:
+            yield
+            return
+        async with self._conn.transaction():
+            yield
+
+    async def applied(self, step: Migration) -> bool:
+        return self._done is not None and step.version in self._done
 
 
 async def migrate(url: str, migrations: tuple[Migration, ...] = MIGRATIONS, *, connect_timeout: int = 10) -> int:
@@ -421,28 +443,7 @@ async def migrate(url: str, migrations: tuple[Migration, ...] = MIGRATIONS, *, c
     ) as conn:
         await conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
         try:
-            return await _migrate_locked(conn, migrations)
+            return await _PostgresRunner(conn).run(migrations)
         finally:
             if not conn.closed:
                 await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
-
-
-async def _migrate_locked(conn: psycopg.AsyncConnection[tuple[object, ...]], migrations: tuple[Migration, ...]) -> int:
-    await conn.execute(
-        f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} ("
-        "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
-    )
-    cur = await conn.execute(f"SELECT version FROM {VERSION_TABLE}")
-    done = {int(r[0]) for r in await cur.fetchall()}  # type: ignore[call-overload]
-    version = 0
-    for step in migrations:
-        if step.version not in done:
-            async with conn.transaction():
-                for statement in step.statements:
-                    await conn.execute(statement)  # type: ignore[arg-type]
-                await conn.execute(
-                    f"INSERT INTO {VERSION_TABLE}(version, name, applied_at) VALUES (%s, %s, %s)",
-                    (step.version, step.name, time.time()),
-                )
-        version = step.version
-    return version

@@ -6,32 +6,23 @@ edited; a change is a new step. Step 1 uses ``IF NOT EXISTS`` throughout so a fi
 by an earlier release (when each store migrated itself into its own version table) is
 adopted as it is; step 2 drops those old version tables.
 
-Each step runs in its own ``BEGIN IMMEDIATE`` transaction and re-checks the version
-inside the write lock, so two processes starting on one file apply each step once.
+The runner is ``storage.migration_runner`` (shared, with the steps' numbers and
+names); here each step runs in its own ``BEGIN IMMEDIATE`` transaction and re-checks
+the version inside the write lock, so two processes starting on one file apply each
+step once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sqlite3
-import time
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 
 import aiosqlite
 
+from storage.migration_runner import VERSION_TABLE, Migration, MigrationRunner, numbered
+
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    version: int
-    name: str
-    statements: tuple[str, ...]
-    #: A step that rebuilds a table others reference (SQLite cannot change a UNIQUE
-    #: constraint in place) runs with foreign keys off, as SQLite's own procedure for
-    #: other schema changes says: dropping the old table would otherwise cascade to its
-    #: children. The keys are checked before the step commits.
-    rebuilds: bool = False
 
 
 _APP = (
@@ -364,57 +355,47 @@ _OWNERS = (
     "CREATE INDEX IF NOT EXISTS idx_keywords_key ON keywords(key)",
 )
 
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "conversations, runs, tool calls, drafts, keywords, external results, knowledge base",
-              _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB),
-    Migration(2, "durable runs: input, checkpoint, multitask policy; one version table", _DURABLE_RUNS),
-    Migration(3, "run summary: tool_call_count, used_tools, keyword_count", _RUN_SUMMARY),
-    Migration(4, "knowledge base: the page of each chunk of a paged document", _KB_CHUNK_PAGES),
-    Migration(5, "external answers: keyword terms, vectors of answers and keywords", _EXTERNAL_MATCHING),
-    Migration(6, "runs: the Idempotency-Key a client started each run with", _RUN_IDEMPOTENCY),
-    Migration(7, "knowledge base: the absolute origin of ingested files, apart from their shown source",
-              _KB_DOCUMENT_ORIGIN),
-    Migration(8, "shared limits: request counts per window, an index of each user's unfinished runs",
-              _SHARED_LIMITS),
-    Migration(9, "runs: the lease of the replica executing each run", _RUN_LEASES),
-    Migration(10, "app secrets shared by every process: the stream-token signing key", _APP_SECRETS),
-    # Nothing to change here (vectors live in the row already); the step keeps both
-    # engines' numbers equal, which ``agentchat migrate-db`` checks.
-    Migration(11, "knowledge base: chunk vectors kept in the row, for the dense search in the database", ()),
-    Migration(12, "knowledge base: chunk tsvectors kept in the row, for full-text ranking", ()),
-    Migration(13, "tool-call log: indexes on conversation_id and status (seed 001)", _TOOL_CALL_INDEXES),
-    Migration(14, "runs: a cancel requested on any replica", _RUN_CANCEL_REQUESTS),
-    Migration(15, "owners: saved web answers, keywords and their associations are their user's", _OWNERS,
-              rebuilds=True),
+MIGRATIONS: tuple[Migration, ...] = numbered(
+    {
+        1: _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB,
+        2: _DURABLE_RUNS,
+        3: _RUN_SUMMARY,
+        4: _KB_CHUNK_PAGES,
+        5: _EXTERNAL_MATCHING,
+        6: _RUN_IDEMPOTENCY,
+        7: _KB_DOCUMENT_ORIGIN,
+        8: _SHARED_LIMITS,
+        9: _RUN_LEASES,
+        10: _APP_SECRETS,
+        # Nothing to change here (vectors live in the row already); the step keeps both
+        # engines' numbers equal, which ``agentchat migrate-db`` checks.
+        11: (),
+        12: (),
+        13: _TOOL_CALL_INDEXES,
+        14: _RUN_CANCEL_REQUESTS,
+        15: _OWNERS,
+    }, rebuilds=frozenset({15}),
 )
 
-VERSION_TABLE = "schema_version"
+class _SqliteRunner(MigrationRunner):
+    """Each step in its own ``BEGIN IMMEDIATE`` transaction, its version re-checked inside
+    the write lock (two processes starting on one file apply it once)."""
 
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self._conn = conn
 
-async def migrate(conn: aiosqlite.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> int:
-    """Apply every pending step; return the schema version afterwards."""
-    await conn.execute(
-        f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} ("
-        "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-    )
-    version = 0
-    for step in migrations:
+    async def execute(self, sql: str, params: tuple[object, ...] = ()) -> None:
+        await self._conn.execute(sql, params)
+
+    @contextlib.asynccontextmanager
+    async def step(self, step: Migration) -> AsyncIterator[None]:
+        conn = self._conn
         keys_were = await _foreign_keys(conn) if step.rebuilds else 0
         if step.rebuilds:  # only outside a transaction does this pragma take effect
             await conn.execute("PRAGMA foreign_keys = OFF")
         await conn.execute("BEGIN IMMEDIATE")
         try:
-            async with conn.execute(f"SELECT 1 FROM {VERSION_TABLE} WHERE version = ?", (step.version,)) as cur:
-                done = await cur.fetchone() is not None
-            if not done:
-                for statement in step.statements:
-                    await _apply(conn, statement)
-                if step.rebuilds:
-                    await _check_foreign_keys(conn, step)
-                await conn.execute(
-                    f"INSERT INTO {VERSION_TABLE}(version, name, applied_at) VALUES (?, ?, ?)",
-                    (step.version, step.name, time.time()),
-                )
+            yield
             await conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -423,8 +404,28 @@ async def migrate(conn: aiosqlite.Connection, migrations: tuple[Migration, ...] 
         finally:
             if step.rebuilds:
                 await conn.execute(f"PRAGMA foreign_keys = {keys_were}")
-        version = step.version
-    return version
+
+    async def applied(self, step: Migration) -> bool:
+        async with self._conn.execute(f"SELECT 1 FROM {VERSION_TABLE} WHERE version = ?", (step.version,)) as cur:
+            return await cur.fetchone() is not None
+
+    async def apply(self, statement: str) -> None:
+        try:
+            await self._conn.execute(statement)
+        except sqlite3.OperationalError as exc:
+            # A file from an earlier release may already have a column a step adds.
+            if statement.lstrip().upper().startswith("ALTER TABLE") and "duplicate column" in str(exc):
+                return
+            raise
+
+    async def check(self, step: Migration) -> None:
+        if step.rebuilds:
+            await _check_foreign_keys(self._conn, step)
+
+
+async def migrate(conn: aiosqlite.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> int:
+    """Apply every pending step; return the schema version afterwards."""
+    return await _SqliteRunner(conn).run(migrations)
 
 
 async def _foreign_keys(conn: aiosqlite.Connection) -> int:
@@ -438,13 +439,3 @@ async def _check_foreign_keys(conn: aiosqlite.Connection, step: Migration) -> No
         broken = list(await cur.fetchall())
     if broken:
         raise sqlite3.IntegrityError(f"migration {step.version} broke {len(broken)} foreign key(s): {broken[:3]}")
-
-
-async def _apply(conn: aiosqlite.Connection, statement: str) -> None:
-    try:
-        await conn.execute(statement)
-    except sqlite3.OperationalError as exc:
-        # A file from an earlier release may already have a column a step adds.
-        if statement.lstrip().upper().startswith("ALTER TABLE") and "duplicate column" in str(exc):
-            return
-        raise

@@ -1,0 +1,110 @@
+"""The numbered migration steps' shape, their names, and the runner that applies them,
+written once for both engines.
+
+Why: a schema version must mean the same tables on both engines (``agentchat
+migrate-db`` checks the numbers), so a step's number and name are said here once and
+each engine only supplies its own SQL for that number (``storage/*/migrations.py``:
+never edited once released). The runner's order is the same everywhere — make the
+version table, then for each step, in its own transaction: skip it if recorded, else
+run its statements and record it — while what a transaction, a lock or a tolerated
+error is stays with the engine (``MigrationRunner``'s hooks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+VERSION_TABLE = "schema_version"
+
+#: Each step's name, as recorded in the version table (same text on both engines).
+STEP_NAMES: Mapping[int, str] = {
+    1: "conversations, runs, tool calls, drafts, keywords, external results, knowledge base",
+    2: "durable runs: input, checkpoint, multitask policy; one version table",
+    3: "run summary: tool_call_count, used_tools, keyword_count",
+    4: "knowledge base: the page of each chunk of a paged document",
+    5: "external answers: keyword terms, vectors of answers and keywords",
+    6: "runs: the Idempotency-Key a client started each run with",
+    7: "knowledge base: the absolute origin of ingested files, apart from their shown source",
+    8: "shared limits: request counts per window, an index of each user's unfinished runs",
+    9: "runs: the lease of the replica executing each run",
+    10: "app secrets shared by every process: the stream-token signing key",
+    11: "knowledge base: chunk vectors kept in the row, for the dense search in the database",
+    12: "knowledge base: chunk tsvectors kept in the row, for full-text ranking",
+    13: "tool-call log: indexes on conversation_id and status (seed 001)",
+    14: "runs: a cancel requested on any replica",
+    15: "owners: saved web answers, keywords and their associations are their user's",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    statements: tuple[str, ...]
+    #: A step that rebuilds a table others reference (SQLite cannot change a UNIQUE
+    #: constraint in place) runs with foreign keys off, as SQLite's own procedure for
+    #: other schema changes says: dropping the old table would otherwise cascade to its
+    #: children. The keys are checked before the step commits.
+    rebuilds: bool = False
+
+
+def numbered(statements: Mapping[int, tuple[str, ...]], *, rebuilds: frozenset[int] = frozenset()) -> tuple[
+    Migration, ...
+]:
+    """An engine's steps: its statements for each number, named from ``STEP_NAMES``."""
+    if sorted(statements) != list(range(1, len(statements) + 1)):
+        raise ValueError("migration steps must be numbered 1, 2, … without gaps")
+    return tuple(Migration(v, STEP_NAMES[v], statements[v], v in rebuilds) for v in sorted(statements))
+
+
+class MigrationRunner:
+    """Applies pending steps in order; an engine's subclass says how (on one connection)."""
+
+    #: The version table's timestamp column type.
+    time_type = "REAL"
+    #: The engine's parameter placeholder.
+    mark = "?"
+
+    async def execute(self, sql: str, params: tuple[object, ...] = ()) -> None:
+        raise NotImplementedError
+
+    def step(self, step: Migration) -> contextlib.AbstractAsyncContextManager[None]:
+        """One step's transaction (committed when the block ends without an error)."""
+        raise NotImplementedError
+
+    async def applied(self, step: Migration) -> bool:
+        """Whether ``step`` is recorded (asked inside its transaction)."""
+        raise NotImplementedError
+
+    async def apply(self, statement: str) -> None:
+        await self.execute(statement)
+
+    async def check(self, step: Migration) -> None:
+        """After a step's statements, before it is recorded: refuse a broken result."""
+
+    async def run(self, migrations: tuple[Migration, ...]) -> int:
+        """Apply every pending step; the schema version afterwards."""
+        await self.execute(
+            f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} ("
+            f"version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at {self.time_type} NOT NULL)"
+        )
+        version = 0
+        for step in migrations:
+            async with self.step(step):
+                if not await self.applied(step):
+                    for statement in step.statements:
+                        await self.apply(statement)
+                    await self.check(step)
+                    m = self.mark
+                    await self.execute(
+                        f"INSERT INTO {VERSION_TABLE}(version, name, applied_at) VALUES ({m}, {m}, {m})",
+                        (step.version, step.name, time.time()),
+                    )
+            version = step.version
+        return version
+
+
+__all__ = ["STEP_NAMES", "VERSION_TABLE", "Migration", "MigrationRunner", "numbered"]
