@@ -264,6 +264,19 @@ class OrderedWriter:
                 item.committed()
 
 
+async def finish_even_if_cancelled(work: Awaitable[T]) -> T:
+    """Await ``work``; a cancelled caller still lets it finish (commit or roll back)
+    before the cancellation propagates, so no connection is left mid-transaction (both
+    engines' transactions and batches run through it)."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await task
+        raise
+
+
 class QueuedWrites:
     """The writer-facing face both engines' database classes share: queueing through
     their ``OrderedWriter`` (``_queue``) and the health it keeps (``health``)."""

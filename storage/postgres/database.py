@@ -48,6 +48,7 @@ from storage.writer import (
     Statement,
     WriteHealth,
     WriteItem,
+    finish_even_if_cancelled,
     group_consecutive,
     retrying,
 )
@@ -112,7 +113,7 @@ class PostgresDatabase(QueuedWrites):
         self.health = WriteHealth()
         self.pool = pool
         self._queue = OrderedWriter(
-            lambda batch: _finish_even_if_cancelled(self._commit_items(batch)),
+            lambda batch: finish_even_if_cancelled(self._commit_items(batch)),
             transient=transient,
             retry_s=opts.write_retry_s,
             health=self.health,
@@ -195,7 +196,7 @@ class PostgresDatabase(QueuedWrites):
         failures (so ``fn`` must only touch the database). Raises ``StorageUnavailable``
         after ``write_retry_s``; other errors propagate at once."""
         return await retrying(
-            lambda: _finish_even_if_cancelled(self._run_transaction(fn)),
+            lambda: finish_even_if_cancelled(self._run_transaction(fn)),
             transient=transient,
             retry_s=self.opts.write_retry_s,
             health=self.health,
@@ -261,14 +262,3 @@ async def _run_statements(conn: Conn, statements: Sequence[Statement]) -> None:
             else:
                 await cur.executemany(sql, rows)  # type: ignore[arg-type]
 
-
-async def _finish_even_if_cancelled(work: Awaitable[T]) -> T:
-    """Await ``work``; a cancelled caller still lets it finish (commit or roll back)
-    before the cancellation propagates, so no connection returns mid-transaction."""
-    task = asyncio.ensure_future(work)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        with contextlib.suppress(BaseException):
-            await task
-        raise

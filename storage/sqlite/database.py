@@ -44,6 +44,7 @@ from storage.writer import (
     Statement,
     WriteHealth,
     WriteItem,
+    finish_even_if_cancelled,
     group_consecutive,
     retrying,
 )
@@ -257,13 +258,7 @@ class SqliteDatabase(QueuedWrites):
         lets it finish (commit or roll back) before the lock is released, so the next
         transaction never finds one open."""
         async with self._write_lock:
-            task = asyncio.ensure_future(work)
-            try:
-                return await asyncio.shield(task)
-            except asyncio.CancelledError:
-                with contextlib.suppress(BaseException):
-                    await task
-                raise
+            return await finish_even_if_cancelled(work)
 
     async def _run_transaction(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]], immediate: bool) -> T:
         conn = self._writer
