@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from storage.kb_records import KBTextTuning
+
 
 def selective_terms(
     terms: Sequence[str],
@@ -51,4 +53,21 @@ def selective_terms(
     return [present[rarest]]
 
 
-__all__ = ["selective_terms"]
+
+
+def tuned_selective_terms(
+    terms: Sequence[str], df: Mapping[str, int], total_chunks: int, tuning: KBTextTuning, *, min_matches: int = 0
+) -> list[str]:
+    """``selective_terms`` with the thresholds of ``tuning`` (``AGENT_KB_*`` settings): what
+    both engines' text rankers call once they know each term's document frequency."""
+    return selective_terms(
+        terms,
+        df,
+        total_chunks,
+        common_fraction=tuning.common_term_fraction,
+        common_min_df=tuning.common_term_min_df,
+        min_matches=min_matches,
+    )
+
+
+__all__ = ["selective_terms", "tuned_selective_terms"]

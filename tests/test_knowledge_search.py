@@ -15,7 +15,7 @@ from knowledge import KBConfig, KnowledgeBase, UnknownBucketError
 from knowledge.textnorm import content_terms
 from knowledge.vectors import VectorIndex, normalise_rows
 from storage.kb_records import KBScope
-from storage.sqlite.kb_fts import selective_terms
+from storage.kb_terms import selective_terms
 from tests.test_knowledge_chunking import NASTY
 from toolindex.hashing import HashingEmbedder
 

@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from storage.kb_records import KBRanked, KBScope, KBTextTuning
-from storage.kb_terms import selective_terms
+from storage.kb_terms import tuned_selective_terms
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.kb_filters_sql import scope_sql
 from storage.postgres.migrations import FOLD_FUNCTION, TEXT_CONFIG
@@ -215,14 +215,7 @@ class TextRanker:
         df_lex = await self.document_frequencies([x for t in terms for x in lex[t]])
         # A term's df: its most frequent lexeme's (a term is nearly always one lexeme).
         df = {t: max((df_lex.get(x, 0) for x in lex[t]), default=0) for t in terms}
-        return selective_terms(
-            terms,
-            df,
-            total,
-            common_fraction=tuning.common_term_fraction,
-            common_min_df=tuning.common_term_min_df,
-            min_matches=min_matches,
-        )
+        return tuned_selective_terms(terms, df, total, tuning, min_matches=min_matches)
 
     async def text_candidates(
         self, terms: Sequence[str], scope: KBScope, limit: int, tuning: KBTextTuning,

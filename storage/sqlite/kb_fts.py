@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from storage.kb_records import KBRanked, KBScope, KBTextTuning
-from storage.kb_terms import selective_terms
+from storage.kb_terms import tuned_selective_terms
 from storage.sqlite.database import SqliteDatabase
 from storage.sqlite.kb_filters_sql import scope_sql
 
@@ -163,14 +163,7 @@ class FtsRanker:
                     self._df_cache.clear()
                 self._df_cache.update(zip(missing, counts, strict=True))
             df.update(zip(missing, counts, strict=True))
-        return selective_terms(
-            terms,
-            df,
-            total,
-            common_fraction=tuning.common_term_fraction,
-            common_min_df=tuning.common_term_min_df,
-            min_matches=min_matches,
-        )
+        return tuned_selective_terms(terms, df, total, tuning, min_matches=min_matches)
 
     async def text_candidates(
         self, terms: Sequence[str], scope: KBScope, limit: int, tuning: KBTextTuning,
