@@ -44,6 +44,7 @@ from agenttools.core.catalog import CONTEXT_TYPES
 from app.runs.follow import Batches, Followed
 from app.runs.records import ChatInput
 from app.server import http
+from app.server.chat_request import CONVERSATION_ID
 from app.server.compat_runs import (
     AnswerText,
     active_run,
@@ -85,7 +86,7 @@ def _message_text(message: dict[str, Any]) -> str:
 def parse_body(body: dict[str, Any], *, max_message_chars: int) -> tuple[ChatInput, list[Message]]:
     """The run's input and the chat's earlier turns, or a 400 naming the field at fault."""
     chat_id = body.get("id")
-    if not isinstance(chat_id, str) or not http.CONVERSATION_ID.match(chat_id):
+    if not isinstance(chat_id, str) or not CONVERSATION_ID.match(chat_id):
         raise HTTPProblem(
             400, "invalid_field", "id (the chat id) must be 1-128 characters of letters, digits, '_', '-', '.', ':'"
         )
@@ -349,7 +350,7 @@ async def ui_stream_resume(request: Request) -> Response:
     svc = http.services(request)
     ident = http.identify(request)
     chat_id = request.path_params["chat_id"]
-    if not http.CONVERSATION_ID.match(chat_id) or not await _owned(svc, chat_id, ident.user_id):
+    if not CONVERSATION_ID.match(chat_id) or not await _owned(svc, chat_id, ident.user_id):
         return Response(status_code=204)
     run_id = await active_run(svc, ident.user_id, chat_id, within_s=svc.settings.finished_run_memory_s)
     following = await http.follow_run(svc, run_id, ident.user_id, 0, cancel_on_exit=True) if run_id else None

@@ -22,13 +22,13 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from app.config import CONTEXT_TYPES
 from app.ops.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from app.runs.follow import Batches, Following, follow, follow_here
 from app.runs.records import Caller, ChatInput
 from app.runs.run import Run
 from app.server.auth import LOCAL_USER, AuthError, Identity
 from app.server.bounds import MAX_JSON_DEPTH, MAX_SAFE_INTEGER, check_json, parse_int
+from app.server.chat_request import parse_chat_input
 from app.server.context_scope import check_bucket_scope
 from app.server.problems import HTTPProblem, ORJSONResponse
 from events import Heartbeat
@@ -39,7 +39,7 @@ from storage.errors import (
     StorageUnavailable,
     TooManyRuns,
 )
-from storage.records import MULTITASK_POLICIES, UNFINISHED
+from storage.records import UNFINISHED
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -47,8 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentchat.http")
 
-# \Z, not $: `$` also matches before a final newline, which let "conv\n" through.
-CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}\Z")
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # visible ASCII, as HTTP header tokens go
 RETRY_MS = 2000
 T = TypeVar("T")
@@ -104,49 +102,6 @@ async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
 
 def _peer(request: Request) -> str:
     return request.client.host if request.client else "unknown"
-
-
-def parse_chat_input(body: Any, *, max_message_chars: int) -> ChatInput:
-    if not isinstance(body, dict):
-        raise HTTPProblem(400, "invalid_request", "the body must be a JSON object")
-    message = body.get("message")
-    if message is None:
-        raise HTTPProblem(400, "invalid_field", "message is required")
-    if not isinstance(message, str):
-        raise HTTPProblem(400, "invalid_field", "message must be a string")
-    if not message.strip():
-        raise HTTPProblem(400, "invalid_field", "message must not be empty")
-    if len(message) > max_message_chars:
-        raise HTTPProblem(400, "invalid_field", f"message is longer than {max_message_chars} characters")
-    context_type = body.get("context_type")
-    if not isinstance(context_type, str) or context_type not in CONTEXT_TYPES:
-        raise HTTPProblem(
-            400,
-            "unknown_context_type",
-            f"context_type must be one of {', '.join(CONTEXT_TYPES)}; got {context_type!r}",
-        )
-    context = body.get("context")
-    if context is None:
-        context = {}
-    if not isinstance(context, dict):
-        raise HTTPProblem(400, "invalid_field", "context must be a JSON object")
-    conversation_id = body.get("conversation_id")
-    if conversation_id is not None and (
-        not isinstance(conversation_id, str) or not CONVERSATION_ID.match(conversation_id)
-    ):
-        raise HTTPProblem(
-            400, "invalid_field", "conversation_id must be 1-128 characters of letters, digits, '_', '-', '.', ':'"
-        )
-    multitask = body.get("multitask", "enqueue")
-    if multitask not in MULTITASK_POLICIES:
-        raise HTTPProblem(400, "invalid_field", f"multitask must be one of {', '.join(MULTITASK_POLICIES)}")
-    return ChatInput(
-        message=message,
-        context_type=context_type,
-        context=context,
-        conversation_id=conversation_id,
-        multitask=multitask,
-    )
 
 
 def identify(request: Request) -> Identity:

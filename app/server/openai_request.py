@@ -15,7 +15,7 @@ from typing import Any
 from starlette.responses import Response
 
 from agenttools.core.catalog import CONTEXT_TYPES
-from app.server import http
+from app.server.chat_request import CONVERSATION_ID
 from app.server.problems import HTTPProblem, ORJSONResponse
 from storage.records import MULTITASK_POLICIES, MultitaskPolicy
 
@@ -125,7 +125,7 @@ def parse_request(body: dict[str, Any], headers: Any, *, max_message_chars: int)
         raise OpenAIProblem(400, "invalid_type", "context must be a JSON object", "context")
     conversation_id = headers.get("x-conversation-id") or body.get("conversation_id")
     if conversation_id is not None and (
-        not isinstance(conversation_id, str) or not http.CONVERSATION_ID.match(conversation_id)
+        not isinstance(conversation_id, str) or not CONVERSATION_ID.match(conversation_id)
     ):
         raise OpenAIProblem(
             400, "invalid_value",

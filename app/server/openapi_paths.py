@@ -1,18 +1,20 @@
 """The built-in routes, described: one ``ApiContribution`` per route module (the
 knowledge-base and admin routes in ``app/server/openapi_kb.py``).
 
-Each description mirrors the checks its route makes (``app/server/http.py``'s
-``parse_chat_input`` and ``_after``, ``app/server/bounds.py``, the KB and admin routes), so a
-client generated from the document sends what the server accepts, and the statuses
-listed are the ones the route can answer (schemathesis checks both against a live server).
+The chat body's schema is generated from the struct that decodes it
+(``app/server/chat_request.py``); the rest mirrors the checks its route makes (``_after``,
+``app/server/bounds.py``, the KB and admin routes), so a client generated from the document
+sends what the server accepts, and the statuses listed are the ones the route can answer
+(schemathesis checks both against a live server).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.config import CONTEXT_TYPES, Settings
+from app.config import Settings
 from app.server.bounds import MAX_SAFE_INTEGER
+from app.server.chat_request import chat_request_schema
 from app.server.openapi import (
     ApiContribution,
     header,
@@ -26,10 +28,8 @@ from app.server.openapi import (
     sse_response,
 )
 from app.server.openapi_kb import kb_api
-from storage.records import MULTITASK_POLICIES
 
 RUN_STATUSES = ("queued", "running", "completed", "failed", "cancelled", "interrupted")
-CONVERSATION_ID_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
 EVENT_ID = {"type": "integer", "minimum": 0, "maximum": MAX_SAFE_INTEGER}
 
 
@@ -51,41 +51,6 @@ def _admission() -> dict[str, Any]:
         "404": problem("`conversation_id` names a conversation of another user (`not_found`)"),
         "503": problem("The server is restarting (`shutting_down`) or cannot store runs (`storage_unavailable`)",
                        retry_after=True),
-    }
-
-
-def _chat_request(settings: Settings) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "required": ["message", "context_type"],
-        "description": "Other members are ignored. Nested at most 64 levels; integers within 64 bits.",
-        "properties": {
-            "message": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": settings.max_message_chars,
-                "pattern": r"\S",
-                "description": "The question (`AGENT_MAX_MESSAGE_CHARS`); not only white space.",
-            },
-            "context_type": {"enum": list(CONTEXT_TYPES), "description": "Which tools and prompt the run uses."},
-            "context": {
-                "type": ["object", "null"],
-                "description": "The UI context (`workflow_id`, `table_id`, …); its IDs are injected into tool calls. "
-                "`buckets` (an array of bucket names, or `bucket`: one name; `*`: every bucket) scopes the "
-                "knowledge-base search instead of `AGENT_KB_DEFAULT_BUCKETS`; an unknown name is a 400.",
-            },
-            "conversation_id": {
-                "type": ["string", "null"],
-                "pattern": CONVERSATION_ID_PATTERN,
-                "description": "Continue this conversation (yours); omitted: a new one.",
-            },
-            "multitask": {
-                "enum": list(MULTITASK_POLICIES),
-                "default": "enqueue",
-                "description": "When a run of the conversation is in progress: run after it, refuse (409), "
-                "or cancel it.",
-            },
-        },
     }
 
 
@@ -216,7 +181,7 @@ def agent_api(settings: Settings) -> ApiContribution:
         },
     }
     schemas = {
-        "ChatRequest": _chat_request(settings),
+        "ChatRequest": chat_request_schema(settings.max_message_chars),
         "RunCreated": {
             "type": "object",
             "required": ["run_id", "conversation_id", "stream_url"],
