@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from agenttools.core.catalog import CONTEXT_TYPES
+from app.server.chat_request import CONVERSATION_ID_PATTERN
 from app.server.openai_request import model_ids
 from app.server.openapi import ApiContribution, json_body, json_response, path_param, problem, schema_ref
 from storage.records import MULTITASK_POLICIES
 
-CONVERSATION_ID_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
 _ID_HEADERS = {
     "X-Run-Id": {"description": "The run that answers (cancel it with `POST /v1/agent/runs/{run_id}/cancel`).",
                  "schema": {"type": "string"}},
