@@ -8,12 +8,11 @@ pgvector) — and only the app factory opens one, through ``open_storage`` (a
 ``postgresql://`` URL or a SQLite path).
 """
 
-from storage.errors import ConversationBusy, ConversationOwnedByAnother, StorageError, StorageUnavailable
+from storage.errors import ConversationBusy, StorageError, StorageUnavailable
 from storage.open import is_postgres_url, open_storage
 
 __all__ = [
     "ConversationBusy",
-    "ConversationOwnedByAnother",
     "StorageError",
     "StorageUnavailable",
     "is_postgres_url",

@@ -14,10 +14,6 @@ class StorageUnavailable(StorageError):
     code = "storage_unavailable"
 
 
-class ConversationOwnedByAnother(StorageError):
-    """The conversation exists and belongs to another user (callers answer 404)."""
-
-
 class ConversationBusy(StorageError):
     """A run of this conversation is still live and the multitask policy is ``reject``."""
 

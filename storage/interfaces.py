@@ -55,19 +55,20 @@ from storage.run_feed import RunFeed
 
 
 class ConversationStore(Protocol):
-    """Conversations are owned from their first byte; messages get their ``seq`` inside
-    the write transaction, so concurrent appends never collide or get lost."""
+    """A conversation is its user's: it is keyed by ``(user_id, conversation_id)``, so
+    two users naming the same id have two conversations and never see or block each
+    other. Messages get their ``seq`` inside the write transaction, so concurrent
+    appends never collide or get lost."""
 
-    async def owner(self, conversation_id: str) -> str | None: ...
+    async def exists(self, conversation_id: str, user_id: str) -> bool: ...
 
     async def claim(self, conversation_id: str, user_id: str) -> None:
-        """Create the conversation owned by ``user_id``, or check that it is theirs
-        (raises ``ConversationOwnedByAnother``)."""
+        """Create the user's conversation if it does not exist yet (idempotent)."""
         ...
 
     async def load(self, conversation_id: str, user_id: str, *, limit: int = 400) -> list[Message]: ...
 
-    async def messages(self, conversation_id: str) -> list[StoredMessage]: ...
+    async def messages(self, conversation_id: str, user_id: str) -> list[StoredMessage]: ...
 
     async def append(self, conversation_id: str, user_id: str, messages: Sequence[Message]) -> None: ...
 
@@ -77,8 +78,8 @@ class RunStore(Protocol):
 
     async def create(self, run: NewRun) -> list[str]:
         """Store the run (status ``queued``) and claim its conversation for the user, in
-        one transaction. Returns the ids of the conversation's other unfinished runs,
-        oldest first. Raises ``ConversationOwnedByAnother``, and ``ConversationBusy``
+        one transaction. Returns the ids of the user's conversation's other unfinished
+        runs, oldest first. Raises ``ConversationBusy``
         when the policy is ``reject`` and another run is unfinished. A run with an
         ``idempotency_key`` the user already used is not stored: ``IdempotencyKeyUsed``
         names the run that has it (checked first, and atomically with the insert). With

@@ -36,6 +36,7 @@ STEP_NAMES: Mapping[int, str] = {
     13: "tool-call log: indexes on conversation_id and status (seed 001)",
     14: "runs: a cancel requested on any replica",
     15: "owners: saved web answers, keywords and their associations are their user's",
+    16: "conversations: ids are per user (conversations and messages keyed by user and id)",
 }
 
 

@@ -95,10 +95,12 @@ class RunSummary:
 class RunWrite:
     """What one step of a run stores, atomically: its events, its checkpoint, the
     messages it adds to the conversation (their ``seq`` is assigned inside the write
-    transaction) and a status change. ``finished`` also forgets the run's input."""
+    transaction) and a status change. ``finished`` also forgets the run's input.
+    ``user_id`` is the run's: a conversation is keyed by its user and its id."""
 
     run_id: str
     conversation_id: str
+    user_id: str
     events: Sequence[RunEvent] = ()
     checkpoint: bytes | None = None
     checkpoint_seq: int | None = None

@@ -94,6 +94,7 @@ async def leave_a_run(store: RunStore, run_id: str) -> float:
         RunWrite(
             run_id,
             f"conv_{run_id}",
+            "alice",
             events=[RunEvent(seq=1, event=started.name, data=started.to_json().decode())],
             checkpoint=RunState(system="s", tool_names=[], budget=1, messages=[]).encode(),
             checkpoint_seq=1,

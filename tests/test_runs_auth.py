@@ -160,10 +160,14 @@ async def test_another_users_run_and_conversation_are_404(served: Served) -> Non
     await run.wait_finished()
     assert run.status == "completed"
 
-    # Bob may not read, nor continue, Alice's conversation.
+    # Bob may not read Alice's conversation; naming its id gives him his own (ids are
+    # per user), which holds nothing of hers and adds nothing to hers.
     assert (await served.client.get(f"/v1/agent/conversations/{conversation_id}", headers=BOB)).status_code == 404
-    hijack = await served.client.post("/v1/agent/runs", json={**BODY, "conversation_id": conversation_id}, headers=BOB)
-    assert hijack.status_code == 404
+    bobs = await served.start(BOB, {**BODY, "message": "Bob's own", "conversation_id": conversation_id})
+    assert bobs["conversation_id"] == conversation_id
+    await served.svc.runs.get(bobs["run_id"]).wait_finished()
+    his = await served.client.get(f"/v1/agent/conversations/{conversation_id}", headers=BOB)
+    assert [m["content"] for m in his.json()["messages"]][:1] == ["Bob's own"] and len(his.json()["messages"]) == 2
     assert (await served.client.get("/v1/agent/conversations/conv_nope", headers=ALICE)).status_code == 404
 
     # The owner gets the history, and a follow-up continues it.

@@ -30,6 +30,7 @@ import pytest
 
 from agenttools.core.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
 from app.config import Settings
+from app.server.auth import LOCAL_USER
 from llm.types import ToolDefinition
 from tests.conftest import running_app
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
@@ -142,7 +143,7 @@ def port_of(url: str) -> int:
 async def stored_user_messages(app: Any, conversation_id: str) -> list[str]:
     svc = app.state.services
     await svc.storage.db.flush()
-    return [m.payload.get("content") for m in await svc.conversations.messages(conversation_id)
+    return [m.payload.get("content") for m in await svc.conversations.messages(conversation_id, LOCAL_USER)
             if m.payload.get("role") == "user"]
 
 

@@ -119,7 +119,9 @@ class RunManager:
     #: Encrypts the stored run input (the caller's ``Authorization``): ``app.keyring``.
     input_sealer: Sealer | None = None
     _runs: dict[str, Run] = field(default_factory=dict)
-    _by_conversation: dict[str, list[Run]] = field(default_factory=dict)
+    #: Runs here by their conversation, keyed by (user, conversation id): ids are a
+    #: namespace per user, so two users' same-named conversations never order each other.
+    _by_conversation: dict[tuple[str, str], list[Run]] = field(default_factory=dict)
     _closing: bool = False
     _rescues: set[asyncio.Task[None]] = field(default_factory=set)
     _lease_task: asyncio.Task[None] | None = None
@@ -139,7 +141,7 @@ class RunManager:
     async def submit(
         self, chat: ChatInput, caller: Caller, *, idempotency_key: str | None = None, run_cap: int | None = None
     ) -> Run:
-        """Store and start a run. Raises ``ConversationOwnedByAnother``,
+        """Store and start a run (in the caller's own conversation of that id). Raises
         ``ConversationBusy`` (policy ``reject``), ``IdempotencyKeyUsed`` (the caller's
         key already names a run), ``TooManyRuns`` (the user has ``run_cap`` unfinished
         runs, counted atomically with the insert) or ``StorageUnavailable``."""
@@ -163,8 +165,8 @@ class RunManager:
         run = self._new_run(run_id, conversation_id, caller.user_id, chat.context_type)
         run.question = chat.message
         note_run(run_id, conversation_id)  # the request's log lines name the run from here on
-        earlier = self._live_in(conversation_id)
-        here = {r.id for r in self._by_conversation.get(conversation_id, [])}
+        earlier = self._live_in(caller.user_id, conversation_id)
+        here = {r.id for r in self._by_conversation.get((caller.user_id, conversation_id), [])}
         # Unfinished runs of the conversation on other replicas: this one waits for their
         # endings too (with ``interrupt``, the store asked their owners to cancel them).
         elsewhere = [rid for rid in others if rid not in here]
@@ -206,10 +208,10 @@ class RunManager:
 
     def _register(self, run: Run) -> None:
         self._runs[run.id] = run
-        self._by_conversation.setdefault(run.conversation_id, []).append(run)
+        self._by_conversation.setdefault((run.user_id, run.conversation_id), []).append(run)
 
-    def _live_in(self, conversation_id: str) -> list[Run]:
-        return [r for r in self._by_conversation.get(conversation_id, []) if not r.finished]
+    def _live_in(self, user_id: str, conversation_id: str) -> list[Run]:
+        return [r for r in self._by_conversation.get((user_id, conversation_id), []) if not r.finished]
 
     def _start(
         self, run: Run, earlier: list[Run], body: Callable[[], Awaitable[None]], *, elsewhere: Sequence[str] = ()
@@ -241,9 +243,9 @@ class RunManager:
             never_started = run.status == "queued" and run.question is not None
             messages = [Message("user", run.question)] if never_started and run.question else []
             run.emit_step(events, messages=messages, finished=True)
-        convo = self._by_conversation.get(run.conversation_id)
+        convo = self._by_conversation.get((run.user_id, run.conversation_id))
         if convo is not None and all(r.finished or r.released for r in convo):
-            self._by_conversation.pop(run.conversation_id, None)
+            self._by_conversation.pop((run.user_id, run.conversation_id), None)
 
     # --- reading ------------------------------------------------------------------------
 
@@ -340,7 +342,7 @@ class RunManager:
         # Under its lease: if another replica took the run over meanwhile, its ending is
         # that replica's to write, and this one must not overwrite the log with a failure.
         step = RunWrite(
-            run.id, run.conversation_id, events=events, status="failed", finished=True,
+            run.id, run.conversation_id, run.user_id, events=events, status="failed", finished=True,
             lease_owner=run.lease_owner, lease_s=run.lease_s,
         )
         while True:
@@ -528,7 +530,7 @@ class RunManager:
         run.on_abandon = self._lost
         if self.lease_s > 0:
             run.lease_owner, run.lease_s = self.owner_id, self.lease_ttl_s
-        earlier = self._live_in(run.conversation_id)
+        earlier = self._live_in(run.user_id, run.conversation_id)
         self._register(run)
         self.counters.resumed += 1
         if events and events[-1].event == MessageComplete.name:

@@ -126,7 +126,7 @@ class Run:
             return None
         if isinstance(event, MessageComplete):
             self._flush_pending()
-            self._queue(RunWrite(self.id, self.conversation_id, events=written), terminal=True)
+            self._queue(RunWrite(self.id, self.conversation_id, self.user_id, events=written), terminal=True)
             return written[-1]
         self._pending.extend(written)
         if not self._flush_scheduled:
@@ -138,7 +138,7 @@ class Run:
         self._flush_scheduled = False
         if self._pending:
             events, self._pending = self._pending, []
-            self._queue(RunWrite(self.id, self.conversation_id, events=events), terminal=False)
+            self._queue(RunWrite(self.id, self.conversation_id, self.user_id, events=events), terminal=False)
 
     def emit_step(
         self,
@@ -165,6 +165,7 @@ class Run:
         step = RunWrite(
             self.id,
             self.conversation_id,
+            self.user_id,
             events=written,
             checkpoint=checkpoint,
             checkpoint_seq=len(self.events) if checkpoint is not None else None,

@@ -40,27 +40,22 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import events
-from agenttools.core.catalog import CONTEXT_TYPES
 from app.runs.follow import Batches, Followed
-from app.runs.records import ChatInput
 from app.server import http
+from app.server.ai_sdk_request import parse_body
 from app.server.chat_request import CONVERSATION_ID
 from app.server.compat_runs import (
     AnswerText,
     active_run,
-    check_owner,
+    has_conversation,
     import_history,
 )
 from app.server.context_scope import check_bucket_scope
-from app.server.problems import HTTPProblem
-from llm.types import Message
-from storage.records import MULTITASK_POLICIES
 
 if TYPE_CHECKING:
     from app.server.services import Services
 
 HEADERS = {"x-vercel-ai-ui-message-stream": "v1", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-TRIGGERS = ("submit-message", "regenerate-message")
 #: Native events with a part of their own; ``response``/``clarification`` also add text.
 DATA_PARTS = {
     events.WorkflowPreview.name: "data-workflow-preview",
@@ -72,53 +67,6 @@ _TOOL = {"dynamic": True, "providerExecuted": True}
 DONE = b"data: [DONE]\n\n"
 #: Events translated per write when a burst of them was committed at once.
 SLICE = 64
-
-
-def _message_text(message: dict[str, Any]) -> str:
-    """A UI message's text: its ``text`` parts (AI SDK 5+), else a ``content`` string."""
-    parts = message.get("parts")
-    if isinstance(parts, list):
-        return "".join(str(p.get("text") or "") for p in parts if isinstance(p, dict) and p.get("type") == "text")
-    content = message.get("content")
-    return content if isinstance(content, str) else ""
-
-
-def parse_body(body: dict[str, Any], *, max_message_chars: int) -> tuple[ChatInput, list[Message]]:
-    """The run's input and the chat's earlier turns, or a 400 naming the field at fault."""
-    chat_id = body.get("id")
-    if not isinstance(chat_id, str) or not CONVERSATION_ID.match(chat_id):
-        raise HTTPProblem(
-            400, "invalid_field", "id (the chat id) must be 1-128 characters of letters, digits, '_', '-', '.', ':'"
-        )
-    trigger = body.get("trigger", "submit-message")
-    if trigger not in TRIGGERS:
-        raise HTTPProblem(400, "invalid_field", f"trigger must be one of {', '.join(TRIGGERS)}")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise HTTPProblem(400, "invalid_field", "messages must be a non-empty array of UI messages")
-    last = messages[-1]
-    question = _message_text(last)
-    if last.get("role") != "user" or not question.strip():
-        raise HTTPProblem(400, "invalid_field", "the last message must be a user message with a text part")
-    if len(question) > max_message_chars:
-        raise HTTPProblem(400, "invalid_field", f"the last message is longer than {max_message_chars} characters")
-    context_type = body.get("context_type", "knowledge")
-    if context_type not in CONTEXT_TYPES:
-        raise HTTPProblem(
-            400, "unknown_context_type", f"context_type must be one of {', '.join(CONTEXT_TYPES)}; got {context_type!r}"
-        )
-    context = body.get("context") or {}
-    if not isinstance(context, dict):
-        raise HTTPProblem(400, "invalid_field", "context must be a JSON object")
-    multitask = body.get("multitask", "enqueue")
-    if multitask not in MULTITASK_POLICIES:
-        raise HTTPProblem(400, "invalid_field", f"multitask must be one of {', '.join(MULTITASK_POLICIES)}")
-    earlier = [
-        Message(m["role"], text)
-        for m in messages[:-1]
-        if m.get("role") in ("user", "assistant") and (text := _message_text(m)).strip()
-    ]
-    return ChatInput(question, str(context_type), context, chat_id, multitask), earlier
 
 
 class UIChunks:
@@ -333,9 +281,9 @@ async def ui_stream(request: Request) -> Response:
         request, lambda body, settings: parse_body(body, max_message_chars=settings.max_message_chars)
     )
     assert chat.conversation_id is not None
-    # A chat this server has not seen: its earlier turns become the history. (Without
-    # any, the run's creation claims the conversation, or answers 404 for another's.)
-    known = await check_owner(svc, chat.conversation_id, ident.user_id) if earlier else True
+    # A chat this user has not started here: its earlier turns become the history.
+    # (Without any, the run's creation makes the user's conversation of that id.)
+    known = await has_conversation(svc, chat.conversation_id, ident.user_id) if earlier else True
     await http.check_run_limit(svc, ident)
     await check_bucket_scope(svc, chat.context)  # before any history is imported: a refusal leaves nothing
     if not known:
@@ -350,7 +298,7 @@ async def ui_stream_resume(request: Request) -> Response:
     svc = http.services(request)
     ident = http.identify(request)
     chat_id = request.path_params["chat_id"]
-    if not CONVERSATION_ID.match(chat_id) or not await _owned(svc, chat_id, ident.user_id):
+    if not CONVERSATION_ID.match(chat_id) or not await has_conversation(svc, chat_id, ident.user_id):
         return Response(status_code=204)
     run_id = await active_run(svc, ident.user_id, chat_id, within_s=svc.settings.finished_run_memory_s)
     following = await http.follow_run(svc, run_id, ident.user_id, 0, cancel_on_exit=True) if run_id else None
@@ -373,11 +321,3 @@ async def discarded_ranges(svc: Services, run_id: str) -> list[tuple[int, int]]:
         if isinstance(discarded, dict):
             out.append((int(discarded["from_seq"]), int(discarded["to_seq"])))
     return out
-
-
-async def _owned(svc: Services, chat_id: str, user_id: str) -> bool:
-    try:
-        return await check_owner(svc, chat_id, user_id)
-    except HTTPProblem:  # another user's chat looks like no chat at all
-        return False
-

@@ -20,7 +20,7 @@ from app.runs.follow import Followed
 from app.server import http
 from app.server.problems import HTTPProblem
 from llm.types import Message
-from storage.errors import ConversationOwnedByAnother, StorageUnavailable
+from storage.errors import StorageUnavailable
 from storage.records import StoredRun
 
 if TYPE_CHECKING:
@@ -115,14 +115,12 @@ async def active_run(svc: Services, user_id: str, conversation_id: str, *, withi
 
 async def import_history(svc: Services, conversation_id: str, user_id: str, messages: Sequence[Message]) -> None:
     """Store a client's earlier turns in a conversation that has none yet, so the run's
-    history is what the client shows. ``append`` claims the conversation in its own
-    transaction; with nothing to store, the run's creation claims it."""
+    history is what the client shows. ``append`` creates the user's conversation in its
+    own transaction; with nothing to store, the run's creation does."""
     if not messages:
         return
     try:
         await svc.conversations.append(conversation_id, user_id, messages)
-    except ConversationOwnedByAnother:  # claimed by another user since we looked
-        raise HTTPProblem(404, "not_found", "no such conversation") from None
     except StorageUnavailable:
         raise HTTPProblem(
             503, "storage_unavailable", "the service cannot store conversations right now; retry shortly",
@@ -135,9 +133,7 @@ async def copy_history(svc: Services, source: str, target: str, user_id: str) ->
     await import_history(svc, target, user_id, await svc.conversations.load(source, user_id))
 
 
-async def check_owner(svc: Services, conversation_id: str, user_id: str) -> bool:
-    """True when the conversation exists and is the user's; 404 when it is another's."""
-    owner = await svc.conversations.owner(conversation_id)
-    if owner is not None and owner != user_id:
-        raise HTTPProblem(404, "not_found", "no such conversation")
-    return owner is not None
+async def has_conversation(svc: Services, conversation_id: str, user_id: str) -> bool:
+    """Whether the user has a conversation of that id. Ids are a namespace per user, so
+    another user's conversation of the same id is neither seen nor in the way."""
+    return await svc.conversations.exists(conversation_id, user_id)

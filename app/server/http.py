@@ -34,7 +34,6 @@ from app.server.problems import HTTPProblem, ORJSONResponse
 from events import Heartbeat
 from storage.errors import (
     ConversationBusy,
-    ConversationOwnedByAnother,
     IdempotencyKeyUsed,
     StorageUnavailable,
     TooManyRuns,
@@ -149,14 +148,11 @@ async def admit(request: Request, parse: Callable[[dict[str, Any], Settings], T]
 
 
 async def admit_request(request: Request) -> tuple[Identity, ChatInput]:
-    """A native chat request admitted (``admit``), its conversation the caller's own."""
-    svc, ident, chat = await admit(
+    """A native chat request admitted (``admit``). Its ``conversation_id`` names the
+    caller's own conversation: ids are a namespace per user, nothing to check here."""
+    _, ident, chat = await admit(
         request, lambda body, settings: parse_chat_input(body, max_message_chars=settings.max_message_chars)
     )
-    if chat.conversation_id is not None:
-        owner = await svc.conversations.owner(chat.conversation_id)
-        if owner is not None and owner != ident.user_id:
-            raise HTTPProblem(404, "not_found", "no such conversation")
     return ident, chat
 
 
@@ -188,8 +184,6 @@ async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str
         )
     except TooManyRuns:
         raise too_many_runs() from None
-    except ConversationOwnedByAnother:
-        raise HTTPProblem(404, "not_found", "no such conversation") from None
     except ConversationBusy:
         raise HTTPProblem(
             409,
@@ -490,11 +484,10 @@ async def get_conversation(request: Request) -> Response:
     svc = services(request)
     conversation_id = request.path_params["conversation_id"]
     ident = identify(request)
-    owner = await svc.conversations.owner(conversation_id)
-    if owner is None or owner != ident.user_id:
+    if not await svc.conversations.exists(conversation_id, ident.user_id):  # the caller's own, by (user, id)
         raise HTTPProblem(404, "not_found", "no such conversation")
     messages = []
-    for stored in await svc.conversations.messages(conversation_id):
+    for stored in await svc.conversations.messages(conversation_id, ident.user_id):
         d = dict(stored.payload)
         d.pop("replay", None)
         d["seq"], d["created_at"] = stored.seq, stored.created_at

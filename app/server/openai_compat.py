@@ -52,8 +52,8 @@ from app.server import http
 from app.server.auth import Identity
 from app.server.compat_runs import (
     AnswerText,
-    check_owner,
     copy_history,
+    has_conversation,
     import_history,
     logged_events,
     normalized,
@@ -133,7 +133,7 @@ async def conversation_for(svc: Services, ident: Identity, req: CompletionReques
     user = ident.user_id
     earlier = [Message(role, text) for role, text in req.turns[:-1]]  # type: ignore[arg-type]
     if req.conversation_id is not None:
-        if not await check_owner(svc, req.conversation_id, user):
+        if not await has_conversation(svc, req.conversation_id, user):
             await import_history(svc, req.conversation_id, user, earlier)
         return req.conversation_id, None
     conversation_id = f"oai_{uuid.uuid4().hex}"

@@ -385,6 +385,27 @@ _OWNERS = (
     "CREATE INDEX IF NOT EXISTS idx_keywords_key ON keywords(key)",
 )
 
+# Issue 21: conversation ids are a namespace per user, so a client-chosen id another
+# user took first neither blocks nor reveals anything. Conversations are keyed by
+# (user_id, id) and messages carry their user (the owner of their conversation, which
+# the old foreign key guarantees exists); "the runs of this conversation" is now the
+# user's, so its index leads with the user.
+_CONVERSATIONS_PER_USER = (
+    "ALTER TABLE messages ADD COLUMN IF NOT EXISTS user_id TEXT",
+    "UPDATE messages m SET user_id = c.user_id FROM conversations c WHERE c.id = m.conversation_id",
+    "DELETE FROM messages WHERE user_id IS NULL",
+    "ALTER TABLE messages ALTER COLUMN user_id SET NOT NULL",
+    "ALTER TABLE messages DROP CONSTRAINT IF EXISTS messages_conversation_id_fkey",
+    "ALTER TABLE messages DROP CONSTRAINT IF EXISTS messages_pkey",
+    "ALTER TABLE conversations DROP CONSTRAINT IF EXISTS conversations_pkey",
+    "ALTER TABLE conversations ADD PRIMARY KEY (user_id, id)",
+    "ALTER TABLE messages ADD PRIMARY KEY (user_id, conversation_id, seq)",
+    "ALTER TABLE messages ADD CONSTRAINT messages_conversation_fkey FOREIGN KEY (user_id, conversation_id) "
+    "REFERENCES conversations(user_id, id) ON DELETE CASCADE",
+    "DROP INDEX IF EXISTS runs_conversation",
+    "CREATE INDEX IF NOT EXISTS runs_user_conversation ON runs(user_id, conversation_id, seq)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = numbered(
     {
         1: _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB,
@@ -402,6 +423,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         13: _TOOL_CALL_INDEXES,
         14: _RUN_CANCEL_REQUESTS,
         15: _OWNERS,
+        16: _CONVERSATIONS_PER_USER,
     },
 )
 

@@ -355,6 +355,45 @@ _OWNERS = (
     "CREATE INDEX IF NOT EXISTS idx_keywords_key ON keywords(key)",
 )
 
+# Issue 21: conversation ids are a namespace per user, so a client-chosen id another
+# user took first neither blocks nor reveals anything. Conversations are keyed by
+# (user_id, id) and messages carry their user (SQLite rebuilds both tables for the new
+# keys, foreign keys off and checked); every row keeps its owner. Messages without a
+# conversation (none can exist with foreign keys on) have no owner and are not kept.
+# "The runs of this conversation" is now the user's: its index leads with the user.
+_CONVERSATIONS_PER_USER = (
+    f"""CREATE TABLE conversations_per_user (
+        user_id TEXT NOT NULL,
+        id TEXT NOT NULL,
+        created_at REAL NOT NULL DEFAULT {_NOW},
+        updated_at REAL NOT NULL DEFAULT {_NOW},
+        PRIMARY KEY (user_id, id)
+    )""",
+    "INSERT INTO conversations_per_user (user_id, id, created_at, updated_at) "
+    "SELECT user_id, id, created_at, updated_at FROM conversations",
+    f"""CREATE TABLE messages_per_user (
+        user_id TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        payload BLOB NOT NULL,
+        created_at REAL NOT NULL DEFAULT {_NOW},
+        run_id TEXT,
+        PRIMARY KEY (user_id, conversation_id, seq),
+        FOREIGN KEY (user_id, conversation_id) REFERENCES conversations_per_user (user_id, id) ON DELETE CASCADE
+    )""",
+    "INSERT INTO messages_per_user (user_id, conversation_id, seq, role, payload, created_at, run_id) "
+    "SELECT c.user_id, m.conversation_id, m.seq, m.role, m.payload, m.created_at, m.run_id "
+    "FROM messages m JOIN conversations c ON c.id = m.conversation_id",
+    "DROP TABLE messages",
+    "DROP TABLE conversations",
+    "ALTER TABLE conversations_per_user RENAME TO conversations",
+    "ALTER TABLE messages_per_user RENAME TO messages",
+    "CREATE INDEX IF NOT EXISTS conversations_user ON conversations(user_id, updated_at)",
+    "DROP INDEX IF EXISTS runs_conversation",
+    "CREATE INDEX IF NOT EXISTS runs_user_conversation ON runs(user_id, conversation_id, created_at)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = numbered(
     {
         1: _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB,
@@ -374,7 +413,8 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         13: _TOOL_CALL_INDEXES,
         14: _RUN_CANCEL_REQUESTS,
         15: _OWNERS,
-    }, rebuilds=frozenset({15}),
+        16: _CONVERSATIONS_PER_USER,
+    }, rebuilds=frozenset({15, 16}),
 )
 
 class _SqliteRunner(MigrationRunner):

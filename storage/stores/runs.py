@@ -7,8 +7,9 @@ step state was lost, nor a checkpoint ahead of its events.
 
 Admission (``create``) is one transaction written once as a plan (``storage.sql.Plan``):
 SQLite runs it whole on its one writer's thread (``BEGIN IMMEDIATE``, one hop), which
-every process on the file takes one at a time; PostgreSQL claims the conversation with
-its row locked, so two replicas admitting runs on one conversation see each other, and
+every process on the file takes one at a time; PostgreSQL claims the user's conversation
+(conversations are keyed by user and id) with its row locked, so two replicas admitting
+runs on one conversation see each other, and
 counts the user's unfinished runs under a per-user advisory lock. What only PostgreSQL
 does — lease checks inside each step, notifications, ``SKIP LOCKED`` claims — is its
 subclass (``storage.postgres.runs``).
@@ -65,7 +66,7 @@ def step_statements(dialect: Dialect, step: RunWrite) -> list[Statement]:
     now = dialect.now
     out: list[Statement] = [(_EVENT_SQL, (step.run_id, e.seq, e.event, e.data)) for e in step.events]
     if step.messages:
-        out += append_statements(dialect, step.conversation_id, step.messages, step.run_id)
+        out += append_statements(dialect, step.conversation_id, step.user_id, step.messages, step.run_id)
     if step.checkpoint is not None:
         out.append(
             (
@@ -154,8 +155,9 @@ class SqlRunStore:
         yield from claim_ops(dialect, run.conversation_id, run.user_id)  # PostgreSQL: locks its row
         rows = yield (
             "fetchall",
-            f"SELECT id FROM runs WHERE conversation_id = ? AND status IN {UNFINISHED_SQL} ORDER BY {self.order}",
-            (run.conversation_id,),
+            f"SELECT id FROM runs WHERE user_id = ? AND conversation_id = ? AND status IN {UNFINISHED_SQL} "
+            f"ORDER BY {self.order}",
+            (run.user_id, run.conversation_id),
         )
         others = [str(r[0]) for r in rows]
         if others and run.multitask == "reject":

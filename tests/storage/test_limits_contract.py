@@ -56,8 +56,8 @@ async def test_unfinished_runs_counts_queued_and_running_runs_of_the_user(store_
     for i, user in enumerate(["alice", "alice", "alice", "bob"]):
         await runs.create(NewRun(id=f"r{i}", conversation_id=f"c{i}", user_id=user, context_type="knowledge",
                                  input=b"{}"))
-    await runs.commit(RunWrite("r1", "c1", status="running"))
-    await runs.commit(RunWrite("r2", "c2", status="completed", finished=True))
+    await runs.commit(RunWrite("r1", "c1", "alice", status="running"))
+    await runs.commit(RunWrite("r2", "c2", "alice", status="completed", finished=True))
     assert sorted(await limits.unfinished_runs("alice", 10)) == ["r0", "r1"]
     assert len(await limits.unfinished_runs("alice", 1)) == 1
     assert await limits.unfinished_runs("bob", 10) == ["r3"]

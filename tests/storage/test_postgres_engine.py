@@ -19,7 +19,7 @@ import pytest
 from knowledge.buckets import typed_values
 from llm.types import Message
 from storage.draft_records import Draft
-from storage.errors import ConversationBusy, ConversationOwnedByAnother, StorageUnavailable
+from storage.errors import ConversationBusy, StorageUnavailable
 from storage.interfaces import KBVectorSearch
 from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBScope, KBTextTuning
 from storage.open import is_postgres_url, open_storage
@@ -89,7 +89,7 @@ async def test_a_locked_table_is_waited_for_within_the_retry_window(pg_url: str)
         await storage.conversations.claim("c", "alice")  # times out on the lock, retries, succeeds
         await holder
         assert storage.db.stats.retries >= 1 and storage.db.healthy
-        assert await storage.conversations.owner("c") == "alice"
+        assert await storage.conversations.exists("c", "alice")
     finally:
         await storage.close()
 
@@ -109,20 +109,20 @@ async def test_past_the_retry_window_writes_fail_loudly_then_recover(pg_url: str
         await storage.conversations.claim("after", "u")
         ready = await storage.readiness()
         assert storage.db.healthy and ready["ok"] is True and ready["engine"] == "postgres"
-        assert await storage.conversations.owner("q") is None  # the failed write was not half-done
+        assert not await storage.conversations.exists("q", "u")  # the failed write was not half-done
     finally:
         await storage.close()
 
 
-async def test_a_new_conversation_has_one_owner_across_replicas(
+async def test_one_id_claimed_by_many_users_across_replicas_is_one_conversation_each(
     replicas: tuple[PostgresStorage, PostgresStorage],
 ) -> None:
     a, b = replicas
-    results = await asyncio.gather(
-        *((a if i % 2 else b).conversations.claim("race", f"user{i}") for i in range(8)), return_exceptions=True
-    )
-    assert sum(r is None for r in results) == 1
-    assert all(isinstance(r, ConversationOwnedByAnother) for r in results if r is not None)
+    await asyncio.gather(*((a if i % 2 else b).conversations.claim("race", f"user{i % 4}") for i in range(8)))
+    await asyncio.gather(*((a if i % 2 else b).conversations.append("race", f"user{i}", [Message("user", f"u{i}")])
+                           for i in range(4)))
+    for i in range(4):
+        assert [m.payload["content"] for m in await b.conversations.messages("race", f"user{i}")] == [f"u{i}"]
 
 
 async def test_appends_from_two_replicas_never_collide(replicas: tuple[PostgresStorage, PostgresStorage]) -> None:
@@ -133,7 +133,7 @@ async def test_appends_from_two_replicas_never_collide(replicas: tuple[PostgresS
                                                                    Message("assistant", f"a{i}")])
           for i in range(30))
     )
-    stored = await b.conversations.messages("c")
+    stored = await b.conversations.messages("c", "alice")
     assert [m.seq for m in stored] == list(range(1, 61))
     texts = [m.payload["content"] for m in stored]
     for i in range(0, 60, 2):
@@ -182,14 +182,14 @@ async def test_the_run_writer_of_each_replica_keeps_its_order(
     order: list[str] = []
     for i in range(1, 101):
         for name, s in (("ra", a), ("rb", b)):
-            s.runs.write(RunWrite(name, "c" + name[1], events=[RunEvent(i, "content_chunk", "{}")],
+            s.runs.write(RunWrite(name, "c" + name[1], "alice" if name == "ra" else "bob", events=[RunEvent(i, "content_chunk", "{}")],
                                   messages=[Message("assistant", str(i))] if i % 10 == 0 else ()),
                          on_commit=lambda name=name, i=i: order.append(f"{name}{i}"))
     await asyncio.gather(a.db.flush(), b.db.flush())
     assert [o for o in order if o.startswith("ra")] == [f"ra{i}" for i in range(1, 101)]
     assert [o for o in order if o.startswith("rb")] == [f"rb{i}" for i in range(1, 101)]
     assert [e.seq for e in await b.runs.events_after("ra", 0)] == list(range(1, 101))
-    assert [m.seq for m in await a.conversations.messages("cb")] == list(range(1, 11))
+    assert [m.seq for m in await a.conversations.messages("cb", "bob")] == list(range(1, 11))
 
 
 def _doc(doc_id: str, vectors: np.ndarray, bucket_meta: dict[str, Any] | None = None) -> KBDocumentWrite:

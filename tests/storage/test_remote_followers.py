@@ -101,8 +101,8 @@ async def test_followers_of_one_run_share_one_reader_fed_by_notifications(storag
     followers = [asyncio.create_task(follow_all(remote, "r1")) for _ in range(3)]
     await until(lambda: remote.followed_runs == 1 and storage.run_feed.watched == 1, "the tail to watch")
     for seq in range(1, 200):
-        await storage.runs.commit(RunWrite("r1", "conv-r1", events=[ev(seq)]))
-    await storage.runs.commit(RunWrite("r1", "conv-r1", events=[ev(200, "message_complete")], finished=True))
+        await storage.runs.commit(RunWrite("r1", "conv-r1", "alice", events=[ev(seq)]))
+    await storage.runs.commit(RunWrite("r1", "conv-r1", "alice", events=[ev(200, "message_complete")], finished=True))
     got = await asyncio.wait_for(asyncio.gather(*followers), 20)
     assert got == [list(range(1, 201))] * 3
     # One look at the log when the tail started; every later event came in a notification.
@@ -117,8 +117,8 @@ async def test_an_oversized_step_a_gap_and_a_lost_notification_are_read_from_the
     remote = RemoteRuns(storage.runs, storage.run_feed, poll_s=0.2)
     follower = asyncio.create_task(follow_all(remote, "r1"))
     await until(lambda: storage.run_feed.watched == 1, "the tail to watch")
-    await storage.runs.commit(RunWrite("r1", "conv-r1", events=[ev(1)]))
-    await storage.runs.commit(RunWrite("r1", "conv-r1", events=[ev(2, text="x" * 9000)]))  # not carried
+    await storage.runs.commit(RunWrite("r1", "conv-r1", "alice", events=[ev(1)]))
+    await storage.runs.commit(RunWrite("r1", "conv-r1", "alice", events=[ev(2, text="x" * 9000)]))  # not carried
     await until(lambda: remote.log_reads >= 2, "the oversized step to be read from the log")
     # Events committed without a notification (as if it were lost): only the poll finds them.
     async with await psycopg.AsyncConnection.connect(storage.db.url, autocommit=True) as conn:
@@ -130,7 +130,7 @@ async def test_an_oversized_step_a_gap_and_a_lost_notification_are_read_from_the
     async with await psycopg.AsyncConnection.connect(storage.db.url, autocommit=True) as conn:
         await conn.execute("INSERT INTO run_events(run_id, seq, event, data) VALUES (%s, %s, %s, %s)",
                            ("r1", 5, "content_chunk", ev(5).data))
-    await storage.runs.commit(RunWrite("r1", "conv-r1", events=[ev(6, "message_complete")], finished=True))
+    await storage.runs.commit(RunWrite("r1", "conv-r1", "alice", events=[ev(6, "message_complete")], finished=True))
     assert await asyncio.wait_for(follower, 20) == [1, 2, 3, 4, 5, 6]
 
 
@@ -147,12 +147,12 @@ async def test_a_follower_behind_the_window_catches_up_from_the_log(storage: Any
     task = asyncio.create_task(first())
     await until(lambda: storage.run_feed.watched == 1, "the tail to watch")
     for seq in range(1, 21):
-        await storage.runs.commit(RunWrite("r1", "conv-r1", events=[ev(seq)]))
+        await storage.runs.commit(RunWrite("r1", "conv-r1", "alice", events=[ev(seq)]))
     await until(lambda: len(live) >= 20, "the first follower")
     assert remote._tails["r1"].base > 2  # the shared tail no longer holds events 3, 4, ...
     late = asyncio.create_task(follow_all(remote, "r1", after=2))
     await until(lambda: remote._tails["r1"].followers == 2, "the late follower to join")
-    await storage.runs.commit(RunWrite("r1", "conv-r1", events=[ev(21, "message_complete")], finished=True))
+    await storage.runs.commit(RunWrite("r1", "conv-r1", "alice", events=[ev(21, "message_complete")], finished=True))
     assert await asyncio.wait_for(late, 20) == list(range(3, 22))
     assert await asyncio.wait_for(late, 20) == list(range(3, 22))
     await asyncio.wait_for(task, 20)
@@ -179,14 +179,14 @@ async def test_a_failing_log_read_reaches_every_follower_and_the_next_one_starts
     followers = [asyncio.create_task(follow_all(remote, "r1")) for _ in range(2)]
     await until(lambda: storage.run_feed.watched == 1, "the tail to watch")
     store.fail = True
-    await storage.runs.commit(RunWrite("r1", "conv-r1", events=[ev(2)]))  # a gap: must read the log
+    await storage.runs.commit(RunWrite("r1", "conv-r1", "alice", events=[ev(2)]))  # a gap: must read the log
     for task in followers:
         with pytest.raises(psycopg.OperationalError):
             await asyncio.wait_for(task, 20)
     assert remote.followed_runs == 0
     store.fail = False
-    await storage.runs.commit(RunWrite("r1", "conv-r1", events=[ev(1)]))
-    await storage.runs.commit(RunWrite("r1", "conv-r1", events=[ev(3, "message_complete")], finished=True))
+    await storage.runs.commit(RunWrite("r1", "conv-r1", "alice", events=[ev(1)]))
+    await storage.runs.commit(RunWrite("r1", "conv-r1", "alice", events=[ev(3, "message_complete")], finished=True))
     assert await asyncio.wait_for(follow_all(remote, "r1"), 20) == [1, 2, 3]
 
 
@@ -195,7 +195,7 @@ async def test_a_quiet_run_gets_heartbeats_and_a_follower_leaving_stops_the_read
     remote = RemoteRuns(storage.runs, storage.run_feed, poll_s=30)
     stream = remote.follow("r1", 0, idle=0.1)
     assert await asyncio.wait_for(anext(stream), 10) is None  # a heartbeat, nothing stored yet
-    await storage.runs.commit(RunWrite("r1", "conv-r1", events=[ev(1)]))
+    await storage.runs.commit(RunWrite("r1", "conv-r1", "alice", events=[ev(1)]))
     assert await asyncio.wait_for(anext(stream), 10) == ev(1).wire
     await stream.aclose()
     assert remote.followed_runs == 0

@@ -20,7 +20,7 @@ def new_run(run_id: str, conversation: str = "c", user: str = "alice", multitask
 
 
 async def finish(store: Any, run_id: str, conversation: str = "c") -> None:
-    await store.commit(RunWrite(run_id, conversation, events=[RunEvent(1, "message_complete", "{}")],
+    await store.commit(RunWrite(run_id, conversation, "alice", events=[RunEvent(1, "message_complete", "{}")],
                                 status="completed", finished=True))
 
 
@@ -67,7 +67,7 @@ async def test_the_cap_is_counted_in_the_admitting_transaction(store_engine: Any
     with pytest.raises(TooManyRuns):
         await runs.create(new_run("r3", "c3", cap=3))
     assert await runs.get("r3") is None
-    assert await store_engine.conversations.owner("c3") is None  # nothing of it was kept
+    assert not await store_engine.conversations.exists("c3", "alice")  # nothing of it was kept
     await runs.create(new_run("bob", "cb", user="bob", cap=3))  # another user's count
     # A run the admitting process has ended, its ending not written yet, does not count.
     await runs.create(new_run("r4", "c4", cap=3, ending=("r0",)))

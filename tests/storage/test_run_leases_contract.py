@@ -65,9 +65,9 @@ async def test_a_step_of_a_process_that_lost_the_lease_stores_nothing(store_engi
     assert list(await claim_until(runs, "B", "r")) == ["r"]
     failures: list[BaseException] = []
     done = asyncio.Event()
-    step = RunWrite("r", "c-r", events=[RunEvent(1, "content_chunk", "{}")], lease_owner="A", lease_s=5)
+    step = RunWrite("r", "c-r", "alice", events=[RunEvent(1, "content_chunk", "{}")], lease_owner="A", lease_s=5)
     runs.write(step, on_commit=done.set, on_fail=lambda exc: (failures.append(exc), done.set()))
-    ok = RunWrite("r", "c-r", events=[RunEvent(1, "run_resumed", "{}")], lease_owner="B", lease_s=5)
+    ok = RunWrite("r", "c-r", "alice", events=[RunEvent(1, "run_resumed", "{}")], lease_owner="B", lease_s=5)
     await runs.commit(ok)
     await asyncio.wait_for(done.wait(), 10)
     assert len(failures) == 1 and isinstance(failures[0], LeaseLost)
@@ -82,8 +82,8 @@ async def test_a_direct_commit_under_a_lost_lease_raises_lease_lost(store_engine
     runs = store_engine.runs
     await runs.create(leased("r", "A", lease_s=0.1))
     assert list(await claim_until(runs, "B", "r")) == ["r"]
-    await runs.commit(RunWrite("r", "c-r", events=[RunEvent(1, "run_resumed", "{}")], lease_owner="B", lease_s=5))
-    stale = RunWrite("r", "c-r", events=[RunEvent(2, "message_complete", "{}")], status="failed", finished=True,
+    await runs.commit(RunWrite("r", "c-r", "alice", events=[RunEvent(1, "run_resumed", "{}")], lease_owner="B", lease_s=5))
+    stale = RunWrite("r", "c-r", "alice", events=[RunEvent(2, "message_complete", "{}")], status="failed", finished=True,
                      lease_owner="A", lease_s=5)
     with pytest.raises(LeaseLost):
         await runs.commit(stale)

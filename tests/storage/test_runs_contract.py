@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from llm.types import Message
-from storage.errors import ConversationBusy, ConversationOwnedByAnother, IdempotencyKeyUsed
+from storage.errors import ConversationBusy, IdempotencyKeyUsed
 from storage.records import NewRun, RunEvent, RunWrite, ToolCallRecord
 
 
@@ -25,26 +25,42 @@ async def test_create_claims_the_conversation_and_lists_unfinished_runs(store_en
     runs = store_engine.runs
     assert await runs.create(new_run("r1")) == []
     assert await runs.create(new_run("r2")) == ["r1"]
-    assert await store_engine.conversations.owner("c") == "alice"
-    with pytest.raises(ConversationOwnedByAnother):
-        await runs.create(new_run("r3", user="bob"))
+    assert await store_engine.conversations.exists("c", "alice")
+    assert not await store_engine.conversations.exists("c", "bob")
     with pytest.raises(ConversationBusy):
         await runs.create(new_run("r4", multitask="reject"))
-    assert await runs.get("r3") is None and await runs.get("r4") is None
+    assert await runs.get("r4") is None
     stored = await runs.get("r1")
     assert stored is not None and stored.status == "queued" and orjson.loads(stored.input) == {"message": "hi"}
     assert [r.id for r in await runs.unfinished()] == ["r1", "r2"]
 
 
+async def test_conversation_ids_are_per_user_for_runs_and_their_order(store_engine: Any) -> None:
+    """Bob naming Alice's conversation id gets his own conversation: none of Alice's
+    runs are "earlier" in it, ``reject`` does not see them, ``interrupt`` does not
+    cancel them, and each step's messages land in the right user's conversation."""
+    runs = store_engine.runs
+    assert await runs.create(new_run("a1")) == []
+    assert await runs.create(new_run("b1", user="bob", multitask="reject")) == []
+    assert await runs.create(new_run("b2", user="bob", multitask="interrupt")) == ["b1"]
+    assert await runs.cancel_requests(["a1", "b1"]) == {"b1"}
+    await runs.commit(RunWrite("a1", "c", "alice", messages=[Message("user", "alice's")]))
+    await runs.commit(RunWrite("b2", "c", "bob", messages=[Message("user", "bob's")]))
+    convs = store_engine.conversations
+    assert [m.payload["content"] for m in await convs.messages("c", "alice")] == ["alice's"]
+    assert [m.payload["content"] for m in await convs.messages("c", "bob")] == ["bob's"]
+    assert [m.content for m in await convs.load("c", "bob")] == ["bob's"]
+
+
 async def test_a_step_stores_events_checkpoint_messages_and_status_together(store_engine: Any) -> None:
     runs = store_engine.runs
     await runs.create(new_run("r1"))
-    await runs.commit(RunWrite("r1", "c", events=[ev(1), ev(2)], checkpoint=b"ck1", checkpoint_seq=2,
+    await runs.commit(RunWrite("r1", "c", "alice", events=[ev(1), ev(2)], checkpoint=b"ck1", checkpoint_seq=2,
                                messages=[Message("user", "hi")], status="running"))
     stored = await runs.get("r1")
     assert stored is not None
     assert (stored.status, stored.checkpoint, stored.checkpoint_seq, stored.last_seq) == ("running", b"ck1", 2, 2)
-    assert [m.payload["content"] for m in await store_engine.conversations.messages("c")] == ["hi"]
+    assert [m.payload["content"] for m in await store_engine.conversations.messages("c", "alice")] == ["hi"]
     assert [e.seq for e in await runs.events_after("r1", 0)] == [1, 2]
     assert [e.seq for e in await runs.events_after("r1", 1)] == [2]
 
@@ -52,8 +68,8 @@ async def test_a_step_stores_events_checkpoint_messages_and_status_together(stor
 async def test_finishing_forgets_input_and_checkpoint_and_leaves_unfinished(store_engine: Any) -> None:
     runs = store_engine.runs
     await runs.create(new_run("r1"))
-    await runs.commit(RunWrite("r1", "c", events=[ev(1)], checkpoint=b"ck", checkpoint_seq=1, status="running"))
-    await runs.commit(RunWrite("r1", "c", events=[ev(2, "message_complete")], status="completed", finished=True))
+    await runs.commit(RunWrite("r1", "c", "alice", events=[ev(1)], checkpoint=b"ck", checkpoint_seq=1, status="running"))
+    await runs.commit(RunWrite("r1", "c", "alice", events=[ev(2, "message_complete")], status="completed", finished=True))
     stored = await runs.get("r1")
     assert stored is not None
     assert (stored.status, stored.input, stored.checkpoint) == ("completed", None, None)
@@ -65,8 +81,8 @@ async def test_queued_writes_commit_in_order_and_report_when_durable(store_engin
     await runs.create(new_run("r1"))
     committed: list[int] = []
     for i in range(1, 301):
-        runs.write(RunWrite("r1", "c", events=[ev(i)]), on_commit=lambda i=i: committed.append(i))
-    await runs.commit(RunWrite("r1", "c"))  # a barrier: everything queued before is durable
+        runs.write(RunWrite("r1", "c", "alice", events=[ev(i)]), on_commit=lambda i=i: committed.append(i))
+    await runs.commit(RunWrite("r1", "c", "alice"))  # a barrier: everything queued before is durable
     assert committed == list(range(1, 301))
     assert [e.seq for e in await runs.events_after("r1", 0)] == list(range(1, 301))
 
@@ -77,10 +93,10 @@ async def test_a_duplicate_event_fails_only_its_own_step(store_engine: Any) -> N
     await runs.create(new_run("r2", conv="d"))
     failed: list[BaseException] = []
     ok: list[str] = []
-    runs.write(RunWrite("r1", "c", events=[ev(1)]), on_commit=lambda: ok.append("a"))
-    runs.write(RunWrite("r1", "c", events=[ev(1)]), on_fail=failed.append)  # same seq again
-    runs.write(RunWrite("r2", "d", events=[ev(1)]), on_commit=lambda: ok.append("b"))
-    await runs.commit(RunWrite("r1", "c"))
+    runs.write(RunWrite("r1", "c", "alice", events=[ev(1)]), on_commit=lambda: ok.append("a"))
+    runs.write(RunWrite("r1", "c", "alice", events=[ev(1)]), on_fail=failed.append)  # same seq again
+    runs.write(RunWrite("r2", "d", "alice", events=[ev(1)]), on_commit=lambda: ok.append("b"))
+    await runs.commit(RunWrite("r1", "c", "alice"))
     assert ok == ["a", "b"] and len(failed) == 1
     assert len(await runs.events_after("r2", 0)) == 1
 
@@ -134,7 +150,7 @@ async def test_an_idempotency_key_names_one_run_per_user(store_engine: Any) -> N
     with pytest.raises(IdempotencyKeyUsed) as taken:
         await runs.create(keyed("r4", "k-1", conv="other", multitask="reject"))
     assert taken.value.run_id == "r1"
-    assert await runs.get("r4") is None and await store_engine.conversations.owner("other") is None
+    assert await runs.get("r4") is None and not await store_engine.conversations.exists("other", "alice")
     # Keys are per user.
     assert await runs.create(keyed("r5", "k-1", conv="bobs", user="bob")) == []
     found = await runs.find_by_idempotency_key("alice", "k-1")
@@ -143,7 +159,7 @@ async def test_an_idempotency_key_names_one_run_per_user(store_engine: Any) -> N
     assert bobs is not None and bobs.id == "r5"
     assert await runs.find_by_idempotency_key("alice", "k-2") is None
     # The key outlives the run's end (its input and checkpoint are forgotten, not the key).
-    await runs.commit(RunWrite("r1", "c", events=[ev(1, "message_complete")], status="completed", finished=True))
+    await runs.commit(RunWrite("r1", "c", "alice", events=[ev(1, "message_complete")], status="completed", finished=True))
     done = await runs.find_by_idempotency_key("alice", "k-1")
     assert done is not None and (done.status, done.last_seq) == ("completed", 1)
 

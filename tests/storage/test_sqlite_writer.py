@@ -46,7 +46,7 @@ async def test_a_busy_database_is_waited_for_within_the_retry_window(tmp_path: P
         await storage.conversations.claim("c", "alice")  # waits, then succeeds
         await holder
         assert storage.db.stats.retries >= 1 and storage.db.healthy
-        assert await storage.conversations.owner("c") == "alice"
+        assert await storage.conversations.exists("c", "alice")
     finally:
         await storage.close()
 
@@ -65,7 +65,7 @@ async def test_past_the_retry_window_writes_fail_loudly_then_recover(tmp_path: P
         await holder
         await storage.conversations.claim("after", "u")
         assert storage.db.healthy and (await storage.readiness())["ok"] is True
-        assert await storage.conversations.owner("q") is None  # the failed write was not half-done
+        assert not await storage.conversations.exists("q", "u")  # the failed write was not half-done
     finally:
         await storage.close()
 
