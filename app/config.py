@@ -137,6 +137,9 @@ class Settings:
     db_write_retry_s: float = 10.0
     heartbeat_s: float = 15.0
     max_runs_per_user: int = 8
+    #: Live runs one replica carries at most; past it a new run is 503 with
+    #: ``Retry-After`` instead of a slower stream for everyone (0: no cap).
+    max_live_runs: int = 0
     requests_per_minute: int = 60
     stream_token_ttl_s: int = 300
     #: Signs ``stream_url`` tokens; unset, a random key generated once is kept in the
@@ -260,6 +263,7 @@ class Settings:
             db_write_retry_s=reader.number("AGENT_DB_WRITE_RETRY_S", d.db_write_retry_s, lo=0.05, hi=3600),
             heartbeat_s=reader.number("AGENT_HEARTBEAT_S", d.heartbeat_s, lo=0.05),
             max_runs_per_user=reader.integer("AGENT_MAX_RUNS_PER_USER", d.max_runs_per_user, lo=1),
+            max_live_runs=reader.integer("AGENT_MAX_LIVE_RUNS", d.max_live_runs, lo=0),
             requests_per_minute=reader.integer("AGENT_REQUESTS_PER_MINUTE", d.requests_per_minute, lo=1),
             stream_token_ttl_s=reader.integer("AGENT_STREAM_TOKEN_TTL_S", d.stream_token_ttl_s, lo=5),
             stream_token_secret=reader.optional("AGENT_STREAM_TOKEN_SECRET"),

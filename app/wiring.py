@@ -353,6 +353,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         # Cancels asked for on another replica arrive through the feed (PostgreSQL).
         feed=storage.run_feed,
         input_sealer=keyring.sealer,
+        max_live=settings.max_live_runs,
     )
     svc = Services(
         settings=settings,

@@ -420,6 +420,11 @@ def _lease_metrics(counters: Any, leases_held: Callable[[], int] | None) -> Iter
         "Leases handed back at shutdown so another replica takes the runs at once.",
         getattr(counters, "leases_released", 0),
     )
+    yield _counter(
+        "agentchat_runs_refused_replica_full",
+        "New runs refused with 503 because this replica carried AGENT_MAX_LIVE_RUNS live runs.",
+        getattr(counters, "refused_full", 0),
+    )
 
 
 # --------------------------------------------------------------------------- the whole

@@ -88,6 +88,16 @@ class RunCounters:
     leases_lost: int = 0
     taken_over: int = 0
     leases_released: int = 0
+    #: New runs refused because this replica carried ``max_live`` runs (503).
+    refused_full: int = 0
+
+
+class ReplicaFull(Exception):
+    """This replica carries as many live runs as it may (``AGENT_MAX_LIVE_RUNS``)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"this replica carries {limit} live runs, its limit")
+        self.limit = limit
 
 
 @dataclass(slots=True)
@@ -118,6 +128,13 @@ class RunManager:
     cancel_poll_s: float = 0.25
     #: Encrypts the stored run input (the caller's ``Authorization``): ``app.keyring``.
     input_sealer: Sealer | None = None
+    #: Live runs this replica carries at most (``AGENT_MAX_LIVE_RUNS``; 0: no cap). A run
+    #: past it is refused (``ReplicaFull``) instead of slowing every live stream down.
+    max_live: int = 0
+    #: Admissions between their slot check and their registration (``submit`` awaits the
+    #: store in between): counted with the live runs so concurrent requests cannot all
+    #: pass the check at once.
+    _admitting: int = 0
     _runs: dict[str, Run] = field(default_factory=dict)
     #: Runs here by their conversation, keyed by (user, conversation id): ids are a
     #: namespace per user, so two users' same-named conversations never order each other.
@@ -144,7 +161,21 @@ class RunManager:
         """Store and start a run (in the caller's own conversation of that id). Raises
         ``ConversationBusy`` (policy ``reject``), ``IdempotencyKeyUsed`` (the caller's
         key already names a run), ``TooManyRuns`` (the user has ``run_cap`` unfinished
-        runs, counted atomically with the insert) or ``StorageUnavailable``."""
+        runs, counted atomically with the insert), ``ReplicaFull`` (this replica carries
+        ``max_live`` runs: the slot is claimed before the first await, so the check and
+        the claim are one step of the event loop) or ``StorageUnavailable``."""
+        if self.max_live and len(self.active()) + self._admitting >= self.max_live:
+            self.counters.refused_full += 1
+            raise ReplicaFull(self.max_live)
+        self._admitting += 1
+        try:
+            return await self._submit(chat, caller, idempotency_key, run_cap)
+        finally:
+            self._admitting -= 1
+
+    async def _submit(
+        self, chat: ChatInput, caller: Caller, idempotency_key: str | None, run_cap: int | None
+    ) -> Run:
         run_id = f"run_{uuid.uuid4().hex}"
         conversation_id = chat.conversation_id or f"conv_{uuid.uuid4().hex}"
         others = await self.store.create(

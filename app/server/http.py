@@ -24,6 +24,7 @@ from starlette.responses import Response
 
 from app.ops.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from app.runs.follow import Batches, Following, follow, follow_here
+from app.runs.manager import ReplicaFull
 from app.runs.records import Caller, ChatInput
 from app.runs.run import Run
 from app.server.auth import LOCAL_USER, AuthError, Identity
@@ -184,6 +185,10 @@ async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str
         )
     except TooManyRuns:
         raise too_many_runs() from None
+    except ReplicaFull as exc:
+        raise HTTPProblem(
+            503, "replica_busy", f"{exc}; retry shortly (another replica may have room)", {"Retry-After": "2"}
+        ) from None
     except ConversationBusy:
         raise HTTPProblem(
             409,
