@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from agenttools.core.catalog import CONTEXT_TYPES
+from app.server.ai_sdk_request import ui_chat_request_schema
 from app.server.chat_request import CONVERSATION_ID_PATTERN
-from app.server.openai_request import model_ids
+from app.server.openai_request import completion_request_schema, model_ids
 from app.server.openapi import ApiContribution, json_body, json_response, path_param, problem, schema_ref
-from storage.records import MULTITASK_POLICIES
 
 _ID_HEADERS = {
     "X-Run-Id": {"description": "The run that answers (cancel it with `POST /v1/agent/runs/{run_id}/cancel`).",
@@ -108,20 +107,7 @@ def openai_api() -> ApiContribution:
             "id": {"enum": model_ids()}, "object": {"const": "model"},
             "created": {"type": "integer"}, "owned_by": {"type": "string"},
         }},
-        "ChatCompletionRequest": {"type": "object", "required": ["model", "messages"], "properties": {
-            "model": {"enum": model_ids()},
-            "messages": {"type": "array", "minItems": 1, "items": {
-                "type": "object", "required": ["role"],
-                "properties": {"role": {"enum": ["system", "developer", "user", "assistant", "tool", "function"]},
-                               "content": {"type": ["string", "array", "null"]}},
-            }},
-            "stream": {"type": ["boolean", "null"]},
-            "stream_options": {"type": ["object", "null"], "properties": {"include_usage": {"type": "boolean"}}},
-            "context": {"type": "object", "description": "agentchat: the run's UI context"},
-            "conversation_id": {"type": "string", "pattern": CONVERSATION_ID_PATTERN,
-                                "description": "agentchat: continue this conversation"},
-            "multitask": {"enum": list(MULTITASK_POLICIES)},
-        }},
+        "ChatCompletionRequest": completion_request_schema(),
         "ChatCompletion": {"type": "object", "required": ["id", "object", "choices"], "properties": {
             "id": {"type": "string"}, "object": {"const": "chat.completion"}, "model": {"type": "string"},
             "choices": {"type": "array", "items": {"type": "object", "properties": {
@@ -143,18 +129,6 @@ def ai_sdk_api() -> ApiContribution:
     stream = {"description": "The UI message stream (`x-vercel-ai-ui-message-stream: v1`)",
               "headers": {"x-vercel-ai-ui-message-stream": {"schema": {"const": "v1"}, "required": True}},
               "content": {"text/event-stream": _frames(chunk, "One chunk, or `[DONE]`")}}
-    body = {"type": "object", "required": ["id", "messages"], "properties": {
-        "id": {"type": "string", "pattern": CONVERSATION_ID_PATTERN, "description": "The chat id: the conversation."},
-        "messages": {"type": "array", "minItems": 1, "items": {"type": "object", "properties": {
-            "id": {"type": "string"}, "role": {"enum": ["system", "user", "assistant"]},
-            "parts": {"type": "array", "items": {"type": "object"}},
-        }}},
-        "trigger": {"enum": ["submit-message", "regenerate-message"]},
-        "messageId": {"type": ["string", "null"]},
-        "context_type": {"enum": list(CONTEXT_TYPES), "default": "knowledge"},
-        "context": {"type": "object"},
-        "multitask": {"enum": list(MULTITASK_POLICIES)},
-    }}
     unauthenticated = problem("No valid bearer token (`AGENT_AUTH=jwt`)", authenticate=True)
     paths: dict[str, dict[str, Any]] = {
         "/v1/agent/ui-stream": {"post": {
@@ -163,7 +137,7 @@ def ai_sdk_api() -> ApiContribution:
             "description": "The body `useChat`'s `DefaultChatTransport` sends, plus `context_type`, `context` "
             "and `multitask`. The last message is the question; the chat's earlier messages are its history "
             "when the server does not know the chat yet.",
-            "requestBody": json_body(body),
+            "requestBody": json_body(ui_chat_request_schema()),
             "responses": {
                 "200": stream,
                 "400": problem("The body is invalid (`invalid_json`, `invalid_field`, `unknown_context_type`), or "

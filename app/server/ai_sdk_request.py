@@ -1,0 +1,124 @@
+"""The AI SDK chat body (``POST /v1/agent/ui-stream``), declared once: ``UIChatRequest``
+both decodes the body (``parse_body``) and is its schema in the OpenAPI description
+(``ui_chat_request_schema``).
+
+Decoded as the native body is (``app/server/body_structs.py``: field by field in
+declaration order, the first field at fault answers), and as leniently as before: any
+object is a UI message (its text: its ``text`` parts, else a ``content`` string), and a
+``context`` of ``null``, ``""``, ``0``, ``[]`` or ``false`` is no context.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, get_args
+
+import msgspec
+from msgspec import Meta
+
+from app.config import CONTEXT_TYPES
+from app.runs.records import ChatInput
+from app.server.body_structs import body_schema, decode_fields
+from app.server.chat_request import CONVERSATION_ID, CONVERSATION_ID_RULE, ContextType, ConversationId
+from app.server.problems import HTTPProblem
+from llm.types import Message
+from storage.records import MULTITASK_POLICIES, MultitaskPolicy
+
+Trigger = Literal["submit-message", "regenerate-message"]
+TRIGGERS: tuple[str, ...] = get_args(Trigger)
+
+
+class UIMessage(msgspec.Struct, kw_only=True):
+    """A UI message (any object: what it lacks reads as no text); other members are ignored."""
+
+    id: Annotated[Any, Meta(description="The message id (not read).")] = None
+    role: Annotated[Any, Meta(
+        description="`user`/`assistant`: a turn (the last: the question); others are skipped.",
+    )] = None
+    parts: Annotated[Any, Meta(description="Its parts (AI SDK 5+); the `text` parts are its text.")] = None
+    content: Annotated[Any, Meta(description="Its text when it has no `parts` (earlier AI SDKs).")] = None
+
+
+class UIChatRequest(msgspec.Struct, kw_only=True):
+    """The body `useChat`'s `DefaultChatTransport` sends, plus `context_type`, `context` and `multitask`.
+    Other members are ignored."""
+
+    id: Annotated[ConversationId, Meta(description="The chat id: the conversation.")]
+    trigger: Trigger = "submit-message"
+    messages: Annotated[list[UIMessage], Meta(min_length=1, description="The chat; the last is the question.")]
+    message_id: Annotated[Any, Meta(description="The message to regenerate (not read).")] = msgspec.field(
+        default=None, name="messageId"
+    )
+    context_type: Annotated[ContextType, Meta(description="Which tools and prompt the run uses.")] = "knowledge"
+    context: Annotated[Any, Meta(description="The UI context, as the native body's.")] = None
+    multitask: Annotated[MultitaskPolicy, Meta(
+        description="When a run of the chat is in progress: run after it, refuse (409), or cancel it.",
+    )] = "enqueue"
+
+
+def ui_chat_request_schema() -> dict[str, Any]:
+    """``UIChatRequest`` for the OpenAPI description (the lenient members as clients send them)."""
+    schema = body_schema(UIChatRequest, {
+        "messageId": {"type": ["string", "null"]},
+        "context": {"type": ["object", "null"]},
+    })
+    message = schema["properties"]["messages"]["items"]
+    for name, keywords in {
+        "id": {"type": "string"},
+        "role": {"enum": ["system", "user", "assistant"]},
+        "parts": {"type": "array", "items": {"type": "object"}},
+        "content": {"type": "string"},
+    }.items():
+        message["properties"][name].update(keywords)
+    return schema
+
+
+def _message_text(message: UIMessage) -> str:
+    """A UI message's text: its ``text`` parts (AI SDK 5+), else a ``content`` string."""
+    if isinstance(message.parts, list):
+        return "".join(
+            str(p.get("text") or "") for p in message.parts if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return message.content if isinstance(message.content, str) else ""
+
+
+def parse_body(body: dict[str, Any], *, max_message_chars: int) -> tuple[ChatInput, list[Message]]:
+    """The run's input and the chat's earlier turns, or a 400 naming the first field (in
+    ``UIChatRequest``'s order) at fault."""
+
+    def refuse(name: str, raw: Any) -> HTTPProblem:
+        if name == "id":
+            return HTTPProblem(400, "invalid_field", f"id (the chat id) must be {CONVERSATION_ID_RULE}")
+        if name == "trigger":
+            return HTTPProblem(400, "invalid_field", f"trigger must be one of {', '.join(TRIGGERS)}")
+        if name == "messages":
+            return HTTPProblem(400, "invalid_field", "messages must be a non-empty array of UI messages")
+        if name == "context_type":
+            return HTTPProblem(
+                400, "unknown_context_type", f"context_type must be one of {', '.join(CONTEXT_TYPES)}; got {raw!r}"
+            )
+        if name == "context":
+            return HTTPProblem(400, "invalid_field", "context must be a JSON object")
+        return HTTPProblem(400, "invalid_field", f"multitask must be one of {', '.join(MULTITASK_POLICIES)}")
+
+    def check(name: str, value: Any) -> None:
+        if name == "id" and not CONVERSATION_ID.match(value):
+            raise refuse(name, value)
+        if name == "messages":
+            question = _message_text(value[-1])
+            if value[-1].role != "user" or not question.strip():
+                raise HTTPProblem(400, "invalid_field", "the last message must be a user message with a text part")
+            if len(question) > max_message_chars:
+                raise HTTPProblem(
+                    400, "invalid_field", f"the last message is longer than {max_message_chars} characters"
+                )
+        if name == "context" and not isinstance(value or {}, dict):
+            raise refuse(name, value)
+
+    request = decode_fields(body, UIChatRequest, refuse, check)
+    earlier = [
+        Message(m.role, text)
+        for m in request.messages[:-1]
+        if m.role in ("user", "assistant") and (text := _message_text(m)).strip()
+    ]
+    question = _message_text(request.messages[-1])
+    return ChatInput(question, request.context_type, request.context or {}, request.id, request.multitask), earlier
