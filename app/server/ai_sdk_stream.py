@@ -47,11 +47,10 @@ from app.server.chat_request import CONVERSATION_ID
 from app.server.compat_runs import (
     AnswerText,
     active_run,
-    check_owner,
+    has_conversation,
     import_history,
 )
 from app.server.context_scope import check_bucket_scope
-from app.server.problems import HTTPProblem
 
 if TYPE_CHECKING:
     from app.server.services import Services
@@ -282,9 +281,9 @@ async def ui_stream(request: Request) -> Response:
         request, lambda body, settings: parse_body(body, max_message_chars=settings.max_message_chars)
     )
     assert chat.conversation_id is not None
-    # A chat this server has not seen: its earlier turns become the history. (Without
-    # any, the run's creation claims the conversation, or answers 404 for another's.)
-    known = await check_owner(svc, chat.conversation_id, ident.user_id) if earlier else True
+    # A chat this user has not started here: its earlier turns become the history.
+    # (Without any, the run's creation makes the user's conversation of that id.)
+    known = await has_conversation(svc, chat.conversation_id, ident.user_id) if earlier else True
     await http.check_run_limit(svc, ident)
     await check_bucket_scope(svc, chat.context)  # before any history is imported: a refusal leaves nothing
     if not known:
@@ -299,7 +298,7 @@ async def ui_stream_resume(request: Request) -> Response:
     svc = http.services(request)
     ident = http.identify(request)
     chat_id = request.path_params["chat_id"]
-    if not CONVERSATION_ID.match(chat_id) or not await _owned(svc, chat_id, ident.user_id):
+    if not CONVERSATION_ID.match(chat_id) or not await has_conversation(svc, chat_id, ident.user_id):
         return Response(status_code=204)
     run_id = await active_run(svc, ident.user_id, chat_id, within_s=svc.settings.finished_run_memory_s)
     following = await http.follow_run(svc, run_id, ident.user_id, 0, cancel_on_exit=True) if run_id else None
@@ -322,11 +321,3 @@ async def discarded_ranges(svc: Services, run_id: str) -> list[tuple[int, int]]:
         if isinstance(discarded, dict):
             out.append((int(discarded["from_seq"]), int(discarded["to_seq"])))
     return out
-
-
-async def _owned(svc: Services, chat_id: str, user_id: str) -> bool:
-    try:
-        return await check_owner(svc, chat_id, user_id)
-    except HTTPProblem:  # another user's chat looks like no chat at all
-        return False
-
