@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install local run dev test bench clean
+.PHONY: install local run dev test test-fast bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,14 @@ test: install
 	$(BIN)/ruff check $(PRODUCT)
 	$(BIN)/mypy $(PRODUCT)
 	$(BIN)/python -m pytest -q
+
+# The inner loop: the suite without the tests marked slow, postgres, browser or node
+# (markers in pyproject.toml, tests/conftest.py); `make test` still runs everything.
+# Bytecode is cached even where PYTHONDONTWRITEBYTECODE is set: recompiling (and
+# re-rewriting the asserts of) every module costs ~8 s of each run.
+FAST := not slow and not postgres and not browser and not node
+test-fast: install
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -m "$(FAST)"
 
 # The peer server of bench/langgraph_peer.py, in a virtualenv of its own (its pins clash
 # with the dev tools'): `langgraph dev` on the in-memory runtime.

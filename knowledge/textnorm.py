@@ -91,11 +91,9 @@ def content_terms(text: str, *, limit: int = 24) -> list[str]:
     seen: dict[str, None] = {}
     all_tokens = tokens(text)
     for i, t in enumerate(all_tokens):
-        if t in TOPIC_REQUEST_WORDS and _asked_action(all_tokens, i) and not _phrasal(all_tokens, i):
-            seen.setdefault(t, None)
-        elif t not in STOP_WORDS and (len(t) > 1 or t.isdigit()):
-            seen.setdefault(t, None)
-        elif t in _EMBEDDED_ASKS and i > 0:
+        asked = t in TOPIC_REQUEST_WORDS and _asked_action(all_tokens, i) and not _phrasal(all_tokens, i)
+        content = t not in STOP_WORDS and (len(t) > 1 or t.isdigit())
+        if asked or content or (t in _EMBEDDED_ASKS and i > 0):
             seen.setdefault(t, None)
     if not seen:
         for t in all_tokens:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from inspect import unwrap
 from pathlib import Path
@@ -15,6 +15,30 @@ from app.config import Settings
 from app.factory import create_app
 from tests.support.server import serve_app
 from tests.support.sse import SSEEvent, iter_sse
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_ca_bundle_load() -> Iterator[None]:
+    """Every HTTP client (httpx's transports, the app's pools, google-genai's clients) loads
+    the CA bundle into a new SSL context: ~50 ms each, several per app a test serves, and
+    no test talks TLS. A verifying context for a given bundle is built once and shared."""
+    import ssl
+
+    build = ssl.create_default_context
+    built: dict[tuple[Any, Any], ssl.SSLContext] = {}
+
+    def shared(purpose: Any = ssl.Purpose.SERVER_AUTH, *, cafile: Any = None, capath: Any = None,
+               cadata: Any = None) -> ssl.SSLContext:
+        if purpose != ssl.Purpose.SERVER_AUTH or cadata is not None:
+            return build(purpose, cafile=cafile, capath=capath, cadata=cadata)
+        key = (cafile, capath)
+        if key not in built:
+            built[key] = build(purpose, cafile=cafile, capath=capath)
+        return built[key]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ssl, "create_default_context", shared)
+        yield
 
 
 @pytest.fixture

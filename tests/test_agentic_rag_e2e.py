@@ -29,6 +29,8 @@ from tests.fakes import FakeOllama, Text, ToolCall, ToolCalls, running_fake
 from tests.support.server import serve_app
 from tests.test_corpus_tools import build_corpus, invoice_rows
 
+pytestmark = pytest.mark.slow  # seed 004 end to end
+
 BODY = {"message": "Which invoices are over 2500 EUR?", "context_type": "knowledge", "context": {}}
 
 

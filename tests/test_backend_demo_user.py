@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from backend.seed import ALERT_IDS, ALERTS, ALICE_ID
 from tests.conftest import collect_sse
 from tests.test_backend_flows import backend_app, call, last_result, say, sent
+
+pytestmark = pytest.mark.slow  # the app and the reference backend end to end
 
 ALICE_ALERT = next(ALERT_IDS[a.key] for a in ALERTS if a.users == (ALICE_ID,))
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 
 from app.config import Settings
 from app.server.auth import sign_hs256
@@ -21,6 +22,8 @@ from backend.seed import ALERT_IDS, ALERTS, ALICE_ID, TABLE_CONFIG_IDS
 from llm.ollama import OllamaProvider
 from tests.conftest import collect_sse, names, running_app
 from tests.fakes import FakeOllama, Text, ToolCall, running_fake
+
+pytestmark = pytest.mark.slow  # workflow and table conversations end to end against the reference backend
 
 Step = Callable[[dict[str, Any]], list[Any]]
 SECRET = "s3cret-for-tests-only-0123456789"

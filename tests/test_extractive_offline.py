@@ -17,6 +17,8 @@ from llm.types import ChatRequest, Message, ToolDefinition
 from prompts import PromptLibrary
 from tests.conftest import collect_sse, running_app
 
+pytestmark = pytest.mark.slow  # offline answers end to end over a knowledge base
+
 DOCS = [
     {
         "id": "doc-shell",

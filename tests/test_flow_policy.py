@@ -6,12 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agenttools.core.registry import RunToolState, ToolOutcome
 from agenttools.rag.policy import FlowPolicy, kb_searched
 from app.wiring import flow_core_tools
 from tests.conftest import names
 from tests.fakes.perplexity import Answer, Source
 from tests.test_mandatory_flow import answer, ask, call, flow_app, search, sent, tool_results
+
+pytestmark = pytest.mark.slow  # the flow policy's edge paths through the real agent loop
 
 
 def results_of(events: list[Any]) -> list[tuple[str, bool]]:

@@ -11,12 +11,15 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 
 from agenttools.core.log_redaction import log_text, redact_for_log
 from app.config import Settings
 from tests.conftest import collect_sse, names
 from tests.fakes.perplexity import Answer, Source
 from tests.test_mandatory_flow import answer, call, flow_app, say, search, sent, tool_results
+
+pytestmark = pytest.mark.slow  # the flow's scope end to end, an app and several runs a test
 
 SEARCH_FIRST = "search the knowledge first"
 

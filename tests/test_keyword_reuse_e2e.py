@@ -26,6 +26,8 @@ from tests.conftest import collect_sse, running_app
 from tests.fakes import FakeOllama, ToolCall, running_fake
 from tests.fakes.perplexity import Answer, FakePerplexity, Source
 
+pytestmark = pytest.mark.slow  # end to end, several runs
+
 DOCS = [
     {
         "id": "doc-resume",

@@ -23,6 +23,8 @@ from tests.conftest import collect_sse, names, running_app
 from tests.fakes import FakeOllama, Text, ToolCall, running_fake
 from tests.fakes.perplexity import Answer, Fail, FakePerplexity, Source
 
+pytestmark = pytest.mark.slow  # the mandatory flow end to end, an app and several runs a test
+
 DOCS = [
     {
         "id": "doc-resume",

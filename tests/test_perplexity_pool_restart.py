@@ -22,11 +22,14 @@ from collections import Counter
 from pathlib import Path
 
 import orjson
+import pytest
 
 from tests.fakes.paced_ollama import PacedOllama, tagged
 from tests.fakes.perplexity import Answer, FakePerplexity, Hang, Reply, Source
 from tests.support.procs import AgentServer, Trace, check_trace, client, follow, replay, start_run, until
 from tests.support.server import serve_app
+
+pytestmark = pytest.mark.slow  # a real server process killed and restarted
 
 RUNS = 4
 FLOW = ("knowledge_base_search", "perplexity_search", "index_keywords", "generate_response")

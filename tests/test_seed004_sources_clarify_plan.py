@@ -41,6 +41,8 @@ from tests.conftest import collect_sse, names, running_app
 from tests.fakes import FakeOllama, Text, ToolCall, running_fake
 from tests.fakes.perplexity import Answer, FakePerplexity, Source
 
+pytestmark = pytest.mark.slow  # seed 004 end to end over a knowledge base of its own
+
 Step = Callable[[dict[str, Any]], list[Any]]
 INVOICE_FIELDS = {"vendor": "TEXT", "invoice_date": "DATE", "amount": "REAL", "year": "INTEGER"}
 VENDORS = ["ACME", "Globex", "Initech", "Hooli", "Umbrella"]

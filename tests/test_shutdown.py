@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 from agenttools.core.registry import ToolRegistry
 from app.config import Settings
@@ -16,6 +17,8 @@ from client import AgentClient
 from llm.provider import ProviderHealth
 from llm.types import ChatRequest, ContentDelta, MessageComplete, MessageStart, StreamEvent, Usage
 from tests.support.server import serve_app
+
+pytestmark = pytest.mark.slow  # shutdown deadlines waited out, the next process replays
 
 
 class SlowProvider:

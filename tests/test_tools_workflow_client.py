@@ -52,7 +52,10 @@ def _fault_app(seen: list[Request]) -> Starlette:
         )
 
     async def slow(request: Request) -> Response:
-        await asyncio.sleep(2)
+        # Never answers in time: holds the request until the client gives up and leaves
+        # (a fixed 2 s sleep here held every test's server shutdown for those 2 s).
+        while not await request.is_disconnected():
+            await asyncio.sleep(0.02)
         return JSONResponse({})
 
     async def trickle(request: Request) -> Response:

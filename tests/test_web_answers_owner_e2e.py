@@ -27,6 +27,8 @@ from tests.fakes import FakeOllama, ToolCall, running_fake
 from tests.fakes.perplexity import Answer, FakePerplexity
 from tests.test_keyword_reuse_e2e import WEB_ANSWER, WEB_SOURCES, chat_bodies, first_run, tool_results
 
+pytestmark = pytest.mark.slow  # two JWT users end to end
+
 SECRET = "owner-test-secret-0123456789abcdef"
 BY_TERMS = "applications of quantum computing"  # the keyword's words, another order
 BY_MEANING = "what are quantum computers used for"  # other words

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 
 from app.runs.records import Caller, ChatInput, encode_run_input
 from app.server.auth import LOCAL_USER
@@ -22,6 +23,8 @@ from storage.open import open_storage
 from storage.records import NewRun
 from tests.storage.test_replica_ops_app import BODY, replica, replica_settings, until
 from tests.support.gated_provider import Gate, GatedTurn
+
+pytestmark = pytest.mark.slow  # two replicas per test
 
 #: The bound the issue sets on a cancel from the other replica.
 CANCEL_BOUND_S = 1.0

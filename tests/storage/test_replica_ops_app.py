@@ -32,6 +32,8 @@ from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
 from tests.support.postgres import TestPostgres
 from tests.support.sqlite_lock import sqlite_file_locked
 
+pytestmark = pytest.mark.slow  # replicas per test, leases waited out
+
 BODY = {"message": "hi", "context_type": "knowledge"}
 
 

@@ -21,6 +21,26 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's main loop looks at ``should_exit`` every 0.1 s; a test server is told
+    when to stop, so it wakes at once (0.05 s saved on average, for every app a test serves)."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.wake = asyncio.Event()
+
+    async def main_loop(self) -> None:
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 1) % 864000
+            try:
+                await asyncio.wait_for(self.wake.wait(), 0.1)
+            except TimeoutError:
+                pass
+            should_exit = await self.on_tick(counter)
+
+
 @asynccontextmanager
 async def serve_app(app: Any, *, lifespan: str = "on", **config: Any) -> AsyncIterator[str]:
     """Serve ``app`` on 127.0.0.1:<free port> inside the current event loop; yield its base URL."""
@@ -38,7 +58,7 @@ async def serve_app(app: Any, *, lifespan: str = "on", **config: Any) -> AsyncIt
         timeout_graceful_shutdown=2,
         **config,
     )
-    server = uvicorn.Server(cfg)
+    server = _Server(cfg)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
@@ -49,6 +69,7 @@ async def serve_app(app: Any, *, lifespan: str = "on", **config: Any) -> AsyncIt
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
+        server.wake.set()
         try:
             await asyncio.wait_for(task, timeout=10)
         except (asyncio.TimeoutError, asyncio.CancelledError):
