@@ -29,7 +29,6 @@ within ``AGENT_CHAT_REATTACH_S``, as a keyless native chat does.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, assert_never
 
@@ -49,6 +48,7 @@ from app.server.compat_runs import (
     active_run,
     has_conversation,
     import_history,
+    translated,
 )
 from app.server.context_scope import check_bucket_scope
 
@@ -65,8 +65,6 @@ DATA_PARTS = {
 }
 _TOOL = {"dynamic": True, "providerExecuted": True}
 DONE = b"data: [DONE]\n\n"
-#: Events translated per write when a burst of them was committed at once.
-SLICE = 64
 
 
 class UIChunks:
@@ -252,19 +250,8 @@ def _frames(chunks: list[dict[str, Any]]) -> bytes:
 
 async def _stream(ui: UIChunks, source: Batches) -> AsyncIterator[bytes]:
     yield _frames(ui.start())
-    async with contextlib.aclosing(source) as batches:  # the follower's ``finally`` runs as the client leaves
-        async for batch in batches:
-            if batch is None:
-                yield b": ping\n\n"
-                continue
-            out: list[bytes] = []
-            for i, item in enumerate(batch, 1):
-                out.append(ui.wire(item))
-                if i % SLICE == 0:  # a burst of committed events goes out in slices, not at its end
-                    yield b"".join(out)
-                    out.clear()
-            if out:
-                yield b"".join(out)
+    async for part in translated(source, lambda item: (ui.wire(item),)):
+        yield part
     if not ui.done:  # released at shutdown: the next process carries the run on
         text = "the server restarted before the run ended; resume the stream"
         yield _frames([{"type": "error", "errorText": text}])

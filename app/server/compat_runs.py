@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from app.runs.follow import Followed
+from app.runs.follow import Batches, Followed
 from app.server import http
 from app.server.problems import HTTPProblem
 from llm.types import Message
@@ -137,3 +137,27 @@ async def has_conversation(svc: Services, conversation_id: str, user_id: str) ->
     """Whether the user has a conversation of that id. Ids are a namespace per user, so
     another user's conversation of the same id is neither seen nor in the way."""
     return await svc.conversations.exists(conversation_id, user_id)
+
+
+#: Events translated per write when a burst of them was committed at once.
+SLICE = 64
+
+
+async def translated(source: Batches, encode: Callable[[Followed], Iterable[bytes]]) -> AsyncIterator[bytes]:
+    """A compatible face's body: each followed event through the face's ``encode``, a
+    burst of committed events sent in slices of ``SLICE`` (not all at its end), and a
+    comment line for each idle beat of the follower. The follower is closed as the
+    client leaves (its ``finally`` releases the run)."""
+    async with contextlib.aclosing(source) as batches:
+        async for batch in batches:
+            if batch is None:
+                yield b": ping\n\n"
+                continue
+            out: list[bytes] = []
+            for i, item in enumerate(batch, 1):
+                out.extend(encode(item))
+                if i % SLICE == 0:
+                    yield b"".join(out)
+                    out.clear()
+            if out:
+                yield b"".join(out)

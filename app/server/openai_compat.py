@@ -57,6 +57,7 @@ from app.server.compat_runs import (
     import_history,
     logged_events,
     normalized,
+    translated,
 )
 from app.server.context_scope import check_bucket_scope
 from app.server.openai_request import (
@@ -279,8 +280,6 @@ def frame(payload: dict[str, Any]) -> bytes:
 
 
 DONE = b"data: [DONE]\n\n"
-#: Events translated per write when a burst of them was committed at once.
-SLICE = 64
 
 
 def _failure_status(code: str) -> int:
@@ -331,19 +330,8 @@ async def _chat_completions(request: Request) -> Response:
 
 async def _stream(source: Batches, tr: Translator) -> AsyncIterator[bytes]:
     yield frame(tr.chunk({"role": "assistant", "content": ""}))
-    async with contextlib.aclosing(source) as batches:  # the follower's ``finally`` runs as the client leaves
-        async for batch in batches:
-            if batch is None:
-                yield b": ping\n\n"
-                continue
-            out: list[bytes] = []
-            for i, item in enumerate(batch, 1):
-                out.extend(tr.feed(item))
-                if i % SLICE == 0:  # a burst of committed events goes out in slices, not at its end
-                    yield b"".join(out)
-                    out.clear()
-            if out:
-                yield b"".join(out)
+    async for part in translated(source, tr.feed):
+        yield part
     if tr.status is None:  # released at shutdown: an OpenAI client cannot resume a stream
         yield frame(error_body("the server restarted before the run ended; retry", "interrupted", 503))
     yield DONE
