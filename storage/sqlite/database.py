@@ -29,6 +29,7 @@ import contextlib
 import logging
 import re
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,13 +77,33 @@ def _transient(exc: BaseException) -> bool:
     )
 
 
+async def _switch_to_wal(conn: aiosqlite.Connection, opts: SqliteOptions) -> None:
+    """``PRAGMA journal_mode = WAL``, retried while another connection holds the file.
+
+    SQLite answers this pragma "database is locked" at once, without its busy handler,
+    when another connection is opening the same new file at that moment (several
+    processes or stores starting together); it is the same wait ``busy_timeout`` would
+    have done, so it is retried for as long."""
+    deadline = time.monotonic() + max(opts.busy_timeout_ms / 1000, 1.0)
+    delay = 0.01
+    while True:
+        try:
+            await conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
 async def _connect(path: Path, opts: SqliteOptions, *, writer: bool) -> aiosqlite.Connection:
     conn = await aiosqlite.connect(path, isolation_level=None)
     try:
         # busy_timeout first: switching to WAL itself needs the write lock.
         await conn.execute(f"PRAGMA busy_timeout = {int(opts.busy_timeout_ms)}")
         if writer:
-            await conn.execute("PRAGMA journal_mode = WAL")
+            await _switch_to_wal(conn, opts)
         await conn.execute("PRAGMA synchronous = NORMAL")
         await conn.execute("PRAGMA foreign_keys = ON")
         await conn.execute(f"PRAGMA cache_size = -{int(opts.cache_kib)}")
