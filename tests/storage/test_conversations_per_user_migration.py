@@ -8,17 +8,14 @@ both tables, foreign keys off and checked).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiosqlite
 import psycopg
 import pytest
 
-from storage.postgres import migrations as pg_migrations
-from storage.sqlite import migrations as sqlite_migrations
-from tests.support.postgres import TestPostgres
+from tests.support.legacy_db import Sql, migrated_legacy
 
 BEFORE = 15  # the last step with one global namespace of conversation ids
 
@@ -31,38 +28,13 @@ LEGACY = (
     " ('r1', 'c1', 'alice', 'knowledge', 'completed')",
 )
 
-Sql = Callable[[str], Awaitable[list[tuple[Any, ...]]]]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 async def legacy(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Sql]:
-    """A database at step 15 holding the legacy rows, then migrated to the last step."""
-    if request.param == "sqlite":
-        async with aiosqlite.connect(tmp_path / "legacy.db", isolation_level=None) as conn:
-            await conn.execute("PRAGMA foreign_keys = ON")
-            await sqlite_migrations.migrate(conn, sqlite_migrations.MIGRATIONS[:BEFORE])
-            for statement in LEGACY:
-                await conn.execute(statement)
-            assert await sqlite_migrations.migrate(conn) == sqlite_migrations.MIGRATIONS[-1].version
-
-            async def sqlite_sql(statement: str) -> list[tuple[Any, ...]]:
-                return [tuple(r) for r in await conn.execute_fetchall(statement)]
-
-            yield sqlite_sql
-        return
-    server: TestPostgres = request.getfixturevalue("pg_server")
-    with server.database(empty=True) as url:
-        await pg_migrations.migrate(url, pg_migrations.MIGRATIONS[:BEFORE])
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as pg:
-            for statement in LEGACY:
-                await pg.execute(statement)  # type: ignore[arg-type]
-            assert await pg_migrations.migrate(url) == pg_migrations.MIGRATIONS[-1].version
-
-            async def pg_sql(statement: str) -> list[tuple[Any, ...]]:
-                cur = await pg.execute(statement)  # type: ignore[arg-type]
-                return [tuple(r) for r in await cur.fetchall()] if cur.description else []
-
-            yield pg_sql
+    """A database at step ``BEFORE`` holding the legacy rows, then migrated to the last step."""
+    async with migrated_legacy(request, tmp_path, BEFORE, LEGACY) as sql:
+        yield sql
 
 
 async def test_existing_conversations_and_messages_keep_their_owner(legacy: Sql) -> None:

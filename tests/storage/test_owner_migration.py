@@ -9,17 +9,14 @@ conversation, become nobody's (``''``: found only in the shared mode). SQLite re
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiosqlite
 import psycopg
 import pytest
 
-from storage.postgres import migrations as pg_migrations
-from storage.sqlite import migrations as sqlite_migrations
-from tests.support.postgres import TestPostgres
+from tests.support.legacy_db import Sql, migrated_legacy
 
 BEFORE = 14  # the last step without owners
 
@@ -43,39 +40,13 @@ LEGACY = (
     " ('a4', 'k3', 'orphan', 'q3', 'px_none', NULL, 3)",
 )
 
-Sql = Callable[[str], Awaitable[list[tuple[Any, ...]]]]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 async def legacy(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Sql]:
-    """A database at step 14 holding the legacy rows, then migrated to the last step;
-    yields a function that runs one SQL statement and returns its rows."""
-    if request.param == "sqlite":
-        async with aiosqlite.connect(tmp_path / "legacy.db", isolation_level=None) as conn:
-            await conn.execute("PRAGMA foreign_keys = ON")
-            await sqlite_migrations.migrate(conn, sqlite_migrations.MIGRATIONS[:BEFORE])
-            for statement in LEGACY:
-                await conn.execute(statement)
-            assert await sqlite_migrations.migrate(conn) == sqlite_migrations.MIGRATIONS[-1].version
-
-            async def sqlite_sql(statement: str) -> list[tuple[Any, ...]]:
-                return [tuple(r) for r in await conn.execute_fetchall(statement)]
-
-            yield sqlite_sql
-        return
-    server: TestPostgres = request.getfixturevalue("pg_server")
-    with server.database(empty=True) as url:
-        await pg_migrations.migrate(url, pg_migrations.MIGRATIONS[:BEFORE])
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as pg:
-            for statement in LEGACY:
-                await pg.execute(statement)  # type: ignore[arg-type]
-            assert await pg_migrations.migrate(url) == pg_migrations.MIGRATIONS[-1].version
-
-            async def pg_sql(statement: str) -> list[tuple[Any, ...]]:
-                cur = await pg.execute(statement)  # type: ignore[arg-type]
-                return [tuple(r) for r in await cur.fetchall()] if cur.description else []
-
-            yield pg_sql
+    """A database at step ``BEFORE`` holding the legacy rows, then migrated to the last step."""
+    async with migrated_legacy(request, tmp_path, BEFORE, LEGACY) as sql:
+        yield sql
 
 
 async def test_legacy_rows_belong_to_their_conversations_user(legacy: Sql) -> None:
