@@ -103,7 +103,13 @@ async def test_a_document_posted_while_embedding_fails_gets_vectors_by_itself(tm
                 assert report["embedding"]["state"] == "queued" and report["embedding"]["searchable_by"] == ["text"]
                 assert "500" in str(report["embedding_error"]), report
 
-                status, body = await server.readyz(http)
+                # Not ready once the re-embedding has tried and failed (it runs in the
+                # background: wait for its first failed pass, bounded).
+                async with asyncio.timeout(60):
+                    while (answer := await server.readyz(http))[0] != 503:
+                        assert knowledge(answer[1]).get("pending_vectors") == 1, answer
+                        await asyncio.sleep(0.05)
+                status, body = answer
                 assert status == 503 and knowledge(body).get("pending_vectors") == 1, body
                 assert knowledge(body)["ok"] is False and "wait for vectors" in knowledge(body)["detail"], body
             assert await metric(server.base, "agentchat_kb_documents_pending_vectors") >= 1
