@@ -140,6 +140,12 @@ class Settings:
     #: Live runs one replica carries at most; past it a new run is 503 with
     #: ``Retry-After`` instead of a slower stream for everyone (0: no cap).
     max_live_runs: int = 0
+    #: New runs are refused (503) while the event loop's scheduling delay stays above
+    #: this (``app/ops/load.py``); 0: never.
+    max_loop_lag_ms: float = 250.0
+    #: ``agentchat serve`` processes on this machine (``--workers``): each a replica of
+    #: its own on the same database (SQLite file or PostgreSQL).
+    workers: int = 1
     requests_per_minute: int = 60
     stream_token_ttl_s: int = 300
     #: Signs ``stream_url`` tokens; unset, a random key generated once is kept in the
@@ -264,6 +270,8 @@ class Settings:
             heartbeat_s=reader.number("AGENT_HEARTBEAT_S", d.heartbeat_s, lo=0.05),
             max_runs_per_user=reader.integer("AGENT_MAX_RUNS_PER_USER", d.max_runs_per_user, lo=1),
             max_live_runs=reader.integer("AGENT_MAX_LIVE_RUNS", d.max_live_runs, lo=0),
+            max_loop_lag_ms=reader.number("AGENT_MAX_LOOP_LAG_MS", d.max_loop_lag_ms, lo=0, hi=600_000),
+            workers=reader.integer("AGENT_WORKERS", d.workers, lo=1, hi=256),
             requests_per_minute=reader.integer("AGENT_REQUESTS_PER_MINUTE", d.requests_per_minute, lo=1),
             stream_token_ttl_s=reader.integer("AGENT_STREAM_TOKEN_TTL_S", d.stream_token_ttl_s, lo=5),
             stream_token_secret=reader.optional("AGENT_STREAM_TOKEN_SECRET"),

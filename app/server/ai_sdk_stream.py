@@ -272,6 +272,7 @@ async def ui_stream(request: Request) -> Response:
     # (Without any, the run's creation makes the user's conversation of that id.)
     known = await has_conversation(svc, chat.conversation_id, ident.user_id) if earlier else True
     await http.check_run_limit(svc, ident)
+    http.check_load(svc)  # overloaded: refused before any history is imported
     await check_bucket_scope(svc, chat.context)  # before any history is imported: a refusal leaves nothing
     if not known:
         await import_history(svc, chat.conversation_id, ident.user_id, earlier)

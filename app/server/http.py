@@ -157,6 +157,23 @@ async def admit_request(request: Request) -> tuple[Identity, ChatInput]:
     return ident, chat
 
 
+def replica_busy(why: str) -> HTTPProblem:
+    """503 for a new run this replica cannot serve well now (``app/ops/load.py``): the
+    client retries, and a load balancer sends the retry where there is room."""
+    return HTTPProblem(503, "replica_busy", f"{why}; retry shortly (another replica may have room)",
+                       {"Retry-After": "2"})
+
+
+def check_load(svc: Services) -> None:
+    """Refuse a new run (503 ``replica_busy``) while this replica is overloaded. Every
+    face's ``start_run`` asks; a face with work to do before it (the OpenAI face imports
+    a transcript) asks first, so a refusal leaves nothing behind."""
+    load = svc.load
+    if load is not None and (reason := load.refusal()) is not None:
+        load.refused_for(reason)
+        raise replica_busy("this replica is overloaded (its event loop runs late)")
+
+
 def too_many_runs() -> HTTPProblem:
     return HTTPProblem(429, "too_many_runs", "too many runs in progress for this user", {"Retry-After": "5"})
 
@@ -178,6 +195,7 @@ async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str
     (native, OpenAI-compatible, AI SDK) starts its runs here, so the context's
     knowledge-base scope is checked here once (``app/server/context_scope.py``)."""
     await check_bucket_scope(svc, chat.context)
+    check_load(svc)
     try:
         return await svc.runs.submit(
             chat, Caller(ident.user_id, ident.authorization), idempotency_key=key,
@@ -186,9 +204,9 @@ async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str
     except TooManyRuns:
         raise too_many_runs() from None
     except ReplicaFull as exc:
-        raise HTTPProblem(
-            503, "replica_busy", f"{exc}; retry shortly (another replica may have room)", {"Retry-After": "2"}
-        ) from None
+        if svc.load is not None:
+            svc.load.refused_for("live_runs")
+        raise replica_busy(str(exc)) from None
     except ConversationBusy:
         raise HTTPProblem(
             409,
