@@ -63,8 +63,15 @@ _ASIDE = re.compile(r"^[*_\s]*(?:note|warning|caution|tip|see also|deprecated)\b
 #: How much a question word found only in the unit's title or heading counts.
 CONTEXT_WEIGHT = 0.8
 FIRST_UNDER_HEADING_BONUS = 0.05
-#: For the first sentence of a document the question names (see ``_units``).
+#: For the first sentence of a document the question names (see ``_units``), scaled by
+#: the share of the question its title says: "what does npm dedupe do?" is all title and
+#: asks what the page says first; "what happens with npm stop when no stop script is
+#: defined?" names the page but asks one thing of it, which the opening may not say.
 OPENING_BONUS = 0.2
+#: A question that asks what a named document is or does ("what does npm rebuild run?",
+#: "what does npm doctor check?": the title and at most one more word) is answered by
+#: the document's opening, however many other sentences repeat its words.
+DEFINITION_BONUS = 0.6
 #: A code block up to this long follows the paragraph that leads to it.
 FOLLOWING_CODE_CHARS = 500
 MAX_ANSWER_CHARS = 1200
@@ -190,6 +197,13 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
         # A question that names a document ("what does npm dedupe do?", every word in the
         # title "npm-dedupe") is answered by what that document says first.
         named = read.first and _names(question, title, shared)
+        said_by_title = title | {head for word, head in question.joined.items() if word in title}
+        named_share = _coverage(question.stems, said_by_title) if named else 0.0
+        defines = (
+            named
+            and question.definition
+            and sum(1 for q in question.stems if _coverage(frozenset({q}), said_by_title) < 1.0) <= 1
+        )
         opening = next(
             (b for b, block in enumerate(read.blocks) if block.kind == "prose" and not _aside(block.units[0])), -1
         )
@@ -232,7 +246,7 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                 if after_heading and i == 0:  # what a section says first is what it is about
                     score += FIRST_UNDER_HEADING_BONUS
                 if named and b == opening and i == 0:
-                    score += OPENING_BONUS
+                    score += DEFINITION_BONUS if defines else OPENING_BONUS * named_share
                 if question.holds_wanted(plain):
                     score += ANSWER_TYPE_BONUS
                 out.append(_Unit(p, b, i, text, score))
@@ -277,16 +291,24 @@ def _window(read: _Read, unit: _Unit) -> list[str]:
 
 
 def _with_synopsis(read: _Read, unit: _Unit, pieces: list[str], question: _Question) -> list[str]:
-    """A how-to question quoted from a page's opening gets the page's synopsis too (the
-    short code block above the opening) when the quote names no command itself: "Spawn
-    a subshell in the directory of the installed package specified." answers "how do I
-    open a subshell …" only with ``npm explore <pkg>`` beside it."""
-    if not question.how_to or not read.first or any("`" in p for p in pieces):
+    """A how-to question quoted from a page's description gets the page's synopsis too
+    (the short code block above the description) when the quote does not name the page's
+    command itself: "Spawn a subshell in the directory of the installed package
+    specified." answers "how do I open a subshell …" only with ``npm explore <pkg>``
+    beside it, and "add: Add a new user as a maintainer of a package." (an item of
+    ``npm-owner``'s description) only with ``npm owner add <user> <package-spec>``."""
+    if not question.how_to or not read.first:
         return pieces
-    before = read.blocks[: unit.block]
-    if any(b.kind == "prose" and not _aside(b.units[0]) for b in before if b.units):
-        return pieces  # not the page's opening: its synopsis is about something else
-    code = next((b for b in before if b.kind == "code"), None)
+    command = " ".join(_WORD.findall(read.passage.title.casefold()))
+    if command and command in " ".join(_WORD.findall(" ".join(pieces).casefold())):
+        return pieces  # the quote names the command: its synopsis adds nothing
+    opening = next(
+        (b for b, block in enumerate(read.blocks) if block.kind == "prose" and block.units and not _aside(block.units[0])),
+        None,
+    )
+    if opening is None or opening > unit.block or read.headings[unit.block] != read.headings[opening]:
+        return pieces  # not the page's description: its synopsis is about something else
+    code = next((b for b in read.blocks[:opening] if b.kind == "code"), None)
     if code is None:
         return pieces
     shown = code.markdown()

@@ -40,6 +40,10 @@ _WANTS = (
 _HOW_TO = re.compile(r"^\s*how\s+(?:(?:do|does|can|could|should|would|may|must)\s+(?:i|we|you|one)|to)\b",
                      re.IGNORECASE)
 
+#: "What does npm rebuild run?", "what is package-lock.json for?": asks what a thing is
+#: or does (see ``Question.definition``).
+_DEFINITION = re.compile(r"^\s*what\s+(?:does|do|is|are)\b", re.IGNORECASE)
+
 #: English adverb particles: "log in" is the ``login`` a command or page is named by.
 _PARTICLES = frozenset("in up out on off down over back away".split())
 
@@ -117,6 +121,9 @@ class Question:
     wants: re.Pattern[str] | None
     #: "How do I …": the answer should show the command that does it.
     how_to: bool = False
+    #: "What does … do / what is …": asks what a thing is or does, which a document
+    #: named by the question says first.
+    definition: bool = False
 
     @classmethod
     def of(cls, question: str) -> Question:
@@ -134,7 +141,8 @@ class Question:
         wants = next((unit for _, asks, unit in _WANTS if asks.search(question)), None)
         enumeration = bool(many) or bool(_ENUMERATION.search(question))
         how_to = _HOW_TO.search(question) is not None
-        return cls(stems(question), joined, phrasal, enumeration, focus, wants, how_to)
+        definition = _DEFINITION.search(question) is not None
+        return cls(stems(question), joined, phrasal, enumeration, focus, wants, how_to, definition)
 
     def terms(self, text: str) -> frozenset[str]:
         """The stems of ``text``, with the question's words a joined word stands for, and

@@ -97,3 +97,88 @@ def test_a_heading_that_says_more_than_its_paragraph_is_kept() -> None:
     answer, _, _ = compose_answer("What happens when no model is reachable?", [passage])
     assert answer.startswith("**The answers come from the extractive provider.** No model was reachable"), answer
     assert fragments(answer) == [] and repeated_sentences(answer) == []
+
+
+REBUILD_OPENING = """### Synopsis
+
+```bash
+npm rebuild [<package-spec>] ...]
+```
+
+### Description
+
+This command does the following:
+
+1. Execute lifecycle scripts (`preinstall`, `install`, `postinstall`, `prepare`)
+2. Links bins depending on whether bin links are enabled"""
+REBUILD_LATER = """Usually, you should not need to run `npm rebuild` as it is already done for you as part of
+npm install (unless you suppressed these steps with `--ignore-scripts`)."""
+REBUILD_OPTION = """#### `ignore-scripts`
+
+If true, npm does not run scripts specified in package.json files. Commands that run a script,
+such as `npm rebuild`, still run their scripts."""
+
+
+def test_what_a_named_page_does_is_its_opening_with_what_it_introduces() -> None:
+    # "npm rebuild run" is said in full by later sentences; the question asks what the
+    # page is about, which its description says first (and the list it introduces).
+    passages = [
+        Passage("rebuild#1", "npm-rebuild", REBUILD_LATER, 0.8),
+        Passage("rebuild#4", "npm-rebuild", REBUILD_OPTION, 0.7),
+        Passage("rebuild#0", "npm-rebuild", REBUILD_OPENING, 0.58),
+    ]
+    answer, sources, _ = compose_answer("What does npm rebuild run?", passages)
+    assert answer.startswith("This command does the following:"), answer
+    assert "1. Execute lifecycle scripts" in answer and sources[0] == "rebuild#0"
+    assert repeated_sentences(answer) == [] and fragments(answer) == []
+
+
+STOP_OPENING = """### Synopsis
+
+```bash
+npm stop [-- <args>]
+```
+
+### Description
+
+This runs a predefined command specified in the "stop" property of a package's "scripts" object.
+
+Unlike with [npm start](/commands/npm-start), there is no default script that will run if the `"stop"`
+property is not defined."""
+
+
+def test_a_named_page_asked_one_thing_answers_with_what_says_it() -> None:
+    # The question names npm-stop but asks about a case its opening does not cover.
+    answer, _, _ = compose_answer(
+        "What happens with npm stop when no stop script is defined?",
+        [Passage("stop#0", "npm-stop", STOP_OPENING, 0.8)],
+    )
+    assert answer.startswith("Unlike with [npm start](/commands/npm-start), there is no default script"), answer
+
+
+OWNER_OPENING = """### Synopsis
+
+```bash
+npm owner add <user> <package-spec>
+npm owner rm <user> <package-spec>
+```
+
+### Description
+
+Manage ownership of published packages.
+
+* add: Add a new user as a maintainer of a package. This user is enabled to modify metadata.
+* rm: Remove a user from the package owner list."""
+
+
+def test_a_how_to_from_a_page_description_shows_the_command() -> None:
+    answer, _, _ = compose_answer(
+        "How do I add a maintainer to my package?", [Passage("owner#0", "npm-owner", OWNER_OPENING, 0.7)]
+    )
+    assert answer.startswith("add: Add a new user as a maintainer of a package."), answer
+    assert "```bash\nnpm owner add <user> <package-spec>" in answer
+    # A quote that names the command itself needs no synopsis.
+    named, _, _ = compose_answer(
+        "How do I stop a package?", [Passage("stop#0", "npm-stop", STOP_OPENING.replace("This runs", "`npm stop` runs"), 0.7)]
+    )
+    assert "```" not in named, named
