@@ -140,6 +140,12 @@ class Settings:
     #: Live runs one replica carries at most; past it a new run is 503 with
     #: ``Retry-After`` instead of a slower stream for everyone (0: no cap).
     max_live_runs: int = 0
+    #: Tools whose calls wait for the user's decision (``AGENT_APPROVAL_TOOLS``): ``None``
+    #: is each tool's own default (``ToolSpec.asks_approval``: a direct backend write, the
+    #: MCP tools not annotated read-only or annotated destructive), ``()`` none.
+    approval_tools: tuple[str, ...] | None = None
+    #: An approval not decided within this many seconds ends its run ``cancelled``.
+    approval_ttl_s: float = 86_400.0
     #: New runs are refused (503) while the event loop's scheduling delay stays above
     #: this (``app/ops/load.py``); 0: never.
     max_loop_lag_ms: float = 250.0
@@ -270,6 +276,8 @@ class Settings:
             heartbeat_s=reader.number("AGENT_HEARTBEAT_S", d.heartbeat_s, lo=0.05),
             max_runs_per_user=reader.integer("AGENT_MAX_RUNS_PER_USER", d.max_runs_per_user, lo=1),
             max_live_runs=reader.integer("AGENT_MAX_LIVE_RUNS", d.max_live_runs, lo=0),
+            approval_tools=_approval_tools(reader.optional("AGENT_APPROVAL_TOOLS")),
+            approval_ttl_s=reader.number("AGENT_APPROVAL_TTL_S", d.approval_ttl_s, lo=0.05, hi=90 * 86400),
             max_loop_lag_ms=reader.number("AGENT_MAX_LOOP_LAG_MS", d.max_loop_lag_ms, lo=0, hi=600_000),
             workers=reader.integer("AGENT_WORKERS", d.workers, lo=1, hi=256),
             requests_per_minute=reader.integer("AGENT_REQUESTS_PER_MINUTE", d.requests_per_minute, lo=1),
@@ -386,6 +394,16 @@ def _without_password(url: str) -> str:
 
 def _demo_token(value: str) -> str | None:
     return None if value.lower() in {"none", "-", "off", "false"} else value.removeprefix("Bearer ").strip()
+
+
+def _approval_tools(raw: str | None) -> tuple[str, ...] | None:
+    """``AGENT_APPROVAL_TOOLS``: unset or ``default`` → each tool's own default (``None``),
+    ``none`` → no tool waits, else the comma list of tool names that do."""
+    if raw is None or raw.strip().lower() in {"", "default"}:
+        return None
+    if raw.strip().lower() in {"none", "-"}:
+        return ()
+    return tuple(dict.fromkeys(p.strip() for p in raw.split(",") if p.strip()))
 
 
 def _opt_path(value: str | None) -> Path | None:

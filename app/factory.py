@@ -16,7 +16,7 @@ from starlette.routing import Route
 from app.config import Settings
 from app.ops.log_context import AccessLog
 from app.ops.logs import scrubbed_logs
-from app.server import admin_routes, ai_sdk_stream, http, kb_routes, openai_compat
+from app.server import admin_routes, ai_sdk_stream, approval_routes, http, kb_routes, openai_compat
 from app.server.auth import JwksPrefetch
 from app.server.compat_openapi import ai_sdk_api, openai_api
 from app.server.docs_page import render_docs
@@ -71,6 +71,7 @@ def create_app(
         Route("/v1/agent/runs", http.create_run, methods=["POST"]),
         Route("/v1/agent/runs/{run_id}/events", http.run_events, methods=["GET"]),
         Route("/v1/agent/runs/{run_id}/cancel", http.cancel_run, methods=["POST"]),
+        Route("/v1/agent/runs/{run_id}/approvals/{tool_use_id}", approval_routes.decide, methods=["POST"]),
         Route("/v1/agent/conversations/{conversation_id}", http.get_conversation, methods=["GET"]),
         Route("/v1/kb/documents", admin_routes.ingest_documents, methods=["POST"]),
         Route("/v1/kb/documents", kb_routes.list_documents, methods=["GET"]),

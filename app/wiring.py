@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from agenttools.core.registry import ToolRegistry
+from agenttools.core.registry import ApprovalRule, ToolRegistry
 from agenttools.rag.policy import FlowPolicy
 from app.agent.loop import Agent, AgentSettings
 from app.agent.selector import IndexState, ToolSelector
@@ -255,6 +255,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     else:
         embedder, why = overrides.embedder, "given by the caller"  # type: ignore[assignment]
     registry = overrides.registry if overrides.registry is not None else default_registry()
+    registry.set_approval(ApprovalRule.from_setting(settings.approval_tools))  # MCP tools added later too
     rooms = Rooms()
     if overrides.registry is None:
         from app.rooms import attach_rooms
@@ -340,6 +341,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
             idle_timeout_s=settings.llm_timeout_s,
             max_chunk_chars=settings.max_chunk_chars,
             max_answer_chars=settings.max_answer_chars,
+            approval_ttl_s=settings.approval_ttl_s,
         ),
         metrics=metrics.runs,
         policy=FlowPolicy(),

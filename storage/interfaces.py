@@ -147,6 +147,22 @@ class RunStore(Protocol):
         """Let other processes take these runs at once (shutdown)."""
         ...
 
+    # Approvals: a run parked ``waiting_approval`` is held by nobody; a decision, a cancel
+    # or the expiry makes it claimable (``storage.stores.approval_waits``).
+
+    async def decide(self, run_id: str, user_id: str, checkpoint_seq: int, checkpoint: bytes) -> bool:
+        """Store the checkpoint carrying a decision if the run still waits at
+        ``checkpoint_seq``; False when something else came first."""
+        ...
+
+    async def expire_waits(self) -> list[str]:
+        """Make the parked runs whose deadline passed claimable; their ids."""
+        ...
+
+    async def claim_one(self, run_id: str, owner: str, lease_s: float) -> bool:
+        """Take one unfinished run that nobody holds for ``owner``."""
+        ...
+
 
 class LimitStore(Protocol):
     """Admission limits every replica shares: requests per key per minute, and the

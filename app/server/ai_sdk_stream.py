@@ -39,6 +39,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import events
+from app.agent.approvals import REJECTED_BY_USER
 from app.runs.follow import Batches, Followed
 from app.server import http
 from app.server.ai_sdk_request import parse_body
@@ -165,6 +166,8 @@ class UIChunks:
                 self._tool_start(out, call_id, tool_name)
             case events.ToolCallResult():
                 self._tool_result(out, event)
+            case events.ApprovalRequired(tool_use_id=call_id, tool_name=tool_name, arguments=arguments):
+                self._approval_request(out, call_id, tool_name, arguments)
             case events.Response():
                 self._whole_text(out, event.answer)
                 out.extend(self._sources(event.sources))
@@ -200,11 +203,23 @@ class UIChunks:
         self.metadata["used_internal_kb"] = event.used_internal_kb
         self.metadata["used_external_kb"] = event.used_external_kb
 
+    def _approval_request(self, out: list[dict[str, Any]], call_id: str, name: str, arguments: Any) -> None:
+        """The SDK's own tool-approval part (``ai`` 6): the call's input made available,
+        then ``tool-approval-request`` (its ``approvalId`` is the ``tool_use_id`` the
+        decision route takes), so ``useChat`` shows the part in ``approval-requested``."""
+        if call_id not in self.tools:
+            self._tool_start(out, call_id, name)
+        out.append({"type": "tool-input-available", "toolCallId": call_id, "toolName": name, "input": arguments,
+                    **_TOOL})
+        out.append({"type": "tool-approval-request", "approvalId": call_id, "toolCallId": call_id})
+
     def _tool_result(self, out: list[dict[str, Any]], event: events.ToolCallResult) -> None:
         call_id = event.tool_use_id
         if call_id not in self.tools:  # never seen starting (defensive: the SDK needs the part first)
             self._tool_start(out, call_id, event.tool_name)
-        if event.is_error:
+        if event.is_error and isinstance(event.error, str) and event.error.startswith(REJECTED_BY_USER):
+            out.append({"type": "tool-output-denied", "toolCallId": call_id})
+        elif event.is_error:
             error = event.error if isinstance(event.error, str) and event.error else "the tool call failed"
             out.append({"type": "tool-output-error", "toolCallId": call_id, "errorText": error, **_TOOL})
         else:

@@ -39,7 +39,7 @@ from storage.errors import (
     StorageUnavailable,
     TooManyRuns,
 )
-from storage.records import UNFINISHED
+from storage.records import NOT_ENDED
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -265,7 +265,8 @@ def _on_leave(svc: Services, cancel_on_exit: bool) -> Callable[[Run], None] | No
         # A stream closed because the server is stopping leaves its run alone: the run
         # finishes (up to the shutdown deadline) into the durable log, and the client
         # resumes it from the next process with Last-Event-ID.
-        if not run.finished and run.task is not None and not server_stopping():
+        # A run parked for an approval is no longer this process's: nothing to cancel.
+        if not run.finished and not run.parked and run.task is not None and not server_stopping():
             _cancel_unless_reattached(run, svc.settings.chat_reattach_s)
 
     return left
@@ -482,10 +483,10 @@ async def cancel_run(request: Request) -> Response:
         stored = await svc.run_store.get(run_id)
         if stored is None or stored.user_id != ident.user_id:
             raise HTTPProblem(404, "not_found", "no such run")
-        if stored.status not in UNFINISHED:
+        if stored.status not in NOT_ENDED:
             return ORJSONResponse({"run_id": run_id, "status": stored.status})
-        # Executing on another replica (or between hand-overs): the store carries the
-        # cancel to whichever process runs it.
+        # Executing on another replica (or between hand-overs, or parked for an approval):
+        # the store carries the cancel to whichever process runs it.
         try:
             status = await svc.runs.cancel_elsewhere(run_id)
         except StorageUnavailable:

@@ -224,6 +224,7 @@ class Translator:
                 | events.ToolSelection()
                 | events.ToolCallStart()
                 | events.ToolCallResult()
+                | events.ApprovalRequired()
                 | events.WorkflowPreview()
                 | events.TableConfigPreview()
                 | events.TableConfigValidationError()
