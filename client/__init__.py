@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from client.agent import AgentClient, EventStream
 from client.errors import AgentClientError, APIError, StreamInterrupted
-from client.types import Conversation, ConversationMessage, RunState, StartedRun
+from client.types import ApprovalAccepted, Conversation, ConversationMessage, RunState, StartedRun
 
 __all__ = [
     "APIError",
     "AgentClient",
     "AgentClientError",
+    "ApprovalAccepted",
     "Conversation",
     "ConversationMessage",
     "EventStream",

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 #: ``cancelling``: a cancel answered before the run ended (``POST …/cancel``, 202).
-RunStatusName = Literal["queued", "running", "completed", "failed", "cancelled", "interrupted", "cancelling"]
+RunStatusName = Literal[
+    "queued", "running", "completed", "failed", "cancelled", "interrupted", "cancelling", "waiting_approval"
+]
+ApprovalDecisionName = Literal["approve", "reject", "edit"]
 ContextType = Literal["workflow", "tables", "knowledge"]
 Multitask = Literal["enqueue", "reject", "interrupt"]
 
@@ -30,6 +33,17 @@ class RunState:
 
     run_id: str
     status: RunStatusName
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalAccepted:
+    """``POST /v1/agent/runs/{id}/approvals/{tool_use_id}``: the decision was stored and the
+    run goes on; ``stream_url`` (signed token) follows it from after ``approval_required``."""
+
+    run_id: str
+    tool_use_id: str
+    decision: ApprovalDecisionName
+    stream_url: str
 
 
 @dataclass(frozen=True, slots=True)

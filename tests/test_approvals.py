@@ -24,6 +24,8 @@ import pytest_asyncio
 
 from app.config import Settings
 from app.server.auth import sign_hs256
+from client import AgentClient
+from events import ApprovalRequired, parse_event
 from llm.ollama import OllamaProvider
 from tests.conftest import collect_sse, running_app
 from tests.fakes import FakeOllama, Text, ToolCall, running_fake
@@ -200,6 +202,22 @@ async def test_an_edit_is_checked_against_the_schema_then_runs_with_the_new_argu
     rest = await world.follow(r.json()["stream_url"])
     assert rest[-1].json()["status"] == "completed"
     assert world.cancels()[before:] == [edited]
+
+
+async def test_the_python_client_decides_and_reads_the_typed_event(world: World) -> None:
+    before = len(world.cancels())
+    events = await world.start([cancel_call, say("Cancelled.")])
+    wait = parked(events)
+    run_id = events[0].json()["run_id"]
+    typed = parse_event("approval_required", events[-1].data)
+    assert isinstance(typed, ApprovalRequired) and typed.tool_use_id == wait["tool_use_id"]
+    async with AgentClient(world.base, token=ALICE["Authorization"].removeprefix("Bearer ")) as client:
+        accepted = await client.decide(run_id, typed.tool_use_id, "approve")
+        assert accepted.decision == "approve" and accepted.stream_url
+        async with client.stream(run_id, after=int(events[-1].id or 0)) as stream:
+            rest = [ev async for ev in stream]
+    assert type(rest[-1]).__name__ == "MessageComplete"
+    assert len(world.cancels()) == before + 1
 
 
 async def test_a_parked_run_can_be_cancelled(world: World) -> None:
