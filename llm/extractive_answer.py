@@ -76,6 +76,8 @@ DEFINITION_BONUS = 0.6
 FOLLOWING_CODE_CHARS = 500
 MAX_ANSWER_CHARS = 1200
 MAX_PASSAGES = 2
+#: A summary longer than this is no one-line summary (see ``_with_summary``).
+MAX_SUMMARY_CHARS = 200
 #: A further passage must score at least this share of the best one.
 SECOND_PASSAGE_SHARE = 0.75
 
@@ -89,6 +91,9 @@ class Passage:
     title: str
     text: str
     score: float
+    #: The document's one-line summary (a Markdown page's front-matter ``description``:
+    #: "Create a tarball from a package"), read with the passage that opens the document.
+    summary: str = ""
 
 
 def sentence_key(text: str) -> str:
@@ -115,18 +120,42 @@ class _Read:
     blocks: list[Block]
     headings: list[str]
     first: bool  # the passage opens its document
+    summary: int = -1  # the block of the document's summary (``_with_summary``), if any
 
 
 def _read(passage: Passage) -> _Read:
     first = "#" not in passage.source_id or passage.source_id.endswith("#0")
     blocks = parse_passage(passage.text, first_of_document=first)
+    summary = -1
+    if first:
+        blocks, summary = _with_summary(blocks, passage.summary)
     headings: list[str] = []
     current = ""
     for b in blocks:
         if b.kind == "heading":
             current = b.text
         headings.append(current)
-    return _Read(passage, blocks, headings, first)
+    return _Read(passage, blocks, headings, first, summary)
+
+
+def _with_summary(blocks: list[Block], summary: str) -> tuple[list[Block], int]:
+    """The document's summary as a sentence of its own, where a reader meets it: after
+    the page's leading title and synopsis (headings and code before any prose), so the
+    synopsis stays the command of the page it summarises. ``npm-pack``'s first chunk
+    holds its synopsis and option sections only; its summary, "Create a tarball from a
+    package.", is what answers "how do I create a tarball of my package?"."""
+    text = " ".join(summary.split())
+    if not text or len(text) > MAX_SUMMARY_CHARS:
+        return blocks, -1
+    if not text.endswith((".", "!", "?", ":")):
+        text += "."
+    at = 0
+    for b, block in enumerate(blocks):
+        if block.kind not in ("heading", "code"):
+            break
+        if block.kind == "code":
+            at = b + 1
+    return [*blocks[:at], Block("prose", [text]), *blocks[at:]], at
 
 
 def _introduces(text: str) -> bool:
@@ -204,9 +233,7 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
             and question.definition
             and sum(1 for q in question.stems if _coverage(frozenset({q}), said_by_title) < 1.0) <= 1
         )
-        opening = next(
-            (b for b, block in enumerate(read.blocks) if block.kind == "prose" and not _aside(block.units[0])), -1
-        )
+        opening = _opening(read)
         for b, block in enumerate(read.blocks):
             if block.kind == "heading" or block.kind == "code":
                 continue
@@ -253,9 +280,28 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
     return out
 
 
+def _opening(read: _Read) -> int:
+    """The block a document opens with: its first paragraph that is no aside and not the
+    summary (which says less than the page's own first words), before any list or table
+    (a paragraph after an option's "Default: …" list describes the option, not the
+    page); -1 when the passage holds none."""
+    for b, block in enumerate(read.blocks):
+        if block.kind in ("list", "table"):
+            return -1
+        if block.kind == "prose" and block.units and not _aside(block.units[0]) and b != read.summary:
+            return b
+    return -1
+
+
 def _window(read: _Read, unit: _Unit) -> list[str]:
     """The Markdown pieces quoted for a lead: its neighbours and what it introduces."""
     block = read.blocks[unit.block]
+    if unit.block == read.summary:
+        # The summary says what the page is in a line; the page's opening says it in full.
+        opening = _opening(read)
+        if opening < 0 or len(" ".join(read.blocks[opening].units)) > WHOLE_PARAGRAPH_CHARS:
+            return [block.units[0]]
+        return [block.units[0], *_window(read, _Unit(unit.passage, opening, 0, read.blocks[opening].units[0], 0.0))]
     pieces: list[str] = []
     if block.kind in ("list", "table"):
         intro = _prev_block(read, unit.block)
@@ -302,11 +348,8 @@ def _with_synopsis(read: _Read, unit: _Unit, pieces: list[str], question: _Quest
     command = " ".join(_WORD.findall(read.passage.title.casefold()))
     if command and command in " ".join(_WORD.findall(" ".join(pieces).casefold())):
         return pieces  # the quote names the command: its synopsis adds nothing
-    opening = next(
-        (b for b, block in enumerate(read.blocks) if block.kind == "prose" and block.units and not _aside(block.units[0])),
-        None,
-    )
-    if opening is None or opening > unit.block or read.headings[unit.block] != read.headings[opening]:
+    opening = read.summary if unit.block == read.summary else _opening(read)
+    if opening < 0 or opening > unit.block or read.headings[unit.block] != read.headings[opening]:
         return pieces  # not the page's description: its synopsis is about something else
     code = next((b for b in read.blocks[:opening] if b.kind == "code"), None)
     if code is None:

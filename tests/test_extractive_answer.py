@@ -182,3 +182,50 @@ def test_a_how_to_from_a_page_description_shows_the_command() -> None:
         "How do I stop a package?", [Passage("stop#0", "npm-stop", STOP_OPENING.replace("This runs", "`npm stop` runs"), 0.7)]
     )
     assert "```" not in named, named
+
+
+PACK_OPENING = """### Synopsis
+
+```bash
+npm pack <package-spec>
+```
+
+### Configuration
+
+#### `dry-run`
+
+* Default: false
+* Type: Boolean
+
+Indicates that you don't want npm to make any changes and that it should only report what it would have done."""
+
+
+def test_a_page_summary_answers_when_the_page_says_it_nowhere_else() -> None:
+    # npm-pack's first chunk is its synopsis and an option: only its front-matter
+    # summary says what it does. The summary is quoted as a sentence with the synopsis,
+    # never the option's paragraph as if it were the page's opening.
+    passages = [Passage("pack#0", "npm-pack", PACK_OPENING, 0.8, "Create a tarball from a package")]
+    answer, sources, _ = compose_answer("How do I create a tarball of my package?", passages)
+    assert answer == ("Create a tarball from a package. [pack#0]\n\n```bash\nnpm pack <package-spec>\n```"), answer
+    assert sources == ["pack#0"]
+    # A page with an opening of its own: the summary leads into it, said once.
+    login = ("### Synopsis\n\n```bash\nnpm login\n```\n\n### Description\n\nVerify a user in the specified registry, "
+             "and save the credentials to the `.npmrc` file.")
+    answer, _, _ = compose_answer(
+        "How do I log in to the registry?", [Passage("login#0", "npm-login", login, 0.8, "Login to a registry user account")]
+    )
+    assert answer.startswith("Login to a registry user account. [login#0]\n\nVerify a user"), answer
+    assert "```bash\nnpm login\n```" in answer and repeated_sentences(answer) == [] and fragments(answer) == []
+
+
+def test_the_provider_reads_a_page_summary_from_the_chunk_metadata() -> None:
+    import orjson
+
+    from llm.extractive import _passages
+    from llm.types import ToolResult
+
+    chunk = {"source_id": "pack#0", "title": "npm-pack", "text": PACK_OPENING, "score": 0.8,
+             "metadata": {"format": "markdown", "description": "Create a tarball from a package"}}
+    record = {**chunk, "source_id": "inv#0", "metadata": {"format": "json", "description": "Tarball crate"}}
+    result = ToolResult("call_1", "knowledge_base_search", orjson.dumps({"chunks": [chunk, record]}).decode())
+    assert [p.summary for p in _passages(result)] == ["Create a tarball from a package", ""]
