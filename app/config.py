@@ -20,6 +20,8 @@ from app.ops.masking import mask_url, url_secrets
 PROVIDERS = ("auto", "ollama", "gemini", "openai", "extractive")
 EMBEDDERS = ("auto", "gemini", "ollama", "openai", "local", "hashing", "none")
 AUTH_MODES = ("none", "jwt")
+#: ``AGENT_CONVERSATION_TITLES``: where a conversation's automatic title comes from.
+TITLE_SOURCES = ("words", "model", "off")
 CONTEXT_TYPES = ("workflow", "tables", "knowledge")
 
 
@@ -184,6 +186,19 @@ class Settings:
     keyword_max_age_days: float = 90.0
     keyword_min_usage: int = 2
     keyword_prune_interval_s: float = 3600.0
+    #: Retention (issue 25): the event logs of runs finished more than this many days ago
+    #: are compacted (each stretch of text chunks folded into one event; replay yields
+    #: the same text); 0 turns it off.
+    run_events_retention_days: float = 30.0
+    #: Conversations idle (no new message, no run in progress) for more than this many
+    #: days are deleted with everything of theirs; 0 (the default) keeps them forever.
+    conversation_retention_days: float = 0.0
+    #: How often the retention pass runs (also once shortly after start-up).
+    retention_interval_s: float = 3600.0
+    #: How a conversation gets its title from its first question: ``words`` (its first
+    #: words, cut on a word boundary), ``model`` (a short call to the configured model
+    #: after the run; the words when it fails or no model is configured), ``off``.
+    conversation_titles: str = "words"
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -303,6 +318,16 @@ class Settings:
             keyword_prune_interval_s=reader.number(
                 "AGENT_KEYWORD_PRUNE_INTERVAL_S", d.keyword_prune_interval_s, lo=0.01, hi=31_536_000
             ),
+            run_events_retention_days=reader.number(
+                "AGENT_RUN_EVENTS_RETENTION_DAYS", d.run_events_retention_days, lo=0, hi=36_500
+            ),
+            conversation_retention_days=reader.number(
+                "AGENT_CONVERSATION_RETENTION_DAYS", d.conversation_retention_days, lo=0, hi=36_500
+            ),
+            retention_interval_s=reader.number(
+                "AGENT_RETENTION_INTERVAL_S", d.retention_interval_s, lo=0.01, hi=31_536_000
+            ),
+            conversation_titles=reader.choice("AGENT_CONVERSATION_TITLES", TITLE_SOURCES, d.conversation_titles),
         )
         mcp_file = reader.optional("AGENT_MCP_SERVERS")
         if mcp_file:

@@ -22,11 +22,13 @@ from agenttools.rag.policy import FlowPolicy
 from app.agent.loop import Agent, AgentSettings
 from app.agent.selector import IndexState, ToolSelector
 from app.config import Settings
+from app.history import Titler, with_titles
 from app.keyring import resolve_keyring
 from app.ops.load import ReplicaLoad, StreamCounter
 from app.ops.load import attach as attach_load
 from app.ops.metrics import AppMetrics
 from app.ops.tracing import Tracing
+from app.retention import RetentionPolicy, retain_periodically
 from app.rooms import Rooms
 from app.runs.manager import RunManager
 from app.runs.remote import RemoteRuns
@@ -366,6 +368,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         input_sealer=keyring.sealer,
         max_live=settings.max_live_runs,
     )
+    _attach_titles(runs, storage, metrics, provider, settings, stack)
     svc = Services(
         settings=settings,
         storage=storage,
@@ -394,6 +397,15 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         embedder_check=embedder_check,
     )
     background.append(asyncio.create_task(_sweep(runs)))
+    retention = RetentionPolicy(
+        settings.run_events_retention_days, settings.conversation_retention_days, settings.retention_interval_s
+    )
+    if retention.active:  # issue 25: compaction and idle conversations, one replica at a time on PostgreSQL
+        background.append(asyncio.create_task(
+            retain_periodically(storage.retention, storage.history, retention, metrics.history,
+                                runs.forget_conversation),
+            name="retention",
+        ))
     # Live runs, model streams and the event loop's lag: admission refuses new runs
     # while the replica is past what it can serve (``app/ops/load.py``).
     load = ReplicaLoad(
@@ -436,6 +448,18 @@ def _remote_runs(storage: Any, shared_file: bool) -> RemoteRuns | None:
     if shared_file:
         return RemoteRuns(storage.runs, None, poll_s=SHARED_FILE_POLL_S)
     return None
+
+
+def _attach_titles(
+    runs: RunManager, storage: Any, metrics: AppMetrics, provider: Provider, settings: Settings, stack: AsyncExitStack
+) -> None:
+    """Conversations get a title once their first run ends (``app/history.py``)."""
+    if settings.conversation_titles == "off":
+        return
+    model = provider if settings.conversation_titles == "model" and provider.name != "extractive" else None
+    titler = Titler(storage.history, metrics.history, model)
+    stack.push_async_callback(titler.aclose)
+    runs.agent = with_titles(runs.agent, titler)
 
 
 def end_live_runs(runs: RunManager, exc: BaseException) -> None:

@@ -39,6 +39,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from agenttools.core.catalog import names_where
 from agenttools.rag.policy import GENERATE_RESPONSE, INDEX_KEYWORDS, PERPLEXITY_SEARCH
+from app.ops.history_metrics import HistoryMetrics
 
 #: The exposition format the body is written in (Prometheus text 0.0.4, which every
 #: scraper reads; the body contains only names that need no escaping).
@@ -439,6 +440,7 @@ class AppMetrics:
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
         self.runs = RunMetrics(self.registry, tool_names=tool_names)
+        self.history = HistoryMetrics(self.registry)
         self._live: LiveCollector | None = None
         # A request that found every connection of an outbound pool busy (``llm.pool``).
         self.pool_wait_seconds = Histogram(

@@ -23,6 +23,7 @@ from typing import Any
 
 from storage.dialect import Dialect, Statement
 from storage.errors import ConversationBusy, IdempotencyKeyUsed, TooManyRuns
+from storage.event_folding import unfold_after
 from storage.records import NOT_ENDED, UNFINISHED, NewRun, RunEvent, RunWrite, StoredRun
 from storage.sql import Plan, SqlEngine
 from storage.stores.approval_waits import ApprovalWaits, park_statement, unpark_cancelled_statement
@@ -234,10 +235,12 @@ class SqlRunStore(ApprovalWaits):
 
     async def events_after(self, run_id: str, after: int, limit: int = 10_000) -> list[RunEvent]:
         rows = await self.sql.fetchall(
-            "SELECT seq, event, data FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            "SELECT seq, event, data, folded FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
             (run_id, after, limit),
         )
-        return [RunEvent(int(s), str(e), str(d)) for s, e, d in rows]
+        # A compacted run's text stretch is one row; a reader resuming inside it gets the
+        # rest of its text (``storage.event_folding``).
+        return [RunEvent(int(s), str(e), unfold_after(after, str(d), f)) for s, e, d, f in rows]
 
     async def unfinished(self) -> list[StoredRun]:
         rows = await self.sql.fetchall(
