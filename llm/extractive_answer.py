@@ -209,6 +209,18 @@ def _names(question: _Question, title: frozenset[str], shared: frozenset[str]) -
     return bool(own) and own != title and _coverage(own, asked) >= 1.0
 
 
+def _section_named(question: _Question, heading: str, title: frozenset[str]) -> float:
+    """The share of the question a section's heading says, when the question names the
+    section (every word of its heading that the page's title has not said is asked:
+    "when should perplexity_search be used?" names the section ``perplexity_search``);
+    else 0. Like a named page, a named section is answered by what it says first."""
+    heading_stems = _stems(heading) - title
+    asked = question.stems | frozenset(question.joined)
+    if not heading_stems or _coverage(heading_stems, asked) < 1.0:
+        return 0.0
+    return _coverage(question.stems, heading_stems)
+
+
 def _shared_title_stems(reads: list[_Read]) -> frozenset[str]:
     seen: dict[str, int] = {}
     for title in {r.passage.title for r in reads}:
@@ -272,6 +284,8 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                     continue  # about the question neither itself nor by its section
                 if after_heading and i == 0:  # what a section says first is what it is about
                     score += FIRST_UNDER_HEADING_BONUS
+                    if not (named and b == opening):
+                        score += OPENING_BONUS * _section_named(question, read.headings[b], title)
                 if named and b == opening and i == 0:
                     score += DEFINITION_BONUS if defines else OPENING_BONUS * named_share
                 if question.holds_wanted(plain):

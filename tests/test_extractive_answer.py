@@ -229,3 +229,26 @@ def test_the_provider_reads_a_page_summary_from_the_chunk_metadata() -> None:
     record = {**chunk, "source_id": "inv#0", "metadata": {"format": "json", "description": "Tarball crate"}}
     result = ToolResult("call_1", "knowledge_base_search", orjson.dumps({"chunks": [chunk, record]}).decode())
     assert [p.summary for p in _passages(result)] == ["Create a tarball from a package", ""]
+
+
+TOOLS = """# The RAG tools and their parameters
+
+## knowledge_base_search
+
+`knowledge_base_search(query, kb_id="default_kb", top_k=5)` searches the internal knowledge base.
+
+## perplexity_search
+
+`perplexity_search(query, context?)` searches external sources. Use it only when the knowledge base results are
+insufficient. It returns an answer, citations and an id for the stored result."""
+TROUBLE = """## Perplexity errors
+
+Without `PERPLEXITY_API_KEY`, or when Perplexity returns 429, times out or fails, `perplexity_search` returns a tool
+error and the model answers from the knowledge base alone."""
+
+
+def test_a_section_the_question_names_answers_with_what_it_says_first() -> None:
+    passages = [Passage("trouble#2", "Troubleshooting", TROUBLE, 0.66), Passage("tools#0", "The RAG tools", TOOLS, 0.54)]
+    answer, sources, _ = compose_answer("When should perplexity_search be used?", passages)
+    assert answer.startswith("`perplexity_search(query, context?)` searches external sources. Use it only when"), answer
+    assert sources[0] == "tools#0"
