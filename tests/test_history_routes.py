@@ -66,8 +66,7 @@ async def scenario(settings: Settings, engine: str = "sqlite") -> None:
         assert one["created_at"] <= one["updated_at"]
         page1 = (await http.get("/v1/agent/conversations?limit=1", headers=ALICE)).json()
         assert [c["id"] for c in page1["conversations"]] == ["c-two"] and page1["next_cursor"]
-        page2 = (await http.get(f"/v1/agent/conversations?limit=1&cursor={page1['next_cursor']}",
-                                headers=ALICE)).json()
+        page2 = (await http.get(f"/v1/agent/conversations?limit=1&cursor={page1['next_cursor']}", headers=ALICE)).json()
         assert [c["id"] for c in page2["conversations"]] == ["c-one"] and page2["next_cursor"] is None
         for bad in ("cursor=nope!", "cursor=WzEsMl0", "limit=0", "limit=101", "limit=x"):
             got = await http.get(f"/v1/agent/conversations?{bad}", headers=ALICE)
@@ -101,8 +100,9 @@ async def scenario(settings: Settings, engine: str = "sqlite") -> None:
         assert [r["run_id"] for r in runs["runs"]] == [second, first] and runs["next_cursor"] is None
         paged = (await http.get("/v1/agent/runs?conversation_id=c-one&limit=1", headers=ALICE)).json()
         assert [r["run_id"] for r in paged["runs"]] == [second]
-        rest = (await http.get(f"/v1/agent/runs?conversation_id=c-one&cursor={paged['next_cursor']}",
-                               headers=ALICE)).json()
+        rest = (
+            await http.get(f"/v1/agent/runs?conversation_id=c-one&cursor={paged['next_cursor']}", headers=ALICE)
+        ).json()
         assert [r["run_id"] for r in rest["runs"]] == [first]
         bob_runs = (await http.get("/v1/agent/runs?conversation_id=c-one", headers=BOB)).json()["runs"]
         assert [r["run_id"] for r in bob_runs] == [bobs]
@@ -116,8 +116,15 @@ async def scenario(settings: Settings, engine: str = "sqlite") -> None:
         assert up.json()["feedback"]["comment"] == "good"
         stranger = await http.post(f"/v1/agent/runs/{first}/feedback", json={"score": -1}, headers=BOB)
         assert stranger.status_code == 404
-        for body in ({}, {"score": 0}, {"score": 2}, {"score": True}, {"score": "1"}, {"score": 1, "comment": 5},
-                     {"score": 1, "comment": "x" * 2001}):
+        for body in (
+            {},
+            {"score": 0},
+            {"score": 2},
+            {"score": True},
+            {"score": "1"},
+            {"score": 1, "comment": 5},
+            {"score": 1, "comment": "x" * 2001},
+        ):
             got = await http.post(f"/v1/agent/runs/{first}/feedback", json=body, headers=ALICE)
             assert got.status_code == 400, (body, got.text)
         down = await http.post(f"/v1/agent/runs/{first}/feedback", json={"score": -1}, headers=ALICE)

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from app.cli.compact import add_compact_command, run_compact
 from app.cli.gcpolicy import tune_for_serving
 from app.cli.kb import add_kb_commands, run_kb_command
 from app.cli.migrate import add_migrate_command, run_migrate_db
@@ -337,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
 
     add_kb_commands(sub)
     add_migrate_command(sub)
+    add_compact_command(sub)
 
     kw = sub.add_parser("keywords", help="keyword index maintenance")
     kw_sub = kw.add_subparsers(dest="kw_command", required=True)
@@ -372,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_prune_keywords(args))
     if args.command == "migrate-db":
         return asyncio.run(run_migrate_db(args, _settings()))
+    if args.command == "compact":
+        return asyncio.run(run_compact(args, _settings()))
     return asyncio.run(run_kb_command(args, _settings()))
 
 

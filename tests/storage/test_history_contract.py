@@ -38,8 +38,17 @@ async def test_delete_removes_the_conversation_and_unlinks_shared_knowledge(stor
     now = time.time()
     for run_id, user in (("a1", "alice"), ("a2", "alice"), ("b1", "bob")):
         await s.runs.create(new_run(run_id, user=user))
-        await s.runs.commit(RunWrite(run_id, "c", user, events=[text_event(1, "x")], messages=[Message("user", "q")],
-                                     status="completed", finished=True))
+        await s.runs.commit(
+            RunWrite(
+                run_id,
+                "c",
+                user,
+                events=[text_event(1, "x")],
+                messages=[Message("user", "q")],
+                status="completed",
+                finished=True,
+            )
+        )
     draft = Draft("d-1", "alice", "wf", "inventory.items", "on_create", created_at=now, last_access=now)
     kept = Draft("d-2", "alice", "other", "inventory.items", "on_create", created_at=now, last_access=now)
     assert await s.drafts.insert(draft, live_after=0, max_per_owner=10)
@@ -48,8 +57,14 @@ async def test_delete_removes_the_conversation_and_unlinks_shared_knowledge(stor
     s.tool_calls.record(call("b1", "c", "bob", "start_draft", '{"draft_id": "d-2", "status": "draft_created"}'))
     result = ExternalResult("ext-1", "perplexity", "q", "answer", (), None, "q1", "c", now, owner="alice")
     await s.external_results.save(result)
-    await s.keywords.upsert({"retention": "retention"}, query_id="q1", external_result_ids=["ext-1"],
-                            conversation_id="c", owner="alice", now=now)
+    await s.keywords.upsert(
+        {"retention": "retention"},
+        query_id="q1",
+        external_result_ids=["ext-1"],
+        conversation_id="c",
+        owner="alice",
+        now=now,
+    )
     await s.db.flush()
 
     history = s.history
@@ -82,21 +97,39 @@ STRETCHES = ["Hel", "lo ", "wor", "ld", ". "]
 def a_long_run() -> list[RunEvent]:
     """Two turns of text around a tool call, and a restart that discarded part of a turn."""
     seq = iter(range(1, 100))
-    events = [other(next(seq), "run_started", {"run_id": "r", "conversation_id": "c"}),
-              other(next(seq), "message_start", {"turn": 1})]
+    events = [
+        other(next(seq), "run_started", {"run_id": "r", "conversation_id": "c"}),
+        other(next(seq), "message_start", {"turn": 1}),
+    ]
     events += [text_event(next(seq), t) for t in STRETCHES]
-    events += [other(next(seq), "tool_call_start", {"tool_use_id": "t1", "name": "kb"}),
-               other(next(seq), "tool_call_result", {"tool_use_id": "t1", "name": "kb", "is_error": False,
-                                                     "duration_ms": 1})]
+    events += [
+        other(next(seq), "tool_call_start", {"tool_use_id": "t1", "name": "kb"}),
+        other(next(seq), "tool_call_result", {"tool_use_id": "t1", "name": "kb", "is_error": False, "duration_ms": 1}),
+    ]
     events += [other(next(seq), "message_start", {"turn": 2})]
     first_cut = next(seq)
     events += [text_event(first_cut, "cut "), text_event(next(seq), "off ")]
-    events += [other(next(seq), "run_resumed", {"run_id": "r", "reason": "restart", "checkpoint_seq": 1,
-                                                "discarded": {"from_seq": first_cut, "to_seq": first_cut + 1,
-                                                              "reason": "cut"}, "pending_tool_calls": 0})]
+    events += [
+        other(
+            next(seq),
+            "run_resumed",
+            {
+                "run_id": "r",
+                "reason": "restart",
+                "checkpoint_seq": 1,
+                "discarded": {"from_seq": first_cut, "to_seq": first_cut + 1, "reason": "cut"},
+                "pending_tool_calls": 0,
+            },
+        )
+    ]
     events += [text_event(next(seq), t) for t in ("Final ", "answer ", "é✓ ", "done")]
-    events += [other(next(seq), "message_complete", {"status": "completed", "run_id": "r", "conversation_id": "c",
-                                                     "turns": 2, "usage": {}})]
+    events += [
+        other(
+            next(seq),
+            "message_complete",
+            {"status": "completed", "run_id": "r", "conversation_id": "c", "turns": 2, "usage": {}},
+        )
+    ]
     return events
 
 
@@ -112,8 +145,11 @@ async def test_compaction_keeps_every_replay_equal_in_text(store_engine: Any) ->
     await s.runs.create(new_run("r"))
     await s.runs.commit(RunWrite("r", "c", "alice", events=events, status="completed", finished=True))
     await s.runs.create(new_run("fresh"))
-    await s.runs.commit(RunWrite("fresh", "c", "alice", events=[text_event(1, "a"), text_event(2, "b")],
-                                 status="completed", finished=True))
+    await s.runs.commit(
+        RunWrite(
+            "fresh", "c", "alice", events=[text_event(1, "a"), text_event(2, "b")], status="completed", finished=True
+        )
+    )
     last = events[-1].seq
     before = {after: await s.runs.events_after("r", after) for after in range(last + 1)}
 
