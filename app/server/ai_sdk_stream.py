@@ -88,6 +88,8 @@ class UIChunks:
         self.parts = 0
         self.tools: dict[str, str] = {}
         self.done = False
+        #: The last event was ``approval_required``: the run waits for a decision, stored.
+        self.awaiting_approval = False
 
     def start(self) -> list[dict[str, Any]]:
         return [{"type": "start", "messageId": self.message_id, "messageMetadata": dict(self.metadata)}]
@@ -154,6 +156,7 @@ class UIChunks:
         JSON spliced in as is (``orjson.Fragment``: never decoded or encoded again)."""
         out: list[dict[str, Any]] = []
         event = item.event
+        self.awaiting_approval = isinstance(event, events.ApprovalRequired)
         match event:
             case events.ContentChunk(chunk=chunk):
                 self.answer.chunk(chunk)
@@ -248,6 +251,16 @@ class UIChunks:
                             "mediaType": str(media or "text/plain"), "providerMetadata": meta})
         return out
 
+    def paused(self) -> list[dict[str, Any]]:
+        """The message's end while the run waits for an approval (its stream ends there):
+        the step closes and the message finishes on ``tool-calls``, as the SDK's own
+        approval flow does; the decision's route carries the run on, and a resume
+        (``GET …/stream``) reads the rest."""
+        out: list[dict[str, Any]] = []
+        self._end_step(out)
+        self.metadata.update(status="waiting_approval")
+        return [*out, {"type": "finish", "finishReason": "tool-calls", "messageMetadata": self.metadata}]
+
     def _finish(self, event: events.MessageComplete) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         self._end_step(out)
@@ -267,7 +280,9 @@ async def _stream(ui: UIChunks, source: Batches) -> AsyncIterator[bytes]:
     yield _frames(ui.start())
     async for part in translated(source, lambda item: (ui.wire(item),)):
         yield part
-    if not ui.done:  # released at shutdown: the next process carries the run on
+    if not ui.done and ui.awaiting_approval:  # parked for a decision: the message ends here
+        yield _frames(ui.paused())
+    elif not ui.done:  # released at shutdown: the next process carries the run on
         text = "the server restarted before the run ended; resume the stream"
         yield _frames([{"type": "error", "errorText": text}])
     yield DONE
