@@ -14,7 +14,18 @@ from __future__ import annotations
 
 from client.agent import AgentClient, EventStream
 from client.errors import AgentClientError, APIError, StreamInterrupted
-from client.types import ApprovalAccepted, Conversation, ConversationMessage, RunState, StartedRun
+from client.types import (
+    ApprovalAccepted,
+    Conversation,
+    ConversationMessage,
+    ConversationPage,
+    ConversationSummary,
+    RunFeedback,
+    RunInfo,
+    RunPage,
+    RunState,
+    StartedRun,
+)
 
 __all__ = [
     "APIError",
@@ -23,7 +34,12 @@ __all__ = [
     "ApprovalAccepted",
     "Conversation",
     "ConversationMessage",
+    "ConversationPage",
+    "ConversationSummary",
     "EventStream",
+    "RunFeedback",
+    "RunInfo",
+    "RunPage",
     "RunState",
     "StartedRun",
     "StreamInterrupted",

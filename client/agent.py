@@ -21,6 +21,7 @@ from httpx_sse import EventSource, SSEError
 
 import events
 from client.errors import AgentClientError, APIError, StreamInterrupted
+from client.history import HistoryMethods
 from client.types import (
     ApprovalAccepted,
     ApprovalDecisionName,
@@ -37,7 +38,7 @@ from client.types import (
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 
 
-class AgentClient:
+class AgentClient(HistoryMethods):
     """A client of one agent service. ``token`` is sent as ``Authorization: Bearer``;
     ``http`` is an ``httpx.AsyncClient`` to share (the caller closes it) — without one
     the client makes its own, closed by ``aclose`` or ``async with``."""
