@@ -165,6 +165,10 @@ async def test_approved_call_runs_exactly_once_after_the_run_waited(world: World
     assert world.cancels()[before:] == [{"order_id": "ORD-1234", "reason": "customer asked"}]
     assert await world.status(run_id) == "completed"
     assert (await world.decide(run_id, tool_use_id, {"decision": "approve"})).status_code == 409
+    async with httpx.AsyncClient(timeout=30) as client:
+        metrics = (await client.get(f"{world.base}/metrics")).text
+    assert 'agentchat_approval_decisions_total{decision="approve"}' in metrics
+    assert "agentchat_runs_parked_for_approval_total" in metrics
 
 
 async def test_a_rejection_goes_back_to_the_model_as_the_result(world: World) -> None:
@@ -258,3 +262,6 @@ async def test_an_undecided_approval_expires_and_the_run_ends_cancelled(tmp_path
             error = next(e.json() for e in rest if e.event == "error")
             assert error["code"] == "approval_expired"
             assert w.cancels() == []
+            async with httpx.AsyncClient(timeout=30) as client:
+                metrics = (await client.get(f"{base}/metrics")).text
+            assert "agentchat_approvals_expired_total 1.0" in metrics

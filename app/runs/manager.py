@@ -90,8 +90,10 @@ class RunCounters:
     leases_released: int = 0
     #: New runs refused because this replica carried ``max_live`` runs (503).
     refused_full: int = 0
-    #: Runs parked here for an approval; approvals this replica found expired.
+    #: Runs parked here for an approval; decisions taken here, by kind; approvals this
+    #: replica found expired.
     parked: int = 0
+    approval_decisions: dict[str, int] = field(default_factory=dict)
     approvals_expired: int = 0
 
 
@@ -471,6 +473,10 @@ class RunManager:
         if self.lease_s > 0 and self._lease_task is None and not self._closing:
             self._lease_task = asyncio.create_task(self._keep_leases(), name="run-leases")
         return len(stored_runs)
+
+    def note_decision(self, decision: str) -> None:
+        """A decision on a parked run was stored here (``/metrics``)."""
+        self.counters.approval_decisions[decision] = self.counters.approval_decisions.get(decision, 0) + 1
 
     async def resume_decided(self, run_id: str) -> bool:
         """Carry on here a parked run whose approval was just decided (stored): claimed

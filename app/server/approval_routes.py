@@ -79,6 +79,7 @@ async def decide(request: Request) -> Response:
                           {"Retry-After": "2"}) from None
     if not won:
         raise HTTPProblem(409, "approval_decided", "the approval was decided, cancelled or expired meanwhile")
+    svc.runs.note_decision(decision)
     await svc.runs.resume_decided(run_id)
     token = svc.auth.stream_token(run_id, ident.user_id)
     return ORJSONResponse(
