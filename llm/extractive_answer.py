@@ -36,6 +36,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from llm.extractive_question import NEGATION as _NEGATION
 from llm.extractive_question import WORD as _WORD
 from llm.extractive_question import Question as _Question
 from llm.extractive_question import coverage as _coverage
@@ -57,6 +58,10 @@ WHOLE_BLOCK_PENALTY = 0.1
 #: its length is not held against it.
 ENUMERATION_BONUS = 0.05
 ANSWER_TYPE_BONUS = 0.15
+#: A question about a negated case ("… when there is no restart script?") is answered by
+#: a sentence about that case ("If it does _not_ have a restart script …"), not by the
+#: one about the positive case beside it, which holds the same words.
+NEGATION_BONUS = 0.1
 #: A section heading this long says what its paragraph is about (see ``_with_heading``).
 MIN_HEADING_WORDS = 3
 _ASIDE = re.compile(r"^[*_\s]*(?:note|warning|caution|tip|see also|deprecated)\b[*_\s]*:", re.IGNORECASE)
@@ -81,6 +86,7 @@ MAX_SUMMARY_CHARS = 200
 #: A further passage must score at least this share of the best one.
 SECOND_PASSAGE_SHARE = 0.75
 
+_EMPHASIS = re.compile(r"[*_`]")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _REFERRING = frozenset("this that these those it its they their such then so".split())
 
@@ -269,6 +275,10 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                     if score > 0:
                         out.append(_Unit(p, b, -1, whole, score + rank))
             if block.kind == "table":
+                for i, (row, cells) in enumerate(_table_rows(block)):
+                    score = _unit_score(question, cells, context | _stems(_table_rows_header(block)))
+                    if _coverage(question.stems, question.terms(cells)) > 0:
+                        out.append(_Unit(p, b, i, row, score + rank - 0.004 * min(i, 10)))
                 continue
             for i, text in enumerate(block.units):
                 if len(text) < MIN_LEAD_CHARS or _only_links(text):
@@ -290,6 +300,8 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                     score += DEFINITION_BONUS if defines else OPENING_BONUS * named_share
                 if question.holds_wanted(plain):
                     score += ANSWER_TYPE_BONUS
+                if question.negated and _NEGATION.search(_EMPHASIS.sub("", plain)):
+                    score += NEGATION_BONUS
                 out.append(_Unit(p, b, i, text, score))
     return out
 
@@ -307,9 +319,32 @@ def _opening(read: _Read) -> int:
     return -1
 
 
+_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}")
+
+
+def _table_rows_header(block: Block) -> str:
+    """A table's header line (its column names), or "" when it has no header rule."""
+    lines = block.text.split("\n")
+    return lines[0] if len(lines) > 2 and _TABLE_RULE.match(lines[1]) else ""
+
+
+def _table_rows(block: Block) -> list[tuple[str, str]]:
+    """A table's body rows: ``(the row as Markdown, its cells as plain words)``. A row
+    says one thing ("`message_complete` … always last, exactly once") as an item does."""
+    lines = block.text.split("\n")
+    body = lines[2:] if _table_rows_header(block) else lines
+    return [(line, " ".join(cell.strip() for cell in line.strip().strip("|").split("|"))) for line in body
+            if line.strip() and not _TABLE_RULE.match(line)]
+
+
 def _window(read: _Read, unit: _Unit) -> list[str]:
     """The Markdown pieces quoted for a lead: its neighbours and what it introduces."""
     block = read.blocks[unit.block]
+    if block.kind == "table" and unit.index >= 0:
+        # One row under its header and rule: still a table a reader can read.
+        lines = block.text.split("\n")
+        header = lines[:2] if _table_rows_header(block) else []
+        return ["\n".join([*header, unit.text])]
     if unit.block == read.summary:
         # The summary says what the page is in a line; the page's opening says it in full.
         opening = _opening(read)

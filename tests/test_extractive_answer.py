@@ -252,3 +252,50 @@ def test_a_section_the_question_names_answers_with_what_it_says_first() -> None:
     answer, sources, _ = compose_answer("When should perplexity_search be used?", passages)
     assert answer.startswith("`perplexity_search(query, context?)` searches external sources. Use it only when"), answer
     assert sources[0] == "tools#0"
+
+
+EVENTS = """## The events
+
+| event | data | when |
+| --- | --- | --- |
+| `run_started` | `{run_id, conversation_id}` | always first |
+| `content_chunk` | `{chunk}` | streamed assistant text |
+| `message_complete` | `{status, run_id, conversation_id, turns, usage}` | always last, exactly once |"""
+
+
+def test_one_row_of_a_table_answers_under_its_header() -> None:
+    answer, _, _ = compose_answer(
+        "Which event is always the last one of a run?", [Passage("sse#1", "SSE events and their order", EVENTS, 0.6)]
+    )
+    assert answer.startswith("| event | data | when |\n| --- | --- | --- |\n| `message_complete` |"), answer
+    assert "run_started" not in answer
+    # A question asking for several things still gets the whole table.
+    every, _, _ = compose_answer("Which events does a run stream?", [Passage("sse#1", "SSE events", EVENTS, 0.6)])
+    assert "`run_started`" in every and "`message_complete`" in every
+
+
+RESTART = """### Description
+
+This restarts a project.
+
+If the current project has a `"restart"` script specified in `package.json`, then the following scripts will be run:
+
+1. prerestart
+2. restart
+3. postrestart
+
+If it does _not_ have a `"restart"` script specified, but it does have `stop` and/or `start` scripts, then the
+following scripts will be run:
+
+1. prerestart
+2. prestop
+3. stop"""
+
+
+def test_a_question_about_a_negated_case_is_answered_by_that_case() -> None:
+    passages = [Passage("restart#0", "npm-restart", RESTART, 0.8)]
+    answer, _, _ = compose_answer("Which scripts run for npm restart when there is no restart script?", passages)
+    assert answer.startswith("If it does _not_ have a"), answer
+    assert "2. prestop" in answer and "2. restart" not in answer
+    positive, _, _ = compose_answer("Which scripts run for npm restart when there is a restart script?", passages)
+    assert positive.startswith("If the current project has"), positive
