@@ -584,6 +584,7 @@
     message_complete(view, d) {
       const status = ["completed", "failed", "cancelled"].includes(d.status) ? d.status : "completed";
       setRunStatus(view, status);
+      if (status === "completed") feedbackButtons(view);
       if (status === "failed" && !view.errors.childElementCount) addError(view, "The run failed.");
       for (const item of view.toolItems.values()) {
         if (item.dataset.state === "running") {
@@ -594,6 +595,46 @@
       }
     },
   };
+
+  /** Thumbs up / down under a finished answer: POST /v1/agent/runs/{id}/feedback (a second
+   *  click replaces the first); the pressed one stays marked. */
+  function feedbackButtons(view) {
+    if (view.root.querySelector(".feedback")) return;
+    const runId = view.root.dataset.runId;
+    const note = el("span", "feedback-note");
+    note.setAttribute("role", "status");
+    const box = el("div", "feedback");
+    const send = async (score, button) => {
+      note.textContent = "sending…";
+      try {
+        const response = await fetch(`/v1/agent/runs/${encodeURIComponent(runId)}/feedback`, {
+          method: "POST",
+          headers: { "Content-Type": "application/json", ...authHeaders() },
+          body: JSON.stringify({ score }),
+        });
+        if (!response.ok) {
+          note.textContent = `feedback not saved: ${await problemText(response)}`;
+          return;
+        }
+        for (const b of box.querySelectorAll("button")) b.setAttribute("aria-pressed", String(b === button));
+        note.textContent = "thanks";
+      } catch (err) {
+        note.textContent = `feedback not saved: ${err}`;
+      }
+    };
+    for (const [score, label, text] of [[1, "Good answer", "\u25B2 Good"], [-1, "Bad answer", "\u25BC Bad"]]) {
+      const button = el("button", "secondary thumb", text);
+      button.type = "button";
+      button.title = label;
+      button.setAttribute("aria-label", label);
+      button.setAttribute("aria-pressed", "false");
+      button.dataset.score = String(score);
+      button.addEventListener("click", () => send(score, button));
+      box.append(button);
+    }
+    box.append(note);
+    view.errors.before(box);
+  }
 
   /** The line under an answer. The confidence is shown only for an answer that rests on
    *  the sources it cites: a refusal or "I could not find an answer" cites none, and a
