@@ -265,3 +265,23 @@ async def test_an_undecided_approval_expires_and_the_run_ends_cancelled(tmp_path
             async with httpx.AsyncClient(timeout=30) as client:
                 metrics = (await client.get(f"{base}/metrics")).text
             assert "agentchat_approvals_expired_total 1.0" in metrics
+
+
+async def test_a_waiting_run_takes_no_live_run_slot_and_no_place_in_the_users_cap(tmp_path: Path) -> None:
+    """With one live run per replica and one unfinished run per user, a second question
+    (another conversation) is admitted while the first run waits for a decision."""
+    desk_server, desk = build_server("desk")
+    fake = FakeOllama([])
+    async with running_fake(desk_server.streamable_http_app()) as desk_url, running_fake(fake.app) as ollama_url:
+        settings = settings_for(tmp_path, ollama_url, desk_url, AGENT_MAX_LIVE_RUNS="1", AGENT_MAX_RUNS_PER_USER="1")
+        provider = OllamaProvider(ollama_url, "llama3.2", timeout=30)
+        async with running_app(settings, provider=provider) as (base, app):
+            registry = app.state.services.agent.registry
+            async with asyncio.timeout(60):
+                while "cancel_order" not in registry:
+                    await asyncio.sleep(0.05)
+            w = World(base, app, fake, desk)
+            first = parked(await w.start([cancel_call]))
+            second = parked(await w.start([cancel_call]))  # admitted: neither 429 nor 503
+            assert first["tool_use_id"] and second["tool_use_id"]
+            assert app.state.services.runs.active() == []
