@@ -49,8 +49,16 @@ a page's description shows the synopsis unless the quote names the command. orig
 answers "**Per-user config file.** `$HOME/.npmrc` …", right but not the literal
 ``~/.npmrc``), fresh 11/16 -> 13/16, final 9/16 -> 12/16. A fifth set (``unseen``, 8 + 8)
 written after these changes and committed before it was first asked: sample 6/8, npm
-6/8. The 90 % target holds on the original set and on held_out's sample questions only;
-the floors below are the figures reached, so any lost answer fails.
+6/8.
+
+Round 5, after reading the ``unseen`` answers (so ``unseen`` is no longer untouched): one
+row of a table answers under its header ("which event is always the last one?"), and a
+question about a negated case ("… when there is no restart script?") is answered by the
+sentence about that case. unseen 12/16 -> 14/16, the other sets unchanged. A sixth set
+(``last``, 8 + 8) written after round 5 and committed before it was first asked: sample
+7/8, npm 7/8 (88 %). The 90 % target holds on the original set and on held_out's sample
+questions; held-out-style overall (held_out, fresh, final, unseen, last) is 67/82 = 82 %.
+The floors below are the figures reached, so any lost answer fails.
 """
 
 from __future__ import annotations
@@ -82,7 +90,8 @@ FLOORS = {
     "held_out": {"sample": 0.9, "npm": 0.63},  # 7/7, 7/11
     "fresh": {"sample": 0.75, "npm": 0.87},  # 6/8, 7/8
     "final": {"sample": 0.75, "npm": 0.75},  # 6/8, 6/8
-    "unseen": {"sample": 0.75, "npm": 0.75},  # 6/8, 6/8: measured once, after the changes
+    "unseen": {"sample": 0.87, "npm": 0.87},  # 7/8, 7/8 (6/8, 6/8 when first measured, before round 5)
+    "last": {"sample": 0.87, "npm": 0.87},  # 7/8, 7/8: measured once, after round 5
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",
