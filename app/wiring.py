@@ -39,6 +39,7 @@ from llm.pool import PoolWaits, pooled_transport
 from llm.provider import Provider
 from storage.open import open_storage
 from storage.sqlite.database import SqliteDatabase
+from storage.sqlite.runs import SqliteRunStore
 from toolindex.embedder import Embedder
 
 log = logging.getLogger("agentchat.wiring")
@@ -354,6 +355,8 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     # replicas of each other: none takes every unfinished run at start-up, runs on a
     # sibling are followed from the log, rate limits are counted in the file.
     shared_file = storage.engine != "postgres" and settings.workers > 1
+    if shared_file and isinstance(storage.runs, SqliteRunStore):
+        storage.runs.guard_leases = True  # a sibling may take a run over: every step checks
     runs = RunManager(
         store=storage.runs,
         agent=tracing.wrap_run(agent.run),
