@@ -398,9 +398,10 @@ _CONVERSATIONS_PER_USER = (
 # the list of a user's conversations, newest first by ``updated_at`` with the id as the
 # tie-break of its cursor; a run's feedback (score 1 or -1, an optional comment, when);
 # when its event log was compacted (retention) and, on a compacted event that folds a
-# turn's text chunks into one, the ids and text offsets it replaced (``folded``, so a
-# client resuming from a folded-away id gets the rest of the text); an index of finished
-# runs by their end so the retention pass finds the old ones without a scan.
+# turn's text chunks into one, the first id and the lengths of the chunks it replaced
+# (``folded``, so a client resuming from a folded-away id gets the rest of the text);
+# an index of finished runs by their end so the retention pass finds the old ones
+# without a scan.
 _ISSUE_25 = (
     "ALTER TABLE conversations ADD COLUMN title TEXT",
     "DROP INDEX IF EXISTS conversations_user",
