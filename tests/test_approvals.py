@@ -285,3 +285,25 @@ async def test_a_waiting_run_takes_no_live_run_slot_and_no_place_in_the_users_ca
             second = parked(await w.start([cancel_call]))  # admitted: neither 429 nor 503
             assert first["tool_use_id"] and second["tool_use_id"]
             assert app.state.services.runs.active() == []
+
+
+async def test_a_later_run_of_the_conversation_waits_for_the_waiting_run_to_end(world: World) -> None:
+    """Runs of a conversation stay in order: a question sent while a run waits for a
+    decision (``enqueue``, the default) starts only after that run has ended."""
+    events = await world.start([cancel_call, say("First answer."), say("Second answer.")])
+    wait = parked(events)
+    run_id, conversation_id = events[0].json()["run_id"], events[0].json()["conversation_id"]
+    async with httpx.AsyncClient(timeout=60, headers=ALICE) as client:
+        r = await client.post(f"{world.base}/v1/agent/runs", json={
+            "message": "And then?", "context_type": "workflow", "conversation_id": conversation_id})
+        assert r.status_code == 201, r.text
+        second = r.json()
+        assert await world.status(second["run_id"]) == "queued"
+        decided = await world.decide(run_id, wait["tool_use_id"], {"decision": "approve"})
+        assert decided.status_code == 202, decided.text
+        first = await world.follow(decided.json()["stream_url"])
+        then = await collect_sse(client, "GET", f"{world.base}{second['stream_url']}")
+    assert first[-1].json()["status"] == "completed"
+    assert "".join(e.json()["chunk"] for e in first if e.event == "content_chunk") == "First answer."
+    assert then[-1].json()["status"] == "completed"
+    assert "".join(e.json()["chunk"] for e in then if e.event == "content_chunk") == "Second answer."

@@ -481,6 +481,7 @@ class Agent:
             tool_use_id=call.id, tool_name=call.name, arguments=call.arguments, reason=wait.reason,
             expires_at=round(expires_at, 3),
         )
+        run.parked = True  # from this write on the lease is handed back on purpose (not "lost")
         await run.emit_step(
             [event], checkpoint=state.encode(), messages=state.take_unsaved(), status="waiting_approval",
             wait_s=self.settings.approval_ttl_s,

@@ -279,10 +279,15 @@ class RunManager:
             never_started = run.status == "queued" and run.question is not None
             messages = [Message("user", run.question)] if never_started and run.question else []
             run.emit_step(events, messages=messages, finished=True)
-        if run.parked:  # waits for a decision, in the store: whoever claims it next carries it on
+        if run.parked and not run.finished:  # waits for a decision, stored: whoever claims it next carries it on
             self.counters.parked += 1
             if self._runs.get(run.id) is run:
                 del self._runs[run.id]
+            # Later runs of the conversation then wait for its stored ending (``wait_end``),
+            # wherever it is carried on, not for this released copy.
+            mine = self._by_conversation.get((run.user_id, run.conversation_id), [])
+            if run in mine:
+                mine.remove(run)
         convo = self._by_conversation.get((run.user_id, run.conversation_id))
         if convo is not None and all(r.finished or r.released for r in convo):
             self._by_conversation.pop((run.user_id, run.conversation_id), None)
@@ -655,7 +660,10 @@ class RunManager:
                 self.cancels.cancel_here(run)
             return
         state = RunState.decode(stored.checkpoint)
-        reason = state.approval_account() or reason
+        if state.awaiting is not None:
+            # Carried on after its approval: it was admitted before any run of the
+            # conversation here, and those wait for its ending — it must not wait for them.
+            reason, earlier = state.approval_account() or reason, []
         discarded = (
             Discarded(
                 from_seq=stored.checkpoint_seq + 1,
