@@ -412,8 +412,8 @@ _CONVERSATIONS_PER_USER = (
 # when its event log was compacted (retention) and, on a compacted event that folds a
 # turn's text chunks into one, the first id and the lengths of the chunks it replaced
 # (``folded``, so a client resuming from a folded-away id gets the rest of the text);
-# an index of finished runs by their end so the retention pass finds the old ones
-# without a scan.
+# an index of the finished runs not compacted yet, by their end, so the retention pass
+# finds the old ones without scanning those it has done.
 _ISSUE_25 = (
     "ALTER TABLE conversations ADD COLUMN IF NOT EXISTS title TEXT",
     "DROP INDEX IF EXISTS conversations_user",
@@ -423,7 +423,8 @@ _ISSUE_25 = (
     "ALTER TABLE runs ADD COLUMN IF NOT EXISTS feedback_at DOUBLE PRECISION",
     "ALTER TABLE runs ADD COLUMN IF NOT EXISTS events_compacted_at DOUBLE PRECISION",
     "ALTER TABLE run_events ADD COLUMN IF NOT EXISTS folded TEXT",
-    "CREATE INDEX IF NOT EXISTS runs_finished ON runs(finished_at) WHERE finished_at IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS runs_to_compact ON runs(finished_at) "
+    "WHERE finished_at IS NOT NULL AND events_compacted_at IS NULL",
 )
 
 MIGRATIONS: tuple[Migration, ...] = numbered(
