@@ -235,6 +235,14 @@ async def test_a_parked_run_can_be_cancelled(world: World) -> None:
         while await world.status(run_id) != "cancelled":
             await asyncio.sleep(0.05)
     assert (await world.decide(run_id, wait["tool_use_id"], {"decision": "approve"})).status_code == 409
+    async with httpx.AsyncClient(timeout=30, headers=ALICE) as client:
+        rest = await collect_sse(client, "GET", f"{world.base}/v1/agent/runs/{run_id}/events")
+        conversation = (await client.get(f"{world.base}/v1/agent/conversations/{events[0].json()['conversation_id']}"))
+    assert [e.event for e in rest].count("message_complete") == 1 and rest[-1].json()["status"] == "cancelled"
+    # The waiting call is answered in the stored conversation (a provider refuses a
+    # history with an unanswered call, which would break the conversation's next run).
+    answered = [r for m in conversation.json()["messages"] for r in (m.get("tool_results") or [])]
+    assert [r.get("tool_call_id") or r.get("id") for r in answered] == [wait["tool_use_id"]], conversation.json()
 
 
 async def test_an_undecided_approval_expires_and_the_run_ends_cancelled(tmp_path: Path) -> None:

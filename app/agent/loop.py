@@ -32,7 +32,7 @@ from agenttools.core.executor import ToolExecutor
 from agenttools.core.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry
 from agenttools.rag.policy import FlowPolicy, set_flow_scope
 from agenttools.rag.review import review_after_round
-from app.agent.approvals import ApprovalExpired, AwaitingApproval
+from app.agent.approvals import ApprovalCancelled, ApprovalExpired, AwaitingApproval
 from app.agent.budget import estimate_tokens, prune_history, prune_in_run
 from app.agent.deps import (
     AgentSettings,
@@ -181,6 +181,8 @@ class Agent:
             return
         except ApprovalExpired as exc:
             error, status = Error(message=str(exc), code="approval_expired"), "cancelled"
+        except ApprovalCancelled:
+            status = "cancelled"
         except RunFailed as exc:
             error, status = Error(message=str(exc), code=exc.code), "failed"
         except asyncio.CancelledError:

@@ -660,9 +660,12 @@ class RunManager:
                 self.cancels.cancel_here(run)
             return
         state = RunState.decode(stored.checkpoint)
+        parked_cancel = state.awaiting is not None and stored.cancel_requested
         if state.awaiting is not None:
             # Carried on after its approval: it was admitted before any run of the
             # conversation here, and those wait for its ending — it must not wait for them.
+            if parked_cancel:
+                state.cancel_waiting()  # ended by its agent, the waiting call answered
             reason, earlier = state.approval_account() or reason, []
         discarded = (
             Discarded(
@@ -687,7 +690,7 @@ class RunManager:
                 extra={"run_id": run.id, "from_seq": discarded.from_seq, "to_seq": discarded.to_seq},
             )
         self._start(run, earlier, lambda: self.agent(run, chat, caller, state=state, resumed=resumed))
-        if stored.cancel_requested:  # asked while nobody held it: it ends cancelled
+        if stored.cancel_requested and not parked_cancel:  # asked while nobody held it: it ends cancelled
             self.cancels.cancel_here(run)
 
 
