@@ -315,3 +315,17 @@ async def test_a_later_run_of_the_conversation_waits_for_the_waiting_run_to_end(
     assert "".join(e.json()["chunk"] for e in first if e.event == "content_chunk") == "First answer."
     assert then[-1].json()["status"] == "completed"
     assert "".join(e.json()["chunk"] for e in then if e.event == "content_chunk") == "Second answer."
+
+
+async def test_an_interrupting_question_cancels_the_waiting_run_and_then_runs(world: World) -> None:
+    before = len(world.cancels())
+    events = await world.start([cancel_call, say("Something else, then.")])
+    parked(events)
+    run_id, conversation_id = events[0].json()["run_id"], events[0].json()["conversation_id"]
+    async with httpx.AsyncClient(timeout=60, headers=ALICE) as client:
+        rest = await collect_sse(client, "POST", f"{world.base}/v1/agent/chat", json={
+            "message": "Never mind, something else.", "context_type": "workflow",
+            "conversation_id": conversation_id, "multitask": "interrupt"})
+    assert rest[-1].json()["status"] == "completed"
+    assert await world.status(run_id) == "cancelled"
+    assert len(world.cancels()) == before
