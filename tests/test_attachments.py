@@ -9,6 +9,7 @@ shared bucket listing does not show it; deleting the conversation removes it.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +140,26 @@ async def scenario(settings: Settings, engine: str = "sqlite") -> None:
 
 async def test_attachments(tmp_path: Path) -> None:
     await scenario(Settings.from_env(env(tmp_path)))
+
+
+async def test_idle_conversation_deleted_by_retention_takes_its_attachments(tmp_path: Path) -> None:
+    """AGENT_CONVERSATION_RETENTION_DAYS: the background pass deletes an idle conversation
+    and, with it, the files attached to it."""
+    days = 0.2 / 86_400  # idle after 0.2 s
+    settings = Settings.from_env(
+        env(tmp_path, AGENT_CONVERSATION_RETENTION_DAYS=f"{days:.10f}", AGENT_RETENTION_INTERVAL_S="0.05")
+    )
+    async with (
+        running_app(settings, provider=ExtractiveProvider()) as (base, app),
+        httpx.AsyncClient(base_url=base, timeout=60) as http,
+    ):
+        kb = app.state.services.rooms.named("knowledge").kb
+        private = attachment_bucket("alice", "idle")
+        assert (await attach(http, ALICE, "idle", "lighthouse notes.md", NOTE.encode())).status_code == 201
+        for _ in range(1000):
+            gone = (await http.get("/v1/agent/conversations/idle/attachments", headers=ALICE)).status_code == 404
+            if gone and not await kb.list_documents(bucket=private, private=private):
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise AssertionError("the idle conversation's attachments were not removed")
