@@ -46,8 +46,11 @@ class SqliteRunStore(SqlRunStore):
     #: ``--workers``): every leased step checks its lease first.
     guard_leases: bool = False
 
+    def checks_lease(self, step: RunWrite) -> bool:
+        return self.guard_leases and step.lease_owner is not None
+
     def step_around(self, step: RunWrite) -> tuple[list[Statement], list[Statement]]:
-        if not self.guard_leases or step.lease_owner is None:
+        if not self.checks_lease(step):
             return [], []
         return [*_GUARD, (_HOLD, (step.run_id, step.lease_owner, float(step.lease_s)))], []
 
