@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from app.config import Settings
+from client import AgentClient, APIError
 from knowledge.attachments import attachment_bucket
 from llm.extractive import ExtractiveProvider
 from tests.conftest import collect_sse, running_app
@@ -163,3 +165,24 @@ async def test_idle_conversation_deleted_by_retention_takes_its_attachments(tmp_
             await asyncio.sleep(0.02)
         else:
             raise AssertionError("the idle conversation's attachments were not removed")
+
+
+async def test_python_client_attachments(tmp_path: Path) -> None:
+    """``AgentClient.attach`` / ``attachments`` / ``delete_attachment``, owner and stranger."""
+    async with (
+        running_app(Settings.from_env(env(tmp_path)), provider=ExtractiveProvider()) as (base, _),
+        AgentClient(base, ALICE["Authorization"].removeprefix("Bearer ")) as alice,
+        AgentClient(base, BOB["Authorization"].removeprefix("Bearer ")) as bob,
+    ):
+        note = await alice.attach("c-client", NOTE.encode(), "lighthouse notes.md")
+        assert note.filename == "lighthouse notes.md" and note.media_type == "text/markdown" and note.chunks >= 1
+        assert [a.id for a in await alice.attachments("c-client")] == [note.id]
+        for refused in (bob.attachments("c-client"), bob.delete_attachment("c-client", note.id)):
+            with pytest.raises(APIError) as caught:
+                await refused
+            assert caught.value.status == 404
+        with pytest.raises(APIError) as caught:
+            await alice.attach("c-client", b"\x7fELF\x02\x01\x01" + bytes(64), "tool.md")
+        assert caught.value.status == 415
+        await alice.delete_attachment("c-client", note.id)
+        assert await alice.attachments("c-client") == ()
