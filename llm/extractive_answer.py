@@ -59,6 +59,15 @@ WHOLE_BLOCK_PENALTY = 0.1
 #: its length is not held against it.
 ENUMERATION_BONUS = 0.05
 ANSWER_TYPE_BONUS = 0.15
+#: A unit stating a number of what "how many <things>" counts ("at most 3 chunks per
+#: document") is the answer, whatever other amounts units around it state.
+COUNT_BONUS = 0.25
+#: A sentence naming what "which <things>" asks for and listing several ("with the
+#: operators `=`, `!=`, `>` …", or introducing the list of them) answers it; another that shares the question's other
+#: words, or names them without listing any ("streams the events of a run"), does not.
+FOCUS_BONUS = 0.1
+#: Three or more things in a row: an item of at most three words between two commas.
+_LISTED = re.compile(r",\s(?:[^\s,;]+\s){0,2}[^\s,;]+,\s")
 #: A question about a negated case ("… when there is no restart script?") is answered by
 #: a sentence about that case ("If it does _not_ have a restart script …"), not by the
 #: one about the positive case beside it, which holds the same words.
@@ -194,6 +203,12 @@ def _unit_score(question: _Question, text: str, context: frozenset[str]) -> floa
     return own + CONTEXT_WEIGHT * (around - own) - min(0.1, 0.002 * max(0, words - 20))
 
 
+def _enumerates(text: str) -> bool:
+    """A sentence that lists several things ("`=`, `!=`, `>` …"), not one whose clauses
+    are set apart by commas."""
+    return _LISTED.search(text) is not None
+
+
 def _aside(text: str) -> bool:
     """A paragraph set apart from what the document says ("Note: this command is unaware
     of workspaces."): not the document's opening, however early it comes."""
@@ -239,6 +254,10 @@ def _shared_title_stems(reads: list[_Read]) -> frozenset[str]:
 def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
     out: list[_Unit] = []
     shared = _shared_title_stems(reads)
+    page_terms: dict[str, frozenset[str]] = {}  # what each page says, over its passages here
+    for read in reads:
+        document = _document(read)
+        page_terms[document] = page_terms.get(document, frozenset()) | question.terms(read.passage.text)
     for p, read in enumerate(reads):
         title = _stems(read.passage.title)
         rank = 0.1 * read.passage.score - 0.02 * p
@@ -247,10 +266,15 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
         named = read.first and _names(question, title, shared)
         said_by_title = title | {head for word, head in question.joined.items() if word in title}
         named_share = _coverage(question.stems, said_by_title) if named else 0.0
+        # What the title does not say of the question is at most one word, and one the
+        # page says ("what does npm doctor check?"): "what is in the backend folder?"
+        # names npm's "Folders" page by its title but asks about something it never says.
+        unsaid = frozenset(q for q in question.stems if _coverage(frozenset({q}), said_by_title) < 1.0)
         defines = (
             named
             and question.definition
-            and sum(1 for q in question.stems if _coverage(frozenset({q}), said_by_title) < 1.0) <= 1
+            and len(unsaid) <= 1
+            and (not unsaid or _coverage(unsaid, page_terms[_document(read)]) >= 1.0)
         )
         opening = _opening(read)
         for b, block in enumerate(read.blocks):
@@ -303,6 +327,13 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                     score += DEFINITION_BONUS if defines else OPENING_BONUS * named_share
                 if question.holds_wanted(plain):
                     score += ANSWER_TYPE_BONUS
+                if question.holds_count(_EMPHASIS.sub("", plain)):
+                    score += COUNT_BONUS
+                follower = _next_block(read, b)
+                introduces_list = last and _introduces(text) and follower is not None \
+                    and follower.kind in ("list", "table")
+                if question.names_focus(plain) and (introduces_list or _enumerates(plain)):
+                    score += FOCUS_BONUS
                 if question.negated and _NEGATION.search(_EMPHASIS.sub("", plain)):
                     score += NEGATION_BONUS
                 out.append(_Unit(p, b, i, text, score))

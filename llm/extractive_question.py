@@ -39,6 +39,11 @@ _WANTS = (
                 r"|collaborators?|anyone|everyone|nobody|no one)\b", re.IGNORECASE)),
 )
 
+#: "how many chunks …": the thing counted. A unit stating a number of it ("at most 3
+#: chunks per document") answers; another amount beside it ("800 characters") does not.
+_HOW_MANY = re.compile(r"^\s*how\s+many\s+(?P<noun>[a-z]{3,})\b", re.IGNORECASE)
+_NUMBER = r"(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|twelve|a\s+single)"
+
 #: "How do I …", "how can we …", "how to …": the question asks how a thing is done, and
 #: a command is how it is done (see ``Question.how_to``).
 _HOW_TO = re.compile(r"^\s*how\s+(?:(?:do|does|can|could|should|would|may|must)\s+(?:i|we|you|one)|to)\b",
@@ -139,6 +144,8 @@ class Question:
     definition: bool = False
     #: The question asks about a negated case ("when there is no … script").
     negated: bool = False
+    #: "How many <noun>": a number of it, as a pattern ("3 chunks", "one retry").
+    counted: re.Pattern[str] | None = None
 
     @classmethod
     def of(cls, question: str) -> Question:
@@ -158,7 +165,14 @@ class Question:
         how_to = _HOW_TO.search(question) is not None
         definition = _DEFINITION.search(question) is not None
         negated = _NEGATED_CASE.search(question) is not None
-        return cls(stems(question), joined, phrasal, enumeration, focus, wants, how_to, definition, negated)
+        noun = _HOW_MANY.search(question)
+        counted = None
+        if noun is not None:
+            head = _stem(noun.group("noun").casefold())
+            # The number, at most one word before the noun ("3 chunks", "3 more chunks").
+            counted = re.compile(rf"\b{_NUMBER}\s+(?:[\w-]+\s+)?{re.escape(head)}", re.IGNORECASE)
+        return cls(stems(question), joined, phrasal, enumeration, focus, wants, how_to, definition, negated,
+                   counted)
 
     def terms(self, text: str) -> frozenset[str]:
         """The stems of ``text``, with the question's words a joined word stands for, and
@@ -173,6 +187,14 @@ class Question:
 
     def holds_wanted(self, text: str) -> bool:
         return self.wants is not None and self.wants.search(text) is not None
+
+    def holds_count(self, text: str) -> bool:
+        """The text states a number of what a "how many" question counts."""
+        return self.counted is not None and self.counted.search(text) is not None
+
+    def names_focus(self, text: str) -> bool:
+        """The text names what a "which <things>" question asks for ("the operators …")."""
+        return self.focus is not None and self.focus in self.terms(text)
 
 
 __all__ = ["NEGATION", "WORD", "Question", "coverage", "stems"]

@@ -358,3 +358,40 @@ def test_a_who_question_is_answered_by_the_party() -> None:
 - `GET /v1/agent/conversations/{id}` returns the messages of a conversation to its owner only."""
     answer, _, _ = compose_answer("Who may read the messages of a conversation?", [Passage("api#1", "HTTP API", text, 0.5)])
     assert answer.startswith("`GET /v1/agent/conversations/{id}` returns the messages of a conversation to its owner only."), answer
+
+
+CHUNKING = """## Chunking
+
+Documents are split along their headings and paragraphs into chunks of about 800 characters, with the last
+whole sentences of a chunk repeated at the start of the next one."""
+FILTERS = """## Corpus tools
+
+- `get_document_metadata(doc_id)`: all metadata of one document.
+
+`filters` is one small language with the operators `=`, `!=`, `>`, `in`, `nin` and `like`. Both search tools
+re-rank their candidates to `top_k`, with at most 3 chunks per document."""
+
+
+def test_how_many_things_is_answered_by_a_number_of_them() -> None:
+    # "800 characters" is an amount too, but "how many chunks" counts chunks.
+    passages = [Passage("kb#1", "How the knowledge base stores and searches documents", CHUNKING, 0.63),
+                Passage("tools#3", "The RAG tools", FILTERS, 0.39)]
+    answer, sources, _ = compose_answer("How many chunks of one document can a search return?", passages)
+    assert sources[0] == "tools#3" and "3 chunks per document" in answer, answer
+
+
+def test_which_things_is_answered_by_the_sentence_listing_them() -> None:
+    npm = Passage("search#1", "npm-search", "Additionally, you can add both of these to your config to change default "
+                  "search filtering behavior.", 0.69)
+    answer, sources, _ = compose_answer("Which operators can a search filter use?",
+                                        [npm, Passage("tools#3", "The RAG tools", FILTERS, 0.52)])
+    assert sources[0] == "tools#3" and "`nin`" in answer, answer
+
+
+def test_a_page_named_by_a_title_word_does_not_define_what_it_never_says() -> None:
+    # npm's "Folders" page is named by "folder", but says nothing of a backend.
+    folders = Passage("folders#0", "Folders", "# Folders\n\nFolder structures used by npm", 0.21)
+    overview = Passage("overview#1", "What the service is", "## Main parts\n\nThe agenttools folder holds the tool "
+                       "catalog. The backend folder holds a reference implementation of the REST API for demos.", 0.31)
+    answer, sources, _ = compose_answer("What is in the backend folder?", [folders, overview])
+    assert sources[0] == "overview#1" and "reference implementation" in answer, answer
