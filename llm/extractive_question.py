@@ -28,15 +28,26 @@ _ENUMERATION = re.compile(r"^\s*(?:what\s+are\b|list\b|name\s+the\b)", re.IGNORE
 #: seconds", "3 to 10"). Of the units that cover the question alike, the one that holds
 #: what is asked for is the answer; the other only talks about the subject.
 _WANTS = (
-    ("place", re.compile(r"^\s*where\b", re.IGNORECASE),
-     re.compile(r"(?:^|[\s`'\"(])(?:~|\.{1,2}/|/[\w.]|\$\w+/|\{\w+\}/|%\w+%|[A-Za-z]:\\)[^\s`'\")]*")),
-    ("amount", re.compile(r"^\s*(?:how\s+(?:many|much|large|big|long|often|far|old|fast|small)|what\s+size)\b",
-                          re.IGNORECASE),
-     re.compile(r"(?<![\w.@=])\d+(?:[.,]\d+)?(?:\s?%|\s?(?:to|-|–)\s?\d+|\s[a-z]{2,}\b)")),
+    (
+        "place",
+        re.compile(r"^\s*where\b", re.IGNORECASE),
+        re.compile(r"(?:^|[\s`'\"(])(?:~|\.{1,2}/|/[\w.]|\$\w+/|\{\w+\}/|%\w+%|[A-Za-z]:\\)[^\s`'\")]*"),
+    ),
+    (
+        "amount",
+        re.compile(r"^\s*(?:how\s+(?:many|much|large|big|long|often|far|old|fast|small)|what\s+size)\b", re.IGNORECASE),
+        re.compile(r"(?<![\w.@=])\d+(?:[.,]\d+)?(?:\s?%|\s?(?:to|-|–)\s?\d+|\s[a-z]{2,}\b)"),
+    ),
     # "who (may / can …)" wants a party: the owner, an admin, any user, the caller.
-    ("party", re.compile(r"^\s*who(?:m|se)?\b", re.IGNORECASE),
-     re.compile(r"\b(?:owners?|users?|admins?|administrators?|callers?|maintainers?|authors?|members?"
-                r"|collaborators?|anyone|everyone|nobody|no one)\b", re.IGNORECASE)),
+    (
+        "party",
+        re.compile(r"^\s*who(?:m|se)?\b", re.IGNORECASE),
+        re.compile(
+            r"\b(?:owners?|users?|admins?|administrators?|callers?|maintainers?|authors?|members?"
+            r"|collaborators?|anyone|everyone|nobody|no one)\b",
+            re.IGNORECASE,
+        ),
+    ),
 )
 
 #: "how many chunks …": the thing counted. A unit stating a number of it ("at most 3
@@ -46,8 +57,9 @@ _NUMBER = r"(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|twelve|a\s+s
 
 #: "How do I …", "how can we …", "how to …": the question asks how a thing is done, and
 #: a command is how it is done (see ``Question.how_to``).
-_HOW_TO = re.compile(r"^\s*how\s+(?:(?:do|does|can|could|should|would|may|must)\s+(?:i|we|you|one)|to)\b",
-                     re.IGNORECASE)
+_HOW_TO = re.compile(
+    r"^\s*how\s+(?:(?:do|does|can|could|should|would|may|must)\s+(?:i|we|you|one)|to)\b", re.IGNORECASE
+)
 
 #: "What does npm rebuild run?", "what is package-lock.json for?": asks what a thing is
 #: or does (see ``Question.definition``).
@@ -81,8 +93,22 @@ def _terms(text: str) -> list[str]:
 
 
 def _stem(word: str) -> str:
-    for suffix in ("ations", "ation", "ings", "ing", "ies", "ied", "ences", "ence", "ently", "ent",
-                   "es", "ed", "ly", "s"):
+    for suffix in (
+        "ations",
+        "ation",
+        "ings",
+        "ing",
+        "ies",
+        "ied",
+        "ences",
+        "ence",
+        "ently",
+        "ent",
+        "es",
+        "ed",
+        "ly",
+        "s",
+    ):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             return word[: -len(suffix)]
     # A silent final "e" goes too, so "store" meets "stored" and "stores" ("stor").
@@ -92,7 +118,7 @@ def _stem(word: str) -> str:
 def _root(stem: str) -> str:
     for prefix in _PREFIXES:
         if stem.startswith(prefix) and len(stem) - len(prefix) >= 4:
-            return stem[len(prefix):]
+            return stem[len(prefix) :]
     return stem
 
 
@@ -153,8 +179,13 @@ class Question:
         joined: dict[str, str] = {}
         phrasal: dict[str, str] = {}
         for left, right in itertools.pairwise(words):
-            if left.isalpha() and right.isalpha() and left not in _STOP and len(left + right) >= 5 \
-                    and (right not in _STOP or right in _PARTICLES):
+            if (
+                left.isalpha()
+                and right.isalpha()
+                and left not in _STOP
+                and len(left + right) >= 5
+                and (right not in _STOP or right in _PARTICLES)
+            ):
                 joined.setdefault(_stem(left + right), _stem(left))
                 if right in _PARTICLES:
                     phrasal.setdefault(_stem(left), right)
@@ -171,8 +202,7 @@ class Question:
             head = _stem(noun.group("noun").casefold())
             # The number, at most one word before the noun ("3 chunks", "3 more chunks").
             counted = re.compile(rf"\b{_NUMBER}\s+(?:[\w-]+\s+)?{re.escape(head)}", re.IGNORECASE)
-        return cls(stems(question), joined, phrasal, enumeration, focus, wants, how_to, definition, negated,
-                   counted)
+        return cls(stems(question), joined, phrasal, enumeration, focus, wants, how_to, definition, negated, counted)
 
     def terms(self, text: str) -> frozenset[str]:
         """The stems of ``text``, with the question's words a joined word stands for, and
