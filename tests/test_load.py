@@ -205,3 +205,18 @@ def test_the_decision_needs_the_lag_to_stay_over_the_limit() -> None:
     for _ in range(10):
         off.monitor.record(5.0)
     assert not off.overloaded
+
+
+def test_the_stream_counter_is_the_provider_for_every_other_attribute() -> None:
+    """Tests and rooms set attributes on the provider they were given (the wrapped one)."""
+    from app.ops.load import StreamCounter
+
+    class Inner:
+        name = "inner"
+        turns: object = None
+
+    inner = Inner()
+    wrapped = StreamCounter(inner)
+    wrapped.turns = "set through the wrapper"
+    assert inner.turns == "set through the wrapper" and wrapped.name == "inner"
+    assert wrapped.open == 0 and not hasattr(inner, "open")

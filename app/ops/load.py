@@ -122,7 +122,11 @@ class _CountedStream:
 
 
 class StreamCounter:
-    """Wraps a provider: ``open`` is how many of its model streams are open now."""
+    """Wraps a provider: ``open`` is how many of its model streams are open now. Every
+    other attribute, read or written, is the provider's own (a wrapper that kept a
+    written attribute to itself would silently change nothing)."""
+
+    __slots__ = ("_provider", "open", "started")
 
     def __init__(self, provider: Any) -> None:
         self._provider = provider
@@ -131,6 +135,12 @@ class StreamCounter:
 
     def __getattr__(self, name: str) -> Any:  # name, model, health, warm, aclose, ...
         return getattr(self._provider, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in StreamCounter.__slots__:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._provider, name, value)
 
     def stream_chat(self, request: Any) -> AsyncIterator[Any]:
         self.started += 1
