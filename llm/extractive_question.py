@@ -76,6 +76,11 @@ _NEGATED_CASE = re.compile(
 
 #: English adverb particles: "log in" is the ``login`` a command or page is named by.
 _PARTICLES = frozenset("in up out on off down over back away".split())
+#: What comes before a verb: a word before a particle is a phrasal verb only after one
+#: of these ("how do I log in", "am I logged in") or first ("log in to …"); elsewhere
+#: the particle is a preposition ("change my password on the registry": the password
+#: is the password wherever the text says it).
+_BEFORE_VERB = frozenset("i we you they one to am are is be been get got and or please".split())
 
 WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _STOP = frozenset(
@@ -178,7 +183,7 @@ class Question:
         words = WORD.findall(unicodedata.normalize("NFKC", question).casefold())
         joined: dict[str, str] = {}
         phrasal: dict[str, str] = {}
-        for left, right in itertools.pairwise(words):
+        for at, (left, right) in enumerate(itertools.pairwise(words)):
             if (
                 left.isalpha()
                 and right.isalpha()
@@ -187,7 +192,7 @@ class Question:
                 and (right not in _STOP or right in _PARTICLES)
             ):
                 joined.setdefault(_stem(left + right), _stem(left))
-                if right in _PARTICLES:
+                if right in _PARTICLES and (at == 0 or words[at - 1] in _BEFORE_VERB):
                     phrasal.setdefault(_stem(left), right)
         many = _WHICH_MANY.search(question)
         focus = _stem((many.group("one") or many.group("two")).casefold()) if many else None

@@ -427,3 +427,20 @@ def test_a_page_named_by_a_title_word_does_not_define_what_it_never_says() -> No
     )
     answer, sources, _ = compose_answer("What is in the backend folder?", [folders, overview])
     assert sources[0] == "overview#1" and "reference implementation" in answer, answer
+
+
+def test_a_preposition_after_a_noun_is_no_phrasal_verb() -> None:
+    # "password on the registry" is the password wherever the text says it; "log in"
+    # after "I" stays a phrasal verb (the text's "logs" alone is another word).
+    profile = (
+        "* `npm profile set password`: Change your password.\n"
+        "This is interactive, you'll be prompted for your current password and a new password."
+    )
+    login = '#### `registry`\n\n* Default: "https://registry.npmjs.org/"\n* Type: URL\n\nThe base URL of the registry.'
+    passages = [Passage("login#1", "npm-login", login, 0.68), Passage("profile#1", "npm-profile", profile, 0.41)]
+    answer, sources, _ = compose_answer("How do I change my password on the registry?", passages)
+    assert sources[0] == "profile#1" and "`npm profile set password`" in answer, answer
+    from llm.extractive_question import Question
+
+    assert Question.of("How do I change my password on the registry?").phrasal == {}
+    assert Question.of("How do I log in to the registry?").phrasal == {"log": "in"}
