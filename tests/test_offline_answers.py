@@ -81,6 +81,12 @@ search's: a page whose words the question does not use is never among the passag
 "reachable"; ``npm pkg get`` "retrieves" where the question "reads"; ``/healthz`` is
 "liveness", the question asks what is "alive"), and a page's fourth chunk is cut by the
 three-chunks-per-document cap ("legacy init", ``npm-dist-tag``'s "Purpose").
+
+Round 7, after reading ``round6``'s answers (so it is no longer untouched): a word before a
+particle is a phrasal verb only where a verb stands ("how do I log in"), not a noun before
+a preposition ("change my password on the registry" had dropped every "password" the
+documents say without "on" after it). round6 npm 5/8 -> 6/8, unseen npm 7/8 -> 8/8;
+held-out-style overall 86/98 = 88 %.
 The floors below are the figures reached, so any lost answer fails.
 """
 
@@ -113,9 +119,9 @@ FLOORS = {
     "held_out": {"sample": 1.0, "npm": 0.72},  # 7/7, 8/11 (7/11 before round 6)
     "fresh": {"sample": 1.0, "npm": 0.87},  # 8/8 (6/8 before round 6), 7/8
     "final": {"sample": 0.87, "npm": 0.75},  # 7/8 (6/8 before round 6), 6/8
-    "unseen": {"sample": 0.87, "npm": 0.87},  # 7/8, 7/8 (6/8, 6/8 when first measured, before round 5)
+    "unseen": {"sample": 0.87, "npm": 1.0},  # 7/8, 8/8 (6/8, 6/8 when first measured, before round 5)
     "last": {"sample": 0.87, "npm": 0.87},  # 7/8, 7/8: measured once, after round 5
-    "round6": {"sample": 1.0, "npm": 0.62},  # 8/8, 5/8: measured once, after round 6
+    "round6": {"sample": 1.0, "npm": 0.75},  # 8/8, 6/8 (5/8 when measured once, after round 6, before round 7)
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",
