@@ -279,7 +279,12 @@ async def test_a_copy_killed_half_way_resumes_without_duplicates_or_loss(pg: Tes
                 "SELECT conversation_id, seq, role, payload FROM messages ORDER BY conversation_id, seq").fetchall()
             pg_typed = conn.execute('SELECT doc_id, kind, rank FROM "meta_parts" ORDER BY doc_id').fetchall()
             next_id = conn.execute("SELECT nextval('kb_chunks_id_seq')").fetchone()
+            postings = conn.execute(
+                "SELECT (SELECT count(*) FROM kb_postings), (SELECT sum(length(tsv)) FROM kb_chunks)"
+            ).fetchone()
         assert len(chunks) == expected["kb_chunks"] and len(messages) == expected["messages"]
+        # Every copied chunk's lexemes are posted once (full text's postings, issue 24).
+        assert postings is not None and postings[0] == postings[1] > 0
         assert [tuple(r) for r in pg_chunks] == [tuple(r) for r in chunks]
         assert [(c, s, r, bytes(p)) for c, s, r, p in pg_messages] == [tuple(r) for r in messages]
         assert [tuple(r) for r in pg_typed] == [tuple(r) for r in typed]
