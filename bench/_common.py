@@ -113,3 +113,18 @@ def cpu_s(pid: int) -> float:
     except FileNotFoundError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and every live descendant (a server that forks
+    workers), so far."""
+    total, stack = 0.0, [pid]
+    while stack:
+        current = stack.pop()
+        total += cpu_s(current)
+        try:
+            with open(f"/proc/{current}/task/{current}/children") as f:
+                stack.extend(int(c) for c in f.read().split())
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+    return total
