@@ -60,7 +60,15 @@ if str(ROOT) not in sys.path:
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
-from bench._common import histogram_totals, raise_fd_limit, summary, tree_cpu_s, write_results  # noqa: E402
+from bench import _pyspy as pyspy  # noqa: E402
+from bench._common import (  # noqa: E402
+    RESULTS,
+    histogram_totals,
+    raise_fd_limit,
+    summary,
+    tree_cpu_s,
+    write_results,
+)
 from bench._fakes import Fakes  # noqa: E402
 from bench._load import drive, run_loop, spread  # noqa: E402
 from tests.fakes.paced_gemini import stamps  # noqa: E402
@@ -197,7 +205,14 @@ async def one_level(
          "follow": [servers[i % len(servers)].base], "body": run_body(key), "drop_after": None}
         for i, (key, at) in enumerate(zip(keys, spread(level, args.ramp_s), strict=True))
     ]
+    spy = None
+    if args.py_spy and label.endswith("-ours"):
+        # From the first start (drive's t0 is 2 s ahead) through the last run's last token.
+        seconds = 2 + args.ramp_s + args.tokens * args.pause_ms / 1000 + 1
+        spy = await pyspy.record(pids[0], seconds, RESULTS / f"{args.name}_pyspy_{level}.txt")
     result = await drive(specs, workdir, workers=args.clients, timeout_s=args.run_timeout_s, name=label)
+    if spy is not None:
+        await spy.wait()
     elapsed = (time.monotonic_ns() - result["t0_ns"]) / 1e9
     server_cpu = sum(tree_cpu_s(p) for p in pids) - cpu0
     figures = judge(result["runs"], args.pause_ms / 1000, args.tokens)
@@ -360,6 +375,9 @@ def parse_args() -> argparse.Namespace:
                         "detached worktree of the commit before a change")
     p.add_argument("--no-floor", dest="floor", action="store_false",
                    help="skip the bare-proxy floor (bench/floor_proxy.py; Ollama only)")
+    p.add_argument("--py-spy", action="store_true",
+                   help="sample our server with py-spy during each level (bench/results/<name>_pyspy_<level>.txt; "
+                        "summary: python bench/_pyspy.py FILE)")
     p.add_argument("--name", default="capacity", help="results file name (bench/results/<name>.json)")
     p.add_argument("--keep", action="store_true", help="keep the working directory (logs, databases)")
     return p.parse_args()
