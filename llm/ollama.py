@@ -106,13 +106,24 @@ async def ndjson_parts(http: httpx.AsyncClient, path: str, body: bytes) -> Async
             await response.aread()
             raise ollama.ResponseError(response.text, response.status_code)
         pending = b""
-        async for chunk in response.aiter_bytes():
+        # The transport's byte stream itself when the answer is not content-encoded:
+        # ``aiter_bytes`` would add two generator layers (decoding, re-chunking) per chunk.
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        chunks = response.aiter_bytes() if encoding not in ("", "identity") else _byte_stream(response)
+        async for chunk in chunks:
             *lines, pending = (pending + chunk).split(b"\n") if pending else chunk.split(b"\n")
             for line in lines:
                 if line.strip():
                     yield _part(line)
         if pending.strip():
             yield _part(pending)
+
+
+def _byte_stream(response: httpx.Response) -> AsyncIterator[bytes]:
+    stream = response.stream
+    if not isinstance(stream, httpx.AsyncByteStream):
+        raise TypeError("an async client's response has an async stream")
+    return stream.__aiter__()
 
 
 def _part(line: bytes) -> dict[str, Any]:

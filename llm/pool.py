@@ -39,9 +39,10 @@ class _Released(httpx.AsyncByteStream):
     def __init__(self, inner: httpx.AsyncByteStream, release: Callable[[], None]) -> None:
         self._inner, self._release = inner, release
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._inner:
-            yield chunk
+    def __aiter__(self) -> AsyncIterator[bytes]:  # type: ignore[override]
+        # The inner stream's own iterator: no generator layer of ours on every chunk of a
+        # streamed answer (a model's tokens pass here one by one).
+        return self._inner.__aiter__()
 
     async def aclose(self) -> None:
         try:
