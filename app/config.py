@@ -21,6 +21,8 @@ PROVIDERS = ("auto", "ollama", "gemini", "openai", "extractive")
 EMBEDDERS = ("auto", "gemini", "ollama", "openai", "local", "hashing", "none")
 SERVER_STACKS = ("auto", "portable")
 AUTH_MODES = ("none", "jwt")
+#: ``AGENT_CONVERSATION_TITLES``: where a conversation's automatic title comes from.
+TITLE_SOURCES = ("words", "model", "off")
 CONTEXT_TYPES = ("workflow", "tables", "knowledge")
 
 
@@ -145,6 +147,18 @@ class Settings:
     #: Live runs one replica carries at most; past it a new run is 503 with
     #: ``Retry-After`` instead of a slower stream for everyone (0: no cap).
     max_live_runs: int = 0
+    #: Tools whose calls wait for the user's decision (``AGENT_APPROVAL_TOOLS``): ``None``
+    #: is each tool's own default (``ToolSpec.asks_approval``: a direct backend write, the
+    #: MCP tools not annotated read-only or annotated destructive), ``()`` none.
+    approval_tools: tuple[str, ...] | None = None
+    #: An approval not decided within this many seconds ends its run ``cancelled``.
+    approval_ttl_s: float = 86_400.0
+    #: New runs are refused (503) while the event loop's scheduling delay stays above
+    #: this (``app/ops/load.py``); 0: never.
+    max_loop_lag_ms: float = 250.0
+    #: ``agentchat serve`` processes on this machine (``--workers``): each a replica of
+    #: its own on the same database (SQLite file or PostgreSQL).
+    workers: int = 1
     requests_per_minute: int = 60
     stream_token_ttl_s: int = 300
     #: Signs ``stream_url`` tokens; unset, a random key generated once is kept in the
@@ -177,6 +191,19 @@ class Settings:
     keyword_max_age_days: float = 90.0
     keyword_min_usage: int = 2
     keyword_prune_interval_s: float = 3600.0
+    #: Retention (issue 25): the event logs of runs finished more than this many days ago
+    #: are compacted (each stretch of text chunks folded into one event; replay yields
+    #: the same text); 0 turns it off.
+    run_events_retention_days: float = 30.0
+    #: Conversations idle (no new message, no run in progress) for more than this many
+    #: days are deleted with everything of theirs; 0 (the default) keeps them forever.
+    conversation_retention_days: float = 0.0
+    #: How often the retention pass runs (also once shortly after start-up).
+    retention_interval_s: float = 3600.0
+    #: How a conversation gets its title from its first question: ``words`` (its first
+    #: words, cut on a word boundary), ``model`` (a short call to the configured model
+    #: after the run; the words when it fails or no model is configured), ``off``.
+    conversation_titles: str = "words"
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -270,6 +297,10 @@ class Settings:
             heartbeat_s=reader.number("AGENT_HEARTBEAT_S", d.heartbeat_s, lo=0.05),
             max_runs_per_user=reader.integer("AGENT_MAX_RUNS_PER_USER", d.max_runs_per_user, lo=1),
             max_live_runs=reader.integer("AGENT_MAX_LIVE_RUNS", d.max_live_runs, lo=0),
+            approval_tools=_approval_tools(reader.optional("AGENT_APPROVAL_TOOLS")),
+            approval_ttl_s=reader.number("AGENT_APPROVAL_TTL_S", d.approval_ttl_s, lo=0.05, hi=90 * 86400),
+            max_loop_lag_ms=reader.number("AGENT_MAX_LOOP_LAG_MS", d.max_loop_lag_ms, lo=0, hi=600_000),
+            workers=reader.integer("AGENT_WORKERS", d.workers, lo=1, hi=256),
             requests_per_minute=reader.integer("AGENT_REQUESTS_PER_MINUTE", d.requests_per_minute, lo=1),
             stream_token_ttl_s=reader.integer("AGENT_STREAM_TOKEN_TTL_S", d.stream_token_ttl_s, lo=5),
             stream_token_secret=reader.optional("AGENT_STREAM_TOKEN_SECRET"),
@@ -293,6 +324,16 @@ class Settings:
             keyword_prune_interval_s=reader.number(
                 "AGENT_KEYWORD_PRUNE_INTERVAL_S", d.keyword_prune_interval_s, lo=0.01, hi=31_536_000
             ),
+            run_events_retention_days=reader.number(
+                "AGENT_RUN_EVENTS_RETENTION_DAYS", d.run_events_retention_days, lo=0, hi=36_500
+            ),
+            conversation_retention_days=reader.number(
+                "AGENT_CONVERSATION_RETENTION_DAYS", d.conversation_retention_days, lo=0, hi=36_500
+            ),
+            retention_interval_s=reader.number(
+                "AGENT_RETENTION_INTERVAL_S", d.retention_interval_s, lo=0.01, hi=31_536_000
+            ),
+            conversation_titles=reader.choice("AGENT_CONVERSATION_TITLES", TITLE_SOURCES, d.conversation_titles),
         )
         mcp_file = reader.optional("AGENT_MCP_SERVERS")
         if mcp_file:
@@ -384,6 +425,16 @@ def _without_password(url: str) -> str:
 
 def _demo_token(value: str) -> str | None:
     return None if value.lower() in {"none", "-", "off", "false"} else value.removeprefix("Bearer ").strip()
+
+
+def _approval_tools(raw: str | None) -> tuple[str, ...] | None:
+    """``AGENT_APPROVAL_TOOLS``: unset or ``default`` → each tool's own default (``None``),
+    ``none`` → no tool waits, else the comma list of tool names that do."""
+    if raw is None or raw.strip().lower() in {"", "default"}:
+        return None
+    if raw.strip().lower() in {"none", "-"}:
+        return ()
+    return tuple(dict.fromkeys(p.strip() for p in raw.split(",") if p.strip()))
 
 
 def _opt_path(value: str | None) -> Path | None:

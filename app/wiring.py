@@ -17,14 +17,18 @@ from typing import Any
 
 import httpx
 
-from agenttools.core.registry import ToolRegistry
+from agenttools.core.registry import ApprovalRule, ToolRegistry
 from agenttools.rag.policy import FlowPolicy
 from app.agent.loop import Agent, AgentSettings
 from app.agent.selector import IndexState, ToolSelector
 from app.config import Settings
+from app.history import Titler, with_titles
 from app.keyring import resolve_keyring
+from app.ops.load import ReplicaLoad, StreamCounter
+from app.ops.load import attach as attach_load
 from app.ops.metrics import AppMetrics
 from app.ops.tracing import Tracing
+from app.retention import RetentionPolicy, retain_periodically
 from app.rooms import Rooms
 from app.runs.manager import RunManager
 from app.runs.remote import RemoteRuns
@@ -243,6 +247,9 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     tracing = Tracing.from_settings(settings.otel_enabled, provider=overrides.tracer_provider)
     stack.push_async_callback(tracing.aclose)
     provider = tracing.wrap_provider(provider)
+    # Counts the model streams open now (``/readyz`` load, ``agentchat_model_streams``).
+    streams = StreamCounter(provider)
+    provider = streams  # type: ignore[assignment]
     log.info("LLM provider", extra={"provider": provider.name, "model": provider.model, "reason": provider_reason})
 
     if overrides.embedder == AUTO:
@@ -250,6 +257,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     else:
         embedder, why = overrides.embedder, "given by the caller"  # type: ignore[assignment]
     registry = overrides.registry if overrides.registry is not None else default_registry()
+    registry.set_approval(ApprovalRule.from_setting(settings.approval_tools))  # MCP tools added later too
     rooms = Rooms()
     if overrides.registry is None:
         from app.rooms import attach_rooms
@@ -335,12 +343,17 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
             idle_timeout_s=settings.llm_timeout_s,
             max_chunk_chars=settings.max_chunk_chars,
             max_answer_chars=settings.max_answer_chars,
+            approval_ttl_s=settings.approval_ttl_s,
         ),
         metrics=metrics.runs,
         policy=FlowPolicy(),
         planner=overrides.planner if overrides.planner is not None else _default_planner(provider, rooms),
     )
     agent.tools.tracing = tracing
+    # Several worker processes on one SQLite file (``agentchat serve --workers``) are
+    # replicas of each other: none takes every unfinished run at start-up, runs on a
+    # sibling are followed from the log, rate limits are counted in the file.
+    shared_file = storage.engine != "postgres" and settings.workers > 1
     runs = RunManager(
         store=storage.runs,
         agent=tracing.wrap_run(agent.run),
@@ -348,13 +361,14 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         finished_memory_s=settings.finished_run_memory_s,
         lease_s=settings.run_lease_s,
         # One process per SQLite file: at start-up every unfinished run is this one's.
-        exclusive=storage.engine != "postgres",
+        exclusive=storage.engine != "postgres" and not shared_file,
         on_take_over=metrics.take_over_latency.observe,
         # Cancels asked for on another replica arrive through the feed (PostgreSQL).
         feed=storage.run_feed,
         input_sealer=keyring.sealer,
         max_live=settings.max_live_runs,
     )
+    _attach_titles(runs, storage, metrics, provider, settings, stack)
     svc = Services(
         settings=settings,
         storage=storage,
@@ -373,16 +387,36 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         # (PostgreSQL); concurrent runs are always counted from the runs table.
         limits=Admission(
             settings.requests_per_minute,
-            store=storage.limits if storage.engine == "postgres" else None,
+            store=storage.limits if storage.engine == "postgres" or shared_file else None,
             runs_store=storage.limits,
         ),
         metrics=metrics,
         rooms=rooms,
         background=background,
-        remote=RemoteRuns(storage.runs, storage.run_feed) if storage.run_feed is not None else None,
+        remote=_remote_runs(storage, shared_file),
         embedder_check=embedder_check,
     )
     background.append(asyncio.create_task(_sweep(runs)))
+    retention = RetentionPolicy(
+        settings.run_events_retention_days, settings.conversation_retention_days, settings.retention_interval_s
+    )
+    if retention.active:  # issue 25: compaction and idle conversations, one replica at a time on PostgreSQL
+        background.append(asyncio.create_task(
+            retain_periodically(storage.retention, storage.history, retention, metrics.history,
+                                runs.forget_conversation),
+            name="retention",
+        ))
+    # Live runs, model streams and the event loop's lag: admission refuses new runs
+    # while the replica is past what it can serve (``app/ops/load.py``).
+    load = ReplicaLoad(
+        live_runs=lambda: len(runs.active()),
+        max_live_runs=settings.max_live_runs,
+        max_loop_lag_s=settings.max_loop_lag_ms / 1000,
+        model_streams=lambda: streams.open,
+    )
+    svc.load = load
+    attach_load(load, metrics.registry)
+    background.append(load.monitor.start())
     if isinstance(storage.db, SqliteDatabase):  # its file removed or replaced: live runs end now
         storage.db.on_lost.append(lambda exc: end_live_runs(runs, exc))
     metrics.attach_live(svc.live_metric_sources())
@@ -399,6 +433,33 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
             asyncio.create_task(prune_keywords_periodically(keywords, prune_policy), name="keyword-prune")
         )
     return svc
+
+
+#: Several processes on one SQLite file: how often a followed run's log is read (the
+#: file has no notifications; a token reaches a follower on a sibling worker this late).
+SHARED_FILE_POLL_S = 0.05
+
+
+def _remote_runs(storage: Any, shared_file: bool) -> RemoteRuns | None:
+    """Followers of runs executing in another process: woken by the engine's feed
+    (PostgreSQL), or reading the log every ``SHARED_FILE_POLL_S`` (workers on one file)."""
+    if storage.run_feed is not None:
+        return RemoteRuns(storage.runs, storage.run_feed)
+    if shared_file:
+        return RemoteRuns(storage.runs, None, poll_s=SHARED_FILE_POLL_S)
+    return None
+
+
+def _attach_titles(
+    runs: RunManager, storage: Any, metrics: AppMetrics, provider: Provider, settings: Settings, stack: AsyncExitStack
+) -> None:
+    """Conversations get a title once their first run ends (``app/history.py``)."""
+    if settings.conversation_titles == "off":
+        return
+    model = provider if settings.conversation_titles == "model" and provider.name != "extractive" else None
+    titler = Titler(storage.history, metrics.history, model)
+    stack.push_async_callback(titler.aclose)
+    runs.agent = with_titles(runs.agent, titler)
 
 
 def end_live_runs(runs: RunManager, exc: BaseException) -> None:

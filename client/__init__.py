@@ -14,15 +14,32 @@ from __future__ import annotations
 
 from client.agent import AgentClient, EventStream
 from client.errors import AgentClientError, APIError, StreamInterrupted
-from client.types import Conversation, ConversationMessage, RunState, StartedRun
+from client.types import (
+    ApprovalAccepted,
+    Conversation,
+    ConversationMessage,
+    ConversationPage,
+    ConversationSummary,
+    RunFeedback,
+    RunInfo,
+    RunPage,
+    RunState,
+    StartedRun,
+)
 
 __all__ = [
     "APIError",
     "AgentClient",
     "AgentClientError",
+    "ApprovalAccepted",
     "Conversation",
     "ConversationMessage",
+    "ConversationPage",
+    "ConversationSummary",
     "EventStream",
+    "RunFeedback",
+    "RunInfo",
+    "RunPage",
     "RunState",
     "StartedRun",
     "StreamInterrupted",

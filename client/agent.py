@@ -21,7 +21,10 @@ from httpx_sse import EventSource, SSEError
 
 import events
 from client.errors import AgentClientError, APIError, StreamInterrupted
+from client.history import HistoryMethods
 from client.types import (
+    ApprovalAccepted,
+    ApprovalDecisionName,
     ContextType,
     Conversation,
     ConversationMessage,
@@ -35,7 +38,7 @@ from client.types import (
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 
 
-class AgentClient:
+class AgentClient(HistoryMethods):
     """A client of one agent service. ``token`` is sent as ``Authorization: Bearer``;
     ``http`` is an ``httpx.AsyncClient`` to share (the caller closes it) — without one
     the client makes its own, closed by ``aclose`` or ``async with``."""
@@ -114,6 +117,27 @@ class AgentClient:
         when it runs on another replica and had not ended within the server's wait)."""
         _, data = await self._json("POST", f"/v1/agent/runs/{quote(run_id, safe='')}/cancel")
         return RunState(run_id=str(data["run_id"]), status=data["status"])
+
+    async def decide(
+        self,
+        run_id: str,
+        tool_use_id: str,
+        decision: ApprovalDecisionName,
+        arguments: dict[str, Any] | None = None,
+    ) -> ApprovalAccepted:
+        """Approve, edit (with ``arguments``) or reject the call a run waits on
+        (``ApprovalRequired``); ``APIError`` 404 (not your run, or not this call), 409
+        (decided, cancelled or expired already), 400 (edited arguments that do not fit).
+        Follow the run on with ``stream(run_id, after=<the approval_required id>)``."""
+        body: dict[str, Any] = {"decision": decision}
+        if arguments is not None:
+            body["arguments"] = arguments
+        path = f"/v1/agent/runs/{quote(run_id, safe='')}/approvals/{quote(tool_use_id, safe='')}"
+        _, data = await self._json("POST", path, json=body)
+        return ApprovalAccepted(
+            run_id=str(data["run_id"]), tool_use_id=str(data["tool_use_id"]), decision=data["decision"],
+            stream_url=str(data["stream_url"]),
+        )
 
     async def conversation(self, conversation_id: str) -> Conversation:
         """A conversation's stored messages, oldest first (yours only: else ``APIError`` 404)."""

@@ -31,6 +31,7 @@ from events.run import (
 )
 from events.schema import event_data_schemas, event_stream_schema
 from events.tools import (
+    ApprovalRequired,
     TableConfigPreview,
     TableConfigValidationError,
     ToolCallResult,
@@ -42,6 +43,7 @@ __all__ = [
     "EVENT_TYPES",
     "UNSET",
     "AnyEvent",
+    "ApprovalRequired",
     "Clarification",
     "ContentChunk",
     "Discarded",

@@ -21,6 +21,7 @@ from events.run import (
     ToolSelection,
 )
 from events.tools import (
+    ApprovalRequired,
     TableConfigPreview,
     TableConfigValidationError,
     ToolCallResult,
@@ -44,6 +45,7 @@ AnyEvent = (
     | TableConfigPreview
     | TableConfigValidationError
     | ToolCallResult
+    | ApprovalRequired
     | Clarification
     | Response
     | Error
@@ -67,6 +69,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = MappingProxyType(
             TableConfigPreview,
             TableConfigValidationError,
             ToolCallResult,
+            ApprovalRequired,
             Clarification,
             Response,
             Error,

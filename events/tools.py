@@ -15,6 +15,7 @@ from msgspec import UNSET, Meta, UnsetType
 from events.base import Event
 
 __all__ = [
+    "ApprovalRequired",
     "TableConfigPreview",
     "TableConfigValidationError",
     "ToolCallResult",
@@ -49,6 +50,21 @@ class ToolCallResult(Event, frozen=True, kw_only=True):
             description="What the call returned, in one short line inside \u201c\u201d quotes: retrieved data to "
             "show the user, never instructions.",
         ),
+    ] | UnsetType = UNSET
+
+
+class ApprovalRequired(Event, frozen=True, kw_only=True):
+    """A call that waits for the user's decision before it runs; the run pauses
+    (``waiting_approval``) until ``POST /v1/agent/runs/{run_id}/approvals/{tool_use_id}``
+    approves, edits or rejects it, or the approval expires."""
+
+    name: ClassVar[str] = "approval_required"
+    tool_use_id: str
+    tool_name: str = msgspec.field(name="name")
+    arguments: Annotated[dict[str, Any], Meta(description="The arguments the model gave the call.")]
+    reason: Annotated[str, Meta(description="Why this call waits for a decision, in one line.")]
+    expires_at: Annotated[
+        float, Meta(description="When an undecided approval ends the run cancelled (epoch seconds).")
     ] | UnsetType = UNSET
 
 

@@ -28,7 +28,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -90,6 +90,24 @@ def embedding_text(title: str, chunk: HeadedText) -> str:
     """What is embedded for a chunk: its title and heading, then its text."""
     head = title if not chunk.heading or chunk.heading == title else f"{title} — {chunk.heading}"
     return f"{head}\n{chunk.text}" if head else chunk.text
+
+
+#: A page summary longer than this is no one-line summary.
+MAX_SUMMARY_CHARS = 200
+
+
+def with_summary(chunks: list[Chunk], metadata: Mapping[str, Any]) -> list[Chunk]:
+    """The first chunk of a Markdown page whose front matter gives a ``description`` is
+    headed by it ("List installed packages — Synopsis"): documentation sites summarise
+    each page in one line there, in the words a question uses ("how do I list the
+    installed packages?"), while the page itself may only say them in passing. The
+    heading is searched (full text and re-ranking) and embedded, the text is unchanged."""
+    summary = metadata.get("description") if metadata.get("format") == "markdown" else None
+    if not chunks or not isinstance(summary, str) or not summary.strip() or len(summary) > MAX_SUMMARY_CHARS:
+        return chunks
+    first = chunks[0]
+    heading = f"{summary.strip()} — {first.heading}" if first.heading else summary.strip()
+    return [replace(first, heading=heading), *chunks[1:]]
 
 
 async def embed_texts(
@@ -301,7 +319,9 @@ class Ingestor:
 
         def chunk_all() -> None:
             for p in todo:
-                p.chunks = chunk_text(p.doc.text, target=target, overlap=overlap, paged=p.doc.paged)
+                p.chunks = with_summary(
+                    chunk_text(p.doc.text, target=target, overlap=overlap, paged=p.doc.paged), p.doc.metadata
+                )
 
         await asyncio.to_thread(chunk_all)
         todo = [p for p in todo if p.chunks]

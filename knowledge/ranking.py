@@ -276,16 +276,9 @@ def rerank(
     ordered_in = sorted(candidates, key=lambda c: -c.fused)
     shared = _shared_title_words(candidates)
     scored: list[Candidate] = []
-    for i, c in enumerate(ordered_in):
-        # Exact early exit: a candidate's score is at most W_FUSED * its fused share plus
-        # every bonus, so once the current top_k all beat that bound for the next
-        # candidate (fused is sorted), nothing further can enter the result.
-        if i >= top_k and i % 8 == 0:
-            bound = W_FUSED * min(1.0, c.fused / max_fused) + W_PHRASE + W_TITLE + W_META + W_LEAD
-            current = _capped(scored, top_k, per_doc)
-            if len(current) >= top_k and current[-1].score > bound:
-                break
-        scored.append(c)
+    openings: set[int] = set()  # chunk rowids of the openings of documents the query names
+
+    def score(c: Candidate) -> None:
         body_words = tokens(c.text)
         body_set = set(body_words)
         title_set = set(tokens(c.title + " " + c.heading))
@@ -302,10 +295,38 @@ def rerank(
         relevance = max(coverage, min(1.0, max(0.0, c.cosine)))
         damped = fused * (RELEVANCE_FLOOR + (1.0 - RELEVANCE_FLOOR) * relevance)
         lead = 1.0 if c.position == 0 and _names_title(c.title, forms, shared) else 0.0
+        if lead:
+            openings.add(c.chunk_rowid)
         c.score = round(
             min(1.0, W_FUSED * damped + W_PHRASE * phrase + W_TITLE * title_cov + W_META * meta + W_LEAD * lead), 4
         )
-    return _capped(scored, top_k, per_doc)
+
+    for i, c in enumerate(ordered_in):
+        # Exact early exit: a candidate's score is at most W_FUSED * its fused share plus
+        # every bonus, so once the current top_k all beat that bound for the next
+        # candidate (fused is sorted), nothing further can enter the result.
+        if i >= top_k and i % 8 == 0:
+            bound = W_FUSED * min(1.0, c.fused / max_fused) + W_PHRASE + W_TITLE + W_META + W_LEAD
+            current = _capped(scored, top_k, per_doc)
+            if len(current) >= top_k and current[-1].score > bound:
+                break
+        scored.append(c)
+        score(c)
+    kept = _capped(scored, top_k, per_doc)
+    # The openings of the kept documents the query names, scored even when the early
+    # exit stopped before them (a few chunks at most: one per kept document).
+    kept_docs = {c.doc_id for c in kept}
+    seen = {c.chunk_rowid for c in scored}
+    for c in ordered_in:
+        if (
+            c.position == 0
+            and c.doc_id in kept_docs
+            and c.chunk_rowid not in seen
+            and _names_title(c.title, forms, shared)
+        ):
+            scored.append(c)
+            score(c)
+    return _with_openings(kept, [c for c in scored if c.chunk_rowid in openings], top_k, per_doc)
 
 
 def _shared_title_words(candidates: Sequence[Candidate]) -> frozenset[str]:
@@ -348,6 +369,30 @@ def _capped(candidates: list[Candidate], top_k: int, per_doc: int) -> list[Candi
         if len(kept) >= top_k:
             break
     return kept
+
+
+def _with_openings(kept: list[Candidate], openings: list[Candidate], top_k: int, per_doc: int) -> list[Candidate]:
+    """Every kept document the query names shows its opening among its chunks.
+
+    "What does npm rebuild run?" names ``npm-rebuild``, whose option sections (repeated on
+    many pages) outscore its description; the per-document cap then leaves the page's
+    opening out, and with it what the page says it does. The opening joins right after
+    the document's last kept chunk while the list and the document have room, else it
+    takes that chunk's place: every document keeps the rank its best chunk gave it and
+    no document leaves the list, only which of its chunks are shown changes.
+    """
+    out = list(kept)
+    for opening in openings:
+        if any(c is opening for c in out):
+            continue
+        mine = [i for i, c in enumerate(out) if c.doc_id == opening.doc_id]
+        if not mine:
+            continue
+        if len(mine) < per_doc and len(out) < top_k:
+            out.insert(mine[-1] + 1, opening)
+        else:
+            out[mine[-1]] = opening
+    return out
 
 
 def signal_spread(values: Sequence[float], top_k: int) -> float:

@@ -116,12 +116,22 @@ def _passages(result: ToolResult) -> list[Passage]:
     for chunk in body.get("chunks") or []:
         if isinstance(chunk, dict) and chunk.get("source_id") and chunk.get("text"):
             out.append(Passage(str(chunk["source_id"]), str(chunk.get("title") or ""), str(chunk["text"]),
-                               float(chunk.get("score") or 0.0)))
+                               float(chunk.get("score") or 0.0), _summary(chunk.get("metadata"))))
     for ext in body.get("external_answers") or []:
         if isinstance(ext, dict) and ext.get("source_id") and ext.get("answer"):
             out.append(Passage(str(ext["source_id"]), str(ext.get("question") or "stored external answer"),
                                str(ext["answer"]), 0.5))
     return out
+
+
+def _summary(metadata: Any) -> str:
+    """A Markdown page's one-line summary: its front matter's ``description``, which the
+    loader keeps in the document's metadata (a record's ``description`` field is data,
+    not a summary of a page)."""
+    if not isinstance(metadata, dict) or metadata.get("format") != "markdown":
+        return ""
+    summary = metadata.get("description")
+    return summary if isinstance(summary, str) else ""
 
 
 class ExtractiveProvider:

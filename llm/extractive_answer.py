@@ -36,6 +36,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from llm.extractive_question import NEGATION as _NEGATION
 from llm.extractive_question import WORD as _WORD
 from llm.extractive_question import Question as _Question
 from llm.extractive_question import coverage as _coverage
@@ -57,21 +58,35 @@ WHOLE_BLOCK_PENALTY = 0.1
 #: its length is not held against it.
 ENUMERATION_BONUS = 0.05
 ANSWER_TYPE_BONUS = 0.15
+#: A question about a negated case ("… when there is no restart script?") is answered by
+#: a sentence about that case ("If it does _not_ have a restart script …"), not by the
+#: one about the positive case beside it, which holds the same words.
+NEGATION_BONUS = 0.1
 #: A section heading this long says what its paragraph is about (see ``_with_heading``).
 MIN_HEADING_WORDS = 3
 _ASIDE = re.compile(r"^[*_\s]*(?:note|warning|caution|tip|see also|deprecated)\b[*_\s]*:", re.IGNORECASE)
 #: How much a question word found only in the unit's title or heading counts.
 CONTEXT_WEIGHT = 0.8
 FIRST_UNDER_HEADING_BONUS = 0.05
-#: For the first sentence of a document the question names (see ``_units``).
+#: For the first sentence of a document the question names (see ``_units``), scaled by
+#: the share of the question its title says: "what does npm dedupe do?" is all title and
+#: asks what the page says first; "what happens with npm stop when no stop script is
+#: defined?" names the page but asks one thing of it, which the opening may not say.
 OPENING_BONUS = 0.2
+#: A question that asks what a named document is or does ("what does npm rebuild run?",
+#: "what does npm doctor check?": the title and at most one more word) is answered by
+#: the document's opening, however many other sentences repeat its words.
+DEFINITION_BONUS = 0.6
 #: A code block up to this long follows the paragraph that leads to it.
 FOLLOWING_CODE_CHARS = 500
 MAX_ANSWER_CHARS = 1200
 MAX_PASSAGES = 2
+#: A summary longer than this is no one-line summary (see ``_with_summary``).
+MAX_SUMMARY_CHARS = 200
 #: A further passage must score at least this share of the best one.
 SECOND_PASSAGE_SHARE = 0.75
 
+_EMPHASIS = re.compile(r"[*_`]")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _REFERRING = frozenset("this that these those it its they their such then so".split())
 
@@ -82,6 +97,9 @@ class Passage:
     title: str
     text: str
     score: float
+    #: The document's one-line summary (a Markdown page's front-matter ``description``:
+    #: "Create a tarball from a package"), read with the passage that opens the document.
+    summary: str = ""
 
 
 def sentence_key(text: str) -> str:
@@ -108,18 +126,42 @@ class _Read:
     blocks: list[Block]
     headings: list[str]
     first: bool  # the passage opens its document
+    summary: int = -1  # the block of the document's summary (``_with_summary``), if any
 
 
 def _read(passage: Passage) -> _Read:
     first = "#" not in passage.source_id or passage.source_id.endswith("#0")
     blocks = parse_passage(passage.text, first_of_document=first)
+    summary = -1
+    if first:
+        blocks, summary = _with_summary(blocks, passage.summary)
     headings: list[str] = []
     current = ""
     for b in blocks:
         if b.kind == "heading":
             current = b.text
         headings.append(current)
-    return _Read(passage, blocks, headings, first)
+    return _Read(passage, blocks, headings, first, summary)
+
+
+def _with_summary(blocks: list[Block], summary: str) -> tuple[list[Block], int]:
+    """The document's summary as a sentence of its own, where a reader meets it: after
+    the page's leading title and synopsis (headings and code before any prose), so the
+    synopsis stays the command of the page it summarises. ``npm-pack``'s first chunk
+    holds its synopsis and option sections only; its summary, "Create a tarball from a
+    package.", is what answers "how do I create a tarball of my package?"."""
+    text = " ".join(summary.split())
+    if not text or len(text) > MAX_SUMMARY_CHARS:
+        return blocks, -1
+    if not text.endswith((".", "!", "?", ":")):
+        text += "."
+    at = 0
+    for b, block in enumerate(blocks):
+        if block.kind not in ("heading", "code"):
+            break
+        if block.kind == "code":
+            at = b + 1
+    return [*blocks[:at], Block("prose", [text]), *blocks[at:]], at
 
 
 def _introduces(text: str) -> bool:
@@ -173,6 +215,18 @@ def _names(question: _Question, title: frozenset[str], shared: frozenset[str]) -
     return bool(own) and own != title and _coverage(own, asked) >= 1.0
 
 
+def _section_named(question: _Question, heading: str, title: frozenset[str]) -> float:
+    """The share of the question a section's heading says, when the question names the
+    section (every word of its heading that the page's title has not said is asked:
+    "when should perplexity_search be used?" names the section ``perplexity_search``);
+    else 0. Like a named page, a named section is answered by what it says first."""
+    heading_stems = _stems(heading) - title
+    asked = question.stems | frozenset(question.joined)
+    if not heading_stems or _coverage(heading_stems, asked) < 1.0:
+        return 0.0
+    return _coverage(question.stems, heading_stems)
+
+
 def _shared_title_stems(reads: list[_Read]) -> frozenset[str]:
     seen: dict[str, int] = {}
     for title in {r.passage.title for r in reads}:
@@ -190,9 +244,14 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
         # A question that names a document ("what does npm dedupe do?", every word in the
         # title "npm-dedupe") is answered by what that document says first.
         named = read.first and _names(question, title, shared)
-        opening = next(
-            (b for b, block in enumerate(read.blocks) if block.kind == "prose" and not _aside(block.units[0])), -1
+        said_by_title = title | {head for word, head in question.joined.items() if word in title}
+        named_share = _coverage(question.stems, said_by_title) if named else 0.0
+        defines = (
+            named
+            and question.definition
+            and sum(1 for q in question.stems if _coverage(frozenset({q}), said_by_title) < 1.0) <= 1
         )
+        opening = _opening(read)
         for b, block in enumerate(read.blocks):
             if block.kind == "heading" or block.kind == "code":
                 continue
@@ -216,6 +275,10 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                     if score > 0:
                         out.append(_Unit(p, b, -1, whole, score + rank))
             if block.kind == "table":
+                for i, (row, cells) in enumerate(_table_rows(block)):
+                    score = _unit_score(question, cells, context | _stems(_table_rows_header(block)))
+                    if _coverage(question.stems, question.terms(cells)) > 0:
+                        out.append(_Unit(p, b, i, row, score + rank - 0.004 * min(i, 10)))
                 continue
             for i, text in enumerate(block.units):
                 if len(text) < MIN_LEAD_CHARS or _only_links(text):
@@ -231,17 +294,63 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                     continue  # about the question neither itself nor by its section
                 if after_heading and i == 0:  # what a section says first is what it is about
                     score += FIRST_UNDER_HEADING_BONUS
+                    if not (named and b == opening):
+                        score += OPENING_BONUS * _section_named(question, read.headings[b], title)
                 if named and b == opening and i == 0:
-                    score += OPENING_BONUS
+                    score += DEFINITION_BONUS if defines else OPENING_BONUS * named_share
                 if question.holds_wanted(plain):
                     score += ANSWER_TYPE_BONUS
+                if question.negated and _NEGATION.search(_EMPHASIS.sub("", plain)):
+                    score += NEGATION_BONUS
                 out.append(_Unit(p, b, i, text, score))
     return out
+
+
+def _opening(read: _Read) -> int:
+    """The block a document opens with: its first paragraph that is no aside and not the
+    summary (which says less than the page's own first words), before any list or table
+    (a paragraph after an option's "Default: …" list describes the option, not the
+    page); -1 when the passage holds none."""
+    for b, block in enumerate(read.blocks):
+        if block.kind in ("list", "table"):
+            return -1
+        if block.kind == "prose" and block.units and not _aside(block.units[0]) and b != read.summary:
+            return b
+    return -1
+
+
+_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}")
+
+
+def _table_rows_header(block: Block) -> str:
+    """A table's header line (its column names), or "" when it has no header rule."""
+    lines = block.text.split("\n")
+    return lines[0] if len(lines) > 2 and _TABLE_RULE.match(lines[1]) else ""
+
+
+def _table_rows(block: Block) -> list[tuple[str, str]]:
+    """A table's body rows: ``(the row as Markdown, its cells as plain words)``. A row
+    says one thing ("`message_complete` … always last, exactly once") as an item does."""
+    lines = block.text.split("\n")
+    body = lines[2:] if _table_rows_header(block) else lines
+    return [(line, " ".join(cell.strip() for cell in line.strip().strip("|").split("|"))) for line in body
+            if line.strip() and not _TABLE_RULE.match(line)]
 
 
 def _window(read: _Read, unit: _Unit) -> list[str]:
     """The Markdown pieces quoted for a lead: its neighbours and what it introduces."""
     block = read.blocks[unit.block]
+    if block.kind == "table" and unit.index >= 0:
+        # One row under its header and rule: still a table a reader can read.
+        lines = block.text.split("\n")
+        header = lines[:2] if _table_rows_header(block) else []
+        return ["\n".join([*header, unit.text])]
+    if unit.block == read.summary:
+        # The summary says what the page is in a line; the page's opening says it in full.
+        opening = _opening(read)
+        if opening < 0 or len(" ".join(read.blocks[opening].units)) > WHOLE_PARAGRAPH_CHARS:
+            return [block.units[0]]
+        return [block.units[0], *_window(read, _Unit(unit.passage, opening, 0, read.blocks[opening].units[0], 0.0))]
     pieces: list[str] = []
     if block.kind in ("list", "table"):
         intro = _prev_block(read, unit.block)
@@ -277,16 +386,21 @@ def _window(read: _Read, unit: _Unit) -> list[str]:
 
 
 def _with_synopsis(read: _Read, unit: _Unit, pieces: list[str], question: _Question) -> list[str]:
-    """A how-to question quoted from a page's opening gets the page's synopsis too (the
-    short code block above the opening) when the quote names no command itself: "Spawn
-    a subshell in the directory of the installed package specified." answers "how do I
-    open a subshell …" only with ``npm explore <pkg>`` beside it."""
-    if not question.how_to or not read.first or any("`" in p for p in pieces):
+    """A how-to question quoted from a page's description gets the page's synopsis too
+    (the short code block above the description) when the quote does not name the page's
+    command itself: "Spawn a subshell in the directory of the installed package
+    specified." answers "how do I open a subshell …" only with ``npm explore <pkg>``
+    beside it, and "add: Add a new user as a maintainer of a package." (an item of
+    ``npm-owner``'s description) only with ``npm owner add <user> <package-spec>``."""
+    if not question.how_to or not read.first:
         return pieces
-    before = read.blocks[: unit.block]
-    if any(b.kind == "prose" and not _aside(b.units[0]) for b in before if b.units):
-        return pieces  # not the page's opening: its synopsis is about something else
-    code = next((b for b in before if b.kind == "code"), None)
+    command = " ".join(_WORD.findall(read.passage.title.casefold()))
+    if command and command in " ".join(_WORD.findall(" ".join(pieces).casefold())):
+        return pieces  # the quote names the command: its synopsis adds nothing
+    opening = read.summary if unit.block == read.summary else _opening(read)
+    if opening < 0 or opening > unit.block or read.headings[unit.block] != read.headings[opening]:
+        return pieces  # not the page's description: its synopsis is about something else
+    code = next((b for b in read.blocks[:opening] if b.kind == "code"), None)
     if code is None:
         return pieces
     shown = code.markdown()

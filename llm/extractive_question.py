@@ -40,6 +40,19 @@ _WANTS = (
 _HOW_TO = re.compile(r"^\s*how\s+(?:(?:do|does|can|could|should|would|may|must)\s+(?:i|we|you|one)|to)\b",
                      re.IGNORECASE)
 
+#: "What does npm rebuild run?", "what is package-lock.json for?": asks what a thing is
+#: or does (see ``Question.definition``).
+_DEFINITION = re.compile(r"^\s*what\s+(?:does|do|is|are)\b", re.IGNORECASE)
+
+#: A negation: a sentence about a negated case ("if it does not have a restart script …").
+NEGATION = re.compile(r"\b(?:no|not|without|never|none|nothing|unless|omitted|cannot)\b|n't\b", re.IGNORECASE)
+#: A question about a negated case: a condition with a negation ("… when there is no
+#: restart script?", "what happens if … is run without an initializer?"); "how do I run
+#: a command without installing it?" asks for a way, not about a case.
+_NEGATED_CASE = re.compile(
+    r"\b(?:when|if|unless)\b[^?]*?(?:\b(?:no|not|without|never|none|nothing)\b|n't\b)", re.IGNORECASE
+)
+
 #: English adverb particles: "log in" is the ``login`` a command or page is named by.
 _PARTICLES = frozenset("in up out on off down over back away".split())
 
@@ -117,6 +130,11 @@ class Question:
     wants: re.Pattern[str] | None
     #: "How do I …": the answer should show the command that does it.
     how_to: bool = False
+    #: "What does … do / what is …": asks what a thing is or does, which a document
+    #: named by the question says first.
+    definition: bool = False
+    #: The question asks about a negated case ("when there is no … script").
+    negated: bool = False
 
     @classmethod
     def of(cls, question: str) -> Question:
@@ -134,7 +152,9 @@ class Question:
         wants = next((unit for _, asks, unit in _WANTS if asks.search(question)), None)
         enumeration = bool(many) or bool(_ENUMERATION.search(question))
         how_to = _HOW_TO.search(question) is not None
-        return cls(stems(question), joined, phrasal, enumeration, focus, wants, how_to)
+        definition = _DEFINITION.search(question) is not None
+        negated = _NEGATED_CASE.search(question) is not None
+        return cls(stems(question), joined, phrasal, enumeration, focus, wants, how_to, definition, negated)
 
     def terms(self, text: str) -> frozenset[str]:
         """The stems of ``text``, with the question's words a joined word stands for, and
@@ -151,4 +171,4 @@ class Question:
         return self.wants is not None and self.wants.search(text) is not None
 
 
-__all__ = ["WORD", "Question", "coverage", "stems"]
+__all__ = ["NEGATION", "WORD", "Question", "coverage", "stems"]

@@ -15,8 +15,10 @@ from storage.stores.conversations import SqlConversationStore
 from storage.stores.drafts import SqlDraftStore
 from storage.stores.external_results import SqlExternalResultStore
 from storage.stores.external_vectors import SqlExternalVectorStore
+from storage.stores.history import SqlHistoryStore
 from storage.stores.keywords import SqlKeywordStore
 from storage.stores.limits import SqlLimitStore
+from storage.stores.retention import SqlRetentionStore
 from storage.stores.secrets import SqlSecretStore
 from storage.stores.tool_calls import SqlToolCallLog
 
@@ -53,6 +55,10 @@ class SqlStorage(Generic[DB, Runs, KB]):
     kb_index: KB
     limits: SqlLimitStore
     secrets: SqlSecretStore
+    #: A user's history (conversation list, titles, deletion; run lookup; feedback).
+    history: SqlHistoryStore
+    #: Event-log compaction of long-finished runs.
+    retention: SqlRetentionStore
     #: News of runs committed by other processes (PostgreSQL's LISTEN/NOTIFY); ``None``
     #: where one process owns the database and follows its live runs in memory.
     run_feed: Any = None
@@ -76,6 +82,8 @@ class SqlStorage(Generic[DB, Runs, KB]):
             kb_index=kb_index,
             limits=SqlLimitStore(sql),
             secrets=SqlSecretStore(sql),
+            history=SqlHistoryStore(sql),
+            retention=SqlRetentionStore(sql),
             run_feed=run_feed,
         )
 

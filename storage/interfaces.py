@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from llm.types import Message
 from storage.draft_records import Draft
+from storage.history_records import ConversationSummary, DeletedConversation, RunView
 from storage.kb_records import (
     KBBucketRecord,
     KBChunkRow,
@@ -145,6 +146,65 @@ class RunStore(Protocol):
 
     async def release_leases(self, owner: str, run_ids: Sequence[str]) -> None:
         """Let other processes take these runs at once (shutdown)."""
+        ...
+
+    # Approvals: a run parked ``waiting_approval`` is held by nobody; a decision, a cancel
+    # or the expiry makes it claimable (``storage.stores.approval_waits``).
+
+    async def decide(self, run_id: str, user_id: str, checkpoint_seq: int, checkpoint: bytes) -> bool:
+        """Store the checkpoint carrying a decision if the run still waits at
+        ``checkpoint_seq``; False when something else came first."""
+        ...
+
+    async def expire_waits(self) -> list[str]:
+        """Make the parked runs whose deadline passed claimable; their ids."""
+        ...
+
+    async def claim_one(self, run_id: str, owner: str, lease_s: float) -> bool:
+        """Take one unfinished run that nobody holds for ``owner``."""
+        ...
+
+
+class HistoryStore(Protocol):
+    """A user's history (issue 25): conversations listed newest first, titled, renamed and
+    deleted; runs looked up and listed; feedback on a run. Every read and write takes
+    the user: another user's id reads like one that does not exist."""
+
+    async def list_conversations(
+        self, user_id: str, *, limit: int, before: tuple[float, str] | None = None
+    ) -> list[ConversationSummary]: ...
+
+    async def conversation(self, user_id: str, conversation_id: str) -> ConversationSummary | None: ...
+
+    async def rename(self, user_id: str, conversation_id: str, title: str) -> bool: ...
+
+    async def set_title_if_unset(self, user_id: str, conversation_id: str, title: str) -> bool: ...
+
+    async def unfinished_runs(self, user_id: str, conversation_id: str) -> list[str]: ...
+
+    async def delete_conversation(self, user_id: str, conversation_id: str) -> DeletedConversation | None:
+        """Everything of the conversation gone (keywords and saved web answers unlinked);
+        ``ConversationBusy`` while a run of it is unfinished; ``None``: no such conversation."""
+        ...
+
+    async def run(self, user_id: str, run_id: str) -> RunView | None: ...
+
+    async def list_runs(
+        self, user_id: str, *, conversation_id: str | None, limit: int, before: tuple[float, str] | None = None
+    ) -> list[RunView]: ...
+
+    async def set_feedback(self, user_id: str, run_id: str, score: int, comment: str | None) -> bool: ...
+
+    async def idle_conversations(self, idle_before: float, limit: int) -> list[tuple[str, str]]: ...
+
+
+class RetentionStore(Protocol):
+    """Compaction of long-finished runs' event logs (``storage.event_folding``)."""
+
+    async def compactable(self, finished_before: float, limit: int) -> list[str]: ...
+
+    async def compact(self, run_ids: Sequence[str]) -> tuple[bool, int]:
+        """(whether this process held the retention lock, event rows removed)."""
         ...
 
 
@@ -531,6 +591,12 @@ class StorageBundle(Protocol):
 
     @property
     def secrets(self) -> SecretStore: ...
+
+    @property
+    def history(self) -> HistoryStore: ...
+
+    @property
+    def retention(self) -> RetentionStore: ...
 
     @property
     def run_feed(self) -> RunFeed | None:

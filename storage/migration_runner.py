@@ -37,6 +37,7 @@ STEP_NAMES: Mapping[int, str] = {
     14: "runs: a cancel requested on any replica",
     15: "owners: saved web answers, keywords and their associations are their user's",
     16: "conversations: ids are per user (conversations and messages keyed by user and id)",
+    17: "conversations: title; runs: feedback and event-log compaction (issue 25)",
 }
 
 

@@ -12,9 +12,16 @@ from typing import Any, Literal
 
 from llm.types import Message
 
-RunStatus = Literal["queued", "running", "completed", "failed", "cancelled", "interrupted"]
+RunStatus = Literal["queued", "running", "completed", "failed", "cancelled", "interrupted", "waiting_approval"]
 #: Statuses of a run that has not ended: another process may carry it on.
 UNFINISHED: tuple[RunStatus, ...] = ("queued", "running", "interrupted")
+#: A run parked until its user decides on a tool call: not ended, but held by no process
+#: (no lease, no live-run slot, not counted among the user's unfinished runs); a decision,
+#: a cancel or its expiry turns it ``interrupted``, and whichever process claims it first
+#: carries it on. Its ``lease_until`` column holds the approval's deadline meanwhile.
+WAITING_APPROVAL: RunStatus = "waiting_approval"
+#: Statuses of a run that still holds its conversation (later runs wait for its end).
+NOT_ENDED: tuple[RunStatus, ...] = (*UNFINISHED, WAITING_APPROVAL)
 TERMINAL_STATUSES: tuple[RunStatus, ...] = ("completed", "failed", "cancelled")
 TERMINAL_EVENT = "message_complete"
 MultitaskPolicy = Literal["enqueue", "reject", "interrupt"]
@@ -113,6 +120,9 @@ class RunWrite:
     #: took the run over. ``None``: no lease check (one process, or a rescue write).
     lease_owner: str | None = None
     lease_s: float = 0.0
+    #: With ``status`` ``waiting_approval``: the run is parked for this many seconds (its
+    #: lease handed back, its deadline kept in ``lease_until``) — no process holds it.
+    wait_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -409,3 +409,59 @@ async def test_offline_the_playground_opens_in_knowledge_and_answers_a_first_que
             assert await last_run(page, "run.querySelector('.final').hidden") is True
             await page.screenshot(Path("/tmp/playground-offline-declined.png"))
             assert page.exceptions == [] and page.console_errors == []
+
+
+class ApprovalScript:
+    """A call that needs approval, then the answer once its result is back."""
+
+    def __call__(self, request: ChatRequest, index: int) -> GatedTurn:
+        if turn_in_run(request) == 0:
+            call = ScriptedCall("clear_stock_probe", {"table": "stock"})
+            return GatedTurn(["I will clear the stock table. "], [call])
+        return GatedTurn(["Cleared."])
+
+
+async def test_playground_approves_a_call_in_headless_chromium(settings: Settings) -> None:
+    """A call that needs approval shows Approve / Edit / Reject; Approve runs it once and
+    the page follows the run on to its end."""
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("no chromium binary (install Debian's `chromium` package; .ci/run does)")
+    schema = {"type": "object", "properties": {"table": {"type": "string"}}, "required": ["table"],
+              "additionalProperties": False}
+    reg = ToolRegistry([ToolSpec(ToolDefinition("clear_stock_probe", "Test write tool.", schema), ALL,
+                                 asks_approval=True)])
+    calls: list[dict[str, Any]] = []
+
+    async def clear(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        calls.append(args)
+        return ToolOutcome({"cleared": args["table"]})
+
+    reg.set_handler("clear_stock_probe", clear)
+    async with running_app(settings, provider=GatedProvider(ApprovalScript()), registry=reg, embedder=None) as (
+        base, app,
+    ):
+        with_playground(app)
+        async with launch(binary) as browser:
+            page = await browser.new_page()
+            await page.navigate(f"{base}/")
+            await page.click("input[value=workflow]")
+            await ask(page, "Clear the stock table")
+            await page.wait_for(f"{RUN} && {RUN}.querySelector('.approval button.approve') !== null",
+                                what="the approval box")
+            await page.wait_for(f"{RUN}.dataset.status === 'waiting'", what="the waiting status")
+            assert await last_run(page, "[...run.querySelectorAll('.approval button')].map(b => b.textContent)") == [
+                "Approve", "Edit", "Reject"]
+            shown = await last_run(page, "JSON.parse(run.querySelector('.approval-arguments').value)")
+            assert shown == {"table": "stock"}
+            assert calls == []  # nothing ran while it waited
+            assert "waiting for approval" in await last_run(page, "run.querySelector('.tools li').textContent")
+            await page.screenshot(ARTIFACTS / "playground-approval.png")
+            await page.click(".approval button.approve")
+            await page.wait_for(f"{RUN}.dataset.status === 'completed'", what="the run to complete")
+            assert await page.evaluate("document.querySelector('.approval').dataset.decision") == "approve"
+            assert (await last_run(page, "run.querySelector('.answer').textContent")).endswith("Cleared.")
+            assert await last_run(page, "run.querySelectorAll('.tools li[data-state=ok]').length") == 1
+            await page.screenshot(ARTIFACTS / "playground-approved.png")
+            assert page.exceptions == [] and page.console_errors == []
+    assert calls == [{"table": "stock"}]

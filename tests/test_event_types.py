@@ -113,6 +113,14 @@ LEGACY: list[tuple[events.Event, dict[str, Any]]] = [
         {"tool_use_id": "call_1", "name": "t", "is_error": True, "duration_ms": 0.0, "error": "why"},
     ),
     (
+        events.ApprovalRequired(
+            tool_use_id="call_2", tool_name="cancel_order", arguments={"order_id": "ORD-1"}, reason="it destroys",
+            expires_at=1700000000.5,
+        ),
+        {"tool_use_id": "call_2", "name": "cancel_order", "arguments": {"order_id": "ORD-1"}, "reason": "it destroys",
+         "expires_at": 1700000000.5},
+    ),
+    (
         events.Clarification(type="no_results", missing_info="a date range"),
         {"type": "no_results", "missing_info": "a date range"},
     ),

@@ -97,3 +97,205 @@ def test_a_heading_that_says_more_than_its_paragraph_is_kept() -> None:
     answer, _, _ = compose_answer("What happens when no model is reachable?", [passage])
     assert answer.startswith("**The answers come from the extractive provider.** No model was reachable"), answer
     assert fragments(answer) == [] and repeated_sentences(answer) == []
+
+
+REBUILD_OPENING = """### Synopsis
+
+```bash
+npm rebuild [<package-spec>] ...]
+```
+
+### Description
+
+This command does the following:
+
+1. Execute lifecycle scripts (`preinstall`, `install`, `postinstall`, `prepare`)
+2. Links bins depending on whether bin links are enabled"""
+REBUILD_LATER = """Usually, you should not need to run `npm rebuild` as it is already done for you as part of
+npm install (unless you suppressed these steps with `--ignore-scripts`)."""
+REBUILD_OPTION = """#### `ignore-scripts`
+
+If true, npm does not run scripts specified in package.json files. Commands that run a script,
+such as `npm rebuild`, still run their scripts."""
+
+
+def test_what_a_named_page_does_is_its_opening_with_what_it_introduces() -> None:
+    # "npm rebuild run" is said in full by later sentences; the question asks what the
+    # page is about, which its description says first (and the list it introduces).
+    passages = [
+        Passage("rebuild#1", "npm-rebuild", REBUILD_LATER, 0.8),
+        Passage("rebuild#4", "npm-rebuild", REBUILD_OPTION, 0.7),
+        Passage("rebuild#0", "npm-rebuild", REBUILD_OPENING, 0.58),
+    ]
+    answer, sources, _ = compose_answer("What does npm rebuild run?", passages)
+    assert answer.startswith("This command does the following:"), answer
+    assert "1. Execute lifecycle scripts" in answer and sources[0] == "rebuild#0"
+    assert repeated_sentences(answer) == [] and fragments(answer) == []
+
+
+STOP_OPENING = """### Synopsis
+
+```bash
+npm stop [-- <args>]
+```
+
+### Description
+
+This runs a predefined command specified in the "stop" property of a package's "scripts" object.
+
+Unlike with [npm start](/commands/npm-start), there is no default script that will run if the `"stop"`
+property is not defined."""
+
+
+def test_a_named_page_asked_one_thing_answers_with_what_says_it() -> None:
+    # The question names npm-stop but asks about a case its opening does not cover.
+    answer, _, _ = compose_answer(
+        "What happens with npm stop when no stop script is defined?",
+        [Passage("stop#0", "npm-stop", STOP_OPENING, 0.8)],
+    )
+    assert answer.startswith("Unlike with [npm start](/commands/npm-start), there is no default script"), answer
+
+
+OWNER_OPENING = """### Synopsis
+
+```bash
+npm owner add <user> <package-spec>
+npm owner rm <user> <package-spec>
+```
+
+### Description
+
+Manage ownership of published packages.
+
+* add: Add a new user as a maintainer of a package. This user is enabled to modify metadata.
+* rm: Remove a user from the package owner list."""
+
+
+def test_a_how_to_from_a_page_description_shows_the_command() -> None:
+    answer, _, _ = compose_answer(
+        "How do I add a maintainer to my package?", [Passage("owner#0", "npm-owner", OWNER_OPENING, 0.7)]
+    )
+    assert answer.startswith("add: Add a new user as a maintainer of a package."), answer
+    assert "```bash\nnpm owner add <user> <package-spec>" in answer
+    # A quote that names the command itself needs no synopsis.
+    named, _, _ = compose_answer(
+        "How do I stop a package?", [Passage("stop#0", "npm-stop", STOP_OPENING.replace("This runs", "`npm stop` runs"), 0.7)]
+    )
+    assert "```" not in named, named
+
+
+PACK_OPENING = """### Synopsis
+
+```bash
+npm pack <package-spec>
+```
+
+### Configuration
+
+#### `dry-run`
+
+* Default: false
+* Type: Boolean
+
+Indicates that you don't want npm to make any changes and that it should only report what it would have done."""
+
+
+def test_a_page_summary_answers_when_the_page_says_it_nowhere_else() -> None:
+    # npm-pack's first chunk is its synopsis and an option: only its front-matter
+    # summary says what it does. The summary is quoted as a sentence with the synopsis,
+    # never the option's paragraph as if it were the page's opening.
+    passages = [Passage("pack#0", "npm-pack", PACK_OPENING, 0.8, "Create a tarball from a package")]
+    answer, sources, _ = compose_answer("How do I create a tarball of my package?", passages)
+    assert answer == ("Create a tarball from a package. [pack#0]\n\n```bash\nnpm pack <package-spec>\n```"), answer
+    assert sources == ["pack#0"]
+    # A page with an opening of its own: the summary leads into it, said once.
+    login = ("### Synopsis\n\n```bash\nnpm login\n```\n\n### Description\n\nVerify a user in the specified registry, "
+             "and save the credentials to the `.npmrc` file.")
+    answer, _, _ = compose_answer(
+        "How do I log in to the registry?", [Passage("login#0", "npm-login", login, 0.8, "Login to a registry user account")]
+    )
+    assert answer.startswith("Login to a registry user account. [login#0]\n\nVerify a user"), answer
+    assert "```bash\nnpm login\n```" in answer and repeated_sentences(answer) == [] and fragments(answer) == []
+
+
+def test_the_provider_reads_a_page_summary_from_the_chunk_metadata() -> None:
+    import orjson
+
+    from llm.extractive import _passages
+    from llm.types import ToolResult
+
+    chunk = {"source_id": "pack#0", "title": "npm-pack", "text": PACK_OPENING, "score": 0.8,
+             "metadata": {"format": "markdown", "description": "Create a tarball from a package"}}
+    record = {**chunk, "source_id": "inv#0", "metadata": {"format": "json", "description": "Tarball crate"}}
+    result = ToolResult("call_1", "knowledge_base_search", orjson.dumps({"chunks": [chunk, record]}).decode())
+    assert [p.summary for p in _passages(result)] == ["Create a tarball from a package", ""]
+
+
+TOOLS = """# The RAG tools and their parameters
+
+## knowledge_base_search
+
+`knowledge_base_search(query, kb_id="default_kb", top_k=5)` searches the internal knowledge base.
+
+## perplexity_search
+
+`perplexity_search(query, context?)` searches external sources. Use it only when the knowledge base results are
+insufficient. It returns an answer, citations and an id for the stored result."""
+TROUBLE = """## Perplexity errors
+
+Without `PERPLEXITY_API_KEY`, or when Perplexity returns 429, times out or fails, `perplexity_search` returns a tool
+error and the model answers from the knowledge base alone."""
+
+
+def test_a_section_the_question_names_answers_with_what_it_says_first() -> None:
+    passages = [Passage("trouble#2", "Troubleshooting", TROUBLE, 0.66), Passage("tools#0", "The RAG tools", TOOLS, 0.54)]
+    answer, sources, _ = compose_answer("When should perplexity_search be used?", passages)
+    assert answer.startswith("`perplexity_search(query, context?)` searches external sources. Use it only when"), answer
+    assert sources[0] == "tools#0"
+
+
+EVENTS = """## The events
+
+| event | data | when |
+| --- | --- | --- |
+| `run_started` | `{run_id, conversation_id}` | always first |
+| `content_chunk` | `{chunk}` | streamed assistant text |
+| `message_complete` | `{status, run_id, conversation_id, turns, usage}` | always last, exactly once |"""
+
+
+def test_one_row_of_a_table_answers_under_its_header() -> None:
+    answer, _, _ = compose_answer(
+        "Which event is always the last one of a run?", [Passage("sse#1", "SSE events and their order", EVENTS, 0.6)]
+    )
+    assert answer.startswith("| event | data | when |\n| --- | --- | --- |\n| `message_complete` |"), answer
+    assert "run_started" not in answer
+    # A question asking for several things still gets the whole table.
+    every, _, _ = compose_answer("Which events does a run stream?", [Passage("sse#1", "SSE events", EVENTS, 0.6)])
+    assert "`run_started`" in every and "`message_complete`" in every
+
+
+RESTART = """### Description
+
+This restarts a project.
+
+If the current project has a `"restart"` script specified in `package.json`, then the following scripts will be run:
+
+1. prerestart
+2. restart
+3. postrestart
+
+If it does _not_ have a `"restart"` script specified, but it does have `stop` and/or `start` scripts, then the
+following scripts will be run:
+
+1. prerestart
+2. prestop
+3. stop"""
+
+
+def test_a_question_about_a_negated_case_is_answered_by_that_case() -> None:
+    passages = [Passage("restart#0", "npm-restart", RESTART, 0.8)]
+    answer, _, _ = compose_answer("Which scripts run for npm restart when there is no restart script?", passages)
+    assert answer.startswith("If it does _not_ have a"), answer
+    assert "2. prestop" in answer and "2. restart" not in answer
+    positive, _, _ = compose_answer("Which scripts run for npm restart when there is a restart script?", passages)
+    assert positive.startswith("If the current project has"), positive

@@ -301,3 +301,25 @@ async def test_the_same_file_in_two_buckets_is_two_documents(kb: KnowledgeBase, 
     moved = await kb.ingest_documents([{"id": "fixed", "text": "one"}])
     clash = await kb.ingest_documents([{"id": "fixed", "text": "one"}], bucket="birds")
     assert moved.added == 1 and clash.added == 0 and clash.rejected[0].kind == "id of another bucket"
+
+
+async def test_a_page_summary_heads_its_first_chunk_and_is_searched(kb: KnowledgeBase, tmp_path: Path) -> None:
+    # npm's command pages: front matter with a one-line description, a synopsis, then
+    # option sections; the description is the only place the page says what it does in
+    # the words a question uses ("create a tarball").
+    d = tmp_path / "docs"
+    write(d / "npm-pack.md", "---\ntitle: npm-pack\ndescription: Create a tarball from a package\n---\n\n"
+          "### Synopsis\n\n```bash\nnpm pack <package-spec>\n```\n\n### Configuration\n\n#### `dry-run`\n\n"
+          "Indicates that you don't want npm to make any changes.\n")
+    write(d / "npm-link.md", "---\ntitle: npm-link\n---\n\n### Description\n\nWhen creating tarballs for "
+          "`npm publish`, linked packages are snapshotted.\n")
+    write(d / "records.json", '[{"id": "inv-1", "text": "Invoice for the tarball crate.", '
+          '"description": "Create a tarball from a package"}]')
+    assert (await kb.ingest_paths([d])).rejected == []
+    hit = (await kb.search("How do I create a tarball of my package?", mode="text")).hits[0]
+    assert (hit.title, hit.position) == ("npm-pack", 0), hit
+    assert hit.heading == "Create a tarball from a package — Synopsis"
+    assert hit.text.startswith("### Synopsis")  # the text is the page's own
+    # A record's "description" is one of its fields, not a page summary.
+    record = (await kb.search("Invoice tarball crate", mode="text")).hits[0]
+    assert record.doc_id == "inv-1" and "Create a tarball" not in record.heading

@@ -161,3 +161,26 @@ def test_a_page_named_by_its_own_title_word_opens_the_answer() -> None:
     q = QueryTerms.of(query, content_terms(query), joined_terms(query))
     top = rerank(cands, q, lists=1, top_k=3, max_fused=1.0)
     assert top[0].doc_id == "npm-login", [(c.doc_id, c.score) for c in top]
+
+
+def test_a_named_page_shows_its_opening_among_its_chunks_without_moving_any_page() -> None:
+    # npm-rebuild's option sections outscore its description; with two chunks per page
+    # the opening would be left out. It takes the place of the page's last kept chunk:
+    # the pages keep their order and none leaves the list.
+    from knowledge.textnorm import content_terms, joined_terms
+
+    query = "What does npm rebuild run?"
+    q = QueryTerms.of(query, content_terms(query), joined_terms(query))
+    option = "npm rebuild does not run scripts when ignore-scripts is set; npm rebuild run scripts"
+    cands = [
+        _page(1, "npm-rebuild", 3, option, 1.0),
+        _page(2, "npm-rebuild", 4, option + " again", 0.95),
+        _page(3, "npm-explore", 1, "the shell to run for npm explore", 0.9),
+        _page(4, "npm-rebuild", 0, "This command does the following: execute lifecycle scripts", 0.3),
+    ]
+    top = rerank(cands, q, lists=1, top_k=10, per_doc=2, max_fused=1.0)
+    assert [(c.doc_id, c.position) for c in top] == [("npm-rebuild", 3), ("npm-rebuild", 0), ("npm-explore", 1)]
+    # A page the query does not name keeps its best chunks.
+    other = rerank(cands, QueryTerms.of("shell scripts", ["shell", "scripts"]), lists=1, top_k=10, per_doc=2,
+                   max_fused=1.0)
+    assert ("npm-rebuild", 0) not in [(c.doc_id, c.position) for c in other]

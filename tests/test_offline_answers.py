@@ -36,6 +36,29 @@ sets and committed before any change) measured once at the end. "why" inside a q
 why"): held-out npm 6/11. final: sample 5/8, npm 4/8. Indexing npm's front-matter
 ``description`` as each page's opening line raised held-out npm to 7/11 and fresh npm to
 6/8 but lost an original question (package-lock.json), so it is not in.
+
+Round 4 (general changes, none keyed to a question): a page the query names shows its
+opening among its chunks (the per-document cap dropped it behind option sections repeated
+on many pages; the page keeps its rank, so corpus_quality is unchanged); "what does <named
+page> do / run / check" is answered by the page's opening, and a named page's (or
+section's) opening weighs by the share of the question its title says; a Markdown page's
+front-matter ``description`` heads its first chunk (searched, embedded; the text is
+unchanged) and the answerer quotes it as the page's one-line summary; a how-to quoted from
+a page's description shows the synopsis unless the quote names the command. original
+25/26, held_out 13/18 -> 14/18 (npm 6/11 -> 7/11; "Where is the per-user config file?" now
+answers "**Per-user config file.** `$HOME/.npmrc` …", right but not the literal
+``~/.npmrc``), fresh 11/16 -> 13/16, final 9/16 -> 12/16. A fifth set (``unseen``, 8 + 8)
+written after these changes and committed before it was first asked: sample 6/8, npm
+6/8.
+
+Round 5, after reading the ``unseen`` answers (so ``unseen`` is no longer untouched): one
+row of a table answers under its header ("which event is always the last one?"), and a
+question about a negated case ("… when there is no restart script?") is answered by the
+sentence about that case. unseen 12/16 -> 14/16, the other sets unchanged. A sixth set
+(``last``, 8 + 8) written after round 5 and committed before it was first asked: sample
+7/8, npm 7/8 (88 %). The 90 % target holds on the original set and on held_out's sample
+questions; held-out-style overall (held_out, fresh, final, unseen, last) is 67/82 = 82 %.
+The floors below are the figures reached, so any lost answer fails.
 """
 
 from __future__ import annotations
@@ -61,12 +84,14 @@ from tests.support.offline_answers import (
 )
 from tests.support.procs import REPO, child_env
 
-#: Share of facts carried, per question set (original: tuned on; held_out: only measured).
+#: Share of facts carried, per question set (original: tuned on; the others only measured).
 FLOORS = {
-    "original": {"sample": 0.9, "npm": 0.9},
-    "held_out": {"sample": 0.85, "npm": 0.5},
-    "fresh": {"sample": 0.7, "npm": 0.6},
-    "final": {"sample": 0.6, "npm": 0.5},
+    "original": {"sample": 0.9, "npm": 0.9},  # 12/12, 13/14
+    "held_out": {"sample": 0.9, "npm": 0.63},  # 7/7, 7/11
+    "fresh": {"sample": 0.75, "npm": 0.87},  # 6/8, 7/8
+    "final": {"sample": 0.75, "npm": 0.75},  # 6/8, 6/8
+    "unseen": {"sample": 0.87, "npm": 0.87},  # 7/8, 7/8 (6/8, 6/8 when first measured, before round 5)
+    "last": {"sample": 0.87, "npm": 0.87},  # 7/8, 7/8: measured once, after round 5
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",

@@ -57,6 +57,11 @@ class ToolExecutor:
         spec = self.registry.get(name)
         return spec is not None and spec.repeatable
 
+    def needs_approval(self, name: str) -> bool:
+        """Does a call of ``name`` wait for the user's decision before it runs?"""
+        spec = self.registry.get(name)
+        return spec is not None and spec.needs_approval
+
     def starts_at_send(self, name: str) -> bool:
         """Does a call of ``name`` count as started when its request leaves (its handler
         awaits ``ToolContext.before_send``), rather than when its handler starts?"""

@@ -7,7 +7,7 @@ only talks to ``ToolRegistry``: it never knows which module implements a tool.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
 import httpx
@@ -25,6 +25,7 @@ class ToolFacts(TypedDict, total=False):
     starts_at_send: bool
     knowledge_search: bool
     closed_by_enough: bool
+    asks_approval: bool
     core_in: frozenset[str]
     core_rank: int
 
@@ -61,6 +62,13 @@ class ToolSpec:
     knowledge_search: bool = False
     #: A search withdrawn once a review said ``enough`` (seed 004), so the next turn answers.
     closed_by_enough: bool = False
+    #: By default a call waits for the user's decision before it runs: it changes the
+    #: backend (a table configuration written), or an MCP server says it may destroy or
+    #: does not say it only reads. ``AGENT_APPROVAL_TOOLS`` can override it.
+    asks_approval: bool = False
+    #: Whether a call waits for the user's decision here: ``asks_approval`` under the
+    #: deployment's ``ApprovalRule``, set by the registry when the tool is added.
+    needs_approval: bool = False
     #: The core sets it belongs to (stage 3 of selection): context types, or
     #: ``new_workflow`` for the empty workflow canvas, whose core set is its own.
     core_in: frozenset[str] = frozenset()
@@ -184,19 +192,46 @@ class UnknownToolError(KeyError):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class ApprovalRule:
+    """Which tools wait for the user's decision (``AGENT_APPROVAL_TOOLS``): ``names`` is
+    ``None`` for each tool's own default (``ToolSpec.asks_approval``), else exactly those
+    names (empty: none). Applied to every spec the registry takes in, MCP tools that
+    arrive later included, so the fact is read off the spec and nowhere else."""
+
+    names: frozenset[str] | None = None
+
+    @classmethod
+    def from_setting(cls, names: tuple[str, ...] | None) -> ApprovalRule:
+        return cls(None if names is None else frozenset(names))
+
+    def applies(self, spec: ToolSpec) -> bool:
+        return spec.asks_approval if self.names is None else spec.name in self.names
+
+
 class ToolRegistry:
     """Specs by name, plus the handler that executes each one (if any yet)."""
 
-    def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
+    def __init__(self, specs: Iterable[ToolSpec] = (), *, approval: ApprovalRule | None = None) -> None:
         self._specs: dict[str, ToolSpec] = {}
         self._handlers: dict[str, ToolHandler] = {}
+        self.approval = approval or ApprovalRule()
         for spec in specs:
             self.add_spec(spec)
 
     def add_spec(self, spec: ToolSpec) -> None:
         if spec.name in self._specs:
             raise ValueError(f"duplicate tool {spec.name!r}")
-        self._specs[spec.name] = spec
+        needs = self.approval.applies(spec)
+        self._specs[spec.name] = spec if spec.needs_approval == needs else replace(spec, needs_approval=needs)
+
+    def set_approval(self, rule: ApprovalRule) -> None:
+        """Apply the deployment's approval rule to every spec, and to those added later."""
+        self.approval = rule
+        for name, spec in list(self._specs.items()):
+            needs = rule.applies(spec)
+            if spec.needs_approval != needs:
+                self._specs[name] = replace(spec, needs_approval=needs)
 
     def set_handler(self, name: str, handler: ToolHandler) -> None:
         if name not in self._specs:

@@ -61,6 +61,16 @@ class McpTool:
     input_schema: dict[str, Any]
     title: str | None = None
     read_only: bool = False
+    #: The server's ``destructiveHint`` (MCP says it defaults to true for a tool that is
+    #: not read-only; only an explicit ``true`` is kept here).
+    destructive: bool = False
+
+    @property
+    def asks_approval(self) -> bool:
+        """The MCP default for approvals: a tool that may destroy, or that does not say
+        it only reads (``readOnlyHint``), waits for the user's decision (as the AI SDK's
+        MCP guide does: ``needsApproval: readOnlyHint !== true``)."""
+        return self.destructive or not self.read_only
 
     @property
     def key(self) -> tuple[str, str]:
@@ -92,6 +102,7 @@ def tool_from_mcp(server: str, tool: types.Tool) -> McpTool:
         input_schema=schema,
         title=neutralize_text(title)[:200] if title else None,
         read_only=bool(tool.annotations and tool.annotations.read_only_hint),
+        destructive=bool(tool.annotations and tool.annotations.destructive_hint),
     )
 
 
@@ -298,7 +309,10 @@ class McpCatalog:
         handlers: dict[tuple[str, str], McpToolHandler] = {}
         for t in ordered:
             name = exposed[t.key]
-            spec = ToolSpec(ToolDefinition(name, t.description, t.input_schema), self._contexts[t.server])
+            spec = ToolSpec(
+                ToolDefinition(name, t.description, t.input_schema), self._contexts[t.server],
+                asks_approval=t.asks_approval,
+            )
             self.registry.add_spec(spec)
             handler = self._handlers.get(t.key)
             if handler is None or handler.tool != t:  # unchanged tools keep their compiled schema

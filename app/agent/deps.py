@@ -59,3 +59,5 @@ class AgentSettings:
     max_answer_chars: int = 200_000
     #: How long an interrupted run may take to store its status at shutdown.
     release_timeout_s: float = 5.0
+    #: How long a run parked for an approval waits for the decision (``AGENT_APPROVAL_TTL_S``).
+    approval_ttl_s: float = 86_400.0

@@ -32,6 +32,7 @@ from agenttools.core.executor import ToolExecutor
 from agenttools.core.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry
 from agenttools.rag.policy import FlowPolicy, set_flow_scope
 from agenttools.rag.review import review_after_round
+from app.agent.approvals import ApprovalExpired, AwaitingApproval
 from app.agent.budget import estimate_tokens, prune_history, prune_in_run
 from app.agent.deps import (
     AgentSettings,
@@ -49,7 +50,17 @@ from app.ops.metrics import FinishedRun, RunMetrics
 from app.runs.records import Caller, ChatInput
 from app.runs.run import Run, terminal_event
 from app.runs.state import PendingCalls, RunState
-from events import Clarification, Error, Event, RunEnding, RunResumed, RunStarted, TokenUsage, ToolCallResult
+from events import (
+    ApprovalRequired,
+    Clarification,
+    Error,
+    Event,
+    RunEnding,
+    RunResumed,
+    RunStarted,
+    TokenUsage,
+    ToolCallResult,
+)
 from llm.provider import Provider
 from llm.types import (
     ChatRequest,
@@ -165,6 +176,11 @@ class Agent:
                 await run.emit_step([resumed or _resumed(run, scope.state)], status="running")
             ctx.state = scope.state.tools
             status = await self._loop(scope)
+        except AwaitingApproval as wait:
+            await self._park(scope, wait)
+            return
+        except ApprovalExpired as exc:
+            error, status = Error(message=str(exc), code="approval_expired"), "cancelled"
         except RunFailed as exc:
             error, status = Error(message=str(exc), code=exc.code), "failed"
         except asyncio.CancelledError:
@@ -450,6 +466,27 @@ class Agent:
                         )
                     )
                 return
+
+    async def _park(self, scope: _RunScope, wait: AwaitingApproval) -> None:
+        """The call waits for the user: store the step with ``approval_required`` and the
+        run ``waiting_approval`` (no process holds it from here: no lease, no live-run
+        slot, no model connection), then let it go here; followers end without a terminal
+        event. The decision route, a cancel or the expiry makes it claimable again."""
+        run, state = scope.run, scope.state
+        assert state is not None
+        call = wait.call
+        expires_at = time.time() + self.settings.approval_ttl_s
+        state.awaiting = {"tool_use_id": call.id, "name": call.name, "expires_at": expires_at}
+        event = ApprovalRequired(
+            tool_use_id=call.id, tool_name=call.name, arguments=call.arguments, reason=wait.reason,
+            expires_at=round(expires_at, 3),
+        )
+        await run.emit_step(
+            [event], checkpoint=state.encode(), messages=state.take_unsaved(), status="waiting_approval",
+            wait_s=self.settings.approval_ttl_s,
+        )
+        log.info("run waits for an approval", extra={"run_id": run.id, "tool": call.name, "tool_use_id": call.id})
+        run.park()
 
     async def _release(self, scope: _RunScope) -> None:
         """Shutdown: the last stored checkpoint stands; mark the run interrupted so the

@@ -24,6 +24,14 @@ from agenttools.core.registry import ToolContext, ToolOutcome
 from agenttools.core.result_summary import summarize_result
 from agenttools.core.untrusted import neutralize
 from agenttools.rag.policy import FlowPolicy
+from app.agent.approvals import (
+    ApprovalExpired,
+    AwaitingApproval,
+    approval_reason,
+    decided_call,
+    edited_note,
+    rejected_outcome,
+)
 from app.agent.deps import AgentSettings, Prompts, ToolCallLog
 from app.ops.metrics import RunMetrics
 from app.ops.tracing import Tracing
@@ -63,8 +71,17 @@ class ToolStep:
         i = 0
         while i < len(calls):
             j = i + 1
+            if self.executor.needs_approval(calls[i].name):  # alone: the run may park on it
+                if calls[i].id not in pending.results:
+                    await self._answer_decided(run, ctx, state, calls[i], allowed)
+                i = j
+                continue
             if self.executor.is_read_only(calls[i].name):
-                while j < len(calls) and self.executor.is_read_only(calls[j].name):
+                while (
+                    j < len(calls)
+                    and self.executor.is_read_only(calls[j].name)
+                    and not self.executor.needs_approval(calls[j].name)
+                ):
                     j += 1
             batch = [c for c in calls[i:j] if c.id not in pending.results]
             if len(batch) == 1:
@@ -74,8 +91,29 @@ class ToolStep:
             i = j
         return [pending.results[c.id] for c in calls]
 
-    async def _answer(
+    async def _answer_decided(
         self, run: Run, ctx: ToolContext, state: RunState, call: ToolCall, allowed: frozenset[str]
+    ) -> None:
+        """A call that waits for the user: park the run (``AwaitingApproval``) until a
+        decision is stored; then run it as decided — at most once, like any write — or
+        answer the model with the rejection."""
+        pending = state.pending
+        assert pending is not None
+        decided = state.approvals.get(call.id)
+        if decided is None:
+            if state.awaiting is not None and state.awaiting.get("tool_use_id") == call.id:
+                raise ApprovalExpired(call.name)  # parked on it and carried on undecided
+            raise AwaitingApproval(call, approval_reason(call.name))
+        state.awaiting = None
+        if decided.get("decision") == "reject":
+            self._store(run, state, pending, call, rejected_outcome(), 0.0)
+            return
+        await self._answer(run, ctx, state, decided_call(call, decided), allowed,
+                           edited=decided.get("decision") == "edit")
+
+    async def _answer(
+        self, run: Run, ctx: ToolContext, state: RunState, call: ToolCall, allowed: frozenset[str],
+        *, edited: bool = False,
     ) -> None:
         pending = state.pending
         assert pending is not None
@@ -98,6 +136,8 @@ class ToolStep:
             pending.started.append(call.id)
             await run.emit_step(checkpoint=state.encode())
         outcome, duration_ms = await self._execute(state, ctx, call, allowed)
+        if edited:
+            outcome = edited_note(outcome, call)
         if mark is not None:
             mark.raise_failure()  # the mark was not stored: fail as a mark before the call would
         self.flow.record(call.name, call.arguments, outcome, state.tools)

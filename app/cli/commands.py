@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from app.cli.compact import add_compact_command, run_compact
 from app.cli.gcpolicy import tune_for_serving
 from app.cli.kb import add_kb_commands, run_kb_command
 from app.cli.migrate import add_migrate_command, run_migrate_db
@@ -136,13 +137,24 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _settings()
     host = args.host or settings.host
     port = args.port if args.port is not None else settings.port
-    # Bind before anything else starts: a taken port is one line and exit code 1.
-    try:
-        sock = bind_socket(host, port)
-    except BindError as exc:
-        print(exc, file=sys.stderr)
-        return 1
+    workers = args.workers if args.workers is not None else settings.workers
+    if workers < 1 or (workers > 1 and args.reload):
+        print("agentchat: --workers takes a number from 1, and does not go with --reload", file=sys.stderr)
+        return 2
+    if args.listen_fd is not None:  # a worker of ``--workers``: the parent bound the port
+        import socket
+
+        sock = socket.socket(fileno=args.listen_fd)
+    else:
+        # Bind before anything else starts: a taken port is one line and exit code 1.
+        try:
+            sock = bind_socket(host, port)
+        except BindError as exc:
+            print(exc, file=sys.stderr)
+            return 1
     port = bound_port(sock)
+    if workers > 1 and args.listen_fd is None:
+        return _supervise(args, settings, sock, workers, port)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     # A fatal signal (SIGBUS: SQLite's memory-mapped -shm cut short under the server)
     # leaves a line and the Python stack on stderr instead of a silent death.
@@ -170,6 +182,20 @@ def _serving_line(host: str, port: int, extra: str = "") -> str:
 
     return (f"agentchat: serving on {display_url(host, port)}  (playground at /, stream at POST /v1/agent/chat)"
             f"{extra}")
+
+
+def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers: int, port: int) -> int:
+    """``--workers N``: the reference backend once, then N serving processes on ``sock``
+    (``app/cli/workers.py``); returns when they have all stopped."""
+    from app.cli.workers import Supervisor, worker_env
+
+    faulthandler.enable()
+    with sock, _reference_backend(settings, args, port, "warning") as url:
+        supervisor = Supervisor(
+            sock, workers, worker_env(None, workers, url), grace=args.grace,
+            preexec=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
+        return supervisor.run()
 
 
 async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, sock: Any) -> bool:
@@ -209,7 +235,8 @@ async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, 
             log.error("the service did not start", extra={"code": exc.code})
 
     task = asyncio.create_task(serve())
-    await _when_serving(agent, [task], _serving_line(host, port, f"  [{stack.describe()}]"))
+    worker = f"  [worker {args.worker}]" if args.worker else ""
+    await _when_serving(agent, [task], _serving_line(host, port, f"{worker}  [{stack.describe()}]"))
     await task
     return bool(agent.started)
 
@@ -308,9 +335,15 @@ def main(argv: list[str] | None = None) -> int:
                        help="seconds live runs may go on after SIGTERM before they are released "
                             "for the next process (default AGENT_SHUTDOWN_GRACE_S, 20)")
     serve.add_argument("--reload", action="store_true", help="restart on code changes (development)")
+    serve.add_argument("--workers", type=int, default=None,
+                       help="serving processes on this machine, one per core when one is CPU-bound; each a replica "
+                            "on the same database (default AGENT_WORKERS, 1)")
+    serve.add_argument("--listen-fd", type=int, default=None, help=argparse.SUPPRESS)  # set by --workers
+    serve.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # "i/N", set by --workers
 
     add_kb_commands(sub)
     add_migrate_command(sub)
+    add_compact_command(sub)
 
     kw = sub.add_parser("keywords", help="keyword index maintenance")
     kw_sub = kw.add_subparsers(dest="kw_command", required=True)
@@ -346,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_prune_keywords(args))
     if args.command == "migrate-db":
         return asyncio.run(run_migrate_db(args, _settings()))
+    if args.command == "compact":
+        return asyncio.run(run_compact(args, _settings()))
     return asyncio.run(run_kb_command(args, _settings()))
 
 

@@ -39,6 +39,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from agenttools.core.catalog import names_where
 from agenttools.rag.policy import GENERATE_RESPONSE, INDEX_KEYWORDS, PERPLEXITY_SEARCH
+from app.ops.history_metrics import HistoryMetrics
 
 #: The exposition format the body is written in (Prometheus text 0.0.4, which every
 #: scraper reads; the body contains only names that need no escaping).
@@ -425,6 +426,28 @@ def _lease_metrics(counters: Any, leases_held: Callable[[], int] | None) -> Iter
         "New runs refused with 503 because this replica carried AGENT_MAX_LIVE_RUNS live runs.",
         getattr(counters, "refused_full", 0),
     )
+    yield from _approval_metrics(counters)
+
+
+def _approval_metrics(counters: Any) -> Iterator[Metric]:
+    """Approvals (issue 25): runs parked here for a decision, decisions taken here by
+    kind, and approvals this replica found expired (their runs end cancelled)."""
+    yield _counter(
+        "agentchat_runs_parked_for_approval",
+        "Runs that parked here waiting for a user's decision on a tool call (held by no replica meanwhile).",
+        getattr(counters, "parked", 0),
+    )
+    decisions = CounterMetricFamily(
+        "agentchat_approval_decisions", "Decisions on waiting tool calls taken on this replica.", labels=["decision"]
+    )
+    for decision, count in sorted(dict(getattr(counters, "approval_decisions", {}) or {}).items()):
+        decisions.add_metric([decision], count)
+    yield decisions
+    yield _counter(
+        "agentchat_approvals_expired",
+        "Approvals not decided within AGENT_APPROVAL_TTL_S, found here; their runs end cancelled.",
+        getattr(counters, "approvals_expired", 0),
+    )
 
 
 # --------------------------------------------------------------------------- the whole
@@ -439,6 +462,7 @@ class AppMetrics:
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
         self.runs = RunMetrics(self.registry, tool_names=tool_names)
+        self.history = HistoryMetrics(self.registry)
         self._live: LiveCollector | None = None
         # A request that found every connection of an outbound pool busy (``llm.pool``).
         self.pool_wait_seconds = Histogram(

@@ -61,7 +61,7 @@ from events import (
 from llm.types import Message
 from storage.errors import LeaseLost, StorageUnavailable
 from storage.interfaces import RunStore
-from storage.records import NewRun, RunWrite, StoredRun
+from storage.records import UNFINISHED, NewRun, RunWrite, StoredRun
 from storage.run_feed import RunFeed
 
 log = logging.getLogger("agentchat.runs")
@@ -90,6 +90,11 @@ class RunCounters:
     leases_released: int = 0
     #: New runs refused because this replica carried ``max_live`` runs (503).
     refused_full: int = 0
+    #: Runs parked here for an approval; decisions taken here, by kind; approvals this
+    #: replica found expired.
+    parked: int = 0
+    approval_decisions: dict[str, int] = field(default_factory=dict)
+    approvals_expired: int = 0
 
 
 class ReplicaFull(Exception):
@@ -274,6 +279,10 @@ class RunManager:
             never_started = run.status == "queued" and run.question is not None
             messages = [Message("user", run.question)] if never_started and run.question else []
             run.emit_step(events, messages=messages, finished=True)
+        if run.parked:  # waits for a decision, in the store: whoever claims it next carries it on
+            self.counters.parked += 1
+            if self._runs.get(run.id) is run:
+                del self._runs[run.id]
         convo = self._by_conversation.get((run.user_id, run.conversation_id))
         if convo is not None and all(r.finished or r.released for r in convo):
             self._by_conversation.pop((run.user_id, run.conversation_id), None)
@@ -299,6 +308,17 @@ class RunManager:
         or still followed), newest first."""
         mine = [r for r in self._runs.values() if r.user_id == user_id]
         return sorted(mine, key=lambda r: r.created_at, reverse=True)
+
+    def forget_conversation(self, user_id: str, conversation_id: str) -> int:
+        """Drop this process's finished runs of a conversation its user deleted (issue 25):
+        nothing replays them from memory after the store has forgotten them. Live ones
+        were cancelled and ended before the delete; any left are kept (they end as usual)."""
+        gone = [r.id for r in self._runs.values()
+                if r.user_id == user_id and r.conversation_id == conversation_id and r.finished]
+        for run_id in gone:
+            del self._runs[run_id]
+            self._discarded.pop(run_id, None)
+        return len(gone)
 
     def count_active(self, user_id: str) -> int:
         return sum(1 for r in self.active() if r.user_id == user_id)
@@ -454,6 +474,33 @@ class RunManager:
             self._lease_task = asyncio.create_task(self._keep_leases(), name="run-leases")
         return len(stored_runs)
 
+    def note_decision(self, decision: str) -> None:
+        """A decision on a parked run was stored here (``/metrics``)."""
+        self.counters.approval_decisions[decision] = self.counters.approval_decisions.get(decision, 0) + 1
+
+    async def resume_decided(self, run_id: str) -> bool:
+        """Carry on here a parked run whose approval was just decided (stored): claimed
+        like a dead replica's run, so if another replica's periodic claim takes it first,
+        that one carries it on instead. False when this process did not take it."""
+        if self._closing:
+            return False
+        if self.lease_s > 0 and not await self.store.claim_one(run_id, self.owner_id, self.lease_ttl_s):
+            return False
+        stored = await self.store.get(run_id)
+        if stored is None or stored.status not in UNFINISHED:
+            return False
+        await self._recover_one(stored)
+        return True
+
+    async def expire_approvals(self) -> int:
+        """Make the parked runs whose approval deadline passed claimable (the claim ends
+        them ``cancelled``); how many."""
+        expired = await self.store.expire_waits()
+        self.counters.approvals_expired += len(expired)
+        if expired:
+            log.info("approvals expired", extra={"runs": len(expired)})
+        return len(expired)
+
     async def take_over(self) -> int:
         """Claim and carry on the runs whose lease expired (their process died)."""
         stored_runs = await self.store.claim(self.owner_id, self.lease_ttl_s, expired_only=True)
@@ -464,6 +511,9 @@ class RunManager:
             mine = self._runs.get(stored.id)
             if mine is not None and not mine.lost and not mine.released:
                 continue  # still running here (the lease lapsed while this loop was busy)
+            if stored.lease_expired_at is None and _parked_account(stored) is not None:
+                await self._recover_one(stored)  # a decided (or expired) approval, not a dead replica
+                continue
             await self._recover_one(stored, reason=self._take_over_reason(stored))
             self._taken_over(stored)
             taken += 1
@@ -543,6 +593,7 @@ class RunManager:
                     await self.renew_leases()
                 if now >= next_claim and not self._closing:
                     next_claim = now + claim_every
+                    await self.expire_approvals()
                     await self.take_over()
                 if now >= next_cancel and not self._closing:
                     next_cancel = now + cancel_every
@@ -604,6 +655,7 @@ class RunManager:
                 self.cancels.cancel_here(run)
             return
         state = RunState.decode(stored.checkpoint)
+        reason = state.approval_account() or reason
         discarded = (
             Discarded(
                 from_seq=stored.checkpoint_seq + 1,
@@ -653,6 +705,16 @@ def _cannot_resume(stored: StoredRun, events: list[RunEvent]) -> str | None:
         except (ValueError, KeyError, TypeError) as exc:
             return f"its checkpoint is unreadable ({exc})"
     return None
+
+
+def _parked_account(stored: StoredRun) -> str | None:
+    """Why a claimed run was parked for an approval, if it was (its checkpoint says)."""
+    if stored.checkpoint is None:
+        return None
+    try:
+        return RunState.decode(stored.checkpoint).approval_account()
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _status_of(event: RunEvent) -> str:

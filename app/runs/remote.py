@@ -102,10 +102,13 @@ class RemoteRuns:
     ``poll_s``: how long a quiet run goes without a look at its log. PostgreSQL does not
     drop notifications on a live connection (a reconnect makes every tail read the log),
     so this is a last resort, kept long: a run waiting on a slow tool costs a read per
-    replica every ``poll_s``, not one per follower per second."""
+    replica every ``poll_s``, not one per follower per second.
+
+    Without a feed (several worker processes on one SQLite file: a file notifies no one)
+    each followed run's log is read every ``poll_s``, which must then be short."""
 
     def __init__(
-        self, store: RunStore, feed: RunFeed, *, poll_s: float = 10.0, batch: int = 1000, window: int = 2048
+        self, store: RunStore, feed: RunFeed | None, *, poll_s: float = 10.0, batch: int = 1000, window: int = 2048
     ) -> None:
         self.store = store
         self.feed = feed
@@ -185,7 +188,8 @@ class RemoteRuns:
 
     async def _read(self, tail: _Tail) -> None:
         try:
-            with self.feed.watch(tail.run_id) as watch:
+            watching = self.feed.watch(tail.run_id) if self.feed is not None else contextlib.nullcontext(RunWatch())
+            with watching as watch:
                 tail.watch = watch
                 while not (tail.closed or tail.done):
                     carried, must_read = watch.take()

@@ -91,6 +91,9 @@ class Run:
     #: Another process took the run over (this one lost its lease): nothing more is
     #: written or shown here; followers end without a terminal event and reconnect.
     lost: bool = False
+    #: The run waits for a user's decision (``waiting_approval``), stored and held by no
+    #: process: its followers end without a terminal event and it is forgotten here.
+    parked: bool = False
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     #: Plain events emitted in this turn of the event loop, written as one step.
     _pending: list[RunEvent] = field(default_factory=list)
@@ -149,6 +152,7 @@ class Run:
         status: RunStatus | None = None,
         finished: bool = False,
         summary: RunSummary | None = None,
+        wait_s: float | None = None,
     ) -> asyncio.Future[None]:
         """Append events and store them together with the step's checkpoint, messages
         and status in one write. The returned future resolves when it is durable (it
@@ -173,6 +177,7 @@ class Run:
             status=status,
             finished=finished,
             summary=summary,
+            wait_s=wait_s,
         )
         self._queue(step, terminal=bool(written) and written[-1].event == MessageComplete.name, future=fut)
         return fut
@@ -268,7 +273,7 @@ class Run:
         """Another process holds the run now: drop what was never stored, stop the agent
         without emitting anything, and let followers go (they reconnect and read the
         run from the store, where its new owner carries it on)."""
-        if self.lost:
+        if self.lost or self.parked:  # a parked run's lease was handed back on purpose
             return
         self.lost = True
         log.warning("run taken over by another process; abandoned here", extra={"run_id": self.id})
@@ -280,6 +285,12 @@ class Run:
         self._notify()
         if self.task is not None and not self.task.done() and self.task is not asyncio.current_task():
             self.task.cancel()
+
+    def park(self) -> None:
+        """The run waits for a decision, stored: no longer this process's (followers end
+        without a terminal event and read it from the store from now on)."""
+        self.parked = True
+        self.release()
 
     def release(self) -> None:
         """Stop following (server shutdown): followers end without a terminal event."""

@@ -114,6 +114,12 @@ class RunState:
     call_outcomes: list[tuple[str, bool]] = field(default_factory=list)
     #: Messages added since the last stored step (written with the next one).
     unsaved: list[Message] = field(default_factory=list)
+    #: The call the run is parked on (``waiting_approval``): ``{tool_use_id, name,
+    #: expires_at}``; cleared once its decision is applied.
+    awaiting: dict[str, Any] | None = None
+    #: The user's decisions by ``tool_use_id``: ``{decision, arguments?}`` — written into
+    #: the parked checkpoint by the decision route, read when the run is carried on.
+    approvals: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def add(self, message: Message) -> None:
         self.messages.append(message)
@@ -141,6 +147,8 @@ class RunState:
                 "malformed_strikes": self.malformed_strikes,
                 "failed_attempts": self.failed_attempts,
                 "pending": self.pending.to_dict() if self.pending is not None else None,
+                "awaiting": self.awaiting,
+                "approvals": self.approvals,
                 "record": {"tool_calls": self.tool_calls, "used_tools": self.used_tools,
                            "keyword_count": self.keyword_count,
                            "call_outcomes": [[n, ok] for n, ok in self.call_outcomes]},
@@ -189,7 +197,23 @@ class RunState:
             used_tools=list(d.get("record", {}).get("used_tools", [])),
             keyword_count=int(d.get("record", {}).get("keyword_count", 0)),
             call_outcomes=[(str(n), bool(ok)) for n, ok in d.get("record", {}).get("call_outcomes", [])],
+            awaiting=d.get("awaiting"),
+            approvals=dict(d.get("approvals") or {}),
         )
+
+    def approval_account(self) -> str | None:
+        """Why a parked run is carried on (its ``run_resumed`` reason), or ``None`` for a
+        run that was not parked."""
+        if self.awaiting is None:
+            return None
+        name = self.awaiting.get("name", "a tool")
+        decided = self.approvals.get(str(self.awaiting.get("tool_use_id")))
+        if decided is None:
+            return f"the approval of {name} was not decided in time"
+        verb = {"approve": "approved", "edit": "edited and approved", "reject": "rejected"}.get(
+            str(decided.get("decision")), "decided on"
+        )
+        return f"the user {verb} the call of {name}"
 
 
 def _source_dict(s: EvidenceSource) -> dict[str, Any]:

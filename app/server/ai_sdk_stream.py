@@ -39,6 +39,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import events
+from app.agent.approvals import REJECTED_BY_USER
 from app.runs.follow import Batches, Followed
 from app.server import http
 from app.server.ai_sdk_request import parse_body
@@ -87,6 +88,8 @@ class UIChunks:
         self.parts = 0
         self.tools: dict[str, str] = {}
         self.done = False
+        #: The last event was ``approval_required``: the run waits for a decision, stored.
+        self.awaiting_approval = False
 
     def start(self) -> list[dict[str, Any]]:
         return [{"type": "start", "messageId": self.message_id, "messageMetadata": dict(self.metadata)}]
@@ -153,6 +156,7 @@ class UIChunks:
         JSON spliced in as is (``orjson.Fragment``: never decoded or encoded again)."""
         out: list[dict[str, Any]] = []
         event = item.event
+        self.awaiting_approval = isinstance(event, events.ApprovalRequired)
         match event:
             case events.ContentChunk(chunk=chunk):
                 self.answer.chunk(chunk)
@@ -165,6 +169,8 @@ class UIChunks:
                 self._tool_start(out, call_id, tool_name)
             case events.ToolCallResult():
                 self._tool_result(out, event)
+            case events.ApprovalRequired(tool_use_id=call_id, tool_name=tool_name, arguments=arguments):
+                self._approval_request(out, call_id, tool_name, arguments)
             case events.Response():
                 self._whole_text(out, event.answer)
                 out.extend(self._sources(event.sources))
@@ -200,11 +206,23 @@ class UIChunks:
         self.metadata["used_internal_kb"] = event.used_internal_kb
         self.metadata["used_external_kb"] = event.used_external_kb
 
+    def _approval_request(self, out: list[dict[str, Any]], call_id: str, name: str, arguments: Any) -> None:
+        """The SDK's own tool-approval part (``ai`` 6): the call's input made available,
+        then ``tool-approval-request`` (its ``approvalId`` is the ``tool_use_id`` the
+        decision route takes), so ``useChat`` shows the part in ``approval-requested``."""
+        if call_id not in self.tools:
+            self._tool_start(out, call_id, name)
+        out.append({"type": "tool-input-available", "toolCallId": call_id, "toolName": name, "input": arguments,
+                    **_TOOL})
+        out.append({"type": "tool-approval-request", "approvalId": call_id, "toolCallId": call_id})
+
     def _tool_result(self, out: list[dict[str, Any]], event: events.ToolCallResult) -> None:
         call_id = event.tool_use_id
         if call_id not in self.tools:  # never seen starting (defensive: the SDK needs the part first)
             self._tool_start(out, call_id, event.tool_name)
-        if event.is_error:
+        if event.is_error and isinstance(event.error, str) and event.error.startswith(REJECTED_BY_USER):
+            out.append({"type": "tool-output-denied", "toolCallId": call_id})
+        elif event.is_error:
             error = event.error if isinstance(event.error, str) and event.error else "the tool call failed"
             out.append({"type": "tool-output-error", "toolCallId": call_id, "errorText": error, **_TOOL})
         else:
@@ -233,6 +251,16 @@ class UIChunks:
                             "mediaType": str(media or "text/plain"), "providerMetadata": meta})
         return out
 
+    def paused(self) -> list[dict[str, Any]]:
+        """The message's end while the run waits for an approval (its stream ends there):
+        the step closes and the message finishes on ``tool-calls``, as the SDK's own
+        approval flow does; the decision's route carries the run on, and a resume
+        (``GET …/stream``) reads the rest."""
+        out: list[dict[str, Any]] = []
+        self._end_step(out)
+        self.metadata.update(status="waiting_approval")
+        return [*out, {"type": "finish", "finishReason": "tool-calls", "messageMetadata": self.metadata}]
+
     def _finish(self, event: events.MessageComplete) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         self._end_step(out)
@@ -252,7 +280,9 @@ async def _stream(ui: UIChunks, source: Batches) -> AsyncIterator[bytes]:
     yield _frames(ui.start())
     async for part in translated(source, lambda item: (ui.wire(item),)):
         yield part
-    if not ui.done:  # released at shutdown: the next process carries the run on
+    if not ui.done and ui.awaiting_approval:  # parked for a decision: the message ends here
+        yield _frames(ui.paused())
+    elif not ui.done:  # released at shutdown: the next process carries the run on
         text = "the server restarted before the run ended; resume the stream"
         yield _frames([{"type": "error", "errorText": text}])
     yield DONE
@@ -272,6 +302,7 @@ async def ui_stream(request: Request) -> Response:
     # (Without any, the run's creation makes the user's conversation of that id.)
     known = await has_conversation(svc, chat.conversation_id, ident.user_id) if earlier else True
     await http.check_run_limit(svc, ident)
+    http.check_load(svc)  # overloaded: refused before any history is imported
     await check_bucket_scope(svc, chat.context)  # before any history is imported: a refusal leaves nothing
     if not known:
         await import_history(svc, chat.conversation_id, ident.user_id, earlier)

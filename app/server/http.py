@@ -39,7 +39,7 @@ from storage.errors import (
     StorageUnavailable,
     TooManyRuns,
 )
-from storage.records import UNFINISHED
+from storage.records import NOT_ENDED
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -157,6 +157,23 @@ async def admit_request(request: Request) -> tuple[Identity, ChatInput]:
     return ident, chat
 
 
+def replica_busy(why: str) -> HTTPProblem:
+    """503 for a new run this replica cannot serve well now (``app/ops/load.py``): the
+    client retries, and a load balancer sends the retry where there is room."""
+    return HTTPProblem(503, "replica_busy", f"{why}; retry shortly (another replica may have room)",
+                       {"Retry-After": "2"})
+
+
+def check_load(svc: Services) -> None:
+    """Refuse a new run (503 ``replica_busy``) while this replica is overloaded. Every
+    face's ``start_run`` asks; a face with work to do before it (the OpenAI face imports
+    a transcript) asks first, so a refusal leaves nothing behind."""
+    load = svc.load
+    if load is not None and (reason := load.refusal()) is not None:
+        load.refused_for(reason)
+        raise replica_busy("this replica is overloaded (its event loop runs late)")
+
+
 def too_many_runs() -> HTTPProblem:
     return HTTPProblem(429, "too_many_runs", "too many runs in progress for this user", {"Retry-After": "5"})
 
@@ -178,6 +195,7 @@ async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str
     (native, OpenAI-compatible, AI SDK) starts its runs here, so the context's
     knowledge-base scope is checked here once (``app/server/context_scope.py``)."""
     await check_bucket_scope(svc, chat.context)
+    check_load(svc)
     try:
         return await svc.runs.submit(
             chat, Caller(ident.user_id, ident.authorization), idempotency_key=key,
@@ -186,9 +204,9 @@ async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str
     except TooManyRuns:
         raise too_many_runs() from None
     except ReplicaFull as exc:
-        raise HTTPProblem(
-            503, "replica_busy", f"{exc}; retry shortly (another replica may have room)", {"Retry-After": "2"}
-        ) from None
+        if svc.load is not None:
+            svc.load.refused_for("live_runs")
+        raise replica_busy(str(exc)) from None
     except ConversationBusy:
         raise HTTPProblem(
             409,
@@ -247,7 +265,8 @@ def _on_leave(svc: Services, cancel_on_exit: bool) -> Callable[[Run], None] | No
         # A stream closed because the server is stopping leaves its run alone: the run
         # finishes (up to the shutdown deadline) into the durable log, and the client
         # resumes it from the next process with Last-Event-ID.
-        if not run.finished and run.task is not None and not server_stopping():
+        # A run parked for an approval is no longer this process's: nothing to cancel.
+        if not run.finished and not run.parked and run.task is not None and not server_stopping():
             _cancel_unless_reattached(run, svc.settings.chat_reattach_s)
 
     return left
@@ -464,10 +483,10 @@ async def cancel_run(request: Request) -> Response:
         stored = await svc.run_store.get(run_id)
         if stored is None or stored.user_id != ident.user_id:
             raise HTTPProblem(404, "not_found", "no such run")
-        if stored.status not in UNFINISHED:
+        if stored.status not in NOT_ENDED:
             return ORJSONResponse({"run_id": run_id, "status": stored.status})
-        # Executing on another replica (or between hand-overs): the store carries the
-        # cancel to whichever process runs it.
+        # Executing on another replica (or between hand-overs, or parked for an approval):
+        # the store carries the cancel to whichever process runs it.
         try:
             status = await svc.runs.cancel_elsewhere(run_id)
         except StorageUnavailable:

@@ -160,6 +160,8 @@ class Translator:
         self.usage: dict[str, int] | None = None
         self.error: dict[str, str] | None = None
         self.status: str | None = None
+        #: The run waits for a decision on this call (its last event was ``approval_required``).
+        self.awaiting: events.ApprovalRequired | None = None
         # The hot path (one frame per token) splices the delta into pre-encoded bytes.
         head = orjson.dumps(self.chunk({}))
         self._before_delta = b"data: " + head[: head.index(b'"delta":') + 8]
@@ -199,6 +201,7 @@ class Translator:
         as ``agentchat: {event, data}``, its ``data`` the stored JSON spliced in as is
         (``orjson.Fragment``: never decoded or encoded again)."""
         event = item.event
+        self.awaiting = event if isinstance(event, events.ApprovalRequired) else None
         match event:
             case events.ContentChunk(chunk=chunk):
                 delta = self.answer.chunk(chunk)
@@ -224,6 +227,7 @@ class Translator:
                 | events.ToolSelection()
                 | events.ToolCallStart()
                 | events.ToolCallResult()
+                | events.ApprovalRequired()
                 | events.WorkflowPreview()
                 | events.TableConfigPreview()
                 | events.TableConfigValidationError()
@@ -306,6 +310,7 @@ async def _chat_completions(request: Request) -> Response:
         request, lambda body, settings: parse_request(body, sent, max_message_chars=settings.max_message_chars)
     )
     await http.check_run_limit(svc, ident)
+    http.check_load(svc)  # overloaded: refused before any history is imported
     await check_bucket_scope(svc, req.context)  # before any history is imported: a refusal leaves nothing
     conversation_id, key = await conversation_for(svc, ident, req)
     chat = ChatInput(req.question, req.context_type, req.context, conversation_id, req.multitask)
@@ -323,15 +328,30 @@ async def _chat_completions(request: Request) -> Response:
                 tr.feed(item)
     if tr.status == "completed" and tr.error is None:
         return ORJSONResponse(tr.completion(), headers=headers)
+    if tr.status is None and tr.awaiting is not None:
+        return ORJSONResponse(_awaiting_body(run.id, tr.awaiting), 409, headers=headers)
     err = tr.error or {"message": "the server stopped before the run ended; retry", "code": "interrupted"}
     status = _failure_status(err["code"]) if tr.status is not None else 503
     return ORJSONResponse(error_body(err["message"], err["code"], status), status, headers=headers)
+
+
+def _awaiting_body(run_id: str, wait: events.ApprovalRequired) -> dict[str, Any]:
+    """The answer of a run that waits for an approval: an OpenAI client cannot decide, so
+    it is told where the decision goes (the run stays stored, waiting)."""
+    return error_body(
+        f"the run waits for an approval of {wait.tool_name}: "
+        f"POST /v1/agent/runs/{run_id}/approvals/{wait.tool_use_id}, then read /v1/agent/runs/{run_id}/events",
+        "approval_required",
+        409,
+    )
 
 
 async def _stream(source: Batches, tr: Translator) -> AsyncIterator[bytes]:
     yield frame(tr.chunk({"role": "assistant", "content": ""}))
     async for part in translated(source, tr.feed):
         yield part
-    if tr.status is None:  # released at shutdown: an OpenAI client cannot resume a stream
+    if tr.status is None and tr.awaiting is not None:  # parked: the decision goes to its own route
+        yield frame(_awaiting_body(tr.id.removeprefix("chatcmpl-"), tr.awaiting))  # the id names the run
+    elif tr.status is None:  # released at shutdown: an OpenAI client cannot resume a stream
         yield frame(error_body("the server restarted before the run ended; retry", "interrupted", 503))
     yield DONE

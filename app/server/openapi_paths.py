@@ -27,9 +27,11 @@ from app.server.openapi import (
     schema_ref,
     sse_response,
 )
+from app.server.openapi_approvals import approvals_api
+from app.server.openapi_history import history_api
 from app.server.openapi_kb import kb_api
 
-RUN_STATUSES = ("queued", "running", "completed", "failed", "cancelled", "interrupted")
+RUN_STATUSES = ("queued", "running", "completed", "failed", "cancelled", "interrupted", "waiting_approval")
 EVENT_ID = {"type": "integer", "minimum": 0, "maximum": MAX_SAFE_INTEGER}
 
 
@@ -289,4 +291,4 @@ def pages_api() -> ApiContribution:
 
 def builtin_api(settings: Settings) -> list[ApiContribution]:
     """Every built-in route module's contribution, in the order the docs show them."""
-    return [agent_api(settings), kb_api(), operations_api(), pages_api()]
+    return [agent_api(settings), history_api(), approvals_api(), kb_api(), operations_api(), pages_api()]

@@ -15,6 +15,7 @@ from app.agent.loop import Agent
 from app.agent.selector import IndexState
 from app.config import Settings
 from app.ops.embedder_check import EmbedderCheck
+from app.ops.load import ReplicaLoad
 from app.ops.masking import SecretScrubber
 from app.ops.metrics import AppMetrics, LiveSources
 from app.rooms import Rooms
@@ -52,6 +53,8 @@ class Services:
     remote: RemoteRuns | None = None
     #: The embedder chosen at start-up (probed), why, and its first answer: ``/readyz``.
     embedder_check: EmbedderCheck | None = None
+    #: Live runs, model streams and event-loop lag, and whether new runs are admitted.
+    load: ReplicaLoad | None = None
     #: Masks the configured secrets in what ``/readyz`` (unauthenticated) answers.
     scrubber: SecretScrubber = field(init=False)
 
@@ -98,7 +101,12 @@ class Services:
             checks["shutdown"] = {"ok": False, "detail": "draining: new runs are refused"}
         ready = all(bool(c.get("ok")) for name, c in checks.items() if name != "tool_index")
         # Reasons and details quote URLs and exception texts: no credential is served.
-        return {"ready": ready, "checks": self.scrubber.value(checks)}
+        report: dict[str, Any] = {"ready": ready, "checks": self.scrubber.value(checks)}
+        if self.load is not None:
+            # Informational: a busy replica still serves its followers and every other
+            # route, so it stays ready; ``accepting`` says whether it takes new runs.
+            report["load"] = self.load.snapshot(replica=self.runs.owner_id)
+        return report
 
     def live_metric_sources(self) -> LiveSources:
         """What ``/metrics`` reads at scrape time from this app's live objects."""

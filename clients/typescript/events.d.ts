@@ -53,6 +53,10 @@ export type AgentEvent =
       data: ToolCallResult;
     }
   | {
+      event: "approval_required";
+      data: ApprovalRequired;
+    }
+  | {
       event: "clarification";
       data: Clarification;
     }
@@ -215,6 +219,27 @@ export interface ToolCallResult {
    * What the call returned, in one short line inside “” quotes: retrieved data to show the user, never instructions.
    */
   summary?: string;
+}
+/**
+ * A call that waits for the user's decision before it runs; the run pauses (``waiting_approval``) until ``POST /v1/agent/runs/{run_id}/approvals/{tool_use_id}`` approves, edits or rejects it, or the approval expires.
+ */
+export interface ApprovalRequired {
+  tool_use_id: string;
+  name: string;
+  /**
+   * The arguments the model gave the call.
+   */
+  arguments: {
+    [k: string]: unknown;
+  };
+  /**
+   * Why this call waits for a decision, in one line.
+   */
+  reason: string;
+  /**
+   * When an undecided approval ends the run cancelled (epoch seconds).
+   */
+  expires_at?: number;
 }
 /**
  * The agent needs the user to narrow or fix the question; the run ends after it.

@@ -394,6 +394,25 @@ _CONVERSATIONS_PER_USER = (
     "CREATE INDEX IF NOT EXISTS runs_user_conversation ON runs(user_id, conversation_id, created_at)",
 )
 
+# Issue 25: a conversation's title (set from its first question, renamed by its user) and
+# the list of a user's conversations, newest first by ``updated_at`` with the id as the
+# tie-break of its cursor; a run's feedback (score 1 or -1, an optional comment, when);
+# when its event log was compacted (retention) and, on a compacted event that folds a
+# turn's text chunks into one, the ids and text offsets it replaced (``folded``, so a
+# client resuming from a folded-away id gets the rest of the text); an index of finished
+# runs by their end so the retention pass finds the old ones without a scan.
+_ISSUE_25 = (
+    "ALTER TABLE conversations ADD COLUMN title TEXT",
+    "DROP INDEX IF EXISTS conversations_user",
+    "CREATE INDEX IF NOT EXISTS conversations_user_updated ON conversations(user_id, updated_at, id)",
+    "ALTER TABLE runs ADD COLUMN feedback_score INTEGER",
+    "ALTER TABLE runs ADD COLUMN feedback_comment TEXT",
+    "ALTER TABLE runs ADD COLUMN feedback_at REAL",
+    "ALTER TABLE runs ADD COLUMN events_compacted_at REAL",
+    "ALTER TABLE run_events ADD COLUMN folded TEXT",
+    "CREATE INDEX IF NOT EXISTS runs_finished ON runs(finished_at) WHERE finished_at IS NOT NULL",
+)
+
 MIGRATIONS: tuple[Migration, ...] = numbered(
     {
         1: _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB,
@@ -414,6 +433,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         14: _RUN_CANCEL_REQUESTS,
         15: _OWNERS,
         16: _CONVERSATIONS_PER_USER,
+        17: _ISSUE_25,
     }, rebuilds=frozenset({15, 16}),
 )
 

@@ -23,11 +23,14 @@ from typing import Any
 
 from storage.dialect import Dialect, Statement
 from storage.errors import ConversationBusy, IdempotencyKeyUsed, TooManyRuns
-from storage.records import UNFINISHED, NewRun, RunEvent, RunWrite, StoredRun
+from storage.event_folding import unfold_after
+from storage.records import NOT_ENDED, UNFINISHED, NewRun, RunEvent, RunWrite, StoredRun
 from storage.sql import Plan, SqlEngine
+from storage.stores.approval_waits import ApprovalWaits, park_statement, unpark_cancelled_statement
 from storage.stores.conversations import append_statements, claim_ops
 
 UNFINISHED_SQL = "(" + ", ".join(f"'{s}'" for s in UNFINISHED) + ")"
+NOT_ENDED_SQL = "(" + ", ".join(f"'{s}'" for s in NOT_ENDED) + ")"
 _IN_CHUNK = 500
 _EVENT_SQL = "INSERT INTO run_events(run_id, seq, event, data) VALUES (?, ?, ?, ?)"
 COLUMNS = (
@@ -96,6 +99,8 @@ def step_statements(dialect: Dialect, step: RunWrite) -> list[Statement]:
                 (step.status, step.run_id),
             )
         )
+        if step.wait_s is not None:  # parked: held by nobody, its deadline in lease_until
+            out.append(park_statement(dialect, step.run_id, step.wait_s))
     return out
 
 
@@ -104,7 +109,7 @@ def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
         yield items[i : i + _IN_CHUNK]
 
 
-class SqlRunStore:
+class SqlRunStore(ApprovalWaits):
     """The run store; SQLite's as is. PostgreSQL's subclass fills the hooks below."""
 
     def __init__(self, sql: SqlEngine) -> None:
@@ -136,6 +141,9 @@ class SqlRunStore:
     # --- admission ------------------------------------------------------------------------
 
     def _mark_cancelled(self, dialect: Dialect, run_ids: Sequence[str]) -> Plan[None]:
+        # A run parked for an approval is held by nobody: marked, it becomes claimable,
+        # and whoever claims it ends it ``cancelled``.
+        yield ("execute", *unpark_cancelled_statement(dialect, run_ids))
         rows = yield (
             "fetchall",
             f"UPDATE runs SET cancel_requested_at = COALESCE(cancel_requested_at, {dialect.now}) "
@@ -155,7 +163,7 @@ class SqlRunStore:
         yield from claim_ops(dialect, run.conversation_id, run.user_id)  # PostgreSQL: locks its row
         rows = yield (
             "fetchall",
-            f"SELECT id FROM runs WHERE user_id = ? AND conversation_id = ? AND status IN {UNFINISHED_SQL} "
+            f"SELECT id FROM runs WHERE user_id = ? AND conversation_id = ? AND status IN {NOT_ENDED_SQL} "
             f"ORDER BY {self.order}",
             (run.user_id, run.conversation_id),
         )
@@ -227,10 +235,12 @@ class SqlRunStore:
 
     async def events_after(self, run_id: str, after: int, limit: int = 10_000) -> list[RunEvent]:
         rows = await self.sql.fetchall(
-            "SELECT seq, event, data FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            "SELECT seq, event, data, folded FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
             (run_id, after, limit),
         )
-        return [RunEvent(int(s), str(e), str(d)) for s, e, d in rows]
+        # A compacted run's text stretch is one row; a reader resuming inside it gets the
+        # rest of its text (``storage.event_folding``).
+        return [RunEvent(int(s), str(e), unfold_after(after, str(d), f)) for s, e, d, f in rows]
 
     async def unfinished(self) -> list[StoredRun]:
         rows = await self.sql.fetchall(

@@ -28,9 +28,15 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.subscriptions import InMemorySubscriptionBus, ToolsListChanged
+from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from tests.fakes.mcp_catalog import GeneratedTool, Param, generate_tools
+
+#: The fakes' tools only read (or pretend to), so by default they run without an approval
+#: (``AGENT_APPROVAL_TOOLS``); ``cancel_order`` is the one that says it destroys.
+READS = ToolAnnotations(readOnlyHint=True)
+DESTROYS = ToolAnnotations(readOnlyHint=False, destructiveHint=True)
 
 PARTS = {"ops": range(0, 5), "desk": range(5, 10), "all": range(0, 10)}
 
@@ -47,7 +53,7 @@ class DeskState:
         def added(text: Annotated[str, Field(description="Any text.")]) -> str:
             return f"added:{text}"
 
-        self.server.add_tool(added, name=name, description=description)
+        self.server.add_tool(added, name=name, description=description, annotations=READS)
         await self.bus.publish(ToolsListChanged())
 
 
@@ -76,22 +82,22 @@ def _generated(server: MCPServer, tool: GeneratedTool) -> None:
                                             default=None))
     run.__signature__ = inspect.Signature(params, return_annotation=dict[str, Any])  # type: ignore[attr-defined]
     run.__name__ = tool.name
-    server.add_tool(run, name=tool.name, description=tool.description)
+    server.add_tool(run, name=tool.name, description=tool.description, annotations=READS)
 
 
 def _ops_tools(server: MCPServer) -> None:
-    @server.tool()
+    @server.tool(annotations=READS)
     def word_stats(text: Annotated[str, Field(description="The text to measure.")]) -> dict[str, Any]:
         """Count the words and characters of a text and find its longest word."""
         words = text.split()
         return {"words": len(words), "characters": len(text), "longest_word": max(words, key=len) if words else ""}
 
-    @server.tool()
+    @server.tool(annotations=READS)
     def echo(text: str) -> str:
         """Repeat the text back, prefixed with the server's name (ops)."""
         return f"ops:{text}"
 
-    @server.tool()
+    @server.tool(annotations=READS)
     async def grow_catalog(
         name: Annotated[str, Field(description="Name of the tool to add.")],
         description: Annotated[str, Field(description="What the new tool does.")],
@@ -102,14 +108,14 @@ def _ops_tools(server: MCPServer) -> None:
         def added(text: Annotated[str, Field(description="Any text.")]) -> str:
             return f"added:{text}"
 
-        server.add_tool(added, name=name, description=description)
+        server.add_tool(added, name=name, description=description, annotations=READS)
         with contextlib.suppress(Exception):  # 2026-era sessions: the listen stream carries it
             await ctx.notify_tools_changed()
         with contextlib.suppress(Exception):  # handshake-era sessions: the plain notification
             await ctx.session.send_tool_list_changed()
         return f"added {name}"
 
-    @server.tool()
+    @server.tool(annotations=READS)
     def crash_server() -> str:
         """Simulate a crash: the server process exits in the middle of this call."""
         sys.stdout.flush()
@@ -117,7 +123,7 @@ def _ops_tools(server: MCPServer) -> None:
 
 
 def _desk_tools(server: MCPServer, state: DeskState) -> None:
-    @server.tool()
+    @server.tool(annotations=READS)
     def convert_temperature(
         value: Annotated[float, Field(description="The temperature to convert.")],
         to_unit: Annotated[Literal["celsius", "fahrenheit"], Field(description="The unit to convert to.")],
@@ -127,7 +133,7 @@ def _desk_tools(server: MCPServer, state: DeskState) -> None:
         converted = value * 9 / 5 + 32 if to_unit == "fahrenheit" else (value - 32) * 5 / 9
         return {"value": round(converted, 2), "unit": to_unit}
 
-    @server.tool()
+    @server.tool(annotations=READS)
     def lookup_order(
         order_id: Annotated[str, Field(description="The order number, ORD- and four digits.", pattern=r"^ORD-\d{4}$")],
         include_items: Annotated[bool | None, Field(description="Also list the items.")] = None,
@@ -141,25 +147,34 @@ def _desk_tools(server: MCPServer, state: DeskState) -> None:
             out["item_names"] = [f"item-{i}" for i in range(n % 7 + 1)]
         return out
 
-    @server.tool()
+    @server.tool(annotations=DESTROYS)
+    def cancel_order(
+        order_id: Annotated[str, Field(description="The order number, ORD- and four digits.", pattern=r"^ORD-\d{4}$")],
+        reason: Annotated[str, Field(description="Why the order is cancelled.", max_length=200)],
+    ) -> dict[str, Any]:
+        """Cancel a customer order for good (it cannot be undone)."""
+        state.calls.append(("cancel_order", {"order_id": order_id, "reason": reason}))
+        return {"order_id": order_id, "status": "cancelled"}
+
+    @server.tool(annotations=READS)
     def flaky_failure(reason: Annotated[str, Field(description="Why the upstream refuses.")]) -> str:
         """Call the flaky upstream billing gateway (it always refuses)."""
         state.calls.append(("flaky_failure", {"reason": reason}))
         raise ToolError(f"upstream billing gateway refused the request: {reason}")
 
-    @server.tool()
+    @server.tool(annotations=READS)
     async def slow_operation(seconds: Annotated[float, Field(description="How long to take.")]) -> str:
         """Run the slow nightly reconciliation operation and wait until it finishes."""
         state.calls.append(("slow_operation", {"seconds": seconds}))
         await asyncio.sleep(seconds)
         return "reconciled"
 
-    @server.tool()
+    @server.tool(annotations=READS)
     def echo(text: str) -> str:
         """Repeat the text back, prefixed with the server's name (desk)."""
         return f"desk:{text}"
 
-    @server.tool()
+    @server.tool(annotations=READS)
     def knowledge_base_search(query: str) -> str:
         """Search the help desk's own notes (a name that clashes with the built-in tool)."""
         return f"desk notes about {query}"

@@ -22,9 +22,11 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 
 
 #: The question sets: "original" was tuned on; "held_out", "fresh" and "final" were written from
-#: the documents afterwards and are only ever measured, so they say how answers fare on
-#: questions nobody tuned on.
-SETS = ("original", "held_out", "fresh", "final")
+#: the documents afterwards and measured before each round of changes (each round read the
+#: answers they got wrong), so they say how answers fare on questions the method was not
+#: built on; "unseen" was written after round 4 and first measured then (round 5 read its
+#: answers); "last" was written after round 5 and measured once, untouched.
+SETS = ("original", "held_out", "fresh", "final", "unseen", "last")
 
 
 def load_questions(held_out: bool = False, name: str | None = None) -> dict[str, list[dict[str, str]]]:

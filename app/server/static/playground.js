@@ -297,6 +297,79 @@
     if (earlier) settle(earlier);
   }
 
+  /** Disable the Approve / Edit / Reject buttons of approvals still open in `view`. */
+  function settleApprovals(view, text) {
+    for (const box of view.previews.querySelectorAll(".approval:not([data-decision])")) {
+      box.dataset.decision = "decided";
+      for (const b of box.querySelectorAll("button")) b.disabled = true;
+      box.querySelector(".decision").textContent = text;
+    }
+  }
+
+  /** Approve / Edit / Reject a call the run waits on: the decision goes to the server
+   *  (owner only), and the run is followed on from the stream_url it answers. */
+  function approvalButtons(view, box, d, args) {
+    const note = el("p", "decision");
+    note.setAttribute("role", "status");
+    const approve = el("button", "decide approve", "Approve");
+    const edit = el("button", "decide edit secondary", "Edit");
+    const reject = el("button", "decide reject secondary", "Reject");
+    const buttons = [approve, edit, reject];
+    for (const b of buttons) b.type = "button";
+    const send = async (decision, edited) => {
+      for (const b of buttons) b.disabled = true;
+      note.textContent = "Sending…";
+      const body = edited === undefined ? { decision } : { decision, arguments: edited };
+      const url = `/v1/agent/runs/${encodeURIComponent(view.root.dataset.runId)}` +
+        `/approvals/${encodeURIComponent(asText(d.tool_use_id))}`;
+      let response;
+      try {
+        response = await fetch(url, {
+          method: "POST",
+          headers: { "Content-Type": "application/json", Accept: "application/json", ...authHeaders() },
+          body: JSON.stringify(body),
+        });
+      } catch (err) {
+        note.textContent = `Could not reach the server: ${err}`;
+        for (const b of buttons) b.disabled = false;
+        return;
+      }
+      if (!response.ok) {
+        note.textContent = `Not sent — ${await problemText(response)}`;
+        if (response.status !== 409) for (const b of buttons) b.disabled = false;
+        return;
+      }
+      const accepted = await response.json();
+      box.dataset.decision = decision;
+      args.readOnly = true;
+      note.textContent = { approve: "Approved — running it.", edit: "Edited and approved — running it.",
+        reject: "Rejected — the agent was told." }[decision];
+      const run = view.run;
+      if (run && !run.done && accepted && typeof accepted.stream_url === "string") {
+        run.waiting = false;
+        current = run;
+        listen(run, accepted.stream_url, { replay: false });
+      }
+    };
+    approve.addEventListener("click", () => send("approve"));
+    reject.addEventListener("click", () => send("reject"));
+    edit.addEventListener("click", () => {
+      if (args.readOnly) {
+        args.readOnly = false;
+        edit.textContent = "Send edit";
+        args.focus();
+        return;
+      }
+      const parsed = parse(args.value);
+      if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) {
+        note.textContent = "The arguments must be a JSON object.";
+        return;
+      }
+      send("edit", parsed);
+    });
+    box.append(el("div", "buttons", approve, edit, reject), note);
+  }
+
   // --- event renderers -------------------------------------------------------------------
 
   const render = {
@@ -453,6 +526,27 @@
       view.previews.append(box);
     },
 
+    approval_required(view, d) {
+      const box = el("section", "preview approval");
+      box.setAttribute("aria-label", "Approval required");
+      box.dataset.toolUseId = asText(d.tool_use_id);
+      box.append(el("h3", null, `Approval required: ${asText(d.name)}`));
+      if (d.reason) box.append(el("p", "preview-description", asText(d.reason)));
+      const args = el("textarea", "approval-arguments");
+      args.setAttribute("aria-label", "Arguments of the call");
+      args.value = JSON.stringify(d.arguments && typeof d.arguments === "object" ? d.arguments : {}, null, 2);
+      args.rows = Math.min(12, args.value.split("\n").length + 1);
+      args.readOnly = true;
+      box.append(args);
+      approvalButtons(view, box, d, args);
+      view.previews.append(box);
+      setRunStatus(view, "waiting", "waiting for your approval");
+      const item = view.toolItems.get(d.tool_use_id);
+      if (item && item.dataset.state === "running") {
+        item.querySelector(".tool-state").textContent = "waiting for approval";
+      }
+    },
+
     table_config_validation_error(view, d) {
       const box = el("section", "preview invalid");
       box.setAttribute("aria-label", "Table configuration errors");
@@ -490,6 +584,7 @@
     message_complete(view, d) {
       const status = ["completed", "failed", "cancelled"].includes(d.status) ? d.status : "completed";
       setRunStatus(view, status);
+      if (status === "completed") feedbackButtons(view);
       if (status === "failed" && !view.errors.childElementCount) addError(view, "The run failed.");
       for (const item of view.toolItems.values()) {
         if (item.dataset.state === "running") {
@@ -500,6 +595,46 @@
       }
     },
   };
+
+  /** Thumbs up / down under a finished answer: POST /v1/agent/runs/{id}/feedback (a second
+   *  click replaces the first); the pressed one stays marked. */
+  function feedbackButtons(view) {
+    if (view.root.querySelector(".feedback")) return;
+    const runId = view.root.dataset.runId;
+    const note = el("span", "feedback-note");
+    note.setAttribute("role", "status");
+    const box = el("div", "feedback");
+    const send = async (score, button) => {
+      note.textContent = "sending…";
+      try {
+        const response = await fetch(`/v1/agent/runs/${encodeURIComponent(runId)}/feedback`, {
+          method: "POST",
+          headers: { "Content-Type": "application/json", ...authHeaders() },
+          body: JSON.stringify({ score }),
+        });
+        if (!response.ok) {
+          note.textContent = `feedback not saved: ${await problemText(response)}`;
+          return;
+        }
+        for (const b of box.querySelectorAll("button")) b.setAttribute("aria-pressed", String(b === button));
+        note.textContent = "thanks";
+      } catch (err) {
+        note.textContent = `feedback not saved: ${err}`;
+      }
+    };
+    for (const [score, label, text] of [[1, "Good answer", "\u25B2 Good"], [-1, "Bad answer", "\u25BC Bad"]]) {
+      const button = el("button", "secondary thumb", text);
+      button.type = "button";
+      button.title = label;
+      button.setAttribute("aria-label", label);
+      button.setAttribute("aria-pressed", "false");
+      button.dataset.score = String(score);
+      button.addEventListener("click", () => send(score, button));
+      box.append(button);
+    }
+    box.append(note);
+    view.errors.before(box);
+  }
 
   /** The line under an answer. The confidence is shown only for an answer that rests on
    *  the sources it cites: a refusal or "I could not find an answer" cites none, and a
@@ -544,9 +679,18 @@
   function follow(info, { replay, onReplayFailed = null }) {
     const view = newRunView(info);
     const url = replay ? withParam(info.stream_url, "after", "0") : info.stream_url;
-    const es = new EventSource(url);
-    const run = { info, view, es, lastSeq: 0, done: false };
+    const run = { info, view, es: null, lastSeq: 0, done: false, waiting: false };
+    view.run = run;
     current = run;
+    listen(run, url, { replay, onReplayFailed });
+  }
+
+  /** Follow `run` from `url`: again after an approval, whose decision answers a fresh
+   *  stream_url (a run waiting for a decision ends its stream after approval_required). */
+  function listen(run, url, { replay, onReplayFailed = null }) {
+    const view = run.view;
+    const es = new EventSource(url);
+    run.es = es;
     setBusy(true);
     setConn("connecting…");
 
@@ -559,6 +703,12 @@
         }
         const data = parse(e.data);
         if (data === null || typeof data !== "object") return;
+        if (name === "approval_required") {
+          run.waiting = true;
+        } else if (run.waiting) {
+          run.waiting = false; // a replay past a decision taken earlier
+          settleApprovals(view, "Decided.");
+        }
         render[name](view, data);
         if (name === "message_complete") finish(run, data.status);
       });
@@ -581,6 +731,12 @@
         return;
       }
       if (run.done) return;
+      if (run.waiting) {
+        // The run waits for a decision (stored, held by no server): its stream ended.
+        es.close();
+        setConn("waiting for your decision");
+        return;
+      }
       if (es.readyState === EventSource.CLOSED && replay && run.lastSeq === 0 && onReplayFailed) {
         // The run's link expired (or the run is gone): show its turn from the conversation.
         run.done = true;
@@ -761,6 +917,13 @@
     if (!response.ok) {
       addError(run.view, `Stopping failed — ${await problemText(response)}`);
       ui.stop.disabled = run.done;
+      return;
+    }
+    if (run.waiting) {
+      // Its stream had ended at approval_required: read the ending.
+      run.waiting = false;
+      settleApprovals(run.view, "Stopped — the call was not run.");
+      listen(run, withParam(run.info.stream_url, "after", String(run.lastSeq)), { replay: false });
     }
     // The stream itself delivers message_complete with status "cancelled".
   }

@@ -1,0 +1,152 @@
+"""Conversation titles (issue 25): set once, from the conversation's first question.
+
+Why after the run and in a task of its own: a title is a nicety, so it must never delay
+or fail an answer. When a model is configured (any provider but the offline
+``extractive``) it is asked for a short title in one small, bounded call; when that call
+fails, times out or says nothing usable, the question's first words are used instead
+and the fallback is counted (``agentchat_conversation_titles_total{source=
+"words_after_model_failed"}``). Without a model the first words are the title. A title
+the user set (``PATCH``) or an earlier run set is never overwritten
+(``set_title_if_unset``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.ops.history_metrics import HistoryMetrics
+from llm.provider import Provider
+from llm.types import ChatRequest, ContentDelta, Message, StreamError
+from storage.interfaces import HistoryStore
+
+log = logging.getLogger("agentchat.history")
+
+#: A title's length at most (characters); the words fallback stops at a word boundary.
+TITLE_CHARS = 60
+#: The model's title call: at most this long, this many tokens.
+TITLE_TIMEOUT_S = 15.0
+TITLE_MAX_TOKENS = 32
+TITLE_PROMPT = (
+    "You write titles for chat conversations. Reply with a title of at most six words for a "
+    "conversation that starts with the user's message below. Reply with the title only: no quotes, "
+    "no punctuation at the end, same language as the message."
+)
+_SPACE = re.compile(r"\s+")
+#: Quotation marks a model may wrap its title in.
+QUOTES = "\"'\u201c\u201d\u2018\u2019\u00ab\u00bb"
+
+
+def words_title(question: str, limit: int = TITLE_CHARS) -> str:
+    """The question's first words, at most ``limit`` characters, cut on a word boundary
+    (an ellipsis says it was cut); a single over-long word is cut where it must be."""
+    text = _SPACE.sub(" ", question).strip()
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    if " " in cut and text[limit - 1] != " ":
+        cut = cut[: cut.rfind(" ")]
+    return cut.rstrip(" ,;:.-") + "…"
+
+
+def clean_model_title(raw: str, limit: int = TITLE_CHARS) -> str:
+    """The model's reply as a title: its first non-empty line, without quotes, markup
+    or a final period, at most ``limit`` characters."""
+    line = next((ln for ln in raw.splitlines() if ln.strip()), "")
+    line = line.strip().strip("*#_`").strip().strip(QUOTES).strip()
+    line = re.sub(r"^(title|titre)\s*:\s*", "", line, flags=re.IGNORECASE).rstrip(".").strip()
+    return words_title(line, limit) if line else ""
+
+
+@dataclass(slots=True)
+class Titler:
+    history: HistoryStore
+    metrics: HistoryMetrics
+    #: The model asked for titles; ``None``: the question's first words are the title.
+    provider: Provider | None = None
+    timeout_s: float = TITLE_TIMEOUT_S
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def after_run(self, user_id: str, conversation_id: str, question: str | None) -> None:
+        """Title the conversation in the background if it has no title yet."""
+        if not question or not question.strip():
+            return
+        task = asyncio.create_task(self._title(user_id, conversation_id, question), name="conversation-title")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _title(self, user_id: str, conversation_id: str, question: str) -> None:
+        try:
+            current = await self.history.conversation(user_id, conversation_id)
+            if current is None or current.title is not None:
+                return
+            title, source = "", "words"
+            if self.provider is not None:
+                title = await self._ask_model(question)
+                source = "model" if title else "words_after_model_failed"
+            if not title:
+                title = words_title(question)
+            if await self.history.set_title_if_unset(user_id, conversation_id, title):
+                self.metrics.titles.labels(source=source).inc()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a title never fails anything: logged, and the list shows none
+            log.warning("could not title a conversation", exc_info=True, extra={"conversation_id": conversation_id})
+
+    async def _ask_model(self, question: str) -> str:
+        assert self.provider is not None
+        request = ChatRequest(
+            system_prompt=TITLE_PROMPT,
+            messages=[Message("user", question[:2000])],
+            max_tokens=TITLE_MAX_TOKENS,
+            temperature=0.2,
+        )
+        parts: list[str] = []
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                stream = self.provider.stream_chat(request)
+                try:
+                    async for event in stream:
+                        if isinstance(event, ContentDelta):
+                            parts.append(event.text)
+                        elif isinstance(event, StreamError):
+                            log.info(
+                                "title model call failed; using the question's words",
+                                extra={"error": event.message[:200]},
+                            )
+                            return ""
+                finally:
+                    with contextlib.suppress(Exception):
+                        await stream.aclose()  # type: ignore[attr-defined]
+        except TimeoutError:
+            log.info("title model call timed out; using the question's words", extra={"timeout_s": self.timeout_s})
+            return ""
+        return clean_model_title("".join(parts))
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def with_titles(agent: Callable[..., Awaitable[None]], titler: Titler) -> Callable[..., Awaitable[None]]:
+    """The run manager's agent function, titling the run's conversation once it ends
+    (the run's question is the one it was admitted with; a run carried on after a
+    restart has none here and titles nothing)."""
+
+    async def run_then_title(run: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            await agent(run, *args, **kwargs)
+        finally:
+            question = getattr(run, "question", None)
+            titler.after_run(run.user_id, run.conversation_id, question if isinstance(question, str) else None)
+
+    return run_then_title
+
+
+__all__ = ["Titler", "clean_model_title", "with_titles", "words_title"]

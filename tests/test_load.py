@@ -1,0 +1,180 @@
+"""A replica knows its load and says it (issue 23 item 4): ``/readyz`` and ``/metrics``
+show live runs, model streams and the event loop's lag; while the lag stays above
+``AGENT_MAX_LOOP_LAG_MS`` new runs get 503 ``replica_busy`` with ``Retry-After`` on every
+face, and are admitted again once it stays below.
+
+The loop is blocked for real (``time.sleep`` in the test, which runs on the server's
+loop); each block is timed against a sample already asked for, so the lag it produces
+is certain, and the test waits on the monitor's sample count, never on the clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+
+from app.config import Settings
+from app.ops.load import SUSTAINED_SAMPLES, LoopLagMonitor, ReplicaLoad
+from tests.conftest import running_app
+from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
+
+BLOCK_S = 0.3
+QUESTION = "What does the knowledge base say?"
+
+#: One new run on each face: (method, path, body).
+FACES: list[tuple[str, str, dict[str, Any]]] = [
+    ("POST", "/v1/agent/chat", {"message": QUESTION, "context_type": "workflow"}),
+    ("POST", "/v1/agent/runs", {"message": QUESTION, "context_type": "workflow"}),
+    (
+        "POST",
+        "/v1/chat/completions",
+        {"model": "agentchat-workflow", "stream": True, "messages": [{"role": "user", "content": QUESTION}]},
+    ),
+    (
+        "POST",
+        "/v1/agent/ui-stream",
+        {
+            "id": "chat-busy",
+            "context_type": "workflow",
+            "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": QUESTION}]}],
+        },
+    ),
+]
+
+
+async def next_sample(monitor: LoopLagMonitor, seen: int) -> int:
+    """Wait until the monitor has recorded a sample after ``seen`` (bounded)."""
+    async with asyncio.timeout(30):
+        while monitor.samples <= seen:
+            await asyncio.sleep(0.01)
+    return monitor.samples
+
+
+async def block_loop_once(monitor: LoopLagMonitor, seen: int | None = None) -> tuple[float, int]:
+    """Block the event loop for ``BLOCK_S`` while the monitor's next timer is pending
+    (right after sample ``seen``, or a fresh one); return the lag it then recorded (at
+    least ``BLOCK_S`` minus its period) and the sample count."""
+    if seen is None:
+        seen = await next_sample(monitor, monitor.samples)  # a sample just taken: the next one is asked for
+    time.sleep(BLOCK_S)  # deliberately blocking: the loop cannot run the monitor's timer
+    seen = await next_sample(monitor, seen)
+    return monitor.lag_s, seen
+
+
+async def keep_the_loop_late(load: ReplicaLoad) -> None:
+    """Block the loop again right after each late sample, until the replica refuses
+    (a slow machine may slip a free sample in between: then it simply takes longer)."""
+    seen = None
+    async with asyncio.timeout(60):
+        while not load.overloaded:
+            _, seen = await block_loop_once(load.monitor, seen)
+
+
+def metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+async def test_the_monitor_reports_a_blocked_loop(settings: Settings) -> None:
+    async with running_app(settings, embedder=None) as (base, app):
+        load: ReplicaLoad = app.state.services.load
+        lag, _ = await block_loop_once(load.monitor)
+        assert lag >= BLOCK_S - load.monitor.every_s
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            ready = (await client.get("/readyz")).json()
+            metrics = (await client.get("/metrics")).text
+        shown = ready["load"]
+        assert shown["loop_lag_recent_max_ms"] >= (BLOCK_S - load.monitor.every_s) * 1000
+        assert shown["live_runs"] == 0 and shown["model_streams"] == 0 and shown["accepting"] is True
+        assert shown["replica"] == app.state.services.runs.owner_id
+        assert metric(metrics, "agentchat_event_loop_lag_recent_max_seconds") >= BLOCK_S - load.monitor.every_s
+        assert metric(metrics, "agentchat_accepting_runs") == 1
+        # One late wake is not overload (the default limit needs it to stay late).
+        assert not load.overloaded
+
+
+async def test_a_loop_that_stays_late_refuses_new_runs_on_every_face(settings: Settings) -> None:
+    cfg = settings.with_(max_loop_lag_ms=100)  # the setting under test; each block is 300 ms
+    async with running_app(cfg, embedder=None) as (base, app):
+        load: ReplicaLoad = app.state.services.load
+        await keep_the_loop_late(load)
+        assert load.monitor.lag_s > 0.1
+        # Hold the decision still while the requests are answered: the monitor would
+        # see a free loop now and (rightly) accept again after a few samples.
+        await load.monitor.stop()
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            for method, path, body in FACES:
+                answer = await client.request(method, path, json=body)
+                assert answer.status_code == 503, (path, answer.text)
+                assert answer.headers.get("retry-after") == "2", path
+                text = answer.text
+                assert "replica_busy" in text and "overloaded" in text, (path, text)
+            ready = await client.get("/readyz")
+            assert ready.status_code == 200  # busy, still ready: followers and other routes are served
+            assert ready.json()["load"]["accepting"] is False
+            assert ready.json()["load"]["refused"]["loop_lag"] == len(FACES)
+            metrics = (await client.get("/metrics")).text
+            assert metric(metrics, 'agentchat_runs_refused_total{reason="loop_lag"}') == len(FACES)
+            assert metric(metrics, "agentchat_accepting_runs") == 0
+            # Nothing was stored for the refused runs.
+            assert await app.state.services.run_store.unfinished() == []
+
+            # The lag back under the limit for as many samples: accepted again.
+            for _ in range(SUSTAINED_SAMPLES):
+                load.monitor.record(0.001)
+            assert not load.overloaded
+            again = await client.post("/v1/agent/runs", json=FACES[1][2])
+            assert again.status_code == 201, again.text
+
+
+async def test_live_runs_and_model_streams_are_shown(settings: Settings) -> None:
+    gate = Gate()
+    provider = GatedProvider(lambda _request, _i: GatedTurn(["working ", gate, "done"]))
+    cfg = settings.with_(max_live_runs=1)
+    async with running_app(cfg, provider=provider, embedder=None) as (base, app):
+        load: ReplicaLoad = app.state.services.load
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            started = await client.post("/v1/agent/runs", json=FACES[1][2])
+            assert started.status_code == 201, started.text
+            async with asyncio.timeout(30):  # the run is inside its model stream, held by the gate
+                while load.model_streams() < 1:
+                    await asyncio.sleep(0.01)
+            shown = (await client.get("/readyz")).json()["load"]
+            assert shown["live_runs"] == 1 and shown["model_streams"] == 1
+            assert shown["max_live_runs"] == 1 and shown["accepting"] is False
+            full = await client.post("/v1/agent/runs", json=FACES[1][2])
+            assert full.status_code == 503 and full.json()["error"] == "replica_busy"
+            metrics = (await client.get("/metrics")).text
+            assert metric(metrics, "agentchat_live_runs") == 1
+            assert metric(metrics, "agentchat_model_streams") == 1
+            assert metric(metrics, 'agentchat_runs_refused_total{reason="live_runs"}') == 1
+            gate.open()
+            async with client.stream("GET", f"/v1/agent/runs/{started.json()['run_id']}/events") as stream:
+                async for _ in stream.aiter_lines():
+                    pass
+            async with asyncio.timeout(30):
+                while load.model_streams() or load.live_runs():
+                    await asyncio.sleep(0.01)
+
+
+def test_the_decision_needs_the_lag_to_stay_over_the_limit() -> None:
+    load = ReplicaLoad(live_runs=lambda: 0, max_loop_lag_s=0.1)
+    for lag in (0.5, 0.5, 0.01, 0.5, 0.5):  # a good sample in between: not yet
+        load.monitor.record(lag)
+    assert not load.overloaded and load.refusal() is None
+    load.monitor.record(0.5)
+    assert load.overloaded and load.refusal() == "loop_lag"
+    load.monitor.record(0.01)
+    load.monitor.record(0.01)
+    assert load.overloaded  # two good samples: still refusing
+    load.monitor.record(0.01)
+    assert not load.overloaded
+    off = ReplicaLoad(live_runs=lambda: 0, max_loop_lag_s=0.0)
+    for _ in range(10):
+        off.monitor.record(5.0)
+    assert not off.overloaded
