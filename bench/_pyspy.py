@@ -1,7 +1,8 @@
 """py-spy around a benchmark level: sample a server while the load runs, then say where its
 time went (``python bench/_pyspy.py FILE`` prints the summary of a recorded file).
 
-``record`` starts ``py-spy record`` (raw collapsed stacks) on a process for a fixed
+``record`` starts ``py-spy record --gil`` (raw collapsed stacks of the thread holding the
+GIL: busy samples only, not a loop waiting in epoll) on a process for a fixed
 duration; ``top`` reads such a file and ranks, over all samples of the main thread,
 the functions by self time and the files by inclusive time (a file counted once per
 sample, however deep it recurs), so "where does a token's CPU go" is one table.
@@ -23,7 +24,7 @@ async def record(pid: int, seconds: float, out: Path, rate: int = 100) -> asynci
         print("py-spy not installed (pip install py-spy); no profile", file=sys.stderr)
         return None
     return await asyncio.create_subprocess_exec(
-        exe, "record", "-d", str(max(1, round(seconds))), "-r", str(rate), "-p", str(pid), "-f", "raw",
+        exe, "record", "--gil", "-d", str(max(1, round(seconds))), "-r", str(rate), "-p", str(pid), "-f", "raw",
         "-o", str(out), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )
 
