@@ -200,6 +200,8 @@ class Settings:
     conversation_retention_days: float = 0.0
     #: How often the retention pass runs (also once shortly after start-up).
     retention_interval_s: float = 3600.0
+    #: The largest file ``POST /v1/agent/conversations/{id}/attachments`` takes (413 past it).
+    attachment_max_bytes: int = 5 * 1024 * 1024
     #: How a conversation gets its title from its first question: ``words`` (its first
     #: words, cut on a word boundary), ``model`` (a short call to the configured model
     #: after the run; the words when it fails or no model is configured), ``off``.
@@ -332,6 +334,9 @@ class Settings:
             ),
             retention_interval_s=reader.number(
                 "AGENT_RETENTION_INTERVAL_S", d.retention_interval_s, lo=0.01, hi=31_536_000
+            ),
+            attachment_max_bytes=reader.integer(
+                "AGENT_ATTACHMENT_MAX_BYTES", d.attachment_max_bytes, lo=1, hi=50 * 1024 * 1024
             ),
             conversation_titles=reader.choice("AGENT_CONVERSATION_TITLES", TITLE_SOURCES, d.conversation_titles),
         )

@@ -16,7 +16,16 @@ from starlette.routing import Route
 from app.config import Settings
 from app.ops.log_context import AccessLog
 from app.ops.logs import scrubbed_logs
-from app.server import admin_routes, ai_sdk_stream, approval_routes, history_routes, http, kb_routes, openai_compat
+from app.server import (
+    admin_routes,
+    ai_sdk_stream,
+    approval_routes,
+    attachment_routes,
+    history_routes,
+    http,
+    kb_routes,
+    openai_compat,
+)
 from app.server.auth import JwksPrefetch
 from app.server.compat_openapi import ai_sdk_api, openai_api
 from app.server.docs_page import render_docs
@@ -76,6 +85,15 @@ def create_app(
         Route("/v1/agent/conversations", history_routes.list_conversations, methods=["GET"]),
         Route("/v1/agent/conversations/{conversation_id}", history_routes.rename_conversation, methods=["PATCH"]),
         Route("/v1/agent/conversations/{conversation_id}", history_routes.delete_conversation, methods=["DELETE"]),
+        Route("/v1/agent/conversations/{conversation_id}/attachments", attachment_routes.upload, methods=["POST"]),
+        Route(
+            "/v1/agent/conversations/{conversation_id}/attachments", attachment_routes.list_attachments, methods=["GET"]
+        ),
+        Route(
+            "/v1/agent/conversations/{conversation_id}/attachments/{attachment_id}",
+            attachment_routes.delete_attachment,
+            methods=["DELETE"],
+        ),
         Route("/v1/agent/runs", history_routes.list_runs, methods=["GET"]),
         Route("/v1/agent/runs/{run_id}", history_routes.get_run, methods=["GET"]),
         Route("/v1/agent/runs/{run_id}/feedback", history_routes.post_feedback, methods=["POST"]),

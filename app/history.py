@@ -58,8 +58,10 @@ def clean_model_title(raw: str, limit: int = TITLE_CHARS) -> str:
     """The model's reply as a title: its first non-empty line, without quotes, markup
     or a final period, at most ``limit`` characters."""
     line = next((ln for ln in raw.splitlines() if ln.strip()), "")
-    line = line.strip().strip("*#_`").strip().strip(QUOTES).strip()
-    line = re.sub(r"^(title|titre)\s*:\s*", "", line, flags=re.IGNORECASE).rstrip(".").strip()
+    line = line.strip().strip("*#_`").strip()
+    line = re.sub(r"^(title|titre)\s*:\s*", "", line, flags=re.IGNORECASE)
+    for _ in range(2):  # "Title." in quotes, or a quoted title with its period outside
+        line = line.strip().strip(QUOTES).strip().rstrip(".").strip()
     return words_title(line, limit) if line else ""
 
 

@@ -12,6 +12,7 @@ first: while another replica is in a pass, this one skips (counted as ``skipped`
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Callable
@@ -79,7 +80,9 @@ async def retention_pass(
                 if gone is not None:
                     deleted += 1
                     if forget is not None:
-                        forget(user_id, conversation_id)
+                        done = forget(user_id, conversation_id)
+                        if inspect.isawaitable(done):  # e.g. its attachments going too
+                            await done
                     if metrics is not None:
                         metrics.conversations_deleted.labels(reason="retention").inc()
     if metrics is not None:

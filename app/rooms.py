@@ -210,7 +210,7 @@ async def attach_rooms(
             keywords=keywords,
             external_results=storage.external_results,
             perplexity=perplexity,
-            settings=RagToolSettings(default_buckets=settings.kb_default_buckets),
+            settings=RagToolSettings(default_buckets=settings.kb_default_buckets, conversation_attachments=True),
         ),
     )
     register_corpus_tools(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,10 +35,12 @@ from app.runs.remote import RemoteRuns
 from app.server.auth import Authenticator
 from app.server.limits import Admission
 from app.server.services import Services
+from knowledge.attachment_store import ConversationAttachments
 from llm.pool import PoolWaits, pooled_transport
 from llm.provider import Provider
 from storage.open import open_storage
 from storage.sqlite.database import SqliteDatabase
+from storage.sqlite.runs import SqliteRunStore
 from toolindex.embedder import Embedder
 
 log = logging.getLogger("agentchat.wiring")
@@ -354,6 +356,8 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     # replicas of each other: none takes every unfinished run at start-up, runs on a
     # sibling are followed from the log, rate limits are counted in the file.
     shared_file = storage.engine != "postgres" and settings.workers > 1
+    if shared_file and isinstance(storage.runs, SqliteRunStore):
+        storage.runs.guard_leases = True  # a sibling may take a run over: every step checks
     runs = RunManager(
         store=storage.runs,
         agent=tracing.wrap_run(agent.run),
@@ -403,7 +407,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     if retention.active:  # issue 25: compaction and idle conversations, one replica at a time on PostgreSQL
         background.append(asyncio.create_task(
             retain_periodically(storage.retention, storage.history, retention, metrics.history,
-                                runs.forget_conversation),
+                                _forget_conversation(runs, rooms)),
             name="retention",
         ))
     # Live runs, model streams and the event loop's lag: admission refuses new runs
@@ -448,6 +452,19 @@ def _remote_runs(storage: Any, shared_file: bool) -> RemoteRuns | None:
     if shared_file:
         return RemoteRuns(storage.runs, None, poll_s=SHARED_FILE_POLL_S)
     return None
+
+
+def _forget_conversation(runs: RunManager, rooms: Rooms) -> Callable[[str, str], Awaitable[None]]:
+    """What follows a conversation deleted for idleness: the run manager forgets it and
+    its attachments (a private KB bucket, not rows of the conversation) go too."""
+
+    async def forget(user_id: str, conversation_id: str) -> None:
+        runs.forget_conversation(user_id, conversation_id)
+        knowledge = rooms.named("knowledge")
+        if knowledge is not None:
+            await ConversationAttachments(knowledge.kb).delete_all(user_id, conversation_id)
+
+    return forget
 
 
 def _attach_titles(

@@ -16,6 +16,7 @@ from client.agent import AgentClient, EventStream
 from client.errors import AgentClientError, APIError, StreamInterrupted
 from client.types import (
     ApprovalAccepted,
+    Attachment,
     Conversation,
     ConversationMessage,
     ConversationPage,
@@ -32,6 +33,7 @@ __all__ = [
     "AgentClient",
     "AgentClientError",
     "ApprovalAccepted",
+    "Attachment",
     "Conversation",
     "ConversationMessage",
     "ConversationPage",

@@ -10,7 +10,7 @@ from urllib.parse import quote
 import httpx
 
 from client.errors import APIError
-from client.types import ConversationPage, ConversationSummary, RunFeedback, RunInfo, RunPage
+from client.types import Attachment, ConversationPage, ConversationSummary, RunFeedback, RunInfo, RunPage
 
 
 def _summary(d: Mapping[str, Any]) -> ConversationSummary:
@@ -37,6 +37,18 @@ def run_info(d: Mapping[str, Any]) -> RunInfo:
         ending=d.get("ending"),
         feedback=RunFeedback(fb["score"], fb.get("comment"), float(fb["at"])) if fb else None,
         raw=d,
+    )
+
+
+def _attachment(d: Mapping[str, Any]) -> Attachment:
+    return Attachment(
+        id=str(d["id"]),
+        filename=str(d["filename"]),
+        size=int(d["size"]),
+        media_type=str(d["media_type"]),
+        chunks=int(d["chunks"]),
+        created_at=str(d["created_at"]),
+        title=d.get("title"),
     )
 
 
@@ -101,6 +113,29 @@ class HistoryMethods:
             body["comment"] = comment
         _, data = await self._json("POST", f"/v1/agent/runs/{quote(run_id, safe='')}/feedback", json=body)
         return run_info(data)
+
+    async def attach(
+        self, conversation_id: str, data: bytes, filename: str, media_type: str | None = None
+    ) -> Attachment:
+        """Attach a file (PDF, HTML, Markdown or text) to your conversation, creating the
+        conversation when it is new; its questions then search it. ``APIError`` 413 past
+        the server's size limit, 415 for a kind it does not read or binary content."""
+        part = (filename, data, media_type) if media_type else (filename, data)
+        path = f"/v1/agent/conversations/{quote(conversation_id, safe='')}/attachments"
+        _, body = await self._json("POST", path, files={"file": part})
+        return _attachment(body)
+
+    async def attachments(self, conversation_id: str) -> tuple[Attachment, ...]:
+        """Your conversation's attachments, oldest first."""
+        path = f"/v1/agent/conversations/{quote(conversation_id, safe='')}/attachments"
+        _, body = await self._json("GET", path)
+        return tuple(_attachment(a) for a in body["attachments"])
+
+    async def delete_attachment(self, conversation_id: str, attachment_id: str) -> None:
+        path = f"/v1/agent/conversations/{quote(conversation_id, safe='')}/attachments/{quote(attachment_id, safe='')}"
+        response = await self.http.delete(self.url(path), headers=self.headers())
+        if response.status_code >= 400:
+            raise APIError.from_response(response)
 
 
 __all__ = ["HistoryMethods", "run_info"]

@@ -85,6 +85,20 @@ class ConversationPage:
 
 
 @dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file attached to a conversation (``POST /v1/agent/conversations/{id}/attachments``):
+    searched by that conversation's questions only."""
+
+    id: str
+    filename: str
+    size: int
+    media_type: str
+    chunks: int
+    created_at: str
+    title: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RunFeedback:
     score: Literal[1, -1]
     comment: str | None

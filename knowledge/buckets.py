@@ -77,6 +77,10 @@ class Buckets:
     def __len__(self) -> int:
         return len(self._schemas)
 
+    def names(self) -> list[str]:
+        """The buckets known since the last ``load`` (or created here since)."""
+        return list(self._schemas)
+
     def cached(self, bucket: str) -> dict[str, str] | None:
         return self._schemas.get(bucket)
 

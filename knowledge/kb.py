@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from knowledge.attachments import is_private_bucket
 from knowledge.backfill import VectorBackfill
 from knowledge.buckets import Buckets, UnknownBucketError
 from knowledge.dense import dense_side
@@ -133,6 +134,7 @@ class KnowledgeBase:
         """Create ``name`` with typed ``fields``, or add new fields to an existing bucket
         (existing documents get them filled from their JSON metadata where the value
         fits). Changing the type of an existing field is refused (``ValueError``)."""
+        _refuse_private(name)
         await self._buckets.create(name, fields)
         return {b.name: b for b in await self.list_buckets()}[name]
 
@@ -141,12 +143,15 @@ class KnowledgeBase:
         return await self._buckets.schema(bucket)
 
     async def list_buckets(self) -> list[BucketInfo]:
-        return await self._buckets.infos()
+        """The shared buckets: a conversation's private one (``knowledge.attachments``) is
+        nobody else's business, the administrator's included."""
+        return [b for b in await self._buckets.infos() if not is_private_bucket(b.name)]
 
-    async def delete_bucket(self, name: str) -> int | None:
+    async def delete_bucket(self, name: str, *, private: bool = False) -> int | None:
         """Delete ``name`` with its documents (chunks, vectors, typed fields): how many
-        documents went, or ``None`` when there is no such bucket."""
-        if not is_identifier(name):
+        documents went, or ``None`` when there is no such bucket. A private bucket only
+        with ``private=True`` (its conversation's attachments going)."""
+        if not is_identifier(name) or is_private_bucket(name) != private:
             return None
         gone = await self.index.delete_bucket(name)
         self._buckets.forget(name)
@@ -178,6 +183,7 @@ class KnowledgeBase:
         ``max_file_bytes`` are skipped and counted in ``report.skipped_files``.
         Documents' ``source`` is their path relative to the named folder's parent.
         """
+        _refuse_private(bucket)
         report = await self._ingest.ingest_paths(
             paths, bucket=bucket, progress=progress, follow_links=follow_links,
             max_file_bytes=max_file_bytes, on_batch=on_batch,
@@ -191,13 +197,17 @@ class KnowledgeBase:
         *,
         bucket: str = DEFAULT_BUCKET,
         progress: Progress | None = None,
+        private: bool = False,
     ) -> IngestReport:
         """Ingest documents given directly (the ``POST /v1/kb/documents`` route).
 
         Mappings are validated like JSONL records; a bad one is rejected with its
         1-based position as ``line``. Documents without an id get a stable one derived
-        from title and text. Nothing is deleted.
+        from title and text. Nothing is deleted. A private bucket only with
+        ``private=True`` (an attachment).
         """
+        if not private:
+            _refuse_private(bucket)
         report = await self._ingest.ingest_documents(docs, bucket=bucket, progress=progress)
         self.backfill.ingested(report)
         return report
@@ -213,22 +223,28 @@ class KnowledgeBase:
         return await self._ingest.delete_documents(doc_ids)
 
     async def list_documents(
-        self, *, bucket: str | None = None, limit: int = 100, after: str | None = None
+        self, *, bucket: str | None = None, limit: int = 100, after: str | None = None, private: str | None = None
     ) -> list[dict[str, Any]]:
-        """Documents ordered by id, ``limit`` at a time after the id ``after`` (no text)."""
+        """Documents ordered by id, ``limit`` at a time after the id ``after`` (no text).
+        Private buckets' documents are left out unless ``private`` names their bucket (a
+        page may then be shorter than ``limit``; ``after`` its last id still pages on)."""
+        if bucket is not None and is_private_bucket(bucket) and bucket != private:
+            return []
         rows = await self.index.list_documents(bucket, limit=limit, after=after)
+        rows = [r for r in rows if not is_private_bucket(r.bucket) or r.bucket == private]
         return [
             {"doc_id": r.id, "bucket": r.bucket, "title": r.title, "source": r.source, "url": r.url,
              "chars": r.chars, "chunks": r.chunks, "updated_at": r.updated_at}
             for r in rows
         ]
 
-    async def get_document(self, doc_id: str) -> dict[str, Any] | None:
-        """Everything known about a document except its text (for ``get_document_metadata``)."""
+    async def get_document(self, doc_id: str, *, private: str | None = None) -> dict[str, Any] | None:
+        """Everything known about a document except its text (for ``get_document_metadata``).
+        A private bucket's document only for the caller naming that bucket."""
         if not isinstance(doc_id, str) or not is_doc_id(doc_id):
             return None
         d = await self.index.get_document(doc_id)
-        if d is None:
+        if d is None or (is_private_bucket(d.bucket) and d.bucket != private):
             return None
         return {
             "doc_id": d.id,
@@ -261,6 +277,7 @@ class KnowledgeBase:
         candidates: int | None = None,
         relax: bool = False,
         buckets: Sequence[str] | None = None,
+        private: Sequence[str] = (),
     ) -> SearchResponse:
         """Hybrid (default), BM25-only (``text``) or vector-only (``semantic``) search.
 
@@ -273,11 +290,38 @@ class KnowledgeBase:
         ``buckets`` (when ``bucket`` is not given) scopes the search to several buckets
         — the configured default ones — and ignores those that do not exist (yet);
         ``"*"`` among them means every bucket.
+
+        ``private`` names the caller's own private buckets (a conversation's
+        attachments): searched in addition to what ``buckets`` covers. Any other private
+        bucket is out of every search: naming one is an unknown bucket, and "every
+        bucket" means every shared one.
         """
+        bucket, buckets = await self._scope(bucket, buckets, tuple(private))
         return await self._search.search(
             query, bucket=bucket, top_k=top_k, filters=filters, doc_id=doc_id, mode=mode,
             context_chars=context_chars, candidates=candidates, relax=relax, buckets=buckets,
         )
+
+    async def _scope(
+        self, bucket: str | None, buckets: Sequence[str] | None, private: tuple[str, ...]
+    ) -> tuple[str | None, Sequence[str] | None]:
+        """``(bucket, buckets)`` with other people's private buckets taken out. "Every
+        bucket" rereads the bucket list (another replica may have just made a private
+        one) and, once any private bucket exists, becomes the list of shared ones."""
+        if bucket is not None:
+            if is_private_bucket(bucket) and bucket not in private:
+                known = ", ".join(sorted(b.name for b in await self.list_buckets())) or "(none)"
+                raise UnknownBucketError(f"unknown bucket {bucket[:60]!r}; available buckets: {known}")
+            return bucket, buckets
+        if buckets is None or "*" in buckets:
+            await self._buckets.load()
+            names = self._buckets.names()
+            shared = [b for b in names if not is_private_bucket(b)]
+            if len(shared) == len(names) and not private:
+                return None, buckets  # no private bucket anywhere: every document is shared
+            return None, [*shared, *private] or [_NO_BUCKET]
+        chosen = [b for b in buckets if not is_private_bucket(b)]
+        return None, [*chosen, *private] or [_NO_BUCKET]
 
     async def embed_query(self, text: str) -> np.ndarray:
         """The query vector ``search`` uses (cached), so another index in the KB's vector
@@ -290,6 +334,7 @@ class KnowledgeBase:
         """Drop the most restrictive top-level constraint (the one that alone matches
         the fewest documents): ``(remaining filters or None, dropped constraint as JSON)``.
         ``None`` when there is nothing to drop."""
+        await self._scope(bucket, None, ())  # a private bucket is unknown here
         return await self._search.relax_filters(filters, bucket=bucket)
 
     async def constraint_counts(
@@ -297,6 +342,7 @@ class KnowledgeBase:
     ) -> list[ConstraintCount]:
         """Each top-level constraint of ``filters`` with the documents it alone matches
         (to name the condition a search found nothing for)."""
+        await self._scope(bucket, None, ())  # a private bucket is unknown here
         return await self._search.constraint_counts(filters, bucket=bucket)
 
     async def count_documents(
@@ -310,6 +356,7 @@ class KnowledgeBase:
     ) -> DocumentCount:
         """Documents in scope, or those of them whose text matches ``query``'s terms
         (a lower bound past ``limit`` matching passages): the size of a list-all request."""
+        await self._scope(bucket, None, ())  # a private bucket is unknown here
         return await self._search.count_documents(query, bucket=bucket, filters=filters, doc_id=doc_id, limit=limit)
 
     @property
@@ -343,6 +390,17 @@ class KnowledgeBase:
             "schema_version": self.schema_version,
             "db_path": self.index.location,
         }
+
+
+#: Not a bucket name: a scope of nothing (``Searcher`` answers it with no hits).
+_NO_BUCKET = "-"
+
+
+def _refuse_private(bucket: str) -> None:
+    if is_private_bucket(bucket):
+        raise ValueError(
+            f"bucket names starting with 'att_' are reserved for conversations' attachments: {bucket[:60]!r}"
+        )
 
 
 __all__ = ["DEFAULT_BUCKET", "FilterError", "KBConfig", "KnowledgeBase", "UnknownBucketError"]

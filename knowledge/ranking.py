@@ -346,7 +346,8 @@ def _names_title(title: str, forms: list[frozenset[str]], shared: frozenset[str]
     words = tokens(title)
 
     def asked(w: str) -> bool:
-        return any(w in f or stem(w) in f for f in forms)
+        s = stem(w)
+        return any(w in f or s in f for f in forms)
 
     if not words:
         return False

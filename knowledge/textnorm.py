@@ -58,8 +58,12 @@ def fold(text: str) -> str:
     """Casefold and strip diacritics (``"Ünïcödé"`` → ``"unicode"``).
 
     The result may differ in length from the input; use ``fold_with_map`` when
-    positions matter.
+    positions matter. ASCII text (nearly every chunk and title) has nothing to
+    decompose or strip and casefolds as it lowercases, so it skips both: the re-ranker
+    folds every candidate's text, title and metadata on each search.
     """
+    if text.isascii():
+        return text.lower()
     return _COMBINING_RE.sub("", unicodedata.normalize("NFKD", text)).casefold()
 
 

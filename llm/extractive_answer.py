@@ -36,6 +36,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from llm.extractive_pages import PageOpening, alias_documents
 from llm.extractive_question import NEGATION as _NEGATION
 from llm.extractive_question import WORD as _WORD
 from llm.extractive_question import Question as _Question
@@ -281,7 +282,9 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                         out.append(_Unit(p, b, i, row, score + rank - 0.004 * min(i, 10)))
                 continue
             for i, text in enumerate(block.units):
-                if len(text) < MIN_LEAD_CHARS or _only_links(text):
+                # A page's summary is a whole sentence however short ("List installed
+                # packages."), and it is quoted with the page's opening.
+                if (len(text) < MIN_LEAD_CHARS and b != read.summary) or _only_links(text):
                     continue
                 last = i == len(block.units) - 1
                 if block.kind == "prose" and last and _introduces(text) and _next_block(read, b) is None:
@@ -474,12 +477,25 @@ def _cite(pieces: list[str], source_id: str) -> str:
     return "\n\n".join([*pieces, marker])
 
 
+def _document(read: _Read) -> str:
+    return read.passage.source_id.split("#", 1)[0]
+
+
+def _page_opening(read: _Read) -> PageOpening:
+    """What a passage that opens its document says first (``llm.extractive_pages``)."""
+    opening = _opening(read)
+    text = " ".join(read.blocks[opening].units) if opening >= 0 else ""
+    return PageOpening(_document(read), read.passage.summary, text)
+
+
 def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[str], float]:
     """The best passage(s) for ``question``: ``(answer Markdown, cited source ids, confidence)``."""
     q = _Question.of(question)
     if not q.stems or not passages:
         return "", [], 0.0
     reads = [_read(p) for p in passages]
+    aliases = alias_documents(_page_opening(r) for r in reads if r.first)
+    reads = [r for r in reads if _document(r) not in aliases]
     units = sorted(_units(reads, q), key=lambda u: (-u.score, u.passage, u.block, u.index))
     units = [u for u in units if u.score >= MIN_RELEVANCE]
     if not units:
@@ -495,7 +511,7 @@ def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[st
         if len(parts) >= MAX_PASSAGES or (parts and unit.score < SECOND_PASSAGE_SHARE * best):
             break
         read = reads[unit.passage]
-        document = read.passage.source_id.split("#", 1)[0]
+        document = _document(read)
         if (unit.passage, unit.block) in used_blocks or sentence_key(unit.text) in said \
                 or document in used_documents:
             continue  # a second passage adds another page's answer, not more of the first's

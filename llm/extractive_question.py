@@ -22,9 +22,9 @@ _WHICH_MANY = re.compile(
     re.IGNORECASE,
 )
 _ENUMERATION = re.compile(r"^\s*(?:what\s+are\b|list\b|name\s+the\b)", re.IGNORECASE)
-#: What a question asks for by its form, and what a unit holding it looks like: "where"
-#: wants a place (a path: ``~/.npm``, ``{prefix}/lib``, ``/etc/npmrc``), "how many / how
-#: large / how often …" an amount (a number with its unit: "800 characters", "15
+#: What a question asks for by its form, and what a unit holding it looks like: "who"
+#: wants a party (an owner, a user); "where" a place (a path: ``~/.npm``, ``{prefix}/lib``,
+#: ``/etc/npmrc``), "how many / how large / how often …" an amount (a number with its unit: "800 characters", "15
 #: seconds", "3 to 10"). Of the units that cover the question alike, the one that holds
 #: what is asked for is the answer; the other only talks about the subject.
 _WANTS = (
@@ -33,6 +33,10 @@ _WANTS = (
     ("amount", re.compile(r"^\s*(?:how\s+(?:many|much|large|big|long|often|far|old|fast|small)|what\s+size)\b",
                           re.IGNORECASE),
      re.compile(r"(?<![\w.@=])\d+(?:[.,]\d+)?(?:\s?%|\s?(?:to|-|–)\s?\d+|\s[a-z]{2,}\b)")),
+    # "who (may / can …)" wants a party: the owner, an admin, any user, the caller.
+    ("party", re.compile(r"^\s*who(?:m|se)?\b", re.IGNORECASE),
+     re.compile(r"\b(?:owners?|users?|admins?|administrators?|callers?|maintainers?|authors?|members?"
+                r"|collaborators?|anyone|everyone|nobody|no one)\b", re.IGNORECASE)),
 )
 
 #: "How do I …", "how can we …", "how to …": the question asks how a thing is done, and

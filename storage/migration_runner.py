@@ -38,6 +38,7 @@ STEP_NAMES: Mapping[int, str] = {
     15: "owners: saved web answers, keywords and their associations are their user's",
     16: "conversations: ids are per user (conversations and messages keyed by user and id)",
     17: "conversations: title; runs: feedback and event-log compaction (issue 25)",
+    18: "knowledge base: impact-ordered postings of every chunk's lexemes, for full-text top-k",
 }
 
 

@@ -235,6 +235,14 @@ async def test_a_parked_run_can_be_cancelled(world: World) -> None:
         while await world.status(run_id) != "cancelled":
             await asyncio.sleep(0.05)
     assert (await world.decide(run_id, wait["tool_use_id"], {"decision": "approve"})).status_code == 409
+    async with httpx.AsyncClient(timeout=30, headers=ALICE) as client:
+        rest = await collect_sse(client, "GET", f"{world.base}/v1/agent/runs/{run_id}/events")
+        conversation = (await client.get(f"{world.base}/v1/agent/conversations/{events[0].json()['conversation_id']}"))
+    assert [e.event for e in rest].count("message_complete") == 1 and rest[-1].json()["status"] == "cancelled"
+    # The waiting call is answered in the stored conversation (a provider refuses a
+    # history with an unanswered call, which would break the conversation's next run).
+    answered = [r for m in conversation.json()["messages"] for r in (m.get("tool_results") or [])]
+    assert [r.get("tool_call_id") or r.get("id") for r in answered] == [wait["tool_use_id"]], conversation.json()
 
 
 async def test_an_undecided_approval_expires_and_the_run_ends_cancelled(tmp_path: Path) -> None:
@@ -285,3 +293,39 @@ async def test_a_waiting_run_takes_no_live_run_slot_and_no_place_in_the_users_ca
             second = parked(await w.start([cancel_call]))  # admitted: neither 429 nor 503
             assert first["tool_use_id"] and second["tool_use_id"]
             assert app.state.services.runs.active() == []
+
+
+async def test_a_later_run_of_the_conversation_waits_for_the_waiting_run_to_end(world: World) -> None:
+    """Runs of a conversation stay in order: a question sent while a run waits for a
+    decision (``enqueue``, the default) starts only after that run has ended."""
+    events = await world.start([cancel_call, say("First answer."), say("Second answer.")])
+    wait = parked(events)
+    run_id, conversation_id = events[0].json()["run_id"], events[0].json()["conversation_id"]
+    async with httpx.AsyncClient(timeout=60, headers=ALICE) as client:
+        r = await client.post(f"{world.base}/v1/agent/runs", json={
+            "message": "And then?", "context_type": "workflow", "conversation_id": conversation_id})
+        assert r.status_code == 201, r.text
+        second = r.json()
+        assert await world.status(second["run_id"]) == "queued"
+        decided = await world.decide(run_id, wait["tool_use_id"], {"decision": "approve"})
+        assert decided.status_code == 202, decided.text
+        first = await world.follow(decided.json()["stream_url"])
+        then = await collect_sse(client, "GET", f"{world.base}{second['stream_url']}")
+    assert first[-1].json()["status"] == "completed"
+    assert "".join(e.json()["chunk"] for e in first if e.event == "content_chunk") == "First answer."
+    assert then[-1].json()["status"] == "completed"
+    assert "".join(e.json()["chunk"] for e in then if e.event == "content_chunk") == "Second answer."
+
+
+async def test_an_interrupting_question_cancels_the_waiting_run_and_then_runs(world: World) -> None:
+    before = len(world.cancels())
+    events = await world.start([cancel_call, say("Something else, then.")])
+    parked(events)
+    run_id, conversation_id = events[0].json()["run_id"], events[0].json()["conversation_id"]
+    async with httpx.AsyncClient(timeout=60, headers=ALICE) as client:
+        rest = await collect_sse(client, "POST", f"{world.base}/v1/agent/chat", json={
+            "message": "Never mind, something else.", "context_type": "workflow",
+            "conversation_id": conversation_id, "multitask": "interrupt"})
+    assert rest[-1].json()["status"] == "completed"
+    assert await world.status(run_id) == "cancelled"
+    assert len(world.cancels()) == before

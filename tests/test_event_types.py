@@ -364,8 +364,26 @@ async def resumed_run(tmp_path: Path) -> list[SSEEvent]:
         return await collect_sse(client, "GET", f"{base}/v1/agent/runs/{run_id}/events")
 
 
+async def approval_run(settings: Settings) -> list[SSEEvent]:
+    """A call of a tool that needs approval: the run parks, its stream ends at ``approval_required``."""
+    schema = {"type": "object", "properties": {"table": {"type": "string"}}, "additionalProperties": False}
+    spec = ToolSpec(ToolDefinition("wipe_table", "Wipes a table.", schema), frozenset({"workflow"}), asks_approval=True)
+    provider = GatedProvider([GatedTurn([], [ScriptedCall("wipe_table", {"table": "stock"})])])
+    async with (
+        running_app(settings, provider=provider, registry=ToolRegistry([spec]), embedder=None) as (base, _),
+        httpx.AsyncClient(timeout=30) as client,
+    ):
+        got = await collect_sse(client, "POST", f"{base}/v1/agent/chat",
+                                json={"message": "Wipe the stock table", "context_type": "workflow"})
+    assert got[-1].event == "approval_required"
+    return got
+
+
 async def test_every_event_of_real_runs_matches_its_schema(settings: Settings, tmp_path: Path) -> None:
-    streamed = await scripted_runs(settings) + await knowledge_run(tmp_path) + await resumed_run(tmp_path)
+    streamed = (
+        await scripted_runs(settings) + await knowledge_run(tmp_path) + await resumed_run(tmp_path)
+        + await approval_run(settings)
+    )
     schemas = events.event_data_schemas()
     for ev in streamed:
         assert ev.event in schemas, f"an event without a class: {ev.event}"

@@ -299,3 +299,62 @@ def test_a_question_about_a_negated_case_is_answered_by_that_case() -> None:
     assert "2. prestop" in answer and "2. restart" not in answer
     positive, _, _ = compose_answer("Which scripts run for npm restart when there is a restart script?", passages)
     assert positive.startswith("If the current project has"), positive
+
+
+LL = """### Synopsis
+
+```bash
+npm ll [[<@scope>/]<pkg> ...]
+```
+
+### Description
+
+List installed packages
+
+### Configuration
+
+#### `all`
+
+* Default: false
+* Type: Boolean
+
+Show or act on all packages. For `npm outdated` and `npm ls` this lists every outdated or installed package."""
+LS = """### Synopsis
+
+```bash
+npm ls <package-spec>
+```
+
+### Description
+
+This command will print to stdout all the versions of packages that are installed, in a tree structure."""
+
+
+def test_an_alias_page_gives_way_to_the_page_that_explains_it() -> None:
+    # npm-ll and npm-ls share their summary; npm-ll's description only repeats it, so
+    # its option paragraph (which mentions installed packages) is not the answer.
+    passages = [
+        Passage("ll#0", "npm-ll", LL, 0.8, "List installed packages"),
+        Passage("ls#0", "npm-ls", LS, 0.4, "List installed packages"),
+    ]
+    answer, sources, _ = compose_answer("How do I list the installed packages?", passages)
+    assert sources == ["ls#0"], answer
+    assert "all the versions of packages that are installed" in answer and "```bash\nnpm ls" in answer
+    assert repeated_sentences(answer) == [] and fragments(answer) == []
+    # Alone (no page explains it), the alias page still answers.
+    answer, sources, _ = compose_answer("How do I list the installed packages?", passages[:1])
+    assert sources == ["ll#0"], answer
+    # Two pages that each say more than their shared summary are both kept.
+    other = Passage("other#0", "npm-other", LS.replace("This command will print", "It prints"), 0.9,
+                    "List installed packages")
+    _, sources, _ = compose_answer("How do I list the installed packages?", [other, passages[1]])
+    assert sources[0] == "other#0"
+
+
+def test_a_who_question_is_answered_by_the_party() -> None:
+    text = """## Durable runs
+
+- `POST /v1/agent/runs` starts a run and returns `{run_id, conversation_id, stream_url}`. The `stream_url` carries a signed token so a browser can read it.
+- `GET /v1/agent/conversations/{id}` returns the messages of a conversation to its owner only."""
+    answer, _, _ = compose_answer("Who may read the messages of a conversation?", [Passage("api#1", "HTTP API", text, 0.5)])
+    assert answer.startswith("`GET /v1/agent/conversations/{id}` returns the messages of a conversation to its owner only."), answer

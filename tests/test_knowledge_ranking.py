@@ -184,3 +184,20 @@ def test_a_named_page_shows_its_opening_among_its_chunks_without_moving_any_page
     other = rerank(cands, QueryTerms.of("shell scripts", ["shell", "scripts"]), lists=1, top_k=10, per_doc=2,
                    max_fused=1.0)
     assert ("npm-rebuild", 0) not in [(c.doc_id, c.position) for c in other]
+
+
+def test_fold_of_ascii_text_is_the_full_unicode_fold() -> None:
+    """``fold`` lowercases ASCII text directly; it must stay what NFKD + combining-mark
+    removal + casefold gives (every ASCII character, controls included), and non-ASCII
+    text still takes the full path."""
+    import unicodedata
+
+    from knowledge.textnorm import _COMBINING_RE, fold
+
+    def full(text: str) -> str:
+        return _COMBINING_RE.sub("", unicodedata.normalize("NFKD", text)).casefold()
+
+    every_ascii = "".join(chr(i) for i in range(128))
+    assert fold(every_ascii) == full(every_ascii)
+    for text in ("Invoice INV-2024 from Kalomi GmbH", "", "A_b-C.d", "Ünïcödé Straße", "ﬁle Ⅻ"):
+        assert fold(text) == full(text)

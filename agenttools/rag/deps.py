@@ -49,7 +49,13 @@ class KnowledgeSearcher(Protocol):
     """The slice of ``knowledge.KnowledgeBase`` that ``knowledge_base_search`` uses."""
 
     async def search(
-        self, query: str, *, bucket: str | None = None, top_k: int = 5, buckets: Sequence[str] | None = None
+        self,
+        query: str,
+        *,
+        bucket: str | None = None,
+        top_k: int = 5,
+        buckets: Sequence[str] | None = None,
+        private: Sequence[str] = (),
     ) -> SearchResponseLike: ...
 
 
@@ -61,6 +67,9 @@ class RagToolSettings:
     #: The buckets the default ``kb_id`` covers (``AGENT_KB_DEFAULT_BUCKETS``); empty or
     #: ``"*"`` means every bucket. A UI context's ``buckets`` overrides them.
     default_buckets: tuple[str, ...] = ()
+    #: Search the conversation's own attachments (its private bucket,
+    #: ``knowledge.attachments``) along with the default buckets.
+    conversation_attachments: bool = False
     max_top_k: int = 20
     max_chunk_chars: int = 1_500
     max_external_answers: int = 3

@@ -35,6 +35,15 @@ class AwaitingApproval(Exception):
         self.reason = reason
 
 
+#: Not a user's decision: written by the process that claims a parked run whose cancel was
+#: asked for, so the agent ends it ``cancelled`` itself (answering the waiting call).
+CANCELLED_WHILE_WAITING = "cancel"
+
+
+class ApprovalCancelled(Exception):
+    """The run was cancelled while it waited for the decision."""
+
+
 class ApprovalExpired(Exception):
     """The call the run parked on was not decided within ``AGENT_APPROVAL_TTL_S``."""
 

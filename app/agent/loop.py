@@ -32,7 +32,7 @@ from agenttools.core.executor import ToolExecutor
 from agenttools.core.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry
 from agenttools.rag.policy import FlowPolicy, set_flow_scope
 from agenttools.rag.review import review_after_round
-from app.agent.approvals import ApprovalExpired, AwaitingApproval
+from app.agent.approvals import ApprovalCancelled, ApprovalExpired, AwaitingApproval
 from app.agent.budget import estimate_tokens, prune_history, prune_in_run
 from app.agent.deps import (
     AgentSettings,
@@ -181,6 +181,8 @@ class Agent:
             return
         except ApprovalExpired as exc:
             error, status = Error(message=str(exc), code="approval_expired"), "cancelled"
+        except ApprovalCancelled:
+            status = "cancelled"
         except RunFailed as exc:
             error, status = Error(message=str(exc), code=exc.code), "failed"
         except asyncio.CancelledError:
@@ -481,6 +483,7 @@ class Agent:
             tool_use_id=call.id, tool_name=call.name, arguments=call.arguments, reason=wait.reason,
             expires_at=round(expires_at, 3),
         )
+        run.parked = True  # from this write on the lease is handed back on purpose (not "lost")
         await run.emit_step(
             [event], checkpoint=state.encode(), messages=state.take_unsaved(), status="waiting_approval",
             wait_s=self.settings.approval_ttl_s,

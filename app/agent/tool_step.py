@@ -25,6 +25,8 @@ from agenttools.core.result_summary import summarize_result
 from agenttools.core.untrusted import neutralize
 from agenttools.rag.policy import FlowPolicy
 from app.agent.approvals import (
+    CANCELLED_WHILE_WAITING,
+    ApprovalCancelled,
     ApprovalExpired,
     AwaitingApproval,
     approval_reason,
@@ -104,6 +106,8 @@ class ToolStep:
             if state.awaiting is not None and state.awaiting.get("tool_use_id") == call.id:
                 raise ApprovalExpired(call.name)  # parked on it and carried on undecided
             raise AwaitingApproval(call, approval_reason(call.name))
+        if decided.get("decision") == CANCELLED_WHILE_WAITING:
+            raise ApprovalCancelled(call.name)
         state.awaiting = None
         if decided.get("decision") == "reject":
             self._store(run, state, pending, call, rejected_outcome(), 0.0)

@@ -21,6 +21,7 @@ from typing import Literal, Protocol, cast
 from app.runs.remote import RemoteRuns
 from app.runs.run import Run
 from events import AnyEvent, Event, parse_event
+from storage.errors import StorageUnavailable
 from storage.interfaces import RunStore
 from storage.records import TERMINAL_EVENT, UNFINISHED, RunEvent
 
@@ -114,6 +115,8 @@ async def follow(
     if run is not None:
         if run.user_id != user_id:
             return None
+        if run.finished and run.durable >= len(run.events) and await _deleted(store, run_id):
+            return None  # its conversation was deleted (on any replica): not replayed from memory
         return follow_here(run, after, idle=idle, on_leave=on_leave)
     stored = await store.get(run_id)
     if stored is None or stored.user_id != user_id:
@@ -122,6 +125,16 @@ async def follow(
         return Following(run_id, "remote", False, _remote(remote, run_id, after, idle))
     first = await store.events_after(run_id, after)
     return Following(run_id, "stored", not first, _stored(store, run_id, first))
+
+
+async def _deleted(store: RunStore, run_id: str) -> bool:
+    """Whether a finished run this process still remembers is gone from the store (its
+    user deleted its conversation, maybe through another replica). While the store cannot
+    answer, the run is served from memory as before."""
+    try:
+        return await store.get(run_id) is None
+    except StorageUnavailable:
+        return False
 
 
 def follow_here(

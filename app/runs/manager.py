@@ -279,10 +279,15 @@ class RunManager:
             never_started = run.status == "queued" and run.question is not None
             messages = [Message("user", run.question)] if never_started and run.question else []
             run.emit_step(events, messages=messages, finished=True)
-        if run.parked:  # waits for a decision, in the store: whoever claims it next carries it on
+        if run.parked and not run.finished:  # waits for a decision, stored: whoever claims it next carries it on
             self.counters.parked += 1
             if self._runs.get(run.id) is run:
                 del self._runs[run.id]
+            # Later runs of the conversation then wait for its stored ending (``wait_end``),
+            # wherever it is carried on, not for this released copy.
+            mine = self._by_conversation.get((run.user_id, run.conversation_id), [])
+            if run in mine:
+                mine.remove(run)
         convo = self._by_conversation.get((run.user_id, run.conversation_id))
         if convo is not None and all(r.finished or r.released for r in convo):
             self._by_conversation.pop((run.user_id, run.conversation_id), None)
@@ -655,7 +660,13 @@ class RunManager:
                 self.cancels.cancel_here(run)
             return
         state = RunState.decode(stored.checkpoint)
-        reason = state.approval_account() or reason
+        parked_cancel = state.awaiting is not None and stored.cancel_requested
+        if state.awaiting is not None:
+            # Carried on after its approval: it was admitted before any run of the
+            # conversation here, and those wait for its ending — it must not wait for them.
+            if parked_cancel:
+                state.cancel_waiting()  # ended by its agent, the waiting call answered
+            reason, earlier = state.approval_account() or reason, []
         discarded = (
             Discarded(
                 from_seq=stored.checkpoint_seq + 1,
@@ -679,7 +690,7 @@ class RunManager:
                 extra={"run_id": run.id, "from_seq": discarded.from_seq, "to_seq": discarded.to_seq},
             )
         self._start(run, earlier, lambda: self.agent(run, chat, caller, state=state, resumed=resumed))
-        if stored.cancel_requested:  # asked while nobody held it: it ends cancelled
+        if stored.cancel_requested and not parked_cancel:  # asked while nobody held it: it ends cancelled
             self.cancels.cancel_here(run)
 
 

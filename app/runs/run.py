@@ -57,6 +57,32 @@ def terminal_event(run: Run, status: RunEnding, *, turns: int = 0, usage: TokenU
     )
 
 
+class _QueuedStep:
+    """What a step waiting in the store's writer queue tells its run when it commits or
+    fails. One small object per step rather than two closures (their cells and
+    functions): under load thousands of steps wait in that queue, and this is most of
+    what each one holds (issue 22)."""
+
+    __slots__ = ("future", "run", "upto")
+
+    def __init__(self, run: Run, upto: int, future: asyncio.Future[None] | None) -> None:
+        self.run, self.upto, self.future = run, upto, future
+
+    def committed(self) -> None:
+        self.run._mark_durable(self.upto)
+        if self.future is not None and not self.future.done():
+            self.future.set_result(None)
+
+    def failed(self, exc: BaseException) -> None:
+        if self.future is not None and not self.future.done():
+            self.future.set_exception(exc)
+            self.future.exception()
+        if isinstance(exc, LeaseLost):
+            self.run.abandon()
+        else:
+            self.run._storage_failed(exc)
+
+
 @dataclass(slots=True)
 class Run:
     id: str
@@ -206,27 +232,11 @@ class Run:
             step = dataclasses.replace(step, lease_owner=self.lease_owner, lease_s=self.lease_s)
         if terminal:
             step = dataclasses.replace(step, status=self.status, finished=True)
+        queued = _QueuedStep(self, upto, future)
         if self.log is None:
-            self._mark_durable(upto)
-            if future is not None and not future.done():
-                future.set_result(None)
+            queued.committed()
             return
-
-        def committed() -> None:
-            self._mark_durable(upto)
-            if future is not None and not future.done():
-                future.set_result(None)
-
-        def failed(exc: BaseException) -> None:
-            if future is not None and not future.done():
-                future.set_exception(exc)
-                future.exception()
-            if isinstance(exc, LeaseLost):
-                self.abandon()
-            else:
-                self._storage_failed(exc)
-
-        self.log.write(step, on_commit=committed, on_fail=failed)
+        self.log.write(step, on_commit=queued.committed, on_fail=queued.failed)
 
     def _mark_durable(self, upto: int) -> None:
         if upto > self.durable and self.storage_error is None:

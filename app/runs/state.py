@@ -201,6 +201,12 @@ class RunState:
             approvals=dict(d.get("approvals") or {}),
         )
 
+    def cancel_waiting(self) -> None:
+        """A cancel reached the run while it was parked: the agent that carries it on
+        ends it ``cancelled`` itself, so the waiting call gets its "not run" answer."""
+        if self.awaiting is not None:
+            self.approvals.setdefault(str(self.awaiting.get("tool_use_id")), {"decision": "cancel"})
+
     def approval_account(self) -> str | None:
         """Why a parked run is carried on (its ``run_resumed`` reason), or ``None`` for a
         run that was not parked."""
@@ -210,6 +216,8 @@ class RunState:
         decided = self.approvals.get(str(self.awaiting.get("tool_use_id")))
         if decided is None:
             return f"the approval of {name} was not decided in time"
+        if decided.get("decision") == "cancel":
+            return f"the run was cancelled while the call of {name} waited for approval"
         verb = {"approve": "approved", "edit": "edited and approved", "reject": "rejected"}.get(
             str(decided.get("decision")), "decided on"
         )

@@ -11,6 +11,7 @@ anyone else gets the same 404 as for a run that does not exist.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from starlette.requests import Request
@@ -23,6 +24,8 @@ from app.server import http
 from app.server.problems import HTTPProblem, ORJSONResponse
 from storage.errors import StorageUnavailable
 from storage.records import WAITING_APPROVAL
+
+log = logging.getLogger("agentchat.approvals")
 
 
 def _decision(body: Any) -> tuple[str, dict[str, Any] | None]:
@@ -80,7 +83,10 @@ async def decide(request: Request) -> Response:
     if not won:
         raise HTTPProblem(409, "approval_decided", "the approval was decided, cancelled or expired meanwhile")
     svc.runs.note_decision(decision)
-    await svc.runs.resume_decided(run_id)
+    try:
+        await svc.runs.resume_decided(run_id)
+    except StorageUnavailable:  # the decision is stored: the next periodic claim (any replica) carries it on
+        log.warning("a decided run could not be claimed at once", extra={"run_id": run_id})
     token = svc.auth.stream_token(run_id, ident.user_id)
     return ORJSONResponse(
         {

@@ -20,6 +20,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from app.server import attachment_routes
 from app.server.bounds import parse_int
 from app.server.chat_request import CONVERSATION_ID, CONVERSATION_ID_RULE
 from app.server.history_request import parse_feedback, parse_rename
@@ -173,6 +174,7 @@ async def delete_conversation(request: Request) -> Response:
     if deleted is None:
         raise HTTPProblem(404, "not_found", "no such conversation")
     svc.runs.forget_conversation(ident.user_id, conversation_id)
+    attachments = await attachment_routes.delete_all(request, ident.user_id, conversation_id)
     svc.metrics.history.conversations_deleted.labels(reason="user").inc()
     log.info(
         "conversation deleted",
@@ -181,6 +183,7 @@ async def delete_conversation(request: Request) -> Response:
             "runs": deleted.runs,
             "events": deleted.events,
             "messages": deleted.messages,
+            "attachments": attachments,
         },
     )
     return Response(status_code=204)

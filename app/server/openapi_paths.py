@@ -28,6 +28,7 @@ from app.server.openapi import (
     sse_response,
 )
 from app.server.openapi_approvals import approvals_api
+from app.server.openapi_attachments import attachments_api
 from app.server.openapi_history import history_api
 from app.server.openapi_kb import kb_api
 
@@ -291,4 +292,12 @@ def pages_api() -> ApiContribution:
 
 def builtin_api(settings: Settings) -> list[ApiContribution]:
     """Every built-in route module's contribution, in the order the docs show them."""
-    return [agent_api(settings), history_api(), approvals_api(), kb_api(), operations_api(), pages_api()]
+    return [
+        agent_api(settings),
+        history_api(),
+        attachments_api(),
+        approvals_api(),
+        kb_api(),
+        operations_api(),
+        pages_api(),
+    ]

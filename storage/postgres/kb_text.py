@@ -44,10 +44,8 @@ from storage.kb_records import KBRanked, KBScope, KBTextTuning
 from storage.kb_terms import tuned_selective_terms
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.kb_filters_sql import scope_sql
-from storage.postgres.migrations import FOLD_FUNCTION, TEXT_CONFIG
+from storage.postgres.migrations import FOLD_FUNCTION, K1, POSTINGS_AVGDL, TEXT_CONFIG, B
 
-K1 = 1.2
-B = 0.75
 #: FTS5's column weights (title, heading, text), carried by the tsvector weights A/B/C.
 WEIGHTS = (4.0, 2.0, 1.0)
 #: How long index statistics may be reused when another replica may have written.
@@ -79,6 +77,25 @@ s AS (
 SELECT s.id, s.score FROM s ORDER BY s.score DESC, s.id LIMIT %(limit)s
 """
 _COUNT = "SELECT count(*) FROM kb_chunks c WHERE c.tsv @@ %(tsq)s::tsquery {scope}"
+#: ``_RANK`` over the chunks whose ids are given (the candidates the postings found).
+_RANK_IDS = _RANK.replace("c.tsv @@ %(tsq)s::tsquery {scope}", "c.id = ANY(%(ids)s::bigint[])")
+#: Each query lexeme's ``depth`` best postings, in impact order (``kb_postings``).
+_POSTINGS = """
+SELECT q.ord, p.chunk_id, p.impact, p.bucket
+FROM unnest(%(lex)s::text[]) WITH ORDINALITY AS q(lex, ord)
+CROSS JOIN LATERAL (
+    SELECT k.chunk_id, k.impact, k.bucket FROM kb_postings k WHERE k.lexeme = q.lex
+    ORDER BY k.impact DESC, k.chunk_id LIMIT %(depth)s
+) p
+"""
+#: The first read of the postings takes this many per lexeme, or ``POSTINGS_DEPTH_FACTOR``
+#: times the limit when more; each round that cannot prove its top-k reads four times
+#: deeper, up to ``POSTINGS_MAX_DEPTH`` (then the matches are scored exhaustively).
+POSTINGS_MIN_DEPTH = 200
+POSTINGS_DEPTH_FACTOR = 4
+POSTINGS_MAX_DEPTH = 50_000
+#: Float4 impacts are rounded; the bound on unseen chunks is widened by this much.
+_ROUNDING = 1e-5
 #: The first MaxScore pass scores chunks of the rarest terms until their document
 #: frequencies add up to this many times ``limit`` (enough matches to set a bar).
 FIRST_PASS_DF_FACTOR = 4
@@ -147,6 +164,7 @@ class TextRanker:
         self._lexemes: dict[str, tuple[str, ...]] = {}
         self._df: dict[str, int] = {}
         self._totals: tuple[int, float] | None = None  # (chunks, average tokens)
+        self._bucket_chunks: dict[str, int] = {}
         self._stats_at = 0.0
         self._generation = 0
 
@@ -154,6 +172,7 @@ class TextRanker:
         self._generation += 1
         self._df.clear()
         self._totals = None
+        self._bucket_chunks.clear()
 
     def _expire(self) -> None:
         if time.monotonic() - self._stats_at > STATS_TTL_S:
@@ -187,6 +206,21 @@ class TextRanker:
             self._totals = totals
         return totals
 
+    async def bucket_chunks(self, bucket: str) -> int:
+        """How many chunks ``bucket`` holds (cached like the other statistics)."""
+        self._expire()
+        known = self._bucket_chunks.get(bucket)
+        if known is not None:
+            return known
+        generation = self._generation
+        row = await self._db.fetchone(
+            "SELECT coalesce(sum(chunk_count), 0) FROM kb_documents WHERE bucket = %s", (bucket,)
+        )
+        count = int(row[0]) if row else 0
+        if generation == self._generation and count > 0:
+            self._bucket_chunks[bucket] = count
+        return count
+
     async def document_frequencies(self, lexemes: Sequence[str]) -> dict[str, int]:
         """How many chunks hold each lexeme (an unscored count through the GIN index)."""
         self._expire()
@@ -218,7 +252,11 @@ class TextRanker:
         return tuned_selective_terms(terms, df, total, tuning, min_matches=min_matches)
 
     async def text_candidates(
-        self, terms: Sequence[str], scope: KBScope, limit: int, tuning: KBTextTuning,
+        self,
+        terms: Sequence[str],
+        scope: KBScope,
+        limit: int,
+        tuning: KBTextTuning,
         schema: Mapping[str, str] | None = None,
     ) -> KBRanked:
         lex = await self.lexemes(terms)
@@ -242,6 +280,15 @@ class TextRanker:
             "wc": WEIGHTS[2],
             "limit": limit,
         }
+        if (
+            scope.doc_ids is None
+            and scope.doc_id is None
+            and scope.filter is None
+            and await self._postings_may_fill(scope.bucket, total, limit)
+        ):
+            found = await self._from_postings(lexemes, params, df, scope.bucket, limit, avgdl)
+            if found is not None:
+                return found
         condition = ""
         if scope.doc_ids is not None:
             condition = "AND c.doc_id = ANY(%(doc_ids)s::text[])"
@@ -252,9 +299,7 @@ class TextRanker:
             condition = "AND c.doc_id IN (" + named_params(inner, inner_params, params) + ")"
         bounds = {x: b * (K1 + 1.0) for x, b in zip(lexemes, params["idf"], strict=True)}
         first = first_pass_terms(lexemes, bounds, df, FIRST_PASS_DF_FACTOR * limit)
-        rows, total = await asyncio.gather(
-            self._rank(condition, params, first), self._count(condition, params)
-        )
+        rows, total = await asyncio.gather(self._rank(condition, params, first), self._count(condition, params))
         if len(first) < len(lexemes):
             # The ``limit``-th score is a bar; a chunk of the remaining terms only counts
             # if it holds one whose bound (with the rarer ones') can reach it.
@@ -265,6 +310,81 @@ class TextRanker:
         if not rows:
             return KBRanked()
         return KBRanked([int(r[0]) for r in rows], [float(r[1]) for r in rows], total)
+
+    async def _postings_may_fill(self, bucket: str | None, total: int, limit: int) -> bool:
+        """Whether the postings are worth reading for ``bucket``: the whole index always;
+        a bucket when its share of the chunks lets the deepest read find ``limit`` of its
+        own many times over. A small bucket goes straight to exhaustive scoring, which
+        is cheap for it (both are exact; this only decides which is faster)."""
+        if bucket is None:
+            return True
+        share = await self.bucket_chunks(bucket) / max(1, total)
+        return share * POSTINGS_MAX_DEPTH >= POSTINGS_DEPTH_FACTOR * max(limit, POSTINGS_MIN_DEPTH)
+
+    async def _from_postings(
+        self,
+        lexemes: list[str],
+        params: dict[str, Any],
+        df: Mapping[str, int],
+        bucket: str | None,
+        limit: int,
+        avgdl: float,
+    ) -> KBRanked | None:
+        """The exact BM25 top ``limit`` of the whole index or of one bucket, from the best
+        postings of each lexeme (``kb_postings``), without visiting every match.
+
+        Why it is exact: a chunk none of whose postings was read holds each lexeme with
+        at most the impact of the last posting read for it (none at all when its list was
+        read to the end), so its score is at most ``bound`` = Σ idf · last impact. The
+        chunks that were read are scored exactly on every query lexeme (``_RANK_IDS``);
+        once the ``limit``-th of them scores above ``bound`` nothing unread can enter
+        (else read deeper). Stored impacts use the fixed length ``POSTINGS_AVGDL``: the
+        true one, with today's average length ``avgdl``, is at most ``max(1, avgdl /
+        POSTINGS_AVGDL)`` times the stored one (the denominator's length term shrinks by
+        at most that factor), so the bound is widened by that factor.
+
+        ``None`` when the bucket is too small a share of the postings to fill ``limit``
+        within ``POSTINGS_MAX_DEPTH``; then the matches are scored exhaustively. The
+        match count is exact when every list was read to its end, else an estimate
+        (the commonest lexeme's chunks, times the share of the postings read that were
+        in the bucket), as the SQLite engine's probe estimates it.
+        """
+        weights = dict(zip(lexemes, params["idf"], strict=True))
+        widen = max(1.0, avgdl / POSTINGS_AVGDL) * (1.0 + _ROUNDING)
+        depth = max(POSTINGS_MIN_DEPTH, POSTINGS_DEPTH_FACTOR * limit)
+        while True:
+            rows = await self._db.fetchall(_POSTINGS, {"lex": lexemes, "depth": depth})
+            per: dict[int, list[float]] = {}
+            candidates: set[int] = set()
+            read = kept = 0
+            for ordinal, chunk_id, impact, row_bucket in rows:
+                per.setdefault(int(ordinal), []).append(float(impact))
+                read += 1
+                if bucket is None or row_bucket == bucket:
+                    candidates.add(int(chunk_id))
+                    kept += 1
+            bound = 0.0
+            complete = True
+            for i, lexeme in enumerate(lexemes, start=1):
+                impacts = per.get(i, [])
+                if len(impacts) >= depth:  # more may follow
+                    complete = False
+                    bound += weights[lexeme] * impacts[-1]
+            bound *= widen
+            scored = await self._db.fetchall(_RANK_IDS, {**params, "ids": sorted(candidates)}) if candidates else []
+            if complete or (len(scored) >= limit and float(scored[limit - 1][1]) > bound):
+                break
+            if depth >= POSTINGS_MAX_DEPTH:
+                return None
+            depth = min(POSTINGS_MAX_DEPTH, depth * 4)
+        if not scored:
+            return KBRanked()
+        if complete:
+            total = len(candidates)
+        else:
+            share = kept / read if read else 0.0
+            total = max(len(candidates), round(max(df.get(x, 0) for x in lexemes) * share))
+        return KBRanked([int(r[0]) for r in scored], [float(r[1]) for r in scored], total)
 
     async def _rank(self, condition: str, params: dict[str, Any], matching: Sequence[str]) -> list[tuple[Any, ...]]:
         """The top chunks holding any of ``matching``, scored on every query lexeme."""

@@ -39,6 +39,16 @@ _NOW = "(extract(epoch from clock_timestamp())::double precision)"
 FOLD_FUNCTION = "agentchat_fold"
 TEXT_CONFIG = "english"
 
+#: BM25's constants (FTS5's own), shared with ``kb_text``.
+K1 = 1.2
+B = 0.75
+#: The fixed document length the stored impacts are normalised with (``kb_postings``):
+#: any fixed value keeps the top-k exact (``kb_text``); one near the real average keeps
+#: the impact order close to the true one, so fewer postings are read.
+POSTINGS_AVGDL = 64.0
+#: ``(weights of a lexeme's positions, chunk tokens)`` → its stored impact.
+IMPACT_FUNCTION = "agentchat_kb_impact"
+
 
 _APP = (
     f"""CREATE TABLE IF NOT EXISTS conversations (
@@ -410,9 +420,10 @@ _CONVERSATIONS_PER_USER = (
 # the list of a user's conversations, newest first by ``updated_at`` with the id as the
 # tie-break of its cursor; a run's feedback (score 1 or -1, an optional comment, when);
 # when its event log was compacted (retention) and, on a compacted event that folds a
-# turn's text chunks into one, the ids and text offsets it replaced (``folded``, so a
-# client resuming from a folded-away id gets the rest of the text); an index of finished
-# runs by their end so the retention pass finds the old ones without a scan.
+# turn's text chunks into one, the first id and the lengths of the chunks it replaced
+# (``folded``, so a client resuming from a folded-away id gets the rest of the text);
+# an index of the finished runs not compacted yet, by their end, so the retention pass
+# finds the old ones without scanning those it has done.
 _ISSUE_25 = (
     "ALTER TABLE conversations ADD COLUMN IF NOT EXISTS title TEXT",
     "DROP INDEX IF EXISTS conversations_user",
@@ -422,7 +433,63 @@ _ISSUE_25 = (
     "ALTER TABLE runs ADD COLUMN IF NOT EXISTS feedback_at DOUBLE PRECISION",
     "ALTER TABLE runs ADD COLUMN IF NOT EXISTS events_compacted_at DOUBLE PRECISION",
     "ALTER TABLE run_events ADD COLUMN IF NOT EXISTS folded TEXT",
-    "CREATE INDEX IF NOT EXISTS runs_finished ON runs(finished_at) WHERE finished_at IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS runs_to_compact ON runs(finished_at) "
+    "WHERE finished_at IS NOT NULL AND events_compacted_at IS NULL",
+)
+
+# Issue 24: full-text top-k without visiting every match. One row per (lexeme, chunk):
+# its BM25 impact — the term's contribution before idf, ``tf·(k1+1) / (tf + k1·(1 - b +
+# b·ntok/POSTINGS_AVGDL))`` with FTS5's tf (title/heading/text positions weighted 4/2/1)
+# — and the chunk's bucket. One B-tree, read in impact order per lexeme, serves both
+# the top-k reads and the deletes (a deleted chunk's rows are found by recomputing
+# their impact). Triggers on ``kb_chunks`` keep it in step inside the writing
+# transaction (ingest, replace, delete, ``migrate-db``'s copy: every path inserts or
+# deletes chunk rows); chunk text is never updated in place. Existing chunks are
+# posted by the step itself. ``kb_text`` says why the fixed reference length keeps the
+# top-k exact.
+_KB_POSTINGS = (
+    f"""CREATE OR REPLACE FUNCTION {IMPACT_FUNCTION}(w TEXT[], ntok INTEGER) RETURNS REAL
+        LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+        SELECT (tf * {K1 + 1.0} / (tf + {K1} * ({1.0 - B} + {B} * ntok / {POSTINGS_AVGDL})))::real
+        FROM (SELECT 4.0 * cardinality(array_positions(w, 'A')) + 2.0 * cardinality(array_positions(w, 'B'))
+                     + (cardinality(w) - cardinality(array_positions(w, 'A'))
+                        - cardinality(array_positions(w, 'B'))) AS tf) f
+        $$""",
+    """CREATE TABLE IF NOT EXISTS kb_postings (
+        lexeme TEXT NOT NULL,
+        impact REAL NOT NULL,
+        chunk_id BIGINT NOT NULL,
+        bucket TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS kb_postings_impact ON kb_postings(lexeme, impact DESC, chunk_id) INCLUDE (bucket)",
+    f"""CREATE OR REPLACE FUNCTION agentchat_kb_postings_add() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO kb_postings (lexeme, impact, chunk_id, bucket)
+            SELECT u.lexeme, {IMPACT_FUNCTION}(u.weights, n.ntok), n.id, d.bucket
+            FROM kb_new_chunks n JOIN kb_documents d ON d.id = n.doc_id
+            CROSS JOIN LATERAL unnest(n.tsv) AS u(lexeme, positions, weights);
+            RETURN NULL;
+        END $$""",
+    f"""CREATE OR REPLACE FUNCTION agentchat_kb_postings_remove() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            DELETE FROM kb_postings p USING (
+                SELECT u.lexeme, {IMPACT_FUNCTION}(u.weights, o.ntok) AS impact, o.id
+                FROM kb_old_chunks o CROSS JOIN LATERAL unnest(o.tsv) AS u(lexeme, positions, weights)
+            ) x
+            WHERE p.lexeme = x.lexeme AND p.impact = x.impact AND p.chunk_id = x.id;
+            RETURN NULL;
+        END $$""",
+    "DROP TRIGGER IF EXISTS kb_chunks_postings_add ON kb_chunks",
+    "CREATE TRIGGER kb_chunks_postings_add AFTER INSERT ON kb_chunks REFERENCING NEW TABLE AS kb_new_chunks"
+    " FOR EACH STATEMENT EXECUTE FUNCTION agentchat_kb_postings_add()",
+    "DROP TRIGGER IF EXISTS kb_chunks_postings_remove ON kb_chunks",
+    "CREATE TRIGGER kb_chunks_postings_remove AFTER DELETE ON kb_chunks REFERENCING OLD TABLE AS kb_old_chunks"
+    " FOR EACH STATEMENT EXECUTE FUNCTION agentchat_kb_postings_remove()",
+    "DELETE FROM kb_postings",
+    f"""INSERT INTO kb_postings (lexeme, impact, chunk_id, bucket)
+        SELECT u.lexeme, {IMPACT_FUNCTION}(u.weights, c.ntok), c.id, d.bucket
+        FROM kb_chunks c JOIN kb_documents d ON d.id = c.doc_id
+        CROSS JOIN LATERAL unnest(c.tsv) AS u(lexeme, positions, weights)""",
 )
 
 MIGRATIONS: tuple[Migration, ...] = numbered(
@@ -444,6 +511,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         15: _OWNERS,
         16: _CONVERSATIONS_PER_USER,
         17: _ISSUE_25,
+        18: _KB_POSTINGS,
     },
 )
 

@@ -61,9 +61,12 @@ class PostgresRunStore(SqlRunStore):
         super().__init__(PostgresSql(db))
         self._pg = db
 
+    def checks_lease(self, step: RunWrite) -> bool:
+        return step.lease_owner is not None
+
     def step_around(self, step: RunWrite) -> tuple[list[Statement], list[Statement]]:
         before: list[Statement] = []
-        if step.lease_owner is not None:  # first: a run taken over stores nothing more
+        if self.checks_lease(step):  # first: a run taken over stores nothing more
             before.append((_HOLD_LEASE_SQL, (step.run_id, step.lease_owner, float(step.lease_s))))
         after: list[Statement] = []
         if step.events:  # delivered at commit, in commit order, only if it commits

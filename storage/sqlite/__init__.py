@@ -9,12 +9,14 @@ from storage.sqlite.database import SqliteDatabase, SqliteOptions
 from storage.sqlite.dialect import SqliteSql
 from storage.sqlite.kb_index import SqliteKBIndex
 from storage.sqlite.migrations import migrate
-from storage.stores.runs import SqlRunStore
+from storage.sqlite.runs import SqliteRunStore
 
 
-class SqliteStorage(SqlStorage[SqliteDatabase, SqlRunStore, SqliteKBIndex]):
-    """Every store of the service on one file. Built by ``open_sqlite_storage``; one
-    process per file, so its live runs are followed in memory (no ``run_feed``)."""
+class SqliteStorage(SqlStorage[SqliteDatabase, SqliteRunStore, SqliteKBIndex]):
+    """Every store of the service on one file. Built by ``open_sqlite_storage``; no
+    ``run_feed`` (a file notifies no one): one process per file follows its live runs in
+    memory, and several (``--workers``) read each other's from the log and check their
+    leases in every step (``storage.sqlite.runs``)."""
 
     engine = "sqlite"
 
@@ -30,7 +32,7 @@ async def open_sqlite_storage(path: str | Path, opts: SqliteOptions | None = Non
         db.start()
         sql = SqliteSql(db)
         return SqliteStorage.assemble(
-            db=db, sql=sql, schema_version=version, runs=SqlRunStore(sql), kb_index=SqliteKBIndex(db)
+            db=db, sql=sql, schema_version=version, runs=SqliteRunStore(sql), kb_index=SqliteKBIndex(db)
         )
     except BaseException:
         await db.close()

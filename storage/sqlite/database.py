@@ -223,13 +223,18 @@ class SqliteDatabase(QueuedWrites):
             self._idle.put_nowait(conn)
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        async with self.reading() as conn, conn.execute(sql, params) as cur:
-            return [tuple(r) for r in await cur.fetchall()]
+        """All rows of one statement, in ONE hop to a reader's thread (statement, rows
+        and cursor close together): each hop is a wake-up of that thread and then of
+        the event loop, and a search makes several of these reads."""
+        async with self.reading() as conn:
+            rows: list[tuple[Any, ...]] = await conn._execute(_fetchall_sync, conn._conn, sql, params)
+            return rows
 
     async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
-        async with self.reading() as conn, conn.execute(sql, params) as cur:
-            row = await cur.fetchone()
-            return tuple(row) if row is not None else None
+        """The first row of one statement (``None`` when there is none), in one hop."""
+        async with self.reading() as conn:
+            row: tuple[Any, ...] | None = await conn._execute(_fetchone_sync, conn._conn, sql, params)
+            return row
 
     # --- transactions on the writer ------------------------------------------------
 
@@ -331,6 +336,25 @@ class SqliteDatabase(QueuedWrites):
 _VALUES = re.compile(r"^(INSERT (?:OR \w+ )?INTO [^(]+\([^)]*\)\s*VALUES\s*)(\((?:\?,\s*)*\?\))$", re.IGNORECASE)
 #: SQLite allows 32,766 parameters per statement; keep well below.
 MAX_PARAMS = 8_000
+
+
+def _fetchall_sync(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Runs on a reader connection's own thread (``SqliteDatabase.fetchall``)."""
+    cur = conn.execute(sql, params)
+    try:
+        return [tuple(r) for r in cur.fetchall()]
+    finally:
+        cur.close()
+
+
+def _fetchone_sync(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+    """Runs on a reader connection's own thread (``SqliteDatabase.fetchone``)."""
+    cur = conn.execute(sql, params)
+    try:
+        row = cur.fetchone()
+        return tuple(row) if row is not None else None
+    finally:
+        cur.close()
 
 
 def _transaction_sync(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T], guard: DatabaseFileGuard) -> T:

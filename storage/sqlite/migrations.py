@@ -398,9 +398,10 @@ _CONVERSATIONS_PER_USER = (
 # the list of a user's conversations, newest first by ``updated_at`` with the id as the
 # tie-break of its cursor; a run's feedback (score 1 or -1, an optional comment, when);
 # when its event log was compacted (retention) and, on a compacted event that folds a
-# turn's text chunks into one, the ids and text offsets it replaced (``folded``, so a
-# client resuming from a folded-away id gets the rest of the text); an index of finished
-# runs by their end so the retention pass finds the old ones without a scan.
+# turn's text chunks into one, the first id and the lengths of the chunks it replaced
+# (``folded``, so a client resuming from a folded-away id gets the rest of the text);
+# an index of the finished runs not compacted yet, by their end, so the retention pass
+# finds the old ones without scanning those it has done.
 _ISSUE_25 = (
     "ALTER TABLE conversations ADD COLUMN title TEXT",
     "DROP INDEX IF EXISTS conversations_user",
@@ -410,7 +411,8 @@ _ISSUE_25 = (
     "ALTER TABLE runs ADD COLUMN feedback_at REAL",
     "ALTER TABLE runs ADD COLUMN events_compacted_at REAL",
     "ALTER TABLE run_events ADD COLUMN folded TEXT",
-    "CREATE INDEX IF NOT EXISTS runs_finished ON runs(finished_at) WHERE finished_at IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS runs_to_compact ON runs(finished_at) "
+    "WHERE finished_at IS NOT NULL AND events_compacted_at IS NULL",
 )
 
 MIGRATIONS: tuple[Migration, ...] = numbered(
@@ -434,8 +436,10 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         15: _OWNERS,
         16: _CONVERSATIONS_PER_USER,
         17: _ISSUE_25,
+        18: (),  # PostgreSQL's postings for full-text top-k; FTS5 ranks on its own index
     }, rebuilds=frozenset({15, 16}),
 )
+
 
 class _SqliteRunner(MigrationRunner):
     """Each step in its own ``BEGIN IMMEDIATE`` transaction, its version re-checked inside

@@ -328,13 +328,18 @@ async def test_pruned_text_ranking_equals_scoring_every_match(pg_url: str) -> No
             return pruned, full
 
         terms = ["report", "budget", "quarter", "zeppelin", "quokka", "marzipan"]
+        # Every document named: the MaxScore path (the whole index is answered from the
+        # postings, issue 24 — the same top list).
+        every = KBScope(doc_ids=[f"d{i}" for i in range(600)])
         for limit in (1, 3, 10, 40, 700):
             scored.clear()
-            pruned, full = await both(terms, KBScope(), limit)
+            pruned, full = await both(terms, every, limit)
             assert pruned.ids == full.ids and pruned.scores == pytest.approx(full.scores)
             assert pruned.total == full.total and len(full.ids) == min(limit, full.total)
             if limit <= 3:  # no pass scored the chunks of every term
                 assert max(scored) < len(terms), scored
+            from_postings = await kb.text_candidates(terms, KBScope(), limit, tuning)
+            assert from_postings.ids == full.ids and from_postings.scores == pytest.approx(full.scores)
         scope = KBScope(doc_ids=[f"d{i}" for i in range(0, 600, 3)])
         pruned, full = await both(terms, scope, 5)
         assert pruned.ids == full.ids and pruned.total == full.total < 600

@@ -82,3 +82,22 @@ async def test_migrations_apply_once_into_one_version_table(tmp_path: Path) -> N
     assert [r[0] for r in rows] == [m.version for m in MIGRATIONS]
     assert not any(t.endswith("_migrations") for t in tables)
     assert {"runs", "run_events", "messages", "kb_chunks", "keywords", "workflow_drafts"} <= tables
+
+
+async def test_reads_take_one_hop_return_plain_tuples_and_release_their_reader(tmp_path: Path) -> None:
+    """``fetchall``/``fetchone`` run statement, rows and cursor close on the reader's thread
+    together; an error in the statement still gives the reader back to the pool."""
+    storage = await open_sqlite_storage(tmp_path / "a.db", SqliteOptions(readers=1))
+    try:
+        db = storage.db
+        await db.execute([("CREATE TABLE t(a INTEGER, b TEXT)", ()), ("INSERT INTO t VALUES (1, 'x'), (2, 'y')", ())])
+        assert await db.fetchall("SELECT a, b FROM t ORDER BY a") == [(1, "x"), (2, "y")]
+        assert await db.fetchone("SELECT b FROM t WHERE a = ?", (2,)) == ("y",)
+        assert await db.fetchone("SELECT b FROM t WHERE a = ?", (3,)) is None
+        with pytest.raises(sqlite3.OperationalError):
+            await db.fetchall("SELECT nope FROM t")
+        # The one reader came back: these would wait forever otherwise.
+        rows = await asyncio.wait_for(asyncio.gather(*(db.fetchone("SELECT count(*) FROM t") for _ in range(5))), 10)
+        assert rows == [(2,)] * 5
+    finally:
+        await storage.close()

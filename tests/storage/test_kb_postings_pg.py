@@ -1,0 +1,144 @@
+"""PostgreSQL full-text top-k from impact-ordered postings (``kb_postings``, issue 24):
+the same top lists as exhaustive BM25 on the labelled sets of ``bench/corpus_quality.py``
+(the standard library's docstrings and the language reference), kept in step by ingest,
+replace and delete in the writing transaction, and exact when the first read of the
+postings cannot prove its top-k (deeper reads) or the bucket is too small a share of
+them (exhaustive scoring)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+
+from bench.corpus_quality import QUERIES, stdlib_documents
+from knowledge.kb import KnowledgeBase
+from knowledge.textnorm import content_terms
+from storage.kb_records import KBRanked, KBScope, KBTextTuning
+from storage.postgres import kb_text
+from tests.support.postgres import TestPostgres
+
+pytestmark = pytest.mark.postgres
+
+LIMIT = 100  # the candidate depth search asks for (KBConfig.candidates)
+TUNING = KBTextTuning()
+
+
+@pytest.fixture
+async def pg_kb(pg_server: TestPostgres) -> AsyncIterator[tuple[KnowledgeBase, Any]]:
+    from storage.postgres import open_postgres_storage
+
+    with pg_server.database() as url:
+        storage = await open_postgres_storage(url)
+        kb = await KnowledgeBase.create(storage.kb_index, None, on_close=storage.close)
+        try:
+            docs = stdlib_documents()
+            await kb.ingest_documents(docs[: len(docs) // 2], bucket="pydocs")
+            await kb.ingest_documents(docs[len(docs) // 2 :], bucket="other")
+            yield kb, storage
+        finally:
+            await kb.aclose()
+
+
+def _queries() -> list[str]:
+    return [q["query"] for q in orjson.loads(QUERIES.read_bytes())["queries"]]
+
+
+async def _exhaustive(index: Any, terms: list[str], bucket: str | None) -> KBRanked:
+    """BM25 over every match: a scope given as document ids takes the exhaustive path."""
+    sql = "SELECT id FROM kb_documents" + (" WHERE bucket = %s" if bucket else "")
+    ids = [r[0] for r in await index._db.fetchall(sql, (bucket,) if bucket else None)]
+    return await index.text_candidates(terms, KBScope(doc_ids=ids), LIMIT, TUNING)
+
+
+def _same(fast: KBRanked, slow: KBRanked) -> None:
+    assert fast.ids == slow.ids
+    assert fast.scores == pytest.approx(slow.scores, rel=1e-9)
+
+
+async def test_postings_give_the_exhaustive_top_lists_on_the_labelled_sets(
+    pg_kb: tuple[KnowledgeBase, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, storage = pg_kb
+    index = storage.kb_index
+    reads: list[int] = []
+    original = kb_text.TextRanker._from_postings
+
+    async def counted(self: Any, *args: Any, **kwargs: Any) -> KBRanked | None:
+        found = await original(self, *args, **kwargs)
+        reads.append(found is not None)
+        return found
+
+    monkeypatch.setattr(kb_text.TextRanker, "_from_postings", counted)
+    queries = _queries()
+    assert len(queries) >= 30
+    for query in queries:
+        terms = content_terms(query)
+        for bucket in ("pydocs", None):
+            fast = await index.text_candidates(terms, KBScope(bucket), LIMIT, TUNING)
+            _same(fast, await _exhaustive(index, terms, bucket))
+    assert sum(reads) == len(reads) == 2 * len(queries)  # every one answered from the postings
+
+
+async def test_deeper_reads_and_the_exhaustive_fallback_stay_exact(
+    pg_kb: tuple[KnowledgeBase, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, storage = pg_kb
+    index = storage.kb_index
+    # A first read of 5 postings per lexeme rarely proves a top-20: rounds read deeper,
+    # and a cap of 20 sends the rest to the exhaustive path.
+    monkeypatch.setattr(kb_text, "POSTINGS_MIN_DEPTH", 5)
+    monkeypatch.setattr(kb_text, "POSTINGS_DEPTH_FACTOR", 0)
+    for cap in (80, 20):
+        monkeypatch.setattr(kb_text, "POSTINGS_MAX_DEPTH", cap)
+        for query in _queries()[:12]:
+            terms = content_terms(query)
+            fast = await index.text_candidates(terms, KBScope("pydocs"), 20, TUNING)
+            slow = await index.text_candidates(terms, KBScope(doc_ids=await _doc_ids(index, "pydocs")), 20, TUNING)
+            _same(fast, slow)
+
+
+async def _doc_ids(index: Any, bucket: str) -> list[str]:
+    return [r[0] for r in await index._db.fetchall("SELECT id FROM kb_documents WHERE bucket = %s", (bucket,))]
+
+
+async def _postings_match_the_chunks(index: Any) -> None:
+    row = await index._db.fetchone(
+        "SELECT (SELECT count(*) FROM kb_postings),"
+        " (SELECT coalesce(sum(length(tsv)), 0) FROM kb_chunks),"
+        " (SELECT count(*) FROM kb_postings p LEFT JOIN kb_chunks c ON c.id = p.chunk_id"
+        "  LEFT JOIN kb_documents d ON d.id = c.doc_id WHERE d.bucket IS DISTINCT FROM p.bucket)"
+    )
+    assert row is not None
+    postings, lexemes, strays = row
+    assert postings == lexemes and strays == 0
+
+
+async def test_ingest_replace_and_delete_keep_the_postings_in_step(pg_kb: tuple[KnowledgeBase, Any]) -> None:
+    kb, storage = pg_kb
+    index = storage.kb_index
+    await _postings_match_the_chunks(index)
+    docs = stdlib_documents()
+    first_half = {d["id"] for d in docs[: len(docs) // 2]}
+    some = [d for d in docs if d["id"].startswith("module:json")]
+    assert some
+    bucket = "pydocs" if some[0]["id"] in first_half else "other"
+    # Replaced with other text in the same transaction as their old chunks go.
+    changed = [{**d, "text": d["text"] + " zyxwvutsrq appended words"} for d in some]
+    report = await kb.ingest_documents(changed, bucket=bucket)
+    assert report.updated == len(some) and not report.rejected, report
+    await _postings_match_the_chunks(index)
+    found = await index.text_candidates(["zyxwvutsrq"], KBScope(bucket), 10, TUNING)
+    assert len(found.ids) == len(some)
+    assert not (
+        await index.text_candidates(["zyxwvutsrq"], KBScope("pydocs" if bucket == "other" else "other"), 10, TUNING)
+    ).ids
+    await kb.delete_documents([d["id"] for d in some])
+    await _postings_match_the_chunks(index)
+    assert not (await index.text_candidates(["zyxwvutsrq"], KBScope(None), 10, TUNING)).ids
+    gone = await index._db.fetchone("SELECT count(*) FROM kb_postings WHERE lexeme = 'zyxwvutsrq'")
+    assert gone == (0,)
+    assert await kb.delete_bucket("other") is not None
+    await _postings_match_the_chunks(index)

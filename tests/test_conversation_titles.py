@@ -1,0 +1,105 @@
+"""Conversation titles (issue 25 item 1): from the model when ``AGENT_CONVERSATION_TITLES``
+is ``model`` (a short call after the run, never failing it), the question's first words
+when that call fails, and the first words by default."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+from prometheus_client import CollectorRegistry
+
+from app.config import Settings
+from app.history import TITLE_PROMPT, Titler, clean_model_title, words_title
+from app.ops.history_metrics import HistoryMetrics
+from llm.provider import ProviderHealth
+from llm.types import ChatRequest, MessageStart, StreamError, StreamEvent
+from storage.history_records import ConversationSummary
+from tests.conftest import collect_sse, running_app
+from tests.support.gated_provider import GatedProvider, GatedTurn
+from tests.test_compat_faces_owners import bearer, env
+
+ALICE = bearer("alice")
+
+
+def test_words_title_cuts_on_a_word_boundary() -> None:
+    assert words_title("  How   do I\nresume a stream? ") == "How do I resume a stream?"
+    long = "Why does my workflow never trigger on updates to the stock table at night?"
+    assert words_title(long) == "Why does my workflow never trigger on updates to the stock…"
+    assert words_title("x" * 100) == "x" * 59 + "…"  # one long word is cut where it must be
+
+
+async def test_the_model_titles_a_conversation_once(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    def turn(request: ChatRequest, _i: int) -> GatedTurn:
+        if request.system_prompt == TITLE_PROMPT:
+            asked.append(request.messages[-1].content)
+            return GatedTurn(['"Resuming streams."\n'])
+        return GatedTurn(["An answer."])
+
+    settings = Settings.from_env(env(tmp_path, AGENT_CONVERSATION_TITLES="model"))
+    async with (
+        running_app(settings, provider=GatedProvider(turn)) as (base, _),
+        httpx.AsyncClient(base_url=base, timeout=30) as http,
+    ):
+        for question in ("How do I resume a stream after a disconnect?", "And a second question"):
+            body = {"message": question, "context_type": "workflow", "conversation_id": "titled"}
+            events = await collect_sse(http, "POST", "/v1/agent/chat", json=body, headers=ALICE)
+            assert events[-1].event == "message_complete"
+            for _ in range(500):
+                listed = (await http.get("/v1/agent/conversations", headers=ALICE)).json()["conversations"]
+                if listed and listed[0]["title"]:
+                    break
+                await asyncio.sleep(0.02)
+            assert listed[0]["title"] == "Resuming streams"
+        metrics = (await http.get("/metrics")).text
+    assert asked == ["How do I resume a stream after a disconnect?"]  # the second run finds a title
+    assert 'agentchat_conversation_titles_total{source="model"} 1.0' in metrics
+
+
+class FailingModel:
+    name, model = "failing", "failing"
+
+    async def stream_chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        yield MessageStart()
+        yield StreamError("the model is down", "provider_unreachable")
+
+    async def health(self) -> ProviderHealth:
+        return ProviderHealth(False, "down")
+
+    async def aclose(self) -> None:
+        return None
+
+
+class OneConversation:
+    """A history store holding one untitled conversation (what ``Titler`` reads and writes)."""
+
+    def __init__(self) -> None:
+        self.title: str | None = None
+
+    async def conversation(self, user_id: str, conversation_id: str) -> ConversationSummary:
+        return ConversationSummary(conversation_id, self.title, 0.0, 0.0, "completed")
+
+    async def set_title_if_unset(self, user_id: str, conversation_id: str, title: str) -> bool:
+        if self.title is not None:
+            return False
+        self.title = title
+        return True
+
+
+async def test_a_failed_model_call_falls_back_to_the_words_visibly() -> None:
+    store = OneConversation()
+    metrics = HistoryMetrics(CollectorRegistry())
+    titler = Titler(store, metrics, FailingModel())  # type: ignore[arg-type]
+    titler.after_run("alice", "c", "Why does my workflow never trigger on updates to the stock table at night?")
+    await asyncio.gather(*titler._tasks)
+    assert store.title == "Why does my workflow never trigger on updates to the stock…"
+    assert metrics.titles.labels(source="words_after_model_failed")._value.get() == 1
+
+
+def test_model_titles_are_cleaned() -> None:
+    assert clean_model_title('**Title: "Resuming streams."**\nmore') == "Resuming streams"
+    assert clean_model_title("   \n") == ""

@@ -1,0 +1,97 @@
+"""What a live run's step holds while it waits in the store's writer queue.
+
+Under load thousands of steps wait there at once (500 streams on one worker), so what
+each one keeps alive is per-stream memory (issue 22: a wrapper that held every leased
+step on SQLite cost +25-30 % peak RSS per stream). Only an engine that checks the
+step's lease needs to map its failure, and only then may the queue hold the step.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.runs.run import Run
+from events import ContentChunk
+from storage.errors import LeaseLost
+from storage.open import open_storage
+from storage.records import NewRun, RunWrite
+
+Handlers = tuple[Callable[[], None] | None, Callable[[BaseException], None] | None]
+
+
+@pytest.fixture
+async def storage(tmp_path: Path) -> AsyncIterator[Any]:
+    opened = await open_storage(tmp_path / "agent.sqlite3")
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+def _holds_a_step(handlers: Handlers) -> bool:
+    """Whether a ``RunWrite`` is reachable from the queued handlers (closures, cells,
+    bound methods), not counting what the run itself holds."""
+    seen: set[int] = set()
+    todo: list[object] = [h for h in handlers if h is not None]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, Run | type):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, RunWrite):
+            return True
+        todo.extend(gc.get_referents(obj))
+    return False
+
+
+async def _queued_handlers(storage: Any, *, guard_leases: bool) -> tuple[Run, list[Handlers]]:
+    store = storage.runs
+    store.guard_leases = guard_leases
+    await store.create(
+        NewRun(
+            id="run_1",
+            conversation_id="conv_1",
+            user_id="alice",
+            context_type="knowledge",
+            input=b"{}",
+            lease_owner="me",
+            lease_s=30.0,
+        )
+    )
+    queued: list[Handlers] = []
+    enqueue = store.sql.enqueue
+
+    def spy(statements: Any, *, on_commit: Any = None, on_fail: Any = None) -> None:
+        queued.append((on_commit, on_fail))
+        enqueue(statements, on_commit=on_commit, on_fail=on_fail)
+
+    store.sql.enqueue = spy
+    run = Run(id="run_1", conversation_id="conv_1", user_id="alice", context_type="knowledge", log=store)
+    run.lease_owner, run.lease_s = "me", 30.0
+    await run.emit_step([ContentChunk(chunk="token ")])
+    return run, queued
+
+
+async def test_a_step_waiting_on_one_process_holds_no_copy_of_itself(storage: Any) -> None:
+    run, queued = await _queued_handlers(storage, guard_leases=False)
+    assert len(queued) == 1 and run.durable == 1
+    assert not _holds_a_step(queued[0])
+
+
+async def test_a_step_whose_lease_is_checked_still_maps_a_refusal_to_lease_lost(storage: Any) -> None:
+    # Workers sharing the file check every leased step's lease: a refusal must reach the
+    # run as LeaseLost (it abandons the run quietly instead of failing it).
+    run, queued = await _queued_handlers(storage, guard_leases=True)
+    assert len(queued) == 1 and run.durable == 1
+    assert _holds_a_step(queued[0])
+    claimed = await storage.runs.claim("other", 30.0, expired_only=False)
+    assert [r.id for r in claimed] == ["run_1"]
+    fut = run.emit_step([ContentChunk(chunk="more ")])
+    with pytest.raises(LeaseLost):
+        await fut
+    assert run.lost and run.durable == 1
