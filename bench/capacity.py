@@ -63,6 +63,7 @@ import orjson  # noqa: E402
 from bench import _pyspy as pyspy  # noqa: E402
 from bench._common import (  # noqa: E402
     RESULTS,
+    cpu_s,
     histogram_totals,
     raise_fd_limit,
     summary,
@@ -199,6 +200,7 @@ async def one_level(
     await fakes.stats()  # resets the fake's loop-lag window
     pids = [s.pid for s in servers if s.pid is not None]
     cpu0 = sum(tree_cpu_s(p) for p in pids)
+    loop0 = sum(cpu_s(p, p) for p in pids)  # the main thread: the event loop
     keys = [f"{label}-{level}-{i}" for i in range(level)]
     specs = [
         {"key": key, "at_s": at, "protocol": "agent", "post": servers[i % len(servers)].base,
@@ -215,6 +217,7 @@ async def one_level(
         await spy.wait()
     elapsed = (time.monotonic_ns() - result["t0_ns"]) / 1e9
     server_cpu = sum(tree_cpu_s(p) for p in pids) - cpu0
+    loop_cpu = sum(cpu_s(p, p) for p in pids) - loop0
     figures = judge(result["runs"], args.pause_ms / 1000, args.tokens)
     fake_stats = await fakes.stats()
     figures.update(
@@ -226,6 +229,8 @@ async def one_level(
         # token received by a client.
         server_cpu_ms_per_run=round(server_cpu * 1000 / max(1, level), 2),
         server_cpu_us_per_token=round(server_cpu * 1e6 / max(1, figures["tokens_received"]), 1),
+        # Of which the main thread (the event loop); the rest is worker threads (SQLite's).
+        server_loop_cpu_s=round(loop_cpu, 2),
         client_loop_lag_ms=[c["loop_lag_ms"] for c in result["clients"]],
         client_cpu_s=[c["cpu_s"] for c in result["clients"]],
         fake_loop_lag_ms=fake_stats["loop_lag_ms"],
