@@ -47,11 +47,13 @@ class ConversationAttachments:
         return _entry(doc)
 
     async def list(self, user_id: str, conversation_id: str) -> list[dict[str, Any]]:
-        """Oldest first."""
+        """Oldest first (by the upload's own time: the stored date is too coarse)."""
         bucket = attachment_bucket(user_id, conversation_id)
         rows = await self.kb.list_documents(bucket=bucket, limit=MAX_ATTACHMENTS, private=bucket)
-        found = [await self.get(user_id, conversation_id, str(r["doc_id"])) for r in rows]
-        return sorted((a for a in found if a is not None), key=lambda a: (a["created_at"], a["id"]))
+        docs = [await self.kb.get_document(str(r["doc_id"]), private=bucket) for r in rows]
+        found = [d for d in docs if d is not None and d["bucket"] == bucket]
+        found.sort(key=lambda d: (float((d.get("metadata") or {}).get("uploaded_at") or 0.0), d["doc_id"]))
+        return [_entry(d) for d in found]
 
     async def delete(self, user_id: str, conversation_id: str, attachment_id: str) -> bool:
         if await self.get(user_id, conversation_id, attachment_id) is None:

@@ -20,6 +20,7 @@ import hashlib
 import re
 import secrets
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,7 +114,14 @@ def read_attachment(raw: bytes, filename: str, declared_type: str | None, *, buc
     doc = loaded[0].doc
     doc.id = new_attachment_id()
     doc.origin = None
-    doc.metadata = {**doc.metadata, "attachment": True, "filename": name, "media_type": media_type, "size": len(raw)}
+    doc.metadata = {
+        **doc.metadata,
+        "attachment": True,
+        "filename": name,
+        "media_type": media_type,
+        "size": len(raw),
+        "uploaded_at": time.time(),  # orders a listing finer than the stored date does
+    }
     return ReadAttachment(doc, name, media_type, len(raw))
 
 

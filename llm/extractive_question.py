@@ -28,21 +28,38 @@ _ENUMERATION = re.compile(r"^\s*(?:what\s+are\b|list\b|name\s+the\b)", re.IGNORE
 #: seconds", "3 to 10"). Of the units that cover the question alike, the one that holds
 #: what is asked for is the answer; the other only talks about the subject.
 _WANTS = (
-    ("place", re.compile(r"^\s*where\b", re.IGNORECASE),
-     re.compile(r"(?:^|[\s`'\"(])(?:~|\.{1,2}/|/[\w.]|\$\w+/|\{\w+\}/|%\w+%|[A-Za-z]:\\)[^\s`'\")]*")),
-    ("amount", re.compile(r"^\s*(?:how\s+(?:many|much|large|big|long|often|far|old|fast|small)|what\s+size)\b",
-                          re.IGNORECASE),
-     re.compile(r"(?<![\w.@=])\d+(?:[.,]\d+)?(?:\s?%|\s?(?:to|-|–)\s?\d+|\s[a-z]{2,}\b)")),
+    (
+        "place",
+        re.compile(r"^\s*where\b", re.IGNORECASE),
+        re.compile(r"(?:^|[\s`'\"(])(?:~|\.{1,2}/|/[\w.]|\$\w+/|\{\w+\}/|%\w+%|[A-Za-z]:\\)[^\s`'\")]*"),
+    ),
+    (
+        "amount",
+        re.compile(r"^\s*(?:how\s+(?:many|much|large|big|long|often|far|old|fast|small)|what\s+size)\b", re.IGNORECASE),
+        re.compile(r"(?<![\w.@=])\d+(?:[.,]\d+)?(?:\s?%|\s?(?:to|-|–)\s?\d+|\s[a-z]{2,}\b)"),
+    ),
     # "who (may / can …)" wants a party: the owner, an admin, any user, the caller.
-    ("party", re.compile(r"^\s*who(?:m|se)?\b", re.IGNORECASE),
-     re.compile(r"\b(?:owners?|users?|admins?|administrators?|callers?|maintainers?|authors?|members?"
-                r"|collaborators?|anyone|everyone|nobody|no one)\b", re.IGNORECASE)),
+    (
+        "party",
+        re.compile(r"^\s*who(?:m|se)?\b", re.IGNORECASE),
+        re.compile(
+            r"\b(?:owners?|users?|admins?|administrators?|callers?|maintainers?|authors?|members?"
+            r"|collaborators?|anyone|everyone|nobody|no one)\b",
+            re.IGNORECASE,
+        ),
+    ),
 )
+
+#: "how many chunks …": the thing counted. A unit stating a number of it ("at most 3
+#: chunks per document") answers; another amount beside it ("800 characters") does not.
+_HOW_MANY = re.compile(r"^\s*how\s+many\s+(?P<noun>[a-z]{3,})\b", re.IGNORECASE)
+_NUMBER = r"(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|twelve|a\s+single)"
 
 #: "How do I …", "how can we …", "how to …": the question asks how a thing is done, and
 #: a command is how it is done (see ``Question.how_to``).
-_HOW_TO = re.compile(r"^\s*how\s+(?:(?:do|does|can|could|should|would|may|must)\s+(?:i|we|you|one)|to)\b",
-                     re.IGNORECASE)
+_HOW_TO = re.compile(
+    r"^\s*how\s+(?:(?:do|does|can|could|should|would|may|must)\s+(?:i|we|you|one)|to)\b", re.IGNORECASE
+)
 
 #: "What does npm rebuild run?", "what is package-lock.json for?": asks what a thing is
 #: or does (see ``Question.definition``).
@@ -59,6 +76,11 @@ _NEGATED_CASE = re.compile(
 
 #: English adverb particles: "log in" is the ``login`` a command or page is named by.
 _PARTICLES = frozenset("in up out on off down over back away".split())
+#: What comes before a verb: a word before a particle is a phrasal verb only after one
+#: of these ("how do I log in", "am I logged in") or first ("log in to …"); elsewhere
+#: the particle is a preposition ("change my password on the registry": the password
+#: is the password wherever the text says it).
+_BEFORE_VERB = frozenset("i we you they one to am are is be been get got and or please".split())
 
 WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _STOP = frozenset(
@@ -76,8 +98,22 @@ def _terms(text: str) -> list[str]:
 
 
 def _stem(word: str) -> str:
-    for suffix in ("ations", "ation", "ings", "ing", "ies", "ied", "ences", "ence", "ently", "ent",
-                   "es", "ed", "ly", "s"):
+    for suffix in (
+        "ations",
+        "ation",
+        "ings",
+        "ing",
+        "ies",
+        "ied",
+        "ences",
+        "ence",
+        "ently",
+        "ent",
+        "es",
+        "ed",
+        "ly",
+        "s",
+    ):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             return word[: -len(suffix)]
     # A silent final "e" goes too, so "store" meets "stored" and "stores" ("stor").
@@ -87,7 +123,7 @@ def _stem(word: str) -> str:
 def _root(stem: str) -> str:
     for prefix in _PREFIXES:
         if stem.startswith(prefix) and len(stem) - len(prefix) >= 4:
-            return stem[len(prefix):]
+            return stem[len(prefix) :]
     return stem
 
 
@@ -139,17 +175,24 @@ class Question:
     definition: bool = False
     #: The question asks about a negated case ("when there is no … script").
     negated: bool = False
+    #: "How many <noun>": a number of it, as a pattern ("3 chunks", "one retry").
+    counted: re.Pattern[str] | None = None
 
     @classmethod
     def of(cls, question: str) -> Question:
         words = WORD.findall(unicodedata.normalize("NFKC", question).casefold())
         joined: dict[str, str] = {}
         phrasal: dict[str, str] = {}
-        for left, right in itertools.pairwise(words):
-            if left.isalpha() and right.isalpha() and left not in _STOP and len(left + right) >= 5 \
-                    and (right not in _STOP or right in _PARTICLES):
+        for at, (left, right) in enumerate(itertools.pairwise(words)):
+            if (
+                left.isalpha()
+                and right.isalpha()
+                and left not in _STOP
+                and len(left + right) >= 5
+                and (right not in _STOP or right in _PARTICLES)
+            ):
                 joined.setdefault(_stem(left + right), _stem(left))
-                if right in _PARTICLES:
+                if right in _PARTICLES and (at == 0 or words[at - 1] in _BEFORE_VERB):
                     phrasal.setdefault(_stem(left), right)
         many = _WHICH_MANY.search(question)
         focus = _stem((many.group("one") or many.group("two")).casefold()) if many else None
@@ -158,7 +201,13 @@ class Question:
         how_to = _HOW_TO.search(question) is not None
         definition = _DEFINITION.search(question) is not None
         negated = _NEGATED_CASE.search(question) is not None
-        return cls(stems(question), joined, phrasal, enumeration, focus, wants, how_to, definition, negated)
+        noun = _HOW_MANY.search(question)
+        counted = None
+        if noun is not None:
+            head = _stem(noun.group("noun").casefold())
+            # The number, at most one word before the noun ("3 chunks", "3 more chunks").
+            counted = re.compile(rf"\b{_NUMBER}\s+(?:[\w-]+\s+)?{re.escape(head)}", re.IGNORECASE)
+        return cls(stems(question), joined, phrasal, enumeration, focus, wants, how_to, definition, negated, counted)
 
     def terms(self, text: str) -> frozenset[str]:
         """The stems of ``text``, with the question's words a joined word stands for, and
@@ -173,6 +222,14 @@ class Question:
 
     def holds_wanted(self, text: str) -> bool:
         return self.wants is not None and self.wants.search(text) is not None
+
+    def holds_count(self, text: str) -> bool:
+        """The text states a number of what a "how many" question counts."""
+        return self.counted is not None and self.counted.search(text) is not None
+
+    def names_focus(self, text: str) -> bool:
+        """The text names what a "which <things>" question asks for ("the operators …")."""
+        return self.focus is not None and self.focus in self.terms(text)
 
 
 __all__ = ["NEGATION", "WORD", "Question", "coverage", "stems"]

@@ -98,6 +98,7 @@ def parked(events: list[SSEEvent]) -> dict[str, Any]:
 
 
 def settings_for(tmp: Path, ollama_url: str, desk_url: str, **extra: str) -> Settings:
+    tmp.mkdir(parents=True, exist_ok=True)
     config = tmp / "mcp-servers.toml"
     config.write_text(f'[servers.desk]\nurl = "{desk_url}/mcp"\n')
     return Settings.from_env({
@@ -329,3 +330,31 @@ async def test_an_interrupting_question_cancels_the_waiting_run_and_then_runs(wo
     assert rest[-1].json()["status"] == "completed"
     assert await world.status(run_id) == "cancelled"
     assert len(world.cancels()) == before
+
+
+async def test_agent_approval_tools_none_or_a_list_replaces_the_default(tmp_path: Path) -> None:
+    """``AGENT_APPROVAL_TOOLS=none``: the destructive tool runs at once; a list: exactly
+    those tools wait (here the read-only ``lookup_order``), MCP tools included."""
+    for value, tool_call, waits in (
+        ("none", cancel_call, False),
+        ("lookup_order", lambda body: [ToolCall("lookup_order", {"order_id": "ORD-1234"})], True),
+    ):
+        desk_server, desk = build_server("desk")
+        fake = FakeOllama([])
+        async with running_fake(desk_server.streamable_http_app()) as desk_url, running_fake(fake.app) as ollama:
+            settings = settings_for(tmp_path / value, ollama, desk_url, AGENT_APPROVAL_TOOLS=value)
+            provider = OllamaProvider(ollama, "llama3.2", timeout=30)
+            async with running_app(settings, provider=provider) as (base, app):
+                registry = app.state.services.agent.registry
+                async with asyncio.timeout(60):
+                    while "cancel_order" not in registry:
+                        await asyncio.sleep(0.05)
+                assert registry.spec("cancel_order").needs_approval is False
+                assert registry.spec("lookup_order").needs_approval is waits
+                events = await World(base, app, fake, desk).start([tool_call, say("Done.")])
+        names = [e.event for e in events]
+        if waits:
+            assert names[-1] == "approval_required" and desk.calls == []
+        else:
+            assert "approval_required" not in names and names[-1] == "message_complete"
+            assert [name for name, _ in desk.calls] == ["cancel_order"]

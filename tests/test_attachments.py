@@ -22,6 +22,7 @@ from knowledge.attachments import attachment_bucket
 from llm.extractive import ExtractiveProvider
 from tests.conftest import collect_sse, running_app
 from tests.test_compat_faces_owners import bearer, env
+from tests.test_seed004_sources_clarify_plan import _pdf
 
 ALICE, BOB = bearer("alice"), bearer("bob")
 FACT = "The Quillfeather lighthouse keeper rings the brass bell at seven minutes past dawn."
@@ -186,3 +187,8 @@ async def test_python_client_attachments(tmp_path: Path) -> None:
         assert caught.value.status == 415
         await alice.delete_attachment("c-client", note.id)
         assert await alice.attachments("c-client") == ()
+        # A PDF goes through pypdf, as in the ingest (its pages kept for citations).
+        pdf = tmp_path / "manual.pdf"
+        _pdf(pdf, ["The Quillfeather lighthouse manual, page one.", FACT])
+        manual = await alice.attach("c-client", pdf.read_bytes(), "manual.pdf")
+        assert manual.media_type == "application/pdf" and manual.chunks >= 1 and manual.size == pdf.stat().st_size

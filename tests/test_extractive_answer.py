@@ -47,9 +47,11 @@ def test_the_list_comes_with_its_introduction_once_from_copies() -> None:
 
 
 def test_the_sentence_after_the_lead_comes_along() -> None:
-    text = ("## Durable runs\n\n- `POST /v1/agent/runs/{run_id}/cancel` stops a run. It is idempotent.\n"
-            "- `GET /v1/agent/runs/{run_id}/events` streams the events of a run after a disconnect. "
-            "`Last-Event-ID` (or `?after=N`) replays from that point and then follows live.")
+    text = (
+        "## Durable runs\n\n- `POST /v1/agent/runs/{run_id}/cancel` stops a run. It is idempotent.\n"
+        "- `GET /v1/agent/runs/{run_id}/events` streams the events of a run after a disconnect. "
+        "`Last-Event-ID` (or `?after=N`) replays from that point and then follows live."
+    )
     passages = [Passage("api#1", "HTTP API", text, 0.5)]
     answer, _, _ = compose_answer("How do I resume a stream after a disconnect?", passages)
     assert "Last-Event-ID" in answer and not answer.startswith("- ")
@@ -179,7 +181,8 @@ def test_a_how_to_from_a_page_description_shows_the_command() -> None:
     assert "```bash\nnpm owner add <user> <package-spec>" in answer
     # A quote that names the command itself needs no synopsis.
     named, _, _ = compose_answer(
-        "How do I stop a package?", [Passage("stop#0", "npm-stop", STOP_OPENING.replace("This runs", "`npm stop` runs"), 0.7)]
+        "How do I stop a package?",
+        [Passage("stop#0", "npm-stop", STOP_OPENING.replace("This runs", "`npm stop` runs"), 0.7)],
     )
     assert "```" not in named, named
 
@@ -209,10 +212,13 @@ def test_a_page_summary_answers_when_the_page_says_it_nowhere_else() -> None:
     assert answer == ("Create a tarball from a package. [pack#0]\n\n```bash\nnpm pack <package-spec>\n```"), answer
     assert sources == ["pack#0"]
     # A page with an opening of its own: the summary leads into it, said once.
-    login = ("### Synopsis\n\n```bash\nnpm login\n```\n\n### Description\n\nVerify a user in the specified registry, "
-             "and save the credentials to the `.npmrc` file.")
+    login = (
+        "### Synopsis\n\n```bash\nnpm login\n```\n\n### Description\n\nVerify a user in the specified registry, "
+        "and save the credentials to the `.npmrc` file."
+    )
     answer, _, _ = compose_answer(
-        "How do I log in to the registry?", [Passage("login#0", "npm-login", login, 0.8, "Login to a registry user account")]
+        "How do I log in to the registry?",
+        [Passage("login#0", "npm-login", login, 0.8, "Login to a registry user account")],
     )
     assert answer.startswith("Login to a registry user account. [login#0]\n\nVerify a user"), answer
     assert "```bash\nnpm login\n```" in answer and repeated_sentences(answer) == [] and fragments(answer) == []
@@ -224,8 +230,13 @@ def test_the_provider_reads_a_page_summary_from_the_chunk_metadata() -> None:
     from llm.extractive import _passages
     from llm.types import ToolResult
 
-    chunk = {"source_id": "pack#0", "title": "npm-pack", "text": PACK_OPENING, "score": 0.8,
-             "metadata": {"format": "markdown", "description": "Create a tarball from a package"}}
+    chunk = {
+        "source_id": "pack#0",
+        "title": "npm-pack",
+        "text": PACK_OPENING,
+        "score": 0.8,
+        "metadata": {"format": "markdown", "description": "Create a tarball from a package"},
+    }
     record = {**chunk, "source_id": "inv#0", "metadata": {"format": "json", "description": "Tarball crate"}}
     result = ToolResult("call_1", "knowledge_base_search", orjson.dumps({"chunks": [chunk, record]}).decode())
     assert [p.summary for p in _passages(result)] == ["Create a tarball from a package", ""]
@@ -248,7 +259,10 @@ error and the model answers from the knowledge base alone."""
 
 
 def test_a_section_the_question_names_answers_with_what_it_says_first() -> None:
-    passages = [Passage("trouble#2", "Troubleshooting", TROUBLE, 0.66), Passage("tools#0", "The RAG tools", TOOLS, 0.54)]
+    passages = [
+        Passage("trouble#2", "Troubleshooting", TROUBLE, 0.66),
+        Passage("tools#0", "The RAG tools", TOOLS, 0.54),
+    ]
     answer, sources, _ = compose_answer("When should perplexity_search be used?", passages)
     assert answer.startswith("`perplexity_search(query, context?)` searches external sources. Use it only when"), answer
     assert sources[0] == "tools#0"
@@ -345,8 +359,9 @@ def test_an_alias_page_gives_way_to_the_page_that_explains_it() -> None:
     answer, sources, _ = compose_answer("How do I list the installed packages?", passages[:1])
     assert sources == ["ll#0"], answer
     # Two pages that each say more than their shared summary are both kept.
-    other = Passage("other#0", "npm-other", LS.replace("This command will print", "It prints"), 0.9,
-                    "List installed packages")
+    other = Passage(
+        "other#0", "npm-other", LS.replace("This command will print", "It prints"), 0.9, "List installed packages"
+    )
     _, sources, _ = compose_answer("How do I list the installed packages?", [other, passages[1]])
     assert sources[0] == "other#0"
 
@@ -354,7 +369,78 @@ def test_an_alias_page_gives_way_to_the_page_that_explains_it() -> None:
 def test_a_who_question_is_answered_by_the_party() -> None:
     text = """## Durable runs
 
-- `POST /v1/agent/runs` starts a run and returns `{run_id, conversation_id, stream_url}`. The `stream_url` carries a signed token so a browser can read it.
+- `POST /v1/agent/runs` starts a run and returns `{run_id, conversation_id, stream_url}`. The `stream_url`
+  carries a signed token so a browser can read it.
 - `GET /v1/agent/conversations/{id}` returns the messages of a conversation to its owner only."""
-    answer, _, _ = compose_answer("Who may read the messages of a conversation?", [Passage("api#1", "HTTP API", text, 0.5)])
-    assert answer.startswith("`GET /v1/agent/conversations/{id}` returns the messages of a conversation to its owner only."), answer
+    answer, _, _ = compose_answer(
+        "Who may read the messages of a conversation?", [Passage("api#1", "HTTP API", text, 0.5)]
+    )
+    assert answer.startswith(
+        "`GET /v1/agent/conversations/{id}` returns the messages of a conversation to its owner only."
+    ), answer
+
+
+CHUNKING = """## Chunking
+
+Documents are split along their headings and paragraphs into chunks of about 800 characters, with the last
+whole sentences of a chunk repeated at the start of the next one."""
+FILTERS = """## Corpus tools
+
+- `get_document_metadata(doc_id)`: all metadata of one document.
+
+`filters` is one small language with the operators `=`, `!=`, `>`, `in`, `nin` and `like`. Both search tools
+re-rank their candidates to `top_k`, with at most 3 chunks per document."""
+
+
+def test_how_many_things_is_answered_by_a_number_of_them() -> None:
+    # "800 characters" is an amount too, but "how many chunks" counts chunks.
+    passages = [
+        Passage("kb#1", "How the knowledge base stores and searches documents", CHUNKING, 0.63),
+        Passage("tools#3", "The RAG tools", FILTERS, 0.39),
+    ]
+    answer, sources, _ = compose_answer("How many chunks of one document can a search return?", passages)
+    assert sources[0] == "tools#3" and "3 chunks per document" in answer, answer
+
+
+def test_which_things_is_answered_by_the_sentence_listing_them() -> None:
+    npm = Passage(
+        "search#1",
+        "npm-search",
+        "Additionally, you can add both of these to your config to change default search filtering behavior.",
+        0.69,
+    )
+    answer, sources, _ = compose_answer(
+        "Which operators can a search filter use?", [npm, Passage("tools#3", "The RAG tools", FILTERS, 0.52)]
+    )
+    assert sources[0] == "tools#3" and "`nin`" in answer, answer
+
+
+def test_a_page_named_by_a_title_word_does_not_define_what_it_never_says() -> None:
+    # npm's "Folders" page is named by "folder", but says nothing of a backend.
+    folders = Passage("folders#0", "Folders", "# Folders\n\nFolder structures used by npm", 0.21)
+    overview = Passage(
+        "overview#1",
+        "What the service is",
+        "## Main parts\n\nThe agenttools folder holds the tool "
+        "catalog. The backend folder holds a reference implementation of the REST API for demos.",
+        0.31,
+    )
+    answer, sources, _ = compose_answer("What is in the backend folder?", [folders, overview])
+    assert sources[0] == "overview#1" and "reference implementation" in answer, answer
+
+
+def test_a_preposition_after_a_noun_is_no_phrasal_verb() -> None:
+    # "password on the registry" is the password wherever the text says it; "log in"
+    # after "I" stays a phrasal verb (the text's "logs" alone is another word).
+    profile = (
+        "* `npm profile set password`: Change your password.\n"
+        "This is interactive, you'll be prompted for your current password and a new password."
+    )
+    login = '#### `registry`\n\n* Default: "https://registry.npmjs.org/"\n* Type: URL\n\nThe base URL of the registry.'
+    passages = [Passage("login#1", "npm-login", login, 0.68), Passage("profile#1", "npm-profile", profile, 0.41)]
+    answer, sources, _ = compose_answer("How do I change my password on the registry?", passages)
+    assert sources[0] == "profile#1" and "`npm profile set password`" in answer, answer
+    from llm.extractive_question import Question
+
+    assert Question.of("How do I change my password on the registry?").phrasal == {}
+    assert Question.of("How do I log in to the registry?").phrasal == {"log": "in"}

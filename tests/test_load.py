@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from app.config import Settings
-from app.ops.load import SUSTAINED_SAMPLES, LoopLagMonitor, ReplicaLoad
+from app.ops.load import SUSTAINED_S, SUSTAINED_SAMPLES, LoopLagMonitor, ReplicaLoad
 from tests.conftest import running_app
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
 
@@ -99,9 +99,14 @@ async def test_the_monitor_reports_a_blocked_loop(settings: Settings) -> None:
 
 
 async def test_a_loop_that_stays_late_refuses_new_runs_on_every_face(settings: Settings) -> None:
+    gate = Gate()
+    provider = GatedProvider(lambda _request, _i: GatedTurn(["working ", gate, "done"]))
     cfg = settings.with_(max_loop_lag_ms=100)  # the setting under test; each block is 300 ms
-    async with running_app(cfg, embedder=None) as (base, app):
+    async with running_app(cfg, provider=provider, embedder=None) as (base, app):
         load: ReplicaLoad = app.state.services.load
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            live = await client.post("/v1/agent/runs", json=FACES[1][2])  # a stream to protect
+            assert live.status_code == 201, live.text
         await keep_the_loop_late(load)
         assert load.monitor.lag_s > 0.1
         # Hold the decision still while the requests are answered: the monitor would
@@ -121,15 +126,19 @@ async def test_a_loop_that_stays_late_refuses_new_runs_on_every_face(settings: S
             metrics = (await client.get("/metrics")).text
             assert metric(metrics, 'agentchat_runs_refused_total{reason="loop_lag"}') == len(FACES)
             assert metric(metrics, "agentchat_accepting_runs") == 0
-            # Nothing was stored for the refused runs.
-            assert await app.state.services.run_store.unfinished() == []
+            # Nothing was stored for the refused runs: the live one only.
+            assert [r.id for r in await app.state.services.run_store.unfinished()] == [live.json()["run_id"]]
 
-            # The lag back under the limit for as many samples: accepted again.
-            for _ in range(SUSTAINED_SAMPLES):
-                load.monitor.record(0.001)
+            # The lag back under the limit, and staying there as long: accepted again.
+            now = time.monotonic()
+            for i in range(SUSTAINED_SAMPLES):
+                load.monitor.record(0.001, now=now + i * 0.1)
+            assert load.overloaded  # not for long enough yet
+            load.monitor.record(0.001, now=now + SUSTAINED_S + 0.2)
             assert not load.overloaded
             again = await client.post("/v1/agent/runs", json=FACES[1][2])
             assert again.status_code == 201, again.text
+            gate.open()
 
 
 async def test_live_runs_and_model_streams_are_shown(settings: Settings) -> None:
@@ -163,18 +172,51 @@ async def test_live_runs_and_model_streams_are_shown(settings: Settings) -> None
 
 
 def test_the_decision_needs_the_lag_to_stay_over_the_limit() -> None:
-    load = ReplicaLoad(live_runs=lambda: 0, max_loop_lag_s=0.1)
+    live = [1]
+    load = ReplicaLoad(live_runs=lambda: live[0], max_loop_lag_s=0.1)
+    clock = [0.0]
+
+    def sample(lag: float) -> None:  # a sample as the monitor takes it: 0.1 s plus its lag later
+        clock[0] += load.monitor.every_s + lag
+        load.monitor.record(lag, now=clock[0])
+
     for lag in (0.5, 0.5, 0.01, 0.5, 0.5):  # a good sample in between: not yet
-        load.monitor.record(lag)
+        sample(lag)
     assert not load.overloaded and load.refusal() is None
-    load.monitor.record(0.5)
-    assert load.overloaded and load.refusal() == "loop_lag"
-    load.monitor.record(0.01)
-    load.monitor.record(0.01)
-    assert load.overloaded  # two good samples: still refusing
-    load.monitor.record(0.01)
+    sample(0.5)  # three in a row, over 1.8 s
+    assert load.overloaded and load.refusal() == "loop_lag" and not load.accepting()
+    live[0] = 0  # no live run to protect: a new one is admitted
+    assert load.refusal() is None and load.accepting()
+    live[0] = 1
+    for _ in range(SUSTAINED_SAMPLES):
+        sample(0.01)
+    assert load.overloaded  # three good samples within 0.33 s: not for long enough
+    until = clock[0] + SUSTAINED_S
+    while clock[0] < until:
+        sample(0.01)
     assert not load.overloaded
-    off = ReplicaLoad(live_runs=lambda: 0, max_loop_lag_s=0.0)
+
+    # A burst: three late samples within less than a second is not overload.
+    burst = ReplicaLoad(live_runs=lambda: 1, max_loop_lag_s=0.1)
+    for i in range(3):
+        burst.monitor.record(0.15, now=0.25 * (i + 1))
+    assert not burst.overloaded
+    off = ReplicaLoad(live_runs=lambda: 1, max_loop_lag_s=0.0)
     for _ in range(10):
         off.monitor.record(5.0)
     assert not off.overloaded
+
+
+def test_the_stream_counter_is_the_provider_for_every_other_attribute() -> None:
+    """Tests and rooms set attributes on the provider they were given (the wrapped one)."""
+    from app.ops.load import StreamCounter
+
+    class Inner:
+        name = "inner"
+        turns: object = None
+
+    inner = Inner()
+    wrapped = StreamCounter(inner)
+    wrapped.turns = "set through the wrapper"
+    assert inner.turns == "set through the wrapper" and wrapped.name == "inner"
+    assert wrapped.open == 0 and not hasattr(inner, "open")

@@ -58,6 +58,35 @@ sentence about that case. unseen 12/16 -> 14/16, the other sets unchanged. A six
 (``last``, 8 + 8) written after round 5 and committed before it was first asked: sample
 7/8, npm 7/8 (88 %). The 90 % target holds on the original set and on held_out's sample
 questions; held-out-style overall (held_out, fresh, final, unseen, last) is 67/82 = 82 %.
+
+Round 6 (general changes, after reading every set's misses, ``last`` included): two pages
+with one summary are pages of one thing, and the one whose opening only repeats it (an
+alias page: ``npm-ll``'s "List installed packages") gives way to the page that explains it
+(``npm-ls``); a page's summary may lead however short; "who" wants a party (the owner, a
+user); "how many <things>" a number of them ("at most 3 chunks per document", not "800
+characters"); "which <things>" a sentence naming them that lists several or introduces
+their list; a page named by a title word defines only what it says (npm's "Folders" page
+no longer answers "what is in the backend folder?"). held_out 14/18 -> 15/18, fresh 13/16
+-> 15/16, final 12/16 -> 13/16, unseen and last unchanged (14/16 each), original 25/26.
+Weighting the question's words by their rarity among the passages found won two answers
+and lost three (two of the tuned set), so it is not in. A seventh set (``round6``, 8 + 8)
+written after these changes and committed before it was first asked: sample 8/8, npm 5/8
+(81 %); held-out-style overall (held_out … round6) 84/98 = 86 %, short of the 90 % target.
+Its npm misses: a password change answered by a bare "Default: …" line of the registry
+option (``npm profile`` not retrieved), the cache's ``verify`` item quoted without its
+command, and "where does npm get its configuration" answered from the ``config`` page's
+option notes instead of ``npm-config``'s opening. Misses the answerer cannot mend are the
+search's: a page whose words the question does not use is never among the passages
+(``npm ping`` "pings" and "verifies", the question "checks" that the registry is
+"reachable"; ``npm pkg get`` "retrieves" where the question "reads"; ``/healthz`` is
+"liveness", the question asks what is "alive"), and a page's fourth chunk is cut by the
+three-chunks-per-document cap ("legacy init", ``npm-dist-tag``'s "Purpose").
+
+Round 7, after reading ``round6``'s answers (so it is no longer untouched): a word before a
+particle is a phrasal verb only where a verb stands ("how do I log in"), not a noun before
+a preposition ("change my password on the registry" had dropped every "password" the
+documents say without "on" after it). round6 npm 5/8 -> 6/8, unseen npm 7/8 -> 8/8;
+held-out-style overall 86/98 = 88 %.
 The floors below are the figures reached, so any lost answer fails.
 """
 
@@ -86,12 +115,13 @@ from tests.support.procs import REPO, child_env
 
 #: Share of facts carried, per question set (original: tuned on; the others only measured).
 FLOORS = {
-    "original": {"sample": 0.9, "npm": 0.9},  # 12/12, 13/14
-    "held_out": {"sample": 0.9, "npm": 0.63},  # 7/7, 7/11
-    "fresh": {"sample": 0.75, "npm": 0.87},  # 6/8, 7/8
-    "final": {"sample": 0.75, "npm": 0.75},  # 6/8, 6/8
-    "unseen": {"sample": 0.87, "npm": 0.87},  # 7/8, 7/8 (6/8, 6/8 when first measured, before round 5)
+    "original": {"sample": 0.91, "npm": 0.92},  # 11/12 here (12/12 in the bench, beside the npm docs), 13/14
+    "held_out": {"sample": 1.0, "npm": 0.72},  # 7/7, 8/11 (7/11 before round 6)
+    "fresh": {"sample": 1.0, "npm": 0.87},  # 8/8 (6/8 before round 6), 7/8
+    "final": {"sample": 0.87, "npm": 0.75},  # 7/8 (6/8 before round 6), 6/8
+    "unseen": {"sample": 0.87, "npm": 1.0},  # 7/8, 8/8 (6/8, 6/8 when first measured, before round 5)
     "last": {"sample": 0.87, "npm": 0.87},  # 7/8, 7/8: measured once, after round 5
+    "round6": {"sample": 1.0, "npm": 0.75},  # 8/8, 6/8 (5/8 when measured once, after round 6, before round 7)
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",
@@ -152,12 +182,12 @@ def judge(results: list[dict[str, Any]], floor: float) -> None:
 async def _ask_and_judge(
     corpus: str, env: dict[str, str], context: dict[str, Any] | None
 ) -> dict[str, list[dict[str, Any]]]:
-    """Every question set of ``corpus`` asked in one service, each judged on its floor."""
-    sets = {name: load_questions(name=name)[corpus] for name in SETS}
-    answers = await ask_all(env, [q for questions in sets.values() for q in questions], context)
+    """Every question set of ``corpus``, each judged on its floor. Each set is asked of a
+    service of its own on the same database, as the bench does: all of them together are
+    more than the default 60 requests a minute one user may make."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for name, questions in sets.items():
-        out[name], answers = answers[: len(questions)], answers[len(questions):]
+    for name in SETS:
+        out[name] = await ask_all(env, load_questions(name=name)[corpus], context)
         judge(out[name], FLOORS[name][corpus])
     return out
 

@@ -269,3 +269,60 @@ def test_a_worker_that_cannot_start_stops_the_service(tmp_path: Path) -> None:
     assert b"a worker could not start the service" in done.stderr + done.stdout
     refused = subprocess.run([*argv, "--reload"], cwd=REPO, env=env, capture_output=True, timeout=60)
     assert refused.returncode == 2 and b"--workers" in refused.stderr
+
+
+async def test_two_users_runs_stay_their_own_across_workers(tmp_path: Path) -> None:
+    """JWT users: a run user A started on one worker is readable by A through the other
+    worker, and by nobody else — not its events, its cancel, nor its conversation."""
+    import time as clock
+
+    from app.server.auth import sign_hs256
+
+    secret = "workers-owner-secret-0123456789ab"
+
+    def bearer(sub: str) -> dict[str, str]:
+        now = int(clock.time())
+        return {"Authorization": "Bearer " + sign_hs256({"sub": sub, "iat": now, "exp": now + 3600}, secret)}
+
+    env = {
+        "AGENT_WORKERS": str(WORKERS),
+        "AGENT_AUTH": "jwt",
+        "AGENT_JWT_SECRET": secret,
+        "AGENT_LLM_PROVIDER": "extractive",
+        "AGENT_EMBEDDER": "none",
+        "AGENT_INGEST_SAMPLE_KB": "false",
+        "OLLAMA_HOST": "http://127.0.0.1:9",
+    }
+    server = AgentServer(tmp_path, env, name="workers-owners")
+    server.start()
+    try:
+        await server.wait_healthy()
+        async with pinned_clients(server.base, 1) as pins:
+            (a,), (b,) = pins.values()
+            body = {"message": "What is in the knowledge base?", "context_type": "knowledge"}
+            started = await a.http.post(f"{a.base}/v1/agent/runs", json=body, headers=bearer("alice"))
+            a.check(started)
+            assert started.status_code == 201, started.text
+            run_id, conversation = started.json()["run_id"], started.json()["conversation_id"]
+            events = f"{b.base}/v1/agent/runs/{run_id}/events"
+
+            mallory = bearer("mallory")
+            for method, url in [
+                ("GET", events),
+                ("POST", f"{b.base}/v1/agent/runs/{run_id}/cancel"),
+                ("GET", f"{b.base}/v1/agent/conversations/{conversation}"),
+            ]:
+                answer = await b.http.request(method, url, headers=mallory)
+                b.check(answer)
+                assert answer.status_code == 404, (method, url, answer.status_code, answer.text)
+
+            async with b.http.stream("GET", events, headers=bearer("alice")) as own:
+                b.check(own)
+                assert own.status_code == 200
+                names = [ev.event async for ev in iter_sse(own.aiter_lines()) if ev.event != "heartbeat"]
+            assert names[0] == "run_started" and names.count("message_complete") == 1, names
+            mine = await b.http.get(f"{b.base}/v1/agent/conversations/{conversation}", headers=bearer("alice"))
+            b.check(mine)
+            assert mine.status_code == 200 and a.replica != b.replica
+    finally:
+        server.close()

@@ -7,9 +7,10 @@ wakes 400 ms later means every callback on the loop — every token of every str
 waits as long. ``LoopLagMonitor`` measures it with one small task (built with the app,
 stopped with it), and ``ReplicaLoad`` turns it, with the live runs and the open model
 streams, into a decision admission reads: refuse new runs (503 ``replica_busy`` with
-``Retry-After``) while the lag *stays* above ``AGENT_MAX_LOOP_LAG_MS`` — a few late wakes
-in a row, not one garbage collection — and accept again once it has stayed below it for
-as long. The same figures are on ``/readyz`` (``load``) and ``/metrics``.
+``Retry-After``) while the lag *stays* above ``AGENT_MAX_LOOP_LAG_MS`` — three late wakes
+in a row over at least a second, not one garbage collection or a burst of start-up work —
+and there are live runs to protect, and accept again once it has stayed below it for as
+long. The same figures are on ``/readyz`` (``load``) and ``/metrics``.
 
 ``StreamCounter`` wraps the model provider to count the streams open now; it adds one
 awaited call per streamed event and nothing else.
@@ -37,6 +38,9 @@ SAMPLE_EVERY_S: Final = 0.1
 #: "stays above", not one late wake. With the loop late by L each sample takes about
 #: ``SAMPLE_EVERY_S + L``, so refusal starts within ~3 × (0.1 s + L).
 SUSTAINED_SAMPLES: Final = 3
+#: ...and for at least this long: a burst of start-up work or one long ingest step is
+#: not overload.
+SUSTAINED_S: Final = 1.0
 #: Refusal reasons, each a label of ``agentchat_runs_refused_total``.
 REASONS: Final = ("live_runs", "loop_lag")
 
@@ -52,7 +56,7 @@ class LoopLagMonitor:
     samples: int = 0
     window: deque[float] = field(default_factory=lambda: deque(maxlen=50))
     #: Called after every sample (``ReplicaLoad`` decides on it).
-    on_sample: Callable[[float], None] | None = None
+    on_sample: Callable[[float, float], None] | None = None
     _task: asyncio.Task[None] | None = None
 
     def start(self) -> asyncio.Task[None]:
@@ -73,13 +77,14 @@ class LoopLagMonitor:
             await asyncio.sleep(self.every_s)
             self.record(max(0.0, loop.time() - asked - self.every_s))
 
-    def record(self, lag_s: float) -> None:
+    def record(self, lag_s: float, now: float | None = None) -> None:
+        """One sample, taken at ``now`` (monotonic seconds; the clock by default)."""
         self.lag_s = lag_s
         self.max_lag_s = max(self.max_lag_s, lag_s)
         self.samples += 1
         self.window.append(lag_s)
         if self.on_sample is not None:
-            self.on_sample(lag_s)
+            self.on_sample(lag_s, time.monotonic() if now is None else now)
 
     def recent_max_s(self) -> float:
         return max(self.window, default=0.0)
@@ -117,7 +122,11 @@ class _CountedStream:
 
 
 class StreamCounter:
-    """Wraps a provider: ``open`` is how many of its model streams are open now."""
+    """Wraps a provider: ``open`` is how many of its model streams are open now. Every
+    other attribute, read or written, is the provider's own (a wrapper that kept a
+    written attribute to itself would silently change nothing)."""
+
+    __slots__ = ("_provider", "open", "started")
 
     def __init__(self, provider: Any) -> None:
         self._provider = provider
@@ -126,6 +135,12 @@ class StreamCounter:
 
     def __getattr__(self, name: str) -> Any:  # name, model, health, warm, aclose, ...
         return getattr(self._provider, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in StreamCounter.__slots__:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._provider, name, value)
 
     def stream_chat(self, request: Any) -> AsyncIterator[Any]:
         self.started += 1
@@ -144,8 +159,10 @@ class ReplicaLoad:
     model_streams: Callable[[], int] = lambda: 0
     monitor: LoopLagMonitor = field(default_factory=LoopLagMonitor)
     overloaded: bool = False
-    #: Consecutive samples on the other side of the threshold from ``overloaded``.
+    #: Consecutive samples on the other side of the threshold from ``overloaded``, and
+    #: when the first of them was taken.
     _streak: int = 0
+    _streak_from: float = 0.0
     refused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
     #: When the replica last started refusing (epoch seconds), for ``/readyz``.
     overloaded_since: float | None = None
@@ -153,12 +170,18 @@ class ReplicaLoad:
     def __post_init__(self) -> None:
         self.monitor.on_sample = self._decide
 
-    def _decide(self, lag_s: float) -> None:
+    def _decide(self, lag_s: float, now: float) -> None:
         if self.max_loop_lag_s <= 0:
             return
         flips = (lag_s <= self.max_loop_lag_s) if self.overloaded else (lag_s > self.max_loop_lag_s)
-        self._streak = self._streak + 1 if flips else 0
-        if self._streak < SUSTAINED_SAMPLES:
+        if not flips:
+            self._streak = 0
+            return
+        if self._streak == 0:
+            # The first late sample stands for the lag since the previous sample was asked.
+            self._streak_from = now - lag_s - self.monitor.every_s
+        self._streak += 1
+        if self._streak < SUSTAINED_SAMPLES or now - self._streak_from < SUSTAINED_S:
             return
         self._streak = 0
         self.overloaded = not self.overloaded
@@ -182,8 +205,14 @@ class ReplicaLoad:
     def refusal(self) -> str | None:
         """Why a new run should be refused now (a ``REASONS`` label), or ``None``.
         The live-run cap is the run manager's (it claims the slot atomically); this
-        answers for the loop lag."""
-        return "loop_lag" if self.overloaded else None
+        answers for the loop lag — only while there are live runs to protect: a replica
+        with none is slow for another reason (start-up, an ingest), and a run started
+        there slows no stream."""
+        return "loop_lag" if self.overloaded and self.live_runs() > 0 else None
+
+    def accepting(self) -> bool:
+        lag_refuses = self.refusal() is not None
+        return not lag_refuses and not (self.max_live_runs and self.live_runs() >= self.max_live_runs)
 
     def refused_for(self, reason: str) -> None:
         self.refused[reason] = self.refused.get(reason, 0) + 1
@@ -192,7 +221,7 @@ class ReplicaLoad:
         """What ``/readyz`` shows under ``load``."""
         mon = self.monitor
         return {
-            "accepting": not self.overloaded and not (self.max_live_runs and self.live_runs() >= self.max_live_runs),
+            "accepting": self.accepting(),
             "replica": replica,
             "live_runs": self.live_runs(),
             "max_live_runs": self.max_live_runs or None,
@@ -236,7 +265,7 @@ class LoadCollector:
         yield GaugeMetricFamily(
             "agentchat_accepting_runs",
             "1 when this replica admits new runs, 0 while it refuses them (overloaded or at its live-run cap).",
-            value=0 if load.overloaded or (load.max_live_runs and load.live_runs() >= load.max_live_runs) else 1,
+            value=1 if load.accepting() else 0,
         )
         refused = CounterMetricFamily(
             "agentchat_runs_refused",

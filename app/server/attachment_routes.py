@@ -126,6 +126,8 @@ async def upload(request: Request) -> Response:
 
 async def list_attachments(request: Request) -> Response:
     user_id, conversation_id = await _owned(request)
+    if services(request).rooms.named("knowledge") is None:  # no knowledge base: nothing was attached
+        return ORJSONResponse({"attachments": []})
     found: list[dict[str, Any]] = await _store(request).list(user_id, conversation_id)
     return ORJSONResponse({"attachments": found})
 

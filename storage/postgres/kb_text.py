@@ -355,22 +355,24 @@ class TextRanker:
         while True:
             rows = await self._db.fetchall(_POSTINGS, {"lex": lexemes, "depth": depth})
             per: dict[int, list[float]] = {}
-            candidates: set[int] = set()
+            seen: dict[int, dict[int, float]] = {}  # candidate -> {lexeme ordinal: weighted impact}
             read = kept = 0
             for ordinal, chunk_id, impact, row_bucket in rows:
-                per.setdefault(int(ordinal), []).append(float(impact))
+                i = int(ordinal)
+                per.setdefault(i, []).append(float(impact))
                 read += 1
                 if bucket is None or row_bucket == bucket:
-                    candidates.add(int(chunk_id))
+                    seen.setdefault(int(chunk_id), {})[i] = weights[lexemes[i - 1]] * float(impact)
                     kept += 1
-            bound = 0.0
-            complete = True
+            # ``floors``: per list not read to its end, the most an unread posting adds.
+            floors: dict[int, float] = {}
             for i, lexeme in enumerate(lexemes, start=1):
                 impacts = per.get(i, [])
                 if len(impacts) >= depth:  # more may follow
-                    complete = False
-                    bound += weights[lexeme] * impacts[-1]
-            bound *= widen
+                    floors[i] = weights[lexeme] * impacts[-1] * widen
+            complete = not floors
+            bound = sum(floors.values())
+            candidates = self._worth_scoring(seen, floors, limit, avgdl)
             scored = await self._db.fetchall(_RANK_IDS, {**params, "ids": sorted(candidates)}) if candidates else []
             if complete or (len(scored) >= limit and float(scored[limit - 1][1]) > bound):
                 break
@@ -380,11 +382,37 @@ class TextRanker:
         if not scored:
             return KBRanked()
         if complete:
-            total = len(candidates)
+            total = len(seen)
         else:
             share = kept / read if read else 0.0
-            total = max(len(candidates), round(max(df.get(x, 0) for x in lexemes) * share))
+            total = max(len(seen), round(max(df.get(x, 0) for x in lexemes) * share))
         return KBRanked([int(r[0]) for r in scored], [float(r[1]) for r in scored], total)
+
+    @staticmethod
+    def _worth_scoring(
+        seen: Mapping[int, Mapping[int, float]], floors: Mapping[int, float], limit: int, avgdl: float
+    ) -> list[int]:
+        """The candidates that may be in the top ``limit``: scoring one exactly is a visit
+        of its row, so those that cannot are left out.
+
+        A stored impact is within ``[min(1, r), max(1, r)]`` times the true one (``r =
+        avgdl / POSTINGS_AVGDL``, see ``_from_postings``), so a candidate scores at
+        least ``low`` times what its read postings say, and at most ``high`` times that
+        plus the floors of the lists it was not seen in. The ``limit``-th best lower
+        bound is a bar: a candidate whose upper bound is below it cannot be in the top
+        ``limit`` (the ``limit`` candidates at or above the bar all score at least it).
+        """
+        ratio = avgdl / POSTINGS_AVGDL if avgdl > 0 else 1.0
+        low, high = min(1.0, ratio) * (1.0 - _ROUNDING), max(1.0, ratio) * (1.0 + _ROUNDING)
+        if len(seen) <= limit:
+            return list(seen)
+        known = {c: sum(parts.values()) for c, parts in seen.items()}
+        bar = sorted((v * low for v in known.values()), reverse=True)[limit - 1]
+        return [
+            c
+            for c, parts in seen.items()
+            if known[c] * high + sum(f for i, f in floors.items() if i not in parts) >= bar
+        ]
 
     async def _rank(self, condition: str, params: dict[str, Any], matching: Sequence[str]) -> list[tuple[Any, ...]]:
         """The top chunks holding any of ``matching``, scored on every query lexeme."""

@@ -54,6 +54,10 @@
     provider: $("provider"),
     offline: $("offline"),
     template: $("run-template"),
+    attach: $("attach"),
+    attachFile: $("attach-file"),
+    chips: $("attachment-chips"),
+    attachNote: $("attach-note"),
   };
 
   /** The run being shown and followed: {info, view, es, lastSeq, done}. */
@@ -928,6 +932,91 @@
     // The stream itself delivers message_complete with status "cancelled".
   }
 
+  // --- attachments: files of this conversation, searched by its questions -------------------
+
+  /** The conversation's id, made here when there is none yet: an upload creates it on the
+   *  server, and the next question goes to it. */
+  function ensureConversation() {
+    let id = sessionStorage.getItem(STORE_CONVERSATION);
+    if (!id) {
+      const bytes = crypto.getRandomValues(new Uint8Array(12));
+      id = "c-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+      sessionStorage.setItem(STORE_CONVERSATION, id);
+      showConversation();
+    }
+    return id;
+  }
+
+  function attachmentsUrl(id) {
+    return `/v1/agent/conversations/${encodeURIComponent(id)}/attachments`;
+  }
+
+  function sizeText(bytes) {
+    if (bytes >= 1024 * 1024) return `${(bytes / (1024 * 1024)).toFixed(1)} MB`;
+    if (bytes >= 1024) return `${Math.round(bytes / 1024)} KB`;
+    return `${bytes} B`;
+  }
+
+  function showChips(attachments) {
+    ui.chips.replaceChildren();
+    for (const a of attachments) {
+      const remove = el("button", "chip-remove", "×");
+      remove.type = "button";
+      remove.title = `Remove ${a.filename}`;
+      remove.setAttribute("aria-label", `Remove ${a.filename}`);
+      remove.addEventListener("click", () => removeAttachment(a));
+      const chip = el("li", "chip", el("span", "chip-name", a.filename), el("span", "chip-size", sizeText(a.size)), remove);
+      chip.dataset.id = a.id;
+      chip.title = `${a.media_type}, ${a.chunks} passage(s): searched by this conversation's questions`;
+      ui.chips.append(chip);
+    }
+  }
+
+  async function loadAttachments() {
+    const id = sessionStorage.getItem(STORE_CONVERSATION);
+    if (!id) return showChips([]);
+    try {
+      const response = await fetch(attachmentsUrl(id), { headers: { Accept: "application/json", ...authHeaders() } });
+      showChips(response.ok ? (await response.json()).attachments : []);
+    } catch (err) {
+      ui.attachNote.textContent = `Could not list the attachments: ${err}`;
+    }
+  }
+
+  async function uploadFiles(files) {
+    for (const file of files) {
+      const id = ensureConversation();
+      const form = new FormData();
+      form.append("file", file, file.name);
+      ui.attachNote.textContent = `Reading ${file.name}…`;
+      let response;
+      try {
+        response = await fetch(attachmentsUrl(id), {
+          method: "POST",
+          headers: { Accept: "application/json", ...authHeaders() },
+          body: form,
+        });
+      } catch (err) {
+        ui.attachNote.textContent = `Could not reach the server: ${err}`;
+        continue;
+      }
+      ui.attachNote.textContent =
+        response.status === 201 ? `${file.name} attached` : `${file.name} not attached — ${await problemText(response)}`;
+    }
+    await loadAttachments();
+  }
+
+  async function removeAttachment(a) {
+    const id = sessionStorage.getItem(STORE_CONVERSATION);
+    if (!id) return;
+    const response = await fetch(`${attachmentsUrl(id)}/${encodeURIComponent(a.id)}`, {
+      method: "DELETE",
+      headers: authHeaders(),
+    });
+    ui.attachNote.textContent = response.ok ? `${a.filename} removed` : `Not removed — ${await problemText(response)}`;
+    await loadAttachments();
+  }
+
   function newConversation() {
     if (current && !current.done) {
       ui.formError.textContent = "Stop the current answer before starting a new conversation.";
@@ -940,6 +1029,8 @@
     ui.empty.hidden = false;
     current = null;
     showConversation();
+    showChips([]);
+    ui.attachNote.textContent = "";
     ui.message.focus();
   }
 
@@ -1090,6 +1181,25 @@
     }
   });
   ui.stop.addEventListener("click", stop);
+  ui.attach.addEventListener("click", () => ui.attachFile.click());
+  ui.attachFile.addEventListener("change", () => {
+    const files = [...ui.attachFile.files];
+    ui.attachFile.value = "";
+    uploadFiles(files);
+  });
+  // A file dropped anywhere on the composer is attached to the conversation.
+  ui.form.addEventListener("dragover", (e) => {
+    if (![...e.dataTransfer.types].includes("Files")) return;
+    e.preventDefault();
+    ui.form.classList.add("dropping");
+  });
+  ui.form.addEventListener("dragleave", () => ui.form.classList.remove("dropping"));
+  ui.form.addEventListener("drop", (e) => {
+    if (!e.dataTransfer.files.length) return;
+    e.preventDefault();
+    ui.form.classList.remove("dropping");
+    uploadFiles([...e.dataTransfer.files]);
+  });
   ui.newConversation.addEventListener("click", newConversation);
   ui.token.value = sessionStorage.getItem(STORE_TOKEN) || "";
   ui.token.addEventListener("change", () => {
@@ -1109,6 +1219,7 @@
   restoreContext();
   showQuestionExample();
   showConversation();
+  loadAttachments();
   showProvider();
   const stored = readStored(STORE_RUN);
   if (stored && stored.run_id && stored.stream_url) {

@@ -1,0 +1,188 @@
+"""What the offline answerer quotes for a lead (``llm.extractive_answer``): the lead with
+its neighbours and what it introduces (``window``), the page's synopsis for a how-to
+(``with_synopsis``), a heading that says more than its paragraph (``with_heading``), no
+sentence said twice (``new_sentences``) and the citation (``cite``).
+"""
+
+from __future__ import annotations
+
+from llm.extractive_question import WORD as _WORD
+from llm.extractive_question import Question
+from llm.extractive_question import stems as _stems
+from llm.extractive_read import (
+    Read,
+    Unit,
+    introduces,
+    next_block,
+    opening_block,
+    prev_block,
+    sentence_key,
+    table_header,
+)
+from llm.markdown_blocks import item_body, split_item, split_sentences
+
+#: A paragraph up to this long is quoted whole around its lead sentence.
+WHOLE_PARAGRAPH_CHARS = 600
+#: A list, table or code block up to this long is quoted whole with its introduction.
+WHOLE_BLOCK_CHARS = 1800
+#: A code block up to this long follows the paragraph that leads to it.
+FOLLOWING_CODE_CHARS = 500
+#: A section heading this long says what its paragraph is about (see ``with_heading``).
+MIN_HEADING_WORDS = 3
+_REFERRING = frozenset("this that these those it its they their such then so".split())
+
+
+def window(read: Read, unit: Unit) -> list[str]:
+    """The Markdown pieces quoted for a lead: its neighbours and what it introduces."""
+    block = read.blocks[unit.block]
+    if block.kind == "table" and unit.index >= 0:
+        # One row under its header and rule: still a table a reader can read.
+        lines = block.text.split("\n")
+        header = lines[:2] if table_header(block) else []
+        return ["\n".join([*header, unit.text])]
+    if unit.block == read.summary:
+        # The summary says what the page is in a line; the page's opening says it in full.
+        opening = opening_block(read)
+        if opening < 0 or len(" ".join(read.blocks[opening].units)) > WHOLE_PARAGRAPH_CHARS:
+            return [block.units[0]]
+        return [block.units[0], *window(read, Unit(unit.passage, opening, 0, read.blocks[opening].units[0], 0.0))]
+    pieces: list[str] = []
+    if block.kind in ("list", "table"):
+        intro = prev_block(read, unit.block)
+        whole = block.markdown()
+        introduced = intro is not None and intro.kind == "prose" and bool(intro.units) and introduces(intro.units[-1])
+        if unit.index == -1 or (introduced and len(whole) <= WHOLE_BLOCK_CHARS):
+            return [intro.units[-1], whole] if introduced and intro is not None else [whole]
+        return [item_body(block.units[unit.index])]  # one item alone is not a list
+    sentences = block.units
+    paragraph = " ".join(sentences)
+    if len(paragraph) <= WHOLE_PARAGRAPH_CHARS:
+        chosen = list(range(len(sentences)))
+    else:
+        start = unit.index
+        first_word = (sentences[start].split(" ", 1)[0]).casefold().strip("`*_\"'")
+        if start > 0 and first_word in _REFERRING:
+            start -= 1
+        end = min(len(sentences), unit.index + 2)
+        if introduces(sentences[unit.index]):
+            end = unit.index + 1
+        chosen = list(range(start, end))
+    pieces.append(" ".join(sentences[i] for i in chosen))
+    follower = next_block(read, unit.block)
+    ends_paragraph = chosen[-1] == len(sentences) - 1
+    if follower is not None and ends_paragraph:
+        shown = follower.markdown()
+        introduced = introduces(sentences[chosen[-1]]) and follower.kind in ("list", "code", "table")
+        limit = WHOLE_BLOCK_CHARS if introduced else FOLLOWING_CODE_CHARS if follower.kind == "code" else 0
+        if shown and len(shown) <= limit:
+            pieces.append(shown)
+    return pieces
+
+
+def with_synopsis(read: Read, unit: Unit, pieces: list[str], question: Question) -> list[str]:
+    """A how-to question quoted from a page's description gets the page's synopsis too
+    (the short code block above the description) when the quote does not name the page's
+    command itself: "Spawn a subshell in the directory of the installed package
+    specified." answers "how do I open a subshell …" only with ``npm explore <pkg>``
+    beside it, and "add: Add a new user as a maintainer of a package." (an item of
+    ``npm-owner``'s description) only with ``npm owner add <user> <package-spec>``."""
+    if not question.how_to or not read.first:
+        return pieces
+    command = " ".join(_WORD.findall(read.passage.title.casefold()))
+    if command and command in " ".join(_WORD.findall(" ".join(pieces).casefold())):
+        return pieces  # the quote names the command: its synopsis adds nothing
+    opening = read.summary if unit.block == read.summary else opening_block(read)
+    if opening < 0 or opening > unit.block or read.headings[unit.block] != read.headings[opening]:
+        return pieces  # not the page's description: its synopsis is about something else
+    code = next((b for b in read.blocks[:opening] if b.kind == "code"), None)
+    if code is None:
+        return pieces
+    shown = code.markdown()
+    return [*pieces, shown] if shown and len(shown) <= FOLLOWING_CODE_CHARS else pieces
+
+
+def with_heading(read: Read, unit: Unit, pieces: list[str]) -> list[str]:
+    """A section quoted from its start keeps its heading when the heading says something
+    the paragraph does not ("The answers come from the extractive provider" over "No
+    model was reachable at start-up."): a label of one or two words ("Synopsis",
+    "`cache`") says nothing, and is left out."""
+    block = read.blocks[unit.block]
+    heading = prev_block(read, unit.block)
+    if (
+        heading is None
+        or heading.kind != "heading"
+        or block.kind != "prose"
+        or not pieces
+        or is_verbatim(pieces[0])
+        or not pieces[0].startswith(block.units[0])
+    ):
+        return pieces
+    title = heading.text.strip().strip("#*_ ").strip()
+    words = _WORD.findall(title)
+    # The page's own title over its opening ("package.json @11.19.1" in an HTML copy)
+    # names the page, not what the paragraph says.
+    own = {w for w in _stems(title) if not w.isdigit()} - _stems(read.passage.title)
+    if len(words) < MIN_HEADING_WORDS or not own or _stems(title) <= _stems(" ".join(pieces)):
+        return pieces
+    label = title if title.endswith(("?", "!", ".")) else f"{title}."
+    return [f"**{label}** {pieces[0]}", *pieces[1:]]
+
+
+def is_verbatim(piece: str) -> bool:
+    return piece.startswith(("```", "~~~", "|"))
+
+
+def _fresh(text: str, said: set[str]) -> str:
+    """The sentences of ``text`` not yet said (their keys join ``said``)."""
+    kept: list[str] = []
+    for sentence in split_sentences(text):
+        key = sentence_key(sentence)
+        if key and key not in said:
+            said.add(key)
+            kept.append(sentence)
+    return " ".join(kept)
+
+
+def new_sentences(pieces: list[str], said: set[str]) -> list[str]:
+    """``pieces`` without the sentences (and list items, code blocks) already said;
+    the keys of what is kept join ``said``."""
+    kept: list[str] = []
+    for piece in pieces:
+        if is_verbatim(piece):
+            key = sentence_key(piece)
+            if key and key not in said:
+                said.add(key)
+                kept.append(piece)
+            continue
+        lines: list[str] = []
+        for line in piece.split("\n"):
+            marker, body = split_item(line)
+            text = _fresh(body, said)
+            if text:
+                lines.append(marker + text)
+        if lines:
+            kept.append("\n".join(lines))
+    return kept
+
+
+def cite(pieces: list[str], source_id: str) -> str:
+    """The passage's Markdown with its citation after its prose (or after the list)."""
+    marker = f"[{source_id}]"
+    if not is_verbatim(pieces[0]):
+        head = f"{pieces[0]} {marker}"
+        return "\n\n".join([head, *pieces[1:]])
+    return "\n\n".join([*pieces, marker])
+
+
+__all__ = [
+    "FOLLOWING_CODE_CHARS",
+    "MIN_HEADING_WORDS",
+    "WHOLE_BLOCK_CHARS",
+    "WHOLE_PARAGRAPH_CHARS",
+    "cite",
+    "is_verbatim",
+    "new_sentences",
+    "window",
+    "with_heading",
+    "with_synopsis",
+]

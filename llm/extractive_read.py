@@ -1,0 +1,160 @@
+"""A search passage as the offline answerer reads it (``llm.extractive_answer``): its
+Markdown blocks, the heading each sits under, whether it opens its document, where the
+document's one-line summary goes, which paragraph is the document's opening, and a
+table's rows. Kept apart from the scoring, so each module does one job.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+from llm.extractive_question import WORD as _WORD
+from llm.markdown_blocks import Block, parse_passage
+
+#: A summary longer than this is no one-line summary (see ``_with_summary``).
+MAX_SUMMARY_CHARS = 200
+_ASIDE = re.compile(r"^[*_\s]*(?:note|warning|caution|tip|see also|deprecated)\b[*_\s]*:", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    source_id: str
+    title: str
+    text: str
+    score: float
+    #: The document's one-line summary (a Markdown page's front-matter ``description``:
+    #: "Create a tarball from a package"), read with the passage that opens the document.
+    summary: str = ""
+
+
+def sentence_key(text: str) -> str:
+    """What makes two sentences the same sentence: their folded words (markup, line
+    wrapping, list markers and citations do not count)."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return " ".join(_WORD.findall(folded))
+
+
+@dataclass(slots=True)
+class Unit:
+    passage: int
+    block: int
+    index: int  # the sentence or item within the block
+    text: str
+    score: float
+
+
+@dataclass(slots=True)
+class Read:
+    """A passage parsed, with the heading each block sits under."""
+
+    passage: Passage
+    blocks: list[Block]
+    headings: list[str]
+    first: bool  # the passage opens its document
+    summary: int = -1  # the block of the document's summary (``_with_summary``), if any
+
+
+def read_passage(passage: Passage) -> Read:
+    first = "#" not in passage.source_id or passage.source_id.endswith("#0")
+    blocks = parse_passage(passage.text, first_of_document=first)
+    summary = -1
+    if first:
+        blocks, summary = _with_summary(blocks, passage.summary)
+    headings: list[str] = []
+    current = ""
+    for b in blocks:
+        if b.kind == "heading":
+            current = b.text
+        headings.append(current)
+    return Read(passage, blocks, headings, first, summary)
+
+
+def _with_summary(blocks: list[Block], summary: str) -> tuple[list[Block], int]:
+    """The document's summary as a sentence of its own, where a reader meets it: after
+    the page's leading title and synopsis (headings and code before any prose), so the
+    synopsis stays the command of the page it summarises. ``npm-pack``'s first chunk
+    holds its synopsis and option sections only; its summary, "Create a tarball from a
+    package.", is what answers "how do I create a tarball of my package?"."""
+    text = " ".join(summary.split())
+    if not text or len(text) > MAX_SUMMARY_CHARS:
+        return blocks, -1
+    if not text.endswith((".", "!", "?", ":")):
+        text += "."
+    at = 0
+    for b, block in enumerate(blocks):
+        if block.kind not in ("heading", "code"):
+            break
+        if block.kind == "code":
+            at = b + 1
+    return [*blocks[:at], Block("prose", [text]), *blocks[at:]], at
+
+
+def introduces(text: str) -> bool:
+    return text.rstrip("*_ ").endswith(":")
+
+
+def next_block(read: Read, b: int) -> Block | None:
+    return read.blocks[b + 1] if b + 1 < len(read.blocks) else None
+
+
+def prev_block(read: Read, b: int) -> Block | None:
+    return read.blocks[b - 1] if b > 0 else None
+
+
+def is_aside(text: str) -> bool:
+    """A paragraph set apart from what the document says ("Note: this command is unaware
+    of workspaces."): not the document's opening, however early it comes."""
+    return _ASIDE.match(text) is not None
+
+
+def opening_block(read: Read) -> int:
+    """The block a document opens with: its first paragraph that is no aside and not the
+    summary (which says less than the page's own first words), before any list or table
+    (a paragraph after an option's "Default: …" list describes the option, not the
+    page); -1 when the passage holds none."""
+    for b, block in enumerate(read.blocks):
+        if block.kind in ("list", "table"):
+            return -1
+        if block.kind == "prose" and block.units and not is_aside(block.units[0]) and b != read.summary:
+            return b
+    return -1
+
+
+_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}")
+
+
+def table_header(block: Block) -> str:
+    """A table's header line (its column names), or "" when it has no header rule."""
+    lines = block.text.split("\n")
+    return lines[0] if len(lines) > 2 and _TABLE_RULE.match(lines[1]) else ""
+
+
+def table_rows(block: Block) -> list[tuple[str, str]]:
+    """A table's body rows: ``(the row as Markdown, its cells as plain words)``. A row
+    says one thing ("`message_complete` … always last, exactly once") as an item does."""
+    lines = block.text.split("\n")
+    body = lines[2:] if table_header(block) else lines
+    return [
+        (line, " ".join(cell.strip() for cell in line.strip().strip("|").split("|")))
+        for line in body
+        if line.strip() and not _TABLE_RULE.match(line)
+    ]
+
+
+__all__ = [
+    "MAX_SUMMARY_CHARS",
+    "Passage",
+    "Read",
+    "Unit",
+    "introduces",
+    "is_aside",
+    "next_block",
+    "opening_block",
+    "prev_block",
+    "read_passage",
+    "sentence_key",
+    "table_header",
+    "table_rows",
+]
