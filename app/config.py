@@ -19,6 +19,7 @@ from app.ops.masking import mask_url, url_secrets
 
 PROVIDERS = ("auto", "ollama", "gemini", "openai", "extractive")
 EMBEDDERS = ("auto", "gemini", "ollama", "openai", "local", "hashing", "none")
+SERVER_STACKS = ("auto", "portable")
 AUTH_MODES = ("none", "jwt")
 #: ``AGENT_CONVERSATION_TITLES``: where a conversation's automatic title comes from.
 TITLE_SOURCES = ("words", "model", "off")
@@ -120,6 +121,10 @@ class Settings:
     #: body within ``body_timeout_s`` (408).
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
+    #: ``auto``: uvicorn on uvloop with the httptools parser when both are installed (a
+    #: fraction of the CPU per streamed token), else ``portable``: asyncio's own loop and
+    #: the pure-Python h11 parser (app/cli/serving.py).
+    server_stack: str = "auto"
     #: A chat without an Idempotency-Key is cancelled when its client leaves and does not
     #: re-attach (a retried POST with Last-Event-ID) within this many seconds.
     chat_reattach_s: float = 3.0
@@ -280,6 +285,7 @@ class Settings:
             max_body_bytes=reader.integer("AGENT_MAX_BODY_BYTES", d.max_body_bytes, lo=1024),
             header_timeout_s=reader.number("AGENT_HEADER_TIMEOUT_S", d.header_timeout_s, lo=0.1, hi=3600),
             body_timeout_s=reader.number("AGENT_BODY_TIMEOUT_S", d.body_timeout_s, lo=0.1, hi=3600),
+            server_stack=reader.choice("AGENT_SERVER_STACK", SERVER_STACKS, d.server_stack),
             chat_reattach_s=reader.number("AGENT_CHAT_REATTACH_S", d.chat_reattach_s, lo=0, hi=3600),
             max_chunk_chars=reader.integer("AGENT_MAX_CHUNK_CHARS", d.max_chunk_chars, lo=64, hi=10_000_000),
             max_answer_chars=reader.integer("AGENT_MAX_ANSWER_CHARS", d.max_answer_chars, lo=256, hi=100_000_000),

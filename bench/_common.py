@@ -105,11 +105,26 @@ def ms(values_s: list[float]) -> dict[str, float]:
     return summary([v * 1000 for v in values_s])
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` so far (Linux /proc)."""
+def cpu_s(pid: int, thread: int | None = None) -> float:
+    """User + system CPU seconds of ``pid`` (or of its thread ``thread``) so far (Linux /proc)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(f"/proc/{pid}/task/{thread}/stat" if thread is not None else f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except FileNotFoundError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and every live descendant (a server that forks
+    workers), so far."""
+    total, stack = 0.0, [pid]
+    while stack:
+        current = stack.pop()
+        total += cpu_s(current)
+        try:
+            with open(f"/proc/{current}/task/{current}/children") as f:
+                stack.extend(int(c) for c in f.read().split())
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+    return total

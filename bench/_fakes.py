@@ -42,15 +42,22 @@ def _fakes_main(args: argparse.Namespace) -> None:
 
     class StampedOllama(PacedOllama):
         """Text only, ``tokens`` stamped words, then the final line: exactly the Gemini
-        fake's tokens, so both providers stream the same script."""
+        fake's tokens, so both providers stream the same script. Cheap enough never to be
+        what holds tokens back: every line is pre-encoded around its stamp (no JSON
+        encoding per token), one timer per stream."""
 
         async def _lines(self, model: str, step: Step) -> AsyncIterator[bytes]:
+            head = orjson.dumps({"model": model, "created_at": "2026-01-01T00:00:00Z",
+                                 "message": {"role": "assistant", "content": ""}, "done": False})
+            cut = head.index(b'"content":""') + len(b'"content":"')
+            prefix, suffix = head[:cut], head[cut:] + b"\n"
+            final = orjson.dumps(self._final(model, {"role": "assistant", "content": ""})) + b"\n"
             finished = False
             try:
                 for i in range(self.tokens):
                     await asyncio.sleep(self.pause_s)
-                    yield self._chunk(model, {"role": "assistant", "content": stamped(i)})
-                yield orjson.dumps(self._final(model, {"role": "assistant", "content": ""})) + b"\n"
+                    yield prefix + stamped(i).encode() + suffix  # digits, '@' and ';': no escaping
+                yield final
                 finished = True
             finally:
                 if finished:

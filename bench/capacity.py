@@ -19,9 +19,17 @@ Reported per topology × provider × level:
 - token delay (arrival - the stamp the fake wrote into the token), p50/p99;
 - runs completed; model streams that waited for an outbound connection (the
   ``agentchat_pool_wait_seconds`` histogram of every replica's ``/metrics``: count, sum);
-- server CPU seconds, and the client and fake processes' event-loop lag (they must not
-  be what holds tokens back; the clients are ``--clients`` worker processes with raw
-  asyncio sockets, one event loop each).
+- server CPU (user + system, the server's whole process tree, over the level's window):
+  seconds, milliseconds per run and microseconds per token a client received;
+- the client and fake processes' event-loop lag (they must not be what holds tokens
+  back; the clients are ``--clients`` worker processes with raw asyncio sockets, one
+  event loop each; the Ollama fake sends pre-encoded lines, one timer per stream).
+
+Beside the one replica, in the same invocation and alternately level by level: the
+**floor** (``bench/floor_proxy.py``: a bare proxy reading the same fake stream with the
+same client library, ``httpx``, and re-emitting it as SSE with no durability — what the
+stack itself costs) and, with ``--before PATH``, the same service from another checkout
+(its own ``.venv``), e.g. a detached worktree of the commit before a change.
 "One replica holds" is the largest level whose p99 time to first token stays under
 ``--ttft-target-s`` (1 s).
 
@@ -52,11 +60,20 @@ if str(ROOT) not in sys.path:
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
-from bench._common import cpu_s, histogram_totals, raise_fd_limit, summary, write_results  # noqa: E402
+from bench import _pyspy as pyspy  # noqa: E402
+from bench._common import (  # noqa: E402
+    RESULTS,
+    cpu_s,
+    histogram_totals,
+    raise_fd_limit,
+    summary,
+    tree_cpu_s,
+    write_results,
+)
 from bench._fakes import Fakes  # noqa: E402
 from bench._load import drive, run_loop, spread  # noqa: E402
 from tests.fakes.paced_gemini import stamps  # noqa: E402
-from tests.support.procs import AgentServer  # noqa: E402
+from tests.support.procs import PYTHON, AgentServer  # noqa: E402
 
 PROVIDERS = ("ollama", "gemini")
 
@@ -150,9 +167,11 @@ def judge(runs: list[dict[str, Any]], pause_s: float, tokens: int) -> dict[str, 
     gaps: list[float] = []
     delays: list[float] = []
     completed = 0
+    received = 0
     for run in runs:
         chunks = [f for f in run["frames"] if f[1] == "content_chunk"]
         found = [(s, f[3]) for f in chunks for s in stamps(f[2])]
+        received += len(found)
         completed += run["outcome"] == "complete" and len({i for (i, _), _ in found}) == tokens
         if chunks:
             ttft.append((chunks[0][3] - run["post_ns"]) / 1e9)
@@ -164,6 +183,7 @@ def judge(runs: list[dict[str, Any]], pause_s: float, tokens: int) -> dict[str, 
     return {
         "runs": len(runs),
         "completed": completed,
+        "tokens_received": received,
         "not_completed_sample": problems[:10],
         "ended": dict(Counter(ending(r) for r in runs)),
         "error_samples": sorted({f[2][:300] for r in runs for f in r["frames"] if f[1] == "error"})[:5],
@@ -179,22 +199,38 @@ async def one_level(
     before = await pool_waits(servers)
     await fakes.stats()  # resets the fake's loop-lag window
     pids = [s.pid for s in servers if s.pid is not None]
-    cpu0 = sum(cpu_s(p) for p in pids)
+    cpu0 = sum(tree_cpu_s(p) for p in pids)
+    loop0 = sum(cpu_s(p, p) for p in pids)  # the main thread: the event loop
     keys = [f"{label}-{level}-{i}" for i in range(level)]
     specs = [
         {"key": key, "at_s": at, "protocol": "agent", "post": servers[i % len(servers)].base,
          "follow": [servers[i % len(servers)].base], "body": run_body(key), "drop_after": None}
         for i, (key, at) in enumerate(zip(keys, spread(level, args.ramp_s), strict=True))
     ]
+    spy = None
+    if args.py_spy and label.endswith("-ours"):
+        # From the first start (drive's t0 is 2 s ahead) through the last run's last token.
+        seconds = 2 + args.ramp_s + args.tokens * args.pause_ms / 1000 + 1
+        spy = await pyspy.record(pids[0], seconds, RESULTS / f"{args.name}_pyspy_{level}.txt")
     result = await drive(specs, workdir, workers=args.clients, timeout_s=args.run_timeout_s, name=label)
+    if spy is not None:
+        await spy.wait()
     elapsed = (time.monotonic_ns() - result["t0_ns"]) / 1e9
+    server_cpu = sum(tree_cpu_s(p) for p in pids) - cpu0
+    loop_cpu = sum(cpu_s(p, p) for p in pids) - loop0
     figures = judge(result["runs"], args.pause_ms / 1000, args.tokens)
     fake_stats = await fakes.stats()
     figures.update(
         level=level,
         elapsed_s=round(elapsed, 1),
         pool_waits=_minus(await pool_waits(servers), before),
-        server_cpu_s=round(sum(cpu_s(p) for p in pids) - cpu0, 1),
+        server_cpu_s=round(server_cpu, 2),
+        # Over the level's whole window (idle ticks included), per run started and per
+        # token received by a client.
+        server_cpu_ms_per_run=round(server_cpu * 1000 / max(1, level), 2),
+        server_cpu_us_per_token=round(server_cpu * 1e6 / max(1, figures["tokens_received"]), 1),
+        # Of which the main thread (the event loop); the rest is worker threads (SQLite's).
+        server_loop_cpu_s=round(loop_cpu, 2),
         client_loop_lag_ms=[c["loop_lag_ms"] for c in result["clients"]],
         client_cpu_s=[c["cpu_s"] for c in result["clients"]],
         fake_loop_lag_ms=fake_stats["loop_lag_ms"],
@@ -203,36 +239,79 @@ async def one_level(
     return figures
 
 
+def variant_server(kind: str, workdir: Path, env: dict[str, str], fakes: Fakes, label: str,
+                   before: Path | None) -> AgentServer:
+    """One server under test: ``ours`` (this checkout), ``before`` (the checkout at
+    ``--before``, with its own virtualenv, on its own SQLite file) or ``floor``
+    (``bench/floor_proxy.py`` in front of the Ollama fake)."""
+    server = AgentServer(workdir, env, name=f"{label}-{kind}")
+    if kind == "before":
+        assert before is not None
+        server.argv = [str(before / ".venv" / "bin" / "agentchat"), *server.argv[3:]]
+    elif kind == "floor":
+        server.argv = [PYTHON, str(ROOT / "bench" / "floor_proxy.py"), "--port", str(server.port),
+                       "--upstream", fakes.ollama]
+    return server
+
+
 async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     async with Fakes(workdir, tokens=args.tokens, pause_ms=args.pause_ms) as fakes:
-        topologies: list[tuple[str, int]] = [("1 replica, SQLite", 1)] if args.replicas_one else []
-        topologies += [(f"{args.replicas} replicas, PostgreSQL", args.replicas)] if args.replicas > 1 else []
-        async with contextlib.AsyncExitStack() as stack:
-            database = await stack.enter_async_context(postgres()) if args.replicas > 1 else None
-            for topology, count in topologies:
+        if args.replicas_one:
+            for provider in args.providers:
+                out.setdefault("1 replica, SQLite", {})[provider] = await one_replica(args, workdir, fakes, provider)
+        if args.replicas > 1:
+            async with postgres() as database:
                 for provider in args.providers:
-                    extra = {}
-                    if args.llm_max_connections:
-                        extra["AGENT_LLM_MAX_CONNECTIONS"] = str(args.llm_max_connections)
-                    with contextlib.ExitStack() as db:
-                        if count > 1:
-                            assert database is not None
-                            extra["AGENT_DATABASE_URL"] = db.enter_context(database())
-                            extra["AGENT_SECRET_KEY"] = "bench-replicas-share-this-key-01"  # app/keyring.py
-                        else:
-                            extra["AGENT_DB_PATH"] = str(workdir / f"{provider}.sqlite3")
-                        label = f"{count}x-{provider}"
+                    topology = f"{args.replicas} replicas, PostgreSQL"
+                    with database() as url:
+                        extra = {"AGENT_DATABASE_URL": url,
+                                 "AGENT_SECRET_KEY": "bench-replicas-share-this-key-01"}  # app/keyring.py
+                        if args.llm_max_connections:
+                            extra["AGENT_LLM_MAX_CONNECTIONS"] = str(args.llm_max_connections)
+                        label = f"{args.replicas}x-{provider}"
                         env = agent_env(fakes, provider, **extra)
-                        async with replicas(workdir, label, env, count) as servers:
+                        async with replicas(workdir, label, env, args.replicas) as servers:
                             await warm_up(workdir, servers, label)
                             rows = []
                             for level in args.levels:
                                 row = await one_level(args, workdir, servers, fakes, level, label)
+                                row["variant"] = "ours"
                                 rows.append(row)
                                 print_row(topology, provider, row)
                         out.setdefault(topology, {})[provider] = rows
     return out
+
+
+async def one_replica(args: argparse.Namespace, workdir: Path, fakes: Fakes, provider: str) -> list[dict[str, Any]]:
+    """Every level against each variant (``ours``, ``before`` with ``--before``, and the
+    ``floor`` with Ollama), all started up front and run alternately, level by level (the
+    order reversed every other level), so a busy moment of the machine does not fall
+    on one side only."""
+    kinds = ["ours"] + (["before"] if args.before else []) + (["floor"] if args.floor and provider == "ollama" else [])
+    servers: dict[str, AgentServer] = {}
+    try:
+        for kind in kinds:
+            extra = {"AGENT_DB_PATH": str(workdir / f"{provider}-{kind}.sqlite3")}
+            if args.llm_max_connections:
+                extra["AGENT_LLM_MAX_CONNECTIONS"] = str(args.llm_max_connections)
+            servers[kind] = variant_server(kind, workdir, agent_env(fakes, provider, **extra), fakes,
+                                           f"1x-{provider}", args.before)
+            servers[kind].start()
+        await asyncio.gather(*(s.wait_healthy(180) for s in servers.values()))
+        for kind, server in servers.items():
+            await warm_up(workdir, [server], f"1x-{provider}-{kind}")
+        rows = []
+        for n, level in enumerate(args.levels):
+            for kind in kinds if n % 2 == 0 else kinds[::-1]:
+                row = await one_level(args, workdir, [servers[kind]], fakes, level, f"1x-{provider}-{kind}")
+                row["variant"] = kind
+                rows.append(row)
+                print_row("1 replica, SQLite", provider, row)
+        return rows
+    finally:
+        for server in servers.values():
+            server.close()
 
 
 async def warm_up(workdir: Path, servers: list[AgentServer], label: str) -> None:
@@ -250,7 +329,7 @@ def holds(rows: list[dict[str, Any]], target_s: float) -> int | None:
     """The largest level whose p99 time to first token stayed under ``target_s``
     (and every run completed), counting up from the smallest level."""
     held = None
-    for row in sorted(rows, key=lambda r: r["level"]):
+    for row in sorted((r for r in rows if r.get("variant", "ours") == "ours"), key=lambda r: r["level"]):
         if row["ttft_s"]["p99"] < target_s and row["completed"] == row["runs"]:
             held = row["level"]
         else:
@@ -262,21 +341,22 @@ def print_row(topology: str, provider: str, row: dict[str, Any]) -> None:
     waits = row["pool_waits"].get('pool="llm"', {}).get("waits", 0)
     lag = max(c["p99"] for c in row["client_loop_lag_ms"])
     print(
-        f"{topology:<24} {provider:<7} {row['level']:>6} {row['completed']:>6}/{row['runs']:<6} "
+        f"{topology:<24} {provider:<7} {row['variant']:<7} {row['level']:>6} {row['completed']:>6}/{row['runs']:<6} "
         f"{row['ttft_s']['p50']:>8.2f} {row['ttft_s']['p99']:>8.2f} {row['extra_gap_ms']['p50']:>8.1f} "
         f"{row['extra_gap_ms']['p99']:>9.1f} {row['token_delay_ms']['p99']:>10.1f} {waits:>6} "
-        f"{row['server_cpu_s']:>7.1f} {lag:>8.1f} {row['fake_loop_lag_ms']['p99']:>8.1f} "
+        f"{row['server_cpu_s']:>7.1f} {row['server_cpu_ms_per_run']:>7.1f} {row['server_cpu_us_per_token']:>7.0f} "
+        f"{lag:>8.1f} {row['fake_loop_lag_ms']['p99']:>8.1f} "
         f"{row['load_avg_1m']:>5.1f}",
         flush=True,
     )
 
 
 HEADER = (
-    f"{'topology':<24} {'model':<7} {'runs':>6} {'completed':>13} {'ttft p50':>8} {'ttft p99':>8} "
-    f"{'gap p50':>8} {'gap p99':>9} {'delay p99':>10} {'waits':>6} {'cpu s':>7} {'cli lag':>8} {'fake lag':>8} "
-    f"{'load':>5}\n"
-    f"{'':<24} {'':<7} {'':>6} {'':>13} {'s':>8} {'s':>8} {'ms':>8} {'ms':>9} {'ms':>10} {'':>6} {'':>7} "
-    f"{'p99 ms':>8} {'p99 ms':>8}"
+    f"{'topology':<24} {'model':<7} {'server':<7} {'runs':>6} {'completed':>13} {'ttft p50':>8} {'ttft p99':>8} "
+    f"{'gap p50':>8} {'gap p99':>9} {'delay p99':>10} {'waits':>6} {'cpu s':>7} {'cpu/run':>7} {'cpu/tok':>7} "
+    f"{'cli lag':>8} {'fake lag':>8} {'load':>5}\n"
+    f"{'':<24} {'':<7} {'':<7} {'':>6} {'':>13} {'s':>8} {'s':>8} {'ms':>8} {'ms':>9} {'ms':>10} {'':>6} {'':>7} "
+    f"{'ms':>7} {'us':>7} {'p99 ms':>8} {'p99 ms':>8}"
 )
 
 
@@ -295,6 +375,14 @@ def parse_args() -> argparse.Namespace:
                    help="AGENT_LLM_MAX_CONNECTIONS of the replicas (0: the service's default)")
     p.add_argument("--ttft-target-s", type=float, default=1.0)
     p.add_argument("--run-timeout-s", type=float, default=180.0, help="a run not ended by then counts as not completed")
+    p.add_argument("--before", type=Path, default=None,
+                   help="another checkout (with its own .venv) run alternately beside this one, e.g. a "
+                        "detached worktree of the commit before a change")
+    p.add_argument("--no-floor", dest="floor", action="store_false",
+                   help="skip the bare-proxy floor (bench/floor_proxy.py; Ollama only)")
+    p.add_argument("--py-spy", action="store_true",
+                   help="sample our server with py-spy during each level (bench/results/<name>_pyspy_<level>.txt; "
+                        "summary: python bench/_pyspy.py FILE)")
     p.add_argument("--name", default="capacity", help="results file name (bench/results/<name>.json)")
     p.add_argument("--keep", action="store_true", help="keep the working directory (logs, databases)")
     return p.parse_args()
@@ -319,6 +407,8 @@ async def main(args: argparse.Namespace) -> None:
         "clients": f"{args.clients} worker processes, raw asyncio sockets (bench/_load.py)",
         "llm_max_connections": args.llm_max_connections or "service default",
         "ttft_target_s": args.ttft_target_s,
+        "servers": {"ours": str(ROOT), "before": str(args.before) if args.before else None,
+                    "floor": "bench/floor_proxy.py" if args.floor else None},
         "one_replica_holds": held,
         "holds_by_topology": many,
         "levels": results,

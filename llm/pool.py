@@ -8,6 +8,13 @@ connection busy waits at the gate, where the wait is timed and reported
 (``on_wait(pool, seconds)``: a log line and ``agentchat_pool_wait_seconds``). A
 connection is held until the response is closed (a stream to its end).
 
+Behind the gate, a large pool is split into shards of ``SHARD_CONNECTIONS`` (each an
+httpx transport of its own; a request goes to the shard with the fewest requests in
+flight): httpcore's pool re-examines every connection it holds each time a request
+starts or ends, and its idle check is quadratic in them, so one pool of 256 streamed
+model answers spent more CPU there than on the answers' tokens. The stated size, the
+gate and its waits are the whole pool's, as before.
+
 A request may carry an ``ON_SEND`` extension: an async callable awaited once the request
 holds its connection and before any of its bytes go out. A caller that must know whether
 a request *left* (a paid call run at most once records it as started) learns it there,
@@ -20,8 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import httpx
@@ -33,15 +41,18 @@ SendHook = Callable[[], Awaitable[None]]
 
 #: The httpx request extension holding a :data:`SendHook` (see the module docstring).
 ON_SEND = "agentchat.on_send"
+#: Connections per shard of a large pool (see the module docstring).
+SHARD_CONNECTIONS = 32
 
 
 class _Released(httpx.AsyncByteStream):
     def __init__(self, inner: httpx.AsyncByteStream, release: Callable[[], None]) -> None:
         self._inner, self._release = inner, release
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._inner:
-            yield chunk
+    def __aiter__(self) -> AsyncIterator[bytes]:  # type: ignore[override]
+        # The inner stream's own iterator: no generator layer of ours on every chunk of a
+        # streamed answer (a model's tokens pass here one by one).
+        return self._inner.__aiter__()
 
     async def aclose(self) -> None:
         try:
@@ -53,9 +64,13 @@ class _Released(httpx.AsyncByteStream):
 class PooledTransport(httpx.AsyncBaseTransport):
     """At most ``max_connections`` requests in flight; the others wait, and say so."""
 
-    def __init__(self, name: str, max_connections: int, inner: httpx.AsyncBaseTransport,
+    def __init__(self, name: str, max_connections: int,
+                 inner: httpx.AsyncBaseTransport | Sequence[httpx.AsyncBaseTransport],
                  on_wait: WaitHook | None = None) -> None:
-        self.name, self.max_connections, self._inner = name, max_connections, inner
+        self.name, self.max_connections = name, max_connections
+        self._shards = [inner] if isinstance(inner, httpx.AsyncBaseTransport) else list(inner)
+        #: Requests in flight on each shard (a request goes to the least busy one).
+        self._load = [0] * len(self._shards)
         self._gate = asyncio.Semaphore(max_connections)
         self.on_wait = on_wait
         self.in_flight = 0
@@ -78,6 +93,8 @@ class PooledTransport(httpx.AsyncBaseTransport):
         else:
             await self._gate.acquire()
         self.in_flight += 1
+        shard = min(range(len(self._shards)), key=self._load.__getitem__) if len(self._shards) > 1 else 0
+        self._load[shard] += 1
         released = False
 
         def release() -> None:
@@ -85,13 +102,14 @@ class PooledTransport(httpx.AsyncBaseTransport):
             if not released:
                 released = True
                 self.in_flight -= 1
+                self._load[shard] -= 1
                 self._gate.release()
 
         on_send: SendHook | None = request.extensions.get(ON_SEND)
         try:
             if on_send is not None:
                 await on_send()
-            response = await self._inner.handle_async_request(request)
+            response = await self._shards[shard].handle_async_request(request)
         except BaseException:
             release()
             raise
@@ -104,7 +122,7 @@ class PooledTransport(httpx.AsyncBaseTransport):
         return response
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        await asyncio.gather(*(shard.aclose() for shard in self._shards))
 
 
 def honours_on_send(http: httpx.AsyncClient) -> bool:
@@ -117,10 +135,12 @@ def honours_on_send(http: httpx.AsyncClient) -> bool:
 
 def pooled_transport(name: str, max_connections: int, *, on_wait: WaitHook | None = None,
                      keepalive: int | None = None, **transport_kwargs: Any) -> PooledTransport:
-    limits = httpx.Limits(max_connections=max_connections,
-                          max_keepalive_connections=min(max_connections, keepalive or max_connections))
-    inner = httpx.AsyncHTTPTransport(limits=limits, **transport_kwargs)
-    return PooledTransport(name, max_connections, inner, on_wait)
+    count = max(1, math.ceil(max_connections / SHARD_CONNECTIONS))
+    per_shard = math.ceil(max_connections / count)
+    kept = math.ceil(min(max_connections, keepalive or max_connections) / count)
+    limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=min(per_shard, kept))
+    shards = [httpx.AsyncHTTPTransport(limits=limits, **transport_kwargs) for _ in range(count)]
+    return PooledTransport(name, max_connections, shards, on_wait)
 
 
 class PoolWaits:

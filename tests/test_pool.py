@@ -260,3 +260,40 @@ async def test_perplexity_reports_the_send_through_its_pool_or_before_sending_wi
         for http in (pooled, plain):
             await PerplexityClient(http, fake.api_key, base_url=url).search("q", before_send=before_send)
     assert calls_at_send == [0, 1]  # each time before the fake saw the request
+
+
+async def test_a_large_pool_is_sharded_behind_one_gate_and_spreads_streams_over_its_shards() -> None:
+    """A pool of 100 is four httpx pools of 25 behind one gate of 100: 100 streamed
+    answers are open at once (no shard holds a request back while another has room),
+    spread evenly, and the 101st waits at the gate — where it is seen — not in a shard."""
+    from llm.pool import SHARD_CONNECTIONS, pooled_transport
+
+    assert SHARD_CONNECTIONS == 32
+    release = asyncio.Event()
+    opened = 0
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        nonlocal opened
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        opened += 1
+        await send({"type": "http.response.body", "body": b"first\n", "more_body": True})
+        await release.wait()
+        await send({"type": "http.response.body", "body": b"last\n"})
+
+    from tests.support.server import serve_app
+
+    transport = pooled_transport("llm", 100)
+    assert len(transport._shards) == 4
+    async with serve_app(app, lifespan="off") as url, httpx.AsyncClient(transport=transport, base_url=url) as client:
+        async def one() -> bytes:
+            async with client.stream("GET", "/") as response:
+                return b"".join([chunk async for chunk in response.aiter_bytes()])
+
+        streams = [asyncio.create_task(one()) for _ in range(101)]
+        await until(lambda: opened == 100 and transport._gate.locked(), "100 streams open, the gate full")
+        assert transport.in_flight == 100 and transport._load == [25, 25, 25, 25]
+        release.set()
+        assert await asyncio.gather(*streams) == [b"first\nlast\n"] * 101
+    assert transport.waits == 1 and transport.in_flight == 0 and transport._load == [0, 0, 0, 0]

@@ -402,3 +402,77 @@ async def test_fake_embed_endpoint_follows_the_real_api(served) -> None:
     assert missing.value.status_code == 404
     assert fake.embed_requests[0]["input"][2] == "zeta"
     await client.close()
+
+
+# --- the lean reader: the library's wire contract, read for less --------------------------------
+
+
+async def test_lean_reader_reads_what_the_library_reads(served, provider) -> None:
+    """The provider reads ``/api/chat`` itself (no pydantic model per line); the same
+    answer read through the library's own ``ChatResponse`` gives the same turn."""
+    import ollama
+
+    fake, url = served
+    script = [Thinking("hmm; "), Text("Hel"), Text("lo."), ToolCalls([FakeCall("get_weather", {"city": "Oslo"})])]
+    fake.add_turn(Turn(script, input_tokens=42, output_tokens=3))
+    fake.add_turn(Turn(script, input_tokens=42, output_tokens=3))
+    ours = await collect(provider, user("hi"))
+
+    client = ollama.AsyncClient(host=url, timeout=10)
+    parts = [p async for p in await client._request(ollama.ChatResponse, "POST", "/api/chat",
+                                                    json=provider.request_body(user("hi")), stream=True)]
+    assert all(isinstance(p, ollama.ChatResponse) for p in parts)  # the fake speaks the library's types
+    theirs_thinking = "".join(p.message.thinking or "" for p in parts)
+    theirs_calls = [(c.function.name, dict(c.function.arguments)) for p in parts for c in p.message.tool_calls or ()]
+    final = parts[-1]
+
+    assert "".join(e.text for e in ours if isinstance(e, ThinkingDelta)) == theirs_thinking == "hmm; "
+    assert text_of(ours) == "".join(p.message.content or "" for p in parts) == "Hello."
+    assert [(c.name, c.arguments) for c in assistant_from(ours).tool_calls] == theirs_calls
+    assert ours[-1] == MessageComplete(
+        stop_for_tool_use=True, usage=Usage(final.prompt_eval_count or 0, final.eval_count or 0),
+        stop_reason=final.done_reason or "stop",
+    )
+
+
+async def test_lean_reader_joins_lines_split_across_reads_and_refuses_a_line_that_is_not_an_object() -> None:
+    """NDJSON cut anywhere by the network (here: mid-key, mid-line, the last line without
+    its newline) reads as the same lines; a line that is not a JSON object is a malformed
+    answer, never a crash."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    from tests.support.server import serve_app
+
+    pieces: list[list[bytes]] = [
+        [b'{"model":"m","message":{"role":"assistant","con', b'tent":"Hel"},"done":false}\n{"model":"m",',
+         b'"message":{"role":"assistant","content":"lo"},"done":false}\n',
+         b'{"model":"m","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop",'
+         b'"prompt_eval_count":5,"eval_count":2}'],
+        [b'{"model":"m","message":{"role":"assistant","content":"a"},"done":false}\n[1, 2]\n'],
+    ]
+
+    async def chat(request: Request) -> StreamingResponse:
+        await request.body()
+        chunks = pieces.pop(0)
+
+        async def body() -> AsyncIterator[bytes]:
+            for chunk in chunks:
+                yield chunk
+                await asyncio.sleep(0)
+
+        return StreamingResponse(body(), media_type="application/x-ndjson")
+
+    async with serve_app(Starlette(routes=[Route("/api/chat", chat, methods=["POST"])]), lifespan="off") as url:
+        provider = OllamaProvider(url, MODEL, timeout=10)
+        try:
+            split = await collect(provider, user("hi"))
+            bad = await collect(provider, user("hi"))
+        finally:
+            await provider.aclose()
+    assert text_of(split) == "Hello"
+    assert split[-1] == MessageComplete(stop_for_tool_use=False, usage=Usage(5, 2), stop_reason="stop")
+    assert text_of(bad) == "a"
+    assert isinstance(bad[-1], StreamError) and bad[-1].code == "provider_error" and "malformed" in bad[-1].message

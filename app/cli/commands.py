@@ -131,7 +131,8 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from app.cli.serving import BindError, bind_socket, bound_port
+    from app.cli.serving import BindError, bind_socket, bound_port, choose_stack
+    from app.cli.serving import run as serving_run
 
     settings = _settings()
     host = args.host or settings.host
@@ -172,7 +173,7 @@ def _serve(args: argparse.Namespace) -> int:
             if url is not None:
                 settings = settings.with_(backend_url=url)
             with contextlib.suppress(KeyboardInterrupt):
-                started = asyncio.run(_serve_agent(args, settings, host, sock))
+                started = serving_run(_serve_agent(args, settings, host, sock), choose_stack(settings.server_stack))
     return 0 if started else 3
 
 
@@ -199,8 +200,10 @@ def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers:
 
 async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, sock: Any) -> bool:
     """Serve on the bound socket until stopped; ``False`` if the app never started."""
-    from app.cli.serving import DrainingServer, bound_port, uvicorn_config
+    from app.cli.serving import DrainingServer, bound_port, choose_stack, uvicorn_config
     from app.factory import create_app
+
+    stack = choose_stack(settings.server_stack)
 
     grace_s = settings.shutdown_grace_s if args.grace is None else args.grace
     app = create_app(settings, shutdown_deadline_s=grace_s)
@@ -217,6 +220,7 @@ async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, 
             host=host,
             port=port,
             header_timeout_s=settings.header_timeout_s,
+            stack=stack,
             log_level="info",
             log_config=uvicorn_log_config(args.log_format),
             lifespan="on",
@@ -232,7 +236,7 @@ async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, 
 
     task = asyncio.create_task(serve())
     worker = f"  [worker {args.worker}]" if args.worker else ""
-    await _when_serving(agent, [task], _serving_line(host, port, worker))
+    await _when_serving(agent, [task], _serving_line(host, port, f"{worker}  [{stack.describe()}]"))
     await task
     return bool(agent.started)
 
@@ -250,7 +254,7 @@ async def _when_serving(server: Any, tasks: list[asyncio.Task[None]], line: str)
 def reload_config(host: str, port: int, settings: Settings, *, log_format: str = "text") -> Any:
     """uvicorn's config for ``--reload``: the app by import path, watching only the
     project's packages (``app.cli.serving.PACKAGES``) — never ``.venv`` or ``data``."""
-    from app.cli.serving import PACKAGES, PROJECT_ROOT, uvicorn_config
+    from app.cli.serving import PACKAGES, PROJECT_ROOT, choose_stack, uvicorn_config
 
     return uvicorn_config(
         "app.factory:create_app",
@@ -258,6 +262,7 @@ def reload_config(host: str, port: int, settings: Settings, *, log_format: str =
         host=host,
         port=port,
         header_timeout_s=settings.header_timeout_s,
+        stack=choose_stack(settings.server_stack),
         reload=True,
         reload_dirs=[str(PROJECT_ROOT / name) for name in PACKAGES if (PROJECT_ROOT / name).is_dir()],
         log_level="info",

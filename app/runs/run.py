@@ -167,7 +167,11 @@ class Run:
         self._flush_scheduled = False
         if self._pending:
             events, self._pending = self._pending, []
-            self._queue(RunWrite(self.id, self.conversation_id, self.user_id, events=events), terminal=False)
+            # Built with the lease here (not copied in ``_queue``): this runs once per
+            # burst of tokens, and ``dataclasses.replace`` costs more than the rest of it.
+            step = RunWrite(self.id, self.conversation_id, self.user_id, events=events,
+                            lease_owner=self.lease_owner, lease_s=self.lease_s if self.lease_owner is not None else 0.0)
+            self._queue(step, terminal=False)
 
     def emit_step(
         self,
@@ -228,7 +232,7 @@ class Run:
 
     def _queue(self, step: RunWrite, *, terminal: bool, future: asyncio.Future[None] | None = None) -> None:
         upto = len(self.events)
-        if self.lease_owner is not None:
+        if self.lease_owner is not None and (step.lease_owner, step.lease_s) != (self.lease_owner, self.lease_s):
             step = dataclasses.replace(step, lease_owner=self.lease_owner, lease_s=self.lease_s)
         if terminal:
             step = dataclasses.replace(step, status=self.status, finished=True)
