@@ -22,7 +22,7 @@ EMBEDDERS = ("auto", "gemini", "ollama", "openai", "local", "hashing", "none")
 SERVER_STACKS = ("auto", "portable")
 AUTH_MODES = ("none", "jwt")
 #: ``AGENT_CONVERSATION_TITLES``: where a conversation's automatic title comes from.
-TITLE_SOURCES = ("words", "model", "off")
+TITLE_SOURCES = ("auto", "words", "model", "off")
 CONTEXT_TYPES = ("workflow", "tables", "knowledge")
 
 
@@ -202,10 +202,12 @@ class Settings:
     retention_interval_s: float = 3600.0
     #: The largest file ``POST /v1/agent/conversations/{id}/attachments`` takes (413 past it).
     attachment_max_bytes: int = 5 * 1024 * 1024
-    #: How a conversation gets its title from its first question: ``words`` (its first
-    #: words, cut on a word boundary), ``model`` (a short call to the configured model
-    #: after the run; the words when it fails or no model is configured), ``off``.
-    conversation_titles: str = "words"
+    #: How a conversation gets its title from its first question: ``auto`` (the model
+    #: when the provider is a real LLM — Gemini, Ollama, OpenAI-compatible — else the
+    #: words), ``words`` (its first words, cut on a word boundary), ``model`` (a short
+    #: call to whatever provider is configured, even a scripted one, after the run; the
+    #: words when it fails or the provider is the offline answerer), ``off``.
+    conversation_titles: str = "auto"
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod

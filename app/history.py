@@ -1,9 +1,9 @@
 """Conversation titles (issue 25): set once, from the conversation's first question.
 
 Why after the run and in a task of its own: a title is a nicety, so it must never delay
-or fail an answer. When a model is configured (any provider but the offline
-``extractive``) it is asked for a short title in one small, bounded call; when that call
-fails, times out or says nothing usable, the question's first words are used instead
+or fail an answer. When a model is configured (by default a real LLM: Gemini, Ollama,
+OpenAI-compatible; see ``title_model_wanted``) it is asked for a short title in one
+small, bounded call; when that call fails, times out or says nothing usable, the question's first words are used instead
 and the fallback is counted (``agentchat_conversation_titles_total{source=
 "words_after_model_failed"}``). Without a model the first words are the title. A title
 the user set (``PATCH``) or an earlier run set is never overwritten
@@ -40,6 +40,20 @@ TITLE_PROMPT = (
 _SPACE = re.compile(r"\s+")
 #: Quotation marks a model may wrap its title in.
 QUOTES = "\"'\u201c\u201d\u2018\u2019\u00ab\u00bb"
+
+
+#: Providers that are a real language model: ``AGENT_CONVERSATION_TITLES=auto`` asks them.
+#: Not the offline ``extractive`` answerer (it quotes documents, it cannot summarise a
+#: question) and not a scripted or test provider (its turns are counted by its script).
+REAL_MODELS = frozenset({"ollama", "gemini", "openai"})
+
+
+def title_model_wanted(setting: str, provider_name: str) -> bool:
+    """Whether the model writes titles: ``model`` asks any provider but the offline
+    answerer, ``auto`` only a real LLM, ``words`` and ``off`` none."""
+    if setting == "model":
+        return provider_name != "extractive"
+    return setting == "auto" and provider_name in REAL_MODELS
 
 
 def words_title(question: str, limit: int = TITLE_CHARS) -> str:

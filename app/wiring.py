@@ -22,7 +22,7 @@ from agenttools.rag.policy import FlowPolicy
 from app.agent.loop import Agent, AgentSettings
 from app.agent.selector import IndexState, ToolSelector
 from app.config import Settings
-from app.history import Titler, with_titles
+from app.history import Titler, title_model_wanted, with_titles
 from app.keyring import resolve_keyring
 from app.ops.load import ReplicaLoad, StreamCounter
 from app.ops.load import attach as attach_load
@@ -473,7 +473,7 @@ def _attach_titles(
     """Conversations get a title once their first run ends (``app/history.py``)."""
     if settings.conversation_titles == "off":
         return
-    model = provider if settings.conversation_titles == "model" and provider.name != "extractive" else None
+    model = provider if title_model_wanted(settings.conversation_titles, provider.name) else None
     titler = Titler(storage.history, metrics.history, model)
     stack.push_async_callback(titler.aclose)
     runs.agent = with_titles(runs.agent, titler)

@@ -1,6 +1,6 @@
-"""Conversation titles (issue 25 item 1): from the model when ``AGENT_CONVERSATION_TITLES``
-is ``model`` (a short call after the run, never failing it), the question's first words
-when that call fails, and the first words by default."""
+"""Conversation titles (issue 25 item 1): by default (``AGENT_CONVERSATION_TITLES=auto``)
+from a real model (a short call after the run, never failing it), the question's first
+words when that call fails or the provider is not a real LLM; ``model`` asks any provider."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ import httpx
 from prometheus_client import CollectorRegistry
 
 from app.config import Settings
-from app.history import TITLE_PROMPT, Titler, clean_model_title, words_title
+from app.history import TITLE_PROMPT, Titler, clean_model_title, title_model_wanted, words_title
 from app.ops.history_metrics import HistoryMetrics
 from llm.provider import ProviderHealth
 from llm.types import ChatRequest, MessageStart, StreamError, StreamEvent
 from storage.history_records import ConversationSummary
 from tests.conftest import collect_sse, running_app
+from tests.fakes import FakeOllama, Text, running_fake
 from tests.support.gated_provider import GatedProvider, GatedTurn
 from tests.test_compat_faces_owners import bearer, env
 
@@ -103,3 +104,63 @@ async def test_a_failed_model_call_falls_back_to_the_words_visibly() -> None:
 def test_model_titles_are_cleaned() -> None:
     assert clean_model_title('**Title: "Resuming streams."**\nmore') == "Resuming streams"
     assert clean_model_title("   \n") == ""
+
+
+async def listed_title(http: httpx.AsyncClient, headers: dict[str, str]) -> str | None:
+    """The first listed conversation's title, once the background titler has set one."""
+    for _ in range(500):
+        listed = (await http.get("/v1/agent/conversations", headers=headers)).json()["conversations"]
+        if listed and listed[0]["title"]:
+            return str(listed[0]["title"])
+        await asyncio.sleep(0.02)
+    return None
+
+
+async def test_by_default_a_real_model_titles_the_conversation(tmp_path: Path) -> None:
+    """The default configuration with Ollama (a loopback fake speaking its NDJSON API):
+    the run's answer streams, then the model's own title is the conversation's."""
+    fake = FakeOllama(lambda _body: [Text("Resume with Last-Event-ID.")])
+    fake.turns.title_turn = [Text('"Resuming a dropped stream."')]
+    async with running_fake(fake.app) as url:
+        settings = Settings.from_env(
+            env(tmp_path, AGENT_LLM_PROVIDER="ollama", OLLAMA_HOST=url, OLLAMA_MODEL="llama3.2")
+        )
+        assert settings.conversation_titles == "auto"
+        async with (
+            running_app(settings) as (base, _),
+            httpx.AsyncClient(base_url=base, timeout=30) as http,
+        ):
+            body = {"message": "How do I resume a stream after a disconnect?", "context_type": "workflow"}
+            events = await collect_sse(http, "POST", "/v1/agent/chat", json=body, headers=ALICE)
+            assert events[-1].event == "message_complete"
+            assert await listed_title(http, ALICE) == "Resuming a dropped stream"
+            metrics = (await http.get("/metrics")).text
+    assert len(fake.turns.title_requests) == 1
+    assert "How do I resume a stream after a disconnect?" in str(fake.turns.title_requests[0]["messages"])
+    assert 'agentchat_conversation_titles_total{source="model"} 1.0' in metrics
+
+
+async def test_by_default_a_scripted_provider_gets_no_title_call(tmp_path: Path) -> None:
+    """``auto`` asks only a real LLM: a scripted provider's turns stay the run's own."""
+    asked: list[ChatRequest] = []
+
+    def turn(request: ChatRequest, _i: int) -> GatedTurn:
+        asked.append(request)
+        return GatedTurn(["An answer."])
+
+    async with (
+        running_app(Settings.from_env(env(tmp_path)), provider=GatedProvider(turn)) as (base, _),
+        httpx.AsyncClient(base_url=base, timeout=30) as http,
+    ):
+        body = {"message": "Why does my workflow never trigger?", "context_type": "workflow"}
+        events = await collect_sse(http, "POST", "/v1/agent/chat", json=body, headers=ALICE)
+        assert events[-1].event == "message_complete"
+        assert await listed_title(http, ALICE) == "Why does my workflow never trigger?"
+    assert all(r.system_prompt != TITLE_PROMPT for r in asked)
+
+
+def test_which_providers_write_titles() -> None:
+    assert [title_model_wanted("auto", p) for p in ("ollama", "gemini", "openai")] == [True, True, True]
+    assert not title_model_wanted("auto", "extractive") and not title_model_wanted("auto", "gated")
+    assert title_model_wanted("model", "gated") and not title_model_wanted("model", "extractive")
+    assert not title_model_wanted("words", "ollama") and not title_model_wanted("off", "ollama")

@@ -82,7 +82,9 @@ async def test_run_model_and_tool_spans_are_parented_through_the_agent_loop(
         "agentchat.status": "completed",
     }
 
-    models = [s for s in spans if s.name == "chat llama3.2"]
+    # The run's model calls: those of its trace (the conversation's title call, made after
+    # the run with a real model configured, is a trace of its own).
+    models = [s for s in spans if s.name == "chat llama3.2" and s.context.trace_id == run.context.trace_id]
     tools = [s for s in spans if s.name.startswith("execute_tool ")]
     assert len(models) == 2 and [s.name for s in tools] == [
         "execute_tool knowledge_base_search", "execute_tool generate_response"]
@@ -127,8 +129,10 @@ async def test_a_failed_model_call_carries_its_error_code(
             assert time.monotonic() < deadline
             await asyncio.sleep(0.02)
     spans = memory.get_finished_spans()
-    (model,) = [s for s in spans if s.name == "chat llama3.2"]
     (run,) = [s for s in spans if s.name == "agentchat.run"]
+    assert run.context is not None
+    # The run's model call (the title call after it, to the same dead model, is its own trace).
+    (model,) = [s for s in spans if s.name == "chat llama3.2" and s.context.trace_id == run.context.trace_id]
     assert attrs(model)["error.type"] == "provider_unreachable" and attrs(model)["agentchat.outcome"] == "error"
     assert not model.status.is_ok and not run.status.is_ok and attrs(run)["agentchat.status"] == "failed"
 

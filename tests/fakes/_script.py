@@ -126,17 +126,33 @@ def as_turn(value: TurnLike) -> Turn:
     return Turn(entries=list(value))
 
 
+def is_title_request(body: Any) -> bool:
+    """Whether a chat request is the service's conversation-title call (``app/history.py``),
+    whatever the wire format: its system prompt is ``TITLE_PROMPT``."""
+    from app.history import TITLE_PROMPT
+
+    return isinstance(body, dict) and TITLE_PROMPT in orjson.dumps(body).decode()
+
+
 class TurnQueue:
     """Hands out the next scripted turn for each chat request.
 
     A callable script answers every request; a sequence is consumed in order and each
     element may itself be a callable. Running out is an error the test will see (the
     fake answers HTTP 500), never a silent default answer.
+
+    The conversation-title call a real model gets after a conversation's first run
+    (``AGENT_CONVERSATION_TITLES=auto``) is not one of the run's turns: it is answered by
+    ``title_turn`` (settable; an ``HttpError`` there makes it fail) and recorded in
+    ``title_requests``, so a script describes the run alone, whenever the title call
+    happens to arrive.
     """
 
     def __init__(self, script: Script) -> None:
         self._factory: TurnFactory | None = script if callable(script) else None
         self._pending: list[TurnLike | TurnFactory] = [] if callable(script) else list(script)
+        self.title_turn: TurnLike = [Text("Scripted title")]
+        self.title_requests: list[dict[str, Any]] = []
 
     def add(self, turn: TurnLike | TurnFactory) -> None:
         self._pending.append(turn)
@@ -146,6 +162,9 @@ class TurnQueue:
         return len(self._pending)
 
     def next_turn(self, body: dict[str, Any]) -> Turn | None:
+        if is_title_request(body):
+            self.title_requests.append(body)
+            return as_turn(self.title_turn)
         if self._factory is not None:
             return as_turn(self._factory(body))
         if not self._pending:

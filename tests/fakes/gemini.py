@@ -41,6 +41,7 @@ from tests.fakes._script import (
     TurnFactory,
     TurnLike,
     TurnQueue,
+    is_title_request,
 )
 from tests.fakes._streaming import AsgiResponse, DropConnection, ObservedStream
 
@@ -155,8 +156,9 @@ class FakeGemini:
 
     @property
     def generate_requests(self) -> list[dict[str, Any]]:
-        """Bodies of ``streamGenerateContent`` and ``generateContent`` calls, in order."""
-        return self._bodies("streamGenerateContent", "generateContent")
+        """Bodies of ``streamGenerateContent`` and ``generateContent`` calls but the
+        conversation-title calls (``turns.title_requests``), in order."""
+        return [b for b in self._bodies("streamGenerateContent", "generateContent") if not is_title_request(b)]
 
     @property
     def embed_requests(self) -> list[dict[str, Any]]:

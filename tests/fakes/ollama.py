@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -39,9 +39,10 @@ from tests.fakes._script import (
     ToolCall,
     ToolCalls,
     Turn,
-    TurnLike,
     TurnFactory,
+    TurnLike,
     TurnQueue,
+    is_title_request,
 )
 from tests.fakes._streaming import AsgiResponse, DropConnection, ObservedStream
 
@@ -49,7 +50,7 @@ _NDJSON = "application/x-ndjson"
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _json_response(payload: Any, status: int = 200) -> Response:
@@ -125,8 +126,9 @@ class FakeOllama:
 
     @property
     def chat_requests(self) -> list[dict[str, Any]]:
-        """Bodies of every ``/api/chat`` request, in arrival order."""
-        return self._bodies("/api/chat")
+        """Bodies of every ``/api/chat`` request but the conversation-title calls
+        (``turns.title_requests``), in arrival order."""
+        return [b for b in self._bodies("/api/chat") if not is_title_request(b)]
 
     @property
     def embed_requests(self) -> list[dict[str, Any]]:

@@ -42,6 +42,7 @@ from tests.fakes._script import (
     TurnFactory,
     TurnLike,
     TurnQueue,
+    is_title_request,
 )
 from tests.fakes._streaming import AsgiResponse, DropConnection, ObservedStream
 
@@ -123,7 +124,8 @@ class FakeOpenAI:
 
     @property
     def chat_requests(self) -> list[dict[str, Any]]:
-        return self._bodies("/v1/chat/completions")
+        """Bodies of the chat requests but the conversation-title calls (``turns.title_requests``)."""
+        return [b for b in self._bodies("/v1/chat/completions") if not is_title_request(b)]
 
     @property
     def embed_requests(self) -> list[dict[str, Any]]:
