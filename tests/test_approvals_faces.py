@@ -6,6 +6,7 @@ assembles into a dynamic tool part in state ``approval-requested``; a rejection 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,6 +18,7 @@ from llm.scripted import ScriptedCall, ScriptedProvider, ScriptedTurn
 from llm.types import ToolDefinition
 from tests.conftest import running_app
 from tests.test_ai_sdk_stream import js, node, of, ui_body
+from tests.test_compat_faces_owners import bearer, env
 
 __all__ = ["node"]  # the fixture, shared with the AI SDK tests
 
@@ -100,4 +102,82 @@ async def test_the_openai_face_says_where_the_decision_goes(settings: Settings) 
         run_id = error["message"].split("/v1/agent/runs/")[1].split("/")[0]
         stored = await app.state.services.run_store.get(run_id)
         assert stored is not None and stored.status == "waiting_approval"
+    assert calls == []
+
+
+def scripted_clear() -> ScriptedProvider:
+    return ScriptedProvider(
+        lambda request, index: ScriptedTurn(calls=[ScriptedCall("clear_table", {"table": "stock"})])
+        if index == 0 else ScriptedTurn(chunks=["Cleared it."])
+    )
+
+
+async def test_use_chats_own_approval_response_carries_the_run_on(node: str, settings: Settings) -> None:
+    """``addToolApprovalResponse`` in the ``ai`` package's own Chat: the reply it sends by
+    itself (the assistant message's tool part in ``approval-responded``) is the decision,
+    the tool runs once, and the continued run streams into the same message."""
+    calls: list[dict[str, Any]] = []
+    async with running_app(settings, provider=scripted_clear(), registry=registry(calls), embedder=None) as (base, _):
+        async with js(
+            node, mode="chat", api=f"{base}/v1/agent/ui-stream", chatId="chat-sdk-approve",
+            text="Clear the stock table.", body={"context_type": "workflow"},
+        ) as client:
+            await client.until(lambda recs: of(recs, "state"), "the run to park")
+            [parked] = of(client.records, "state")
+            assert parked["status"] == "ready", parked
+            assert calls == []
+            await client.send("approve looks right")
+            await client.until(lambda recs: len(of(recs, "state")) == 2, "the approved run to end")
+            records = await client.finish()
+        [_, after] = of(records, "state")
+        assert after["status"] == "ready" and after["error"] is None, after
+        [assistant] = [m for m in after["messages"] if m["role"] == "assistant"]
+        [tool] = [p for p in assistant["parts"] if p["type"] == "dynamic-tool"]
+        assert tool["state"] == "output-available", tool
+        assert "Cleared it." in "".join(p["text"] for p in assistant["parts"] if p["type"] == "text")
+        assert calls == [{"table": "stock"}]  # executed exactly once
+
+        # The same reply again (a second decision) is 409, and nothing runs again.
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            approval = {"id": tool["toolCallId"], "approved": True}
+            responded = {**tool, "state": "approval-responded", "approval": approval}
+            replay = ui_body("chat-sdk-approve", "Clear the stock table.", context_type="workflow")
+            replay["messages"] = [*replay["messages"], {**assistant, "parts": [responded]}]
+            again = await http.post("/v1/agent/ui-stream", json=replay)
+            assert again.status_code == 409, again.text
+    assert calls == [{"table": "stock"}]
+
+
+async def test_a_sdk_rejection_and_another_users_reply(node: str, tmp_path: Path) -> None:
+    """A rejection through ``addToolApprovalResponse`` is denied, the tool never runs; the
+    same reply from another JWT user is 404 and decides nothing."""
+    jwt_settings = Settings.from_env(env(tmp_path))
+    calls: list[dict[str, Any]] = []
+    async with running_app(jwt_settings, provider=scripted_clear(), registry=registry(calls), embedder=None) as (
+        base, _):
+        alice, mallory = bearer("alice"), bearer("mallory")
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            first = await http.post("/v1/agent/ui-stream", headers=alice,
+                                    json=ui_body("chat-sdk-reject", "Clear the stock table.", context_type="workflow"))
+            assert first.status_code == 200
+            chunks = [orjson.loads(line[6:]) for line in first.text.splitlines()
+                      if line.startswith("data: {")]
+            [start] = [c for c in chunks if c["type"] == "start"]
+            [ask] = [c for c in chunks if c["type"] == "tool-approval-request"]
+            assistant = {"id": start["messageId"], "role": "assistant", "metadata": start["messageMetadata"],
+                         "parts": [{"type": "dynamic-tool", "toolName": "clear_table", "toolCallId": ask["toolCallId"],
+                                    "state": "approval-responded", "input": {"table": "stock"},
+                                    "approval": {"id": ask["approvalId"], "approved": False, "reason": "not now"}}]}
+            reply = {**ui_body("chat-sdk-reject", "Clear the stock table.", context_type="workflow")}
+            reply["messages"] = [*reply["messages"], assistant]
+            stranger = await http.post("/v1/agent/ui-stream", headers=mallory, json=reply)
+            assert stranger.status_code == 404, stranger.text
+            denied = await http.post("/v1/agent/ui-stream", headers=alice, json=reply)
+            assert denied.status_code == 200, denied.text
+            kinds = [orjson.loads(line[6:])["type"] for line in denied.text.splitlines() if line.startswith("data: {")]
+            assert "tool-output-denied" in kinds and kinds[-1] == "finish", kinds
+            assert "tool-input-start" not in kinds  # the client holds the call's part already
+            bad = {**reply, "messages": [*reply["messages"][:-1], {**assistant, "parts": [
+                {**assistant["parts"][0], "approval": {"id": ask["approvalId"]}}]}]}
+            assert (await http.post("/v1/agent/ui-stream", headers=alice, json=bad)).status_code == 400
     assert calls == []

@@ -10,6 +10,7 @@ object is a UI message (its text: its ``text`` parts, else a ``content`` string)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
 import msgspec
@@ -31,10 +32,21 @@ class UIMessage(msgspec.Struct, kw_only=True):
     """A UI message (any object: what it lacks reads as no text); other members are ignored."""
 
     id: Annotated[Any, Meta(description="The message id (not read).")] = None
-    role: Annotated[Any, Meta(
-        description="`user`/`assistant`: a turn (the last: the question); others are skipped.",
-    )] = None
-    parts: Annotated[Any, Meta(description="Its parts (AI SDK 5+); the `text` parts are its text.")] = None
+    role: Annotated[
+        Any,
+        Meta(
+            description="`user`/`assistant`: a turn (the last: the question); others are skipped.",
+        ),
+    ] = None
+    parts: Annotated[
+        Any,
+        Meta(
+            description="Its parts (AI SDK 5+); the `text` parts are its text. On an assistant message, a tool "
+            "part in state `approval-responded` (`addToolApprovalResponse`) is the user's decision on the call its "
+            "run waits on.",
+        ),
+    ] = None
+    metadata: Annotated[Any, Meta(description="Its metadata (an assistant message's `run_id` is read).")] = None
     content: Annotated[Any, Meta(description="Its text when it has no `parts` (earlier AI SDKs).")] = None
 
 
@@ -50,17 +62,23 @@ class UIChatRequest(msgspec.Struct, kw_only=True):
     )
     context_type: Annotated[ContextType, Meta(description="Which tools and prompt the run uses.")] = "knowledge"
     context: Annotated[Any, Meta(description="The UI context, as the native body's.")] = None
-    multitask: Annotated[MultitaskPolicy, Meta(
-        description="When a run of the chat is in progress: run after it, refuse (409), or cancel it.",
-    )] = "enqueue"
+    multitask: Annotated[
+        MultitaskPolicy,
+        Meta(
+            description="When a run of the chat is in progress: run after it, refuse (409), or cancel it.",
+        ),
+    ] = "enqueue"
 
 
 def ui_chat_request_schema() -> dict[str, Any]:
     """``UIChatRequest`` for the OpenAPI description (the lenient members as clients send them)."""
-    schema = body_schema(UIChatRequest, {
-        "messageId": {"type": ["string", "null"]},
-        "context": {"type": ["object", "null"]},
-    })
+    schema = body_schema(
+        UIChatRequest,
+        {
+            "messageId": {"type": ["string", "null"]},
+            "context": {"type": ["object", "null"]},
+        },
+    )
     message = schema["properties"]["messages"]["items"]
     for name, keywords in {
         "id": {"type": "string"},
@@ -72,6 +90,47 @@ def ui_chat_request_schema() -> dict[str, Any]:
     return schema
 
 
+@dataclass(frozen=True, slots=True)
+class ApprovalReply:
+    """The decision ``useChat``'s ``addToolApprovalResponse({id, approved, reason})`` sends:
+    the last message is the assistant's, one of its tool parts in ``approval-responded``
+    with ``approval: {id, approved, reason?}``; ``id`` is the ``approvalId`` this face
+    sent, the ``tool_use_id`` the run waits on."""
+
+    conversation_id: str
+    run_id: str
+    tool_use_id: str
+    approved: bool
+    reason: str | None
+
+
+def approval_reply(conversation_id: str, message: UIMessage) -> ApprovalReply | None:
+    """The approval response an assistant message carries (its last one), or ``None``.
+    Its run: the message's ``metadata.run_id`` (this face's ``start`` chunk sets it), else
+    its id (the same run id, the ``start`` chunk's ``messageId``)."""
+    if message.role != "assistant" or not isinstance(message.parts, list):
+        return None
+    for part in reversed(message.parts):
+        approval = part.get("approval") if isinstance(part, dict) else None
+        if part_state(part) != "approval-responded" or not isinstance(approval, dict):
+            continue
+        if not isinstance(approval.get("id"), str) or not isinstance(approval.get("approved"), bool):
+            raise HTTPProblem(400, "invalid_field", "an approval response needs approval.id and approval.approved")
+        meta = message.metadata if isinstance(message.metadata, dict) else {}
+        run_id = meta.get("run_id") if isinstance(meta.get("run_id"), str) else message.id
+        if not isinstance(run_id, str) or not run_id:
+            raise HTTPProblem(400, "invalid_field", "the assistant message names no run (metadata.run_id or id)")
+        reason = approval.get("reason")
+        return ApprovalReply(
+            conversation_id, run_id, approval["id"], approval["approved"], reason if isinstance(reason, str) else None
+        )
+    return None
+
+
+def part_state(part: Any) -> Any:
+    return part.get("state") if isinstance(part, dict) else None
+
+
 def _message_text(message: UIMessage) -> str:
     """A UI message's text: its ``text`` parts (AI SDK 5+), else a ``content`` string."""
     if isinstance(message.parts, list):
@@ -81,9 +140,10 @@ def _message_text(message: UIMessage) -> str:
     return message.content if isinstance(message.content, str) else ""
 
 
-def parse_body(body: dict[str, Any], *, max_message_chars: int) -> tuple[ChatInput, list[Message]]:
-    """The run's input and the chat's earlier turns, or a 400 naming the first field (in
-    ``UIChatRequest``'s order) at fault."""
+def parse_body(body: dict[str, Any], *, max_message_chars: int) -> tuple[ChatInput, list[Message]] | ApprovalReply:
+    """The run's input and the chat's earlier turns, or the user's approval reply (the
+    last message an assistant's with an ``approval-responded`` tool part), or a 400
+    naming the first field (in ``UIChatRequest``'s order) at fault."""
 
     def refuse(name: str, raw: Any) -> HTTPProblem:
         if name == "id":
@@ -104,6 +164,10 @@ def parse_body(body: dict[str, Any], *, max_message_chars: int) -> tuple[ChatInp
         if name == "id" and not CONVERSATION_ID.match(value):
             raise refuse(name, value)
         if name == "messages":
+            if value[-1].role == "assistant" and any(
+                part_state(p) == "approval-responded" for p in (value[-1].parts or []) if isinstance(p, dict)
+            ):
+                return  # an approval reply (read below)
             question = _message_text(value[-1])
             if value[-1].role != "user" or not question.strip():
                 raise HTTPProblem(400, "invalid_field", "the last message must be a user message with a text part")
@@ -115,6 +179,9 @@ def parse_body(body: dict[str, Any], *, max_message_chars: int) -> tuple[ChatInp
             raise refuse(name, value)
 
     request = decode_fields(body, UIChatRequest, refuse, check)
+    reply = approval_reply(request.id, request.messages[-1])
+    if reply is not None:
+        return reply
     earlier = [
         Message(m.role, text)
         for m in request.messages[:-1]

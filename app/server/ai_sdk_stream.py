@@ -42,7 +42,8 @@ import events
 from app.agent.approvals import REJECTED_BY_USER
 from app.runs.follow import Batches, Followed
 from app.server import http
-from app.server.ai_sdk_request import parse_body
+from app.server.ai_sdk_request import ApprovalReply, parse_body
+from app.server.approval_routes import apply_decision
 from app.server.chat_request import CONVERSATION_ID
 from app.server.compat_runs import (
     AnswerText,
@@ -52,6 +53,7 @@ from app.server.compat_runs import (
     translated,
 )
 from app.server.context_scope import check_bucket_scope
+from app.server.problems import HTTPProblem
 
 if TYPE_CHECKING:
     from app.server.services import Services
@@ -90,6 +92,9 @@ class UIChunks:
         self.done = False
         #: The last event was ``approval_required``: the run waits for a decision, stored.
         self.awaiting_approval = False
+        #: Calls whose tool part the client already holds (the one an approval reply
+        #: answered): their start is not sent again, only their result.
+        self.client_has: set[str] = set()
 
     def start(self) -> list[dict[str, Any]]:
         return [{"type": "start", "messageId": self.message_id, "messageMetadata": dict(self.metadata)}]
@@ -166,7 +171,10 @@ class UIChunks:
                 self._step(out)
                 self.answer.new_turn()
             case events.ToolCallStart(tool_use_id=call_id, tool_name=tool_name):
-                self._tool_start(out, call_id, tool_name)
+                if call_id in self.client_has:
+                    self.tools[call_id] = tool_name
+                else:
+                    self._tool_start(out, call_id, tool_name)
             case events.ToolCallResult():
                 self._tool_result(out, event)
             case events.ApprovalRequired(tool_use_id=call_id, tool_name=tool_name, arguments=arguments):
@@ -218,7 +226,7 @@ class UIChunks:
 
     def _tool_result(self, out: list[dict[str, Any]], event: events.ToolCallResult) -> None:
         call_id = event.tool_use_id
-        if call_id not in self.tools:  # never seen starting (defensive: the SDK needs the part first)
+        if call_id not in self.tools and call_id not in self.client_has:  # the SDK needs the part first
             self._tool_start(out, call_id, event.tool_name)
         if event.is_error and isinstance(event.error, str) and event.error.startswith(REJECTED_BY_USER):
             out.append({"type": "tool-output-denied", "toolCallId": call_id})
@@ -294,9 +302,12 @@ def _response(svc: Services, ui: UIChunks, source: Batches) -> Response:
 
 async def ui_stream(request: Request) -> Response:
     """``POST /v1/agent/ui-stream``: start a run of the chat and stream it as UI chunks."""
-    svc, ident, (chat, earlier) = await http.admit(
+    svc, ident, parsed = await http.admit(
         request, lambda body, settings: parse_body(body, max_message_chars=settings.max_message_chars)
     )
+    if isinstance(parsed, ApprovalReply):
+        return await _approval_reply(svc, ident.user_id, parsed)
+    chat, earlier = parsed
     assert chat.conversation_id is not None
     # A chat this user has not started here: its earlier turns become the history.
     # (Without any, the run's creation makes the user's conversation of that id.)
@@ -309,6 +320,25 @@ async def ui_stream(request: Request) -> Response:
     run = await http.start_run(svc, ident, chat)
     following = http.follow_started(svc, run, cancel_on_exit=True)
     return _response(svc, UIChunks(run.id, run.conversation_id), following.batches)
+
+
+async def _approval_reply(svc: Services, user_id: str, reply: ApprovalReply) -> Response:
+    """``addToolApprovalResponse`` answered: the decision is applied as
+    ``POST /v1/agent/runs/{run_id}/approvals/{tool_use_id}`` applies it (owner only, once:
+    409 on a second decision), then the continued run streams into the same assistant
+    message. A rejection's ``reason`` is not passed on: the model gets the route's
+    rejection result."""
+    stored = await svc.run_store.get(reply.run_id)
+    if stored is None or stored.user_id != user_id or stored.conversation_id != reply.conversation_id:
+        raise HTTPProblem(404, "not_found", "no such run in this chat")
+    decision = "approve" if reply.approved else "reject"
+    decided = await apply_decision(svc, user_id, reply.run_id, reply.tool_use_id, decision, None)
+    following = await http.follow_run(svc, reply.run_id, user_id, decided.last_seq, cancel_on_exit=True)
+    if following is None:
+        raise HTTPProblem(404, "not_found", "no such run")
+    ui = UIChunks(reply.run_id, reply.conversation_id)
+    ui.client_has.add(reply.tool_use_id)
+    return _response(svc, ui, following.batches)
 
 
 async def ui_stream_resume(request: Request) -> Response:

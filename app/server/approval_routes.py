@@ -12,7 +12,7 @@ anyone else gets the same 404 as for a run that does not exist.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -24,6 +24,10 @@ from app.server import http
 from app.server.problems import HTTPProblem, ORJSONResponse
 from storage.errors import StorageUnavailable
 from storage.records import WAITING_APPROVAL
+
+if TYPE_CHECKING:
+    from app.server.services import Services
+    from storage.records import StoredRun
 
 log = logging.getLogger("agentchat.approvals")
 
@@ -47,14 +51,15 @@ def _decision(body: Any) -> tuple[str, dict[str, Any] | None]:
     return decision, None
 
 
-async def decide(request: Request) -> Response:
-    svc = http.services(request)
-    ident = http.identify(request)
-    run_id = request.path_params["run_id"]
-    tool_use_id = request.path_params["tool_use_id"]
-    decision, arguments = _decision(await http.read_json_body(request, svc.settings.max_body_bytes))
+async def apply_decision(
+    svc: Services, user_id: str, run_id: str, tool_use_id: str, decision: str, arguments: dict[str, Any] | None
+) -> StoredRun:
+    """Store the owner's decision on the call ``run_id`` waits on and carry the run on;
+    the run as it was read (its ``last_seq``: where the continued stream starts). Shared
+    by this route and the AI SDK face (a ``useChat`` approval reply): the same rules, the
+    same 404 / 409 answers."""
     stored = await svc.run_store.get(run_id)
-    if stored is None or stored.user_id != ident.user_id:
+    if stored is None or stored.user_id != user_id:
         raise HTTPProblem(404, "not_found", "no such run")
     if stored.status != WAITING_APPROVAL or stored.checkpoint is None:
         raise HTTPProblem(409, "approval_not_pending", f"the run is not waiting for a decision ({stored.status})")
@@ -76,10 +81,11 @@ async def decide(request: Request) -> Response:
         entry["arguments"] = checked.arguments
     state.approvals[tool_use_id] = entry
     try:
-        won = await svc.run_store.decide(run_id, ident.user_id, stored.checkpoint_seq, state.encode())
+        won = await svc.run_store.decide(run_id, user_id, stored.checkpoint_seq, state.encode())
     except StorageUnavailable:
-        raise HTTPProblem(503, "storage_unavailable", "the decision could not be stored; retry shortly",
-                          {"Retry-After": "2"}) from None
+        raise HTTPProblem(
+            503, "storage_unavailable", "the decision could not be stored; retry shortly", {"Retry-After": "2"}
+        ) from None
     if not won:
         raise HTTPProblem(409, "approval_decided", "the approval was decided, cancelled or expired meanwhile")
     svc.runs.note_decision(decision)
@@ -87,6 +93,16 @@ async def decide(request: Request) -> Response:
         await svc.runs.resume_decided(run_id)
     except StorageUnavailable:  # the decision is stored: the next periodic claim (any replica) carries it on
         log.warning("a decided run could not be claimed at once", extra={"run_id": run_id})
+    return stored
+
+
+async def decide(request: Request) -> Response:
+    svc = http.services(request)
+    ident = http.identify(request)
+    run_id = request.path_params["run_id"]
+    tool_use_id = request.path_params["tool_use_id"]
+    decision, arguments = _decision(await http.read_json_body(request, svc.settings.max_body_bytes))
+    stored = await apply_decision(svc, ident.user_id, run_id, tool_use_id, decision, arguments)
     token = svc.auth.stream_token(run_id, ident.user_id)
     return ORJSONResponse(
         {

@@ -136,16 +136,22 @@ def ai_sdk_api() -> ApiContribution:
             "summary": "Start a run of the chat; stream it as a Vercel AI SDK UI message stream",
             "description": "The body `useChat`'s `DefaultChatTransport` sends, plus `context_type`, `context` "
             "and `multitask`. The last message is the question; the chat's earlier messages are its history "
-            "when the server does not know the chat yet.",
+            "when the server does not know the chat yet. When the last message is the assistant's with a tool "
+            "part in state `approval-responded` (`addToolApprovalResponse`), it is the user's decision on the "
+            "call the run waits on, applied as `POST /v1/agent/runs/{run_id}/approvals/{tool_use_id}` applies "
+            "it, and the continued run is streamed.",
             "requestBody": json_body(ui_chat_request_schema()),
             "responses": {
                 "200": stream,
                 "400": problem("The body is invalid (`invalid_json`, `invalid_field`, `unknown_context_type`), or "
                                "`context.buckets` names an unknown bucket (`unknown_bucket`)"),
                 "401": unauthenticated,
-                "404": problem("The chat id is another user's conversation (`not_found`)"),
+                "404": problem("The chat id is another user's conversation, or an approval reply names no run "
+                               "of the caller's in this chat, or no call it waits on (`not_found`)"),
                 "408": problem("The body did not arrive in time (`body_timeout`)"),
-                "409": problem("A run of this chat is in progress and `multitask` is `reject`"),
+                "409": problem("A run of this chat is in progress and `multitask` is `reject`; or an approval "
+                               "reply for a call already decided or a run not waiting (`approval_decided`, "
+                               "`approval_not_pending`)"),
                 "413": problem("The body is too large (`payload_too_large`)"),
                 "429": problem("Too many requests or runs", retry_after=True),
                 "503": problem("Shutting down or storage unavailable", retry_after=True),

@@ -10,8 +10,11 @@
 //   "chat"    what useChat does: a Chat (AbstractChat with a plain state) over
 //             DefaultChatTransport({api: spec.api, body: spec.body}); sendMessage(spec.text)
 //             unless spec.text is absent; then, for each line "resume" read from stdin,
-//             chat.resumeStream() (what useChat({resume: true}) calls on mount), until
-//             stdin closes.
+//             chat.resumeStream() (what useChat({resume: true}) calls on mount), for each
+//             line "approve [reason]" / "reject [reason]", addToolApprovalResponse on the
+//             waiting tool part (the chat sends it by itself, sendAutomaticallyWhen:
+//             lastAssistantMessageIsCompleteWithApprovalResponses, as a useChat app does)
+//             and the wait for that request's end, until stdin closes.
 //
 // Every line on stdout is one JSON record:
 //   {kind: "response", status, headers}         the raw response (reader)
@@ -29,6 +32,7 @@ import readline from "node:readline";
 import {
   AbstractChat,
   DefaultChatTransport,
+  lastAssistantMessageIsCompleteWithApprovalResponses,
   parseJsonEventStream,
   readUIMessageStream,
   uiMessageChunkSchema,
@@ -102,14 +106,18 @@ class Chat extends AbstractChat {
 }
 
 async function chat() {
+  let finished = () => {};
   const session = new Chat({
     id: spec.chatId,
     messages: spec.messages ?? [],
     transport: new DefaultChatTransport({ api: spec.api, body: spec.body ?? {}, headers: spec.headers ?? {} }),
     onData: (part) => out({ kind: "data", part }),
     onError: (error) => out({ kind: "error", message: String(error?.message ?? error) }),
-    onFinish: ({ isAbort, isDisconnect, isError, finishReason, message }) =>
-      out({ kind: "finish", isAbort, isDisconnect, isError, finishReason: finishReason ?? null, message }),
+    onFinish: ({ isAbort, isDisconnect, isError, finishReason, message }) => {
+      out({ kind: "finish", isAbort, isDisconnect, isError, finishReason: finishReason ?? null, message });
+      finished();
+    },
+    sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
   });
   const state = () =>
     out({ kind: "state", status: session.status, error: session.error?.message ?? null, messages: session.messages });
@@ -119,8 +127,26 @@ async function chat() {
   }
   const lines = readline.createInterface({ input: process.stdin });
   for await (const line of lines) {
-    if (line.trim() === "resume") {
+    const [command, ...rest] = line.trim().split(" ");
+    if (command === "resume") {
       await session.resumeStream();
+      state();
+    } else if (command === "approve" || command === "reject") {
+      const waiting = session.messages
+        .flatMap((m) => m.parts)
+        .filter((p) => p.state === "approval-requested" && p.approval);
+      const part = waiting[waiting.length - 1];
+      if (!part) {
+        out({ kind: "error", message: "no tool part waits for an approval" });
+        continue;
+      }
+      const done = new Promise((resolve) => (finished = resolve));
+      await session.addToolApprovalResponse({
+        id: part.approval.id,
+        approved: command === "approve",
+        reason: rest.length ? rest.join(" ") : undefined,
+      });
+      await done;
       state();
     }
   }
