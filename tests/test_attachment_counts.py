@@ -1,0 +1,67 @@
+"""A conversation's attachments (private ``att_*`` buckets) never show in the knowledge
+base's counts: ``count_documents``, ``constraint_counts`` and ``relax_filters`` called
+without a bucket cover the shared buckets only, as listings and "every bucket" searches
+do — a count must not tell anyone how many documents someone else attached."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from app.cli.kb_file import open_kb_file
+from knowledge import KnowledgeBase
+from knowledge.attachments import attachment_bucket
+from knowledge.buckets import UnknownBucketError
+from knowledge.types import DocumentIn
+from toolindex.hashing import HashingEmbedder
+
+
+@pytest.fixture
+async def kb(tmp_path: Path) -> AsyncIterator[KnowledgeBase]:
+    base = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=64))
+    try:
+        yield base
+    finally:
+        await base.aclose()
+
+
+def doc(i: int, text: str, source: str) -> DocumentIn:
+    return DocumentIn(text=text, title=f"doc {i}", id=f"d{i}", source=source)
+
+
+async def test_counts_without_a_bucket_leave_attachments_out(kb: KnowledgeBase) -> None:
+    shared = [doc(1, "zeppelin maintenance manual", "manual"), doc(2, "zeppelin hangar rules", "rules")]
+    await kb.ingest_documents(shared)
+    before = (
+        await kb.count_documents(),
+        await kb.count_documents("zeppelin"),
+        await kb.constraint_counts({"source": "manual"}),
+        await kb.relax_filters({"source": "manual", "title": "doc 1"}),
+    )
+    assert before[0].documents == 2 and before[1].documents == 2
+
+    private = attachment_bucket("alice", "c1")
+    attached = [doc(10 + i, f"zeppelin notes page {i}", "manual") for i in range(3)]
+    await kb.ingest_documents(attached, bucket=private, private=True)
+    assert len(await kb.list_documents(bucket=private, private=private)) == 3  # they are stored
+
+    after = (
+        await kb.count_documents(),
+        await kb.count_documents("zeppelin"),
+        await kb.constraint_counts({"source": "manual"}),
+        await kb.relax_filters({"source": "manual", "title": "doc 1"}),
+    )
+    assert after == before  # the three attached documents changed no count
+    assert after[2][0].documents == 1
+    assert (await kb.count_documents(filters={"source": "manual"})).documents == 1
+
+    # Naming the private bucket is an unknown bucket, as for a search.
+    for call in (
+        kb.count_documents(bucket=private),
+        kb.constraint_counts({"source": "manual"}, bucket=private),
+        kb.relax_filters({"source": "manual"}, bucket=private),
+    ):
+        with pytest.raises(UnknownBucketError):
+            await call
