@@ -39,6 +39,7 @@ from storage.postgres.dialect import PostgresSql, PostgresTx
 from storage.postgres.kb_filters_sql import POSTGRES_FILTERS
 from storage.postgres.kb_text import TextRanker
 from storage.postgres.kb_vectors import EXACT_SCOPE_VECTORS, HNSW_MAX_DIM, VectorSearch
+from storage.postgres.migrations import IMPACT_FUNCTION, POSTINGS_DEFERRED_SETTING
 from storage.sql import Tx
 from storage.stores.kb_index import SqlKBIndex
 
@@ -52,6 +53,29 @@ _COPY_CHUNKS = (
     " FROM STDIN (FORMAT BINARY)"
 )
 _CHUNK_TYPES = ("int8", "text", "int4", "text", "text", "text", "int4", "vector", "int4", "int4")
+
+
+#: During ``bulk_load``, a transaction that writes chunks posts them itself, set-wise
+#: (``_post_chunks``), and a first load builds the postings' B-tree once at its end;
+#: ``bench/pg_bulk_postings.py`` turns this off to measure the per-statement trigger.
+BULK_POSTINGS = True
+
+#: The postings of the chunks one transaction wrote, in the B-tree's order (a sorted
+#: insert touches each leaf page once instead of jumping between them). The same rows
+#: as the trigger's: impacts depend on the chunk alone (``migrations``, ``kb_text``).
+_POST_CHUNKS = (
+    "INSERT INTO kb_postings (lexeme, impact, chunk_id, bucket)"
+    f" SELECT u.lexeme, {IMPACT_FUNCTION}(u.weights, c.ntok), c.id, d.bucket"
+    " FROM kb_chunks c JOIN kb_documents d ON d.id = c.doc_id"
+    " CROSS JOIN LATERAL unnest(c.tsv) AS u(lexeme, positions, weights)"
+    " WHERE c.id = ANY(%s) ORDER BY 1, 2 DESC, 3"
+)
+POSTINGS_INDEX = "kb_postings_impact"
+_CREATE_POSTINGS_INDEX = (
+    f"CREATE INDEX IF NOT EXISTS {POSTINGS_INDEX} ON kb_postings(lexeme, impact DESC, chunk_id) INCLUDE (bucket)"
+)
+#: Sort memory for building the postings' B-tree in one go (only that backend, only then).
+POSTINGS_BUILD_MEMORY = "512MB"
 
 
 def clean(text: str | None) -> str | None:
@@ -101,6 +125,37 @@ async def _build_hnsw(conn: Conn, *, dim: int) -> None:
     await ensure_hnsw_index(conn, dim, bulk_build=True)
 
 
+async def postings_index_exists(conn: Conn) -> bool:
+    cur = await conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (POSTINGS_INDEX,))
+    return await cur.fetchone() is not None
+
+
+async def ensure_postings_index(conn: Conn) -> None:
+    """Build the postings' B-tree unless it exists: at the end of a first bulk load, or
+    at open after a load that died before its end (searches stay exact without it, but
+    read the whole table)."""
+    if await postings_index_exists(conn):
+        return
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('kb_postings_index', 0))")
+    await conn.execute(f"SET LOCAL maintenance_work_mem = '{POSTINGS_BUILD_MEMORY}'")  # type: ignore[arg-type]
+    await conn.execute("SET LOCAL statement_timeout = 0")
+    await conn.execute(_CREATE_POSTINGS_INDEX)  # type: ignore[arg-type]
+
+
+async def _defer_postings_index(conn: Conn) -> bool:
+    """At the start of a bulk load into an empty knowledge base, drop the postings'
+    B-tree: inserting millions of rows into it in random lexeme order costs more than the
+    rest of the load (each batch touches most of its leaf pages), and ``CREATE INDEX``
+    sorts them once. Loads into a populated index keep it (rebuilding it would cost
+    more than the load saves). Whether the index is (now) missing."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('kb_postings_index', 0))")
+    cur = await conn.execute("SELECT EXISTS (SELECT 1 FROM kb_postings)")
+    row = await cur.fetchone()
+    if row is not None and not row[0]:
+        await conn.execute(f"DROP INDEX IF EXISTS {POSTINGS_INDEX}")  # type: ignore[arg-type]
+    return not await postings_index_exists(conn)
+
+
 class PostgresKBIndex(SqlKBIndex):
     """The KB index on one ``PostgresDatabase``; built by ``open_postgres_storage``."""
 
@@ -117,6 +172,8 @@ class PostgresKBIndex(SqlKBIndex):
         self._bulk = 0
         #: Dimensions written during ``bulk_load`` whose HNSW index did not exist yet.
         self._deferred_dims: set[int] = set()
+        #: ``bulk_load`` dropped (or found missing) the postings' B-tree: built at its end.
+        self._postings_index_deferred = False
 
     @property
     def exact_scope_vectors(self) -> int:
@@ -154,11 +211,22 @@ class PostgresKBIndex(SqlKBIndex):
                 c.page_end)
 
     async def _write_chunks(self, tx: Tx, rows: Sequence[tuple[Any, ...]]) -> None:
+        """``COPY`` the rows. Outside a bulk load the statement trigger posts them; during
+        one this transaction posts them itself, after the copy, in one sorted statement
+        (``_POST_CHUNKS``) — still before it commits, so no chunk is ever without its
+        postings, whatever happens to the load."""
         assert isinstance(tx, PostgresTx)
-        async with tx.connection.cursor() as cur, cur.copy(_COPY_CHUNKS) as copy:
+        conn = tx.connection
+        own_postings = bool(self._bulk) and BULK_POSTINGS
+        if own_postings:
+            await conn.execute("SELECT set_config(%s, 'on', true)", (POSTINGS_DEFERRED_SETTING,))
+        async with conn.cursor() as cur, cur.copy(_COPY_CHUNKS) as copy:
             copy.set_types(list(_CHUNK_TYPES))
             for r in rows:
                 await copy.write_row(r)
+        if own_postings:
+            await conn.execute("SELECT set_config(%s, 'off', true)", (POSTINGS_DEFERRED_SETTING,))
+            await conn.execute(_POST_CHUNKS, ([int(r[0]) for r in rows],))
 
     async def _vectors_written(self, tx: Tx, dims: Sequence[int]) -> None:
         assert isinstance(tx, PostgresTx)
@@ -183,11 +251,17 @@ class PostgresKBIndex(SqlKBIndex):
         pgvector recommends for initial loads. So an index that did not exist when the
         load began is built at its end (even when the load fails half-way: the rows
         that committed need it); an existing one is maintained as usual."""
+        if not self._bulk and BULK_POSTINGS:
+            self._postings_index_deferred = await self._db.transact(_defer_postings_index)
         self._bulk += 1
         try:
             yield
         finally:
             self._bulk -= 1
+            if not self._bulk and self._postings_index_deferred:
+                self._postings_index_deferred = False
+                await self._db.transact(ensure_postings_index)
+                self._stats_changed()
             if not self._bulk and self._deferred_dims:
                 dims, self._deferred_dims = sorted(self._deferred_dims), set()
                 for dim in dims:
@@ -247,4 +321,11 @@ class PostgresKBIndex(SqlKBIndex):
         return await self._vectors.has_vectors(embed_model, dim)
 
 
-__all__ = ["PostgresKBIndex", "ensure_hnsw_index", "hnsw_index_exists", "hnsw_index_name"]
+__all__ = [
+    "PostgresKBIndex",
+    "ensure_hnsw_index",
+    "ensure_postings_index",
+    "hnsw_index_exists",
+    "hnsw_index_name",
+    "postings_index_exists",
+]

@@ -492,6 +492,43 @@ _KB_POSTINGS = (
         CROSS JOIN LATERAL unnest(c.tsv) AS u(lexeme, positions, weights)""",
 )
 
+#: A transaction that writes ``kb_chunks`` during a bulk load sets this (``SET LOCAL``) and
+#: posts the chunks it wrote itself, set-wise, before it commits (``kb_index``).
+POSTINGS_DEFERRED_SETTING = "agentchat.kb_postings_deferred"
+
+# Issue 24, bulk loads: the impact function inlinable (``_TF``); the add trigger steps
+# aside in a transaction that says it posts its own chunks (``POSTINGS_DEFERRED_SETTING``);
+# every other writer is as before. The stored impacts do not depend on the corpus
+# statistics (fixed length, no idf; ``kb_text`` widens its bounds by today's avgdl), so
+# postings written either way, at any corpus size, are the same rows.
+
+#: Migration 18's impact, as one expression: a SQL function whose body has a ``FROM``
+#: (or is ``STRICT`` around non-strict calls) is run by the executor once per posting,
+#: ~10 µs each, most of an ingest's posting time; a bare expression is inlined into the
+#: statement. The arithmetic is the same tree, so every impact is the same ``real``.
+_TF = (
+    "(4.0 * cardinality(array_positions(w, 'A')) + 2.0 * cardinality(array_positions(w, 'B'))"
+    " + (cardinality(w) - cardinality(array_positions(w, 'A')) - cardinality(array_positions(w, 'B'))))"
+)
+
+_KB_POSTINGS_DEFERRABLE = (
+    f"""CREATE OR REPLACE FUNCTION {IMPACT_FUNCTION}(w TEXT[], ntok INTEGER) RETURNS REAL
+        LANGUAGE sql IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE AS $$
+        SELECT ({_TF} * {K1 + 1.0} / ({_TF} + {K1} * ({1.0 - B} + {B} * ntok / {POSTINGS_AVGDL})))::real
+        $$""",
+    f"""CREATE OR REPLACE FUNCTION agentchat_kb_postings_add() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF current_setting('{POSTINGS_DEFERRED_SETTING}', true) = 'on' THEN
+                RETURN NULL;
+            END IF;
+            INSERT INTO kb_postings (lexeme, impact, chunk_id, bucket)
+            SELECT u.lexeme, {IMPACT_FUNCTION}(u.weights, n.ntok), n.id, d.bucket
+            FROM kb_new_chunks n JOIN kb_documents d ON d.id = n.doc_id
+            CROSS JOIN LATERAL unnest(n.tsv) AS u(lexeme, positions, weights);
+            RETURN NULL;
+        END $$""",
+)
+
 MIGRATIONS: tuple[Migration, ...] = numbered(
     {
         1: _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB,
@@ -512,6 +549,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         16: _CONVERSATIONS_PER_USER,
         17: _ISSUE_25,
         18: _KB_POSTINGS,
+        19: _KB_POSTINGS_DEFERRABLE,
     },
 )
 

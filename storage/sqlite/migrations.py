@@ -437,6 +437,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         16: _CONVERSATIONS_PER_USER,
         17: _ISSUE_25,
         18: (),  # PostgreSQL's postings for full-text top-k; FTS5 ranks on its own index
+        19: (),  # PostgreSQL's bulk loads post their chunks set-wise
     }, rebuilds=frozenset({15, 16}),
 )
 

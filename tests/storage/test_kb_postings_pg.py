@@ -142,3 +142,154 @@ async def test_ingest_replace_and_delete_keep_the_postings_in_step(pg_kb: tuple[
     assert gone == (0,)
     assert await kb.delete_bucket("other") is not None
     await _postings_match_the_chunks(index)
+
+
+# ---------------------------------------------------------------- bulk loads (item 4)
+
+#: Every posting recomputed from the chunks with migration 18's impact, written out (not
+#: the function the writers call): a bulk load's rows must be exactly these.
+_RECOMPUTED = """
+    SELECT u.lexeme, (4.0 * cardinality(array_positions(u.weights, 'A'))
+                       + 2.0 * cardinality(array_positions(u.weights, 'B'))
+                       + (cardinality(u.weights) - cardinality(array_positions(u.weights, 'A'))
+                          - cardinality(array_positions(u.weights, 'B')))) AS tf,
+           c.ntok, c.id, d.bucket
+    FROM kb_chunks c JOIN kb_documents d ON d.id = c.doc_id
+    CROSS JOIN LATERAL unnest(c.tsv) AS u(lexeme, positions, weights)
+"""
+_EXPECTED = (
+    f"SELECT lexeme, (tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * ntok / 64.0)))::real, id, bucket FROM ({_RECOMPUTED}) r"
+)
+
+
+async def _postings_are_exact(index: Any) -> None:
+    """The postings are, row for row, what the chunks say (no row missing, none extra,
+    no impact off by a bit)."""
+    row = await index._db.fetchone(
+        "SELECT (SELECT count(*) FROM (SELECT lexeme, impact, chunk_id, bucket FROM kb_postings"
+        f" EXCEPT ALL {_EXPECTED}) a),"
+        f" (SELECT count(*) FROM ({_EXPECTED} EXCEPT ALL SELECT lexeme, impact, chunk_id, bucket FROM kb_postings) b),"
+        " (SELECT count(*) FROM kb_postings)"
+    )
+    assert row is not None
+    extra, missing, total = row
+    assert (extra, missing) == (0, 0) and total > 0
+
+
+async def _postings_indexed(index: Any) -> bool:
+    return await index._db.fetchone("SELECT 1 FROM pg_indexes WHERE indexname = 'kb_postings_impact'") is not None
+
+
+@pytest.fixture
+async def bulk_kb(pg_server: TestPostgres) -> AsyncIterator[tuple[KnowledgeBase, Any]]:
+    """The same corpus as ``pg_kb``, loaded the way ``agentchat ingest`` loads it."""
+    from storage.postgres import open_postgres_storage
+
+    with pg_server.database() as url:
+        storage = await open_postgres_storage(url)
+        kb = await KnowledgeBase.create(storage.kb_index, None, on_close=storage.close)
+        try:
+            docs = stdlib_documents()
+            async with kb.bulk_load():
+                await kb.ingest_documents(docs[: len(docs) // 2], bucket="pydocs")
+                # Inside a first load the postings' B-tree waits for the end; searches
+                # read the (complete) table meanwhile.
+                assert not await _postings_indexed(storage.kb_index)
+                terms = content_terms(_queries()[0])
+                _same(
+                    await storage.kb_index.text_candidates(terms, KBScope("pydocs"), LIMIT, TUNING),
+                    await _exhaustive(storage.kb_index, terms, "pydocs"),
+                )
+                await kb.ingest_documents(docs[len(docs) // 2 :], bucket="other")
+            assert await _postings_indexed(storage.kb_index)
+            yield kb, storage
+        finally:
+            await kb.aclose()
+
+
+async def test_a_bulk_load_posts_exactly_what_the_trigger_posts(
+    bulk_kb: tuple[KnowledgeBase, Any], pg_kb: tuple[KnowledgeBase, Any]
+) -> None:
+    _, bulk = bulk_kb
+    _, per_row = pg_kb
+    await _postings_are_exact(bulk.kb_index)
+    await _postings_are_exact(per_row.kb_index)
+    # Impacts depend on the chunk alone (fixed length, no idf): the two loads hold the
+    # same postings, whatever the corpus statistics were when each row was written.
+    sql = (
+        "SELECT p.lexeme, p.impact, p.bucket, c.doc_id, c.position FROM kb_postings p"
+        " JOIN kb_chunks c ON c.id = p.chunk_id ORDER BY 4, 5, 1"
+    )
+    assert await bulk.kb_index._db.fetchall(sql) == await per_row.kb_index._db.fetchall(sql)
+
+
+async def test_a_bulk_loaded_corpus_gives_the_exhaustive_top_lists(bulk_kb: tuple[KnowledgeBase, Any]) -> None:
+    _, storage = bulk_kb
+    index = storage.kb_index
+    for query in _queries():
+        terms = content_terms(query)
+        for bucket in ("pydocs", None):
+            fast = await index.text_candidates(terms, KBScope(bucket), LIMIT, TUNING)
+            _same(fast, await _exhaustive(index, terms, bucket))
+
+
+async def test_a_load_that_dies_mid_transaction_leaves_no_chunk_without_its_postings(
+    pg_server: TestPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second batch's connection is killed after its chunks were copied and before
+    it posted them (its retry then fails for good), and the load never reaches its end
+    (as if the process died): what committed is exact, the rest is gone, and the next
+    open builds the postings' B-tree the load had dropped."""
+    from storage.postgres import kb_index, open_postgres_storage
+
+    docs = stdlib_documents()
+    with pg_server.database() as url:
+        storage = await open_postgres_storage(url)
+        kb = await KnowledgeBase.create(storage.kb_index, None, on_close=storage.close)
+        load = kb.bulk_load()
+        await load.__aenter__()
+        await kb.ingest_documents(docs[:40], bucket="pydocs")
+        attempts: list[int] = []
+        post_chunks = kb_index._POST_CHUNKS
+
+        async def dying(self: Any, tx: Any, rows: Any) -> None:
+            attempts.append(len(rows))
+            if len(attempts) > 1:
+                raise RuntimeError("the loader died")
+            monkeypatch.setattr(
+                kb_index, "_POST_CHUNKS", "SELECT pg_terminate_backend(pg_backend_pid()), cardinality(%s::bigint[])"
+            )
+            try:
+                await original(self, tx, rows)
+            finally:
+                monkeypatch.setattr(kb_index, "_POST_CHUNKS", post_chunks)
+
+        original = kb_index.PostgresKBIndex._write_chunks
+        monkeypatch.setattr(kb_index.PostgresKBIndex, "_write_chunks", dying)
+        with pytest.raises(RuntimeError, match="the loader died"):
+            await kb.ingest_documents(docs[40:80], bucket="pydocs")
+        assert len(attempts) == 2  # killed once (retried as a transient loss), then gone
+        monkeypatch.setattr(kb_index.PostgresKBIndex, "_write_chunks", original)
+        await storage.close()  # no __aexit__: the load's end never runs
+
+        storage = await open_postgres_storage(url)
+        try:
+            index = storage.kb_index
+            assert await _postings_indexed(index)
+            row = await index._db.fetchone("SELECT count(DISTINCT doc_id) FROM kb_chunks")
+            assert row == (40,)
+            await _postings_are_exact(index)
+            # And the load can go on from there, its postings exact too.
+            kb2 = await KnowledgeBase.create(index, None)
+            async with kb2.bulk_load():
+                report = await kb2.ingest_documents(docs[40:120], bucket="pydocs")
+            assert report.added == 80 and not report.rejected, report
+            await _postings_are_exact(index)
+            for query in _queries()[:10]:
+                terms = content_terms(query)
+                _same(
+                    await index.text_candidates(terms, KBScope("pydocs"), LIMIT, TUNING),
+                    await _exhaustive(index, terms, "pydocs"),
+                )
+        finally:
+            await storage.close()
