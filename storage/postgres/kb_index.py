@@ -22,10 +22,11 @@ its own way:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any
 
 import numpy as np
@@ -250,7 +251,10 @@ class PostgresKBIndex(SqlKBIndex):
         capped ingest near 340 chunks/s); building it once over the loaded rows is what
         pgvector recommends for initial loads. So an index that did not exist when the
         load began is built at its end (even when the load fails half-way: the rows
-        that committed need it); an existing one is maintained as usual."""
+        that committed need it); an existing one is maintained as usual. Full-text
+        postings likewise: each batch posts its own chunks in one sorted statement
+        (``_write_chunks``), and a load into an empty knowledge base builds their B-tree
+        once at its end."""
         if not self._bulk and BULK_POSTINGS:
             self._postings_index_deferred = await self._db.transact(_defer_postings_index)
         self._bulk += 1
@@ -258,19 +262,34 @@ class PostgresKBIndex(SqlKBIndex):
             yield
         finally:
             self._bulk -= 1
-            if not self._bulk and self._postings_index_deferred:
-                self._postings_index_deferred = False
-                await self._db.transact(ensure_postings_index)
-                self._stats_changed()
-            if not self._bulk and self._deferred_dims:
-                dims, self._deferred_dims = sorted(self._deferred_dims), set()
-                for dim in dims:
-                    await self._db.transact(functools.partial(_build_hnsw, dim=dim))
-                    self._indexed_dims.add(dim)
-                # Fresh planner statistics for the loaded rows (autovacuum would get there later).
-                async with self._db.reading() as conn:
-                    await conn.execute("ANALYZE kb_chunks")
-                self._stats_changed()
+            if not self._bulk:
+                await self._build_deferred()
+
+    async def _build_deferred(self) -> None:
+        """The indexes a bulk load left for its end, each on a connection of its own at
+        the same time: pgvector builds an HNSW graph on one core, the postings' B-tree
+        sort takes another."""
+        builds: list[Awaitable[None]] = []
+        if self._postings_index_deferred:
+            self._postings_index_deferred = False
+            builds.append(self._db.transact(ensure_postings_index))
+        dims, self._deferred_dims = sorted(self._deferred_dims), set()
+        builds.extend(self._db.transact(functools.partial(_build_hnsw, dim=dim)) for dim in dims)
+        if not builds:
+            return
+        try:
+            outcomes = await asyncio.gather(*builds, return_exceptions=True)
+        finally:
+            self._stats_changed()
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        self._indexed_dims.update(dims)
+        if dims:
+            # Fresh planner statistics for the loaded rows (autovacuum would get there later).
+            async with self._db.reading() as conn:
+                await conn.execute("ANALYZE kb_chunks")
+            self._stats_changed()
 
     # ------------------------------------------------------------------ vectors
     async def iter_vectors(self, embed_model: str, dim: int) -> AsyncIterator[KBVectorRows]:
