@@ -25,7 +25,7 @@ from starlette.types import Message
 
 from app.server.admin_routes import _component
 from app.server.chat_request import CONVERSATION_ID, CONVERSATION_ID_RULE
-from app.server.http import identify, services
+from app.server.http import check_load, identify, services
 from app.server.problems import HTTPProblem, ORJSONResponse
 from knowledge.attachment_store import ConversationAttachments
 from knowledge.attachments import AttachmentRejected
@@ -104,6 +104,10 @@ async def upload(request: Request) -> Response:
         raise HTTPProblem(
             415, "unsupported_media_type", "send multipart/form-data with the file in a part named 'file'"
         )
+    # The same admission as a new run: reading, chunking and embedding a file is work a
+    # replica whose loop already runs late must not take on (503 replica_busy, Retry-After;
+    # refused before the body is read, and counted with the refused runs).
+    check_load(svc)
     max_bytes = svc.settings.attachment_max_bytes
     body = await _capped_body(request, max_bytes + _FRAMING)
     part = await _file_part(request, body)

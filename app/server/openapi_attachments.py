@@ -57,6 +57,10 @@ def attachments_api() -> ApiContribution:
                         "Not multipart, or not a kind of file this service reads, or binary content "
                         "(`unsupported_media_type`, `unreadable_file`)"
                     ),
+                    "503": problem(
+                        "The replica is overloaded, as for a new run (`replica_busy`); nothing was stored",
+                        retry_after=True,
+                    ),
                 },
             },
             "get": {
