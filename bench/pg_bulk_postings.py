@@ -40,13 +40,14 @@ from bench.corpus import SCHEMAS, LookupEmbedder, embedding_text, generate, prep
 DEFAULT_CHUNKS = 20_000
 
 
-async def load(n: int, url: str, workdir: Path, bulk_postings: bool) -> dict[str, Any]:
+async def load(n: int, url: str, workdir: Path, side: str) -> dict[str, Any]:
     from knowledge.kb import KnowledgeBase
     from storage.postgres import kb_index, open_postgres_storage
 
     vectors = np.load(workdir / "vectors.npy", mmap_mode="r")
     docs = list(generate(n))
     table = {embedding_text(d[3], d[4]): i for i, d in enumerate(docs)}
+    bulk_postings = side == "after"
     kb_index.BULK_POSTINGS = bulk_postings
     storage = await open_postgres_storage(url)
     if not bulk_postings:
@@ -54,6 +55,9 @@ async def load(n: int, url: str, workdir: Path, bulk_postings: bool) -> dict[str
         from storage.postgres.migrations import _KB_POSTINGS
 
         await storage.db.execute([(_KB_POSTINGS[0], ())])
+    if side == "no_postings":
+        # The floor: no full-text postings at all (the code before migration 18).
+        await storage.db.execute([("DROP TRIGGER kb_chunks_postings_add ON kb_chunks", ())])
     kb = await KnowledgeBase.create(
         storage.kb_index, LookupEmbedder(table, np.ascontiguousarray(vectors)), on_close=storage.close
     )
@@ -89,7 +93,7 @@ async def load(n: int, url: str, workdir: Path, bulk_postings: bool) -> dict[str
             "index_builds_s": round(total_s - load_s, 2),
             "total_s": round(total_s, 2),
             "postings": int(postings),
-            "postings_match_chunks": int(postings) == int(lexemes) and indexed == 1,
+            "postings_match_chunks": side == "no_postings" or (int(postings) == int(lexemes) and indexed == 1),
             "fingerprint": str(fingerprint),
         }
     finally:
@@ -101,6 +105,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chunks", type=int, default=DEFAULT_CHUNKS)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--floor", action="store_true", help="also load without any postings (the code before them)")
     args = ap.parse_args()
     from tests.support.postgres import TestPostgres
 
@@ -111,11 +116,12 @@ def main() -> int:
     runs: list[dict[str, Any]] = []
     try:
         for r in range(args.rounds):
-            for side in ("before", "after") if r % 2 == 0 else ("after", "before"):
+            sides = ["before", "after", *(["no_postings"] if args.floor else [])]
+            for side in sides if r % 2 == 0 else sides[::-1]:
                 db = f"bulk_{r}_{side}"
                 server.admin(f'CREATE DATABASE "{db}"')
                 load1 = os.getloadavg()[0]
-                result = asyncio.run(load(n, server.url(db), workdir, bulk_postings=side == "after"))
+                result = asyncio.run(load(n, server.url(db), workdir, side))
                 result.update(side=side, round=r, load_avg_1m=[round(load1, 2), round(os.getloadavg()[0], 2)])
                 print(result, flush=True)
                 runs.append(result)
@@ -123,10 +129,10 @@ def main() -> int:
     finally:
         server.stop()
     summary: dict[str, Any] = {}
-    for side in ("before", "after"):
+    for side in sorted({x["side"] for x in runs}):
         rates = sorted(x["chunks_per_s"] for x in runs if x["side"] == side)
         summary[side] = {"chunks_per_s": rates, "median": rates[len(rates) // 2]}
-    summary["same_postings_both_sides"] = len({x["fingerprint"] for x in runs}) == 1
+    summary["same_postings_both_sides"] = len({x["fingerprint"] for x in runs if x["side"] != "no_postings"}) == 1
     summary["postings_exact_every_run"] = all(x["postings_match_chunks"] for x in runs)
     name = "pg_bulk_postings" if n == DEFAULT_CHUNKS else f"pg_bulk_postings_{n}"
     write_results(
