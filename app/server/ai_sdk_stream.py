@@ -11,7 +11,7 @@ with the run's event log translated into UI message chunks. ``GET
 live (the SDK's transport treats a resumed stream as a replay: the message is rebuilt
 from its ``start`` chunk, whose ``messageId`` is the run id).
 
-The mapping (README "AI SDK UI message stream"): each model turn is a step
+The mapping (docs/compatible-faces.md "AI SDK UI message stream"): each model turn is a step
 (``start-step``/``finish-step``); streamed text is a text part; each tool call is a
 ``dynamic`` and ``providerExecuted`` tool part (``tool-input-start``,
 ``tool-input-available`` — the native log does not carry arguments, so ``input`` is

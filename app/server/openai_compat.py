@@ -6,7 +6,7 @@ catalog's contexts). A completion is a run of the same run manager as
 ``/v1/agent/runs`` (auth from ``Authorization: Bearer``, limits, durability); its answer
 is the run's event log translated (``app/server/compat_runs.py``), never a second agent path.
 
-What a client gets (documented in README "OpenAI-compatible endpoints"):
+What a client gets (documented in docs/compatible-faces.md "OpenAI-compatible endpoints"):
 
 * ``delta.content`` / ``message.content``: the streamed answer text; a final answer
   that reached us only through ``generate_response`` (or a clarification) is appended
