@@ -72,7 +72,8 @@ def openai_api() -> ApiContribution:
             "summary": "OpenAI-compatible chat completion: a run of the agent in the model's context",
             "description": "The last message is the run's question; earlier user/assistant turns are its history "
             "(see docs/compatible-faces.md, OpenAI-compatible endpoints). `stream: true` answers "
-            "`chat.completion.chunk`s, then `[DONE]`. Unknown fields are ignored; `max_tokens`, `temperature`, `tools` and the like are too.",
+            "`chat.completion.chunk`s, then `[DONE]`. Unknown fields are ignored; `max_tokens`, `temperature`, "
+            "`tools` and the like are too.",
             "parameters": [{"name": "X-Conversation-Id", "in": "header", "required": False,
                             "description": "Continue this server-side conversation.",
                             "schema": {"type": "string", "pattern": CONVERSATION_ID_PATTERN}}],
