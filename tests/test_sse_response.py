@@ -16,7 +16,7 @@ from starlette.routing import Route
 from app.server.sse_response import LiveStreams, SSEResponse
 from tests.support.server import serve_app
 
-FRAMES = [b"retry: 1000\nid: 1\nevent: a\ndata: {}\n\n", b"id: 2\nevent: b\ndata: {\"x\":1}\n\n"]
+FRAMES = [b"retry: 1000\nid: 1\nevent: a\ndata: {}\n\n", b'id: 2\nevent: b\ndata: {"x":1}\n\n']
 
 
 class Source:
