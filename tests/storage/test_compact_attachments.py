@@ -1,7 +1,7 @@
 """``agentchat compact`` (a real CLI subprocess) deletes an idle conversation together
 with its attachments (issue 25): the documents and chunks of the conversation's private
 ``att_*`` bucket go with it, as they do with the server's own retention pass, while a
-pass that keeps conversations leaves them. Two users' conversations of one id have two
+pass that keeps conversations leaves them, on SQLite and PostgreSQL. Two users' conversations of one id have two
 buckets; both go, each with its own conversation."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ async def agentchat(environ: dict[str, str], *argv: str) -> tuple[int, str, str]
     return proc.returncode, out.decode(), err.decode()
 
 
-async def documents_in(db: Path, bucket: str) -> tuple[int, int]:
+async def documents_in(db: str, bucket: str) -> tuple[int, int]:
     """(documents, chunks) stored in ``bucket``."""
     storage = await open_storage(db)
     try:
@@ -57,9 +57,9 @@ async def documents_in(db: Path, bucket: str) -> tuple[int, int]:
         await storage.close()
 
 
-async def test_compact_deletes_an_idle_conversations_attachments(tmp_path: Path) -> None:
-    environ = env(tmp_path)
-    db = Path(environ["AGENT_DB_PATH"])
+async def test_compact_deletes_an_idle_conversations_attachments(shared_db: dict[str, str], tmp_path: Path) -> None:
+    environ = env(tmp_path, **shared_db)
+    db = environ.get("AGENT_DATABASE_URL") or environ["AGENT_DB_PATH"]
     async with (
         running_app(Settings.from_env(environ)) as (base, _),
         httpx.AsyncClient(base_url=base, timeout=60) as http,
