@@ -4,8 +4,9 @@ its fact, and how many sentences were said twice or started mid-sentence.
 Runs the default configuration (no model reachable: the extractive answerer, the
 hashing embedder) on a fresh database, ingests the npm documentation installed with npm
 through ``agentchat ingest``, asks tests/data/offline_questions.json in the knowledge
-context (the original set, tuned on, then the held-out, fresh, final, unseen, last and
-round6 sets, only measured) and writes bench/results/offline_answers.json; ``--show`` prints every answer to read.
+context (the original set, tuned on, then the held-out, fresh, final, unseen, last,
+round6 and round8 sets, only measured) and writes bench/results/offline_answers.json;
+``--show`` prints every answer to read.
 
     .venv/bin/python bench/offline_answers.py [--show]
 """

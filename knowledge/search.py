@@ -40,7 +40,7 @@ from knowledge.ranking import (
     signal_spread,
     snippet,
 )
-from knowledge.textnorm import STOP_WORDS, content_terms, joined_terms, tokens
+from knowledge.textnorm import STOP_WORDS, clipped_terms, content_terms, joined_terms, tokens
 from knowledge.types import ChunkHit, ConstraintCount, DocumentCount, KBConfig, SearchMode, SearchResponse
 from storage.interfaces import KBIndex
 from storage.kb_records import KBRanked, KBScope
@@ -232,7 +232,7 @@ class Searcher:
         n_cand: int,
         context_chars: int | None,
     ) -> SearchResponse:
-        q = QueryTerms.of(query or "", content_terms(query or ""), joined_terms(query or ""))
+        q = QueryTerms.of(query or "", content_terms(query or ""), _related_terms(query or ""))
         warnings: list[str] = []
         use_text = mode in ("hybrid", "text")
         use_vec = mode in ("hybrid", "semantic")
@@ -350,11 +350,24 @@ class Searcher:
         return vec
 
 
+def _related_terms(query: str) -> dict[str, str]:
+    """``{word: the query term it counts as}``: the words adjacent query words join into
+    ("log in" → ``login``, ``textnorm.joined_terms``) and the clipped or full forms of
+    query words ("configuration" → ``config``, ``textnorm.clipped_terms``)."""
+    terms = set(content_terms(query))
+    related = joined_terms(query)
+    for word, term in clipped_terms(query).items():
+        if term in terms:
+            related.setdefault(word, term)
+    return related
+
+
 def _text_terms(query: str) -> list[str]:
     """The BM25 terms of ``query``: its content words, then the words adjacent ones join
-    into ("log in" → ``login``, found in ``npm-login``; see ``textnorm.joined_terms``)."""
+    into ("log in" → ``login``, found in ``npm-login``) and the other forms of its clipped
+    or full words ("configuration" → ``config``; see ``_related_terms``)."""
     terms = content_terms(query)
-    return terms + [w for w in joined_terms(query) if w not in terms]
+    return terms + [w for w in _related_terms(query) if w not in terms]
 
 
 __all__ = ["MODES", "Searcher"]

@@ -148,6 +148,66 @@ def joined_terms(text: str) -> dict[str, str]:
     return out
 
 
+#: Clipped words of technical English and the words they are clipped from. Documentation
+#: writes either ("npm gets its config settings from …", "the repository field"), and a
+#: question in the other form never meets the sentence that answers it. Both forms are
+#: ordinary dictionary words, so the table is the language's, not any corpus's. ("pkg"
+#: is left out: synopses write it as a placeholder, ``<pkg>``, far more than as a word.)
+_CLIPPINGS: dict[str, str] = {
+    "config": "configuration",
+    "configs": "configurations",
+    "repo": "repository",
+    "repos": "repositories",
+    "dir": "directory",
+    "dirs": "directories",
+    "env": "environment",
+    "info": "information",
+    "auth": "authentication",
+    "docs": "documentation",
+    "app": "application",
+    "apps": "applications",
+    "deps": "dependencies",
+    "dep": "dependency",
+    "args": "arguments",
+    "arg": "argument",
+    "params": "parameters",
+    "param": "parameter",
+    "spec": "specification",
+    "specs": "specifications",
+    "admin": "administrator",
+    "admins": "administrators",
+    "db": "database",
+    "lib": "library",
+    "libs": "libraries",
+    "temp": "temporary",
+    "stats": "statistics",
+    "max": "maximum",
+    "min": "minimum",
+    "dev": "development",
+    "prod": "production",
+    "cert": "certificate",
+    "certs": "certificates",
+}
+_UNCLIPPED = {long: short for short, long in _CLIPPINGS.items()}
+#: A word standing free: no name character (``-._/@``) joins it to its neighbours.
+_FREE_WORD = re.compile(r"(?<![\w\-./@])[^\W\d_]+(?!\w|[\-./@]\w)")
+
+
+def clipped_terms(text: str) -> dict[str, str]:
+    """``{other form: the query word}`` for the words of ``text`` that technical English
+    also writes clipped or in full ("configuration" ↔ ``config``, "repo" ↔
+    ``repository``): searched and counted as that word, as ``joined_terms`` are. A word
+    inside a name ("package-lock.json", "npm_config_cache") is part of that name, not
+    the word, and has no other form."""
+    out: dict[str, str] = {}
+    for match in _FREE_WORD.finditer(fold(text)):
+        word = match.group(0)
+        other = _CLIPPINGS.get(word) or _UNCLIPPED.get(word)
+        if other is not None:
+            out.setdefault(other, word)
+    return out
+
+
 def stem(word: str) -> str:
     """A light English suffix stripper for re-ranking (FTS5 itself uses Porter).
 

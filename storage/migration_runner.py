@@ -40,6 +40,7 @@ STEP_NAMES: Mapping[int, str] = {
     17: "conversations: title; runs: feedback and event-log compaction (issue 25)",
     18: "knowledge base: impact-ordered postings of every chunk's lexemes, for full-text top-k",
     19: "knowledge base: a bulk load posts its chunks set-wise (the per-statement trigger steps aside)",
+    20: "runs: every ended run has its end time (runs ended by a bare status write had none)",
 }
 
 

@@ -201,3 +201,13 @@ def test_fold_of_ascii_text_is_the_full_unicode_fold() -> None:
     assert fold(every_ascii) == full(every_ascii)
     for text in ("Invoice INV-2024 from Kalomi GmbH", "", "A_b-C.d", "Ünïcödé Straße", "ﬁle Ⅻ"):
         assert fold(text) == full(text)
+
+
+def test_clipped_words_offer_their_full_form_and_the_reverse() -> None:
+    from knowledge.textnorm import clipped_terms
+
+    assert clipped_terms("Where does npm get its configuration settings from?") == {"config": "configuration"}
+    assert clipped_terms("Open the repo and its docs") == {"repository": "repo", "documentation": "docs"}
+    assert clipped_terms("Is the env set? Use the dir.") == {"environment": "env", "directory": "dir"}
+    # A word inside a name is part of the name, not the word.
+    assert clipped_terms("Set npm_config_cache in package-lock.json or ./config/app.toml") == {}

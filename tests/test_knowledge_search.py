@@ -282,3 +282,24 @@ async def test_filtered_bm25_is_the_whole_ranking_restricted_to_the_scope(tmp_pa
         assert scoped.total == len(expected) == res.total_matches
     finally:
         await kb.aclose()
+
+
+async def test_a_word_written_clipped_or_in_full_finds_the_other_form(tmp_path: Path) -> None:
+    # Documentation writes "config" where a question says "configuration" (and the
+    # reverse); the page that says it first in the other form is found by it, in BM25
+    # alone too, and a name holding the word ("npm_config_cache") is no such word.
+    base = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=256))
+    try:
+        await base.ingest_documents([
+            {"id": "npmrc", "title": "npmrc", "text": "npm gets its config settings from the command line and files."},
+            {"id": "colours", "title": "colours", "text": "npm settings: the colours npm writes its settings in."},
+            {"id": "repository", "title": "source", "text": "The repository field says where the code lives."},
+            {"id": "fields", "title": "fields", "text": "Which field is which: every field of the manifest."},
+        ])
+        for mode in ("text", "hybrid"):
+            res = await base.search("Where does npm get its configuration settings from?", mode=mode)  # type: ignore[arg-type]
+            assert res.hits[0].doc_id == "npmrc", (mode, [(h.doc_id, h.score) for h in res.hits])
+            res = await base.search("which repo field", mode=mode)  # type: ignore[arg-type]
+            assert res.hits[0].doc_id == "repository", (mode, [(h.doc_id, h.score) for h in res.hits])
+    finally:
+        await base.aclose()

@@ -87,6 +87,21 @@ particle is a phrasal verb only where a verb stands ("how do I log in"), not a n
 a preposition ("change my password on the registry" had dropped every "password" the
 documents say without "on" after it). round6 npm 5/8 -> 6/8, unseen npm 7/8 -> 8/8;
 held-out-style overall 86/98 = 88 %.
+
+Round 8 (a search change, made after reading the earlier sets' misses): a word technical
+English writes clipped or in full counts in its other form too ("configuration" finds
+``npmrc``'s "npm gets its config settings from …"; ``knowledge.textnorm.clipped_terms``).
+round6 npm 6/8 -> 7/8, nothing lost; corpus_quality nDCG@10 BM25 0.8612 -> 0.8675, fused
+0.8548 -> 0.8641. Tried and left out, each measured on every set: the page's description
+heading every chunk (lost three, gained none), and a bonus for a name the question writes
+(``/metrics``) held by few candidates (moved the ``/metrics`` line up from ninth to fourth
+but gained no answer). An eighth set (``round8``, 8 + 8) written after the change and
+committed before it was first asked: sample 8/8, npm 5/8 (81 %); held-out-style overall
+(held_out … round8) 100/114 = 88 %, still short of 90 %. Its npm misses: ``npm trust``'s
+"OpenID Connect" sits in its description section, a chunk the search did not return;
+"how do I uninstall npm itself?" answered by ``npm uninstall``'s page instead of the
+"Removal" page (whose title says neither word); the alias sentence of "Package spec"
+quoted without the ``<alias>@npm:<name>`` line above it.
 The floors below are the figures reached, so any lost answer fails.
 """
 
@@ -121,7 +136,8 @@ FLOORS = {
     "final": {"sample": 0.87, "npm": 0.75},  # 7/8 (6/8 before round 6), 6/8
     "unseen": {"sample": 0.87, "npm": 1.0},  # 7/8, 8/8 (6/8, 6/8 when first measured, before round 5)
     "last": {"sample": 0.87, "npm": 0.87},  # 7/8, 7/8: measured once, after round 5
-    "round6": {"sample": 1.0, "npm": 0.75},  # 8/8, 6/8 (5/8 when measured once, after round 6, before round 7)
+    "round6": {"sample": 1.0, "npm": 0.87},  # 8/8, 7/8 (5/8 when measured once after round 6; 6/8 after round 7)
+    "round8": {"sample": 1.0, "npm": 0.62},  # 8/8, 5/8: measured once, after round 8
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",

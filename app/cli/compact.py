@@ -3,7 +3,8 @@ pass the server runs in the background, on the service's database.
 
 Why a command as well: an operator who lowers ``AGENT_RUN_EVENTS_RETENTION_DAYS`` (or
 turns on ``AGENT_CONVERSATION_RETENTION_DAYS``) wants the space now, and a deployment
-may run it from cron with the background pass off. Options override the settings for
+may run it from cron with the background pass off. A conversation it deletes loses its
+attachments too, as with the server's pass. Options override the settings for
 this one run; ``0`` turns a part off.
 """
 
@@ -43,6 +44,7 @@ def add_compact_command(sub: Any) -> None:
 async def run_compact(args: argparse.Namespace, settings: Settings) -> int:
     from app.cli.database import StorageUnavailable, open_cli_storage
     from app.retention import RetentionPolicy, retention_pass
+    from knowledge.attachments import attachment_bucket
 
     events_days = settings.run_events_retention_days if args.run_events_days is None else args.run_events_days
     convo_days = settings.conversation_retention_days if args.conversation_days is None else args.conversation_days
@@ -54,9 +56,23 @@ async def run_compact(args: argparse.Namespace, settings: Settings) -> int:
     except StorageUnavailable as exc:
         print(f"agentchat compact: {exc}", file=sys.stderr)
         return 1
+    attachments = 0
+
+    async def forget(user_id: str, conversation_id: str) -> None:
+        # A deleted conversation's attachments are a private KB bucket, not rows of the
+        # conversation: the server's pass removes them through its knowledge base; here
+        # the bucket goes at the storage level (the same delete, without loading a KB
+        # this command never searches).
+        nonlocal attachments
+        gone = await storage.kb_index.delete_bucket(attachment_bucket(user_id, conversation_id))
+        attachments += len(gone or ())
+
     try:
         done = await retention_pass(
-            storage.retention, storage.history, RetentionPolicy(events_days, convo_days, settings.retention_interval_s)
+            storage.retention,
+            storage.history,
+            RetentionPolicy(events_days, convo_days, settings.retention_interval_s),
+            forget=forget,
         )
     finally:
         await storage.close()
@@ -65,7 +81,7 @@ async def run_compact(args: argparse.Namespace, settings: Settings) -> int:
         return 3
     print(
         f"compacted {done.runs_compacted} runs ({done.events_removed} events removed); "
-        f"deleted {done.conversations_deleted} idle conversations"
+        f"deleted {done.conversations_deleted} idle conversations ({attachments} attachments removed)"
     )
     return 0
 

@@ -529,6 +529,16 @@ _KB_POSTINGS_DEFERRABLE = (
         END $$""",
 )
 
+# Issue 25: runs ended by a bare status write (a run found ended at recovery) had no
+# ``finished_at``, so the retention pass never compacted them. Their true end is not
+# stored anywhere (events carry no time); the run's start (else its admission) stands in.
+# Earlier than the true end, it only lets compaction come sooner, and compaction keeps
+# replay's text (``storage.event_folding``).
+_RUN_ENDINGS = (
+    "UPDATE runs SET finished_at = COALESCE(started_at, created_at) WHERE finished_at IS NULL "
+    "AND status NOT IN ('queued', 'running', 'interrupted', 'waiting_approval')",
+)
+
 MIGRATIONS: tuple[Migration, ...] = numbered(
     {
         1: _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB,
@@ -550,6 +560,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         17: _ISSUE_25,
         18: _KB_POSTINGS,
         19: _KB_POSTINGS_DEFERRABLE,
+        20: _RUN_ENDINGS,
     },
 )
 

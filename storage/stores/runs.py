@@ -298,10 +298,13 @@ class SqlRunStore(ApprovalWaits):
             raise mapped from exc
 
     async def set_status(self, run_ids: Sequence[str], status: str) -> None:
-        # An ending forgets the caller's credentials (``input``), as a stored ending does.
-        forget = "" if status in UNFINISHED else ", input = NULL, checkpoint = NULL"
+        # An ending is an ending however it is written: it forgets the caller's credentials
+        # (``input``) and records when the run ended — once, the first ending's time — as a
+        # stored ending does, so the retention pass finds it (``storage.stores.retention``).
+        ended = f"COALESCE(finished_at, {self.sql.dialect.now})"
+        ending = "" if status in NOT_ENDED else f", input = NULL, checkpoint = NULL, finished_at = {ended}"
         statements: list[Statement] = [
-            (f"UPDATE runs SET status = ?{forget} WHERE id IN ({self.sql.dialect.marks(len(c))})", (status, *c))
+            (f"UPDATE runs SET status = ?{ending} WHERE id IN ({self.sql.dialect.marks(len(c))})", (status, *c))
             for c in _chunks(list(run_ids))
         ]
         if statements:

@@ -26,8 +26,9 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: answers they got wrong), so they say how answers fare on questions the method was not
 #: built on; "unseen" was written after round 4 and first measured then (round 5 read its
 #: answers); "last" was written after round 5 and measured once, untouched (round 6 read
-#: every set's misses, "last" included); "round6" was written after round 6 and measured once.
-SETS = ("original", "held_out", "fresh", "final", "unseen", "last", "round6")
+#: every set's misses, "last" included); "round6" was written after round 6 and measured once
+#: (round 7 read it); "round8" was written after round 8's change and measured once.
+SETS = ("original", "held_out", "fresh", "final", "unseen", "last", "round6", "round8")
 
 
 def load_questions(held_out: bool = False, name: str | None = None) -> dict[str, list[dict[str, str]]]:
