@@ -11,13 +11,11 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from prometheus_client import Gauge
-from sse_starlette import EventSourceResponse
-from sse_starlette.sse import AppStatus
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -32,6 +30,7 @@ from app.server.bounds import MAX_JSON_DEPTH, MAX_SAFE_INTEGER, check_json, pars
 from app.server.chat_request import parse_chat_input
 from app.server.context_scope import check_bucket_scope
 from app.server.problems import HTTPProblem, ORJSONResponse
+from app.server.sse_response import SSEResponse
 from events import Heartbeat
 from storage.errors import (
     ConversationBusy,
@@ -221,11 +220,6 @@ async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str
         ) from None
 
 
-def server_stopping() -> bool:
-    """True once uvicorn received SIGTERM/SIGINT (sse-starlette records it to drain streams)."""
-    return bool(AppStatus.should_exit)
-
-
 RETRY_FIELD = b"retry: %d\n" % RETRY_MS
 
 
@@ -266,7 +260,7 @@ def _on_leave(svc: Services, cancel_on_exit: bool) -> Callable[[Run], None] | No
         # finishes (up to the shutdown deadline) into the durable log, and the client
         # resumes it from the next process with Last-Event-ID.
         # A run parked for an approval is no longer this process's: nothing to cancel.
-        if not run.finished and not run.parked and run.task is not None and not server_stopping():
+        if not run.finished and not run.parked and run.task is not None and not svc.streams.stopping:
             _cancel_unless_reattached(run, svc.settings.chat_reattach_s)
 
     return left
@@ -303,18 +297,13 @@ async def native_frames(batches: Batches) -> AsyncIterator[bytes]:
             yield frame
 
 
-def sse(content: AsyncIterator[bytes], svc: Services, headers: Mapping[str, str] | None = None) -> EventSourceResponse:
+def sse(content: AsyncIterator[bytes], svc: Services, headers: Mapping[str, str] | None = None) -> SSEResponse:
     """Every SSE response of the app (native, OpenAI-compatible, AI SDK): unbuffered through
     proxies, and counted in ``agentchat_open_streams`` while it is being written."""
-    # ping=0: sse-starlette's pings are comment-only frames; ours ride in the heartbeat.
-    return EventSourceResponse(
-        _counted(content, svc.metrics.open_streams),
-        ping=0,
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
-    )
+    return SSEResponse(_counted(content, svc.metrics.open_streams), svc.streams, headers)
 
 
-async def _counted(content: AsyncIterator[bytes], gauge: Gauge) -> AsyncIterator[bytes]:
+async def _counted(content: AsyncIterator[bytes], gauge: Gauge) -> AsyncGenerator[bytes, None]:
     gauge.inc()
     try:
         async for chunk in content:

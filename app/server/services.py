@@ -23,6 +23,7 @@ from app.runs.manager import RunManager
 from app.runs.remote import RemoteRuns
 from app.server.auth import Authenticator
 from app.server.limits import Admission
+from app.server.sse_response import LiveStreams
 from llm.provider import Provider
 from storage.interfaces import ConversationStore, RunStore, StorageBundle, ToolCallLog
 
@@ -48,6 +49,8 @@ class Services:
     limits: Admission
     metrics: AppMetrics = field(default_factory=AppMetrics)
     rooms: Rooms = field(default_factory=Rooms)
+    #: The open SSE responses, ended together when the server stops.
+    streams: LiveStreams = field(default_factory=LiveStreams)
     background: list[asyncio.Task[Any]] = field(default_factory=list)
     #: Followers of runs executing on other replicas (engines with a run feed only).
     remote: RemoteRuns | None = None

@@ -1,0 +1,106 @@
+"""app/server/sse_response.py over a real uvicorn server: frames written verbatim with the
+SSE headers, the follower released as soon as the client leaves (even while idle), every
+live stream ended (incomplete, so clients resume) when the server stops, HEAD without a stream."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.routing import Route
+
+from app.server.sse_response import LiveStreams, SSEResponse
+from tests.support.server import serve_app
+
+FRAMES = [b"retry: 1000\nid: 1\nevent: a\ndata: {}\n\n", b'id: 2\nevent: b\ndata: {"x":1}\n\n']
+
+
+class Source:
+    """Yields ``FRAMES`` and then, unless ``finite``, waits forever (an idle follower);
+    records whether it started and when its ``finally`` ran."""
+
+    def __init__(self, *, finite: bool) -> None:
+        self.finite = finite
+        self.started = False
+        self.closed = asyncio.Event()
+
+    async def frames(self) -> AsyncGenerator[bytes, None]:
+        self.started = True
+        try:
+            for frame in FRAMES:
+                yield frame
+            if not self.finite:
+                await asyncio.Event().wait()
+        finally:
+            self.closed.set()
+
+
+def app_for(source: Source, live: LiveStreams) -> Starlette:
+    async def stream(request: Request) -> SSEResponse:
+        return SSEResponse(source.frames(), live, {"X-Run-Id": "run_1"})
+
+    return Starlette(routes=[Route("/s", stream, methods=["GET", "POST"])])
+
+
+@pytest.mark.asyncio
+async def test_frames_verbatim_with_sse_headers_and_a_clean_end() -> None:
+    source = Source(finite=True)
+    async with serve_app(app_for(source, LiveStreams()), lifespan="off") as url, httpx.AsyncClient() as client:
+        resp = await client.post(f"{url}/s")
+    assert resp.status_code == 200
+    assert resp.content == b"".join(FRAMES)
+    assert resp.headers["content-type"] == "text/event-stream; charset=utf-8"
+    assert resp.headers["cache-control"] == "no-cache"
+    assert resp.headers["x-accel-buffering"] == "no"
+    assert resp.headers["x-run-id"] == "run_1"
+    assert source.closed.is_set()
+
+
+@pytest.mark.asyncio
+async def test_client_leaving_an_idle_stream_releases_the_follower() -> None:
+    source, live = Source(finite=False), LiveStreams()
+    async with serve_app(app_for(source, live), lifespan="off") as url, httpx.AsyncClient() as client:
+        async with client.stream("POST", f"{url}/s") as resp:
+            got = b""
+            async for chunk in resp.aiter_bytes():
+                got += chunk
+                if got == b"".join(FRAMES):
+                    break
+        # The stream is idle (no frame will come): only the disconnect can end it.
+        await asyncio.wait_for(source.closed.wait(), 10)
+        while live._ends:  # the response has left the registry
+            await asyncio.sleep(0.01)
+
+
+@pytest.mark.asyncio
+async def test_server_stopping_ends_live_streams_incomplete() -> None:
+    source, stopping = Source(finite=False), asyncio.Event()
+    live = LiveStreams(exiting=stopping.is_set)
+    async with serve_app(app_for(source, live), lifespan="off") as url, httpx.AsyncClient() as client:
+        async with client.stream("POST", f"{url}/s") as resp:
+            it = resp.aiter_bytes()
+            got = b""
+            while got != b"".join(FRAMES):
+                got += await anext(it)
+            assert not live.stopping
+            stopping.set()
+            # No terminating chunk: the client sees an interrupted stream, not a finished one.
+            with pytest.raises(httpx.RemoteProtocolError):
+                async for _ in it:
+                    pass
+        assert source.closed.is_set()
+        assert live.stopping
+
+
+@pytest.mark.asyncio
+async def test_head_answers_the_headers_without_starting_the_stream() -> None:
+    source = Source(finite=False)
+    async with serve_app(app_for(source, LiveStreams()), lifespan="off") as url, httpx.AsyncClient() as client:
+        resp = await client.head(f"{url}/s")
+    assert resp.status_code == 200
+    assert resp.headers["content-type"] == "text/event-stream; charset=utf-8"
+    assert not source.started
