@@ -146,7 +146,9 @@ class McpConnection:
         protocol error, and whatever the transport raises when the server dies mid-call
         (the connection is then marked lost, and the supervisor reconnects)."""
         client = self._client
-        if client is None or self.state != "up":
+        # A client is set only while connected ("connecting" for the moment its tools are
+        # being put in the catalog, then "up"); a lost or closed server has none.
+        if client is None or self.state in ("down", "closed"):
             why = f": {self.last_error}" if self.last_error else ""
             raise McpUnavailable(f"MCP server {self.name!r} is {self.state}{why}")
         try:
@@ -205,12 +207,14 @@ class McpConnection:
             self._client = client
             self.protocol_version = client.protocol_version
             self.server_name = client.server_info.name if client.server_info else None
+            # Its tools are in the catalog before it reads "up": whoever sees "up" on
+            # /readyz (a person, a probe, a test) finds them registered.
+            await self._report(tools)
             self.state, self.failures, self.last_error, self.next_retry_at = "up", 0, None, None
             self.connects += 1
             self.first_attempt.set()
             log.info("MCP server connected", extra={
                 "mcp_server": self.name, "protocol": self.protocol_version, "tools": len(tools)})
-            await self._report(tools)
             watchers: list[asyncio.Task[None]] = []
             if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
                 watchers.append(asyncio.create_task(self._listen(client), name=f"mcp-listen:{self.name}"))
