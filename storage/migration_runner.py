@@ -19,6 +19,16 @@ from dataclasses import dataclass
 
 VERSION_TABLE = "schema_version"
 
+#: Step 20 on both engines (portable SQL). Issue 25: runs ended by a bare status write
+#: (a run found ended at recovery) had no ``finished_at``, so the retention pass never
+#: compacted them. Their true end is not stored anywhere (events carry no time); the
+#: run's start (else its admission) stands in. Earlier than the true end, it only lets
+#: compaction come sooner, and compaction keeps replay's text (``storage.event_folding``).
+RUN_ENDINGS_BACKFILL: tuple[str, ...] = (
+    "UPDATE runs SET finished_at = COALESCE(started_at, created_at) WHERE finished_at IS NULL "
+    "AND status NOT IN ('queued', 'running', 'interrupted', 'waiting_approval')",
+)
+
 #: Each step's name, as recorded in the version table (same text on both engines).
 STEP_NAMES: Mapping[int, str] = {
     1: "conversations, runs, tool calls, drafts, keywords, external results, knowledge base",

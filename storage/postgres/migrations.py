@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator
 
 import psycopg
 
-from storage.migration_runner import VERSION_TABLE, Migration, MigrationRunner, numbered
+from storage.migration_runner import RUN_ENDINGS_BACKFILL, VERSION_TABLE, Migration, MigrationRunner, numbered
 
 #: ``pg_advisory_lock`` key of the migration runner ("agentchat" as an int64).
 MIGRATION_LOCK = 0x6167656E74636861
@@ -529,15 +529,6 @@ _KB_POSTINGS_DEFERRABLE = (
         END $$""",
 )
 
-# Issue 25: runs ended by a bare status write (a run found ended at recovery) had no
-# ``finished_at``, so the retention pass never compacted them. Their true end is not
-# stored anywhere (events carry no time); the run's start (else its admission) stands in.
-# Earlier than the true end, it only lets compaction come sooner, and compaction keeps
-# replay's text (``storage.event_folding``).
-_RUN_ENDINGS = (
-    "UPDATE runs SET finished_at = COALESCE(started_at, created_at) WHERE finished_at IS NULL "
-    "AND status NOT IN ('queued', 'running', 'interrupted', 'waiting_approval')",
-)
 
 MIGRATIONS: tuple[Migration, ...] = numbered(
     {
@@ -560,7 +551,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         17: _ISSUE_25,
         18: _KB_POSTINGS,
         19: _KB_POSTINGS_DEFERRABLE,
-        20: _RUN_ENDINGS,
+        20: RUN_ENDINGS_BACKFILL,
     },
 )
 

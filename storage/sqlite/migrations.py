@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 
 import aiosqlite
 
-from storage.migration_runner import VERSION_TABLE, Migration, MigrationRunner, numbered
+from storage.migration_runner import RUN_ENDINGS_BACKFILL, VERSION_TABLE, Migration, MigrationRunner, numbered
 
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
@@ -415,15 +415,6 @@ _ISSUE_25 = (
     "WHERE finished_at IS NOT NULL AND events_compacted_at IS NULL",
 )
 
-# Issue 25: runs ended by a bare status write (a run found ended at recovery) had no
-# ``finished_at``, so the retention pass never compacted them. Their true end is not
-# stored anywhere (events carry no time); the run's start (else its admission) stands in.
-# Earlier than the true end, it only lets compaction come sooner, and compaction keeps
-# replay's text (``storage.event_folding``).
-_RUN_ENDINGS = (
-    "UPDATE runs SET finished_at = COALESCE(started_at, created_at) WHERE finished_at IS NULL "
-    "AND status NOT IN ('queued', 'running', 'interrupted', 'waiting_approval')",
-)
 
 MIGRATIONS: tuple[Migration, ...] = numbered(
     {
@@ -448,7 +439,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         17: _ISSUE_25,
         18: (),  # PostgreSQL's postings for full-text top-k; FTS5 ranks on its own index
         19: (),  # PostgreSQL's bulk loads post their chunks set-wise
-        20: _RUN_ENDINGS,
+        20: RUN_ENDINGS_BACKFILL,
     }, rebuilds=frozenset({15, 16}),
 )
 
