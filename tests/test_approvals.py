@@ -12,6 +12,7 @@ the decision's answer carries the ``stream_url`` that follows the run on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -114,13 +115,14 @@ def settings_for(tmp: Path, ollama_url: str, desk_url: str, **extra: str) -> Set
     })
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
-    tmp = tmp_path_factory.mktemp("approvals")
+@contextlib.asynccontextmanager
+async def desk_world(tmp: Path, **extra: str) -> AsyncIterator[World]:
+    """A served app (JWT users, ``settings_for(**extra)``) over a fake Ollama and the MCP
+    desk server, yielded once the desk's ``cancel_order`` is in the catalog."""
     desk_server, desk = build_server("desk")
     fake = FakeOllama([])
     async with running_fake(desk_server.streamable_http_app()) as desk_url, running_fake(fake.app) as ollama_url:
-        settings = settings_for(tmp, ollama_url, desk_url)
+        settings = settings_for(tmp, ollama_url, desk_url, **extra)
         provider = OllamaProvider(ollama_url, "llama3.2", timeout=30)
         async with running_app(settings, provider=provider) as (base, app):
             registry = app.state.services.agent.registry
@@ -128,6 +130,12 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
                 while "cancel_order" not in registry:
                     await asyncio.sleep(0.05)
             yield World(base, app, fake, desk)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
+    async with desk_world(tmp_path_factory.mktemp("approvals")) as w:
+        yield w
 
 
 async def test_the_destructive_tool_needs_approval_and_the_read_only_one_does_not(world: World) -> None:
@@ -247,53 +255,34 @@ async def test_a_parked_run_can_be_cancelled(world: World) -> None:
 
 
 async def test_an_undecided_approval_expires_and_the_run_ends_cancelled(tmp_path: Path) -> None:
-    desk_server, desk = build_server("desk")
-    fake = FakeOllama([])
-    async with running_fake(desk_server.streamable_http_app()) as desk_url, running_fake(fake.app) as ollama_url:
-        settings = settings_for(tmp_path, ollama_url, desk_url, AGENT_APPROVAL_TTL_S="0.5")
-        provider = OllamaProvider(ollama_url, "llama3.2", timeout=30)
-        async with running_app(settings, provider=provider) as (base, app):
-            registry = app.state.services.agent.registry
-            async with asyncio.timeout(60):
-                while "cancel_order" not in registry:
-                    await asyncio.sleep(0.05)
-            w = World(base, app, fake, desk)
-            events = await w.start([cancel_call])
-            parked(events)
-            run_id = events[0].json()["run_id"]
-            async with asyncio.timeout(30):
-                while await w.status(run_id) != "cancelled":
-                    await asyncio.sleep(0.05)
-            async with httpx.AsyncClient(timeout=30, headers=ALICE) as client:
-                rest = await collect_sse(client, "GET", f"{base}/v1/agent/runs/{run_id}/events")
-            names = [e.event for e in rest]
-            assert names.count("message_complete") == 1 and rest[-1].json()["status"] == "cancelled"
-            error = next(e.json() for e in rest if e.event == "error")
-            assert error["code"] == "approval_expired"
-            assert w.cancels() == []
-            async with httpx.AsyncClient(timeout=30) as client:
-                metrics = (await client.get(f"{base}/metrics")).text
-            assert "agentchat_approvals_expired_total 1.0" in metrics
+    async with desk_world(tmp_path, AGENT_APPROVAL_TTL_S="0.5") as w:
+        base = w.base
+        events = await w.start([cancel_call])
+        parked(events)
+        run_id = events[0].json()["run_id"]
+        async with asyncio.timeout(30):
+            while await w.status(run_id) != "cancelled":
+                await asyncio.sleep(0.05)
+        async with httpx.AsyncClient(timeout=30, headers=ALICE) as client:
+            rest = await collect_sse(client, "GET", f"{base}/v1/agent/runs/{run_id}/events")
+        names = [e.event for e in rest]
+        assert names.count("message_complete") == 1 and rest[-1].json()["status"] == "cancelled"
+        error = next(e.json() for e in rest if e.event == "error")
+        assert error["code"] == "approval_expired"
+        assert w.cancels() == []
+        async with httpx.AsyncClient(timeout=30) as client:
+            metrics = (await client.get(f"{base}/metrics")).text
+        assert "agentchat_approvals_expired_total 1.0" in metrics
 
 
 async def test_a_waiting_run_takes_no_live_run_slot_and_no_place_in_the_users_cap(tmp_path: Path) -> None:
     """With one live run per replica and one unfinished run per user, a second question
     (another conversation) is admitted while the first run waits for a decision."""
-    desk_server, desk = build_server("desk")
-    fake = FakeOllama([])
-    async with running_fake(desk_server.streamable_http_app()) as desk_url, running_fake(fake.app) as ollama_url:
-        settings = settings_for(tmp_path, ollama_url, desk_url, AGENT_MAX_LIVE_RUNS="1", AGENT_MAX_RUNS_PER_USER="1")
-        provider = OllamaProvider(ollama_url, "llama3.2", timeout=30)
-        async with running_app(settings, provider=provider) as (base, app):
-            registry = app.state.services.agent.registry
-            async with asyncio.timeout(60):
-                while "cancel_order" not in registry:
-                    await asyncio.sleep(0.05)
-            w = World(base, app, fake, desk)
-            first = parked(await w.start([cancel_call]))
-            second = parked(await w.start([cancel_call]))  # admitted: neither 429 nor 503
-            assert first["tool_use_id"] and second["tool_use_id"]
-            assert app.state.services.runs.active() == []
+    async with desk_world(tmp_path, AGENT_MAX_LIVE_RUNS="1", AGENT_MAX_RUNS_PER_USER="1") as w:
+        first = parked(await w.start([cancel_call]))
+        second = parked(await w.start([cancel_call]))  # admitted: neither 429 nor 503
+        assert first["tool_use_id"] and second["tool_use_id"]
+        assert w.app.state.services.runs.active() == []
 
 
 async def test_a_later_run_of_the_conversation_waits_for_the_waiting_run_to_end(world: World) -> None:
@@ -339,19 +328,12 @@ async def test_agent_approval_tools_none_or_a_list_replaces_the_default(tmp_path
         ("none", cancel_call, False),
         ("lookup_order", lambda body: [ToolCall("lookup_order", {"order_id": "ORD-1234"})], True),
     ):
-        desk_server, desk = build_server("desk")
-        fake = FakeOllama([])
-        async with running_fake(desk_server.streamable_http_app()) as desk_url, running_fake(fake.app) as ollama:
-            settings = settings_for(tmp_path / value, ollama, desk_url, AGENT_APPROVAL_TOOLS=value)
-            provider = OllamaProvider(ollama, "llama3.2", timeout=30)
-            async with running_app(settings, provider=provider) as (base, app):
-                registry = app.state.services.agent.registry
-                async with asyncio.timeout(60):
-                    while "cancel_order" not in registry:
-                        await asyncio.sleep(0.05)
-                assert registry.spec("cancel_order").needs_approval is False
-                assert registry.spec("lookup_order").needs_approval is waits
-                events = await World(base, app, fake, desk).start([tool_call, say("Done.")])
+        async with desk_world(tmp_path / value, AGENT_APPROVAL_TOOLS=value) as w:
+            registry = w.app.state.services.agent.registry
+            assert registry.spec("cancel_order").needs_approval is False
+            assert registry.spec("lookup_order").needs_approval is waits
+            events = await w.start([tool_call, say("Done.")])
+        desk = w.desk
         names = [e.event for e in events]
         if waits:
             assert names[-1] == "approval_required" and desk.calls == []
