@@ -6,6 +6,8 @@ sentence said twice (``new_sentences``) and the citation (``cite``).
 
 from __future__ import annotations
 
+import re
+
 from llm.extractive_question import WORD as _WORD
 from llm.extractive_question import Question
 from llm.extractive_question import stems as _stems
@@ -101,6 +103,44 @@ def with_synopsis(read: Read, unit: Unit, pieces: list[str], question: Question)
     return [*pieces, shown] if shown and len(shown) <= FOLLOWING_CODE_CHARS else pieces
 
 
+#: A list item that names a subcommand: "verify: Verify the contents of the cache …".
+_SUBCOMMAND_ITEM = re.compile(r"^[`*_]*(?P<label>[a-z][a-z0-9-]*)[`*_]*\s*:\s")
+#: At most this many lines of a synopsis show one subcommand.
+MAX_COMMAND_LINES = 3
+
+
+def with_command_line(reads: list[Read], read: Read, unit: Unit, pieces: list[str], question: Question) -> list[str]:
+    """A how-to question answered by an item of a page's list of subcommands ("verify:
+    Verify the contents of the cache folder …", under ``npm-cache``) gets the lines of
+    the page's synopsis that run that subcommand (``npm cache verify``), when the page's
+    opening passage is among those found: the item says what the subcommand does, the
+    synopsis how to type it. Nothing is added when the quote already names it."""
+    block = read.blocks[unit.block]
+    if not question.how_to or block.kind != "list" or unit.index < 0:
+        return pieces
+    label = _SUBCOMMAND_ITEM.match(item_body(block.units[unit.index]))
+    command = _WORD.findall(read.passage.title.casefold())
+    if label is None or not command:
+        return pieces
+    typed = [*command, label.group("label")]
+    if " ".join(typed) in " ".join(_WORD.findall(" ".join(pieces).casefold())):
+        return pieces
+    document = read.passage.source_id.split("#", 1)[0]
+    for other in reads:
+        if not other.first or other.passage.source_id.split("#", 1)[0] != document:
+            continue
+        opening = opening_block(other)
+        synopsis = next(
+            (b for i, b in enumerate(other.blocks) if b.kind == "code" and (opening < 0 or i < opening)), None
+        )
+        if synopsis is None:
+            continue
+        lines = [line for line in synopsis.text.split("\n") if _WORD.findall(line.casefold())[: len(typed)] == typed]
+        if lines and len(lines) <= MAX_COMMAND_LINES:
+            return [*pieces, "```bash\n" + "\n".join(lines) + "\n```"]
+    return pieces
+
+
 def with_heading(read: Read, unit: Unit, pieces: list[str]) -> list[str]:
     """A section quoted from its start keeps its heading when the heading says something
     the paragraph does not ("The answers come from the extractive provider" over "No
@@ -183,6 +223,7 @@ __all__ = [
     "is_verbatim",
     "new_sentences",
     "window",
+    "with_command_line",
     "with_heading",
     "with_synopsis",
 ]
