@@ -34,8 +34,9 @@ MIN_HEADING_WORDS = 3
 _REFERRING = frozenset("this that these those it its they their such then so".split())
 
 
-def window(read: Read, unit: Unit) -> list[str]:
-    """The Markdown pieces quoted for a lead: its neighbours and what it introduces."""
+def window(read: Read, unit: Unit, *, lead: bool = True) -> list[str]:
+    """The Markdown pieces quoted for a lead: its neighbours and what it introduces
+    (``lead=False``: for a paragraph quoted after the page's summary, which leads)."""
     block = read.blocks[unit.block]
     if block.kind == "table" and unit.index >= 0:
         # One row under its header and rule: still a table a reader can read.
@@ -47,7 +48,8 @@ def window(read: Read, unit: Unit) -> list[str]:
         opening = opening_block(read)
         if opening < 0 or len(" ".join(read.blocks[opening].units)) > WHOLE_PARAGRAPH_CHARS:
             return [block.units[0]]
-        return [block.units[0], *window(read, Unit(unit.passage, opening, 0, read.blocks[opening].units[0], 0.0))]
+        first = Unit(unit.passage, opening, 0, read.blocks[opening].units[0], 0.0)
+        return [block.units[0], *window(read, first, lead=False)]
     pieces: list[str] = []
     if block.kind in ("list", "table"):
         intro = prev_block(read, unit.block)
@@ -69,15 +71,21 @@ def window(read: Read, unit: Unit) -> list[str]:
         if introduces(sentences[unit.index]):
             end = unit.index + 1
         chosen = list(range(start, end))
-    pieces.append(" ".join(sentences[i] for i in chosen))
     follower = next_block(read, unit.block)
     ends_paragraph = chosen[-1] == len(sentences) - 1
+    shown = ""
     if follower is not None and ends_paragraph:
-        shown = follower.markdown()
         introduced = introduces(sentences[chosen[-1]]) and follower.kind in ("list", "code", "table")
         limit = WHOLE_BLOCK_CHARS if introduced else FOLLOWING_CODE_CHARS if follower.kind == "code" else 0
-        if shown and len(shown) <= limit:
-            pieces.append(shown)
+        shown = follower.markdown() if len(follower.markdown()) <= limit else ""
+    if not shown and introduces(sentences[chosen[-1]]) and (chosen[-1] != unit.index or not lead):
+        # "… ensure the following requirements are met:" with no list after it here (the
+        # chunk ended there) is no sentence to end a quote on, unless it is the lead.
+        chosen = chosen[:-1]
+    if chosen:
+        pieces.append(" ".join(sentences[i] for i in chosen))
+    if shown and chosen:
+        pieces.append(shown)
     return pieces
 
 
@@ -88,7 +96,7 @@ def with_synopsis(read: Read, unit: Unit, pieces: list[str], question: Question)
     specified." answers "how do I open a subshell …" only with ``npm explore <pkg>``
     beside it, and "add: Add a new user as a maintainer of a package." (an item of
     ``npm-owner``'s description) only with ``npm owner add <user> <package-spec>``."""
-    if not question.how_to or not read.first:
+    if not question.how_to or not read.first or not pieces:
         return pieces
     command = " ".join(_WORD.findall(read.passage.title.casefold()))
     if command and command in " ".join(_WORD.findall(" ".join(pieces).casefold())):
@@ -116,7 +124,7 @@ def with_command_line(reads: list[Read], read: Read, unit: Unit, pieces: list[st
     opening passage is among those found: the item says what the subcommand does, the
     synopsis how to type it. Nothing is added when the quote already names it."""
     block = read.blocks[unit.block]
-    if not question.how_to or block.kind != "list" or unit.index < 0:
+    if not question.how_to or block.kind != "list" or unit.index < 0 or not pieces:
         return pieces
     label = _SUBCOMMAND_ITEM.match(item_body(block.units[unit.index]))
     command = _WORD.findall(read.passage.title.casefold())
