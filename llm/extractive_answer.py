@@ -49,6 +49,7 @@ from llm.extractive_quote import window as _window
 from llm.extractive_quote import with_command_line as _with_command_line
 from llm.extractive_quote import with_heading as _with_heading
 from llm.extractive_quote import with_synopsis as _with_synopsis
+from llm.extractive_quote import with_syntax as _with_syntax
 from llm.extractive_read import Passage, sentence_key
 from llm.extractive_read import Read as _Read
 from llm.extractive_read import Unit as _Unit
@@ -302,6 +303,7 @@ def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[st
             continue  # a second passage adds another page's answer, not more of the first's
         quoted = _with_synopsis(read, unit, _with_heading(read, unit, _window(read, unit)), q)
         quoted = _with_command_line(reads, read, unit, quoted, q)
+        quoted = _with_syntax(read, unit, quoted, q)
         pieces = _new_sentences(quoted, said.copy())
         size = sum(len(p) for p in pieces)
         if not pieces or (parts and length + size > MAX_ANSWER_CHARS):

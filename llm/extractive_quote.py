@@ -149,6 +149,32 @@ def with_command_line(reads: list[Read], read: Read, unit: Unit, pieces: list[st
     return pieces
 
 
+#: A list item that is one code span and nothing else: a form to type (``<alias>@npm:<name>``).
+_CODE_ITEM = re.compile(r"^`[^`]+`$")
+
+
+def with_syntax(read: Read, unit: Unit, pieces: list[str], question: Question) -> list[str]:
+    """A how-to question answered by what a section says first gets the form the section
+    opens with, when it opens with one: under "Aliases", ``* `<alias>@npm:<name>```` is
+    what to write and the paragraph after it ("… this refers to a package by an alias")
+    explains it. The form is a code block or a short list of items that are code and
+    nothing else, between the section's heading and the paragraph quoted."""
+    if not question.how_to or not pieces or unit.block < 2 or read.blocks[unit.block].kind != "prose":
+        return pieces
+    form = read.blocks[unit.block - 1]
+    if read.blocks[unit.block - 2].kind != "heading" or not pieces[0].startswith(read.blocks[unit.block].units[0]):
+        return pieces
+    if form.kind == "list" and form.units and all(_CODE_ITEM.match(item_body(u).strip()) for u in form.units):
+        shown = form.markdown()
+    elif form.kind == "code":
+        shown = form.text
+    else:
+        return pieces
+    if not shown or len(shown) > FOLLOWING_CODE_CHARS or sentence_key(shown) in sentence_key(" ".join(pieces)):
+        return pieces
+    return [*pieces, shown]
+
+
 def with_heading(read: Read, unit: Unit, pieces: list[str]) -> list[str]:
     """A section quoted from its start keeps its heading when the heading says something
     the paragraph does not ("The answers come from the extractive provider" over "No
@@ -234,4 +260,5 @@ __all__ = [
     "with_command_line",
     "with_heading",
     "with_synopsis",
+    "with_syntax",
 ]
