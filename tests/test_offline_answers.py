@@ -149,6 +149,7 @@ from tests.conftest import collect_sse, running_app
 from tests.support.offline_answers import (
     SETS,
     carries,
+    dangling_openings,
     fragments,
     load_questions,
     npm_docs,
@@ -215,6 +216,7 @@ def judge(results: list[dict[str, Any]], floor: float) -> None:
     for r in results:
         assert repeated_sentences(r["answer"]) == [], (r["question"], r["answer"])
         assert fragments(r["answer"]) == [], (r["question"], r["answer"])
+        assert dangling_openings(r["answer"]) == [], (r["question"], r["answer"])
         # One page is cited from one file: never as its .md and its .html copy.
         files = {s["location"] for s in r["sources"] if s.get("location")}
         assert len({f.rsplit(".", 1)[0].rsplit("/", 1)[-1] for f in files}) == len(files), r["sources"]

@@ -107,5 +107,32 @@ def fragments(answer: str) -> list[str]:
     return out
 
 
+#: Words a sentence opens with when it refers back to something said before it.
+_REFERRING = frozenset("this these those it its they their such".split())
+_LABEL = re.compile(r"^\*\*[^*]+\*\*\s+")  # a section heading quoted as a label: "**Heading.** …"
+_CITED = re.compile(r"\[[A-Za-z0-9][\w.:#/@\-]*\]\s*$")
+
+
+def dangling_openings(answer: str) -> list[str]:
+    """Quotes that open with a sentence referring back to text not shown ("This resulted
+    in some shifts in its functionality:", "It is always the last event."): the reader
+    never saw what "this" or "it" is. A quote opens with the paragraph that carries its
+    citation (``llm.extractive_quote.cite``); a section heading before it is a label and
+    does not count as the sentence."""
+    out: list[str] = []
+    in_code = False
+    for line in answer.split("\n"):
+        if line.strip().startswith(("```", "~~~")):
+            in_code = not in_code
+            continue
+        if in_code or _ITEM.match(line) or line.lstrip().startswith("|") or not _CITED.search(line):
+            continue
+        text = _LABEL.sub("", line.strip())
+        first = _MARKS.sub("", text.split(" ", 1)[0]).strip("\"'(").casefold()
+        if first in _REFERRING:
+            out.append(line)
+    return out
+
+
 def response_of(events: list[Any]) -> dict[str, Any]:
     return next(e.json() for e in events if e.event == "response")
