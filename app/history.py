@@ -32,6 +32,11 @@ TITLE_CHARS = 60
 #: The model's title call: at most this long, this many tokens.
 TITLE_TIMEOUT_S = 15.0
 TITLE_MAX_TOKENS = 32
+#: The model's reply is read up to this many characters, or to the end of its first
+#: non-empty line, whichever comes first: a title is that line cut to ``TITLE_CHARS``,
+#: so the rest of a model that ignores ``max_tokens`` (or rambles on) is never read —
+#: each run's title call would otherwise cost as much as its answer (issue 23).
+TITLE_READ_CHARS = 4 * TITLE_CHARS
 TITLE_PROMPT = (
     "You write titles for chat conversations. Reply with a title of at most six words for a "
     "conversation that starts with the user's message below. Reply with the title only: no quotes, "
@@ -130,6 +135,8 @@ class Titler:
                     async for event in stream:
                         if isinstance(event, ContentDelta):
                             parts.append(event.text)
+                            if _title_read(parts):
+                                break
                         elif isinstance(event, StreamError):
                             log.info(
                                 "title model call failed; using the question's words",
@@ -148,6 +155,16 @@ class Titler:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _title_read(parts: list[str]) -> bool:
+    """Whether the reply so far holds all ``clean_model_title`` can use: a complete
+    non-empty first line, or ``TITLE_READ_CHARS`` characters."""
+    text = "".join(parts)
+    if len(text) >= TITLE_READ_CHARS:
+        return True
+    line, newline, _ = text.lstrip().partition("\n")
+    return bool(newline and line.strip())
 
 
 def with_titles(agent: Callable[..., Awaitable[None]], titler: Titler) -> Callable[..., Awaitable[None]]:
