@@ -200,6 +200,7 @@ class RunManager:
         )
         run = self._new_run(run_id, conversation_id, caller.user_id, chat.context_type)
         run.question = chat.message
+        run.new_conversation = chat.conversation_id is None
         note_run(run_id, conversation_id)  # the request's log lines name the run from here on
         earlier = self._live_in(caller.user_id, conversation_id)
         here = {r.id for r in self._by_conversation.get((caller.user_id, conversation_id), [])}
