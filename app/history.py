@@ -36,7 +36,7 @@ TITLE_MAX_TOKENS = 32
 #: non-empty line, whichever comes first: a title is that line cut to ``TITLE_CHARS``,
 #: so the rest of a model that ignores ``max_tokens`` (or rambles on) is never read —
 #: each run's title call would otherwise cost as much as its answer (issue 23).
-TITLE_READ_CHARS = 4 * TITLE_CHARS
+TITLE_READ_CHARS = 2 * TITLE_CHARS
 TITLE_PROMPT = (
     "You write titles for chat conversations. Reply with a title of at most six words for a "
     "conversation that starts with the user's message below. Reply with the title only: no quotes, "
