@@ -93,19 +93,22 @@ class Titler:
     timeout_s: float = TITLE_TIMEOUT_S
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
-    def after_run(self, user_id: str, conversation_id: str, question: str | None) -> None:
-        """Title the conversation in the background if it has no title yet."""
+    def after_run(self, user_id: str, conversation_id: str, question: str | None, *, new: bool = False) -> None:
+        """Title the conversation in the background if it has no title yet. ``new``: the
+        run created the conversation, so it is known to need one and the read that would
+        ask is skipped (``set_title_if_unset`` still keeps a title set meanwhile)."""
         if not question or not question.strip():
             return
-        task = asyncio.create_task(self._title(user_id, conversation_id, question), name="conversation-title")
+        task = asyncio.create_task(self._title(user_id, conversation_id, question, new), name="conversation-title")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _title(self, user_id: str, conversation_id: str, question: str) -> None:
+    async def _title(self, user_id: str, conversation_id: str, question: str, new: bool = False) -> None:
         try:
-            current = await self.history.conversation(user_id, conversation_id)
-            if current is None or current.title is not None:
-                return
+            if not new:
+                current = await self.history.conversation(user_id, conversation_id)
+                if current is None or current.title is not None:
+                    return
             title, source = "", "words"
             if self.provider is not None:
                 title = await self._ask_model(question)
@@ -177,7 +180,8 @@ def with_titles(agent: Callable[..., Awaitable[None]], titler: Titler) -> Callab
             await agent(run, *args, **kwargs)
         finally:
             question = getattr(run, "question", None)
-            titler.after_run(run.user_id, run.conversation_id, question if isinstance(question, str) else None)
+            titler.after_run(run.user_id, run.conversation_id, question if isinstance(question, str) else None,
+                             new=getattr(run, "new_conversation", False) is True)
 
     return run_then_title
 

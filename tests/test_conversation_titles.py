@@ -217,3 +217,32 @@ async def test_a_title_without_a_line_end_is_read_to_a_bound() -> None:
     assert store.title is not None and store.title.startswith("Resuming streams and then")
     assert len(store.title) <= 60
     assert model.closed and model.sent < 20
+
+
+class CountingConversation(OneConversation):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def conversation(self, user_id: str, conversation_id: str) -> ConversationSummary:
+        self.reads += 1
+        return await super().conversation(user_id, conversation_id)
+
+
+async def test_a_conversation_the_run_created_is_titled_without_a_read_and_a_title_set_meanwhile_stays() -> None:
+    """Issue 23: the run created the conversation, so the titler does not read it first;
+    a title set meanwhile (``PATCH``) is still never overwritten."""
+    store = CountingConversation()
+    model = RamblingModel(["Resuming streams\n"])
+    titler = Titler(store, HistoryMetrics(CollectorRegistry()), model)  # type: ignore[arg-type]
+    titler.after_run("alice", "c", "How do I resume a stream?", new=True)
+    await asyncio.gather(*titler._tasks)
+    assert store.title == "Resuming streams" and store.reads == 0
+    store.title = "Set by the user"
+    titler.after_run("alice", "c", "Another question", new=True)
+    await asyncio.gather(*titler._tasks)
+    assert store.title == "Set by the user"
+    asked = model.sent
+    titler.after_run("alice", "c", "A later run", new=False)  # reads, finds the title, asks no model
+    await asyncio.gather(*titler._tasks)
+    assert store.reads == 1 and store.title == "Set by the user" and model.sent == asked
