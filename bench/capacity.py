@@ -33,6 +33,14 @@ stack itself costs) and, with ``--before PATH``, the same service from another c
 "One replica holds" is the largest level whose p99 time to first token stays under
 ``--ttft-target-s`` (1 s).
 
+First, the **per-run start CPU** (``bench/_burst.py``; ``--burst N``, 300 by default, 0
+skips it, ``--only-burst`` does nothing else): bursts of ``N`` runs against a fake that
+answers one token, alternated between the variants, server CPU ÷ ``N`` — what a run
+costs apart from its tokens (admission, history, tool selection with the default
+offline embedder, prompt, checkpoints, first writes, the follower, the ending, the
+conversation's title). With ``--py-spy`` one more burst per server is sampled and split
+by phase (``bench/_pyspy.py``'s ``phases``).
+
 Run from the repository root:  .venv/bin/python bench/capacity.py [--levels 100,200]
 Writes bench/results/capacity.json.
 """
