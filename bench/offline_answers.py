@@ -5,7 +5,7 @@ Runs the default configuration (no model reachable: the extractive answerer, the
 hashing embedder) on a fresh database, ingests the npm documentation installed with npm
 through ``agentchat ingest``, asks tests/data/offline_questions.json in the knowledge
 context (the original set, tuned on, then the held-out, fresh, final, unseen, last,
-round6 and round8 sets, only measured) and writes bench/results/offline_answers.json;
+round6, round8 and round9 sets, only measured) and writes bench/results/offline_answers.json;
 ``--show`` prints every answer to read.
 
     .venv/bin/python bench/offline_answers.py [--show]

@@ -27,8 +27,9 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: built on; "unseen" was written after round 4 and first measured then (round 5 read its
 #: answers); "last" was written after round 5 and measured once, untouched (round 6 read
 #: every set's misses, "last" included); "round6" was written after round 6 and measured once
-#: (round 7 read it); "round8" was written after round 8's change and measured once.
-SETS = ("original", "held_out", "fresh", "final", "unseen", "last", "round6", "round8")
+#: (round 7 read it); "round8" was written after round 8's change and measured once;
+#: "round9" (10 + 10) was written after round 9's answerer changes and measured once.
+SETS = ("original", "held_out", "fresh", "final", "unseen", "last", "round6", "round8", "round9")
 
 
 def load_questions(held_out: bool = False, name: str | None = None) -> dict[str, list[dict[str, str]]]:
