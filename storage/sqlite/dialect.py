@@ -90,7 +90,8 @@ class SqliteSql(SqlEngine):
         event loop is busy. A caller cancelled before its group starts stores nothing."""
         fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._plans.append((make, fut))
-        if self._grouping is None or self._grouping.done():
+        running = self._grouping
+        if running is None or running.done() or running.get_loop() is not fut.get_loop():
             self._grouping = asyncio.create_task(self._run_groups(), name="sqlite-plan-groups")
         return await fut
 
