@@ -104,16 +104,16 @@ class SqliteSql(SqlEngine):
             makes = [make for make, _ in group]
             try:
                 outcomes = await self.db.transact_sync(functools.partial(run_plans_sync, makes=makes))
-            except BaseException as exc:  # the group's transaction failed: every plan in it did
+            except Exception as exc:  # the group's transaction failed: every plan in it did
                 for _, fut in group:
                     if not fut.done():
-                        fut.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
-                if not isinstance(exc, Exception):
-                    for _, fut in self._plans:
-                        fut.cancel()
-                    self._plans = []
-                    raise
+                        fut.set_exception(exc)
                 continue
+            except BaseException:  # this task cancelled (the loop shutting down): so are its callers
+                for _, fut in [*group, *self._plans]:
+                    fut.cancel()
+                self._plans = []
+                raise
             self.plan_groups += 1
             self.plans_grouped += len(group)
             for (_, fut), (ok, value) in zip(group, outcomes, strict=True):

@@ -17,10 +17,18 @@ from tests.support.storage import opened_storage
 CAP = 8
 
 
-def new_run(run_id: str, *, conv: str | None = None, user: str = "alice", cap: int | None = CAP,
-            multitask: str = "enqueue") -> NewRun:
-    return NewRun(run_id, conv or f"c-{run_id}", user, "workflow", orjson.dumps({"message": run_id}),
-                  multitask=multitask, max_unfinished_per_user=cap)  # type: ignore[arg-type]
+def new_run(
+    run_id: str, *, conv: str | None = None, user: str = "alice", cap: int | None = CAP, multitask: str = "enqueue"
+) -> NewRun:
+    return NewRun(
+        run_id,
+        conv or f"c-{run_id}",
+        user,
+        "workflow",
+        orjson.dumps({"message": run_id}),
+        multitask=multitask,
+        max_unfinished_per_user=cap,
+    )  # type: ignore[arg-type]
 
 
 async def test_a_burst_of_admissions_is_few_transactions_and_the_cap_holds(tmp_path: Path) -> None:
@@ -65,3 +73,17 @@ async def test_a_caller_cancelled_before_its_group_stores_nothing(tmp_path: Path
         await asyncio.gather(dropped, return_exceptions=True)
         assert dropped.cancelled()
         assert await storage.runs.get("kept") is not None and await storage.runs.get("dropped") is None
+
+
+async def test_a_failed_group_fails_every_plan_in_it_loudly(tmp_path: Path) -> None:
+    """The group's transaction cannot run (the storage was closed): each caller hears it,
+    none waits forever."""
+    async with opened_storage(tmp_path / "groups.db") as storage:
+        await storage.close()
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(
+                *(storage.runs.create(new_run(f"r{i}", cap=None)) for i in range(3)), return_exceptions=True
+            ),
+            30,
+        )
+        assert all(isinstance(o, Exception) for o in outcomes), outcomes
