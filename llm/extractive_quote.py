@@ -56,7 +56,9 @@ def window(read: Read, unit: Unit, *, lead: bool = True) -> list[str]:
         whole = block.markdown()
         introduced = intro is not None and intro.kind == "prose" and bool(intro.units) and introduces(intro.units[-1])
         if unit.index == -1 or (introduced and len(whole) <= WHOLE_BLOCK_CHARS):
-            return [intro.units[-1], whole] if introduced and intro is not None else [whole]
+            if not introduced or intro is None:
+                return [whole]
+            return [*_introduction(read, unit.block - 1, lead), whole]
         return [item_body(block.units[unit.index])]  # one item alone is not a list
     sentences = block.units
     paragraph = " ".join(sentences)
@@ -64,13 +66,22 @@ def window(read: Read, unit: Unit, *, lead: bool = True) -> list[str]:
         chosen = list(range(len(sentences)))
     else:
         start = unit.index
-        first_word = (sentences[start].split(" ", 1)[0]).casefold().strip("`*_\"'")
-        if start > 0 and first_word in _REFERRING:
+        while start > 0 and refers_back(sentences[start]):
             start -= 1
         end = min(len(sentences), unit.index + 2)
         if introduces(sentences[unit.index]):
             end = unit.index + 1
         chosen = list(range(start, end))
+    lead_in: list[str] = []
+    if lead and chosen and refers_back(sentences[chosen[0]]):
+        # "This command removes …" / "This resulted in some shifts …": what "this" is
+        # comes first, or the quote starts where a sentence says it itself.
+        lead_in = antecedent(read, unit.block)
+        if not lead_in:
+            while chosen and chosen[0] < unit.index and refers_back(sentences[chosen[0]]):
+                chosen = chosen[1:]
+            if not chosen or refers_back(sentences[chosen[0]]):
+                return []  # the lead itself points at what is not there: no quote
     follower = next_block(read, unit.block)
     ends_paragraph = chosen[-1] == len(sentences) - 1
     shown = ""
@@ -83,10 +94,51 @@ def window(read: Read, unit: Unit, *, lead: bool = True) -> list[str]:
         # chunk ended there) is no sentence to end a quote on, unless it is the lead.
         chosen = chosen[:-1]
     if chosen:
+        pieces.extend(lead_in)
         pieces.append(" ".join(sentences[i] for i in chosen))
     if shown and chosen:
         pieces.append(shown)
     return pieces
+
+
+def _introduction(read: Read, b: int, lead: bool) -> list[str]:
+    """The sentence introducing a list, with what it refers back to ("These are the
+    events:" after the sentence naming them); nothing when that is not in the passage
+    (the list is then quoted alone)."""
+    units = read.blocks[b].units
+    start = len(units) - 1
+    while start > 0 and refers_back(units[start]):
+        start -= 1
+    if not lead or not refers_back(units[start]):
+        return [" ".join(units[start:])] if lead else [units[-1]]
+    before = antecedent(read, b)
+    return [*before, " ".join(units[start:])] if before else []
+
+
+def refers_back(sentence: str) -> bool:
+    """The sentence opens with a word pointing at what came before it ("This …",
+    "These …", "It …", "They …")."""
+    first = sentence.lstrip("*_`\"'( ").split(" ", 1)[0]
+    return first.casefold().strip("`*_\"',:;") in _REFERRING
+
+
+def antecedent(read: Read, b: int) -> list[str]:
+    """What a paragraph opening with "This …" refers back to, when the passage holds it:
+    the sentences of the paragraph just before it, from the last one that does not
+    itself refer back; else, in a page's opening section, the page's one-line summary
+    ("Remove extraneous packages." before "This command removes …"). Nothing when the
+    passage holds neither (the chunk starts at that paragraph)."""
+    before = prev_block(read, b)
+    if before is not None and before.kind == "prose" and before.units:
+        start = len(before.units) - 1
+        while start > 0 and refers_back(before.units[start]):
+            start -= 1
+        if not refers_back(before.units[start]):
+            return [" ".join(before.units[start:])]
+    opening = opening_block(read)
+    if 0 <= read.summary < b and opening >= 0 and read.headings[b] == read.headings[opening]:
+        return [read.blocks[read.summary].units[0]]
+    return []
 
 
 def with_synopsis(read: Read, unit: Unit, pieces: list[str], question: Question) -> list[str]:

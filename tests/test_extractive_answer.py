@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from knowledge.duplicates import collapse_duplicates
 from llm.extractive_answer import Passage, compose_answer
-from tests.support.offline_answers import fragments, repeated_sentences
+from tests.support.offline_answers import dangling_openings, fragments, repeated_sentences
 
 MD = """### Description
 
@@ -127,10 +127,11 @@ def test_what_a_named_page_does_is_its_opening_with_what_it_introduces() -> None
     passages = [
         Passage("rebuild#1", "npm-rebuild", REBUILD_LATER, 0.8),
         Passage("rebuild#4", "npm-rebuild", REBUILD_OPTION, 0.7),
-        Passage("rebuild#0", "npm-rebuild", REBUILD_OPENING, 0.58),
+        Passage("rebuild#0", "npm-rebuild", REBUILD_OPENING, 0.58, "Rebuild a package"),
     ]
     answer, sources, _ = compose_answer("What does npm rebuild run?", passages)
-    assert answer.startswith("This command does the following:"), answer
+    # "This command …" comes after what names the command: the page's summary.
+    assert answer.startswith("Rebuild a package. [rebuild#0]\n\nThis command does the following:"), answer
     assert "1. Execute lifecycle scripts" in answer and sources[0] == "rebuild#0"
     assert repeated_sentences(answer) == [] and fragments(answer) == []
 
@@ -513,3 +514,28 @@ def test_a_quote_never_ends_on_an_introduction_without_its_list() -> None:
     answer, _, _ = compose_answer("What does npm trust do?", passages)
     assert "Manage trusted publishing relationships" in answer
     assert "requirements are met:" not in answer
+
+
+NPX_LATER = """This resulted in some shifts in its functionality:
+
+- Any `npm` config value may be provided.
+- The `--npm` option is removed. `npx` will always use the `npm` it ships with."""
+
+CONFIG_OPTION = """The location of user-level configuration settings.
+
+This may be overridden by the `npm_config_userconfig` environment variable or the `--userconfig` command line
+option, but may _not_ be overridden by settings in the `globalconfig` file."""
+
+
+def test_a_quote_never_opens_with_a_sentence_referring_to_text_not_shown() -> None:
+    # The chunk opens with "This resulted in …": what "this" is sits in the chunk before.
+    # The list is quoted alone rather than after a sentence the reader cannot place.
+    answer, _, _ = compose_answer("Which options does npx remove?", [Passage("npx#8", "npx", NPX_LATER, 0.6)])
+    assert "--npm" in answer and "This resulted" not in answer, answer
+    assert dangling_openings(answer) == [], answer
+    # The paragraph before is in the chunk: it comes first, so "this" has its referent.
+    answer, _, _ = compose_answer(
+        "What can override the userconfig environment variable?", [Passage("config#94", "config", CONFIG_OPTION, 0.6)]
+    )
+    assert answer.startswith("The location of user-level configuration settings. [config#94]\n\nThis may be"), answer
+    assert dangling_openings(answer) == [] and fragments(answer) == []

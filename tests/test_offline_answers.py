@@ -131,6 +131,31 @@ true``; "laid out in node_modules" / ``install-strategy``; "what can follow the 
 git URL" / developers' "tag, sha, or branch"). Two are the answerer's: the passage held
 ``AGENT_CORS_ORIGINS`` ("allowed browser origins") and the registry page's "two
 headers", and another sentence sharing more of the question's words was quoted.
+Round 10 (after reading round9's misses): a second, page-scoped read — once the first
+search has found the page, the answerer reads it again through ``search_text`` scoped to
+that document (``llm.extractive_page_read``: the question's words less the page's title,
+whose word every chunk of the page says), a tool call in the stream and the log like the
+first, so the chunk the three-chunks-per-page cap left out can be quoted (``npx``'s
+"passed directly to the executed command"); and a quote never opens with a sentence
+referring back to text not shown ("This command removes …" now follows the page's
+summary; "This resulted in some shifts in its functionality:" is not quoted) — the
+checks count such dangling openings: 18 over every set before (all npm: original 4,
+held_out 4, fresh 2, final 3, unseen 1, round6 1, round8 1, round9 2), 0 after.
+round9 npm 4/10 -> 5/10, nothing lost; held-out-style (held_out … round9) 117/134. The
+other round9 misses stay: dependency-selectors' ``.dev`` is on a page neither best nor
+named by the question ("selectors" is not "select"); three are in other words than the
+page's; ``AGENT_CORS_ORIGINS`` ("allowed browser origins", the question's "web page")
+and the registry's "two headers" (a section split across chunks: the chunk holding the
+sentence with its list has lost the heading the question names, and a later sentence
+sharing more of the question's words is quoted) are left, their causes named, not
+patched. A tenth set (``round10``, 10 + 10) written after these changes and committed
+before it was first asked: sample 10/10, npm 6/10 (80 %); held-out-style overall
+(held_out … round10) 133/154 = 86 %, short of 90 %. Its four npm misses are the
+answerer's this time, each fact among the passages: ``npm stage``'s "Staged publishing
+allows …" ranked second behind a row of its table; the Organizations page's "The super
+admin is the only person who can add users" fifth; ``npm install-scripts``' "EGLOBAL"
+sentence and ``npm set``'s synopsis behind passages of ``scripts`` and ``config`` that
+share more of the question's words.
 The floors below are the figures reached, so any lost answer fails.
 """
 
@@ -149,6 +174,7 @@ from tests.conftest import collect_sse, running_app
 from tests.support.offline_answers import (
     SETS,
     carries,
+    dangling_openings,
     fragments,
     load_questions,
     npm_docs,
@@ -167,7 +193,8 @@ FLOORS = {
     "last": {"sample": 0.87, "npm": 0.87},  # 7/8, 7/8: measured once, after round 5
     "round6": {"sample": 1.0, "npm": 1.0},  # 8/8, 8/8 (5/8 when measured once after round 6; 7/8 after round 8)
     "round8": {"sample": 1.0, "npm": 0.75},  # 8/8, 6/8 (5/8 when measured once after round 8)
-    "round9": {"sample": 0.9, "npm": 0.4},  # 9/10, 4/10: measured once, after round 9
+    "round9": {"sample": 0.9, "npm": 0.5},  # 9/10, 5/10 (4/10 when measured once after round 9)
+    "round10": {"sample": 1.0, "npm": 0.6},  # 10/10, 6/10: measured once, after round 10
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",
@@ -215,6 +242,7 @@ def judge(results: list[dict[str, Any]], floor: float) -> None:
     for r in results:
         assert repeated_sentences(r["answer"]) == [], (r["question"], r["answer"])
         assert fragments(r["answer"]) == [], (r["question"], r["answer"])
+        assert dangling_openings(r["answer"]) == [], (r["question"], r["answer"])
         # One page is cited from one file: never as its .md and its .html copy.
         files = {s["location"] for s in r["sources"] if s.get("location")}
         assert len({f.rsplit(".", 1)[0].rsplit("/", 1)[-1] for f in files}) == len(files), r["sources"]
