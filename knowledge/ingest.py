@@ -15,6 +15,12 @@ Why this shape:
   the report counts them as ``queued_for_embedding``, and the re-embedding in the
   background (``knowledge.backfill``) gives them vectors once the embedder answers
   (a later ingest of the same documents does too).
+* A file is read only when its stamp (size, modification time in ns, its path as
+  shown, the chunking) differs from the one stored with its documents, or they lack
+  vectors of today's embedder; a file read unchanged (touched, same content hash) only
+  gets its new stamp. ``rehash`` reads every file, for filesystems whose times lie.
+  A file with rejected records is never stamped (it is read, and its rejections
+  reported, every time).
 * Re-ingesting a directory deletes the documents that came from it but are gone, unless
   their file had rejected records (a typo must not delete data).
 * A document belongs to one bucket: ids made from a file's path include the bucket, so
@@ -43,9 +49,16 @@ from knowledge.buckets import Buckets, typed_row
 from knowledge.chunking import Chunk, chunk_text
 from knowledge.dense import DenseSide
 from knowledge.filecheck import DEFAULT_MAX_FILE_MB, MB, SKIP_TOO_LARGE, SKIP_UNREADABLE, walk_files
-from knowledge.loaders import SKIP_NOT_RECORDS, SUPPORTED_SUFFIXES, LoadedDocument, load_file, record_to_document
+from knowledge.loaders import (
+    HTML_SUFFIXES,
+    SKIP_NOT_RECORDS,
+    SUPPORTED_SUFFIXES,
+    LoadedDocument,
+    load_file,
+    record_to_document,
+)
 from knowledge.names import check_bucket_name, is_doc_id, short_hash, slugify
-from knowledge.samepage import SKIP_SAME_PAGE, find_same_pages
+from knowledge.samepage import MARKDOWN_SUFFIXES, SKIP_SAME_PAGE, find_same_pages
 from knowledge.types import (
     DEFAULT_BUCKET,
     DocumentIn,
@@ -84,6 +97,7 @@ class _Prepared:
     chunks: list[Chunk]
     existing_bucket: str | None
     vectors: np.ndarray | None = None
+    stamp: str | None = None
 
 
 class HeadedText(Protocol):
@@ -236,12 +250,14 @@ class Ingestor:
         follow_links: bool = False,
         max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
         on_batch: BatchHook | None = None,
+        rehash: bool = False,
     ) -> IngestReport:
         started = time.perf_counter()
         check_bucket_name(bucket)
         report = IngestReport()
         roots = [Path(p).expanduser().resolve() for p in paths]
         files: list[tuple[Path, str]] = []
+        stamps: dict[Path, str] = {}
         protected: set[str] = set()
         for root in roots:
             if not root.exists():
@@ -254,11 +270,22 @@ class Ingestor:
             for entry in await asyncio.to_thread(walk):
                 if entry.skip is None:
                     files.append((entry.path, entry.shown))
+                    if entry.size is not None and entry.mtime_ns is not None:
+                        stamps[entry.path] = self._file_stamp(entry.size, entry.mtime_ns, entry.shown)
                     continue
                 report.skip_file(str(entry.path), entry.skip, entry.detail)
                 if entry.skip in _KEEP_DOCUMENTS_OF:
                     protected.add(str(entry.path))
-        repeats = {s.html: s for s in await asyncio.to_thread(find_same_pages, files)}
+        unread = {} if rehash else await self._unchanged_files(bucket, [r for r in roots if r.exists()], stamps)
+        # An unchanged HTML page was no repeat of its Markdown twin last time; it can
+        # only have become one if that twin changed.
+        changed_md = {p.stem.casefold() for p, _ in files if p.suffix.lower() in MARKDOWN_SUFFIXES and p not in unread}
+        compare = [
+            (p, s)
+            for p, s in files
+            if not (p in unread and p.suffix.lower() in HTML_SUFFIXES and p.stem.casefold() not in changed_md)
+        ]
+        repeats = {s.html: s for s in await asyncio.to_thread(find_same_pages, compare)}
         kept: list[tuple[Path, str]] = []
         for path, shown in files:
             if path in repeats:
@@ -277,7 +304,17 @@ class Ingestor:
 
         async with _Writes(WRITES_IN_FLIGHT) as writes:
             for done, (path, shown) in enumerate(files, start=1):
+                if path in unread:  # same stamp: not opened, its documents are unchanged
+                    seen.update(unread[path])
+                    report.skipped += len(unread[path])
+                    report.unread_files += 1
+                    if progress is not None:
+                        progress(done, len(files), shown)
+                    continue
                 loaded, rejected = await asyncio.to_thread(load_file, path, shown, bucket=bucket)
+                if not rejected and path in stamps:
+                    for item in loaded:
+                        item.stamp = stamps[path]
                 for r in rejected:
                     if r.kind == SKIP_NOT_RECORDS:  # not a file of documents: skipped, not read
                         report.skip_file(str(path), SKIP_NOT_RECORDS, shown)
@@ -383,6 +420,7 @@ class Ingestor:
             return
         existing = await self.index.document_states([c[0].doc.id or "" for c in candidates])
         todo: list[_Prepared] = []
+        restamp: list[tuple[str, str]] = []
         for item, digest, typed in candidates:
             old = existing.get(item.doc.id or "")
             if old is not None and old.bucket != bucket:
@@ -398,8 +436,12 @@ class Ingestor:
                 digest, self.embed_key, self.dim, bucket
             ):
                 report.skipped += 1
+                if item.stamp is not None and item.stamp != old.file_stamp:
+                    restamp.append((item.doc.id or "", item.stamp))
                 continue
-            todo.append(_Prepared(item.doc, item.line, digest, typed, [], old.bucket if old else None))
+            existing_bucket = old.bucket if old else None
+            todo.append(_Prepared(item.doc, item.line, digest, typed, [], existing_bucket, stamp=item.stamp))
+        await self.index.set_file_stamps(restamp)
         if not todo:
             return
         target, overlap = self.config.chunk_target, self.config.chunk_overlap
@@ -435,6 +477,30 @@ class Ingestor:
             report.chunks += len(p.chunks)
         if on_batch is not None:
             on_batch(report)
+
+    def _file_stamp(self, size: int, mtime_ns: int, shown: str) -> str:
+        """What must be unchanged for a file to be skipped unread: its size and
+        modification time, and what else its documents' content hash covers without
+        reading it (the chunking, the source it is shown as)."""
+        return f"{size}:{mtime_ns}:{self.config.chunk_target}:{self.config.chunk_overlap}:{shown}"
+
+    async def _unchanged_files(
+        self, bucket: str, roots: list[Path], stamps: Mapping[Path, str]
+    ) -> dict[Path, list[str]]:
+        """The files of ``stamps`` whose stored documents in ``bucket`` all carry the
+        same stamp and vectors of today's embedder, with their document ids."""
+        docs: dict[str, list[str]] = {}
+        fresh: dict[str, bool] = {}
+        for root in roots:
+            prefix = root.is_dir()
+            origin = str(root).rstrip(os.sep) + os.sep if prefix else str(root)
+            for d in await self.index.file_documents(bucket, origin, prefix=prefix):
+                if d.id in docs.get(d.origin, ()):
+                    continue
+                docs.setdefault(d.origin, []).append(d.id)
+                ok = d.file_stamp is not None and (d.embed_model, d.embed_dim) == (self.embed_key, self.dim)
+                fresh[d.origin] = fresh.get(d.origin, True) and ok and d.file_stamp == stamps.get(Path(d.origin))
+        return {Path(o): docs[o] for o, ok in fresh.items() if ok and Path(o) in stamps}
 
     def _content_hash(self, doc: DocumentIn) -> str:
         cfg = self.config
@@ -487,6 +553,7 @@ class Ingestor:
                 embed_dim=self.dim if p.vectors is not None else None,
                 typed=p.typed if schema else (),
                 origin=p.doc.origin,
+                file_stamp=p.stamp,
             )
             for p in todo
         ]
