@@ -49,16 +49,10 @@ from knowledge.buckets import Buckets, typed_row
 from knowledge.chunking import Chunk, chunk_text
 from knowledge.dense import DenseSide
 from knowledge.filecheck import DEFAULT_MAX_FILE_MB, MB, SKIP_TOO_LARGE, SKIP_UNREADABLE, walk_files
-from knowledge.loaders import (
-    HTML_SUFFIXES,
-    SKIP_NOT_RECORDS,
-    SUPPORTED_SUFFIXES,
-    LoadedDocument,
-    load_file,
-    record_to_document,
-)
+from knowledge.filestamps import Unchanged, all_repeats, file_stamp, pages_to_compare, unchanged_files, with_repeats
+from knowledge.loaders import SKIP_NOT_RECORDS, SUPPORTED_SUFFIXES, LoadedDocument, load_file, record_to_document
 from knowledge.names import check_bucket_name, is_doc_id, short_hash, slugify
-from knowledge.samepage import MARKDOWN_SUFFIXES, SKIP_SAME_PAGE, find_same_pages
+from knowledge.samepage import SKIP_SAME_PAGE, find_same_pages
 from knowledge.types import (
     DEFAULT_BUCKET,
     DocumentIn,
@@ -271,21 +265,21 @@ class Ingestor:
                 if entry.skip is None:
                     files.append((entry.path, entry.shown))
                     if entry.size is not None and entry.mtime_ns is not None:
-                        stamps[entry.path] = self._file_stamp(entry.size, entry.mtime_ns, entry.shown)
+                        stamps[entry.path] = file_stamp(entry.size, entry.mtime_ns, entry.shown, self.config)
                     continue
                 report.skip_file(str(entry.path), entry.skip, entry.detail)
                 if entry.skip in _KEEP_DOCUMENTS_OF:
                     protected.add(str(entry.path))
-        unread = {} if rehash else await self._unchanged_files(bucket, [r for r in roots if r.exists()], stamps)
-        # An unchanged HTML page was no repeat of its Markdown twin last time; it can
-        # only have become one if that twin changed.
-        changed_md = {p.stem.casefold() for p, _ in files if p.suffix.lower() in MARKDOWN_SUFFIXES and p not in unread}
-        compare = [
-            (p, s)
-            for p, s in files
-            if not (p in unread and p.suffix.lower() in HTML_SUFFIXES and p.stem.casefold() not in changed_md)
-        ]
-        repeats = {s.html: s for s in await asyncio.to_thread(find_same_pages, compare)}
+        existing = [r for r in roots if r.exists()]
+        unchanged = Unchanged() if rehash else await unchanged_files(
+            self.index, bucket, existing, stamps, (self.embed_key, self.dim)
+        )
+        found = await asyncio.to_thread(find_same_pages, pages_to_compare(files, unchanged))
+        repeats = all_repeats(found, unchanged, dict(files))
+        unread = unchanged.documents
+        repeated: dict[Path, list[Path]] = {}
+        for page in repeats.values():
+            repeated.setdefault(page.markdown, []).append(page.html)
         kept: list[tuple[Path, str]] = []
         for path, shown in files:
             if path in repeats:
@@ -314,7 +308,7 @@ class Ingestor:
                 loaded, rejected = await asyncio.to_thread(load_file, path, shown, bucket=bucket)
                 if not rejected and path in stamps:
                     for item in loaded:
-                        item.stamp = stamps[path]
+                        item.stamp = with_repeats(stamps[path], repeated.get(path, ()), stamps)
                 for r in rejected:
                     if r.kind == SKIP_NOT_RECORDS:  # not a file of documents: skipped, not read
                         report.skip_file(str(path), SKIP_NOT_RECORDS, shown)
@@ -331,7 +325,7 @@ class Ingestor:
             if pending:
                 await self._ingest_batch(pending, bucket, report, seen, writes, embedding, on_batch)
             await writes.drain()
-        stale = await self._stale_documents(bucket, [r for r in roots if r.exists()], seen, protected)
+        stale = await self._stale_documents(bucket, existing, seen, protected)
         if stale:
             report.deleted += await self.delete_documents(stale)
         report.rejected.sort(key=lambda r: (r.source, r.line or 0))
@@ -477,30 +471,6 @@ class Ingestor:
             report.chunks += len(p.chunks)
         if on_batch is not None:
             on_batch(report)
-
-    def _file_stamp(self, size: int, mtime_ns: int, shown: str) -> str:
-        """What must be unchanged for a file to be skipped unread: its size and
-        modification time, and what else its documents' content hash covers without
-        reading it (the chunking, the source it is shown as)."""
-        return f"{size}:{mtime_ns}:{self.config.chunk_target}:{self.config.chunk_overlap}:{shown}"
-
-    async def _unchanged_files(
-        self, bucket: str, roots: list[Path], stamps: Mapping[Path, str]
-    ) -> dict[Path, list[str]]:
-        """The files of ``stamps`` whose stored documents in ``bucket`` all carry the
-        same stamp and vectors of today's embedder, with their document ids."""
-        docs: dict[str, list[str]] = {}
-        fresh: dict[str, bool] = {}
-        for root in roots:
-            prefix = root.is_dir()
-            origin = str(root).rstrip(os.sep) + os.sep if prefix else str(root)
-            for d in await self.index.file_documents(bucket, origin, prefix=prefix):
-                if d.id in docs.get(d.origin, ()):
-                    continue
-                docs.setdefault(d.origin, []).append(d.id)
-                ok = d.file_stamp is not None and (d.embed_model, d.embed_dim) == (self.embed_key, self.dim)
-                fresh[d.origin] = fresh.get(d.origin, True) and ok and d.file_stamp == stamps.get(Path(d.origin))
-        return {Path(o): docs[o] for o, ok in fresh.items() if ok and Path(o) in stamps}
 
     def _content_hash(self, doc: DocumentIn) -> str:
         cfg = self.config

@@ -200,6 +200,59 @@ async def test_documents_from_before_migration_21_are_read_once_and_stamped(
         await kb.aclose()
 
 
+PAGE = (
+    "Configuring the registry. Set the registry URL with npm config set registry, "
+    "then every install and publish uses it. Scoped packages can use their own registry. "
+)
+
+
+def twin_docs(root: Path) -> Path:
+    """Markdown beside its HTML rendering (skipped as a repeat), and an HTML page of the
+    same name as a Markdown file but other text (kept)."""
+    d = root / "docs"
+    (d / "content").mkdir(parents=True)
+    (d / "output").mkdir()
+    (d / "content" / "registry.md").write_text(f"# Registry\n\n{PAGE * 3}\n")
+    (d / "output" / "registry.html").write_text(
+        f"<html><head><title>registry</title></head><body><nav>npm docs</nav><h1>Registry</h1><p>{PAGE * 3}</p>"
+        "</body></html>"
+    )
+    (d / "content" / "scope.md").write_text("# Scope\n\nScoped package names start with an at sign.\n")
+    (d / "output" / "scope.html").write_text("<h1>Scope</h1><p>Something else entirely: release notes of 2019.</p>")
+    return d
+
+
+async def test_an_unchanged_markdown_and_its_html_repeat_are_not_compared_again(
+    target: str, tmp_path: Path, opened: list[Path]
+) -> None:
+    d = twin_docs(tmp_path)
+    html = d / "output" / "registry.html"
+    kb = await reopened(target, CountingEmbedder())
+    try:
+        first = await kb.ingest_paths([d])
+        assert first.added == 3 and sum(first.skipped_files.values()) == 1 and html in opened
+
+        opened.clear()
+        again = await kb.ingest_paths([d])
+        assert opened == [] and (again.unread_files, again.skipped, again.deleted) == (3, 3, 0)
+        assert sum(again.skipped_files.values()) == 1  # still counted as the repeat it is
+
+        html.write_text(f"<html><body><h1>Registry</h1><p>{PAGE * 3}</p><p>Edited.</p></body></html>")
+        opened.clear()
+        edited = await kb.ingest_paths([d])  # the pair is compared again, still a repeat
+        assert html in opened and d / "content" / "registry.md" in opened
+        assert (edited.added, edited.updated, edited.deleted, edited.skipped) == (0, 0, 0, 3)
+        opened.clear()
+        assert (await kb.ingest_paths([d])).unread_files == 3 and opened == []  # the new pair stamp was kept
+
+        html.write_text("<h1>Registry</h1><p>Release notes of the registry service, nothing like the guide.</p>")
+        opened.clear()
+        split = await kb.ingest_paths([d])  # no longer a repeat: a document of its own
+        assert html in opened and split.added == 1 and sum(split.skipped_files.values()) == 0
+    finally:
+        await kb.aclose()
+
+
 async def test_documents_posted_through_the_api_have_no_stamp(target: str, tmp_path: Path) -> None:
     kb = await reopened(target, CountingEmbedder())
     try:
