@@ -5,7 +5,8 @@ A document read from a file now keeps that file's *stamp* — its size and modif
 time (ns), the path it is shown as, the chunking — and a file whose stamp is the one
 stored with all its documents in the bucket, with vectors of today's embedder, is not
 opened at all. A touched file whose content hash did not change only gets its new stamp
-(``knowledge.ingest``); ``rehash`` (``agentchat ingest --rehash``) reads every file, for
+(``knowledge.ingest``); a file with a rejected document is never left stamped
+(read, and its rejections reported, every time); ``rehash`` (``agentchat ingest --rehash``) reads every file, for
 filesystems whose times cannot be trusted.
 
 An HTML page skipped as the repeat of a Markdown file (``knowledge.samepage``) stores no
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from knowledge.loaders import HTML_SUFFIXES
 from knowledge.samepage import MARKDOWN_SUFFIXES, SamePage
-from knowledge.types import KBConfig
+from knowledge.types import KBConfig, Rejection
 from storage.interfaces import KBIndex
 
 
@@ -83,6 +84,18 @@ async def unchanged_files(
     return out
 
 
+async def unstamp_rejected(
+    index: KBIndex, bucket: str, files: Sequence[tuple[Path, str]], rejected: Iterable[Rejection]
+) -> None:
+    """Clear the stamps of the documents of a file some of whose documents were rejected
+    while being stored (an empty text, a typed field's value): a later ingest must read
+    the file again and report them again, not skip it as unchanged."""
+    by_shown = {shown: path for path, shown in files}
+    for path in sorted({by_shown[r.source] for r in rejected if r.source in by_shown}):
+        ids = [d.id for d in await index.file_documents(bucket, str(path), prefix=False) if d.file_stamp]
+        await index.set_file_stamps([(i, None) for i in ids])
+
+
 def pages_to_compare(files: Sequence[tuple[Path, str]], unchanged: Unchanged) -> list[tuple[Path, str]]:
     """The files the same-page check must still look at: not the known repeats, and not
     an unchanged HTML page (no repeat last time) unless a Markdown file of its name changed."""
@@ -108,4 +121,12 @@ def all_repeats(found: Iterable[SamePage], unchanged: Unchanged, shown: Mapping[
     return out
 
 
-__all__ = ["Unchanged", "all_repeats", "file_stamp", "pages_to_compare", "unchanged_files", "with_repeats"]
+__all__ = [
+    "Unchanged",
+    "all_repeats",
+    "file_stamp",
+    "pages_to_compare",
+    "unchanged_files",
+    "unstamp_rejected",
+    "with_repeats",
+]

@@ -49,7 +49,15 @@ from knowledge.buckets import Buckets, typed_row
 from knowledge.chunking import Chunk, chunk_text
 from knowledge.dense import DenseSide
 from knowledge.filecheck import DEFAULT_MAX_FILE_MB, MB, SKIP_TOO_LARGE, SKIP_UNREADABLE, walk_files
-from knowledge.filestamps import Unchanged, all_repeats, file_stamp, pages_to_compare, unchanged_files, with_repeats
+from knowledge.filestamps import (
+    Unchanged,
+    all_repeats,
+    file_stamp,
+    pages_to_compare,
+    unchanged_files,
+    unstamp_rejected,
+    with_repeats,
+)
 from knowledge.loaders import SKIP_NOT_RECORDS, SUPPORTED_SUFFIXES, LoadedDocument, load_file, record_to_document
 from knowledge.names import check_bucket_name, is_doc_id, short_hash, slugify
 from knowledge.samepage import SKIP_SAME_PAGE, find_same_pages
@@ -325,6 +333,7 @@ class Ingestor:
             if pending:
                 await self._ingest_batch(pending, bucket, report, seen, writes, embedding, on_batch)
             await writes.drain()
+        await unstamp_rejected(self.index, bucket, files, report.rejected)
         stale = await self._stale_documents(bucket, existing, seen, protected)
         if stale:
             report.deleted += await self.delete_documents(stale)

@@ -456,8 +456,8 @@ class KBIndex(Protocol):
         a re-ingest compares before opening a file."""
         ...
 
-    async def set_file_stamps(self, stamps: Sequence[tuple[str, str]]) -> None:
-        """Set the file stamp of each ``(doc_id, stamp)``, nothing else."""
+    async def set_file_stamps(self, stamps: Sequence[tuple[str, str | None]]) -> None:
+        """Set the file stamp of each ``(doc_id, stamp)`` (``None`` clears it), nothing else."""
         ...
 
     async def delete_bucket(self, name: str) -> list[str] | None:

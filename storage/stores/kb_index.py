@@ -237,7 +237,7 @@ class SqlKBIndex:
                 out[doc_id] = KBDocState(h, model, dim, b, stamp)
         return out
 
-    async def set_file_stamps(self, stamps: Sequence[tuple[str, str]]) -> None:
+    async def set_file_stamps(self, stamps: Sequence[tuple[str, str | None]]) -> None:
         """Record ``(doc_id, stamp)`` pairs: files that were touched but read the same
         (nothing else of the document changes, nothing is re-embedded)."""
         if not stamps:

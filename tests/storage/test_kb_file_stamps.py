@@ -253,6 +253,26 @@ async def test_an_unchanged_markdown_and_its_html_repeat_are_not_compared_again(
         await kb.aclose()
 
 
+async def test_a_file_with_a_rejected_record_is_read_and_reported_every_time(
+    target: str, tmp_path: Path, opened: list[Path]
+) -> None:
+    d = tmp_path / "records"
+    d.mkdir()
+    (d / "ok.md").write_text("# Fine\n\nA page with nothing wrong in it.\n")
+    # Rejected while stored, not while read: the second record repeats the first's id.
+    (d / "rows.jsonl").write_text('{"id": "r1", "text": "first record"}\n{"id": "r1", "text": "second record"}\n')
+    kb = await reopened(target, CountingEmbedder())
+    try:
+        first = await kb.ingest_paths([d])
+        assert first.added == 2 and len(first.rejected) == 1 and "duplicate" in first.rejected[0].reason
+        opened.clear()
+        again = await kb.ingest_paths([d])
+        assert opened == [d / "rows.jsonl"] and len(again.rejected) == 1 and "duplicate" in again.rejected[0].reason
+        assert (again.unread_files, again.skipped) == (1, 2)
+    finally:
+        await kb.aclose()
+
+
 async def test_documents_posted_through_the_api_have_no_stamp(target: str, tmp_path: Path) -> None:
     kb = await reopened(target, CountingEmbedder())
     try:
