@@ -41,6 +41,7 @@ from llm.provider import Provider
 from storage.open import open_storage
 from storage.sqlite.database import SqliteDatabase
 from storage.sqlite.runs import SqliteRunStore
+from storage.sqlite.worker_feed import WorkerFeed, runtime_dir
 from toolindex.embedder import Embedder
 
 log = logging.getLogger("agentchat.wiring")
@@ -358,6 +359,10 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     shared_file = storage.engine != "postgres" and settings.workers > 1
     if shared_file and isinstance(storage.runs, SqliteRunStore):
         storage.runs.guard_leases = True  # a sibling may take a run over: every step checks
+        # The workers wake each other's followers and cancels (the file notifies no one).
+        feed = WorkerFeed(runtime_dir(settings.db_path))
+        await feed.start()
+        storage.run_feed = storage.runs.feed = feed  # closed with the storage
     runs = RunManager(
         store=storage.runs,
         agent=tracing.wrap_run(agent.run),
@@ -397,7 +402,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         metrics=metrics,
         rooms=rooms,
         background=background,
-        remote=_remote_runs(storage, shared_file),
+        remote=_remote_runs(storage, shared_file, settings.workers_safety_poll_s),
         embedder_check=embedder_check,
     )
     background.append(asyncio.create_task(_sweep(runs)))
@@ -439,19 +444,15 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     return svc
 
 
-#: Several processes on one SQLite file: how often a followed run's log is read (the
-#: file has no notifications; a token reaches a follower on a sibling worker this late).
-SHARED_FILE_POLL_S = 0.05
-
-
-def _remote_runs(storage: Any, shared_file: bool) -> RemoteRuns | None:
-    """Followers of runs executing in another process: woken by the engine's feed
-    (PostgreSQL), or reading the log every ``SHARED_FILE_POLL_S`` (workers on one file)."""
-    if storage.run_feed is not None:
-        return RemoteRuns(storage.runs, storage.run_feed)
+def _remote_runs(storage: Any, shared_file: bool, safety_poll_s: float) -> RemoteRuns | None:
+    """Followers of runs executing in another process, woken by the engine's feed:
+    PostgreSQL's notifications, or the sibling workers' sockets on one SQLite file (whose
+    log is also read after ``safety_poll_s`` without news)."""
+    if storage.run_feed is None:
+        return None
     if shared_file:
-        return RemoteRuns(storage.runs, None, poll_s=SHARED_FILE_POLL_S)
-    return None
+        return RemoteRuns(storage.runs, storage.run_feed, poll_s=safety_poll_s)
+    return RemoteRuns(storage.runs, storage.run_feed)
 
 
 def _forget_conversation(runs: RunManager, rooms: Rooms) -> Callable[[str, str], Awaitable[None]]:
