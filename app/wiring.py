@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +24,7 @@ from app.agent.selector import IndexState, ToolSelector
 from app.config import Settings
 from app.history import Titler, title_model_wanted, with_titles
 from app.keyring import resolve_keyring
+from app.ops.leader import FileLeader
 from app.ops.load import ReplicaLoad, StreamCounter
 from app.ops.load import attach as attach_load
 from app.ops.metrics import AppMetrics
@@ -221,6 +222,17 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         pool_timeout_s=settings.db_pool_timeout_s,
     )
     stack.push_async_callback(storage.close)
+    # Several worker processes on one SQLite file (``agentchat serve --workers``) wake
+    # each other's followers and cancels over sockets (the file notifies no one), and
+    # one of them — the holder of a file lock — runs the background jobs.
+    leader: FileLeader | None = None
+    if storage.engine != "postgres" and settings.workers > 1 and isinstance(storage.runs, SqliteRunStore):
+        feed = WorkerFeed(runtime_dir(settings.db_path))
+        await feed.start()
+        storage.run_feed = storage.runs.feed = feed  # closed with the storage
+        leader = FileLeader(feed.directory / "leader.lock")
+        leader.start()
+        stack.push_async_callback(leader.aclose)
     # The stream-token and run-input keys, from where a database copy cannot read them
     # (app/keyring.py); PostgreSQL without a configured key refuses to start here.
     keyring = await resolve_keyring(settings, storage.secrets, engine=storage.engine)
@@ -266,7 +278,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         from app.rooms import attach_rooms
 
         rooms = await attach_rooms(settings, registry, http, stack, embedder=embedder, storage=storage,
-                                   pool_waits=pool_waits)
+                                   pool_waits=pool_waits, leader=leader)
 
     index_state = IndexState()
     background: list[asyncio.Task[Any]] = []
@@ -359,10 +371,6 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     shared_file = storage.engine != "postgres" and settings.workers > 1
     if shared_file and isinstance(storage.runs, SqliteRunStore):
         storage.runs.guard_leases = True  # a sibling may take a run over: every step checks
-        # The workers wake each other's followers and cancels (the file notifies no one).
-        feed = WorkerFeed(runtime_dir(settings.db_path))
-        await feed.start()
-        storage.run_feed = storage.runs.feed = feed  # closed with the storage
     runs = RunManager(
         store=storage.runs,
         agent=tracing.wrap_run(agent.run),
@@ -404,15 +412,17 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         background=background,
         remote=_remote_runs(storage, shared_file, settings.workers_safety_poll_s),
         embedder_check=embedder_check,
+        leader=leader,
     )
     background.append(asyncio.create_task(_sweep(runs)))
     retention = RetentionPolicy(
         settings.run_events_retention_days, settings.conversation_retention_days, settings.retention_interval_s
     )
     if retention.active:  # issue 25: compaction and idle conversations, one replica at a time on PostgreSQL
-        background.append(asyncio.create_task(
-            retain_periodically(storage.retention, storage.history, retention, metrics.history,
-                                _forget_conversation(runs, rooms)),
+        background.append(_background(
+            leader,
+            lambda: retain_periodically(storage.retention, storage.history, retention, metrics.history,
+                                        _forget_conversation(runs, rooms)),
             name="retention",
         ))
     # Live runs, model streams and the event loop's lag: admission refuses new runs
@@ -439,9 +449,18 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
             interval_s=settings.keyword_prune_interval_s,
         )
         background.append(
-            asyncio.create_task(prune_keywords_periodically(keywords, prune_policy), name="keyword-prune")
+            _background(leader, lambda: prune_keywords_periodically(keywords, prune_policy), name="keyword-prune")
         )
     return svc
+
+
+def _background(
+    leader: FileLeader | None, job: Callable[[], Coroutine[Any, Any, Any]], *, name: str
+) -> asyncio.Task[Any]:
+    """A periodic job: here, or — workers on one file — in the one worker that leads."""
+    if leader is None:
+        return asyncio.create_task(job(), name=name)
+    return leader.when_leading(job, name=name)
 
 
 def _remote_runs(storage: Any, shared_file: bool, safety_poll_s: float) -> RemoteRuns | None:

@@ -9,6 +9,9 @@ from worker A, never from reading the file on a timer.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import time
 import uuid
 from pathlib import Path
 
@@ -16,8 +19,8 @@ import orjson
 import pytest
 
 from tests.fakes.paced_ollama import run_body, side_effect_marker
-from tests.support.procs import Trace, replay, until
-from tests.test_workers import follow_on, pinned_clients, saw, start_on, workers
+from tests.support.procs import AgentServer, Trace, replay, until
+from tests.test_workers import Pinned, follow_on, pinned_clients, saw, start_on, workers
 
 pytestmark = pytest.mark.slow
 
@@ -55,3 +58,51 @@ async def test_a_follower_on_another_worker_gets_every_token_without_polling(tmp
             assert status == 200 and stored == trace.frames  # ids 1..N once each, as stored
             assert [f[0] for f in stored] == [str(i) for i in range(1, len(stored) + 1)]
         assert a.replica != followers_on_b[0].replica and server.running
+
+
+EXTRACTIVE = {
+    "AGENT_LLM_PROVIDER": "extractive",
+    "AGENT_EMBEDDER": "none",
+    "AGENT_INGEST_SAMPLE_KB": "false",
+    "OLLAMA_HOST": "http://127.0.0.1:9",
+}
+
+
+async def background_jobs_by_replica(pins: dict[str, list[Pinned]]) -> dict[str, str]:
+    out = {}
+    for replica, (pin, *_) in pins.items():
+        answer = await pin.http.get(f"{pin.base}/readyz")
+        pin.check(answer)
+        out[replica] = answer.json()["workers"]["background_jobs"]
+    return out
+
+
+async def test_one_worker_runs_the_background_jobs_and_another_takes_them_over_after_sigkill(
+    tmp_path: Path,
+) -> None:
+    server = AgentServer(tmp_path, {"AGENT_WORKERS": "2", **EXTRACTIVE}, name="workers-leader")
+    server.start()
+    try:
+        await server.wait_healthy()
+        async with pinned_clients(server.base, 1) as pins:
+            jobs = await background_jobs_by_replica(pins)
+            assert sorted(jobs.values()) == ["another worker", "here"], jobs
+            leader = next(r for r, where in jobs.items() if where == "here")
+            os.kill(int(leader.split(":")[1]), signal.SIGKILL)
+
+        # The survivor (or the worker started in the dead one's place) takes the jobs over.
+        async def leads_now() -> bool:
+            try:
+                async with pinned_clients(server.base, 1) as pins:
+                    jobs = await background_jobs_by_replica(pins)
+            except AssertionError:  # one worker only, until the parent starts another
+                return False
+            return leader not in jobs and sorted(jobs.values()) == ["another worker", "here"]
+
+        deadline = time.monotonic() + 60
+        while not await leads_now():
+            assert time.monotonic() < deadline, f"no worker took the background jobs over:\n{server.tail(40)}"
+            await asyncio.sleep(0.2)
+        assert server.running
+    finally:
+        server.close()
