@@ -41,6 +41,7 @@ from llm.pool import PoolWaits, pooled_transport
 from llm.provider import Provider
 from storage.open import open_storage
 from storage.sqlite.database import SqliteDatabase
+from storage.sqlite.kb_index import SqliteKBIndex
 from storage.sqlite.runs import SqliteRunStore
 from storage.sqlite.worker_feed import WorkerFeed, runtime_dir
 from toolindex.embedder import Embedder
@@ -230,6 +231,8 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         feed = WorkerFeed(runtime_dir(settings.db_path))
         await feed.start()
         storage.run_feed = storage.runs.feed = feed  # closed with the storage
+        if isinstance(storage.kb_index, SqliteKBIndex):  # each worker's in-memory vectors
+            storage.kb_index.listen(feed)
         leader = FileLeader(feed.directory / "leader.lock")
         leader.start()
         stack.push_async_callback(leader.aclose)

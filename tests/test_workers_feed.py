@@ -106,3 +106,36 @@ async def test_one_worker_runs_the_background_jobs_and_another_takes_them_over_a
         assert server.running
     finally:
         server.close()
+
+
+async def knowledge_vectors(pin: Pinned) -> int:
+    answer = await pin.http.get(f"{pin.base}/readyz")
+    pin.check(answer)
+    return int(answer.json()["checks"]["knowledge"]["vectors"] or 0)
+
+
+async def test_a_document_ingested_through_one_worker_is_in_the_others_vectors(tmp_path: Path) -> None:
+    """Each worker holds the KB's vectors in memory; an ingest through worker A reaches
+    worker B's before its next search (``/readyz`` counts the vectors a search scans)."""
+    env = {**EXTRACTIVE, "AGENT_WORKERS": "2", "AGENT_EMBEDDER": "hashing", "AGENT_ADMIN_OPEN": "true"}
+    server = AgentServer(tmp_path, env, name="workers-kb")
+    server.start()
+    try:
+        await server.wait_healthy()
+        async with pinned_clients(server.base, 1) as pins:
+            (a,), (b,) = pins.values()
+            assert await knowledge_vectors(a) == 0 and await knowledge_vectors(b) == 0
+            doc = {"id": "fjord", "title": "Fjords", "text": "A fjord is a long narrow inlet carved by glaciers."}
+            added = await a.http.post(f"{a.base}/v1/kb/documents", json={"documents": [doc]})
+            a.check(added)
+            assert added.status_code == 200 and added.json()["added"] == 1, added.text
+            on_a = await knowledge_vectors(a)
+            assert on_a > 0
+            on_b = 0
+            deadline = time.monotonic() + 30
+            while on_b != on_a:
+                assert time.monotonic() < deadline, f"worker B never loaded A's vectors ({on_b} of {on_a})"
+                await asyncio.sleep(0.05)
+                on_b = await knowledge_vectors(b)
+    finally:
+        server.close()
