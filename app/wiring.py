@@ -29,6 +29,7 @@ from app.ops.load import ReplicaLoad, StreamCounter
 from app.ops.load import attach as attach_load
 from app.ops.metrics import AppMetrics
 from app.ops.tracing import Tracing
+from app.ops.worker_metrics import WorkerMetrics
 from app.retention import RetentionPolicy, retain_periodically
 from app.rooms import Rooms
 from app.runs.manager import RunManager
@@ -417,6 +418,11 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         embedder_check=embedder_check,
         leader=leader,
     )
+    if leader is not None:  # workers on one port: a scrape answers for all of them
+        worker_metrics = WorkerMetrics(storage.run_feed.directory, svc.metrics_body, label=runs.owner_id)
+        await worker_metrics.start()
+        stack.push_async_callback(worker_metrics.aclose)
+        svc.worker_metrics = worker_metrics
     background.append(asyncio.create_task(_sweep(runs)))
     retention = RetentionPolicy(
         settings.run_events_retention_days, settings.conversation_retention_days, settings.retention_interval_s

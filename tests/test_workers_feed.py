@@ -15,6 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
 
@@ -137,5 +138,38 @@ async def test_a_document_ingested_through_one_worker_is_in_the_others_vectors(t
                 assert time.monotonic() < deadline, f"worker B never loaded A's vectors ({on_b} of {on_a})"
                 await asyncio.sleep(0.05)
                 on_b = await knowledge_vectors(b)
+    finally:
+        server.close()
+
+
+async def test_every_scrape_counts_the_runs_of_every_worker(tmp_path: Path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    server = AgentServer(tmp_path, {"AGENT_WORKERS": "2", **EXTRACTIVE}, name="workers-metrics")
+    server.start()
+    try:
+        await server.wait_healthy()
+        async with pinned_clients(server.base, 3) as pins:
+            (a, *on_a), (b, *on_b) = pins.values()
+            body = {"message": "What is in the knowledge base?", "context_type": "knowledge"}
+            # One pinned connection per run: two runs started on A, three on B.
+            for i, pin in enumerate([*on_a, b, *on_b]):
+                started = await start_on(pin, body)
+                trace = Trace(tag=f"m{i}", run_id=started["run_id"], stream_url=started["stream_url"])
+                await follow_on(pin, trace)  # to its end (the pin's last use)
+            replicas = {a.replica, b.replica}
+        for _ in range(8):  # fresh connections: the kernel hands them to either worker
+            async with httpx.AsyncClient(timeout=10) as http:
+                text = (await http.get(f"{server.base}/metrics")).text
+            values = {
+                (s.name, tuple(sorted(s.labels.items()))): s.value
+                for fam in text_string_to_metric_families(text)
+                for s in fam.samples
+            }
+            assert values[("agentchat_runs_started_total", ())] == 5, text[:2000]
+            assert values[("agentchat_metrics_workers", ())] == 2
+            live = {dict(labels)["worker"] for (name, labels) in values if name == "agentchat_live_runs"}
+            assert live == replicas
+        assert server.running
     finally:
         server.close()

@@ -19,6 +19,7 @@ from app.ops.leader import FileLeader
 from app.ops.load import ReplicaLoad
 from app.ops.masking import SecretScrubber
 from app.ops.metrics import AppMetrics, LiveSources
+from app.ops.worker_metrics import WorkerMetrics
 from app.rooms import Rooms
 from app.runs.manager import RunManager
 from app.runs.remote import RemoteRuns
@@ -61,6 +62,8 @@ class Services:
     load: ReplicaLoad | None = None
     #: Workers on one SQLite file: which of them runs the background jobs (``app/ops/leader``).
     leader: FileLeader | None = None
+    #: Workers on one port: ``/metrics`` merges every worker's (``app/ops/worker_metrics``).
+    worker_metrics: WorkerMetrics | None = None
     #: Masks the configured secrets in what ``/readyz`` (unauthenticated) answers.
     scrubber: SecretScrubber = field(init=False)
 
@@ -147,3 +150,9 @@ class Services:
     def metrics_body(self) -> bytes:
         """This app's metrics in the Prometheus text format."""
         return self.metrics.exposition()
+
+    async def service_metrics(self) -> bytes:
+        """What ``/metrics`` answers: this app's, or every worker's merged."""
+        if self.worker_metrics is None:
+            return self.metrics_body()
+        return await self.worker_metrics.body()
