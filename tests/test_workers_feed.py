@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from tests.fakes.paced_ollama import run_body, side_effect_marker
-from tests.support.procs import AgentServer, Trace, replay, until
+from tests.support.procs import DEMO_AUTH, AgentServer, Trace, replay, until
 from tests.test_workers import Pinned, follow_on, pinned_clients, saw, start_on, workers
 
 pytestmark = pytest.mark.slow
@@ -173,3 +173,29 @@ async def test_every_scrape_counts_the_runs_of_every_worker(tmp_path: Path) -> N
         assert server.running
     finally:
         server.close()
+
+
+async def test_a_cancel_through_one_worker_reaches_the_run_on_another_without_polling(tmp_path: Path) -> None:
+    """With leases of an hour the owner's own look for cancels comes every six minutes:
+    the run ends ``cancelled`` within the cancel request only because worker B told A."""
+    slow_looks = {**NO_SAFETY_POLL, "AGENT_RUN_LEASE_S": "3600"}
+    async with (
+        workers(tmp_path, "sqlite", None, **slow_looks) as (tools, server),
+        pinned_clients(server.base, 2) as pins,
+    ):
+        (a, _), (b, b2) = pins.values()
+        tag = f"cancel-{uuid.uuid4().hex[:6]}"
+        held = tools.proxy.hold(side_effect_marker(tag))  # the run waits on A until released
+        started = await start_on(a, run_body(tag))
+        trace = Trace(tag=tag, run_id=started["run_id"], stream_url=started["stream_url"])
+        following = asyncio.create_task(follow_on(b, trace))
+        await until(lambda: saw(trace, "tool_call_start") and held.reached.is_set(), "B following A's run", 60)
+        try:
+            cancel = await b2.http.post(f"{b2.base}/v1/agent/runs/{trace.run_id}/cancel", headers=DEMO_AUTH)
+            b2.check(cancel)
+            assert cancel.status_code == 200 and cancel.json()["status"] == "cancelled", cancel.text
+        finally:
+            held.release.set()
+        await asyncio.wait_for(following, 60)
+        assert trace.frames[-1][1] == "message_complete"
+        assert orjson.loads(trace.frames[-1][2])["status"] == "cancelled"
