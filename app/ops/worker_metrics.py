@@ -58,7 +58,6 @@ class WorkerMetrics:
     missing: int = 0
 
     async def start(self) -> None:
-        self.directory.mkdir(mode=0o700, exist_ok=True)
         self._path = self.directory / f"{os.getpid()}-{secrets.token_hex(4)}{SUFFIX}"
         self._server = await asyncio.start_unix_server(self._serve, path=str(self._path))
         os.chmod(self._path, 0o600)

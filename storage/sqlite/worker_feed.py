@@ -7,7 +7,8 @@ tell each other instead, the way PostgreSQL's ``LISTEN/NOTIFY`` does between rep
 (``storage.postgres.notify``), behind the same ``RunFeed`` interface:
 
 * each worker listens on a Unix stream socket in a runtime directory next to the file
-  (``<db>.workers/<pid>-<token>.sock``) and connects to every sibling's socket it finds
+  (``<db>.workers/<pid>-<token>.sock``; in the temporary directory where that path is
+  too long for a socket address, ``runtime_dir``) and connects to every sibling's socket it finds
   there (looked for again every ``scan_s``, and at once when a connection fails);
 * after a step of a run commits, the worker that wrote it sends the step's events to
   every sibling (``feed_payload``: the events themselves when they fit, else "read the
@@ -31,10 +32,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import secrets
+import stat
 import struct
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,10 +57,32 @@ _HEAD = struct.Struct(">I")
 EVENTS, CANCEL, TOPIC, READ_ALL = b"E", b"C", b"T", b"R"
 
 
+#: Room kept in a socket path for the longest name put there (``<pid>-<token>.metrics``).
+_LONGEST_NAME = len("/4194304-0123abcd.metrics")
+#: Linux's bound on a Unix socket path (``sun_path``: 108 bytes with its final NUL).
+_SUN_PATH_MAX = 107
+
+
 def runtime_dir(db_path: str | Path) -> Path:
-    """The directory next to the database file where its workers meet."""
-    path = Path(db_path)
-    return path.with_name(path.name + ".workers")
+    """The directory where the workers of one database file meet: next to the file,
+    ``<db>.workers``; where that path is too long for a Unix socket's address, a
+    directory of the system's temporary one named after the file's absolute path
+    (``agentchat-<hash>``), the same for every worker of the file."""
+    path = Path(db_path).absolute()
+    beside = path.with_name(path.name + ".workers")
+    if len(os.fsencode(beside)) + _LONGEST_NAME <= _SUN_PATH_MAX:
+        return beside
+    digest = hashlib.sha256(os.fsencode(path)).hexdigest()[:20]
+    return Path(tempfile.gettempdir()) / f"agentchat-{digest}"
+
+
+def make_runtime_dir(directory: Path) -> None:
+    """Create ``directory`` private to this user, or check that it is: a directory of
+    the shared temporary one could have been made by someone else first."""
+    directory.mkdir(mode=0o700, exist_ok=True)
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise PermissionError(f"{directory} is not a directory private to this user; remove it or fix its mode")
 
 
 def _frame(kind: bytes, text: str) -> bytes:
@@ -106,7 +132,7 @@ class WorkerFeed:
         return len(self._peers)
 
     async def start(self) -> None:
-        self.directory.mkdir(mode=0o700, exist_ok=True)
+        make_runtime_dir(self.directory)
         self._path = self.directory / f"{os.getpid()}-{secrets.token_hex(4)}.sock"
         self._server = await asyncio.start_unix_server(self._serve, path=str(self._path))
         os.chmod(self._path, 0o600)
@@ -126,6 +152,8 @@ class WorkerFeed:
         for peer in list(self._peers.values()):
             peer.writer.close()
         self._peers.clear()
+        with contextlib.suppress(OSError):  # the last worker out leaves no directory behind
+            self.directory.rmdir()
         for task in list(self._tasks):
             task.cancel()
 
@@ -305,4 +333,4 @@ class WorkerFeed:
             log.exception("a worker feed subscriber failed")
 
 
-__all__ = ["WorkerFeed", "runtime_dir"]
+__all__ = ["WorkerFeed", "make_runtime_dir", "runtime_dir"]

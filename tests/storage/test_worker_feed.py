@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -91,7 +92,7 @@ async def test_cancels_and_topics_reach_the_siblings_subscribers(tmp_path: Path)
 
 async def test_a_socket_left_by_a_killed_worker_is_cleared(tmp_path: Path) -> None:
     directory = runtime_dir(tmp_path / "agent.sqlite3")
-    directory.mkdir()
+    directory.mkdir(mode=0o700)
     stale = directory / "4242-dead.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
         dead.bind(str(stale))  # bound, never listening, then gone: what SIGKILL leaves
@@ -176,3 +177,21 @@ async def test_a_document_ingested_by_one_worker_is_found_by_the_others_semantic
     finally:
         await first.close()
         await second.close()
+
+
+async def test_a_database_too_deep_for_a_socket_address_meets_in_the_temporary_directory(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    short = runtime_dir(tmp_path / "a.sqlite3")
+    far = runtime_dir(deep / "agent.sqlite3")
+    assert short.parent == tmp_path or len(str(tmp_path)) > 60  # beside the file when it fits
+    assert far.parent == Path(tempfile.gettempdir()) and far == runtime_dir(deep / "agent.sqlite3")
+    a, b = WorkerFeed(far, scan_s=0.05), WorkerFeed(far, scan_s=0.05)
+    await a.start()
+    await b.start()
+    try:
+        await settled(lambda: a.siblings == 1 and b.siblings == 1, "the two workers found each other")
+        assert far.stat().st_mode & 0o777 == 0o700
+    finally:
+        await a.close()
+        await b.close()
