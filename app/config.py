@@ -159,6 +159,10 @@ class Settings:
     #: ``agentchat serve`` processes on this machine (``--workers``): each a replica of
     #: its own on the same database (SQLite file or PostgreSQL).
     workers: int = 1
+    #: Workers on one SQLite file wake each other's followers over sockets
+    #: (``storage/sqlite/worker_feed.py``); a followed run's log is also read after this
+    #: long without news, a safety net only.
+    workers_safety_poll_s: float = 1.0
     requests_per_minute: int = 60
     stream_token_ttl_s: int = 300
     #: Signs ``stream_url`` tokens; unset, a random key generated once is kept in the
@@ -305,6 +309,9 @@ class Settings:
             approval_ttl_s=reader.number("AGENT_APPROVAL_TTL_S", d.approval_ttl_s, lo=0.05, hi=90 * 86400),
             max_loop_lag_ms=reader.number("AGENT_MAX_LOOP_LAG_MS", d.max_loop_lag_ms, lo=0, hi=600_000),
             workers=reader.integer("AGENT_WORKERS", d.workers, lo=1, hi=256),
+            workers_safety_poll_s=reader.number(
+                "AGENT_WORKERS_SAFETY_POLL_S", d.workers_safety_poll_s, lo=0.05, hi=3600
+            ),
             requests_per_minute=reader.integer("AGENT_REQUESTS_PER_MINUTE", d.requests_per_minute, lo=1),
             stream_token_ttl_s=reader.integer("AGENT_STREAM_TOKEN_TTL_S", d.stream_token_ttl_s, lo=5),
             stream_token_secret=reader.optional("AGENT_STREAM_TOKEN_SECRET"),

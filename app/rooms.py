@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ import httpx
 
 from agenttools.core.registry import ToolRegistry
 from app.config import Settings
+from app.ops.leader import FileLeader
 from app.ops.masking import mask_url
 from llm.pool import WaitHook
 from toolindex.embedder import Embedder
@@ -152,6 +154,7 @@ async def attach_rooms(
     embedder: Embedder | None,
     storage: StorageBundle,
     pool_waits: WaitHook | None = None,
+    leader: FileLeader | None = None,
 ) -> Rooms:
     from agenttools.rag.corpus_tools import CorpusToolDeps, register_corpus_tools
     from agenttools.rag.deps import RagToolDeps, RagToolSettings
@@ -171,7 +174,11 @@ async def attach_rooms(
     # Documents stored without vectors of this embedder (an ingest whose embedder failed,
     # or another embedder's) get them in the background: a pass now, after each failed
     # ingest, and on a slow timer; stopped by ``kb.aclose``.
-    kb.backfill.start()
+    # With sibling workers on one file only the leading one back-fills (``app/ops/leader``).
+    if leader is None:
+        kb.backfill.start()
+    else:
+        stack.push_async_callback(_cancel, leader.when_leading(_start_backfill(kb), name="kb-backfill-start"))
     knowledge = KnowledgeComponent(kb)
     rooms.knowledge = knowledge
     if settings.ingest_sample_kb:
@@ -191,7 +198,11 @@ async def attach_rooms(
         storage.keywords, storage.external_results, semantic=semantic, shared=settings.shared_web_answers
     )
     rooms.keywords = keywords
-    backfill = asyncio.create_task(_backfill_keywords(keywords), name="keyword-backfill")
+    backfill = (
+        asyncio.create_task(_backfill_keywords(keywords), name="keyword-backfill")
+        if leader is None
+        else leader.when_leading(lambda: _backfill_keywords(keywords), name="keyword-backfill")
+    )
     stack.push_async_callback(_cancel, backfill)
     perplexity = (
         PerplexityClient(
@@ -303,6 +314,13 @@ async def perplexity_http(
     )
     stack.push_async_callback(client.aclose)
     return client
+
+
+def _start_backfill(kb: Any) -> Callable[[], Awaitable[None]]:
+    async def start() -> None:
+        kb.backfill.start()
+
+    return start
 
 
 async def _backfill_keywords(keywords: KeywordIndex) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +24,12 @@ from app.agent.selector import IndexState, ToolSelector
 from app.config import Settings
 from app.history import Titler, title_model_wanted, with_titles
 from app.keyring import resolve_keyring
+from app.ops.leader import FileLeader
 from app.ops.load import ReplicaLoad, StreamCounter
 from app.ops.load import attach as attach_load
 from app.ops.metrics import AppMetrics
 from app.ops.tracing import Tracing
+from app.ops.worker_metrics import WorkerMetrics
 from app.retention import RetentionPolicy, retain_periodically
 from app.rooms import Rooms
 from app.runs.manager import RunManager
@@ -40,7 +42,9 @@ from llm.pool import PoolWaits, pooled_transport
 from llm.provider import Provider
 from storage.open import open_storage
 from storage.sqlite.database import SqliteDatabase
+from storage.sqlite.kb_index import SqliteKBIndex
 from storage.sqlite.runs import SqliteRunStore
+from storage.sqlite.worker_feed import WorkerFeed, runtime_dir
 from toolindex.embedder import Embedder
 
 log = logging.getLogger("agentchat.wiring")
@@ -220,6 +224,19 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         pool_timeout_s=settings.db_pool_timeout_s,
     )
     stack.push_async_callback(storage.close)
+    # Several worker processes on one SQLite file (``agentchat serve --workers``) wake
+    # each other's followers and cancels over sockets (the file notifies no one), and
+    # one of them — the holder of a file lock — runs the background jobs.
+    leader: FileLeader | None = None
+    if storage.engine != "postgres" and settings.workers > 1 and isinstance(storage.runs, SqliteRunStore):
+        feed = WorkerFeed(runtime_dir(settings.db_path))
+        await feed.start()
+        storage.run_feed = storage.runs.feed = feed  # closed with the storage
+        if isinstance(storage.kb_index, SqliteKBIndex):  # each worker's in-memory vectors
+            storage.kb_index.listen(feed)
+        leader = FileLeader(feed.directory / "leader.lock")
+        leader.start()
+        stack.push_async_callback(leader.aclose)
     # The stream-token and run-input keys, from where a database copy cannot read them
     # (app/keyring.py); PostgreSQL without a configured key refuses to start here.
     keyring = await resolve_keyring(settings, storage.secrets, engine=storage.engine)
@@ -265,7 +282,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         from app.rooms import attach_rooms
 
         rooms = await attach_rooms(settings, registry, http, stack, embedder=embedder, storage=storage,
-                                   pool_waits=pool_waits)
+                                   pool_waits=pool_waits, leader=leader)
 
     index_state = IndexState()
     background: list[asyncio.Task[Any]] = []
@@ -397,17 +414,24 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         metrics=metrics,
         rooms=rooms,
         background=background,
-        remote=_remote_runs(storage, shared_file),
+        remote=_remote_runs(storage, shared_file, settings.workers_safety_poll_s),
         embedder_check=embedder_check,
+        leader=leader,
     )
+    if leader is not None:  # workers on one port: a scrape answers for all of them
+        worker_metrics = WorkerMetrics(storage.run_feed.directory, svc.metrics_body, label=runs.owner_id)
+        await worker_metrics.start()
+        stack.push_async_callback(worker_metrics.aclose)
+        svc.worker_metrics = worker_metrics
     background.append(asyncio.create_task(_sweep(runs)))
     retention = RetentionPolicy(
         settings.run_events_retention_days, settings.conversation_retention_days, settings.retention_interval_s
     )
     if retention.active:  # issue 25: compaction and idle conversations, one replica at a time on PostgreSQL
-        background.append(asyncio.create_task(
-            retain_periodically(storage.retention, storage.history, retention, metrics.history,
-                                _forget_conversation(runs, rooms)),
+        background.append(_background(
+            leader,
+            lambda: retain_periodically(storage.retention, storage.history, retention, metrics.history,
+                                        _forget_conversation(runs, rooms)),
             name="retention",
         ))
     # Live runs, model streams and the event loop's lag: admission refuses new runs
@@ -434,24 +458,29 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
             interval_s=settings.keyword_prune_interval_s,
         )
         background.append(
-            asyncio.create_task(prune_keywords_periodically(keywords, prune_policy), name="keyword-prune")
+            _background(leader, lambda: prune_keywords_periodically(keywords, prune_policy), name="keyword-prune")
         )
     return svc
 
 
-#: Several processes on one SQLite file: how often a followed run's log is read (the
-#: file has no notifications; a token reaches a follower on a sibling worker this late).
-SHARED_FILE_POLL_S = 0.05
+def _background(
+    leader: FileLeader | None, job: Callable[[], Coroutine[Any, Any, Any]], *, name: str
+) -> asyncio.Task[Any]:
+    """A periodic job: here, or — workers on one file — in the one worker that leads."""
+    if leader is None:
+        return asyncio.create_task(job(), name=name)
+    return leader.when_leading(job, name=name)
 
 
-def _remote_runs(storage: Any, shared_file: bool) -> RemoteRuns | None:
-    """Followers of runs executing in another process: woken by the engine's feed
-    (PostgreSQL), or reading the log every ``SHARED_FILE_POLL_S`` (workers on one file)."""
-    if storage.run_feed is not None:
-        return RemoteRuns(storage.runs, storage.run_feed)
+def _remote_runs(storage: Any, shared_file: bool, safety_poll_s: float) -> RemoteRuns | None:
+    """Followers of runs executing in another process, woken by the engine's feed:
+    PostgreSQL's notifications, or the sibling workers' sockets on one SQLite file (whose
+    log is also read after ``safety_poll_s`` without news)."""
+    if storage.run_feed is None:
+        return None
     if shared_file:
-        return RemoteRuns(storage.runs, None, poll_s=SHARED_FILE_POLL_S)
-    return None
+        return RemoteRuns(storage.runs, storage.run_feed, poll_s=safety_poll_s)
+    return RemoteRuns(storage.runs, storage.run_feed)
 
 
 def _forget_conversation(runs: RunManager, rooms: Rooms) -> Callable[[str, str], Awaitable[None]]:

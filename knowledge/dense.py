@@ -6,6 +6,9 @@ Two ways, one interface (``DenseSide``), chosen once by ``dense_side``:
 * ``MatrixDense`` — the in-memory float32 matrix (``knowledge.vectors.VectorIndex``),
   filled from the store at start and kept in step by ingestion. The embedded SQLite
   engine has no vector index of its own, and a numpy scan of 1M rows takes ~60 ms.
+  Where sibling processes write the same file (``--workers``) the store counts their
+  changes (``sibling_changes``); the matrix is loaded anew before the next search after
+  one, so a document ingested through any worker is found by every worker's search.
 * ``DatabaseDense`` — the engine answers (``storage.interfaces.KBVectorSearch``:
   pgvector on PostgreSQL). Nothing is held in memory, so replicas do not each carry
   the whole matrix, and a document another replica ingested is found the moment its
@@ -70,15 +73,44 @@ class MatrixDense:
         self._index = index
         self._embed_model = embed_model
         self._executor_rows = executor_rows
+        self._seen_changes = self._sibling_changes()
+        self._reloading = asyncio.Lock()
+        self._changed_here = False
+        #: Reloads after a sibling process's change (a figure for tests).
+        self.reloads = 0
+
+    def _sibling_changes(self) -> int:
+        """How many changes sibling processes made to the stored KB (0 where none can)."""
+        return int(getattr(self._index, "sibling_changes", 0))
+
+    async def refresh(self) -> None:
+        """Load the matrix anew if a sibling process changed the stored KB since the
+        last load; searches meanwhile use the old one."""
+        if self._sibling_changes() == self._seen_changes or self._embed_model is None:
+            return
+        async with self._reloading:
+            seen = self._sibling_changes()
+            if seen == self._seen_changes:
+                return
+            self._changed_here = False
+            fresh = VectorIndex(self.matrix.dim)
+            await load_vectors(fresh, self._index, self._embed_model)
+            self.matrix = fresh
+            # An ingest here during the load went to the old matrix: load again next time.
+            if not self._changed_here:
+                self._seen_changes = seen
+            self.reloads += 1
 
     @property
     def dim(self) -> int:
         return self.matrix.dim
 
     def add(self, chunk_ids: Iterable[int], doc_id: str, bucket: str, vectors: F32) -> None:
+        self._changed_here = True
         self.matrix.add(chunk_ids, doc_id, bucket, vectors)
 
     def remove_document(self, doc_id: str) -> int:
+        self._changed_here = True
         return self.matrix.remove_document(doc_id)
 
     async def load(self) -> int:
@@ -87,12 +119,15 @@ class MatrixDense:
         return await load_vectors(self.matrix, self._index, self._embed_model)
 
     async def available(self) -> bool:
+        await self.refresh()
         return self.matrix.size > 0
 
     async def count(self) -> int:
+        await self.refresh()
         return self.matrix.size
 
     async def nearest(self, query: F32, scope: KBScope, limit: int) -> KBRanked:
+        await self.refresh()
         matrix = self.matrix
         snap = matrix.snapshot()
         mask = None

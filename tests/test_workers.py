@@ -140,10 +140,12 @@ def saw(trace: Trace, name: str) -> bool:
 
 
 @asynccontextmanager
-async def workers(tmp_path: Path, engine: str, pg: TestPostgres | None) -> AsyncIterator[tuple[Any, AgentServer]]:
+async def workers(
+    tmp_path: Path, engine: str, pg: TestPostgres | None, **env: str
+) -> AsyncIterator[tuple[Any, AgentServer]]:
     async with AsyncExitStack() as stack:
         tools = await stack.enter_async_context(make_tool_stack(tmp_path, tokens=30, pause_s=0.05))
-        extra = {"AGENT_WORKERS": str(WORKERS), "AGENT_RUN_LEASE_S": str(LEASE_S)}
+        extra = {"AGENT_WORKERS": str(WORKERS), "AGENT_RUN_LEASE_S": str(LEASE_S), **env}
         if engine == "postgres":
             assert pg is not None
             extra["AGENT_DATABASE_URL"] = stack.enter_context(pg.database())

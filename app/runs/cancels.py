@@ -6,10 +6,11 @@ marks the run in the store (``RunStore.request_cancel``), and the process execut
 run cancels its task:
 
 * at once through the engine's feed where there is one (PostgreSQL ``NOTIFY`` on
-  ``run_cancels``, sent in the marking transaction);
-* otherwise on its next look at the store for its live runs, every ``poll_s`` —
-  processes sharing a SQLite file have no notifications — and at the lease-claim pace
-  as a fallback with a feed (a notification missed while the listener reconnected);
+  ``run_cancels``, sent in the marking transaction; workers on one SQLite file tell
+  each other after the commit, ``storage.sqlite.worker_feed``);
+* otherwise on its next look at the store for its live runs, every ``poll_s`` (one
+  process per SQLite file), and at the lease-claim pace as a fallback with a feed (a
+  notification missed while the listener reconnected);
 * a run nobody held at that moment (between hand-overs) is ended ``cancelled`` by the
   process that claims it next (``RunManager._recover_one`` reads the mark).
 

@@ -5,7 +5,8 @@ follower does not scale: with a few dozen live runs each follower held a pooled
 connection on every wake-up, and tokens reached followers a second late at p99 (see
 ``bench/results/scaleout_probe_pool30.json``). So each replica keeps **one tail per
 followed run**: a single reader that takes the run's new events from the store's feed
-(PostgreSQL notifications carry them when they fit), reads the log only when it must (the
+(PostgreSQL notifications, or the sibling workers' frames on one SQLite file, carry them
+when they fit), reads the log only when it must (the
 first look, a gap, an oversized step, a reconnect, a slow poll against a lost
 notification), and fans the events out to every local follower of that run. A follower
 that starts behind the tail's window catches up from the log on its own, then joins.
@@ -104,8 +105,10 @@ class RemoteRuns:
     so this is a last resort, kept long: a run waiting on a slow tool costs a read per
     replica every ``poll_s``, not one per follower per second.
 
-    Without a feed (several worker processes on one SQLite file: a file notifies no one)
-    each followed run's log is read every ``poll_s``, which must then be short."""
+    Several worker processes on one SQLite file have a feed of their own (the workers
+    announce committed steps to each other over sockets, ``storage.sqlite.worker_feed``);
+    ``poll_s`` is then their safety net against a wake-up lost with a sibling's
+    connection, and kept at a second or so."""
 
     def __init__(
         self, store: RunStore, feed: RunFeed | None, *, poll_s: float = 10.0, batch: int = 1000, window: int = 2048

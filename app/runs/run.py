@@ -253,8 +253,12 @@ class Run:
                 self._notify()
 
     def _storage_failed(self, exc: BaseException) -> None:
-        """End the run loudly, in order, with what followers have seen so far."""
-        if self.storage_error is not None:
+        """End the run loudly, in order, with what followers have seen so far. Not a run
+        taken over (``lost``): its log is its new owner's now, and an ending made up here
+        would be shown to this process's followers under ids the log gives to other
+        events (a step it queued before the take-over can still fail later, e.g. one the
+        writer retried one by one after a sibling's lease refusal)."""
+        if self.storage_error is not None or self.lost:
             return
         self.storage_error = str(exc)[:300]
         log.error("run ends: its events could not be stored", extra={"run_id": self.id, "error": self.storage_error})

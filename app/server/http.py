@@ -518,7 +518,7 @@ async def readyz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    return Response(services(request).metrics_body(), media_type=METRICS_CONTENT_TYPE)
+    return Response(await services(request).service_metrics(), media_type=METRICS_CONTENT_TYPE)
 
 
 async def problem(request: Request, exc: Exception) -> Response:

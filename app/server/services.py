@@ -15,9 +15,11 @@ from app.agent.loop import Agent
 from app.agent.selector import IndexState
 from app.config import Settings
 from app.ops.embedder_check import EmbedderCheck
+from app.ops.leader import FileLeader
 from app.ops.load import ReplicaLoad
 from app.ops.masking import SecretScrubber
 from app.ops.metrics import AppMetrics, LiveSources
+from app.ops.worker_metrics import WorkerMetrics
 from app.rooms import Rooms
 from app.runs.manager import RunManager
 from app.runs.remote import RemoteRuns
@@ -58,6 +60,10 @@ class Services:
     embedder_check: EmbedderCheck | None = None
     #: Live runs, model streams and event-loop lag, and whether new runs are admitted.
     load: ReplicaLoad | None = None
+    #: Workers on one SQLite file: which of them runs the background jobs (``app/ops/leader``).
+    leader: FileLeader | None = None
+    #: Workers on one port: ``/metrics`` merges every worker's (``app/ops/worker_metrics``).
+    worker_metrics: WorkerMetrics | None = None
     #: Masks the configured secrets in what ``/readyz`` (unauthenticated) answers.
     scrubber: SecretScrubber = field(init=False)
 
@@ -109,6 +115,12 @@ class Services:
             # Informational: a busy replica still serves its followers and every other
             # route, so it stays ready; ``accepting`` says whether it takes new runs.
             report["load"] = self.load.snapshot(replica=self.runs.owner_id)
+        if self.leader is not None:
+            feed = self.storage.run_feed
+            report["workers"] = {
+                "background_jobs": "here" if self.leader.is_leader else "another worker",
+                "siblings_connected": getattr(feed, "siblings", None),
+            }
         return report
 
     def live_metric_sources(self) -> LiveSources:
@@ -138,3 +150,9 @@ class Services:
     def metrics_body(self) -> bytes:
         """This app's metrics in the Prometheus text format."""
         return self.metrics.exposition()
+
+    async def service_metrics(self) -> bytes:
+        """What ``/metrics`` answers: this app's, or every worker's merged."""
+        if self.worker_metrics is None:
+            return self.metrics_body()
+        return await self.worker_metrics.body()

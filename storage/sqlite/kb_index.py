@@ -14,29 +14,38 @@ Why this shape:
   write through this index.
 * Vectors are float32 bytes in ``kb_chunks.vector``, searched exactly in memory
   (``iter_vectors``); chunk ids continue from the largest (one writer).
+* Several worker processes on one file (``--workers``) each hold that memory: a worker
+  that changed the KB tells its siblings (``worker_feed``, topic ``kb``), which count the
+  news in ``sibling_changes`` (the knowledge base reloads its vectors before its next
+  search, ``knowledge.dense``) and forget their cached term counts.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import orjson
 
-from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBVectorRows
+from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBVectorRows, KBVectorWrite, TypedRow
 from storage.sql import Tx
 from storage.sqlite import kb_buckets, kb_fts
 from storage.sqlite.database import SqliteDatabase
 from storage.sqlite.dialect import SqliteSql
 from storage.sqlite.kb_filters_sql import SQLITE_FILTERS
+from storage.sqlite.worker_feed import WorkerFeed
 from storage.stores.kb_index import SqlKBIndex
 
 _INSERT_CHUNK = (
     "INSERT INTO kb_chunks(id, doc_id, position, title, heading, text, vector, page, page_end)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+#: The worker feed's topic of knowledge-base changes.
+KB_TOPIC = "kb"
 
 
 class SqliteKBIndex(SqlKBIndex):
@@ -49,6 +58,50 @@ class SqliteKBIndex(SqlKBIndex):
             SqliteSql(db), buckets=kb_buckets, filters=SQLITE_FILTERS, text=kb_fts.FtsRanker(db), location=str(db.path)
         )
         self._db = db
+        #: Sibling workers on the file (``--workers``): told of every change made here.
+        self.feed: WorkerFeed | None = None
+        #: Changes sibling workers made (or may have made) since this process started.
+        self.sibling_changes = 0
+
+    def listen(self, feed: WorkerFeed) -> None:
+        """Tell ``feed``'s siblings of changes made here, and hear of theirs."""
+        self.feed = feed
+        feed.subscribe(KB_TOPIC, self._sibling_changed)
+
+    def _sibling_changed(self, news: str) -> None:
+        self.sibling_changes += 1
+        self._stats_changed()
+
+    def _changed(self) -> None:
+        if self.feed is not None:
+            self.feed.announce(KB_TOPIC)
+
+    async def write_documents(
+        self, bucket: str, fields: Mapping[str, str], docs: Sequence[KBDocumentWrite]
+    ) -> list[list[int]]:
+        out = await super().write_documents(bucket, fields, docs)
+        self._changed()
+        return out
+
+    async def delete_documents(self, doc_ids: Sequence[str]) -> list[str]:
+        out = await super().delete_documents(doc_ids)
+        self._changed()
+        return out
+
+    async def delete_bucket(self, name: str) -> list[str] | None:
+        out = await super().delete_bucket(name)
+        self._changed()
+        return out
+
+    async def store_vectors(self, embed_model: str, embed_dim: int, docs: Sequence[KBVectorWrite]) -> list[str]:
+        out = await super().store_vectors(embed_model, embed_dim, docs)
+        self._changed()
+        return out
+
+    async def create_bucket(self, name: str, fields: Mapping[str, str], *, typed_row: TypedRow) -> dict[str, str]:
+        out = await super().create_bucket(name, fields, typed_row=typed_row)
+        self._changed()
+        return out
 
     async def _chunk_ids(self, tx: Tx, count: int) -> list[int]:
         row = await tx.fetchone("SELECT coalesce(max(id), 0) FROM kb_chunks")

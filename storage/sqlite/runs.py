@@ -12,13 +12,20 @@ into a temporary table aborts with ``run_lease_lost`` unless ``owner`` holds the
 and otherwise renews the lease and inserts nothing. It runs inside the step's own
 transaction, on the file's one write lock, so a claim cannot slip between the check and
 the step's events.
+
+The same processes tell each other what they committed (``worker_feed``): a step's
+events after its commit, a cancel after it is stored — so a follower or the run's owner
+on a sibling worker is woken at once instead of reading the file on a timer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from storage.dialect import Statement
 from storage.errors import LeaseLost
-from storage.records import RunWrite
+from storage.records import NewRun, RunWrite, StoredRun
+from storage.sqlite.worker_feed import WorkerFeed
 from storage.stores.runs import SqlRunStore
 
 LEASE_LOST = "run_lease_lost"
@@ -45,6 +52,9 @@ class SqliteRunStore(SqlRunStore):
     #: Set when several processes share the file (the app's wiring does, for
     #: ``--workers``): every leased step checks its lease first.
     guard_leases: bool = False
+    #: The sibling workers' feed (set with ``guard_leases``): committed steps and stored
+    #: cancels are announced to them.
+    feed: WorkerFeed | None = None
 
     def checks_lease(self, step: RunWrite) -> bool:
         return self.guard_leases and step.lease_owner is not None
@@ -60,3 +70,41 @@ class SqliteRunStore(SqlRunStore):
         lost = LeaseLost(f"run {step.run_id} is held by another process now")
         lost.__cause__ = exc
         return lost
+
+    def write(
+        self,
+        step: RunWrite,
+        *,
+        on_commit: Callable[[], None] | None = None,
+        on_fail: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        super().write(step, on_commit=self._announcing(step, on_commit), on_fail=on_fail)
+
+    async def commit(self, step: RunWrite, *, on_commit: Callable[[], None] | None = None) -> None:
+        await super().commit(step, on_commit=self._announcing(step, on_commit))
+
+    def _announcing(self, step: RunWrite, on_commit: Callable[[], None] | None) -> Callable[[], None] | None:
+        """``on_commit`` that also tells the sibling workers (only with siblings)."""
+        feed = self.feed
+        if feed is None or not step.events:
+            return on_commit
+        run_id, events = step.run_id, step.events
+
+        def committed() -> None:
+            if on_commit is not None:
+                on_commit()
+            feed.announce_events(run_id, events)
+
+        return committed
+
+    async def request_cancel(self, run_id: str) -> StoredRun | None:
+        stored = await super().request_cancel(run_id)
+        if self.feed is not None:
+            self.feed.announce_cancels([run_id])
+        return stored
+
+    async def create(self, run: NewRun) -> list[str]:
+        others = await super().create(run)
+        if self.feed is not None and others and run.multitask == "interrupt":
+            self.feed.announce_cancels(others)  # their owners end them now
+        return others

@@ -17,7 +17,7 @@ import pytest
 
 from app.runs.run import Run
 from events import ContentChunk
-from storage.errors import LeaseLost
+from storage.errors import LeaseLost, StorageUnavailable
 from storage.open import open_storage
 from storage.records import NewRun, RunWrite
 
@@ -95,3 +95,20 @@ async def test_a_step_whose_lease_is_checked_still_maps_a_refusal_to_lease_lost(
     with pytest.raises(LeaseLost):
         await fut
     assert run.lost and run.durable == 1
+
+
+async def test_a_run_taken_over_makes_up_no_ending_when_a_later_failure_reaches_it(storage: Any) -> None:
+    # Issue 23 item 3 (--workers 2 under load): a worker whose run was taken over still
+    # heard of a failed write of it, and showed its own followers an error and a failed
+    # ending under ids 1 and 2 — events no log holds (the new owner completed the run).
+    run, _ = await _queued_handlers(storage, guard_leases=True)
+    await storage.runs.claim("other", 30.0, expired_only=False)
+    with pytest.raises(LeaseLost):
+        await run.emit_step([ContentChunk(chunk="more ")])
+    assert run.lost
+    rescued: list[Any] = []
+    run.on_storage_failure = lambda r, events: rescued.append(events)
+    shown = list(run.events)
+    run.storage_lost(StorageUnavailable("database write failed after 12 attempts: database is locked"))
+    assert run.events == shown and run.durable == 1 and run.storage_error is None and not rescued
+    assert [e.seq for e in await storage.runs.events_after("run_1", 0)] == [1]

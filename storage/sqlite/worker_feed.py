@@ -1,0 +1,336 @@
+"""The run feed of worker processes sharing one SQLite file (``agentchat serve --workers``).
+
+A file notifies no one, so before this each follower of a run executing on a sibling
+worker read the run's log every 50 ms — a read per followed run per tick whether or not
+anything was written, which doubled the CPU per run with ``--workers``. Here the workers
+tell each other instead, the way PostgreSQL's ``LISTEN/NOTIFY`` does between replicas
+(``storage.postgres.notify``), behind the same ``RunFeed`` interface:
+
+* each worker listens on a Unix stream socket in a runtime directory next to the file
+  (``<db>.workers/<pid>-<token>.sock``; in the temporary directory where that path is
+  too long for a socket address, ``runtime_dir``) and connects to every sibling's socket it finds
+  there (looked for again every ``scan_s``, and at once when a connection fails);
+* after a step of a run commits, the worker that wrote it sends the step's events to
+  every sibling (``feed_payload``: the events themselves when they fit, else "read the
+  log"), coalesced into one write per sibling per loop tick; cancels asked for and
+  knowledge-base changes travel the same way.
+
+The log stays the single source of truth. A frame that cannot be delivered — a sibling
+that does not keep up (its unread bytes past ``max_buffer``), a connection that broke or
+was not yet made — becomes "read the log" for the receiver: a new or re-made connection
+makes every watcher there read the log once and every cancel subscriber look in the
+store, and a sender that dropped frames for a slow sibling sends it "read everything"
+first once it keeps up again. What slips through all of that is caught by the
+followers' slow safety poll (``RemoteRuns.poll_s``).
+
+Frames are ``<length: 4 bytes, big-endian><kind: 1 byte><text>``: ``E`` a run's
+events, ``C`` a cancel (the run id), ``T`` a topic's news (``<topic>\\n<text>``, e.g. the
+knowledge base changed), ``R`` "read everything".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import secrets
+import stat
+import struct
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from storage.feed_payload import decode_payload, encode_payload
+from storage.records import RunEvent
+from storage.run_feed import RunWatch
+
+log = logging.getLogger("agentchat.storage")
+
+#: Events of one step carried in one frame up to this size; a bigger step says "read".
+MAX_FRAME_BYTES = 64 * 1024
+#: A sibling this far behind reading its socket gets frames dropped (then "read all").
+MAX_BUFFER_BYTES = 4 * 1024 * 1024
+_HEAD = struct.Struct(">I")
+EVENTS, CANCEL, TOPIC, READ_ALL = b"E", b"C", b"T", b"R"
+
+
+#: Room kept in a socket path for the longest name put there (``<pid>-<token>.metrics``).
+_LONGEST_NAME = len("/4194304-0123abcd.metrics")
+#: Linux's bound on a Unix socket path (``sun_path``: 108 bytes with its final NUL).
+_SUN_PATH_MAX = 107
+
+
+def runtime_dir(db_path: str | Path) -> Path:
+    """The directory where the workers of one database file meet: next to the file,
+    ``<db>.workers``; where that path is too long for a Unix socket's address, a
+    directory of the system's temporary one named after the file's absolute path
+    (``agentchat-<hash>``), the same for every worker of the file."""
+    path = Path(db_path).absolute()
+    beside = path.with_name(path.name + ".workers")
+    if len(os.fsencode(beside)) + _LONGEST_NAME <= _SUN_PATH_MAX:
+        return beside
+    digest = hashlib.sha256(os.fsencode(path)).hexdigest()[:20]
+    return Path(tempfile.gettempdir()) / f"agentchat-{digest}"
+
+
+def make_runtime_dir(directory: Path) -> None:
+    """Create ``directory`` private to this user, or check that it is: a directory of
+    the shared temporary one could have been made by someone else first."""
+    directory.mkdir(mode=0o700, exist_ok=True)
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise PermissionError(f"{directory} is not a directory private to this user; remove it or fix its mode")
+
+
+def _frame(kind: bytes, text: str) -> bytes:
+    body = kind + text.encode()
+    return _HEAD.pack(len(body)) + body
+
+
+@dataclass(slots=True)
+class _Peer:
+    """This worker's connection to one sibling's socket."""
+
+    path: Path
+    writer: asyncio.StreamWriter
+    #: Frames were dropped for it: send "read everything" before the next ones.
+    dropped: bool = False
+
+
+@dataclass(slots=True)
+class WorkerFeed:
+    """``RunFeed`` between processes on one SQLite file; see the module's docstring."""
+
+    directory: Path
+    scan_s: float = 1.0
+    max_buffer: int = MAX_BUFFER_BYTES
+    _path: Path | None = None
+    _server: asyncio.AbstractServer | None = None
+    _peers: dict[Path, _Peer] = field(default_factory=dict)
+    _connecting: set[Path] = field(default_factory=set)
+    _watchers: dict[str, list[RunWatch]] = field(default_factory=dict)
+    _cancel_subscribers: list[Callable[[str | None], None]] = field(default_factory=list)
+    _topics: dict[str, list[Callable[[str], None]]] = field(default_factory=dict)
+    _pending: list[bytes] = field(default_factory=list)
+    _flush_scheduled: bool = False
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _scanner: asyncio.Task[None] | None = None
+    #: Figures for tests and metrics: frames received, and frames dropped for slow siblings.
+    received: int = 0
+    dropped: int = 0
+
+    @property
+    def path(self) -> Path | None:
+        """This worker's socket (``None`` until started)."""
+        return self._path
+
+    @property
+    def siblings(self) -> int:
+        return len(self._peers)
+
+    async def start(self) -> None:
+        make_runtime_dir(self.directory)
+        self._path = self.directory / f"{os.getpid()}-{secrets.token_hex(4)}.sock"
+        self._server = await asyncio.start_unix_server(self._serve, path=str(self._path))
+        os.chmod(self._path, 0o600)
+        await self._scan()
+        self._scanner = asyncio.create_task(self._scan_forever(), name="worker-feed-scan")
+
+    async def close(self) -> None:
+        if self._scanner is not None:
+            self._scanner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scanner
+        if self._server is not None:
+            self._server.close()
+        if self._path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self._path.unlink()
+        for peer in list(self._peers.values()):
+            peer.writer.close()
+        self._peers.clear()
+        with contextlib.suppress(OSError):  # the last worker out leaves no directory behind
+            self.directory.rmdir()
+        for task in list(self._tasks):
+            task.cancel()
+
+    # --- the RunFeed interface (what followers and the cancel path use) -----------------
+
+    @contextlib.contextmanager
+    def watch(self, run_id: str) -> Iterator[RunWatch]:
+        watch = RunWatch()
+        self._watchers.setdefault(run_id, []).append(watch)
+        try:
+            yield watch
+        finally:
+            watchers = self._watchers.get(run_id)
+            if watchers is not None:
+                with contextlib.suppress(ValueError):
+                    watchers.remove(watch)
+                if not watchers:
+                    del self._watchers[run_id]
+
+    def subscribe_cancels(self, callback: Callable[[str | None], None]) -> None:
+        self._cancel_subscribers.append(callback)
+
+    def subscribe(self, topic: str, callback: Callable[[str], None]) -> None:
+        """``callback(text)`` when a sibling announces news of ``topic`` (and ``""`` when
+        some may have been missed)."""
+        self._topics.setdefault(topic, []).append(callback)
+
+    @property
+    def watched(self) -> int:
+        return sum(len(w) for w in self._watchers.values())
+
+    # --- sending ----------------------------------------------------------------------
+
+    def announce_events(self, run_id: str, events: Sequence[RunEvent]) -> None:
+        """A step of ``run_id`` committed here (call after the commit)."""
+        if events and self._peers:
+            self._queue(_frame(EVENTS, encode_payload(run_id, events, MAX_FRAME_BYTES)))
+
+    def announce_cancels(self, run_ids: Sequence[str]) -> None:
+        """Cancels of these runs were stored here (call after the commit)."""
+        for run_id in run_ids:
+            self._queue(_frame(CANCEL, run_id))
+
+    def announce(self, topic: str, text: str = "") -> None:
+        self._queue(_frame(TOPIC, f"{topic}\n{text}"))
+
+    def _queue(self, frame: bytes) -> None:
+        if not self._peers:
+            return  # nobody to tell; a sibling connecting later reads everything first
+        self._pending.append(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """One write per sibling for everything announced during this loop tick."""
+        self._flush_scheduled = False
+        data, self._pending = b"".join(self._pending), []
+        for peer in list(self._peers.values()):
+            transport = peer.writer.transport
+            if transport.is_closing():
+                self._lost(peer)
+                continue
+            if transport.get_write_buffer_size() > self.max_buffer:
+                if not peer.dropped:
+                    log.warning(
+                        "a sibling worker is not reading its feed; it will read the log", extra={"peer": peer.path.name}
+                    )
+                peer.dropped = True
+                self.dropped += 1
+                continue
+            if peer.dropped:
+                peer.writer.write(_frame(READ_ALL, ""))
+                peer.dropped = False
+            peer.writer.write(data)
+
+    def _lost(self, peer: _Peer) -> None:
+        if self._peers.get(peer.path) is peer:
+            del self._peers[peer.path]
+        peer.writer.close()
+
+    # --- finding siblings -------------------------------------------------------------
+
+    async def _scan_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.scan_s)
+            try:
+                await self._scan()
+            except OSError as exc:
+                log.warning("looking for sibling workers failed", extra={"error": str(exc)[:300]})
+
+    async def _scan(self) -> None:
+        for path in self.directory.glob("*.sock"):
+            if path == self._path or path in self._peers or path in self._connecting:
+                continue
+            self._connecting.add(path)
+            try:
+                _, writer = await asyncio.open_unix_connection(str(path))
+            except (ConnectionRefusedError, FileNotFoundError):
+                # A worker killed without cleaning up left its socket: nobody listens.
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                continue
+            except OSError as exc:
+                log.warning("cannot reach a sibling worker", extra={"peer": path.name, "error": str(exc)[:200]})
+                continue
+            finally:
+                self._connecting.discard(path)
+            self._peers[path] = _Peer(path, writer)
+            task = asyncio.create_task(self._await_close(path, writer), name="worker-feed-peer")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _await_close(self, path: Path, writer: asyncio.StreamWriter) -> None:
+        """Siblings never write back on our connection: EOF means it went away."""
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+        peer = self._peers.get(path)
+        if peer is not None and peer.writer is writer:
+            del self._peers[path]
+
+    # --- receiving --------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One sibling's frames, in its commit order. A new connection may follow frames
+        lost with an old one (or sent before it existed): everyone reads once."""
+        self._read_all()
+        try:
+            while True:
+                head = await reader.readexactly(_HEAD.size)
+                body = await reader.readexactly(_HEAD.unpack(head)[0])
+                self.received += 1
+                self._handle(body[:1], body[1:].decode())
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except Exception:  # a bug here must not stop hearing the others
+            log.exception("a sibling's feed frame could not be handled")
+        finally:
+            writer.close()
+            self._read_all()  # whatever its broken connection still carried
+
+    def _handle(self, kind: bytes, text: str) -> None:
+        if kind == EVENTS:
+            run_id = text.partition("\n")[0].rpartition(":")[0]
+            watchers = self._watchers.get(run_id)
+            if watchers:  # most frames are for runs nobody here follows
+                _, events = decode_payload(text)
+                for watch in watchers:
+                    watch.deliver(events)
+        elif kind == CANCEL:
+            self._cancel(text)
+        elif kind == TOPIC:
+            topic, _, news = text.partition("\n")
+            for callback in self._topics.get(topic, ()):
+                self._call(callback, news)
+        elif kind == READ_ALL:
+            self._read_all()
+
+    def _read_all(self) -> None:
+        for watchers in self._watchers.values():
+            for watch in watchers:
+                watch.deliver(None)
+        self._cancel(None)
+        for callbacks in self._topics.values():
+            for callback in callbacks:
+                self._call(callback, "")
+
+    def _cancel(self, run_id: str | None) -> None:
+        for callback in self._cancel_subscribers:
+            self._call(callback, run_id)
+
+    @staticmethod
+    def _call(callback: Callable[..., None], arg: str | None) -> None:
+        try:
+            callback(arg)
+        except Exception:  # one subscriber's bug must not stop the feed
+            log.exception("a worker feed subscriber failed")
+
+
+__all__ = ["WorkerFeed", "make_runtime_dir", "runtime_dir"]

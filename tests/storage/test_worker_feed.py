@@ -1,0 +1,197 @@
+"""The feed between worker processes on one SQLite file (``storage/sqlite/worker_feed.py``).
+
+Two feeds in one runtime directory talk over real Unix sockets, as two workers do: a
+committed step's events reach the other's watchers (carried, or "read the log" when they
+do not fit), cancels and topics reach its subscribers, a socket left by a killed worker
+is cleared, a sibling that does not read is told to read everything once it does, and a
+real SQLite run store announces only what committed. The cross-process behaviour
+(followers on another worker with the safety poll out of the way) is in
+``tests/test_workers_feed.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import orjson
+
+from storage.records import NewRun, RunEvent, RunWrite
+from storage.sqlite import open_sqlite_storage
+from storage.sqlite.worker_feed import MAX_FRAME_BYTES, WorkerFeed, runtime_dir
+
+
+def ev(seq: int, name: str = "content_chunk", text: str = "") -> RunEvent:
+    return RunEvent(seq, name, orjson.dumps({"chunk": text or f"token {seq}"}).decode())
+
+
+async def settled(condition: object, what: str) -> None:
+    async def wait() -> None:
+        while not condition():  # type: ignore[operator]
+            await asyncio.sleep(0.01)
+
+    try:
+        await asyncio.wait_for(wait(), 10)
+    except TimeoutError:
+        raise AssertionError(f"never: {what}") from None
+
+
+@asynccontextmanager
+async def two_feeds(tmp_path: Path) -> AsyncIterator[tuple[WorkerFeed, WorkerFeed]]:
+    directory = runtime_dir(tmp_path / "agent.sqlite3")
+    a, b = WorkerFeed(directory, scan_s=0.05), WorkerFeed(directory, scan_s=0.05)
+    await a.start()
+    await b.start()
+    try:
+        await settled(lambda: a.siblings == 1 and b.siblings == 1, "the two workers found each other")
+        yield a, b
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_committed_step_reaches_the_siblings_watchers_with_its_events(tmp_path: Path) -> None:
+    async with two_feeds(tmp_path) as (a, b):
+        with b.watch("run-1") as watch, b.watch("run-1") as second, b.watch("run-2") as other:
+            for w in (watch, second, other):
+                w.take()  # the first look (and the connection's "read all") done
+            a.announce_events("run-1", [ev(1), ev(2, text="tab\there ünï 🙂")])
+            a.announce_events("run-1", [ev(3, "message_complete")])
+            await settled(lambda: len(watch.carried) == 3, "the events arrived")
+            carried, must_read = watch.take()
+            assert carried == [ev(1), ev(2, text="tab\there ünï 🙂"), ev(3, "message_complete")]
+            assert not must_read
+            assert second.take() == (carried, False)  # every local watcher of the run
+            assert other.take() == ([], False)  # not the other run's
+
+
+async def test_a_step_too_big_for_a_frame_says_read_the_log(tmp_path: Path) -> None:
+    async with two_feeds(tmp_path) as (a, b):
+        with b.watch("big") as watch:
+            watch.take()
+            a.announce_events("big", [ev(1, text="x" * MAX_FRAME_BYTES)])
+            await settled(lambda: watch.woke.is_set(), "the sibling was told")
+            assert watch.take() == ([], True)
+
+
+async def test_cancels_and_topics_reach_the_siblings_subscribers(tmp_path: Path) -> None:
+    async with two_feeds(tmp_path) as (a, b):
+        cancels: list[str | None] = []
+        news: list[str] = []
+        b.subscribe_cancels(cancels.append)
+        b.subscribe("kb", news.append)
+        a.announce_cancels(["run-7"])
+        a.announce("kb", "generation 3")
+        await settled(lambda: "run-7" in cancels and "generation 3" in news, "cancel and news arrived")
+        assert a.received == 0  # nobody tells the sender its own news
+
+
+async def test_a_socket_left_by_a_killed_worker_is_cleared(tmp_path: Path) -> None:
+    directory = runtime_dir(tmp_path / "agent.sqlite3")
+    directory.mkdir(mode=0o700)
+    stale = directory / "4242-dead.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
+        dead.bind(str(stale))  # bound, never listening, then gone: what SIGKILL leaves
+    feed = WorkerFeed(directory)
+    await feed.start()
+    try:
+        assert not stale.exists() and feed.siblings == 0
+    finally:
+        await feed.close()
+    assert not any(directory.glob("*.sock"))  # its own socket went with it
+
+
+async def test_a_sibling_that_does_not_keep_up_reads_everything_once_it_does(tmp_path: Path) -> None:
+    async with two_feeds(tmp_path) as (a, b):
+        a.max_buffer = -1  # every flush finds the sibling "behind": frames are dropped
+        with b.watch("run-1") as watch:
+            watch.take()
+            a.announce_events("run-1", [ev(1)])
+            await settled(lambda: a.dropped >= 1, "a frame was dropped")
+            a.max_buffer = 1 << 20
+            a.announce_events("run-1", [ev(2)])
+            await settled(lambda: len(watch.carried) == 1, "the next frame arrived")
+            carried, must_read = watch.take()
+            assert carried == [ev(2)] and must_read  # event 1 is read from the log
+
+
+async def test_the_sqlite_run_store_announces_committed_steps_and_cancels(tmp_path: Path) -> None:
+    storage = await open_sqlite_storage(tmp_path / "agent.sqlite3")
+    async with two_feeds(tmp_path) as (a, b):
+        storage.runs.feed = a
+        cancels: list[str | None] = []
+        b.subscribe_cancels(cancels.append)
+        try:
+            await storage.runs.create(
+                NewRun(id="r1", conversation_id="c1", user_id="u1", context_type="knowledge", input=b"{}")
+            )
+            with b.watch("r1") as watch:
+                watch.take()
+                committed: list[bool] = []
+                storage.runs.write(
+                    RunWrite("r1", "c1", "u1", events=[ev(1, "run_started")]), on_commit=lambda: committed.append(True)
+                )
+                await storage.runs.commit(RunWrite("r1", "c1", "u1", events=[ev(2)]))
+                await settled(lambda: len(watch.carried) == 2, "both steps announced")
+                assert committed == [True]
+                assert watch.take() == ([ev(1, "run_started"), ev(2)], False)
+                assert [e.seq for e in await storage.runs.events_after("r1", 0)] == [1, 2]  # stored first
+            await storage.runs.request_cancel("r1")
+            await settled(lambda: "r1" in cancels, "the cancel was announced")
+        finally:
+            storage.runs.feed = None
+            await storage.close()
+
+
+async def test_a_document_ingested_by_one_worker_is_found_by_the_others_semantic_search(tmp_path: Path) -> None:
+    """Two workers' knowledge bases on one file, each with its vectors in memory: what
+    one ingests, the other's search by meaning finds (it reloads after the news)."""
+    from knowledge.kb import KnowledgeBase
+    from toolindex.hashing import HashingEmbedder
+
+    path = tmp_path / "agent.sqlite3"
+    first, second = await open_sqlite_storage(path), await open_sqlite_storage(path)
+    try:
+        async with two_feeds(tmp_path) as (a, b):
+            first.kb_index.listen(a)
+            second.kb_index.listen(b)
+            kb_a = await KnowledgeBase.create(first.kb_index, HashingEmbedder())
+            kb_b = await KnowledgeBase.create(second.kb_index, HashingEmbedder())
+            try:
+                report = await kb_a.ingest_documents(
+                    [{"id": "fjord", "title": "Fjords", "text": "A fjord is a long narrow inlet carved by glaciers."}]
+                )
+                assert report.added == 1
+                await settled(lambda: second.kb_index.sibling_changes > 0, "B heard of A's ingest")
+                found = await kb_b.search("fjord inlet glaciers", mode="semantic")
+                assert [h.doc_id for h in found.hits][:1] == ["fjord"]
+                # On vectors, not the text fallback a worker without them takes.
+                assert found.mode == "semantic" and kb_b.text_fallbacks == 0, (found.mode, found.warnings)
+            finally:
+                await kb_a.aclose()
+                await kb_b.aclose()
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_database_too_deep_for_a_socket_address_meets_in_the_temporary_directory(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    short = runtime_dir(tmp_path / "a.sqlite3")
+    far = runtime_dir(deep / "agent.sqlite3")
+    assert short.parent == tmp_path or len(str(tmp_path)) > 60  # beside the file when it fits
+    assert far.parent == Path(tempfile.gettempdir()) and far == runtime_dir(deep / "agent.sqlite3")
+    a, b = WorkerFeed(far, scan_s=0.05), WorkerFeed(far, scan_s=0.05)
+    await a.start()
+    await b.start()
+    try:
+        await settled(lambda: a.siblings == 1 and b.siblings == 1, "the two workers found each other")
+        assert far.stat().st_mode & 0o777 == 0o700
+    finally:
+        await a.close()
+        await b.close()

@@ -1,0 +1,201 @@
+"""Workers on one SQLite file wake each other (``storage/sqlite/worker_feed.py``), through
+real processes (``agentchat serve --workers 2``; helpers of ``tests/test_workers.py``).
+
+The followers' safety poll is set to an hour (``AGENT_WORKERS_SAFETY_POLL_S``): whatever
+a follower on worker B receives after its first look at the log came through the wake-up
+from worker A, never from reading the file on a timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from tests.fakes.paced_ollama import run_body, side_effect_marker
+from tests.support.procs import DEMO_AUTH, AgentServer, Trace, replay, until
+from tests.test_workers import Pinned, follow_on, pinned_clients, saw, start_on, workers
+
+pytestmark = pytest.mark.slow
+
+NO_SAFETY_POLL = {"AGENT_WORKERS_SAFETY_POLL_S": "3600"}
+
+
+async def test_a_follower_on_another_worker_gets_every_token_without_polling(tmp_path: Path) -> None:
+    async with (
+        workers(tmp_path, "sqlite", None, **NO_SAFETY_POLL) as (tools, server),
+        pinned_clients(server.base, 2) as pins,
+    ):
+        (a, a2), followers_on_b = pins.values()
+        tags = [f"wake-{i}-{uuid.uuid4().hex[:6]}" for i in range(2)]
+        held = [tools.proxy.hold(side_effect_marker(tag)) for tag in tags]
+        traces = []
+        for tag in tags:
+            started = await start_on(a, run_body(tag))
+            traces.append(Trace(tag=tag, run_id=started["run_id"], stream_url=started["stream_url"]))
+        following = [asyncio.create_task(follow_on(b, t)) for b, t in zip(followers_on_b, traces, strict=True)]
+        # B has looked at the log and waits; everything from here on is written on A.
+        await until(
+            lambda: all(saw(t, "tool_call_start") for t in traces) and all(h.reached.is_set() for h in held),
+            "B following both of A's runs, each held mid-way",
+            60,
+        )
+        seen = [len(t.frames) for t in traces]
+        for h in held:
+            h.release.set()
+        await asyncio.wait_for(asyncio.gather(*following), 60)
+
+        for trace, before in zip(traces, seen, strict=True):
+            assert orjson.loads(trace.frames[-1][2])["status"] == "completed", trace.frames[-3:]
+            assert len(trace.frames) - before > 30, "the tokens after the hold did not come over the wake-up"
+            status, stored = await replay(a2.http, a2.base, trace.stream_url or "")
+            assert status == 200 and stored == trace.frames  # ids 1..N once each, as stored
+            assert [f[0] for f in stored] == [str(i) for i in range(1, len(stored) + 1)]
+        assert a.replica != followers_on_b[0].replica and server.running
+
+
+EXTRACTIVE = {
+    "AGENT_LLM_PROVIDER": "extractive",
+    "AGENT_EMBEDDER": "none",
+    "AGENT_INGEST_SAMPLE_KB": "false",
+    "OLLAMA_HOST": "http://127.0.0.1:9",
+}
+
+
+async def background_jobs_by_replica(pins: dict[str, list[Pinned]]) -> dict[str, str]:
+    out = {}
+    for replica, (pin, *_) in pins.items():
+        answer = await pin.http.get(f"{pin.base}/readyz")
+        pin.check(answer)
+        out[replica] = answer.json()["workers"]["background_jobs"]
+    return out
+
+
+async def test_one_worker_runs_the_background_jobs_and_another_takes_them_over_after_sigkill(
+    tmp_path: Path,
+) -> None:
+    server = AgentServer(tmp_path, {"AGENT_WORKERS": "2", **EXTRACTIVE}, name="workers-leader")
+    server.start()
+    try:
+        await server.wait_healthy()
+        async with pinned_clients(server.base, 1) as pins:
+            jobs = await background_jobs_by_replica(pins)
+            assert sorted(jobs.values()) == ["another worker", "here"], jobs
+            leader = next(r for r, where in jobs.items() if where == "here")
+            os.kill(int(leader.split(":")[1]), signal.SIGKILL)
+
+        # The survivor (or the worker started in the dead one's place) takes the jobs over.
+        async def leads_now() -> bool:
+            try:
+                async with pinned_clients(server.base, 1) as pins:
+                    jobs = await background_jobs_by_replica(pins)
+            except AssertionError:  # one worker only, until the parent starts another
+                return False
+            return leader not in jobs and sorted(jobs.values()) == ["another worker", "here"]
+
+        deadline = time.monotonic() + 60
+        while not await leads_now():
+            assert time.monotonic() < deadline, f"no worker took the background jobs over:\n{server.tail(40)}"
+            await asyncio.sleep(0.2)
+        assert server.running
+    finally:
+        server.close()
+
+
+async def knowledge_vectors(pin: Pinned) -> int:
+    answer = await pin.http.get(f"{pin.base}/readyz")
+    pin.check(answer)
+    return int(answer.json()["checks"]["knowledge"]["vectors"] or 0)
+
+
+async def test_a_document_ingested_through_one_worker_is_in_the_others_vectors(tmp_path: Path) -> None:
+    """Each worker holds the KB's vectors in memory; an ingest through worker A reaches
+    worker B's before its next search (``/readyz`` counts the vectors a search scans)."""
+    env = {**EXTRACTIVE, "AGENT_WORKERS": "2", "AGENT_EMBEDDER": "hashing", "AGENT_ADMIN_OPEN": "true"}
+    server = AgentServer(tmp_path, env, name="workers-kb")
+    server.start()
+    try:
+        await server.wait_healthy()
+        async with pinned_clients(server.base, 1) as pins:
+            (a,), (b,) = pins.values()
+            assert await knowledge_vectors(a) == 0 and await knowledge_vectors(b) == 0
+            doc = {"id": "fjord", "title": "Fjords", "text": "A fjord is a long narrow inlet carved by glaciers."}
+            added = await a.http.post(f"{a.base}/v1/kb/documents", json={"documents": [doc]})
+            a.check(added)
+            assert added.status_code == 200 and added.json()["added"] == 1, added.text
+            on_a = await knowledge_vectors(a)
+            assert on_a > 0
+            on_b = 0
+            deadline = time.monotonic() + 30
+            while on_b != on_a:
+                assert time.monotonic() < deadline, f"worker B never loaded A's vectors ({on_b} of {on_a})"
+                await asyncio.sleep(0.05)
+                on_b = await knowledge_vectors(b)
+    finally:
+        server.close()
+
+
+async def test_every_scrape_counts_the_runs_of_every_worker(tmp_path: Path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    server = AgentServer(tmp_path, {"AGENT_WORKERS": "2", **EXTRACTIVE}, name="workers-metrics")
+    server.start()
+    try:
+        await server.wait_healthy()
+        async with pinned_clients(server.base, 3) as pins:
+            (a, *on_a), (b, *on_b) = pins.values()
+            body = {"message": "What is in the knowledge base?", "context_type": "knowledge"}
+            # One pinned connection per run: two runs started on A, three on B.
+            for i, pin in enumerate([*on_a, b, *on_b]):
+                started = await start_on(pin, body)
+                trace = Trace(tag=f"m{i}", run_id=started["run_id"], stream_url=started["stream_url"])
+                await follow_on(pin, trace)  # to its end (the pin's last use)
+            replicas = {a.replica, b.replica}
+        for _ in range(8):  # fresh connections: the kernel hands them to either worker
+            async with httpx.AsyncClient(timeout=10) as http:
+                text = (await http.get(f"{server.base}/metrics")).text
+            values = {
+                (s.name, tuple(sorted(s.labels.items()))): s.value
+                for fam in text_string_to_metric_families(text)
+                for s in fam.samples
+            }
+            assert values[("agentchat_runs_started_total", ())] == 5, text[:2000]
+            assert values[("agentchat_metrics_workers", ())] == 2
+            live = {dict(labels)["worker"] for (name, labels) in values if name == "agentchat_live_runs"}
+            assert live == replicas
+        assert server.running
+    finally:
+        server.close()
+
+
+async def test_a_cancel_through_one_worker_reaches_the_run_on_another_without_polling(tmp_path: Path) -> None:
+    """With leases of an hour the owner's own look for cancels comes every six minutes:
+    the run ends ``cancelled`` within the cancel request only because worker B told A."""
+    slow_looks = {**NO_SAFETY_POLL, "AGENT_RUN_LEASE_S": "3600"}
+    async with (
+        workers(tmp_path, "sqlite", None, **slow_looks) as (tools, server),
+        pinned_clients(server.base, 2) as pins,
+    ):
+        (a, _), (b, b2) = pins.values()
+        tag = f"cancel-{uuid.uuid4().hex[:6]}"
+        held = tools.proxy.hold(side_effect_marker(tag))  # the run waits on A until released
+        started = await start_on(a, run_body(tag))
+        trace = Trace(tag=tag, run_id=started["run_id"], stream_url=started["stream_url"])
+        following = asyncio.create_task(follow_on(b, trace))
+        await until(lambda: saw(trace, "tool_call_start") and held.reached.is_set(), "B following A's run", 60)
+        try:
+            cancel = await b2.http.post(f"{b2.base}/v1/agent/runs/{trace.run_id}/cancel", headers=DEMO_AUTH)
+            b2.check(cancel)
+            assert cancel.status_code == 200 and cancel.json()["status"] == "cancelled", cancel.text
+        finally:
+            held.release.set()
+        await asyncio.wait_for(following, 60)
+        assert trace.frames[-1][1] == "message_complete"
+        assert orjson.loads(trace.frames[-1][2])["status"] == "cancelled"
