@@ -4,10 +4,15 @@ embedder's ``confident_at`` sits the query out, so min-max cannot stretch an unr
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 
+from app.cli.kb_file import open_kb_file
 from knowledge import fusion, ranking
 from knowledge.fusion import DENSE_WEIGHTS, DenseWeight, FusionSide, confident, dense_weight, fuse
+from toolindex.hashing import HashingEmbedder
 
 TEXT = FusionSide([1, 2, 3, 4], [12.0, 9.0, 8.5, 2.0], 1.0)
 DENSE_IDS = [4, 3, 9]
@@ -65,3 +70,65 @@ def test_ranking_re_exports_the_fusion_api() -> None:
     # Callers written against knowledge.ranking keep working after the move.
     for name in ("fuse", "dense_weight", "DenseWeight", "FusionSide", "minmax", "head_minmax", "DENSE_WEIGHTS"):
         assert getattr(ranking, name) is getattr(fusion, name)
+
+
+DOCS = [
+    {
+        "id": "gzip",
+        "title": "gzip",
+        "text": "Compress and decompress files in the gzip format; the checksum of every "
+        "member is verified on reading.",
+    },
+    {
+        "id": "zipfile",
+        "title": "zipfile",
+        "text": "Read and write ZIP archives: list their members, extract them, and append files to an archive.",
+    },
+    {
+        "id": "tarfile",
+        "title": "tarfile",
+        "text": "Tape archives: create, list and extract tar files, optionally compressed with gzip, bz2 or lzma.",
+    },
+    {
+        "id": "hashlib",
+        "title": "hashlib",
+        "text": "Secure hashes and message digests: SHA-256, SHA-3, BLAKE2 and the legacy MD5 checksum.",
+    },
+    {
+        "id": "zlib",
+        "title": "zlib",
+        "text": "Low-level deflate compression compatible with gzip, and the adler32 and crc32 checksums.",
+    },
+    {
+        "id": "sched",
+        "title": "sched",
+        "text": "A general purpose event scheduler that runs callables at given times with priorities.",
+    },
+]
+
+
+async def test_the_search_path_applies_the_floor_of_the_hashing_embedder(tmp_path: Path) -> None:
+    """Through a real knowledge base (default configuration, hashing embedder): a query
+    whose best cosine is under the floor ranks in hybrid mode exactly as in text mode; one
+    above it lets the dense side add what only it found."""
+    embedder = HashingEmbedder(dim=384)
+    floor = dense_weight(embedder.name).confident_at
+    assert floor is not None
+    docs_matrix = await embedder.embed_batch([f"{d['title']}\n{d['text']}" for d in DOCS])
+    kb = await open_kb_file(tmp_path / "kb.sqlite3", embedder)
+    try:
+        assert not (await kb.ingest_documents(DOCS, bucket="b")).rejected
+
+        async def hits(query: str, mode: str) -> list[tuple[str, float]]:
+            res = await kb.search(query, bucket="b", mode=mode, top_k=6)  # type: ignore[arg-type]
+            return [(h.doc_id, h.score) for h in res.hits]
+
+        weak, strong = "verify a checksum", "crc32 checksums of compressed data"
+        best = {q: float(np.max(docs_matrix @ await embedder.embed(q))) for q in (weak, strong)}
+        assert best[weak] < floor <= best[strong], best
+        assert await hits(weak, "hybrid") == await hits(weak, "text")
+        text_docs = {d for d, _ in await hits(strong, "text")}
+        hybrid_docs = {d for d, _ in await hits(strong, "hybrid")}
+        assert hybrid_docs > text_docs  # the dense side's own finds join the list
+    finally:
+        await kb.aclose()
