@@ -7,6 +7,10 @@ Why this shape:
   thread, embed in batches, then one write per batch through the ``KBIndex`` (one
   transaction, never held across an embedding call). The in-memory vector matrix is
   updated only after the write committed.
+* The stages overlap (``_Writes``): while a batch is written, the next one is read,
+  chunked and embedded, and up to ``WRITES_IN_FLIGHT`` writes run at once (PostgreSQL
+  writes each on a connection of its own, one core each; SQLite's writer takes them in
+  turn). An embedder gets up to ``EMBED_CONCURRENCY`` requests of a batch at once.
 * A failing embedder does not lose documents: they are stored for text search only,
   the report counts them as ``queued_for_embedding``, and the re-embedding in the
   background (``knowledge.backfill``) gives them vectors once the embedder answers
@@ -27,7 +31,7 @@ import asyncio
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -61,6 +65,12 @@ EmbedHook = Callable[[int, int], None]
 #: Called after each batch is written, with the report so far (chunk counts for a progress bar).
 BatchHook = Callable[[IngestReport], None]
 DEFAULT_MAX_FILE_BYTES = int(DEFAULT_MAX_FILE_MB * MB)
+#: Batch writes in flight at once while the next batch is prepared (``_Writes``).
+WRITES_IN_FLIGHT = 2
+#: Embedding requests of one batch in flight at once: a remote embedder answers them on
+#: several connections of its pool (``AGENT_EMBED_MAX_CONNECTIONS``), the hashing one in
+#: worker threads; one at a time, the embedder idles during every round trip.
+EMBED_CONCURRENCY = 4
 #: Skipped files whose old documents stay: the file is still there, it just was not read.
 _KEEP_DOCUMENTS_OF = {SKIP_TOO_LARGE, SKIP_UNREADABLE}
 
@@ -111,19 +121,91 @@ def with_summary(chunks: list[Chunk], metadata: Mapping[str, Any]) -> list[Chunk
 
 
 async def embed_texts(
-    embedder: Embedder, texts: Sequence[str], batch: int, on_embed: EmbedHook | None = None
+    embedder: Embedder,
+    texts: Sequence[str],
+    batch: int,
+    on_embed: EmbedHook | None = None,
+    *,
+    concurrency: int = EMBED_CONCURRENCY,
 ) -> np.ndarray:
     """One float32 row per text, embedded ``batch`` at a time (each cut to the
-    embedder's ``max_chars``): how ingest and re-embedding both call the embedder.
-    Raises ``EmbeddingError``."""
-    rows: list[np.ndarray] = []
+    embedder's ``max_chars``), up to ``concurrency`` requests at once: how ingest and
+    re-embedding both call the embedder. ``on_embed`` hears the rows embedded so far
+    after each request. Raises ``EmbeddingError`` (the requests still running are
+    cancelled)."""
     step = max(1, batch)
-    for start in range(0, len(texts), step):
+    starts = range(0, len(texts), step)
+    rows: list[np.ndarray | None] = [None] * len(starts)
+    done = 0
+    gate = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(k: int, start: int) -> None:
+        nonlocal done
         part = [t[: embedder.max_chars] for t in texts[start : start + step]]
-        rows.append(np.asarray(await embedder.embed_batch(part, task="document"), np.float32))
+        async with gate:
+            rows[k] = np.asarray(await embedder.embed_batch(part, task="document"), np.float32)
+        done += len(part)
         if on_embed is not None:
-            on_embed(min(start + step, len(texts)), len(texts))
-    return np.concatenate(rows) if rows else np.zeros((0, embedder.dim), np.float32)
+            on_embed(done, len(texts))
+
+    await _all_or_none([one(k, start) for k, start in enumerate(starts)])
+    parts = [r for r in rows if r is not None]
+    return np.concatenate(parts) if parts else np.zeros((0, embedder.dim), np.float32)
+
+
+async def _all_or_none(coros: Sequence[Coroutine[Any, Any, None]]) -> None:
+    """Run ``coros`` together; the first failure cancels the others and is raised as
+    itself (not wrapped in an ``ExceptionGroup``: callers catch ``EmbeddingError``)."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class _Writes:
+    """Batch writes running behind the preparation of the next batch: ``submit`` starts
+    one, first waiting while ``limit`` are in flight; ``drain`` waits for them all. A
+    failed write is raised by the next ``submit`` or ``drain``; leaving the block with
+    an error cancels the writes still running (each is one transaction: a cancelled one
+    leaves nothing behind). The first write runs alone: it may create what later ones
+    share (the bucket's table, PostgreSQL's HNSW index under its lock), and two
+    transactions doing that at once could wait on each other."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = max(1, limit)
+        self._running: set[asyncio.Task[None]] = set()
+        self._committed = False
+
+    async def __aenter__(self) -> _Writes:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for t in self._running:
+            t.cancel()
+        await asyncio.gather(*self._running, return_exceptions=True)
+        self._running.clear()
+
+    async def _settle(self, limit: int) -> None:
+        while len(self._running) > limit:
+            done, _ = await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
+            self._running -= done
+            for t in done:
+                t.result()
+                self._committed = True
+
+    async def submit(self, write: Coroutine[Any, Any, None]) -> None:
+        try:
+            await self._settle(self._limit - 1 if self._committed else 0)
+        except BaseException:
+            write.close()
+            raise
+        self._running.add(asyncio.ensure_future(write))
+
+    async def drain(self) -> None:
+        await self._settle(0)
 
 
 class Ingestor:
@@ -193,27 +275,25 @@ class Ingestor:
             if progress is not None:
                 progress(done, len(files), f"embedding {k}/{n} chunks")
 
-        for done, (path, shown) in enumerate(files, start=1):
-            loaded, rejected = await asyncio.to_thread(load_file, path, shown, bucket=bucket)
-            for r in rejected:
-                if r.kind == SKIP_NOT_RECORDS:  # not a file of documents: skipped, not read
-                    report.skip_file(str(path), SKIP_NOT_RECORDS, shown)
-                    report.files -= 1
-                else:
-                    report.rejected.append(r)
-                    protected.add(str(path))
-            pending.extend(loaded)
-            if len(pending) >= self.config.batch_documents:
-                await self._ingest_batch(pending, bucket, report, seen, embedding)
-                pending = []
-                if on_batch is not None:
-                    on_batch(report)
-            if progress is not None:
-                progress(done, len(files), shown)
-        if pending:
-            await self._ingest_batch(pending, bucket, report, seen, embedding)
-            if on_batch is not None:
-                on_batch(report)
+        async with _Writes(WRITES_IN_FLIGHT) as writes:
+            for done, (path, shown) in enumerate(files, start=1):
+                loaded, rejected = await asyncio.to_thread(load_file, path, shown, bucket=bucket)
+                for r in rejected:
+                    if r.kind == SKIP_NOT_RECORDS:  # not a file of documents: skipped, not read
+                        report.skip_file(str(path), SKIP_NOT_RECORDS, shown)
+                        report.files -= 1
+                    else:
+                        report.rejected.append(r)
+                        protected.add(str(path))
+                pending.extend(loaded)
+                if len(pending) >= self.config.batch_documents:
+                    await self._ingest_batch(pending, bucket, report, seen, writes, embedding, on_batch)
+                    pending = []
+                if progress is not None:
+                    progress(done, len(files), shown)
+            if pending:
+                await self._ingest_batch(pending, bucket, report, seen, writes, embedding, on_batch)
+            await writes.drain()
         stale = await self._stale_documents(bucket, [r for r in roots if r.exists()], seen, protected)
         if stale:
             report.deleted += await self.delete_documents(stale)
@@ -244,10 +324,12 @@ class Ingestor:
             loaded.append(LoadedDocument(doc, i))
         seen: set[str] = set()
         step = self.config.batch_documents
-        for start in range(0, len(loaded), step):
-            await self._ingest_batch(loaded[start : start + step], bucket, report, seen)
-            if progress is not None:
-                progress(min(start + step, len(loaded)), len(loaded), "api")
+        async with _Writes(WRITES_IN_FLIGHT) as writes:
+            for start in range(0, len(loaded), step):
+                await self._ingest_batch(loaded[start : start + step], bucket, report, seen, writes)
+                if progress is not None:
+                    progress(min(start + step, len(loaded)), len(loaded), "api")
+            await writes.drain()
         report.rejected.sort(key=lambda r: (r.source, r.line or 0))
         report.elapsed_seconds = round(time.perf_counter() - started, 4)
         return report
@@ -268,8 +350,13 @@ class Ingestor:
         bucket: str,
         report: IngestReport,
         seen: set[str],
+        writes: _Writes,
         on_embed: EmbedHook | None = None,
+        on_batch: BatchHook | None = None,
     ) -> None:
+        """Validate, skip, chunk and embed ``loaded`` here; its write is handed to
+        ``writes`` (it runs while the next batch is prepared), and counted in ``report``
+        once it committed. The bucket is made before any write into it starts."""
         # A bucket is created by the first write into it, never for an ingestion that
         # stored nothing; until then it has no typed fields.
         schema = await self.buckets.schema(bucket) if await self.buckets.exists(bucket) else {}
@@ -326,6 +413,19 @@ class Ingestor:
         await asyncio.to_thread(chunk_all)
         todo = [p for p in todo if p.chunks]
         await self._embed(todo, report, on_embed)
+        if not todo:
+            return
+        await self.buckets.ensure(bucket)
+        await writes.submit(self._write_batch(todo, bucket, schema, report, on_batch))
+
+    async def _write_batch(
+        self,
+        todo: list[_Prepared],
+        bucket: str,
+        schema: dict[str, str],
+        report: IngestReport,
+        on_batch: BatchHook | None,
+    ) -> None:
         await self._write(todo, bucket, schema)
         for p in todo:
             if p.existing_bucket is None:
@@ -333,6 +433,8 @@ class Ingestor:
             else:
                 report.updated += 1
             report.chunks += len(p.chunks)
+        if on_batch is not None:
+            on_batch(report)
 
     def _content_hash(self, doc: DocumentIn) -> str:
         cfg = self.config
@@ -370,7 +472,6 @@ class Ingestor:
     async def _write(self, todo: list[_Prepared], bucket: str, schema: dict[str, str]) -> None:
         if not todo:
             return
-        await self.buckets.ensure(bucket)
         docs = [
             KBDocumentWrite(
                 id=p.doc.id or "",

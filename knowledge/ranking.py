@@ -19,43 +19,24 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from knowledge.fusion import (
-    DEFAULT_DENSE_WEIGHT,
-    DENSE_WEIGHTS,
-    DenseWeight,
-    FusionSide,
-    dense_weight,
-    fuse,
-    head_minmax,
-    minmax,
-)
-from knowledge.textnorm import STOP_WORDS, fold, fold_with_map, stem, tokens
+from knowledge.fusion import DEFAULT_DENSE_WEIGHT as DEFAULT_DENSE_WEIGHT  # fusion, re-exported
+from knowledge.fusion import DENSE_WEIGHTS as DENSE_WEIGHTS
+from knowledge.fusion import DenseWeight as DenseWeight
+from knowledge.fusion import FusionSide as FusionSide
+from knowledge.fusion import dense_weight as dense_weight
+from knowledge.fusion import fuse as fuse
+from knowledge.fusion import head_minmax as head_minmax
+from knowledge.fusion import minmax as minmax
+from knowledge.rerank_score import RELEVANCE_FLOOR as RELEVANCE_FLOOR  # the re-ranker's weights, re-exported
+from knowledge.rerank_score import W_FUSED as W_FUSED
+from knowledge.rerank_score import W_LEAD as W_LEAD
+from knowledge.rerank_score import W_META as W_META
+from knowledge.rerank_score import W_PHRASE as W_PHRASE
+from knowledge.rerank_score import W_TITLE as W_TITLE
+from knowledge.rerank_score import QueryScorer
+from knowledge.textnorm import fold_with_map, stem, tokens
 
 RRF_K = 60
-W_FUSED, W_PHRASE, W_TITLE, W_META = 0.80, 0.10, 0.05, 0.05
-#: A document's opening says what the document is: when the query names the document
-#: (every word of its title is a query term), its first chunk gains this much ("what
-#: does npm dedupe do?" is answered by the npm-dedupe page's description, not its options).
-W_LEAD = 0.15
-RELEVANCE_FLOOR = 0.4
-
-__all__ = [
-    "DEFAULT_DENSE_WEIGHT",
-    "DENSE_WEIGHTS",
-    "Candidate",
-    "DenseWeight",
-    "FusionSide",
-    "QueryTerms",
-    "dense_weight",
-    "fuse",
-    "head_minmax",
-    "minmax",
-    "rerank",
-    "rrf",
-    "rrf_max",
-    "signal_spread",
-    "snippet",
-]
 
 
 def rrf(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> dict[int, float]:
@@ -132,18 +113,6 @@ def _surface_forms(term: str) -> frozenset[str]:
     return frozenset(forms)
 
 
-def _meta_values(metadata: Mapping[str, Any]) -> set[str]:
-    out: set[str] = set()
-    for v in metadata.values():
-        if isinstance(v, bool) or v is None:
-            continue
-        if isinstance(v, (str, int, float)):
-            s = fold(str(v)).strip()
-            if 0 < len(s) <= 80:
-                out.add(" ".join(tokens(s)))
-    return out
-
-
 def rerank(
     candidates: list[Candidate],
     q: QueryTerms,
@@ -152,106 +121,72 @@ def rerank(
     top_k: int,
     per_doc: int = 3,
     max_fused: float | None = None,
+    exhaustive: bool = False,
 ) -> list[Candidate]:
     """Score, cap at ``per_doc`` chunks per document, and keep the best ``top_k``.
 
     ``max_fused`` is the largest fused value possible: 1.0 for ``fuse``; by default
     that of ``rrf`` over ``lists`` rankings.
+
+    Exact early exit (``knowledge.rerank_score``): candidates are walked best fused
+    first; once ``top_k`` are kept, a candidate that cannot reach the last kept score
+    (its title, phrase and metadata read, its coverage taken as full) is passed over
+    without being split into words, and the walk stops when the bound of everything
+    after it (its fused value with every bonus that can still apply) is below that
+    score. The last kept score only rises as candidates are scored (a per-document cap
+    under a size limit is a matroid: its greedy best set only improves as items are
+    added), so what is passed over could never have been kept: the result is that of
+    scoring every candidate (``exhaustive=True``, which the tests compare it with).
     """
     if max_fused is None or max_fused <= 0:
         max_fused = rrf_max(max(1, lists))
-    n_terms = max(1, len(q.terms))
-    forms = q.forms()
-    meta_cache: dict[int, set[str]] = {}
-    query_words = f" {q.phrase or ' '.join(q.terms)} "
-    phrase_in_query = q.phrase
+    scorer = QueryScorer(q.terms, q.phrase, q.forms(), (c.title for c in candidates), max_fused)
     ordered_in = sorted(candidates, key=lambda c: -c.fused)
-    shared = _shared_title_words(candidates)
+    # lead_ahead[i]: whether a document opening (the lead bonus) is among ordered_in[i:].
+    lead_ahead = [False] * (len(ordered_in) + 1)
+    for i in range(len(ordered_in) - 1, -1, -1):
+        lead_ahead[i] = lead_ahead[i + 1] or ordered_in[i].position == 0
     scored: list[Candidate] = []
-    openings: set[int] = set()  # chunk rowids of the openings of documents the query names
-
-    def score(c: Candidate) -> None:
-        body_words = tokens(c.text)
-        body_set = set(body_words)
-        title_set = set(tokens(c.title + " " + c.heading))
-        coverage = sum(1 for f in forms if not f.isdisjoint(body_set) or not f.isdisjoint(title_set)) / n_terms
-        title_cov = sum(1 for f in forms if not f.isdisjoint(title_set)) / n_terms
-        body = " ".join(body_words)
-        phrase = 1.0 if phrase_in_query and f" {phrase_in_query} " in f" {body} " else 0.0
-        key = id(c.metadata)
-        values = meta_cache.get(key)
-        if values is None:
-            values = meta_cache[key] = _meta_values(c.metadata)
-        meta = 1.0 if any(f" {value} " in query_words for value in values) else 0.0
-        fused = min(1.0, c.fused / max_fused)
-        relevance = max(coverage, min(1.0, max(0.0, c.cosine)))
-        damped = fused * (RELEVANCE_FLOOR + (1.0 - RELEVANCE_FLOOR) * relevance)
-        lead = 1.0 if c.position == 0 and _names_title(c.title, forms, shared) else 0.0
-        if lead:
-            openings.add(c.chunk_rowid)
-        c.score = round(
-            min(1.0, W_FUSED * damped + W_PHRASE * phrase + W_TITLE * title_cov + W_META * meta + W_LEAD * lead), 4
-        )
-
+    last: Candidate | None = None  # the top_k-th kept candidate, once there are top_k
     for i, c in enumerate(ordered_in):
-        # Exact early exit: a candidate's score is at most W_FUSED * its fused share plus
-        # every bonus, so once the current top_k all beat that bound for the next
-        # candidate (fused is sorted), nothing further can enter the result.
-        if i >= top_k and i % 8 == 0:
-            bound = W_FUSED * min(1.0, c.fused / max_fused) + W_PHRASE + W_TITLE + W_META + W_LEAD
-            current = _capped(scored, top_k, per_doc)
-            if len(current) >= top_k and current[-1].score > bound:
-                break
+        if last is None:
+            parts = scorer.parts(c)
+        elif scorer.ceiling(c.fused, lead_ahead[i]) < last.score:
+            break
+        else:
+            parts = scorer.parts(c, last.score)
+        if parts is None:
+            continue
+        c.score = scorer.score(c, parts)
         scored.append(c)
-        score(c)
+        # The list changes only when c ranks above its last member (score, then _capped's
+        # ties), and then its last score can only rise.
+        if not exhaustive and len(scored) >= top_k and (last is None or _rank_key(c) < _rank_key(last)):
+            current = _capped(scored, top_k, per_doc)
+            last = current[-1] if len(current) >= top_k else None
     kept = _capped(scored, top_k, per_doc)
-    # The openings of the kept documents the query names, scored even when the early
-    # exit stopped before them (a few chunks at most: one per kept document).
+    # The openings of the kept documents the query names, scored even when the walk
+    # skipped them or stopped before them (a few chunks at most: one per kept document).
     kept_docs = {c.doc_id for c in kept}
     seen = {c.chunk_rowid for c in scored}
+    openings: list[Candidate] = []
     for c in ordered_in:
-        if (
-            c.position == 0
-            and c.doc_id in kept_docs
-            and c.chunk_rowid not in seen
-            and _names_title(c.title, forms, shared)
-        ):
-            scored.append(c)
-            score(c)
-    return _with_openings(kept, [c for c in scored if c.chunk_rowid in openings], top_k, per_doc)
+        if c.position == 0 and c.doc_id in kept_docs and scorer.names_title(c.title):
+            if c.chunk_rowid not in seen:
+                parts = scorer.parts(c)
+                assert parts is not None  # without a floor there is always an answer
+                c.score = scorer.score(c, parts)
+            openings.append(c)
+    return _with_openings(kept, openings, top_k, per_doc)
 
 
-def _shared_title_words(candidates: Sequence[Candidate]) -> frozenset[str]:
-    """Title words common to several of the candidates' titles: the collection's own name
-    ("npm" in "npm-login", "npm-run", …), which says nothing about one page."""
-    seen: dict[str, int] = {}
-    for title in {c.title for c in candidates}:
-        for w in set(tokens(title)):
-            seen[w] = seen.get(w, 0) + 1
-    return frozenset(w for w, n in seen.items() if n > 1)
-
-
-def _names_title(title: str, forms: list[frozenset[str]], shared: frozenset[str] = frozenset()) -> bool:
-    """True when the query names the document: every word of ``title`` is one of the
-    query's terms (in any form), or every content word of it that no other candidate's
-    title has ("log in to the registry" names ``npm-login`` among ``npm-*`` pages)."""
-    words = tokens(title)
-
-    def asked(w: str) -> bool:
-        s = stem(w)
-        return any(w in f or s in f for f in forms)
-
-    if not words:
-        return False
-    if all(asked(w) for w in words):
-        return True
-    own = [w for w in words if w not in shared and w not in STOP_WORDS]
-    return bool(own) and len(own) < len(words) and all(asked(w) for w in own)
+def _rank_key(c: Candidate) -> tuple[float, float, str, int]:
+    return (-c.score, -c.fused, c.doc_id, c.position)
 
 
 def _capped(candidates: list[Candidate], top_k: int, per_doc: int) -> list[Candidate]:
     """Best ``top_k`` by score with at most ``per_doc`` per document (ties: fused, id, position)."""
-    ordered = sorted(candidates, key=lambda c: (-c.score, -c.fused, c.doc_id, c.position))
+    ordered = sorted(candidates, key=_rank_key)
     kept: list[Candidate] = []
     per: dict[str, int] = {}
     for c in ordered:
@@ -316,9 +251,7 @@ def snippet(text: str, q: QueryTerms, context_chars: int | None) -> str:
             start_f = m.start()
     if start_f is None and q.terms:
         positions = sorted(
-            m.start()
-            for t in q.terms
-            for m in re.finditer(r"(?<![^\W_])" + re.escape(t) + r"(?![^\W_])", folded)
+            m.start() for t in q.terms for m in re.finditer(r"(?<![^\W_])" + re.escape(t) + r"(?![^\W_])", folded)
         )
         best, best_count, j = None, 0, 0
         for i, p in enumerate(positions):

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from llm.extractive_answer import Passage, compose_answer
+from llm.extractive_page_read import PAGE_READ_TOOL, found_pages, page_read_args, pages_to_read
 from llm.provider import ProviderHealth
 from llm.types import (
     ChatRequest,
@@ -124,6 +125,46 @@ def _passages(result: ToolResult) -> list[Passage]:
     return out
 
 
+def _body(result: ToolResult) -> dict[str, Any]:
+    try:
+        body = orjson.loads(result.content)
+    except orjson.JSONDecodeError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _pages(searched: list[ToolResult]) -> list[Any]:
+    """The pages the knowledge-base searches found, best first."""
+    chunks = [c for r in searched for c in _body(r).get("chunks") or [] if isinstance(c, dict)]
+    return found_pages(chunks)
+
+
+def _with_page_reads(passages: list[Passage], reads: list[ToolResult]) -> list[Passage]:
+    """The first search's passages, then the chunks the page-scoped reads found that it
+    had not. Those are cited by their document (what ``search_text`` registers) and rank
+    below the page's passages the first search returned (a read of one page scores its
+    chunks against each other, not against the corpus)."""
+    seen = {p.chunk_id or p.source_id for p in passages}
+    floor: dict[str, float] = {}
+    for p in passages:
+        doc = p.source_id.split("#", 1)[0]
+        floor[doc] = min(floor.get(doc, p.score), p.score)
+    out = list(passages)
+    for result in reads:
+        if result.is_error:
+            continue
+        for hit in _body(result).get("results") or []:
+            if not isinstance(hit, dict) or not hit.get("doc_id") or not hit.get("snippet"):
+                continue
+            doc, chunk = str(hit["doc_id"]), str(hit.get("chunk_id") or "")
+            if not chunk or chunk in seen:
+                continue
+            seen.add(chunk)
+            out.append(Passage(doc, str(hit.get("title") or ""), str(hit["snippet"]), floor.get(doc, 0.0),
+                               _summary(hit.get("metadata")), chunk))
+    return out
+
+
 def _summary(metadata: Any) -> str:
     """A Markdown page's one-line summary: its front matter's ``description``, which the
     loader keeps in the document's metadata (a record's ``description`` field is data,
@@ -169,7 +210,14 @@ class ExtractiveProvider:
         if answered and not answered[-1].is_error:
             yield MessageComplete(stop_for_tool_use=False, usage=Usage(), stop_reason="stop")
             return
-        passages = [p for r in searched for p in _passages(r)]
+        read_again = [r for r in results if r.name == PAGE_READ_TOOL]
+        if not read_again and not answered and PAGE_READ_TOOL in offered:
+            calls = [page_read_args(page, query) for page, query in pages_to_read(question, _pages(searched))]
+            if calls:  # the found page(s) read more deeply first (llm.extractive_page_read)
+                for ev in self._calls([(PAGE_READ_TOOL, args) for args in calls]):
+                    yield ev
+                return
+        passages = _with_page_reads([p for r in searched for p in _passages(r)], read_again)
         answer, sources, confidence = compose_answer(question, passages)
         if answered:  # the last answer was rejected: answer again without citations
             answer, sources, confidence = "", [], 0.0
@@ -225,12 +273,16 @@ class ExtractiveProvider:
         return [*out, MessageComplete(stop_for_tool_use=False, usage=Usage(), stop_reason="stop")]
 
     def _call(self, name: str, args: dict[str, Any]) -> list[StreamEvent]:
-        call_id = f"call_x{next(self._ids)}"
-        return [
-            ToolUseStart(call_id, name, 0),
-            ToolUseInput(call_id, orjson.dumps(args).decode()),
-            MessageComplete(stop_for_tool_use=True, usage=Usage(), stop_reason="tool_use"),
-        ]
+        return self._calls([(name, args)])
+
+    def _calls(self, calls: list[tuple[str, dict[str, Any]]]) -> list[StreamEvent]:
+        """One turn calling each tool of ``calls`` (in parallel, as a model may)."""
+        out: list[StreamEvent] = []
+        for index, (name, args) in enumerate(calls):
+            call_id = f"call_x{next(self._ids)}"
+            out += [ToolUseStart(call_id, name, index), ToolUseInput(call_id, orjson.dumps(args).decode())]
+        out.append(MessageComplete(stop_for_tool_use=True, usage=Usage(), stop_reason="tool_use"))
+        return out
 
     async def health(self) -> ProviderHealth:
         return ProviderHealth(True, "offline extractive answers from the knowledge base (no model)")

@@ -41,12 +41,15 @@ from llm.extractive_question import NEGATION as _NEGATION
 from llm.extractive_question import Question as _Question
 from llm.extractive_question import coverage as _coverage
 from llm.extractive_question import stems as _stems
+from llm.extractive_question import weighted_coverage as _weighted
 from llm.extractive_quote import WHOLE_BLOCK_CHARS
 from llm.extractive_quote import cite as _cite
 from llm.extractive_quote import new_sentences as _new_sentences
 from llm.extractive_quote import window as _window
+from llm.extractive_quote import with_command_line as _with_command_line
 from llm.extractive_quote import with_heading as _with_heading
 from llm.extractive_quote import with_synopsis as _with_synopsis
+from llm.extractive_quote import with_syntax as _with_syntax
 from llm.extractive_read import Passage, sentence_key
 from llm.extractive_read import Read as _Read
 from llm.extractive_read import Unit as _Unit
@@ -116,8 +119,8 @@ def _unit_score(question: _Question, text: str, context: frozenset[str]) -> floa
         context = context | question.terms(links)
         text = _LINK.sub("", text)
     terms = question.terms(text)
-    own = _coverage(question.stems, terms)
-    around = _coverage(question.stems, terms | context)
+    own = _weighted(question.stems, terms, question.names)
+    around = _weighted(question.stems, terms | context, question.names)
     words = len(text.split())
     return own + CONTEXT_WEIGHT * (around - own) - min(0.1, 0.002 * max(0, words - 20))
 
@@ -299,6 +302,8 @@ def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[st
         if (unit.passage, unit.block) in used_blocks or sentence_key(unit.text) in said or document in used_documents:
             continue  # a second passage adds another page's answer, not more of the first's
         quoted = _with_synopsis(read, unit, _with_heading(read, unit, _window(read, unit)), q)
+        quoted = _with_command_line(reads, read, unit, quoted, q)
+        quoted = _with_syntax(read, unit, quoted, q)
         pieces = _new_sentences(quoted, said.copy())
         size = sum(len(p) for p in pieces)
         if not pieces or (parts and length + size > MAX_ANSWER_CHARS):

@@ -90,6 +90,12 @@ _STOP = frozenset(
     "not only other over same some such too under up very via use used using see".split()
 )
 _PREFIXES = ("dis", "re", "un", "de", "pre", "non")
+#: A name the question writes as one (a path ``/metrics``, an identifier
+#: ``perplexity_search``, a code span): what the question is about, which a passage
+#: about something else does not say however many of the other words it shares.
+_NAME = re.compile(r"`[^`]+`|(?<![\w/.])/[^\W_][\w./-]*|\b[^\W\d_]\w*_\w+")
+#: How much more a named word counts than another word of the question.
+NAME_WEIGHT = 2.0
 
 
 def _terms(text: str) -> list[str]:
@@ -154,6 +160,17 @@ def coverage(question: frozenset[str], terms: frozenset[str]) -> float:
     return sum(_match(q, terms) for q in question) / len(question)
 
 
+def weighted_coverage(question: frozenset[str], terms: frozenset[str], names: frozenset[str]) -> float:
+    """``coverage`` with the question's named words (``Question.names``) counting
+    ``NAME_WEIGHT`` times."""
+    if not names:
+        return coverage(question, terms)
+    if not question or not terms:
+        return 0.0
+    weights = {q: NAME_WEIGHT if q in names else 1.0 for q in question}
+    return sum(w * _match(q, terms) for q, w in weights.items()) / sum(weights.values())
+
+
 @dataclass(frozen=True, slots=True)
 class Question:
     """What the answerer knows of the question: its stems, the words adjacent ones join
@@ -177,6 +194,8 @@ class Question:
     negated: bool = False
     #: "How many <noun>": a number of it, as a pattern ("3 chunks", "one retry").
     counted: re.Pattern[str] | None = None
+    #: The stems of the words the question writes as a name (see ``_NAME``).
+    names: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, question: str) -> Question:
@@ -207,7 +226,10 @@ class Question:
             head = _stem(noun.group("noun").casefold())
             # The number, at most one word before the noun ("3 chunks", "3 more chunks").
             counted = re.compile(rf"\b{_NUMBER}\s+(?:[\w-]+\s+)?{re.escape(head)}", re.IGNORECASE)
-        return cls(stems(question), joined, phrasal, enumeration, focus, wants, how_to, definition, negated, counted)
+        names = frozenset(s for m in _NAME.finditer(question) for s in stems(m.group(0)))
+        return cls(
+            stems(question), joined, phrasal, enumeration, focus, wants, how_to, definition, negated, counted, names
+        )
 
     def terms(self, text: str) -> frozenset[str]:
         """The stems of ``text``, with the question's words a joined word stands for, and
@@ -232,4 +254,4 @@ class Question:
         return self.focus is not None and self.focus in self.terms(text)
 
 
-__all__ = ["NEGATION", "WORD", "Question", "coverage", "stems"]
+__all__ = ["NEGATION", "WORD", "Question", "coverage", "stems", "weighted_coverage"]

@@ -6,6 +6,8 @@ sentence said twice (``new_sentences``) and the citation (``cite``).
 
 from __future__ import annotations
 
+import re
+
 from llm.extractive_question import WORD as _WORD
 from llm.extractive_question import Question
 from llm.extractive_question import stems as _stems
@@ -32,8 +34,9 @@ MIN_HEADING_WORDS = 3
 _REFERRING = frozenset("this that these those it its they their such then so".split())
 
 
-def window(read: Read, unit: Unit) -> list[str]:
-    """The Markdown pieces quoted for a lead: its neighbours and what it introduces."""
+def window(read: Read, unit: Unit, *, lead: bool = True) -> list[str]:
+    """The Markdown pieces quoted for a lead: its neighbours and what it introduces
+    (``lead=False``: for a paragraph quoted after the page's summary, which leads)."""
     block = read.blocks[unit.block]
     if block.kind == "table" and unit.index >= 0:
         # One row under its header and rule: still a table a reader can read.
@@ -45,14 +48,17 @@ def window(read: Read, unit: Unit) -> list[str]:
         opening = opening_block(read)
         if opening < 0 or len(" ".join(read.blocks[opening].units)) > WHOLE_PARAGRAPH_CHARS:
             return [block.units[0]]
-        return [block.units[0], *window(read, Unit(unit.passage, opening, 0, read.blocks[opening].units[0], 0.0))]
+        first = Unit(unit.passage, opening, 0, read.blocks[opening].units[0], 0.0)
+        return [block.units[0], *window(read, first, lead=False)]
     pieces: list[str] = []
     if block.kind in ("list", "table"):
         intro = prev_block(read, unit.block)
         whole = block.markdown()
         introduced = intro is not None and intro.kind == "prose" and bool(intro.units) and introduces(intro.units[-1])
         if unit.index == -1 or (introduced and len(whole) <= WHOLE_BLOCK_CHARS):
-            return [intro.units[-1], whole] if introduced and intro is not None else [whole]
+            if not introduced or intro is None:
+                return [whole]
+            return [*_introduction(read, unit.block - 1, lead), whole]
         return [item_body(block.units[unit.index])]  # one item alone is not a list
     sentences = block.units
     paragraph = " ".join(sentences)
@@ -60,23 +66,79 @@ def window(read: Read, unit: Unit) -> list[str]:
         chosen = list(range(len(sentences)))
     else:
         start = unit.index
-        first_word = (sentences[start].split(" ", 1)[0]).casefold().strip("`*_\"'")
-        if start > 0 and first_word in _REFERRING:
+        while start > 0 and refers_back(sentences[start]):
             start -= 1
         end = min(len(sentences), unit.index + 2)
         if introduces(sentences[unit.index]):
             end = unit.index + 1
         chosen = list(range(start, end))
-    pieces.append(" ".join(sentences[i] for i in chosen))
+    lead_in: list[str] = []
+    if lead and chosen and refers_back(sentences[chosen[0]]):
+        # "This command removes …" / "This resulted in some shifts …": what "this" is
+        # comes first, or the quote starts where a sentence says it itself.
+        lead_in = antecedent(read, unit.block)
+        if not lead_in:
+            while chosen and chosen[0] < unit.index and refers_back(sentences[chosen[0]]):
+                chosen = chosen[1:]
+            if not chosen or refers_back(sentences[chosen[0]]):
+                return []  # the lead itself points at what is not there: no quote
     follower = next_block(read, unit.block)
     ends_paragraph = chosen[-1] == len(sentences) - 1
+    shown = ""
     if follower is not None and ends_paragraph:
-        shown = follower.markdown()
         introduced = introduces(sentences[chosen[-1]]) and follower.kind in ("list", "code", "table")
         limit = WHOLE_BLOCK_CHARS if introduced else FOLLOWING_CODE_CHARS if follower.kind == "code" else 0
-        if shown and len(shown) <= limit:
-            pieces.append(shown)
+        shown = follower.markdown() if len(follower.markdown()) <= limit else ""
+    if not shown and introduces(sentences[chosen[-1]]) and (chosen[-1] != unit.index or not lead):
+        # "… ensure the following requirements are met:" with no list after it here (the
+        # chunk ended there) is no sentence to end a quote on, unless it is the lead.
+        chosen = chosen[:-1]
+    if chosen:
+        pieces.extend(lead_in)
+        pieces.append(" ".join(sentences[i] for i in chosen))
+    if shown and chosen:
+        pieces.append(shown)
     return pieces
+
+
+def _introduction(read: Read, b: int, lead: bool) -> list[str]:
+    """The sentence introducing a list, with what it refers back to ("These are the
+    events:" after the sentence naming them); nothing when that is not in the passage
+    (the list is then quoted alone)."""
+    units = read.blocks[b].units
+    start = len(units) - 1
+    while start > 0 and refers_back(units[start]):
+        start -= 1
+    if not lead or not refers_back(units[start]):
+        return [" ".join(units[start:])] if lead else [units[-1]]
+    before = antecedent(read, b)
+    return [*before, " ".join(units[start:])] if before else []
+
+
+def refers_back(sentence: str) -> bool:
+    """The sentence opens with a word pointing at what came before it ("This …",
+    "These …", "It …", "They …")."""
+    first = sentence.lstrip("*_`\"'( ").split(" ", 1)[0]
+    return first.casefold().strip("`*_\"',:;") in _REFERRING
+
+
+def antecedent(read: Read, b: int) -> list[str]:
+    """What a paragraph opening with "This …" refers back to, when the passage holds it:
+    the sentences of the paragraph just before it, from the last one that does not
+    itself refer back; else, in a page's opening section, the page's one-line summary
+    ("Remove extraneous packages." before "This command removes …"). Nothing when the
+    passage holds neither (the chunk starts at that paragraph)."""
+    before = prev_block(read, b)
+    if before is not None and before.kind == "prose" and before.units:
+        start = len(before.units) - 1
+        while start > 0 and refers_back(before.units[start]):
+            start -= 1
+        if not refers_back(before.units[start]):
+            return [" ".join(before.units[start:])]
+    opening = opening_block(read)
+    if 0 <= read.summary < b and opening >= 0 and read.headings[b] == read.headings[opening]:
+        return [read.blocks[read.summary].units[0]]
+    return []
 
 
 def with_synopsis(read: Read, unit: Unit, pieces: list[str], question: Question) -> list[str]:
@@ -86,7 +148,7 @@ def with_synopsis(read: Read, unit: Unit, pieces: list[str], question: Question)
     specified." answers "how do I open a subshell …" only with ``npm explore <pkg>``
     beside it, and "add: Add a new user as a maintainer of a package." (an item of
     ``npm-owner``'s description) only with ``npm owner add <user> <package-spec>``."""
-    if not question.how_to or not read.first:
+    if not question.how_to or not read.first or not pieces:
         return pieces
     command = " ".join(_WORD.findall(read.passage.title.casefold()))
     if command and command in " ".join(_WORD.findall(" ".join(pieces).casefold())):
@@ -99,6 +161,70 @@ def with_synopsis(read: Read, unit: Unit, pieces: list[str], question: Question)
         return pieces
     shown = code.markdown()
     return [*pieces, shown] if shown and len(shown) <= FOLLOWING_CODE_CHARS else pieces
+
+
+#: A list item that names a subcommand: "verify: Verify the contents of the cache …".
+_SUBCOMMAND_ITEM = re.compile(r"^[`*_]*(?P<label>[a-z][a-z0-9-]*)[`*_]*\s*:\s")
+#: At most this many lines of a synopsis show one subcommand.
+MAX_COMMAND_LINES = 3
+
+
+def with_command_line(reads: list[Read], read: Read, unit: Unit, pieces: list[str], question: Question) -> list[str]:
+    """A how-to question answered by an item of a page's list of subcommands ("verify:
+    Verify the contents of the cache folder …", under ``npm-cache``) gets the lines of
+    the page's synopsis that run that subcommand (``npm cache verify``), when the page's
+    opening passage is among those found: the item says what the subcommand does, the
+    synopsis how to type it. Nothing is added when the quote already names it."""
+    block = read.blocks[unit.block]
+    if not question.how_to or block.kind != "list" or unit.index < 0 or not pieces:
+        return pieces
+    label = _SUBCOMMAND_ITEM.match(item_body(block.units[unit.index]))
+    command = _WORD.findall(read.passage.title.casefold())
+    if label is None or not command:
+        return pieces
+    typed = [*command, label.group("label")]
+    if " ".join(typed) in " ".join(_WORD.findall(" ".join(pieces).casefold())):
+        return pieces
+    document = read.passage.source_id.split("#", 1)[0]
+    for other in reads:
+        if not other.first or other.passage.source_id.split("#", 1)[0] != document:
+            continue
+        opening = opening_block(other)
+        synopsis = next(
+            (b for i, b in enumerate(other.blocks) if b.kind == "code" and (opening < 0 or i < opening)), None
+        )
+        if synopsis is None:
+            continue
+        lines = [line for line in synopsis.text.split("\n") if _WORD.findall(line.casefold())[: len(typed)] == typed]
+        if lines and len(lines) <= MAX_COMMAND_LINES:
+            return [*pieces, "```bash\n" + "\n".join(lines) + "\n```"]
+    return pieces
+
+
+#: A list item that is one code span and nothing else: a form to type (``<alias>@npm:<name>``).
+_CODE_ITEM = re.compile(r"^`[^`]+`$")
+
+
+def with_syntax(read: Read, unit: Unit, pieces: list[str], question: Question) -> list[str]:
+    """A how-to question answered by what a section says first gets the form the section
+    opens with, when it opens with one: under "Aliases", ``* `<alias>@npm:<name>```` is
+    what to write and the paragraph after it ("… this refers to a package by an alias")
+    explains it. The form is a code block or a short list of items that are code and
+    nothing else, between the section's heading and the paragraph quoted."""
+    if not question.how_to or not pieces or unit.block < 2 or read.blocks[unit.block].kind != "prose":
+        return pieces
+    form = read.blocks[unit.block - 1]
+    if read.blocks[unit.block - 2].kind != "heading" or not pieces[0].startswith(read.blocks[unit.block].units[0]):
+        return pieces
+    if form.kind == "list" and form.units and all(_CODE_ITEM.match(item_body(u).strip()) for u in form.units):
+        shown = form.markdown()
+    elif form.kind == "code":
+        shown = form.text
+    else:
+        return pieces
+    if not shown or len(shown) > FOLLOWING_CODE_CHARS or sentence_key(shown) in sentence_key(" ".join(pieces)):
+        return pieces
+    return [*pieces, shown]
 
 
 def with_heading(read: Read, unit: Unit, pieces: list[str]) -> list[str]:
@@ -183,6 +309,8 @@ __all__ = [
     "is_verbatim",
     "new_sentences",
     "window",
+    "with_command_line",
     "with_heading",
     "with_synopsis",
+    "with_syntax",
 ]

@@ -27,6 +27,9 @@ class Passage:
     #: The document's one-line summary (a Markdown page's front-matter ``description``:
     #: "Create a tarball from a package"), read with the passage that opens the document.
     summary: str = ""
+    #: The chunk the text is, when the passage is cited by its document (a page-scoped
+    #: read's results are cited by ``doc_id``): where in the document it sits.
+    chunk_id: str = ""
 
 
 def sentence_key(text: str) -> str:
@@ -57,7 +60,8 @@ class Read:
 
 
 def read_passage(passage: Passage) -> Read:
-    first = "#" not in passage.source_id or passage.source_id.endswith("#0")
+    where = passage.chunk_id or passage.source_id
+    first = "#" not in where or where.endswith("#0")
     blocks = parse_passage(passage.text, first_of_document=first)
     summary = -1
     if first:

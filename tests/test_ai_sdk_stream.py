@@ -107,14 +107,17 @@ async def test_the_sdk_reader_assembles_text_tool_and_source_parts(node: str, of
     chunks = [r["chunk"] for r in of(records, "chunk")]
     types = [c["type"] for c in chunks]
     assert types[0] == "start" and types[-1] == "finish" and chunks[-1]["finishReason"] == "stop"
-    assert types.count("start-step") == types.count("finish-step") == 2  # two model turns
+    # Three model turns: the search, the found page read again (search_text), the answer.
+    assert types.count("start-step") == types.count("finish-step") == 3
     run_id = message["id"]
     assert stored is not None and stored.conversation_id == "chat-kb-1" and stored.status == "completed"
     assert message["role"] == "assistant" and "Last-Event-ID" in texts(message)
     assert message["metadata"]["run_id"] == run_id and message["metadata"]["status"] == "completed"
     tools = [p for p in message["parts"] if p["type"] == "dynamic-tool"]
     assert [(t["toolName"], t["state"]) for t in tools] == [
-        ("knowledge_base_search", "output-available"), ("generate_response", "output-available"),
+        ("knowledge_base_search", "output-available"),
+        ("search_text", "output-available"),
+        ("generate_response", "output-available"),
     ]
     assert all(t["providerExecuted"] and t["output"]["duration_ms"] >= 0 for t in tools)
     urls = [p for p in message["parts"] if p["type"] == "source-url"]

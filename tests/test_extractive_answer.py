@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from knowledge.duplicates import collapse_duplicates
 from llm.extractive_answer import Passage, compose_answer
-from tests.support.offline_answers import fragments, repeated_sentences
+from tests.support.offline_answers import dangling_openings, fragments, repeated_sentences
 
 MD = """### Description
 
@@ -127,10 +127,11 @@ def test_what_a_named_page_does_is_its_opening_with_what_it_introduces() -> None
     passages = [
         Passage("rebuild#1", "npm-rebuild", REBUILD_LATER, 0.8),
         Passage("rebuild#4", "npm-rebuild", REBUILD_OPTION, 0.7),
-        Passage("rebuild#0", "npm-rebuild", REBUILD_OPENING, 0.58),
+        Passage("rebuild#0", "npm-rebuild", REBUILD_OPENING, 0.58, "Rebuild a package"),
     ]
     answer, sources, _ = compose_answer("What does npm rebuild run?", passages)
-    assert answer.startswith("This command does the following:"), answer
+    # "This command …" comes after what names the command: the page's summary.
+    assert answer.startswith("Rebuild a package. [rebuild#0]\n\nThis command does the following:"), answer
     assert "1. Execute lifecycle scripts" in answer and sources[0] == "rebuild#0"
     assert repeated_sentences(answer) == [] and fragments(answer) == []
 
@@ -444,3 +445,97 @@ def test_a_preposition_after_a_noun_is_no_phrasal_verb() -> None:
 
     assert Question.of("How do I change my password on the registry?").phrasal == {}
     assert Question.of("How do I log in to the registry?").phrasal == {"log": "in"}
+
+
+def test_a_name_the_question_writes_counts_more_than_its_other_words() -> None:
+    passages = [
+        Passage(
+            "flow#3",
+            "The mandatory RAG flow",
+            "## When Perplexity fails\n\nIf Perplexity times out or returns a server error, the tool returns "
+            "an error the model can read.",
+            0.9,
+        ),
+        Passage(
+            "api#2",
+            "HTTP API and routes",
+            "## Operations\n\n- `GET /healthz`: liveness.\n- `GET /metrics`: Prometheus text format.",
+            0.5,
+        ),
+    ]
+    answer, sources, _ = compose_answer("What does the /metrics endpoint return?", passages)
+    assert answer.startswith("`GET /metrics`: Prometheus text format.") and sources[0] == "api#2"
+
+
+def test_a_subcommand_item_shows_the_synopsis_line_that_runs_it() -> None:
+    opening = (
+        "### Synopsis\n\n```bash\nnpm cache add <package-spec>\nnpm cache clean [<key>]\nnpm cache verify\n```\n\n"
+        "### Description\n\nUsed to add, list, or clean the `npm cache` folder."
+    )
+    details = (
+        "### Details\n\n* clean: Delete a single entry or all entries out of the cache folder.\n"
+        "* verify: Verify the contents of the cache folder, garbage collecting any unneeded data, and "
+        "verifying the integrity of the cache index and all cached data."
+    )
+    passages = [Passage("npm-cache#1", "npm-cache", details, 0.9), Passage("npm-cache#0", "npm-cache", opening, 0.5)]
+    answer, _, _ = compose_answer("How do I verify the integrity of the npm cache?", passages)
+    assert answer.startswith("verify: Verify the contents of the cache folder")
+    assert "```bash\nnpm cache verify\n```" in answer and "npm cache clean" not in answer
+
+
+def test_a_how_to_from_a_section_shows_the_form_it_opens_with() -> None:
+    text = (
+        "### Aliases\n\n* `<alias>@npm:<name>`\n\n"
+        "Primarily used by commands like `npm install` and in the dependency sections in the `package.json`, "
+        "this refers to a package by an alias. The `<alias>` is the name of the package as it is reified in "
+        "the `node_modules` folder."
+    )
+    passages = [Passage("package-spec#1", "Package spec", text, 0.9)]
+    answer, _, _ = compose_answer("How do I refer to a package by an alias in package.json?", passages)
+    assert answer.startswith("Primarily used by commands like")
+    assert answer.rstrip().endswith("* `<alias>@npm:<name>`")
+    assert fragments(answer) == []
+
+
+def test_a_quote_never_ends_on_an_introduction_without_its_list() -> None:
+    text = (
+        "# npm-trust\n\n### Synopsis\n\nNote: This command is unaware of workspaces.\n\n### Prerequisites\n\n"
+        "Before using npm trust commands, ensure the following requirements are met:"
+    )
+    passages = [
+        Passage(
+            "npm-trust#0",
+            "npm-trust",
+            text,
+            0.9,
+            "Manage trusted publishing relationships between packages and CI/CD providers",
+        )
+    ]
+    answer, _, _ = compose_answer("What does npm trust do?", passages)
+    assert "Manage trusted publishing relationships" in answer
+    assert "requirements are met:" not in answer
+
+
+NPX_LATER = """This resulted in some shifts in its functionality:
+
+- Any `npm` config value may be provided.
+- The `--npm` option is removed. `npx` will always use the `npm` it ships with."""
+
+CONFIG_OPTION = """The location of user-level configuration settings.
+
+This may be overridden by the `npm_config_userconfig` environment variable or the `--userconfig` command line
+option, but may _not_ be overridden by settings in the `globalconfig` file."""
+
+
+def test_a_quote_never_opens_with_a_sentence_referring_to_text_not_shown() -> None:
+    # The chunk opens with "This resulted in …": what "this" is sits in the chunk before.
+    # The list is quoted alone rather than after a sentence the reader cannot place.
+    answer, _, _ = compose_answer("Which options does npx remove?", [Passage("npx#8", "npx", NPX_LATER, 0.6)])
+    assert "--npm" in answer and "This resulted" not in answer, answer
+    assert dangling_openings(answer) == [], answer
+    # The paragraph before is in the chunk: it comes first, so "this" has its referent.
+    answer, _, _ = compose_answer(
+        "What can override the userconfig environment variable?", [Passage("config#94", "config", CONFIG_OPTION, 0.6)]
+    )
+    assert answer.startswith("The location of user-level configuration settings. [config#94]\n\nThis may be"), answer
+    assert dangling_openings(answer) == [] and fragments(answer) == []

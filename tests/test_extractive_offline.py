@@ -154,3 +154,46 @@ def test_reminders_are_not_questions() -> None:
     follow_up = [*history[:2], Message("user", "And what does the shell list?")]
     assert _question(follow_up) == ("And what does the shell list?", 2)
     assert Message.from_dict(history[2].to_dict()).reminder is True
+
+
+#: A page longer than the three chunks a search keeps of one page: every section says
+#: "frobnicator" over and over (the page's title, which the question names), and the one
+#: that answers does not say it at all.
+_FROB_VERBS = ("starts", "stops", "waits", "wakes", "sleeps", "logs", "checks", "queues", "counts", "retries")
+FROB_SECTIONS = [
+    *(
+        (
+            f"Frobnicator {topic}",
+            " ".join(f"The frobnicator {verb} its {topic}." for verb in _FROB_VERBS)
+            + f" Its {topic} has flags. A job may use its {topic}. The {topic} has a name.",
+        )
+        for topic in ("queue", "schedule", "log", "cache")
+    ),
+    ("Arguments", "Any flags after the job name are handed unchanged to the job's own program, never read "
+     "by the tool that starts it."),
+]
+
+
+async def test_the_page_found_is_read_again_through_a_logged_tool_call(offline: Settings) -> None:
+    """After the knowledge-base search, the answerer reads the page it found again
+    (``search_text`` scoped to that document, the question's words less the page's
+    title): an ordinary tool call, in the stream and in the run's record, before the
+    answer. What that read adds to the answer is tests/test_extractive_page_read.py's."""
+    text = "\n\n".join(f"## {heading}\n\n{body}" for heading, body in FROB_SECTIONS)
+    doc = {"id": "frobnicator", "title": "frobnicator", "text": f"# frobnicator\n\n{text}"}
+    async with (
+        running_app(offline, provider=ExtractiveProvider()) as (base, _),
+        httpx.AsyncClient(timeout=30) as client,
+    ):
+        assert (await client.post(f"{base}/v1/kb/documents", json={"documents": [doc, *DOCS]})).status_code == 200
+        events = await chat(client, base, "What happens to the flags after the job name in the frobnicator?",
+                            "knowledge")
+        run = (await client.get(f"{base}/v1/agent/runs/{events[0].json()['run_id']}")).json()
+    assert events[-1].json()["status"] == "completed"
+    tools = [e.json()["name"] for e in events if e.event == "tool_call_start"]
+    assert tools == ["knowledge_base_search", "search_text", "generate_response"]
+    read = next(e.json() for e in events if e.event == "tool_call_result" and e.json()["name"] == "search_text")
+    assert read["is_error"] is False and "frobnicator" in read["summary"]
+    response = next(e.json() for e in events if e.event == "response")
+    assert "handed unchanged to the job's own program" in response["answer"], response["answer"]
+    assert run["tool_call_count"] == 3, run  # each call in the tool-call log

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from knowledge.ranking import (
@@ -181,8 +183,9 @@ def test_a_named_page_shows_its_opening_among_its_chunks_without_moving_any_page
     top = rerank(cands, q, lists=1, top_k=10, per_doc=2, max_fused=1.0)
     assert [(c.doc_id, c.position) for c in top] == [("npm-rebuild", 3), ("npm-rebuild", 0), ("npm-explore", 1)]
     # A page the query does not name keeps its best chunks.
-    other = rerank(cands, QueryTerms.of("shell scripts", ["shell", "scripts"]), lists=1, top_k=10, per_doc=2,
-                   max_fused=1.0)
+    other = rerank(
+        cands, QueryTerms.of("shell scripts", ["shell", "scripts"]), lists=1, top_k=10, per_doc=2, max_fused=1.0
+    )
     assert ("npm-rebuild", 0) not in [(c.doc_id, c.position) for c in other]
 
 
@@ -211,3 +214,114 @@ def test_clipped_words_offer_their_full_form_and_the_reverse() -> None:
     assert clipped_terms("Is the env set? Use the dir.") == {"environment": "env", "directory": "dir"}
     # A word inside a name is part of the name, not the word.
     assert clipped_terms("Set npm_config_cache in package-lock.json or ./config/app.toml") == {}
+
+
+def _random_candidates(rng: random.Random, n: int) -> list[Candidate]:
+    """Candidates shaped like a search's: a few documents with several chunks, shared
+    title words, metadata that sometimes names a query word, fused values with ties."""
+    words = ["alpha", "beta", "gamma", "delta", "tests", "testing", "login", "log", "npm", "run", "é", "x_y"]
+    titles = ["npm-alpha", "npm-beta run", "gamma", "alpha beta", "delta testing", "npm-login", "Ünïcödé alpha"]
+    out = []
+    for i in range(n):
+        doc = rng.randrange(max(1, n // 3))
+        title = titles[doc % len(titles)] + ("" if doc < len(titles) else f" {doc}")
+        text = " ".join(rng.choice(words) + rng.choice(["", ",", ".", " -", "_"]) for _ in range(rng.randint(0, 12)))
+        meta = {"kind": rng.choice(["alpha", "other", "beta gamma", 3, True])} if rng.random() < 0.5 else {}
+        fused = round(rng.random(), 1) if rng.random() < 0.3 else rng.random()  # ties on purpose
+        c = Candidate(
+            i,
+            f"doc{doc}",
+            rng.randrange(3),
+            title,
+            rng.choice(["", "Alpha", "usage"]),
+            text,
+            "b",
+            "s",
+            None,
+            meta,
+            fused,
+        )
+        c.cosine = rng.uniform(-0.2, 1.0)
+        out.append(c)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_rerank_early_exit_returns_what_scoring_every_candidate_returns(seed: int) -> None:
+    rng = random.Random(seed)
+    query = rng.choice(["alpha beta", "log in to npm", "tests", "gamma delta alpha", "run alpha for beta", "ünïcödé"])
+    from knowledge.textnorm import content_terms, joined_terms
+
+    q = QueryTerms.of(query, content_terms(query), joined_terms(query))
+    n = rng.randint(1, 120)
+    top_k, per_doc = rng.choice([(1, 1), (4, 2), (24, 3), (10, 3)])
+    max_fused = rng.choice([None, 1.0])
+
+    def ranked(exhaustive: bool) -> list[tuple[int, float]]:
+        cands = _random_candidates(random.Random(seed), n)
+        top = rerank(cands, q, lists=2, top_k=top_k, per_doc=per_doc, max_fused=max_fused, exhaustive=exhaustive)
+        return [(c.chunk_rowid, c.score) for c in top]
+
+    assert ranked(False) == ranked(True)
+
+
+def test_rerank_early_exit_skips_candidates_that_cannot_enter() -> None:
+    # Thirty strong candidates hold the list; the weak tail is never tokenised.
+    strong = [_cand(i, "alpha beta", 1.0 - i / 1000) for i in range(30)]
+    weak = [_cand(100 + i, "gamma", 0.01) for i in range(70)]
+    q = QueryTerms.of("alpha", ["alpha"])
+    seen: list[int] = []
+    import knowledge.rerank_score as rs
+
+    real = rs.QueryScorer.score
+
+    def counting(self: rs.QueryScorer, c: Candidate, p: rs.Parts) -> float:  # type: ignore[override]
+        seen.append(c.chunk_rowid)
+        return real(self, c, p)
+
+    rs.QueryScorer.score = counting  # type: ignore[method-assign]
+    try:
+        top = rerank(strong + weak, q, lists=1, top_k=24, max_fused=1.0)
+    finally:
+        rs.QueryScorer.score = real  # type: ignore[method-assign]
+    assert [c.chunk_rowid for c in top] == list(range(24))
+    assert not any(i >= 100 for i in seen) and len(seen) <= 30
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("they said alpha beta here", True),
+        ("ALPHA, beta!", True),
+        ("alpha_beta", True),  # "_" separates tokens
+        ("alphabeta", False),
+        ("xalpha beta", False),
+        ("alpha betas", False),
+        ("Ålpha beta", True),  # folded like the index folds it
+        ("alpha\n\t--beta", True),
+        ("beta alpha", False),
+        ("alpha", False),
+    ],
+)
+def test_phrase_bonus_is_the_query_words_in_a_row(text: str, expected: bool) -> None:
+    from knowledge.rerank_score import QueryScorer
+    from knowledge.textnorm import tokens
+
+    q = QueryTerms.of("alpha beta", ["alpha", "beta"])
+    scorer = QueryScorer(q.terms, q.phrase, q.forms(), [], 1.0)
+    assert (f" {q.phrase} " in f" {' '.join(tokens(text))} ") == expected
+    assert scorer.parts(_cand(1, text, 0.5)).phrase == (1.0 if expected else 0.0)
+
+
+def test_ascii_words_are_the_tokens_of_the_unicode_pattern() -> None:
+    """The re-ranker splits ASCII text by a byte table; it must give ``tokens``' words."""
+    from knowledge.rerank_score import words
+    from knowledge.textnorm import tokens
+
+    every_ascii = "".join(chr(i) for i in range(128))
+    assert words(every_ascii) == tokens(every_ascii)
+    rng = random.Random(7)
+    alphabet = every_ascii + "ÅéüßİΣ—…\u00a0"
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert words(text) == tokens(text), repr(text)

@@ -102,6 +102,60 @@ committed before it was first asked: sample 8/8, npm 5/8 (81 %); held-out-style 
 "how do I uninstall npm itself?" answered by ``npm uninstall``'s page instead of the
 "Removal" page (whose title says neither word); the alias sentence of "Package spec"
 quoted without the ``<alias>@npm:<name>`` line above it.
+
+Round 9 (answerer changes only, each replayed over every set's captured search results
+before it was kept): a name the question writes as one (a path ``/metrics``, an
+identifier ``perplexity_search``, a code span) counts twice in a unit's coverage ("what
+does the /metrics endpoint return?" is the ``/metrics`` line); a how-to answered by an
+item of a page's subcommand list ("verify: Verify the contents of the cache …") shows the
+synopsis line that runs it (``npm cache verify``); a how-to answered by what a section says
+first shows the form the section opens with (``<alias>@npm:<name>`` under "Aliases",
+``npm shrinkwrap``); a quote never ends on a sentence introducing a list it does not show.
+final sample 7/8 -> 8/8, round6 npm 7/8 -> 8/8, round8 npm 5/8 -> 6/8; held-out-style
+(held_out … round8) 103/114 = 90 %, nothing lost. Tried and left out: derivational
+suffixes (-ness, -ity, -ment, -able) in the answerer's stemmer (no answer changed); the
+page's summary as context of every unit (lost "npm profile set password"); saying the
+passage whose lead covers the question by its own words first (put the right passage
+first for the stream resume question but the wrong one for "where do the core tools
+appear"); a bonus for a command in a how-to's lead (lost an original answer). A ninth set
+(``round9``, 10 + 10, from facts and pages no earlier set asked about) written after these
+changes and committed before it was first asked: sample 9/10, npm 4/10 (65 %);
+held-out-style overall (held_out … round9) 116/134 = 87 %, short of 90 %. Read after
+the measurement (search results captured once more, nothing changed for them): five of
+its seven misses are the search's, the sentence that answers is in none of the eight
+passages: two pages whose three kept chunks are not the one that answers (``npx``'s
+"passed directly to the executed command", dependency-selectors' ``.dev`` type
+selector: the per-document cap), and three questions in other words than the page's
+("never gets published" / "prevent it from being published at all", ``"private":
+true``; "laid out in node_modules" / ``install-strategy``; "what can follow the # in a
+git URL" / developers' "tag, sha, or branch"). Two are the answerer's: the passage held
+``AGENT_CORS_ORIGINS`` ("allowed browser origins") and the registry page's "two
+headers", and another sentence sharing more of the question's words was quoted.
+Round 10 (after reading round9's misses): a second, page-scoped read — once the first
+search has found the page, the answerer reads it again through ``search_text`` scoped to
+that document (``llm.extractive_page_read``: the question's words less the page's title,
+whose word every chunk of the page says), a tool call in the stream and the log like the
+first, so the chunk the three-chunks-per-page cap left out can be quoted (``npx``'s
+"passed directly to the executed command"); and a quote never opens with a sentence
+referring back to text not shown ("This command removes …" now follows the page's
+summary; "This resulted in some shifts in its functionality:" is not quoted) — the
+checks count such dangling openings: 18 over every set before (all npm: original 4,
+held_out 4, fresh 2, final 3, unseen 1, round6 1, round8 1, round9 2), 0 after.
+round9 npm 4/10 -> 5/10, nothing lost; held-out-style (held_out … round9) 117/134. The
+other round9 misses stay: dependency-selectors' ``.dev`` is on a page neither best nor
+named by the question ("selectors" is not "select"); three are in other words than the
+page's; ``AGENT_CORS_ORIGINS`` ("allowed browser origins", the question's "web page")
+and the registry's "two headers" (a section split across chunks: the chunk holding the
+sentence with its list has lost the heading the question names, and a later sentence
+sharing more of the question's words is quoted) are left, their causes named, not
+patched. A tenth set (``round10``, 10 + 10) written after these changes and committed
+before it was first asked: sample 10/10, npm 6/10 (80 %); held-out-style overall
+(held_out … round10) 133/154 = 86 %, short of 90 %. Its four npm misses are the
+answerer's this time, each fact among the passages: ``npm stage``'s "Staged publishing
+allows …" ranked second behind a row of its table; the Organizations page's "The super
+admin is the only person who can add users" fifth; ``npm install-scripts``' "EGLOBAL"
+sentence and ``npm set``'s synopsis behind passages of ``scripts`` and ``config`` that
+share more of the question's words.
 The floors below are the figures reached, so any lost answer fails.
 """
 
@@ -120,6 +174,7 @@ from tests.conftest import collect_sse, running_app
 from tests.support.offline_answers import (
     SETS,
     carries,
+    dangling_openings,
     fragments,
     load_questions,
     npm_docs,
@@ -133,11 +188,13 @@ FLOORS = {
     "original": {"sample": 0.91, "npm": 0.92},  # 11/12 here (12/12 in the bench, beside the npm docs), 13/14
     "held_out": {"sample": 1.0, "npm": 0.72},  # 7/7, 8/11 (7/11 before round 6)
     "fresh": {"sample": 1.0, "npm": 0.87},  # 8/8 (6/8 before round 6), 7/8
-    "final": {"sample": 0.87, "npm": 0.75},  # 7/8 (6/8 before round 6), 6/8
+    "final": {"sample": 1.0, "npm": 0.75},  # 8/8 (6/8 before round 6, 7/8 before round 9), 6/8
     "unseen": {"sample": 0.87, "npm": 1.0},  # 7/8, 8/8 (6/8, 6/8 when first measured, before round 5)
     "last": {"sample": 0.87, "npm": 0.87},  # 7/8, 7/8: measured once, after round 5
-    "round6": {"sample": 1.0, "npm": 0.87},  # 8/8, 7/8 (5/8 when measured once after round 6; 6/8 after round 7)
-    "round8": {"sample": 1.0, "npm": 0.62},  # 8/8, 5/8: measured once, after round 8
+    "round6": {"sample": 1.0, "npm": 1.0},  # 8/8, 8/8 (5/8 when measured once after round 6; 7/8 after round 8)
+    "round8": {"sample": 1.0, "npm": 0.75},  # 8/8, 6/8 (5/8 when measured once after round 8)
+    "round9": {"sample": 0.9, "npm": 0.5},  # 9/10, 5/10 (4/10 when measured once after round 9)
+    "round10": {"sample": 1.0, "npm": 0.6},  # 10/10, 6/10: measured once, after round 10
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",
@@ -185,6 +242,7 @@ def judge(results: list[dict[str, Any]], floor: float) -> None:
     for r in results:
         assert repeated_sentences(r["answer"]) == [], (r["question"], r["answer"])
         assert fragments(r["answer"]) == [], (r["question"], r["answer"])
+        assert dangling_openings(r["answer"]) == [], (r["question"], r["answer"])
         # One page is cited from one file: never as its .md and its .html copy.
         files = {s["location"] for s in r["sources"] if s.get("location")}
         assert len({f.rsplit(".", 1)[0].rsplit("/", 1)[-1] for f in files}) == len(files), r["sources"]

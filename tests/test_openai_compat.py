@@ -130,6 +130,7 @@ async def test_streamed_chunks_carry_the_answer_tool_activity_and_usage(server: 
     tools = [(e["event"], e["data"]["name"]) for e in native if e["event"].startswith("tool_call")]
     assert tools == [
         ("tool_call_start", "knowledge_base_search"), ("tool_call_result", "knowledge_base_search"),
+        ("tool_call_start", "search_text"), ("tool_call_result", "search_text"),  # the found page read again
         ("tool_call_start", "generate_response"), ("tool_call_result", "generate_response"),
     ]
     # Tool activity rides on chunks with an empty delta, which text-only clients skip.

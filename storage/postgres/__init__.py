@@ -11,7 +11,7 @@ from __future__ import annotations
 from storage.bundle import SqlStorage
 from storage.postgres.database import Conn, PostgresDatabase, PostgresOptions, redact
 from storage.postgres.dialect import PostgresSql
-from storage.postgres.kb_index import PostgresKBIndex, ensure_postings_index
+from storage.postgres.kb_index import PostgresKBIndex, ensure_text_indexes
 from storage.postgres.migrations import migrate
 from storage.postgres.notify import RunEventsListener
 from storage.postgres.runs import PostgresRunStore
@@ -47,9 +47,10 @@ async def open_postgres_storage(url: str, opts: PostgresOptions | None = None) -
     db = await PostgresDatabase.open(url, opts, configure=_configure)
     try:
         db.start()
-        # A bulk load into an empty knowledge base builds the postings' B-tree at its end;
-        # one that died before then left it missing (exact without it, but slow).
-        await db.transact(ensure_postings_index)
+        # A bulk load into an empty knowledge base builds the postings' B-tree and the
+        # chunks' GIN index at its end; one that died before then left them missing
+        # (exact without them, but slow).
+        await db.transact(ensure_text_indexes)
         return PostgresStorage.assemble(
             db=db,
             sql=PostgresSql(db),

@@ -61,12 +61,39 @@ _CHUNK_TYPES = ("int8", "text", "int4", "text", "text", "text", "int4", "vector"
 #: ``bench/pg_bulk_postings.py`` turns this off to measure the per-statement trigger.
 BULK_POSTINGS = True
 
+#: Chunk lengths (tokens) whose one-position impacts ``_POST_CHUNKS`` reads from a table.
+_TABLED_NTOK = 2047
+
+
+def _impact_table(weight: str) -> str:
+    """The impact function's own values for a lexeme at one position of ``weight``, for
+    every chunk length up to ``_TABLED_NTOK`` (an array indexed by length + 1)."""
+    return (
+        f"(SELECT ARRAY(SELECT {IMPACT_FUNCTION}(ARRAY['{weight}'], k)"
+        f" FROM generate_series(0, {_TABLED_NTOK}) k)) AS {weight.lower()}"
+    )
+
+
+#: A posting's impact: the impact function of its weights and the chunk's length. Most
+#: postings are a lexeme at one position (weights ``{C}``, ``{A}``, ...): for those the
+#: value is read from ``_impact_table``, computed once per statement by the same function
+#: from the same arguments, hence the same ``real``; the function itself costs ~8 µs a
+#: posting (its array scans and numeric arithmetic), most of a bulk load's posting time.
+_IMPACT = (
+    f"CASE WHEN cardinality(u.weights) = 1 AND c.ntok BETWEEN 0 AND {_TABLED_NTOK} THEN"
+    " CASE u.weights[1] WHEN 'C' THEN t.c[c.ntok + 1] WHEN 'A' THEN t.a[c.ntok + 1]"
+    " WHEN 'B' THEN t.b[c.ntok + 1] WHEN 'D' THEN t.d[c.ntok + 1]"
+    f" ELSE {IMPACT_FUNCTION}(u.weights, c.ntok) END"
+    f" ELSE {IMPACT_FUNCTION}(u.weights, c.ntok) END"
+)
+
 #: The postings of the chunks one transaction wrote. The same rows as the trigger's:
 #: impacts depend on the chunk alone (``migrations``, ``kb_text``).
 _POST_CHUNKS = (
     "INSERT INTO kb_postings (lexeme, impact, chunk_id, bucket)"
-    f" SELECT u.lexeme, {IMPACT_FUNCTION}(u.weights, c.ntok), c.id, d.bucket"
-    " FROM kb_chunks c JOIN kb_documents d ON d.id = c.doc_id"
+    f" SELECT u.lexeme, {_IMPACT}, c.id, d.bucket"
+    f" FROM (SELECT {', '.join(_impact_table(w) for w in 'ABCD')}) t,"
+    " kb_chunks c JOIN kb_documents d ON d.id = c.doc_id"
     " CROSS JOIN LATERAL unnest(c.tsv) AS u(lexeme, positions, weights)"
     " WHERE c.id = ANY(%s)"
 )
@@ -79,6 +106,11 @@ _CREATE_POSTINGS_INDEX = (
 )
 #: Sort memory for building the postings' B-tree in one go (only that backend, only then).
 POSTINGS_BUILD_MEMORY = "512MB"
+#: The chunks' full-text GIN index (migration 1's definition). Inserting into it chunk
+#: by chunk goes through its pending list and merges it again and again; built once
+#: over a first load's rows it costs a fraction of that (``bulk_load``).
+TSV_INDEX = "kb_chunks_tsv"
+_CREATE_TSV_INDEX = f"CREATE INDEX IF NOT EXISTS {TSV_INDEX} ON kb_chunks USING gin(tsv)"
 
 
 def clean(text: str | None) -> str | None:
@@ -145,6 +177,29 @@ async def ensure_postings_index(conn: Conn) -> None:
     await conn.execute(_CREATE_POSTINGS_INDEX)  # type: ignore[arg-type]
 
 
+async def tsv_index_exists(conn: Conn) -> bool:
+    cur = await conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (TSV_INDEX,))
+    return await cur.fetchone() is not None
+
+
+async def ensure_tsv_index(conn: Conn) -> None:
+    """Build the chunks' full-text GIN index unless it exists: at the end of a first bulk
+    load, or at open after a load that died before its end (matching stays exact
+    without it, but reads every chunk)."""
+    if await tsv_index_exists(conn):
+        return
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('kb_chunks_tsv_index', 0))")
+    await conn.execute(f"SET LOCAL maintenance_work_mem = '{POSTINGS_BUILD_MEMORY}'")  # type: ignore[arg-type]
+    await conn.execute("SET LOCAL statement_timeout = 0")
+    await conn.execute(_CREATE_TSV_INDEX)  # type: ignore[arg-type]
+
+
+async def ensure_text_indexes(conn: Conn) -> None:
+    """Both full-text indexes a bulk load may have left for its end (``open`` calls it)."""
+    await ensure_postings_index(conn)
+    await ensure_tsv_index(conn)
+
+
 async def _defer_postings_index(conn: Conn) -> bool:
     """At the start of a bulk load into an empty knowledge base, drop the postings'
     B-tree: inserting millions of rows into it in random lexeme order costs more than the
@@ -157,6 +212,18 @@ async def _defer_postings_index(conn: Conn) -> bool:
     if row is not None and not row[0]:
         await conn.execute(f"DROP INDEX IF EXISTS {POSTINGS_INDEX}")  # type: ignore[arg-type]
     return not await postings_index_exists(conn)
+
+
+async def _defer_tsv_index(conn: Conn) -> bool:
+    """Likewise the chunks' GIN index, when there are no chunks at all (a writer that
+    is not bulk loading keeps it up to date as usual once it exists). Whether it is
+    (now) missing."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('kb_chunks_tsv_index', 0))")
+    cur = await conn.execute("SELECT EXISTS (SELECT 1 FROM kb_chunks)")
+    row = await cur.fetchone()
+    if row is not None and not row[0]:
+        await conn.execute(f"DROP INDEX IF EXISTS {TSV_INDEX}")  # type: ignore[arg-type]
+    return not await tsv_index_exists(conn)
 
 
 class PostgresKBIndex(SqlKBIndex):
@@ -177,6 +244,8 @@ class PostgresKBIndex(SqlKBIndex):
         self._deferred_dims: set[int] = set()
         #: ``bulk_load`` dropped (or found missing) the postings' B-tree: built at its end.
         self._postings_index_deferred = False
+        #: Likewise the chunks' GIN index.
+        self._tsv_index_deferred = False
 
     @property
     def exact_scope_vectors(self) -> int:
@@ -257,9 +326,11 @@ class PostgresKBIndex(SqlKBIndex):
         that committed need it); an existing one is maintained as usual. Full-text
         postings likewise: each batch posts its own chunks in one sorted statement
         (``_write_chunks``), and a load into an empty knowledge base builds their B-tree
-        once at its end."""
+        once at its end, and so does its full-text GIN index."""
         if not self._bulk and BULK_POSTINGS:
             self._postings_index_deferred = await self._db.transact(_defer_postings_index)
+        if not self._bulk:
+            self._tsv_index_deferred = await self._db.transact(_defer_tsv_index)
         self._bulk += 1
         try:
             yield
@@ -270,12 +341,15 @@ class PostgresKBIndex(SqlKBIndex):
 
     async def _build_deferred(self) -> None:
         """The indexes a bulk load left for its end, each on a connection of its own at
-        the same time: pgvector builds an HNSW graph on one core, the postings' B-tree
-        sort takes another."""
+        the same time: pgvector builds an HNSW graph with parallel workers, the postings'
+        B-tree sort and the GIN build take a backend each."""
         builds: list[Awaitable[None]] = []
         if self._postings_index_deferred:
             self._postings_index_deferred = False
             builds.append(self._db.transact(ensure_postings_index))
+        if self._tsv_index_deferred:
+            self._tsv_index_deferred = False
+            builds.append(self._db.transact(ensure_tsv_index))
         dims, self._deferred_dims = sorted(self._deferred_dims), set()
         builds.extend(self._db.transact(functools.partial(_build_hnsw, dim=dim)) for dim in dims)
         if not builds:
@@ -347,7 +421,10 @@ __all__ = [
     "PostgresKBIndex",
     "ensure_hnsw_index",
     "ensure_postings_index",
+    "ensure_text_indexes",
+    "ensure_tsv_index",
     "hnsw_index_exists",
     "hnsw_index_name",
     "postings_index_exists",
+    "tsv_index_exists",
 ]

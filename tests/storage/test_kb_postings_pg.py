@@ -180,6 +180,10 @@ async def _postings_indexed(index: Any) -> bool:
     return await index._db.fetchone("SELECT 1 FROM pg_indexes WHERE indexname = 'kb_postings_impact'") is not None
 
 
+async def _tsv_indexed(index: Any) -> bool:
+    return await index._db.fetchone("SELECT 1 FROM pg_indexes WHERE indexname = 'kb_chunks_tsv'") is not None
+
+
 @pytest.fixture
 async def bulk_kb(pg_server: TestPostgres) -> AsyncIterator[tuple[KnowledgeBase, Any]]:
     """The same corpus as ``pg_kb``, loaded the way ``agentchat ingest`` loads it."""
@@ -192,9 +196,10 @@ async def bulk_kb(pg_server: TestPostgres) -> AsyncIterator[tuple[KnowledgeBase,
             docs = stdlib_documents()
             async with kb.bulk_load():
                 await kb.ingest_documents(docs[: len(docs) // 2], bucket="pydocs")
-                # Inside a first load the postings' B-tree waits for the end; searches
-                # read the (complete) table meanwhile.
+                # Inside a first load the postings' B-tree and the chunks' GIN index wait
+                # for the end; searches read the (complete) tables meanwhile.
                 assert not await _postings_indexed(storage.kb_index)
+                assert not await _tsv_indexed(storage.kb_index)
                 terms = content_terms(_queries()[0])
                 _same(
                     await storage.kb_index.text_candidates(terms, KBScope("pydocs"), LIMIT, TUNING),
@@ -202,6 +207,7 @@ async def bulk_kb(pg_server: TestPostgres) -> AsyncIterator[tuple[KnowledgeBase,
                 )
                 await kb.ingest_documents(docs[len(docs) // 2 :], bucket="other")
             assert await _postings_indexed(storage.kb_index)
+            assert await _tsv_indexed(storage.kb_index)
             yield kb, storage
         finally:
             await kb.aclose()
@@ -239,7 +245,7 @@ async def test_a_load_that_dies_mid_transaction_leaves_no_chunk_without_its_post
     """The second batch's connection is killed after its chunks were copied and before
     it posted them (its retry then fails for good), and the load never reaches its end
     (as if the process died): what committed is exact, the rest is gone, and the next
-    open builds the postings' B-tree the load had dropped."""
+    open builds the postings' B-tree and the GIN index the load had dropped."""
     from storage.postgres import kb_index, open_postgres_storage
 
     docs = stdlib_documents()
@@ -275,7 +281,7 @@ async def test_a_load_that_dies_mid_transaction_leaves_no_chunk_without_its_post
         storage = await open_postgres_storage(url)
         try:
             index = storage.kb_index
-            assert await _postings_indexed(index)
+            assert await _postings_indexed(index) and await _tsv_indexed(index)
             row = await index._db.fetchone("SELECT count(DISTINCT doc_id) FROM kb_chunks")
             assert row == (40,)
             await _postings_are_exact(index)

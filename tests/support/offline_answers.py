@@ -27,8 +27,10 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: built on; "unseen" was written after round 4 and first measured then (round 5 read its
 #: answers); "last" was written after round 5 and measured once, untouched (round 6 read
 #: every set's misses, "last" included); "round6" was written after round 6 and measured once
-#: (round 7 read it); "round8" was written after round 8's change and measured once.
-SETS = ("original", "held_out", "fresh", "final", "unseen", "last", "round6", "round8")
+#: (round 7 read it); "round8" was written after round 8's change and measured once;
+#: "round9" (10 + 10) was written after round 9's answerer changes and measured once;
+#: "round10" (10 + 10) likewise after round 10's.
+SETS = ("original", "held_out", "fresh", "final", "unseen", "last", "round6", "round8", "round9", "round10")
 
 
 def load_questions(held_out: bool = False, name: str | None = None) -> dict[str, list[dict[str, str]]]:
@@ -102,6 +104,33 @@ def fragments(answer: str) -> list[str]:
             and line not in items
         )
         if starts_cut or text.endswith("…"):
+            out.append(line)
+    return out
+
+
+#: Words a sentence opens with when it refers back to something said before it.
+_REFERRING = frozenset("this these those it its they their such".split())
+_LABEL = re.compile(r"^\*\*[^*]+\*\*\s+")  # a section heading quoted as a label: "**Heading.** …"
+_CITED = re.compile(r"\[[A-Za-z0-9][\w.:#/@\-]*\]\s*$")
+
+
+def dangling_openings(answer: str) -> list[str]:
+    """Quotes that open with a sentence referring back to text not shown ("This resulted
+    in some shifts in its functionality:", "It is always the last event."): the reader
+    never saw what "this" or "it" is. A quote opens with the paragraph that carries its
+    citation (``llm.extractive_quote.cite``); a section heading before it is a label and
+    does not count as the sentence."""
+    out: list[str] = []
+    in_code = False
+    for line in answer.split("\n"):
+        if line.strip().startswith(("```", "~~~")):
+            in_code = not in_code
+            continue
+        if in_code or _ITEM.match(line) or line.lstrip().startswith("|") or not _CITED.search(line):
+            continue
+        text = _LABEL.sub("", line.strip())
+        first = _MARKS.sub("", text.split(" ", 1)[0]).strip("\"'(").casefold()
+        if first in _REFERRING:
             out.append(line)
     return out
 

@@ -1,0 +1,204 @@
+"""Ingest A/B between source trees (issue 24 item 4): ``bench/corpus.py``'s corpus loaded
+the way ``bench/corpus.py`` loads it (``kb.bulk_load()``, ``ingest_documents`` in slices
+of 10,000 documents, ``KBConfig(batch_documents=2000)``, precomputed vectors, so
+embedding is a lookup), in rounds alternating between the trees given, each load in a
+child process that imports that tree's code (the corpus always comes from this tree's
+``bench/corpus.py``, so every side loads the same documents).
+
+Per load: chunks/s with the index builds included, the seconds of the rows and of the
+builds at the end of ``bulk_load``, the client process's CPU per chunk (user + system,
+every thread: SQLite runs inside it) and, on PostgreSQL, the server's CPU (its
+postmaster's own and reaped children's times: every backend and parallel worker of the
+load). On a shared machine the CPU figures move less than the wall-clock ones; the load
+average before and after each load is recorded beside them.
+
+A "before" tree: ``git worktree add --detach /work/wt-before <commit>`` and a symbolic
+link to this tree's ``.venv`` (the editable install resolves to whichever tree is first
+on ``sys.path``, and each child puts its own first).
+
+Run:  .venv/bin/python bench/ingest_ab.py --engine pg --chunks 20000 --rounds 2 /work/wt-before .
+Writes bench/results/ingest_ab_<engine>_<chunks>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _corpus_module() -> Any:
+    """This tree's ``bench/corpus.py``, whatever tree ``bench`` resolves to."""
+    spec = importlib.util.spec_from_file_location("_ab_corpus", ROOT / "bench" / "corpus.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def child(tree: Path, engine: str, n: int, workdir: Path, pg_url: str | None) -> dict[str, Any]:
+    sys.path.insert(0, str(tree))
+    import numpy as np
+
+    corpus = _corpus_module()
+    from knowledge.kb import KBConfig, KnowledgeBase
+
+    async def go() -> dict[str, Any]:
+        vectors = np.load(workdir / "vectors.npy", mmap_mode="r")
+        docs = list(corpus.generate(n))
+        table = {corpus.embedding_text(d[3], d[4]): i for i, d in enumerate(docs)}
+        embedder = corpus.LookupEmbedder(table, np.ascontiguousarray(vectors))
+        config = KBConfig(batch_documents=2000)
+        if engine == "sqlite":
+            from app.cli.kb_file import open_kb_file
+
+            kb = await open_kb_file(Path(tempfile.mkdtemp(dir=workdir)) / "kb.sqlite3", embedder, config=config)
+        else:
+            from storage.postgres import open_postgres_storage
+
+            storage = await open_postgres_storage(str(pg_url))
+            kb = await KnowledgeBase.create(storage.kb_index, embedder, config=config, on_close=storage.close)
+        try:
+            for bucket, fields in corpus.SCHEMAS.items():
+                await kb.create_bucket(bucket, fields)
+            by_bucket: dict[str, list[dict[str, Any]]] = {b: [] for b in corpus.SCHEMAS}
+            for bucket, doc_id, meta, title, text in docs:
+                by_bucket[bucket].append({"id": doc_id, "title": title, "text": text, "metadata": meta})
+            del docs
+            chunks = 0
+            cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+            started = time.perf_counter()
+            async with kb.bulk_load():
+                for bucket, items in by_bucket.items():
+                    for start in range(0, len(items), 10_000):
+                        report = await kb.ingest_documents(items[start : start + 10_000], bucket=bucket)
+                        assert not report.rejected, report.rejected[:3]
+                        chunks += report.chunks
+                rows_s = time.perf_counter() - started
+            total_s = time.perf_counter() - started
+            cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+        finally:
+            await kb.aclose()
+        cpu = cpu1.ru_utime - cpu0.ru_utime + cpu1.ru_stime - cpu0.ru_stime
+        return {
+            "chunks": chunks,
+            "chunks_per_s": round(chunks / total_s, 1),
+            "rows_s": round(rows_s, 2),
+            "index_builds_s": round(total_s - rows_s, 2),
+            "client_cpu_s": round(cpu, 2),
+            "client_cpu_us_per_chunk": round(cpu / chunks * 1e6, 1),
+        }
+
+    return asyncio.run(go())
+
+
+def server_cpu_s(server: Any) -> float:
+    """CPU seconds of the server so far: the postmaster's own and its reaped children's
+    (each backend and parallel worker adds its time when it exits)."""
+    import psycopg
+
+    with psycopg.connect(server.url("postgres"), autocommit=True) as conn:
+        row = conn.execute("SHOW data_directory").fetchone()
+    assert row is not None
+    pid = int((Path(row[0]) / "postmaster.pid").read_text().splitlines()[0])
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("trees", nargs="+", type=Path, help="source trees, e.g. a worktree of the old commit and '.'")
+    ap.add_argument("--engine", choices=("sqlite", "pg"), default="pg")
+    ap.add_argument("--chunks", type=int, default=20_000)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--pg-url", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(
+            orjson.dumps(child(args.trees[0].resolve(), args.engine, args.chunks, args.workdir, args.pg_url)).decode()
+        )
+        return 0
+    sys.path.insert(0, str(ROOT))
+    from bench._common import write_results
+
+    corpus = _corpus_module()
+    trees = [t.resolve() for t in args.trees]
+    workdir = Path(tempfile.mkdtemp(prefix="agentchat-ingest-ab-"))
+    corpus.prepare(args.chunks, workdir)
+    server = None
+    if args.engine == "pg":
+        from tests.support.postgres import TestPostgres
+
+        server = TestPostgres().start()
+    runs: list[dict[str, Any]] = []
+    try:
+        for r in range(args.rounds):
+            for tree in trees if r % 2 == 0 else trees[::-1]:
+                url = None
+                if server is not None:
+                    db = f"ab_{r}_{len(runs)}"
+                    server.admin(f'CREATE DATABASE "{db}"')
+                    url = server.url(db)
+                load0, cpu0 = os.getloadavg()[0], server_cpu_s(server) if server else 0.0
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    str(tree),
+                    "--child",
+                    "--engine",
+                    args.engine,
+                    "--chunks",
+                    str(args.chunks),
+                    "--workdir",
+                    str(workdir),
+                    *(["--pg-url", url] if url else []),
+                ]
+                out = subprocess.run(
+                    cmd, capture_output=True, text=True, check=False, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+                )
+                if out.returncode != 0:
+                    raise SystemExit(f"load failed for {tree}:\n{out.stderr[-3000:]}")
+                result = orjson.loads(out.stdout.strip().splitlines()[-1])
+                result.update(tree=str(tree), round=r, load_avg_1m=[round(load0, 2), round(os.getloadavg()[0], 2)])
+                if server is not None:
+                    result["server_cpu_s"] = round(server_cpu_s(server) - cpu0, 2)
+                    result["total_cpu_us_per_chunk"] = round(
+                        (result["server_cpu_s"] + result["client_cpu_s"]) / result["chunks"] * 1e6, 1
+                    )
+                    server.admin(f'DROP DATABASE "{db}"')
+                print(result, flush=True)
+                runs.append(result)
+    finally:
+        if server is not None:
+            server.stop()
+    summary: dict[str, Any] = {}
+    for tree in trees:
+        mine = [x for x in runs if x["tree"] == str(tree)]
+        summary[str(tree)] = {
+            key: sorted(x[key] for x in mine)
+            for key in ("chunks_per_s", "client_cpu_us_per_chunk", "total_cpu_us_per_chunk", "index_builds_s")
+            if all(key in x for x in mine)
+        }
+    name = f"ingest_ab_{args.engine}_{args.chunks}"
+    path = write_results(name, {"engine": args.engine, "chunks": args.chunks, "summary": summary, "runs": runs})
+    print(summary)
+    print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

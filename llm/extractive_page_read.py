@@ -1,0 +1,130 @@
+"""The offline answerer's second, page-scoped read (``llm.extractive``).
+
+The first search covers the whole knowledge base and keeps at most three chunks of any
+one page, so a page that is the right one can come back without the chunk that answers:
+``npx``'s "Any options and arguments after the package name are passed directly to the
+executed command" is its second chunk, behind three others that say "npx", "package"
+and "options" more often. Once the first search has found the page, the answerer reads
+it again through ``search_text`` scoped to that document (``doc_id``), with the
+question's words less those of the page's title: every chunk of the ``npx`` page says
+"npx", so that word only drowns the ones that tell its chunks apart. The call is an
+ordinary tool call, in the stream and the tool-call log like the first search.
+
+Which pages: the first search's best page, and a page the question names by every
+word of its title. A page is read again only when the question says something its title
+does not, and the words left include one the page's passages already hold (so the
+scoped text search finds at least those: a scoped search that matches nothing would
+ask the user to rephrase, which a second read must never do).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+from llm.extractive_question import WORD, stems
+
+#: The tool the page-scoped read calls (``agenttools.rag.corpus_tools``).
+PAGE_READ_TOOL = "search_text"
+#: Pages read again at most, and chunks asked of each (the search keeps three per page).
+MAX_PAGES = 2
+PAGE_TOP_K = 3
+#: The longest text a chunk is shown with (the tool's own maximum): a chunk whole.
+PAGE_CONTEXT_CHARS = 4000
+#: Words that never tell one chunk of a page from another: the question's own form.
+_FORM = frozenset(
+    "a an and are as at be by can could do does for from how i if in into is it its me my of on or our "
+    "should so than that the their them then there these this those to was we what when where which who "
+    "why will with would you your about after before did get got has have having here just more most "
+    "not only other over same some such too under up very via use used using see happen happens "
+    "make sure way ways tell know want need".split()
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FoundPage:
+    """A page the first search returned: its document, bucket, title and the text of
+    its passages there, in the order the search ranked them."""
+
+    doc_id: str
+    bucket: str
+    title: str
+    text: str
+
+
+def found_pages(chunks: list[dict[str, Any]]) -> list[FoundPage]:
+    """The pages of a ``knowledge_base_search`` result's ``chunks``, best first."""
+    order: list[str] = []
+    seen: dict[str, dict[str, Any]] = {}
+    texts: dict[str, list[str]] = {}
+    for chunk in chunks:
+        doc = chunk.get("doc_id")
+        meta = chunk.get("metadata") if isinstance(chunk.get("metadata"), dict) else {}
+        bucket = meta.get("bucket") if isinstance(meta, dict) else None
+        if not isinstance(doc, str) or not doc or not isinstance(bucket, str) or not bucket:
+            continue
+        if doc not in seen:
+            order.append(doc)
+            seen[doc] = {"bucket": bucket, "title": str(chunk.get("title") or "")}
+            texts[doc] = []
+        texts[doc].append(str(chunk.get("text") or ""))
+    return [FoundPage(d, seen[d]["bucket"], seen[d]["title"], "\n\n".join(texts[d])) for d in order]
+
+
+def _words(text: str) -> list[str]:
+    return WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+
+
+def page_query(question: str, page: FoundPage) -> str | None:
+    """The question's words that tell the page's chunks apart (not its title's, not the
+    question's form), or None when none is left or none is in the page's passages."""
+    title = stems(page.title) | set(_words(page.title))
+    kept: list[str] = []
+    for word in _words(question):
+        if word in _FORM or len(word) < 2 or word in title or stems(word) <= title or word in kept:
+            continue
+        kept.append(word)
+    held = set(_words(page.text))
+    if not kept or not any(w in held for w in kept):
+        return None
+    return " ".join(kept)
+
+
+def pages_to_read(question: str, pages: list[FoundPage]) -> list[tuple[FoundPage, str]]:
+    """The pages to read again and the query for each: the best page, and any page the
+    question names by every word of its title."""
+    asked = stems(question)
+    chosen: list[FoundPage] = pages[:1]
+    for page in pages[1:]:
+        title = stems(page.title)
+        if title and title <= asked and page not in chosen:
+            chosen.append(page)
+    out: list[tuple[FoundPage, str]] = []
+    for page in chosen[:MAX_PAGES]:
+        query = page_query(question, page)
+        if query is not None:
+            out.append((page, query))
+    return out
+
+
+def page_read_args(page: FoundPage, query: str) -> dict[str, Any]:
+    """The ``search_text`` arguments of one page-scoped read."""
+    return {
+        "bucket": page.bucket,
+        "query": query,
+        "doc_id": page.doc_id,
+        "top_k": PAGE_TOP_K,
+        "context_chars": PAGE_CONTEXT_CHARS,
+    }
+
+
+__all__ = [
+    "MAX_PAGES",
+    "PAGE_READ_TOOL",
+    "FoundPage",
+    "found_pages",
+    "page_query",
+    "page_read_args",
+    "pages_to_read",
+]
