@@ -32,6 +32,11 @@ TITLE_CHARS = 60
 #: The model's title call: at most this long, this many tokens.
 TITLE_TIMEOUT_S = 15.0
 TITLE_MAX_TOKENS = 32
+#: The model's reply is read up to this many characters, or to the end of its first
+#: non-empty line, whichever comes first: a title is that line cut to ``TITLE_CHARS``,
+#: so the rest of a model that ignores ``max_tokens`` (or rambles on) is never read —
+#: each run's title call would otherwise cost as much as its answer (issue 23).
+TITLE_READ_CHARS = 2 * TITLE_CHARS
 TITLE_PROMPT = (
     "You write titles for chat conversations. Reply with a title of at most six words for a "
     "conversation that starts with the user's message below. Reply with the title only: no quotes, "
@@ -88,19 +93,22 @@ class Titler:
     timeout_s: float = TITLE_TIMEOUT_S
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
-    def after_run(self, user_id: str, conversation_id: str, question: str | None) -> None:
-        """Title the conversation in the background if it has no title yet."""
+    def after_run(self, user_id: str, conversation_id: str, question: str | None, *, new: bool = False) -> None:
+        """Title the conversation in the background if it has no title yet. ``new``: the
+        run created the conversation, so it is known to need one and the read that would
+        ask is skipped (``set_title_if_unset`` still keeps a title set meanwhile)."""
         if not question or not question.strip():
             return
-        task = asyncio.create_task(self._title(user_id, conversation_id, question), name="conversation-title")
+        task = asyncio.create_task(self._title(user_id, conversation_id, question, new), name="conversation-title")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _title(self, user_id: str, conversation_id: str, question: str) -> None:
+    async def _title(self, user_id: str, conversation_id: str, question: str, new: bool = False) -> None:
         try:
-            current = await self.history.conversation(user_id, conversation_id)
-            if current is None or current.title is not None:
-                return
+            if not new:
+                current = await self.history.conversation(user_id, conversation_id)
+                if current is None or current.title is not None:
+                    return
             title, source = "", "words"
             if self.provider is not None:
                 title = await self._ask_model(question)
@@ -130,6 +138,8 @@ class Titler:
                     async for event in stream:
                         if isinstance(event, ContentDelta):
                             parts.append(event.text)
+                            if _title_read(parts):
+                                break
                         elif isinstance(event, StreamError):
                             log.info(
                                 "title model call failed; using the question's words",
@@ -150,6 +160,16 @@ class Titler:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
+def _title_read(parts: list[str]) -> bool:
+    """Whether the reply so far holds all ``clean_model_title`` can use: a complete
+    non-empty first line, or ``TITLE_READ_CHARS`` characters."""
+    text = "".join(parts)
+    if len(text) >= TITLE_READ_CHARS:
+        return True
+    line, newline, _ = text.lstrip().partition("\n")
+    return bool(newline and line.strip())
+
+
 def with_titles(agent: Callable[..., Awaitable[None]], titler: Titler) -> Callable[..., Awaitable[None]]:
     """The run manager's agent function, titling the run's conversation once it ends
     (the run's question is the one it was admitted with; a run carried on after a
@@ -160,7 +180,8 @@ def with_titles(agent: Callable[..., Awaitable[None]], titler: Titler) -> Callab
             await agent(run, *args, **kwargs)
         finally:
             question = getattr(run, "question", None)
-            titler.after_run(run.user_id, run.conversation_id, question if isinstance(question, str) else None)
+            titler.after_run(run.user_id, run.conversation_id, question if isinstance(question, str) else None,
+                             new=getattr(run, "new_conversation", False) is True)
 
     return run_then_title
 

@@ -72,9 +72,77 @@ def _short(path: str) -> str:
     return path
 
 
+
+
+#: The phases of a run, for ``phases``. A main-thread sample belongs to the phase of its
+#: innermost frame that a ``STEPS`` marker matches (so a log call made while selecting
+#: tools is logging, the model stream inside the agent loop is the model stream); a
+#: sample no step matches goes to the first ``REST`` phase one of its frames matches
+#: (the store's calls made by a step count as that step's). A marker is part of a file's
+#: path, or ``function@path part``.
+STEPS: list[tuple[str, tuple[str, ...]]] = [
+    ("logging", ("logging/__init__.py", "app/ops/logs.py", "structlog/", "pythonjsonlogger/")),
+    ("admission (request, auth, limits, inserts)", (
+        "app/server/http.py", "app/server/auth.py", "app/server/limits.py", "app/server/chat_request.py",
+        "app/server/body_structs.py", "submit@app/runs/manager.py", "_submit@app/runs/manager.py", "jwt/")),
+    ("history load, plan", ("_prepare@app/agent/loop.py", "app/agent/planner.py", "app/agent/budget.py")),
+    ("tool selection", ("app/agent/selector.py", "toolindex/", "app/agent/find_tools.py")),
+    ("prompt build", ("prompts/", "app/agent/prompting.py")),
+    ("model stream", ("llm/", "httpx/", "httpcore/", "h11/", "anyio/", "app/ops/load.py")),
+    ("follow / SSE", ("app/runs/follow.py", "app/server/sse_response.py")),
+    ("conversation title", ("app/history.py",)),
+]
+REST: list[tuple[str, tuple[str, ...]]] = [
+    ("run log / durable writer", ("app/runs/", "storage/", "aiosqlite/", "app/agent/", "events/")),
+    ("HTTP server, middleware", ("uvicorn/", "starlette/", "httptools/", "app/cli/", "app/server/", "app/ops/")),
+]
+#: Compatibility name: every phase in order.
+PHASES = [*STEPS, *REST]
+
+
+def phases(path: Path) -> dict[str, float]:
+    """Shares of the main thread's samples per phase (``STEPS``, ``REST``; "event loop,
+    other" for samples no frame of ours or the stack's matches: the loop itself, GC
+    pauses charged to the loop)."""
+    counts: Counter[str] = Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or "(threading.py" in stack.split(";", 1)[0]:
+            continue
+        count = int(count_text)
+        total += count
+        counts[_phase(stack)] += count
+    total = max(total, 1)
+    return {name: round(counts[name] / total, 4) for name, _ in [*PHASES, ("event loop, other", ())] if counts[name]}
+
+
+def _matches(marker: str, function: str, where: str) -> bool:
+    name, _, part = marker.rpartition("@")
+    return part in where and (not name or function == name or function.endswith("." + name))
+
+
+def _phase(stack: str) -> str:
+    frames = []
+    for frame in stack.split(";"):  # "function (path/file.py:line)", outermost first
+        function, _, where = frame.partition(" (")
+        frames.append((function, where))
+    for function, where in reversed(frames):
+        for name, markers in STEPS:
+            if any(_matches(m, function, where) for m in markers):
+                return name
+    for name, markers in REST:
+        if any(_matches(m, f, w) for m in markers for f, w in frames):
+            return name
+    return "event loop, other"
+
 if __name__ == "__main__":
-    summary = top(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 25)
+    path = Path(sys.argv[1])
+    summary = top(path, int(sys.argv[2]) if len(sys.argv) > 2 else 25)
     for section, rows in summary.items():
         print(f"== {section}")
         for name, share in rows:
             print(f"{share * 100 if share <= 1 else share:8.1f}  {name}")
+    print("== phases (main thread)")
+    for name, share in phases(path).items():
+        print(f"{share * 100:8.1f}  {name}")

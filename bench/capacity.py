@@ -33,6 +33,14 @@ stack itself costs) and, with ``--before PATH``, the same service from another c
 "One replica holds" is the largest level whose p99 time to first token stays under
 ``--ttft-target-s`` (1 s).
 
+First, the **per-run start CPU** (``bench/_burst.py``; ``--burst N``, 300 by default, 0
+skips it, ``--only-burst`` does nothing else): bursts of ``N`` runs against a fake that
+answers one token, alternated between the variants, server CPU ÷ ``N`` — what a run
+costs apart from its tokens (admission, history, tool selection with the default
+offline embedder, prompt, checkpoints, first writes, the follower, the ending, the
+conversation's title). With ``--py-spy`` one more burst per server is sampled and split
+by phase (``bench/_pyspy.py``'s ``phases``).
+
 Run from the repository root:  .venv/bin/python bench/capacity.py [--levels 100,200]
 Writes bench/results/capacity.json.
 """
@@ -61,6 +69,7 @@ import httpx  # noqa: E402
 import orjson  # noqa: E402
 
 from bench import _pyspy as pyspy  # noqa: E402
+from bench._burst import start_cpu  # noqa: E402
 from bench._common import (  # noqa: E402
     RESULTS,
     cpu_s,
@@ -383,6 +392,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--py-spy", action="store_true",
                    help="sample our server with py-spy during each level (bench/results/<name>_pyspy_<level>.txt; "
                         "summary: python bench/_pyspy.py FILE)")
+    p.add_argument("--burst", type=int, default=300,
+                   help="runs per burst of the per-run start CPU figure (a one-token model; 0: skip it)")
+    p.add_argument("--burst-rounds", type=int, default=2, help="bursts per variant, alternated")
+    p.add_argument("--only-burst", action="store_true", help="the per-run start CPU only, no levels")
     p.add_argument("--name", default="capacity", help="results file name (bench/results/<name>.json)")
     p.add_argument("--keep", action="store_true", help="keep the working directory (logs, databases)")
     return p.parse_args()
@@ -391,9 +404,10 @@ def parse_args() -> argparse.Namespace:
 async def main(args: argparse.Namespace) -> None:
     raise_fd_limit()
     workdir = Path(tempfile.mkdtemp(prefix="bench-capacity-"))
-    print(HEADER, flush=True)
     try:
-        results = await bench(args, workdir)
+        start = await start_cpu(args, workdir, variant_server, agent_env) if args.burst else None
+        print(HEADER, flush=True)
+        results = {} if args.only_burst else await bench(args, workdir)
     except BaseException:
         print(f"capacity: failed; logs kept in {workdir}", file=sys.stderr)
         raise
@@ -409,6 +423,7 @@ async def main(args: argparse.Namespace) -> None:
         "ttft_target_s": args.ttft_target_s,
         "servers": {"ours": str(ROOT), "before": str(args.before) if args.before else None,
                     "floor": "bench/floor_proxy.py" if args.floor else None},
+        "per_run_start_cpu": start,
         "one_replica_holds": held,
         "holds_by_topology": many,
         "levels": results,

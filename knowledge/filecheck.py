@@ -148,6 +148,10 @@ class Entry:
     shown: str
     skip: str | None = None
     detail: str = ""
+    #: A file to read: its size in bytes and modification time in ns, from the stat the
+    #: walk made anyway (how a re-ingest tells an unchanged file without opening it).
+    size: int | None = None
+    mtime_ns: int | None = None
 
 
 def shown_path(root: Path, path: Path) -> str:
@@ -257,7 +261,7 @@ def _file_entry(
             path, shown, SKIP_TOO_LARGE,
             f"{st.st_size / MB:.1f} MB, over the {max_file_bytes / MB:g} MB limit (raise --max-file-mb)",
         )
-    return Entry(path, shown, None, "link" if link else "")
+    return Entry(path, shown, None, "link" if link else "", st.st_size, st.st_mtime_ns)
 
 
 def _target(path: Path) -> str:

@@ -15,6 +15,12 @@ Why this shape:
   the report counts them as ``queued_for_embedding``, and the re-embedding in the
   background (``knowledge.backfill``) gives them vectors once the embedder answers
   (a later ingest of the same documents does too).
+* A file is read only when its stamp (size, modification time in ns, its path as
+  shown, the chunking) differs from the one stored with its documents, or they lack
+  vectors of today's embedder; a file read unchanged (touched, same content hash) only
+  gets its new stamp. ``rehash`` reads every file, for filesystems whose times lie.
+  A file with rejected records is never stamped (it is read, and its rejections
+  reported, every time).
 * Re-ingesting a directory deletes the documents that came from it but are gone, unless
   their file had rejected records (a typo must not delete data).
 * A document belongs to one bucket: ids made from a file's path include the bucket, so
@@ -43,6 +49,7 @@ from knowledge.buckets import Buckets, typed_row
 from knowledge.chunking import Chunk, chunk_text
 from knowledge.dense import DenseSide
 from knowledge.filecheck import DEFAULT_MAX_FILE_MB, MB, SKIP_TOO_LARGE, SKIP_UNREADABLE, walk_files
+from knowledge.filestamps import Unchanged, all_repeats, file_stamp, pages_to_compare, unchanged_files, with_repeats
 from knowledge.loaders import SKIP_NOT_RECORDS, SUPPORTED_SUFFIXES, LoadedDocument, load_file, record_to_document
 from knowledge.names import check_bucket_name, is_doc_id, short_hash, slugify
 from knowledge.samepage import SKIP_SAME_PAGE, find_same_pages
@@ -84,6 +91,7 @@ class _Prepared:
     chunks: list[Chunk]
     existing_bucket: str | None
     vectors: np.ndarray | None = None
+    stamp: str | None = None
 
 
 class HeadedText(Protocol):
@@ -236,12 +244,14 @@ class Ingestor:
         follow_links: bool = False,
         max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
         on_batch: BatchHook | None = None,
+        rehash: bool = False,
     ) -> IngestReport:
         started = time.perf_counter()
         check_bucket_name(bucket)
         report = IngestReport()
         roots = [Path(p).expanduser().resolve() for p in paths]
         files: list[tuple[Path, str]] = []
+        stamps: dict[Path, str] = {}
         protected: set[str] = set()
         for root in roots:
             if not root.exists():
@@ -254,11 +264,22 @@ class Ingestor:
             for entry in await asyncio.to_thread(walk):
                 if entry.skip is None:
                     files.append((entry.path, entry.shown))
+                    if entry.size is not None and entry.mtime_ns is not None:
+                        stamps[entry.path] = file_stamp(entry.size, entry.mtime_ns, entry.shown, self.config)
                     continue
                 report.skip_file(str(entry.path), entry.skip, entry.detail)
                 if entry.skip in _KEEP_DOCUMENTS_OF:
                     protected.add(str(entry.path))
-        repeats = {s.html: s for s in await asyncio.to_thread(find_same_pages, files)}
+        existing = [r for r in roots if r.exists()]
+        unchanged = Unchanged() if rehash else await unchanged_files(
+            self.index, bucket, existing, stamps, (self.embed_key, self.dim)
+        )
+        found = await asyncio.to_thread(find_same_pages, pages_to_compare(files, unchanged))
+        repeats = all_repeats(found, unchanged, dict(files))
+        unread = unchanged.documents
+        repeated: dict[Path, list[Path]] = {}
+        for page in repeats.values():
+            repeated.setdefault(page.markdown, []).append(page.html)
         kept: list[tuple[Path, str]] = []
         for path, shown in files:
             if path in repeats:
@@ -277,7 +298,17 @@ class Ingestor:
 
         async with _Writes(WRITES_IN_FLIGHT) as writes:
             for done, (path, shown) in enumerate(files, start=1):
+                if path in unread:  # same stamp: not opened, its documents are unchanged
+                    seen.update(unread[path])
+                    report.skipped += len(unread[path])
+                    report.unread_files += 1
+                    if progress is not None:
+                        progress(done, len(files), shown)
+                    continue
                 loaded, rejected = await asyncio.to_thread(load_file, path, shown, bucket=bucket)
+                if not rejected and path in stamps:
+                    for item in loaded:
+                        item.stamp = with_repeats(stamps[path], repeated.get(path, ()), stamps)
                 for r in rejected:
                     if r.kind == SKIP_NOT_RECORDS:  # not a file of documents: skipped, not read
                         report.skip_file(str(path), SKIP_NOT_RECORDS, shown)
@@ -294,7 +325,7 @@ class Ingestor:
             if pending:
                 await self._ingest_batch(pending, bucket, report, seen, writes, embedding, on_batch)
             await writes.drain()
-        stale = await self._stale_documents(bucket, [r for r in roots if r.exists()], seen, protected)
+        stale = await self._stale_documents(bucket, existing, seen, protected)
         if stale:
             report.deleted += await self.delete_documents(stale)
         report.rejected.sort(key=lambda r: (r.source, r.line or 0))
@@ -383,6 +414,7 @@ class Ingestor:
             return
         existing = await self.index.document_states([c[0].doc.id or "" for c in candidates])
         todo: list[_Prepared] = []
+        restamp: list[tuple[str, str]] = []
         for item, digest, typed in candidates:
             old = existing.get(item.doc.id or "")
             if old is not None and old.bucket != bucket:
@@ -398,8 +430,12 @@ class Ingestor:
                 digest, self.embed_key, self.dim, bucket
             ):
                 report.skipped += 1
+                if item.stamp is not None and item.stamp != old.file_stamp:
+                    restamp.append((item.doc.id or "", item.stamp))
                 continue
-            todo.append(_Prepared(item.doc, item.line, digest, typed, [], old.bucket if old else None))
+            existing_bucket = old.bucket if old else None
+            todo.append(_Prepared(item.doc, item.line, digest, typed, [], existing_bucket, stamp=item.stamp))
+        await self.index.set_file_stamps(restamp)
         if not todo:
             return
         target, overlap = self.config.chunk_target, self.config.chunk_overlap
@@ -487,6 +523,7 @@ class Ingestor:
                 embed_dim=self.dim if p.vectors is not None else None,
                 typed=p.typed if schema else (),
                 origin=p.doc.origin,
+                file_stamp=p.stamp,
             )
             for p in todo
         ]

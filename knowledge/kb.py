@@ -172,10 +172,13 @@ class KnowledgeBase:
         follow_links: bool = False,
         max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
         on_batch: BatchHook | None = None,
+        rehash: bool = False,
     ) -> IngestReport:
         """Ingest files and directories into ``bucket``.
 
-        Unchanged documents (same content hash, same embedder) are skipped; documents
+        A file whose size and modification time are those stored with its documents is
+        skipped unread (``rehash`` reads it anyway, for filesystems whose times cannot
+        be trusted). Unchanged documents (same content hash, same embedder) are skipped; documents
         that came from an ingested directory or file but are no longer there are
         deleted. A file with any rejected record keeps its old documents (a typo must
         not delete data); fix it and re-ingest to propagate deletions. Binary and
@@ -187,7 +190,7 @@ class KnowledgeBase:
         _refuse_private(bucket)
         report = await self._ingest.ingest_paths(
             paths, bucket=bucket, progress=progress, follow_links=follow_links,
-            max_file_bytes=max_file_bytes, on_batch=on_batch,
+            max_file_bytes=max_file_bytes, on_batch=on_batch, rehash=rehash,
         )
         self.backfill.ingested(report)
         return report

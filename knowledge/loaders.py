@@ -46,6 +46,8 @@ MAX_FILE_BYTES = 50 * 1024 * 1024
 class LoadedDocument:
     doc: DocumentIn
     line: int | None = None
+    #: The stamp of the file it came from, stored with it (``knowledge.ingest``).
+    stamp: str | None = None
 
 
 def pdf_supported() -> bool:

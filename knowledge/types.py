@@ -94,6 +94,9 @@ class IngestReport:
     deleted: int = 0
     chunks: int = 0
     files: int = 0
+    #: Of ``files``, those skipped unopened: size and modification time as stored with
+    #: their documents (counted in ``skipped`` by their documents).
+    unread_files: int = 0
     rejected: list[Rejection] = field(default_factory=list)
     elapsed_seconds: float = 0.0
     embed_seconds: float = 0.0

@@ -26,6 +26,7 @@ from storage.kb_records import (
     KBDocumentListing,
     KBDocumentRecord,
     KBDocumentWrite,
+    KBFileDocument,
     KBRanked,
     KBScope,
     KBTextTuning,
@@ -448,6 +449,15 @@ class KBIndex(Protocol):
     async def source_documents(self, bucket: str, origin: str, *, prefix: bool) -> list[tuple[str, str]]:
         """``(doc_id, origin)`` of the bucket's documents whose origin (the absolute path
         of the file they were read from) is ``origin``, or starts with it when ``prefix``."""
+        ...
+
+    async def file_documents(self, bucket: str, origin: str, *, prefix: bool) -> list[KBFileDocument]:
+        """Like ``source_documents``, with each document's file stamp and embedder: what
+        a re-ingest compares before opening a file."""
+        ...
+
+    async def set_file_stamps(self, stamps: Sequence[tuple[str, str]]) -> None:
+        """Set the file stamp of each ``(doc_id, stamp)``, nothing else."""
         ...
 
     async def delete_bucket(self, name: str) -> list[str] | None:

@@ -116,6 +116,20 @@ class KBDocState:
     embed_model: str | None
     embed_dim: int | None
     bucket: str
+    #: The stamp of the file it was read from (``None``: posted, or stored before stamps).
+    file_stamp: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KBFileDocument:
+    """A stored document read from a file under a folder being re-ingested: what lets
+    the ingest skip an unchanged file unread (``KBIndex.file_documents``)."""
+
+    id: str
+    origin: str
+    file_stamp: str | None
+    embed_model: str | None
+    embed_dim: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +163,9 @@ class KBDocumentWrite:
     #: The absolute path of the file it was read from (``None`` for posted documents):
     #: how a re-ingested folder finds its documents whose files are gone. Never shown.
     origin: str | None = None
+    #: That file's stamp (size, modification time, chunking): an unchanged stamp lets a
+    #: re-ingest skip the file unread. ``None`` for posted documents.
+    file_stamp: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,12 @@ RUN_ENDINGS_BACKFILL: tuple[str, ...] = (
     "AND status NOT IN ('queued', 'running', 'interrupted', 'waiting_approval')",
 )
 
+#: Step 21 on both engines (portable SQL). Issue 24 item 4: a document read from a file
+#: keeps that file's stamp (``size:mtime_ns`` and the chunking it was cut with, see
+#: ``knowledge.ingest``), so a re-ingest skips an unchanged file without opening it.
+#: Documents stored before have none: their first re-ingest reads them and stamps them.
+KB_FILE_STAMPS: tuple[str, ...] = ("ALTER TABLE kb_documents ADD COLUMN file_stamp TEXT",)
+
 #: Each step's name, as recorded in the version table (same text on both engines).
 STEP_NAMES: Mapping[int, str] = {
     1: "conversations, runs, tool calls, drafts, keywords, external results, knowledge base",
@@ -51,6 +57,7 @@ STEP_NAMES: Mapping[int, str] = {
     18: "knowledge base: impact-ordered postings of every chunk's lexemes, for full-text top-k",
     19: "knowledge base: a bulk load posts its chunks set-wise (the per-statement trigger steps aside)",
     20: "runs: every ended run has its end time (runs ended by a bare status write had none)",
+    21: "knowledge base: the stamp (size, modification time) of the file each document was read from",
 }
 
 
@@ -122,4 +129,4 @@ class MigrationRunner:
         return version
 
 
-__all__ = ["STEP_NAMES", "VERSION_TABLE", "Migration", "MigrationRunner", "numbered"]
+__all__ = ["KB_FILE_STAMPS", "STEP_NAMES", "VERSION_TABLE", "Migration", "MigrationRunner", "numbered"]

@@ -15,7 +15,7 @@ from app.config import Settings
 from app.history import TITLE_PROMPT, Titler, clean_model_title, title_model_wanted, words_title
 from app.ops.history_metrics import HistoryMetrics
 from llm.provider import ProviderHealth
-from llm.types import ChatRequest, MessageStart, StreamError, StreamEvent
+from llm.types import ChatRequest, ContentDelta, MessageStart, StreamError, StreamEvent
 from storage.history_records import ConversationSummary
 from tests.conftest import collect_sse, running_app
 from tests.fakes import FakeOllama, Text, running_fake
@@ -164,3 +164,85 @@ def test_which_providers_write_titles() -> None:
     assert not title_model_wanted("auto", "extractive") and not title_model_wanted("auto", "gated")
     assert title_model_wanted("model", "gated") and not title_model_wanted("model", "extractive")
     assert not title_model_wanted("words", "ollama") and not title_model_wanted("off", "ollama")
+
+
+class RamblingModel:
+    """A model that ignores ``max_tokens``: its title line, then lines without end.
+    Counts the deltas it was asked for and whether its stream was closed."""
+
+    name, model = "rambling", "rambling"
+
+    def __init__(self, first: list[str]) -> None:
+        self.first = first
+        self.sent = 0
+        self.closed = False
+
+    async def stream_chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        yield MessageStart()
+        try:
+            for text in self.first:
+                self.sent += 1
+                yield ContentDelta(text)
+            while True:
+                self.sent += 1
+                yield ContentDelta("and then some more words about it ")
+        finally:
+            self.closed = True
+
+    async def health(self) -> ProviderHealth:
+        return ProviderHealth(True, "up")
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_the_title_call_reads_only_the_first_line() -> None:
+    """Issue 23: a title is the reply's first line, so the call stops reading there
+    (each run's title call must not cost as much as its answer)."""
+    store = OneConversation()
+    model = RamblingModel(["\n", '"Resuming', " streams", '."', "\nA longer explanation"])
+    titler = Titler(store, HistoryMetrics(CollectorRegistry()), model)  # type: ignore[arg-type]
+    titler.after_run("alice", "c", "How do I resume a stream?")
+    await asyncio.gather(*titler._tasks)
+    assert store.title == "Resuming streams"
+    assert model.sent == 5 and model.closed
+
+
+async def test_a_title_without_a_line_end_is_read_to_a_bound() -> None:
+    store = OneConversation()
+    model = RamblingModel(["Resuming streams "])
+    titler = Titler(store, HistoryMetrics(CollectorRegistry()), model)  # type: ignore[arg-type]
+    titler.after_run("alice", "c", "How do I resume a stream?")
+    await asyncio.gather(*titler._tasks)
+    assert store.title is not None and store.title.startswith("Resuming streams and then")
+    assert len(store.title) <= 60
+    assert model.closed and model.sent < 20
+
+
+class CountingConversation(OneConversation):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def conversation(self, user_id: str, conversation_id: str) -> ConversationSummary:
+        self.reads += 1
+        return await super().conversation(user_id, conversation_id)
+
+
+async def test_a_conversation_the_run_created_is_titled_without_a_read_and_a_title_set_meanwhile_stays() -> None:
+    """Issue 23: the run created the conversation, so the titler does not read it first;
+    a title set meanwhile (``PATCH``) is still never overwritten."""
+    store = CountingConversation()
+    model = RamblingModel(["Resuming streams\n"])
+    titler = Titler(store, HistoryMetrics(CollectorRegistry()), model)  # type: ignore[arg-type]
+    titler.after_run("alice", "c", "How do I resume a stream?", new=True)
+    await asyncio.gather(*titler._tasks)
+    assert store.title == "Resuming streams" and store.reads == 0
+    store.title = "Set by the user"
+    titler.after_run("alice", "c", "Another question", new=True)
+    await asyncio.gather(*titler._tasks)
+    assert store.title == "Set by the user"
+    asked = model.sent
+    titler.after_run("alice", "c", "A later run", new=False)  # reads, finds the title, asks no model
+    await asyncio.gather(*titler._tasks)
+    assert store.reads == 1 and store.title == "Set by the user" and model.sent == asked

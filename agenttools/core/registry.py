@@ -216,6 +216,9 @@ class ToolRegistry:
         self._specs: dict[str, ToolSpec] = {}
         self._handlers: dict[str, ToolHandler] = {}
         self.approval = approval or ApprovalRule()
+        #: Bumped whenever the set of specs changes: what is derived from it per context
+        #: (the selector's context filter) is cached against this (issue 23).
+        self.version = 0
         for spec in specs:
             self.add_spec(spec)
 
@@ -224,10 +227,12 @@ class ToolRegistry:
             raise ValueError(f"duplicate tool {spec.name!r}")
         needs = self.approval.applies(spec)
         self._specs[spec.name] = spec if spec.needs_approval == needs else replace(spec, needs_approval=needs)
+        self.version += 1
 
     def set_approval(self, rule: ApprovalRule) -> None:
         """Apply the deployment's approval rule to every spec, and to those added later."""
         self.approval = rule
+        self.version += 1
         for name, spec in list(self._specs.items()):
             needs = rule.applies(spec)
             if spec.needs_approval != needs:
@@ -242,6 +247,7 @@ class ToolRegistry:
         """Drop a tool and its handler (MCP tools come and go with their servers)."""
         self._specs.pop(name, None)
         self._handlers.pop(name, None)
+        self.version += 1
 
     def spec(self, name: str) -> ToolSpec:
         try:

@@ -208,8 +208,10 @@ class Agent:
     async def _prepare(self, scope: _RunScope) -> RunState:
         """Load history, select tools, build the prompt; store it all as the first step."""
         run, chat = scope.run, scope.chat
+        history: list[Message] = []
         try:
-            history = await self.conversations.load(run.conversation_id, scope.caller.user_id)
+            if not run.new_conversation:  # a conversation this run's admission created holds nothing yet
+                history = await self.conversations.load(run.conversation_id, scope.caller.user_id)
         except Exception:
             log.exception("could not load conversation history", extra={"run_id": run.id})
             history = []

@@ -92,22 +92,28 @@ class ToolSelector:
     search_timeout_s: float = 10.0
     max_query_chars: int = 8000
     log_extra: dict[str, Any] = field(default_factory=dict)
+    #: Stage 1's result per context type, against the registry's version: the filter
+    #: walks the whole catalog, and its answer changes only when the catalog does.
+    _contexts: dict[str, tuple[int, list[str], frozenset[str]]] = field(default_factory=dict)
+
+    def _context_tools(self, context_type: str) -> tuple[list[str], frozenset[str]]:
+        version = self.registry.version
+        cached = self._contexts.get(context_type)
+        if cached is None or cached[0] != version:
+            names = [s.name for s in self.context_filter(list(self.registry), context_type)]
+            cached = (version, names, frozenset(names))
+            self._contexts[context_type] = cached
+        return cached[1], cached[2]
 
     async def select(self, context_type: str, context: Mapping[str, Any] | None, message: str) -> Selection:
         started = time.perf_counter()
         # Stage 1: context filter.
-        context_specs = self.context_filter(list(self.registry), context_type)
-        context_names = [s.name for s in context_specs]
-        allowed = set(context_names)
-        log.info(
-            "tool selection: context filter",
-            extra={"stage": "context_filter", "context_type": context_type,
-                   "total": len(self.registry), "kept": len(context_names)},
-        )
+        context_names, allowed = self._context_tools(context_type)
         core = [n for n in self.core_tools(context_type, context) if n in allowed]
         # Stage 2: embedding search.
         rag: list[tuple[str, float]] = []
         fallback: str | None = None
+        search_ms: float | None = None
         state = self.index_state
         if state.status != "ready" or state.index is None:
             fallback = f"index {state.status}: {state.reason}" if state.reason else f"index {state.status}"
@@ -123,12 +129,7 @@ class ToolSelector:
                             query, top_k=self.top_k, min_score=self.min_score, allowlist=allowed
                         )
                     rag = [(m.name, float(m.score)) for m in result.matches if m.name in allowed]
-                    log.info(
-                        "tool selection: search",
-                        extra={"stage": "rag_search", "top_k": self.top_k, "min_score": self.min_score,
-                               "matches": [{"name": n, "score": round(s, 4)} for n, s in rag],
-                               "elapsed_ms": round((time.perf_counter() - t0) * 1000, 3)},
-                    )
+                    search_ms = round((time.perf_counter() - t0) * 1000, 3)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # any search failure: fall back, never fail the run
@@ -136,9 +137,6 @@ class ToolSelector:
         # Stage 3: core merge (or fallback to the whole context set).
         if fallback is not None:
             tools = list(context_names)
-            level = logging.INFO if state.status in ("disabled", "building") else logging.WARNING
-            log.log(level, "tool selection: fallback to all context tools",
-                    extra={"stage": "fallback", "reason": fallback, "tools": len(tools)})
         else:
             tools = []
             seen: set[str] = set()
@@ -147,7 +145,15 @@ class ToolSelector:
                     seen.add(name)
                     tools.append(name)
         elapsed = (time.perf_counter() - started) * 1000
-        log.info("tool selection: final",
-                 extra={"stage": "tool_selection", "core": core, "rag": [n for n, _ in rag],
-                        "fallback": fallback, "final": tools, "elapsed_ms": round(elapsed, 3)})
+        # One record per run with every stage's figures (issue 23: a run's start logs one
+        # line, not one per stage); a fallback the operator must see is a warning.
+        quiet = fallback is None or state.status in ("disabled", "building")
+        level = logging.INFO if quiet else logging.WARNING
+        if log.isEnabledFor(level):
+            log.log(level, "tool selection: final", extra={
+                "stage": "tool_selection", "context_type": context_type, "total": len(self.registry),
+                "kept": len(context_names), "core": core, "rag": [n for n, _ in rag],
+                "scores": [round(s, 4) for _, s in rag], "top_k": self.top_k, "min_score": self.min_score,
+                "search_ms": search_ms, "fallback": fallback, "final": tools, "elapsed_ms": round(elapsed, 3),
+            })
         return Selection(context_type, core, rag, fallback, tools, elapsed)

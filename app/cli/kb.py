@@ -159,6 +159,11 @@ def add_kb_commands(sub: Any) -> None:
                         help=f"skip (and count) files larger than this (default {DEFAULT_MAX_FILE_MB:g} MB)")
     ingest.add_argument("--keep-going", action="store_true",
                         help="exit 0 even when files or records were rejected")
+    ingest.add_argument("--rehash", action="store_true",
+                        help="read every file and compare its content hash, even one whose size and modification "
+                             "time are those stored at the last ingest (skipped unread by default); for filesystems "
+                             "whose modification times cannot be trusted (some network and FUSE mounts, restored "
+                             "backups that keep old times)")
     ingest.add_argument("--strict", action="store_true", help=argparse.SUPPRESS)  # now the default
 
     buckets = sub.add_parser("buckets", help="list buckets, their schemas and counts; create or remove one")
@@ -276,6 +281,7 @@ async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
                 on_batch=progress.on_batch if progress is not None else None,
                 follow_links=args.follow_links,
                 max_file_bytes=int(args.max_file_mb * MB),
+                rehash=args.rehash,
             )
     finally:
         if ticker is not None:
@@ -298,7 +304,9 @@ async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
 def report_text(report: Any, bucket: str, max_file_mb: float, *, examples: int = 20) -> str:
     """The final report: what was stored, then every skipped and rejected file by reason."""
     lines = [
-        f"bucket {bucket!r}: {report.files} files read, {report.added} documents added, {report.updated} updated, "
+        f"bucket {bucket!r}: {report.files - report.unread_files} files read"
+        + (f" ({report.unread_files} more unchanged, not opened)" if report.unread_files else "")
+        + f", {report.added} documents added, {report.updated} updated, "
         f"{report.skipped} unchanged, {report.deleted} deleted, {report.chunks} chunks "
         f"({report.elapsed_seconds:.1f} s)"
     ]

@@ -141,6 +141,10 @@ class RunManager:
     #: pass the check at once.
     _admitting: int = 0
     _runs: dict[str, Run] = field(default_factory=dict)
+    #: The same runs by user: admission asks about one user's runs (live, ending still
+    #: unwritten, recent) and must not walk every run of the replica for it (issue 23:
+    #: at 500 live runs that was four scans of them per admission).
+    _by_user: dict[str, dict[str, Run]] = field(default_factory=dict)
     #: Runs here by their conversation, keyed by (user, conversation id): ids are a
     #: namespace per user, so two users' same-named conversations never order each other.
     _by_conversation: dict[tuple[str, str], list[Run]] = field(default_factory=dict)
@@ -200,6 +204,7 @@ class RunManager:
         )
         run = self._new_run(run_id, conversation_id, caller.user_id, chat.context_type)
         run.question = chat.message
+        run.new_conversation = chat.conversation_id is None
         note_run(run_id, conversation_id)  # the request's log lines name the run from here on
         earlier = self._live_in(caller.user_id, conversation_id)
         here = {r.id for r in self._by_conversation.get((caller.user_id, conversation_id), [])}
@@ -223,8 +228,8 @@ class RunManager:
         """The user's runs that ended here whose ending the writer has not stored yet:
         the store still counts them unfinished, the cap must not."""
         return tuple(
-            r.id for r in self._runs.values()
-            if r.user_id == user_id and r.finished and (r.durable < len(r.events) or r.storage_error is not None)
+            r.id for r in self._by_user.get(user_id, {}).values()
+            if r.finished and (r.durable < len(r.events) or r.storage_error is not None)
         )
 
     def _new_run(self, run_id: str, conversation_id: str, user_id: str, context_type: str) -> Run:
@@ -244,7 +249,16 @@ class RunManager:
 
     def _register(self, run: Run) -> None:
         self._runs[run.id] = run
+        self._by_user.setdefault(run.user_id, {})[run.id] = run
         self._by_conversation.setdefault((run.user_id, run.conversation_id), []).append(run)
+
+    def _forget(self, run_id: str) -> None:
+        run = self._runs.pop(run_id)
+        mine = self._by_user.get(run.user_id)
+        if mine is not None:
+            mine.pop(run_id, None)
+            if not mine:
+                del self._by_user[run.user_id]
 
     def _live_in(self, user_id: str, conversation_id: str) -> list[Run]:
         return [r for r in self._by_conversation.get((user_id, conversation_id), []) if not r.finished]
@@ -282,7 +296,7 @@ class RunManager:
         if run.parked and not run.finished:  # waits for a decision, stored: whoever claims it next carries it on
             self.counters.parked += 1
             if self._runs.get(run.id) is run:
-                del self._runs[run.id]
+                self._forget(run.id)
             # Later runs of the conversation then wait for its stored ending (``wait_end``),
             # wherever it is carried on, not for this released copy.
             mine = self._by_conversation.get((run.user_id, run.conversation_id), [])
@@ -311,8 +325,7 @@ class RunManager:
     def recent(self, user_id: str) -> list[Run]:
         """The user's runs still in memory (live, or finished within ``finished_memory_s``
         or still followed), newest first."""
-        mine = [r for r in self._runs.values() if r.user_id == user_id]
-        return sorted(mine, key=lambda r: r.created_at, reverse=True)
+        return sorted(self._by_user.get(user_id, {}).values(), key=lambda r: r.created_at, reverse=True)
 
     def forget_conversation(self, user_id: str, conversation_id: str) -> int:
         """Drop this process's finished runs of a conversation its user deleted (issue 25):
@@ -321,12 +334,12 @@ class RunManager:
         gone = [r.id for r in self._runs.values()
                 if r.user_id == user_id and r.conversation_id == conversation_id and r.finished]
         for run_id in gone:
-            del self._runs[run_id]
+            self._forget(run_id)
             self._discarded.pop(run_id, None)
         return len(gone)
 
     def count_active(self, user_id: str) -> int:
-        return sum(1 for r in self.active() if r.user_id == user_id)
+        return sum(1 for r in self._by_user.get(user_id, {}).values() if not r.finished and not r.released)
 
     def census(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -359,7 +372,7 @@ class RunManager:
         removed = 0
         for run_id, run in list(self._runs.items()):
             if run.lost and run.followers == 0:
-                del self._runs[run_id]
+                self._forget(run_id)
                 self._discarded.pop(run_id, None)
                 removed += 1
             elif (
@@ -370,7 +383,7 @@ class RunManager:
             ):
                 if run.durable < len(run.events) or run.storage_error is not None:
                     continue  # its tail is still being written
-                del self._runs[run_id]
+                self._forget(run_id)
                 self._discarded.pop(run_id, None)  # its run_resumed is in the log now
                 removed += 1
             elif (

@@ -108,6 +108,10 @@ class Run:
     #: The user's message, stored with the run's first step — or with its ending, when
     #: the run is cancelled before it started (queued behind another), so it is never lost.
     question: str | None = None
+    #: The run's admission created its conversation (no id was sent): the conversation
+    #: holds nothing before this run, so the agent skips the history query (issue 23).
+    #: False for a run read back after a restart (its own first step may be stored).
+    new_conversation: bool = False
     on_storage_failure: Callable[[Run, list[RunEvent]], None] | None = None
     #: Told when the run is abandoned here (another process took it over: ``/metrics``).
     on_abandon: Callable[[Run], None] | None = None

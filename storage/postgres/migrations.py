@@ -25,7 +25,14 @@ from collections.abc import AsyncIterator
 
 import psycopg
 
-from storage.migration_runner import RUN_ENDINGS_BACKFILL, VERSION_TABLE, Migration, MigrationRunner, numbered
+from storage.migration_runner import (
+    KB_FILE_STAMPS,
+    RUN_ENDINGS_BACKFILL,
+    VERSION_TABLE,
+    Migration,
+    MigrationRunner,
+    numbered,
+)
 
 #: ``pg_advisory_lock`` key of the migration runner ("agentchat" as an int64).
 MIGRATION_LOCK = 0x6167656E74636861
@@ -552,6 +559,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         18: _KB_POSTINGS,
         19: _KB_POSTINGS_DEFERRABLE,
         20: RUN_ENDINGS_BACKFILL,
+        21: KB_FILE_STAMPS,
     },
 )
 

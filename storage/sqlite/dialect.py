@@ -3,6 +3,8 @@ the one writer connection (``database.py``), reads on a reader."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -57,21 +59,70 @@ class SqliteTx:
 
 
 class SqliteSql(SqlEngine):
-    """``storage.sql.SqlEngine`` on one SQLite file."""
+    """``storage.sql.SqlEngine`` on one SQLite file.
+
+    Plans (``transact_plan``: admitting a run, cancels, leases) are group-committed:
+    those asked for while the writer is busy with the previous group run together in
+    ONE transaction, one after another in the order they were asked, each inside a
+    savepoint of its own — so a plan that refuses (``TooManyRuns``, ``ConversationBusy``,
+    ``IdempotencyKeyUsed``) undoes only its own statements, and each plan still sees
+    every write of the plans before it (the run cap is counted in the storing
+    transaction). A burst of 500 admissions is a few transactions, not 500 (issue 23).
+    A caller hears its plan's result only once the group has committed."""
 
     dialect = SQLITE
 
     def __init__(self, db: SqliteDatabase) -> None:
         super().__init__(db)
         self.db: SqliteDatabase = db
+        self._plans: list[tuple[Callable[[Dialect], Plan[Any]], asyncio.Future[Any]]] = []
+        self._grouping: asyncio.Task[None] | None = None
+        #: Groups committed and plans in them (``bench``, tests).
+        self.plan_groups = 0
+        self.plans_grouped = 0
 
     async def transact(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         return await self.db.transact(lambda conn: fn(SqliteTx(conn)))
 
     async def transact_plan(self, make: Callable[[Dialect], Plan[T]]) -> T:
-        """The whole transaction in one hop on the writer's thread (``transact_sync``):
-        hot paths such as admitting a run stay short when the event loop is busy."""
-        return await self.db.transact_sync(lambda conn: run_plan_sync(conn, make(SQLITE)))
+        """The plan in the next group's transaction, run whole in one hop on the writer's
+        thread (``transact_sync``): hot paths such as admitting a run stay short when the
+        event loop is busy. A caller cancelled before its group starts stores nothing."""
+        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._plans.append((make, fut))
+        running = self._grouping
+        if running is None or running.done() or running.get_loop() is not fut.get_loop():
+            self._grouping = asyncio.create_task(self._run_groups(), name="sqlite-plan-groups")
+        return await fut
+
+    async def _run_groups(self) -> None:
+        while self._plans:
+            group = [(make, fut) for make, fut in self._plans if not fut.done()]
+            self._plans = []
+            if not group:
+                continue
+            makes = [make for make, _ in group]
+            try:
+                outcomes = await self.db.transact_sync(functools.partial(run_plans_sync, makes=makes))
+            except Exception as exc:  # the group's transaction failed: every plan in it did
+                for _, fut in group:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            except BaseException:  # this task cancelled (the loop shutting down): so are its callers
+                for _, fut in [*group, *self._plans]:
+                    fut.cancel()
+                self._plans = []
+                raise
+            self.plan_groups += 1
+            self.plans_grouped += len(group)
+            for (_, fut), (ok, value) in zip(group, outcomes, strict=True):
+                if fut.done():
+                    continue
+                if ok:
+                    fut.set_result(value)
+                else:
+                    fut.set_exception(value)
 
 
 def run_plan_sync(conn: sqlite3.Connection, plan: Plan[T]) -> T:
@@ -92,4 +143,28 @@ def run_plan_sync(conn: sqlite3.Connection, plan: Plan[T]) -> T:
     return value  # type: ignore[no-any-return]
 
 
-__all__ = ["SQLITE", "SqliteSql", "SqliteTx", "run_plan_sync"]
+def run_plans_sync(
+    conn: sqlite3.Connection, makes: Sequence[Callable[[Dialect], Plan[Any]]]
+) -> list[tuple[bool, Any]]:
+    """Each plan (made afresh: a retried group re-runs them all) in a savepoint of its
+    own inside the caller's transaction: ``(True, result)``, or ``(False, exception)``
+    with the plan's statements rolled back. An ``OperationalError`` (busy, locked, I/O)
+    is the transaction's, not the plan's: it fails the group, which is retried whole."""
+    outcomes: list[tuple[bool, Any]] = []
+    for make in makes:
+        conn.execute("SAVEPOINT plan")
+        try:
+            result = run_plan_sync(conn, make(SQLITE))
+        except sqlite3.OperationalError:
+            raise
+        except Exception as exc:
+            conn.execute("ROLLBACK TO plan")
+            conn.execute("RELEASE plan")
+            outcomes.append((False, exc))
+            continue
+        conn.execute("RELEASE plan")
+        outcomes.append((True, result))
+    return outcomes
+
+
+__all__ = ["SQLITE", "SqliteSql", "SqliteTx", "run_plan_sync", "run_plans_sync"]

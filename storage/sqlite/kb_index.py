@@ -59,6 +59,7 @@ class SqliteKBIndex(SqlKBIndex):
         return (
             d.id, bucket, d.title, d.source, d.url, d.content_hash, d.embed_model, d.embed_dim,
             orjson.dumps(d.metadata, default=str).decode(), d.chars, len(d.chunks), now, now, d.origin,
+            d.file_stamp,
         )
 
     def _chunk_row(

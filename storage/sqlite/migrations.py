@@ -20,7 +20,14 @@ from collections.abc import AsyncIterator
 
 import aiosqlite
 
-from storage.migration_runner import RUN_ENDINGS_BACKFILL, VERSION_TABLE, Migration, MigrationRunner, numbered
+from storage.migration_runner import (
+    KB_FILE_STAMPS,
+    RUN_ENDINGS_BACKFILL,
+    VERSION_TABLE,
+    Migration,
+    MigrationRunner,
+    numbered,
+)
 
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
@@ -440,6 +447,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         18: (),  # PostgreSQL's postings for full-text top-k; FTS5 ranks on its own index
         19: (),  # PostgreSQL's bulk loads post their chunks set-wise
         20: RUN_ENDINGS_BACKFILL,
+        21: KB_FILE_STAMPS,
     }, rebuilds=frozenset({15, 16}),
 )
 

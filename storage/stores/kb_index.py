@@ -43,6 +43,7 @@ from storage.kb_records import (
     KBDocumentListing,
     KBDocumentRecord,
     KBDocumentWrite,
+    KBFileDocument,
     KBRanked,
     KBSchemaConflict,
     KBScope,
@@ -59,13 +60,13 @@ _PART = 500  # ids per IN (...) list
 
 _UPSERT_DOCUMENT = (
     "INSERT INTO kb_documents(id, bucket, title, source, url, content_hash, embed_model, embed_dim,"
-    " metadata, chars, chunk_count, created_at, updated_at, origin)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " metadata, chars, chunk_count, created_at, updated_at, origin, file_stamp)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (id) DO UPDATE SET bucket = excluded.bucket, title = excluded.title,"
     " source = excluded.source, origin = excluded.origin, url = excluded.url, content_hash = excluded.content_hash,"
     " embed_model = excluded.embed_model, embed_dim = excluded.embed_dim,"
     " metadata = excluded.metadata, chars = excluded.chars, chunk_count = excluded.chunk_count,"
-    " updated_at = excluded.updated_at"
+    " updated_at = excluded.updated_at, file_stamp = excluded.file_stamp"
 )
 
 
@@ -228,13 +229,24 @@ class SqlKBIndex:
         out: dict[str, KBDocState] = {}
         for part in parts(doc_ids):
             rows = await self._sql.fetchall(
-                "SELECT id, content_hash, embed_model, embed_dim, bucket FROM kb_documents "
+                "SELECT id, content_hash, embed_model, embed_dim, bucket, file_stamp FROM kb_documents "
                 f"WHERE id IN ({self._sql.dialect.marks(len(part))})",
                 part,
             )
-            for doc_id, h, model, dim, b in rows:
-                out[doc_id] = KBDocState(h, model, dim, b)
+            for doc_id, h, model, dim, b, stamp in rows:
+                out[doc_id] = KBDocState(h, model, dim, b, stamp)
         return out
+
+    async def set_file_stamps(self, stamps: Sequence[tuple[str, str]]) -> None:
+        """Record ``(doc_id, stamp)`` pairs: files that were touched but read the same
+        (nothing else of the document changes, nothing is re-embedded)."""
+        if not stamps:
+            return
+
+        async def run(tx: Tx) -> None:
+            await tx.executemany("UPDATE kb_documents SET file_stamp = ? WHERE id = ?", [(s, i) for i, s in stamps])
+
+        await self._sql.transact(run)
 
     @contextlib.asynccontextmanager
     async def bulk_load(self) -> AsyncIterator[None]:
@@ -346,6 +358,17 @@ class SqlKBIndex:
         else:
             sql, params = "SELECT id, origin FROM kb_documents WHERE bucket = ? AND origin = ?", (bucket, origin)
         return [(str(i), str(s)) for i, s in await self._sql.fetchall(sql, params)]
+
+    async def file_documents(self, bucket: str, origin: str, *, prefix: bool) -> list[KBFileDocument]:
+        """``source_documents`` with each document's file stamp and embedder."""
+        cols = "SELECT id, origin, file_stamp, embed_model, embed_dim FROM kb_documents WHERE bucket = ?"
+        if prefix and origin:
+            upper = origin[:-1] + chr(ord(origin[-1]) + 1)
+            sql, params = f"{cols} AND origin >= ? AND origin < ?", [bucket, origin, upper]
+        else:
+            sql, params = f"{cols} AND origin = ?", [bucket, origin]
+        rows = await self._sql.fetchall(sql, params)
+        return [KBFileDocument(str(i), str(o), s, m, d) for i, o, s, m, d in rows]
 
     async def delete_bucket(self, name: str) -> list[str] | None:
         ident(name)

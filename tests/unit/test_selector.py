@@ -177,3 +177,18 @@ async def test_the_tool_selection_record(caplog: pytest.LogCaptureFixture) -> No
     fallback = await selector(IndexState()).select("workflow", {}, "x")
     assert isinstance(fallback, Selection)
     assert orjson.loads(fallback.event().to_json())["fallback"] == fallback.fallback
+
+
+async def test_the_context_filter_follows_the_catalog_as_it_changes(caplog: pytest.LogCaptureFixture) -> None:
+    """Stage 1 is cached per context (issue 23) but a tool added or removed later (an MCP
+    server coming up or going away) is in, or out of, the next selection; one log
+    record per selection."""
+    pick = selector(IndexState())  # no index: every context tool is offered
+    with caplog.at_level(logging.INFO, logger="agentchat.selector"):
+        assert (await pick.select("workflow", {}, "x")).tools == WORKFLOW_TOOLS
+        pick.registry.add_spec(tool("mcp_rule_audit", groups=WF, description="Audit the rules (MCP)."))
+        assert (await pick.select("workflow", {}, "x")).tools == [*WORKFLOW_TOOLS, "mcp_rule_audit"]
+        pick.registry.remove("mcp_rule_audit")
+        pick.registry.remove("delete_rule")
+        assert (await pick.select("workflow", {}, "x")).tools == [n for n in WORKFLOW_TOOLS if n != "delete_rule"]
+    assert [r.getMessage() for r in caplog.records] == ["tool selection: final"] * 3

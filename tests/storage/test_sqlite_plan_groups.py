@@ -1,0 +1,89 @@
+"""SQLite's group-committed plans (issue 23, ``storage.sqlite.dialect.SqliteSql``):
+concurrent admissions share transactions, yet each keeps its own outcome — the run cap
+is still counted in the storing transaction, a refused plan undoes only its own
+statements, a caller cancelled before its group starts stores nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import orjson
+
+from storage.errors import ConversationBusy, TooManyRuns
+from storage.records import UNFINISHED, NewRun
+from tests.support.storage import opened_storage
+
+CAP = 8
+
+
+def new_run(
+    run_id: str, *, conv: str | None = None, user: str = "alice", cap: int | None = CAP, multitask: str = "enqueue"
+) -> NewRun:
+    return NewRun(
+        run_id,
+        conv or f"c-{run_id}",
+        user,
+        "workflow",
+        orjson.dumps({"message": run_id}),
+        multitask=multitask,
+        max_unfinished_per_user=cap,
+    )  # type: ignore[arg-type]
+
+
+async def test_a_burst_of_admissions_is_few_transactions_and_the_cap_holds(tmp_path: Path) -> None:
+    async with opened_storage(tmp_path / "groups.db") as storage:
+        sql = storage.runs.sql
+        groups0 = sql.plan_groups
+        attempts = [new_run(f"a{i}") for i in range(50)] + [new_run(f"b{i}", user="bob") for i in range(3)]
+        outcomes = await asyncio.gather(*(storage.runs.create(r) for r in attempts), return_exceptions=True)
+        alice = outcomes[:50]
+        assert sum(1 for o in alice if isinstance(o, list)) == CAP
+        assert all(isinstance(o, TooManyRuns) for o in alice if not isinstance(o, list))
+        assert all(isinstance(o, list) for o in outcomes[50:])  # bob has his own cap
+        assert sql.plan_groups - groups0 < len(attempts)  # shared transactions
+        stored = [await storage.runs.get(r.id) for r in attempts]
+        admitted = {r.id for r, o in zip(attempts, outcomes, strict=True) if isinstance(o, list)}
+        # Exactly the admitted runs are stored: a refused plan left nothing behind.
+        assert {s.id for s in stored if s is not None} == admitted
+        assert all(s.status in UNFINISHED for s in stored if s is not None)
+
+
+async def test_a_refused_plan_in_a_group_undoes_only_itself(tmp_path: Path) -> None:
+    async with opened_storage(tmp_path / "groups.db") as storage:
+        await storage.runs.create(new_run("first", conv="busy", cap=None))
+        outcomes = await asyncio.gather(
+            storage.runs.create(new_run("before", conv="free-1", cap=None)),
+            storage.runs.create(new_run("rejected", conv="busy", cap=None, multitask="reject")),
+            storage.runs.create(new_run("after", conv="busy", cap=None)),  # enqueued behind "first"
+            return_exceptions=True,
+        )
+        assert outcomes[0] == [] and isinstance(outcomes[1], ConversationBusy) and outcomes[2] == ["first"]
+        assert await storage.runs.get("rejected") is None
+        assert await storage.runs.get("before") is not None and await storage.runs.get("after") is not None
+
+
+async def test_a_caller_cancelled_before_its_group_stores_nothing(tmp_path: Path) -> None:
+    async with opened_storage(tmp_path / "groups.db") as storage:
+        kept = asyncio.ensure_future(storage.runs.create(new_run("kept", cap=None)))
+        dropped = asyncio.ensure_future(storage.runs.create(new_run("dropped", cap=None)))
+        await asyncio.sleep(0)  # both plans asked for; the group has not started
+        dropped.cancel()
+        assert await kept == []
+        await asyncio.gather(dropped, return_exceptions=True)
+        assert dropped.cancelled()
+        assert await storage.runs.get("kept") is not None and await storage.runs.get("dropped") is None
+
+
+async def test_a_failed_group_fails_every_plan_in_it_loudly(tmp_path: Path) -> None:
+    """The group's transaction cannot run (the storage was closed): each caller hears it,
+    none waits forever."""
+    async with opened_storage(tmp_path / "groups.db") as storage:
+        await storage.close()
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(
+                *(storage.runs.create(new_run(f"r{i}", cap=None)) for i in range(3)), return_exceptions=True
+            ),
+            30,
+        )
+        assert all(isinstance(o, Exception) for o in outcomes), outcomes
