@@ -1,29 +1,37 @@
 """Retrieval quality on real text nobody here wrote: BM25 alone, vectors alone, fused.
 
-Corpus: the module docstrings of the running interpreter's standard library (read from
-the source with ``ast`` where there is source, so nothing is executed; C modules are
-imported for their ``__doc__``) plus every topic of ``pydoc_data.topics`` (the language
-reference sections ``help()`` shows). Documents are ingested into a real
-``KnowledgeBase`` and chunked as usual.
+Two sets, each a corpus and hand-labelled queries naming the documents that answer them:
 
-Queries: ``bench/data/corpus_queries.json``, hand-labelled with the documents that answer
-them (``module:<name>`` / ``topic:<name>``). For each query the three modes of
-``KnowledgeBase.search`` — ``text`` (FTS5 BM25 + re-ranking), ``semantic`` (vectors +
-re-ranking) and ``hybrid`` (both fused by ``knowledge.ranking`` + re-ranking) — give a ranked list of
-documents (chunks de-duplicated by document), scored with nDCG@10 and Recall@10, over
-all queries and over two fixed halves (even positions: ``tune``, odd: ``held_out``; each
-embedder's dense weight, and the hashing embedder's trusted depth, were chosen on
-``tune`` only — see ``FUSION_NOTE``).
+* ``stdlib``: the module docstrings of the running interpreter's standard library (read
+  from the source with ``ast`` where there is source, so nothing is executed; C modules
+  are imported for their ``__doc__``) plus every topic of ``pydoc_data.topics`` (the
+  language reference sections ``help()`` shows); queries in
+  ``bench/data/corpus_queries.json`` (``module:<name>`` / ``topic:<name>``).
+* ``node``: the Node.js API documentation installed with the ``nodejs`` package, one
+  document per ``##``/``###`` section (``bench/node_docs.py``); queries in
+  ``bench/data/node_queries.json``. Skipped, with a note, where the docs are not installed.
 
-Embedders: the hashing embedder always; a real one (Gemini or Ollama) too when it is
-configured and reachable (``AGENT_EMBEDDER``/``GEMINI_API_KEY``/``OLLAMA_HOST``).
+Documents are ingested into a real ``KnowledgeBase`` and chunked as usual. For each
+query the three modes of ``KnowledgeBase.search`` — ``text`` (BM25 + re-ranking),
+``semantic`` (vectors + re-ranking) and ``hybrid`` (both fused by ``knowledge.fusion`` +
+re-ranking) — give a ranked list of documents (chunks de-duplicated by document), scored
+with nDCG@10 and Recall@10, over all queries and over two fixed halves of each set (even
+positions: ``tune``, odd: ``held_out``). Every fusion choice was fitted on the ``tune``
+halves only — see ``FUSION_NOTE``.
 
-Run from the repository root:  .venv/bin/python bench/corpus_quality.py
+Embedders: the hashing embedder always; a real one too (``AGENT_EMBEDDER=local`` for the
+MiniLM of ``make local``, or Gemini / Ollama when configured and reachable). The real
+embedder's vectors are cached per set under ``AGENT_BENCH_CACHE`` (default
+``$TMPDIR/agentchat-bench-cache``, ``bench/embed_cache.py``): the second engine and the
+next run reuse them instead of spending minutes re-embedding the same text.
+
+Run from the repository root:  .venv/bin/python bench/corpus_quality.py [--help]
 Writes bench/results/corpus_quality.json.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import asyncio
 import importlib
@@ -33,6 +41,7 @@ import os
 import pkgutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +52,12 @@ if str(ROOT) not in sys.path:
 import orjson  # noqa: E402
 
 from bench._common import write_results  # noqa: E402
-from knowledge.ranking import DENSE_WEIGHTS  # noqa: E402
+from bench.embed_cache import CachedEmbedder  # noqa: E402
+from bench.node_docs import node_documents  # noqa: E402
+from knowledge.fusion import DENSE_WEIGHTS  # noqa: E402
 
 QUERIES = ROOT / "bench" / "data" / "corpus_queries.json"
+NODE_QUERIES = ROOT / "bench" / "data" / "node_queries.json"
 K = 10
 MODES = ("text", "semantic", "hybrid")
 LABELS = {"text": "bm25", "semantic": "vectors", "hybrid": "fused"}
@@ -105,6 +117,17 @@ def stdlib_documents() -> list[dict[str, Any]]:
     return out
 
 
+#: Each set: its labelled queries and the loader of its documents.
+SETS: dict[str, tuple[Path, Callable[[], list[dict[str, Any]]]]] = {
+    "stdlib": (QUERIES, stdlib_documents),
+    "node": (NODE_QUERIES, node_documents),
+}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("AGENT_BENCH_CACHE", str(Path(tempfile.gettempdir()) / "agentchat-bench-cache")))
+
+
 def ndcg(ranked: list[str], relevant: set[str], k: int = K) -> float:
     dcg = sum(1.0 / math.log2(i + 2) for i, d in enumerate(ranked[:k]) if d in relevant)
     ideal = sum(1.0 / math.log2(i + 2) for i in range(min(len(relevant), k)))
@@ -116,27 +139,32 @@ def recall(ranked: list[str], relevant: set[str], k: int = K) -> float:
 
 
 FUSION_NOTE = (
-    "knowledge.ranking.fuse: weighted CombSUM of per-query min-max normalised BM25 (weight 1.0, "
-    "whole list) and cosine (knowledge.ranking.dense_weight(embedder): weight and trusted depth). "
-    "hashing (hashing-v2, character n-grams weigh as much as their word): the dense side's "
-    "normalisation floor is its 10th-best cosine, weight 0.25 -- chosen on the tune half "
-    "(even query positions) from depth {5, 10, 20, whole list} x weight {0.15, 0.25, 0.35, 0.5} "
-    "as the pair with the best tune nDCG@10 among those whose fused ranking beat BM25 alone "
-    "and vectors alone on tune on both nDCG@10 and Recall@10 (only depth 10 with 0.25 or 0.35 "
-    "did). minilm: whole list, weight from {1.0, 1.5, 2.0, 3.0} by tune nDCG@10. The "
-    "hashing n-gram mass (1.0, was 0.6) was picked from {0.6, 1.0, 1.5} as the largest that "
-    "kept tool-selection recall with core merge >= 0.97 (bench/retrieval_quality.py; 1.5 gave "
-    "0.969) -- it was compared on these queries too, so it is not clean of them. Nothing else "
-    "was tuned; held_out is the half no choice was fitted to"
+    "knowledge.fusion.fuse: weighted CombSUM of per-query min-max normalised BM25 (weight 1.0, "
+    "whole list) and cosine (knowledge.fusion.dense_weight(embedder): weight, trusted depth and "
+    "confidence floor; a dense side whose best cosine is below its floor sits the query out). "
+    "hashing (hashing-v2): weight 0.25, normalisation floor at its 10th-best cosine (chosen "
+    "earlier on the stdlib tune half from depth {5, 10, 20, whole list} x weight {0.15, 0.25, "
+    "0.35, 0.5}); confidence floor 0.40 (issue 24), chosen on the tune halves of BOTH sets "
+    "(stdlib and node, even query positions) from {none, 0.35, 0.40, 0.45, a 0.30..0.50 ramp} "
+    "x weight {0.25, 0.5}, as the choice with the largest worst-case margin of fused nDCG@10 "
+    "over the better single side across the two tune halves (the node set's queries were "
+    "written before any fusion choice was measured on them). Also tried on the tune halves "
+    "and rejected: per-query weights from each side's score spread (top-1 vs top-10 gap, "
+    "normalised query commitment) and from the dense side's best cosine as a continuous "
+    "factor, fusing only over BM25's own candidates, smaller weights. minilm: whole list, "
+    "weight 2.0 (from {1.0, 1.5, 2.0, 3.0} by stdlib tune nDCG@10), no floor. The hashing "
+    "n-gram mass (1.0) was picked earlier as the largest that kept tool-selection recall with "
+    "core merge >= 0.97 (bench/retrieval_quality.py) and compared on the stdlib queries too, "
+    "so it is not clean of them. held_out is the half of each set no choice was fitted to"
 )
 
 
 def split_of(index: int) -> str:
     """Fixed split of the labelled queries: even positions tune, odd ones are held out.
 
-    The fusion knobs in ``knowledge.ranking.DENSE_WEIGHTS`` (each embedder's dense weight,
-    and the hashing embedder's trusted depth; grids in ``FUSION_NOTE``) were chosen on
-    the ``tune`` half only; ``held_out`` is what they were never fitted to.
+    The fusion knobs in ``knowledge.fusion.DENSE_WEIGHTS`` (each embedder's dense weight,
+    the hashing embedder's trusted depth and confidence floor; grids in ``FUSION_NOTE``)
+    were chosen on the ``tune`` halves only; ``held_out`` is what they were never fitted to.
     """
     return "tune" if index % 2 == 0 else "held_out"
 
@@ -172,12 +200,18 @@ async def open_engine_kb(engine: str, tmp: str, embedder: Any, pg: Any) -> Any:
 
 
 async def evaluate(
-    embedder: Any, docs: list[dict[str, Any]], queries: list[dict[str, Any]], engine: str = "sqlite", pg: Any = None
+    embedder: Any,
+    docs: list[dict[str, Any]],
+    queries: list[dict[str, Any]],
+    engine: str = "sqlite",
+    pg: Any = None,
+    set_name: str = "stdlib",
 ) -> dict[str, Any]:
+    bucket = f"{set_name}docs"
     with tempfile.TemporaryDirectory(prefix="agentchat-quality-") as tmp:
         kb = await open_engine_kb(engine, tmp, embedder, pg)
         try:
-            report = await kb.ingest_documents(docs, bucket="pydocs")
+            report = await kb.ingest_documents(docs, bucket=bucket)
             rows: list[dict[str, Any]] = []
             for i, q in enumerate(queries):
                 rel = set(q["relevant"])
@@ -185,13 +219,14 @@ async def evaluate(
                 for mode in MODES:
                     # Identical for all three: same depth, same per-document cap and the
                     # same re-ranking; only the retrievers that feed the fusion differ.
-                    res = await kb.search(q["query"], bucket="pydocs", mode=mode, top_k=40)
+                    res = await kb.search(q["query"], bucket=bucket, mode=mode, top_k=40)
                     ranked = list(dict.fromkeys(h.doc_id for h in res.hits))
                     row[LABELS[mode]] = {"ndcg": ndcg(ranked, rel), "recall": recall(ranked, rel)}
                 rows.append(row)
         finally:
             await kb.aclose()
     return {
+        "set": set_name,
         "engine": engine,
         "embedder": f"{embedder.name}:{embedder.model}",
         "documents": len(docs),
@@ -229,24 +264,62 @@ async def real_embedder() -> tuple[Any | None, str]:
     return embedder, why
 
 
-async def main_async() -> int:
-    from toolindex.hashing import HashingEmbedder
-
-    data = orjson.loads(QUERIES.read_bytes())
-    queries = data["queries"]
-    docs = stdlib_documents()
+def load_set(name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """A set's documents and its labelled queries (labels naming a document this machine's
+    corpus lacks are dropped, and returned, so a different interpreter or Node.js still
+    runs)."""
+    path, loader = SETS[name]
+    queries = orjson.loads(path.read_bytes())["queries"]
+    docs = loader()
     ids = {d["id"] for d in docs}
     missing = sorted({r for q in queries for r in q["relevant"]} - ids)
     if missing:
-        print(f"labels naming documents not in this interpreter's corpus (ignored): {missing}")
         for q in queries:
             q["relevant"] = [r for r in q["relevant"] if r in ids]
         queries = [q for q in queries if q["relevant"]]
-    print(f"corpus: {len(docs)} documents (Python {sys.version.split()[0]}), {len(queries)} labelled queries")
+    return docs, queries, missing
 
-    # Engines: AGENT_BENCH_ENGINES=sqlite,postgres (default both when a PostgreSQL can be
-    # started: the pgserver wheel of the dev dependencies, see tests/support/postgres.py).
-    engines = [e.strip() for e in os.environ.get("AGENT_BENCH_ENGINES", "sqlite,postgres").split(",") if e.strip()]
+
+def _print(results: list[dict[str, Any]]) -> None:
+    head = f"{'set':7s} {'engine':9s} {'embedder':28s} {'split':9s}"
+    print(f"\n{head} {'bm25':>7s} {'vectors':>8s} {'fused':>7s}  fused>=best")
+    for r in results:
+        for part, summary in (("all", r["summary"]), *r["by_split"].items()):
+            n = f"ndcg@{K}"
+            b, v, f = summary["bm25"][n], summary["vectors"][n], summary["fused"][n]
+            print(
+                f"{r['set']:7s} {r['engine']:9s} {r['embedder']:28s} {part:9s} {b:7.4f} {v:8.4f} {f:7.4f}  "
+                f"{'yes' if f >= max(b, v) else 'NO'}"
+            )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "--sets",
+        default=os.environ.get("AGENT_BENCH_SETS", ",".join(SETS)),
+        help=f"comma-separated sets out of {', '.join(SETS)} (default: all; env AGENT_BENCH_SETS)",
+    )
+    p.add_argument(
+        "--engines",
+        default=os.environ.get("AGENT_BENCH_ENGINES", "sqlite,postgres"),
+        help="comma-separated engines: sqlite, postgres (default both when a PostgreSQL can be started: "
+        "the pgserver wheel of the dev dependencies; env AGENT_BENCH_ENGINES)",
+    )
+    p.add_argument("--out", default="corpus_quality", help="results name under bench/results (default: %(default)s)")
+    return p.parse_args(argv)
+
+
+async def main_async(argv: list[str] | None = None) -> int:
+    from toolindex.hashing import HashingEmbedder
+
+    args = parse_args(argv)
+    sets = [s.strip() for s in args.sets.split(",") if s.strip()]
+    unknown = [s for s in sets if s not in SETS]
+    if unknown:
+        print(f"unknown set(s): {unknown}; known: {list(SETS)}", file=sys.stderr)
+        return 2
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     pg = None
     if "postgres" in engines:
         try:
@@ -256,45 +329,61 @@ async def main_async() -> int:
         except Exception as exc:  # the SQLite figures still stand on their own
             print(f"postgres engine skipped: {exc}")
             engines.remove("postgres")
-    results = []
+    results: list[dict[str, Any]] = []
+    corpora: dict[str, Any] = {}
+    real_name: str | None = None
+    why = ""
     try:
-        hashing = HashingEmbedder(dim=384)
-        for engine in engines:
-            results.append(await evaluate(hashing, docs, queries, engine, pg))
-        real, why = await real_embedder()
-        if real is not None:
+        for set_name in sets:
+            docs, queries, missing = load_set(set_name)
+            if not docs:
+                print(f"set {set_name}: no documents on this machine (not installed?): skipped")
+                corpora[set_name] = {"skipped": "no documents on this machine"}
+                continue
+            corpora[set_name] = {"documents": len(docs), "queries": len(queries), "missing_labels": missing}
+            print(
+                f"set {set_name}: {len(docs)} documents, {len(queries)} labelled queries"
+                + (f" (labels not in this corpus, ignored: {missing})" if missing else "")
+            )
+            hashing = HashingEmbedder(dim=384)
+            for engine in engines:
+                results.append(await evaluate(hashing, docs, queries, engine, pg, set_name))
+            real, why = await real_embedder()
+            if real is None:
+                print(f"no real embedder configured: {why}")
+                continue
+            cached = CachedEmbedder(real, cache_dir() / f"{set_name}-{real.name}-{real.model}.npz")
+            real_name = f"{real.name}:{real.model}"
             try:
                 for engine in engines:
-                    results.append(await evaluate(real, docs, queries, engine, pg))
+                    results.append(await evaluate(cached, docs, queries, engine, pg, set_name))
             finally:
-                await real.aclose()
-        else:
-            print(f"no real embedder configured: {why}")
+                await cached.aclose()
     finally:
         if pg is not None:
             pg.stop()
-    for r in results:
-        print(f"== [{r['engine']}] {r['embedder']}  ({r['documents']} docs, {r['chunks']} chunks)")
-        for part, summary in (("all", r["summary"]), *r["by_split"].items()):
-            print(f"  [{part}]")
-            for name in LABELS.values():
-                s = summary[name]
-                print(f"    {name:8s} nDCG@{K} {s[f'ndcg@{K}']:.4f}   Recall@{K} {s[f'recall@{K}']:.4f}")
-            print(f"    fused beats both: {summary['fused_beats_both']}")
+    _print(results)
     path = write_results(
-        "corpus_quality",
-        {"python": sys.version.split()[0], "queries": len(queries), "missing_labels": missing,
-         "fusion": FUSION_NOTE,
-         "dense_weights": {name: {"weight": w.weight, "depth": w.depth} for name, w in DENSE_WEIGHTS.items()},
-         "real_embedder": None if real is None else f"{real.name}:{real.model}", "real_embedder_note": None if real else why,
-         "results": results},
+        args.out,
+        {
+            "python": sys.version.split()[0],
+            "sets": corpora,
+            "fusion": FUSION_NOTE,
+            "dense_weights": {
+                name: {"weight": w.weight, "depth": w.depth, "confident_at": w.confident_at}
+                for name, w in DENSE_WEIGHTS.items()
+            },
+            "real_embedder": real_name,
+            "real_embedder_note": None if real_name else why,
+            "results": results,
+        },
     )
     print(f"wrote {path}")
     return 0
 
 
-def main() -> int:
-    return asyncio.run(main_async())
+def main(argv: list[str] | None = None) -> int:
+    return asyncio.run(main_async(argv))
 
 
 if __name__ == "__main__":

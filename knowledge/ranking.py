@@ -1,26 +1,7 @@
 """Fusion, re-ranking and snippets: from candidate lists to the hits a model reads.
 
-* Score fusion (``fuse``) merges the BM25 and vector candidate lists: each side's raw
-  scores are min-max normalised over that query's own candidate list (so BM25's
-  unbounded scale and a compressed cosine range both span 0..1, and a side's spread,
-  not its absolute level, is what counts), then averaged with per-side weights.
-  Unlike reciprocal rank fusion it keeps *how much* better one candidate is than the
-  next, which rank fusion throws away; on the stdlib-docs benchmark that is what lifts
-  BM25 alone and the fused list alike (bench/corpus_quality.py). ``rrf`` stays for
-  callers that only have ranks.
-* The dense side is described per embedder kind by a ``DenseWeight``: how much it
-  counts against BM25 (1.0) and how deep its ranking is trusted (``depth``). A learned
-  embedder (Gemini, Ollama, MiniLM) ranks by meaning all the way down its list, so its
-  whole list is normalised. The hashing embedder is an IDF-free lexical proxy for BM25:
-  its cosines mostly repeat what BM25 already knows, and below its first few hits they
-  are mostly collision and common-n-gram noise (a 0.20 cosine is often an unrelated
-  module sharing "-ion" and "lib" with the query). Min-max over its whole list
-  stretched that noise over 0..0.5 and let it push BM25's correct rank-9/10 documents
-  out of the top ten (the fused list lost recall to BM25 alone). So its normalisation
-  floor is its score at rank ``depth``: only its head, where its fuzzy matches
-  (character n-grams catching "xmlrpc" for "XML", inflections the Porter stemmer
-  misses) are precise, adds anything. Weight and depth were tuned on half the
-  labelled queries only, see ``DENSE_WEIGHTS``.
+* Score fusion (``fuse``, ``dense_weight``) lives in ``knowledge.fusion`` and is
+  re-exported here; ``rrf`` stays for callers that only have ranks.
 * The re-ranker adds cheap signals that a rank alone misses and that are absolute,
   so a poor best match does not look perfect: how many query terms the chunk contains,
   an exact phrase match, terms in the title, and query words equal to a metadata value.
@@ -36,8 +17,16 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
+from knowledge.fusion import DEFAULT_DENSE_WEIGHT as DEFAULT_DENSE_WEIGHT  # fusion, re-exported
+from knowledge.fusion import DENSE_WEIGHTS as DENSE_WEIGHTS
+from knowledge.fusion import DenseWeight as DenseWeight
+from knowledge.fusion import FusionSide as FusionSide
+from knowledge.fusion import dense_weight as dense_weight
+from knowledge.fusion import fuse as fuse
+from knowledge.fusion import head_minmax as head_minmax
+from knowledge.fusion import minmax as minmax
 from knowledge.rerank_score import RELEVANCE_FLOOR as RELEVANCE_FLOOR  # the re-ranker's weights, re-exported
 from knowledge.rerank_score import W_FUSED as W_FUSED
 from knowledge.rerank_score import W_LEAD as W_LEAD
@@ -61,123 +50,6 @@ def rrf(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> dict[int, float]:
 
 def rrf_max(lists: int, k: int = RRF_K) -> float:
     return lists / (k + 1.0)
-
-
-@dataclass(frozen=True, slots=True)
-class DenseWeight:
-    """How the dense side enters the fusion for one embedder kind: its ``weight``
-    relative to BM25's 1.0, and ``depth``, the rank whose score is that side's
-    normalisation floor (``None``: its whole list is trusted)."""
-
-    weight: float
-    depth: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.depth is not None and self.depth < 1:
-            raise ValueError("depth must be at least 1 (or None for the whole list)")
-
-
-class FusionSide(NamedTuple):
-    """One retriever's candidates for ``fuse``: ids, higher-is-better scores, weight,
-    and optionally the depth below which its scores are not trusted."""
-
-    ids: Sequence[int]
-    scores: Sequence[float]
-    weight: float
-    depth: int | None = None
-
-
-#: The dense side per ``Embedder.name``; kinds not listed (Gemini, Ollama) use
-#: ``DEFAULT_DENSE_WEIGHT`` over their whole list.
-#:
-#: Chosen on the tune half of bench/data/corpus_queries.json only (even positions), then
-#: reported on the held-out half (bench/corpus_quality.py):
-#: * hashing: depth from {5, 10, 20, whole list} x weight from {0.15, 0.25, 0.35, 0.5};
-#:   of the pairs whose fused ranking beat BM25 alone and vectors alone on the tune half
-#:   on both nDCG@10 and Recall@10 (only depth 10 with 0.25 or 0.35 did), the one with
-#:   the best tune nDCG@10. Whole-list min-max (the former rule) did not beat BM25's
-#:   tune recall at any of these weights. (Measured with ``hashing-v2`` vectors.)
-#: * minilm: weight from {1.0, 1.5, 2.0, 3.0} by tune nDCG@10 over its whole list. Its
-#:   depth was not tuned: a learned embedder's ranking is trusted to its end by design
-#:   (a spot check with depth 10, 20 or 40 lost recall overall, as expected).
-DENSE_WEIGHTS: Mapping[str, DenseWeight] = MappingProxyType(
-    {"hashing": DenseWeight(0.25, depth=10), "minilm": DenseWeight(2.0)}
-)
-DEFAULT_DENSE_WEIGHT = 1.0
-
-
-def dense_weight(embedder_name: str | None, overrides: Mapping[str, float] | None = None) -> DenseWeight:
-    """The vector side's fusion weight and trusted depth for an embedder kind.
-
-    ``overrides`` replace the weight only; the kind's depth stays, since it describes
-    how far down the embedder's ranking is meaningful, not how much it should count.
-    """
-    if embedder_name is None:
-        return DenseWeight(DEFAULT_DENSE_WEIGHT)
-    prior = DENSE_WEIGHTS.get(embedder_name, DenseWeight(DEFAULT_DENSE_WEIGHT))
-    if overrides and embedder_name in overrides:
-        return DenseWeight(max(0.0, float(overrides[embedder_name])), prior.depth)
-    return prior
-
-
-def minmax(scores: Sequence[float]) -> list[float]:
-    """Scores mapped onto 0..1 over this list (higher is better); a flat list is all 1.0
-    (every candidate is as good as the best, which the re-ranker's absolute signals
-    then sort out)."""
-    if not scores:
-        return []
-    lo, hi = min(scores), max(scores)
-    if hi <= lo:
-        return [1.0] * len(scores)
-    span = hi - lo
-    return [(s - lo) / span for s in scores]
-
-
-def head_minmax(scores: Sequence[float], depth: int | None) -> list[float]:
-    """Like ``minmax`` but with the floor at the ``depth``-th best score: the head above
-    it spans 0..1, everything at or below it is 0. ``None``, or a list no longer than
-    ``depth``, is plain ``minmax``.
-
-    For a retriever whose scores are signal only near the top: the tail's differences
-    are noise and must not reorder what the other side ranked.
-    """
-    if depth is None or len(scores) <= depth:
-        return minmax(scores)
-    ranked = sorted(scores, reverse=True)
-    lo, hi = ranked[depth - 1], ranked[0]
-    if hi <= lo:  # a flat head: its members are all best, the rest nothing
-        return [1.0 if s >= hi else 0.0 for s in scores]
-    span = hi - lo
-    return [max(0.0, (s - lo) / span) for s in scores]
-
-
-def fuse(sides: Sequence[FusionSide | tuple[Sequence[int], Sequence[float], float]]) -> dict[int, float]:
-    """Weighted CombSUM of per-query min-max normalised scores, on 0..1.
-
-    ``sides`` holds a ``FusionSide`` (or a plain ``(ids, scores, weight)``) per
-    retriever, scores higher-is-better (BM25 as a positive number, cosine similarity).
-    When another side takes part too, a side with a ``depth`` is floored at its
-    ``depth``-th score
-    (``head_minmax``), so that side's untrusted tail cannot reorder the other's ranking.
-    An item absent from a side scores 0 there. Only sides with candidates and a
-    positive weight take part, and the sum is divided by their total weight, so 1.0
-    means "best in every list that ran" whether one side ran or two: a single side
-    (depth or not: there is nothing else to defer to) keeps its own order and relative
-    gaps.
-    """
-    active = [side for side in (FusionSide(*s) for s in sides) if side.ids and side.weight > 0]
-    total = sum(side.weight for side in active)
-    fused: dict[int, float] = {}
-    if total <= 0:
-        return fused
-    for ids, scores, w, depth in active:
-        if len(ids) != len(scores):
-            raise ValueError("each side needs one score per id")
-        share = w / total
-        floor_at = depth if len(active) > 1 else None
-        for item, norm in zip(ids, head_minmax(scores, floor_at), strict=True):
-            fused[item] = fused.get(item, 0.0) + share * norm
-    return fused
 
 
 @dataclass(slots=True)

@@ -278,9 +278,13 @@ class Searcher:
         v_ids, v_scores, v_total = vec.ids, vec.scores, vec.total
         used = "hybrid" if use_text and use_vec else ("text" if use_text else "semantic")
         # Score-level fusion: each side min-max normalised per query, the dense side
-        # weighted by how much its embedder is worth (knowledge/ranking.py).
+        # weighted by how much its embedder is worth, and sitting out a query whose best
+        # cosine is below its embedder's confidence floor (knowledge/fusion.py).
         dense = dense_weight(self.embedder.name if self.embedder else None)
-        fused = fuse([FusionSide(text.ids, text.scores, 1.0), FusionSide(v_ids, v_scores, dense.weight, dense.depth)])
+        fused = fuse([
+            FusionSide(text.ids, text.scores, 1.0),
+            FusionSide(v_ids, v_scores, dense.weight, dense.depth, dense.confident_at),
+        ])
         ordered = sorted(fused, key=lambda cid: -fused[cid])[:n_cand]
         cands = [
             Candidate(r.chunk_id, r.doc_id, r.position, r.title, r.heading, r.text, r.bucket, r.source, r.url,
