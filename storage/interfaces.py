@@ -165,6 +165,11 @@ class RunStore(Protocol):
         """Take one unfinished run that nobody holds for ``owner``."""
         ...
 
+    async def claim_one_epoch(self, run_id: str, owner: str, lease_s: float) -> int | None:
+        """``claim_one``, returning the lease epoch the claim holds the run under (every
+        step of the run must carry it), or ``None`` when it was not taken."""
+        ...
+
 
 class HistoryStore(Protocol):
     """A user's history (issue 25): conversations listed newest first, titled, renamed and

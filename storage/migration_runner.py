@@ -35,6 +35,13 @@ RUN_ENDINGS_BACKFILL: tuple[str, ...] = (
 #: Documents stored before have none: their first re-ingest reads them and stamps them.
 KB_FILE_STAMPS: tuple[str, ...] = ("ALTER TABLE kb_documents ADD COLUMN file_stamp TEXT",)
 
+#: Step 22 on both engines (portable SQL; PostgreSQL adds its lease check below it).
+#: Issue 23: a per-claim fencing token. A run's owner alone cannot tell two copies of the
+#: run inside one process apart (a lapsed lease taken back while the old copy still
+#: writes), so every claim that changes hands counts ``lease_epoch`` up in the claiming
+#: statement and every leased step names the epoch it was claimed under.
+RUN_LEASE_EPOCHS: tuple[str, ...] = ("ALTER TABLE runs ADD COLUMN lease_epoch BIGINT NOT NULL DEFAULT 0",)
+
 #: Each step's name, as recorded in the version table (same text on both engines).
 STEP_NAMES: Mapping[int, str] = {
     1: "conversations, runs, tool calls, drafts, keywords, external results, knowledge base",
@@ -58,6 +65,7 @@ STEP_NAMES: Mapping[int, str] = {
     19: "knowledge base: a bulk load posts its chunks set-wise (the per-statement trigger steps aside)",
     20: "runs: every ended run has its end time (runs ended by a bare status write had none)",
     21: "knowledge base: the stamp (size, modification time) of the file each document was read from",
+    22: "runs: a lease epoch minted by each claim, checked by every leased step (fencing)",
 }
 
 
@@ -73,9 +81,9 @@ class Migration:
     rebuilds: bool = False
 
 
-def numbered(statements: Mapping[int, tuple[str, ...]], *, rebuilds: frozenset[int] = frozenset()) -> tuple[
-    Migration, ...
-]:
+def numbered(
+    statements: Mapping[int, tuple[str, ...]], *, rebuilds: frozenset[int] = frozenset()
+) -> tuple[Migration, ...]:
     """An engine's steps: its statements for each number, named from ``STEP_NAMES``."""
     if sorted(statements) != list(range(1, len(statements) + 1)):
         raise ValueError("migration steps must be numbered 1, 2, … without gaps")
@@ -129,4 +137,12 @@ class MigrationRunner:
         return version
 
 
-__all__ = ["KB_FILE_STAMPS", "STEP_NAMES", "VERSION_TABLE", "Migration", "MigrationRunner", "numbered"]
+__all__ = [
+    "KB_FILE_STAMPS",
+    "RUN_LEASE_EPOCHS",
+    "STEP_NAMES",
+    "VERSION_TABLE",
+    "Migration",
+    "MigrationRunner",
+    "numbered",
+]

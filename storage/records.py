@@ -84,6 +84,9 @@ class StoredRun:
     #: Set by ``RunStore.claim`` only: when the lease this claim replaced had expired
     #: (epoch seconds; ``None`` when the run had no lease) — the take-over latency.
     lease_expired_at: float | None = None
+    #: Set by ``RunStore.claim`` only: the lease epoch this claim holds the run under
+    #: (``runs.lease_epoch`` as the claiming statement left it). Its steps carry it.
+    lease_epoch: int = 0
     #: A cancel was asked for (on any replica) while the run had not ended: whoever
     #: executes or next claims it ends it ``cancelled``.
     cancel_requested: bool = False
@@ -120,6 +123,10 @@ class RunWrite:
     #: took the run over. ``None``: no lease check (one process, or a rescue write).
     lease_owner: str | None = None
     lease_s: float = 0.0
+    #: The claim the writer holds the run under (``runs.lease_epoch``): with several
+    #: copies of the run in one process (a lapsed lease taken back while its old copy was
+    #: still going), only the copy of the current claim may write (issue 23).
+    lease_epoch: int = 0
     #: With ``status`` ``waiting_approval``: the run is parked for this many seconds (its
     #: lease handed back, its deadline kept in ``lease_until``) — no process holds it.
     wait_s: float | None = None

@@ -412,6 +412,12 @@ def _lease_metrics(counters: Any, leases_held: Callable[[], int] | None) -> Iter
         getattr(counters, "leases_lost", 0),
     )
     yield _counter(
+        "agentchat_run_stale_copies_stopped",
+        "Copies of a run stopped here because another claim came between this replica's lapsed lease and its "
+        "taking it back: the run resumed from its checkpoint under the new claim (counted in leases_lost too).",
+        getattr(counters, "stale_copies_stopped", 0),
+    )
+    yield _counter(
         "agentchat_runs_taken_over",
         "Runs taken over from another replica whose lease expired (it died), carried on here.",
         getattr(counters, "taken_over", 0),

@@ -40,7 +40,7 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from app.ops.log_context import bind_run, note_run
@@ -88,6 +88,9 @@ class RunCounters:
     leases_lost: int = 0
     taken_over: int = 0
     leases_released: int = 0
+    #: Copies of a run stopped here because a later claim (another replica's, then this
+    #: one's again) left them behind while they still ran (issue 23's fencing).
+    stale_copies_stopped: int = 0
     #: New runs refused because this replica carried ``max_live`` runs (503).
     refused_full: int = 0
     #: Runs parked here for an approval; decisions taken here, by kind; approvals this
@@ -412,7 +415,7 @@ class RunManager:
         # that replica's to write, and this one must not overwrite the log with a failure.
         step = RunWrite(
             run.id, run.conversation_id, run.user_id, events=events, status="failed", finished=True,
-            lease_owner=run.lease_owner, lease_s=run.lease_s,
+            lease_owner=run.lease_owner, lease_s=run.lease_s, lease_epoch=run.lease_epoch,
         )
         while True:
             try:
@@ -502,12 +505,16 @@ class RunManager:
         that one carries it on instead. False when this process did not take it."""
         if self._closing:
             return False
-        if self.lease_s > 0 and not await self.store.claim_one(run_id, self.owner_id, self.lease_ttl_s):
-            return False
+        epoch = 0
+        if self.lease_s > 0:
+            claimed = await self.store.claim_one_epoch(run_id, self.owner_id, self.lease_ttl_s)
+            if claimed is None:
+                return False
+            epoch = claimed
         stored = await self.store.get(run_id)
         if stored is None or stored.status not in UNFINISHED:
             return False
-        await self._recover_one(stored)
+        await self._recover_one(replace(stored, lease_epoch=epoch))
         return True
 
     async def expire_approvals(self) -> int:
@@ -528,7 +535,12 @@ class RunManager:
                 break
             mine = self._runs.get(stored.id)
             if mine is not None and not mine.lost and not mine.released:
-                continue  # still running here (the lease lapsed while this loop was busy)
+                if mine.lease_epoch == stored.lease_epoch:
+                    continue  # still running here (the lease lapsed while this loop was busy)
+                # Another process claimed the run in between: this copy is stale. It stops
+                # without an ending of its own (its queued steps are refused by the epoch
+                # check) and the run resumes from its checkpoint under this claim.
+                self._supersede(mine)
             if stored.lease_expired_at is None and _parked_account(stored) is not None:
                 await self._recover_one(stored)  # a decided (or expired) approval, not a dead replica
                 continue
@@ -538,6 +550,16 @@ class RunManager:
         if taken:
             log.info("took over runs whose lease expired", extra={"runs": taken, "owner": self.owner_id})
         return taken
+
+    def _supersede(self, stale: Run) -> None:
+        """Stop a copy of a run that a later claim left behind (issue 23): like a run taken
+        over (nothing more written or shown, followers let go to re-read the log), and out
+        of its conversation's turn order so the new copy does not wait for it."""
+        self.counters.stale_copies_stopped += 1
+        stale.abandon()
+        convo = self._by_conversation.get((stale.user_id, stale.conversation_id), [])
+        if stale in convo:
+            convo.remove(stale)
 
     def _take_over_reason(self, stored: StoredRun) -> str:
         """Why a run with an expired lease is carried on here, for ``run_resumed``. A
@@ -651,7 +673,7 @@ class RunManager:
         run.on_storage_failure = self._rescue
         run.on_abandon = self._lost
         if self.lease_s > 0:
-            run.lease_owner, run.lease_s = self.owner_id, self.lease_ttl_s
+            run.lease_owner, run.lease_s, run.lease_epoch = self.owner_id, self.lease_ttl_s, stored.lease_epoch
         earlier = self._live_in(run.user_id, run.conversation_id)
         self._register(run)
         self.counters.resumed += 1

@@ -118,6 +118,10 @@ class Run:
     #: The lease this process holds on the run: every step it writes checks it.
     lease_owner: str | None = None
     lease_s: float = 0.0
+    #: The claim this copy of the run holds the lease under (``runs.lease_epoch``): every
+    #: step carries it, so a copy left behind by a later claim — another process's, or
+    #: this one's own taking a lapsed lease back — stores nothing more (issue 23).
+    lease_epoch: int = 0
     #: Another process took the run over (this one lost its lease): nothing more is
     #: written or shown here; followers end without a terminal event and reconnect.
     lost: bool = False
@@ -173,8 +177,10 @@ class Run:
             events, self._pending = self._pending, []
             # Built with the lease here (not copied in ``_queue``): this runs once per
             # burst of tokens, and ``dataclasses.replace`` costs more than the rest of it.
+            leased = self.lease_owner is not None
             step = RunWrite(self.id, self.conversation_id, self.user_id, events=events,
-                            lease_owner=self.lease_owner, lease_s=self.lease_s if self.lease_owner is not None else 0.0)
+                            lease_owner=self.lease_owner, lease_s=self.lease_s if leased else 0.0,
+                            lease_epoch=self.lease_epoch if leased else 0)
             self._queue(step, terminal=False)
 
     def emit_step(
@@ -236,8 +242,12 @@ class Run:
 
     def _queue(self, step: RunWrite, *, terminal: bool, future: asyncio.Future[None] | None = None) -> None:
         upto = len(self.events)
-        if self.lease_owner is not None and (step.lease_owner, step.lease_s) != (self.lease_owner, self.lease_s):
-            step = dataclasses.replace(step, lease_owner=self.lease_owner, lease_s=self.lease_s)
+        if self.lease_owner is not None and (step.lease_owner, step.lease_s, step.lease_epoch) != (
+            self.lease_owner, self.lease_s, self.lease_epoch
+        ):
+            step = dataclasses.replace(
+                step, lease_owner=self.lease_owner, lease_s=self.lease_s, lease_epoch=self.lease_epoch
+            )
         if terminal:
             step = dataclasses.replace(step, status=self.status, finished=True)
         queued = _QueuedStep(self, upto, future)

@@ -28,6 +28,7 @@ import psycopg
 from storage.migration_runner import (
     KB_FILE_STAMPS,
     RUN_ENDINGS_BACKFILL,
+    RUN_LEASE_EPOCHS,
     VERSION_TABLE,
     Migration,
     MigrationRunner,
@@ -537,6 +538,26 @@ _KB_POSTINGS_DEFERRABLE = (
 )
 
 
+# Issue 23: the lease check of every leased step also names the claim (``lease_epoch``)
+# the step's copy of the run holds: a stale copy in the same process as the run's
+# current owner is refused like another replica's. ``agentchat_hold_lease`` (step 9)
+# stays for processes of the previous release during a rolling upgrade.
+_LEASE_EPOCH_CHECK = (
+    """CREATE OR REPLACE FUNCTION agentchat_hold_lease_epoch(p_run TEXT, p_owner TEXT, p_epoch BIGINT,
+                                                        p_lease DOUBLE PRECISION)
+    RETURNS void LANGUAGE plpgsql AS $fn$
+    BEGIN
+        UPDATE runs SET lease_until = GREATEST(COALESCE(lease_until, 0),
+                                               extract(epoch from clock_timestamp())::double precision + p_lease)
+        WHERE id = p_run AND lease_owner = p_owner AND lease_epoch = p_epoch;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'run_lease_lost: %', p_run USING ERRCODE = 'P0001';
+        END IF;
+    END
+    $fn$""",
+)
+
+
 MIGRATIONS: tuple[Migration, ...] = numbered(
     {
         1: _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB,
@@ -560,6 +581,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         19: _KB_POSTINGS_DEFERRABLE,
         20: RUN_ENDINGS_BACKFILL,
         21: KB_FILE_STAMPS,
+        22: RUN_LEASE_EPOCHS + _LEASE_EPOCH_CHECK,
     },
 )
 

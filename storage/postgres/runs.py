@@ -19,7 +19,7 @@ from storage.postgres.database import Conn, PostgresDatabase
 from storage.postgres.dialect import POSTGRES, PostgresSql
 from storage.postgres.notify_payload import encode_payload
 from storage.records import UNFINISHED, RunWrite
-from storage.stores.runs import SqlRunStore
+from storage.stores.runs import EPOCH_AFTER_CLAIM, SqlRunStore
 
 _NOW = POSTGRES.now
 
@@ -29,7 +29,9 @@ _NOW = POSTGRES.now
 #: other replicas get the new events without reading the log.
 NOTIFY_CHANNEL = "run_events"
 _NOTIFY_SQL = f"SELECT pg_notify('{NOTIFY_CHANNEL}', ?)"
-_HOLD_LEASE_SQL = "SELECT agentchat_hold_lease(?, ?, ?)"
+#: The owner *and* the claim (``lease_epoch``): a stale copy of the run in the owner's
+#: own process is refused too (issue 23).
+_HOLD_LEASE_SQL = "SELECT agentchat_hold_lease_epoch(?, ?, CAST(? AS BIGINT), ?)"
 #: Channel of a cancel asked for on any replica (payload: the run id), sent in the
 #: transaction that marks ``cancel_requested_at``: the replica executing the run cancels
 #: it at once (``notify.RunEventsListener``); a replica that missed it finds the mark on
@@ -67,7 +69,7 @@ class PostgresRunStore(SqlRunStore):
     def step_around(self, step: RunWrite) -> tuple[list[Statement], list[Statement]]:
         before: list[Statement] = []
         if self.checks_lease(step):  # first: a run taken over stores nothing more
-            before.append((_HOLD_LEASE_SQL, (step.run_id, step.lease_owner, float(step.lease_s))))
+            before.append((_HOLD_LEASE_SQL, (step.run_id, step.lease_owner, step.lease_epoch, float(step.lease_s))))
         after: list[Statement] = []
         if step.events:  # delivered at commit, in commit order, only if it commits
             after.append((_NOTIFY_SQL, (encode_payload(step.run_id, step.events),)))
@@ -83,20 +85,21 @@ class PostgresRunStore(SqlRunStore):
     def failure(self, step: RunWrite, exc: BaseException) -> BaseException:
         return _as_lease_lost(step, exc)
 
-    async def claimed(self, owner: str, lease_s: float, expired_only: bool, limit: int) -> dict[str, Any]:
+    async def claimed(self, owner: str, lease_s: float, expired_only: bool, limit: int) -> dict[str, tuple[Any, int]]:
         """Of replicas claiming at once, each run goes to exactly one: the sub-select locks
         the rows (skipping those another claim holds) and keeps each one's old lease end
-        (returned: the take-over latency starts when the dead replica's lease expired)."""
+        (returned: the take-over latency starts when the dead replica's lease expired),
+        with the lease epoch the claiming statement left (``EPOCH_AFTER_CLAIM``)."""
         sql = POSTGRES.render(
-            f"UPDATE runs SET lease_owner = ?, lease_until = {_NOW} + ? FROM ("
+            f"UPDATE runs SET lease_owner = ?, lease_until = {_NOW} + ?, lease_epoch = {EPOCH_AFTER_CLAIM} FROM ("
             f"SELECT id, lease_until FROM runs WHERE status = ANY(?) {self._expired(expired_only)} "
             "ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED) AS old WHERE runs.id = old.id "
-            "RETURNING runs.id, old.lease_until"
+            "RETURNING runs.id, old.lease_until, runs.lease_epoch"
         )
 
-        async def tx(conn: Conn) -> dict[str, Any]:
-            cur = await conn.execute(sql, (owner, float(lease_s), list(UNFINISHED), limit))
-            return {str(r[0]): r[1] for r in await cur.fetchall()}
+        async def tx(conn: Conn) -> dict[str, tuple[Any, int]]:
+            cur = await conn.execute(sql, (owner, float(lease_s), owner, list(UNFINISHED), limit))
+            return {str(r[0]): (r[1], int(r[2])) for r in await cur.fetchall()}
 
         return await self._pg.transact(tx)
 

@@ -23,6 +23,7 @@ import aiosqlite
 from storage.migration_runner import (
     KB_FILE_STAMPS,
     RUN_ENDINGS_BACKFILL,
+    RUN_LEASE_EPOCHS,
     VERSION_TABLE,
     Migration,
     MigrationRunner,
@@ -448,7 +449,9 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         19: (),  # PostgreSQL's bulk loads post their chunks set-wise
         20: RUN_ENDINGS_BACKFILL,
         21: KB_FILE_STAMPS,
-    }, rebuilds=frozenset({15, 16}),
+        22: RUN_LEASE_EPOCHS,
+    },
+    rebuilds=frozenset({15, 16}),
 )
 
 

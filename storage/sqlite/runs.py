@@ -7,9 +7,10 @@ a sibling claim its runs, and then every step it still writes must fail with
 ``LeaseLost`` and store nothing — else both write the same event ids. PostgreSQL does
 that with ``agentchat_hold_lease``; SQLite has no way to raise an error from plain SQL,
 only from a trigger, so the check is a temporary trigger of the writer's connection
-(created with the step, a no-op once it exists): inserting ``(run, owner, lease_s)``
-into a temporary table aborts with ``run_lease_lost`` unless ``owner`` holds the run,
-and otherwise renews the lease and inserts nothing. It runs inside the step's own
+(created with the step, a no-op once it exists): inserting ``(run, owner, epoch,
+lease_s)`` into a temporary table aborts with ``run_lease_lost`` unless ``owner`` holds
+the run under that claim (``lease_epoch``: a stale copy of the run in the owner's own
+process is refused too, issue 23), and otherwise renews the lease and inserts nothing. It runs inside the step's own
 transaction, on the file's one write lock, so a claim cannot slip between the check and
 the step's events.
 
@@ -33,19 +34,19 @@ _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 _GUARD: list[Statement] = [
     (
         "CREATE TEMP TABLE IF NOT EXISTS agentchat_lease_holds (run_id TEXT NOT NULL, owner TEXT NOT NULL, "
-        "lease_s REAL NOT NULL)",
+        "epoch INTEGER NOT NULL, lease_s REAL NOT NULL)",
         (),
     ),
     (
         "CREATE TEMP TRIGGER IF NOT EXISTS agentchat_hold_lease BEFORE INSERT ON agentchat_lease_holds BEGIN "
         f"SELECT RAISE(ABORT, '{LEASE_LOST}') WHERE NOT EXISTS "
-        "(SELECT 1 FROM runs WHERE id = NEW.run_id AND lease_owner = NEW.owner); "
+        "(SELECT 1 FROM runs WHERE id = NEW.run_id AND lease_owner = NEW.owner AND lease_epoch = NEW.epoch); "
         f"UPDATE runs SET lease_until = {_NOW} + NEW.lease_s WHERE id = NEW.run_id; "
         "SELECT RAISE(IGNORE); END",
         (),
     ),
 ]
-_HOLD = "INSERT INTO agentchat_lease_holds (run_id, owner, lease_s) VALUES (?, ?, ?)"
+_HOLD = "INSERT INTO agentchat_lease_holds (run_id, owner, epoch, lease_s) VALUES (?, ?, ?, ?)"
 
 
 class SqliteRunStore(SqlRunStore):
@@ -62,7 +63,7 @@ class SqliteRunStore(SqlRunStore):
     def step_around(self, step: RunWrite) -> tuple[list[Statement], list[Statement]]:
         if not self.checks_lease(step):
             return [], []
-        return [*_GUARD, (_HOLD, (step.run_id, step.lease_owner, float(step.lease_s)))], []
+        return [*_GUARD, (_HOLD, (step.run_id, step.lease_owner, step.lease_epoch, float(step.lease_s)))], []
 
     def failure(self, step: RunWrite, exc: BaseException) -> BaseException:
         if step.lease_owner is None or LEASE_LOST not in str(exc):

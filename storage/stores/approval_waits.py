@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from storage.sql import SqlEngine
 
 _UNFINISHED_SQL = "(" + ", ".join(f"'{s}'" for s in UNFINISHED) + ")"
+#: A claim's new ``lease_epoch`` (the one parameter: the claimer). A claim that changes
+#: hands mints a new epoch, so every copy of the run a process held before — its own
+#: included, should the run come back to it — is fenced off (issue 23). A process taking
+#: back its own lapsed lease that nobody claimed in between keeps the epoch: its copy
+#: still running is the current one, and the steps it already queued stay valid.
+EPOCH_AFTER_CLAIM = "CASE WHEN lease_owner = ? THEN lease_epoch ELSE lease_epoch + 1 END"
 
 
 def park_statement(dialect: Dialect, run_id: str, wait_s: float) -> Statement:
@@ -80,14 +86,21 @@ class ApprovalWaits:
     async def claim_one(self, run_id: str, owner: str, lease_s: float) -> bool:
         """Take one unfinished run nobody holds (a decided approval, at once, by the
         process that took the decision); False when another process took it first."""
+        return await self.claim_one_epoch(run_id, owner, lease_s) is not None
 
-        def plan(dialect: Dialect) -> Plan[bool]:
-            changed = yield (
-                "execute",
-                f"UPDATE runs SET lease_owner = ?, lease_until = {dialect.now} + ? WHERE id = ? "
-                f"AND status IN {_UNFINISHED_SQL} AND (lease_until IS NULL OR lease_until < {dialect.now})",
-                (owner, float(lease_s), run_id),
+    async def claim_one_epoch(self, run_id: str, owner: str, lease_s: float) -> int | None:
+        """``claim_one``, returning the lease epoch the claim holds the run under (its
+        steps must carry it) or ``None`` when another process took it first."""
+
+        def plan(dialect: Dialect) -> Plan[int | None]:
+            row = yield (
+                "fetchone",
+                f"UPDATE runs SET lease_owner = ?, lease_until = {dialect.now} + ?, "
+                f"lease_epoch = {EPOCH_AFTER_CLAIM} WHERE id = ? "
+                f"AND status IN {_UNFINISHED_SQL} AND (lease_until IS NULL OR lease_until < {dialect.now}) "
+                "RETURNING lease_epoch",
+                (owner, float(lease_s), owner, run_id),
             )
-            return bool(changed)
+            return None if row is None else int(row[0])
 
         return await self.sql.transact_plan(plan)

@@ -26,7 +26,7 @@ from storage.errors import ConversationBusy, IdempotencyKeyUsed, TooManyRuns
 from storage.event_folding import unfold_after
 from storage.records import NOT_ENDED, UNFINISHED, NewRun, RunEvent, RunWrite, StoredRun
 from storage.sql import Plan, SqlEngine
-from storage.stores.approval_waits import ApprovalWaits, park_statement, unpark_cancelled_statement
+from storage.stores.approval_waits import EPOCH_AFTER_CLAIM, ApprovalWaits, park_statement, unpark_cancelled_statement
 from storage.stores.conversations import append_statements, claim_ops
 
 UNFINISHED_SQL = "(" + ", ".join(f"'{s}'" for s in UNFINISHED) + ")"
@@ -318,23 +318,31 @@ class SqlRunStore(ApprovalWaits):
     def _expired(self, expired_only: bool) -> str:
         return f"AND (lease_until IS NULL OR lease_until < {self.sql.dialect.now})" if expired_only else ""
 
-    def _claim(self, dialect: Dialect, owner: str, lease_s: float, expired: str, limit: int) -> Plan[dict[str, Any]]:
+    def _claim(
+        self, dialect: Dialect, owner: str, lease_s: float, expired: str, limit: int
+    ) -> Plan[dict[str, tuple[Any, int]]]:
         rows = yield (
             "fetchall",
             f"SELECT id, lease_until FROM runs WHERE status IN {UNFINISHED_SQL} {expired} "
             f"ORDER BY {self.order} LIMIT ?",
             (limit,),
         )
-        expired_at = {str(r[0]): r[1] for r in rows}
-        yield (
-            "executemany",
-            f"UPDATE runs SET lease_owner = ?, lease_until = {dialect.now} + ? WHERE id = ?",
-            [(owner, float(lease_s), rid) for rid in expired_at],
-        )
-        return expired_at
+        taken: dict[str, tuple[Any, int]] = {}
+        for rid, until in rows:
+            row = yield (
+                "fetchone",
+                f"UPDATE runs SET lease_owner = ?, lease_until = {dialect.now} + ?, lease_epoch = {EPOCH_AFTER_CLAIM} "
+                "WHERE id = ? RETURNING lease_epoch",
+                (owner, float(lease_s), owner, rid),
+            )
+            taken[str(rid)] = (until, int(row[0]))
+        return taken
 
-    async def claimed(self, owner: str, lease_s: float, expired_only: bool, limit: int) -> dict[str, Any]:
-        """Run id -> its old lease end, for the runs taken (one writer: atomic)."""
+    async def claimed(
+        self, owner: str, lease_s: float, expired_only: bool, limit: int
+    ) -> dict[str, tuple[Any, int]]:
+        """Run id -> (its old lease end, the lease epoch of this claim), for the runs
+        taken (one writer: atomic)."""
         expired = self._expired(expired_only)
         return await self.sql.transact_plan(lambda dialect: self._claim(dialect, owner, lease_s, expired, limit))
 
@@ -352,7 +360,10 @@ class SqlRunStore(ApprovalWaits):
                 f"ORDER BY r.{self.order}",
                 tuple(chunk),
             )
-            out += [replace(run, lease_expired_at=claimed.get(run.id)) for run in map(stored_run, rows)]
+            out += [
+                replace(run, lease_expired_at=claimed[run.id][0], lease_epoch=claimed[run.id][1])
+                for run in map(stored_run, rows)
+            ]
         return out
 
     def _renew(self, dialect: Dialect, owner: str, run_ids: Sequence[str], lease_s: float) -> Plan[set[str]]:
@@ -387,4 +398,4 @@ class SqlRunStore(ApprovalWaits):
             await self.sql.execute(statements)
 
 
-__all__ = ["COLUMNS", "UNFINISHED_SQL", "SqlRunStore", "step_statements", "stored_run"]
+__all__ = ["COLUMNS", "EPOCH_AFTER_CLAIM", "UNFINISHED_SQL", "SqlRunStore", "step_statements", "stored_run"]

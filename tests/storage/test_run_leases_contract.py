@@ -62,12 +62,14 @@ async def test_a_step_of_a_process_that_lost_the_lease_stores_nothing(store_engi
     if store_engine.engine != "postgres":  # the check several processes on one file turn on
         runs.guard_leases = True
     await runs.create(leased("r", "A", lease_s=0.1))
-    assert list(await claim_until(runs, "B", "r")) == ["r"]
+    claimed = await claim_until(runs, "B", "r")
+    assert list(claimed) == ["r"]
     failures: list[BaseException] = []
     done = asyncio.Event()
     step = RunWrite("r", "c-r", "alice", events=[RunEvent(1, "content_chunk", "{}")], lease_owner="A", lease_s=5)
     runs.write(step, on_commit=done.set, on_fail=lambda exc: (failures.append(exc), done.set()))
-    ok = RunWrite("r", "c-r", "alice", events=[RunEvent(1, "run_resumed", "{}")], lease_owner="B", lease_s=5)
+    ok = RunWrite("r", "c-r", "alice", events=[RunEvent(1, "run_resumed", "{}")], lease_owner="B", lease_s=5,
+                  lease_epoch=claimed["r"].lease_epoch)
     await runs.commit(ok)
     await asyncio.wait_for(done.wait(), 10)
     assert len(failures) == 1 and isinstance(failures[0], LeaseLost)
@@ -81,8 +83,9 @@ async def test_a_direct_commit_under_a_lost_lease_raises_lease_lost(store_engine
     if store_engine.engine != "postgres":  # the check several processes on one file turn on
         runs.guard_leases = True
     await runs.create(leased("r", "A", lease_s=0.1))
-    assert list(await claim_until(runs, "B", "r")) == ["r"]
-    await runs.commit(RunWrite("r", "c-r", "alice", events=[RunEvent(1, "run_resumed", "{}")], lease_owner="B", lease_s=5))
+    epoch = (await claim_until(runs, "B", "r"))["r"].lease_epoch
+    await runs.commit(RunWrite("r", "c-r", "alice", events=[RunEvent(1, "run_resumed", "{}")], lease_owner="B",
+                               lease_s=5, lease_epoch=epoch))
     stale = RunWrite("r", "c-r", "alice", events=[RunEvent(2, "message_complete", "{}")], status="failed", finished=True,
                      lease_owner="A", lease_s=5)
     with pytest.raises(LeaseLost):
@@ -125,3 +128,90 @@ async def test_renewing_never_waits_for_a_run_in_the_middle_of_a_step(store_engi
         assert held == {"busy", "idle"}
         await step.rollback()
     assert await runs.renew("A", ["busy", "idle", "gone"], 30) == {"busy", "idle"}
+
+
+# --- fencing (issue 23): a per-claim lease epoch ----------------------------------------
+
+
+def _guarded(store_engine: Any) -> Any:
+    runs = store_engine.runs
+    if store_engine.engine != "postgres":  # the check several processes on one file turn on
+        runs.guard_leases = True
+    return runs
+
+
+def _step(seq: int, event: str, owner: str, epoch: int, *, finished: bool = False) -> RunWrite:
+    return RunWrite("r", "c-r", "alice", events=[RunEvent(seq, event, "{}")], lease_owner=owner, lease_s=5,
+                    lease_epoch=epoch, status="completed" if finished else None, finished=finished)
+
+
+async def _write(runs: Any, step: RunWrite) -> BaseException | None:
+    """Queue ``step`` in the writer as a run's copy does; its failure, or ``None``."""
+    result: list[BaseException | None] = []
+    done = asyncio.Event()
+    runs.write(step, on_commit=lambda: (result.append(None), done.set()),
+               on_fail=lambda exc: (result.append(exc), done.set()))
+    await asyncio.wait_for(done.wait(), 10)
+    return result[0]
+
+
+async def test_a_claim_that_changes_hands_mints_a_new_epoch_a_lapsed_owner_keeps_its_own(store_engine: Any) -> None:
+    runs = store_engine.runs
+    await runs.create(leased("r", "A", lease_s=0.1))
+    first = (await claim_until(runs, "A", "r"))["r"].lease_epoch  # A takes its own lapsed lease back
+    assert first == 0  # nobody claimed in between: the copy A still runs is the current one
+    await runs.release_leases("A", ["r"])
+    to_b = (await claim_until(runs, "B", "r"))["r"].lease_epoch
+    await runs.release_leases("B", ["r"])
+    back_to_a = (await claim_until(runs, "A", "r"))["r"].lease_epoch
+    assert first < to_b < back_to_a
+    await runs.release_leases("A", ["r"])
+    assert await runs.claim_one_epoch("r", "C", 5) == back_to_a + 1
+    assert await runs.claim_one_epoch("r", "D", 5) is None  # C holds it
+
+
+async def test_a_stale_copy_in_the_owners_own_process_is_refused_after_an_intervening_claim(
+    store_engine: Any,
+) -> None:
+    """The split-brain of issue 23: A's lease lapses, B claims the run, B's lease lapses
+    and A takes the run back — A's *old* copy (same owner) must store nothing more: its
+    queued token, its ending. Only the copy of A's new claim writes; the log is gap-free
+    and ends once."""
+    runs = _guarded(store_engine)
+    await runs.create(leased("r", "A", lease_s=0.1))
+    old = 0  # admission's claim
+    assert await _write(runs, _step(1, "run_started", "A", old)) is None
+    assert await _write(runs, _step(2, "content_chunk", "A", old)) is None
+    b = (await claim_until(runs, "B", "r"))["r"].lease_epoch
+    await runs.release_leases("B", ["r"])  # B stalls; its lease is given up / lapses
+    new = (await claim_until(runs, "A", "r"))["r"].lease_epoch
+    assert new not in (old, b)
+    # The stale copy (A, old epoch) still has steps queued: refused, nothing stored.
+    stale = [_step(3, "content_chunk", "A", old), _step(4, "message_complete", "A", old, finished=True)]
+    refused = [await _write(runs, s) for s in stale]
+    assert all(isinstance(e, LeaseLost) for e in refused)
+    # B's copy too (it lost the run to A's new claim).
+    assert isinstance(await _write(runs, _step(3, "content_chunk", "B", b)), LeaseLost)
+    # The copy of A's new claim carries the run on from the log and ends it once.
+    for seq, event in ((3, "run_resumed"), (4, "content_chunk"), (5, "content_chunk")):
+        assert await _write(runs, _step(seq, event, "A", new)) is None
+    assert await _write(runs, _step(6, "message_complete", "A", new, finished=True)) is None
+    log = await runs.events_after("r", 0)
+    assert [e.seq for e in log] == [1, 2, 3, 4, 5, 6]  # gap-free
+    assert [e.event for e in log].count("message_complete") == 1
+    stored = await runs.get("r")
+    assert stored is not None and stored.status == "completed"
+
+
+async def test_a_direct_commit_of_a_stale_copy_raises_lease_lost(store_engine: Any) -> None:
+    """The rescue writer of a stale copy (same owner, older claim) must not write a
+    failure over the current copy's log."""
+    runs = _guarded(store_engine)
+    await runs.create(leased("r", "A", lease_s=0.1))
+    await claim_until(runs, "B", "r")
+    await runs.release_leases("B", ["r"])
+    new = (await claim_until(runs, "A", "r"))["r"].lease_epoch
+    with pytest.raises(LeaseLost):
+        await runs.commit(_step(1, "message_complete", "A", 0, finished=True))
+    await runs.commit(_step(1, "run_resumed", "A", new))
+    assert [e.event for e in await runs.events_after("r", 0)] == ["run_resumed"]
