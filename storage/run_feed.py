@@ -10,19 +10,22 @@ The log stays the single source of truth either way.
 The feed also carries cancels asked for on another process (``subscribe_cancels``), so
 the process executing the run stops it at once.
 
-An engine used by one process only (SQLite) has no feed: its live runs are followed
-in memory, and a cancel asked for in another process on the same file is found by the
-run's owner on its next look at the store (``RunStore.cancel_requests``).
+SQLite used by one process has no feed: its live runs are followed in memory. Several
+worker processes on one SQLite file (``agentchat serve --workers``) feed each other over
+Unix sockets (``storage.sqlite.worker_feed``). Both feeds keep their watchers and cancel
+subscribers in one ``RunWatchers``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from storage.feed_payload import decode_payload
 from storage.records import RunEvent
 
 #: A watcher that falls this far behind stops collecting carried events and reads the
@@ -63,3 +66,64 @@ class RunFeed(Protocol):
         """``callback(run_id)`` when a cancel of the run is asked for on any process;
         ``callback(None)`` when one may have been missed (look in the store)."""
         ...
+
+
+class RunWatchers:
+    """The local side of a feed, shared by every engine's: who watches which run, who
+    wants to hear of cancels, and handing each of them what arrived. The transports
+    (PostgreSQL's ``LISTEN``, the sibling workers' sockets) only decide what arrived."""
+
+    __slots__ = ("_by_run", "_cancel_subscribers", "_log")
+
+    def __init__(self, log: logging.Logger) -> None:
+        self._by_run: dict[str, list[RunWatch]] = {}
+        self._cancel_subscribers: list[Callable[[str | None], None]] = []
+        self._log = log
+
+    @contextlib.contextmanager
+    def watch(self, run_id: str) -> Iterator[RunWatch]:
+        """What arrives for ``run_id`` from now on (the holder calls ``take`` before each
+        look at the log, so nothing committed between a look and a wait is missed)."""
+        watch = RunWatch()
+        self._by_run.setdefault(run_id, []).append(watch)
+        try:
+            yield watch
+        finally:
+            watchers = self._by_run.get(run_id)
+            if watchers is not None:
+                with contextlib.suppress(ValueError):
+                    watchers.remove(watch)
+                if not watchers:
+                    del self._by_run[run_id]
+
+    def subscribe_cancels(self, callback: Callable[[str | None], None]) -> None:
+        self._cancel_subscribers.append(callback)
+
+    @property
+    def watched(self) -> int:
+        return sum(len(w) for w in self._by_run.values())
+
+    def deliver(self, payload: str) -> None:
+        """A run's notification (``storage.feed_payload``) to that run's watchers."""
+        run_id = payload.partition("\n")[0].rpartition(":")[0]
+        watchers = self._by_run.get(run_id)
+        if not watchers:  # most notifications are for runs nobody here follows
+            return
+        _, events = decode_payload(payload)
+        for watch in watchers:
+            watch.deliver(events)
+
+    def read_all(self) -> None:
+        """Something may have been missed (a reconnect, a broken socket): every watcher
+        reads the log."""
+        for watchers in self._by_run.values():
+            for watch in watchers:
+                watch.deliver(None)
+
+    def cancel(self, run_id: str | None) -> None:
+        """A cancel of ``run_id`` (``None``: one may have been missed) to every subscriber."""
+        for callback in self._cancel_subscribers:
+            try:
+                callback(run_id)
+            except Exception:  # one subscriber's bug must not stop the feed
+                self._log.exception("a cancel subscriber failed", extra={"run_id": run_id})

@@ -27,6 +27,7 @@ import contextlib
 import functools
 import re
 from collections.abc import AsyncIterator, Awaitable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -160,70 +161,58 @@ async def _build_hnsw(conn: Conn, *, dim: int) -> None:
     await ensure_hnsw_index(conn, dim, bulk_build=True)
 
 
-async def postings_index_exists(conn: Conn) -> bool:
-    cur = await conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (POSTINGS_INDEX,))
+@dataclass(frozen=True, slots=True)
+class _TextIndex:
+    """A full-text index a first bulk load builds once at its end instead of row by row."""
+
+    name: str
+    create: str
+    lock: str
+    #: The table whose emptiness says "a first load": the index is dropped only then.
+    table: str
+
+
+#: The postings' B-tree: inserting millions of rows into it in random lexeme order costs
+#: more than the rest of the load (each batch touches most of its leaf pages), and
+#: ``CREATE INDEX`` sorts them once. Searches stay exact without it, but read the table.
+_POSTINGS = _TextIndex(POSTINGS_INDEX, _CREATE_POSTINGS_INDEX, "kb_postings_index", "kb_postings")
+#: The chunks' GIN index (matching stays exact without it, but reads every chunk).
+_TSV = _TextIndex(TSV_INDEX, _CREATE_TSV_INDEX, "kb_chunks_tsv_index", "kb_chunks")
+
+
+async def _index_exists(conn: Conn, name: str) -> bool:
+    cur = await conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (name,))
     return await cur.fetchone() is not None
 
 
-async def ensure_postings_index(conn: Conn) -> None:
-    """Build the postings' B-tree unless it exists: at the end of a first bulk load, or
-    at open after a load that died before its end (searches stay exact without it, but
-    read the whole table)."""
-    if await postings_index_exists(conn):
+async def _ensure_index(conn: Conn, index: _TextIndex) -> None:
+    """Build ``index`` unless it exists: at the end of a first bulk load, or at open
+    after a load that died before its end."""
+    if await _index_exists(conn, index.name):
         return
-    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('kb_postings_index', 0))")
+    await conn.execute(f"SELECT pg_advisory_xact_lock(hashtextextended('{index.lock}', 0))")  # type: ignore[arg-type]
     await conn.execute(f"SET LOCAL maintenance_work_mem = '{POSTINGS_BUILD_MEMORY}'")  # type: ignore[arg-type]
     await conn.execute("SET LOCAL statement_timeout = 0")
-    await conn.execute(_CREATE_POSTINGS_INDEX)  # type: ignore[arg-type]
+    await conn.execute(index.create)  # type: ignore[arg-type]
 
 
-async def tsv_index_exists(conn: Conn) -> bool:
-    cur = await conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (TSV_INDEX,))
-    return await cur.fetchone() is not None
-
-
-async def ensure_tsv_index(conn: Conn) -> None:
-    """Build the chunks' full-text GIN index unless it exists: at the end of a first bulk
-    load, or at open after a load that died before its end (matching stays exact
-    without it, but reads every chunk)."""
-    if await tsv_index_exists(conn):
-        return
-    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('kb_chunks_tsv_index', 0))")
-    await conn.execute(f"SET LOCAL maintenance_work_mem = '{POSTINGS_BUILD_MEMORY}'")  # type: ignore[arg-type]
-    await conn.execute("SET LOCAL statement_timeout = 0")
-    await conn.execute(_CREATE_TSV_INDEX)  # type: ignore[arg-type]
+async def _defer_index(conn: Conn, index: _TextIndex) -> bool:
+    """At the start of a bulk load into an empty table, drop ``index`` (``CREATE INDEX``
+    at the end sorts once what row-by-row upkeep would scatter). Loads into a populated
+    table keep it (rebuilding it would cost more than the load saves; a writer that is
+    not bulk loading keeps it up to date as usual). Whether the index is (now) missing."""
+    await conn.execute(f"SELECT pg_advisory_xact_lock(hashtextextended('{index.lock}', 0))")  # type: ignore[arg-type]
+    cur = await conn.execute(f"SELECT EXISTS (SELECT 1 FROM {index.table})")  # type: ignore[arg-type]
+    row = await cur.fetchone()
+    if row is not None and not row[0]:
+        await conn.execute(f"DROP INDEX IF EXISTS {index.name}")  # type: ignore[arg-type]
+    return not await _index_exists(conn, index.name)
 
 
 async def ensure_text_indexes(conn: Conn) -> None:
     """Both full-text indexes a bulk load may have left for its end (``open`` calls it)."""
-    await ensure_postings_index(conn)
-    await ensure_tsv_index(conn)
-
-
-async def _defer_postings_index(conn: Conn) -> bool:
-    """At the start of a bulk load into an empty knowledge base, drop the postings'
-    B-tree: inserting millions of rows into it in random lexeme order costs more than the
-    rest of the load (each batch touches most of its leaf pages), and ``CREATE INDEX``
-    sorts them once. Loads into a populated index keep it (rebuilding it would cost
-    more than the load saves). Whether the index is (now) missing."""
-    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('kb_postings_index', 0))")
-    cur = await conn.execute("SELECT EXISTS (SELECT 1 FROM kb_postings)")
-    row = await cur.fetchone()
-    if row is not None and not row[0]:
-        await conn.execute(f"DROP INDEX IF EXISTS {POSTINGS_INDEX}")  # type: ignore[arg-type]
-    return not await postings_index_exists(conn)
-
-
-async def _defer_tsv_index(conn: Conn) -> bool:
-    """Likewise the chunks' GIN index, when there are no chunks at all (a writer that
-    is not bulk loading keeps it up to date as usual once it exists). Whether it is
-    (now) missing."""
-    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('kb_chunks_tsv_index', 0))")
-    cur = await conn.execute("SELECT EXISTS (SELECT 1 FROM kb_chunks)")
-    row = await cur.fetchone()
-    if row is not None and not row[0]:
-        await conn.execute(f"DROP INDEX IF EXISTS {TSV_INDEX}")  # type: ignore[arg-type]
-    return not await tsv_index_exists(conn)
+    await _ensure_index(conn, _POSTINGS)
+    await _ensure_index(conn, _TSV)
 
 
 class PostgresKBIndex(SqlKBIndex):
@@ -328,9 +317,9 @@ class PostgresKBIndex(SqlKBIndex):
         (``_write_chunks``), and a load into an empty knowledge base builds their B-tree
         once at its end, and so does its full-text GIN index."""
         if not self._bulk and BULK_POSTINGS:
-            self._postings_index_deferred = await self._db.transact(_defer_postings_index)
+            self._postings_index_deferred = await self._db.transact(functools.partial(_defer_index, index=_POSTINGS))
         if not self._bulk:
-            self._tsv_index_deferred = await self._db.transact(_defer_tsv_index)
+            self._tsv_index_deferred = await self._db.transact(functools.partial(_defer_index, index=_TSV))
         self._bulk += 1
         try:
             yield
@@ -346,10 +335,10 @@ class PostgresKBIndex(SqlKBIndex):
         builds: list[Awaitable[None]] = []
         if self._postings_index_deferred:
             self._postings_index_deferred = False
-            builds.append(self._db.transact(ensure_postings_index))
+            builds.append(self._db.transact(functools.partial(_ensure_index, index=_POSTINGS)))
         if self._tsv_index_deferred:
             self._tsv_index_deferred = False
-            builds.append(self._db.transact(ensure_tsv_index))
+            builds.append(self._db.transact(functools.partial(_ensure_index, index=_TSV)))
         dims, self._deferred_dims = sorted(self._deferred_dims), set()
         builds.extend(self._db.transact(functools.partial(_build_hnsw, dim=dim)) for dim in dims)
         if not builds:
@@ -420,11 +409,7 @@ class PostgresKBIndex(SqlKBIndex):
 __all__ = [
     "PostgresKBIndex",
     "ensure_hnsw_index",
-    "ensure_postings_index",
     "ensure_text_indexes",
-    "ensure_tsv_index",
     "hnsw_index_exists",
     "hnsw_index_name",
-    "postings_index_exists",
-    "tsv_index_exists",
 ]

@@ -23,14 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
-from storage.postgres.notify_payload import decode_payload
 from storage.postgres.runs import CANCEL_CHANNEL, NOTIFY_CHANNEL
-from storage.run_feed import RunWatch
+from storage.run_feed import RunWatch, RunWatchers
 
 log = logging.getLogger("agentchat.storage")
 
@@ -45,8 +44,7 @@ class RunEventsListener:
         self.url = url
         self.connect_timeout_s = connect_timeout_s
         self.application_name = application_name
-        self._watchers: dict[str, list[RunWatch]] = {}
-        self._cancel_subscribers: list[Callable[[str | None], None]] = []
+        self._hub = RunWatchers(log)
         self._task: asyncio.Task[None] | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self.connected = asyncio.Event()
@@ -68,51 +66,17 @@ class RunEventsListener:
                 await self._conn.close()
             self._conn = None
 
-    @contextlib.contextmanager
-    def watch(self, run_id: str) -> Iterator[RunWatch]:
-        """What arrives for ``run_id`` from now on (the holder calls ``take`` before each
-        look at the log, so nothing committed between a look and a wait is missed)."""
-        watch = RunWatch()
-        self._watchers.setdefault(run_id, []).append(watch)
-        try:
-            yield watch
-        finally:
-            watchers = self._watchers.get(run_id)
-            if watchers is not None:
-                with contextlib.suppress(ValueError):
-                    watchers.remove(watch)
-                if not watchers:
-                    del self._watchers[run_id]
+    def watch(self, run_id: str) -> contextlib.AbstractContextManager[RunWatch]:
+        return self._hub.watch(run_id)
 
     def subscribe_cancels(self, callback: Callable[[str | None], None]) -> None:
         """Call ``callback(run_id)`` for every cancel asked for on any replica, and
         ``callback(None)`` after a reconnect (look in the store: one may have been missed)."""
-        self._cancel_subscribers.append(callback)
-
-    def _cancel(self, run_id: str | None) -> None:
-        for callback in self._cancel_subscribers:
-            try:
-                callback(run_id)
-            except Exception:  # one subscriber's bug must not stop the listener
-                log.exception("a cancel subscriber failed", extra={"run_id": run_id})
+        self._hub.subscribe_cancels(callback)
 
     @property
     def watched(self) -> int:
-        return sum(len(w) for w in self._watchers.values())
-
-    def _deliver(self, payload: str) -> None:
-        run_id, _, _ = payload.partition("\n")[0].rpartition(":")
-        watchers = self._watchers.get(run_id)
-        if not watchers:  # most notifications are for runs nobody here follows
-            return
-        _, events = decode_payload(payload)
-        for watch in watchers:
-            watch.deliver(events)
-
-    def _read_all(self) -> None:
-        for watchers in self._watchers.values():
-            for watch in watchers:
-                watch.deliver(None)
+        return self._hub.watched
 
     async def _listen(self) -> None:
         attempt = 0
@@ -140,15 +104,15 @@ class RunEventsListener:
                     log.info("run events listener connected again")
                 attempt = 0
                 self.connected.set()
-                self._read_all()  # whatever was committed while we were away
+                self._hub.read_all()  # whatever was committed while we were away
                 if self.reconnects:
-                    self._cancel(None)
+                    self._hub.cancel(None)
                 async for note in conn.notifies():
                     self.notifications += 1
                     if note.channel == CANCEL_CHANNEL:
-                        self._cancel(note.payload)
+                        self._hub.cancel(note.payload)
                     else:
-                        self._deliver(note.payload)
+                        self._hub.deliver(note.payload)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -39,13 +39,13 @@ import secrets
 import stat
 import struct
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from storage.feed_payload import decode_payload, encode_payload
+from storage.feed_payload import encode_payload
 from storage.records import RunEvent
-from storage.run_feed import RunWatch
+from storage.run_feed import RunWatch, RunWatchers
 
 log = logging.getLogger("agentchat.storage")
 
@@ -111,8 +111,7 @@ class WorkerFeed:
     _server: asyncio.AbstractServer | None = None
     _peers: dict[Path, _Peer] = field(default_factory=dict)
     _connecting: set[Path] = field(default_factory=set)
-    _watchers: dict[str, list[RunWatch]] = field(default_factory=dict)
-    _cancel_subscribers: list[Callable[[str | None], None]] = field(default_factory=list)
+    _hub: RunWatchers = field(default_factory=lambda: RunWatchers(log))
     _topics: dict[str, list[Callable[[str], None]]] = field(default_factory=dict)
     _pending: list[bytes] = field(default_factory=list)
     _flush_scheduled: bool = False
@@ -159,22 +158,11 @@ class WorkerFeed:
 
     # --- the RunFeed interface (what followers and the cancel path use) -----------------
 
-    @contextlib.contextmanager
-    def watch(self, run_id: str) -> Iterator[RunWatch]:
-        watch = RunWatch()
-        self._watchers.setdefault(run_id, []).append(watch)
-        try:
-            yield watch
-        finally:
-            watchers = self._watchers.get(run_id)
-            if watchers is not None:
-                with contextlib.suppress(ValueError):
-                    watchers.remove(watch)
-                if not watchers:
-                    del self._watchers[run_id]
+    def watch(self, run_id: str) -> contextlib.AbstractContextManager[RunWatch]:
+        return self._hub.watch(run_id)
 
     def subscribe_cancels(self, callback: Callable[[str | None], None]) -> None:
-        self._cancel_subscribers.append(callback)
+        self._hub.subscribe_cancels(callback)
 
     def subscribe(self, topic: str, callback: Callable[[str], None]) -> None:
         """``callback(text)`` when a sibling announces news of ``topic`` (and ``""`` when
@@ -183,7 +171,7 @@ class WorkerFeed:
 
     @property
     def watched(self) -> int:
-        return sum(len(w) for w in self._watchers.values())
+        return self._hub.watched
 
     # --- sending ----------------------------------------------------------------------
 
@@ -297,14 +285,9 @@ class WorkerFeed:
 
     def _handle(self, kind: bytes, text: str) -> None:
         if kind == EVENTS:
-            run_id = text.partition("\n")[0].rpartition(":")[0]
-            watchers = self._watchers.get(run_id)
-            if watchers:  # most frames are for runs nobody here follows
-                _, events = decode_payload(text)
-                for watch in watchers:
-                    watch.deliver(events)
+            self._hub.deliver(text)
         elif kind == CANCEL:
-            self._cancel(text)
+            self._hub.cancel(text)
         elif kind == TOPIC:
             topic, _, news = text.partition("\n")
             for callback in self._topics.get(topic, ()):
@@ -313,17 +296,11 @@ class WorkerFeed:
             self._read_all()
 
     def _read_all(self) -> None:
-        for watchers in self._watchers.values():
-            for watch in watchers:
-                watch.deliver(None)
-        self._cancel(None)
+        self._hub.read_all()
+        self._hub.cancel(None)
         for callbacks in self._topics.values():
             for callback in callbacks:
                 self._call(callback, "")
-
-    def _cancel(self, run_id: str | None) -> None:
-        for callback in self._cancel_subscribers:
-            self._call(callback, run_id)
 
     @staticmethod
     def _call(callback: Callable[..., None], arg: str | None) -> None:
