@@ -54,6 +54,13 @@ def parse_args() -> argparse.Namespace:
         default=Path(__file__).resolve().parent.parent,
         help="the checkout whose server runs (default: this one)",
     )
+    p.add_argument(
+        "--lease-s",
+        type=float,
+        default=None,
+        help="AGENT_RUN_LEASE_S for the server (default: its own); a short lease makes lapses, and so "
+        "take-overs between the workers, happen at a load this machine can make (issue 23's fencing)",
+    )
     p.add_argument("--name", default="workers_log_audit")
     return p.parse_args()
 
@@ -71,6 +78,7 @@ async def drive_level(args: argparse.Namespace, workdir: Path, label: str, level
             AGENT_DB_PATH=str(workdir / f"{label}.sqlite3"),
             AGENT_WORKERS=str(args.workers),
             AGENT_MAX_LOOP_LAG_MS="0",
+            **({} if args.lease_s is None else {"AGENT_RUN_LEASE_S": str(args.lease_s)}),
         )
         async with replicas(workdir, label, env, 1) as servers:
             await warm_up(workdir, servers * args.workers, label)
