@@ -9,7 +9,7 @@ them. ``VectorBackfill`` does:
 
 * a **pass** reads the documents whose chunks lack vectors of the current embedder
   (``KBIndex.documents_without_vectors``, a batch at a time by id), embeds their stored
-  chunk texts through the same embedder call as ingest (``knowledge.ingest.embed_texts``)
+  chunk texts through the same embedder call as ingest (``knowledge.ingest_stages.embed_texts``)
   and writes the vectors in one transaction per batch (``KBIndex.store_vectors``), only
   for documents still as they were read — one re-ingested meanwhile belongs to that
   ingest. The dense side (in-memory matrix) learns them after the commit, as after an
@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from knowledge.dense import DenseSide
-from knowledge.ingest import embed_texts, embedding_text
+from knowledge.ingest import embedding_text
+from knowledge.ingest_stages import embed_texts
 from knowledge.types import IngestReport, KBConfig
 from storage.interfaces import KBIndex
 from storage.kb_records import KBVectorWrite

@@ -7,7 +7,7 @@ Why this shape:
   thread, embed in batches, then one write per batch through the ``KBIndex`` (one
   transaction, never held across an embedding call). The in-memory vector matrix is
   updated only after the write committed.
-* The stages overlap (``_Writes``): while a batch is written, the next one is read,
+* The stages overlap (``BatchWrites``): while a batch is written, the next one is read,
   chunked and embedded, and up to ``WRITES_IN_FLIGHT`` writes run at once (PostgreSQL
   writes each on a connection of its own, one core each; SQLite's writer takes them in
   turn). An embedder gets up to ``EMBED_CONCURRENCY`` requests of a batch at once.
@@ -37,7 +37,7 @@ import asyncio
 import hashlib
 import os
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -58,6 +58,7 @@ from knowledge.filestamps import (
     unstamp_rejected,
     with_repeats,
 )
+from knowledge.ingest_stages import BatchWrites, EmbedHook, embed_texts
 from knowledge.loaders import SKIP_NOT_RECORDS, SUPPORTED_SUFFIXES, LoadedDocument, load_file, record_to_document
 from knowledge.names import check_bucket_name, is_doc_id, short_hash, slugify
 from knowledge.samepage import SKIP_SAME_PAGE, find_same_pages
@@ -75,17 +76,11 @@ from toolindex.embedder import Embedder, EmbeddingError
 #: ``(files done, files in all, what is happening)``: after each file, and while a batch
 #: is embedded (``"embedding 128/900 chunks"``), so a long embedding is not silence.
 Progress = Callable[[int, int, str], None]
-#: ``(chunks embedded, chunks to embed)`` of the batch being embedded.
-EmbedHook = Callable[[int, int], None]
 #: Called after each batch is written, with the report so far (chunk counts for a progress bar).
 BatchHook = Callable[[IngestReport], None]
 DEFAULT_MAX_FILE_BYTES = int(DEFAULT_MAX_FILE_MB * MB)
-#: Batch writes in flight at once while the next batch is prepared (``_Writes``).
+#: Batch writes in flight at once while the next batch is prepared (``BatchWrites``).
 WRITES_IN_FLIGHT = 2
-#: Embedding requests of one batch in flight at once: a remote embedder answers them on
-#: several connections of its pool (``AGENT_EMBED_MAX_CONNECTIONS``), the hashing one in
-#: worker threads; one at a time, the embedder idles during every round trip.
-EMBED_CONCURRENCY = 4
 #: Skipped files whose old documents stay: the file is still there, it just was not read.
 _KEEP_DOCUMENTS_OF = {SKIP_TOO_LARGE, SKIP_UNREADABLE}
 
@@ -134,94 +129,6 @@ def with_summary(chunks: list[Chunk], metadata: Mapping[str, Any]) -> list[Chunk
     first = chunks[0]
     heading = f"{summary.strip()} — {first.heading}" if first.heading else summary.strip()
     return [replace(first, heading=heading), *chunks[1:]]
-
-
-async def embed_texts(
-    embedder: Embedder,
-    texts: Sequence[str],
-    batch: int,
-    on_embed: EmbedHook | None = None,
-    *,
-    concurrency: int = EMBED_CONCURRENCY,
-) -> np.ndarray:
-    """One float32 row per text, embedded ``batch`` at a time (each cut to the
-    embedder's ``max_chars``), up to ``concurrency`` requests at once: how ingest and
-    re-embedding both call the embedder. ``on_embed`` hears the rows embedded so far
-    after each request. Raises ``EmbeddingError`` (the requests still running are
-    cancelled)."""
-    step = max(1, batch)
-    starts = range(0, len(texts), step)
-    rows: list[np.ndarray | None] = [None] * len(starts)
-    done = 0
-    gate = asyncio.Semaphore(max(1, concurrency))
-
-    async def one(k: int, start: int) -> None:
-        nonlocal done
-        part = [t[: embedder.max_chars] for t in texts[start : start + step]]
-        async with gate:
-            rows[k] = np.asarray(await embedder.embed_batch(part, task="document"), np.float32)
-        done += len(part)
-        if on_embed is not None:
-            on_embed(done, len(texts))
-
-    await _all_or_none([one(k, start) for k, start in enumerate(starts)])
-    parts = [r for r in rows if r is not None]
-    return np.concatenate(parts) if parts else np.zeros((0, embedder.dim), np.float32)
-
-
-async def _all_or_none(coros: Sequence[Coroutine[Any, Any, None]]) -> None:
-    """Run ``coros`` together; the first failure cancels the others and is raised as
-    itself (not wrapped in an ``ExceptionGroup``: callers catch ``EmbeddingError``)."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-class _Writes:
-    """Batch writes running behind the preparation of the next batch: ``submit`` starts
-    one, first waiting while ``limit`` are in flight; ``drain`` waits for them all. A
-    failed write is raised by the next ``submit`` or ``drain``; leaving the block with
-    an error cancels the writes still running (each is one transaction: a cancelled one
-    leaves nothing behind). The first write runs alone: it may create what later ones
-    share (the bucket's table, PostgreSQL's HNSW index under its lock), and two
-    transactions doing that at once could wait on each other."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = max(1, limit)
-        self._running: set[asyncio.Task[None]] = set()
-        self._committed = False
-
-    async def __aenter__(self) -> _Writes:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        for t in self._running:
-            t.cancel()
-        await asyncio.gather(*self._running, return_exceptions=True)
-        self._running.clear()
-
-    async def _settle(self, limit: int) -> None:
-        while len(self._running) > limit:
-            done, _ = await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
-            self._running -= done
-            for t in done:
-                t.result()
-                self._committed = True
-
-    async def submit(self, write: Coroutine[Any, Any, None]) -> None:
-        try:
-            await self._settle(self._limit - 1 if self._committed else 0)
-        except BaseException:
-            write.close()
-            raise
-        self._running.add(asyncio.ensure_future(write))
-
-    async def drain(self) -> None:
-        await self._settle(0)
 
 
 class Ingestor:
@@ -304,7 +211,7 @@ class Ingestor:
             if progress is not None:
                 progress(done, len(files), f"embedding {k}/{n} chunks")
 
-        async with _Writes(WRITES_IN_FLIGHT) as writes:
+        async with BatchWrites(WRITES_IN_FLIGHT) as writes:
             for done, (path, shown) in enumerate(files, start=1):
                 if path in unread:  # same stamp: not opened, its documents are unchanged
                     seen.update(unread[path])
@@ -364,7 +271,7 @@ class Ingestor:
             loaded.append(LoadedDocument(doc, i))
         seen: set[str] = set()
         step = self.config.batch_documents
-        async with _Writes(WRITES_IN_FLIGHT) as writes:
+        async with BatchWrites(WRITES_IN_FLIGHT) as writes:
             for start in range(0, len(loaded), step):
                 await self._ingest_batch(loaded[start : start + step], bucket, report, seen, writes)
                 if progress is not None:
@@ -390,7 +297,7 @@ class Ingestor:
         bucket: str,
         report: IngestReport,
         seen: set[str],
-        writes: _Writes,
+        writes: BatchWrites,
         on_embed: EmbedHook | None = None,
         on_batch: BatchHook | None = None,
     ) -> None:

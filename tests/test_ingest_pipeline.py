@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from app.cli.kb_file import open_kb_file
-from knowledge.ingest import EMBED_CONCURRENCY, embed_texts
+from knowledge.ingest_stages import EMBED_CONCURRENCY, embed_texts
 from knowledge.types import KBConfig
 from storage.kb_records import KBDocumentWrite
 from toolindex.embedder import EmbeddingError

@@ -1,0 +1,112 @@
+"""The stages an ingest overlaps: embedding a batch's texts several requests at once
+(``embed_texts``, also what re-embedding uses) and writing batches behind the
+preparation of the next one (``BatchWrites``). Kept apart from ``knowledge.ingest``,
+which decides *what* is read, chunked and stored, so each stays small."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+import numpy as np
+
+from toolindex.embedder import Embedder
+
+#: ``(chunks embedded, chunks to embed)`` of the batch being embedded.
+EmbedHook = Callable[[int, int], None]
+#: Embedding requests of one batch in flight at once: a remote embedder answers them on
+#: several connections of its pool (``AGENT_EMBED_MAX_CONNECTIONS``), the hashing one in
+#: worker threads; one at a time, the embedder idles during every round trip.
+EMBED_CONCURRENCY = 4
+
+
+async def embed_texts(
+    embedder: Embedder,
+    texts: Sequence[str],
+    batch: int,
+    on_embed: EmbedHook | None = None,
+    *,
+    concurrency: int = EMBED_CONCURRENCY,
+) -> np.ndarray:
+    """One float32 row per text, embedded ``batch`` at a time (each cut to the
+    embedder's ``max_chars``), up to ``concurrency`` requests at once: how ingest and
+    re-embedding both call the embedder. ``on_embed`` hears the rows embedded so far
+    after each request. Raises ``EmbeddingError`` (the requests still running are
+    cancelled)."""
+    step = max(1, batch)
+    starts = range(0, len(texts), step)
+    rows: list[np.ndarray | None] = [None] * len(starts)
+    done = 0
+    gate = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(k: int, start: int) -> None:
+        nonlocal done
+        part = [t[: embedder.max_chars] for t in texts[start : start + step]]
+        async with gate:
+            rows[k] = np.asarray(await embedder.embed_batch(part, task="document"), np.float32)
+        done += len(part)
+        if on_embed is not None:
+            on_embed(done, len(texts))
+
+    await _all_or_none([one(k, start) for k, start in enumerate(starts)])
+    parts = [r for r in rows if r is not None]
+    return np.concatenate(parts) if parts else np.zeros((0, embedder.dim), np.float32)
+
+
+async def _all_or_none(coros: Sequence[Coroutine[Any, Any, None]]) -> None:
+    """Run ``coros`` together; the first failure cancels the others and is raised as
+    itself (not wrapped in an ``ExceptionGroup``: callers catch ``EmbeddingError``)."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class BatchWrites:
+    """Batch writes running behind the preparation of the next batch: ``submit`` starts
+    one, first waiting while ``limit`` are in flight; ``drain`` waits for them all. A
+    failed write is raised by the next ``submit`` or ``drain``; leaving the block with
+    an error cancels the writes still running (each is one transaction: a cancelled one
+    leaves nothing behind). The first write runs alone: it may create what later ones
+    share (the bucket's table, PostgreSQL's HNSW index under its lock), and two
+    transactions doing that at once could wait on each other."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = max(1, limit)
+        self._running: set[asyncio.Task[None]] = set()
+        self._committed = False
+
+    async def __aenter__(self) -> BatchWrites:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for t in self._running:
+            t.cancel()
+        await asyncio.gather(*self._running, return_exceptions=True)
+        self._running.clear()
+
+    async def _settle(self, limit: int) -> None:
+        while len(self._running) > limit:
+            done, _ = await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
+            self._running -= done
+            for t in done:
+                t.result()
+                self._committed = True
+
+    async def submit(self, write: Coroutine[Any, Any, None]) -> None:
+        try:
+            await self._settle(self._limit - 1 if self._committed else 0)
+        except BaseException:
+            write.close()
+            raise
+        self._running.add(asyncio.ensure_future(write))
+
+    async def drain(self) -> None:
+        await self._settle(0)
+
+
+__all__ = ["EMBED_CONCURRENCY", "BatchWrites", "EmbedHook", "embed_texts"]
