@@ -180,6 +180,8 @@ def kb_api() -> ApiContribution:
             "properties": {
                 "added": count, "updated": count, "skipped": count, "deleted": count, "chunks": count,
                 "files": count,
+                "unread_files": {**count, "description": "Files a folder ingest skipped unopened (size and "
+                                 "modification time unchanged); 0 for documents posted over HTTP."},
                 "rejected": {"type": "array", "items": rejection},
                 "elapsed_seconds": {"type": "number"},
                 "embed_seconds": {"type": "number"},
