@@ -26,7 +26,9 @@ Run from the repository root:  .venv/bin/python bench/corpus.py [--full] [--chun
 [--reuse chroma] [--workdir DIR]
 ``--workdir`` keeps the generated corpus and its vectors in DIR (made once, reused by the
 next run with the same DIR and size): at 1M generating them takes 7 minutes of an idle
-core and half an hour of a loaded one, and the sides can then be measured one run at a time.
+core and half an hour of a loaded one, and the sides can then be measured one run at a time:
+each side leaves its semantic top-10 lists there, so a PostgreSQL-only run with ``--reuse kb``
+still reports its agreement with the SQLite side's exact scan.
 Writes bench/results/corpus.json (corpus_1m.json for 1M chunks, corpus_<n>.json otherwise).
 ChromaDB is a bench-only dependency; without it the Chroma column is left out (and the
 reason recorded), never faked; likewise PostgreSQL when no server can be started.
@@ -365,6 +367,9 @@ async def run_kb(n: int, workdir: Path, engine: str = "sqlite", pg_url: str | No
     disk = await disk_mb()
     server_mb = _server_pss_mb(pg_pid)
     await kb.aclose()
+    # Kept beside the corpus so a later run measuring the other engine alone (``--reuse kb``)
+    # still compares its top-10 lists with these.
+    (workdir / f"top_ids_{engine}.json").write_bytes(orjson.dumps(top_ids))
     return {
         "engine": engine,
         "chunks": ingested,
@@ -489,13 +494,29 @@ def postgres_side(n: int, workdir: Path) -> dict[str, Any]:
         return {"skipped": f"no PostgreSQL could be started: {type(exc).__name__}: {exc}"[:500]}
     try:
         server.admin('CREATE DATABASE "corpus"')
-        pid = server._proc.pid if server._proc is not None else 0
+        pid = server._proc.pid if server._proc is not None else _postmaster_pid(server.url("postgres"))
         result = child("pg", n, workdir, "--pg-url", server.url("corpus"), "--pg-pid", str(pid))
         if "latency_ms" in result:
             result["server"] = "pgserver wheel (PostgreSQL 16, pgvector), fsync off, shared_buffers 64MB"
         return result
     finally:
         server.stop()
+
+
+def _postmaster_pid(url: str) -> int:
+    """An external server's postmaster (``AGENT_TEST_DATABASE_URL``, kept so that
+    ``bench/pg_recall.py`` can measure the loaded database afterwards): a backend's parent,
+    when the server runs on this machine; 0 (memory not measured) otherwise."""
+    import psutil
+    import psycopg
+
+    try:
+        with psycopg.connect(url) as conn:
+            row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        parent = psutil.Process(int(row[0])).parent() if row else None
+        return parent.pid if parent is not None else 0
+    except (psycopg.Error, psutil.Error):
+        return 0
 
 
 def agreement(a: list[list[str]], b: list[list[str]]) -> float | None:
@@ -538,6 +559,14 @@ def reused_column(n: int, side: str) -> dict[str, Any]:
     return {**column, "reused_from": f"{path.name}, measured {old.get('when', '?')}"}
 
 
+def reused_top_ids(workdir: Path, engine: str) -> dict[str, Any] | None:
+    """The top-10 lists a reused column's run left in ``--workdir`` (for the agreement)."""
+    try:
+        return dict(orjson.loads((workdir / f"top_ids_{engine}.json").read_bytes()))
+    except (OSError, orjson.JSONDecodeError):
+        return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--full", action="store_true", help="1M chunks instead of 100k")
@@ -578,6 +607,8 @@ def main() -> int:
             prep_s = prepare(n, workdir)
             print(f"  generated and embedded in {prep_s:.1f} s", flush=True)
         kb = reused_column(n, "kb") if "kb" in args.reuse else child("kb", n, workdir)
+        if "kb" in args.reuse and "latency_ms" in kb and (ids := reused_top_ids(workdir, "sqlite")):
+            kb["_top_ids"] = ids
         print("  kb:", _short(kb), flush=True)
         pg: dict[str, Any] = (
             {"skipped": "skipped (--skip-postgres)"} if args.skip_postgres
