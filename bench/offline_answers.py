@@ -9,12 +9,20 @@ context (the original set, tuned on, then the held-out, fresh, final, unseen, la
 round6, round8, round9 and round10 sets, only measured) and writes bench/results/offline_answers.json;
 ``--show`` prints every answer to read.
 
-    .venv/bin/python bench/offline_answers.py [--show]
+``--capture FILE`` also keeps what the answerer was given for each question (the question
+and the passages of its searches, page-scoped reads included) and ``--replay FILE``
+composes the answers again from that file with the answerer as it is now, without a
+service: how a change to the answerer alone (``llm/extractive*.py``) is tried on every
+set in seconds before the live measurement. A change to what the searches return needs
+a new capture.
+
+    .venv/bin/python bench/offline_answers.py [--show] [--capture FILE | --replay FILE]
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import tempfile
 from pathlib import Path
@@ -24,6 +32,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import llm.extractive as extractive
+from llm.extractive_read import Passage
 from tests.support.offline_answers import (
     SETS,
     carries,
@@ -51,8 +61,58 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-async def main(show: bool) -> None:
+def print_set(label: str, sets: dict[str, list[dict[str, Any]]], show: bool) -> dict[str, Any]:
+    """One set's figures per corpus and overall, printed (every answer too with ``show``)."""
+    out: dict[str, Any] = {name: summary(results) for name, results in sets.items()}
+    out["overall"] = summary([r for results in sets.values() for r in results])
+    for name, figures in out.items():
+        print(
+            f"{label} {name}: carried {figures['carried']}/{figures['questions']} "
+            f"({figures['carried_rate']:.0%}), repeated sentences {figures['repeated_sentences']}, "
+            f"fragments {figures['fragments']}, dangling openings {figures['dangling_openings']}"
+        )
+    if show:
+        for r in (r for results in sets.values() for r in results):
+            mark = "carried" if carries(r["answer"], r["fact"]) else "MISSED"
+            print(f"\n=== [{mark}: {r['fact']}] {r['question']}\n{r['answer']}")
+    return out
+
+
+def capturing(store: dict[str, Any]) -> None:
+    """Keep, per question, the passages the answerer composes from (the last call wins)."""
+    compose = extractive.compose_answer
+
+    def recorded(question: str, passages: list[Passage]) -> tuple[str, list[str], float]:
+        store[question] = [dataclasses.asdict(p) for p in passages]
+        return compose(question, passages)
+
+    extractive.compose_answer = recorded  # type: ignore[assignment]
+
+
+def replay(path: Path, show: bool) -> None:
+    """Every set's answers composed again from captured passages (no service)."""
+    captured: dict[str, Any] = orjson.loads(path.read_bytes())
+    for label in SETS:
+        sets: dict[str, list[dict[str, Any]]] = {}
+        for corpus, questions in load_questions(name=label).items():
+            results = []
+            for item in questions:
+                if item["question"] not in captured:
+                    continue
+                passages = [Passage(**p) for p in captured[item["question"]]]
+                answer, sources, _ = extractive.compose_answer(item["question"], passages)
+                results.append({**item, "answer": answer, "sources": sources})
+            if results:
+                sets[corpus] = results
+        if sets:
+            print_set(label, sets, show)
+
+
+async def main(show: bool, capture: Path | None) -> None:
     out: dict[str, Any] = {}
+    store: dict[str, Any] = {}
+    if capture is not None:
+        capturing(store)
     with tempfile.TemporaryDirectory() as tmp:
         env = defaults(Path(tmp))
         docs = npm_docs()
@@ -65,20 +125,23 @@ async def main(show: bool) -> None:
             sets = {"sample": await ask_all(env, questions["sample"], None)}
             if docs is not None:
                 sets["npm"] = await ask_all(env, questions["npm"], {"bucket": "npm"})
-            out[label] = {name: summary(results) for name, results in sets.items()}
-            out[label]["overall"] = summary([r for results in sets.values() for r in results])
-            for name, figures in out[label].items():
-                print(f"{label} {name}: carried {figures['carried']}/{figures['questions']} "
-                      f"({figures['carried_rate']:.0%}), repeated sentences {figures['repeated_sentences']}, "
-                      f"fragments {figures['fragments']}, dangling openings {figures['dangling_openings']}")
-            if show:
-                for r in (r for results in sets.values() for r in results):
-                    mark = "carried" if carries(r["answer"], r["fact"]) else "MISSED"
-                    print(f"\n=== [{mark}: {r['fact']}] {r['question']}\n{r['answer']}")
+            out[label] = print_set(label, sets, show)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
     print(f"wrote {RESULTS}")
+    if capture is not None:
+        capture.write_bytes(orjson.dumps(store))
+        print(f"captured the passages of {len(store)} questions in {capture}")
+
+
+def _option(args: list[str], name: str) -> Path | None:
+    return Path(args[args.index(name) + 1]) if name in args[:-1] else None
 
 
 if __name__ == "__main__":
-    asyncio.run(main("--show" in sys.argv[1:]))
+    argv = sys.argv[1:]
+    replayed = _option(argv, "--replay")
+    if replayed is not None:
+        replay(replayed, "--show" in argv)
+    else:
+        asyncio.run(main("--show" in argv, _option(argv, "--capture")))
