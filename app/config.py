@@ -163,6 +163,9 @@ class Settings:
     #: (``storage/sqlite/worker_feed.py``); a followed run's log is also read after this
     #: long without news, a safety net only.
     workers_safety_poll_s: float = 1.0
+    #: Set by the supervisor of ``--workers`` for its workers (a private directory of
+    #: its own): where they meet to merge ``/metrics`` when no SQLite feed is there.
+    workers_dir: Path | None = None
     requests_per_minute: int = 60
     stream_token_ttl_s: int = 300
     #: Signs ``stream_url`` tokens; unset, a random key generated once is kept in the
@@ -312,6 +315,7 @@ class Settings:
             workers_safety_poll_s=reader.number(
                 "AGENT_WORKERS_SAFETY_POLL_S", d.workers_safety_poll_s, lo=0.05, hi=3600
             ),
+            workers_dir=_opt_path(reader.optional("AGENT_WORKERS_DIR")),
             requests_per_minute=reader.integer("AGENT_REQUESTS_PER_MINUTE", d.requests_per_minute, lo=1),
             stream_token_ttl_s=reader.integer("AGENT_STREAM_TOKEN_TTL_S", d.stream_token_ttl_s, lo=5),
             stream_token_secret=reader.optional("AGENT_STREAM_TOKEN_SECRET"),

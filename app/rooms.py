@@ -17,7 +17,7 @@ import httpx
 
 from agenttools.core.registry import ToolRegistry
 from app.config import Settings
-from app.ops.leader import FileLeader
+from app.ops.leader import Leader
 from app.ops.masking import mask_url
 from llm.pool import WaitHook
 from toolindex.embedder import Embedder
@@ -154,7 +154,7 @@ async def attach_rooms(
     embedder: Embedder | None,
     storage: StorageBundle,
     pool_waits: WaitHook | None = None,
-    leader: FileLeader | None = None,
+    leader: Leader | None = None,
 ) -> Rooms:
     from agenttools.rag.corpus_tools import CorpusToolDeps, register_corpus_tools
     from agenttools.rag.deps import RagToolDeps, RagToolSettings
@@ -174,11 +174,12 @@ async def attach_rooms(
     # Documents stored without vectors of this embedder (an ingest whose embedder failed,
     # or another embedder's) get them in the background: a pass now, after each failed
     # ingest, and on a slow timer; stopped by ``kb.aclose``.
-    # With sibling workers on one file only the leading one back-fills (``app/ops/leader``).
+    # With sibling workers on one file, or any processes on PostgreSQL, only the leading
+    # one back-fills, and stops when it no longer leads (``app/ops/leader``).
     if leader is None:
         kb.backfill.start()
     else:
-        stack.push_async_callback(_cancel, leader.when_leading(_start_backfill(kb), name="kb-backfill-start"))
+        stack.push_async_callback(_cancel, leader.when_leading(_backfill_while_leading(kb), name="kb-backfill"))
     knowledge = KnowledgeComponent(kb)
     rooms.knowledge = knowledge
     if settings.ingest_sample_kb:
@@ -316,11 +317,20 @@ async def perplexity_http(
     return client
 
 
-def _start_backfill(kb: Any) -> Callable[[], Awaitable[None]]:
-    async def start() -> None:
-        kb.backfill.start()
+def _backfill_while_leading(kb: Any) -> Callable[[], Awaitable[None]]:
+    """The KB's back-fill as a leader's job: started when this process leads, stopped
+    (so it can start again) when the lead is lost."""
 
-    return start
+    async def run() -> None:
+        task = kb.backfill.start()
+        if task is None:  # no embedder: nothing to back-fill
+            return
+        try:
+            await task
+        finally:
+            await kb.backfill.aclose()
+
+    return run
 
 
 async def _backfill_keywords(keywords: KeywordIndex) -> None:

@@ -24,7 +24,8 @@ from app.agent.selector import IndexState, ToolSelector
 from app.config import Settings
 from app.history import Titler, title_model_wanted, with_titles
 from app.keyring import resolve_keyring
-from app.ops.leader import FileLeader
+from app.ops.leader import FileLock, Leader
+from app.ops.leader import attach as attach_leader
 from app.ops.load import ReplicaLoad, StreamCounter
 from app.ops.load import attach as attach_load
 from app.ops.metrics import AppMetrics
@@ -226,15 +227,11 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     stack.push_async_callback(storage.close)
     # Several worker processes on one SQLite file (``agentchat serve --workers``) wake
     # each other's followers and cancels over sockets (the file notifies no one), and
-    # one of them — the holder of a file lock — runs the background jobs.
-    leader: FileLeader | None = None
-    if storage.engine != "postgres" and settings.workers > 1 and isinstance(storage.runs, SqliteRunStore):
-        feed = WorkerFeed(runtime_dir(settings.db_path))
-        await feed.start()
-        storage.run_feed = storage.runs.feed = feed  # closed with the storage
-        if isinstance(storage.kb_index, SqliteKBIndex):  # each worker's in-memory vectors
-            storage.kb_index.listen(feed)
-        leader = FileLeader(feed.directory / "leader.lock")
+    # one of them — the holder of a file lock — runs the background jobs. On PostgreSQL
+    # one process per database does, workers and replicas alike: the holder of an
+    # advisory lock (``app/ops/leader.py``).
+    leader = await _leader(settings, storage)
+    if leader is not None:
         leader.start()
         stack.push_async_callback(leader.aclose)
     # The stream-token and run-input keys, from where a database copy cannot read them
@@ -418,8 +415,11 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         embedder_check=embedder_check,
         leader=leader,
     )
-    if leader is not None:  # workers on one port: a scrape answers for all of them
-        worker_metrics = WorkerMetrics(storage.run_feed.directory, svc.metrics_body, label=runs.owner_id)
+    if leader is not None:
+        attach_leader(leader, metrics.registry)
+    siblings = _siblings_dir(settings, storage)
+    if siblings is not None:  # workers on one port: a scrape answers for all of them
+        worker_metrics = WorkerMetrics(siblings, svc.metrics_body, label=runs.owner_id)
         await worker_metrics.start()
         stack.push_async_callback(worker_metrics.aclose)
         svc.worker_metrics = worker_metrics
@@ -464,12 +464,42 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
 
 
 def _background(
-    leader: FileLeader | None, job: Callable[[], Coroutine[Any, Any, Any]], *, name: str
+    leader: Leader | None, job: Callable[[], Coroutine[Any, Any, Any]], *, name: str
 ) -> asyncio.Task[Any]:
-    """A periodic job: here, or — workers on one file — in the one worker that leads."""
+    """A periodic job: here, or — workers on one file, any process on PostgreSQL — in
+    the one process that leads."""
     if leader is None:
         return asyncio.create_task(job(), name=name)
     return leader.when_leading(job, name=name)
+
+
+async def _leader(settings: Settings, storage: Any) -> Leader | None:
+    """Who runs the background jobs among the processes on this database (``None``: a
+    lone process on its SQLite file runs them itself). Workers on one SQLite file also
+    get their socket feed here."""
+    if storage.engine == "postgres":
+        from storage.postgres.leader_lock import AdvisoryLeaderLock
+
+        return Leader(AdvisoryLeaderLock(storage.db.url), elsewhere="another worker or replica")
+    if settings.workers > 1 and isinstance(storage.runs, SqliteRunStore):
+        feed = WorkerFeed(runtime_dir(settings.db_path))
+        await feed.start()
+        storage.run_feed = storage.runs.feed = feed  # closed with the storage
+        if isinstance(storage.kb_index, SqliteKBIndex):  # each worker's in-memory vectors
+            storage.kb_index.listen(feed)
+        return Leader(FileLock(feed.directory / "leader.lock"))
+    return None
+
+
+def _siblings_dir(settings: Settings, storage: Any) -> Path | None:
+    """Where the workers of one ``serve --workers`` meet to merge ``/metrics``: the
+    SQLite feed's runtime directory, or on PostgreSQL (no feed) the supervisor's own
+    (``AGENT_WORKERS_DIR``, ``app/cli/workers.py``). ``None``: a process on its own."""
+    if isinstance(storage.run_feed, WorkerFeed):
+        return storage.run_feed.directory
+    if storage.engine == "postgres" and settings.workers > 1 and settings.workers_dir is not None:
+        return settings.workers_dir
+    return None
 
 
 def _remote_runs(storage: Any, shared_file: bool, safety_poll_s: float) -> RemoteRuns | None:

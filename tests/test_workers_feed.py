@@ -4,6 +4,11 @@ real processes (``agentchat serve --workers 2``; helpers of ``tests/test_workers
 The followers' safety poll is set to an hour (``AGENT_WORKERS_SAFETY_POLL_S``): whatever
 a follower on worker B receives after its first look at the log came through the wake-up
 from worker A, never from reading the file on a timer.
+
+What the workers share besides the feed is tested on both engines: one worker runs the
+background jobs (a file lock on SQLite, an advisory lock on PostgreSQL) and another takes
+them over after a SIGKILL, and every scrape of ``/metrics`` counts every worker's runs
+(on PostgreSQL through the supervisor's runtime directory, there being no feed).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -20,8 +27,12 @@ import orjson
 import pytest
 
 from tests.fakes.paced_ollama import run_body, side_effect_marker
+from tests.support.postgres import TestPostgres
 from tests.support.procs import DEMO_AUTH, AgentServer, Trace, replay, until
 from tests.test_workers import Pinned, follow_on, pinned_clients, saw, start_on, workers
+from tests.test_workers import pg as pg  # the module's PostgreSQL server, for the postgres cases
+
+ENGINES = pytest.mark.parametrize("engine", ["sqlite", "postgres"])
 
 pytestmark = pytest.mark.slow
 
@@ -69,44 +80,104 @@ EXTRACTIVE = {
 }
 
 
-async def background_jobs_by_replica(pins: dict[str, list[Pinned]]) -> dict[str, str]:
+#: Where the background jobs run, as a worker that does not lead says it.
+ELSEWHERE = {"sqlite": "another worker", "postgres": "another worker or replica"}
+#: The lock the leader holds, by engine (``/readyz`` ``workers.leader_lock``).
+LOCKS = {"sqlite": "file lock", "postgres": "postgres advisory lock"}
+
+
+@contextmanager
+def on_engine(engine: str, request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    """The environment of workers on ``engine``: the default SQLite file in the test's
+    folder, or a fresh PostgreSQL database (dropped afterwards)."""
+    if engine == "sqlite":
+        yield {}
+        return
+    server: TestPostgres = request.getfixturevalue("pg")
+    with server.database() as url:
+        yield {"AGENT_DATABASE_URL": url, "AGENT_SECRET_KEY": "workers-share-this-key-0123456789"}
+
+
+async def background_jobs_by_replica(pins: dict[str, list[Pinned]]) -> dict[str, dict[str, object]]:
     out = {}
     for replica, (pin, *_) in pins.items():
         answer = await pin.http.get(f"{pin.base}/readyz")
         pin.check(answer)
-        out[replica] = answer.json()["workers"]["background_jobs"]
+        out[replica] = answer.json()["workers"]
     return out
 
 
+async def scrape(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """One ``/metrics`` over a fresh connection (the kernel hands it to either worker)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with httpx.AsyncClient(timeout=10) as http:
+        text = (await http.get(f"{base}/metrics")).text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+
+
+def leaders_in(values: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[str, float]:
+    """``agentchat_background_jobs_leader`` by worker, as a merged scrape shows it."""
+    return {
+        dict(labels)["worker"]: value
+        for (name, labels), value in values.items()
+        if name == "agentchat_background_jobs_leader"
+    }
+
+
+@ENGINES
 async def test_one_worker_runs_the_background_jobs_and_another_takes_them_over_after_sigkill(
-    tmp_path: Path,
+    tmp_path: Path, engine: str, request: pytest.FixtureRequest
 ) -> None:
-    server = AgentServer(tmp_path, {"AGENT_WORKERS": "2", **EXTRACTIVE}, name="workers-leader")
-    server.start()
-    try:
-        await server.wait_healthy()
-        async with pinned_clients(server.base, 1) as pins:
-            jobs = await background_jobs_by_replica(pins)
-            assert sorted(jobs.values()) == ["another worker", "here"], jobs
-            leader = next(r for r, where in jobs.items() if where == "here")
-            os.kill(int(leader.split(":")[1]), signal.SIGKILL)
+    with on_engine(engine, request) as env:
+        server = AgentServer(tmp_path, {"AGENT_WORKERS": "2", **EXTRACTIVE, **env}, name=f"workers-leader-{engine}")
+        server.start()
+        try:
+            await server.wait_healthy()
+            async with pinned_clients(server.base, 1) as pins:
+                # Each worker takes part in the election at start-up; wait until one leads.
+                await until_async(lambda: _one_leads(pins, engine), "one worker leading, the other following", 60)
+                jobs = await background_jobs_by_replica(pins)
+                assert {j["leader_lock"] for j in jobs.values()} == {LOCKS[engine]}, jobs
+                leader = next(r for r, j in jobs.items() if j["background_jobs"] == "here")
+                # /metrics, merged whichever worker answers, says the same per worker.
+                for _ in range(4):
+                    assert leaders_in(await scrape(server.base)) == {r: float(r == leader) for r in pins}
+                os.kill(int(leader.split(":")[1]), signal.SIGKILL)
 
-        # The survivor (or the worker started in the dead one's place) takes the jobs over.
-        async def leads_now() -> bool:
-            try:
-                async with pinned_clients(server.base, 1) as pins:
-                    jobs = await background_jobs_by_replica(pins)
-            except AssertionError:  # one worker only, until the parent starts another
-                return False
-            return leader not in jobs and sorted(jobs.values()) == ["another worker", "here"]
+            # The survivor (or the worker started in the dead one's place) takes the jobs over.
+            async def leads_now() -> bool:
+                try:
+                    async with pinned_clients(server.base, 1) as pins:
+                        if leader in pins:
+                            return False
+                        return await _one_leads(pins, engine)
+                except AssertionError:  # one worker only, until the parent starts another
+                    return False
 
-        deadline = time.monotonic() + 60
-        while not await leads_now():
-            assert time.monotonic() < deadline, f"no worker took the background jobs over:\n{server.tail(40)}"
-            await asyncio.sleep(0.2)
-        assert server.running
-    finally:
-        server.close()
+            await until_async(leads_now, f"another worker leading:\n{server.tail(40)}", 60)
+            led = leaders_in(await scrape(server.base))
+            assert leader not in led and sorted(led.values()) == [0.0, 1.0], led
+            assert server.running
+        finally:
+            server.close()
+
+
+async def _one_leads(pins: dict[str, list[Pinned]], engine: str) -> bool:
+    jobs = await background_jobs_by_replica(pins)
+    return sorted(str(j["background_jobs"]) for j in jobs.values()) == sorted([ELSEWHERE[engine], "here"])
+
+
+async def until_async(condition: object, what: str, timeout_s: float) -> None:
+    """Until the awaited ``condition()`` is true (checked every 0.2 s), or fail saying ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while not await condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"never: {what}"
+        await asyncio.sleep(0.2)
 
 
 async def knowledge_vectors(pin: Pinned) -> int:
@@ -142,10 +213,16 @@ async def test_a_document_ingested_through_one_worker_is_in_the_others_vectors(t
         server.close()
 
 
-async def test_every_scrape_counts_the_runs_of_every_worker(tmp_path: Path) -> None:
-    from prometheus_client.parser import text_string_to_metric_families
+@ENGINES
+async def test_every_scrape_counts_the_runs_of_every_worker(
+    tmp_path: Path, engine: str, request: pytest.FixtureRequest
+) -> None:
+    with on_engine(engine, request) as env:
+        await _every_scrape_counts_the_runs_of_every_worker(tmp_path, engine, env)
 
-    server = AgentServer(tmp_path, {"AGENT_WORKERS": "2", **EXTRACTIVE}, name="workers-metrics")
+
+async def _every_scrape_counts_the_runs_of_every_worker(tmp_path: Path, engine: str, env: dict[str, str]) -> None:
+    server = AgentServer(tmp_path, {"AGENT_WORKERS": "2", **EXTRACTIVE, **env}, name=f"workers-metrics-{engine}")
     server.start()
     try:
         await server.wait_healthy()
@@ -159,14 +236,8 @@ async def test_every_scrape_counts_the_runs_of_every_worker(tmp_path: Path) -> N
                 await follow_on(pin, trace)  # to its end (the pin's last use)
             replicas = {a.replica, b.replica}
         for _ in range(8):  # fresh connections: the kernel hands them to either worker
-            async with httpx.AsyncClient(timeout=10) as http:
-                text = (await http.get(f"{server.base}/metrics")).text
-            values = {
-                (s.name, tuple(sorted(s.labels.items()))): s.value
-                for fam in text_string_to_metric_families(text)
-                for s in fam.samples
-            }
-            assert values[("agentchat_runs_started_total", ())] == 5, text[:2000]
+            values = await scrape(server.base)
+            assert values[("agentchat_runs_started_total", ())] == 5, values
             assert values[("agentchat_metrics_workers", ())] == 2
             live = {dict(labels)["worker"] for (name, labels) in values if name == "agentchat_live_runs"}
             assert live == replicas

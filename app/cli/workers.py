@@ -15,19 +15,29 @@ forwards SIGTERM/SIGINT to every worker (each drains; a second signal stops them
 once), restarts a worker that dies unasked (its runs are handed over by lease, as after
 any crash, and the new worker is a new replica), and exits when all have stopped. A
 worker that cannot start at all stops the whole service (exit 3) rather than loop.
+
+The parent also makes a private runtime directory for its workers (``AGENT_WORKERS_DIR``,
+removed when it exits) where each serves its ``/metrics`` figures to its siblings
+(``app/ops/worker_metrics.py``). Workers on one SQLite file meet beside the file anyway
+(its feed's ``<db>.workers/``); on PostgreSQL, which wakes followers and carries cancels
+itself, this directory is the only thing the workers of one port share besides it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 
 log = logging.getLogger("agentchat.workers")
@@ -36,6 +46,8 @@ log = logging.getLogger("agentchat.workers")
 NEVER_STARTED = 3
 #: How often the parent looks at its workers.
 WATCH_EVERY_S = 0.2
+#: The workers' runtime directory (see the module docstring).
+WORKERS_DIR_ENV = "AGENT_WORKERS_DIR"
 #: Workers that die this many times within ``CRASH_WINDOW_S`` stop the service.
 MAX_CRASHES = 5
 CRASH_WINDOW_S = 60.0
@@ -94,15 +106,17 @@ class Supervisor:
                 proc.send_signal(signal.SIGTERM if sig == signal.SIGINT else sig)
 
     def run(self) -> int:
-        self.sock.listen(2048)  # connections queue from now on, while the workers start
-        self.procs = [self.spawn(i) for i in range(self.count)]
-        previous = {s: signal.signal(s, self.forward) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            return self._watch()
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-            self._stop_all()
+        with runtime_directory() as directory:
+            self.env = {**self.env, WORKERS_DIR_ENV: str(directory)}
+            self.sock.listen(2048)  # connections queue from now on, while the workers start
+            self.procs = [self.spawn(i) for i in range(self.count)]
+            previous = {s: signal.signal(s, self.forward) for s in (signal.SIGTERM, signal.SIGINT)}
+            try:
+                return self._watch()
+            finally:
+                for s, handler in previous.items():
+                    signal.signal(s, handler)
+                self._stop_all()
 
     def _watch(self) -> int:
         code = 0
@@ -159,6 +173,17 @@ class Supervisor:
                 proc.wait()
 
 
+@contextlib.contextmanager
+def runtime_directory() -> Iterator[Path]:
+    """A directory only this user can enter (``mkdtemp``: mode 0700, a fresh name), in
+    the system's temporary one — short, so a Unix socket's path fits — removed at the end."""
+    directory = Path(tempfile.mkdtemp(prefix="agentchat-workers-"))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def worker_env(base: dict[str, str] | None, count: int, backend_url: str | None) -> dict[str, str]:
     """The workers' environment: they know they are ``count`` replicas on one database."""
     env = dict(os.environ if base is None else base)
@@ -168,4 +193,4 @@ def worker_env(base: dict[str, str] | None, count: int, backend_url: str | None)
     return env
 
 
-__all__: Sequence[str] = ("Supervisor", "worker_argv", "worker_env")
+__all__: Sequence[str] = ("WORKERS_DIR_ENV", "Supervisor", "runtime_directory", "worker_argv", "worker_env")

@@ -15,7 +15,7 @@ from app.agent.loop import Agent
 from app.agent.selector import IndexState
 from app.config import Settings
 from app.ops.embedder_check import EmbedderCheck
-from app.ops.leader import FileLeader
+from app.ops.leader import Leader
 from app.ops.load import ReplicaLoad
 from app.ops.masking import SecretScrubber
 from app.ops.metrics import AppMetrics, LiveSources
@@ -60,8 +60,9 @@ class Services:
     embedder_check: EmbedderCheck | None = None
     #: Live runs, model streams and event-loop lag, and whether new runs are admitted.
     load: ReplicaLoad | None = None
-    #: Workers on one SQLite file: which of them runs the background jobs (``app/ops/leader``).
-    leader: FileLeader | None = None
+    #: Which process of the database runs the background jobs (``app/ops/leader``):
+    #: workers on one SQLite file, every process on PostgreSQL.
+    leader: Leader | None = None
     #: Workers on one port: ``/metrics`` merges every worker's (``app/ops/worker_metrics``).
     worker_metrics: WorkerMetrics | None = None
     #: Masks the configured secrets in what ``/readyz`` (unauthenticated) answers.
@@ -117,10 +118,7 @@ class Services:
             report["load"] = self.load.snapshot(replica=self.runs.owner_id)
         if self.leader is not None:
             feed = self.storage.run_feed
-            report["workers"] = {
-                "background_jobs": "here" if self.leader.is_leader else "another worker",
-                "siblings_connected": getattr(feed, "siblings", None),
-            }
+            report["workers"] = {**self.leader.status(), "siblings_connected": getattr(feed, "siblings", None)}
         return report
 
     def live_metric_sources(self) -> LiveSources:
