@@ -21,8 +21,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from app.ops.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from app.runs.admission import ReplicaFull
 from app.runs.follow import Batches, Following, follow, follow_here
-from app.runs.manager import ReplicaFull
 from app.runs.records import Caller, ChatInput
 from app.runs.run import Run
 from app.server.auth import LOCAL_USER, AuthError, Identity

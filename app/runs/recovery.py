@@ -1,0 +1,134 @@
+"""What to do with an unfinished run this process carries on: after a restart, a lease
+take-over or a decided approval.
+
+A decision only, taken from what the store holds (the run's row, its event log, its
+checkpoint and its sealed input) so it can be read and tested apart from the machinery
+that then starts the agent: the run already ended (its status was not written), it
+cannot be carried on (and why, for its ``run_interrupted`` error), it never started (run
+it from its input), or it resumes from its checkpoint (with the ``run_resumed`` account,
+the partial model turn it discards, and whether it was parked for an approval).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.runs.records import Caller, ChatInput, Sealer, decode_run_input
+from app.runs.state import RunState
+from events import Discarded, EventDecodeError, MessageComplete, RunResumed, parse_event
+from storage.records import RunEvent, StoredRun
+
+
+@dataclass(frozen=True, slots=True)
+class AlreadyEnded:
+    """Its ``message_complete`` is logged; only its status was never written."""
+
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class CannotResume:
+    """It ends ``run_interrupted``; ``why`` goes into the error's message."""
+
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class StartFresh:
+    """Admitted, never started: it runs from its stored input."""
+
+    chat: ChatInput
+    caller: Caller
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeFromCheckpoint:
+    chat: ChatInput
+    caller: Caller
+    state: RunState
+    resumed: RunResumed
+    #: Parked for an approval: it was admitted before any run of the conversation here,
+    #: and those wait for its ending — it must not wait for them.
+    parked: bool
+    #: Its cancel was asked while it was parked: the state already answers the waiting
+    #: call, so it is not cancelled again.
+    parked_cancel: bool
+
+
+RecoveryPlan = AlreadyEnded | CannotResume | StartFresh | ResumeFromCheckpoint
+
+
+def plan_recovery(stored: StoredRun, events: list[RunEvent], *, reason: str, sealer: Sealer | None) -> RecoveryPlan:
+    """Decide how ``stored`` (with its logged ``events``) is carried on; ``reason`` is the
+    account ``run_resumed`` gives (restart, take-over), replaced by the approval's own
+    account for a run parked for one."""
+    if events and events[-1].event == MessageComplete.name:
+        return AlreadyEnded(status_of(events[-1]))
+    cannot = _cannot_resume(stored, events)
+    if cannot is not None:
+        return CannotResume(cannot)
+    assert stored.input is not None
+    try:
+        chat, caller = decode_run_input(
+            stored.input, conversation_id=stored.conversation_id, user_id=stored.user_id, sealer=sealer
+        )
+    except ValueError as exc:  # sealed under a key no longer configured
+        return CannotResume(str(exc))
+    if stored.checkpoint is None:
+        return StartFresh(chat, caller)
+    state = RunState.decode(stored.checkpoint)
+    parked = state.awaiting is not None
+    parked_cancel = parked and stored.cancel_requested
+    if parked:
+        if parked_cancel:
+            state.cancel_waiting()  # ended by its agent, the waiting call answered
+        reason = state.approval_account() or reason
+    discarded = (
+        Discarded(
+            from_seq=stored.checkpoint_seq + 1,
+            to_seq=stored.last_seq,
+            reason="a model turn was cut off; it is run again",
+        )
+        if stored.last_seq > stored.checkpoint_seq
+        else None
+    )
+    resumed = RunResumed(
+        run_id=stored.id,
+        reason=reason,
+        checkpoint_seq=stored.checkpoint_seq,
+        discarded=discarded,
+        pending_tool_calls=len(state.pending.calls) - len(state.pending.results) if state.pending else 0,
+    )
+    return ResumeFromCheckpoint(chat, caller, state, resumed, parked, parked_cancel)
+
+
+def _cannot_resume(stored: StoredRun, events: list[RunEvent]) -> str | None:
+    if stored.input is None:
+        return "its input was not kept"
+    if stored.checkpoint is None and events:
+        return "it has no checkpoint"
+    if stored.checkpoint is not None:
+        try:
+            RunState.decode(stored.checkpoint)
+        except (ValueError, KeyError, TypeError) as exc:
+            return f"its checkpoint is unreadable ({exc})"
+    return None
+
+
+def parked_account(stored: StoredRun) -> str | None:
+    """Why a claimed run was parked for an approval, if it was (its checkpoint says)."""
+    if stored.checkpoint is None:
+        return None
+    try:
+        return RunState.decode(stored.checkpoint).approval_account()
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def status_of(event: RunEvent) -> str:
+    """The status a stored ``message_complete`` names (``failed`` if it cannot be read)."""
+    try:
+        ended = parse_event(event.event, event.data)
+    except EventDecodeError:
+        return "failed"
+    return ended.status if isinstance(ended, MessageComplete) else "failed"

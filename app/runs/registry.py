@@ -1,0 +1,142 @@
+"""The runs this process knows, in memory: by id, by user and by conversation.
+
+One index kept in step by one owner, so admission, conversation order, the lease upkeep
+and the routes read the same picture. Admission asks about one user's runs (live, ending
+still unwritten, recent) and must not walk every run of the replica for it (issue 23: at
+500 live runs that was four scans of them per admission), hence the per-user index.
+Conversations are keyed by (user, conversation id): ids are a namespace per user, so two
+users' same-named conversations never order each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from dataclasses import dataclass, field
+
+from app.runs.run import Run
+
+
+@dataclass(slots=True)
+class RunRegistry:
+    runs: dict[str, Run] = field(default_factory=dict)
+    by_user: dict[str, dict[str, Run]] = field(default_factory=dict)
+    by_conversation: dict[tuple[str, str], list[Run]] = field(default_factory=dict)
+    #: Runs carried on here whose cut-off model turn was discarded: (from_seq, to_seq),
+    #: known before their ``run_resumed`` is written (readers that cannot take text back).
+    discarded: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def register(self, run: Run) -> None:
+        self.runs[run.id] = run
+        self.by_user.setdefault(run.user_id, {})[run.id] = run
+        self.by_conversation.setdefault((run.user_id, run.conversation_id), []).append(run)
+
+    def forget(self, run_id: str) -> None:
+        """Drop a run from memory (its log is in the store)."""
+        run = self.runs.pop(run_id)
+        self.discarded.pop(run_id, None)
+        mine = self.by_user.get(run.user_id)
+        if mine is not None:
+            mine.pop(run_id, None)
+            if not mine:
+                del self.by_user[run.user_id]
+
+    def leave_turn_order(self, run: Run) -> None:
+        """Take a run out of its conversation's turn order: later runs no longer wait for
+        this copy (it was parked, or a later claim superseded it)."""
+        convo = self.by_conversation.get((run.user_id, run.conversation_id), [])
+        if run in convo:
+            convo.remove(run)
+
+    def settle_conversation(self, run: Run) -> None:
+        """Forget a conversation's order once none of its runs here is live."""
+        convo = self.by_conversation.get((run.user_id, run.conversation_id))
+        if convo is not None and all(r.finished or r.released for r in convo):
+            self.by_conversation.pop((run.user_id, run.conversation_id), None)
+
+    def live_in(self, user_id: str, conversation_id: str) -> list[Run]:
+        """The conversation's runs here that have not ended: a new turn waits for them."""
+        return [r for r in self.by_conversation.get((user_id, conversation_id), []) if not r.finished]
+
+    def ids_in(self, user_id: str, conversation_id: str) -> set[str]:
+        return {r.id for r in self.by_conversation.get((user_id, conversation_id), [])}
+
+    def active(self) -> list[Run]:
+        return [r for r in self.runs.values() if not r.finished and not r.released]
+
+    def held(self) -> list[Run]:
+        """Runs whose lease this process must keep: live here, or ended with their ending
+        still being written."""
+        return [
+            r
+            for r in self.runs.values()
+            if not r.lost and not r.released and (not r.finished or r.durable < len(r.events))
+        ]
+
+    def ending_unwritten(self, user_id: str) -> tuple[str, ...]:
+        """The user's runs that ended here whose ending the writer has not stored yet:
+        the store still counts them unfinished, the per-user cap must not."""
+        return tuple(
+            r.id
+            for r in self.by_user.get(user_id, {}).values()
+            if r.finished and (r.durable < len(r.events) or r.storage_error is not None)
+        )
+
+    def recent(self, user_id: str) -> list[Run]:
+        """The user's runs still in memory, newest first."""
+        return sorted(self.by_user.get(user_id, {}).values(), key=lambda r: r.created_at, reverse=True)
+
+    def count_active(self, user_id: str) -> int:
+        return sum(1 for r in self.by_user.get(user_id, {}).values() if not r.finished and not r.released)
+
+    def census(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for run in self.runs.values():
+            out[run.status] = out.get(run.status, 0) + 1
+        return out
+
+    def forget_conversation(self, user_id: str, conversation_id: str) -> int:
+        """Drop the finished runs of a conversation its user deleted (issue 25): nothing
+        replays them from memory after the store has forgotten them. Live ones were
+        cancelled and ended before the delete; any left are kept (they end as usual)."""
+        gone = [
+            r.id
+            for r in self.runs.values()
+            if r.user_id == user_id and r.conversation_id == conversation_id and r.finished
+        ]
+        for run_id in gone:
+            self.forget(run_id)
+        return len(gone)
+
+    def sweep(self, now: float, finished_memory_s: float) -> int:
+        """Forget runs taken over elsewhere and finished runs nobody has followed for
+        ``finished_memory_s`` whose log is all stored; how many."""
+        removed = 0
+        for run_id, run in list(self.runs.items()):
+            if run.lost and run.followers == 0:
+                self.forget(run_id)
+                removed += 1
+            elif (
+                run.finished
+                and run.finished_at is not None
+                and now - run.finished_at > finished_memory_s
+                and run.followers == 0
+            ):
+                if run.durable < len(run.events) or run.storage_error is not None:
+                    continue  # its tail is still being written
+                self.forget(run_id)  # its run_resumed is in the log now
+                removed += 1
+        if removed:
+            release_free_memory()
+        return removed
+
+
+def release_free_memory() -> None:
+    """Hand freed heap pages back to the OS (glibc keeps them otherwise, so RSS stays at
+    its peak long after a burst of runs is gone). A no-op where there is no glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    with contextlib.suppress(AttributeError):
+        libc.malloc_trim(0)
