@@ -235,15 +235,32 @@ async def _every_scrape_counts_the_runs_of_every_worker(tmp_path: Path, engine: 
                 trace = Trace(tag=f"m{i}", run_id=started["run_id"], stream_url=started["stream_url"])
                 await follow_on(pin, trace)  # to its end (the pin's last use)
             replicas = {a.replica, b.replica}
+            # Where they meet: the supervisor's private directory (PostgreSQL has no feed).
+            meeting = {supervisors_dir(pin.pid) for pin in (a, b)}
         for _ in range(8):  # fresh connections: the kernel hands them to either worker
             values = await scrape(server.base)
             assert values[("agentchat_runs_started_total", ())] == 5, values
             assert values[("agentchat_metrics_workers", ())] == 2
             live = {dict(labels)["worker"] for (name, labels) in values if name == "agentchat_live_runs"}
             assert live == replicas
+        (directory,) = meeting
+        assert directory.stat().st_mode & 0o777 == 0o700
+        if engine == "postgres":
+            assert len(list(directory.glob("*.metrics"))) == 2
         assert server.running
+        server.send(signal.SIGTERM)  # the supervisor drains its workers and cleans up
+        assert await server.wait_exit(60) == 0, server.tail(40)
+        assert not directory.exists()
     finally:
         server.close()
+
+
+def supervisors_dir(worker_pid: int) -> Path:
+    """The runtime directory the supervisor gave a worker (``AGENT_WORKERS_DIR``)."""
+    environ = Path(f"/proc/{worker_pid}/environ").read_bytes().split(b"\0")
+    found = [v.split(b"=", 1)[1] for v in environ if v.startswith(b"AGENT_WORKERS_DIR=")]
+    assert len(found) == 1, "the worker was given no AGENT_WORKERS_DIR"
+    return Path(found[0].decode())
 
 
 async def test_a_cancel_through_one_worker_reaches_the_run_on_another_without_polling(tmp_path: Path) -> None:
