@@ -53,8 +53,13 @@ _WORKFLOW_TOOLS = frozenset(
     {"list_workflow_rules", "discover", "start_draft", "add_draft_action", "preview_draft", "preview_workflow"}
 )
 _TABLE_TOOLS = frozenset(
-    {"get_table_config", "discover_table_reference", "apply_column_change", "apply_filter_change",
-     "preview_table_config"}
+    {
+        "get_table_config",
+        "discover_table_reference",
+        "apply_column_change",
+        "apply_filter_change",
+        "preview_table_config",
+    }
 )
 _WHAT = {"workflow": "workflows", "tables": "table configurations"}
 #: Passages asked for: the answerer picks the best one or two, so it reads a few more.
@@ -116,12 +121,23 @@ def _passages(result: ToolResult) -> list[Passage]:
     out: list[Passage] = []
     for chunk in body.get("chunks") or []:
         if isinstance(chunk, dict) and chunk.get("source_id") and chunk.get("text"):
-            out.append(Passage(str(chunk["source_id"]), str(chunk.get("title") or ""), str(chunk["text"]),
-                               float(chunk.get("score") or 0.0), _summary(chunk.get("metadata"))))
+            out.append(
+                Passage(
+                    str(chunk["source_id"]),
+                    str(chunk.get("title") or ""),
+                    str(chunk["text"]),
+                    float(chunk.get("score") or 0.0),
+                    _summary(chunk.get("metadata")),
+                    section=str(chunk.get("section") or ""),
+                )
+            )
     for ext in body.get("external_answers") or []:
         if isinstance(ext, dict) and ext.get("source_id") and ext.get("answer"):
-            out.append(Passage(str(ext["source_id"]), str(ext.get("question") or "stored external answer"),
-                               str(ext["answer"]), 0.5))
+            out.append(
+                Passage(
+                    str(ext["source_id"]), str(ext.get("question") or "stored external answer"), str(ext["answer"]), 0.5
+                )
+            )
     return out
 
 
@@ -160,8 +176,17 @@ def _with_page_reads(passages: list[Passage], reads: list[ToolResult]) -> list[P
             if not chunk or chunk in seen:
                 continue
             seen.add(chunk)
-            out.append(Passage(doc, str(hit.get("title") or ""), str(hit["snippet"]), floor.get(doc, 0.0),
-                               _summary(hit.get("metadata")), chunk))
+            out.append(
+                Passage(
+                    doc,
+                    str(hit.get("title") or ""),
+                    str(hit["snippet"]),
+                    floor.get(doc, 0.0),
+                    _summary(hit.get("metadata")),
+                    chunk,
+                    str(hit.get("section") or ""),
+                )
+            )
     return out
 
 

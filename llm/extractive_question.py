@@ -91,9 +91,15 @@ _STOP = frozenset(
 )
 _PREFIXES = ("dis", "re", "un", "de", "pre", "non")
 #: A name the question writes as one (a path ``/metrics``, an identifier
-#: ``perplexity_search``, a code span): what the question is about, which a passage
-#: about something else does not say however many of the other words it shares.
-_NAME = re.compile(r"`[^`]+`|(?<![\w/.])/[^\W_][\w./-]*|\b[^\W\d_]\w*_\w+")
+#: ``perplexity_search``, a code span, a hyphenated name ``install-scripts``, an option
+#: ``--global``): what the question is about, which a passage about something else does
+#: not say however many of the other words it shares ("what happens if I run npm
+#: install-scripts with --global?" is the sentence about ``--global``, not one that
+#: "runs" after "installation" and says "scripts").
+_NAME = re.compile(
+    r"`[^`]+`|(?<![\w/.])/[^\W_][\w./-]*|\b[^\W\d_]\w*_\w+"
+    r"|(?<![\w-])--?[^\W\d_][\w-]*|\b[^\W\d_]+(?:-[^\W\d_]+)+\b"
+)
 #: How much more a named word counts than another word of the question.
 NAME_WEIGHT = 2.0
 

@@ -30,6 +30,10 @@ class Passage:
     #: The chunk the text is, when the passage is cited by its document (a page-scoped
     #: read's results are cited by ``doc_id``): where in the document it sits.
     chunk_id: str = ""
+    #: The heading the passage sits under in its document (the search result's
+    #: ``section``: "Registry › Does npm send any information about me …?"), which a
+    #: passage that continues a section no longer says itself.
+    section: str = ""
 
 
 def sentence_key(text: str) -> str:
@@ -67,7 +71,9 @@ def read_passage(passage: Passage) -> Read:
     if first:
         blocks, summary = _with_summary(blocks, passage.summary)
     headings: list[str] = []
-    current = ""
+    # What the passage says before its first heading of its own sits under the section
+    # it continues: its innermost heading (the path's last part).
+    current = passage.section.rsplit(" › ", 1)[-1].strip()
     for b in blocks:
         if b.kind == "heading":
             current = b.text

@@ -50,6 +50,7 @@ from agenttools.rag.clarification import (
     overload,
 )
 from agenttools.rag.decomposition import plan_filters, plan_intent, raw_text_for
+from agenttools.rag.kb_search import chunk_section
 from agenttools.rag.policy import mark_kb_searched
 from agenttools.rag.review import record_search, review_round
 from agenttools.rag.sources import page_label, shown_source, small_metadata
@@ -209,11 +210,13 @@ def register_hit(state: RunToolState, hit: ChunkHit) -> EvidenceSource:
 
 def _hit_view(hit: ChunkHit, max_meta: int) -> dict[str, Any]:
     meta = {k: (v[:max_meta] if isinstance(v, str) else v) for k, v in small_metadata(hit.metadata).items()}
+    section = chunk_section(hit)  # the heading the passage sits under, as knowledge_base_search shows it
     return {
         "source_id": hit.doc_id,
         "doc_id": hit.doc_id,
         "chunk_id": hit.chunk_id,
         "title": hit.title,
+        **({"section": section} if section else {}),
         "location": location_of(hit),
         **quoted(hit.text, source=f"corpus document {hit.doc_id!r}, {location_of(hit)}", field="snippet"),
         "score": round(float(hit.score), 4),

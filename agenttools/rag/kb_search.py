@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agenttools.core.registry import RunToolState, ToolContext, ToolHandler, ToolOutcome
-from agenttools.core.untrusted import quoted, safe_url
+from agenttools.core.untrusted import neutralize_text, quoted, safe_url
 from agenttools.rag.deps import ChunkHitLike, RagToolDeps
 from agenttools.rag.external_results import ExternalResult
 from agenttools.rag.policy import mark_kb_searched, note_external_result
@@ -145,13 +145,31 @@ def _top_k(value: object, maximum: int) -> int:
     return max(1, min(int(value), maximum))
 
 
+def chunk_section(hit: object) -> str:
+    """The heading a passage sits under in its document ("Does npm send any information
+    about me back to the registry?"), as the chunker recorded it: a passage that
+    continues a section no longer says its heading, so without it neither a model nor
+    the offline answerer knows what the passage is about. A Markdown page's first chunk
+    is headed by the page's summary for search (``knowledge.ingest.with_summary``); the
+    summary is the page's, not the section's, and already in ``metadata``, so it is left
+    out here. "" when the passage sits under no heading."""
+    heading = str(getattr(hit, "heading", "") or "").strip()
+    metadata = getattr(hit, "metadata", None)
+    summary = metadata.get("description") if isinstance(metadata, Mapping) else None
+    if isinstance(summary, str) and summary.strip() and heading.startswith(summary.strip()):
+        heading = heading[len(summary.strip()) :].lstrip(" —").strip()
+    return neutralize_text(heading) if heading else ""
+
+
 def _chunk_view(hit: ChunkHitLike, max_chars: int) -> dict[str, Any]:
     text = hit.text if len(hit.text) <= max_chars else hit.text[:max_chars].rstrip() + " …"
+    section = chunk_section(hit)
     return {
         "source_id": chunk_source_id(hit),
         "doc_id": hit.doc_id,
         "chunk_id": hit.chunk_id,
         "title": hit.title,
+        **({"section": section} if section else {}),
         **quoted(text, source=f"knowledge-base document {hit.doc_id!r}"),
         "score": round(float(hit.score), 4),
         "metadata": chunk_source(hit).metadata,

@@ -1,0 +1,228 @@
+"""A passage's section (issue 20 item 4): the heading a chunk sits under, which a chunk
+that continues a section no longer says itself.
+
+``knowledge_base_search`` and ``search_text`` show it as ``section`` (over the real
+knowledge base: a Markdown page chunked by the real chunker, searched by the real
+tools), without the page's one-line summary that heads a first chunk for search; the
+offline answerer reads a passage's sentences under that section, so "does npm send any
+information about me?" meets a sentence under the heading that asks it. Also here: a
+hyphenated name or an option the question writes counts as a name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agenttools.core.catalog import build_catalog
+from agenttools.core.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry
+from agenttools.core.validation import validate_arguments
+from agenttools.rag.corpus_tools import CorpusToolDeps, register_corpus_tools
+from agenttools.rag.keywords import KeywordIndex
+from agenttools.rag.tools import KB_SEARCH, RagToolDeps, register_rag_tools
+from knowledge import DocumentIn, KnowledgeBase
+from llm.extractive_answer import Passage, compose_answer
+from llm.extractive_question import Question
+from storage.sqlite import open_sqlite_storage
+from toolindex.hashing import HashingEmbedder
+
+#: Long enough that the section under the second heading is split over chunks, the
+#: later ones without the heading in their text.
+FILLER = " ".join(f"Sentence {i} describes the registry protocol in some detail." for i in range(40))
+PAGE = (
+    "### Description\n\nThe registry resolves packages by name and version.\n\n"
+    "### Does npm send any information about me back to the registry?\n\n"
+    f"{FILLER}\n\nWhen making requests npm adds two headers with details about your environment.\n"
+)
+SUMMARY = "The JavaScript Package Registry"
+
+
+class Rig:
+    def __init__(self, registry: ToolRegistry, http: httpx.AsyncClient) -> None:
+        self.registry, self.http = registry, http
+
+    async def call(self, name: str, args: dict[str, Any]) -> ToolOutcome:
+        ctx = ToolContext("u1", None, "c1", "r1", "knowledge", {}, self.http, RunToolState())
+        checked = validate_arguments(self.registry.spec(name), args)
+        assert checked.ok, checked.error
+        handler = self.registry.handler(name)
+        assert handler is not None
+        return await handler(checked.arguments, ctx)
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    storage = await open_sqlite_storage(tmp_path / "agent.db")
+    kb = await KnowledgeBase.create(storage.kb_index, HashingEmbedder())
+    try:
+        doc = DocumentIn(PAGE, "Registry", "registry", metadata={"format": "markdown", "description": SUMMARY})
+        report = await kb.ingest_documents([doc])
+        assert report.added == 1
+        async with httpx.AsyncClient() as http:
+            registry = ToolRegistry(build_catalog())
+            keywords = KeywordIndex(storage.keywords, storage.external_results)
+            register_rag_tools(registry, RagToolDeps(kb, keywords, storage.external_results))
+            register_corpus_tools(registry, CorpusToolDeps(knowledge=kb))
+            yield Rig(registry, http)
+    finally:
+        await kb.aclose()
+        await storage.close()
+
+
+def _sections(chunks: list[dict[str, Any]], text_field: str) -> dict[str, str]:
+    return {c[text_field]: c.get("section", "") for c in chunks}
+
+
+async def test_search_results_show_the_section_a_chunk_sits_under(rig: Rig) -> None:
+    out = await rig.call(KB_SEARCH, {"query": "two headers environment requests", "top_k": 10})
+    assert not out.is_error, out.content
+    chunks = out.content["chunks"]
+    later = [c for c in chunks if "two headers" in c["text"]]
+    assert later and not any("### Does npm send" in c["text"] for c in later)  # the heading is not in its text
+    assert later[0]["section"] == "Does npm send any information about me back to the registry?"
+    first = await rig.call(KB_SEARCH, {"query": "resolves packages by name and version", "top_k": 10})
+    opening = next(c for c in first.content["chunks"] if c["chunk_id"].endswith("#0"))
+    # The page's summary heads its first chunk for search; the section is the page's own heading.
+    assert opening["section"] == "Description" and SUMMARY not in opening["section"]
+    assert opening["metadata"]["description"] == SUMMARY
+
+    read = await rig.call(
+        "search_text", {"query": "two headers environment", "bucket": "default", "doc_id": "registry", "top_k": 3}
+    )
+    assert not read.is_error, read.content
+    hit = next(r for r in read.content["results"] if "two headers" in r["snippet"])
+    assert hit["section"] == "Does npm send any information about me back to the registry?"
+
+
+QUESTION = "Does npm send any information about me to the registry?"
+#: The chunk continuing the section: its sentence says neither "send" nor "information".
+CONTINUED = "When making requests npm adds two headers with details about your environment."
+#: Another page's sentence sharing more of the question's own words.
+OTHER = "The registry does not correlate information sent in requests with any account."
+
+
+def test_a_passage_is_read_under_the_section_it_continues() -> None:
+    other = Passage("logging#4", "Logging", OTHER, 0.9)
+    without = Passage("registry#4", "Registry", CONTINUED, 0.85)
+    answer, _, _ = compose_answer(QUESTION, [other, without])
+    assert "two headers" not in answer  # without its section the sentence is about nothing asked
+    section = "Registry › Does npm send any information about me back to the registry?"
+    within = Passage("registry#4", "Registry", CONTINUED, 0.85, section=section)
+    answer, sources, _ = compose_answer(QUESTION, [other, within])
+    assert answer.startswith(CONTINUED) and sources[0] == "registry#4", answer
+    assert "Does npm send" not in answer  # the section is read, not quoted as a sentence
+
+
+#: The first four passages the search returned for it over npm's documentation (npm 11).
+INSTALL_SCRIPTS_PASSAGES = [
+    Passage(
+        "scripts-513af995#2",
+        "Scripts",
+        (
+            "### Life Cycle Scripts\n"
+            "\n"
+            "There are some special life cycle scripts that happen only in certain situations.\n"
+            "These scripts happen in addition to the `pre<event>`, `post<event>`, and\n"
+            "`<event>` scripts.\n"
+            "\n"
+            "* `prepare`, `prepublish`, `prepublishOnly`, `prepack`, `postpack`, `dependencies`\n"
+            "\n"
+            "**prepare** (since `npm@4.0.0`)\n"
+            "* Runs BEFORE the package is packed, i.e.\n"
+            "during `npm publish` and `npm pack`\n"
+            "* Runs on local `npm install` without package arguments (runs with flags like "
+            "`--production` or `--omit=dev`, but does not run when installing specific packages like "
+            "`npm install express`)\n"
+            "* Runs AFTER `prepublishOnly` and `prepack`, but BEFORE `postpack`\n"
+            "* Runs for a package if it's being installed as a link through `npm install <folder>`"
+        ),
+        0.5887,
+        section="Life Cycle Scripts",
+    ),
+    Passage(
+        "scripts-513af995#9",
+        "Scripts",
+        (
+            "### Life Cycle Operation Order\n"
+            "\n"
+            "#### [`npm cache add`](/commands/npm-cache)\n"
+            "\n"
+            "* `prepare`\n"
+            "\n"
+            "#### [`npm ci`](/commands/npm-ci)\n"
+            "\n"
+            "* `preinstall`\n"
+            "* `install`\n"
+            "* `postinstall`\n"
+            "* `prepublish`\n"
+            "* `preprepare`\n"
+            "* `prepare`\n"
+            "* `postprepare`\n"
+            "\n"
+            "These all run after the actual installation of modules into\n"
+            " `node_modules`, in order, with no internal actions happening in between\n"
+            "\n"
+            "#### [`npm diff`](/commands/npm-diff)\n"
+            "\n"
+            "* `prepare`"
+        ),
+        0.483,
+        section="Life Cycle Operation Order",
+    ),
+    Passage(
+        "scripts-513af995#0",
+        "Scripts",
+        (
+            "### Description\n"
+            "\n"
+            'The `"scripts"` property of your `package.json` file supports a number of built-in '
+            "scripts and their preset life cycle events as well as arbitrary scripts.\n"
+            "These all can be executed by running `npm run <stage>`.\n"
+            "*Pre* and *post* commands with matching names will be run for those as well (e.g.\n"
+            "`premyscript`,\n"
+            "`myscript`, `postmyscript`).\n"
+            "Scripts from dependencies can be run with `npm explore <pkg> -- npm run <stage>`."
+        ),
+        0.2051,
+        section="Description",
+    ),
+    Passage(
+        "npm-install-scripts-c0e9b225#2",
+        "npm-install-scripts",
+        (
+            "This command only works inside a project that has a `package.json`. Running\n"
+            "it with `--global` (`-g`) fails with an `EGLOBAL` error, since global\n"
+            "installs (`npm install -g`) and one-off executions (`npm exec` / `npx`) have\n"
+            "no project `package.json` to write to. To allow install scripts in those\n"
+            "contexts, use the `--allow-scripts` flag at install time (for example\n"
+            "`npm install -g --allow-scripts=canvas,sharp`) or persist the setting with\n"
+            "`npm config set allow-scripts=canvas,sharp --location=user`.\n"
+            "\n"
+            "There are four subcommands:\n"
+            "\n"
+            "```bash\n"
+            "npm install-scripts approve <pkg> [<pkg> ...]\n"
+            "npm install-scripts approve --all\n"
+            "npm install-scripts deny <pkg> [<pkg> ...]\n"
+            "npm install-scripts deny --all\n"
+            "npm install-scripts ls\n"
+            "npm install-scripts prune\n"
+            "```"
+        ),
+        0.3257,
+        section="Description",
+    ),
+]
+
+
+def test_a_hyphenated_name_or_an_option_in_the_question_counts_as_a_name() -> None:
+    """The life-cycle passages say "run", "install" and "scripts" more often, but not the
+    option the question names: the answer is npm-install-scripts' sentence about it."""
+    question = "What happens if I run npm install-scripts with --global?"
+    assert {"install", "script", "global"} <= Question.of(question).names
+    answer, sources, _ = compose_answer(question, INSTALL_SCRIPTS_PASSAGES)
+    assert "EGLOBAL" in answer.split("\n\n")[0] and sources[0].startswith("npm-install-scripts"), answer
