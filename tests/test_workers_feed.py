@@ -263,12 +263,17 @@ def supervisors_dir(worker_pid: int) -> Path:
     return Path(found[0].decode())
 
 
-async def test_a_cancel_through_one_worker_reaches_the_run_on_another_without_polling(tmp_path: Path) -> None:
+@ENGINES
+async def test_a_cancel_through_one_worker_reaches_the_run_on_another_without_polling(
+    tmp_path: Path, engine: str, request: pytest.FixtureRequest
+) -> None:
     """With leases of an hour the owner's own look for cancels comes every six minutes:
-    the run ends ``cancelled`` within the cancel request only because worker B told A."""
+    the run ends ``cancelled`` within the cancel request only because worker B told A —
+    over the sibling sockets on SQLite, by ``NOTIFY`` on PostgreSQL."""
     slow_looks = {**NO_SAFETY_POLL, "AGENT_RUN_LEASE_S": "3600"}
+    pg = request.getfixturevalue("pg") if engine == "postgres" else None
     async with (
-        workers(tmp_path, "sqlite", None, **slow_looks) as (tools, server),
+        workers(tmp_path, engine, pg, **slow_looks) as (tools, server),
         pinned_clients(server.base, 2) as pins,
     ):
         (a, _), (b, b2) = pins.values()
