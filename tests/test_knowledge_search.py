@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -280,6 +281,37 @@ async def test_filtered_bm25_is_the_whole_ranking_restricted_to_the_scope(tmp_pa
         scoped = await kb.index.text_candidates(terms, KBScope(bucket="inv", doc_ids=sorted(scope)), 30, tuning)
         assert list(zip(scoped.ids, scoped.scores, strict=True)) == expected[:30]
         assert scoped.total == len(expected) == res.total_matches
+    finally:
+        await kb.aclose()
+
+
+@pytest.mark.parametrize("probe", [1000, 60])
+async def test_bucket_probe_is_the_whole_ranking_restricted_to_the_bucket(tmp_path: Path, probe: int) -> None:
+    """A bucket without filters is ranked from a probe of the whole index whose rows'
+    buckets are looked up only as far down as needed: the same ids and scores as the
+    whole ranking with the other buckets' rows removed, however the buckets interleave
+    (here the first rows are mostly the other bucket's, so the lookup goes past its
+    first step), and an exact match count when the probe saw every match."""
+    kb = await open_kb_file(tmp_path / "kb.db", None)
+    try:
+        # Bucket b's short passages lead the ranking; a's longer ones come in between.
+        a = [{"id": f"a{i}", "text": "disk warning fan " + "spare " * (2 + i % 40)} for i in range(150)]
+        b = [{"id": f"b{i}", "text": "disk warning fan " + "spare " * (i % 30)} for i in range(150)]
+        await kb.ingest_documents(a, bucket="a")
+        await kb.ingest_documents(b, bucket="b")
+        terms = content_terms("disk warning fan")
+        tuning = dataclasses.replace(kb.config.text_tuning, text_probe=probe)
+        whole = await kb.index.text_candidates(terms, KBScope(), 1000, tuning)
+        with sqlite3.connect(kb.index.location) as db:
+            rows = db.execute("SELECT c.id, d.bucket FROM kb_chunks c JOIN kb_documents d ON d.id = c.doc_id")
+            bucket_of = dict(rows.fetchall())
+        expected = [(c, s) for c, s in zip(whole.ids, whole.scores, strict=True) if bucket_of[c] == "a"]
+        assert [bucket_of[c] for c in whole.ids[:10]].count("a") < 5  # bucket b leads: the lookup must go on
+        for limit in (3, 10, 40):
+            probed = await kb.index.text_candidates(terms, KBScope(bucket="a"), limit, tuning)
+            assert list(zip(probed.ids, probed.scores, strict=True)) == expected[:limit], (probe, limit)
+            if probe >= whole.total:
+                assert probed.total == len(expected)
     finally:
         await kb.aclose()
 

@@ -37,14 +37,11 @@ RANK_ALL = (
     "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1 ORDER BY s, rowid LIMIT ?2"
 )
 
-#: Rows ``(chunk id, bm25, match count, bucket)`` of the best ``?2`` matches of the
-#: whole index (the probe of a bucket without filters).
-PROBE = (
-    f"WITH t AS MATERIALIZED (SELECT rowid AS id, bm25(kb_chunks_fts, {BM25_WEIGHTS}) AS s, "
-    "(SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1) AS total "
-    "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1 ORDER BY s, rowid LIMIT ?2) "
-    "SELECT t.id, t.s, t.total, d.bucket FROM t "
-    "CROSS JOIN kb_chunks c ON c.id = t.id CROSS JOIN kb_documents d ON d.id = c.doc_id ORDER BY t.s, t.id"
+#: Rows ``(chunk id, bucket)`` of the chunk ids in the JSON array ``?`` (the probe's
+#: bucket test, asked only for the prefix of the ranking it needs).
+BUCKETS_OF = (
+    "SELECT c.id, d.bucket FROM json_each(?) j "
+    "CROSS JOIN kb_chunks c ON c.id = j.value CROSS JOIN kb_documents d ON d.id = c.doc_id"
 )
 
 
@@ -212,18 +209,32 @@ class FtsRanker:
         """A bucket's BM25 top ``limit`` without materialising the bucket: rank all
         matches on the bare FTS index, look at the best ``probe`` of them and keep
         those in ``bucket``. ``None`` when the bucket does not fill ``limit`` from the
-        probe (then the exact query runs). The match count is exact when the probe saw
-        every match, else scaled from the probe."""
+        probe (then the exact query runs).
+
+        The bucket of a ranked chunk is looked up only as far down the ranking as
+        needed to fill ``limit`` (``2 * limit`` rows first, then twice as many each
+        time): the lookup is two B-tree searches per row (~9 us at 100k chunks), and
+        joining every probed row cost a third of a search. The match count is exact when
+        the probe saw every match (then every probed row is looked up), else scaled
+        from the rows looked up."""
         probe = max(limit * 10, tuning.text_probe)
-        rows = await self._db.fetchall(PROBE, (match, probe))
+        rows = await self._db.fetchall(RANK_ALL, (match, probe))
         if not rows:
             return KBRanked()
         total_all = int(rows[0][2])
-        kept = [(int(r[0]), max(0.0, -float(r[1]))) for r in rows if r[3] == bucket]
-        if len(rows) >= total_all:
+        saw_all = len(rows) >= total_all
+        kept: list[tuple[int, float]] = []
+        looked, step = 0, max(1, 2 * limit)
+        while looked < len(rows) and (saw_all or len(kept) < limit):
+            part = rows[looked : looked + step]
+            buckets = dict(await self._db.fetchall(BUCKETS_OF, (orjson.dumps([r[0] for r in part]).decode(),)))
+            kept.extend((int(r[0]), max(0.0, -float(r[1]))) for r in part if buckets.get(r[0]) == bucket)
+            looked += len(part)
+            step *= 2
+        if saw_all:
             kept_total = len(kept)
         elif len(kept) >= limit:
-            kept_total = round(total_all * len(kept) / len(rows))
+            kept_total = round(total_all * len(kept) / looked)
         else:
             return None
         kept = kept[:limit]
