@@ -22,6 +22,13 @@ watches). Here the connection is never lent out, and its end is the lock's end:
   ``timeout_s``, so the jobs must stay safe to run twice — the retention pass also takes
   its own transaction lock per batch).
 
+A connection that dies without a word (a network partition, a host that vanished) is the
+one case where the server would not notice by itself: an idle session waits on its socket
+until TCP gives up (two hours by default), holding the lock, so nobody else could lead. The
+session therefore asks the server for TCP keepalives of its own (``SERVER_KEEPALIVES``:
+idle 10 s, then every 5 s, 3 misses — about 25 s), and the client side uses libpq's
+keepalives with the same figures.
+
 Not behind a transaction-pooling PgBouncer: there a "session" is not a server session,
 and the lock would be taken and lost at random. Point ``AGENT_DATABASE_URL`` at the
 server or at a session-pooling bouncer.
@@ -40,6 +47,8 @@ log = logging.getLogger("agentchat.storage")
 
 #: The advisory lock's key: "AGLEADER" as a big-endian int64 (fits: the first byte < 0x80).
 LEADER_LOCK = int.from_bytes(b"AGLEADER", "big")
+#: The server ends a session whose peer stopped answering after about 10 + 3 × 5 s.
+SERVER_KEEPALIVES = "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3"
 
 
 class AdvisoryLeaderLock:
@@ -114,6 +123,11 @@ class AdvisoryLeaderLock:
                 autocommit=True,
                 connect_timeout=max(1, int(self.timeout_s)),
                 application_name=self.application_name,
+                options=SERVER_KEEPALIVES,
+                keepalives=1,
+                keepalives_idle=10,
+                keepalives_interval=5,
+                keepalives_count=3,
             ),
             self.timeout_s,
         )
@@ -135,4 +149,4 @@ class AdvisoryLeaderLock:
                 await conn.close()
 
 
-__all__ = ["LEADER_LOCK", "AdvisoryLeaderLock"]
+__all__ = ["LEADER_LOCK", "SERVER_KEEPALIVES", "AdvisoryLeaderLock"]

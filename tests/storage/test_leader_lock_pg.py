@@ -71,6 +71,10 @@ async def test_one_leads_and_a_cut_connection_hands_the_jobs_to_the_other(pg_ser
             first_lock = first.lock
             assert isinstance(first_lock, AdvisoryLeaderLock)
             assert lock_holders(url) == [first_lock.backend_pid]
+            # The server drops the session by itself if its peer vanishes silently.
+            assert first_lock._conn is not None
+            shown = await (await first_lock._conn.execute("SHOW tcp_keepalives_idle")).fetchone()
+            assert shown is not None and shown[0] == "10"
             # The second has asked (its connection is open) and does not lead.
             second_lock = second.lock
             assert isinstance(second_lock, AdvisoryLeaderLock)
