@@ -150,12 +150,20 @@ def _names(question: _Question, title: frozenset[str], shared: frozenset[str]) -
 def _section_named(question: _Question, heading: str, title: frozenset[str]) -> float:
     """The share of the question a section's heading says, when the question names the
     section (every word of its heading that the page's title has not said is asked:
-    "when should perplexity_search be used?" names the section ``perplexity_search``);
-    else 0. Like a named page, a named section is answered by what it says first."""
+    "when should perplexity_search be used?" names the section ``perplexity_search``; or
+    the heading says every word of the question and one more: a heading that asks the
+    question itself); else 0. Like a named page, a named section is answered by what it
+    says first (``_continues_unstated_section``: even when that is in the next chunk)."""
     heading_stems = _stems(heading) - title
     asked = question.stems | frozenset(question.joined)
-    if not heading_stems or _coverage(heading_stems, asked) < 1.0:
+    if not heading_stems:
         return 0.0
+    if _coverage(heading_stems, asked) < 1.0:
+        # A heading that says the whole question and one word more ("Does npm send any
+        # information about me back to the registry?") names the section too.
+        extra = sum(1 for h in heading_stems if _coverage(frozenset({h}), asked) < 1.0)
+        if extra > 1 or len(heading_stems) < 4 or _coverage(question.stems, _stems(heading)) < 1.0:
+            return 0.0
     return _coverage(question.stems, heading_stems)
 
 
@@ -193,11 +201,12 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
             and (not unsaid or _coverage(unsaid, page_terms[_document(read)]) >= 1.0)
         )
         opening = _opening(read)
+        continued = _continues_unstated_section(read, reads)
         for b, block in enumerate(read.blocks):
             if block.kind == "heading" or block.kind == "code":
                 continue
             context = title | _stems(read.headings[b])
-            after_heading = b > 0 and read.blocks[b - 1].kind == "heading"
+            after_heading = (b > 0 and read.blocks[b - 1].kind == "heading") or b == continued
             if block.kind in ("list", "table") and question.enumeration:
                 # The whole block, for a question asking for several things: when its
                 # heading, title or introduction names them ("which events …" is the
@@ -262,6 +271,56 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                     score += NEGATION_BONUS
                 out.append(_Unit(p, b, i, text, score))
     return out
+
+
+def _states(read: _Read, b: int) -> bool:
+    """Block ``b`` says something a lead could quote: a sentence or item long enough, and
+    not an introduction of a list the passage does not hold."""
+    block = read.blocks[b]
+    if block.kind not in ("prose", "list"):
+        return block.kind == "table"
+    if block.kind == "prose" and _next_block(read, b) is None:
+        units = block.units[:-1] + ([] if _introduces(block.units[-1]) else block.units[-1:])
+    else:
+        units = list(block.units)
+    return any(len(u) >= MIN_LEAD_CHARS for u in units)
+
+
+def _continues_unstated_section(read: _Read, reads: list[_Read]) -> int:
+    """The block that first states what a section says, when ``read`` continues that
+    section and the passage holding its heading stated nothing quotable after it (a
+    chunk ending "… adds two headers with information about your environment:" with its
+    list in the next chunk): what the section says first is then in this passage.
+    -1 otherwise."""
+    heading = read.passage.section.rsplit(" › ", 1)[-1].strip()
+    if not heading or not read.blocks or read.blocks[0].kind == "heading":
+        return -1
+    started = False
+    for other in reads:
+        if other is read or _document(other) != _document(read) or _position(other) != _position(read) - 1:
+            continue  # only the chunk right before this one, holding the section's start
+        for b, block in enumerate(other.blocks):
+            if block.kind == "heading" and block.text.strip() == heading:
+                later = range(b + 1, len(other.blocks))
+                ends = next((c for c in later if other.blocks[c].kind == "heading"), len(other.blocks))
+                if ends < len(other.blocks) or any(_states(other, c) for c in range(b + 1, ends)):
+                    return -1  # the section ended there, or said something already
+                started = True
+    if not started:
+        return -1
+    for b, block in enumerate(read.blocks):
+        if block.kind == "heading":
+            return -1
+        if _states(read, b):
+            return b
+    return -1
+
+
+def _position(read: _Read) -> int:
+    """The chunk's position in its document (``doc#3``), or -2 when it is not known."""
+    where = read.passage.chunk_id or read.passage.source_id
+    tail = where.rsplit("#", 1)[-1] if "#" in where else ""
+    return int(tail) if tail.isdigit() else -2
 
 
 def _document(read: _Read) -> str:

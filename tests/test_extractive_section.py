@@ -117,6 +117,111 @@ def test_a_passage_is_read_under_the_section_it_continues() -> None:
     assert "Does npm send" not in answer  # the section is read, not quoted as a sentence
 
 
+#: The registry page's passages the search and the page-scoped read returned for it (npm 11):
+#: the section's heading and its first chunk end on the sentence introducing the list.
+REGISTRY_PASSAGES = [
+    Passage(
+        "registry-aa47c818#3",
+        "Registry",
+        (
+            "### Does npm send any information about me back to the registry?\n"
+            "\n"
+            "Yes.\n"
+            "\n"
+            "When making requests of the registry npm adds two headers with information about your "
+            "environment:"
+        ),
+        0.85,
+        summary="The JavaScript Package Registry",
+        section="Does npm send any information about me back to the registry?",
+    ),
+    Passage(
+        "registry-aa47c818#5",
+        "Registry",
+        (
+            "This is used to gather better metrics on how npm is used by humans, versus build farms.\n"
+            "\n"
+            "The npm registry does not try to correlate the information in these headers with any "
+            "authenticated accounts that may be used in the same requests.\n"
+            "\n"
+            "### How can I prevent my package from being published in the official registry?\n"
+            "\n"
+            'Set `"private": true` in your `package.json` to prevent it from being published at all, '
+            "or\n"
+            '`"publishConfig":{"registry":"http://my-internal-registry.local"}`\n'
+            "to force it to be published only to your internal/private registry.\n"
+            "\n"
+            "See [`package.json`](/configuring-npm/package-json) for more info on what goes in the "
+            "package.json file."
+        ),
+        0.6916,
+        summary="The JavaScript Package Registry",
+        section="Does npm send any information about me back to the registry?",
+    ),
+    Passage(
+        "registry-aa47c818#0",
+        "Registry",
+        (
+            "### Description\n"
+            "\n"
+            "To resolve packages by name and version, npm talks to a registry website that implements "
+            "the CommonJS Package Registry specification for reading package info.\n"
+            "\n"
+            "npm is configured to use the **npm public registry** at\n"
+            "<https://registry.npmjs.org> by default.\n"
+            "Use of the npm public registry is subject to terms of use available at "
+            "<https://docs.npmjs.com/policies/terms>.\n"
+            "\n"
+            "You can configure npm to use any compatible registry you like, and even run your own "
+            "registry.\n"
+            "Use of someone else's registry may be governed by their terms of use.\n"
+            "\n"
+            "npm's package registry implementation supports several write APIs as well, to allow for "
+            "publishing packages and managing user account information."
+        ),
+        0.3944,
+        summary="The JavaScript Package Registry",
+        section="Description",
+    ),
+    Passage(
+        "registry-aa47c818",
+        "Registry",
+        (
+            "Yes.\n"
+            "\n"
+            "When making requests of the registry npm adds two headers with information about your "
+            "environment:\n"
+            "\n"
+            "* `Npm-Scope` – If your project is scoped, this header will contain its scope.\n"
+            "In the future npm hopes to build registry features that use this information to allow you "
+            "to customize your experience for your organization.\n"
+            '* `Npm-In-CI` – Set to "true" if npm believes this install is running in a continuous '
+            'integration environment, "false" otherwise.\n'
+            "This is detected by looking for the following environment variables: `CI`, `TDDIUM`,\n"
+            "  `JENKINS_URL`, `bamboo.buildKey`.\n"
+            "If you'd like to learn more you may find the [original "
+            "PR](https://github.com/npm/npm-registry-client/pull/129) interesting.\n"
+            "  This is used to gather better metrics on how npm is used by humans, versus build farms."
+        ),
+        0.3944,
+        summary="The JavaScript Package Registry",
+        chunk_id="registry-aa47c818#4",
+        section="Does npm send any information about me back to the registry?",
+    ),
+]
+
+
+def test_what_a_section_says_first_may_be_in_the_next_chunk() -> None:
+    """The heading asks the question itself in a word more ("… about me back to the
+    registry?"), so it names the section; its own chunk states nothing quotable after it
+    (the list's introduction is cut from its list), so the section's first statement is
+    the one the next chunk opens with, and it is the answer."""
+    answer, sources, _ = compose_answer(QUESTION, REGISTRY_PASSAGES)
+    assert answer.startswith("When making requests of the registry npm adds two headers"), answer
+    assert "* `Npm-Scope`" in answer and "* `Npm-In-CI`" in answer  # with the list it introduces
+    assert sources[0] == "registry-aa47c818"
+
+
 #: The first four passages the search returned for it over npm's documentation (npm 11).
 INSTALL_SCRIPTS_PASSAGES = [
     Passage(
