@@ -27,7 +27,10 @@ the answer with its first paragraph (asides such as "Note: …" are not an openi
 unit holding what the question's form asks for (a path for "where", a number with its
 unit for "how many") is preferred; words inside links name another page and count as
 context only; a section quoted from its start keeps a heading that says more than its
-paragraph; a second passage comes from another document. Reading a passage is
+paragraph; a passage continuing a section is read under the section's heading (the
+search result's ``section``), and what a section says first may open the next chunk; a
+glossary entry ("`backend/`: …") answers "what is" about its term; a second passage
+comes from another document. Reading a passage is
 ``llm.extractive_read``, quoting a lead ``llm.extractive_quote``, and alias pages
 ``llm.extractive_pages``.
 """
@@ -99,6 +102,10 @@ OPENING_BONUS = 0.2
 #: "what does npm doctor check?": the title and at most one more word) is answered by
 #: the document's opening, however many other sentences repeat its words.
 DEFINITION_BONUS = 0.6
+#: For an entry that defines what a "what is / what does" question asks about
+#: ("- `backend/`: a reference implementation of …" for "what is in the backend
+#: folder?"), over one that only mentions it ("`AGENT_BACKEND_URL`: the … backend").
+GLOSSARY_BONUS = 0.1
 MAX_ANSWER_CHARS = 1200
 MAX_PASSAGES = 2
 #: A further passage must score at least this share of the best one.
@@ -259,6 +266,8 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                     score += DEFINITION_BONUS if defines else OPENING_BONUS * named_share
                 if question.holds_wanted(plain):
                     score += ANSWER_TYPE_BONUS
+                if _defines_asked(question, raw):
+                    score += GLOSSARY_BONUS
                 if question.holds_count(_EMPHASIS.sub("", plain)):
                     score += COUNT_BONUS
                 follower = _next_block(read, b)
@@ -321,6 +330,21 @@ def _position(read: _Read) -> int:
     where = read.passage.chunk_id or read.passage.source_id
     tail = where.rsplit("#", 1)[-1] if "#" in where else ""
     return int(tail) if tail.isdigit() else -2
+
+
+_TERM = re.compile(r"^\s*(?:`(?P<code>[^`]+)`|\*\*(?P<bold>[^*]+)\*\*)\s*[:–—-]\s")
+
+
+def _defines_asked(question: _Question, text: str) -> bool:
+    """A glossary entry for what the question asks about: an item or sentence that opens
+    with a term (in code or bold) and a colon, every word of the term asked."""
+    if not question.definition:
+        return False
+    m = _TERM.match(text)
+    if m is None:
+        return False
+    term = _stems(m.group("code") or m.group("bold") or "")
+    return bool(term) and _coverage(term, question.stems | frozenset(question.joined)) >= 1.0
 
 
 def _document(read: _Read) -> str:

@@ -5,8 +5,12 @@ that continues a section no longer says itself.
 knowledge base: a Markdown page chunked by the real chunker, searched by the real
 tools), without the page's one-line summary that heads a first chunk for search; the
 offline answerer reads a passage's sentences under that section, so "does npm send any
-information about me?" meets a sentence under the heading that asks it. Also here: a
-hyphenated name or an option the question writes counts as a name.
+information about me?" meets a sentence under the heading that asks it, and what the
+section says first is found in the next chunk when the heading's own chunk states
+nothing quotable. Also here, the answerer's other round-11 changes: a hyphenated name or
+an option the question writes counts as a name; a glossary entry for what a "what is"
+question asks about is its answer. Each answerer test runs on passages the real search
+returned (npm's documentation, the sample knowledge base) and fails without its change.
 """
 
 from __future__ import annotations
@@ -331,3 +335,75 @@ def test_a_hyphenated_name_or_an_option_in_the_question_counts_as_a_name() -> No
     assert {"install", "script", "global"} <= Question.of(question).names
     answer, sources, _ = compose_answer(question, INSTALL_SCRIPTS_PASSAGES)
     assert "EGLOBAL" in answer.split("\n\n")[0] and sources[0].startswith("npm-install-scripts"), answer
+
+
+#: The sample knowledge base's passages the search returned for it (knowledge/sample_kb).
+BACKEND_PASSAGES = [
+    Passage(
+        "agentchat-configuration#2",
+        "Configuration variables",
+        (
+            "## External services\n"
+            "\n"
+            "- `PERPLEXITY_API_KEY`, `PERPLEXITY_BASE_URL`: the Perplexity web search used when the "
+            "knowledge base is not enough.\n"
+            "- `AGENT_BACKEND_URL`: the workflow/table backend the tools call. Without it, `make run` "
+            "and `make dev` start the reference backend.\n"
+            "\n"
+            "The `*_BASE_URL` and `*_HOST` variables let tests point every external service at a fake "
+            "on loopback.\n"
+            "\n"
+            "## Agent behaviour"
+        ),
+        0.56,
+        section="Configuration variables › External services",
+    ),
+    Passage(
+        "agentchat-running#0",
+        "Running the service (make run, make test, make dev)",
+        (
+            "# Running the service\n"
+            "\n"
+            "## make run\n"
+            "\n"
+            "`make run` installs the service into `.venv` when needed and starts it. On a fresh "
+            "machine it works without any model: with `AGENT_LLM_PROVIDER=auto` and neither Ollama nor "
+            "Gemini reachable, the offline `extractive` provider answers from this sample knowledge "
+            "base, which is ingested on the first start when the knowledge base is empty. Unless "
+            "`AGENT_BACKEND_URL` is set, the reference backend starts beside the agent on its own port."
+        ),
+        0.3465,
+        section="Running the service",
+    ),
+    Passage(
+        "agentchat-overview#1",
+        "What the agent chat service is",
+        (
+            "## Main parts\n"
+            "\n"
+            "- `llm/`: message, tool and stream types and the providers: `gemini`, `ollama` and "
+            "`extractive` (offline, no model).\n"
+            "- `toolindex/`: embedders (Gemini, Ollama, hashing) and the tool index used for tool "
+            "selection.\n"
+            "- `agenttools/`: the tool catalog, parameter validation, the backend client, drafts, "
+            "previews and the RAG tools.\n"
+            "- `knowledge/`: this knowledge base: documents, chunks, full-text and vector search, "
+            "buckets with typed metadata, ingestion.\n"
+            "- `prompts/`: the prompt texts and the system-prompt builder.\n"
+            "- `app/`: configuration, the HTTP routes, SSE encoding, runs, the agent loop, the tool "
+            "selector, stores, auth and the CLI.\n"
+            "- `backend/`: a reference implementation of the workflow/table REST API for `make dev`, "
+            "demos and tests."
+        ),
+        0.2558,
+        section="What the agent chat service is › Main parts",
+    ),
+]
+
+
+def test_a_glossary_entry_defines_what_the_question_asks_about() -> None:
+    """ "`backend/`: a reference implementation …" defines the folder asked about;
+    "`AGENT_BACKEND_URL`: the workflow/table backend …" only mentions it."""
+    answer, sources, _ = compose_answer("What is in the backend folder?", BACKEND_PASSAGES)
+    assert answer.startswith("`backend/`: a reference implementation"), answer
+    assert sources[0] == "agentchat-overview#1"
