@@ -63,11 +63,14 @@ from llm.extractive_read import prev_block as _prev_block
 from llm.extractive_read import read_passage as _read
 from llm.extractive_read import table_header as _table_rows_header
 from llm.extractive_read import table_rows as _table_rows
+from llm.extractive_signals import GLOSSARY_BONUS as _GLOSSARY_BONUS
+from llm.extractive_signals import MIN_LEAD_CHARS
+from llm.extractive_signals import continues_section as _continues_section
+from llm.extractive_signals import defines_asked as _defines_asked
+from llm.extractive_signals import how_to_bonus as _how_to_bonus
 from llm.markdown_blocks import item_body
 
 MIN_RELEVANCE = 0.08
-#: A lead shorter than this says too little to answer with ("See also:").
-MIN_LEAD_CHARS = 25
 #: A whole list or table says more than the question asks: an item or sentence that
 #: covers the question as well is preferred.
 WHOLE_BLOCK_PENALTY = 0.1
@@ -102,10 +105,6 @@ OPENING_BONUS = 0.2
 #: "what does npm doctor check?": the title and at most one more word) is answered by
 #: the document's opening, however many other sentences repeat its words.
 DEFINITION_BONUS = 0.6
-#: For an entry that defines what a "what is / what does" question asks about
-#: ("- `backend/`: a reference implementation of …" for "what is in the backend
-#: folder?"), over one that only mentions it ("`AGENT_BACKEND_URL`: the … backend").
-GLOSSARY_BONUS = 0.1
 MAX_ANSWER_CHARS = 1200
 MAX_PASSAGES = 2
 #: A further passage must score at least this share of the best one.
@@ -160,7 +159,7 @@ def _section_named(question: _Question, heading: str, title: frozenset[str]) -> 
     "when should perplexity_search be used?" names the section ``perplexity_search``; or
     the heading says every word of the question and one more: a heading that asks the
     question itself); else 0. Like a named page, a named section is answered by what it
-    says first (``_continues_unstated_section``: even when that is in the next chunk)."""
+    says first (``llm.extractive_signals.continues_section``: even when that is in the next chunk)."""
     heading_stems = _stems(heading) - title
     asked = question.stems | frozenset(question.joined)
     if not heading_stems:
@@ -208,7 +207,7 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
             and (not unsaid or _coverage(unsaid, page_terms[_document(read)]) >= 1.0)
         )
         opening = _opening(read)
-        continued = _continues_unstated_section(read, reads)
+        continued = _continues_section(read, reads)
         for b, block in enumerate(read.blocks):
             if block.kind == "heading" or block.kind == "code":
                 continue
@@ -267,7 +266,8 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                 if question.holds_wanted(plain):
                     score += ANSWER_TYPE_BONUS
                 if _defines_asked(question, raw):
-                    score += GLOSSARY_BONUS
+                    score += _GLOSSARY_BONUS
+                score += _how_to_bonus(question, raw)
                 if question.holds_count(_EMPHASIS.sub("", plain)):
                     score += COUNT_BONUS
                 follower = _next_block(read, b)
@@ -280,71 +280,6 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                     score += NEGATION_BONUS
                 out.append(_Unit(p, b, i, text, score))
     return out
-
-
-def _states(read: _Read, b: int) -> bool:
-    """Block ``b`` says something a lead could quote: a sentence or item long enough, and
-    not an introduction of a list the passage does not hold."""
-    block = read.blocks[b]
-    if block.kind not in ("prose", "list"):
-        return block.kind == "table"
-    if block.kind == "prose" and _next_block(read, b) is None:
-        units = block.units[:-1] + ([] if _introduces(block.units[-1]) else block.units[-1:])
-    else:
-        units = list(block.units)
-    return any(len(u) >= MIN_LEAD_CHARS for u in units)
-
-
-def _continues_unstated_section(read: _Read, reads: list[_Read]) -> int:
-    """The block that first states what a section says, when ``read`` continues that
-    section and the passage holding its heading stated nothing quotable after it (a
-    chunk ending "… adds two headers with information about your environment:" with its
-    list in the next chunk): what the section says first is then in this passage.
-    -1 otherwise."""
-    heading = read.passage.section.rsplit(" › ", 1)[-1].strip()
-    if not heading or not read.blocks or read.blocks[0].kind == "heading":
-        return -1
-    started = False
-    for other in reads:
-        if other is read or _document(other) != _document(read) or _position(other) != _position(read) - 1:
-            continue  # only the chunk right before this one, holding the section's start
-        for b, block in enumerate(other.blocks):
-            if block.kind == "heading" and block.text.strip() == heading:
-                later = range(b + 1, len(other.blocks))
-                ends = next((c for c in later if other.blocks[c].kind == "heading"), len(other.blocks))
-                if ends < len(other.blocks) or any(_states(other, c) for c in range(b + 1, ends)):
-                    return -1  # the section ended there, or said something already
-                started = True
-    if not started:
-        return -1
-    for b, block in enumerate(read.blocks):
-        if block.kind == "heading":
-            return -1
-        if _states(read, b):
-            return b
-    return -1
-
-
-def _position(read: _Read) -> int:
-    """The chunk's position in its document (``doc#3``), or -2 when it is not known."""
-    where = read.passage.chunk_id or read.passage.source_id
-    tail = where.rsplit("#", 1)[-1] if "#" in where else ""
-    return int(tail) if tail.isdigit() else -2
-
-
-_TERM = re.compile(r"^\s*(?:`(?P<code>[^`]+)`|\*\*(?P<bold>[^*]+)\*\*)\s*[:–—-]\s")
-
-
-def _defines_asked(question: _Question, text: str) -> bool:
-    """A glossary entry for what the question asks about: an item or sentence that opens
-    with a term (in code or bold) and a colon, every word of the term asked."""
-    if not question.definition:
-        return False
-    m = _TERM.match(text)
-    if m is None:
-        return False
-    term = _stems(m.group("code") or m.group("bold") or "")
-    return bool(term) and _coverage(term, question.stems | frozenset(question.joined)) >= 1.0
 
 
 def _document(read: _Read) -> str:

@@ -9,7 +9,8 @@ information about me?" meets a sentence under the heading that asks it, and what
 section says first is found in the next chunk when the heading's own chunk states
 nothing quotable. Also here, the answerer's other round-11 changes: a hyphenated name or
 an option the question writes counts as a name; a glossary entry for what a "what is"
-question asks about is its answer. Each answerer test runs on passages the real search
+question asks about is its answer; a how-to is answered by the setting or command named
+after what it asks (``llm.extractive_signals``). Each answerer test runs on passages the real search
 returned (npm's documentation, the sample knowledge base) and fails without its change.
 """
 
@@ -407,3 +408,92 @@ def test_a_glossary_entry_defines_what_the_question_asks_about() -> None:
     answer, sources, _ = compose_answer("What is in the backend folder?", BACKEND_PASSAGES)
     assert answer.startswith("`backend/`: a reference implementation"), answer
     assert sources[0] == "agentchat-overview#1"
+
+
+#: The sample knowledge base's first five passages the search returned for it.
+CORS_PASSAGES = [
+    Passage(
+        "agentchat-configuration#2",
+        "Configuration variables",
+        (
+            "## External services\n"
+            "\n"
+            "- `PERPLEXITY_API_KEY`, `PERPLEXITY_BASE_URL`: the Perplexity web search used when the "
+            "knowledge base is not enough.\n"
+            "- `AGENT_BACKEND_URL`: the workflow/table backend the tools call. Without it, `make run` "
+            "and `make dev` start the reference backend.\n"
+            "\n"
+            "The `*_BASE_URL` and `*_HOST` variables let tests point every external service at a fake "
+            "on loopback.\n"
+            "\n"
+            "## Agent behaviour"
+        ),
+        0.5683,
+        section="Configuration variables › External services",
+    ),
+    Passage(
+        "agentchat-overview#0",
+        "What the agent chat service is",
+        (
+            "# What the agent chat service is\n"
+            "\n"
+            "The agent chat service is an asynchronous Python service built on Starlette and "
+            "sse-starlette. A browser (through `EventSource`) or any Server-Sent Events consumer sends "
+            "a chat message together with a UI context: `workflow`, `tables` or `knowledge`. An LLM "
+            "agent then picks from a small, relevant set of tools, acts on the workflow and "
+            "table-configuration backend with the caller's own credentials, answers from the knowledge "
+            "base (and from the web through Perplexity when the knowledge base is not enough), and "
+            "streams every step back as Server-Sent Events."
+        ),
+        0.4107,
+        section="What the agent chat service is",
+    ),
+    Passage(
+        "agentchat-running#3",
+        "Running the service (make run, make test, make dev)",
+        (
+            "## Trying it\n"
+            "\n"
+            "Use the playground page at `GET /` in a browser, or `curl -N` against `POST "
+            "/v1/agent/chat` to watch the event stream."
+        ),
+        0.3783,
+        section="Running the service › Trying it",
+    ),
+    Passage(
+        "agentchat-overview#2",
+        "What the agent chat service is",
+        (
+            "## Where data lives\n"
+            "\n"
+            "Everything durable lands in one SQLite file named by `AGENT_DB_PATH`: conversations and "
+            "messages, tool calls, run events, drafts, keywords, external results and the knowledge "
+            "base. Schema changes go through numbered migrations applied at start-up."
+        ),
+        0.3577,
+        section="What the agent chat service is › Where data lives",
+    ),
+    Passage(
+        "agentchat-configuration#4",
+        "Configuration variables",
+        (
+            "## Server and security\n"
+            "\n"
+            "- `AGENT_HOST`, `AGENT_PORT`: where the server listens.\n"
+            "- `AGENT_CORS_ORIGINS`: allowed browser origins.\n"
+            "- `AGENT_AUTH`: `none` for local use or `jwt`, which verifies HS256 bearer tokens signed "
+            "with `AGENT_JWT_SECRET` (the `sub` claim is the user)."
+        ),
+        0.2775,
+        section="Configuration variables › Server and security",
+    ),
+]
+
+
+def test_a_how_to_is_answered_by_the_setting_named_after_what_it_asks() -> None:
+    """ "How do I allow my web page's origin …" says "origin"; the setting for it is
+    ``AGENT_CORS_ORIGINS``, whose entry says little else ("allowed browser origins"),
+    while other passages share "web" and "service" with the question."""
+    answer, sources, _ = compose_answer("How do I allow my web page's origin to call the service?", CORS_PASSAGES)
+    assert answer.startswith("`AGENT_CORS_ORIGINS`: allowed browser origins."), answer
+    assert sources[0] == "agentchat-configuration#4"

@@ -1,0 +1,132 @@
+"""Signals the offline answerer (``llm.extractive_answer``) adds to a unit's coverage of
+the question, each for a kind of passage that answers but says the question's words less
+often than another that does not:
+
+* ``continues_section``: what a section says first, when the chunk holding its heading
+  states nothing quotable after it (a list's introduction cut from its list) — it is
+  then in the next chunk, which the search result's ``section`` says it continues;
+* ``defines_asked``: a glossary entry ("- `backend/`: a reference implementation of …")
+  for what a "what is / what does" question asks about ("what is in the backend
+  folder?"), over an entry that only mentions it ("`AGENT_BACKEND_URL`: … backend");
+* ``how_to_bonus``: a how-to is answered by the thing to use — a setting, a command, a
+  path — named in code after what the question asks about.
+"""
+
+from __future__ import annotations
+
+import re
+
+from llm.extractive_question import Question
+from llm.extractive_question import coverage as _coverage
+from llm.extractive_question import stems as _stems
+from llm.extractive_read import Read as _Read
+from llm.extractive_read import introduces as _introduces
+from llm.extractive_read import next_block as _next_block
+
+#: A lead shorter than this says too little to answer with ("See also:").
+MIN_LEAD_CHARS = 25
+#: For an entry defining what a "what is" question asks about (``defines_asked``).
+GLOSSARY_BONUS = 0.1
+#: For a how-to, a unit naming in code a thing named after what the question asks
+#: about, and more for an entry defining it (``how_to_bonus``).
+HOW_TO_NAME_BONUS = 0.05
+HOW_TO_ENTRY_BONUS = 0.15
+#: A term an entry defines: in code or bold, then a colon or dash.
+_TERM = re.compile(r"^\s*(?:`(?P<code>[^`]+)`|\*\*(?P<bold>[^*]+)\*\*)\s*[:\u2013\u2014-]\s")
+
+
+def _document(read: _Read) -> str:
+    return read.passage.source_id.split("#", 1)[0]
+
+
+def _states(read: _Read, b: int) -> bool:
+    """Block ``b`` says something a lead could quote: a sentence or item long enough, and
+    not an introduction of a list the passage does not hold."""
+    block = read.blocks[b]
+    if block.kind not in ("prose", "list"):
+        return block.kind == "table"
+    if block.kind == "prose" and _next_block(read, b) is None:
+        units = block.units[:-1] + ([] if _introduces(block.units[-1]) else block.units[-1:])
+    else:
+        units = list(block.units)
+    return any(len(u) >= MIN_LEAD_CHARS for u in units)
+
+
+def continues_section(read: _Read, reads: list[_Read]) -> int:
+    """The block that first states what a section says, when ``read`` continues that
+    section and the passage holding its heading stated nothing quotable after it (a
+    chunk ending "… adds two headers with information about your environment:" with its
+    list in the next chunk): what the section says first is then in this passage.
+    -1 otherwise."""
+    heading = read.passage.section.rsplit(" › ", 1)[-1].strip()
+    if not heading or not read.blocks or read.blocks[0].kind == "heading":
+        return -1
+    started = False
+    for other in reads:
+        if other is read or _document(other) != _document(read) or _position(other) != _position(read) - 1:
+            continue  # only the chunk right before this one, holding the section's start
+        for b, block in enumerate(other.blocks):
+            if block.kind == "heading" and block.text.strip() == heading:
+                later = range(b + 1, len(other.blocks))
+                ends = next((c for c in later if other.blocks[c].kind == "heading"), len(other.blocks))
+                if ends < len(other.blocks) or any(_states(other, c) for c in range(b + 1, ends)):
+                    return -1  # the section ended there, or said something already
+                started = True
+    if not started:
+        return -1
+    for b, block in enumerate(read.blocks):
+        if block.kind == "heading":
+            return -1
+        if _states(read, b):
+            return b
+    return -1
+
+
+def _position(read: _Read) -> int:
+    """The chunk's position in its document (``doc#3``), or -2 when it is not known."""
+    where = read.passage.chunk_id or read.passage.source_id
+    tail = where.rsplit("#", 1)[-1] if "#" in where else ""
+    return int(tail) if tail.isdigit() else -2
+
+
+def defines_asked(question: Question, text: str) -> bool:
+    """A glossary entry for what the question asks about: an item or sentence that opens
+    with a term (in code or bold) and a colon, every word of the term asked."""
+    if not question.definition:
+        return False
+    m = _TERM.match(text)
+    if m is None:
+        return False
+    term = _stems(m.group("code") or m.group("bold") or "")
+    return bool(term) and _coverage(term, question.stems | frozenset(question.joined)) >= 1.0
+
+
+#: A thing named in code: a code span, or a constant (``AGENT_CORS_ORIGINS``).
+_IDENT = re.compile(r"`([^`]+)`|\b([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)\b")
+
+
+def how_to_bonus(question: Question, text: str) -> float:
+    """A how-to is answered by the thing to use — a setting, a command, a path — named in
+    code and named after what the question asks about: an entry for it ("`AGENT_CORS_ORIGINS`:
+    allowed browser origins." for "how do I allow my web page's origin …?") gains
+    ``HOW_TO_ENTRY_BONUS``, a unit naming it elsewhere ``HOW_TO_NAME_BONUS``."""
+    if not question.how_to:
+        return 0.0
+    term = _TERM.match(text)
+    if term is not None and _stems(term.group("code") or term.group("bold") or "") & question.stems:
+        return HOW_TO_ENTRY_BONUS
+    for m in _IDENT.finditer(text):
+        if _stems(m.group(1) or m.group(2)) & question.stems:
+            return HOW_TO_NAME_BONUS
+    return 0.0
+
+
+__all__ = [
+    "GLOSSARY_BONUS",
+    "HOW_TO_ENTRY_BONUS",
+    "HOW_TO_NAME_BONUS",
+    "MIN_LEAD_CHARS",
+    "continues_section",
+    "defines_asked",
+    "how_to_bonus",
+]
