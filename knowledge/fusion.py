@@ -22,6 +22,19 @@
   first few hits its cosines are mostly collision and common-n-gram noise, so its
   normalisation floor is its score at rank ``depth``. The numbers, and how they were
   fitted (tune halves of two labelled sets only), are at ``DENSE_WEIGHTS``.
+* When the two sides weigh differently, the prior already says which one ranks better
+  in general; two rules (``FusionRules``, fitted the same way) keep the lighter side
+  from undoing that where it is most likely wrong:
+  - *head only*: the lighter side (BM25 against MiniLM's 2.0; the hashing embedder
+    against BM25) reorders the other's list only with its own top ``light_depth``; its
+    tail is floored to 0 like the hashing embedder's (its own ``depth`` wins when set).
+  - *agreement*: when the two heads (top ``agreement_depth`` each) share less than
+    ``agreement_full`` of their members, at most one side has found the answer and
+    mixing them interleaves two unrelated lists; the lighter side's weight shrinks in
+    proportion, to nothing when the heads share no item, and the stronger side's order
+    stands. Measured on the Node.js set with MiniLM: the ten questions whose heads
+    shared no chunk had BM25 0.14, vectors 0.47 and fused 0.37 (nDCG@10).
+  Equal weights (Gemini, Ollama against BM25) name no stronger side: both rules stay out.
 """
 
 from __future__ import annotations
@@ -58,6 +71,42 @@ class FusionSide(NamedTuple):
     weight: float
     depth: int | None = None
     confident_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FusionRules:
+    """How the lighter of two sides of unequal weight enters ``fuse`` (module docstring).
+
+    ``light_depth``: the rank whose score floors the lighter side's normalisation when it
+    has no ``depth`` of its own (``None``: its whole list counts). ``agreement_depth``:
+    how many of each side's best candidates make its head. ``agreement_full``: the share
+    of shared head members at which the lighter side counts with its full weight; below
+    it the weight scales linearly down to 0 at no shared member (``0`` switches the rule
+    off)."""
+
+    light_depth: int | None = 10
+    agreement_depth: int = 10
+    agreement_full: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.light_depth is not None and self.light_depth < 1:
+            raise ValueError("light_depth must be at least 1 (or None for the whole list)")
+        if self.agreement_depth < 1:
+            raise ValueError("agreement_depth must be at least 1")
+        if not 0.0 <= self.agreement_full <= 1.0:
+            raise ValueError("agreement_full is a share: 0..1")
+
+
+#: The rules ``fuse`` applies unless given others. Fitted on the tune halves (even
+#: positions) of both labelled sets of bench/corpus_quality.py, both embedders, with the
+#: criterion of ``DENSE_WEIGHTS``: from light_depth {none, 10, 20} x agreement {off; a
+#: step at 0.1, 0.2, 0.3; a linear ramp full at 0.2, 0.3, 0.5} x MiniLM weight {2, 3}:
+#: depth 10, ramp full at 0.2 (2 shared of 10), weight 2 (worst tune margin over the
+#: better side 0.0165 against 0.0126 before; held-out figures:
+#: bench/results/corpus_quality_fusion2*.json).
+RULES = FusionRules()
+#: The rules before issue 24's second fusion pass, for benchmarks comparing the two.
+NO_RULES = FusionRules(light_depth=None, agreement_full=0.0)
 
 
 #: The dense side per ``Embedder.name``; kinds not listed (Gemini, Ollama) use
@@ -131,22 +180,30 @@ def confident(side: FusionSide) -> bool:
     return side.confident_at is None or (bool(side.scores) and max(side.scores) >= side.confident_at)
 
 
-def fuse(
-    sides: Sequence[FusionSide | tuple[Sequence[int], Sequence[float], float]],
-) -> dict[int, float]:
-    """Weighted CombSUM of per-query min-max normalised scores, on 0..1.
+def head_overlap(a: FusionSide, b: FusionSide, depth: int) -> float:
+    """The share of the two sides' heads (each one's best ``depth`` ids, or fewer when a
+    list is shorter) that both hold; 1.0 when either side has nothing to compare."""
+    n = min(depth, len(a.ids), len(b.ids))
+    if n == 0:
+        return 1.0
 
-    ``sides`` holds a ``FusionSide`` (or a plain ``(ids, scores, weight)``) per
-    retriever, scores higher-is-better (BM25 as a positive number, cosine similarity).
-    When another side takes part too, a side with a ``depth`` is floored at its
-    ``depth``-th score (``head_minmax``), so that side's untrusted tail cannot reorder
-    the other's ranking, and a side whose best score is below its ``confident_at`` sits
-    the query out (unless every side would: then all count, as without floors). An item
-    absent from a side scores 0 there. Only sides with candidates and a positive weight
-    take part, and the sum is divided by their total weight, so 1.0 means "best in every
-    list that ran" whether one side ran or two: a single side (depth, floor or not:
-    there is nothing else to defer to) keeps its own order and relative gaps.
-    """
+    def head(side: FusionSide) -> set[int]:
+        order = sorted(range(len(side.ids)), key=lambda j: -side.scores[j])[:n]
+        return {side.ids[j] for j in order}
+
+    return len(head(a) & head(b)) / n
+
+
+def plan(
+    sides: Sequence[FusionSide | tuple[Sequence[int], Sequence[float], float]],
+    rules: FusionRules | None = None,
+) -> list[FusionSide]:
+    """The sides ``fuse`` adds, as it will weigh them: sides without candidates or weight
+    dropped, unconfident ones sitting out (``confident``), and the lighter of two sides of
+    unequal weight floored at its head and scaled by how much the two heads agree
+    (``FusionRules``). A side scaled to nothing is dropped. For a caller that wants to
+    say which side a hybrid ranking actually rests on."""
+    rules = RULES if rules is None else rules
     active = [side for side in (FusionSide(*s) for s in sides) if side.ids and side.weight > 0]
     for side in active:
         if len(side.ids) != len(side.scores):
@@ -154,6 +211,39 @@ def fuse(
     if len(active) > 1:
         sure = [side for side in active if confident(side)]
         active = sure or active
+    if len(active) == 2 and active[0].weight != active[1].weight:
+        li = 0 if active[0].weight < active[1].weight else 1
+        light = active[li]
+        if light.depth is None and rules.light_depth is not None:
+            light = light._replace(depth=rules.light_depth)
+        if rules.agreement_full > 0:
+            shared = head_overlap(active[0], active[1], rules.agreement_depth)
+            light = light._replace(weight=light.weight * min(1.0, shared / rules.agreement_full))
+        active[li] = light
+        active = [side for side in active if side.weight > 0]
+    return active
+
+
+def fuse(
+    sides: Sequence[FusionSide | tuple[Sequence[int], Sequence[float], float]],
+    rules: FusionRules | None = None,
+) -> dict[int, float]:
+    """Weighted CombSUM of per-query min-max normalised scores, on 0..1.
+
+    ``sides`` holds a ``FusionSide`` (or a plain ``(ids, scores, weight)``) per
+    retriever, scores higher-is-better (BM25 as a positive number, cosine similarity).
+    ``plan`` decides which sides count and how much: a side whose best score is below
+    its ``confident_at`` sits the query out (unless every side would: then all count,
+    as without floors), and of two sides of unequal weight the lighter counts only at its
+    head and only as far as the two heads agree (``rules``, default ``RULES``). When
+    another side takes part too, a side with a ``depth`` is floored at its ``depth``-th
+    score (``head_minmax``), so that side's untrusted tail cannot reorder the other's
+    ranking. An item absent from a side scores 0 there. The sum is divided by the
+    total weight of the sides that count, so 1.0 means "best in every list that counted"
+    whether one side counted or two: a single side (depth, floor or not: there is
+    nothing else to defer to) keeps its own order and relative gaps.
+    """
+    active = plan(sides, rules)
     total = sum(side.weight for side in active)
     fused: dict[int, float] = {}
     if total <= 0:

@@ -11,7 +11,19 @@ import pytest
 
 from app.cli.kb_file import open_kb_file
 from knowledge import fusion, ranking
-from knowledge.fusion import DENSE_WEIGHTS, DenseWeight, FusionSide, confident, dense_weight, fuse
+from knowledge.fusion import (
+    DENSE_WEIGHTS,
+    NO_RULES,
+    RULES,
+    DenseWeight,
+    FusionRules,
+    FusionSide,
+    confident,
+    dense_weight,
+    fuse,
+    head_overlap,
+    plan,
+)
 from toolindex.hashing import HashingEmbedder
 
 TEXT = FusionSide([1, 2, 3, 4], [12.0, 9.0, 8.5, 2.0], 1.0)
@@ -132,3 +144,84 @@ async def test_the_search_path_applies_the_floor_of_the_hashing_embedder(tmp_pat
         assert hybrid_docs > text_docs  # the dense side's own finds join the list
     finally:
         await kb.aclose()
+
+
+# --- the rules for two sides of unequal weight (issue 24 item 5, second pass) -----------
+
+
+#: A BM25 side of 12 candidates and a heavier dense side (MiniLM's 2.0), with heads
+#: (top 10 each) that share ``shared`` members.
+def sides_sharing(shared: int) -> tuple[FusionSide, FusionSide]:
+    text = FusionSide(list(range(1, 13)), [float(20 - i) for i in range(12)], 1.0)
+    dense_ids = list(range(1, 1 + shared)) + list(range(100, 110 - shared)) + [11, 12]
+    dense = FusionSide(dense_ids, [0.8 - 0.01 * i for i in range(len(dense_ids))], 2.0)
+    return text, dense
+
+
+def test_heads_that_share_nothing_leave_the_stronger_side_alone() -> None:
+    text, dense = sides_sharing(0)
+    assert head_overlap(text, dense, 10) == 0.0
+    assert plan([text, dense]) == [dense]
+    assert fuse([text, dense]) == fuse([dense])
+    # Before the rules, the lighter BM25 side reordered the dense list.
+    assert order(fuse([text, dense], NO_RULES))[:10] != order(fuse([dense]))[:10]
+
+
+def test_the_lighter_side_counts_in_proportion_to_the_heads_agreement() -> None:
+    rules = FusionRules(light_depth=None, agreement_full=0.2)
+    for shared, share in ((1, 0.5), (2, 1.0), (5, 1.0)):
+        text, dense = sides_sharing(shared)
+        assert head_overlap(text, dense, 10) == pytest.approx(shared / 10)
+        counted = plan([text, dense], rules)
+        assert [s.weight for s in counted] == pytest.approx([share * text.weight, dense.weight])
+    # Switched off (agreement_full 0), the lighter side keeps its weight however far apart.
+    text, dense = sides_sharing(0)
+    assert [s.weight for s in plan([text, dense], NO_RULES)] == [1.0, 2.0]
+
+
+def test_the_lighter_side_is_trusted_at_its_head_only() -> None:
+    text, dense = sides_sharing(5)
+    light, heavy = plan([text, dense])
+    assert light.depth == RULES.light_depth and heavy.depth is None
+    fused = fuse([text, dense])
+    # BM25's 11th and 12th candidates sit at or below its 10th score: no BM25 share, so
+    # their fused value is the dense side's share only.
+    dense_only = fuse([text._replace(weight=0.0), dense])
+    for item in (11, 12):
+        assert fused[item] == pytest.approx(dense_only[item] * 2.0 / 3.0)
+    # A side's own depth wins over the rule's (the hashing embedder's 10 stays its own).
+    assert plan([text._replace(depth=3), dense])[0].depth == 3
+
+
+def test_equal_weights_name_no_stronger_side() -> None:
+    # Gemini or Ollama against BM25 (1.0 each): neither rule applies.
+    text, dense = sides_sharing(0)
+    even = dense._replace(weight=1.0)
+    assert plan([text, even]) == [text, even]
+    assert fuse([text, even]) == fuse([text, even], NO_RULES)
+
+
+def test_the_lighter_dense_side_of_the_hashing_embedder_follows_the_same_rules() -> None:
+    # Hashing (0.25) is the lighter side against BM25; its own depth and floor still hold.
+    text, _ = sides_sharing(0)
+    hashing = dense_weight("hashing")
+    far = FusionSide(
+        list(range(200, 215)), [0.9 - 0.01 * i for i in range(15)], hashing.weight, hashing.depth, hashing.confident_at
+    )
+    assert plan([text, far]) == [text]
+    near = far._replace(ids=[1, 2, 3, *range(203, 215)])
+    assert plan([text, near])[1] == near  # 3 of 10 shared: full weight, its own depth
+
+
+def test_short_lists_compare_what_they_have() -> None:
+    # Heads of the same size, as many as the shorter list holds: here each side's best 2.
+    a = FusionSide([1, 2, 3], [3.0, 2.0, 1.0], 1.0)
+    assert head_overlap(a, FusionSide([2, 9], [0.9, 0.8], 2.0), 10) == 0.5
+    assert head_overlap(a, FusionSide([3, 9], [0.9, 0.8], 2.0), 10) == 0.0  # a's 3rd is not in its head
+    assert head_overlap(a, FusionSide([], [], 2.0), 10) == 1.0
+
+
+def test_rules_refuse_values_that_mean_nothing() -> None:
+    for bad in ({"light_depth": 0}, {"agreement_depth": 0}, {"agreement_full": 1.5}, {"agreement_full": -0.1}):
+        with pytest.raises(ValueError):
+            FusionRules(**bad)  # type: ignore[arg-type]
