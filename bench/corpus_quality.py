@@ -17,7 +17,9 @@ query the three modes of ``KnowledgeBase.search`` — ``text`` (BM25 + re-rankin
 re-ranking) — give a ranked list of documents (chunks de-duplicated by document), scored
 with nDCG@10 and Recall@10, over all queries and over two fixed halves of each set (even
 positions: ``tune``, odd: ``held_out``). Every fusion choice was fitted on the ``tune``
-halves only — see ``FUSION_NOTE``.
+halves only — see ``FUSION_NOTE``. The same knowledge base also answers each query in
+hybrid mode with the fusion rules before issue 24's second pass (``fused_before``:
+``knowledge.fusion.NO_RULES``), so before and after come from one run, one ingest.
 
 Embedders: the hashing embedder always; a real one too (``AGENT_EMBEDDER=local`` for the
 MiniLM of ``make local``, or Gemini / Ollama when configured and reachable). The real
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
+import contextlib
 import importlib
 import importlib.util
 import math
@@ -41,7 +44,7 @@ import os
 import pkgutil
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +57,20 @@ import orjson  # noqa: E402
 from bench._common import write_results  # noqa: E402
 from bench.embed_cache import CachedEmbedder  # noqa: E402
 from bench.node_docs import node_documents  # noqa: E402
-from knowledge.fusion import DENSE_WEIGHTS  # noqa: E402
+from knowledge import fusion  # noqa: E402
+from knowledge.fusion import DENSE_WEIGHTS, NO_RULES, RULES, FusionRules  # noqa: E402
 
 QUERIES = ROOT / "bench" / "data" / "corpus_queries.json"
 NODE_QUERIES = ROOT / "bench" / "data" / "node_queries.json"
 K = 10
-MODES = ("text", "semantic", "hybrid")
-LABELS = {"text": "bm25", "semantic": "vectors", "hybrid": "fused"}
+#: What each query is scored with: (label, search mode, fusion rules or None for the
+#: shipped ones). Only hybrid mode fuses two sides, so only it runs twice.
+RUNS: tuple[tuple[str, str, FusionRules | None], ...] = (
+    ("bm25", "text", None),
+    ("vectors", "semantic", None),
+    ("fused", "hybrid", None),
+    ("fused_before", "hybrid", NO_RULES),
+)
 # Never read: packages of tests and tools, and modules whose import has side effects
 # (only relevant for modules without source, which are imported).
 SKIP = {"test", "idlelib", "lib2to3", "turtledemo", "ensurepip", "pydoc_data", "antigravity", "this"}
@@ -152,7 +162,18 @@ FUSION_NOTE = (
     "and rejected: per-query weights from each side's score spread (top-1 vs top-10 gap, "
     "normalised query commitment) and from the dense side's best cosine as a continuous "
     "factor, fusing only over BM25's own candidates, smaller weights. minilm: whole list, "
-    "weight 2.0 (from {1.0, 1.5, 2.0, 3.0} by stdlib tune nDCG@10), no floor. The hashing "
+    "weight 2.0 (from {1.0, 1.5, 2.0, 3.0} by stdlib tune nDCG@10; {2, 3, 4, 6} re-checked on "
+    "both tune halves in the second pass), no floor. Second pass (knowledge.fusion.RULES, "
+    "issue 24): of two sides of unequal weight the lighter counts only at its top 10 "
+    "(light_depth) and its weight scales with how many of the two top-10 heads' members "
+    "both share, full from 2 of 10 (agreement_full 0.2), to nothing when they share none; "
+    "chosen by the same worst-case tune criterion from light_depth {none, 10, 20} x "
+    "agreement {off; step at 0.1, 0.2, 0.3; linear ramp full at 0.2, 0.3, 0.5} x minilm "
+    "weight {2, 3}, after a per-query look at the node set's MiniLM losses (questions "
+    "whose two heads share nothing: BM25 0.14, vectors 0.47, fused 0.37); also tried "
+    "there and not kept: distribution-based normalisation (mean +- 2 or 3 sd), weighted "
+    "RRF (k 20, 60), top-1 vs top-10 gap weights. fused_before: the same run with "
+    "knowledge.fusion.NO_RULES. The hashing "
     "n-gram mass (1.0) was picked earlier as the largest that kept tool-selection recall with "
     "core merge >= 0.97 (bench/retrieval_quality.py) and compared on the stdlib queries too, "
     "so it is not clean of them. held_out is the half of each set no choice was fitted to"
@@ -171,8 +192,7 @@ def split_of(index: int) -> str:
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for mode in MODES:
-        label = LABELS[mode]
+    for label, _, _ in RUNS:
         out[label] = {
             f"ndcg@{K}": round(sum(r[label]["ndcg"] for r in rows) / len(rows), 4),
             f"recall@{K}": round(sum(r[label]["recall"] for r in rows) / len(rows), 4),
@@ -182,6 +202,21 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         metric: fused[f"{metric}@{K}"] > max(s[f"{metric}@{K}"] for s in single) for metric in ("ndcg", "recall")
     }
     return out
+
+
+@contextlib.contextmanager
+def fusion_rules(rules: FusionRules | None) -> Iterator[None]:
+    """``knowledge.fusion.RULES`` replaced for the block (``None``: left as shipped): the
+    search path calls ``fuse`` without rules, so this is how a run compares two."""
+    if rules is None:
+        yield
+        return
+    shipped = fusion.RULES
+    fusion.RULES = rules
+    try:
+        yield
+    finally:
+        fusion.RULES = shipped
 
 
 async def open_engine_kb(engine: str, tmp: str, embedder: Any, pg: Any) -> Any:
@@ -216,12 +251,14 @@ async def evaluate(
             for i, q in enumerate(queries):
                 rel = set(q["relevant"])
                 row: dict[str, Any] = {"query": q["query"], "split": split_of(i)}
-                for mode in MODES:
-                    # Identical for all three: same depth, same per-document cap and the
-                    # same re-ranking; only the retrievers that feed the fusion differ.
-                    res = await kb.search(q["query"], bucket=bucket, mode=mode, top_k=40)
+                for label, mode, rules in RUNS:
+                    # Identical for all: same depth, same per-document cap and the same
+                    # re-ranking; only the retrievers that feed the fusion (and, for
+                    # fused_before, the fusion's rules) differ.
+                    with fusion_rules(rules):
+                        res = await kb.search(q["query"], bucket=bucket, mode=mode, top_k=40)
                     ranked = list(dict.fromkeys(h.doc_id for h in res.hits))
-                    row[LABELS[mode]] = {"ndcg": ndcg(ranked, rel), "recall": recall(ranked, rel)}
+                    row[label] = {"ndcg": ndcg(ranked, rel), "recall": recall(ranked, rel)}
                 rows.append(row)
         finally:
             await kb.aclose()
@@ -234,7 +271,7 @@ async def evaluate(
         "summary": _summary(rows),
         "by_split": {name: _summary([r for r in rows if r["split"] == name]) for name in ("tune", "held_out")},
         "per_query": [
-            {"query": r["query"], "split": r["split"], **{LABELS[m]: round(r[LABELS[m]]["ndcg"], 3) for m in MODES}}
+            {"query": r["query"], "split": r["split"], **{label: round(r[label]["ndcg"], 3) for label, _, _ in RUNS}}
             for r in rows
         ],
     }
@@ -282,13 +319,14 @@ def load_set(name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], lis
 
 def _print(results: list[dict[str, Any]]) -> None:
     head = f"{'set':7s} {'engine':9s} {'embedder':28s} {'split':9s}"
-    print(f"\n{head} {'bm25':>7s} {'vectors':>8s} {'fused':>7s}  fused>=best")
+    print(f"\n{head} {'bm25':>7s} {'vectors':>8s} {'before':>7s} {'fused':>7s}  fused>=best")
     for r in results:
         for part, summary in (("all", r["summary"]), *r["by_split"].items()):
             n = f"ndcg@{K}"
             b, v, f = summary["bm25"][n], summary["vectors"][n], summary["fused"][n]
+            was = summary["fused_before"][n]
             print(
-                f"{r['set']:7s} {r['engine']:9s} {r['embedder']:28s} {part:9s} {b:7.4f} {v:8.4f} {f:7.4f}  "
+                f"{r['set']:7s} {r['engine']:9s} {r['embedder']:28s} {part:9s} {b:7.4f} {v:8.4f} {was:7.4f} {f:7.4f}  "
                 f"{'yes' if f >= max(b, v) else 'NO'}"
             )
 
@@ -372,6 +410,18 @@ async def main_async(argv: list[str] | None = None) -> int:
             "dense_weights": {
                 name: {"weight": w.weight, "depth": w.depth, "confident_at": w.confident_at}
                 for name, w in DENSE_WEIGHTS.items()
+            },
+            "fusion_rules": {
+                "after": {
+                    "light_depth": RULES.light_depth,
+                    "agreement_depth": RULES.agreement_depth,
+                    "agreement_full": RULES.agreement_full,
+                },
+                "before": {
+                    "light_depth": NO_RULES.light_depth,
+                    "agreement_depth": NO_RULES.agreement_depth,
+                    "agreement_full": NO_RULES.agreement_full,
+                },
             },
             "real_embedder": real_name,
             "real_embedder_note": None if real_name else why,
