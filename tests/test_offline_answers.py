@@ -188,13 +188,14 @@ FLOORS = {
     "original": {"sample": 0.91, "npm": 0.92},  # 11/12 here (12/12 in the bench, beside the npm docs), 13/14
     "held_out": {"sample": 1.0, "npm": 0.72},  # 7/7, 8/11 (7/11 before round 6)
     "fresh": {"sample": 1.0, "npm": 0.87},  # 8/8 (6/8 before round 6), 7/8
-    "final": {"sample": 1.0, "npm": 0.75},  # 8/8 (6/8 before round 6, 7/8 before round 9), 6/8
-    "unseen": {"sample": 0.87, "npm": 1.0},  # 7/8, 8/8 (6/8, 6/8 when first measured, before round 5)
+    "final": {"sample": 1.0, "npm": 0.87},  # 8/8 (6/8 before round 6, 7/8 before round 9), 7/8 (6/8 before round 11)
+    "unseen": {"sample": 1.0, "npm": 1.0},  # 8/8 (7/8 before round 11), 8/8 (6/8, 6/8 when first measured)
     "last": {"sample": 0.87, "npm": 0.87},  # 7/8, 7/8: measured once, after round 5
     "round6": {"sample": 1.0, "npm": 1.0},  # 8/8, 8/8 (5/8 when measured once after round 6; 7/8 after round 8)
     "round8": {"sample": 1.0, "npm": 0.75},  # 8/8, 6/8 (5/8 when measured once after round 8)
-    "round9": {"sample": 0.9, "npm": 0.5},  # 9/10, 5/10 (4/10 when measured once after round 9)
-    "round10": {"sample": 1.0, "npm": 0.6},  # 10/10, 6/10: measured once, after round 10
+    "round9": {"sample": 1.0, "npm": 0.6},  # 10/10, 6/10 (9/10, 4/10 when measured once after round 9)
+    "round10": {"sample": 1.0, "npm": 0.7},  # 10/10, 7/10 (10/10, 6/10 when measured once after round 10)
+    "round11": {"sample": 0.8, "npm": 0.3},  # 8/10, 3/10: measured once, after round 11
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",
@@ -210,8 +211,19 @@ def defaults(tmp_path: Path) -> dict[str, str]:
 async def ingest(env: dict[str, str], path: Path, bucket: str) -> None:
     """``agentchat ingest PATH --bucket B`` as a user runs it."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app.cli", "ingest", str(path), "--bucket", bucket, "--quiet", "--keep-going",
-        cwd=REPO, env=child_env(env), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        sys.executable,
+        "-m",
+        "app.cli",
+        "ingest",
+        str(path),
+        "--bucket",
+        bucket,
+        "--quiet",
+        "--keep-going",
+        cwd=REPO,
+        env=child_env(env),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
     )
     out, _ = await proc.communicate()
     assert proc.returncode == 0, out.decode()[-2000:]

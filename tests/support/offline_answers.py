@@ -29,8 +29,20 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: every set's misses, "last" included); "round6" was written after round 6 and measured once
 #: (round 7 read it); "round8" was written after round 8's change and measured once;
 #: "round9" (10 + 10) was written after round 9's answerer changes and measured once;
-#: "round10" (10 + 10) likewise after round 10's.
-SETS = ("original", "held_out", "fresh", "final", "unseen", "last", "round6", "round8", "round9", "round10")
+#: "round10" (10 + 10) likewise after round 10's; "round11" (10 + 10) after round 11's.
+SETS = (
+    "original",
+    "held_out",
+    "fresh",
+    "final",
+    "unseen",
+    "last",
+    "round6",
+    "round8",
+    "round9",
+    "round10",
+    "round11",
+)
 
 
 def load_questions(held_out: bool = False, name: str | None = None) -> dict[str, list[dict[str, str]]]:
@@ -100,7 +112,9 @@ def fragments(answer: str) -> list[str]:
         name = re.match(r"[a-z]+", first)  # "npm's registry …" starts with the name npm
         label = first.endswith(":")  # "*note*: …" starts a sentence
         starts_cut = text.startswith(("…", "...", ",", ";", ")")) or (
-            text[:1].islower() and (name is None or name.group(0) not in _LOWERCASE_STARTS) and not label
+            text[:1].islower()
+            and (name is None or name.group(0) not in _LOWERCASE_STARTS)
+            and not label
             and line not in items
         )
         if starts_cut or text.endswith("…"):
