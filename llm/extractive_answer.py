@@ -43,6 +43,7 @@ from llm.extractive_pages import PageOpening, alias_documents
 from llm.extractive_question import NEGATION as _NEGATION
 from llm.extractive_question import Question as _Question
 from llm.extractive_question import coverage as _coverage
+from llm.extractive_question import phrase_share as _phrase_share
 from llm.extractive_question import stems as _stems
 from llm.extractive_question import weighted_coverage as _weighted
 from llm.extractive_quote import WHOLE_BLOCK_CHARS
@@ -51,6 +52,7 @@ from llm.extractive_quote import new_sentences as _new_sentences
 from llm.extractive_quote import window as _window
 from llm.extractive_quote import with_command_line as _with_command_line
 from llm.extractive_quote import with_heading as _with_heading
+from llm.extractive_quote import with_name as _with_name
 from llm.extractive_quote import with_synopsis as _with_synopsis
 from llm.extractive_quote import with_syntax as _with_syntax
 from llm.extractive_read import Passage, sentence_key
@@ -93,6 +95,9 @@ _LISTED = re.compile(r",\s(?:[^\s,;]+\s){0,2}[^\s,;]+,\s")
 #: a sentence about that case ("If it does _not_ have a restart script …"), not by the
 #: one about the positive case beside it, which holds the same words.
 NEGATION_BONUS = 0.1
+#: For the share of the question's adjacent words a unit says side by side too (of two
+#: units sharing as many words, the one saying "each document" as the question does).
+PHRASE_WEIGHT = 0.1
 #: How much a question word found only in the unit's title or heading counts.
 CONTEXT_WEIGHT = 0.8
 FIRST_UNDER_HEADING_BONUS = 0.05
@@ -119,7 +124,8 @@ def _unit_score(question: _Question, text: str, context: frozenset[str]) -> floa
     ("This command removes …" under "npm-prune" is about npm prune), and so do the words
     of its links, which name another page ("refer to [package-lock.json](…)" points at
     the answer, it is not it); less a little for every word past a sentence's worth (of
-    two units that cover the question alike, the one that says only that is the answer)."""
+    two units that cover the question alike, the one that says only that is the answer);
+    plus a little for the question's adjacent words said side by side."""
     links = " ".join(m.group(1) for m in _LINK.finditer(text))
     if links:
         context = context | question.terms(links)
@@ -128,7 +134,8 @@ def _unit_score(question: _Question, text: str, context: frozenset[str]) -> floa
     own = _weighted(question.stems, terms, question.names)
     around = _weighted(question.stems, terms | context, question.names)
     words = len(text.split())
-    return own + CONTEXT_WEIGHT * (around - own) - min(0.1, 0.002 * max(0, words - 20))
+    phrase = PHRASE_WEIGHT * _phrase_share(question.pairs, text)
+    return own + CONTEXT_WEIGHT * (around - own) - min(0.1, 0.002 * max(0, words - 20)) + phrase
 
 
 def _enumerates(text: str) -> bool:
@@ -319,7 +326,7 @@ def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[st
         document = _document(read)
         if (unit.passage, unit.block) in used_blocks or sentence_key(unit.text) in said or document in used_documents:
             continue  # a second passage adds another page's answer, not more of the first's
-        quoted = _with_synopsis(read, unit, _with_heading(read, unit, _window(read, unit)), q)
+        quoted = _with_synopsis(read, unit, _with_name(read, unit, _with_heading(read, unit, _window(read, unit))), q)
         quoted = _with_command_line(reads, read, unit, quoted, q)
         quoted = _with_syntax(read, unit, quoted, q)
         pieces = _new_sentences(quoted, said.copy())

@@ -160,6 +160,23 @@ def _match(q: str, terms: frozenset[str]) -> float:
     return best
 
 
+def phrase_share(pairs: frozenset[tuple[str, str]], text: str) -> float:
+    """The share of the question's adjacent content words (``Question.pairs``) that
+    ``text`` also says side by side, in the same order: "Each document has an id, a
+    bucket, … a content hash" says the question's "each document"; "… tables are cut
+    … and keep their Markdown" says "keep" apart from anything else asked."""
+    if not pairs:
+        return 0.0
+    said = [_stem(t) for t in _terms(text)]
+    found = 0
+    for a, b in pairs:
+        if any(
+            _match(a, frozenset({x})) >= 1.0 and _match(b, frozenset({y})) >= 1.0 for x, y in itertools.pairwise(said)
+        ):
+            found += 1
+    return found / len(pairs)
+
+
 def coverage(question: frozenset[str], terms: frozenset[str]) -> float:
     if not question or not terms:
         return 0.0
@@ -202,6 +219,9 @@ class Question:
     counted: re.Pattern[str] | None = None
     #: The stems of the words the question writes as a name (see ``_NAME``).
     names: frozenset[str] = frozenset()
+    #: The question's adjacent content words ("each document", "keep each"): a unit
+    #: that says them side by side says what the question says (``phrase_share``).
+    pairs: frozenset[tuple[str, str]] = frozenset()
 
     @classmethod
     def of(cls, question: str) -> Question:
@@ -233,8 +253,20 @@ class Question:
             # The number, at most one word before the noun ("3 chunks", "3 more chunks").
             counted = re.compile(rf"\b{_NUMBER}\s+(?:[\w-]+\s+)?{re.escape(head)}", re.IGNORECASE)
         names = frozenset(s for m in _NAME.finditer(question) for s in stems(m.group(0)))
+        pairs = frozenset(itertools.pairwise(_stem(t) for t in _terms(question)))
         return cls(
-            stems(question), joined, phrasal, enumeration, focus, wants, how_to, definition, negated, counted, names
+            stems(question),
+            joined,
+            phrasal,
+            enumeration,
+            focus,
+            wants,
+            how_to,
+            definition,
+            negated,
+            counted,
+            names,
+            pairs,
         )
 
     def terms(self, text: str) -> frozenset[str]:
@@ -260,4 +292,4 @@ class Question:
         return self.focus is not None and self.focus in self.terms(text)
 
 
-__all__ = ["NEGATION", "WORD", "Question", "coverage", "stems", "weighted_coverage"]
+__all__ = ["NEGATION", "WORD", "Question", "coverage", "phrase_share", "stems", "weighted_coverage"]

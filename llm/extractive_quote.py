@@ -1,7 +1,8 @@
 """What the offline answerer quotes for a lead (``llm.extractive_answer``): the lead with
 its neighbours and what it introduces (``window``), the page's synopsis for a how-to
-(``with_synopsis``), a heading that says more than its paragraph (``with_heading``), no
-sentence said twice (``new_sentences``) and the citation (``cite``).
+(``with_synopsis``), a heading that says more than its paragraph (``with_heading``) or
+names the option or field the passage is about (``with_name``), no sentence said twice
+(``new_sentences``) and the citation (``cite``).
 """
 
 from __future__ import annotations
@@ -252,6 +253,29 @@ def with_heading(read: Read, unit: Unit, pieces: list[str]) -> list[str]:
         return pieces
     label = title if title.endswith(("?", "!", ".")) else f"{title}."
     return [f"**{label}** {pieces[0]}", *pieces[1:]]
+
+
+#: A heading that is one name: an option, a field, a command (```save-exact```,
+#: ``peerDependencies``, ``ignore_scripts``): in code, or a lower-case word joined by
+#: hyphens or underscores, or with a capital inside it ("Keep-alive" is a title).
+_NAME_HEADING = re.compile(r"^(?:`[^`\s]+`|[a-z][a-z0-9]*(?:[-_][a-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*)$")
+
+
+def with_name(read: Read, unit: Unit, pieces: list[str]) -> list[str]:
+    """A passage quoted from a section named by one name — a config option, a
+    package.json field — keeps the name as its label when it does not say it: "Dependencies
+    saved to package.json will be configured with an exact version …" is what the
+    ``save-exact`` option does, and without the name the reader cannot use it. The
+    heading is the one the passage sits under (its own, or the section it continues)."""
+    heading = read.headings[unit.block].strip().strip("#*_ ").strip()
+    if not pieces or not heading or _NAME_HEADING.match(heading) is None or is_verbatim(pieces[0]):
+        return pieces
+    name = heading.strip("`")
+    if pieces[0].startswith("**") or name.casefold() in " ".join(pieces).casefold():
+        return pieces
+    if name.casefold() == read.passage.title.strip().casefold():
+        return pieces  # the page's own name: the citation says it
+    return [f"**`{name}`:** {pieces[0]}", *pieces[1:]]
 
 
 def is_verbatim(piece: str) -> bool:
