@@ -156,6 +156,35 @@ allows …" ranked second behind a row of its table; the Organizations page's "T
 admin is the only person who can add users" fifth; ``npm install-scripts``' "EGLOBAL"
 sentence and ``npm set``'s synopsis behind passages of ``scripts`` and ``config`` that
 share more of the question's words.
+
+Round 11 (general changes, each replayed over every set's captured passages with
+``bench/offline_answers.py --replay`` before it was kept): search results carry the
+``section`` a chunk sits under (``knowledge_base_search`` and ``search_text``), and the
+answerer reads a passage continuing a section under its heading; what a section says
+first may open the next chunk (the registry's "two headers"), and a heading asking the
+question itself in one word more names its section; a hyphenated name or an option the
+question writes is a name (``install-scripts``, ``--global``: EGLOBAL); a glossary entry
+answers "what is" about its term (``backend/``); a how-to is answered by the setting or
+command named after what it asks (``AGENT_CORS_ORIGINS``, ``AGENT_LLM_PROVIDER``, ``npm
+ping``). The ten earlier held-out-style sets 132/154 -> 138/154 (132: round10 sample's
+``AGENT_LLM_PROVIDER`` had been lost to a search change made elsewhere), nothing lost.
+Tried and left out (each on every set): weighting words by their rarity among the
+pages found (lost two to five, the tuned set's among them, at every strength), a bonus
+for a stronger or weaker search-rank prior (lost one or two, or changed nothing), a
+page's summary in a named page's share (nothing gained). An eleventh set (``round11``, 10 + 10) written after these
+changes and committed before it was first asked: sample 8/10, npm 3/10 (55 %).
+
+Round 12, after reading ``round11``'s answers: a passage quoted from a section named by
+an option or field keeps the name as its label (two round11 answers quoted the right
+sentence without ``save-exact`` / ``peerDependencies``), and the question's adjacent
+words said side by side count a little ("each document"). round11 11/20 -> 14/20,
+nothing else changed. A twelfth set (``round12``, 10 + 10) written after these changes
+and committed before it was first asked: sample 9/10, npm 3/10 (60 %); held-out-style
+overall (held_out … round12) 164/194 = 85 %, short of 90 %. round12's npm misses: three
+the search's (``main``, ``npm publish --dry-run``, ``npm pkg set`` not among the
+passages), four the answerer's (``postversion`` quoted for ``preversion``; the license
+section's first paragraph without the next one's "SPDX"; ``npm init``'s opening without
+``--yes``; ``npm cache``'s summary without its ``clean`` line).
 The floors below are the figures reached, so any lost answer fails.
 """
 
@@ -195,7 +224,8 @@ FLOORS = {
     "round8": {"sample": 1.0, "npm": 0.75},  # 8/8, 6/8 (5/8 when measured once after round 8)
     "round9": {"sample": 1.0, "npm": 0.6},  # 10/10, 6/10 (9/10, 4/10 when measured once after round 9)
     "round10": {"sample": 1.0, "npm": 0.7},  # 10/10, 7/10 (10/10, 6/10 when measured once after round 10)
-    "round11": {"sample": 0.8, "npm": 0.3},  # 8/10, 3/10: measured once, after round 11
+    "round11": {"sample": 0.8, "npm": 0.5},  # 8/10 here (9/10 in the bench), 5/10 (8/10, 3/10 measured once)
+    "round12": {"sample": 0.9, "npm": 0.3},  # 10/10 here, 9/10 in the bench; 3/10: measured once, after round 12
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",

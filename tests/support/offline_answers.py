@@ -29,7 +29,8 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: every set's misses, "last" included); "round6" was written after round 6 and measured once
 #: (round 7 read it); "round8" was written after round 8's change and measured once;
 #: "round9" (10 + 10) was written after round 9's answerer changes and measured once;
-#: "round10" (10 + 10) likewise after round 10's; "round11" (10 + 10) after round 11's.
+#: "round10" (10 + 10) likewise after round 10's; "round11" (10 + 10) after round 11's,
+#: read for round 12; "round12" (10 + 10) after round 12's.
 SETS = (
     "original",
     "held_out",
@@ -42,6 +43,7 @@ SETS = (
     "round9",
     "round10",
     "round11",
+    "round12",
 )
 
 
