@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from knowledge.vectors import VectorIndex, load_vectors
 from storage.interfaces import KBIndex, KBVectorSearch
-from storage.kb_records import KBRanked, KBScope
+from storage.kb_records import KBRanked, KBScope, KBVectorRows
 
 F32 = npt.NDArray[np.float32]
 
@@ -40,6 +40,10 @@ class DenseSide(Protocol):
 
     def add(self, chunk_ids: Iterable[int], doc_id: str, bucket: str, vectors: F32) -> None:
         """Ingestion stored these vectors (committed): make them searchable."""
+        ...
+
+    def add_many(self, docs: Sequence[KBVectorRows]) -> None:
+        """``add`` for each of ``docs`` (a committed ingest batch), in one step."""
         ...
 
     def remove_document(self, doc_id: str) -> int:
@@ -109,6 +113,10 @@ class MatrixDense:
         self._changed_here = True
         self.matrix.add(chunk_ids, doc_id, bucket, vectors)
 
+    def add_many(self, docs: Sequence[KBVectorRows]) -> None:
+        self._changed_here = True
+        self.matrix.add_many(docs)
+
     def remove_document(self, doc_id: str) -> int:
         self._changed_here = True
         return self.matrix.remove_document(doc_id)
@@ -164,6 +172,10 @@ class DatabaseDense:
 
     def add(self, chunk_ids: Iterable[int], doc_id: str, bucket: str, vectors: F32) -> None:
         self._seen = True  # the rows are in the database already
+
+    def add_many(self, docs: Sequence[KBVectorRows]) -> None:
+        if docs:
+            self._seen = True
 
     def remove_document(self, doc_id: str) -> int:
         return 0

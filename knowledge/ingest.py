@@ -70,7 +70,7 @@ from knowledge.types import (
     Rejection,
 )
 from storage.interfaces import KBIndex
-from storage.kb_records import KBChunkWrite, KBDocumentWrite
+from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBVectorRows
 from toolindex.embedder import Embedder, EmbeddingError
 
 #: ``(files done, files in all, what is happening)``: after each file, and while a batch
@@ -444,10 +444,14 @@ class Ingestor:
             for p in todo
         ]
         row_ids = await self.index.write_documents(bucket, schema, docs)
-        for p, ids in zip(todo, row_ids, strict=True):
+        for p in todo:
             self.vectors.remove_document(p.doc.id or "")
-            if p.vectors is not None and ids:
-                self.vectors.add(ids, p.doc.id or "", bucket, p.vectors)
+        added = [
+            KBVectorRows(p.doc.id or "", bucket, ids, p.vectors)
+            for p, ids in zip(todo, row_ids, strict=True)
+            if p.vectors is not None and ids
+        ]
+        self.vectors.add_many(added)
 
     async def _stale_documents(
         self, bucket: str, roots: list[Path], seen: set[str], protected: set[str]

@@ -16,7 +16,7 @@ PostgreSQL answers in the database instead (``knowledge.dense``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from storage.interfaces import KBIndex
+from storage.kb_records import KBVectorRows
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
@@ -127,6 +128,44 @@ class VectorIndex:
         for i, cid in enumerate(ids.tolist()):
             self._row_of_chunk[cid] = n + i
             rows_list.append(n + i)
+        self._snap = Snapshot(snap.matrix, snap.chunk_ids, snap.doc_codes, snap.bucket_codes, snap.alive, n + k)
+
+    def add_many(self, docs: Sequence[KBVectorRows]) -> None:
+        """``add`` for several documents at once, as if added one after the other: one
+        normalisation, one copy and one new snapshot for the lot. Ingestion writes
+        batches of thousands of one-chunk documents, and ``add``'s fixed numpy cost
+        (~28 us a call, most of it normalising a single row) was ~15 % of an ingest's
+        CPU at 100k chunks; a search sees the batch appear at once."""
+        docs = [d for d in docs if len(d.chunk_ids)]
+        if not docs:
+            return
+        counts = [len(d.chunk_ids) for d in docs]
+        for d, k in zip(docs, counts, strict=True):
+            shape = np.shape(d.vectors)
+            if shape != (k, self.dim) and not (k == 1 and shape == (self.dim,)):
+                raise ValueError(f"expected {k}x{self.dim} vectors, got {shape}")
+        ids = np.fromiter((c for d in docs for c in d.chunk_ids), dtype=np.int64, count=sum(counts))
+        rows = normalise_rows(np.concatenate([np.asarray(d.vectors, np.float32).reshape(-1, self.dim) for d in docs]))
+        dcodes = [self.doc_code(d.doc_id, create=True) for d in docs]
+        bcodes = [self.bucket_code(d.bucket, create=True) for d in docs]
+        snap = self._snap
+        n, k = snap.n, len(ids)
+        if n + k > len(snap.chunk_ids):
+            snap = self._grow(n + k)
+        snap.matrix[n : n + k] = rows
+        snap.chunk_ids[n : n + k] = ids
+        snap.doc_codes[n : n + k] = np.repeat(np.asarray(dcodes, np.int32), counts)
+        snap.bucket_codes[n : n + k] = np.repeat(np.asarray(bcodes, np.int32), counts)
+        snap.alive[n : n + k] = True
+        row = n
+        chunk_list = ids.tolist()
+        for dcode, count in zip(dcodes, counts, strict=True):
+            assert dcode is not None
+            rows_list = self._rows_of_doc.setdefault(dcode, [])
+            for cid in chunk_list[row - n : row - n + count]:
+                self._row_of_chunk[cid] = row
+                rows_list.append(row)
+                row += 1
         self._snap = Snapshot(snap.matrix, snap.chunk_ids, snap.doc_codes, snap.bucket_codes, snap.alive, n + k)
 
     def remove_document(self, doc_id: str) -> int:

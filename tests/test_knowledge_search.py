@@ -15,7 +15,7 @@ from app.cli.kb_file import open_kb_file
 from knowledge import KBConfig, KnowledgeBase, UnknownBucketError
 from knowledge.textnorm import content_terms
 from knowledge.vectors import VectorIndex, normalise_rows
-from storage.kb_records import KBScope
+from storage.kb_records import KBScope, KBVectorRows
 from storage.kb_terms import selective_terms
 from tests.test_knowledge_chunking import NASTY
 from toolindex.hashing import HashingEmbedder
@@ -249,6 +249,37 @@ def test_masked_vector_scan_matches_brute_force(layout: str) -> None:
     assert ids.tolist() == [int(snap.chunk_ids[i]) for i in order]
     assert np.allclose(scores, all_scores[order])
     assert positive == int(((all_scores > 0) & eligible).sum())
+
+
+def test_adding_a_batch_of_documents_is_adding_them_one_by_one() -> None:
+    """``add_many`` (ingest's batches) leaves the matrix exactly as ``add`` per
+    document would: rows, ids, codes, which rows a document and a chunk own, scans,
+    removal; a one-chunk document may come as a single vector; a wrong shape is refused."""
+    rng = np.random.default_rng(5)
+    docs = [
+        KBVectorRows(f"doc{d}", "ab"[d % 2], list(range(d * 10, d * 10 + 1 + d % 3)), np.zeros(0, np.float32))
+        for d in range(30)
+    ]
+    docs = [dataclasses.replace(d, vectors=rng.standard_normal((len(d.chunk_ids), 8)).astype(np.float32)) for d in docs]
+    docs[4] = dataclasses.replace(docs[4], chunk_ids=[40], vectors=docs[4].vectors[0])  # one chunk, a 1-D vector
+    one, many = VectorIndex(8, capacity=4), VectorIndex(8, capacity=4)
+    one.add([1], "first", "a", rng.standard_normal((1, 8)).astype(np.float32))
+    many.add([1], "first", "a", one.snapshot().matrix[:1])
+    for d in docs:
+        one.add(d.chunk_ids, d.doc_id, d.bucket, d.vectors)
+    many.add_many(docs)
+    a, b = one.snapshot(), many.snapshot()
+    assert a.n == b.n == 1 + sum(len(d.chunk_ids) for d in docs)
+    for field in ("matrix", "chunk_ids", "doc_codes", "bucket_codes", "alive"):
+        assert np.array_equal(getattr(a, field)[: a.n], getattr(b, field)[: b.n]), field
+    q = normalise_rows(rng.standard_normal(8))[0]
+    assert one.cosines([11, 40, 290], q) == many.cosines([11, 40, 290], q)
+    assert one.remove_document("doc7") == many.remove_document("doc7") == 2
+    scans = [VectorIndex.scan(x.snapshot(), q, 12) for x in (one, many)]
+    assert scans[0][0].tolist() == scans[1][0].tolist() and scans[0][2] == scans[1][2]
+    with pytest.raises(ValueError, match="expected 2x8"):
+        many.add_many([KBVectorRows("bad", "a", [900, 901], np.zeros((3, 8), np.float32))])
+    assert many.snapshot().n == b.n  # nothing of a refused batch was added
 
 
 async def test_filtered_bm25_is_the_whole_ranking_restricted_to_the_scope(tmp_path: Path) -> None:
