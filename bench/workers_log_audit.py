@@ -11,8 +11,10 @@ for the workers), keeps the SQLite file, and for every run compares three things
   or duplicated an event, or a client that miscounted, shows here);
 - the tokens in the stored log (a log that lacks them was written that way: the
   followers only deliver it);
-- the log's shape: ``run_resumed`` (a worker took the run over after its lease lapsed)
-  and more than one ``message_complete`` (two workers executed the run at once).
+- the log's shape: ``run_resumed`` (a worker took the run over after its lease lapsed),
+  of those the runs started again from their request (``checkpoint_seq`` 0: taken over
+  before their first checkpoint), runs that ended ``run_interrupted``, and more than one
+  ``message_complete`` (two workers executed the run at once).
 
 ``--root`` runs another checkout's server (e.g. a detached worktree of main) with this
 interpreter, for a side-by-side pass.
@@ -34,6 +36,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 STAMP = re.compile(r"(\d+)@(\d+);")
 
@@ -117,6 +121,8 @@ def audit(runs: list[dict[str, Any]], db: Path, tokens: int) -> dict[str, Any]:
         "client_differs_from_log": 0,
         "log_short": 0,
         "taken_over": 0,
+        "restarted_from_request": 0,
+        "ended_run_interrupted": 0,
         "two_terminals": 0,
         "samples": [],
     }
@@ -134,6 +140,12 @@ def audit(runs: list[dict[str, Any]], db: Path, tokens: int) -> dict[str, Any]:
         out["log_short"] += complete and len(log_tokens) < tokens
         out["taken_over"] += any(e == "run_resumed" for _, e, _ in log)
         out["two_terminals"] += sum(e == "message_complete" for _, e, _ in log) > 1
+        out["restarted_from_request"] += any(
+            e == "run_resumed" and orjson.loads(d).get("checkpoint_seq") == 0 for _, e, d in log
+        )
+        out["ended_run_interrupted"] += any(
+            e == "error" and orjson.loads(d).get("code") == "run_interrupted" for _, e, d in log
+        )
         if (short or differs) and len(out["samples"]) < 5:
             out["samples"].append(
                 {

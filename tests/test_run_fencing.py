@@ -47,7 +47,11 @@ class GatedAgent:
         self.gates: list[asyncio.Event] = []
 
     async def __call__(
-        self, run: Run, chat: ChatInput, caller: Caller, state: RunState | None = None,
+        self,
+        run: Run,
+        chat: ChatInput,
+        caller: Caller,
+        state: RunState | None = None,
         resumed: RunResumed | None = None,
     ) -> None:
         assert resumed is not None
@@ -61,19 +65,32 @@ class GatedAgent:
         await run.emit_step([terminal_event(run, "completed")], finished=True)
 
 
-async def leave_a_run(store: RunStore) -> None:
-    """A run left by a dead replica with a checkpoint at its first event, lease lapsing."""
-    await store.create(NewRun(
-        id=RUN, conversation_id="conv_f", user_id="alice", context_type="knowledge",
-        input=encode_run_input(ChatInput("fence me", "knowledge", {}), Caller("alice")),
-        lease_owner="replica-dead", lease_s=0.01,
-    ))
+async def leave_a_run(store: RunStore, *, checkpoint: bool = True) -> None:
+    """A run left by a dead replica with a checkpoint at its first event (or, without
+    ``checkpoint``, before its first step stored one), lease lapsing."""
+    await store.create(
+        NewRun(
+            id=RUN,
+            conversation_id="conv_f",
+            user_id="alice",
+            context_type="knowledge",
+            input=encode_run_input(ChatInput("fence me", "knowledge", {}), Caller("alice")),
+            lease_owner="replica-dead",
+            lease_s=0.01,
+        )
+    )
     started = RunStarted(run_id=RUN, conversation_id="conv_f")
-    await store.commit(RunWrite(
-        RUN, "conv_f", "alice", events=[RunEvent(1, started.name, started.to_json().decode())],
-        checkpoint=RunState(system="s", tool_names=[], budget=1, messages=[]).encode(), checkpoint_seq=1,
-        status="running",
-    ))
+    await store.commit(
+        RunWrite(
+            RUN,
+            "conv_f",
+            "alice",
+            events=[RunEvent(1, started.name, started.to_json().decode())],
+            checkpoint=RunState(system="s", tool_names=[], budget=1, messages=[]).encode() if checkpoint else None,
+            checkpoint_seq=1 if checkpoint else None,
+            status="running",
+        )
+    )
 
 
 async def claim_when_lapsed(store: RunStore, owner: str) -> Any:
@@ -103,7 +120,9 @@ async def take_over_when_lapsed(manager: RunManager, store: RunStore) -> int:
 
 
 @asynccontextmanager
-async def two_workers(tmp_path: Path) -> AsyncIterator[tuple[RunManager, GatedAgent, RunStore, RunStore]]:
+async def two_workers(
+    tmp_path: Path, *, checkpoint: bool = True
+) -> AsyncIterator[tuple[RunManager, GatedAgent, RunStore, RunStore]]:
     db = tmp_path / "agent.sqlite3"
     a_storage = await open_sqlite_storage(db)
     b_storage = await open_sqlite_storage(db)
@@ -113,7 +132,7 @@ async def two_workers(tmp_path: Path) -> AsyncIterator[tuple[RunManager, GatedAg
     agent = GatedAgent()
     manager = RunManager(store=cast(RunStore, a_storage.runs), agent=agent, lease_s=LEASE_S, cancel_poll_s=3600)
     try:
-        await leave_a_run(a_storage.runs)
+        await leave_a_run(a_storage.runs, checkpoint=checkpoint)
         yield manager, agent, cast(RunStore, a_storage.runs), cast(RunStore, b_storage.runs)
     finally:
         for gate in agent.gates:
@@ -175,3 +194,32 @@ async def test_a_copy_whose_lease_lapsed_with_no_claim_between_goes_on(tmp_path:
         assert [e.event for e in log].count("message_complete") == 1
         assert tokens(log) == [f"t{i};" for i in range(TOKENS)]
         assert len(agent.copies) == 1
+
+
+async def test_a_run_with_no_checkpoint_restarts_from_its_request_under_each_claim(tmp_path: Path) -> None:
+    """A→B→A before any checkpoint: each copy here starts again from the request (no
+    second ``run_started``); the stale one stores nothing more; one ending."""
+    async with two_workers(tmp_path, checkpoint=False) as (manager, agent, a_store, b_store):
+        assert await take_over_when_lapsed(manager, a_store) == 1
+        await until(lambda: len(agent.copies) == 1 and agent.copies[0].durable >= 3, "copy 1's first token", 20)
+        stale = agent.copies[0]
+        await claim_when_lapsed(b_store, "replica-b")
+        assert await take_over_when_lapsed(manager, a_store) == 1
+        await until(lambda: len(agent.copies) == 2, "copy 2 started", 20)
+        fresh = agent.copies[1]
+        assert stale.lost and manager.get(RUN) is fresh
+        agent.gates[0].set()
+        agent.gates[1].set()
+        await fresh.wait_settled()
+        log = await the_log(a_store)
+        names = [e.event for e in log]
+        assert [e.seq for e in log] == list(range(1, len(log) + 1))
+        assert names.count("run_started") == 1 and names.count("message_complete") == 1
+        resumed = [orjson.loads(e.data) for e in log if e.event == "run_resumed"]
+        assert [r["checkpoint_seq"] for r in resumed] == [0, 0]
+        # Copy 1's run_resumed and token (2-3) were covered by no checkpoint: discarded.
+        assert resumed[0]["discarded"] is None and resumed[1]["discarded"]["from_seq"] == 2
+        assert resumed[1]["discarded"]["to_seq"] == 3
+        assert tokens(log)[-TOKENS:] == [f"t{i};" for i in range(TOKENS)]
+        stored = await a_store.get(RUN)
+        assert stored is not None and stored.status == "completed"

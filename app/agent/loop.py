@@ -152,7 +152,8 @@ class Agent:
         state: RunState | None = None,
         resumed: RunResumed | None = None,
     ) -> None:
-        """Run (or, given ``state``, carry on) one run to its ``message_complete``."""
+        """Run (or, given ``state``, carry on) one run to its ``message_complete``; given
+        ``resumed`` alone, run it again from its request (no checkpoint was stored)."""
         ctx = ToolContext(
             user_id=caller.user_id,
             authorization=caller.authorization,
@@ -170,7 +171,9 @@ class Agent:
         error: Error | None = None
         try:
             if scope.state is None:
-                run.emit(RunStarted(run_id=run.id, conversation_id=run.conversation_id))
+                # ``resumed`` without a state: a run taken over before its first checkpoint
+                # starts again from its request; its ``run_started`` is logged already.
+                run.emit(resumed or RunStarted(run_id=run.id, conversation_id=run.conversation_id))
                 scope.state = await self._prepare(scope)
             else:
                 await run.emit_step([resumed or _resumed(run, scope.state)], status="running")

@@ -41,11 +41,11 @@ from app.runs.drain import Drain
 from app.runs.launch import RunLauncher
 from app.runs.leases import LeaseKeeper
 from app.runs.records import Caller, ChatInput, Sealer, encode_run_input
-from app.runs.recovery import AlreadyEnded, CannotResume, StartFresh, plan_recovery
+from app.runs.recovery import AlreadyEnded, CannotResume, RestartFromInput, StartFresh, plan_recovery
 from app.runs.registry import RunRegistry
 from app.runs.rescue import EndingRescue
 from app.runs.run import Run, terminal_event
-from events import Error
+from events import Error, RunResumed
 from storage.interfaces import RunStore
 from storage.records import UNFINISHED, NewRun, StoredRun
 from storage.run_feed import RunFeed
@@ -370,15 +370,27 @@ class RunManager:
             if stored.cancel_requested:  # asked while nobody held it: it ends cancelled
                 self.cancels.cancel_here(run)
             return
-        state, resumed = plan.state, plan.resumed
+        resumed = plan.resumed
+        self._note_discarded(run, resumed)
+        if isinstance(plan, RestartFromInput):  # started, no checkpoint yet: from its request again
+            log.info("restarting a run from its request", extra={"run_id": run.id})
+            self.launcher.start(run, earlier, lambda: self.agent(run, chat, caller, resumed=resumed))
+            if stored.cancel_requested:
+                self.cancels.cancel_here(run)
+            return
+        state = plan.state
         if plan.parked:
             earlier = []  # admitted before the conversation's runs here: they wait for it
+        self.launcher.start(run, earlier, lambda: self.agent(run, chat, caller, state=state, resumed=resumed))
+        if stored.cancel_requested and not plan.parked_cancel:  # asked while nobody held it: it ends cancelled
+            self.cancels.cancel_here(run)
+
+    def _note_discarded(self, run: Run, resumed: RunResumed) -> None:
+        """Remember the events a resume here discards until its ``run_resumed`` is in the
+        log (the faces that cannot take text back skip them)."""
         if resumed.discarded is not None:
             self.registry.discarded[run.id] = (resumed.discarded.from_seq, resumed.discarded.to_seq)
             log.info(
                 "discarding a partial model turn",
                 extra={"run_id": run.id, "from_seq": resumed.discarded.from_seq, "to_seq": resumed.discarded.to_seq},
             )
-        self.launcher.start(run, earlier, lambda: self.agent(run, chat, caller, state=state, resumed=resumed))
-        if stored.cancel_requested and not plan.parked_cancel:  # asked while nobody held it: it ends cancelled
-            self.cancels.cancel_here(run)

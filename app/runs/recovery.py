@@ -5,8 +5,19 @@ A decision only, taken from what the store holds (the run's row, its event log, 
 checkpoint and its sealed input) so it can be read and tested apart from the machinery
 that then starts the agent: the run already ended (its status was not written), it
 cannot be carried on (and why, for its ``run_interrupted`` error), it never started (run
-it from its input), or it resumes from its checkpoint (with the ``run_resumed`` account,
-the partial model turn it discards, and whether it was parked for an approval).
+it from its input), it started but stored no checkpoint yet (run it again from its
+input, after the ``run_started`` already delivered), or it resumes from its checkpoint
+(with the ``run_resumed`` account, the partial model turn it discards, and whether it
+was parked for an approval).
+
+A run is taken over before its first checkpoint when its owner lapsed between
+``run_started`` and the first step (history, tool selection, the prompt) — under load
+with a short lease that is a real window (issue 23: 11 of 1,000 runs at a 0.5 s lease
+ended ``run_interrupted``). Nothing of the request is lost then: it is stored with the
+run (sealed, ``app/keyring.py``), and no tool ran, so the new owner runs it from the
+start. Its ``run_resumed`` (``checkpoint_seq`` 0) tells the followers so, the same event
+a resume from a checkpoint sends, and ``discarded`` names anything logged after
+``run_started`` that the restart runs again, as it does for a cut-off model turn.
 """
 
 from __future__ import annotations
@@ -15,7 +26,7 @@ from dataclasses import dataclass
 
 from app.runs.records import Caller, ChatInput, Sealer, decode_run_input
 from app.runs.state import RunState
-from events import Discarded, EventDecodeError, MessageComplete, RunResumed, parse_event
+from events import Discarded, EventDecodeError, MessageComplete, RunResumed, RunStarted, parse_event
 from storage.records import RunEvent, StoredRun
 
 
@@ -42,6 +53,16 @@ class StartFresh:
 
 
 @dataclass(frozen=True, slots=True)
+class RestartFromInput:
+    """Started, no checkpoint yet: it runs again from its stored input; ``resumed``
+    goes after the ``run_started`` already logged (and delivered) instead of a second."""
+
+    chat: ChatInput
+    caller: Caller
+    resumed: RunResumed
+
+
+@dataclass(frozen=True, slots=True)
 class ResumeFromCheckpoint:
     chat: ChatInput
     caller: Caller
@@ -55,7 +76,7 @@ class ResumeFromCheckpoint:
     parked_cancel: bool
 
 
-RecoveryPlan = AlreadyEnded | CannotResume | StartFresh | ResumeFromCheckpoint
+RecoveryPlan = AlreadyEnded | CannotResume | StartFresh | RestartFromInput | ResumeFromCheckpoint
 
 
 def plan_recovery(stored: StoredRun, events: list[RunEvent], *, reason: str, sealer: Sealer | None) -> RecoveryPlan:
@@ -75,7 +96,9 @@ def plan_recovery(stored: StoredRun, events: list[RunEvent], *, reason: str, sea
     except ValueError as exc:  # sealed under a key no longer configured
         return CannotResume(str(exc))
     if stored.checkpoint is None:
-        return StartFresh(chat, caller)
+        if not events:
+            return StartFresh(chat, caller)
+        return RestartFromInput(chat, caller, _restarted(stored, events[0].seq, reason))
     state = RunState.decode(stored.checkpoint)
     parked = state.awaiting is not None
     parked_cancel = parked and stored.cancel_requested
@@ -102,11 +125,34 @@ def plan_recovery(stored: StoredRun, events: list[RunEvent], *, reason: str, sea
     return ResumeFromCheckpoint(chat, caller, state, resumed, parked, parked_cancel)
 
 
+def _restarted(stored: StoredRun, started_seq: int, reason: str) -> RunResumed:
+    """``run_resumed`` for a run that starts again from its input: everything logged
+    after its ``run_started`` (``started_seq``) is discarded."""
+    discarded = (
+        Discarded(
+            from_seq=started_seq + 1,
+            to_seq=stored.last_seq,
+            reason="the run had no checkpoint yet; it starts again from its request",
+        )
+        if stored.last_seq > started_seq
+        else None
+    )
+    return RunResumed(
+        run_id=stored.id,
+        reason=f"{reason}; it had no checkpoint yet, so it starts again from its request",
+        checkpoint_seq=0,
+        discarded=discarded,
+        pending_tool_calls=0,
+    )
+
+
 def _cannot_resume(stored: StoredRun, events: list[RunEvent]) -> str | None:
     if stored.input is None:
+        if stored.checkpoint is None and events:
+            return "it had no checkpoint yet and its request was not kept to start it again"
         return "its input was not kept"
-    if stored.checkpoint is None and events:
-        return "it has no checkpoint"
+    if stored.checkpoint is None and events and events[0].event != RunStarted.name:
+        return f"it has no checkpoint and its log begins with {events[0].event}, not run_started"
     if stored.checkpoint is not None:
         try:
             RunState.decode(stored.checkpoint)
