@@ -39,7 +39,7 @@ from app.runs.cancels import RunCancels
 from app.runs.counters import RunCounters
 from app.runs.drain import Drain
 from app.runs.launch import RunLauncher
-from app.runs.leases import LeaseKeeper
+from app.runs.leases import LEASE_CLAIM_SHARE, LeaseKeeper
 from app.runs.records import Caller, ChatInput, Sealer, encode_run_input
 from app.runs.recovery import AlreadyEnded, CannotResume, RestartFromInput, StartFresh, plan_recovery
 from app.runs.registry import RunRegistry
@@ -98,7 +98,10 @@ class RunManager:
         self.cancels = RunCancels(
             self.store, self.registry.runs.get, self.active, feed=self.feed, poll_s=self.cancel_poll_s
         )
-        claim_every = self.lease_s * 0.1
+        # Cancels asked for on another process: the feed brings them at once; without one
+        # (SQLite) the lease upkeep's look is the signal, so it comes often — one indexed
+        # read, only while runs are live here.
+        claim_every = self.lease_s * LEASE_CLAIM_SHARE
         self.leases = LeaseKeeper(
             store=self.store,
             owner_id=self.owner_id,
