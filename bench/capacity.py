@@ -21,6 +21,8 @@ Reported per topology × provider × level:
   ``agentchat_pool_wait_seconds`` histogram of every replica's ``/metrics``: count, sum);
 - server CPU (user + system, the server's whole process tree, over the level's window):
   seconds, milliseconds per run and microseconds per token a client received;
+- group commit: the durable writer's transactions over the level
+  (``agentchat_storage_write_batches_total``) and tokens per transaction;
 - the client and fake processes' event-loop lag (they must not be what holds tokens
   back; the clients are ``--clients`` worker processes with raw asyncio sockets, one
   event loop each; the Ollama fake sends pre-encoded lines, one timer per stream).
@@ -102,8 +104,12 @@ def agent_env(fakes: Fakes, provider: str, **extra: str) -> dict[str, str]:
     if provider == "ollama":
         env.update(AGENT_LLM_PROVIDER="ollama", OLLAMA_HOST=fakes.ollama, OLLAMA_MODEL="paced-llama:latest")
     else:
-        env.update(AGENT_LLM_PROVIDER="gemini", GEMINI_API_KEY="paced", GEMINI_BASE_URL=fakes.gemini,
-                   GEMINI_MODEL="gemini-2.5-flash")
+        env.update(
+            AGENT_LLM_PROVIDER="gemini",
+            GEMINI_API_KEY="paced",
+            GEMINI_BASE_URL=fakes.gemini,
+            GEMINI_MODEL="gemini-2.5-flash",
+        )
     env.update(extra)
     return env
 
@@ -150,6 +156,19 @@ async def pool_waits(servers: list[AgentServer]) -> dict[str, dict[str, float]]:
                 slot = total.setdefault(pool, {"count": 0.0, "sum": 0.0})
                 slot["count"] += values["count"]
                 slot["sum"] += values["sum"]
+    return total
+
+
+async def write_batches(servers: list[AgentServer]) -> float:
+    """``agentchat_storage_write_batches_total`` summed over ``servers`` (0 for a server
+    without it: the floor, or a checkout from before the counter)."""
+    total = 0.0
+    async with httpx.AsyncClient(timeout=10) as http:
+        for server in servers:
+            with contextlib.suppress(httpx.HTTPError):
+                for line in (await http.get(f"{server.base}/metrics")).text.splitlines():
+                    if line.startswith("agentchat_storage_write_batches_total "):
+                        total += float(line.rpartition(" ")[2])
     return total
 
 
@@ -206,14 +225,22 @@ async def one_level(
     args: argparse.Namespace, workdir: Path, servers: list[AgentServer], fakes: Fakes, level: int, label: str
 ) -> dict[str, Any]:
     before = await pool_waits(servers)
+    batches0 = await write_batches(servers)
     await fakes.stats()  # resets the fake's loop-lag window
     pids = [s.pid for s in servers if s.pid is not None]
     cpu0 = sum(tree_cpu_s(p) for p in pids)
     loop0 = sum(cpu_s(p, p) for p in pids)  # the main thread: the event loop
     keys = [f"{label}-{level}-{i}" for i in range(level)]
     specs = [
-        {"key": key, "at_s": at, "protocol": "agent", "post": servers[i % len(servers)].base,
-         "follow": [servers[i % len(servers)].base], "body": run_body(key), "drop_after": None}
+        {
+            "key": key,
+            "at_s": at,
+            "protocol": "agent",
+            "post": servers[i % len(servers)].base,
+            "follow": [servers[i % len(servers)].base],
+            "body": run_body(key),
+            "drop_after": None,
+        }
         for i, (key, at) in enumerate(zip(keys, spread(level, args.ramp_s), strict=True))
     ]
     spy = None
@@ -229,10 +256,15 @@ async def one_level(
     loop_cpu = sum(cpu_s(p, p) for p in pids) - loop0
     figures = judge(result["runs"], args.pause_ms / 1000, args.tokens)
     fake_stats = await fakes.stats()
+    batches = await write_batches(servers) - batches0
     figures.update(
         level=level,
         elapsed_s=round(elapsed, 1),
         pool_waits=_minus(await pool_waits(servers), before),
+        # Group commit at work: the writer's transactions over the level, and tokens per
+        # transaction (None where the server has no such counter).
+        write_batches=int(batches) if batches else None,
+        tokens_per_write_batch=round(figures["tokens_received"] / batches, 1) if batches else None,
         server_cpu_s=round(server_cpu, 2),
         # Over the level's whole window (idle ticks included), per run started and per
         # token received by a client.
@@ -248,8 +280,9 @@ async def one_level(
     return figures
 
 
-def variant_server(kind: str, workdir: Path, env: dict[str, str], fakes: Fakes, label: str,
-                   before: Path | None) -> AgentServer:
+def variant_server(
+    kind: str, workdir: Path, env: dict[str, str], fakes: Fakes, label: str, before: Path | None
+) -> AgentServer:
     """One server under test: ``ours`` (this checkout), ``before`` (the checkout at
     ``--before``, with its own virtualenv, on its own SQLite file) or ``floor``
     (``bench/floor_proxy.py`` in front of the Ollama fake)."""
@@ -258,8 +291,14 @@ def variant_server(kind: str, workdir: Path, env: dict[str, str], fakes: Fakes, 
         assert before is not None
         server.argv = [str(before / ".venv" / "bin" / "agentchat"), *server.argv[3:]]
     elif kind == "floor":
-        server.argv = [PYTHON, str(ROOT / "bench" / "floor_proxy.py"), "--port", str(server.port),
-                       "--upstream", fakes.ollama]
+        server.argv = [
+            PYTHON,
+            str(ROOT / "bench" / "floor_proxy.py"),
+            "--port",
+            str(server.port),
+            "--upstream",
+            fakes.ollama,
+        ]
     return server
 
 
@@ -274,8 +313,10 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 for provider in args.providers:
                     topology = f"{args.replicas} replicas, PostgreSQL"
                     with database() as url:
-                        extra = {"AGENT_DATABASE_URL": url,
-                                 "AGENT_SECRET_KEY": "bench-replicas-share-this-key-01"}  # app/keyring.py
+                        extra = {
+                            "AGENT_DATABASE_URL": url,
+                            "AGENT_SECRET_KEY": "bench-replicas-share-this-key-01",
+                        }  # app/keyring.py
                         if args.llm_max_connections:
                             extra["AGENT_LLM_MAX_CONNECTIONS"] = str(args.llm_max_connections)
                         label = f"{args.replicas}x-{provider}"
@@ -304,8 +345,9 @@ async def one_replica(args: argparse.Namespace, workdir: Path, fakes: Fakes, pro
             extra = {"AGENT_DB_PATH": str(workdir / f"{provider}-{kind}.sqlite3")}
             if args.llm_max_connections:
                 extra["AGENT_LLM_MAX_CONNECTIONS"] = str(args.llm_max_connections)
-            servers[kind] = variant_server(kind, workdir, agent_env(fakes, provider, **extra), fakes,
-                                           f"1x-{provider}", args.before)
+            servers[kind] = variant_server(
+                kind, workdir, agent_env(fakes, provider, **extra), fakes, f"1x-{provider}", args.before
+            )
             servers[kind].start()
         await asyncio.gather(*(s.wait_healthy(180) for s in servers.values()))
         for kind, server in servers.items():
@@ -327,8 +369,15 @@ async def warm_up(workdir: Path, servers: list[AgentServer], label: str) -> None
     """A few runs on every replica first: the first ones pay for imports, prepared
     statements and the model client's first connections."""
     specs = [
-        {"key": f"{label}-warm-{i}", "at_s": i * 0.1, "protocol": "agent", "post": server.base,
-         "follow": [server.base], "body": run_body(f"{label}-warm-{i}"), "drop_after": None}
+        {
+            "key": f"{label}-warm-{i}",
+            "at_s": i * 0.1,
+            "protocol": "agent",
+            "post": server.base,
+            "follow": [server.base],
+            "body": run_body(f"{label}-warm-{i}"),
+            "drop_after": None,
+        }
         for i, server in enumerate(servers * 3)
     ]
     await drive(specs, workdir, workers=1, timeout_s=120, name=f"{label}-warm")
@@ -355,7 +404,7 @@ def print_row(topology: str, provider: str, row: dict[str, Any]) -> None:
         f"{row['extra_gap_ms']['p99']:>9.1f} {row['token_delay_ms']['p99']:>10.1f} {waits:>6} "
         f"{row['server_cpu_s']:>7.1f} {row['server_cpu_ms_per_run']:>7.1f} {row['server_cpu_us_per_token']:>7.0f} "
         f"{lag:>8.1f} {row['fake_loop_lag_ms']['p99']:>8.1f} "
-        f"{row['load_avg_1m']:>5.1f}",
+        f"{row['load_avg_1m']:>5.1f} {row.get('tokens_per_write_batch') or '-':>7}",
         flush=True,
     )
 
@@ -363,7 +412,7 @@ def print_row(topology: str, provider: str, row: dict[str, Any]) -> None:
 HEADER = (
     f"{'topology':<24} {'model':<7} {'server':<7} {'runs':>6} {'completed':>13} {'ttft p50':>8} {'ttft p99':>8} "
     f"{'gap p50':>8} {'gap p99':>9} {'delay p99':>10} {'waits':>6} {'cpu s':>7} {'cpu/run':>7} {'cpu/tok':>7} "
-    f"{'cli lag':>8} {'fake lag':>8} {'load':>5}\n"
+    f"{'cli lag':>8} {'fake lag':>8} {'load':>5} {'tok/txn':>7}\n"
     f"{'':<24} {'':<7} {'':<7} {'':>6} {'':>13} {'s':>8} {'s':>8} {'ms':>8} {'ms':>9} {'ms':>10} {'':>6} {'':>7} "
     f"{'ms':>7} {'us':>7} {'p99 ms':>8} {'p99 ms':>8}"
 )
@@ -371,8 +420,12 @@ HEADER = (
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[100, 200, 500, 1000],
-                   help="concurrent runs per level, comma-separated")
+    p.add_argument(
+        "--levels",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[100, 200, 500, 1000],
+        help="concurrent runs per level, comma-separated",
+    )
     p.add_argument("--providers", type=lambda s: s.split(","), default=list(PROVIDERS), help="ollama,gemini")
     p.add_argument("--replicas", type=int, default=3, help="replicas of the PostgreSQL topology (1: skip it)")
     p.add_argument("--no-single", dest="replicas_one", action="store_false", help="skip the one-replica topology")
@@ -380,20 +433,39 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--pause-ms", type=float, default=100.0)
     p.add_argument("--ramp-s", type=float, default=1.0, help="spread each level's starts over this many seconds")
     p.add_argument("--clients", type=int, default=2, help="client worker processes")
-    p.add_argument("--llm-max-connections", type=int, default=0,
-                   help="AGENT_LLM_MAX_CONNECTIONS of the replicas (0: the service's default)")
+    p.add_argument(
+        "--llm-max-connections",
+        type=int,
+        default=0,
+        help="AGENT_LLM_MAX_CONNECTIONS of the replicas (0: the service's default)",
+    )
     p.add_argument("--ttft-target-s", type=float, default=1.0)
     p.add_argument("--run-timeout-s", type=float, default=180.0, help="a run not ended by then counts as not completed")
-    p.add_argument("--before", type=Path, default=None,
-                   help="another checkout (with its own .venv) run alternately beside this one, e.g. a "
-                        "detached worktree of the commit before a change")
-    p.add_argument("--no-floor", dest="floor", action="store_false",
-                   help="skip the bare-proxy floor (bench/floor_proxy.py; Ollama only)")
-    p.add_argument("--py-spy", action="store_true",
-                   help="sample our server with py-spy during each level (bench/results/<name>_pyspy_<level>.txt; "
-                        "summary: python bench/_pyspy.py FILE)")
-    p.add_argument("--burst", type=int, default=300,
-                   help="runs per burst of the per-run start CPU figure (a one-token model; 0: skip it)")
+    p.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="another checkout (with its own .venv) run alternately beside this one, e.g. a "
+        "detached worktree of the commit before a change",
+    )
+    p.add_argument(
+        "--no-floor",
+        dest="floor",
+        action="store_false",
+        help="skip the bare-proxy floor (bench/floor_proxy.py; Ollama only)",
+    )
+    p.add_argument(
+        "--py-spy",
+        action="store_true",
+        help="sample our server with py-spy during each level (bench/results/<name>_pyspy_<level>.txt; "
+        "summary: python bench/_pyspy.py FILE)",
+    )
+    p.add_argument(
+        "--burst",
+        type=int,
+        default=300,
+        help="runs per burst of the per-run start CPU figure (a one-token model; 0: skip it)",
+    )
     p.add_argument("--burst-rounds", type=int, default=2, help="bursts per variant, alternated")
     p.add_argument("--only-burst", action="store_true", help="the per-run start CPU only, no levels")
     p.add_argument("--name", default="capacity", help="results file name (bench/results/<name>.json)")
@@ -413,16 +485,20 @@ async def main(args: argparse.Namespace) -> None:
         raise
     one = results.get("1 replica, SQLite", {})
     held = {provider: holds(rows, args.ttft_target_s) for provider, rows in one.items()}
-    many = {topology: {p: holds(rows, args.ttft_target_s) for p, rows in by.items()}
-            for topology, by in results.items()}
+    many = {
+        topology: {p: holds(rows, args.ttft_target_s) for p, rows in by.items()} for topology, by in results.items()
+    }
     payload = {
         "model": {"tokens": args.tokens, "pause_ms": args.pause_ms},
         "ramp_s": args.ramp_s,
         "clients": f"{args.clients} worker processes, raw asyncio sockets (bench/_load.py)",
         "llm_max_connections": args.llm_max_connections or "service default",
         "ttft_target_s": args.ttft_target_s,
-        "servers": {"ours": str(ROOT), "before": str(args.before) if args.before else None,
-                    "floor": "bench/floor_proxy.py" if args.floor else None},
+        "servers": {
+            "ours": str(ROOT),
+            "before": str(args.before) if args.before else None,
+            "floor": "bench/floor_proxy.py" if args.floor else None,
+        },
         "per_run_start_cpu": start,
         "one_replica_holds": held,
         "holds_by_topology": many,

@@ -34,6 +34,8 @@ from typing import Any
 
 import httpx
 
+from llm.netstream import lean_transport
+
 log = logging.getLogger("agentchat.pool")
 
 WaitHook = Callable[[str, float], None]
@@ -64,9 +66,13 @@ class _Released(httpx.AsyncByteStream):
 class PooledTransport(httpx.AsyncBaseTransport):
     """At most ``max_connections`` requests in flight; the others wait, and say so."""
 
-    def __init__(self, name: str, max_connections: int,
-                 inner: httpx.AsyncBaseTransport | Sequence[httpx.AsyncBaseTransport],
-                 on_wait: WaitHook | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        max_connections: int,
+        inner: httpx.AsyncBaseTransport | Sequence[httpx.AsyncBaseTransport],
+        on_wait: WaitHook | None = None,
+    ) -> None:
         self.name, self.max_connections = name, max_connections
         self._shards = [inner] if isinstance(inner, httpx.AsyncBaseTransport) else list(inner)
         #: Requests in flight on each shard (a request goes to the least busy one).
@@ -79,15 +85,23 @@ class PooledTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if self._gate.locked():
             # Said before the wait too: a wait the process never came back from leaves a trace.
-            log.info("waiting for an outbound connection",
-                     extra={"pool": self.name, "max_connections": self.max_connections, "host": request.url.host})
+            log.info(
+                "waiting for an outbound connection",
+                extra={"pool": self.name, "max_connections": self.max_connections, "host": request.url.host},
+            )
             started = time.perf_counter()
             await self._gate.acquire()
             waited = time.perf_counter() - started
             self.waits += 1
-            log.warning("waited for an outbound connection",
-                        extra={"pool": self.name, "wait_s": round(waited, 4), "max_connections": self.max_connections,
-                               "host": request.url.host})
+            log.warning(
+                "waited for an outbound connection",
+                extra={
+                    "pool": self.name,
+                    "wait_s": round(waited, 4),
+                    "max_connections": self.max_connections,
+                    "host": request.url.host,
+                },
+            )
             if self.on_wait is not None:
                 self.on_wait(self.name, waited)
         else:
@@ -133,13 +147,21 @@ def honours_on_send(http: httpx.AsyncClient) -> bool:
     return isinstance(getattr(http, "_transport", None), PooledTransport)
 
 
-def pooled_transport(name: str, max_connections: int, *, on_wait: WaitHook | None = None,
-                     keepalive: int | None = None, **transport_kwargs: Any) -> PooledTransport:
+def pooled_transport(
+    name: str,
+    max_connections: int,
+    *,
+    on_wait: WaitHook | None = None,
+    keepalive: int | None = None,
+    **transport_kwargs: Any,
+) -> PooledTransport:
     count = max(1, math.ceil(max_connections / SHARD_CONNECTIONS))
     per_shard = math.ceil(max_connections / count)
     kept = math.ceil(min(max_connections, keepalive or max_connections) / count)
     limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=min(per_shard, kept))
-    shards = [httpx.AsyncHTTPTransport(limits=limits, **transport_kwargs) for _ in range(count)]
+    # Each shard's connections on the lean asyncio backend (``llm.netstream``: no cancel
+    # scope per read of a streamed answer).
+    shards = [lean_transport(limits=limits, **transport_kwargs) for _ in range(count)]
     return PooledTransport(name, max_connections, shards, on_wait)
 
 

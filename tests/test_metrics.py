@@ -138,6 +138,7 @@ LIVE = {
     "agentchat_runs_storage_failed": "counter",
     "agentchat_storage_write_retries": "counter",
     "agentchat_storage_write_failures": "counter",
+    "agentchat_storage_write_batches": "counter",
     "agentchat_tool_index_ready": "gauge",
 }
 RECORDED = {
@@ -214,6 +215,9 @@ async def test_metrics_families_and_counts_after_a_run(mandatory_settings: Setti
         after = await get_metrics(client, base)
 
     assert value(after, "agentchat_runs_started", "agentchat_runs_started_total") == 1
+    # The run's steps were committed by the background writer: its transactions count.
+    sc = "agentchat_storage_write_batches"
+    assert value(after, sc, f"{sc}_total") > value(before, sc, f"{sc}_total")
     assert value(after, "agentchat_runs", "agentchat_runs", status="completed") == 1
     sc = "agentchat_kb_search_runs"
     assert value(after, sc, f"{sc}_total", context="knowledge", kb_searched="true") >= 1

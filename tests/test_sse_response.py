@@ -104,3 +104,55 @@ async def test_head_answers_the_headers_without_starting_the_stream() -> None:
     assert resp.status_code == 200
     assert resp.headers["content-type"] == "text/event-stream; charset=utf-8"
     assert not source.started
+
+
+class SendSpy:
+    """A middleware that wraps ``send`` as Starlette's own layers do; records what passed."""
+
+    def __init__(self, app, seen: list[str]) -> None:  # type: ignore[no-untyped-def]
+        self.app, self.seen = app, seen
+
+    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        async def spied(message) -> None:  # type: ignore[no-untyped-def]
+            self.seen.append(message["type"])
+            await send(message)
+
+        await self.app(scope, receive, spied)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("access_log", [True, False])
+async def test_body_frames_skip_the_middleware_between_the_access_log_and_the_route(
+    access_log: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Behind ``AccessLog`` the frames are written past the wrappers below it (which only
+    look at the start message, and the start message still reaches them) and counted in
+    the access line; without it, every frame goes the ordinary way."""
+    import logging
+
+    from starlette.middleware import Middleware
+
+    from app.ops.log_context import AccessLog
+
+    seen: list[str] = []
+    source = Source(finite=True)
+
+    async def stream(request: Request) -> SSEResponse:
+        return SSEResponse(source.frames(), LiveStreams(), {"X-Run-Id": "run_1"})
+
+    middleware = ([Middleware(AccessLog)] if access_log else []) + [Middleware(SendSpy, seen=seen)]
+    app = Starlette(routes=[Route("/s", stream, methods=["GET"])], middleware=middleware)
+    with caplog.at_level(logging.INFO, logger="agentchat.access"):
+        async with serve_app(app, lifespan="off") as url, httpx.AsyncClient() as client:
+            resp = await client.get(f"{url}/s")
+            assert resp.content == b"".join(FRAMES) and resp.headers["x-run-id"] == "run_1"
+            for _ in range(1000):  # the line is written as the response's handler returns
+                if not access_log or any(r.name == "agentchat.access" for r in caplog.records):
+                    break
+                await asyncio.sleep(0.01)
+    if access_log:
+        assert seen == ["http.response.start"]
+        line = next(r for r in caplog.records if r.name == "agentchat.access")
+        assert line.bytes == len(b"".join(FRAMES)) and line.status == 200  # type: ignore[attr-defined]
+    else:
+        assert seen == ["http.response.start"] + ["http.response.body"] * (len(FRAMES) + 1)

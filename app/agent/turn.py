@@ -67,10 +67,12 @@ async def stream_turn(
     args: dict[str, list[str]] = {}
     completed = False
     stream = provider.stream_chat(request)
+    loop = asyncio.get_running_loop()
+    watch = IdleWatch(loop, idle_timeout_s)
     try:
-        async with asyncio.timeout(idle_timeout_s) as deadline:
+        async with watch:
             async for ev in stream:
-                deadline.reschedule(asyncio.get_running_loop().time() + idle_timeout_s)
+                watch.last = loop.time()
                 match ev:
                     case ContentDelta(text=text):
                         if cap is not None:
@@ -118,6 +120,55 @@ async def stream_turn(
         if out.calls and not out.stop_for_tool_use:
             log.info("tool calls with a non-tool stop reason; executing them anyway", extra={"run_id": run.id})
     return out
+
+
+class IdleWatch:
+    """The model's idle timeout: the task is cancelled (``TimeoutError`` out of the
+    ``async with``) once ``idle_s`` pass with no event, however long the whole turn.
+
+    Why not ``asyncio.timeout`` rescheduled per event: that cancels and re-creates a
+    timer for every streamed token. Here an event only stamps ``last`` (one float), and
+    one timer checks the deadline lazily: when it fires before ``last + idle_s`` (tokens
+    kept coming) it is re-armed there, so a steady stream costs one timer per idle period.
+    Cancellation is told apart as ``asyncio.timeout`` does it: only the cancel this watch
+    made becomes ``TimeoutError``; anyone else's propagates."""
+
+    __slots__ = ("_cancelling", "_handle", "_task", "fired", "idle_s", "last", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, idle_s: float) -> None:
+        self.loop, self.idle_s = loop, idle_s
+        self.last = loop.time()
+        self.fired = False
+        self._task: asyncio.Task[Any] | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._cancelling = 0
+
+    async def __aenter__(self) -> IdleWatch:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task, self._cancelling = task, task.cancelling()
+        self.last = self.loop.time()
+        self._handle = self.loop.call_at(self.last + self.idle_s, self._check)
+        return self
+
+    def _check(self) -> None:
+        due = self.last + self.idle_s
+        if self.loop.time() < due:
+            self._handle = self.loop.call_at(due, self._check)
+            return
+        self._handle = None
+        self.fired = True
+        assert self._task is not None
+        self._task.cancel()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self.fired and self._task is not None:
+            ours = self._task.uncancel() <= self._cancelling  # our cancel is withdrawn either way
+            if ours and exc_type is asyncio.CancelledError:
+                raise TimeoutError from exc
 
 
 def parse_call(call_id: str, name: str, raw: str) -> ToolCall:

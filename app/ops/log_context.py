@@ -116,6 +116,24 @@ def _route_of(scope: Scope) -> tuple[str | None, dict[str, Any]]:
     return partial or (None, {})
 
 
+#: The scope key of the request's :class:`DirectSend` (set by ``AccessLog``).
+DIRECT_SEND: Final = "agentchat.direct_send"
+
+
+class DirectSend:
+    """How a streaming response writes its body frames past the middleware between
+    ``AccessLog`` and the route (Starlette's exception layers, CORS, the JWKS prefetch):
+    each of them wraps ``send`` but looks only at the response's start message, and at
+    one frame per streamed token three wrappers were measurable (issue 23). The start
+    message still goes through all of them; a body written here is counted (``sent``)
+    into the access line's ``bytes``."""
+
+    __slots__ = ("send", "sent")
+
+    def __init__(self, send: Send) -> None:
+        self.send, self.sent = send, 0
+
+
 class AccessLog:
     """ASGI middleware: the request's log fields, and one access-log line per request,
     written when its response has ended (a stream's end, or its client leaving)."""
@@ -135,6 +153,7 @@ class AccessLog:
         token: Token[LogFields | None] | None = _current.set(fields)
         status: int | None = None
         sent = 0
+        direct = scope[DIRECT_SEND] = DirectSend(send)
 
         async def counting_send(message: Message) -> None:
             nonlocal status, sent
@@ -162,7 +181,7 @@ class AccessLog:
                 # No response started: the server's error handler answers 500.
                 "status": status if status is not None else 500,
                 "duration_ms": round((time.perf_counter() - started) * 1000, 2),
-                "bytes": sent,
+                "bytes": sent + direct.sent,
                 "client_ip": client[0] if client else None,
             }
             if error is not None:

@@ -303,7 +303,7 @@ class LiveSources:
 
     census: Callable[[], Mapping[str, int]]
     run_counters: Callable[[], Any]  # .started .resumed .interrupted .storage_failures
-    write_stats: Callable[[], Any]  # .retries .failures
+    write_stats: Callable[[], Any]  # .batches .retries .failures
     index_ready: Callable[[], bool]
     resolution_cache: Callable[[], Any | None]  # None, or an object with stats.to_dict()
     #: Runs this process holds a lease on (``None``: no leases, the gauge is left out).
@@ -353,6 +353,12 @@ class LiveCollector:
         )
         yield _counter(
             "agentchat_storage_write_failures", "Storage writes given up after the retry window.", stats.failures
+        )
+        yield _counter(
+            "agentchat_storage_write_batches",
+            "Transactions of the ordered background writer: group commit turns a burst of "
+            "queued steps (streamed tokens of many runs) into one; compare with the events written.",
+            stats.batches,
         )
         yield GaugeMetricFamily(
             "agentchat_tool_index_ready",

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from app.runs.idle import IdleClock
 from events import Error, Event, MessageComplete, RunEnding, TokenUsage
 from llm.types import Message
 from storage.errors import LeaseLost, StorageError
@@ -178,9 +179,15 @@ class Run:
             # Built with the lease here (not copied in ``_queue``): this runs once per
             # burst of tokens, and ``dataclasses.replace`` costs more than the rest of it.
             leased = self.lease_owner is not None
-            step = RunWrite(self.id, self.conversation_id, self.user_id, events=events,
-                            lease_owner=self.lease_owner, lease_s=self.lease_s if leased else 0.0,
-                            lease_epoch=self.lease_epoch if leased else 0)
+            step = RunWrite(
+                self.id,
+                self.conversation_id,
+                self.user_id,
+                events=events,
+                lease_owner=self.lease_owner,
+                lease_s=self.lease_s if leased else 0.0,
+                lease_epoch=self.lease_epoch if leased else 0,
+            )
             self._queue(step, terminal=False)
 
     def emit_step(
@@ -243,7 +250,9 @@ class Run:
     def _queue(self, step: RunWrite, *, terminal: bool, future: asyncio.Future[None] | None = None) -> None:
         upto = len(self.events)
         if self.lease_owner is not None and (step.lease_owner, step.lease_s, step.lease_epoch) != (
-            self.lease_owner, self.lease_s, self.lease_epoch
+            self.lease_owner,
+            self.lease_s,
+            self.lease_epoch,
         ):
             step = dataclasses.replace(
                 step, lease_owner=self.lease_owner, lease_s=self.lease_s, lease_epoch=self.lease_epoch
@@ -354,31 +363,41 @@ class Run:
         ``max_bytes`` of SSE) in one batch; ``None`` after ``idle`` seconds without events
         (the caller sends a heartbeat)."""
         pos = max(0, after)
-        while True:
-            if pos < self.durable:
-                batch: list[RunEvent] = []
-                size = 0
-                while pos < self.durable and size < max_bytes:
-                    ev = self.events[pos]
-                    pos += 1
-                    batch.append(ev)
-                    size += len(ev.data) + len(ev.event) + 24
-                    if ev.event == MessageComplete.name:
-                        break
-                yield batch
-                if batch[-1].event == MessageComplete.name:
+        clock = IdleClock(idle, self._notify) if idle is not None else None
+        #: The next wait starts a new idle period (after a batch or a tick was taken).
+        fresh = True
+        try:
+            while True:
+                if pos < self.durable:
+                    batch: list[RunEvent] = []
+                    size = 0
+                    while pos < self.durable and size < max_bytes:
+                        ev = self.events[pos]
+                        pos += 1
+                        batch.append(ev)
+                        size += len(ev.data) + len(ev.event) + 24
+                        if ev.event == MessageComplete.name:
+                            break
+                    yield batch
+                    if batch[-1].event == MessageComplete.name:
+                        return
+                    fresh = True
+                    continue
+                if self.released or (self.finished and pos >= self.durable and self.durable == len(self.events)):
                     return
-                continue
-            if self.released or (self.finished and pos >= self.durable and self.durable == len(self.events)):
-                return
-            waiter = self._changed
-            if idle is None:
-                await waiter.wait()
-            else:
-                try:
-                    await asyncio.wait_for(waiter.wait(), idle)
-                except TimeoutError:
+                if clock is None:
+                    await self._changed.wait()
+                    continue
+                if fresh:
+                    clock.start()
+                    fresh = False
+                await self._changed.wait()
+                if pos >= self.durable and not self.released and clock.expired():
                     yield None
+                    fresh = True
+        finally:
+            if clock is not None:
+                clock.close()
 
     async def wait_settled(self) -> None:
         """Until the run has ended *and its ending is stored* (or it was released): the

@@ -15,7 +15,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
-from prometheus_client import Gauge
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -300,16 +299,18 @@ async def native_frames(batches: Batches) -> AsyncIterator[bytes]:
 def sse(content: AsyncIterator[bytes], svc: Services, headers: Mapping[str, str] | None = None) -> SSEResponse:
     """Every SSE response of the app (native, OpenAI-compatible, AI SDK): unbuffered through
     proxies, and counted in ``agentchat_open_streams`` while it is being written."""
-    return SSEResponse(_counted(content, svc.metrics.open_streams), svc.streams, headers)
+    return SSEResponse(_frames(content), svc.streams, headers, open_streams=svc.metrics.open_streams)
 
 
-async def _counted(content: AsyncIterator[bytes], gauge: Gauge) -> AsyncGenerator[bytes, None]:
-    gauge.inc()
-    try:
-        async for chunk in content:
-            yield chunk
-    finally:
-        gauge.dec()
+def _frames(content: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
+    if isinstance(content, AsyncGenerator):
+        return content  # every face's frames are a generator: no layer of ours per frame
+    return _generator(content)
+
+
+async def _generator(content: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
+    async for chunk in content:
+        yield chunk
 
 
 # --- retried chats: resume the run instead of starting another ------------------------------

@@ -23,8 +23,11 @@ import contextlib
 import signal
 from collections.abc import AsyncGenerator, Callable, Mapping
 
+from prometheus_client import Gauge
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+
+from app.ops.log_context import DIRECT_SEND, DirectSend
 
 #: How often the stop watcher looks at uvicorn's ``should_exit`` (sse-starlette's interval).
 POLL_S = 0.5
@@ -83,14 +86,23 @@ class LiveStreams:
 class SSEResponse(Response):
     """``text/event-stream`` of ``frames`` (complete SSE frames as bytes), unbuffered
     through proxies; HEAD gets the headers only (the stream never starts). A ``Response``
-    for the routes' types and ``.headers``; ``Response.__init__`` (a body) is not used."""
+    for the routes' types and ``.headers``; ``Response.__init__`` (a body) is not used.
+
+    Per frame, nothing but the frame's own ``send``: ``open_streams`` (a gauge counted
+    while the body is written) is kept here rather than by a generator around
+    ``frames``, and the body goes through the request's :class:`DirectSend` when
+    ``AccessLog`` set one (the start message always takes the middleware's way)."""
 
     media_type = "text/event-stream"
 
     def __init__(
-        self, frames: AsyncGenerator[bytes, None], live: LiveStreams, headers: Mapping[str, str] | None = None
+        self,
+        frames: AsyncGenerator[bytes, None],
+        live: LiveStreams,
+        headers: Mapping[str, str] | None = None,
+        open_streams: Gauge | None = None,
     ) -> None:
-        self.frames, self.live = frames, live
+        self.frames, self.live, self.open_streams = frames, live, open_streams
         self.status_code, self.background = 200, None
         extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
         names = {k for k, _ in extra}
@@ -111,19 +123,29 @@ class SSEResponse(Response):
                 ended.append(why)
                 task.cancel()
 
+        direct = scope.get(DIRECT_SEND)
+        body_send = direct.send if isinstance(direct, DirectSend) else send
+        sent = 0
         listener = asyncio.get_running_loop().create_task(_until_disconnect(receive, end))
         self.live.add(end)
+        if self.open_streams is not None:
+            self.open_streams.inc()
         try:
             async with contextlib.aclosing(self.frames):
                 async for frame in self.frames:
-                    await send({"type": "http.response.body", "body": frame, "more_body": True})
+                    await body_send({"type": "http.response.body", "body": frame, "more_body": True})
+                    sent += len(frame)
             ended.append("done")
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await body_send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             # Ours (disconnect or stop) ends this response only; anyone else's propagates.
             if not ended or ended[0] == "done" or task.uncancel() > 0:
                 raise
         finally:
+            if self.open_streams is not None:
+                self.open_streams.dec()
+            if isinstance(direct, DirectSend) and body_send is direct.send:
+                direct.sent += sent
             self.live.discard(end)
             listener.cancel()
 
