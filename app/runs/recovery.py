@@ -18,6 +18,10 @@ run (sealed, ``app/keyring.py``), and no tool ran, so the new owner runs it from
 start. Its ``run_resumed`` (``checkpoint_seq`` 0) tells the followers so, the same event
 a resume from a checkpoint sends, and ``discarded`` names anything logged after
 ``run_started`` that the restart runs again, as it does for a cut-off model turn.
+
+Carrying on is not tried for ever: a run resumed ``MAX_RESUMES_WITHOUT_PROGRESS`` times
+from the same point (its ``run_resumed`` events say from where) without storing a newer
+checkpoint ends ``run_interrupted`` — its request may be what takes processes down.
 """
 
 from __future__ import annotations
@@ -146,7 +150,38 @@ def _restarted(stored: StoredRun, started_seq: int, reason: str) -> RunResumed:
     )
 
 
+#: A run carried on this many times from the same point (the same checkpoint, or its
+#: request when it stored none) without getting further is not carried on again: it ends
+#: ``run_interrupted``. A request that takes its process down each time (a crash no
+#: handler catches: out of memory, a native library) would otherwise be taken over by
+#: every replica in turn, for ever. Progress (a new checkpoint) starts the count again,
+#: so a long run taken over now and then is never cut short by it.
+MAX_RESUMES_WITHOUT_PROGRESS = 3
+
+
+def resumes_from(stored: StoredRun, events: list[RunEvent]) -> int:
+    """How many times ``stored`` was already carried on from the point it would be now
+    (its checkpoint's ``checkpoint_seq``, 0 without one): its logged ``run_resumed``
+    events naming that point."""
+    point = stored.checkpoint_seq if stored.checkpoint is not None else 0
+    count = 0
+    for ev in events:
+        if ev.event != RunResumed.name:
+            continue
+        try:
+            resumed = parse_event(ev.event, ev.data)
+        except EventDecodeError:
+            continue
+        if isinstance(resumed, RunResumed) and resumed.checkpoint_seq == point:
+            count += 1
+    return count
+
+
 def _cannot_resume(stored: StoredRun, events: list[RunEvent]) -> str | None:
+    tries = resumes_from(stored, events)
+    if tries >= MAX_RESUMES_WITHOUT_PROGRESS:
+        start = "its last checkpoint" if stored.checkpoint is not None else "its request"
+        return f"it was carried on {tries} times from {start} and never got further, so it is not tried again"
     if stored.input is None:
         if stored.checkpoint is None and events:
             return "it had no checkpoint yet and its request was not kept to start it again"
