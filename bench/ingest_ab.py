@@ -50,7 +50,27 @@ def _corpus_module() -> Any:
     return module
 
 
-def child(tree: Path, engine: str, n: int, workdir: Path, pg_url: str | None) -> dict[str, Any]:
+def server_tree_cpu_s(postmaster: int) -> float:
+    """CPU seconds of a PostgreSQL server so far, live backends included: the
+    postmaster's own and reaped children's, plus every live child's own and reaped
+    children's (a backend reaps nothing, but a parallel worker is the postmaster's)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(entry.name) == postmaster or int(fields[1]) == postmaster:
+            total += sum(int(x) for x in fields[11:15]) / tick
+    return total
+
+
+def child(
+    tree: Path, engine: str, n: int, workdir: Path, pg_url: str | None, pg_pid: int | None = None
+) -> dict[str, Any]:
     sys.path.insert(0, str(tree))
     import numpy as np
 
@@ -86,6 +106,7 @@ def child(tree: Path, engine: str, n: int, workdir: Path, pg_url: str | None) ->
             del docs
             chunks = 0
             cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+            server0 = server_tree_cpu_s(pg_pid) if pg_pid else 0.0
             started = time.perf_counter()
             async with kb.bulk_load() if hasattr(kb, "bulk_load") else contextlib.nullcontext():
                 for bucket, items in by_bucket.items():
@@ -94,8 +115,10 @@ def child(tree: Path, engine: str, n: int, workdir: Path, pg_url: str | None) ->
                         assert not report.rejected, report.rejected[:3]
                         chunks += report.chunks
                 rows_s = time.perf_counter() - started
+                server_rows = server_tree_cpu_s(pg_pid) if pg_pid else 0.0
             total_s = time.perf_counter() - started
             cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+            server_end = server_tree_cpu_s(pg_pid) if pg_pid else 0.0
         finally:
             await kb.aclose()
         cpu = cpu1.ru_utime - cpu0.ru_utime + cpu1.ru_stime - cpu0.ru_stime
@@ -106,6 +129,14 @@ def child(tree: Path, engine: str, n: int, workdir: Path, pg_url: str | None) ->
             "index_builds_s": round(total_s - rows_s, 2),
             "client_cpu_s": round(cpu, 2),
             "client_cpu_us_per_chunk": round(cpu / chunks * 1e6, 1),
+            **(
+                {
+                    "server_rows_cpu_s": round(server_rows - server0, 2),
+                    "server_builds_cpu_s": round(server_end - server_rows, 2),
+                }
+                if pg_pid
+                else {}
+            ),
         }
 
     try:
@@ -114,15 +145,19 @@ def child(tree: Path, engine: str, n: int, workdir: Path, pg_url: str | None) ->
         shutil.rmtree(kb_dir, ignore_errors=True)  # 370 MB at 100k: never left behind
 
 
-def server_cpu_s(server: Any) -> float:
-    """CPU seconds of the server so far: the postmaster's own and its reaped children's
-    (each backend and parallel worker adds its time when it exits)."""
+def postmaster_pid(server: Any) -> int:
     import psycopg
 
     with psycopg.connect(server.url("postgres"), autocommit=True) as conn:
         row = conn.execute("SHOW data_directory").fetchone()
     assert row is not None
-    pid = int((Path(row[0]) / "postmaster.pid").read_text().splitlines()[0])
+    return int((Path(row[0]) / "postmaster.pid").read_text().splitlines()[0])
+
+
+def server_cpu_s(server: Any) -> float:
+    """CPU seconds of the server so far: the postmaster's own and its reaped children's
+    (each backend and parallel worker adds its time when it exits)."""
+    pid = postmaster_pid(server)
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
@@ -139,13 +174,17 @@ def main() -> int:
         help="a bench/corpus.py --workdir holding this size's corpus already "
         "(reused instead of generating and embedding it again: minutes at 100k)",
     )
+    ap.add_argument("--label", default="", help="suffix of the results' name (a profile beside an A/B)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--pg-url", help=argparse.SUPPRESS)
+    ap.add_argument("--pg-pid", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(
-            orjson.dumps(child(args.trees[0].resolve(), args.engine, args.chunks, args.workdir, args.pg_url)).decode()
+            orjson.dumps(
+                child(args.trees[0].resolve(), args.engine, args.chunks, args.workdir, args.pg_url, args.pg_pid)
+            ).decode()
         )
         return 0
     sys.path.insert(0, str(ROOT))
@@ -184,7 +223,7 @@ def main() -> int:
                     str(args.chunks),
                     "--workdir",
                     str(workdir),
-                    *(["--pg-url", url] if url else []),
+                    *(["--pg-url", url, "--pg-pid", str(postmaster_pid(server))] if server is not None else []),
                 ]
                 out = subprocess.run(
                     cmd, capture_output=True, text=True, check=False, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}
@@ -209,10 +248,17 @@ def main() -> int:
         mine = [x for x in runs if x["tree"] == str(tree)]
         summary[str(tree)] = {
             key: sorted(x[key] for x in mine)
-            for key in ("chunks_per_s", "client_cpu_us_per_chunk", "total_cpu_us_per_chunk", "index_builds_s")
+            for key in (
+                "chunks_per_s",
+                "client_cpu_us_per_chunk",
+                "total_cpu_us_per_chunk",
+                "index_builds_s",
+                "server_rows_cpu_s",
+                "server_builds_cpu_s",
+            )
             if all(key in x for x in mine)
         }
-    name = f"ingest_ab_{args.engine}_{args.chunks}"
+    name = f"ingest_ab_{args.engine}_{args.chunks}" + (f"_{args.label}" if args.label else "")
     path = write_results(name, {"engine": args.engine, "chunks": args.chunks, "summary": summary, "runs": runs})
     print(summary)
     print(f"wrote {path.relative_to(ROOT)}")
