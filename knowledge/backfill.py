@@ -58,9 +58,7 @@ class VectorBackfill:
     """Gives documents without vectors of ``embedder`` their vectors, in the background
     once ``start()``ed (see the module docstring). Built by ``KnowledgeBase``."""
 
-    def __init__(
-        self, index: KBIndex, dense: DenseSide, embedder: Embedder | None, config: KBConfig
-    ) -> None:
+    def __init__(self, index: KBIndex, dense: DenseSide, embedder: Embedder | None, config: KBConfig) -> None:
         self._index = index
         self._dense = dense
         self._embedder = embedder
@@ -102,10 +100,16 @@ class VectorBackfill:
             self.wake()
 
     async def aclose(self) -> None:
+        """Stop the passes: at shutdown, or when this process no longer leads the
+        background jobs (``app/rooms.py``) and another re-embeds. What its passes found
+        stops counting then: ``/readyz`` calls the KB stalled while the process that
+        re-embeds keeps failing, not because this one failed before it let go."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+            self.failures, self.last_error, self._retry_at = 0, None, None
+            self.state = "stopped"
 
     def status(self) -> dict[str, Any]:
         """For ``/readyz``: what waits for vectors and what the re-embedding is doing."""
@@ -161,8 +165,9 @@ class VectorBackfill:
         await self.count_pending()
         if self.pending:
             self.state = "re-embedding"
-            log.info("re-embedding documents without vectors", extra={"pending": self.pending,
-                                                                       "embedder": self._embed_key})
+            log.info(
+                "re-embedding documents without vectors", extra={"pending": self.pending, "embedder": self._embed_key}
+            )
         while self.pending:
             batch = await self.run_batch(after)
             done += len(batch.written)
