@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import ssl
 from collections.abc import Iterable
 from typing import Any, cast
@@ -120,7 +121,7 @@ class _Protocol(asyncio.Protocol):
         if self.loop.time() >= self.deadline:
             self.waiter = None
             waiter.set_exception(httpcore.ReadTimeout("timed out"))
-        else:
+        elif self.deadline != math.inf:  # a read without a timeout needs no timer
             self.timer = self.loop.call_at(self.deadline, self._check)
 
     def take(self, max_bytes: int) -> bytes:
@@ -159,6 +160,8 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             p.waiter = waiter
             if timeout is not None:
                 p.arm(timeout)
+            else:  # no timeout: a timer a previous read armed must not end this one
+                p.deadline = math.inf
             try:
                 await waiter
             finally:

@@ -137,6 +137,41 @@ async def test_a_stalled_stream_times_out_and_a_paced_one_does_not() -> None:
         release.set()
 
 
+async def test_a_read_without_timeout_outlives_the_previous_reads_timer() -> None:
+    """A request without a read timeout on a kept-alive connection is not ended by the
+    timer a previous request's read armed on that connection: the server answers the
+    second request only once that timer has run (its check found the untimed read)."""
+    async with httpx.AsyncClient(transport=pooled_transport("llm", 1), timeout=httpx.Timeout(5, read=0.05)) as c:
+        timer_ran = asyncio.Event()
+
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst")
+            await writer.drain()
+            await read_request(reader)
+            await timer_ran.wait()
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecond")
+            await writer.drain()
+            writer.close()
+
+        async with server(handler) as port:
+            first = await c.get(f"http://127.0.0.1:{port}/a")
+            assert first.text == "first"
+            (stream,) = streams_of(c)
+            protocol = stream._protocol  # type: ignore[attr-defined]
+            assert protocol.timer is not None  # the first request's read armed it
+
+            async def watch() -> None:
+                while protocol.timer is not None:
+                    await asyncio.sleep(0.01)
+                timer_ran.set()
+
+            watcher = asyncio.create_task(watch())
+            second = await c.get(f"http://127.0.0.1:{port}/b", timeout=httpx.Timeout(5, read=None))
+            await watcher
+            assert second.text == "second"
+
+
 async def test_keepalive_reuses_a_connection_and_retires_one_the_server_closed() -> None:
     connections = 0
     closed_by_server = asyncio.Event()
@@ -244,6 +279,7 @@ async def test_tls_streams_through_the_same_backend(tmp_path: Path) -> None:
         test_a_streamed_answer_arrives_line_by_line_in_order,
         test_a_stalled_stream_times_out_and_a_paced_one_does_not,
         test_keepalive_reuses_a_connection_and_retires_one_the_server_closed,
+        test_a_read_without_timeout_outlives_the_previous_reads_timer,
         test_a_large_body_is_read_whole,
         test_a_refused_connection_is_httpx_connect_error,
     ],
