@@ -497,3 +497,19 @@ def test_a_how_to_is_answered_by_the_setting_named_after_what_it_asks() -> None:
     answer, sources, _ = compose_answer("How do I allow my web page's origin to call the service?", CORS_PASSAGES)
     assert answer.startswith("`AGENT_CORS_ORIGINS`: allowed browser origins."), answer
     assert sources[0] == "agentchat-configuration#4"
+
+
+def test_an_overlong_section_keeps_its_nearest_heading_within_the_cap() -> None:
+    """A heading path past ``SECTION_CHARS`` is cut from its start (at a word) so the
+    result keeps the most specific heading and stays within its budget."""
+    from agenttools.rag.kb_search import SECTION_CHARS, chunk_section
+    from knowledge.types import ChunkHit
+
+    path = " > ".join(f"Part {i} of a very long heading path" for i in range(40)) + " > Install from a tarball"
+    hit = ChunkHit("d", "c", "T", "text", 1.0, {}, "s", None, "default", 0, heading=path)
+    section = chunk_section(hit)
+    assert section.startswith("… ") and section.endswith("Install from a tarball")
+    assert len(section) <= SECTION_CHARS + 2
+    assert section[2:].split(" ")[0] in path.split(" ")  # cut at a word, not inside one
+    short = ChunkHit("d", "c", "T", "text", 1.0, {}, "s", None, "default", 0, heading="Install")
+    assert chunk_section(short) == "Install"

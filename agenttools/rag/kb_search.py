@@ -145,6 +145,10 @@ def _top_k(value: object, maximum: int) -> int:
     return max(1, min(int(value), maximum))
 
 
+#: A section heading's length at most in a search result (characters, plus "… ").
+SECTION_CHARS = 200
+
+
 def chunk_section(hit: object) -> str:
     """The heading a passage sits under in its document ("Does npm send any information
     about me back to the registry?"), as the chunker recorded it: a passage that
@@ -152,12 +156,18 @@ def chunk_section(hit: object) -> str:
     the offline answerer knows what the passage is about. A Markdown page's first chunk
     is headed by the page's summary for search (``knowledge.ingest.with_summary``); the
     summary is the page's, not the section's, and already in ``metadata``, so it is left
-    out here. "" when the passage sits under no heading."""
+    out here. "" when the passage sits under no heading. A heading longer than
+    ``SECTION_CHARS`` keeps its end (the nearest, most specific heading of a path) behind
+    "… ", so a document with an overlong heading cannot crowd other passages out of the
+    result's budget."""
     heading = str(getattr(hit, "heading", "") or "").strip()
     metadata = getattr(hit, "metadata", None)
     summary = metadata.get("description") if isinstance(metadata, Mapping) else None
     if isinstance(summary, str) and summary.strip() and heading.startswith(summary.strip()):
         heading = heading[len(summary.strip()) :].lstrip(" —").strip()
+    if len(heading) > SECTION_CHARS:
+        tail = heading[-SECTION_CHARS:]
+        heading = "… " + (tail.split(" ", 1)[1] if " " in tail[:40] else tail).lstrip()
     return neutralize_text(heading) if heading else ""
 
 
