@@ -28,13 +28,21 @@
   - *head only*: the lighter side (BM25 against MiniLM's 2.0; the hashing embedder
     against BM25) reorders the other's list only with its own top ``light_depth``; its
     tail is floored to 0 like the hashing embedder's (its own ``depth`` wins when set).
-  - *agreement*: when the two heads (top ``agreement_depth`` each) share less than
-    ``agreement_full`` of their members, at most one side has found the answer and
-    mixing them interleaves two unrelated lists; the lighter side's weight shrinks in
-    proportion, to nothing when the heads share no item, and the stronger side's order
-    stands. Measured on the Node.js set with MiniLM: the ten questions whose heads
-    shared no chunk had BM25 0.14, vectors 0.47 and fused 0.37 (nDCG@10).
+  - *agreement*: when the two heads (each side's own top ``agreement_depth``) share
+    fewer than ``agreement_full`` of ``agreement_depth`` members, at most one side has
+    found the answer and mixing them interleaves two unrelated lists; the lighter side's
+    weight shrinks in proportion, to nothing when the heads share no item, and the
+    stronger side's order stands. Measured on the Node.js set with MiniLM: the ten
+    questions whose heads shared no chunk had BM25 0.14, vectors 0.47 and fused 0.37
+    (nDCG@10). A short list is compared whole against the other's full head, and the
+    shared members asked of it are at most as many as it has: a rare-term query whose
+    BM25 finds one chunk, ranked second by the vectors, agrees fully (cutting both heads
+    to the shorter length, as the first version did, called that "no overlap" and
+    dropped BM25 exactly where it is most precise).
   Equal weights (Gemini, Ollama against BM25) name no stronger side: both rules stay out.
+* ``weigh`` says which sides a ranking rests on and why the others do not count
+  (``FusionPlan``), so a caller can show it (a hybrid search's ``fused_sides``) from the
+  same plan ``combine`` then adds up: one pass, not a second fusion to find out.
 """
 
 from __future__ import annotations
@@ -80,9 +88,10 @@ class FusionRules:
     ``light_depth``: the rank whose score floors the lighter side's normalisation when it
     has no ``depth`` of its own (``None``: its whole list counts). ``agreement_depth``:
     how many of each side's best candidates make its head. ``agreement_full``: the share
-    of shared head members at which the lighter side counts with its full weight; below
-    it the weight scales linearly down to 0 at no shared member (``0`` switches the rule
-    off)."""
+    of ``agreement_depth`` that, as shared head members, lets the lighter side count with
+    its full weight (0.2 of 10: two shared members; never more than the shorter head
+    holds); below it the weight scales linearly down to 0 at no shared member (``0``
+    switches the rule off)."""
 
     light_depth: int | None = 10
     agreement_depth: int = 10
@@ -180,70 +189,114 @@ def confident(side: FusionSide) -> bool:
     return side.confident_at is None or (bool(side.scores) and max(side.scores) >= side.confident_at)
 
 
+def _head(side: FusionSide, depth: int) -> set[int]:
+    """The side's best ``depth`` ids (all of them when its list is shorter)."""
+    order = sorted(range(len(side.ids)), key=lambda j: -side.scores[j])[:depth]
+    return {side.ids[j] for j in order}
+
+
+def _heads(a: FusionSide, b: FusionSide, depth: int) -> tuple[int, int]:
+    """``(shared, shorter)``: how many members the two heads (each side's own best
+    ``depth``) have in common, and the size of the smaller head."""
+    head_a, head_b = _head(a, depth), _head(b, depth)
+    return len(head_a & head_b), min(len(head_a), len(head_b))
+
+
 def head_overlap(a: FusionSide, b: FusionSide, depth: int) -> float:
-    """The share of the two sides' heads (each one's best ``depth`` ids, or fewer when a
-    list is shorter) that both hold; 1.0 when either side has nothing to compare."""
-    n = min(depth, len(a.ids), len(b.ids))
-    if n == 0:
+    """The share of the shorter head that the other head holds; each head is its own
+    side's best ``depth`` ids (the whole list when shorter), so a short list is compared
+    whole against the other's full head. 1.0 when either side has nothing to compare."""
+    shared, shorter = _heads(a, b, depth)
+    return shared / shorter if shorter else 1.0
+
+
+def agreement(a: FusionSide, b: FusionSide, rules: FusionRules) -> float:
+    """The factor 0..1 on the lighter side's weight under the agreement rule: shared head
+    members over the number that counts as full agreement, ``agreement_full`` of
+    ``agreement_depth`` but never more than the shorter head holds (a one-chunk BM25 list
+    found in the vectors' head agrees fully). 1.0 when the rule is off or a side is
+    empty."""
+    if rules.agreement_full <= 0:
         return 1.0
+    shared, shorter = _heads(a, b, rules.agreement_depth)
+    if shorter == 0:
+        return 1.0
+    full_at = min(rules.agreement_full * rules.agreement_depth, float(shorter))
+    return min(1.0, shared / full_at)
 
-    def head(side: FusionSide) -> set[int]:
-        order = sorted(range(len(side.ids)), key=lambda j: -side.scores[j])[:n]
-        return {side.ids[j] for j in order}
 
-    return len(head(a) & head(b)) / n
+#: Why a side does not count in a ``FusionPlan`` (``FusionPlan.dropped``'s values).
+NO_CANDIDATES = "no_candidates"
+NO_WEIGHT = "no_weight"
+NOT_CONFIDENT = "not_confident"
+HEADS_DISAGREE = "heads_disagree"
+
+
+@dataclass(frozen=True, slots=True)
+class FusionPlan:
+    """What ``fuse`` will add, and why: ``sides`` as they will be weighed, ``counted``
+    the position in the given sides of each of them, ``dropped`` the given positions
+    that do not count and why (``NO_CANDIDATES``, ``NO_WEIGHT``, ``NOT_CONFIDENT``,
+    ``HEADS_DISAGREE``)."""
+
+    sides: tuple[FusionSide, ...]
+    counted: tuple[int, ...]
+    dropped: Mapping[int, str]
+
+
+def weigh(
+    sides: Sequence[FusionSide | tuple[Sequence[int], Sequence[float], float]],
+    rules: FusionRules | None = None,
+) -> FusionPlan:
+    """The sides ``fuse`` adds, as it will weigh them, and why the others do not count:
+    sides without candidates or weight dropped, unconfident ones sitting out
+    (``confident``), and the lighter of two sides of unequal weight floored at its head
+    and scaled by how much the two heads agree (``agreement``); a side scaled to nothing
+    is dropped. For a caller that wants to say which side a hybrid ranking rests on."""
+    rules = RULES if rules is None else rules
+    given = [FusionSide(*s) for s in sides]
+    dropped: dict[int, str] = {}
+    active: list[int] = []
+    for i, side in enumerate(given):
+        if len(side.ids) != len(side.scores):
+            raise ValueError("each side needs one score per id")
+        if not side.ids:
+            dropped[i] = NO_CANDIDATES
+        elif side.weight <= 0:
+            dropped[i] = NO_WEIGHT
+        else:
+            active.append(i)
+    weighed = {i: given[i] for i in active}
+    if len(active) > 1:
+        sure = [i for i in active if confident(given[i])]
+        if sure:
+            dropped.update((i, NOT_CONFIDENT) for i in active if i not in sure)
+            active = sure
+    if len(active) == 2 and given[active[0]].weight != given[active[1]].weight:
+        a, b = active
+        li = a if given[a].weight < given[b].weight else b
+        light = given[li]
+        if light.depth is None and rules.light_depth is not None:
+            light = light._replace(depth=rules.light_depth)
+        light = light._replace(weight=light.weight * agreement(given[a], given[b], rules))
+        weighed[li] = light
+        if light.weight <= 0:
+            dropped[li] = HEADS_DISAGREE
+            active = [i for i in active if i != li]
+    return FusionPlan(tuple(weighed[i] for i in active), tuple(active), MappingProxyType(dropped))
 
 
 def plan(
     sides: Sequence[FusionSide | tuple[Sequence[int], Sequence[float], float]],
     rules: FusionRules | None = None,
 ) -> list[FusionSide]:
-    """The sides ``fuse`` adds, as it will weigh them: sides without candidates or weight
-    dropped, unconfident ones sitting out (``confident``), and the lighter of two sides of
-    unequal weight floored at its head and scaled by how much the two heads agree
-    (``FusionRules``). A side scaled to nothing is dropped. For a caller that wants to
-    say which side a hybrid ranking actually rests on."""
-    rules = RULES if rules is None else rules
-    active = [side for side in (FusionSide(*s) for s in sides) if side.ids and side.weight > 0]
-    for side in active:
-        if len(side.ids) != len(side.scores):
-            raise ValueError("each side needs one score per id")
-    if len(active) > 1:
-        sure = [side for side in active if confident(side)]
-        active = sure or active
-    if len(active) == 2 and active[0].weight != active[1].weight:
-        li = 0 if active[0].weight < active[1].weight else 1
-        light = active[li]
-        if light.depth is None and rules.light_depth is not None:
-            light = light._replace(depth=rules.light_depth)
-        if rules.agreement_full > 0:
-            shared = head_overlap(active[0], active[1], rules.agreement_depth)
-            light = light._replace(weight=light.weight * min(1.0, shared / rules.agreement_full))
-        active[li] = light
-        active = [side for side in active if side.weight > 0]
-    return active
+    """The sides ``fuse`` adds, as it will weigh them (``weigh`` without the reasons)."""
+    return list(weigh(sides, rules).sides)
 
 
-def fuse(
-    sides: Sequence[FusionSide | tuple[Sequence[int], Sequence[float], float]],
-    rules: FusionRules | None = None,
-) -> dict[int, float]:
-    """Weighted CombSUM of per-query min-max normalised scores, on 0..1.
-
-    ``sides`` holds a ``FusionSide`` (or a plain ``(ids, scores, weight)``) per
-    retriever, scores higher-is-better (BM25 as a positive number, cosine similarity).
-    ``plan`` decides which sides count and how much: a side whose best score is below
-    its ``confident_at`` sits the query out (unless every side would: then all count,
-    as without floors), and of two sides of unequal weight the lighter counts only at its
-    head and only as far as the two heads agree (``rules``, default ``RULES``). When
-    another side takes part too, a side with a ``depth`` is floored at its ``depth``-th
-    score (``head_minmax``), so that side's untrusted tail cannot reorder the other's
-    ranking. An item absent from a side scores 0 there. The sum is divided by the
-    total weight of the sides that count, so 1.0 means "best in every list that counted"
-    whether one side counted or two: a single side (depth, floor or not: there is
-    nothing else to defer to) keeps its own order and relative gaps.
-    """
-    active = plan(sides, rules)
+def combine(active: Sequence[FusionSide]) -> dict[int, float]:
+    """The weighted CombSUM of sides already weighed (``weigh``'s ``sides``): ``fuse``'s
+    second half, for a caller that keeps the plan to report it."""
     total = sum(side.weight for side in active)
     fused: dict[int, float] = {}
     if total <= 0:
@@ -254,3 +307,25 @@ def fuse(
         for item, norm in zip(ids, head_minmax(scores, floor_at), strict=True):
             fused[item] = fused.get(item, 0.0) + share * norm
     return fused
+
+
+def fuse(
+    sides: Sequence[FusionSide | tuple[Sequence[int], Sequence[float], float]],
+    rules: FusionRules | None = None,
+) -> dict[int, float]:
+    """Weighted CombSUM of per-query min-max normalised scores, on 0..1.
+
+    ``sides`` holds a ``FusionSide`` (or a plain ``(ids, scores, weight)``) per
+    retriever, scores higher-is-better (BM25 as a positive number, cosine similarity).
+    ``weigh`` decides which sides count and how much: a side whose best score is below
+    its ``confident_at`` sits the query out (unless every side would: then all count,
+    as without floors), and of two sides of unequal weight the lighter counts only at its
+    head and only as far as the two heads agree (``rules``, default ``RULES``). When
+    another side takes part too, a side with a ``depth`` is floored at its ``depth``-th
+    score (``head_minmax``), so that side's untrusted tail cannot reorder the other's
+    ranking. An item absent from a side scores 0 there. The sum is divided by the
+    total weight of the sides that count, so 1.0 means "best in every list that counted"
+    whether one side counted or two: a single side (depth, floor or not: there is
+    nothing else to defer to) keeps its own order and relative gaps.
+    """
+    return combine(weigh(sides, rules).sides)

@@ -13,16 +13,23 @@ from app.cli.kb_file import open_kb_file
 from knowledge import fusion, ranking
 from knowledge.fusion import (
     DENSE_WEIGHTS,
+    HEADS_DISAGREE,
+    NO_CANDIDATES,
     NO_RULES,
+    NO_WEIGHT,
+    NOT_CONFIDENT,
     RULES,
     DenseWeight,
     FusionRules,
     FusionSide,
+    agreement,
+    combine,
     confident,
     dense_weight,
     fuse,
     head_overlap,
     plan,
+    weigh,
 )
 from toolindex.hashing import HashingEmbedder
 
@@ -214,11 +221,62 @@ def test_the_lighter_dense_side_of_the_hashing_embedder_follows_the_same_rules()
 
 
 def test_short_lists_compare_what_they_have() -> None:
-    # Heads of the same size, as many as the shorter list holds: here each side's best 2.
+    # Each head is its own side's best 10 (the whole list when shorter); the share is of
+    # the shorter head.
     a = FusionSide([1, 2, 3], [3.0, 2.0, 1.0], 1.0)
     assert head_overlap(a, FusionSide([2, 9], [0.9, 0.8], 2.0), 10) == 0.5
-    assert head_overlap(a, FusionSide([3, 9], [0.9, 0.8], 2.0), 10) == 0.0  # a's 3rd is not in its head
+    assert head_overlap(a, FusionSide([3, 9], [0.9, 0.8], 2.0), 10) == 0.5  # a's 3rd is in its head
     assert head_overlap(a, FusionSide([], [], 2.0), 10) == 1.0
+
+
+#: MiniLM's side (weight 2.0) of ten candidates, best first.
+DENSE_TEN = FusionSide(list(range(1, 11)), [0.9 - 0.01 * i for i in range(10)], 2.0)
+
+
+def test_a_one_chunk_bm25_list_found_in_the_vectors_head_counts_in_full() -> None:
+    # A rare-term query: BM25 finds one chunk, the vectors rank it second. Cutting both
+    # heads to the shorter list's length compared it with the vectors' first only, called
+    # that no overlap and dropped BM25 where it is most precise.
+    rare = FusionSide([2], [5.0], 1.0)
+    light, heavy = plan([rare, DENSE_TEN])
+    assert light.ids == [2] and light.weight == 1.0 and heavy == DENSE_TEN
+    assert weigh([rare, DENSE_TEN]).dropped == {}
+    assert order(fuse([rare, DENSE_TEN]))[0] == 2  # both sides' vote lifts it to the top
+    # Found nowhere in the vectors' head it still agrees with nothing, and sits out.
+    assert plan([FusionSide([42], [5.0], 1.0), DENSE_TEN]) == [DENSE_TEN]
+
+
+def test_a_short_list_is_compared_with_the_other_sides_whole_head() -> None:
+    # BM25's three candidates sit at the vectors' ranks 5, 8 and 10: outside the vectors'
+    # best three, inside their best ten.
+    short = FusionSide([5, 8, 10], [7.0, 6.0, 5.0], 1.0)
+    assert head_overlap(short, DENSE_TEN, 10) == 1.0
+    assert plan([short, DENSE_TEN])[0].weight == 1.0
+
+
+def test_full_agreement_asks_no_more_shared_members_than_the_shorter_head_has() -> None:
+    # Full at 0.2 x 10 = 2 shared members, or the shorter head's size when that is less.
+    for bm25_ids, weight in (([3], 1.0), ([3, 50, 51], 0.5), ([3, 4, 50], 1.0), ([50, 51, 52], 0.0)):
+        text = FusionSide(bm25_ids, [9.0 - i for i in range(len(bm25_ids))], 1.0)
+        assert agreement(text, DENSE_TEN, RULES) == weight, bm25_ids
+    # Two long lists keep the fitted ramp: 1 shared of 10 is half the weight.
+    text, dense = sides_sharing(1)
+    assert agreement(text, dense, RULES) == 0.5
+    assert agreement(text, dense, NO_RULES) == 1.0  # the rule switched off
+
+
+def test_the_plan_says_why_a_side_does_not_count() -> None:
+    text, dense = sides_sharing(0)
+    assert weigh([text, dense]).dropped == {0: HEADS_DISAGREE}
+    assert weigh([text, dense]).counted == (1,)
+    weak = FusionSide(DENSE_IDS, [0.31, 0.30, 0.12], 0.5, confident_at=0.4)
+    assert weigh([TEXT, weak]).dropped == {1: NOT_CONFIDENT}
+    assert weigh([FusionSide([], [], 1.0), dense]).dropped == {0: NO_CANDIDATES}
+    assert weigh([text, dense._replace(weight=0.0)]).dropped == {1: NO_WEIGHT}
+    # Both sides count: nothing dropped, and fuse adds up exactly the plan's sides.
+    both = weigh([TEXT, weak._replace(scores=[0.62, 0.55, 0.20])])
+    assert both.dropped == {} and both.counted == (0, 1)
+    assert combine(both.sides) == fuse([TEXT, weak._replace(scores=[0.62, 0.55, 0.20])])
 
 
 def test_rules_refuse_values_that_mean_nothing() -> None:
