@@ -89,14 +89,19 @@ _IMPACT = (
 )
 
 #: The postings of the chunks one transaction wrote. The same rows as the trigger's:
-#: impacts depend on the chunk alone (``migrations``, ``kb_text``).
+#: impacts depend on the chunk alone (``migrations``, ``kb_text``). Each chunk's bucket
+#: is looked up by its document's key, once per chunk (the materialized ``c``): joined
+#: instead, the planner hashed the whole of ``kb_documents`` for every batch's 2,000
+#: chunks (a sequential scan of 100k rows, ~50 ms a batch at 100k, growing with the
+#: knowledge base: quadratic over a load).
 _POST_CHUNKS = (
-    "INSERT INTO kb_postings (lexeme, impact, chunk_id, bucket)"
-    f" SELECT u.lexeme, {_IMPACT}, c.id, d.bucket"
+    "WITH c AS MATERIALIZED (SELECT c.id, c.ntok, c.tsv,"
+    " (SELECT d.bucket FROM kb_documents d WHERE d.id = c.doc_id) AS bucket"
+    " FROM kb_chunks c WHERE c.id = ANY(%s))"
+    " INSERT INTO kb_postings (lexeme, impact, chunk_id, bucket)"
+    f" SELECT u.lexeme, {_IMPACT}, c.id, c.bucket"
     f" FROM (SELECT {', '.join(_impact_table(w) for w in 'ABCD')}) t,"
-    " kb_chunks c JOIN kb_documents d ON d.id = c.doc_id"
-    " CROSS JOIN LATERAL unnest(c.tsv) AS u(lexeme, positions, weights)"
-    " WHERE c.id = ANY(%s)"
+    " c CROSS JOIN LATERAL unnest(c.tsv) AS u(lexeme, positions, weights)"
 )
 #: With the B-tree in place, in its order: a sorted insert touches each leaf page once
 #: instead of jumping between them (without it, the sort would be wasted work).
