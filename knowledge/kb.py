@@ -398,6 +398,12 @@ class KnowledgeBase:
         """Searches that asked for vectors and ran on text since start (``/metrics``)."""
         return self._search.text_fallbacks
 
+    @property
+    def fusion_drops(self) -> Mapping[tuple[str, str], int]:
+        """Hybrid searches since start whose ranking rested on one side, by ``(the side
+        that did not count, why)`` (``/metrics``)."""
+        return self._search.fusion_drops
+
     async def semantic_search(self) -> dict[str, Any]:
         """Whether a semantic search runs on vectors now, and why not: a search that
         cannot falls back to text and says so in its result; this says so in ``/readyz``.

@@ -1,6 +1,7 @@
 """Search: full-text candidates from the ``KBIndex`` ∪ vector top-N from the dense side
 (``knowledge.dense``: the in-memory matrix, or the engine's own vector search) → score
-fusion (``ranking.fuse``) → cheap re-ranking → at most ``per_doc`` chunks per document
+fusion (``fusion.weigh`` then ``combine``; the plan also says which sides counted, in
+the result's ``fused_sides``) → cheap re-ranking → at most ``per_doc`` chunks per document
 → copies of a better hit dropped (``knowledge.duplicates``) → scores on 0..1.
 
 Filters are validated once into the engine-neutral tree and resolved to the set of
@@ -30,12 +31,12 @@ from knowledge.filters import (
     parse_filters,
     split_constraints,
 )
+from knowledge.fusion import FusionPlan, combine, weigh
 from knowledge.ranking import (
     Candidate,
     FusionSide,
     QueryTerms,
     dense_weight,
-    fuse,
     rerank,
     signal_spread,
     snippet,
@@ -47,6 +48,8 @@ from storage.kb_records import KBRanked, KBScope
 from toolindex.embedder import Embedder, EmbeddingError
 
 MODES = ("hybrid", "text", "semantic")
+#: The names of the fusion's two sides, in the order ``_rank`` passes them: BM25, vectors.
+FUSION_SIDES = ("text", "semantic")
 
 
 class Searcher:
@@ -69,6 +72,9 @@ class Searcher:
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         #: Searches that asked for vectors and ran on text instead (``/readyz``, ``/metrics``).
         self.text_fallbacks = 0
+        #: Hybrid searches whose ranking rested on one side, by ``(side, why the other
+        #: did not count)`` (``knowledge.fusion.weigh``'s reasons; ``/metrics``).
+        self.fusion_drops: dict[tuple[str, str], int] = {}
         #: Documents waiting for vectors (``knowledge.backfill``): a search by meaning
         #: cannot see them, and its result says so.
         self.pending_vectors: Callable[[], int] = lambda: 0
@@ -279,12 +285,15 @@ class Searcher:
         used = "hybrid" if use_text and use_vec else ("text" if use_text else "semantic")
         # Score-level fusion: each side min-max normalised per query, the dense side
         # weighted by how much its embedder is worth, and sitting out a query whose best
-        # cosine is below its embedder's confidence floor (knowledge/fusion.py).
+        # cosine is below its embedder's confidence floor (knowledge/fusion.py). The
+        # plan is kept: the result says which sides the ranking rests on.
         dense = dense_weight(self.embedder.name if self.embedder else None)
-        fused = fuse([
+        plan = weigh([
             FusionSide(text.ids, text.scores, 1.0),
             FusionSide(v_ids, v_scores, dense.weight, dense.depth, dense.confident_at),
         ])
+        fused = combine(plan.sides)
+        fused_sides, dropped_sides = self._fusion_report(used, plan)
         ordered = sorted(fused, key=lambda cid: -fused[cid])[:n_cand]
         cands = [
             Candidate(r.chunk_id, r.doc_id, r.position, r.title, r.heading, r.text, r.bucket, r.source, r.url,
@@ -327,7 +336,22 @@ class Searcher:
         spread = round(max(spreads), 4) if spreads else 1.0
         total = max(text.total, v_total)
         overloaded = total > self.config.overload_threshold and spread < self.config.flat_spread
-        return SearchResponse(hits, total, False, 0.0, used, spread, overloaded, None, warnings, duplicates)
+        return SearchResponse(
+            hits, total, False, 0.0, used, spread, overloaded, None, warnings, duplicates, fused_sides, dropped_sides
+        )
+
+    def _fusion_report(self, used: str, plan: FusionPlan) -> tuple[list[str] | None, dict[str, str]]:
+        """Which sides a hybrid ranking rests on, and why the other did not count, read
+        off the plan the fusion used (no second pass); a side dropped while the other
+        counted is counted in ``fusion_drops`` (``/metrics``). Text or semantic mode has
+        one side by request: ``None``, nothing dropped."""
+        if used != "hybrid":
+            return None, {}
+        dropped = {FUSION_SIDES[i]: why for i, why in plan.dropped.items()}
+        if plan.counted:  # nothing counted: nothing was ranked, no side fell back on the other
+            for side, why in dropped.items():
+                self.fusion_drops[(side, why)] = self.fusion_drops.get((side, why), 0) + 1
+        return [FUSION_SIDES[i] for i in plan.counted], dropped
 
     async def embed_query(self, query: str) -> np.ndarray:
         """The query vector search uses (cached), for indexes in the same vector space

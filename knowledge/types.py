@@ -179,6 +179,11 @@ class SearchResponse:
     #: Hits left out as copies of a better one (the same page as .md and .html, or the
     #: same text in two documents: ``knowledge.duplicates``).
     duplicates: int = 0
+    #: Hybrid mode: the sides the fused ranking rests on ("text", "semantic"), and why a
+    #: side did not count (``knowledge.fusion.weigh``'s reasons: no_candidates,
+    #: not_confident, heads_disagree, ...). ``None`` and empty in text or semantic mode.
+    fused_sides: list[str] | None = None
+    dropped_sides: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

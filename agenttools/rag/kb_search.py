@@ -64,11 +64,15 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
 
         hits: list[ChunkHitLike] = []
         total_matches, relaxed, kb_error, duplicates = 0, False, None, 0
+        fused_sides: list[str] | None = None
+        dropped_sides: dict[str, str] = {}
         try:
             response = await deps.knowledge.search(query, bucket=bucket, top_k=top_k, **scope)
             hits = list(response.hits)[:top_k]
             total_matches, relaxed = int(response.total_matches), bool(response.relaxed)
             duplicates = int(getattr(response, "duplicates", 0) or 0)
+            fused_sides = getattr(response, "fused_sides", None)
+            dropped_sides = dict(getattr(response, "dropped_sides", None) or {})
         except ValueError as exc:  # the KB's own "bad request" (unknown bucket, bad filter)
             return ToolOutcome.error(
                 f"The knowledge base rejected the search: {str(exc)[:300]}",
@@ -103,9 +107,13 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
                 state.add_source(source)
             note_external_result(state, result.id, needs_keywords=False)
 
-        content: dict[str, Any] = {
-            "query_id": query_id,
-            "kb_id": kb_id,
+        content: dict[str, Any] = {"query_id": query_id, "kb_id": kb_id}
+        if fused_sides and dropped_sides:
+            # A hybrid search ranked on one side (fusion gave the other no weight): said
+            # before the chunks, so the stream's one-line summary shows it too.
+            content["fused_sides"] = list(fused_sides)
+            content["dropped_sides"] = dropped_sides
+        content |= {
             "chunks": [_chunk_view(hit, settings.max_chunk_chars) for hit in hits],
             "total_matches": total_matches,
             "external_answers": [_external_view(r, settings.max_external_answer_chars) for r in external],

@@ -313,6 +313,9 @@ class LiveSources:
     #: ``(documents waiting for vectors, documents re-embedded since start)`` of the KB's
     #: re-embedding in the background (``None``: no KB).
     kb_reembedding: Callable[[], tuple[int, int]] | None = None
+    #: Hybrid knowledge searches ranked on one side, by ``(the side that did not count,
+    #: why)`` (``None``: no KB).
+    kb_fusion_drops: Callable[[], Mapping[tuple[str, str], int]] | None = None
 
 
 class LiveCollector:
@@ -371,6 +374,16 @@ class LiveCollector:
                 "Knowledge searches that asked for vectors and ran on text (no vectors, or the embedder failed).",
                 s.kb_text_fallbacks(),
             )
+        if s.kb_fusion_drops is not None:
+            drops = CounterMetricFamily(
+                "agentchat_kb_fusion_side_dropped",
+                "Hybrid knowledge searches whose ranking rested on one side: the side that did not "
+                "count (text | semantic) and why (no_candidates, not_confident, heads_disagree, no_weight).",
+                labels=["side", "reason"],
+            )
+            for (side, reason), n in sorted(s.kb_fusion_drops().items()):
+                drops.add_metric([side, reason], n)
+            yield drops
         if s.kb_reembedding is not None:
             pending, reembedded = s.kb_reembedding()
             yield GaugeMetricFamily(

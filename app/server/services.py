@@ -132,7 +132,12 @@ class Services:
             leases_held=self.runs.leases_held,
             kb_text_fallbacks=self._kb_text_fallbacks if self.rooms.knowledge is not None else None,
             kb_reembedding=self._kb_reembedding if self.rooms.knowledge is not None else None,
+            kb_fusion_drops=self._kb_fusion_drops if self.rooms.knowledge is not None else None,
         )
+
+    def _kb_fusion_drops(self) -> dict[tuple[str, str], int]:
+        knowledge = self.rooms.knowledge
+        return dict(knowledge.kb.fusion_drops) if knowledge is not None else {}
 
     def _kb_reembedding(self) -> tuple[int, int]:
         knowledge = self.rooms.knowledge
