@@ -124,7 +124,10 @@ def audit(runs: list[dict[str, Any]], db: Path, tokens: int) -> dict[str, Any]:
         "restarted_from_request": 0,
         "ended_run_interrupted": 0,
         "two_terminals": 0,
+        "log_ended": 0,
+        "outcomes": {},
         "samples": [],
+        "incomplete_samples": [],
     }
     for run in runs:
         log = rows.get(str(run.get("run_id")), [])
@@ -132,6 +135,21 @@ def audit(runs: list[dict[str, Any]], db: Path, tokens: int) -> dict[str, Any]:
         client_tokens = {int(i) for f in run["frames"] if f[1] == "content_chunk" for i, _ in STAMP.findall(f[2])}
         log_tokens = {int(i) for _, e, d in log if e == "content_chunk" for i, _ in STAMP.findall(d)}
         complete = run["outcome"] == "complete"
+        outcome = str(run["outcome"]).split(":")[0]
+        out["outcomes"][outcome] = out["outcomes"].get(outcome, 0) + 1
+        out["log_ended"] += any(e == "message_complete" for _, e, _ in log)
+        if not complete and len(out["incomplete_samples"]) < 5:
+            out["incomplete_samples"].append(
+                {
+                    "run_id": run.get("run_id"),
+                    "outcome": str(run["outcome"])[:200],
+                    "client_ids": [
+                        s for s, _, _ in [(int(f[0]), f[1], f[2]) for f in run["frames"] if f[0] is not None]
+                    ][-5:],
+                    "log_tail": [f"{s}:{e}" for s, e, _ in log[-5:]],
+                    "log_len": len(log),
+                }
+            )
         out["complete"] += complete
         short = complete and len(client_tokens) < tokens
         out["short_complete"] += short
@@ -184,7 +202,8 @@ def main() -> None:
                     **audit(runs, workdir / f"{label}.sqlite3", args.tokens),
                 }
                 rows.append(row)
-                print({k: v for k, v in row.items() if k != "samples"}, flush=True)
+                print({k: v for k, v in row.items() if k not in ("samples", "incomplete_samples")}, flush=True)
+                print(row["incomplete_samples"][:3], flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     write_results(args.name, {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows})
