@@ -103,9 +103,7 @@ class Searcher:
             if not known:
                 return SearchResponse([], 0, False, round((time.perf_counter() - started) * 1000, 3), mode=mode)
             if len(known) > 1:
-                response = await self._search_buckets(
-                    query, known, filters, doc_id, mode, top_k, n_cand, context_chars
-                )
+                response = await self._search_buckets(query, known, filters, doc_id, mode, top_k, n_cand, context_chars)
                 response.elapsed_ms = round((time.perf_counter() - started) * 1000, 3)
                 return response
             bucket = known[0]
@@ -288,16 +286,31 @@ class Searcher:
         # cosine is below its embedder's confidence floor (knowledge/fusion.py). The
         # plan is kept: the result says which sides the ranking rests on.
         dense = dense_weight(self.embedder.name if self.embedder else None)
-        plan = weigh([
-            FusionSide(text.ids, text.scores, 1.0),
-            FusionSide(v_ids, v_scores, dense.weight, dense.depth, dense.confident_at),
-        ])
+        plan = weigh(
+            [
+                FusionSide(text.ids, text.scores, 1.0),
+                FusionSide(v_ids, v_scores, dense.weight, dense.depth, dense.confident_at),
+            ]
+        )
         fused = combine(plan.sides)
         fused_sides, dropped_sides = self._fusion_report(used, plan)
         ordered = sorted(fused, key=lambda cid: -fused[cid])[:n_cand]
         cands = [
-            Candidate(r.chunk_id, r.doc_id, r.position, r.title, r.heading, r.text, r.bucket, r.source, r.url,
-                      r.metadata, fused[r.chunk_id], page=r.page, page_end=r.page_end)
+            Candidate(
+                r.chunk_id,
+                r.doc_id,
+                r.position,
+                r.title,
+                r.heading,
+                r.text,
+                r.bucket,
+                r.source,
+                r.url,
+                r.metadata,
+                fused[r.chunk_id],
+                page=r.page,
+                page_end=r.page_end,
+            )
             for r in await self.index.hydrate(ordered)
         ]
         if query_vec is not None and cands:
@@ -311,7 +324,11 @@ class Searcher:
             cands, q, lists=max(1, n_lists), top_k=2 * top_k + 4, per_doc=self.config.per_doc, max_fused=1.0
         )
         top, duplicates = collapse_duplicates(
-            ranked, top_k, text=lambda c: c.text, source=lambda c: c.source, document=lambda c: c.doc_id,
+            ranked,
+            top_k,
+            text=lambda c: c.text,
+            source=lambda c: c.source,
+            document=lambda c: c.doc_id,
             facts=lambda c: record_facts(c.metadata, self.buckets.cached(c.bucket)),
         )
         hits = [
