@@ -112,7 +112,8 @@ class FusionRules:
 #: step at 0.1, 0.2, 0.3; a linear ramp full at 0.2, 0.3, 0.5} x MiniLM weight {2, 3}:
 #: depth 10, ramp full at 0.2 (2 shared of 10), weight 2 (worst tune margin over the
 #: better side 0.0165 against 0.0126 before; held-out figures:
-#: bench/results/corpus_quality_fusion2*.json).
+#: bench/results/corpus_quality_fusion2*.json; the short-list fix of ``agreement``
+#: changed no question's ranking there: bench/results/corpus_quality_fusion3.json).
 RULES = FusionRules()
 #: The rules before issue 24's second fusion pass, for benchmarks comparing the two.
 NO_RULES = FusionRules(light_depth=None, agreement_full=0.0)
