@@ -66,6 +66,7 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
         total_matches, relaxed, kb_error, duplicates = 0, False, None, 0
         fused_sides: list[str] | None = None
         dropped_sides: dict[str, str] = {}
+        warnings: list[str] = []
         try:
             response = await deps.knowledge.search(query, bucket=bucket, top_k=top_k, **scope)
             hits = list(response.hits)[:top_k]
@@ -73,6 +74,7 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
             duplicates = int(getattr(response, "duplicates", 0) or 0)
             fused_sides = getattr(response, "fused_sides", None)
             dropped_sides = dict(getattr(response, "dropped_sides", None) or {})
+            warnings = [str(w) for w in getattr(response, "warnings", None) or ()]
         except ValueError as exc:  # the KB's own "bad request" (unknown bucket, bad filter)
             return ToolOutcome.error(
                 f"The knowledge base rejected the search: {str(exc)[:300]}",
@@ -108,6 +110,10 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
             note_external_result(state, result.id, needs_keywords=False)
 
         content: dict[str, Any] = {"query_id": query_id, "kb_id": kb_id}
+        if warnings:
+            # A search that fell back (the embedder failed: ranked by text only; documents
+            # still waiting for vectors) says so, first, like the corpus tools do.
+            content["warnings"] = warnings
         if fused_sides and dropped_sides:
             # A hybrid search ranked on one side (fusion gave the other no weight): said
             # before the chunks, so the stream's one-line summary shows it too.
