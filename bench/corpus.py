@@ -473,7 +473,10 @@ def prepare(n: int, workdir: Path) -> float:
 
 
 def child(side: str, n: int, workdir: Path, *extra: str) -> dict[str, Any]:
+    # One BLAS thread, as the service runs (``app/cli/commands.py`` sets it before numpy
+    # loads): a multi-threaded BLAS in the child would measure a configuration nobody runs.
     env = {**os.environ, "PYTHONHASHSEED": "0", "ANONYMIZED_TELEMETRY": "False"}
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
     proc = subprocess.run(
         [sys.executable, __file__, "--side", side, "--chunks", str(n), "--workdir", str(workdir), *extra],
         capture_output=True, text=True, env=env, check=False,
