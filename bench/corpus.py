@@ -637,13 +637,19 @@ def main() -> int:
     comparison: dict[str, Any] = {}
     if "latency_ms" in kb and "latency_ms" in pg:
         comparison["postgres"] = {
-            "ingest_rate_ratio_postgres_over_sqlite": round(pg["ingest_chunks_per_s"] / kb["ingest_chunks_per_s"], 3),
+            # None when a side ingested nothing (its KB was already there: a search-only run)
+            "ingest_rate_ratio_postgres_over_sqlite": (
+                round(pg["ingest_chunks_per_s"] / kb["ingest_chunks_per_s"], 3) if kb["ingest_chunks_per_s"] else None
+            ),
             "p95_ms": {k: {"sqlite": kb["latency_ms"][k]["p95"], "postgres": pg["latency_ms"][k]["p95"]}
                        for k in ("filtered_text", "filtered_semantic", "filtered_hybrid")},
         }
     if "latency_ms" in kb and "latency_ms" in chroma:
         comparison |= {
-            "ingest_rate_ratio_kb_over_chroma": round(kb["ingest_chunks_per_s"] / chroma["ingest_chunks_per_s"], 2),
+            "ingest_rate_ratio_kb_over_chroma": (
+                round(kb["ingest_chunks_per_s"] / chroma["ingest_chunks_per_s"], 2)
+                if chroma["ingest_chunks_per_s"] and kb["ingest_chunks_per_s"] else None
+            ),
             "filtered_vector_p95_ms": {
                 "kb": kb["latency_ms"]["filtered_semantic"]["p95"],
                 "chroma": chroma["latency_ms"]["filtered_vector"]["p95"],
