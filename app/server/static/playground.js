@@ -166,7 +166,7 @@
       text: "",
       responded: false,
       after: "",
-      pendingRender: 0,
+      pendingDraw: null,
       final: node.querySelector(".final"),
       clarification: node.querySelector(".clarification"),
       errors: node.querySelector(".errors"),
@@ -185,9 +185,10 @@
 
   /** Re-render the streamed Markdown at most once a frame. */
   function scheduleAnswer(view) {
-    if (view.pendingRender) return;
+    if (view.pendingDraw) return;
     const draw = () => {
-      view.pendingRender = 0;
+      if (view.pendingDraw !== draw) return; // drawn already (flushAnswer)
+      view.pendingDraw = null;
       if (view.responded) {
         if (!view.after.trim()) return;
         let extra = view.answer.querySelector(".after-answer");
@@ -200,7 +201,15 @@
         view.answer.replaceChildren(md.render(view.text));
       }
     };
-    view.pendingRender = document.hidden ? (setTimeout(draw, 0), 1) : requestAnimationFrame(draw);
+    view.pendingDraw = draw;
+    if (document.hidden) setTimeout(draw, 0);
+    else requestAnimationFrame(draw);
+  }
+
+  /** Draw a scheduled answer now: a run shown as finished must already show its last words
+   *  (the end arrives in the same frame as the chunks before it). */
+  function flushAnswer(view) {
+    if (view.pendingDraw) view.pendingDraw();
   }
 
   /** Source cards (one per document) and a resolver from cited ids to card numbers. */
@@ -586,6 +595,7 @@
     },
 
     message_complete(view, d) {
+      flushAnswer(view);
       const status = ["completed", "failed", "cancelled"].includes(d.status) ? d.status : "completed";
       setRunStatus(view, status);
       if (status === "completed") feedbackButtons(view);
