@@ -115,20 +115,7 @@ class VectorIndex:
         dcode = self.doc_code(doc_id, create=True)
         bcode = self.bucket_code(bucket, create=True)
         assert dcode is not None and bcode is not None
-        snap = self._snap
-        n, k = snap.n, len(ids)
-        if n + k > len(snap.chunk_ids):
-            snap = self._grow(n + k)
-        snap.matrix[n : n + k] = rows
-        snap.chunk_ids[n : n + k] = ids
-        snap.doc_codes[n : n + k] = dcode
-        snap.bucket_codes[n : n + k] = bcode
-        snap.alive[n : n + k] = True
-        rows_list = self._rows_of_doc.setdefault(dcode, [])
-        for i, cid in enumerate(ids.tolist()):
-            self._row_of_chunk[cid] = n + i
-            rows_list.append(n + i)
-        self._snap = Snapshot(snap.matrix, snap.chunk_ids, snap.doc_codes, snap.bucket_codes, snap.alive, n + k)
+        self._append(ids, rows, [dcode], [bcode], [len(ids)])
 
     def add_many(self, docs: Sequence[KBVectorRows]) -> None:
         """``add`` for several documents at once, as if added one after the other: one
@@ -148,6 +135,18 @@ class VectorIndex:
         rows = normalise_rows(np.concatenate([np.asarray(d.vectors, np.float32).reshape(-1, self.dim) for d in docs]))
         dcodes = [self.doc_code(d.doc_id, create=True) for d in docs]
         bcodes = [self.bucket_code(d.bucket, create=True) for d in docs]
+        self._append(ids, rows, dcodes, bcodes, counts)
+
+    def _append(
+        self,
+        ids: npt.NDArray[np.int64],
+        rows: F32,
+        dcodes: Sequence[int | None],
+        bcodes: Sequence[int | None],
+        counts: Sequence[int],
+    ) -> None:
+        """Write ``rows`` (normalised) after the live ones, ``counts[i]`` of them for the
+        document ``dcodes[i]`` in bucket ``bcodes[i]``, and publish one new snapshot."""
         snap = self._snap
         n, k = snap.n, len(ids)
         if n + k > len(snap.chunk_ids):
