@@ -13,10 +13,18 @@ How a query runs, and why:
   made by ``PostgresKBIndex`` on first write). A scan stops after ``hnsw.ef_search``
   candidates and the scope's filter applies to those, so ``ef_search`` grows with how
   little of the index the scope covers (``EF_SEARCH_FACTOR`` times ``limit`` / share).
-  With pgvector ≥ 0.8 the scan is also *iterative* (``hnsw.iterative_scan = strict_order``: it walks on
-  until ``limit`` chunks passed the filter, up to ``hnsw.max_scan_tuples``). Older
-  pgvector (the test server's 0.6.2) cannot, so a scope too thin for the largest
-  ``ef_search`` (1,000) is scanned exactly instead — filtered recall never collapses.
+  Older pgvector (the test server's 0.6.2) stops there, so a scope too thin for the
+  largest ``ef_search`` (1,000) is scanned exactly instead — filtered recall never
+  collapses, but a post-filtered scan of a quarter of 1M chunks agrees with the exact
+  top 10 only ~0.85 of the time (``bench/results/corpus_pg_recall_1000000.json``).
+* **pgvector ≥ 0.8 scans iteratively** (the version is read once, from
+  ``pg_extension``): ``hnsw.iterative_scan = relaxed_order`` walks on past
+  ``ef_search`` until ``POOL_FACTOR`` x ``limit`` chunks passed the scope's filter (at
+  most ``hnsw.max_scan_tuples`` index tuples), and that pool is re-ranked exactly by
+  its cosines (relaxed order may hand a slightly nearer chunk over after a farther one;
+  the outer ``ORDER BY`` puts it back in place). A pool larger than ``limit`` is what
+  lifts recall: the walk goes further than the ``limit`` first hits. Scopes whose walk
+  would visit more index tuples than they hold vectors are scanned exactly.
 * **How large a scope is** comes from counts per bucket and embedder (one ``GROUP BY``
   over ``kb_documents``), cached until this process writes and for at most
   ``STATS_TTL_S``. A stale count only changes *how* a query runs (exact or through the
@@ -57,8 +65,28 @@ MAX_EF_SEARCH = 1000
 #: agreement with the exact scan 0.917 at 2x, 0.978 at 4x, 0.990 at 8x, latency within
 #: the noise of a loaded machine. Whether a scope is scanned exactly still follows 2x.
 EF_SEARCH_FACTOR = 4
-#: With iterative scans (pgvector ≥ 0.8): how many index tuples a scan may visit.
+#: With iterative scans (pgvector ≥ 0.8): how many index tuples a scan may visit, at
+#: least (pgvector's default); more when the pool over the scope's share needs more.
 MIN_SCAN_TUPLES = 20_000
+#: With iterative scans: chunks taken from the index per chunk asked for, re-ranked
+#: exactly (``bench/pg_recall.py`` measures 1, 2 and 4 against the exact scan).
+POOL_FACTOR = 2
+#: With iterative scans: ``relaxed_order`` (results nearly in order, re-ranked here)
+#: or ``strict_order`` (pgvector keeps them in order, and visits more to do so).
+SCAN_ORDER = "relaxed_order"
+#: The first pgvector with iterative index scans.
+ITERATIVE_SINCE = (0, 8)
+
+
+def pgvector_version(text: str | None) -> tuple[int, ...]:
+    """``"0.8.5"`` -> ``(0, 8, 5)``; anything unreadable -> ``()`` (older than all)."""
+    parts: list[int] = []
+    for p in str(text or "").split("."):
+        if not p.isdigit():
+            break
+        parts.append(int(p))
+    return tuple(parts)
+
 
 Schema = dict[str, str] | None
 SchemaOf = Callable[[str | None], Awaitable[Schema]]
@@ -95,6 +123,8 @@ class Plan:
     scan_tuples: int = 0
     join: bool = True
     estimate: int = 0
+    #: With iterative scans: how many chunks the index hands over to the exact re-rank.
+    pool: int = 0
 
 
 class VectorSearch:
@@ -109,7 +139,15 @@ class VectorSearch:
         self._counts: VectorCounts | None = None
         self._counts_at = 0.0
         self._generation = 0
-        self._iterative: bool | None = None
+        self._pgvector: str | None = None
+        #: Knobs ``bench/pg_recall.py`` turns to measure each setting on one server;
+        #: ``iterative`` None: as the server's pgvector allows.
+        self.iterative: bool | None = None
+        self.ef_search_factor = EF_SEARCH_FACTOR
+        self.pool_factor = POOL_FACTOR
+        self.scan_order = SCAN_ORDER
+        #: Index scans that came back short and were done again exactly (a metric's worth).
+        self.exact_reruns = 0
 
     def changed(self) -> None:
         """This process wrote: the counts are stale."""
@@ -146,13 +184,38 @@ class VectorSearch:
         )
         return bool(row and row[0])
 
-    async def _iterative_scans(self) -> bool:
-        """pgvector ≥ 0.8 has iterative index scans."""
-        if self._iterative is None:
+    async def pgvector(self) -> str:
+        """The server's pgvector version, read once (an upgrade needs a restart of the
+        server's sessions anyway: ``ALTER EXTENSION`` under running replicas is rare)."""
+        if self._pgvector is None:
             row = await self._db.fetchone("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
-            parts = [int(p) for p in str(row[0]).split(".")[:2] if p.isdigit()] if row else []
-            self._iterative = tuple(parts) >= (0, 8)
-        return self._iterative
+            self._pgvector = str(row[0]) if row else ""
+        return self._pgvector
+
+    async def _iterative_scans(self) -> bool:
+        """pgvector ≥ 0.8 has iterative index scans (unless switched off by ``iterative``)."""
+        if self.iterative is not None:
+            return self.iterative
+        return pgvector_version(await self.pgvector()) >= ITERATIVE_SINCE
+
+    async def describe(self) -> dict[str, Any]:
+        """How scoped searches run on this server, for the KB's status: which pgvector,
+        whether its scans are iterative and how big the exactly re-ranked pool is."""
+        iterative = await self._iterative_scans()
+        out: dict[str, Any] = {
+            "pgvector": await self.pgvector() or None,
+            "iterative_scans": iterative,
+            "ef_search_factor": self.ef_search_factor,
+            "exact_scope_vectors": self.exact_scope_vectors,
+            "exact_reruns": self.exact_reruns,
+        }
+        if iterative:
+            out.update(scan_order=self.scan_order, candidate_pool_factor=self.pool_factor)
+        else:
+            out["detail"] = (
+                "pgvector < 0.8: no iterative index scans; thin scopes are scanned exactly (0.8 recommended)"
+            )
+        return out
 
     # ------------------------------------------------------------------ planning
     async def _estimate(self, scope: KBScope, counts: VectorCounts, model: str, dim: int) -> int:
@@ -178,10 +241,14 @@ class VectorSearch:
             return Plan(True, join=join, estimate=estimate)
         share = min(1.0, estimate / total)
         needed = math.ceil(2 * limit / share)  # candidates to walk for ``limit`` in scope, with margin
-        wanted = math.ceil(EF_SEARCH_FACTOR * limit / share)
+        wanted = math.ceil(self.ef_search_factor * limit / share)
         ef = max(MIN_EF_SEARCH, min(MAX_EF_SEARCH, wanted))
         if await self._iterative_scans():
-            return Plan(False, ef, max(MIN_SCAN_TUPLES, 4 * wanted), join=join, estimate=estimate)
+            pool = max(limit, math.ceil(self.pool_factor * limit))
+            walk = math.ceil(2 * pool / share)  # index tuples to visit for the pool, with margin
+            if walk > estimate:  # the walk would visit more than the scope holds
+                return Plan(True, join=join, estimate=estimate)
+            return Plan(False, ef, max(MIN_SCAN_TUPLES, 2 * walk), join=join, estimate=estimate, pool=pool)
         if needed > MAX_EF_SEARCH:
             return Plan(True, join=join, estimate=estimate)
         return Plan(False, ef, join=join, estimate=estimate)
@@ -202,6 +269,7 @@ class VectorSearch:
         plan = await self.plan(scope, embed_model, dim, limit)
         rows = await self._search(plan, vec, embed_model, scope, limit)
         if not plan.exact and len(rows) < limit and plan.estimate > len(rows):
+            self.exact_reruns += 1
             rows = await self._search(Plan(True, join=plan.join), vec, embed_model, scope, limit)
         if not rows:
             return KBRanked()
@@ -234,11 +302,21 @@ class VectorSearch:
                     "SELECT id, sim, (SELECT count(*) FROM s WHERE sim > 0) FROM s "
                     "ORDER BY sim DESC, id LIMIT %(limit)s"
                 )
+            elif plan.pool:
+                # Iterative (pgvector ≥ 0.8): the index hands over ``pool`` chunks in
+                # scope, nearly in order; the outer query ranks them by exact distance.
+                order = "strict_order" if self.scan_order == "strict_order" else "relaxed_order"
+                await conn.execute(f"SET LOCAL hnsw.ef_search = {int(plan.ef_search)}")  # type: ignore[arg-type]
+                await conn.execute(f"SET LOCAL hnsw.iterative_scan = {order}")  # type: ignore[arg-type]
+                await conn.execute(f"SET LOCAL hnsw.max_scan_tuples = {int(plan.scan_tuples)}")  # type: ignore[arg-type]
+                sql = (
+                    f"WITH s AS MATERIALIZED (SELECT c.id, {distance} AS dist FROM kb_chunks c{join} "
+                    f"WHERE {' AND '.join(where)} ORDER BY {distance} LIMIT %(pool)s) "
+                    "SELECT id, 1 - dist, %(estimate)s FROM s ORDER BY dist, id LIMIT %(limit)s"
+                )
+                params.update(estimate=plan.estimate, pool=int(plan.pool))
             else:
                 await conn.execute(f"SET LOCAL hnsw.ef_search = {int(plan.ef_search)}")  # type: ignore[arg-type]
-                if plan.scan_tuples:
-                    await conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
-                    await conn.execute(f"SET LOCAL hnsw.max_scan_tuples = {int(plan.scan_tuples)}")  # type: ignore[arg-type]
                 sql = (
                     f"SELECT c.id, 1 - ({distance}), %(estimate)s FROM kb_chunks c{join} "
                     f"WHERE {' AND '.join(where)} ORDER BY {distance} LIMIT %(limit)s"  # HNSW orders
@@ -261,4 +339,4 @@ class VectorSearch:
         return {int(i): float(c) for i, c in rows}
 
 
-__all__ = ["EXACT_SCOPE_VECTORS", "HNSW_MAX_DIM", "Plan", "VectorCounts", "VectorSearch"]
+__all__ = ["EXACT_SCOPE_VECTORS", "HNSW_MAX_DIM", "Plan", "VectorCounts", "VectorSearch", "pgvector_version"]

