@@ -46,11 +46,13 @@ from llm.extractive_question import coverage as _coverage
 from llm.extractive_question import phrase_share as _phrase_share
 from llm.extractive_question import stems as _stems
 from llm.extractive_question import weighted_coverage as _weighted
+from llm.extractive_quote import SUBCOMMAND_ITEM as _SUBCOMMAND_ITEM
 from llm.extractive_quote import WHOLE_BLOCK_CHARS
 from llm.extractive_quote import cite as _cite
 from llm.extractive_quote import new_sentences as _new_sentences
 from llm.extractive_quote import window as _window
 from llm.extractive_quote import with_command_line as _with_command_line
+from llm.extractive_quote import with_form_after as _with_form_after
 from llm.extractive_quote import with_heading as _with_heading
 from llm.extractive_quote import with_name as _with_name
 from llm.extractive_quote import with_synopsis as _with_synopsis
@@ -110,6 +112,11 @@ OPENING_BONUS = 0.2
 #: "what does npm doctor check?": the title and at most one more word) is answered by
 #: the document's opening, however many other sentences repeat its words.
 DEFINITION_BONUS = 0.6
+#: A how-to asked of a command's page ("how do I clear out npm's cache?") is answered by
+#: the item of its subcommand list that does it ("clean: Delete … out of the cache
+#: folder"), which the synopsis turns into the line to type (``with_command_line``),
+#: rather than by the page's summary naming every subcommand.
+SUBCOMMAND_BONUS = 0.05
 MAX_ANSWER_CHARS = 1200
 MAX_PASSAGES = 2
 #: A further passage must score at least this share of the best one.
@@ -215,6 +222,7 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
         )
         opening = _opening(read)
         continued = _continues_section(read, reads)
+        page_named = _names(question, title, shared)
         for b, block in enumerate(read.blocks):
             if block.kind == "heading" or block.kind == "code":
                 continue
@@ -275,6 +283,8 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                 if _defines_asked(question, raw):
                     score += _GLOSSARY_BONUS
                 score += _how_to_bonus(question, raw)
+                if block.kind == "list" and page_named and _subcommand(question, raw):
+                    score += SUBCOMMAND_BONUS
                 if question.holds_count(_EMPHASIS.sub("", plain)):
                     score += COUNT_BONUS
                 follower = _next_block(read, b)
@@ -287,6 +297,13 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                     score += NEGATION_BONUS
                 out.append(_Unit(p, b, i, text, score))
     return out
+
+
+def _subcommand(question: _Question, item: str) -> bool:
+    """A how-to's item of a subcommand list ("clean: Delete …") that shares a word of the
+    question besides its label."""
+    label = _SUBCOMMAND_ITEM.match(item)
+    return question.how_to and label is not None and _coverage(question.stems, question.terms(item)) > 0
 
 
 def _document(read: _Read) -> str:
@@ -329,6 +346,7 @@ def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[st
         quoted = _with_synopsis(read, unit, _with_name(read, unit, _with_heading(read, unit, _window(read, unit))), q)
         quoted = _with_command_line(reads, read, unit, quoted, q)
         quoted = _with_syntax(read, unit, quoted, q)
+        quoted = _with_form_after(read, unit, quoted, q)
         pieces = _new_sentences(quoted, said.copy())
         size = sum(len(p) for p in pieces)
         if not pieces or (parts and length + size > MAX_ANSWER_CHARS):

@@ -165,7 +165,7 @@ def with_synopsis(read: Read, unit: Unit, pieces: list[str], question: Question)
 
 
 #: A list item that names a subcommand: "verify: Verify the contents of the cache …".
-_SUBCOMMAND_ITEM = re.compile(r"^[`*_]*(?P<label>[a-z][a-z0-9-]*)[`*_]*\s*:\s")
+SUBCOMMAND_ITEM = re.compile(r"^[`*_]*(?P<label>[a-z][a-z0-9-]*)[`*_]*\s*:\s")
 #: At most this many lines of a synopsis show one subcommand.
 MAX_COMMAND_LINES = 3
 
@@ -179,7 +179,7 @@ def with_command_line(reads: list[Read], read: Read, unit: Unit, pieces: list[st
     block = read.blocks[unit.block]
     if not question.how_to or block.kind != "list" or unit.index < 0 or not pieces:
         return pieces
-    label = _SUBCOMMAND_ITEM.match(item_body(block.units[unit.index]))
+    label = SUBCOMMAND_ITEM.match(item_body(block.units[unit.index]))
     command = _WORD.findall(read.passage.title.casefold())
     if label is None or not command:
         return pieces
@@ -226,6 +226,32 @@ def with_syntax(read: Read, unit: Unit, pieces: list[str], question: Question) -
     if not shown or len(shown) > FOLLOWING_CODE_CHARS or sentence_key(shown) in sentence_key(" ".join(pieces)):
         return pieces
     return [*pieces, shown]
+
+
+def with_form_after(read: Read, unit: Unit, pieces: list[str], question: Question) -> list[str]:
+    """A how-to question answered by a paragraph that says what to do but not how ("You
+    should specify a license for your package …") gets the paragraph after it when that
+    one shows the form, introducing a code block ("… add a current SPDX license
+    identifier …, like this:" and the ``"license"`` example): the how is in the section's
+    second paragraph. Only when the quote shows no code itself, the lead's paragraph is
+    the first under its heading and was quoted to its end, and the next paragraph is
+    right after it in the same section."""
+    if not question.how_to or not pieces or any(is_verbatim(p) or "`" in p for p in pieces):
+        return pieces
+    block, heading = read.blocks[unit.block], prev_block(read, unit.block)
+    first_said = heading is not None and heading.kind == "heading"
+    if block.kind != "prose" or not first_said or not pieces[-1].endswith(block.units[-1]):
+        return pieces  # not what the section says first, or not quoted to its end
+    after = unit.block + 1
+    if after + 1 >= len(read.blocks) or read.headings[after] != read.headings[unit.block]:
+        return pieces
+    paragraph, code = read.blocks[after], read.blocks[after + 1]
+    if paragraph.kind != "prose" or code.kind != "code" or not paragraph.units or not introduces(paragraph.units[-1]):
+        return pieces
+    text = " ".join(paragraph.units)
+    if len(text) > WHOLE_PARAGRAPH_CHARS or len(code.markdown()) > FOLLOWING_CODE_CHARS or refers_back(text):
+        return pieces
+    return [*pieces, text, code.markdown()]
 
 
 def with_heading(read: Read, unit: Unit, pieces: list[str]) -> list[str]:
@@ -327,6 +353,7 @@ def cite(pieces: list[str], source_id: str) -> str:
 __all__ = [
     "FOLLOWING_CODE_CHARS",
     "MIN_HEADING_WORDS",
+    "SUBCOMMAND_ITEM",
     "WHOLE_BLOCK_CHARS",
     "WHOLE_PARAGRAPH_CHARS",
     "cite",
@@ -334,6 +361,7 @@ __all__ = [
     "new_sentences",
     "window",
     "with_command_line",
+    "with_form_after",
     "with_heading",
     "with_synopsis",
     "with_syntax",
