@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -67,6 +67,11 @@ class DenseSide(Protocol):
         ...
 
     async def cosines(self, chunk_ids: Sequence[int], query: F32) -> dict[int, float]: ...
+
+    async def status(self) -> dict[str, Any]:
+        """How a search by meaning runs here (``/readyz``): exact in memory, or which
+        index of the engine and how it is asked."""
+        ...
 
 
 class MatrixDense:
@@ -156,6 +161,9 @@ class MatrixDense:
     async def cosines(self, chunk_ids: Sequence[int], query: F32) -> dict[int, float]:
         return self.matrix.cosines(chunk_ids, query)
 
+    async def status(self) -> dict[str, Any]:
+        return {"search": "exact, in memory"}
+
 
 class DatabaseDense:
     """The engine's own vector search (see the module docstring)."""
@@ -198,6 +206,9 @@ class DatabaseDense:
 
     async def cosines(self, chunk_ids: Sequence[int], query: F32) -> dict[int, float]:
         return await self._search.cosines(chunk_ids, query)
+
+    async def status(self) -> dict[str, Any]:
+        return {"search": "the engine's vector index", **await self._search.vector_index_status()}
 
 
 def dense_side(index: KBIndex, embed_model: str | None, dim: int, *, executor_rows: int = 2_000) -> DenseSide:

@@ -412,6 +412,7 @@ class KnowledgeBase:
                                "fallbacks": self._search.text_fallbacks}
         if self.embedder is None:
             return {"ok": False, "detail": "no embedder: every search runs on text", **out}
+        out["index"] = await self._vectors.status()
         if not await self._vectors.available():
             return {"ok": False, "detail": f"no vectors of {self.embed_key} stored yet: searches run on text", **out}
         return {"ok": True, **out}

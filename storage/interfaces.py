@@ -546,6 +546,11 @@ class KBVectorSearch(Protocol):
         """How many chunks have a vector of ``embed_model`` at ``dim`` dimensions."""
         ...
 
+    async def vector_index_status(self) -> dict[str, Any]:
+        """How scoped searches run on this server (``/readyz``): on PostgreSQL, which
+        pgvector and whether its HNSW scans are iterative (recall differs a lot)."""
+        ...
+
 
 # --- the bundle an engine opens ---
 

@@ -407,6 +407,9 @@ class PostgresKBIndex(SqlKBIndex):
     async def count_vectors(self, embed_model: str, dim: int) -> int:
         return await self._vectors.count_vectors(embed_model, dim)
 
+    async def vector_index_status(self) -> dict[str, Any]:
+        return await self._vectors.describe()
+
     async def has_vectors(self, embed_model: str, dim: int) -> bool:
         return await self._vectors.has_vectors(embed_model, dim)
 

@@ -41,7 +41,8 @@ def pgvector08_server() -> Iterator[TestPostgres]:
 
 @pytest.fixture(params=["pgvector06", "pgvector08"])
 async def storage(request: pytest.FixtureRequest) -> AsyncIterator[PostgresStorage]:
-    server: TestPostgres = request.getfixturevalue("pg_server" if request.param == "pgvector06" else "pgvector08_server")
+    name = "pg_server" if request.param == "pgvector06" else "pgvector08_server"
+    server: TestPostgres = request.getfixturevalue(name)
     with server.database() as url:
         opened = await open_postgres_storage(url)
         try:

@@ -68,6 +68,9 @@ async def test_a_knowledge_question_is_answered_from_postgresql(pg_url: str, tmp
     response = next(e.json() for e in events if e.event == "response")
     assert "Last-Event-ID" in response["answer"] and response["used_internal_kb"] is True
     assert "postgres" in str(ready)
+    # Which pgvector answers, and whether its HNSW scans are iterative (0.8+): recall differs.
+    index = ready["checks"]["knowledge"]["semantic_search"]["index"]
+    assert index["pgvector"] and index["iterative_scans"] is (int(index["pgvector"].split(".")[1]) >= 8)
     assert not (tmp_path / "unused.sqlite3").exists()
     with psycopg.connect(pg_url) as conn:
         chunks = conn.execute("SELECT count(*), count(embedding) FROM kb_chunks").fetchone()
