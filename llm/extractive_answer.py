@@ -138,8 +138,8 @@ def _unit_score(question: _Question, text: str, context: frozenset[str]) -> floa
         context = context | question.terms(links)
         text = _LINK.sub("", text)
     terms = question.terms(text)
-    own = _weighted(question.stems, terms, question.names)
-    around = _weighted(question.stems, terms | context, question.names)
+    own = _weighted(question.stems, terms, question.names, question.action)
+    around = _weighted(question.stems, terms | context, question.names, question.action)
     words = len(text.split())
     phrase = PHRASE_WEIGHT * _phrase_share(question.pairs, text)
     return own + CONTEXT_WEIGHT * (around - own) - min(0.1, 0.002 * max(0, words - 20)) + phrase

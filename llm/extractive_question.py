@@ -102,6 +102,20 @@ _NAME = re.compile(
 )
 #: How much more a named word counts than another word of the question.
 NAME_WEIGHT = 2.0
+#: "How do I skip the questions when creating a package.json with npm init?": what a
+#: how-to asks to do is the action right after "how do I", up to the first word that
+#: opens its circumstances ("when …", "with …", "from …"); the rest says where or when.
+#: The action's words count this much more than the circumstances' ("You can also use
+#: `-y`/`--yes` to skip the questionnaire" over "… creating or updating `package.json`"
+#: on npm init's page). 1.1-1.5 change the same answer and lose none; 1.7 loses two
+#: ("resume a stream after a disconnect", "audit only fail for …").
+ACTION_WEIGHT = 1.3
+_ACTION = re.compile(
+    r"^\s*how\s+(?:(?:do|does|can|could|should|would|may|must)\s+(?:i|we|you|one)|to)\s+"
+    r"(?P<action>.+?)(?=\s+(?:when|if|while|with|without|from|in|on|for|into|by|after|before|so|using|via)\b"
+    r"|[?.]|$)",
+    re.IGNORECASE,
+)
 
 
 def _terms(text: str) -> list[str]:
@@ -183,14 +197,16 @@ def coverage(question: frozenset[str], terms: frozenset[str]) -> float:
     return sum(_match(q, terms) for q in question) / len(question)
 
 
-def weighted_coverage(question: frozenset[str], terms: frozenset[str], names: frozenset[str]) -> float:
+def weighted_coverage(
+    question: frozenset[str], terms: frozenset[str], names: frozenset[str], action: frozenset[str] = frozenset()
+) -> float:
     """``coverage`` with the question's named words (``Question.names``) counting
-    ``NAME_WEIGHT`` times."""
-    if not names:
+    ``NAME_WEIGHT`` times and a how-to's action (``Question.action``) ``ACTION_WEIGHT``."""
+    if not names and not action:
         return coverage(question, terms)
     if not question or not terms:
         return 0.0
-    weights = {q: NAME_WEIGHT if q in names else 1.0 for q in question}
+    weights = {q: NAME_WEIGHT if q in names else ACTION_WEIGHT if q in action else 1.0 for q in question}
     return sum(w * _match(q, terms) for q, w in weights.items()) / sum(weights.values())
 
 
@@ -222,6 +238,8 @@ class Question:
     #: The question's adjacent content words ("each document", "keep each"): a unit
     #: that says them side by side says what the question says (``phrase_share``).
     pairs: frozenset[tuple[str, str]] = frozenset()
+    #: The stems of what a how-to asks to do (``_ACTION``), less its names.
+    action: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, question: str) -> Question:
@@ -254,6 +272,8 @@ class Question:
             counted = re.compile(rf"\b{_NUMBER}\s+(?:[\w-]+\s+)?{re.escape(head)}", re.IGNORECASE)
         names = frozenset(s for m in _NAME.finditer(question) for s in stems(m.group(0)))
         pairs = frozenset(itertools.pairwise(_stem(t) for t in _terms(question)))
+        acts = _ACTION.match(question)
+        action = stems(acts.group("action")) - names if acts is not None else frozenset()
         return cls(
             stems(question),
             joined,
@@ -267,6 +287,7 @@ class Question:
             counted,
             names,
             pairs,
+            action,
         )
 
     def terms(self, text: str) -> frozenset[str]:

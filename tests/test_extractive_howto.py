@@ -11,6 +11,11 @@ documentation) and failing without it.
   the item of its subcommand list that does it ("clean: Delete … out of the cache
   folder", shown with its synopsis line ``npm cache clean``), not by the page's summary
   naming every subcommand (``SUBCOMMAND_BONUS``).
+* What a how-to asks to do — the action right after "how do I", before its circumstances
+  ("when …", "with …") — counts more than the rest (``Question.action``): "How do I skip
+  the questions when creating a package.json with npm init?" is "You can also use
+  `-y`/`--yes` to skip the questionnaire", not the initializer paragraph that says
+  "creating … package.json" and "npm init".
 """
 
 from __future__ import annotations
@@ -246,6 +251,87 @@ CACHE_PASSAGES = [
 ]
 
 
+INIT_PASSAGES = [
+    Passage(
+        "npm-init-d40c0b47#2",
+        "npm-init",
+        (
+            "* `npm init @usr@2.0.0` -> `npm exec @usr/create@2.0.0`\n"
+            "* `npm init @usr/foo@2.0.0` -> `npm exec @usr/create-foo@2.0.0`\n"
+            "\n"
+            "If the initializer is omitted (by just calling `npm init`), init will fall back to legacy init behavior.\n"
+            "It will ask you a bunch of questions, and then write a package.json for you.\n"
+            "It will attempt to make reasonable guesses based on existing fields, dependencies, and options selected.\n"
+            "It is strictly additive, so it will keep any fields and values that were already set.\n"
+            "You can also use `-y`/`--yes` to skip the questionnaire altogether.\n"
+            "If you pass `--scope`, it will create a scoped package."
+        ),
+        0.6985,
+        summary="Create a package.json file",
+        section="Description",
+    ),
+    Passage(
+        "npm-init-d40c0b47#0",
+        "npm-init",
+        (
+            "### Synopsis\n"
+            "\n"
+            "```bash\n"
+            "npm init <package-spec> (same as `npx create-<package-spec>`)\n"
+            "npm init <@scope> (same as `npx <@scope>/create`)\n"
+            "\n"
+            "aliases: create, innit\n"
+            "```\n"
+            "\n"
+            "### Description\n"
+            "\n"
+            "`npm init <initializer>` can be used to set up a new or existing npm package.\n"
+            "\n"
+            "`initializer` in this case is an npm package named `create-<initializer>`,\n"
+            "which will be installed by [`npm-exec`](/commands/npm-exec), and then have its main bin executed -- presumably creating or updating `package.json` and running any other initialization-related operations.\n"
+            "\n"
+            "The init command is transformed to a corresponding `npm exec` operation as follows:"
+        ),
+        0.4938,
+        summary="Create a package.json file",
+        section="Synopsis",
+    ),
+    Passage(
+        "config-37606c25#46",
+        "Config",
+        (
+            "#### `init-type`\n"
+            "\n"
+            '* Default: "commonjs"\n'
+            "* Type: String\n"
+            "\n"
+            "The value that `npm init` should use by default for the package.json type\n"
+            "field.\n"
+            "\n"
+            "#### `init-version`\n"
+            "\n"
+            '* Default: "1.0.0"\n'
+            "* Type: SemVer string\n"
+            "\n"
+            "The value that `npm init` should use by default for the package version\n"
+            "number, if not already set in package.json.\n"
+            "\n"
+            "#### `install-links`\n"
+            "\n"
+            "* Default: false\n"
+            "* Type: Boolean\n"
+            "\n"
+            "When set file: protocol dependencies will be packed and installed as regular\n"
+            "dependencies instead of creating a symlink. This option has no effect on\n"
+            "workspaces."
+        ),
+        0.1658,
+        summary="About npm configuration",
+        section="Config Settings › `init-type`",
+    ),
+]
+
+
 def _readable(answer: str) -> None:
     assert repeated_sentences(answer) == [] and fragments(answer) == [] and dangling_openings(answer) == []
 
@@ -283,4 +369,17 @@ def test_a_how_to_asked_of_a_command_page_is_answered_by_the_subcommand_that_doe
     assert "npm cache clean" in answer
     assert "Delete a single entry or all entries out of the cache folder" in answer
     assert sources[0] == "npm-cache-2d87922d#1"
+    _readable(answer)
+
+
+def test_a_how_to_weighs_what_it_asks_to_do_over_its_circumstances() -> None:
+    question = Question.of("How do I skip the questions when creating a package.json with npm init?")
+    assert question.action == frozenset({"skip", "question"})
+    assert Question.of("How do I clear out npm's cache?").action == Question.of("How do I clear out npm's cache?").stems
+    assert Question.of("What does npm init do?").action == frozenset()
+    answer, sources, _ = compose_answer(
+        "How do I skip the questions when creating a package.json with npm init?", INIT_PASSAGES
+    )
+    assert "`-y`/`--yes` to skip the questionnaire" in answer
+    assert sources[0] == "npm-init-d40c0b47#2"
     _readable(answer)
