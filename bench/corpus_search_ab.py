@@ -147,7 +147,7 @@ def main() -> int:
             "runs": runs,
         },
     )
-    print(f"wrote {path.relative_to(ROOT)}")
+    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return 0
 
 

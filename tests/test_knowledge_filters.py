@@ -26,7 +26,10 @@ INVOICES: list[dict[str, Any]] = [
 async def kb(tmp_path: Path) -> AsyncIterator[KnowledgeBase]:
     base = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=64))
     await base.create_bucket("invoices", SCHEMA)
-    docs = [{**inv, "title": f"Invoice {inv['id']}", "text": f"Invoice from {inv['vendor']} for widgets."} for inv in INVOICES]
+    docs = [
+        {**inv, "title": f"Invoice {inv['id']}", "text": f"Invoice from {inv['vendor']} for widgets."}
+        for inv in INVOICES
+    ]
     report = await base.ingest_documents(docs, bucket="invoices")
     assert report.added == 4
     try:
@@ -168,14 +171,65 @@ async def test_filtered_text_search_beyond_the_probe_window(tmp_path: Path) -> N
     kb = await open_kb_file(tmp_path / "kb.db", None)
     try:
         await kb.create_bucket("logs", {"level": "TEXT", "n": "INTEGER"})
-        docs = [{"id": f"l{i}", "text": f"disk warning number {i}", "level": "rare" if i % 400 == 7 else ("even" if i % 2 == 0 else "odd"), "n": i} for i in range(1300)]
+        docs = [
+            {
+                "id": f"l{i}",
+                "text": f"disk warning number {i}",
+                "level": "rare" if i % 400 == 7 else ("even" if i % 2 == 0 else "odd"),
+                "n": i,
+            }
+            for i in range(1300)
+        ]
         assert (await kb.ingest_documents(docs, bucket="logs")).added == 1300
         broad = await kb.search("disk warning", bucket="logs", filters={"level": "even"}, mode="text", top_k=5)
         assert len(broad.hits) == 5 and all(int(h.doc_id[1:]) % 2 == 0 for h in broad.hits)
         assert 500 <= broad.total_matches <= 800  # scaled estimate of the true 650
         narrow = await kb.search("disk warning", bucket="logs", filters={"level": "rare"}, mode="text", top_k=10)
         assert {h.doc_id for h in narrow.hits} == {"l7", "l407", "l807", "l1207"} and narrow.total_matches == 4
-        mixed = await kb.search("disk warning", bucket="logs", filters={"level": "rare", "doc_id": {"!=": "l7"}}, mode="text")
+        mixed = await kb.search(
+            "disk warning", bucket="logs", filters={"level": "rare", "doc_id": {"!=": "l7"}}, mode="text"
+        )
         assert {h.doc_id for h in mixed.hits} == {"l407", "l807", "l1207"}
+    finally:
+        await kb.aclose()
+
+
+async def test_text_search_ranks_an_unresolved_filter_as_the_resolved_one(tmp_path: Path) -> None:
+    """A text search ranks the filter's scope in one statement from the filter's table
+    (no list of its documents); a hybrid search without an embedder resolves the list
+    first (the vector side's way) and ranks the same text: both must find the same
+    hits, scores and counts, an empty scope included."""
+    kb = await open_kb_file(tmp_path / "kb.db", None)
+    try:
+        await kb.create_bucket("logs", {"level": "TEXT", "n": "INTEGER"})
+        docs = [
+            {
+                "id": f"l{i}",
+                "title": f"log {i}",
+                "text": f"disk warning {'fan ' * (i % 5)}number {i}",
+                "level": ("rare" if i % 50 == 7 else "even" if i % 2 == 0 else "odd"),
+                "n": i,
+            }
+            for i in range(600)
+        ]
+        assert (await kb.ingest_documents(docs, bucket="logs")).added == 600
+        cases: list[tuple[dict[str, Any], str | None]] = [
+            ({"level": "even"}, None),
+            ({"level": "rare", "n": {">": 100}}, None),
+            ({"title": {"like": "log 1%"}}, None),
+            ({"level": "odd"}, "l9"),
+            ({"level": "missing"}, None),
+        ]
+        for filters, doc_id in cases:
+            text = await kb.search(
+                "disk fan warning", bucket="logs", filters=filters, doc_id=doc_id, mode="text", top_k=8
+            )
+            resolved = await kb.search(
+                "disk fan warning", bucket="logs", filters=filters, doc_id=doc_id, mode="hybrid", top_k=8
+            )
+            assert [(h.chunk_id, h.score) for h in text.hits] == [(h.chunk_id, h.score) for h in resolved.hits]
+            assert text.total_matches == resolved.total_matches
+        assert text.hits == [] and text.total_matches == 0 and text.mode == "text"
+        assert len((await kb.search("fan", bucket="logs", filters={"level": "even"}, mode="text", top_k=8)).hits) == 8
     finally:
         await kb.aclose()

@@ -14,10 +14,20 @@ search walks the matches once and scores only those in scope, with the scope tes
 out of FTS5's reach (``+rowid IN``): handed to FTS5 as a rowid constraint it would
 re-run the ``MATCH`` and bm25's statistics per chunk. A bucket without filters probes
 the best matches of the whole index instead.
+
+A large ranking is split among the readers (``PARALLEL_SHARES``): the whole index's and a
+probe's by chunk id modulo the shares, a resolved scope by dealing out its documents;
+each share is ranked by its own statement at once and the lists merge into exactly the
+one statement's (tests/storage/test_kb_fts_shares.py). A filter not resolved yet (a text
+search) is ranked in one statement from the filter's table, with no round trip of its
+documents.
 """
 
 from __future__ import annotations
 
+import asyncio
+import heapq
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,7 +36,7 @@ import orjson
 from storage.kb_records import KBRanked, KBScope, KBTextTuning
 from storage.kb_terms import tuned_selective_terms
 from storage.sqlite.database import SqliteDatabase
-from storage.sqlite.kb_filters_sql import scope_sql
+from storage.sqlite.kb_filters_sql import scope_chunks_sql
 
 BM25_WEIGHTS = "4.0, 2.0, 1.0"  # title, heading, text
 
@@ -37,6 +47,35 @@ RANK_ALL = (
     "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1 ORDER BY s, rowid LIMIT ?2"
 )
 
+#: Rows ``(chunk id, bm25)``, best first, of the matches whose chunk id is ``?3`` modulo
+#: ``?2``: one share of ``RANK_ALL``'s scoring (``FtsRanker._rank_all_shared``). The test is
+#: no constraint FTS5 can take, so each share walks every match (cheap) and scores
+#: only its own; ``bm25()``'s statistics are the whole index's either way, so a row's
+#: score is the same as in ``RANK_ALL``.
+RANK_SHARE = (
+    f"SELECT rowid, bm25(kb_chunks_fts, {BM25_WEIGHTS}) AS s "
+    "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1 AND (rowid % ?2) = ?3 ORDER BY s, rowid LIMIT ?4"
+)
+
+#: Matches of ``?`` (unscored: walking a match costs a few percent of scoring it).
+COUNT_MATCHES = "SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?"
+
+#: A ranking is split into this many shares run on as many readers at once when its
+#: matches (estimated from the terms' cached counts) are at least ``PARALLEL_MIN_MATCHES``:
+#: scoring is nearly all of a text search's time (~1.4 us a match), the shares' results
+#: merge into exactly the one statement's list, and a search then takes about half the
+#: wall time on an idle 2-core machine for ~5 % more CPU (every share walks the matches).
+PARALLEL_SHARES = 2
+PARALLEL_MIN_MATCHES = 4_000
+#: ... and a resolved scope is split only when it has this many documents (each share
+#: walks every match: a small scope is cheaper scored in one).
+PARALLEL_MIN_DOCS = 2_000
+
+#: The chunk ids of the document ids in the JSON array ``?`` (a scope resolved already),
+#: joined from the ids into ``kb_chunks``' ``doc_id`` index: ``c.doc_id IN (...)`` would
+#: first sort the ids into a temporary index.
+CHUNKS_OF_DOCS = "SELECT c.id FROM json_each(?) j CROSS JOIN kb_chunks c ON c.doc_id = j.value"
+
 #: Rows ``(chunk id, bucket)`` of the chunk ids in the JSON array ``?`` (the probe's
 #: bucket test, asked only for the prefix of the ranking it needs).
 BUCKETS_OF = (
@@ -45,10 +84,11 @@ BUCKETS_OF = (
 )
 
 
-def rank_in_scope(scope_sql: str) -> str:
-    """Rows ``(chunk id, bm25, match count)``, best first, of the matches whose document
-    is in ``scope_sql`` (a ``SELECT`` of document ids); parameters: the scope's, then
-    the ``MATCH`` expression, then the limit.
+def rank_in_scope(chunks_sql: str) -> str:
+    """Rows ``(chunk id, bm25, match count)``, best first, of the matches among the chunks
+    ``chunks_sql`` selects (the scope as chunk ids: ``scope_chunks_sql``, or
+    ``CHUNKS_OF_DOCS``); parameters: the scope's, then the ``MATCH`` expression, then the
+    limit.
 
     The scope's chunk ids are materialised once and the FTS cursor walks every match but
     computes ``bm25()`` only for those in scope: scoring costs 20-30x walking a match,
@@ -59,7 +99,7 @@ def rank_in_scope(scope_sql: str) -> str:
     term's whole doclist), once per chunk in scope.
     """
     return (
-        f"WITH sc AS MATERIALIZED (SELECT c.id FROM kb_chunks c WHERE c.doc_id IN ({scope_sql})), "
+        f"WITH sc AS MATERIALIZED ({chunks_sql}), "
         f"k AS MATERIALIZED (SELECT rowid AS id, bm25(kb_chunks_fts, {BM25_WEIGHTS}) AS s "
         "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ? AND +rowid IN sc) "
         "SELECT id, s, (SELECT count(*) FROM k) FROM k ORDER BY s, id LIMIT ?"
@@ -94,6 +134,17 @@ def _ranked(rows: Sequence[Sequence[Any]]) -> KBRanked:
     return KBRanked([int(r[0]) for r in rows], [max(0.0, -float(r[1])) for r in rows], int(rows[0][2]))
 
 
+def _merged(parts: Sequence[Sequence[Sequence[Any]]], limit: int, total: int) -> KBRanked:
+    """Shares' rows ``(chunk id, bm25, ...)``, each best first, as one ranking (ties by id,
+    as ``ORDER BY s, id``) with the shares' total match count."""
+    if len(parts) == 1:
+        return _ranked(parts[0])
+    rows = list(itertools.islice(heapq.merge(*parts, key=lambda r: (r[1], r[0])), limit))
+    if not rows:
+        return KBRanked()
+    return KBRanked([int(r[0]) for r in rows], [max(0.0, -float(r[1])) for r in rows], total)
+
+
 class FtsRanker:
     """The full-text side of ``SqliteKBIndex``, with its term and document counts.
 
@@ -102,8 +153,10 @@ class FtsRanker:
     after it.
     """
 
-    def __init__(self, db: SqliteDatabase) -> None:
+    def __init__(self, db: SqliteDatabase, *, parallel_min_matches: int = PARALLEL_MIN_MATCHES) -> None:
         self._db = db
+        #: Estimated matches from which a ranking is split among readers (tests lower it).
+        self.parallel_min_matches = parallel_min_matches
         self._df_cache: dict[str, int] = {}
         self._df_total: int | None = None
         self._doc_counts: dict[str | None, int] = {}
@@ -122,7 +175,8 @@ class FtsRanker:
             return known
         generation = self._generation
         sql, params = (
-            ("SELECT count(*) FROM kb_documents", ()) if bucket is None
+            ("SELECT count(*) FROM kb_documents", ())
+            if bucket is None
             else ("SELECT count(*) FROM kb_documents WHERE bucket = ?", (bucket,))
         )
         row = await self._db.fetchone(sql, params)
@@ -151,9 +205,7 @@ class FtsRanker:
         df = {t: self._df_cache[t] for t in terms if t in self._df_cache}
         missing = [t for t in terms if t not in df]
         if missing:
-            row = await self._db.fetchone(
-                term_counts_statement(len(missing)), [or_expression([t]) for t in missing]
-            )
+            row = await self._db.fetchone(term_counts_statement(len(missing)), [or_expression([t]) for t in missing])
             counts = [int(c) for c in row] if row else [0] * len(missing)
             if generation == self._generation:
                 if len(self._df_cache) + len(missing) > tuning.term_stats_cache:
@@ -163,7 +215,11 @@ class FtsRanker:
         return tuned_selective_terms(terms, df, total, tuning, min_matches=min_matches)
 
     async def text_candidates(
-        self, terms: Sequence[str], scope: KBScope, limit: int, tuning: KBTextTuning,
+        self,
+        terms: Sequence[str],
+        scope: KBScope,
+        limit: int,
+        tuning: KBTextTuning,
         schema: Mapping[str, str] | None = None,
     ) -> KBRanked:
         """BM25 top ``limit`` within the scope (``schema`` is not needed: SQLite's filter
@@ -177,7 +233,10 @@ class FtsRanker:
         match = or_expression(terms)
         if match is None:
             return KBRanked()
+        parallel = self._worth_sharing(terms)
         if scope.everything:
+            if parallel:
+                return _ranked(await self._rank_all_shared(match, limit))
             return _ranked(await self._db.fetchall(RANK_ALL, (match, limit)))
         if (
             scope.doc_ids is None
@@ -185,15 +244,31 @@ class FtsRanker:
             and scope.filter is None
             and await self._probe_may_fill(scope.bucket, limit, tuning)
         ):
-            probed = await self._probe(match, scope.bucket, limit, tuning)
+            probed = await self._probe(match, scope.bucket, limit, tuning, parallel)
             if probed is not None:
                 return probed
         if scope.doc_ids is not None:
-            # The scope is already known: hand it over as JSON rather than re-running it.
-            inner, params = "SELECT value FROM json_each(?)", [orjson.dumps(list(scope.doc_ids)).decode()]
+            # The scope is already known: hand it over as JSON rather than re-running it,
+            # split among readers when large (each share joins and scores its own
+            # documents' chunks: disjoint, so the counts add up).
+            docs = list(scope.doc_ids)
+            shares = 1
+            if parallel and len(docs) >= min(self.parallel_min_matches, PARALLEL_MIN_DOCS):
+                docs, shares = list(dict.fromkeys(docs)), PARALLEL_SHARES  # a document in one share only
+            parts = await asyncio.gather(
+                *(
+                    self._db.fetchall(
+                        rank_in_scope(CHUNKS_OF_DOCS), [orjson.dumps(docs[i::shares]).decode(), match, limit]
+                    )
+                    for i in range(shares)
+                )
+            )
+            return _merged(parts, limit, sum(int(p[0][2]) for p in parts if p))
         else:
-            inner, params = scope_sql(scope)
-        return _ranked(await self._db.fetchall(rank_in_scope(inner), [*params, match, limit]))
+            # Not resolved yet (a text search needs no document list): one statement
+            # from the filter to the ranking, no round trip of the ids.
+            chunks, params = scope_chunks_sql(scope, schema)
+        return _ranked(await self._db.fetchall(rank_in_scope(chunks), [*params, match, limit]))
 
     async def _probe_may_fill(self, bucket: str | None, limit: int, tuning: KBTextTuning) -> bool:
         """Whether a probe can be expected to find ``limit`` matches of ``bucket``: the
@@ -205,7 +280,25 @@ class FtsRanker:
         share = await self._doc_count(bucket) / max(1, await self._doc_count(None))
         return share * max(limit * 10, tuning.text_probe) >= limit
 
-    async def _probe(self, match: str, bucket: str | None, limit: int, tuning: KBTextTuning) -> KBRanked | None:
+    def _worth_sharing(self, terms: Sequence[str]) -> bool:
+        """Whether the ranking of ``terms`` is worth splitting among readers: their cached
+        match counts (``selective_terms`` has just read them) add up to enough scoring."""
+        return sum(self._df_cache.get(t, 0) for t in terms) >= self.parallel_min_matches
+
+    async def _rank_all_shared(self, match: str, limit: int) -> list[tuple[int, float, int]]:
+        """``RANK_ALL``'s rows, scored in ``PARALLEL_SHARES`` shares at once (chunk id
+        modulo the shares) and merged: the same rows, ties broken by id as there."""
+        counted, *parts = await asyncio.gather(
+            self._db.fetchone(COUNT_MATCHES, (match,)),
+            *(self._db.fetchall(RANK_SHARE, (match, PARALLEL_SHARES, i, limit)) for i in range(PARALLEL_SHARES)),
+        )
+        total = int(counted[0]) if counted else 0
+        rows = heapq.merge(*parts, key=lambda r: (r[1], r[0]))
+        return [(int(r[0]), float(r[1]), total) for r in itertools.islice(rows, limit)]
+
+    async def _probe(
+        self, match: str, bucket: str | None, limit: int, tuning: KBTextTuning, parallel: bool = False
+    ) -> KBRanked | None:
         """A bucket's BM25 top ``limit`` without materialising the bucket: rank all
         matches on the bare FTS index, look at the best ``probe`` of them and keep
         those in ``bucket``. ``None`` when the bucket does not fill ``limit`` from the
@@ -218,7 +311,9 @@ class FtsRanker:
         the probe saw every match (then every probed row is looked up), else scaled
         from the rows looked up."""
         probe = max(limit * 10, tuning.text_probe)
-        rows = await self._db.fetchall(RANK_ALL, (match, probe))
+        rows: Sequence[Sequence[Any]] = (
+            await self._rank_all_shared(match, probe) if parallel else await self._db.fetchall(RANK_ALL, (match, probe))
+        )
         if not rows:
             return KBRanked()
         total_all = int(rows[0][2])
