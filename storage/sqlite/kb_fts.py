@@ -57,6 +57,13 @@ RANK_SHARE = (
     "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1 AND (rowid % ?2) = ?3 ORDER BY s, rowid LIMIT ?4"
 )
 
+#: ``RANK_SHARE`` with ``RANK_ALL``'s match count as a third column (the first share's).
+RANK_SHARE_COUNTED = (
+    f"SELECT rowid, bm25(kb_chunks_fts, {BM25_WEIGHTS}) AS s, "
+    "(SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1) "
+    "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1 AND (rowid % ?2) = ?3 ORDER BY s, rowid LIMIT ?4"
+)
+
 #: Matches of ``?`` (unscored: walking a match costs a few percent of scoring it).
 COUNT_MATCHES = "SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?"
 
@@ -288,11 +295,17 @@ class FtsRanker:
     async def _rank_all_shared(self, match: str, limit: int) -> list[tuple[int, float, int]]:
         """``RANK_ALL``'s rows, scored in ``PARALLEL_SHARES`` shares at once (chunk id
         modulo the shares) and merged: the same rows, ties broken by id as there."""
-        counted, *parts = await asyncio.gather(
-            self._db.fetchone(COUNT_MATCHES, (match,)),
-            *(self._db.fetchall(RANK_SHARE, (match, PARALLEL_SHARES, i, limit)) for i in range(PARALLEL_SHARES)),
+        parts = await asyncio.gather(
+            *(
+                self._db.fetchall(RANK_SHARE_COUNTED if i == 0 else RANK_SHARE, (match, PARALLEL_SHARES, i, limit))
+                for i in range(PARALLEL_SHARES)
+            )
         )
-        total = int(counted[0]) if counted else 0
+        if parts[0]:
+            total = int(parts[0][0][2])
+        else:  # the first share has no match; the count is all the shares'
+            row = await self._db.fetchone(COUNT_MATCHES, (match,))
+            total = int(row[0]) if row else 0
         rows = heapq.merge(*parts, key=lambda r: (r[1], r[0]))
         return [(int(r[0]), float(r[1]), total) for r in itertools.islice(rows, limit)]
 
