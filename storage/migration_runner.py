@@ -66,6 +66,7 @@ STEP_NAMES: Mapping[int, str] = {
     20: "runs: every ended run has its end time (runs ended by a bare status write had none)",
     21: "knowledge base: the stamp (size, modification time) of the file each document was read from",
     22: "runs: a lease epoch minted by each claim, checked by every leased step (fencing)",
+    23: "knowledge base: each posting's term frequency and chunk length, for exact scores from the postings",
 }
 
 

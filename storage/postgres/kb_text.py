@@ -28,13 +28,16 @@ How a query runs:
   holding only the commonest terms — whose bounds add up below it — cannot reach, so
   only chunks holding one of the other terms are scored. Same top ``limit`` as scoring
   every match, far fewer rows read: a chunk row carries its vector (``migrations``:
-  ``STORAGE MAIN``), so each scored match is a heap visit of ~2 kB. The match count
-  (``KBRanked.total``) is counted separately, through the GIN index.
+  ``STORAGE MAIN``), so each scored match is a heap visit of ~2.7 kB. The match count
+  (``KBRanked.total``) is the rank's own count of its matches; an estimate when
+  MaxScore left the commonest lexemes out (``_match_count``).
+* A bucket or the whole index is answered from the postings (``_from_postings``):
+  impact-ordered, each with its term frequency and chunk length, so most chunks are
+  scored exactly without their rows.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -74,20 +77,65 @@ s AS (
                     - cardinality(array_positions(u.weights, 'B'))) AS tf) f
     GROUP BY m.id
 )
-SELECT s.id, s.score FROM s ORDER BY s.score DESC, s.id LIMIT %(limit)s
+SELECT s.id, s.score, (SELECT count(*) FROM m) FROM s ORDER BY s.score DESC, s.id LIMIT %(limit)s
 """
-_COUNT = "SELECT count(*) FROM kb_chunks c WHERE c.tsv @@ %(tsq)s::tsquery {scope}"
 #: ``_RANK`` over the chunks whose ids are given (the candidates the postings found).
 _RANK_IDS = _RANK.replace("c.tsv @@ %(tsq)s::tsquery {scope}", "c.id = ANY(%(ids)s::bigint[])")
-#: Each query lexeme's ``depth`` best postings, in impact order (``kb_postings``).
+#: One read of the postings (``_from_postings``): each query lexeme's ``depth`` best
+#: postings, in impact order (``kb_postings``), scored on the server. Rows ``(0, chunk,
+#: score, upper, exact)`` for the candidates in ``bucket`` that may reach the ``limit``-th
+#: best score read (``score``: the exact sum of the terms read, in ``_RANK``'s own
+#: arithmetic and order — the lexemes' bytes, as a tsvector holds them — so the same
+#: bits; ``upper``: that plus the floors of the lists not read to their end it was not
+#: seen in; ``exact``: 1 when there are none); ``(1, list, last impact, postings read,
+#: of them in bucket)`` per lexeme; ``(2, candidates, -, -, -)``. ``{terms}``, ``{score}``
+#: and ``{missing}`` are written per number of lexemes (``_postings_sql``).
 _POSTINGS = """
-SELECT q.ord, p.chunk_id, p.impact, p.bucket
-FROM unnest(%(lex)s::text[]) WITH ORDINALITY AS q(lex, ord)
-CROSS JOIN LATERAL (
-    SELECT k.chunk_id, k.impact, k.bucket FROM kb_postings k WHERE k.lexeme = q.lex
-    ORDER BY k.impact DESC, k.chunk_id LIMIT %(depth)s
-) p
+WITH q AS (
+    SELECT * FROM unnest(%(lex)s::text[], %(idf)s::float8[], %(rank)s::int[]) WITH ORDINALITY AS q(lex, idf, r, ord)
+),
+p AS MATERIALIZED (
+    SELECT q.ord, q.r, q.idf, k.chunk_id, k.impact, k.bucket, k.tf, k.ntok
+    FROM q CROSS JOIN LATERAL (
+        SELECT k.chunk_id, k.impact, k.bucket, k.tf, k.ntok FROM kb_postings k WHERE k.lexeme = q.lex
+        ORDER BY k.impact DESC, k.chunk_id LIMIT %(depth)s
+    ) k
+),
+lists AS MATERIALIZED (
+    SELECT q.ord, q.r, count(p.chunk_id) AS n, min(p.impact)::float8 AS last,
+           count(p.chunk_id) FILTER (WHERE %(bucket)s::text IS NULL OR p.bucket = %(bucket)s::text) AS kept,
+           CASE WHEN count(p.chunk_id) >= %(depth)s THEN q.idf * min(p.impact)::float8 * %(widen)s ELSE 0 END AS floor
+    FROM q LEFT JOIN p ON p.ord = q.ord GROUP BY q.ord, q.r, q.idf
+),
+f AS (SELECT array_agg(l.floor ORDER BY l.r) AS fl FROM lists l),
+t AS (
+    SELECT p.chunk_id, {terms}
+    FROM p WHERE %(bucket)s::text IS NULL OR p.bucket = %(bucket)s::text
+    GROUP BY p.chunk_id
+),
+c AS MATERIALIZED (SELECT t.chunk_id, {score} AS score, {missing} AS missing FROM t, f),
+bar AS (SELECT coalesce((SELECT c.score FROM c ORDER BY c.score DESC LIMIT 1 OFFSET %(limit)s - 1), 0) AS v)
+SELECT 0, c.chunk_id, c.score, c.score + c.missing, (c.missing = 0)::int::float8 FROM c, bar
+WHERE c.score + c.missing >= bar.v * %(shrink)s
+UNION ALL SELECT 1, l.ord, l.last, l.n, l.kept FROM lists l
+UNION ALL SELECT 2, count(*), NULL, NULL, NULL FROM c
 """
+
+
+def _postings_sql(n: int) -> str:
+    """``_POSTINGS`` for ``n`` lexemes. A chunk's terms are one column per lexeme (in the
+    lexemes' byte order, ``r``) and added up left to right, absent ones as 0.0 — adding
+    0.0 changes no bit, so this is ``_RANK``'s ``sum`` over the lexemes the chunk holds, in
+    its tsvector's order — with no sort per chunk, as an ordered aggregate would need."""
+    term = "p.idf * (p.tf::float8 * %(k1p1)s) / (p.tf::float8 + %(k1)s * (%(one_minus_b)s + %(b_over_avgdl)s * p.ntok))"
+    terms = ", ".join(f"max({term}) FILTER (WHERE p.r = {r}) AS t{r}" for r in range(1, n + 1))
+    score = "coalesce(t.t1, 0.0)"
+    for r in range(2, n + 1):
+        score = f"({score} + coalesce(t.t{r}, 0.0))"
+    missing = " + ".join(f"(CASE WHEN t.t{r} IS NULL THEN f.fl[{r}] ELSE 0.0 END)" for r in range(1, n + 1))
+    return _POSTINGS.format(terms=terms, score=score, missing=missing)
+
+
 #: The first read of the postings takes this many per lexeme, or ``POSTINGS_DEPTH_FACTOR``
 #: times the limit when more; each round that cannot prove its top-k reads four times
 #: deeper, up to ``POSTINGS_MAX_DEPTH`` (then the matches are scored exhaustively).
@@ -140,6 +188,27 @@ def first_pass_terms(
         if seen >= want:
             break
     return chosen
+
+
+def _match_count(
+    rows: Sequence[tuple[Any, ...]], ranked: Sequence[str], lexemes: Sequence[str], df: Mapping[str, int], n: int
+) -> int:
+    """How many chunks in scope match: counted by the rank itself (its materialized
+    matches) when it ranked every lexeme. When MaxScore left the commonest out, an
+    estimate: the ranked lexemes' count scaled by how much likelier a chunk is to hold
+    any lexeme than any ranked one (lexemes taken as independent, at their shares of
+    the ``n`` chunks), and never fewer than one more than the rows returned (there may
+    be more), as the postings path and the SQLite engine estimate theirs. A separate
+    exact count was a second bitmap heap scan of every match's row, beside the rank."""
+    matched = int(rows[0][2])
+    if len(ranked) >= len(lexemes) or n <= 0:
+        return matched
+
+    def any_of(xs: Sequence[str]) -> float:
+        return 1.0 - math.prod(1.0 - min(1.0, df.get(x, 0) / n) for x in xs)
+
+    some = any_of(ranked)
+    return max(len(rows) + 1, round(matched * any_of(lexemes) / some) if some > 0 else matched)
 
 
 def named_params(sql: str, values: Sequence[Any], into: dict[str, Any], prefix: str = "s") -> str:
@@ -222,14 +291,17 @@ class TextRanker:
         return count
 
     async def document_frequencies(self, lexemes: Sequence[str]) -> dict[str, int]:
-        """How many chunks hold each lexeme (an unscored count through the GIN index)."""
+        """How many chunks hold each lexeme: its postings (one per chunk), counted by an
+        index-only scan of their B-tree. Counted through the GIN index instead, a common
+        lexeme was a bitmap heap scan (or a sequential one) of every chunk row holding it:
+        ~0.5 s for a lexeme of 60 % of 100k chunks, on every expiry of the cache."""
         self._expire()
         out = {x: self._df[x] for x in lexemes if x in self._df}
         missing = [x for x in dict.fromkeys(lexemes) if x not in out]
         if missing:
             generation = self._generation
-            select = ", ".join(["(SELECT count(*) FROM kb_chunks WHERE tsv @@ %s::tsquery)"] * len(missing))
-            row = await self._db.fetchone(f"SELECT {select}", [tsquery_literal(x) for x in missing])
+            select = ", ".join(["(SELECT count(*) FROM kb_postings WHERE lexeme = %s)"] * len(missing))
+            row = await self._db.fetchone(f"SELECT {select}", missing)
             counts = [int(c) for c in row] if row else [0] * len(missing)
             found = dict(zip(missing, counts, strict=True))
             if generation == self._generation:
@@ -299,7 +371,8 @@ class TextRanker:
             condition = "AND c.doc_id IN (" + named_params(inner, inner_params, params) + ")"
         bounds = {x: b * (K1 + 1.0) for x, b in zip(lexemes, params["idf"], strict=True)}
         first = first_pass_terms(lexemes, bounds, df, FIRST_PASS_DF_FACTOR * limit)
-        rows, total = await asyncio.gather(self._rank(condition, params, first), self._count(condition, params))
+        rows = await self._rank(condition, params, first)
+        ranked = first
         if len(first) < len(lexemes):
             # The ``limit``-th score is a bar; a chunk of the remaining terms only counts
             # if it holds one whose bound (with the rarer ones') can reach it.
@@ -307,9 +380,12 @@ class TextRanker:
             needed = essential_terms(bounds, bar) if bar > 0 else list(lexemes)
             if not set(needed) <= set(first):
                 rows = await self._rank(condition, params, needed)
+                ranked = needed
         if not rows:
             return KBRanked()
-        return KBRanked([int(r[0]) for r in rows], [float(r[1]) for r in rows], total)
+        return KBRanked(
+            [int(r[0]) for r in rows], [float(r[1]) for r in rows], _match_count(rows, ranked, lexemes, df, total)
+        )
 
     async def _postings_may_fill(self, bucket: str | None, total: int, limit: int) -> bool:
         """Whether the postings are worth reading for ``bucket``: the whole index always;
@@ -331,17 +407,28 @@ class TextRanker:
         avgdl: float,
     ) -> KBRanked | None:
         """The exact BM25 top ``limit`` of the whole index or of one bucket, from the best
-        postings of each lexeme (``kb_postings``), without visiting every match.
+        postings of each lexeme (``kb_postings``), without visiting every match — and
+        mostly without visiting any chunk row.
+
+        A posting carries its term frequency and its chunk's length (migration 23), so a
+        chunk's term score is computed from it (on the server, ``_POSTINGS``) exactly as
+        ``_RANK`` computes it (the same IEEE operations in the same order, summed in the
+        tsvector's lexeme order: the same bits); only the candidates that may reach the
+        top come back. A candidate seen in every list not read to its end is therefore
+        scored exactly; one missing from such a list is between its partial score (a
+        lower bound) and that plus the lists' floors.
 
         Why it is exact: a chunk none of whose postings was read holds each lexeme with
         at most the impact of the last posting read for it (none at all when its list was
-        read to the end), so its score is at most ``bound`` = Σ idf · last impact. The
-        chunks that were read are scored exactly on every query lexeme (``_RANK_IDS``);
-        once the ``limit``-th of them scores above ``bound`` nothing unread can enter
-        (else read deeper). Stored impacts use the fixed length ``POSTINGS_AVGDL``: the
-        true one, with today's average length ``avgdl``, is at most ``max(1, avgdl /
-        POSTINGS_AVGDL)`` times the stored one (the denominator's length term shrinks by
-        at most that factor), so the bound is widened by that factor.
+        read to the end), so its score is at most ``bound`` = Σ idf · last impact. Stored
+        impacts use the fixed length ``POSTINGS_AVGDL``: the true one, with today's
+        average length ``avgdl``, is at most ``max(1, avgdl / POSTINGS_AVGDL)`` times the
+        stored one, so the bound is widened by that factor. Once the ``limit``-th best
+        lower bound is above ``bound``, nothing unread can enter, and a partly seen
+        candidate can only if its upper bound reaches that bar: those few are scored on
+        their rows (``_RANK_IDS``, the exhaustive formula). Else the lists are read four
+        times deeper (also when more than ``limit`` partly seen candidates would need
+        their rows: a deeper read usually completes them for less).
 
         ``None`` when the bucket is too small a share of the postings to fill ``limit``
         within ``POSTINGS_MAX_DEPTH``; then the matches are scored exhaustively. The
@@ -349,75 +436,76 @@ class TextRanker:
         (the commonest lexeme's chunks, times the share of the postings read that were
         in the bucket), as the SQLite engine's probe estimates it.
         """
-        weights = dict(zip(lexemes, params["idf"], strict=True))
         widen = max(1.0, avgdl / POSTINGS_AVGDL) * (1.0 + _ROUNDING)
-        depth = max(POSTINGS_MIN_DEPTH, POSTINGS_DEPTH_FACTOR * limit)
+        # A bucket's own postings are its share of each list: the first read goes as much
+        # deeper, so that it holds as many of the bucket's as a read of the whole index.
+        share = 1.0
+        if bucket is not None:
+            share = max(1, await self.bucket_chunks(bucket)) / max(1, (await self.totals())[0])
+        depth = min(POSTINGS_MAX_DEPTH, max(POSTINGS_MIN_DEPTH, round(POSTINGS_DEPTH_FACTOR * limit / min(1.0, share))))
+        # Each lexeme's place in byte order (a tsvector's order of its lexemes, ``_RANK``'s sum's).
+        by_bytes = sorted(range(len(lexemes)), key=lambda i: lexemes[i].encode())
+        rank = [0] * len(lexemes)
+        for r, i in enumerate(by_bytes, start=1):
+            rank[i] = r
+        sql = _postings_sql(len(lexemes))
+        read_params = {
+            **params,
+            "rank": rank,
+            "bucket": bucket,
+            "widen": widen,
+            # Candidates a little below the bar too: the bar here is on raw scores, the
+            # one below on lower bounds.
+            "shrink": 1.0 - 4 * _ROUNDING,
+        }
         while True:
-            rows = await self._db.fetchall(_POSTINGS, {"lex": lexemes, "depth": depth})
-            per: dict[int, list[float]] = {}
-            seen: dict[int, dict[int, float]] = {}  # candidate -> {lexeme ordinal: weighted impact}
-            read = kept = 0
-            for ordinal, chunk_id, impact, row_bucket in rows:
-                i = int(ordinal)
-                per.setdefault(i, []).append(float(impact))
-                read += 1
-                if bucket is None or row_bucket == bucket:
-                    seen.setdefault(int(chunk_id), {})[i] = weights[lexemes[i - 1]] * float(impact)
-                    kept += 1
-            # ``floors``: per list not read to its end, the most an unread posting adds.
-            floors: dict[int, float] = {}
-            for i, lexeme in enumerate(lexemes, start=1):
-                impacts = per.get(i, [])
-                if len(impacts) >= depth:  # more may follow
-                    floors[i] = weights[lexeme] * impacts[-1] * widen
+            rows = await self._db.fetchall(sql, {**read_params, "depth": depth})
+            exact: dict[int, float] = {}
+            partial: dict[int, tuple[float, float]] = {}  # candidate -> (lower, upper)
+            floors: list[float] = []
+            read = kept = candidates = 0
+            for kind, key, a, b, c in rows:
+                if kind == 0:
+                    score, upper = float(a), float(b)
+                    if not c:  # not seen in a list not read to its end
+                        partial[int(key)] = (score * (1.0 - _ROUNDING), upper * (1.0 + _ROUNDING))
+                    else:
+                        exact[int(key)] = score
+                elif kind == 1:
+                    read += int(b)
+                    kept += int(c)
+                    if int(b) >= depth:  # more may follow
+                        floors.append(float(params["idf"][int(key) - 1]) * float(a) * widen)
+                else:
+                    candidates = int(key)
             complete = not floors
-            bound = sum(floors.values())
-            candidates = self._worth_scoring(seen, floors, limit, avgdl)
-            scored = await self._db.fetchall(_RANK_IDS, {**params, "ids": sorted(candidates)}) if candidates else []
-            if complete or (len(scored) >= limit and float(scored[limit - 1][1]) > bound):
+            if complete:
                 break
+            bound = sum(floors)
+            lows = sorted([*exact.values(), *(lo for lo, _ in partial.values())], reverse=True)
+            if len(lows) >= limit and lows[limit - 1] > bound:
+                bar = lows[limit - 1]
+                unsure = [c for c, (_, hi) in partial.items() if hi >= bar]
+                if len(unsure) <= limit or depth >= POSTINGS_MAX_DEPTH:
+                    if unsure:
+                        scored = await self._db.fetchall(
+                            _RANK_IDS, {**params, "ids": sorted(unsure), "limit": len(unsure)}
+                        )
+                        exact.update((int(r[0]), float(r[1])) for r in scored)
+                    break
             if depth >= POSTINGS_MAX_DEPTH:
                 return None
             depth = min(POSTINGS_MAX_DEPTH, depth * 4)
-        if not scored:
+        top = sorted(exact.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+        if not top:
             return KBRanked()
         if complete:
-            total = len(seen)
+            total = candidates
         else:
             share = kept / read if read else 0.0
-            total = max(len(seen), round(max(df.get(x, 0) for x in lexemes) * share))
-        return KBRanked([int(r[0]) for r in scored], [float(r[1]) for r in scored], total)
-
-    @staticmethod
-    def _worth_scoring(
-        seen: Mapping[int, Mapping[int, float]], floors: Mapping[int, float], limit: int, avgdl: float
-    ) -> list[int]:
-        """The candidates that may be in the top ``limit``: scoring one exactly is a visit
-        of its row, so those that cannot are left out.
-
-        A stored impact is within ``[min(1, r), max(1, r)]`` times the true one (``r =
-        avgdl / POSTINGS_AVGDL``, see ``_from_postings``), so a candidate scores at
-        least ``low`` times what its read postings say, and at most ``high`` times that
-        plus the floors of the lists it was not seen in. The ``limit``-th best lower
-        bound is a bar: a candidate whose upper bound is below it cannot be in the top
-        ``limit`` (the ``limit`` candidates at or above the bar all score at least it).
-        """
-        ratio = avgdl / POSTINGS_AVGDL if avgdl > 0 else 1.0
-        low, high = min(1.0, ratio) * (1.0 - _ROUNDING), max(1.0, ratio) * (1.0 + _ROUNDING)
-        if len(seen) <= limit:
-            return list(seen)
-        known = {c: sum(parts.values()) for c, parts in seen.items()}
-        bar = sorted((v * low for v in known.values()), reverse=True)[limit - 1]
-        return [
-            c
-            for c, parts in seen.items()
-            if known[c] * high + sum(f for i, f in floors.items() if i not in parts) >= bar
-        ]
+            total = max(candidates, round(max(df.get(x, 0) for x in lexemes) * share))
+        return KBRanked([c for c, _ in top], [v for _, v in top], total)
 
     async def _rank(self, condition: str, params: dict[str, Any], matching: Sequence[str]) -> list[tuple[Any, ...]]:
         """The top chunks holding any of ``matching``, scored on every query lexeme."""
         return await self._db.fetchall(_RANK.format(scope=condition), {**params, "tsq": or_query(matching)})
-
-    async def _count(self, condition: str, params: dict[str, Any]) -> int:
-        row = await self._db.fetchone(_COUNT.format(scope=condition), params)
-        return int(row[0]) if row else 0

@@ -538,6 +538,55 @@ _KB_POSTINGS_DEFERRABLE = (
 )
 
 
+#: A posting's FTS5 term frequency (title/heading/text positions weighted 4/2/1, as
+#: ``kb_text`` weighs them), from its tsvector weights; inlinable (a bare expression).
+TF_FUNCTION = "agentchat_kb_tf"
+
+# Issue 24 item 1: a posting also carries its term frequency and its chunk's length, in
+# the B-tree's INCLUDE, so ``kb_text`` scores a chunk exactly (BM25 with today's
+# average length) from the postings it read, without visiting the chunk's ~2.7 kB row.
+# The postings are written again from the chunks (one statement, the B-tree rebuilt
+# after it). The chunks' lengths get a B-tree of their own (``kb_text.totals``). The
+# add trigger now looks each chunk's bucket up by its document's key once per chunk, as
+# ``kb_index._POST_CHUNKS`` does since 3796f73: joined, the planner could hash the
+# whole of ``kb_documents`` for every statement's chunks.
+_KB_POSTINGS_EXACT = (
+    f"""CREATE OR REPLACE FUNCTION {TF_FUNCTION}(w TEXT[]) RETURNS INTEGER
+        LANGUAGE sql IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE AS $$
+        SELECT 4 * cardinality(array_positions(w, 'A')) + 2 * cardinality(array_positions(w, 'B'))
+               + (cardinality(w) - cardinality(array_positions(w, 'A')) - cardinality(array_positions(w, 'B')))
+        $$""",
+    "DROP INDEX IF EXISTS kb_postings_impact",
+    "TRUNCATE kb_postings",
+    "ALTER TABLE kb_postings ADD COLUMN IF NOT EXISTS tf INTEGER NOT NULL",
+    "ALTER TABLE kb_postings ADD COLUMN IF NOT EXISTS ntok INTEGER NOT NULL",
+    f"""INSERT INTO kb_postings (lexeme, impact, chunk_id, bucket, tf, ntok)
+        SELECT u.lexeme, {IMPACT_FUNCTION}(u.weights, c.ntok), c.id, c.bucket, {TF_FUNCTION}(u.weights), c.ntok
+        FROM (SELECT k.id, k.ntok, k.tsv, (SELECT d.bucket FROM kb_documents d WHERE d.id = k.doc_id) AS bucket
+              FROM kb_chunks k) c
+        CROSS JOIN LATERAL unnest(c.tsv) AS u(lexeme, positions, weights)""",
+    "CREATE INDEX IF NOT EXISTS kb_postings_impact ON kb_postings(lexeme, impact DESC, chunk_id)"
+    " INCLUDE (bucket, tf, ntok)",
+    # The index statistics (chunks, average length) by an index-only scan, not a
+    # sequential one of every ~2.7 kB chunk row (0.4 s at 100k chunks, ~4 s at 1M).
+    "CREATE INDEX IF NOT EXISTS kb_chunks_ntok ON kb_chunks(ntok)",
+    f"""CREATE OR REPLACE FUNCTION agentchat_kb_postings_add() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF current_setting('{POSTINGS_DEFERRED_SETTING}', true) = 'on' THEN
+                RETURN NULL;
+            END IF;
+            WITH n AS MATERIALIZED (
+                SELECT k.id, k.ntok, k.tsv, (SELECT d.bucket FROM kb_documents d WHERE d.id = k.doc_id) AS bucket
+                FROM kb_new_chunks k
+            )
+            INSERT INTO kb_postings (lexeme, impact, chunk_id, bucket, tf, ntok)
+            SELECT u.lexeme, {IMPACT_FUNCTION}(u.weights, n.ntok), n.id, n.bucket, {TF_FUNCTION}(u.weights), n.ntok
+            FROM n CROSS JOIN LATERAL unnest(n.tsv) AS u(lexeme, positions, weights);
+            RETURN NULL;
+        END $$""",
+)
+
+
 # Issue 23: the lease check of every leased step also names the claim (``lease_epoch``)
 # the step's copy of the run holds: a stale copy in the same process as the run's
 # current owner is refused like another replica's. ``agentchat_hold_lease`` (step 9)
@@ -582,6 +631,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         20: RUN_ENDINGS_BACKFILL,
         21: KB_FILE_STAMPS,
         22: RUN_LEASE_EPOCHS + _LEASE_EPOCH_CHECK,
+        23: _KB_POSTINGS_EXACT,
     },
 )
 

@@ -72,14 +72,28 @@ async def test_postings_give_the_exhaustive_top_lists_on_the_labelled_sets(
         return found
 
     monkeypatch.setattr(kb_text.TextRanker, "_from_postings", counted)
+    rows_read: list[int] = []  # per answer from the postings: chunk rows scored
+    fetchall = index._db.fetchall
+
+    async def watched(sql: str, params: Any = ()) -> Any:
+        if sql == kb_text._RANK_IDS:
+            rows_read[-1] += len(params["ids"])
+        return await fetchall(sql, params)
+
+    monkeypatch.setattr(index._db, "fetchall", watched)
     queries = _queries()
     assert len(queries) >= 30
     for query in queries:
         terms = content_terms(query)
         for bucket in ("pydocs", None):
+            rows_read.append(0)
             fast = await index.text_candidates(terms, KBScope(bucket), LIMIT, TUNING)
             _same(fast, await _exhaustive(index, terms, bucket))
     assert sum(reads) == len(reads) == 2 * len(queries)  # every one answered from the postings
+    # Scored from the postings alone (migration 23), bit for bit as ``_RANK`` scores: most
+    # answers visit no chunk row; some score a few partly seen candidates on their rows.
+    assert sum(1 for r in rows_read if r == 0) > len(rows_read) / 2, rows_read
+    assert any(r > 0 for r in rows_read), rows_read
 
 
 async def test_deeper_reads_and_the_exhaustive_fallback_stay_exact(
@@ -158,17 +172,18 @@ _RECOMPUTED = """
     CROSS JOIN LATERAL unnest(c.tsv) AS u(lexeme, positions, weights)
 """
 _EXPECTED = (
-    f"SELECT lexeme, (tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * ntok / 64.0)))::real, id, bucket FROM ({_RECOMPUTED}) r"
+    "SELECT lexeme, (tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * ntok / 64.0)))::real, id, bucket, tf::integer, ntok"
+    f" FROM ({_RECOMPUTED}) r"
 )
+_STORED = "SELECT lexeme, impact, chunk_id, bucket, tf, ntok FROM kb_postings"
 
 
 async def _postings_are_exact(index: Any) -> None:
     """The postings are, row for row, what the chunks say (no row missing, none extra,
-    no impact off by a bit)."""
+    no impact off by a bit, each with its term frequency and chunk length)."""
     row = await index._db.fetchone(
-        "SELECT (SELECT count(*) FROM (SELECT lexeme, impact, chunk_id, bucket FROM kb_postings"
-        f" EXCEPT ALL {_EXPECTED}) a),"
-        f" (SELECT count(*) FROM ({_EXPECTED} EXCEPT ALL SELECT lexeme, impact, chunk_id, bucket FROM kb_postings) b),"
+        f"SELECT (SELECT count(*) FROM ({_STORED} EXCEPT ALL {_EXPECTED}) a),"
+        f" (SELECT count(*) FROM ({_EXPECTED} EXCEPT ALL {_STORED}) b),"
         " (SELECT count(*) FROM kb_postings)"
     )
     assert row is not None
@@ -297,5 +312,53 @@ async def test_a_load_that_dies_mid_transaction_leaves_no_chunk_without_its_post
                     await index.text_candidates(terms, KBScope("pydocs"), LIMIT, TUNING),
                     await _exhaustive(index, terms, "pydocs"),
                 )
+        finally:
+            await storage.close()
+
+
+# ---------------------------------------------------------- migration 23 (issue 24 item 1)
+
+
+async def test_migration_23_posts_existing_chunks_again_with_their_tf_and_length(pg_server: TestPostgres) -> None:
+    """Chunks written under step 22 (postings without term frequency or length) get them
+    from migration 23, row for row what the chunks say; the add trigger it installs posts
+    later chunks alike (each chunk's bucket looked up by its document, not a join), and
+    the postings alone then give the exhaustive top list."""
+    import psycopg
+
+    from storage.postgres import migrations, open_postgres_storage
+
+    with pg_server.database(empty=True) as url:
+        await migrations.migrate(url, migrations.MIGRATIONS[:22])
+        docs = stdlib_documents()[:60]
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await conn.execute("INSERT INTO kb_buckets (name, created_at) VALUES ('old', 'now'), ('new', 'now')")
+            for i, d in enumerate(docs[:40]):
+                await conn.execute(
+                    "INSERT INTO kb_documents (id, bucket, content_hash, created_at, updated_at, chunk_count)"
+                    " VALUES (%s, 'old', %s, 'now', 'now', 1)",
+                    (d["id"], str(i)),
+                )
+                await conn.execute(
+                    "INSERT INTO kb_chunks (doc_id, position, title, text, ntok) VALUES (%s, 0, %s, %s, %s)",
+                    (d["id"], d.get("title") or "", d["text"], len(d["text"].split())),
+                )
+            cur = await conn.execute("SELECT count(*) FROM kb_postings")
+            assert (await cur.fetchone()) > (0,)
+        storage = await open_postgres_storage(url)  # migrates to the last step
+        try:
+            index = storage.kb_index
+            await _postings_are_exact(index)
+            kb = await KnowledgeBase.create(index, None)
+            report = await kb.ingest_documents(docs[40:], bucket="new")
+            assert report.added == 20 and not report.rejected, report
+            await _postings_are_exact(index)
+            for query in _queries()[:10]:
+                terms = content_terms(query)
+                for bucket in ("old", "new", None):
+                    _same(
+                        await index.text_candidates(terms, KBScope(bucket), LIMIT, TUNING),
+                        await _exhaustive(index, terms, bucket),
+                    )
         finally:
             await storage.close()

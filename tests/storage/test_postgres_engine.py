@@ -335,14 +335,19 @@ async def test_pruned_text_ranking_equals_scoring_every_match(pg_url: str) -> No
             scored.clear()
             pruned, full = await both(terms, every, limit)
             assert pruned.ids == full.ids and pruned.scores == pytest.approx(full.scores)
-            assert pruned.total == full.total and len(full.ids) == min(limit, full.total)
+            assert len(full.ids) == min(limit, full.total)
+            if max(scored) == len(terms):  # a pass ranked every term: its count is exact
+                assert pruned.total == full.total
+            else:  # the commonest terms were left out: an estimate, never "all seen"
+                assert len(pruned.ids) < pruned.total and full.total / 2 <= pruned.total <= full.total * 2
             if limit <= 3:  # no pass scored the chunks of every term
                 assert max(scored) < len(terms), scored
             from_postings = await kb.text_candidates(terms, KBScope(), limit, tuning)
             assert from_postings.ids == full.ids and from_postings.scores == pytest.approx(full.scores)
         scope = KBScope(doc_ids=[f"d{i}" for i in range(0, 600, 3)])
         pruned, full = await both(terms, scope, 5)
-        assert pruned.ids == full.ids and pruned.total == full.total < 600
+        assert pruned.ids == full.ids and full.total < 600
+        assert len(pruned.ids) < pruned.total and full.total / 2 <= pruned.total <= full.total * 2
     finally:
         await storage.close()
 
