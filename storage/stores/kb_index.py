@@ -270,6 +270,11 @@ class SqlKBIndex:
     async def _write_chunks(self, tx: Tx, rows: Sequence[tuple[Any, ...]]) -> None:
         raise NotImplementedError
 
+    async def _write_rows(self, tx: Tx, statement: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """The rows of a one-row ``INSERT`` (documents, typed fields) in ``tx``; an engine
+        may send several rows per statement (SQLite does: ``storage.sqlite.kb_index``)."""
+        await tx.executemany(statement, rows)
+
     async def _vectors_written(self, tx: Tx, dims: Sequence[int]) -> None:
         """Vectors of these dimensions were written in ``tx`` (an engine's index may follow)."""
 
@@ -310,11 +315,11 @@ class SqlKBIndex:
                     k += 1
                 if upsert_meta is not None:
                     meta_rows.append((d.id, *d.typed))
-            await tx.executemany(_UPSERT_DOCUMENT, doc_rows)
+            await self._write_rows(tx, _UPSERT_DOCUMENT, doc_rows)
             if chunk_rows:
                 await self._write_chunks(tx, chunk_rows)
             if upsert_meta is not None and meta_rows:
-                await tx.executemany(upsert_meta, meta_rows)
+                await self._write_rows(tx, upsert_meta, meta_rows)
             await self._vectors_written(tx, dims)
             return row_ids
 
@@ -407,9 +412,7 @@ class SqlKBIndex:
     async def selective_terms(self, terms: Sequence[str], min_matches: int, tuning: KBTextTuning) -> list[str]:
         return await self._text.selective_terms(terms, min_matches, tuning)
 
-    async def text_candidates(
-        self, terms: Sequence[str], scope: KBScope, limit: int, tuning: KBTextTuning
-    ) -> KBRanked:
+    async def text_candidates(self, terms: Sequence[str], scope: KBScope, limit: int, tuning: KBTextTuning) -> KBRanked:
         return await self._text.text_candidates(terms, scope, limit, tuning, await self._filter_schema(scope))
 
     # ------------------------------------------------------------------ rows
@@ -451,8 +454,20 @@ class SqlKBIndex:
                 for (f, t), v in zip(schema.items(), trow, strict=True):
                     typed[f] = bool(v) if t == "BOOLEAN" and v is not None else v
         return KBDocumentRecord(
-            did, bucket, title, source, url, chash, model, dim, orjson.loads(meta_json), typed,
-            chars, nchunks, created, updated,
+            did,
+            bucket,
+            title,
+            source,
+            url,
+            chash,
+            model,
+            dim,
+            orjson.loads(meta_json),
+            typed,
+            chars,
+            nchunks,
+            created,
+            updated,
         )
 
     async def list_documents(

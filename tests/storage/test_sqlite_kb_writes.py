@@ -1,0 +1,143 @@
+"""SQLite's chunk writes feed FTS5 several rows per statement (``ROWS_PER_INSERT``):
+the index must hold exactly what row-at-a-time writes gave it — every chunk under its
+own columns, BM25 scores equal to an index FTS5 rebuilds from the chunk table itself —
+and rewrites and deletes must leave no stale terms behind."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import numpy as np
+import orjson
+
+from knowledge.buckets import typed_values
+from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBScope, KBTextTuning
+from storage.sqlite.kb_index import ROWS_PER_INSERT
+from tests.support.storage import opened_storage
+
+DIM = 4
+QUERIES = [
+    '"alpha"',
+    '"bravo" OR "charlie"',
+    '"delta"',
+    '"echo" OR "alpha"',
+    '"uniq7x3v0" OR "golf"',
+    '"head3"',
+    '"titl5"',
+]
+RANK = (
+    "SELECT rowid, bm25(kb_chunks_fts, 4.0, 2.0, 1.0) AS s FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?"
+    " ORDER BY s, rowid"
+)
+WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+
+
+def _document(d: int, chunks: int, *, version: int = 0) -> KBDocumentWrite:
+    texts = [
+        " ".join(WORDS[(d + i + k + version) % len(WORDS)] for k in range(3 + (i + version) % 5))
+        + f" uniq{d}x{i}v{version}"
+        for i in range(chunks)
+    ]
+    return KBDocumentWrite(
+        id=f"doc-{d}",
+        title=f"titl{d} document",
+        source=f"doc-{d}.md",
+        url=None,
+        content_hash=f"h{d}-{version}",
+        metadata={},
+        chars=sum(map(len, texts)),
+        chunks=[KBChunkWrite(i, f"head{i % 7} part", t) for i, t in enumerate(texts)],
+        vectors=np.ones((chunks, DIM), np.float32) / 2,
+        embed_model="test",
+        embed_dim=DIM,
+    )
+
+
+async def _scores(db: Any) -> list[list[tuple[int, float]]]:
+    return [[(int(r), round(float(s), 9)) for r, s in await db.fetchall(RANK, (q,))] for q in QUERIES]
+
+
+async def _rebuild_and_check(db: Any) -> None:
+    async def run(conn: aiosqlite.Connection) -> None:
+        await conn.execute("INSERT INTO kb_chunks_fts(kb_chunks_fts) VALUES ('integrity-check')")
+        await conn.execute("INSERT INTO kb_chunks_fts(kb_chunks_fts) VALUES ('rebuild')")
+
+    await db.transact(run)
+
+
+async def test_batched_chunk_inserts_index_exactly_what_a_rebuild_does(tmp_path: Path) -> None:
+    async with opened_storage(tmp_path / "kb.db") as storage:
+        kb = storage.kb_index
+        db = kb._db
+        await kb.create_bucket("default", {}, typed_row=typed_values)
+        # One write of several full statements and a partial one, in documents that
+        # straddle the statements' boundaries.
+        docs = [_document(d, 7 + d % 5) for d in range(90)]
+        total = sum(len(d.chunks) for d in docs)
+        assert total > 2 * ROWS_PER_INSERT and total % ROWS_PER_INSERT
+        ids = await kb.write_documents("default", {}, docs)
+        assert sum(map(len, ids)) == total
+
+        rows = await db.fetchall("SELECT id, doc_id, position, title, heading, text FROM kb_chunks ORDER BY id")
+        expected = [
+            (cid, d.id, c.position, d.title, c.heading, c.text)
+            for d, cids in zip(docs, ids, strict=True)
+            for cid, c in zip(cids, d.chunks, strict=True)
+        ]
+        assert [tuple(r) for r in rows] == expected
+        # Every chunk is found by its own term, and each column's terms sit in that column.
+        for cid, doc_id, position, _title, _heading, _text in expected[:: max(1, total // 40)]:
+            d = int(doc_id.split("-")[1])
+            hit = await db.fetchall(
+                "SELECT rowid FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?", (f'text:"uniq{d}x{position}v0"',)
+            )
+            assert [r[0] for r in hit] == [cid]
+        in_title = await db.fetchall("SELECT rowid FROM kb_chunks_fts WHERE kb_chunks_fts MATCH 'title:titl5'")
+        assert sorted(r[0] for r in in_title) == ids[5]
+        assert await db.fetchall("SELECT rowid FROM kb_chunks_fts WHERE kb_chunks_fts MATCH 'text:titl5'") == []
+
+        written = await _scores(db)
+        assert all(written)
+        await _rebuild_and_check(db)
+        assert await _scores(db) == written
+
+        # Rewritten documents (new text, other chunk counts) and deleted ones leave no
+        # stale terms: the index still equals its rebuild, and old terms find nothing.
+        await kb.write_documents("default", {}, [_document(d, 3 + d % 9, version=1) for d in range(0, 90, 3)])
+        await kb.delete_documents([f"doc-{d}" for d in range(1, 90, 3)])
+        assert await db.fetchall("SELECT rowid FROM kb_chunks_fts WHERE kb_chunks_fts MATCH '\"uniq3x0v0\"'") == []
+        assert await db.fetchall("SELECT rowid FROM kb_chunks_fts WHERE kb_chunks_fts MATCH '\"uniq4x0v0\"'") == []
+        assert len(await db.fetchall("SELECT rowid FROM kb_chunks_fts WHERE kb_chunks_fts MATCH '\"uniq3x0v1\"'")) == 1
+        changed = await _scores(db)
+        assert changed != written
+        await _rebuild_and_check(db)
+        assert await _scores(db) == changed
+
+        # And the index's own search path sees the same.
+        ranked = await kb.text_candidates(["uniq5x2v0"], KBScope(), 5, KBTextTuning())
+        assert len(ranked.ids) == 1 and ranked.ids[0] == ids[5][2]
+
+
+async def test_documents_and_typed_fields_of_a_wide_bucket_are_written_whole(tmp_path: Path) -> None:
+    """Documents and typed rows go several a statement too; a bucket with many fields
+    gets fewer rows a statement (SQLite caps bound parameters), never an error."""
+    fields = {f"f{i}": "INTEGER" for i in range(150)}
+    async with opened_storage(tmp_path / "kb.db") as storage:
+        kb = storage.kb_index
+        await kb.create_bucket("wide", fields, typed_row=typed_values)
+        docs = []
+        for d in range(ROWS_PER_INSERT + 60):
+            meta = {name: d * 1000 + i for i, name in enumerate(fields)}
+            doc = _document(d, 1)
+            docs.append(replace(doc, metadata=meta, typed=typed_values(fields, meta)))
+        await kb.write_documents("wide", fields, docs)
+        stored = await kb._db.fetchall("SELECT id, bucket, title, content_hash, metadata FROM kb_documents")
+        assert {i: (b, t, h, orjson.loads(m)) for i, b, t, h, m in stored} == {
+            d.id: ("wide", d.title, d.content_hash, d.metadata) for d in docs
+        }
+        typed = await kb._db.fetchall('SELECT * FROM "meta_wide" ORDER BY doc_id')
+        assert [tuple(r) for r in typed] == sorted((d.id, *d.typed) for d in docs)
+        assert await kb.count_documents(KBScope(bucket="wide")) == len(docs)
