@@ -7,9 +7,9 @@ child process that imports that tree's code (the corpus always comes from this t
 
 Per load: chunks/s with the index builds included, the seconds of the rows and of the
 builds at the end of ``bulk_load``, the client process's CPU per chunk (user + system,
-every thread: SQLite runs inside it) and, on PostgreSQL, the server's CPU (its
-postmaster's own and reaped children's times: every backend and parallel worker of the
-load). On a shared machine the CPU figures move less than the wall-clock ones; the load
+every thread: SQLite runs inside it), split by thread (``thread_cpu_s``), and, on
+PostgreSQL, the server's CPU (its postmaster's own and reaped children's times: every
+backend and parallel worker of the load). On a shared machine the CPU figures move less than the wall-clock ones; the load
 average before and after each load is recorded beside them.
 
 A "before" tree: ``git worktree add --detach /work/wt-before <commit>`` and a symbolic
@@ -68,6 +68,28 @@ def server_tree_cpu_s(postmaster: int) -> float:
     return total
 
 
+def thread_cpu_s() -> dict[str, float]:
+    """CPU seconds of this process's threads so far, summed by role: ``main`` (the event
+    loop), ``sqlite`` (aiosqlite's connection threads: the writer, which runs SQLite and
+    FTS5, and the readers) and ``other`` (``to_thread`` workers: chunking). Per-thread CPU
+    shows which side of the overlap is the critical one, and moves little with the load."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {"main": 0.0, "sqlite": 0.0, "other": 0.0}
+    for entry in Path("/proc/self/task").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        tid = int(entry.name)
+        name = names.get(tid, "")
+        role = "main" if tid == os.getpid() else "sqlite" if "_connection_worker_thread" in name else "other"
+        out[role] += (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 def child(
     tree: Path, engine: str, n: int, workdir: Path, pg_url: str | None, pg_pid: int | None = None
 ) -> dict[str, Any]:
@@ -107,6 +129,7 @@ def child(
             chunks = 0
             cpu0 = resource.getrusage(resource.RUSAGE_SELF)
             server0 = server_tree_cpu_s(pg_pid) if pg_pid else 0.0
+            threads0 = thread_cpu_s()
             started = time.perf_counter()
             async with kb.bulk_load() if hasattr(kb, "bulk_load") else contextlib.nullcontext():
                 for bucket, items in by_bucket.items():
@@ -118,6 +141,7 @@ def child(
                 server_rows = server_tree_cpu_s(pg_pid) if pg_pid else 0.0
             total_s = time.perf_counter() - started
             cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+            threads1 = thread_cpu_s()
             server_end = server_tree_cpu_s(pg_pid) if pg_pid else 0.0
         finally:
             await kb.aclose()
@@ -129,6 +153,10 @@ def child(
             "index_builds_s": round(total_s - rows_s, 2),
             "client_cpu_s": round(cpu, 2),
             "client_cpu_us_per_chunk": round(cpu / chunks * 1e6, 1),
+            # Threads still alive at the end (a thread that ended is in client_cpu_s only).
+            "thread_cpu_us_per_chunk": {
+                k: round((threads1[k] - threads0.get(k, 0.0)) / chunks * 1e6, 1) for k in threads1
+            },
             **(
                 {
                     "server_rows_cpu_s": round(server_rows - server0, 2),
@@ -231,6 +259,8 @@ def main() -> int:
                 if out.returncode != 0:
                     raise SystemExit(f"load failed for {tree}:\n{out.stderr[-3000:]}")
                 result = orjson.loads(out.stdout.strip().splitlines()[-1])
+                if "thread_cpu_us_per_chunk" in result:
+                    result["writer_side_cpu_us_per_chunk"] = result["thread_cpu_us_per_chunk"]["sqlite"]
                 result.update(tree=str(tree), round=r, load_avg_1m=[round(load0, 2), round(os.getloadavg()[0], 2)])
                 if server is not None:
                     result["server_cpu_s"] = round(server_cpu_s(server) - cpu0, 2)
@@ -251,6 +281,7 @@ def main() -> int:
             for key in (
                 "chunks_per_s",
                 "client_cpu_us_per_chunk",
+                "writer_side_cpu_us_per_chunk",
                 "total_cpu_us_per_chunk",
                 "index_builds_s",
                 "server_rows_cpu_s",
