@@ -185,6 +185,31 @@ the search's (``main``, ``npm publish --dry-run``, ``npm pkg set`` not among the
 passages), four the answerer's (``postversion`` quoted for ``preversion``; the license
 section's first paragraph without the next one's "SPDX"; ``npm init``'s opening without
 ``--yes``; ``npm cache``'s summary without its ``clean`` line).
+
+Round 13, after reading round12's misses (each change replayed over every set's captured
+passages before it was kept): a how-to answered by a section's first paragraph that says
+what to do gets the next paragraph when that one shows the form with its code block (the
+license section's "add a current SPDX license identifier …, like this:"); a how-to asked
+of a command's page is answered by the item of its subcommand list that does it
+("clean: Delete … out of the cache folder", with ``npm cache clean``); and what a how-to
+asks to do (the words right after "how do I", before "when …", "with …") counts 1.3
+times its circumstances ("skip the questions" over "creating a package.json": ``-y`` /
+``--yes``). round12 npm 3/10 -> 6/10, nothing else changed. Why the others stay: the
+question "before npm version changes the version" never names ``preversion`` (so the
+exact-name weight does not apply), and the chunk holding that step is not among the
+passages: the first search keeps three chunks of the page, and the page-scoped read is
+capped at three chunks too (the ranking's per-document cap applies within a ``doc_id``
+scope); ``main``, ``npm publish --dry-run`` and ``npm pkg set`` are questions in other
+words than their pages'. Tried and left out: ``knowledge_base_search`` with 12 passages
+instead of 8 (the fact reached the passages of five more questions over all sets, but
+round9 npm lost two answers and none was gained); reading the two best pages again (a
+round6 question's run ended without a ``response``). A thirteenth set (``round13``,
+10 + 10) written after these changes and committed before it was first asked: sample
+9/10, npm 4/10 (65 %); held-out-style overall (held_out … round13) 180/214 = 84 %, short
+of 90 %. Of its seven misses two are the search's (``--save-dev``, ``{prefix}/bin`` not
+among the passages) and five the answerer's, each fact among the passages found
+(``npm token list``, ``${VARIABLE_NAME}``, ``prepublishOnly``, ``--no-save``, the FTS
+"triggers").
 The floors below are the figures reached, so any lost answer fails.
 """
 
@@ -225,7 +250,8 @@ FLOORS = {
     "round9": {"sample": 1.0, "npm": 0.6},  # 10/10, 6/10 (9/10, 4/10 when measured once after round 9)
     "round10": {"sample": 1.0, "npm": 0.7},  # 10/10, 7/10 (10/10, 6/10 when measured once after round 10)
     "round11": {"sample": 0.8, "npm": 0.5},  # 8/10 here (9/10 in the bench), 5/10 (8/10, 3/10 measured once)
-    "round12": {"sample": 0.9, "npm": 0.3},  # 10/10 here, 9/10 in the bench; 3/10: measured once, after round 12
+    "round12": {"sample": 0.9, "npm": 0.6},  # 10/10 here, 9/10 in the bench; 6/10 (3/10 measured once, after round 12)
+    "round13": {"sample": 0.9, "npm": 0.4},  # 9/10, 4/10: measured once, after round 13
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",

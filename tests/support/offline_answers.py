@@ -30,7 +30,8 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: (round 7 read it); "round8" was written after round 8's change and measured once;
 #: "round9" (10 + 10) was written after round 9's answerer changes and measured once;
 #: "round10" (10 + 10) likewise after round 10's; "round11" (10 + 10) after round 11's,
-#: read for round 12; "round12" (10 + 10) after round 12's.
+#: read for round 12; "round12" (10 + 10) after round 12's; "round13" (10 + 10) after
+#: round 13's.
 SETS = (
     "original",
     "held_out",
@@ -44,6 +45,7 @@ SETS = (
     "round10",
     "round11",
     "round12",
+    "round13",
 )
 
 
