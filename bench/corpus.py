@@ -585,6 +585,8 @@ def main() -> int:
                     help="columns to take from this size's existing results file instead of measuring them "
                          "again (kb,postgres,chroma: e.g. ChromaDB, which does not depend on our code and takes "
                          "20+ minutes at 1M); each is recorded as reused, with its date")
+    ap.add_argument("--out", help="results name (bench/results/<name>.json) instead of this size's own, e.g. a "
+                    "PostgreSQL A/B run that must not replace the recorded figures")
     args = ap.parse_args()
     n = args.chunks or (1_000_000 if args.full else 100_000)
 
@@ -664,7 +666,7 @@ def main() -> int:
         if "ingest_rate_ratio_kb_over_chroma" in comparison:
             checks["ingest_at_least_chroma"] = comparison["ingest_rate_ratio_kb_over_chroma"] >= 1.0
     path = write_results(
-        results_name(n),
+        args.out or results_name(n),
         {"chunks": n, "dim": DIM, "queries": QUERIES,
          "prepare_seconds": round(prep_s, 1) if prep_s is not None else None, "kb": kb, "chroma": chroma,
          "postgres": pg, "comparison": comparison, "targets": checks,

@@ -142,6 +142,10 @@ def _postings_sql(n: int) -> str:
 POSTINGS_MIN_DEPTH = 200
 POSTINGS_DEPTH_FACTOR = 4
 POSTINGS_MAX_DEPTH = 50_000
+#: Scoring a chunk on its row (a heap visit of ~2.7 kB and its tsvector cut down) costs
+#: about as much as reading and scoring this many postings: the partly seen candidates
+#: that may still enter are scored on their rows unless reading deeper is cheaper.
+ROW_COST_IN_POSTINGS = 16
 #: Float4 impacts are rounded; the bound on unseen chunks is widened by this much.
 _ROUNDING = 1e-5
 #: The first MaxScore pass scores chunks of the rarest terms until their document
@@ -427,8 +431,8 @@ class TextRanker:
         lower bound is above ``bound``, nothing unread can enter, and a partly seen
         candidate can only if its upper bound reaches that bar: those few are scored on
         their rows (``_RANK_IDS``, the exhaustive formula). Else the lists are read four
-        times deeper (also when more than ``limit`` partly seen candidates would need
-        their rows: a deeper read usually completes them for less).
+        times deeper (also when so many partly seen candidates would need their rows
+        that the deeper read costs less, ``ROW_COST_IN_POSTINGS``).
 
         ``None`` when the bucket is too small a share of the postings to fill ``limit``
         within ``POSTINGS_MAX_DEPTH``; then the matches are scored exhaustively. The
@@ -486,7 +490,8 @@ class TextRanker:
             if len(lows) >= limit and lows[limit - 1] > bound:
                 bar = lows[limit - 1]
                 unsure = [c for c, (_, hi) in partial.items() if hi >= bar]
-                if len(unsure) <= limit or depth >= POSTINGS_MAX_DEPTH:
+                deeper = (min(POSTINGS_MAX_DEPTH, depth * 4) - depth) * len(lexemes)
+                if len(unsure) * ROW_COST_IN_POSTINGS <= deeper or depth >= POSTINGS_MAX_DEPTH:
                     if unsure:
                         scored = await self._db.fetchall(
                             _RANK_IDS, {**params, "ids": sorted(unsure), "limit": len(unsure)}
