@@ -309,6 +309,11 @@ class VectorSearch:
                 await conn.execute(f"SET LOCAL hnsw.ef_search = {int(plan.ef_search)}")  # type: ignore[arg-type]
                 await conn.execute(f"SET LOCAL hnsw.iterative_scan = {order}")  # type: ignore[arg-type]
                 await conn.execute(f"SET LOCAL hnsw.max_scan_tuples = {int(plan.scan_tuples)}")  # type: ignore[arg-type]
+                if len(where) > 1 or join:
+                    # A hash join would drain the index scan (to ``max_scan_tuples``)
+                    # before ranking a row; a nested loop stops once the pool is full.
+                    await conn.execute("SET LOCAL enable_hashjoin = off")
+                    await conn.execute("SET LOCAL enable_mergejoin = off")
                 sql = (
                     f"WITH s AS MATERIALIZED (SELECT c.id, {distance} AS dist FROM kb_chunks c{join} "
                     f"WHERE {' AND '.join(where)} ORDER BY {distance} LIMIT %(pool)s) "
