@@ -450,6 +450,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         20: RUN_ENDINGS_BACKFILL,
         21: KB_FILE_STAMPS,
         22: RUN_LEASE_EPOCHS,
+        23: (),  # PostgreSQL's postings carry their term frequency and chunk length
     },
     rebuilds=frozenset({15, 16}),
 )
