@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -37,7 +38,7 @@ import orjson
 
 from llm._toolcalls import new_call_id, whole_call_events
 from llm._transport_errors import transport_error
-from llm.provider import ProviderHealth
+from llm.provider import Completion, ProviderHealth
 from llm.types import (
     ChatRequest,
     ContentDelta,
@@ -199,8 +200,12 @@ class OllamaProvider:
         self._health_timeout = health_timeout
         self._owns_client = client is None
         # ``transport``: the pool of a stated size (``llm.pool``); httpx's default holds 100.
-        self._client = client if client is not None else ollama.AsyncClient(
-            host=host, timeout=httpx.Timeout(timeout), **({"transport": transport} if transport is not None else {})
+        self._client = (
+            client
+            if client is not None
+            else ollama.AsyncClient(
+                host=host, timeout=httpx.Timeout(timeout), **({"transport": transport} if transport is not None else {})
+            )
         )
 
     # --- request -----------------------------------------------------------------
@@ -279,6 +284,32 @@ class OllamaProvider:
             yield error
             return
         yield MessageComplete(stop_for_tool_use=calls > 0, usage=usage, stop_reason=done_reason)
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        """One non-streamed ``/api/chat`` (``stream: false``): the answer is one JSON
+        object, ``ollama.ChatResponse``'s fields, read whole (``llm.provider.Completer``).
+        No tools: a side request (a conversation's title) that wants text only."""
+        body = self.request_body(replace(request, tools=[]))
+        body["stream"] = False
+        try:
+            response = await self._client._client.post("/api/chat", content=orjson.dumps(body))
+            if not response.is_success:
+                raise ollama.ResponseError(response.text, response.status_code)
+            part = _part(response.content)
+            message = part.get("message")
+            if not isinstance(message, dict):
+                raise ValueError("an answer without a message object")
+            text = _text(message.get("content") or "")
+            usage = Usage(_count(part.get("prompt_eval_count")), _count(part.get("eval_count")))
+        except ollama.ResponseError as exc:
+            return Completion(error=self._response_error(exc))
+        except httpx.HTTPError as exc:
+            return Completion(
+                error=transport_error(exc, "Ollama", self.host) or StreamError(f"Ollama request failed: {exc}")
+            )
+        except ValueError as exc:  # not JSON, or not a ChatResponse
+            return Completion(error=StreamError(f"Ollama sent a malformed response: {exc}", "provider_error"))
+        return Completion(text=text, usage=usage)
 
     def _response_error(self, exc: ollama.ResponseError) -> StreamError:
         status = exc.status_code
