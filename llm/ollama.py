@@ -38,6 +38,7 @@ import orjson
 
 from llm._toolcalls import new_call_id, whole_call_events
 from llm._transport_errors import transport_error
+from llm.lean_http import post_stream
 from llm.provider import Completion, ProviderHealth
 from llm.types import (
     ChatRequest,
@@ -101,8 +102,11 @@ async def ndjson_parts(http: httpx.AsyncClient, path: str, body: bytes) -> Async
     """``POST path`` with a JSON ``body`` on ``http``; each NDJSON line of the answer,
     decoded once. ``ollama.ResponseError`` as the library raises it: the status and body
     of a non-2xx answer, ``-1`` for an ``{"error": …}`` line; ``ValueError`` for a line
-    that is not a JSON object. Closing the generator closes the response."""
-    async with http.stream("POST", path, content=body) as response:
+    that is not a JSON object. Closing the generator closes the response. The request
+    goes out through ``llm.lean_http`` (the client's base URL, headers, timeout and
+    transport, without its per-request cookie, auth and redirect layers)."""
+    response = await post_stream(http, path, body)
+    try:
         if not response.is_success:
             await response.aread()
             raise ollama.ResponseError(response.text, response.status_code)
@@ -118,6 +122,8 @@ async def ndjson_parts(http: httpx.AsyncClient, path: str, body: bytes) -> Async
                     yield _part(line)
         if pending.strip():
             yield _part(pending)
+    finally:
+        await response.aclose()
 
 
 def _byte_stream(response: httpx.Response) -> AsyncIterator[bytes]:
@@ -292,7 +298,11 @@ class OllamaProvider:
         body = self.request_body(replace(request, tools=[]))
         body["stream"] = False
         try:
-            response = await self._client._client.post("/api/chat", content=orjson.dumps(body))
+            response = await post_stream(self._client._client, "/api/chat", orjson.dumps(body))
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
             if not response.is_success:
                 raise ollama.ResponseError(response.text, response.status_code)
             part = _part(response.content)
