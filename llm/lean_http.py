@@ -30,11 +30,18 @@ def _plain(http: httpx.AsyncClient) -> bool:
     return http.auth is None and not hooks["request"] and not hooks["response"] and not http.cookies
 
 
-async def post_stream(http: httpx.AsyncClient, path: str, body: bytes) -> httpx.Response:
-    """``POST path`` (relative to the client's base URL) with ``body`` as its content; the
-    answer with its body not read yet (read it or ``aclose`` it)."""
+def endpoint(http: httpx.AsyncClient, path: str) -> httpx.URL:
+    """``path`` on the client's base URL, as the client merges it — worth keeping: the
+    merge builds a new ``httpx.URL`` (a parse) every time."""
+    return http._merge_url(path)
+
+
+async def post_stream(http: httpx.AsyncClient, path: str | httpx.URL, body: bytes) -> httpx.Response:
+    """``POST path`` (relative to the client's base URL, or an :func:`endpoint` of it) with
+    ``body`` as its content; the answer with its body not read yet (read it or ``aclose``
+    it)."""
     if _plain(http):
-        url = http._merge_url(path)
+        url = path if isinstance(path, httpx.URL) else http._merge_url(path)
         request = httpx.Request(
             "POST", url, headers=http.headers, content=body, extensions={"timeout": http.timeout.as_dict()}
         )
@@ -48,4 +55,4 @@ async def post_stream(http: httpx.AsyncClient, path: str, body: bytes) -> httpx.
     return await http.send(http.build_request("POST", path, content=body), stream=True)
 
 
-__all__ = ["post_stream"]
+__all__ = ["endpoint", "post_stream"]

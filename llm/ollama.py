@@ -38,7 +38,7 @@ import orjson
 
 from llm._toolcalls import new_call_id, whole_call_events
 from llm._transport_errors import transport_error
-from llm.lean_http import post_stream
+from llm.lean_http import endpoint, post_stream
 from llm.provider import Completion, ProviderHealth
 from llm.types import (
     ChatRequest,
@@ -98,7 +98,9 @@ def messages_payload(system_prompt: str, messages: list[Message]) -> list[dict[s
     return out
 
 
-async def ndjson_parts(http: httpx.AsyncClient, path: str, body: bytes) -> AsyncGenerator[dict[str, Any], None]:
+async def ndjson_parts(
+    http: httpx.AsyncClient, path: str | httpx.URL, body: bytes
+) -> AsyncGenerator[dict[str, Any], None]:
     """``POST path`` with a JSON ``body`` on ``http``; each NDJSON line of the answer,
     decoded once. ``ollama.ResponseError`` as the library raises it: the status and body
     of a non-2xx answer, ``-1`` for an ``{"error": …}`` line; ``ValueError`` for a line
@@ -213,6 +215,8 @@ class OllamaProvider:
                 host=host, timeout=httpx.Timeout(timeout), **({"transport": transport} if transport is not None else {})
             )
         )
+        #: ``/api/chat`` on the client's base URL, merged once (``llm.lean_http.endpoint``).
+        self._chat_url = endpoint(self._client._client, "/api/chat")
 
     # --- request -----------------------------------------------------------------
 
@@ -240,7 +244,7 @@ class OllamaProvider:
     def _open_stream(self, body: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
         # See the module docstring: ``chat()`` would mangle nested tool schemas, and its
         # reader costs a pydantic model per line.
-        return ndjson_parts(self._client._client, "/api/chat", orjson.dumps(body))
+        return ndjson_parts(self._client._client, self._chat_url, orjson.dumps(body))
 
     # --- Provider ------------------------------------------------------------------
 
@@ -298,7 +302,7 @@ class OllamaProvider:
         body = self.request_body(replace(request, tools=[]))
         body["stream"] = False
         try:
-            response = await post_stream(self._client._client, "/api/chat", orjson.dumps(body))
+            response = await post_stream(self._client._client, self._chat_url, orjson.dumps(body))
             try:
                 await response.aread()
             finally:

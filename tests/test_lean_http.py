@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from llm.lean_http import post_stream
+from llm.lean_http import endpoint, post_stream
 from llm.pool import pooled_transport
 from tests.fakes import running_fake
 from tests.support.server import free_port
@@ -158,3 +158,14 @@ async def test_the_connection_is_released_when_the_answer_is_closed() -> None:
             assert transport.in_flight == 1
             await read(response)
             assert transport.in_flight == 0
+
+
+async def test_an_endpoint_merged_once_is_the_same_url() -> None:
+    rec = Recorder()
+    app = Starlette(routes=[Route("/prefix/api/echo", rec.echo, methods=["POST"])])
+    async with running_fake(app) as base, client(base + "/prefix") as http:
+        url = endpoint(http, "/api/echo")
+        assert url == http.build_request("POST", "/api/echo").url
+        await read(await post_stream(http, url, b"{}"))
+        await read(await post_stream(http, url, b"{}"))
+    assert [s["path"] for s in rec.seen] == ["/prefix/api/echo", "/prefix/api/echo"]
