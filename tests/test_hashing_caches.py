@@ -95,3 +95,23 @@ async def test_vectors_are_bit_identical_cold_warm_and_with_a_tiny_cache() -> No
         assert small[i].tobytes() == expected.tobytes(), text
     assert len(tiny._keys) <= 5 and len(tiny._words) <= 5 + max(len(t.split()) for t in cold_texts)
     assert len(warm._keys) > 5
+
+
+async def test_search_ranks_as_rank_does_on_the_same_query() -> None:
+    """``search`` ranks its already-unit query vector without normalising it a third
+    time: the same matches as ``rank`` on the embedded query."""
+    from toolindex.index import ToolIndex
+
+    items = [
+        ("create_workflow", "Create a workflow that runs actions when an event happens"),
+        ("send_email", "Send an email to a list of recipients"),
+        ("list_tables", "List the table configurations of the account"),
+        ("alert_rules", "Configure alert rules and thresholds"),
+    ]
+    index = await ToolIndex.build(items, HashingEmbedder())
+    for query in ("mail the ops team when an order ships", "alert me on thresholds", "tables"):
+        vector, _ = await index.embed_query(query)
+        for allow in (None, {"send_email", "alert_rules"}):
+            found = await index.search(query, top_k=3, allowlist=allow)
+            assert found.matches == index.rank(vector, top_k=3, allowlist=allow)
+            assert found.matches and (allow is None or {m.name for m in found.matches} <= allow)

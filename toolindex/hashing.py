@@ -187,7 +187,11 @@ class HashingEmbedder:
                 row = self._hash_features({})
             raw.append(row)
         matrix = np.asarray(raw, dtype=np.float64).reshape(len(raw), self.dim)
-        return to_unit_rows(matrix, expected_count=len(raw), expected_dim=self.dim, source="hashing")
+        if not raw:
+            return to_unit_rows(matrix, expected_count=0, expected_dim=self.dim, source="hashing")
+        # ``to_unit_rows``'s arithmetic without its checks of an embedder's output: these
+        # rows are finite and never zero (above), and the same expression gives the same bits.
+        return (matrix / np.linalg.norm(matrix, axis=1)[:, None]).astype(np.float32)
 
     async def embed(self, text: str, *, task: EmbedTask = "query") -> Vector:
         rows = await self.embed_batch([text], task=task)
