@@ -3,8 +3,10 @@
 Why after the run and in a task of its own: a title is a nicety, so it must never delay
 or fail an answer. When a model is configured (by default a real LLM: Gemini, Ollama,
 OpenAI-compatible; see ``title_model_wanted``) it is asked for a short title in one
-small, bounded call; when that call fails, times out or says nothing usable, the question's first words are used instead
-and the fallback is counted (``agentchat_conversation_titles_total{source=
+small, bounded call (non-streamed where the provider can: ``llm.provider.Completer``,
+one JSON body instead of a stream of lines, issue 23); when that call fails, times out
+or says nothing usable, the question's first words are used instead and the fallback
+is counted (``agentchat_conversation_titles_total{source=
 "words_after_model_failed"}``). Without a model the first words are the title. A title
 the user set (``PATCH``) or an earlier run set is never overwritten
 (``set_title_if_unset``).
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.ops.history_metrics import HistoryMetrics
-from llm.provider import Provider
+from llm.provider import Completion, Provider
 from llm.types import ChatRequest, ContentDelta, Message, StreamError
 from storage.interfaces import HistoryStore
 
@@ -130,6 +132,9 @@ class Titler:
             max_tokens=TITLE_MAX_TOKENS,
             temperature=0.2,
         )
+        complete = getattr(self.provider, "complete", None)
+        if complete is not None:
+            return await self._complete(complete, request)
         parts: list[str] = []
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -153,6 +158,20 @@ class Titler:
             log.info("title model call timed out; using the question's words", extra={"timeout_s": self.timeout_s})
             return ""
         return clean_model_title("".join(parts))
+
+    async def _complete(self, complete: Callable[[ChatRequest], Awaitable[Completion]], request: ChatRequest) -> str:
+        """The title in one non-streamed call (``llm.provider.Completer``): one JSON body
+        instead of a stream of lines each parsed and scheduled on its own (issue 23)."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                done = await complete(request)
+        except TimeoutError:
+            log.info("title model call timed out; using the question's words", extra={"timeout_s": self.timeout_s})
+            return ""
+        if done.error is not None:
+            log.info("title model call failed; using the question's words", extra={"error": done.error.message[:200]})
+            return ""
+        return clean_model_title(done.text[:TITLE_READ_CHARS])
 
     async def aclose(self) -> None:
         for task in list(self._tasks):
@@ -180,8 +199,12 @@ def with_titles(agent: Callable[..., Awaitable[None]], titler: Titler) -> Callab
             await agent(run, *args, **kwargs)
         finally:
             question = getattr(run, "question", None)
-            titler.after_run(run.user_id, run.conversation_id, question if isinstance(question, str) else None,
-                             new=getattr(run, "new_conversation", False) is True)
+            titler.after_run(
+                run.user_id,
+                run.conversation_id,
+                question if isinstance(question, str) else None,
+                new=getattr(run, "new_conversation", False) is True,
+            )
 
     return run_then_title
 

@@ -24,8 +24,21 @@ async def record(pid: int, seconds: float, out: Path, rate: int = 100) -> asynci
         print("py-spy not installed (pip install py-spy); no profile", file=sys.stderr)
         return None
     return await asyncio.create_subprocess_exec(
-        exe, "record", "--gil", "-d", str(max(1, round(seconds))), "-r", str(rate), "-p", str(pid), "-f", "raw",
-        "-o", str(out), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        exe,
+        "record",
+        "--gil",
+        "-d",
+        str(max(1, round(seconds))),
+        "-r",
+        str(rate),
+        "-p",
+        str(pid),
+        "-f",
+        "raw",
+        "-o",
+        str(out),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
     )
 
 
@@ -72,8 +85,6 @@ def _short(path: str) -> str:
     return path
 
 
-
-
 #: The phases of a run, for ``phases``. A main-thread sample belongs to the phase of its
 #: innermost frame that a ``STEPS`` marker matches (so a log call made while selecting
 #: tools is logging, the model stream inside the agent loop is the model stream); a
@@ -82,22 +93,38 @@ def _short(path: str) -> str:
 #: path, or ``function@path part``.
 STEPS: list[tuple[str, tuple[str, ...]]] = [
     ("logging", ("logging/__init__.py", "app/ops/logs.py", "structlog/", "pythonjsonlogger/")),
-    ("admission (request, auth, limits, inserts)", (
-        "app/server/http.py", "app/server/auth.py", "app/server/limits.py", "app/server/chat_request.py",
-        "app/server/body_structs.py", "submit@app/runs/manager.py", "_submit@app/runs/manager.py", "jwt/")),
+    (
+        "admission (request, auth, limits, inserts)",
+        (
+            "app/server/http.py",
+            "app/server/auth.py",
+            "app/server/limits.py",
+            "app/server/chat_request.py",
+            "app/server/body_structs.py",
+            "submit@app/runs/manager.py",
+            "_submit@app/runs/manager.py",
+            "jwt/",
+        ),
+    ),
     ("history load, plan", ("_prepare@app/agent/loop.py", "app/agent/planner.py", "app/agent/budget.py")),
     ("tool selection", ("app/agent/selector.py", "toolindex/", "app/agent/find_tools.py")),
     ("prompt build", ("prompts/", "app/agent/prompting.py")),
     ("model stream", ("llm/", "httpx/", "httpcore/", "h11/", "anyio/", "app/ops/load.py")),
     ("follow / SSE", ("app/runs/follow.py", "app/server/sse_response.py")),
-    ("conversation title", ("app/history.py",)),
+]
+#: Phases decided by any frame of a sample, before ``STEPS``: the conversation's title is
+#: a task of its own (``Titler._title``), so its model call, its store write and its
+#: cleaning all count as the title (``run_then_title`` wraps the whole agent run, so a
+#: marker on app/history.py as a step took the run's own samples for the title).
+WHOLE: list[tuple[str, tuple[str, ...]]] = [
+    ("conversation title", ("_title@app/history.py",)),
 ]
 REST: list[tuple[str, tuple[str, ...]]] = [
     ("run log / durable writer", ("app/runs/", "storage/", "aiosqlite/", "app/agent/", "events/")),
     ("HTTP server, middleware", ("uvicorn/", "starlette/", "httptools/", "app/cli/", "app/server/", "app/ops/")),
 ]
 #: Compatibility name: every phase in order.
-PHASES = [*STEPS, *REST]
+PHASES = [*WHOLE, *STEPS, *REST]
 
 
 def phases(path: Path) -> dict[str, float]:
@@ -127,6 +154,9 @@ def _phase(stack: str) -> str:
     for frame in stack.split(";"):  # "function (path/file.py:line)", outermost first
         function, _, where = frame.partition(" (")
         frames.append((function, where))
+    for name, markers in WHOLE:
+        if any(_matches(m, f, w) for m in markers for f, w in frames):
+            return name
     for function, where in reversed(frames):
         for name, markers in STEPS:
             if any(_matches(m, function, where) for m in markers):
@@ -135,6 +165,7 @@ def _phase(stack: str) -> str:
         if any(_matches(m, f, w) for m in markers for f, w in frames):
             return name
     return "event loop, other"
+
 
 if __name__ == "__main__":
     path = Path(sys.argv[1])

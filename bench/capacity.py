@@ -476,6 +476,7 @@ def parse_args() -> argparse.Namespace:
 async def main(args: argparse.Namespace) -> None:
     raise_fd_limit()
     workdir = Path(tempfile.mkdtemp(prefix="bench-capacity-"))
+    load_before = os.getloadavg()  # the machine is shared: say how busy it was around the run
     try:
         start = await start_cpu(args, workdir, variant_server, agent_env) if args.burst else None
         print(HEADER, flush=True)
@@ -498,6 +499,10 @@ async def main(args: argparse.Namespace) -> None:
             "ours": str(ROOT),
             "before": str(args.before) if args.before else None,
             "floor": "bench/floor_proxy.py" if args.floor else None,
+        },
+        "load_avg_1_5_15": {
+            "before": [round(x, 2) for x in load_before],
+            "after": [round(x, 2) for x in os.getloadavg()],
         },
         "per_run_start_cpu": start,
         "one_replica_holds": held,

@@ -28,6 +28,7 @@ import contextlib
 import contextvars
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -38,7 +39,7 @@ from google.genai import types
 
 from llm._toolcalls import new_call_id, whole_call_events
 from llm._transport_errors import transport_error
-from llm.provider import ProviderHealth
+from llm.provider import Completion, ProviderHealth
 from llm.types import (
     ChatRequest,
     ContentDelta,
@@ -334,6 +335,39 @@ class GeminiProvider:
             stop_reason=_FINISH_REASONS.get(finish, finish.lower()),
             replay={"gemini": {"parts": parts}},
         )
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        """One non-streamed ``generateContent`` call: the answer is one
+        ``GenerateContentResponse``, read whole (``llm.provider.Completer``). No tools: a
+        side request (a conversation's title) that wants text only; thoughts are left out."""
+        try:
+            answer = await self._client.aio.models.generate_content(
+                model=self.model,
+                contents=contents_from_messages(request.messages),
+                config=self.config(replace(request, tools=[])),
+            )
+            candidate = answer.candidates[0] if answer.candidates else None
+            parts = (candidate.content.parts if candidate is not None and candidate.content else None) or []
+            text = "".join(p.text for p in parts if p.text and not p.thought)
+            meta = answer.usage_metadata
+            usage = (
+                Usage(
+                    meta.prompt_token_count or 0, (meta.candidates_token_count or 0) + (meta.thoughts_token_count or 0)
+                )
+                if meta is not None
+                else Usage()
+            )
+        except genai_errors.APIError as exc:
+            return Completion(error=self._api_error(exc))
+        except genai_errors.UnknownApiResponseError as exc:
+            return Completion(error=StreamError(f"Gemini sent a malformed response: {exc}", "provider_error"))
+        except Exception as exc:  # the contract: failures are values, never raised
+            error = transport_error(exc, "Gemini", self.base_url)
+            if error is None:
+                log.exception("unexpected error in a Gemini call")
+                error = StreamError(f"Gemini call failed: {type(exc).__name__}: {exc}", "provider_error")
+            return Completion(error=error)
+        return Completion(text=text, usage=usage)
 
     @staticmethod
     def _api_error(exc: genai_errors.APIError) -> StreamError:

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -37,7 +38,8 @@ import orjson
 
 from llm._toolcalls import new_call_id, whole_call_events
 from llm._transport_errors import transport_error
-from llm.provider import ProviderHealth
+from llm.lean_http import endpoint, post_stream
+from llm.provider import Completion, ProviderHealth
 from llm.types import (
     ChatRequest,
     ContentDelta,
@@ -96,12 +98,17 @@ def messages_payload(system_prompt: str, messages: list[Message]) -> list[dict[s
     return out
 
 
-async def ndjson_parts(http: httpx.AsyncClient, path: str, body: bytes) -> AsyncGenerator[dict[str, Any], None]:
+async def ndjson_parts(
+    http: httpx.AsyncClient, path: str | httpx.URL, body: bytes
+) -> AsyncGenerator[dict[str, Any], None]:
     """``POST path`` with a JSON ``body`` on ``http``; each NDJSON line of the answer,
     decoded once. ``ollama.ResponseError`` as the library raises it: the status and body
     of a non-2xx answer, ``-1`` for an ``{"error": …}`` line; ``ValueError`` for a line
-    that is not a JSON object. Closing the generator closes the response."""
-    async with http.stream("POST", path, content=body) as response:
+    that is not a JSON object. Closing the generator closes the response. The request
+    goes out through ``llm.lean_http`` (the client's base URL, headers, timeout and
+    transport, without its per-request cookie, auth and redirect layers)."""
+    response = await post_stream(http, path, body)
+    try:
         if not response.is_success:
             await response.aread()
             raise ollama.ResponseError(response.text, response.status_code)
@@ -117,6 +124,8 @@ async def ndjson_parts(http: httpx.AsyncClient, path: str, body: bytes) -> Async
                     yield _part(line)
         if pending.strip():
             yield _part(pending)
+    finally:
+        await response.aclose()
 
 
 def _byte_stream(response: httpx.Response) -> AsyncIterator[bytes]:
@@ -199,9 +208,15 @@ class OllamaProvider:
         self._health_timeout = health_timeout
         self._owns_client = client is None
         # ``transport``: the pool of a stated size (``llm.pool``); httpx's default holds 100.
-        self._client = client if client is not None else ollama.AsyncClient(
-            host=host, timeout=httpx.Timeout(timeout), **({"transport": transport} if transport is not None else {})
+        self._client = (
+            client
+            if client is not None
+            else ollama.AsyncClient(
+                host=host, timeout=httpx.Timeout(timeout), **({"transport": transport} if transport is not None else {})
+            )
         )
+        #: ``/api/chat`` on the client's base URL, merged once (``llm.lean_http.endpoint``).
+        self._chat_url = endpoint(self._client._client, "/api/chat")
 
     # --- request -----------------------------------------------------------------
 
@@ -229,7 +244,7 @@ class OllamaProvider:
     def _open_stream(self, body: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
         # See the module docstring: ``chat()`` would mangle nested tool schemas, and its
         # reader costs a pydantic model per line.
-        return ndjson_parts(self._client._client, "/api/chat", orjson.dumps(body))
+        return ndjson_parts(self._client._client, self._chat_url, orjson.dumps(body))
 
     # --- Provider ------------------------------------------------------------------
 
@@ -279,6 +294,36 @@ class OllamaProvider:
             yield error
             return
         yield MessageComplete(stop_for_tool_use=calls > 0, usage=usage, stop_reason=done_reason)
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        """One non-streamed ``/api/chat`` (``stream: false``): the answer is one JSON
+        object, ``ollama.ChatResponse``'s fields, read whole (``llm.provider.Completer``).
+        No tools: a side request (a conversation's title) that wants text only."""
+        body = self.request_body(replace(request, tools=[]))
+        body["stream"] = False
+        try:
+            response = await post_stream(self._client._client, self._chat_url, orjson.dumps(body))
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+            if not response.is_success:
+                raise ollama.ResponseError(response.text, response.status_code)
+            part = _part(response.content)
+            message = part.get("message")
+            if not isinstance(message, dict):
+                raise ValueError("an answer without a message object")
+            text = _text(message.get("content") or "")
+            usage = Usage(_count(part.get("prompt_eval_count")), _count(part.get("eval_count")))
+        except ollama.ResponseError as exc:
+            return Completion(error=self._response_error(exc))
+        except httpx.HTTPError as exc:
+            return Completion(
+                error=transport_error(exc, "Ollama", self.host) or StreamError(f"Ollama request failed: {exc}")
+            )
+        except ValueError as exc:  # not JSON, or not a ChatResponse
+            return Completion(error=StreamError(f"Ollama sent a malformed response: {exc}", "provider_error"))
+        return Completion(text=text, usage=usage)
 
     def _response_error(self, exc: ollama.ResponseError) -> StreamError:
         status = exc.status_code

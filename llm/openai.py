@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -33,7 +33,7 @@ import orjson
 
 from llm._toolcalls import new_call_id
 from llm._transport_errors import transport_error
-from llm.provider import ProviderHealth
+from llm.provider import Completion, ProviderHealth
 from llm.types import (
     ChatRequest,
     ContentDelta,
@@ -238,26 +238,8 @@ class OpenAIProvider:
                 error = StreamError(
                     message="the OpenAI-compatible server ended the stream early", code="provider_error"
                 )
-        except openai.APIStatusError as exc:
-            error = self._status_error(exc)
-        except openai.APITimeoutError as exc:
-            error = StreamError(f"OpenAI-compatible server timed out ({self.base_url}): {exc}", "provider_timeout")
-        except openai.APIConnectionError as exc:
-            cause = exc.__cause__
-            error = (transport_error(cause, "the OpenAI-compatible server", self.base_url) if cause else None) or (
-                StreamError(
-                    f"cannot reach the OpenAI-compatible server at {self.base_url}: {exc}", "provider_unreachable"
-                )
-            )
-        except openai.APIError as exc:  # an error event inside an started stream
-            error = StreamError(f"the OpenAI-compatible server reported an error: {exc.message}", "provider_error")
-        except httpx.HTTPError as exc:  # transport failures while reading the stream
-            error = transport_error(exc, "the OpenAI-compatible server", self.base_url) or StreamError(
-                f"OpenAI-compatible request failed: {exc}"
-            )
         except Exception as exc:  # the contract: failures are events, never raised
-            log.exception("unexpected error in OpenAI-compatible stream")
-            error = StreamError(f"OpenAI-compatible stream failed: {type(exc).__name__}: {exc}", "provider_error")
+            error = self._failure(exc)
         finally:
             if stream is not None:
                 with contextlib.suppress(Exception):
@@ -266,6 +248,47 @@ class OpenAIProvider:
             yield error
             return
         yield MessageComplete(stop_for_tool_use=calls.count > 0, usage=usage, stop_reason=finish)
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        """One non-streamed ``chat.completions`` call (no ``stream``): the answer is one
+        ``chat.completion`` object, read whole (``llm.provider.Completer``). No tools: a
+        side request (a conversation's title) that wants text only."""
+        kwargs = self.request_kwargs(replace(request, tools=[]))
+        del kwargs["stream"], kwargs["stream_options"]
+        try:
+            answer = await self._client.chat.completions.create(**kwargs)
+            choice = answer.choices[0] if answer.choices else None
+            text = (choice.message.content or "") if choice is not None else ""
+            usage = (
+                Usage(answer.usage.prompt_tokens or 0, answer.usage.completion_tokens or 0)
+                if answer.usage is not None
+                else Usage()
+            )
+        except Exception as exc:  # the contract: failures are values, never raised
+            return Completion(error=self._failure(exc))
+        return Completion(text=text, usage=usage)
+
+    def _failure(self, exc: Exception) -> StreamError:
+        """A failed call (or a failure while reading its stream) as the error it reports."""
+        if isinstance(exc, openai.APIStatusError):
+            return self._status_error(exc)
+        if isinstance(exc, openai.APITimeoutError):
+            return StreamError(f"OpenAI-compatible server timed out ({self.base_url}): {exc}", "provider_timeout")
+        if isinstance(exc, openai.APIConnectionError):
+            cause = exc.__cause__
+            return (transport_error(cause, "the OpenAI-compatible server", self.base_url) if cause else None) or (
+                StreamError(
+                    f"cannot reach the OpenAI-compatible server at {self.base_url}: {exc}", "provider_unreachable"
+                )
+            )
+        if isinstance(exc, openai.APIError):  # an error event inside an started stream
+            return StreamError(f"the OpenAI-compatible server reported an error: {exc.message}", "provider_error")
+        if isinstance(exc, httpx.HTTPError):  # transport failures while reading the stream
+            return transport_error(exc, "the OpenAI-compatible server", self.base_url) or StreamError(
+                f"OpenAI-compatible request failed: {exc}"
+            )
+        log.exception("unexpected error in an OpenAI-compatible call")
+        return StreamError(f"OpenAI-compatible stream failed: {type(exc).__name__}: {exc}", "provider_error")
 
     def _status_error(self, exc: openai.APIStatusError) -> StreamError:
         status = exc.status_code

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from llm.types import ChatRequest, StreamEvent
+from llm.types import ChatRequest, StreamError, StreamEvent, Usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,3 +35,24 @@ class Provider(Protocol):
     async def health(self) -> ProviderHealth: ...
 
     async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A whole answer read in one response body (no stream): ``text`` is its content,
+    ``error`` set instead when the call failed (failures are values, never raised)."""
+
+    text: str = ""
+    usage: Usage = Usage()
+    error: StreamError | None = None
+
+
+@runtime_checkable
+class Completer(Protocol):
+    """A provider that can also answer a small text-only request in one non-streamed
+    call (Ollama ``stream: false``, OpenAI-compatible without ``stream``, Gemini
+    ``generateContent``). Why: a short side request such as a conversation's title is
+    one JSON body instead of a stream of lines, each parsed and scheduled on its own
+    (issue 23). Tools are never offered in such a request; only cancellation is raised."""
+
+    async def complete(self, request: ChatRequest) -> Completion: ...

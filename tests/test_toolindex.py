@@ -424,9 +424,10 @@ async def test_large_matrices_rank_off_the_event_loop() -> None:
     threads: list[str] = []
 
     class Recording(ToolIndex):
-        def rank(self, *args: object, **kwargs: object) -> list[ToolMatch]:  # type: ignore[override]
+        # search() ranks its (already unit) query vector through _rank_unit.
+        def _rank_unit(self, *args: object, **kwargs: object) -> list[ToolMatch]:  # type: ignore[override]
             threads.append(threading.current_thread().name)
-            return super().rank(*args, **kwargs)  # type: ignore[arg-type]
+            return super()._rank_unit(*args, **kwargs)  # type: ignore[arg-type]
 
     base = await ToolIndex.build(ITEMS, HashingEmbedder(dim=64))
     embedder = HashingEmbedder(dim=64)

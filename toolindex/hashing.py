@@ -84,8 +84,24 @@ def light_stem(word: str) -> str:
     return word
 
 
-def text_features(text: str) -> dict[str, float]:
-    """Map ``text`` to weighted features (before hashing); exposed for tests and tuning."""
+#: A content word's own features, in order: its stem's word feature, then its character
+#: n-grams with their shared weight (the bigram, which depends on the word before, is
+#: added between them by ``text_features``).
+WordFeatures = tuple[str, str, tuple[str, ...], float]
+
+
+def _word_features(word: str) -> WordFeatures:
+    stem = light_stem(word)
+    padded = "<" + word + ">"
+    grams = tuple("c:" + padded[i : i + size] for size in _CHAR_NGRAM_SIZES for i in range(len(padded) - size + 1))
+    return stem, "w:" + stem, grams, math.sqrt(_CHAR_MASS / len(grams)) if grams else 0.0
+
+
+def text_features(text: str, words: dict[str, WordFeatures] | None = None) -> dict[str, float]:
+    """Map ``text`` to weighted features (before hashing); exposed for tests and tuning.
+
+    ``words``: a cache of each content word's own features (``HashingEmbedder`` keeps
+    one, bounded): the same features in the same order as without it (issue 23)."""
     counts: dict[str, int] = {}
     weights: dict[str, float] = {}
 
@@ -100,21 +116,20 @@ def text_features(text: str) -> dict[str, float]:
             add("w:" + word, _STOP_WEIGHT)
             prev_stem = None  # bigrams join content words that are adjacent in the text
             continue
-        stem = light_stem(word)
-        add("w:" + stem, _WORD_WEIGHT)
+        known = words.get(word) if words is not None else None
+        if known is None:
+            known = _word_features(word)
+            if words is not None:
+                words[word] = known
+        stem, stem_feature, grams, char_weight = known
+        add(stem_feature, _WORD_WEIGHT)
         if prev_stem is not None:
             add("b:" + prev_stem + " " + stem, _BIGRAM_WEIGHT)
         prev_stem = stem
-        padded = "<" + word + ">"
-        grams = [
-            padded[i : i + size]
-            for size in _CHAR_NGRAM_SIZES
-            for i in range(len(padded) - size + 1)
-        ]
-        if grams:
-            char_weight = math.sqrt(_CHAR_MASS / len(grams))
-            for gram in grams:
-                add("c:" + gram, char_weight)
+        for gram in grams:  # inline ``add``: a call per n-gram was most of this loop
+            counts[gram] = counts.get(gram, 0) + 1
+            if char_weight > weights.get(gram, -1.0):
+                weights[gram] = char_weight
     return {f: weights[f] * (1.0 + math.log(c)) for f, c in counts.items() if weights[f] > 0.0}
 
 
@@ -124,21 +139,37 @@ class HashingEmbedder:
     name = "hashing"
     model = "hashing-v2"  # v2: character n-grams weigh as much as their word
 
-    def __init__(self, dim: int = 384, *, max_chars: int = 20_000) -> None:
+    def __init__(self, dim: int = 384, *, max_chars: int = 20_000, cached_features: int = 200_000) -> None:
         if dim < 8:
             raise ValueError("dim must be at least 8")
         self.dim = dim
         self.max_chars = max_chars
+        #: Each feature's BLAKE2b key, kept: a chat message's words and n-grams mostly
+        #: recur ("workflow", "<wo", "flow>"), and hashing each again was about half of
+        #: a query's embedding, once per run (issue 23). Bounded (emptied when full); the
+        #: vectors are the same with or without it.
+        self._keys: dict[str, int] = {}
+        self._keys_max = cached_features
+        #: Each content word's own features (``text_features``), bounded alike.
+        self._words: dict[str, WordFeatures] = {}
 
     def _hash_features(self, features: dict[str, float]) -> np.ndarray:
         if not features:
             # Empty text, or only symbols: a fixed feature keeps the vector non-zero, and
             # it scores ~0 against every real text.
             features = {"\x00empty": 1.0}
-        keys = np.empty(len(features), dtype=np.uint64)
-        for i, feature in enumerate(features):
-            digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
-            keys[i] = int.from_bytes(digest, "little")
+        known = self._keys
+        found: list[int] = []
+        for feature in features:
+            key = known.get(feature)
+            if key is None:
+                digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
+                key = int.from_bytes(digest, "little")
+                if len(known) >= self._keys_max:
+                    known.clear()
+                known[feature] = key
+            found.append(key)
+        keys = np.array(found, dtype=np.uint64)
         values = np.fromiter(features.values(), dtype=np.float64, count=len(features))
         buckets = (keys % np.uint64(self.dim)).astype(np.intp)
         signs = np.where((keys >> np.uint64(63)) == 1, -1.0, 1.0)
@@ -149,12 +180,18 @@ class HashingEmbedder:
         for text in texts:
             if not isinstance(text, str):
                 raise EmbeddingError(f"hashing: expected text, got {type(text).__name__}")
-            row = self._hash_features(text_features(text[: self.max_chars]))
+            if len(self._words) >= self._keys_max:
+                self._words.clear()
+            row = self._hash_features(text_features(text[: self.max_chars], self._words))
             if not row.any():  # signed features cancelled out exactly: stay zero-safe
                 row = self._hash_features({})
             raw.append(row)
         matrix = np.asarray(raw, dtype=np.float64).reshape(len(raw), self.dim)
-        return to_unit_rows(matrix, expected_count=len(raw), expected_dim=self.dim, source="hashing")
+        if not raw:
+            return to_unit_rows(matrix, expected_count=0, expected_dim=self.dim, source="hashing")
+        # ``to_unit_rows``'s arithmetic without its checks of an embedder's output: these
+        # rows are finite and never zero (above), and the same expression gives the same bits.
+        return (matrix / np.linalg.norm(matrix, axis=1)[:, None]).astype(np.float32)
 
     async def embed(self, text: str, *, task: EmbedTask = "query") -> Vector:
         rows = await self.embed_batch([text], task=task)

@@ -147,8 +147,13 @@ class ToolIndex:
         space = EmbeddingSpace.of(embedder)
 
         def make(index_names: Sequence[str], matrix: Matrix) -> ToolIndex:
-            return cls(index_names, matrix, embedder, query_cache=QueryCache(query_cache_size),
-                       offload_elements=offload_elements)
+            return cls(
+                index_names,
+                matrix,
+                embedder,
+                query_cache=QueryCache(query_cache_size),
+                offload_elements=offload_elements,
+            )
 
         if not items:
             return make([], np.zeros((0, space.dim), dtype=np.float32))
@@ -172,15 +177,17 @@ class ToolIndex:
             if vectors and fresh.shape[1] != cached_dim:
                 # The embedder now answers in another dimension than the cached vectors
                 # (an unknown-dim Ollama model was replaced): re-embed everything.
-                logger.info("tool vector cache dim %d != embedder dim %d; re-embedding all tools",
-                            cached_dim, fresh.shape[1])
+                logger.info(
+                    "tool vector cache dim %d != embedder dim %d; re-embedding all tools", cached_dim, fresh.shape[1]
+                )
                 vectors = {}
                 missing = dict(zip(digests, texts, strict=True))
                 fresh = await cls._embed_documents(embedder, list(missing.values()), int(fresh.shape[1]))
             vectors.update(zip(missing, fresh, strict=True))
         try:
-            matrix = to_unit_rows(np.stack([vectors[d] for d in digests]), expected_count=len(digests),
-                                  expected_dim=None, source="index")
+            matrix = to_unit_rows(
+                np.stack([vectors[d] for d in digests]), expected_count=len(digests), expected_dim=None, source="index"
+            )
         except (EmbeddingError, ValueError) as exc:
             raise IndexBuildError(f"tool vectors unusable: {exc}") from exc
         index = make(names, matrix)
@@ -189,8 +196,13 @@ class ToolIndex:
                 await cache.save(space, index.dim, {d: vectors[d] for d in digests})
             except Exception as exc:  # a read-only disk costs a re-embed next time, nothing more
                 logger.warning("could not write the tool vector cache: %s", exc)
-        logger.debug("tool index built: %d tools, dim %d, %d embedded, %d from cache",
-                     len(names), index.dim, len(missing), len(set(digests)) - len(missing))
+        logger.debug(
+            "tool index built: %d tools, dim %d, %d embedded, %d from cache",
+            len(names),
+            index.dim,
+            len(missing),
+            len(set(digests)) - len(missing),
+        )
         return index
 
     @staticmethod
@@ -263,7 +275,13 @@ class ToolIndex:
         """
         if not self._names:
             return []
-        query = unit_vector(query_vec, dim=self.dim)
+        return self._rank_unit(unit_vector(query_vec, dim=self.dim), top_k, min_score, allowlist)
+
+    def _rank_unit(
+        self, query: Vector, top_k: int, min_score: float, allowlist: Collection[str] | None
+    ) -> list[ToolMatch]:
+        """``rank`` of a query already a unit float32 vector of the index's length (what
+        ``embed_query`` returns: normalising it again was a third pass over it per run)."""
         rows = self._candidate_rows(allowlist)
         if rows.size == 0:
             return []
@@ -304,8 +322,9 @@ class ToolIndex:
             raise
         except Exception as exc:  # keep the one-exception contract even for a broken embedder
             raise EmbeddingError(f"embedder raised {describe_error(exc)}") from exc
-        [vector] = to_unit_rows(np.asarray(raw).reshape(1, -1), expected_count=1, expected_dim=self.dim or None,
-                                source=str(embedder.name))
+        [vector] = to_unit_rows(
+            np.asarray(raw).reshape(1, -1), expected_count=1, expected_dim=self.dim or None, source=str(embedder.name)
+        )
         self._query_cache.put(key, vector)
         return vector, False
 
@@ -332,12 +351,12 @@ class ToolIndex:
         except (ValueError, TypeError) as exc:  # e.g. a vector that does not reshape
             raise EmbeddingError(f"query embedding unusable: {exc}") from exc
         embedded = time.perf_counter()
-        if self._matrix.size >= self._offload_elements:
-            matches = await asyncio.to_thread(
-                self.rank, vector, top_k=top_k, min_score=min_score, allowlist=allowlist
-            )
-        else:
+        if vector.shape != (self.dim,):  # an index built without a dimension check: rank() says why
             matches = self.rank(vector, top_k=top_k, min_score=min_score, allowlist=allowlist)
+        elif self._matrix.size >= self._offload_elements:
+            matches = await asyncio.to_thread(self._rank_unit, vector, top_k, min_score, allowlist)
+        else:
+            matches = self._rank_unit(vector, top_k, min_score, allowlist)
         ranked = time.perf_counter()
         return SearchResult(
             matches=matches,

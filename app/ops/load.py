@@ -121,6 +121,23 @@ class _CountedStream:
             self._counter.open -= 1
 
 
+class _CountedCall:
+    """A provider's non-streamed call, counted open from its start until it returns."""
+
+    __slots__ = ("_call", "_counter")
+
+    def __init__(self, call: Callable[..., Any], counter: StreamCounter) -> None:
+        self._call, self._counter = call, counter
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._counter.started += 1
+        self._counter.open += 1
+        try:
+            return await self._call(*args, **kwargs)
+        finally:
+            self._counter.open -= 1
+
+
 class StreamCounter:
     """Wraps a provider: ``open`` is how many of its model streams are open now. Every
     other attribute, read or written, is the provider's own (a wrapper that kept a
@@ -134,6 +151,10 @@ class StreamCounter:
         self.started = 0
 
     def __getattr__(self, name: str) -> Any:  # name, model, health, warm, aclose, ...
+        if name == "complete":
+            # A non-streamed call (``llm.provider.Completer``, a title) is counted open
+            # while it is in flight too; a provider without one still has none here.
+            return _CountedCall(getattr(self._provider, name), self)
         return getattr(self._provider, name)
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -85,8 +85,10 @@ class Tracing:
             from opentelemetry.sdk.trace import TracerProvider
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
         except ImportError:
-            log.warning("tracing is configured but the otel extra is not installed "
-                        "(pip install 'agentchat[otel]'); no spans are exported")
+            log.warning(
+                "tracing is configured but the otel extra is not installed "
+                "(pip install 'agentchat[otel]'); no spans are exported"
+            )
             return cls()
         resource = Resource.create()
         if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
@@ -157,7 +159,31 @@ class TracedProvider:
         self._tracer = tracer
 
     def __getattr__(self, attr: str) -> Any:
+        if attr == "complete":  # a non-streamed call (``llm.provider.Completer``) is a span too
+            call = getattr(self.inner, attr)
+            return lambda request: self._complete(call, request)
         return getattr(self.inner, attr)
+
+    async def _complete(self, call: Any, request: ChatRequest) -> Any:
+        with self._tracer.start_as_current_span(
+            f"chat {self.model}",
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.system": self.name,
+                "gen_ai.request.model": self.model,
+                "agentchat.tools_offered": len(request.tools),
+                "agentchat.streamed": False,
+            },
+        ) as span:
+            done = await call(request)
+            error = getattr(done, "error", None)
+            span.set_attribute("agentchat.outcome", "error" if error is not None else "complete")
+            if error is not None:
+                from opentelemetry.trace import Status, StatusCode
+
+                span.set_attribute("error.type", error.code)
+                span.set_status(Status(StatusCode.ERROR, "model call failed"))
+            return done
 
     async def stream_chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         # Started on the first read, in the consumer's task: the run span is the parent.

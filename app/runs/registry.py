@@ -86,6 +86,12 @@ class RunRegistry:
         """The user's runs still in memory, newest first."""
         return sorted(self.by_user.get(user_id, {}).values(), key=lambda r: r.created_at, reverse=True)
 
+    def finished_here(self, user_id: str, run_id: str) -> bool:
+        """Whether the user's run ``run_id`` is in memory here and has ended (its ending
+        may still be in the write queue: the store counts it unfinished until then)."""
+        run = self.by_user.get(user_id, {}).get(run_id)
+        return run is not None and run.finished
+
     def count_active(self, user_id: str) -> int:
         return sum(1 for r in self.by_user.get(user_id, {}).values() if not r.finished and not r.released)
 

@@ -182,7 +182,7 @@ async def check_run_limit(svc: Services, ident: Identity) -> None:
     counts again in the transaction that stores the run — concurrent requests on any
     replica all pass this read at once."""
     cap = svc.settings.max_runs_per_user
-    if await svc.limits.active_runs(ident.user_id, svc.runs, cap) >= cap:
+    if await svc.limits.active_runs(ident.user_id, svc.runs.registry, cap) >= cap:
         raise too_many_runs()
 
 

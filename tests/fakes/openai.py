@@ -9,7 +9,10 @@ Speaks the documented wire format (https://platform.openai.com/docs/api-referenc
 and ``function.name`` with empty arguments, later pieces only ``index`` and a fragment
 of ``function.arguments`` (cut into ``split_arguments`` pieces). Errors answer
 ``{"error": {message, type, param, code}}``. ``POST /v1/embeddings`` (``float`` or
-``base64`` encoding) and ``GET /v1/models`` too. Non-streaming chat is not served.
+``base64`` encoding) and ``GET /v1/models`` too. Without ``stream`` (or with it false)
+a chat answers one ``chat.completion`` object: ``choices[0].message`` with ``content``
+(``null`` when there is none), ``tool_calls`` (whole, ``id``/``type``/``function``) and
+``reasoning_content`` when the turn has them, ``finish_reason``, and ``usage``.
 """
 
 from __future__ import annotations
@@ -145,8 +148,7 @@ class FakeOpenAI:
         body = rec.body
         if not isinstance(body, dict) or not body.get("model") or not isinstance(body.get("messages"), list):
             return _json(_error_body(400, "model and messages are required"), 400)
-        if body.get("stream") is not True:
-            return _json(_error_body(400, "fake: only streaming chat is served"), 400)
+        streamed = body.get("stream") is True
         if "parallel_tool_calls" in body and not body.get("tools"):
             return _json(_error_body(400, "parallel_tool_calls is only allowed when 'tools' are specified"), 400)
         turn = self.turns.next_turn(body)
@@ -156,6 +158,14 @@ class FakeOpenAI:
             err = turn.entries[0]
             raw = err.body if err.body is not None else orjson.dumps(_error_body(err.status, err.message))
             return Response(raw, status_code=err.status, media_type="application/json")
+        if not streamed:
+            return AsgiResponse(
+                ObservedStream(
+                    self._whole(str(body["model"]), turn),
+                    media_type="application/json",
+                    on_closed_early=lambda: self._closed_early(rec),
+                )
+            )
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         return AsgiResponse(
             ObservedStream(
@@ -235,6 +245,63 @@ class FakeOpenAI:
             }
             yield b"data: " + orjson.dumps(payload) + b"\n\n"
         yield b"data: [DONE]\n\n"
+
+    async def _whole(self, model: str, turn: Turn) -> AsyncIterator[bytes]:
+        """A non-streamed answer: the turn's entries gathered into one ``chat.completion``
+        (a ``Hold`` still holds it back, a ``Drop`` cuts the connection before any byte)."""
+        self._ids += 1
+        texts: list[str] = []
+        thinking: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for entry in turn.entries:
+            if isinstance(entry, Hold):
+                await (entry.release.wait() if entry.release is not None else asyncio.Future())
+            elif isinstance(entry, Drop):
+                raise DropConnection
+            elif isinstance(entry, ErrorChunk):
+                yield orjson.dumps(_error_body(entry.code, entry.message))
+                return
+            elif isinstance(entry, HttpError):
+                raise ValueError("HttpError must be the first entry of a turn")
+            elif isinstance(entry, Text):
+                texts.append(entry.text)
+            elif isinstance(entry, Thinking):
+                thinking.append(entry.text)
+            else:
+                for call in [entry] if isinstance(entry, ToolCall) else list(entry.calls):  # type: ignore[union-attr]
+                    calls.append(
+                        {
+                            "id": call.id or f"call_fake{self._ids}_{len(calls)}",
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": orjson.dumps(call.arguments).decode()},
+                        }
+                    )
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None, "refusal": None}
+        if calls:
+            message["tool_calls"] = calls
+        if thinking:
+            message["reasoning_content"] = "".join(thinking)
+        payload = {
+            "id": f"chatcmpl-fake{self._ids}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "system_fingerprint": "fp_fake",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": turn.finish_reason or ("tool_calls" if calls else "stop"),
+                }
+            ],
+            "usage": {
+                "prompt_tokens": turn.input_tokens,
+                "completion_tokens": turn.output_tokens,
+                "total_tokens": turn.input_tokens + turn.output_tokens,
+            },
+        }
+        yield orjson.dumps(payload)
 
     async def _embed(self, request: Request) -> Response:
         rec, refused = await self._record(request)
