@@ -15,19 +15,12 @@ out of FTS5's reach (``+rowid IN``): handed to FTS5 as a rowid constraint it wou
 re-run the ``MATCH`` and bm25's statistics per chunk. A bucket without filters probes
 the best matches of the whole index instead.
 
-A large ranking is split among the readers (``PARALLEL_SHARES``): the whole index's and a
-probe's by chunk id modulo the shares, a resolved scope by dealing out its documents;
-each share is ranked by its own statement at once and the lists merge into exactly the
-one statement's (tests/storage/test_kb_fts_shares.py). A filter not resolved yet (a text
-search) is ranked in one statement from the filter's table, with no round trip of its
-documents.
+A filter not resolved yet (a text search) is ranked in one statement from the filter's
+table, with no round trip of its documents.
 """
 
 from __future__ import annotations
 
-import asyncio
-import heapq
-import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,37 +39,6 @@ RANK_ALL = (
     "(SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1) "
     "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1 ORDER BY s, rowid LIMIT ?2"
 )
-
-#: Rows ``(chunk id, bm25)``, best first, of the matches whose chunk id is ``?3`` modulo
-#: ``?2``: one share of ``RANK_ALL``'s scoring (``FtsRanker._rank_all_shared``). The test is
-#: no constraint FTS5 can take, so each share walks every match (cheap) and scores
-#: only its own; ``bm25()``'s statistics are the whole index's either way, so a row's
-#: score is the same as in ``RANK_ALL``.
-RANK_SHARE = (
-    f"SELECT rowid, bm25(kb_chunks_fts, {BM25_WEIGHTS}) AS s "
-    "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1 AND (rowid % ?2) = ?3 ORDER BY s, rowid LIMIT ?4"
-)
-
-#: ``RANK_SHARE`` with ``RANK_ALL``'s match count as a third column (the first share's).
-RANK_SHARE_COUNTED = (
-    f"SELECT rowid, bm25(kb_chunks_fts, {BM25_WEIGHTS}) AS s, "
-    "(SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1) "
-    "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1 AND (rowid % ?2) = ?3 ORDER BY s, rowid LIMIT ?4"
-)
-
-#: Matches of ``?`` (unscored: walking a match costs a few percent of scoring it).
-COUNT_MATCHES = "SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?"
-
-#: A ranking is split into this many shares run on as many readers at once when its
-#: matches (estimated from the terms' cached counts) are at least ``PARALLEL_MIN_MATCHES``:
-#: scoring is nearly all of a text search's time (~1.4 us a match), the shares' results
-#: merge into exactly the one statement's list, and a search then takes about half the
-#: wall time on an idle 2-core machine for ~5 % more CPU (every share walks the matches).
-PARALLEL_SHARES = 2
-PARALLEL_MIN_MATCHES = 4_000
-#: ... and a resolved scope is split only when it has this many documents (each share
-#: walks every match: a small scope is cheaper scored in one).
-PARALLEL_MIN_DOCS = 2_000
 
 #: The chunk ids of the document ids in the JSON array ``?`` (a scope resolved already),
 #: joined from the ids into ``kb_chunks``' ``doc_id`` index: ``c.doc_id IN (...)`` would
@@ -141,17 +103,6 @@ def _ranked(rows: Sequence[Sequence[Any]]) -> KBRanked:
     return KBRanked([int(r[0]) for r in rows], [max(0.0, -float(r[1])) for r in rows], int(rows[0][2]))
 
 
-def _merged(parts: Sequence[Sequence[Sequence[Any]]], limit: int, total: int) -> KBRanked:
-    """Shares' rows ``(chunk id, bm25, ...)``, each best first, as one ranking (ties by id,
-    as ``ORDER BY s, id``) with the shares' total match count."""
-    if len(parts) == 1:
-        return _ranked(parts[0])
-    rows = list(itertools.islice(heapq.merge(*parts, key=lambda r: (r[1], r[0])), limit))
-    if not rows:
-        return KBRanked()
-    return KBRanked([int(r[0]) for r in rows], [max(0.0, -float(r[1])) for r in rows], total)
-
-
 class FtsRanker:
     """The full-text side of ``SqliteKBIndex``, with its term and document counts.
 
@@ -160,10 +111,8 @@ class FtsRanker:
     after it.
     """
 
-    def __init__(self, db: SqliteDatabase, *, parallel_min_matches: int = PARALLEL_MIN_MATCHES) -> None:
+    def __init__(self, db: SqliteDatabase) -> None:
         self._db = db
-        #: Estimated matches from which a ranking is split among readers (tests lower it).
-        self.parallel_min_matches = parallel_min_matches
         self._df_cache: dict[str, int] = {}
         self._df_total: int | None = None
         self._doc_counts: dict[str | None, int] = {}
@@ -240,10 +189,7 @@ class FtsRanker:
         match = or_expression(terms)
         if match is None:
             return KBRanked()
-        parallel = self._worth_sharing(terms)
         if scope.everything:
-            if parallel:
-                return _ranked(await self._rank_all_shared(match, limit))
             return _ranked(await self._db.fetchall(RANK_ALL, (match, limit)))
         if (
             scope.doc_ids is None
@@ -251,26 +197,12 @@ class FtsRanker:
             and scope.filter is None
             and await self._probe_may_fill(scope.bucket, limit, tuning)
         ):
-            probed = await self._probe(match, scope.bucket, limit, tuning, parallel)
+            probed = await self._probe(match, scope.bucket, limit, tuning)
             if probed is not None:
                 return probed
         if scope.doc_ids is not None:
-            # The scope is already known: hand it over as JSON rather than re-running it,
-            # split among readers when large (each share joins and scores its own
-            # documents' chunks: disjoint, so the counts add up).
-            docs = list(scope.doc_ids)
-            shares = 1
-            if parallel and len(docs) >= min(self.parallel_min_matches, PARALLEL_MIN_DOCS):
-                docs, shares = list(dict.fromkeys(docs)), PARALLEL_SHARES  # a document in one share only
-            parts = await asyncio.gather(
-                *(
-                    self._db.fetchall(
-                        rank_in_scope(CHUNKS_OF_DOCS), [orjson.dumps(docs[i::shares]).decode(), match, limit]
-                    )
-                    for i in range(shares)
-                )
-            )
-            return _merged(parts, limit, sum(int(p[0][2]) for p in parts if p))
+            # The scope is already known: hand it over as JSON rather than re-running it.
+            chunks, params = CHUNKS_OF_DOCS, [orjson.dumps(list(scope.doc_ids)).decode()]
         else:
             # Not resolved yet (a text search needs no document list): one statement
             # from the filter to the ranking, no round trip of the ids.
@@ -287,31 +219,7 @@ class FtsRanker:
         share = await self._doc_count(bucket) / max(1, await self._doc_count(None))
         return share * max(limit * 10, tuning.text_probe) >= limit
 
-    def _worth_sharing(self, terms: Sequence[str]) -> bool:
-        """Whether the ranking of ``terms`` is worth splitting among readers: their cached
-        match counts (``selective_terms`` has just read them) add up to enough scoring."""
-        return sum(self._df_cache.get(t, 0) for t in terms) >= self.parallel_min_matches
-
-    async def _rank_all_shared(self, match: str, limit: int) -> list[tuple[int, float, int]]:
-        """``RANK_ALL``'s rows, scored in ``PARALLEL_SHARES`` shares at once (chunk id
-        modulo the shares) and merged: the same rows, ties broken by id as there."""
-        parts = await asyncio.gather(
-            *(
-                self._db.fetchall(RANK_SHARE_COUNTED if i == 0 else RANK_SHARE, (match, PARALLEL_SHARES, i, limit))
-                for i in range(PARALLEL_SHARES)
-            )
-        )
-        if parts[0]:
-            total = int(parts[0][0][2])
-        else:  # the first share has no match; the count is all the shares'
-            row = await self._db.fetchone(COUNT_MATCHES, (match,))
-            total = int(row[0]) if row else 0
-        rows = heapq.merge(*parts, key=lambda r: (r[1], r[0]))
-        return [(int(r[0]), float(r[1]), total) for r in itertools.islice(rows, limit)]
-
-    async def _probe(
-        self, match: str, bucket: str | None, limit: int, tuning: KBTextTuning, parallel: bool = False
-    ) -> KBRanked | None:
+    async def _probe(self, match: str, bucket: str | None, limit: int, tuning: KBTextTuning) -> KBRanked | None:
         """A bucket's BM25 top ``limit`` without materialising the bucket: rank all
         matches on the bare FTS index, look at the best ``probe`` of them and keep
         those in ``bucket``. ``None`` when the bucket does not fill ``limit`` from the
@@ -324,9 +232,7 @@ class FtsRanker:
         the probe saw every match (then every probed row is looked up), else scaled
         from the rows looked up."""
         probe = max(limit * 10, tuning.text_probe)
-        rows: Sequence[Sequence[Any]] = (
-            await self._rank_all_shared(match, probe) if parallel else await self._db.fetchall(RANK_ALL, (match, probe))
-        )
+        rows = await self._db.fetchall(RANK_ALL, (match, probe))
         if not rows:
             return KBRanked()
         total_all = int(rows[0][2])
