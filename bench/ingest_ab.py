@@ -9,8 +9,9 @@ Per load: chunks/s with the index builds included, the seconds of the rows and o
 builds at the end of ``bulk_load``, the client process's CPU per chunk (user + system,
 every thread: SQLite runs inside it), split by thread (``thread_cpu_s``), and, on
 PostgreSQL, the server's CPU (its postmaster's own and reaped children's times: every
-backend and parallel worker of the load). On a shared machine the CPU figures move less than the wall-clock ones; the load
-average before and after each load is recorded beside them.
+backend and parallel worker of the load). On a shared machine the CPU figures move less
+than the wall-clock ones; the load average before and after each load is recorded
+beside them. ``--first N`` loads only the first N documents of a prepared corpus.
 
 A "before" tree: ``git worktree add --detach /work/wt-before <commit>`` and a symbolic
 link to this tree's ``.venv`` (the editable install resolves to whichever tree is first
@@ -26,6 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import importlib.util
+import itertools
 import os
 import resource
 import shutil
@@ -91,7 +93,13 @@ def thread_cpu_s() -> dict[str, float]:
 
 
 def child(
-    tree: Path, engine: str, n: int, workdir: Path, pg_url: str | None, pg_pid: int | None = None
+    tree: Path,
+    engine: str,
+    n: int,
+    workdir: Path,
+    pg_url: str | None,
+    pg_pid: int | None = None,
+    first: int | None = None,
 ) -> dict[str, Any]:
     sys.path.insert(0, str(tree))
     import numpy as np
@@ -103,9 +111,9 @@ def child(
 
     async def go() -> dict[str, Any]:
         vectors = np.load(workdir / "vectors.npy", mmap_mode="r")
-        docs = list(corpus.generate(n))
+        docs = list(itertools.islice(corpus.generate(n), first or n))  # generate(n)'s first: the same documents
         table = {corpus.embedding_text(d[3], d[4]): i for i, d in enumerate(docs)}
-        embedder = corpus.LookupEmbedder(table, np.ascontiguousarray(vectors))
+        embedder = corpus.LookupEmbedder(table, np.ascontiguousarray(vectors[: len(docs)]))
         config = KBConfig(batch_documents=2000)
         if engine == "sqlite":
             try:
@@ -202,6 +210,11 @@ def main() -> int:
         help="a bench/corpus.py --workdir holding this size's corpus already "
         "(reused instead of generating and embedding it again: minutes at 100k)",
     )
+    ap.add_argument(
+        "--first",
+        type=int,
+        help="load only the first N documents of the --chunks corpus (a shorter A/B on a prepared --corpus)",
+    )
     ap.add_argument("--label", default="", help="suffix of the results' name (a profile beside an A/B)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
@@ -211,7 +224,15 @@ def main() -> int:
     if args.child:
         print(
             orjson.dumps(
-                child(args.trees[0].resolve(), args.engine, args.chunks, args.workdir, args.pg_url, args.pg_pid)
+                child(
+                    args.trees[0].resolve(),
+                    args.engine,
+                    args.chunks,
+                    args.workdir,
+                    args.pg_url,
+                    args.pg_pid,
+                    args.first,
+                )
             ).decode()
         )
         return 0
@@ -249,6 +270,7 @@ def main() -> int:
                     args.engine,
                     "--chunks",
                     str(args.chunks),
+                    *(["--first", str(args.first)] if args.first else []),
                     "--workdir",
                     str(workdir),
                     *(["--pg-url", url, "--pg-pid", str(postmaster_pid(server))] if server is not None else []),
@@ -289,7 +311,7 @@ def main() -> int:
             )
             if all(key in x for x in mine)
         }
-    name = f"ingest_ab_{args.engine}_{args.chunks}" + (f"_{args.label}" if args.label else "")
+    name = f"ingest_ab_{args.engine}_{args.first or args.chunks}" + (f"_{args.label}" if args.label else "")
     path = write_results(name, {"engine": args.engine, "chunks": args.chunks, "summary": summary, "runs": runs})
     print(summary)
     print(f"wrote {path.relative_to(ROOT)}")
