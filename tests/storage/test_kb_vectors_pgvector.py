@@ -22,7 +22,7 @@ from storage.postgres import PostgresStorage, open_postgres_storage
 from tests.support.postgres import PostgresUnavailable, TestPostgres, pgvector08_bin
 
 DIM = 16
-COMMON, RARE = 2600, 400
+COMMON, RARE = 2000, 1000
 
 
 @pytest.fixture(scope="module")
@@ -86,10 +86,10 @@ async def test_a_scope_far_from_the_query_gets_the_exact_answer_on_each_pgvector
     version = await vs.pgvector()
     iterative = request.node.callspec.params["storage"] == "pgvector08"
     assert version.startswith("0.8.") if iterative else version.startswith(("0.6.", "0.7."))
-    # The scope (400 chunks) is scanned through the index, as a large scope is at scale.
+    # The scope (1,000 chunks) is scanned through the index, as a large scope is at scale.
     kb.exact_scope_vectors = 100
     plan = await vs.plan(KBScope("rare"), "m", DIM, 10)
-    assert not plan.exact and plan.pool == (20 if iterative else 0)
+    assert not plan.exact and plan.pool == (100 if iterative else 0)
     rng = np.random.default_rng(5)
     for _ in range(5):
         query = _unit(centre + 0.05 * rng.normal(size=DIM))
