@@ -332,9 +332,11 @@ class Searcher:
         n_lists = (1 if use_text else 0) + (1 if use_vec else 0)
         # Ranked deeper than asked, so the copies dropped next (a page as .md and .html)
         # leave room for other passages instead of shrinking the answer.
-        ranked = rerank(
-            cands, q, lists=max(1, n_lists), top_k=2 * top_k + 4, per_doc=self.config.per_doc, max_fused=1.0
-        )
+        # The per-document cap spreads an answer over several pages; a search inside one
+        # page (``doc_id``) has nothing to spread over, and capping it would hide the
+        # page's fourth passage from a reader asking for more of it.
+        per_doc = top_k if scope.doc_id is not None else self.config.per_doc
+        ranked = rerank(cands, q, lists=max(1, n_lists), top_k=2 * top_k + 4, per_doc=per_doc, max_fused=1.0)
         top, duplicates = collapse_duplicates(
             ranked,
             top_k,

@@ -100,6 +100,21 @@ async def test_at_most_three_chunks_per_document(tmp_path: Path) -> None:
         await kb.aclose()
 
 
+@pytest.mark.parametrize("mode", ["hybrid", "text", "semantic"])
+async def test_a_search_inside_one_document_is_not_capped_at_three_chunks(tmp_path: Path, mode: str) -> None:
+    """The cap spreads answers over pages; inside one page (``doc_id``) a reader asking for
+    eight passages of it gets eight, not the three the cap would leave."""
+    kb = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=128), config=KBConfig(chunk_target=200, chunk_overlap=20))
+    try:
+        long_text = "\n\n".join(f"Paragraph {i} mentions the lighthouse keeper and the lamp." for i in range(30))
+        await kb.ingest_documents([{"id": "long", "title": "Lighthouse", "text": long_text}])
+        res = await kb.search("lighthouse keeper lamp", doc_id="long", top_k=8, mode=mode)
+        assert len(res.hits) == 8 and {h.doc_id for h in res.hits} == {"long"}
+        assert len({h.chunk_id for h in res.hits}) == 8
+    finally:
+        await kb.aclose()
+
+
 async def test_snippet_context_chars_and_hit_fields(kb: KnowledgeBase) -> None:
     long = "Intro words here. " * 40 + "The secret ingredient is saffron from the valley. " + "Outro words. " * 40
     await kb.ingest_documents([{"id": "recipe", "title": "Recipe", "text": long, "url": "https://x.test/r", "metadata": {"cuisine": "persian"}}])
