@@ -104,7 +104,8 @@ async def test_at_most_three_chunks_per_document(tmp_path: Path) -> None:
 async def test_a_search_inside_one_document_is_not_capped_at_three_chunks(tmp_path: Path, mode: str) -> None:
     """The cap spreads answers over pages; inside one page (``doc_id``) a reader asking for
     eight passages of it gets eight, not the three the cap would leave."""
-    kb = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=128), config=KBConfig(chunk_target=200, chunk_overlap=20))
+    config = KBConfig(chunk_target=200, chunk_overlap=20)
+    kb = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=128), config=config)
     try:
         long_text = "\n\n".join(f"Paragraph {i} mentions the lighthouse keeper and the lamp." for i in range(30))
         await kb.ingest_documents([{"id": "long", "title": "Lighthouse", "text": long_text}])
