@@ -87,6 +87,7 @@ class Setting:
     ef_factor: int
     pool: int = 1
     order: str = "relaxed_order"
+    mem: int = 1  # hnsw.scan_mem_multiplier
 
 
 SETTINGS: dict[str, Setting] = {
@@ -101,6 +102,7 @@ SETTINGS: dict[str, Setting] = {
     "relaxed_ef4_pool10": Setting(True, 4, 10),
     "relaxed_ef4_pool20": Setting(True, 4, 20),
     "relaxed_ef4_pool40": Setting(True, 4, 40),
+    "relaxed_ef4_pool10_mem8": Setting(True, 4, 10, mem=8),
 }
 DEFAULT_SETTINGS = (
     "legacy_ef4",
@@ -362,11 +364,13 @@ async def measure(
     async def top(srv: Measured, name: str, kind: str, scope: KBScope, vec: np.ndarray) -> list[int]:
         vs = srv.storage.kb_index._vectors
         default = (vs.iterative, vs.ef_search_factor, vs.pool_factor, vs.scan_order, vs.exact_scope_vectors)
+        mem = vs.scan_mem_multiplier
         if name == "exact":
             vs.exact_scope_vectors = 10**12
         elif name != "product":
             s = SETTINGS[name]
             vs.iterative, vs.ef_search_factor, vs.pool_factor, vs.scan_order = s.iterative, s.ef_factor, s.pool, s.order
+            vs.scan_mem_multiplier = s.mem
         try:
             before = vs.exact_reruns
             t0 = time.perf_counter()
@@ -376,6 +380,7 @@ async def measure(
                 srv.exact_runs[f"{kind}/{name}"] = srv.exact_runs.get(f"{kind}/{name}", 0) + 1
         finally:
             vs.iterative, vs.ef_search_factor, vs.pool_factor, vs.scan_order, vs.exact_scope_vectors = default
+            vs.scan_mem_multiplier = mem
         return [int(i) for i in ranked.ids[:10]]
 
     for srv in servers:  # warm-up: the index's pages into the caches

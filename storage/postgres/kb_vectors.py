@@ -74,9 +74,10 @@ MIN_SCAN_TUPLES = 20_000
 #: 2, 0.920 at 10 and 20. At 2 a filtered scope at 1M went through the index (0.973);
 #: at 10 its walk exceeds what it holds and it is scanned exactly (1.0).
 POOL_FACTOR = 10
-#: With iterative scans: the scan's memory, in ``work_mem``s (pgvector's default 1
-#: ends a long walk early: at 1M an invoice query's agreement went 0.7 -> 1.0 at 8).
-SCAN_MEM_MULTIPLIER = 8
+#: With iterative scans: the scan's memory, in ``work_mem``s (``hnsw.scan_mem_multiplier``).
+#: pgvector's 1: at 1M, 8 gave the same agreement (0.920) at p50 182 ms against 131 ms
+#: (``bench/results/corpus_pg_recall_1000000_mem.json``, side by side).
+SCAN_MEM_MULTIPLIER = 1
 #: With iterative scans: ``relaxed_order`` (results nearly in order, re-ranked here)
 #: or ``strict_order`` (pgvector keeps them in order, and visits more to do so).
 SCAN_ORDER = "relaxed_order"
@@ -152,6 +153,7 @@ class VectorSearch:
         self.ef_search_factor = EF_SEARCH_FACTOR
         self.pool_factor = POOL_FACTOR
         self.scan_order = SCAN_ORDER
+        self.scan_mem_multiplier = SCAN_MEM_MULTIPLIER
         #: Index scans that came back short and were done again exactly (a metric's worth).
         self.exact_reruns = 0
 
@@ -315,7 +317,8 @@ class VectorSearch:
                 await conn.execute(f"SET LOCAL hnsw.ef_search = {int(plan.ef_search)}")  # type: ignore[arg-type]
                 await conn.execute(f"SET LOCAL hnsw.iterative_scan = {order}")  # type: ignore[arg-type]
                 await conn.execute(f"SET LOCAL hnsw.max_scan_tuples = {int(plan.scan_tuples)}")  # type: ignore[arg-type]
-                await conn.execute(f"SET LOCAL hnsw.scan_mem_multiplier = {SCAN_MEM_MULTIPLIER}")  # type: ignore[arg-type]
+                mem = max(1, int(self.scan_mem_multiplier))
+                await conn.execute(f"SET LOCAL hnsw.scan_mem_multiplier = {mem}")  # type: ignore[arg-type]
                 if len(where) > 1 or join:
                     # A hash join would drain the index scan (to ``max_scan_tuples``)
                     # before ranking a row; a nested loop stops once the pool is full.
