@@ -39,6 +39,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from agenttools.core.catalog import names_where
 from agenttools.rag.policy import GENERATE_RESPONSE, INDEX_KEYWORDS, PERPLEXITY_SEARCH
+from app.ops.gc_metrics import GCPolicyCollector
 from app.ops.history_metrics import HistoryMetrics
 
 #: The exposition format the body is written in (Prometheus text 0.0.4, which every
@@ -486,6 +487,7 @@ class AppMetrics:
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
+        self.registry.register(GCPolicyCollector())
         self.runs = RunMetrics(self.registry, tool_names=tool_names)
         self.history = HistoryMetrics(self.registry)
         self._live: LiveCollector | None = None

@@ -1,0 +1,86 @@
+"""The serving GC policy (``app/cli/gcpolicy.py``) is in force in a served process.
+
+``agentchat serve`` freezes what start-up allocated (``gc.freeze()``) once uvicorn
+accepts connections, so collections — a full one stalls every live stream — never walk
+the modules, the app and its services again, and raises the young-generation threshold.
+Read from the server's own ``/metrics`` (``agentchat_gc_frozen_objects``,
+``agentchat_gc_threshold``), of one process and of each ``--workers`` child.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.cli.gcpolicy import DEFAULT_YOUNG_THRESHOLD
+from tests.support.procs import AgentServer
+
+pytestmark = pytest.mark.slow
+
+#: Nothing listens here: the default model provider is never reached by these tests.
+UNREACHABLE = "http://127.0.0.1:9"
+
+
+def gc_samples(body: str) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
+    """``({worker: frozen objects}, {(worker, generation): threshold})``; ``worker`` is
+    ``""`` for a single process."""
+    frozen: dict[str, float] = {}
+    thresholds: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            worker = sample.labels.get("worker", "")
+            if sample.name == "agentchat_gc_frozen_objects":
+                frozen[worker] = sample.value
+            elif sample.name == "agentchat_gc_threshold":
+                thresholds[(worker, sample.labels["generation"])] = sample.value
+    return frozen, thresholds
+
+
+async def scrape_until_frozen(
+    server: AgentServer, workers: int, timeout_s: float = 60
+) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
+    """``/metrics`` until ``workers`` processes report frozen objects: the policy is
+    applied just after uvicorn starts accepting, so the first scrape may precede it.
+    ``timeout_s`` only guards against a hang."""
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=10) as http:
+        while True:
+            response = await http.get(f"{server.base}/metrics")
+            assert response.status_code == 200
+            frozen, thresholds = gc_samples(response.text)
+            if sum(1 for n in frozen.values() if n > 0) >= workers:
+                return frozen, thresholds
+            if time.monotonic() > deadline:
+                pytest.fail(f"no frozen objects reported by {workers} process(es):\n{response.text[-3000:]}")
+            await asyncio.sleep(0.05)
+
+
+async def test_a_served_process_has_frozen_its_start_up_objects(tmp_path: Path) -> None:
+    server = AgentServer(tmp_path, {"OLLAMA_HOST": UNREACHABLE}, name="gc-policy")
+    server.start()
+    try:
+        await server.wait_healthy()
+        frozen, thresholds = await scrape_until_frozen(server, 1)
+    finally:
+        server.close()
+    # The whole start-up (imports, the app, its services) is tens of thousands of objects.
+    assert frozen[""] > 10_000
+    assert thresholds[("", "0")] == DEFAULT_YOUNG_THRESHOLD
+
+
+async def test_every_worker_applies_the_policy(tmp_path: Path) -> None:
+    env = {"AGENT_WORKERS": "2", "OLLAMA_HOST": UNREACHABLE}
+    server = AgentServer(tmp_path, env, name="gc-policy-workers")
+    server.start()
+    try:
+        await server.wait_healthy()
+        frozen, thresholds = await scrape_until_frozen(server, 2)
+    finally:
+        server.close()
+    assert len(frozen) == 2 and all(n > 10_000 for n in frozen.values()), frozen
+    assert {thresholds[(worker, "0")] for worker in frozen} == {DEFAULT_YOUNG_THRESHOLD}
