@@ -164,16 +164,18 @@ class TracedProvider:
             return lambda request: self._complete(call, request)
         return getattr(self.inner, attr)
 
+    def _attributes(self, request: ChatRequest) -> dict[str, Any]:
+        """The GenAI semantic-convention attributes every model-call span carries."""
+        return {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.system": self.name,
+            "gen_ai.request.model": self.model,
+            "agentchat.tools_offered": len(request.tools),
+        }
+
     async def _complete(self, call: Any, request: ChatRequest) -> Any:
         with self._tracer.start_as_current_span(
-            f"chat {self.model}",
-            attributes={
-                "gen_ai.operation.name": "chat",
-                "gen_ai.system": self.name,
-                "gen_ai.request.model": self.model,
-                "agentchat.tools_offered": len(request.tools),
-                "agentchat.streamed": False,
-            },
+            f"chat {self.model}", attributes={**self._attributes(request), "agentchat.streamed": False}
         ) as span:
             done = await call(request)
             error = getattr(done, "error", None)
@@ -187,15 +189,7 @@ class TracedProvider:
 
     async def stream_chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         # Started on the first read, in the consumer's task: the run span is the parent.
-        span = self._tracer.start_span(
-            f"chat {self.model}",
-            attributes={
-                "gen_ai.operation.name": "chat",
-                "gen_ai.system": self.name,
-                "gen_ai.request.model": self.model,
-                "agentchat.tools_offered": len(request.tools),
-            },
-        )
+        span = self._tracer.start_span(f"chat {self.model}", attributes=self._attributes(request))
         stream = self.inner.stream_chat(request)
         outcome = "incomplete"
         try:
