@@ -12,11 +12,12 @@ to the transport the client would pick for that URL (its proxy mounts included);
 answer is the transport's own streamed ``httpx.Response`` (transport errors are httpx's,
 mapped by the transport), closed by its reader, which releases the connection.
 
-Nothing the client does is lost silently: a client with ``auth``, event hooks or
-cookies in its jar takes the client's own path; an answer that sets a cookie has it
-stored in the jar as the client would (so the next request takes the client's path and
-sends it); a redirect answer, with ``follow_redirects`` on, is closed and the request
-sent again the client's way, which follows it.
+Nothing the client does is lost silently: a client with ``auth``, event hooks, query
+parameters or cookies in its jar, or a closed one, takes the client's own path; an
+answer that sets a cookie has it stored in the jar as the client would (so the next
+request takes the client's path and sends it); a redirect answer, with
+``follow_redirects`` on, is closed and the request sent again the client's way, which
+follows it.
 """
 
 from __future__ import annotations
@@ -25,9 +26,18 @@ import httpx
 
 
 def _plain(http: httpx.AsyncClient) -> bool:
-    """Whether a request on ``http`` needs none of the layers skipped here."""
+    """Whether a request on ``http`` needs none of the layers skipped here. A closed
+    client takes the client's path, which refuses it (the transport would open a pooled
+    connection nothing closes); a client with query parameters too (merged there)."""
     hooks = http.event_hooks
-    return http.auth is None and not hooks["request"] and not hooks["response"] and not http.cookies
+    return (
+        http.auth is None
+        and not hooks["request"]
+        and not hooks["response"]
+        and not http.cookies
+        and not http.params
+        and not http.is_closed
+    )
 
 
 def endpoint(http: httpx.AsyncClient, path: str) -> httpx.URL:

@@ -323,6 +323,9 @@ class OllamaProvider:
             )
         except ValueError as exc:  # not JSON, or not a ChatResponse
             return Completion(error=StreamError(f"Ollama sent a malformed response: {exc}", "provider_error"))
+        except Exception as exc:  # the contract: failures are values, never raised (a closed client, ...)
+            log.exception("unexpected error in an Ollama call")
+            return Completion(error=StreamError(f"Ollama call failed: {type(exc).__name__}: {exc}", "provider_error"))
         return Completion(text=text, usage=usage)
 
     def _response_error(self, exc: ollama.ResponseError) -> StreamError:

@@ -39,6 +39,7 @@ class Recorder:
         seen = {
             "method": request.method,
             "path": request.url.path,
+            "query": request.url.query,
             "headers": [(k.lower(), v) for k, v in request.headers.items()],
             "body": await request.body(),
         }
@@ -169,3 +170,25 @@ async def test_an_endpoint_merged_once_is_the_same_url() -> None:
         await read(await post_stream(http, url, b"{}"))
         await read(await post_stream(http, url, b"{}"))
     assert [s["path"] for s in rec.seen] == ["/prefix/api/echo", "/prefix/api/echo"]
+
+
+async def test_a_closed_client_sends_nothing() -> None:
+    """As ``AsyncClient.send`` refuses: a request on a closed client would open a pooled
+    connection that nothing closes any more."""
+    rec = Recorder()
+    async with running_fake(rec.app) as base:
+        http = client(base)
+        await http.aclose()
+        with pytest.raises(RuntimeError, match="closed"):
+            await post_stream(http, "/api/echo", b"{}")
+    assert rec.seen == []
+
+
+async def test_the_clients_query_parameters_are_sent() -> None:
+    rec = Recorder()
+    async with running_fake(rec.app) as base, client(base, params={"api-version": "2"}) as http:
+        await read(await post_stream(http, "/api/echo", b"{}"))
+        await http.post("/api/echo", content=b"{}")
+    lean, theirs = rec.seen
+    assert lean["path"] == theirs["path"] == "/api/echo"
+    assert lean["query"] == theirs["query"] == "api-version=2"

@@ -290,3 +290,14 @@ async def test_a_traced_non_streamed_call_is_one_span_with_its_outcome() -> None
     assert dict(first.attributes or {})["agentchat.outcome"] == "complete" and first.status.is_ok
     a = dict(second.attributes or {})
     assert a["agentchat.outcome"] == "error" and a["error.type"] == "provider_error" and not second.status.is_ok
+
+
+async def test_a_complete_on_a_closed_ollama_client_is_a_value_never_raised() -> None:
+    """The Completer contract (only cancellation is raised) holds for an error outside
+    the HTTP and JSON ones too: the titler then falls back to the words, counted."""
+    async with ollama() as (fake, provider, _env):
+        await provider.aclose()
+        done = await provider.complete(title_request("How do I resume a stream?"))
+    assert done.text == ""
+    assert done.error is not None and done.error.code == "provider_error"
+    assert title_calls(fake) == []
