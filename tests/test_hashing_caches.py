@@ -115,3 +115,27 @@ async def test_search_ranks_as_rank_does_on_the_same_query() -> None:
             found = await index.search(query, top_k=3, allowlist=allow)
             assert found.matches == index.rank(vector, top_k=3, allowlist=allow)
             assert found.matches and (allow is None or {m.name for m in found.matches} <= allow)
+
+
+def _words_cache_bytes(embedder: HashingEmbedder) -> int:
+    """What the per-word cache holds: each word, its stem, stem feature, n-grams and tuples."""
+    import sys
+
+    total = sys.getsizeof(embedder._words)
+    for word, (stem, feature, grams, weight) in embedder._words.items():
+        total += sum(sys.getsizeof(x) for x in (word, stem, feature, grams, weight))
+        total += sum(sys.getsizeof(g) for g in grams) + sys.getsizeof((stem, feature, grams, weight))
+    return total
+
+
+async def test_the_per_word_cache_stays_small_however_many_words_it_sees() -> None:
+    """The embedder that selects tools also embeds the knowledge base's documents (one
+    per process): a corpus's vocabulary must not fill the per-word cache to hundreds
+    of MB (~1.6 kB a word: at 200k words it held ~330 MB)."""
+    rng = random.Random(7)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = ["".join(rng.choices(letters, k=rng.randint(6, 12))) for _ in range(45_000)]
+    embedder = HashingEmbedder()
+    for start in range(0, len(words), 500):
+        await embedder.embed_batch([" ".join(words[start : start + 500])])
+    assert _words_cache_bytes(embedder) < 40_000_000

@@ -139,7 +139,9 @@ class HashingEmbedder:
     name = "hashing"
     model = "hashing-v2"  # v2: character n-grams weigh as much as their word
 
-    def __init__(self, dim: int = 384, *, max_chars: int = 20_000, cached_features: int = 200_000) -> None:
+    def __init__(
+        self, dim: int = 384, *, max_chars: int = 20_000, cached_features: int = 200_000, cached_words: int = 10_000
+    ) -> None:
         if dim < 8:
             raise ValueError("dim must be at least 8")
         self.dim = dim
@@ -150,8 +152,11 @@ class HashingEmbedder:
         #: vectors are the same with or without it.
         self._keys: dict[str, int] = {}
         self._keys_max = cached_features
-        #: Each content word's own features (``text_features``), bounded alike.
+        #: Each content word's own features (``text_features``), bounded alike but
+        #: smaller: a word holds ~1.6 kB (its n-grams), and this embedder also embeds the
+        #: knowledge base's documents, whose vocabulary would fill 200k words (~330 MB).
         self._words: dict[str, WordFeatures] = {}
+        self._words_max = min(cached_features, cached_words)
 
     def _hash_features(self, features: dict[str, float]) -> np.ndarray:
         if not features:
@@ -180,7 +185,7 @@ class HashingEmbedder:
         for text in texts:
             if not isinstance(text, str):
                 raise EmbeddingError(f"hashing: expected text, got {type(text).__name__}")
-            if len(self._words) >= self._keys_max:
+            if len(self._words) >= self._words_max:
                 self._words.clear()
             row = self._hash_features(text_features(text[: self.max_chars], self._words))
             if not row.any():  # signed features cancelled out exactly: stay zero-safe
