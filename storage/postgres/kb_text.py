@@ -47,10 +47,11 @@ from storage.kb_records import KBRanked, KBScope, KBTextTuning
 from storage.kb_terms import tuned_selective_terms
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.kb_filters_sql import scope_sql
-from storage.postgres.migrations import FOLD_FUNCTION, K1, POSTINGS_AVGDL, TEXT_CONFIG, B
+from storage.postgres.migrations import COLUMN_WEIGHTS, FOLD_FUNCTION, K1, POSTINGS_AVGDL, TEXT_CONFIG, B
 
-#: FTS5's column weights (title, heading, text), carried by the tsvector weights A/B/C.
-WEIGHTS = (4.0, 2.0, 1.0)
+#: FTS5's column weights (title, heading, text), carried by the tsvector weights A/B/C —
+#: the same the postings' term frequencies were stored with (``migrations``).
+WEIGHTS = tuple(float(w) for w in COLUMN_WEIGHTS)
 #: How long index statistics may be reused when another replica may have written.
 STATS_TTL_S = 30.0
 _LEXEME_CACHE = 50_000

@@ -50,6 +50,10 @@ TEXT_CONFIG = "english"
 #: BM25's constants (FTS5's own), shared with ``kb_text``.
 K1 = 1.2
 B = 0.75
+#: FTS5's column weights (title, heading, text), carried by the tsvector weights A/B/C;
+#: ``kb_text`` ranks with them and step 23 stores each posting's term frequency with
+#: them, so a change needs a step that writes the postings again.
+COLUMN_WEIGHTS = (4, 2, 1)
 #: The fixed document length the stored impacts are normalised with (``kb_postings``):
 #: any fixed value keeps the top-k exact (``kb_text``); one near the real average keeps
 #: the impact order close to the true one, so fewer postings are read.
@@ -553,8 +557,10 @@ TF_FUNCTION = "agentchat_kb_tf"
 _KB_POSTINGS_EXACT = (
     f"""CREATE OR REPLACE FUNCTION {TF_FUNCTION}(w TEXT[]) RETURNS INTEGER
         LANGUAGE sql IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE AS $$
-        SELECT 4 * cardinality(array_positions(w, 'A')) + 2 * cardinality(array_positions(w, 'B'))
-               + (cardinality(w) - cardinality(array_positions(w, 'A')) - cardinality(array_positions(w, 'B')))
+        SELECT {COLUMN_WEIGHTS[0]} * cardinality(array_positions(w, 'A'))
+               + {COLUMN_WEIGHTS[1]} * cardinality(array_positions(w, 'B'))
+               + {COLUMN_WEIGHTS[2]} * (cardinality(w) - cardinality(array_positions(w, 'A'))
+                                        - cardinality(array_positions(w, 'B')))
         $$""",
     "DROP INDEX IF EXISTS kb_postings_impact",
     "TRUNCATE kb_postings",
