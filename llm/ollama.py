@@ -275,15 +275,8 @@ class OllamaProvider:
                     break
             else:
                 error = StreamError(message="Ollama ended the stream before its final message", code="provider_error")
-        except ollama.ResponseError as exc:
-            error = self._response_error(exc)
-        except httpx.HTTPError as exc:
-            error = transport_error(exc, "Ollama", self.host) or StreamError(f"Ollama request failed: {exc}")
-        except ValueError as exc:  # malformed NDJSON line or a line that is not a ChatResponse
-            error = StreamError(message=f"Ollama sent a malformed response: {exc}", code="provider_error")
         except Exception as exc:  # the contract: failures are events, never raised
-            log.exception("unexpected error in Ollama stream")
-            error = StreamError(message=f"Ollama stream failed: {type(exc).__name__}: {exc}", code="provider_error")
+            error = self._failure(exc, "stream")
         finally:
             if stream is not None:
                 # Close the HTTP response now, whether the turn finished, failed, or
@@ -315,18 +308,21 @@ class OllamaProvider:
                 raise ValueError("an answer without a message object")
             text = _text(message.get("content") or "")
             usage = Usage(_count(part.get("prompt_eval_count")), _count(part.get("eval_count")))
-        except ollama.ResponseError as exc:
-            return Completion(error=self._response_error(exc))
-        except httpx.HTTPError as exc:
-            return Completion(
-                error=transport_error(exc, "Ollama", self.host) or StreamError(f"Ollama request failed: {exc}")
-            )
-        except ValueError as exc:  # not JSON, or not a ChatResponse
-            return Completion(error=StreamError(f"Ollama sent a malformed response: {exc}", "provider_error"))
         except Exception as exc:  # the contract: failures are values, never raised (a closed client, ...)
-            log.exception("unexpected error in an Ollama call")
-            return Completion(error=StreamError(f"Ollama call failed: {type(exc).__name__}: {exc}", "provider_error"))
+            return Completion(error=self._failure(exc, "call"))
         return Completion(text=text, usage=usage)
+
+    def _failure(self, exc: Exception, what: str) -> StreamError:
+        """A failed call (or a failure while reading its stream) as the error it reports;
+        called inside the ``except`` block, so an unexpected one is logged with its trace."""
+        if isinstance(exc, ollama.ResponseError):
+            return self._response_error(exc)
+        if isinstance(exc, httpx.HTTPError):
+            return transport_error(exc, "Ollama", self.host) or StreamError(f"Ollama request failed: {exc}")
+        if isinstance(exc, ValueError):  # a malformed NDJSON line or JSON body, or not a ChatResponse
+            return StreamError(message=f"Ollama sent a malformed response: {exc}", code="provider_error")
+        log.exception("unexpected error in an Ollama %s", what)
+        return StreamError(message=f"Ollama {what} failed: {type(exc).__name__}: {exc}", code="provider_error")
 
     def _response_error(self, exc: ollama.ResponseError) -> StreamError:
         status = exc.status_code
