@@ -303,17 +303,8 @@ class GeminiProvider:
                         calls += 1
                     elif part.text:
                         yield ThinkingDelta(text=part.text) if part.thought else ContentDelta(text=part.text)
-        except genai_errors.APIError as exc:
-            error = self._api_error(exc)
-        except httpx.HTTPError as exc:
-            error = transport_error(exc, "Gemini", self.base_url) or StreamError(f"Gemini request failed: {exc}")
-        except genai_errors.UnknownApiResponseError as exc:
-            error = StreamError(message=f"Gemini sent a malformed response: {exc}", code="provider_error")
         except Exception as exc:  # the contract: failures are events, never raised
-            error = transport_error(exc, "Gemini", self.base_url)
-            if error is None:
-                log.exception("unexpected error in Gemini stream")
-                error = StreamError(message=f"Gemini stream failed: {type(exc).__name__}: {exc}", code="provider_error")
+            error = self._failure(exc, "stream")
         finally:
             self._open_streams.set(None)
             if stream is not None:
@@ -357,17 +348,24 @@ class GeminiProvider:
                 if meta is not None
                 else Usage()
             )
-        except genai_errors.APIError as exc:
-            return Completion(error=self._api_error(exc))
-        except genai_errors.UnknownApiResponseError as exc:
-            return Completion(error=StreamError(f"Gemini sent a malformed response: {exc}", "provider_error"))
         except Exception as exc:  # the contract: failures are values, never raised
-            error = transport_error(exc, "Gemini", self.base_url)
-            if error is None:
-                log.exception("unexpected error in a Gemini call")
-                error = StreamError(f"Gemini call failed: {type(exc).__name__}: {exc}", "provider_error")
-            return Completion(error=error)
+            return Completion(error=self._failure(exc, "call"))
         return Completion(text=text, usage=usage)
+
+    def _failure(self, exc: Exception, what: str) -> StreamError:
+        """A failed call (or a failure while reading its stream) as the error it reports;
+        called inside the ``except`` block, so an unexpected one is logged with its trace."""
+        if isinstance(exc, genai_errors.APIError):
+            return self._api_error(exc)
+        if isinstance(exc, httpx.HTTPError):
+            return transport_error(exc, "Gemini", self.base_url) or StreamError(f"Gemini request failed: {exc}")
+        if isinstance(exc, genai_errors.UnknownApiResponseError):
+            return StreamError(message=f"Gemini sent a malformed response: {exc}", code="provider_error")
+        error = transport_error(exc, "Gemini", self.base_url)
+        if error is None:
+            log.exception("unexpected error in a Gemini %s", what)
+            error = StreamError(message=f"Gemini {what} failed: {type(exc).__name__}: {exc}", code="provider_error")
+        return error
 
     @staticmethod
     def _api_error(exc: genai_errors.APIError) -> StreamError:
