@@ -43,6 +43,11 @@ HOW_TO_INSTALL = (
     "or AGENT_TEST_DATABASE_URL to a superuser URL of a running server with pgvector"
 )
 TEMPLATE_DB = "agentchat_template"
+# Guards only (a server that stopped answering fails the test, named, instead of hanging it):
+INITDB_GUARD_S = 120
+ADMIN_CONNECT_GUARD_S = 10
+ADMIN_STATEMENT_GUARD_S = 120
+MIGRATE_GUARD_S = 180
 
 
 class PostgresUnavailable(RuntimeError):
@@ -155,11 +160,16 @@ class TestPostgres:
                 # relative to its own binary).
                 bindir = _copy_install(bindir, self._dir / "site")
         env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
-        init = subprocess.run(
-            [str(bindir / "initdb"), "-D", str(data), "-U", self.user, "--auth=trust", "-E", "UTF8",
-             "--locale=C", "--no-sync"],
-            capture_output=True, env=env, cwd=self._dir, check=False, **run_as,
-        )
+        try:
+            init = subprocess.run(
+                [str(bindir / "initdb"), "-D", str(data), "-U", self.user, "--auth=trust", "-E", "UTF8",
+                 "--locale=C", "--no-sync"],
+                capture_output=True, env=env, cwd=self._dir, check=False, timeout=INITDB_GUARD_S, **run_as,
+            )
+        except subprocess.TimeoutExpired as exc:
+            self.stop()
+            said = (exc.stderr or b"").decode(errors="replace")[-2000:]
+            raise PostgresUnavailable(f"initdb did not finish within {INITDB_GUARD_S} s: {said}") from None
         if init.returncode != 0:
             self.stop()
             raise PostgresUnavailable(
@@ -233,10 +243,21 @@ class TestPostgres:
         return f"postgresql://{self.user}@{self.host}:{self.port}/{database}"
 
     def admin(self, sql: str) -> None:
+        """Run one statement on the ``postgres`` database. The connection and the statement
+        have deadlines: a server that stopped answering (or a statement stuck behind a
+        lock) fails the test with the statement named instead of hanging it."""
         import psycopg
 
-        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
-            conn.execute(sql)  # type: ignore[arg-type]
+        try:
+            with psycopg.connect(
+                self.url("postgres"),
+                autocommit=True,
+                connect_timeout=ADMIN_CONNECT_GUARD_S,
+                options=f"-c statement_timeout={ADMIN_STATEMENT_GUARD_S * 1000}",
+            ) as conn:
+                conn.execute(sql)  # type: ignore[arg-type]
+        except psycopg.OperationalError as exc:
+            raise PostgresUnavailable(f"the test PostgreSQL (port {self.port}) failed {sql!r}: {exc}") from exc
 
     def prepare_template(self) -> None:
         """The template every test database is copied from: the extension created and
@@ -249,14 +270,34 @@ class TestPostgres:
         self.admin(f'CREATE DATABASE "{TEMPLATE_DB}" TEMPLATE template0')
 
         async def migrate() -> None:
-            storage = await open_postgres_storage(self.url(TEMPLATE_DB))
-            await storage.close()
+            async with asyncio.timeout(MIGRATE_GUARD_S):
+                storage = await open_postgres_storage(self.url(TEMPLATE_DB))
+                await storage.close()
 
         # Its own event loop on its own thread: the caller may be inside a running loop.
-        import concurrent.futures
+        # A daemon thread joined with a deadline (an executor's exit would join without
+        # one); the migration's own timeout normally ends it first, with its traceback.
+        import threading
 
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            pool.submit(asyncio.run, migrate()).result()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                asyncio.run(migrate())
+            except BaseException as exc:  # handed to the caller's thread
+                failure.append(exc)
+
+        thread = threading.Thread(target=run, name="pg-template-migration", daemon=True)
+        thread.start()
+        thread.join(MIGRATE_GUARD_S + 30)
+        if thread.is_alive():
+            raise PostgresUnavailable(f"migrating the template database did not finish within {MIGRATE_GUARD_S + 30} s")
+        if failure:
+            if isinstance(failure[0], TimeoutError):
+                raise PostgresUnavailable(
+                    f"migrating the template database did not finish within {MIGRATE_GUARD_S} s"
+                ) from failure[0]
+            raise failure[0]
 
     def new_database(self, *, empty: bool = False) -> str:
         """A fresh database (migrated, unless ``empty``); returns its name."""

@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import uvicorn
+
+#: How long an app's start-up (its lifespan) may take before the test fails.
+STARTUP_GUARD_S = 120.0
+#: How long a stop may take before the server task is cancelled.
+SHUTDOWN_GUARD_S = 10.0
 
 
 def free_port() -> int:
@@ -61,17 +67,37 @@ async def serve_app(app: Any, *, lifespan: str = "on", **config: Any) -> AsyncIt
     server = _Server(cfg)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
+        # A lifespan start-up that never finishes (a dependency that never answers) fails
+        # here, named, instead of hanging the test: the deadline only guards against that.
+        deadline = time.monotonic() + STARTUP_GUARD_S
         while not server.started:
             if task.done():
                 task.result()
                 raise RuntimeError("uvicorn exited before starting")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the app served on port {port} did not start within {STARTUP_GUARD_S} s")
             await asyncio.sleep(0.01)
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         server.wake.set()
         try:
-            await asyncio.wait_for(task, timeout=10)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
-            task.cancel()
-        sock.close()
+            await _stopped(task, port)
+        finally:
+            sock.close()
+
+
+async def _stopped(task: asyncio.Task[None], port: int) -> None:
+    """Wait for the server task to end: 10 s for a graceful stop, then cancelled and 5 s
+    more. ``asyncio.wait_for`` would wait without limit for a cancelled task that does not
+    end (a shutdown swallowing the cancellation); this fails, naming it, instead."""
+    done, _ = await asyncio.wait({task}, timeout=SHUTDOWN_GUARD_S)
+    if not done:
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        if not done:
+            raise AssertionError(
+                f"the app served on port {port} did not stop within {SHUTDOWN_GUARD_S + 5} s, even cancelled"
+            )
+    if not task.cancelled():
+        task.result()  # an error of the server's own (uvicorn logs its app's errors itself)
