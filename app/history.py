@@ -10,6 +10,15 @@ is counted (``agentchat_conversation_titles_total{source=
 "words_after_model_failed"}``). Without a model the first words are the title. A title
 the user set (``PATCH``) or an earlier run set is never overwritten
 (``set_title_if_unset``).
+
+A title the client sends with the chat (``title``, issue 23) is the user's own name for
+the thread: the run's admission stores it in its own transaction when the conversation
+has no title yet (``RunStore.create``; counted as ``source="client"``), and this titler
+then asks no model — chat products usually know the title already, and the call cost as
+much CPU as a short answer. Sent on a later run of a titled conversation, it is not
+taken: the same never-overwrite rule (a client that sends its thread's name with every
+message must not undo a rename made elsewhere, and a message is never refused for a
+cosmetic field).
 """
 
 from __future__ import annotations
@@ -192,9 +201,13 @@ def _title_read(parts: list[str]) -> bool:
 def with_titles(agent: Callable[..., Awaitable[None]], titler: Titler) -> Callable[..., Awaitable[None]]:
     """The run manager's agent function, titling the run's conversation once it ends
     (the run's question is the one it was admitted with; a run carried on after a
-    restart has none here and titles nothing)."""
+    restart has none here and titles nothing). A run whose client sent a title asks
+    nothing: its admission stored that title."""
 
     async def run_then_title(run: Any, *args: Any, **kwargs: Any) -> None:
+        if getattr(run, "client_titled", False) is True:
+            await agent(run, *args, **kwargs)
+            return
         try:
             await agent(run, *args, **kwargs)
         finally:

@@ -529,7 +529,9 @@ def _forget_conversation(runs: RunManager, rooms: Rooms) -> Callable[[str, str],
 def _attach_titles(
     runs: RunManager, storage: Any, metrics: AppMetrics, provider: Provider, settings: Settings, stack: AsyncExitStack
 ) -> None:
-    """Conversations get a title once their first run ends (``app/history.py``)."""
+    """Conversations get a title once their first run ends (``app/history.py``), unless
+    the client sent one: the run's admission stored it (counted here)."""
+    runs.on_client_title = metrics.history.titles.labels(source="client").inc
     if settings.conversation_titles == "off":
         return
     model = provider if title_model_wanted(settings.conversation_titles, provider.name) else None

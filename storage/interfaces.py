@@ -46,6 +46,7 @@ from storage.keyword_records import (
 )
 from storage.limit_records import RateDecision
 from storage.records import (
+    Admitted,
     NewRun,
     RunEvent,
     RunWrite,
@@ -78,10 +79,11 @@ class ConversationStore(Protocol):
 class RunStore(Protocol):
     """Runs and their replayable event log, with the checkpoints of durable execution."""
 
-    async def create(self, run: NewRun) -> list[str]:
+    async def create(self, run: NewRun) -> Admitted:
         """Store the run (status ``queued``) and claim its conversation for the user, in
         one transaction. Returns the ids of the user's conversation's other unfinished
-        runs, oldest first. Raises ``ConversationBusy``
+        runs, oldest first, and whether the run's ``title`` became the conversation's
+        (only a conversation without a title takes it). Raises ``ConversationBusy``
         when the policy is ``reject`` and another run is unfinished. A run with an
         ``idempotency_key`` the user already used is not stored: ``IdempotencyKeyUsed``
         names the run that has it (checked first, and atomically with the insert). With

@@ -65,6 +65,19 @@ class NewRun:
     #: Runs the admitting process has already ended whose ending is still queued for
     #: the writer: not counted against the cap.
     ending_unwritten: tuple[str, ...] = ()
+    #: The conversation's title as the client named it: set in the same transaction when
+    #: the conversation has none yet (never overwriting one).
+    title: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """What a run's admission (``RunStore.create``) found and did besides storing it."""
+
+    #: The ids of the conversation's other unfinished runs, oldest first.
+    others: list[str]
+    #: The run's ``title`` became the conversation's (it had none).
+    titled: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,9 @@ class HistoryMetrics:
         )
         self.titles = Counter(
             "agentchat_conversation_titles_total",
-            "Conversation titles set automatically, by source: model, words (the question's first "
-            "words), words_after_model_failed (the model call failed or timed out: a visible fallback).",
+            "Conversation titles set, by source: client (the chat request's title; no model call), model, "
+            "words (the question's first words), words_after_model_failed (the model call failed or timed "
+            "out: a visible fallback).",
             ["source"],
             registry=registry,
         )

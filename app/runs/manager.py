@@ -75,6 +75,8 @@ class RunManager:
     counters: RunCounters = field(default_factory=RunCounters)
     #: Called with the seconds from a dead replica's lease expiry to its run resumed here.
     on_take_over: Callable[[float], None] | None = None
+    #: Called when a run's admission made the client's title its conversation's (issue 23).
+    on_client_title: Callable[[], None] | None = None
     #: The engine's feed, where it has one (PostgreSQL): cancels asked for on other
     #: replicas arrive through it, and it wakes a run waiting for another replica's run.
     feed: RunFeed | None = None
@@ -149,7 +151,7 @@ class RunManager:
     async def _submit(self, chat: ChatInput, caller: Caller, idempotency_key: str | None, run_cap: int | None) -> Run:
         run_id = f"run_{uuid.uuid4().hex}"
         conversation_id = chat.conversation_id or f"conv_{uuid.uuid4().hex}"
-        others = await self.store.create(
+        admitted = await self.store.create(
             NewRun(
                 id=run_id,
                 conversation_id=conversation_id,
@@ -162,11 +164,16 @@ class RunManager:
                 lease_s=self.lease_ttl_s,
                 max_unfinished_per_user=run_cap,
                 ending_unwritten=self.registry.ending_unwritten(caller.user_id) if run_cap is not None else (),
+                title=chat.title,
             )
         )
+        others = admitted.others
+        if admitted.titled and self.on_client_title is not None:
+            self.on_client_title()
         run = self.launcher.new_run(run_id, conversation_id, caller.user_id, chat.context_type)
         run.question = chat.message
         run.new_conversation = chat.conversation_id is None
+        run.client_titled = chat.title is not None
         note_run(run_id, conversation_id)  # the request's log lines name the run from here on
         earlier = self.registry.live_in(caller.user_id, conversation_id)
         here = self.registry.ids_in(caller.user_id, conversation_id)
@@ -182,7 +189,7 @@ class RunManager:
                     other.task.cancel()
         self.registry.register(run)
         self.counters.started += 1
-        chat = ChatInput(chat.message, chat.context_type, chat.context, conversation_id, chat.multitask)
+        chat = replace(chat, conversation_id=conversation_id)
         self.launcher.start(run, earlier, lambda: self.agent(run, chat, caller), elsewhere=elsewhere)
         return run
 

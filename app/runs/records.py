@@ -18,6 +18,9 @@ class ChatInput:
     context: dict[str, Any]
     conversation_id: str | None = None
     multitask: MultitaskPolicy = "enqueue"
+    #: The conversation's title as the client named it: stored with the run's admission
+    #: when the conversation has none yet, and then no model call writes one.
+    title: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -113,6 +113,11 @@ class Run:
     #: holds nothing before this run, so the agent skips the history query (issue 23).
     #: False for a run read back after a restart (its own first step may be stored).
     new_conversation: bool = False
+    #: The client sent a title (``ChatInput.title``): the conversation has one from the
+    #: admission on (that one, stored in its transaction, or the one it had), so the
+    #: titler (``app/history.py``) asks no model. False for a run read back after a
+    #: restart (its conversation was titled at admission all the same).
+    client_titled: bool = False
     on_storage_failure: Callable[[Run, list[RunEvent]], None] | None = None
     #: Told when the run is abandoned here (another process took it over: ``/metrics``).
     on_abandon: Callable[[Run], None] | None = None

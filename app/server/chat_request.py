@@ -17,6 +17,7 @@ from msgspec import Meta
 from app.config import CONTEXT_TYPES
 from app.runs.records import ChatInput
 from app.server.body_structs import ABSENT, body_schema, decode_fields
+from app.server.history_request import MAX_TITLE_CHARS
 from app.server.problems import HTTPProblem
 from storage.records import MULTITASK_POLICIES, MultitaskPolicy
 
@@ -49,6 +50,15 @@ class ChatRequest(msgspec.Struct, kw_only=True):
     multitask: Annotated[MultitaskPolicy, Meta(
         description="When a run of the conversation is in progress: run after it, refuse (409), or cancel it.",
     )] = "enqueue"
+    title: Annotated[
+        Annotated[str, Meta(min_length=1, max_length=MAX_TITLE_CHARS, pattern=r"\S")] | None,
+        Meta(
+            description="The conversation's title, as your client names it (trimmed; 1-200 characters, not only "
+            "white space). Taken when the conversation has no title yet — its first run, or one created by an "
+            "attachment — and then no model call writes one. A conversation that already has a title keeps it "
+            "(an earlier title, or your rename): rename with `PATCH /v1/agent/conversations/{id}`.",
+        ),
+    ] = None
 
 
 def chat_request_schema(max_message_chars: int) -> dict[str, Any]:
@@ -75,6 +85,12 @@ def parse_chat_input(body: dict[str, Any], *, max_message_chars: int) -> ChatInp
             return HTTPProblem(400, "invalid_field", "context must be a JSON object")
         if name == "conversation_id":
             return HTTPProblem(400, "invalid_field", f"conversation_id must be {CONVERSATION_ID_RULE}")
+        if name == "title":
+            if not isinstance(raw, str):
+                return HTTPProblem(400, "invalid_field", "title must be a string")
+            return HTTPProblem(
+                400, "invalid_field", f"title must be 1-{MAX_TITLE_CHARS} characters, not only white space"
+            )
         return HTTPProblem(400, "invalid_field", f"multitask must be one of {', '.join(MULTITASK_POLICIES)}")
 
     def check(name: str, value: Any) -> None:
@@ -90,4 +106,5 @@ def parse_chat_input(body: dict[str, Any], *, max_message_chars: int) -> ChatInp
         context=request.context if request.context is not None else {},
         conversation_id=request.conversation_id,
         multitask=request.multitask,
+        title=request.title.strip() if request.title is not None else None,
     )

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from storage.dialect import Statement
 from storage.errors import LeaseLost
-from storage.records import NewRun, RunWrite, StoredRun
+from storage.records import Admitted, NewRun, RunWrite, StoredRun
 from storage.sqlite.worker_feed import WorkerFeed
 from storage.stores.runs import SqlRunStore
 
@@ -104,8 +104,8 @@ class SqliteRunStore(SqlRunStore):
             self.feed.announce_cancels([run_id])
         return stored
 
-    async def create(self, run: NewRun) -> list[str]:
-        others = await super().create(run)
-        if self.feed is not None and others and run.multitask == "interrupt":
-            self.feed.announce_cancels(others)  # their owners end them now
-        return others
+    async def create(self, run: NewRun) -> Admitted:
+        admitted = await super().create(run)
+        if self.feed is not None and admitted.others and run.multitask == "interrupt":
+            self.feed.announce_cancels(admitted.others)  # their owners end them now
+        return admitted

@@ -24,7 +24,7 @@ from typing import Any
 from storage.dialect import Dialect, Statement
 from storage.errors import ConversationBusy, IdempotencyKeyUsed, TooManyRuns
 from storage.event_folding import unfold_after
-from storage.records import NOT_ENDED, UNFINISHED, NewRun, RunEvent, RunWrite, StoredRun
+from storage.records import NOT_ENDED, UNFINISHED, Admitted, NewRun, RunEvent, RunWrite, StoredRun
 from storage.sql import Plan, SqlEngine
 from storage.stores.approval_waits import EPOCH_AFTER_CLAIM, ApprovalWaits, park_statement, unpark_cancelled_statement
 from storage.stores.conversations import append_statements, claim_ops
@@ -160,7 +160,7 @@ class SqlRunStore(ApprovalWaits):
             if notice is not None:
                 yield ("execute", *notice)
 
-    def _admission(self, dialect: Dialect, run: NewRun) -> Plan[list[str]]:
+    def _admission(self, dialect: Dialect, run: NewRun) -> Plan[Admitted]:
         if run.idempotency_key is not None:  # checked first; the insert below settles races
             row = yield ("fetchone", _KEY_SQL, (run.user_id, run.idempotency_key))
             if row is not None:
@@ -214,9 +214,20 @@ class SqlRunStore(ApprovalWaits):
         if inserted is None:
             row = yield ("fetchone", _KEY_SQL, (run.user_id, run.idempotency_key))
             raise IdempotencyKeyUsed(str(row[0]) if row else "")
-        return others
+        titled = False
+        if run.title is not None:  # the client's title, in this transaction: no model call, no later write
+            titled = bool(
+                (
+                    yield (
+                        "execute",
+                        "UPDATE conversations SET title = ? WHERE user_id = ? AND id = ? AND title IS NULL",
+                        (dialect.text(run.title), run.user_id, run.conversation_id),
+                    )
+                )
+            )
+        return Admitted(others, titled)
 
-    async def create(self, run: NewRun) -> list[str]:
+    async def create(self, run: NewRun) -> Admitted:
         return await self.sql.transact_plan(lambda dialect: self._admission(dialect, run))
 
     async def request_cancel(self, run_id: str) -> StoredRun | None:

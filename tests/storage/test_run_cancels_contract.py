@@ -55,8 +55,8 @@ async def test_an_interrupting_run_marks_the_conversations_other_runs(store_engi
     await runs.create(new_run("first"))
     await runs.create(new_run("second"))  # enqueued: marks nothing
     assert await runs.cancel_requests(["first", "second"]) == set()
-    others = await runs.create(new_run("third", multitask="interrupt"))
-    assert others == ["first", "second"]
+    admitted = await runs.create(new_run("third", multitask="interrupt"))
+    assert admitted.others == ["first", "second"]
     assert await runs.cancel_requests(["first", "second", "third"]) == {"first", "second"}
 
 
