@@ -257,7 +257,7 @@ async def test_a_copy_killed_half_way_resumes_without_duplicates_or_loss(pg: Tes
         finally:
             if proc.poll() is None:
                 proc.kill()
-                proc.wait()
+                proc.wait(30)
         partial = {t: _target_rows(url, t) for t in expected}
         assert any(partial[t] < n for t, n in expected.items()), partial  # it really stopped half-way
 

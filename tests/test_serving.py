@@ -24,6 +24,7 @@ import pytest
 from app.cli import commands as cli
 from app.cli.serving import PACKAGES, PROJECT_ROOT
 from app.config import Settings
+from tests.support.deadline import reap, within
 from tests.support.procs import child_env
 
 SERVING = re.compile(r"agentchat: serving on http://127\.0\.0\.1:(\d+) ")
@@ -77,14 +78,10 @@ async def agentchat_serve(tmp_path: Path, *args: str, **env: str) -> AsyncIterat
         served.port = int(m.group(1))
         yield served
     finally:
-        if proc.returncode is None:
-            proc.terminate()
-            try:
-                await asyncio.wait_for(proc.wait(), 30)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-        await asyncio.wait_for(pump, 10)
+        # `--reload` runs the server in a child of the reloader, which holds the same
+        # stdout: reap() bounds the wait for the pipe to close as well.
+        await reap(proc, "agentchat serve", grace=30)
+        await within(pump, "the end of agentchat serve's output", 10)
 
 
 @pytest.mark.slow  # real `agentchat serve` process

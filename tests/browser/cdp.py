@@ -26,6 +26,8 @@ from typing import Any
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
 
+from tests.support.deadline import reap
+
 CHROMIUM_CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 FLAGS = (
     "--headless=new",
@@ -191,8 +193,13 @@ class Browser:
             msg["sessionId"] = session_id
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[msg_id] = fut
-        await self.ws.send(orjson.dumps(msg).decode())
-        return await asyncio.wait_for(fut, 30)
+        try:
+            async with asyncio.timeout(30):
+                await self.ws.send(orjson.dumps(msg).decode())
+                return await fut
+        except TimeoutError:
+            self._pending.pop(msg_id, None)
+            raise CDPError(f"chromium did not answer {method} within 30 s") from None
 
     async def new_page(self) -> Page:
         target = await self.send("Target.createTarget", {"url": "about:blank"})
@@ -240,20 +247,16 @@ async def launch(binary: str) -> AsyncIterator[Browser]:
                     await asyncio.wait_for(browser.send("Browser.close"), 5)
                 await browser.close()
     finally:
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
-        if drain is not None:
-            drain.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await drain
-        shutil.rmtree(profile, ignore_errors=True)
+        try:
+            # Chromium's own children inherit its stderr: ``proc.wait()`` also waits for
+            # that pipe to close, so it has a deadline (reap) and the drain keeps reading.
+            await reap(proc, "chromium")
+        finally:
+            if drain is not None:
+                drain.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await drain
+            shutil.rmtree(profile, ignore_errors=True)
 
 
 async def _devtools_url(stderr: asyncio.StreamReader) -> str:

@@ -10,6 +10,7 @@ ends as soon as its condition holds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable
@@ -52,4 +53,29 @@ async def until(
         await asyncio.sleep(step)
 
 
-__all__ = ["GUARD_S", "until", "within"]
+async def reap(proc: asyncio.subprocess.Process, what: str, *, grace: float = 10, terminate: bool = True) -> int:
+    """End a child started with ``asyncio.create_subprocess_exec`` and wait for it, with deadlines.
+
+    ``terminate`` first (SIGTERM, ``grace`` s), then SIGKILL and 10 s more. Note that
+    ``Process.wait()`` also waits for the child's pipes to close: a grandchild that kept
+    them open (a reloader's or a browser's children) would make a bare ``await
+    proc.wait()`` wait for ever; here it fails, naming ``what``."""
+    if proc.returncode is None and terminate:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        with contextlib.suppress(TimeoutError):
+            return await asyncio.wait_for(proc.wait(), grace)
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    try:
+        return await asyncio.wait_for(proc.wait(), 10)
+    except TimeoutError:
+        if proc.returncode is None:
+            raise AssertionError(f"{what} (pid {proc.pid}) did not end within 10 s of SIGKILL") from None
+        raise AssertionError(
+            f"{what} (pid {proc.pid}) exited with {proc.returncode} but a child of it still holds its output pipes"
+        ) from None
+
+
+__all__ = ["GUARD_S", "reap", "until", "within"]

@@ -9,6 +9,8 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from tests.support.deadline import reap
+
 LOCKER = (
     "import sqlite3, sys\n"
     "c = sqlite3.connect(sys.argv[1], timeout=60, isolation_level=None)\n"
@@ -35,8 +37,4 @@ async def sqlite_file_locked(path: str | Path) -> AsyncIterator[None]:
         with contextlib.suppress(Exception):
             locker.stdin.write(b"release\n")
             await locker.stdin.drain()
-        try:
-            await asyncio.wait_for(locker.wait(), 10)
-        except TimeoutError:
-            locker.kill()
-            await locker.wait()
+        await reap(locker, "the SQLite lock holder", terminate=False)
