@@ -100,9 +100,11 @@ class AgentClient(HistoryMethods):
         multitask: Multitask | None = None,
         *,
         idempotency_key: str | None = None,
+        title: str | None = None,
     ) -> StartedRun:
-        """Start a run (``POST /v1/agent/runs``); read it with ``stream(run.run_id)``."""
-        body = chat_body(message, context_type, context, conversation_id, multitask)
+        """Start a run (``POST /v1/agent/runs``); read it with ``stream(run.run_id)``.
+        ``title`` names a conversation that has no title yet (no model call writes one)."""
+        body = chat_body(message, context_type, context, conversation_id, multitask, title)
         extra = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         status, data = await self._json("POST", "/v1/agent/runs", json=body, headers=extra)
         return StartedRun(
@@ -170,11 +172,13 @@ class AgentClient(HistoryMethods):
         multitask: Multitask | None = None,
         *,
         idempotency_key: str | None = None,
+        title: str | None = None,
     ) -> EventStream:
         """Start a run and stream it in one request (``POST /v1/agent/chat``). A dropped
         connection is retried with the same body and ``Last-Event-ID``, which the server
-        matches to the run (or with the ``Idempotency-Key``, when given)."""
-        body = chat_body(message, context_type, context, conversation_id, multitask)
+        matches to the run (or with the ``Idempotency-Key``, when given). ``title`` names a
+        conversation that has no title yet."""
+        body = chat_body(message, context_type, context, conversation_id, multitask, title)
         extra = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         return EventStream(self, "POST", "/v1/agent/chat", "chat", json=body, headers=extra)
 
@@ -185,12 +189,15 @@ def chat_body(
     context: Mapping[str, Any] | None,
     conversation_id: str | None,
     multitask: str | None,
+    title: str | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"message": message, "context_type": context_type, "context": dict(context or {})}
     if conversation_id is not None:
         body["conversation_id"] = conversation_id
     if multitask is not None:
         body["multitask"] = multitask
+    if title is not None:
+        body["title"] = title
     return body
 
 

@@ -138,3 +138,19 @@ async def test_a_bad_title_is_a_clear_400(tmp_path: Path, route: str, title: Any
         assert r.status_code == 400, r.text
         assert r.json() == {"error": "invalid_field", "detail": says}
         assert await titles(http, ALICE) == {}  # nothing was admitted
+
+
+async def test_the_python_client_sends_the_title(tmp_path: Path) -> None:
+    """``AgentClient.start_run(title=…)`` and ``chat(title=…)`` name the conversation."""
+    from client import AgentClient
+
+    settings = Settings.from_env(env(tmp_path))
+    token = ALICE["Authorization"].removeprefix("Bearer ")
+    async with running_app(settings) as (base, _), AgentClient(base, token=token) as agent:
+        run = await agent.start_run("How do I resume a stream?", "workflow", title="Resuming streams")
+        events = [e async for e in agent.stream(run.run_id)]
+        streamed = [e async for e in agent.chat("And the retries?", "workflow", conversation_id="c2", title="Retries")]
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            listed = await titles(http, ALICE)
+    assert events and streamed
+    assert listed == {run.conversation_id: "Resuming streams", "c2": "Retries"}
