@@ -9,6 +9,11 @@ checkpoints and first writes, the follower's stream and the run's ending. The fi
 the server's process-tree CPU over the burst ÷ ``N``; bursts alternate between the
 variants (``ours``, ``before``, the bare-proxy ``floor``) for ``rounds`` rounds.
 
+With ``--burst-title`` one more variant, ``ours+title``: the same server as ``ours``,
+its runs' bodies carrying a ``title`` (issue 23), so the conversation is named in the
+admission and no title model call is made — the figure beside ``ours`` is what a client
+that names its conversations saves per run.
+
 With ``--py-spy`` one more burst per server variant (ours, before) is sampled and its
 main-thread samples are split by phase (``bench/_pyspy.py``'s ``PHASES``): the per-run
 CPU figure then comes with "of which admission x ms, tool selection y ms, ...".
@@ -32,16 +37,30 @@ from tests.support.procs import AgentServer
 CONTEXT = "workflow"
 
 
-def burst_body(key: str) -> dict[str, Any]:
-    return {
+#: The variant whose runs name their conversation (``--burst-title``), on ``ours``'s server.
+TITLED = "ours+title"
+
+
+def burst_body(key: str, *, title: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "message": f"[run {key}] build a workflow that mails ops when an order ships",
         "context_type": CONTEXT,
         "context": {},
     }
+    if title:
+        body["title"] = f"Order shipped mail {key}"
+    return body
 
 
 async def one_burst(
-    args: argparse.Namespace, workdir: Path, server: AgentServer, label: str, n: int, *, profile: Path | None = None
+    args: argparse.Namespace,
+    workdir: Path,
+    server: AgentServer,
+    label: str,
+    n: int,
+    *,
+    profile: Path | None = None,
+    title: bool = False,
 ) -> dict[str, Any]:
     """``n`` one-token runs on ``server``; CPU per run (and, with ``profile``, a py-spy
     recording of the burst split by phase)."""
@@ -56,7 +75,7 @@ async def one_burst(
             "protocol": "agent",
             "post": server.base,
             "follow": [server.base],
-            "body": burst_body(key),
+            "body": burst_body(key, title=title),
             "drop_after": None,
         }
         for key, at in zip(keys, spread(n, args.ramp_s), strict=True)
@@ -124,10 +143,13 @@ async def start_cpu(args: argparse.Namespace, workdir: Path, variant_server: Any
             await asyncio.gather(*(s.wait_healthy(180) for s in servers.values()))
             for kind, server in servers.items():  # imports, prepared statements, first connections
                 await one_burst(args, burst_dir, server, f"burst-{kind}-warm", 20)
-            rows: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+            variants = kinds + ([TITLED] if getattr(args, "burst_title", False) else [])
+            rows: dict[str, list[dict[str, Any]]] = {k: [] for k in variants}
             for r in range(args.burst_rounds):
-                for kind in kinds if r % 2 == 0 else kinds[::-1]:
-                    row = await one_burst(args, burst_dir, servers[kind], f"burst-{kind}-{r}", n)
+                for kind in variants if r % 2 == 0 else variants[::-1]:
+                    server = servers["ours" if kind == TITLED else kind]
+                    label = f"burst-{kind.replace('+', '-')}-{r}"
+                    row = await one_burst(args, burst_dir, server, label, n, title=kind == TITLED)
                     rows[kind].append(row)
                     print_burst(kind, row)
             profiles: dict[str, dict[str, Any]] = {}

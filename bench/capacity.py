@@ -468,6 +468,12 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--burst-rounds", type=int, default=2, help="bursts per variant, alternated")
     p.add_argument("--only-burst", action="store_true", help="the per-run start CPU only, no levels")
+    p.add_argument(
+        "--burst-title",
+        action="store_true",
+        help="one more per-run start CPU variant, ours+title: the same server, each run's body "
+        "naming its conversation (no title model call, issue 23)",
+    )
     p.add_argument("--name", default="capacity", help="results file name (bench/results/<name>.json)")
     p.add_argument("--keep", action="store_true", help="keep the working directory (logs, databases)")
     return p.parse_args()
