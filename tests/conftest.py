@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from inspect import unwrap
@@ -15,6 +16,9 @@ from app.config import Settings
 from app.factory import create_app
 from tests.support.server import serve_app
 from tests.support.sse import SSEEvent, iter_sse
+
+#: How long one ``collect_sse`` read may take, at most (a guard, never a measure of speed).
+SSE_GUARD_S = 240.0
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -86,17 +90,31 @@ async def collect_sse(
     url: str,
     *,
     stop: Callable[[SSEEvent], bool] | None = None,
+    deadline_s: float = SSE_GUARD_S,
     **kwargs: Any,
 ) -> list[SSEEvent]:
-    """Read an SSE response to its end (or until ``stop`` says so), as a browser parses it."""
+    """Read an SSE response to its end (or until ``stop`` says so), as a browser parses it.
+
+    ``deadline_s`` bounds the whole read: heartbeats keep a stream that never ends from
+    ever hitting the client's read timeout, so without it a run that never finishes
+    would hang the test instead of failing it with the events seen so far."""
     events: list[SSEEvent] = []
-    async with client.stream(method, url, **kwargs) as response:
-        assert response.status_code == 200, await response.aread()
-        assert response.headers["content-type"].startswith("text/event-stream")
-        async for ev in iter_sse(response.aiter_lines()):
-            events.append(ev)
-            if stop is not None and stop(ev):
-                break
+    guard = asyncio.timeout(deadline_s)
+    try:
+        async with guard, client.stream(method, url, **kwargs) as response:
+            assert response.status_code == 200, await response.aread()
+            assert response.headers["content-type"].startswith("text/event-stream")
+            async for ev in iter_sse(response.aiter_lines()):
+                events.append(ev)
+                if stop is not None and stop(ev):
+                    break
+    except TimeoutError:
+        if not guard.expired():
+            raise
+        seen = [e.event for e in events if e.event != "heartbeat"]
+        raise AssertionError(
+            f"the SSE stream of {method} {url} did not end within {deadline_s} s; events so far: {seen[-30:]}"
+        ) from None
     return events
 
 

@@ -27,6 +27,7 @@ from llm.extractive import ExtractiveProvider
 from llm.scripted import ScriptedCall, ScriptedProvider, ScriptedTurn
 from llm.types import ToolDefinition
 from tests.conftest import running_app
+from tests.support.deadline import within
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
 from tests.support.node import NodeScript, npm_ci
 from tests.test_sse_clients import DroppingProxy, port_of
@@ -143,7 +144,7 @@ async def test_use_chat_resumes_a_dropped_stream_from_the_run_log(node: str, set
             node, mode="chat", api=f"{via}/v1/agent/ui-stream", chatId="chat-drop-1",
             text="Tell me a two-part story.", body={"context_type": "workflow"},  # a plain answer: no flow owed
         ) as client:
-            await gate.reached.wait()
+            await within(gate.reached.wait(), "the model turn to reach its gate")
             await client.until(
                 lambda recs: any(r["text"] == "Part one. Still part one. " for r in of(recs, "update")),
                 "the text before the gate",

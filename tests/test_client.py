@@ -28,6 +28,7 @@ from app.config import Settings
 from app.server.auth import sign_hs256
 from client import AgentClient, APIError, StreamInterrupted
 from tests.conftest import running_app
+from tests.support.deadline import within
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
 from tests.support.server import free_port
 
@@ -158,7 +159,7 @@ async def test_cancel_stops_a_live_run(settings: Settings) -> None:
     served = running_app(settings, provider=provider, registry=ToolRegistry(), embedder=None)
     async with served as (base, _app), AgentClient(base) as agent:
         run = await agent.start_run("count", "knowledge")
-        await gate.reached.wait()
+        await within(gate.reached.wait(), "the model turn to reach its gate")
         state = await agent.cancel(run.run_id)
         delivered = [event async for event in agent.stream(run.run_id)]
     assert state.status == "cancelled"
@@ -182,7 +183,7 @@ async def test_a_connection_cut_mid_frame_is_resumed_without_loss_or_repeats(set
                 return [event async for event in stream]
 
             reader = asyncio.create_task(read())
-            await proxy.cut.wait()
+            await within(proxy.cut.wait(), "the proxy to cut the stream")
             await until(lambda: len(proxy.requests) >= 2, "the client to reconnect")
             gate.open()
             delivered = await asyncio.wait_for(reader, 30)

@@ -15,6 +15,7 @@ import numpy as np
 from app.cli.kb_file import open_kb_file
 from knowledge import KnowledgeBase
 from knowledge.types import KBConfig
+from tests.support.deadline import within
 from tests.support.procs import until
 from toolindex.embedder import EmbeddingError
 from toolindex.hashing import HashingEmbedder
@@ -134,7 +135,7 @@ async def test_a_document_re_ingested_while_its_batch_is_embedded_keeps_its_inge
 
         emb.embed_batch = held.__get__(emb)  # type: ignore[method-assign]
         passing = asyncio.create_task(kb.backfill.run_pass())
-        await entered.wait()
+        await within(entered.wait(), "the backfill pass to embed the old text")
         changed = dict(DOCS[0], text="Kiwi birds are nocturnal and sniff out insects with nostrils at the beak tip.")
         report = await kb.ingest_documents([changed])  # while the pass embeds the old text
         assert report.updated == 1 and report.queued_for_embedding == 0

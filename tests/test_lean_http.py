@@ -19,6 +19,7 @@ from starlette.routing import Route
 from llm.lean_http import endpoint, post_stream
 from llm.pool import pooled_transport
 from tests.fakes import running_fake
+from tests.support.deadline import within
 from tests.support.server import free_port
 
 
@@ -136,9 +137,15 @@ async def test_a_client_with_auth_takes_its_own_path() -> None:
 async def test_the_clients_timeout_holds() -> None:
     rec = Recorder()
     async with running_fake(rec.app) as base, client(base, timeout=httpx.Timeout(10, read=0.2)) as http:
-        with pytest.raises(httpx.ReadTimeout):
-            await read(await post_stream(http, "/api/stall", b"{}"))
-        rec.stall.set()
+
+        async def stalled() -> bytes:
+            return await read(await post_stream(http, "/api/stall", b"{}"))
+
+        try:
+            with pytest.raises(httpx.ReadTimeout):  # a timeout not applied would wait for ever: guarded
+                await within(stalled(), "the 0.2 s read timeout", 30)
+        finally:
+            rec.stall.set()
 
 
 async def test_a_refused_connection_is_httpx_connect_error() -> None:

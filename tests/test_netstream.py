@@ -22,6 +22,7 @@ from cryptography.x509.oid import NameOID
 
 from llm.netstream import AsyncioStream, lean_transport, uses_lean_backend
 from llm.pool import pooled_transport
+from tests.support.deadline import within
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -195,7 +196,7 @@ async def test_keepalive_reuses_a_connection_and_retires_one_the_server_closed()
         assert (await client.get(url)).text == "ok"
         assert (await client.get(url)).text == "ok"
         assert connections == 1
-        await closed_by_server.wait()
+        await within(closed_by_server.wait(), "the server to close the idle connection")
         # The idle connection's end is seen (``is_readable``) before it is reused: a
         # new one is opened, where reusing the closed one would fail the request.
         assert (await client.get(url)).text == "ok"

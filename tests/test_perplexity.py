@@ -9,6 +9,7 @@ import pytest
 
 from agenttools.rag.perplexity import PerplexityClient, PerplexityError, parse_response
 from tests.fakes.perplexity import Answer, Fail, FakePerplexity, Hang, Source
+from tests.support.deadline import within
 from tests.support.server import serve_app
 
 
@@ -116,7 +117,7 @@ async def test_timeout(http: httpx.AsyncClient) -> None:
         with pytest.raises(PerplexityError) as info:
             await PerplexityClient(http, fake.api_key, base_url=base, timeout_s=0.2).search("q")
         assert info.value.kind == "timeout"
-        await fake.disconnected.wait()  # the fake saw the client give up
+        await within(fake.disconnected.wait(), "the fake to see the client give up")
 
 
 async def test_connection_refused_is_unavailable(http: httpx.AsyncClient) -> None:

@@ -20,6 +20,7 @@ from llm.pool import ON_SEND, PooledTransport, PoolWaits, honours_on_send
 from tests.fakes import FakeGemini, FakeOllama, running_fake
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.perplexity import Answer, FakePerplexity
+from tests.support.deadline import within
 from tests.support.procs import until
 
 
@@ -222,7 +223,7 @@ async def test_on_send_is_awaited_once_a_connection_is_granted_and_before_the_re
     caplog.set_level(logging.INFO, logger="agentchat.pool")
     async with httpx.AsyncClient(transport=transport, base_url="http://pplx") as client:
         first = asyncio.create_task(client.get("/first"))
-        await inner.reached.wait()
+        await within(inner.reached.wait(), "the first request to reach the upstream")
         second = asyncio.create_task(client.get("/second", extensions={ON_SEND: on_send}))
         await until(waiting, "the second request to wait for the connection")
         assert order == []  # waiting for the connection: not reported as sent

@@ -16,6 +16,7 @@ from agenttools.core.registry import ToolRegistry
 from app.config import Settings
 from app.server.auth import sign_hs256
 from tests.conftest import collect_sse, running_app
+from tests.support.deadline import within
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
 
 SECRET = "test-secret-0123456789abcdef"
@@ -147,7 +148,7 @@ async def test_another_users_run_and_conversation_are_404(served: Served) -> Non
     created = await served.start(ALICE)
     run_id, conversation_id = created["run_id"], created["conversation_id"]
     run = served.svc.runs.get(run_id)
-    await served.gate.reached.wait()
+    await within(served.gate.reached.wait(), "the model turn to reach its gate")
 
     assert (await served.client.get(f"/v1/agent/runs/{run_id}/events", headers=BOB)).status_code == 404
     cancel = await served.client.post(f"/v1/agent/runs/{run_id}/cancel", headers=BOB)

@@ -19,6 +19,8 @@ import uvicorn
 
 from app.cli.serving import MAX_HEADER_BYTES, Stack, choose_stack, http_protocol, run, uvicorn_config
 from app.config import Settings
+from tests.support.deadline import until
+from tests.support.server import stopped
 
 FAST = importlib.util.find_spec("uvloop") is not None and importlib.util.find_spec("httptools") is not None
 STACKS = [Stack("asyncio", "h11"), pytest.param(Stack("uvloop", "httptools"), marks=pytest.mark.skipif(
@@ -47,14 +49,15 @@ async def served(stack: Stack, header_timeout_s: float = 0.3) -> AsyncIterator[i
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        while not server.started:
-            assert not task.done(), "uvicorn exited before starting"
-            await asyncio.sleep(0.01)
+        await until(lambda: server.started or task.done(), "uvicorn to start")
+        assert not task.done(), "uvicorn exited before starting"
         yield sock.getsockname()[1]
     finally:
         server.should_exit = True
-        await asyncio.wait_for(task, 10)
-        sock.close()
+        try:
+            await stopped(task, sock.getsockname()[1])
+        finally:
+            sock.close()
 
 
 def test_auto_picks_uvloop_and_httptools_when_installed_and_portable_picks_neither() -> None:

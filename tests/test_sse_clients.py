@@ -33,6 +33,7 @@ from app.config import Settings
 from app.server.auth import LOCAL_USER
 from llm.types import ToolDefinition
 from tests.conftest import running_app
+from tests.support.deadline import within
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
 from tests.support.node import NodeScript, npm_ci
 
@@ -212,7 +213,7 @@ async def test_fetch_event_source_dropped_mid_run_retries_into_the_same_run(
             node, client="fetch-event-source", url=f"{via}/v1/agent/chat", body=BODY, headers=headers
         ) as client:
             await client.until(has_chunk("Still part one. "), "the text before the gate")
-            await gate.reached.wait()
+            await within(gate.reached.wait(), "the model turn to reach its gate")
             await client.until(lambda recs: any(m["event"] == "heartbeat" for m in messages(recs)), "a heartbeat")
             [run] = list(app.state.services.runs._runs.values())
             assert not run.finished

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from app.server.sse_response import LiveStreams, SSEResponse
+from tests.support.deadline import until
 from tests.support.server import serve_app
 
 FRAMES = [b"retry: 1000\nid: 1\nevent: a\ndata: {}\n\n", b'id: 2\nevent: b\ndata: {"x":1}\n\n']
@@ -72,8 +73,7 @@ async def test_client_leaving_an_idle_stream_releases_the_follower() -> None:
                     break
         # The stream is idle (no frame will come): only the disconnect can end it.
         await asyncio.wait_for(source.closed.wait(), 10)
-        while live._ends:  # the response has left the registry
-            await asyncio.sleep(0.01)
+        await until(lambda: not live._ends, "the response to leave the registry")
 
 
 @pytest.mark.asyncio

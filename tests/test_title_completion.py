@@ -31,6 +31,7 @@ from tests.conftest import collect_sse, running_app
 from tests.fakes import FakeGemini, FakeOllama, HttpError, Text, running_fake
 from tests.fakes._script import RecordedRequest, is_title_request
 from tests.fakes.openai import FakeOpenAI
+from tests.support.deadline import within
 from tests.test_compat_faces_owners import bearer, env
 
 ALICE, BOB = bearer("alice"), bearer("bob")
@@ -221,7 +222,7 @@ async def _titled(provider: Any) -> tuple[_Store, str]:
     store, registry = _Store(), CollectorRegistry()
     titler = Titler(store, HistoryMetrics(registry), provider)  # type: ignore[arg-type]
     titler.after_run("alice", "c", "How do I resume a stream after a disconnect?", new=True)
-    await asyncio.gather(*titler._tasks)
+    await within(asyncio.gather(*titler._tasks), "the background titler")
     sample = registry.get_sample_value
     sources = {
         s: sample("agentchat_conversation_titles_total", {"source": s}) for s in ("model", "words_after_model_failed")

@@ -82,12 +82,12 @@ async def serve_app(app: Any, *, lifespan: str = "on", **config: Any) -> AsyncIt
         server.should_exit = True
         server.wake.set()
         try:
-            await _stopped(task, port)
+            await stopped(task, port)
         finally:
             sock.close()
 
 
-async def _stopped(task: asyncio.Task[None], port: int) -> None:
+async def stopped(task: asyncio.Task[None], port: int) -> None:
     """Wait for the server task to end: 10 s for a graceful stop, then cancelled and 5 s
     more. ``asyncio.wait_for`` would wait without limit for a cancelled task that does not
     end (a shutdown swallowing the cancellation); this fails, naming it, instead."""

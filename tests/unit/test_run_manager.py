@@ -22,6 +22,7 @@ from storage.errors import ConversationBusy, TooManyRuns
 from storage.open import open_storage
 from storage.records import RunEvent, RunWrite
 from tests.support.agent_kit import build_agent, names, payloads, registry_of
+from tests.support.deadline import within
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
 from tests.support.procs import until
 
@@ -107,7 +108,7 @@ async def test_cancelling_a_live_run_ends_it_cancelled_and_keeps_what_was_said(
     gate = Gate()
     manager = manager_for(GatedProvider([GatedTurn(steps=("Half an ", gate, "answer"))]))
     run = await manager.submit(chat("tell me"), ALICE)
-    await gate.reached.wait()
+    await within(gate.reached.wait(), "the model turn to reach its gate")
     assert not run.finished
     await manager.cancel(run)
     events = await stored_events(storage, run)
@@ -124,7 +125,7 @@ async def test_enqueue_waits_for_the_earlier_run_and_sees_its_turn(storage: Any,
     provider = GatedProvider([GatedTurn(steps=("first ", gate, "answer")), GatedTurn(steps=("second answer",))])
     manager = manager_for(provider)
     first = await manager.submit(chat("one"), ALICE)
-    await gate.reached.wait()
+    await within(gate.reached.wait(), "the model turn to reach its gate")
     second = await manager.submit(chat("two", first.conversation_id, "enqueue"), ALICE)
     assert second.conversation_id == first.conversation_id
     await loop_turns(5)  # a run that did not wait would emit run_started in its task's first step
@@ -144,7 +145,7 @@ async def test_reject_refuses_a_second_run_while_one_is_live(storage: Any, manag
     provider = GatedProvider([GatedTurn(steps=(gate, "first")), GatedTurn(steps=("later",))])
     manager = manager_for(provider)
     first = await manager.submit(chat("one"), ALICE)
-    await gate.reached.wait()
+    await within(gate.reached.wait(), "the model turn to reach its gate")
     with pytest.raises(ConversationBusy):
         await manager.submit(chat("two", first.conversation_id, "reject"), ALICE)
     gate.open()
@@ -159,7 +160,7 @@ async def test_interrupt_cancels_the_live_run_and_goes_on(storage: Any, manager_
     provider = GatedProvider([GatedTurn(steps=("stale ", gate, "never")), GatedTurn(steps=("fresh",))])
     manager = manager_for(provider)
     first = await manager.submit(chat("one"), ALICE)
-    await gate.reached.wait()
+    await within(gate.reached.wait(), "the model turn to reach its gate")
     second = await manager.submit(chat("two", first.conversation_id, "interrupt"), ALICE)
     assert status_of(await stored_events(storage, second)) == "completed"
     assert status_of(await stored_events(storage, first)) == "cancelled"
@@ -173,7 +174,7 @@ async def test_the_per_user_cap_counts_unfinished_runs(storage: Any, manager_for
     provider = GatedProvider(lambda request, index: GatedTurn(steps=(gate, "ok")) if index == 0 else GatedTurn(("ok",)))
     manager = manager_for(provider)
     first = await manager.submit(chat("one"), ALICE, run_cap=1)
-    await gate.reached.wait()
+    await within(gate.reached.wait(), "the model turn to reach its gate")
     with pytest.raises(TooManyRuns):
         await manager.submit(chat("another conversation"), ALICE, run_cap=1)
     other_user = await manager.submit(chat("bob's"), BOB, run_cap=1)  # the cap is per user
