@@ -154,3 +154,18 @@ async def test_the_python_client_sends_the_title(tmp_path: Path) -> None:
             listed = await titles(http, ALICE)
     assert events and streamed
     assert listed == {run.conversation_id: "Resuming streams", "c2": "Retries"}
+
+
+async def test_titles_off_still_takes_the_clients_title(tmp_path: Path) -> None:
+    """``AGENT_CONVERSATION_TITLES=off`` turns the automatic titles off, not the user's own."""
+    settings = Settings.from_env(env(tmp_path, AGENT_CONVERSATION_TITLES="off"))
+    async with (
+        running_app(settings) as (base, _),
+        httpx.AsyncClient(base_url=base, timeout=30) as http,
+    ):
+        await chat(http, ALICE, message="How do I resume a stream?", conversation_id="named", title="Named")
+        await chat(http, ALICE, message="How do I resume a stream?", conversation_id="unnamed")
+        listed = await titles(http, ALICE)
+        metrics = (await http.get("/metrics")).text
+    assert listed == {"named": "Named", "unnamed": None}
+    assert 'agentchat_conversation_titles_total{source="client"} 1.0' in metrics
