@@ -1,12 +1,13 @@
 """Offline answers as a reader judges them: the share of questions whose answer carries
 its fact, and how many sentences were said twice or started mid-sentence, and how many
-quotes open with a sentence referring back to text not shown ("This …", "It …").
+quotes open with a sentence referring back to text not shown ("This …", "It …"), and
+how many lines introduce a list or code block the answer does not show ("… can access:").
 
 Runs the default configuration (no model reachable: the extractive answerer, the
 hashing embedder) on a fresh database, ingests the npm documentation installed with npm
 through ``agentchat ingest``, asks tests/data/offline_questions.json in the knowledge
 context (the original set, tuned on, then the held-out, fresh, final, unseen, last,
-round6, round8, round9, round10, round11, round12 and round13 sets, only measured) and
+round6, round8, round9, round10, round11, round12, round13 and round14 sets, only measured) and
 writes bench/results/offline_answers.json; ``--show`` prints every answer to read.
 
 ``--capture FILE`` also keeps what the answerer was given for each question (the question
@@ -37,6 +38,7 @@ from llm.extractive_read import Passage
 from tests.support.offline_answers import (
     SETS,
     carries,
+    dangling_introductions,
     dangling_openings,
     fragments,
     load_questions,
@@ -57,6 +59,7 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
         "repeated_sentences": sum(len(repeated_sentences(r["answer"])) for r in results),
         "fragments": sum(len(fragments(r["answer"])) for r in results),
         "dangling_openings": sum(len(dangling_openings(r["answer"])) for r in results),
+        "dangling_introductions": sum(len(dangling_introductions(r["answer"])) for r in results),
         "missed": [r["question"] for r in results if r not in carried],
     }
 
@@ -69,7 +72,8 @@ def print_set(label: str, sets: dict[str, list[dict[str, Any]]], show: bool) -> 
         print(
             f"{label} {name}: carried {figures['carried']}/{figures['questions']} "
             f"({figures['carried_rate']:.0%}), repeated sentences {figures['repeated_sentences']}, "
-            f"fragments {figures['fragments']}, dangling openings {figures['dangling_openings']}"
+            f"fragments {figures['fragments']}, dangling openings {figures['dangling_openings']}, "
+            f"dangling introductions {figures['dangling_introductions']}"
         )
     if show:
         for r in (r for results in sets.values() for r in results):

@@ -49,6 +49,7 @@ from llm.extractive_question import weighted_coverage as _weighted
 from llm.extractive_quote import SUBCOMMAND_ITEM as _SUBCOMMAND_ITEM
 from llm.extractive_quote import WHOLE_BLOCK_CHARS
 from llm.extractive_quote import cite as _cite
+from llm.extractive_quote import item_shows as _item_shows
 from llm.extractive_quote import new_sentences as _new_sentences
 from llm.extractive_quote import window as _window
 from llm.extractive_quote import with_command_line as _with_command_line
@@ -227,7 +228,7 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
             if block.kind == "heading" or block.kind == "code":
                 continue
             context = title | _stems(read.headings[b])
-            after_heading = (b > 0 and read.blocks[b - 1].kind == "heading") or b == continued
+            after_heading = (b > 0 and read.blocks[b - 1].kind == "heading") or b == continued or _after_form(read, b)
             if block.kind in ("list", "table") and question.enumeration:
                 # The whole block, for a question asking for several things: when its
                 # heading, title or introduction names them ("which events …" is the
@@ -263,6 +264,8 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                 last = i == len(block.units) - 1
                 if block.kind == "prose" and last and _introduces(text) and _next_block(read, b) is None:
                     continue  # introduces what this passage does not hold
+                if block.kind == "list" and _introduces(item_body(text)) and not _item_shows(read, b, i):
+                    continue  # an item introducing what the passage does not hold, or not here
                 raw = item_body(text) if block.kind == "list" else text
                 plain = _LINK.sub(r"\1", raw)
                 score = _unit_score(question, raw, context) + rank - 0.004 * min(i, 10)
@@ -297,6 +300,15 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                     score += NEGATION_BONUS
                 out.append(_Unit(p, b, i, text, score))
     return out
+
+
+def _after_form(read: _Read, b: int) -> bool:
+    """Block ``b`` is what a section says first after the form it opens with: a heading,
+    a code block (``npm config delete key [key ...]`` under "delete"), then this
+    paragraph, which says what the form does — as much the section's opening as a
+    paragraph right under its heading. Not a page's one-line summary, which the reader
+    meets after the page's synopsis but which the page's opening says in full."""
+    return b >= 2 and b != read.summary and read.blocks[b - 1].kind == "code" and read.blocks[b - 2].kind == "heading"
 
 
 def _subcommand(question: _Question, item: str) -> bool:

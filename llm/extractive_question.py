@@ -11,7 +11,9 @@ from __future__ import annotations
 import itertools
 import re
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 #: "which events (does …)", "which file formats does …": a plural noun right after
 #: "which", or one word later when an auxiliary or the end follows it ("which embedder
@@ -157,12 +159,43 @@ def stems(text: str) -> frozenset[str]:
     return frozenset(_stem(t) for t in _terms(text))
 
 
+#: Verbs documentation and its readers write for one action ("how do I remove a key"
+#: is npm config's "delete: Deletes the specified keys"): a word meets the others of its
+#: group as itself, since to the reader they are one word. Only actions a command or
+#: setting performs, each group's words interchangeable in any sentence about it.
+SYNONYMS = (
+    "remove delete",
+    "show display print",
+    "change modify edit",
+    "make create",
+    "stop disable",
+    "fix repair",
+    "check verify",
+)
+
+
+def _synonym_table() -> dict[str, frozenset[str]]:
+    table: dict[str, frozenset[str]] = {}
+    for group in SYNONYMS:
+        words = frozenset(_stem(w) for w in group.split())
+        for w in words:
+            table[w] = words - {w}
+    return table
+
+
+#: Built once from the constants above and read-only.
+_SYNONYM_OF: Mapping[str, frozenset[str]] = MappingProxyType(_synonym_table())
+
+
 def _match(q: str, terms: frozenset[str]) -> float:
     """1.0 when the question's stem is among ``terms`` (or shares a long prefix with
-    one), 0.5 when only their roots meet ("disconnect" / "reconnect"), else 0."""
+    one, or is a synonym of one: ``SYNONYMS``), 0.5 when only their roots meet
+    ("disconnect" / "reconnect"), else 0."""
     if q in terms:
         return 1.0
     best = 0.0
+    if _SYNONYM_OF.get(q, frozenset()) & terms:
+        return 1.0
     for t in terms:
         shorter, longer = sorted((len(q), len(t)))
         if shorter >= 5 and longer - shorter <= 3 and q[:shorter] == t[:shorter]:  # "configur"/"configure"

@@ -60,7 +60,13 @@ def window(read: Read, unit: Unit, *, lead: bool = True) -> list[str]:
             if not introduced or intro is None:
                 return [whole]
             return [*_introduction(read, unit.block - 1, lead), whole]
-        return [item_body(block.units[unit.index])]  # one item alone is not a list
+        # One item alone is not a list, unless it opens as no sentence does: an entry
+        # naming lower-case terms ("create / destroy: Create a new team …") stays an item.
+        item = item_body(block.units[unit.index])
+        if item[:1].islower() and not re.match(r"^[a-z][a-z0-9-]*:\s", item):
+            item = block.units[unit.index].lstrip()
+        shown = item_shows(read, unit.block, unit.index)
+        return [item, shown] if shown else [item]
     sentences = block.units
     paragraph = " ".join(sentences)
     if len(paragraph) <= WHOLE_PARAGRAPH_CHARS:
@@ -100,6 +106,34 @@ def window(read: Read, unit: Unit, *, lead: bool = True) -> list[str]:
     if shown and chosen:
         pieces.append(shown)
     return pieces
+
+
+def item_shows(read: Read, b: int, index: int) -> str:
+    """What a list item ending with a colon introduces, as Markdown: the items nested
+    under it, or — when it is its list's last item — the code block, table or list right
+    after it ("* See what org packages a team member can access:" and the
+    ``npm access list packages …`` block under it; Markdown ends a list at an unindented
+    fence, so the block is the item's though it is not inside it). "" when the item
+    introduces nothing, or what it introduces is not in the passage or is too long to
+    quote: such an item promises the reader what the quote would not show."""
+    block = read.blocks[b]
+    if not introduces(item_body(block.units[index])):
+        return ""
+    indent = len(split_item(block.units[index])[0]) - len(split_item(block.units[index])[0].lstrip())
+    nested: list[str] = []
+    for later in block.units[index + 1 :]:
+        marker = split_item(later)[0]
+        if len(marker) - len(marker.lstrip()) <= indent:
+            break
+        nested.append(later)
+    if nested:
+        shown = "\n".join(nested)
+        return shown if len(shown) <= WHOLE_BLOCK_CHARS else ""
+    follower = next_block(read, b)
+    if index != len(block.units) - 1 or follower is None or follower.kind not in ("code", "table", "list"):
+        return ""
+    shown = follower.markdown()
+    return shown if len(shown) <= WHOLE_BLOCK_CHARS else ""
 
 
 def _introduction(read: Read, b: int, lead: bool) -> list[str]:
@@ -164,8 +198,13 @@ def with_synopsis(read: Read, unit: Unit, pieces: list[str], question: Question)
     return [*pieces, shown] if shown and len(shown) <= FOLLOWING_CODE_CHARS else pieces
 
 
-#: A list item that names a subcommand: "verify: Verify the contents of the cache …".
-SUBCOMMAND_ITEM = re.compile(r"^[`*_]*(?P<label>[a-z][a-z0-9-]*)[`*_]*\s*:\s")
+#: A list item that names a subcommand: "verify: Verify the contents of the cache …",
+#: or several that one entry explains together ("create / destroy: Create a new team, or
+#: destroy an existing one.").
+SUBCOMMAND_ITEM = re.compile(
+    r"^[`*_]*(?P<label>[a-z][a-z0-9-]*)[`*_]*(?P<more>(?:\s*/\s*[`*_]*[a-z][a-z0-9-]*[`*_]*)*)\s*:\s"
+)
+_LABEL_WORD = re.compile(r"[a-z][a-z0-9-]*")
 #: At most this many lines of a synopsis show one subcommand.
 MAX_COMMAND_LINES = 3
 
@@ -183,8 +222,11 @@ def with_command_line(reads: list[Read], read: Read, unit: Unit, pieces: list[st
     command = _WORD.findall(read.passage.title.casefold())
     if label is None or not command:
         return pieces
-    typed = [*command, label.group("label")]
-    if " ".join(typed) in " ".join(_WORD.findall(" ".join(pieces).casefold())):
+    labels = [label.group("label"), *_LABEL_WORD.findall(label.group("more"))]
+    # Of an entry naming several ("create / destroy"), the subcommand the question asks.
+    asked = [name for name in labels if _stems(name) & question.stems] or labels
+    said = " ".join(_WORD.findall(" ".join(pieces).casefold()))
+    if all(" ".join([*command, name]) in said for name in asked):
         return pieces
     document = read.passage.source_id.split("#", 1)[0]
     for other in reads:
@@ -196,7 +238,11 @@ def with_command_line(reads: list[Read], read: Read, unit: Unit, pieces: list[st
         )
         if synopsis is None:
             continue
-        lines = [line for line in synopsis.text.split("\n") if _WORD.findall(line.casefold())[: len(typed)] == typed]
+        lines = [
+            line
+            for line in synopsis.text.split("\n")
+            if any(_WORD.findall(line.casefold())[: len(command) + 1] == [*command, name] for name in asked)
+        ]
         if lines and len(lines) <= MAX_COMMAND_LINES:
             return [*pieces, "```bash\n" + "\n".join(lines) + "\n```"]
     return pieces
@@ -358,6 +404,7 @@ __all__ = [
     "WHOLE_PARAGRAPH_CHARS",
     "cite",
     "is_verbatim",
+    "item_shows",
     "new_sentences",
     "window",
     "with_command_line",

@@ -31,7 +31,7 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: "round9" (10 + 10) was written after round 9's answerer changes and measured once;
 #: "round10" (10 + 10) likewise after round 10's; "round11" (10 + 10) after round 11's,
 #: read for round 12; "round12" (10 + 10) after round 12's; "round13" (10 + 10) after
-#: round 13's.
+#: round 13's; "round14" (10 + 10) after round 13, measured before round 14's changes.
 SETS = (
     "original",
     "held_out",
@@ -46,6 +46,7 @@ SETS = (
     "round11",
     "round12",
     "round13",
+    "round14",
 )
 
 
@@ -149,6 +150,30 @@ def dangling_openings(answer: str) -> list[str]:
         text = _LABEL.sub("", line.strip())
         first = _MARKS.sub("", text.split(" ", 1)[0]).strip("\"'(").casefold()
         if first in _REFERRING:
+            out.append(line)
+    return out
+
+
+def dangling_introductions(answer: str) -> list[str]:
+    """Sentences or items introducing what the answer does not show: a line ending with
+    a colon ("See what org packages a team member can access:") that is the answer's
+    last, or is followed by another paragraph instead of the list, code block or table
+    it introduces. The reader is promised something and never given it."""
+    out: list[str] = []
+    lines = [line for line in answer.split("\n") if line.strip()]
+    in_code = False
+    for at, line in enumerate(lines):
+        if line.strip().startswith(("```", "~~~")):
+            in_code = not in_code
+            continue
+        if in_code or line.lstrip().startswith("|"):
+            continue
+        text = _CITATION.sub("", line).rstrip(" *_")
+        if not text.endswith(":"):
+            continue
+        after = lines[at + 1] if at + 1 < len(lines) else ""
+        shown = after.strip().startswith(("```", "~~~", "|")) or _ITEM.match(after) is not None
+        if not shown:
             out.append(line)
     return out
 
