@@ -24,6 +24,7 @@ from llm.scripted import ScriptedCall
 from llm.types import ChatRequest, ToolDefinition
 from tests.browser.cdp import Page, find_chromium, launch
 from tests.conftest import running_app
+from tests.support.deadline import within
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn, last_user_text
 
 ALL = frozenset({"workflow", "tables", "knowledge"})
@@ -343,7 +344,7 @@ async def test_playground_in_headless_chromium(settings: Settings) -> None:
 
             # 5. Stop a running answer.
             await ask(page, "Stop right there")
-            await script.stop_gate.reached.wait()
+            await within(script.stop_gate.reached.wait(), "the answer to reach the stop gate")
             await page.wait_for(f"{RUN}.querySelector('.answer').textContent === 'Working on it'", what="the held text")
             stopped = svc.runs.get(await last_run(page, "run.dataset.runId"))
             assert stopped is not None and not stopped.finished

@@ -208,10 +208,11 @@ async def test_after_a_restart_readyz_waits_for_an_embedder_that_can_embed(tmp_p
             async with httpx.AsyncClient() as http:
 
                 await until(lambda: bool(fake.embed_requests[started_with:]), "the restarted server to embed", 120)
-                while check(seen[-1][1], "embedder").get("status") != "failed" if seen else True:
-                    seen.append(await server.readyz(http))
-                    assert server.running, server.tail()
-                    await asyncio.sleep(0.05)
+                async with asyncio.timeout(120):  # a bound, not an expectation of speed
+                    while check(seen[-1][1], "embedder").get("status") != "failed" if seen else True:
+                        seen.append(await server.readyz(http))
+                        assert server.running, server.tail()
+                        await asyncio.sleep(0.05)
                 assert {status for status, _ in seen} <= {0, 503}, seen[-3:]
                 failed = check(seen[-1][1], "embedder")
                 assert failed.get("ok") is False and "HTTP 500" in str(failed.get("detail")), failed

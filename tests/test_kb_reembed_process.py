@@ -150,9 +150,10 @@ async def test_a_sample_kb_stored_without_vectors_is_repaired_on_the_next_start(
                     seen.append(knowledge(body))
                     return str(seen[-1].get("sample_kb", "")).startswith("ingested")
 
-                while not await poll():
-                    assert server.running, server.tail()
-                    await asyncio.sleep(0.05)
+                async with asyncio.timeout(180):  # a bound, not an expectation of speed
+                    while not await poll():
+                        assert server.running, server.tail()
+                        await asyncio.sleep(0.05)
             broken = seen[-1]
             assert broken["vectors"] == 0 and broken["pending_vectors"] == broken["documents"] > 0, broken
             await server.kill()

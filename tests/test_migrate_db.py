@@ -31,7 +31,7 @@ from storage.draft_records import Draft, DraftAction
 from storage.keyword_records import Citation, ExternalResult, NewExternalVector
 from storage.sqlite import open_sqlite_storage
 from tests.conftest import collect_sse, running_app
-from tests.support.postgres import PostgresUnavailable, TestPostgres
+from tests.support.postgres import GUARDED, PostgresUnavailable, TestPostgres
 from tests.support.procs import REPO, child_env
 from toolindex.hashing import HashingEmbedder
 
@@ -195,7 +195,7 @@ async def test_a_database_filled_by_the_app_serves_the_same_on_postgresql(pg: Te
             more = await collect_sse(http, "GET", created["stream_url"])
             assert more[-1].json()["status"] == "completed"
             await storage.db.flush()
-        with psycopg.connect(url) as conn:
+        with psycopg.connect(url, **GUARDED) as conn:
             hnsw = conn.execute("SELECT count(*) FROM pg_indexes WHERE indexname LIKE 'kb_chunks_hnsw_%'").fetchone()
             tsv = conn.execute("SELECT count(*) FROM kb_chunks WHERE tsv IS NULL OR ntok = 0").fetchone()
         assert hnsw == (1,) and tsv == (0,)
@@ -226,7 +226,7 @@ async def _big_source(path: Path) -> dict[str, int]:
 
 
 def _target_rows(url: str, table: str) -> int:
-    with psycopg.connect(url) as conn:
+    with psycopg.connect(url, **GUARDED) as conn:
         row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()  # type: ignore[arg-type]
     return int(row[0]) if row else 0
 
@@ -273,7 +273,7 @@ async def test_a_copy_killed_half_way_resumes_without_duplicates_or_loss(pg: Tes
             typed = await lite.db.fetchall('SELECT doc_id, kind, rank FROM "meta_parts" ORDER BY doc_id')
         finally:
             await lite.close()
-        with psycopg.connect(url) as conn:
+        with psycopg.connect(url, **GUARDED) as conn:
             pg_chunks = conn.execute("SELECT id, doc_id, position, text FROM kb_chunks ORDER BY id").fetchall()
             pg_messages = conn.execute(
                 "SELECT conversation_id, seq, role, payload FROM messages ORDER BY conversation_id, seq").fetchall()
@@ -304,7 +304,7 @@ async def test_counts_that_differ_fail_and_a_busy_source_or_a_filled_target_is_r
             assert _copied_so_far(url) == 0
     with pg.database(empty=True) as url:
         assert run_migrate(url, settings.db_path).returncode == 0
-        with psycopg.connect(url, autocommit=True) as conn:
+        with psycopg.connect(url, autocommit=True, **GUARDED) as conn:
             conn.execute("DELETE FROM kb_chunks WHERE id = (SELECT max(id) FROM kb_chunks)")
         again = run_migrate(url, settings.db_path)
         assert again.returncode == 1, again.stderr

@@ -12,7 +12,7 @@ import pytest
 from app.runs.idle import IdleClock
 from app.runs.run import Run, RunEvent
 from events import ContentChunk
-from tests.support.virtual_clock import VirtualClock, virtual_clock
+from tests.support.virtual_clock import VirtualClock, finished, virtual_clock
 
 IDLE_S = 10.0
 
@@ -92,7 +92,7 @@ async def test_a_follower_that_leaves_leaves_no_timer(clock: VirtualClock) -> No
     await clock.advance(IDLE_S / 2)
     reader.task.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await reader.task
+        await finished(reader.task, "the follower's cancel")
     loop = asyncio.get_running_loop()
     live = [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
     assert not any(getattr(h._callback, "__self__", None).__class__ is IdleClock for h in live)  # type: ignore[attr-defined]
@@ -106,5 +106,5 @@ async def test_a_finished_run_ends_its_followers_without_a_tick(clock: VirtualCl
     await clock.advance(0)
     await clock.advance(IDLE_S / 2)
     run.emit(terminal_event(run, "completed"))
-    await reader.task
+    await finished(reader.task, "the follower's end")
     assert reader.ticks() == 0 and [b[-1].event for b in reader.got if b] == ["message_complete"]

@@ -8,6 +8,7 @@ machine is, and the test never sleeps."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from app.agent.turn import IdleWatch, stream_turn
 from app.runs.run import Run
 from llm.types import ChatRequest, ContentDelta, Message, MessageComplete, MessageStart, StreamEvent, Usage
-from tests.support.virtual_clock import VirtualClock, virtual_clock
+from tests.support.virtual_clock import VirtualClock, finished, virtual_clock
 
 IDLE_S = 10.0
 
@@ -61,7 +62,11 @@ async def step(provider: SteppedProvider, clock: VirtualClock, gap_s: float, tur
     await clock.advance(gap_s)
     before = provider.sent
     provider.release.put_nowait(None)
+    # The loop's clock is virtual here (asyncio.timeout would never expire): the guard
+    # against a provider that never reads its release is on the real clock.
+    guard = time.monotonic() + 60
     while provider.sent == before and not turn.done():
+        assert time.monotonic() < guard, f"the turn did not read event {before + 1} within 60 s"
         await asyncio.sleep(0)
     await asyncio.sleep(0)
 
@@ -79,7 +84,7 @@ async def test_tokens_coming_keep_a_long_turn_alive_and_silence_ends_it(clock: V
     await clock.advance(IDLE_S * 0.9)
     assert not turn.done()  # silent for less than the timeout so far
     await clock.advance(IDLE_S * 0.2)
-    out = await turn
+    out = await finished(turn, "the idle timeout")
     assert out.error is not None and out.error[1] == "provider_timeout"
     assert out.text == "".join(t.text for t in tokens)
     assert provider.closed
@@ -95,7 +100,7 @@ async def test_a_turn_that_ends_in_time_is_not_a_timeout(clock: VirtualClock) ->
     )
     for _ in range(3):
         await step(provider, clock, IDLE_S * 0.99, turn)
-    out = await turn
+    out = await finished(turn, "the end of the turn")
     assert out.error is None and out.text == "done"
 
 
@@ -111,7 +116,7 @@ async def test_someone_elses_cancel_is_not_turned_into_a_timeout(clock: VirtualC
     await asyncio.sleep(0)  # the loop's next pass runs this task, then the watch's timer
     turn.cancel()  # before the turn's task runs again: both cancels are pending
     with pytest.raises(asyncio.CancelledError):
-        await turn
+        await finished(turn, "the cancel")
 
 
 async def test_the_watchs_own_cancel_is_a_timeout(clock: VirtualClock) -> None:
@@ -121,7 +126,7 @@ async def test_the_watchs_own_cancel_is_a_timeout(clock: VirtualClock) -> None:
     )
     await step(provider, clock, 0, turn)
     await clock.advance(IDLE_S * 2)
-    out = await turn
+    out = await finished(turn, "the idle timeout")
     assert out.error is not None and out.error[1] == "provider_timeout"
 
 

@@ -17,7 +17,7 @@ import psycopg
 
 from app.ops.leader import Leader
 from storage.postgres.leader_lock import LEADER_LOCK, AdvisoryLeaderLock
-from tests.support.postgres import TestPostgres
+from tests.support.postgres import GUARDED, TestPostgres
 
 RETRY_S = 0.05
 
@@ -39,7 +39,7 @@ async def until(condition: Callable[[], bool], what: str, timeout_s: float = 30)
 
 def lock_holders(url: str) -> list[int]:
     """The server processes whose sessions hold the leader's advisory lock."""
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(url, autocommit=True, **GUARDED) as conn:
         rows = conn.execute(
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
             " AND classid = %s AND objid = %s AND objsubid = 1",

@@ -15,7 +15,7 @@ import pytest
 from app.config import Settings
 from llm.extractive import ExtractiveProvider
 from tests.conftest import collect_sse, running_app
-from tests.support.postgres import TestPostgres
+from tests.support.postgres import GUARDED, TestPostgres
 
 DOCS = [
     {"id": "doc-resume", "title": "Resuming a run",
@@ -72,7 +72,7 @@ async def test_a_knowledge_question_is_answered_from_postgresql(pg_url: str, tmp
     index = ready["checks"]["knowledge"]["semantic_search"]["index"]
     assert index["pgvector"] and index["iterative_scans"] is (int(index["pgvector"].split(".")[1]) >= 8)
     assert not (tmp_path / "unused.sqlite3").exists()
-    with psycopg.connect(pg_url) as conn:
+    with psycopg.connect(pg_url, **GUARDED) as conn:
         chunks = conn.execute("SELECT count(*), count(embedding) FROM kb_chunks").fetchone()
         stored = conn.execute("SELECT count(*) FROM run_events WHERE run_id = %s", (done["run_id"],)).fetchone()
         messages = conn.execute("SELECT count(*) FROM messages WHERE conversation_id = %s",

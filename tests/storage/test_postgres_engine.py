@@ -26,7 +26,7 @@ from storage.open import is_postgres_url, open_storage
 from storage.postgres import PostgresOptions, PostgresStorage, open_postgres_storage, redact
 from storage.postgres.migrations import MIGRATIONS, VERSION_TABLE
 from storage.records import NewRun
-from tests.support.postgres import TestPostgres
+from tests.support.postgres import GUARDED, TestPostgres
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ async def test_ten_replicas_starting_together_migrate_once(pg_server: TestPostgr
         finally:
             for s in opened:
                 await s.close()
-        with psycopg.connect(url) as conn:
+        with psycopg.connect(url, **GUARDED) as conn:
             rows = conn.execute(f"SELECT version FROM {VERSION_TABLE} ORDER BY version").fetchall()
             tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
         assert [r[0] for r in rows] == [m.version for m in MIGRATIONS]
@@ -68,7 +68,7 @@ async def _holding_lock(url: str, table: str, seconds: float) -> asyncio.Task[No
 
     async def hold() -> None:
         try:
-            async with await psycopg.AsyncConnection.connect(url) as conn, conn.transaction():
+            async with await psycopg.AsyncConnection.connect(url, connect_timeout=10) as conn, conn.transaction():
                 await conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")  # type: ignore[arg-type]
                 held.set()
                 await asyncio.sleep(seconds)
@@ -212,7 +212,7 @@ async def test_vector_candidates_use_hnsw_and_agree_with_an_exact_scan(pg_url: s
         ids_a = await kb.write_documents("a", {}, [_doc(f"a{i}", matrix[i * 10:(i + 1) * 10]) for i in range(20)])
         ids_b = await kb.write_documents("b", {}, [_doc(f"b{i}", matrix[200 + i * 10:210 + i * 10]) for i in range(20)])
         chunk_ids = np.array([c for doc in [*ids_a, *ids_b] for c in doc])
-        with psycopg.connect(pg_url) as conn:
+        with psycopg.connect(pg_url, **GUARDED) as conn:
             assert conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = 'kb_chunks_hnsw_16'").fetchone()
         query = matrix[3] + 0.1 * matrix[250]
         query /= np.linalg.norm(query)
@@ -241,7 +241,7 @@ async def test_a_bulk_load_builds_a_new_hnsw_index_once_at_its_end(pg_url: str) 
     storage = await open_postgres_storage(pg_url)
 
     def has_index(dim: int) -> bool:
-        with psycopg.connect(pg_url) as conn:
+        with psycopg.connect(pg_url, **GUARDED) as conn:
             found = conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (f"kb_chunks_hnsw_{dim}",))
             return found.fetchone() is not None
 
@@ -276,7 +276,7 @@ async def test_a_bulk_load_builds_a_new_hnsw_index_once_at_its_end(pg_url: str) 
 async def test_chunk_vectors_and_tsvectors_are_kept_in_the_row(pg_url: str) -> None:
     """Both search sides read these columns for every candidate: out of line, each read
     was a TOAST lookup (migrations 11 and 12), so both are ``MAIN``."""
-    with psycopg.connect(pg_url) as conn:
+    with psycopg.connect(pg_url, **GUARDED) as conn:
         storage_of = dict(conn.execute(
             "SELECT attname, attstorage FROM pg_attribute WHERE attrelid = 'kb_chunks'::regclass "
             "AND attname IN ('embedding', 'tsv', 'text')").fetchall())

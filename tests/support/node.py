@@ -67,12 +67,16 @@ class NodeScript:
         self._changed.set()
 
     async def until(self, predicate: Any, what: str, timeout: float = 30) -> None:
-        async with asyncio.timeout(timeout):
-            while not predicate(self.records):
-                if self._reader.done():
-                    raise AssertionError(f"the client exited before {what}: {self.records}")
-                self._changed.clear()
-                await self._changed.wait()
+        try:
+            async with asyncio.timeout(timeout):
+                while not predicate(self.records):
+                    if self._reader.done():
+                        raise AssertionError(f"the client exited before {what}: {self.records}")
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            seen = self.records[-5:]
+            raise AssertionError(f"the node client did not see {what} within {timeout} s: {seen}") from None
 
     async def send(self, line: str) -> None:
         assert self.proc.stdin is not None
@@ -82,11 +86,14 @@ class NodeScript:
     async def finish(self, timeout: float = 30) -> list[dict[str, Any]]:
         if self.proc.stdin is not None and not self.proc.stdin.is_closing():
             self.proc.stdin.close()
-        async with asyncio.timeout(timeout):
-            await self._reader
-            code = await self.proc.wait()
         assert self.proc.stderr is not None
-        err = (await self.proc.stderr.read()).decode()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._reader
+                err = (await self.proc.stderr.read()).decode()
+                code = await self.proc.wait()
+        except TimeoutError:
+            raise AssertionError(f"the node script did not end within {timeout} s: {self.records[-5:]}") from None
         assert code == 0, err
         assert self.records and self.records[-1]["kind"] == "done", (self.records, err)
         return self.records

@@ -48,6 +48,10 @@ INITDB_GUARD_S = 120
 ADMIN_CONNECT_GUARD_S = 10
 ADMIN_STATEMENT_GUARD_S = 120
 MIGRATE_GUARD_S = 180
+#: For a test's own synchronous connections: inside an async test such a connection
+#: blocks the event loop, so a statement waiting for a lock that a task of that loop holds
+#: would wait for ever. ``psycopg.connect(url, **GUARDED)``: it fails, saying so, instead.
+GUARDED: dict[str, Any] = {"connect_timeout": 10, "options": "-c lock_timeout=30000 -c statement_timeout=120000"}
 
 
 class PostgresUnavailable(RuntimeError):
@@ -320,4 +324,4 @@ class TestPostgres:
             self.drop_database(name)
 
 
-__all__ = ["HOW_TO_INSTALL", "PostgresUnavailable", "TestPostgres", "find_bin", "pgvector08_bin"]
+__all__ = ["GUARDED", "HOW_TO_INSTALL", "PostgresUnavailable", "TestPostgres", "find_bin", "pgvector08_bin"]

@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+from tests.support.deadline import within
+
 
 class CuttableRelay:
     def __init__(self, upstream_host: str, upstream_port: int) -> None:
@@ -39,7 +41,8 @@ class CuttableRelay:
         self.cut()
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
+            # From Python 3.12 this also waits for every accepted connection to end.
+            await within(self._server.wait_closed(), "the relay's connections to close", 10)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.cut_off:
