@@ -82,7 +82,7 @@ async def test_the_provider_reads_the_page_again_then_quotes_what_that_read_foun
         "bucket": "npm",
         "query": "options put package name",
         "doc_id": "npx-1",
-        "top_k": 3,
+        "top_k": 5,  # a long page's answering chunk may be its fourth or fifth match (round 14)
         "context_chars": 4000,
     }
     found = {
