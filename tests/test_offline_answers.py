@@ -210,6 +210,16 @@ of 90 %. Of its seven misses two are the search's (``--save-dev``, ``{prefix}/bi
 among the passages) and five the answerer's, each fact among the passages found
 (``npm token list``, ``${VARIABLE_NAME}``, ``prepublishOnly``, ``--no-save``, the FTS
 "triggers").
+Round 14, after reading round14 (10 + 10, written from the documents after round 13 and
+committed before it was first asked: sample 9/10, npm 4/10, one answer ending on an
+item that promised a command it did not show): an item ending with a colon is quoted
+with the code block or nested items it introduces and never without them (the checks
+now count such dangling introductions: 0 in every set); an entry naming several
+subcommands shows the synopsis line of the one asked; a paragraph after a section's
+opening code block opens the section; a reader's verb meets the document's (remove /
+delete …); the page-scoped read asks five chunks of the page, not three. round14 npm
+4/10 -> 8/10, every other set unchanged; held-out-style overall (held_out … round14)
+197/234 = 84 %.
 The floors below are the figures reached, so any lost answer fails.
 """
 
@@ -253,7 +263,7 @@ FLOORS = {
     "round11": {"sample": 0.8, "npm": 0.5},  # 8/10 here (9/10 in the bench), 5/10 (8/10, 3/10 measured once)
     "round12": {"sample": 0.9, "npm": 0.6},  # 10/10 here, 9/10 in the bench; 6/10 (3/10 measured once, after round 12)
     "round13": {"sample": 0.9, "npm": 0.4},  # 9/10, 4/10: measured once, after round 13
-    "round14": {"sample": 0.9, "npm": 0.7},  # 9/10, 7/10 (9/10, 4/10 when first measured, before round 14)
+    "round14": {"sample": 0.9, "npm": 0.8},  # 9/10, 8/10 (9/10, 4/10 when first measured, before round 14)
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",
