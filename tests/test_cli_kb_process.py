@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.ollama import FakeOllama
+from tests.support.deadline import reap, within
 from tests.support.procs import REPO, child_env
 from tests.support.server import serve_app
 
@@ -24,7 +25,10 @@ async def agentchat(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
         sys.executable, "-m", "app.cli", *argv, cwd=REPO, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(proc.communicate(), 180)
+    try:
+        out, err = await within(proc.communicate(), f"agentchat {' '.join(argv)}", 180)
+    finally:
+        await reap(proc, "agentchat", grace=5)  # left running by a timeout otherwise
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 

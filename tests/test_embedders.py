@@ -84,6 +84,7 @@ async def test_hashing_is_deterministic_across_instances_and_processes() -> None
             capture_output=True,
             text=True,
             check=True,
+            timeout=120,
         ).stdout
         assert np.array_equal(np.frombuffer(bytes.fromhex(out), dtype=np.float32), here)
 

@@ -235,6 +235,7 @@ import pytest
 
 from app.config import Settings
 from tests.conftest import collect_sse, running_app
+from tests.support.deadline import reap, within
 from tests.support.offline_answers import (
     SETS,
     carries,
@@ -293,7 +294,10 @@ async def ingest(env: dict[str, str], path: Path, bucket: str) -> None:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
-    out, _ = await proc.communicate()
+    try:
+        out, _ = await within(proc.communicate(), f"agentchat ingest {path}", 300)
+    finally:
+        await reap(proc, "agentchat ingest", grace=5)
     assert proc.returncode == 0, out.decode()[-2000:]
 
 

@@ -173,6 +173,8 @@ def live_server(app: Any) -> Iterator[str]:
         if "stop" in box:
             loop.call_soon_threadsafe(box["stop"].set)
         thread.join(30)
+        if thread.is_alive():  # closing a running loop would only say "running"
+            raise AssertionError("the live API server's thread did not stop within 30 s")
         loop.close()
 
 

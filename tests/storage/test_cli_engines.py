@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from storage.open import open_storage
+from tests.support.deadline import reap, within
 from tests.support.postgres import TestPostgres
 from tests.support.procs import REPO, child_env
 from tests.support.server import free_port
@@ -23,7 +24,10 @@ async def agentchat(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
         sys.executable, "-m", "app.cli", *argv, cwd=REPO, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(proc.communicate(), 180)
+    try:
+        out, err = await within(proc.communicate(), f"agentchat {' '.join(argv)}", 180)
+    finally:
+        await reap(proc, "agentchat", grace=5)  # left running by a timeout otherwise
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 

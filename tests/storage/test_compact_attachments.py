@@ -17,6 +17,7 @@ from app.config import Settings
 from knowledge.attachments import attachment_bucket
 from storage.open import open_storage
 from tests.conftest import running_app
+from tests.support.deadline import reap, within
 from tests.support.procs import REPO, child_env
 from tests.test_compat_faces_owners import bearer, env
 
@@ -38,7 +39,10 @@ async def agentchat(environ: dict[str, str], *argv: str) -> tuple[int, str, str]
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(proc.communicate(), 180)
+    try:
+        out, err = await within(proc.communicate(), f"agentchat {' '.join(argv)}", 180)
+    finally:
+        await reap(proc, "agentchat", grace=5)  # left running by a timeout otherwise
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 

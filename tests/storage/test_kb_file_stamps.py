@@ -27,6 +27,7 @@ from knowledge import loaders, samepage
 from knowledge.kb import KnowledgeBase
 from storage.open import open_storage
 from tests.storage.conftest import ENGINES
+from tests.support.deadline import reap, within
 from tests.support.postgres import TestPostgres
 from tests.support.procs import REPO, child_env
 from toolindex.hashing import HashingEmbedder
@@ -300,7 +301,10 @@ async def agentchat(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(proc.communicate(), 180)
+    try:
+        out, err = await within(proc.communicate(), f"agentchat {' '.join(argv)}", 180)
+    finally:
+        await reap(proc, "agentchat", grace=5)  # left running by a timeout otherwise
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 

@@ -53,29 +53,34 @@ async def until(
         await asyncio.sleep(step)
 
 
-async def reap(proc: asyncio.subprocess.Process, what: str, *, grace: float = 10, terminate: bool = True) -> int:
-    """End a child started with ``asyncio.create_subprocess_exec`` and wait for it, with deadlines.
+async def reap(
+    proc: asyncio.subprocess.Process, what: str, *, grace: float = 10, terminate: bool = True, killed_s: float = 10
+) -> int:
+    """End a child started with ``asyncio.create_subprocess_exec``; its exit code.
 
-    ``terminate`` first (SIGTERM, ``grace`` s), then SIGKILL and 10 s more. Note that
-    ``Process.wait()`` also waits for the child's pipes to close: a grandchild that kept
-    them open (a reloader's or a browser's children) would make a bare ``await
-    proc.wait()`` wait for ever; here it fails, naming ``what``."""
+    ``terminate`` first (SIGTERM, ``grace`` s), then SIGKILL and ``killed_s`` more; a child
+    that outlives that fails the test, naming ``what``. It watches the exit code rather
+    than awaiting ``Process.wait()``: a ``wait()`` begun before the child exits also waits
+    for the child's pipes to close, for ever when a grandchild (a reloader's server,
+    a browser's helpers) keeps them open."""
     if proc.returncode is None and terminate:
         with contextlib.suppress(ProcessLookupError):
             proc.terminate()
-        with contextlib.suppress(TimeoutError):
-            return await asyncio.wait_for(proc.wait(), grace)
+        await _exited(proc, grace)
     if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
-    try:
-        return await asyncio.wait_for(proc.wait(), 10)
-    except TimeoutError:
-        if proc.returncode is None:
-            raise AssertionError(f"{what} (pid {proc.pid}) did not end within 10 s of SIGKILL") from None
-        raise AssertionError(
-            f"{what} (pid {proc.pid}) exited with {proc.returncode} but a child of it still holds its output pipes"
-        ) from None
+        if not await _exited(proc, killed_s):
+            raise AssertionError(f"{what} (pid {proc.pid}) did not end within {killed_s} s of SIGKILL")
+    assert proc.returncode is not None
+    return proc.returncode
+
+
+async def _exited(proc: asyncio.subprocess.Process, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while proc.returncode is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    return proc.returncode is not None
 
 
 __all__ = ["GUARD_S", "reap", "until", "within"]

@@ -283,7 +283,9 @@ def prlimit_fsize(pid: int, limit: int | None) -> None:
     """
     # Only the soft limit moves: raising a hard limit back needs CAP_SYS_RESOURCE.
     soft = "unlimited" if limit is None else str(limit)
-    subprocess.run(["prlimit", "--pid", str(pid), f"--fsize={soft}:unlimited"], check=True, capture_output=True)
+    subprocess.run(
+        ["prlimit", "--pid", str(pid), f"--fsize={soft}:unlimited"], check=True, capture_output=True, timeout=30
+    )
 
 
 # --- the counting proxy -----------------------------------------------------------------------
