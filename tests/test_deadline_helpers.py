@@ -77,3 +77,13 @@ async def test_reap_terminates_a_child_that_runs_on() -> None:
         sys.executable, "-c", "import time; time.sleep(60)", stdin=asyncio.subprocess.DEVNULL
     )
     assert await reap(proc, "a sleeping child") == -signal.SIGTERM
+
+
+async def test_reap_without_terminate_lets_a_child_told_to_end_exit_by_itself() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import sys; sys.stdin.readline(); sys.exit(7)", stdin=asyncio.subprocess.PIPE
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(b"done\n")
+    await proc.stdin.drain()
+    assert await reap(proc, "a child told to end", terminate=False) == 7

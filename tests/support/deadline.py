@@ -58,14 +58,16 @@ async def reap(
 ) -> int:
     """End a child started with ``asyncio.create_subprocess_exec``; its exit code.
 
-    ``terminate`` first (SIGTERM, ``grace`` s), then SIGKILL and ``killed_s`` more; a child
-    that outlives that fails the test, naming ``what``. It watches the exit code rather
+    SIGTERM (unless ``terminate`` is false: a child told to end some other way) and
+    ``grace`` s to exit, then SIGKILL and ``killed_s`` more; a child that outlives that
+    fails the test, naming ``what``. It watches the exit code rather
     than awaiting ``Process.wait()``: a ``wait()`` begun before the child exits also waits
     for the child's pipes to close, for ever when a grandchild (a reloader's server,
     a browser's helpers) keeps them open."""
-    if proc.returncode is None and terminate:
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
+    if proc.returncode is None:
+        if terminate:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
         await _exited(proc, grace)
     if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError):
