@@ -17,7 +17,7 @@ from bench.corpus_quality import QUERIES, stdlib_documents
 from knowledge.kb import KnowledgeBase
 from knowledge.textnorm import content_terms
 from storage.kb_records import KBRanked, KBScope, KBTextTuning
-from storage.postgres import kb_text
+from storage.postgres import kb_postings, kb_text
 from tests.support.postgres import TestPostgres
 
 pytestmark = pytest.mark.postgres
@@ -103,10 +103,10 @@ async def test_deeper_reads_and_the_exhaustive_fallback_stay_exact(
     index = storage.kb_index
     # A first read of 5 postings per lexeme rarely proves a top-20: rounds read deeper,
     # and a cap of 20 sends the rest to the exhaustive path.
-    monkeypatch.setattr(kb_text, "POSTINGS_MIN_DEPTH", 5)
-    monkeypatch.setattr(kb_text, "POSTINGS_DEPTH_FACTOR", 0)
+    monkeypatch.setattr(kb_postings, "POSTINGS_MIN_DEPTH", 5)
+    monkeypatch.setattr(kb_postings, "POSTINGS_DEPTH_FACTOR", 0)
     for cap in (80, 20):
-        monkeypatch.setattr(kb_text, "POSTINGS_MAX_DEPTH", cap)
+        monkeypatch.setattr(kb_postings, "POSTINGS_MAX_DEPTH", cap)
         for query in _queries()[:12]:
             terms = content_terms(query)
             fast = await index.text_candidates(terms, KBScope("pydocs"), 20, TUNING)
