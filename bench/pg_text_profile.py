@@ -6,8 +6,10 @@ The bench's own query set runs as ``bench/corpus.py`` runs it (``KnowledgeBase.s
 top 10, text / hybrid / filtered text / filtered hybrid), every statement the storage
 room sends timed and labelled by what it is (postings read, exact re-score, exhaustive
 rank, match count, document frequencies, statistics, vectors, hydration). Per query:
-its latency and the CPU the server's processes spent on it (``psutil``, summed over
-the postmaster's children: steadier than wall time on a shared machine).
+its latency, the CPU the server's processes spent on it (``psutil``, summed over the
+postmaster's children: steadier than wall time on a shared machine) and the CPU this
+process spent (``time.process_time``: the search's own Python and numpy work, which
+runs here, not on the server).
 
 ``--baseline FILE`` alternates, query by query, between today's ``TextRanker`` and the
 one in FILE (a copy of an older ``storage/postgres/kb_text.py``, e.g. ``git show
@@ -89,10 +91,14 @@ class ServerCpu:
         import psutil
         import psycopg
 
+        # The backend's parent is looked up while the backend lives: once the connection
+        # closes, its process is gone.
         with psycopg.connect(url) as conn:
             row = conn.execute("SELECT pg_backend_pid()").fetchone()
-        assert row is not None
-        self.root = psutil.Process(int(row[0])).parent()
+            assert row is not None
+            root = psutil.Process(int(row[0])).parent()
+        assert root is not None
+        self.root = root
 
     def seconds(self) -> float:
         import psutil
@@ -152,7 +158,8 @@ async def main() -> int:
 
     queries = query_set()
     results: dict[str, dict[str, Any]] = {
-        side: {k: {"ms": [], "server_cpu_ms": [], "statements": {}} for k in KINDS} for side in sides
+        side: {k: {"ms": [], "server_cpu_ms": [], "client_cpu_ms": [], "statements": {}} for k in KINDS}
+        for side in sides
     }
     slowest: dict[tuple[str, str], tuple[float, str, Any]] = {}
 
@@ -161,14 +168,16 @@ async def main() -> int:
         index._text = sides[side]
         kw: dict[str, Any] = {"filters": q["kb_filter"]} if spec.get("filtered") else {}
         current.append([])
-        c0, t0 = cpu.seconds(), time.perf_counter()
+        c0, p0, t0 = cpu.seconds(), time.process_time(), time.perf_counter()
         await kb.search(q["text"], bucket=q["bucket"], top_k=10, context_chars=400, mode=spec["mode"], **kw)
         ms = (time.perf_counter() - t0) * 1000
+        client = (time.process_time() - p0) * 1000
         server = (cpu.seconds() - c0) * 1000
         stmts = current.pop()
         out = results[side][kind]
         out["ms"].append(ms)
         out["server_cpu_ms"].append(server)
+        out["client_cpu_ms"].append(client)
         per: dict[str, float] = {}
         for name, took, sql, params in stmts:
             per[name] = per.get(name, 0.0) + took
@@ -185,7 +194,7 @@ async def main() -> int:
                 await one(side, kind, q)
     for side in sides:
         for kind in KINDS:
-            results[side][kind] = {"ms": [], "server_cpu_ms": [], "statements": {}}
+            results[side][kind] = {"ms": [], "server_cpu_ms": [], "client_cpu_ms": [], "statements": {}}
     slowest.clear()
 
     names = list(sides)
@@ -204,13 +213,15 @@ async def main() -> int:
             report[side][kind] = {
                 "latency_ms": summary(out["ms"]),
                 "server_cpu_ms": summary(out["server_cpu_ms"]),
+                "client_cpu_ms": summary(out["client_cpu_ms"]),
                 "statement_ms": {n: summary(v) for n, v in sorted(out["statements"].items())},
             }
             lat = report[side][kind]["latency_ms"]
             cpu_s = report[side][kind]["server_cpu_ms"]
+            cpu_c = report[side][kind]["client_cpu_ms"]
             print(
-                f"{side:9s} {kind:16s} p50 {lat['p50']:7.1f} p95 {lat['p95']:7.1f} ms | server cpu p50 "
-                f"{cpu_s['p50']:6.1f} p95 {cpu_s['p95']:6.1f} ms",
+                f"{side:9s} {kind:16s} p50 {lat['p50']:7.1f} p95 {lat['p95']:7.1f} ms | server cpu mean "
+                f"{cpu_s['mean']:6.1f} p95 {cpu_s['p95']:6.1f} ms | this process's cpu mean {cpu_c['mean']:6.1f} ms",
                 flush=True,
             )
             for n, s in report[side][kind]["statement_ms"].items():

@@ -1,79 +1,74 @@
 """The full-text top ``limit`` of the whole index or of one bucket read from the
-impact-ordered postings (``kb_postings``, migrations 18 and 23) and scored on the server,
-without visiting every match's chunk row — the fast path of ``kb_text.TextRanker``.
+impact-ordered postings (``kb_postings``, migrations 18 and 23), without visiting any
+chunk row — the fast path of ``kb_text.TextRanker``.
 
 Each posting carries its impact (BM25 with a fixed length and no idf), its term
 frequency and its chunk's length, so a read of each lexeme's best postings scores most
 candidates exactly, bounds the rest (MaxScore's argument: a chunk not seen in a list
 holds that lexeme with at most the list's last impact read), and reads deeper only when
 the bounds cannot yet prove the top list. The few partly seen candidates that may still
-enter are scored on their rows by the caller's exhaustive formula (``rescore``), so
-the answer is the exhaustive BM25 top list, bit for bit.
+enter are completed from the rest of their lists (``_COMPLETE``), so the answer is the
+exhaustive BM25 top list (``kb_text._RANK``), bit for bit.
+
+The postings come back packed (one ``bytea`` per lexeme and column) and are scored here
+with numpy (``_score``): the same IEEE operations as the SQL formula, in the same order.
+Scored in SQL (an aggregate per chunk over a CTE of every posting read), the server
+spent ~8× the read itself on executor steps, and that was most of a text search's tail
+at 100k chunks (issue 24).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from storage.kb_records import KBRanked
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.migrations import POSTINGS_AVGDL
 
-#: One read of the postings (``top_from_postings``): each query lexeme's ``depth`` best
-#: postings, in impact order (``kb_postings``), scored on the server. Rows ``(0, chunk,
-#: score, upper, exact)`` for the candidates in ``bucket`` that may reach the ``limit``-th
-#: best score read (``score``: the exact sum of the terms read, in ``kb_text._RANK``'s
-#: own arithmetic and order — the lexemes' bytes, as a tsvector holds them — so the same
-#: bits; ``upper``: that plus the floors of the lists not read to their end it was not
-#: seen in; ``exact``: 1 when there are none); ``(1, list, last impact, postings read,
-#: of them in bucket)`` per lexeme; ``(2, candidates, -, -, -)``. ``{terms}``, ``{score}``
-#: and ``{missing}`` are written per number of lexemes (``_postings_sql``).
-_POSTINGS = """
-WITH q AS (
-    SELECT * FROM unnest(%(lex)s::text[], %(idf)s::float8[], %(rank)s::int[]) WITH ORDINALITY AS q(lex, idf, r, ord)
-),
-p AS MATERIALIZED (
-    SELECT q.ord, q.r, q.idf, k.chunk_id, k.impact, k.bucket, k.tf, k.ntok
-    FROM q CROSS JOIN LATERAL (
-        SELECT k.chunk_id, k.impact, k.bucket, k.tf, k.ntok FROM kb_postings k WHERE k.lexeme = q.lex
-        ORDER BY k.impact DESC, k.chunk_id LIMIT %(depth)s
+#: One read of the postings: each query lexeme's ``depth`` best postings (its own depth
+#: each), in impact order (the B-tree ``kb_postings_impact``, an index-only scan), as one
+#: row per lexeme ``(ord, postings read, last impact, chunk ids, term frequencies, chunk
+#: lengths)`` — the last three of the postings in ``bucket`` only, each packed big-endian
+#: (``int8send``/``int4send`` concatenated: one ``bytea``, read by ``numpy.frombuffer``
+#: with no Python object per posting).
+_READ = """
+SELECT q.ord, k.n, k.last, k.ids, k.tfs, k.ntoks
+FROM unnest(%(lex)s::text[], %(depth)s::int[]) WITH ORDINALITY AS q(lex, depth, ord)
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n, min(k.impact)::float8 AS last,
+           string_agg(int8send(k.chunk_id), ''::bytea) FILTER (WHERE k.kept) AS ids,
+           string_agg(int4send(k.tf), ''::bytea) FILTER (WHERE k.kept) AS tfs,
+           string_agg(int4send(k.ntok), ''::bytea) FILTER (WHERE k.kept) AS ntoks
+    FROM (
+        SELECT k.chunk_id, k.impact, k.tf, k.ntok, (%(bucket)s::text IS NULL OR k.bucket = %(bucket)s::text) AS kept
+        FROM kb_postings k WHERE k.lexeme = q.lex
+        ORDER BY k.impact DESC, k.chunk_id LIMIT q.depth
     ) k
-),
-lists AS MATERIALIZED (
-    SELECT q.ord, q.r, count(p.chunk_id) AS n, min(p.impact)::float8 AS last,
-           count(p.chunk_id) FILTER (WHERE %(bucket)s::text IS NULL OR p.bucket = %(bucket)s::text) AS kept,
-           CASE WHEN count(p.chunk_id) >= %(depth)s THEN q.idf * min(p.impact)::float8 * %(widen)s ELSE 0 END AS floor
-    FROM q LEFT JOIN p ON p.ord = q.ord GROUP BY q.ord, q.r, q.idf
-),
-f AS (SELECT array_agg(l.floor ORDER BY l.r) AS fl FROM lists l),
-t AS (
-    SELECT p.chunk_id, {terms}
-    FROM p WHERE %(bucket)s::text IS NULL OR p.bucket = %(bucket)s::text
-    GROUP BY p.chunk_id
-),
-c AS MATERIALIZED (SELECT t.chunk_id, {score} AS score, {missing} AS missing FROM t, f),
-bar AS (SELECT coalesce((SELECT c.score FROM c ORDER BY c.score DESC LIMIT 1 OFFSET %(limit)s - 1), 0) AS v)
-SELECT 0, c.chunk_id, c.score, c.score + c.missing, (c.missing = 0)::int::float8 FROM c, bar
-WHERE c.score + c.missing >= bar.v * %(shrink)s
-UNION ALL SELECT 1, l.ord, l.last, l.n, l.kept FROM lists l
-UNION ALL SELECT 2, count(*), NULL, NULL, NULL FROM c
+) k
+ORDER BY q.ord
 """
-
-
-def _postings_sql(n: int) -> str:
-    """``_POSTINGS`` for ``n`` lexemes. A chunk's terms are one column per lexeme (in the
-    lexemes' byte order, ``r``) and added up left to right, absent ones as 0.0 — adding
-    0.0 changes no bit, so this is ``_RANK``'s ``sum`` over the lexemes the chunk holds, in
-    its tsvector's order — with no sort per chunk, as an ordered aggregate would need."""
-    term = "p.idf * (p.tf::float8 * %(k1p1)s) / (p.tf::float8 + %(k1)s * (%(one_minus_b)s + %(b_over_avgdl)s * p.ntok))"
-    terms = ", ".join(f"max({term}) FILTER (WHERE p.r = {r}) AS t{r}" for r in range(1, n + 1))
-    score = "coalesce(t.t1, 0.0)"
-    for r in range(2, n + 1):
-        score = f"({score} + coalesce(t.t{r}, 0.0))"
-    missing = " + ".join(f"(CASE WHEN t.t{r} IS NULL THEN f.fl[{r}] ELSE 0.0 END)" for r in range(1, n + 1))
-    return _POSTINGS.format(terms=terms, score=score, missing=missing)
-
+#: The postings of the chunks ``ids`` in each lexeme's whole list, packed as ``_READ``'s:
+#: what completes the partly seen candidates. The list is scanned in the index (no heap,
+#: no row sent but the matches); ``chunk_id + 0`` keeps the test a hashed filter rather
+#: than an index condition, which a B-tree would run as one scan of the list per id. Run
+#: unprepared (``_fetch_unprepared``): a generic plan cannot hash a parameter's array,
+#: and a linear search of it per posting cost ~50× as much.
+_COMPLETE = """
+SELECT q.ord, k.ids, k.tfs, k.ntoks
+FROM unnest(%(lex)s::text[]) WITH ORDINALITY AS q(lex, ord)
+CROSS JOIN LATERAL (
+    SELECT string_agg(int8send(k.chunk_id), ''::bytea) AS ids,
+           string_agg(int4send(k.tf), ''::bytea) AS tfs,
+           string_agg(int4send(k.ntok), ''::bytea) AS ntoks
+    FROM kb_postings k WHERE k.lexeme = q.lex AND k.chunk_id + 0 = ANY(%(ids)s::bigint[])
+) k
+ORDER BY q.ord
+"""
 
 #: The first read of the postings takes this many per lexeme, or ``POSTINGS_DEPTH_FACTOR``
 #: times the limit when more; each round that cannot prove its top-k reads four times
@@ -81,12 +76,67 @@ def _postings_sql(n: int) -> str:
 POSTINGS_MIN_DEPTH = 200
 POSTINGS_DEPTH_FACTOR = 4
 POSTINGS_MAX_DEPTH = 50_000
-#: Scoring a chunk on its row (a heap visit of ~2.7 kB and its tsvector cut down) costs
-#: about as much as reading and scoring this many postings: the partly seen candidates
-#: that may still enter are scored on their rows unless reading deeper is cheaper.
-ROW_COST_IN_POSTINGS = 16
+#: A lexeme whose list holds at most this many times the first depth is read whole at
+#: once: a list read to its end bounds nothing, and with flat impacts (a common term's
+#: postings differ little) a partial read of it rarely proves the top list — the round
+#: it took was then spent for nothing.
+WHOLE_LIST_FACTOR = 4
 #: Float4 impacts are rounded; the bound on unseen chunks is widened by this much.
 _ROUNDING = 1e-5
+
+
+@dataclass(frozen=True, slots=True)
+class _List:
+    """What was read of one lexeme's list: the postings in scope (chunk ids, term
+    frequencies and chunk lengths, aligned), how many postings were read in all, the
+    last impact read, and whether the list was read to its end."""
+
+    ids: npt.NDArray[np.int64]
+    tf: npt.NDArray[np.float64]
+    ntok: npt.NDArray[np.float64]
+    read: int = 0
+    last: float = 0.0
+    ended: bool = True
+
+
+def _unpack(ids: bytes | None, tfs: bytes | None, ntoks: bytes | None) -> tuple[Any, Any, Any]:
+    if not ids:
+        return np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, np.float64)
+    return (
+        np.frombuffer(ids, dtype=">i8").astype(np.int64),
+        np.frombuffer(tfs or b"", dtype=">i4").astype(np.float64),
+        np.frombuffer(ntoks or b"", dtype=">i4").astype(np.float64),
+    )
+
+
+def _score(
+    lists: Sequence[_List], params: Mapping[str, Any], order: Sequence[int], floors: Sequence[float]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Every chunk seen in ``lists`` (ascending ids), its score from the postings read —
+    in ``kb_text._RANK``'s own arithmetic and order, so the same bits: each term ``idf ·
+    (tf · (k1+1)) / (tf + k1 · (1 - b + b/avgdl · ntok))`` in float64, one IEEE operation
+    at a time as PostgreSQL's ``float8`` operators do them, and a chunk's terms added up
+    left to right in its tsvector's order of lexemes (``order``: their bytes), an absent
+    one as 0.0 (which changes no bit) — and what the lists it was not seen in could
+    still add (their ``floors``)."""
+    k1, k1p1 = float(params["k1"]), float(params["k1p1"])
+    omb, boa = float(params["one_minus_b"]), float(params["b_over_avgdl"])
+    idfs = [float(x) for x in params["idf"]]
+    ids, where = np.unique(np.concatenate([x.ids for x in lists]), return_inverse=True)
+    scores = np.zeros(len(ids), dtype=np.float64)
+    missing = np.zeros(len(ids), dtype=np.float64)
+    starts = np.cumsum([0, *(len(x.ids) for x in lists)])
+    for i in order:
+        got = lists[i]
+        term = np.zeros(len(ids), dtype=np.float64)
+        cols = where[starts[i] : starts[i + 1]]
+        term[cols] = idfs[i] * (got.tf * k1p1) / (got.tf + k1 * (omb + boa * got.ntok))
+        scores = scores + term
+        if floors[i]:
+            absent = np.ones(len(ids), dtype=bool)
+            absent[cols] = False
+            missing = missing + np.where(absent, floors[i], 0.0)
+    return ids, scores, missing
 
 
 def postings_may_fill(share: float, limit: int) -> bool:
@@ -95,6 +145,12 @@ def postings_may_fill(share: float, limit: int) -> bool:
     of its own many times over. A small bucket goes straight to exhaustive scoring, which
     is cheap for it (both are exact; this only decides which is faster)."""
     return share * POSTINGS_MAX_DEPTH >= POSTINGS_DEPTH_FACTOR * max(limit, POSTINGS_MIN_DEPTH)
+
+
+async def _fetch_unprepared(db: PostgresDatabase, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    async with db.reading() as conn:
+        cur = await conn.execute(sql, dict(params), prepare=False)  # type: ignore[call-overload]
+        return list(await cur.fetchall())
 
 
 async def top_from_postings(
@@ -107,19 +163,15 @@ async def top_from_postings(
     share: float,
     limit: int,
     avgdl: float,
-    rescore: Callable[[list[int]], Awaitable[Mapping[int, float]]],
 ) -> KBRanked | None:
     """The exact BM25 top ``limit`` of the whole index or of one bucket, from the best
-    postings of each lexeme (``kb_postings``), without visiting every match — and
-    mostly without visiting any chunk row.
+    postings of each lexeme (``kb_postings``), without visiting any chunk row.
 
     A posting carries its term frequency and its chunk's length (migration 23), so a
-    chunk's term score is computed from it (on the server, ``_POSTINGS``) exactly as
-    ``kb_text._RANK`` computes it (the same IEEE operations in the same order, summed in
-    the tsvector's lexeme order: the same bits); only the candidates that may reach the
-    top come back. A candidate seen in every list not read to its end is therefore
-    scored exactly; one missing from such a list is between its partial score (a
-    lower bound) and that plus the lists' floors.
+    chunk's term score is computed from it exactly as ``kb_text._RANK`` computes it on
+    the row (``_score``: the same bits). A candidate seen in every list not read to its
+    end is therefore scored exactly; one missing from such a list is between its
+    partial score (a lower bound) and that plus the lists' floors.
 
     Why it is exact: a chunk none of whose postings was read holds each lexeme with
     at most the impact of the last posting read for it (none at all when its list was
@@ -128,78 +180,85 @@ async def top_from_postings(
     average length ``avgdl``, is at most ``max(1, avgdl / POSTINGS_AVGDL)`` times the
     stored one, so the bound is widened by that factor. Once the ``limit``-th best
     lower bound is above ``bound``, nothing unread can enter, and a partly seen
-    candidate can only if its upper bound reaches that bar: those few are scored on
-    their rows (``rescore``, the exhaustive formula). Else the lists are read four times
-    deeper (also when so many partly seen candidates would need their rows
-    that the deeper read costs less, ``ROW_COST_IN_POSTINGS``).
+    candidate can only if its upper bound reaches that bar: those few get their
+    postings in the lists not read to the end (``_COMPLETE``) and are scored exactly.
+    Else the unfinished lists are read four times deeper.
 
-    ``None`` when the bucket is too small a share of the postings to fill ``limit``
-    within ``POSTINGS_MAX_DEPTH``; then the matches are scored exhaustively. The
-    match count is exact when every list was read to its end, else an estimate
-    (the commonest lexeme's chunks, times the share of the postings read that were
-    in the bucket), as the SQLite engine's probe estimates it.
+    ``None`` when the bound is not proven within ``POSTINGS_MAX_DEPTH`` (a bucket too
+    small a share of the postings to fill ``limit``); then the matches are scored
+    exhaustively. The match count is exact when every list was read to its end, else
+    an estimate (the commonest lexeme's chunks, times the share of the postings read
+    that were in the bucket), as the SQLite engine's probe estimates it.
     """
     widen = max(1.0, avgdl / POSTINGS_AVGDL) * (1.0 + _ROUNDING)
+    idfs = [float(x) for x in params["idf"]]
     # A bucket's own postings are its share of each list: the first read goes as much
     # deeper, so that it holds as many of the bucket's as a read of the whole index.
-    depth = min(POSTINGS_MAX_DEPTH, max(POSTINGS_MIN_DEPTH, round(POSTINGS_DEPTH_FACTOR * limit / min(1.0, share))))
+    first = min(POSTINGS_MAX_DEPTH, max(POSTINGS_MIN_DEPTH, round(POSTINGS_DEPTH_FACTOR * limit / min(1.0, share))))
+    # A short list whole (one more than its length: a read that stops short of its
+    # depth has reached the end, whatever a stale count said).
+    whole = min(WHOLE_LIST_FACTOR * first, POSTINGS_MAX_DEPTH)
+    depths = [df.get(x, 0) + 1 if df.get(x, 0) < whole else first for x in lexemes]
     # Each lexeme's place in byte order (a tsvector's order of its lexemes, ``_RANK``'s sum's).
-    by_bytes = sorted(range(len(lexemes)), key=lambda i: lexemes[i].encode())
-    rank = [0] * len(lexemes)
-    for r, i in enumerate(by_bytes, start=1):
-        rank[i] = r
-    sql = _postings_sql(len(lexemes))
-    read_params = {
-        **params,
-        "rank": rank,
-        "bucket": bucket,
-        "widen": widen,
-        # Candidates a little below the bar too: the bar here is on raw scores, the
-        # one below on lower bounds.
-        "shrink": 1.0 - 4 * _ROUNDING,
-    }
+    order = sorted(range(len(lexemes)), key=lambda i: lexemes[i].encode())
     while True:
-        rows = await db.fetchall(sql, {**read_params, "depth": depth})
-        exact: dict[int, float] = {}
-        partial: dict[int, tuple[float, float]] = {}  # candidate -> (lower, upper)
-        floors: list[float] = []
-        read = kept = candidates = 0
-        for kind, key, a, b, c in rows:
-            if kind == 0:
-                score, upper = float(a), float(b)
-                if not c:  # not seen in a list not read to its end
-                    partial[int(key)] = (score * (1.0 - _ROUNDING), upper * (1.0 + _ROUNDING))
-                else:
-                    exact[int(key)] = score
-            elif kind == 1:
-                read += int(b)
-                kept += int(c)
-                if int(b) >= depth:  # more may follow
-                    floors.append(float(params["idf"][int(key) - 1]) * float(a) * widen)
-            else:
-                candidates = int(key)
-        complete = not floors
+        rows = await db.fetchall(_READ, {"lex": list(lexemes), "depth": depths, "bucket": bucket})
+        lists = [
+            _List(*_unpack(r[3], r[4], r[5]), read=int(r[1]), last=float(r[2] or 0.0), ended=int(r[1]) < depths[i])
+            for i, r in enumerate(rows)
+        ]
+        floors = [0.0 if x.ended else idfs[i] * x.last * widen for i, x in enumerate(lists)]
+        ids, scores, missing = _score(lists, params, order, floors)
+        complete = not any(floors)
         if complete:
+            exact = dict(zip(ids.tolist(), scores.tolist(), strict=True))
             break
-        bound = sum(floors)
-        lows = sorted([*exact.values(), *(lo for lo, _ in partial.values())], reverse=True)
-        if len(lows) >= limit and lows[limit - 1] > bound:
-            bar = lows[limit - 1]
-            unsure = [c for c, (_, hi) in partial.items() if hi >= bar]
-            deeper = (min(POSTINGS_MAX_DEPTH, depth * 4) - depth) * len(lexemes)
-            if len(unsure) * ROW_COST_IN_POSTINGS <= deeper or depth >= POSTINGS_MAX_DEPTH:
-                if unsure:
-                    exact.update(await rescore(sorted(unsure)))
+        settled = missing == 0
+        lower = np.where(settled, scores, scores * (1.0 - _ROUNDING))
+        if len(lower) >= limit:
+            bar = float(-np.partition(-lower, limit - 1)[limit - 1])
+            if bar > sum(floors):
+                unsure = ~settled & ((scores + missing) * (1.0 + _ROUNDING) >= bar)
+                exact = dict(zip(ids[settled].tolist(), scores[settled].tolist(), strict=True))
+                if unsure.any():
+                    exact.update(await _completed(db, lexemes, lists, params, order, ids[unsure]))
                 break
-        if depth >= POSTINGS_MAX_DEPTH:
+        if all(x.ended or depths[i] >= POSTINGS_MAX_DEPTH for i, x in enumerate(lists)):
             return None
-        depth = min(POSTINGS_MAX_DEPTH, depth * 4)
+        depths = [d if x.ended else min(POSTINGS_MAX_DEPTH, d * 4) for d, x in zip(depths, lists, strict=True)]
     top = sorted(exact.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
     if not top:
         return KBRanked()
+    candidates = len(ids)
     if complete:
         total = candidates
     else:
-        share = kept / read if read else 0.0
-        total = max(candidates, round(max(df.get(x, 0) for x in lexemes) * share))
+        read, kept = sum(x.read for x in lists), sum(len(x.ids) for x in lists)
+        total = max(candidates, round(max(df.get(x, 0) for x in lexemes) * (kept / read if read else 0.0)))
     return KBRanked([c for c, _ in top], [v for _, v in top], total)
+
+
+async def _completed(
+    db: PostgresDatabase,
+    lexemes: Sequence[str],
+    lists: Sequence[_List],
+    params: Mapping[str, Any],
+    order: Sequence[int],
+    unsure: npt.NDArray[np.int64],
+) -> dict[int, float]:
+    """The exact scores of the partly seen candidates ``unsure``: their postings in the
+    lists not read to their end, found in the whole list (``_COMPLETE``); in the others
+    they are what was read."""
+    open_lists = [i for i, x in enumerate(lists) if not x.ended]
+    rows = await _fetch_unprepared(db, _COMPLETE, {"lex": [lexemes[i] for i in open_lists], "ids": unsure.tolist()})
+    whole = {i: _List(*_unpack(r[1], r[2], r[3])) for i, r in zip(open_lists, rows, strict=True)}
+    mine: list[_List] = []
+    for i, x in enumerate(lists):
+        if i in whole:
+            mine.append(whole[i])
+        else:
+            keep = np.isin(x.ids, unsure)
+            mine.append(_List(x.ids[keep], x.tf[keep], x.ntok[keep]))
+    ids, scores, _ = _score(mine, params, order, [0.0] * len(lists))
+    wanted = np.isin(ids, unsure)
+    return dict(zip(ids[wanted].tolist(), scores[wanted].tolist(), strict=True))

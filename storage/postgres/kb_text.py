@@ -33,8 +33,8 @@ How a query runs:
   MaxScore left the commonest lexemes out (``_match_count``).
 * A bucket or the whole index is answered from the postings (``kb_postings``):
   impact-ordered, each with its term frequency and chunk length, so most chunks are
-  scored exactly without their rows; the few it cannot settle are scored here, on
-  their rows (``_RANK_IDS``).
+  scored exactly without their rows, and the few partly seen candidates that may
+  still enter are completed from the rest of their lists.
 """
 
 from __future__ import annotations
@@ -82,8 +82,6 @@ s AS (
 )
 SELECT s.id, s.score, (SELECT count(*) FROM m) FROM s ORDER BY s.score DESC, s.id LIMIT %(limit)s
 """
-#: ``_RANK`` over the chunks whose ids are given (the candidates the postings found).
-_RANK_IDS = _RANK.replace("c.tsv @@ %(tsq)s::tsquery {scope}", "c.id = ANY(%(ids)s::bigint[])")
 #: The first MaxScore pass scores chunks of the rarest terms until their document
 #: frequencies add up to this many times ``limit`` (enough matches to set a bar).
 FIRST_PASS_DF_FACTOR = 4
@@ -336,18 +334,12 @@ class TextRanker:
         limit: int,
         avgdl: float,
     ) -> KBRanked | None:
-        """The top ``limit`` read from the postings (``kb_postings``); the partly seen
-        candidates that may still enter are scored here, on their rows (``_RANK_IDS``)."""
+        """The top ``limit`` read from the postings (``kb_postings``)."""
         share = 1.0
         if bucket is not None:
             share = max(1, await self.bucket_chunks(bucket)) / max(1, (await self.totals())[0])
-
-        async def rescore(ids: list[int]) -> dict[int, float]:
-            rows = await self._db.fetchall(_RANK_IDS, {**params, "ids": ids, "limit": len(ids)})
-            return {int(r[0]): float(r[1]) for r in rows}
-
         return await top_from_postings(
-            self._db, lexemes, params, df, bucket=bucket, share=share, limit=limit, avgdl=avgdl, rescore=rescore
+            self._db, lexemes, params, df, bucket=bucket, share=share, limit=limit, avgdl=avgdl
         )
 
     async def _rank(self, condition: str, params: dict[str, Any], matching: Sequence[str]) -> list[tuple[Any, ...]]:
