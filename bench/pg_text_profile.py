@@ -11,14 +11,14 @@ postmaster's children: steadier than wall time on a shared machine) and the CPU 
 process spent (``time.process_time``: the search's own Python and numpy work, which
 runs here, not on the server).
 
-``--baseline FILE`` alternates, query by query, between today's ``TextRanker`` and the
-one in FILE (a copy of an older ``storage/postgres/kb_text.py``, e.g. ``git show
-main~1:storage/postgres/kb_text.py > /tmp/kb_text_main.py``) on the same database, so
-both sides see the same load; ``--explain`` prints ``EXPLAIN (ANALYZE, BUFFERS)`` of the
+``--baseline REV`` alternates, query by query, between today's ``TextRanker`` and the
+one of git revision REV (its ``storage/postgres/kb_text.py`` and ``kb_postings.py``;
+or ``--baseline FILE``, a copy of an older single-file ``kb_text.py``) on the same
+database, so both sides see the same load; ``--explain`` prints ``EXPLAIN (ANALYZE, BUFFERS)`` of the
 slowest statement of each label.
 
 Run from the repository root:
-  .venv/bin/python bench/pg_text_profile.py --pg-url URL --workdir DIR [--baseline FILE] [--rounds N]
+  .venv/bin/python bench/pg_text_profile.py --pg-url URL --workdir DIR [--baseline REV|FILE] [--rounds N]
   [--out corpus_pg_text_<name>]
 """
 
@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import os
+import subprocess
 import sys
 import time
+import types
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -76,12 +77,45 @@ def label(sql: str) -> str:
     return "other"
 
 
-def load_ranker(path: Path) -> type:
-    spec = importlib.util.spec_from_file_location("kb_text_baseline", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.TextRanker  # type: ignore[no-any-return]
+def load_ranker(baseline: str) -> type:
+    """The ``TextRanker`` of ``baseline``: a file (an older ``kb_text.py`` that holds the
+    whole text side, as before the postings read had its own module) or a git revision
+    (its ``kb_text.py``, with its ``kb_postings.py`` when it has one: loaded under the
+    real name while its ``kb_text`` is, so the baseline does not run today's)."""
+    path = Path(baseline)
+    if path.is_file():
+        return _load("kb_text_baseline", path.read_text()).TextRanker  # type: ignore[no-any-return]
+
+    def show(name: str) -> str | None:
+        found = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{baseline}:storage/postgres/{name}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return found.stdout if found.returncode == 0 else None
+
+    text = show("kb_text.py")
+    if text is None:
+        raise SystemExit(f"--baseline {baseline}: neither a file nor a revision with storage/postgres/kb_text.py")
+    postings = show("kb_postings.py")
+    real = "storage.postgres.kb_postings"
+    today = sys.modules.get(real)
+    try:
+        if postings is not None:
+            sys.modules[real] = _load("kb_postings_baseline", postings)
+        return _load("kb_text_baseline", text).TextRanker  # type: ignore[no-any-return]
+    finally:
+        if today is not None:
+            sys.modules[real] = today
+
+
+def _load(name: str, source: str) -> Any:
+    """``source`` run as module ``name`` (registered: dataclasses look their module up)."""
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+    return module
 
 
 class ServerCpu:
@@ -117,7 +151,7 @@ async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pg-url", required=True)
     ap.add_argument("--workdir", type=Path, required=True, help="bench/corpus.py's --workdir (queries.npy)")
-    ap.add_argument("--baseline", type=Path, help="an older kb_text.py to alternate with")
+    ap.add_argument("--baseline", help="an older kb_text.py, or a git revision, to alternate with")
     ap.add_argument("--rounds", type=int, default=1, help="passes over the 60 queries")
     ap.add_argument("--explain", action="store_true")
     ap.add_argument("--out", help="results name: bench/results/<name>.json")
