@@ -121,12 +121,14 @@ async def test_deeper_reads_completions_and_the_exhaustive_fallback_stay_exact(
     """A first read of 5 postings per lexeme (no list read whole) rarely proves a
     top-20: rounds read deeper, the partly seen candidates that may still enter are
     completed from the rest of their lists, and a cap of 20 sends the rest to the
-    exhaustive path — every answer the exhaustive top list, bit for bit."""
+    exhaustive path — every answer the exhaustive top list, bit for bit (here scored on
+    a worker thread, in the other tests on the event loop)."""
     _, storage = pg_kb
     index = storage.kb_index
     monkeypatch.setattr(kb_postings, "POSTINGS_MIN_DEPTH", 5)
     monkeypatch.setattr(kb_postings, "POSTINGS_DEPTH_FACTOR", 0)
     monkeypatch.setattr(kb_postings, "WHOLE_LIST_FACTOR", 0)
+    monkeypatch.setattr(kb_postings, "INLINE_POSTINGS", 0)  # every read scored on a worker thread
     by_cap: dict[int, dict[str, int]] = {}
     for cap in (80, 20):
         monkeypatch.setattr(kb_postings, "POSTINGS_MAX_DEPTH", cap)
