@@ -6,17 +6,19 @@ The bench's own query set runs as ``bench/corpus.py`` runs it (``KnowledgeBase.s
 top 10, text / hybrid / filtered text / filtered hybrid), every statement the storage
 room sends timed and labelled by what it is (postings read, exact re-score, exhaustive
 rank, match count, document frequencies, statistics, vectors, hydration). Per query:
-its latency and the CPU the server's processes spent on it (``psutil``, summed over
-the postmaster's children: steadier than wall time on a shared machine).
+its latency, the CPU the server's processes spent on it (``psutil``, summed over the
+postmaster's children: steadier than wall time on a shared machine) and the CPU this
+process spent (``time.process_time``: the search's own Python and numpy work, which
+runs here, not on the server).
 
-``--baseline FILE`` alternates, query by query, between today's ``TextRanker`` and the
-one in FILE (a copy of an older ``storage/postgres/kb_text.py``, e.g. ``git show
-main~1:storage/postgres/kb_text.py > /tmp/kb_text_main.py``) on the same database, so
-both sides see the same load; ``--explain`` prints ``EXPLAIN (ANALYZE, BUFFERS)`` of the
+``--baseline REV`` alternates, query by query, between today's ``TextRanker`` and the
+one of git revision REV (its ``storage/postgres/kb_text.py`` and ``kb_postings.py``;
+or ``--baseline FILE``, a copy of an older single-file ``kb_text.py``) on the same
+database, so both sides see the same load; ``--explain`` prints ``EXPLAIN (ANALYZE, BUFFERS)`` of the
 slowest statement of each label.
 
 Run from the repository root:
-  .venv/bin/python bench/pg_text_profile.py --pg-url URL --workdir DIR [--baseline FILE] [--rounds N]
+  .venv/bin/python bench/pg_text_profile.py --pg-url URL --workdir DIR [--baseline REV|FILE] [--rounds N]
   [--out corpus_pg_text_<name>]
 """
 
@@ -24,10 +26,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import os
+import subprocess
 import sys
 import time
+import types
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -74,12 +77,45 @@ def label(sql: str) -> str:
     return "other"
 
 
-def load_ranker(path: Path) -> type:
-    spec = importlib.util.spec_from_file_location("kb_text_baseline", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.TextRanker  # type: ignore[no-any-return]
+def load_ranker(baseline: str) -> type:
+    """The ``TextRanker`` of ``baseline``: a file (an older ``kb_text.py`` that holds the
+    whole text side, as before the postings read had its own module) or a git revision
+    (its ``kb_text.py``, with its ``kb_postings.py`` when it has one: loaded under the
+    real name while its ``kb_text`` is, so the baseline does not run today's)."""
+    path = Path(baseline)
+    if path.is_file():
+        return _load("kb_text_baseline", path.read_text()).TextRanker  # type: ignore[no-any-return]
+
+    def show(name: str) -> str | None:
+        found = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{baseline}:storage/postgres/{name}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return found.stdout if found.returncode == 0 else None
+
+    text = show("kb_text.py")
+    if text is None:
+        raise SystemExit(f"--baseline {baseline}: neither a file nor a revision with storage/postgres/kb_text.py")
+    postings = show("kb_postings.py")
+    real = "storage.postgres.kb_postings"
+    today = sys.modules.get(real)
+    try:
+        if postings is not None:
+            sys.modules[real] = _load("kb_postings_baseline", postings)
+        return _load("kb_text_baseline", text).TextRanker  # type: ignore[no-any-return]
+    finally:
+        if today is not None:
+            sys.modules[real] = today
+
+
+def _load(name: str, source: str) -> Any:
+    """``source`` run as module ``name`` (registered: dataclasses look their module up)."""
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+    return module
 
 
 class ServerCpu:
@@ -89,10 +125,14 @@ class ServerCpu:
         import psutil
         import psycopg
 
+        # The backend's parent is looked up while the backend lives: once the connection
+        # closes, its process is gone.
         with psycopg.connect(url) as conn:
             row = conn.execute("SELECT pg_backend_pid()").fetchone()
-        assert row is not None
-        self.root = psutil.Process(int(row[0])).parent()
+            assert row is not None
+            root = psutil.Process(int(row[0])).parent()
+        assert root is not None
+        self.root = root
 
     def seconds(self) -> float:
         import psutil
@@ -111,7 +151,7 @@ async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pg-url", required=True)
     ap.add_argument("--workdir", type=Path, required=True, help="bench/corpus.py's --workdir (queries.npy)")
-    ap.add_argument("--baseline", type=Path, help="an older kb_text.py to alternate with")
+    ap.add_argument("--baseline", help="an older kb_text.py, or a git revision, to alternate with")
     ap.add_argument("--rounds", type=int, default=1, help="passes over the 60 queries")
     ap.add_argument("--explain", action="store_true")
     ap.add_argument("--out", help="results name: bench/results/<name>.json")
@@ -152,7 +192,8 @@ async def main() -> int:
 
     queries = query_set()
     results: dict[str, dict[str, Any]] = {
-        side: {k: {"ms": [], "server_cpu_ms": [], "statements": {}} for k in KINDS} for side in sides
+        side: {k: {"ms": [], "server_cpu_ms": [], "client_cpu_ms": [], "statements": {}} for k in KINDS}
+        for side in sides
     }
     slowest: dict[tuple[str, str], tuple[float, str, Any]] = {}
 
@@ -161,14 +202,16 @@ async def main() -> int:
         index._text = sides[side]
         kw: dict[str, Any] = {"filters": q["kb_filter"]} if spec.get("filtered") else {}
         current.append([])
-        c0, t0 = cpu.seconds(), time.perf_counter()
+        c0, p0, t0 = cpu.seconds(), time.process_time(), time.perf_counter()
         await kb.search(q["text"], bucket=q["bucket"], top_k=10, context_chars=400, mode=spec["mode"], **kw)
         ms = (time.perf_counter() - t0) * 1000
+        client = (time.process_time() - p0) * 1000
         server = (cpu.seconds() - c0) * 1000
         stmts = current.pop()
         out = results[side][kind]
         out["ms"].append(ms)
         out["server_cpu_ms"].append(server)
+        out["client_cpu_ms"].append(client)
         per: dict[str, float] = {}
         for name, took, sql, params in stmts:
             per[name] = per.get(name, 0.0) + took
@@ -185,7 +228,7 @@ async def main() -> int:
                 await one(side, kind, q)
     for side in sides:
         for kind in KINDS:
-            results[side][kind] = {"ms": [], "server_cpu_ms": [], "statements": {}}
+            results[side][kind] = {"ms": [], "server_cpu_ms": [], "client_cpu_ms": [], "statements": {}}
     slowest.clear()
 
     names = list(sides)
@@ -204,13 +247,15 @@ async def main() -> int:
             report[side][kind] = {
                 "latency_ms": summary(out["ms"]),
                 "server_cpu_ms": summary(out["server_cpu_ms"]),
+                "client_cpu_ms": summary(out["client_cpu_ms"]),
                 "statement_ms": {n: summary(v) for n, v in sorted(out["statements"].items())},
             }
             lat = report[side][kind]["latency_ms"]
             cpu_s = report[side][kind]["server_cpu_ms"]
+            cpu_c = report[side][kind]["client_cpu_ms"]
             print(
-                f"{side:9s} {kind:16s} p50 {lat['p50']:7.1f} p95 {lat['p95']:7.1f} ms | server cpu p50 "
-                f"{cpu_s['p50']:6.1f} p95 {cpu_s['p95']:6.1f} ms",
+                f"{side:9s} {kind:16s} p50 {lat['p50']:7.1f} p95 {lat['p95']:7.1f} ms | server cpu mean "
+                f"{cpu_s['mean']:6.1f} p95 {cpu_s['p95']:6.1f} ms | this process's cpu mean {cpu_c['mean']:6.1f} ms",
                 flush=True,
             )
             for n, s in report[side][kind]["statement_ms"].items():

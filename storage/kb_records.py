@@ -261,10 +261,19 @@ class KBTextTuning:
 @dataclass(frozen=True, slots=True)
 class KBRanked:
     """A ranked candidate list: chunk ids best first, higher-is-better scores, and how
-    many chunks matched in all."""
+    many chunks matched in all (``total``; see there when it is exact)."""
 
     ids: list[int] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
+    #: How many chunks in scope match: exact when every match was counted, else an
+    #: estimate. SQLite: exact but for a bucket answered from a probe that did not see
+    #: every match (scaled from the rows looked at). PostgreSQL's postings read: exact when
+    #: every lexeme's list was read to its end, else scaled (the commonest lexeme's chunks
+    #: times the share of the postings read that were in the bucket). PostgreSQL's
+    #: MaxScore rank on the chunk rows: exact when the pass it answers from matched on
+    #: every query lexeme, an estimate when it left the commonest out (the ranked lexemes' count
+    #: scaled by how much likelier a chunk is to hold any lexeme, and at least one more
+    #: than the rows returned).
     total: int = 0
 
 

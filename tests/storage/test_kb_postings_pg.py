@@ -17,7 +17,7 @@ from bench.corpus_quality import QUERIES, stdlib_documents
 from knowledge.kb import KnowledgeBase
 from knowledge.textnorm import content_terms
 from storage.kb_records import KBRanked, KBScope, KBTextTuning
-from storage.postgres import kb_text
+from storage.postgres import kb_postings, kb_text
 from tests.support.postgres import TestPostgres
 
 pytestmark = pytest.mark.postgres
@@ -55,7 +55,43 @@ async def _exhaustive(index: Any, terms: list[str], bucket: str | None) -> KBRan
 
 def _same(fast: KBRanked, slow: KBRanked) -> None:
     assert fast.ids == slow.ids
-    assert fast.scores == pytest.approx(slow.scores, rel=1e-9)
+    # Bit for bit: the postings are scored in ``_RANK``'s own arithmetic and order.
+    assert fast.scores == slow.scores
+
+
+def _watch(index: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts of what the text searches ran: answers from the postings (and ``None``s),
+    reads of the postings, completions of partly seen candidates, and exhaustive ranks
+    on the chunk rows."""
+    seen = {"answers": 0, "fallbacks": 0, "reads": 0, "completions": 0, "completed_ids": 0, "row_ranks": 0}
+    original = kb_text.TextRanker._from_postings
+
+    async def counted(self: Any, *args: Any, **kwargs: Any) -> KBRanked | None:
+        found = await original(self, *args, **kwargs)
+        seen["answers" if found is not None else "fallbacks"] += 1
+        return found
+
+    monkeypatch.setattr(kb_text.TextRanker, "_from_postings", counted)
+    fetchall = index._db.fetchall
+
+    async def watched(sql: str, params: Any = ()) -> Any:
+        if sql == kb_postings._READ:
+            seen["reads"] += 1
+        elif "ts_delete" in sql:  # ``kb_text._RANK``: chunk rows scored
+            seen["row_ranks"] += 1
+        return await fetchall(sql, params)
+
+    monkeypatch.setattr(index._db, "fetchall", watched)
+    unprepared = kb_postings._fetch_unprepared
+
+    async def completing(db: Any, sql: str, params: Any) -> Any:
+        assert sql == kb_postings._COMPLETE
+        seen["completions"] += 1
+        seen["completed_ids"] += len(params["ids"])
+        return await unprepared(db, sql, params)
+
+    monkeypatch.setattr(kb_postings, "_fetch_unprepared", completing)
+    return seen
 
 
 async def test_postings_give_the_exhaustive_top_lists_on_the_labelled_sets(
@@ -63,59 +99,66 @@ async def test_postings_give_the_exhaustive_top_lists_on_the_labelled_sets(
 ) -> None:
     _, storage = pg_kb
     index = storage.kb_index
-    reads: list[int] = []
-    original = kb_text.TextRanker._from_postings
-
-    async def counted(self: Any, *args: Any, **kwargs: Any) -> KBRanked | None:
-        found = await original(self, *args, **kwargs)
-        reads.append(found is not None)
-        return found
-
-    monkeypatch.setattr(kb_text.TextRanker, "_from_postings", counted)
-    rows_read: list[int] = []  # per answer from the postings: chunk rows scored
-    fetchall = index._db.fetchall
-
-    async def watched(sql: str, params: Any = ()) -> Any:
-        if sql == kb_text._RANK_IDS:
-            rows_read[-1] += len(params["ids"])
-        return await fetchall(sql, params)
-
-    monkeypatch.setattr(index._db, "fetchall", watched)
     queries = _queries()
     assert len(queries) >= 30
+    answers: list[tuple[KBRanked, list[str], str | None]] = []
+    seen = _watch(index, monkeypatch)
     for query in queries:
         terms = content_terms(query)
         for bucket in ("pydocs", None):
-            rows_read.append(0)
-            fast = await index.text_candidates(terms, KBScope(bucket), LIMIT, TUNING)
-            _same(fast, await _exhaustive(index, terms, bucket))
-    assert sum(reads) == len(reads) == 2 * len(queries)  # every one answered from the postings
-    # Scored from the postings alone (migration 23), bit for bit as ``_RANK`` scores: most
-    # answers visit no chunk row; some score a few partly seen candidates on their rows.
-    assert sum(1 for r in rows_read if r == 0) > len(rows_read) / 2, rows_read
-    assert any(r > 0 for r in rows_read), rows_read
+            answers.append((await index.text_candidates(terms, KBScope(bucket), LIMIT, TUNING), terms, bucket))
+    # Every one answered from the postings (migration 23) alone: no chunk row scored.
+    assert seen["answers"] == 2 * len(queries) and seen["fallbacks"] == 0, seen
+    assert seen["row_ranks"] == 0, seen
+    monkeypatch.undo()
+    for fast, terms, bucket in answers:
+        _same(fast, await _exhaustive(index, terms, bucket))
 
 
-async def test_deeper_reads_and_the_exhaustive_fallback_stay_exact(
+async def test_deeper_reads_completions_and_the_exhaustive_fallback_stay_exact(
     pg_kb: tuple[KnowledgeBase, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A first read of 5 postings per lexeme (no list read whole) rarely proves a
+    top-20: rounds read deeper, the partly seen candidates that may still enter are
+    completed from the rest of their lists, and a cap of 20 sends the rest to the
+    exhaustive path — every answer the exhaustive top list, bit for bit (here scored on
+    a worker thread, in the other tests on the event loop)."""
     _, storage = pg_kb
     index = storage.kb_index
-    # A first read of 5 postings per lexeme rarely proves a top-20: rounds read deeper,
-    # and a cap of 20 sends the rest to the exhaustive path.
-    monkeypatch.setattr(kb_text, "POSTINGS_MIN_DEPTH", 5)
-    monkeypatch.setattr(kb_text, "POSTINGS_DEPTH_FACTOR", 0)
+    monkeypatch.setattr(kb_postings, "POSTINGS_MIN_DEPTH", 5)
+    monkeypatch.setattr(kb_postings, "POSTINGS_DEPTH_FACTOR", 0)
+    monkeypatch.setattr(kb_postings, "WHOLE_LIST_FACTOR", 0)
+    monkeypatch.setattr(kb_postings, "INLINE_POSTINGS", 0)  # every read scored on a worker thread
+    by_cap: dict[int, dict[str, int]] = {}
     for cap in (80, 20):
-        monkeypatch.setattr(kb_text, "POSTINGS_MAX_DEPTH", cap)
+        monkeypatch.setattr(kb_postings, "POSTINGS_MAX_DEPTH", cap)
+        seen = _watch(index, monkeypatch)
+        answers = []
         for query in _queries()[:12]:
             terms = content_terms(query)
-            fast = await index.text_candidates(terms, KBScope("pydocs"), 20, TUNING)
-            slow = await index.text_candidates(terms, KBScope(doc_ids=await _doc_ids(index, "pydocs")), 20, TUNING)
+            for bucket in ("pydocs", None):
+                answers.append((await index.text_candidates(terms, KBScope(bucket), 20, TUNING), terms, bucket))
+        by_cap[cap] = dict(seen)
+        monkeypatch.setattr(kb_text.TextRanker, "_from_postings", _ORIGINAL_FROM_POSTINGS)
+        monkeypatch.setattr(kb_postings, "_fetch_unprepared", _ORIGINAL_UNPREPARED)
+        for fast, terms, bucket in answers:
+            slow = await index.text_candidates(terms, KBScope(doc_ids=await _doc_ids(index, bucket)), 20, TUNING)
             _same(fast, slow)
+    # The paths this test is about were all taken: more reads than answers (deeper
+    # rounds), completions of partly seen candidates, and fallbacks once capped at 20.
+    deep = by_cap[80]
+    assert deep["reads"] > deep["answers"] + deep["fallbacks"], by_cap
+    assert deep["completions"] > 0 and deep["completed_ids"] > 0, by_cap
+    assert by_cap[20]["fallbacks"] > 0, by_cap
 
 
-async def _doc_ids(index: Any, bucket: str) -> list[str]:
-    return [r[0] for r in await index._db.fetchall("SELECT id FROM kb_documents WHERE bucket = %s", (bucket,))]
+_ORIGINAL_FROM_POSTINGS = kb_text.TextRanker._from_postings
+_ORIGINAL_UNPREPARED = kb_postings._fetch_unprepared
+
+
+async def _doc_ids(index: Any, bucket: str | None) -> list[str]:
+    sql = "SELECT id FROM kb_documents" + (" WHERE bucket = %s" if bucket else "")
+    return [r[0] for r in await index._db.fetchall(sql, (bucket,) if bucket else None)]
 
 
 async def _postings_match_the_chunks(index: Any) -> None:
