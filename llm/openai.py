@@ -122,13 +122,22 @@ class _Call:
 async def sse_chunks(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
     """The JSON objects of a streamed chat answer's ``data:`` fields (an event's data
     lines joined), each decoded once, up to ``data: [DONE]``; comments and other fields
-    skipped, as the SDK's own reader does. ``ValueError`` for data that is not JSON."""
+    skipped, as the SDK's own reader does. Lines end with LF, CRLF or a lone CR (a CR
+    that ends a network chunk waits for the next: it may be a CRLF's). An event the body
+    ends inside (no blank line after it) is not dispatched, as the spec and the SDK say:
+    a body cut mid-event is a stream that ended early. ``ValueError`` for data that is
+    not JSON."""
     pending = b""
     data: list[bytes] = []
     async for chunk in response.aiter_bytes():
-        *lines, pending = (pending + chunk).split(b"\n") if pending else chunk.split(b"\n")
+        buffer = pending + chunk if pending else chunk
+        held = b""
+        if b"\r" in buffer:
+            if buffer.endswith(b"\r"):
+                buffer, held = buffer[:-1], b"\r"
+            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        *lines, pending = buffer.split(b"\n")
         for line in lines:
-            line = line.rstrip(b"\r")
             if line.startswith(b"data:"):
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
             elif not line and data:
@@ -139,13 +148,7 @@ async def sse_chunks(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
                 decoded = orjson.loads(payload)
                 if isinstance(decoded, dict):
                     yield decoded
-    tail = pending.rstrip(b"\r")
-    if tail.startswith(b"data:"):
-        data.append(tail[6:] if tail[5:6] == b" " else tail[5:])
-    if data and not (payload := b"\n".join(data)).startswith(b"[DONE]"):
-        decoded = orjson.loads(payload)
-        if isinstance(decoded, dict):
-            yield decoded
+        pending += held
 
 
 def _text(value: Any) -> str:

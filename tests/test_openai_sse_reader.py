@@ -54,8 +54,34 @@ async def test_every_cut_of_the_bytes_reads_the_same_chunks(size: int) -> None:
     assert await read(pieces) == EXPECTED
 
 
-async def test_a_last_event_without_its_blank_line_is_read() -> None:
-    assert await read([b'data: {"a": 1}\n\ndata: {"b": 2}']) == [{"a": 1}, {"b": 2}]
+async def test_an_event_the_body_ends_inside_is_not_dispatched() -> None:
+    """The spec's rule, and the SDK's reader's: an event without its blank line is
+    incomplete. A body cut mid-event is a stream that ended early, not bad JSON."""
+    assert await read([b'data: {"a": 1}\n\ndata: {"b": 2}']) == [{"a": 1}]
+    assert await read([b'data: {"a": 1}\n\ndata: {"b": 2}\n']) == [{"a": 1}]
+    assert await read([b'data: {"a": 1}\n\ndata: {"choices": [{"del']) == [{"a": 1}]
+
+
+#: Lines ended by a lone CR (the spec allows CRLF, LF or CR), a multi-line data field
+#: among them; and the same with CRLF, whose CR and LF a network chunk may part.
+CR_WIRE = (
+    b": comment\r"
+    b'data: {"choices": [{"delta":\r'
+    b'data: {"content": "Hel"}}]}\r'
+    b"\r"
+    b'data: {"choices": [{"delta": {"content": "lo"}}]}\r'
+    b"\r"
+    b"data: [DONE]\r"
+    b"\r"
+)
+CR_EXPECTED = [{"choices": [{"delta": {"content": "Hel"}}]}, {"choices": [{"delta": {"content": "lo"}}]}]
+
+
+@pytest.mark.parametrize("wire", [CR_WIRE, CR_WIRE.replace(b"\r", b"\r\n")], ids=["cr", "crlf"])
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 64, len(CR_WIRE) * 2])
+async def test_lines_ended_by_cr_alone_or_crlf_cut_anywhere(wire: bytes, size: int) -> None:
+    pieces = [wire[i : i + size] for i in range(0, len(wire), size)]
+    assert await read(pieces) == CR_EXPECTED
 
 
 async def test_data_that_is_not_json_is_a_value_error() -> None:
