@@ -23,8 +23,8 @@ def ev(seq: int, name: str = "content_chunk") -> RunEvent:
 
 async def test_create_claims_the_conversation_and_lists_unfinished_runs(store_engine: Any) -> None:
     runs = store_engine.runs
-    assert await runs.create(new_run("r1")) == []
-    assert await runs.create(new_run("r2")) == ["r1"]
+    assert (await runs.create(new_run("r1"))).others == []
+    assert (await runs.create(new_run("r2"))).others == ["r1"]
     assert await store_engine.conversations.exists("c", "alice")
     assert not await store_engine.conversations.exists("c", "bob")
     with pytest.raises(ConversationBusy):
@@ -40,9 +40,9 @@ async def test_conversation_ids_are_per_user_for_runs_and_their_order(store_engi
     runs are "earlier" in it, ``reject`` does not see them, ``interrupt`` does not
     cancel them, and each step's messages land in the right user's conversation."""
     runs = store_engine.runs
-    assert await runs.create(new_run("a1")) == []
-    assert await runs.create(new_run("b1", user="bob", multitask="reject")) == []
-    assert await runs.create(new_run("b2", user="bob", multitask="interrupt")) == ["b1"]
+    assert (await runs.create(new_run("a1"))).others == []
+    assert (await runs.create(new_run("b1", user="bob", multitask="reject"))).others == []
+    assert (await runs.create(new_run("b2", user="bob", multitask="interrupt"))).others == ["b1"]
     assert await runs.cancel_requests(["a1", "b1"]) == {"b1"}
     await runs.commit(RunWrite("a1", "c", "alice", messages=[Message("user", "alice's")]))
     await runs.commit(RunWrite("b2", "c", "bob", messages=[Message("user", "bob's")]))
@@ -143,16 +143,16 @@ async def test_an_idempotency_key_names_one_run_per_user(store_engine: Any) -> N
     def keyed(run_id: str, key: str | None, conv: str = "c", user: str = "alice", multitask: Any = "enqueue") -> NewRun:
         return NewRun(run_id, conv, user, "knowledge", orjson.dumps({"message": "hi"}), multitask, key)
 
-    assert await runs.create(keyed("r1", "k-1")) == []
-    assert await runs.create(keyed("r2", None)) == ["r1"]  # runs without a key never collide
-    assert await runs.create(keyed("r3", None)) == ["r1", "r2"]
+    assert (await runs.create(keyed("r1", "k-1"))).others == []
+    assert (await runs.create(keyed("r2", None))).others == ["r1"]  # runs without a key never collide
+    assert (await runs.create(keyed("r3", None))).others == ["r1", "r2"]
     # The key is checked before the conversation's policy: a retry is never "busy".
     with pytest.raises(IdempotencyKeyUsed) as taken:
         await runs.create(keyed("r4", "k-1", conv="other", multitask="reject"))
     assert taken.value.run_id == "r1"
     assert await runs.get("r4") is None and not await store_engine.conversations.exists("other", "alice")
     # Keys are per user.
-    assert await runs.create(keyed("r5", "k-1", conv="bobs", user="bob")) == []
+    assert (await runs.create(keyed("r5", "k-1", conv="bobs", user="bob"))).others == []
     found = await runs.find_by_idempotency_key("alice", "k-1")
     assert found is not None and (found.id, found.user_id, found.conversation_id) == ("r1", "alice", "c")
     bobs = await runs.find_by_idempotency_key("bob", "k-1")

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 
 from storage.errors import ConversationBusy, TooManyRuns
-from storage.records import UNFINISHED, NewRun
+from storage.records import UNFINISHED, Admitted, NewRun
 from tests.support.storage import opened_storage
 
 CAP = 8
@@ -38,12 +38,12 @@ async def test_a_burst_of_admissions_is_few_transactions_and_the_cap_holds(tmp_p
         attempts = [new_run(f"a{i}") for i in range(50)] + [new_run(f"b{i}", user="bob") for i in range(3)]
         outcomes = await asyncio.gather(*(storage.runs.create(r) for r in attempts), return_exceptions=True)
         alice = outcomes[:50]
-        assert sum(1 for o in alice if isinstance(o, list)) == CAP
-        assert all(isinstance(o, TooManyRuns) for o in alice if not isinstance(o, list))
-        assert all(isinstance(o, list) for o in outcomes[50:])  # bob has his own cap
+        assert sum(1 for o in alice if isinstance(o, Admitted)) == CAP
+        assert all(isinstance(o, TooManyRuns) for o in alice if not isinstance(o, Admitted))
+        assert all(isinstance(o, Admitted) for o in outcomes[50:])  # bob has his own cap
         assert sql.plan_groups - groups0 < len(attempts)  # shared transactions
         stored = [await storage.runs.get(r.id) for r in attempts]
-        admitted = {r.id for r, o in zip(attempts, outcomes, strict=True) if isinstance(o, list)}
+        admitted = {r.id for r, o in zip(attempts, outcomes, strict=True) if isinstance(o, Admitted)}
         # Exactly the admitted runs are stored: a refused plan left nothing behind.
         assert {s.id for s in stored if s is not None} == admitted
         assert all(s.status in UNFINISHED for s in stored if s is not None)
@@ -58,7 +58,8 @@ async def test_a_refused_plan_in_a_group_undoes_only_itself(tmp_path: Path) -> N
             storage.runs.create(new_run("after", conv="busy", cap=None)),  # enqueued behind "first"
             return_exceptions=True,
         )
-        assert outcomes[0] == [] and isinstance(outcomes[1], ConversationBusy) and outcomes[2] == ["first"]
+        assert outcomes[0] == Admitted([]) and isinstance(outcomes[1], ConversationBusy)
+        assert outcomes[2] == Admitted(["first"])
         assert await storage.runs.get("rejected") is None
         assert await storage.runs.get("before") is not None and await storage.runs.get("after") is not None
 
@@ -69,7 +70,7 @@ async def test_a_caller_cancelled_before_its_group_stores_nothing(tmp_path: Path
         dropped = asyncio.ensure_future(storage.runs.create(new_run("dropped", cap=None)))
         await asyncio.sleep(0)  # both plans asked for; the group has not started
         dropped.cancel()
-        assert await kept == []
+        assert await kept == Admitted([])
         await asyncio.gather(dropped, return_exceptions=True)
         assert dropped.cancelled()
         assert await storage.runs.get("kept") is not None and await storage.runs.get("dropped") is None

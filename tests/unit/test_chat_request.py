@@ -18,7 +18,8 @@ def test_the_literal_types_are_the_settings_tuples() -> None:
     assert get_args(ContextType) == CONTEXT_TYPES
     assert set(chat_request_schema(100)["properties"]["multitask"]["enum"]) == set(MULTITASK_POLICIES)
     assert chat_request_schema(100)["properties"]["message"]["maxLength"] == 100
-    assert list(ChatRequest.__struct_fields__) == ["message", "context_type", "context", "conversation_id", "multitask"]
+    fields = ["message", "context_type", "context", "conversation_id", "multitask", "title"]
+    assert list(ChatRequest.__struct_fields__) == fields
 
 
 @pytest.mark.parametrize(
