@@ -125,12 +125,16 @@ async def test_a_conjunction_of_typed_fields_is_answered_from_one_covering_index
         await _write(kb, metas)
         for name in FIELDS:
             others = [f for f in FIELDS if f != name]
-            assert await _index_columns(kb, f"meta_invoices__{name}") == [name, *others, "doc_id"]
+            assert await _index_columns(kb, f"meta_invoices__{name}") == [name, "doc_id", *others]
         for filters in ({"year": 2021, "amount": {">": 1000}}, {"vendor": "acme", "due": {"<": "2023-06-01"}}):
             plan = await _plan(kb, filters)
             assert "USING COVERING INDEX meta_invoices__" in plan, plan
         indexed, scanned = await _indexed_and_scanned(kb, {"year": 2021, "amount": {">": 1000}})
         assert indexed == scanned == _expected(metas, 2021, 1000) and indexed
+        # An equality's documents come out in id order (``doc_id`` is the index's second
+        # column): the chunks are looked up by document next, in the order given.
+        in_order = await kb.scoped_doc_ids(_scope({"year": 2021, "amount": {">": 1000}}))
+        assert in_order == sorted(in_order)
         await _check_all(kb)
 
 
@@ -169,11 +173,11 @@ async def test_a_field_added_to_a_bucket_joins_every_index(tmp_path: Path) -> No
         kb = storage.kb_index
         await kb.create_bucket("invoices", first, typed_row=typed_values)
         await kb.write_documents("invoices", first, [_document(i, m, first) for i, m in metas.items()])
-        assert await _index_columns(kb, "meta_invoices__year") == ["year", "amount", "doc_id"]
+        assert await _index_columns(kb, "meta_invoices__year") == ["year", "doc_id", "amount"]
         merged = await kb.create_bucket("invoices", {"vendor": "TEXT"}, typed_row=typed_values)
         assert list(merged) == ["amount", "year", "vendor"]
-        assert await _index_columns(kb, "meta_invoices__year") == ["year", "amount", "vendor", "doc_id"]
-        assert await _index_columns(kb, "meta_invoices__vendor") == ["vendor", "amount", "year", "doc_id"]
+        assert await _index_columns(kb, "meta_invoices__year") == ["year", "doc_id", "amount", "vendor"]
+        assert await _index_columns(kb, "meta_invoices__vendor") == ["vendor", "doc_id", "amount", "year"]
         filters = {"vendor": "acme", "year": {">": 2020}}
         plan = await _plan(kb, filters, merged)
         assert "USING COVERING INDEX meta_invoices__" in plan, plan
@@ -190,7 +194,7 @@ async def test_a_field_added_to_a_bucket_joins_every_index(tmp_path: Path) -> No
 def test_a_bucket_with_many_fields_covers_a_bounded_number_per_index() -> None:
     fields = {f"f{i}": "INTEGER" for i in range(12)}
     cols = kb_buckets.index_columns(fields, "f5")
-    assert cols[0] == "f5" and cols[-1] == "doc_id"
+    assert cols[:2] == ["f5", "doc_id"]
     assert len(cols) == kb_buckets.MAX_INDEX_FIELDS + 1
     assert "f5" not in cols[1:]
 
@@ -220,7 +224,7 @@ async def test_migration_24_rebuilds_the_indexes_of_a_file_with_documents(tmp_pa
         assert versions == [24]
         for name in FIELDS:
             others = [f for f in FIELDS if f != name]
-            assert await _index_columns(kb, f"meta_invoices__{name}") == [name, *others, "doc_id"]
+            assert await _index_columns(kb, f"meta_invoices__{name}") == [name, "doc_id", *others]
         plan = await _plan(kb, {"year": 2021, "amount": {">": 1000}})
         assert "USING COVERING INDEX meta_invoices__" in plan, plan
         indexed, _ = await _indexed_and_scanned(kb, {"year": 2022, "amount": {">": 600}})
