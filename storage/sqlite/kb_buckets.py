@@ -43,7 +43,8 @@ SQL_TYPES = {
     "BOOLEAN": "INTEGER",
 }
 
-#: Typed fields in one field's index (its own first, then the others as declared).
+#: Typed fields in one field's index (its own first, then the others as declared;
+#: ``doc_id`` second is not counted).
 MAX_INDEX_FIELDS = 8
 
 
