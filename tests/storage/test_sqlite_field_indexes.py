@@ -230,3 +230,17 @@ async def test_migration_24_rebuilds_the_indexes_of_a_file_with_documents(tmp_pa
         indexed, _ = await _indexed_and_scanned(kb, {"year": 2022, "amount": {">": 600}})
         assert indexed == _expected(metas, 2022, 600) and indexed
         await _check_all(kb)
+
+
+async def test_a_field_added_to_a_bucket_gets_its_index_on_either_engine(store_engine: Any) -> None:
+    """The index of an added field now comes from ``index_statements`` (after the rows
+    are rewritten), on PostgreSQL as on SQLite."""
+    kb = store_engine.kb_index
+    await kb.create_bucket("crm", {"region": "TEXT"}, typed_row=typed_values)
+    await kb.create_bucket("crm", {"size": "INTEGER"}, typed_row=typed_values)
+    if isinstance(kb, SqliteKBIndex):
+        sql = "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'meta_crm' AND sql IS NOT NULL"
+    else:
+        sql = "SELECT indexname FROM pg_indexes WHERE tablename = 'meta_crm' AND indexname <> 'meta_crm_pkey'"
+    names = {r[0] for r in await kb._db.fetchall(sql)}
+    assert names == {"meta_crm__region", "meta_crm__size"}
