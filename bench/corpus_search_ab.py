@@ -12,7 +12,9 @@ figures and the identical-lists check are the comparable ones.
 
 The KB file: ``bench/corpus.py --chunks 100000 --skip-postgres --skip-chroma --workdir
 DIR`` leaves ``DIR/kb.sqlite3``; copy it once per tree if the trees' migrations differ
-(a child opens it with its own migrations).
+(a child opens it with its own migrations) and give ``--kb`` once per tree, in the
+trees' order: an index that a newer tree's migration adds would otherwise serve the
+older tree's statements too.
 
 Run:  .venv/bin/python bench/corpus_search_ab.py --kb DIR/kb.sqlite3 /work/wt-before .
 Writes bench/results/corpus_sqlite_search_ab.json (``--out`` for another name).
@@ -93,7 +95,13 @@ def child(tree: Path, kb_path: Path, repeats: int, modes: list[str]) -> dict[str
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trees", nargs="+", type=Path, help="source trees, e.g. a worktree of the old commit and '.'")
-    ap.add_argument("--kb", type=Path, required=True, help="a KB file built by bench/corpus.py (its --workdir)")
+    ap.add_argument(
+        "--kb",
+        type=Path,
+        action="append",
+        required=True,
+        help="a KB file built by bench/corpus.py (its --workdir); once for all trees, or once per tree in order",
+    )
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=1, help="passes over the 60 queries per run")
     ap.add_argument("--modes", default=",".join(m[0] for m in MODES))
@@ -102,12 +110,15 @@ def main() -> int:
     args = ap.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if args.child:
-        print(orjson.dumps(child(args.trees[0].resolve(), args.kb, args.repeats, modes)).decode())
+        print(orjson.dumps(child(args.trees[0].resolve(), args.kb[0], args.repeats, modes)).decode())
         return 0
+    if len(args.kb) not in (1, len(args.trees)):
+        ap.error("give --kb once, or once per tree")
     sys.path.insert(0, str(ROOT))
     from bench._common import write_results
 
     trees = [t.resolve() for t in args.trees]
+    kb_of = dict(zip(trees, args.kb * len(trees) if len(args.kb) == 1 else args.kb, strict=True))
     runs: list[dict[str, Any]] = []
     first_lists: dict[str, Any] | None = None
     for r in range(args.rounds):
@@ -118,7 +129,7 @@ def main() -> int:
                 str(tree),
                 "--child",
                 "--kb",
-                str(args.kb),
+                str(kb_of[tree]),
                 "--repeats",
                 str(args.repeats),
                 "--modes",
@@ -141,7 +152,7 @@ def main() -> int:
     path = write_results(
         args.out,
         {
-            "kb": str(args.kb),
+            "kb": [str(kb_of[t]) for t in trees],
             "queries_per_mode": 60 * args.repeats,
             "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", "(default: one per core)"),
             "runs": runs,

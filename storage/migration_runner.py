@@ -67,6 +67,7 @@ STEP_NAMES: Mapping[int, str] = {
     21: "knowledge base: the stamp (size, modification time) of the file each document was read from",
     22: "runs: a lease epoch minted by each claim, checked by every leased step (fencing)",
     23: "knowledge base: each posting's term frequency and chunk length, for exact scores from the postings",
+    24: "knowledge base: each typed field's index covers its bucket's other fields (SQLite)",
 }
 
 
@@ -113,6 +114,11 @@ class MigrationRunner:
     async def apply(self, statement: str) -> None:
         await self.execute(statement)
 
+    async def code(self, step: Migration) -> None:
+        """A step's work that fixed SQL cannot say (the engine's own, after the step's
+        statements): e.g. a statement for each bucket's side table, whose names only
+        the database knows. Nothing by default."""
+
     async def check(self, step: Migration) -> None:
         """After a step's statements, before it is recorded: refuse a broken result."""
 
@@ -128,6 +134,7 @@ class MigrationRunner:
                 if not await self.applied(step):
                     for statement in step.statements:
                         await self.apply(statement)
+                    await self.code(step)
                     await self.check(step)
                     m = self.mark
                     await self.execute(

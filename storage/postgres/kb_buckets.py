@@ -38,16 +38,18 @@ def _index_name(bucket: str, name: str) -> str:
 
 
 def create_table_statements(bucket: str, fields: Mapping[str, str]) -> list[str]:
-    stmts = [create_table_sql(bucket, fields, SQL_TYPES)]
-    stmts += [index_statement(bucket, n, t) for n, t in fields.items()]
-    return stmts
+    return [create_table_sql(bucket, fields, SQL_TYPES), *index_statements(bucket, fields)]
 
 
 def add_column_statements(bucket: str, name: str, ftype: str) -> list[str]:
-    return [
-        f'ALTER TABLE {meta_table(bucket)} ADD COLUMN IF NOT EXISTS "{ident(name)}" {SQL_TYPES[ftype]}',
-        index_statement(bucket, name, ftype),
-    ]
+    """The new column only: its index comes from ``index_statements``."""
+    return [f'ALTER TABLE {meta_table(bucket)} ADD COLUMN IF NOT EXISTS "{ident(name)}" {SQL_TYPES[ftype]}']
+
+
+def index_statements(bucket: str, fields: Mapping[str, str]) -> list[str]:
+    """Every field's index, where missing: one column each (PostgreSQL combines the
+    indexes of a conjunction itself, a bitmap AND)."""
+    return [index_statement(bucket, n, t) for n, t in fields.items()]
 
 
 def index_statement(bucket: str, name: str, ftype: str) -> str:

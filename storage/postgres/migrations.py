@@ -638,6 +638,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         21: KB_FILE_STAMPS,
         22: RUN_LEASE_EPOCHS + _LEASE_EPOCH_CHECK,
         23: _KB_POSTINGS_EXACT,
+        24: (),  # SQLite's covering field indexes; PostgreSQL ANDs its one-field indexes (bitmaps)
     },
 )
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from types import MappingProxyType
 
 import aiosqlite
 
@@ -29,6 +30,7 @@ from storage.migration_runner import (
     MigrationRunner,
     numbered,
 )
+from storage.sqlite import kb_buckets
 
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
@@ -451,8 +453,14 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         21: KB_FILE_STAMPS,
         22: RUN_LEASE_EPOCHS,
         23: (),  # PostgreSQL's postings carry their term frequency and chunk length
+        24: (),  # code: kb_buckets.rebuild_field_indexes (one statement per bucket table)
     },
     rebuilds=frozenset({15, 16}),
+)
+
+#: Steps with work beyond their statements (``MigrationRunner.code``), by number.
+_CODE: Mapping[int, Callable[[aiosqlite.Connection], Awaitable[None]]] = MappingProxyType(
+    {24: kb_buckets.rebuild_field_indexes}
 )
 
 
@@ -496,6 +504,11 @@ class _SqliteRunner(MigrationRunner):
             if statement.lstrip().upper().startswith("ALTER TABLE") and "duplicate column" in str(exc):
                 return
             raise
+
+    async def code(self, step: Migration) -> None:
+        work = _CODE.get(step.version)
+        if work is not None:
+            await work(self._conn)
 
     async def check(self, step: Migration) -> None:
         if step.rebuilds:

@@ -96,6 +96,11 @@ class BucketTables(Protocol):
 
     def add_column_statements(self, bucket: str, name: str, ftype: str) -> list[str]: ...
 
+    def index_statements(self, bucket: str, fields: Mapping[str, str]) -> list[str]:
+        """The field indexes of the bucket's ``fields`` (all of them), after columns were
+        added: an engine whose indexes span several fields builds them again."""
+        ...
+
     def upsert_statement(self, bucket: str, fields: Mapping[str, str]) -> str: ...
 
     def select_fields_statement(self, bucket: str, fields: Mapping[str, str]) -> str: ...
@@ -203,6 +208,10 @@ class SqlKBIndex:
                 params = [(doc_id, *typed_row(merged, orjson.loads(meta))) for doc_id, meta in rows]
                 if params:
                     await tx.executemany(tables.upsert_statement(name, merged), params)
+                # Indexes last: built once from the rewritten rows, not kept up to date
+                # through every row's rewrite.
+                for stmt in tables.index_statements(name, merged):
+                    await tx.execute(stmt)
             return merged
 
         merged = await self._sql.transact(run)
