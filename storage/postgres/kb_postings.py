@@ -248,7 +248,10 @@ async def top_from_postings(
         total = candidates
     else:
         read, kept = sum(x.read for x in lists), sum(len(x.ids) for x in lists)
-        total = max(candidates, round(max(df.get(x, 0) for x in lexemes) * (kept / read if read else 0.0)))
+        # Unread postings remain: never as few as the rows returned, which would read as
+        # an exact count (``_match_count``'s and the SQLite engine's convention).
+        estimate = round(max(df.get(x, 0) for x in lexemes) * (kept / read if read else 0.0))
+        total = max(len(top) + 1, candidates, estimate)
     return KBRanked([c for c, _ in top], [v for _, v in top], total)
 
 
