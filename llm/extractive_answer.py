@@ -227,7 +227,7 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
         for b, block in enumerate(read.blocks):
             if block.kind == "heading" or block.kind == "code":
                 continue
-            context = title | _stems(read.headings[b])
+            context = (title | _stems(read.headings[b])) - question.split_names(read.headings[b])
             after_heading = (b > 0 and read.blocks[b - 1].kind == "heading") or b == continued or _after_form(read, b)
             if block.kind in ("list", "table") and question.enumeration:
                 # The whole block, for a question asking for several things: when its

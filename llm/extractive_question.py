@@ -102,6 +102,11 @@ _NAME = re.compile(
     r"`[^`]+`|(?<![\w/.])/[^\W_][\w./-]*|\b[^\W\d_]\w*_\w+"
     r"|(?<![\w-])--?[^\W\d_][\w-]*|\b[^\W\d_]+(?:-[^\W\d_]+)+\b"
 )
+#: An identifier written with underscores (``search_text``, ``tool_call_result``,
+#: ``AGENT_DB_PATH``): one name, not its words. Its parts are met only where a text writes
+#: it whole: "``knowledge_base_search`` searches … and returns … ``text``" says "search"
+#: and "text" but nothing of ``search_text``.
+_COMPOUND = re.compile(r"(?<!\w)[^\W_]+(?:_[^\W_]+)+(?!\w)")
 #: How much more a named word counts than another word of the question.
 NAME_WEIGHT = 2.0
 #: "How do I skip the questions when creating a package.json with npm init?": what a
@@ -120,8 +125,20 @@ _ACTION = re.compile(
 )
 
 
+#: Phrasal verbs that documentation writes as one verb: a reader asks how to "turn on
+#: two-factor authentication" where the page says "enable-2fa: Enables two-factor
+#: authentication", and a page says "turn off logs completely" of what a reader asks to
+#: "stop" (``SYNONYMS``: stop / disable). Both the question and the text read them as the
+#: one verb, so "turn on" meets "enable" and never "disable", which shares the rest.
+_ONE_VERB = re.compile(r"\b(?:turn(?:s|ed|ing)?|switch(?:es|ed|ing)?)\s+(?P<particle>on|off)\b")
+
+
+def _one_verb(match: re.Match[str]) -> str:
+    return "enable" if match.group("particle") == "on" else "disable"
+
+
 def _terms(text: str) -> list[str]:
-    folded = unicodedata.normalize("NFKC", text).casefold()
+    folded = _ONE_VERB.sub(_one_verb, unicodedata.normalize("NFKC", text).casefold())
     return [w for w in WORD.findall(folded) if w not in _STOP and len(w) > 1]
 
 
@@ -273,6 +290,9 @@ class Question:
     pairs: frozenset[tuple[str, str]] = frozenset()
     #: The stems of what a how-to asks to do (``_ACTION``), less its names.
     action: frozenset[str] = frozenset()
+    #: Each underscore identifier of the question (``_COMPOUND``), folded, as a pattern
+    #: finding it whole, with the stems only it gives the question (not also said apart).
+    compounds: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = ()
 
     @classmethod
     def of(cls, question: str) -> Question:
@@ -307,6 +327,12 @@ class Question:
         pairs = frozenset(itertools.pairwise(_stem(t) for t in _terms(question)))
         acts = _ACTION.match(question)
         action = stems(acts.group("action")) - names if acts is not None else frozenset()
+        folded = unicodedata.normalize("NFKC", question).casefold()
+        apart = stems(_COMPOUND.sub(" ", folded))
+        compounds = tuple(
+            (re.compile(rf"(?<!\w){re.escape(m.group(0))}(?!\w)"), stems(m.group(0)) - apart)
+            for m in _COMPOUND.finditer(folded)
+        )
         return cls(
             stems(question),
             joined,
@@ -321,6 +347,7 @@ class Question:
             names,
             pairs,
             action,
+            tuple(c for c in compounds if c[1]),
         )
 
     def terms(self, text: str) -> frozenset[str]:
@@ -332,7 +359,20 @@ class Question:
             words = WORD.findall(unicodedata.normalize("NFKC", text).casefold())
             met = {_stem(a) for a, b in itertools.pairwise(words) if self.phrasal.get(_stem(a)) == b}
             found = found - (self.phrasal.keys() - met)
+        found = found - self.split_names(text)
         return found | extra if extra else found
+
+    def split_names(self, text: str) -> frozenset[str]:
+        """The stems of the question's underscore identifiers that ``text`` says only
+        apart, not as the identifier (``_COMPOUND``): they are not the name there."""
+        if not self.compounds:
+            return frozenset()
+        folded = unicodedata.normalize("NFKC", text).casefold()
+        out: set[str] = set()
+        for whole, parts in self.compounds:
+            if whole.search(folded) is None:
+                out |= parts
+        return frozenset(out)
 
     def holds_wanted(self, text: str) -> bool:
         return self.wants is not None and self.wants.search(text) is not None

@@ -220,6 +220,13 @@ opening code block opens the section; a reader's verb meets the document's (remo
 delete …); the page-scoped read asks five chunks of the page, not three. round14 npm
 4/10 -> 8/10, every other set unchanged; held-out-style overall (held_out … round14)
 197/234 = 84 %.
+Round 15: a fifteenth set (``round15``, 10 + 10, committed before it was first asked):
+sample 9/10, npm 6/10 (75 %). After reading it: "turn on" / "switch on" reads as
+"enable" and "turn off" / "switch off" as "disable", in the question and the text alike
+(``npm profile enable-2fa`` over the ``disable-2fa`` item beside it); an identifier with
+underscores (``search_text``) is one name, its words met only where a text writes it
+whole. round15 npm 6/10 -> 7/10, every other set unchanged; held-out-style overall
+(held_out … round15) 213/254 = 84 %.
 The floors below are the figures reached, so any lost answer fails.
 """
 
@@ -265,6 +272,7 @@ FLOORS = {
     "round12": {"sample": 0.9, "npm": 0.6},  # 10/10 here, 9/10 in the bench; 6/10 (3/10 measured once, after round 12)
     "round13": {"sample": 0.9, "npm": 0.4},  # 9/10, 4/10: measured once, after round 13
     "round14": {"sample": 0.9, "npm": 0.8},  # 9/10, 8/10 (9/10, 4/10 when first measured, before round 14)
+    "round15": {"sample": 0.9, "npm": 0.7},  # 9/10, 7/10 (9/10, 6/10 when first measured, before round 15)
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",

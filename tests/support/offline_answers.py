@@ -31,7 +31,8 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: "round9" (10 + 10) was written after round 9's answerer changes and measured once;
 #: "round10" (10 + 10) likewise after round 10's; "round11" (10 + 10) after round 11's,
 #: read for round 12; "round12" (10 + 10) after round 12's; "round13" (10 + 10) after
-#: round 13's; "round14" (10 + 10) after round 13, measured before round 14's changes.
+#: round 13's; "round14" (10 + 10) after round 13, measured before round 14's changes;
+#: "round15" (10 + 10) after round 14, measured before round 15's changes.
 SETS = (
     "original",
     "held_out",
@@ -47,6 +48,7 @@ SETS = (
     "round12",
     "round13",
     "round14",
+    "round15",
 )
 
 
