@@ -223,6 +223,9 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         write_retry_s=settings.db_write_retry_s,
         max_connections=settings.db_max_connections,
         pool_timeout_s=settings.db_pool_timeout_s,
+        # A replica frozen inside a transaction past its leases must not keep the rows
+        # of the runs the others take over locked (PostgreSQL ends its session).
+        idle_in_transaction_s=settings.run_lease_s,
     )
     stack.push_async_callback(storage.close)
     # Several worker processes on one SQLite file (``agentchat serve --workers``) wake

@@ -29,11 +29,13 @@ async def open_storage(
     options: Any = None,
     max_connections: int | None = None,
     pool_timeout_s: float | None = None,
+    idle_in_transaction_s: float | None = None,
 ) -> SqliteStorage | PostgresStorage:
     """Open (and migrate) the storage at ``target``: a PostgreSQL URL or a SQLite path.
 
-    ``write_retry_s`` applies to either engine, ``max_connections`` and ``pool_timeout_s``
-    (the wait for a connection) to PostgreSQL's pool;
+    ``write_retry_s`` applies to either engine, ``max_connections``, ``pool_timeout_s``
+    (the wait for a connection) and ``idle_in_transaction_s`` (how long PostgreSQL lets a
+    transaction wait for a frozen client, holding its locks) to PostgreSQL's pool;
     ``options`` (``SqliteOptions`` or ``PostgresOptions``) replaces the defaults wholesale."""
     if is_postgres_url(target):
         try:
@@ -50,6 +52,9 @@ async def open_storage(
                 options = dataclasses.replace(options, max_connections=max_connections)
             if pool_timeout_s is not None:
                 options = dataclasses.replace(options, connect_timeout_s=pool_timeout_s)
+            if idle_in_transaction_s is not None:
+                idle_ms = max(1_000, round(idle_in_transaction_s * 1000))
+                options = dataclasses.replace(options, idle_in_transaction_timeout_ms=idle_ms)
         pg_opts = options
         return await open_postgres_storage(str(target).strip(), pg_opts)
     from storage.sqlite import SqliteOptions, open_sqlite_storage

@@ -73,6 +73,13 @@ class PostgresOptions:
     lock_timeout_ms: int = 5_000
     #: A statement running longer than this is cancelled (0 = no limit).
     statement_timeout_ms: int = 0
+    #: PostgreSQL ends a session whose transaction waits this long for its client (0 =
+    #: never). Our transactions send their statements back to back; one left waiting is
+    #: a replica frozen (SIGSTOP, a paused VM) or cut off mid-transaction, and its row
+    #: locks would hold off every other replica's take-over of its runs for as long as
+    #: it stays so — with lock_timeout, each claim fails and is tried again, for ever.
+    #: The service sets it to the run lease: by then such a replica has lost its runs.
+    idle_in_transaction_timeout_ms: int = 10_000
     #: How long to wait for a pooled connection before the attempt counts as failed.
     connect_timeout_s: float = 10.0
     application_name: str = "agentchat"
@@ -84,8 +91,10 @@ class PostgresOptions:
 def transient(exc: BaseException) -> bool:
     """Connection loss, lock and statement timeouts, deadlocks, serialization failures,
     a full disk, a pool with no free connection: may pass. Constraint and programming
-    errors never will. (In psycopg all of the first kind are ``OperationalError``.)"""
-    return isinstance(exc, psycopg.OperationalError)
+    errors never will. (In psycopg all of the first kind are ``OperationalError``, but
+    for the session PostgreSQL ended because its transaction waited too long for this
+    client — a frozen replica thawed: a new connection may go on, and meet its lease.)"""
+    return isinstance(exc, psycopg.OperationalError | psycopg.errors.IdleInTransactionSessionTimeout)
 
 
 def redact(url: str) -> str:
@@ -125,6 +134,8 @@ class PostgresDatabase(QueuedWrites):
         settings = [f"-c lock_timeout={int(opts.lock_timeout_ms)}"]
         if opts.statement_timeout_ms:
             settings.append(f"-c statement_timeout={int(opts.statement_timeout_ms)}")
+        if opts.idle_in_transaction_timeout_ms:
+            settings.append(f"-c idle_in_transaction_session_timeout={int(opts.idle_in_transaction_timeout_ms)}")
         return {
             "autocommit": True,
             "application_name": opts.application_name,
