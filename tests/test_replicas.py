@@ -177,7 +177,14 @@ async def _scenario(  # type: ignore[no-untyped-def]
             # A wakes up past its leases: it must abandon its runs without writing.
             logged = b.mark(), c.mark()
             a.send(signal.SIGCONT)
-            await until(lambda: bool(a.grep("abandoned here")), "A to notice it lost its runs", timeout=30)
+            # It drops them at its next lease renewal ("abandoned here"), or — when its first
+            # write after thawing fails instead (a lock of the new owner's outlasting its
+            # retry window) — its ending is refused to it: either way nothing is written.
+            noticed = ("abandoned here", "taken over by another replica; it ends there")
+            try:
+                await until(lambda: bool(a.grep(*noticed)), "A to notice it lost its runs", timeout=30)
+            except TimeoutError as exc:
+                raise AssertionError(f"{exc}; A's log ends:\n{a.tail(80)}") from None
             await asyncio.sleep(LEASE_S)
             for pb, pc in pairs:
                 assert pb.stream_url is not None

@@ -562,6 +562,12 @@ async def follow(
                 end = "eof"
                 try:
                     async for ev in iter_sse(response.aiter_lines()):
+                        # Heartbeats keep a stream that never ends alive past any read
+                        # timeout: the deadline is checked on every frame, theirs too.
+                        if time.monotonic() > deadline:
+                            trace.outcome = "timeout"
+                            end = "deadline"
+                            break
                         if ev.event == "heartbeat":
                             continue
                         frame: Frame = (ev.id, ev.event, ev.data)
@@ -585,18 +591,35 @@ async def follow(
 
 
 async def replay(
-    http: httpx.AsyncClient, base: str, stream_url: str, after: int = 0, *, headers: Mapping[str, str] = DEMO_AUTH
+    http: httpx.AsyncClient,
+    base: str,
+    stream_url: str,
+    after: int = 0,
+    *,
+    headers: Mapping[str, str] = DEMO_AUTH,
+    deadline_s: float = 60,
 ) -> tuple[int, list[Frame]]:
-    """(status, frames) of one read of the stored log from ``after``, no reconnects."""
+    """(status, frames) of one read of the stored log from ``after``, no reconnects.
+
+    A run that never ends streams heartbeats for ever (no read timeout fires): past
+    ``deadline_s`` the read fails naming the run and what it had shown."""
     frames: list[Frame] = []
-    async with http.stream("GET", f"{base}{stream_url}", headers={"Last-Event-ID": str(after), **headers}) as response:
-        if response.status_code != 200:
-            return response.status_code, frames
-        async for ev in iter_sse(response.aiter_lines()):
-            if ev.event != "heartbeat":
-                frames.append((ev.id, ev.event, ev.data))
-            if ev.event == "message_complete":
-                break
+    url = f"{base}{stream_url}"
+    try:
+        async with asyncio.timeout(deadline_s):
+            async with http.stream("GET", url, headers={"Last-Event-ID": str(after), **headers}) as response:
+                if response.status_code != 200:
+                    return response.status_code, frames
+                async for ev in iter_sse(response.aiter_lines()):
+                    if ev.event != "heartbeat":
+                        frames.append((ev.id, ev.event, ev.data))
+                    if ev.event == "message_complete":
+                        break
+    except TimeoutError:
+        shown = [f"{i} {e}" for i, e, _ in frames[-5:]]
+        raise AssertionError(
+            f"the log at {url} did not end within {deadline_s} s ({len(frames)} frames, the last {shown})"
+        ) from None
     return 200, frames
 
 
