@@ -24,28 +24,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
-
 from llm.extractive_answer import Passage, compose_answer
 from llm.extractive_answer import _after_form as after_form
 from llm.extractive_question import coverage, stems
 from llm.extractive_quote import item_shows
 from llm.extractive_read import read_passage
-from tests.support.offline_answers import dangling_introductions, dangling_openings, fragments, repeated_sentences
+from tests.support.offline_answers import assert_clean, captured_passages
 
 CAPTURED = Path(__file__).resolve().parent / "data" / "extractive_round14_passages.json"
 
 
 def _captured(question: str) -> list[Passage]:
-    data = orjson.loads(CAPTURED.read_bytes())
-    return [Passage(**p) for p in data["questions"][question]]
-
-
-def _clean(answer: str) -> None:
-    assert repeated_sentences(answer) == [], answer
-    assert fragments(answer) == [], answer
-    assert dangling_openings(answer) == [], answer
-    assert dangling_introductions(answer) == [], answer
+    return captured_passages(CAPTURED, question)
 
 
 def test_an_item_introducing_a_code_block_is_quoted_with_it() -> None:
@@ -53,7 +43,7 @@ def test_an_item_introducing_a_code_block_is_quoted_with_it() -> None:
         "How can I see which packages a team has access to?",
         _captured("How can I see which packages a team has access to?"),
     )
-    _clean(answer)
+    assert_clean(answer)
     assert "npm access list packages" in answer, answer
     assert sources[0].startswith("orgs-")
 
@@ -73,7 +63,7 @@ def test_an_item_introducing_what_the_passage_lacks_is_no_lead() -> None:
     assert item_shows(read, listing, 0) == ""
     answer, _, _ = compose_answer("How can I see which org packages a team member can access?", [passage])
     assert "See what org packages" not in answer, answer
-    _clean(answer)
+    assert_clean(answer)
 
 
 def test_an_item_is_quoted_with_the_items_nested_under_it() -> None:
@@ -92,7 +82,7 @@ def test_an_entry_of_several_subcommands_shows_the_one_asked() -> None:
     answer, _, _ = compose_answer(
         "How do I create a new team in my organization?", _captured("How do I create a new team in my organization?")
     )
-    _clean(answer)
+    assert_clean(answer)
     assert "npm team create <scope:team>" in answer, answer
     assert "npm team destroy" not in answer, answer  # the one asked, not every one the entry names
     assert answer.startswith("* create / destroy:"), answer  # an entry, not a paragraph cut mid-sentence
@@ -132,6 +122,6 @@ def test_remove_a_key_is_answered_by_the_delete_subcommand() -> None:
         "How do I remove a key from my npm configuration?",
         _captured("How do I remove a key from my npm configuration?"),
     )
-    _clean(answer)
+    assert_clean(answer)
     assert "npm config delete" in answer, answer
     assert answer.startswith("Deletes the specified keys"), answer

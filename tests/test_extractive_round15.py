@@ -19,31 +19,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
-
 from llm.extractive_answer import Passage, compose_answer
 from llm.extractive_question import Question, coverage, stems
-from tests.support.offline_answers import dangling_introductions, dangling_openings, fragments, repeated_sentences
+from tests.support.offline_answers import assert_clean, captured_passages
 
 CAPTURED = Path(__file__).resolve().parent / "data" / "extractive_round15_passages.json"
 
 
 def _captured(question: str) -> list[Passage]:
-    data = orjson.loads(CAPTURED.read_bytes())
-    return [Passage(**p) for p in data["questions"][question]]
-
-
-def _clean(answer: str) -> None:
-    assert repeated_sentences(answer) == [], answer
-    assert fragments(answer) == [], answer
-    assert dangling_openings(answer) == [], answer
-    assert dangling_introductions(answer) == [], answer
+    return captured_passages(CAPTURED, question)
 
 
 def test_turn_on_is_enable_on_the_captured_profile_page() -> None:
     question = "How do I turn on two-factor authentication for my npm account?"
     answer, sources, _ = compose_answer(question, _captured(question))
-    _clean(answer)
+    assert_clean(answer)
     first = answer.split("\n\n", 1)[0]
     assert "enable-2fa" in first and "disable-2fa" not in first, answer
     assert sources[0].startswith("npm-profile-")
@@ -69,7 +59,7 @@ def test_turn_off_meets_disable_and_not_enable() -> None:
         )
     ]
     answer, _, _ = compose_answer("How do I turn off the shared cache?", passages)
-    _clean(answer)
+    assert_clean(answer)
     assert "disable-cache" in answer and "enable-cache`:" not in answer, answer
     answer, _, _ = compose_answer("How do I switch on the shared cache?", passages)
     assert "enable-cache" in answer and "disable-cache" not in answer, answer
@@ -95,7 +85,7 @@ def test_an_identifier_is_met_only_where_it_is_written_whole() -> None:
         ),
     ]
     answer, sources, _ = compose_answer("What kind of search does search_text run?", passages)
-    _clean(answer)
+    assert_clean(answer)
     assert sources[0] == "tools#2" and "BM25" in answer, answer
     q = Question.of("What kind of search does search_text run?")
     # "search" is also asked apart from the name: a text without the name keeps it.

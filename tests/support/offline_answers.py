@@ -182,3 +182,20 @@ def dangling_introductions(answer: str) -> list[str]:
 
 def response_of(events: list[Any]) -> dict[str, Any]:
     return next(e.json() for e in events if e.event == "response")
+
+
+def captured_passages(path: Path, question: str) -> list[Any]:
+    """The search passages captured for ``question`` in ``path`` (a
+    ``tests/data/extractive_round*_passages.json``), as the answerer's ``Passage``."""
+    from llm.extractive_answer import Passage
+
+    data = orjson.loads(path.read_bytes())
+    return [Passage(**p) for p in data["questions"][question]]
+
+
+def assert_clean(answer: str) -> None:
+    """No repeated sentence, fragment, dangling opening or dangling introduction."""
+    assert repeated_sentences(answer) == [], answer
+    assert fragments(answer) == [], answer
+    assert dangling_openings(answer) == [], answer
+    assert dangling_introductions(answer) == [], answer
