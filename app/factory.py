@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -16,6 +15,7 @@ from starlette.routing import Route
 from app.config import Settings
 from app.ops.log_context import AccessLog
 from app.ops.logs import scrubbed_logs
+from app.ops.stopping import cancel_and_wait
 from app.server import (
     admin_routes,
     ai_sdk_stream,
@@ -36,6 +36,10 @@ from app.wiring import AUTO, Overrides, build_services
 from storage.errors import StorageUnavailable
 
 log = logging.getLogger("agentchat")
+#: How long a cancelled background task may take to end at shutdown before the process
+#: goes on without it (``app/ops/stopping.py``): the periodic jobs end at once when
+#: cancelled; one that does not would otherwise keep a SIGTERM'd process alive for ever.
+BACKGROUND_STOP_S = 15.0
 
 
 def create_app(
@@ -71,9 +75,7 @@ def create_app(
                 yield
             finally:
                 await svc.runs.shutdown(grace_s)
-                for task in svc.background:
-                    task.cancel()
-                await asyncio.gather(*svc.background, return_exceptions=True)
+                await cancel_and_wait(svc.background, BACKGROUND_STOP_S)
 
     routes = [
         Route("/v1/agent/chat", http.chat, methods=["POST"]),
