@@ -205,19 +205,17 @@ def with_titles(agent: Callable[..., Awaitable[None]], titler: Titler) -> Callab
     nothing: its admission stored that title."""
 
     async def run_then_title(run: Any, *args: Any, **kwargs: Any) -> None:
-        if getattr(run, "client_titled", False) is True:
-            await agent(run, *args, **kwargs)
-            return
         try:
             await agent(run, *args, **kwargs)
         finally:
-            question = getattr(run, "question", None)
-            titler.after_run(
-                run.user_id,
-                run.conversation_id,
-                question if isinstance(question, str) else None,
-                new=getattr(run, "new_conversation", False) is True,
-            )
+            if getattr(run, "client_titled", False) is not True:
+                question = getattr(run, "question", None)
+                titler.after_run(
+                    run.user_id,
+                    run.conversation_id,
+                    question if isinstance(question, str) else None,
+                    new=getattr(run, "new_conversation", False) is True,
+                )
 
     return run_then_title
 

@@ -17,7 +17,7 @@ from msgspec import Meta
 from app.config import CONTEXT_TYPES
 from app.runs.records import ChatInput
 from app.server.body_structs import ABSENT, body_schema, decode_fields
-from app.server.history_request import MAX_TITLE_CHARS
+from app.server.history_request import MAX_TITLE_CHARS, title_problem
 from app.server.problems import HTTPProblem
 from storage.records import MULTITASK_POLICIES, MultitaskPolicy
 
@@ -86,11 +86,7 @@ def parse_chat_input(body: dict[str, Any], *, max_message_chars: int) -> ChatInp
         if name == "conversation_id":
             return HTTPProblem(400, "invalid_field", f"conversation_id must be {CONVERSATION_ID_RULE}")
         if name == "title":
-            if not isinstance(raw, str):
-                return HTTPProblem(400, "invalid_field", "title must be a string")
-            return HTTPProblem(
-                400, "invalid_field", f"title must be 1-{MAX_TITLE_CHARS} characters, not only white space"
-            )
+            return title_problem(raw)
         return HTTPProblem(400, "invalid_field", f"multitask must be one of {', '.join(MULTITASK_POLICIES)}")
 
     def check(name: str, value: Any) -> None:

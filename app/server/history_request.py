@@ -54,11 +54,16 @@ def parse_rename(body: dict[str, Any]) -> str:
     def refuse(name: str, raw: Any) -> HTTPProblem:
         if raw is ABSENT or raw is None:
             return HTTPProblem(400, "invalid_field", "title is required")
-        if not isinstance(raw, str):
-            return HTTPProblem(400, "invalid_field", "title must be a string")
-        return HTTPProblem(400, "invalid_field", f"title must be 1-{MAX_TITLE_CHARS} characters, not only white space")
+        return title_problem(raw)
 
     return decode_fields(body, RenameConversationRequest, refuse).title.strip()
+
+
+def title_problem(raw: Any) -> HTTPProblem:
+    """The 400 for a title given but not acceptable: the rename's and the chat body's."""
+    if not isinstance(raw, str):
+        return HTTPProblem(400, "invalid_field", "title must be a string")
+    return HTTPProblem(400, "invalid_field", f"title must be 1-{MAX_TITLE_CHARS} characters, not only white space")
 
 
 def parse_feedback(body: dict[str, Any]) -> tuple[int, str | None]:
