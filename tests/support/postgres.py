@@ -37,6 +37,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.support.orphans import die_with_parent
+
 HOW_TO_INSTALL = (
     "install the dev dependencies (`make install`, which brings the `pgserver` wheel: PostgreSQL with "
     "pgvector), or set AGENT_TEST_PG_BIN to a folder with initdb/postgres that has the vector extension, "
@@ -193,6 +195,7 @@ class TestPostgres:
                      "-c", "max_locks_per_transaction=256",
                      *[a for k, v in self._settings.items() for a in ("-c", f"{k}={v}")]],
                     stdout=out, stderr=subprocess.STDOUT, env=env, cwd=self._dir, start_new_session=True,
+                    preexec_fn=die_with_parent(signal.SIGQUIT),  # immediate shutdown if pytest dies
                     **run_as,
                 )
             if self._wait_ready(30.0):

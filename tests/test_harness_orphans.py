@@ -1,0 +1,54 @@
+"""The harness's children die with the test process (tests/support/orphans.py).
+
+pytest-timeout ends a hung worker with ``os._exit``; the servers that worker started
+must not outlive it. A parent process that starts a child the way the harness does and
+then exits without any clean-up stands in for the killed worker.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+
+PARENT = textwrap.dedent(
+    """
+    import os, subprocess, sys
+    sys.path.insert(0, {repo!r})
+    from tests.support.orphans import die_with_parent
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                             preexec_fn=die_with_parent(), start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(child.pid, flush=True)
+    os._exit(0)  # what pytest-timeout does to a hung worker: no teardown, no atexit
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for init to reap it counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_child_started_like_the_harness_dies_when_its_parent_is_gone() -> None:
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", PARENT.format(repo=repo)], capture_output=True, timeout=60, check=True)
+    child = int(out.stdout.split()[0])
+    try:
+        deadline = time.monotonic() + 30
+        while _alive(child):
+            assert time.monotonic() < deadline, f"child {child} outlived its parent by 30 s"
+            time.sleep(0.05)
+    finally:
+        if _alive(child):
+            os.kill(child, 9)
