@@ -60,3 +60,28 @@ async def test_concurrent_runs_per_user_give_429_until_one_finishes(tmp_path: Pa
             await asyncio.wait_for(run.wait_finished(), 10)
             again = await client.post(f"{base}/v1/agent/runs", json=BODY)
             assert again.status_code == 201
+
+
+async def test_at_the_cap_every_face_refuses_and_no_imported_history_is_left(tmp_path: Path) -> None:
+    """The native faces are refused by the run's own admission transaction (no read
+    before it); the AI SDK face, which would import a client's earlier turns first, is
+    refused before the import, so the conversation it names does not exist afterwards."""
+    gate = Gate()
+    provider = GatedProvider([GatedTurn(steps=("a", gate)), GatedTurn(steps=("b",))])
+    earlier = [
+        {"id": "u0", "role": "user", "parts": [{"type": "text", "text": "first question"}]},
+        {"id": "a0", "role": "assistant", "parts": [{"type": "text", "text": "first answer"}]},
+        {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "second question"}]},
+    ]
+    async with running_app(settings(tmp_path, AGENT_MAX_RUNS_PER_USER="1"), provider=provider,
+                           registry=ToolRegistry(), embedder=None) as (base, _):
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            assert (await client.post("/v1/agent/runs", json=BODY)).status_code == 201
+            await asyncio.wait_for(gate.reached.wait(), 10)
+            chat = await client.post("/v1/agent/chat", json=BODY)
+            ui = await client.post("/v1/agent/ui-stream", json={"id": "chat-at-cap", "messages": earlier})
+            imported = await client.get("/v1/agent/conversations/chat-at-cap")
+            gate.open()
+    assert (chat.status_code, chat.json()["error"]) == (429, "too_many_runs")
+    assert (ui.status_code, ui.json()["error"]) == (429, "too_many_runs")
+    assert imported.status_code == 404

@@ -312,7 +312,8 @@ async def ui_stream(request: Request) -> Response:
     # A chat this user has not started here: its earlier turns become the history.
     # (Without any, the run's creation makes the user's conversation of that id.)
     known = await has_conversation(svc, chat.conversation_id, ident.user_id) if earlier else True
-    await http.check_run_limit(svc, ident)
+    if not known:  # a refusal must come before the import: it would leave the history behind
+        await http.check_run_limit(svc, ident)
     http.check_load(svc)  # overloaded: refused before any history is imported
     await check_bucket_scope(svc, chat.context)  # before any history is imported: a refusal leaves nothing
     if not known:

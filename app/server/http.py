@@ -177,10 +177,13 @@ def too_many_runs() -> HTTPProblem:
 
 
 async def check_run_limit(svc: Services, ident: Identity) -> None:
-    """Counts the user's unfinished runs in the store: refuses early (before the run is
-    built) when the user is at the cap. The cap itself is held by ``start_run``, which
-    counts again in the transaction that stores the run — concurrent requests on any
-    replica all pass this read at once."""
+    """Counts the user's unfinished runs in the store: refuses early when the user is at
+    the cap. The cap itself is held by ``start_run``, which counts again in the
+    transaction that stores the run (concurrent requests on any replica all pass this
+    read at once), so a face calls this only where it writes something before that
+    transaction — a client's earlier turns imported as history — which a refusal must
+    not leave behind. The native faces go straight to ``start_run``: one read less per
+    run (a hop to a reader thread on SQLite, a round trip on PostgreSQL)."""
     cap = svc.settings.max_runs_per_user
     if await svc.limits.active_runs(ident.user_id, svc.runs.registry, cap) >= cap:
         raise too_many_runs()
@@ -383,7 +386,6 @@ async def chat(request: Request) -> Response:
     resumed = await resume_chat(request, svc, ident, chat_input)
     if resumed is not None:
         return resumed
-    await check_run_limit(svc, ident)
     key = idempotency_key(request)
     try:
         run = await start_run(svc, ident, chat_input, key=key)
@@ -404,7 +406,6 @@ async def create_run(request: Request) -> Response:
     key = idempotency_key(request)
     existing = await svc.run_store.find_by_idempotency_key(ident.user_id, key) if key is not None else None
     if existing is None:
-        await check_run_limit(svc, ident)
         try:
             run = await start_run(svc, ident, chat_input, key=key)
             run_id, conversation_id, status = run.id, run.conversation_id, 201
