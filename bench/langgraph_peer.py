@@ -53,7 +53,8 @@ if str(ROOT) not in sys.path:
 
 import httpx  # noqa: E402
 
-from bench._common import cpu_s, raise_fd_limit, summary, tree_rss_kb, write_results  # noqa: E402
+from bench import _pyspy as pyspy  # noqa: E402
+from bench._common import RESULTS, cpu_s, raise_fd_limit, summary, tree_rss_kb, write_results  # noqa: E402
 from bench._fakes import Fakes  # noqa: E402
 from bench._load import drive, run_loop, spread  # noqa: E402
 from bench.capacity import agent_env, replicas, run_body  # noqa: E402
@@ -193,8 +194,14 @@ async def measure(args: argparse.Namespace, workdir: Path, server: Server, label
     sampler = asyncio.create_task(sample())
     cpu0 = cpu_s(pid)
     specs = specs_for(server, args.runs, args.ramp_s, label, seed=11)
+    spy = None
+    if args.py_spy and label == "ours":
+        span_s = args.ramp_s + args.tokens * args.pause_ms / 1000  # the level's busy part
+        spy = await pyspy.record(pid, span_s, RESULTS / f"{args.name}_pyspy_ours.txt")
     result = await drive(specs, workdir, workers=args.clients, timeout_s=args.run_timeout_s, name=label)
     cpu = cpu_s(pid) - cpu0
+    if spy is not None:
+        await spy.wait()
     sampler.cancel()
     await asyncio.sleep(2.0)
     rss_after = tree_rss_kb(pid)
@@ -269,6 +276,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--run-timeout-s", type=float, default=600.0)
     p.add_argument("--name", default="langgraph_peer", help="results file name (bench/results/<name>.json)")
     p.add_argument("--keep", action="store_true", help="keep the working directory (logs, databases)")
+    p.add_argument("--py-spy", action="store_true",
+                   help="sample our server with py-spy while its runs go (bench/results/<name>_pyspy_ours.txt; "
+                   "summary: python bench/_pyspy.py FILE)")
     return p.parse_args()
 
 
