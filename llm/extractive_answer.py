@@ -70,9 +70,12 @@ from llm.extractive_read import table_header as _table_rows_header
 from llm.extractive_read import table_rows as _table_rows
 from llm.extractive_signals import GLOSSARY_BONUS as _GLOSSARY_BONUS
 from llm.extractive_signals import MIN_LEAD_CHARS
+from llm.extractive_signals import after_properties as _after_properties
 from llm.extractive_signals import continues_section as _continues_section
 from llm.extractive_signals import defines_asked as _defines_asked
 from llm.extractive_signals import how_to_bonus as _how_to_bonus
+from llm.extractive_signals import names_kind as _names_kind
+from llm.extractive_signals import row_about_asked as _row_about_asked
 from llm.markdown_blocks import item_body
 
 MIN_RELEVANCE = 0.08
@@ -84,6 +87,9 @@ WHOLE_BLOCK_PENALTY = 0.1
 #: its length is not held against it.
 ENUMERATION_BONUS = 0.05
 ANSWER_TYPE_BONUS = 0.15
+#: For a unit calling a thing of the kind "which …" asks for by its name
+#: (``llm.extractive_signals.names_kind``).
+KIND_NAME_BONUS = 0.05
 #: A unit stating a number of what "how many <things>" counts ("at most 3 chunks per
 #: document") is the answer, whatever other amounts units around it state.
 COUNT_BONUS = 0.25
@@ -118,6 +124,8 @@ DEFINITION_BONUS = 0.6
 #: folder"), which the synopsis turns into the line to type (``with_command_line``),
 #: rather than by the page's summary naming every subcommand.
 SUBCOMMAND_BONUS = 0.05
+#: For a table row about what the question asks (``llm.extractive_signals.row_about_asked``).
+ROW_KEY_BONUS = 0.1
 MAX_ANSWER_CHARS = 1200
 MAX_PASSAGES = 2
 #: A further passage must score at least this share of the best one.
@@ -253,6 +261,8 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
             if block.kind == "table":
                 for i, (row, cells) in enumerate(_table_rows(block)):
                     score = _unit_score(question, cells, context | _stems(_table_rows_header(block)))
+                    if _row_about_asked(question, row):
+                        score += ROW_KEY_BONUS
                     if _coverage(question.stems, question.terms(cells)) > 0:
                         out.append(_Unit(p, b, i, row, score + rank - 0.004 * min(i, 10)))
                 continue
@@ -279,10 +289,14 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                     score += FIRST_UNDER_HEADING_BONUS
                     if not (named and b == opening):
                         score += OPENING_BONUS * _section_named(question, read.headings[b], title)
+                elif i == 0 and _after_properties(read, b, title):
+                    score += OPENING_BONUS * _section_named(question, read.headings[b], title)
                 if named and b == opening and i == 0:
                     score += DEFINITION_BONUS if defines else OPENING_BONUS * named_share
                 if question.holds_wanted(plain):
                     score += ANSWER_TYPE_BONUS
+                if _names_kind(question, plain):
+                    score += KIND_NAME_BONUS
                 if _defines_asked(question, raw):
                     score += _GLOSSARY_BONUS
                 score += _how_to_bonus(question, raw)

@@ -23,6 +23,13 @@ _WHICH_MANY = re.compile(
     r"|must|will|would|were|have|has)\b|\s*[?.]?\s*$))",
     re.IGNORECASE,
 )
+#: "Which full-text engine does …", "which tokenizer …": the kind of thing asked for by
+#: name, up to three words before the question's verb (or the one word after "which").
+_WHICH_KIND = re.compile(
+    r"^\s*which\s+(?:(?P<kind>[\w.-]+(?:\s+[\w.-]+){0,2}?)(?=\s+(?:do|does|did|is|are|was|were|can|could"
+    r"|should|must|will|would|has|have)\b)|(?P<word>[\w.-]+))",
+    re.IGNORECASE,
+)
 _ENUMERATION = re.compile(r"^\s*(?:what\s+are\b|list\b|name\s+the\b)", re.IGNORECASE)
 #: What a question asks for by its form, and what a unit holding it looks like: "who"
 #: wants a party (an owner, a user); "where" a place (a path: ``~/.npm``, ``{prefix}/lib``,
@@ -160,7 +167,10 @@ def _stem(word: str) -> str:
         "s",
     ):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
+            # "retries" is "retry" again ("ies" and "ied" of a word ending in "y"): the
+            # prefix match in ``_match`` joins long words ("dependencies"/"dependency")
+            # but a short one stripped to "retr" never met the question's "retry".
+            return word[:-3] + "y" if suffix in ("ies", "ied") else word[: -len(suffix)]
     # A silent final "e" goes too, so "store" meets "stored" and "stores" ("stor").
     return word[:-1] if word.endswith("e") and len(word) >= 5 else word
 
@@ -181,7 +191,7 @@ def stems(text: str) -> frozenset[str]:
 #: group as itself, since to the reader they are one word. Only actions a command or
 #: setting performs, each group's words interchangeable in any sentence about it.
 SYNONYMS = (
-    "remove delete",
+    "remove delete clear rm",
     "show display print",
     "change modify edit",
     "make create",
@@ -293,6 +303,8 @@ class Question:
     #: Each underscore identifier of the question (``_COMPOUND``), folded, as a pattern
     #: finding it whole, with the stems only it gives the question (not also said apart).
     compounds: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = ()
+    #: The stems of the kind of thing "which …" asks for by name (``_WHICH_KIND``).
+    kind: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, question: str) -> Question:
@@ -322,7 +334,8 @@ class Question:
         if noun is not None:
             head = _stem(noun.group("noun").casefold())
             # The number, at most one word before the noun ("3 chunks", "3 more chunks").
-            counted = re.compile(rf"\b{_NUMBER}\s+(?:[\w-]+\s+)?{re.escape(head)}", re.IGNORECASE)
+            noun_form = re.escape(head[:-1]) + "(?:y|ies)" if head.endswith("y") else re.escape(head)
+            counted = re.compile(rf"\b{_NUMBER}\s+(?:[\w-]+\s+)?{noun_form}", re.IGNORECASE)
         names = frozenset(s for m in _NAME.finditer(question) for s in stems(m.group(0)))
         pairs = frozenset(itertools.pairwise(_stem(t) for t in _terms(question)))
         acts = _ACTION.match(question)
@@ -348,6 +361,7 @@ class Question:
             pairs,
             action,
             tuple(c for c in compounds if c[1]),
+            stems(next((g for g in kind.groups() if g), "")) if (kind := _WHICH_KIND.search(question)) else frozenset(),
         )
 
     def terms(self, text: str) -> frozenset[str]:

@@ -9,7 +9,12 @@ often than another that does not:
   for what a "what is / what does" question asks about ("what is in the backend
   folder?"), over an entry that only mentions it ("`AGENT_BACKEND_URL`: … backend");
 * ``how_to_bonus``: a how-to is answered by the thing to use — a setting, a command, a
-  path — named in code after what the question asks about.
+  path — named in code after what the question asks about;
+* ``names_kind``: "which <kind> …" is answered by a unit calling a thing of that kind by
+  its name ("An FTS5 full-text index");
+* ``row_about_asked``: a table row is about what its first cell names;
+* ``after_properties``: a setting's paragraph after the list of its properties opens its
+  section, for a question naming the setting.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from llm.extractive_question import stems as _stems
 from llm.extractive_read import Read as _Read
 from llm.extractive_read import introduces as _introduces
 from llm.extractive_read import next_block as _next_block
+from llm.markdown_blocks import item_body
 
 #: A lead shorter than this says too little to answer with ("See also:").
 MIN_LEAD_CHARS = 25
@@ -121,12 +127,93 @@ def how_to_bonus(question: Question, text: str) -> float:
     return 0.0
 
 
+#: A thing called by its name: a code span, or a word mixing letters and digits
+#: (``FTS5``, ``unicode61``, ``HS256``) or with a capital inside (``SQLite``); then the
+#: word after it.
+_CALLED = re.compile(
+    r"(?P<name>`[^`\n]+`|\b(?=[\w.-]*\d)(?=[\w.-]*[A-Za-z])[A-Za-z0-9][\w.-]*\b|\b[A-Z][a-z]*[A-Z][\w]*\b)"
+    r"\s+(?P<next>[^\W_]+)"
+)
+
+
+def names_kind(question: Question, text: str) -> bool:
+    """The text calls a thing of the kind "which …" asks for by its name, the name right
+    before the kind's word: "which full-text engine does the knowledge base index use?"
+    is "An FTS5 full-text index …", not "BM25 over the full-text index", which names
+    another thing and says the same words; "which tokenizer …" is "unicode61 tokenizer",
+    "which claim …" "the `sub` claim". A name the question itself says is not the answer.
+    A question asking for several things ("which scripts run …") is answered by their
+    list (``FOCUS_BONUS``), not by a sentence naming one of them ("… have `start` scripts")."""
+    if not question.kind or question.enumeration:
+        return False
+    for m in _CALLED.finditer(text):
+        name = _stems(m.group("name"))
+        if _stems(m.group("next")) <= question.kind and _stems(m.group("next")) and not name <= question.stems:
+            return True
+    return False
+
+
+#: A table row's first cell of at most this many words is a term (``row_about_asked``).
+ROW_KEY_WORDS = 4
+_EMPHASIS = re.compile(r"[*_`]")
+
+
+def row_about_asked(question: Question, row: str) -> bool:
+    """A table's row whose first cell — what the row is about — is a term the question
+    asks about, every word of it: "what does the message_complete event carry?" is the
+    row ``| `message_complete` | `{status, run_id, conversation_id, turns, usage}` | …``,
+    not ``| `error` | … | always followed by `message_complete` |``, which names it among
+    its values and shares as many of the question's words."""
+    cells = row.strip().strip("|").split("|")
+    key = _EMPHASIS.sub("", cells[0]).strip() if len(cells) > 1 else ""
+    if not key or len(key.split()) > ROW_KEY_WORDS:
+        return False
+    term = question.terms(key)
+    return bool(term) and _coverage(term, question.stems | frozenset(question.joined)) >= 1.0
+
+
+#: An item of a setting's properties ("* Default: 2", "* Type: Number"): a label and its
+#: value, short.
+_PROPERTY_ITEM = re.compile(r"^[A-Z][\w -]{0,24}:\s\S")
+_PROPERTY_ITEM_CHARS = 80
+
+
+def after_properties(read: _Read, b: int, title: frozenset[str]) -> bool:
+    """Block ``b`` is the paragraph saying what a setting does, right after the list of
+    its properties that opens its section (npm's config reference: a heading
+    ``fetch-retries``, "* Default: 2", "* Type: Number", then "The "retries" config for
+    the `retry` module …"). It counts as the section's opening only for a question that
+    names the section (``llm.extractive_answer._section_named``): "how can I make npm retry more often when
+    fetching a package fails?" asks every word of ``fetch-retries`` and is answered by
+    its paragraph, not by ``fetch-retry-factor``'s, ranked higher and also about
+    fetching and ``retry``. (As an opening for every question it made the options of
+    command pages outrank the commands' own descriptions: four answers lost.) The
+    setting's name must be two words or more: a one-word name (``versions``) is named by
+    any question using the word ("which versions of Node my package works with")."""
+    if b < 2 or b == read.summary or read.blocks[b].kind != "prose" or read.blocks[b - 2].kind != "heading":
+        return False
+    if len(_stems(read.headings[b]) - title) < 2:
+        return False
+    props = read.blocks[b - 1]
+    return (
+        props.kind == "list"
+        and bool(props.units)
+        and all(
+            len(item_body(u)) <= _PROPERTY_ITEM_CHARS and _PROPERTY_ITEM.match(item_body(u)) is not None
+            for u in props.units
+        )
+    )
+
+
 __all__ = [
     "GLOSSARY_BONUS",
     "HOW_TO_ENTRY_BONUS",
     "HOW_TO_NAME_BONUS",
     "MIN_LEAD_CHARS",
+    "after_properties",
     "continues_section",
     "defines_asked",
     "how_to_bonus",
+    "names_kind",
+    "row_about_asked",
 ]
