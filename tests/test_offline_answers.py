@@ -227,6 +227,15 @@ sample 9/10, npm 6/10 (75 %). After reading it: "turn on" / "switch on" reads as
 underscores (``search_text``) is one name, its words met only where a text writes it
 whole. round15 npm 6/10 -> 7/10, every other set unchanged; held-out-style overall
 (held_out … round15) 213/254 = 84 %.
+Round 16: a sixteenth set (``round16``, 10 + 10, committed before it was first asked):
+sample 8/10, npm 7/10 (75 %). After reading it: a table row is about what its first
+cell names (the ``message_complete`` row, not the ``error`` row naming it among its
+values); "which <kind> …" is answered by a unit calling a thing of that kind by its name
+("An FTS5 full-text index"); "-ies" / "-ied" is "-y" again ("retries" meets "retry"); a
+setting's paragraph after its "Default: … / Type: …" items opens its section for a
+question naming the setting by two words or more (``fetch-retries``); "clear" and "rm"
+are "remove". round16 15/20 -> 18/20, every other set unchanged; held-out-style overall
+(held_out … round16) 231/274 = 84 %.
 The floors below are the figures reached, so any lost answer fails.
 """
 
@@ -273,6 +282,7 @@ FLOORS = {
     "round13": {"sample": 0.9, "npm": 0.4},  # 9/10, 4/10: measured once, after round 13
     "round14": {"sample": 0.9, "npm": 0.8},  # 9/10, 8/10 (9/10, 4/10 when first measured, before round 14)
     "round15": {"sample": 0.8, "npm": 0.7},  # 8/10 here, 9/10 in the bench (before and after round 15); 7/10
+    "round16": {"sample": 1.0, "npm": 0.8},  # 10/10, 8/10 (8/10, 7/10 when first asked, before round 16)
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",

@@ -32,7 +32,8 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: "round10" (10 + 10) likewise after round 10's; "round11" (10 + 10) after round 11's,
 #: read for round 12; "round12" (10 + 10) after round 12's; "round13" (10 + 10) after
 #: round 13's; "round14" (10 + 10) after round 13, measured before round 14's changes;
-#: "round15" (10 + 10) after round 14, measured before round 15's changes.
+#: "round15" (10 + 10) after round 14, measured before round 15's changes; "round16"
+#: (10 + 10) after round 15, measured before round 16's changes.
 SETS = (
     "original",
     "held_out",
@@ -49,6 +50,7 @@ SETS = (
     "round13",
     "round14",
     "round15",
+    "round16",
 )
 
 
