@@ -16,8 +16,8 @@ Nothing the client does is lost silently: a client with ``auth``, event hooks, q
 parameters or cookies in its jar, or a closed one, takes the client's own path; an
 answer that sets a cookie has it stored in the jar as the client would (so the next
 request takes the client's path and sends it); a redirect answer, with
-``follow_redirects`` on, is closed and the request sent again the client's way, which
-follows it.
+``follow_redirects`` on, is closed and its location requested the client's way, which
+follows any further redirect (the server sees the POST once).
 """
 
 from __future__ import annotations
@@ -62,6 +62,10 @@ async def post_stream(http: httpx.AsyncClient, path: str | httpx.URL, body: byte
         if not (http.follow_redirects and response.has_redirect_location):
             return response
         await response.aclose()
+        # Followed from here as the client would (same method rules, its redirect limit
+        # for what comes next); sending the POST again from the start would make the
+        # server see it twice.
+        return await http.send(http._build_redirect_request(request, response), stream=True)
     return await http.send(http.build_request("POST", path, content=body), stream=True)
 
 
