@@ -32,7 +32,12 @@ WHOLE_BLOCK_CHARS = 1800
 FOLLOWING_CODE_CHARS = 500
 #: A section heading this long says what its paragraph is about (see ``with_heading``).
 MIN_HEADING_WORDS = 3
-_REFERRING = frozenset("this that these those it its they their such then so".split())
+#: Words a sentence opens with when it points at what came before it: a pronoun ("This
+#: command …") or a connective of contrast or consequence ("However, in practice, this
+#: resulted in audits often failing …" says nothing without what it answers).
+_REFERRING = frozenset(
+    "this that these those it its they their such then so however but instead otherwise therefore thus hence".split()
+)
 
 
 def window(read: Read, unit: Unit, *, lead: bool = True) -> list[str]:

@@ -1,8 +1,9 @@
-"""Offline answers (issue 20 item 3/4), round 16 of the answerer: four rules, each for a
+"""Offline answers (issue 20 item 3/4), round 16 of the answerer: five rules, four for a
 kind of unit that answers but says the question's words no more often than one beside
-it that does not. Each is tested on the passages the real search returned for a round16
-question (tests/data/extractive_round16_passages.json) and on small passages of its own,
-and each test fails without its rule.
+it that does not, one for a quote that opens pointing back. Each is tested on the
+passages the real search returned for a round16 question
+(tests/data/extractive_round16_passages.json) or on small passages of its own, and each
+test fails without its rule.
 
 * A table row is about what its first cell names (``row_about_asked``): "what does the
   message_complete event carry?" is the ``message_complete`` row, not the ``error`` row
@@ -17,6 +18,9 @@ and each test fails without its rule.
 * "clear" and "rm" remove, as "delete" does (``SYNONYMS``): npm dist-tag's "rm: Clear a
   tag that is no longer in use" answers "how do I remove a distribution tag I no longer
   use?".
+* A sentence opening with a connective of contrast or consequence ("However, …") points
+  back as "This …" does: quoted with what it turns from, and counted as a dangling
+  opening by the checks (``tests/support/offline_answers.py``) when it is not.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pathlib import Path
 from llm.extractive_answer import Passage, compose_answer
 from llm.extractive_question import Question, coverage, stems
 from llm.extractive_signals import names_kind
-from tests.support.offline_answers import assert_clean, captured_passages
+from tests.support.offline_answers import assert_clean, captured_passages, dangling_openings
 
 CAPTURED = Path(__file__).resolve().parent / "data" / "extractive_round16_passages.json"
 
@@ -140,3 +144,18 @@ def test_clear_and_rm_meet_remove() -> None:
     assert coverage(stems("remove"), stems("Clear a tag that is no longer in use")) == 1.0
     assert coverage(stems("remove"), stems("rm: drop it")) == 1.0
     assert coverage(stems("delete"), stems("clears the key")) == 1.0
+
+
+def test_a_lead_opening_with_however_comes_with_what_it_answers() -> None:
+    # "However, …" says nothing without the sentence it turns from: the quote starts
+    # there (as for "This …"), and the checks count such an opening as dangling.
+    text = (
+        "Older releases removed every scoped name from the uploaded report, to keep private "
+        "names from leaking. However, in practice, this made the upload checks fail whenever "
+        "a private dependency was missing from the report."
+    )
+    passages = [Passage("audit#4", "npm-audit", text + " " + "Later releases keep the names. " * 12, 0.6)]
+    answer, _, _ = compose_answer("Why did the upload checks fail with a private dependency?", passages)
+    assert_clean(answer)
+    assert answer.startswith("Older releases removed every scoped name"), answer
+    assert dangling_openings("However, this made the checks fail. [audit#4]") != []

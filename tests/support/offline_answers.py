@@ -131,8 +131,11 @@ def fragments(answer: str) -> list[str]:
     return out
 
 
-#: Words a sentence opens with when it refers back to something said before it.
-_REFERRING = frozenset("this these those it its they their such".split())
+#: Words a sentence opens with when it refers back to something said before it: a
+#: pronoun, or a connective of contrast or consequence ("However, …").
+_REFERRING = frozenset(
+    "this these those it its they their such however but instead otherwise therefore thus hence".split()
+)
 _LABEL = re.compile(r"^\*\*[^*]+\*\*\s+")  # a section heading quoted as a label: "**Heading.** …"
 _CITED = re.compile(r"\[[A-Za-z0-9][\w.:#/@\-]*\]\s*$")
 
@@ -152,7 +155,7 @@ def dangling_openings(answer: str) -> list[str]:
         if in_code or _ITEM.match(line) or line.lstrip().startswith("|") or not _CITED.search(line):
             continue
         text = _LABEL.sub("", line.strip())
-        first = _MARKS.sub("", text.split(" ", 1)[0]).strip("\"'(").casefold()
+        first = _MARKS.sub("", text.split(" ", 1)[0]).strip("\"'(,;:").casefold()
         if first in _REFERRING:
             out.append(line)
     return out
