@@ -115,7 +115,15 @@ class KnowledgeComponent:
             self.sample = f"failed: {type(exc).__name__}: {exc}"[:300]
             log.exception("sample knowledge base ingestion failed")
             return
-        self.sample = "already had documents" if report is None else f"ingested {report.chunks} chunks"
+        if report is None:
+            self.sample = "already had documents"
+        elif report.skipped or report.deleted:  # an older sample brought up to the shipped one
+            self.sample = (
+                f"ingested {report.chunks} chunks (sample updated: {report.added} added, {report.updated} updated, "
+                f"{report.deleted} removed, {report.skipped} unchanged)"
+            )
+        else:
+            self.sample = f"ingested {report.chunks} chunks"
         log.info("sample knowledge base", extra={"status": self.sample})
 
 

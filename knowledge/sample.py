@@ -2,26 +2,88 @@
 
 It is our own writing about this service, so a fresh ``make run`` with the offline
 extractive provider can answer real questions ("which events does a run stream?").
+
+The sample grows with the service, so an installation that still holds only an older
+sample gets the shipped one on its next start; a bucket anyone else has put a document
+into is never touched (issue 20).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import asyncio
+import os
+from pathlib import Path, PurePosixPath
 
+from knowledge.filecheck import walk_files
+from knowledge.filestamps import file_stamp
 from knowledge.kb import DEFAULT_BUCKET, KnowledgeBase
+from knowledge.loaders import SUPPORTED_SUFFIXES
 from knowledge.types import IngestReport
 
 SAMPLE_KB_DIR = Path(__file__).resolve().parent / "sample_kb"
 
+#: More documents than this in the bucket: not the sample's bucket, whatever they are
+#: (the sample has a few dozen files; this bounds the look before a start).
+MAX_SAMPLE_DOCUMENTS = 200
+
+
+def is_sample_source(source: str | None) -> bool:
+    """A document read from a file of the sample folder: its ``source`` is the file's
+    path as shown, ``sample_kb/<name>`` (the folder's parent is left out)."""
+    if not source:
+        return False
+    parts = PurePosixPath(source).parts
+    return len(parts) >= 2 and parts[-2] == SAMPLE_KB_DIR.name
+
+
+async def _holds_only_the_sample(kb: KnowledgeBase, bucket: str) -> bool | None:
+    """``None`` for an empty bucket, else whether every document of it came from the
+    sample folder (a bucket with any other document belongs to someone)."""
+    docs = await kb.list_documents(bucket=bucket, limit=MAX_SAMPLE_DOCUMENTS + 1)
+    if not docs:
+        return None
+    return len(docs) <= MAX_SAMPLE_DOCUMENTS and all(is_sample_source(d["source"]) for d in docs)
+
+
+async def _stored_sample_is_current(kb: KnowledgeBase, bucket: str) -> bool:
+    """Whether every shipped file has documents in ``bucket`` carrying its current stamp
+    (size, modification time, path as shown, chunking) and no stored document comes from
+    a file no longer shipped. Vectors do not matter here: documents waiting for vectors
+    are the background re-embedding's job, not a reason to ingest again at every start."""
+
+    def walk() -> dict[str, str]:
+        out: dict[str, str] = {}
+        for e in walk_files(SAMPLE_KB_DIR, SUPPORTED_SUFFIXES):
+            if e.skip is None and e.size is not None and e.mtime_ns is not None:
+                out[str(e.path)] = file_stamp(e.size, e.mtime_ns, e.shown, kb.config)
+        return out
+
+    shipped = await asyncio.to_thread(walk)
+    stored = await kb.index.file_documents(bucket, str(SAMPLE_KB_DIR) + os.sep, prefix=True)
+    stamps: dict[str, set[str | None]] = {}
+    for d in stored:
+        stamps.setdefault(d.origin, set()).add(d.file_stamp.split("\n")[0] if d.file_stamp else None)
+    if set(stamps) != set(shipped):
+        return False
+    return all(stamps[origin] == {stamp} for origin, stamp in shipped.items())
+
 
 async def ensure_sample_kb(kb: KnowledgeBase, *, bucket: str = DEFAULT_BUCKET) -> IngestReport | None:
-    """Ingest the sample KB into ``bucket`` when that bucket holds no documents.
+    """Ingest the sample KB into ``bucket`` when that bucket is empty, or when it holds
+    only the sample's own documents and the shipped sample differs from them (a file
+    added, changed or removed since they were stored).
 
-    Returns the report, or ``None`` when the bucket already had content (it is never
-    overwritten or mixed into a bucket someone has filled). Other buckets do not
-    matter: a corpus ingested into its own bucket leaves the sample KB's answers alone
+    Returns the report, or ``None`` when nothing was ingested: the bucket holds a
+    document that is not the sample's (it is never overwritten or mixed into a bucket
+    someone has filled), or the stored sample is the shipped one. The ingest is the
+    ordinary idempotent one: unchanged files are skipped by their stamps, and documents
+    of files no longer shipped are removed. Other buckets do not matter: a corpus
+    ingested into its own bucket leaves the sample KB's answers alone
     (``knowledge_base_search`` covers ``AGENT_KB_DEFAULT_BUCKETS``, the sample's bucket).
     """
-    if any(b.name == bucket and b.documents > 0 for b in await kb.list_buckets()):
+    only_sample = await _holds_only_the_sample(kb, bucket)
+    if only_sample is False:
+        return None
+    if only_sample and await _stored_sample_is_current(kb, bucket):
         return None
     return await kb.ingest_paths([SAMPLE_KB_DIR], bucket=bucket)
