@@ -97,15 +97,28 @@ def page_query(question: str, page: FoundPage) -> str | None:
     return " ".join(kept)
 
 
+def _said_in_a_row(title: str, question: str) -> bool:
+    """The question says the title's words one after the other, as the page is named
+    ("what does npm ci do if …" names ``npm-ci``), not only somewhere each."""
+    named, said = _words(title), _words(question)
+    return bool(named) and any(said[i : i + len(named)] == named for i in range(len(said) - len(named) + 1))
+
+
 def pages_to_read(question: str, pages: list[FoundPage]) -> list[tuple[FoundPage, str]]:
     """The pages to read again and the query for each: the best page, and any page the
-    question names by every word of its title."""
+    question names by every word of its title — first a page it names as it is written,
+    its title's words in a row: "what does npm ci do if my lock file and package.json
+    disagree?" names ``npm-ci`` so, and ``package-lock.json`` only by words here and
+    there; read in the search's order, the second read went to the lock file's page and
+    ``npm ci``'s "will exit with an error" was never among the passages."""
     asked = stems(question)
-    chosen: list[FoundPage] = pages[:1]
+    named: list[FoundPage] = []
     for page in pages[1:]:
         title = stems(page.title)
-        if title and title <= asked and page not in chosen:
-            chosen.append(page)
+        if title and title <= asked and page not in named and page not in pages[:1]:
+            named.append(page)
+    named.sort(key=lambda page: not _said_in_a_row(page.title, question))  # stable: the search's order otherwise
+    chosen: list[FoundPage] = pages[:1] + named
     out: list[tuple[FoundPage, str]] = []
     for page in chosen[:MAX_PAGES]:
         query = page_query(question, page)

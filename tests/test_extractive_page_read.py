@@ -60,6 +60,26 @@ def test_the_best_page_and_a_page_the_question_names_are_read_again() -> None:
     ]
 
 
+def test_a_page_the_question_names_as_written_is_read_before_one_named_by_scattered_words() -> None:
+    # "npm ci" names npm-ci as its title is written; "lock file and package.json" says
+    # every word of package-lock.json's title, but here and there. Read in the search's
+    # order, the second read went to the lock file's page and npm ci's "will exit with an
+    # error" never reached the answerer.
+    pages = found_pages(
+        [
+            chunk("npm-install-1", 2, "npm-install", "how npm install uses package-lock.json and the lock"),
+            chunk("package-lock-json-2", 7, "package-lock.json", "lockfileVersion: the lock file format of package"),
+            chunk("npm-ci-3", 24, "npm-ci", "install-links: npm ci with a package lock file of links"),
+        ]
+    )
+    question = "What does npm ci do if my lock file and package.json disagree?"
+    chosen = pages_to_read(question, pages)
+    assert [p.doc_id for p, _ in chosen] == ["npm-install-1", "npm-ci-3"]
+    # Named only by scattered words, pages keep the search's order.
+    scattered = pages_to_read("What does ci do if my lock file and package.json disagree with npm?", pages)
+    assert [p.doc_id for p, _ in scattered] == ["npm-install-1", "package-lock-json-2"]
+
+
 async def _turn(provider: ExtractiveProvider, messages: list[Message], tools: list[str]) -> list[object]:
     request = ChatRequest("system", messages, [ToolDefinition(t, "", {}) for t in tools])
     return [ev async for ev in provider.stream_chat(request)]
