@@ -132,6 +132,16 @@ _ACTION = re.compile(
 )
 
 
+#: The examples a question gives of what it asks about (", like alpha or beta,", "such as
+#: 1.2.0-5", "e.g. …"): they show what is meant, and a text answering need not say them.
+#: "How do I choose the identifier, like alpha or beta, used in a prerelease version?" is
+#: answered by ``preid``'s "The prerelease identifier to use as a prefix …", not by npm
+#: dist-tag's "… use a different tag for each stream, e.g., stable, beta …", which says
+#: "choose", "use" and "beta". "like" only after a comma: "what would I like to …" is a verb.
+_EXAMPLES = re.compile(
+    r"(?:,\s*like|\bsuch\s+as|\be\.g\.|\bfor\s+(?:example|instance))\s+[^,?]*(?:,|(?=\?)|$)", re.IGNORECASE
+)
+
 #: Phrasal verbs that documentation writes as one verb: a reader asks how to "turn on
 #: two-factor authentication" where the page says "enable-2fa: Enables two-factor
 #: authentication", and a page says "turn off logs completely" of what a reader asks to
@@ -347,7 +357,7 @@ class Question:
             for m in _COMPOUND.finditer(folded)
         )
         return cls(
-            stems(question),
+            stems(_EXAMPLES.sub(" ", question)) or stems(question),
             joined,
             phrasal,
             enumeration,

@@ -237,6 +237,14 @@ question naming the setting by two words or more (``fetch-retries``); "clear" an
 are "remove"; a sentence opening "However, …" is quoted with what it turns from and counts
 as a dangling opening otherwise. round16 15/20 -> 18/20, every other set unchanged; held-out-style overall
 (held_out … round16) 231/274 = 84 %.
+Round 17: a seventeenth set (``round17``, 10 + 10, committed before it was first asked):
+sample 8/10, npm 6/10 (70 %). Round 17 looked at the search first: of the misses over all
+sets whose passages lack the fact (17), one was a page the question names as written
+(``npm ci``) read after a page named by scattered words; that page is now read first
+(the passage reaches the answerer, the answer is still the answerer's miss). After
+reading round17's answers: the examples a question gives (", like alpha or beta,") are
+not words an answer must say (``preid``). round17 14/20 -> 15/20, every other set
+unchanged; held-out-style overall (held_out … round17) 246/294 = 84 %.
 The floors below are the figures reached, so any lost answer fails.
 """
 
@@ -284,6 +292,7 @@ FLOORS = {
     "round14": {"sample": 0.9, "npm": 0.8},  # 9/10, 8/10 (9/10, 4/10 when first measured, before round 14)
     "round15": {"sample": 0.8, "npm": 0.7},  # 8/10 here, 9/10 in the bench (before and after round 15); 7/10
     "round16": {"sample": 1.0, "npm": 0.8},  # 10/10, 8/10 (8/10, 7/10 when first asked, before round 16)
+    "round17": {"sample": 0.8, "npm": 0.7},  # 8/10, 7/10 (8/10, 6/10 when first asked, before round 17)
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",

@@ -33,7 +33,8 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: read for round 12; "round12" (10 + 10) after round 12's; "round13" (10 + 10) after
 #: round 13's; "round14" (10 + 10) after round 13, measured before round 14's changes;
 #: "round15" (10 + 10) after round 14, measured before round 15's changes; "round16"
-#: (10 + 10) after round 15, measured before round 16's changes.
+#: (10 + 10) after round 15, measured before round 16's changes; "round17" (10 + 10) after
+#: round 16, measured before round 17's changes.
 SETS = (
     "original",
     "held_out",
@@ -51,6 +52,7 @@ SETS = (
     "round14",
     "round15",
     "round16",
+    "round17",
 )
 
 
