@@ -39,6 +39,11 @@ from __future__ import annotations
 
 import re
 
+from llm.extractive_about import SUBJECT_BONUS
+from llm.extractive_about import folder_terms as _folder_terms
+from llm.extractive_about import names_focus as _names_focus
+from llm.extractive_about import says_what_asked_is as _says_what_asked_is
+from llm.extractive_about import section_share as _section_share
 from llm.extractive_pages import PageOpening, alias_documents
 from llm.extractive_question import NEGATION as _NEGATION
 from llm.extractive_question import Question as _Question
@@ -146,7 +151,7 @@ def _unit_score(question: _Question, text: str, context: frozenset[str]) -> floa
     if links:
         context = context | question.terms(links)
         text = _LINK.sub("", text)
-    terms = question.terms(text)
+    terms = question.terms(text) | _folder_terms(question, text)
     own = _weighted(question.stems, terms, question.names, question.action)
     around = _weighted(question.stems, terms | context, question.names, question.action)
     words = len(text.split())
@@ -288,7 +293,8 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                 if after_heading and i == 0:  # what a section says first is what it is about
                     score += FIRST_UNDER_HEADING_BONUS
                     if not (named and b == opening):
-                        score += OPENING_BONUS * _section_named(question, read.headings[b], title)
+                        named_section = _section_named(question, read.headings[b], title)
+                        score += OPENING_BONUS * _section_share(question, read.headings[b], title, named_section)
                 elif i == 0 and _after_properties(read, b, title):
                     score += OPENING_BONUS * _section_named(question, read.headings[b], title)
                 if named and b == opening and i == 0:
@@ -299,6 +305,8 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                     score += KIND_NAME_BONUS
                 if _defines_asked(question, raw):
                     score += _GLOSSARY_BONUS
+                if _says_what_asked_is(question, plain):
+                    score += SUBJECT_BONUS
                 score += _how_to_bonus(question, raw)
                 if block.kind == "list" and page_named and _subcommand(question, raw):
                     score += SUBCOMMAND_BONUS
@@ -308,7 +316,7 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                 introduces_list = (
                     last and _introduces(text) and follower is not None and follower.kind in ("list", "table")
                 )
-                if question.names_focus(plain) and (introduces_list or _enumerates(plain)):
+                if _names_focus(question, plain) and (introduces_list or _enumerates(plain)):
                     score += FOCUS_BONUS
                 if question.negated and _NEGATION.search(_EMPHASIS.sub("", plain)):
                     score += NEGATION_BONUS

@@ -54,11 +54,22 @@ class Block:
         return ("\n" if self.kind == "list" else " ").join(chosen)
 
 
+#: A code span (`` `agentchat ingest PATH... [--bucket B]` ``): quoted as written, so
+#: its punctuation ends no sentence.
+_CODE_SPAN = re.compile(r"`[^`\n]*`")
+
+
 def split_sentences(text: str) -> list[str]:
-    """Sentences of one reflowed paragraph (or list item)."""
+    """Sentences of one reflowed paragraph (or list item). A code span is one word: the
+    "..." of `` `agentchat ingest PATH... [--bucket B]` `` is part of the command a
+    sentence names, and cutting there left "`agentchat ingest PATH..." as a sentence of
+    its own and the rest of the sentence (what the command reads) without its subject."""
+    spans = [m.span() for m in _CODE_SPAN.finditer(text)]
     out: list[str] = []
     last = 0
     for m in _SENTENCE_END.finditer(text):
+        if any(start < m.start() < end for start, end in spans):
+            continue
         end = m.start() + len(m.group(1))
         piece = text[last:end].strip()
         if piece:
