@@ -12,6 +12,8 @@ here is one such place:
   what it says first is the answer;
 * ``folder_terms``: a folder written as a path (```backend/```) is the folder the
   question names ("the backend folder"), as a reader reads it;
+* ``clipped_terms``: a name in code says the words it clips (``AGENT_AUTH`` is the
+  authentication setting);
 * ``heading_about_page``: a heading that says the page's subject again ("MCP servers and
   readiness" on "Connecting MCP servers") is about that subject's side of the matter,
   so a question that never names the subject does not name the section;
@@ -72,6 +74,35 @@ def folder_terms(question: Question, text: str) -> frozenset[str]:
         if _stems(last) and _coverage(_stems(last), question.stems) >= 1.0:
             return frozenset(asked)
     return frozenset()
+
+
+#: A thing named in code: a code span, or a constant (``AGENT_AUTH``).
+_IDENT = re.compile(r"`([^`]+)`|\b([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)\b")
+_PART = re.compile(r"[^\W\d_]+")
+#: A clipped word this short says too little to stand for a longer one ("max", "db").
+MIN_CLIPPED_CHARS = 4
+
+
+def clipped_terms(question: Question, text: str) -> frozenset[str]:
+    """The question's words that a name in code says clipped: settings and commands are
+    named with the short forms of words (``AGENT_AUTH``, ``npm config``), and a reader
+    reads ``AGENT_AUTH`` as the authentication setting, so "how do I turn on
+    authentication?" meets "`AGENT_AUTH` chooses how callers are identified". A part of
+    the name of at least ``MIN_CLIPPED_CHARS`` letters that begins a longer word of the
+    question says that word; prose is read as written."""
+    out: set[str] = set()
+    for m in _IDENT.finditer(text):
+        for part in _PART.findall((m.group(1) or m.group(2)).casefold()):
+            if len(part) < MIN_CLIPPED_CHARS:
+                continue
+            out.update(q for q in question.stems if len(q) > len(part) and q.startswith(part))
+    return frozenset(out)
+
+
+def said_otherwise(question: Question, text: str) -> frozenset[str]:
+    """The question's words ``text`` says in another form than their own: a folder as a
+    path (``folder_terms``), a word clipped in a name (``clipped_terms``)."""
+    return folder_terms(question, text) | clipped_terms(question, text)
 
 
 def heading_about_page(question: Question, heading: str, title: frozenset[str]) -> bool:
@@ -152,14 +183,17 @@ def names_focus(question: Question, text: str) -> bool:
 
 
 __all__ = [
+    "MIN_CLIPPED_CHARS",
     "MIN_STATED_WORDS",
     "MIN_SUBJECT_SHARE",
     "SUBJECT_BONUS",
+    "clipped_terms",
     "folder_terms",
     "generic_focus",
     "heading_about_page",
     "heading_states_question",
     "names_focus",
+    "said_otherwise",
     "says_what_asked_is",
     "section_share",
 ]

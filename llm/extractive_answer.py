@@ -40,8 +40,8 @@ from __future__ import annotations
 import re
 
 from llm.extractive_about import SUBJECT_BONUS
-from llm.extractive_about import folder_terms as _folder_terms
 from llm.extractive_about import names_focus as _names_focus
+from llm.extractive_about import said_otherwise as _said_otherwise
 from llm.extractive_about import says_what_asked_is as _says_what_asked_is
 from llm.extractive_about import section_share as _section_share
 from llm.extractive_pages import PageOpening, alias_documents
@@ -151,7 +151,7 @@ def _unit_score(question: _Question, text: str, context: frozenset[str]) -> floa
     if links:
         context = context | question.terms(links)
         text = _LINK.sub("", text)
-    terms = question.terms(text) | _folder_terms(question, text)
+    terms = question.terms(text) | _said_otherwise(question, text)
     own = _weighted(question.stems, terms, question.names, question.action)
     around = _weighted(question.stems, terms | context, question.names, question.action)
     words = len(text.split())
@@ -285,7 +285,7 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                 plain = _LINK.sub(r"\1", raw)
                 score = _unit_score(question, raw, context) + rank - 0.004 * min(i, 10)
                 if (
-                    _coverage(question.stems, question.terms(plain)) <= 0
+                    _coverage(question.stems, question.terms(plain) | _said_otherwise(question, plain)) <= 0
                     and not (named and b == opening)
                     and _coverage(question.stems, _stems(read.headings[b])) < 0.5
                 ):

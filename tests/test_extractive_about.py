@@ -15,7 +15,8 @@ each test fails without its rule.
   readiness" on "Connecting MCP servers") is about the page's subject, not named by the
   question (``heading_about_page``); "which parts …" is answered by a unit listing
   several things (``generic_focus``).
-* A path ``backend/`` is "the backend folder" (``folder_terms``).
+* A path ``backend/`` is "the backend folder" (``folder_terms``), and a name in code says
+  the words it clips: ``AGENT_AUTH`` is the authentication setting (``clipped_terms``).
 * "The request body is …" answers "what do I send in the body of a chat request?"
   (``says_what_asked_is``).
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from llm.extractive_about import (
+    clipped_terms,
     folder_terms,
     generic_focus,
     heading_about_page,
@@ -143,3 +145,17 @@ def test_says_what_asked_is_wants_the_asked_thing_as_subject() -> None:
     assert not says_what_asked_is(keep, "The knowledge base is one corpus curated by administrators.")
     how = Question.of("How do I send the body of a chat request?")
     assert not says_what_asked_is(how, "The request body is `{message, context_type}`.")
+
+
+def test_a_clipped_setting_name_answers_turning_on_authentication_on_the_captured_pages() -> None:
+    answer, sources = _answer("How do I turn on authentication?")
+    assert answer.startswith("`AGENT_AUTH` chooses how callers are identified."), answer
+    assert sources[0].startswith("agentchat-authentication")
+
+
+def test_clipped_terms_reads_a_name_in_code_by_the_words_it_clips() -> None:
+    q = Question.of("How do I turn on authentication?")
+    assert clipped_terms(q, "`AGENT_AUTH` chooses how callers are identified.") == stems("authentication")
+    assert clipped_terms(q, "AGENT_AUTH chooses how callers are identified.") == stems("authentication")
+    assert clipped_terms(q, "the auth header is forwarded") == frozenset()  # prose as written
+    assert clipped_terms(Question.of("How do I set the maximum size?"), "`AGENT_MAX_BODY_BYTES`") == frozenset()
