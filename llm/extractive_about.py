@@ -31,6 +31,7 @@ import re
 from llm.extractive_question import Question
 from llm.extractive_question import coverage as _coverage
 from llm.extractive_question import stems as _stems
+from llm.extractive_read import Read
 
 #: A question this short ("what is readiness?") is said by too many headings.
 MIN_STATED_WORDS = 3
@@ -103,6 +104,22 @@ def said_otherwise(question: Question, text: str) -> frozenset[str]:
     """The question's words ``text`` says in another form than their own: a folder as a
     path (``folder_terms``), a word clipped in a name (``clipped_terms``)."""
     return folder_terms(question, text) | clipped_terms(question, text)
+
+
+def opening_shows_how(question: Question, read: Read, b: int) -> bool:
+    """A named page's opening (block ``b``) answers a how-to only when it shows what to
+    do: a name in code in it (a command, a setting) or the synopsis above it, which the
+    quote brings along (``llm.extractive_quote.with_synopsis``: ``npm pack`` under "Create
+    a tarball from a package."). "Tools of Model Context Protocol (MCP) servers join the
+    tool catalog …" says what MCP servers are to the service, not how to connect one:
+    for "how do I connect an MCP server?" it is one more sentence of the page, and the
+    section that says what to set (``AGENT_MCP_SERVERS``) answers. Any opening answers
+    a question that is no how-to."""
+    if not question.how_to:
+        return True
+    if any(block.kind == "code" for block in read.blocks[:b]):
+        return True
+    return any(_IDENT.search(unit) for unit in read.blocks[b].units)
 
 
 def heading_about_page(question: Question, heading: str, title: frozenset[str]) -> bool:
@@ -193,6 +210,7 @@ __all__ = [
     "heading_about_page",
     "heading_states_question",
     "names_focus",
+    "opening_shows_how",
     "said_otherwise",
     "says_what_asked_is",
     "section_share",

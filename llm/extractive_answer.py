@@ -41,6 +41,7 @@ import re
 
 from llm.extractive_about import SUBJECT_BONUS
 from llm.extractive_about import names_focus as _names_focus
+from llm.extractive_about import opening_shows_how as _opening_shows_how
 from llm.extractive_about import said_otherwise as _said_otherwise
 from llm.extractive_about import says_what_asked_is as _says_what_asked_is
 from llm.extractive_about import section_share as _section_share
@@ -297,7 +298,7 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                         score += OPENING_BONUS * _section_share(question, read.headings[b], title, named_section)
                 elif i == 0 and _after_properties(read, b, title):
                     score += OPENING_BONUS * _section_named(question, read.headings[b], title)
-                if named and b == opening and i == 0:
+                if named and b == opening and i == 0 and _opening_shows_how(question, read, b):
                     score += DEFINITION_BONUS if defines else OPENING_BONUS * named_share
                 if question.holds_wanted(plain):
                     score += ANSWER_TYPE_BONUS

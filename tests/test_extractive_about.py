@@ -17,6 +17,10 @@ each test fails without its rule.
   several things (``generic_focus``).
 * A path ``backend/`` is "the backend folder" (``folder_terms``), and a name in code says
   the words it clips: ``AGENT_AUTH`` is the authentication setting (``clipped_terms``).
+* A named page's opening answers a how-to only when it shows what to do, a name in code
+  or the synopsis above it (``opening_shows_how``): "how do I connect an MCP server?" is
+  the section setting ``AGENT_MCP_SERVERS``, not "Tools of … MCP servers join the tool
+  catalog …".
 * "The request body is …" answers "what do I send in the body of a chat request?"
   (``says_what_asked_is``).
 """
@@ -31,10 +35,12 @@ from llm.extractive_about import (
     generic_focus,
     heading_about_page,
     heading_states_question,
+    opening_shows_how,
     says_what_asked_is,
 )
 from llm.extractive_answer import Passage, compose_answer
 from llm.extractive_question import Question, stems
+from llm.extractive_read import opening_block, read_passage
 from llm.markdown_blocks import split_sentences
 from tests.support.offline_answers import assert_clean, captured_passages, carries
 
@@ -159,3 +165,22 @@ def test_clipped_terms_reads_a_name_in_code_by_the_words_it_clips() -> None:
     assert clipped_terms(q, "AGENT_AUTH chooses how callers are identified.") == stems("authentication")
     assert clipped_terms(q, "the auth header is forwarded") == frozenset()  # prose as written
     assert clipped_terms(Question.of("How do I set the maximum size?"), "`AGENT_MAX_BODY_BYTES`") == frozenset()
+
+
+def test_a_how_to_is_answered_by_what_to_set_not_the_named_pages_opening_on_the_captured_page() -> None:
+    answer, sources = _answer("How do I connect an MCP server?")
+    assert carries(answer, "AGENT_MCP_SERVERS") and "join the tool catalog" not in answer, answer
+    assert sources[0].startswith("agentchat-mcp-servers")
+
+
+def test_opening_shows_how_wants_a_name_in_code_or_a_synopsis_for_a_how_to() -> None:
+    how = Question.of("How do I connect an MCP server?")
+    plain = read_passage(Passage("mcp#0", "MCP", "# MCP\n\nTools of MCP servers join the catalog.\n", 0.5))
+    named = read_passage(Passage("mcp#0", "MCP", "# MCP\n\nSet `AGENT_MCP_SERVERS` to a servers file.\n", 0.5))
+    synopsis = read_passage(
+        Passage("pack#0", "npm-pack", "# npm-pack\n\n```bash\nnpm pack\n```\n\nCreate a tarball.\n", 0.5)
+    )
+    assert not opening_shows_how(how, plain, opening_block(plain))
+    assert opening_shows_how(how, named, opening_block(named))
+    assert opening_shows_how(how, synopsis, opening_block(synopsis))
+    assert opening_shows_how(Question.of("What are MCP servers?"), plain, opening_block(plain))
