@@ -114,8 +114,9 @@ def opening_shows_how(question: Question, read: Read, b: int) -> bool:
     tool catalog …" says what MCP servers are to the service, not how to connect one:
     for "how do I connect an MCP server?" it is one more sentence of the page, and the
     section that says what to set (``AGENT_MCP_SERVERS``) answers. Any opening answers
-    a question that is no how-to."""
-    if not question.how_to:
+    a question that is no how-to, and a page named after a thing to use (a title of one
+    word or name: ``npm-login``, ``package.json``) shows it by its name."""
+    if not question.how_to or len(read.passage.title.split()) == 1:
         return True
     if any(block.kind == "code" for block in read.blocks[:b]):
         return True

@@ -175,8 +175,12 @@ def test_a_how_to_is_answered_by_what_to_set_not_the_named_pages_opening_on_the_
 
 def test_opening_shows_how_wants_a_name_in_code_or_a_synopsis_for_a_how_to() -> None:
     how = Question.of("How do I connect an MCP server?")
-    plain = read_passage(Passage("mcp#0", "MCP", "# MCP\n\nTools of MCP servers join the catalog.\n", 0.5))
-    named = read_passage(Passage("mcp#0", "MCP", "# MCP\n\nSet `AGENT_MCP_SERVERS` to a servers file.\n", 0.5))
+    plain = read_passage(
+        Passage("mcp#0", "Connecting MCP servers", "# MCP\n\nTools of MCP servers join the catalog.\n", 0.5)
+    )
+    named = read_passage(
+        Passage("mcp#0", "Connecting MCP servers", "# MCP\n\nSet `AGENT_MCP_SERVERS` to a servers file.\n", 0.5)
+    )
     synopsis = read_passage(
         Passage("pack#0", "npm-pack", "# npm-pack\n\n```bash\nnpm pack\n```\n\nCreate a tarball.\n", 0.5)
     )
@@ -184,3 +188,5 @@ def test_opening_shows_how_wants_a_name_in_code_or_a_synopsis_for_a_how_to() -> 
     assert opening_shows_how(how, named, opening_block(named))
     assert opening_shows_how(how, synopsis, opening_block(synopsis))
     assert opening_shows_how(Question.of("What are MCP servers?"), plain, opening_block(plain))
+    login = read_passage(Passage("login#0", "npm-login", "Verify a user in the registry.", 0.5))
+    assert opening_shows_how(Question.of("How do I log in?"), login, opening_block(login))  # named by it
