@@ -27,6 +27,7 @@ here is one such place:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from llm.extractive_question import Question
 from llm.extractive_question import coverage as _coverage
@@ -184,13 +185,15 @@ def says_what_asked_is(question: Question, text: str) -> bool:
     )
 
 
-def section_share(question: Question, heading: str, title: frozenset[str], named: float) -> float:
+def section_share(
+    question: Question, heading: str, title: frozenset[str], named: Callable[[Question, str, frozenset[str]], float]
+) -> float:
     """The share of the question a section's heading says when the question names the
     section or the heading states the question, for the bonus of what the section says
     first: ``named`` (``llm.extractive_answer._section_named``) unless the heading is
     about its page's subject (``heading_about_page``), or the heading stating the whole
     question (``heading_states_question``)."""
-    own = 0.0 if heading_about_page(question, heading, title) else named
+    own = 0.0 if heading_about_page(question, heading, title) else named(question, heading, title)
     return max(own, heading_states_question(question, heading, title))
 
 

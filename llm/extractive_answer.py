@@ -294,8 +294,7 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                 if after_heading and i == 0:  # what a section says first is what it is about
                     score += FIRST_UNDER_HEADING_BONUS
                     if not (named and b == opening):
-                        named_section = _section_named(question, read.headings[b], title)
-                        score += OPENING_BONUS * _section_share(question, read.headings[b], title, named_section)
+                        score += OPENING_BONUS * _section_share(question, read.headings[b], title, _section_named)
                 elif i == 0 and _after_properties(read, b, title):
                     score += OPENING_BONUS * _section_named(question, read.headings[b], title)
                 if named and b == opening and i == 0 and _opening_shows_how(question, read, b):
