@@ -504,3 +504,19 @@ async def test_migration_23_posts_existing_chunks_again_with_their_tf_and_length
                     )
         finally:
             await storage.close()
+
+
+def test_the_best_are_picked_as_sorting_by_score_then_id_picks_them() -> None:
+    """``_best`` partitions before it sorts: ties at the cut are all kept, so the lowest
+    ids win them as in ``sorted(key=(-score, id))`` (the exhaustive rank's order)."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(0, 60))
+        ids = rng.permutation(10_000)[:n].astype(np.int64)
+        scores = rng.integers(0, 6, size=n).astype(np.float64) / 4  # many ties
+        for limit in (1, 3, 10, 100):
+            expected = sorted(zip(ids.tolist(), scores.tolist(), strict=True), key=lambda kv: (-kv[1], kv[0]))[:limit]
+            got = kb_postings._best(ids, scores, limit)
+            assert got == ([i for i, _ in expected], [s for _, s in expected])
