@@ -375,7 +375,8 @@ class PostgresKBIndex(SqlKBIndex):
             self._stats_changed()
 
     async def _vacuum_postings(self) -> None:
-        """``VACUUM kb_postings`` once a bulk load ends, so that the postings' reads are
+        """``VACUUM kb_postings, kb_chunks`` once a bulk load ends, so that the postings'
+        reads (and a filtered scope's lookup of its chunk ids, migration 25) are
         index-only in fact. Every text search reads them through index-only scans of
         ``kb_postings_impact``; a page not yet marked all-visible in the visibility map
         costs a heap visit per posting. Autovacuum marks a table's inserts only once they
@@ -400,7 +401,10 @@ class PostgresKBIndex(SqlKBIndex):
                 if (flushed is not None and flushed[0]) or time.monotonic() > deadline:
                     break
                 await asyncio.sleep(0.05)
-            await conn.execute("VACUUM (ANALYZE) kb_postings")
+            # Analysed after: an analysis commits (asynchronously, there), and a commit not
+            # yet flushed holds off the hints of every transaction of its clog group.
+            await conn.execute("VACUUM kb_postings, kb_chunks")
+            await conn.execute("ANALYZE kb_postings")
 
     # ------------------------------------------------------------------ vectors
     async def iter_vectors(self, embed_model: str, dim: int) -> AsyncIterator[KBVectorRows]:
