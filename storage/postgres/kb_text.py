@@ -35,6 +35,9 @@ How a query runs:
   impact-ordered, each with its term frequency and chunk length, so most chunks are
   scored exactly without their rows, and the few partly seen candidates that may
   still enter are completed from the rest of their lists.
+* A filtered scope (or a list of documents) is answered from the postings kept to its
+  chunks (``kb_postings.top_in_scope``), unless its few expected matches are cheaper to
+  score on their rows; one document's matches always are.
 """
 
 from __future__ import annotations
