@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
@@ -34,7 +35,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import orjson
+import psycopg
 
+from storage.errors import StorageUnavailable
 from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBRanked, KBScope, KBVectorRows
 from storage.postgres import kb_buckets
 from storage.postgres.database import Conn, PostgresDatabase
@@ -47,6 +50,7 @@ from storage.sql import Tx
 from storage.stores.kb_index import SqlKBIndex
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+log = logging.getLogger("agentchat.storage")
 
 #: Binary ``COPY``: pgvector's text form of a vector is 384 floats printed one by one
 #: in Python (~0.37 ms a chunk, most of a bulk load's time); its binary form is a copy
@@ -390,7 +394,23 @@ class PostgresKBIndex(SqlKBIndex):
         cannot be hinted committed, so the vacuum would leave its page unmarked. The WAL
         writer flushes within three ``wal_writer_delay`` (200 ms by default); with
         commits synchronous (PostgreSQL's default) it already is, and nothing waits.
-        Bounded by ``WAL_FLUSH_WAIT_S``: past it the vacuum marks what it can."""
+        Bounded by ``WAL_FLUSH_WAIT_S``: past it the vacuum marks what it can.
+
+        Upkeep, not part of the load: one that cannot run (a lock another session holds
+        past ``lock_timeout``, a statement timeout, no connection) is logged and the
+        load stands — its rows are committed and its indexes built; autovacuum marks
+        the pages later."""
+        try:
+            await self._vacuum_now()
+        except (StorageUnavailable, psycopg.Error) as exc:
+            log.warning(
+                "the vacuum after a bulk load did not run (%s: %s); text searches may read the heap per "
+                "posting until autovacuum marks the new pages",
+                type(exc).__name__,
+                exc,
+            )
+
+    async def _vacuum_now(self) -> None:
         async with self._db.reading() as conn:
             cur = await conn.execute("SELECT pg_current_wal_insert_lsn()")
             row = await cur.fetchone()
