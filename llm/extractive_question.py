@@ -130,8 +130,14 @@ _ACTION = re.compile(
 #: answered by ``preid``'s "The prerelease identifier to use as a prefix …", not by npm
 #: dist-tag's "… use a different tag for each stream, e.g., stable, beta …", which says
 #: "choose", "use" and "beta". "like" only after a comma: "what would I like to …" is a verb.
+#: An example ends at a comma, or is the question's last words (at most three: "such as
+#: 1.2.0-5?"); one followed by more of the question without a comma is left in, since
+#: where it ends is unknown ("which tools such as npm ci fail when the lock file is out
+#: of date?" would lose everything after "tools").
 _EXAMPLES = re.compile(
-    r"(?:,\s*like|\bsuch\s+as|\be\.g\.|\bfor\s+(?:example|instance))\s+[^,?]*(?:,|(?=\?)|$)", re.IGNORECASE
+    r"(?:,\s*like|\bsuch\s+as|\be\.g\.|\bfor\s+(?:example|instance))\s+"
+    r"(?:[^,?]*,|(?:[^\s,?]+\s+){0,2}[^\s,?]+\s*(?=\?|$))",
+    re.IGNORECASE,
 )
 
 
