@@ -56,6 +56,7 @@ KINDS: dict[str, dict[str, Any]] = {
 #: A statement's label: the first pattern found in its text.
 LABELS = (
     ("kb_postings k WHERE k.lexeme = q.lex", "postings"),
+    ("n.n * %(row_cost)s", "postings_scoped"),
     ("c.id = ANY(%(ids)s::bigint[])", "rescore_ids"),
     ("ts_delete", "rank_exhaustive"),
     ("SELECT count(*) FROM kb_chunks c WHERE", "count_matches"),

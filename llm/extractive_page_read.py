@@ -11,7 +11,8 @@ question's words less those of the page's title: every chunk of the ``npx`` page
 ordinary tool call, in the stream and the tool-call log like the first search.
 
 Which pages: the first search's best page, and a page the question names by every
-word of its title. A page is read again only when the question says something its title
+word of its title (one it names as written, "npm ci", before one whose title words it
+says here and there). A page is read again only when the question says something its title
 does not, and the words left include one the page's passages already hold (so the
 scoped text search finds at least those: a scoped search that matches nothing would
 ask the user to rephrase, which a second read must never do).

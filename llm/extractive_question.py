@@ -1,9 +1,9 @@
 """What a question asks, for the offline answerer (``llm.extractive_answer``): its
-content words, stemmed, and how a passage's words meet them; the words adjacent ones
-join into ("log in" is what ``npm-login`` is named by) and the phrasal verbs that do not
-mean their verb alone ("log in" is not "logs"); whether it asks for several things
-("which events …"); and what kind of thing it wants ("where" a place, "how many" an
-amount).
+content words, stemmed (``llm.extractive_words``, which also says how a passage's words
+meet them: re-exported here); the words adjacent ones join into ("log in" is what
+``npm-login`` is named by) and the phrasal verbs that do not mean their verb alone ("log
+in" is not "logs"); whether it asks for several things ("which events …"); and what kind
+of thing it wants ("where" a place, "how many" an amount).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 import re
 import unicodedata
-from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
+
+from llm.extractive_words import _STOP, WORD, _match, _stem, _terms, coverage, phrase_share, stems
 
 #: "which events (does …)", "which file formats does …": a plural noun right after
 #: "which", or one word later when an auxiliary or the end follows it ("which embedder
@@ -91,14 +91,6 @@ _PARTICLES = frozenset("in up out on off down over back away".split())
 #: is the password wherever the text says it).
 _BEFORE_VERB = frozenset("i we you they one to am are is be been get got and or please".split())
 
-WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_STOP = frozenset(
-    "a an and are as at be by can could do does for from how i if in into is it its me my of on or our "
-    "should so than that the their them then there these this those to was we what when where which who "
-    "why will with would you your about after before does did get got has have having here just more most "
-    "not only other over same some such too under up very via use used using see".split()
-)
-_PREFIXES = ("dis", "re", "un", "de", "pre", "non")
 #: A name the question writes as one (a path ``/metrics``, an identifier
 #: ``perplexity_search``, a code span, a hyphenated name ``install-scripts``, an option
 #: ``--global``): what the question is about, which a passage about something else does
@@ -138,149 +130,15 @@ _ACTION = re.compile(
 #: answered by ``preid``'s "The prerelease identifier to use as a prefix …", not by npm
 #: dist-tag's "… use a different tag for each stream, e.g., stable, beta …", which says
 #: "choose", "use" and "beta". "like" only after a comma: "what would I like to …" is a verb.
+#: An example ends at a comma, or is the question's last words (at most three: "such as
+#: 1.2.0-5?"); one followed by more of the question without a comma is left in, since
+#: where it ends is unknown ("which tools such as npm ci fail when the lock file is out
+#: of date?" would lose everything after "tools").
 _EXAMPLES = re.compile(
-    r"(?:,\s*like|\bsuch\s+as|\be\.g\.|\bfor\s+(?:example|instance))\s+[^,?]*(?:,|(?=\?)|$)", re.IGNORECASE
+    r"(?:,\s*like|\bsuch\s+as|\be\.g\.|\bfor\s+(?:example|instance))\s+"
+    r"(?:[^,?]*,|(?:[^\s,?]+\s+){0,2}[^\s,?]+\s*(?=\?|$))",
+    re.IGNORECASE,
 )
-
-#: Phrasal verbs that documentation writes as one verb: a reader asks how to "turn on
-#: two-factor authentication" where the page says "enable-2fa: Enables two-factor
-#: authentication", and a page says "turn off logs completely" of what a reader asks to
-#: "stop" (``SYNONYMS``: stop / disable). Both the question and the text read them as the
-#: one verb, so "turn on" meets "enable" and never "disable", which shares the rest.
-_ONE_VERB = re.compile(r"\b(?:turn(?:s|ed|ing)?|switch(?:es|ed|ing)?)\s+(?P<particle>on|off)\b")
-
-
-def _one_verb(match: re.Match[str]) -> str:
-    return "enable" if match.group("particle") == "on" else "disable"
-
-
-def _terms(text: str) -> list[str]:
-    folded = _ONE_VERB.sub(_one_verb, unicodedata.normalize("NFKC", text).casefold())
-    return [w for w in WORD.findall(folded) if w not in _STOP and len(w) > 1]
-
-
-def _stem(word: str) -> str:
-    for suffix in (
-        "ations",
-        "ation",
-        "ings",
-        "ing",
-        "ies",
-        "ied",
-        "ences",
-        "ence",
-        "ently",
-        "ent",
-        "es",
-        "ed",
-        "ly",
-        "s",
-    ):
-        if suffix == "es" and not _SIBILANT_ES.search(word):
-            continue  # "files" is "file" + "s": the "s" goes, then a silent "e" as below
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            if suffix == "s":
-                return _silent_e(word[:-1])
-            # "retries" is "retry" again ("ies" and "ied" of a word ending in "y"): the
-            # prefix match in ``_match`` joins long words ("dependencies"/"dependency")
-            # but a short one stripped to "retr" never met the question's "retry".
-            return word[:-3] + "y" if suffix in ("ies", "ied") else word[: -len(suffix)]
-    return _silent_e(word)
-
-
-#: A plural or verb in "-es" that adds the syllable to a word not ending in "e"
-#: ("matches", "pushes", "boxes", "processes", "goes"). Elsewhere "-es" is "-e" + "s":
-#: "files", "names", "types", "nodes" were cut to "fil", "nam", "typ", "nod", which
-#: never met "file", "name", "type", "node" (too short for ``_match``'s shared prefix):
-#: "Which file formats …" did not meet "reads the supported files".
-_SIBILANT_ES = re.compile(r"(?:ch|sh|x|ss|o)es$")
-
-
-def _silent_e(word: str) -> str:
-    """A silent final "e" goes too, so "store" meets "stored" and "stores" ("stor")."""
-    return word[:-1] if word.endswith("e") and len(word) >= 5 else word
-
-
-def _root(stem: str) -> str:
-    for prefix in _PREFIXES:
-        if stem.startswith(prefix) and len(stem) - len(prefix) >= 4:
-            return stem[len(prefix) :]
-    return stem
-
-
-def stems(text: str) -> frozenset[str]:
-    return frozenset(_stem(t) for t in _terms(text))
-
-
-#: Verbs documentation and its readers write for one action ("how do I remove a key"
-#: is npm config's "delete: Deletes the specified keys"): a word meets the others of its
-#: group as itself, since to the reader they are one word. Only actions a command or
-#: setting performs, each group's words interchangeable in any sentence about it.
-SYNONYMS = (
-    "remove delete clear rm",
-    "show display print",
-    "change modify edit",
-    "make create",
-    "stop disable",
-    "fix repair",
-    "check verify",
-)
-
-
-def _synonym_table() -> dict[str, frozenset[str]]:
-    table: dict[str, frozenset[str]] = {}
-    for group in SYNONYMS:
-        words = frozenset(_stem(w) for w in group.split())
-        for w in words:
-            table[w] = words - {w}
-    return table
-
-
-#: Built once from the constants above and read-only.
-_SYNONYM_OF: Mapping[str, frozenset[str]] = MappingProxyType(_synonym_table())
-
-
-def _match(q: str, terms: frozenset[str]) -> float:
-    """1.0 when the question's stem is among ``terms`` (or shares a long prefix with
-    one, or is a synonym of one: ``SYNONYMS``), 0.5 when only their roots meet
-    ("disconnect" / "reconnect"), else 0."""
-    if q in terms:
-        return 1.0
-    best = 0.0
-    if _SYNONYM_OF.get(q, frozenset()) & terms:
-        return 1.0
-    for t in terms:
-        shorter, longer = sorted((len(q), len(t)))
-        if shorter >= 5 and longer - shorter <= 3 and q[:shorter] == t[:shorter]:  # "configur"/"configure"
-            return 1.0
-        if shorter >= 7 and q[:7] == t[:7]:  # a long common prefix
-            return 1.0
-        if best < 0.5 and len(_root(q)) >= 4 and _root(q) == _root(t) and (_root(q) != q or _root(t) != t):
-            best = 0.5
-    return best
-
-
-def phrase_share(pairs: frozenset[tuple[str, str]], text: str) -> float:
-    """The share of the question's adjacent content words (``Question.pairs``) that
-    ``text`` also says side by side, in the same order: "Each document has an id, a
-    bucket, … a content hash" says the question's "each document"; "… tables are cut
-    … and keep their Markdown" says "keep" apart from anything else asked."""
-    if not pairs:
-        return 0.0
-    said = [_stem(t) for t in _terms(text)]
-    found = 0
-    for a, b in pairs:
-        if any(
-            _match(a, frozenset({x})) >= 1.0 and _match(b, frozenset({y})) >= 1.0 for x, y in itertools.pairwise(said)
-        ):
-            found += 1
-    return found / len(pairs)
-
-
-def coverage(question: frozenset[str], terms: frozenset[str]) -> float:
-    if not question or not terms:
-        return 0.0
-    return sum(_match(q, terms) for q in question) / len(question)
 
 
 def weighted_coverage(

@@ -131,7 +131,7 @@ def how_to_bonus(question: Question, text: str) -> float:
 #: (``FTS5``, ``unicode61``, ``HS256``) or with a capital inside (``SQLite``); then the
 #: word after it.
 _CALLED = re.compile(
-    r"(?P<name>`[^`\n]+`|\b(?=[\w.-]*\d)(?=[\w.-]*[A-Za-z])[A-Za-z0-9][\w.-]*\b|\b[A-Z][a-z]*[A-Z][\w]*\b)"
+    r"(?P<name>`[^`\n]+`|(?<![\w.-])[.-]*+(?=[\w.-]*\d)(?=[\w.-]*[A-Za-z])[A-Za-z0-9][\w.-]*\b|\b[A-Z][a-z]*[A-Z][\w]*\b)"
     r"\s+(?P<next>[^\W_]+)"
 )
 

@@ -68,6 +68,7 @@ STEP_NAMES: Mapping[int, str] = {
     22: "runs: a lease epoch minted by each claim, checked by every leased step (fencing)",
     23: "knowledge base: each posting's term frequency and chunk length, for exact scores from the postings",
     24: "knowledge base: each typed field's index covers its bucket's other fields (SQLite)",
+    25: "knowledge base: the chunks' (document, position) key carries the chunk id (PostgreSQL)",
 }
 
 

@@ -401,6 +401,32 @@ async def test_overload_with_flat_scores_asks_to_narrow_by_schema_fields(tmp_pat
         await kb.aclose()
 
 
+async def test_a_search_within_one_document_is_never_an_overload(tmp_path: Path) -> None:
+    """A search kept to one document (``doc_id``: a page read again) is as narrow as a
+    scope gets: however many of its passages match, flatly, there is nothing to ask the
+    user to narrow, and a clarification would end the run without an answer."""
+    kb = await build_corpus(tmp_path / "kb.sqlite3")
+    clauses = "\n\n".join(
+        f"Clause {i}. The renewal of this schedule follows the general terms. " + "Filler words for the clause. " * 22
+        for i in range(10, 50)
+    )
+    long_contract = {"id": "ctr-long", "title": "Framework agreement", "text": clauses,
+                     "metadata": {"party": "Initrode", "year": 2024}}
+    try:
+        assert not (await kb.ingest_documents([long_contract], bucket="contracts")).rejected
+        async with httpx.AsyncClient() as http:
+            # The clauses score within 8 % of each other: flat for a spread limit of 0.1.
+            registry = build_registry(kb, overload_threshold=20, flat_spread=0.1)
+            h = Harness(kb, ToolExecutor(registry, validator=validate_arguments), http)
+            one, ctx = await h.call(
+                "search_text", {"bucket": "contracts", "query": "renewal schedule", "doc_id": "ctr-long"}
+            )
+            assert not one.events and ctx.state.clarification is None, one.content
+            assert {r["doc_id"] for r in one.content["results"]} == {"ctr-long"}
+    finally:
+        await kb.aclose()
+
+
 async def test_clarify_off_returns_plain_results(tmp_path: Path) -> None:
     kb = await build_corpus(tmp_path / "kb.sqlite3")
     try:

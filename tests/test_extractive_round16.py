@@ -83,6 +83,19 @@ def test_names_kind_reads_the_name_right_before_the_asked_kind() -> None:
     assert Question.of("How does the search rank chunks?").kind == frozenset()
 
 
+def test_names_kind_takes_a_name_as_its_whole_token() -> None:
+    """A name starts where its token starts (after a space, or after the dashes of a
+    flag). The rule scans a long token once instead of from each of its dots and dashes
+    (a table rule of 3,000 dashes took ~80 ms on the event loop, now ~0.2 ms); this test
+    holds what it reads the same as before that change, not the time."""
+    q = Question.of("Which full-text engine does the knowledge base index use?")
+    assert names_kind(q, "Built on FTS5 full-text index support.")
+    assert names_kind(q, "Pass --fts5 full-text index to the build.")
+    assert names_kind(q, "The sqlite.fts5 full-text index is used.")
+    assert not names_kind(q, "-" * 3000 + " full-text index")
+    assert not names_kind(q, "a1." * 1000)
+
+
 def test_retries_is_retry_again() -> None:
     assert stems("retries") == stems("retry") == {"retry"}
     assert stems("dependencies") == stems("dependency")

@@ -27,6 +27,17 @@ def test_the_examples_of_a_question_are_not_words_it_asks_for() -> None:
     assert Question.of("Such as prerelease tags?").stems == Question.of("prerelease tags").stems
 
 
+def test_an_example_the_question_goes_on_after_without_a_comma_is_left_in() -> None:
+    # Where "such as npm ci" ends is unknown: taking it to the question mark dropped
+    # every word the question asks about after it.
+    asked = Question.of("Which tools such as npm ci fail when the lock file is out of date?").stems
+    assert {"fail", "lock", "file"} <= asked, asked
+    assert {"version", "exact"} <= Question.of("How do I pin a dependency such as lodash to one exact version?").stems
+    # Closed by a comma, or the question's last few words, it is still an example.
+    assert "registry" not in Question.of("How do I set a value, for example the registry, for one project?").stems
+    assert "latest" not in Question.of("What happens to tags such as latest or next?").stems
+
+
 def test_the_identifier_answers_not_the_sentence_saying_the_examples_on_the_captured_passages() -> None:
     question = "How do I choose the identifier, like alpha or beta, used in a prerelease version?"
     answer, sources, _ = compose_answer(question, captured_passages(CAPTURED, question))

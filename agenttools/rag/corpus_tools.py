@@ -430,7 +430,9 @@ async def _overload(
             if counted.documents >= threshold:
                 clar = list_overload(bucket, counted.documents, counted.exact, topic, filters, schema)
                 return clar, {"documents": counted.documents, "exact": counted.exact, "list_request": True}
-    if response.total_matches >= threshold and response.score_spread < deps.flat_spread:
+    # A search kept to one document (a page read again) is as narrow as a scope gets:
+    # there is nothing to ask the user to narrow, and the clarification would end the run.
+    if doc_id is None and response.total_matches >= threshold and response.score_spread < deps.flat_spread:
         clar = overload(bucket, response.total_matches, filters, schema)
         return clar, {"total_matches": response.total_matches, "score_spread": response.score_spread}
     return None

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import faulthandler
+import functools
 import logging
 import os
 import signal
@@ -103,7 +104,7 @@ def _reference_backend(settings: Settings, args: argparse.Namespace, port: int, 
         raise SystemExit(1) from None
     proc = subprocess.Popen(
         _backend_argv("127.0.0.1", backend_port, _backend_db(settings), log_level=log_level),
-        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        preexec_fn=functools.partial(_die_with_parent, os.getpid()) if sys.platform.startswith("linux") else None,
     )
     try:
         _wait_until_up(proc, url)
@@ -113,12 +114,15 @@ def _reference_backend(settings: Settings, args: argparse.Namespace, port: int, 
         _stop(proc)
 
 
-def _die_with_parent() -> None:
-    """In the backend child, before exec (Linux): SIGTERM it when the agent dies, even by SIGKILL."""
+def _die_with_parent(parent: int) -> None:
+    """In the backend child, before exec (Linux): SIGTERM it when the agent (``parent``)
+    dies, even by SIGKILL — also when it died before this ran."""
     import ctypes
 
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the agent died between fork and prctl: nobody will signal
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
@@ -193,7 +197,7 @@ def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers:
     with sock, _reference_backend(settings, args, port, "warning") as url:
         supervisor = Supervisor(
             sock, workers, worker_env(None, workers, url), grace=args.grace,
-            preexec=_die_with_parent if sys.platform.startswith("linux") else None,
+            preexec=functools.partial(_die_with_parent, os.getpid()) if sys.platform.startswith("linux") else None,
         )
         return supervisor.run()
 

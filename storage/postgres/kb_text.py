@@ -35,6 +35,9 @@ How a query runs:
   impact-ordered, each with its term frequency and chunk length, so most chunks are
   scored exactly without their rows, and the few partly seen candidates that may
   still enter are completed from the rest of their lists.
+* A filtered scope (or a list of documents) is answered from the postings kept to its
+  chunks (``kb_postings.top_in_scope``), unless its few expected matches are cheaper to
+  score on their rows; one document's matches always are.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from storage.kb_records import KBRanked, KBScope, KBTextTuning
 from storage.kb_terms import tuned_selective_terms
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.kb_filters_sql import scope_sql
-from storage.postgres.kb_postings import postings_may_fill, top_from_postings
+from storage.postgres.kb_postings import postings_may_fill, top_from_postings, top_in_scope
 from storage.postgres.migrations import COLUMN_WEIGHTS, FOLD_FUNCTION, K1, TEXT_CONFIG, B
 
 #: FTS5's column weights (title, heading, text), carried by the tsvector weights A/B/C —
@@ -307,6 +310,14 @@ class TextRanker:
             inner, inner_params = scope_sql(scope, schema)
             # Positional parameters of the scope become named ones of this statement.
             condition = "AND c.doc_id IN (" + named_params(inner, inner_params, params) + ")"
+        if condition and (scope.doc_ids is not None or scope.doc_id is None):
+            # A filtered scope (or a list of documents) from the postings, kept to its
+            # chunks; one document's few matches stay on their rows.
+            scoped = await top_in_scope(
+                self._db, lexemes, params, df, condition=condition, limit=limit, total_chunks=total
+            )
+            if scoped is not None:
+                return scoped
         bounds = {x: b * (K1 + 1.0) for x, b in zip(lexemes, params["idf"], strict=True)}
         first = first_pass_terms(lexemes, bounds, df, FIRST_PASS_DF_FACTOR * limit)
         rows = await self._rank(condition, params, first)

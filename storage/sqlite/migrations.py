@@ -454,6 +454,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         22: RUN_LEASE_EPOCHS,
         23: (),  # PostgreSQL's postings carry their term frequency and chunk length
         24: (),  # code: kb_buckets.rebuild_field_indexes (one statement per bucket table)
+        25: (),  # PostgreSQL's (doc_id, position) key carries the chunk id; SQLite's holds the rowid
     },
     rebuilds=frozenset({15, 16}),
 )

@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from bench.corpus_quality import QUERIES, stdlib_documents
+from knowledge.filters import compile_filters
 from knowledge.kb import KnowledgeBase
 from knowledge.textnorm import content_terms
 from storage.kb_records import KBRanked, KBScope, KBTextTuning
@@ -46,11 +47,23 @@ def _queries() -> list[str]:
     return [q["query"] for q in orjson.loads(QUERIES.read_bytes())["queries"]]
 
 
-async def _exhaustive(index: Any, terms: list[str], bucket: str | None) -> KBRanked:
-    """BM25 over every match: a scope given as document ids takes the exhaustive path."""
+async def _on_rows(index: Any, terms: list[str], scope: KBScope, limit: int = LIMIT) -> KBRanked:
+    """BM25 over every match of ``scope`` scored on its chunk rows (``kb_text._RANK``):
+    a scope of documents or a filter, with the postings' answer for a scope turned off
+    (a row costing nothing, ``top_in_scope`` always leaves the scope to the rows)."""
+    assert not scope.everything and (scope.filter is not None or scope.doc_ids is not None)
+    cost, kb_postings.ROW_COST_IN_POSTINGS = kb_postings.ROW_COST_IN_POSTINGS, 0
+    try:
+        return await index.text_candidates(terms, scope, limit, TUNING)
+    finally:
+        kb_postings.ROW_COST_IN_POSTINGS = cost
+
+
+async def _exhaustive(index: Any, terms: list[str], bucket: str | None, limit: int = LIMIT) -> KBRanked:
+    """BM25 over every match of ``bucket`` (or of the index), on the chunk rows."""
     sql = "SELECT id FROM kb_documents" + (" WHERE bucket = %s" if bucket else "")
     ids = [r[0] for r in await index._db.fetchall(sql, (bucket,) if bucket else None)]
-    return await index.text_candidates(terms, KBScope(doc_ids=ids), LIMIT, TUNING)
+    return await _on_rows(index, terms, KBScope(doc_ids=ids), limit)
 
 
 def _same(fast: KBRanked, slow: KBRanked) -> None:
@@ -63,7 +76,7 @@ def _watch(index: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Counts of what the text searches ran: answers from the postings (and ``None``s),
     reads of the postings, completions of partly seen candidates, and exhaustive ranks
     on the chunk rows."""
-    seen = {"answers": 0, "fallbacks": 0, "reads": 0, "completions": 0, "completed_ids": 0, "row_ranks": 0}
+    seen = {"answers": 0, "fallbacks": 0, "reads": 0, "completions": 0, "completed_ids": 0, "row_ranks": 0, "scoped": 0}
     original = kb_text.TextRanker._from_postings
 
     async def counted(self: Any, *args: Any, **kwargs: Any) -> KBRanked | None:
@@ -77,6 +90,8 @@ def _watch(index: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     async def watched(sql: str, params: Any = ()) -> Any:
         if sql == kb_postings._READ:
             seen["reads"] += 1
+        elif "n.n * %(row_cost)s" in sql:  # ``kb_postings._SCOPED``: a scope's postings
+            seen["scoped"] += 1
         elif "ts_delete" in sql:  # ``kb_text._RANK``: chunk rows scored
             seen["row_ranks"] += 1
         return await fetchall(sql, params)
@@ -142,8 +157,7 @@ async def test_deeper_reads_completions_and_the_exhaustive_fallback_stay_exact(
         monkeypatch.setattr(kb_text.TextRanker, "_from_postings", _ORIGINAL_FROM_POSTINGS)
         monkeypatch.setattr(kb_postings, "_fetch_unprepared", _ORIGINAL_UNPREPARED)
         for fast, terms, bucket in answers:
-            slow = await index.text_candidates(terms, KBScope(doc_ids=await _doc_ids(index, bucket)), 20, TUNING)
-            _same(fast, slow)
+            _same(fast, await _exhaustive(index, terms, bucket, 20))
     # The paths this test is about were all taken: more reads than answers (deeper
     # rounds), completions of partly seen candidates, and fallbacks once capped at 20.
     deep = by_cap[80]
@@ -157,8 +171,71 @@ _ORIGINAL_UNPREPARED = kb_postings._fetch_unprepared
 
 
 async def _doc_ids(index: Any, bucket: str | None) -> list[str]:
-    sql = "SELECT id FROM kb_documents" + (" WHERE bucket = %s" if bucket else "")
+    sql = "SELECT id FROM kb_documents" + (" WHERE bucket = %s" if bucket else "") + " ORDER BY id"
     return [r[0] for r in await index._db.fetchall(sql, (bucket,) if bucket else None)]
+
+
+async def test_filtered_scopes_are_ranked_from_their_postings_as_on_their_rows(
+    pg_kb: tuple[KnowledgeBase, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filter's scope (typed metadata, a document field) or a list of documents is
+    ranked from the postings kept to its chunks (``top_in_scope``): no chunk row scored,
+    and every answer the row rank's top list, bit for bit, with the exact match count."""
+    kb, storage = pg_kb
+    index = storage.kb_index
+    await kb.create_bucket("pydocs", {"kind": "TEXT"})  # typed from the documents' metadata
+    pydocs = await _doc_ids(index, "pydocs")
+    titled = {"title": {"like": "%module%"}}
+    scopes = [
+        KBScope("pydocs", compile_filters({"kind": "topic"}, await index._schema("pydocs"), bucket="pydocs")),
+        KBScope("other", compile_filters(titled, await index._schema("other"), bucket="other")),
+        KBScope(doc_ids=pydocs[::3] + (await _doc_ids(index, "other"))[::5]),
+        KBScope("pydocs", None, None, pydocs[1::2]),  # a hybrid search's resolved filter
+    ]
+    answers: list[tuple[KBRanked, list[str], KBScope, int]] = []
+    seen = _watch(index, monkeypatch)
+    for query in _queries()[:20]:
+        terms = content_terms(query)
+        for scope in scopes:
+            for limit in (LIMIT, 3):
+                answers.append((await index.text_candidates(terms, scope, limit, TUNING), terms, scope, limit))
+    assert seen["scoped"] == len(answers) and seen["row_ranks"] == 0, seen
+    monkeypatch.undo()
+    found = 0
+    for fast, terms, scope, limit in answers:
+        slow = await _on_rows(index, terms, scope, limit)
+        _same(fast, slow)
+        # Every match of the scope was scored: its count is exact (the rows' too, when
+        # their first pass ranked every lexeme, always so for the few lexemes here).
+        assert fast.total >= len(fast.ids) and (fast.total == slow.total or slow.total > len(slow.ids)), scope
+        found += bool(fast.ids)
+    assert found > len(answers) // 2  # the scopes hold matches: not a comparison of empties
+
+
+async def test_a_scope_too_small_for_its_lists_is_ranked_on_its_rows(
+    pg_kb: tuple[KnowledgeBase, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two documents and the index's commonest lexemes: scoring their few matches on
+    the rows costs less than reading the lists, so the scope is counted and left to
+    the rows (the same answer either way); an empty scope answers empty at once."""
+    _, storage = pg_kb
+    index = storage.kb_index
+    common = await index._db.fetchall(
+        "SELECT lexeme FROM kb_postings GROUP BY lexeme ORDER BY count(*) DESC, lexeme LIMIT 3"
+    )
+    terms = [r[0] for r in common]
+    small = KBScope(doc_ids=(await _doc_ids(index, "pydocs"))[:2])
+    seen = _watch(index, monkeypatch)
+    fast = await index.text_candidates(terms, small, LIMIT, TUNING)
+    assert seen["scoped"] == 1 and seen["row_ranks"] >= 1, seen
+    assert fast.ids
+    on_rows = seen["row_ranks"]
+    empty = await index.text_candidates(terms, KBScope(doc_ids=["no-such-document"]), LIMIT, TUNING)
+    assert empty == KBRanked() and seen["scoped"] == 2 and seen["row_ranks"] == on_rows, seen
+    monkeypatch.undo()
+    forced = KBScope(doc_ids=small.doc_ids)
+    monkeypatch.setattr(kb_postings, "ROW_COST_IN_POSTINGS", 10**9)  # the lists, whatever they cost
+    _same(await index.text_candidates(terms, forced, LIMIT, TUNING), fast)
 
 
 async def _postings_match_the_chunks(index: Any) -> None:
@@ -297,6 +374,36 @@ async def test_a_bulk_loaded_corpus_gives_the_exhaustive_top_lists(bulk_kb: tupl
             _same(fast, await _exhaustive(index, terms, bucket))
 
 
+async def test_a_bulk_load_leaves_the_postings_readable_from_their_index_alone(
+    bulk_kb: tuple[KnowledgeBase, Any],
+) -> None:
+    """The load ends with a vacuum of the postings and the chunks: every page of theirs
+    is marked all-visible, so a read of a list is an index-only scan that visits no
+    heap page (autovacuum would mark them only once a fifth of the table was new)."""
+    _, storage = bulk_kb
+    db = storage.kb_index._db
+    row = await db.fetchone("SELECT relpages, relallvisible FROM pg_class WHERE relname = 'kb_postings'")
+    assert row is not None and row[0] > 0 and row[1] == row[0], row
+    # The chunks were vacuumed too (without it no page of theirs is marked). A few of
+    # their pages stay unmarked here even when vacuumed again seconds later (cause not
+    # found), so this asks for the vacuum, not for every page.
+    row = await db.fetchone("SELECT relpages, relallvisible FROM pg_class WHERE relname = 'kb_chunks'")
+    assert row is not None and row[0] > 0 and row[1] > 0, row
+    # Migration 25: the chunks' key carries their id (a scope's chunk ids, index-only).
+    key = await db.fetchone("SELECT indexdef FROM pg_indexes WHERE indexname = 'kb_chunks_doc_position'")
+    assert key is not None and "UNIQUE" in key[0] and '(doc_id, "position") INCLUDE (id)' in key[0], key
+    lexeme = await db.fetchone("SELECT lexeme FROM kb_postings GROUP BY lexeme ORDER BY count(*) DESC LIMIT 1")
+    assert lexeme is not None
+    plan = "\n".join(
+        r[0]
+        for r in await db.fetchall(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT count(*) FROM kb_postings WHERE lexeme = %s",
+            (lexeme[0],),
+        )
+    )
+    assert "Index Only Scan" in plan and "Heap Fetches: 0" in plan, plan
+
+
 async def test_a_load_that_dies_mid_transaction_leaves_no_chunk_without_its_postings(
     pg_server: TestPostgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -405,3 +512,19 @@ async def test_migration_23_posts_existing_chunks_again_with_their_tf_and_length
                     )
         finally:
             await storage.close()
+
+
+def test_the_best_are_picked_as_sorting_by_score_then_id_picks_them() -> None:
+    """``_best`` partitions before it sorts: ties at the cut are all kept, so the lowest
+    ids win them as in ``sorted(key=(-score, id))`` (the exhaustive rank's order)."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(0, 60))
+        ids = rng.permutation(10_000)[:n].astype(np.int64)
+        scores = rng.integers(0, 6, size=n).astype(np.float64) / 4  # many ties
+        for limit in (1, 3, 10, 100):
+            expected = sorted(zip(ids.tolist(), scores.tolist(), strict=True), key=lambda kv: (-kv[1], kv[0]))[:limit]
+            got = kb_postings._best(ids, scores, limit)
+            assert got == ([i for i, _ in expected], [s for _, s in expected])

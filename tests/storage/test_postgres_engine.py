@@ -283,11 +283,15 @@ async def test_chunk_vectors_and_tsvectors_are_kept_in_the_row(pg_url: str) -> N
     assert storage_of == {"embedding": "m", "tsv": "m", "text": "x"}
 
 
-async def test_pruned_text_ranking_equals_scoring_every_match(pg_url: str) -> None:
+async def test_pruned_text_ranking_equals_scoring_every_match(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """MaxScore (``kb_text``): the chunks of the rarest terms set a bar that chunks of only
     the commonest terms cannot reach, so those are never scored — and the top list,
-    scores and match count are exactly what scoring every match gives."""
-    from storage.postgres import kb_text
+    scores and match count are exactly what scoring every match gives. (Scopes of
+    documents are ranked on their rows here: a row costing nothing, the postings'
+    answer for a scope, ``kb_postings.top_in_scope``, steps aside.)"""
+    from storage.postgres import kb_postings, kb_text
+
+    monkeypatch.setattr(kb_postings, "ROW_COST_IN_POSTINGS", 0)
 
     storage = await open_postgres_storage(pg_url)
     try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import signal
 import sys
 import threading
@@ -33,8 +34,11 @@ def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
     if libc_name is None:
         return None
     prctl = ctypes.CDLL(libc_name, use_errno=True).prctl  # loaded here, not in the child
+    parent = os.getpid()
 
     def set_pdeathsig() -> None:
         prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died between fork and prctl: nobody will signal
+            os.kill(os.getpid(), sig)
 
     return set_pdeathsig

@@ -1,0 +1,151 @@
+"""Words for the offline answerer: how a text is cut into content words and stemmed,
+which verbs count as one (``SYNONYMS``; "turn on" as "enable"), and how a question's
+stems meet a passage's (``coverage``, ``phrase_share``). Both the question and every
+passage go through these; what a question asks by its form stays in
+``llm.extractive_question``, which re-exports the public names (its importers are
+unchanged).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import unicodedata
+from collections.abc import Mapping
+from types import MappingProxyType
+
+WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_STOP = frozenset(
+    "a an and are as at be by can could do does for from how i if in into is it its me my of on or our "
+    "should so than that the their them then there these this those to was we what when where which who "
+    "why will with would you your about after before does did get got has have having here just more most "
+    "not only other over same some such too under up very via use used using see".split()
+)
+_PREFIXES = ("dis", "re", "un", "de", "pre", "non")
+
+#: Phrasal verbs that documentation writes as one verb: a reader asks how to "turn on
+#: two-factor authentication" where the page says "enable-2fa: Enables two-factor
+#: authentication", and a page says "turn off logs completely" of what a reader asks to
+#: "stop" (``SYNONYMS``: stop / disable). Both the question and the text read them as the
+#: one verb, so "turn on" meets "enable" and never "disable", which shares the rest.
+_ONE_VERB = re.compile(r"\b(?:turn(?:s|ed|ing)?|switch(?:es|ed|ing)?)\s+(?P<particle>on|off)\b")
+
+
+def _one_verb(match: re.Match[str]) -> str:
+    return "enable" if match.group("particle") == "on" else "disable"
+
+
+def _terms(text: str) -> list[str]:
+    folded = _ONE_VERB.sub(_one_verb, unicodedata.normalize("NFKC", text).casefold())
+    return [w for w in WORD.findall(folded) if w not in _STOP and len(w) > 1]
+
+
+def _stem(word: str) -> str:
+    for suffix in (
+        "ations",
+        "ation",
+        "ings",
+        "ing",
+        "ies",
+        "ied",
+        "ences",
+        "ence",
+        "ently",
+        "ent",
+        "es",
+        "ed",
+        "ly",
+        "s",
+    ):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            # "retries" is "retry" again ("ies" and "ied" of a word ending in "y"): the
+            # prefix match in ``_match`` joins long words ("dependencies"/"dependency")
+            # but a short one stripped to "retr" never met the question's "retry".
+            return word[:-3] + "y" if suffix in ("ies", "ied") else word[: -len(suffix)]
+    # A silent final "e" goes too, so "store" meets "stored" and "stores" ("stor").
+    return word[:-1] if word.endswith("e") and len(word) >= 5 else word
+
+
+def _root(stem: str) -> str:
+    for prefix in _PREFIXES:
+        if stem.startswith(prefix) and len(stem) - len(prefix) >= 4:
+            return stem[len(prefix) :]
+    return stem
+
+
+def stems(text: str) -> frozenset[str]:
+    return frozenset(_stem(t) for t in _terms(text))
+
+
+#: Verbs documentation and its readers write for one action ("how do I remove a key"
+#: is npm config's "delete: Deletes the specified keys"): a word meets the others of its
+#: group as itself, since to the reader they are one word. Only actions a command or
+#: setting performs, each group's words interchangeable in any sentence about it.
+SYNONYMS = (
+    "remove delete clear rm",
+    "show display print",
+    "change modify edit",
+    "make create",
+    "stop disable",
+    "fix repair",
+    "check verify",
+)
+
+
+def _synonym_table() -> dict[str, frozenset[str]]:
+    table: dict[str, frozenset[str]] = {}
+    for group in SYNONYMS:
+        words = frozenset(_stem(w) for w in group.split())
+        for w in words:
+            table[w] = words - {w}
+    return table
+
+
+#: Built once from the constants above and read-only.
+_SYNONYM_OF: Mapping[str, frozenset[str]] = MappingProxyType(_synonym_table())
+
+
+def _match(q: str, terms: frozenset[str]) -> float:
+    """1.0 when the question's stem is among ``terms`` (or shares a long prefix with
+    one, or is a synonym of one: ``SYNONYMS``), 0.5 when only their roots meet
+    ("disconnect" / "reconnect"), else 0."""
+    if q in terms:
+        return 1.0
+    best = 0.0
+    if _SYNONYM_OF.get(q, frozenset()) & terms:
+        return 1.0
+    for t in terms:
+        shorter, longer = sorted((len(q), len(t)))
+        if shorter >= 5 and longer - shorter <= 3 and q[:shorter] == t[:shorter]:  # "configur"/"configure"
+            return 1.0
+        if shorter >= 7 and q[:7] == t[:7]:  # a long common prefix
+            return 1.0
+        if best < 0.5 and len(_root(q)) >= 4 and _root(q) == _root(t) and (_root(q) != q or _root(t) != t):
+            best = 0.5
+    return best
+
+
+def phrase_share(pairs: frozenset[tuple[str, str]], text: str) -> float:
+    """The share of the question's adjacent content words (``Question.pairs``) that
+    ``text`` also says side by side, in the same order: "Each document has an id, a
+    bucket, … a content hash" says the question's "each document"; "… tables are cut
+    … and keep their Markdown" says "keep" apart from anything else asked."""
+    if not pairs:
+        return 0.0
+    said = [_stem(t) for t in _terms(text)]
+    found = 0
+    for a, b in pairs:
+        if any(
+            _match(a, frozenset({x})) >= 1.0 and _match(b, frozenset({y})) >= 1.0 for x, y in itertools.pairwise(said)
+        ):
+            found += 1
+    return found / len(pairs)
+
+
+def coverage(question: frozenset[str], terms: frozenset[str]) -> float:
+    if not question or not terms:
+        return 0.0
+    return sum(_match(q, terms) for q in question) / len(question)
+
+
+__all__ = ["SYNONYMS", "WORD", "coverage", "phrase_share", "stems"]
