@@ -57,12 +57,28 @@ def _stem(word: str) -> str:
         "ly",
         "s",
     ):
+        if suffix == "es" and not _SIBILANT_ES.search(word):
+            continue  # "files" is "file" + "s": the "s" goes, then a silent "e" as below
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            if suffix == "s":
+                return _silent_e(word[:-1])
             # "retries" is "retry" again ("ies" and "ied" of a word ending in "y"): the
             # prefix match in ``_match`` joins long words ("dependencies"/"dependency")
             # but a short one stripped to "retr" never met the question's "retry".
             return word[:-3] + "y" if suffix in ("ies", "ied") else word[: -len(suffix)]
-    # A silent final "e" goes too, so "store" meets "stored" and "stores" ("stor").
+    return _silent_e(word)
+
+
+#: A plural or verb in "-es" that adds the syllable to a word not ending in "e"
+#: ("matches", "pushes", "boxes", "processes", "goes"). Elsewhere "-es" is "-e" + "s":
+#: "files", "names", "types", "nodes" were cut to "fil", "nam", "typ", "nod", which
+#: never met "file", "name", "type", "node" (too short for ``_match``'s shared prefix):
+#: "Which file formats …" did not meet "reads the supported files".
+_SIBILANT_ES = re.compile(r"(?:ch|sh|x|ss|o)es$")
+
+
+def _silent_e(word: str) -> str:
+    """A silent final "e" goes too, so "store" meets "stored" and "stores" ("stor")."""
     return word[:-1] if word.endswith("e") and len(word) >= 5 else word
 
 
