@@ -1,6 +1,6 @@
 """The HNSW build alone (issue 24, PostgreSQL ingest): the server CPU of ``CREATE INDEX
 … USING hnsw`` over the first N vectors of a prepared ``bench/corpus.py`` corpus, in the
-product's index definition (``kb_index.ensure_hnsw_index``: pgvector's defaults m=16,
+product's index definition (``kb_ddl.ensure_hnsw_index``: pgvector's defaults m=16,
 ef_construction=64, cosine, partial on the dimension), with the bulk build's memory.
 
 Why: a bulk load's chunks/s at 100k "index builds included" is bounded by the CPU of this

@@ -29,7 +29,6 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,6 +41,18 @@ from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBRanked, KBScope,
 from storage.postgres import kb_buckets
 from storage.postgres.database import Conn, PostgresDatabase
 from storage.postgres.dialect import PostgresSql, PostgresTx
+from storage.postgres.kb_ddl import (
+    HNSW_BUILD_MEMORY,
+    POSTINGS_TEXT_INDEX,
+    TSV_TEXT_INDEX,
+    build_hnsw,
+    defer_index,
+    ensure_hnsw_index,
+    ensure_index,
+    ensure_text_indexes,
+    hnsw_index_exists,
+    hnsw_index_name,
+)
 from storage.postgres.kb_filters_sql import POSTGRES_FILTERS
 from storage.postgres.kb_text import TextRanker
 from storage.postgres.kb_vectors import EXACT_SCOPE_VECTORS, HNSW_MAX_DIM, VectorSearch
@@ -122,20 +133,6 @@ _POST_CHUNKS = (
 #: With the B-tree in place, in its order: a sorted insert touches each leaf page once
 #: instead of jumping between them (without it, the sort would be wasted work).
 _IN_INDEX_ORDER = " ORDER BY 1, 2 DESC, 3"
-POSTINGS_INDEX = "kb_postings_impact"
-_CREATE_POSTINGS_INDEX = (
-    f"CREATE INDEX IF NOT EXISTS {POSTINGS_INDEX} ON kb_postings(lexeme, impact DESC, chunk_id)"
-    " INCLUDE (bucket, tf, ntok)"
-)
-#: Sort memory for building the postings' B-tree in one go (only that backend, only then).
-POSTINGS_BUILD_MEMORY = "512MB"
-#: The chunks' full-text GIN index (migration 1's definition). Inserting into it chunk
-#: by chunk goes through its pending list and merges it again and again; built once
-#: over a first load's rows it costs a fraction of that (``bulk_load``).
-TSV_INDEX = "kb_chunks_tsv"
-_CREATE_TSV_INDEX = f"CREATE INDEX IF NOT EXISTS {TSV_INDEX} ON kb_chunks USING gin(tsv)"
-
-
 def clean(text: str | None) -> str | None:
     """PostgreSQL text cannot hold NUL characters; extracted documents sometimes do."""
     return text.replace("\x00", " ") if text is not None and "\x00" in text else text
@@ -144,97 +141,6 @@ def clean(text: str | None) -> str | None:
 def token_count(*texts: str) -> int:
     """BM25's document length: word tokens, as FTS5's tokenizer counts them."""
     return sum(len(_TOKEN.findall(t)) for t in texts)
-
-
-def hnsw_index_name(dim: int) -> str:
-    return f"kb_chunks_hnsw_{int(dim)}"
-
-
-#: Memory for building an HNSW index in one go (``bulk_load``): the graph of a million
-#: 384-dimension vectors takes about 2 GB; when it does not fit, pgvector says so and
-#: goes on, more slowly. Only the building backend uses it, only while it builds.
-HNSW_BUILD_MEMORY = "2GB"
-
-
-async def hnsw_index_exists(conn: Conn, dim: int) -> bool:
-    cur = await conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (hnsw_index_name(dim),))
-    return await cur.fetchone() is not None
-
-
-async def ensure_hnsw_index(conn: Conn, dim: int, *, bulk_build: bool = False) -> None:
-    """Create the partial HNSW index (cosine) of vectors of ``dim`` dimensions unless it
-    exists (under an advisory lock, so two writers do not both build it). ``bulk_build``:
-    over many rows at once (more memory, no statement timeout)."""
-    if not 0 < dim <= HNSW_MAX_DIM:
-        return
-    if not await hnsw_index_exists(conn, dim):
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('kb_chunks_hnsw', %s))", (dim,))
-        if bulk_build:
-            await conn.execute(f"SET LOCAL maintenance_work_mem = '{HNSW_BUILD_MEMORY}'")  # type: ignore[arg-type]
-            await conn.execute("SET LOCAL statement_timeout = 0")
-        await conn.execute(
-            f"CREATE INDEX IF NOT EXISTS {hnsw_index_name(dim)} ON kb_chunks "  # type: ignore[arg-type]
-            f"USING hnsw ((embedding::vector({int(dim)})) vector_cosine_ops) "
-            f"WHERE vector_dims(embedding) = {int(dim)}"
-        )
-
-
-async def _build_hnsw(conn: Conn, *, dim: int) -> None:
-    await ensure_hnsw_index(conn, dim, bulk_build=True)
-
-
-@dataclass(frozen=True, slots=True)
-class _TextIndex:
-    """A full-text index a first bulk load builds once at its end instead of row by row."""
-
-    name: str
-    create: str
-    lock: str
-    #: The table whose emptiness says "a first load": the index is dropped only then.
-    table: str
-
-
-#: The postings' B-tree: inserting millions of rows into it in random lexeme order costs
-#: more than the rest of the load (each batch touches most of its leaf pages), and
-#: ``CREATE INDEX`` sorts them once. Searches stay exact without it, but read the table.
-_POSTINGS = _TextIndex(POSTINGS_INDEX, _CREATE_POSTINGS_INDEX, "kb_postings_index", "kb_postings")
-#: The chunks' GIN index (matching stays exact without it, but reads every chunk).
-_TSV = _TextIndex(TSV_INDEX, _CREATE_TSV_INDEX, "kb_chunks_tsv_index", "kb_chunks")
-
-
-async def _index_exists(conn: Conn, name: str) -> bool:
-    cur = await conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (name,))
-    return await cur.fetchone() is not None
-
-
-async def _ensure_index(conn: Conn, index: _TextIndex) -> None:
-    """Build ``index`` unless it exists: at the end of a first bulk load, or at open
-    after a load that died before its end."""
-    if await _index_exists(conn, index.name):
-        return
-    await conn.execute(f"SELECT pg_advisory_xact_lock(hashtextextended('{index.lock}', 0))")  # type: ignore[arg-type]
-    await conn.execute(f"SET LOCAL maintenance_work_mem = '{POSTINGS_BUILD_MEMORY}'")  # type: ignore[arg-type]
-    await conn.execute("SET LOCAL statement_timeout = 0")
-    await conn.execute(index.create)  # type: ignore[arg-type]
-
-
-async def _defer_index(conn: Conn, index: _TextIndex) -> bool:
-    """At the start of a bulk load into an empty table, drop ``index`` (``CREATE INDEX``
-    at the end sorts once what row-by-row upkeep would scatter). Loads into a populated
-    table keep it (rebuilding it would cost more than the load saves; a writer that is
-    not bulk loading keeps it up to date as usual). Whether the index is (now) missing."""
-    await conn.execute(f"SELECT pg_advisory_xact_lock(hashtextextended('{index.lock}', 0))")  # type: ignore[arg-type]
-    cur = await conn.execute(f"SELECT EXISTS (SELECT 1 FROM {index.table})")  # type: ignore[arg-type]
-    row = await cur.fetchone()
-    if row is not None and not row[0]:
-        await conn.execute(f"DROP INDEX IF EXISTS {index.name}")  # type: ignore[arg-type]
-    return not await _index_exists(conn, index.name)
-
-
-async def ensure_text_indexes(conn: Conn) -> None:
-    """Both full-text indexes a bulk load may have left for its end (``open`` calls it)."""
-    await _ensure_index(conn, _POSTINGS)
-    await _ensure_index(conn, _TSV)
 
 
 class PostgresKBIndex(SqlKBIndex):
@@ -339,9 +245,10 @@ class PostgresKBIndex(SqlKBIndex):
         (``_write_chunks``), and a load into an empty knowledge base builds their B-tree
         once at its end, and so does its full-text GIN index."""
         if not self._bulk and BULK_POSTINGS:
-            self._postings_index_deferred = await self._db.transact(functools.partial(_defer_index, index=_POSTINGS))
+            deferring = functools.partial(defer_index, index=POSTINGS_TEXT_INDEX)
+            self._postings_index_deferred = await self._db.transact(deferring)
         if not self._bulk:
-            self._tsv_index_deferred = await self._db.transact(functools.partial(_defer_index, index=_TSV))
+            self._tsv_index_deferred = await self._db.transact(functools.partial(defer_index, index=TSV_TEXT_INDEX))
         self._bulk += 1
         try:
             yield
@@ -357,12 +264,12 @@ class PostgresKBIndex(SqlKBIndex):
         builds: list[Awaitable[None]] = []
         if self._postings_index_deferred:
             self._postings_index_deferred = False
-            builds.append(self._db.transact(functools.partial(_ensure_index, index=_POSTINGS)))
+            builds.append(self._db.transact(functools.partial(ensure_index, index=POSTINGS_TEXT_INDEX)))
         if self._tsv_index_deferred:
             self._tsv_index_deferred = False
-            builds.append(self._db.transact(functools.partial(_ensure_index, index=_TSV)))
+            builds.append(self._db.transact(functools.partial(ensure_index, index=TSV_TEXT_INDEX)))
         dims, self._deferred_dims = sorted(self._deferred_dims), set()
-        builds.extend(self._db.transact(functools.partial(_build_hnsw, dim=dim)) for dim in dims)
+        builds.extend(self._db.transact(functools.partial(build_hnsw, dim=dim)) for dim in dims)
         try:
             outcomes = await asyncio.gather(*builds, return_exceptions=True)
             await self._vacuum_postings()
@@ -478,7 +385,8 @@ class PostgresKBIndex(SqlKBIndex):
         return await self._vectors.has_vectors(embed_model, dim)
 
 
-__all__ = [
+__all__ = [  # the index helpers stay importable from here (migrate_copy, the benches)
+    "HNSW_BUILD_MEMORY",
     "PostgresKBIndex",
     "ensure_hnsw_index",
     "ensure_text_indexes",

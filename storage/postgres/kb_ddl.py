@@ -1,0 +1,120 @@
+"""The knowledge base's own indexes on PostgreSQL, and when they are built.
+
+A first bulk load into empty tables drops the full-text indexes (the postings' B-tree
+and the chunks' GIN index) and builds each once at its end, sorted, instead of row by
+row; the HNSW graph of each vector dimension is created with the first vector of that
+dimension (under an advisory lock, so two writers do not both build it), or once over a
+bulk load's rows. ``PostgresKBIndex`` (``kb_index``) decides when; this module says
+what each index is and how it is built. Split out of ``kb_index`` to keep it one job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from storage.postgres.database import Conn
+from storage.postgres.kb_vectors import HNSW_MAX_DIM
+
+POSTINGS_INDEX = "kb_postings_impact"
+_CREATE_POSTINGS_INDEX = (
+    f"CREATE INDEX IF NOT EXISTS {POSTINGS_INDEX} ON kb_postings(lexeme, impact DESC, chunk_id)"
+    " INCLUDE (bucket, tf, ntok)"
+)
+#: Sort memory for building the postings' B-tree in one go (only that backend, only then).
+POSTINGS_BUILD_MEMORY = "512MB"
+#: The chunks' full-text GIN index (migration 1's definition). Inserting into it chunk
+#: by chunk goes through its pending list and merges it again and again; built once
+#: over a first load's rows it costs a fraction of that (``bulk_load``).
+TSV_INDEX = "kb_chunks_tsv"
+_CREATE_TSV_INDEX = f"CREATE INDEX IF NOT EXISTS {TSV_INDEX} ON kb_chunks USING gin(tsv)"
+
+
+def hnsw_index_name(dim: int) -> str:
+    return f"kb_chunks_hnsw_{int(dim)}"
+
+
+#: Memory for building an HNSW index in one go (``bulk_load``): the graph of a million
+#: 384-dimension vectors takes about 2 GB; when it does not fit, pgvector says so and
+#: goes on, more slowly. Only the building backend uses it, only while it builds.
+HNSW_BUILD_MEMORY = "2GB"
+
+
+async def hnsw_index_exists(conn: Conn, dim: int) -> bool:
+    cur = await conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (hnsw_index_name(dim),))
+    return await cur.fetchone() is not None
+
+
+async def ensure_hnsw_index(conn: Conn, dim: int, *, bulk_build: bool = False) -> None:
+    """Create the partial HNSW index (cosine) of vectors of ``dim`` dimensions unless it
+    exists (under an advisory lock, so two writers do not both build it). ``bulk_build``:
+    over many rows at once (more memory, no statement timeout)."""
+    if not 0 < dim <= HNSW_MAX_DIM:
+        return
+    if not await hnsw_index_exists(conn, dim):
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('kb_chunks_hnsw', %s))", (dim,))
+        if bulk_build:
+            await conn.execute(f"SET LOCAL maintenance_work_mem = '{HNSW_BUILD_MEMORY}'")  # type: ignore[arg-type]
+            await conn.execute("SET LOCAL statement_timeout = 0")
+        await conn.execute(
+            f"CREATE INDEX IF NOT EXISTS {hnsw_index_name(dim)} ON kb_chunks "  # type: ignore[arg-type]
+            f"USING hnsw ((embedding::vector({int(dim)})) vector_cosine_ops) "
+            f"WHERE vector_dims(embedding) = {int(dim)}"
+        )
+
+
+async def build_hnsw(conn: Conn, *, dim: int) -> None:
+    await ensure_hnsw_index(conn, dim, bulk_build=True)
+
+
+@dataclass(frozen=True, slots=True)
+class TextIndex:
+    """A full-text index a first bulk load builds once at its end instead of row by row."""
+
+    name: str
+    create: str
+    lock: str
+    #: The table whose emptiness says "a first load": the index is dropped only then.
+    table: str
+
+
+#: The postings' B-tree: inserting millions of rows into it in random lexeme order costs
+#: more than the rest of the load (each batch touches most of its leaf pages), and
+#: ``CREATE INDEX`` sorts them once. Searches stay exact without it, but read the table.
+POSTINGS_TEXT_INDEX = TextIndex(POSTINGS_INDEX, _CREATE_POSTINGS_INDEX, "kb_postings_index", "kb_postings")
+#: The chunks' GIN index (matching stays exact without it, but reads every chunk).
+TSV_TEXT_INDEX = TextIndex(TSV_INDEX, _CREATE_TSV_INDEX, "kb_chunks_tsv_index", "kb_chunks")
+
+
+async def index_exists(conn: Conn, name: str) -> bool:
+    cur = await conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (name,))
+    return await cur.fetchone() is not None
+
+
+async def ensure_index(conn: Conn, index: TextIndex) -> None:
+    """Build ``index`` unless it exists: at the end of a first bulk load, or at open
+    after a load that died before its end."""
+    if await index_exists(conn, index.name):
+        return
+    await conn.execute(f"SELECT pg_advisory_xact_lock(hashtextextended('{index.lock}', 0))")  # type: ignore[arg-type]
+    await conn.execute(f"SET LOCAL maintenance_work_mem = '{POSTINGS_BUILD_MEMORY}'")  # type: ignore[arg-type]
+    await conn.execute("SET LOCAL statement_timeout = 0")
+    await conn.execute(index.create)  # type: ignore[arg-type]
+
+
+async def defer_index(conn: Conn, index: TextIndex) -> bool:
+    """At the start of a bulk load into an empty table, drop ``index`` (``CREATE INDEX``
+    at the end sorts once what row-by-row upkeep would scatter). Loads into a populated
+    table keep it (rebuilding it would cost more than the load saves; a writer that is
+    not bulk loading keeps it up to date as usual). Whether the index is (now) missing."""
+    await conn.execute(f"SELECT pg_advisory_xact_lock(hashtextextended('{index.lock}', 0))")  # type: ignore[arg-type]
+    cur = await conn.execute(f"SELECT EXISTS (SELECT 1 FROM {index.table})")  # type: ignore[arg-type]
+    row = await cur.fetchone()
+    if row is not None and not row[0]:
+        await conn.execute(f"DROP INDEX IF EXISTS {index.name}")  # type: ignore[arg-type]
+    return not await index_exists(conn, index.name)
+
+
+async def ensure_text_indexes(conn: Conn) -> None:
+    """Both full-text indexes a bulk load may have left for its end (``open`` calls it)."""
+    await ensure_index(conn, POSTINGS_TEXT_INDEX)
+    await ensure_index(conn, TSV_TEXT_INDEX)
