@@ -129,7 +129,7 @@ class SqliteDatabase(QueuedWrites):
             self._idle.put_nowait(r)
         self._write_lock = asyncio.Lock()
         self._queue = OrderedWriter(
-            lambda batch: self._locked(self._commit_items(batch)),
+            lambda batch: self._locked(lambda: self._commit_items(batch)),
             transient=_transient,
             retry_s=opts.write_retry_s,
             health=self.health,
@@ -257,7 +257,7 @@ class SqliteDatabase(QueuedWrites):
 
     async def _retrying(self, attempt_once: Callable[[], Awaitable[T]]) -> T:
         return await retrying(
-            lambda: self._locked(attempt_once()),
+            lambda: self._locked(attempt_once),
             transient=_transient,
             retry_s=self.opts.write_retry_s,
             health=self.health,
@@ -279,12 +279,13 @@ class SqliteDatabase(QueuedWrites):
 
         await self.transact(run)
 
-    async def _locked(self, work: Awaitable[T]) -> T:
+    async def _locked(self, work: Callable[[], Awaitable[T]]) -> T:
         """Run one transaction on the writer under the lock. A cancelled caller still
         lets it finish (commit or roll back) before the lock is released, so the next
-        transaction never finds one open."""
+        transaction never finds one open. ``work`` is called once the lock is held: a
+        caller cancelled while it waits leaves no coroutine behind never awaited."""
         async with self._write_lock:
-            return await finish_even_if_cancelled(work)
+            return await finish_even_if_cancelled(work())
 
     async def _run_transaction(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]], immediate: bool) -> T:
         conn = self._writer

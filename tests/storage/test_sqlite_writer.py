@@ -101,3 +101,30 @@ async def test_reads_take_one_hop_return_plain_tuples_and_release_their_reader(t
         assert rows == [(2,)] * 5
     finally:
         await storage.close()
+
+
+async def test_a_transaction_cancelled_while_it_waits_for_the_lock_leaves_no_coroutine_behind(tmp_path: Path) -> None:
+    """A caller cancelled while another transaction holds the writer's lock (a shutdown
+    cancelling a run mid-write) must not leave a transaction coroutine created and never
+    awaited: the transaction is only built once the lock is held."""
+    import gc
+    import warnings
+
+    from storage.sqlite.database import SqliteDatabase
+
+    db = await SqliteDatabase.open(tmp_path / "db.sqlite3")
+    try:
+        await db.execute([("CREATE TABLE t (x INTEGER)", ())])
+        async with db._write_lock:  # another transaction holds the writer
+            waiting = asyncio.create_task(db.execute([("INSERT INTO t VALUES (1)", ())]))
+            await asyncio.sleep(0)  # let it reach the lock
+            waiting.cancel()
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                with pytest.raises(asyncio.CancelledError):
+                    await asyncio.wait_for(waiting, 10)
+                gc.collect()
+        assert not [w for w in seen if "never awaited" in str(w.message)], [str(w.message) for w in seen]
+        assert await db.fetchall("SELECT x FROM t") == []
+    finally:
+        await db.close()
