@@ -1,4 +1,4 @@
-"""The harness's children die with the test process (tests/support/orphans.py).
+"""The harness's children die with the test process (app/cli/children.py).
 
 pytest-timeout ends a hung worker with ``os._exit``; the servers that worker started
 must not outlive it. A parent process that starts a child the way the harness does and
@@ -19,11 +19,11 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR
 
 PARENT = textwrap.dedent(
     """
-    import os, subprocess, sys
+    import os, signal, subprocess, sys
     sys.path.insert(0, {repo!r})
-    from tests.support.orphans import die_with_parent
+    from app.cli.children import die_with_parent
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                             preexec_fn=die_with_parent(), start_new_session=True,
+                             preexec_fn=die_with_parent(signal.SIGKILL), start_new_session=True,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     print(child.pid, flush=True)
     os._exit(0)  # what pytest-timeout does to a hung worker: no teardown, no atexit

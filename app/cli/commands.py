@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import contextlib
 import faulthandler
-import functools
 import logging
 import os
 import signal
@@ -21,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from app.cli.children import die_with_parent
 from app.cli.compact import add_compact_command, run_compact
 from app.cli.gcpolicy import tune_for_serving
 from app.cli.kb import add_kb_commands, run_kb_command
@@ -104,7 +104,7 @@ def _reference_backend(settings: Settings, args: argparse.Namespace, port: int, 
         raise SystemExit(1) from None
     proc = subprocess.Popen(
         _backend_argv("127.0.0.1", backend_port, _backend_db(settings), log_level=log_level),
-        preexec_fn=functools.partial(_die_with_parent, os.getpid()) if sys.platform.startswith("linux") else None,
+        preexec_fn=die_with_parent(),
     )
     try:
         _wait_until_up(proc, url)
@@ -112,17 +112,6 @@ def _reference_backend(settings: Settings, args: argparse.Namespace, port: int, 
         yield url
     finally:
         _stop(proc)
-
-
-def _die_with_parent(parent: int) -> None:
-    """In the backend child, before exec (Linux): SIGTERM it when the agent (``parent``)
-    dies, even by SIGKILL — also when it died before this ran."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the agent died between fork and prctl: nobody will signal
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
@@ -197,7 +186,7 @@ def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers:
     with sock, _reference_backend(settings, args, port, "warning") as url:
         supervisor = Supervisor(
             sock, workers, worker_env(None, workers, url), grace=args.grace,
-            preexec=functools.partial(_die_with_parent, os.getpid()) if sys.platform.startswith("linux") else None,
+            preexec=die_with_parent(),
         )
         return supervisor.run()
 

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.support.orphans import die_with_parent
+from app.cli.children import die_with_parent
 
 HOW_TO_INSTALL = (
     "install the dev dependencies (`make install`, which brings the `pgserver` wheel: PostgreSQL with "

@@ -37,8 +37,8 @@ from typing import Any, TextIO
 import httpx
 import orjson
 
+from app.cli.children import die_with_parent
 from tests.fakes.paced_ollama import SIDE_EFFECT_PATH, PacedOllama, side_effect_marker
-from tests.support.orphans import die_with_parent
 from tests.support.server import free_port, serve_app
 from tests.support.sse import SSEEvent, iter_sse
 
@@ -93,7 +93,7 @@ class ManagedProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a Ctrl-C in the terminal reaches pytest only
-            preexec_fn=die_with_parent(),  # a worker killed by pytest-timeout takes it along
+            preexec_fn=die_with_parent(signal.SIGKILL),  # a worker killed by pytest-timeout takes it along
         )
         self.proc = proc
         threading.Thread(target=self._pump, args=(proc,), name=f"log-{self.name}", daemon=True).start()

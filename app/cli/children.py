@@ -1,0 +1,46 @@
+"""Child processes that die with their parent, even when it is SIGKILLed.
+
+``agentchat serve`` starts the reference backend and, with ``--workers``, its serving
+processes; the test harness starts servers and PostgreSQL. A parent killed outright runs
+no clean-up, so on Linux each child asks the kernel for a signal when its parent goes
+(``PR_SET_PDEATHSIG``), set between ``fork`` and ``exec`` through ``Popen``'s
+``preexec_fn``. A parent that died before that call would never signal: the child checks
+that its parent is still the one that forked it and, if not, signals itself.
+
+The kernel sends the signal when the *thread* that forked the child ends, not the
+process, so it is set only for children started on the main thread; a child started from
+a worker thread would be killed when that thread's pool shuts down. Elsewhere (not Linux,
+no ``prctl``) nothing is set.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get ``sig`` when this thread ends, or None."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # loaded here, not in the child
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def set_pdeathsig() -> None:
+        prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died between fork and prctl: nobody will signal
+            os.kill(os.getpid(), sig)
+
+    return set_pdeathsig
+
+
+__all__ = ["die_with_parent"]
