@@ -31,7 +31,7 @@ from pgvector.psycopg import register_vector  # noqa: E402
 
 from bench._common import write_results  # noqa: E402
 from bench.ingest_ab import server_tree_cpu_s  # noqa: E402
-from storage.postgres.kb_index import HNSW_BUILD_MEMORY, hnsw_index_name  # noqa: E402
+from storage.postgres.kb_ddl import HNSW_BUILD_MEMORY, hnsw_index_name  # noqa: E402
 
 
 def build(url: str, postmaster: int, n: int, workers: int, vectors: Any) -> dict[str, Any]:

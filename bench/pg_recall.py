@@ -200,7 +200,7 @@ async def load(
     the build time then includes that contention)."""
     from knowledge.buckets import typed_values
     from storage.postgres import open_postgres_storage
-    from storage.postgres.kb_index import hnsw_index_name
+    from storage.postgres.kb_ddl import hnsw_index_name
 
     storage = await open_postgres_storage(url)
     try:

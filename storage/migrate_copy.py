@@ -43,7 +43,8 @@ import psycopg
 
 from storage.postgres import kb_buckets as pg_buckets
 from storage.postgres.database import redact
-from storage.postgres.kb_index import clean, ensure_hnsw_index, token_count
+from storage.postgres.kb_ddl import ensure_hnsw_index
+from storage.postgres.kb_index import clean, token_count
 from storage.postgres.migrations import migrate as migrate_postgres
 
 PROGRESS_TABLE = "agentchat_migrate_db"

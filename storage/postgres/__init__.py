@@ -11,7 +11,8 @@ from __future__ import annotations
 from storage.bundle import SqlStorage
 from storage.postgres.database import Conn, PostgresDatabase, PostgresOptions, redact
 from storage.postgres.dialect import PostgresSql
-from storage.postgres.kb_index import PostgresKBIndex, ensure_text_indexes
+from storage.postgres.kb_ddl import ensure_text_indexes
+from storage.postgres.kb_index import PostgresKBIndex
 from storage.postgres.migrations import migrate
 from storage.postgres.notify import RunEventsListener
 from storage.postgres.runs import PostgresRunStore

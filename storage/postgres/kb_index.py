@@ -42,16 +42,13 @@ from storage.postgres import kb_buckets
 from storage.postgres.database import Conn, PostgresDatabase
 from storage.postgres.dialect import PostgresSql, PostgresTx
 from storage.postgres.kb_ddl import (
-    HNSW_BUILD_MEMORY,
     POSTINGS_TEXT_INDEX,
     TSV_TEXT_INDEX,
     build_hnsw,
     defer_index,
     ensure_hnsw_index,
     ensure_index,
-    ensure_text_indexes,
     hnsw_index_exists,
-    hnsw_index_name,
 )
 from storage.postgres.kb_filters_sql import POSTGRES_FILTERS
 from storage.postgres.kb_text import TextRanker
@@ -385,11 +382,4 @@ class PostgresKBIndex(SqlKBIndex):
         return await self._vectors.has_vectors(embed_model, dim)
 
 
-__all__ = [  # the index helpers stay importable from here (migrate_copy, the benches)
-    "HNSW_BUILD_MEMORY",
-    "PostgresKBIndex",
-    "ensure_hnsw_index",
-    "ensure_text_indexes",
-    "hnsw_index_exists",
-    "hnsw_index_name",
-]
+__all__ = ["PostgresKBIndex", "clean", "token_count"]
