@@ -175,7 +175,9 @@ async def attach_rooms(
 
     rooms = Rooms()
     config = KBConfig(
-        reembed_interval_s=settings.kb_reembed_interval_s, reembed_backoff_max_s=settings.kb_reembed_backoff_max_s
+        reembed_interval_s=settings.kb_reembed_interval_s,
+        reembed_backoff_max_s=settings.kb_reembed_backoff_max_s,
+        overload_threshold=settings.clarify_overload_hits,  # the corpus tools' rule too (OverloadRule)
     )
     kb = await KnowledgeBase.create(storage.kb_index, embedder, config=config, schema_version=storage.schema_version)
     stack.push_async_callback(kb.aclose)

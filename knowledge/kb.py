@@ -49,6 +49,7 @@ from knowledge.types import (
     DocumentIn,
     IngestReport,
     KBConfig,
+    OverloadRule,
     SearchMode,
     SearchResponse,
 )
@@ -282,6 +283,7 @@ class KnowledgeBase:
         relax: bool = False,
         buckets: Sequence[str] | None = None,
         private: Sequence[str] = (),
+        overload: OverloadRule | None = None,
     ) -> SearchResponse:
         """Hybrid (default), BM25-only (``text``) or vector-only (``semantic``) search.
 
@@ -299,11 +301,14 @@ class KnowledgeBase:
         attachments): searched in addition to what ``buckets`` covers. Any other private
         bucket is out of every search: naming one is an unknown bucket, and "every
         bucket" means every shared one.
+
+        ``overload`` is the rule ``SearchResponse.overloaded`` is decided by (the
+        corpus tools pass theirs); without one, ``KBConfig.overload_rule``.
         """
         bucket, buckets = await self._scope(bucket, buckets, tuple(private))
         return await self._search.search(
             query, bucket=bucket, top_k=top_k, filters=filters, doc_id=doc_id, mode=mode,
-            context_chars=context_chars, candidates=candidates, relax=relax, buckets=buckets,
+            context_chars=context_chars, candidates=candidates, relax=relax, buckets=buckets, overload=overload,
         )
 
     async def _scope(

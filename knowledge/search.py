@@ -42,7 +42,15 @@ from knowledge.ranking import (
     snippet,
 )
 from knowledge.textnorm import STOP_WORDS, clipped_terms, content_terms, joined_terms, tokens
-from knowledge.types import ChunkHit, ConstraintCount, DocumentCount, KBConfig, SearchMode, SearchResponse
+from knowledge.types import (
+    ChunkHit,
+    ConstraintCount,
+    DocumentCount,
+    KBConfig,
+    OverloadRule,
+    SearchMode,
+    SearchResponse,
+)
 from storage.interfaces import KBIndex
 from storage.kb_records import KBRanked, KBScope
 from toolindex.embedder import Embedder, EmbeddingError
@@ -92,6 +100,29 @@ class Searcher:
         candidates: int | None = None,
         relax: bool = False,
         buckets: Sequence[str] | None = None,
+        overload: OverloadRule | None = None,
+    ) -> SearchResponse:
+        response = await self._search(
+            query, bucket, top_k, filters, doc_id, mode, context_chars, candidates, relax, buckets
+        )
+        # The one overload decision (``OverloadRule``), on the response as it goes back:
+        # relaxed or not, one bucket or several.
+        rule = overload or self.config.overload_rule
+        response.overloaded = rule.overloaded(response.total_matches, response.score_spread, doc_id=doc_id)
+        return response
+
+    async def _search(
+        self,
+        query: str,
+        bucket: str | None,
+        top_k: int,
+        filters: Mapping[str, Any] | str | None,
+        doc_id: str | None,
+        mode: SearchMode,
+        context_chars: int | None,
+        candidates: int | None,
+        relax: bool,
+        buckets: Sequence[str] | None,
     ) -> SearchResponse:
         started = time.perf_counter()
         if mode not in MODES:
@@ -366,9 +397,8 @@ class Searcher:
         spreads = [signal_spread(s, top_k) for s in (text.scores, v_scores) if s]
         spread = round(max(spreads), 4) if spreads else 1.0
         total = max(text.total, v_total)
-        overloaded = total > self.config.overload_threshold and spread < self.config.flat_spread
         return SearchResponse(
-            hits, total, False, 0.0, used, spread, overloaded, None, warnings, duplicates, fused_sides, dropped_sides
+            hits, total, False, 0.0, used, spread, False, None, warnings, duplicates, fused_sides, dropped_sides
         )
 
     def _fusion_report(self, used: str, plan: FusionPlan) -> tuple[list[str] | None, dict[str, str]]:

@@ -161,10 +161,11 @@ class SearchResponse:
 
     ``total_matches`` counts matching chunks (text side: FTS matches; semantic side:
     eligible chunks with a positive similarity; hybrid: the larger). ``overloaded`` is
-    true when that count exceeds the configured threshold *and* the relevance signal is
-    flat (``score_spread`` below the configured minimum), i.e. the query does not
-    discriminate. ``relaxed`` is true when filters were dropped to find anything;
-    ``dropped_filter`` names what was dropped.
+    ``OverloadRule.overloaded`` of this search (the rule the caller passed, else the
+    knowledge base's ``KBConfig.overload_rule``): at least the threshold's matches with
+    a flat relevance signal, and never for a search kept to one document.
+    ``relaxed`` is true when filters were dropped to find anything; ``dropped_filter``
+    names what was dropped.
     """
 
     hits: list[ChunkHit]
@@ -189,6 +190,27 @@ class SearchResponse:
         d = asdict(self)
         d["hits"] = [h.to_dict() for h in self.hits]
         return d
+
+
+@dataclass(frozen=True, slots=True)
+class OverloadRule:
+    """When a search is an *overload*: too broad to answer from a few passages, so the
+    corpus tools ask the user to narrow it (``clarification`` ``overload``) instead.
+
+    The one decision, made by the search itself (``SearchResponse.overloaded``) so the
+    search and the tools that act on it can never disagree. A search is overloaded when
+    it matched at least ``threshold`` passages *and* its relevance signal is flat
+    (``score_spread`` below ``flat_spread``): the query does not tell the passages
+    apart. A search kept to one document (``doc_id``: a page read again) never is:
+    there is nothing narrower to ask for, and the clarification would end the run
+    without an answer. ``threshold`` is ``AGENT_CLARIFY_OVERLOAD_HITS`` in the service.
+    """
+
+    threshold: int = 100
+    flat_spread: float = 0.05
+
+    def overloaded(self, total_matches: int, score_spread: float, *, doc_id: str | None) -> bool:
+        return doc_id is None and total_matches >= self.threshold and score_spread < self.flat_spread
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +258,8 @@ class KBConfig:
     candidates: int = 100
     per_doc: int = 3
     max_top_k: int = 50
-    overload_threshold: int = 200
+    #: ``overload_rule``'s two numbers (``OverloadRule``).
+    overload_threshold: int = 100
     flat_spread: float = 0.05
     executor_rows: int = 2_000
     query_cache: int = 256
@@ -255,6 +278,11 @@ class KBConfig:
     reembed_interval_s: float = 300.0
     reembed_backoff_min_s: float = 1.0
     reembed_backoff_max_s: float = 30.0
+
+    @property
+    def overload_rule(self) -> OverloadRule:
+        """The rule a search applies when its caller passes none."""
+        return OverloadRule(self.overload_threshold, self.flat_spread)
 
     @property
     def text_tuning(self) -> KBTextTuning:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from app.cli.kb_file import open_kb_file
-from knowledge import KBConfig, KnowledgeBase, UnknownBucketError
+from knowledge import KBConfig, KnowledgeBase, OverloadRule, UnknownBucketError
 from knowledge.textnorm import content_terms
 from knowledge.vectors import VectorIndex, normalise_rows
 from storage.kb_records import KBScope, KBVectorRows
@@ -147,6 +147,30 @@ async def test_no_embedder_means_text_only(tmp_path: Path) -> None:
         res = await kb.search("walrus", mode="semantic")
         assert res.mode == "text" and res.hits[0].doc_id == "a" and res.warnings
         assert (await kb.search("walrus")).mode == "text"
+    finally:
+        await kb.aclose()
+
+
+async def test_overload_is_one_rule_kept_from_a_search_within_one_document(tmp_path: Path) -> None:
+    """``SearchResponse.overloaded`` is ``OverloadRule``'s decision, the one the corpus
+    tools act on: at least the threshold (not more than it), the caller's rule when it
+    passes one, and never for a search kept to one document (a page read again)."""
+    kb = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=64), config=KBConfig(overload_threshold=80))
+    try:
+        docs = [{"id": f"inv-{i}", "title": "Invoice", "text": f"Invoice number {i} for services."} for i in range(80)]
+        clause = "The renewal of this schedule follows the general terms. " + "Filler words for the clause. " * 22
+        clauses = "\n\n".join(f"Clause {i}. {clause}" for i in range(10, 50))
+        docs.append({"id": "ctr-long", "title": "Framework agreement", "text": clauses})
+        await kb.ingest_documents(docs)
+        broad = await kb.search("invoice", mode="text", top_k=10)
+        assert broad.total_matches == 80 and broad.score_spread < 0.05 and broad.overloaded  # 80 >= 80
+        assert not (await kb.search("invoice", mode="text", top_k=10, overload=OverloadRule(81, 0.05))).overloaded
+        flat = OverloadRule(threshold=20, flat_spread=0.1)
+        whole = await kb.search("renewal schedule", mode="text", overload=flat)
+        assert whole.total_matches >= 20 and whole.score_spread < 0.1 and whole.overloaded, whole
+        page = await kb.search("renewal schedule", mode="text", doc_id="ctr-long", overload=flat)
+        assert page.total_matches >= 20 and page.score_spread < 0.1, page
+        assert not page.overloaded and {h.doc_id for h in page.hits} == {"ctr-long"}
     finally:
         await kb.aclose()
 

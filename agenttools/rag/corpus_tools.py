@@ -57,7 +57,7 @@ from agenttools.rag.sources import page_label, shown_source, small_metadata
 from knowledge.filters import BUILTIN_FIELDS, FilterError, parse_filters
 from knowledge.kb import UnknownBucketError
 from knowledge.textnorm import STOP_WORDS
-from knowledge.types import BucketInfo, ChunkHit, ConstraintCount, DocumentCount, SearchResponse
+from knowledge.types import BucketInfo, ChunkHit, ConstraintCount, DocumentCount, OverloadRule, SearchResponse
 
 log = logging.getLogger("agentchat.tools.corpus")
 
@@ -86,6 +86,7 @@ class CorpusKnowledge(Protocol):
         context_chars: int | None = None,
         candidates: int | None = None,
         relax: bool = False,
+        overload: OverloadRule | None = None,
     ) -> SearchResponse: ...
 
     async def bucket_schema(self, bucket: str) -> dict[str, str]: ...
@@ -116,9 +117,9 @@ class CorpusToolDeps:
     ``overload_threshold`` (``AGENT_CLARIFY_OVERLOAD_HITS``, default 100): a list-all
     request ("list every invoice": the plan's intent is ``list``, the query says
     all/every/each/list, or it names nothing but the bucket) covering at least this many
-    documents is an overload and asks the user to narrow it; so is any search matching
-    at least this many passages with a flat relevance signal (the knowledge base's
-    ``score_spread`` below ``flat_spread``). ``clarify`` turns the clarifications off
+    documents is an overload and asks the user to narrow it; so is any search the
+    knowledge base flags ``overloaded`` by ``overload_rule`` (these two numbers in
+    ``knowledge.types.OverloadRule``, the one decision). ``clarify`` turns the clarifications off
     (results are then returned as they are, relaxed filters included).
     ``max_tool_calls`` (``AGENT_MAX_TOOL_CALLS``) lets the review count the calls left.
     """
@@ -133,6 +134,11 @@ class CorpusToolDeps:
     max_metadata_chars: int = 200
     clarify: bool = True
     max_tool_calls: int | None = None
+
+    @property
+    def overload_rule(self) -> OverloadRule:
+        """The rule every search of these tools is judged by (``SearchResponse.overloaded``)."""
+        return OverloadRule(self.overload_threshold, self.flat_spread)
 
 
 # --------------------------------------------------------------------------- argument helpers
@@ -278,6 +284,7 @@ def make_search_handler(deps: CorpusToolDeps, mode: Literal["text", "semantic"],
                 context_chars=context_chars,
                 candidates=deps.candidates,
                 relax=True,
+                overload=deps.overload_rule,
             )
         except FilterError as exc:
             return ToolOutcome.error(
@@ -414,8 +421,8 @@ async def _overload(
     """The overload clarification for this search, or ``None``.
 
     A list-all request counts the documents it covers (exactly for a whole scope, a lower
-    bound past a few hundred matching passages); any other search is an overload only
-    when it matched ``overload_threshold`` passages with flat scores.
+    bound past a few hundred matching passages); any other search is an overload when
+    the knowledge base says so (``SearchResponse.overloaded``, ``OverloadRule``).
     """
     threshold = deps.overload_threshold
     is_list, topic = list_request(query, bucket, plan_intent(state))
@@ -430,9 +437,7 @@ async def _overload(
             if counted.documents >= threshold:
                 clar = list_overload(bucket, counted.documents, counted.exact, topic, filters, schema)
                 return clar, {"documents": counted.documents, "exact": counted.exact, "list_request": True}
-    # A search kept to one document (a page read again) is as narrow as a scope gets:
-    # there is nothing to ask the user to narrow, and the clarification would end the run.
-    if doc_id is None and response.total_matches >= threshold and response.score_spread < deps.flat_spread:
+    if response.overloaded:  # decided by the search, by ``deps.overload_rule`` (no doc_id, flat, many)
         clar = overload(bucket, response.total_matches, filters, schema)
         return clar, {"total_matches": response.total_matches, "score_spread": response.score_spread}
     return None
