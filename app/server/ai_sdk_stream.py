@@ -312,10 +312,10 @@ async def ui_stream(request: Request) -> Response:
     # A chat this user has not started here: its earlier turns become the history.
     # (Without any, the run's creation makes the user's conversation of that id.)
     known = await has_conversation(svc, chat.conversation_id, ident.user_id) if earlier else True
-    if not known:  # a refusal must come before the import: it would leave the history behind
-        await http.check_run_limit(svc, ident)
-    http.check_load(svc)  # overloaded: refused before any history is imported
-    await check_bucket_scope(svc, chat.context)  # before any history is imported: a refusal leaves nothing
+    # Refused before any history is imported (a refusal leaves nothing), in start_run's
+    # order: the context's buckets, the replica's load; the run cap just before the import.
+    await check_bucket_scope(svc, chat.context)
+    http.check_load(svc)
     if not known:
         await import_history(svc, chat.conversation_id, ident.user_id, earlier)
     run = await http.start_run(svc, ident, chat)

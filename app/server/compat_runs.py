@@ -116,9 +116,16 @@ async def active_run(svc: Services, user_id: str, conversation_id: str, *, withi
 async def import_history(svc: Services, conversation_id: str, user_id: str, messages: Sequence[Message]) -> None:
     """Store a client's earlier turns in a conversation that has none yet, so the run's
     history is what the client shows. ``append`` creates the user's conversation in its
-    own transaction; with nothing to store, the run's creation does."""
+    own transaction; with nothing to store, the run's creation does.
+
+    The import is written before the run's admission transaction, so a user at the run
+    cap is refused here, before it (``http.check_run_limit``): a refusal leaves nothing
+    behind. The faces import after the request's own checks (its context's buckets, the
+    replica's load), so they answer in the same order as the native faces — the
+    request's own 4xx first, then 429 — and read the user's runs only when they import."""
     if not messages:
         return
+    await http.check_run_limit(svc, user_id)
     try:
         await svc.conversations.append(conversation_id, user_id, messages)
     except StorageUnavailable:

@@ -176,16 +176,18 @@ def too_many_runs() -> HTTPProblem:
     return HTTPProblem(429, "too_many_runs", "too many runs in progress for this user", {"Retry-After": "5"})
 
 
-async def check_run_limit(svc: Services, ident: Identity) -> None:
+async def check_run_limit(svc: Services, user_id: str) -> None:
     """Counts the user's unfinished runs in the store: refuses early when the user is at
     the cap. The cap itself is held by ``start_run``, which counts again in the
     transaction that stores the run (concurrent requests on any replica all pass this
-    read at once), so a face calls this only where it writes something before that
-    transaction — a client's earlier turns imported as history — which a refusal must
-    not leave behind. The native faces go straight to ``start_run``: one read less per
+    read at once), so only ``compat_runs.import_history`` calls this, just before it
+    writes a client's earlier turns ahead of that transaction: a refusal must not leave
+    them behind. It is called after the request's own checks, so every face answers in
+    the one order of ``docs/http-api.md`` (the request's own 4xx first, then 429
+    ``too_many_runs``). The native faces go straight to ``start_run``: one read less per
     run (a hop to a reader thread on SQLite, a round trip on PostgreSQL)."""
     cap = svc.settings.max_runs_per_user
-    if await svc.limits.active_runs(ident.user_id, svc.runs.registry, cap) >= cap:
+    if await svc.limits.active_runs(user_id, svc.runs.registry, cap) >= cap:
         raise too_many_runs()
 
 
@@ -194,7 +196,12 @@ async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str
     refuse with a 4xx/503 before anything streams. ``IdempotencyKeyUsed`` passes
     through: a concurrent request with the same key started the run first. Every face
     (native, OpenAI-compatible, AI SDK) starts its runs here, so the context's
-    knowledge-base scope is checked here once (``app/server/context_scope.py``)."""
+    knowledge-base scope is checked here once (``app/server/context_scope.py``).
+
+    The refusals come in the order ``docs/http-api.md`` documents for every face: the
+    unknown bucket (400), the replica's load (503 ``replica_busy``), then the admission
+    transaction's own — the busy conversation (409, ``reject``) before the user's run
+    cap (429 ``too_many_runs``)."""
     await check_bucket_scope(svc, chat.context)
     check_load(svc)
     try:

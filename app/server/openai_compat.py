@@ -309,9 +309,10 @@ async def _chat_completions(request: Request) -> Response:
     svc, ident, req = await http.admit(
         request, lambda body, settings: parse_request(body, sent, max_message_chars=settings.max_message_chars)
     )
-    await http.check_run_limit(svc, ident)
-    http.check_load(svc)  # overloaded: refused before any history is imported
-    await check_bucket_scope(svc, req.context)  # before any history is imported: a refusal leaves nothing
+    # Refused before any history is imported (a refusal leaves nothing), in start_run's
+    # order: the context's buckets, the replica's load; the run cap just before an import.
+    await check_bucket_scope(svc, req.context)
+    http.check_load(svc)
     conversation_id, key = await conversation_for(svc, ident, req)
     chat = ChatInput(req.question, req.context_type, req.context, conversation_id, req.multitask)
     try:
