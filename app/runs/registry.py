@@ -25,16 +25,42 @@ class RunRegistry:
     #: Runs carried on here whose cut-off model turn was discarded: (from_seq, to_seq),
     #: known before their ``run_resumed`` is written (readers that cannot take text back).
     discarded: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Per user, the ids of their runs here whose ending is not stored yet
+    #: (``Run.ending_unwritten``), kept in step by each run's ``on_ending_state``: every
+    #: admission with a run cap asks for them, and with ``AGENT_AUTH=none`` one user
+    #: holds every run of the replica, so walking the user's runs made a burst O(N²).
+    unwritten: dict[str, set[str]] = field(default_factory=dict)
 
     def register(self, run: Run) -> None:
         self.runs[run.id] = run
         self.by_user.setdefault(run.user_id, {})[run.id] = run
         self.by_conversation.setdefault((run.user_id, run.conversation_id), []).append(run)
+        run.on_ending_state = self._ending_state
+        self._ending_state(run)
+
+    def _ending_state(self, run: Run) -> None:
+        """``Run.on_ending_state``: the run's id in or out of its user's ``unwritten``."""
+        if self.runs.get(run.id) is not run:
+            return  # a copy a later claim replaced (or forgotten): the registered one speaks for the id
+        if run.ending_unwritten:
+            self.unwritten.setdefault(run.user_id, set()).add(run.id)
+        else:
+            self._written(run)
+
+    def _written(self, run: Run) -> None:
+        ids = self.unwritten.get(run.user_id)
+        if ids is not None:
+            ids.discard(run.id)
+            if not ids:
+                del self.unwritten[run.user_id]
 
     def forget(self, run_id: str) -> None:
         """Drop a run from memory (its log is in the store)."""
         run = self.runs.pop(run_id)
         self.discarded.pop(run_id, None)
+        self._written(run)
+        if run.on_ending_state == self._ending_state:
+            run.on_ending_state = None
         mine = self.by_user.get(run.user_id)
         if mine is not None:
             mine.pop(run_id, None)
@@ -75,12 +101,9 @@ class RunRegistry:
 
     def ending_unwritten(self, user_id: str) -> tuple[str, ...]:
         """The user's runs that ended here whose ending the writer has not stored yet:
-        the store still counts them unfinished, the per-user cap must not."""
-        return tuple(
-            r.id
-            for r in self.by_user.get(user_id, {}).values()
-            if r.finished and (r.durable < len(r.events) or r.storage_error is not None)
-        )
+        the store still counts them unfinished, the per-user cap must not. Read from
+        the ``unwritten`` index: O(answer), not O(the user's runs)."""
+        return tuple(self.unwritten.get(user_id, ()))
 
     def recent(self, user_id: str) -> list[Run]:
         """The user's runs still in memory, newest first."""

@@ -119,6 +119,10 @@ class Run:
     #: restart (its conversation was titled at admission all the same).
     client_titled: bool = False
     on_storage_failure: Callable[[Run, list[RunEvent]], None] | None = None
+    #: Told when the run may have entered or left ``ending_unwritten`` (its ending
+    #: appended, stored, refused, or dropped at a take-over): the registry keeps its
+    #: per-user index of such runs by it, so admission never walks the user's runs.
+    on_ending_state: Callable[[Run], None] | None = None
     #: Told when the run is abandoned here (another process took it over: ``/metrics``).
     on_abandon: Callable[[Run], None] | None = None
     #: The lease this process holds on the run: every step it writes checks it.
@@ -250,6 +254,7 @@ class Run:
             if isinstance(event, MessageComplete):
                 self.finished_at = time.time()
                 self.status = event.status
+                self._ending_changed()
         return written
 
     def _queue(self, step: RunWrite, *, terminal: bool, future: asyncio.Future[None] | None = None) -> None:
@@ -273,6 +278,8 @@ class Run:
     def _mark_durable(self, upto: int) -> None:
         if upto > self.durable and self.storage_error is None:
             self.durable = min(upto, len(self.events))
+            if self.finished_at is not None:  # its ending may be stored now
+                self._ending_changed()
             if not self._changed.is_set():
                 self._notify()
 
@@ -304,6 +311,7 @@ class Run:
         self.finished_at = time.time()
         self.status = "failed"
         self.durable = len(self.events)  # shown now; stored by the rescue writer below
+        self._ending_changed()
         self._notify()
         if self.on_storage_failure is not None:
             self.on_storage_failure(self, written)
@@ -328,6 +336,7 @@ class Run:
         del self.events[self.durable :]
         self._pending.clear()
         self.released = True
+        self._ending_changed()  # an ending never stored is dropped with the rest
         self._notify()
         if self.task is not None and not self.task.done() and self.task is not asyncio.current_task():
             self.task.cancel()
@@ -347,9 +356,20 @@ class Run:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
+    def _ending_changed(self) -> None:
+        if self.on_ending_state is not None:
+            self.on_ending_state(self)
+
     @property
     def finished(self) -> bool:
         return self.finished_at is not None
+
+    @property
+    def ending_unwritten(self) -> bool:
+        """Ended here with its ending not stored yet (still in the write queue, or
+        refused and being written again by the rescue): the store still counts the run
+        unfinished, the per-user run cap must not."""
+        return self.finished_at is not None and (self.durable < len(self.events) or self.storage_error is not None)
 
     @property
     def last_seq(self) -> int:
