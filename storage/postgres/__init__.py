@@ -13,6 +13,7 @@ from storage.postgres.database import Conn, PostgresDatabase, PostgresOptions, r
 from storage.postgres.dialect import PostgresSql
 from storage.postgres.kb_ddl import ensure_text_indexes
 from storage.postgres.kb_index import PostgresKBIndex
+from storage.postgres.lock_waits import DEFAULT_LOCK_TIMEOUT_MS, LockRetries
 from storage.postgres.migrations import migrate
 from storage.postgres.notify import RunEventsListener
 from storage.postgres.runs import PostgresRunStore
@@ -44,7 +45,10 @@ async def open_postgres_storage(url: str, opts: PostgresOptions | None = None) -
     of replicas starting), then open the pool and start the writer: nothing reads or
     writes a table before the schema is complete."""
     opts = opts or PostgresOptions()
-    version = await migrate(url, connect_timeout=max(1, int(opts.connect_timeout_s)))
+    # The pool's lock_timeout bounds each attempt of a migration step too (never 0 there:
+    # a migration waiting forever on a lock would queue every writer of the table).
+    retries = LockRetries(lock_timeout_ms=opts.lock_timeout_ms or DEFAULT_LOCK_TIMEOUT_MS)
+    version = await migrate(url, connect_timeout=max(1, int(opts.connect_timeout_s)), retries=retries)
     db = await PostgresDatabase.open(url, opts, configure=_configure)
     try:
         db.start()

@@ -20,7 +20,9 @@ such right.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 
 import psycopg
@@ -34,6 +36,9 @@ from storage.migration_runner import (
     MigrationRunner,
     numbered,
 )
+from storage.postgres.lock_waits import LockRetries, LockWait, MigrationLockTimeout, probed, waiting_for
+
+log = logging.getLogger("agentchat.storage")
 
 #: ``pg_advisory_lock`` key of the migration runner ("agentchat" as an int64).
 MIGRATION_LOCK = 0x6167656E74636861
@@ -658,14 +663,38 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
 
 class _PostgresRunner(MigrationRunner):
     """Each step in its own transaction; the applied versions are read once, under the
-    session's advisory lock (``migrate``), before the first step."""
+    session's advisory lock (``migrate``), before the first step. A statement that waits
+    for a lock past the session's ``lock_timeout`` fails its step; ``blocked`` says what
+    it waited for (``storage.postgres.lock_waits``)."""
 
     time_type = "DOUBLE PRECISION"
     mark = "%s"
 
-    def __init__(self, conn: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
+    def __init__(
+        self, conn: psycopg.AsyncConnection[tuple[object, ...]], url: str, retries: LockRetries, connect_timeout: int
+    ) -> None:
         self._conn = conn
         self._done: set[int] | None = None
+        self._url, self._retries, self._connect_timeout = url, retries, connect_timeout
+        #: The step under way ("25 (name)"), for the lock-wait report.
+        self.current = "?"
+        self.blocked: LockWait | None = None
+
+    async def apply(self, statement: str) -> None:
+        wait_s = self._retries.lock_timeout_ms / 1000
+        probe = asyncio.create_task(
+            waiting_for(self._url, self._conn.info.backend_pid, wait_s / 2, wait_s / 10, self._connect_timeout)
+        )
+        try:
+            await self.execute(statement)
+        except psycopg.errors.LockNotAvailable:
+            self.blocked = LockWait(self.current, statement, await probed(probe, grace_s=1.0))
+            raise
+        finally:
+            if not probe.done():
+                probe.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await probe
 
     async def execute(self, sql: str, params: tuple[object, ...] = ()) -> None:
         await self._conn.execute(sql, params or None)  # type: ignore[arg-type]
@@ -678,6 +707,7 @@ class _PostgresRunner(MigrationRunner):
         if step.version in self._done:
             yield
             return
+        self.current = f"{step.version} ({step.name})"
         async with self._conn.transaction():
             yield
 
@@ -685,15 +715,49 @@ class _PostgresRunner(MigrationRunner):
         return self._done is not None and step.version in self._done
 
 
-async def migrate(url: str, migrations: tuple[Migration, ...] = MIGRATIONS, *, connect_timeout: int = 10) -> int:
+async def migrate(
+    url: str,
+    migrations: tuple[Migration, ...] = MIGRATIONS,
+    *,
+    connect_timeout: int = 10,
+    retries: LockRetries | None = None,
+) -> int:
     """Apply every pending step on a connection of its own, under the advisory lock;
-    return the schema version afterwards."""
+    return the schema version afterwards.
+
+    Past the advisory lock (another replica migrating: wait for it, its steps are
+    bounded too) every statement waits at most ``retries.lock_timeout_ms`` for a lock; a
+    step that timed out is rolled back and tried again after ``retries.delay_s``, up to
+    ``retries.attempts`` times, each logged with the lock and its holder; then
+    ``MigrationLockTimeout`` (``storage.postgres.lock_waits``)."""
+    retries = retries or LockRetries()
     async with await psycopg.AsyncConnection.connect(
         url, autocommit=True, connect_timeout=connect_timeout, application_name="agentchat-migrate"
     ) as conn:
         await conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
         try:
-            return await _PostgresRunner(conn).run(migrations)
+            await conn.execute(f"SET lock_timeout = {int(retries.lock_timeout_ms)}")
+            for attempt in range(1, max(1, retries.attempts) + 1):
+                runner = _PostgresRunner(conn, url, retries, connect_timeout)
+                try:
+                    return await runner.run(migrations)
+                except psycopg.errors.LockNotAvailable as exc:
+                    blocked = runner.blocked or LockWait(runner.current, "(the runner's own statement)")
+                    what = blocked.describe(retries.lock_timeout_ms)
+                    if attempt >= retries.attempts:
+                        raise MigrationLockTimeout(
+                            f"the database schema was not migrated: {what}; gave up after {attempt} attempts. "
+                            "End or wait out that session's transaction, then start again"
+                        ) from exc
+                    log.warning(
+                        "schema migration: %s; attempt %d of %d failed, trying again in %g s",
+                        what,
+                        attempt,
+                        retries.attempts,
+                        retries.delay_s,
+                    )
+                    await asyncio.sleep(retries.delay_s)
+            raise AssertionError("unreachable: the last attempt returns or raises")
         finally:
             if not conn.closed:
                 await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))

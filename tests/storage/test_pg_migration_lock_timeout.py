@@ -1,0 +1,98 @@
+"""PostgreSQL migrations never wait forever on a lock (``storage.postgres.lock_waits``).
+
+Step 25 builds a unique index on ``kb_chunks``: it needs a SHARE lock, which a writer's
+open transaction (ROW EXCLUSIVE, held here by another real session) keeps it from
+taking. Each attempt waits ``lock_timeout``, is rolled back, logged with the lock and its
+holder, and tried again; past the last attempt start-up fails with
+``MigrationLockTimeout`` naming them, with nothing of the step applied. When the holder
+ends its transaction between attempts, the migration completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import psycopg
+import pytest
+
+from storage.errors import StorageUnavailable
+from storage.postgres.lock_waits import LockRetries, MigrationLockTimeout
+from storage.postgres.migrations import MIGRATIONS, migrate
+from tests.support.postgres import TestPostgres
+
+pytestmark = pytest.mark.postgres
+
+LAST = MIGRATIONS[-1]
+#: Short waits; the probe reads the wait at half of it.
+RETRIES = LockRetries(lock_timeout_ms=1_000, attempts=2, delay_s=0.05)
+
+
+async def _step_pending(url: str) -> None:
+    """Make the last step (25: the unique index on kb_chunks) pending again: its
+    statements are written to run again on a migrated database."""
+    assert LAST.version == 25, "the test builds on step 25's index; pick a step that takes a lock on kb_chunks"
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10) as conn:
+        await conn.execute("DELETE FROM schema_version WHERE version = %s", (LAST.version,))
+
+
+async def _applied(url: str) -> set[int]:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10) as conn:
+        cur = await conn.execute("SELECT version FROM schema_version")
+        return {int(v) for (v,) in await cur.fetchall()}
+
+
+async def _writer_holding_kb_chunks(url: str) -> psycopg.AsyncConnection[tuple[object, ...]]:
+    """Another session in the middle of a write transaction on kb_chunks."""
+    other = await psycopg.AsyncConnection.connect(url, connect_timeout=10, application_name="long-writer")
+    await other.execute("SET lock_timeout = '10s'")
+    await other.execute("LOCK TABLE kb_chunks IN ROW EXCLUSIVE MODE")
+    return other
+
+
+async def test_a_held_lock_fails_start_up_naming_the_lock_after_bounded_retries(
+    pg_server: TestPostgres, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="agentchat.storage")
+    with pg_server.database() as url:
+        await _step_pending(url)
+        other = await _writer_holding_kb_chunks(url)
+        try:
+            with pytest.raises(MigrationLockTimeout) as failed:
+                await asyncio.wait_for(migrate(url, retries=RETRIES), 60)
+        finally:
+            await other.rollback()
+            await other.close()
+        message = str(failed.value)
+        assert isinstance(failed.value, StorageUnavailable)  # a start-up error the CLI prints as such
+        assert "migration step 25" in message and "ShareLock on kb_chunks" in message, message
+        assert "long-writer" in message and "gave up after 2 attempts" in message, message
+        retried = [r.getMessage() for r in caplog.records if "attempt 1 of 2 failed" in r.getMessage()]
+        assert len(retried) == 1 and "ShareLock on kb_chunks" in retried[0], caplog.text
+        assert LAST.version not in await _applied(url)  # rolled back: nothing half-made
+        # The lock gone, the same migration completes.
+        assert await asyncio.wait_for(migrate(url, retries=RETRIES), 60) == LAST.version
+        assert LAST.version in await _applied(url)
+
+
+async def test_a_lock_released_between_attempts_lets_the_migration_finish(
+    pg_server: TestPostgres, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="agentchat.storage")
+    retries = LockRetries(lock_timeout_ms=1_000, attempts=3, delay_s=0.5)
+    with pg_server.database() as url:
+        await _step_pending(url)
+        other = await _writer_holding_kb_chunks(url)
+        migrating = asyncio.create_task(migrate(url, retries=retries))
+        try:
+            async with asyncio.timeout(30):  # the first attempt's timeout, logged
+                while not any("attempt 1 of 3 failed" in r.getMessage() for r in caplog.records):
+                    assert not migrating.done(), migrating
+                    await asyncio.sleep(0.02)
+            await other.rollback()  # the writer's transaction ends before the next attempt
+            assert await asyncio.wait_for(migrating, 60) == LAST.version
+        finally:
+            if not migrating.done():
+                migrating.cancel()
+            await other.close()
+        assert LAST.version in await _applied(url)
