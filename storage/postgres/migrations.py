@@ -682,8 +682,13 @@ class _PostgresRunner(MigrationRunner):
 
     async def apply(self, statement: str) -> None:
         wait_s = self._retries.lock_timeout_ms / 1000
+        if wait_s <= 0:  # no lock_timeout (asked for): nothing ever times out to report
+            await self.execute(statement)
+            return
         probe = asyncio.create_task(
-            waiting_for(self._url, self._conn.info.backend_pid, wait_s / 2, wait_s / 10, self._connect_timeout)
+            waiting_for(
+                self._url, self._conn.info.backend_pid, wait_s / 2, max(0.05, wait_s / 10), self._connect_timeout
+            )
         )
         try:
             await self.execute(statement)
