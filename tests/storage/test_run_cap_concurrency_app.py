@@ -46,8 +46,15 @@ async def test_fifty_concurrent_requests_over_two_replicas_admit_exactly_the_cap
         assert all(s is not None and s.status in UNFINISHED for s in stored)
 
         gate.open()
+        # Replica b admits from the store: a run it did not carry counts until its ending
+        # is *stored*, which is after it is finished in memory on its replica (the ending
+        # is queued to the writer; ``wait_finished`` returns before it commits). Wait for
+        # what the last request needs - every ending stored - not for the runs to finish.
         for replica_i, run_id in admitted:
             run = apps[replica_i][1].state.services.runs.get(run_id)
-            await asyncio.wait_for(run.wait_finished(), 20)
+            if run is not None:  # else already forgotten here: its log is in the store
+                await asyncio.wait_for(run.wait_settled(), 20)
+        stored = [await store.get(run_id) for _, run_id in admitted]
+        assert all(s is not None and s.status not in UNFINISHED for s in stored), [s and s.status for s in stored]
         again = await client.post(f"{apps[1][0]}/v1/agent/runs", json=BODY)
         assert again.status_code == 201, again.text
