@@ -16,7 +16,7 @@ from agenttools.rag.perplexity import PerplexityClient
 from app.config import Settings
 from app.ops.metrics import AppMetrics
 from app.rooms import kb_embedder, perplexity_http
-from llm.pool import ON_SEND, PooledTransport, PoolWaits, honours_on_send
+from llm.pool import ON_SEND, PooledTransport, PoolWaits, honours_on_send, pooled_transport
 from tests.fakes import FakeGemini, FakeOllama, running_fake
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.perplexity import Answer, FakePerplexity
@@ -267,7 +267,7 @@ async def test_a_large_pool_is_sharded_behind_one_gate_and_spreads_streams_over_
     """A pool of 100 is four httpx pools of 25 behind one gate of 100: 100 streamed
     answers are open at once (no shard holds a request back while another has room),
     spread evenly, and the 101st waits at the gate — where it is seen — not in a shard."""
-    from llm.pool import SHARD_CONNECTIONS, pooled_transport
+    from llm.pool import SHARD_CONNECTIONS
 
     assert SHARD_CONNECTIONS == 32
     release = asyncio.Event()
@@ -298,3 +298,32 @@ async def test_a_large_pool_is_sharded_behind_one_gate_and_spreads_streams_over_
         release.set()
         assert await asyncio.gather(*streams) == [b"first\nlast\n"] * 101
     assert transport.waits == 1 and transport.in_flight == 0 and transport._load == [0, 0, 0, 0]
+
+
+def test_the_shards_of_a_pool_share_one_tls_context_that_still_verifies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each httpx transport builds a TLS context of its own, loading the CA bundle (~50 ms
+    of CPU): an app's pools have 17 shards, most of a served process's start-up CPU. The
+    shards of one pool share one context, built once - verifying as httpx's default
+    does, or not when told. (The session memoises ``ssl.create_default_context``,
+    ``tests/conftest.py``: the contexts *built* are counted here, not compared.)"""
+    import ssl
+
+    built: list[object] = []
+    memoised = ssl.create_default_context
+
+    def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        built.append(args)
+        return memoised(*args, **kwargs)
+
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+
+    def contexts(transport: PooledTransport) -> list[ssl.SSLContext]:
+        return [shard._pool._ssl_context for shard in transport._shards]  # type: ignore[attr-defined]
+
+    shared = contexts(pooled_transport("llm", 256))
+    assert len(shared) == 8 and all(ctx is shared[0] for ctx in shared)
+    assert len(built) == 1, f"{len(built)} TLS contexts built for one pool"
+    assert shared[0].verify_mode == ssl.CERT_REQUIRED and shared[0].check_hostname
+    assert shared[0].cert_store_stats()["x509_ca"] > 0  # the CA bundle is loaded
+    unverified = contexts(pooled_transport("backend", 64, verify=False))
+    assert len(unverified) == 2 and all(ctx is unverified[0] and ctx.verify_mode == ssl.CERT_NONE for ctx in unverified)
