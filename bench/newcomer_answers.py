@@ -10,9 +10,11 @@ every answer that does not, with the passages it quoted.
 the ``default`` bucket, the shipped sample turned off): how the same questions fared
 over an older sample, e.g. one taken with ``git archive <commit> knowledge/sample_kb``.
 ``--show`` prints every answer. Results go to bench/results/newcomer_answers.json
-(``--out FILE`` elsewhere).
+(``--out FILE`` elsewhere). ``--embedder KIND`` sets ``AGENT_EMBEDDER`` (default: unset,
+i.e. ``auto``, which picks the local MiniLM model where ``make local`` installed it):
+how the same questions fare with ``hashing`` and ``local`` side by side.
 
-    .venv/bin/python bench/newcomer_answers.py [--show] [--sample-dir DIR] [--out FILE]
+    .venv/bin/python bench/newcomer_answers.py [--show] [--sample-dir DIR] [--out FILE] [--embedder KIND]
 """
 
 from __future__ import annotations
@@ -30,16 +32,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.support.offline_answers import carries
 from tests.test_offline_answers import ask_all, defaults, ingest
+from toolindex.factory import EMBEDDER_KINDS
 
 HERE = Path(__file__).resolve().parent
 QUESTIONS = HERE / "data" / "newcomer_questions.json"
 RESULTS = HERE / "results" / "newcomer_answers.json"
 
 
-async def ask(sample_dir: Path | None) -> list[dict[str, Any]]:
+async def ask(sample_dir: Path | None, embedder: str | None) -> list[dict[str, Any]]:
     questions = orjson.loads(QUESTIONS.read_bytes())["questions"]
     with tempfile.TemporaryDirectory() as tmp:
         env = defaults(Path(tmp))
+        if embedder is not None:
+            env["AGENT_EMBEDDER"] = embedder
         if sample_dir is not None:
             env["AGENT_INGEST_SAMPLE_KB"] = "false"
             await ingest(env, sample_dir, "default")
@@ -79,9 +84,11 @@ def main() -> None:
     parser.add_argument("--show", action="store_true", help="print every answer, not only the missed ones")
     parser.add_argument("--sample-dir", type=Path, help="ask over this sample folder instead of the shipped one")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--embedder", choices=EMBEDDER_KINDS, help="AGENT_EMBEDDER for the run (default: auto)")
     args = parser.parse_args()
-    results = asyncio.run(ask(args.sample_dir.resolve() if args.sample_dir else None))
+    results = asyncio.run(ask(args.sample_dir.resolve() if args.sample_dir else None, args.embedder))
     out = report(results, args.show)
+    out["embedder"] = args.embedder or "auto"
     out["sample"] = str(args.sample_dir) if args.sample_dir else "shipped (knowledge/sample_kb)"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))

@@ -17,7 +17,12 @@ service: how a change to the answerer alone (``llm/extractive*.py``) is tried on
 set in seconds before the live measurement. A change to what the searches return needs
 a new capture.
 
+``--embedder KIND`` sets ``AGENT_EMBEDDER`` for the service and the ingest (default: unset,
+i.e. ``auto``); ``--out FILE`` writes the figures there instead of
+bench/results/offline_answers.json.
+
     .venv/bin/python bench/offline_answers.py [--show] [--capture FILE | --replay FILE]
+        [--embedder KIND] [--out FILE]
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from tests.support.offline_answers import (
     repeated_sentences,
 )
 from tests.test_offline_answers import ask_all, defaults, ingest
+from toolindex.factory import EMBEDDER_KINDS
 
 RESULTS = Path(__file__).resolve().parent / "results" / "offline_answers.json"
 
@@ -112,13 +118,15 @@ def replay(path: Path, show: bool) -> None:
             print_set(label, sets, show)
 
 
-async def main(show: bool, capture: Path | None) -> None:
+async def main(show: bool, capture: Path | None, embedder: str | None, results_path: Path) -> None:
     out: dict[str, Any] = {}
     store: dict[str, Any] = {}
     if capture is not None:
         capturing(store)
     with tempfile.TemporaryDirectory() as tmp:
         env = defaults(Path(tmp))
+        if embedder is not None:
+            env["AGENT_EMBEDDER"] = embedder
         docs = npm_docs()
         if docs is not None:
             await ingest(env, docs, "npm")
@@ -130,9 +138,10 @@ async def main(show: bool, capture: Path | None) -> None:
             if docs is not None:
                 sets["npm"] = await ask_all(env, questions["npm"], {"bucket": "npm"})
             out[label] = print_set(label, sets, show)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
-    print(f"wrote {RESULTS}")
+    out["embedder"] = embedder or "auto"
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    results_path.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
+    print(f"wrote {results_path}")
     if capture is not None:
         capture.write_bytes(orjson.dumps(store))
         print(f"captured the passages of {len(store)} questions in {capture}")
@@ -145,7 +154,11 @@ def _option(args: list[str], name: str) -> Path | None:
 if __name__ == "__main__":
     argv = sys.argv[1:]
     replayed = _option(argv, "--replay")
+    embedder = _option(argv, "--embedder")
+    if embedder is not None and str(embedder) not in EMBEDDER_KINDS:
+        sys.exit(f"--embedder must be one of {', '.join(EMBEDDER_KINDS)}")
     if replayed is not None:
         replay(replayed, "--show" in argv)
     else:
-        asyncio.run(main("--show" in argv, _option(argv, "--capture")))
+        out_path = _option(argv, "--out") or RESULTS
+        asyncio.run(main("--show" in argv, _option(argv, "--capture"), str(embedder) if embedder else None, out_path))
