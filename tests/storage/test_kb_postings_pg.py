@@ -8,10 +8,12 @@ them (exhaustive scoring)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
 import pytest
+import pytest_asyncio
 
 from bench.corpus_quality import QUERIES, stdlib_documents
 from knowledge.filters import compile_filters
@@ -22,13 +24,19 @@ from storage.postgres import kb_postings, kb_text
 from tests.support.postgres import TestPostgres
 
 pytestmark = pytest.mark.postgres
+# The corpus loads (the whole labelled set, per row and in bulk) are most of this module's
+# time: a loaded knowledge base is built once per module for the tests that only read
+# it, on the module's event loop (its pool lives there); a test that writes gets its own.
+module_loop = pytest.mark.asyncio(loop_scope="module")
 
 LIMIT = 100  # the candidate depth search asks for (KBConfig.candidates)
 TUNING = KBTextTuning()
 
 
-@pytest.fixture
-async def pg_kb(pg_server: TestPostgres) -> AsyncIterator[tuple[KnowledgeBase, Any]]:
+@asynccontextmanager
+async def _loaded_per_row(pg_server: TestPostgres) -> AsyncIterator[tuple[KnowledgeBase, Any]]:
+    """The labelled corpus ingested row by row (the postings written by the trigger), in
+    two buckets, on a database of its own."""
     from storage.postgres import open_postgres_storage
 
     with pg_server.database() as url:
@@ -41,6 +49,21 @@ async def pg_kb(pg_server: TestPostgres) -> AsyncIterator[tuple[KnowledgeBase, A
             yield kb, storage
         finally:
             await kb.aclose()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pg_kb(pg_server: TestPostgres) -> AsyncIterator[tuple[KnowledgeBase, Any]]:
+    """Shared by the module's tests: they read it (and may type a bucket's metadata), never
+    change a document."""
+    async with _loaded_per_row(pg_server) as loaded:
+        yield loaded
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def own_pg_kb(pg_server: TestPostgres) -> AsyncIterator[tuple[KnowledgeBase, Any]]:
+    """For a test that ingests, replaces and deletes: a corpus nobody else reads."""
+    async with _loaded_per_row(pg_server) as loaded:
+        yield loaded
 
 
 def _queries() -> list[str]:
@@ -109,6 +132,7 @@ def _watch(index: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return seen
 
 
+@module_loop
 async def test_postings_give_the_exhaustive_top_lists_on_the_labelled_sets(
     pg_kb: tuple[KnowledgeBase, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -130,6 +154,7 @@ async def test_postings_give_the_exhaustive_top_lists_on_the_labelled_sets(
         _same(fast, await _exhaustive(index, terms, bucket))
 
 
+@module_loop
 async def test_deeper_reads_completions_and_the_exhaustive_fallback_stay_exact(
     pg_kb: tuple[KnowledgeBase, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -175,6 +200,7 @@ async def _doc_ids(index: Any, bucket: str | None) -> list[str]:
     return [r[0] for r in await index._db.fetchall(sql, (bucket,) if bucket else None)]
 
 
+@module_loop
 async def test_filtered_scopes_are_ranked_from_their_postings_as_on_their_rows(
     pg_kb: tuple[KnowledgeBase, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -212,6 +238,7 @@ async def test_filtered_scopes_are_ranked_from_their_postings_as_on_their_rows(
     assert found > len(answers) // 2  # the scopes hold matches: not a comparison of empties
 
 
+@module_loop
 async def test_a_scope_too_small_for_its_lists_is_ranked_on_its_rows(
     pg_kb: tuple[KnowledgeBase, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -250,8 +277,9 @@ async def _postings_match_the_chunks(index: Any) -> None:
     assert postings == lexemes and strays == 0
 
 
-async def test_ingest_replace_and_delete_keep_the_postings_in_step(pg_kb: tuple[KnowledgeBase, Any]) -> None:
-    kb, storage = pg_kb
+@module_loop
+async def test_ingest_replace_and_delete_keep_the_postings_in_step(own_pg_kb: tuple[KnowledgeBase, Any]) -> None:
+    kb, storage = own_pg_kb
     index = storage.kb_index
     await _postings_match_the_chunks(index)
     docs = stdlib_documents()
@@ -319,9 +347,10 @@ async def _tsv_indexed(index: Any) -> bool:
     return await index._db.fetchone("SELECT 1 FROM pg_indexes WHERE indexname = 'kb_chunks_tsv'") is not None
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def bulk_kb(pg_server: TestPostgres) -> AsyncIterator[tuple[KnowledgeBase, Any]]:
-    """The same corpus as ``pg_kb``, loaded the way ``agentchat ingest`` loads it."""
+    """The same corpus as ``pg_kb``, loaded the way ``agentchat ingest`` loads it; shared
+    by the module's tests, which only read it."""
     from storage.postgres import open_postgres_storage
 
     with pg_server.database() as url:
@@ -348,6 +377,7 @@ async def bulk_kb(pg_server: TestPostgres) -> AsyncIterator[tuple[KnowledgeBase,
             await kb.aclose()
 
 
+@module_loop
 async def test_a_bulk_load_posts_exactly_what_the_trigger_posts(
     bulk_kb: tuple[KnowledgeBase, Any], pg_kb: tuple[KnowledgeBase, Any]
 ) -> None:
@@ -364,6 +394,7 @@ async def test_a_bulk_load_posts_exactly_what_the_trigger_posts(
     assert await bulk.kb_index._db.fetchall(sql) == await per_row.kb_index._db.fetchall(sql)
 
 
+@module_loop
 async def test_a_bulk_loaded_corpus_gives_the_exhaustive_top_lists(bulk_kb: tuple[KnowledgeBase, Any]) -> None:
     _, storage = bulk_kb
     index = storage.kb_index
@@ -374,6 +405,7 @@ async def test_a_bulk_loaded_corpus_gives_the_exhaustive_top_lists(bulk_kb: tupl
             _same(fast, await _exhaustive(index, terms, bucket))
 
 
+@module_loop
 async def test_a_bulk_load_leaves_the_postings_readable_from_their_index_alone(
     bulk_kb: tuple[KnowledgeBase, Any],
 ) -> None:
