@@ -164,7 +164,8 @@ async def attach_rooms(
     pool_waits: WaitHook | None = None,
     leader: Leader | None = None,
 ) -> Rooms:
-    from agenttools.rag.corpus_tools import CorpusToolDeps, register_corpus_tools
+    from agenttools.rag.corpus_deps import CorpusToolDeps
+    from agenttools.rag.corpus_tools import register_corpus_tools
     from agenttools.rag.deps import RagToolDeps, RagToolSettings
     from agenttools.rag.keywords import KeywordIndex
     from agenttools.rag.perplexity import PerplexityClient

@@ -16,7 +16,8 @@ import pytest
 
 from agenttools.core.catalog import build_catalog
 from agenttools.core.registry import ToolRegistry
-from agenttools.rag.corpus_tools import CorpusToolDeps, register_corpus_tools
+from agenttools.rag.corpus_deps import CorpusToolDeps
+from agenttools.rag.corpus_tools import register_corpus_tools
 from agenttools.rag.keywords import KeywordIndex
 from agenttools.rag.tools import RagToolDeps, register_rag_tools
 from app.agent.planner import QueryPlanner

@@ -15,7 +15,8 @@ from agenttools.core.executor import ToolExecutor
 from agenttools.core.registry import EvidenceSource, RunToolState, ToolContext, ToolRegistry
 from agenttools.core.validation import validate_arguments
 from agenttools.rag.citations import verify_citations
-from agenttools.rag.corpus_tools import CorpusToolDeps, register_corpus_tools
+from agenttools.rag.corpus_deps import CorpusToolDeps
+from agenttools.rag.corpus_tools import register_corpus_tools
 from agenttools.rag.keywords import KeywordIndex
 from agenttools.rag.tools import RagToolDeps, register_rag_tools
 from llm.types import ToolCall

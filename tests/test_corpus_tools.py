@@ -18,7 +18,8 @@ from agenttools.core.catalog import build_catalog
 from agenttools.core.executor import ToolExecutor
 from agenttools.core.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry
 from agenttools.core.validation import validate_arguments
-from agenttools.rag.corpus_tools import CorpusToolDeps, register_corpus_tools
+from agenttools.rag.corpus_deps import CorpusToolDeps
+from agenttools.rag.corpus_tools import register_corpus_tools
 from agenttools.rag.policy import kb_searched
 from app.cli.kb_file import open_kb_file
 from knowledge.kb import KnowledgeBase

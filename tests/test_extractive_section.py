@@ -26,7 +26,8 @@ import pytest
 from agenttools.core.catalog import build_catalog
 from agenttools.core.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry
 from agenttools.core.validation import validate_arguments
-from agenttools.rag.corpus_tools import CorpusToolDeps, register_corpus_tools
+from agenttools.rag.corpus_deps import CorpusToolDeps
+from agenttools.rag.corpus_tools import register_corpus_tools
 from agenttools.rag.keywords import KeywordIndex
 from agenttools.rag.tools import KB_SEARCH, RagToolDeps, register_rag_tools
 from knowledge import DocumentIn, KnowledgeBase
