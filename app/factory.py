@@ -21,6 +21,7 @@ from app.server import (
     ai_sdk_stream,
     approval_routes,
     attachment_routes,
+    error_handlers,
     history_routes,
     http,
     kb_routes,
@@ -32,6 +33,7 @@ from app.server.docs_page import render_docs
 from app.server.openapi import build_openapi, openapi_routes
 from app.server.openapi_paths import builtin_api
 from app.server.playground import playground_routes
+from app.server.problems import HTTPProblem
 from app.wiring import AUTO, Overrides, build_services
 from storage.errors import StorageUnavailable
 
@@ -138,10 +140,10 @@ def create_app(
         middleware=middleware,
         lifespan=lifespan,
         exception_handlers={
-            http.HTTPProblem: http.problem,
-            StorageUnavailable: http.storage_unavailable,
-            404: http.not_found,
-            405: http.method_not_allowed,
-            500: http.server_error,
+            HTTPProblem: error_handlers.problem,
+            StorageUnavailable: error_handlers.storage_unavailable,
+            404: error_handlers.not_found,
+            405: error_handlers.method_not_allowed,
+            500: error_handlers.server_error,
         },
     )

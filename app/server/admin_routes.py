@@ -21,7 +21,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.server.bounds import check_int, check_number
-from app.server.http import HTTPProblem, ORJSONResponse, identify, read_json_body, services
+from app.server.problems import HTTPProblem, ORJSONResponse
+from app.server.request_admission import identify, read_json_body, services
 
 MAX_KB_BODY = 32 * 1024 * 1024
 MAX_DOCUMENTS = 5000

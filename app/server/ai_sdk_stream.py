@@ -41,7 +41,7 @@ from starlette.responses import Response
 import events
 from app.agent.approvals import REJECTED_BY_USER
 from app.runs.follow import Batches, Followed
-from app.server import http
+from app.server import request_admission, run_start, run_streams
 from app.server.ai_sdk_request import ApprovalReply, parse_body
 from app.server.approval_routes import apply_decision
 from app.server.chat_request import CONVERSATION_ID
@@ -297,12 +297,12 @@ async def _stream(ui: UIChunks, source: Batches) -> AsyncIterator[bytes]:
 
 
 def _response(svc: Services, ui: UIChunks, source: Batches) -> Response:
-    return http.sse(_stream(ui, source), svc, HEADERS)
+    return run_streams.sse(_stream(ui, source), svc, HEADERS)
 
 
 async def ui_stream(request: Request) -> Response:
     """``POST /v1/agent/ui-stream``: start a run of the chat and stream it as UI chunks."""
-    svc, ident, parsed = await http.admit(
+    svc, ident, parsed = await request_admission.admit(
         request, lambda body, settings: parse_body(body, max_message_chars=settings.max_message_chars)
     )
     if isinstance(parsed, ApprovalReply):
@@ -315,11 +315,11 @@ async def ui_stream(request: Request) -> Response:
     # Refused before any history is imported (a refusal leaves nothing), in start_run's
     # order: the context's buckets, the replica's load; the run cap just before the import.
     await check_bucket_scope(svc, chat.context)
-    http.check_load(svc)
+    run_start.check_load(svc)
     if not known:
         await import_history(svc, chat.conversation_id, ident.user_id, earlier)
-    run = await http.start_run(svc, ident, chat)
-    following = http.follow_started(svc, run, cancel_on_exit=True)
+    run = await run_start.start_run(svc, ident, chat)
+    following = run_streams.follow_started(svc, run, cancel_on_exit=True)
     return _response(svc, UIChunks(run.id, run.conversation_id), following.batches)
 
 
@@ -334,7 +334,7 @@ async def _approval_reply(svc: Services, user_id: str, reply: ApprovalReply) -> 
         raise HTTPProblem(404, "not_found", "no such run in this chat")
     decision = "approve" if reply.approved else "reject"
     decided = await apply_decision(svc, user_id, reply.run_id, reply.tool_use_id, decision, None)
-    following = await http.follow_run(svc, reply.run_id, user_id, decided.last_seq, cancel_on_exit=True)
+    following = await run_streams.follow_run(svc, reply.run_id, user_id, decided.last_seq, cancel_on_exit=True)
     if following is None:
         raise HTTPProblem(404, "not_found", "no such run")
     ui = UIChunks(reply.run_id, reply.conversation_id)
@@ -344,13 +344,13 @@ async def _approval_reply(svc: Services, user_id: str, reply: ApprovalReply) -> 
 
 async def ui_stream_resume(request: Request) -> Response:
     """``GET /v1/agent/ui-stream/{chat_id}/stream``: the chat's active run, or 204."""
-    svc = http.services(request)
-    ident = http.identify(request)
+    svc = request_admission.services(request)
+    ident = request_admission.identify(request)
     chat_id = request.path_params["chat_id"]
     if not CONVERSATION_ID.match(chat_id) or not await has_conversation(svc, chat_id, ident.user_id):
         return Response(status_code=204)
     run_id = await active_run(svc, ident.user_id, chat_id, within_s=svc.settings.finished_run_memory_s)
-    following = await http.follow_run(svc, run_id, ident.user_id, 0, cancel_on_exit=True) if run_id else None
+    following = await run_streams.follow_run(svc, run_id, ident.user_id, 0, cancel_on_exit=True) if run_id else None
     if run_id is None or following is None:
         return Response(status_code=204)
     return _response(svc, UIChunks(run_id, chat_id, await discarded_ranges(svc, run_id)), following.batches)

@@ -20,7 +20,7 @@ from starlette.responses import Response
 from agenttools.core.validation import validate_arguments
 from app.agent.approvals import DECISIONS
 from app.runs.state import RunState
-from app.server import http
+from app.server import request_admission
 from app.server.problems import HTTPProblem, ORJSONResponse
 from storage.errors import StorageUnavailable
 from storage.records import WAITING_APPROVAL
@@ -97,11 +97,11 @@ async def apply_decision(
 
 
 async def decide(request: Request) -> Response:
-    svc = http.services(request)
-    ident = http.identify(request)
+    svc = request_admission.services(request)
+    ident = request_admission.identify(request)
     run_id = request.path_params["run_id"]
     tool_use_id = request.path_params["tool_use_id"]
-    decision, arguments = _decision(await http.read_json_body(request, svc.settings.max_body_bytes))
+    decision, arguments = _decision(await request_admission.read_json_body(request, svc.settings.max_body_bytes))
     stored = await apply_decision(svc, ident.user_id, run_id, tool_use_id, decision, arguments)
     token = svc.auth.stream_token(run_id, ident.user_id)
     return ORJSONResponse(

@@ -25,8 +25,9 @@ from starlette.types import Message
 
 from app.server.admin_routes import _component
 from app.server.chat_request import CONVERSATION_ID, CONVERSATION_ID_RULE
-from app.server.http import check_load, identify, services
 from app.server.problems import HTTPProblem, ORJSONResponse
+from app.server.request_admission import identify, services
+from app.server.run_start import check_load
 from knowledge.attachment_store import ConversationAttachments
 from knowledge.attachments import AttachmentRejected
 from knowledge.names import is_doc_id

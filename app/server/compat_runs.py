@@ -2,7 +2,7 @@
 conversation a client's transcript continues, and reading a run's events.
 
 These faces never run the agent themselves. A request is admitted by the same function as
-a native one (``app.server.http.admit``: auth, rate limit, body limits; then the run
+a native one (``app.server.request_admission.admit``: auth, rate limit, body limits; then the run
 limit), becomes a ``ChatInput`` submitted to the same run manager, and its stream is the
 run's own event log — read through the one follower every face uses (``app.runs.follow``)
 as typed events, which the face encodes. So a run started here is durable, resumable and
@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from app.runs.follow import Batches, Followed
-from app.server import http
+from app.server import run_start, run_streams
 from app.server.problems import HTTPProblem
 from llm.types import Message
 from storage.errors import StorageUnavailable
@@ -83,7 +83,7 @@ class AnswerText:
 
 async def logged_events(svc: Services, run_id: str, user_id: str) -> list[Followed]:
     """Every event of the user's ended run (for checks, not for streaming)."""
-    following = await http.follow_run(svc, run_id, user_id, 0, cancel_on_exit=False)
+    following = await run_streams.follow_run(svc, run_id, user_id, 0, cancel_on_exit=False)
     if following is None:
         return []
     out: list[Followed] = []
@@ -119,13 +119,13 @@ async def import_history(svc: Services, conversation_id: str, user_id: str, mess
     own transaction; with nothing to store, the run's creation does.
 
     The import is written before the run's admission transaction, so a user at the run
-    cap is refused here, before it (``http.check_run_limit``): a refusal leaves nothing
+    cap is refused here, before it (``run_start.check_run_limit``): a refusal leaves nothing
     behind. The faces import after the request's own checks (its context's buckets, the
     replica's load), so they answer in the same order as the native faces — the
     request's own 4xx first, then 429 — and read the user's runs only when they import."""
     if not messages:
         return
-    await http.check_run_limit(svc, user_id)
+    await run_start.check_run_limit(svc, user_id)
     try:
         await svc.conversations.append(conversation_id, user_id, messages)
     except StorageUnavailable:

@@ -6,7 +6,7 @@ default. A name that is not a bucket used to search nothing, and the run answere
 could not find an answer" as if the knowledge base lacked the fact. So a context naming
 an unknown bucket is refused as a ``400 unknown_bucket`` whose detail lists the buckets
 that exist — on every face that takes a context, since they all start runs through
-``app.server.http.start_run``, which calls this first.
+``app.server.run_start.start_run``, which calls this first.
 
 The names are looked up in the knowledge base's bucket cache (``KnowledgeBase.bucket_schema``,
 which reloads the schemas once on a miss), never counted: a run start costs no scan of

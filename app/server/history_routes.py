@@ -24,8 +24,8 @@ from app.server import attachment_routes
 from app.server.bounds import parse_int
 from app.server.chat_request import CONVERSATION_ID, CONVERSATION_ID_RULE
 from app.server.history_request import parse_feedback, parse_rename
-from app.server.http import identify, read_json_body, services
 from app.server.problems import HTTPProblem, ORJSONResponse
+from app.server.request_admission import identify, read_json_body, services
 from storage.errors import ConversationBusy
 from storage.history_records import ConversationSummary, RunView
 from storage.records import TERMINAL_STATUSES

@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from app.server.admin_routes import _component, _require_admin
 from app.server.bounds import parse_int
-from app.server.http import HTTPProblem, ORJSONResponse
+from app.server.problems import HTTPProblem, ORJSONResponse
 from knowledge.names import is_doc_id, is_identifier
 
 MAX_LIST_LIMIT = 1000

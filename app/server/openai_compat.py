@@ -48,7 +48,7 @@ from starlette.responses import Response
 import events
 from app.runs.follow import Batches, Followed
 from app.runs.records import ChatInput
-from app.server import http
+from app.server import request_admission, run_start, run_streams
 from app.server.auth import Identity
 from app.server.compat_runs import (
     AnswerText,
@@ -87,7 +87,7 @@ def _model(model_id: str) -> dict[str, Any]:
 
 async def list_models(request: Request) -> Response:
     try:
-        http.identify(request)
+        request_admission.identify(request)
     except HTTPProblem as exc:
         return error_response(exc)
     return ORJSONResponse({"object": "list", "data": [_model(m) for m in model_ids()]})
@@ -95,7 +95,7 @@ async def list_models(request: Request) -> Response:
 
 async def get_model(request: Request) -> Response:
     try:
-        http.identify(request)
+        request_admission.identify(request)
         model = request.path_params["model"]
         if model not in model_ids():
             raise unknown_model(model)
@@ -306,24 +306,25 @@ async def chat_completions(request: Request) -> Response:
 
 async def _chat_completions(request: Request) -> Response:
     sent = request.headers
-    svc, ident, req = await http.admit(
+    svc, ident, req = await request_admission.admit(
         request, lambda body, settings: parse_request(body, sent, max_message_chars=settings.max_message_chars)
     )
     # Refused before any history is imported (a refusal leaves nothing), in start_run's
     # order: the context's buckets, the replica's load; the run cap just before an import.
     await check_bucket_scope(svc, req.context)
-    http.check_load(svc)
+    run_start.check_load(svc)
     conversation_id, key = await conversation_for(svc, ident, req)
     chat = ChatInput(req.question, req.context_type, req.context, conversation_id, req.multitask)
     try:
-        run = await http.start_run(svc, ident, chat, key=key)
+        run = await run_start.start_run(svc, ident, chat, key=key)
     except IdempotencyKeyUsed:  # the same transcript again (regenerate): it runs again, the first keeps the key
-        run = await http.start_run(svc, ident, chat)
+        run = await run_start.start_run(svc, ident, chat)
     tr = Translator(f"chatcmpl-{run.id}", req.model, int(time.time()), include_usage=req.include_usage)
     headers = {"X-Run-Id": run.id, "X-Conversation-Id": run.conversation_id}
     if req.stream:
-        return http.sse(_stream(http.follow_started(svc, run, cancel_on_exit=True).batches, tr), svc, headers)
-    async with contextlib.aclosing(http.follow_started(svc, run, cancel_on_exit=False).batches) as batches:
+        following = run_streams.follow_started(svc, run, cancel_on_exit=True)
+        return run_streams.sse(_stream(following.batches, tr), svc, headers)
+    async with contextlib.aclosing(run_streams.follow_started(svc, run, cancel_on_exit=False).batches) as batches:
         async for batch in batches:
             for item in batch or ():
                 tr.feed(item)

@@ -1,0 +1,52 @@
+"""The app's exception handlers: every error a route raises becomes a JSON ``{"error",
+"detail"}`` answer — an ``HTTPProblem`` as itself, the database away as 503 with
+``Retry-After``, unknown routes and methods as 404/405, anything else as a logged 500.
+
+Apart from the routes because the factory installs them for every route of every face.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.server.problems import HTTPProblem, ORJSONResponse
+
+log = logging.getLogger("agentchat.http")
+
+
+async def problem(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPProblem)
+    return exc.response()
+
+
+async def storage_unavailable(request: Request, exc: Exception) -> Response:
+    """Any route whose database is away — a write given up, SQLite's file removed or
+    replaced, PostgreSQL's pool without a connection — answers 503 with ``Retry-After``,
+    never 500."""
+    log.warning("database unavailable; answered 503", extra={"path": request.url.path, "error": str(exc)[:300]})
+    return ORJSONResponse(
+        {"error": "storage_unavailable", "detail": "the service cannot reach its database right now; retry shortly"},
+        503,
+        headers={"Retry-After": "5"},
+    )
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    return ORJSONResponse({"error": "not_found", "detail": f"no route for {request.url.path}"}, 404)
+
+
+async def method_not_allowed(request: Request, exc: Exception) -> Response:
+    # Starlette's router raises the 405 with the route's ``Allow`` header; keep it (RFC 9110 §15.5.6).
+    headers = exc.headers if isinstance(exc, HTTPException) else None
+    allowed = f"; allowed: {headers['Allow']}" if headers and "Allow" in headers else ""
+    detail = f"{request.method} is not allowed here{allowed}"
+    return ORJSONResponse({"error": "method_not_allowed", "detail": detail}, 405, headers=headers)
+
+
+async def server_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error", exc_info=exc)
+    return ORJSONResponse({"error": "internal_error", "detail": "unexpected server error"}, 500)

@@ -1,0 +1,100 @@
+"""Starting a run, or refusing it before anything streams: the replica's load (503
+``replica_busy``), the user's run cap (429 ``too_many_runs``), the busy conversation (409),
+the store away (503) — in the order ``docs/http-api.md`` documents for every face.
+
+Its own module because every face starts its runs here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from app.runs.admission import ReplicaFull
+from app.runs.records import Caller, ChatInput
+from app.runs.run import Run
+from app.server.auth import Identity
+from app.server.context_scope import check_bucket_scope
+from app.server.problems import HTTPProblem
+from storage.errors import ConversationBusy, StorageUnavailable, TooManyRuns
+
+if TYPE_CHECKING:
+    from app.server.services import Services
+
+
+def replica_busy(why: str) -> HTTPProblem:
+    """503 for a new run this replica cannot serve well now (``app/ops/load.py``): the
+    client retries, and a load balancer sends the retry where there is room."""
+    return HTTPProblem(
+        503, "replica_busy", f"{why}; retry shortly (another replica may have room)", {"Retry-After": "2"}
+    )
+
+
+def check_load(svc: Services) -> None:
+    """Refuse a new run (503 ``replica_busy``) while this replica is overloaded. Every
+    face's ``start_run`` asks; a face with work to do before it (the OpenAI face imports
+    a transcript) asks first, so a refusal leaves nothing behind."""
+    load = svc.load
+    if load is not None and (reason := load.refusal()) is not None:
+        load.refused_for(reason)
+        raise replica_busy("this replica is overloaded (its event loop runs late)")
+
+
+def too_many_runs() -> HTTPProblem:
+    return HTTPProblem(429, "too_many_runs", "too many runs in progress for this user", {"Retry-After": "5"})
+
+
+async def check_run_limit(svc: Services, user_id: str) -> None:
+    """Counts the user's unfinished runs in the store: refuses early when the user is at
+    the cap. The cap itself is held by ``start_run``, which counts again in the
+    transaction that stores the run (concurrent requests on any replica all pass this
+    read at once), so only ``compat_runs.import_history`` calls this, just before it
+    writes a client's earlier turns ahead of that transaction: a refusal must not leave
+    them behind. It is called after the request's own checks, so every face answers in
+    the one order of ``docs/http-api.md`` (the request's own 4xx first, then 429
+    ``too_many_runs``). The native faces go straight to ``start_run``: one read less per
+    run (a hop to a reader thread on SQLite, a round trip on PostgreSQL)."""
+    cap = svc.settings.max_runs_per_user
+    if await svc.limits.active_runs(user_id, svc.runs.registry, cap) >= cap:
+        raise too_many_runs()
+
+
+async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str | None = None) -> Run:
+    """Store the run and its message, claim the conversation, start the agent — or
+    refuse with a 4xx/503 before anything streams. ``IdempotencyKeyUsed`` passes
+    through: a concurrent request with the same key started the run first. Every face
+    (native, OpenAI-compatible, AI SDK) starts its runs here, so the context's
+    knowledge-base scope is checked here once (``app/server/context_scope.py``).
+
+    The refusals come in the order ``docs/http-api.md`` documents for every face: the
+    unknown bucket (400), the replica's load (503 ``replica_busy``), then the admission
+    transaction's own — the busy conversation (409, ``reject``) before the user's run
+    cap (429 ``too_many_runs``)."""
+    await check_bucket_scope(svc, chat.context)
+    check_load(svc)
+    try:
+        return await svc.runs.submit(
+            chat,
+            Caller(ident.user_id, ident.authorization),
+            idempotency_key=key,
+            run_cap=svc.settings.max_runs_per_user,
+        )
+    except TooManyRuns:
+        raise too_many_runs() from None
+    except ReplicaFull as exc:
+        if svc.load is not None:
+            svc.load.refused_for("live_runs")
+        raise replica_busy(str(exc)) from None
+    except ConversationBusy:
+        raise HTTPProblem(
+            409,
+            "conversation_busy",
+            "a run of this conversation is still in progress; wait for it to end, or send "
+            'multitask "enqueue" (run after it) or "interrupt" (cancel it)',
+        ) from None
+    except StorageUnavailable:
+        raise HTTPProblem(
+            503,
+            "storage_unavailable",
+            "the service cannot store new runs right now; retry shortly",
+            {"Retry-After": "5"},
+        ) from None

@@ -1,0 +1,126 @@
+"""A run's events as an SSE response: following a run (here, on another replica, or
+finished), the native frames with their ``retry:`` field and heartbeats, the one
+``SSEResponse`` every face answers with, and cancelling a chat whose client left.
+
+Apart from the routes because the OpenAI-compatible and AI SDK faces stream through the
+same follower and response, only with their own frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
+
+from app.runs.follow import Batches, Following, follow, follow_here
+from app.runs.run import Run
+from app.server.sse_response import SSEResponse
+from events import Heartbeat
+
+if TYPE_CHECKING:
+    from app.server.services import Services
+
+log = logging.getLogger("agentchat.http")
+
+RETRY_MS = 2000
+RETRY_FIELD = b"retry: %d\n" % RETRY_MS
+
+
+def heartbeat_frame() -> bytes:
+    """The keep-alive: a comment line for proxies and a named event for stall detection,
+    in one frame. A comment in a frame of its own would reach clients that dispatch on
+    every blank line (``@microsoft/fetch-event-source``) as an empty message."""
+    beat = Heartbeat(ts=int(time.time()))
+    return b": ping\nevent: %s\ndata: %s\n\n" % (beat.name.encode(), beat.to_json())
+
+
+def follow_run(
+    svc: Services, run_id: str, user_id: str, after: int, *, cancel_on_exit: bool
+) -> Awaitable[Following | None]:
+    """``app.runs.follow.follow`` with this app's parts: the user's run after ``after``,
+    wherever it is (``None``: no such run)."""
+    return follow(
+        svc.runs,
+        svc.run_store,
+        svc.remote,
+        run_id,
+        user_id,
+        after,
+        idle=svc.settings.heartbeat_s,
+        on_leave=_on_leave(svc, cancel_on_exit),
+    )
+
+
+def follow_started(svc: Services, run: Run, *, cancel_on_exit: bool) -> Following:
+    """A run this request just started, from its first event."""
+    return follow_here(run, 0, idle=svc.settings.heartbeat_s, on_leave=_on_leave(svc, cancel_on_exit))
+
+
+def _on_leave(svc: Services, cancel_on_exit: bool) -> Callable[[Run], None] | None:
+    """When ``cancel_on_exit`` (a chat without an ``Idempotency-Key``) and the last client
+    leaves, the agent is cancelled unless a client re-attaches within
+    ``AGENT_CHAT_REATTACH_S`` (a retried POST with ``Last-Event-ID``) — scheduled
+    synchronously, because the follower is being cancelled and must not await."""
+    if not cancel_on_exit:
+        return None
+
+    def left(run: Run) -> None:
+        # A stream closed because the server is stopping leaves its run alone: the run
+        # finishes (up to the shutdown deadline) into the durable log, and the client
+        # resumes it from the next process with Last-Event-ID.
+        # A run parked for an approval is no longer this process's: nothing to cancel.
+        if not run.finished and not run.parked and run.task is not None and not svc.streams.stopping:
+            _cancel_unless_reattached(run, svc.settings.chat_reattach_s)
+
+    return left
+
+
+def _cancel_unless_reattached(run: Run, within_s: float) -> None:
+    if run.followers > 0:
+        return
+    detached_at = run.last_detached_at
+
+    def cancel() -> None:
+        # Still alone since this detach (a client that came back and left again set a
+        # newer time and its own timer), still running: the client is gone for good.
+        if run.followers == 0 and run.last_detached_at == detached_at and not run.finished and run.task is not None:
+            log.info("chat client left; cancelling its run", extra={"run_id": run.id})
+            run.task.cancel()
+
+    if within_s <= 0:
+        cancel()
+    else:
+        asyncio.get_running_loop().call_later(within_s, cancel)
+
+
+async def native_frames(batches: Batches) -> AsyncIterator[bytes]:
+    """The native SSE of a run: each event's stored frame (encoded once when the run
+    emitted it, the same bytes for every follower), everything committed at once in one
+    write, a heartbeat frame on an idle tick; the first write carries ``retry:``."""
+    first = True
+    async with contextlib.aclosing(batches):  # the follower's ``finally`` runs as the client leaves
+        async for batch in batches:
+            frame = heartbeat_frame() if batch is None else b"".join(ev.wire for ev in batch)
+            if first:
+                frame, first = RETRY_FIELD + frame, False
+            yield frame
+
+
+def sse(content: AsyncIterator[bytes], svc: Services, headers: Mapping[str, str] | None = None) -> SSEResponse:
+    """Every SSE response of the app (native, OpenAI-compatible, AI SDK): unbuffered through
+    proxies, and counted in ``agentchat_open_streams`` while it is being written."""
+    return SSEResponse(_frames(content), svc.streams, headers, open_streams=svc.metrics.open_streams)
+
+
+def _frames(content: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
+    if isinstance(content, AsyncGenerator):
+        return content  # every face's frames are a generator: no layer of ours per frame
+    return _generator(content)
+
+
+async def _generator(content: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
+    async for chunk in content:
+        yield chunk
