@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -43,22 +42,21 @@ from app.agent.deps import (
 )
 from app.agent.find_tools import found_tools
 from app.agent.output_caps import TurnTextCap
+from app.agent.run_endings import close_cancelled, finish_run, park_run, release_run
+from app.agent.run_scope import RunFailed, RunScope, resumed_event, run_step
 from app.agent.selector import ToolSelector
 from app.agent.tool_step import ToolStep
 from app.agent.turn import TurnOutcome, stream_turn
-from app.ops.metrics import FinishedRun, RunMetrics
+from app.ops.metrics import RunMetrics
 from app.runs.records import Caller, ChatInput
-from app.runs.run import Run, terminal_event
+from app.runs.run import Run
 from app.runs.state import PendingCalls, RunState
 from events import (
-    ApprovalRequired,
     Clarification,
     Error,
-    Event,
     RunEnding,
     RunResumed,
     RunStarted,
-    TokenUsage,
     ToolCallResult,
 )
 from llm.provider import Provider
@@ -68,10 +66,9 @@ from llm.types import (
     ToolCall,
     ToolDefinition,
     ToolResult,
-    Usage,
 )
 from storage.errors import StorageError
-from storage.records import RunSummary, ToolCallRecord
+from storage.records import ToolCallRecord
 
 log = logging.getLogger("agentchat.agent")
 
@@ -79,27 +76,6 @@ log = logging.getLogger("agentchat.agent")
 MandatoryPolicy = FlowPolicy
 
 __all__ = ["Agent", "AgentSettings", "Caller", "ChatInput", "FlowPolicy", "MandatoryPolicy", "ToolCallRecord"]
-
-
-class RunFailed(Exception):
-    def __init__(self, message: str, code: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass(slots=True)
-class _RunScope:
-    """One run's dependencies on the agent's side (the state is in ``state``)."""
-
-    run: Run
-    chat: ChatInput
-    caller: Caller
-    ctx: ToolContext
-    state: RunState | None = None
-    #: Text of the turn being streamed (kept if the run is cancelled mid-turn).
-    partial: list[str] = field(default_factory=list)
-    #: Whether time-to-first-token is still to be observed (not for a run carried on).
-    first_token_pending: bool = True
 
 
 class Agent:
@@ -164,7 +140,7 @@ class Agent:
             http=self.http,
             state=state.tools if state is not None else RunToolState(),
         )
-        scope = _RunScope(run=run, chat=chat, caller=caller, ctx=ctx, state=state, first_token_pending=state is None)
+        scope = RunScope(run=run, chat=chat, caller=caller, ctx=ctx, state=state, first_token_pending=state is None)
         # Set at every start, so a run carried on follows this process's settings.
         set_flow_scope(ctx.state, mandatory=self.policy_for(chat.context_type).mandatory)
         status: RunEnding = "failed"
@@ -176,11 +152,11 @@ class Agent:
                 run.emit(resumed or RunStarted(run_id=run.id, conversation_id=run.conversation_id))
                 scope.state = await self._prepare(scope)
             else:
-                await run.emit_step([resumed or _resumed(run, scope.state)], status="running")
+                await run.emit_step([resumed or resumed_event(run, scope.state)], status="running")
             ctx.state = scope.state.tools
             status = await self._loop(scope)
         except AwaitingApproval as wait:
-            await self._park(scope, wait)
+            await park_run(scope, wait, self.settings.approval_ttl_s)
             return
         except ApprovalExpired as exc:
             error, status = Error(message=str(exc), code="approval_expired"), "cancelled"
@@ -192,10 +168,10 @@ class Agent:
             if run.storage_error is not None or run.lost:
                 raise
             if run.interrupting:
-                await self._release(scope)
+                await release_run(scope, self.settings.release_timeout_s)
                 raise
             status = "cancelled"
-            self._close_cancelled(scope)
+            close_cancelled(scope)
             self._finish(scope, status, None)
             raise
         except StorageError as exc:
@@ -208,7 +184,7 @@ class Agent:
             error, status = Error(message=f"internal error ({type(exc).__name__})", code="internal_error"), "failed"
         self._finish(scope, status, error)
 
-    async def _prepare(self, scope: _RunScope) -> RunState:
+    async def _prepare(self, scope: RunScope) -> RunState:
         """Load history, select tools, build the prompt; store it all as the first step."""
         run, chat = scope.run, scope.chat
         history: list[Message] = []
@@ -248,7 +224,7 @@ class Agent:
         await run_step(scope, state, events=[selection.event()], status="running")
         return state
 
-    async def _loop(self, scope: _RunScope) -> RunEnding:
+    async def _loop(self, scope: RunScope) -> RunEnding:
         chat, state = scope.chat, scope.state
         assert state is not None
         policy = self.policy_for(chat.context_type)
@@ -309,7 +285,7 @@ class Agent:
                 return done
         raise RunFailed(f"Stopped after {self.settings.max_loops} model turns without a final answer.", "max_loops")
 
-    async def _tool_step(self, scope: _RunScope) -> RunEnding | None:
+    async def _tool_step(self, scope: RunScope) -> RunEnding | None:
         """Run the pending calls, store the step; a status when the run is over."""
         state = scope.state
         assert state is not None and state.pending is not None
@@ -362,7 +338,7 @@ class Agent:
         names = set(policy.offerable([d.name for d in tool_defs], tools))
         return [d for d in tool_defs if d.name in names]
 
-    def _observe_turn(self, scope: _RunScope, outcome: TurnOutcome) -> None:
+    def _observe_turn(self, scope: RunScope, outcome: TurnOutcome) -> None:
         """Time to first token (once per run started here) and provider errors by code."""
         if self.metrics is None:
             return
@@ -372,7 +348,7 @@ class Agent:
         if outcome.error is not None:
             self.metrics.provider_error(outcome.error[1])
 
-    def _nudge(self, scope: _RunScope, tool: str, step: str, *, results: list[ToolResult]) -> None:
+    def _nudge(self, scope: RunScope, tool: str, step: str, *, results: list[ToolResult]) -> None:
         """Tell the model a mandatory tool is missing; the second miss fails the run."""
         state = scope.state
         assert state is not None
@@ -392,7 +368,7 @@ class Agent:
         state.add(Message("user", self.prompts.enforcement(tool, step), tool_results=results, reminder=True))
         log.info("mandatory tool missing; reminding the model", extra={"run_id": scope.run.id, "tool": tool})
 
-    def _refuse(self, scope: _RunScope, call: ToolCall, reason: str) -> ToolResult:
+    def _refuse(self, scope: RunScope, call: ToolCall, reason: str) -> ToolResult:
         """A call of a turn the policy refused: answered, streamed and logged (seed 001:
         every call is in the log, this one as ``rejected``), never run."""
         content = orjson.dumps({"error": "not_executed", "reason": reason}).decode()
@@ -407,124 +383,13 @@ class Agent:
         )
         return ToolResult(call.id, call.name, content, True)
 
-    # --- endings ---------------------------------------------------------------------------
-
-    def _finish(self, scope: _RunScope, status: RunEnding, error: Error | None) -> None:
-        """The last step: the run's remaining messages, ``error`` if any, then exactly
-        one ``message_complete`` — all in one write."""
-        run, state = scope.run, scope.state
-        events: list[Event] = [] if error is None else [error]
-        usage = state.usage if state else Usage()
-        events.append(
-            terminal_event(
-                run,
-                status,
-                turns=state.turns if state else 0,
-                usage=TokenUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens),
-            )
+    def _finish(self, scope: RunScope, status: RunEnding, error: Error | None) -> None:
+        """The run's one ending (``run_endings.finish_run``), with this agent's metrics and policy."""
+        finish_run(
+            scope,
+            status,
+            error,
+            metrics=self.metrics,
+            mandatory=self.policy_for(scope.chat.context_type).mandatory,
+            last_tool=self.policy.last,
         )
-        summary = (
-            RunSummary(state.tool_calls, tuple(state.used_tools), state.keyword_count) if state is not None else None
-        )
-        if self.metrics is not None:
-            self.metrics.run_finished(
-                FinishedRun(
-                    status=status,
-                    seconds=time.time() - run.created_at,
-                    tool_calls=tuple(state.call_outcomes) if state else (),
-                    context_type=scope.chat.context_type,
-                    mandatory=self.policy_for(scope.chat.context_type).mandatory,
-                    response_reminders=state.nudges.get(self.policy.last, 0) if state else 0,
-                    input_tokens=usage.input_tokens,
-                    output_tokens=usage.output_tokens,
-                )
-            )
-        messages: list[Message] = []
-        if state is None and run.question:
-            messages = [Message("user", run.question)]  # ended before its first step
-        if state is not None:
-            if status != "completed":
-                self._answer_dangling(state)
-            messages = state.take_unsaved()
-        run.emit_step(events, messages=messages, finished=True, summary=summary)
-
-    def _close_cancelled(self, scope: _RunScope) -> None:
-        state = scope.state
-        if state is not None and scope.partial:
-            state.add(Message("assistant", "".join(scope.partial)))
-
-    @staticmethod
-    def _answer_dangling(state: RunState) -> None:
-        """Give every tool call of the last assistant turn a result (those that came back,
-        else ``not_run``): providers reject a history with unanswered calls, which would
-        break the conversation's next run."""
-        for i in range(len(state.messages) - 1, -1, -1):
-            if state.messages[i].role == "assistant":
-                calls = state.messages[i].tool_calls
-                answered = {r.tool_call_id for m in state.messages[i + 1 :] for r in m.tool_results}
-                missing = [c for c in calls if c.id not in answered]
-                if missing:
-                    known = state.pending.results if state.pending is not None else {}
-                    note = orjson.dumps({"error": "not_run", "reason": "The run ended before this call ran."}).decode()
-                    state.add(
-                        Message(
-                            "user",
-                            tool_results=[known.get(c.id) or ToolResult(c.id, c.name, note, True) for c in missing],
-                        )
-                    )
-                return
-
-    async def _park(self, scope: _RunScope, wait: AwaitingApproval) -> None:
-        """The call waits for the user: store the step with ``approval_required`` and the
-        run ``waiting_approval`` (no process holds it from here: no lease, no live-run
-        slot, no model connection), then let it go here; followers end without a terminal
-        event. The decision route, a cancel or the expiry makes it claimable again."""
-        run, state = scope.run, scope.state
-        assert state is not None
-        call = wait.call
-        expires_at = time.time() + self.settings.approval_ttl_s
-        state.awaiting = {"tool_use_id": call.id, "name": call.name, "expires_at": expires_at}
-        event = ApprovalRequired(
-            tool_use_id=call.id, tool_name=call.name, arguments=call.arguments, reason=wait.reason,
-            expires_at=round(expires_at, 3),
-        )
-        run.parked = True  # from this write on the lease is handed back on purpose (not "lost")
-        await run.emit_step(
-            [event], checkpoint=state.encode(), messages=state.take_unsaved(), status="waiting_approval",
-            wait_s=self.settings.approval_ttl_s,
-        )
-        log.info("run waits for an approval", extra={"run_id": run.id, "tool": call.name, "tool_use_id": call.id})
-        run.park()
-
-    async def _release(self, scope: _RunScope) -> None:
-        """Shutdown: the last stored checkpoint stands; mark the run interrupted so the
-        next process carries it on, and let followers go (they reconnect)."""
-        run = scope.run
-        try:
-            fut = run.emit_step(status="interrupted")
-            await asyncio.wait_for(asyncio.shield(fut), self.settings.release_timeout_s)
-        except (Exception, asyncio.CancelledError):
-            log.warning("could not mark the run interrupted", extra={"run_id": run.id})
-        finally:
-            run.release()
-
-
-async def run_step(
-    scope: _RunScope, state: RunState, *, events: list[Event] | None = None, status: Any = None
-) -> None:
-    """Store the step: its events, the checkpoint and the messages it added, together."""
-    messages = state.take_unsaved()
-    await scope.run.emit_step(events or [], checkpoint=state.encode(), messages=messages, status=status)
-
-
-def _resumed(run: Run, state: RunState) -> RunResumed:
-    """``run_resumed`` for a run carried on without the run manager's account of why
-    (a caller handing the agent a stored state directly)."""
-    pending = state.pending
-    return RunResumed(
-        run_id=run.id,
-        reason="carried on from its last checkpoint",
-        checkpoint_seq=run.last_seq,
-        discarded=None,
-        pending_tool_calls=len(pending.calls) - len(pending.results) if pending is not None else 0,
-    )
