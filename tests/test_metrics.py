@@ -15,7 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.config import Settings
-from app.ops.metrics import AppMetrics, FinishedRun, ToolCallFact, assess
+from app.ops.metrics import AppMetrics
+from app.ops.run_metrics import FinishedRun, ToolCallFact, assess
 from llm.extractive import ExtractiveProvider
 from tests.conftest import collect_sse, running_app
 

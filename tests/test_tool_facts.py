@@ -16,7 +16,7 @@ from agenttools.core.executor import ToolExecutor
 from agenttools.core.registry import ToolRegistry
 from agenttools.mcp.catalog import McpCatalog, McpTool
 from agenttools.rag.policy import FlowPolicy
-from app.ops.metrics import RunMetrics, assess
+from app.ops.run_metrics import RunMetrics, assess
 
 READ_ONLY = frozenset({
     "discover", "discover_table_reference", "explain_workflow_node", "find_tools", "get_alert_detail",

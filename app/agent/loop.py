@@ -47,7 +47,7 @@ from app.agent.run_scope import RunFailed, RunScope, resumed_event, run_step
 from app.agent.selector import ToolSelector
 from app.agent.tool_step import ToolStep
 from app.agent.turn import TurnOutcome, stream_turn
-from app.ops.metrics import RunMetrics
+from app.ops.run_metrics import RunMetrics
 from app.runs.records import Caller, ChatInput
 from app.runs.run import Run
 from app.runs.state import PendingCalls, RunState

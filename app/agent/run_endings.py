@@ -16,7 +16,7 @@ import orjson
 
 from app.agent.approvals import AwaitingApproval
 from app.agent.run_scope import RunScope
-from app.ops.metrics import FinishedRun, RunMetrics
+from app.ops.run_metrics import FinishedRun, RunMetrics
 from app.runs.run import terminal_event
 from app.runs.state import RunState
 from events import ApprovalRequired, Error, Event, RunEnding, TokenUsage

@@ -35,7 +35,7 @@ from app.agent.approvals import (
     rejected_outcome,
 )
 from app.agent.deps import AgentSettings, Prompts, ToolCallLog
-from app.ops.metrics import RunMetrics
+from app.ops.run_metrics import RunMetrics
 from app.ops.tracing import Tracing
 from app.runs.run import Run
 from app.runs.state import PendingCalls, RunState

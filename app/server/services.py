@@ -16,9 +16,10 @@ from app.agent.selector import IndexState
 from app.config import Settings
 from app.ops.embedder_check import EmbedderCheck
 from app.ops.leader import Leader
+from app.ops.live_metrics import LiveSources
 from app.ops.load import ReplicaLoad
 from app.ops.masking import SecretScrubber
-from app.ops.metrics import AppMetrics, LiveSources
+from app.ops.metrics import AppMetrics
 from app.ops.worker_metrics import WorkerMetrics
 from app.rooms import Rooms
 from app.runs.manager import RunManager

@@ -1,0 +1,195 @@
+"""Live values read at scrape time from the objects that keep them: the run census and
+counters, storage write stats, the tool index, the resolution cache, leases and
+approvals, the knowledge base's fallbacks and re-embedding.
+
+Apart from the recorded metrics because nothing here is recorded: each value already
+lives elsewhere, and ``LiveSources`` hands it over as a callable so this module depends
+on no other app module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+RUN_STATUSES: Final = ("queued", "running", "completed", "failed", "cancelled", "interrupted")
+
+
+@dataclass(slots=True)
+class LiveSources:
+    """Where the live values are read at scrape time (each a zero-argument callable, so
+    this module depends on no other app module)."""
+
+    census: Callable[[], Mapping[str, int]]
+    run_counters: Callable[[], Any]  # .started .resumed .interrupted .storage_failures
+    write_stats: Callable[[], Any]  # .batches .retries .failures
+    index_ready: Callable[[], bool]
+    resolution_cache: Callable[[], Any | None]  # None, or an object with stats.to_dict()
+    #: Runs this process holds a lease on (``None``: no leases, the gauge is left out).
+    leases_held: Callable[[], int] | None = None
+    #: Knowledge searches that asked for vectors and ran on text (``None``: no KB).
+    kb_text_fallbacks: Callable[[], int] | None = None
+    #: ``(documents waiting for vectors, documents re-embedded since start)`` of the KB's
+    #: re-embedding in the background (``None``: no KB).
+    kb_reembedding: Callable[[], tuple[int, int]] | None = None
+    #: Hybrid knowledge searches ranked on one side, by ``(the side that did not count,
+    #: why)`` (``None``: no KB).
+    kb_fusion_drops: Callable[[], Mapping[tuple[str, str], int]] | None = None
+
+
+class LiveCollector:
+    """Metrics whose values already live in other objects: read them at scrape time."""
+
+    def __init__(self, sources: LiveSources) -> None:
+        self._s = sources
+
+    def describe(self) -> Iterable[Metric]:
+        return ()  # names are unknown to the registry's duplicate check; none collide
+
+    def collect(self) -> Iterable[Metric]:
+        s = self._s
+        counters = s.run_counters()
+        yield _counter("agentchat_runs_started", "Runs started since the process started.", counters.started)
+        by_status = s.census()
+        runs = GaugeMetricFamily("agentchat_runs", "Runs held in memory, by status.", labels=["status"])
+        for status in (*RUN_STATUSES, *sorted(set(by_status) - set(RUN_STATUSES))):
+            runs.add_metric([status], by_status.get(status, 0))
+        yield runs
+        yield _counter("agentchat_runs_resumed", "Runs carried on from a checkpoint after a restart.", counters.resumed)
+        yield _counter(
+            "agentchat_runs_interrupted", "Runs released at shutdown for the next process.", counters.interrupted
+        )
+        yield from _lease_metrics(counters, s.leases_held)
+        yield _counter(
+            "agentchat_runs_storage_failed",
+            "Runs ended because their events could not be stored.",
+            counters.storage_failures,
+        )
+        stats = s.write_stats()
+        yield _counter(
+            "agentchat_storage_write_retries",
+            "Storage writes retried: the database was busy or failing.",
+            stats.retries,
+        )
+        yield _counter(
+            "agentchat_storage_write_failures", "Storage writes given up after the retry window.", stats.failures
+        )
+        yield _counter(
+            "agentchat_storage_write_batches",
+            "Transactions of the ordered background writer: group commit turns a burst of "
+            "queued steps (streamed tokens of many runs) into one; compare with the events written.",
+            stats.batches,
+        )
+        yield GaugeMetricFamily(
+            "agentchat_tool_index_ready",
+            "Whether the tool index is ready (1) or selection falls back (0).",
+            value=1 if s.index_ready() else 0,
+        )
+        if s.kb_text_fallbacks is not None:
+            yield _counter(
+                "agentchat_kb_semantic_fallbacks",
+                "Knowledge searches that asked for vectors and ran on text (no vectors, or the embedder failed).",
+                s.kb_text_fallbacks(),
+            )
+        if s.kb_fusion_drops is not None:
+            drops = CounterMetricFamily(
+                "agentchat_kb_fusion_side_dropped",
+                "Hybrid knowledge searches whose ranking rested on one side: the side that did not "
+                "count (text | semantic) and why (no_candidates, not_confident, heads_disagree, no_weight).",
+                labels=["side", "reason"],
+            )
+            for (side, reason), n in sorted(s.kb_fusion_drops().items()):
+                drops.add_metric([side, reason], n)
+            yield drops
+        if s.kb_reembedding is not None:
+            pending, reembedded = s.kb_reembedding()
+            yield GaugeMetricFamily(
+                "agentchat_kb_documents_pending_vectors",
+                "Knowledge-base documents without vectors of the embedder (found by text only), as last counted.",
+                value=pending,
+            )
+            yield _counter(
+                "agentchat_kb_documents_reembedded",
+                "Knowledge-base documents given vectors by the re-embedding in the background.",
+                reembedded,
+            )
+        cache = s.resolution_cache()
+        if cache is not None:
+            cache_stats = cache.stats.to_dict()
+            family = CounterMetricFamily(
+                "agentchat_resolution_cache",
+                "Name-to-UUID resolution cache lookups, by outcome.",
+                labels=["outcome"],
+            )
+            family.add_metric(["hit"], cache_stats.get("hits", 0))
+            family.add_metric(["miss"], cache_stats.get("misses", 0))
+            yield family
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def _lease_metrics(counters: Any, leases_held: Callable[[], int] | None) -> Iterator[Metric]:
+    """Run ownership across replicas (issue 13): leases held, renewals that failed, runs
+    lost to and taken over from other replicas, leases handed back at shutdown."""
+    if leases_held is not None:
+        yield GaugeMetricFamily(
+            "agentchat_run_leases_held", "Runs this replica holds a lease on (it executes them).", value=leases_held()
+        )
+    yield _counter(
+        "agentchat_run_lease_renewals_failed",
+        "Lease renewals that failed (the database was away); the runs are lost if it stays away past the lease.",
+        getattr(counters, "lease_renewals_failed", 0),
+    )
+    yield _counter(
+        "agentchat_run_leases_lost",
+        "Runs abandoned here because another replica took them over (this one was paused past its lease).",
+        getattr(counters, "leases_lost", 0),
+    )
+    yield _counter(
+        "agentchat_run_stale_copies_stopped",
+        "Copies of a run stopped here because another claim came between this replica's lapsed lease and its "
+        "taking it back: the run resumed from its checkpoint under the new claim (counted in leases_lost too).",
+        getattr(counters, "stale_copies_stopped", 0),
+    )
+    yield _counter(
+        "agentchat_runs_taken_over",
+        "Runs taken over from another replica whose lease expired (it died), carried on here.",
+        getattr(counters, "taken_over", 0),
+    )
+    yield _counter(
+        "agentchat_run_leases_released",
+        "Leases handed back at shutdown so another replica takes the runs at once.",
+        getattr(counters, "leases_released", 0),
+    )
+    yield _counter(
+        "agentchat_runs_refused_replica_full",
+        "New runs refused with 503 because this replica carried AGENT_MAX_LIVE_RUNS live runs.",
+        getattr(counters, "refused_full", 0),
+    )
+    yield from _approval_metrics(counters)
+
+
+def _approval_metrics(counters: Any) -> Iterator[Metric]:
+    """Approvals (issue 25): runs parked here for a decision, decisions taken here by
+    kind, and approvals this replica found expired (their runs end cancelled)."""
+    yield _counter(
+        "agentchat_runs_parked_for_approval",
+        "Runs that parked here waiting for a user's decision on a tool call (held by no replica meanwhile).",
+        getattr(counters, "parked", 0),
+    )
+    decisions = CounterMetricFamily(
+        "agentchat_approval_decisions", "Decisions on waiting tool calls taken on this replica.", labels=["decision"]
+    )
+    for decision, count in sorted(dict(getattr(counters, "approval_decisions", {}) or {}).items()):
+        decisions.add_metric([decision], count)
+    yield decisions
+    yield _counter(
+        "agentchat_approvals_expired",
+        "Approvals not decided within AGENT_APPROVAL_TTL_S, found here; their runs end cancelled.",
+        getattr(counters, "approvals_expired", 0),
+    )
