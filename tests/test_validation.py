@@ -8,10 +8,10 @@ from agenttools.core.catalog import build_catalog
 from agenttools.core.registry import ToolSpec
 from agenttools.core.validation import (
     MAX_ARGUMENTS_BYTES,
-    MAX_NESTED_BYTES,
     ValidationResult,
     validate_arguments,
 )
+from agenttools.core.validation_pass import MAX_NESTED_BYTES
 from llm.types import ToolDefinition
 
 UUID = "35da6628-a96b-4bc4-a90f-8fa874ae48cc"

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import orjson
 
-from agenttools.core.validation import sanitize_text
+from agenttools.core.validation_pass import sanitize_text
 
 SECRET_KEY_PARTS: Final = (
     "password",
