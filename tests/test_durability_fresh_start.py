@@ -29,7 +29,7 @@ import pytest
 from client import AgentClient
 from tests.fakes.ollama import FakeOllama
 from tests.support.procs import AgentServer, prlimit_fsize, until
-from tests.support.server import serve_app
+from tests.support.server import free_port, serve_app
 
 pytestmark = pytest.mark.slow  # twenty fresh `agentchat serve` starts
 
@@ -67,13 +67,24 @@ async def ask(base: str, question: str) -> list[tuple[str, Any]]:
 @pytest.mark.timeout(900)
 async def test_the_sample_kb_is_there_after_every_fresh_start(tmp_path: Path) -> None:
     at_once = asyncio.Semaphore(AT_ONCE)
+    #: Ports of the starts under way: a port just handed out free (``free_port``) is not
+    #: bound until the child has started, so starts side by side must not share one.
+    ports: set[int] = set()
+
+    def own_port() -> int:
+        for _ in range(100):
+            port = free_port()
+            if port not in ports:
+                ports.add(port)
+                return port
+        raise AssertionError(f"no free port apart from {sorted(ports)}")
 
     async def fresh_start(i: int) -> str | None:
         """One start on a new database: what went wrong, or ``None``."""
         async with at_once:
             work = tmp_path / f"start-{i:02d}"
             work.mkdir()
-            server = AgentServer(work, offline_env(), name=f"agent-{i:02d}")
+            server = AgentServer(work, offline_env(), port=own_port(), name=f"agent-{i:02d}")
             server.start()
             problems: list[str] = []
             passed = False  # an exception (a deadline) keeps the evidence too
@@ -99,6 +110,7 @@ async def test_the_sample_kb_is_there_after_every_fresh_start(tmp_path: Path) ->
             finally:
                 await server.kill()  # reaped without blocking the other starts' event loop
                 server.close()
+                ports.discard(server.port)
                 if passed:  # keep the evidence of a failing start, drop the rest
                     shutil.rmtree(work, ignore_errors=True)
             return None
