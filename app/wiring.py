@@ -1,18 +1,18 @@
 """Builds the app's services from settings: one function per room, called by the factory.
 
 Tests and benchmarks override pieces (a scripted provider, a registry of test tools,
-a given embedder) through ``Overrides``; everything else is the real component.
+a given embedder) through ``Overrides``; everything else is the real component. Its parts:
+``app.model_choice`` (provider and embedder), ``app.tool_offer`` (registry, tool index,
+core tools), ``app.coordination`` (leader, periodic jobs, processes sharing a database).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,9 +22,10 @@ from agenttools.rag.policy import FlowPolicy
 from app.agent.loop import Agent, AgentSettings
 from app.agent.selector import IndexState, ToolSelector
 from app.config import Settings
+from app.coordination import background_job, leader_for, remote_runs_for, siblings_dir
 from app.history import Titler, title_model_wanted, with_titles
 from app.keyring import resolve_keyring
-from app.ops.leader import FileLock, Leader
+from app.model_choice import choose_embedder, choose_provider
 from app.ops.leader import attach as attach_leader
 from app.ops.load import ReplicaLoad, StreamCounter
 from app.ops.load import attach as attach_load
@@ -34,18 +35,16 @@ from app.ops.worker_metrics import WorkerMetrics
 from app.retention import RetentionPolicy, retain_periodically
 from app.rooms import Rooms
 from app.runs.manager import RunManager
-from app.runs.remote import RemoteRuns
 from app.server.auth import Authenticator
 from app.server.limits import Admission
 from app.server.services import Services
+from app.tool_offer import build_tool_index, default_registry, flow_core_tools
 from knowledge.attachment_store import ConversationAttachments
 from llm.pool import PoolWaits, pooled_transport
 from llm.provider import Provider
 from storage.open import open_storage
 from storage.sqlite.database import SqliteDatabase
-from storage.sqlite.kb_index import SqliteKBIndex
 from storage.sqlite.runs import SqliteRunStore
-from storage.sqlite.worker_feed import WorkerFeed, runtime_dir
 from toolindex.embedder import Embedder
 
 log = logging.getLogger("agentchat.wiring")
@@ -62,158 +61,6 @@ class Overrides:
     planner: Any = None
     #: An OpenTelemetry ``TracerProvider`` the spans go to (tests: an in-memory exporter).
     tracer_provider: Any = None
-
-
-async def choose_provider(
-    settings: Settings, http: httpx.AsyncClient, *, llm_http: httpx.AsyncClient | None = None,
-    pool_waits: PoolWaits | None = None,
-) -> tuple[Provider, str]:
-    """``AGENT_LLM_PROVIDER``: explicit choices are honoured; ``auto`` takes Gemini when a
-    key is set, else the OpenAI-compatible server when ``OPENAI_BASE_URL`` or
-    ``OPENAI_API_KEY`` is set and its ``/models`` answers, else Ollama when it answers
-    with the model pulled, else the offline extractive provider (which needs no model).
-    Every choice passed over is named in the reason (logged, and shown in ``/readyz``)."""
-    kind = settings.llm_provider
-    if kind == "gemini" or (kind == "auto" and settings.gemini_api_key):
-        from llm.gemini import GeminiProvider
-
-        assert settings.gemini_api_key
-        return (
-            GeminiProvider(
-                settings.gemini_api_key,
-                settings.gemini_model,
-                base_url=settings.gemini_base_url,
-                timeout_s=settings.llm_timeout_s,
-                http_client=llm_http or http,
-            ),
-            "GEMINI_API_KEY is set" if kind == "auto" else "AGENT_LLM_PROVIDER=gemini",
-        )
-    if kind == "ollama":
-        return _ollama(settings, pool_waits), "AGENT_LLM_PROVIDER=ollama"
-    passed: list[str] = []
-    if kind == "auto" and settings.openai_configured:
-        why_not = await _probe_openai_chat(settings, http)
-        if why_not is None:
-            kind = "openai"
-            passed.append("auto: OPENAI_BASE_URL/OPENAI_API_KEY set and the server answers")
-        else:
-            passed.append(why_not)
-    if kind == "openai":
-        from llm.openai import OpenAIProvider
-
-        provider = OpenAIProvider(
-            settings.openai_base_url,
-            settings.openai_model,
-            api_key=settings.openai_api_key,
-            timeout_s=settings.llm_timeout_s,
-            http_client=llm_http or http,
-        )
-        label = passed[-1] if passed else "AGENT_LLM_PROVIDER=openai"
-        return provider, f"{label} ({settings.openai_base_url}, {settings.openai_model})"
-    if kind == "auto":
-        reason = await _probe_ollama_chat(settings, http)
-        if reason is None:
-            why = f"Ollama answers at {settings.ollama_host} with {settings.ollama_model}"
-            return _ollama(settings, pool_waits), "; ".join([*passed, why])
-        reason = "; ".join([*passed, reason])
-    else:
-        reason = "AGENT_LLM_PROVIDER=extractive"
-    from llm.extractive import ExtractiveProvider
-
-    return ExtractiveProvider(), f"no model reachable ({reason}); answering extractively from the knowledge base"
-
-
-def _ollama(settings: Settings, pool_waits: PoolWaits | None = None) -> Provider:
-    from llm.ollama import OllamaProvider
-
-    return OllamaProvider(
-        settings.ollama_host,
-        settings.ollama_model,
-        timeout=settings.llm_timeout_s,
-        num_ctx=settings.ollama_num_ctx,
-        keep_alive=settings.ollama_keep_alive,
-        transport=pooled_transport("llm", settings.llm_max_connections, on_wait=pool_waits),
-    )
-
-
-async def _probe_openai_chat(settings: Settings, http: httpx.AsyncClient) -> str | None:
-    """None when the OpenAI-compatible server answers ``GET /models`` (with the key, if
-    any), else why not."""
-    url = settings.openai_base_url.rstrip("/") + "/models"
-    headers = {"Authorization": f"Bearer {settings.openai_api_key}"} if settings.openai_api_key else {}
-    try:
-        response = await http.get(url, headers=headers, timeout=5.0)
-    except httpx.HTTPError as exc:
-        return f"OpenAI-compatible server not reachable at {settings.openai_base_url}: {type(exc).__name__}"
-    if response.status_code != 200:
-        return f"OpenAI-compatible server at {settings.openai_base_url} answered HTTP {response.status_code} to /models"
-    return None
-
-
-async def _probe_ollama_chat(settings: Settings, http: httpx.AsyncClient) -> str | None:
-    """None when Ollama is up with the chat model pulled, else why not."""
-    url = settings.ollama_host + "/api/tags"
-    try:
-        response = await http.get(url, timeout=2.0)
-    except httpx.HTTPError as exc:
-        return f"Ollama not reachable at {settings.ollama_host}: {type(exc).__name__}"
-    if response.status_code != 200:
-        return f"Ollama answered HTTP {response.status_code}"
-    try:
-        models = {m.get("name") for m in response.json().get("models", []) if isinstance(m, dict)}
-    except ValueError:
-        return "Ollama's /api/tags answer was not JSON"
-    wanted = settings.ollama_model
-    if wanted in models or (":" not in wanted and f"{wanted}:latest" in models):
-        return None
-    return f"Ollama has no model {wanted!r} pulled (ollama pull {wanted})"
-
-
-async def choose_embedder(
-    settings: Settings, http: httpx.AsyncClient, pool_waits: PoolWaits | None = None
-) -> tuple[Embedder | None, str]:
-    from app.rooms import kb_embedder
-
-    return await kb_embedder(settings, http, pool_waits=pool_waits)
-
-
-async def build_tool_index(
-    state: IndexState, registry: ToolRegistry, embedder: Embedder, cache_dir: Path | None,
-    *, on_ready: Callable[[Any], None] | None = None,
-) -> None:
-    """Runs in the background at start-up; selection falls back until it is ready.
-    MCP tools are left out: their segments are embedded per server (``app.mcp_room``),
-    which ``on_ready`` combines with this index."""
-    from agenttools.core.catalog_discovery import FIND_TOOLS
-    from agenttools.mcp.config import MCP_GROUP
-    from toolindex.caches import VectorCache
-    from toolindex.index import ToolIndex
-
-    state.status, state.reason, state.embedder_name = "building", "building the tool index", embedder.name
-    started = time.perf_counter()
-    try:
-        cache = VectorCache(cache_dir) if cache_dir is not None else None
-        # find_tools is core everywhere: ranking it would only take a slot of the top k.
-        specs = [s for s in registry if MCP_GROUP not in s.groups and s.name != FIND_TOOLS]
-        index = await ToolIndex.build([(s.name, s.embedding_text()) for s in specs], embedder, cache=cache)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        state.failed(f"index build failed: {exc}"[:400])
-        log.warning(
-            "tool index build failed; selection falls back to all context tools", extra={"reason": state.reason}
-        )
-        return
-    state.ready(index, (time.perf_counter() - started) * 1000)
-    if on_ready is not None:
-        on_ready(index)
-    log.info("tool index ready", extra={"tools": len(registry), "embedder": embedder.name, "ms": state.built_ms})
-
-
-def default_registry() -> ToolRegistry:
-    from agenttools.core.catalog import build_catalog
-
-    return ToolRegistry(build_catalog())
 
 
 async def build_services(settings: Settings, stack: AsyncExitStack, overrides: Overrides) -> Services:
@@ -233,7 +80,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     # one of them — the holder of a file lock — runs the background jobs. On PostgreSQL
     # one process per database does, workers and replicas alike: the holder of an
     # advisory lock (``app/ops/leader.py``).
-    leader = await _leader(settings, storage)
+    leader = await leader_for(settings, storage)
     if leader is not None:
         leader.start()
         stack.push_async_callback(leader.aclose)
@@ -414,13 +261,13 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         metrics=metrics,
         rooms=rooms,
         background=background,
-        remote=_remote_runs(storage, shared_file, settings.workers_safety_poll_s),
+        remote=remote_runs_for(storage, shared_file, settings.workers_safety_poll_s),
         embedder_check=embedder_check,
         leader=leader,
     )
     if leader is not None:
         attach_leader(leader, metrics.registry)
-    siblings = _siblings_dir(settings, storage)
+    siblings = siblings_dir(settings, storage)
     if siblings is not None:  # workers on one port: a scrape answers for all of them
         worker_metrics = WorkerMetrics(siblings, svc.metrics_body, label=runs.owner_id)
         await worker_metrics.start()
@@ -431,7 +278,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         settings.run_events_retention_days, settings.conversation_retention_days, settings.retention_interval_s
     )
     if retention.active:  # issue 25: compaction and idle conversations, one replica at a time on PostgreSQL
-        background.append(_background(
+        background.append(background_job(
             leader,
             lambda: retain_periodically(storage.retention, storage.history, retention, metrics.history,
                                         _forget_conversation(runs, rooms)),
@@ -461,59 +308,9 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
             interval_s=settings.keyword_prune_interval_s,
         )
         background.append(
-            _background(leader, lambda: prune_keywords_periodically(keywords, prune_policy), name="keyword-prune")
+            background_job(leader, lambda: prune_keywords_periodically(keywords, prune_policy), name="keyword-prune")
         )
     return svc
-
-
-def _background(
-    leader: Leader | None, job: Callable[[], Coroutine[Any, Any, Any]], *, name: str
-) -> asyncio.Task[Any]:
-    """A periodic job: here, or — workers on one file, any process on PostgreSQL — in
-    the one process that leads."""
-    if leader is None:
-        return asyncio.create_task(job(), name=name)
-    return leader.when_leading(job, name=name)
-
-
-async def _leader(settings: Settings, storage: Any) -> Leader | None:
-    """Who runs the background jobs among the processes on this database (``None``: a
-    lone process on its SQLite file runs them itself). Workers on one SQLite file also
-    get their socket feed here."""
-    if storage.engine == "postgres":
-        from storage.postgres.leader_lock import AdvisoryLeaderLock
-
-        return Leader(AdvisoryLeaderLock(storage.db.url), elsewhere="another worker or replica")
-    if settings.workers > 1 and isinstance(storage.runs, SqliteRunStore):
-        feed = WorkerFeed(runtime_dir(settings.db_path))
-        await feed.start()
-        storage.run_feed = storage.runs.feed = feed  # closed with the storage
-        if isinstance(storage.kb_index, SqliteKBIndex):  # each worker's in-memory vectors
-            storage.kb_index.listen(feed)
-        return Leader(FileLock(feed.directory / "leader.lock"))
-    return None
-
-
-def _siblings_dir(settings: Settings, storage: Any) -> Path | None:
-    """Where the workers of one ``serve --workers`` meet to merge ``/metrics``: the
-    SQLite feed's runtime directory, or on PostgreSQL (no feed) the supervisor's own
-    (``AGENT_WORKERS_DIR``, ``app/cli/workers.py``). ``None``: a process on its own."""
-    if isinstance(storage.run_feed, WorkerFeed):
-        return storage.run_feed.directory
-    if storage.engine == "postgres" and settings.workers > 1 and settings.workers_dir is not None:
-        return settings.workers_dir
-    return None
-
-
-def _remote_runs(storage: Any, shared_file: bool, safety_poll_s: float) -> RemoteRuns | None:
-    """Followers of runs executing in another process, woken by the engine's feed:
-    PostgreSQL's notifications, or the sibling workers' sockets on one SQLite file (whose
-    log is also read after ``safety_poll_s`` without news)."""
-    if storage.run_feed is None:
-        return None
-    if shared_file:
-        return RemoteRuns(storage.runs, storage.run_feed, poll_s=safety_poll_s)
-    return RemoteRuns(storage.runs, storage.run_feed)
 
 
 def _forget_conversation(runs: RunManager, rooms: Rooms) -> Callable[[str, str], Awaitable[None]]:
@@ -549,25 +346,6 @@ def end_live_runs(runs: RunManager, exc: BaseException) -> None:
     not when it next writes — a run waiting on a slow model would otherwise stream on."""
     for run in runs.active():
         run.storage_lost(exc)
-
-
-def flow_core_tools(mandatory_contexts: tuple[str, ...]) -> Any:
-    """Core tools per context: all four tools of the RAG flow in every context, whether
-    the flow is mandatory there or on demand (``mandatory_contexts`` decides only how the
-    agent enforces it), so the web branch — Perplexity, then keywords — is reachable.
-
-    Each context's own core set is the tools' ``core_in`` fact, read off the catalog (built
-    once here); the flow's four steps are the policy's roles (``FlowPolicy.tools``)."""
-    from agenttools.core.catalog import build_catalog, core_tools
-    from agenttools.rag.policy import RAG_TOOL_NAMES
-
-    del mandatory_contexts  # the offer is the same; the enforcement differs (app.agent.loop)
-    specs = tuple(build_catalog())
-
-    def pick(context_type: str, context: Any) -> list[str]:
-        return core_tools(context_type, context, mandatory=RAG_TOOL_NAMES, specs=specs)
-
-    return pick
 
 
 def _default_planner(provider: Provider, rooms: Rooms) -> Any:

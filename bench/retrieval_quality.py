@@ -46,7 +46,7 @@ MCP_SERVER = "catalog"
 
 
 def ranked_specs(registry: ToolRegistry) -> list[tuple[str, str]]:
-    """What the app's tool index embeds (``app.wiring.build_tool_index``): not ``find_tools``,
+    """What the app's tool index embeds (``app.tool_offer.build_tool_index``): not ``find_tools``,
     which is core in every context."""
     return [(s.name, s.embedding_text()) for s in registry if s.name != FIND_TOOLS]
 
@@ -61,7 +61,7 @@ async def evaluate_mcp(embedder: Embedder) -> dict[str, Any]:
     from agenttools.mcp.config import MCP_GROUP
     from app.agent.find_tools import FindTools
     from app.mcp_room import combine_indexes
-    from app.wiring import flow_core_tools
+    from app.tool_offer import flow_core_tools
     from tests.fakes.mcp_catalog import generate_tools, labelled_queries
     from tests.fakes.mcp_server import build_server
 

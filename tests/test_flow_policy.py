@@ -10,7 +10,7 @@ import pytest
 
 from agenttools.core.registry import RunToolState, ToolOutcome
 from agenttools.rag.policy import FlowPolicy, kb_searched
-from app.wiring import flow_core_tools
+from app.tool_offer import flow_core_tools
 from tests.conftest import names
 from tests.fakes.perplexity import Answer, Source
 from tests.test_mandatory_flow import answer, ask, call, flow_app, search, sent, tool_results
