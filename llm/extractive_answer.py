@@ -45,6 +45,13 @@ from llm.extractive_about import opening_shows_how as _opening_shows_how
 from llm.extractive_about import said_otherwise as _said_otherwise
 from llm.extractive_about import says_what_asked_is as _says_what_asked_is
 from llm.extractive_about import section_share as _section_share
+from llm.extractive_additions import SUBCOMMAND_ITEM as _SUBCOMMAND_ITEM
+from llm.extractive_additions import with_command_line as _with_command_line
+from llm.extractive_additions import with_form_after as _with_form_after
+from llm.extractive_additions import with_heading as _with_heading
+from llm.extractive_additions import with_name as _with_name
+from llm.extractive_additions import with_synopsis as _with_synopsis
+from llm.extractive_additions import with_syntax as _with_syntax
 from llm.extractive_pages import PageOpening, alias_documents
 from llm.extractive_question import NEGATION as _NEGATION
 from llm.extractive_question import Question as _Question
@@ -52,18 +59,11 @@ from llm.extractive_question import coverage as _coverage
 from llm.extractive_question import phrase_share as _phrase_share
 from llm.extractive_question import stems as _stems
 from llm.extractive_question import weighted_coverage as _weighted
-from llm.extractive_quote import SUBCOMMAND_ITEM as _SUBCOMMAND_ITEM
 from llm.extractive_quote import WHOLE_BLOCK_CHARS
 from llm.extractive_quote import cite as _cite
 from llm.extractive_quote import item_shows as _item_shows
 from llm.extractive_quote import new_sentences as _new_sentences
 from llm.extractive_quote import window as _window
-from llm.extractive_quote import with_command_line as _with_command_line
-from llm.extractive_quote import with_form_after as _with_form_after
-from llm.extractive_quote import with_heading as _with_heading
-from llm.extractive_quote import with_name as _with_name
-from llm.extractive_quote import with_synopsis as _with_synopsis
-from llm.extractive_quote import with_syntax as _with_syntax
 from llm.extractive_read import Passage, sentence_key
 from llm.extractive_read import Read as _Read
 from llm.extractive_read import Unit as _Unit

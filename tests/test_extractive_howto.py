@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from llm.extractive_answer import Passage, compose_answer
 from llm.extractive_question import Question
-from llm.extractive_quote import with_form_after
+from llm.extractive_additions import with_form_after
 from llm.extractive_read import Unit, read_passage
 from tests.support.offline_answers import dangling_openings, fragments, repeated_sentences
 
