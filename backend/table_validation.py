@@ -12,11 +12,11 @@ error on that field and the rest of the config is still checked.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-IDENTIFIER_PATH = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*(\.[a-zA-Z_][a-zA-Z0-9_]*)*$")
+from backend.date_formats import date_format_problem
+from backend.table_config_reader import ConfigReader, TableConfigReport
+
 WIDGET_TYPES = ("table", "chart")
 REFRESH_MODES = ("polling", "manual")
 SOURCE_TYPES = ("query", "view", "viewcount", "rpc")
@@ -33,52 +33,11 @@ FORMAT_TYPES = ("number", "currency", "date", "datetime", "boolean", "percent")
 EDITABLE_TYPES = ("text", "number", "checkbox", "boolean", "select", "date", "textarea")
 ACTION_TYPES = ("link", "modal", "export", "print", "custom")
 PERMISSION_ACTIONS = ("view", "edit", "delete", "export", "create", "adjust", "approve", "reject")
-
-_GO_LAYOUT_FRAGMENTS = (
-    "2006", "01-", "-01-", "-01", "/01/", "01/", "/01", "-02", "02-", "-02-",
-    "/02/", "02/", "/02", " 15:", "T15:", ":04:", ":04", ":05",
-)  # fmt: skip
-_DATE_TOKENS = sorted(
-    ("yyyy", "yy", "MMMM", "MMM", "MM", "M", "dd", "d", "do", "EEEE", "EEE", "E", "HH", "H", "hh", "h",
-     "mm", "m", "ss", "s", "a", "aaa", "z", "zzz"),
-    key=len,
-    reverse=True,
-)  # fmt: skip
-_DATE_SEPARATORS = frozenset("-/. :,T")
 _EXPRESSION_HELPERS = frozenset({"ceil", "floor", "round", "now", "daysUntil", "daysSince", "isOverdue", "hasValue"})
 _EXPRESSION_LITERALS = frozenset({"true", "false", "null", "nil"})
 _EXPRESSION_METHODS = frozenset({"toFixed", "toString", "toUpperCase", "toLowerCase"})
 _QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`")
 _IDENT_IN_EXPR = re.compile(r"(?<![\w.])[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-
-
-@dataclass(frozen=True, slots=True)
-class TableConfigError:
-    field: str
-    message: str
-    code: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"field": self.field, "message": self.message, "code": self.code}
-
-
-@dataclass(frozen=True, slots=True)
-class TableConfigWarning:
-    field: str
-    message: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"field": self.field, "message": self.message}
-
-
-@dataclass(slots=True)
-class TableConfigReport:
-    errors: list[TableConfigError] = field(default_factory=list)
-    warnings: list[TableConfigWarning] = field(default_factory=list)
-
-    @property
-    def valid(self) -> bool:
-        return not self.errors
 
 
 def validate_table_config(config: Any) -> TableConfigReport:
@@ -88,122 +47,14 @@ def validate_table_config(config: Any) -> TableConfigReport:
     return checker.report
 
 
-def date_format_problem(fmt: str) -> str | None:
-    """Why ``fmt`` is not a date-fns format string, or None when it is one."""
-    for fragment in _GO_LAYOUT_FRAGMENTS:
-        if fragment in fmt:
-            return f"{fmt!r} looks like a Go time layout ({fragment!r}); use date-fns tokens such as yyyy-MM-dd"
-    i = 0
-    while i < len(fmt):
-        ch = fmt[i]
-        if ch == "'":
-            end = fmt.find("'", i + 1)
-            if end < 0:
-                return f"{fmt!r} has an unterminated quoted section"
-            i = end + 1
-            continue
-        if ch in _DATE_SEPARATORS:
-            i += 1
-            continue
-        token = next((t for t in _DATE_TOKENS if fmt.startswith(t, i)), None)
-        if token is None:
-            return f"{fmt!r} contains {ch!r} at position {i}, which is not a date-fns token or separator"
-        i += len(token)
-    return None
-
-
-class _Checker:
+class _Checker(ConfigReader):
     """Walks one config, collecting errors and warnings into ``report``."""
 
     def __init__(self) -> None:
-        self.report = TableConfigReport()
+        super().__init__()
         self.fields: list[str] = []  # data fields that need visual settings
         self.known: set[str] = set()  # names usable in computed expressions
         self.pending_expressions: list[tuple[str, str]] = []
-
-    # -- recording -------------------------------------------------------------------
-
-    def error(self, where: str, message: str, code: str) -> None:
-        self.report.errors.append(TableConfigError(where, message, code))
-
-    def warn(self, where: str, message: str) -> None:
-        self.report.warnings.append(TableConfigWarning(where, message))
-
-    # -- typed access ---------------------------------------------------------------------
-
-    def obj(self, parent: dict[str, Any], key: str, where: str) -> dict[str, Any] | None:
-        value = parent.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            self.error(where, "must be an object", "INVALID_TYPE")
-            return None
-        return value
-
-    def arr(self, parent: dict[str, Any], key: str, where: str) -> list[Any]:
-        value = parent.get(key)
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            self.error(where, "must be an array", "INVALID_TYPE")
-            return []
-        return value
-
-    def text(self, parent: dict[str, Any], key: str, where: str) -> str:
-        value = parent.get(key)
-        if value is None:
-            return ""
-        if not isinstance(value, str):
-            self.error(where, "must be a string", "INVALID_TYPE")
-            return ""
-        return value
-
-    def number(self, parent: dict[str, Any], key: str, where: str, *, integer: bool = True) -> float | None:
-        value = parent.get(key)
-        if value is None:
-            return None
-        ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-        if isinstance(value, bool) or not ok:
-            self.error(where, "must be an integer" if integer else "must be a number", "INVALID_TYPE")
-            return None
-        return float(value) if isinstance(value, float) else int(value)
-
-    def flag(self, parent: dict[str, Any], key: str, where: str) -> bool:
-        value = parent.get(key)
-        if value is None:
-            return False
-        if not isinstance(value, bool):
-            self.error(where, "must be a boolean", "INVALID_TYPE")
-            return False
-        return value
-
-    def non_negative(self, parent: dict[str, Any], key: str, where: str) -> None:
-        value = self.number(parent, key, where)
-        if value is not None and value < 0:
-            self.error(where, f"{key} must be >= 0", "INVALID_VALUE")
-
-    def one_of(self, value: str, allowed: Iterable[str], where: str, what: str) -> None:
-        allowed = tuple(allowed)
-        if value and value not in allowed:
-            self.error(where, f"invalid {what} {value!r}; must be one of {', '.join(allowed)}", "INVALID_VALUE")
-
-    def required(self, parent: dict[str, Any], key: str, where: str) -> str:
-        value = self.text(parent, key, where)
-        if not value and isinstance(parent.get(key, ""), str):
-            self.error(where, f"{key} is required", "REQUIRED")
-        return value
-
-    def identifier(self, value: str, where: str) -> None:
-        if value and not IDENTIFIER_PATH.fullmatch(value):
-            self.error(where, f"{value!r} is not a valid column reference", "INVALID_FORMAT")
-
-    def items(self, values: list[Any], where: str) -> Iterable[tuple[str, dict[str, Any]]]:
-        for i, value in enumerate(values):
-            path = f"{where}[{i}]"
-            if isinstance(value, dict):
-                yield path, value
-            else:
-                self.error(path, "must be an object", "INVALID_TYPE")
 
     # -- root ---------------------------------------------------------------------------------
 

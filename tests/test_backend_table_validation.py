@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from backend.seed import TABLE_CONFIGS
-from backend.table_validation import date_format_problem, validate_table_config
+from backend.date_formats import date_format_problem
+from backend.table_validation import validate_table_config
 
 Config = dict[str, Any]
 
