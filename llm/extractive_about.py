@@ -110,7 +110,7 @@ def said_otherwise(question: Question, text: str) -> frozenset[str]:
 def opening_shows_how(question: Question, read: Read, b: int) -> bool:
     """A named page's opening (block ``b``) answers a how-to only when it shows what to
     do: a name in code in it (a command, a setting) or the synopsis above it, which the
-    quote brings along (``llm.extractive_quote.with_synopsis``: ``npm pack`` under "Create
+    quote brings along (``llm.extractive_additions.with_synopsis``: ``npm pack`` under "Create
     a tarball from a package."). "Tools of Model Context Protocol (MCP) servers join the
     tool catalog …" says what MCP servers are to the service, not how to connect one:
     for "how do I connect an MCP server?" it is one more sentence of the page, and the

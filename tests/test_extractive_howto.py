@@ -6,7 +6,7 @@ documentation) and failing without it.
 * A how-to answered by what a section says first ("You should specify a license for your
   package …": what to do, not how) gets the paragraph after it when that one shows the
   form with a code block ("… add a current SPDX license identifier …, like this:")
-  (``llm.extractive_quote.with_form_after``).
+  (``llm.extractive_additions.with_form_after``).
 * A how-to asked of a command's page ("how do I clear out npm's cache?") is answered by
   the item of its subcommand list that does it ("clean: Delete … out of the cache
   folder", shown with its synopsis line ``npm cache clean``), not by the page's summary
