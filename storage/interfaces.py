@@ -73,13 +73,15 @@ class ConversationStore(Protocol):
 
     async def messages(self, conversation_id: str, user_id: str) -> list[StoredMessage]: ...
 
-    async def append(self, conversation_id: str, user_id: str, messages: Sequence[Message]) -> None: ...
+    async def append(
+        self, conversation_id: str, user_id: str, messages: Sequence[Message], *, deadline: float | None = None
+    ) -> None: ...
 
 
 class RunStore(Protocol):
     """Runs and their replayable event log, with the checkpoints of durable execution."""
 
-    async def create(self, run: NewRun) -> Admitted:
+    async def create(self, run: NewRun, *, deadline: float | None = None) -> Admitted:
         """Store the run (status ``queued``) and claim its conversation for the user, in
         one transaction. Returns the ids of the user's conversation's other unfinished
         runs, oldest first, and whether the run's ``title`` became the conversation's
@@ -220,7 +222,7 @@ class LimitStore(Protocol):
     """Admission limits every replica shares: requests per key per minute, and the
     number of a user's unfinished runs (an indexed count, read at admission)."""
 
-    async def hit(self, key: str, per_minute: int, now: float) -> RateDecision:
+    async def hit(self, key: str, per_minute: int, now: float, *, deadline: float | None = None) -> RateDecision:
         """Count one request of ``key`` at ``now`` if the limit allows it, atomically
         across replicas; a refused request is not counted."""
         ...

@@ -73,8 +73,9 @@ class EngineDatabase(Protocol):
 
     async def execute(self, statements: Sequence[Statement]) -> None: ...
 
-    def enqueue(self, statements: Sequence[Statement], *, on_commit: OnCommit = None, on_fail: OnFail = None) -> None:
-        ...
+    def enqueue(
+        self, statements: Sequence[Statement], *, on_commit: OnCommit = None, on_fail: OnFail = None
+    ) -> None: ...
 
     async def commit(self, statements: Sequence[Statement], *, on_commit: OnCommit = None) -> None: ...
 
@@ -102,14 +103,16 @@ class SqlEngine:
         """``binary``: ask for the binary wire format where the engine has one (vectors)."""
         return await self.db.fetchall(self.dialect.render(sql), params)
 
-    async def transact(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+    async def transact(self, fn: Callable[[Tx], Awaitable[T]], *, deadline: float | None = None) -> T:
         """Run ``fn`` in one write transaction, retried as a whole while the database is
-        busy or unreachable (so ``fn`` must only touch the database)."""
+        busy or unreachable (so ``fn`` must only touch the database). ``deadline``
+        (``time.monotonic()``): a request not yet acknowledged stops waiting there
+        (``storage.budget``); without one the engine's write retry applies."""
         raise NotImplementedError
 
-    async def transact_plan(self, make: Callable[[Dialect], Plan[T]]) -> T:
+    async def transact_plan(self, make: Callable[[Dialect], Plan[T]], *, deadline: float | None = None) -> T:
         """``transact`` for a ``Plan`` (made afresh for each attempt)."""
-        return await self.transact(lambda tx: run_plan(tx, make(tx.dialect)))
+        return await self.transact(lambda tx: run_plan(tx, make(tx.dialect)), deadline=deadline)
 
     async def execute(self, statements: Sequence[Statement]) -> None:
         """Commit ``statements`` now, in one transaction."""

@@ -107,10 +107,18 @@ async def retrying(
     transient: Callable[[BaseException], bool],
     retry_s: float,
     health: WriteHealth,
+    deadline: float | None = None,
 ) -> T:
     """Run a transaction, retried as a whole while the failure is transient; then
-    ``StorageUnavailable``. Other errors propagate at once."""
-    deadline = time.monotonic() + retry_s
+    ``StorageUnavailable``. Other errors propagate at once.
+
+    ``deadline`` (``time.monotonic()``): a request not yet acknowledged has one storage
+    budget for all its steps (``storage.budget``), so its retries stop there even when
+    ``retry_s`` — the ride-out meant for acknowledged work — is longer; one already past
+    it is refused without an attempt (nothing is stored that its client never hears of)."""
+    if deadline is not None and time.monotonic() >= deadline:
+        raise StorageUnavailable("the request's storage budget is spent")
+    deadline = time.monotonic() + retry_s if deadline is None else min(deadline, time.monotonic() + retry_s)
     attempt = 0
     while True:
         try:

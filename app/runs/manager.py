@@ -138,17 +138,26 @@ class RunManager:
     # --- admission --------------------------------------------------------------------
 
     async def submit(
-        self, chat: ChatInput, caller: Caller, *, idempotency_key: str | None = None, run_cap: int | None = None
+        self,
+        chat: ChatInput,
+        caller: Caller,
+        *,
+        idempotency_key: str | None = None,
+        run_cap: int | None = None,
+        deadline: float | None = None,
     ) -> Run:
         """Store and start a run (in the caller's own conversation of that id). Raises
         ``ConversationBusy`` (policy ``reject``), ``IdempotencyKeyUsed`` (the caller's
         key already names a run), ``TooManyRuns`` (the user has ``run_cap`` unfinished
         runs, counted atomically with the insert), ``ReplicaFull`` (this replica carries
-        ``max_live`` runs) or ``StorageUnavailable``."""
+        ``max_live`` runs) or ``StorageUnavailable`` — at the latest by ``deadline``
+        (``time.monotonic()``: the request's storage budget) when one is given."""
         with self.admission.slot():
-            return await self._submit(chat, caller, idempotency_key, run_cap)
+            return await self._submit(chat, caller, idempotency_key, run_cap, deadline)
 
-    async def _submit(self, chat: ChatInput, caller: Caller, idempotency_key: str | None, run_cap: int | None) -> Run:
+    async def _submit(
+        self, chat: ChatInput, caller: Caller, idempotency_key: str | None, run_cap: int | None, deadline: float | None
+    ) -> Run:
         run_id = f"run_{uuid.uuid4().hex}"
         conversation_id = chat.conversation_id or f"conv_{uuid.uuid4().hex}"
         admitted = await self.store.create(
@@ -165,7 +174,8 @@ class RunManager:
                 max_unfinished_per_user=run_cap,
                 ending_unwritten=self.registry.ending_unwritten(caller.user_id) if run_cap is not None else (),
                 title=chat.title,
-            )
+            ),
+            deadline=deadline,
         )
         others = admitted.others
         if admitted.titled and self.on_client_title is not None:

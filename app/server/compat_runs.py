@@ -17,14 +17,14 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from app.runs.follow import Batches, Followed
-from app.server import run_start, run_streams
-from app.server.problems import HTTPProblem
+from app.server import run_start, run_streams, storage_budget
 from llm.types import Message
 from storage.errors import StorageUnavailable
 from storage.records import StoredRun
 
 if TYPE_CHECKING:
     from app.server.services import Services
+
 
 def normalized(text: str) -> str:
     """Whitespace-insensitive form, for "was this already said" checks."""
@@ -125,14 +125,14 @@ async def import_history(svc: Services, conversation_id: str, user_id: str, mess
     request's own 4xx first, then 429 — and read the user's runs only when they import."""
     if not messages:
         return
+    what = "the service cannot store conversations right now"
+    if storage_budget.spent():  # the database kept the request waiting its whole budget already
+        raise storage_budget.unavailable(what)
     await run_start.check_run_limit(svc, user_id)
     try:
-        await svc.conversations.append(conversation_id, user_id, messages)
+        await svc.conversations.append(conversation_id, user_id, messages, deadline=storage_budget.deadline())
     except StorageUnavailable:
-        raise HTTPProblem(
-            503, "storage_unavailable", "the service cannot store conversations right now; retry shortly",
-            {"Retry-After": "5"},
-        ) from None
+        raise storage_budget.unavailable(what) from None
 
 
 async def copy_history(svc: Services, source: str, target: str, user_id: str) -> None:

@@ -64,28 +64,50 @@ class Admission:
 
     Concurrent runs: the user's unfinished runs in the store (an indexed count), less
     those this process has finished whose ending is still in the write queue, and never
-    fewer than the ones running here."""
+    fewer than the ones running here.
+
+    The shared count is one step of a request not yet acknowledged, so it waits at most
+    until the request's storage ``deadline`` (``app/server/storage_budget.py``), once:
+    when the database does not answer, the replica's own count decides (a warning, and
+    ``shared_fallbacks`` counts it; ``/readyz`` shows the database away), and for the
+    next ``fallback_s`` every request is counted here at once, without waiting on the
+    database again — the budget is left to the admission write, whose 503 is the
+    answer the client must get promptly."""
 
     per_minute: int
     store: LimitStore | None = None
     runs_store: LimitStore | None = None
     local: RateLimiter = field(init=False)
     prune_every_s: float = 60.0
+    #: After the shared count failed, how long the replica's own count decides alone.
+    fallback_s: float = 5.0
+    #: Requests the replica's own count decided because the shared count was away.
+    shared_fallbacks: int = 0
     _last_prune: float = 0.0
+    _shared_away_until: float = 0.0
 
     def __post_init__(self) -> None:
         self.local = RateLimiter(self.per_minute)
 
-    async def check_rate(self, key: str, now: float | None = None) -> float | None:
-        """None when the request may go on, else seconds until one may."""
+    async def check_rate(self, key: str, now: float | None = None, *, deadline: float | None = None) -> float | None:
+        """None when the request may go on, else seconds until one may. ``deadline``
+        (``time.monotonic()``): the request's storage budget (see the class)."""
         wait = self.local.check(key)
         if wait is not None or self.store is None:
             return wait
+        if time.monotonic() < self._shared_away_until:
+            self.shared_fallbacks += 1
+            return None
         now = time.time() if now is None else now
         try:
-            decision = await self.store.hit(key, self.per_minute, now)
-        except StorageUnavailable:
-            log.warning("shared rate limit unavailable; using this replica's count", extra={"key": key})
+            decision = await self.store.hit(key, self.per_minute, now, deadline=deadline)
+        except StorageUnavailable as exc:
+            self.shared_fallbacks += 1
+            self._shared_away_until = time.monotonic() + self.fallback_s
+            log.warning(
+                "shared rate limit unavailable; using this replica's count",
+                extra={"key": key, "for_s": self.fallback_s, "error": str(exc)[:200]},
+            )
             return None
         if now - self._last_prune >= self.prune_every_s:
             self._last_prune = now

@@ -18,6 +18,7 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 
 from app.runs.records import ChatInput
+from app.server import storage_budget
 from app.server.auth import AuthError, Identity
 from app.server.bounds import MAX_JSON_DEPTH, MAX_SAFE_INTEGER, check_json, parse_int
 from app.server.chat_request import parse_chat_input
@@ -119,15 +120,21 @@ async def admit(request: Request, parse: Callable[[dict[str, Any], Settings], T]
     checks in one fixed order: shutting down → 503, credentials → 401, rate → 429, the
     body (size, arrival time, JSON, nesting, integers) → 4xx, not a JSON object → 400,
     then the face's own fields (``parse``) → 400. The run limit is not checked here: a
-    retry that resumes its run does not start another (``check_run_limit``)."""
+    retry that resumes its run does not start another (``check_run_limit``).
+
+    The request's storage budget (``storage_budget``: ``AGENT_DB_POOL_TIMEOUT_S`` for all
+    its waits on the database until its client is acknowledged) opens here, at its
+    first storage step; reading the body does not spend it."""
     svc = services(request)
     if svc.runs.closing:
         raise HTTPProblem(503, "shutting_down", "the server is restarting; retry shortly", {"Retry-After": "2"})
     ident = identify(request)
-    wait = await svc.limits.check_rate(rate_limit_key(request, ident))
+    deadline = storage_budget.start(svc.settings.db_pool_timeout_s)
+    wait = await svc.limits.check_rate(rate_limit_key(request, ident), deadline=deadline)
     if wait is not None:
         raise HTTPProblem(429, "rate_limited", "too many requests; slow down", {"Retry-After": str(int(wait))})
-    body = await read_json_body(request, svc.settings.max_body_bytes)
+    with storage_budget.paused():
+        body = await read_json_body(request, svc.settings.max_body_bytes)
     if not isinstance(body, dict):
         raise HTTPProblem(400, "invalid_request", "the body must be a JSON object")
     return svc, ident, parse(body, svc.settings)

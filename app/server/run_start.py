@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from app.runs.admission import ReplicaFull
 from app.runs.records import Caller, ChatInput
 from app.runs.run import Run
+from app.server import storage_budget
 from app.server.auth import Identity
 from app.server.context_scope import check_bucket_scope
 from app.server.problems import HTTPProblem
@@ -68,7 +69,9 @@ async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str
     The refusals come in the order ``docs/http-api.md`` documents for every face: the
     unknown bucket (400), the replica's load (503 ``replica_busy``), then the admission
     transaction's own — the busy conversation (409, ``reject``) before the user's run
-    cap (429 ``too_many_runs``)."""
+    cap (429 ``too_many_runs``). The admission transaction waits for the database only
+    as long as the request's storage budget has left (``storage_budget``): 503
+    ``storage_unavailable`` then, with nothing stored."""
     await check_bucket_scope(svc, chat.context)
     check_load(svc)
     try:
@@ -77,6 +80,7 @@ async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str
             Caller(ident.user_id, ident.authorization),
             idempotency_key=key,
             run_cap=svc.settings.max_runs_per_user,
+            deadline=storage_budget.deadline(),
         )
     except TooManyRuns:
         raise too_many_runs() from None
@@ -92,9 +96,4 @@ async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str
             'multitask "enqueue" (run after it) or "interrupt" (cancel it)',
         ) from None
     except StorageUnavailable:
-        raise HTTPProblem(
-            503,
-            "storage_unavailable",
-            "the service cannot store new runs right now; retry shortly",
-            {"Retry-After": "5"},
-        ) from None
+        raise storage_budget.unavailable("the service cannot store new runs right now") from None

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -202,16 +203,26 @@ class PostgresDatabase(QueuedWrites):
 
     # --- transactions -------------------------------------------------------------
 
-    async def transact(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+    async def transact(self, fn: Callable[[Conn], Awaitable[T]], *, deadline: float | None = None) -> T:
         """Run ``fn`` inside one transaction and commit; retried as a whole on transient
         failures (so ``fn`` must only touch the database). Raises ``StorageUnavailable``
-        after ``write_retry_s``; other errors propagate at once."""
+        after ``write_retry_s``; other errors propagate at once. With a ``deadline``
+        (``time.monotonic()``, a request not yet acknowledged: ``storage.budget``) the
+        retries and each attempt's wait for a pooled connection end there too."""
         return await retrying(
-            lambda: finish_even_if_cancelled(self._run_transaction(fn)),
+            lambda: finish_even_if_cancelled(self._run_transaction(fn, self._pool_wait(deadline))),
             transient=transient,
             retry_s=self.opts.write_retry_s,
             health=self.health,
+            deadline=deadline,
         )
+
+    def _pool_wait(self, deadline: float | None) -> float:
+        """How long an attempt may wait for a pooled connection: the pool's timeout, or
+        what is left of the request's budget when that is shorter."""
+        if deadline is None:
+            return self.opts.connect_timeout_s
+        return max(0.001, min(self.opts.connect_timeout_s, deadline - time.monotonic()))
 
     async def execute(self, statements: Sequence[Statement]) -> None:
         """Commit ``statements`` now, in one transaction (retried like ``transact``)."""
@@ -221,8 +232,8 @@ class PostgresDatabase(QueuedWrites):
 
         await self.transact(run)
 
-    async def _run_transaction(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
-        async with self.pool.connection() as conn, conn.transaction():
+    async def _run_transaction(self, fn: Callable[[Conn], Awaitable[T]], pool_wait: float) -> T:
+        async with self.pool.connection(timeout=pool_wait) as conn, conn.transaction():
             result = await fn(conn)
         self._succeeded()
         return result
@@ -272,4 +283,3 @@ async def _run_statements(conn: Conn, statements: Sequence[Statement]) -> None:
                 await cur.execute(sql, rows[0])  # type: ignore[arg-type]
             else:
                 await cur.executemany(sql, rows)  # type: ignore[arg-type]
-

@@ -85,8 +85,8 @@ class PostgresSql(SqlEngine):
             await cur.execute(POSTGRES.render(sql), params)  # type: ignore[arg-type]
             return list(await cur.fetchall())
 
-    async def transact(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
-        return await self.db.transact(lambda conn: fn(PostgresTx(conn)))
+    async def transact(self, fn: Callable[[Tx], Awaitable[T]], *, deadline: float | None = None) -> T:
+        return await self.db.transact(lambda conn: fn(PostgresTx(conn)), deadline=deadline)
 
 
 __all__ = ["POSTGRES", "PostgresSql", "PostgresTx"]

@@ -238,29 +238,38 @@ class SqliteDatabase(QueuedWrites):
 
     # --- transactions on the writer ------------------------------------------------
 
-    async def transact(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]], *, immediate: bool = True) -> T:
+    async def transact(
+        self,
+        fn: Callable[[aiosqlite.Connection], Awaitable[T]],
+        *,
+        immediate: bool = True,
+        deadline: float | None = None,
+    ) -> T:
         """Run ``fn`` inside one write transaction and commit; retried as a whole while
         the database is busy (so ``fn`` must only touch the database). Raises
-        ``StorageUnavailable`` after ``write_retry_s``; other errors propagate at once."""
-        return await self._retrying(lambda: self._run_transaction(fn, immediate))
+        ``StorageUnavailable`` after ``write_retry_s``; other errors propagate at once.
+        With a ``deadline`` (``time.monotonic()``, a request not yet acknowledged:
+        ``storage.budget``) the retries and the wait for the writer end there too."""
+        return await self._retrying(lambda: self._run_transaction(fn, immediate), deadline)
 
-    async def transact_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def transact_sync(self, fn: Callable[[sqlite3.Connection], T], *, deadline: float | None = None) -> T:
         """Like ``transact``, for a plain function run on the writer's own thread: the
         whole transaction is one hop, which keeps hot paths (admitting a run, before its
         2xx) short when the event loop is busy."""
-        return await self._retrying(lambda: self._run_sync_transaction(fn))
+        return await self._retrying(lambda: self._run_sync_transaction(fn), deadline)
 
     async def _run_sync_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         result: T = await self._writer._execute(_transaction_sync, self._writer._conn, fn, self.guard)
         self._succeeded()
         return result
 
-    async def _retrying(self, attempt_once: Callable[[], Awaitable[T]]) -> T:
+    async def _retrying(self, attempt_once: Callable[[], Awaitable[T]], deadline: float | None = None) -> T:
         return await retrying(
-            lambda: self._locked(attempt_once),
+            lambda: self._locked(attempt_once, deadline),
             transient=_transient,
             retry_s=self.opts.write_retry_s,
             health=self.health,
+            deadline=deadline,
         )
 
     async def transact_raw(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
@@ -279,11 +288,22 @@ class SqliteDatabase(QueuedWrites):
 
         await self.transact(run)
 
-    async def _locked(self, work: Callable[[], Awaitable[T]]) -> T:
+    async def _locked(self, work: Callable[[], Awaitable[T]], deadline: float | None = None) -> T:
         """Run one transaction on the writer under the lock. A cancelled caller still
         lets it finish (commit or roll back) before the lock is released, so the next
         transaction never finds one open. ``work`` is called once the lock is held: a
-        caller cancelled while it waits leaves no coroutine behind never awaited."""
+        caller cancelled while it waits leaves no coroutine behind never awaited. With a
+        ``deadline``, the wait for the lock (the writer retrying a busy file for
+        ``write_retry_s``) ends there: the busy error the retry loop gives up on."""
+        if deadline is not None:
+            try:
+                await asyncio.wait_for(self._write_lock.acquire(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                raise sqlite3.OperationalError("database is locked (this process's writer is busy)") from None
+            try:
+                return await finish_even_if_cancelled(work())
+            finally:
+                self._write_lock.release()
         async with self._write_lock:
             return await finish_even_if_cancelled(work())
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -13,10 +14,13 @@ import aiosqlite
 import numpy as np
 
 from storage.dialect import Dialect
+from storage.errors import StorageUnavailable
 from storage.sql import Plan, Row, SqlEngine, Tx, advance
 from storage.sqlite.database import SqliteDatabase
 
 T = TypeVar("T")
+#: A plan asked for, its caller's future and its storage deadline (``None``: the write retry).
+PendingPlan = tuple[Callable[[Dialect], Plan[Any]], asyncio.Future[Any], float | None]
 
 SQLITE = Dialect(
     name="sqlite",
@@ -75,21 +79,27 @@ class SqliteSql(SqlEngine):
     def __init__(self, db: SqliteDatabase) -> None:
         super().__init__(db)
         self.db: SqliteDatabase = db
-        self._plans: list[tuple[Callable[[Dialect], Plan[Any]], asyncio.Future[Any]]] = []
+        self._plans: list[PendingPlan] = []
         self._grouping: asyncio.Task[None] | None = None
         #: Groups committed and plans in them (``bench``, tests).
         self.plan_groups = 0
         self.plans_grouped = 0
 
-    async def transact(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
-        return await self.db.transact(lambda conn: fn(SqliteTx(conn)))
+    async def transact(self, fn: Callable[[Tx], Awaitable[T]], *, deadline: float | None = None) -> T:
+        return await self.db.transact(lambda conn: fn(SqliteTx(conn)), deadline=deadline)
 
-    async def transact_plan(self, make: Callable[[Dialect], Plan[T]]) -> T:
+    async def transact_plan(self, make: Callable[[Dialect], Plan[T]], *, deadline: float | None = None) -> T:
         """The plan in the next group's transaction, run whole in one hop on the writer's
         thread (``transact_sync``): hot paths such as admitting a run stay short when the
-        event loop is busy. A caller cancelled before its group starts stores nothing."""
+        event loop is busy. A caller cancelled before its group starts stores nothing.
+
+        Plans with a ``deadline`` (requests not yet acknowledged: ``storage.budget``) are
+        grouped apart from those without (leases, cancels: they ride out a busy file for
+        the write retry); their group retries until the latest of its deadlines, and each
+        attempt leaves out — as ``StorageUnavailable`` — a plan whose deadline has passed,
+        so none is stored after its caller was told it was not."""
         fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._plans.append((make, fut))
+        self._plans.append((make, fut, deadline))
         running = self._grouping
         if running is None or running.done() or running.get_loop() is not fut.get_loop():
             self._grouping = asyncio.create_task(self._run_groups(), name="sqlite-plan-groups")
@@ -97,32 +107,50 @@ class SqliteSql(SqlEngine):
 
     async def _run_groups(self) -> None:
         while self._plans:
-            group = [(make, fut) for make, fut in self._plans if not fut.done()]
+            pending = [(make, fut, deadline) for make, fut, deadline in self._plans if not fut.done()]
             self._plans = []
-            if not group:
-                continue
-            makes = [make for make, _ in group]
+            parts = [[p for p in pending if p[2] is not None], [p for p in pending if p[2] is None]]
             try:
-                outcomes = await self.db.transact_sync(functools.partial(run_plans_sync, makes=makes))
-            except Exception as exc:  # the group's transaction failed: every plan in it did
-                for _, fut in group:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
+                for part in parts:
+                    if part:
+                        await self._run_group(part)
             except BaseException:  # this task cancelled (the loop shutting down): so are its callers
-                for _, fut in [*group, *self._plans]:
+                for fut in [*(f for part in parts for _, f, _ in part), *(f for _, f, _ in self._plans)]:
                     fut.cancel()
                 self._plans = []
                 raise
-            self.plan_groups += 1
-            self.plans_grouped += len(group)
-            for (_, fut), (ok, value) in zip(group, outcomes, strict=True):
-                if fut.done():
-                    continue
-                if ok:
-                    fut.set_result(value)
-                else:
-                    fut.set_exception(value)
+
+    async def _run_group(self, part: list[PendingPlan]) -> None:
+        """One group's transaction (see ``transact_plan``); its callers hear their outcomes."""
+        deadlines = [d for _, _, d in part if d is not None]
+        group_deadline = max(deadlines) if len(deadlines) == len(part) else None
+        makes = [make if d is None else functools.partial(_unless_expired, make, d) for make, _, d in part]
+        try:
+            outcomes = await self.db.transact_sync(
+                functools.partial(run_plans_sync, makes=makes), deadline=group_deadline
+            )
+        except Exception as exc:  # the group's transaction failed: every plan in it did
+            for _, fut, _ in part:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        self.plan_groups += 1
+        self.plans_grouped += len(part)
+        for (_, fut, _), (ok, value) in zip(part, outcomes, strict=True):
+            if fut.done():
+                continue
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value)
+
+
+def _unless_expired(make: Callable[[Dialect], Plan[T]], deadline: float, dialect: Dialect) -> Plan[T]:
+    """``make``, unless the caller's storage budget is spent (checked by each attempt of
+    its group, on the writer's thread): then the plan is left out of this transaction."""
+    if time.monotonic() >= deadline:
+        raise StorageUnavailable("the request's storage budget is spent")
+    return make(dialect)
 
 
 def run_plan_sync(conn: sqlite3.Connection, plan: Plan[T]) -> T:
@@ -143,9 +171,7 @@ def run_plan_sync(conn: sqlite3.Connection, plan: Plan[T]) -> T:
     return value  # type: ignore[no-any-return]
 
 
-def run_plans_sync(
-    conn: sqlite3.Connection, makes: Sequence[Callable[[Dialect], Plan[Any]]]
-) -> list[tuple[bool, Any]]:
+def run_plans_sync(conn: sqlite3.Connection, makes: Sequence[Callable[[Dialect], Plan[Any]]]) -> list[tuple[bool, Any]]:
     """Each plan (made afresh: a retried group re-runs them all) in a savepoint of its
     own inside the caller's transaction: ``(True, result)``, or ``(False, exception)``
     with the plan's statements rolled back. An ``OperationalError`` (busy, locked, I/O)

@@ -104,8 +104,8 @@ class SqliteRunStore(SqlRunStore):
             self.feed.announce_cancels([run_id])
         return stored
 
-    async def create(self, run: NewRun) -> Admitted:
-        admitted = await super().create(run)
+    async def create(self, run: NewRun, *, deadline: float | None = None) -> Admitted:
+        admitted = await super().create(run, deadline=deadline)
         if self.feed is not None and admitted.others and run.multitask == "interrupt":
             self.feed.announce_cancels(admitted.others)  # their owners end them now
         return admitted

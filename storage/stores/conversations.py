@@ -89,7 +89,11 @@ class SqlConversationStore:
             out.append(StoredMessage(int(seq), float(created), d))
         return out
 
-    async def append(self, conversation_id: str, user_id: str, messages: Sequence[Message]) -> None:
+    async def append(
+        self, conversation_id: str, user_id: str, messages: Sequence[Message], *, deadline: float | None = None
+    ) -> None:
+        """``deadline``: a request not yet acknowledged (a client's transcript imported
+        before its run) waits no longer (``SqlEngine.transact``)."""
         if not messages:
             return
 
@@ -98,4 +102,4 @@ class SqlConversationStore:
             for sql, params in append_statements(tx.dialect, conversation_id, user_id, messages):
                 await tx.execute(sql, params)
 
-        await self.sql.transact(run)
+        await self.sql.transact(run, deadline=deadline)

@@ -23,7 +23,7 @@ class SqlLimitStore:
     def __init__(self, sql: SqlEngine) -> None:
         self.db = sql
 
-    async def hit(self, key: str, per_minute: int, now: float) -> RateDecision:
+    async def hit(self, key: str, per_minute: int, now: float, *, deadline: float | None = None) -> RateDecision:
         start = window_of(now)
 
         async def tx(conn: Tx) -> RateDecision:
@@ -37,7 +37,7 @@ class SqlLimitStore:
             taken = await conn.fetchone(_HIT_SQL, (key, start, allowance))
             return RateDecision(taken is not None, None if taken is not None else retry)
 
-        return await self.db.transact(tx)
+        return await self.db.transact(tx, deadline=deadline)
 
     async def prune(self, now: float) -> int:
         async def tx(conn: Tx) -> int:

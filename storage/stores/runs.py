@@ -227,8 +227,9 @@ class SqlRunStore(ApprovalWaits):
             )
         return Admitted(others, titled)
 
-    async def create(self, run: NewRun) -> Admitted:
-        return await self.sql.transact_plan(lambda dialect: self._admission(dialect, run))
+    async def create(self, run: NewRun, *, deadline: float | None = None) -> Admitted:
+        """``deadline``: the request's storage budget (its client has no run id yet)."""
+        return await self.sql.transact_plan(lambda dialect: self._admission(dialect, run), deadline=deadline)
 
     async def request_cancel(self, run_id: str) -> StoredRun | None:
         """Mark the run's cancel if it has not ended (and tell its owner at commit where

@@ -94,3 +94,77 @@ async def test_an_outage_longer_than_the_pool_timeout_is_503_everywhere(
         assert statuses[-1] == 200, statuses[-5:]
         after = await collect_sse(client, "POST", f"{base}/v1/agent/chat", json=body)
         assert after[-1].event == "message_complete" and after[-1].json()["status"] == "completed"
+
+
+async def test_a_request_not_yet_acknowledged_waits_one_budget_for_all_its_storage_steps(
+    relayed_url: tuple[str, CuttableRelay], tmp_path: Path
+) -> None:
+    """During an outage a new run is answered 503 ``storage_unavailable`` within the
+    request's one storage budget (``AGENT_DB_POOL_TIMEOUT_S``) for all its steps — the
+    shared rate-limit count, a transcript's import, the admission write — not after the
+    write retry of each step (``AGENT_DB_WRITE_RETRY_S``, left at its default here: the
+    first of those alone would have outlasted the answer). The rate-limit count falls
+    back to the replica's own count, and says so; nothing is stored that a client was
+    told was not."""
+    url, relay = relayed_url
+    settings = Settings.from_env({
+        "AGENT_DATABASE_URL": url,
+        "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789",
+        "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
+        "AGENT_DB_POOL_TIMEOUT_S": str(POOL_TIMEOUT_S),  # the setting under test: the request's budget
+        "AGENT_INGEST_SAMPLE_KB": "false",
+        "AGENT_EMBEDDER": "hashing",
+        "AGENT_LLM_PROVIDER": "extractive",
+        "OLLAMA_HOST": "http://127.0.0.1:9",
+    })
+    write_retry_s = settings.db_write_retry_s
+    assert write_retry_s > 2 * POOL_TIMEOUT_S, "the default write retry must outlast the budget for this test to tell"
+    body = {"message": "How do I resume a stream?", "context_type": "knowledge"}
+    transcript = {
+        "model": "agentchat-knowledge",
+        "messages": [
+            {"role": "user", "content": "first question"},
+            {"role": "assistant", "content": "first answer"},
+            {"role": "user", "content": "How do I resume a stream?"},
+        ],
+    }
+    async with (
+        running_app(settings, provider=ExtractiveProvider()) as (base, app),
+        httpx.AsyncClient(timeout=3 * write_retry_s) as client,
+    ):
+        svc = app.state.services
+        assert svc.limits.store is not None, "PostgreSQL counts requests in the database"
+        warm = await client.post(f"{base}/v1/agent/runs", json=body)
+        assert warm.status_code == 201, warm.text
+        for _ in range(200):  # its ending stored, so the store holds no unfinished run
+            if not await svc.run_store.unfinished():
+                break
+            await asyncio.sleep(0.05)
+        assert not await svc.run_store.unfinished(), "the warm-up run never ended"
+
+        relay.cut()
+        loop = asyncio.get_running_loop()
+        for what, path, payload in [
+            ("a new run (rate count, then admission)", "/v1/agent/runs", body),
+            ("again, the shared count now skipped", "/v1/agent/runs", body),
+            ("a transcript to import first", "/v1/chat/completions", transcript),
+        ]:
+            began = loop.time()
+            response = await client.post(f"{base}{path}", json=payload)
+            took = loop.time() - began
+            assert response.status_code == 503, (what, response.status_code, response.text)
+            assert response.json()["error"] == "storage_unavailable", (what, response.text)
+            assert response.headers.get("retry-after"), what
+            # Before: the rate count's write retry, then the admission's (~2 x 10 s).
+            assert took < write_retry_s, f"{what}: 503 after {took:.1f} s, not within the budget"
+        assert relay.refused > 0, "the app never tried to reach the database during the outage"
+        assert svc.limits.shared_fallbacks >= 2, "the rate count did not fall back to this replica's count"
+
+        relay.restore()
+        for _ in range(300):  # the pool reconnects in the background
+            if (await client.get(f"{base}/readyz", timeout=3)).status_code == 200:
+                break
+            await asyncio.sleep(0.05)
+        assert not await svc.run_store.unfinished(), "a run refused with 503 was stored all the same"
+        after = await collect_sse(client, "POST", f"{base}/v1/agent/chat", json=body)
+        assert after[-1].event == "message_complete" and after[-1].json()["status"] == "completed"

@@ -1,0 +1,63 @@
+"""One storage budget per request, until its client is acknowledged.
+
+A request that has not handed its client a run id yet — the shared rate-limit count,
+a client's transcript imported, the run's admission transaction — waits for the
+database at most ``AGENT_DB_POOL_TIMEOUT_S`` in total, across all those steps, and is
+then answered 503 ``storage_unavailable`` with ``Retry-After``. Without it each step
+retried for ``AGENT_DB_WRITE_RETRY_S`` (a 503 ~24 s after PostgreSQL went away, with a
+1 s pool timeout): a silent slowdown, where an outage must be a prompt 503. The write
+retry stays what it is for: work already acknowledged (a run's events) rides out a
+short outage, so nothing acknowledged is lost.
+
+The deadline travels in a ``ContextVar`` set by ``request_admission.admit`` and read
+only by this package's admission steps (``run_start``, ``compat_runs``), which hand it
+to the stores explicitly: a run's own task inherits the value but nothing in it reads
+it, so acknowledged work never meets the request's budget. Its value is per request
+(each request runs in a context of its own), not shared state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from contextvars import ContextVar
+
+from app.server.problems import HTTPProblem
+
+_DEADLINE: ContextVar[float | None] = ContextVar("agentchat_storage_deadline", default=None)
+
+
+def start(budget_s: float) -> float:
+    """Open this request's budget now: its deadline (``time.monotonic()``)."""
+    deadline = time.monotonic() + budget_s
+    _DEADLINE.set(deadline)
+    return deadline
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """Time spent here is not the database's (reading the client's body): the deadline
+    moves on by as much, so a slow upload never turns into a ``storage_unavailable``."""
+    began = time.monotonic()
+    try:
+        yield
+    finally:
+        found = _DEADLINE.get()
+        if found is not None:
+            _DEADLINE.set(found + (time.monotonic() - began))
+
+
+def deadline() -> float | None:
+    """This request's storage deadline; ``None`` outside an admitted request."""
+    return _DEADLINE.get()
+
+
+def spent() -> bool:
+    found = _DEADLINE.get()
+    return found is not None and time.monotonic() >= found
+
+
+def unavailable(what: str) -> HTTPProblem:
+    """The 503 every admission step answers when the database is away past the budget."""
+    return HTTPProblem(503, "storage_unavailable", f"{what}; retry shortly", {"Retry-After": "5"})
