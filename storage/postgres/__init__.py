@@ -52,12 +52,16 @@ async def open_postgres_storage(url: str, opts: PostgresOptions | None = None) -
         # chunks' GIN index at its end; one that died before then left them missing
         # (exact without them, but slow).
         await db.transact(ensure_text_indexes)
+        kb_index = PostgresKBIndex(db)
+        # Likewise a bucket's HNSW graph (and every graph of a database upgraded past
+        # migration 26, which drops the per-dimension ones): until built, exact scans.
+        await kb_index.ensure_bucket_graphs()
         return PostgresStorage.assemble(
             db=db,
             sql=PostgresSql(db),
             schema_version=version,
             runs=PostgresRunStore(db),
-            kb_index=PostgresKBIndex(db),
+            kb_index=kb_index,
             run_feed=_start_feed(url, opts),
         )
     except BaseException:

@@ -49,10 +49,10 @@ import numpy.typing as npt
 from storage.kb_records import KBRanked, KBScope
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.kb_filters_sql import count_sql, scope_sql
+from storage.postgres.kb_graphs import HNSW_MAX_DIM, bucket_key, graph_names
 from storage.postgres.kb_text import STATS_TTL_S, named_params
+from storage.postgres.kb_vector_scan import Part, Plan, ScanSettings, run_part
 
-#: pgvector's HNSW limit for ``vector`` columns; larger vectors are always scanned exactly.
-HNSW_MAX_DIM = 2000
 #: A scope of at most this many vectors is scored exactly (measured on 2 cores: ~3 µs a
 #: vector through the doc_id index, so 10k ≈ 30 ms, about one HNSW query at ef 1000).
 EXACT_SCOPE_VECTORS = 10_000
@@ -105,6 +105,14 @@ class VectorCounts:
 
     #: (embed_model, dim) -> bucket -> (documents, vectors)
     by_model: dict[tuple[str, int], dict[str, tuple[int, int]]] = field(default_factory=dict)
+    #: (dim, bucket key) of the buckets' HNSW graphs (``kb_graphs``).
+    graphs: set[tuple[int, str]] = field(default_factory=set)
+
+    def buckets(self, model: str, dim: int) -> list[str]:
+        return sorted(b for b, (_d, v) in self.by_model.get((model, dim), {}).items() if v)
+
+    def has_graph(self, dim: int, bucket: str) -> bool:
+        return (dim, bucket_key(bucket)) in self.graphs
 
     def models(self, dim: int) -> set[str]:
         return {m for (m, d), buckets in self.by_model.items() if d == dim and any(v for _, v in buckets.values())}
@@ -119,19 +127,6 @@ class VectorCounts:
         buckets = self.by_model.get((model, dim), {})
         docs = sum(d for d, _ in buckets.values())
         return sum(v for _, v in buckets.values()) / docs if docs else 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """How one query runs: exactly, or through the index with this ``ef_search``."""
-
-    exact: bool
-    ef_search: int = 0
-    scan_tuples: int = 0
-    join: bool = True
-    estimate: int = 0
-    #: With iterative scans: how many chunks the index hands over to the exact re-rank.
-    pool: int = 0
 
 
 class VectorSearch:
@@ -171,7 +166,9 @@ class VectorSearch:
             "SELECT embed_model, embed_dim, bucket, count(*), coalesce(sum(chunk_count), 0) FROM kb_documents "
             "WHERE embed_model IS NOT NULL AND embed_dim IS NOT NULL GROUP BY embed_model, embed_dim, bucket"
         )
-        counts = VectorCounts()
+        async with self._db.reading() as conn:
+            graphs = await graph_names(conn)
+        counts = VectorCounts(graphs=graphs)
         for model, dim, bucket, docs, vectors in rows:
             counts.by_model.setdefault((str(model), int(dim)), {})[str(bucket)] = (int(docs), int(vectors))
         if generation == self._generation:
@@ -227,7 +224,7 @@ class VectorSearch:
 
     # ------------------------------------------------------------------ planning
     async def _estimate(self, scope: KBScope, counts: VectorCounts, model: str, dim: int) -> int:
-        """About how many vectors of ``model`` the scope holds."""
+        """About how many vectors of ``model`` the scope (within its bucket) holds."""
         if scope.doc_ids is not None:
             return math.ceil(len(scope.doc_ids) * counts.per_document(model, dim))
         if scope.doc_id is not None:
@@ -238,14 +235,12 @@ class VectorSearch:
             return math.ceil((int(row[0]) if row else 0) * counts.per_document(model, dim))
         return counts.vectors(model, dim, scope.bucket)
 
-    async def plan(self, scope: KBScope, model: str, dim: int, limit: int) -> Plan:
-        counts = await self.counts()
-        if model not in counts.models(dim):  # new since the counts were read, or nothing at all
-            counts = await self.counts(fresh=True)
-        join = counts.models(dim) != {model}
-        estimate = await self._estimate(scope, counts, model, dim)
-        total = counts.vectors(model, dim)
-        if dim > HNSW_MAX_DIM or estimate <= self.exact_scope_vectors or total <= 0:
+    async def graph_plan(self, estimate: int, total: int, limit: int, *, join: bool) -> Plan:
+        """How a scope of about ``estimate`` vectors runs on a bucket graph of ``total``:
+        through it, with ``ef_search`` (and, iterating, the pool and the walk) sized for
+        the scope's share of the graph — 1 when the scope is the bucket — or exactly,
+        when the scope is small or the walk would visit more than the scope holds."""
+        if estimate <= self.exact_scope_vectors or total <= 0:
             return Plan(True, join=join, estimate=estimate)
         share = min(1.0, estimate / total)
         needed = math.ceil(2 * limit / share)  # candidates to walk for ``limit`` in scope, with margin
@@ -261,84 +256,124 @@ class VectorSearch:
             return Plan(True, join=join, estimate=estimate)
         return Plan(False, ef, join=join, estimate=estimate)
 
+    async def _counts_for(self, model: str, dim: int) -> VectorCounts:
+        counts = await self.counts()
+        if model not in counts.models(dim):  # new since the counts were read, or nothing at all
+            counts = await self.counts(fresh=True)
+        return counts
+
+    async def parts(self, scope: KBScope, model: str, dim: int, limit: int) -> list[Part]:
+        """The statements a query of ``scope`` runs: one per bucket whose graph answers
+        (its share of the scope large enough), and one exact scan of the rest."""
+        counts = await self._counts_for(model, dim)
+        join = counts.models(dim) != {model}
+        graphs = dim <= HNSW_MAX_DIM and any(d == dim for d, _ in counts.graphs)
+        by_bucket: dict[str, int] = {}  # bucket with a graph -> the scope's vectors in it
+        if not graphs:
+            pass
+        elif scope.bucket is not None:
+            by_bucket[scope.bucket] = await self._estimate(scope, counts, model, dim)
+        elif scope.doc_ids is not None:
+            rows = await self._db.fetchall(
+                "SELECT bucket, coalesce(sum(chunk_count), 0) FROM kb_documents WHERE id = ANY(%s::text[])"
+                " GROUP BY bucket",
+                (list(scope.doc_ids),),
+            )
+            by_bucket.update((str(b), int(v)) for b, v in rows)
+        else:
+            by_bucket.update((b, counts.vectors(model, dim, b)) for b in counts.buckets(model, dim))
+        parts: list[Part] = []
+        for bucket, estimate in sorted(by_bucket.items()):
+            total = counts.vectors(model, dim, bucket)
+            if not counts.has_graph(dim, bucket) or total <= self.exact_scope_vectors:
+                continue
+            plan = await self.graph_plan(estimate, total, limit, join=join)
+            if not plan.exact:
+                where, params = await self._conditions(KBScope(bucket, scope.filter, scope.doc_id, scope.doc_ids))
+                parts.append(Part(plan, where, params, graph=bucket))
+        served = [p.graph for p in parts if p.graph is not None]
+        rest = await self._rest(scope, counts, model, dim, served)
+        if rest is not None:
+            where, params, estimate = rest
+            parts.append(Part(Plan(True, join=join, estimate=estimate), where, params))
+        return parts
+
+    async def _conditions(self, scope: KBScope) -> tuple[tuple[str, ...], tuple[tuple[str, Any], ...]]:
+        """The scope's conditions on ``kb_chunks c`` (the bucket aside: a graph part
+        names it as a literal, an exact part through its documents)."""
+        params: dict[str, Any] = {}
+        if scope.doc_ids is not None:
+            params["doc_ids"] = list(scope.doc_ids)
+            return ("c.doc_id = ANY(%(doc_ids)s::text[])",), tuple(params.items())
+        if scope.filter is None and scope.doc_id is None:
+            return (), ()
+        inner, inner_params = scope_sql(scope, await self._schema_of(scope.bucket))
+        return ("c.doc_id IN (" + named_params(inner, inner_params, params) + ")",), tuple(params.items())
+
+    async def _rest(
+        self, scope: KBScope, counts: VectorCounts, model: str, dim: int, served: list[str]
+    ) -> tuple[tuple[str, ...], tuple[tuple[str, Any], ...], int] | None:
+        """The exact part: what no graph part covers (``None``: nothing)."""
+        if scope.bucket is not None:
+            if served:
+                return None
+            if scope.doc_ids is not None:
+                where, params = await self._conditions(scope)
+            else:
+                inner, inner_params = scope_sql(
+                    KBScope(scope.bucket, scope.filter, scope.doc_id), await self._schema_of(scope.bucket)
+                )
+                named: dict[str, Any] = {}
+                where = ("c.doc_id IN (" + named_params(inner, inner_params, named) + ")",)
+                params = tuple(named.items())
+            return where, params, await self._estimate(scope, counts, model, dim)
+        if scope.doc_ids is not None:
+            where, params = await self._conditions(scope)
+            if served:
+                where = (*where, "c.bucket <> ALL(%(served)s::text[])")
+                params = (*params, ("served", served))
+            return where, params, math.ceil(len(scope.doc_ids) * counts.per_document(model, dim))
+        if not served:
+            return (), (), counts.vectors(model, dim)
+        # Every bucket: those without a graph part, through their documents (the chunks'
+        # doc_id index), as the counts know them.
+        rest = [b for b in counts.buckets(model, dim) if b not in served]
+        if not rest:
+            return None
+        where = ("c.doc_id IN (SELECT d2.id FROM kb_documents d2 WHERE d2.bucket = ANY(%(rest)s::text[]))",)
+        return where, (("rest", rest),), sum(counts.vectors(model, dim, b) for b in rest)
+
     # ------------------------------------------------------------------ search
     async def candidates(
         self, query: npt.NDArray[np.float32], embed_model: str, scope: KBScope, limit: int
     ) -> KBRanked:
-        """The ``limit`` chunks nearest to ``query`` (see the module docstring). ``total``
-        counts the chunks in scope with a positive similarity when the scan is exact,
-        and is the estimated number of vectors in scope when the index answers. An index
-        scan that brings back fewer than ``limit`` chunks of a scope that holds more is
-        done again exactly: an approximate search never returns less than there is."""
+        """The ``limit`` chunks nearest to ``query`` (see the module docstring): each part
+        (a bucket's graph, the exact rest) gives its best ``limit``, and the union is
+        ranked by cosine, then chunk id — the order of an exact scan of the whole scope.
+        ``total`` adds the parts' (an exact part counts its chunks with a positive
+        similarity, a graph part its estimated size). A graph part that brings back
+        fewer than ``limit`` chunks of a scope that holds more is done again exactly: an
+        approximate search never returns less than there is."""
         if limit <= 0:
             return KBRanked()
         dim = int(np.asarray(query).shape[-1])
         vec = np.asarray(query, dtype=np.float32).reshape(dim)
-        plan = await self.plan(scope, embed_model, dim, limit)
-        rows = await self._search(plan, vec, embed_model, scope, limit)
-        if not plan.exact and len(rows) < limit and plan.estimate > len(rows):
-            self.exact_reruns += 1
-            rows = await self._search(Plan(True, join=plan.join), vec, embed_model, scope, limit)
+        settings = ScanSettings(self.scan_order, self.scan_mem_multiplier)
+        rows: list[tuple[Any, ...]] = []
+        total = 0
+        for part in await self.parts(scope, embed_model, dim, limit):
+            got = await run_part(self._db, part, vec, embed_model, limit, settings)
+            if not part.plan.exact and len(got) < limit and part.plan.estimate > len(got):
+                self.exact_reruns += 1
+                exact = Part(Plan(True, join=part.plan.join), part.where, part.params, part.graph)
+                got = await run_part(self._db, exact, vec, embed_model, limit, settings)
+            rows.extend(got)
+            total += int(got[0][2]) if got else 0
         if not rows:
             return KBRanked()
-        return KBRanked([int(r[0]) for r in rows], [float(r[1]) for r in rows], int(rows[0][2]))
-
-    async def _search(
-        self, plan: Plan, vec: npt.NDArray[np.float32], embed_model: str, scope: KBScope, limit: int
-    ) -> list[tuple[Any, ...]]:
-        dim = int(vec.shape[0])
-        params: dict[str, Any] = {"q": vec, "model": embed_model, "limit": int(limit)}
-        where = [f"vector_dims(c.embedding) = {dim}"]
-        join = " JOIN kb_documents d ON d.id = c.doc_id AND d.embed_model = %(model)s" if plan.join else ""
-        use_ids = scope.doc_ids is not None and (
-            plan.exact or (scope.bucket is None and scope.filter is None and scope.doc_id is None)
-        )
-        if use_ids:
-            where.append("c.doc_id = ANY(%(doc_ids)s::text[])")
-            params["doc_ids"] = list(scope.doc_ids or ())
-        elif not KBScope(scope.bucket, scope.filter, scope.doc_id).everything:
-            inner, inner_params = scope_sql(scope, await self._schema_of(scope.bucket))
-            where.append("c.doc_id IN (" + named_params(inner, inner_params, params) + ")")
-        distance = f"c.embedding::vector({dim}) <=> %(q)s::vector({dim})"
-        async with self._db.reading() as conn, conn.transaction():
-            if plan.exact:
-                # Materialised: every vector in scope is scored once, counted, and the
-                # best are picked with a top-N sort (the index is never asked).
-                sql = (
-                    f"WITH s AS MATERIALIZED (SELECT c.id, 1 - ({distance}) AS sim FROM kb_chunks c{join} "
-                    f"WHERE {' AND '.join(where)}) "
-                    "SELECT id, sim, (SELECT count(*) FROM s WHERE sim > 0) FROM s "
-                    "ORDER BY sim DESC, id LIMIT %(limit)s"
-                )
-            elif plan.pool:
-                # Iterative (pgvector ≥ 0.8): the index hands over ``pool`` chunks in
-                # scope, nearly in order; the outer query ranks them by exact distance.
-                order = "strict_order" if self.scan_order == "strict_order" else "relaxed_order"
-                await conn.execute(f"SET LOCAL hnsw.ef_search = {int(plan.ef_search)}")  # type: ignore[arg-type]
-                await conn.execute(f"SET LOCAL hnsw.iterative_scan = {order}")  # type: ignore[arg-type]
-                await conn.execute(f"SET LOCAL hnsw.max_scan_tuples = {int(plan.scan_tuples)}")  # type: ignore[arg-type]
-                mem = max(1, int(self.scan_mem_multiplier))
-                await conn.execute(f"SET LOCAL hnsw.scan_mem_multiplier = {mem}")  # type: ignore[arg-type]
-                if len(where) > 1 or join:
-                    # A hash join would drain the index scan (to ``max_scan_tuples``)
-                    # before ranking a row; a nested loop stops once the pool is full.
-                    await conn.execute("SET LOCAL enable_hashjoin = off")
-                    await conn.execute("SET LOCAL enable_mergejoin = off")
-                sql = (
-                    f"WITH s AS MATERIALIZED (SELECT c.id, {distance} AS dist FROM kb_chunks c{join} "
-                    f"WHERE {' AND '.join(where)} ORDER BY {distance} LIMIT %(pool)s) "
-                    "SELECT id, 1 - dist, %(estimate)s FROM s ORDER BY dist, id LIMIT %(limit)s"
-                )
-                params.update(estimate=plan.estimate, pool=int(plan.pool))
-            else:
-                await conn.execute(f"SET LOCAL hnsw.ef_search = {int(plan.ef_search)}")  # type: ignore[arg-type]
-                sql = (
-                    f"SELECT c.id, 1 - ({distance}), %(estimate)s FROM kb_chunks c{join} "
-                    f"WHERE {' AND '.join(where)} ORDER BY {distance} LIMIT %(limit)s"  # HNSW orders
-                )
-                params["estimate"] = plan.estimate
-            cur = await conn.execute(sql, params)  # type: ignore[arg-type]
-            return list(await cur.fetchall())
+        rows.sort(key=lambda r: (-float(r[1]), int(r[0])))
+        best = rows[:limit]
+        return KBRanked([int(r[0]) for r in best], [float(r[1]) for r in best], total)
 
     async def cosines(self, chunk_ids: Sequence[int], query: npt.NDArray[np.float32]) -> dict[int, float]:
         """Cosine similarity of each stored chunk vector to ``query`` (chunks without a
