@@ -227,3 +227,55 @@ async def test_a_bucket_named_with_quotes_a_percent_sign_and_unicode_has_its_gra
         assert got.ids == _exact(ids_odd, m_odd, query, 10)
         both = await kb.vector_candidates(query, "m", KBScope(), 10)
         assert both.ids == _exact(ids_odd + ids_near, np.vstack([m_odd, m_near]), query, 10)
+
+
+async def test_migration_26_fills_the_chunks_buckets_and_replaces_the_global_graph(pg_server: TestPostgres) -> None:
+    """A database of step 25 (one graph per dimension, chunks without a bucket): the
+    step drops that graph, gives every chunk its document's bucket, and the repair at
+    open (``ensure_bucket_graphs``, here with a small threshold) builds the big bucket's."""
+    import psycopg
+    from pgvector.psycopg import register_vector_async
+
+    from storage.postgres import migrations
+
+    rng = np.random.default_rng(7)
+    matrix = _unit(rng.normal(size=(90, DIM)))
+    buckets = ["big"] * 70 + ["small"] * 20
+    with pg_server.database(empty=True) as url:
+        await migrations.migrate(url, migrations.MIGRATIONS[:25])
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await register_vector_async(conn)
+            await conn.execute("INSERT INTO kb_buckets (name, created_at) VALUES ('big', 'now'), ('small', 'now')")
+            for i, (bucket, vec) in enumerate(zip(buckets, matrix, strict=True)):
+                await conn.execute(
+                    "INSERT INTO kb_documents (id, bucket, content_hash, created_at, updated_at, chunk_count,"
+                    " embed_model, embed_dim) VALUES (%s, %s, %s, 'now', 'now', 1, 'm', %s)",
+                    (f"d{i}", bucket, str(i), DIM),
+                )
+                await conn.execute(
+                    "INSERT INTO kb_chunks (doc_id, position, title, text, ntok, embedding)"
+                    " VALUES (%s, 0, '', %s, 2, %s)",
+                    (f"d{i}", f"chunk {i}", vec),
+                )
+            await conn.execute(
+                f"CREATE INDEX kb_chunks_hnsw_{DIM} ON kb_chunks USING hnsw ((embedding::vector({DIM}))"
+                f" vector_cosine_ops) WHERE vector_dims(embedding) = {DIM}"  # as step 25's code made it
+            )
+        storage = await open_postgres_storage(url)  # migrates to the last step
+        try:
+            assert await _graphs(storage) == set()  # the global graph is gone; 70 < 10,000
+            rows = await storage.db.fetchall("SELECT c.bucket, count(*) FROM kb_chunks c GROUP BY 1 ORDER BY 1")
+            assert rows == [("big", 70), ("small", 20)]
+            kb = storage.kb_index
+            kb.exact_scope_vectors = THRESHOLD
+            assert await kb.ensure_bucket_graphs() == [(DIM, "big")]
+            assert await _graphs(storage) == {graph_name(DIM, "big")}
+            by_doc = dict((str(r[0]), int(r[1])) for r in await storage.db.fetchall("SELECT doc_id, id FROM kb_chunks"))
+            ids = [by_doc[f"d{i}"] for i in range(90)]
+            query = _unit(rng.normal(size=DIM))
+            [part] = await kb._vectors.parts(KBScope("big"), "m", DIM, 10)
+            assert part.graph == "big"
+            got = await kb.vector_candidates(query, "m", KBScope("big"), 10)
+            assert got.ids == _exact(ids[:70], matrix[:70], query, 10)
+        finally:
+            await storage.close()
