@@ -48,9 +48,10 @@ import numpy.typing as npt
 
 from storage.kb_records import KBRanked, KBScope
 from storage.postgres.database import PostgresDatabase
-from storage.postgres.kb_filters_sql import count_sql, scope_sql
+from storage.postgres.kb_filters_sql import count_sql
 from storage.postgres.kb_graphs import HNSW_MAX_DIM, bucket_key, graph_names
-from storage.postgres.kb_text import STATS_TTL_S, named_params
+from storage.postgres.kb_text import STATS_TTL_S
+from storage.postgres.kb_vector_parts import split
 from storage.postgres.kb_vector_scan import Part, Plan, ScanSettings, run_part
 
 #: A scope of at most this many vectors is scored exactly (measured on 2 cores: ~3 µs a
@@ -214,6 +215,18 @@ class VectorSearch:
             "exact_scope_vectors": self.exact_scope_vectors,
             "exact_reruns": self.exact_reruns,
         }
+        counts = await self.counts()
+        out["bucket_graphs"] = len(counts.graphs)
+        # A bucket past the threshold without its graph (being built, or a build that has
+        # not run yet: the repair at open makes it) is searched exactly meanwhile.
+        out["buckets_without_graph"] = sorted(
+            {
+                b
+                for (_m, dim), buckets in counts.by_model.items()
+                for b, (_d, vectors) in buckets.items()
+                if 0 < dim <= HNSW_MAX_DIM and vectors > self.exact_scope_vectors and not counts.has_graph(dim, b)
+            }
+        )
         if iterative:
             out.update(scan_order=self.scan_order, candidate_pool_factor=self.pool_factor)
         else:
@@ -235,19 +248,28 @@ class VectorSearch:
             return math.ceil((int(row[0]) if row else 0) * counts.per_document(model, dim))
         return counts.vectors(model, dim, scope.bucket)
 
-    async def graph_plan(self, estimate: int, total: int, limit: int, *, join: bool) -> Plan:
+    async def graph_plan(self, estimate: int, total: int, limit: int, *, join: bool, whole: bool = False) -> Plan:
         """How a scope of about ``estimate`` vectors runs on a bucket graph of ``total``:
         through it, with ``ef_search`` (and, iterating, the pool and the walk) sized for
-        the scope's share of the graph — 1 when the scope is the bucket — or exactly,
-        when the scope is small or the walk would visit more than the scope holds."""
+        the scope's share of the graph, or exactly, when the scope is small or the walk
+        would visit more than the scope holds. ``whole``: the scope is the whole bucket,
+        so nothing the graph hands over is filtered out — a plain scan as wide as the
+        pool (``POOL_FACTOR`` x ``limit``, at most ``MAX_EF_SEARCH``) gives the same
+        walk as an iterative one, cheaper (``bench/pg_recall.py --buckets``), on every
+        pgvector; only a pool past ``MAX_EF_SEARCH`` needs iterating."""
         if estimate <= self.exact_scope_vectors or total <= 0:
             return Plan(True, join=join, estimate=estimate)
+        pool = max(limit, math.ceil(self.pool_factor * limit))
+        if whole:
+            ef = max(MIN_EF_SEARCH, min(MAX_EF_SEARCH, max(pool, math.ceil(self.ef_search_factor * limit))))
+            if pool <= MAX_EF_SEARCH or not await self._iterative_scans():
+                return Plan(False, ef, join=join, estimate=estimate)
+            return Plan(False, ef, max(MIN_SCAN_TUPLES, 2 * pool), join=join, estimate=estimate, pool=pool)
         share = min(1.0, estimate / total)
         needed = math.ceil(2 * limit / share)  # candidates to walk for ``limit`` in scope, with margin
         wanted = math.ceil(self.ef_search_factor * limit / share)
         ef = max(MIN_EF_SEARCH, min(MAX_EF_SEARCH, wanted))
         if await self._iterative_scans():
-            pool = max(limit, math.ceil(self.pool_factor * limit))
             walk = math.ceil(2 * pool / share)  # index tuples to visit for the pool, with margin
             if walk > estimate:  # the walk would visit more than the scope holds
                 return Plan(True, join=join, estimate=estimate)
@@ -263,85 +285,8 @@ class VectorSearch:
         return counts
 
     async def parts(self, scope: KBScope, model: str, dim: int, limit: int) -> list[Part]:
-        """The statements a query of ``scope`` runs: one per bucket whose graph answers
-        (its share of the scope large enough), and one exact scan of the rest."""
-        counts = await self._counts_for(model, dim)
-        join = counts.models(dim) != {model}
-        graphs = dim <= HNSW_MAX_DIM and any(d == dim for d, _ in counts.graphs)
-        by_bucket: dict[str, int] = {}  # bucket with a graph -> the scope's vectors in it
-        if not graphs:
-            pass
-        elif scope.bucket is not None:
-            by_bucket[scope.bucket] = await self._estimate(scope, counts, model, dim)
-        elif scope.doc_ids is not None:
-            rows = await self._db.fetchall(
-                "SELECT bucket, coalesce(sum(chunk_count), 0) FROM kb_documents WHERE id = ANY(%s::text[])"
-                " GROUP BY bucket",
-                (list(scope.doc_ids),),
-            )
-            by_bucket.update((str(b), int(v)) for b, v in rows)
-        else:
-            by_bucket.update((b, counts.vectors(model, dim, b)) for b in counts.buckets(model, dim))
-        parts: list[Part] = []
-        for bucket, estimate in sorted(by_bucket.items()):
-            total = counts.vectors(model, dim, bucket)
-            if not counts.has_graph(dim, bucket) or total <= self.exact_scope_vectors:
-                continue
-            plan = await self.graph_plan(estimate, total, limit, join=join)
-            if not plan.exact:
-                where, params = await self._conditions(KBScope(bucket, scope.filter, scope.doc_id, scope.doc_ids))
-                parts.append(Part(plan, where, params, graph=bucket))
-        served = [p.graph for p in parts if p.graph is not None]
-        rest = await self._rest(scope, counts, model, dim, served)
-        if rest is not None:
-            where, params, estimate = rest
-            parts.append(Part(Plan(True, join=join, estimate=estimate), where, params))
-        return parts
-
-    async def _conditions(self, scope: KBScope) -> tuple[tuple[str, ...], tuple[tuple[str, Any], ...]]:
-        """The scope's conditions on ``kb_chunks c`` (the bucket aside: a graph part
-        names it as a literal, an exact part through its documents)."""
-        params: dict[str, Any] = {}
-        if scope.doc_ids is not None:
-            params["doc_ids"] = list(scope.doc_ids)
-            return ("c.doc_id = ANY(%(doc_ids)s::text[])",), tuple(params.items())
-        if scope.filter is None and scope.doc_id is None:
-            return (), ()
-        inner, inner_params = scope_sql(scope, await self._schema_of(scope.bucket))
-        return ("c.doc_id IN (" + named_params(inner, inner_params, params) + ")",), tuple(params.items())
-
-    async def _rest(
-        self, scope: KBScope, counts: VectorCounts, model: str, dim: int, served: list[str]
-    ) -> tuple[tuple[str, ...], tuple[tuple[str, Any], ...], int] | None:
-        """The exact part: what no graph part covers (``None``: nothing)."""
-        if scope.bucket is not None:
-            if served:
-                return None
-            if scope.doc_ids is not None:
-                where, params = await self._conditions(scope)
-            else:
-                inner, inner_params = scope_sql(
-                    KBScope(scope.bucket, scope.filter, scope.doc_id), await self._schema_of(scope.bucket)
-                )
-                named: dict[str, Any] = {}
-                where = ("c.doc_id IN (" + named_params(inner, inner_params, named) + ")",)
-                params = tuple(named.items())
-            return where, params, await self._estimate(scope, counts, model, dim)
-        if scope.doc_ids is not None:
-            where, params = await self._conditions(scope)
-            if served:
-                where = (*where, "c.bucket <> ALL(%(served)s::text[])")
-                params = (*params, ("served", served))
-            return where, params, math.ceil(len(scope.doc_ids) * counts.per_document(model, dim))
-        if not served:
-            return (), (), counts.vectors(model, dim)
-        # Every bucket: those without a graph part, through their documents (the chunks'
-        # doc_id index), as the counts know them.
-        rest = [b for b in counts.buckets(model, dim) if b not in served]
-        if not rest:
-            return None
-        where = ("c.doc_id IN (SELECT d2.id FROM kb_documents d2 WHERE d2.bucket = ANY(%(rest)s::text[]))",)
-        return where, (("rest", rest),), sum(counts.vectors(model, dim, b) for b in rest)
+        """The statements a query of ``scope`` runs (``kb_vector_parts``)."""
+        return await split(self, scope, model, dim, limit)
 
     # ------------------------------------------------------------------ search
     async def candidates(

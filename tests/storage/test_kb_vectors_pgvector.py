@@ -14,6 +14,7 @@ scope: chunks far from the query, the query in a dense cluster of the same bucke
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -150,6 +151,19 @@ async def test_a_thin_scope_of_a_bucket_graph_far_from_the_query_gets_the_exact_
     assert status["pgvector"] == version and status["iterative_scans"] is iterative
     assert status["exact_reruns"] == (0 if iterative else 5)
     assert ("candidate_pool_factor" in status) is iterative and ("detail" in status) is not iterative
+    assert status["bucket_graphs"] == 3 and status["buckets_without_graph"] == []
+
+    # A bucket past the threshold without its graph (a crash before its build) is
+    # searched exactly, says so, and gets its graph back from the repair at open.
+    async def drop(conn: Any) -> None:
+        await conn.execute(f'DROP INDEX "{graph_name(DIM, "common")}"')
+
+    await storage.db.transact(drop)
+    vs.changed()
+    assert (await vs.describe())["buckets_without_graph"] == ["common"]
+    assert [p.graph for p in await vs.parts(KBScope("common"), "m", DIM, 10)] == [None]
+    assert await kb.ensure_bucket_graphs() == [(DIM, "common")]
+    assert [p.graph for p in await vs.parts(KBScope("common"), "m", DIM, 10)] == ["common"]
 
 
 async def test_a_bucket_far_from_the_query_is_answered_by_its_own_graph_without_a_rerun(
@@ -161,6 +175,9 @@ async def test_a_bucket_far_from_the_query_is_answered_by_its_own_graph_without_
     centre, rare, _ids_c, ids_r = await _corpus(storage)
     [part] = await vs.parts(KBScope("rare"), "m", DIM, 10)
     assert part.graph == "rare" and not part.plan.exact and part.where == ()
+    # Nothing of the walk is filtered out: a plain scan as wide as the pool (10 x 10), on
+    # either pgvector, no iterating.
+    assert part.plan.pool == 0 and part.plan.ef_search == 100
     rng = np.random.default_rng(5)
     for _ in range(5):
         query = _unit(centre + 0.05 * rng.normal(size=DIM))

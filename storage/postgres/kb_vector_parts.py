@@ -1,0 +1,113 @@
+"""How a vector query on PostgreSQL is split into statements (``kb_vectors``).
+
+Every bucket past the exact threshold has its own HNSW graph (``kb_graphs``). A query
+is one statement per bucket of its scope whose graph answers it (the scope's share of
+that bucket large enough for a walk to pay), and one exact scan of everything else in
+scope; ``VectorSearch.candidates`` merges them by cosine, then chunk id. A scope of
+several buckets arrives as a list of documents (``knowledge.search``): their buckets are
+read from ``kb_documents`` (one ``GROUP BY`` over the listed ids). A scope of every
+bucket is every bucket the counts know (refreshed when this process writes and at most
+``STATS_TTL_S`` old): a bucket another replica created in the meantime is left out of
+the dense side for that long.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from storage.kb_records import KBScope
+from storage.postgres.kb_filters_sql import scope_sql
+from storage.postgres.kb_graphs import HNSW_MAX_DIM
+from storage.postgres.kb_text import named_params
+from storage.postgres.kb_vector_scan import Part, Plan
+
+if TYPE_CHECKING:
+    from storage.postgres.kb_vectors import VectorCounts, VectorSearch
+
+
+async def split(vs: VectorSearch, scope: KBScope, model: str, dim: int, limit: int) -> list[Part]:
+    """The statements a query of ``scope`` runs: one per bucket whose graph answers
+    (its share of the scope large enough), and one exact scan of the rest."""
+    counts = await vs._counts_for(model, dim)
+    join = counts.models(dim) != {model}
+    graphs = dim <= HNSW_MAX_DIM and any(d == dim for d, _ in counts.graphs)
+    by_bucket: dict[str, int] = {}  # bucket with a graph -> the scope's vectors in it
+    if not graphs:
+        pass
+    elif scope.bucket is not None:
+        by_bucket[scope.bucket] = await vs._estimate(scope, counts, model, dim)
+    elif scope.doc_ids is not None:
+        rows = await vs._db.fetchall(
+            "SELECT bucket, coalesce(sum(chunk_count), 0) FROM kb_documents WHERE id = ANY(%s::text[]) GROUP BY bucket",
+            (list(scope.doc_ids),),
+        )
+        by_bucket.update((str(b), int(v)) for b, v in rows)
+    else:
+        by_bucket.update((b, counts.vectors(model, dim, b)) for b in counts.buckets(model, dim))
+    parts: list[Part] = []
+    for bucket, estimate in sorted(by_bucket.items()):
+        total = counts.vectors(model, dim, bucket)
+        if not counts.has_graph(dim, bucket) or total <= vs.exact_scope_vectors:
+            continue
+        whole = scope.filter is None and scope.doc_id is None and scope.doc_ids is None
+        plan = await vs.graph_plan(estimate, total, limit, join=join, whole=whole)
+        if not plan.exact:
+            where, params = await _conditions(vs, KBScope(bucket, scope.filter, scope.doc_id, scope.doc_ids))
+            parts.append(Part(plan, where, params, graph=bucket))
+    served = [p.graph for p in parts if p.graph is not None]
+    rest = await _rest(vs, scope, counts, model, dim, served)
+    if rest is not None:
+        where, params, estimate = rest
+        parts.append(Part(Plan(True, join=join, estimate=estimate), where, params))
+    return parts
+
+
+async def _conditions(vs: VectorSearch, scope: KBScope) -> tuple[tuple[str, ...], tuple[tuple[str, Any], ...]]:
+    """The scope's conditions on ``kb_chunks c`` (the bucket aside: a graph part
+    names it as a literal, an exact part through its documents)."""
+    params: dict[str, Any] = {}
+    if scope.doc_ids is not None:
+        params["doc_ids"] = list(scope.doc_ids)
+        return ("c.doc_id = ANY(%(doc_ids)s::text[])",), tuple(params.items())
+    if scope.filter is None and scope.doc_id is None:
+        return (), ()
+    inner, inner_params = scope_sql(scope, await vs._schema_of(scope.bucket))
+    return ("c.doc_id IN (" + named_params(inner, inner_params, params) + ")",), tuple(params.items())
+
+
+async def _rest(
+    vs: VectorSearch, scope: KBScope, counts: VectorCounts, model: str, dim: int, served: list[str]
+) -> tuple[tuple[str, ...], tuple[tuple[str, Any], ...], int] | None:
+    """The exact part: what no graph part covers (``None``: nothing)."""
+    if scope.bucket is not None:
+        if served:
+            return None
+        if scope.doc_ids is not None:
+            where, params = await _conditions(vs, scope)
+        else:
+            inner, inner_params = scope_sql(
+                KBScope(scope.bucket, scope.filter, scope.doc_id), await vs._schema_of(scope.bucket)
+            )
+            named: dict[str, Any] = {}
+            where = ("c.doc_id IN (" + named_params(inner, inner_params, named) + ")",)
+            params = tuple(named.items())
+        return where, params, await vs._estimate(scope, counts, model, dim)
+    if scope.doc_ids is not None:
+        where, params = await _conditions(vs, scope)
+        if served:
+            where = (*where, "c.bucket <> ALL(%(served)s::text[])")
+            params = (*params, ("served", served))
+        return where, params, math.ceil(len(scope.doc_ids) * counts.per_document(model, dim))
+    if not served:
+        return (), (), counts.vectors(model, dim)
+    # Every bucket: those without a graph part, through their documents (the chunks'
+    # doc_id index), as the counts know them.
+    rest = [b for b in counts.buckets(model, dim) if b not in served]
+    if not rest:
+        return None
+    where = ("c.doc_id IN (SELECT d2.id FROM kb_documents d2 WHERE d2.bucket = ANY(%(rest)s::text[]))",)
+    return where, (("rest", rest),), sum(counts.vectors(model, dim, b) for b in rest)
+
+
+__all__ = ["split"]
