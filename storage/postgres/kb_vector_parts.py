@@ -14,31 +14,81 @@ the dense side for that long.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from storage.kb_records import KBScope
+from storage.postgres.database import PostgresDatabase
 from storage.postgres.kb_filters_sql import scope_sql
-from storage.postgres.kb_graphs import HNSW_MAX_DIM
+from storage.postgres.kb_graphs import HNSW_MAX_DIM, bucket_key
 from storage.postgres.kb_text import named_params
 from storage.postgres.kb_vector_scan import Part, Plan
 
-if TYPE_CHECKING:
-    from storage.postgres.kb_vectors import VectorCounts, VectorSearch
+
+@dataclass(slots=True)
+class VectorCounts:
+    """Documents and vectors per (embedder, dimension) and bucket."""
+
+    #: (embed_model, dim) -> bucket -> (documents, vectors)
+    by_model: dict[tuple[str, int], dict[str, tuple[int, int]]] = field(default_factory=dict)
+    #: (dim, bucket key) of the buckets' HNSW graphs (``kb_graphs``).
+    graphs: set[tuple[int, str]] = field(default_factory=set)
+
+    def buckets(self, model: str, dim: int) -> list[str]:
+        return sorted(b for b, (_d, v) in self.by_model.get((model, dim), {}).items() if v)
+
+    def has_graph(self, dim: int, bucket: str) -> bool:
+        return (dim, bucket_key(bucket)) in self.graphs
+
+    def models(self, dim: int) -> set[str]:
+        return {m for (m, d), buckets in self.by_model.items() if d == dim and any(v for _, v in buckets.values())}
+
+    def vectors(self, model: str, dim: int, bucket: str | None = None) -> int:
+        buckets = self.by_model.get((model, dim), {})
+        if bucket is not None:
+            return buckets.get(bucket, (0, 0))[1]
+        return sum(v for _, v in buckets.values())
+
+    def per_document(self, model: str, dim: int) -> float:
+        buckets = self.by_model.get((model, dim), {})
+        docs = sum(d for d, _ in buckets.values())
+        return sum(v for _, v in buckets.values()) / docs if docs else 1.0
+
+
+Schema = dict[str, str] | None
+SchemaOf = Callable[[str | None], Awaitable[Schema]]
+
+
+class VectorSearch(Protocol):
+    """What the split needs of ``kb_vectors.VectorSearch``."""
+
+    exact_scope_vectors: int
+    schema_of: SchemaOf
+
+    @property
+    def db(self) -> PostgresDatabase: ...
+
+    async def counts_for(self, model: str, dim: int) -> VectorCounts: ...
+
+    async def estimate(self, scope: KBScope, counts: VectorCounts, model: str, dim: int) -> int: ...
+
+    async def graph_plan(self, estimate: int, total: int, limit: int, *, join: bool, whole: bool = False) -> Plan: ...
 
 
 async def split(vs: VectorSearch, scope: KBScope, model: str, dim: int, limit: int) -> list[Part]:
     """The statements a query of ``scope`` runs: one per bucket whose graph answers
     (its share of the scope large enough), and one exact scan of the rest."""
-    counts = await vs._counts_for(model, dim)
+    counts = await vs.counts_for(model, dim)
     join = counts.models(dim) != {model}
     graphs = dim <= HNSW_MAX_DIM and any(d == dim for d, _ in counts.graphs)
     by_bucket: dict[str, int] = {}  # bucket with a graph -> the scope's vectors in it
     if not graphs:
         pass
     elif scope.bucket is not None:
-        by_bucket[scope.bucket] = await vs._estimate(scope, counts, model, dim)
+        by_bucket[scope.bucket] = await vs.estimate(scope, counts, model, dim)
     elif scope.doc_ids is not None:
-        rows = await vs._db.fetchall(
+        rows = await vs.db.fetchall(
             "SELECT bucket, coalesce(sum(chunk_count), 0) FROM kb_documents WHERE id = ANY(%s::text[]) GROUP BY bucket",
             (list(scope.doc_ids),),
         )
@@ -72,7 +122,7 @@ async def _conditions(vs: VectorSearch, scope: KBScope) -> tuple[tuple[str, ...]
         return ("c.doc_id = ANY(%(doc_ids)s::text[])",), tuple(params.items())
     if scope.filter is None and scope.doc_id is None:
         return (), ()
-    inner, inner_params = scope_sql(scope, await vs._schema_of(scope.bucket))
+    inner, inner_params = scope_sql(scope, await vs.schema_of(scope.bucket))
     return ("c.doc_id IN (" + named_params(inner, inner_params, params) + ")",), tuple(params.items())
 
 
@@ -87,12 +137,12 @@ async def _rest(
             where, params = await _conditions(vs, scope)
         else:
             inner, inner_params = scope_sql(
-                KBScope(scope.bucket, scope.filter, scope.doc_id), await vs._schema_of(scope.bucket)
+                KBScope(scope.bucket, scope.filter, scope.doc_id), await vs.schema_of(scope.bucket)
             )
             named: dict[str, Any] = {}
             where = ("c.doc_id IN (" + named_params(inner, inner_params, named) + ")",)
             params = tuple(named.items())
-        return where, params, await vs._estimate(scope, counts, model, dim)
+        return where, params, await vs.estimate(scope, counts, model, dim)
     if scope.doc_ids is not None:
         where, params = await _conditions(vs, scope)
         if served:
@@ -110,4 +160,4 @@ async def _rest(
     return where, (("rest", rest),), sum(counts.vectors(model, dim, b) for b in rest)
 
 
-__all__ = ["split"]
+__all__ = ["Schema", "SchemaOf", "VectorCounts", "VectorSearch", "split"]

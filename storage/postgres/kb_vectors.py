@@ -39,8 +39,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -49,9 +48,9 @@ import numpy.typing as npt
 from storage.kb_records import KBRanked, KBScope
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.kb_filters_sql import count_sql
-from storage.postgres.kb_graphs import HNSW_MAX_DIM, bucket_key, graph_names
+from storage.postgres.kb_graphs import HNSW_MAX_DIM, graph_names
 from storage.postgres.kb_text import STATS_TTL_S
-from storage.postgres.kb_vector_parts import split
+from storage.postgres.kb_vector_parts import SchemaOf, VectorCounts, split
 from storage.postgres.kb_vector_scan import Part, Plan, ScanSettings, run_part
 
 #: A scope of at most this many vectors is scored exactly (measured on 2 cores: ~3 µs a
@@ -96,40 +95,6 @@ def pgvector_version(text: str | None) -> tuple[int, ...]:
     return tuple(parts)
 
 
-Schema = dict[str, str] | None
-SchemaOf = Callable[[str | None], Awaitable[Schema]]
-
-
-@dataclass(slots=True)
-class VectorCounts:
-    """Documents and vectors per (embedder, dimension) and bucket."""
-
-    #: (embed_model, dim) -> bucket -> (documents, vectors)
-    by_model: dict[tuple[str, int], dict[str, tuple[int, int]]] = field(default_factory=dict)
-    #: (dim, bucket key) of the buckets' HNSW graphs (``kb_graphs``).
-    graphs: set[tuple[int, str]] = field(default_factory=set)
-
-    def buckets(self, model: str, dim: int) -> list[str]:
-        return sorted(b for b, (_d, v) in self.by_model.get((model, dim), {}).items() if v)
-
-    def has_graph(self, dim: int, bucket: str) -> bool:
-        return (dim, bucket_key(bucket)) in self.graphs
-
-    def models(self, dim: int) -> set[str]:
-        return {m for (m, d), buckets in self.by_model.items() if d == dim and any(v for _, v in buckets.values())}
-
-    def vectors(self, model: str, dim: int, bucket: str | None = None) -> int:
-        buckets = self.by_model.get((model, dim), {})
-        if bucket is not None:
-            return buckets.get(bucket, (0, 0))[1]
-        return sum(v for _, v in buckets.values())
-
-    def per_document(self, model: str, dim: int) -> float:
-        buckets = self.by_model.get((model, dim), {})
-        docs = sum(d for d, _ in buckets.values())
-        return sum(v for _, v in buckets.values()) / docs if docs else 1.0
-
-
 class VectorSearch:
     """``vector_candidates`` / ``cosines`` / counts of ``PostgresKBIndex``."""
 
@@ -137,7 +102,7 @@ class VectorSearch:
         self, db: PostgresDatabase, schema_of: SchemaOf, *, exact_scope_vectors: int = EXACT_SCOPE_VECTORS
     ) -> None:
         self._db = db
-        self._schema_of = schema_of
+        self.schema_of = schema_of
         self.exact_scope_vectors = exact_scope_vectors
         self._counts: VectorCounts | None = None
         self._counts_at = 0.0
@@ -152,6 +117,10 @@ class VectorSearch:
         self.scan_mem_multiplier = SCAN_MEM_MULTIPLIER
         #: Index scans that came back short and were done again exactly (a metric's worth).
         self.exact_reruns = 0
+
+    @property
+    def db(self) -> PostgresDatabase:
+        return self._db
 
     def changed(self) -> None:
         """This process wrote: the counts are stale."""
@@ -236,14 +205,14 @@ class VectorSearch:
         return out
 
     # ------------------------------------------------------------------ planning
-    async def _estimate(self, scope: KBScope, counts: VectorCounts, model: str, dim: int) -> int:
+    async def estimate(self, scope: KBScope, counts: VectorCounts, model: str, dim: int) -> int:
         """About how many vectors of ``model`` the scope (within its bucket) holds."""
         if scope.doc_ids is not None:
             return math.ceil(len(scope.doc_ids) * counts.per_document(model, dim))
         if scope.doc_id is not None:
             return math.ceil(counts.per_document(model, dim))
         if scope.filter is not None:
-            sql, params = count_sql(scope, await self._schema_of(scope.bucket))
+            sql, params = count_sql(scope, await self.schema_of(scope.bucket))
             row = await self._db.fetchone(sql, params)
             return math.ceil((int(row[0]) if row else 0) * counts.per_document(model, dim))
         return counts.vectors(model, dim, scope.bucket)
@@ -278,7 +247,7 @@ class VectorSearch:
             return Plan(True, join=join, estimate=estimate)
         return Plan(False, ef, join=join, estimate=estimate)
 
-    async def _counts_for(self, model: str, dim: int) -> VectorCounts:
+    async def counts_for(self, model: str, dim: int) -> VectorCounts:
         counts = await self.counts()
         if model not in counts.models(dim):  # new since the counts were read, or nothing at all
             counts = await self.counts(fresh=True)
