@@ -60,6 +60,15 @@ def bucket_literal(conn: Conn, bucket: str) -> str:
     return sql.Literal(bucket).as_string(conn).replace("%", "%%")
 
 
+def graph_ddl(dim: int, bucket: str) -> sql.Composed:
+    """The ``CREATE INDEX`` of the bucket's graph (pgvector's defaults: m 16, ef_construction 64)."""
+    d = sql.SQL(str(int(dim)))
+    return sql.SQL(
+        "CREATE INDEX IF NOT EXISTS {name} ON kb_chunks USING hnsw ((embedding::vector({d})) vector_cosine_ops) "
+        "WHERE vector_dims(embedding) = {d} AND bucket = {bucket}"
+    ).format(name=sql.Identifier(graph_name(dim, bucket)), d=d, bucket=sql.Literal(bucket))
+
+
 async def graph_names(conn: Conn) -> set[tuple[int, str]]:
     """``(dim, bucket_key)`` of every per-bucket graph there is."""
     cur = await conn.execute(
@@ -92,13 +101,7 @@ async def ensure_graph(conn: Conn, dim: int, bucket: str, *, bulk_build: bool = 
     if bulk_build:
         await conn.execute(f"SET LOCAL maintenance_work_mem = '{HNSW_BUILD_MEMORY}'")  # type: ignore[arg-type]
         await conn.execute("SET LOCAL statement_timeout = 0")
-    d = sql.SQL(str(int(dim)))
-    await conn.execute(
-        sql.SQL(
-            "CREATE INDEX IF NOT EXISTS {name} ON kb_chunks USING hnsw ((embedding::vector({d})) vector_cosine_ops) "
-            "WHERE vector_dims(embedding) = {d} AND bucket = {bucket}"
-        ).format(name=sql.Identifier(graph_name(dim, bucket)), d=d, bucket=sql.Literal(bucket))
-    )
+    await conn.execute(graph_ddl(dim, bucket))
     return True
 
 
@@ -190,6 +193,7 @@ __all__ = [
     "buckets_past",
     "drop_graphs",
     "ensure_graph",
+    "graph_ddl",
     "graph_exists",
     "graph_name",
     "graph_names",

@@ -4,31 +4,50 @@ memory and every replica sees what another one ingested the moment it commits.
 
 How a query runs, and why:
 
-* **Small scopes are scanned exactly.** An HNSW scan filtered after the fact keeps only
-  the neighbours that happen to be in scope: for a scope of a few thousand chunks out
-  of 100k it would return almost nothing. Scoring a few thousand vectors exactly costs
-  a few milliseconds (a bitmap scan on the chunks' ``doc_id`` index), and is what the
+* **Small scopes are scanned exactly.** Scoring a few thousand vectors exactly costs a
+  few milliseconds (a bitmap scan on the chunks' ``doc_id`` index), and is what the
   in-memory engine returns, to the last tie (broken by chunk id).
-* **Large scopes go through the HNSW index** (one partial index per dimension, cosine,
-  made by ``PostgresKBIndex`` on first write). A scan stops after ``hnsw.ef_search``
-  candidates and the scope's filter applies to those, so ``ef_search`` grows with how
-  little of the index the scope covers (``EF_SEARCH_FACTOR`` times ``limit`` / share).
-  Older pgvector (the test server's 0.6.2) stops there, so a scope too thin for the
-  largest ``ef_search`` (1,000) is scanned exactly instead — filtered recall never
-  collapses, but a post-filtered scan of a quarter of 1M chunks agrees with the exact
-  top 10 only ~0.85 of the time (``bench/results/corpus_pg_recall_1000000.json``).
-* **pgvector ≥ 0.8 scans iteratively** (the version is read once, from
-  ``pg_extension``): ``hnsw.iterative_scan = relaxed_order`` walks on past
-  ``ef_search`` until ``POOL_FACTOR`` x ``limit`` chunks passed the scope's filter (at
-  most ``hnsw.max_scan_tuples`` index tuples), and that pool is re-ranked exactly by
-  its cosines (relaxed order may hand a slightly nearer chunk over after a farther one;
-  the outer ``ORDER BY`` puts it back in place). A pool larger than ``limit`` is what
-  lifts recall: the walk goes further than the ``limit`` first hits. Scopes whose walk
-  would visit more index tuples than they hold vectors are scanned exactly.
+* **Each bucket past the exact threshold has its own HNSW graph** (``kb_graphs``: a
+  partial index per dimension and bucket, over the chunk's copy of its document's
+  bucket, migration 26). Until issue 24 one graph per dimension served every bucket,
+  and a bucket's search was post-filtered: the bench's bucket, a quarter of the index,
+  drove ``ef_search`` to 1,000 at 100k (semantic p95 86 ms of hybrid's 90) and at 1M
+  agreed with the exact top 10 only 0.92 of the time even with pgvector 0.8's
+  iterative scans. A bucket's own graph is walked as an unscoped search is.
+* **A query is split into statements** (``kb_vector_parts``): one per bucket of its
+  scope whose graph answers it, the bucket written as a literal so the planner proves
+  the partial index's predicate whatever plan a prepared statement gets
+  (``kb_vector_scan``), and one exact scan of whatever is left (small buckets, thin
+  scopes); the parts' best are merged by cosine, then chunk id. Several buckets (a
+  list of documents from ``knowledge.search``) are split by their documents' buckets;
+  every bucket is every bucket the counts know.
+* **A whole bucket** walks its graph with a plain scan ``POOL_FACTOR`` x ``limit``
+  wide (``ef_search`` 1,000 for the service's 100 candidates): nothing is filtered
+  out, so the iterative scan's pool is not needed. ``bench/pg_recall.py --buckets``:
+  top-10 agreement with the exact scan at 100k (buckets of 25–50k) 0.995 on pgvector
+  0.6.2 (0.937 at the share-based ``ef_search`` of 400), 0.992 on 0.8.5 — where the
+  plain scan's p95 was 60 ms against the iterative pool's 79 for the same agreement.
+  At 1M, a 250k-vector bucket (the 1M bench's contracts): see
+  ``bench/results/corpus_pg_recall_1000000_per_bucket_contracts_1m.json``.
+* **A thinner scope inside a big bucket** (a filter, a list of documents) follows the
+  rules the single graph had, relative to the bucket's graph: a scan stops after
+  ``hnsw.ef_search`` candidates and the scope's filter applies to those, so
+  ``ef_search`` grows with how little of the bucket the scope covers
+  (``EF_SEARCH_FACTOR`` times ``limit`` / share). pgvector < 0.8 stops there, so a
+  scope too thin for the largest ``ef_search`` (1,000) is scanned exactly instead, and
+  a scan that comes back short is done again exactly. pgvector ≥ 0.8 (the version is
+  read once, from ``pg_extension``) scans iteratively: ``relaxed_order`` walks on past
+  ``ef_search`` until ``POOL_FACTOR`` x ``limit`` chunks passed the filter (at most
+  ``hnsw.max_scan_tuples`` index tuples), and the pool is re-ranked exactly. Scopes
+  whose walk would visit more index tuples than they hold vectors are scanned exactly.
 * **How large a scope is** comes from counts per bucket and embedder (one ``GROUP BY``
-  over ``kb_documents``), cached until this process writes and for at most
-  ``STATS_TTL_S``. A stale count only changes *how* a query runs (exact or through the
-  index), never which chunks may be returned; the one exception is the shortcut below.
+  over ``kb_documents``) and which graphs exist (``pg_indexes``), cached until this
+  process writes and for at most ``STATS_TTL_S``. A stale count only changes *how* a
+  query runs (exact or through a graph), never which chunks of a named bucket may be
+  returned; a search of every bucket leaves out, for that long, a bucket another
+  replica has just created. A bucket past the threshold whose graph is missing (a crash
+  before its build; the repair at open makes it) is scanned exactly and listed by
+  ``describe`` (the KB's status).
 * **The embedder check** (``kb_documents.embed_model``) is a join per chunk; when the
   counts say only one embedder has vectors of the query's dimension the join is left
   out. Replicas configured with two embedders of the same dimension could then, for up
