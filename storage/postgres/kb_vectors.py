@@ -27,8 +27,11 @@ How a query runs, and why:
   top-10 agreement with the exact scan at 100k (buckets of 25–50k) 0.995 on pgvector
   0.6.2 (0.937 at the share-based ``ef_search`` of 400), 0.992 on 0.8.5 — where the
   plain scan's p95 was 60 ms against the iterative pool's 79 for the same agreement.
-  At 1M, a 250k-vector bucket (the 1M bench's contracts): see
-  ``bench/results/corpus_pg_recall_1000000_per_bucket_contracts_1m.json``.
+  A bucket past ``LARGE_GRAPH_VECTORS`` walks twice as far, iterating (pgvector ≥ 0.8):
+  at 1M, the bench's 250k-vector contracts bucket agreed 0.90 with a plain scan at
+  ``ef_search`` 1,000 and 1.0 with a pool of 2,000 (p95 125 ms against 66 at load ~5;
+  ``corpus_pg_recall_1000000_per_bucket_contracts_1m.json``). pgvector 0.6 cannot walk
+  past 1,000: there a 1M corpus stays near 0.90.
 * **A thinner scope inside a big bucket** (a filter, a list of documents) follows the
   rules the single graph had, relative to the bucket's graph: a scan stops after
   ``hnsw.ef_search`` candidates and the scope's filter applies to those, so
@@ -93,6 +96,15 @@ MIN_SCAN_TUPLES = 20_000
 #: 2, 0.920 at 10 and 20. At 2 a filtered scope at 1M went through the index (0.973);
 #: at 10 its walk exceeds what it holds and it is scanned exactly (1.0).
 POOL_FACTOR = 10
+#: A whole bucket's graph past this many vectors is walked wider: a pool of
+#: ``LARGE_GRAPH_POOL_FACTOR`` x ``limit``, which only an iterative scan can collect
+#: (``hnsw.ef_search`` stops at 1,000). ``bench/pg_recall.py --buckets``: top-10
+#: agreement with the exact scan of a 250k-vector bucket (the 1M corpus's contracts,
+#: pgvector 0.8.5) 0.90 with a plain scan at ``ef_search`` 1,000 (two of 20 queries found
+#: none of their top 10), 1.0 iterating to a pool of 2,000 (p50 93 ms against 45, load
+#: ~5); buckets of 25–50k agree 0.99 with the plain scan.
+LARGE_GRAPH_VECTORS = 100_000
+LARGE_GRAPH_POOL_FACTOR = 20
 #: With iterative scans: the scan's memory, in ``work_mem``s (``hnsw.scan_mem_multiplier``).
 #: pgvector's 1: at 1M, 8 gave the same agreement (0.920) at p50 182 ms against 131 ms
 #: (``bench/results/corpus_pg_recall_1000000_mem.json``, side by side).
@@ -244,10 +256,13 @@ class VectorSearch:
         so nothing the graph hands over is filtered out — a plain scan as wide as the
         pool (``POOL_FACTOR`` x ``limit``, at most ``MAX_EF_SEARCH``) gives the same
         walk as an iterative one, cheaper (``bench/pg_recall.py --buckets``), on every
-        pgvector; only a pool past ``MAX_EF_SEARCH`` needs iterating."""
+        pgvector; only a pool past ``MAX_EF_SEARCH`` (a graph past
+        ``LARGE_GRAPH_VECTORS``) needs iterating."""
         if estimate <= self.exact_scope_vectors or total <= 0:
             return Plan(True, join=join, estimate=estimate)
         pool = max(limit, math.ceil(self.pool_factor * limit))
+        if whole and total > LARGE_GRAPH_VECTORS:
+            pool = max(pool, math.ceil(LARGE_GRAPH_POOL_FACTOR * limit))
         if whole:
             ef = max(MIN_EF_SEARCH, min(MAX_EF_SEARCH, max(pool, math.ceil(self.ef_search_factor * limit))))
             if pool <= MAX_EF_SEARCH or not await self._iterative_scans():

@@ -279,3 +279,30 @@ async def test_migration_26_fills_the_chunks_buckets_and_replaces_the_global_gra
             assert got.ids == _exact(ids[:70], matrix[:70], query, 10)
         finally:
             await storage.close()
+
+
+async def test_a_whole_bucket_walks_as_wide_as_its_pool_and_a_large_one_iterates_further() -> None:
+    """The plan alone (no server: ``iterative`` stands for the pgvector version)."""
+    from storage.postgres.kb_vectors import LARGE_GRAPH_VECTORS, MAX_EF_SEARCH, VectorSearch
+
+    async def no_schema(_bucket: str | None) -> None:
+        return None
+
+    vs = VectorSearch(None, no_schema)  # type: ignore[arg-type]
+    for iterative in (False, True):
+        vs.iterative = iterative
+        small = await vs.graph_plan(50_000, 50_000, 100, join=False, whole=True)
+        assert not small.exact and small.pool == 0 and small.ef_search == MAX_EF_SEARCH  # plain, 10 x 100
+        large = await vs.graph_plan(250_000, 250_000, 100, join=False, whole=True)
+        if iterative:  # a pool of 2,000: only an iterative scan collects it
+            assert large.pool == 2000 and large.ef_search == MAX_EF_SEARCH and large.scan_tuples >= 4000
+        else:  # pgvector < 0.8 cannot walk past ef_search
+            assert large.pool == 0 and large.ef_search == MAX_EF_SEARCH
+        assert LARGE_GRAPH_VECTORS < 250_000
+        # A filter inside the bucket: its share of the graph widens the walk, as before.
+        thin = await vs.graph_plan(20_000, 250_000, 100, join=False)
+        # Iterating, a walk of 2 x 1,000 / 8 % = 25,000 tuples, more than the scope holds;
+        # without, 2 x 100 / 8 % = 2,500 candidates needed, past ef_search 1,000: exact.
+        assert thin.exact
+        wide = await vs.graph_plan(150_000, 250_000, 100, join=False)
+        assert not wide.exact and wide.ef_search == 667 and wide.pool == (1000 if iterative else 0)
