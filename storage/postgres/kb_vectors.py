@@ -30,7 +30,8 @@ How a query runs, and why:
   A bucket past ``LARGE_GRAPH_VECTORS`` walks twice as far, iterating (pgvector ≥ 0.8):
   at 1M, the bench's 250k-vector contracts bucket agreed 0.90 with a plain scan at
   ``ef_search`` 1,000 and 1.0 with a pool of 2,000 (p95 125 ms against 66 at load ~5;
-  ``corpus_pg_recall_1000000_per_bucket_contracts_1m.json``). pgvector 0.6 cannot walk
+  ``corpus_pg_recall_1000000_per_bucket_contracts_1m.json``; through this plan: 1.0 at
+  p95 58 ms against 27, load 3–5, ``…_contracts_1m_product.json``). pgvector 0.6 cannot walk
   past 1,000: there a 1M corpus stays near 0.90.
 * **A thinner scope inside a big bucket** (a filter, a list of documents) follows the
   rules the single graph had, relative to the bucket's graph: a scan stops after
