@@ -6,9 +6,10 @@ that bucket large enough for a walk to pay), and one exact scan of everything el
 scope; ``VectorSearch.candidates`` merges them by cosine, then chunk id. A scope of
 several buckets arrives as a list of documents (``knowledge.search``): their buckets are
 read from ``kb_documents`` (one ``GROUP BY`` over the listed ids). A scope of every
-bucket is every bucket the counts know (refreshed when this process writes and at most
-``STATS_TTL_S`` old): a bucket another replica created in the meantime is left out of
-the dense side for that long.
+bucket is one part per graph the counts know (refreshed when this process writes and at
+most ``STATS_TTL_S`` old) and an exact scan of every other bucket in ``kb_buckets``, read
+by that statement: a bucket another replica created in the meantime is searched at once,
+exactly until the counts know its graph.
 """
 
 from __future__ import annotations
@@ -152,12 +153,15 @@ async def _rest(
     if not served:
         return (), (), counts.vectors(model, dim)
     # Every bucket: those without a graph part, through their documents (the chunks'
-    # doc_id index), as the counts know them.
+    # doc_id index). The buckets are read from ``kb_buckets`` by the statement itself,
+    # not from the counts: a bucket another replica created a moment ago is searched at
+    # once (exactly, until the counts know its graph), never left out for STATS_TTL_S.
+    where = (
+        "c.doc_id IN (SELECT d2.id FROM kb_documents d2 WHERE d2.bucket IN "
+        "(SELECT b.name FROM kb_buckets b WHERE b.name <> ALL(%(served)s::text[])))",
+    )
     rest = [b for b in counts.buckets(model, dim) if b not in served]
-    if not rest:
-        return None
-    where = ("c.doc_id IN (SELECT d2.id FROM kb_documents d2 WHERE d2.bucket = ANY(%(rest)s::text[]))",)
-    return where, (("rest", rest),), sum(counts.vectors(model, dim, b) for b in rest)
+    return where, (("served", served),), sum(counts.vectors(model, dim, b) for b in rest)
 
 
 __all__ = ["Schema", "SchemaOf", "VectorCounts", "VectorSearch", "split"]

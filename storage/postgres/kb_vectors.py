@@ -48,8 +48,9 @@ How a query runs, and why:
   over ``kb_documents``) and which graphs exist (``pg_indexes``), cached until this
   process writes and for at most ``STATS_TTL_S``. A stale count only changes *how* a
   query runs (exact or through a graph), never which chunks of a named bucket may be
-  returned; a search of every bucket leaves out, for that long, a bucket another
-  replica has just created. A bucket past the threshold whose graph is missing (a crash
+  returned, nor which buckets a search of every bucket covers (the buckets without a
+  graph part are read from ``kb_buckets`` by the exact part's own statement, so a bucket
+  another replica has just created is searched at once). A bucket past the threshold whose graph is missing (a crash
   before its build; the repair at open makes it) is scanned exactly and listed by
   ``describe`` (the KB's status).
 * **The embedder check** (``kb_documents.embed_model``) is a join per chunk; when the

@@ -306,3 +306,30 @@ async def test_a_whole_bucket_walks_as_wide_as_its_pool_and_a_large_one_iterates
         assert thin.exact
         wide = await vs.graph_plan(150_000, 250_000, 100, join=False)
         assert not wide.exact and wide.ef_search == 667 and wide.pool == (1000 if iterative else 0)
+
+
+async def test_a_search_of_every_bucket_finds_a_bucket_another_replica_has_just_created(
+    storage: PostgresStorage, pg_server: TestPostgres
+) -> None:
+    """The counts of buckets and graphs are cached for up to STATS_TTL_S; a search of
+    every bucket must still cover a bucket written by another replica a moment ago."""
+    kb = storage.kb_index
+    rng = np.random.default_rng(7)
+    ma = _unit(rng.normal(size=(120, DIM)))
+    ids_a = await _write(storage, "a", "a", ma)
+    query = _unit(rng.normal(size=DIM))
+    first = await kb.vector_candidates(query, "m", KBScope(), 10)  # this replica's counts now cached
+    assert first.ids == _exact(ids_a, ma, query, 10)
+    other = await open_postgres_storage(storage.db.url)
+    other.kb_index.exact_scope_vectors = THRESHOLD
+    try:
+        mz = _unit(np.vstack([query + 0.01 * rng.normal(size=DIM) for _ in range(5)]))  # nearest to the query
+        mbig = _unit(rng.normal(size=(80, DIM)))
+        ids_z = await _write(other, "z", "z", mz)  # small: no graph
+        ids_big = await _write(other, "big", "big", mbig)  # past the threshold: its own graph, unknown here
+    finally:
+        await other.close()
+    got = await kb.vector_candidates(query, "m", KBScope(), 10)
+    every = ids_a + ids_z + ids_big
+    assert got.ids == _exact(every, np.vstack([ma, mz, mbig]), query, 10)
+    assert set(ids_z) <= set(got.ids)
