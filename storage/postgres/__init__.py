@@ -25,6 +25,10 @@ class PostgresStorage(SqlStorage[PostgresDatabase, PostgresRunStore, PostgresKBI
 
     engine = "postgres"
 
+    async def close(self) -> None:
+        await self.kb_index.stop_graph_repair()
+        await super().close()
+
 
 async def _configure(conn: Conn) -> None:
     """Every pooled connection speaks pgvector's ``vector`` (binary, numpy in and out)."""
@@ -54,8 +58,10 @@ async def open_postgres_storage(url: str, opts: PostgresOptions | None = None) -
         await db.transact(ensure_text_indexes)
         kb_index = PostgresKBIndex(db)
         # Likewise a bucket's HNSW graph (and every graph of a database upgraded past
-        # migration 26, which drops the per-dimension ones): until built, exact scans.
-        await kb_index.ensure_bucket_graphs()
+        # migration 26, which drops the per-dimension ones) - in the background: at 1M
+        # vectors that is minutes, and a start must not wait for it (nor a liveness
+        # probe kill it half-way). Until built, that bucket's searches are exact.
+        kb_index.start_graph_repair(max(1, int(opts.connect_timeout_s)))
         return PostgresStorage.assemble(
             db=db,
             sql=PostgresSql(db),

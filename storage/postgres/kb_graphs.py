@@ -27,11 +27,13 @@ nothing.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import re
 from collections.abc import Callable, Sequence
 
+import psycopg
 from psycopg import sql
 
 from storage.postgres.database import Conn, PostgresDatabase
@@ -177,6 +179,31 @@ class GraphUpkeep:
             if await self._db.transact(functools.partial(ensure_graph, dim=dim, bucket=bucket, bulk_build=True)):
                 built.append((dim, bucket))
             self.known.add((dim, bucket))
+        return built
+
+    async def repair(self, url: str, connect_timeout: int) -> list[tuple[int, str]]:
+        """``ensure_all`` for the repair at open, on a connection of its own: a database
+        upgraded past migration 26 (or left by a crash before a bulk load's end) may
+        need graphs over millions of vectors, which take minutes to build. Run in the
+        background (``PostgresKBIndex.start_graph_repair``), it leaves the pool alone
+        and the start quick (searches of such a bucket are exact until its graph is
+        there). Cancelled (the storage closes), it cancels the build on the server: an
+        index build is one transaction, rolled back and done again at the next open."""
+        built: list[tuple[int, str]] = []
+        async with await psycopg.AsyncConnection.connect(
+            url, connect_timeout=connect_timeout, application_name="agentchat-kb-graphs"
+        ) as conn:
+            try:
+                async with conn.transaction():
+                    wanted = await buckets_past(conn, self._threshold())
+                for dim, bucket in wanted:
+                    async with conn.transaction():
+                        if await ensure_graph(conn, dim, bucket, bulk_build=True):
+                            built.append((dim, bucket))
+                    self.known.add((dim, bucket))
+            except asyncio.CancelledError:
+                await conn.cancel_safe(timeout=5.0)
+                raise
         return built
 
     async def drop(self, bucket: str) -> None:

@@ -150,6 +150,8 @@ class PostgresKBIndex(SqlKBIndex):
         self._vectors = VectorSearch(db, self._schema, exact_scope_vectors=exact_scope_vectors)
         #: The buckets' HNSW graphs (``kb_graphs``): made past ``exact_scope_vectors``.
         self._graphs = GraphUpkeep(db, lambda: self.exact_scope_vectors)
+        #: The repair at open of missing graphs (``start_graph_repair``), while it runs.
+        self._repair: asyncio.Task[list[tuple[int, str]]] | None = None
         self._bulk = 0
         #: ``bulk_load`` dropped (or found missing) the postings' B-tree: built at its end.
         self._postings_index_deferred = False
@@ -237,6 +239,35 @@ class PostgresKBIndex(SqlKBIndex):
         if built:
             self._stats_changed()
         return built
+
+    def start_graph_repair(self, connect_timeout: int) -> None:
+        """At open: build, in the background, every graph a bucket past the threshold
+        lacks (``GraphUpkeep.repair``); ``stop_graph_repair`` at close."""
+        self._repair = asyncio.create_task(self._repair_graphs(connect_timeout), name="kb-graph-repair")
+
+    async def _repair_graphs(self, connect_timeout: int) -> list[tuple[int, str]]:
+        try:
+            built = await self._graphs.repair(self._db.url, connect_timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the searches stay exact; the next open tries again
+            log.warning("knowledge base: building the missing bucket graphs failed: %s: %s", type(exc).__name__, exc)
+            return []
+        if built:
+            self._stats_changed()
+            log.info("knowledge base: built %d missing bucket graph(s): %s", len(built), built)
+        return built
+
+    async def graph_repair(self) -> list[tuple[int, str]]:
+        """The graphs the repair at open built, once it is done (``[]``: none ran)."""
+        return [] if self._repair is None else await asyncio.shield(self._repair)
+
+    async def stop_graph_repair(self) -> None:
+        task, self._repair = self._repair, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def delete_bucket(self, name: str) -> list[str] | None:
         """The bucket's graphs go with it (after its rows, in a transaction of their own:

@@ -11,6 +11,7 @@ rest, merged. Whatever the parts, the top lists are the exact scan's.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 
@@ -33,6 +34,7 @@ THRESHOLD = 50
 async def storage(pg_server: TestPostgres) -> AsyncIterator[PostgresStorage]:
     with pg_server.database() as url:
         opened = await open_postgres_storage(url)
+        assert await asyncio.wait_for(opened.kb_index.graph_repair(), 60) == []  # at the product's threshold
         opened.kb_index.exact_scope_vectors = THRESHOLD
         try:
             yield opened
@@ -267,6 +269,7 @@ async def test_migration_26_fills_the_chunks_buckets_and_replaces_the_global_gra
             rows = await storage.db.fetchall("SELECT c.bucket, count(*) FROM kb_chunks c GROUP BY 1 ORDER BY 1")
             assert rows == [("big", 70), ("small", 20)]
             kb = storage.kb_index
+            assert await asyncio.wait_for(kb.graph_repair(), 60) == []  # 70 < 10,000
             kb.exact_scope_vectors = THRESHOLD
             assert await kb.ensure_bucket_graphs() == [(DIM, "big")]
             assert await _graphs(storage) == {graph_name(DIM, "big")}
@@ -321,6 +324,7 @@ async def test_a_search_of_every_bucket_finds_a_bucket_another_replica_has_just_
     first = await kb.vector_candidates(query, "m", KBScope(), 10)  # this replica's counts now cached
     assert first.ids == _exact(ids_a, ma, query, 10)
     other = await open_postgres_storage(storage.db.url)
+    await asyncio.wait_for(other.kb_index.graph_repair(), 60)
     other.kb_index.exact_scope_vectors = THRESHOLD
     try:
         mz = _unit(np.vstack([query + 0.01 * rng.normal(size=DIM) for _ in range(5)]))  # nearest to the query
@@ -333,3 +337,37 @@ async def test_a_search_of_every_bucket_finds_a_bucket_another_replica_has_just_
     every = ids_a + ids_z + ids_big
     assert got.ids == _exact(every, np.vstack([ma, mz, mbig]), query, 10)
     assert set(ids_z) <= set(got.ids)
+
+
+async def test_a_missing_graph_is_built_in_the_background_after_open_and_a_close_cancels_the_build(
+    pg_server: TestPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bucket past the threshold without its graph (an upgrade past migration 26, a
+    crash before a bulk load's end): the start does not wait for the build (minutes at
+    1M vectors); the repair builds it in the background, and a close stops it."""
+    from storage.postgres.kb_index import PostgresKBIndex
+
+    rng = np.random.default_rng(8)
+    matrix = _unit(rng.normal(size=(90, DIM)))
+    with pg_server.database() as url:
+        first = await open_postgres_storage(url)
+        try:
+            await asyncio.wait_for(first.kb_index.graph_repair(), 60)
+            first.kb_index.exact_scope_vectors = THRESHOLD
+            await _write(first, "big", "g", matrix)
+            assert await _graphs(first) == {graph_name(DIM, "big")}
+            await first.db.execute([(f'DROP INDEX "{graph_name(DIM, "big")}"', ())])  # as a crash would leave it
+        finally:
+            await first.close()
+        # The next opens' threshold, from their first moment (the repair starts in open).
+        monkeypatch.setattr(PostgresKBIndex.__init__, "__kwdefaults__", {"exact_scope_vectors": THRESHOLD})
+        second = await open_postgres_storage(url)
+        try:
+            assert await asyncio.wait_for(second.kb_index.graph_repair(), 60) == [(DIM, "big")]
+            assert await _graphs(second) == {graph_name(DIM, "big")}
+            await second.db.execute([(f'DROP INDEX "{graph_name(DIM, "big")}"', ())])
+        finally:
+            await second.close()
+        third = await open_postgres_storage(url)
+        await asyncio.wait_for(third.close(), 30)  # closed at once: the repair is cancelled, not awaited
+        assert third.kb_index._repair is None
