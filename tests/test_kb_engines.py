@@ -145,6 +145,7 @@ async def test_a_filtered_dense_search_through_the_index_keeps_its_recall(pg_sto
     """A filter keeping 5% of the documents, searched through HNSW (not exactly): the
     nearest in-scope chunks are found, not just the few among the global neighbours."""
     kb = pg_storage.kb_index
+    kb.exact_scope_vectors = 0  # the bucket gets its HNSW graph, and every scope goes through it
     await kb.create_bucket("parts", {"rare": "BOOLEAN"}, typed_row=typed_values)
     rng = np.random.default_rng(11)
     n, dim = 1000, 32
@@ -165,9 +166,9 @@ async def test_a_filtered_dense_search_through_the_index_keeps_its_recall(pg_sto
     scope_filter = compile_filters({"rare": True}, {"rare": "BOOLEAN"}, bucket="parts")
     in_scope = [i for i in range(n) if rare[i]]
     scoped = KBScope("parts", scope_filter, None, [f"p{i}" for i in in_scope])
-    kb.exact_scope_vectors = 0
-    plan = await kb._vectors.plan(scoped, "m", dim, 10)
-    assert not plan.exact and plan.ef_search > 40  # through the index, with a widened search
+    [part] = await kb._vectors.parts(scoped, "m", dim, 10)
+    # Through the bucket's graph, with a widened search.
+    assert part.graph == "parts" and not part.plan.exact and part.plan.ef_search > 40
     found = []
     for q in range(5):
         query = matrix[in_scope[q * 7]] + 0.5 * rng.normal(size=dim).astype(np.float32)

@@ -26,6 +26,10 @@ class PostgresStorage(SqlStorage[PostgresDatabase, PostgresRunStore, PostgresKBI
 
     engine = "postgres"
 
+    async def close(self) -> None:
+        await self.kb_index.stop_graph_repair()
+        await super().close()
+
 
 async def _configure(conn: Conn) -> None:
     """Every pooled connection speaks pgvector's ``vector`` (binary, numpy in and out)."""
@@ -56,12 +60,18 @@ async def open_postgres_storage(url: str, opts: PostgresOptions | None = None) -
         # chunks' GIN index at its end; one that died before then left them missing
         # (exact without them, but slow).
         await db.transact(ensure_text_indexes)
+        kb_index = PostgresKBIndex(db)
+        # Likewise a bucket's HNSW graph (and every graph of a database upgraded past
+        # migration 26, which drops the per-dimension ones) - in the background: at 1M
+        # vectors that is minutes, and a start must not wait for it (nor a liveness
+        # probe kill it half-way). Until built, that bucket's searches are exact.
+        kb_index.start_graph_repair(max(1, int(opts.connect_timeout_s)))
         return PostgresStorage.assemble(
             db=db,
             sql=PostgresSql(db),
             schema_version=version,
             runs=PostgresRunStore(db),
-            kb_index=PostgresKBIndex(db),
+            kb_index=kb_index,
             run_feed=_start_feed(url, opts),
         )
     except BaseException:

@@ -2,9 +2,8 @@
 
 A first bulk load into empty tables drops the full-text indexes (the postings' B-tree
 and the chunks' GIN index) and builds each once at its end, sorted, instead of row by
-row; the HNSW graph of each vector dimension is created with the first vector of that
-dimension (under an advisory lock, so two writers do not both build it), or once over a
-bulk load's rows. ``PostgresKBIndex`` (``kb_index``) decides when; this module says
+row (the vectors' HNSW graphs, one per bucket and dimension, are ``kb_graphs``').
+``PostgresKBIndex`` (``kb_index``) decides when; this module says
 what each index is and how it is built. Split out of ``kb_index`` to keep it one job.
 """
 
@@ -13,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from storage.postgres.database import Conn
-from storage.postgres.kb_vectors import HNSW_MAX_DIM
+from storage.postgres.kb_graphs import HNSW_BUILD_MEMORY
 
 POSTINGS_INDEX = "kb_postings_impact"
 _CREATE_POSTINGS_INDEX = (
@@ -30,40 +29,10 @@ _CREATE_TSV_INDEX = f"CREATE INDEX IF NOT EXISTS {TSV_INDEX} ON kb_chunks USING 
 
 
 def hnsw_index_name(dim: int) -> str:
+    """The name of a graph over every bucket's vectors of ``dim`` dimensions, which
+    releases before migration 26 built (it drops them; ``kb_graphs`` builds one graph
+    per bucket instead). The benches that measure that design build it under this name."""
     return f"kb_chunks_hnsw_{int(dim)}"
-
-
-#: Memory for building an HNSW index in one go (``bulk_load``): the graph of a million
-#: 384-dimension vectors takes about 2 GB; when it does not fit, pgvector says so and
-#: goes on, more slowly. Only the building backend uses it, only while it builds.
-HNSW_BUILD_MEMORY = "2GB"
-
-
-async def hnsw_index_exists(conn: Conn, dim: int) -> bool:
-    cur = await conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (hnsw_index_name(dim),))
-    return await cur.fetchone() is not None
-
-
-async def ensure_hnsw_index(conn: Conn, dim: int, *, bulk_build: bool = False) -> None:
-    """Create the partial HNSW index (cosine) of vectors of ``dim`` dimensions unless it
-    exists (under an advisory lock, so two writers do not both build it). ``bulk_build``:
-    over many rows at once (more memory, no statement timeout)."""
-    if not 0 < dim <= HNSW_MAX_DIM:
-        return
-    if not await hnsw_index_exists(conn, dim):
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('kb_chunks_hnsw', %s))", (dim,))
-        if bulk_build:
-            await conn.execute(f"SET LOCAL maintenance_work_mem = '{HNSW_BUILD_MEMORY}'")  # type: ignore[arg-type]
-            await conn.execute("SET LOCAL statement_timeout = 0")
-        await conn.execute(
-            f"CREATE INDEX IF NOT EXISTS {hnsw_index_name(dim)} ON kb_chunks "  # type: ignore[arg-type]
-            f"USING hnsw ((embedding::vector({int(dim)})) vector_cosine_ops) "
-            f"WHERE vector_dims(embedding) = {int(dim)}"
-        )
-
-
-async def build_hnsw(conn: Conn, *, dim: int) -> None:
-    await ensure_hnsw_index(conn, dim, bulk_build=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,3 +87,16 @@ async def ensure_text_indexes(conn: Conn) -> None:
     """Both full-text indexes a bulk load may have left for its end (``open`` calls it)."""
     await ensure_index(conn, POSTINGS_TEXT_INDEX)
     await ensure_index(conn, TSV_TEXT_INDEX)
+
+
+__all__ = [
+    "HNSW_BUILD_MEMORY",
+    "POSTINGS_TEXT_INDEX",
+    "TSV_TEXT_INDEX",
+    "TextIndex",
+    "defer_index",
+    "ensure_index",
+    "ensure_text_indexes",
+    "hnsw_index_name",
+    "index_exists",
+]

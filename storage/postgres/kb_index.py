@@ -9,9 +9,10 @@ its own way:
   with FTS5's BM25 (``kb_text``), so both engines give the same kind of scores.
 * Vectors: pgvector's ``vector`` column. The service's dense side asks
   ``vector_candidates`` (``KBVectorSearch``; ``kb_vectors``): answered inside PostgreSQL,
-  exactly for small scopes and through an HNSW index (cosine) for large ones — one
-  partial index per dimension, created when the first vector of that dimension is
-  written (pgvector indexes at most 2,000 dimensions; larger ones are scanned exactly).
+  exactly for small scopes and through HNSW graphs (cosine) for large ones — one
+  partial index per bucket and dimension (``kb_graphs``), made once a bucket holds more
+  than ``exact_scope_vectors`` vectors (pgvector indexes at most 2,000 dimensions;
+  larger ones are scanned exactly). Each chunk carries its document's bucket for them.
   ``iter_vectors`` stays for tools that want every vector (nothing in the service loads
   them into memory on this engine).
 * Chunk ids come from a sequence (several replicas may ingest at once); chunks are
@@ -39,20 +40,13 @@ import psycopg
 from storage.errors import StorageUnavailable
 from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBRanked, KBScope, KBVectorRows
 from storage.postgres import kb_buckets
-from storage.postgres.database import Conn, PostgresDatabase
+from storage.postgres.database import PostgresDatabase
 from storage.postgres.dialect import PostgresSql, PostgresTx
-from storage.postgres.kb_ddl import (
-    POSTINGS_TEXT_INDEX,
-    TSV_TEXT_INDEX,
-    build_hnsw,
-    defer_index,
-    ensure_hnsw_index,
-    ensure_index,
-    hnsw_index_exists,
-)
+from storage.postgres.kb_ddl import POSTINGS_TEXT_INDEX, TSV_TEXT_INDEX, defer_index, ensure_index
 from storage.postgres.kb_filters_sql import POSTGRES_FILTERS
+from storage.postgres.kb_graphs import GraphUpkeep
 from storage.postgres.kb_text import TextRanker
-from storage.postgres.kb_vectors import EXACT_SCOPE_VECTORS, HNSW_MAX_DIM, VectorSearch
+from storage.postgres.kb_vectors import EXACT_SCOPE_VECTORS, VectorSearch
 from storage.postgres.migrations import IMPACT_FUNCTION, POSTINGS_DEFERRED_SETTING, TF_FUNCTION
 from storage.sql import Tx
 from storage.stores.kb_index import SqlKBIndex
@@ -64,10 +58,10 @@ log = logging.getLogger("agentchat.storage")
 #: in Python (~0.37 ms a chunk, most of a bulk load's time); its binary form is a copy
 #: of the float32 buffer.
 _COPY_CHUNKS = (
-    "COPY kb_chunks (id, doc_id, position, title, heading, text, ntok, embedding, page, page_end)"
+    "COPY kb_chunks (id, doc_id, position, title, heading, text, ntok, embedding, page, page_end, bucket)"
     " FROM STDIN (FORMAT BINARY)"
 )
-_CHUNK_TYPES = ("int8", "text", "int4", "text", "text", "text", "int4", "vector", "int4", "int4")
+_CHUNK_TYPES = ("int8", "text", "int4", "text", "text", "text", "int4", "vector", "int4", "int4", "text")
 
 
 #: How long the vacuum at a bulk load's end waits for the load's WAL to be flushed
@@ -130,6 +124,8 @@ _POST_CHUNKS = (
 #: With the B-tree in place, in its order: a sorted insert touches each leaf page once
 #: instead of jumping between them (without it, the sort would be wasted work).
 _IN_INDEX_ORDER = " ORDER BY 1, 2 DESC, 3"
+
+
 def clean(text: str | None) -> str | None:
     """PostgreSQL text cannot hold NUL characters; extracted documents sometimes do."""
     return text.replace("\x00", " ") if text is not None and "\x00" in text else text
@@ -152,10 +148,11 @@ class PostgresKBIndex(SqlKBIndex):
         )
         self._db = db
         self._vectors = VectorSearch(db, self._schema, exact_scope_vectors=exact_scope_vectors)
-        self._indexed_dims: set[int] = set()
+        #: The buckets' HNSW graphs (``kb_graphs``): made past ``exact_scope_vectors``.
+        self._graphs = GraphUpkeep(db, lambda: self.exact_scope_vectors)
+        #: The repair at open of missing graphs (``start_graph_repair``), while it runs.
+        self._repair: asyncio.Task[list[tuple[int, str]]] | None = None
         self._bulk = 0
-        #: Dimensions written during ``bulk_load`` whose HNSW index did not exist yet.
-        self._deferred_dims: set[int] = set()
         #: ``bulk_load`` dropped (or found missing) the postings' B-tree: built at its end.
         self._postings_index_deferred = False
         #: Likewise the chunks' GIN index.
@@ -164,7 +161,9 @@ class PostgresKBIndex(SqlKBIndex):
     @property
     def exact_scope_vectors(self) -> int:
         """Scopes of at most this many vectors are searched exactly, larger ones through
-        the HNSW index (``kb_vectors``); 0 sends every search to the index."""
+        their bucket's HNSW graph (``kb_vectors``), which a bucket gets once it holds more
+        vectors than this (``kb_graphs``); 0 gives every bucket a graph from its first
+        vector and sends every search to the graphs."""
         return self._vectors.exact_scope_vectors
 
     @exact_scope_vectors.setter
@@ -186,15 +185,23 @@ class PostgresKBIndex(SqlKBIndex):
             d.id, bucket, clean(d.title) or "", clean(d.source) or "", clean(d.url), d.content_hash, d.embed_model,
             d.embed_dim, orjson.dumps(d.metadata, default=str).decode().replace("\\u0000", " "),
             d.chars, len(d.chunks), now, now, clean(d.origin), d.file_stamp,
-        )
+        )  # fmt: skip
 
     def _chunk_row(
-        self, chunk_id: int, d: KBDocumentWrite, title: str, c: KBChunkWrite, vector: npt.NDArray[np.float32] | None
+        self,
+        chunk_id: int,
+        d: KBDocumentWrite,
+        title: str,
+        c: KBChunkWrite,
+        vector: npt.NDArray[np.float32] | None,
+        bucket: str,
     ) -> tuple[Any, ...]:
         heading, text = clean(c.heading) or "", clean(c.text) or ""
         vec = np.asarray(vector, dtype=np.float32) if vector is not None else None
-        return (chunk_id, d.id, c.position, title, heading, text, token_count(title, heading, text), vec, c.page,
-                c.page_end)
+        return (
+            chunk_id, d.id, c.position, title, heading, text, token_count(title, heading, text), vec, c.page,
+            c.page_end, bucket,
+        )  # fmt: skip
 
     async def _write_chunks(self, tx: Tx, rows: Sequence[tuple[Any, ...]]) -> None:
         """``COPY`` the rows. Outside a bulk load the statement trigger posts them; during
@@ -215,29 +222,71 @@ class PostgresKBIndex(SqlKBIndex):
             order = "" if self._postings_index_deferred else _IN_INDEX_ORDER
             await conn.execute(_POST_CHUNKS + order, ([int(r[0]) for r in rows],))  # type: ignore[arg-type]
 
-    async def _vectors_written(self, tx: Tx, dims: Sequence[int]) -> None:
+    async def _vectors_written(self, tx: Tx, dims: Sequence[int], buckets: Sequence[str] | None) -> None:
         assert isinstance(tx, PostgresTx)
-        for dim in dims:
-            await self._ensure_hnsw(tx.connection, dim)
+        if buckets is None:  # vectors attached to stored chunks: every bucket may have grown
+            await self._graphs.any_bucket_grew(tx.connection, dims)
+            return
+        for bucket in buckets:
+            for dim in dims:
+                await self._graphs.written(tx.connection, dim, bucket, bulk=bool(self._bulk))
 
-    async def _ensure_hnsw(self, conn: Conn, dim: int) -> None:
-        """The partial HNSW index (cosine) of vectors of ``dim`` dimensions, made once —
-        or, during ``bulk_load``, noted to be built when the load ends."""
-        if dim in self._indexed_dims or dim in self._deferred_dims:
-            return
-        if self._bulk and 0 < dim <= HNSW_MAX_DIM and not await hnsw_index_exists(conn, dim):
-            self._deferred_dims.add(dim)
-            return
-        await ensure_hnsw_index(conn, dim)
-        self._indexed_dims.add(dim)
+    async def ensure_bucket_graphs(self, buckets: Sequence[str] | None = None) -> list[tuple[int, str]]:
+        """Build the graph of every bucket (of ``buckets``) past the threshold that has
+        none: at open (an upgrade past migration 26, a load that died before its end),
+        and at a bulk load's end. The graphs built here."""
+        built = await self._graphs.ensure_all(buckets)
+        if built:
+            self._stats_changed()
+        return built
+
+    def start_graph_repair(self, connect_timeout: int) -> None:
+        """At open: build, in the background, every graph a bucket past the threshold
+        lacks (``GraphUpkeep.repair``); ``stop_graph_repair`` at close."""
+        self._repair = asyncio.create_task(self._repair_graphs(connect_timeout), name="kb-graph-repair")
+
+    async def _repair_graphs(self, connect_timeout: int) -> list[tuple[int, str]]:
+        try:
+            built = await self._graphs.repair(self._db.url, connect_timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the searches stay exact; the next open tries again
+            log.warning("knowledge base: building the missing bucket graphs failed: %s: %s", type(exc).__name__, exc)
+            return []
+        if built:
+            self._stats_changed()
+            log.info("knowledge base: built %d missing bucket graph(s): %s", len(built), built)
+        return built
+
+    async def graph_repair(self) -> list[tuple[int, str]]:
+        """The graphs the repair at open built, once it is done (``[]``: none ran)."""
+        return [] if self._repair is None else await asyncio.shield(self._repair)
+
+    async def stop_graph_repair(self) -> None:
+        task, self._repair = self._repair, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def delete_bucket(self, name: str) -> list[str] | None:
+        """The bucket's graphs go with it (after its rows, in a transaction of their own:
+        a graph left by a crash in between indexes no row, and is taken up again if a
+        bucket of that name comes back)."""
+        gone = await super().delete_bucket(name)
+        if gone is not None:
+            await self._graphs.drop(name)
+            self._stats_changed()
+        return gone
 
     @contextlib.asynccontextmanager
     async def bulk_load(self) -> AsyncIterator[None]:
         """Inserting into an HNSW graph row by row costs milliseconds per vector (it
         capped ingest near 340 chunks/s); building it once over the loaded rows is what
-        pgvector recommends for initial loads. So an index that did not exist when the
-        load began is built at its end (even when the load fails half-way: the rows
-        that committed need it); an existing one is maintained as usual. Full-text
+        pgvector recommends for initial loads. So a bucket's graph that did not exist
+        when the load began is built at its end if the bucket is then past the threshold
+        (even when the load fails half-way: the rows that committed need it); an
+        existing one is maintained as usual. Full-text
         postings likewise: each batch posts its own chunks in one sorted statement
         (``_write_chunks``), and a load into an empty knowledge base builds their B-tree
         once at its end, and so does its full-text GIN index."""
@@ -257,16 +306,19 @@ class PostgresKBIndex(SqlKBIndex):
     async def _build_deferred(self) -> None:
         """The indexes a bulk load left for its end, each on a connection of its own at
         the same time: pgvector builds an HNSW graph with parallel workers, the postings'
-        B-tree sort and the GIN build take a backend each."""
-        builds: list[Awaitable[None]] = []
+        B-tree sort and the GIN build take a backend each; the buckets' graphs are built
+        one after another beside them (their sizes add up to what one graph over every
+        bucket was; each build is pgvector's, with its parallel workers)."""
+        builds: list[Awaitable[object]] = []
         if self._postings_index_deferred:
             self._postings_index_deferred = False
             builds.append(self._db.transact(functools.partial(ensure_index, index=POSTINGS_TEXT_INDEX)))
         if self._tsv_index_deferred:
             self._tsv_index_deferred = False
             builds.append(self._db.transact(functools.partial(ensure_index, index=TSV_TEXT_INDEX)))
-        dims, self._deferred_dims = sorted(self._deferred_dims), set()
-        builds.extend(self._db.transact(functools.partial(build_hnsw, dim=dim)) for dim in dims)
+        loaded = self._graphs.take_deferred()
+        if loaded:
+            builds.append(self.ensure_bucket_graphs(loaded))
         try:
             outcomes = await asyncio.gather(*builds, return_exceptions=True)
             await self._vacuum_postings()
@@ -275,8 +327,7 @@ class PostgresKBIndex(SqlKBIndex):
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
-        self._indexed_dims.update(dims)
-        if dims:
+        if loaded:
             # Fresh planner statistics for the loaded rows (autovacuum would get there later).
             async with self._db.reading() as conn:
                 await conn.execute("ANALYZE kb_chunks")

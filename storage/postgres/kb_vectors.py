@@ -4,31 +4,55 @@ memory and every replica sees what another one ingested the moment it commits.
 
 How a query runs, and why:
 
-* **Small scopes are scanned exactly.** An HNSW scan filtered after the fact keeps only
-  the neighbours that happen to be in scope: for a scope of a few thousand chunks out
-  of 100k it would return almost nothing. Scoring a few thousand vectors exactly costs
-  a few milliseconds (a bitmap scan on the chunks' ``doc_id`` index), and is what the
+* **Small scopes are scanned exactly.** Scoring a few thousand vectors exactly costs a
+  few milliseconds (a bitmap scan on the chunks' ``doc_id`` index), and is what the
   in-memory engine returns, to the last tie (broken by chunk id).
-* **Large scopes go through the HNSW index** (one partial index per dimension, cosine,
-  made by ``PostgresKBIndex`` on first write). A scan stops after ``hnsw.ef_search``
-  candidates and the scope's filter applies to those, so ``ef_search`` grows with how
-  little of the index the scope covers (``EF_SEARCH_FACTOR`` times ``limit`` / share).
-  Older pgvector (the test server's 0.6.2) stops there, so a scope too thin for the
-  largest ``ef_search`` (1,000) is scanned exactly instead — filtered recall never
-  collapses, but a post-filtered scan of a quarter of 1M chunks agrees with the exact
-  top 10 only ~0.85 of the time (``bench/results/corpus_pg_recall_1000000.json``).
-* **pgvector ≥ 0.8 scans iteratively** (the version is read once, from
-  ``pg_extension``): ``hnsw.iterative_scan = relaxed_order`` walks on past
-  ``ef_search`` until ``POOL_FACTOR`` x ``limit`` chunks passed the scope's filter (at
-  most ``hnsw.max_scan_tuples`` index tuples), and that pool is re-ranked exactly by
-  its cosines (relaxed order may hand a slightly nearer chunk over after a farther one;
-  the outer ``ORDER BY`` puts it back in place). A pool larger than ``limit`` is what
-  lifts recall: the walk goes further than the ``limit`` first hits. Scopes whose walk
-  would visit more index tuples than they hold vectors are scanned exactly.
+* **Each bucket past the exact threshold has its own HNSW graph** (``kb_graphs``: a
+  partial index per dimension and bucket, over the chunk's copy of its document's
+  bucket, migration 26). Until issue 24 one graph per dimension served every bucket,
+  and a bucket's search was post-filtered: the bench's bucket, a quarter of the index,
+  drove ``ef_search`` to 1,000 at 100k (semantic p95 86 ms of hybrid's 90) and at 1M
+  agreed with the exact top 10 only 0.92 of the time even with pgvector 0.8's
+  iterative scans. A bucket's own graph is walked as an unscoped search is.
+* **A query is split into statements** (``kb_vector_parts``): one per bucket of its
+  scope whose graph answers it, the bucket written as a literal so the planner proves
+  the partial index's predicate whatever plan a prepared statement gets
+  (``kb_vector_scan``), and one exact scan of whatever is left (small buckets, thin
+  scopes); the parts' best are merged by cosine, then chunk id. Several buckets (a
+  list of documents from ``knowledge.search``) are split by their documents' buckets;
+  every bucket is every bucket the counts know.
+* **A whole bucket** walks its graph with a plain scan ``POOL_FACTOR`` x ``limit``
+  wide (``ef_search`` 1,000 for the service's 100 candidates): nothing is filtered
+  out, so the iterative scan's pool is not needed. ``bench/pg_recall.py --buckets``:
+  top-10 agreement with the exact scan at 100k (buckets of 25–50k) 0.995 on pgvector
+  0.6.2 (0.937 at the share-based ``ef_search`` of 400), 0.992 on 0.8.5 — where the
+  plain scan's p95 was 60 ms against the iterative pool's 79 for the same agreement.
+  A bucket past ``LARGE_GRAPH_VECTORS`` walks twice as far, iterating (pgvector ≥ 0.8):
+  at 1M, the bench's 250k-vector contracts bucket agreed 0.90 with a plain scan at
+  ``ef_search`` 1,000 and 1.0 with a pool of 2,000 (p95 125 ms against 66 at load ~5;
+  ``corpus_pg_recall_1000000_per_bucket_contracts_1m.json``; through this plan: 1.0 at
+  p95 58 ms against 27, load 3–5, ``…_contracts_1m_product.json``). pgvector 0.6 cannot walk
+  past 1,000: there a 1M corpus stays near 0.90.
+* **A thinner scope inside a big bucket** (a filter, a list of documents) follows the
+  rules the single graph had, relative to the bucket's graph: a scan stops after
+  ``hnsw.ef_search`` candidates and the scope's filter applies to those, so
+  ``ef_search`` grows with how little of the bucket the scope covers
+  (``EF_SEARCH_FACTOR`` times ``limit`` / share). pgvector < 0.8 stops there, so a
+  scope too thin for the largest ``ef_search`` (1,000) is scanned exactly instead, and
+  a scan that comes back short is done again exactly. pgvector ≥ 0.8 (the version is
+  read once, from ``pg_extension``) scans iteratively: ``relaxed_order`` walks on past
+  ``ef_search`` until ``POOL_FACTOR`` x ``limit`` chunks passed the filter (at most
+  ``hnsw.max_scan_tuples`` index tuples), and the pool is re-ranked exactly. Scopes
+  whose walk would visit more index tuples than they hold vectors are scanned exactly.
 * **How large a scope is** comes from counts per bucket and embedder (one ``GROUP BY``
-  over ``kb_documents``), cached until this process writes and for at most
-  ``STATS_TTL_S``. A stale count only changes *how* a query runs (exact or through the
-  index), never which chunks may be returned; the one exception is the shortcut below.
+  over ``kb_documents``) and which graphs exist (``pg_indexes``), cached until this
+  process writes and for at most ``STATS_TTL_S``. A stale count only changes *how* a
+  query runs (exact or through a graph), never which chunks of a named bucket may be
+  returned, nor which buckets a search of every bucket covers (the buckets without a
+  graph part are read from ``kb_buckets`` by the exact part's own statement, so a bucket
+  another replica has just created is searched at once). A bucket past the threshold whose graph is missing (a crash
+  before its build; the repair at open makes it) is scanned exactly and listed by
+  ``describe`` (the KB's status).
 * **The embedder check** (``kb_documents.embed_model``) is a join per chunk; when the
   counts say only one embedder has vectors of the query's dimension the join is left
   out. Replicas configured with two embedders of the same dimension could then, for up
@@ -39,8 +63,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -48,11 +71,12 @@ import numpy.typing as npt
 
 from storage.kb_records import KBRanked, KBScope
 from storage.postgres.database import PostgresDatabase
-from storage.postgres.kb_filters_sql import count_sql, scope_sql
-from storage.postgres.kb_text import STATS_TTL_S, named_params
+from storage.postgres.kb_filters_sql import count_sql
+from storage.postgres.kb_graphs import HNSW_MAX_DIM, graph_names
+from storage.postgres.kb_text import STATS_TTL_S
+from storage.postgres.kb_vector_parts import SchemaOf, VectorCounts, split
+from storage.postgres.kb_vector_scan import Part, Plan, ScanSettings, run_part
 
-#: pgvector's HNSW limit for ``vector`` columns; larger vectors are always scanned exactly.
-HNSW_MAX_DIM = 2000
 #: A scope of at most this many vectors is scored exactly (measured on 2 cores: ~3 µs a
 #: vector through the doc_id index, so 10k ≈ 30 ms, about one HNSW query at ef 1000).
 EXACT_SCOPE_VECTORS = 10_000
@@ -74,6 +98,15 @@ MIN_SCAN_TUPLES = 20_000
 #: 2, 0.920 at 10 and 20. At 2 a filtered scope at 1M went through the index (0.973);
 #: at 10 its walk exceeds what it holds and it is scanned exactly (1.0).
 POOL_FACTOR = 10
+#: A whole bucket's graph past this many vectors is walked wider: a pool of
+#: ``LARGE_GRAPH_POOL_FACTOR`` x ``limit``, which only an iterative scan can collect
+#: (``hnsw.ef_search`` stops at 1,000). ``bench/pg_recall.py --buckets``: top-10
+#: agreement with the exact scan of a 250k-vector bucket (the 1M corpus's contracts,
+#: pgvector 0.8.5) 0.90 with a plain scan at ``ef_search`` 1,000 (two of 20 queries found
+#: none of their top 10), 1.0 iterating to a pool of 2,000 (p50 93 ms against 45, load
+#: ~5); buckets of 25–50k agree 0.99 with the plain scan.
+LARGE_GRAPH_VECTORS = 100_000
+LARGE_GRAPH_POOL_FACTOR = 20
 #: With iterative scans: the scan's memory, in ``work_mem``s (``hnsw.scan_mem_multiplier``).
 #: pgvector's 1: at 1M, 8 gave the same agreement (0.920) at p50 182 ms against 131 ms
 #: (``bench/results/corpus_pg_recall_1000000_mem.json``, side by side).
@@ -95,45 +128,6 @@ def pgvector_version(text: str | None) -> tuple[int, ...]:
     return tuple(parts)
 
 
-Schema = dict[str, str] | None
-SchemaOf = Callable[[str | None], Awaitable[Schema]]
-
-
-@dataclass(slots=True)
-class VectorCounts:
-    """Documents and vectors per (embedder, dimension) and bucket."""
-
-    #: (embed_model, dim) -> bucket -> (documents, vectors)
-    by_model: dict[tuple[str, int], dict[str, tuple[int, int]]] = field(default_factory=dict)
-
-    def models(self, dim: int) -> set[str]:
-        return {m for (m, d), buckets in self.by_model.items() if d == dim and any(v for _, v in buckets.values())}
-
-    def vectors(self, model: str, dim: int, bucket: str | None = None) -> int:
-        buckets = self.by_model.get((model, dim), {})
-        if bucket is not None:
-            return buckets.get(bucket, (0, 0))[1]
-        return sum(v for _, v in buckets.values())
-
-    def per_document(self, model: str, dim: int) -> float:
-        buckets = self.by_model.get((model, dim), {})
-        docs = sum(d for d, _ in buckets.values())
-        return sum(v for _, v in buckets.values()) / docs if docs else 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """How one query runs: exactly, or through the index with this ``ef_search``."""
-
-    exact: bool
-    ef_search: int = 0
-    scan_tuples: int = 0
-    join: bool = True
-    estimate: int = 0
-    #: With iterative scans: how many chunks the index hands over to the exact re-rank.
-    pool: int = 0
-
-
 class VectorSearch:
     """``vector_candidates`` / ``cosines`` / counts of ``PostgresKBIndex``."""
 
@@ -141,7 +135,7 @@ class VectorSearch:
         self, db: PostgresDatabase, schema_of: SchemaOf, *, exact_scope_vectors: int = EXACT_SCOPE_VECTORS
     ) -> None:
         self._db = db
-        self._schema_of = schema_of
+        self.schema_of = schema_of
         self.exact_scope_vectors = exact_scope_vectors
         self._counts: VectorCounts | None = None
         self._counts_at = 0.0
@@ -157,6 +151,10 @@ class VectorSearch:
         #: Index scans that came back short and were done again exactly (a metric's worth).
         self.exact_reruns = 0
 
+    @property
+    def db(self) -> PostgresDatabase:
+        return self._db
+
     def changed(self) -> None:
         """This process wrote: the counts are stale."""
         self._generation += 1
@@ -171,7 +169,9 @@ class VectorSearch:
             "SELECT embed_model, embed_dim, bucket, count(*), coalesce(sum(chunk_count), 0) FROM kb_documents "
             "WHERE embed_model IS NOT NULL AND embed_dim IS NOT NULL GROUP BY embed_model, embed_dim, bucket"
         )
-        counts = VectorCounts()
+        async with self._db.reading() as conn:
+            graphs = await graph_names(conn)
+        counts = VectorCounts(graphs=graphs)
         for model, dim, bucket, docs, vectors in rows:
             counts.by_model.setdefault((str(model), int(dim)), {})[str(bucket)] = (int(docs), int(vectors))
         if generation == self._generation:
@@ -217,6 +217,18 @@ class VectorSearch:
             "exact_scope_vectors": self.exact_scope_vectors,
             "exact_reruns": self.exact_reruns,
         }
+        counts = await self.counts()
+        out["bucket_graphs"] = len(counts.graphs)
+        # A bucket past the threshold without its graph (being built, or a build that has
+        # not run yet: the repair at open makes it) is searched exactly meanwhile.
+        out["buckets_without_graph"] = sorted(
+            {
+                b
+                for (_m, dim), buckets in counts.by_model.items()
+                for b, (_d, vectors) in buckets.items()
+                if 0 < dim <= HNSW_MAX_DIM and vectors > self.exact_scope_vectors and not counts.has_graph(dim, b)
+            }
+        )
         if iterative:
             out.update(scan_order=self.scan_order, candidate_pool_factor=self.pool_factor)
         else:
@@ -226,33 +238,43 @@ class VectorSearch:
         return out
 
     # ------------------------------------------------------------------ planning
-    async def _estimate(self, scope: KBScope, counts: VectorCounts, model: str, dim: int) -> int:
-        """About how many vectors of ``model`` the scope holds."""
+    async def estimate(self, scope: KBScope, counts: VectorCounts, model: str, dim: int) -> int:
+        """About how many vectors of ``model`` the scope (within its bucket) holds."""
         if scope.doc_ids is not None:
             return math.ceil(len(scope.doc_ids) * counts.per_document(model, dim))
         if scope.doc_id is not None:
             return math.ceil(counts.per_document(model, dim))
         if scope.filter is not None:
-            sql, params = count_sql(scope, await self._schema_of(scope.bucket))
+            sql, params = count_sql(scope, await self.schema_of(scope.bucket))
             row = await self._db.fetchone(sql, params)
             return math.ceil((int(row[0]) if row else 0) * counts.per_document(model, dim))
         return counts.vectors(model, dim, scope.bucket)
 
-    async def plan(self, scope: KBScope, model: str, dim: int, limit: int) -> Plan:
-        counts = await self.counts()
-        if model not in counts.models(dim):  # new since the counts were read, or nothing at all
-            counts = await self.counts(fresh=True)
-        join = counts.models(dim) != {model}
-        estimate = await self._estimate(scope, counts, model, dim)
-        total = counts.vectors(model, dim)
-        if dim > HNSW_MAX_DIM or estimate <= self.exact_scope_vectors or total <= 0:
+    async def graph_plan(self, estimate: int, total: int, limit: int, *, join: bool, whole: bool = False) -> Plan:
+        """How a scope of about ``estimate`` vectors runs on a bucket graph of ``total``:
+        through it, with ``ef_search`` (and, iterating, the pool and the walk) sized for
+        the scope's share of the graph, or exactly, when the scope is small or the walk
+        would visit more than the scope holds. ``whole``: the scope is the whole bucket,
+        so nothing the graph hands over is filtered out — a plain scan as wide as the
+        pool (``POOL_FACTOR`` x ``limit``, at most ``MAX_EF_SEARCH``) gives the same
+        walk as an iterative one, cheaper (``bench/pg_recall.py --buckets``), on every
+        pgvector; only a pool past ``MAX_EF_SEARCH`` (a graph past
+        ``LARGE_GRAPH_VECTORS``) needs iterating."""
+        if estimate <= self.exact_scope_vectors or total <= 0:
             return Plan(True, join=join, estimate=estimate)
+        pool = max(limit, math.ceil(self.pool_factor * limit))
+        if whole and total > LARGE_GRAPH_VECTORS:
+            pool = max(pool, math.ceil(LARGE_GRAPH_POOL_FACTOR * limit))
+        if whole:
+            ef = max(MIN_EF_SEARCH, min(MAX_EF_SEARCH, max(pool, math.ceil(self.ef_search_factor * limit))))
+            if pool <= MAX_EF_SEARCH or not await self._iterative_scans():
+                return Plan(False, ef, join=join, estimate=estimate)
+            return Plan(False, ef, max(MIN_SCAN_TUPLES, 2 * pool), join=join, estimate=estimate, pool=pool)
         share = min(1.0, estimate / total)
         needed = math.ceil(2 * limit / share)  # candidates to walk for ``limit`` in scope, with margin
         wanted = math.ceil(self.ef_search_factor * limit / share)
         ef = max(MIN_EF_SEARCH, min(MAX_EF_SEARCH, wanted))
         if await self._iterative_scans():
-            pool = max(limit, math.ceil(self.pool_factor * limit))
             walk = math.ceil(2 * pool / share)  # index tuples to visit for the pool, with margin
             if walk > estimate:  # the walk would visit more than the scope holds
                 return Plan(True, join=join, estimate=estimate)
@@ -261,84 +283,47 @@ class VectorSearch:
             return Plan(True, join=join, estimate=estimate)
         return Plan(False, ef, join=join, estimate=estimate)
 
+    async def counts_for(self, model: str, dim: int) -> VectorCounts:
+        counts = await self.counts()
+        if model not in counts.models(dim):  # new since the counts were read, or nothing at all
+            counts = await self.counts(fresh=True)
+        return counts
+
+    async def parts(self, scope: KBScope, model: str, dim: int, limit: int) -> list[Part]:
+        """The statements a query of ``scope`` runs (``kb_vector_parts``)."""
+        return await split(self, scope, model, dim, limit)
+
     # ------------------------------------------------------------------ search
     async def candidates(
         self, query: npt.NDArray[np.float32], embed_model: str, scope: KBScope, limit: int
     ) -> KBRanked:
-        """The ``limit`` chunks nearest to ``query`` (see the module docstring). ``total``
-        counts the chunks in scope with a positive similarity when the scan is exact,
-        and is the estimated number of vectors in scope when the index answers. An index
-        scan that brings back fewer than ``limit`` chunks of a scope that holds more is
-        done again exactly: an approximate search never returns less than there is."""
+        """The ``limit`` chunks nearest to ``query`` (see the module docstring): each part
+        (a bucket's graph, the exact rest) gives its best ``limit``, and the union is
+        ranked by cosine, then chunk id — the order of an exact scan of the whole scope.
+        ``total`` adds the parts' (an exact part counts its chunks with a positive
+        similarity, a graph part its estimated size). A graph part that brings back
+        fewer than ``limit`` chunks of a scope that holds more is done again exactly: an
+        approximate search never returns less than there is."""
         if limit <= 0:
             return KBRanked()
         dim = int(np.asarray(query).shape[-1])
         vec = np.asarray(query, dtype=np.float32).reshape(dim)
-        plan = await self.plan(scope, embed_model, dim, limit)
-        rows = await self._search(plan, vec, embed_model, scope, limit)
-        if not plan.exact and len(rows) < limit and plan.estimate > len(rows):
-            self.exact_reruns += 1
-            rows = await self._search(Plan(True, join=plan.join), vec, embed_model, scope, limit)
+        settings = ScanSettings(self.scan_order, self.scan_mem_multiplier)
+        rows: list[tuple[Any, ...]] = []
+        total = 0
+        for part in await self.parts(scope, embed_model, dim, limit):
+            got = await run_part(self._db, part, vec, embed_model, limit, settings)
+            if not part.plan.exact and len(got) < limit and part.plan.estimate > len(got):
+                self.exact_reruns += 1
+                exact = Part(Plan(True, join=part.plan.join), part.where, part.params, part.graph)
+                got = await run_part(self._db, exact, vec, embed_model, limit, settings)
+            rows.extend(got)
+            total += int(got[0][2]) if got else 0
         if not rows:
             return KBRanked()
-        return KBRanked([int(r[0]) for r in rows], [float(r[1]) for r in rows], int(rows[0][2]))
-
-    async def _search(
-        self, plan: Plan, vec: npt.NDArray[np.float32], embed_model: str, scope: KBScope, limit: int
-    ) -> list[tuple[Any, ...]]:
-        dim = int(vec.shape[0])
-        params: dict[str, Any] = {"q": vec, "model": embed_model, "limit": int(limit)}
-        where = [f"vector_dims(c.embedding) = {dim}"]
-        join = " JOIN kb_documents d ON d.id = c.doc_id AND d.embed_model = %(model)s" if plan.join else ""
-        use_ids = scope.doc_ids is not None and (
-            plan.exact or (scope.bucket is None and scope.filter is None and scope.doc_id is None)
-        )
-        if use_ids:
-            where.append("c.doc_id = ANY(%(doc_ids)s::text[])")
-            params["doc_ids"] = list(scope.doc_ids or ())
-        elif not KBScope(scope.bucket, scope.filter, scope.doc_id).everything:
-            inner, inner_params = scope_sql(scope, await self._schema_of(scope.bucket))
-            where.append("c.doc_id IN (" + named_params(inner, inner_params, params) + ")")
-        distance = f"c.embedding::vector({dim}) <=> %(q)s::vector({dim})"
-        async with self._db.reading() as conn, conn.transaction():
-            if plan.exact:
-                # Materialised: every vector in scope is scored once, counted, and the
-                # best are picked with a top-N sort (the index is never asked).
-                sql = (
-                    f"WITH s AS MATERIALIZED (SELECT c.id, 1 - ({distance}) AS sim FROM kb_chunks c{join} "
-                    f"WHERE {' AND '.join(where)}) "
-                    "SELECT id, sim, (SELECT count(*) FROM s WHERE sim > 0) FROM s "
-                    "ORDER BY sim DESC, id LIMIT %(limit)s"
-                )
-            elif plan.pool:
-                # Iterative (pgvector ≥ 0.8): the index hands over ``pool`` chunks in
-                # scope, nearly in order; the outer query ranks them by exact distance.
-                order = "strict_order" if self.scan_order == "strict_order" else "relaxed_order"
-                await conn.execute(f"SET LOCAL hnsw.ef_search = {int(plan.ef_search)}")  # type: ignore[arg-type]
-                await conn.execute(f"SET LOCAL hnsw.iterative_scan = {order}")  # type: ignore[arg-type]
-                await conn.execute(f"SET LOCAL hnsw.max_scan_tuples = {int(plan.scan_tuples)}")  # type: ignore[arg-type]
-                mem = max(1, int(self.scan_mem_multiplier))
-                await conn.execute(f"SET LOCAL hnsw.scan_mem_multiplier = {mem}")  # type: ignore[arg-type]
-                if len(where) > 1 or join:
-                    # A hash join would drain the index scan (to ``max_scan_tuples``)
-                    # before ranking a row; a nested loop stops once the pool is full.
-                    await conn.execute("SET LOCAL enable_hashjoin = off")
-                    await conn.execute("SET LOCAL enable_mergejoin = off")
-                sql = (
-                    f"WITH s AS MATERIALIZED (SELECT c.id, {distance} AS dist FROM kb_chunks c{join} "
-                    f"WHERE {' AND '.join(where)} ORDER BY {distance} LIMIT %(pool)s) "
-                    "SELECT id, 1 - dist, %(estimate)s FROM s ORDER BY dist, id LIMIT %(limit)s"
-                )
-                params.update(estimate=plan.estimate, pool=int(plan.pool))
-            else:
-                await conn.execute(f"SET LOCAL hnsw.ef_search = {int(plan.ef_search)}")  # type: ignore[arg-type]
-                sql = (
-                    f"SELECT c.id, 1 - ({distance}), %(estimate)s FROM kb_chunks c{join} "
-                    f"WHERE {' AND '.join(where)} ORDER BY {distance} LIMIT %(limit)s"  # HNSW orders
-                )
-                params["estimate"] = plan.estimate
-            cur = await conn.execute(sql, params)  # type: ignore[arg-type]
-            return list(await cur.fetchall())
+        rows.sort(key=lambda r: (-float(r[1]), int(r[0])))
+        best = rows[:limit]
+        return KBRanked([int(r[0]) for r in best], [float(r[1]) for r in best], total)
 
     async def cosines(self, chunk_ids: Sequence[int], query: npt.NDArray[np.float32]) -> dict[int, float]:
         """Cosine similarity of each stored chunk vector to ``query`` (chunks without a

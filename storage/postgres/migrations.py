@@ -630,6 +630,30 @@ _KB_CHUNK_IDS_BY_DOCUMENT = (
 )
 
 
+# Issue 24 item 2: one HNSW graph per bucket (``kb_graphs``). A partial index can only
+# name the row's own columns, so each chunk carries its document's bucket (a document's
+# id is unique across buckets and its bucket changes only by writing it again, which
+# deletes and re-inserts its chunks: the copy cannot drift; ``kb_index.write_documents``).
+# The per-dimension graphs over every bucket are dropped first: they are not used any
+# more (every vector query is answered bucket by bucket), every insert would still pay
+# for them, and the back-fill's row versions would each be inserted into them (ms a
+# row). Buckets past the exact threshold get their own graph at the next open
+# (``PostgresKBIndex.ensure_bucket_graphs``); until then their searches are exact.
+_KB_CHUNK_BUCKETS = (
+    """DO $$
+    DECLARE ix TEXT;
+    BEGIN
+        FOR ix IN SELECT indexname FROM pg_indexes
+                  WHERE tablename = 'kb_chunks' AND indexname ~ '^kb_chunks_hnsw_[0-9]+$' LOOP
+            EXECUTE format('DROP INDEX IF EXISTS %I', ix);
+        END LOOP;
+    END $$""",
+    "ALTER TABLE kb_chunks ADD COLUMN IF NOT EXISTS bucket TEXT",
+    "UPDATE kb_chunks c SET bucket = d.bucket FROM kb_documents d WHERE d.id = c.doc_id AND c.bucket IS NULL",
+    "ALTER TABLE kb_chunks ALTER COLUMN bucket SET NOT NULL",
+)
+
+
 MIGRATIONS: tuple[Migration, ...] = numbered(
     {
         1: _APP + _DRAFTS + _EXTERNAL + _KEYWORDS + _KB,
@@ -657,6 +681,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         23: _KB_POSTINGS_EXACT,
         24: (),  # SQLite's covering field indexes; PostgreSQL ANDs its one-field indexes (bitmaps)
         25: _KB_CHUNK_IDS_BY_DOCUMENT,
+        26: _KB_CHUNK_BUCKETS,
     },
 )
 

