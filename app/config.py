@@ -114,6 +114,9 @@ class Settings:
     db_max_connections: int = 20
     #: PostgreSQL: how long a request waits for a pooled connection before it is answered
     #: 503 ``storage_unavailable`` (an outage longer than this is a 503, never a hang).
+    #: Either engine: a request not yet acknowledged (no run id handed out) waits at most
+    #: this in total across its storage steps — rate count, transcript import, admission
+    #: write (``app/server/storage_budget.py``) — not ``db_write_retry_s`` per step.
     db_pool_timeout_s: float = 10.0
     max_body_bytes: int = 1024 * 1024
     max_message_chars: int = 32000
@@ -140,7 +143,9 @@ class Settings:
     #: SIGTERM: how long live runs may go on before they are released as interrupted.
     shutdown_grace_s: float = 20.0
     #: How long a storage write retries a busy or failing database before the runs
-    #: waiting on it end with ``storage_unavailable``.
+    #: waiting on it end with ``storage_unavailable``: what acknowledged work (a run's
+    #: events, its leases) rides out. Requests not yet acknowledged wait only
+    #: ``db_pool_timeout_s`` in total.
     db_write_retry_s: float = 10.0
     heartbeat_s: float = 15.0
     max_runs_per_user: int = 8

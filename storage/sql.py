@@ -107,7 +107,7 @@ class SqlEngine:
         """Run ``fn`` in one write transaction, retried as a whole while the database is
         busy or unreachable (so ``fn`` must only touch the database). ``deadline``
         (``time.monotonic()``): a request not yet acknowledged stops waiting there
-        (``storage.budget``); without one the engine's write retry applies."""
+        (``app/server/storage_budget.py``); without one the engine's write retry applies."""
         raise NotImplementedError
 
     async def transact_plan(self, make: Callable[[Dialect], Plan[T]], *, deadline: float | None = None) -> T:

@@ -113,8 +113,8 @@ async def retrying(
     ``StorageUnavailable``. Other errors propagate at once.
 
     ``deadline`` (``time.monotonic()``): a request not yet acknowledged has one storage
-    budget for all its steps (``storage.budget``), so its retries stop there even when
-    ``retry_s`` — the ride-out meant for acknowledged work — is longer; one already past
+    budget for all its steps (``app/server/storage_budget.py``), so its retries stop
+    there even when ``retry_s`` — the ride-out meant for acknowledged work — is longer; one already past
     it is refused without an attempt (nothing is stored that its client never hears of)."""
     if deadline is not None and time.monotonic() >= deadline:
         raise StorageUnavailable("the request's storage budget is spent")

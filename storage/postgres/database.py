@@ -207,8 +207,8 @@ class PostgresDatabase(QueuedWrites):
         """Run ``fn`` inside one transaction and commit; retried as a whole on transient
         failures (so ``fn`` must only touch the database). Raises ``StorageUnavailable``
         after ``write_retry_s``; other errors propagate at once. With a ``deadline``
-        (``time.monotonic()``, a request not yet acknowledged: ``storage.budget``) the
-        retries and each attempt's wait for a pooled connection end there too."""
+        (``time.monotonic()``: a request not yet acknowledged, ``app/server/storage_budget.py``)
+        the retries and each attempt's wait for a pooled connection end there too."""
         return await retrying(
             lambda: finish_even_if_cancelled(self._run_transaction(fn, self._pool_wait(deadline))),
             transient=transient,

@@ -248,8 +248,8 @@ class SqliteDatabase(QueuedWrites):
         """Run ``fn`` inside one write transaction and commit; retried as a whole while
         the database is busy (so ``fn`` must only touch the database). Raises
         ``StorageUnavailable`` after ``write_retry_s``; other errors propagate at once.
-        With a ``deadline`` (``time.monotonic()``, a request not yet acknowledged:
-        ``storage.budget``) the retries and the wait for the writer end there too."""
+        With a ``deadline`` (``time.monotonic()``: a request not yet acknowledged,
+        ``app/server/storage_budget.py``) the retries and the wait for the writer end there."""
         return await self._retrying(lambda: self._run_transaction(fn, immediate), deadline)
 
     async def transact_sync(self, fn: Callable[[sqlite3.Connection], T], *, deadline: float | None = None) -> T:

@@ -93,11 +93,12 @@ class SqliteSql(SqlEngine):
         thread (``transact_sync``): hot paths such as admitting a run stay short when the
         event loop is busy. A caller cancelled before its group starts stores nothing.
 
-        Plans with a ``deadline`` (requests not yet acknowledged: ``storage.budget``) are
-        grouped apart from those without (leases, cancels: they ride out a busy file for
-        the write retry); their group retries until the latest of its deadlines, and each
-        attempt leaves out — as ``StorageUnavailable`` — a plan whose deadline has passed,
-        so none is stored after its caller was told it was not."""
+        Plans with a ``deadline`` (requests not yet acknowledged: the app's budget,
+        ``app/server/storage_budget.py``) are grouped apart from those without (leases,
+        cancels: they ride out a busy file for the write retry); their group retries
+        until the latest of its deadlines, and each attempt leaves out — as
+        ``StorageUnavailable`` — a plan whose deadline has passed, so none is stored
+        after its caller was told it was not."""
         fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._plans.append((make, fut, deadline))
         running = self._grouping
