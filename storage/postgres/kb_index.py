@@ -233,8 +233,9 @@ class PostgresKBIndex(SqlKBIndex):
 
     async def ensure_bucket_graphs(self, buckets: Sequence[str] | None = None) -> list[tuple[int, str]]:
         """Build the graph of every bucket (of ``buckets``) past the threshold that has
-        none: at open (an upgrade past migration 26, a load that died before its end),
-        and at a bulk load's end. The graphs built here."""
+        none, on the pool: at a bulk load's end (the repair at open of what an upgrade
+        past migration 26 or a load that died before its end left is
+        ``start_graph_repair``, on a connection of its own). The graphs built here."""
         built = await self._graphs.ensure_all(buckets)
         if built:
             self._stats_changed()
