@@ -118,6 +118,17 @@ class Admission:
         self.local.forget_last(key)  # refused: this request does not count here either
         return decision.retry_after_s or 1.0
 
+    def status(self) -> dict[str, object] | None:
+        """Where requests per minute are counted now, for ``/readyz`` (``None``: one
+        process, always here): the fallback to this replica's count is never silent."""
+        if self.store is None:
+            return None
+        away = time.monotonic() < self._shared_away_until
+        return {
+            "counted": "this replica (the shared count is unavailable)" if away else "shared",
+            "shared_fallbacks": self.shared_fallbacks,
+        }
+
     async def active_runs(self, user_id: str, registry: RunRegistry, cap: int) -> int:
         here = registry.count_active(user_id)
         if self.runs_store is None:

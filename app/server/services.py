@@ -117,6 +117,9 @@ class Services:
             # Informational: a busy replica still serves its followers and every other
             # route, so it stays ready; ``accepting`` says whether it takes new runs.
             report["load"] = self.load.snapshot(replica=self.runs.owner_id)
+        if (rate := self.limits.status()) is not None:
+            # Informational: the database's own check says whether it is away.
+            report["rate_limit"] = rate
         if self.leader is not None:
             feed = self.storage.run_feed
             report["workers"] = {**self.leader.status(), "siblings_connected": getattr(feed, "siblings", None)}

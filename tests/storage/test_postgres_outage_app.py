@@ -159,6 +159,8 @@ async def test_a_request_not_yet_acknowledged_waits_one_budget_for_all_its_stora
             assert took < write_retry_s, f"{what}: 503 after {took:.1f} s, not within the budget"
         assert relay.refused > 0, "the app never tried to reach the database during the outage"
         assert svc.limits.shared_fallbacks >= 2, "the rate count did not fall back to this replica's count"
+        rate = (await client.get(f"{base}/readyz", timeout=3)).json()["rate_limit"]
+        assert rate["shared_fallbacks"] >= 2, rate  # the fallback is visible, not only in the log
 
         relay.restore()
         for _ in range(300):  # the pool reconnects in the background
