@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import logging
 import re
 from collections.abc import Callable, Sequence
 
@@ -44,6 +45,7 @@ HNSW_MAX_DIM = 2000
 #: the graph of a million 384-dimension vectors takes about 2 GB; when it does not fit,
 #: pgvector says so and goes on, more slowly. Only the building backend uses it.
 HNSW_BUILD_MEMORY = "2GB"
+log = logging.getLogger("agentchat.storage")
 _NAME = re.compile(r"^kb_chunks_hnsw_(\d+)_b([0-9a-f]{16})$")
 
 
@@ -188,7 +190,15 @@ class GraphUpkeep:
         background (``PostgresKBIndex.start_graph_repair``), it leaves the pool alone
         and the start quick (searches of such a bucket are exact until its graph is
         there). Cancelled (the storage closes), it cancels the build on the server: an
-        index build is one transaction, rolled back and done again at the next open."""
+        index build is one transaction, rolled back and done again at the next open.
+
+        A build that fails is rolled back and the others go on; the failed ones are
+        tried once more at the end. Right after an upgrade every big bucket lacks its
+        graph, and a write into one of them builds it in its own transaction
+        (``written``): holding the table's ROW EXCLUSIVE lock it asks for the graph's
+        advisory lock, which the repair holds while its ``CREATE INDEX`` waits for that
+        very writer - a deadlock PostgreSQL ends by aborting one side. Aborting the
+        repair must not leave every other bucket exact until the next open."""
         built: list[tuple[int, str]] = []
         async with await psycopg.AsyncConnection.connect(
             url, connect_timeout=connect_timeout, application_name="agentchat-kb-graphs"
@@ -196,11 +206,30 @@ class GraphUpkeep:
             try:
                 async with conn.transaction():
                     wanted = await buckets_past(conn, self._threshold())
-                for dim, bucket in wanted:
-                    async with conn.transaction():
-                        if await ensure_graph(conn, dim, bucket, bulk_build=True):
-                            built.append((dim, bucket))
-                    self.known.add((dim, bucket))
+                for last_pass in (False, True):
+                    failed: list[tuple[int, str]] = []
+                    for dim, bucket in wanted:
+                        try:
+                            async with conn.transaction():
+                                if await ensure_graph(conn, dim, bucket, bulk_build=True):
+                                    built.append((dim, bucket))
+                        except psycopg.Error as exc:
+                            if conn.broken:
+                                raise
+                            log.warning(
+                                "knowledge base: building the graph of bucket %r (%d dimensions) failed%s: %s: %s",
+                                bucket,
+                                dim,
+                                "" if last_pass else "; it is tried again after the others",
+                                type(exc).__name__,
+                                exc,
+                            )
+                            failed.append((dim, bucket))
+                            continue
+                        self.known.add((dim, bucket))
+                    wanted = failed
+                    if not wanted:
+                        break
             except asyncio.CancelledError:
                 await conn.cancel_safe(timeout=5.0)
                 raise

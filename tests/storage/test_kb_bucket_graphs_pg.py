@@ -371,3 +371,71 @@ async def test_a_missing_graph_is_built_in_the_background_after_open_and_a_close
         third = await open_postgres_storage(url)
         await asyncio.wait_for(third.close(), 30)  # closed at once: the repair is cancelled, not awaited
         assert third.kb_index._repair is None
+
+
+async def test_the_repair_goes_on_past_a_build_a_deadlock_aborted_and_tries_it_again(
+    pg_server: TestPostgres, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Right after an upgrade a write into a big bucket builds its graph in its own
+    transaction: it holds ``kb_chunks``' ROW EXCLUSIVE lock and asks for the graph's
+    advisory lock while the repair holds that lock and its ``CREATE INDEX`` waits for the
+    writer. PostgreSQL aborts the repair's side of that deadlock (its wait began first);
+    the repair must still build the other buckets' graphs and try the aborted one again,
+    not stop and leave every big bucket exact until the next open."""
+    import psycopg
+    from psycopg import sql
+
+    from storage.postgres.kb_index import PostgresKBIndex
+
+    rng = np.random.default_rng(9)
+    with pg_server.database() as url:
+        first = await open_postgres_storage(url)
+        try:
+            await asyncio.wait_for(first.kb_index.graph_repair(), 60)
+            first.kb_index.exact_scope_vectors = THRESHOLD
+            for bucket in ("b1", "b2"):
+                await _write(first, bucket, bucket, _unit(rng.normal(size=(THRESHOLD + 10, DIM))))
+            assert await _graphs(first) == {graph_name(DIM, "b1"), graph_name(DIM, "b2")}
+            for bucket in ("b1", "b2"):  # as the upgrade past migration 26 leaves them
+                await first.db.execute([(f'DROP INDEX "{graph_name(DIM, bucket)}"', ())])
+        finally:
+            await first.close()
+        writer = await psycopg.AsyncConnection.connect(url, connect_timeout=10, application_name="test-writer")
+        try:
+            # The repair's side checks for a deadlock first (3 s), the writer's never (60 s).
+            name = (await (await writer.execute("SELECT current_database()")).fetchone() or ("",))[0]
+            await writer.execute(
+                sql.SQL("ALTER DATABASE {} SET deadlock_timeout = '3s'").format(sql.Identifier(str(name)))
+            )
+            await writer.commit()
+            await writer.execute("SET deadlock_timeout = '60s'")
+            await writer.execute("LOCK TABLE kb_chunks IN ROW EXCLUSIVE MODE")  # a write under way
+            monkeypatch.setattr(PostgresKBIndex.__init__, "__kwdefaults__", {"exact_scope_vectors": THRESHOLD})
+            second = await open_postgres_storage(url)
+            try:
+                async with asyncio.timeout(30):  # the repair's CREATE INDEX of b1 waits for the writer
+                    while not await (
+                        await writer.execute(
+                            "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                            "WHERE a.application_name = 'agentchat-kb-graphs' AND NOT l.granted"
+                        )
+                    ).fetchone():
+                        await asyncio.sleep(0.02)
+                # The writer's own graph build asks for b1's advisory lock: the deadlock.
+                await asyncio.wait_for(
+                    writer.execute(
+                        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                        ("kb_chunks_hnsw:" + graph_name(DIM, "b1"),),
+                    ),
+                    30,
+                )
+                await writer.rollback()
+                built = await asyncio.wait_for(second.kb_index.graph_repair(), 60)
+                assert built == [(DIM, "b2"), (DIM, "b1")], built
+                assert await _graphs(second) == {graph_name(DIM, "b1"), graph_name(DIM, "b2")}
+                warned = [r.getMessage() for r in caplog.records if "'b1'" in r.getMessage()]
+                assert warned and "DeadlockDetected" in warned[0], warned
+            finally:
+                await second.close()
+        finally:
+            await writer.close()
