@@ -80,6 +80,8 @@ class SqliteSql(SqlEngine):
         super().__init__(db)
         self.db: SqliteDatabase = db
         self._plans: list[PendingPlan] = []
+        #: The futures of the plans whose group's transaction is under way.
+        self._in_flight: set[asyncio.Future[Any]] = set()
         self._grouping: asyncio.Task[None] | None = None
         #: Groups committed and plans in them (``bench``, tests).
         self.plan_groups = 0
@@ -95,16 +97,31 @@ class SqliteSql(SqlEngine):
 
         Plans with a ``deadline`` (requests not yet acknowledged: the app's budget,
         ``app/server/storage_budget.py``) are grouped apart from those without (leases,
-        cancels: they ride out a busy file for the write retry); their group retries
-        until the latest of its deadlines, and each attempt leaves out — as
-        ``StorageUnavailable`` — a plan whose deadline has passed, so none is stored
-        after its caller was told it was not."""
+        cancels: they ride out a busy file for the write retry). Their group retries
+        until the earliest of its deadlines; then that plan's caller hears
+        ``StorageUnavailable`` and the others go to the next group with what is left of
+        theirs. Each attempt leaves out a plan whose deadline has passed, so none is
+        stored after its caller was told it was not."""
         fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._plans.append((make, fut, deadline))
         running = self._grouping
         if running is None or running.done() or running.get_loop() is not fut.get_loop():
             self._grouping = asyncio.create_task(self._run_groups(), name="sqlite-plan-groups")
-        return await fut
+        if deadline is None:
+            return await fut
+        try:  # the writer may be busy with a group that rides out the write retry
+            return await asyncio.wait_for(asyncio.shield(fut), max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            if fut.done() and not fut.cancelled():  # its group ended as the budget did
+                return fut.result()
+            if fut in self._in_flight:  # its group's transaction is under way: it may yet commit
+                return await fut
+            fut.cancel()  # not started: it never will be
+            raise StorageUnavailable("the request's storage budget is spent waiting for the writer") from None
+        except asyncio.CancelledError:
+            if fut not in self._in_flight:
+                fut.cancel()
+            raise
 
     async def _run_groups(self) -> None:
         while self._plans:
@@ -124,17 +141,27 @@ class SqliteSql(SqlEngine):
     async def _run_group(self, part: list[PendingPlan]) -> None:
         """One group's transaction (see ``transact_plan``); its callers hear their outcomes."""
         deadlines = [d for _, _, d in part if d is not None]
-        group_deadline = max(deadlines) if len(deadlines) == len(part) else None
+        group_deadline = min(deadlines) if len(deadlines) == len(part) else None
         makes = [make if d is None else functools.partial(_unless_expired, make, d) for make, _, d in part]
+        futs = [fut for _, fut, _ in part]
+        self._in_flight.update(futs)
         try:
             outcomes = await self.db.transact_sync(
                 functools.partial(run_plans_sync, makes=makes), deadline=group_deadline
             )
         except Exception as exc:  # the group's transaction failed: every plan in it did
-            for _, fut, _ in part:
-                if not fut.done():
+            busy = group_deadline is not None and isinstance(exc.__cause__, sqlite3.OperationalError)
+            now = time.monotonic()
+            for make, fut, d in part:
+                if fut.done():
+                    continue
+                if busy and d is not None and d > now:  # the file stayed busy past an earlier budget, not this one's
+                    self._plans.append((make, fut, d))
+                else:
                     fut.set_exception(exc)
             return
+        finally:
+            self._in_flight.difference_update(futs)
         self.plan_groups += 1
         self.plans_grouped += len(part)
         for (_, fut, _), (ok, value) in zip(part, outcomes, strict=True):

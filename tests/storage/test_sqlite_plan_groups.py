@@ -6,12 +6,15 @@ statements, a caller cancelled before its group starts stores nothing."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import orjson
+import pytest
 
-from storage.errors import ConversationBusy, TooManyRuns
+from storage.errors import ConversationBusy, StorageUnavailable, TooManyRuns
 from storage.records import UNFINISHED, Admitted, NewRun
+from tests.support.sqlite_lock import sqlite_file_locked
 from tests.support.storage import opened_storage
 
 CAP = 8
@@ -88,3 +91,30 @@ async def test_a_failed_group_fails_every_plan_in_it_loudly(tmp_path: Path) -> N
             30,
         )
         assert all(isinstance(o, Exception) for o in outcomes), outcomes
+
+
+async def test_a_plan_with_a_deadline_fails_there_while_one_without_rides_out_a_locked_file(tmp_path: Path) -> None:
+    """A request's admission (a ``deadline``: its storage budget) is refused with
+    ``StorageUnavailable`` once the budget is spent and is not stored, even while the
+    writer is busy with a group riding out the lock for the write retry (a lease, a
+    cancel: no deadline), which commits once the lock is lifted. Two budgets in one
+    group: the earlier one ends first, the later one still gets the rest of its own."""
+    async with opened_storage(tmp_path / "groups.db") as storage:
+        assert storage.db.opts.write_retry_s >= 5, "the default write retry must outlast the budgets here"
+        async with sqlite_file_locked(tmp_path / "groups.db"):
+            rides = asyncio.ensure_future(storage.runs.create(new_run("rides")))
+            await asyncio.sleep(0)  # its group starts first and holds the writer
+            now = time.monotonic()
+            early = asyncio.ensure_future(storage.runs.create(new_run("early"), deadline=now + 0.3))
+            later = asyncio.ensure_future(storage.runs.create(new_run("later"), deadline=now + 1.5))
+            with pytest.raises(StorageUnavailable):
+                await asyncio.wait_for(early, 20)
+            assert not later.done(), "the later budget ended with the earlier one"
+            with pytest.raises(StorageUnavailable):
+                await asyncio.wait_for(later, 20)
+            assert time.monotonic() >= now + 1.5, "the later plan did not get the rest of its budget"
+            assert not rides.done(), "the plan without a deadline gave up within the write retry"
+        admitted = await asyncio.wait_for(rides, 30)
+        assert isinstance(admitted, Admitted)
+        assert await storage.runs.get("rides") is not None
+        assert await storage.runs.get("early") is None and await storage.runs.get("later") is None
