@@ -38,6 +38,9 @@ class LiveSources:
     #: Hybrid knowledge searches ranked on one side, by ``(the side that did not count,
     #: why)`` (``None``: no KB).
     kb_fusion_drops: Callable[[], Mapping[tuple[str, str], int]] | None = None
+    #: Requests per minute counted by this replica alone because the shared count (the
+    #: database) was away (``None``: one process, always counted here).
+    rate_limit_fallbacks: Callable[[], int] | None = None
 
 
 class LiveCollector:
@@ -83,6 +86,12 @@ class LiveCollector:
             "queued steps (streamed tokens of many runs) into one; compare with the events written.",
             stats.batches,
         )
+        if s.rate_limit_fallbacks is not None:
+            yield _counter(
+                "agentchat_rate_limit_shared_fallbacks",
+                "Requests whose rate limit this replica counted alone: the shared count (the database) was away.",
+                s.rate_limit_fallbacks(),
+            )
         yield GaugeMetricFamily(
             "agentchat_tool_index_ready",
             "Whether the tool index is ready (1) or selection falls back (0).",

@@ -137,6 +137,7 @@ class Services:
             kb_text_fallbacks=self._kb_text_fallbacks if self.rooms.knowledge is not None else None,
             kb_reembedding=self._kb_reembedding if self.rooms.knowledge is not None else None,
             kb_fusion_drops=self._kb_fusion_drops if self.rooms.knowledge is not None else None,
+            rate_limit_fallbacks=(lambda: self.limits.shared_fallbacks) if self.limits.store is not None else None,
         )
 
     def _kb_fusion_drops(self) -> dict[tuple[str, str], int]:

@@ -161,6 +161,9 @@ async def test_a_request_not_yet_acknowledged_waits_one_budget_for_all_its_stora
         assert svc.limits.shared_fallbacks >= 2, "the rate count did not fall back to this replica's count"
         rate = (await client.get(f"{base}/readyz", timeout=3)).json()["rate_limit"]
         assert rate["shared_fallbacks"] >= 2, rate  # the fallback is visible, not only in the log
+        scraped = (await client.get(f"{base}/metrics", timeout=3)).text  # and in a metric
+        [line] = [x for x in scraped.splitlines() if x.startswith("agentchat_rate_limit_shared_fallbacks_total ")]
+        assert float(line.split()[-1]) >= 2, line
 
         relay.restore()
         for _ in range(300):  # the pool reconnects in the background
