@@ -130,14 +130,15 @@ async def buckets_past(conn: Conn, threshold: int, buckets: list[str] | None = N
 
 
 class GraphUpkeep:
-    """Which buckets' graphs exist (as far as this process knows) and building them when
-    due; ``PostgresKBIndex`` calls it from its writes, its bulk loads and ``open``."""
+    """Building the buckets' graphs when due; ``PostgresKBIndex`` calls it from its
+    writes, its bulk loads and ``open``. Whether a graph exists is asked of the catalog
+    each time (one indexed lookup), never remembered: another replica may have dropped
+    it since (the bucket deleted, then written again), and a remembered graph would
+    never be built again here while the bucket grew."""
 
     def __init__(self, db: PostgresDatabase, threshold: Callable[[], int]) -> None:
         self._db = db
         self._threshold = threshold
-        #: (dimension, bucket) whose graph is known to exist.
-        self.known: set[tuple[int, str]] = set()
         #: (dimension, bucket) written during a bulk load whose graph did not exist yet.
         self.deferred: set[tuple[int, str]] = set()
 
@@ -147,22 +148,18 @@ class GraphUpkeep:
         bulk load, noted to be built when the load ends. A graph made once is maintained
         by every insert; the count is read only while a bucket has none."""
         key = (dim, bucket)
-        if key in self.known or key in self.deferred or not 0 < dim <= HNSW_MAX_DIM:
+        if key in self.deferred or not 0 < dim <= HNSW_MAX_DIM or await graph_exists(conn, dim, bucket):
             return
-        if await graph_exists(conn, dim, bucket):
-            self.known.add(key)
-        elif bulk:
+        if bulk:
             self.deferred.add(key)
         elif key in await buckets_past(conn, self._threshold(), [bucket]):
             await ensure_graph(conn, dim, bucket)
-            self.known.add(key)
 
     async def any_bucket_grew(self, conn: Conn, dims: Sequence[int]) -> None:
         """Vectors attached to stored chunks, of any bucket (``attach_vectors``)."""
         for dim, bucket in await buckets_past(conn, self._threshold()):
-            if dim in dims and (dim, bucket) not in self.known:
-                await ensure_graph(conn, dim, bucket)
-                self.known.add((dim, bucket))
+            if dim in dims:
+                await ensure_graph(conn, dim, bucket)  # nothing when it exists
 
     def take_deferred(self) -> list[str]:
         """The buckets a bulk load left graphs for, forgotten here."""
@@ -180,7 +177,6 @@ class GraphUpkeep:
         for dim, bucket in wanted:
             if await self._db.transact(functools.partial(ensure_graph, dim=dim, bucket=bucket, bulk_build=True)):
                 built.append((dim, bucket))
-            self.known.add((dim, bucket))
         return built
 
     async def repair(self, url: str, connect_timeout: int) -> list[tuple[int, str]]:
@@ -225,8 +221,6 @@ class GraphUpkeep:
                                 exc,
                             )
                             failed.append((dim, bucket))
-                            continue
-                        self.known.add((dim, bucket))
                     wanted = failed
                     if not wanted:
                         break
@@ -237,7 +231,6 @@ class GraphUpkeep:
 
     async def drop(self, bucket: str) -> None:
         await self._db.transact(functools.partial(drop_graphs, bucket=bucket))
-        self.known = {g for g in self.known if g[1] != bucket}
 
 
 __all__ = [

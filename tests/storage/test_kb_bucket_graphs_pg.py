@@ -439,3 +439,23 @@ async def test_the_repair_goes_on_past_a_build_a_deadlock_aborted_and_tries_it_a
                 await second.close()
         finally:
             await writer.close()
+
+
+async def test_a_bucket_another_replica_deleted_gets_its_graph_again_when_it_grows_back(
+    storage: PostgresStorage,
+) -> None:
+    """This replica built the bucket's graph; another deletes the bucket (its graph goes
+    with it) and the bucket is written again here past the threshold: it gets a graph
+    again, not searched exactly until this process restarts."""
+    rng = np.random.default_rng(10)
+    await _write(storage, "big", "g", _unit(rng.normal(size=(THRESHOLD + 10, DIM))))
+    assert await _graphs(storage) == {graph_name(DIM, "big")}
+    other = await open_postgres_storage(storage.db.url)
+    try:
+        await asyncio.wait_for(other.kb_index.graph_repair(), 60)
+        assert await other.kb_index.delete_bucket("big") is not None
+    finally:
+        await other.close()
+    assert await _graphs(storage) == set()
+    await _write(storage, "big", "h", _unit(rng.normal(size=(THRESHOLD + 10, DIM))))
+    assert await _graphs(storage) == {graph_name(DIM, "big")}
