@@ -306,10 +306,18 @@ class KnowledgeBase:
         corpus tools pass theirs); without one, ``KBConfig.overload_rule``.
         """
         bucket, buckets = await self._scope(bucket, buckets, tuple(private))
-        return await self._search.search(
+        response = await self._search.search(
             query, bucket=bucket, top_k=top_k, filters=filters, doc_id=doc_id, mode=mode,
             context_chars=context_chars, candidates=candidates, relax=relax, buckets=buckets, overload=overload,
         )
+        if bucket is None and (buckets is None or "*" in buckets):
+            # Searched as "every document": the bucket list said no private bucket
+            # existed. One made since (someone's first attachment, committed between that
+            # read and the search's statements) must not reach this caller.
+            kept = [h for h in response.hits if not is_private_bucket(h.bucket)]
+            if len(kept) != len(response.hits):
+                response = replace(response, hits=kept)
+        return response
 
     async def _scope(
         self, bucket: str | None, buckets: Sequence[str] | None, private: tuple[str, ...]

@@ -65,3 +65,25 @@ async def test_counts_without_a_bucket_leave_attachments_out(kb: KnowledgeBase) 
     ):
         with pytest.raises(UnknownBucketError):
             await call
+
+
+async def test_a_private_bucket_made_after_the_bucket_list_was_read_never_reaches_an_every_bucket_search(
+    kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """"Every bucket" reads the bucket list and, while no private bucket exists, searches
+    every document; someone's first attachment committed between that read and the
+    search's statements must still not show (the race is pinned by keeping the list as
+    it was read before the attachment was made)."""
+    await kb.ingest_documents([doc(1, "zeppelin maintenance manual", "manual")])
+    names_before = kb._buckets.names()
+    private = attachment_bucket("alice", "c1")
+    await kb.ingest_documents([doc(10, "zeppelin maintenance secrets", "manual")], bucket=private, private=True)
+
+    async def stale_load() -> None:  # the read happened before the attachment
+        return None
+
+    monkeypatch.setattr(kb._buckets, "load", stale_load)
+    monkeypatch.setattr(kb._buckets, "names", lambda: names_before)
+    for mode in ("hybrid", "text", "semantic"):
+        found = await kb.search("zeppelin maintenance", buckets=["*"], mode=mode)
+        assert [h.doc_id for h in found.hits] == ["d1"], (mode, [(h.doc_id, h.bucket) for h in found.hits])
