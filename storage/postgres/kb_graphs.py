@@ -139,6 +139,10 @@ class GraphUpkeep:
     def __init__(self, db: PostgresDatabase, threshold: Callable[[], int]) -> None:
         self._db = db
         self._threshold = threshold
+        #: How long the repair at open waits for a lock (the graph's advisory lock, the
+        #: table's SHARE lock its build needs) before it leaves that graph for later: a
+        #: build queued behind a long ingest would queue every later writer behind it.
+        self.repair_lock_timeout_ms = 5_000
         #: (dimension, bucket) written during a bulk load whose graph did not exist yet.
         self.deferred: set[tuple[int, str]] = set()
 
@@ -194,7 +198,13 @@ class GraphUpkeep:
         (``written``): holding the table's ROW EXCLUSIVE lock it asks for the graph's
         advisory lock, which the repair holds while its ``CREATE INDEX`` waits for that
         very writer - a deadlock PostgreSQL ends by aborting one side. Aborting the
-        repair must not leave every other bucket exact until the next open."""
+        repair must not leave every other bucket exact until the next open.
+
+        Each build waits at most ``repair_lock_timeout_ms`` for its locks: PostgreSQL
+        queues lock requests in order, so a ``CREATE INDEX`` waiting behind a long
+        ingest would hold every later writer of ``kb_chunks`` back as well. A graph left
+        for that reason is built by the next write that finds it missing, or the next
+        open."""
         built: list[tuple[int, str]] = []
         async with await psycopg.AsyncConnection.connect(
             url, connect_timeout=connect_timeout, application_name="agentchat-kb-graphs"
@@ -207,6 +217,9 @@ class GraphUpkeep:
                     for dim, bucket in wanted:
                         try:
                             async with conn.transaction():
+                                await conn.execute(
+                                    f"SET LOCAL lock_timeout = {int(self.repair_lock_timeout_ms)}"  # type: ignore[arg-type]
+                                )
                                 if await ensure_graph(conn, dim, bucket, bulk_build=True):
                                     built.append((dim, bucket))
                         except psycopg.Error as exc:

@@ -459,3 +459,31 @@ async def test_a_bucket_another_replica_deleted_gets_its_graph_again_when_it_gro
     assert await _graphs(storage) == set()
     await _write(storage, "big", "h", _unit(rng.normal(size=(THRESHOLD + 10, DIM))))
     assert await _graphs(storage) == {graph_name(DIM, "big")}
+
+
+async def test_the_repair_leaves_a_graph_for_later_rather_than_queue_writers_behind_a_long_ingest(
+    storage: PostgresStorage, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PostgreSQL queues lock requests in order: a repair's CREATE INDEX waiting behind a
+    long ingest's transaction would hold every later writer of kb_chunks back too. The
+    repair waits at most its lock timeout, then leaves that graph (built by the next open
+    or the next write that finds it missing)."""
+    import psycopg
+
+    from storage.postgres.kb_graphs import GraphUpkeep
+
+    await _write(storage, "big", "g", _unit(np.random.default_rng(10).normal(size=(THRESHOLD + 10, DIM))))
+    await storage.db.execute([(f'DROP INDEX "{graph_name(DIM, "big")}"', ())])  # as a crash would leave it
+    upkeep = GraphUpkeep(storage.db, lambda: THRESHOLD)
+    upkeep.repair_lock_timeout_ms = 200
+    ingest = await psycopg.AsyncConnection.connect(storage.db.url, connect_timeout=10)
+    try:
+        await ingest.execute("LOCK TABLE kb_chunks IN ROW EXCLUSIVE MODE")  # a long ingest under way
+        assert await asyncio.wait_for(upkeep.repair(storage.db.url, 10), 30) == []
+        warned = [r.getMessage() for r in caplog.records if "'big'" in r.getMessage()]
+        assert len(warned) == 2 and all("LockNotAvailable" in w for w in warned), warned
+        await ingest.rollback()
+        assert await asyncio.wait_for(upkeep.repair(storage.db.url, 10), 30) == [(DIM, "big")]
+        assert await _graphs(storage) == {graph_name(DIM, "big")}
+    finally:
+        await ingest.close()
