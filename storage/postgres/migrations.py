@@ -772,6 +772,10 @@ async def migrate(
         await conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
         try:
             await conn.execute(f"SET lock_timeout = {int(retries.lock_timeout_ms)}")
+            # A step may run long (migration 26 rewrites every chunk row: about a minute
+            # at 1M): a statement_timeout set for the role or the database would fail it
+            # at every start. The lock_timeout above bounds the waits instead.
+            await conn.execute("SET statement_timeout = 0")
             for attempt in range(1, max(1, retries.attempts) + 1):
                 runner = _PostgresRunner(conn, url, retries, connect_timeout)
                 try:

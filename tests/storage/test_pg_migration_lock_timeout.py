@@ -99,3 +99,22 @@ async def test_a_lock_released_between_attempts_lets_the_migration_finish(
                 migrating.cancel()
             await other.close()
         assert STEP.version in await _applied(url)
+
+
+async def test_a_long_step_is_not_cut_by_a_statement_timeout_set_for_the_database(pg_server: TestPostgres) -> None:
+    """An operator's ``statement_timeout`` (for the role or the database) must not fail a
+    long step at every start (migration 26 rewrites every chunk row); the migration
+    session turns it off and relies on its lock_timeout for the waits."""
+    from storage.migration_runner import Migration
+
+    with pg_server.database() as url:
+        assert await migrate(url, retries=RETRIES) == LAST.version
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10) as conn:
+            name = (await (await conn.execute("SELECT current_database()")).fetchone() or ("",))[0]
+            await conn.execute(
+                psycopg.sql.SQL("ALTER DATABASE {} SET statement_timeout = '100ms'").format(
+                    psycopg.sql.Identifier(str(name))
+                )
+            )
+        slow = Migration(LAST.version + 1, "a slow step", ("SELECT pg_sleep(0.5)",))
+        assert await asyncio.wait_for(migrate(url, (*MIGRATIONS, slow), retries=RETRIES), 60) == slow.version
