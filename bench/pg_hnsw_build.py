@@ -36,8 +36,8 @@ from pgvector.psycopg import register_vector  # noqa: E402
 
 from bench._common import write_results  # noqa: E402
 from bench.ingest_ab import server_tree_cpu_s  # noqa: E402
-from storage.postgres.kb_ddl import HNSW_BUILD_MEMORY, hnsw_index_name  # noqa: E402
-from storage.postgres.kb_graphs import graph_ddl  # noqa: E402
+from storage.postgres.kb_ddl import hnsw_index_name  # noqa: E402
+from storage.postgres.kb_graphs import HNSW_BUILD_MEMORY, graph_ddl  # noqa: E402
 
 _BUCKETS = ("invoices", "invoices", "contracts", "datasheets")  # bench/corpus.py: document i's is [i % 4]
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from storage.postgres.database import Conn
-from storage.postgres.kb_graphs import HNSW_BUILD_MEMORY
 
 POSTINGS_INDEX = "kb_postings_impact"
 _CREATE_POSTINGS_INDEX = (
@@ -90,7 +89,6 @@ async def ensure_text_indexes(conn: Conn) -> None:
 
 
 __all__ = [
-    "HNSW_BUILD_MEMORY",
     "POSTINGS_TEXT_INDEX",
     "TSV_TEXT_INDEX",
     "TextIndex",

@@ -38,6 +38,7 @@ import psycopg
 from psycopg import sql
 
 from storage.postgres.database import Conn, PostgresDatabase
+from storage.postgres.kb_ddl import index_exists
 
 #: pgvector's HNSW limit for ``vector`` columns; larger vectors are always scanned exactly.
 HNSW_MAX_DIM = 2000
@@ -87,8 +88,7 @@ async def graph_names(conn: Conn) -> set[tuple[int, str]]:
 
 
 async def graph_exists(conn: Conn, dim: int, bucket: str) -> bool:
-    cur = await conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (graph_name(dim, bucket),))
-    return await cur.fetchone() is not None
+    return await index_exists(conn, graph_name(dim, bucket))
 
 
 async def ensure_graph(conn: Conn, dim: int, bucket: str, *, bulk_build: bool = False) -> bool:
