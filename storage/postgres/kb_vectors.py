@@ -20,7 +20,8 @@ How a query runs, and why:
   (``kb_vector_scan``), and one exact scan of whatever is left (small buckets, thin
   scopes); the parts' best are merged by cosine, then chunk id. Several buckets (a
   list of documents from ``knowledge.search``) are split by their documents' buckets;
-  every bucket is every bucket the counts know.
+  every bucket is one part per graph the counts know and an exact scan of every other
+  bucket in ``kb_buckets``.
 * **A whole bucket** walks its graph with a plain scan ``POOL_FACTOR`` x ``limit``
   wide (``ef_search`` 1,000 for the service's 100 candidates): nothing is filtered
   out, so the iterative scan's pool is not needed. ``bench/pg_recall.py --buckets``:
