@@ -52,9 +52,9 @@ async def load(n: int, url: str, workdir: Path, side: str) -> dict[str, Any]:
     storage = await open_postgres_storage(url)
     if not bulk_postings:
         # Migration 18's impact function (not inlinable): the code before this change.
-        from storage.postgres.migrations import _KB_POSTINGS
+        from storage.postgres.migration_steps.postings import KB_POSTINGS
 
-        await storage.db.execute([(_KB_POSTINGS[0], ())])
+        await storage.db.execute([(KB_POSTINGS[0], ())])
     if side == "no_postings":
         # The floor: no full-text postings at all (the code before migration 18).
         await storage.db.execute([("DROP TRIGGER kb_chunks_postings_add ON kb_chunks", ())])
