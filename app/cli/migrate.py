@@ -30,14 +30,9 @@ def add_migrate_command(sub: Any) -> None:
 
 
 async def run_migrate_db(args: argparse.Namespace, settings: Settings) -> int:
-    from storage.migrate_copy import (
-        CountMismatch,
-        MigrateError,
-        SourceInUse,
-        TargetNotEmpty,
-        TqdmProgress,
-        copy_sqlite_to_postgres,
-    )
+    from storage.migrate_copy.outcome import CountMismatch, MigrateError, SourceInUse, TargetNotEmpty
+    from storage.migrate_copy.progress import TqdmProgress
+    from storage.migrate_copy.sqlite_to_postgres import copy_sqlite_to_postgres
     from storage.open import is_postgres_url
     from storage.postgres import redact
 

@@ -1,0 +1,43 @@
+"""What ``agentchat migrate-db``'s copy returns (``CopyReport``: each table's counts on both
+sides) or raises (``MigrateError`` and its kinds, each with a message for a human).
+
+Why apart: the CLI reads only these, and maps each error to its exit code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class MigrateError(RuntimeError):
+    """The copy cannot start or did not end well; the message says why."""
+
+
+class SourceInUse(MigrateError):
+    pass
+
+
+class TargetNotEmpty(MigrateError):
+    pass
+
+
+class CountMismatch(MigrateError):
+    def __init__(self, mismatches: list[tuple[str, int, int]]) -> None:
+        self.mismatches = mismatches
+        lines = ", ".join(f"{t}: {s} in SQLite, {p} in PostgreSQL" for t, s, p in mismatches)
+        super().__init__(f"row counts differ after the copy ({lines})")
+
+
+@dataclass(slots=True)
+class TableCount:
+    table: str
+    source: int
+    target: int
+    copied: int = 0
+
+
+@dataclass(slots=True)
+class CopyReport:
+    schema_version: int
+    resumed: bool
+    tables: list[TableCount] = field(default_factory=list)
