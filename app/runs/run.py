@@ -22,29 +22,17 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from app.runs.idle import IdleClock
+from app.runs.step_queue import QueuedStep, RunEventLog
 from events import Error, Event, MessageComplete, RunEnding, TokenUsage
 from llm.types import Message
-from storage.errors import LeaseLost, StorageError
+from storage.errors import StorageError
 from storage.records import RunEvent, RunStatus, RunSummary, RunWrite, StoredRun
 
 log = logging.getLogger("agentchat.runs")
 
-__all__ = ["Run", "RunEvent", "RunEventLog", "terminal_event"]
-
-
-class RunEventLog(Protocol):
-    """The part of the run store a live run writes to."""
-
-    def write(
-        self,
-        step: RunWrite,
-        *,
-        on_commit: Callable[[], None] | None = None,
-        on_fail: Callable[[BaseException], None] | None = None,
-    ) -> None: ...
+__all__ = ["Run", "RunEvent", "terminal_event"]
 
 
 def terminal_event(run: Run, status: RunEnding, *, turns: int = 0, usage: TokenUsage | None = None) -> MessageComplete:
@@ -56,32 +44,6 @@ def terminal_event(run: Run, status: RunEnding, *, turns: int = 0, usage: TokenU
         turns=turns,
         usage=usage if usage is not None else TokenUsage(input_tokens=0, output_tokens=0),
     )
-
-
-class _QueuedStep:
-    """What a step waiting in the store's writer queue tells its run when it commits or
-    fails. One small object per step rather than two closures (their cells and
-    functions): under load thousands of steps wait in that queue, and this is most of
-    what each one holds (issue 22)."""
-
-    __slots__ = ("future", "run", "upto")
-
-    def __init__(self, run: Run, upto: int, future: asyncio.Future[None] | None) -> None:
-        self.run, self.upto, self.future = run, upto, future
-
-    def committed(self) -> None:
-        self.run._mark_durable(self.upto)
-        if self.future is not None and not self.future.done():
-            self.future.set_result(None)
-
-    def failed(self, exc: BaseException) -> None:
-        if self.future is not None and not self.future.done():
-            self.future.set_exception(exc)
-            self.future.exception()
-        if isinstance(exc, LeaseLost):
-            self.run.abandon()
-        else:
-            self.run._storage_failed(exc)
 
 
 @dataclass(slots=True)
@@ -269,13 +231,14 @@ class Run:
             )
         if terminal:
             step = dataclasses.replace(step, status=self.status, finished=True)
-        queued = _QueuedStep(self, upto, future)
+        queued = QueuedStep(self, upto, future)
         if self.log is None:
             queued.committed()
             return
         self.log.write(step, on_commit=queued.committed, on_fail=queued.failed)
 
-    def _mark_durable(self, upto: int) -> None:
+    def mark_durable(self, upto: int) -> None:
+        """The store committed this run's events up to ``upto`` (``QueuedStep``)."""
         if upto > self.durable and self.storage_error is None:
             self.durable = min(upto, len(self.events))
             if self.finished_at is not None:  # its ending may be stored now
