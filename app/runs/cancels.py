@@ -12,7 +12,7 @@ run cancels its task:
   process per SQLite file), and at the lease-claim pace as a fallback with a feed (a
   notification missed while the listener reconnected);
 * a run nobody held at that moment (between hand-overs) is ended ``cancelled`` by the
-  process that claims it next (``RunManager._recover_one`` reads the mark).
+  process that claims it next (``RunCarrier.carry_on`` reads the mark).
 
 The process that asked waits, bounded, for the run's ending to be stored and answers
 with its status, or ``cancelling`` when it has not ended yet.

@@ -18,7 +18,8 @@ and carrying on the runs of a previous process.
 * **Cancels from elsewhere**: ``cancels``; a run nobody held when its cancel was asked is
   ended ``cancelled`` by whoever claims it next.
 
-The runs in memory are ``registry``'s; a run ending the store refused is ``rescue``'s.
+The runs in memory are ``registry``'s; a run ending the store refused is ``rescue``'s;
+how a stored run is carried on here, once found, is ``carry_on``'s.
 """
 
 from __future__ import annotations
@@ -30,30 +31,26 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from app.ops.log_context import note_run
 from app.runs.admission import AdmissionSlots
 from app.runs.cancels import RunCancels
+from app.runs.carry_on import AgentFn, RunCarrier
 from app.runs.counters import RunCounters
 from app.runs.drain import Drain
 from app.runs.launch import RunLauncher
 from app.runs.leases import LEASE_CLAIM_SHARE, LeaseKeeper
 from app.runs.records import Caller, ChatInput, Sealer, encode_run_input
-from app.runs.recovery import AlreadyEnded, CannotResume, RestartFromInput, StartFresh, plan_recovery
 from app.runs.registry import RunRegistry
 from app.runs.rescue import EndingRescue
-from app.runs.run import Run, terminal_event
-from events import Error, RunResumed
+from app.runs.run import Run
 from storage.interfaces import RunStore
 from storage.records import UNFINISHED, NewRun, StoredRun
 from storage.run_feed import RunFeed
 
 log = logging.getLogger("agentchat.runs")
-
-#: ``agent(run, chat, caller, state=None, resumed=None)``: the agent loop.
-AgentFn = Callable[..., Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -95,6 +92,7 @@ class RunManager:
     rescue: EndingRescue = field(init=False)
     admission: AdmissionSlots = field(init=False)
     launcher: RunLauncher = field(init=False)
+    carrier: RunCarrier = field(init=False)
 
     def __post_init__(self) -> None:
         self.cancels = RunCancels(
@@ -128,6 +126,16 @@ class RunManager:
             self.rescue,
             lease_owner=self.owner_id if self.lease_s > 0 else None,
             lease_ttl_s=self.lease_ttl_s,
+        )
+        self.carrier = RunCarrier(
+            self.store,
+            lambda: self.agent,
+            self.launcher,
+            self.registry,
+            self.counters,
+            self.cancels,
+            self.max_events,
+            self.input_sealer,
         )
 
     @property
@@ -311,7 +319,7 @@ class RunManager:
         else:
             stored_runs = await self.store.claim(self.owner_id, self.lease_ttl_s, expired_only=not self.exclusive)
         for stored in stored_runs:
-            await self._recover_one(stored)
+            await self.carrier.carry_on(stored)
             if not self.exclusive and self.lease_s > 0:
                 self.leases.note_taken_over(stored)  # a replica's leases expired: it died
         if stored_runs:
@@ -339,7 +347,7 @@ class RunManager:
         stored = await self.store.get(run_id)
         if stored is None or stored.status not in UNFINISHED:
             return False
-        await self._recover_one(replace(stored, lease_epoch=epoch))
+        await self.carrier.carry_on(replace(stored, lease_epoch=epoch))
         return True
 
     async def expire_approvals(self) -> int:
@@ -353,64 +361,6 @@ class RunManager:
 
     async def _carry_on_claimed(self, stored: StoredRun, reason: str | None) -> None:
         if reason is None:
-            await self._recover_one(stored)
+            await self.carrier.carry_on(stored)
         else:
-            await self._recover_one(stored, reason=reason)
-
-    async def _recover_one(self, stored: StoredRun, *, reason: str = "the service restarted") -> None:
-        """Carry ``stored`` on here as ``recovery.plan_recovery`` decides."""
-        events = await self.store.events_after(stored.id, 0, limit=self.max_events)
-        run = self.launcher.restore(stored, events)
-        earlier = self.registry.live_in(run.user_id, run.conversation_id)
-        self.registry.register(run)
-        self.counters.resumed += 1
-        plan = plan_recovery(stored, events, reason=reason, sealer=self.input_sealer)
-        if isinstance(plan, AlreadyEnded):  # it ended, but the process died before its status was written
-            run.finished_at = time.time()
-            run.status = plan.status  # type: ignore[assignment]
-            await self.store.set_status([run.id], plan.status)
-            return
-        if isinstance(plan, CannotResume):
-            log.warning("run cannot be carried on", extra={"run_id": run.id, "reason": plan.why})
-            run.emit_step(
-                [
-                    Error(
-                        message=f"The run was interrupted and cannot be carried on: {plan.why}.",
-                        code="run_interrupted",
-                    ),
-                    terminal_event(run, "failed"),
-                ],
-                finished=True,
-            )
-            return
-        chat, caller = plan.chat, plan.caller
-        run.question = chat.message
-        if isinstance(plan, StartFresh):  # admitted, never started: start it now
-            self.launcher.start(run, earlier, lambda: self.agent(run, chat, caller))
-            if stored.cancel_requested:  # asked while nobody held it: it ends cancelled
-                self.cancels.cancel_here(run)
-            return
-        resumed = plan.resumed
-        self._note_discarded(run, resumed)
-        if isinstance(plan, RestartFromInput):  # started, no checkpoint yet: from its request again
-            log.info("restarting a run from its request", extra={"run_id": run.id})
-            self.launcher.start(run, earlier, lambda: self.agent(run, chat, caller, resumed=resumed))
-            if stored.cancel_requested:
-                self.cancels.cancel_here(run)
-            return
-        state = plan.state
-        if plan.parked:
-            earlier = []  # admitted before the conversation's runs here: they wait for it
-        self.launcher.start(run, earlier, lambda: self.agent(run, chat, caller, state=state, resumed=resumed))
-        if stored.cancel_requested and not plan.parked_cancel:  # asked while nobody held it: it ends cancelled
-            self.cancels.cancel_here(run)
-
-    def _note_discarded(self, run: Run, resumed: RunResumed) -> None:
-        """Remember the events a resume here discards until its ``run_resumed`` is in the
-        log (the faces that cannot take text back skip them)."""
-        if resumed.discarded is not None:
-            self.registry.discarded[run.id] = (resumed.discarded.from_seq, resumed.discarded.to_seq)
-            log.info(
-                "discarding a partial model turn",
-                extra={"run_id": run.id, "from_seq": resumed.discarded.from_seq, "to_seq": resumed.discarded.to_seq},
-            )
+            await self.carrier.carry_on(stored, reason=reason)
