@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from storage.bundle import SqlStorage
-from storage.sqlite.database import SqliteDatabase, SqliteOptions
+from storage.sqlite.connections import SqliteOptions
+from storage.sqlite.database import SqliteDatabase
 from storage.sqlite.dialect import SqliteSql
 from storage.sqlite.kb_index import SqliteKBIndex
 from storage.sqlite.migrations import migrate

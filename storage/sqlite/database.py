@@ -20,6 +20,9 @@ Why this shape:
   opened, and writable. Removed or replaced, nothing more is written (a write would land
   in a file that vanishes with the process) — every write and ``/readyz`` say
   ``storage_unavailable`` until a restart, and ``on_lost`` ends the live runs at once.
+
+A connection is opened with its pragmas in ``connections`` (with ``SqliteOptions``); the
+plain functions each hop runs on a connection's thread are ``thread_calls``.
 """
 
 from __future__ import annotations
@@ -27,18 +30,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiosqlite
 
 from storage.errors import StorageUnavailable
+from storage.sqlite.connections import SqliteOptions, connect, transient
 from storage.sqlite.file_guard import DatabaseFileGuard
+from storage.sqlite.thread_calls import commit_sync, fetchall_sync, fetchone_sync, transaction_sync
 from storage.writer import (
     OrderedWriter,
     QueuedWrites,
@@ -53,64 +56,6 @@ from storage.writer import (
 log = logging.getLogger("agentchat.storage")
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class SqliteOptions:
-    readers: int = 3
-    #: How long a write keeps retrying a busy or failing database before giving up.
-    write_retry_s: float = 10.0
-    #: SQLite's own wait for a lock, per attempt (our retry loop wraps it).
-    busy_timeout_ms: int = 1000
-    #: Page cache per connection (SQLite's default is 2 MiB); each of the 1 + readers
-    #: connections holds up to this much, so it bounds RSS as much as speed.
-    cache_kib: int = 2_048
-    #: How often the file's identity and writability are checked besides before writes.
-    file_check_s: float = 1.0
-
-
-def _transient(exc: BaseException) -> bool:
-    """Locked, busy, I/O and full-disk errors may pass; constraint errors never will."""
-    return isinstance(exc, sqlite3.OperationalError) or (
-        isinstance(exc, sqlite3.DatabaseError)
-        and not isinstance(exc, sqlite3.IntegrityError | sqlite3.ProgrammingError | sqlite3.InterfaceError)
-    )
-
-
-async def _switch_to_wal(conn: aiosqlite.Connection, opts: SqliteOptions) -> None:
-    """``PRAGMA journal_mode = WAL``, retried while another connection holds the file.
-
-    SQLite answers this pragma "database is locked" at once, without its busy handler,
-    when another connection is opening the same new file at that moment (several
-    processes or stores starting together); it is the same wait ``busy_timeout`` would
-    have done, so it is retried for as long."""
-    deadline = time.monotonic() + max(opts.busy_timeout_ms / 1000, 1.0)
-    delay = 0.01
-    while True:
-        try:
-            await conn.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
-                raise
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.2)
-
-
-async def _connect(path: Path, opts: SqliteOptions, *, writer: bool) -> aiosqlite.Connection:
-    conn = await aiosqlite.connect(path, isolation_level=None)
-    try:
-        # busy_timeout first: switching to WAL itself needs the write lock.
-        await conn.execute(f"PRAGMA busy_timeout = {int(opts.busy_timeout_ms)}")
-        if writer:
-            await _switch_to_wal(conn, opts)
-        await conn.execute("PRAGMA synchronous = NORMAL")
-        await conn.execute("PRAGMA foreign_keys = ON")
-        await conn.execute(f"PRAGMA cache_size = -{int(opts.cache_kib)}")
-    except BaseException:
-        await conn.close()
-        raise
-    return conn
 
 
 class SqliteDatabase(QueuedWrites):
@@ -130,7 +75,7 @@ class SqliteDatabase(QueuedWrites):
         self._write_lock = asyncio.Lock()
         self._queue = OrderedWriter(
             lambda batch: self._locked(lambda: self._commit_items(batch)),
-            transient=_transient,
+            transient=transient,
             retry_s=opts.write_retry_s,
             health=self.health,
         )
@@ -156,11 +101,11 @@ class SqliteDatabase(QueuedWrites):
         if not await asyncio.to_thread(p.exists):
             # The normal first start — or a file removed while no server ran: say so.
             log.warning("creating a new database", extra={"path": str(p.resolve())})
-        writer = await _connect(p, opts, writer=True)
+        writer = await connect(p, opts, writer=True)
         readers: list[aiosqlite.Connection] = []
         try:
             for _ in range(max(1, opts.readers)):
-                readers.append(await _connect(p, opts, writer=False))
+                readers.append(await connect(p, opts, writer=False))
         except BaseException:
             for r in readers:
                 await r.close()
@@ -227,13 +172,13 @@ class SqliteDatabase(QueuedWrites):
         and cursor close together): each hop is a wake-up of that thread and then of
         the event loop, and a search makes several of these reads."""
         async with self.reading() as conn:
-            rows: list[tuple[Any, ...]] = await conn._execute(_fetchall_sync, conn._conn, sql, params)
+            rows: list[tuple[Any, ...]] = await conn._execute(fetchall_sync, conn._conn, sql, params)
             return rows
 
     async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         """The first row of one statement (``None`` when there is none), in one hop."""
         async with self.reading() as conn:
-            row: tuple[Any, ...] | None = await conn._execute(_fetchone_sync, conn._conn, sql, params)
+            row: tuple[Any, ...] | None = await conn._execute(fetchone_sync, conn._conn, sql, params)
             return row
 
     # --- transactions on the writer ------------------------------------------------
@@ -259,14 +204,14 @@ class SqliteDatabase(QueuedWrites):
         return await self._retrying(lambda: self._run_sync_transaction(fn), deadline)
 
     async def _run_sync_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        result: T = await self._writer._execute(_transaction_sync, self._writer._conn, fn, self.guard)
+        result: T = await self._writer._execute(transaction_sync, self._writer._conn, fn, self.guard)
         self._succeeded()
         return result
 
     async def _retrying(self, attempt_once: Callable[[], Awaitable[T]], deadline: float | None = None) -> T:
         return await retrying(
             lambda: self._locked(attempt_once, deadline),
-            transient=_transient,
+            transient=transient,
             retry_s=self.opts.write_retry_s,
             health=self.health,
             deadline=deadline,
@@ -328,7 +273,7 @@ class SqliteDatabase(QueuedWrites):
         # The whole batch — BEGIN, one executemany per run of identical statements, COMMIT —
         # in ONE hop to the connection's thread: under load, each hop is a wait for the
         # event loop, and the stream is shown an event only after this commit.
-        await self._writer._execute(_commit_sync, self._writer._conn, groups, self.guard)
+        await self._writer._execute(commit_sync, self._writer._conn, groups, self.guard)
         self._succeeded()
 
     def _succeeded(self) -> None:
@@ -352,72 +297,3 @@ class SqliteDatabase(QueuedWrites):
             "write_retries": self.stats.retries,
             "write_failures": self.stats.failures,
         }
-
-
-_VALUES = re.compile(r"^(INSERT (?:OR \w+ )?INTO [^(]+\([^)]*\)\s*VALUES\s*)(\((?:\?,\s*)*\?\))$", re.IGNORECASE)
-#: SQLite allows 32,766 parameters per statement; keep well below.
-MAX_PARAMS = 8_000
-
-
-def _fetchall_sync(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """Runs on a reader connection's own thread (``SqliteDatabase.fetchall``)."""
-    cur = conn.execute(sql, params)
-    try:
-        return [tuple(r) for r in cur.fetchall()]
-    finally:
-        cur.close()
-
-
-def _fetchone_sync(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
-    """Runs on a reader connection's own thread (``SqliteDatabase.fetchone``)."""
-    cur = conn.execute(sql, params)
-    try:
-        row = cur.fetchone()
-        return tuple(row) if row is not None else None
-    finally:
-        cur.close()
-
-
-def _transaction_sync(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T], guard: DatabaseFileGuard) -> T:
-    guard.raise_if_unsafe()
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = fn(conn)
-        conn.execute("COMMIT")
-    except BaseException:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-        raise
-    return result
-
-
-def _commit_sync(
-    conn: sqlite3.Connection, groups: list[tuple[str, list[Sequence[Any]]]], guard: DatabaseFileGuard
-) -> None:
-    """Runs on the writer connection's own thread (aiosqlite's worker).
-
-    Many rows of one plain ``INSERT … VALUES (?, …)`` become one multi-row statement:
-    ``executemany`` releases and retakes the GIL around every row, and with a busy event
-    loop each retake can wait a whole switch interval — a burst of tokens from a thousand
-    runs would queue behind that convoy. The guard goes first: never a write into a file
-    removed or replaced under the server."""
-    guard.raise_if_unsafe()
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        for sql, rows in groups:
-            match = _VALUES.match(sql) if len(rows) > 1 else None
-            if len(rows) == 1:
-                conn.execute(sql, rows[0])
-            elif match is None:
-                conn.executemany(sql, rows)
-            else:
-                head, one = match.group(1), match.group(2)
-                per = max(1, MAX_PARAMS // max(1, len(rows[0])))
-                for i in range(0, len(rows), per):
-                    chunk = rows[i : i + per]
-                    conn.execute(head + ",".join([one] * len(chunk)), [p for row in chunk for p in row])
-        conn.execute("COMMIT")
-    except BaseException:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-        raise
