@@ -102,8 +102,12 @@ class Settings:
     #: Outbound pool sizes, per replica: model streams (a streamed answer holds one
     #: connection for its whole length), and everything else on the shared client
     #: (backend, Perplexity, Gemini embeddings). A request beyond them waits, and says
-    #: so (a log line and ``agentchat_pool_wait_seconds``).
-    llm_max_connections: int = 256
+    #: so (a log line and ``agentchat_pool_wait_seconds``); while the model pool is
+    #: full a new run is refused instead (503 ``replica_busy``, ``app/ops/load.py``).
+    #: 512: above what one 2-core process serves well (about 300-500 paced runs,
+    #: ``docs/scaling.md``), so on such hardware the loop-lag refusal comes first, and
+    #: within Ollama's default queue (``OLLAMA_MAX_QUEUE`` 512).
+    llm_max_connections: int = 512
     backend_max_connections: int = 200
     embed_max_connections: int = 32
     #: Perplexity's own pool: slow paid searches never hold the backend's connections.

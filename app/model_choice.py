@@ -11,7 +11,7 @@ from __future__ import annotations
 import httpx
 
 from app.config import Settings
-from llm.pool import PoolWaits, pooled_transport
+from llm.pool import PooledTransport, PoolWaits, pooled_transport
 from llm.provider import Provider
 from toolindex.embedder import Embedder
 
@@ -21,13 +21,18 @@ async def choose_provider(
     http: httpx.AsyncClient,
     *,
     llm_http: httpx.AsyncClient | None = None,
+    llm_pool: PooledTransport | None = None,
     pool_waits: PoolWaits | None = None,
 ) -> tuple[Provider, str]:
     """``AGENT_LLM_PROVIDER``: explicit choices are honoured; ``auto`` takes Gemini when a
     key is set, else the OpenAI-compatible server when ``OPENAI_BASE_URL`` or
     ``OPENAI_API_KEY`` is set and its ``/models`` answers, else Ollama when it answers
     with the model pulled, else the offline extractive provider (which needs no model).
-    Every choice passed over is named in the reason (logged, and shown in ``/readyz``)."""
+    Every choice passed over is named in the reason (logged, and shown in ``/readyz``).
+
+    ``llm_pool`` is ``llm_http``'s transport: Ollama's own client is built on it too, so
+    every provider's model calls share the one pool whose fullness admission reads
+    (``app/ops/load.py``)."""
     kind = settings.llm_provider
     if kind == "gemini" or (kind == "auto" and settings.gemini_api_key):
         from llm.gemini import GeminiProvider
@@ -44,7 +49,7 @@ async def choose_provider(
             "GEMINI_API_KEY is set" if kind == "auto" else "AGENT_LLM_PROVIDER=gemini",
         )
     if kind == "ollama":
-        return _ollama(settings, pool_waits), "AGENT_LLM_PROVIDER=ollama"
+        return _ollama(settings, llm_pool, pool_waits), "AGENT_LLM_PROVIDER=ollama"
     passed: list[str] = []
     if kind == "auto" and settings.openai_configured:
         why_not = await _probe_openai_chat(settings, http)
@@ -69,7 +74,7 @@ async def choose_provider(
         reason = await _probe_ollama_chat(settings, http)
         if reason is None:
             why = f"Ollama answers at {settings.ollama_host} with {settings.ollama_model}"
-            return _ollama(settings, pool_waits), "; ".join([*passed, why])
+            return _ollama(settings, llm_pool, pool_waits), "; ".join([*passed, why])
         reason = "; ".join([*passed, reason])
     else:
         reason = "AGENT_LLM_PROVIDER=extractive"
@@ -78,7 +83,7 @@ async def choose_provider(
     return ExtractiveProvider(), f"no model reachable ({reason}); answering extractively from the knowledge base"
 
 
-def _ollama(settings: Settings, pool_waits: PoolWaits | None = None) -> Provider:
+def _ollama(settings: Settings, pool: PooledTransport | None, pool_waits: PoolWaits | None = None) -> Provider:
     from llm.ollama import OllamaProvider
 
     return OllamaProvider(
@@ -87,7 +92,7 @@ def _ollama(settings: Settings, pool_waits: PoolWaits | None = None) -> Provider
         timeout=settings.llm_timeout_s,
         num_ctx=settings.ollama_num_ctx,
         keep_alive=settings.ollama_keep_alive,
-        transport=pooled_transport("llm", settings.llm_max_connections, on_wait=pool_waits),
+        transport=pool or pooled_transport("llm", settings.llm_max_connections, on_wait=pool_waits),
     )
 
 

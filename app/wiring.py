@@ -97,9 +97,10 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         follow_redirects=False,
     )
     stack.push_async_callback(http.aclose)
+    llm_pool = pooled_transport("llm", settings.llm_max_connections, on_wait=pool_waits)
     llm_http = httpx.AsyncClient(
         timeout=httpx.Timeout(settings.llm_timeout_s, connect=10.0),
-        transport=pooled_transport("llm", settings.llm_max_connections, on_wait=pool_waits),
+        transport=llm_pool,
         follow_redirects=False,
     )
     stack.push_async_callback(llm_http.aclose)
@@ -107,7 +108,9 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     if overrides.provider is not None:
         provider, provider_reason = overrides.provider, "given by the caller"
     else:
-        provider, provider_reason = await choose_provider(settings, http, llm_http=llm_http, pool_waits=pool_waits)
+        provider, provider_reason = await choose_provider(
+            settings, http, llm_http=llm_http, llm_pool=llm_pool, pool_waits=pool_waits
+        )
         stack.push_async_callback(provider.aclose)
     # Spans for runs, model calls and tool calls; a no-op unless configured (app/ops/tracing.py).
     tracing = Tracing.from_settings(settings.otel_enabled, provider=overrides.tracer_provider)
@@ -291,6 +294,8 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         max_live_runs=settings.max_live_runs,
         max_loop_lag_s=settings.max_loop_lag_ms / 1000,
         model_streams=lambda: streams.open,
+        model_connections=lambda: llm_pool.in_flight,
+        max_model_connections=settings.llm_max_connections,
     )
     svc.load = load
     attach_load(load, metrics.registry)

@@ -48,14 +48,17 @@ def rss_kb(pid: int | None = None) -> int:
 
 
 def write_results(name: str, payload: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    """Write ``bench/results/<name>.json``; a ``name`` that is a path (it holds a ``/`` or
+    ends in ``.json``: what a ``--out`` is often given) is written there instead."""
+    path = Path(name) if "/" in name or name.endswith(".json") else RESULTS / f"{name}.json"
+    name = path.stem
+    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "benchmark": name,
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
         **payload,
     }
-    path = RESULTS / f"{name}.json"
     path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
     return path
 

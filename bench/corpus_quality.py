@@ -344,7 +344,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="comma-separated engines: sqlite, postgres (default both when a PostgreSQL can be started: "
         "the pgserver wheel of the dev dependencies; env AGENT_BENCH_ENGINES)",
     )
-    p.add_argument("--out", default="corpus_quality", help="results name under bench/results (default: %(default)s)")
+    p.add_argument(
+        "--out", default="corpus_quality", help="name under bench/results, or a .json path (default: %(default)s)"
+    )
     return p.parse_args(argv)
 
 

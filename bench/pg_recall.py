@@ -530,7 +530,7 @@ def main() -> int:
         for kind in wanted:
             if kind == "pgserver" and not str(find_bin()).count("pgserver"):
                 print(f"note: the default server is {find_bin()}, not the pgserver wheel")
-            server = TestPostgres(kinds[kind](), settings={"shared_buffers": buffers})
+            server = TestPostgres(kinds[kind](), settings={"shared_buffers": buffers}, outlive_parent=args.keep)
             server.start()
             started.append((kind, server))
             server.admin('CREATE DATABASE "recall"')

@@ -37,7 +37,7 @@ from knowledge.attachments import is_private_bucket
 from knowledge.backfill import VectorBackfill
 from knowledge.buckets import Buckets, UnknownBucketError
 from knowledge.dense import dense_side
-from knowledge.filters import FilterError, join_constraints
+from knowledge.filters import FilterError
 from knowledge.ingest import DEFAULT_MAX_FILE_BYTES, BatchHook, Ingestor, Progress
 from knowledge.names import is_doc_id, is_identifier
 from knowledge.search import Searcher
@@ -345,48 +345,32 @@ class KnowledgeBase:
         space embeds a query once. Raises ``EmbeddingError`` (also without an embedder)."""
         return await self._search.embed_query(text)
 
-    async def _count_scopes(self, bucket: str | None) -> list[str | None]:
-        """The buckets a count covers, as ``search`` scopes them: ``[bucket]`` when one is
-        named (a private one is unknown here), ``[None]`` (every document) while no private
-        bucket exists, else each shared bucket — a conversation's attachments are never
-        counted, so no count tells how many documents a private bucket holds."""
-        scoped, buckets = await self._scope(bucket, None, ())
-        if scoped is not None or buckets is None:
-            return [scoped]
-        return [b for b in buckets if b != _NO_BUCKET]
+    async def _count_bucket(self, bucket: str | None) -> str | None:
+        """The bucket a count covers: the one named (a private one is unknown here, as
+        for a search), else ``None`` — every shared bucket, which the count's own
+        statement keeps to (``Searcher``'s ``_count_scope``). No bucket list is read: a
+        private bucket someone made since would be missing from it and counted. A
+        conversation's attachments are never counted, not even by its owner, so no
+        count tells how many documents a private bucket holds."""
+        if bucket is not None and is_private_bucket(bucket):
+            known = ", ".join(sorted(b.name for b in await self.list_buckets())) or "(none)"
+            raise UnknownBucketError(f"unknown bucket {bucket[:60]!r}; available buckets: {known}")
+        return bucket
 
     async def relax_filters(
         self, filters: Mapping[str, Any], *, bucket: str | None = None
     ) -> tuple[dict[str, Any] | None, str] | None:
         """Drop the most restrictive top-level constraint (the one that alone matches
-        the fewest documents): ``(remaining filters or None, dropped constraint as JSON)``.
-        ``None`` when there is nothing to drop."""
-        scopes = await self._count_scopes(bucket)
-        if len(scopes) == 1:
-            return await self._search.relax_filters(filters, bucket=scopes[0])
-        counted = await self.constraint_counts(filters, bucket=bucket)
-        if not counted:
-            return None
-        drop = min(range(len(counted)), key=lambda i: counted[i].documents)
-        rest = [c.constraint for i, c in enumerate(counted) if i != drop]
-        return join_constraints(rest), counted[drop].label
+        the fewest documents of the shared buckets): ``(remaining filters or None,
+        dropped constraint as JSON)``. ``None`` when there is nothing to drop."""
+        return await self._search.relax_filters(filters, bucket=await self._count_bucket(bucket))
 
     async def constraint_counts(
         self, filters: Mapping[str, Any] | str | None, *, bucket: str | None = None
     ) -> list[ConstraintCount]:
         """Each top-level constraint of ``filters`` with the documents it alone matches
         (to name the condition a search found nothing for); shared buckets only."""
-        scopes = await self._count_scopes(bucket)
-        if len(scopes) == 1:
-            return await self._search.constraint_counts(filters, bucket=scopes[0])
-        total: list[ConstraintCount] = []
-        for b in scopes:  # a document is in one bucket: the counts add up
-            counted = await self._search.constraint_counts(filters, bucket=b)
-            total = counted if not total else [replace(t, documents=t.documents + c.documents)
-                                               for t, c in zip(total, counted, strict=True)]
-        if not total:  # no shared bucket: every constraint matches nothing here
-            return [replace(c, documents=0) for c in await self._search.constraint_counts(filters)]
-        return total
+        return await self._search.constraint_counts(filters, bucket=await self._count_bucket(bucket))
 
     async def count_documents(
         self,
@@ -399,12 +383,10 @@ class KnowledgeBase:
     ) -> DocumentCount:
         """Documents in scope, or those of them whose text matches ``query``'s terms
         (a lower bound past ``limit`` matching passages): the size of a list-all request.
-        Shared buckets only (``_count_scopes``)."""
-        documents, exact = 0, True
-        for b in await self._count_scopes(bucket):
-            counted = await self._search.count_documents(query, bucket=b, filters=filters, doc_id=doc_id, limit=limit)
-            documents, exact = documents + counted.documents, exact and counted.exact
-        return DocumentCount(documents, exact)
+        Shared buckets only (``_count_bucket``)."""
+        return await self._search.count_documents(
+            query, bucket=await self._count_bucket(bucket), filters=filters, doc_id=doc_id, limit=limit
+        )
 
     @property
     def text_fallbacks(self) -> int:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from knowledge.attachments import PRIVATE_PREFIX
 from knowledge.buckets import Buckets
 from knowledge.dense import DenseSide
 from knowledge.duplicates import collapse_duplicates, record_facts
@@ -52,7 +53,7 @@ from knowledge.types import (
     SearchResponse,
 )
 from storage.interfaces import KBIndex
-from storage.kb_records import KBRanked, KBScope
+from storage.kb_records import KBFilter, KBRanked, KBScope
 from toolindex.embedder import Embedder, EmbeddingError
 
 MODES = ("hybrid", "text", "semantic")
@@ -193,7 +194,8 @@ class Searcher:
         self, filters: Mapping[str, Any] | str | None, *, bucket: str | None = None
     ) -> list[ConstraintCount]:
         """Each top-level constraint of ``filters`` alone, with how many documents of
-        ``bucket`` it matches: which condition is the one that matches nothing."""
+        ``bucket`` (without one: of every shared bucket, ``_count_scope``) it matches:
+        which condition is the one that matches nothing."""
         parsed = parse_filters(filters)
         if not parsed:
             return []
@@ -201,7 +203,7 @@ class Searcher:
         out: list[ConstraintCount] = []
         for c in split_constraints(parsed):
             compiled = compile_filters(c, schema, bucket=bucket)
-            documents = await self.index.count_documents(KBScope(bucket, compiled))
+            documents = await self.index.count_documents(_count_scope(bucket, compiled))
             out.append(ConstraintCount(c, constraint_label(c), documents))
         return out
 
@@ -219,10 +221,11 @@ class Searcher:
 
         Exact for a scope alone; with terms, the distinct documents among the best
         ``limit`` matching passages (``exact`` is false when there were more passages,
-        so the count is a lower bound).
+        so the count is a lower bound). Without ``bucket``: every shared bucket
+        (``_count_scope``).
         """
         schema = await self.buckets.schema(bucket) if bucket is not None else None
-        scope = KBScope(bucket, compile_filters(filters, schema, bucket=bucket), doc_id)
+        scope = _count_scope(bucket, compile_filters(filters, schema, bucket=bucket), doc_id)
         terms = [t for t in tokens(query or "") if t not in STOP_WORDS]
         if not terms:
             return DocumentCount(await self.index.count_documents(scope), True)
@@ -437,6 +440,16 @@ class Searcher:
         if len(self._query_cache) > self.config.query_cache:
             self._query_cache.popitem(last=False)
         return vec
+
+
+def _count_scope(bucket: str | None, compiled: KBFilter | None, doc_id: str | None = None) -> KBScope:
+    """A count's scope. Without a bucket it is every shared one: the conversations'
+    private buckets (``knowledge.attachments``) are left out by the count's own
+    statement, so one made by another replica an instant before is never counted,
+    whoever's it is (no count tells how many documents a conversation holds)."""
+    if bucket is not None:
+        return KBScope(bucket, compiled, doc_id)
+    return KBScope(None, compiled, doc_id, hidden_prefix=PRIVATE_PREFIX)
 
 
 def _related_terms(query: str) -> dict[str, str]:

@@ -76,6 +76,11 @@ class FilterSql:
         if scope.bucket is not None:
             where.append(f"d.bucket = {self.mark}")
             params.append(scope.bucket)
+        elif scope.hidden_prefix:
+            # In the statement, not from a list of buckets read before it: a bucket of
+            # that prefix made in between is left out all the same.
+            where.append(f"substr(d.bucket, 1, {len(scope.hidden_prefix)}) <> {self.mark}")
+            params.append(scope.hidden_prefix)
         if f is not None:
             sql, fparams = self.filter_sql(f, schema)
             where.append(sql)

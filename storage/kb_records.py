@@ -74,16 +74,29 @@ class KBFilter:
 @dataclass(frozen=True, slots=True)
 class KBScope:
     """Which documents a read covers: all of them, a bucket, a filter within it, one
-    document, or an already resolved list of document ids (``doc_ids`` wins)."""
+    document, or an already resolved list of document ids (``doc_ids`` wins).
+
+    ``hidden_prefix`` leaves out the documents of every bucket whose name starts so, in
+    the read's own statement (the knowledge base's counts of "every bucket" hide the
+    conversations' private buckets: a list of buckets read before would miss one made
+    since). Honoured by ``count_documents``, ``scoped_doc_ids`` and ``text_candidates``
+    of a scope without ``bucket`` and ``doc_ids``; the vector searches do not read it."""
 
     bucket: str | None = None
     filter: KBFilter | None = None
     doc_id: str | None = None
     doc_ids: Sequence[str] | None = None
+    hidden_prefix: str | None = None
 
     @property
     def everything(self) -> bool:
-        return self.bucket is None and self.filter is None and self.doc_id is None and self.doc_ids is None
+        return (
+            self.bucket is None
+            and self.filter is None
+            and self.doc_id is None
+            and self.doc_ids is None
+            and self.hidden_prefix is None
+        )
 
 
 # --- buckets -----------------------------------------------------------------------------

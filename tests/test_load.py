@@ -19,6 +19,7 @@ import httpx
 from app.config import Settings
 from app.ops.load import SUSTAINED_S, SUSTAINED_SAMPLES, LoopLagMonitor, ReplicaLoad
 from tests.conftest import running_app
+from tests.fakes import FakeOllama, Hold, Text, running_fake
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
 
 BLOCK_S = 0.3
@@ -171,6 +172,53 @@ async def test_live_runs_and_model_streams_are_shown(settings: Settings) -> None
                     await asyncio.sleep(0.01)
 
 
+async def test_a_full_model_pool_refuses_new_runs_instead_of_making_them_wait(settings: Settings) -> None:
+    """A run started while every connection to the model is taken would wait at the
+    pool's gate for another run's whole answer before its first token: it gets 503
+    ``replica_busy`` with ``Retry-After`` instead, on every face, and is admitted again
+    once a connection is free. Through the app's own Ollama provider and its pool (the
+    setting under test: one connection)."""
+    release = asyncio.Event()
+    fake = FakeOllama(lambda _body: [Text("working "), Hold(release), Text("done")])
+    async with running_fake(fake.app) as url:
+        cfg = settings.with_(ollama_host=url, ollama_model="llama3.2:latest", llm_max_connections=1)
+        async with running_app(cfg) as (base, app):
+            load: ReplicaLoad = app.state.services.load
+            assert app.state.services.agent.provider.name == "ollama"
+            async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+                live = await client.post("/v1/agent/runs", json=FACES[1][2])
+                assert live.status_code == 201, live.text
+                async with asyncio.timeout(30):  # the run holds the pool's one connection
+                    await fake.stream_started.wait()
+                    while load.model_connections() < 1:
+                        await asyncio.sleep(0.01)
+                for method, path, body in FACES:
+                    answer = await client.request(method, path, json=body)
+                    assert answer.status_code == 503, (path, answer.text)
+                    assert answer.headers.get("retry-after") == "2", path
+                    assert "replica_busy" in answer.text and "AGENT_LLM_MAX_CONNECTIONS" in answer.text, answer.text
+                shown = (await client.get("/readyz")).json()["load"]
+                assert shown["model_connections"] == 1 and shown["max_model_connections"] == 1
+                assert shown["accepting"] is False and shown["refused"]["model_pool"] == len(FACES)
+                metrics = (await client.get("/metrics")).text
+                assert metric(metrics, 'agentchat_runs_refused_total{reason="model_pool"}') == len(FACES)
+                assert metric(metrics, "agentchat_model_connections") == 1
+                assert [r.id for r in await app.state.services.run_store.unfinished()] == [live.json()["run_id"]]
+
+                release.set()
+                async with (
+                    asyncio.timeout(30),
+                    client.stream("GET", f"/v1/agent/runs/{live.json()['run_id']}/events") as stream,
+                ):
+                    async for _ in stream.aiter_lines():
+                        pass
+                async with asyncio.timeout(30):  # the answer (and its title) gave the connection back
+                    while load.model_connections():
+                        await asyncio.sleep(0.01)
+                again = await client.post("/v1/agent/runs", json=FACES[1][2])
+                assert again.status_code == 201, again.text
+
+
 def test_the_decision_needs_the_lag_to_stay_over_the_limit() -> None:
     live = [1]
     load = ReplicaLoad(live_runs=lambda: live[0], max_loop_lag_s=0.1)
@@ -220,3 +268,15 @@ def test_the_stream_counter_is_the_provider_for_every_other_attribute() -> None:
     wrapped.turns = "set through the wrapper"
     assert inner.turns == "set through the wrapper" and wrapped.name == "inner"
     assert wrapped.open == 0 and not hasattr(inner, "open")
+
+
+def test_the_model_pool_refuses_only_when_it_has_a_size_and_is_full() -> None:
+    in_use = [0]
+    load = ReplicaLoad(live_runs=lambda: 1, model_connections=lambda: in_use[0], max_model_connections=2)
+    assert load.refusal() is None
+    in_use[0] = 2
+    assert load.refusal() == "model_pool" and not load.accepting()
+    in_use[0] = 1
+    assert load.refusal() is None and load.accepting()
+    # A provider without a pool (the offline answerer): nothing to fill.
+    assert ReplicaLoad(live_runs=lambda: 1, model_connections=lambda: 7).refusal() is None

@@ -298,6 +298,7 @@ FLOORS = {
     "round15": {"sample": 0.8, "npm": 0.7},  # 8/10 here, 9/10 in the bench (before and after round 15); 7/10
     "round16": {"sample": 1.0, "npm": 0.7},  # 10/10, 7/10 (8/10 with the smaller sample, see round9; 7/10 first)
     "round17": {"sample": 0.8, "npm": 0.7},  # 8/10, 7/10 (8/10, 6/10 when first asked, before round 17)
+    "round18": {"sample": 0.8, "npm": 0.6},  # 8/10, 6/10 when first asked, before round 18
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",

@@ -75,7 +75,7 @@ async def test_a_streamed_response_holds_its_connection_until_closed() -> None:
 def test_pool_sizes_are_settings() -> None:
     s = Settings.from_env({"AGENT_LLM_MAX_CONNECTIONS": "500", "AGENT_BACKEND_MAX_CONNECTIONS": "64"})
     assert (s.llm_max_connections, s.backend_max_connections) == (500, 64)
-    assert Settings.from_env({}).llm_max_connections == 256
+    assert Settings.from_env({}).llm_max_connections == 512
 
 
 def test_embedder_and_perplexity_pool_sizes_are_settings() -> None:

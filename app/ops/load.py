@@ -10,7 +10,11 @@ streams, into a decision admission reads: refuse new runs (503 ``replica_busy`` 
 ``Retry-After``) while the lag *stays* above ``AGENT_MAX_LOOP_LAG_MS`` — three late wakes
 in a row over at least a second, not one garbage collection or a burst of start-up work —
 and there are live runs to protect, and accept again once it has stayed below it for as
-long. The same figures are on ``/readyz`` (``load``) and ``/metrics``.
+long. New runs are refused too (reason ``model_pool``) while every connection of the
+model pool (``AGENT_LLM_MAX_CONNECTIONS``) is taken: a run started then would wait at
+the pool's gate for another run's whole answer before its first token — the silent
+slowdown a 503 is there to replace. The same figures are on ``/readyz`` (``load``) and
+``/metrics``.
 
 ``StreamCounter`` wraps the model provider to count the streams open now; it adds one
 awaited call per streamed event and nothing else.
@@ -42,7 +46,7 @@ SUSTAINED_SAMPLES: Final = 3
 #: not overload.
 SUSTAINED_S: Final = 1.0
 #: Refusal reasons, each a label of ``agentchat_runs_refused_total``.
-REASONS: Final = ("live_runs", "loop_lag")
+REASONS: Final = ("live_runs", "loop_lag", "model_pool")
 
 
 @dataclass(slots=True)
@@ -178,6 +182,10 @@ class ReplicaLoad:
     #: Refuse new runs while the loop lag stays above this (0: never).
     max_loop_lag_s: float = 0.0
     model_streams: Callable[[], int] = lambda: 0
+    #: Connections of the model pool in use now and its size (``llm.pool``); a provider
+    #: that opens none (the offline answerer) leaves it at 0 in use.
+    model_connections: Callable[[], int] = lambda: 0
+    max_model_connections: int = 0
     monitor: LoopLagMonitor = field(default_factory=LoopLagMonitor)
     overloaded: bool = False
     #: Consecutive samples on the other side of the threshold from ``overloaded``, and
@@ -228,8 +236,15 @@ class ReplicaLoad:
         The live-run cap is the run manager's (it claims the slot atomically); this
         answers for the loop lag — only while there are live runs to protect: a replica
         with none is slow for another reason (start-up, an ingest), and a run started
-        there slows no stream."""
-        return "loop_lag" if self.overloaded and self.live_runs() > 0 else None
+        there slows no stream — and for a model pool with no connection left."""
+        if self.overloaded and self.live_runs() > 0:
+            return "loop_lag"
+        if self.model_pool_full():
+            return "model_pool"
+        return None
+
+    def model_pool_full(self) -> bool:
+        return 0 < self.max_model_connections <= self.model_connections()
 
     def accepting(self) -> bool:
         lag_refuses = self.refusal() is not None
@@ -247,6 +262,8 @@ class ReplicaLoad:
             "live_runs": self.live_runs(),
             "max_live_runs": self.max_live_runs or None,
             "model_streams": self.model_streams(),
+            "model_connections": self.model_connections(),
+            "max_model_connections": self.max_model_connections or None,
             "loop_lag_ms": round(mon.lag_s * 1000, 1),
             "loop_lag_recent_max_ms": round(mon.recent_max_s() * 1000, 1),
             "max_loop_lag_ms": round(self.max_loop_lag_s * 1000, 1) or None,
@@ -274,6 +291,11 @@ class LoadCollector:
             "agentchat_model_streams", "Model streams this replica holds open now.", value=load.model_streams()
         )
         yield GaugeMetricFamily(
+            "agentchat_model_connections",
+            "Connections of the model pool in use now (AGENT_LLM_MAX_CONNECTIONS is its size).",
+            value=load.model_connections(),
+        )
+        yield GaugeMetricFamily(
             "agentchat_event_loop_lag_seconds",
             "How late the event loop ran its last timer (scheduling delay; every stream waits as long).",
             value=mon.lag_s,
@@ -285,13 +307,15 @@ class LoadCollector:
         )
         yield GaugeMetricFamily(
             "agentchat_accepting_runs",
-            "1 when this replica admits new runs, 0 while it refuses them (overloaded or at its live-run cap).",
+            "1 when this replica admits new runs, 0 while it refuses them (overloaded, at its live-run cap "
+            "or with every model connection in use).",
             value=1 if load.accepting() else 0,
         )
         refused = CounterMetricFamily(
             "agentchat_runs_refused",
             "New runs refused with 503 replica_busy, by reason (live_runs: AGENT_MAX_LIVE_RUNS; "
-            "loop_lag: the event loop stayed later than AGENT_MAX_LOOP_LAG_MS).",
+            "loop_lag: the event loop stayed later than AGENT_MAX_LOOP_LAG_MS; "
+            "model_pool: every connection of AGENT_LLM_MAX_CONNECTIONS was in use).",
             labels=["reason"],
         )
         for reason in REASONS:

@@ -30,6 +30,12 @@ def replica_busy(why: str) -> HTTPProblem:
     )
 
 
+_BUSY = {
+    "loop_lag": "this replica is overloaded (its event loop runs late)",
+    "model_pool": "every connection to the model is in use on this replica (AGENT_LLM_MAX_CONNECTIONS)",
+}
+
+
 def check_load(svc: Services) -> None:
     """Refuse a new run (503 ``replica_busy``) while this replica is overloaded. Every
     face's ``start_run`` asks; a face with work to do before it (the OpenAI face imports
@@ -37,7 +43,7 @@ def check_load(svc: Services) -> None:
     load = svc.load
     if load is not None and (reason := load.refusal()) is not None:
         load.refused_for(reason)
-        raise replica_busy("this replica is overloaded (its event loop runs late)")
+        raise replica_busy(_BUSY[reason])
 
 
 def too_many_runs() -> HTTPProblem:

@@ -297,6 +297,7 @@ class TextRanker:
             scope.doc_ids is None
             and scope.doc_id is None
             and scope.filter is None
+            and scope.hidden_prefix is None  # the postings know buckets, not the scope's hidden ones
             and (scope.bucket is None or postings_may_fill(await self.bucket_chunks(scope.bucket) / total, limit))
         ):
             found = await self._from_postings(lexemes, params, df, scope.bucket, limit, avgdl)

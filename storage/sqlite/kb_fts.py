@@ -103,6 +103,16 @@ def _ranked(rows: Sequence[Sequence[Any]]) -> KBRanked:
     return KBRanked([int(r[0]) for r in rows], [max(0.0, -float(r[1])) for r in rows], int(rows[0][2]))
 
 
+def _in_scope(bucket: str | None, scope: KBScope) -> bool:
+    """Whether a ranked chunk's document, stored in ``bucket`` (``None``: gone since the
+    ranking), is in a scope of a bucket or of every bucket but the hidden ones."""
+    if bucket is None:
+        return False
+    if scope.bucket is not None:
+        return bucket == scope.bucket
+    return not (scope.hidden_prefix and bucket.startswith(scope.hidden_prefix))
+
+
 class FtsRanker:
     """The full-text side of ``SqliteKBIndex``, with its term and document counts.
 
@@ -197,7 +207,7 @@ class FtsRanker:
             and scope.filter is None
             and await self._probe_may_fill(scope.bucket, limit, tuning)
         ):
-            probed = await self._probe(match, scope.bucket, limit, tuning)
+            probed = await self._probe(match, scope, limit, tuning)
             if probed is not None:
                 return probed
         if scope.doc_ids is not None:
@@ -219,11 +229,13 @@ class FtsRanker:
         share = await self._doc_count(bucket) / max(1, await self._doc_count(None))
         return share * max(limit * 10, tuning.text_probe) >= limit
 
-    async def _probe(self, match: str, bucket: str | None, limit: int, tuning: KBTextTuning) -> KBRanked | None:
+    async def _probe(self, match: str, scope: KBScope, limit: int, tuning: KBTextTuning) -> KBRanked | None:
         """A bucket's BM25 top ``limit`` without materialising the bucket: rank all
         matches on the bare FTS index, look at the best ``probe`` of them and keep
-        those in ``bucket``. ``None`` when the bucket does not fill ``limit`` from the
-        probe (then the exact query runs).
+        those in ``scope.bucket`` (without one: those of no bucket named with
+        ``scope.hidden_prefix``, each judged by its bucket as stored, never by a list of
+        buckets). ``None`` when the scope does not fill ``limit`` from the probe (then
+        the exact query runs).
 
         The bucket of a ranked chunk is looked up only as far down the ranking as
         needed to fill ``limit`` (``2 * limit`` rows first, then twice as many each
@@ -242,7 +254,7 @@ class FtsRanker:
         while looked < len(rows) and (saw_all or len(kept) < limit):
             part = rows[looked : looked + step]
             buckets = dict(await self._db.fetchall(BUCKETS_OF, (orjson.dumps([r[0] for r in part]).decode(),)))
-            kept.extend((int(r[0]), max(0.0, -float(r[1]))) for r in part if buckets.get(r[0]) == bucket)
+            kept.extend((int(r[0]), max(0.0, -float(r[1]))) for r in part if _in_scope(buckets.get(r[0]), scope))
             looked += len(part)
             step *= 2
         if saw_all:

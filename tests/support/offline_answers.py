@@ -34,7 +34,8 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: round 13's; "round14" (10 + 10) after round 13, measured before round 14's changes;
 #: "round15" (10 + 10) after round 14, measured before round 15's changes; "round16"
 #: (10 + 10) after round 15, measured before round 16's changes; "round17" (10 + 10) after
-#: round 16, measured before round 17's changes.
+#: round 16, measured before round 17's changes; "round18" (10 + 10) after round 17, measured
+#: before round 18's changes.
 SETS = (
     "original",
     "held_out",
@@ -53,6 +54,7 @@ SETS = (
     "round15",
     "round16",
     "round17",
+    "round18",
 )
 
 

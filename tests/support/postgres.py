@@ -130,10 +130,16 @@ class TestPostgres:
 
     __test__ = False  # not a test class, whatever pytest thinks of its name
 
-    def __init__(self, bindir: Path | None = None, settings: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, bindir: Path | None = None, settings: dict[str, str] | None = None, *, outlive_parent: bool = False
+    ) -> None:
         #: ``bindir``: these binaries, whatever the environment says (a server of a given
-        #: kind); ``settings``: more ``-c name=value`` for the server (a benchmark's memory).
+        #: kind); ``settings``: more ``-c name=value`` for the server (a benchmark's memory);
+        #: ``outlive_parent``: keep running when this process exits (a benchmark that loads
+        #: a corpus once and measures it later: ``bench/pg_recall.py --keep``), where a
+        #: test's server dies with pytest.
         self._bindir = bindir
+        self._outlive_parent = outlive_parent
         self._settings = dict(settings or {})
         self.external = None if bindir is not None else os.environ.get("AGENT_TEST_DATABASE_URL") or None
         self.host = "127.0.0.1"
@@ -195,7 +201,8 @@ class TestPostgres:
                      "-c", "max_locks_per_transaction=256",
                      *[a for k, v in self._settings.items() for a in ("-c", f"{k}={v}")]],
                     stdout=out, stderr=subprocess.STDOUT, env=env, cwd=self._dir, start_new_session=True,
-                    preexec_fn=die_with_parent(signal.SIGQUIT),  # immediate shutdown if pytest dies
+                    # immediate shutdown if pytest dies (unless kept on purpose)
+                    preexec_fn=None if self._outlive_parent else die_with_parent(signal.SIGQUIT),
                     **run_as,
                 )
             if self._wait_ready(30.0):
