@@ -161,6 +161,7 @@ async def test_a_filtered_dense_search_through_the_index_keeps_its_recall(pg_sto
         for i in range(n)
     ]
     chunk_ids = [ids[0] for ids in await kb.write_documents("parts", {"rare": "BOOLEAN"}, docs)]
+    await asyncio.wait_for(kb.graph_builds_done(), 60)  # built in the background, after the write
     from knowledge.filters import compile_filters
 
     scope_filter = compile_filters({"rare": True}, {"rare": "BOOLEAN"}, bucket="parts")

@@ -12,7 +12,8 @@ its own way:
   exactly for small scopes and through HNSW graphs (cosine) for large ones — one
   partial index per bucket and dimension (``kb_graphs``), made once a bucket holds more
   than ``exact_scope_vectors`` vectors (pgvector indexes at most 2,000 dimensions;
-  larger ones are scanned exactly). Each chunk carries its document's bucket for them.
+  larger ones are scanned exactly), concurrently, after the write that took it there
+  has committed (``kb_graph_builds``). Each chunk carries its document's bucket for them.
   ``iter_vectors`` stays for tools that want every vector (nothing in the service loads
   them into memory on this engine).
 * Chunk ids come from a sequence (several replicas may ingest at once); chunks are
@@ -29,7 +30,7 @@ import functools
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,13 +39,13 @@ import orjson
 import psycopg
 
 from storage.errors import StorageUnavailable
-from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBRanked, KBScope, KBVectorRows
+from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBRanked, KBScope, KBVectorRows, KBVectorWrite
 from storage.postgres import kb_buckets
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.dialect import PostgresSql, PostgresTx
 from storage.postgres.kb_ddl import POSTINGS_TEXT_INDEX, TSV_TEXT_INDEX, defer_index, ensure_index
 from storage.postgres.kb_filters_sql import POSTGRES_FILTERS
-from storage.postgres.kb_graphs import GraphUpkeep
+from storage.postgres.kb_graph_builds import GraphUpkeep
 from storage.postgres.kb_text import TextRanker
 from storage.postgres.kb_vectors import EXACT_SCOPE_VECTORS, VectorSearch
 from storage.postgres.migrations import IMPACT_FUNCTION, POSTINGS_DEFERRED_SETTING, TF_FUNCTION
@@ -148,10 +149,9 @@ class PostgresKBIndex(SqlKBIndex):
         )
         self._db = db
         self._vectors = VectorSearch(db, self._schema, exact_scope_vectors=exact_scope_vectors)
-        #: The buckets' HNSW graphs (``kb_graphs``): made past ``exact_scope_vectors``.
-        self._graphs = GraphUpkeep(db, lambda: self.exact_scope_vectors)
-        #: The repair at open of missing graphs (``start_graph_repair``), while it runs.
-        self._repair: asyncio.Task[list[tuple[int, str]]] | None = None
+        #: The buckets' HNSW graphs (``kb_graphs``): made past ``exact_scope_vectors``,
+        #: in the background (``kb_graph_builds``).
+        self._graphs = GraphUpkeep(db, lambda: self.exact_scope_vectors, changed=self._stats_changed)
         self._bulk = 0
         #: ``bulk_load`` dropped (or found missing) the postings' B-tree: built at its end.
         self._postings_index_deferred = False
@@ -223,57 +223,76 @@ class PostgresKBIndex(SqlKBIndex):
             await conn.execute(_POST_CHUNKS + order, ([int(r[0]) for r in rows],))  # type: ignore[arg-type]
 
     async def _vectors_written(self, tx: Tx, dims: Sequence[int], buckets: Sequence[str] | None) -> None:
+        """Inside the write's transaction only a bulk load's note of the graphs to build
+        at its end; any other write's graph is queued after its commit (``_after_write``)."""
         assert isinstance(tx, PostgresTx)
-        if buckets is None:  # vectors attached to stored chunks: every bucket may have grown
-            await self._graphs.any_bucket_grew(tx.connection, dims)
+        if self._bulk and buckets is not None:
+            for bucket in buckets:
+                for dim in dims:
+                    await self._graphs.written(tx.connection, dim, bucket)
+
+    async def write_documents(
+        self, bucket: str, fields: Mapping[str, str], docs: Sequence[KBDocumentWrite]
+    ) -> list[list[int]]:
+        ids = await super().write_documents(bucket, fields, docs)
+        dims = sorted({int(d.embed_dim or d.vectors.shape[1]) for d in docs if d.vectors is not None})
+        await self._after_write(dims, [bucket])
+        return ids
+
+    async def store_vectors(self, embed_model: str, embed_dim: int, docs: Sequence[KBVectorWrite]) -> list[str]:
+        written = await super().store_vectors(embed_model, embed_dim, docs)
+        if written:  # vectors attached to stored chunks: any bucket may have grown
+            await self._after_write([embed_dim], None)
+        return written
+
+    async def _after_write(self, dims: Sequence[int], buckets: Sequence[str] | None) -> None:
+        """After the commit: queue the graph a write made due (built in the background,
+        never inside the write). The write has committed whatever happens here, so a
+        failure is logged, not raised: the bucket is searched exactly meanwhile, and the
+        next write into it (or the next open) asks again."""
+        if self._bulk or not dims:
             return
-        for bucket in buckets:
-            for dim in dims:
-                await self._graphs.written(tx.connection, dim, bucket, bulk=bool(self._bulk))
+        try:
+            await self._graphs.after_write(dims, buckets)
+        except (StorageUnavailable, psycopg.Error) as exc:
+            log.warning(
+                "knowledge base: could not check the bucket graphs after a write: %s: %s", type(exc).__name__, exc
+            )
 
     async def ensure_bucket_graphs(self, buckets: Sequence[str] | None = None) -> list[tuple[int, str]]:
         """Build the graph of every bucket (of ``buckets``) past the threshold that has
-        none, on the pool: at a bulk load's end (the repair at open of what an upgrade
-        past migration 26 or a load that died before its end left is
-        ``start_graph_repair``, on a connection of its own). The graphs built here."""
-        built = await self._graphs.ensure_all(buckets)
-        if built:
+        none, concurrently, and wait for them: at a bulk load's end (the repair at open
+        is ``start_graph_repair``). The graphs built here."""
+        try:
+            return await self._graphs.build_now(buckets)
+        finally:
             self._stats_changed()
-        return built
 
     def start_graph_repair(self, connect_timeout: int) -> None:
         """At open: build, in the background, every graph a bucket past the threshold
-        lacks (``GraphUpkeep.repair``); ``stop_graph_repair`` at close."""
-        self._repair = asyncio.create_task(self._repair_graphs(connect_timeout), name="kb-graph-repair")
-
-    async def _repair_graphs(self, connect_timeout: int) -> list[tuple[int, str]]:
-        try:
-            built = await self._graphs.repair(self._db.url, connect_timeout)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the searches stay exact; the next open tries again
-            log.warning("knowledge base: building the missing bucket graphs failed: %s: %s", type(exc).__name__, exc)
-            return []
-        if built:
-            self._stats_changed()
-            log.info("knowledge base: built %d missing bucket graph(s): %s", len(built), built)
-        return built
+        lacks or has invalid (``GraphUpkeep.repair``); ``stop_graph_repair`` at close."""
+        self._graphs.start_repair(connect_timeout)
 
     async def graph_repair(self) -> list[tuple[int, str]]:
         """The graphs the repair at open built, once it is done (``[]``: none ran)."""
-        return [] if self._repair is None else await asyncio.shield(self._repair)
+        built = await self._graphs.repaired()
+        if built:
+            self._stats_changed()
+        return built
+
+    async def graph_builds_done(self) -> None:
+        """Once every graph build this process queued has run (benches and tests)."""
+        await self._graphs.idle()
 
     async def stop_graph_repair(self) -> None:
-        task, self._repair = self._repair, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        """At close: the repair and every graph build, cancelled on the server too."""
+        await self._graphs.stop()
 
     async def delete_bucket(self, name: str) -> list[str] | None:
         """The bucket's graphs go with it (after its rows, in a transaction of their own:
         a graph left by a crash in between indexes no row, and is taken up again if a
-        bucket of that name comes back)."""
+        bucket of that name comes back). Dropped concurrently (``kb_graph_builds``): a
+        build under way is waited for, writers are not held."""
         gone = await super().delete_bucket(name)
         if gone is not None:
             await self._graphs.drop(name)
@@ -307,19 +326,21 @@ class PostgresKBIndex(SqlKBIndex):
     async def _build_deferred(self) -> None:
         """The indexes a bulk load left for its end, each on a connection of its own at
         the same time: pgvector builds an HNSW graph with parallel workers, the postings'
-        B-tree sort and the GIN build take a backend each; the buckets' graphs are built
-        one after another beside them (their sizes add up to what one graph over every
-        bucket was; each build is pgvector's, with its parallel workers)."""
+        B-tree sort and the GIN build take a backend each. The buckets' graphs are built
+        one after another (their sizes add up to what one graph over every bucket was;
+        each build is pgvector's, with its parallel workers), concurrently, so writers
+        outside the load go on; after the chunks' GIN build, never beside it: a plain
+        build on ``kb_chunks`` waiting for the concurrent one's lock would hold a
+        snapshot the concurrent build waits for (a deadlock, one of them aborted)."""
         builds: list[Awaitable[object]] = []
         if self._postings_index_deferred:
             self._postings_index_deferred = False
             builds.append(self._db.transact(functools.partial(ensure_index, index=POSTINGS_TEXT_INDEX)))
-        if self._tsv_index_deferred:
-            self._tsv_index_deferred = False
-            builds.append(self._db.transact(functools.partial(ensure_index, index=TSV_TEXT_INDEX)))
+        tsv = self._tsv_index_deferred
+        self._tsv_index_deferred = False
         loaded = self._graphs.take_deferred()
-        if loaded:
-            builds.append(self.ensure_bucket_graphs(loaded))
+        if tsv or loaded:
+            builds.append(self._chunk_indexes(tsv, loaded))
         try:
             outcomes = await asyncio.gather(*builds, return_exceptions=True)
             await self._vacuum_postings()
@@ -333,6 +354,13 @@ class PostgresKBIndex(SqlKBIndex):
             async with self._db.reading() as conn:
                 await conn.execute("ANALYZE kb_chunks")
             self._stats_changed()
+
+    async def _chunk_indexes(self, tsv: bool, loaded: list[str]) -> None:
+        """The chunks' GIN index (plain, a first load's), then the loaded buckets' graphs."""
+        if tsv:
+            await self._db.transact(functools.partial(ensure_index, index=TSV_TEXT_INDEX))
+        if loaded:
+            await self.ensure_bucket_graphs(loaded)
 
     async def _vacuum_postings(self) -> None:
         """``VACUUM kb_postings, kb_chunks`` once a bulk load ends, so that the postings'
@@ -428,7 +456,9 @@ class PostgresKBIndex(SqlKBIndex):
         return await self._vectors.count_vectors(embed_model, dim)
 
     async def vector_index_status(self) -> dict[str, Any]:
-        return await self._vectors.describe()
+        """``VectorSearch.describe`` (the server's view of every replica's graphs) and
+        what this process builds or failed to build (``GraphUpkeep.status``)."""
+        return {**await self._vectors.describe(), **self._graphs.status()}
 
     async def has_vectors(self, embed_model: str, dim: int) -> bool:
         return await self._vectors.has_vectors(embed_model, dim)

@@ -46,14 +46,16 @@ How a query runs, and why:
   ``hnsw.max_scan_tuples`` index tuples), and the pool is re-ranked exactly. Scopes
   whose walk would visit more index tuples than they hold vectors are scanned exactly.
 * **How large a scope is** comes from counts per bucket and embedder (one ``GROUP BY``
-  over ``kb_documents``) and which graphs exist (``pg_indexes``), cached until this
+  over ``kb_documents``) and which graphs are valid and ready (``pg_index``: one a
+  concurrent build is making, or a failed one left, is not), cached until this
   process writes and for at most ``STATS_TTL_S``. A stale count only changes *how* a
   query runs (exact or through a graph), never which chunks of a named bucket may be
   returned, nor which buckets a search of every bucket covers (the buckets without a
   graph part are read from ``kb_buckets`` by the exact part's own statement, so a bucket
-  another replica has just created is searched at once). A bucket past the threshold whose graph is missing (a crash
-  before its build; the repair at open makes it) is scanned exactly and listed by
-  ``describe`` (the KB's status).
+  another replica has just created is searched at once). A bucket past the threshold
+  whose graph is missing, under way or invalid (built in the background after the
+  write that took it there; a crash or a failed build: the repair at open makes it) is
+  scanned exactly and listed by ``describe`` (the KB's status).
 * **The embedder check** (``kb_documents.embed_model``) is a join per chunk; when the
   counts say only one embedder has vectors of the query's dimension the join is left
   out. Replicas configured with two embedders of the same dimension could then, for up
@@ -73,7 +75,7 @@ import numpy.typing as npt
 from storage.kb_records import KBRanked, KBScope
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.kb_filters_sql import count_sql
-from storage.postgres.kb_graphs import HNSW_MAX_DIM, graph_names
+from storage.postgres.kb_graphs import HNSW_MAX_DIM, bucket_key, graph_names, graph_states, graphs_in_progress
 from storage.postgres.kb_text import STATS_TTL_S
 from storage.postgres.kb_vector_parts import SchemaOf, VectorCounts, split
 from storage.postgres.kb_vector_scan import Part, Plan, ScanSettings, run_part
@@ -219,17 +221,29 @@ class VectorSearch:
             "exact_reruns": self.exact_reruns,
         }
         counts = await self.counts()
-        out["bucket_graphs"] = len(counts.graphs)
-        # A bucket past the threshold without its graph (being built, or a build that has
-        # not run yet: the repair at open makes it) is searched exactly meanwhile.
+        # The catalog itself, not the cached counts: a build that just ended shows at once.
+        async with self._db.reading() as conn:
+            states = await graph_states(conn)
+            running = await graphs_in_progress(conn)
+        valid = {k for k, ok in states.items() if ok}
+        out["bucket_graphs"] = len(valid)
+        # A bucket past the threshold without a valid graph (being built, a build not run
+        # yet, or one that failed: the next write into it or the next open's repair makes
+        # it) is searched exactly meanwhile.
         out["buckets_without_graph"] = sorted(
             {
                 b
                 for (_m, dim), buckets in counts.by_model.items()
                 for b, (_d, vectors) in buckets.items()
-                if 0 < dim <= HNSW_MAX_DIM and vectors > self.exact_scope_vectors and not counts.has_graph(dim, b)
+                if 0 < dim <= HNSW_MAX_DIM and vectors > self.exact_scope_vectors and (dim, bucket_key(b)) not in valid
             }
         )
+        # Graphs in the catalog but not valid: under way (any replica), or left invalid
+        # by a failed or cancelled build (dropped and built again by the next repair).
+        names = {bucket_key(b): b for buckets in counts.by_model.values() for b in buckets}
+        invalid = {k for k, ok in states.items() if not ok}
+        out["buckets_building_graph"] = sorted({names.get(k, k) for _d, k in invalid & running})
+        out["buckets_with_invalid_graph"] = sorted({names.get(k, k) for _d, k in invalid - running})
         if iterative:
             out.update(scan_order=self.scan_order, candidate_pool_factor=self.pool_factor)
         else:

@@ -70,7 +70,13 @@ async def _write(storage: PostgresStorage, bucket: str, prefix: str, matrix: np.
         _doc(f"{prefix}{i}", v.reshape(1, -1), meta=meta(i) if callable(meta) else None) for i, v in enumerate(matrix)
     ]
     ids = await storage.kb_index.write_documents(bucket, kw.get("fields") or {}, docs)  # type: ignore[arg-type]
+    await _settled(storage)
     return [d[0] for d in ids]
+
+
+async def _settled(storage: PostgresStorage) -> None:
+    """The graph builds a write queued (in the background, after its commit) have run."""
+    await asyncio.wait_for(storage.kb_index.graph_builds_done(), 60)
 
 
 def _exact(ids: list[int], matrix: np.ndarray, query: np.ndarray, k: int) -> list[int]:
@@ -197,6 +203,7 @@ async def test_two_buckets_with_the_same_text_and_vectors_never_see_each_other(s
         await kb.create_bucket(bucket, {}, typed_row=typed_values)
     left = [d[0] for d in await kb.write_documents("left", {}, docs_l)]
     right = [d[0] for d in await kb.write_documents("right", {}, docs_r)]
+    await _settled(storage)
     assert await _graphs(storage) == {graph_name(DIM, "left"), graph_name(DIM, "right")}
     for v in matrix[:5]:
         got_l = await kb.vector_candidates(v, "m", KBScope("left"), 30)
@@ -370,75 +377,7 @@ async def test_a_missing_graph_is_built_in_the_background_after_open_and_a_close
             await second.close()
         third = await open_postgres_storage(url)
         await asyncio.wait_for(third.close(), 30)  # closed at once: the repair is cancelled, not awaited
-        assert third.kb_index._repair is None
-
-
-async def test_the_repair_goes_on_past_a_build_a_deadlock_aborted_and_tries_it_again(
-    pg_server: TestPostgres, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Right after an upgrade a write into a big bucket builds its graph in its own
-    transaction: it holds ``kb_chunks``' ROW EXCLUSIVE lock and asks for the graph's
-    advisory lock while the repair holds that lock and its ``CREATE INDEX`` waits for the
-    writer. PostgreSQL aborts the repair's side of that deadlock (its wait began first);
-    the repair must still build the other buckets' graphs and try the aborted one again,
-    not stop and leave every big bucket exact until the next open."""
-    import psycopg
-    from psycopg import sql
-
-    from storage.postgres.kb_index import PostgresKBIndex
-
-    rng = np.random.default_rng(9)
-    with pg_server.database() as url:
-        first = await open_postgres_storage(url)
-        try:
-            await asyncio.wait_for(first.kb_index.graph_repair(), 60)
-            first.kb_index.exact_scope_vectors = THRESHOLD
-            for bucket in ("b1", "b2"):
-                await _write(first, bucket, bucket, _unit(rng.normal(size=(THRESHOLD + 10, DIM))))
-            assert await _graphs(first) == {graph_name(DIM, "b1"), graph_name(DIM, "b2")}
-            for bucket in ("b1", "b2"):  # as the upgrade past migration 26 leaves them
-                await first.db.execute([(f'DROP INDEX "{graph_name(DIM, bucket)}"', ())])
-        finally:
-            await first.close()
-        writer = await psycopg.AsyncConnection.connect(url, connect_timeout=10, application_name="test-writer")
-        try:
-            # The repair's side checks for a deadlock first (3 s), the writer's never (60 s).
-            name = (await (await writer.execute("SELECT current_database()")).fetchone() or ("",))[0]
-            await writer.execute(
-                sql.SQL("ALTER DATABASE {} SET deadlock_timeout = '3s'").format(sql.Identifier(str(name)))
-            )
-            await writer.commit()
-            await writer.execute("SET deadlock_timeout = '60s'")
-            await writer.execute("LOCK TABLE kb_chunks IN ROW EXCLUSIVE MODE")  # a write under way
-            monkeypatch.setattr(PostgresKBIndex.__init__, "__kwdefaults__", {"exact_scope_vectors": THRESHOLD})
-            second = await open_postgres_storage(url)
-            try:
-                async with asyncio.timeout(30):  # the repair's CREATE INDEX of b1 waits for the writer
-                    while not await (
-                        await writer.execute(
-                            "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                            "WHERE a.application_name = 'agentchat-kb-graphs' AND NOT l.granted"
-                        )
-                    ).fetchone():
-                        await asyncio.sleep(0.02)
-                # The writer's own graph build asks for b1's advisory lock: the deadlock.
-                await asyncio.wait_for(
-                    writer.execute(
-                        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                        ("kb_chunks_hnsw:" + graph_name(DIM, "b1"),),
-                    ),
-                    30,
-                )
-                await writer.rollback()
-                built = await asyncio.wait_for(second.kb_index.graph_repair(), 60)
-                assert built == [(DIM, "b2"), (DIM, "b1")], built
-                assert await _graphs(second) == {graph_name(DIM, "b1"), graph_name(DIM, "b2")}
-                warned = [r.getMessage() for r in caplog.records if "'b1'" in r.getMessage()]
-                assert warned and "DeadlockDetected" in warned[0], warned
-            finally:
-                await second.close()
-        finally:
-            await writer.close()
+        assert third.kb_index._graphs._repair is None and third.kb_index._graphs._worker is None
 
 
 async def test_a_bucket_another_replica_deleted_gets_its_graph_again_when_it_grows_back(
@@ -459,31 +398,3 @@ async def test_a_bucket_another_replica_deleted_gets_its_graph_again_when_it_gro
     assert await _graphs(storage) == set()
     await _write(storage, "big", "h", _unit(rng.normal(size=(THRESHOLD + 10, DIM))))
     assert await _graphs(storage) == {graph_name(DIM, "big")}
-
-
-async def test_the_repair_leaves_a_graph_for_later_rather_than_queue_writers_behind_a_long_ingest(
-    storage: PostgresStorage, caplog: pytest.LogCaptureFixture
-) -> None:
-    """PostgreSQL queues lock requests in order: a repair's CREATE INDEX waiting behind a
-    long ingest's transaction would hold every later writer of kb_chunks back too. The
-    repair waits at most its lock timeout, then leaves that graph (built by the next open
-    or the next write that finds it missing)."""
-    import psycopg
-
-    from storage.postgres.kb_graphs import GraphUpkeep
-
-    await _write(storage, "big", "g", _unit(np.random.default_rng(10).normal(size=(THRESHOLD + 10, DIM))))
-    await storage.db.execute([(f'DROP INDEX "{graph_name(DIM, "big")}"', ())])  # as a crash would leave it
-    upkeep = GraphUpkeep(storage.db, lambda: THRESHOLD)
-    upkeep.repair_lock_timeout_ms = 200
-    ingest = await psycopg.AsyncConnection.connect(storage.db.url, connect_timeout=10)
-    try:
-        await ingest.execute("LOCK TABLE kb_chunks IN ROW EXCLUSIVE MODE")  # a long ingest under way
-        assert await asyncio.wait_for(upkeep.repair(storage.db.url, 10), 30) == []
-        warned = [r.getMessage() for r in caplog.records if "'big'" in r.getMessage()]
-        assert len(warned) == 2 and all("LockNotAvailable" in w for w in warned), warned
-        await ingest.rollback()
-        assert await asyncio.wait_for(upkeep.repair(storage.db.url, 10), 30) == [(DIM, "big")]
-        assert await _graphs(storage) == {graph_name(DIM, "big")}
-    finally:
-        await ingest.close()

@@ -13,6 +13,7 @@ scope: chunks far from the query, the query in a dense cluster of the same bucke
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -97,6 +98,7 @@ async def _corpus(
     ids_r = await kb.write_documents("rare", {}, [_doc(f"r{i}", v) for i, v in enumerate(rare)])
     mixed = [_doc(f"mc{i}", v) for i, v in enumerate(common)] + [_doc(f"mr{i}", v) for i, v in enumerate(rare)]
     await kb.write_documents("mixed", {}, mixed)
+    await asyncio.wait_for(kb.graph_builds_done(), 60)  # built in the background, after the writes
     return centre, rare, [d[0] for d in ids_c], [d[0] for d in ids_r]
 
 

@@ -213,6 +213,7 @@ async def test_vector_candidates_use_hnsw_and_agree_with_an_exact_scan(pg_url: s
         matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
         ids_a = await kb.write_documents("a", {}, [_doc(f"a{i}", matrix[i * 10:(i + 1) * 10]) for i in range(20)])
         ids_b = await kb.write_documents("b", {}, [_doc(f"b{i}", matrix[200 + i * 10:210 + i * 10]) for i in range(20)])
+        await asyncio.wait_for(kb.graph_builds_done(), 60)  # built in the background, after the writes
         chunk_ids = np.array([c for doc in [*ids_a, *ids_b] for c in doc])
         with psycopg.connect(pg_url, **GUARDED) as conn:
             names = [graph_name(16, "a"), graph_name(16, "b")]
