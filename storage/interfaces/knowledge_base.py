@@ -1,0 +1,178 @@
+"""The knowledge base's index: documents, chunks, full-text index and stored vectors
+(``KBIndex``), and the vector search an engine may answer itself (``KBVectorSearch``).
+
+Why apart: the largest interface, implemented by each engine's KB index and used by
+``knowledge`` alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from storage.kb_records import (
+    KBBucketRecord,
+    KBChunkRow,
+    KBCounts,
+    KBDocState,
+    KBDocumentListing,
+    KBDocumentRecord,
+    KBDocumentWrite,
+    KBFileDocument,
+    KBRanked,
+    KBScope,
+    KBTextTuning,
+    KBUnembedded,
+    KBVectorRows,
+    KBVectorWrite,
+    TypedRow,
+)
+
+
+class KBIndex(Protocol):
+    """The knowledge base's documents, chunks, full-text index and stored vectors.
+
+    ``knowledge`` does the chunking, embedding, ranking and fusion; an engine keeps the
+    rows and answers the questions below. Writes are atomic per call; reads see every
+    write that returned. On an engine without ``KBVectorSearch`` the dense side is an
+    in-memory matrix filled from ``iter_vectors``.
+    """
+
+    @property
+    def location(self) -> str:
+        """Where the data lives, for humans (a file path, a database URL without secrets)."""
+        ...
+
+    # buckets
+    async def bucket_schemas(self) -> dict[str, dict[str, str]]: ...
+
+    async def list_buckets(self) -> list[KBBucketRecord]: ...
+
+    async def create_bucket(self, name: str, fields: Mapping[str, str], *, typed_row: TypedRow) -> dict[str, str]:
+        """Create ``name`` with ``fields`` (already validated), or add the new ones to it,
+        filling them for existing documents with ``typed_row(schema, metadata)``.
+        Returns the bucket's whole schema; ``KBSchemaConflict`` if a field changes type."""
+        ...
+
+    # writes
+    async def document_states(self, doc_ids: Sequence[str]) -> dict[str, KBDocState]: ...
+
+    async def write_documents(
+        self, bucket: str, fields: Mapping[str, str], docs: Sequence[KBDocumentWrite]
+    ) -> list[list[int]]:
+        """Replace these documents (moving them into ``bucket``); returns the new chunk
+        ids of each document, in order."""
+        ...
+
+    async def delete_documents(self, doc_ids: Sequence[str]) -> list[str]:
+        """Delete them everywhere; returns the ids that existed."""
+        ...
+
+    def bulk_load(self) -> AbstractAsyncContextManager[None]:
+        """Writes inside this block may leave index structures that are far cheaper to
+        build once than to maintain row by row (PostgreSQL's HNSW graph) to be built when
+        the block ends — but only ones that did not exist when it began, so searches of a
+        live corpus never lose an index. Searches stay correct meanwhile (exact)."""
+        ...
+
+    async def source_documents(self, bucket: str, origin: str, *, prefix: bool) -> list[tuple[str, str]]:
+        """``(doc_id, origin)`` of the bucket's documents whose origin (the absolute path
+        of the file they were read from) is ``origin``, or starts with it when ``prefix``."""
+        ...
+
+    async def file_documents(self, bucket: str, origin: str, *, prefix: bool) -> list[KBFileDocument]:
+        """Like ``source_documents``, with each document's file stamp and embedder: what
+        a re-ingest compares before opening a file."""
+        ...
+
+    async def set_file_stamps(self, stamps: Sequence[tuple[str, str | None]]) -> None:
+        """Set the file stamp of each ``(doc_id, stamp)`` (``None`` clears it), nothing else."""
+        ...
+
+    async def delete_bucket(self, name: str) -> list[str] | None:
+        """Delete the bucket, its documents and its typed fields; returns the ids of the
+        documents deleted, or ``None`` when there is no such bucket."""
+        ...
+
+    # reads
+    def iter_vectors(self, embed_model: str, dim: int) -> AsyncIterator[KBVectorRows]:
+        """Every stored vector of that embedder, one document at a time."""
+        ...
+
+    async def scoped_doc_ids(self, scope: KBScope) -> list[str]: ...
+
+    async def count_documents(self, scope: KBScope) -> int: ...
+
+    async def selective_terms(self, terms: Sequence[str], min_matches: int, tuning: KBTextTuning) -> list[str]:
+        """The query terms worth ranking by: without terms that match nothing, and
+        without very common ones when the engine's ranking pays for them."""
+        ...
+
+    async def text_candidates(self, terms: Sequence[str], scope: KBScope, limit: int, tuning: KBTextTuning) -> KBRanked:
+        """Full-text (BM25) top ``limit`` chunks matching any of ``terms`` within ``scope``."""
+        ...
+
+    async def hydrate(self, chunk_ids: Sequence[int]) -> list[KBChunkRow]:
+        """The chunks that still exist, with their document's fields, in any order."""
+        ...
+
+    async def get_document(self, doc_id: str) -> KBDocumentRecord | None: ...
+
+    async def list_documents(
+        self, bucket: str | None, *, limit: int, after: str | None = None
+    ) -> list[KBDocumentListing]:
+        """Documents by id (of ``bucket``, or all), those with an id greater than ``after``."""
+        ...
+
+    async def counts(self, embed_model: str | None, embed_dim: int | None) -> KBCounts: ...
+
+    # re-embedding (``knowledge.backfill``)
+    async def documents_without_vectors(
+        self, embed_model: str, embed_dim: int, *, limit: int, after: str | None = None
+    ) -> list[KBUnembedded]:
+        """Up to ``limit`` documents, by id after ``after``, whose vectors are not of
+        ``embed_model`` at ``embed_dim`` dimensions (missing, or another embedder's), each
+        with its chunks' text in position order."""
+        ...
+
+    async def store_vectors(self, embed_model: str, embed_dim: int, docs: Sequence[KBVectorWrite]) -> list[str]:
+        """In one transaction, give these documents' chunks their vectors and mark the
+        documents as embedded by ``embed_model`` — only those still as they were read
+        (same content hash, same chunk ids): a document re-ingested meanwhile is left to
+        that ingest. Returns the ids written."""
+        ...
+
+
+@runtime_checkable
+class KBVectorSearch(Protocol):
+    """What an engine with its own vector index (PostgreSQL: pgvector HNSW, cosine) adds
+    to ``KBIndex``: the dense side answered inside the database, so no replica needs the
+    whole matrix in memory and every replica sees every other's writes at once."""
+
+    async def vector_candidates(
+        self, query: npt.NDArray[np.float32], embed_model: str, scope: KBScope, limit: int
+    ) -> KBRanked:
+        """The ``limit`` chunks nearest to ``query`` (cosine; scores are similarities,
+        best first) among the vectors of ``embed_model`` within ``scope``."""
+        ...
+
+    async def cosines(self, chunk_ids: Sequence[int], query: npt.NDArray[np.float32]) -> dict[int, float]:
+        """Cosine similarity of each of these chunks' vectors to ``query``."""
+        ...
+
+    async def has_vectors(self, embed_model: str, dim: int) -> bool:
+        """Whether any chunk has a vector of ``embed_model`` at ``dim`` dimensions."""
+        ...
+
+    async def count_vectors(self, embed_model: str, dim: int) -> int:
+        """How many chunks have a vector of ``embed_model`` at ``dim`` dimensions."""
+        ...
+
+    async def vector_index_status(self) -> dict[str, Any]:
+        """How scoped searches run on this server (``/readyz``): on PostgreSQL, which
+        pgvector and whether its HNSW scans are iterative (recall differs a lot)."""
+        ...
