@@ -58,7 +58,6 @@ from llm.extractive_question import Question as _Question
 from llm.extractive_question import coverage as _coverage
 from llm.extractive_question import phrase_share as _phrase_share
 from llm.extractive_question import stems as _stems
-from llm.extractive_question import weighted_coverage as _weighted
 from llm.extractive_quote import WHOLE_BLOCK_CHARS
 from llm.extractive_quote import cite as _cite
 from llm.extractive_quote import item_shows as _item_shows
@@ -153,8 +152,7 @@ def _unit_score(question: _Question, text: str, context: frozenset[str]) -> floa
         context = context | question.terms(links)
         text = _LINK.sub("", text)
     terms = question.terms(text) | _said_otherwise(question, text)
-    own = _weighted(question.stems, terms, question.names, question.action)
-    around = _weighted(question.stems, terms | context, question.names, question.action)
+    own, around = question.covers(terms, context)
     words = len(text.split())
     phrase = PHRASE_WEIGHT * _phrase_share(question.pairs, text)
     return own + CONTEXT_WEIGHT * (around - own) - min(0.1, 0.002 * max(0, words - 20)) + phrase

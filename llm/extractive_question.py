@@ -272,6 +272,21 @@ class Question:
                 out |= parts
         return frozenset(out)
 
+    def covers(self, terms: frozenset[str], context: frozenset[str]) -> tuple[float, float]:
+        """``weighted_coverage`` of ``terms``, and of ``terms | context``, in one pass: a
+        stem met by the text is met by the text with its context, so each question stem
+        is matched against the (small) context only when the text does not meet it."""
+        total = own = around = 0.0
+        for q in self.stems:
+            weight = NAME_WEIGHT if q in self.names else ACTION_WEIGHT if q in self.action else 1.0
+            met = _match(q, terms) if terms else 0.0
+            total += weight
+            own += weight * met
+            around += weight * (met if met >= 1.0 or not context else max(met, _match(q, context)))
+        if not total:
+            return 0.0, 0.0
+        return own / total, around / total
+
     def holds_wanted(self, text: str) -> bool:
         return self.wants is not None and self.wants.search(text) is not None
 

@@ -12,6 +12,7 @@ import itertools
 import re
 import unicodedata
 from collections.abc import Mapping
+from functools import lru_cache
 from types import MappingProxyType
 
 WORD = re.compile(r"[^\W_]+", re.UNICODE)
@@ -40,6 +41,20 @@ def _terms(text: str) -> list[str]:
     return [w for w in WORD.findall(folded) if w not in _STOP and len(w) > 1]
 
 
+#: Bounds of the memo of the pure word functions below (``_stem``, ``_meets``): one
+#: answer stems every word of up to a dozen passages several times over and meets each
+#: question stem with each of their words again per unit, the same few thousand words
+#: and pairs, so a memo saves most of the answerer's time (the npm answers test spent
+#: three quarters of its time here). Bounded so a long-lived process keeps at most
+#: these many entries (a few MB), least recently used first out.
+STEM_MEMO = 65_536
+MEET_MEMO = 131_072
+#: Texts (a sentence, a heading, a title) whose stems are memoised: the units of the
+#: answer being composed, and more.
+TEXT_MEMO = 4_096
+
+
+@lru_cache(maxsize=STEM_MEMO)
 def _stem(word: str) -> str:
     for suffix in (
         "ations",
@@ -89,7 +104,10 @@ def _root(stem: str) -> str:
     return stem
 
 
+@lru_cache(maxsize=TEXT_MEMO)
 def stems(text: str) -> frozenset[str]:
+    """The stems of ``text``'s content words (memoised: one answer stems each unit,
+    heading and title several times, for each of its signals)."""
     return frozenset(_stem(t) for t in _terms(text))
 
 
@@ -127,18 +145,29 @@ def _match(q: str, terms: frozenset[str]) -> float:
     ("disconnect" / "reconnect"), else 0."""
     if q in terms:
         return 1.0
-    best = 0.0
     if _SYNONYM_OF.get(q, frozenset()) & terms:
         return 1.0
+    best = 0.0
     for t in terms:
-        shorter, longer = sorted((len(q), len(t)))
-        if shorter >= 5 and longer - shorter <= 3 and q[:shorter] == t[:shorter]:  # "configur"/"configure"
+        met = _meets(q, t)
+        if met >= 1.0:
             return 1.0
-        if shorter >= 7 and q[:7] == t[:7]:  # a long common prefix
-            return 1.0
-        if best < 0.5 and len(_root(q)) >= 4 and _root(q) == _root(t) and (_root(q) != q or _root(t) != t):
-            best = 0.5
+        best = max(best, met)
     return best
+
+
+@lru_cache(maxsize=MEET_MEMO)
+def _meets(q: str, t: str) -> float:
+    """How one question stem meets one word's stem (``_match`` over a single word)."""
+    if q == t or t in _SYNONYM_OF.get(q, frozenset()):
+        return 1.0
+    shorter, longer = sorted((len(q), len(t)))
+    if shorter >= 5 and longer - shorter <= 3 and q[:shorter] == t[:shorter]:  # "configur"/"configure"
+        return 1.0
+    if shorter >= 7 and q[:7] == t[:7]:  # a long common prefix
+        return 1.0
+    root = _root(q)
+    return 0.5 if len(root) >= 4 and root == _root(t) and (root != q or root != t) else 0.0
 
 
 def phrase_share(pairs: frozenset[tuple[str, str]], text: str) -> float:
@@ -151,9 +180,7 @@ def phrase_share(pairs: frozenset[tuple[str, str]], text: str) -> float:
     said = [_stem(t) for t in _terms(text)]
     found = 0
     for a, b in pairs:
-        if any(
-            _match(a, frozenset({x})) >= 1.0 and _match(b, frozenset({y})) >= 1.0 for x, y in itertools.pairwise(said)
-        ):
+        if any(_meets(a, x) >= 1.0 and _meets(b, y) >= 1.0 for x, y in itertools.pairwise(said)):
             found += 1
     return found / len(pairs)
 
