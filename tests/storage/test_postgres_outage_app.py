@@ -303,13 +303,13 @@ async def test_a_read_kept_waiting_by_a_lock_is_503_within_the_budget(
         async with (
             running_app(settings, provider=ExtractiveProvider()) as (base, app),
             httpx.AsyncClient(base_url=base, timeout=6 * lock_timeout_s) as client,
-            await psycopg.AsyncConnection.connect(url, autocommit=True) as locker,
+            await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10) as locker,
         ):
             svc = app.state.services
             loop = asyncio.get_running_loop()
             answers: dict[str, tuple[httpx.Response, float]] = {}
             async with locker.transaction():
-                await locker.execute("SET LOCAL lock_timeout = 0")
+                await locker.execute("SET LOCAL lock_timeout = '30s'")  # a failure, never a hang
                 await locker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
                 for what, path, payload in LOCKED_READS[table]:
                     began = loop.time()
