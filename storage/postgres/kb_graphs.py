@@ -45,7 +45,7 @@ from storage.postgres.kb_ddl import index_exists
 
 #: pgvector's HNSW limit for ``vector`` columns; larger vectors are always scanned exactly.
 HNSW_MAX_DIM = 2000
-#: Memory for building an HNSW graph in one go (a bulk load's end, the repair at open):
+#: Memory for building an HNSW graph in one go (every build, ``kb_graph_builds``):
 #: the graph of a million 384-dimension vectors takes about 2 GB; when it does not fit,
 #: pgvector says so and goes on, more slowly. Only the building backend uses it.
 HNSW_BUILD_MEMORY = "2GB"
