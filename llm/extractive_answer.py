@@ -349,6 +349,17 @@ def _page_opening(read: _Read) -> PageOpening:
     return PageOpening(_document(read), read.passage.summary, text)
 
 
+def _said(question: _Question, reads: list[_Read]) -> list[frozenset[str]]:
+    """What each distinct passage says of the question, its title and section included,
+    for weighing the question's words by their rarity (``Question.weighed_by``); a
+    passage read twice (the first search's and the page-scoped read's) counts once."""
+    seen: dict[str, frozenset[str]] = {}
+    for read in reads:
+        p = read.passage
+        seen[sentence_key(p.text)] = question.terms(p.text) | _stems(p.title) | _stems(p.section)
+    return list(seen.values())
+
+
 def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[str], float]:
     """The best passage(s) for ``question``: ``(answer Markdown, cited source ids, confidence)``."""
     q = _Question.of(question)
@@ -357,6 +368,7 @@ def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[st
     reads = [_read(p) for p in passages]
     aliases = alias_documents(_page_opening(r) for r in reads if r.first)
     reads = [r for r in reads if _document(r) not in aliases]
+    q = q.weighed_by(_said(q, reads))
     units = sorted(_units(reads, q), key=lambda u: (-u.score, u.passage, u.block, u.index))
     units = [u for u in units if u.score >= MIN_RELEVANCE]
     if not units:
