@@ -49,6 +49,7 @@ from llm.extractive_additions import SUBCOMMAND_ITEM as _SUBCOMMAND_ITEM
 from llm.extractive_additions import with_command_line as _with_command_line
 from llm.extractive_additions import with_form_after as _with_form_after
 from llm.extractive_additions import with_heading as _with_heading
+from llm.extractive_additions import with_item_name as _with_item_name
 from llm.extractive_additions import with_name as _with_name
 from llm.extractive_additions import with_synopsis as _with_synopsis
 from llm.extractive_additions import with_syntax as _with_syntax
@@ -387,7 +388,8 @@ def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[st
         document = _document(read)
         if (unit.passage, unit.block) in used_blocks or sentence_key(unit.text) in said or document in used_documents:
             continue  # a second passage adds another page's answer, not more of the first's
-        quoted = _with_synopsis(read, unit, _with_name(read, unit, _with_heading(read, unit, _window(read, unit))), q)
+        quoted = _with_item_name(read, unit, _with_heading(read, unit, _window(read, unit)))
+        quoted = _with_synopsis(read, unit, _with_name(read, unit, quoted), q)
         quoted = _with_command_line(reads, read, unit, quoted, q)
         quoted = _with_syntax(read, unit, quoted, q)
         quoted = _with_form_after(read, unit, quoted, q)

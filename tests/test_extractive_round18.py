@@ -78,3 +78,24 @@ def test_a_unit_saying_how_long_gives_way_to_none() -> None:
     answer, sources, _ = compose_answer("How long does a tool call wait for approval?", [waits, expiry])
     assert_clean(answer)
     assert sources[0] == "approvals#3", answer
+
+
+def test_a_paragraph_under_an_item_that_is_only_a_name_keeps_the_name() -> None:
+    text = (
+        "* `npm pkg delete <key>`\n\nDeletes a `key` from your `package.json`.\n\n"
+        "* `npm pkg fix`\n\nAuto corrects common errors in your `package.json`. npm already does this during publish."
+    )
+    page = Passage("npm-pkg#5", "npm-pkg", text, 0.8)
+    answer, _, _ = compose_answer("How do I automatically correct common mistakes in my package.json?", [page])
+    assert_clean(answer)
+    assert answer.startswith("**`npm pkg fix`:** Auto corrects common errors"), answer
+    # After a list of several names the paragraph is not the last name's.
+    files = Passage(
+        "ignore#2",
+        "developers",
+        "Some files are always ignored:\n\n* `.npmrc`\n* `npm-debug.log`\n\n"
+        "Additionally, everything in `node_modules` is ignored when packing a package.",
+        0.8,
+    )
+    answer, _, _ = compose_answer("Is everything in node_modules ignored when packing?", [files])
+    assert "npm-debug.log`:**" not in answer and "everything in `node_modules` is ignored" in answer, answer
