@@ -301,3 +301,96 @@ async def test_a_close_cancels_a_build_on_the_server_and_the_next_repair_cleans_
 
 async def _no_sessions(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> bool:
     return await _sessions(conn, APPLICATION_NAME) == 0
+
+
+async def test_two_replicas_build_a_graph_once_one_at_a_time(
+    storage: PostgresStorage, observer: psycopg.AsyncConnection[tuple[object, ...]]
+) -> None:
+    """Both replicas find the bucket's graph due; one builds it, the other waits for the
+    DDL lock (tried and polled: no second build session ever waits on the server) and
+    then finds the graph valid: built once."""
+    kb = storage.kb_index
+    rng = np.random.default_rng(25)
+    await _write(storage, "big", "g", _unit(rng.normal(size=(THRESHOLD + 20, DIM))))
+    await asyncio.wait_for(kb.graph_builds_done(), 60)
+    await storage.db.execute([(f'DROP INDEX "{graph_name(DIM, "big")}"', ())])
+    other = await open_postgres_storage(storage.db.url)
+    try:
+        await asyncio.wait_for(other.kb_index.graph_repair(), 60)
+        other.kb_index.exact_scope_vectors = THRESHOLD
+        holder = await _open_write(storage.db.url)
+        try:
+            here = kb._graphs.request(DIM, "big")
+            await _until("this replica's build to wait", lambda: _lock_waiters(observer, APPLICATION_NAME))
+            there = other.kb_index._graphs.request(DIM, "big")
+            await _until(
+                "the other replica to try the DDL lock",
+                lambda: _tried_lock(observer),
+            )
+            assert await _lock_waiters(observer, APPLICATION_NAME) == ["waiting for writers before build"]
+            cur = await observer.execute(
+                "SELECT count(*) FROM pg_stat_progress_create_index WHERE datname = current_database()"
+            )
+            assert await cur.fetchone() == (1,)
+            assert not there.done()
+        finally:
+            await holder.rollback()
+            await holder.close()
+        assert await asyncio.wait_for(asyncio.shield(here), 60) is True
+        assert await asyncio.wait_for(asyncio.shield(there), 60) is False  # found valid under the lock
+        assert await _state(observer, "big") is True
+    finally:
+        await asyncio.wait_for(other.close(), 60)
+
+
+async def _tried_lock(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> bool:
+    """Two builder sessions in this database: the second one exists only to try the lock."""
+    return await _sessions(conn, APPLICATION_NAME) >= 2
+
+
+async def test_a_failed_build_is_logged_listed_and_built_by_the_next_write(
+    storage: PostgresStorage,
+    observer: psycopg.AsyncConnection[tuple[object, ...]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A build cancelled on the server (as an operator's ``pg_cancel_backend`` would) fails:
+    it is logged, its invalid index dropped at once, the bucket listed as failed and
+    searched exactly, and the next write into the bucket builds the graph."""
+    kb = storage.kb_index
+    rng = np.random.default_rng(26)
+    matrix = _unit(rng.normal(size=(THRESHOLD + 20, DIM)))
+    ids = await _write(storage, "big", "g", matrix)
+    await asyncio.wait_for(kb.graph_builds_done(), 60)
+    await storage.db.execute([(f'DROP INDEX "{graph_name(DIM, "big")}"', ())])
+    kb._stats_changed()
+    holder = await _open_write(storage.db.url)
+    try:
+        failed = kb._graphs.request(DIM, "big")
+        await _until("the build to wait", lambda: _lock_waiters(observer, APPLICATION_NAME))
+        await observer.execute(
+            "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = %s"
+            " AND datname = current_database() AND wait_event_type = 'Lock'",
+            (APPLICATION_NAME,),
+        )
+    finally:
+        # The failed build's DROP INDEX CONCURRENTLY of its leftover waits for this
+        # transaction as the build did (it holds no writer): released first.
+        await holder.rollback()
+        await holder.close()
+    with pytest.raises(psycopg.errors.QueryCanceled):
+        await asyncio.wait_for(asyncio.shield(failed), 30)
+    await asyncio.wait_for(kb.graph_builds_done(), 60)
+    assert await _state(observer, "big") is None  # its invalid index dropped at once
+    status = await kb.vector_index_status()
+    assert status["buckets_without_graph"] == ["big"] and list(status["graph_builds_failed"]) == ["big"]
+    assert "QueryCanceled" in status["graph_builds_failed"]["big"]
+    warned = [r.getMessage() for r in caplog.records if "'big'" in r.getMessage() and r.levelno == logging.WARNING]
+    assert warned and "QueryCanceled" in warned[0], warned
+    query = _unit(rng.normal(size=DIM))
+    assert (await kb.vector_candidates(query, "m", KBScope("big"), 10)).ids == _exact(ids, matrix, query, 10)
+    more = _unit(rng.normal(size=(3, DIM)))
+    ids += await _write(storage, "big", "late", more, per_doc=3)  # the next write asks again
+    await _until("the search to use the rebuilt graph", lambda: _graph_used(storage, "big"), 60)
+    every = np.vstack([matrix, more])
+    assert (await kb.vector_candidates(query, "m", KBScope("big"), 10)).ids == _exact(ids, every, query, 10)
+    assert (await kb.vector_index_status())["graph_builds_failed"] == {}
