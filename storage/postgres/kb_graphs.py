@@ -116,7 +116,12 @@ async def graph_names(conn: Conn) -> set[tuple[int, str]]:
 async def graph_state(conn: Conn, dim: int, bucket: str) -> bool | None:
     """The bucket's graph: ``True`` valid and ready, ``False`` in the catalog but not
     (under way, or left by a failed build), ``None`` absent."""
-    cur = await conn.execute(_GRAPHS + " AND c.relname = %s", (graph_name(dim, bucket),))
+    return await index_state(conn, graph_name(dim, bucket))
+
+
+async def index_state(conn: Conn, name: str) -> bool | None:
+    """``graph_state`` of a graph by its index name."""
+    cur = await conn.execute(_GRAPHS + " AND c.relname = %s", (name,))
     row = await cur.fetchone()
     return None if row is None else bool(row[1])
 
@@ -200,4 +205,5 @@ __all__ = [
     "graph_state",
     "graph_states",
     "graphs_in_progress",
+    "index_state",
 ]

@@ -229,12 +229,37 @@ async def test_an_invalid_graph_is_ignored_by_the_search_and_replaced_by_the_rep
     ids = await _write(storage, "big", "g", matrix)
     await asyncio.wait_for(kb.graph_builds_done(), 60)
     await storage.db.execute([(f'DROP INDEX "{graph_name(DIM, "big")}"', ())])
+    await _leave_invalid(storage, observer, "big")
+    await _write(storage, "small", "s", _unit(rng.normal(size=(5, DIM))))
+    await _leave_invalid(storage, observer, "small")  # a bucket under the threshold: dropped
+    kb._stats_changed()
+    assert not await _graph_used(storage, "big")
+    queries = [_unit(v) for v in rng.normal(size=(4, DIM))]
+    exact_lists = [(await kb.vector_candidates(q, "m", KBScope("big"), 10)).ids for q in queries]
+    assert exact_lists == [_exact(ids, matrix, q, 10) for q in queries]
+    status = await kb.vector_index_status()
+    assert status["buckets_with_invalid_graph"] == ["big", "small"] and status["buckets_without_graph"] == ["big"]
+    assert status["bucket_graphs"] == 0
+    kb.start_graph_repair(10)
+    assert await asyncio.wait_for(kb.graph_repair(), 60) == [(DIM, "big")]
+    assert await _state(observer, "big") is True
+    assert await _state(observer, "small") is None
+    assert await _graph_used(storage, "big")
+    assert [(await kb.vector_candidates(q, "m", KBScope("big"), 10)).ids for q in queries] == exact_lists
+    assert (await kb.vector_index_status())["buckets_with_invalid_graph"] == []
+
+
+async def _leave_invalid(
+    storage: PostgresStorage, observer: psycopg.AsyncConnection[tuple[object, ...]], bucket: str
+) -> None:
+    """The bucket's graph left INVALID: a concurrent build (by hand) waiting for an open
+    write, cancelled with ``pg_cancel_backend``."""
     holder = await _open_write(storage.db.url)
     manual = await psycopg.AsyncConnection.connect(
         storage.db.url, autocommit=True, connect_timeout=10, application_name="test-manual-build"
     )
     try:
-        build = asyncio.create_task(manual.execute(graph_ddl(DIM, "big")))
+        build = asyncio.create_task(manual.execute(graph_ddl(DIM, bucket)))
         await _until("the manual build to wait", lambda: _lock_waiters(observer, "test-manual-build"))
         await observer.execute("SELECT pg_cancel_backend(%s)", (manual.info.backend_pid,))
         with pytest.raises(psycopg.errors.QueryCanceled):
@@ -243,21 +268,7 @@ async def test_an_invalid_graph_is_ignored_by_the_search_and_replaced_by_the_rep
         await holder.rollback()
         await holder.close()
         await manual.close()
-    assert await _state(observer, "big") is False  # the leftover
-    kb._stats_changed()
-    assert not await _graph_used(storage, "big")
-    queries = [_unit(v) for v in rng.normal(size=(4, DIM))]
-    exact_lists = [(await kb.vector_candidates(q, "m", KBScope("big"), 10)).ids for q in queries]
-    assert exact_lists == [_exact(ids, matrix, q, 10) for q in queries]
-    status = await kb.vector_index_status()
-    assert status["buckets_with_invalid_graph"] == ["big"] and status["buckets_without_graph"] == ["big"]
-    assert status["bucket_graphs"] == 0
-    kb.start_graph_repair(10)
-    assert await asyncio.wait_for(kb.graph_repair(), 60) == [(DIM, "big")]
-    assert await _state(observer, "big") is True
-    assert await _graph_used(storage, "big")
-    assert [(await kb.vector_candidates(q, "m", KBScope("big"), 10)).ids for q in queries] == exact_lists
-    assert (await kb.vector_index_status())["buckets_with_invalid_graph"] == []
+    assert await _state(observer, bucket) is False  # the leftover
 
 
 async def test_a_close_cancels_a_build_on_the_server_and_the_next_repair_cleans_its_leftover(
