@@ -2,7 +2,8 @@
 page's synopsis for a how-to (``with_synopsis``), the command line of a subcommand
 (``with_command_line``), a syntax or form that follows (``with_syntax``,
 ``with_form_after``), a heading that says more than its paragraph (``with_heading``) or
-names the option or field the passage is about (``with_name``).
+names the option or field the passage is about (``with_name``), or the list item naming
+the paragraph under it (``with_item_name``).
 
 Apart from the quoting because each of these is one rule about one kind of page, added
 or tuned on its own; the quoting (window, no sentence twice, citation) stays small.
@@ -204,12 +205,46 @@ def with_name(read: Read, unit: Unit, pieces: list[str]) -> list[str]:
     return [f"**`{name}`:** {pieces[0]}", *pieces[1:]]
 
 
+#: A list item that is only a name in code (``npm pkg fix``), the paragraph under it
+#: saying what the name does.
+_NAME_ITEM = re.compile(r"^`[^`]+`$")
+
+
+def with_item_name(read: Read, unit: Unit, pieces: list[str]) -> list[str]:
+    """A paragraph quoted from its start under a list of one item that is only a name
+    ("* ``npm pkg fix``", then "Auto corrects common errors in your ``package.json``.")
+    keeps the name as its label: the item is the paragraph's heading, and without it the
+    reader is told what something does but not what to type. Not after a list of several
+    names ("… ``.npmrc``, ``npm-debug.log``"): the paragraph after it is not the last one's."""
+    block = read.blocks[unit.block]
+    item = prev_block(read, unit.block)
+    if (
+        item is None
+        or item.kind != "list"
+        or len(item.units) != 1  # a list of several names ends before the paragraph
+        # A section opening with the form (a heading, the item, this paragraph) shows it
+        # after the paragraph (``with_form_after``'s kind of page).
+        or (unit.block >= 2 and read.blocks[unit.block - 2].kind == "heading")
+        or block.kind != "prose"
+        or not pieces
+        or is_verbatim(pieces[0])
+        or pieces[0].startswith("**")
+        or not pieces[0].startswith(block.units[0])
+    ):
+        return pieces
+    name = item_body(item.units[-1]).strip()
+    if _NAME_ITEM.match(name) is None or name.strip("`").casefold() in " ".join(pieces).casefold():
+        return pieces
+    return [f"**{name}:** {pieces[0]}", *pieces[1:]]
+
+
 __all__ = [
     "MIN_HEADING_WORDS",
     "SUBCOMMAND_ITEM",
     "with_command_line",
     "with_form_after",
     "with_heading",
+    "with_item_name",
     "with_name",
     "with_synopsis",
     "with_syntax",

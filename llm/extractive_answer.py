@@ -49,6 +49,7 @@ from llm.extractive_additions import SUBCOMMAND_ITEM as _SUBCOMMAND_ITEM
 from llm.extractive_additions import with_command_line as _with_command_line
 from llm.extractive_additions import with_form_after as _with_form_after
 from llm.extractive_additions import with_heading as _with_heading
+from llm.extractive_additions import with_item_name as _with_item_name
 from llm.extractive_additions import with_name as _with_name
 from llm.extractive_additions import with_synopsis as _with_synopsis
 from llm.extractive_additions import with_syntax as _with_syntax
@@ -349,6 +350,17 @@ def _page_opening(read: _Read) -> PageOpening:
     return PageOpening(_document(read), read.passage.summary, text)
 
 
+def _said(question: _Question, reads: list[_Read]) -> list[frozenset[str]]:
+    """What each distinct passage says of the question, its title and section included,
+    for weighing the question's words by their rarity (``Question.weighed_by``); a
+    passage read twice (the first search's and the page-scoped read's) counts once."""
+    seen: dict[str, frozenset[str]] = {}
+    for read in reads:
+        p = read.passage
+        seen[sentence_key(p.text)] = question.terms(p.text) | _stems(p.title) | _stems(p.section)
+    return list(seen.values())
+
+
 def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[str], float]:
     """The best passage(s) for ``question``: ``(answer Markdown, cited source ids, confidence)``."""
     q = _Question.of(question)
@@ -357,6 +369,7 @@ def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[st
     reads = [_read(p) for p in passages]
     aliases = alias_documents(_page_opening(r) for r in reads if r.first)
     reads = [r for r in reads if _document(r) not in aliases]
+    q = q.weighed_by(_said(q, reads))
     units = sorted(_units(reads, q), key=lambda u: (-u.score, u.passage, u.block, u.index))
     units = [u for u in units if u.score >= MIN_RELEVANCE]
     if not units:
@@ -375,7 +388,8 @@ def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[st
         document = _document(read)
         if (unit.passage, unit.block) in used_blocks or sentence_key(unit.text) in said or document in used_documents:
             continue  # a second passage adds another page's answer, not more of the first's
-        quoted = _with_synopsis(read, unit, _with_name(read, unit, _with_heading(read, unit, _window(read, unit))), q)
+        quoted = _with_item_name(read, unit, _with_heading(read, unit, _window(read, unit)))
+        quoted = _with_synopsis(read, unit, _with_name(read, unit, quoted), q)
         quoted = _with_command_line(reads, read, unit, quoted, q)
         quoted = _with_syntax(read, unit, quoted, q)
         quoted = _with_form_after(read, unit, quoted, q)

@@ -36,8 +36,13 @@ def _one_verb(match: re.Match[str]) -> str:
     return "enable" if match.group("particle") == "on" else "disable"
 
 
+def one_verbs(text: str) -> str:
+    """``text`` folded, its phrasal verbs written as the one verb (``_ONE_VERB``)."""
+    return _ONE_VERB.sub(_one_verb, unicodedata.normalize("NFKC", text).casefold())
+
+
 def _terms(text: str) -> list[str]:
-    folded = _ONE_VERB.sub(_one_verb, unicodedata.normalize("NFKC", text).casefold())
+    folded = one_verbs(text)
     return [w for w in WORD.findall(folded) if w not in _STOP and len(w) > 1]
 
 

@@ -8,13 +8,17 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 
+from agenttools.core.executor import ToolExecutor
+from agenttools.core.validation import validate_arguments
 from app.cli.kb_file import open_kb_file
 from knowledge import KnowledgeBase
 from knowledge.attachments import attachment_bucket
 from knowledge.buckets import UnknownBucketError
 from knowledge.types import DocumentIn
+from tests.test_corpus_tools import Harness, build_corpus, build_registry
 from toolindex.hashing import HashingEmbedder
 
 
@@ -70,7 +74,7 @@ async def test_counts_without_a_bucket_leave_attachments_out(kb: KnowledgeBase) 
 async def test_a_private_bucket_made_after_the_bucket_list_was_read_never_reaches_an_every_bucket_search(
     kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """"Every bucket" reads the bucket list and, while no private bucket exists, searches
+    """ "Every bucket" reads the bucket list and, while no private bucket exists, searches
     every document; someone's first attachment committed between that read and the
     search's statements must still not show (the race is pinned by keeping the list as
     it was read before the attachment was made)."""
@@ -87,3 +91,36 @@ async def test_a_private_bucket_made_after_the_bucket_list_was_read_never_reache
     for mode in ("hybrid", "text", "semantic"):
         found = await kb.search("zeppelin maintenance", buckets=["*"], mode=mode)
         assert [h.doc_id for h in found.hits] == ["d1"], (mode, [(h.doc_id, h.bucket) for h in found.hits])
+
+
+async def test_another_users_attachments_change_no_count_a_corpus_tool_shows(tmp_path: Path) -> None:
+    """Through the tool face: user B's attached invoices change none of the counts user
+    A's corpus tool tells the model (the documents without an unmatched condition), and
+    naming B's private bucket is an unknown bucket whose list of buckets leaves it out."""
+    kb = await build_corpus(tmp_path / "kb.sqlite3")
+    try:
+        async with httpx.AsyncClient() as http:
+            alice = Harness(kb, ToolExecutor(build_registry(kb), validator=validate_arguments), http)
+            args = {"bucket": "invoices", "query": "invoice payable", "filters": {"vendor": "ACME", "year": 2031}}
+            before, _ = await alice.call("search_text", args)
+            assert before.content["documents_without_them"] > 0, before.content
+
+            bob = attachment_bucket("bob", "c9")
+            attached = [
+                DocumentIn(
+                    text=f"invoice payable to ACME number {i}",
+                    title=f"ACME invoice {i}",
+                    id=f"b{i}",
+                    metadata={"vendor": "ACME", "year": 2031},
+                )
+                for i in range(5)
+            ]
+            await kb.ingest_documents(attached, bucket=bob, private=True)
+            after, _ = await alice.call("search_text", args)
+            assert after.content == before.content
+
+            named, _ = await alice.call("search_text", {**args, "bucket": bob})
+            assert named.is_error and named.content["reason"] == "unknown_bucket", named.content
+            assert bob not in {b["bucket"] for b in named.content["available_buckets"]}
+    finally:
+        await kb.aclose()

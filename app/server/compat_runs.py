@@ -128,7 +128,8 @@ async def import_history(svc: Services, conversation_id: str, user_id: str, mess
     what = "the service cannot store conversations right now"
     if storage_budget.spent():  # the database kept the request waiting its whole budget already
         raise storage_budget.unavailable(what)
-    await run_start.check_run_limit(svc, user_id)
+    # The count of the user's runs is a read within the same budget (a 429 passes through).
+    await storage_budget.bounded(what, run_start.check_run_limit(svc, user_id))
     try:
         await svc.conversations.append(conversation_id, user_id, messages, deadline=storage_budget.deadline())
     except StorageUnavailable:
@@ -137,13 +138,19 @@ async def import_history(svc: Services, conversation_id: str, user_id: str, mess
 
 async def copy_history(svc: Services, source: str, target: str, user_id: str) -> None:
     """Start ``target`` with ``source``'s stored messages (tool calls and results included)."""
-    await import_history(svc, target, user_id, await svc.conversations.load(source, user_id))
+    stored = await storage_budget.bounded(
+        "the service cannot read conversations right now", svc.conversations.load(source, user_id)
+    )
+    await import_history(svc, target, user_id, stored)
 
 
 async def has_conversation(svc: Services, conversation_id: str, user_id: str) -> bool:
     """Whether the user has a conversation of that id. Ids are a namespace per user, so
-    another user's conversation of the same id is neither seen nor in the way."""
-    return await svc.conversations.exists(conversation_id, user_id)
+    another user's conversation of the same id is neither seen nor in the way. Before
+    a run is acknowledged, within the request's storage budget (``storage_budget.bounded``)."""
+    return await storage_budget.bounded(
+        "the service cannot read conversations right now", svc.conversations.exists(conversation_id, user_id)
+    )
 
 
 #: Events translated per write when a burst of them was committed at once.

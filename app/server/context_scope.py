@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from app.server import storage_budget
 from app.server.problems import HTTPProblem
 from knowledge.buckets import UnknownBucketError
-from storage.errors import StorageUnavailable
 
 if TYPE_CHECKING:
     from app.server.services import Services
@@ -48,21 +48,24 @@ def named_buckets(context: Mapping[str, Any]) -> tuple[str, list[str]] | None:
 
 
 async def check_bucket_scope(svc: Services, context: Mapping[str, Any]) -> None:
-    """Refuse a context that scopes the knowledge-base search to a bucket that does not exist."""
+    """Refuse a context that scopes the knowledge-base search to a bucket that does not
+    exist. A name not in the cache rereads the bucket list: within the request's storage
+    budget (``storage_budget.bounded``), so a database away answers 503
+    ``storage_unavailable`` with ``Retry-After`` after the budget, not after however
+    long the read would wait."""
     named = named_buckets(context)
     knowledge = svc.rooms.knowledge
     if named is None or knowledge is None:  # no KB room: no search tool reads the scope
         return
     key, names = named
+    await storage_budget.bounded("the knowledge base cannot be read right now", _check_names(knowledge.kb, key, names))
+
+
+async def _check_names(kb: Any, key: str, names: list[str]) -> None:
     for name in names:
         if name == ALL_BUCKETS:
             continue
         try:
-            await knowledge.kb.bucket_schema(name)
+            await kb.bucket_schema(name)
         except UnknownBucketError as exc:
             raise HTTPProblem(400, "unknown_bucket", f"context.{key}: {exc}") from None
-        except StorageUnavailable:
-            raise HTTPProblem(
-                503, "storage_unavailable", "the knowledge base cannot be read right now; retry shortly",
-                {"Retry-After": "5"},
-            ) from None

@@ -48,7 +48,7 @@ from starlette.responses import Response
 import events
 from app.runs.follow import Batches, Followed
 from app.runs.records import ChatInput
-from app.server import request_admission, run_start, run_streams
+from app.server import request_admission, run_start, run_streams, storage_budget
 from app.server.auth import Identity
 from app.server.compat_runs import (
     AnswerText,
@@ -138,7 +138,10 @@ async def conversation_for(svc: Services, ident: Identity, req: CompletionReques
             await import_history(svc, req.conversation_id, user, earlier)
         return req.conversation_id, None
     conversation_id = f"oai_{uuid.uuid4().hex}"
-    source = await _answered_by_us(svc, user, req.turns[:-1])
+    # Reads before the run is acknowledged: within the request's storage budget.
+    source = await storage_budget.bounded(
+        "the service cannot read runs right now", _answered_by_us(svc, user, req.turns[:-1])
+    )
     if source is not None:
         await copy_history(svc, source, conversation_id, user)
     else:

@@ -1,29 +1,38 @@
 """One storage budget per request, until its client is acknowledged.
 
 A request that has not handed its client a run id yet — the shared rate-limit count,
-a client's transcript imported, the run's admission transaction — waits for the
-database at most ``AGENT_DB_POOL_TIMEOUT_S`` in total, across all those steps, and is
-then answered 503 ``storage_unavailable`` with ``Retry-After``. Without it each step
-retried for ``AGENT_DB_WRITE_RETRY_S`` (a 503 ~24 s after PostgreSQL went away, with a
-1 s pool timeout): a silent slowdown, where an outage must be a prompt 503. The write
-retry stays what it is for: work already acknowledged (a run's events) rides out a
-short outage, so nothing acknowledged is lost.
+the buckets its context names looked up, a client's transcript imported (the
+conversation looked up, the user's runs counted first), the run's admission
+transaction — waits for the database at most ``AGENT_DB_POOL_TIMEOUT_S`` in total,
+across all those steps, and is then answered 503 ``storage_unavailable`` with
+``Retry-After``. Without it each step retried for ``AGENT_DB_WRITE_RETRY_S`` (a 503
+~24 s after PostgreSQL went away, with a 1 s pool timeout), and a read waited as long
+as the database kept it (a locked table: the server's ``lock_timeout``): a silent
+slowdown, where an outage must be a prompt 503. The write retry stays what it is for:
+work already acknowledged (a run's events) rides out a short outage, so nothing
+acknowledged is lost.
 
 The deadline travels in a ``ContextVar`` set by ``request_admission.admit`` and read
-only by this package's admission steps (``run_start``, ``compat_runs``), which hand it
-to the stores explicitly: a run's own task inherits the value but nothing in it reads
-it, so acknowledged work never meets the request's budget. Its value is per request
-(each request runs in a context of its own), not shared state.
+only by this package's admission steps (``run_start``, ``compat_runs``,
+``context_scope``, ``openai_compat``), which hand it to the stores explicitly or bound
+their reads with it (``bounded``): a run's own task inherits the value but nothing in
+it reads it, so acknowledged work never meets the request's budget. Its value is per
+request (each request runs in a context of its own), not shared state.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from contextvars import ContextVar
+from typing import TypeVar
 
 from app.server.problems import HTTPProblem
+from storage.errors import StorageUnavailable
+
+T = TypeVar("T")
 
 _DEADLINE: ContextVar[float | None] = ContextVar("agentchat_storage_deadline", default=None)
 
@@ -61,3 +70,21 @@ def spent() -> bool:
 def unavailable(what: str) -> HTTPProblem:
     """The 503 every admission step answers when the database is away past the budget."""
     return HTTPProblem(503, "storage_unavailable", f"{what}; retry shortly", {"Retry-After": "5"})
+
+
+async def bounded(what: str, step: Awaitable[T]) -> T:
+    """A read of an admission step (the context's buckets looked up, the user's runs
+    counted before an import) within what is left of the request's budget: past it, or
+    when the store says it is away, 503 ``storage_unavailable`` (``unavailable(what)``).
+    Such reads take no deadline of their own — a pooled connection's wait is the pool's
+    whole timeout, a connection that hangs has none — so the budget bounds the wait
+    here, where the request is refused anyway; the read abandoned is a read only.
+    Outside an admitted request the step runs unbounded."""
+    found = _DEADLINE.get()
+    try:
+        if found is None:
+            return await step
+        async with asyncio.timeout(max(0.0, found - time.monotonic())):
+            return await step
+    except (TimeoutError, StorageUnavailable):
+        raise unavailable(what) from None

@@ -62,6 +62,7 @@ from storage.postgres.kb_graphs import (
     graph_name,
     graph_state,
     graph_states,
+    index_state,
 )
 
 log = logging.getLogger("agentchat.storage")
@@ -79,6 +80,9 @@ class _Job:
     dim: int = 0
     bucket: str = ""
     drop: tuple[str, ...] = ()
+    #: Drop only those still invalid (the repair's leftovers: another replica may have
+    #: built one of them whole since they were read).
+    only_invalid: bool = False
     waiters: list[asyncio.Future[bool]] = field(default_factory=list)
 
     @property
@@ -219,7 +223,7 @@ class GraphUpkeep:
         )
         if leftovers:
             with contextlib.suppress(Exception):  # logged by the worker; tried again next open
-                await asyncio.shield(self._queue(_Job(drop=leftovers)))
+                await asyncio.shield(self._queue(_Job(drop=leftovers, only_invalid=True)))
         built: list[tuple[int, str]] = []
         for _pass in range(2):
             futures = [(key, self.request(*key)) for key in wanted]
@@ -311,7 +315,8 @@ class GraphUpkeep:
         try:
             if job.drop:
                 for name in job.drop:
-                    await conn.execute(drop_ddl(name))
+                    if not (job.only_invalid and await index_state(conn, name) is not False):
+                        await conn.execute(drop_ddl(name))
                 outcome = True
             else:
                 outcome = await self._build(conn, job.dim, job.bucket)

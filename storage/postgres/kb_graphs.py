@@ -45,7 +45,7 @@ from storage.postgres.kb_ddl import index_exists
 
 #: pgvector's HNSW limit for ``vector`` columns; larger vectors are always scanned exactly.
 HNSW_MAX_DIM = 2000
-#: Memory for building an HNSW graph in one go (a bulk load's end, the repair at open):
+#: Memory for building an HNSW graph in one go (every build, ``kb_graph_builds``):
 #: the graph of a million 384-dimension vectors takes about 2 GB; when it does not fit,
 #: pgvector says so and goes on, more slowly. Only the building backend uses it.
 HNSW_BUILD_MEMORY = "2GB"
@@ -116,7 +116,12 @@ async def graph_names(conn: Conn) -> set[tuple[int, str]]:
 async def graph_state(conn: Conn, dim: int, bucket: str) -> bool | None:
     """The bucket's graph: ``True`` valid and ready, ``False`` in the catalog but not
     (under way, or left by a failed build), ``None`` absent."""
-    cur = await conn.execute(_GRAPHS + " AND c.relname = %s", (graph_name(dim, bucket),))
+    return await index_state(conn, graph_name(dim, bucket))
+
+
+async def index_state(conn: Conn, name: str) -> bool | None:
+    """``graph_state`` of a graph by its index name."""
+    cur = await conn.execute(_GRAPHS + " AND c.relname = %s", (name,))
     row = await cur.fetchone()
     return None if row is None else bool(row[1])
 
@@ -200,4 +205,5 @@ __all__ = [
     "graph_state",
     "graph_states",
     "graphs_in_progress",
+    "index_state",
 ]

@@ -351,8 +351,13 @@ class PostgresKBIndex(SqlKBIndex):
                 raise outcome
         if loaded:
             # Fresh planner statistics for the loaded rows (autovacuum would get there later).
-            async with self._db.reading() as conn:
-                await conn.execute("ANALYZE kb_chunks")
+            # Upkeep, like the vacuum: another replica's graph build holds the lock ANALYZE
+            # needs past the pool's lock_timeout, and the load stands without it.
+            try:
+                async with self._db.reading() as conn:
+                    await conn.execute("ANALYZE kb_chunks")
+            except (StorageUnavailable, psycopg.Error) as exc:
+                log.warning("the ANALYZE after a bulk load did not run (%s: %s)", type(exc).__name__, exc)
             self._stats_changed()
 
     async def _chunk_indexes(self, tsv: bool, loaded: list[str]) -> None:

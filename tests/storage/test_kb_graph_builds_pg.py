@@ -229,12 +229,37 @@ async def test_an_invalid_graph_is_ignored_by_the_search_and_replaced_by_the_rep
     ids = await _write(storage, "big", "g", matrix)
     await asyncio.wait_for(kb.graph_builds_done(), 60)
     await storage.db.execute([(f'DROP INDEX "{graph_name(DIM, "big")}"', ())])
+    await _leave_invalid(storage, observer, "big")
+    await _write(storage, "small", "s", _unit(rng.normal(size=(5, DIM))))
+    await _leave_invalid(storage, observer, "small")  # a bucket under the threshold: dropped
+    kb._stats_changed()
+    assert not await _graph_used(storage, "big")
+    queries = [_unit(v) for v in rng.normal(size=(4, DIM))]
+    exact_lists = [(await kb.vector_candidates(q, "m", KBScope("big"), 10)).ids for q in queries]
+    assert exact_lists == [_exact(ids, matrix, q, 10) for q in queries]
+    status = await kb.vector_index_status()
+    assert status["buckets_with_invalid_graph"] == ["big", "small"] and status["buckets_without_graph"] == ["big"]
+    assert status["bucket_graphs"] == 0
+    kb.start_graph_repair(10)
+    assert await asyncio.wait_for(kb.graph_repair(), 60) == [(DIM, "big")]
+    assert await _state(observer, "big") is True
+    assert await _state(observer, "small") is None
+    assert await _graph_used(storage, "big")
+    assert [(await kb.vector_candidates(q, "m", KBScope("big"), 10)).ids for q in queries] == exact_lists
+    assert (await kb.vector_index_status())["buckets_with_invalid_graph"] == []
+
+
+async def _leave_invalid(
+    storage: PostgresStorage, observer: psycopg.AsyncConnection[tuple[object, ...]], bucket: str
+) -> None:
+    """The bucket's graph left INVALID: a concurrent build (by hand) waiting for an open
+    write, cancelled with ``pg_cancel_backend``."""
     holder = await _open_write(storage.db.url)
     manual = await psycopg.AsyncConnection.connect(
         storage.db.url, autocommit=True, connect_timeout=10, application_name="test-manual-build"
     )
     try:
-        build = asyncio.create_task(manual.execute(graph_ddl(DIM, "big")))
+        build = asyncio.create_task(manual.execute(graph_ddl(DIM, bucket)))
         await _until("the manual build to wait", lambda: _lock_waiters(observer, "test-manual-build"))
         await observer.execute("SELECT pg_cancel_backend(%s)", (manual.info.backend_pid,))
         with pytest.raises(psycopg.errors.QueryCanceled):
@@ -243,21 +268,7 @@ async def test_an_invalid_graph_is_ignored_by_the_search_and_replaced_by_the_rep
         await holder.rollback()
         await holder.close()
         await manual.close()
-    assert await _state(observer, "big") is False  # the leftover
-    kb._stats_changed()
-    assert not await _graph_used(storage, "big")
-    queries = [_unit(v) for v in rng.normal(size=(4, DIM))]
-    exact_lists = [(await kb.vector_candidates(q, "m", KBScope("big"), 10)).ids for q in queries]
-    assert exact_lists == [_exact(ids, matrix, q, 10) for q in queries]
-    status = await kb.vector_index_status()
-    assert status["buckets_with_invalid_graph"] == ["big"] and status["buckets_without_graph"] == ["big"]
-    assert status["bucket_graphs"] == 0
-    kb.start_graph_repair(10)
-    assert await asyncio.wait_for(kb.graph_repair(), 60) == [(DIM, "big")]
-    assert await _state(observer, "big") is True
-    assert await _graph_used(storage, "big")
-    assert [(await kb.vector_candidates(q, "m", KBScope("big"), 10)).ids for q in queries] == exact_lists
-    assert (await kb.vector_index_status())["buckets_with_invalid_graph"] == []
+    assert await _state(observer, bucket) is False  # the leftover
 
 
 async def test_a_close_cancels_a_build_on_the_server_and_the_next_repair_cleans_its_leftover(
@@ -301,3 +312,96 @@ async def test_a_close_cancels_a_build_on_the_server_and_the_next_repair_cleans_
 
 async def _no_sessions(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> bool:
     return await _sessions(conn, APPLICATION_NAME) == 0
+
+
+async def test_two_replicas_build_a_graph_once_one_at_a_time(
+    storage: PostgresStorage, observer: psycopg.AsyncConnection[tuple[object, ...]]
+) -> None:
+    """Both replicas find the bucket's graph due; one builds it, the other waits for the
+    DDL lock (tried and polled: no second build session ever waits on the server) and
+    then finds the graph valid: built once."""
+    kb = storage.kb_index
+    rng = np.random.default_rng(25)
+    await _write(storage, "big", "g", _unit(rng.normal(size=(THRESHOLD + 20, DIM))))
+    await asyncio.wait_for(kb.graph_builds_done(), 60)
+    await storage.db.execute([(f'DROP INDEX "{graph_name(DIM, "big")}"', ())])
+    other = await open_postgres_storage(storage.db.url)
+    try:
+        await asyncio.wait_for(other.kb_index.graph_repair(), 60)
+        other.kb_index.exact_scope_vectors = THRESHOLD
+        holder = await _open_write(storage.db.url)
+        try:
+            here = kb._graphs.request(DIM, "big")
+            await _until("this replica's build to wait", lambda: _lock_waiters(observer, APPLICATION_NAME))
+            there = other.kb_index._graphs.request(DIM, "big")
+            await _until(
+                "the other replica to try the DDL lock",
+                lambda: _tried_lock(observer),
+            )
+            assert await _lock_waiters(observer, APPLICATION_NAME) == ["waiting for writers before build"]
+            cur = await observer.execute(
+                "SELECT count(*) FROM pg_stat_progress_create_index WHERE datname = current_database()"
+            )
+            assert await cur.fetchone() == (1,)
+            assert not there.done()
+        finally:
+            await holder.rollback()
+            await holder.close()
+        assert await asyncio.wait_for(asyncio.shield(here), 60) is True
+        assert await asyncio.wait_for(asyncio.shield(there), 60) is False  # found valid under the lock
+        assert await _state(observer, "big") is True
+    finally:
+        await asyncio.wait_for(other.close(), 60)
+
+
+async def _tried_lock(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> bool:
+    """Two builder sessions in this database: the second one exists only to try the lock."""
+    return await _sessions(conn, APPLICATION_NAME) >= 2
+
+
+async def test_a_failed_build_is_logged_listed_and_built_by_the_next_write(
+    storage: PostgresStorage,
+    observer: psycopg.AsyncConnection[tuple[object, ...]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A build cancelled on the server (as an operator's ``pg_cancel_backend`` would) fails:
+    it is logged, its invalid index dropped at once, the bucket listed as failed and
+    searched exactly, and the next write into the bucket builds the graph."""
+    kb = storage.kb_index
+    rng = np.random.default_rng(26)
+    matrix = _unit(rng.normal(size=(THRESHOLD + 20, DIM)))
+    ids = await _write(storage, "big", "g", matrix)
+    await asyncio.wait_for(kb.graph_builds_done(), 60)
+    await storage.db.execute([(f'DROP INDEX "{graph_name(DIM, "big")}"', ())])
+    kb._stats_changed()
+    holder = await _open_write(storage.db.url)
+    try:
+        failed = kb._graphs.request(DIM, "big")
+        await _until("the build to wait", lambda: _lock_waiters(observer, APPLICATION_NAME))
+        await observer.execute(
+            "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = %s"
+            " AND datname = current_database() AND wait_event_type = 'Lock'",
+            (APPLICATION_NAME,),
+        )
+    finally:
+        # The failed build's DROP INDEX CONCURRENTLY of its leftover waits for this
+        # transaction as the build did (it holds no writer): released first.
+        await holder.rollback()
+        await holder.close()
+    with pytest.raises(psycopg.errors.QueryCanceled):
+        await asyncio.wait_for(asyncio.shield(failed), 30)
+    await asyncio.wait_for(kb.graph_builds_done(), 60)
+    assert await _state(observer, "big") is None  # its invalid index dropped at once
+    status = await kb.vector_index_status()
+    assert status["buckets_without_graph"] == ["big"] and list(status["graph_builds_failed"]) == ["big"]
+    assert "QueryCanceled" in status["graph_builds_failed"]["big"]
+    warned = [r.getMessage() for r in caplog.records if "'big'" in r.getMessage() and r.levelno == logging.WARNING]
+    assert warned and "QueryCanceled" in warned[0], warned
+    query = _unit(rng.normal(size=DIM))
+    assert (await kb.vector_candidates(query, "m", KBScope("big"), 10)).ids == _exact(ids, matrix, query, 10)
+    more = _unit(rng.normal(size=(3, DIM)))
+    ids += await _write(storage, "big", "late", more, per_doc=3)  # the next write asks again
+    await _until("the search to use the rebuilt graph", lambda: _graph_used(storage, "big"), 60)
+    every = np.vstack([matrix, more])
+    assert (await kb.vector_candidates(query, "m", KBScope("big"), 10)).ids == _exact(ids, every, query, 10)
+    assert (await kb.vector_index_status())["graph_builds_failed"] == {}
