@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -405,3 +407,61 @@ async def test_a_failed_build_is_logged_listed_and_built_by_the_next_write(
     every = np.vstack([matrix, more])
     assert (await kb.vector_candidates(query, "m", KBScope("big"), 10)).ids == _exact(ids, every, query, 10)
     assert (await kb.vector_index_status())["graph_builds_failed"] == {}
+
+
+async def test_readyz_lists_a_bucket_whose_graph_is_being_built(pg_server: TestPostgres, tmp_path: Path) -> None:
+    """The service over PostgreSQL: documents posted through the API take their bucket
+    past the threshold; while the graph builds (held by another session's open write)
+    ``/readyz`` lists the bucket as being built and without a graph, and once the build
+    is done, as having one."""
+    import httpx
+
+    from app.config import Settings
+    from tests.conftest import running_app
+
+    docs = [{"id": f"doc-{i}", "title": f"Note {i}", "text": f"Calibration note {i} for sensor {i}."} for i in range(6)]
+    with pg_server.database() as url:
+        settings = Settings.from_env(
+            {
+                "AGENT_DATABASE_URL": url,
+                "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789",
+                "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
+                "AGENT_INGEST_SAMPLE_KB": "false",
+                "AGENT_ADMIN_OPEN": "true",  # POST /v1/kb/documents in `none` mode
+                "AGENT_EMBEDDER": "hashing",
+                "AGENT_LLM_PROVIDER": "extractive",
+                "OLLAMA_HOST": "http://127.0.0.1:9",
+            }
+        )
+        async with running_app(settings) as (base, app), httpx.AsyncClient(timeout=30) as client:
+            kb = app.state.services.storage.kb_index
+            await asyncio.wait_for(kb.graph_repair(), 60)
+            kb.exact_scope_vectors = 3  # the six documents' chunks take their bucket past it
+
+            async def index() -> dict[str, Any]:
+                ready = (await client.get(f"{base}/readyz")).json()
+                return dict(ready["checks"]["knowledge"]["semantic_search"]["index"])
+
+            holder = await _open_write(url)
+            try:
+                posted = await client.post(f"{base}/v1/kb/documents", json={"documents": docs})
+                assert posted.status_code == 200, posted.text
+                observer = await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10)
+                try:
+                    await _until("the graph build to wait", lambda: _lock_waiters(observer, APPLICATION_NAME))
+                finally:
+                    await observer.close()
+                building = await index()
+                assert len(building["buckets_building_graph"]) == 1, building
+                assert building["buckets_without_graph"] == building["buckets_building_graph"]
+                assert building["bucket_graphs"] == 0 and building["graph_build_running"] is not None
+            finally:
+                await holder.rollback()
+                await holder.close()
+
+            async def built() -> bool:
+                now = await index()
+                return bool(now["bucket_graphs"] == 1 and not now["buckets_without_graph"])
+
+            await _until("/readyz to show the graph built", built, 60)
+            assert (await index())["buckets_building_graph"] == []
