@@ -210,7 +210,7 @@ class PostgresDatabase(QueuedWrites):
         (``time.monotonic()``: a request not yet acknowledged, ``app/server/storage_budget.py``)
         the retries and each attempt's wait for a pooled connection end there too."""
         return await retrying(
-            lambda: finish_even_if_cancelled(self._run_transaction(fn, self._pool_wait(deadline))),
+            lambda: finish_even_if_cancelled(self._run_transaction(fn, self._pool_wait(deadline), deadline)),
             transient=transient,
             retry_s=self.opts.write_retry_s,
             health=self.health,
@@ -232,8 +232,20 @@ class PostgresDatabase(QueuedWrites):
 
         await self.transact(run)
 
-    async def _run_transaction(self, fn: Callable[[Conn], Awaitable[T]], pool_wait: float) -> T:
+    async def _run_transaction(
+        self, fn: Callable[[Conn], Awaitable[T]], pool_wait: float, deadline: float | None = None
+    ) -> T:
         async with self.pool.connection(timeout=pool_wait) as conn, conn.transaction():
+            if (
+                deadline is not None
+                and (left_ms := int((deadline - time.monotonic()) * 1000)) < self.opts.lock_timeout_ms
+            ):
+                # A request not yet acknowledged waits for a lock (a table held by a
+                # migration, a VACUUM FULL) only as long as its budget has left, not the
+                # session's lock_timeout: past it, 503 storage_unavailable. Only when the
+                # budget is the shorter (a retry, or a budget under 5 s): no statement more
+                # on an ordinary admission.
+                await conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{max(1, left_ms)}ms",))
             result = await fn(conn)
         self._succeeded()
         return result

@@ -268,6 +268,10 @@ LOCKED_READS: dict[str, list[tuple[str, str, dict[str, Any]]]] = {
         ("ui", "/v1/agent/ui-stream", ui("ui-locked", context=UNCACHED)),
     ],
     "runs": [
+        # The admission transaction itself (no earlier turns, nothing to look up): it
+        # waits for its lock on ``runs`` as long as the budget has left, not lock_timeout.
+        ("runs, the admission write", "/v1/agent/runs", native(context=EVERY)),
+        ("chat, the admission write", "/v1/agent/chat", native(context=EVERY)),
         ("openai, a transcript", "/v1/chat/completions", openai(context=EVERY)),
         ("openai, a named conversation", "/v1/chat/completions", openai(context=EVERY, conversation_id="oai-locked")),
         ("ui, earlier turns", "/v1/agent/ui-stream", ui("ui-locked", context=EVERY)),
