@@ -18,7 +18,7 @@ import pytest
 
 from app.cli.kb_file import open_kb_file
 from app.config import Settings
-from bench.corpus_quality import QUERIES, K, ndcg, recall, stdlib_documents
+from bench.corpus_quality import QUERIES, K, ndcg, recall
 from knowledge.buckets import typed_values
 from knowledge.dense import DatabaseDense, MatrixDense
 from knowledge.kb import KnowledgeBase
@@ -26,6 +26,7 @@ from llm.extractive import ExtractiveProvider
 from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBScope
 from storage.postgres import PostgresStorage, open_postgres_storage
 from tests.conftest import collect_sse, running_app
+from tests.support.corpus import stdlib_documents
 from tests.support.postgres import TestPostgres
 from toolindex.hashing import HashingEmbedder
 

@@ -14,10 +14,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from bench.corpus_quality import stdlib_documents
 from knowledge.kb import KnowledgeBase
 from knowledge.textnorm import content_terms
 from storage.kb_records import KBScope, KBTextTuning
+from tests.support.corpus import stdlib_documents
 from tests.support.postgres import TestPostgres
 
 pytestmark = pytest.mark.postgres
