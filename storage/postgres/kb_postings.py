@@ -99,6 +99,12 @@ CROSS JOIN LATERAL (
 ) k
 ORDER BY q.ord
 """
+#: How many postings of lexeme ``lex`` are in a bucket not named with the prefix
+#: ``hidden`` (one list, index only: the impact index includes the bucket).
+_SHOWN_POSTINGS = (
+    "SELECT count(*) FROM kb_postings k "
+    "WHERE k.lexeme = %(lex)s AND substr(k.bucket, 1, length(%(hidden)s::text)) <> %(hidden)s::text"
+)
 
 #: The first read of the postings takes this many per lexeme, or ``POSTINGS_DEPTH_FACTOR``
 #: times the limit when more; each round that cannot prove its top-k reads four times
@@ -239,7 +245,8 @@ async def top_from_postings(
     exhaustively. The match count is exact when every list was read to its end, else
     an estimate (the commonest lexeme's chunks, times the share of the postings read
     that were in the bucket), as the SQLite engine's probe estimates it. ``hidden``
-    (without ``bucket``): the buckets named so are left out, as a bucket's outsiders are.
+    (without ``bucket``): the buckets named so are left out, as a bucket's outsiders are,
+    and the estimate is the commonest lexeme's chunks outside them, counted.
     """
     widen = max(1.0, avgdl / POSTINGS_AVGDL) * (1.0 + _ROUNDING)
     idfs = [float(x) for x in params["idf"]]
@@ -290,6 +297,13 @@ async def top_from_postings(
         # Unread postings remain: never as few as the rows returned, which would read as
         # an exact count (``_match_count``'s and the SQLite engine's convention).
         estimate = round(max(df.get(x, 0) for x in lexemes) * (kept / read if read else 0.0))
+        if hidden is not None and bucket is None:
+            # The commonest lexeme's chunks outside the hidden buckets, counted: its df
+            # scaled by the share read would count the hidden buckets' postings below
+            # the read (another user's attachment would move the count).
+            common = max(lexemes, key=lambda x: df.get(x, 0))
+            row = await db.fetchone(_SHOWN_POSTINGS, {"lex": common, "hidden": hidden})
+            estimate = int(row[0]) if row else 0
         total = max(len(top_ids) + 1, candidates, estimate)
     return KBRanked(top_ids, top_scores, total)
 

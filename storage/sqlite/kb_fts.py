@@ -52,6 +52,15 @@ BUCKETS_OF = (
     "CROSS JOIN kb_chunks c ON c.id = j.value CROSS JOIN kb_documents d ON d.id = c.doc_id"
 )
 
+#: How many matches of ``?1`` are in a bucket whose name starts with a prefix (``?2`` <=
+#: bucket < ``?3``: the bucket index's range): the chunks of those buckets' documents,
+#: few, are materialised and each match is tested against them (``+rowid``: not handed to
+#: FTS5 as a rowid constraint, which would run the MATCH again per chunk), unscored.
+HIDDEN_MATCHES = (
+    "SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1 AND +rowid IN ("
+    "SELECT c.id FROM kb_documents d CROSS JOIN kb_chunks c ON c.doc_id = d.id WHERE d.bucket >= ?2 AND d.bucket < ?3)"
+)
+
 
 def rank_in_scope(chunks_sql: str) -> str:
     """Rows ``(chunk id, bm25, match count)``, best first, of the matches among the chunks
@@ -241,8 +250,9 @@ class FtsRanker:
         needed to fill ``limit`` (``2 * limit`` rows first, then twice as many each
         time): the lookup is two B-tree searches per row (~9 us at 100k chunks), and
         joining every probed row cost a third of a search. The match count is exact when
-        the probe saw every match (then every probed row is looked up), else scaled
-        from the rows looked up."""
+        the probe saw every match (then every probed row is looked up) or the scope is
+        every bucket but the hidden ones (``HIDDEN_MATCHES``), else scaled from the rows
+        looked up."""
         probe = max(limit * 10, tuning.text_probe)
         rows = await self._db.fetchall(RANK_ALL, (match, probe))
         if not rows:
@@ -259,9 +269,16 @@ class FtsRanker:
             step *= 2
         if saw_all:
             kept_total = len(kept)
-        elif len(kept) >= limit:
-            kept_total = round(total_all * len(kept) / looked)
-        else:
+        elif len(kept) < limit:
             return None
+        elif scope.bucket is None and scope.hidden_prefix:
+            # Every bucket but the hidden ones: every match less those in a hidden
+            # bucket, exact (a share scaled from the ranking's top would count the hidden
+            # buckets' matches below it: another user's attachment would move the count).
+            prefix = scope.hidden_prefix
+            row = await self._db.fetchone(HIDDEN_MATCHES, (match, prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)))
+            kept_total = total_all - (int(row[0]) if row else 0)
+        else:
+            kept_total = round(total_all * len(kept) / looked)
         kept = kept[:limit]
         return KBRanked([k[0] for k in kept], [k[1] for k in kept], kept_total)

@@ -176,3 +176,44 @@ async def test_a_private_bucket_with_its_own_graph_is_no_part_of_an_every_bucket
         assert {mode: seen(await every_bucket(kb, mode)) for mode in MODES} == before
     finally:
         await kb.aclose()
+
+
+async def test_a_private_bucket_made_after_the_list_was_read_changes_no_total_past_the_exact_count(
+    kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More matches than the text side ranks exactly (the SQLite probe's best 1,000, the
+    PostgreSQL postings' first read): ``total_matches`` is then counted apart from the
+    ranking, and B's matches ranked below the shared ones must not be in it either."""
+    # Lengths from a few words to a few hundred: the best matches stand clear of the
+    # rest, so the ranking is settled long before every match is read.
+    shared = [
+        DocumentIn(
+            text="zeppelin " + " ".join(f"w{i}x{k}" for k in range(i // 8)),
+            title=f"note {i}",
+            id=f"n{i}",
+            source="notes",
+        )
+        for i in range(2200)
+    ]
+    await kb.ingest_documents(shared)
+    before = {mode: seen(await kb.search("zeppelin", top_k=TOP_K, mode=mode)) for mode in MODES}  # type: ignore[arg-type]
+    assert before["text"][1] == 2200 and before["semantic"][1] > 2000, before
+
+    names_before = kb._buckets.names()
+    bob = attachment_bucket("bob", "conversation-b")
+    filler = " ".join(f"word{w}" for w in range(60))
+    weak = [  # one mention in a long text: ranked below every shared chunk by BM25
+        DocumentIn(text=f"{filler} zeppelin {filler} page {n}", title=f"bob {n}", id=f"bob{n}", source="bob.pdf")
+        for n in range(40)
+    ]
+    await kb.ingest_documents(weak, bucket=bob, private=True)
+    theirs = await kb.search("zeppelin", bucket=bob, private=[bob], mode="text", top_k=TOP_K)
+    assert theirs.total_matches == 40
+
+    async def stale_load() -> None:
+        return None
+
+    monkeypatch.setattr(kb._buckets, "load", stale_load)
+    monkeypatch.setattr(kb._buckets, "names", lambda: names_before)
+    after = {mode: seen(await kb.search("zeppelin", top_k=TOP_K, mode=mode)) for mode in MODES}  # type: ignore[arg-type]
+    assert after == before
