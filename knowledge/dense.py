@@ -151,6 +151,8 @@ class MatrixDense:
             if code is None:
                 return KBRanked()
             mask = snap.bucket_codes[: snap.n] == code
+        elif scope.hidden_prefix:
+            mask = matrix.hidden_mask(snap, scope.hidden_prefix)
         if snap.n > self._executor_rows:
             loop = asyncio.get_running_loop()
             ids, scores, positive = await loop.run_in_executor(None, VectorIndex.scan, snap, query, limit, mask)

@@ -142,14 +142,14 @@ class Searcher:
         schema: dict[str, str] | None = await self.buckets.schema(bucket) if bucket is not None else None
         parsed = parse_filters(filters)
         compiled = compile_filters(parsed, schema, bucket=bucket)
-        response = await self._search_once(query, KBScope(bucket, compiled, doc_id), mode, top_k, n_cand, context_chars)
+        response = await self._search_once(query, _scope(bucket, compiled, doc_id), mode, top_k, n_cand, context_chars)
         if relax and parsed and not response.hits:
             relaxed = await self.relax_filters(parsed, bucket=bucket)
             if relaxed is not None:
                 new_filters, dropped = relaxed
                 compiled = compile_filters(new_filters, schema, bucket=bucket)
                 response = await self._search_once(
-                    query, KBScope(bucket, compiled, doc_id), mode, top_k, n_cand, context_chars
+                    query, _scope(bucket, compiled, doc_id), mode, top_k, n_cand, context_chars
                 )
                 response.relaxed = True
                 response.dropped_filter = dropped
@@ -194,7 +194,7 @@ class Searcher:
         self, filters: Mapping[str, Any] | str | None, *, bucket: str | None = None
     ) -> list[ConstraintCount]:
         """Each top-level constraint of ``filters`` alone, with how many documents of
-        ``bucket`` (without one: of every shared bucket, ``_count_scope``) it matches:
+        ``bucket`` (without one: of every shared bucket, ``_scope``) it matches:
         which condition is the one that matches nothing."""
         parsed = parse_filters(filters)
         if not parsed:
@@ -203,7 +203,7 @@ class Searcher:
         out: list[ConstraintCount] = []
         for c in split_constraints(parsed):
             compiled = compile_filters(c, schema, bucket=bucket)
-            documents = await self.index.count_documents(_count_scope(bucket, compiled))
+            documents = await self.index.count_documents(_scope(bucket, compiled))
             out.append(ConstraintCount(c, constraint_label(c), documents))
         return out
 
@@ -222,10 +222,10 @@ class Searcher:
         Exact for a scope alone; with terms, the distinct documents among the best
         ``limit`` matching passages (``exact`` is false when there were more passages,
         so the count is a lower bound). Without ``bucket``: every shared bucket
-        (``_count_scope``).
+        (``_scope``).
         """
         schema = await self.buckets.schema(bucket) if bucket is not None else None
-        scope = _count_scope(bucket, compile_filters(filters, schema, bucket=bucket), doc_id)
+        scope = _scope(bucket, compile_filters(filters, schema, bucket=bucket), doc_id)
         terms = [t for t in tokens(query or "") if t not in STOP_WORDS]
         if not terms:
             return DocumentCount(await self.index.count_documents(scope), True)
@@ -251,7 +251,7 @@ class Searcher:
                 scoped_docs = await self.index.scoped_doc_ids(scope)
                 if not scoped_docs:
                     return SearchResponse([], 0, False, 0.0, mode=mode)
-                scope = KBScope(scope.bucket, scope.filter, scope.doc_id, scoped_docs)
+                scope = KBScope(scope.bucket, scope.filter, scope.doc_id, scoped_docs, scope.hidden_prefix)
             response = await self._rank(query, scope, terms_task, mode, top_k, n_cand, context_chars)
             if (
                 not response.hits
@@ -442,11 +442,13 @@ class Searcher:
         return vec
 
 
-def _count_scope(bucket: str | None, compiled: KBFilter | None, doc_id: str | None = None) -> KBScope:
-    """A count's scope. Without a bucket it is every shared one: the conversations'
-    private buckets (``knowledge.attachments``) are left out by the count's own
-    statement, so one made by another replica an instant before is never counted,
-    whoever's it is (no count tells how many documents a conversation holds)."""
+def _scope(bucket: str | None, compiled: KBFilter | None, doc_id: str | None = None) -> KBScope:
+    """A search's or a count's scope. Without a bucket it is every shared one: the
+    conversations' private buckets (``knowledge.attachments``) are left out by each
+    side's own selection (the text statement, the vector statement or the in-memory
+    matrix's stored bucket of each row), so one made by another replica an instant
+    before is never ranked nor counted, whoever's it is. A caller's own private bucket
+    is searched by name (``KnowledgeBase.search``'s ``private``: a list of buckets)."""
     if bucket is not None:
         return KBScope(bucket, compiled, doc_id)
     return KBScope(None, compiled, doc_id, hidden_prefix=PRIVATE_PREFIX)

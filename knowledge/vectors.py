@@ -230,6 +230,20 @@ class VectorIndex:
         allowed[-1] = False
         return allowed[snap.doc_codes[: snap.n]]
 
+    def hidden_mask(self, snap: Snapshot, prefix: str) -> BoolArr | None:
+        """The rows of ``snap`` whose bucket, as stored with the row, does not start
+        with ``prefix`` (``None``: no row's does, every row is in). An every-bucket
+        search leaves the conversations' private buckets out so, by the bucket each
+        vector was added with, never by a list of buckets read before: a private
+        bucket made since is out all the same. Called on the event loop, where codes
+        are made, so every code in ``snap`` is known here."""
+        hidden = [code for name, code in self._bucket_code.items() if name.startswith(prefix)]
+        if not hidden:
+            return None
+        allowed = np.ones(len(self._bucket_code), np.bool_)
+        allowed[hidden] = False
+        return allowed[snap.bucket_codes[: snap.n]]
+
     def cosines(self, chunk_ids: Iterable[int], query: F32) -> dict[int, float]:
         """Cosine of ``query`` with each given chunk that has a vector (for re-ranking)."""
         snap = self._snap

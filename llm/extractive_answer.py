@@ -20,7 +20,8 @@ passage, not a bag of sentences:
 
 Scores are term coverage: the share of the question's content words (stemmed, and
 matched by shared prefixes and roots, so "differently" meets "differences" and
-"disconnect" half-meets "reconnecting") a unit holds, plus a little for the words of
+"disconnect" half-meets "reconnecting") a unit holds, each word weighed by how few of
+the passages say it (``Question.weighed_by``), plus a little for the words of
 its title and section heading and for the search's own rank and score
 (``llm.extractive_question`` reads the question). A document the question names opens
 the answer with its first paragraph (asides such as "Note: …" are not an opening); a

@@ -79,8 +79,10 @@ class KBScope:
     ``hidden_prefix`` leaves out the documents of every bucket whose name starts so, in
     the read's own statement (the knowledge base's counts of "every bucket" hide the
     conversations' private buckets: a list of buckets read before would miss one made
-    since). Honoured by ``count_documents``, ``scoped_doc_ids`` and ``text_candidates``
-    of a scope without ``bucket`` and ``doc_ids``; the vector searches do not read it."""
+    since). Honoured by ``count_documents``, ``scoped_doc_ids``, ``text_candidates`` and
+    the vector searches (PostgreSQL's statement, SQLite's in-memory matrix by each row's
+    stored bucket) of a scope without ``bucket`` and ``doc_ids``; an every-bucket search
+    sets it too, so it neither ranks nor counts another user's attachments."""
 
     bucket: str | None = None
     filter: KBFilter | None = None

@@ -245,6 +245,14 @@ sets whose passages lack the fact (17), one was a page the question names as wri
 reading round17's answers: the examples a question gives (", like alpha or beta,") are
 not words an answer must say (``preid``). round17 14/20 -> 15/20, every other set
 unchanged; held-out-style overall (held_out … round17) 246/294 = 84 %.
+Round 18: an eighteenth set (``round18``, 10 + 10, committed before it was first asked):
+sample 8/10, npm 6/10 (70 %). After classifying round15-round18's misses (4 the search's,
+13 the answerer's choice, 1 its formatting): the question's words weighed by how few of
+the passages say them, a duration in words ("a day") as the amount "how long" asks for,
+"turn on X" read as the action "enable X", and the name a one-item list gives the
+paragraph under it (``npm pkg fix``) kept as its label. round18 14/20 -> 17/20, last
+14/16 -> 15/16, every other set unchanged; held-out-style overall (held_out … round18)
+262/314 = 83 %.
 The floors below are the figures reached, so any lost answer fails.
 """
 
@@ -281,7 +289,7 @@ FLOORS = {
     "fresh": {"sample": 1.0, "npm": 0.87},  # 8/8 (6/8 before round 6), 7/8
     "final": {"sample": 1.0, "npm": 0.87},  # 8/8 (6/8 before round 6, 7/8 before round 9), 7/8 (6/8 before round 11)
     "unseen": {"sample": 1.0, "npm": 1.0},  # 8/8 (7/8 before round 11), 8/8 (6/8, 6/8 when first measured)
-    "last": {"sample": 0.87, "npm": 0.87},  # 7/8, 7/8: measured once, after round 5
+    "last": {"sample": 0.87, "npm": 1.0},  # 7/8, 8/8 (7/8 measured once, after round 5; 8/8 since round 18)
     "round6": {"sample": 1.0, "npm": 1.0},  # 8/8, 8/8 (5/8 when measured once after round 6; 7/8 after round 8)
     "round8": {"sample": 1.0, "npm": 0.75},  # 8/8, 6/8 (5/8 when measured once after round 8)
     # npm 5/10 since the sample grew (issue 20's bigger sample KB): FTS5's bm25() takes its
@@ -298,7 +306,7 @@ FLOORS = {
     "round15": {"sample": 0.8, "npm": 0.7},  # 8/10 here, 9/10 in the bench (before and after round 15); 7/10
     "round16": {"sample": 1.0, "npm": 0.7},  # 10/10, 7/10 (8/10 with the smaller sample, see round9; 7/10 first)
     "round17": {"sample": 0.8, "npm": 0.7},  # 8/10, 7/10 (8/10, 6/10 when first asked, before round 17)
-    "round18": {"sample": 0.8, "npm": 0.6},  # 8/10, 6/10 when first asked, before round 18
+    "round18": {"sample": 0.9, "npm": 0.7},  # 9/10 here, 10/10 in the bench; 7/10 (8/10, 6/10 when first asked)
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",

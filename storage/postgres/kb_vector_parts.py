@@ -9,7 +9,9 @@ read from ``kb_documents`` (one ``GROUP BY`` over the listed ids). A scope of ev
 bucket is one part per graph the counts know (refreshed when this process writes and at
 most ``STATS_TTL_S`` old) and an exact scan of every other bucket in ``kb_buckets``, read
 by that statement: a bucket another replica created in the meantime is searched at once,
-exactly until the counts know its graph.
+exactly until the counts know its graph. A scope of every bucket but the hidden ones
+(``KBScope.hidden_prefix``) has no part for a hidden bucket's graph, and its exact part
+leaves the hidden buckets out by each chunk's own ``bucket``.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ async def split(vs: VectorSearch, scope: KBScope, model: str, dim: int, limit: i
         )
         by_bucket.update((str(b), int(v)) for b, v in rows)
     else:
-        by_bucket.update((b, counts.vectors(model, dim, b)) for b in counts.buckets(model, dim))
+        by_bucket.update((b, counts.vectors(model, dim, b)) for b in counts.buckets(model, dim) if _shown(scope, b))
     parts: list[Part] = []
     for bucket, estimate in sorted(by_bucket.items()):
         total = counts.vectors(model, dim, bucket)
@@ -150,8 +152,19 @@ async def _rest(
             where = (*where, "c.bucket <> ALL(%(served)s::text[])")
             params = (*params, ("served", served))
         return where, params, math.ceil(len(scope.doc_ids) * counts.per_document(model, dim))
+    rest = [b for b in counts.buckets(model, dim) if b not in served and _shown(scope, b)]
+    estimate = sum(counts.vectors(model, dim, b) for b in rest)
+    # Every bucket but the hidden ones (``KBScope.hidden_prefix``: the conversations'
+    # private buckets), by the bucket each chunk stores, in the statement itself: a
+    # private bucket another replica made since any list or count was read is out too.
+    hidden: tuple[tuple[str, ...], tuple[tuple[str, Any], ...]] = ((), ())
+    if scope.hidden_prefix:
+        hidden = (
+            (f"substr(c.bucket, 1, {len(scope.hidden_prefix)}) <> %(hidden_prefix)s",),
+            (("hidden_prefix", scope.hidden_prefix),),
+        )
     if not served:
-        return (), (), counts.vectors(model, dim)
+        return hidden[0], hidden[1], estimate
     # Every bucket: those without a graph part, through their documents (the chunks'
     # doc_id index). The buckets are read from ``kb_buckets`` by the statement itself,
     # not from the counts: a bucket another replica created a moment ago is searched at
@@ -159,9 +172,14 @@ async def _rest(
     where = (
         "c.doc_id IN (SELECT d2.id FROM kb_documents d2 WHERE d2.bucket IN "
         "(SELECT b.name FROM kb_buckets b WHERE b.name <> ALL(%(served)s::text[])))",
+        *hidden[0],
     )
-    rest = [b for b in counts.buckets(model, dim) if b not in served]
-    return where, (("served", served),), sum(counts.vectors(model, dim, b) for b in rest)
+    return where, (("served", served), *hidden[1]), estimate
+
+
+def _shown(scope: KBScope, bucket: str) -> bool:
+    """Whether a bucket is in a scope of every bucket (not one of its hidden ones)."""
+    return not (scope.hidden_prefix and bucket.startswith(scope.hidden_prefix))
 
 
 __all__ = ["Schema", "SchemaOf", "VectorCounts", "VectorSearch", "split"]
