@@ -48,7 +48,7 @@ from storage.postgres.kb_filters_sql import POSTGRES_FILTERS
 from storage.postgres.kb_graph_builds import GraphUpkeep
 from storage.postgres.kb_text import TextRanker
 from storage.postgres.kb_vectors import EXACT_SCOPE_VECTORS, VectorSearch
-from storage.postgres.migrations import POSTINGS_DEFERRED_SETTING
+from storage.postgres.text_schema import POSTINGS_DEFERRED_SETTING
 from storage.sql import Tx
 from storage.stores.kb_index import SqlKBIndex
 
