@@ -311,9 +311,9 @@ class KnowledgeBase:
             context_chars=context_chars, candidates=candidates, relax=relax, buckets=buckets, overload=overload,
         )
         if bucket is None and (buckets is None or "*" in buckets):
-            # Searched as "every document": the bucket list said no private bucket
-            # existed. One made since (someone's first attachment, committed between that
-            # read and the search's statements) must not reach this caller.
+            # Every shared bucket: each side's own statement left the private buckets out
+            # (``KBScope.hidden_prefix``); kept as a second guard, so that no engine's
+            # slip ever hands another user's attachment to this caller.
             kept = [h for h in response.hits if not is_private_bucket(h.bucket)]
             if len(kept) != len(response.hits):
                 response = replace(response, hits=kept)
@@ -323,19 +323,20 @@ class KnowledgeBase:
         self, bucket: str | None, buckets: Sequence[str] | None, private: tuple[str, ...]
     ) -> tuple[str | None, Sequence[str] | None]:
         """``(bucket, buckets)`` with other people's private buckets taken out. "Every
-        bucket" rereads the bucket list (another replica may have just made a private
-        one) and, once any private bucket exists, becomes the list of shared ones."""
+        bucket" stays every bucket: the search's own statements leave the private ones
+        out (``Searcher``'s ``_scope``), so one another replica made since any list was
+        read is out too. With the caller's own private buckets it becomes the list of
+        the shared ones (reread) and those."""
         if bucket is not None:
             if is_private_bucket(bucket) and bucket not in private:
                 known = ", ".join(sorted(b.name for b in await self.list_buckets())) or "(none)"
                 raise UnknownBucketError(f"unknown bucket {bucket[:60]!r}; available buckets: {known}")
             return bucket, buckets
         if buckets is None or "*" in buckets:
-            await self._buckets.load()
-            names = self._buckets.names()
-            shared = [b for b in names if not is_private_bucket(b)]
-            if len(shared) == len(names) and not private:
-                return None, buckets  # no private bucket anywhere: every document is shared
+            await self._buckets.load()  # fresh schemas for the hits' facts (``collapse_duplicates``)
+            if not private:
+                return None, buckets
+            shared = [b for b in self._buckets.names() if not is_private_bucket(b)]
             return None, [*shared, *private] or [_NO_BUCKET]
         chosen = [b for b in buckets if not is_private_bucket(b)]
         return None, [*chosen, *private] or [_NO_BUCKET]

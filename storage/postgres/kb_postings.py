@@ -35,7 +35,9 @@ from storage.postgres.text_schema import POSTINGS_AVGDL
 #: One read of the postings: each query lexeme's ``depth`` best postings (its own depth
 #: each), in impact order (the B-tree ``kb_postings_impact``, an index-only scan), as one
 #: row per lexeme ``(ord, postings read, last impact, chunk ids, term frequencies, chunk
-#: lengths)`` — the last three of the postings in ``bucket`` only, each packed big-endian
+#: lengths)`` — the last three of the postings in ``bucket`` only (without one: of every
+#: bucket not named with the ``hidden`` prefix, by the bucket each posting stores; see
+#: ``KBScope.hidden_prefix``), each packed big-endian
 #: (``int8send``/``int4send`` concatenated: one ``bytea``, read by ``numpy.frombuffer``
 #: with no Python object per posting).
 _READ = """
@@ -47,7 +49,10 @@ CROSS JOIN LATERAL (
            string_agg(int4send(k.tf), ''::bytea) FILTER (WHERE k.kept) AS tfs,
            string_agg(int4send(k.ntok), ''::bytea) FILTER (WHERE k.kept) AS ntoks
     FROM (
-        SELECT k.chunk_id, k.impact, k.tf, k.ntok, (%(bucket)s::text IS NULL OR k.bucket = %(bucket)s::text) AS kept
+        SELECT k.chunk_id, k.impact, k.tf, k.ntok,
+               (%(bucket)s::text IS NULL OR k.bucket = %(bucket)s::text)
+               AND (%(hidden)s::text IS NULL
+                    OR substr(k.bucket, 1, length(%(hidden)s::text)) <> %(hidden)s::text) AS kept
         FROM kb_postings k WHERE k.lexeme = q.lex
         ORDER BY k.impact DESC, k.chunk_id LIMIT q.depth
     ) k
@@ -207,6 +212,7 @@ async def top_from_postings(
     share: float,
     limit: int,
     avgdl: float,
+    hidden: str | None = None,
 ) -> KBRanked | None:
     """The exact BM25 top ``limit`` of the whole index or of one bucket, from the best
     postings of each lexeme (``kb_postings``), without visiting any chunk row.
@@ -232,7 +238,8 @@ async def top_from_postings(
     small a share of the postings to fill ``limit``); then the matches are scored
     exhaustively. The match count is exact when every list was read to its end, else
     an estimate (the commonest lexeme's chunks, times the share of the postings read
-    that were in the bucket), as the SQLite engine's probe estimates it.
+    that were in the bucket), as the SQLite engine's probe estimates it. ``hidden``
+    (without ``bucket``): the buckets named so are left out, as a bucket's outsiders are.
     """
     widen = max(1.0, avgdl / POSTINGS_AVGDL) * (1.0 + _ROUNDING)
     idfs = [float(x) for x in params["idf"]]
@@ -246,7 +253,7 @@ async def top_from_postings(
     # Each lexeme's place in byte order (a tsvector's order of its lexemes, ``_RANK``'s sum's).
     order = sorted(range(len(lexemes)), key=lambda i: lexemes[i].encode())
     while True:
-        rows = await db.fetchall(_READ, {"lex": list(lexemes), "depth": depths, "bucket": bucket})
+        rows = await db.fetchall(_READ, {"lex": list(lexemes), "depth": depths, "bucket": bucket, "hidden": hidden})
         lists = [
             _List(*_unpack(r[3], r[4], r[5]), read=int(r[1]), last=float(r[2] or 0.0), ended=int(r[1]) < depths[i])
             for i, r in enumerate(rows)

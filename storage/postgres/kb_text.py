@@ -297,10 +297,10 @@ class TextRanker:
             scope.doc_ids is None
             and scope.doc_id is None
             and scope.filter is None
-            and scope.hidden_prefix is None  # the postings know buckets, not the scope's hidden ones
             and (scope.bucket is None or postings_may_fill(await self.bucket_chunks(scope.bucket) / total, limit))
         ):
-            found = await self._from_postings(lexemes, params, df, scope.bucket, limit, avgdl)
+            # Every bucket but the hidden ones: by the bucket each posting stores.
+            found = await self._from_postings(lexemes, params, df, scope.bucket, limit, avgdl, scope.hidden_prefix)
             if found is not None:
                 return found
         condition = ""
@@ -345,13 +345,15 @@ class TextRanker:
         bucket: str | None,
         limit: int,
         avgdl: float,
+        hidden: str | None = None,
     ) -> KBRanked | None:
-        """The top ``limit`` read from the postings (``kb_postings``)."""
+        """The top ``limit`` read from the postings (``kb_postings``); without ``bucket``,
+        of every bucket not named with the ``hidden`` prefix."""
         share = 1.0
         if bucket is not None:
             share = max(1, await self.bucket_chunks(bucket)) / max(1, (await self.totals())[0])
         return await top_from_postings(
-            self._db, lexemes, params, df, bucket=bucket, share=share, limit=limit, avgdl=avgdl
+            self._db, lexemes, params, df, bucket=bucket, share=share, limit=limit, avgdl=avgdl, hidden=hidden
         )
 
     async def _rank(self, condition: str, params: dict[str, Any], matching: Sequence[str]) -> list[tuple[Any, ...]]:
