@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from app.server.auth import sign_hs256
 from tests.conftest import collect_sse
 from tests.fakes import FakeOllama, Text, ToolCall, running_fake
 from tests.fakes.mcp_server import build_server
-from tests.support.postgres import PostgresUnavailable, TestPostgres
+from tests.support.postgres import TestPostgres
 from tests.support.procs import AgentServer
 
 pytestmark = pytest.mark.slow
@@ -33,17 +32,11 @@ SECRET = "approvals-replicas-secret-0123456789"
 ASK = "Cancel the customer order ORD-1234 for good; cancel the order by its order number."
 
 
-@pytest.fixture(scope="module")
-def pg() -> Iterator[TestPostgres]:
-    try:
-        server = TestPostgres().start()
-    except PostgresUnavailable as exc:
-        pytest.fail(f"the replica approval test needs a PostgreSQL server: {exc}", pytrace=False)
-    try:
-        server.prepare_template()
-        yield server
-    finally:
-        server.stop()
+@pytest.fixture
+def pg(pg_server: TestPostgres) -> TestPostgres:
+    """The session's PostgreSQL (``pg_server``, tests/conftest.py): each test takes a fresh
+    database of it, so a server of this module's own would only add a start."""
+    return pg_server
 
 
 def bearer(sub: str) -> dict[str, str]:

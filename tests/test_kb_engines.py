@@ -7,7 +7,7 @@ text, without a restart (nothing of the vectors lives in a replica's memory)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from llm.extractive import ExtractiveProvider
 from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBScope
 from storage.postgres import PostgresStorage, open_postgres_storage
 from tests.conftest import collect_sse, running_app
-from tests.support.postgres import PostgresUnavailable, TestPostgres
+from tests.support.postgres import TestPostgres
 from toolindex.hashing import HashingEmbedder
 
 #: Every third labelled query (and the documents they need, plus distractors) keeps the
@@ -35,17 +35,11 @@ QUERY_STEP = 3
 DISTRACTOR_STEP = 4
 
 
-@pytest.fixture(scope="module")
-def pg() -> Iterator[TestPostgres]:
-    try:
-        server = TestPostgres().start()
-    except PostgresUnavailable as exc:
-        pytest.fail(f"the engine comparison needs a PostgreSQL server: {exc}", pytrace=False)
-    try:
-        server.prepare_template()
-        yield server
-    finally:
-        server.stop()
+@pytest.fixture
+def pg(pg_server: TestPostgres) -> TestPostgres:
+    """The session's PostgreSQL (``pg_server``, tests/conftest.py): each test takes a fresh
+    database of it, so a server of this module's own would only add a start."""
+    return pg_server
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from storage.draft_records import Draft, DraftAction
 from storage.keyword_records import Citation, ExternalResult, NewExternalVector
 from storage.sqlite import open_sqlite_storage
 from tests.conftest import collect_sse, running_app
-from tests.support.postgres import GUARDED, PostgresUnavailable, TestPostgres
+from tests.support.postgres import GUARDED, TestPostgres
 from tests.support.procs import REPO, child_env
 from toolindex.hashing import HashingEmbedder
 
@@ -60,17 +59,11 @@ SEARCHES: list[dict[str, Any]] = [
 ]
 
 
-@pytest.fixture(scope="module")
-def pg() -> Iterator[TestPostgres]:
-    try:
-        server = TestPostgres().start()
-    except PostgresUnavailable as exc:
-        pytest.fail(f"migrate-db's tests need a PostgreSQL server: {exc}", pytrace=False)
-    try:
-        server.prepare_template()
-        yield server
-    finally:
-        server.stop()
+@pytest.fixture
+def pg(pg_server: TestPostgres) -> TestPostgres:
+    """The session's PostgreSQL (``pg_server``, tests/conftest.py): each test takes a fresh
+    database of it, so a server of this module's own would only add a start."""
+    return pg_server
 
 
 def _settings(tmp_path: Path, **extra: str) -> Settings:

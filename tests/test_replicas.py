@@ -20,14 +20,13 @@ import asyncio
 import signal
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
 from tests.fakes.paced_ollama import SIDE_EFFECT_TOOL, run_body, side_effect_marker
-from tests.support.postgres import PostgresUnavailable, TestPostgres
+from tests.support.postgres import TestPostgres
 from tests.support.procs import (
     DEMO_AUTH,
     AgentServer,
@@ -48,17 +47,11 @@ LEASE_S = 2.0
 HANDOVER_MARGIN_S = 8.0
 
 
-@pytest.fixture(scope="module")
-def pg() -> Iterator[TestPostgres]:
-    try:
-        server = TestPostgres().start()
-    except PostgresUnavailable as exc:
-        pytest.fail(f"the replica test needs a PostgreSQL server: {exc}", pytrace=False)
-    try:
-        server.prepare_template()
-        yield server
-    finally:
-        server.stop()
+@pytest.fixture
+def pg(pg_server: TestPostgres) -> TestPostgres:
+    """The session's PostgreSQL (``pg_server``, tests/conftest.py): each test takes a fresh
+    database of it, so a server of this module's own would only add a start."""
+    return pg_server
 
 
 def _saw(trace: Trace, name: str, tool: str | None = None) -> bool:

@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.postgres import PostgresUnavailable, TestPostgres
+from tests.support.postgres import TestPostgres
 from tests.support.procs import AgentServer
 
 pytestmark = pytest.mark.slow
@@ -33,17 +32,11 @@ ENV = {
 }
 
 
-@pytest.fixture(scope="module")
-def pg() -> Iterator[TestPostgres]:
-    try:
-        server = TestPostgres().start()
-    except PostgresUnavailable as exc:
-        pytest.fail(f"the replicas' leader test needs a PostgreSQL server: {exc}", pytrace=False)
-    try:
-        server.prepare_template()
-        yield server
-    finally:
-        server.stop()
+@pytest.fixture
+def pg(pg_server: TestPostgres) -> TestPostgres:
+    """The session's PostgreSQL (``pg_server``, tests/conftest.py): each test takes a fresh
+    database of it, so a server of this module's own would only add a start."""
+    return pg_server
 
 
 async def where_jobs_run(server: AgentServer) -> str | None:

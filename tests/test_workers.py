@@ -23,7 +23,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +34,7 @@ import orjson
 import pytest
 
 from tests.fakes.paced_ollama import run_body, side_effect_marker
-from tests.support.postgres import PostgresUnavailable, TestPostgres
+from tests.support.postgres import TestPostgres
 from tests.support.procs import DEMO_AUTH, AgentServer, Trace, check_trace, replay, until
 from tests.support.procs import tool_stack as make_tool_stack
 from tests.support.sse import iter_sse
@@ -45,17 +45,11 @@ LEASE_S = 2.0
 WORKERS = 2
 
 
-@pytest.fixture(scope="module")
-def pg() -> Iterator[TestPostgres]:
-    try:
-        server = TestPostgres().start()
-    except PostgresUnavailable as exc:
-        pytest.fail(f"the workers test needs a PostgreSQL server: {exc}", pytrace=False)
-    try:
-        server.prepare_template()
-        yield server
-    finally:
-        server.stop()
+@pytest.fixture
+def pg(pg_server: TestPostgres) -> TestPostgres:
+    """The session's PostgreSQL (``pg_server``, tests/conftest.py): each test takes a fresh
+    database of it, so a server of this module's own would only add a start."""
+    return pg_server
 
 
 def local_port(response: httpx.Response) -> int:

@@ -3,36 +3,22 @@
 ``store_engine`` yields a whole storage bundle (``.conversations``, ``.runs``,
 ``.drafts``, ``.keywords``, ``.external_results``, ``.kb_index`` …) on a fresh database
 of each engine: a SQLite file, and a PostgreSQL database copied from the migrated
-template of the session's server (``tests/support/postgres.py``). Every contract test
-runs against both; a PostgreSQL that cannot start fails the tests, it never skips them.
+template of the session's server (``pg_server``, ``tests/conftest.py``). Every contract
+test runs against both; a PostgreSQL that cannot start fails the tests, it never skips them.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.postgres import PostgresUnavailable, TestPostgres
+from tests.support.postgres import TestPostgres
 from tests.support.storage import opened_storage
 
 ENGINES = ["sqlite", "postgres"]
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[TestPostgres]:
-    """One PostgreSQL (with pgvector) for the whole session, with the migrated template."""
-    try:
-        server = TestPostgres().start()
-    except PostgresUnavailable as exc:
-        pytest.fail(f"the PostgreSQL engine's tests need a server: {exc}", pytrace=False)
-    try:
-        server.prepare_template()
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(params=ENGINES)

@@ -140,8 +140,8 @@ def _guarded(store_engine: Any) -> Any:
     return runs
 
 
-def _step(seq: int, event: str, owner: str, epoch: int, *, finished: bool = False) -> RunWrite:
-    return RunWrite("r", "c-r", "alice", events=[RunEvent(seq, event, "{}")], lease_owner=owner, lease_s=5,
+def _step(seq: int, event: str, owner: str, epoch: int, *, finished: bool = False, lease_s: float = 5) -> RunWrite:
+    return RunWrite("r", "c-r", "alice", events=[RunEvent(seq, event, "{}")], lease_owner=owner, lease_s=lease_s,
                     lease_epoch=epoch, status="completed" if finished else None, finished=finished)
 
 
@@ -180,8 +180,10 @@ async def test_a_stale_copy_in_the_owners_own_process_is_refused_after_an_interv
     runs = _guarded(store_engine)
     await runs.create(leased("r", "A", lease_s=0.1))
     old = 0  # admission's claim
-    assert await _write(runs, _step(1, "run_started", "A", old)) is None
-    assert await _write(runs, _step(2, "content_chunk", "A", old)) is None
+    # A's old copy writes on a short lease (each step renews it to now + lease_s): it
+    # lapses in 0.1 s instead of making B's claim wait out 5 s of real time.
+    assert await _write(runs, _step(1, "run_started", "A", old, lease_s=0.1)) is None
+    assert await _write(runs, _step(2, "content_chunk", "A", old, lease_s=0.1)) is None
     b = (await claim_until(runs, "B", "r"))["r"].lease_epoch
     await runs.release_leases("B", ["r"])  # B stalls; its lease is given up / lapses
     new = (await claim_until(runs, "A", "r"))["r"].lease_epoch
