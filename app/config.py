@@ -3,19 +3,22 @@
 Every variable of ARCHITECTURE.md lives here; nothing else in the code reads
 ``os.environ``. ``Settings.from_env`` collects *all* problems before failing, so an
 operator fixes a bad deployment in one go.
+
+How a value is parsed is ``app.config_env`` (``EnvReader``); which settings are
+credentials or URLs, and what the logs show of them, ``app.config_redaction``.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from agenttools.mcp.config import McpConfigError, McpServerConfig, load_servers
-from app.ops.masking import mask_url, url_secrets
+from app import config_redaction
+from app.config_env import EnvReader, approval_tools, demo_token, opt_path
 
 PROVIDERS = ("auto", "ollama", "gemini", "openai", "extractive")
 EMBEDDERS = ("auto", "gemini", "ollama", "openai", "local", "hashing", "none")
@@ -229,7 +232,7 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        reader = _Reader(env)
+        reader = EnvReader(env)
         d = cls()
         s = cls(
             llm_provider=reader.choice("AGENT_LLM_PROVIDER", PROVIDERS, d.llm_provider),
@@ -253,10 +256,10 @@ class Settings:
             perplexity_model=reader.text("PERPLEXITY_MODEL", d.perplexity_model),
             shared_web_answers=reader.boolean("AGENT_SHARED_WEB_ANSWERS", d.shared_web_answers),
             backend_url=reader.optional_url("AGENT_BACKEND_URL"),
-            backend_demo_token=_demo_token(reader.text("AGENT_BACKEND_DEMO_TOKEN", d.backend_demo_token or "none")),
+            backend_demo_token=demo_token(reader.text("AGENT_BACKEND_DEMO_TOKEN", d.backend_demo_token or "none")),
             db_path=Path(reader.text("AGENT_DB_PATH", str(d.db_path))),
             database_url=reader.database_url("AGENT_DATABASE_URL"),
-            cache_dir=_opt_path(reader.optional("AGENT_CACHE_DIR")),
+            cache_dir=opt_path(reader.optional("AGENT_CACHE_DIR")),
             rag_top_k=reader.integer("AGENT_RAG_TOP_K", d.rag_top_k, lo=0, hi=100),
             rag_min_score=reader.number("AGENT_RAG_MIN_SCORE", d.rag_min_score, lo=-1.0, hi=1.0),
             max_loops=reader.integer("AGENT_MAX_LOOPS", d.max_loops, lo=1, hi=200),
@@ -278,7 +281,7 @@ class Settings:
             auth=reader.choice("AGENT_AUTH", AUTH_MODES, d.auth),
             jwt_secret=reader.optional("AGENT_JWT_SECRET"),
             jwt_jwks_url=reader.optional_url("AGENT_JWT_JWKS_URL"),
-            jwt_public_key=_opt_path(reader.optional("AGENT_JWT_PUBLIC_KEY")),
+            jwt_public_key=opt_path(reader.optional("AGENT_JWT_PUBLIC_KEY")),
             jwt_audience=reader.optional("AGENT_JWT_AUDIENCE"),
             jwt_issuer=reader.optional("AGENT_JWT_ISSUER"),
             jwt_leeway_s=reader.number("AGENT_JWT_LEEWAY_S", d.jwt_leeway_s, lo=0, hi=3600),
@@ -317,14 +320,14 @@ class Settings:
             heartbeat_s=reader.number("AGENT_HEARTBEAT_S", d.heartbeat_s, lo=0.05),
             max_runs_per_user=reader.integer("AGENT_MAX_RUNS_PER_USER", d.max_runs_per_user, lo=1),
             max_live_runs=reader.integer("AGENT_MAX_LIVE_RUNS", d.max_live_runs, lo=0),
-            approval_tools=_approval_tools(reader.optional("AGENT_APPROVAL_TOOLS")),
+            approval_tools=approval_tools(reader.optional("AGENT_APPROVAL_TOOLS")),
             approval_ttl_s=reader.number("AGENT_APPROVAL_TTL_S", d.approval_ttl_s, lo=0.05, hi=90 * 86400),
             max_loop_lag_ms=reader.number("AGENT_MAX_LOOP_LAG_MS", d.max_loop_lag_ms, lo=0, hi=600_000),
             workers=reader.integer("AGENT_WORKERS", d.workers, lo=1, hi=256),
             workers_safety_poll_s=reader.number(
                 "AGENT_WORKERS_SAFETY_POLL_S", d.workers_safety_poll_s, lo=0.05, hi=3600
             ),
-            workers_dir=_opt_path(reader.optional("AGENT_WORKERS_DIR")),
+            workers_dir=opt_path(reader.optional("AGENT_WORKERS_DIR")),
             requests_per_minute=reader.integer("AGENT_REQUESTS_PER_MINUTE", d.requests_per_minute, lo=1),
             stream_token_ttl_s=reader.integer("AGENT_STREAM_TOKEN_TTL_S", d.stream_token_ttl_s, lo=5),
             stream_token_secret=reader.optional("AGENT_STREAM_TOKEN_SECRET"),
@@ -398,181 +401,11 @@ class Settings:
 
     def secret_values(self) -> list[str]:
         """Every configured value that is a credential — API keys, signing keys, the
-        demo token, passwords inside URLs — for ``app.ops.masking.SecretScrubber``."""
-        values = [getattr(self, name) for name in _SECRET_FIELDS]
-        for name in _URL_FIELDS:
-            values += url_secrets(getattr(self, name))
-        return [v for v in values if isinstance(v, str) and v]
+        demo token, passwords inside URLs — for ``app.ops.masking.SecretScrubber``
+        (which fields those are: ``app.config_redaction``)."""
+        return config_redaction.secret_values(self)
 
     def redacted(self) -> dict[str, Any]:
-        """The settings as a dict safe to log: secrets masked, URLs without userinfo."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in _SECRET_FIELDS:
-                value = "***" if value else None
-            elif f.name == "database_url" and value:
-                value = _without_password(value)
-            elif f.name in _URL_FIELDS and value:
-                value = mask_url(value)
-            elif f.name == "mcp_servers":
-                value = [f"{m.name}: {m.describe()}" for m in value]
-            elif isinstance(value, Path):
-                value = str(value)
-            elif isinstance(value, tuple):
-                value = list(value)
-            elif isinstance(value, Mapping):
-                continue
-            out[f.name] = value
-        return out
-
-
-#: Settings whose whole value is a credential (never logged, never served).
-_SECRET_FIELDS = frozenset(
-    {"gemini_api_key", "perplexity_api_key", "jwt_secret", "openai_api_key", "stream_token_secret", "secret_key",
-     "backend_demo_token"}
-)
-#: Settings that are URLs, whose userinfo may hold a password or a key.
-_URL_FIELDS = frozenset(
-    {"ollama_host", "gemini_base_url", "openai_base_url", "perplexity_base_url", "backend_url", "jwt_jwks_url",
-     "database_url"}
-)
-
-
-def _without_password(url: str) -> str:
-    """``postgresql://user:pw@host/db`` → ``postgresql://user:***@host/db`` (for the logs)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
-
-
-def _demo_token(value: str) -> str | None:
-    return None if value.lower() in {"none", "-", "off", "false"} else value.removeprefix("Bearer ").strip()
-
-
-def _approval_tools(raw: str | None) -> tuple[str, ...] | None:
-    """``AGENT_APPROVAL_TOOLS``: unset or ``default`` → each tool's own default (``None``),
-    ``none`` → no tool waits, else the comma list of tool names that do."""
-    if raw is None or raw.strip().lower() in {"", "default"}:
-        return None
-    if raw.strip().lower() in {"none", "-"}:
-        return ()
-    return tuple(dict.fromkeys(p.strip() for p in raw.split(",") if p.strip()))
-
-
-def _opt_path(value: str | None) -> Path | None:
-    return Path(value) if value else None
-
-
-class _Reader:
-    """Reads typed values, collecting every problem instead of stopping at the first."""
-
-    def __init__(self, env: Mapping[str, str]) -> None:
-        self.env = env
-        self.problems: list[str] = []
-
-    def _raw(self, name: str) -> str | None:
-        value = self.env.get(name)
-        if value is None:
-            return None
-        value = value.strip()
-        return value or None
-
-    def text(self, name: str, default: str) -> str:
-        return self._raw(name) or default
-
-    def optional(self, name: str) -> str | None:
-        return self._raw(name)
-
-    def url(self, name: str, default: str) -> str:
-        value = self._raw(name) or default
-        if not value.startswith(("http://", "https://")):
-            if name == "OLLAMA_HOST" and "://" not in value:
-                return "http://" + value.rstrip("/")
-            self.problems.append(f"{name} must be an http(s) URL, got {value!r}")
-        return value.rstrip("/")
-
-    def optional_url(self, name: str) -> str | None:
-        value = self._raw(name)
-        if value is None:
-            return None
-        if not value.startswith(("http://", "https://")):
-            self.problems.append(f"{name} must be an http(s) URL, got {value!r}")
-        return value.rstrip("/")
-
-    def database_url(self, name: str) -> str | None:
-        value = self._raw(name)
-        if value is not None and not value.lower().startswith(("postgresql://", "postgres://")):
-            self.problems.append(f"{name} must be a postgresql:// URL, got a value of another form")
-            return None
-        return value
-
-    def choice(self, name: str, allowed: tuple[str, ...], default: str) -> str:
-        value = (self._raw(name) or default).lower()
-        if value not in allowed:
-            self.problems.append(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
-            return default
-        return value
-
-    def integer(self, name: str, default: int, *, lo: int | None = None, hi: int | None = None) -> int:
-        raw = self._raw(name)
-        if raw is None:
-            return default
-        try:
-            value = int(raw)
-        except ValueError:
-            self.problems.append(f"{name} must be an integer, got {raw!r}")
-            return default
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            self.problems.append(f"{name} must be between {lo} and {hi}, got {value}")
-            return default
-        return value
-
-    def number(self, name: str, default: float, *, lo: float | None = None, hi: float | None = None) -> float:
-        raw = self._raw(name)
-        if raw is None:
-            return default
-        try:
-            value = float(raw)
-        except ValueError:
-            self.problems.append(f"{name} must be a number, got {raw!r}")
-            return default
-        if not math.isfinite(value) or (lo is not None and value < lo) or (hi is not None and value > hi):
-            self.problems.append(f"{name} must be a finite number between {lo} and {hi}, got {raw!r}")
-            return default
-        return value
-
-    def boolean(self, name: str, default: bool) -> bool:
-        raw = self._raw(name)
-        if raw is None:
-            return default
-        low = raw.lower()
-        if low in {"1", "true", "yes", "on"}:
-            return True
-        if low in {"0", "false", "no", "off"}:
-            return False
-        self.problems.append(f"{name} must be a boolean (true/false), got {raw!r}")
-        return default
-
-    def listing(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
-        raw = self._raw(name)
-        if raw is None:
-            return default
-        return tuple(p.strip() for p in raw.split(",") if p.strip())
-
-    def subset(self, name: str, allowed: tuple[str, ...], default: tuple[str, ...]) -> tuple[str, ...]:
-        raw = self._raw(name)
-        if raw is None:
-            return default
-        if raw.lower() in {"none", "-"}:
-            return ()
-        items = tuple(p.strip().lower() for p in raw.split(",") if p.strip())
-        bad = [i for i in items if i not in allowed]
-        if bad:
-            self.problems.append(f"{name} entries must be among {', '.join(allowed)}; got {bad}")
-            return default
-        return items
+        """The settings as a dict safe to log: secrets masked, URLs without userinfo
+        (``app.config_redaction``)."""
+        return config_redaction.redacted(self)

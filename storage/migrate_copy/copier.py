@@ -28,8 +28,8 @@ from storage.migrate_copy.table_plan import (
     source_col,
 )
 from storage.postgres import kb_buckets as pg_buckets
+from storage.postgres.kb_chunk_sql import token_count
 from storage.postgres.kb_graphs import buckets_past, ensure_graph
-from storage.postgres.kb_index import token_count
 from storage.postgres.kb_vectors import EXACT_SCOPE_VECTORS
 
 PROGRESS_TABLE = "agentchat_migrate_db"

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from storage.postgres.kb_index import clean
+from storage.postgres.kb_chunk_sql import clean
 
 #: Parents first (foreign keys); tables not named here follow in name order, and each
 #: ``meta_<bucket>`` right after the documents.

@@ -20,21 +20,8 @@ connection of its own, in one background task per process, never inside a write:
   or invalid (``start_repair``); an invalid index of a bucket no longer past the
   threshold (or gone) is dropped.
 
-One graph DDL at a time on ``kb_chunks``, in a process (one task, one connection) and
-across replicas (a session advisory lock). The lock is only ever *tried*, and polled:
-a session blocked in ``pg_advisory_lock`` keeps a snapshot open, and the concurrent build
-holding the lock waits for every older snapshot before it finishes — a deadlock. Two
-concurrent builds of different graphs would wait for each other the same way (a partial
-expression index is not one PostgreSQL lets other builds ignore), hence one lock for
-every graph, not one per graph.
-
-A build that fails leaves an INVALID index: it is dropped at once when the connection
-still works, else by the next build of that graph (a write into the bucket, the next
-open's repair), which drops an invalid leftover (``DROP INDEX CONCURRENTLY``) before
-building; failures are logged and listed in the KB's status (``status``) and the bucket
-stays searchable, exactly. ``stop`` (the storage's close) cancels the build on the server
-(``cancel_safe``) and closes the connection, releasing the lock; the cancelled build's
-invalid leftover is the next repair's.
+How the builds run — one at a time, under a DDL lock only ever tried, a failed
+build's invalid leftover dropped — is ``kb_graph_queue``.
 """
 
 from __future__ import annotations
@@ -42,61 +29,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
-
-import psycopg
 
 from storage.postgres.database import Conn, PostgresDatabase
+from storage.postgres.kb_graph_queue import GraphBuildQueue, GraphJob
 from storage.postgres.kb_graphs import (
-    HNSW_BUILD_MEMORY,
     HNSW_MAX_DIM,
     bucket_graphs,
     bucket_key,
     buckets_past,
-    drop_ddl,
-    graph_ddl,
     graph_exists,
-    graph_name,
-    graph_state,
     graph_states,
-    index_state,
 )
 
 log = logging.getLogger("agentchat.storage")
 
-#: The advisory lock every graph build and drop of the service takes (tried, never waited on).
-DDL_LOCK = "kb_chunks_hnsw:ddl"
-#: The builders' connections, by name (``pg_stat_activity``; the tests find them so).
-APPLICATION_NAME = "agentchat-kb-graphs"
 
-
-@dataclass(slots=True)
-class _Job:
-    """A build of one graph, or a drop of named graphs; ``waiters`` learn how it went."""
-
-    dim: int = 0
-    bucket: str = ""
-    drop: tuple[str, ...] = ()
-    #: Drop only those still invalid (the repair's leftovers: another replica may have
-    #: built one of them whole since they were read).
-    only_invalid: bool = False
-    waiters: list[asyncio.Future[bool]] = field(default_factory=list)
-
-    @property
-    def key(self) -> tuple[Any, ...]:
-        return ("drop", self.drop) if self.drop else ("build", self.dim, self.bucket)
-
-
-def _quiet(fut: asyncio.Future[bool]) -> None:
-    """A build nobody awaits (``after_write``'s) must not warn 'exception never retrieved'."""
-    if not fut.cancelled():
-        fut.exception()
-
-
-class GraphUpkeep:
+class GraphUpkeep(GraphBuildQueue):
     """The buckets' graphs, built and dropped when due (see the module docstring);
     ``PostgresKBIndex`` calls it after its writes, at its bulk loads' ends, at open and
     at close. Whether a graph exists is asked of the catalog each time, never
@@ -111,22 +60,10 @@ class GraphUpkeep:
         changed: Callable[[], None] = lambda: None,
         connect_timeout: int = 10,
     ) -> None:
-        self._db = db
-        self._threshold = threshold
-        #: Told when a graph was built or dropped here: the searches' cached counts of
-        #: which graphs are valid go stale (``VectorSearch.changed``).
-        self._changed = changed
-        self.connect_timeout = connect_timeout
-        #: How often a build waiting for another replica's (the DDL lock) tries again.
-        self.lock_poll_s = 0.5
+        super().__init__(db, threshold, changed=changed, connect_timeout=connect_timeout)
         #: (dimension, bucket) written during a bulk load whose graph did not exist yet.
         self.deferred: set[tuple[int, str]] = set()
-        self._jobs: dict[tuple[Any, ...], _Job] = {}
-        self._worker: asyncio.Task[None] | None = None
         self._repair: asyncio.Task[list[tuple[int, str]]] | None = None
-        #: The job this process runs now, and the graphs whose last build failed (why).
-        self._running: _Job | None = None
-        self.failed: dict[tuple[int, str], str] = {}
 
     # ------------------------------------------------------------------ when due
     async def written(self, conn: Conn, dim: int, bucket: str) -> None:
@@ -185,7 +122,7 @@ class GraphUpkeep:
         async with self._db.reading() as conn:
             names = tuple(await bucket_graphs(conn, bucket))
         if names:
-            await asyncio.shield(self._queue(_Job(drop=names)))
+            await asyncio.shield(self._queue(GraphJob(drop=names)))
 
     # ------------------------------------------------------------------ the repair at open
     def start_repair(self, connect_timeout: int) -> None:
@@ -223,7 +160,7 @@ class GraphUpkeep:
         )
         if leftovers:
             with contextlib.suppress(Exception):  # logged by the worker; tried again next open
-                await asyncio.shield(self._queue(_Job(drop=leftovers, only_invalid=True)))
+                await asyncio.shield(self._queue(GraphJob(drop=leftovers, only_invalid=True)))
         built: list[tuple[int, str]] = []
         for _pass in range(2):
             futures = [(key, self.request(*key)) for key in wanted]
@@ -241,169 +178,7 @@ class GraphUpkeep:
             log.info("knowledge base: the repair built %d bucket graph(s): %s", len(built), built)
         return built
 
-    # ------------------------------------------------------------------ the worker
-    def request(self, dim: int, bucket: str) -> asyncio.Future[bool]:
-        """Queue the build of the bucket's graph (once: a build already queued is
-        shared); the future says whether it was built here (``False``: it was there, or
-        the bucket is not past the threshold any more)."""
-        return self._queue(_Job(dim=dim, bucket=bucket))
-
-    def _queue(self, job: _Job) -> asyncio.Future[bool]:
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        fut.add_done_callback(_quiet)
-        self._jobs.setdefault(job.key, job).waiters.append(fut)
-        if self._worker is None or self._worker.done():
-            self._worker = asyncio.create_task(self._work(), name="kb-graph-builds")
-        return fut
-
-    async def _connect(self) -> Conn:
-        conn: Conn = await psycopg.AsyncConnection.connect(
-            self._db.url, autocommit=True, connect_timeout=self.connect_timeout, application_name=APPLICATION_NAME
-        )
-        # The build's own memory; no statement or lock timeout: waiting here holds no
-        # writer, and a timeout in a concurrent build's last phase would waste the build.
-        await conn.execute(f"SET maintenance_work_mem = '{HNSW_BUILD_MEMORY}'")  # type: ignore[arg-type]
-        await conn.execute("SET statement_timeout = 0")
-        await conn.execute("SET lock_timeout = 0")
-        return conn
-
-    async def _work(self) -> None:
-        """Run the queued jobs one after another, on one connection, until none is left."""
-        conn: Conn | None = None
-        try:
-            while self._jobs:
-                key, job = next(iter(self._jobs.items()))
-                self._running = job
-                try:
-                    if conn is None or conn.closed or conn.broken:
-                        conn = await self._connect()
-                    outcome: bool | BaseException = await self._run(conn, job)
-                except asyncio.CancelledError:
-                    if conn is not None and not conn.closed:
-                        await conn.cancel_safe(timeout=5.0)
-                    raise
-                except Exception as exc:
-                    outcome = exc
-                finally:
-                    self._running = None
-                self._jobs.pop(key, None)
-                if outcome is True:
-                    self._changed()
-                for fut in job.waiters:
-                    if fut.done():
-                        continue
-                    if isinstance(outcome, BaseException):
-                        fut.set_exception(outcome)
-                    else:
-                        fut.set_result(outcome)
-        except asyncio.CancelledError:
-            for job in self._jobs.values():
-                for fut in job.waiters:
-                    fut.cancel()
-            self._jobs.clear()
-            raise
-        finally:
-            if conn is not None:
-                with contextlib.suppress(Exception):
-                    await conn.close()  # releases the DDL lock with the session
-
-    async def _run(self, conn: Conn, job: _Job) -> bool:
-        """One job under the DDL lock. Cancelled, the lock is left to the worker, which
-        cancels the statement on the server and closes the session (releasing it): the
-        connection is still busy with the cancelled statement here."""
-        await self._lock(conn)
-        try:
-            if job.drop:
-                for name in job.drop:
-                    if not (job.only_invalid and await index_state(conn, name) is not False):
-                        await conn.execute(drop_ddl(name))
-                outcome = True
-            else:
-                outcome = await self._build(conn, job.dim, job.bucket)
-        except psycopg.Error as exc:
-            what = f"dropping {', '.join(job.drop)}" if job.drop else f"building the graph of bucket {job.bucket!r}"
-            log.warning(
-                "knowledge base: %s failed: %s: %s; the bucket is searched exactly, and the next write into it "
-                "or the next open tries again",
-                what,
-                type(exc).__name__,
-                exc,
-            )
-            if not job.drop:
-                self.failed[(job.dim, job.bucket)] = f"{type(exc).__name__}: {exc}"
-            await self._unlock(conn)
-            raise
-        await self._unlock(conn)
-        return outcome
-
-    @staticmethod
-    async def _unlock(conn: Conn) -> None:
-        if not conn.broken:
-            with contextlib.suppress(psycopg.Error):
-                await conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (DDL_LOCK,))
-
-    async def _lock(self, conn: Conn) -> None:
-        """The DDL lock, tried until it is free (see the module docstring: never waited on)."""
-        while True:
-            cur = await conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (DDL_LOCK,))
-            row = await cur.fetchone()
-            if row is not None and row[0]:
-                return
-            await asyncio.sleep(self.lock_poll_s)
-
-    async def _build(self, conn: Conn, dim: int, bucket: str) -> bool:
-        """Under the DDL lock: nothing when the graph is valid or the bucket no longer
-        past the threshold; an invalid leftover dropped first (no build of ours is under
-        way: we hold the lock); then ``CREATE INDEX CONCURRENTLY``, its invalid index
-        dropped at once if it fails."""
-        state = await graph_state(conn, dim, bucket)
-        if state:
-            self.failed.pop((dim, bucket), None)
-            return False
-        name = graph_name(dim, bucket)
-        if state is False:
-            log.info(
-                "knowledge base: dropping the invalid graph %s of bucket %r (a failed or cancelled build)", name, bucket
-            )
-            await conn.execute(drop_ddl(name))
-        if (dim, bucket) not in await buckets_past(conn, self._threshold(), [bucket]):
-            return False
-        log.info("knowledge base: building the graph of bucket %r (%d dimensions) concurrently", bucket, dim)
-        started = time.monotonic()
-        try:
-            await conn.execute(graph_ddl(dim, bucket))
-        except psycopg.Error:
-            if not conn.broken:
-                with contextlib.suppress(psycopg.Error):
-                    await conn.execute(drop_ddl(name))
-            raise
-        log.info(
-            "knowledge base: built the graph of bucket %r (%d dimensions) in %.1f s",
-            bucket,
-            dim,
-            time.monotonic() - started,
-        )
-        self.failed.pop((dim, bucket), None)
-        return True
-
-    # ------------------------------------------------------------------ status, close
-    def status(self) -> dict[str, Any]:
-        """What this process is building or will build, and which builds failed last."""
-        running = self._running
-        return {
-            "graph_build_running": (
-                None if running is None else (list(running.drop) if running.drop else running.bucket)
-            ),
-            "graph_builds_queued": sorted({j.bucket for j in self._jobs.values() if not j.drop and j is not running}),
-            "graph_builds_failed": {b: why for (_d, b), why in sorted(self.failed.items())},
-        }
-
-    async def idle(self) -> None:
-        """Wait until no build or drop is queued or running here (benches and tests;
-        the caller bounds the wait)."""
-        while (task := self._worker) is not None and not task.done():
-            await asyncio.wait([task])
-
+    # ------------------------------------------------------------------ close
     async def stop(self) -> None:
         """Cancel the repair and every build (on the server too); wait for them to end."""
         for attr in ("_repair", "_worker"):
@@ -415,4 +190,4 @@ class GraphUpkeep:
                     await task
 
 
-__all__ = ["APPLICATION_NAME", "DDL_LOCK", "GraphUpkeep"]
+__all__ = ["GraphUpkeep"]

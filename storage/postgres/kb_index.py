@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any
@@ -43,27 +42,17 @@ from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBRanked, KBScope,
 from storage.postgres import kb_buckets
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.dialect import PostgresSql, PostgresTx
+from storage.postgres.kb_chunk_sql import CHUNK_TYPES, COPY_CHUNKS, IN_INDEX_ORDER, POST_CHUNKS, clean, token_count
 from storage.postgres.kb_ddl import POSTINGS_TEXT_INDEX, TSV_TEXT_INDEX, defer_index, ensure_index
 from storage.postgres.kb_filters_sql import POSTGRES_FILTERS
 from storage.postgres.kb_graph_builds import GraphUpkeep
 from storage.postgres.kb_text import TextRanker
 from storage.postgres.kb_vectors import EXACT_SCOPE_VECTORS, VectorSearch
-from storage.postgres.migrations import IMPACT_FUNCTION, POSTINGS_DEFERRED_SETTING, TF_FUNCTION
+from storage.postgres.text_schema import POSTINGS_DEFERRED_SETTING
 from storage.sql import Tx
 from storage.stores.kb_index import SqlKBIndex
 
-_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 log = logging.getLogger("agentchat.storage")
-
-#: Binary ``COPY``: pgvector's text form of a vector is 384 floats printed one by one
-#: in Python (~0.37 ms a chunk, most of a bulk load's time); its binary form is a copy
-#: of the float32 buffer.
-_COPY_CHUNKS = (
-    "COPY kb_chunks (id, doc_id, position, title, heading, text, ntok, embedding, page, page_end, bucket)"
-    " FROM STDIN (FORMAT BINARY)"
-)
-_CHUNK_TYPES = ("int8", "text", "int4", "text", "text", "text", "int4", "vector", "int4", "int4", "text")
-
 
 #: How long the vacuum at a bulk load's end waits for the load's WAL to be flushed
 #: (``_vacuum_postings``).
@@ -73,68 +62,6 @@ WAL_FLUSH_WAIT_S = 2.0
 #: (``_post_chunks``), and a first load builds the postings' B-tree once at its end;
 #: ``bench/pg_bulk_postings.py`` turns this off to measure the per-statement trigger.
 BULK_POSTINGS = True
-
-#: Chunk lengths (tokens) whose one-position impacts ``_POST_CHUNKS`` reads from a table.
-_TABLED_NTOK = 2047
-
-
-def _impact_table(weight: str) -> str:
-    """The impact function's own values for a lexeme at one position of ``weight``, for
-    every chunk length up to ``_TABLED_NTOK`` (an array indexed by length + 1)."""
-    return (
-        f"(SELECT ARRAY(SELECT {IMPACT_FUNCTION}(ARRAY['{weight}'], k)"
-        f" FROM generate_series(0, {_TABLED_NTOK}) k)) AS {weight.lower()}"
-    )
-
-
-#: A posting's impact: the impact function of its weights and the chunk's length. Most
-#: postings are a lexeme at one position (weights ``{C}``, ``{A}``, ...): for those the
-#: value is read from ``_impact_table``, computed once per statement by the same function
-#: from the same arguments, hence the same ``real``; the function itself costs ~8 µs a
-#: posting (its array scans and numeric arithmetic), most of a bulk load's posting time.
-_IMPACT = (
-    f"CASE WHEN cardinality(u.weights) = 1 AND c.ntok BETWEEN 0 AND {_TABLED_NTOK} THEN"
-    " CASE u.weights[1] WHEN 'C' THEN t.c[c.ntok + 1] WHEN 'A' THEN t.a[c.ntok + 1]"
-    " WHEN 'B' THEN t.b[c.ntok + 1] WHEN 'D' THEN t.d[c.ntok + 1]"
-    f" ELSE {IMPACT_FUNCTION}(u.weights, c.ntok) END"
-    f" ELSE {IMPACT_FUNCTION}(u.weights, c.ntok) END"
-)
-
-#: A posting's term frequency (migration 23's ``TF_FUNCTION``); a lexeme at one position
-#: is 4, 2 or 1 by its weight, read off without the function's array scans.
-_TF = (
-    "CASE WHEN cardinality(u.weights) = 1 THEN CASE u.weights[1] WHEN 'A' THEN 4 WHEN 'B' THEN 2 ELSE 1 END"
-    f" ELSE {TF_FUNCTION}(u.weights) END"
-)
-
-#: The postings of the chunks one transaction wrote. The same rows as the trigger's:
-#: impacts depend on the chunk alone (``migrations``, ``kb_text``). Each chunk's bucket
-#: is looked up by its document's key, once per chunk (the materialized ``c``): joined
-#: instead, the planner hashed the whole of ``kb_documents`` for every batch's 2,000
-#: chunks (a sequential scan of 100k rows, ~50 ms a batch at 100k, growing with the
-#: knowledge base: quadratic over a load).
-_POST_CHUNKS = (
-    "WITH c AS MATERIALIZED (SELECT c.id, c.ntok, c.tsv,"
-    " (SELECT d.bucket FROM kb_documents d WHERE d.id = c.doc_id) AS bucket"
-    " FROM kb_chunks c WHERE c.id = ANY(%s))"
-    " INSERT INTO kb_postings (lexeme, impact, chunk_id, bucket, tf, ntok)"
-    f" SELECT u.lexeme, {_IMPACT}, c.id, c.bucket, {_TF}, c.ntok"
-    f" FROM (SELECT {', '.join(_impact_table(w) for w in 'ABCD')}) t,"
-    " c CROSS JOIN LATERAL unnest(c.tsv) AS u(lexeme, positions, weights)"
-)
-#: With the B-tree in place, in its order: a sorted insert touches each leaf page once
-#: instead of jumping between them (without it, the sort would be wasted work).
-_IN_INDEX_ORDER = " ORDER BY 1, 2 DESC, 3"
-
-
-def clean(text: str | None) -> str | None:
-    """PostgreSQL text cannot hold NUL characters; extracted documents sometimes do."""
-    return text.replace("\x00", " ") if text is not None and "\x00" in text else text
-
-
-def token_count(*texts: str) -> int:
-    """BM25's document length: word tokens, as FTS5's tokenizer counts them."""
-    return sum(len(_TOKEN.findall(t)) for t in texts)
 
 
 class PostgresKBIndex(SqlKBIndex):
@@ -206,21 +133,21 @@ class PostgresKBIndex(SqlKBIndex):
     async def _write_chunks(self, tx: Tx, rows: Sequence[tuple[Any, ...]]) -> None:
         """``COPY`` the rows. Outside a bulk load the statement trigger posts them; during
         one this transaction posts them itself, after the copy, in one sorted statement
-        (``_POST_CHUNKS``) — still before it commits, so no chunk is ever without its
+        (``POST_CHUNKS``) — still before it commits, so no chunk is ever without its
         postings, whatever happens to the load."""
         assert isinstance(tx, PostgresTx)
         conn = tx.connection
         own_postings = bool(self._bulk) and BULK_POSTINGS
         if own_postings:
             await conn.execute("SELECT set_config(%s, 'on', true)", (POSTINGS_DEFERRED_SETTING,))
-        async with conn.cursor() as cur, cur.copy(_COPY_CHUNKS) as copy:
-            copy.set_types(list(_CHUNK_TYPES))
+        async with conn.cursor() as cur, cur.copy(COPY_CHUNKS) as copy:
+            copy.set_types(list(CHUNK_TYPES))
             for r in rows:
                 await copy.write_row(r)
         if own_postings:
             await conn.execute("SELECT set_config(%s, 'off', true)", (POSTINGS_DEFERRED_SETTING,))
-            order = "" if self._postings_index_deferred else _IN_INDEX_ORDER
-            await conn.execute(_POST_CHUNKS + order, ([int(r[0]) for r in rows],))  # type: ignore[arg-type]
+            order = "" if self._postings_index_deferred else IN_INDEX_ORDER
+            await conn.execute(POST_CHUNKS + order, ([int(r[0]) for r in rows],))  # type: ignore[arg-type]
 
     async def _vectors_written(self, tx: Tx, dims: Sequence[int], buckets: Sequence[str] | None) -> None:
         """Inside the write's transaction only a bulk load's note of the graphs to build
@@ -469,4 +396,4 @@ class PostgresKBIndex(SqlKBIndex):
         return await self._vectors.has_vectors(embed_model, dim)
 
 
-__all__ = ["PostgresKBIndex", "clean", "token_count"]
+__all__ = ["PostgresKBIndex"]

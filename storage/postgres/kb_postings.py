@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from storage.kb_records import KBRanked
 from storage.postgres.database import PostgresDatabase
-from storage.postgres.migrations import POSTINGS_AVGDL
+from storage.postgres.text_schema import POSTINGS_AVGDL
 
 #: One read of the postings: each query lexeme's ``depth`` best postings (its own depth
 #: each), in impact order (the B-tree ``kb_postings_impact``, an index-only scan), as one

@@ -52,7 +52,7 @@ from storage.kb_terms import tuned_selective_terms
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.kb_filters_sql import scope_sql
 from storage.postgres.kb_postings import postings_may_fill, top_from_postings, top_in_scope
-from storage.postgres.migrations import COLUMN_WEIGHTS, FOLD_FUNCTION, K1, TEXT_CONFIG, B
+from storage.postgres.text_schema import COLUMN_WEIGHTS, FOLD_FUNCTION, K1, TEXT_CONFIG, B
 
 #: FTS5's column weights (title, heading, text), carried by the tsvector weights A/B/C —
 #: the same the postings' term frequencies were stored with (``migrations``).

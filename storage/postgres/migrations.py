@@ -32,35 +32,7 @@ from storage.migration_runner import VERSION_TABLE, Migration, MigrationRunner
 from storage.postgres.lock_waits import LockRetries, LockWait, MigrationLockTimeout, probed, waiting_for
 from storage.postgres.migration_steps import MIGRATIONS
 
-# The full-text schema's names, which ``kb_index``, ``kb_postings`` and ``kb_text`` still
-# import from here: they live in ``storage.postgres.text_schema`` since the steps moved to
-# their own package; those three modules can import them from there and this goes.
-from storage.postgres.text_schema import (
-    COLUMN_WEIGHTS,
-    FOLD_FUNCTION,
-    IMPACT_FUNCTION,
-    K1,
-    POSTINGS_AVGDL,
-    POSTINGS_DEFERRED_SETTING,
-    TEXT_CONFIG,
-    TF_FUNCTION,
-    B,
-)
-
-__all__ = [
-    "COLUMN_WEIGHTS",
-    "FOLD_FUNCTION",
-    "IMPACT_FUNCTION",
-    "K1",
-    "MIGRATIONS",
-    "MIGRATION_LOCK",
-    "POSTINGS_AVGDL",
-    "POSTINGS_DEFERRED_SETTING",
-    "TEXT_CONFIG",
-    "TF_FUNCTION",
-    "B",
-    "migrate",
-]
+__all__ = ["MIGRATIONS", "MIGRATION_LOCK", "migrate"]
 
 log = logging.getLogger("agentchat.storage")
 

@@ -26,7 +26,7 @@ import pytest
 from knowledge.buckets import typed_values
 from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBScope
 from storage.postgres import PostgresStorage, open_postgres_storage
-from storage.postgres.kb_graph_builds import APPLICATION_NAME
+from storage.postgres.kb_graph_queue import APPLICATION_NAME
 from storage.postgres.kb_graphs import graph_ddl, graph_name, graph_state
 from tests.support.postgres import TestPostgres
 

@@ -454,19 +454,19 @@ async def test_a_load_that_dies_mid_transaction_leaves_no_chunk_without_its_post
         await load.__aenter__()
         await kb.ingest_documents(docs[:40], bucket="pydocs")
         attempts: list[int] = []
-        post_chunks = kb_index._POST_CHUNKS
+        post_chunks = kb_index.POST_CHUNKS
 
         async def dying(self: Any, tx: Any, rows: Any) -> None:
             attempts.append(len(rows))
             if len(attempts) > 1:
                 raise RuntimeError("the loader died")
             monkeypatch.setattr(
-                kb_index, "_POST_CHUNKS", "SELECT pg_terminate_backend(pg_backend_pid()), cardinality(%s::bigint[])"
+                kb_index, "POST_CHUNKS", "SELECT pg_terminate_backend(pg_backend_pid()), cardinality(%s::bigint[])"
             )
             try:
                 await original(self, tx, rows)
             finally:
-                monkeypatch.setattr(kb_index, "_POST_CHUNKS", post_chunks)
+                monkeypatch.setattr(kb_index, "POST_CHUNKS", post_chunks)
 
         original = kb_index.PostgresKBIndex._write_chunks
         monkeypatch.setattr(kb_index.PostgresKBIndex, "_write_chunks", dying)

@@ -112,7 +112,7 @@ KB_POSTINGS_DEFERRABLE = (
 # The postings are written again from the chunks (one statement, the B-tree rebuilt
 # after it). The chunks' lengths get a B-tree of their own (``kb_text.totals``). The
 # add trigger now looks each chunk's bucket up by its document's key once per chunk, as
-# ``kb_index._POST_CHUNKS`` does since 3796f73: joined, the planner could hash the
+# ``kb_chunk_sql.POST_CHUNKS`` does since 3796f73: joined, the planner could hash the
 # whole of ``kb_documents`` for every statement's chunks.
 KB_POSTINGS_EXACT = (
     f"""CREATE OR REPLACE FUNCTION {TF_FUNCTION}(w TEXT[]) RETURNS INTEGER

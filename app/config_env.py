@@ -1,0 +1,147 @@
+"""Reading typed values from the environment for ``Settings.from_env``: ``EnvReader``
+(text, URLs, choices, bounded numbers, booleans, lists) collects every problem instead
+of stopping at the first, and the few values with a parsing of their own (the demo
+token, the approval tools, optional paths).
+
+Why apart: how a value is parsed and what a bad one says is the same for every
+variable; ``app.config`` says which variables there are. ``docs/config_docs.py`` finds
+this class through ``Settings.from_env`` (a class named ``*Reader``) and records its
+public methods' calls to write the configuration reference.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def demo_token(value: str) -> str | None:
+    return None if value.lower() in {"none", "-", "off", "false"} else value.removeprefix("Bearer ").strip()
+
+
+def approval_tools(raw: str | None) -> tuple[str, ...] | None:
+    """``AGENT_APPROVAL_TOOLS``: unset or ``default`` → each tool's own default (``None``),
+    ``none`` → no tool waits, else the comma list of tool names that do."""
+    if raw is None or raw.strip().lower() in {"", "default"}:
+        return None
+    if raw.strip().lower() in {"none", "-"}:
+        return ()
+    return tuple(dict.fromkeys(p.strip() for p in raw.split(",") if p.strip()))
+
+
+def opt_path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+class EnvReader:
+    """Reads typed values, collecting every problem instead of stopping at the first."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+        self.problems: list[str] = []
+
+    def _raw(self, name: str) -> str | None:
+        value = self.env.get(name)
+        if value is None:
+            return None
+        value = value.strip()
+        return value or None
+
+    def text(self, name: str, default: str) -> str:
+        return self._raw(name) or default
+
+    def optional(self, name: str) -> str | None:
+        return self._raw(name)
+
+    def url(self, name: str, default: str) -> str:
+        value = self._raw(name) or default
+        if not value.startswith(("http://", "https://")):
+            if name == "OLLAMA_HOST" and "://" not in value:
+                return "http://" + value.rstrip("/")
+            self.problems.append(f"{name} must be an http(s) URL, got {value!r}")
+        return value.rstrip("/")
+
+    def optional_url(self, name: str) -> str | None:
+        value = self._raw(name)
+        if value is None:
+            return None
+        if not value.startswith(("http://", "https://")):
+            self.problems.append(f"{name} must be an http(s) URL, got {value!r}")
+        return value.rstrip("/")
+
+    def database_url(self, name: str) -> str | None:
+        value = self._raw(name)
+        if value is not None and not value.lower().startswith(("postgresql://", "postgres://")):
+            self.problems.append(f"{name} must be a postgresql:// URL, got a value of another form")
+            return None
+        return value
+
+    def choice(self, name: str, allowed: tuple[str, ...], default: str) -> str:
+        value = (self._raw(name) or default).lower()
+        if value not in allowed:
+            self.problems.append(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+            return default
+        return value
+
+    def integer(self, name: str, default: int, *, lo: int | None = None, hi: int | None = None) -> int:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            self.problems.append(f"{name} must be an integer, got {raw!r}")
+            return default
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            self.problems.append(f"{name} must be between {lo} and {hi}, got {value}")
+            return default
+        return value
+
+    def number(self, name: str, default: float, *, lo: float | None = None, hi: float | None = None) -> float:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            self.problems.append(f"{name} must be a number, got {raw!r}")
+            return default
+        if not math.isfinite(value) or (lo is not None and value < lo) or (hi is not None and value > hi):
+            self.problems.append(f"{name} must be a finite number between {lo} and {hi}, got {raw!r}")
+            return default
+        return value
+
+    def boolean(self, name: str, default: bool) -> bool:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        low = raw.lower()
+        if low in {"1", "true", "yes", "on"}:
+            return True
+        if low in {"0", "false", "no", "off"}:
+            return False
+        self.problems.append(f"{name} must be a boolean (true/false), got {raw!r}")
+        return default
+
+    def listing(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        return tuple(p.strip() for p in raw.split(",") if p.strip())
+
+    def subset(self, name: str, allowed: tuple[str, ...], default: tuple[str, ...]) -> tuple[str, ...]:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        if raw.lower() in {"none", "-"}:
+            return ()
+        items = tuple(p.strip().lower() for p in raw.split(",") if p.strip())
+        bad = [i for i in items if i not in allowed]
+        if bad:
+            self.problems.append(f"{name} entries must be among {', '.join(allowed)}; got {bad}")
+            return default
+        return items
+
+
+__all__ = ["EnvReader", "approval_tools", "demo_token", "opt_path"]
