@@ -176,7 +176,15 @@ FUSION_NOTE = (
     "knowledge.fusion.NO_RULES. The hashing "
     "n-gram mass (1.0) was picked earlier as the largest that kept tool-selection recall with "
     "core merge >= 0.97 (bench/retrieval_quality.py) and compared on the stdlib queries too, "
-    "so it is not clean of them. held_out is the half of each set no choice was fitted to"
+    "so it is not clean of them. held_out is the half of each set no choice was fitted to. "
+    "Third pass (issue 24 item 5, bench/results/corpus_quality_s30*.txt): tried on the tune "
+    "halves with both embedders and not kept, none beating the shipped rules' worst tune "
+    "margin on both embedders: hashing weight {0.15, 0.2, 0.25, 0.35} x floor {0.35, 0.40, "
+    "0.45} again under the rules; the lighter side only lifting (heavier score + its share of "
+    "max(0, lighter - heavier)); the heavier side's scores kept whole and the lighter's share "
+    "added on top (divided by the best when over 1); the lighter side's weight cut (to 0 or "
+    "half) when its best candidate is not in the heavier side's top 10 (or 20); light_depth "
+    "5 and 20; agreement over top 5 full at 2; agreement full at 3 of 10"
 )
 
 
