@@ -55,9 +55,12 @@ BUCKETS_OF = (
 #: How many matches of ``?1`` are in a bucket whose name starts with a prefix (``?2`` <=
 #: bucket < ``?3``: the bucket index's range): the chunks of those buckets' documents,
 #: few, are materialised and each match is tested against them (``+rowid``: not handed to
-#: FTS5 as a rowid constraint, which would run the MATCH again per chunk), unscored.
+#: FTS5 as a rowid constraint, which would run the MATCH again per chunk), unscored. No
+#: hidden bucket at all: the ``EXISTS``, evaluated once, ends it before any match is
+#: walked (0.7 ms against 1.9 for a 7k-match query at 20k documents).
 HIDDEN_MATCHES = (
-    "SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1 AND +rowid IN ("
+    "SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1 "
+    "AND EXISTS (SELECT 1 FROM kb_documents WHERE bucket >= ?2 AND bucket < ?3) AND +rowid IN ("
     "SELECT c.id FROM kb_documents d CROSS JOIN kb_chunks c ON c.doc_id = d.id WHERE d.bucket >= ?2 AND d.bucket < ?3)"
 )
 
