@@ -52,16 +52,19 @@ BUCKETS_OF = (
     "CROSS JOIN kb_chunks c ON c.id = j.value CROSS JOIN kb_documents d ON d.id = c.doc_id"
 )
 
-#: How many matches of ``?1`` are in a bucket whose name starts with a prefix (``?2`` <=
-#: bucket < ``?3``: the bucket index's range): the chunks of those buckets' documents,
-#: few, are materialised and each match is tested against them (``+rowid``: not handed to
-#: FTS5 as a rowid constraint, which would run the MATCH again per chunk), unscored. No
-#: hidden bucket at all: the ``EXISTS``, evaluated once, ends it before any match is
-#: walked (0.7 ms against 1.9 for a 7k-match query at 20k documents).
-HIDDEN_MATCHES = (
-    "SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1 "
+#: How many matches of ``?1`` are in no bucket whose name starts with a prefix (``?2`` <=
+#: bucket < ``?3``: the bucket index's range): every match less those of the hidden
+#: buckets' chunks (few, materialised; each match tested against them, ``+rowid``: not
+#: handed to FTS5 as a rowid constraint, which would run the MATCH again per chunk),
+#: unscored. One statement, one snapshot: a hidden bucket's chunks committed between
+#: two statements would be subtracted without having been counted. No hidden bucket at
+#: all: the ``EXISTS``, evaluated once, skips the walk (0.7 ms against 1.9 for a
+#: 7k-match query at 20k documents).
+SHOWN_MATCHES = (
+    "SELECT (SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1) - "
+    "(SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?1 "
     "AND EXISTS (SELECT 1 FROM kb_documents WHERE bucket >= ?2 AND bucket < ?3) AND +rowid IN ("
-    "SELECT c.id FROM kb_documents d CROSS JOIN kb_chunks c ON c.doc_id = d.id WHERE d.bucket >= ?2 AND d.bucket < ?3)"
+    "SELECT c.id FROM kb_documents d CROSS JOIN kb_chunks c ON c.doc_id = d.id WHERE d.bucket >= ?2 AND d.bucket < ?3))"
 )
 
 
@@ -254,7 +257,7 @@ class FtsRanker:
         time): the lookup is two B-tree searches per row (~9 us at 100k chunks), and
         joining every probed row cost a third of a search. The match count is exact when
         the probe saw every match (then every probed row is looked up) or the scope is
-        every bucket but the hidden ones (``HIDDEN_MATCHES``), else scaled from the rows
+        every bucket but the hidden ones (``SHOWN_MATCHES``), else scaled from the rows
         looked up."""
         probe = max(limit * 10, tuning.text_probe)
         rows = await self._db.fetchall(RANK_ALL, (match, probe))
@@ -275,12 +278,12 @@ class FtsRanker:
         elif len(kept) < limit:
             return None
         elif scope.bucket is None and scope.hidden_prefix:
-            # Every bucket but the hidden ones: every match less those in a hidden
-            # bucket, exact (a share scaled from the ranking's top would count the hidden
+            # Every bucket but the hidden ones: the matches outside them, counted in one
+            # statement (a share scaled from the ranking's top would count the hidden
             # buckets' matches below it: another user's attachment would move the count).
             prefix = scope.hidden_prefix
-            row = await self._db.fetchone(HIDDEN_MATCHES, (match, prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)))
-            kept_total = total_all - (int(row[0]) if row else 0)
+            row = await self._db.fetchone(SHOWN_MATCHES, (match, prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)))
+            kept_total = max(int(row[0]) if row else 0, min(len(kept), limit))
         else:
             kept_total = round(total_all * len(kept) / looked)
         kept = kept[:limit]

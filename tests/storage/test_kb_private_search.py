@@ -26,6 +26,7 @@ from knowledge import KnowledgeBase
 from knowledge.attachments import attachment_bucket
 from knowledge.types import DocumentIn, SearchResponse
 from storage.postgres.kb_graphs import graph_name
+from storage.sqlite import kb_fts
 from toolindex.hashing import HashingEmbedder
 
 MODES = ("text", "semantic", "hybrid")
@@ -62,6 +63,31 @@ def private_docs(owner: str) -> list[DocumentIn]:
             source=f"{owner}-{w}.pdf",
         )
         for n, w in enumerate(words)
+    ]
+
+
+def varied_shared_docs() -> list[DocumentIn]:
+    """2,200 shared matches of "zeppelin", from a few words to a few hundred long: the
+    best stand clear of the rest, so the ranking is settled long before every match is
+    read (the SQLite probe, the PostgreSQL postings) and the total is counted apart."""
+    return [
+        DocumentIn(
+            text="zeppelin " + " ".join(f"w{i}x{k}" for k in range(i // 8)),
+            title=f"note {i}",
+            id=f"n{i}",
+            source="notes",
+        )
+        for i in range(2200)
+    ]
+
+
+def weak_docs(owner: str) -> list[DocumentIn]:
+    """40 documents that mention "zeppelin" once in a long text: ranked below every
+    shared match by BM25, so no look at the ranking's top would see them."""
+    filler = " ".join(f"word{w}" for w in range(60))
+    return [
+        DocumentIn(text=f"{filler} zeppelin {filler} page {n}", title=f"{owner} {n}", id=f"{owner}{n}", source="b.pdf")
+        for n in range(40)
     ]
 
 
@@ -184,29 +210,13 @@ async def test_a_private_bucket_made_after_the_list_was_read_changes_no_total_pa
     """More matches than the text side ranks exactly (the SQLite probe's best 1,000, the
     PostgreSQL postings' first read): ``total_matches`` is then counted apart from the
     ranking, and B's matches ranked below the shared ones must not be in it either."""
-    # Lengths from a few words to a few hundred: the best matches stand clear of the
-    # rest, so the ranking is settled long before every match is read.
-    shared = [
-        DocumentIn(
-            text="zeppelin " + " ".join(f"w{i}x{k}" for k in range(i // 8)),
-            title=f"note {i}",
-            id=f"n{i}",
-            source="notes",
-        )
-        for i in range(2200)
-    ]
-    await kb.ingest_documents(shared)
+    await kb.ingest_documents(varied_shared_docs())
     before = {mode: seen(await kb.search("zeppelin", top_k=TOP_K, mode=mode)) for mode in MODES}  # type: ignore[arg-type]
     assert before["text"][1] == 2200 and before["semantic"][1] > 2000, before
 
     names_before = kb._buckets.names()
     bob = attachment_bucket("bob", "conversation-b")
-    filler = " ".join(f"word{w}" for w in range(60))
-    weak = [  # one mention in a long text: ranked below every shared chunk by BM25
-        DocumentIn(text=f"{filler} zeppelin {filler} page {n}", title=f"bob {n}", id=f"bob{n}", source="bob.pdf")
-        for n in range(40)
-    ]
-    await kb.ingest_documents(weak, bucket=bob, private=True)
+    await kb.ingest_documents(weak_docs("bob"), bucket=bob, private=True)
     theirs = await kb.search("zeppelin", bucket=bob, private=[bob], mode="text", top_k=TOP_K)
     assert theirs.total_matches == 40
 
@@ -216,4 +226,31 @@ async def test_a_private_bucket_made_after_the_list_was_read_changes_no_total_pa
     monkeypatch.setattr(kb._buckets, "load", stale_load)
     monkeypatch.setattr(kb._buckets, "names", lambda: names_before)
     after = {mode: seen(await kb.search("zeppelin", top_k=TOP_K, mode=mode)) for mode in MODES}  # type: ignore[arg-type]
+    assert after == before
+
+
+@pytest.mark.parametrize("store_engine", ["sqlite"], indirect=True)
+async def test_an_attachment_committed_while_the_total_is_counted_does_not_move_it(
+    store_engine: Any, kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite past the probe: the every-bucket total is counted in one statement apart
+    from the ranking. B's attachment committed right before that statement is neither
+    counted nor subtracted (two statements, all matches then the hidden ones, each on
+    its own snapshot, subtracted B's matches without having counted them)."""
+    await kb.ingest_documents(varied_shared_docs())
+    before = seen(await kb.search("zeppelin", top_k=TOP_K, mode="text"))
+    assert before[1] == 2200, before
+    bob = attachment_bucket("bob", "conversation-b")
+    fetchone = store_engine.db.fetchone
+    made: list[bool] = []
+
+    async def bob_commits_first(sql: str, params: Any = ()) -> Any:
+        if sql == kb_fts.SHOWN_MATCHES and not made:
+            made.append(True)
+            await kb.ingest_documents(weak_docs("bob"), bucket=bob, private=True)
+        return await fetchone(sql, params)
+
+    monkeypatch.setattr(store_engine.db, "fetchone", bob_commits_first)
+    after = seen(await kb.search("zeppelin", top_k=TOP_K, mode="text"))
+    assert made, "the every-bucket total was not counted apart from the ranking"
     assert after == before
