@@ -83,6 +83,17 @@ async def choose_provider(
     return ExtractiveProvider(), f"no model reachable ({reason}); answering extractively from the knowledge base"
 
 
+#: The providers ``choose_provider`` builds on the model pool (``llm_http`` / ``llm_pool``).
+POOLED_PROVIDERS = frozenset({"gemini", "openai", "ollama"})
+
+
+def streams_through_pool(provider: Provider) -> bool:
+    """Whether ``provider`` (as ``choose_provider`` built it) streams through the model
+    pool, whose size then caps the live runs (``app/ops/load.py``); the offline answerer
+    opens no connection."""
+    return provider.name in POOLED_PROVIDERS
+
+
 def _ollama(settings: Settings, pool: PooledTransport | None, pool_waits: PoolWaits | None = None) -> Provider:
     from llm.ollama import OllamaProvider
 

@@ -25,7 +25,7 @@ from app.config import Settings
 from app.coordination import background_job, leader_for, remote_runs_for, siblings_dir
 from app.history import Titler, title_model_wanted, with_titles
 from app.keyring import resolve_keyring
-from app.model_choice import choose_embedder, choose_provider
+from app.model_choice import choose_embedder, choose_provider, streams_through_pool
 from app.ops.leader import attach as attach_leader
 from app.ops.load import ReplicaLoad, StreamCounter
 from app.ops.load import attach as attach_load
@@ -105,6 +105,8 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     )
     stack.push_async_callback(llm_http.aclose)
 
+    # The model pool caps live runs when the provider streams through it (app/ops/load.py).
+    model_pool = 0
     if overrides.provider is not None:
         provider, provider_reason = overrides.provider, "given by the caller"
     else:
@@ -112,6 +114,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
             settings, http, llm_http=llm_http, llm_pool=llm_pool, pool_waits=pool_waits
         )
         stack.push_async_callback(provider.aclose)
+        model_pool = settings.llm_max_connections if streams_through_pool(provider) else 0
     # Spans for runs, model calls and tool calls; a no-op unless configured (app/ops/tracing.py).
     tracing = Tracing.from_settings(settings.otel_enabled, provider=overrides.tracer_provider)
     stack.push_async_callback(tracing.aclose)
@@ -238,6 +241,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         feed=storage.run_feed,
         input_sealer=keyring.sealer,
         max_live=settings.max_live_runs,
+        model_pool=model_pool,
     )
     _attach_titles(runs, storage, metrics, provider, settings, stack)
     svc = Services(
@@ -295,7 +299,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         max_loop_lag_s=settings.max_loop_lag_ms / 1000,
         model_streams=lambda: streams.open,
         model_connections=lambda: llm_pool.in_flight,
-        max_model_connections=settings.llm_max_connections,
+        max_model_connections=model_pool,
     )
     svc.load = load
     attach_load(load, metrics.registry)

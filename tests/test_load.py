@@ -173,11 +173,11 @@ async def test_live_runs_and_model_streams_are_shown(settings: Settings) -> None
 
 
 async def test_a_full_model_pool_refuses_new_runs_instead_of_making_them_wait(settings: Settings) -> None:
-    """A run started while every connection to the model is taken would wait at the
-    pool's gate for another run's whole answer before its first token: it gets 503
-    ``replica_busy`` with ``Retry-After`` instead, on every face, and is admitted again
-    once a connection is free. Through the app's own Ollama provider and its pool (the
-    setting under test: one connection)."""
+    """A run started while the replica carries a live run for each connection to the
+    model would wait at the pool's gate for another run's whole answer before its first
+    token: it gets 503 ``replica_busy`` with ``Retry-After`` instead, on every face, and
+    is admitted again once a run has ended. Through the app's own Ollama provider and its
+    pool (the setting under test: one connection)."""
     release = asyncio.Event()
     fake = FakeOllama(lambda _body: [Text("working "), Hold(release), Text("done")])
     async with running_fake(fake.app) as url:
@@ -212,8 +212,8 @@ async def test_a_full_model_pool_refuses_new_runs_instead_of_making_them_wait(se
                 ):
                     async for _ in stream.aiter_lines():
                         pass
-                async with asyncio.timeout(30):  # the answer (and its title) gave the connection back
-                    while load.model_connections():
+                async with asyncio.timeout(30):  # the run ended: its slot is free
+                    while load.live_runs():
                         await asyncio.sleep(0.01)
                 again = await client.post("/v1/agent/runs", json=FACES[1][2])
                 assert again.status_code == 201, again.text
@@ -270,13 +270,73 @@ def test_the_stream_counter_is_the_provider_for_every_other_attribute() -> None:
     assert wrapped.open == 0 and not hasattr(inner, "open")
 
 
-def test_the_model_pool_refuses_only_when_it_has_a_size_and_is_full() -> None:
-    in_use = [0]
-    load = ReplicaLoad(live_runs=lambda: 1, model_connections=lambda: in_use[0], max_model_connections=2)
+def test_the_model_pool_caps_live_runs_only_when_it_has_a_size() -> None:
+    """Counted in live runs, not connections in use: a burst of admitted runs has not
+    reached the model yet. Other work (an upload) is never refused for it."""
+    live = [0]
+    load = ReplicaLoad(live_runs=lambda: live[0], model_connections=lambda: 0, max_model_connections=2)
     assert load.refusal() is None
-    in_use[0] = 2
+    live[0] = 2
     assert load.refusal() == "model_pool" and not load.accepting()
-    in_use[0] = 1
+    assert load.refusal(new_run=False) is None
+    live[0] = 1
     assert load.refusal() is None and load.accepting()
     # A provider without a pool (the offline answerer): nothing to fill.
-    assert ReplicaLoad(live_runs=lambda: 1, model_connections=lambda: 7).refusal() is None
+    assert ReplicaLoad(live_runs=lambda: 700).refusal() is None
+
+
+async def test_a_burst_of_new_runs_is_admitted_only_up_to_the_model_pool(settings: Settings) -> None:
+    """Concurrent requests all arrive before any run has reached the model: the slot is
+    claimed atomically by admission (``app/runs/admission.py``), so exactly the pool's
+    size is admitted and the rest get 503 ``replica_busy`` (found in review: a check of
+    the connections in use admitted the whole burst, which then waited at the gate)."""
+    release = asyncio.Event()
+    fake = FakeOllama(lambda _body: [Text("working "), Hold(release), Text("done")])
+    async with running_fake(fake.app) as url:
+        cfg = settings.with_(ollama_host=url, ollama_model="llama3.2:latest", llm_max_connections=2)
+        async with running_app(cfg) as (base, app):
+            load: ReplicaLoad = app.state.services.load
+            async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+                try:
+                    async with asyncio.timeout(60):
+                        answers = await asyncio.gather(
+                            *(client.post("/v1/agent/runs", json=FACES[1][2]) for _ in range(8))
+                        )
+                    statuses = sorted(a.status_code for a in answers)
+                    assert statuses == [201, 201] + [503] * 6, statuses
+                    assert all(a.json()["error"] == "replica_busy" for a in answers if a.status_code == 503)
+                    assert load.refused["model_pool"] == 6
+                finally:
+                    release.set()
+                    async with asyncio.timeout(60):
+                        while load.live_runs():
+                            await asyncio.sleep(0.02)
+
+
+async def test_an_upload_is_not_refused_for_a_full_model_pool(settings: Settings) -> None:
+    """An attachment upload reads, chunks and embeds a file (the embedder's own pool):
+    it holds no model connection, so the model pool's cap never refuses it (found in
+    review: it was refused, saying every connection to the model is in use)."""
+    from tests.test_attachment_overload import upload
+
+    release = asyncio.Event()
+    fake = FakeOllama(lambda _body: [Text("working "), Hold(release), Text("done")])
+    async with running_fake(fake.app) as url:
+        cfg = settings.with_(ollama_host=url, ollama_model="llama3.2:latest", llm_max_connections=1)
+        async with running_app(cfg) as (base, app):
+            load: ReplicaLoad = app.state.services.load
+            async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+                try:
+                    live = await client.post("/v1/agent/runs", json=FACES[1][2])
+                    assert live.status_code == 201, live.text
+                    async with asyncio.timeout(30):
+                        await fake.stream_started.wait()
+                        while load.model_connections() < 1:
+                            await asyncio.sleep(0.01)
+                    answer = await upload(client, "pool-full-chat")
+                    assert answer.status_code == 201, answer.text
+                finally:
+                    release.set()
+                    async with asyncio.timeout(60):
+                        while load.live_runs() or load.model_connections():
+                            await asyncio.sleep(0.02)

@@ -10,11 +10,15 @@ streams, into a decision admission reads: refuse new runs (503 ``replica_busy`` 
 ``Retry-After``) while the lag *stays* above ``AGENT_MAX_LOOP_LAG_MS`` — three late wakes
 in a row over at least a second, not one garbage collection or a burst of start-up work —
 and there are live runs to protect, and accept again once it has stayed below it for as
-long. New runs are refused too (reason ``model_pool``) while every connection of the
-model pool (``AGENT_LLM_MAX_CONNECTIONS``) is taken: a run started then would wait at
-the pool's gate for another run's whole answer before its first token — the silent
-slowdown a 503 is there to replace. The same figures are on ``/readyz`` (``load``) and
-``/metrics``.
+long. New runs are refused too (reason ``model_pool``) while the replica carries as
+many live runs as its model pool has connections (``AGENT_LLM_MAX_CONNECTIONS``, when
+the provider streams through that pool): a live run holds at most one model connection
+at a time, so a run admitted past that would wait at the pool's gate for another run's
+whole answer before its first token — the silent slowdown a 503 is there to replace.
+Counted in runs, not in connections in use: a burst of new runs arrives before any of
+them has reached the model. The run manager claims that slot atomically
+(``app/runs/admission.py``); ``refusal`` answers early for a face with work to do
+first. The same figures are on ``/readyz`` (``load``) and ``/metrics``.
 
 ``StreamCounter`` wraps the model provider to count the streams open now; it adds one
 awaited call per streamed event and nothing else.
@@ -183,7 +187,7 @@ class ReplicaLoad:
     max_loop_lag_s: float = 0.0
     model_streams: Callable[[], int] = lambda: 0
     #: Connections of the model pool in use now and its size (``llm.pool``); a provider
-    #: that opens none (the offline answerer) leaves it at 0 in use.
+    #: that streams through no pool (the offline answerer) has size 0: no cap.
     model_connections: Callable[[], int] = lambda: 0
     max_model_connections: int = 0
     monitor: LoopLagMonitor = field(default_factory=LoopLagMonitor)
@@ -231,23 +235,25 @@ class ReplicaLoad:
                 extra={"lag_ms": round(lag_s * 1000, 1), "live_runs": self.live_runs()},
             )
 
-    def refusal(self) -> str | None:
-        """Why a new run should be refused now (a ``REASONS`` label), or ``None``.
-        The live-run cap is the run manager's (it claims the slot atomically); this
-        answers for the loop lag — only while there are live runs to protect: a replica
-        with none is slow for another reason (start-up, an ingest), and a run started
-        there slows no stream — and for a model pool with no connection left."""
+    def refusal(self, *, new_run: bool = True) -> str | None:
+        """Why new work should be refused now (a ``REASONS`` label), or ``None``. The
+        live-run caps are the run manager's (it claims the slot atomically); this answers
+        for the loop lag — only while there are live runs to protect: a replica with none
+        is slow for another reason (start-up, an ingest), and a run started there slows
+        no stream — and, for a ``new_run``, early for the model pool's cap (other work,
+        an attachment's upload, holds no model connection)."""
         if self.overloaded and self.live_runs() > 0:
             return "loop_lag"
-        if self.model_pool_full():
+        if new_run and self.model_pool_full():
             return "model_pool"
         return None
 
     def model_pool_full(self) -> bool:
-        return 0 < self.max_model_connections <= self.model_connections()
+        """As many live runs as the model pool has connections (see the module docstring)."""
+        return 0 < self.max_model_connections <= self.live_runs()
 
     def accepting(self) -> bool:
-        lag_refuses = self.refusal() is not None
+        lag_refuses = self.refusal() is not None  # the loop's lag, or the model pool's cap
         return not lag_refuses and not (self.max_live_runs and self.live_runs() >= self.max_live_runs)
 
     def refused_for(self, reason: str) -> None:
@@ -315,7 +321,7 @@ class LoadCollector:
             "agentchat_runs_refused",
             "New runs refused with 503 replica_busy, by reason (live_runs: AGENT_MAX_LIVE_RUNS; "
             "loop_lag: the event loop stayed later than AGENT_MAX_LOOP_LAG_MS; "
-            "model_pool: every connection of AGENT_LLM_MAX_CONNECTIONS was in use).",
+            "model_pool: as many live runs as AGENT_LLM_MAX_CONNECTIONS).",
             labels=["reason"],
         )
         for reason in REASONS:

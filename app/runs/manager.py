@@ -85,6 +85,8 @@ class RunManager:
     input_sealer: Sealer | None = None
     #: Live runs this replica carries at most (``AGENT_MAX_LIVE_RUNS``; 0: no cap).
     max_live: int = 0
+    #: Live runs at most as the model pool has connections (``AdmissionSlots``; 0: no cap).
+    model_pool: int = 0
     registry: RunRegistry = field(default_factory=RunRegistry)
     _closing: bool = False
     cancels: RunCancels = field(init=False)
@@ -116,7 +118,9 @@ class RunManager:
             on_take_over=self.on_take_over,
         )
         self.rescue = EndingRescue(self.store, self.counters, self.rescue_retry_s, self.leases.note_unreachable)
-        self.admission = AdmissionSlots(self.max_live, lambda: len(self.active()), self.counters)
+        self.admission = AdmissionSlots(
+            self.max_live, lambda: len(self.active()), self.counters, model_pool=self.model_pool
+        )
         self.launcher = RunLauncher(
             self.store,
             self.max_events,

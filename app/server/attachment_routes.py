@@ -108,7 +108,7 @@ async def upload(request: Request) -> Response:
     # The same admission as a new run: reading, chunking and embedding a file is work a
     # replica whose loop already runs late must not take on (503 replica_busy, Retry-After;
     # refused before the body is read, and counted with the refused runs).
-    check_load(svc)
+    check_load(svc, new_run=False)  # an upload holds no model connection
     max_bytes = svc.settings.attachment_max_bytes
     body = await _capped_body(request, max_bytes + _FRAMING)
     part = await _file_part(request, body)

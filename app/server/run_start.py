@@ -32,16 +32,16 @@ def replica_busy(why: str) -> HTTPProblem:
 
 _BUSY = {
     "loop_lag": "this replica is overloaded (its event loop runs late)",
-    "model_pool": "every connection to the model is in use on this replica (AGENT_LLM_MAX_CONNECTIONS)",
+    "model_pool": "this replica carries a live run for each of its model connections (AGENT_LLM_MAX_CONNECTIONS)",
 }
 
 
-def check_load(svc: Services) -> None:
+def check_load(svc: Services, *, new_run: bool = True) -> None:
     """Refuse a new run (503 ``replica_busy``) while this replica is overloaded. Every
     face's ``start_run`` asks; a face with work to do before it (the OpenAI face imports
     a transcript) asks first, so a refusal leaves nothing behind."""
     load = svc.load
-    if load is not None and (reason := load.refusal()) is not None:
+    if load is not None and (reason := load.refusal(new_run=new_run)) is not None:
         load.refused_for(reason)
         raise replica_busy(_BUSY[reason])
 
@@ -92,7 +92,7 @@ async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str
         raise too_many_runs() from None
     except ReplicaFull as exc:
         if svc.load is not None:
-            svc.load.refused_for("live_runs")
+            svc.load.refused_for(exc.reason)
         raise replica_busy(str(exc)) from None
     except ConversationBusy:
         raise HTTPProblem(
