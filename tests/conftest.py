@@ -182,29 +182,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             callspec is not None and any(v == "postgres" for v in callspec.params.values() if isinstance(v, str))
         ):
             item.add_marker("postgres")
-    items[:] = _heavy_modules_first(items)
-
-
-#: The marks of the tests `make test-fast` leaves out: they are the long ones (servers in
-#: subprocesses, replicas, PostgreSQL corpora, a browser, npm), the rest take ~0.1 s each.
-_HEAVY = ("slow", "postgres", "browser", "node")
-
-
-def _heavy_modules_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """The collection reordered so that the modules with long tests come first: modules
-    with a ``slow`` test, then those with another heavy mark, then the rest, each group
-    in the usual order and every module kept whole (its module-scoped fixtures are set up
-    once). pytest-xdist hands tests out in collection order and cannot move one a worker
-    already holds, so the order decides the run's tail: alphabetically the replica and
-    worker suites (``test_workers*``, minutes of subprocess tests) came last, one worker
-    still busy with them while the other sat idle. Longest first, the tail is ~0.1 s unit
-    tests that even out across workers. The order is a pure function of the collection,
-    so every xdist worker computes the same one (xdist requires it)."""
-    rank: dict[str, int] = {}
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        marks = {m.name for m in item.iter_markers()}
-        item_rank = 0 if "slow" in marks else 1 if marks & set(_HEAVY) else 2
-        rank[module] = min(rank.get(module, 2), item_rank)
-    order = {id(item): i for i, item in enumerate(items)}
-    return sorted(items, key=lambda item: (rank[item.nodeid.split("::", 1)[0]], order[id(item)]))
