@@ -64,6 +64,9 @@ class GraphJob:
     #: Drop only those still invalid (the repair's leftovers: another replica may have
     #: built one of them whole since they were read).
     only_invalid: bool = False
+    #: Drop only while this bucket is still gone: a bucket of that name made again
+    #: since has rows the graph (a partial index on the name) indexes, as its own.
+    gone_bucket: str | None = None
     waiters: list[asyncio.Future[bool]] = field(default_factory=list)
 
     @property
@@ -175,7 +178,9 @@ class GraphBuildQueue:
         connection is still busy with the cancelled statement here."""
         await self._lock(conn)
         try:
-            if job.drop:
+            if job.drop and job.gone_bucket is not None and await _bucket_exists(conn, job.gone_bucket):
+                outcome = False
+            elif job.drop:
                 for name in job.drop:
                     if not (job.only_invalid and await index_state(conn, name) is not False):
                         await conn.execute(drop_ddl(name))
@@ -268,3 +273,9 @@ class GraphBuildQueue:
 
 
 __all__ = ["APPLICATION_NAME", "DDL_LOCK", "GraphBuildQueue", "GraphJob"]
+
+
+async def _bucket_exists(conn: Conn, bucket: str) -> bool:
+    cur = await conn.execute("SELECT EXISTS (SELECT 1 FROM kb_buckets WHERE name = %s)", (bucket,))
+    row = await cur.fetchone()
+    return bool(row and row[0])

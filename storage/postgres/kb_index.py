@@ -218,8 +218,9 @@ class PostgresKBIndex(SqlKBIndex):
     async def delete_bucket(self, name: str) -> list[str] | None:
         """The bucket's graphs go with it (after its rows, in a transaction of their own:
         a graph left by a crash in between indexes no row, and is taken up again if a
-        bucket of that name comes back). Dropped concurrently (``kb_graph_builds``): a
-        build under way is waited for, writers are not held."""
+        bucket of that name comes back). Dropped concurrently in the background
+        (``kb_graph_builds``): the delete waits for no build under way, and writers are
+        not held."""
         gone = await super().delete_bucket(name)
         if gone is not None:
             await self._graphs.drop(name)

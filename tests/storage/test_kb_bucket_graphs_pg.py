@@ -102,6 +102,7 @@ async def test_a_bucket_gets_its_graph_past_the_threshold_and_loses_it_with_the_
     )
     assert rows == [(70,)]
     assert await kb.delete_bucket("alpha") is not None
+    await asyncio.wait_for(kb.graph_builds_done(), 60)  # the drop runs in the background
     assert await _graphs(storage) == set()
     got = await kb.vector_candidates(_unit(rng.normal(size=DIM)), "m", KBScope("beta"), 5)
     assert len(got.ids) == 5
@@ -393,6 +394,7 @@ async def test_a_bucket_another_replica_deleted_gets_its_graph_again_when_it_gro
     try:
         await asyncio.wait_for(other.kb_index.graph_repair(), 60)
         assert await other.kb_index.delete_bucket("big") is not None
+        await asyncio.wait_for(other.kb_index.graph_builds_done(), 60)  # the drop runs in the background
     finally:
         await other.close()
     assert await _graphs(storage) == set()
