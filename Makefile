@@ -46,10 +46,13 @@ dev: install
 PRODUCT := events client app llm toolindex storage agenttools knowledge prompts backend
 # The whole suite on two pytest-xdist workers (the machine's two cores): about 6.5 minutes
 # where one process takes 12.5; every test keeps its own ports, files and databases.
+# PYTEST_ARGS adds options to either target, e.g. `make test PYTEST_ARGS=--durations=40`
+# to see where the time goes.
+PYTEST_ARGS ?=
 test: install
 	$(BIN)/ruff check $(PRODUCT)
 	$(BIN)/mypy $(PRODUCT)
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n 2
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n 2 $(PYTEST_ARGS)
 
 # The inner loop: the suite without the tests marked slow, postgres, browser or node
 # (markers in pyproject.toml, tests/conftest.py); `make test` still runs everything.
@@ -58,7 +61,7 @@ test: install
 # (pytest-xdist), one per core: 84 s wall for ~1,700 tests on this 2-core machine, idle.
 FAST := not slow and not postgres and not browser and not node
 test-fast: install
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n 2 -m "$(FAST)"
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n 2 -m "$(FAST)" $(PYTEST_ARGS)
 
 # The peer server of bench/langgraph_peer.py, in a virtualenv of its own (its pins clash
 # with the dev tools'): `langgraph dev` on the in-memory runtime.
