@@ -187,7 +187,10 @@ class GraphUpkeep(GraphBuildQueue):
 
     # ------------------------------------------------------------------ close
     async def stop(self) -> None:
-        """Cancel the repair and every build (on the server too); wait for them to end."""
+        """Cancel the repair and every build (on the server too); wait for them to end.
+        A build asked for afterwards (a write finishing during the close) is not started:
+        its worker would open a connection nobody closes; the next open's repair builds it."""
+        self._stopped = True
         for attr in ("_repair", "_worker"):
             task = getattr(self, attr)
             setattr(self, attr, None)

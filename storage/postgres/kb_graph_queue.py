@@ -105,6 +105,8 @@ class GraphBuildQueue:
         #: The job this process runs now, and the graphs whose last build failed (why).
         self._running: GraphJob | None = None
         self.failed: dict[tuple[int, str], str] = {}
+        #: Set by ``GraphUpkeep.stop`` (the storage's close): no new worker after it.
+        self._stopped = False
 
     # ------------------------------------------------------------------ the worker
     def request(self, dim: int, bucket: str) -> asyncio.Future[bool]:
@@ -116,6 +118,9 @@ class GraphBuildQueue:
     def _queue(self, job: GraphJob) -> asyncio.Future[bool]:
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         fut.add_done_callback(_quiet)
+        if self._stopped:
+            fut.set_result(False)  # not built here: the next open's repair builds it
+            return fut
         self._jobs.setdefault(job.key, job).waiters.append(fut)
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._work(), name="kb-graph-builds")

@@ -101,3 +101,16 @@ async def test_a_pending_drop_leaves_a_bucket_made_again_with_its_graph(
         await other.close()
     await asyncio.wait_for(kb.graph_builds_done(), 60)
     assert await _state(observer, "big") is True
+
+
+async def test_a_build_asked_for_after_close_starts_no_worker(storage: PostgresStorage) -> None:  # noqa: F811
+    """A write finishing while the storage closes asks for its graph after the builds
+    were stopped: no worker (and no connection nobody would close) is started for it."""
+    from storage.postgres import open_postgres_storage
+
+    other = await open_postgres_storage(storage.db.url)
+    await asyncio.wait_for(other.close(), 30)
+    upkeep = other.kb_index._graphs
+    asked = upkeep.request(12, "late")
+    assert asked.done() and asked.result() is False
+    assert upkeep._worker is None
