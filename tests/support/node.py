@@ -3,12 +3,16 @@
 A directory with ``package.json`` + ``package-lock.json`` (``tests/js``,
 ``clients/typescript``) gets ``npm ci`` when its ``node_modules`` is missing or older
 than the lock, the way the browser test installs Chromium: nothing is downloaded that
-the lock does not name, and a second call in the same checkout costs a ``stat``.
+the lock does not name, and a second call in the same checkout costs a ``stat``. The
+install runs under a file lock: pytest-xdist's workers may ask at once, and ``npm ci``
+first deletes ``node_modules`` — a second install would pull the packages out from under
+a script the first worker already runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import shutil
 import subprocess
 from pathlib import Path
@@ -36,15 +40,18 @@ def npm_ci(package_dir: Path) -> str:
             pytrace=False,
         )
     if not _installed(package_dir):
-        done = subprocess.run(
-            [npm_bin, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=package_dir,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        if done.returncode != 0:
-            pytest.fail(f"npm ci in {package_dir} failed:\n{done.stdout}\n{done.stderr}", pytrace=False)
+        with open(package_dir / ".npm-ci.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another worker's install: wait for it (bounded by its timeout)
+            if not _installed(package_dir):
+                done = subprocess.run(
+                    [npm_bin, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                    cwd=package_dir,
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
+                if done.returncode != 0:
+                    pytest.fail(f"npm ci in {package_dir} failed:\n{done.stdout}\n{done.stderr}", pytrace=False)
     return node_bin
 
 
