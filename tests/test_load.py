@@ -11,7 +11,10 @@ is certain, and the test waits on the monitor's sample count, never on the clock
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -172,51 +175,79 @@ async def test_live_runs_and_model_streams_are_shown(settings: Settings) -> None
                     await asyncio.sleep(0.01)
 
 
+@dataclasses.dataclass
+class HeldModel:
+    """A served app on the fake Ollama (through the app's own provider and model pool),
+    whose answers hold after their first token until ``release`` is set."""
+
+    client: httpx.AsyncClient
+    app: Any
+    fake: FakeOllama
+    load: ReplicaLoad
+    release: asyncio.Event
+
+    async def first_run_holds_a_connection(self) -> None:
+        async with asyncio.timeout(30):
+            await self.fake.stream_started.wait()
+            while self.load.model_connections() < 1:
+                await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def held_model(settings: Settings, connections: int) -> AsyncIterator[HeldModel]:
+    """``HeldModel`` with a model pool of ``connections`` (the setting under test); on
+    the way out the answers are released and every run is waited for, bounded."""
+    release = asyncio.Event()
+    fake = FakeOllama(lambda _body: [Text("working "), Hold(release), Text("done")])
+    async with running_fake(fake.app) as url:
+        cfg = settings.with_(ollama_host=url, ollama_model="llama3.2:latest", llm_max_connections=connections)
+        async with running_app(cfg) as (base, app), httpx.AsyncClient(base_url=base, timeout=30) as client:
+            load: ReplicaLoad = app.state.services.load
+            try:
+                yield HeldModel(client, app, fake, load, release)
+            finally:
+                release.set()
+                async with asyncio.timeout(60):
+                    while load.live_runs():
+                        await asyncio.sleep(0.02)
+
+
 async def test_a_full_model_pool_refuses_new_runs_instead_of_making_them_wait(settings: Settings) -> None:
     """A run started while the replica carries a live run for each connection to the
     model would wait at the pool's gate for another run's whole answer before its first
     token: it gets 503 ``replica_busy`` with ``Retry-After`` instead, on every face, and
     is admitted again once a run has ended. Through the app's own Ollama provider and its
     pool (the setting under test: one connection)."""
-    release = asyncio.Event()
-    fake = FakeOllama(lambda _body: [Text("working "), Hold(release), Text("done")])
-    async with running_fake(fake.app) as url:
-        cfg = settings.with_(ollama_host=url, ollama_model="llama3.2:latest", llm_max_connections=1)
-        async with running_app(cfg) as (base, app):
-            load: ReplicaLoad = app.state.services.load
-            assert app.state.services.agent.provider.name == "ollama"
-            async with httpx.AsyncClient(base_url=base, timeout=30) as client:
-                live = await client.post("/v1/agent/runs", json=FACES[1][2])
-                assert live.status_code == 201, live.text
-                async with asyncio.timeout(30):  # the run holds the pool's one connection
-                    await fake.stream_started.wait()
-                    while load.model_connections() < 1:
-                        await asyncio.sleep(0.01)
-                for method, path, body in FACES:
-                    answer = await client.request(method, path, json=body)
-                    assert answer.status_code == 503, (path, answer.text)
-                    assert answer.headers.get("retry-after") == "2", path
-                    assert "replica_busy" in answer.text and "AGENT_LLM_MAX_CONNECTIONS" in answer.text, answer.text
-                shown = (await client.get("/readyz")).json()["load"]
-                assert shown["model_connections"] == 1 and shown["max_model_connections"] == 1
-                assert shown["accepting"] is False and shown["refused"]["model_pool"] == len(FACES)
-                metrics = (await client.get("/metrics")).text
-                assert metric(metrics, 'agentchat_runs_refused_total{reason="model_pool"}') == len(FACES)
-                assert metric(metrics, "agentchat_model_connections") == 1
-                assert [r.id for r in await app.state.services.run_store.unfinished()] == [live.json()["run_id"]]
+    async with held_model(settings, 1) as held:
+        client, load = held.client, held.load
+        live = await client.post("/v1/agent/runs", json=FACES[1][2])
+        assert live.status_code == 201, live.text
+        await held.first_run_holds_a_connection()
+        for method, path, body in FACES:
+            answer = await client.request(method, path, json=body)
+            assert answer.status_code == 503, (path, answer.text)
+            assert answer.headers.get("retry-after") == "2", path
+            assert "replica_busy" in answer.text and "AGENT_LLM_MAX_CONNECTIONS" in answer.text, answer.text
+        shown = (await client.get("/readyz")).json()["load"]
+        assert shown["model_connections"] == 1 and shown["max_model_connections"] == 1
+        assert shown["accepting"] is False and shown["refused"]["model_pool"] == len(FACES)
+        metrics = (await client.get("/metrics")).text
+        assert metric(metrics, 'agentchat_runs_refused_total{reason="model_pool"}') == len(FACES)
+        assert metric(metrics, "agentchat_model_connections") == 1
+        assert [r.id for r in await held.app.state.services.run_store.unfinished()] == [live.json()["run_id"]]
 
-                release.set()
-                async with (
-                    asyncio.timeout(30),
-                    client.stream("GET", f"/v1/agent/runs/{live.json()['run_id']}/events") as stream,
-                ):
-                    async for _ in stream.aiter_lines():
-                        pass
-                async with asyncio.timeout(30):  # the run ended: its slot is free
-                    while load.live_runs():
-                        await asyncio.sleep(0.01)
-                again = await client.post("/v1/agent/runs", json=FACES[1][2])
-                assert again.status_code == 201, again.text
+        held.release.set()
+        async with (
+            asyncio.timeout(30),
+            client.stream("GET", f"/v1/agent/runs/{live.json()['run_id']}/events") as stream,
+        ):
+            async for _ in stream.aiter_lines():
+                pass
+        async with asyncio.timeout(30):  # the run ended: its slot is free
+            while load.live_runs():
+                await asyncio.sleep(0.01)
+        again = await client.post("/v1/agent/runs", json=FACES[1][2])
+        assert again.status_code == 201, again.text
 
 
 def test_the_decision_needs_the_lag_to_stay_over_the_limit() -> None:
@@ -290,27 +321,13 @@ async def test_a_burst_of_new_runs_is_admitted_only_up_to_the_model_pool(setting
     claimed atomically by admission (``app/runs/admission.py``), so exactly the pool's
     size is admitted and the rest get 503 ``replica_busy`` (found in review: a check of
     the connections in use admitted the whole burst, which then waited at the gate)."""
-    release = asyncio.Event()
-    fake = FakeOllama(lambda _body: [Text("working "), Hold(release), Text("done")])
-    async with running_fake(fake.app) as url:
-        cfg = settings.with_(ollama_host=url, ollama_model="llama3.2:latest", llm_max_connections=2)
-        async with running_app(cfg) as (base, app):
-            load: ReplicaLoad = app.state.services.load
-            async with httpx.AsyncClient(base_url=base, timeout=30) as client:
-                try:
-                    async with asyncio.timeout(60):
-                        answers = await asyncio.gather(
-                            *(client.post("/v1/agent/runs", json=FACES[1][2]) for _ in range(8))
-                        )
-                    statuses = sorted(a.status_code for a in answers)
-                    assert statuses == [201, 201] + [503] * 6, statuses
-                    assert all(a.json()["error"] == "replica_busy" for a in answers if a.status_code == 503)
-                    assert load.refused["model_pool"] == 6
-                finally:
-                    release.set()
-                    async with asyncio.timeout(60):
-                        while load.live_runs():
-                            await asyncio.sleep(0.02)
+    async with held_model(settings, 2) as held:
+        async with asyncio.timeout(60):
+            answers = await asyncio.gather(*(held.client.post("/v1/agent/runs", json=FACES[1][2]) for _ in range(8)))
+        statuses = sorted(a.status_code for a in answers)
+        assert statuses == [201, 201] + [503] * 6, statuses
+        assert all(a.json()["error"] == "replica_busy" for a in answers if a.status_code == 503)
+        assert held.load.refused["model_pool"] == 6
 
 
 async def test_an_upload_is_not_refused_for_a_full_model_pool(settings: Settings) -> None:
@@ -319,24 +336,9 @@ async def test_an_upload_is_not_refused_for_a_full_model_pool(settings: Settings
     review: it was refused, saying every connection to the model is in use)."""
     from tests.test_attachment_overload import upload
 
-    release = asyncio.Event()
-    fake = FakeOllama(lambda _body: [Text("working "), Hold(release), Text("done")])
-    async with running_fake(fake.app) as url:
-        cfg = settings.with_(ollama_host=url, ollama_model="llama3.2:latest", llm_max_connections=1)
-        async with running_app(cfg) as (base, app):
-            load: ReplicaLoad = app.state.services.load
-            async with httpx.AsyncClient(base_url=base, timeout=30) as client:
-                try:
-                    live = await client.post("/v1/agent/runs", json=FACES[1][2])
-                    assert live.status_code == 201, live.text
-                    async with asyncio.timeout(30):
-                        await fake.stream_started.wait()
-                        while load.model_connections() < 1:
-                            await asyncio.sleep(0.01)
-                    answer = await upload(client, "pool-full-chat")
-                    assert answer.status_code == 201, answer.text
-                finally:
-                    release.set()
-                    async with asyncio.timeout(60):
-                        while load.live_runs() or load.model_connections():
-                            await asyncio.sleep(0.02)
+    async with held_model(settings, 1) as held:
+        live = await held.client.post("/v1/agent/runs", json=FACES[1][2])
+        assert live.status_code == 201, live.text
+        await held.first_run_holds_a_connection()
+        answer = await upload(held.client, "pool-full-chat")
+        assert answer.status_code == 201, answer.text
