@@ -30,6 +30,21 @@ from tests.test_cap_error_order import code, native, openai, ui
 POOL_TIMEOUT_S = 1.0
 
 
+def budget_settings(url: str, tmp_path: Path) -> Settings:
+    """The app on PostgreSQL at ``url`` with a request storage budget of
+    ``POOL_TIMEOUT_S`` (the setting under test), offline and without the sample KB."""
+    return Settings.from_env({
+        "AGENT_DATABASE_URL": url,
+        "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789",  # PostgreSQL: a key the database does not hold
+        "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
+        "AGENT_DB_POOL_TIMEOUT_S": str(POOL_TIMEOUT_S),
+        "AGENT_INGEST_SAMPLE_KB": "false",
+        "AGENT_EMBEDDER": "hashing",
+        "AGENT_LLM_PROVIDER": "extractive",
+        "OLLAMA_HOST": "http://127.0.0.1:9",
+    })
+
+
 @pytest.fixture
 async def relayed_url(pg_server: TestPostgres) -> AsyncIterator[tuple[str, CuttableRelay]]:
     with pg_server.database() as url:
@@ -43,16 +58,7 @@ async def test_an_outage_longer_than_the_pool_timeout_is_503_everywhere(
     relayed_url: tuple[str, CuttableRelay], tmp_path: Path
 ) -> None:
     url, relay = relayed_url
-    settings = Settings.from_env({
-        "AGENT_DATABASE_URL": url,
-        "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789",  # PostgreSQL: a key the database does not hold
-        "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
-        "AGENT_DB_POOL_TIMEOUT_S": str(POOL_TIMEOUT_S),  # the setting under test
-        "AGENT_INGEST_SAMPLE_KB": "false",
-        "AGENT_EMBEDDER": "hashing",
-        "AGENT_LLM_PROVIDER": "extractive",
-        "OLLAMA_HOST": "http://127.0.0.1:9",
-    })
+    settings = budget_settings(url, tmp_path)
     body = {"message": "How do I resume a stream?", "context_type": "knowledge"}
     async with (
         running_app(settings, provider=ExtractiveProvider()) as (base, app),
@@ -110,16 +116,7 @@ async def test_a_request_not_yet_acknowledged_waits_one_budget_for_all_its_stora
     back to the replica's own count, and says so; nothing is stored that a client was
     told was not."""
     url, relay = relayed_url
-    settings = Settings.from_env({
-        "AGENT_DATABASE_URL": url,
-        "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789",
-        "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
-        "AGENT_DB_POOL_TIMEOUT_S": str(POOL_TIMEOUT_S),  # the setting under test: the request's budget
-        "AGENT_INGEST_SAMPLE_KB": "false",
-        "AGENT_EMBEDDER": "hashing",
-        "AGENT_LLM_PROVIDER": "extractive",
-        "OLLAMA_HOST": "http://127.0.0.1:9",
-    })
+    settings = budget_settings(url, tmp_path)
     write_retry_s = settings.db_write_retry_s
     assert write_retry_s > 2 * POOL_TIMEOUT_S, "the default write retry must outlast the budget for this test to tell"
     body = {"message": "How do I resume a stream?", "context_type": "knowledge"}
@@ -189,16 +186,7 @@ async def test_a_request_naming_buckets_is_503_within_the_budget_on_every_face(
     own error shape, never 500 and never after the write retry. Nothing is stored, and
     once the database is back the same named bucket scopes a run that completes."""
     url, relay = relayed_url
-    settings = Settings.from_env({
-        "AGENT_DATABASE_URL": url,
-        "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789",
-        "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
-        "AGENT_DB_POOL_TIMEOUT_S": str(POOL_TIMEOUT_S),  # the setting under test: the request's budget
-        "AGENT_INGEST_SAMPLE_KB": "false",
-        "AGENT_EMBEDDER": "hashing",
-        "AGENT_LLM_PROVIDER": "extractive",
-        "OLLAMA_HOST": "http://127.0.0.1:9",
-    })
+    settings = budget_settings(url, tmp_path)
     write_retry_s = settings.db_write_retry_s
     assert write_retry_s > 2 * POOL_TIMEOUT_S, "the default write retry must outlast the budget for this test to tell"
     known = {"buckets": ["handbook"]}
@@ -294,16 +282,7 @@ async def test_a_read_kept_waiting_by_a_lock_is_503_within_the_budget(
     lock_timeout_s = PostgresOptions().lock_timeout_ms / 1000
     assert lock_timeout_s >= 4 * POOL_TIMEOUT_S, "the lock timeout must outlast the budget for this test to tell"
     with pg_server.database() as url:
-        settings = Settings.from_env({
-            "AGENT_DATABASE_URL": url,
-            "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789",
-            "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
-            "AGENT_DB_POOL_TIMEOUT_S": str(POOL_TIMEOUT_S),  # the setting under test: the request's budget
-            "AGENT_INGEST_SAMPLE_KB": "false",
-            "AGENT_EMBEDDER": "hashing",
-            "AGENT_LLM_PROVIDER": "extractive",
-            "OLLAMA_HOST": "http://127.0.0.1:9",
-        })
+        settings = budget_settings(url, tmp_path)
         async with (
             running_app(settings, provider=ExtractiveProvider()) as (base, app),
             httpx.AsyncClient(base_url=base, timeout=6 * lock_timeout_s) as client,
