@@ -236,9 +236,9 @@ class PostgresDatabase(QueuedWrites):
         self, fn: Callable[[Conn], Awaitable[T]], pool_wait: float, deadline: float | None = None
     ) -> T:
         async with self.pool.connection(timeout=pool_wait) as conn, conn.transaction():
-            if (
-                deadline is not None
-                and (left_ms := int((deadline - time.monotonic()) * 1000)) < self.opts.lock_timeout_ms
+            session_ms = self.opts.lock_timeout_ms  # 0: the session waits for locks without limit
+            if deadline is not None and (
+                (left_ms := int((deadline - time.monotonic()) * 1000)) < session_ms or not session_ms
             ):
                 # A request not yet acknowledged waits for a lock (a table held by a
                 # migration, a VACUUM FULL) only as long as its budget has left, not the
