@@ -32,9 +32,10 @@ $(BENCH_STAMP): $(STAMP)
 
 # The embedded default: the reference backend beside the agent, the sample knowledge
 # base ingested on first start, and whichever model is reachable (Gemini with a key,
-# a local Ollama with the model pulled, else the offline extractive provider).
+# a local Ollama with the model pulled, else the offline extractive provider). Logs as
+# text for the terminal; `agentchat serve` alone (containers, systemd) writes JSON lines.
 run: install
-	$(BIN)/agentchat serve
+	AGENT_LOG_FORMAT=$${AGENT_LOG_FORMAT:-text} $(BIN)/agentchat serve
 
 # Against a local Ollama: `ollama pull qwen3:4b && ollama pull nomic-embed-text` first.
 dev: install

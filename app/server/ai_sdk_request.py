@@ -16,10 +16,15 @@ from typing import Annotated, Any, Literal, get_args
 import msgspec
 from msgspec import Meta
 
-from app.config import CONTEXT_TYPES
 from app.runs.records import ChatInput
 from app.server.body_structs import body_schema, decode_fields
-from app.server.chat_request import CONVERSATION_ID, CONVERSATION_ID_RULE, ContextType, ConversationId
+from app.server.chat_request import (
+    CONVERSATION_ID,
+    CONVERSATION_ID_RULE,
+    ContextType,
+    ConversationId,
+    context_type_problem,
+)
 from app.server.problems import HTTPProblem
 from llm.types import Message
 from storage.records import MULTITASK_POLICIES, MultitaskPolicy
@@ -153,9 +158,7 @@ def parse_body(body: dict[str, Any], *, max_message_chars: int) -> tuple[ChatInp
         if name == "messages":
             return HTTPProblem(400, "invalid_field", "messages must be a non-empty array of UI messages")
         if name == "context_type":
-            return HTTPProblem(
-                400, "unknown_context_type", f"context_type must be one of {', '.join(CONTEXT_TYPES)}; got {raw!r}"
-            )
+            return context_type_problem(raw)
         if name == "context":
             return HTTPProblem(400, "invalid_field", "context must be a JSON object")
         return HTTPProblem(400, "invalid_field", f"multitask must be one of {', '.join(MULTITASK_POLICIES)}")

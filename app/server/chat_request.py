@@ -66,6 +66,15 @@ def chat_request_schema(max_message_chars: int) -> dict[str, Any]:
     return body_schema(ChatRequest, {"message": {"maxLength": max_message_chars}})
 
 
+def context_type_problem(raw: Any) -> HTTPProblem:
+    """The 400 for a missing or unknown ``context_type``, naming the choices, on every face
+    that takes one (a missing one is "required", not "got None")."""
+    choices = ", ".join(CONTEXT_TYPES)
+    if raw is None or raw is ABSENT:
+        return HTTPProblem(400, "unknown_context_type", f"context_type is required: one of {choices}")
+    return HTTPProblem(400, "unknown_context_type", f"context_type must be one of {choices}; got {raw!r}")
+
+
 def parse_chat_input(body: dict[str, Any], *, max_message_chars: int) -> ChatInput:
     """The run's input, or the 400 of the first field (in ``ChatRequest``'s order) at fault."""
 
@@ -77,10 +86,7 @@ def parse_chat_input(body: dict[str, Any], *, max_message_chars: int) -> ChatInp
                 return HTTPProblem(400, "invalid_field", "message must be a string")
             return HTTPProblem(400, "invalid_field", "message must not be empty")
         if name == "context_type":
-            got = None if raw is ABSENT else raw
-            return HTTPProblem(
-                400, "unknown_context_type", f"context_type must be one of {', '.join(CONTEXT_TYPES)}; got {got!r}"
-            )
+            return context_type_problem(raw)
         if name == "context":
             return HTTPProblem(400, "invalid_field", "context must be a JSON object")
         if name == "conversation_id":

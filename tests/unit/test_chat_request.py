@@ -30,7 +30,7 @@ def test_the_literal_types_are_the_settings_tuples() -> None:
         ({"conversation_id": "a\n", "context_type": "bad", "message": "hi"}, "unknown_context_type",
          "context_type must be one of workflow, tables, knowledge; got 'bad'"),
         ({"message": "hi"}, "unknown_context_type",
-         "context_type must be one of workflow, tables, knowledge; got None"),
+         "context_type is required: one of workflow, tables, knowledge"),
         ({"multitask": None, "conversation_id": "a\n", "context_type": "tables", "message": "hi"}, "invalid_field",
          "conversation_id must be 1-128 characters of letters, digits, '_', '-', '.', ':'"),
         ({"multitask": None, "context_type": "tables", "message": "hi"}, "invalid_field",
