@@ -5,6 +5,11 @@ the model learns what is wrong before the user sees anything. Issues are plain d
 ``{"field", "message", "code"}`` (warnings without ``code``); the preview event turns them
 into ``"<field>: <message>"`` strings. Type mistakes (a string where a number belongs) are
 reported as errors instead of crashing, like the original's strict decoding.
+
+A column's date format is judged by the backend's own check (``backend.date_formats``, the
+one module of ``backend`` the agent imports): the tool and the backend's write must not
+disagree about it, as in the Go original, where both ran ``ValidateConfig`` from one package
+(``business/sdk/tablebuilder``).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from backend.date_formats import date_format_problem
 
 __all__ = ["COLUMN_VISUAL_TYPES", "IDENT_RE", "ConfigReport", "validate_table_config"]
 
@@ -35,17 +42,6 @@ EDITABLE_TYPES = ("text", "number", "checkbox", "boolean", "select", "date", "te
 ACTION_TYPES = ("link", "modal", "export", "print", "custom")
 PERMISSION_ACTIONS = ("view", "edit", "delete", "export", "create", "adjust", "approve", "reject")
 
-_GO_LAYOUT_MARKERS = (
-    "2006", "01-", "-01-", "-01", "/01/", "01/", "/01", "-02", "02-", "-02-", "/02/", "02/", "/02",
-    " 15:", "T15:", ":04:", ":04", ":05",
-)
-_DATE_TOKENS = sorted(
-    ("yyyy", "yy", "MMMM", "MMM", "MM", "M", "dd", "d", "do", "EEEE", "EEE", "E", "HH", "H", "hh", "h",
-     "mm", "m", "ss", "s", "a", "aaa", "z", "zzz"),
-    key=len,
-    reverse=True,
-)
-_DATE_SEPARATORS = set("-/. :,T'")
 _EXPR_HELPERS = {"ceil", "floor", "round", "now", "daysUntil", "daysSince", "isOverdue", "hasValue"}
 _EXPR_LITERALS = {"true", "false", "null", "nil"}
 _EXPR_METHODS = {"toFixed", "toString", "toUpperCase", "toLowerCase"}
@@ -121,27 +117,6 @@ def _enum(r: ConfigReport, value: str, allowed: Iterable[str], where: str) -> No
 def _ident(r: ConfigReport, value: str, where: str) -> None:
     if value and not IDENT_RE.match(value):
         r.error(where, f"{value!r} is not a valid column identifier", "INVALID_FORMAT")
-
-
-def _date_format_problem(fmt: str) -> str | None:
-    for marker in _GO_LAYOUT_MARKERS:
-        if marker in fmt:
-            return f"{fmt!r} looks like a Go layout; use date-fns tokens such as yyyy-MM-dd"
-    i = 0
-    while i < len(fmt):
-        ch = fmt[i]
-        if ch == "'":
-            end = fmt.find("'", i + 1)
-            i = len(fmt) if end < 0 else end + 1
-            continue
-        if ch in _DATE_SEPARATORS:
-            i += 1
-            continue
-        token = next((t for t in _DATE_TOKENS if fmt.startswith(t, i)), None)
-        if token is None:
-            return f"{fmt!r} contains {ch!r}, which is not a date-fns token (yyyy, MM, dd, HH, mm, ss, …)"
-        i += len(token)
-    return None
 
 
 def _field_name(col: dict[str, Any]) -> str:
@@ -337,7 +312,7 @@ def _check_visual_column(r: ConfigReport, key: str, col: dict[str, Any]) -> None
         _nonneg(r, fmt, "precision", f"{path}.format")
         if ftype in ("date", "datetime"):
             pattern = _str(r, fmt, "format", f"{path}.format")
-            problem = _date_format_problem(pattern) if pattern else None
+            problem = date_format_problem(pattern) if pattern else None
             if problem:
                 r.error(f"{path}.format.format", problem, "INVALID_FORMAT")
     if ctype == "datetime" and not (fmt and fmt.get("format")):
