@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import random
+import re
+import string
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import pytest_asyncio
 
@@ -31,10 +36,12 @@ from backend.date_formats import date_format_problem
 from backend.seed import ALICE_ID, TABLE_CONFIGS
 from storage.sqlite import open_sqlite_storage
 from tests.support.events import wire
+from tests.support.node import NodeScript, npm_ci
 from tests.support.server import serve_app
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
+ORACLE_DIR = Path(__file__).parent / "date_fns"
 FIELD = "visual_settings.columns.updated_date.format.format"
 
 # What date-fns' format accepts: its tokens, quoted text ('' a quote), any other
@@ -161,3 +168,45 @@ async def test_the_agent_loads_the_check_without_the_backend_app() -> None:
             await proc.wait()
     assert proc.returncode == 0, err.decode()
     assert out.decode().split() == ["backend", "backend.date_formats"]
+
+
+def random_formats(count: int) -> list[str]:
+    """Formats made of every Latin letter, digits, punctuation, quotes and common tokens,
+    the same ones every run."""
+    rng = random.Random(20261127)
+    pieces = [*string.ascii_letters, *"0123456789-/.:, _'()%年", "yyyy", "MM", "dd", "HH", "mm", "''", "'at'", "do"]
+    return sorted({"".join(rng.choice(pieces) for _ in range(rng.randint(1, 7))) for _ in range(count)})
+
+
+async def test_date_fns_itself_accepts_what_the_check_accepts() -> None:
+    """The real date-fns (tests/date_fns, pinned) is the oracle: no format accepted here
+    makes its ``format`` throw, and every one refused as "not a date-fns token" or as a
+    token date-fns refuses does make it throw. (Refused mistakes date-fns would print —
+    Go layouts, timestamps, open quotes — are left out; so is a long format followed by
+    ``o``, which English expands into ``…yo``, a valid ordinal.)"""
+    node = npm_ci(ORACLE_DIR)
+    formats = random_formats(6000)
+    proc = await asyncio.create_subprocess_exec(
+        node, str(ORACLE_DIR / "format_check.mjs"), cwd=ORACLE_DIR,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    script = NodeScript(proc)
+    try:
+        await script.send(orjson.dumps(formats).decode())
+        records = await script.finish(timeout=60)
+    finally:
+        script.kill()
+    verdicts = {r["format"]: r for r in records if r["kind"] == "result"}
+    assert sorted(verdicts) == formats
+    accepted_but_throws: list[tuple[str, str]] = []
+    refused_but_formats: list[tuple[str, str]] = []
+    for fmt in formats:
+        problem, verdict = date_format_problem(fmt), verdicts[fmt]
+        if problem is None and not verdict["ok"]:
+            accepted_but_throws.append((fmt, verdict["error"]))
+        refused_as_date_fns = problem is not None and ("is not a date-fns token" in problem or "refuses it" in problem)
+        if refused_as_date_fns and verdict["ok"] and not re.search(r"[Pp]o", fmt):
+            refused_but_formats.append((fmt, str(problem)))
+    assert not accepted_but_throws, accepted_but_throws[:20]
+    assert not refused_but_formats, refused_but_formats[:20]
+    assert sum(date_format_problem(f) is None for f in formats) > 500  # the sample holds valid formats too
