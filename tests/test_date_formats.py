@@ -31,6 +31,7 @@ from agenttools.core.catalog import build_catalog
 from agenttools.core.drafts import Drafts
 from agenttools.core.registry import ToolContext, ToolOutcome, ToolRegistry
 from agenttools.core.tool_support import WorkflowToolDeps
+from agenttools.tables.tools import TABLE_REFERENCE
 from backend import create_backend_app
 from backend.date_formats import date_format_problem
 from backend.seed import ALICE_ID, TABLE_CONFIGS
@@ -39,7 +40,7 @@ from tests.support.events import wire
 from tests.support.node import NodeScript, npm_ci
 from tests.support.server import serve_app
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")  # the async tests share the module's backend
 
 ORACLE_DIR = Path(__file__).parent / "date_fns"
 FIELD = "visual_settings.columns.updated_date.format.format"
@@ -116,6 +117,7 @@ def config_with(fmt: str) -> dict[str, Any]:
     return config
 
 
+@MODULE_LOOP
 @pytest.mark.parametrize("fmt", ACCEPTED)
 async def test_both_faces_accept(faces: Faces, fmt: str) -> None:
     assert date_format_problem(fmt) is None
@@ -129,6 +131,7 @@ async def test_both_faces_accept(faces: Faces, fmt: str) -> None:
     assert created.json()["config"]["visual_settings"]["columns"]["updated_date"]["format"]["format"] == fmt
 
 
+@MODULE_LOOP
 @pytest.mark.parametrize(("fmt", "says"), REFUSED)
 async def test_both_faces_refuse_with_the_same_message(faces: Faces, fmt: str, says: str) -> None:
     message = date_format_problem(fmt)
@@ -210,3 +213,16 @@ async def test_date_fns_itself_accepts_what_the_check_accepts() -> None:
     assert not accepted_but_throws, accepted_but_throws[:20]
     assert not refused_but_formats, refused_but_formats[:20]
     assert sum(date_format_problem(f) is None for f in formats) > 500  # the sample holds valid formats too
+
+
+def test_the_examples_the_model_reads_pass_the_check() -> None:
+    """The date formats shown to the model (discover_table_reference, the tables prompt)
+    are ones the check accepts, so following them never earns a refusal."""
+    shown = list(TABLE_REFERENCE["date_format_examples"].values())
+    rules = " ".join(TABLE_REFERENCE["validation_rules"])
+    prompt = (Path(__file__).parent.parent / "prompts" / "texts" / "tables_reference.md").read_text(encoding="utf-8")
+    line = next(line for line in prompt.splitlines() if line.startswith("- Date formats"))
+    shown += re.findall(r"`([^`]+)`", line)
+    shown += re.findall(r"(yyyy-MM-dd'T'HH:mm|dd\.MM\.yyyy 'at' HH:mm)", rules)
+    assert len(shown) >= 10, shown
+    assert {fmt: date_format_problem(fmt) for fmt in shown} == dict.fromkeys(shown)

@@ -83,7 +83,8 @@ TABLE_REFERENCE: dict[str, Any] = {
     },
     "validation_rules": [
         "Every visible column needs a type (" + ", ".join(COLUMN_VISUAL_TYPES) + ").",
-        "datetime columns need a date-fns format such as yyyy-MM-dd (not Go layouts like 2006-01-02).",
+        "datetime columns need a date-fns format such as yyyy-MM-dd (not Go layouts like 2006-01-02); "
+        "literal letters go in single quotes: yyyy-MM-dd'T'HH:mm, dd.MM.yyyy 'at' HH:mm.",
         "Column order is all or nothing: either every visible column has an order or none does.",
         "Hidden columns are exempt from the type and order rules.",
         "Filter operators must suit the column's type.",
