@@ -180,13 +180,14 @@ def _serving_line(host: str, port: int, extra: str = "") -> str:
 def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers: int, port: int) -> int:
     """``--workers N``: the reference backend once, then N serving processes on ``sock``
     (``app/cli/workers.py``); returns when they have all stopped."""
-    from app.cli.workers import Supervisor, worker_env
+    from app.cli.workers import Supervisor, stop_deadline_s, worker_env
 
     faulthandler.enable()
+    grace_s = settings.shutdown_grace_s if args.grace is None else args.grace
     with sock, _reference_backend(settings, args, port, "warning") as url:
         supervisor = Supervisor(
             sock, workers, worker_env(None, workers, url), grace=args.grace,
-            preexec=die_with_parent(),
+            preexec=die_with_parent(), stop_after_s=stop_deadline_s(grace_s),
         )
         return supervisor.run()
 

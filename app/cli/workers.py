@@ -16,6 +16,15 @@ once), restarts a worker that dies unasked (its runs are handed over by lease, a
 any crash, and the new worker is a new replica), and exits when all have stopped. A
 worker that cannot start at all stops the whole service (exit 3) rather than loop.
 
+The parent always exits within ``stop_after_s`` of the first signal (the workers' drain,
+``--grace``, plus ``STOP_MARGIN_S`` for their own close): a worker still running then —
+hung in its close, stopped (SIGSTOP), ignoring SIGTERM — is SIGKILLed and the parent
+exits 1. Its runs are durable: their leases lapse and the next process carries them on,
+as after any SIGKILL (``docs/scaling.md``). The signal handler only counts signals; the
+watch loop (woken at once through ``signal.set_wakeup_fd``) forwards them to every live
+worker it knows, so a worker started while a signal arrives — the first ones, or one
+being restarted — is signalled too, never missed.
+
 The parent also makes a private runtime directory for its workers (``AGENT_WORKERS_DIR``,
 removed when it exits) where each serves its ``/metrics`` figures to its siblings
 (``app/ops/worker_metrics.py``). Workers on one SQLite file meet beside the file anyway
@@ -28,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import shutil
 import signal
 import socket
@@ -51,6 +61,13 @@ WORKERS_DIR_ENV = "AGENT_WORKERS_DIR"
 #: Workers that die this many times within ``CRASH_WINDOW_S`` stop the service.
 MAX_CRASHES = 5
 CRASH_WINDOW_S = 60.0
+#: After the workers' drain (``--grace``), how long they may take to close (uvicorn's
+#: graceful shutdown, the background tasks' end, the storage's close) before SIGKILL.
+STOP_MARGIN_S = 30.0
+#: Exit code when a worker had to be SIGKILLed on the way out.
+KILLED_ON_STOP = 1
+#: At most this many SIGTERMs go to a worker: the first drains, the second stops it at once.
+MAX_FORWARDED = 2
 
 
 def worker_argv(fd: int, index: int, count: int, *, grace: float | None) -> list[str]:
@@ -80,10 +97,21 @@ class Supervisor:
     env: dict[str, str]
     grace: float | None = None
     preexec: Callable[[], None] | None = None
+    #: How long after the first SIGTERM/SIGINT the workers may run before SIGKILL
+    #: (``stop_deadline_s`` of their drain; 20 s is ``AGENT_SHUTDOWN_GRACE_S``'s default).
+    stop_after_s: float = 20.0 + STOP_MARGIN_S
     procs: list[subprocess.Popen[bytes] | None] = field(default_factory=list)
     stopping: bool = False
     crashes: list[float] = field(default_factory=list)
     restarts: int = 0
+    #: SIGTERM/SIGINT received (counted by the handler, forwarded by the watch loop).
+    signals: int = 0
+    #: ``time.monotonic()`` past which live workers are SIGKILLed (set by the first stop).
+    deadline: float | None = None
+    #: SIGTERMs sent to each worker, by pid.
+    forwarded: dict[int, int] = field(default_factory=dict)
+    #: Workers SIGKILLed on the way out (pids), for the exit code and the log.
+    killed: list[int] = field(default_factory=list)
 
     def spawn(self, index: int) -> subprocess.Popen[bytes]:
         fd = self.sock.fileno()
@@ -98,29 +126,51 @@ class Supervisor:
         log.info("worker started", extra={"worker": index, "pid": proc.pid})
         return proc
 
-    def forward(self, sig: int, frame: FrameType | None = None) -> None:
-        """SIGTERM/SIGINT: every worker drains (a second one stops them at once)."""
+    def signalled(self, sig: int, frame: FrameType | None = None) -> None:
+        """SIGTERM/SIGINT: counted only; the watch loop forwards it (``_forward``). Sending
+        from here would miss a worker whose ``Popen`` this signal interrupted (not yet in
+        ``procs``), and that worker would then keep the parent waiting for ever."""
+        self.signals += 1
+        self._begin_stop()
+
+    def _begin_stop(self) -> None:
         self.stopping = True
-        for proc in self.procs:
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM if sig == signal.SIGINT else sig)
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.stop_after_s
 
     def run(self) -> int:
-        with runtime_directory() as directory:
-            self.env = {**self.env, WORKERS_DIR_ENV: str(directory)}
-            self.sock.listen(2048)  # connections queue from now on, while the workers start
-            self.procs = [self.spawn(i) for i in range(self.count)]
-            previous = {s: signal.signal(s, self.forward) for s in (signal.SIGTERM, signal.SIGINT)}
-            try:
-                return self._watch()
-            finally:
-                for s, handler in previous.items():
-                    signal.signal(s, handler)
-                self._stop_all()
+        # Handlers first: a signal while the workers start is counted, not the default
+        # action (which would leave the runtime directory behind).
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        previous = {s: signal.signal(s, self.signalled) for s in (signal.SIGTERM, signal.SIGINT)}
+        previous_fd = signal.set_wakeup_fd(wake_w)
+        try:
+            with runtime_directory() as directory:
+                self.env = {**self.env, WORKERS_DIR_ENV: str(directory)}
+                self.sock.listen(2048)  # connections queue from now on, while the workers start
+                self.procs = [None] * self.count
+                try:
+                    for i in range(self.count):
+                        if self.stopping:
+                            break
+                        self.procs[i] = self.spawn(i)
+                    return self._watch(wake_r)
+                finally:
+                    self._stop_all()
+        finally:
+            signal.set_wakeup_fd(previous_fd)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            os.close(wake_r)
+            os.close(wake_w)
 
-    def _watch(self) -> int:
+    def _watch(self, wake: int) -> int:
         code = 0
         while True:
+            if self.stopping:
+                self._forward()
             alive = 0
             for i, proc in enumerate(self.procs):
                 if proc is None:
@@ -136,15 +186,59 @@ class Supervisor:
                 if reason is not None:
                     log.error("stopping every worker", extra={"reason": reason})
                     code = NEVER_STARTED if status == NEVER_STARTED else 1
-                    self.forward(signal.SIGTERM)
+                    self.signals = max(self.signals, 1)
+                    self._begin_stop()
                     self.procs[i] = None
                     continue
                 self.procs[i] = self.spawn(i)
                 self.restarts += 1
                 alive += 1
-            if self.stopping and alive == 0:
-                return code
-            time.sleep(WATCH_EVERY_S)
+            if self.stopping and (alive == 0 or self._past_deadline()):
+                return KILLED_ON_STOP if self.killed and code == 0 else code
+            self._pause(wake)
+
+    def _forward(self) -> None:
+        """Every live worker gets as many SIGTERMs as the parent was sent (at most
+        ``MAX_FORWARDED``), once each — also one started after the signal came."""
+        wanted = min(self.signals, MAX_FORWARDED)
+        for proc in self.procs:
+            if proc is None or proc.poll() is not None:
+                continue
+            while self.forwarded.get(proc.pid, 0) < wanted:
+                proc.send_signal(signal.SIGTERM)
+                self.forwarded[proc.pid] = self.forwarded.get(proc.pid, 0) + 1
+
+    def _past_deadline(self) -> bool:
+        """Past the deadline: SIGKILL every worker still running (reaped, unless stuck
+        in the kernel) and forget it; True when there was a deadline to pass."""
+        if self.deadline is None or time.monotonic() < self.deadline:
+            return False
+        live = [(i, p) for i, p in enumerate(self.procs) if p is not None and p.poll() is None]
+        if live:
+            log.error(
+                "workers still running past the stop deadline; killed (their runs are carried on "
+                "when their leases lapse)",
+                extra={"pids": [p.pid for _, p in live], "after_s": self.stop_after_s},
+            )
+        for i, proc in live:
+            proc.kill()
+            self.killed.append(proc.pid)
+            self.procs[i] = None
+        for _, proc in live:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
+        return True
+
+    def _pause(self, wake: int) -> None:
+        """Sleep ``WATCH_EVERY_S``, or less: a signal writes to ``wake`` and ends it."""
+        timeout = WATCH_EVERY_S
+        if self.deadline is not None:
+            timeout = max(0.0, min(timeout, self.deadline - time.monotonic()))
+        ready, _, _ = select.select([wake], [], [], timeout)
+        if ready:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(wake, 512):
+                    pass
 
     def _died(self, index: int, proc: subprocess.Popen[bytes], status: int) -> str | None:
         """A worker exited unasked: ``None`` to start another, else why the service stops."""
@@ -159,18 +253,27 @@ class Supervisor:
         log.info("starting another worker; the stopped one's runs are handed over by lease", extra={"worker": index})
         return None
 
-    def _stop_all(self, timeout_s: float = 60.0) -> None:
+    def _stop_all(self) -> None:
         """On the way out (also after an error here): no worker outlives the parent."""
         live = [p for p in self.procs if p is not None and p.poll() is None]
         for proc in live:
-            proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
+            if not self.forwarded.get(proc.pid):
+                proc.send_signal(signal.SIGTERM)
+        deadline = self.deadline if self.deadline is not None else time.monotonic() + self.stop_after_s
         for proc in live:
             try:
                 proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait()
+                self.killed.append(proc.pid)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(10)
+
+
+def stop_deadline_s(grace_s: float) -> float:
+    """How long the parent waits for its workers after the first signal: their drain
+    (``--grace`` / ``AGENT_SHUTDOWN_GRACE_S``) and ``STOP_MARGIN_S`` to close."""
+    return grace_s + STOP_MARGIN_S
 
 
 @contextlib.contextmanager
@@ -193,4 +296,12 @@ def worker_env(base: dict[str, str] | None, count: int, backend_url: str | None)
     return env
 
 
-__all__: Sequence[str] = ("WORKERS_DIR_ENV", "Supervisor", "runtime_directory", "worker_argv", "worker_env")
+__all__: Sequence[str] = (
+    "STOP_MARGIN_S",
+    "WORKERS_DIR_ENV",
+    "Supervisor",
+    "runtime_directory",
+    "stop_deadline_s",
+    "worker_argv",
+    "worker_env",
+)
