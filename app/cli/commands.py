@@ -375,7 +375,11 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(run_migrate_db(args, _settings()))
     if args.command == "compact":
         return asyncio.run(run_compact(args, _settings()))
-    return asyncio.run(run_kb_command(args, _settings()))
+    try:
+        return asyncio.run(run_kb_command(args, _settings()))
+    except KeyboardInterrupt:  # Ctrl-C: ``ingest`` has said what stands (``app/cli/kb.py``)
+        print(f"agentchat {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -272,6 +272,7 @@ async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
     import asyncio
 
     ticker = asyncio.create_task(progress.ticking()) if progress is not None else None
+    report = None
     try:
         async with kb.bulk_load():  # PostgreSQL: a new HNSW index is built once, at the end
             report = await kb.ingest_paths(
@@ -283,6 +284,15 @@ async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
                 max_file_bytes=int(args.max_file_mb * MB),
                 rehash=args.rehash,
             )
+    except asyncio.CancelledError:  # Ctrl-C: ``main`` then says "interrupted", no traceback
+        if ticker is not None:
+            ticker.cancel()
+        if progress is not None:
+            progress.close()
+        if report is not None:
+            print(report_text(report, args.bucket, args.max_file_mb))
+        print(interrupted_text(report is not None), file=sys.stderr)
+        raise
     finally:
         if ticker is not None:
             ticker.cancel()
@@ -299,6 +309,23 @@ async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
               "(--keep-going to exit 0)", file=sys.stderr)
         return EXIT_REJECTED
     return 0
+
+
+def interrupted_text(stored: bool) -> str:
+    """What an interrupted ingest leaves: every batch stored before the interruption
+    stays (each commits on its own), and an index not built yet is built later — a
+    bucket's graph by the next open's repair (``agentchat serve`` or the next ingest),
+    its searches exact meanwhile. ``stored``: every file was stored (the report was
+    printed), the indexes were being built at the load's end."""
+    if stored:
+        return (
+            "agentchat ingest: stopped while building the indexes: the documents above are stored, and an "
+            "index not built yet is built when the knowledge base is next opened"
+        )
+    return (
+        "agentchat ingest: the documents stored before the interruption stay; the same command again stores "
+        "the rest (unchanged files are skipped)"
+    )
 
 
 def report_text(report: Any, bucket: str, max_file_mb: float, *, examples: int = 20) -> str:

@@ -100,10 +100,15 @@ class GraphUpkeep(GraphBuildQueue):
     async def build_now(self, buckets: Sequence[str] | None = None) -> list[tuple[int, str]]:
         """Build the graph of every bucket (of ``buckets``) past the threshold that has
         none, and wait for them (a bulk load's end). The graphs built; the first failure
-        is raised once every build has run."""
+        is raised once every build has run. A build the storage's close cancelled is not
+        built here and not an error: the load's rows have committed, and the next open's
+        repair builds the graph (``stop`` logs which)."""
         async with self._db.reading() as conn:
             wanted = await buckets_past(conn, self._threshold(), None if buckets is None else list(buckets))
         futures = [(key, self.request(*key)) for key in wanted]
+        if futures:  # minutes at 1M vectors: say what the load's end waits for
+            buckets_due = sorted({b for _d, b in wanted})
+            log.info("knowledge base: the load ends once the graphs of buckets %s are built", buckets_due)
         built: list[tuple[int, str]] = []
         error: BaseException | None = None
         for key, fut in futures:
@@ -139,8 +144,18 @@ class GraphUpkeep(GraphBuildQueue):
         self._repair = asyncio.create_task(self._repair_logged(), name="kb-graph-repair")
 
     async def repaired(self) -> list[tuple[int, str]]:
-        """The graphs the repair at open built, once it is done (``[]``: none ran)."""
-        return [] if self._repair is None else await asyncio.shield(self._repair)
+        """The graphs the repair at open built, once it is done (``[]``: none ran, or
+        the storage's close cancelled it — a cancel of the caller itself still raises)."""
+        repair = self._repair
+        if repair is None:
+            return []
+        try:
+            return await asyncio.shield(repair)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not repair.cancelled() or (task is not None and task.cancelling()):
+                raise
+            return []
 
     async def _repair_logged(self) -> list[tuple[int, str]]:
         try:
@@ -191,6 +206,13 @@ class GraphUpkeep(GraphBuildQueue):
         A build asked for afterwards (a write finishing during the close) is not started:
         its worker would open a connection nobody closes; the next open's repair builds it."""
         self._stopped = True
+        pending = sorted({job.bucket for job in self._jobs.values() if not job.drop})
+        if pending:
+            log.warning(
+                "knowledge base: closing before the graphs of buckets %s were built; the next open builds them "
+                "(their searches are exact meanwhile)",
+                pending,
+            )
         for attr in ("_repair", "_worker"):
             task = getattr(self, attr)
             setattr(self, attr, None)

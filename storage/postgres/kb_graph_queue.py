@@ -20,7 +20,8 @@ open's repair), which drops an invalid leftover (``DROP INDEX CONCURRENTLY``) be
 building; failures are logged and listed in the KB's status (``status``) and the bucket
 stays searchable, exactly. ``stop`` (the storage's close) cancels the build on the server
 (``cancel_safe``) and closes the connection, releasing the lock; the cancelled build's
-invalid leftover is the next repair's.
+invalid leftover is the next repair's. Whoever waited for a job the close cancelled is
+told ``False`` (not built here), never a ``CancelledError`` of a cancel it did not ask for.
 """
 
 from __future__ import annotations
@@ -111,8 +112,9 @@ class GraphBuildQueue:
     # ------------------------------------------------------------------ the worker
     def request(self, dim: int, bucket: str) -> asyncio.Future[bool]:
         """Queue the build of the bucket's graph (once: a build already queued is
-        shared); the future says whether it was built here (``False``: it was there, or
-        the bucket is not past the threshold any more)."""
+        shared); the future says whether it was built here (``False``: it was there,
+        the bucket is not past the threshold any more, or the storage closed first —
+        the next open's repair builds it)."""
         return self._queue(GraphJob(dim=dim, bucket=bucket))
 
     def _queue(self, job: GraphJob) -> asyncio.Future[bool]:
@@ -167,9 +169,13 @@ class GraphBuildQueue:
                     else:
                         fut.set_result(outcome)
         except asyncio.CancelledError:
+            # The storage's close (``GraphUpkeep.stop``): the jobs are not done *here*,
+            # which is what ``False`` says; a cancel would reach a waiter that was not
+            # cancelled itself (a bulk load whose rows committed) as its own cancellation.
             for job in self._jobs.values():
                 for fut in job.waiters:
-                    fut.cancel()
+                    if not fut.done():
+                        fut.set_result(False)
             self._jobs.clear()
             raise
         finally:
