@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import llm.extractive as extractive
 from llm.extractive_read import Passage
+from llm.extractive_words import Words
 from tests.support.offline_answers import (
     SETS,
     carries,
@@ -92,9 +93,9 @@ def capturing(store: dict[str, Any]) -> None:
     """Keep, per question, the passages the answerer composes from (the last call wins)."""
     compose = extractive.compose_answer
 
-    def recorded(question: str, passages: list[Passage]) -> tuple[str, list[str], float]:
+    def recorded(question: str, passages: list[Passage], words: Words | None = None) -> tuple[str, list[str], float]:
         store[question] = [dataclasses.asdict(p) for p in passages]
-        return compose(question, passages)
+        return compose(question, passages, words)
 
     extractive.compose_answer = recorded  # type: ignore[assignment]
 
@@ -102,6 +103,7 @@ def capturing(store: dict[str, Any]) -> None:
 def replay(path: Path, show: bool) -> None:
     """Every set's answers composed again from captured passages (no service)."""
     captured: dict[str, Any] = orjson.loads(path.read_bytes())
+    words = Words()  # one answerer's memo for every answer, as the provider keeps one
     for label in SETS:
         sets: dict[str, list[dict[str, Any]]] = {}
         for corpus, questions in load_questions(name=label).items():
@@ -110,7 +112,7 @@ def replay(path: Path, show: bool) -> None:
                 if item["question"] not in captured:
                     continue
                 passages = [Passage(**p) for p in captured[item["question"]]]
-                answer, sources, _ = extractive.compose_answer(item["question"], passages)
+                answer, sources, _ = extractive.compose_answer(item["question"], passages, words)
                 results.append({**item, "answer": answer, "sources": sources})
             if results:
                 sets[corpus] = results

@@ -26,6 +26,7 @@ import orjson
 
 from llm.extractive_answer import Passage, compose_answer
 from llm.extractive_page_read import PAGE_READ_TOOL, found_pages, page_read_args, pages_to_read
+from llm.extractive_words import Words
 from llm.provider import ProviderHealth
 from llm.types import (
     ChatRequest,
@@ -206,6 +207,9 @@ class ExtractiveProvider:
 
     def __init__(self) -> None:
         self._ids = itertools.count(1)
+        #: The answerer's memoised word work, shared by this provider's answers
+        #: (``llm.extractive_words.Words``: bounded, built with the provider).
+        self._words = Words()
 
     async def stream_chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         yield MessageStart()
@@ -243,7 +247,7 @@ class ExtractiveProvider:
                     yield ev
                 return
         passages = _with_page_reads([p for r in searched for p in _passages(r)], read_again)
-        answer, sources, confidence = compose_answer(question, passages)
+        answer, sources, confidence = compose_answer(question, passages, self._words)
         if answered:  # the last answer was rejected: answer again without citations
             answer, sources, confidence = "", [], 0.0
         if not answer:

@@ -30,7 +30,6 @@ import re
 from collections.abc import Callable
 
 from llm.extractive_question import Question
-from llm.extractive_question import coverage as _coverage
 from llm.extractive_question import stems as _stems
 from llm.extractive_read import Read
 
@@ -47,13 +46,13 @@ def heading_states_question(question: Question, heading: str, title: frozenset[s
     one word more). A heading mostly about something else that happens to hold the
     question's words ("MCP servers, readiness and retries when a run ends") is not it.
     0.0 otherwise."""
-    said = _stems(heading)
+    said = question.words.stems(heading)
     own = said - title
     if len(question.stems) < MIN_STATED_WORDS or not own:
         return 0.0
-    if _coverage(question.stems, said) < 1.0 or 2 * len(question.stems) < len(own):
+    if question.words.coverage(question.stems, said) < 1.0 or 2 * len(question.stems) < len(own):
         return 0.0
-    return _coverage(question.stems, own)
+    return question.words.coverage(question.stems, own)
 
 
 #: The words a reader calls a folder by.
@@ -68,12 +67,12 @@ def folder_terms(question: Question, text: str) -> frozenset[str]:
     folder" to a reader, and an entry "```backend/```: a reference implementation …"
     answers "what is in the backend folder?" as fully as one saying both words. Nothing
     otherwise (a path the question does not name, or a question about no folder)."""
-    asked = question.stems & {next(iter(_stems(w))) for w in _FOLDER_WORDS}
+    asked = question.stems & {next(iter(question.words.stems(w))) for w in _FOLDER_WORDS}
     if not asked:
         return frozenset()
     for m in _FOLDER_PATH.finditer(text):
         last = m.group(1).rsplit("/", 1)[-1]
-        if _stems(last) and _coverage(_stems(last), question.stems) >= 1.0:
+        if question.words.stems(last) and question.words.coverage(question.words.stems(last), question.stems) >= 1.0:
             return frozenset(asked)
     return frozenset()
 
@@ -131,8 +130,9 @@ def heading_about_page(question: Question, heading: str, title: frozenset[str]) 
     (no MCP in it) does not name it, though its one word besides the title's,
     "readiness", is asked. A heading that does not repeat the title ("delete" on npm
     config's page) is named by its own words as before."""
-    repeated = _stems(heading) & title
-    return any(_coverage(frozenset({t}), question.stems | frozenset(question.joined)) < 1.0 for t in repeated)
+    repeated = question.words.stems(heading) & title
+    asked = question.stems | frozenset(question.joined)
+    return any(question.words.coverage(frozenset({t}), asked) < 1.0 for t in repeated)
 
 
 #: Nouns for "several things of some kind" that say nothing of the kind: "which parts of
@@ -145,7 +145,7 @@ def generic_focus(question: Question) -> bool:
     """The "which <things>" question asks for a generic kind (``_GENERIC``): a unit
     listing several things names what it asks for, as "the operators `=`, `!=` …" names
     "which operators"."""
-    return question.focus is not None and next(iter(_stems(question.focus)), "") in _GENERIC
+    return question.focus is not None and next(iter(question.words.stems(question.focus)), "") in _GENERIC
 
 
 #: For the sentence saying what the thing a "what" question asks about is
@@ -176,11 +176,11 @@ def says_what_asked_is(question: Question, text: str) -> bool:
     m = _COPULA.match(text.strip())
     if m is None:
         return False
-    subject = _stems(m.group("subject"))
+    subject = question.words.stems(m.group("subject"))
     asked = question.stems | frozenset(question.joined)
     return (
         len(subject) >= 2
-        and _coverage(subject, asked) >= 1.0
+        and question.words.coverage(subject, asked) >= 1.0
         and len(subject) >= MIN_SUBJECT_SHARE * len(question.stems)
     )
 

@@ -15,7 +15,6 @@ import re
 
 from llm.extractive_question import WORD as _WORD
 from llm.extractive_question import Question
-from llm.extractive_question import stems as _stems
 from llm.extractive_quote import FOLLOWING_CODE_CHARS, WHOLE_PARAGRAPH_CHARS, is_verbatim, refers_back
 from llm.extractive_read import (
     Read,
@@ -25,6 +24,7 @@ from llm.extractive_read import (
     prev_block,
     sentence_key,
 )
+from llm.extractive_words import Words
 from llm.markdown_blocks import item_body
 
 #: A section heading this long says what its paragraph is about (see ``with_heading``).
@@ -79,7 +79,7 @@ def with_command_line(reads: list[Read], read: Read, unit: Unit, pieces: list[st
         return pieces
     labels = [label.group("label"), *_LABEL_WORD.findall(label.group("more"))]
     # Of an entry naming several ("create / destroy"), the subcommand the question asks.
-    asked = [name for name in labels if _stems(name) & question.stems] or labels
+    asked = [name for name in labels if question.words.stems(name) & question.stems] or labels
     said = " ".join(_WORD.findall(" ".join(pieces).casefold()))
     if all(" ".join([*command, name]) in said for name in asked):
         return pieces
@@ -155,7 +155,7 @@ def with_form_after(read: Read, unit: Unit, pieces: list[str], question: Questio
     return [*pieces, text, code.markdown()]
 
 
-def with_heading(read: Read, unit: Unit, pieces: list[str]) -> list[str]:
+def with_heading(read: Read, unit: Unit, pieces: list[str], memo: Words) -> list[str]:
     """A section quoted from its start keeps its heading when the heading says something
     the paragraph does not ("The answers come from the extractive provider" over "No
     model was reachable at start-up."): a label of one or two words ("Synopsis",
@@ -175,8 +175,8 @@ def with_heading(read: Read, unit: Unit, pieces: list[str]) -> list[str]:
     words = _WORD.findall(title)
     # The page's own title over its opening ("package.json @11.19.1" in an HTML copy)
     # names the page, not what the paragraph says.
-    own = {w for w in _stems(title) if not w.isdigit()} - _stems(read.passage.title)
-    if len(words) < MIN_HEADING_WORDS or not own or _stems(title) <= _stems(" ".join(pieces)):
+    own = {w for w in memo.stems(title) if not w.isdigit()} - memo.stems(read.passage.title)
+    if len(words) < MIN_HEADING_WORDS or not own or memo.stems(title) <= memo.stems(" ".join(pieces)):
         return pieces
     label = title if title.endswith(("?", "!", ".")) else f"{title}."
     return [f"**{label}** {pieces[0]}", *pieces[1:]]

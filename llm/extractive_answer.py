@@ -57,9 +57,6 @@ from llm.extractive_additions import with_syntax as _with_syntax
 from llm.extractive_pages import PageOpening, alias_documents
 from llm.extractive_question import NEGATION as _NEGATION
 from llm.extractive_question import Question as _Question
-from llm.extractive_question import coverage as _coverage
-from llm.extractive_question import phrase_share as _phrase_share
-from llm.extractive_question import stems as _stems
 from llm.extractive_quote import WHOLE_BLOCK_CHARS
 from llm.extractive_quote import cite as _cite
 from llm.extractive_quote import item_shows as _item_shows
@@ -83,6 +80,7 @@ from llm.extractive_signals import defines_asked as _defines_asked
 from llm.extractive_signals import how_to_bonus as _how_to_bonus
 from llm.extractive_signals import names_kind as _names_kind
 from llm.extractive_signals import row_about_asked as _row_about_asked
+from llm.extractive_words import Words
 from llm.markdown_blocks import item_body
 
 MIN_RELEVANCE = 0.08
@@ -156,7 +154,7 @@ def _unit_score(question: _Question, text: str, context: frozenset[str]) -> floa
     terms = question.terms(text) | _said_otherwise(question, text)
     own, around = question.covers(terms, context)
     words = len(text.split())
-    phrase = PHRASE_WEIGHT * _phrase_share(question.pairs, text)
+    phrase = PHRASE_WEIGHT * question.words.phrase_share(question.pairs, text)
     return own + CONTEXT_WEIGHT * (around - own) - min(0.1, 0.002 * max(0, words - 20)) + phrase
 
 
@@ -176,10 +174,11 @@ def _names(question: _Question, title: frozenset[str], shared: frozenset[str]) -
     word of it that no other passage's title has ("how do I log in" names ``npm-login``
     among ``npm-*`` pages; the shared "npm" names the collection, not a page)."""
     asked = question.stems | frozenset(question.joined)
-    if _coverage(title, asked) >= 1.0:
+    coverage = question.words.coverage
+    if coverage(title, asked) >= 1.0:
         return True
     own = title - shared
-    return bool(own) and own != title and _coverage(own, asked) >= 1.0
+    return bool(own) and own != title and coverage(own, asked) >= 1.0
 
 
 def _section_named(question: _Question, heading: str, title: frozenset[str]) -> float:
@@ -189,51 +188,53 @@ def _section_named(question: _Question, heading: str, title: frozenset[str]) -> 
     the heading says every word of the question and one more: a heading that asks the
     question itself); else 0. Like a named page, a named section is answered by what it
     says first (``llm.extractive_signals.continues_section``: even when that is in the next chunk)."""
-    heading_stems = _stems(heading) - title
+    words = question.words
+    heading_stems = words.stems(heading) - title
     asked = question.stems | frozenset(question.joined)
     if not heading_stems:
         return 0.0
-    if _coverage(heading_stems, asked) < 1.0:
+    if words.coverage(heading_stems, asked) < 1.0:
         # A heading that says the whole question and one word more ("Does npm send any
         # information about me back to the registry?") names the section too.
-        extra = sum(1 for h in heading_stems if _coverage(frozenset({h}), asked) < 1.0)
-        if extra > 1 or len(heading_stems) < 4 or _coverage(question.stems, _stems(heading)) < 1.0:
+        extra = sum(1 for h in heading_stems if words.coverage(frozenset({h}), asked) < 1.0)
+        if extra > 1 or len(heading_stems) < 4 or words.coverage(question.stems, words.stems(heading)) < 1.0:
             return 0.0
-    return _coverage(question.stems, heading_stems)
+    return words.coverage(question.stems, heading_stems)
 
 
-def _shared_title_stems(reads: list[_Read]) -> frozenset[str]:
+def _shared_title_stems(reads: list[_Read], words: Words) -> frozenset[str]:
     seen: dict[str, int] = {}
     for title in {r.passage.title for r in reads}:
-        for stem in _stems(title):
+        for stem in words.stems(title):
             seen[stem] = seen.get(stem, 0) + 1
     return frozenset(t for t, n in seen.items() if n > 1)
 
 
 def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
     out: list[_Unit] = []
-    shared = _shared_title_stems(reads)
+    words = question.words
+    shared = _shared_title_stems(reads, words)
     page_terms: dict[str, frozenset[str]] = {}  # what each page says, over its passages here
     for read in reads:
         document = _document(read)
         page_terms[document] = page_terms.get(document, frozenset()) | question.terms(read.passage.text)
     for p, read in enumerate(reads):
-        title = _stems(read.passage.title)
+        title = words.stems(read.passage.title)
         rank = 0.1 * read.passage.score - 0.02 * p
         # A question that names a document ("what does npm dedupe do?", every word in the
         # title "npm-dedupe") is answered by what that document says first.
         named = read.first and _names(question, title, shared)
         said_by_title = title | {head for word, head in question.joined.items() if word in title}
-        named_share = _coverage(question.stems, said_by_title) if named else 0.0
+        named_share = words.coverage(question.stems, said_by_title) if named else 0.0
         # What the title does not say of the question is at most one word, and one the
         # page says ("what does npm doctor check?"): "what is in the backend folder?"
         # names npm's "Folders" page by its title but asks about something it never says.
-        unsaid = frozenset(q for q in question.stems if _coverage(frozenset({q}), said_by_title) < 1.0)
+        unsaid = frozenset(q for q in question.stems if words.coverage(frozenset({q}), said_by_title) < 1.0)
         defines = (
             named
             and question.definition
             and len(unsaid) <= 1
-            and (not unsaid or _coverage(unsaid, page_terms[_document(read)]) >= 1.0)
+            and (not unsaid or words.coverage(unsaid, page_terms[_document(read)]) >= 1.0)
         )
         opening = _opening(read)
         continued = _continues_section(read, reads)
@@ -241,7 +242,7 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
         for b, block in enumerate(read.blocks):
             if block.kind == "heading" or block.kind == "code":
                 continue
-            context = (title | _stems(read.headings[b])) - question.split_names(read.headings[b])
+            context = (title | words.stems(read.headings[b])) - question.split_names(read.headings[b])
             after_heading = (b > 0 and read.blocks[b - 1].kind == "heading") or b == continued or _after_form(read, b)
             if block.kind in ("list", "table") and question.enumeration:
                 # The whole block, for a question asking for several things: when its
@@ -266,10 +267,10 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                         out.append(_Unit(p, b, -1, whole, score + rank))
             if block.kind == "table":
                 for i, (row, cells) in enumerate(_table_rows(block)):
-                    score = _unit_score(question, cells, context | _stems(_table_rows_header(block)))
+                    score = _unit_score(question, cells, context | words.stems(_table_rows_header(block)))
                     if _row_about_asked(question, row):
                         score += ROW_KEY_BONUS
-                    if _coverage(question.stems, question.terms(cells)) > 0:
+                    if words.coverage(question.stems, question.terms(cells)) > 0:
                         out.append(_Unit(p, b, i, row, score + rank - 0.004 * min(i, 10)))
                 continue
             for i, text in enumerate(block.units):
@@ -286,16 +287,16 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                 plain = _LINK.sub(r"\1", raw)
                 score = _unit_score(question, raw, context) + rank - 0.004 * min(i, 10)
                 if (
-                    _coverage(question.stems, question.terms(plain) | _said_otherwise(question, plain)) <= 0
+                    words.coverage(question.stems, question.terms(plain) | _said_otherwise(question, plain)) <= 0
                     and not (named and b == opening)
-                    and _coverage(question.stems, _stems(read.headings[b])) < 0.5
+                    and words.coverage(question.stems, words.stems(read.headings[b])) < 0.5
                 ):
                     continue  # about the question neither itself nor by its section
                 if after_heading and i == 0:  # what a section says first is what it is about
                     score += FIRST_UNDER_HEADING_BONUS
                     if not (named and b == opening):
                         score += OPENING_BONUS * _section_share(question, read.headings[b], title, _section_named)
-                elif i == 0 and _after_properties(read, b, title):
+                elif i == 0 and _after_properties(read, b, title, words):
                     score += OPENING_BONUS * _section_named(question, read.headings[b], title)
                 if named and b == opening and i == 0 and _opening_shows_how(question, read, b):
                     score += DEFINITION_BONUS if defines else OPENING_BONUS * named_share
@@ -337,7 +338,7 @@ def _subcommand(question: _Question, item: str) -> bool:
     """A how-to's item of a subcommand list ("clean: Delete …") that shares a word of the
     question besides its label."""
     label = _SUBCOMMAND_ITEM.match(item)
-    return question.how_to and label is not None and _coverage(question.stems, question.terms(item)) > 0
+    return question.how_to and label is not None and question.words.coverage(question.stems, question.terms(item)) > 0
 
 
 def _document(read: _Read) -> str:
@@ -356,15 +357,18 @@ def _said(question: _Question, reads: list[_Read]) -> list[frozenset[str]]:
     for weighing the question's words by their rarity (``Question.weighed_by``); a
     passage read twice (the first search's and the page-scoped read's) counts once."""
     seen: dict[str, frozenset[str]] = {}
+    words = question.words
     for read in reads:
         p = read.passage
-        seen[sentence_key(p.text)] = question.terms(p.text) | _stems(p.title) | _stems(p.section)
+        seen[sentence_key(p.text)] = question.terms(p.text) | words.stems(p.title) | words.stems(p.section)
     return list(seen.values())
 
 
-def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[str], float]:
-    """The best passage(s) for ``question``: ``(answer Markdown, cited source ids, confidence)``."""
-    q = _Question.of(question)
+def compose_answer(question: str, passages: list[Passage], words: Words | None = None) -> tuple[str, list[str], float]:
+    """The best passage(s) for ``question``: ``(answer Markdown, cited source ids,
+    confidence)``. ``words`` is the answerer's memoised word work (``ExtractiveProvider``
+    keeps one for its life); without it the answer builds its own, which only it uses."""
+    q = _Question.of(question, words)
     if not q.stems or not passages:
         return "", [], 0.0
     reads = [_read(p) for p in passages]
@@ -389,7 +393,7 @@ def compose_answer(question: str, passages: list[Passage]) -> tuple[str, list[st
         document = _document(read)
         if (unit.passage, unit.block) in used_blocks or sentence_key(unit.text) in said or document in used_documents:
             continue  # a second passage adds another page's answer, not more of the first's
-        quoted = _with_item_name(read, unit, _with_heading(read, unit, _window(read, unit)))
+        quoted = _with_item_name(read, unit, _with_heading(read, unit, _window(read, unit), q.words))
         quoted = _with_synopsis(read, unit, _with_name(read, unit, quoted), q)
         quoted = _with_command_line(reads, read, unit, quoted, q)
         quoted = _with_syntax(read, unit, quoted, q)

@@ -14,7 +14,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from llm.extractive_words import _STOP, WORD, _match, _stem, _terms, coverage, one_verbs, phrase_share, stems
+from llm.extractive_words import _STOP, WORD, Words, _match, _terms, coverage, one_verbs, phrase_share, stems
 
 #: "which events (does …)", "which file formats does …": a plural noun right after
 #: "which", or one word later when an auxiliary or the end follows it ("which embedder
@@ -204,9 +204,15 @@ class Question:
     #: How much each stem counts for its rarity among the passages being answered from
     #: (``weighed_by``); a stem not here counts 1.
     rarity: Mapping[str, float] = field(default_factory=dict)
+    #: The answerer's memoised word work (``llm.extractive_words.Words``) this question
+    #: and every passage read against it go through.
+    words: Words = field(default_factory=Words, compare=False, repr=False)
 
     @classmethod
-    def of(cls, question: str) -> Question:
+    def of(cls, question: str, memo: Words | None = None) -> Question:
+        """The question read; ``memo`` is the answerer's ``Words`` (a fresh one if none)."""
+        w = memo if memo is not None else Words()
+        stem, stems_of = w.stem, w.stems
         words = WORD.findall(unicodedata.normalize("NFKC", question).casefold())
         joined: dict[str, str] = {}
         phrasal: dict[str, str] = {}
@@ -218,11 +224,11 @@ class Question:
                 and len(left + right) >= 5
                 and (right not in _STOP or right in _PARTICLES)
             ):
-                joined.setdefault(_stem(left + right), _stem(left))
+                joined.setdefault(stem(left + right), stem(left))
                 if right in _PARTICLES and (at == 0 or words[at - 1] in _BEFORE_VERB):
-                    phrasal.setdefault(_stem(left), right)
+                    phrasal.setdefault(stem(left), right)
         many = _WHICH_MANY.search(question)
-        focus = _stem((many.group("one") or many.group("two")).casefold()) if many else None
+        focus = stem((many.group("one") or many.group("two")).casefold()) if many else None
         wants = next((unit for _, asks, unit in _WANTS if asks.search(question)), None)
         enumeration = bool(many) or bool(_ENUMERATION.search(question))
         how_to = _HOW_TO.search(question) is not None
@@ -231,24 +237,24 @@ class Question:
         noun = _HOW_MANY.search(question)
         counted = None
         if noun is not None:
-            head = _stem(noun.group("noun").casefold())
+            head = stem(noun.group("noun").casefold())
             # The number, at most one word before the noun ("3 chunks", "3 more chunks").
             noun_form = re.escape(head[:-1]) + "(?:y|ies)" if head.endswith("y") else re.escape(head)
             counted = re.compile(rf"\b{_NUMBER}\s+(?:[\w-]+\s+)?{noun_form}", re.IGNORECASE)
-        names = frozenset(s for m in _NAME.finditer(question) for s in stems(m.group(0)))
-        pairs = frozenset(itertools.pairwise(_stem(t) for t in _terms(question)))
+        names = frozenset(s for m in _NAME.finditer(question) for s in stems_of(m.group(0)))
+        pairs = frozenset(itertools.pairwise(stem(t) for t in _terms(question)))
         # "how do I turn on X" asks to enable X: the particle is the verb's, not the
         # start of the action's circumstances ("on the registry").
         acts = _ACTION.match(one_verbs(question))
-        action = stems(acts.group("action")) - names if acts is not None else frozenset()
+        action = stems_of(acts.group("action")) - names if acts is not None else frozenset()
         folded = unicodedata.normalize("NFKC", question).casefold()
-        apart = stems(_COMPOUND.sub(" ", folded))
+        apart = stems_of(_COMPOUND.sub(" ", folded))
         compounds = tuple(
-            (re.compile(rf"(?<!\w){re.escape(m.group(0))}(?!\w)"), stems(m.group(0)) - apart)
+            (re.compile(rf"(?<!\w){re.escape(m.group(0))}(?!\w)"), stems_of(m.group(0)) - apart)
             for m in _COMPOUND.finditer(folded)
         )
         return cls(
-            stems(_EXAMPLES.sub(" ", question)) or stems(question),
+            stems_of(_EXAMPLES.sub(" ", question)) or stems_of(question),
             joined,
             phrasal,
             enumeration,
@@ -262,17 +268,19 @@ class Question:
             pairs,
             action,
             tuple(c for c in compounds if c[1]),
-            stems(next((g for g in kind.groups() if g), "")) if (kind := _WHICH_KIND.search(question)) else frozenset(),
+            stems_of(next((g for g in k.groups() if g), "")) if (k := _WHICH_KIND.search(question)) else frozenset(),
+            words=w,
         )
 
     def terms(self, text: str) -> frozenset[str]:
         """The stems of ``text``, with the question's words a joined word stands for, and
         without a phrasal verb of the question met without its particle."""
-        found = stems(text)
+        found = self.words.stems(text)
         extra = {head for word, head in self.joined.items() if word in found}
         if self.phrasal and found & self.phrasal.keys():
+            stem = self.words.stem
             words = WORD.findall(unicodedata.normalize("NFKC", text).casefold())
-            met = {_stem(a) for a, b in itertools.pairwise(words) if self.phrasal.get(_stem(a)) == b}
+            met = {stem(a) for a, b in itertools.pairwise(words) if self.phrasal.get(stem(a)) == b}
             found = found - (self.phrasal.keys() - met)
         found = found - self.split_names(text)
         return found | extra if extra else found
@@ -300,8 +308,9 @@ class Question:
         if len(said) < 2:
             return self
         rarity: dict[str, float] = {}
+        match = self.words.match
         for q in self.stems:
-            saying = sum(1 for terms in said if _match(q, terms) >= 1.0)
+            saying = sum(1 for terms in said if match(q, terms) >= 1.0)
             if saying:
                 rarity[q] = 1.0 + RARITY_WEIGHT * (1.0 - saying / len(said))
         return replace(self, rarity=rarity)
@@ -311,13 +320,14 @@ class Question:
         stem met by the text is met by the text with its context, so each question stem
         is matched against the (small) context only when the text does not meet it."""
         total = own = around = 0.0
+        match = self.words.match
         for q in self.stems:
             weight = NAME_WEIGHT if q in self.names else ACTION_WEIGHT if q in self.action else 1.0
             weight *= self.rarity.get(q, 1.0)
-            met = _match(q, terms) if terms else 0.0
+            met = match(q, terms) if terms else 0.0
             total += weight
             own += weight * met
-            around += weight * (met if met >= 1.0 or not context else max(met, _match(q, context)))
+            around += weight * (met if met >= 1.0 or not context else max(met, match(q, context)))
         if not total:
             return 0.0, 0.0
         return own / total, around / total

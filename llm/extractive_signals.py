@@ -22,11 +22,10 @@ from __future__ import annotations
 import re
 
 from llm.extractive_question import Question
-from llm.extractive_question import coverage as _coverage
-from llm.extractive_question import stems as _stems
 from llm.extractive_read import Read as _Read
 from llm.extractive_read import introduces as _introduces
 from llm.extractive_read import next_block as _next_block
+from llm.extractive_words import Words
 from llm.markdown_blocks import item_body
 
 #: A lead shorter than this says too little to answer with ("See also:").
@@ -103,8 +102,8 @@ def defines_asked(question: Question, text: str) -> bool:
     m = _TERM.match(text)
     if m is None:
         return False
-    term = _stems(m.group("code") or m.group("bold") or "")
-    return bool(term) and _coverage(term, question.stems | frozenset(question.joined)) >= 1.0
+    term = question.words.stems(m.group("code") or m.group("bold") or "")
+    return bool(term) and question.words.coverage(term, question.stems | frozenset(question.joined)) >= 1.0
 
 
 #: A thing named in code: a code span, or a constant (``AGENT_CORS_ORIGINS``).
@@ -119,10 +118,10 @@ def how_to_bonus(question: Question, text: str) -> float:
     if not question.how_to:
         return 0.0
     term = _TERM.match(text)
-    if term is not None and _stems(term.group("code") or term.group("bold") or "") & question.stems:
+    if term is not None and question.words.stems(term.group("code") or term.group("bold") or "") & question.stems:
         return HOW_TO_ENTRY_BONUS
     for m in _IDENT.finditer(text):
-        if _stems(m.group(1) or m.group(2)) & question.stems:
+        if question.words.stems(m.group(1) or m.group(2)) & question.stems:
             return HOW_TO_NAME_BONUS
     return 0.0
 
@@ -146,9 +145,10 @@ def names_kind(question: Question, text: str) -> bool:
     list (``FOCUS_BONUS``), not by a sentence naming one of them ("… have `start` scripts")."""
     if not question.kind or question.enumeration:
         return False
+    stems = question.words.stems
     for m in _CALLED.finditer(text):
-        name = _stems(m.group("name"))
-        if _stems(m.group("next")) <= question.kind and _stems(m.group("next")) and not name <= question.stems:
+        name = stems(m.group("name"))
+        if stems(m.group("next")) <= question.kind and stems(m.group("next")) and not name <= question.stems:
             return True
     return False
 
@@ -169,7 +169,7 @@ def row_about_asked(question: Question, row: str) -> bool:
     if not key or len(key.split()) > ROW_KEY_WORDS:
         return False
     term = question.terms(key)
-    return bool(term) and _coverage(term, question.stems | frozenset(question.joined)) >= 1.0
+    return bool(term) and question.words.coverage(term, question.stems | frozenset(question.joined)) >= 1.0
 
 
 #: An item of a setting's properties ("* Default: 2", "* Type: Number"): a label and its
@@ -178,7 +178,7 @@ _PROPERTY_ITEM = re.compile(r"^[A-Z][\w -]{0,24}:\s\S")
 _PROPERTY_ITEM_CHARS = 80
 
 
-def after_properties(read: _Read, b: int, title: frozenset[str]) -> bool:
+def after_properties(read: _Read, b: int, title: frozenset[str], words: Words) -> bool:
     """Block ``b`` is the paragraph saying what a setting does, right after the list of
     its properties that opens its section (npm's config reference: a heading
     ``fetch-retries``, "* Default: 2", "* Type: Number", then "The "retries" config for
@@ -192,7 +192,7 @@ def after_properties(read: _Read, b: int, title: frozenset[str]) -> bool:
     any question using the word ("which versions of Node my package works with")."""
     if b < 2 or b == read.summary or read.blocks[b].kind != "prose" or read.blocks[b - 2].kind != "heading":
         return False
-    if len(_stems(read.headings[b]) - title) < 2:
+    if len(words.stems(read.headings[b]) - title) < 2:
         return False
     props = read.blocks[b - 1]
     return (

@@ -3,7 +3,9 @@ which verbs count as one (``SYNONYMS``; "turn on" as "enable"), and how a questi
 stems meet a passage's (``coverage``, ``phrase_share``). Both the question and every
 passage go through these; what a question asks by its form stays in
 ``llm.extractive_question``, which re-exports the public names (its importers are
-unchanged).
+unchanged). The answerer does this word work through ``Words``, which memoises it and
+is owned by whoever answers (the provider keeps one for its life); the module-level
+functions are the same work unmemoised, for a caller with a single text to read.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 import itertools
 import re
 import unicodedata
-from collections.abc import Mapping
-from functools import lru_cache
+from collections.abc import Callable, Mapping
+from functools import lru_cache, partial
 from types import MappingProxyType
 
 WORD = re.compile(r"[^\W_]+", re.UNICODE)
@@ -46,11 +48,11 @@ def _terms(text: str) -> list[str]:
     return [w for w in WORD.findall(folded) if w not in _STOP and len(w) > 1]
 
 
-#: Bounds of the memo of the pure word functions below (``_stem``, ``_meets``): one
+#: Bounds of ``Words``' memo of the pure word functions below (``_stem``, ``_meets``): one
 #: answer stems every word of up to a dozen passages several times over and meets each
 #: question stem with each of their words again per unit, the same few thousand words
 #: and pairs, so a memo saves most of the answerer's time (the npm answers test spent
-#: three quarters of its time here). Bounded so a long-lived process keeps at most
+#: three quarters of its time here). Bounded so a long-lived provider keeps at most
 #: these many entries (a few MB), least recently used first out.
 STEM_MEMO = 65_536
 MEET_MEMO = 131_072
@@ -59,7 +61,6 @@ MEET_MEMO = 131_072
 TEXT_MEMO = 4_096
 
 
-@lru_cache(maxsize=STEM_MEMO)
 def _stem(word: str) -> str:
     for suffix in (
         "ations",
@@ -109,11 +110,13 @@ def _root(stem: str) -> str:
     return stem
 
 
-@lru_cache(maxsize=TEXT_MEMO)
+def _stems_with(stem: Callable[[str], str], text: str) -> frozenset[str]:
+    return frozenset(stem(t) for t in _terms(text))
+
+
 def stems(text: str) -> frozenset[str]:
-    """The stems of ``text``'s content words (memoised: one answer stems each unit,
-    heading and title several times, for each of its signals)."""
-    return frozenset(_stem(t) for t in _terms(text))
+    """The stems of ``text``'s content words (``Words.stems`` memoises it)."""
+    return _stems_with(_stem, text)
 
 
 #: Verbs documentation and its readers write for one action ("how do I remove a key"
@@ -144,24 +147,28 @@ def _synonym_table() -> dict[str, frozenset[str]]:
 _SYNONYM_OF: Mapping[str, frozenset[str]] = MappingProxyType(_synonym_table())
 
 
-def _match(q: str, terms: frozenset[str]) -> float:
+def _match_with(meets: Callable[[str, str], float], q: str, terms: frozenset[str]) -> float:
     """1.0 when the question's stem is among ``terms`` (or shares a long prefix with
     one, or is a synonym of one: ``SYNONYMS``), 0.5 when only their roots meet
-    ("disconnect" / "reconnect"), else 0."""
+    ("disconnect" / "reconnect"), else 0. ``meets`` is ``_meets`` or its memo."""
     if q in terms:
         return 1.0
     if _SYNONYM_OF.get(q, frozenset()) & terms:
         return 1.0
     best = 0.0
     for t in terms:
-        met = _meets(q, t)
+        met = meets(q, t)
         if met >= 1.0:
             return 1.0
         best = max(best, met)
     return best
 
 
-@lru_cache(maxsize=MEET_MEMO)
+def _match(q: str, terms: frozenset[str]) -> float:
+    """``_match_with`` unmemoised."""
+    return _match_with(_meets, q, terms)
+
+
 def _meets(q: str, t: str) -> float:
     """How one question stem meets one word's stem (``_match`` over a single word)."""
     if q == t or t in _SYNONYM_OF.get(q, frozenset()):
@@ -175,19 +182,25 @@ def _meets(q: str, t: str) -> float:
     return 0.5 if len(root) >= 4 and root == _root(t) and (root != q or root != t) else 0.0
 
 
+def _phrase_share_with(
+    stem: Callable[[str], str], meets: Callable[[str, str], float], pairs: frozenset[tuple[str, str]], text: str
+) -> float:
+    if not pairs:
+        return 0.0
+    said = [stem(t) for t in _terms(text)]
+    found = 0
+    for a, b in pairs:
+        if any(meets(a, x) >= 1.0 and meets(b, y) >= 1.0 for x, y in itertools.pairwise(said)):
+            found += 1
+    return found / len(pairs)
+
+
 def phrase_share(pairs: frozenset[tuple[str, str]], text: str) -> float:
     """The share of the question's adjacent content words (``Question.pairs``) that
     ``text`` also says side by side, in the same order: "Each document has an id, a
     bucket, … a content hash" says the question's "each document"; "… tables are cut
     … and keep their Markdown" says "keep" apart from anything else asked."""
-    if not pairs:
-        return 0.0
-    said = [_stem(t) for t in _terms(text)]
-    found = 0
-    for a, b in pairs:
-        if any(_meets(a, x) >= 1.0 and _meets(b, y) >= 1.0 for x, y in itertools.pairwise(said)):
-            found += 1
-    return found / len(pairs)
+    return _phrase_share_with(_stem, _meets, pairs, text)
 
 
 def coverage(question: frozenset[str], terms: frozenset[str]) -> float:
@@ -196,4 +209,32 @@ def coverage(question: frozenset[str], terms: frozenset[str]) -> float:
     return sum(_match(q, terms) for q in question) / len(question)
 
 
-__all__ = ["SYNONYMS", "WORD", "coverage", "phrase_share", "stems"]
+class Words:
+    """The answerer's word work, memoised: ``stem`` (``STEM_MEMO`` entries), a question
+    stem meeting a word (``MEET_MEMO``) and a text's stems (``TEXT_MEMO``), each a bounded
+    least-recently-used memo of the pure function above, so ``match``, ``coverage`` and
+    ``phrase_share`` are those functions' answers, only faster. One answer reads the
+    same few thousand words and pairs many times over; the provider keeps one ``Words``
+    for its life (built with it in the app factory), so its answers share the memo and a
+    process holds none outside it."""
+
+    __slots__ = ("match", "meets", "stem", "stems")
+
+    def __init__(self) -> None:
+        self.stem: Callable[[str], str] = lru_cache(maxsize=STEM_MEMO)(_stem)
+        self.meets: Callable[[str, str], float] = lru_cache(maxsize=MEET_MEMO)(_meets)
+        self.stems: Callable[[str], frozenset[str]] = lru_cache(maxsize=TEXT_MEMO)(partial(_stems_with, self.stem))
+        #: ``_match`` over the memo (a partial, so a call costs what ``_match``'s did).
+        self.match: Callable[[str, frozenset[str]], float] = partial(_match_with, self.meets)
+
+    def coverage(self, question: frozenset[str], terms: frozenset[str]) -> float:
+        if not question or not terms:
+            return 0.0
+        match = self.match
+        return sum(match(q, terms) for q in question) / len(question)
+
+    def phrase_share(self, pairs: frozenset[tuple[str, str]], text: str) -> float:
+        return _phrase_share_with(self.stem, self.meets, pairs, text)
+
+
+__all__ = ["SYNONYMS", "WORD", "Words", "coverage", "phrase_share", "stems"]
