@@ -32,6 +32,9 @@ _WHICH_KIND = re.compile(
     re.IGNORECASE,
 )
 _ENUMERATION = re.compile(r"^\s*(?:what\s+are\b|list\b|name\s+the\b)", re.IGNORECASE)
+#: A number followed by one of these counts nothing: "HTTP 204 on reconnect", "HTTP 200
+#: with the … content type" are codes, not amounts ("800 characters", "15 seconds" are).
+_FUNCTION_WORDS = "(?:on|with|to|in|of|for|and|or|the|is|are|was|at|by|from|if|when|as|an|so|but|then)"
 #: What a question asks for by its form, and what a unit holding it looks like: "who"
 #: wants a party (an owner, a user); "where" a place (a path: ``~/.npm``, ``{prefix}/lib``,
 #: ``/etc/npmrc``), "how many / how large / how often …" an amount (a number with its unit: "800 characters", "15
@@ -47,7 +50,9 @@ _WANTS = (
         "amount",
         re.compile(r"^\s*(?:how\s+(?:many|much|large|big|long|often|far|old|fast|small)|what\s+size)\b", re.IGNORECASE),
         re.compile(
-            r"(?<![\w.@=])\d+(?:[.,]\d+)?(?:\s?%|\s?(?:to|-|–)\s?\d+|\s[a-z]{2,}\b)"
+            rf"(?<![\w.@=])\d+(?:[.,]\d+)?(?:\s?%|\s?(?:to|-|–)\s?\d+|\s(?!{_FUNCTION_WORDS}\b)[a-z]{{2,}}\b"
+            # A unit's symbol: "(20 s)", "(250 ms)", "(5 MiB)", "1 MiB".
+            r"|\s?(?:s|ms|min|h|[KMGT]i?B)\b)"
             # A duration in words: "(a day by default)", "an hour".
             r"|\b(?i:an?|one|half\s+an?)\s+(?:second|minute|hour|day|week|month|year)\b",
         ),

@@ -253,6 +253,12 @@ the passages say them, a duration in words ("a day") as the amount "how long" as
 paragraph under it (``npm pkg fix``) kept as its label. round18 14/20 -> 17/20, last
 14/16 -> 15/16, every other set unchanged; held-out-style overall (held_out … round18)
 262/314 = 83 %.
+Round 19: a nineteenth set (``round19``, 10 + 10, committed before it was first asked):
+sample 9/10, npm 4/10 (65 %). After classifying round15-round19's misses (7 the search's,
+14 the answerer's choice, 1 its quoting): a number with its unit's symbol ("20 s", "5
+MiB") is the amount "how much time / how big" asks for, and a number followed by a
+function word ("HTTP 204 on reconnect") is none. round19 13/20 -> 14/20, every other set
+unchanged; held-out-style overall (held_out … round19) 276/334 = 83 %.
 The floors below are the figures reached, so any lost answer fails.
 """
 
@@ -307,6 +313,7 @@ FLOORS = {
     "round16": {"sample": 1.0, "npm": 0.7},  # 10/10, 7/10 (8/10 with the smaller sample, see round9; 7/10 first)
     "round17": {"sample": 0.8, "npm": 0.7},  # 8/10, 7/10 (8/10, 6/10 when first asked, before round 17)
     "round18": {"sample": 0.9, "npm": 0.7},  # 9/10 here, 10/10 in the bench; 7/10 (8/10, 6/10 when first asked)
+    "round19": {"sample": 0.9, "npm": 0.4},  # 9/10 here, 10/10 in the bench (9/10 first); 4/10 (4/10 first)
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",

@@ -35,7 +35,8 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: "round15" (10 + 10) after round 14, measured before round 15's changes; "round16"
 #: (10 + 10) after round 15, measured before round 16's changes; "round17" (10 + 10) after
 #: round 16, measured before round 17's changes; "round18" (10 + 10) after round 17, measured
-#: before round 18's changes.
+#: before round 18's changes; "round19" (10 + 10) after round 18, measured before round 19's
+#: changes.
 SETS = (
     "original",
     "held_out",
@@ -55,6 +56,7 @@ SETS = (
     "round16",
     "round17",
     "round18",
+    "round19",
 )
 
 
