@@ -43,3 +43,47 @@ async def test_one_leads_and_the_other_takes_over_when_it_goes(tmp_path: Path) -
 async def _until(condition: object) -> None:
     while not condition():  # type: ignore[operator]
         await asyncio.sleep(0.01)
+
+
+class AnswerAsCancelled:
+    """A lock whose every attempt is a round trip through ``asyncio.wait_for`` (as the
+    PostgreSQL lock's is) answered by the test: the answer can land together with the
+    campaign's cancel, which Python 3.11's ``wait_for`` then loses (it returns the answer)."""
+
+    kind = "test lock"
+    last_error: str | None = None
+
+    def __init__(self) -> None:
+        self.asked: asyncio.Queue[asyncio.Future[bool]] = asyncio.Queue()
+
+    async def try_acquire(self) -> bool:
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.asked.put_nowait(answer)
+        return await asyncio.wait_for(answer, 60)
+
+    async def still_held(self) -> bool:
+        return False
+
+    async def release(self) -> None:
+        return None
+
+
+async def test_a_close_ends_the_campaign_even_when_its_cancel_is_lost() -> None:
+    """The lock answers and the close cancels the campaign in the same turn of the loop:
+    the campaign ends anyway, and the close returns (it used to wait for ever)."""
+    from app.ops.leader import Leader
+
+    lock = AnswerAsCancelled()
+    leader = Leader(lock, retry_s=0.01)
+    leader.start()
+    for _ in range(3):  # a few attempts, each answered "held by another process"
+        (await asyncio.wait_for(lock.asked.get(), 10)).set_result(False)
+    answer = await asyncio.wait_for(lock.asked.get(), 10)
+    answer.set_result(False)  # ...and this one's answer lands with the cancel
+    closing = asyncio.create_task(leader.aclose())
+    done, _ = await asyncio.wait({closing}, timeout=10)  # not wait_for: its cancel would end the campaign
+    try:
+        assert closing in done, "the close waits for a campaign whose cancel was lost"
+        assert closing.result() is None and not leader.is_leader
+    finally:
+        closing.cancel()

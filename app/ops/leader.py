@@ -42,7 +42,14 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from app.ops.stopping import cancel_and_wait
+
 log = logging.getLogger("agentchat.ops")
+
+#: How long ``aclose`` waits for the campaign and the jobs once cancelled (the campaign
+#: ends within ``retry_s`` and one attempt at the lock; a job that does not end is named
+#: in the log and left behind rather than holding the process's shutdown).
+STOP_S = 15.0
 
 
 class LeaderLock(Protocol):
@@ -117,6 +124,8 @@ class Leader:
     _term_over: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
     _jobs: list[asyncio.Task[Any]] = field(default_factory=list)
+    #: Set by ``aclose``: the campaign ends at its next turn even if its cancel was lost.
+    _closing: bool = False
 
     @property
     def is_leader(self) -> bool:
@@ -127,13 +136,19 @@ class Leader:
             self._task = asyncio.create_task(self._campaign(), name="background-leader")
 
     async def _campaign(self) -> None:
-        while True:
+        # Ended by ``_closing``, not by the cancel alone: on Python 3.11 ``asyncio.wait_for``
+        # (the PostgreSQL lock's round trip) returns the call's result when the cancel
+        # lands just as the call completes — the cancel is lost, and a loop waiting only
+        # for it went on for ever, ``aclose`` and with it a worker's shutdown waiting
+        # (a ``serve --workers`` worker that never exited after SIGTERM).
+        while not self._closing:
             if self.is_leader:
                 if not await self._held():
                     self._step_down()
-            elif await self._try():
+            elif await self._try() and not self._closing:
                 self._take_lead()
-            await asyncio.sleep(self.retry_s)
+            if not self._closing:
+                await asyncio.sleep(self.retry_s)
 
     async def _try(self) -> bool:
         try:
@@ -203,11 +218,10 @@ class Leader:
         return LeaderCollector(self)
 
     async def aclose(self) -> None:
-        for task in [self._task, *self._jobs]:
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        """Stop campaigning and every job, within ``STOP_S`` whatever they do with the
+        cancel, then release the lock."""
+        self._closing = True
+        await cancel_and_wait([t for t in [self._task, *self._jobs] if t is not None], STOP_S)
         self._task = None
         await self.lock.release()
         self.leading.clear()
