@@ -197,3 +197,30 @@ async def test_the_page_found_is_read_again_through_a_logged_tool_call(offline: 
     response = next(e.json() for e in events if e.event == "response")
     assert "handed unchanged to the job's own program" in response["answer"], response["answer"]
     assert run["tool_call_count"] == 3, run  # each call in the tool-call log
+
+
+async def test_the_answer_is_composed_off_the_event_loop(
+    offline: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Composing an answer is 15-20 ms of pure-Python scoring: run on the loop, it would
+    stall every other live stream of the replica for that long."""
+    import threading
+
+    import llm.extractive
+
+    threads: list[threading.Thread] = []
+    compose = llm.extractive.compose_answer
+
+    def recording(*args: Any) -> Any:
+        threads.append(threading.current_thread())
+        return compose(*args)
+
+    monkeypatch.setattr(llm.extractive, "compose_answer", recording)
+    async with (
+        running_app(offline, provider=ExtractiveProvider()) as (base, _),
+        httpx.AsyncClient(timeout=30) as client,
+    ):
+        assert (await client.post(f"{base}/v1/kb/documents", json={"documents": DOCS})).status_code == 200
+        events = await chat(client, base, "How do I resume a stream after a disconnect?", "knowledge")
+    assert "Last-Event-ID" in next(e.json() for e in events if e.event == "response")["answer"]
+    assert threads and all(t is not threading.main_thread() for t in threads)
