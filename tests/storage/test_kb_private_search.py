@@ -20,6 +20,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import numpy as np
 import pytest
 
 from knowledge import KnowledgeBase
@@ -27,6 +28,7 @@ from knowledge.attachments import attachment_bucket
 from knowledge.types import DocumentIn, SearchResponse
 from storage.postgres.kb_graphs import graph_name
 from storage.sqlite import kb_fts
+from toolindex.embedder import EmbedTask, Matrix
 from toolindex.hashing import HashingEmbedder
 
 MODES = ("text", "semantic", "hybrid")
@@ -34,9 +36,31 @@ QUERY = "zeppelin mooring mast"
 TOP_K = 4
 
 
+class RememberingEmbedder(HashingEmbedder):
+    """The hashing embedder, remembering each text's vector in ``seen``, which this
+    module's tests share: the 2,200 notes of ``varied_shared_docs`` (~300,000 distinct
+    words) are embedded once for the three tests that load them, not once per test (it
+    was most of their time). A text's hashed vector depends on nothing but the text."""
+
+    def __init__(self, seen: dict[str, np.ndarray]) -> None:
+        super().__init__(dim=64)
+        self.seen = seen
+
+    async def embed_batch(self, texts: list[str], *, task: EmbedTask = "document") -> Matrix:
+        missing = list(dict.fromkeys(t for t in texts if t not in self.seen))
+        if missing:
+            self.seen.update(zip(missing, await super().embed_batch(missing, task=task), strict=True))
+        return np.stack([self.seen[t] for t in texts]) if texts else await super().embed_batch([], task=task)
+
+
+@pytest.fixture(scope="module")
+def vectors_seen() -> dict[str, np.ndarray]:
+    return {}
+
+
 @pytest.fixture
-async def kb(store_engine: Any) -> AsyncIterator[KnowledgeBase]:
-    base = await KnowledgeBase.create(store_engine.kb_index, HashingEmbedder(dim=64))
+async def kb(store_engine: Any, vectors_seen: dict[str, np.ndarray]) -> AsyncIterator[KnowledgeBase]:
+    base = await KnowledgeBase.create(store_engine.kb_index, RememberingEmbedder(vectors_seen))
     try:
         yield base
     finally:
