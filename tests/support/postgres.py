@@ -236,7 +236,10 @@ class TestPostgres:
         try:
             proc.wait(15)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            # The whole group (its own session): a backend stuck in a query would
+            # otherwise outlive a SIGKILLed postmaster.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
 
     def stop(self) -> None:

@@ -2,9 +2,13 @@
 
 - ``AgentServer``: ``python -m app.cli serve`` as a child process on a fixed loopback port,
   so it can be SIGKILLed or SIGTERMed and started again on the same port and the same
-  SQLite file (clients keep their URLs). Its output (stdout and stderr, merged) goes
-  through a pipe into ``<workdir>/<name>.log`` and memory: a pipe, not a file, so a
-  file-size limit put on the server (``prlimit --fsize``) cannot cut its own log.
+  SQLite file (clients keep their URLs). Every process it starts carries a tag in its
+  environment (``HARNESS_TAG``), so ``close()`` finds and SIGKILLs them all - the workers
+  of ``serve --workers`` too, which sit in sessions of their own and outlive a killed
+  supervisor when they are slow to drain or stopped - and fails if one survives. Its
+  output (stdout and stderr, merged) goes through a pipe into ``<workdir>/<name>.log``
+  and memory: a pipe, not a file, so a file-size limit put on the server (``prlimit
+  --fsize``) cannot cut its own log.
 - ``BackendServer``: the reference backend in its own process (``python -m backend``).
 - ``CountingProxy``: a reverse proxy in the test process in front of the backend that
   counts every request by method and path and keeps the bodies of writes, so a test
@@ -28,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -49,6 +54,14 @@ DEMO_AUTH = {"Authorization": "Bearer demo-alice"}
 
 _ISOLATED_PREFIXES = ("AGENT_", "OLLAMA_", "GEMINI_", "PERPLEXITY_", "OPENAI_")
 
+HARNESS_TAG = "AGENTCHAT_HARNESS_TAG"
+"""The environment variable naming the ``ManagedProcess`` a process descends from:
+inherited by every child (``serve --workers`` hands its environment on), it finds the
+descendants that moved to sessions of their own or to init after their parent died."""
+
+#: How long ``close()`` waits for the processes it SIGKILLed to be gone.
+CLOSE_GUARD_S = 30.0
+
 Frame = tuple[str | None, str, str]
 """(id, event, data) of one SSE event."""
 
@@ -59,6 +72,30 @@ def child_env(overrides: Mapping[str, str]) -> dict[str, str]:
     env.update({"PYTHONUNBUFFERED": "1", "OPENBLAS_NUM_THREADS": "1"})
     env.update({k: str(v) for k, v in overrides.items()})
     return env
+
+
+def tagged_processes(tag: str) -> dict[int, str]:
+    """Running processes of this user whose environment has ``HARNESS_TAG=tag`` (pid:
+    command line). A zombie's environment reads empty, so the dead are not counted.
+    Linux only (``/proc``); elsewhere nothing is found."""
+    needle = f"{HARNESS_TAG}={tag}".encode()
+    found: dict[int, str] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if needle not in environ.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                found[int(entry)] = cmdline.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        except OSError:  # gone meanwhile, or another user's
+            continue
+    return found
 
 
 # --- processes ----------------------------------------------------------------------------------
@@ -77,6 +114,8 @@ class ManagedProcess:
         self._lines: list[str] = []
         self._lock = threading.Lock()
         self._log: TextIO = open(log_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed in close()
+        #: This object's mark on every process it starts (``HARNESS_TAG``), unique in the machine.
+        self.tag = f"{name}-{os.getpid()}-{uuid.uuid4().hex}"
 
     # -- life cycle --
 
@@ -88,7 +127,7 @@ class ManagedProcess:
         proc = subprocess.Popen(
             self.argv,
             cwd=REPO,
-            env=self.env,
+            env={**self.env, HARNESS_TAG: self.tag},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -137,13 +176,47 @@ class ManagedProcess:
         return await self.wait_exit(30)
 
     def close(self) -> None:
-        """Kill if still running (cleanup path) and close the log."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(10)
-        with self._lock:
-            self._log.close()
+        """SIGKILL the process and everything it started, wait until they are gone (at
+        most ``CLOSE_GUARD_S``), close the log; raises naming any process that survives.
+
+        The descendants are found by the tag in their environment, not through the
+        process tree: ``serve --workers``' workers run in sessions of their own (a
+        process-group kill misses them) and once the supervisor is dead they belong to
+        init. Killing only the supervisor left a stopped or slow-to-drain worker running
+        for as long as it liked (one outlived the suite by 18 min)."""
+        try:
+            survivors = self._kill_everything(CLOSE_GUARD_S)
+        finally:
+            with self._lock:
+                self._log.close()
+        if survivors:
+            raise RuntimeError(
+                f"{self.name}: processes still running {CLOSE_GUARD_S:g} s after SIGKILL: "
+                + "; ".join(f"pid {pid} {what}" for pid, what in survivors.items())
+            )
+
+    def _kill_everything(self, timeout: float) -> dict[int, str]:
+        """SIGKILL the process's group and every tagged process until none is left;
+        the ones left after ``timeout`` (pid: command line)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc is not None and self.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: pgid == pid
+                self.proc.poll()
+            live = tagged_processes(self.tag)
+            for pid in live:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            leader_done = self.proc is None or self.proc.poll() is not None
+            if not live and leader_done:
+                return {}
+            if time.monotonic() > deadline:
+                if not leader_done:
+                    assert self.proc is not None
+                    live.setdefault(self.proc.pid, " ".join(self.argv))
+                return live
+            time.sleep(0.02)
 
     # -- output --
 
