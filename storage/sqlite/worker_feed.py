@@ -54,6 +54,8 @@ MAX_FRAME_BYTES = 64 * 1024
 #: A sibling this far behind reading its socket gets frames dropped (then "read all").
 MAX_BUFFER_BYTES = 4 * 1024 * 1024
 _HEAD = struct.Struct(">I")
+#: How long ``close`` waits for the readers of siblings' connections once it closed them.
+CLOSE_S = 5.0
 EVENTS, CANCEL, TOPIC, READ_ALL = b"E", b"C", b"T", b"R"
 
 
@@ -117,6 +119,9 @@ class WorkerFeed:
     _flush_scheduled: bool = False
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _scanner: asyncio.Task[None] | None = None
+    #: Siblings' connections to our socket, each read by a ``_serve`` task asyncio made.
+    _incoming: dict[asyncio.Task[None], asyncio.StreamWriter] = field(default_factory=dict)
+    _closing: bool = False
     #: Figures for tests and metrics: frames received, and frames dropped for slow siblings.
     received: int = 0
     dropped: int = 0
@@ -139,12 +144,26 @@ class WorkerFeed:
         self._scanner = asyncio.create_task(self._scan_forever(), name="worker-feed-scan")
 
     async def close(self) -> None:
+        """Stop listening, hang up on every sibling and end every reader.
+
+        A sibling's connection to us is read by a task asyncio's server made: left
+        running, the end of the event loop cancelled it, and Python 3.11's server logs
+        a cancelled reader as an ERROR ("Exception in callback": its done callback asks
+        the task for its exception) - once per worker shutdown. So the readers are ended
+        here, by closing their connections: each sees the end of its stream and returns."""
+        self._closing = True
         if self._scanner is not None:
             self._scanner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scanner
         if self._server is not None:
             self._server.close()
+        for writer in list(self._incoming.values()):
+            writer.close()
+        if self._incoming:
+            _, stuck = await asyncio.wait(list(self._incoming), timeout=CLOSE_S)
+            if stuck:  # never seen: a closed transport ends its reader at once
+                log.warning("sibling readers still running after the feed closed", extra={"tasks": len(stuck)})
         if self._path is not None:
             with contextlib.suppress(FileNotFoundError):
                 self._path.unlink()
@@ -268,6 +287,11 @@ class WorkerFeed:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One sibling's frames, in its commit order. A new connection may follow frames
         lost with an old one (or sent before it existed): everyone reads once."""
+        me = asyncio.current_task()
+        if self._closing or me is None:
+            writer.close()
+            return
+        self._incoming[me] = writer
         self._read_all()
         try:
             while True:
@@ -280,8 +304,10 @@ class WorkerFeed:
         except Exception:  # a bug here must not stop hearing the others
             log.exception("a sibling's feed frame could not be handled")
         finally:
+            del self._incoming[me]
             writer.close()
-            self._read_all()  # whatever its broken connection still carried
+            if not self._closing:
+                self._read_all()  # whatever its broken connection still carried
 
     def _handle(self, kind: bytes, text: str) -> None:
         if kind == EVENTS:

@@ -12,6 +12,7 @@ real SQLite run store announces only what committed. The cross-process behaviour
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import tempfile
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import orjson
+import pytest
 
 from storage.records import NewRun, RunEvent, RunWrite
 from storage.sqlite import open_sqlite_storage
@@ -195,3 +197,47 @@ async def test_a_database_too_deep_for_a_socket_address_meets_in_the_temporary_d
     finally:
         await a.close()
         await b.close()
+
+
+def readers_of(feed: WorkerFeed) -> list[asyncio.Task[object]]:
+    """The tasks reading siblings' connections to ``feed`` (its ``_serve`` coroutines)."""
+    found = []
+    for task in asyncio.all_tasks():
+        coro = task.get_coro()
+        frame = getattr(coro, "cr_frame", None)
+        serving = getattr(coro, "__qualname__", "") == "WorkerFeed._serve"
+        if serving and frame is not None and frame.f_locals.get("self") is feed:
+            found.append(task)
+    return found
+
+
+def test_a_worker_closing_while_a_sibling_is_connected_logs_no_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every ``serve --workers`` shutdown on SQLite logged an ERROR with a CancelledError
+    traceback: the reader of a sibling's connection, still running when the worker's
+    event loop ended, was cancelled there, and Python 3.11's stream server reports a
+    cancelled reader as an error. A worker's close ends its readers itself. The worker's
+    loop ends here as a real one does (``asyncio.run`` cancels whatever is left), while
+    its sibling is still up."""
+    directory = runtime_dir(tmp_path / "agent.sqlite3")
+    left: list[WorkerFeed] = []
+
+    async def worker_life() -> None:
+        a, b = WorkerFeed(directory, scan_s=0.05), WorkerFeed(directory, scan_s=0.05)
+        left.append(b)
+        await a.start()
+        await b.start()
+        await settled(lambda: a.siblings == 1 and b.siblings == 1, "the two workers found each other")
+        b.announce("kb", "hello")  # so a is surely reading b's connection
+        await settled(lambda: a.received >= 1, "a heard from b")
+        await a.close()
+        # b, the sibling still running, sees a hang up; then a's loop ends (b's with it
+        # here, but only after b's reader of a's connection is done: b stands in for a
+        # process whose loop goes on).
+        await settled(lambda: not readers_of(b), "b's reader of a's connection ended")
+
+    caplog.set_level(logging.WARNING)
+    asyncio.run(worker_life())
+    errors = [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], errors
