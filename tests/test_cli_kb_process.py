@@ -7,10 +7,13 @@ ingests with exit code 0, its non-documents skipped and counted."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 from pathlib import Path
 
 import pytest
+from starlette.requests import Request
+from starlette.responses import Response
 
 from tests.fakes.ollama import FakeOllama
 from tests.support.deadline import reap, within
@@ -144,3 +147,51 @@ async def test_an_ordinary_documentation_folder_ingests_with_exit_0(tmp_path: Pa
     assert any("docs/content/registry.md" in line for line in listed)
     assert not any("docs/output/registry.html" in line for line in listed)
     assert any("docs/output/scope.html" in line for line in listed)  # same name, other text: kept
+
+
+class HoldsTheDocuments(FakeOllama):
+    """Ollama whose embedding of a text containing ``HOLD`` waits until released (the
+    embedder's probe goes through): ``ingest`` is then surely mid-way through its files."""
+
+    HOLD = b"held-for-the-signal"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holding = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def _embed(self, request: Request) -> Response:
+        if self.HOLD in await request.body():
+            self.holding.set()
+            await self.release.wait()
+        return await super()._embed(request)
+
+
+async def test_sigterm_ends_an_ingest_as_ctrl_c_does(tmp_path: Path) -> None:
+    """SIGTERM (a container's stop, ``timeout``) mid-ingest: one line on what stands,
+    ``terminated``, exit 143, no traceback - it used to die at once without a word
+    (-15). The same command again stores the rest."""
+    fake = HoldsTheDocuments()
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "fjord.md").write_text(f"# Fjords\n\nA fjord is a long narrow inlet ({fake.HOLD.decode()}).\n")
+    async with serve_app(fake.app) as url:
+        env = child_env({"AGENT_DB_PATH": str(tmp_path / "agent.db"), "OLLAMA_HOST": url})
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "app.cli", "ingest", str(docs), "--quiet", cwd=REPO, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            await within(fake.holding.wait(), "ingest embedding the document", 120)
+            proc.send_signal(signal.SIGTERM)
+            _, err = await within(proc.communicate(), "agentchat ingest after SIGTERM", 60)
+        finally:
+            fake.release.set()
+            await reap(proc, "agentchat", grace=5)
+        text = err.decode()
+        assert proc.returncode == 143, text
+        assert "Traceback" not in text and "CancelledError" not in text, text
+        assert "the documents stored before the interruption stay" in text, text
+        assert text.splitlines()[-1] == "agentchat ingest: terminated (SIGTERM)", text
+        code, out_again, err_again = await agentchat(env, "ingest", str(docs), "--quiet")
+        assert code == 0 and "1 documents added" in out_again, out_again + err_again

@@ -23,6 +23,7 @@ from typing import Any
 from app.cli.children import die_with_parent
 from app.cli.compact import add_compact_command, run_compact
 from app.cli.gcpolicy import tune_for_serving
+from app.cli.interrupts import EXIT_TERMINATED, Termination, cancelled_by_sigterm
 from app.cli.kb import add_kb_commands, run_kb_command
 from app.cli.migrate import add_migrate_command, run_migrate_db
 from app.config import ConfigError, Settings
@@ -375,11 +376,17 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(run_migrate_db(args, _settings()))
     if args.command == "compact":
         return asyncio.run(run_compact(args, _settings()))
+    termination = Termination()
     try:
-        return asyncio.run(run_kb_command(args, _settings()))
+        return asyncio.run(cancelled_by_sigterm(run_kb_command(args, _settings()), termination))
     except KeyboardInterrupt:  # Ctrl-C: ``ingest`` has said what stands (``app/cli/kb.py``)
         print(f"agentchat {args.command}: interrupted", file=sys.stderr)
         return 130
+    except asyncio.CancelledError:  # SIGTERM, the same way (``app/cli/interrupts.py``)
+        if not termination.received:
+            raise
+        print(f"agentchat {args.command}: terminated (SIGTERM)", file=sys.stderr)
+        return EXIT_TERMINATED
 
 
 if __name__ == "__main__":

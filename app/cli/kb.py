@@ -284,7 +284,7 @@ async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
                 max_file_bytes=int(args.max_file_mb * MB),
                 rehash=args.rehash,
             )
-    except asyncio.CancelledError:  # Ctrl-C: ``main`` then says "interrupted", no traceback
+    except asyncio.CancelledError:  # Ctrl-C or SIGTERM: ``main`` then says which, no traceback
         if ticker is not None:
             ticker.cancel()
         if progress is not None:

@@ -79,12 +79,21 @@ async def read_lines(stream: asyncio.StreamReader, into: list[str]) -> None:
         into.append(line.decode(errors="replace"))
 
 
+@pytest.mark.parametrize(
+    ("sig", "code_expected", "last_line"),
+    [
+        (signal.SIGINT, 130, "agentchat ingest: interrupted"),
+        (signal.SIGTERM, 143, "agentchat ingest: terminated (SIGTERM)"),
+    ],
+    ids=["ctrl-c", "sigterm"],
+)
 async def test_an_ingest_interrupted_while_its_graph_builds_ends_cleanly_and_the_next_open_builds_it(
-    pg_server: TestPostgres, tmp_path: Path
+    pg_server: TestPostgres, tmp_path: Path, sig: signal.Signals, code_expected: int, last_line: str
 ) -> None:
-    """Ctrl-C on ``agentchat ingest`` while the load's end waits for a bucket graph (held
-    by another session's open write): the report and one line on what stands, exit 130,
-    no traceback; the build is cancelled on the server, and the next open builds it."""
+    """Ctrl-C (or SIGTERM) on ``agentchat ingest`` while the load's end waits for a bucket
+    graph (held by another session's open write): the report and one line on what stands,
+    exit 130 (143), no traceback; the build is cancelled on the server, and the next open
+    builds it."""
     with pg_server.database() as url:
         await seed_past_threshold(url, "manual")
         (tmp_path / "docs").mkdir()
@@ -111,14 +120,14 @@ async def test_an_ingest_interrupted_while_its_graph_builds_ends_cleanly_and_the
                 assert proc.returncode is None, "".join(err)
                 assert loop.time() < deadline, "".join(err)
                 await asyncio.sleep(0.05)
-            os.kill(proc.pid, signal.SIGINT)
-            code = await within(proc.wait(), "agentchat ingest after Ctrl-C", 60)
+            os.kill(proc.pid, sig)
+            code = await within(proc.wait(), f"agentchat ingest after {sig.name}", 60)
             await within(asyncio.gather(*readers), "its output", 10)
             text = "".join(err)
-            assert code == 130, text
+            assert code == code_expected, text
             assert "Traceback" not in text and "CancelledError" not in text, text
             assert "stopped while building the indexes: the documents above are stored" in text, text
-            assert text.splitlines()[-1] == "agentchat ingest: interrupted", text
+            assert text.splitlines()[-1] == last_line, text
             assert "1 documents added" in "".join(out), "".join(out)
             assert await documents(observer, "manual") == 1 + EXACT_SCOPE_VECTORS // 1_000 + 1  # the ingest's row
             assert await sessions(observer) == 0  # the close cancelled the build on the server
