@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import time
 from dataclasses import dataclass
@@ -43,6 +44,11 @@ from storage.kb_records import KBVectorWrite
 from toolindex.embedder import Embedder, EmbeddingError
 
 log = logging.getLogger("agentchat.kb.backfill")
+
+#: How long ``aclose`` waits for the loop once told to stop (a pass under way ends at
+#: its next batch; one that does not is named in the log and left behind rather than
+#: holding the process's shutdown).
+STOP_S = 15.0
 
 
 @dataclass(slots=True)
@@ -75,13 +81,16 @@ class VectorBackfill:
         self._retry_at: float | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: Set by ``aclose`` for the loop it stops (each ``start`` makes a new one).
+        self._stop = asyncio.Event()
 
     # ------------------------------------------------------------------ control
     def start(self) -> asyncio.Task[None] | None:
         """Run passes in the background until ``aclose`` (the first one now)."""
         if self._embedder is None or self._task is not None:
             return None
-        self._task = asyncio.create_task(self._run(), name="kb-vector-backfill")
+        self._stop = asyncio.Event()
+        self._task = asyncio.create_task(self._run(self._stop), name="kb-vector-backfill")
         return self._task
 
     def wake(self) -> None:
@@ -106,8 +115,20 @@ class VectorBackfill:
         re-embeds keeps failing, not because this one failed before it let go."""
         task, self._task = self._task, None
         if task is not None:
+            # The flag, not the cancel alone: on Python 3.11 ``asyncio.wait_for`` (the
+            # loop's wait for a wake-up) returns when the cancel lands as ``wake()`` is
+            # called, the cancel is lost, and the loop went on waiting for ever - and
+            # this close, hence the process's shutdown, with it.
+            self._stop.set()
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            done, _ = await asyncio.wait({task}, timeout=STOP_S)
+            if not done:
+                log.error(
+                    "the re-embedding loop did not stop; left behind",
+                    extra={"after_s": STOP_S, "stack": _stack_text(task)},
+                )
+            elif not task.cancelled() and task.exception() is not None:
+                log.error("the re-embedding loop failed", exc_info=task.exception())
             self.failures, self.last_error, self._retry_at = 0, None, None
             self.state = "stopped"
 
@@ -126,14 +147,16 @@ class VectorBackfill:
         return out
 
     # ------------------------------------------------------------------ the loop
-    async def _run(self) -> None:
+    async def _run(self, stop: asyncio.Event) -> None:
         cfg = self._config
         delay = 0.0
-        while True:
+        while not stop.is_set():
             if delay > 0:
                 self._retry_at = time.monotonic() + delay
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=delay)
+                if stop.is_set():
+                    return
             self._wake.clear()
             self._retry_at = None
             try:
@@ -215,4 +238,12 @@ class VectorBackfill:
         return BatchResult(len(docs), [d.id for d in docs if d.id in written], docs[-1].id)
 
 
+def _stack_text(task: asyncio.Task[None]) -> str:
+    """Where a task that would not stop is (for the log)."""
+    out = io.StringIO()
+    task.print_stack(file=out)
+    return out.getvalue()
+
+
 __all__ = ["BatchResult", "VectorBackfill"]
+

@@ -171,3 +171,24 @@ async def test_readiness_fails_only_while_the_embedder_fails_the_waiting_documen
         assert ready["ok"] is True and ready["pending_vectors"] == 0 and "detail" not in ready
     finally:
         await kb.aclose()
+
+
+async def test_a_close_stops_the_loop_even_when_its_cancel_lands_with_a_wake_up(tmp_path: Path) -> None:
+    """An ingest's wake-up and the close's cancel in the same turn of the loop: Python
+    3.11's ``asyncio.wait_for`` (the loop's wait for a wake-up) returns and the cancel is
+    lost. The loop stops anyway and the close returns (it used to wait for ever)."""
+    kb = await fast_kb(tmp_path / "kb.db", HashingEmbedder(dim=128))
+    try:
+        kb.backfill._config = KBConfig(reembed_interval_s=3600)
+        kb.backfill.start()
+        await until(lambda: kb.backfill.state == "idle", "the first pass", 10)  # now waiting for a wake-up
+        kb.backfill.wake()
+        closing = asyncio.create_task(kb.backfill.aclose())
+        done, _ = await asyncio.wait({closing}, timeout=10)  # not wait_for: its cancel would stop the loop
+        try:
+            assert closing in done, "the close waits for a loop whose cancel was lost"
+            assert closing.result() is None and kb.backfill.state == "stopped"
+        finally:
+            closing.cancel()
+    finally:
+        await kb.aclose()
