@@ -33,6 +33,22 @@ from storage.records import RunEvent
 MAX_CARRIED = 4096
 
 
+async def set_within(event: asyncio.Event, timeout_s: float) -> bool:
+    """Whether ``event`` is set within ``timeout_s``.
+
+    Not ``asyncio.wait_for(event.wait(), timeout_s)``: on Python 3.11 that waits in a
+    task of its own and, when the caller's cancel lands as the event is set, returns
+    instead of raising - the cancel is lost, and a loop that stops only on cancellation
+    (a follower, a wait for another replica's run) goes on as if never asked to stop.
+    ``asyncio.timeout`` waits in the caller's own task, where a cancel is never lost."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
+    except TimeoutError:
+        return event.is_set()
+    return True
+
+
 @dataclass(slots=True)
 class RunWatch:
     """What the feed has for one watcher of one run since it last looked."""
@@ -49,6 +65,11 @@ class RunWatch:
         carried, must_read = self.carried, self.must_read
         self.carried, self.must_read = [], False
         return carried, must_read
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Until a notification since the last ``take`` or ``timeout_s``; whether one came
+        (``set_within``: a cancel meanwhile is never lost)."""
+        return await set_within(self.woke, timeout_s)
 
     def deliver(self, events: list[RunEvent] | None) -> None:
         """A notification: its events, or ``None`` when they did not fit in it."""

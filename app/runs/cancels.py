@@ -90,8 +90,7 @@ class RunCancels:
                 if watch is None:
                     await asyncio.sleep(pause)
                 else:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(watch.woke.wait(), pause)
+                    await watch.wait(pause)
 
     def cancel_here(self, run: Run) -> bool:
         """Cancel a live run of this process because a cancel was asked for elsewhere

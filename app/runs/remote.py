@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from events import MessageComplete
 from storage.interfaces import RunStore
 from storage.records import RunEvent
-from storage.run_feed import RunFeed, RunWatch
+from storage.run_feed import RunFeed, RunWatch, set_within
 
 log = logging.getLogger("agentchat.runs")
 
@@ -162,8 +162,7 @@ class RemoteRuns:
                 if tail.done and pos >= tail.last_seq:
                     return  # resumed past the end
                 wait = max(0.05, idle - (time.monotonic() - last_sent))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), wait)
+                await set_within(changed, wait)  # not wait_for: a cancel landing with a change is kept
                 if not changed.is_set() and time.monotonic() - last_sent >= idle:
                     yield None
                     last_sent = time.monotonic()
@@ -204,9 +203,7 @@ class RemoteRuns:
                         tail.publish()
                     if tail.done or tail.closed:
                         break
-                    try:
-                        await asyncio.wait_for(watch.woke.wait(), self.poll_s)
-                    except TimeoutError:
+                    if not await watch.wait(self.poll_s):
                         watch.must_read = True  # a notification may have been lost
         except Exception as exc:
             log.warning("reading a run followed here failed", extra={"run_id": tail.run_id, "error": str(exc)[:300]})

@@ -1,0 +1,81 @@
+"""Waits that shutdown cancels keep their cancel (Python 3.11's ``asyncio.wait_for``).
+
+On Python 3.11 ``asyncio.wait_for(event.wait(), t)`` waits in a task of its own and,
+when the caller's cancel lands in the same turn of the loop as the event being set,
+returns instead of raising: the cancel is lost. A loop that stops only on cancellation
+then goes on - the way ``Leader``'s campaign held a worker's shutdown (6b556c5). Each
+test here sets the event and cancels in the same turn, as ``tests/test_leader.py`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from app.runs.cancels import RunCancels
+from storage.records import NewRun, StoredRun
+from storage.run_feed import RunWatchers, set_within
+from storage.sqlite import open_sqlite_storage
+
+
+async def test_a_cancel_landing_as_the_event_is_set_is_kept() -> None:
+    event = asyncio.Event()
+    waiting = asyncio.create_task(set_within(event, 60))
+    await asyncio.sleep(0)  # the task is now parked in its wait
+    event.set()
+    waiting.cancel()
+    done, _ = await asyncio.wait({waiting}, timeout=10)
+    assert waiting in done and waiting.cancelled()
+
+
+async def test_set_within_says_whether_the_event_came() -> None:
+    event = asyncio.Event()
+    assert await set_within(event, 0.01) is False
+    event.set()
+    assert await set_within(event, 60) is True
+
+
+class CountingReads:
+    """The real run store, counting the reads of a run that have returned: once the count
+    moves, the waiting task has gone on to its wait (nothing is awaited in between)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.returned = 0
+
+    async def get(self, run_id: str) -> StoredRun | None:
+        stored: StoredRun | None = await self.store.get(run_id)
+        self.returned += 1
+        return stored
+
+
+async def test_waiting_for_another_replicas_run_ends_when_cancelled_as_news_arrives(tmp_path: Path) -> None:
+    """A run queued behind a run on another replica waits in ``RunCancels.wait_end``;
+    the feed's news and the run's cancel (a user's, or the shutdown's) in the same turn:
+    the wait ends cancelled. With ``wait_for`` it went on waiting - the run would then
+    have executed although cancelled, and a drain waiting for it would wait for ever."""
+    storage = await open_sqlite_storage(tmp_path / "agent.sqlite3")
+    try:
+        await storage.runs.create(NewRun("elsewhere", "c", "alice", "knowledge", orjson.dumps({"message": "hi"}),
+                                         lease_owner="replica-b", lease_s=600))  # fmt: skip
+        reads = CountingReads(storage.runs)
+        feed = RunWatchers(logging.getLogger("test"))
+        cancels = RunCancels(reads, local=lambda _: None, live=list, feed=feed)  # type: ignore[arg-type]
+        waiting = asyncio.create_task(cancels.wait_end("elsewhere"))
+        async with asyncio.timeout(10):
+            while reads.returned < 1:
+                await asyncio.sleep(0.01)
+        feed.read_all()  # news of the run (every watcher woken)...
+        waiting.cancel()  # ...and the cancel, in the same turn
+        done, _ = await asyncio.wait({waiting}, timeout=10)  # not wait_for: its cancel would end the wait
+        try:
+            assert waiting in done, "the wait went on after its cancel"
+            assert waiting.cancelled()
+        finally:
+            waiting.cancel()
+    finally:
+        await storage.close()
