@@ -49,6 +49,18 @@ async def set_within(event: asyncio.Event, timeout_s: float) -> bool:
     return True
 
 
+def raise_if_cancel_lost() -> None:
+    """Raise ``CancelledError`` if the current task was asked to stop and the request
+    was swallowed on the way. On Python 3.11 ``asyncio.wait_for`` loses a cancel that
+    lands as its call completes (psycopg's pool waits for a connection that way: any
+    store read under contention), yet the task's ``cancelling()`` count keeps it. A loop
+    that stops only on cancellation calls this after each read, so it ends at its next
+    turn instead of going on for ever."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 @dataclass(slots=True)
 class RunWatch:
     """What the feed has for one watcher of one run since it last looked."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from app.runs.run import Run
 from storage.interfaces import RunStore
 from storage.records import NOT_ENDED, UNFINISHED
-from storage.run_feed import RunFeed
+from storage.run_feed import RunFeed, raise_if_cancel_lost
 
 log = logging.getLogger("agentchat.runs")
 
@@ -79,6 +79,7 @@ class RunCancels:
                 if watch is not None:
                     watch.take()  # before the read: an ending committed after it wakes the wait
                 stored = await self.store.get(run_id)
+                raise_if_cancel_lost()  # a store read may have swallowed this task's cancel
                 if stored is None or stored.status not in NOT_ENDED:  # a parked run has not ended
                     return stored.status if stored is not None else None
                 pause = self.poll_s if watch is None else 1.0

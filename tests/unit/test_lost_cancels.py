@@ -79,3 +79,46 @@ async def test_waiting_for_another_replicas_run_ends_when_cancelled_as_news_arri
             waiting.cancel()
     finally:
         await storage.close()
+
+
+class PoolLikeReads:
+    """The real run store behind a wait the test answers through ``asyncio.wait_for``, as
+    psycopg's pool hands out a connection: the answer can land with the reader's cancel,
+    which Python 3.11's ``wait_for`` then loses inside the store read."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.asked: asyncio.Queue[asyncio.Future[None]] = asyncio.Queue()
+
+    async def get(self, run_id: str) -> StoredRun | None:
+        connection: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.asked.put_nowait(connection)
+        await asyncio.wait_for(connection, 60)
+        stored: StoredRun | None = await self.store.get(run_id)
+        return stored
+
+
+async def test_waiting_for_another_replicas_run_ends_when_a_store_read_swallowed_the_cancel(tmp_path: Path) -> None:
+    """The cancel lost inside a store read (a pooled connection handed over as it lands):
+    the wait ends at its next turn instead of going on until the other run ends."""
+    storage = await open_sqlite_storage(tmp_path / "agent.sqlite3")
+    try:
+        await storage.runs.create(NewRun("elsewhere", "c", "alice", "knowledge", orjson.dumps({"message": "hi"}),
+                                         lease_owner="replica-b", lease_s=600))  # fmt: skip
+        reads = PoolLikeReads(storage.runs)
+        cancels = RunCancels(reads, local=lambda _: None, live=list, feed=None, poll_s=0.01)  # type: ignore[arg-type]
+        waiting = asyncio.create_task(cancels.wait_end("elsewhere"))
+        (await asyncio.wait_for(reads.asked.get(), 10)).set_result(None)  # a first read, answered
+        connection = await asyncio.wait_for(reads.asked.get(), 10)
+        connection.set_result(None)  # the next read's connection...
+        waiting.cancel()  # ...and the cancel, in the same turn
+        done, _ = await asyncio.wait({waiting}, timeout=10)
+        try:
+            assert waiting in done, "the wait went on after its cancel"
+            assert waiting.cancelled()
+        finally:
+            waiting.cancel()
+            while not reads.asked.empty():
+                reads.asked.get_nowait().set_result(None)
+    finally:
+        await storage.close()
