@@ -98,6 +98,18 @@ def tagged_processes(tag: str) -> dict[int, str]:
     return found
 
 
+def _start_time(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot), or None once it is gone or
+    a zombie: with the pid, the identity of one process (pids are reused)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # After the command's closing parenthesis: state is field 3, starttime field 22.
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
 # --- processes ----------------------------------------------------------------------------------
 
 
@@ -199,19 +211,26 @@ class ManagedProcess:
         """SIGKILL the process's group and every tagged process until none is left;
         the ones left after ``timeout`` (pid: command line)."""
         deadline = time.monotonic() + timeout
+        # Every process seen tagged, by (pid, start time), until it is gone: one that is
+        # exiting no longer shows its environment but is still running.
+        seen: dict[tuple[int, int], str] = {}
         while True:
             if self.proc is not None and self.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: pgid == pid
                 self.proc.poll()
-            live = tagged_processes(self.tag)
-            for pid in live:
+            for pid, command in tagged_processes(self.tag).items():
+                started = _start_time(pid)
+                if started is not None:
+                    seen[(pid, started)] = command
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
+            seen = {key: command for key, command in seen.items() if _start_time(key[0]) == key[1]}
             leader_done = self.proc is None or self.proc.poll() is not None
-            if not live and leader_done:
+            if not seen and leader_done:
                 return {}
             if time.monotonic() > deadline:
+                live = {pid: command for (pid, _), command in seen.items()}
                 if not leader_done:
                     assert self.proc is not None
                     live.setdefault(self.proc.pid, " ".join(self.argv))
