@@ -38,7 +38,10 @@ async def cancelled_by_sigterm(work: Coroutine[Any, Any, int], termination: Term
         termination.received = True
         task.cancel()
 
-    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    try:
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    except (ValueError, RuntimeError, NotImplementedError):  # not the main thread, or no signals here
+        return await work
     try:
         return await work
     finally:
