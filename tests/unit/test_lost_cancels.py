@@ -122,3 +122,39 @@ async def test_waiting_for_another_replicas_run_ends_when_a_store_read_swallowed
                 reads.asked.get_nowait().set_result(None)
     finally:
         await storage.close()
+
+
+async def test_a_follower_of_another_replicas_run_ends_when_cancelled_as_news_arrives(tmp_path: Path) -> None:
+    """A follower (``RemoteRuns.follow_events``) waits for its run's tail to change; the
+    change and the follower's cancel (its client gone, the shutdown) in the same turn:
+    the follower ends. With ``wait_for`` it went on waiting for the run."""
+    from app.runs.remote import RemoteRuns
+
+    storage = await open_sqlite_storage(tmp_path / "agent.sqlite3")
+    try:
+        await storage.runs.create(NewRun("elsewhere", "c", "alice", "knowledge", orjson.dumps({"message": "hi"}),
+                                         lease_owner="replica-b", lease_s=600))  # fmt: skip
+        remote = RemoteRuns(storage.runs, RunWatchers(logging.getLogger("test")), poll_s=3600)
+        steps: list[object] = []
+
+        async def follow() -> None:
+            async for batch in remote.follow_events("elsewhere", 0, idle=3600):
+                steps.append(batch)
+
+        following = asyncio.create_task(follow())
+        tail = None
+        async with asyncio.timeout(10):  # the reader has looked at the (empty) log: the follower waits
+            while tail is None or tail.watch is None or tail.watch.must_read or tail.watch.woke.is_set():
+                tail = remote._tails.get("elsewhere")
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0)
+        tail.publish()  # news of the run...
+        following.cancel()  # ...and the follower's cancel, in the same turn
+        done, _ = await asyncio.wait({following}, timeout=10)
+        try:
+            assert following in done, "the follower went on after its cancel"
+            assert following.cancelled() and steps == []
+        finally:
+            following.cancel()
+    finally:
+        await storage.close()
