@@ -49,11 +49,15 @@ PRODUCT := events client app llm toolindex storage agenttools knowledge prompts 
 # (2,800 tests; every test keeps its own ports, files and databases).
 # PYTEST_ARGS adds options to either target, e.g. `make test PYTEST_ARGS=--durations=40`
 # to see where the time goes.
+# --dist loadfile: each test module runs whole on one worker, so a module-scoped fixture
+# (a second PostgreSQL, an MCP world, a loaded corpus) is built once, not once per worker
+# as the default `load` (tests dealt out one by one) did.
 PYTEST_ARGS ?=
+DIST := --dist loadfile
 test: install
 	$(BIN)/ruff check $(PRODUCT)
 	$(BIN)/mypy $(PRODUCT)
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n 2 $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n 2 $(DIST) $(PYTEST_ARGS)
 
 # The inner loop: the suite without the tests marked slow, postgres, browser or node
 # (markers in pyproject.toml, tests/conftest.py); `make test` still runs everything.
@@ -62,7 +66,7 @@ test: install
 # (pytest-xdist), one per core: 84 s wall for ~1,700 tests on this 2-core machine, idle.
 FAST := not slow and not postgres and not browser and not node
 test-fast: install
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n 2 -m "$(FAST)" $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n 2 $(DIST) -m "$(FAST)" $(PYTEST_ARGS)
 
 # The peer server of bench/langgraph_peer.py, in a virtualenv of its own (its pins clash
 # with the dev tools'): `langgraph dev` on the in-memory runtime.
