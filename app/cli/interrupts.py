@@ -5,6 +5,11 @@ says what stands (its report, what was stored, what is built later) before it ex
 SIGTERM - what a container runtime, systemd or ``timeout`` sends - had the default
 action instead: the process died at once, mid-batch, without a word. Here SIGTERM
 cancels the same task, and ``main`` exits 143 (128 + 15, the shell's code for it).
+
+Only the first SIGTERM: it puts the default action back, so a second one ends the
+process at once. Cancelling again would interrupt the close the first one started
+(the knowledge base's SQLite connections left open, whose threads the interpreter then
+waits for at exit: a process that said "terminated" and never ended).
 """
 
 from __future__ import annotations
@@ -27,8 +32,8 @@ class Termination:
 
 
 async def cancelled_by_sigterm(work: Coroutine[Any, Any, int], termination: Termination) -> int:
-    """Run ``work``; a SIGTERM meanwhile cancels it (every SIGTERM does: a cancel a
-    callee swallowed is asked for again by the next one). The cancel propagates out of
+    """Run ``work``; the first SIGTERM meanwhile cancels it (and a second one has the
+    default action: the process ends at once). The cancel propagates out of
     ``asyncio.run`` with ``termination.received`` set."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
@@ -36,6 +41,7 @@ async def cancelled_by_sigterm(work: Coroutine[Any, Any, int], termination: Term
 
     def on_sigterm() -> None:
         termination.received = True
+        loop.remove_signal_handler(signal.SIGTERM)  # back to the default action
         task.cancel()
 
     try:
