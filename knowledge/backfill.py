@@ -160,7 +160,7 @@ class VectorBackfill:
             self._wake.clear()
             self._retry_at = None
             try:
-                await self.run_pass()
+                await self.run_pass(stop)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the embedder or the database: try again later
@@ -178,9 +178,12 @@ class VectorBackfill:
             self.state = "idle"
             delay = cfg.reembed_interval_s
 
-    async def run_pass(self) -> int:
+    async def run_pass(self, stop: asyncio.Event | None = None) -> int:
         """Re-embed every document without current vectors, a batch at a time; how many
-        got vectors. Raises ``EmbeddingError`` (or a storage error) on the first failure."""
+        got vectors. Raises ``EmbeddingError`` (or a storage error) on the first failure.
+        ``stop`` (the loop's, set by ``aclose``): no batch starts once it is set - a
+        close whose cancel a store call swallowed (psycopg's pool waits through
+        ``asyncio.wait_for``) ends the pass at its next batch, not after all of them."""
         if self._embedder is None:
             return 0
         done = 0
@@ -192,6 +195,8 @@ class VectorBackfill:
                 "re-embedding documents without vectors", extra={"pending": self.pending, "embedder": self._embed_key}
             )
         while self.pending:
+            if stop is not None and stop.is_set():
+                return done
             batch = await self.run_batch(after)
             done += len(batch.written)
             if batch.last_id is None:

@@ -192,3 +192,60 @@ async def test_a_close_stops_the_loop_even_when_its_cancel_lands_with_a_wake_up(
             closing.cancel()
     finally:
         await kb.aclose()
+
+
+class PoolLikeVectorWrites:
+    """The real KB index, its ``store_vectors`` behind a wait the test answers through
+    ``asyncio.wait_for`` - as psycopg's pool hands out a connection: the answer can land
+    with the close's cancel, which Python 3.11's ``wait_for`` then loses mid-pass."""
+
+    def __init__(self, index: object) -> None:
+        self._inner = index
+        self.asked: asyncio.Queue[asyncio.Future[None]] = asyncio.Queue()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    async def store_vectors(self, *args: object, **kwargs: object) -> object:
+        connection: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.asked.put_nowait(connection)
+        await asyncio.wait_for(connection, 60)
+        return await self._inner.store_vectors(*args, **kwargs)  # type: ignore[attr-defined]
+
+
+async def test_a_close_whose_cancel_a_pass_swallowed_starts_no_further_batch(tmp_path: Path) -> None:
+    """Six documents to re-embed, two a batch; the first batch's write gets its connection
+    in the same turn as the close: the pass stops at its next batch and the close returns
+    (the pass used to go on through every batch, the close waiting its 15 s)."""
+    emb = FlakyEmbedder()
+    kb = await fast_kb(tmp_path / "kb.db", emb)
+    answering: asyncio.Task[None] | None = None
+    try:
+        docs = [{"id": f"d{i}", "title": f"Doc {i}", "text": f"document {i} about topic {i}"} for i in range(6)]
+        assert (await kb.ingest_documents(docs)).queued_for_embedding == 6
+        emb.broken = False
+        writes = PoolLikeVectorWrites(kb.backfill._index)
+        kb.backfill._index = writes  # type: ignore[assignment]
+        kb.backfill.start()
+        connection = await within(writes.asked.get(), "the first batch's write", 10)
+        connection.set_result(None)  # the write's connection...
+        closing = asyncio.create_task(kb.backfill.aclose())  # ...and the close, in the same turn
+        after_close: list[asyncio.Future[None]] = []
+
+        async def answer() -> None:  # a further batch would find its connection
+            while True:
+                asked = await writes.asked.get()
+                after_close.append(asked)
+                asked.set_result(None)
+
+        answering = asyncio.create_task(answer())
+        done, _ = await asyncio.wait({closing}, timeout=10)  # not wait_for: its cancel would end the pass
+        try:
+            assert closing in done, "the close waits for a pass that goes on through its batches"
+            assert after_close == [], f"{len(after_close)} batches started after the close"
+        finally:
+            closing.cancel()
+    finally:
+        if answering is not None:
+            answering.cancel()
+        await kb.aclose()
