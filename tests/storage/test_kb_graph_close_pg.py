@@ -22,6 +22,8 @@ from storage.postgres.kb_graph_queue import APPLICATION_NAME
 from storage.postgres.kb_graphs import graph_state
 from storage.postgres.kb_index import PostgresKBIndex
 from storage.postgres.kb_vectors import EXACT_SCOPE_VECTORS
+from tests.storage.test_kb_graph_builds_pg import DIM as SMALL_DIM
+from tests.storage.test_kb_graph_builds_pg import _doc as small_doc
 from tests.support.deadline import reap, within
 from tests.support.postgres import TestPostgres
 from tests.support.procs import REPO, child_env
@@ -154,16 +156,7 @@ async def sessions(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> int:
     return int(row[0]) if row else 0
 
 
-SMALL_DIM = 12
 SMALL_THRESHOLD = 50
-
-
-def small_doc(doc_id: str, vectors: np.ndarray) -> KBDocumentWrite:
-    return KBDocumentWrite(
-        id=doc_id, title=doc_id, source=f"{doc_id}.md", url=None, content_hash=doc_id, metadata={}, chars=10,
-        chunks=[KBChunkWrite(i, "", f"chunk {i} of {doc_id}") for i in range(len(vectors))],
-        vectors=vectors.astype(np.float32), embed_model="m", embed_dim=SMALL_DIM, typed=(),
-    )  # fmt: skip
 
 
 async def test_a_close_under_a_bulk_load_awaiting_its_graph_leaves_the_load_its_rows(
