@@ -82,13 +82,14 @@ async def one_burst(
     ]
     spy = None
     if profile is not None:
-        spy = await pyspy.record(pid, 2 + args.ramp_s + max(5.0, n * 0.05), profile)
+        # Stopped once the burst has settled (below), not after a window guessed ahead.
+        spy = await pyspy.record(pid, 600, profile)
     t0 = time.monotonic_ns()
     result = await drive(specs, workdir, workers=args.clients, timeout_s=args.run_timeout_s, name=label)
     # Until the server is idle again: the last runs' endings may still be being written.
     await _settle(pid)
     if spy is not None:
-        await spy.wait()
+        await pyspy.stop(spy)
     cpu, loop = tree_cpu_s(pid) - cpu0, cpu_s(pid, pid) - loop0
     runs = result["runs"]
     first = [

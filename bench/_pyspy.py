@@ -11,7 +11,9 @@ sample, however deep it recurs), so "where does a token's CPU go" is one table.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
+import signal
 import sys
 from collections import Counter
 from pathlib import Path
@@ -40,6 +42,20 @@ async def record(pid: int, seconds: float, out: Path, rate: int = 100) -> asynci
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
     )
+
+
+async def stop(spy: asyncio.subprocess.Process, grace_s: float = 30.0) -> None:
+    """End a recording now (SIGINT: py-spy writes what it sampled so far), bounded: a
+    window sized in advance ended before a burst's last runs on a loaded machine (the
+    title calls after each run, the endings), so the split missed them."""
+    if spy.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            spy.send_signal(signal.SIGINT)
+    try:
+        await asyncio.wait_for(spy.wait(), grace_s)
+    except TimeoutError:
+        spy.kill()
+        await spy.wait()
 
 
 #: Leaves where a worker thread waits for work (py-spy counts them unless told otherwise).

@@ -141,16 +141,23 @@ class SqlHistoryStore:
         return await self.sql.transact(tx)
 
     async def set_title_if_unset(self, user_id: str, conversation_id: str, title: str) -> bool:
-        """The automatic title: never overwrites one (the user's rename, or an earlier run's)."""
+        """The automatic title: never overwrites one (the user's rename, or an earlier run's).
 
-        async def tx(t: Tx) -> bool:
-            changed = await t.execute(
-                "UPDATE conversations SET title = ? WHERE user_id = ? AND id = ? AND title IS NULL",
-                (t.dialect.text(title), user_id, conversation_id),
-            )
-            return bool(changed)
+        A plan, not a callback transaction: every new conversation is titled once after
+        its first run, so at a steady load of new conversations this is one write per
+        run; on SQLite a plan joins the group-committed transaction of the admissions and
+        titles waiting with it, in one hop to the writer's thread (the callback form was
+        a transaction of its own with a hop per statement — issue 23)."""
+        return await self.sql.transact_plan(lambda d: self._set_title(d, user_id, conversation_id, title))
 
-        return await self.sql.transact(tx)
+    @staticmethod
+    def _set_title(d: Dialect, user_id: str, conversation_id: str, title: str) -> Plan[bool]:
+        changed = yield (
+            "execute",
+            "UPDATE conversations SET title = ? WHERE user_id = ? AND id = ? AND title IS NULL",
+            (d.text(title), user_id, conversation_id),
+        )
+        return bool(changed)
 
     async def unfinished_runs(self, user_id: str, conversation_id: str) -> list[str]:
         rows = await self.sql.fetchall(

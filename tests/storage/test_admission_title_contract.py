@@ -53,3 +53,19 @@ async def test_one_users_title_never_lands_on_anothers_conversation(store_engine
     assert (await runs.create(new_run("ra", "thread", "alice", "Alice's thread"))).titled
     assert await title_of(store_engine, "alice", "thread") == "Alice's thread"
     assert await title_of(store_engine, "bob", "thread") is None
+
+
+async def test_the_titlers_title_only_where_none_is_set(store_engine: Any) -> None:
+    """``HistoryStore.set_title_if_unset`` (the titler after a conversation's first run,
+    a plan since issue 23): it titles an untitled conversation once, never overwrites a
+    rename or the client's title, and finds nothing under another user's id."""
+    runs, history = store_engine.runs, store_engine.history
+    await runs.create(new_run("r1", "plain", "alice", None))
+    await runs.create(new_run("r2", "named", "alice", "The client's name"))
+    assert await history.set_title_if_unset("alice", "plain", "From the model") is True
+    assert await history.set_title_if_unset("alice", "plain", "A second title") is False
+    assert await history.set_title_if_unset("alice", "named", "From the model") is False
+    assert await history.set_title_if_unset("bob", "plain", "Bob's") is False
+    assert await history.set_title_if_unset("alice", "no-such-thread", "Nothing") is False
+    assert await title_of(store_engine, "alice", "plain") == "From the model"
+    assert await title_of(store_engine, "alice", "named") == "The client's name"

@@ -118,3 +118,27 @@ async def test_a_plan_with_a_deadline_fails_there_while_one_without_rides_out_a_
         assert isinstance(admitted, Admitted)
         assert await storage.runs.get("rides") is not None
         assert await storage.runs.get("early") is None and await storage.runs.get("later") is None
+
+
+async def test_titles_join_the_admissions_group_and_never_overwrite(tmp_path: Path) -> None:
+    """Each new conversation is titled once after its first run (``app/history.py``): a
+    burst of titles and admissions shares transactions, each title still only where none
+    was set (issue 23: a title was a transaction of its own)."""
+    async with opened_storage(tmp_path / "groups.db") as storage:
+        sql, history = storage.runs.sql, storage.history
+        for i in range(20):
+            await storage.runs.create(new_run(f"t{i}", cap=None))
+        assert await history.set_title_if_unset("alice", "c-t0", "Renamed by the user") is True
+        groups0, grouped0 = sql.plan_groups, sql.plans_grouped
+        titled = await asyncio.gather(
+            *(history.set_title_if_unset("alice", f"c-t{i}", f"Title {i}") for i in range(20)),
+            *(storage.runs.create(new_run(f"n{i}", cap=None)) for i in range(20)),
+        )
+        assert titled[:20] == [False] + [True] * 19  # the title set first stays
+        assert sql.plans_grouped - grouped0 == 40 and sql.plan_groups - groups0 < 40
+        first = await history.conversation("alice", "c-t0")
+        assert first is not None and first.title == "Renamed by the user"
+        for i in range(1, 20):
+            stored = await history.conversation("alice", f"c-t{i}")
+            assert stored is not None and stored.title == f"Title {i}"
+        assert await history.set_title_if_unset("bob", "c-t1", "Not his") is False  # another user's id: nothing
