@@ -57,6 +57,10 @@ log = logging.getLogger("agentchat.storage")
 
 T = TypeVar("T")
 
+#: How long a cancelled ``close`` still waits for the connections to close: past the
+#: writer's own bound for committing what is queued (``AGENT_DB_WRITE_RETRY_S`` + 5 s).
+CLOSE_AFTER_CANCEL_S = 30.0
+
 
 class SqliteDatabase(QueuedWrites):
     """The file, its connections, and the ordered background writer."""
@@ -139,9 +143,28 @@ class SqliteDatabase(QueuedWrites):
                 log.exception("database-lost listener raised")
 
     async def close(self) -> None:
+        """Close everything, also when the caller is cancelled meanwhile (Ctrl-C or SIGTERM
+        during a CLI command's last close, a server's shutdown): the close runs as its own
+        task and is waited for (at most ``CLOSE_AFTER_CANCEL_S``) before the cancel goes on.
+        A close cut half-way left the aiosqlite connections open, and their threads are not
+        daemons: the interpreter then waited for them at exit for ever."""
         if self._closed:
             return
         self._closed = True
+        closing = asyncio.create_task(self._close(), name="sqlite-close")
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + CLOSE_AFTER_CANCEL_S
+            while not closing.done() and (left := deadline - loop.time()) > 0:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait({closing}, timeout=left)
+            if closing.done() and not closing.cancelled() and closing.exception() is not None:
+                log.error("closing the database after a cancel failed", exc_info=closing.exception())
+            raise
+
+    async def _close(self) -> None:
         if self._watch_task is not None:
             self._watch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -128,3 +128,35 @@ async def test_a_transaction_cancelled_while_it_waits_for_the_lock_leaves_no_cor
         assert await db.fetchall("SELECT x FROM t") == []
     finally:
         await db.close()
+
+
+async def test_a_close_cancelled_half_way_still_closes_every_connection(tmp_path: Path) -> None:
+    """Ctrl-C or SIGTERM during a CLI command's last close cancels it while the writer
+    commits what is queued. The rest of the close must still run: an aiosqlite
+    connection left open keeps a thread the interpreter waits for at exit, and the
+    command said "terminated" and never ended."""
+    from storage.sqlite.database import SqliteDatabase
+
+    db = await SqliteDatabase.open(tmp_path / "db.sqlite3")
+    connections = [db._writer, *db._readers]
+    assert all(c._thread is not None and c._thread.is_alive() for c in connections)
+    flushing, release = asyncio.Event(), asyncio.Event()
+    queue_close = db._queue.close
+
+    async def slow_queue_close() -> None:  # the writer still committing what is queued
+        flushing.set()
+        await release.wait()
+        await queue_close()
+
+    db._queue.close = slow_queue_close  # type: ignore[method-assign]
+    closing = asyncio.create_task(db.close())
+    await asyncio.wait_for(flushing.wait(), 10)
+    closing.cancel()
+    await asyncio.sleep(0)
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(closing, 30)
+    for c in connections:  # each connection's thread has ended
+        assert c._thread is not None
+        await asyncio.wait_for(asyncio.to_thread(c._thread.join, 10), 15)
+        assert not c._thread.is_alive()
