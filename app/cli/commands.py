@@ -197,6 +197,7 @@ async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, 
     """Serve on the bound socket until stopped; ``False`` if the app never started."""
     from app.cli.serving import DrainingServer, bound_port, choose_stack, uvicorn_config
     from app.factory import create_app
+    from app.ops.close_budget import SERVER_CLOSE_S
 
     stack = choose_stack(settings.server_stack)
 
@@ -219,7 +220,7 @@ async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, 
             log_level="info",
             log_config=uvicorn_log_config(args.log_format),
             lifespan="on",
-            timeout_graceful_shutdown=5,
+            timeout_graceful_shutdown=SERVER_CLOSE_S,
         ),
         drain,
     )
