@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.support.deadline import reap, within
 from tests.support.procs import REPO, child_env
 
@@ -62,4 +64,70 @@ async def test_a_second_sigterm_during_the_close_ends_the_process_at_once(tmp_pa
         code = await within(proc.wait(), "the process after its second SIGTERM", 30)
         assert code == -signal.SIGTERM, code
     finally:
+        await reap(proc, "the command", grace=5)
+
+
+#: A ``sitecustomize`` that holds the import of ``app.cli.commands`` (seconds of imports
+#: on a loaded machine: the window before any handler of the command is in place) until
+#: the file ``CLI_IMPORT_GATE`` names exists, saying on stderr when it holds it.
+IMPORT_GATE = textwrap.dedent(
+    """
+    import os, sys, time
+
+    class Gate:
+        def find_spec(self, name, path, target=None):
+            if name == "app.cli.commands":
+                sys.meta_path.remove(self)
+                sys.stderr.write("gate: importing app.cli.commands\\n")
+                sys.stderr.flush()
+                deadline = time.monotonic() + 120
+                while not os.path.exists(os.environ["CLI_IMPORT_GATE"]) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            return None
+
+    sys.meta_path.insert(0, Gate())
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("sig", "code_expected", "line"),
+    [
+        (signal.SIGTERM, 143, "agentchat ingest: terminated (SIGTERM)"),
+        (signal.SIGINT, 130, "agentchat ingest: interrupted"),
+    ],
+    ids=["sigterm", "ctrl-c"],
+)
+async def test_a_signal_while_the_command_is_still_importing_ends_it_with_one_line(
+    tmp_path: Path, sig: signal.Signals, code_expected: int, line: str
+) -> None:
+    """``agentchat ingest`` signalled while it imports the service (before the command's
+    own handler is in place): exit 143 (130) and one line, no traceback. It used to die
+    of the SIGTERM without a word (-15), and Ctrl-C printed a traceback."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(IMPORT_GATE)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\nA page.\n")
+    env = child_env({
+        "PYTHONPATH": str(site), "CLI_IMPORT_GATE": str(tmp_path / "gate"),
+        "AGENT_DB_PATH": str(tmp_path / "agent.db"), "AGENT_EMBEDDER": "hashing",
+    })  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app.cli", "ingest", str(tmp_path / "docs"), "--quiet", cwd=REPO, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    try:
+        held = await within(proc.stderr.readline(), "the import of the commands held", 60)
+        assert held.strip() == b"gate: importing app.cli.commands", held
+        proc.send_signal(sig)
+        out, err = await within(proc.communicate(), "the command after the signal", 60)
+        text = err.decode()
+        assert proc.returncode == code_expected, (proc.returncode, text)
+        assert text.splitlines() == [line], text
+        assert "Traceback" not in text and out == b""
+        assert not (tmp_path / "agent.db").exists()  # no work had started
+    finally:
+        (tmp_path / "gate").touch()
         await reap(proc, "the command", grace=5)
