@@ -22,7 +22,6 @@ command's own handling (the loop's handler here, ``serve``'s drain) replaces it 
 
 from __future__ import annotations
 
-import asyncio
 import signal
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -80,6 +79,8 @@ async def cancelled_by_sigterm(work: Coroutine[Any, Any, int], termination: Term
     """Run ``work``; the first SIGTERM meanwhile cancels it (and a second one has the
     default action: the process ends at once). The cancel propagates out of
     ``asyncio.run`` with ``termination.received`` set."""
+    import asyncio  # here: ``app.cli.main`` imports this module before anything heavy
+
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
