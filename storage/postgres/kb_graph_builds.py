@@ -42,7 +42,6 @@ from storage.postgres.kb_graphs import (
     graph_exists,
     graph_states,
 )
-from storage.run_feed import raise_if_cancel_lost
 
 log = logging.getLogger("agentchat.storage")
 
@@ -223,8 +222,11 @@ class GraphUpkeep(GraphBuildQueue):
         # ``CancelledError``: that swallowed a cancel of the caller itself (a server's
         # shutdown cancelled during the storage's close), which then went on as if never
         # asked to stop, and its cancel passed on to the worker cut the build's cancel on
-        # the server short. A cancelled caller still waits for the tasks (the worker's
-        # end is bounded by ``CANCEL_S``), then stays cancelled.
+        # the server short. ``asyncio.wait`` raises the caller's cancel every time and
+        # passes it on to nothing: a cancelled caller still waits for the tasks (the
+        # worker's end is bounded by ``CANCEL_S``), then stays cancelled. Only a cancel
+        # that came during this wait is raised: a caller closing *because* it was
+        # cancelled (its ``cancelling()`` already counts one) gets its whole close.
         cancelled = False
         running = set(tasks)
         while running:
@@ -234,7 +236,6 @@ class GraphUpkeep(GraphBuildQueue):
                 cancelled = True
         if cancelled:
             raise asyncio.CancelledError
-        raise_if_cancel_lost()
 
 
 __all__ = ["GraphUpkeep"]

@@ -109,6 +109,38 @@ async def test_a_cancelled_caller_of_stop_stays_cancelled_once_the_build_has_end
     assert await sessions(observer) == 0  # cancelled on the server, its session closed
 
 
+async def test_a_caller_closing_because_it_was_cancelled_gets_its_whole_stop(
+    storage: PostgresStorage, observer: Conn, holder: Conn
+) -> None:
+    """The other side: a command cancelled (SIGTERM) that stops the builds in its cancel's
+    handler - its ``cancelling()`` already counts that cancel - gets the whole stop, not
+    a second ``CancelledError`` cutting its close short."""
+    upkeep = GraphUpkeep(storage.db, lambda: THRESHOLD)
+    await fill(storage, "big", 6)
+    await holder.execute("LOCK TABLE kb_chunks IN ROW EXCLUSIVE MODE")
+    built = upkeep.request(DIM, "big")
+    await until(lambda: sessions(observer, waiting=True), "the build waiting for the open write")
+    stopped = asyncio.Event()
+    started = asyncio.Event()
+
+    async def command() -> None:
+        try:
+            started.set()
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await upkeep.stop()  # the close its cancel starts
+            stopped.set()
+            raise
+
+    task = asyncio.create_task(command())
+    await within(started.wait(), "the command running")
+    task.cancel()
+    await within(asyncio.wait({task}), "the command's close")
+    assert task.cancelled() and stopped.is_set()
+    assert await within(built, "the build's answer") is False
+    assert await sessions(observer) == 0
+
+
 async def test_a_worker_that_fails_tells_its_waiters_and_the_queued_ones(storage: PostgresStorage) -> None:
     def changed() -> None:
         raise RuntimeError("the searches' cache is gone")
