@@ -56,6 +56,22 @@ def early_sigterm() -> Handler:
         return None
 
 
+def end_early_sigterm() -> None:
+    """The command takes over: ``early_sigterm``'s handler must not stay for its run.
+
+    Raised from a signal handler, ``Terminated`` lands wherever the main thread is; inside
+    one of the event loop's callbacks, asyncio logs it ("Exception in callback") and goes
+    on, the future that callback was to resolve never is, and a command without handling
+    of its own waited for ever (the review of 43e264c: ``keywords prune``, ``compact``).
+    Called once the command is parsed, before it runs: each then installs its own
+    handling (``cancelled_by_sigterm``, ``serve``'s drain) or has the default action."""
+    try:
+        if signal.getsignal(signal.SIGTERM) is _terminated:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except ValueError:  # not the main thread: ``early_sigterm`` installed nothing
+        pass
+
+
 def restore_sigterm(previous: Handler) -> None:
     """Put back what ``early_sigterm`` replaced (a test calling ``main`` in-process)."""
     if previous is not None:
@@ -108,5 +124,6 @@ __all__ = [
     "cancelled_by_sigterm",
     "command_name",
     "early_sigterm",
+    "end_early_sigterm",
     "restore_sigterm",
 ]
