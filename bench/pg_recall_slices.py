@@ -24,7 +24,8 @@ distinct queries): agreement follows how many candidates the walks hand over in 
 not how the graph is cut — two 250k slices at a pool of 2,000 each agree 0.78, one 500k
 graph at 3,500 0.88, four 125k slices at 2,000 each 0.97, one graph at 8,000 1.0 — and
 each slice's walk costs about what the one graph's does, so slicing buys no agreement
-per millisecond (``docs/scaling.md``).
+per millisecond. A binary-quantized graph (``build --kind bq``, the ``bq_*`` settings)
+re-ranked exactly needs a pool of 16,000 for 0.96 and is slower still (``docs/scaling.md``).
 
     .venv/bin/python bench/pg_recall_slices.py load --workdir DIR       # prints the URL, keeps the server
     .venv/bin/python bench/pg_recall_slices.py measure --database-url URL --workdir DIR --tag invoices_1m
@@ -88,6 +89,14 @@ class Walk:
     #: the planner keeps a plain Append under the materialized CTE (no workers), so this
     #: setting repeats its serial twin — a reading of the run's noise.
     parallel: bool = False
+    #: Walk the bucket's binary-quantized graph (``BQ_GRAPH``: Hamming distance over the
+    #: signs, 48 bytes a vector) for ``pool`` candidates, re-ranked by exact cosine.
+    quantized: bool = False
+
+
+#: A graph over ``binary_quantize(embedding)``, built by ``build --kind bq``.
+BQ_GRAPH = f"kb_chunks_hnsw_{DIM}_bq"
+_BQ = f"binary_quantize(c.embedding::vector({DIM}))::bit({DIM})"
 
 
 SETTINGS: dict[str, Walk] = {
@@ -106,6 +115,10 @@ SETTINGS: dict[str, Walk] = {
     "quarters_pool1000_t20k_mem1": Walk("quarters", 1000),
     "quarters_pool2000_t20k_mem1": Walk("quarters", 2000),
     "quarters_pool3000_t50k_mem4": Walk("quarters", 3000, 50_000, 4),
+    "bq_pool2000_t20k_mem1": Walk("", 2000, quantized=True),
+    "bq_pool4000_t50k_mem4": Walk("", 4000, 50_000, 4, quantized=True),
+    "bq_pool8000_t100k_mem8": Walk("", 8000, 100_000, 8, quantized=True),
+    "bq_pool16000_t200k_mem16": Walk("", 16000, 200_000, 16, quantized=True),
 }
 
 
@@ -151,13 +164,24 @@ async def build_slices(url: str, memory: str, kind: str) -> dict[str, float]:
     try:
         await conn.execute(f"SET maintenance_work_mem = '{memory}'")  # type: ignore[arg-type]
         await conn.execute("SET max_parallel_maintenance_workers = 0")
-        for name, cond in SLICE_SETS[kind]:
-            t0 = time.perf_counter()
-            await conn.execute(
-                f"CREATE INDEX IF NOT EXISTS {name} ON kb_chunks USING hnsw "  # type: ignore[arg-type]
+        if kind == "bq":
+            ddl = [
+                f"CREATE INDEX IF NOT EXISTS {BQ_GRAPH} ON kb_chunks USING hnsw "
+                f"((binary_quantize(embedding::vector({DIM}))::bit({DIM})) bit_hamming_ops) "
+                f"WHERE vector_dims(embedding) = {DIM} AND bucket = '{BUCKET}'"
+            ]
+            names = [BQ_GRAPH]
+        else:
+            ddl = [
+                f"CREATE INDEX IF NOT EXISTS {name} ON kb_chunks USING hnsw "
                 f"((embedding::vector({DIM})) vector_cosine_ops) "
                 f"WHERE vector_dims(embedding) = {DIM} AND bucket = '{BUCKET}' AND {cond}"
-            )
+                for name, cond in SLICE_SETS[kind]
+            ]
+            names = [n for n, _c in SLICE_SETS[kind]]
+        for name, statement in zip(names, ddl, strict=True):
+            t0 = time.perf_counter()
+            await conn.execute(statement)  # type: ignore[arg-type]
             out[name] = round(time.perf_counter() - t0, 1)
             print(f"built {name} in {out[name]} s (load {os.getloadavg()[0]:.2f})", flush=True)
     finally:
@@ -189,6 +213,13 @@ def load_main(workdir: Path, shared_buffers: str, memory: str) -> int:
     return 0
 
 
+def _graphs_of(w: Walk, graphs: dict[str, list[str]], whole: str) -> list[str]:
+    """The indexes a setting walks (every other one is dropped for its query)."""
+    if w.quantized:
+        return [BQ_GRAPH]
+    return graphs[w.sliced] if w.sliced else [whole]
+
+
 async def measure(url: str, workdir: Path, names: list[str], texts: list[str], reps: int) -> dict[str, Any]:
     from storage.postgres.kb_graphs import graph_name
 
@@ -197,7 +228,7 @@ async def measure(url: str, workdir: Path, names: list[str], texts: list[str], r
     ids, sims = truth(workdir, qvecs)
     whole = graph_name(DIM, BUCKET)
     graphs = {kind: [n for n, _c in SLICE_SETS[kind]] for kind in SLICE_SETS}
-    every = [g for names in graphs.values() for g in names]
+    every = [g for names in graphs.values() for g in names] + [BQ_GRAPH]
     conn = await _connect(url)
     dist = f"c.embedding::vector({DIM}) <=> %(q)s::vector({DIM})"
     cond = f"vector_dims(c.embedding) = {DIM} AND c.bucket = '{BUCKET}'"
@@ -211,7 +242,7 @@ async def measure(url: str, workdir: Path, names: list[str], texts: list[str], r
         present = {str(r[0]) for r in await cur.fetchall()}
         for name in names:
             w = SETTINGS[name]
-            missing = [g for g in (graphs[w.sliced] if w.sliced else [whole]) if g not in present]
+            missing = [g for g in _graphs_of(w, graphs, whole) if g not in present]
             if missing:
                 raise SystemExit(f"{name}: no index {missing} (build it: {sys.argv[0]} build --kind ...)")
         for rep in range(reps + 1):  # the first pass warms the caches and is not counted
@@ -219,7 +250,7 @@ async def measure(url: str, workdir: Path, names: list[str], texts: list[str], r
                 for name in names:
                     w = SETTINGS[name]
                     async with conn.transaction(force_rollback=True):
-                        mine = graphs[w.sliced] if w.sliced else [whole]
+                        mine = _graphs_of(w, graphs, whole)
                         for other in [whole, *every]:  # the others, rolled back with the transaction
                             if other not in mine and other in present:
                                 await conn.execute(f'DROP INDEX "{other}"')  # type: ignore[arg-type]
@@ -241,7 +272,13 @@ async def measure(url: str, workdir: Path, names: list[str], texts: list[str], r
                             ):
                                 await conn.execute(f"SET LOCAL {setting}")  # type: ignore[arg-type]
                         each = w.pool or LIMIT
-                        if w.sliced:
+                        if w.quantized:
+                            sql = (
+                                f"WITH s AS MATERIALIZED (SELECT c.id, {dist} AS dist FROM kb_chunks c WHERE {cond} "
+                                f"ORDER BY {_BQ} <~> binary_quantize(%(q)s::vector({DIM}))::bit({DIM}) "
+                                f"LIMIT {each}) SELECT id FROM s ORDER BY dist, id LIMIT {LIMIT}"
+                            )
+                        elif w.sliced:
                             branches = " UNION ALL ".join(
                                 f"(SELECT c.id, {dist} AS dist FROM kb_chunks c WHERE {cond} AND {s} "
                                 f"ORDER BY {dist} LIMIT {each})"
@@ -307,7 +344,7 @@ def main() -> int:
     lo.add_argument("--memory", default="1500MB", help="maintenance_work_mem of each build")
     bu = sub.add_parser("build", help="build a slice set's graphs on a loaded database")
     bu.add_argument("--database-url", required=True)
-    bu.add_argument("--kind", choices=sorted(SLICE_SETS), required=True)
+    bu.add_argument("--kind", choices=[*sorted(SLICE_SETS), "bq"], required=True)
     bu.add_argument("--memory", default="1500MB")
     bu.add_argument("--workdir", type=Path, required=True, help="where the build times are recorded")
     me = sub.add_parser("measure")
