@@ -98,6 +98,11 @@ class _PostgresRunner(MigrationRunner):
     async def applied(self, step: Migration) -> bool:
         return self._done is not None and step.version in self._done
 
+    async def newest(self) -> int:
+        cur = await self._conn.execute(f"SELECT COALESCE(MAX(version), 0) FROM {VERSION_TABLE}")
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0  # type: ignore[call-overload]
+
 
 async def migrate(
     url: str,
