@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.deadline import reap, within
-from tests.support.procs import REPO, child_env
+from tests.support.procs import REPO, answers_ctrl_c, child_env
 
 COMMAND = textwrap.dedent(
     """
@@ -115,7 +115,7 @@ async def test_a_signal_while_the_command_is_still_importing_ends_it_with_one_li
     })  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "app.cli", "ingest", str(tmp_path / "docs"), "--quiet", cwd=REPO, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=answers_ctrl_c,
     )  # fmt: skip
     assert proc.stderr is not None
     try:
