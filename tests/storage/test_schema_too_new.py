@@ -6,6 +6,7 @@ older release reading a migrated file as empty and restarting a run's events at 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import sys
 import time
@@ -34,7 +35,7 @@ async def pg_url(pg_server: TestPostgres) -> AsyncIterator[str]:
 def _newer_sqlite_file(path: Path) -> int:
     """A file this release made, then 'migrated' one step further by a newer one."""
     newer = SQLITE_MIGRATIONS[-1].version + 1
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute(f"INSERT INTO {VERSION_TABLE}(version, name, applied_at) VALUES (?, ?, ?)",
                      (newer, "a_newer_release", time.time()))  # fmt: skip
     return newer
@@ -50,8 +51,8 @@ async def test_sqlite_refuses_a_file_a_newer_release_migrated(tmp_path: Path) ->
         await open_storage(path)
     assert (refused.value.found, refused.value.known) == (newer, SQLITE_MIGRATIONS[-1].version)
     assert f"version {newer}" in str(refused.value) and "newer release" in str(refused.value)
-    reopened_same = sqlite3.connect(path).execute(f"SELECT MAX(version) FROM {VERSION_TABLE}").fetchone()
-    assert reopened_same == (newer,)  # nothing was written
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute(f"SELECT MAX(version) FROM {VERSION_TABLE}").fetchone() == (newer,)  # nothing written
 
 
 async def test_postgres_refuses_a_database_a_newer_release_migrated(pg_url: str) -> None:
@@ -86,3 +87,49 @@ async def test_the_cli_says_so_in_one_line(tmp_path: Path) -> None:
     assert proc.returncode not in (0, None), (proc.returncode, text)
     assert f"schema is at version {newer}" in text and "Traceback" not in text, text
     assert out == b""
+
+
+async def test_migrate_db_refuses_either_side_when_a_newer_release_migrated_it(
+    tmp_path: Path, pg_server: TestPostgres
+) -> None:
+    """One line and exit 2 from ``agentchat migrate-db``, the target untouched when the
+    source is the newer one (it used to print a traceback, after migrating the target)."""
+    with pg_server.database(empty=True) as pg_url:
+        await _migrate_db_both_ways(tmp_path, pg_url)
+
+
+async def _migrate_db_both_ways(tmp_path: Path, pg_url: str) -> None:
+    source = tmp_path / "agent.db"
+    storage = await open_storage(source)
+    await storage.close()
+    newer = _newer_sqlite_file(source)
+
+    async def migrate_db() -> tuple[int | None, str]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "app.cli", "migrate-db", "--from", str(source), "--to", pg_url, cwd=REPO,
+            env=child_env({"AGENT_EMBEDDER": "hashing"}),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            _, err = await within(proc.communicate(), "agentchat migrate-db", 120)
+        finally:
+            await reap(proc, "agentchat migrate-db", grace=5)
+        return proc.returncode, err.decode()
+
+    code, text = await migrate_db()
+    assert code == 2 and "Traceback" not in text, (code, text)
+    assert f"the SQLite file {source.resolve()}: the database's schema is at version {newer}" in text, text
+    with psycopg.connect(pg_url, **GUARDED) as conn:
+        tables = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone()
+    assert tables == (0,)  # the target was not migrated
+
+    with contextlib.closing(sqlite3.connect(source)) as conn, conn:  # this release's file again
+        conn.execute(f"DELETE FROM {VERSION_TABLE} WHERE version = ?", (newer,))  # the target the newer one
+    target = await open_storage(pg_url)
+    await target.close()
+    with psycopg.connect(pg_url, **GUARDED) as conn:
+        conn.execute(f"INSERT INTO {VERSION_TABLE}(version, name, applied_at) VALUES (%s, %s, %s)",
+                     (newer, "a_newer_release", time.time()))  # fmt: skip
+    code, text = await migrate_db()
+    assert code == 2 and "Traceback" not in text, (code, text)
+    assert "PostgreSQL (" in text and f"schema is at version {newer}" in text, text
