@@ -350,10 +350,11 @@ async def load_vectors(vectors: VectorIndex, index: KBIndex, embed_model: str) -
     """Fill ``vectors`` with every stored vector of ``embed_model`` (at ``vectors.dim``
     dimensions); returns how many rows were added.
 
-    ``LOAD_BATCH_DOCUMENTS`` documents (at most ``LOAD_BATCH_ROWS`` rows) at a time through
-    ``add_many``, which leaves the matrix exactly as ``add`` per document would: appending one document at a time cost
-    ~45 us each (a normalisation, a copy and a snapshot per one-chunk document), most of
-    the two to three minutes a 1M-chunk knowledge base took to open (issue 24)."""
+    ``LOAD_BATCH_DOCUMENTS`` documents (at most ``LOAD_BATCH_ROWS`` rows) at a time
+    through ``add_many``, which leaves the matrix exactly as ``add`` per document would:
+    appending one document at a time cost ~45 us each (a normalisation, a copy and a
+    snapshot per one-chunk document), most of the two to three minutes a 1M-chunk
+    knowledge base took to open (issue 24)."""
     added = 0
     batch: list[KBVectorRows] = []
     rows_in_batch = 0

@@ -69,22 +69,26 @@ async def test_postgres_refuses_a_database_a_newer_release_migrated(pg_url: str)
     assert refused.value.found == newer
 
 
+async def agentchat(*argv: str, env: dict[str, str]) -> tuple[int | None, bytes, str]:
+    """``agentchat ARGV`` as a subprocess: its exit code, stdout and stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app.cli", *argv, cwd=REPO, env=child_env({"AGENT_EMBEDDER": "hashing", **env}),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        out, err = await within(proc.communicate(), f"agentchat {argv[0]}", 120)
+    finally:
+        await reap(proc, f"agentchat {argv[0]}", grace=5)
+    return proc.returncode, out, err.decode()
+
+
 async def test_the_cli_says_so_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "agent.db"
     storage = await open_storage(path)
     await storage.close()
     newer = _newer_sqlite_file(path)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app.cli", "buckets", cwd=REPO,
-        env=child_env({"AGENT_DB_PATH": str(path), "AGENT_EMBEDDER": "hashing"}),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        out, err = await within(proc.communicate(), "agentchat buckets", 120)
-    finally:
-        await reap(proc, "agentchat buckets", grace=5)
-    text = err.decode()
-    assert proc.returncode not in (0, None), (proc.returncode, text)
+    code, out, text = await agentchat("buckets", env={"AGENT_DB_PATH": str(path)})
+    assert code not in (0, None), (code, text)
     assert f"schema is at version {newer}" in text and "Traceback" not in text, text
     assert out == b""
 
@@ -104,19 +108,8 @@ async def _migrate_db_both_ways(tmp_path: Path, pg_url: str) -> None:
     await storage.close()
     newer = _newer_sqlite_file(source)
 
-    async def migrate_db() -> tuple[int | None, str]:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "app.cli", "migrate-db", "--from", str(source), "--to", pg_url, cwd=REPO,
-            env=child_env({"AGENT_EMBEDDER": "hashing"}),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        try:
-            _, err = await within(proc.communicate(), "agentchat migrate-db", 120)
-        finally:
-            await reap(proc, "agentchat migrate-db", grace=5)
-        return proc.returncode, err.decode()
-
-    code, text = await migrate_db()
+    migrate_db = ("migrate-db", "--from", str(source), "--to", pg_url)
+    code, _, text = await agentchat(*migrate_db, env={})
     assert code == 2 and "Traceback" not in text, (code, text)
     assert f"the SQLite file {source.resolve()}: the database's schema is at version {newer}" in text, text
     with psycopg.connect(pg_url, **GUARDED) as conn:
@@ -130,6 +123,6 @@ async def _migrate_db_both_ways(tmp_path: Path, pg_url: str) -> None:
     with psycopg.connect(pg_url, **GUARDED) as conn:
         conn.execute(f"INSERT INTO {VERSION_TABLE}(version, name, applied_at) VALUES (%s, %s, %s)",
                      (newer, "a_newer_release", time.time()))  # fmt: skip
-    code, text = await migrate_db()
+    code, _, text = await agentchat(*migrate_db, env={})
     assert code == 2 and "Traceback" not in text, (code, text)
     assert "PostgreSQL (" in text and f"schema is at version {newer}" in text, text
