@@ -196,7 +196,7 @@ async def test_a_sigterm_while_the_loop_runs_a_callback_ends_a_one_off_command(
     (site / "sitecustomize.py").write_text(SIGTERM_IN_CALLBACK)
     env = child_env({
         "PYTHONPATH": str(site), "SIGTERM_AT_RESULT": "12",
-        "AGENT_DB_PATH": str(tmp_path / "agent.db"), "AGENT_EMBEDDER": "hashing",
+        "AGENT_DB_PATH": str(tmp_path / "agent.db"),
     })  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "app.cli", *argv, cwd=REPO, env=env,
@@ -223,7 +223,7 @@ async def test_a_sigterm_while_serve_is_still_starting_ends_it_with_one_line(tmp
     (site / "sitecustomize.py").write_text(IMPORT_GATE)
     env = child_env({
         "PYTHONPATH": str(site), "CLI_IMPORT_GATE": str(tmp_path / "gate"), "CLI_GATE_MODULE": "app.cli.serving",
-        "AGENT_DB_PATH": str(tmp_path / "agent.db"), "AGENT_EMBEDDER": "hashing",
+        "AGENT_DB_PATH": str(tmp_path / "agent.db"),
     })  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "app.cli", "serve", "--port", "0", "--no-backend", cwd=REPO, env=env,

@@ -72,7 +72,7 @@ async def test_postgres_refuses_a_database_a_newer_release_migrated(pg_url: str)
 async def agentchat(*argv: str, env: dict[str, str]) -> tuple[int | None, bytes, str]:
     """``agentchat ARGV`` as a subprocess: its exit code, stdout and stderr."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app.cli", *argv, cwd=REPO, env=child_env({"AGENT_EMBEDDER": "hashing", **env}),
+        sys.executable, "-m", "app.cli", *argv, cwd=REPO, env=child_env(env),  # the default configuration
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
