@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from app.cli.kb import IngestProgress, add_kb_commands, run_kb_command
+from app.cli.ingest_progress import IngestProgress
+from app.cli.kb import add_kb_commands, run_kb_command
 from app.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
