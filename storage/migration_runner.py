@@ -118,7 +118,8 @@ class MigrationRunner:
         raise NotImplementedError
 
     async def newest(self) -> int:
-        """The highest version recorded (0 for a new database)."""
+        """The highest version recorded (0 for a new database), asked inside each step's
+        transaction."""
         raise NotImplementedError
 
     async def apply(self, statement: str) -> None:
@@ -139,12 +140,16 @@ class MigrationRunner:
             f"version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at {self.time_type} NOT NULL)"
         )
         known = max((step.version for step in migrations), default=0)
-        found = await self.newest()
-        if found > known:  # a newer release migrated this database: never run on it
-            raise SchemaTooNew(found, known)
         version = 0
         for step in migrations:
             async with self.step(step):
+                # Read inside the step's transaction, under the lock its writes take: on
+                # SQLite a version read before it could predate a newer release that was
+                # migrating the file at that instant and commits while this one waits for
+                # the lock; every step checks, since that release may commit between two.
+                found = await self.newest()
+                if found > known:  # a newer release migrated this database: never run on it
+                    raise SchemaTooNew(found, known)
                 if not await self.applied(step):
                     for statement in step.statements:
                         await self.apply(statement)
