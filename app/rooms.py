@@ -17,6 +17,7 @@ import httpx
 
 from agenttools.core.registry import ToolRegistry
 from app.config import Settings
+from app.ops.close_budget import KB_REEMBED_STOP_S
 from app.ops.leader import Leader
 from app.ops.masking import mask_url
 from llm.pool import WaitHook
@@ -180,6 +181,7 @@ async def attach_rooms(
         reembed_interval_s=settings.kb_reembed_interval_s,
         reembed_backoff_max_s=settings.kb_reembed_backoff_max_s,
         overload_threshold=settings.clarify_overload_hits,  # the corpus tools' rule too (OverloadRule)
+        reembed_stop_s=KB_REEMBED_STOP_S,  # a step of the close budget
     )
     kb = await KnowledgeBase.create(storage.kb_index, embedder, config=config, schema_version=storage.schema_version)
     stack.push_async_callback(kb.aclose)

@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from storage.close_bounds import FEED_CLOSE_S
 from storage.feed_payload import encode_payload
 from storage.records import RunEvent
 from storage.run_feed import RunWatch, RunWatchers
@@ -54,8 +55,9 @@ MAX_FRAME_BYTES = 64 * 1024
 #: A sibling this far behind reading its socket gets frames dropped (then "read all").
 MAX_BUFFER_BYTES = 4 * 1024 * 1024
 _HEAD = struct.Struct(">I")
-#: How long ``close`` waits for the readers of siblings' connections once it closed them.
-CLOSE_S = 5.0
+#: How long ``close`` waits for the readers of siblings' connections once it closed them
+#: (named in ``storage.close_bounds``, which the close budget reads without this module).
+CLOSE_S = FEED_CLOSE_S
 EVENTS, CANCEL, TOPIC, READ_ALL = b"E", b"C", b"T", b"R"
 
 
