@@ -207,3 +207,25 @@ def test_agentchat_ingest_in_a_log_file_has_no_carriage_returns(tmp_path: Path) 
     assert proc.returncode == 1, log
     assert b"\r" not in log and b"ingest: 3/3 files (100%)" in log
     assert b"skipped 4 files" in proc.stdout and b"rejected 1" in proc.stdout
+
+
+def test_the_parser_loads_no_knowledge_base_and_keeps_its_size_limit() -> None:
+    """Every command builds the KB commands' parser (``serve --workers``' supervisor too):
+    it names the ingest's size limit itself, equal to the knowledge base's, so building it
+    imports nothing of ``knowledge`` (the whole KB with numpy)."""
+    import subprocess
+    import sys
+
+    from app.cli import kb
+    from knowledge.filecheck import DEFAULT_MAX_FILE_MB
+    from tests.support.procs import REPO, child_env
+
+    assert kb.DEFAULT_MAX_FILE_MB == DEFAULT_MAX_FILE_MB
+    code = (
+        "import argparse, sys; from app.cli.kb import add_kb_commands; "
+        "add_kb_commands(argparse.ArgumentParser().add_subparsers()); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('knowledge', 'numpy')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=child_env({}), capture_output=True,
+                         text=True, timeout=120, check=True)  # fmt: skip
+    assert out.stdout.strip() == "[]", out.stdout

@@ -26,6 +26,11 @@ log = logging.getLogger("agentchat.cli")
 EXIT_REJECTED = 1
 EXIT_USAGE = 2
 MAX_LIST_LIMIT = 10_000
+#: ``ingest``'s default file size limit: ``knowledge.filecheck.DEFAULT_MAX_FILE_MB``
+#: (``tests/test_cli_kb.py`` keeps them equal), named here because every ``agentchat``
+#: command builds this parser - ``serve --workers``' supervisor included - and importing
+#: anything of ``knowledge`` loads the whole knowledge base with numpy (~20 MB, ~1 s).
+DEFAULT_MAX_FILE_MB = 5.0
 
 
 # --- the commands ----------------------------------------------------------------------------
@@ -33,8 +38,6 @@ MAX_LIST_LIMIT = 10_000
 
 def add_kb_commands(sub: Any) -> None:
     """Register ``ingest``, ``buckets`` and ``docs`` on the ``agentchat`` sub-parsers."""
-    from knowledge.filecheck import DEFAULT_MAX_FILE_MB
-
     ingest = sub.add_parser("ingest", help="ingest files or directories into the knowledge base")
     ingest.add_argument("paths", nargs="+", metavar="PATH",
                         help="files or folders to read (.md .txt .rst .html .json .jsonl .pdf; folders recursively)")
