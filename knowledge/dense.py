@@ -35,6 +35,11 @@ F32 = npt.NDArray[np.float32]
 
 
 class DenseSide(Protocol):
+    #: Whether a filtered scope reaches ``nearest`` best resolved to its chunk ids
+    #: (``KBScope.chunk_ids``: the in-memory matrix masks its rows by them) rather
+    #: than to its documents (an engine's own statement takes their ids).
+    scope_by_chunks: bool
+
     @property
     def dim(self) -> int: ...
 
@@ -76,6 +81,8 @@ class DenseSide(Protocol):
 
 class MatrixDense:
     """The in-memory matrix (see the module docstring)."""
+
+    scope_by_chunks = True
 
     def __init__(self, index: KBIndex, embed_model: str | None, dim: int, *, executor_rows: int = 2_000) -> None:
         self.matrix = VectorIndex(dim)
@@ -144,7 +151,9 @@ class MatrixDense:
         matrix = self.matrix
         snap = matrix.snapshot()
         mask = None
-        if scope.doc_ids is not None:
+        if scope.chunk_ids is not None:
+            mask = matrix.chunk_mask(snap, scope.chunk_ids)
+        elif scope.doc_ids is not None:
             mask = matrix.doc_mask(snap, scope.doc_ids)
         elif scope.bucket is not None:
             code = matrix.bucket_code(scope.bucket)
@@ -169,6 +178,8 @@ class MatrixDense:
 
 class DatabaseDense:
     """The engine's own vector search (see the module docstring)."""
+
+    scope_by_chunks = False
 
     def __init__(self, search: KBVectorSearch, embed_model: str, dim: int) -> None:
         self._search = search

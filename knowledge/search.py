@@ -17,6 +17,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -248,14 +249,24 @@ class Searcher:
         )
         try:
             if (scope.filter is not None or scope.doc_id is not None) and mode != "text":
-                scoped_docs = await self.index.scoped_doc_ids(scope)
-                if not scoped_docs:
-                    return SearchResponse([], 0, False, 0.0, mode=mode)
-                scope = KBScope(scope.bucket, scope.filter, scope.doc_id, scoped_docs, scope.hidden_prefix)
+                if self.dense.scope_by_chunks:
+                    # The in-memory matrix masks its rows by chunk id, and the text side
+                    # ranks within the same ids: the scope straight from storage as
+                    # chunks, no walk over its documents on the event loop (issue 24).
+                    chunk_ids = await self.index.scoped_chunk_ids(scope)
+                    if not len(chunk_ids):
+                        return SearchResponse([], 0, False, 0.0, mode=mode)
+                    scope = replace(scope, chunk_ids=chunk_ids)
+                else:
+                    scoped_docs = await self.index.scoped_doc_ids(scope)
+                    if not scoped_docs:
+                        return SearchResponse([], 0, False, 0.0, mode=mode)
+                    scope = KBScope(scope.bucket, scope.filter, scope.doc_id, scoped_docs, scope.hidden_prefix)
             response = await self._rank(query, scope, terms_task, mode, top_k, n_cand, context_chars)
             if (
                 not response.hits
                 and scope.doc_ids is None
+                and scope.chunk_ids is None
                 and (scope.filter is not None or scope.doc_id is not None)
                 and not await self.index.count_documents(scope)
             ):

@@ -105,6 +105,11 @@ class KBIndex(Protocol):
 
     async def scoped_doc_ids(self, scope: KBScope) -> list[str]: ...
 
+    async def scoped_chunk_ids(self, scope: KBScope) -> npt.NDArray[np.int64]:
+        """The ids of the chunks of the documents in scope, ascending (``KBScope.chunk_ids``):
+        what the in-memory matrix masks its rows by, with no walk over document ids."""
+        ...
+
     async def count_documents(self, scope: KBScope) -> int: ...
 
     async def selective_terms(self, terms: Sequence[str], min_matches: int, tuning: KBTextTuning) -> list[str]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import orjson
 
 from storage.kb_records import KBRanked, KBScope, KBTextTuning
@@ -44,6 +45,10 @@ RANK_ALL = (
 #: joined from the ids into ``kb_chunks``' ``doc_id`` index: ``c.doc_id IN (...)`` would
 #: first sort the ids into a temporary index.
 CHUNKS_OF_DOCS = "SELECT c.id FROM json_each(?) j CROSS JOIN kb_chunks c ON c.doc_id = j.value"
+
+#: The chunk ids in the JSON array ``?`` (a scope resolved to its chunks, ascending: the
+#: ranking's scope index is then built in key order).
+CHUNKS_IN = "SELECT value FROM json_each(?)"
 
 #: Rows ``(chunk id, bucket)`` of the chunk ids in the JSON array ``?`` (the probe's
 #: bucket test, asked only for the prefix of the ranking it needs).
@@ -225,7 +230,12 @@ class FtsRanker:
             probed = await self._probe(match, scope, limit, tuning)
             if probed is not None:
                 return probed
-        if scope.doc_ids is not None:
+        if scope.chunk_ids is not None:
+            # Resolved to its chunks already (a hybrid search's vector side needed them):
+            # their ids, ascending, are the scope as is, with no join of documents.
+            ids = np.ascontiguousarray(scope.chunk_ids, np.int64)
+            chunks, params = CHUNKS_IN, [orjson.dumps(ids, option=orjson.OPT_SERIALIZE_NUMPY).decode()]
+        elif scope.doc_ids is not None:
             # The scope is already known: hand it over as JSON rather than re-running it.
             chunks, params = CHUNKS_OF_DOCS, [orjson.dumps(list(scope.doc_ids)).decode()]
         else:

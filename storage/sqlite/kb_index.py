@@ -148,6 +148,20 @@ class SqliteKBIndex(SqlKBIndex):
         row = await self._db.fetchone(f"WITH s(id) AS ({sql}) SELECT json_group_array(id) FROM s", params)
         return list(orjson.loads(row[0])) if row and row[0] else []
 
+    async def scoped_chunk_ids(self, scope: KBScope) -> npt.NDArray[np.int64]:
+        """The chunks in scope as one JSON array built by SQLite, from the filter's own
+        table through ``kb_chunks``' document index (``scope_chunks_sql``): a filtered
+        search by meaning masks the in-memory matrix by chunk id, where mapping 38k
+        document ids through a dict of every document cost 35-45 ms of the event loop at
+        1M chunks (issue 24). Ascending, as the text ranking's scope test wants them."""
+        if scope.chunk_ids is not None or scope.doc_ids is not None:
+            return await super().scoped_chunk_ids(scope)
+        sql, params = SQLITE_FILTERS.scope_chunks_sql(scope, await self._filter_schema(scope))
+        row = await self._db.fetchone(f"WITH s(id) AS ({sql}) SELECT json_group_array(id) FROM s", params)
+        ids = np.array(orjson.loads(row[0]) if row and row[0] else [], np.int64)
+        ids.sort()
+        return ids
+
     async def _chunk_ids(self, tx: Tx, count: int) -> list[int]:
         row = await tx.fetchone("SELECT coalesce(max(id), 0) FROM kb_chunks")
         first = int(row[0]) + 1 if row else 1

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import numpy as np
+import numpy.typing as npt
 import orjson
 
 from storage.kb_filters_sql import FilterSql
@@ -130,6 +132,22 @@ class KBReads:
         # The filter fragments are in the engine's own paramstyle: run as they are.
         sql, params = self._filters.scope_sql(scope, await self._filter_schema(scope))
         return [r[0] for r in await self._sql.db.fetchall(sql, params)]
+
+    async def scoped_chunk_ids(self, scope: KBScope) -> npt.NDArray[np.int64]:
+        if scope.chunk_ids is not None:
+            return np.unique(np.asarray(scope.chunk_ids, np.int64))
+        ids: list[int] = []
+        if scope.doc_ids is not None:
+            for part in parts(list(scope.doc_ids)):
+                rows = await self._sql.fetchall(
+                    f"SELECT id FROM kb_chunks WHERE doc_id IN ({self._sql.dialect.marks(len(part))})", part
+                )
+                ids.extend(int(r[0]) for r in rows)
+        else:
+            sql, params = self._filters.scope_sql(scope, await self._filter_schema(scope))
+            rows = await self._sql.db.fetchall(f"SELECT c.id FROM kb_chunks c WHERE c.doc_id IN ({sql})", params)
+            ids.extend(int(r[0]) for r in rows)
+        return np.unique(np.asarray(ids, np.int64))
 
     async def count_documents(self, scope: KBScope) -> int:
         sql, params = self._filters.count_sql(scope, await self._filter_schema(scope))
