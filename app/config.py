@@ -4,8 +4,9 @@ Every variable of ARCHITECTURE.md lives here; nothing else in the code reads
 ``os.environ``. ``Settings.from_env`` collects *all* problems before failing, so an
 operator fixes a bad deployment in one go.
 
-How a value is parsed is ``app.config_env`` (``EnvReader``); which settings are
-credentials or URLs, and what the logs show of them, ``app.config_redaction``.
+How a value is parsed is ``app.config_env`` (``EnvReader``); which combinations of
+settings are refused, ``app.config_checks``; which settings are credentials or URLs, and
+what the logs show of them, ``app.config_redaction``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from agenttools.mcp.config import McpConfigError, McpServerConfig, load_servers
 from app import config_redaction
+from app.config_checks import combination_problems
 from app.config_env import EnvReader, approval_tools, demo_token, opt_path
 
 PROVIDERS = ("auto", "ollama", "gemini", "openai", "extractive")
@@ -371,20 +373,8 @@ class Settings:
                 s = replace(s, mcp_servers=load_servers(mcp_file, env))
             except McpConfigError as exc:
                 reader.problems.append(str(exc))
-        if s.llm_provider == "gemini" and not s.gemini_api_key:
-            reader.problems.append("AGENT_LLM_PROVIDER=gemini needs GEMINI_API_KEY")
-        if s.embedder == "gemini" and not s.gemini_api_key:
-            reader.problems.append("AGENT_EMBEDDER=gemini needs GEMINI_API_KEY")
-        if s.auth == "jwt" and not (s.jwt_secret or s.jwt_jwks_url or s.jwt_public_key):
-            reader.problems.append("AGENT_AUTH=jwt needs AGENT_JWT_SECRET, AGENT_JWT_JWKS_URL or AGENT_JWT_PUBLIC_KEY")
-        if s.jwt_public_key is not None and not s.jwt_public_key.is_file():
-            reader.problems.append(f"AGENT_JWT_PUBLIC_KEY: no such file {str(s.jwt_public_key)!r}")
-        if s.auth == "jwt" and s.jwt_secret and len(s.jwt_secret) < 16:
-            reader.problems.append("AGENT_JWT_SECRET must be at least 16 characters")
-        if s.stream_token_secret is not None and len(s.stream_token_secret) < 16:
-            reader.problems.append("AGENT_STREAM_TOKEN_SECRET must be at least 16 characters")
-        if s.secret_key is not None and len(s.secret_key) < 16:
-            reader.problems.append("AGENT_SECRET_KEY must be at least 16 characters")
+        for problem in combination_problems(s):  # append, one at a time: docs/config_docs.py's probe counts on it
+            reader.problems.append(problem)
         if reader.problems:
             raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(reader.problems))
         return s
