@@ -324,6 +324,7 @@ FLOORS = {
     "round18": {"sample": 0.9, "npm": 0.7},  # 9/10 here, 10/10 in the bench; 7/10 (8/10, 6/10 when first asked)
     "round19": {"sample": 0.9, "npm": 0.4},  # 9/10 here, 10/10 in the bench (9/10 first); 4/10 (4/10 first)
     "round20": {"sample": 0.8, "npm": 0.5},  # 8/10, 5/10 (8/10, 5/10 when first asked, before round 20)
+    "round21": {"sample": 0.4, "npm": 1.0},  # 4/10 here, 5/10 in the bench (first asked, before round 21); no npm
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",
@@ -420,7 +421,10 @@ async def _ask_and_judge(
     out: dict[str, list[dict[str, Any]]] = {}
     async with service({**env, "AGENT_REQUESTS_PER_MINUTE": "100000"}) as ask:
         for name in SETS:
-            out[name] = await ask(load_questions(name=name)[corpus], context)
+            questions = load_questions(name=name)[corpus]
+            if not questions:  # round21 has no npm questions
+                continue
+            out[name] = await ask(questions, context)
             judge(out[name], FLOORS[name][corpus])
     return out
 
