@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -121,6 +122,16 @@ async def test_the_sdk_reader_assembles_text_tool_and_source_parts(node: str, of
         ("generate_response", "output-available"),
     ]
     assert all(t["providerExecuted"] and t["output"]["duration_ms"] >= 0 for t in tools)
+    # Each tool part holds what the call ran with and what came back, in the stream's line.
+    search, read, answered = tools
+    assert search["input"]["query"] and isinstance(read["input"]["doc_id"], str)
+    assert "Last-Event-ID" in answered["input"]["answer"]
+    assert re.match(r"\d+ passages? from \d+ documents?: \u201c", search["output"]["summary"]), search["output"]
+    assert answered["output"]["summary"].startswith("answer delivered, citing 2 sources: \u201c")
+    # The input arrives once, after the call's start: the part is input-streaming until then.
+    starts = [c for c in chunks if c["type"] == "tool-input-start"]
+    inputs = [c for c in chunks if c["type"] == "tool-input-available"]
+    assert len(starts) == len(inputs) == 3 and all(c["input"] for c in inputs)
     urls = [p for p in message["parts"] if p["type"] == "source-url"]
     documents = [p for p in message["parts"] if p["type"] == "source-document"]
     assert [(p["sourceId"], p["url"]) for p in urls] == [("doc-resume#0", "https://docs.example.com/resume")]

@@ -14,9 +14,10 @@ from its ``start`` chunk, whose ``messageId`` is the run id).
 The mapping (docs/compatible-faces.md "AI SDK UI message stream"): each model turn is a step
 (``start-step``/``finish-step``); streamed text is a text part; each tool call is a
 ``dynamic`` and ``providerExecuted`` tool part (``tool-input-start``,
-``tool-input-available`` — the native log does not carry arguments, so ``input`` is
-``null`` —, then ``tool-output-available`` with ``{duration_ms}`` or
-``tool-output-error``); the ``response`` event's sources become ``source-url`` (they have
+``tool-input-available`` with the arguments the call ran with — ``tool_call_result``'s
+``arguments``; ``null`` when they were too long to stream —, then
+``tool-output-available`` with ``{summary, duration_ms}``, the result in the line the
+native stream shows, or ``tool-output-error``); the ``response`` event's sources become ``source-url`` (they have
 a link) or ``source-document`` parts, and an answer that was not streamed as text becomes
 one; previews and clarifications are ``data-workflow-preview``,
 ``data-table-config-preview``, ``data-table-config-validation-error``,
@@ -95,6 +96,8 @@ class UIChunks:
         #: Calls whose tool part the client already holds (the one an approval reply
         #: answered): their start is not sent again, only their result.
         self.client_has: set[str] = set()
+        #: Calls whose input the client has been sent (``tool-input-available``).
+        self.inputs: set[str] = set()
 
     def start(self) -> list[dict[str, Any]]:
         return [{"type": "start", "messageId": self.message_id, "messageMetadata": dict(self.metadata)}]
@@ -141,7 +144,16 @@ class UIChunks:
         self._step(out)
         self.tools[call_id] = name
         out.append({"type": "tool-input-start", "toolCallId": call_id, "toolName": name, **_TOOL})
-        out.append({"type": "tool-input-available", "toolCallId": call_id, "toolName": name, "input": None, **_TOOL})
+
+    def _input(self, out: list[dict[str, Any]], call_id: str, name: str, arguments: Any) -> None:
+        """``tool-input-available`` once per call, with the arguments the call ran with:
+        the native ``tool_call_start`` comes as the model begins the call, before its
+        arguments, so the part stays ``input-streaming`` until they are known."""
+        if call_id in self.inputs:
+            return
+        self.inputs.add(call_id)
+        out.append({"type": "tool-input-available", "toolCallId": call_id, "toolName": name, "input": arguments,
+                    **_TOOL})
 
     def wire(self, item: Followed) -> bytes:
         """``feed`` as SSE bytes; a token inside an open text part takes the short way."""
@@ -220,21 +232,26 @@ class UIChunks:
         decision route takes), so ``useChat`` shows the part in ``approval-requested``."""
         if call_id not in self.tools:
             self._tool_start(out, call_id, name)
-        out.append({"type": "tool-input-available", "toolCallId": call_id, "toolName": name, "input": arguments,
-                    **_TOOL})
+        self._input(out, call_id, name, arguments)
         out.append({"type": "tool-approval-request", "approvalId": call_id, "toolCallId": call_id})
 
     def _tool_result(self, out: list[dict[str, Any]], event: events.ToolCallResult) -> None:
         call_id = event.tool_use_id
         if call_id not in self.tools and call_id not in self.client_has:  # the SDK needs the part first
             self._tool_start(out, call_id, event.tool_name)
+        if call_id not in self.client_has:
+            arguments = None if isinstance(event.arguments, UnsetType) else event.arguments
+            self._input(out, call_id, event.tool_name, arguments)
         if event.is_error and isinstance(event.error, str) and event.error.startswith(REJECTED_BY_USER):
             out.append({"type": "tool-output-denied", "toolCallId": call_id})
         elif event.is_error:
             error = event.error if isinstance(event.error, str) and event.error else "the tool call failed"
             out.append({"type": "tool-output-error", "toolCallId": call_id, "errorText": error, **_TOOL})
         else:
-            output = {"duration_ms": event.duration_ms}
+            # What came back, in the line the native stream shows (``summary``).
+            output: dict[str, Any] = {"duration_ms": event.duration_ms}
+            if isinstance(event.summary, str):
+                output = {"summary": event.summary, **output}
             out.append({"type": "tool-output-available", "toolCallId": call_id, "output": output, **_TOOL})
 
     @staticmethod
