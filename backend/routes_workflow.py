@@ -22,7 +22,6 @@ from backend.workflow_validation import (
     parse_workflow,
 )
 
-
 # --- catalog ------------------------------------------------------------------------------
 
 
