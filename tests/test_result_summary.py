@@ -110,6 +110,11 @@ def test_other_shapes_errors_and_server_text() -> None:
     # An MCP tool's text is the server's words, quoted; labels and advice are left out.
     assert summarize_result({"server": "x", "tool": "echo", "text": "Echo: hi", "quoted_from": "mcp:x/echo",
                              "trust": "t"}) == "\u201cEcho: hi\u201d"
+    # An MCP tool's structured result or an empty one.
+    assert summarize_result({"server": "x", "tool": "sum", "quoted_from": "mcp:x/sum", "trust": "t",
+                             "data": {"sum": 9}}) == "data: sum 9"
+    assert summarize_result({"server": "x", "tool": "noop", "text": "", "quoted_from": "mcp", "trust": "t"}) == (
+        "nothing returned")
     # An error is its message.
     assert summarize_result({"error": "backend refused: 401 missing token", "status": 401}) == (
         "failed: \u201cbackend refused: 401 missing token\u201d")

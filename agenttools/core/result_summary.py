@@ -123,7 +123,7 @@ def _describe_mapping(content: Mapping[str, Any]) -> str:
             parts.append(part)
     if not parts:
         status = content.get("status")
-        return words(str(status)) if isinstance(status, str) and status else "done (nothing to show)"
+        return words(str(status)) if isinstance(status, str) and status else "nothing returned"
     return ", ".join(parts)
 
 
@@ -151,6 +151,9 @@ def _part(key: str, value: Any) -> str:
         inner = _name(value)
         if inner:
             return f"{words(key)} {inner}"
+        if value and all(isinstance(v, str | int | float | bool) for v in value.values()):
+            fields = [p for p in (_part(str(k), v) for k, v in list(value.items())[:3]) if p]
+            return f"{words(key)}: {', '.join(fields)}" if fields else ""
         return _list_part(key, [str(k) for k in value]) if value else ""
     return ""
 
