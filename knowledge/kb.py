@@ -364,14 +364,14 @@ class KnowledgeBase:
         """Drop the most restrictive top-level constraint (the one that alone matches
         the fewest documents of the shared buckets): ``(remaining filters or None,
         dropped constraint as JSON)``. ``None`` when there is nothing to drop."""
-        return await self._search.relax_filters(filters, bucket=await self._count_bucket(bucket))
+        return await self._search.counts.relax_filters(filters, bucket=await self._count_bucket(bucket))
 
     async def constraint_counts(
         self, filters: Mapping[str, Any] | str | None, *, bucket: str | None = None
     ) -> list[ConstraintCount]:
         """Each top-level constraint of ``filters`` with the documents it alone matches
         (to name the condition a search found nothing for); shared buckets only."""
-        return await self._search.constraint_counts(filters, bucket=await self._count_bucket(bucket))
+        return await self._search.counts.constraint_counts(filters, bucket=await self._count_bucket(bucket))
 
     async def count_documents(
         self,
@@ -385,7 +385,7 @@ class KnowledgeBase:
         """Documents in scope, or those of them whose text matches ``query``'s terms
         (a lower bound past ``limit`` matching passages): the size of a list-all request.
         Shared buckets only (``_count_bucket``)."""
-        return await self._search.count_documents(
+        return await self._search.counts.count_documents(
             query, bucket=await self._count_bucket(bucket), filters=filters, doc_id=doc_id, limit=limit
         )
 
