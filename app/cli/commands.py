@@ -23,7 +23,7 @@ from typing import Any
 from app.cli.children import die_with_parent
 from app.cli.compact import add_compact_command, run_compact
 from app.cli.gcpolicy import tune_for_serving
-from app.cli.interrupts import EXIT_TERMINATED, Termination, cancelled_by_sigterm
+from app.cli.interrupts import EXIT_INTERRUPTED, EXIT_TERMINATED, Termination, cancelled_by_sigterm
 from app.cli.kb import add_kb_commands, run_kb_command
 from app.cli.migrate import add_migrate_command, run_migrate_db
 from app.config import ConfigError, Settings
@@ -166,8 +166,15 @@ def _serve(args: argparse.Namespace) -> int:
         with _reference_backend(settings, args, port, "warning") as url:
             if url is not None:
                 settings = settings.with_(backend_url=url)
-            with contextlib.suppress(KeyboardInterrupt):
+            try:
                 started = serving_run(_serve_agent(args, settings, host, sock), choose_stack(settings.server_stack))
+            except KeyboardInterrupt:  # Ctrl-C before uvicorn answers signals (the app's imports take seconds)
+                print("agentchat serve: interrupted", file=sys.stderr)
+                return EXIT_INTERRUPTED
+            except SystemExit as exc:  # SIGTERM then (``_exit_on_sigterm``): the same one line as earlier
+                if exc.code == EXIT_TERMINATED:
+                    print("agentchat serve: terminated (SIGTERM)", file=sys.stderr)
+                raise
     return 0 if started else 3
 
 
@@ -204,10 +211,10 @@ async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, 
     grace_s = settings.shutdown_grace_s if args.grace is None else args.grace
     app = create_app(settings, shutdown_deadline_s=grace_s)
 
-    async def drain() -> None:
+    async def drain(cut: asyncio.Event) -> None:
         svc = getattr(app.state, "services", None)
         if svc is not None:
-            await svc.runs.shutdown(grace_s)
+            await svc.runs.shutdown(grace_s, cut)
 
     port = bound_port(sock)
     agent = DrainingServer(
@@ -228,12 +235,23 @@ async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, 
         try:
             await agent.serve(sockets=[sock])
         except SystemExit as exc:  # uvicorn's way out when the app's start-up fails; no traceback
-            log.error("the service did not start", extra={"code": exc.code})
+            if not agent.started:
+                log.error("the service did not start", extra={"code": exc.code})
+            # Started: a SIGTERM (``_exit_on_sigterm``) in the instant after uvicorn put the
+            # handlers back, its close already done - the stop is complete, as asked.
 
     task = asyncio.create_task(serve())
     worker = f"  [worker {args.worker}]" if args.worker else ""
-    await _when_serving(agent, [task], _serving_line(host, port, f"{worker}  [{stack.describe()}]"))
-    await task
+    try:
+        await _when_serving(agent, [task], _serving_line(host, port, f"{worker}  [{stack.describe()}]"))
+        await task
+    except asyncio.CancelledError:
+        # Ctrl-C before uvicorn answers signals: ``asyncio.Runner`` cancels this task, and
+        # the app would be cut off mid-start. Stop it as a signal does (the start ends, then
+        # the close), and let the cancel go on: ``serve`` exits 130 with one line.
+        agent.handle_exit(signal.SIGINT, None)
+        await asyncio.shield(task)
+        raise
     return bool(agent.started)
 
 
