@@ -33,9 +33,10 @@ ORDER = (
     "kb_documents",
     "kb_chunks",
 )
-#: SQLite tables that are not data: bookkeeping, and FTS5's own index of ``kb_chunks``
+#: SQLite tables that are not data: bookkeeping (the chunk ids issued included: the
+#: target's sequence is set past the copied ids), and FTS5's own index of ``kb_chunks``
 #: (PostgreSQL's ``tsvector`` is computed from the rows).
-NOT_DATA = ("schema_version", "sqlite_", "kb_chunks_fts")
+NOT_DATA = ("schema_version", "sqlite_", "kb_chunks_fts", "kb_chunk_ids")
 #: target column -> source column, where the engines name them differently
 RENAMED = {("kb_chunks", "embedding"): "vector"}
 

@@ -13,7 +13,7 @@ Why this shape:
   test kept out of FTS5's reach. Term and document counts are cached until the next
   write through this index.
 * Vectors are float32 bytes in ``kb_chunks.vector``, searched exactly in memory
-  (``iter_vectors``); chunk ids continue from the largest (one writer).
+  (``iter_vectors``); chunk ids continue past the largest ever issued (one writer).
 * Several worker processes on one file (``--workers``) each hold that memory: a worker
   that changed the KB tells its siblings (``worker_feed``, topic ``kb``), which count the
   news in ``sibling_changes`` (the knowledge base reloads its vectors before its next
@@ -163,9 +163,19 @@ class SqliteKBIndex(SqlKBIndex):
         return ids
 
     async def _chunk_ids(self, tx: Tx, count: int) -> list[int]:
-        row = await tx.fetchone("SELECT coalesce(max(id), 0) FROM kb_chunks")
-        first = int(row[0]) + 1 if row else 1
-        return list(range(first, first + count))
+        """Past every id ever issued (``kb_chunk_ids``, migration 27), never max(id)+1:
+        that gave a deleted newest document's ids to the next ingest, of any bucket or
+        owner, while a search's scope or a process's vector index could still hold them.
+        The max of the table covers chunks written with their own ids."""
+        row = await tx.fetchone(
+            "UPDATE kb_chunk_ids SET issued = max(issued, (SELECT coalesce(max(id), 0) FROM kb_chunks)) + ? "
+            "RETURNING issued",
+            (count,),
+        )
+        if row is None:
+            raise RuntimeError("kb_chunk_ids has no row: the database was not migrated")
+        last = int(row[0])
+        return list(range(last - count + 1, last + 1))
 
     def _document_row(self, d: KBDocumentWrite, bucket: str, now: str) -> tuple[Any, ...]:
         return (
