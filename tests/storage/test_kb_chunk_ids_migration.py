@@ -18,7 +18,9 @@ async def test_an_older_file_records_its_largest_chunk_id(tmp_path: Path) -> Non
             "INSERT INTO kb_documents(id, bucket, content_hash, created_at, updated_at)"
             " VALUES ('d', 'default', 'h', 'now', 'now')"
         )
-        await conn.execute("INSERT INTO kb_chunks(id, doc_id, position, title, heading, text) VALUES (41, 'd', 0, 't', '', 'x')")
+        await conn.execute(
+            "INSERT INTO kb_chunks(id, doc_id, position, title, heading, text) VALUES (41, 'd', 0, 't', '', 'x')"
+        )
         await conn.commit()
         assert await migrate(conn) == MIGRATIONS[-1].version
         async with conn.execute("SELECT one, issued FROM kb_chunk_ids") as cur:
