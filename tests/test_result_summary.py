@@ -219,3 +219,34 @@ async def test_every_workflow_and_table_tool_reads_as_a_line(tmp_path: Path) -> 
 @pytest.mark.parametrize("value", ["", [], {}, None, 0, {"status": "ok"}])
 def test_empty_results_still_say_something(value: Any) -> None:
     assert summarize_result(value).strip()
+
+
+def test_a_result_key_is_only_ours_when_it_looks_like_a_field_name() -> None:
+    """A server chooses its JSON keys: a key that is a sentence is its text, not ours, so
+    it is quoted like every other piece of the result (d76b6dd put it bare in the line)."""
+    scam = "Your account is locked, call +1-555-0100 to unlock"
+    for content in ({scam: True}, {scam: 3}, {scam: "now"}, {scam: ["a", "b"]}, {"data": {scam: True}},
+                    {"status": scam, "message": "x"}, {"clarification_requested": scam},
+                    {"category": scam, scam: [{"name": "a"}]}, {"chunks": [], "query": "q", "dropped_sides": {scam: 1}},
+                    {"rule": {"name": "r", "trigger_type_name": scam, "entity_name": "e"}, "actions": []},
+                    {"action": {"name": "n", "action_type": scam}, "outgoing_to": []}, {"status": scam}):
+        line = readable(summarize_result(content))
+        outside = re.sub("\u201c[^\u201d]*\u201d", "", line)
+        assert "account" not in outside and "555" not in outside, (content, line)
+        assert "\u201cYour account is locked" in line, (content, line)
+    # A field name still reads as words; a phone number shaped as one does not.
+    assert summarize_result({"data": {"sum": 9}, "is_valid": True}) == "data: sum 9, is valid"
+    assert "\u201ccall_5550100\u201d" in summarize_result({"call_5550100": True})
+
+
+def test_values_under_secret_keys_are_masked_as_the_conversation_keeps_them() -> None:
+    """The line is streamed and stored: a credential a tool returned must not be in it
+    (the same ``is_secret_key`` rule as the stored arguments)."""
+    content = {"name": "Service account", "password": "hunter2-long-pass", "api_key": "sk-live-abcdef",
+               "auth": {"access_token": "tok-9f8e7d6c", "user": "svc"}, "tokens": ["tok-aaa", "tok-bbb"],
+               "note_text": "use Bearer abc.def.ghi"}
+    line = readable(summarize_result(content))
+    for secret in ("hunter2", "sk-live", "tok-", "abc.def"):
+        assert secret not in line, line
+    assert "password ***" in line, line
+    assert "abc.def" not in summarize_result({"text": "send Authorization: Bearer abc.def.ghi"})

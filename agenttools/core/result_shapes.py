@@ -15,7 +15,10 @@ passages, or a renamed tool all read alike, and no list of tool names is kept he
   backend's catalogues (``17 action types: “allocate_inventory”, …``).
 
 Every string taken from a result goes through ``quote`` (retrieved data: inside “”,
-cut to ``QUOTED_CHARS``); ids and hashes are left out (``is_id_like``).
+cut to ``QUOTED_CHARS``); ids and hashes are left out (``is_id_like``). A key or a code
+(a status, a category, an action type) reads as words only when it is shaped like a
+field name (``label``): a server chooses those too, and a key that is a sentence is its
+text, not ours.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ _ID_TEXT: Final = re.compile(
     r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[a-z]{1,4}_[0-9a-f]{8,}|[0-9a-f]{12,})$",
     re.IGNORECASE,
 )
+_FIELD_NAME: Final = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
+_DIGIT_RUN: Final = re.compile(r"[0-9]{3}")
 
 
 def quote(text: str, limit: int = QUOTED_CHARS) -> str:
@@ -42,8 +47,22 @@ def quote(text: str, limit: int = QUOTED_CHARS) -> str:
 
 
 def words(key: str) -> str:
-    """A field name as words: ``action_types`` → ``action types``."""
+    """A field name as words: ``action_types`` → ``action types``. Only for a name known
+    to be one; a key or code from a result goes through ``label``."""
     return key.replace("_", " ").replace("-", " ").strip()
+
+
+def is_field_name(key: str) -> bool:
+    """``key`` looks like an identifier a program chose (``total``, ``action_types``), not
+    words addressed to a person: lower-case, no spaces or punctuation, at most 31
+    characters, and no run of three digits (a phone or account number spelled as a key)."""
+    return bool(_FIELD_NAME.match(key)) and not _DIGIT_RUN.search(key)
+
+
+def label(key: str) -> str:
+    """A key or code of a result in the line: as words when it is shaped like a field name
+    (``action types``), otherwise quoted like any other text the result supplied."""
+    return words(key) if is_field_name(key) else quote(key)
 
 
 def is_id_like(text: str) -> bool:
@@ -115,7 +134,7 @@ def _clarification(c: Mapping[str, Any]) -> str | None:
         return None
     missing = c.get("missing_info")
     asked = f": {quote(missing, 100)}" if isinstance(missing, str) and missing.strip() else ""
-    return f"asked the user to clarify ({words(kind)}){asked}"
+    return f"asked the user to clarify ({label(kind)}){asked}"
 
 
 def _passage_list(c: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
@@ -149,7 +168,7 @@ def _search_caveats(c: Mapping[str, Any]) -> str:
     notes: list[str] = []
     dropped = c.get("dropped_sides")
     if isinstance(dropped, Mapping) and dropped:
-        notes.append(" and ".join(words(str(side)) for side in dropped) + " side dropped")
+        notes.append(" and ".join(label(str(side)) for side in dropped) + " side dropped")
     if c.get("relaxed"):
         notes.append("filters relaxed")
     warnings = c.get("warnings")
@@ -295,7 +314,7 @@ def _workflow_rule(c: Mapping[str, Any]) -> str | None:
     line = f"workflow {quote(str(rule.get('name') or '(unnamed)'))}: {plural(len(actions), 'action')}"
     trigger, entity = rule.get("trigger_type_name"), rule.get("entity_name")
     if isinstance(trigger, str) and isinstance(entity, str):
-        line += f", runs {words(trigger)} of {quote(entity)}"
+        line += f", runs {label(trigger)} of {quote(entity)}"
     return line + (f": {names_of(actions)}" if names_of(actions) else "")
 
 
@@ -307,7 +326,7 @@ def _workflow_node(c: Mapping[str, Any]) -> str | None:
     outgoing = _list(c, "outgoing_to")
     kind = action.get("action_type")
     line = f"action {quote(str(action.get('name') or '(unnamed)'))}"
-    line += f" ({words(kind)})" if isinstance(kind, str) and kind else ""
+    line += f" ({label(kind)})" if isinstance(kind, str) and kind else ""
     line += f": from {names_of(incoming) or 'nothing'}"
     return line + (
         f", to {names_of([{'name': o.get('action_name')} for o in outgoing if isinstance(o, Mapping)])}"
@@ -324,7 +343,7 @@ def _catalogue(c: Mapping[str, Any]) -> str | None:
     items = c[category]
     count = c.get("count") if isinstance(c.get("count"), int) else len(items)
     names = names_of(items)
-    return f"{count} {words(category)}" + (f": {names}" if names else "")
+    return f"{count} {label(category)}" + (f": {names}" if names else "")
 
 
 def _page(c: Mapping[str, Any]) -> str | None:
@@ -345,7 +364,7 @@ def _status_message(c: Mapping[str, Any]) -> str | None:
     status, message = c.get("status"), c.get("message")
     if not isinstance(status, str) or not isinstance(message, str) or status == "preview_sent" or "title" in c:
         return None
-    return f"{words(status)}: {quote(message, 110)}"
+    return f"{label(status)}: {quote(message, 110)}"
 
 
 _SHAPES: Final[tuple[Callable[[Mapping[str, Any]], str | None], ...]] = (

@@ -14,8 +14,13 @@ hashes, which tell a person nothing.
 What a result holds is often text a server or a document supplied, so every piece of
 it in the line is treated as retrieved data: control tokens neutralised
 (``agenttools.core.untrusted``), inside typographic quotes, cut short; the words around
-them are ours. The line is derived from the same result the caller gets, so it shows
-nothing the caller could not read. One line, at most ``MAX_SUMMARY_CHARS`` characters.
+them are ours. A key is the server's choice too: it reads as words only when it is
+shaped like a field name (``result_shapes.label``), otherwise it is quoted. The line is
+streamed and stored, so a credential in the result is masked first by the rule the
+conversation's stored arguments follow (``log_redaction.redact_secrets``: values under
+secret-looking keys, ``Bearer`` tokens), shown as ``password ***``. The line is derived
+from the same result the caller gets, so it shows nothing the caller could not read.
+One line, at most ``MAX_SUMMARY_CHARS`` characters.
 """
 
 from __future__ import annotations
@@ -24,14 +29,16 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from agenttools.core.log_redaction import MASK, is_secret_key, redact_secrets
 from agenttools.core.result_shapes import (
     QUOTED_CHARS,
     describe_shape,
+    is_field_name,
     is_id_key,
     is_id_like,
+    label,
     names_of,
     quote,
-    words,
 )
 from agenttools.core.untrusted import neutralize_text
 
@@ -69,6 +76,7 @@ _COUNTS: Final = frozenset({"total", "count", "showing"})
 
 def summarize_result(content: Any) -> str:
     """``content`` (a tool result's JSON value) in one line of at most 160 characters."""
+    content = redact_secrets(content)
     text = " ".join((describe_shape(content) or _describe(content)).split())
     if len(text) > MAX_SUMMARY_CHARS:
         text = _cut(text, MAX_SUMMARY_CHARS)
@@ -123,7 +131,7 @@ def _describe_mapping(content: Mapping[str, Any]) -> str:
             parts.append(part)
     if not parts:
         status = content.get("status")
-        return words(str(status)) if isinstance(status, str) and status else "nothing returned"
+        return label(status) if isinstance(status, str) and status else "nothing returned"
     return ", ".join(parts)
 
 
@@ -136,32 +144,43 @@ def _name(content: Mapping[str, Any]) -> str:
 
 
 def _part(key: str, value: Any) -> str:
-    """One field as words: ``5 columns: “id”, “name”, …``, ``total 6``, ``valid``."""
+    """One field as words: ``5 columns: “id”, “name”, …``, ``total 6``, ``valid``; a key
+    not shaped like a field name quoted (``“Call us now”: yes``), a secret masked."""
+    head = label(key)
+    named = is_field_name(key)
+    if is_secret_key(key):
+        return f"{head} {MASK}"
     if isinstance(value, list | tuple):
         return _list_part(key, value)
     if isinstance(value, bool):
-        return words(key) if value else f"not {words(key)}"
+        if named:
+            return head if value else f"not {head}"
+        return f"{head}: {'yes' if value else 'no'}"
     if isinstance(value, int | float):
-        return f"{words(key)} {value:g}" if isinstance(value, float) else f"{words(key)} {value}"
+        return f"{head} {value:g}" if isinstance(value, float) else f"{head} {value}"
     if isinstance(value, str):
         if not value.strip() or is_id_like(value):
             return ""
-        return f"{words(key)} {quote(value)}"
+        return f"{head} {quote(value)}" if named else f"{head}: {quote(value)}"
     if isinstance(value, Mapping):
         inner = _name(value)
         if inner:
-            return f"{words(key)} {inner}"
+            return f"{head} {inner}" if named else f"{head}: {inner}"
         if value and all(isinstance(v, str | int | float | bool) for v in value.values()):
             fields = [p for p in (_part(str(k), v) for k, v in list(value.items())[:3]) if p]
-            return f"{words(key)}: {', '.join(fields)}" if fields else ""
+            return f"{head}: {', '.join(fields)}" if fields else ""
         return _list_part(key, [str(k) for k in value]) if value else ""
     return ""
 
 
 def _list_part(key: str, items: list[Any] | tuple[Any, ...]) -> str:
-    noun = _plural(words(key), len(items))
+    """``5 columns: “a”, “b”, …``; under a key that is not a field name, ``“key”: 5 items``."""
+    if not is_field_name(key):
+        inner = _list_part("items", items) if items else "none"
+        return f"{quote(key)}: {inner}"
+    noun = _plural(label(key), len(items))
     if not items:
-        return f"no {words(key)}"
+        return f"no {label(key)}"
     names = names_of(items)
     return f"{len(items)} {noun}: {names}" if names else f"{len(items)} {noun}"
 
