@@ -13,7 +13,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
+
+N = TypeVar("N", int, float)
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds(Generic[N]):
+    """The range a number setting must be in. A command-line option that sets the same
+    thing checks the same range (``app/cli/ranges.py``): one copy, so ``--port`` and
+    ``AGENT_PORT`` never disagree."""
+
+    lo: N
+    hi: N
+
+
+PORT_BOUNDS = Bounds(0, 65535)  # 0: any free port
+WORKERS_BOUNDS = Bounds(1, 256)
+SHUTDOWN_GRACE_BOUNDS = Bounds(0, 3600)
+KEYWORD_MIN_USAGE_BOUNDS = Bounds(1, 1_000_000)
+#: Ages in days: keywords' idle time, the retention of run events and of conversations.
+DAYS_BOUNDS = Bounds(0, 36_500)
 
 
 def demo_token(value: str) -> str | None:

@@ -26,10 +26,17 @@ from app.cli.gcpolicy import tune_for_serving
 from app.cli.interrupts import EXIT_INTERRUPTED, EXIT_TERMINATED, Termination, cancelled_by_sigterm
 from app.cli.kb import add_kb_commands, run_kb_command
 from app.cli.migrate import add_migrate_command, run_migrate_db
+from app.cli.ranges import integer_in, number_in
 from app.config import ConfigError, Settings
+from app.config_env import PORT_BOUNDS, SHUTDOWN_GRACE_BOUNDS, WORKERS_BOUNDS, Bounds
 from app.ops.logs import announce, configure_logging, uvicorn_log_config
 
 log = logging.getLogger("agentchat.cli")
+
+#: The reference backend's port: a port of its own to listen on, so not 0 (any free one).
+BACKEND_PORT_BOUNDS = Bounds(1, PORT_BOUNDS.hi)
+#: ``--listen-fd`` (set by ``--workers``): a descriptor number.
+FD_BOUNDS = Bounds(0, 1 << 20)
 
 
 def _settings() -> Settings:
@@ -96,6 +103,10 @@ def _reference_backend(settings: Settings, args: argparse.Namespace, port: int, 
         yield None
         return
     backend_port = args.backend_port or port + 1
+    if backend_port > BACKEND_PORT_BOUNDS.hi:  # the agent on the last port: port + 1 is none
+        print(f"agentchat: the reference backend's port would be {backend_port}; "
+              "pick one with --backend-port, or --no-backend or AGENT_BACKEND_URL", file=sys.stderr)
+        raise SystemExit(2)
     url = f"http://127.0.0.1:{backend_port}"
     try:  # a taken port is one clear line here, not the child's error after a wait
         bind_socket("127.0.0.1", backend_port, what="agentchat (reference backend)",
@@ -342,17 +353,20 @@ def main(argv: list[str] | None = None) -> int:
 
     serve = sub.add_parser("serve", help="serve the agent (and the reference backend unless AGENT_BACKEND_URL is set)")
     serve.add_argument("--host", help="address to listen on (default AGENT_HOST, 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port to listen on, 0 for any free one (default AGENT_PORT, 8000)")
-    serve.add_argument("--backend-port", type=int, help="port of the embedded reference backend (default: port+1)")
+    serve.add_argument("--port", type=integer_in(PORT_BOUNDS),
+                       help="port to listen on, 0 for any free one (default AGENT_PORT, 8000)")
+    serve.add_argument("--backend-port", type=integer_in(BACKEND_PORT_BOUNDS),
+                       help="port of the embedded reference backend (default: port+1)")
     serve.add_argument("--no-backend", action="store_true", help="do not start the reference backend")
-    serve.add_argument("--grace", type=float, default=None,
+    serve.add_argument("--grace", type=number_in(SHUTDOWN_GRACE_BOUNDS), default=None,
                        help="seconds live runs may go on after SIGTERM before they are released "
                             "for the next process (default AGENT_SHUTDOWN_GRACE_S, 20)")
     serve.add_argument("--reload", action="store_true", help="restart on code changes (development)")
-    serve.add_argument("--workers", type=int, default=None,
+    serve.add_argument("--workers", type=integer_in(WORKERS_BOUNDS), default=None,
                        help="serving processes on this machine, one per core when one is CPU-bound; each a replica "
                             "on the same database (default AGENT_WORKERS, 1)")
-    serve.add_argument("--listen-fd", type=int, default=None, help=argparse.SUPPRESS)  # set by --workers
+    serve.add_argument("--listen-fd", type=integer_in(FD_BOUNDS), default=None,
+                       help=argparse.SUPPRESS)  # set by --workers
     serve.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # "i/N", set by --workers
 
     add_kb_commands(sub)
@@ -367,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
 
     backend = sub.add_parser("backend", help="run the reference Ichor-compatible backend alone")
     backend.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    backend.add_argument("--port", type=int, default=8081, help="port to listen on (default 8081)")
+    backend.add_argument("--port", type=integer_in(PORT_BOUNDS), default=8081, help="port to listen on (default 8081)")
     backend.add_argument("--db", help="SQLite file (default: beside AGENT_DB_PATH)")
 
     args = parser.parse_args(argv)
