@@ -34,6 +34,10 @@ CASES = [
      "agentchat compact: error: argument --run-events-days: must be between 0 and 36500"),
     (["compact", "--conversation-days", "40000"],
      "agentchat compact: error: argument --conversation-days: must be between 0 and 36500"),
+    (["keywords", "prune", "--min-usage", "2", "--older-than", "-1"],
+     "agentchat keywords prune: error: argument --older-than: must be between 0 and 36500"),
+    (["keywords", "prune", "--min-usage", "0", "--older-than", "30"],
+     "agentchat keywords prune: error: argument --min-usage: must be between 1 and 1000000"),
     (["migrate-db", "--to", "postgresql://nowhere/x", "--batch-rows", "0"],
      "agentchat migrate-db: error: argument --batch-rows: must be between 1 and 1000000"),
 ]  # fmt: skip

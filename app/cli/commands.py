@@ -28,7 +28,14 @@ from app.cli.kb import add_kb_commands, run_kb_command
 from app.cli.migrate import add_migrate_command, run_migrate_db
 from app.cli.ranges import integer_in, number_in
 from app.config import ConfigError, Settings
-from app.config_env import PORT_BOUNDS, SHUTDOWN_GRACE_BOUNDS, WORKERS_BOUNDS, Bounds
+from app.config_env import (
+    DAYS_BOUNDS,
+    KEYWORD_MIN_USAGE_BOUNDS,
+    PORT_BOUNDS,
+    SHUTDOWN_GRACE_BOUNDS,
+    WORKERS_BOUNDS,
+    Bounds,
+)
 from app.ops.logs import announce, configure_logging, uvicorn_log_config
 
 log = logging.getLogger("agentchat.cli")
@@ -376,8 +383,10 @@ def main(argv: list[str] | None = None) -> int:
     kw = sub.add_parser("keywords", help="keyword index maintenance")
     kw_sub = kw.add_subparsers(dest="kw_command", required=True)
     prune = kw_sub.add_parser("prune", help="delete rarely used, stale keywords")
-    prune.add_argument("--min-usage", type=int, required=True, help="delete keywords used fewer times than this")
-    prune.add_argument("--older-than", type=float, required=True, help="…and unused for more than this many days")
+    prune.add_argument("--min-usage", type=integer_in(KEYWORD_MIN_USAGE_BOUNDS), required=True,
+                       help="delete keywords used fewer times than this (AGENT_KEYWORD_MIN_USAGE's range)")
+    prune.add_argument("--older-than", type=number_in(DAYS_BOUNDS), required=True,
+                       help="…and unused for more than this many days (0 or more)")
 
     backend = sub.add_parser("backend", help="run the reference Ichor-compatible backend alone")
     backend.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
