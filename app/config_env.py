@@ -116,7 +116,7 @@ class EnvReader:
             self.problems.append(f"{name} must be an integer, got {raw!r}")
             return default
         if (lo is not None and value < lo) or (hi is not None and value > hi):
-            self.problems.append(f"{name} must be between {lo} and {hi}, got {value}")
+            self.problems.append(f"{name} must be {_range_words(lo, hi)}, got {value}")
             return default
         return value
 
@@ -130,7 +130,7 @@ class EnvReader:
             self.problems.append(f"{name} must be a number, got {raw!r}")
             return default
         if not math.isfinite(value) or (lo is not None and value < lo) or (hi is not None and value > hi):
-            self.problems.append(f"{name} must be a finite number between {lo} and {hi}, got {raw!r}")
+            self.problems.append(f"{name} must be a finite number {_range_words(lo, hi)}, got {raw!r}")
             return default
         return value
 
@@ -164,6 +164,16 @@ class EnvReader:
             self.problems.append(f"{name} entries must be among {', '.join(allowed)}; got {bad}")
             return default
         return items
+
+
+def _range_words(lo: float | None, hi: float | None) -> str:
+    """A range in words - between 1 and 10, at least 1, at most 10 - naming only the
+    bounds there are ("between 1 and None" read as a typo)."""
+    if lo is not None and hi is not None:
+        return f"between {lo} and {hi}"
+    if lo is not None:
+        return f"at least {lo}"
+    return f"at most {hi}"
 
 
 __all__ = ["EnvReader", "approval_tools", "demo_token", "opt_path"]
