@@ -30,7 +30,7 @@ from knowledge.filters import (
     parse_filters,
 )
 from knowledge.fusion import FusionPlan, combine, weigh
-from knowledge.query_terms import related_terms, text_terms
+from knowledge.query_terms import bm25_terms, related_terms
 from knowledge.ranking import (
     Candidate,
     FusionSide,
@@ -188,7 +188,7 @@ class Searcher:
         # The BM25 term choice needs only the query: start its lookups now, so they run
         # beside the scope query instead of after it.
         terms_task = (
-            asyncio.create_task(self.index.selective_terms(text_terms(query or ""), n_cand, self._tuning))
+            asyncio.create_task(bm25_terms(self.index, query or "", n_cand, self._tuning))
             if mode != "semantic"
             else None
         )
@@ -272,7 +272,7 @@ class Searcher:
             if terms_task is not None:
                 terms = await terms_task
             else:  # semantic search fell back to text
-                terms = await self.index.selective_terms(text_terms(query or ""), n_cand, self._tuning)
+                terms = await bm25_terms(self.index, query or "", n_cand, self._tuning)
             return await self.index.text_candidates(terms, scope, n_cand, self._tuning)
 
         async def vec_side() -> KBRanked:

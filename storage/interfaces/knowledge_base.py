@@ -117,8 +117,20 @@ class KBIndex(Protocol):
         without very common ones when the engine's ranking pays for them."""
         ...
 
+    async def term_splits(
+        self, candidates: Mapping[str, Sequence[Sequence[str]]], tuning: KBTextTuning
+    ) -> dict[str, tuple[str, ...]]:
+        """For the terms of ``candidates`` the index barely knows (``kb_terms.may_split``),
+        the cut of each into words it does know (``kb_terms.choose_split``; the cuts
+        offered are the caller's, ``knowledge.query_terms.split_candidates``); terms with
+        none are left out. One lookup of a term's parts, cached until the index changes;
+        a term the index knows well costs only its own count."""
+        ...
+
     async def text_candidates(self, terms: Sequence[str], scope: KBScope, limit: int, tuning: KBTextTuning) -> KBRanked:
-        """Full-text (BM25) top ``limit`` chunks matching any of ``terms`` within ``scope``."""
+        """Full-text (BM25) top ``limit`` chunks matching any of ``terms`` within ``scope``.
+        A term holding a space is a split's phrase (``kb_terms.split_phrase``): it matches
+        a chunk holding its words in sequence."""
         ...
 
     async def hydrate(self, chunk_ids: Sequence[int]) -> list[KBChunkRow]:

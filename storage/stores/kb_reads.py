@@ -9,7 +9,7 @@ the writes on this class, and each engine's ``kb_index`` on that one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -157,6 +157,11 @@ class KBReads:
     # ------------------------------------------------------------------ full text
     async def selective_terms(self, terms: Sequence[str], min_matches: int, tuning: KBTextTuning) -> list[str]:
         return await self._text.selective_terms(terms, min_matches, tuning)
+
+    async def term_splits(
+        self, candidates: Mapping[str, Sequence[Sequence[str]]], tuning: KBTextTuning
+    ) -> dict[str, tuple[str, ...]]:
+        return await self._text.term_splits(candidates, tuning)
 
     async def text_candidates(self, terms: Sequence[str], scope: KBScope, limit: int, tuning: KBTextTuning) -> KBRanked:
         return await self._text.text_candidates(terms, scope, limit, tuning, await self._filter_schema(scope))
