@@ -10,7 +10,14 @@ is ``storage.postgres.migrations``.
 
 from __future__ import annotations
 
-from storage.migration_runner import KB_FILE_STAMPS, RUN_ENDINGS_BACKFILL, RUN_LEASE_EPOCHS, Migration, numbered
+from storage.migration_runner import (
+    KB_FILE_STAMPS,
+    KB_GENERATION,
+    RUN_ENDINGS_BACKFILL,
+    RUN_LEASE_EPOCHS,
+    Migration,
+    numbered,
+)
 from storage.postgres.migration_steps.first_schema import (
     APP,
     DRAFTS,
@@ -79,5 +86,6 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         24: (),  # SQLite's covering field indexes; PostgreSQL ANDs its one-field indexes (bitmaps)
         25: KB_CHUNK_IDS_BY_DOCUMENT,
         26: KB_CHUNK_BUCKETS,
+        27: KB_GENERATION,
     },
 )
