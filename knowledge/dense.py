@@ -111,7 +111,7 @@ class MatrixDense:
             self._journal = []
             try:
                 fresh = VectorIndex(self.matrix.dim)
-                await load_vectors(fresh, self._index, self._embed_model)
+                await load_vectors(fresh, self._index, self._embed_model, private=True)
                 for change in self._journal:
                     change(fresh)
                 self.matrix = fresh
