@@ -10,7 +10,10 @@ and never found a new one that way until a restart.
 How: every write of the knowledge base, by any process, counts a stored generation up
 in its own transaction (``storage.stores.kb_generation``). Before a search (and before
 ``/readyz`` counts) ``check`` reads it - one indexed read, shared by the searches that
-arrive while it runs - and compares it with the last one taken in. Generations this
+arrive while it runs - and compares it with the last one taken in. Where the vectors are
+searched in the database (PostgreSQL) only statistics and schemas are cached, and the
+read is a round trip: there it is made at most once a second
+(``DenseSide.check_every_s``). Generations this
 process wrote itself change nothing (its memory followed its own writes); one written
 elsewhere makes the index forget its cached statistics and schemas, the schemas are read
 again, and the dense side reloads (``DenseSide.reload``: the SQLite matrix is loaded
@@ -64,6 +67,8 @@ class KBFreshness:
         self._reload_again = False
         #: The last reload failed: the next check starts another.
         self._failed = False
+        #: When the last read of the generation began (``DenseSide.check_every_s``).
+        self._read_at = -float("inf")
         #: Reloads after another process's change, since start (``/metrics``).
         self.reloads = 0
 
@@ -78,6 +83,9 @@ class KBFreshness:
         read, but never one that began before they arrived (it could predate a change
         they know of: the CLI's ingest that just returned)."""
         if self._gens is None:
+            return
+        every = self._dense.check_every_s
+        if every and time.monotonic() - self._read_at < every:
             return
         if self._next is None:
             self._next = asyncio.create_task(self._read_after(self._reading), name="kb-generation")
@@ -95,6 +103,7 @@ class KBFreshness:
                 await asyncio.shield(before)
         me = asyncio.current_task()
         self._next = None  # whoever arrives from now on waits for the next read
+        self._read_at = time.monotonic()
         self._reading = me
         try:
             await self._take_in()

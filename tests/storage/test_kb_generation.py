@@ -9,6 +9,7 @@ connections, nothing shared in memory.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 from knowledge.buckets import typed_values
+from knowledge.filters import FilterError
 from knowledge.kb import KnowledgeBase
 from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBVectorWrite
 from storage.sqlite import open_sqlite_storage
@@ -117,7 +119,16 @@ async def test_a_field_another_process_adds_is_known_to_this_one_s_next_search(
             [{"id": "inv2", "title": "Invoice", "text": "Invoice for glacier walks", "metadata": {"amount": 1200}}],
             bucket="invoices",
         )
-        found = await server.search("invoice", bucket="invoices", filters={"amount": {"$gt": 1000}})
+        # SQLite: the next search; PostgreSQL looks at most once a second (``check_every_s``).
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            try:
+                found = await server.search("invoice", bucket="invoices", filters={"amount": {"$gt": 1000}})
+                break
+            except FilterError:
+                assert server._vectors.check_every_s > 0, "SQLite must know the field at once"
+                assert asyncio.get_running_loop().time() < deadline, "the field never became known here"
+                await asyncio.sleep(0.05)
         assert [h.doc_id for h in found.hits] == ["inv2"]
     finally:
         await server.aclose()
