@@ -17,9 +17,10 @@ import httpx
 
 from agenttools.core.registry import ToolRegistry
 from app.config import Settings
-from app.ops.close_budget import KB_REEMBED_STOP_S
+from app.ops.close_budget import KB_REEMBED_STOP_S, KB_TASKS_STOP_S
 from app.ops.leader import Leader
 from app.ops.masking import mask_url
+from app.ops.stopping import cancel_and_wait
 from llm.pool import WaitHook
 from toolindex.embedder import Embedder
 
@@ -185,6 +186,10 @@ async def attach_rooms(
     )
     kb = await KnowledgeBase.create(storage.kb_index, embedder, config=config, schema_version=storage.schema_version)
     stack.push_async_callback(kb.aclose)
+    # This room's tasks, cancelled together before the knowledge base closes, within
+    # one step of the close budget (a task that swallows its cancel is named and left).
+    tasks: list[asyncio.Task[Any]] = []
+    stack.push_async_callback(_stop, tasks)
     # Documents stored without vectors of this embedder (an ingest whose embedder failed,
     # or another embedder's) get them in the background: a pass now, after each failed
     # ingest, and on a slow timer; stopped by ``kb.aclose``.
@@ -193,14 +198,14 @@ async def attach_rooms(
     if leader is None:
         kb.backfill.start()
     else:
-        stack.push_async_callback(_cancel, leader.when_leading(_backfill_while_leading(kb), name="kb-backfill"))
+        tasks.append(leader.when_leading(_backfill_while_leading(kb), name="kb-backfill"))
     knowledge = KnowledgeComponent(kb)
     rooms.knowledge = knowledge
     if settings.ingest_sample_kb:
         knowledge.sample = "ingesting"
         task = asyncio.create_task(knowledge.ingest_sample(), name="sample-kb")
         knowledge.tasks.append(task)
-        stack.push_async_callback(_cancel, task)
+        tasks.append(task)
 
     # Saved external answers are found again by their keywords' terms and, with an
     # embedder, by meaning, in the KB's vector space (SC-006).
@@ -219,12 +224,11 @@ async def attach_rooms(
         stemmer=Stemmer(),
     )
     rooms.keywords = keywords
-    backfill = (
+    tasks.append(
         asyncio.create_task(_backfill_keywords(keywords), name="keyword-backfill")
         if leader is None
         else leader.when_leading(lambda: _backfill_keywords(keywords), name="keyword-backfill")
     )
-    stack.push_async_callback(_cancel, backfill)
     perplexity = (
         PerplexityClient(
             await perplexity_http(settings, stack, pool_waits),
@@ -364,6 +368,5 @@ async def _backfill_keywords(keywords: KeywordIndex) -> None:
         log.info("keyword index back-filled", extra=done)
 
 
-async def _cancel(task: asyncio.Task[Any]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+async def _stop(tasks: list[asyncio.Task[Any]]) -> None:
+    await cancel_and_wait(tasks, KB_TASKS_STOP_S)

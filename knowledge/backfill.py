@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from knowledge.dense import DenseSide
-from knowledge.ingest import embedding_text
+from knowledge.ingest_docs import embedding_text
 from knowledge.ingest_stages import embed_texts
 from knowledge.types import IngestReport, KBConfig
 from storage.interfaces import KBIndex

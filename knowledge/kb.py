@@ -374,7 +374,7 @@ class KnowledgeBase:
         the fewest documents of the shared buckets): ``(remaining filters or None,
         dropped constraint as JSON)``. ``None`` when there is nothing to drop."""
         await self._fresh.check()
-        return await self._search.relax_filters(filters, bucket=await self._count_bucket(bucket))
+        return await self._search.counts.relax_filters(filters, bucket=await self._count_bucket(bucket))
 
     async def constraint_counts(
         self, filters: Mapping[str, Any] | str | None, *, bucket: str | None = None
@@ -382,7 +382,7 @@ class KnowledgeBase:
         """Each top-level constraint of ``filters`` with the documents it alone matches
         (to name the condition a search found nothing for); shared buckets only."""
         await self._fresh.check()
-        return await self._search.constraint_counts(filters, bucket=await self._count_bucket(bucket))
+        return await self._search.counts.constraint_counts(filters, bucket=await self._count_bucket(bucket))
 
     async def count_documents(
         self,
@@ -397,7 +397,7 @@ class KnowledgeBase:
         (a lower bound past ``limit`` matching passages): the size of a list-all request.
         Shared buckets only (``_count_bucket``)."""
         await self._fresh.check()
-        return await self._search.count_documents(
+        return await self._search.counts.count_documents(
             query, bucket=await self._count_bucket(bucket), filters=filters, doc_id=doc_id, limit=limit
         )
 

@@ -236,7 +236,7 @@ class KBCounts:
 
 @dataclass(frozen=True, slots=True)
 class KBChunkText:
-    """One stored chunk as the embedder sees it (``knowledge.ingest.embedding_text``)."""
+    """One stored chunk as the embedder sees it (``knowledge.ingest_docs.embedding_text``)."""
 
     id: int
     heading: str

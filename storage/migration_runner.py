@@ -46,20 +46,16 @@ KB_FILE_STAMPS: tuple[str, ...] = ("ALTER TABLE kb_documents ADD COLUMN file_sta
 #: statement and every leased step names the epoch it was claimed under.
 RUN_LEASE_EPOCHS: tuple[str, ...] = ("ALTER TABLE runs ADD COLUMN lease_epoch BIGINT NOT NULL DEFAULT 0",)
 
-#: Step 27 on both engines (portable SQL). A running server keeps state derived from the
+#: Step 28 on both engines (portable SQL). A running server keeps state derived from the
 #: knowledge base in memory (SQLite: the vector matrix; both: text statistics and bucket
 #: schemas), and a change made by another process (``agentchat ingest`` or ``docs rm``
 #: while it runs, another worker, another replica) reached none of it. Every write of
 #: the knowledge base counts ``generation`` up in its own transaction
 #: (``storage.stores.kb_generation``), so one indexed read tells a process whether anything
-#: changed that it did not write itself. ``chunk_high``: the highest chunk id ever handed
-#: out on SQLite (ids come from ``max(id) + 1``, so deleting the newest document handed
-#: its ids to the next one, and a stale in-memory vector of the deleted document would
-#: have scored the new document's chunk); unused on PostgreSQL (a sequence).
+#: changed that it did not write itself.
 KB_GENERATION: tuple[str, ...] = (
-    "CREATE TABLE IF NOT EXISTS kb_generation (id INTEGER PRIMARY KEY CHECK (id = 1),"
-    " generation BIGINT NOT NULL, chunk_high BIGINT NOT NULL)",
-    "INSERT INTO kb_generation(id, generation, chunk_high) SELECT 1, 0, coalesce(max(id), 0) FROM kb_chunks",
+    "CREATE TABLE IF NOT EXISTS kb_generation (id INTEGER PRIMARY KEY CHECK (id = 1), generation BIGINT NOT NULL)",
+    "INSERT INTO kb_generation(id, generation) VALUES (1, 0)",
 )
 
 #: Each step's name, as recorded in the version table (same text on both engines).
@@ -90,7 +86,8 @@ STEP_NAMES: Mapping[int, str] = {
     24: "knowledge base: each typed field's index covers its bucket's other fields (SQLite)",
     25: "knowledge base: the chunks' (document, position) key carries the chunk id (PostgreSQL)",
     26: "knowledge base: each chunk carries its bucket, for one HNSW graph per bucket (PostgreSQL)",
-    27: "knowledge base: a generation every write counts up, so every process sees another's changes",
+    27: "knowledge base: the chunk ids issued, so none is given twice (SQLite)",
+    28: "knowledge base: a generation every write counts up, so every process sees another's changes",
 }
 
 

@@ -4,6 +4,7 @@ beside the agent and answering before the agent is, stopped when the agent stops
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import time
@@ -15,6 +16,8 @@ import pytest
 from app.cli import commands as cli
 from app.config import Settings
 from tests.support.server import free_port
+
+REPO = Path(__file__).resolve().parents[1]
 
 DEMO = {"Authorization": "Bearer demo-bob"}
 
@@ -67,3 +70,13 @@ def test_agentchat_backend_becomes_python_m_backend(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(15)
+
+
+def test_the_readme_names_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """README's row for docs/cli.md lists every ``agentchat`` command (``compact`` was left out)."""
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    commands = re.search(r"\{([a-z,-]+)\}", capsys.readouterr().out)
+    assert commands is not None
+    row = next(line for line in (REPO / "README.md").read_text().splitlines() if "(docs/cli.md)" in line)
+    assert [c for c in commands.group(1).split(",") if f"`{c}`" not in row and f"agentchat {c}`" not in row] == []

@@ -117,6 +117,11 @@ async def test_docs_list_rm_and_buckets_rm(tmp_path: Path, capsys: pytest.Captur
     assert out == ["removing bucket 'lib': 2 documents, 2 chunks; other buckets are not touched",
                    "removed bucket 'lib' and its 2 documents"]
     assert await run(tmp_path, "buckets", "rm", "lib") == 1
+    assert capsys.readouterr().err.strip() == "agentchat buckets rm: unknown bucket 'lib'; available buckets: other"
+    # An unknown bucket is not an empty one: the same error, naming those there are.
+    assert await run(tmp_path, "docs", "list", "--bucket", "nosuch") == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip() == "agentchat docs list: unknown bucket 'nosuch'; available buckets: other"
     assert await run(tmp_path, "buckets") == 0
     assert capsys.readouterr().out.split()[0] == "other"
 

@@ -65,7 +65,10 @@ async def test_the_budget_is_every_bound_a_real_close_waits_on(tmp_path: Path, m
     step of the budget is there with that bound, and no step outside it. (uvicorn's own
     graceful shutdown is set by ``agentchat serve``, checked by name; the exit is no wait.)"""
     import app.factory
+    import app.history
+    import app.ops.embedder_check
     import app.ops.leader
+    import app.rooms
     import storage.sqlite.database
     import storage.sqlite.worker_feed
     from agenttools.mcp.client import McpConnection
@@ -93,6 +96,9 @@ async def test_the_budget_is_every_bound_a_real_close_waits_on(tmp_path: Path, m
     monkeypatch.setattr(
         app.ops.leader, "cancel_and_wait", recording_wait("background jobs' leader", app.ops.leader.cancel_and_wait)
     )
+    for module, step in ((app.history, "conversation titles"), (app.ops.embedder_check, "embedder check"),
+                         (app.rooms, "knowledge rooms' tasks")):  # fmt: skip
+        monkeypatch.setattr(module, "cancel_and_wait", recording_wait(step, module.cancel_and_wait))
 
     def wrap(cls: Any, name: str, record: Any) -> None:
         real = getattr(cls, name)
@@ -110,7 +116,8 @@ async def test_the_budget_is_every_bound_a_real_close_waits_on(tmp_path: Path, m
 
         return record
 
-    wrap(McpConnection, "close", bound_arg("MCP connections", "timeout_s"))
+    wrap(McpConnection, "close", lambda self, b: (bound_arg("MCP connections", "timeout_s")(self, b),
+                                                   bound_arg("MCP connections' cancel", "cancel_s")(self, b)))
     wrap(Tracing, "aclose", lambda self, b: self._owns and bound_arg("spans' flush", "flush_s")(self, b))
     wrap(VectorBackfill, "aclose", lambda self, _: note("knowledge-base re-embedding", self._config.reembed_stop_s))
     wrap(RunManager, "shutdown", lambda *_: note("runs cancelled by the drain", drain.INTERRUPTED_RUNS_S))

@@ -110,17 +110,41 @@ class McpConnection:
         if self._task is None:
             self._task = asyncio.create_task(self._supervise(), name=f"mcp:{self.name}")
 
-    async def close(self, timeout_s: float = 5.0) -> None:
-        """Stop the supervisor and close the connection (ends a stdio process)."""
+    async def close(self, timeout_s: float = 5.0, cancel_s: float = 5.0) -> None:
+        """Stop the supervisor and close the connection (ends a stdio process).
+
+        The supervisor is asked to stop and given ``timeout_s``; then it is cancelled and
+        given ``cancel_s`` more (the MCP library's shielded clean-up can take seconds, and
+        can swallow the cancel): past that it is named in the log and left, so a close
+        never hangs on a server. The caller's own cancellation is never swallowed: the
+        supervisor is cancelled and the caller's ``CancelledError`` goes on."""
         self._stop.set()
         task = self._task
         if task is not None and not task.done():
             try:
                 await asyncio.wait_for(asyncio.shield(task), timeout_s)
-            except (TimeoutError, asyncio.CancelledError):
+            except TimeoutError:
                 task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+                await self._wait_cancelled(task, cancel_s)
+            except asyncio.CancelledError:
+                task.cancel()
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # the caller is being cancelled, not only the supervisor
         self.state = "closed"
+
+    async def _wait_cancelled(self, task: asyncio.Task[None], cancel_s: float) -> None:
+        """``task`` (cancelled) ends within ``cancel_s``, or is named in the log and left."""
+        done, _ = await asyncio.wait({task}, timeout=cancel_s)
+        for ended in done:  # its outcome is read, so asyncio does not report it unretrieved
+            if not ended.cancelled():
+                ended.exception()
+        if not done:
+            log.warning(
+                "an MCP server's connection did not end within %.0f s of its cancellation; closing without it",
+                cancel_s,
+                extra={"mcp_server": self.name, "task": task.get_name()},
+            )
 
     def status(self) -> dict[str, Any]:
         """What ``/readyz`` shows for this server (never headers or env values)."""

@@ -23,13 +23,27 @@ from typing import Any
 from app.cli.children import die_with_parent
 from app.cli.compact import add_compact_command, run_compact
 from app.cli.gcpolicy import tune_for_serving
-from app.cli.interrupts import EXIT_TERMINATED, Termination, cancelled_by_sigterm
+from app.cli.interrupts import EXIT_INTERRUPTED, EXIT_TERMINATED, Termination, cancelled_by_sigterm
 from app.cli.kb import add_kb_commands, run_kb_command
 from app.cli.migrate import add_migrate_command, run_migrate_db
+from app.cli.ranges import integer_in, number_in
 from app.config import ConfigError, Settings
+from app.config_env import (
+    DAYS_BOUNDS,
+    KEYWORD_MIN_USAGE_BOUNDS,
+    PORT_BOUNDS,
+    SHUTDOWN_GRACE_BOUNDS,
+    WORKERS_BOUNDS,
+    Bounds,
+)
 from app.ops.logs import announce, configure_logging, uvicorn_log_config
 
 log = logging.getLogger("agentchat.cli")
+
+#: The reference backend's port: a port of its own to listen on, so not 0 (any free one).
+BACKEND_PORT_BOUNDS = Bounds(1, PORT_BOUNDS.hi)
+#: ``--listen-fd`` (set by ``--workers``): a descriptor number.
+FD_BOUNDS = Bounds(0, 1 << 20)
 
 
 def _settings() -> Settings:
@@ -96,6 +110,10 @@ def _reference_backend(settings: Settings, args: argparse.Namespace, port: int, 
         yield None
         return
     backend_port = args.backend_port or port + 1
+    if backend_port > BACKEND_PORT_BOUNDS.hi:  # the agent on the last port: port + 1 is none
+        print(f"agentchat: the reference backend's port would be {backend_port}; "
+              "pick one with --backend-port, or --no-backend or AGENT_BACKEND_URL", file=sys.stderr)
+        raise SystemExit(2)
     url = f"http://127.0.0.1:{backend_port}"
     try:  # a taken port is one clear line here, not the child's error after a wait
         bind_socket("127.0.0.1", backend_port, what="agentchat (reference backend)",
@@ -166,8 +184,15 @@ def _serve(args: argparse.Namespace) -> int:
         with _reference_backend(settings, args, port, "warning") as url:
             if url is not None:
                 settings = settings.with_(backend_url=url)
-            with contextlib.suppress(KeyboardInterrupt):
+            try:
                 started = serving_run(_serve_agent(args, settings, host, sock), choose_stack(settings.server_stack))
+            except KeyboardInterrupt:  # Ctrl-C before uvicorn answers signals (the app's imports take seconds)
+                print("agentchat serve: interrupted", file=sys.stderr)
+                return EXIT_INTERRUPTED
+            except SystemExit as exc:  # SIGTERM then (``_exit_on_sigterm``): the same one line as earlier
+                if exc.code == EXIT_TERMINATED:
+                    print("agentchat serve: terminated (SIGTERM)", file=sys.stderr)
+                raise
     return 0 if started else 3
 
 
@@ -204,10 +229,10 @@ async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, 
     grace_s = settings.shutdown_grace_s if args.grace is None else args.grace
     app = create_app(settings, shutdown_deadline_s=grace_s)
 
-    async def drain() -> None:
+    async def drain(cut: asyncio.Event) -> None:
         svc = getattr(app.state, "services", None)
         if svc is not None:
-            await svc.runs.shutdown(grace_s)
+            await svc.runs.shutdown(grace_s, cut)
 
     port = bound_port(sock)
     agent = DrainingServer(
@@ -228,12 +253,23 @@ async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, 
         try:
             await agent.serve(sockets=[sock])
         except SystemExit as exc:  # uvicorn's way out when the app's start-up fails; no traceback
-            log.error("the service did not start", extra={"code": exc.code})
+            if not agent.started:
+                log.error("the service did not start", extra={"code": exc.code})
+            # Started: a SIGTERM (``_exit_on_sigterm``) in the instant after uvicorn put the
+            # handlers back, its close already done - the stop is complete, as asked.
 
     task = asyncio.create_task(serve())
     worker = f"  [worker {args.worker}]" if args.worker else ""
-    await _when_serving(agent, [task], _serving_line(host, port, f"{worker}  [{stack.describe()}]"))
-    await task
+    try:
+        await _when_serving(agent, [task], _serving_line(host, port, f"{worker}  [{stack.describe()}]"))
+        await task
+    except asyncio.CancelledError:
+        # Ctrl-C before uvicorn answers signals: ``asyncio.Runner`` cancels this task, and
+        # the app would be cut off mid-start. Stop it as a signal does (the start ends, then
+        # the close), and let the cancel go on: ``serve`` exits 130 with one line.
+        agent.handle_exit(signal.SIGINT, None)
+        await asyncio.shield(task)
+        raise
     return bool(agent.started)
 
 
@@ -324,17 +360,20 @@ def main(argv: list[str] | None = None) -> int:
 
     serve = sub.add_parser("serve", help="serve the agent (and the reference backend unless AGENT_BACKEND_URL is set)")
     serve.add_argument("--host", help="address to listen on (default AGENT_HOST, 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port to listen on, 0 for any free one (default AGENT_PORT, 8000)")
-    serve.add_argument("--backend-port", type=int, help="port of the embedded reference backend (default: port+1)")
+    serve.add_argument("--port", type=integer_in(PORT_BOUNDS),
+                       help="port to listen on, 0 for any free one (default AGENT_PORT, 8000)")
+    serve.add_argument("--backend-port", type=integer_in(BACKEND_PORT_BOUNDS),
+                       help="port of the embedded reference backend (default: port+1)")
     serve.add_argument("--no-backend", action="store_true", help="do not start the reference backend")
-    serve.add_argument("--grace", type=float, default=None,
+    serve.add_argument("--grace", type=number_in(SHUTDOWN_GRACE_BOUNDS), default=None,
                        help="seconds live runs may go on after SIGTERM before they are released "
                             "for the next process (default AGENT_SHUTDOWN_GRACE_S, 20)")
     serve.add_argument("--reload", action="store_true", help="restart on code changes (development)")
-    serve.add_argument("--workers", type=int, default=None,
+    serve.add_argument("--workers", type=integer_in(WORKERS_BOUNDS), default=None,
                        help="serving processes on this machine, one per core when one is CPU-bound; each a replica "
                             "on the same database (default AGENT_WORKERS, 1)")
-    serve.add_argument("--listen-fd", type=int, default=None, help=argparse.SUPPRESS)  # set by --workers
+    serve.add_argument("--listen-fd", type=integer_in(FD_BOUNDS), default=None,
+                       help=argparse.SUPPRESS)  # set by --workers
     serve.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # "i/N", set by --workers
 
     add_kb_commands(sub)
@@ -344,12 +383,14 @@ def main(argv: list[str] | None = None) -> int:
     kw = sub.add_parser("keywords", help="keyword index maintenance")
     kw_sub = kw.add_subparsers(dest="kw_command", required=True)
     prune = kw_sub.add_parser("prune", help="delete rarely used, stale keywords")
-    prune.add_argument("--min-usage", type=int, required=True, help="delete keywords used fewer times than this")
-    prune.add_argument("--older-than", type=float, required=True, help="…and unused for more than this many days")
+    prune.add_argument("--min-usage", type=integer_in(KEYWORD_MIN_USAGE_BOUNDS), required=True,
+                       help="delete keywords used fewer times than this (AGENT_KEYWORD_MIN_USAGE's range)")
+    prune.add_argument("--older-than", type=number_in(DAYS_BOUNDS), required=True,
+                       help="…and unused for more than this many days (0 or more)")
 
     backend = sub.add_parser("backend", help="run the reference Ichor-compatible backend alone")
     backend.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    backend.add_argument("--port", type=int, default=8081, help="port to listen on (default 8081)")
+    backend.add_argument("--port", type=integer_in(PORT_BOUNDS), default=8081, help="port to listen on (default 8081)")
     backend.add_argument("--db", help="SQLite file (default: beside AGENT_DB_PATH)")
 
     args = parser.parse_args(argv)

@@ -202,10 +202,9 @@ async def _buckets(args: argparse.Namespace, settings: Settings) -> int:
                 print(f"agentchat buckets create: {exc}", file=sys.stderr)
                 return EXIT_USAGE
         elif command == "rm":
-            info = {b.name: b for b in await kb.list_buckets()}.get(args.name)
-            if info is None:
-                print(f"agentchat buckets rm: no bucket {args.name!r}", file=sys.stderr)
+            if not await _known_bucket(kb, args.name, "buckets rm"):
                 return EXIT_REJECTED
+            info = {b.name: b for b in await kb.list_buckets()}[args.name]
             if info.documents and not args.yes:
                 print(f"agentchat buckets rm: bucket {args.name!r} holds {info.documents} documents; "
                       "add --yes to remove them with it", file=sys.stderr)
@@ -228,6 +227,20 @@ async def _buckets(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def _known_bucket(kb: Any, name: str, command: str) -> bool:
+    """Whether ``name`` is a bucket; if not, says so naming those there are - the words
+    of a search or a run's context naming one (``UnknownBucketError``). ``docs list
+    --bucket nosuch`` said "no documents" and exit 0, as for an empty bucket."""
+    from knowledge.buckets import UnknownBucketError
+
+    try:
+        await kb.bucket_schema(name)
+    except UnknownBucketError as exc:
+        print(f"agentchat {command}: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 async def _docs(args: argparse.Namespace, settings: Settings) -> int:
     kb = await _open_kb(settings, "docs")
     if kb is None:
@@ -241,6 +254,8 @@ async def _docs(args: argparse.Namespace, settings: Settings) -> int:
                 print("agentchat docs rm: some ids were not found", file=sys.stderr)
                 return EXIT_REJECTED
             return 0
+        if args.bucket is not None and not await _known_bucket(kb, args.bucket, "docs list"):
+            return EXIT_REJECTED
         docs = await kb.list_documents(bucket=args.bucket, limit=args.limit, after=args.after)
     finally:
         await kb.aclose()

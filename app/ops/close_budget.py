@@ -14,10 +14,15 @@ The steps run one after another (worst cases, each ended by its own bound):
 * uvicorn's graceful shutdown: open connections may finish (``app/cli/commands.py``);
 * the app's background tasks after their cancel (``app/factory.py``);
 * then the services, in the reverse order they were made (``app/wiring.py``'s exit
-  stack): the MCP connections, closed together (``app/mcp_room.py``); the spans' flush
-  to the OpenTelemetry collector (``app/ops/tracing.py``); the knowledge base's
-  re-embedding after its stop (``knowledge/backfill.py``, given its bound by
-  ``app/rooms.py``); the background jobs' leader and its jobs (``app/ops/leader.py``);
+  stack): the conversation titles being written (``app/history.py``); the embedder's
+  first answer (``app/ops/embedder_check.py``); the MCP connections, closed together
+  (``app/mcp_room.py``), then the wait for those whose supervisor had to be cancelled
+  (the MCP library's shielded clean-up can take ~4 s of its own); the knowledge rooms'
+  tasks — the sample knowledge base's ingest, the knowledge base's and the keywords'
+  back-fills — cancelled together (``app/rooms.py``); the knowledge base's re-embedding
+  after its stop (``knowledge/backfill.py``, given its bound by ``app/rooms.py``); the
+  spans' flush to the OpenTelemetry collector (``app/ops/tracing.py``); the background
+  jobs' leader and its jobs (``app/ops/leader.py``);
 * the storage: the sibling feed's readers (``storage/sqlite/worker_feed.py``), then the
   database's close, which commits what is queued within the writer's own bound
   (``storage/sqlite/database.py``; PostgreSQL's close — a graph build cancelled on the
@@ -47,9 +52,19 @@ SERVER_CLOSE_S = 5  # uvicorn's setting is an int
 #: goes on without it (``app/ops/stopping.py``): the periodic jobs end at once when
 #: cancelled; one that does not would otherwise keep a SIGTERM'd process alive for ever.
 BACKGROUND_STOP_S = 15.0
+#: How long the conversation titles still being written may take to end once cancelled.
+TITLES_STOP_S = 5.0
+#: How long the embedder's first embedding (``/readyz``'s check) may take to end once cancelled.
+EMBEDDER_CHECK_STOP_S = 5.0
 #: How long each MCP connection's close may take (its supervisor asked to stop, then
 #: cancelled; a stdio server's process ended): all close at once.
 MCP_CLOSE_S = 5.0
+#: How long an MCP connection's supervisor, cancelled when it did not stop within
+#: ``MCP_CLOSE_S``, may take to end (the library's shielded clean-up): all at once.
+MCP_CANCEL_S = 5.0
+#: How long the knowledge rooms' tasks (the sample knowledge base's ingest, the knowledge
+#: base's and the keywords' back-fills) may take to end once cancelled, together.
+KB_TASKS_STOP_S = 5.0
 #: How long the close waits for the spans' flush to the OpenTelemetry collector.
 TRACING_FLUSH_S = 10.0
 #: How long the knowledge base's re-embedding may take to stop (``KBConfig.reembed_stop_s``).
@@ -65,9 +80,13 @@ CLOSE_STEPS_S: Mapping[str, float] = MappingProxyType(
         "runs cancelled by the drain": INTERRUPTED_RUNS_S,
         "open connections": SERVER_CLOSE_S,
         "background tasks": BACKGROUND_STOP_S,
+        "conversation titles": TITLES_STOP_S,
+        "embedder check": EMBEDDER_CHECK_STOP_S,
         "MCP connections": MCP_CLOSE_S,
-        "spans' flush": TRACING_FLUSH_S,
+        "MCP connections' cancel": MCP_CANCEL_S,
+        "knowledge rooms' tasks": KB_TASKS_STOP_S,
         "knowledge-base re-embedding": KB_REEMBED_STOP_S,
+        "spans' flush": TRACING_FLUSH_S,
         "background jobs' leader": LEADER_STOP_S,
         "sibling feed readers": FEED_CLOSE_S,
         "database close": DATABASE_CLOSE_S,
@@ -81,11 +100,15 @@ __all__ = [
     "BACKGROUND_STOP_S",
     "CLOSE_BUDGET_S",
     "CLOSE_STEPS_S",
+    "EMBEDDER_CHECK_STOP_S",
     "EXIT_S",
     "INTERRUPTED_RUNS_S",
     "KB_REEMBED_STOP_S",
+    "KB_TASKS_STOP_S",
     "LEADER_STOP_S",
+    "MCP_CANCEL_S",
     "MCP_CLOSE_S",
     "SERVER_CLOSE_S",
+    "TITLES_STOP_S",
     "TRACING_FLUSH_S",
 ]

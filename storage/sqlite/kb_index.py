@@ -13,7 +13,7 @@ Why this shape:
   test kept out of FTS5's reach. Term and document counts are cached until the next
   write through this index.
 * Vectors are float32 bytes in ``kb_chunks.vector``, searched exactly in memory
-  (``iter_vectors``); chunk ids continue from the largest ever handed out (one writer).
+  (``iter_vectors``); chunk ids continue past the largest ever issued (one writer).
 * Every process on the file holds that memory (``--workers`` siblings, and the server
   while ``agentchat ingest`` writes): each write counts the knowledge base's generation
   up (``storage.stores.kb_generation``), and a process that reads a generation it did
@@ -114,17 +114,19 @@ class SqliteKBIndex(SqlKBIndex):
         return ids
 
     async def _chunk_ids(self, tx: Tx, count: int) -> list[int]:
-        """After the largest id there is, and after every id ever handed out
-        (``kb_generation.chunk_high``): an id of a deleted document is never handed to
-        another, so a vector of the deleted one still in some process's memory can only
-        name a chunk that is gone (dropped by the search), never score another's."""
+        """Past every id ever issued (``kb_chunk_ids``, migration 27), never max(id)+1:
+        that gave a deleted newest document's ids to the next ingest, of any bucket or
+        owner, while a search's scope or a process's vector index could still hold them.
+        The max of the table covers chunks written with their own ids."""
         row = await tx.fetchone(
-            "SELECT max(coalesce((SELECT max(id) FROM kb_chunks), 0),"
-            " coalesce((SELECT chunk_high FROM kb_generation WHERE id = 1), 0))"
+            "UPDATE kb_chunk_ids SET issued = max(issued, (SELECT coalesce(max(id), 0) FROM kb_chunks)) + ? "
+            "RETURNING issued",
+            (count,),
         )
-        first = int(row[0]) + 1 if row else 1
-        await tx.execute("UPDATE kb_generation SET chunk_high = ? WHERE id = 1", (first + count - 1,))
-        return list(range(first, first + count))
+        if row is None:
+            raise RuntimeError("kb_chunk_ids has no row: the database was not migrated")
+        last = int(row[0])
+        return list(range(last - count + 1, last + 1))
 
     def _document_row(self, d: KBDocumentWrite, bucket: str, now: str) -> tuple[Any, ...]:
         return (

@@ -1,5 +1,5 @@
 """The knowledge base's generation: a number every write of the knowledge base counts
-up in its own transaction (table ``kb_generation``, migration step 27), and the
+up in its own transaction (table ``kb_generation``, migration step 28), and the
 generations this process wrote itself.
 
 Why: a running server keeps state derived from the stored knowledge base in memory (on

@@ -1,4 +1,4 @@
-"""The knowledge base's generation (``storage/stores/kb_generation.py``, migration 27) on
+"""The knowledge base's generation (``storage/stores/kb_generation.py``, migration 28) on
 both engines: every write counts it up in its own transaction, the writer alone calls
 the count its own, and another process's change reaches what this one caches (bucket
 schemas, text statistics) before its next search.
@@ -133,18 +133,3 @@ async def test_a_field_another_process_adds_is_known_to_this_one_s_next_search(
     finally:
         await server.aclose()
         await cli.aclose()
-
-
-async def test_sqlite_never_hands_a_removed_chunk_s_id_to_another(tmp_path: Path) -> None:
-    """A stale vector of a removed document (in a process that has not reloaded yet)
-    must not name the next document's chunk: ids continue after every id handed out."""
-    storage = await open_sqlite_storage(tmp_path / "kb.sqlite3")
-    try:
-        kb = storage.kb_index
-        await kb.create_bucket("default", {}, typed_row=typed_values)
-        (first,) = await kb.write_documents("default", {}, [document("d1", "first")])
-        await kb.delete_documents(["d1"])
-        (second,) = await kb.write_documents("default", {}, [document("d2", "second")])
-        assert min(second) > max(first), (first, second)
-    finally:
-        await storage.close()

@@ -86,6 +86,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         24: (),  # SQLite's covering field indexes; PostgreSQL ANDs its one-field indexes (bitmaps)
         25: KB_CHUNK_IDS_BY_DOCUMENT,
         26: KB_CHUNK_BUCKETS,
-        27: KB_GENERATION,
+        27: (),  # SQLite's record of the chunk ids issued; a sequence never reuses one
+        28: KB_GENERATION,
     },
 )
