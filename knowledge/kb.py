@@ -15,6 +15,8 @@ default), handed in by whoever opened the storage. What happens here:
   ``kb.backfill``, started by whoever runs the KB as a service).
 * Search (``knowledge/search.py``): full-text candidates ∪ vector top-N → fusion →
   re-ranking; filters validated in ``knowledge/filters.py`` into an engine-neutral tree.
+  Before each search, what another process changed in the stored KB (the CLI while a
+  server runs, a sibling worker, a replica) is taken in (``knowledge/freshness.py``).
 
 ``embedder`` may be ``None``: search is then text-only and documents are stored without
 vectors (re-ingesting with an embedder later fills them in). An embedder's ``dim`` must
@@ -38,6 +40,7 @@ from knowledge.backfill import VectorBackfill
 from knowledge.buckets import Buckets, UnknownBucketError
 from knowledge.dense import dense_side
 from knowledge.filters import FilterError
+from knowledge.freshness import KBFreshness
 from knowledge.ingest import DEFAULT_MAX_FILE_BYTES, BatchHook, Ingestor, Progress
 from knowledge.names import is_doc_id, is_identifier
 from knowledge.search import Searcher
@@ -92,6 +95,8 @@ class KnowledgeBase:
         #: Vectors for documents stored without them; runs once ``backfill.start()``ed.
         self.backfill = VectorBackfill(index, self._vectors, embedder, self.config)
         self._search.pending_vectors = lambda: self.backfill.pending or 0
+        #: What other processes changed in the stored KB, taken in before each search.
+        self._fresh = KBFreshness(index, self._buckets, self._vectors)
 
     @classmethod
     async def create(
@@ -113,6 +118,7 @@ class KnowledgeBase:
 
     async def load(self) -> None:
         """Read the schemas, ready the dense side (in memory unless the engine searches)."""
+        await self._fresh.start()
         await self._buckets.load()
         await self._vectors.load()
 
@@ -122,6 +128,7 @@ class KnowledgeBase:
         if self._closed:
             return
         self._closed = True
+        await self._fresh.aclose()
         await self.backfill.aclose()
         if self._on_close is not None:
             await self._on_close()
@@ -305,6 +312,7 @@ class KnowledgeBase:
         ``overload`` is the rule ``SearchResponse.overloaded`` is decided by (the
         corpus tools pass theirs); without one, ``KBConfig.overload_rule``.
         """
+        await self._fresh.check()
         bucket, buckets = await self._scope(bucket, buckets, tuple(private))
         response = await self._search.search(
             query, bucket=bucket, top_k=top_k, filters=filters, doc_id=doc_id, mode=mode,
@@ -333,7 +341,8 @@ class KnowledgeBase:
                 raise UnknownBucketError(f"unknown bucket {bucket[:60]!r}; available buckets: {known}")
             return bucket, buckets
         if buckets is None or "*" in buckets:
-            await self._buckets.load()  # fresh schemas for the hits' facts (``collapse_duplicates``)
+            # The schemas (the hits' facts, ``collapse_duplicates``) are fresh: another
+            # process's change made ``search``'s check read them again.
             if not private:
                 return None, buckets
             shared = [b for b in self._buckets.names() if not is_private_bucket(b)]
@@ -364,6 +373,7 @@ class KnowledgeBase:
         """Drop the most restrictive top-level constraint (the one that alone matches
         the fewest documents of the shared buckets): ``(remaining filters or None,
         dropped constraint as JSON)``. ``None`` when there is nothing to drop."""
+        await self._fresh.check()
         return await self._search.counts.relax_filters(filters, bucket=await self._count_bucket(bucket))
 
     async def constraint_counts(
@@ -371,6 +381,7 @@ class KnowledgeBase:
     ) -> list[ConstraintCount]:
         """Each top-level constraint of ``filters`` with the documents it alone matches
         (to name the condition a search found nothing for); shared buckets only."""
+        await self._fresh.check()
         return await self._search.counts.constraint_counts(filters, bucket=await self._count_bucket(bucket))
 
     async def count_documents(
@@ -385,6 +396,7 @@ class KnowledgeBase:
         """Documents in scope, or those of them whose text matches ``query``'s terms
         (a lower bound past ``limit`` matching passages): the size of a list-all request.
         Shared buckets only (``_count_bucket``)."""
+        await self._fresh.check()
         return await self._search.counts.count_documents(
             query, bucket=await self._count_bucket(bucket), filters=filters, doc_id=doc_id, limit=limit
         )
@@ -408,12 +420,20 @@ class KnowledgeBase:
                                "fallbacks": self._search.text_fallbacks}
         if self.embedder is None:
             return {"ok": False, "detail": "no embedder: every search runs on text", **out}
+        await self._fresh.check()
         out["index"] = await self._vectors.status()
         if not await self._vectors.available():
             return {"ok": False, "detail": f"no vectors of {self.embed_key} stored yet: searches run on text", **out}
         return {"ok": True, **out}
 
+    @property
+    def reloads(self) -> int:
+        """The dense side's reloads after another process changed the stored KB, since
+        start (``/metrics``; ``knowledge.freshness``)."""
+        return self._fresh.reloads
+
     async def stats(self) -> dict[str, Any]:
+        await self._fresh.check()
         dim = self.embedder.dim if self.embedder else None
         counts = await self.index.counts(self.embed_key, dim)
         return {

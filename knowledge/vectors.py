@@ -16,6 +16,7 @@ PostgreSQL answers in the database instead (``knowledge.dense``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -350,7 +351,7 @@ LOAD_BATCH_DOCUMENTS = 5_000
 LOAD_BATCH_ROWS = 20_000
 
 
-async def load_vectors(vectors: VectorIndex, index: KBIndex, embed_model: str) -> int:
+async def load_vectors(vectors: VectorIndex, index: KBIndex, embed_model: str, *, private: bool = False) -> int:
     """Fill ``vectors`` with every stored vector of ``embed_model`` (at ``vectors.dim``
     dimensions); returns how many rows were added.
 
@@ -358,7 +359,11 @@ async def load_vectors(vectors: VectorIndex, index: KBIndex, embed_model: str) -
     through ``add_many``, which leaves the matrix exactly as ``add`` per document would:
     appending one document at a time cost ~45 us each (a normalisation, a copy and a
     snapshot per one-chunk document), most of the two to three minutes a 1M-chunk
-    knowledge base took to open (issue 24)."""
+    knowledge base took to open (issue 24).
+
+    ``private``: ``vectors`` is nobody else's yet (a reload's new matrix, swapped in when
+    full): each batch is appended on a worker thread, not the event loop, which serves
+    searches from the old matrix meanwhile."""
     added = 0
     batch: list[KBVectorRows] = []
     rows_in_batch = 0
@@ -367,7 +372,14 @@ async def load_vectors(vectors: VectorIndex, index: KBIndex, embed_model: str) -
         added += len(rows.chunk_ids)
         rows_in_batch += len(rows.chunk_ids)
         if len(batch) >= LOAD_BATCH_DOCUMENTS or rows_in_batch >= LOAD_BATCH_ROWS:
-            vectors.add_many(batch)
+            await _append(vectors, batch, private)
             batch, rows_in_batch = [], 0
-    vectors.add_many(batch)
+    await _append(vectors, batch, private)
     return added
+
+
+async def _append(vectors: VectorIndex, batch: list[KBVectorRows], private: bool) -> None:
+    if private and batch:
+        await asyncio.to_thread(vectors.add_many, batch)
+    else:
+        vectors.add_many(batch)

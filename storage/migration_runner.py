@@ -46,6 +46,18 @@ KB_FILE_STAMPS: tuple[str, ...] = ("ALTER TABLE kb_documents ADD COLUMN file_sta
 #: statement and every leased step names the epoch it was claimed under.
 RUN_LEASE_EPOCHS: tuple[str, ...] = ("ALTER TABLE runs ADD COLUMN lease_epoch BIGINT NOT NULL DEFAULT 0",)
 
+#: Step 28 on both engines (portable SQL). A running server keeps state derived from the
+#: knowledge base in memory (SQLite: the vector matrix; both: text statistics and bucket
+#: schemas), and a change made by another process (``agentchat ingest`` or ``docs rm``
+#: while it runs, another worker, another replica) reached none of it. Every write of
+#: the knowledge base counts ``generation`` up in its own transaction
+#: (``storage.stores.kb_generation``), so one indexed read tells a process whether anything
+#: changed that it did not write itself.
+KB_GENERATION: tuple[str, ...] = (
+    "CREATE TABLE IF NOT EXISTS kb_generation (id INTEGER PRIMARY KEY CHECK (id = 1), generation BIGINT NOT NULL)",
+    "INSERT INTO kb_generation(id, generation) VALUES (1, 0)",
+)
+
 #: Each step's name, as recorded in the version table (same text on both engines).
 STEP_NAMES: Mapping[int, str] = {
     1: "conversations, runs, tool calls, drafts, keywords, external results, knowledge base",
@@ -75,6 +87,7 @@ STEP_NAMES: Mapping[int, str] = {
     25: "knowledge base: the chunks' (document, position) key carries the chunk id (PostgreSQL)",
     26: "knowledge base: each chunk carries its bucket, for one HNSW graph per bucket (PostgreSQL)",
     27: "knowledge base: the chunk ids issued, so none is given twice (SQLite)",
+    28: "knowledge base: a generation every write counts up, so every process sees another's changes",
 }
 
 
@@ -167,6 +180,7 @@ class MigrationRunner:
 
 __all__ = [
     "KB_FILE_STAMPS",
+    "KB_GENERATION",
     "RUN_LEASE_EPOCHS",
     "STEP_NAMES",
     "VERSION_TABLE",

@@ -193,3 +193,29 @@ class KBVectorSearch(Protocol):
         """How scoped searches run on this server (``/readyz``): on PostgreSQL, which
         pgvector and whether its HNSW scans are iterative (recall differs a lot)."""
         ...
+
+
+@runtime_checkable
+class KBGenerations(Protocol):
+    """What lets a process holding knowledge-base state in memory see another process's
+    changes (``knowledge.freshness``): every write of the knowledge base, by any process
+    on the database, counts a stored generation up in its own transaction."""
+
+    async def kb_generation(self) -> int:
+        """The committed generation (one indexed read)."""
+        ...
+
+    def written_here(self, seen: int, current: int) -> bool | None:
+        """Whether every generation after ``seen`` up to ``current`` was written by this
+        process: ``True``; ``False``: another process wrote one; ``None``: a write here is
+        under way whose generation is not recorded yet (ask again after it)."""
+        ...
+
+    def seen_upto(self, generation: int) -> None:
+        """Everything up to ``generation`` was taken in (what is kept for it may go)."""
+        ...
+
+    def changed_elsewhere(self) -> None:
+        """Another process changed the knowledge base: forget what the index caches of
+        it (text statistics, bucket schemas)."""
+        ...

@@ -34,9 +34,11 @@ ORDER = (
     "kb_chunks",
 )
 #: SQLite tables that are not data: bookkeeping (the chunk ids issued included: the
-#: target's sequence is set past the copied ids), and FTS5's own index of ``kb_chunks``
+#: target's sequence is set past the copied ids; and ``kb_generation``: each database
+#: counts its own knowledge-base writes from its migration's row, read afresh by the
+#: processes that start on the copy), and FTS5's own index of ``kb_chunks``
 #: (PostgreSQL's ``tsvector`` is computed from the rows).
-NOT_DATA = ("schema_version", "sqlite_", "kb_chunks_fts", "kb_chunk_ids")
+NOT_DATA = ("schema_version", "sqlite_", "kb_chunks_fts", "kb_chunk_ids", "kb_generation")
 #: target column -> source column, where the engines name them differently
 RENAMED = {("kb_chunks", "embedding"): "vector"}
 

@@ -14,28 +14,27 @@ Why this shape:
   write through this index.
 * Vectors are float32 bytes in ``kb_chunks.vector``, searched exactly in memory
   (``iter_vectors``); chunk ids continue past the largest ever issued (one writer).
-* Several worker processes on one file (``--workers``) each hold that memory: a worker
-  that changed the KB tells its siblings (``worker_feed``, topic ``kb``), which count the
-  news in ``sibling_changes`` (the knowledge base reloads its vectors before its next
-  search, ``knowledge.dense``) and forget their cached term counts.
+* Every process on the file holds that memory (``--workers`` siblings, and the server
+  while ``agentchat ingest`` writes): each write counts the knowledge base's generation
+  up (``storage.stores.kb_generation``), and a process that reads a generation it did
+  not write reloads (``knowledge.freshness``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import orjson
 
-from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBScope, KBVectorRows, KBVectorWrite, TypedRow
+from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBScope, KBVectorRows
 from storage.sql import Tx
 from storage.sqlite import kb_buckets, kb_fts
 from storage.sqlite.database import SqliteDatabase
 from storage.sqlite.dialect import SqliteSql
 from storage.sqlite.kb_filters_sql import SQLITE_FILTERS
-from storage.sqlite.worker_feed import WorkerFeed
 from storage.stores.kb_index import SqlKBIndex
 
 _INSERT_CHUNK = (
@@ -78,10 +77,6 @@ async def insert_rows(tx: Tx, statement: str, rows: Sequence[Sequence[Any]]) -> 
         await tx.execute(multi_row(statement, len(part)), [v for row in part for v in row])
 
 
-#: The worker feed's topic of knowledge-base changes.
-KB_TOPIC = "kb"
-
-
 class SqliteKBIndex(SqlKBIndex):
     """The KB index on one ``SqliteDatabase``; built by ``open_sqlite_storage``."""
 
@@ -92,50 +87,6 @@ class SqliteKBIndex(SqlKBIndex):
             SqliteSql(db), buckets=kb_buckets, filters=SQLITE_FILTERS, text=kb_fts.FtsRanker(db), location=str(db.path)
         )
         self._db = db
-        #: Sibling workers on the file (``--workers``): told of every change made here.
-        self.feed: WorkerFeed | None = None
-        #: Changes sibling workers made (or may have made) since this process started.
-        self.sibling_changes = 0
-
-    def listen(self, feed: WorkerFeed) -> None:
-        """Tell ``feed``'s siblings of changes made here, and hear of theirs."""
-        self.feed = feed
-        feed.subscribe(KB_TOPIC, self._sibling_changed)
-
-    def _sibling_changed(self, news: str) -> None:
-        self.sibling_changes += 1
-        self._stats_changed()
-
-    def _changed(self) -> None:
-        if self.feed is not None:
-            self.feed.announce(KB_TOPIC)
-
-    async def write_documents(
-        self, bucket: str, fields: Mapping[str, str], docs: Sequence[KBDocumentWrite]
-    ) -> list[list[int]]:
-        out = await super().write_documents(bucket, fields, docs)
-        self._changed()
-        return out
-
-    async def delete_documents(self, doc_ids: Sequence[str]) -> list[str]:
-        out = await super().delete_documents(doc_ids)
-        self._changed()
-        return out
-
-    async def delete_bucket(self, name: str) -> list[str] | None:
-        out = await super().delete_bucket(name)
-        self._changed()
-        return out
-
-    async def store_vectors(self, embed_model: str, embed_dim: int, docs: Sequence[KBVectorWrite]) -> list[str]:
-        out = await super().store_vectors(embed_model, embed_dim, docs)
-        self._changed()
-        return out
-
-    async def create_bucket(self, name: str, fields: Mapping[str, str], *, typed_row: TypedRow) -> dict[str, str]:
-        out = await super().create_bucket(name, fields, typed_row=typed_row)
-        self._changed()
-        return out
 
     async def scoped_doc_ids(self, scope: KBScope) -> list[str]:
         """The documents in scope as one JSON array built by SQLite and parsed by orjson,

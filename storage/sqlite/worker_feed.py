@@ -12,8 +12,10 @@ tell each other instead, the way PostgreSQL's ``LISTEN/NOTIFY`` does between rep
   there (looked for again every ``scan_s``, and at once when a connection fails);
 * after a step of a run commits, the worker that wrote it sends the step's events to
   every sibling (``feed_payload``: the events themselves when they fit, else "read the
-  log"), coalesced into one write per sibling per loop tick; cancels asked for and
-  knowledge-base changes travel the same way.
+  log"), coalesced into one write per sibling per loop tick; cancels asked for travel
+  the same way, and so may a topic's news (``subscribe``/``announce``). Knowledge-base
+  changes do not: every process on the file, the CLI's included, counts them in the
+  file itself (``storage.stores.kb_generation``), which each worker reads before a search.
 
 The log stays the single source of truth. A frame that cannot be delivered — a sibling
 that does not keep up (its unread bytes past ``max_buffer``), a connection that broke or
@@ -24,8 +26,8 @@ first once it keeps up again. What slips through all of that is caught by the
 followers' slow safety poll (``RemoteRuns.poll_s``).
 
 Frames are ``<length: 4 bytes, big-endian><kind: 1 byte><text>``: ``E`` a run's
-events, ``C`` a cancel (the run id), ``T`` a topic's news (``<topic>\\n<text>``, e.g. the
-knowledge base changed), ``R`` "read everything".
+events, ``C`` a cancel (the run id), ``T`` a topic's news (``<topic>\\n<text>``), ``R`` "read
+everything".
 """
 
 from __future__ import annotations

@@ -10,7 +10,14 @@ is ``storage.postgres.migrations``.
 
 from __future__ import annotations
 
-from storage.migration_runner import KB_FILE_STAMPS, RUN_ENDINGS_BACKFILL, RUN_LEASE_EPOCHS, Migration, numbered
+from storage.migration_runner import (
+    KB_FILE_STAMPS,
+    KB_GENERATION,
+    RUN_ENDINGS_BACKFILL,
+    RUN_LEASE_EPOCHS,
+    Migration,
+    numbered,
+)
 from storage.postgres.migration_steps.first_schema import (
     APP,
     DRAFTS,
@@ -80,5 +87,6 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         25: KB_CHUNK_IDS_BY_DOCUMENT,
         26: KB_CHUNK_BUCKETS,
         27: (),  # SQLite's record of the chunk ids issued; a sequence never reuses one
+        28: KB_GENERATION,
     },
 )

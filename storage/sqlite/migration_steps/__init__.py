@@ -16,7 +16,14 @@ from types import MappingProxyType
 
 import aiosqlite
 
-from storage.migration_runner import KB_FILE_STAMPS, RUN_ENDINGS_BACKFILL, RUN_LEASE_EPOCHS, Migration, numbered
+from storage.migration_runner import (
+    KB_FILE_STAMPS,
+    KB_GENERATION,
+    RUN_ENDINGS_BACKFILL,
+    RUN_LEASE_EPOCHS,
+    Migration,
+    numbered,
+)
 from storage.sqlite import kb_buckets
 from storage.sqlite.migration_steps.first_schema import APP, DRAFTS, EXTERNAL, KB, KEYWORDS
 from storage.sqlite.migration_steps.knowledge_base import KB_CHUNK_IDS_ISSUED, KB_CHUNK_PAGES, KB_DOCUMENT_ORIGIN
@@ -61,6 +68,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         25: (),  # PostgreSQL's (doc_id, position) key carries the chunk id; SQLite's holds the rowid
         26: (),  # PostgreSQL's chunks carry their bucket (a partial HNSW graph per bucket)
         27: KB_CHUNK_IDS_ISSUED,
+        28: KB_GENERATION,
     },
     rebuilds=frozenset({15, 16}),
 )
