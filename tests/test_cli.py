@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from app.cli import commands as cli
+from app.cli.reference_backend import reference_backend
 from app.config import Settings
 from tests.support.server import free_port
 
@@ -36,7 +37,7 @@ def wait_for(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -
 def test_serve_runs_the_backend_in_its_own_process_and_stops_it(tmp_path: Path) -> None:
     settings = Settings.from_env({"AGENT_DB_PATH": str(tmp_path / "agent.sqlite3")})
     args = argparse.Namespace(no_backend=False, backend_port=free_port())
-    with cli._reference_backend(settings, args, 0, "warning") as url:
+    with reference_backend(settings, args, 0, "warning") as url:
         assert url is not None
         resp = httpx.get(f"{url}/v1/workflow/trigger-types", headers=DEMO, timeout=5)  # up before we get here
         assert resp.status_code == 200 and resp.json()
@@ -49,7 +50,7 @@ def test_no_backend_when_one_is_configured(tmp_path: Path) -> None:
     settings = Settings.from_env(
         {"AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"), "AGENT_BACKEND_URL": "http://127.0.0.1:9"}
     )
-    with cli._reference_backend(settings, argparse.Namespace(no_backend=False, backend_port=None), 0, "info") as url:
+    with reference_backend(settings, argparse.Namespace(no_backend=False, backend_port=None), 0, "info") as url:
         assert url is None
     assert not (tmp_path / "backend.sqlite3").exists()
 

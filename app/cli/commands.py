@@ -1,23 +1,20 @@
 """``agentchat``: serve, ingest, run the reference backend, list buckets, prune keywords.
 
 The reference backend (``backend/``) always runs in its own process (``python -m backend``):
-the agent talks to it over HTTP only, as it would to the real one, and never imports it.
+the agent talks to it over HTTP only, as it would to the real one, and never imports it
+(started and stopped beside ``serve`` by ``app/cli/reference_backend.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import faulthandler
 import logging
 import os
 import signal
-import subprocess
 import sys
-import time
-from collections.abc import Coroutine, Iterator
-from pathlib import Path
+from collections.abc import Coroutine
 from typing import Any
 
 from app.cli.children import die_with_parent
@@ -27,6 +24,7 @@ from app.cli.interrupts import EXIT_INTERRUPTED, EXIT_TERMINATED, Termination, c
 from app.cli.kb import add_kb_commands, run_kb_command
 from app.cli.migrate import add_migrate_command, run_migrate_db
 from app.cli.ranges import integer_in, number_in
+from app.cli.reference_backend import BACKEND_PORT_BOUNDS, backend_argv, backend_db, reference_backend
 from app.config import ConfigError, Settings
 from app.config_env import (
     DAYS_BOUNDS,
@@ -40,8 +38,6 @@ from app.ops.logs import announce, configure_logging, uvicorn_log_config
 
 log = logging.getLogger("agentchat.cli")
 
-#: The reference backend's port: a port of its own to listen on, so not 0 (any free one).
-BACKEND_PORT_BOUNDS = Bounds(1, PORT_BOUNDS.hi)
 #: ``--listen-fd`` (set by ``--workers``): a descriptor number.
 FD_BOUNDS = Bounds(0, 1 << 20)
 
@@ -52,85 +48,6 @@ def _settings() -> Settings:
     except ConfigError as exc:
         print(f"agentchat: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-
-
-# --- the reference backend, in its own process ----------------------------------------------
-
-BACKEND_START_TIMEOUT_S = 30.0
-
-
-def _backend_db(settings: Settings, explicit: str | None = None) -> Path:
-    """The backend's SQLite file: ``explicit``, else beside ``AGENT_DB_PATH``."""
-    return Path(explicit) if explicit else settings.db_path.parent / "backend.sqlite3"
-
-
-def _backend_argv(host: str, port: int, db: Path, *, log_level: str = "info") -> list[str]:
-    return [sys.executable, "-m", "backend", "--host", host, "--port", str(port), "--db", str(db),
-            "--log-level", log_level]
-
-
-def _wait_until_up(proc: subprocess.Popen[bytes], url: str, timeout_s: float = BACKEND_START_TIMEOUT_S) -> None:
-    """Block until ``url/healthz`` answers 200; exit with a message if the process dies or never answers."""
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    with httpx.Client(timeout=2.0) as client:
-        while (code := proc.poll()) is None:
-            try:
-                if client.get(f"{url}/healthz").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                print(f"agentchat: the reference backend did not answer at {url} within {timeout_s:g} s",
-                      file=sys.stderr)
-                raise SystemExit(1)
-            time.sleep(0.05)
-    print(f"agentchat: the reference backend exited with code {code} (is {url} already in use?)", file=sys.stderr)
-    raise SystemExit(1)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()  # SIGTERM: uvicorn shuts down gracefully and the database is closed
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@contextlib.contextmanager
-def _reference_backend(settings: Settings, args: argparse.Namespace, port: int, log_level: str) -> Iterator[str | None]:
-    """Start ``python -m backend`` beside the agent unless ``AGENT_BACKEND_URL`` or
-    ``--no-backend`` says otherwise; yield its URL once it answers; stop it on the way out."""
-    from app.cli.serving import BindError, bind_socket
-
-    if settings.backend_url is not None or args.no_backend:
-        yield None
-        return
-    backend_port = args.backend_port or port + 1
-    if backend_port > BACKEND_PORT_BOUNDS.hi:  # the agent on the last port: port + 1 is none
-        print(f"agentchat: the reference backend's port would be {backend_port}; "
-              "pick one with --backend-port, or --no-backend or AGENT_BACKEND_URL", file=sys.stderr)
-        raise SystemExit(2)
-    url = f"http://127.0.0.1:{backend_port}"
-    try:  # a taken port is one clear line here, not the child's error after a wait
-        bind_socket("127.0.0.1", backend_port, what="agentchat (reference backend)",
-                    hint="--backend-port, --no-backend or AGENT_BACKEND_URL").close()
-    except BindError as exc:
-        print(exc, file=sys.stderr)
-        raise SystemExit(1) from None
-    proc = subprocess.Popen(
-        _backend_argv("127.0.0.1", backend_port, _backend_db(settings), log_level=log_level),
-        preexec_fn=die_with_parent(),
-    )
-    try:
-        _wait_until_up(proc, url)
-        log.info("reference backend started beside the agent", extra={"url": url, "pid": proc.pid})
-        yield url
-    finally:
-        _stop(proc)
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
@@ -176,12 +93,12 @@ def _serve(args: argparse.Namespace) -> int:
             os.environ["AGENT_PORT"] = str(port)
             # The reloader re-imports the app in a child process; the backend keeps running
             # in its own, so reloads do not reset it.
-            with _reference_backend(settings, args, port, "info") as url:
+            with reference_backend(settings, args, port, "info") as url:
                 if url is not None:
                     os.environ["AGENT_BACKEND_URL"] = url
                 _run_reloader(reload_config(host, port, settings, log_format=args.log_format), sock)
             return 0
-        with _reference_backend(settings, args, port, "warning") as url:
+        with reference_backend(settings, args, port, "warning") as url:
             if url is not None:
                 settings = settings.with_(backend_url=url)
             try:
@@ -210,7 +127,7 @@ def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers:
 
     faulthandler.enable()
     grace_s = settings.shutdown_grace_s if args.grace is None else args.grace
-    with sock, _reference_backend(settings, args, port, "warning") as url:
+    with sock, reference_backend(settings, args, port, "warning") as url:
         supervisor = Supervisor(
             sock, workers, worker_env(None, workers, url), grace=args.grace,
             preexec=die_with_parent(), stop_after_s=stop_deadline_s(grace_s),
@@ -337,7 +254,7 @@ async def _prune_keywords(args: argparse.Namespace) -> int:
 
 def _backend(args: argparse.Namespace) -> int:
     """``agentchat backend``: become ``python -m backend`` (same pid, signals and exit code)."""
-    argv = _backend_argv(args.host, args.port, _backend_db(_settings(), args.db))
+    argv = backend_argv(args.host, args.port, backend_db(_settings(), args.db))
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(argv[0], argv)
