@@ -30,7 +30,7 @@ How a query runs:
   every match, far fewer rows read: a chunk row carries its vector (``migrations``:
   ``STORAGE MAIN``), so each scored match is a heap visit of ~2.7 kB. The match count
   (``KBRanked.total``) is the rank's own count of its matches; an estimate when
-  MaxScore left the commonest lexemes out (``_match_count``).
+  MaxScore left the commonest lexemes out (``bm25_parts.match_count``).
 * A bucket or the whole index is answered from the postings (``kb_postings``):
   impact-ordered, each with its term frequency and chunk length, so most chunks are
   scored exactly without their rows, and the few partly seen candidates that may
@@ -42,7 +42,6 @@ How a query runs:
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -56,6 +55,17 @@ from storage.kb_terms import (
     plausible_cuts,
     split_phrase,
     tuned_selective_terms,
+)
+from storage.postgres.bm25_parts import (
+    CUT,
+    essential_terms,
+    first_pass_terms,
+    idf,
+    match_count,
+    or_query,
+    phrase_query,
+    split_cut,
+    tsquery_literal,
 )
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.kb_filters_sql import scope_sql
@@ -93,91 +103,9 @@ s AS (
 )
 SELECT s.id, s.score, (SELECT count(*) FROM m) FROM s ORDER BY s.score DESC, s.id LIMIT %(limit)s
 """
-#: A match's tsvector cut down to the query's lexemes (``_RANK``'s ``{cut}``).
-_CUT = "ts_delete(c.tsv, tsvector_to_array(ts_delete(c.tsv, %(lex)s::text[])))"
 #: The first MaxScore pass scores chunks of the rarest terms until their document
 #: frequencies add up to this many times ``limit`` (enough matches to set a bar).
 FIRST_PASS_DF_FACTOR = 4
-
-
-def tsquery_literal(lexeme: str) -> str:
-    """One lexeme as ``tsquery`` input: quoted, quotes and backslashes doubled, so no
-    character of it is query syntax."""
-    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
-def or_query(lexemes: Sequence[str]) -> str:
-    return " | ".join(tsquery_literal(x) for x in lexemes)
-
-
-def phrase_query(lexemes: Sequence[str]) -> str:
-    """A split's words in sequence (``storage.kb_terms.split_phrase``) as ``tsquery`` input."""
-    return " <-> ".join(tsquery_literal(x) for x in lexemes)
-
-
-def split_cut(groups: Sequence[Sequence[str]], alone: Sequence[str], params: dict[str, Any]) -> str:
-    """``_CUT`` for a query with splits' phrases ``groups``: the lexemes of a phrase the
-    chunk does not hold in sequence are cut too (unless a term of their own, ``alone``),
-    so a phrase scores only where it matched — an AND group of its words, each weighed
-    as itself; the phrase's parameters are added to ``params``."""
-    cut = _CUT
-    for i, group in enumerate(groups):
-        params[f"g{i}"] = phrase_query(group)
-        params[f"gl{i}"] = [x for x in dict.fromkeys(group) if x not in alone]
-        cut = f"ts_delete({cut}, CASE WHEN c.tsv @@ %(g{i})s::tsquery THEN '{{}}'::text[] ELSE %(gl{i})s::text[] END)"
-    return cut
-
-
-def idf(n: int, df: int) -> float:
-    value = math.log((n - df + 0.5) / (df + 0.5)) if n > 0 else 0.0
-    return value if value > 0 else 1e-6
-
-
-def essential_terms(bounds: Mapping[str, float], bar: float) -> list[str]:
-    """The terms a chunk must hold to possibly score above ``bar``: all but the longest
-    run of lowest-bound terms whose bounds add up to less than ``bar``."""
-    order = sorted(bounds, key=lambda x: (bounds[x], x))
-    total = 0.0
-    for i, x in enumerate(order):
-        total += bounds[x]
-        if total >= bar:
-            return order[i:]
-    return []
-
-
-def first_pass_terms(
-    lexemes: Sequence[str], bounds: Mapping[str, float], df: Mapping[str, int], want: int
-) -> list[str]:
-    """The rarest terms, until their chunks are likely to number ``want``."""
-    chosen: list[str] = []
-    seen = 0
-    for x in sorted(lexemes, key=lambda x: (-bounds[x], x)):
-        chosen.append(x)
-        seen += df.get(x, 0)
-        if seen >= want:
-            break
-    return chosen
-
-
-def _match_count(
-    rows: Sequence[tuple[Any, ...]], ranked: Sequence[str], lexemes: Sequence[str], df: Mapping[str, int], n: int
-) -> int:
-    """How many chunks in scope match: counted by the rank itself (its materialized
-    matches) when it ranked every lexeme. When MaxScore left the commonest out, an
-    estimate: the ranked lexemes' count scaled by how much likelier a chunk is to hold
-    any lexeme than any ranked one (lexemes taken as independent, at their shares of
-    the ``n`` chunks), and never fewer than one more than the rows returned (there may
-    be more), as the postings path and the SQLite engine estimate theirs. A separate
-    exact count was a second bitmap heap scan of every match's row, beside the rank."""
-    matched = int(rows[0][2])
-    if len(ranked) >= len(lexemes) or n <= 0:
-        return matched
-
-    def any_of(xs: Sequence[str]) -> float:
-        return 1.0 - math.prod(1.0 - min(1.0, df.get(x, 0) / n) for x in xs)
-
-    some = any_of(ranked)
-    return max(len(rows) + 1, round(matched * any_of(lexemes) / some) if some > 0 else matched)
 
 
 def named_params(sql: str, values: Sequence[Any], into: dict[str, Any], prefix: str = "s") -> str:
@@ -441,7 +369,7 @@ class TextRanker:
         if not rows:
             return KBRanked()
         return KBRanked(
-            [int(r[0]) for r in rows], [float(r[1]) for r in rows], _match_count(rows, ranked, lexemes, df, total)
+            [int(r[0]) for r in rows], [float(r[1]) for r in rows], match_count(rows, ranked, lexemes, df, total)
         )
 
     async def _from_postings(
@@ -465,4 +393,4 @@ class TextRanker:
 
     async def _rank(self, condition: str, params: dict[str, Any], matching: Sequence[str]) -> list[tuple[Any, ...]]:
         """The top chunks holding any of ``matching``, scored on every query lexeme."""
-        return await self._db.fetchall(_RANK.format(scope=condition, cut=_CUT), {**params, "tsq": or_query(matching)})
+        return await self._db.fetchall(_RANK.format(scope=condition, cut=CUT), {**params, "tsq": or_query(matching)})
