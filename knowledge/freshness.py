@@ -121,7 +121,7 @@ class KBFreshness:
         if current == self.seen:
             return
         mine = gens.written_here(self.seen, current)
-        if mine is None:  # a write of ours is committing: decide on the next search
+        if mine is None:  # a write of ours in the range is committing: decide on the next search
             return
         if not mine:
             gens.changed_elsewhere()

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -137,3 +138,94 @@ async def test_searches_arriving_together_share_one_read_of_the_generation(tmp_p
         # The first read, then at most one more for all that arrived while it ran.
         assert 1 <= reads <= 2, reads
         assert server.reloads == 1
+
+
+async def test_a_bucket_created_here_while_the_schemas_are_read_again_stays_known(tmp_path: Path) -> None:
+    """Another process's change makes the next search read every bucket schema again;
+    a bucket this process creates while that read runs must survive the read's result
+    (the read began before it, and nothing reads the schemas again until another
+    process writes): else every-bucket searches of a conversation with attachments
+    leave the new shared bucket out. The read is held (at the database call, so the
+    index's own schema cache meets the same race) only to pin the interleaving."""
+    private = "att_" + "0" * 32
+    async with two_processes(tmp_path / "kb.sqlite3") as (server, cli):
+        await server.ingest_documents(
+            [{"id": "att-1", "title": "notes", "text": "my own notes"}], bucket=private, private=True
+        )
+        await cli.ingest_documents([FJORD])  # another process's write: the next check reads the schemas
+        index = server.index
+        sql = index._sql  # type: ignore[attr-defined]
+        real_fetchall = sql.fetchall
+        read_done, hold = asyncio.Event(), asyncio.Event()
+
+        async def held_fetchall(query: str, params: Any = ()) -> Any:
+            rows = await real_fetchall(query, params)
+            if query.startswith("SELECT name, schema FROM kb_buckets") and not read_done.is_set():
+                read_done.set()
+                await hold.wait()
+            return rows
+
+        sql.fetchall = held_fetchall
+        try:
+            search = asyncio.create_task(server.search("fjord glaciers"))
+            await asyncio.wait_for(read_done.wait(), 30)
+            await server.ingest_documents([VOLCANO], bucket="geology")  # creates the bucket meanwhile
+            hold.set()
+            await asyncio.wait_for(search, 30)
+        finally:
+            hold.set()
+            del sql.fetchall
+        assert "geology" in server._buckets.names()
+        assert "geology" in index._schemas  # type: ignore[attr-defined]
+        found = await server.search("lava magma volcano crater", private=(private,))
+        assert "volcano" in [h.doc_id for h in found.hits]
+
+
+class _GatedWrites:
+    """The server's SQL engine whose write transactions wait at a gate before they
+    begin: this process's write is under way (an API ingest's next batch waiting for
+    the writer) while another process writes."""
+
+    def __init__(self, sql: Any) -> None:
+        self._sql = sql
+        self.waiting = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def transact(self, fn: Any, **kw: Any) -> Any:
+        self.waiting.set()
+        await self.gate.wait()
+        return await self._sql.transact(fn, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sql, name)
+
+
+async def test_another_process_s_write_is_taken_in_while_this_one_writes(tmp_path: Path) -> None:
+    """A write of this process under way (it has not counted the generation up yet)
+    does not hide another process's committed one: that is certainly not ours, and
+    the next search takes it in. Before, any write under way here made every check
+    'cannot tell yet', and during an API ingest (writes almost always in flight) the
+    CLI's change stayed out of searches by meaning for the whole ingest."""
+    async with two_processes(tmp_path / "kb.sqlite3") as (server, cli):
+        index = server.index
+        gated = _GatedWrites(index._sql)  # type: ignore[attr-defined]
+        index._sql = gated  # type: ignore[attr-defined]
+        ingest = asyncio.create_task(server.ingest_documents([FJORD]))
+        try:
+            await asyncio.wait_for(gated.waiting.wait(), 30)
+            await cli.ingest_documents([VOLCANO])
+            found = await server.search("lava magma volcano crater", mode="semantic")
+            reload = freshness(server)._reload
+            if reload is not None:
+                await asyncio.wait_for(reload, 30)
+            assert server.reloads == 1, "the other process's write was not taken in"
+            found = await server.search("lava magma volcano crater", mode="semantic")
+            assert [h.doc_id for h in found.hits][:1] == ["volcano"] and found.mode == "semantic"
+            assert not ingest.done()
+        finally:
+            gated.gate.set()
+            await asyncio.wait_for(ingest, 30)
+            index._sql = gated._sql  # type: ignore[attr-defined]
+        # The server's own write, committed after, reloads nothing more.
+        found = await server.search("fjord glaciers", mode="semantic")
+        assert [h.doc_id for h in found.hits][:1] == ["fjord"] and server.reloads == 1

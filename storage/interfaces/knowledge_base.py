@@ -207,8 +207,9 @@ class KBGenerations(Protocol):
 
     def written_here(self, seen: int, current: int) -> bool | None:
         """Whether every generation after ``seen`` up to ``current`` was written by this
-        process: ``True``; ``False``: another process wrote one; ``None``: a write here is
-        under way whose generation is not recorded yet (ask again after it)."""
+        process: ``True``; ``False``: another process wrote one; ``None``: none is
+        certainly another's, but a write here that counted one of them up has not
+        finished committing (ask again after it)."""
         ...
 
     def seen_upto(self, generation: int) -> None:

@@ -83,7 +83,8 @@ class SqlKBIndex(KBReads):
 
     def written_here(self, seen: int, current: int) -> bool | None:
         """Whether the generations after ``seen`` up to ``current`` are all this
-        process's own writes (``None``: a write here is under way, ask again after)."""
+        process's own writes (``None``: one of them is a write here still committing, ask
+        again after)."""
         return self._written.only_mine(seen, current)
 
     def seen_upto(self, generation: int) -> None:
@@ -95,6 +96,7 @@ class SqlKBIndex(KBReads):
         (text statistics, bucket schemas)."""
         self._stats_changed()
         self._schemas.clear()
+        self._schema_changes += 1
 
     async def _lock_bucket(self, tx: Tx, name: str) -> Row | None:
         """The bucket's advisory lock (its DDL), then its row, locked; ``None`` if absent."""
@@ -145,6 +147,7 @@ class SqlKBIndex(KBReads):
 
         merged = await self._written.write(self._sql, run)
         self._schemas[name] = dict(merged)
+        self._schema_changes += 1
         return merged
 
     @staticmethod
@@ -306,6 +309,7 @@ class SqlKBIndex(KBReads):
         finally:
             self._stats_changed()
         self._schemas.pop(name, None)
+        self._schema_changes += 1
         return gone
 
     async def store_vectors(self, embed_model: str, embed_dim: int, docs: Sequence[KBVectorWrite]) -> list[str]:

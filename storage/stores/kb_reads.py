@@ -52,6 +52,10 @@ class KBReads:
         self._text = text
         self._location = location
         self._schemas: dict[str, dict[str, str]] = {}
+        #: Counts the changes of ``_schemas`` made by this process's bucket writes (and
+        #: its forgetting them): a schema read that began before one may not hold it and
+        #: does not overwrite the cache then.
+        self._schema_changes = 0
 
     @property
     def location(self) -> str:
@@ -66,9 +70,11 @@ class KBReads:
             return None
         known = self._schemas.get(bucket)
         if known is None:
+            began = self._schema_changes
             row = await self._sql.fetchone("SELECT schema FROM kb_buckets WHERE name = ?", (bucket,))
             known = orjson.loads(row[0]) if row else {}
-            self._schemas[bucket] = known
+            if self._schema_changes == began:
+                self._schemas[bucket] = known
         return known
 
     async def _filter_schema(self, scope: KBScope) -> dict[str, str] | None:
@@ -78,9 +84,11 @@ class KBReads:
 
     # ------------------------------------------------------------------ buckets
     async def bucket_schemas(self) -> dict[str, dict[str, str]]:
+        began = self._schema_changes
         rows = await self._sql.fetchall("SELECT name, schema FROM kb_buckets")
         out = {name: orjson.loads(schema) for name, schema in rows}
-        self._schemas = {k: dict(v) for k, v in out.items()}
+        if self._schema_changes == began:  # else the cache stays as the change left it
+            self._schemas = {k: dict(v) for k, v in out.items()}
         return out
 
     async def list_buckets(self) -> list[KBBucketRecord]:

@@ -133,3 +133,64 @@ async def test_a_field_another_process_adds_is_known_to_this_one_s_next_search(
     finally:
         await server.aclose()
         await cli.aclose()
+
+
+class _HeldBeforeCommit:
+    """The engine of a write whose transaction stops after its last statement (the
+    generation counted up) and before its commit."""
+
+    def __init__(self, sql: Any) -> None:
+        self._sql = sql
+        self.bumped = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def transact(self, fn: Any, **kw: Any) -> Any:
+        async def held(tx: Any) -> Any:
+            out = await fn(tx)
+            self.bumped.set()
+            await self.release.wait()
+            return out
+
+        return await self._sql.transact(held, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sql, name)
+
+
+async def test_a_write_under_way_here_hides_only_its_own_generation(two_bundles: tuple[Any, Any]) -> None:
+    """Between its bump and its commit a write's generation is pending: a range holding
+    it cannot be decided yet (``None``), one holding only another process's generations
+    is ``False`` at once; once committed it is this process's own."""
+    here, there = (b.kb_index for b in two_bundles)
+    await there.create_bucket("default", {}, typed_row=typed_values)
+    start = await here.kb_generation()
+    assert here.written_here(start, start + 1) is False  # nobody here writes: another's
+
+    held = _HeldBeforeCommit(here._sql)
+    written = here._written
+    write = asyncio.create_task(written.write(held, lambda tx: tx.execute("SELECT 1")))
+    try:
+        await asyncio.wait_for(held.bumped.wait(), 30)
+        assert here.written_here(start, start + 1) is None  # ours, not yet committed
+        assert there.written_here(start, start + 1) is False
+        assert here.written_here(start, start + 2) is False  # start + 2 is nobody's here
+    finally:
+        held.release.set()
+        await asyncio.wait_for(write, 30)
+    assert await there.kb_generation() == start + 1
+    assert here.written_here(start, start + 1) is True
+    here.seen_upto(start + 1)
+    assert not written._mine and not written._pending  # kept no longer than needed
+
+
+async def test_a_failed_write_leaves_no_pending_generation(two_bundles: tuple[Any, Any]) -> None:
+    here, _ = (b.kb_index for b in two_bundles)
+    start = await here.kb_generation()
+
+    async def failing(tx: Any) -> None:
+        raise ValueError("refused")
+
+    with pytest.raises(ValueError):
+        await here._written.write(here._sql, failing)
+    assert await here.kb_generation() == start
+    assert not here._written._pending and here.written_here(start, start + 1) is False
