@@ -20,7 +20,8 @@ again, and the dense side reloads (``DenseSide.reload``: the SQLite matrix is lo
 anew beside the old one, which serves searches meanwhile; nothing on PostgreSQL, whose
 vectors are searched in the database). A search waits for a reload at most
 ``RELOAD_WAIT_S`` after it began: a small knowledge base is reloaded by then, and a
-large one keeps answering from the old matrix until the new one is ready.
+large one keeps answering from the old matrix until the new one is ready - without the
+wait once a reload here took longer than it (then waiting only slows the search).
 
 Until then a removed document's vectors may still be scanned; they never reach a result:
 hits are read from the database by chunk id (``KBIndex.hydrate``), a removed chunk is
@@ -45,7 +46,8 @@ log = logging.getLogger("agentchat.knowledge")
 #: How long after a reload began a search still waits for it (seconds): the sample
 #: knowledge base reloads in 4 ms, 100k chunks took 4.5 s of CPU (14 s on 2 cores at load
 #: 8, ``bench/kb_freshness.py``); past this the old matrix answers until the new one is
-#: ready.
+#: ready. Once a reload took longer than this, searches do not wait at all (the next
+#: will most likely take as long: the wait would only add to every such search).
 RELOAD_WAIT_S = 0.5
 
 
@@ -63,6 +65,8 @@ class KBFreshness:
         self._next: asyncio.Task[None] | None = None
         self._reload: asyncio.Task[None] | None = None
         self._reload_began = 0.0
+        #: How long the last reload that succeeded took (seconds; ``None``: none yet).
+        self._reload_took: float | None = None
         #: Another change came in while a reload ran: it may not have read it.
         self._reload_again = False
         #: The last reload failed: the next check starts another.
@@ -92,7 +96,8 @@ class KBFreshness:
             self._next.add_done_callback(_retrieve)
         await asyncio.shield(self._next)
         reload = self._reload
-        if reload is not None and not reload.done():
+        took = self._reload_took
+        if reload is not None and not reload.done() and (took is None or took < RELOAD_WAIT_S):
             wait = self._reload_began + RELOAD_WAIT_S - time.monotonic()
             if wait > 0:
                 await asyncio.wait({reload}, timeout=wait)
@@ -140,6 +145,7 @@ class KBFreshness:
     async def _reload_until_current(self) -> None:
         while True:
             self._reload_again = False
+            began = time.monotonic()
             try:
                 await self._dense.reload()
             except Exception:
@@ -147,6 +153,7 @@ class KBFreshness:
                 log.exception("knowledge base: reloading the vectors after another process's change failed")
                 self._failed = True
                 return
+            self._reload_took = time.monotonic() - began
             self.reloads += 1
             if not self._reload_again:
                 return

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
+from knowledge import freshness as freshness_module
 from knowledge.dense import MatrixDense
 from knowledge.freshness import KBFreshness
 from knowledge.kb import KnowledgeBase
@@ -229,3 +231,27 @@ async def test_another_process_s_write_is_taken_in_while_this_one_writes(tmp_pat
         # The server's own write, committed after, reloads nothing more.
         found = await server.search("fjord glaciers", mode="semantic")
         assert [h.doc_id for h in found.hits][:1] == ["fjord"] and server.reloads == 1
+
+
+async def test_a_search_does_not_wait_for_a_reload_once_reloads_take_longer_than_the_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the last reload took longer than ``RELOAD_WAIT_S`` the next one most likely
+    will too: the first search after another process's change answers from the old
+    matrix at once instead of waiting out the whole wait for nothing. (The wait is
+    raised to a minute here: the old code's search would not end before the bound.)"""
+    monkeypatch.setattr(freshness_module, "RELOAD_WAIT_S", 60.0)
+    async with two_processes(tmp_path / "kb.sqlite3") as (server, cli):
+        await server.ingest_documents([FJORD])
+        fresh = freshness(server)
+        fresh._reload_took = 120.0  # the last reload here: longer than a search waits
+        await cli.ingest_documents([VOLCANO])
+        dense = matrix_of(server)
+        async with dense._reloading:  # the reload cannot finish
+            found = await asyncio.wait_for(server.search("fjord inlet glaciers", mode="semantic"), 30)
+            assert fresh._reload is not None and not fresh._reload.done()
+            assert [h.doc_id for h in found.hits][:1] == ["fjord"]  # the old matrix answered
+        await asyncio.wait_for(fresh._reload, 30)
+        assert fresh._reload_took is not None and fresh._reload_took < 120.0  # measured anew
+        found = await server.search("lava magma volcano crater", mode="semantic")
+        assert [h.doc_id for h in found.hits][:1] == ["volcano"] and server.reloads == 1
