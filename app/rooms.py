@@ -74,11 +74,17 @@ class KnowledgeComponent:
         has given them theirs — then it is ready again by itself. Documents waiting while
         the re-embedding makes progress (a corpus moving to another embedding model can
         take hours) are shown here and in a metric but keep the replica in service: text
-        search finds them meanwhile, and every semantic search says what it cannot see."""
+        search finds them meanwhile, and every semantic search says what it cannot see.
+
+        The sample's state is taken before the counts are read: taken after, an ingest
+        ending during the reads paired "ingested 106 chunks" (ready) with counts of none
+        (1 of 20 fresh starts in a CI run). Taken first, "ingested" means the counts'
+        reads began after its commit."""
+        sample = self.sample
         stats = await self.kb.stats()
         semantic = await self.kb.semantic_search()
-        loading = self.sample == "ingesting"
-        failed = self.sample.startswith("failed")
+        loading = sample == "ingesting"
+        failed = sample.startswith("failed")
         has_embedder = semantic["embedder"] is not None
         pending = int(stats.get("documents_without_current_vectors") or 0) if has_embedder else 0
         backfill = self.kb.backfill
@@ -91,14 +97,14 @@ class KnowledgeComponent:
             "vectors": stats.get("vectors"),
             "documents_without_current_vectors": stats.get("documents_without_current_vectors"),
             "pending_vectors": pending,
-            "sample_kb": self.sample,
+            "sample_kb": sample,
             "semantic_search": semantic,
             "reembedding": backfill.status(),
         }
         if loading:
             out["detail"] = "the sample knowledge base is being ingested"
         elif failed:
-            out["detail"] = f"the sample knowledge base could not be ingested ({self.sample})"
+            out["detail"] = f"the sample knowledge base could not be ingested ({sample})"
         elif pending:
             why = backfill.last_error if backfill.state == "waiting to retry" else None
             out["detail"] = (
