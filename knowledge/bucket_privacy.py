@@ -11,6 +11,7 @@ that guard can be read in one place.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NoReturn
 
 from knowledge.attachments import is_private_bucket
 from knowledge.buckets import Buckets, UnknownBucketError
@@ -31,13 +32,12 @@ async def search_scope(
 ) -> tuple[str | None, Sequence[str] | None]:
     """``(bucket, buckets)`` with other people's private buckets taken out. "Every
     bucket" stays every bucket: the search's own statements leave the private ones
-    out (``Searcher``'s ``_scope``), so one another replica made since any list was
+    out (``knowledge.scope_counts.search_scope``), so one another replica made since any list was
     read is out too. With the caller's own private buckets it becomes the list of
     the shared ones (reread) and those."""
     if bucket is not None:
         if is_private_bucket(bucket) and bucket not in private:
-            known = ", ".join(sorted(b.name for b in await shared_buckets(buckets))) or "(none)"
-            raise UnknownBucketError(f"unknown bucket {bucket[:60]!r}; available buckets: {known}")
+            await _unknown(buckets, bucket)
         return bucket, chosen
     if chosen is None or "*" in chosen:
         # The schemas (the hits' facts, ``collapse_duplicates``) are fresh: another
@@ -53,14 +53,20 @@ async def search_scope(
 async def count_bucket(buckets: Buckets, bucket: str | None) -> str | None:
     """The bucket a count covers: the one named (a private one is unknown here, as
     for a search), else ``None`` — every shared bucket, which the count's own
-    statement keeps to (``Searcher``'s ``_count_scope``). No bucket list is read: a
+    statement keeps to (``ScopeCounts.count_documents``). No bucket list is read: a
     private bucket someone made since would be missing from it and counted. A
     conversation's attachments are never counted, not even by its owner, so no
     count tells how many documents a private bucket holds."""
     if bucket is not None and is_private_bucket(bucket):
-        known = ", ".join(sorted(b.name for b in await shared_buckets(buckets))) or "(none)"
-        raise UnknownBucketError(f"unknown bucket {bucket[:60]!r}; available buckets: {known}")
+        await _unknown(buckets, bucket)
     return bucket
+
+
+async def _unknown(buckets: Buckets, bucket: str) -> NoReturn:
+    """Another person's private bucket is refused as any unknown one: named with the
+    shared buckets there are, never confirmed to exist."""
+    known = ", ".join(sorted(b.name for b in await shared_buckets(buckets))) or "(none)"
+    raise UnknownBucketError(f"unknown bucket {bucket[:60]!r}; available buckets: {known}")
 
 
 def refuse_private(bucket: str) -> None:
