@@ -114,17 +114,18 @@ class KnowledgeComponent:
         return out
 
     async def ingest_sample(self) -> None:
-        from knowledge.sample import ensure_sample_kb
+        from knowledge.kb import DEFAULT_BUCKET
+        from knowledge.sample import SampleLeft, ensure_sample_kb
 
         self.sample = "ingesting"
         try:
-            report = await ensure_sample_kb(self.kb)
+            report = await ensure_sample_kb(self.kb, bucket=DEFAULT_BUCKET)
         except Exception as exc:  # the service still works; search just finds nothing
             self.sample = f"failed: {type(exc).__name__}: {exc}"[:300]
             log.exception("sample knowledge base ingestion failed")
             return
-        if report is None:
-            self.sample = "already had documents"
+        if isinstance(report, SampleLeft):  # nothing ingested: say which of the two reasons
+            self.sample = report.status(DEFAULT_BUCKET)
         elif report.skipped or report.deleted:  # an older sample brought up to the shipped one
             self.sample = (
                 f"ingested {report.chunks} chunks (sample updated: {report.added} added, {report.updated} updated, "
