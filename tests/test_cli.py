@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -81,3 +82,31 @@ def test_the_readme_names_every_command(capsys: pytest.CaptureFixture[str]) -> N
     assert commands is not None
     row = next(line for line in (REPO / "README.md").read_text().splitlines() if "(docs/cli.md)" in line)
     assert [c for c in commands.group(1).split(",") if f"`{c}`" not in row and f"agentchat {c}`" not in row] == []
+
+
+def _help(capsys: pytest.CaptureFixture[str], main: Any, argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as done:
+        main([*argv, "--help"])
+    assert done.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_help_texts_say_what_the_backend_is_in_plain_words(capsys: pytest.CaptureFixture[str]) -> None:
+    """A newcomer met "Ichor-compatible" in the help with nothing to say what it is: the
+    help names what the reference backend is (the workflow/table REST service the tools
+    call), and no help text uses the project's name for it."""
+    from backend.__main__ import main as backend_main
+
+    top = _help(capsys, cli.main, [])
+    commands = re.search(r"\{([a-z,-]+)\}", top)
+    assert commands is not None
+    texts = {"agentchat": top, "python -m backend": _help(capsys, backend_main, [])}
+    for command in commands.group(1).split(","):
+        texts[f"agentchat {command}"] = _help(capsys, cli.main, [command])
+    assert [name for name, text in texts.items() if "ichor" in text.lower()] == []
+    flat = {name: " ".join(text.split()) for name, text in texts.items()}
+    assert "backend run the bundled reference backend alone (the workflow/table REST service" in flat["agentchat"]
+    assert "workflow/table REST service" in flat["agentchat serve"]
+    for name in ("agentchat backend", "python -m backend"):
+        assert "workflow and table-configuration REST service" in flat[name], flat[name]
+        assert "caller's own token" in flat[name], flat[name]

@@ -275,12 +275,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"agentchat {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="serve the agent (and the reference backend unless AGENT_BACKEND_URL is set)")
+    serve = sub.add_parser("serve", help="serve the agent (and, unless AGENT_BACKEND_URL is set, the bundled reference "
+                                         "backend: the workflow/table REST service its tools call)")
     serve.add_argument("--host", help="address to listen on (default AGENT_HOST, 127.0.0.1)")
     serve.add_argument("--port", type=integer_in(PORT_BOUNDS),
                        help="port to listen on, 0 for any free one (default AGENT_PORT, 8000)")
     serve.add_argument("--backend-port", type=integer_in(BACKEND_PORT_BOUNDS),
-                       help="port of the embedded reference backend (default: port+1)")
+                       help="port of the bundled reference backend, the workflow/table REST service the "
+                            "tools call (default: port+1)")
     serve.add_argument("--no-backend", action="store_true", help="do not start the reference backend")
     serve.add_argument("--grace", type=number_in(SHUTDOWN_GRACE_BOUNDS), default=None,
                        help="seconds live runs may go on after SIGTERM before they are released "
@@ -305,7 +307,13 @@ def main(argv: list[str] | None = None) -> int:
     prune.add_argument("--older-than", type=number_in(DAYS_BOUNDS), required=True,
                        help="…and unused for more than this many days (0 or more)")
 
-    backend = sub.add_parser("backend", help="run the reference Ichor-compatible backend alone")
+    backend = sub.add_parser(
+        "backend",
+        help="run the bundled reference backend alone (the workflow/table REST service the agent's tools call)",
+        description="Run the bundled reference backend alone: the workflow and table-configuration REST "
+        "service the agent's workflow and table tools call, with the caller's own token, and seed data for "
+        "demos and tests. In production AGENT_BACKEND_URL points the agent at the real service instead.",
+    )
     backend.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     backend.add_argument("--port", type=integer_in(PORT_BOUNDS), default=8081, help="port to listen on (default 8081)")
     backend.add_argument("--db", help="SQLite file (default: beside AGENT_DB_PATH)")
