@@ -17,6 +17,9 @@ from pathlib import Path
 from backend.app import serve_backend
 
 DEFAULT_DB = Path("data/backend.sqlite3")
+#: The port ``agentchat serve`` starts the backend on by default (its own 8000, plus one)
+#: and ``agentchat backend``'s: one port for the reference backend wherever it is started.
+DEFAULT_PORT = 8001
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         "and tests.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8081, help="port to listen on (default 8081)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
     parser.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"SQLite file (default: {DEFAULT_DB})")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                         help="log level (default info)")

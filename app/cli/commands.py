@@ -24,7 +24,13 @@ from app.cli.interrupts import EXIT_INTERRUPTED, EXIT_TERMINATED, Termination, c
 from app.cli.kb import add_kb_commands, run_kb_command
 from app.cli.migrate import add_migrate_command, run_migrate_db
 from app.cli.ranges import integer_in, number_in
-from app.cli.reference_backend import BACKEND_PORT_BOUNDS, backend_argv, backend_db, reference_backend
+from app.cli.reference_backend import (
+    BACKEND_PORT_BOUNDS,
+    backend_argv,
+    backend_db,
+    default_backend_port,
+    reference_backend,
+)
 from app.config import ConfigError, Settings
 from app.config_env import (
     DAYS_BOUNDS,
@@ -253,8 +259,13 @@ async def _prune_keywords(args: argparse.Namespace) -> int:
 
 
 def _backend(args: argparse.Namespace) -> int:
-    """``agentchat backend``: become ``python -m backend`` (same pid, signals and exit code)."""
-    argv = backend_argv(args.host, args.port, backend_db(_settings(), args.db))
+    """``agentchat backend``: become ``python -m backend`` (same pid, signals and exit code).
+    Its port is by default the one ``serve`` starts it on (``AGENT_PORT`` + 1): one port
+    for the reference backend, however it was started (it was 8081 here, 8001 beside
+    ``serve``)."""
+    settings = _settings()
+    port = args.port if args.port is not None else default_backend_port(settings)
+    argv = backend_argv(args.host, port, backend_db(settings, args.db))
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(argv[0], argv)
@@ -315,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         "demos and tests. In production AGENT_BACKEND_URL points the agent at the real service instead.",
     )
     backend.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    backend.add_argument("--port", type=integer_in(PORT_BOUNDS), default=8081, help="port to listen on (default 8081)")
+    backend.add_argument("--port", type=integer_in(BACKEND_PORT_BOUNDS), default=None,
+                         help="port to listen on (default AGENT_PORT + 1, 8001: the port serve starts it on)")
     backend.add_argument("--db", help="SQLite file (default: beside AGENT_DB_PATH)")
 
     args = parser.parse_args(argv)
