@@ -229,11 +229,19 @@ def _run_reloader(config: Any, sock: Any) -> None:
     import uvicorn
     from uvicorn.supervisors import ChangeReload
 
-    from app.cli.serving import bound_port
+    from app.cli.reload_ready import probe_url, start_watch
+    from app.cli.serving import bound_port, display_url
 
     sock.listen(2048)  # connections queue from now on, while the child starts the app
-    announce(_serving_line(config.host, bound_port(sock), "  [reloading on changes]"))
-    ChangeReload(config, target=uvicorn.Server(config).run, sockets=[sock]).run()
+    port = bound_port(sock)
+    # The child imports and starts the app (seconds): "serving" only once it answers.
+    announce(f"agentchat: starting on {display_url(config.host, port)}  [reloading on changes]")
+    _, stop = start_watch(probe_url(config.host, port), _serving_line(config.host, port, "  [reloading on changes]"),
+                          announce)
+    try:
+        ChangeReload(config, target=uvicorn.Server(config).run, sockets=[sock]).run()
+    finally:
+        stop.set()
 
 
 # --- knowledge base: ingest, buckets, docs (app/cli/kb.py) ---------------------------------
