@@ -253,7 +253,7 @@ async def _prune_keywords(args: argparse.Namespace) -> int:
 
     settings = _settings()
     try:  # the service's database (AGENT_DATABASE_URL, else AGENT_DB_PATH), never a local copy
-        storage = await open_cli_storage(settings)
+        storage = await open_cli_storage(settings, create=False)  # nothing to prune in none
     except StorageUnavailable as exc:
         print(f"agentchat keywords prune: {exc}", file=sys.stderr)
         return 1
