@@ -316,11 +316,13 @@ class TestPostgres:
                 ) from failure[0]
             raise failure[0]
 
-    def new_database(self, *, empty: bool = False) -> str:
-        """A fresh database (migrated, unless ``empty``); returns its name."""
+    def new_database(self, *, empty: bool = False, template: str | None = None) -> str:
+        """A fresh database (migrated, unless ``empty``; a copy of database ``template``
+        if given: a loaded corpus built once, copied per test); returns its name."""
         self._counter += 1
         name = f"agentchat_test_{os.getpid()}_{self._counter}"
-        self.admin(f'CREATE DATABASE "{name}" TEMPLATE "{"template0" if empty else TEMPLATE_DB}"')
+        source = template or ("template0" if empty else TEMPLATE_DB)
+        self.admin(f'CREATE DATABASE "{name}" TEMPLATE "{source}"')
         return name
 
     def drop_database(self, name: str) -> None:
@@ -328,9 +330,9 @@ class TestPostgres:
             self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     @contextlib.contextmanager
-    def database(self, *, empty: bool = False) -> Iterator[str]:
+    def database(self, *, empty: bool = False, template: str | None = None) -> Iterator[str]:
         """``with server.database() as url:`` a fresh database, dropped afterwards."""
-        name = self.new_database(empty=empty)
+        name = self.new_database(empty=empty, template=template)
         try:
             yield self.url(name)
         finally:
