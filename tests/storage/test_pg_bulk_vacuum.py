@@ -101,7 +101,8 @@ async def test_a_vacuum_pass_that_leaves_postings_pages_unmarked_is_followed_by_
         async with kb.bulk_load():
             result = await kb.ingest_documents(stdlib_documents()[5:40], bucket="pydocs")
     assert not result.rejected
-    assert len(passes) == 2 and passes[0] > 0 and passes[1] == 0, passes
+    # Two passes, or three if a commit elsewhere (another database's) held off the second's marks.
+    assert len(passes) >= 2 and passes[0] > 0 and passes[-1] == 0, passes
     assert await _unmarked_postings(storage) == 0
 
 
