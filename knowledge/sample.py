@@ -33,7 +33,8 @@ class SampleLeft(StrEnum):
     ``/readyz`` (one said "already had documents" for both: was the sample there, or
     were the documents someone else's and the sample never added?)."""
 
-    #: The bucket holds the shipped sample, stored by an earlier start.
+    #: The bucket holds the shipped sample, stored by an earlier start (or by another
+    #: replica or worker on the same database, whose turn came first).
     CURRENT = "current"
     #: The bucket holds a document that is not the sample's: the sample is not added.
     OTHERS = "others"
@@ -41,7 +42,10 @@ class SampleLeft(StrEnum):
     def status(self, bucket: str) -> str:
         """The state as ``/readyz`` shows it (``sample_kb``), in words."""
         if self is SampleLeft.CURRENT:
-            return "already there: ingested by an earlier start, and the shipped sample has not changed since"
+            return (
+                "already there: ingested by an earlier start (or another replica or worker on this database), "
+                "and the shipped sample has not changed since"
+            )
         return (
             f"not added: the {bucket!r} bucket already holds documents that are not the sample's "
             "(the sample goes only into an empty bucket, or one holding only the sample)"
