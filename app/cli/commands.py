@@ -144,6 +144,7 @@ def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers:
 async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, sock: Any) -> bool:
     """Serve on the bound socket until stopped; ``False`` if the app never started."""
     from app.cli.serving import DrainingServer, bound_port, choose_stack, uvicorn_config
+    from app.cli.start_failure import StartupWatch, report
     from app.factory import create_app
     from app.ops.close_budget import SERVER_CLOSE_S
 
@@ -158,9 +159,11 @@ async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, 
             await svc.runs.shutdown(grace_s, cut)
 
     port = bound_port(sock)
+    watch = StartupWatch(app)  # a failed start-up is one line, not a traceback
     agent = DrainingServer(
         uvicorn_config(
-            app,
+            watch,
+            interface="asgi3",
             host=host,
             port=port,
             header_timeout_s=settings.header_timeout_s,
@@ -177,7 +180,7 @@ async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, 
             await agent.serve(sockets=[sock])
         except SystemExit as exc:  # uvicorn's way out when the app's start-up fails; no traceback
             if not agent.started:
-                log.error("the service did not start", extra={"code": exc.code})
+                report(watch, settings, exc.code)
             # Started: a SIGTERM (``_exit_on_sigterm``) in the instant after uvicorn put the
             # handlers back, its close already done - the stop is complete, as asked.
 
