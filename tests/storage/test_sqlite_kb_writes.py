@@ -79,7 +79,8 @@ async def test_batched_chunk_inserts_index_exactly_what_a_rebuild_does(tmp_path:
         await kb.create_bucket("default", {}, typed_row=typed_values)
         # One write of several full statements and a partial one, in documents that
         # straddle the statements' boundaries.
-        docs = [_document(d, 7 + d % 5) for d in range(90)]
+        n = 2 * ROWS_PER_INSERT // 9 + 10  # ~9 chunks a document: more than two statements' worth
+        docs = [_document(d, 7 + d % 5) for d in range(n)]
         total = sum(len(d.chunks) for d in docs)
         assert total > 2 * ROWS_PER_INSERT and total % ROWS_PER_INSERT
         ids = await kb.write_documents("default", {}, docs)
@@ -110,8 +111,8 @@ async def test_batched_chunk_inserts_index_exactly_what_a_rebuild_does(tmp_path:
 
         # Rewritten documents (new text, other chunk counts) and deleted ones leave no
         # stale terms: the index still equals its rebuild, and old terms find nothing.
-        await kb.write_documents("default", {}, [_document(d, 3 + d % 9, version=1) for d in range(0, 90, 3)])
-        await kb.delete_documents([f"doc-{d}" for d in range(1, 90, 3)])
+        await kb.write_documents("default", {}, [_document(d, 3 + d % 9, version=1) for d in range(0, n, 3)])
+        await kb.delete_documents([f"doc-{d}" for d in range(1, n, 3)])
         assert await db.fetchall("SELECT rowid FROM kb_chunks_fts WHERE kb_chunks_fts MATCH '\"uniq3x0v0\"'") == []
         assert await db.fetchall("SELECT rowid FROM kb_chunks_fts WHERE kb_chunks_fts MATCH '\"uniq4x0v0\"'") == []
         assert len(await db.fetchall("SELECT rowid FROM kb_chunks_fts WHERE kb_chunks_fts MATCH '\"uniq3x0v1\"'")) == 1
