@@ -92,9 +92,16 @@ def report(watch: StartupWatch, settings: Settings, code: Any) -> None:
     if watch.failure is None:
         log.error("the service did not start", extra={"code": code})
         return
+    from app.ops.masking import SecretScrubber, without_url_secrets
+
     log.debug("the start-up's exception", exc_info=watch.failure)
+    # Logged after the app's scrubber is gone: its credentials are masked here (a URL
+    # libpq could not parse is quoted in its error, the password with it).
+    said = SecretScrubber(settings.secret_values()).text(
+        without_url_secrets(explain(watch.failure, settings), settings.database_url)
+    )
     log.error(
-        f"the service did not start: {explain(watch.failure, settings)}",
+        f"the service did not start: {said}",
         extra={"code": code, "error_type": type(watch.failure).__name__},
     )
 
