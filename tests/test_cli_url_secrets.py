@@ -21,11 +21,12 @@ pytestmark = pytest.mark.slow  # `agentchat` CLI subprocesses
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "replicas-share-this-key-0123456789"
-#: Passwords libpq rejects, quoting them: a bad percent-encoding; a space; a short one.
+#: Passwords libpq rejects, quoting them: a bad percent-encoding; a space. (One shorter
+#: than ``SecretScrubber``'s 8 characters is left, as everywhere: masking it would mask
+#: the user and database names docker-compose gives the same five letters.)
 BAD_URLS = {
     "p%zzSecretPw1": "postgresql://bob:p%zzSecretPw1@127.0.0.1:9/agent",
     "secret Pw 2": "postgresql://bob:secret Pw 2@127.0.0.1:9/agent",
-    "q%zz3": "postgresql://bob:q%zz3@127.0.0.1:9/agent",
 }
 
 

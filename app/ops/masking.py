@@ -140,26 +140,20 @@ class SecretScrubber:
         return value
 
 
-#: A URL's password quoted by a driver's error is masked from this length on
-#: (``without_url_secrets``): a short line about that URL loses little to a stray mask.
-QUOTED_SECRET_MIN: Final = 4
-
-
 def without_url_secrets(text: str, *urls: str | None) -> str:
     """``text`` (a driver's error about ``urls``) with their passwords and userinfo masked.
 
     libpq quotes the part of a connection URL it cannot parse, the password included
     (``invalid percent-encoded token: "p%zz…"``, ``unexpected spaces found in "…"``),
     and the CLI's one-line errors and ``serve``'s start-up line print that text after
-    the log's own scrubber is gone (or where there is none); a password shorter than
-    ``SecretScrubber``'s usual bound is masked too, since here it is quoted whole."""
-    secrets = [v for url in urls for v in url_secrets(url)]
-    return SecretScrubber(secrets, min_length=QUOTED_SECRET_MIN).text(text)
+    the log's own scrubber is gone (or where there is none). ``SecretScrubber``'s length
+    rule holds: a password as short as ``agent`` (docker-compose's, also its user and
+    database names) would mask the names the line is about and protect nothing."""
+    return SecretScrubber([v for url in urls for v in url_secrets(url)]).text(text)
 
 
 __all__ = [
     "MASK",
-    "QUOTED_SECRET_MIN",
     "SecretScrubber",
     "is_credential_param",
     "mask_query",
