@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ SAMPLE_RETRY_MAX_S = 60.0
 SAMPLE_WAITING = "ingesting: waiting while another replica or worker ingests it"
 #: The session advisory lock the sample's ingest takes on PostgreSQL ("AGSAMPLE").
 SAMPLE_LOCK = int.from_bytes(b"AGSAMPLE", "big")
+#: How long a process waits for its turn before it ingests without one (``_wait_for_turn``).
+SAMPLE_TURN_WAIT_MAX_S = 300.0
 
 
 def sample_turns(storage: StorageBundle) -> LeaderLock | None:
@@ -94,6 +97,9 @@ class KnowledgeComponent:
     retry_max_s: float = SAMPLE_RETRY_MAX_S
     #: How often a process waiting for its turn asks again.
     turn_poll_s: float = 0.25
+    #: The longest wait for the turn: a holder that hangs alive (stopped, its loop stuck)
+    #: keeps its session and the lock, and must not keep every other replica unready.
+    turn_wait_max_s: float = SAMPLE_TURN_WAIT_MAX_S
     #: Waits out the pause before the next attempt (a test watches the state meanwhile).
     pause: Callable[[float], Awaitable[None]] = asyncio.sleep
 
@@ -204,10 +210,22 @@ class KnowledgeComponent:
 
     async def _wait_for_turn(self, turns: LeaderLock) -> None:
         """Until this process holds ``turns``; a lock that cannot even be asked for (the
-        database unreachable) is this attempt's failure, retried like any other."""
+        database unreachable) is this attempt's failure, retried like any other.
+
+        At most ``turn_wait_max_s``: a holder that hangs while alive (SIGSTOP, a stuck
+        event loop) keeps its session, so its lock never ends by itself. Past that this
+        process ingests without the turn and says so; if the two writes then clash, the
+        clash is a failed attempt, retried (and waiting for the turn again) like any other."""
+        deadline = time.monotonic() + self.turn_wait_max_s
         while not await turns.try_acquire():
             if turns.last_error is not None:
                 raise RuntimeError(f"cannot take the sample ingest's turn: {turns.last_error}")
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "sample knowledge base: another process has held the ingest's turn too long; ingesting without it",
+                    extra={"waited_s": self.turn_wait_max_s},
+                )
+                return
             self.sample = SAMPLE_WAITING
             await asyncio.sleep(self.turn_poll_s)
 

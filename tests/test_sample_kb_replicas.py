@@ -156,6 +156,36 @@ async def test_a_second_process_waits_for_the_first_ones_sample_ingest(pg: TestP
             assert (await a.readiness())["ok"] and (await b.readiness())["ok"]
 
 
+async def test_a_turn_held_by_a_hung_process_is_waited_for_only_so_long(pg: TestPostgres) -> None:
+    """A holder that hangs while alive (SIGSTOP, a stuck loop) keeps its session and the
+    lock: past ``turn_wait_max_s`` the waiting process ingests without the turn instead
+    of staying unready for ever (review: a replica waited 45 s and more, 503)."""
+    from app.rooms import SAMPLE_LOCK, SAMPLE_WAITING
+    from storage.postgres.leader_lock import AdvisoryLeaderLock
+
+    with pg.database() as url:
+        hung = AdvisoryLeaderLock(url, key=SAMPLE_LOCK, application_name="hung-replica")
+        assert await hung.try_acquire()
+        try:
+            async with _opened(url) as storage:
+                component = await _component(storage, storage.kb_index, turn_wait_max_s=0.5)
+                seen: list[str] = []
+                task = asyncio.create_task(component.ingest_sample())
+                try:
+                    await until(lambda: component.sample == SAMPLE_WAITING or task.done(), "waiting", timeout=60)
+                    seen.append(component.sample)
+                    await asyncio.wait_for(task, 120)
+                finally:
+                    if not task.done():
+                        task.cancel()
+                    await component.kb.aclose()
+                assert seen == [SAMPLE_WAITING], seen  # it did wait its turn first
+                assert component.sample.startswith("ingested "), component.sample
+                assert (await component.readiness())["ok"]
+        finally:
+            await hung.release()
+
+
 async def test_a_failed_sample_ingest_is_tried_again_and_readyz_says_so(tmp_path: Path) -> None:
     from storage.sqlite import open_sqlite_storage
 
