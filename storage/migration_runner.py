@@ -70,6 +70,7 @@ STEP_NAMES: Mapping[int, str] = {
     24: "knowledge base: each typed field's index covers its bucket's other fields (SQLite)",
     25: "knowledge base: the chunks' (document, position) key carries the chunk id (PostgreSQL)",
     26: "knowledge base: each chunk carries its bucket, for one HNSW graph per bucket (PostgreSQL)",
+    27: "runs: events of runs not yet settled are appended to a live log (SQLite)",
 }
 
 

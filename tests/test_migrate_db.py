@@ -315,3 +315,30 @@ async def test_counts_that_differ_fail_and_a_busy_source_or_a_filled_target_is_r
         await storage.close()
         filled = run_migrate(url, other)
         assert filled.returncode == 2 and "already holds data" in filled.stderr, filled.stderr
+
+
+async def test_an_unfinished_runs_events_in_the_live_log_are_copied(pg: TestPostgres, tmp_path: Path) -> None:
+    """SQLite appends an unfinished run's events to its live log (``run_log``, issue 23);
+    PostgreSQL keeps them in ``run_events``, where a replica carries the run on from."""
+    from storage.records import NewRun, RunEvent, RunWrite
+
+    db = tmp_path / "agent.sqlite3"
+    lite = await open_sqlite_storage(db)
+    try:
+        await lite.runs.create(NewRun("live", "c", "alice", "knowledge", b"{}", "enqueue"))
+        await lite.runs.commit(RunWrite("live", "c", "alice", events=[RunEvent(1, "run_started", "{}")]))
+        await lite.runs.settle_log(everything=True)  # one event settled while it lives, two in the log
+        await lite.runs.commit(RunWrite("live", "c", "alice", status="running", events=[
+            RunEvent(2, "content_chunk", '{"chunk":"a"}'), RunEvent(3, "content_chunk", '{"chunk":"b"}')]))
+        assert [e.seq for e in await lite.runs.events_after("live", 0)] == [1, 2, 3]
+        assert await lite.db.fetchone("SELECT count(*) FROM run_log WHERE run_id = 'live'") == (2,)
+    finally:
+        await lite.close()
+    with pg.database(empty=True) as url:
+        done = run_migrate(url, db)
+        assert done.returncode == 0, done.stderr
+        with psycopg.connect(url, **GUARDED) as conn:
+            rows = conn.execute("SELECT seq, event FROM run_events WHERE run_id = 'live' ORDER BY seq").fetchall()
+            status = conn.execute("SELECT status FROM runs WHERE id = 'live'").fetchone()
+        assert rows == [(1, "run_started"), (2, "content_chunk"), (3, "content_chunk")]
+        assert status == ("running",)

@@ -33,9 +33,13 @@ ORDER = (
     "kb_documents",
     "kb_chunks",
 )
-#: SQLite tables that are not data: bookkeeping, and FTS5's own index of ``kb_chunks``
-#: (PostgreSQL's ``tsvector`` is computed from the rows).
-NOT_DATA = ("schema_version", "sqlite_", "kb_chunks_fts")
+#: SQLite tables that are not data: bookkeeping, FTS5's own index of ``kb_chunks``
+#: (PostgreSQL's ``tsvector`` is computed from the rows), and the live log of runs'
+#: events, which the copy settles into ``run_events`` first (``storage.stores.event_log``:
+#: what is left in it are copies already settled).
+NOT_DATA = ("schema_version", "sqlite_", "kb_chunks_fts", "run_log")
+#: SQLite's own columns, with no counterpart in PostgreSQL: where a run's live log starts.
+SQLITE_ONLY = {("runs", "log_from")}
 #: target column -> source column, where the engines name them differently
 RENAMED = {("kb_chunks", "embedding"): "vector"}
 

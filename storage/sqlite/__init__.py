@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import aiosqlite
+
 from storage.bundle import SqlStorage
 from storage.sqlite.connections import SqliteOptions
 from storage.sqlite.database import SqliteDatabase
 from storage.sqlite.dialect import SqliteSql
 from storage.sqlite.kb_index import SqliteKBIndex
+from storage.sqlite.live_log import WRITER_SETUP
 from storage.sqlite.migrations import migrate
 from storage.sqlite.runs import SqliteRunStore
 
@@ -22,6 +25,11 @@ class SqliteStorage(SqlStorage[SqliteDatabase, SqliteRunStore, SqliteKBIndex]):
     engine = "sqlite"
 
 
+async def _writer_setup(conn: aiosqlite.Connection) -> None:
+    for statement in WRITER_SETUP:
+        await conn.execute(statement)
+
+
 async def open_sqlite_storage(path: str | Path, opts: SqliteOptions | None = None) -> SqliteStorage:
     """Open the file, apply every pending migration, then start the writer: nothing
     reads or writes a table before the schema is complete."""
@@ -30,6 +38,7 @@ async def open_sqlite_storage(path: str | Path, opts: SqliteOptions | None = Non
         async with db.reading():  # readers exist; no statement ran on them yet
             pass
         version = await db.transact_raw(migrate)
+        await db.transact_raw(_writer_setup)  # the live log's order check (per connection)
         db.start()
         sql = SqliteSql(db)
         return SqliteStorage.assemble(

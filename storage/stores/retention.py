@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from storage.dialect import Dialect
 from storage.event_folding import folds
 from storage.sql import Plan, SqlEngine
+from storage.stores.event_log import event_log
 
 #: ``pg_try_advisory_xact_lock`` key of a retention batch ("RETAINER" as an int64).
 RETENTION_LOCK = 0x52455441494E4552
@@ -43,12 +44,18 @@ class SqlRetentionStore:
             held = yield ("fetchone", "SELECT pg_try_advisory_xact_lock(?)", (RETENTION_LOCK,))
             if held is None or not held[0]:
                 return False, 0
+        # SQLite: the events of runs ended since the writer last settled its live log
+        # move into ``run_events`` first, and the log is trimmed (``storage.stores.event_log``).
+        log = event_log(d)
+        for statement in log.settle():
+            yield ("execute", *statement)
         removed = 0
         for run_id in run_ids:
             # Still finished and not compacted (another process may have done it since).
             row = yield (
                 "fetchone",
                 "SELECT 1 FROM runs WHERE id = ? AND finished_at IS NOT NULL AND events_compacted_at IS NULL"
+                + log.settled
                 + d.for_update,
                 (run_id,),
             )

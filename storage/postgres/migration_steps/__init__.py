@@ -79,5 +79,8 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         24: (),  # SQLite's covering field indexes; PostgreSQL ANDs its one-field indexes (bitmaps)
         25: KB_CHUNK_IDS_BY_DOCUMENT,
         26: KB_CHUNK_BUCKETS,
+        # SQLite's live log of unsettled runs' events; PostgreSQL keeps one clustered
+        # table (``storage.stores.event_log`` says why).
+        27: (),
     },
 )

@@ -1,0 +1,181 @@
+"""Where a run's events are kept, as SQL: one clustered table (PostgreSQL), or that
+table plus SQLite's live log (issue 23).
+
+``run_events`` is keyed by ``(run_id, seq)`` — on SQLite ``WITHOUT ROWID``, so each
+run's events are clustered and a replay reads a few pages. Streaming into it is what
+cost SQLite's writer most at scale: one group commit carries ~40 tokens of ~40 runs and
+rewrote one 4 KiB leaf page per run for an ~80-byte row (28 µs of CPU per token at 300
+live runs, most of it the kernel's WAL writes; ``bench/sqlite_token_rows.py``).
+
+So on SQLite the events of runs not yet settled are appended to ``run_log`` instead:
+``INTEGER PRIMARY KEY AUTOINCREMENT`` in insertion order and no other index, so one
+group commit appends to the log's last page or two whatever the number of runs in it
+(9 µs per token at 300 runs in that bench, 35 µs clustered). Its rules:
+
+* A run's ``runs.log_from`` is the log's next id when it was admitted (a trigger, in the
+  admission's own transaction, ``storage.sqlite.migration_steps.live_log``). The writer
+  is serialised and the ids never reused (``AUTOINCREMENT``), so every later event of
+  the run has an id ``>= log_from``: the run's events are its ``run_events`` rows plus
+  the log's rows from ``log_from`` on that name it (``log_from`` NULL: none).
+* Settling (``settle``) moves the log rows of every run ended since into ``run_events``
+  and clears their ``log_from`` in one transaction, so a reader finds each event in one
+  place or the other, never neither and never both. It runs now and then on the writer
+  (``storage.sqlite.runs``: every ``SETTLE_ROWS`` events), not in each ending: without
+  an index on the log, finding one run's rows scans the log from its ``log_from`` — the
+  rows of every run live meanwhile (~18,000 at 300 runs of 60 tokens: 44 µs per token
+  measured when each ending moved its own rows) — while one pass for all the runs
+  ended since costs about a row visit per token.
+* A live run whose ``log_from`` lags ``REBASE_ROWS`` behind the log's end (a run parked
+  for an approval for hours) is settled while it lives: its rows so far move and its
+  ``log_from`` becomes the log's next id, in the same transaction; so the log below is
+  never held for it.
+* Then the log is trimmed below the smallest ``log_from`` still set: a contiguous range
+  of whole pages, cheap to delete, and only copies already settled.
+
+PostgreSQL keeps the one clustered table (``CLUSTERED``): its ``run_events`` is a heap
+(rows already appended in insertion order) with a B-tree on the key, replicas write
+concurrently (sequence values are not committed in order, so a ``log_from`` would not
+bound a run's rows), and its tests gain nothing from a second path; its migration 27 is
+empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from storage.dialect import Dialect, Statement
+from storage.records import TERMINAL_STATUSES
+
+_ENDED_SQL = "(" + ", ".join(f"'{s}'" for s in TERMINAL_STATUSES) + ")"
+#: The log's next id (SQLite's ``AUTOINCREMENT`` counter: ids are never reused).
+NEXT_LOG_ID = "(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'run_log'), 0) + 1)"
+#: A live run's ``log_from`` this far behind the log's next id is settled while it lives.
+REBASE_ROWS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class EventLog:
+    """The SQL of one layout (see the module docstring)."""
+
+    live: bool
+
+    @property
+    def insert(self) -> str:
+        """One event of a step (``run_id, seq, event, data``)."""
+        table = "run_log" if self.live else "run_events"
+        return f"INSERT INTO {table}(run_id, seq, event, data) VALUES (?, ?, ?, ?)"
+
+    def last_seq(self, run: str = "r") -> str:
+        """The largest seq of the run ``{run}.id`` (0 without events). In the log, the
+        run's last row by id is its largest seq (a run's events are appended in order):
+        read backwards from the log's end, it is near there for a live run."""
+        clustered = f"(SELECT COALESCE(MAX(e.seq), 0) FROM run_events e WHERE e.run_id = {run}.id)"
+        if not self.live:
+            return clustered
+        logged = (
+            f"COALESCE((SELECT l.seq FROM run_log l WHERE l.id >= {run}.log_from AND l.run_id = {run}.id "
+            "ORDER BY l.id DESC LIMIT 1), 0)"
+        )
+        return f"MAX({clustered}, {logged})"
+
+    def after(self, run_id: str, after: int, limit: int) -> Statement:
+        """``seq, event, data, folded`` of the run's events after ``after``, in order."""
+        clustered = "SELECT seq, event, data, folded FROM run_events WHERE run_id = ? AND seq > ?"
+        if not self.live:
+            return f"{clustered} ORDER BY seq LIMIT ?", (run_id, after, limit)
+        return (
+            f"{clustered} UNION ALL SELECT seq, event, data, NULL FROM run_log "
+            "WHERE id >= (SELECT log_from FROM runs WHERE id = ?) AND run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (run_id, after, run_id, run_id, after, limit),
+        )
+
+    def first_event(self, name: str, run: str = "r") -> str:
+        """The data of the run's first event called ``name`` (one per run: its ending)."""
+        clustered = f"(SELECT e.data FROM run_events e WHERE e.run_id = {run}.id AND e.event = '{name}' LIMIT 1)"
+        if not self.live:
+            return clustered
+        logged = (
+            f"(SELECT l.data FROM run_log l WHERE l.id >= {run}.log_from AND l.run_id = {run}.id "
+            f"AND l.event = '{name}' ORDER BY l.id LIMIT 1)"
+        )
+        return f"COALESCE({clustered}, {logged})"
+
+    def last_event(self, name: str, run: str = "r") -> str:
+        """The data of the run's last event called ``name`` (the log's rows are later)."""
+        clustered = (
+            f"(SELECT e.data FROM run_events e WHERE e.run_id = {run}.id AND e.event = '{name}' "
+            "ORDER BY e.seq DESC LIMIT 1)"
+        )
+        if not self.live:
+            return clustered
+        logged = (
+            f"(SELECT l.data FROM run_log l WHERE l.id >= {run}.log_from AND l.run_id = {run}.id "
+            f"AND l.event = '{name}' ORDER BY l.id DESC LIMIT 1)"
+        )
+        return f"COALESCE({logged}, {clustered})"
+
+    @property
+    def settled(self) -> str:
+        """Appended to a condition on ``runs``: its events are all in ``run_events``."""
+        return " AND log_from IS NULL" if self.live else ""
+
+    def settle(self, *, everything: bool = False) -> list[Statement]:
+        """Move the log rows of every ended run (and of live runs past ``REBASE_ROWS``,
+        or of every live run with ``everything``) into ``run_events``, then trim the
+        log; one transaction's statements (none for the clustered layout)."""
+        if not self.live:
+            return []
+        lag = 0 if everything else REBASE_ROWS
+        due = f"log_from IS NOT NULL AND (status IN {_ENDED_SQL} OR log_from <= {NEXT_LOG_ID} - ?)"
+        return [
+            # One pass over the log from the smallest ``log_from`` due; each row is
+            # taken only from its own run's ``log_from`` on (a run settled while it
+            # lived left copies below its new ``log_from``, trimmed later).
+            (
+                f"WITH due(id, log_from) AS MATERIALIZED (SELECT id, log_from FROM runs WHERE {due}) "
+                "INSERT INTO run_events(run_id, seq, event, data) SELECT l.run_id, l.seq, l.event, l.data "
+                "FROM run_log l JOIN due d ON d.id = l.run_id AND l.id >= d.log_from "
+                "WHERE l.id >= (SELECT MIN(log_from) FROM due) ORDER BY l.run_id, l.seq",
+                (lag,),
+            ),
+            (
+                f"UPDATE runs SET log_from = CASE WHEN status IN {_ENDED_SQL} THEN NULL ELSE {NEXT_LOG_ID} END "
+                f"WHERE {due}",
+                (lag,),
+            ),
+            (
+                "DELETE FROM run_log WHERE id < "
+                f"COALESCE((SELECT MIN(log_from) FROM runs WHERE log_from IS NOT NULL), {NEXT_LOG_ID})",
+                (),
+            ),
+        ]
+
+    def delete_conversation(self) -> list[tuple[str, str]]:
+        """``(kind, portable SQL)`` taking ``(user_id, conversation_id)``: counting, then
+        deleting every event of the conversation's runs (all ended: the delete refuses
+        otherwise); ``count`` statements return how many events are still unsettled."""
+        owned = "SELECT id FROM runs WHERE user_id = ? AND conversation_id = ?"
+        out = [("delete", f"DELETE FROM run_events WHERE run_id IN ({owned})")]
+        if self.live:
+            out = [
+                (
+                    "count",
+                    "SELECT COUNT(*) FROM runs r CROSS JOIN run_log l ON l.id >= r.log_from AND l.run_id = r.id "
+                    "WHERE r.user_id = ? AND r.conversation_id = ? AND r.log_from IS NOT NULL",
+                ),
+                *out,
+                ("sweep", f"DELETE FROM run_log WHERE run_id IN ({owned})"),
+            ]
+        return out
+
+
+CLUSTERED = EventLog(live=False)
+LIVE_LOG = EventLog(live=True)
+
+
+def event_log(dialect: Dialect) -> EventLog:
+    """The layout of ``dialect``'s engine."""
+    return LIVE_LOG if dialect.live_log else CLUSTERED
+
+
+__all__ = ["CLUSTERED", "LIVE_LOG", "NEXT_LOG_ID", "REBASE_ROWS", "EventLog", "event_log"]
