@@ -10,7 +10,7 @@ live runs, most of it the kernel's WAL writes; ``bench/sqlite_token_rows.py``).
 So on SQLite the events of runs not yet settled are appended to ``run_log`` instead:
 ``INTEGER PRIMARY KEY AUTOINCREMENT`` in insertion order and no other index, so one
 group commit appends to the log's last page or two whatever the number of runs in it
-(9 µs per token at 300 runs in that bench, 35 µs clustered). Its rules:
+(8-12 µs per token at 300 runs in that bench, 25-28 µs clustered). Its rules:
 
 * A run's ``runs.log_from`` is the log's next id when it was admitted (a trigger, in the
   admission's own transaction, ``storage.sqlite.migration_steps.live_log``). The writer
@@ -22,9 +22,9 @@ group commit appends to the log's last page or two whatever the number of runs i
   place or the other, never neither and never both. It runs now and then on the writer
   (``storage.sqlite.runs``: every ``SETTLE_ROWS`` events), not in each ending: without
   an index on the log, finding one run's rows scans the log from its ``log_from`` — the
-  rows of every run live meanwhile (~18,000 at 300 runs of 60 tokens: 44 µs per token
-  measured when each ending moved its own rows) — while one pass for all the runs
-  ended since costs about a row visit per token.
+  rows of every run live meanwhile (~18,000 at 300 runs of 60 tokens: 32-37 µs per token
+  measured when each ending moved its own rows, more than the clustered table's 25-28) —
+  while one pass for all the runs ended since costs about a row visit per token.
 * A live run whose ``log_from`` lags ``REBASE_ROWS`` behind the log's end (a run parked
   for an approval for hours) is settled while it lives: its rows so far move and its
   ``log_from`` becomes the log's next id, in the same transaction; so the log below is
