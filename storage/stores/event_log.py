@@ -41,7 +41,7 @@ empty.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from storage.dialect import Dialect, Statement
 from storage.records import TERMINAL_STATUSES
@@ -58,12 +58,13 @@ class EventLog:
     """The SQL of one layout (see the module docstring)."""
 
     live: bool
+    #: One event of a step (``run_id, seq, event, data``). Made once: it is used for every
+    #: token, and the writer groups a batch's statements by this very string.
+    insert: str = field(init=False)
 
-    @property
-    def insert(self) -> str:
-        """One event of a step (``run_id, seq, event, data``)."""
+    def __post_init__(self) -> None:
         table = "run_log" if self.live else "run_events"
-        return f"INSERT INTO {table}(run_id, seq, event, data) VALUES (?, ?, ?, ?)"
+        object.__setattr__(self, "insert", f"INSERT INTO {table}(run_id, seq, event, data) VALUES (?, ?, ?, ?)")
 
     def last_seq(self, run: str = "r") -> str:
         """The largest seq of the run ``{run}.id`` (0 without events). In the log, the

@@ -17,7 +17,7 @@ from storage.dialect import Dialect, Statement
 from storage.records import NOT_ENDED, UNFINISHED, RunWrite, StoredRun
 from storage.stores.approval_waits import park_statement
 from storage.stores.conversations import append_statements
-from storage.stores.event_log import event_log
+from storage.stores.event_log import CLUSTERED, LIVE_LOG, event_log
 
 UNFINISHED_SQL = "(" + ", ".join(f"'{s}'" for s in UNFINISHED) + ")"
 NOT_ENDED_SQL = "(" + ", ".join(f"'{s}'" for s in NOT_ENDED) + ")"
@@ -59,7 +59,7 @@ def stored_run(row: Sequence[Any]) -> StoredRun:
 def step_statements(dialect: Dialect, step: RunWrite) -> list[Statement]:
     """A step's statements in portable SQL (the engine's own come around them)."""
     now = dialect.now
-    insert = event_log(dialect).insert
+    insert = LIVE_LOG.insert if dialect.live_log else CLUSTERED.insert
     out: list[Statement] = [(insert, (step.run_id, e.seq, e.event, e.data)) for e in step.events]
     if step.messages:
         out += append_statements(dialect, step.conversation_id, step.user_id, step.messages, step.run_id)
