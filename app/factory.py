@@ -13,6 +13,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from app.config import Settings
+from app.ops.close_budget import BACKGROUND_STOP_S
 from app.ops.log_context import AccessLog
 from app.ops.logs import scrubbed_logs
 from app.ops.stopping import cancel_and_wait
@@ -38,10 +39,6 @@ from app.wiring import AUTO, Overrides, build_services
 from storage.errors import StorageUnavailable
 
 log = logging.getLogger("agentchat")
-#: How long a cancelled background task may take to end at shutdown before the process
-#: goes on without it (``app/ops/stopping.py``): the periodic jobs end at once when
-#: cancelled; one that does not would otherwise keep a SIGTERM'd process alive for ever.
-BACKGROUND_STOP_S = 15.0
 
 
 def create_app(

@@ -172,6 +172,7 @@ async def attach_rooms(
     from agenttools.rag.tools import register_rag_tools
     from knowledge.kb import KnowledgeBase
     from knowledge.saved_answers import SavedAnswerVectors
+    from knowledge.stemmer import Stemmer
     from knowledge.types import KBConfig
 
     rooms = Rooms()
@@ -206,8 +207,14 @@ async def attach_rooms(
         if embedder is not None
         else None
     )
+    # The keywords' and questions' word stems are memoised for this app's life, in an
+    # object it owns (``knowledge.stemmer.Stemmer``), not in module state.
     keywords = KeywordIndex(
-        storage.keywords, storage.external_results, semantic=semantic, shared=settings.shared_web_answers
+        storage.keywords,
+        storage.external_results,
+        semantic=semantic,
+        shared=settings.shared_web_answers,
+        stemmer=Stemmer(),
     )
     rooms.keywords = keywords
     backfill = (

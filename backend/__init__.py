@@ -2,8 +2,8 @@
 
 Standalone: imports nothing from the rest of the project. See backend/README.md.
 
-The agent imports one module of it, ``backend.date_formats`` (the date-format check both
-faces share), so importing the package loads nothing: the app's two names below are
+The agent imports one package of it, ``backend.table_rules`` (the table-configuration
+rules both faces run), so importing this package loads nothing: the app's two names below are
 imported on first use, and an agent process never loads the backend's routes and seed data.
 """
 

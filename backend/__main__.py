@@ -1,7 +1,7 @@
 """``python -m backend [--host H] [--port P] [--db FILE] [--log-level L]``: serve the reference backend.
 
-Its own process, so the agent never runs this app (it imports only ``backend.date_formats``,
-the date-format check both share): ``agentchat serve`` starts it
+Its own process, so the agent never runs this app (it imports only ``backend.table_rules``,
+the table-configuration rules both run): ``agentchat serve`` starts it
 beside the agent (and stops it on exit), ``agentchat backend`` execs it. SIGINT and
 SIGTERM shut it down gracefully (the lifespan closes the database).
 """

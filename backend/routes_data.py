@@ -29,7 +29,7 @@ from backend.responses import (
     permission_denied,
     read_json_object,
 )
-from backend.table_validation import validate_table_config
+from backend.table_rules import validate_table_config
 
 NAME_MIN, NAME_MAX, DESCRIPTION_MAX = 3, 100, 500
 

@@ -274,6 +274,11 @@ async def _open_kb(engine: str, workdir: Path, embedder: Any, pg_url: str | None
         from app.cli.kb_file import open_kb_file
 
         db = workdir / "kb.sqlite3"
+        # Every run measures a first load: a database an earlier run left in the workdir
+        # would make the ingest a no-op (every document unchanged: 0 chunks/s, as the run
+        # of 2026-11-27 18:00 reported) and the searches run on whatever that run stored.
+        for old in workdir.glob("kb.sqlite3*"):
+            old.unlink()
 
         async def sqlite_disk() -> float:
             return round(sum(_dir_mb(p) for p in workdir.glob("kb.sqlite3*")), 1)
@@ -334,6 +339,7 @@ async def run_kb(n: int, workdir: Path, engine: str = "sqlite", pg_url: str | No
         load_s = time.perf_counter() - started
     ingest_s = time.perf_counter() - started
     by_bucket.clear()
+    assert ingested == n, f"ingested {ingested:,} chunks of {n:,}: the database was not empty"
 
     queries = query_set()
     timings: dict[str, list[float]] = {

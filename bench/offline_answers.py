@@ -8,7 +8,7 @@ hashing embedder) on a fresh database, ingests the npm documentation installed w
 through ``agentchat ingest``, asks tests/data/offline_questions.json in the knowledge
 context (the original set, tuned on, then the held-out, fresh, final, unseen, last,
 round6, round8, round9, round10, round11, round12, round13, round14, round15, round16, round17,
-round18 and round19 sets, only measured) and writes bench/results/offline_answers.json;
+round18, round19 and round20 sets, only measured) and writes bench/results/offline_answers.json;
 ``--show`` prints every answer to read.
 
 ``--capture FILE`` also keeps what the answerer was given for each question (the question

@@ -13,6 +13,10 @@ from __future__ import annotations
 import itertools
 import re
 import unicodedata
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the stemmer is imported only when keywords are matched
+    from knowledge.stemmer import Stemmer
 
 _TOKEN_RE = re.compile(r"[^\W_]+", re.UNICODE)
 _COMBINING_RE = re.compile(r"[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
@@ -267,19 +271,21 @@ def _american(word: str) -> str:
     return word
 
 
-def match_stem(word: str) -> str:
-    """The matching form of one folded word: American spelling, then its Porter stem."""
+def match_stem(word: str, stemmer: Stemmer | None = None) -> str:
+    """The matching form of one folded word: American spelling, then its Porter stem
+    (through ``stemmer``'s memo when given: the service's keyword index has one)."""
     # Imported here: the stemmer is only needed by keyword matching.
     from knowledge.stemmer import porter_stem
 
-    return porter_stem(_american(word))
+    american = _american(word)
+    return stemmer.stem(american) if stemmer is not None else porter_stem(american)
 
 
 def _is_content(part: str) -> bool:
     return part not in STOP_WORDS and (len(part) > 1 or part.isdigit())
 
 
-def keyword_terms(text: str) -> tuple[str, ...]:
+def keyword_terms(text: str, stemmer: Stemmer | None = None) -> tuple[str, ...]:
     """The terms a keyword is matched by: its stemmed content words, in order, no repeats.
 
     A word written with inner punctuation is one term, joined ("node-pressure" →
@@ -295,14 +301,14 @@ def keyword_terms(text: str) -> tuple[str, ...]:
         if not parts:
             continue
         word = "".join(parts)
-        term = match_stem(word)
+        term = match_stem(word, stemmer)
         everything.setdefault(term, None)
         if len(parts) > 1 or _is_content(word):
             out.setdefault(term, None)
     return tuple(out or everything)
 
 
-def query_terms(text: str) -> set[str]:
+def query_terms(text: str, stemmer: Stemmer | None = None) -> set[str]:
     """Every term of ``text`` a keyword could be matched by (see ``keyword_terms``).
 
     The stemmed content words; for a word with inner punctuation also the joined form;
@@ -316,13 +322,13 @@ def query_terms(text: str) -> set[str]:
         if not parts:
             continue
         if len(parts) > 1:
-            terms.add(match_stem("".join(parts)))
+            terms.add(match_stem("".join(parts), stemmer))
         words.extend(parts)
         if len(words) >= MAX_QUERY_WORDS:
             break
     words = words[:MAX_QUERY_WORDS]
-    terms.update(match_stem(w) for w in words if _is_content(w))
+    terms.update(match_stem(w, stemmer) for w in words if _is_content(w))
     for n in _JOIN_SIZES:
         for i in range(len(words) - n + 1):
-            terms.add(match_stem("".join(words[i : i + n])))
+            terms.add(match_stem("".join(words[i : i + n]), stemmer))
     return terms

@@ -93,6 +93,16 @@ _NEGATED_CASE = re.compile(
     r"\b(?:when|if|unless)\b[^?]*?(?:\b(?:no|not|without|never|none|nothing)\b|n't\b)", re.IGNORECASE
 )
 
+#: A sentence that opens with a negated condition ("If no `"command"` is provided, …",
+#: "If the initializer is omitted …", "If it does _not_ have a restart script …"): it
+#: says what happens in the case a negated-case question asks about, where a sentence
+#: saying "without" somewhere else ("Runs on local `npm install` without package
+#: arguments") only shares the negation.
+NEGATED_CONDITION = re.compile(
+    r"^\W*(?:if|when|unless|without)\b[^,.;:]*?(?:\b(?:no|not|without|never|none|nothing|omitted|cannot)\b|n't\b)",
+    re.IGNORECASE,
+)
+
 #: English adverb particles: "log in" is the ``login`` a command or page is named by.
 _PARTICLES = frozenset("in up out on off down over back away".split())
 #: What comes before a verb: a word before a particle is a phrasal verb only after one
@@ -349,4 +359,13 @@ class Question:
         return self.focus is not None and self.focus in self.terms(text)
 
 
-__all__ = ["NEGATION", "WORD", "Question", "coverage", "phrase_share", "stems", "weighted_coverage"]
+__all__ = [
+    "NEGATED_CONDITION",
+    "NEGATION",
+    "WORD",
+    "Question",
+    "coverage",
+    "phrase_share",
+    "stems",
+    "weighted_coverage",
+]

@@ -123,7 +123,10 @@ def stems(text: str) -> frozenset[str]:
 #: Verbs documentation and its readers write for one action ("how do I remove a key"
 #: is npm config's "delete: Deletes the specified keys"): a word meets the others of its
 #: group as itself, since to the reader they are one word. Only actions a command or
-#: setting performs, each group's words interchangeable in any sentence about it.
+#: setting performs, each group's words interchangeable in any sentence about it; and
+#: the distributive quantifier, which a reader writes "each" where a reference page
+#: writes "every" ("in what format is the data of each SSE event written?" is "Every
+#: event has … `data: <compact JSON>`", not a table row saying "after each tool").
 SYNONYMS = (
     "remove delete clear rm",
     "show display print",
@@ -132,6 +135,7 @@ SYNONYMS = (
     "stop disable",
     "fix repair",
     "check verify",
+    "each every",
 )
 
 

@@ -193,25 +193,29 @@ def test_the_cycle_finder_finds_cycles() -> None:
 
 
 
-def test_agenttools_takes_from_backend_only_the_module_the_table_names() -> None:
-    """``agenttools`` may import ``backend`` for one module (the date-format check both
-    share): the agent must not grow a dependency on the reference backend's app."""
+def test_agenttools_takes_from_backend_only_the_package_the_table_names() -> None:
+    """``agenttools`` may import ``backend`` for one package (the table rules both run):
+    the agent must not grow a dependency on the reference backend's app."""
     rule = next(line for line in DOC.read_text(encoding="utf-8").splitlines() if line.startswith("| `agenttools/` "))
-    named = re.search(r"`backend` \(only `([A-Za-z0-9_/]+)\.py`", rule)
-    assert named, "the agenttools row of docs/ARCHITECTURE.md no longer names its one backend module"
+    named = re.search(r"`backend` \(only `([A-Za-z0-9_/]+)/`", rule)
+    assert named, "the agenttools row of docs/ARCHITECTURE.md no longer names its one backend package"
     allowed = named.group(1).replace("/", ".")
-    assert module_file(allowed), f"{allowed} does not exist"
+    package = ROOT / named.group(1)
+    assert (package / "__init__.py").is_file(), f"{allowed} is not a package"
     bad = [
-        f"{path.relative_to(ROOT)}:{line} imports {shown}"
+        f"{path.relative_to(ROOT)}:{line} imports {target}"
         for path in python_files("agenttools")
-        for line, target, name in imported_modules(path)
-        if target.split(".")[0] == "backend"
-        for shown in [f"{target}.{name}" if name and module_file(f"{target}.{name}") else target]
-        if shown != allowed
+        for line, target, _name in imported_modules(path)
+        if target.split(".")[0] == "backend" and target != allowed and not target.startswith(allowed + ".")
     ]
     assert not bad, f"agenttools may import only {allowed} from backend:\n" + "\n".join(bad)
-    ours = [t for _, t, _ in imported_modules(ROOT / module_file(allowed)) if t.split(".")[0] in ROOMS]
-    assert not ours, f"{allowed} must import nothing of ours (the agent loads it), imports {ours}"
+    ours = [
+        f"{path.relative_to(ROOT)} imports {target}"
+        for path in sorted(package.glob("*.py"))
+        for _, target, _ in imported_modules(path)
+        if target.split(".")[0] in ROOMS and target != allowed and not target.startswith(allowed + ".")
+    ]
+    assert not ours, f"{allowed} must import nothing of ours outside itself (the agent loads it): {ours}"
 
 # --- inside app/ and agenttools/: the rooms of the second table --------------------------------
 

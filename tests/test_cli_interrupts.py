@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.support.deadline import reap, within
 from tests.support.procs import REPO, child_env
 
@@ -61,5 +63,151 @@ async def test_a_second_sigterm_during_the_close_ends_the_process_at_once(tmp_pa
         proc.send_signal(signal.SIGTERM)
         code = await within(proc.wait(), "the process after its second SIGTERM", 30)
         assert code == -signal.SIGTERM, code
+    finally:
+        await reap(proc, "the command", grace=5)
+
+
+#: A ``sitecustomize`` that holds the import of ``app.cli.commands`` (seconds of imports
+#: on a loaded machine: the window before any handler of the command is in place) until
+#: the file ``CLI_IMPORT_GATE`` names exists, saying on stderr when it holds it.
+IMPORT_GATE = textwrap.dedent(
+    """
+    import os, sys, time
+
+    class Gate:
+        def find_spec(self, name, path, target=None):
+            if name == "app.cli.commands":
+                sys.meta_path.remove(self)
+                sys.stderr.write("gate: importing app.cli.commands\\n")
+                sys.stderr.flush()
+                deadline = time.monotonic() + 120
+                while not os.path.exists(os.environ["CLI_IMPORT_GATE"]) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            return None
+
+    sys.meta_path.insert(0, Gate())
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("sig", "code_expected", "line"),
+    [
+        (signal.SIGTERM, 143, "agentchat ingest: terminated (SIGTERM)"),
+        (signal.SIGINT, 130, "agentchat ingest: interrupted"),
+    ],
+    ids=["sigterm", "ctrl-c"],
+)
+async def test_a_signal_while_the_command_is_still_importing_ends_it_with_one_line(
+    tmp_path: Path, sig: signal.Signals, code_expected: int, line: str
+) -> None:
+    """``agentchat ingest`` signalled while it imports the service (before the command's
+    own handler is in place): exit 143 (130) and one line, no traceback. It used to die
+    of the SIGTERM without a word (-15), and Ctrl-C printed a traceback."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(IMPORT_GATE)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\nA page.\n")
+    env = child_env({
+        "PYTHONPATH": str(site), "CLI_IMPORT_GATE": str(tmp_path / "gate"),
+        "AGENT_DB_PATH": str(tmp_path / "agent.db"), "AGENT_EMBEDDER": "hashing",
+    })  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app.cli", "ingest", str(tmp_path / "docs"), "--quiet", cwd=REPO, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    try:
+        held = await within(proc.stderr.readline(), "the import of the commands held", 60)
+        assert held.strip() == b"gate: importing app.cli.commands", held
+        proc.send_signal(sig)
+        out, err = await within(proc.communicate(), "the command after the signal", 60)
+        text = err.decode()
+        assert proc.returncode == code_expected, (proc.returncode, text)
+        assert text.splitlines() == [line], text
+        assert "Traceback" not in text and out == b""
+        assert not (tmp_path / "agent.db").exists()  # no work had started
+    finally:
+        (tmp_path / "gate").touch()
+        await reap(proc, "the command", grace=5)
+
+
+#: A ``sitecustomize`` that sends the process SIGTERM from inside aiosqlite's N-th result
+#: callback (``SIGTERM_AT_RESULT``): the signal lands while the event loop runs one of its
+#: ordinary callbacks, the instant that once lost it.
+SIGTERM_IN_CALLBACK = textwrap.dedent(
+    """
+    import importlib.abc, importlib.util, os, signal, sys
+
+    N = int(os.environ["SIGTERM_AT_RESULT"])
+
+    def patch(core):
+        original, count = core.set_result, [0]
+
+        def set_result(fut, result):
+            count[0] += 1
+            if count[0] == N:
+                sys.stderr.write("site: SIGTERM now\\n")
+                sys.stderr.flush()
+                os.kill(os.getpid(), signal.SIGTERM)
+            original(fut, result)
+
+        core.set_result = set_result
+
+    class After(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name != "aiosqlite.core":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                patch(module)
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, After())
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["keywords", "prune", "--min-usage", "1", "--older-than", "1"], "agentchat keywords: terminated (SIGTERM)"),
+        (["compact", "--run-events-days", "1"], "agentchat compact: terminated (SIGTERM)"),
+    ],
+    ids=["keywords-prune", "compact"],
+)
+async def test_a_sigterm_while_the_loop_runs_a_callback_ends_a_one_off_command(
+    tmp_path: Path, argv: list[str], line: str
+) -> None:
+    """The first SIGTERM cancels the command wherever the loop is, which then closes its
+    storage and exits 143 with one line. The early handler (for the import) stayed for
+    the whole run of these commands: raised inside one of the loop's callbacks, it was
+    logged ("Exception in callback"), the future that callback was to resolve never was,
+    and the command waited for ever (the review of 43e264c)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SIGTERM_IN_CALLBACK)
+    env = child_env({
+        "PYTHONPATH": str(site), "SIGTERM_AT_RESULT": "12",
+        "AGENT_DB_PATH": str(tmp_path / "agent.db"), "AGENT_EMBEDDER": "hashing",
+    })  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app.cli", *argv, cwd=REPO, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        _, err = await within(proc.communicate(), "the command after its SIGTERM", 60)
+        text = err.decode()
+        assert "site: SIGTERM now" in text, text
+        assert "Exception in callback" not in text and "Traceback" not in text, text
+        assert proc.returncode == 143, (proc.returncode, text)
+        assert text.splitlines()[-1] == line, text
     finally:
         await reap(proc, "the command", grace=5)

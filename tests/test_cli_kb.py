@@ -149,6 +149,33 @@ def test_progress_is_a_bar_on_a_terminal_and_plain_lines_otherwise() -> None:
     assert "\r" in shown and "3/3" in shown and "file/s" in shown and "42 chunks" in shown
 
 
+def test_the_eta_waits_until_enough_is_seen_then_is_smoothed() -> None:
+    """A plain line shows no ETA until 5 s or 2 % of the files have gone by - the first
+    line of a 1,000-file ingestion whose first file took 0.3 s used to say "ETA 5m00s"
+    from that one file (a large first file: hours) - then one from a smoothed rate:
+    the average so far at first, each later interval weighing 0.3."""
+    now = [0.0]
+    log = io.StringIO()
+    progress = IngestProgress(log, interval_s=0, tty=False, clock=lambda: now[0])
+    for t, done in ((0.3, 1), (2.0, 9), (5.0, 10), (10.0, 30)):
+        now[0] = t
+        progress(done, 1000, f"docs/{done}.md")
+    lines = log.getvalue().splitlines()
+    assert lines[0] == "ingest: 1/1000 files (0%), 0 chunks, 3.3 files/s, 0 chunks/s"
+    assert "ETA" not in lines[1]
+    # 5 s in: 10 files at 2 files/s so far, 990 left.
+    assert lines[2] == "ingest: 10/1000 files (1%), 0 chunks, 2.0 files/s, 0 chunks/s, ETA 8m15s"
+    # The last 5 s went at 4 files/s: 0.3 * 4 + 0.7 * 2 = 2.6 files/s, 970 left.
+    assert lines[3].endswith(", ETA 6m13s"), lines[3]
+
+    # 2 % of the files is enough too, however early.
+    now[0] = 0.0
+    early = IngestProgress(io.StringIO(), interval_s=0, tty=False, clock=lambda: now[0])
+    now[0] = 0.5
+    early(2, 100, "docs/2.md")
+    assert early.stream.getvalue().splitlines()[-1].endswith(", 4.0 files/s, 0 chunks/s, ETA 24s")
+
+
 async def test_progress_ticks_through_a_quiet_stretch() -> None:
     """No file finished and no batch written for a while (one slow embedding call): the
     ticker still writes a line every interval, saying what is going on."""

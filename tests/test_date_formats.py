@@ -1,4 +1,4 @@
-"""A column's date format: one check (``backend.date_formats``) answered the same by both faces.
+"""A column's date format: one check (``backend.table_rules.date_formats``) answered the same by both faces.
 
 The agent's tools check a table config before they call the backend, and the backend
 checks it again on write. They used to carry two copies of the date-format check that
@@ -33,8 +33,8 @@ from agenttools.core.registry import ToolContext, ToolOutcome, ToolRegistry
 from agenttools.core.tool_support import WorkflowToolDeps
 from agenttools.tables.tools import TABLE_REFERENCE
 from backend import create_backend_app
-from backend.date_formats import date_format_problem
 from backend.seed import ALICE_ID, TABLE_CONFIGS
+from backend.table_rules import date_format_problem
 from storage.sqlite import open_sqlite_storage
 from tests.support.events import wire
 from tests.support.node import NodeScript, npm_ci
@@ -154,7 +154,7 @@ async def test_both_faces_refuse_with_the_same_message(faces: Faces, fmt: str, s
 
 
 async def test_the_agent_loads_the_check_without_the_backend_app() -> None:
-    """The tools import ``backend.date_formats`` only; the backend's routes and seed data
+    """The tools import ``backend.table_rules`` only; the backend's routes and seed data
     stay out of the agent's processes (a fresh interpreter: this one has loaded them)."""
     probe = (
         "import sys, agenttools.tables.config_rules; "
@@ -170,7 +170,13 @@ async def test_the_agent_loads_the_check_without_the_backend_app() -> None:
             proc.kill()
             await proc.wait()
     assert proc.returncode == 0, err.decode()
-    assert out.decode().split() == ["backend", "backend.date_formats"]
+    assert out.decode().split() == [
+        "backend",
+        "backend.table_rules",
+        "backend.table_rules.date_formats",
+        "backend.table_rules.reader",
+        "backend.table_rules.validation",
+    ]
 
 
 def random_formats(count: int) -> list[str]:

@@ -18,7 +18,7 @@ import pytest
 from agenttools.rag.external_results import Citation, ExternalResult, new_external_result
 from agenttools.rag.keywords import KeywordIndex, check_keyword, validate_keywords
 from knowledge.saved_answers import SIMILARITY_SCALES, SavedAnswerVectors, SimilarityScale
-from knowledge.stemmer import porter_stem
+from knowledge.stemmer import Stemmer, porter_stem
 from knowledge.textnorm import STOP_WORDS, content_terms, keyword_terms, match_stem, query_terms
 from storage.sqlite import SqliteStorage
 from tests.support.storage import opened_storage
@@ -119,6 +119,24 @@ def test_one_stop_word_list() -> None:
     assert check_keyword("AT&T").key == "at&t"  # type: ignore[union-attr]
 
 
+def test_the_stem_memo_is_an_object_not_module_state() -> None:
+    """``knowledge.stemmer`` keeps no memo of its own (module-level state, which two apps
+    in one process shared): a ``Stemmer`` holds it, owned by the keyword index the app
+    builds with its knowledge base; its answers are ``porter_stem``'s."""
+    import knowledge.stemmer as module
+
+    assert [name for name, value in vars(module).items() if hasattr(value, "cache_info")] == []
+    one, other = Stemmer(), Stemmer()
+    words = ["applications", "computing", "computers", "batteries", "optimizing", "mp3s", "b2b"]
+    assert [one.stem(w) for w in words] == [porter_stem(w) for w in words]
+    one.stem("applications")
+    assert one.stem.cache_info().hits == 1  # type: ignore[attr-defined]
+    assert other.stem.cache_info().currsize == 0  # type: ignore[attr-defined]
+    text = "Real-time analytics of quantum computing applications"
+    assert keyword_terms(text, one) == keyword_terms(text)
+    assert query_terms(text, one) == query_terms(text)
+
+
 # --------------------------------------------------------------------------- the index
 
 SAVED = {
@@ -172,6 +190,16 @@ def vectors(storage: SqliteStorage, **kw: object) -> SavedAnswerVectors:
 async def found(index: KeywordIndex, query: str, ids: dict[str, str]) -> list[str]:
     by_id = {v: k for k, v in ids.items()}
     return [by_id[r.id] for r in await index.lookup(query)]
+
+
+async def test_the_index_stems_through_the_memo_it_is_given(storage: SqliteStorage) -> None:
+    stemmer = Stemmer()
+    index = KeywordIndex(storage.keywords, storage.external_results, stemmer=stemmer)
+    ids = await save_all(index)
+    indexed = stemmer.stem.cache_info()  # type: ignore[attr-defined]
+    assert indexed.currsize > 0
+    assert await found(index, "applications of quantum computing", ids) == ["quantum"]
+    assert stemmer.stem.cache_info().hits > indexed.hits  # type: ignore[attr-defined]
 
 
 async def test_terms_alone_find_rewordings_that_keep_the_words(storage: SqliteStorage) -> None:

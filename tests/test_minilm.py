@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from toolindex.bert_numpy import erf, gelu
 from toolindex.embedder import Embedder, EmbeddingError
-from toolindex.minilm import LocalModelUnavailable, MiniLMEmbedder, erf, gelu
+from toolindex.minilm import LocalModelUnavailable, MiniLMEmbedder
 from toolindex.vectors import EMPTY_TEXT_PLACEHOLDER
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "minilm_reference.npz"

@@ -259,6 +259,13 @@ sample 9/10, npm 4/10 (65 %). After classifying round15-round19's misses (7 the 
 MiB") is the amount "how much time / how big" asks for, and a number followed by a
 function word ("HTTP 204 on reconnect") is none. round19 13/20 -> 14/20, every other set
 unchanged; held-out-style overall (held_out … round19) 276/334 = 83 %.
+Round 20: a twentieth set (``round20``, 10 + 10, committed before it was first asked):
+sample 8/10, npm 5/10 (65 %). After classifying round15-round20's misses: "each" meets
+"every"; a second passage may come from another part of the page already quoted (not
+the chunk quoted nor the next or previous one) when it scores 0.85 of the best; a
+sentence opening with the negated case a question asks about ("If the initializer is
+omitted …") gains 0.25. round20 unchanged (13/20), seven answers gained elsewhere, none
+lost; held-out-style overall (held_out … round20) 289/354 -> 296/354 = 84 %.
 The floors below are the figures reached, so any lost answer fails.
 """
 
@@ -294,7 +301,7 @@ from tests.support.procs import REPO, child_env
 FLOORS = {
     "original": {"sample": 0.91, "npm": 0.92},  # 11/12 here (12/12 in the bench, beside the npm docs), 13/14
     "held_out": {"sample": 1.0, "npm": 0.72},  # 7/7, 8/11 (7/11 before round 6)
-    "fresh": {"sample": 1.0, "npm": 0.87},  # 8/8 (6/8 before round 6), 7/8
+    "fresh": {"sample": 1.0, "npm": 1.0},  # 8/8 (6/8 before round 6), 8/8 (7/8 before round 20)
     "final": {"sample": 1.0, "npm": 0.87},  # 8/8 (6/8 before round 6, 7/8 before round 9), 7/8 (6/8 before round 11)
     "unseen": {"sample": 1.0, "npm": 1.0},  # 8/8 (7/8 before round 11), 8/8 (6/8, 6/8 when first measured)
     "last": {"sample": 0.87, "npm": 1.0},  # 7/8, 8/8 (7/8 measured once, after round 5; 8/8 since round 18)
@@ -306,16 +313,17 @@ FLOORS = {
     # first eight passages (docs/knowledge-base.md). Scoring a bucket by its own statistics
     # is the fix, not made yet.
     "round9": {"sample": 1.0, "npm": 0.5},  # 10/10, 5/10 (6/10 with the smaller sample; 9/10, 4/10 measured once)
-    "round10": {"sample": 1.0, "npm": 0.7},  # 10/10, 7/10 (10/10, 6/10 when measured once after round 10)
-    "round11": {"sample": 0.8, "npm": 0.5},  # 8/10 here (9/10 in the bench), 5/10 (8/10, 3/10 measured once)
+    "round10": {"sample": 1.0, "npm": 0.8},  # 10/10, 8/10 (7/10 before round 20; 10/10, 6/10 measured once)
+    "round11": {"sample": 0.9, "npm": 0.5},  # 9/10 here (8/10 before round 20), 5/10 (8/10, 3/10 measured once)
     "round12": {"sample": 0.9, "npm": 0.6},  # 10/10 here, 9/10 in the bench; 6/10 (3/10 measured once, after round 12)
-    "round13": {"sample": 0.9, "npm": 0.4},  # 9/10, 4/10: measured once, after round 13
-    "round14": {"sample": 0.9, "npm": 0.8},  # 9/10, 8/10 (9/10, 4/10 when first measured, before round 14)
+    "round13": {"sample": 1.0, "npm": 0.4},  # 10/10 (9/10 before round 20), 4/10: measured once, after round 13
+    "round14": {"sample": 1.0, "npm": 0.9},  # 10/10, 9/10 (9/10, 8/10 before round 20; 9/10, 4/10 first)
     "round15": {"sample": 0.8, "npm": 0.7},  # 8/10 here, 9/10 in the bench (before and after round 15); 7/10
     "round16": {"sample": 1.0, "npm": 0.7},  # 10/10, 7/10 (8/10 with the smaller sample, see round9; 7/10 first)
-    "round17": {"sample": 0.8, "npm": 0.7},  # 8/10, 7/10 (8/10, 6/10 when first asked, before round 17)
+    "round17": {"sample": 0.9, "npm": 0.7},  # 9/10 (8/10 before round 20), 7/10 (8/10, 6/10 when first asked)
     "round18": {"sample": 0.9, "npm": 0.7},  # 9/10 here, 10/10 in the bench; 7/10 (8/10, 6/10 when first asked)
     "round19": {"sample": 0.9, "npm": 0.4},  # 9/10 here, 10/10 in the bench (9/10 first); 4/10 (4/10 first)
+    "round20": {"sample": 0.8, "npm": 0.5},  # 8/10, 5/10 (8/10, 5/10 when first asked, before round 20)
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",

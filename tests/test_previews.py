@@ -44,7 +44,7 @@ def test_validation_error_event_carries_field_message_strings() -> None:
     assert isinstance(event, TableConfigValidationError) and event.name == "table_config_validation_error"
     assert event.errors == error_strings(report.errors)
     assert "title: title is required" in event.errors
-    assert "widget_type: 'pie' is not one of table, chart" in event.errors
+    assert "widget_type: invalid widget_type 'pie'; must be one of table, chart" in event.errors
     assert out.model_content is None and out.content["valid"] is False and not out.is_error
 
 

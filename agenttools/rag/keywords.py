@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from knowledge.saved_answers import SemanticMatches
+from knowledge.stemmer import Stemmer
 from knowledge.textnorm import STOP_WORDS, keyword_terms, query_terms
 from knowledge.textnorm import tokens as text_tokens
 from storage.interfaces import ExternalResultStore, KeywordStore
@@ -255,9 +256,13 @@ class KeywordIndex:
         min_score: float = MIN_MATCH_SCORE,
         clock: Callable[[], float] = time.time,
         shared: bool = False,
+        stemmer: Stemmer | None = None,
     ) -> None:
         self._keywords = keywords
         self._results = results
+        #: The memo of the keywords' and questions' word stems (``knowledge.stemmer``):
+        #: the app's, given by its wiring; a fresh one for a caller without one.
+        self._stemmer = stemmer if stemmer is not None else Stemmer()
         self._semantic = semantic
         self.shared = shared
         self._min_score = min_score
@@ -303,7 +308,7 @@ class KeywordIndex:
             conversation_id=conversation_id,
             owner=owner,
             now=self._clock(),
-            terms={key: keyword_terms(display) for key, display in unique.items()},
+            terms={key: keyword_terms(display, self._stemmer) for key, display in unique.items()},
         )
         if self._semantic is not None:
             try:
@@ -321,7 +326,8 @@ class KeywordIndex:
             missing = await self._keywords.without_terms(batch)
             if not missing:
                 break
-            await self._keywords.set_terms({key: keyword_terms(display) for key, display in missing.items()})
+            stems = self._stemmer
+            await self._keywords.set_terms({key: keyword_terms(display, stems) for key, display in missing.items()})
             terms += len(missing)
         vectors = await self._semantic.backfill() if self._semantic is not None else 0
         return {"keyword_terms": terms, "vectors": vectors}
@@ -357,7 +363,7 @@ class KeywordIndex:
             return []
         scope = None if self.shared else owner
         evidence: dict[str, _Evidence] = {}
-        terms = query_terms(text)
+        terms = query_terms(text, self._stemmer)
         if terms:
             for hit in await self._keywords.term_hits(terms, owner=scope):
                 value = 1.0 if hit.matched >= hit.terms else (hit.matched / hit.terms) ** 2

@@ -25,7 +25,7 @@ from agenttools.core.tool_support import (
     opt_str,
     req_str,
 )
-from agenttools.tables.config_rules import COLUMN_VISUAL_TYPES
+from agenttools.tables.config_rules import COLUMN_TYPES
 from agenttools.tables.config_rules import validate_table_config as check_table_config
 from agenttools.tables.ops import (
     PG_TYPES_BY_VISUAL,
@@ -82,7 +82,7 @@ TABLE_REFERENCE: dict[str, Any] = {
         "us_datetime": "MM/dd/yyyy hh:mm a",
     },
     "validation_rules": [
-        "Every visible column needs a type (" + ", ".join(COLUMN_VISUAL_TYPES) + ").",
+        "Every visible column needs a type (" + ", ".join(COLUMN_TYPES) + ").",
         "datetime columns need a date-fns format such as yyyy-MM-dd (not Go layouts like 2006-01-02); "
         "literal letters go in single quotes: yyyy-MM-dd'T'HH:mm, dd.MM.yyyy 'at' HH:mm.",
         "Column order is all or nothing: either every visible column has an order or none does.",

@@ -1,5 +1,5 @@
 """``python -m app.cli``: the ``agentchat`` command."""
 
-from app.cli.commands import main
+from app.cli import main
 
 raise SystemExit(main())

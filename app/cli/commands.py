@@ -16,14 +16,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
 from app.cli.children import die_with_parent
 from app.cli.compact import add_compact_command, run_compact
 from app.cli.gcpolicy import tune_for_serving
-from app.cli.interrupts import EXIT_TERMINATED, Termination, cancelled_by_sigterm
+from app.cli.interrupts import EXIT_TERMINATED, Termination, cancelled_by_sigterm, end_early_sigterm
 from app.cli.kb import add_kb_commands, run_kb_command
 from app.cli.migrate import add_migrate_command, run_migrate_db
 from app.config import ConfigError, Settings
@@ -197,6 +197,7 @@ async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, 
     """Serve on the bound socket until stopped; ``False`` if the app never started."""
     from app.cli.serving import DrainingServer, bound_port, choose_stack, uvicorn_config
     from app.factory import create_app
+    from app.ops.close_budget import SERVER_CLOSE_S
 
     stack = choose_stack(settings.server_stack)
 
@@ -219,7 +220,7 @@ async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, 
             log_level="info",
             log_config=uvicorn_log_config(args.log_format),
             lifespan="on",
-            timeout_graceful_shutdown=5,
+            timeout_graceful_shutdown=SERVER_CLOSE_S,
         ),
         drain,
     )
@@ -363,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"agentchat: {exc}", file=sys.stderr)
         return 2
+    end_early_sigterm()  # each command below handles SIGTERM its own way (``interrupts``)
     if args.command == "serve":
         try:
             return _serve(args)
@@ -371,14 +373,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "backend":
         return _backend(args)
     if args.command == "keywords":
-        return asyncio.run(_prune_keywords(args))
+        return _one_off(args, _prune_keywords(args))
     if args.command == "migrate-db":
-        return asyncio.run(run_migrate_db(args, _settings()))
+        return _one_off(args, run_migrate_db(args, _settings()))
     if args.command == "compact":
-        return asyncio.run(run_compact(args, _settings()))
+        return _one_off(args, run_compact(args, _settings()))
+    return _one_off(args, run_kb_command(args, _settings()))
+
+
+def _one_off(args: argparse.Namespace, work: Coroutine[Any, Any, int]) -> int:
+    """Run a one-off command: Ctrl-C or SIGTERM cancel it (its ``finally`` blocks close
+    its storage), then one line on stderr and exit 130 or 143."""
     termination = Termination()
     try:
-        return asyncio.run(cancelled_by_sigterm(run_kb_command(args, _settings()), termination))
+        return asyncio.run(cancelled_by_sigterm(work, termination))
     except KeyboardInterrupt:  # Ctrl-C: ``ingest`` has said what stands (``app/cli/kb.py``)
         print(f"agentchat {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -17,6 +17,7 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from app.config import Settings
@@ -26,6 +27,14 @@ log = logging.getLogger("agentchat.cli")
 EXIT_REJECTED = 1
 EXIT_USAGE = 2
 MAX_LIST_LIMIT = 10_000
+#: A plain progress line shows an ETA once this much of the ingestion has been seen -
+#: this many seconds, or this share of the files: one file's time times the files left
+#: read "ETA 3h45m" on the first line of an ingestion whose first file was a large one.
+ETA_AFTER_S = 5.0
+ETA_AFTER_SHARE = 0.02
+#: Weight of the latest interval's rate in the smoothed rate the ETA divides by (the
+#: first is the average so far): a slow or fast stretch moves it, one line does not swing it.
+ETA_SMOOTHING = 0.3
 
 
 # --- progress ------------------------------------------------------------------------------
@@ -39,11 +48,23 @@ class IngestProgress:
     runs beside it so a quiet stretch (a folder being listed, one slow embedding call)
     still gets its line every ``interval_s``: silence means the process is stuck."""
 
-    def __init__(self, stream: TextIO | None = None, *, interval_s: float = 5.0, tty: bool | None = None) -> None:
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        *,
+        interval_s: float = 5.0,
+        tty: bool | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
         self.interval_s = interval_s
-        self.started = time.perf_counter()
+        self._clock = clock
+        self.started = clock()
+        #: The smoothed files/s the ETA divides by, and when (and at how many files) it
+        #: was last updated; ``None`` until enough has been seen (``ETA_AFTER_S``).
+        self._rate: float | None = None
+        self._rate_at = (0.0, 0)
         self.chunks = 0
         self.total = 0
         self.done = 0
@@ -73,7 +94,7 @@ class IngestProgress:
 
     def tick(self) -> None:
         """A plain line if none was written for ``interval_s`` (a bar redraws itself)."""
-        now = time.perf_counter()
+        now = self._clock()
         if self._bar is not None:
             self._bar.set_postfix_str(self._chunk_text())
         elif not self.tty and now - self._last_line >= self.interval_s:
@@ -101,7 +122,7 @@ class IngestProgress:
             self._bar.close()
             self._bar = None
         elif not self.tty and self.total:
-            self._write_line(time.perf_counter())
+            self._write_line(self._clock())
             self.total = 0
 
     def _write_line(self, now: float) -> None:
@@ -110,7 +131,7 @@ class IngestProgress:
         self.stream.flush()
 
     def _chunk_text(self) -> str:
-        elapsed = max(1e-9, time.perf_counter() - self.started)
+        elapsed = max(1e-9, self._clock() - self.started)
         text = f"{self.chunks} chunks, {self.chunks / elapsed:.0f} chunks/s"
         return f"{text}, {self.phase}" if self.phase else text
 
@@ -124,10 +145,24 @@ class IngestProgress:
             f"ingest: {self.done}/{self.total} files ({pct:.0f}%), {self.chunks} chunks, "
             f"{rate:.1f} files/s, {self.chunks / elapsed:.0f} chunks/s"
         )
-        if self.done < self.total:
-            eta = (self.total - self.done) / rate if rate > 0 else 0.0
+        eta = self._eta(now, elapsed)
+        if eta is not None and self.done < self.total:
             line += f", ETA {_duration(eta)}"
         return f"{line}, {self.phase}" if self.phase else line
+
+    def _eta(self, now: float, elapsed: float) -> float | None:
+        """Seconds left at the smoothed rate; ``None`` until enough has been seen
+        (``ETA_AFTER_S`` or ``ETA_AFTER_SHARE`` of the files) to say."""
+        if self.done <= 0 or (elapsed < ETA_AFTER_S and self.done < ETA_AFTER_SHARE * self.total):
+            return None
+        at, done_then = self._rate_at
+        if self._rate is None:
+            self._rate = self.done / elapsed
+        elif now > at and self.done >= done_then:
+            recent = (self.done - done_then) / (now - at)
+            self._rate = ETA_SMOOTHING * recent + (1 - ETA_SMOOTHING) * self._rate
+        self._rate_at = (now, self.done)
+        return (self.total - self.done) / self._rate if self._rate > 0 else None
 
 
 def _duration(value: float) -> str:

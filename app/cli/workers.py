@@ -17,13 +17,15 @@ any crash, and the new worker is a new replica), and exits when all have stopped
 worker that cannot start at all stops the whole service (exit 3) rather than loop.
 
 The parent always exits within ``stop_after_s`` of the first signal (the workers' drain,
-``--grace``, plus ``STOP_MARGIN_S`` for their own close): a worker still running then —
-hung in its close, stopped (SIGSTOP), ignoring SIGTERM — is SIGKILLed and the parent
-exits 1. Its runs are durable: their leases lapse and the next process carries them on,
-as after any SIGKILL (``docs/scaling.md``). The signal handler only counts signals; the
-watch loop (woken at once through ``signal.set_wakeup_fd``) forwards them to every live
-worker it knows, so a worker started while a signal arrives — the first ones, or one
-being restarted — is signalled too, never missed.
+``--grace``, plus ``STOP_MARGIN_S`` for their own close — the sum of the bounds of the
+close's steps, ``app/ops/close_budget.py``, so a worker still within them is never
+killed): a worker still running then — hung in its close, stopped (SIGSTOP), ignoring
+SIGTERM — is SIGKILLed and the parent exits 1. Its runs are durable: their leases lapse
+and the next process carries them on, as after any SIGKILL (``docs/scaling.md``). The
+signal handler only counts signals; the watch loop (woken at once through
+``signal.set_wakeup_fd``) forwards them to every live worker it knows, so a worker
+started while a signal arrives — the first ones, or one being restarted — is signalled
+too, never missed.
 
 The parent also makes a private runtime directory for its workers (``AGENT_WORKERS_DIR``,
 removed when it exits) where each serves its ``/metrics`` figures to its siblings
@@ -50,6 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from app.ops.close_budget import CLOSE_BUDGET_S
+
 log = logging.getLogger("agentchat.workers")
 
 #: A worker's exit code when its app never started (``app/cli/commands.py``).
@@ -61,9 +65,11 @@ WORKERS_DIR_ENV = "AGENT_WORKERS_DIR"
 #: Workers that die this many times within ``CRASH_WINDOW_S`` stop the service.
 MAX_CRASHES = 5
 CRASH_WINDOW_S = 60.0
-#: After the workers' drain (``--grace``), how long they may take to close (uvicorn's
-#: graceful shutdown, the background tasks' end, the storage's close) before SIGKILL.
-STOP_MARGIN_S = 30.0
+#: After the workers' drain (``--grace``), how long they may take to close before SIGKILL:
+#: their close budget, every bounded step of the close at its bound (uvicorn's graceful
+#: shutdown, the background tasks' end, the leader, the storage's close…;
+#: ``app/ops/close_budget.py``), never a number of its own that the steps outgrow.
+STOP_MARGIN_S = CLOSE_BUDGET_S
 #: Exit code when a worker had to be SIGKILLed on the way out.
 KILLED_ON_STOP = 1
 #: At most this many SIGTERMs go to a worker: the first drains, the second stops it at once.
@@ -270,10 +276,11 @@ class Supervisor:
                     proc.wait(10)
 
 
-def stop_deadline_s(grace_s: float) -> float:
+def stop_deadline_s(grace_s: float, close_budget_s: float = STOP_MARGIN_S) -> float:
     """How long the parent waits for its workers after the first signal: their drain
-    (``--grace`` / ``AGENT_SHUTDOWN_GRACE_S``) and ``STOP_MARGIN_S`` to close."""
-    return grace_s + STOP_MARGIN_S
+    (``--grace`` / ``AGENT_SHUTDOWN_GRACE_S``) and their close budget (``STOP_MARGIN_S``;
+    a test gives a short one)."""
+    return grace_s + close_budget_s
 
 
 @contextlib.contextmanager

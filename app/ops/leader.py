@@ -43,6 +43,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from app.ops.stopping import cancel_and_wait
+from storage.run_feed import raise_if_cancel_lost
 
 log = logging.getLogger("agentchat.ops")
 
@@ -199,6 +200,11 @@ class Leader:
                     run.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await run
+            # This task's own cancel (the close's) may have landed while the job was
+            # stopping with the lead: the wait for it above swallowed it, and the loop
+            # went back to wait for the lead, for ever - the close waited ``STOP_S`` and
+            # left the task behind. The task's ``cancelling()`` count still says so.
+            raise_if_cancel_lost()
             if not run.cancelled():
                 return run.result()
             log.info("background job stopped with the lead", extra={"job": name})

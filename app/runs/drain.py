@@ -14,6 +14,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
+from app.ops.close_budget import INTERRUPTED_RUNS_S
 from app.runs.cancels import RunCancels
 from app.runs.counters import RunCounters
 from app.runs.leases import LeaseKeeper
@@ -44,7 +45,7 @@ class Drain:
             assert run.task is not None
             run.task.cancel()
         if left:
-            await asyncio.wait([r.task for r in left if r.task is not None], timeout=10)
+            await asyncio.wait([r.task for r in left if r.task is not None], timeout=INTERRUPTED_RUNS_S)
             self.counters.interrupted += len(left)
             log.info("released live runs for the next process", extra={"runs": len(left)})
         for run in left:

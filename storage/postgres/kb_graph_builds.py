@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from storage.postgres.database import Conn, PostgresDatabase
 from storage.postgres.kb_graph_queue import GraphBuildQueue, GraphJob
@@ -213,13 +214,28 @@ class GraphUpkeep(GraphBuildQueue):
                 "(their searches are exact meanwhile)",
                 pending,
             )
-        for attr in ("_repair", "_worker"):
-            task = getattr(self, attr)
-            setattr(self, attr, None)
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        tasks: list[asyncio.Task[Any]] = [t for t in (self._repair, self._worker) if t is not None and not t.done()]
+        self._repair = self._worker = None
+        for task in tasks:
+            task.cancel()
+        # Waited for with ``asyncio.wait``, not ``await task`` under a suppressed
+        # ``CancelledError``: that swallowed a cancel of the caller itself (a server's
+        # shutdown cancelled during the storage's close), which then went on as if never
+        # asked to stop, and its cancel passed on to the worker cut the build's cancel on
+        # the server short. ``asyncio.wait`` raises the caller's cancel every time and
+        # passes it on to nothing: a cancelled caller still waits for the tasks (the
+        # worker's end is bounded by ``CANCEL_S``), then stays cancelled. Only a cancel
+        # that came during this wait is raised: a caller closing *because* it was
+        # cancelled (its ``cancelling()`` already counts one) gets its whole close.
+        cancelled = False
+        running = set(tasks)
+        while running:
+            try:
+                _, running = await asyncio.wait(running)
+            except asyncio.CancelledError:
+                cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError
 
 
 __all__ = ["GraphUpkeep"]

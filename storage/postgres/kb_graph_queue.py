@@ -53,6 +53,8 @@ log = logging.getLogger("agentchat.storage")
 DDL_LOCK = "kb_chunks_hnsw:ddl"
 #: The builders' connections, by name (``pg_stat_activity``; the tests find them so).
 APPLICATION_NAME = "agentchat-kb-graphs"
+#: How long the close's cancel of a build on the server may take (``cancel_safe``).
+CANCEL_S = 5.0
 
 
 @dataclass(slots=True)
@@ -73,6 +75,31 @@ class GraphJob:
     @property
     def key(self) -> tuple[Any, ...]:
         return ("drop", self.drop) if self.drop else ("build", self.dim, self.bucket)
+
+
+def _tell(job: GraphJob, outcome: bool | BaseException) -> None:
+    """Each waiter of ``job`` not answered yet learns ``outcome`` (a result or an error)."""
+    for fut in job.waiters:
+        if fut.done():
+            continue
+        if isinstance(outcome, BaseException):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome)
+
+
+async def _cancel_on_server(conn: Conn) -> None:
+    """Cancel the connection's statement on the server. Failing to (the cancel request
+    timed out: the server unreachable) is logged, not raised: the worker's close goes on
+    (its waiters told, its connection closed) as it would have."""
+    try:
+        await conn.cancel_safe(timeout=CANCEL_S)
+    except Exception as exc:
+        log.warning(
+            "knowledge base: cancelling a graph build on the server failed: %s: %s; its session is closed",
+            type(exc).__name__,
+            exc,
+        )
 
 
 def _quiet(fut: asyncio.Future[bool]) -> None:
@@ -140,19 +167,23 @@ class GraphBuildQueue:
         return conn
 
     async def _work(self) -> None:
-        """Run the queued jobs one after another, on one connection, until none is left."""
+        """Run the queued jobs one after another, on one connection, until none is left.
+        However it ends, every waiter of a job it took or left queued is told: ``False``
+        when cancelled (the storage's close), the error when the worker itself failed
+        (not a build: a build's failure is its own waiters' answer) - never left waiting."""
         conn: Conn | None = None
+        current: GraphJob | None = None
         try:
             while self._jobs:
-                key, job = next(iter(self._jobs.items()))
-                self._running = job
+                key, current = next(iter(self._jobs.items()))
+                self._running = current
                 try:
                     if conn is None or conn.closed or conn.broken:
                         conn = await self._connect()
-                    outcome: bool | BaseException = await self._run(conn, job)
+                    outcome: bool | BaseException = await self._run(conn, current)
                 except asyncio.CancelledError:
                     if conn is not None and not conn.closed:
-                        await conn.cancel_safe(timeout=5.0)
+                        await _cancel_on_server(conn)
                     raise
                 except Exception as exc:
                     outcome = exc
@@ -161,27 +192,32 @@ class GraphBuildQueue:
                 self._jobs.pop(key, None)
                 if outcome is True:
                     self._changed()
-                for fut in job.waiters:
-                    if fut.done():
-                        continue
-                    if isinstance(outcome, BaseException):
-                        fut.set_exception(outcome)
-                    else:
-                        fut.set_result(outcome)
+                _tell(current, outcome)
+                current = None
         except asyncio.CancelledError:
             # The storage's close (``GraphUpkeep.stop``): the jobs are not done *here*,
             # which is what ``False`` says; a cancel would reach a waiter that was not
             # cancelled itself (a bulk load whose rows committed) as its own cancellation.
-            for job in self._jobs.values():
-                for fut in job.waiters:
-                    if not fut.done():
-                        fut.set_result(False)
-            self._jobs.clear()
+            self._tell_all(current, False)
             raise
+        except Exception as exc:
+            # Not a build's failure (each is its waiters' answer above) but the worker's
+            # own (``changed`` raising, a bug): the waiters of the job it ran and of every
+            # queued one hear it; the next request starts a new worker.
+            log.error("knowledge base: the graph builds' worker failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
+            self._tell_all(current, exc)
         finally:
             if conn is not None:
                 with contextlib.suppress(Exception):
                     await conn.close()  # releases the DDL lock with the session
+
+    def _tell_all(self, current: GraphJob | None, outcome: bool | BaseException) -> None:
+        """Answer the job the worker was on and every queued one with ``outcome``; forget them."""
+        if current is not None:
+            _tell(current, outcome)
+        for job in self._jobs.values():
+            _tell(job, outcome)
+        self._jobs.clear()
 
     async def _run(self, conn: Conn, job: GraphJob) -> bool:
         """One job under the DDL lock. Cancelled, the lock is left to the worker, which

@@ -36,7 +36,7 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: (10 + 10) after round 15, measured before round 16's changes; "round17" (10 + 10) after
 #: round 16, measured before round 17's changes; "round18" (10 + 10) after round 17, measured
 #: before round 18's changes; "round19" (10 + 10) after round 18, measured before round 19's
-#: changes.
+#: changes; "round20" (10 + 10) after round 19, measured before round 20's changes.
 SETS = (
     "original",
     "held_out",
@@ -57,6 +57,7 @@ SETS = (
     "round17",
     "round18",
     "round19",
+    "round20",
 )
 
 

@@ -158,3 +158,39 @@ async def test_a_follower_of_another_replicas_run_ends_when_cancelled_as_news_ar
             following.cancel()
     finally:
         await storage.close()
+
+
+async def test_a_leader_job_cancelled_while_it_stops_with_the_lead_stays_cancelled(tmp_path: Path) -> None:
+    """``Leader._while_leading``: the lead is lost and the job, cancelled for it, takes a
+    moment to stop; the close cancels the job's task meanwhile. The task ends cancelled
+    with its job - it used to swallow that cancel with the job's and go back to wait for
+    the lead, for ever (the close waited ``STOP_S`` and left it running)."""
+    from app.ops.leader import FileLeader
+
+    leader = FileLeader(tmp_path / "leader.lock", retry_s=3600)
+    assert await leader.lock.try_acquire()
+    started, stopping, release = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def job() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            stopping.set()
+            await release.wait()  # a job slow to stop: the close's cancel lands meanwhile
+            raise
+
+    leader._take_lead()
+    task = leader.when_leading(job, name="slow-to-stop")
+    try:
+        await asyncio.wait_for(started.wait(), 10)
+        leader._step_down()  # the lead is lost: the job is cancelled and stops, slowly
+        await asyncio.wait_for(stopping.wait(), 10)
+        task.cancel()  # the close
+        done, _ = await asyncio.wait({task}, timeout=10)
+        assert task in done, "the job's task went back to wait for the lead after its own cancel"
+        assert task.cancelled()
+    finally:
+        release.set()
+        await leader.aclose()
+    assert all(t.done() for t in leader._jobs)

@@ -2,7 +2,7 @@
 (``TableConfigError`` / ``TableConfigWarning``) and ``ConfigReader``, whose typed reads
 turn a value of the wrong type into an ``INVALID_TYPE`` error on that field and carry on.
 
-Apart from the Appendix B rules (``backend.table_validation``) because these reads are
+Apart from the Appendix B rules (``validation``) because these reads are
 how every rule looks at the config, and the rules read better without them.
 """
 
@@ -118,8 +118,11 @@ class ConfigReader:
             self.error(where, f"invalid {what} {value!r}; must be one of {', '.join(allowed)}", "INVALID_VALUE")
 
     def required(self, parent: dict[str, Any], key: str, where: str) -> str:
+        """A string that must be there and not empty; ``null`` counts as missing (Go
+        decodes it to ``""``), a value of another type is ``INVALID_TYPE`` only."""
         value = self.text(parent, key, where)
-        if not value and isinstance(parent.get(key, ""), str):
+        raw = parent.get(key)
+        if not value and (raw is None or isinstance(raw, str)):
             self.error(where, f"{key} is required", "REQUIRED")
         return value
 

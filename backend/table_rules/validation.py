@@ -1,4 +1,4 @@
-"""Table-configuration validation: the rules of Ichor's ``ValidateConfig()`` (reference Appendix B).
+"""The rules of Ichor's ``ValidateConfig()`` (reference Appendix B), for the backend and the tools.
 
 ``validate_table_config(config)`` returns every error (``field``, ``message``, ``code``) and
 warning (``field``, ``message``) at once. Field paths look like
@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from backend.date_formats import date_format_problem
-from backend.table_config_reader import ConfigReader, TableConfigReport
+from backend.table_rules.date_formats import date_format_problem
+from backend.table_rules.reader import ConfigReader, TableConfigReport
 
 WIDGET_TYPES = ("table", "chart")
 REFRESH_MODES = ("polling", "manual")

@@ -1,9 +1,8 @@
 """Date formats in a table configuration: the one check of a column's date-fns format.
 
-Both faces use it — the backend's write rules (``table_validation``) and the agent's own
-check before it calls the backend (``agenttools/tables/config_rules.py``, the one module
-of this package the agent imports) — so a format is accepted or refused the same by
-both, with the same message. It imports nothing of ours, so the agent loads nothing else.
+Part of the table rules (``backend.table_rules``) that the backend's write and the
+agent's own check before it calls the backend both run, so a format is accepted or
+refused the same by both, with the same message.
 
 What it accepts is what date-fns' ``format`` accepts: tokens are runs of one letter among
 its formatters (``yyyy``, ``MM``, ``do``, ``EEE``, ``P`` …), text in single quotes is
