@@ -338,25 +338,32 @@ def _resized(arr: npt.NDArray[G], cap: int, n: int) -> npt.NDArray[G]:
     return out
 
 
-#: Documents ``load_vectors`` appends at once (one ``add_many``).
+#: Documents ``load_vectors`` appends at once (one ``add_many``) ...
 LOAD_BATCH_DOCUMENTS = 5_000
+#: ... or fewer, once they hold this many rows: a few long documents must not make one
+#: batch of the whole knowledge base (its per-document arrays, their concatenation and
+#: its normalised copy all held at once: 890 MB over the matrix for 293 MB of vectors).
+LOAD_BATCH_ROWS = 20_000
 
 
 async def load_vectors(vectors: VectorIndex, index: KBIndex, embed_model: str) -> int:
     """Fill ``vectors`` with every stored vector of ``embed_model`` (at ``vectors.dim``
     dimensions); returns how many rows were added.
 
-    ``LOAD_BATCH_DOCUMENTS`` documents at a time through ``add_many``, which leaves the
-    matrix exactly as ``add`` per document would: appending one document at a time cost
-    ~45 us each (a normalisation, a copy and a snapshot per one-chunk document), most of
-    the two to three minutes a 1M-chunk knowledge base took to open (issue 24)."""
+    ``LOAD_BATCH_DOCUMENTS`` documents (at most ``LOAD_BATCH_ROWS`` rows) at a time
+    through ``add_many``, which leaves the matrix exactly as ``add`` per document would:
+    appending one document at a time cost ~45 us each (a normalisation, a copy and a
+    snapshot per one-chunk document), most of the two to three minutes a 1M-chunk
+    knowledge base took to open (issue 24)."""
     added = 0
     batch: list[KBVectorRows] = []
+    rows_in_batch = 0
     async for rows in index.iter_vectors(embed_model, vectors.dim):
         batch.append(rows)
         added += len(rows.chunk_ids)
-        if len(batch) >= LOAD_BATCH_DOCUMENTS:
+        rows_in_batch += len(rows.chunk_ids)
+        if len(batch) >= LOAD_BATCH_DOCUMENTS or rows_in_batch >= LOAD_BATCH_ROWS:
             vectors.add_many(batch)
-            batch = []
+            batch, rows_in_batch = [], 0
     vectors.add_many(batch)
     return added

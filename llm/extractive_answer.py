@@ -330,7 +330,8 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                 score += _how_to_bonus(question, raw)
                 if block.kind == "list" and page_named and _subcommand(question, raw):
                     score += SUBCOMMAND_BONUS
-                if question.holds_count(_EMPHASIS.sub("", plain)):
+                bare = _EMPHASIS.sub("", plain)  # the sentence without Markdown emphasis
+                if question.holds_count(bare):
                     score += COUNT_BONUS
                 follower = _next_block(read, b)
                 introduces_list = (
@@ -338,9 +339,9 @@ def _units(reads: list[_Read], question: _Question) -> list[_Unit]:
                 )
                 if _names_focus(question, plain) and (introduces_list or _enumerates(plain)):
                     score += FOCUS_BONUS
-                if question.negated and _NEGATION.search(_EMPHASIS.sub("", plain)):
+                if question.negated and _NEGATION.search(bare):
                     score += NEGATION_BONUS
-                    if _NEGATED_CONDITION.match(_EMPHASIS.sub("", plain)):
+                    if _NEGATED_CONDITION.match(bare):
                         score += NEGATED_CONDITION_BONUS
                 out.append(_Unit(p, b, i, text, score))
     return out

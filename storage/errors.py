@@ -14,6 +14,23 @@ class StorageUnavailable(StorageError):
     code = "storage_unavailable"
 
 
+class SchemaTooNew(StorageError, RuntimeError):
+    """The database was migrated by a newer release: its schema has steps this one does
+    not know. Opening it anyway would run this release's code on tables it does not
+    understand (a newer layout's rows invisible to it, writes that conflict with them),
+    so it is refused before anything is read or written."""
+
+    code = "schema_too_new"
+
+    def __init__(self, found: int, known: int) -> None:
+        super().__init__(
+            f"the database's schema is at version {found}, written by a newer release of agentchat; "
+            f"this release knows versions up to {known}: run the newer release (or restore a backup "
+            "taken before the upgrade)"
+        )
+        self.found, self.known = found, known
+
+
 class ConversationBusy(StorageError):
     """A run of this conversation is still live and the multitask policy is ``reject``."""
 

@@ -7,7 +7,9 @@ each engine only supplies its own SQL for that number (``storage/*/migrations.py
 never edited once released). The runner's order is the same everywhere — make the
 version table, then for each step, in its own transaction: skip it if recorded, else
 run its statements and record it — while what a transaction, a lock or a tolerated
-error is stays with the engine (``MigrationRunner``'s hooks).
+error is stays with the engine (``MigrationRunner``'s hooks). A database whose recorded
+version is past this release's last step was migrated by a newer release and is refused
+(``SchemaTooNew``) before anything is read or written: there are no down-migrations.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from storage.errors import SchemaTooNew
 
 VERSION_TABLE = "schema_version"
 
@@ -114,6 +118,10 @@ class MigrationRunner:
         """Whether ``step`` is recorded (asked inside its transaction)."""
         raise NotImplementedError
 
+    async def newest(self) -> int:
+        """The highest version recorded (0 for a new database)."""
+        raise NotImplementedError
+
     async def apply(self, statement: str) -> None:
         await self.execute(statement)
 
@@ -131,6 +139,10 @@ class MigrationRunner:
             f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} ("
             f"version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at {self.time_type} NOT NULL)"
         )
+        known = max((step.version for step in migrations), default=0)
+        found = await self.newest()
+        if found > known:  # a newer release migrated this database: never run on it
+            raise SchemaTooNew(found, known)
         version = 0
         for step in migrations:
             async with self.step(step):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.deadline import reap, within
-from tests.support.procs import REPO, child_env
+from tests.support.procs import REPO, answers_ctrl_c, child_env
 
 COMMAND = textwrap.dedent(
     """
@@ -67,7 +67,7 @@ async def test_a_second_sigterm_during_the_close_ends_the_process_at_once(tmp_pa
         await reap(proc, "the command", grace=5)
 
 
-#: A ``sitecustomize`` that holds the import of ``app.cli.commands`` (seconds of imports
+#: A ``sitecustomize`` that holds the import of ``app.cli.commands`` (or ``CLI_GATE_MODULE``; seconds of imports
 #: on a loaded machine: the window before any handler of the command is in place) until
 #: the file ``CLI_IMPORT_GATE`` names exists, saying on stderr when it holds it.
 IMPORT_GATE = textwrap.dedent(
@@ -76,9 +76,9 @@ IMPORT_GATE = textwrap.dedent(
 
     class Gate:
         def find_spec(self, name, path, target=None):
-            if name == "app.cli.commands":
+            if name == os.environ.get("CLI_GATE_MODULE", "app.cli.commands"):
                 sys.meta_path.remove(self)
-                sys.stderr.write("gate: importing app.cli.commands\\n")
+                sys.stderr.write(f"gate: importing {name}\\n")
                 sys.stderr.flush()
                 deadline = time.monotonic() + 120
                 while not os.path.exists(os.environ["CLI_IMPORT_GATE"]) and time.monotonic() < deadline:
@@ -115,7 +115,7 @@ async def test_a_signal_while_the_command_is_still_importing_ends_it_with_one_li
     })  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "app.cli", "ingest", str(tmp_path / "docs"), "--quiet", cwd=REPO, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=answers_ctrl_c,
     )  # fmt: skip
     assert proc.stderr is not None
     try:
@@ -196,7 +196,7 @@ async def test_a_sigterm_while_the_loop_runs_a_callback_ends_a_one_off_command(
     (site / "sitecustomize.py").write_text(SIGTERM_IN_CALLBACK)
     env = child_env({
         "PYTHONPATH": str(site), "SIGTERM_AT_RESULT": "12",
-        "AGENT_DB_PATH": str(tmp_path / "agent.db"), "AGENT_EMBEDDER": "hashing",
+        "AGENT_DB_PATH": str(tmp_path / "agent.db"),
     })  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "app.cli", *argv, cwd=REPO, env=env,
@@ -211,3 +211,33 @@ async def test_a_sigterm_while_the_loop_runs_a_callback_ends_a_one_off_command(
         assert text.splitlines()[-1] == line, text
     finally:
         await reap(proc, "the command", grace=5)
+
+
+async def test_a_sigterm_while_serve_is_still_starting_ends_it_with_one_line(tmp_path: Path) -> None:
+    """``agentchat serve`` signalled after the commands are imported but before its drain
+    is in place (while it imports uvicorn): exit 143 and one line. 0811f34 dropped the
+    early handler right after parsing, and such a SIGTERM ended it without a word again
+    (the review's reproduction: -15, nothing on stderr)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(IMPORT_GATE)
+    env = child_env({
+        "PYTHONPATH": str(site), "CLI_IMPORT_GATE": str(tmp_path / "gate"), "CLI_GATE_MODULE": "app.cli.serving",
+        "AGENT_DB_PATH": str(tmp_path / "agent.db"),
+    })  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app.cli", "serve", "--port", "0", "--no-backend", cwd=REPO, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    try:
+        held = await within(proc.stderr.readline(), "the import of app.cli.serving held", 60)
+        assert held.strip() == b"gate: importing app.cli.serving", held
+        proc.send_signal(signal.SIGTERM)
+        _, err = await within(proc.communicate(), "serve after the signal", 60)
+        text = err.decode()
+        assert proc.returncode == 143, (proc.returncode, text)
+        assert text.splitlines() == ["agentchat serve: terminated (SIGTERM)"], text
+    finally:
+        (tmp_path / "gate").touch()
+        await reap(proc, "agentchat serve", grace=5)

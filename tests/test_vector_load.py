@@ -82,3 +82,23 @@ async def test_an_empty_store_loads_nothing() -> None:
     loaded = CountingIndex(4)
     assert await load_vectors(loaded, cast(KBIndex, StoredVectors([])), "m") == 0
     assert loaded.size == 0
+
+
+@pytest.mark.asyncio
+async def test_long_documents_are_appended_a_bounded_number_of_rows_at_a_time() -> None:
+    """A few long documents never make one batch of the whole knowledge base: a batch
+    ends at LOAD_BATCH_ROWS rows as well (the review measured 890 MB over the matrix for
+    100 documents of 2,000 chunks when batches counted documents only)."""
+    from knowledge.vectors import LOAD_BATCH_ROWS
+
+    dim, per_doc = 4, LOAD_BATCH_ROWS // 4
+    rng = np.random.default_rng(3)
+    docs = [
+        KBVectorRows(f"long{d}", "a", list(range(1 + d * per_doc, 1 + (d + 1) * per_doc)),
+                     rng.standard_normal((per_doc, dim)).astype(np.float32))  # fmt: skip
+        for d in range(10)
+    ]
+    loaded = CountingIndex(dim)
+    added = await load_vectors(loaded, cast(KBIndex, StoredVectors(docs)), "m")
+    assert added == 10 * per_doc
+    assert loaded.appends == 3  # 4 + 4 + 2 documents, not the 10 in one append

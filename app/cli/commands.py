@@ -23,7 +23,7 @@ from typing import Any
 from app.cli.children import die_with_parent
 from app.cli.compact import add_compact_command, run_compact
 from app.cli.gcpolicy import tune_for_serving
-from app.cli.interrupts import EXIT_TERMINATED, Termination, cancelled_by_sigterm, end_early_sigterm
+from app.cli.interrupts import EXIT_TERMINATED, Termination, cancelled_by_sigterm
 from app.cli.kb import add_kb_commands, run_kb_command
 from app.cli.migrate import add_migrate_command, run_migrate_db
 from app.config import ConfigError, Settings
@@ -364,7 +364,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"agentchat: {exc}", file=sys.stderr)
         return 2
-    end_early_sigterm()  # each command below handles SIGTERM its own way (``interrupts``)
     if args.command == "serve":
         try:
             return _serve(args)

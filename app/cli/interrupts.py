@@ -57,14 +57,17 @@ def early_sigterm() -> Handler:
 
 
 def end_early_sigterm() -> None:
-    """The command takes over: ``early_sigterm``'s handler must not stay for its run.
+    """A command takes over: ``early_sigterm``'s handler must not stay for its run, nor
+    be put back as "the previous handler" by one that restores what it replaced.
 
     Raised from a signal handler, ``Terminated`` lands wherever the main thread is; inside
     one of the event loop's callbacks, asyncio logs it ("Exception in callback") and goes
     on, the future that callback was to resolve never is, and a command without handling
     of its own waited for ever (the review of 43e264c: ``keywords prune``, ``compact``).
-    Called once the command is parsed, before it runs: each then installs its own
-    handling (``cancelled_by_sigterm``, ``serve``'s drain) or has the default action."""
+    So every command replaces it where its own handling starts, never earlier (a SIGTERM
+    before that would again end it without a word): the one-off commands when
+    ``cancelled_by_sigterm`` installs the loop's handler, ``serve`` with its drain, the
+    ``--workers`` supervisor with its own (here, first), ``backend`` by ``exec``."""
     try:
         if signal.getsignal(signal.SIGTERM) is _terminated:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -107,7 +110,7 @@ async def cancelled_by_sigterm(work: Coroutine[Any, Any, int], termination: Term
         task.cancel()
 
     try:
-        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)  # replaces ``early_sigterm``'s
     except (ValueError, RuntimeError, NotImplementedError):  # not the main thread, or no signals here
         return await work
     try:

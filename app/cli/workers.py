@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from app.cli.interrupts import end_early_sigterm
 from app.ops.close_budget import CLOSE_BUDGET_S
 
 log = logging.getLogger("agentchat.workers")
@@ -150,6 +151,7 @@ class Supervisor:
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
         os.set_blocking(wake_w, False)
+        end_early_sigterm()  # what is restored below is the default action, not ``app.cli.main``'s
         previous = {s: signal.signal(s, self.signalled) for s in (signal.SIGTERM, signal.SIGINT)}
         previous_fd = signal.set_wakeup_fd(wake_w)
         try:

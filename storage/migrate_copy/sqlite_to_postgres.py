@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psycopg
 
+from storage.errors import SchemaTooNew
 from storage.migrate_copy.copier import PROGRESS_TABLE, Copier
 from storage.migrate_copy.outcome import (
     CopyReport,
@@ -54,9 +55,17 @@ async def copy_sqlite_to_postgres(
             f"{source} is open in another process (a running server or CLI): stop every process using it, "
             "then run migrate-db again"
         )
-    target_version = await migrate_postgres(target_url)
-    lite = await open_sqlite_storage(source)
+    # The source first: a file a newer release migrated is refused before the target is
+    # touched (``SchemaTooNew``), and so is a target a newer release migrated.
     try:
+        lite = await open_sqlite_storage(source)
+    except SchemaTooNew as exc:
+        raise MigrateError(f"the SQLite file {source}: {exc}") from exc
+    try:
+        try:
+            target_version = await migrate_postgres(target_url)
+        except SchemaTooNew as exc:
+            raise MigrateError(f"PostgreSQL ({redact(target_url)}): {exc}") from exc
         if lite.schema_version != target_version:
             raise MigrateError(
                 f"schema versions differ: the SQLite file is at {lite.schema_version}, PostgreSQL "

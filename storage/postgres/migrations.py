@@ -83,12 +83,16 @@ class _PostgresRunner(MigrationRunner):
     async def execute(self, sql: str, params: tuple[object, ...] = ()) -> None:
         await self._conn.execute(sql, params or None)  # type: ignore[arg-type]
 
-    @contextlib.asynccontextmanager
-    async def step(self, step: Migration) -> AsyncIterator[None]:
+    async def _versions(self) -> set[int]:
+        """The applied versions, read once (under the advisory lock) for every step."""
         if self._done is None:
             cur = await self._conn.execute(f"SELECT version FROM {VERSION_TABLE}")
             self._done = {int(r[0]) for r in await cur.fetchall()}  # type: ignore[call-overload]
-        if step.version in self._done:
+        return self._done
+
+    @contextlib.asynccontextmanager
+    async def step(self, step: Migration) -> AsyncIterator[None]:
+        if step.version in await self._versions():
             yield
             return
         self.current = f"{step.version} ({step.name})"
@@ -97,6 +101,9 @@ class _PostgresRunner(MigrationRunner):
 
     async def applied(self, step: Migration) -> bool:
         return self._done is not None and step.version in self._done
+
+    async def newest(self) -> int:
+        return max(await self._versions(), default=0)
 
 
 async def migrate(

@@ -110,13 +110,13 @@ class SqliteDatabase(QueuedWrites):
         try:
             for _ in range(max(1, opts.readers)):
                 readers.append(await connect(p, opts, writer=False))
-        except BaseException:
+            db = cls(p, writer, readers, opts)
+            await asyncio.to_thread(db.guard.check)  # records the files' identity as opened
+        except BaseException:  # a cancel too: aiosqlite's threads would keep the process alive at exit
             for r in readers:
                 await r.close()
             await writer.close()
             raise
-        db = cls(p, writer, readers, opts)
-        await asyncio.to_thread(db.guard.check)  # records the files' identity as opened
         return db
 
     def start(self) -> None:

@@ -57,6 +57,11 @@ class _SqliteRunner(MigrationRunner):
         async with self._conn.execute(f"SELECT 1 FROM {VERSION_TABLE} WHERE version = ?", (step.version,)) as cur:
             return await cur.fetchone() is not None
 
+    async def newest(self) -> int:
+        async with self._conn.execute(f"SELECT COALESCE(MAX(version), 0) FROM {VERSION_TABLE}") as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
     async def apply(self, statement: str) -> None:
         try:
             await self._conn.execute(statement)

@@ -26,7 +26,7 @@ from tests.storage.test_kb_graph_builds_pg import DIM as SMALL_DIM
 from tests.storage.test_kb_graph_builds_pg import _doc as small_doc
 from tests.support.deadline import reap, within
 from tests.support.postgres import TestPostgres
-from tests.support.procs import REPO, child_env
+from tests.support.procs import REPO, answers_ctrl_c, child_env
 
 pytestmark = pytest.mark.slow  # an `agentchat ingest` subprocess, 10k vectors seeded
 
@@ -109,6 +109,7 @@ async def test_an_ingest_interrupted_while_its_graph_builds_ends_cleanly_and_the
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "app.cli", "ingest", str(tmp_path / "docs"), "--bucket", "manual", "--quiet",
             cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            preexec_fn=answers_ctrl_c,
         )  # fmt: skip
         assert proc.stdout is not None and proc.stderr is not None
         out: list[str] = []

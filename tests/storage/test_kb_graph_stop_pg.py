@@ -106,7 +106,9 @@ async def test_a_cancelled_caller_of_stop_stays_cancelled_once_the_build_has_end
     assert stopping.cancelled(), "stop swallowed its caller's cancel"
     assert worker.done()
     assert await within(built, "the build's answer") is False
-    assert await sessions(observer) == 0  # cancelled on the server, its session closed
+    # Cancelled on the server, its session closed: the backend leaves pg_stat_activity a
+    # moment after the client has closed the connection, so this waits for it.
+    await until(lambda: no_sessions(observer), "the build's session gone from the server")
 
 
 async def test_a_caller_closing_because_it_was_cancelled_gets_its_whole_stop(
@@ -138,7 +140,7 @@ async def test_a_caller_closing_because_it_was_cancelled_gets_its_whole_stop(
     await within(asyncio.wait({task}), "the command's close")
     assert task.cancelled() and stopped.is_set()
     assert await within(built, "the build's answer") is False
-    assert await sessions(observer) == 0
+    await until(lambda: no_sessions(observer), "the build's session gone from the server")
 
 
 async def test_a_worker_that_fails_tells_its_waiters_and_the_queued_ones(storage: PostgresStorage) -> None:

@@ -160,3 +160,38 @@ async def test_a_close_cancelled_half_way_still_closes_every_connection(tmp_path
         assert c._thread is not None
         await asyncio.wait_for(asyncio.to_thread(c._thread.join, 10), 15)
         assert not c._thread.is_alive()
+
+
+async def test_an_open_cancelled_after_connecting_closes_its_connections(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel while the open records the files' identity (the last step, after every
+    connection is made) closes them: their aiosqlite threads kept the interpreter alive
+    at exit (the review's reproduction: SIGTERM to a CLI command while it opened)."""
+    import threading
+
+    from storage.sqlite import file_guard
+
+    entered, release = threading.Event(), threading.Event()
+    real_check = file_guard.DatabaseFileGuard.check
+
+    def held_check(self: file_guard.DatabaseFileGuard) -> str | None:
+        entered.set()
+        release.wait(30)
+        return real_check(self)
+
+    monkeypatch.setattr(file_guard.DatabaseFileGuard, "check", held_check)
+    before = set(threading.enumerate())  # connection threads started from here on are this open's
+    from storage.sqlite.database import SqliteDatabase
+
+    opening = asyncio.create_task(SqliteDatabase.open(tmp_path / "db.sqlite3"))
+    assert await asyncio.wait_for(asyncio.to_thread(entered.wait, 30), 35)
+    started = [t for t in threading.enumerate() if t not in before and "_connection_worker_thread" in t.name]
+    assert started  # the writer's and the readers' threads (aiosqlite names them after their function)
+    opening.cancel()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(opening, 30)
+    for t in started:  # each connection's thread ends once its connection is closed
+        await asyncio.wait_for(asyncio.to_thread(t.join, 10), 15)
+        assert not t.is_alive(), t.name

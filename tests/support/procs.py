@@ -74,6 +74,16 @@ def child_env(overrides: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def answers_ctrl_c() -> None:
+    """``preexec_fn`` of a child the test sends SIGINT: the default action back.
+
+    A command started with ``&`` by a shell without job control (``make test &``, a CI
+    step's background job) runs with SIGINT ignored, and every child inherits that: a
+    Python child then never installs its Ctrl-C handler, and a test of what Ctrl-C does
+    waits for a process that ignores it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def tagged_processes(tag: str) -> dict[int, str]:
     """Running processes of this user whose environment has ``HARNESS_TAG=tag`` (pid:
     command line). A zombie's environment reads empty, so the dead are not counted.
