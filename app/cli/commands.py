@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.cli.children import die_with_parent
 from app.cli.compact import add_compact_command, run_compact
@@ -28,6 +28,9 @@ from app.cli.kb import add_kb_commands, run_kb_command
 from app.cli.migrate import add_migrate_command, run_migrate_db
 from app.config import ConfigError, Settings
 from app.ops.logs import announce, configure_logging, uvicorn_log_config
+
+if TYPE_CHECKING:
+    from storage.sqlite.writer_lock import WriterLock
 
 log = logging.getLogger("agentchat.cli")
 
@@ -149,6 +152,7 @@ def _serve(args: argparse.Namespace) -> int:
     port = bound_port(sock)
     if workers > 1 and args.listen_fd is None:
         return _supervise(args, settings, sock, workers, port)
+    lock = _writer_lock(settings)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     # A fatal signal (SIGBUS: SQLite's memory-mapped -shm cut short under the server)
     # leaves a line and the Python stack on stderr instead of a silent death.
@@ -161,14 +165,51 @@ def _serve(args: argparse.Namespace) -> int:
             with _reference_backend(settings, args, port, "info") as url:
                 if url is not None:
                     os.environ["AGENT_BACKEND_URL"] = url
+                if not _become_writer(lock, sock, settings, args):
+                    return 0
                 _run_reloader(reload_config(host, port, settings, log_format=args.log_format), sock)
             return 0
         with _reference_backend(settings, args, port, "warning") as url:
             if url is not None:
                 settings = settings.with_(backend_url=url)
             with contextlib.suppress(KeyboardInterrupt):
-                started = serving_run(_serve_agent(args, settings, host, sock), choose_stack(settings.server_stack))
+                started = serving_run(
+                    _serve_agent(args, settings, host, sock, lock), choose_stack(settings.server_stack)
+                )
     return 0 if started else 3
+
+
+def _writer_lock(settings: Settings) -> WriterLock | None:
+    """The SQLite file's writer lock (``storage.sqlite.writer_lock``); ``None`` on PostgreSQL."""
+    from storage.open import is_postgres_url
+    from storage.sqlite.writer_lock import WriterLock
+
+    target = settings.database_url or settings.db_path
+    return None if is_postgres_url(target) else WriterLock(target)
+
+
+async def _wait_to_write(lock: WriterLock | None, sock: Any, settings: Settings, args: argparse.Namespace) -> bool:
+    """Hold ``lock`` for the rest of this process (``app/cli/writer_wait.py``): a worker of
+    ``--workers`` shares its supervisor's; anyone else takes it, waiting while another
+    group holds it. False when stopped before it was ours."""
+    from app.cli.serving import choose_stack
+    from app.cli.writer_wait import share_inherited, wait_for_writer_lock
+
+    if lock is None:
+        return True
+    if args.listen_fd is not None and share_inherited(lock, dict(os.environ)):
+        return True
+    return await wait_for_writer_lock(lock, sock, choose_stack(settings.server_stack), log_format=args.log_format)
+
+
+def _become_writer(lock: WriterLock | None, sock: Any, settings: Settings, args: argparse.Namespace) -> bool:
+    """``_wait_to_write`` outside an event loop (the ``--workers`` supervisor, ``--reload``)."""
+    if lock is None:
+        return True
+    from app.cli.serving import choose_stack
+    from app.cli.serving import run as serving_run
+
+    return serving_run(_wait_to_write(lock, sock, settings, args), choose_stack(settings.server_stack))
 
 
 def _serving_line(host: str, port: int, extra: str = "") -> str:
@@ -182,23 +223,39 @@ def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers:
     """``--workers N``: the reference backend once, then N serving processes on ``sock``
     (``app/cli/workers.py``); returns when they have all stopped."""
     from app.cli.workers import Supervisor, stop_deadline_s, worker_env
+    from storage.sqlite.writer_lock import INHERITED_FD_ENV
 
     faulthandler.enable()
     grace_s = settings.shutdown_grace_s if args.grace is None else args.grace
+    lock = _writer_lock(settings)
     with sock, _reference_backend(settings, args, port, "warning") as url:
+        # The workers are one writer group: the supervisor holds the file's lock and each
+        # worker inherits the open lock file, so the lock lives while any of them does.
+        if not _become_writer(lock, sock, settings, args):
+            return 0
+        env = worker_env(None, workers, url)
+        keep: tuple[int, ...] = ()
+        if lock is not None:
+            keep = (lock.fileno(),)
+            env[INHERITED_FD_ENV] = str(lock.fileno())
         supervisor = Supervisor(
-            sock, workers, worker_env(None, workers, url), grace=args.grace,
-            preexec=die_with_parent(), stop_after_s=stop_deadline_s(grace_s),
+            sock, workers, env, grace=args.grace,
+            preexec=die_with_parent(), stop_after_s=stop_deadline_s(grace_s), keep_fds=keep,
         )
         return supervisor.run()
 
 
-async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, sock: Any) -> bool:
-    """Serve on the bound socket until stopped; ``False`` if the app never started."""
+async def _serve_agent(
+    args: argparse.Namespace, settings: Settings, host: str, sock: Any, lock: WriterLock | None = None
+) -> bool:
+    """Serve on the bound socket until stopped; ``False`` if the app never started. On a
+    SQLite file another serving process writes, wait to take over first."""
     from app.cli.serving import DrainingServer, bound_port, choose_stack, uvicorn_config
     from app.factory import create_app
     from app.ops.close_budget import SERVER_CLOSE_S
 
+    if not await _wait_to_write(lock, sock, settings, args):
+        return True  # stopped while waiting: it never started, and nothing went wrong
     stack = choose_stack(settings.server_stack)
 
     grace_s = settings.shutdown_grace_s if args.grace is None else args.grace

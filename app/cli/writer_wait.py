@@ -1,0 +1,143 @@
+"""``agentchat serve`` on a SQLite file another serving process writes: wait, then take over.
+
+Only one process group writes a SQLite file (``storage.sqlite.writer_lock`` says why).
+A second ``serve`` on a file whose lock is held does not start the service: it says so
+in one log line and waits for the lock, answering on its port meanwhile —
+
+* ``GET /healthz`` 200 (the process is alive and will take over: a liveness probe must
+  not kill it);
+* ``GET /readyz`` 503 with the reason (which file, which process holds it);
+* anything else 503 with ``Retry-After`` (no run is admitted, none is claimed).
+
+When the holder exits — a clean stop, a crash, SIGKILL: the kernel releases the lock —
+it takes the lock, stops answering that way and starts the service as usual, which
+carries on the runs the other process left unfinished. That is the rolling deploy
+(a new container started before the old one stops) and a second ``serve`` started by
+mistake, both without a second writer.
+
+Why wait rather than refuse with an exit code: an orchestrator restarts a process that
+exits at once with a growing back-off (seconds to minutes), so a rolling deploy would
+crash-loop and take over late; a waiting process takes over the moment the old one is
+gone, and its ``/readyz`` keeps it out of a load balancer until then. A SIGTERM or
+Ctrl-C while waiting stops it at once: it holds nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import uvicorn
+
+from app.cli.serving import Stack, http_protocol
+from app.ops.logs import uvicorn_log_config
+from storage.sqlite.writer_lock import INHERITED_FD_ENV, WriterLock
+
+log = logging.getLogger("agentchat.cli")
+
+#: How often a waiting process tries the lock (``flock`` with ``LOCK_NB``: no syscall blocks).
+POLL_S = 0.25
+#: ``Retry-After`` of what a waiting process refuses.
+RETRY_AFTER_S = 5
+
+Receive = Callable[[], Any]
+Send = Callable[[dict[str, Any]], Any]
+
+
+def waiting_reason(lock: WriterLock) -> str:
+    return (
+        f"another agentchat serve ({lock.holder()}) writes the database {lock.db_path}; "
+        "this process takes over when it exits"
+    )
+
+
+def waiting_app(reason: Callable[[], str]) -> Callable[[dict[str, Any], Receive, Send], Any]:
+    """The ASGI app of a waiting process (module docstring)."""
+
+    async def app(scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        path = scope.get("path", "")
+        headers = [(b"content-type", b"application/json")]
+        body: dict[str, Any]
+        if path == "/healthz":
+            status, body = 200, {"status": "ok", "writer": "waiting"}
+        elif path == "/readyz":
+            status = 503
+            body = {"ready": False, "checks": {"writer": {"ok": False, "detail": reason()}}}
+        else:
+            status = 503
+            body = {"error": "not_ready", "detail": reason()}
+            headers.append((b"retry-after", str(RETRY_AFTER_S).encode()))
+        payload = orjson.dumps(body)
+        headers.append((b"content-length", str(len(payload)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+    return app
+
+
+class _WaitingServer(uvicorn.Server):
+    """uvicorn answering as a waiting process until the lock is ours (``should_exit``)."""
+
+    def __init__(self, config: uvicorn.Config, lock: WriterLock) -> None:
+        super().__init__(config)
+        self.lock = lock
+
+    async def main_loop(self) -> None:
+        # uvicorn's own loop ticks every 0.1 s; the lock is tried every POLL_S alongside.
+        poll = asyncio.create_task(self._poll())
+        try:
+            await super().main_loop()
+        finally:
+            poll.cancel()
+
+    async def _poll(self) -> None:
+        while not self.lock.try_acquire():
+            await asyncio.sleep(POLL_S)
+        self.should_exit = True
+
+
+async def wait_for_writer_lock(lock: WriterLock, sock: socket.socket, stack: Stack, *, log_format: str) -> bool:
+    """Take ``lock``, answering on ``sock`` as a waiting process while another group holds
+    it; True once held, False when stopped (SIGTERM/SIGINT) before that."""
+    if lock.try_acquire():
+        return True
+    log.warning(
+        "waiting to become the database's writer: " + waiting_reason(lock),
+        extra={"path": str(lock.db_path), "lock": str(lock.path), "holder": lock.holder()},
+    )
+    # A duplicate of the listening socket: uvicorn closes what it served on, and the
+    # service serves on the original afterwards (connections queued meanwhile wait there).
+    shadow = sock.dup()
+    config = uvicorn.Config(
+        waiting_app(lambda: waiting_reason(lock)),
+        http=http_protocol(stack),
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
+        log_config=uvicorn_log_config(log_format),
+        timeout_graceful_shutdown=1,
+    )
+    server = _WaitingServer(config, lock)
+    try:
+        await server.serve(sockets=[shadow])
+    finally:
+        shadow.close()
+    if lock.held:
+        log.warning("took over as the database's writer", extra={"path": str(lock.db_path)})
+    return lock.held
+
+
+def share_inherited(lock: WriterLock, env: dict[str, str]) -> bool:
+    """A worker of ``--workers``: share its supervisor's lock (``INHERITED_FD_ENV``);
+    False when it inherited none that holds this database's lock."""
+    raw = env.get(INHERITED_FD_ENV)
+    return bool(raw and raw.isdigit() and lock.inherit(int(raw)))
+
+
+__all__ = ["POLL_S", "share_inherited", "wait_for_writer_lock", "waiting_app", "waiting_reason"]
