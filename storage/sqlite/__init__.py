@@ -24,6 +24,16 @@ class SqliteStorage(SqlStorage[SqliteDatabase, SqliteRunStore, SqliteKBIndex]):
 
     engine = "sqlite"
 
+    async def readiness(self) -> dict[str, object]:
+        report = await self.db.readiness()
+        report["live_log"] = self.runs.settler.readiness()
+        return report
+
+    async def close(self) -> None:
+        # The events of runs ended since the last settle, while the writer still runs.
+        await self.runs.settler.aclose()
+        await super().close()
+
 
 async def _writer_setup(conn: aiosqlite.Connection) -> None:
     for statement in WRITER_SETUP:
@@ -41,9 +51,16 @@ async def open_sqlite_storage(path: str | Path, opts: SqliteOptions | None = Non
         await db.transact_raw(_writer_setup)  # the live log's order check (per connection)
         db.start()
         sql = SqliteSql(db)
-        return SqliteStorage.assemble(
-            db=db, sql=sql, schema_version=version, runs=SqliteRunStore(sql), kb_index=SqliteKBIndex(db)
+        runs = SqliteRunStore(sql)
+        storage = SqliteStorage.assemble(
+            db=db, sql=sql, schema_version=version, runs=runs, kb_index=SqliteKBIndex(db)
         )
+        # Retention compacts settled runs only: it settles through the settler first,
+        # which reconciles a run it could not otherwise move (``storage.sqlite.log_settler``).
+        storage.retention.settle_first = runs.settle_log
+        runs.settler.every_s = db.opts.settle_every_s
+        runs.settler.start()
+        return storage
     except BaseException:
         await db.close()
         raise

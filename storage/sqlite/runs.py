@@ -14,9 +14,10 @@ process is refused too, issue 23), and otherwise renews the lease and inserts no
 transaction, on the file's one write lock, so a claim cannot slip between the check and
 the step's events.
 
-Events go to the live log (``storage.stores.event_log``); every ``SETTLE_ROWS`` events
-this store writes, it queues the log's settling on the writer, behind them: the events
-of runs ended since move into ``run_events`` and the log is trimmed.
+Events go to the live log (``storage.stores.event_log``); its ``settler`` moves the
+events of runs ended since into ``run_events`` and trims the log, every ``SETTLE_ROWS``
+events this store writes, on a timer when it is quiet, and at close
+(``storage.sqlite.log_settler``).
 
 The same processes tell each other what they committed (``worker_feed``): a step's
 events after its commit, a cancel after it is stored — so a follower or the run's owner
@@ -30,13 +31,12 @@ from collections.abc import Callable
 from storage.dialect import Statement
 from storage.errors import LeaseLost
 from storage.records import Admitted, NewRun, RunWrite, StoredRun
+from storage.sql import SqlEngine
+from storage.sqlite.log_settler import LogSettler
 from storage.sqlite.worker_feed import WorkerFeed
 from storage.stores.runs import SqlRunStore
 
 LEASE_LOST = "run_lease_lost"
-#: Events written between two settlings of the live log: one pass over the log per
-#: ~2,000 tokens (at 300 runs of 60 tokens the log then holds ~20,000 rows).
-SETTLE_ROWS = 2_000
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 _GUARD: list[Statement] = [
     (
@@ -63,8 +63,11 @@ class SqliteRunStore(SqlRunStore):
     #: The sibling workers' feed (set with ``guard_leases``): committed steps and stored
     #: cancels are announced to them.
     feed: WorkerFeed | None = None
-    #: Events written since the live log was last settled (``SETTLE_ROWS``).
-    _unsettled: int = 0
+
+    def __init__(self, sql: SqlEngine) -> None:
+        super().__init__(sql)
+        #: Settles the live log (``storage.sqlite.log_settler``); started with the writer.
+        self.settler = LogSettler(sql, self.log)
 
     def checks_lease(self, step: RunWrite) -> bool:
         return self.guard_leases and step.lease_owner is not None
@@ -96,12 +99,14 @@ class SqliteRunStore(SqlRunStore):
         self._count(step)
 
     def _count(self, step: RunWrite) -> None:
-        """Queue the live log's settling every ``SETTLE_ROWS`` events (never waited for:
-        a settling that fails is logged by the writer and the next one does its work)."""
-        self._unsettled += len(step.events)
-        if self._unsettled >= SETTLE_ROWS:
-            self._unsettled = 0
-            self.sql.enqueue(self.log.settle())
+        """Tell the settler (a settle is due every ``SETTLE_ROWS`` events)."""
+        if step.events:
+            self.settler.note(len(step.events))
+
+    async def settle_log(self, *, everything: bool = False) -> None:
+        """Settle now, through the settler (a run with conflicting rows is reconciled
+        and reported, never a settle refused for good)."""
+        await self.settler.settle(everything=everything)
 
     def _announcing(self, step: RunWrite, on_commit: Callable[[], None] | None) -> Callable[[], None] | None:
         """``on_commit`` that also tells the sibling workers (only with siblings)."""

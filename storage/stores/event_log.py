@@ -120,23 +120,36 @@ class EventLog:
         """Appended to a condition on ``runs``: its events are all in ``run_events``."""
         return " AND log_from IS NULL" if self.live else ""
 
-    def settle(self, *, everything: bool = False) -> list[Statement]:
+    def _due(self, everything: bool) -> tuple[str, int]:
+        """The condition on ``runs`` of a settle's runs, and its parameter (the lag)."""
+        lag = 0 if everything else REBASE_ROWS
+        return f"log_from IS NOT NULL AND (status IN {_ENDED_SQL} OR log_from <= {NEXT_LOG_ID} - ?)", lag
+
+    def settle(self, *, everything: bool = False, reconciling: bool = False) -> list[Statement]:
         """Move the log rows of every ended run (and of live runs past ``REBASE_ROWS``,
         or of every live run with ``everything``) into ``run_events``, then trim the
-        log; one transaction's statements (none for the clustered layout)."""
+        log; one transaction's statements (none for the clustered layout).
+
+        ``reconciling``: the log holds a row whose ``(run_id, seq)`` is another's (a
+        duplicate written by two processes on one file before the writer lock,
+        ``storage.sqlite.writer_lock``, or one already in ``run_events``), which the plain
+        settle's insert refuses whole. Then the first-written row of each seq is kept
+        (``run_events``' before the log's, then the log's lowest id) and the others are
+        left to the trim: deterministic, and every other run moves as usual. The caller
+        says so (``storage.sqlite.log_settler``: ``conflicts`` names the runs first)."""
         if not self.live:
             return []
-        lag = 0 if everything else REBASE_ROWS
-        due = f"log_from IS NOT NULL AND (status IN {_ENDED_SQL} OR log_from <= {NEXT_LOG_ID} - ?)"
+        due, lag = self._due(everything)
+        verb, order = ("INSERT OR IGNORE", "l.run_id, l.seq, l.id") if reconciling else ("INSERT", "l.run_id, l.seq")
         return [
             # One pass over the log from the smallest ``log_from`` due; each row is
             # taken only from its own run's ``log_from`` on (a run settled while it
             # lived left copies below its new ``log_from``, trimmed later).
             (
                 f"WITH due(id, log_from) AS MATERIALIZED (SELECT id, log_from FROM runs WHERE {due}) "
-                "INSERT INTO run_events(run_id, seq, event, data) SELECT l.run_id, l.seq, l.event, l.data "
+                f"{verb} INTO run_events(run_id, seq, event, data) SELECT l.run_id, l.seq, l.event, l.data "
                 "FROM run_log l JOIN due d ON d.id = l.run_id AND l.id >= d.log_from "
-                "WHERE l.id >= (SELECT MIN(log_from) FROM due) ORDER BY l.run_id, l.seq",
+                f"WHERE l.id >= (SELECT MIN(log_from) FROM due) ORDER BY {order}",
                 (lag,),
             ),
             (
@@ -150,6 +163,23 @@ class EventLog:
                 (),
             ),
         ]
+
+    def conflicts(self, *, everything: bool = False) -> Statement:
+        """``run_id, rows, kept`` of each run a settle would move with rows that cannot
+        all go into ``run_events``: two with one seq, or one whose seq is there already
+        (``rows`` it has in the log from its ``log_from``, ``kept`` the seqs that go)."""
+        due, lag = self._due(everything)
+        fresh = (
+            "CASE WHEN NOT EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = l.run_id AND e.seq = l.seq) "
+            "THEN l.seq END"
+        )
+        return (
+            f"WITH due(id, log_from) AS MATERIALIZED (SELECT id, log_from FROM runs WHERE {due}) "
+            f"SELECT l.run_id, COUNT(*), COUNT(DISTINCT {fresh}) FROM run_log l "
+            "JOIN due d ON d.id = l.run_id AND l.id >= d.log_from WHERE l.id >= (SELECT MIN(log_from) FROM due) "
+            f"GROUP BY l.run_id HAVING COUNT(*) > COUNT(DISTINCT {fresh}) ORDER BY l.run_id",
+            (lag,),
+        )
 
     def delete_conversation(self) -> list[tuple[str, str]]:
         """``(kind, portable SQL)`` taking ``(user_id, conversation_id)``: counting, then

@@ -10,7 +10,7 @@ retention advisory lock: while another replica is in a pass, this one does nothi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from storage.dialect import Dialect
 from storage.event_folding import folds
@@ -24,6 +24,9 @@ RETENTION_LOCK = 0x52455441494E4552
 class SqlRetentionStore:
     def __init__(self, sql: SqlEngine) -> None:
         self.sql = sql
+        #: SQLite: settles the live log before a batch (``storage.sqlite.log_settler``),
+        #: so the runs ended since are compacted too; only settled runs are.
+        self.settle_first: Callable[[], Awaitable[None]] | None = None
 
     async def compactable(self, finished_before: float, limit: int) -> list[str]:
         """Ids of runs that ended before ``finished_before`` and are not compacted yet."""
@@ -37,6 +40,8 @@ class SqlRetentionStore:
     async def compact(self, run_ids: Sequence[str]) -> tuple[bool, int]:
         """Fold the text events of ``run_ids`` (finished runs) in one transaction; returns
         (whether this process held the retention lock, rows removed)."""
+        if self.settle_first is not None:
+            await self.settle_first()
         return await self.sql.transact_plan(lambda d: self._compact(d, list(run_ids)))
 
     def _compact(self, d: Dialect, run_ids: list[str]) -> Plan[tuple[bool, int]]:
@@ -44,11 +49,9 @@ class SqlRetentionStore:
             held = yield ("fetchone", "SELECT pg_try_advisory_xact_lock(?)", (RETENTION_LOCK,))
             if held is None or not held[0]:
                 return False, 0
-        # SQLite: the events of runs ended since the writer last settled its live log
-        # move into ``run_events`` first, and the log is trimmed (``storage.stores.event_log``).
+        # SQLite: a run whose events are not all in ``run_events`` yet is left for a later
+        # pass (``settle_first`` moved those ended before; ``storage.stores.event_log``).
         log = event_log(d)
-        for statement in log.settle():
-            yield ("execute", *statement)
         removed = 0
         for run_id in run_ids:
             # Still finished and not compacted (another process may have done it since).

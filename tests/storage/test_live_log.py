@@ -8,7 +8,9 @@ the layout before (every event straight into ``run_events``, no ``run_log``).
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +19,9 @@ import orjson
 import pytest
 
 from storage.records import NewRun, RunEvent, RunWrite
-from storage.sqlite import SqliteStorage, migrations
+from storage.sqlite import SqliteOptions, SqliteStorage, migrations, open_sqlite_storage
 from storage.sqlite.live_log import RUN_EVENT_NOT_AFTER_LAST
-from storage.sqlite.runs import SETTLE_ROWS
+from storage.sqlite.log_settler import SETTLE_ROWS
 from tests.support.storage import opened_storage
 
 
@@ -36,6 +38,14 @@ def step(run_id: str, seqs: range, conv: str = "c", *, end: bool = False) -> Run
     if end:
         events.append(ev(seqs.stop, "message_complete"))
     return RunWrite(run_id, conv, "alice", events=events, status="completed" if end else "running", finished=end)
+
+
+async def until_true(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    """Wait on a condition (the timeout only guards against a hang)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
 
 
 def where(path: Path, run_id: str) -> tuple[int, int]:
@@ -72,17 +82,22 @@ async def test_a_live_runs_events_are_in_the_log_and_a_finished_ones_all_in_run_
 
 async def test_the_writer_settles_on_its_own_every_so_many_events(tmp_path: Path) -> None:
     path = tmp_path / "agent.db"
-    async with opened_storage(path) as storage:
+    storage = await open_sqlite_storage(path, SqliteOptions(settle_every_s=3600))  # no timer's settle here
+    try:
         runs = storage.runs
         await runs.create(new_run("done"))
         await runs.commit(step("done", range(1, 3), end=True))
         await runs.create(new_run("live", conv="d"))
-        for first in range(1, SETTLE_ROWS + 1, 100):
+        for first in range(1, SETTLE_ROWS - 100, 100):
             await runs.commit(step("live", range(first, first + 100), conv="d"))
         await storage.db.flush()
-        assert where(path, "done") == (3, 0)
+        assert where(path, "done") == (0, 3)  # not yet: fewer than SETTLE_ROWS events
+        await runs.commit(step("live", range(SETTLE_ROWS - 99, SETTLE_ROWS + 1), conv="d"))
+        await until_true(lambda: where(path, "done") == (3, 0), "the settle every SETTLE_ROWS events")
         assert where(path, "live")[0] == 0  # a live run stays in the log
         assert await seqs(storage, "live") == list(range(1, SETTLE_ROWS + 1))
+    finally:
+        await storage.close()
 
 
 async def test_a_run_settled_while_it_lives_reads_each_event_once(tmp_path: Path) -> None:
@@ -232,3 +247,128 @@ async def test_the_schema_has_the_live_log(tmp_path: Path, layout: Any) -> None:
         table, _, column = layout.partition(".")
         rows = await storage.db.fetchall(f"SELECT name FROM pragma_table_info('{table}')")
         assert rows and (not column or (column,) in rows)
+
+
+def plant_duplicates(path: Path, run_id: str, seqs: list[int]) -> None:
+    """Rows of ``run_id`` written again into the log, as a second process on the file
+    would have (a different payload: the first-written one must win)."""
+    with sqlite3.connect(path) as conn:
+        for seq in seqs:
+            conn.execute(
+                "INSERT INTO run_log(run_id, seq, event, data) VALUES (?, ?, 'content_chunk', ?)",
+                (run_id, seq, orjson.dumps({"chunk": f"dup{seq}"}).decode()),
+            )
+
+
+async def test_a_run_with_duplicate_seqs_is_reconciled_and_every_other_run_settles(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Duplicate ``(run_id, seq)`` rows in the log (two processes on one file before the
+    writer lock): the plain settle's insert is refused whole, which left every run in
+    the log for good. Now the others settle, the bad run keeps the first-written row of
+    each seq, and it is said: an ERROR line once, the counters, ``/readyz``'s report."""
+    path = tmp_path / "agent.db"
+    async with opened_storage(path) as storage:
+        runs = storage.runs
+        await runs.create(new_run("bad"))
+        await runs.commit(step("bad", range(1, 4)))
+        await runs.create(new_run("good", conv="d"))
+        await runs.commit(step("good", range(1, 3), conv="d", end=True))
+        await storage.db.flush()
+        plant_duplicates(path, "bad", [2, 3])  # written after the run's own 2 and 3
+        await runs.commit(step("bad", range(4, 5), end=True))
+        with caplog.at_level("ERROR", logger="agentchat.storage"):
+            await runs.settle_log()
+            await runs.settle_log()  # nothing left to reconcile: no second line
+        assert where(path, "good") == (3, 0)
+        assert where(path, "bad") == (5, 0)  # settled, the duplicates trimmed with the log
+        replay = await runs.events_after("bad", 0)
+        assert [e.seq for e in replay] == [1, 2, 3, 4, 5]
+        assert [orjson.loads(e.data) for e in replay[1:3]] == [{"chunk": "t2"}, {"chunk": "t3"}]  # the first written
+        lines = [r for r in caplog.records if "conflicting rows" in r.getMessage()]
+        assert len(lines) == 1 and lines[0].run_id == "bad" and lines[0].dropped == 2  # type: ignore[attr-defined]
+        stats = runs.settler.stats
+        assert (stats.reconciled_runs, stats.dropped_rows, stats.failures) == (1, 2, 0)
+        report = (await storage.readiness())["live_log"]
+        assert report["reconciled_runs"] == 1 and report["recent"] == [{"run_id": "bad", "rows": 7, "kept": 5}]  # type: ignore[index]
+
+
+async def test_a_duplicate_of_a_row_already_settled_is_reconciled_too(tmp_path: Path) -> None:
+    """A live run settled while it lived (its rows in ``run_events``), then one of its
+    seqs written again into the log: the ``run_events`` row, written first, stays."""
+    path = tmp_path / "agent.db"
+    async with opened_storage(path) as storage:
+        runs = storage.runs
+        await runs.create(new_run("r1"))
+        await runs.commit(step("r1", range(1, 4)))
+        await runs.settle_log(everything=True)
+        await storage.db.flush()
+        plant_duplicates(path, "r1", [3])
+        await runs.commit(step("r1", range(4, 5), end=True))
+        await runs.settle_log()
+        assert where(path, "r1")[0] == 5
+        replay = await runs.events_after("r1", 0)
+        assert [e.seq for e in replay] == [1, 2, 3, 4, 5] and orjson.loads(replay[2].data) == {"chunk": "t3"}
+        assert runs.settler.stats.reconciled_runs == 1
+
+
+async def test_retention_compacts_past_a_run_with_duplicate_seqs(tmp_path: Path) -> None:
+    path = tmp_path / "agent.db"
+    async with opened_storage(path) as storage:
+        runs = storage.runs
+        await runs.create(new_run("bad"))
+        await runs.commit(step("bad", range(1, 4), end=True))
+        await storage.db.flush()
+        plant_duplicates(path, "bad", [1])
+        await runs.create(new_run("r2", conv="d"))
+        await runs.commit(step("r2", range(1, 4), conv="d", end=True))
+        ids = await storage.retention.compactable(finished_before=1e12, limit=10)
+        held, removed = await storage.retention.compact(ids)
+        assert held and removed == 4  # both runs' three chunks folded into one row each
+        assert where(path, "bad") == (2, 0) and where(path, "r2") == (2, 0)
+
+
+async def test_a_quiet_process_settles_on_its_timer(tmp_path: Path) -> None:
+    """Fewer than ``SETTLE_ROWS`` events, then nothing: settled by the timer alone."""
+    path = tmp_path / "agent.db"
+    storage = await open_sqlite_storage(path, SqliteOptions(settle_every_s=0.05))
+    try:
+        runs = storage.runs
+        await runs.create(new_run("r1"))
+        await runs.commit(step("r1", range(1, 4), end=True))
+        assert where(path, "r1") == (0, 4)
+        await until_true(lambda: where(path, "r1") == (4, 0), "the timer's settle")
+    finally:
+        await storage.close()
+
+
+async def test_a_clean_close_settles_what_this_process_wrote(tmp_path: Path) -> None:
+    path = tmp_path / "agent.db"
+    storage = await open_sqlite_storage(path, SqliteOptions(settle_every_s=3600))
+    try:
+        await storage.runs.create(new_run("r1"))
+        await storage.runs.commit(step("r1", range(1, 4), end=True))
+        await storage.runs.create(new_run("live", conv="d"))
+        await storage.runs.commit(step("live", range(1, 3), conv="d"))
+        assert where(path, "r1") == (0, 4)
+    finally:
+        await storage.close()
+    assert where(path, "r1") == (4, 0)
+    assert where(path, "live") == (0, 2)  # unfinished: the next process carries it on from the log
+
+
+async def test_a_new_process_settles_what_a_killed_one_left_without_writing(tmp_path: Path) -> None:
+    """Ended runs a SIGKILLed process left in the log are settled by the next one's
+    first tick, even when it writes nothing."""
+    path = tmp_path / "agent.db"
+    storage = await open_sqlite_storage(path, SqliteOptions(settle_every_s=3600))
+    await storage.runs.create(new_run("r1"))
+    await storage.runs.commit(step("r1", range(1, 4), end=True))
+    storage.runs.settler._written = 0  # as if killed: no settle at close
+    await storage.close()
+    assert where(path, "r1") == (0, 4)
+    storage = await open_sqlite_storage(path, SqliteOptions(settle_every_s=0.05))
+    try:
+        await until_true(lambda: where(path, "r1") == (4, 0), "the first tick's settle")
+    finally:
+        await storage.close()
