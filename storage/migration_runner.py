@@ -75,6 +75,7 @@ STEP_NAMES: Mapping[int, str] = {
     25: "knowledge base: the chunks' (document, position) key carries the chunk id (PostgreSQL)",
     26: "knowledge base: each chunk carries its bucket, for one HNSW graph per bucket (PostgreSQL)",
     27: "runs: events of runs not yet settled are appended to a live log (SQLite)",
+    28: "runs: where a settled run's rows were in the live log, for a bounded delete (SQLite)",
 }
 
 

@@ -38,8 +38,8 @@ ORDER = (
 #: events, which the copy settles into ``run_events`` first (``storage.stores.event_log``:
 #: what is left in it are copies already settled).
 NOT_DATA = ("schema_version", "sqlite_", "kb_chunks_fts", "run_log")
-#: SQLite's own columns, with no counterpart in PostgreSQL: where a run's live log starts.
-SQLITE_ONLY = {("runs", "log_from")}
+#: SQLite's own columns, with no counterpart in PostgreSQL: where a run's rows in the live log are.
+SQLITE_ONLY = {("runs", "log_from"), ("runs", "log_first"), ("runs", "log_until")}
 #: target column -> source column, where the engines name them differently
 RENAMED = {("kb_chunks", "embedding"): "vector"}
 

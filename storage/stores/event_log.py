@@ -153,7 +153,10 @@ class EventLog:
                 (lag,),
             ),
             (
-                f"UPDATE runs SET log_from = CASE WHEN status IN {_ENDED_SQL} THEN NULL ELSE {NEXT_LOG_ID} END "
+                # ``log_first``/``log_until``: the range a conversation delete sweeps later.
+                f"UPDATE runs SET log_first = COALESCE(log_first, log_from), "
+                f"log_until = CASE WHEN status IN {_ENDED_SQL} THEN {NEXT_LOG_ID} ELSE log_until END, "
+                f"log_from = CASE WHEN status IN {_ENDED_SQL} THEN NULL ELSE {NEXT_LOG_ID} END "
                 f"WHERE {due}",
                 (lag,),
             ),
@@ -195,7 +198,17 @@ class EventLog:
                     "WHERE r.user_id = ? AND r.conversation_id = ? AND r.log_from IS NOT NULL",
                 ),
                 *out,
-                ("sweep", f"DELETE FROM run_log WHERE run_id IN ({owned})"),
+                # Each run's rows are within [log_first or log_from, log_until): a rowid
+                # range per run, not a scan of the whole log (a settled run's copies
+                # may be left above a live run's ``log_from`` until the log's trim).
+                (
+                    "sweep",
+                    "DELETE FROM run_log WHERE id IN (SELECT l.id FROM runs r JOIN run_log l "
+                    "ON l.id >= COALESCE(r.log_first, r.log_from) "
+                    f"AND l.id < COALESCE(r.log_until, {NEXT_LOG_ID}) AND l.run_id = r.id "
+                    "WHERE r.user_id = ? AND r.conversation_id = ? "
+                    "AND COALESCE(r.log_first, r.log_from) IS NOT NULL)",
+                ),
             ]
         return out
 

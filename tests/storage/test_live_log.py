@@ -372,3 +372,57 @@ async def test_a_new_process_settles_what_a_killed_one_left_without_writing(tmp_
         await until_true(lambda: where(path, "r1") == (4, 0), "the first tick's settle")
     finally:
         await storage.close()
+
+
+def vm_steps(path: Path, sql: str, params: tuple[Any, ...]) -> int:
+    """SQLite virtual-machine steps (in thousands) one statement takes, rolled back: a
+    measure of the rows it visits that does not depend on the machine's speed."""
+    steps = 0
+
+    def tick() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        conn.set_progress_handler(tick, 1000)
+        conn.execute(sql, params)
+        conn.set_progress_handler(None, 0)
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+    return steps
+
+
+async def test_a_conversation_delete_sweeps_only_its_runs_range_of_the_log(tmp_path: Path) -> None:
+    """A long log (a live run holds its trim back, others write meanwhile): deleting a
+    conversation whose runs span a few rows visits those rows, not the whole log (the
+    sweep scanned every row before: ~0.1 s a delete on a long log)."""
+    path = tmp_path / "agent.db"
+    async with opened_storage(path) as storage:
+        runs = storage.runs
+        await runs.create(new_run("holder", conv="h"))  # live throughout: the log is never trimmed past it
+        await runs.commit(step("holder", range(1, 2), conv="h"))
+        await runs.create(new_run("gone"))
+        await runs.commit(step("gone", range(1, 4), end=True))
+        await runs.create(new_run("gone2"))
+        await runs.commit(step("gone2", range(1, 3), end=True))
+        await runs.settle_log()  # settled; their copies stay above the holder's log_from
+        for first in range(2, 20_002, 500):  # a long log after them
+            await runs.commit(step("holder", range(first, first + 500), conv="h"))
+        await storage.db.flush()
+        assert where(path, "gone") == (4, 4) and where(path, "gone2") == (3, 3)
+        sweep = next(sql for kind, sql in storage.runs.log.delete_conversation() if kind == "sweep")
+        full = vm_steps(path, "SELECT count(*) FROM run_log WHERE event = 'nothing'", ())
+        swept = vm_steps(path, sweep, ("alice", "c"))
+        assert full > 50 and swept * 10 < full, (swept, full)
+        deleted = await storage.history.delete_conversation("alice", "c")
+        assert deleted is not None and deleted.events == 4 + 3
+        assert where(path, "gone") == (0, 0) and where(path, "gone2") == (0, 0)
+        await runs.create(new_run("gone3", conv="e"))
+        await runs.commit(step("gone3", range(1, 3), conv="e", end=True))  # ended, not settled yet
+        deleted = await storage.history.delete_conversation("alice", "e")
+        assert deleted is not None and deleted.events == 3 and where(path, "gone3") == (0, 0)
+        assert [e.seq for e in await runs.events_after("holder", 0, 30_000)] == list(range(1, 20_002))

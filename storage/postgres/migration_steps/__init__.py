@@ -82,5 +82,6 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         # SQLite's live log of unsettled runs' events; PostgreSQL keeps one clustered
         # table (``storage.stores.event_log`` says why).
         27: (),
+        28: (),  # SQLite's live log: where a settled run's rows were
     },
 )

@@ -20,7 +20,7 @@ from storage.migration_runner import KB_FILE_STAMPS, RUN_ENDINGS_BACKFILL, RUN_L
 from storage.sqlite import kb_buckets
 from storage.sqlite.migration_steps.first_schema import APP, DRAFTS, EXTERNAL, KB, KEYWORDS
 from storage.sqlite.migration_steps.knowledge_base import KB_CHUNK_PAGES, KB_DOCUMENT_ORIGIN
-from storage.sqlite.migration_steps.live_log import LIVE_LOG
+from storage.sqlite.migration_steps.live_log import LIVE_LOG, LIVE_LOG_SPANS
 from storage.sqlite.migration_steps.owners import CONVERSATIONS_PER_USER, EXTERNAL_MATCHING, ISSUE_25, OWNERS
 from storage.sqlite.migration_steps.runs import (
     DURABLE_RUNS,
@@ -62,6 +62,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         25: (),  # PostgreSQL's (doc_id, position) key carries the chunk id; SQLite's holds the rowid
         26: (),  # PostgreSQL's chunks carry their bucket (a partial HNSW graph per bucket)
         27: LIVE_LOG,
+        28: LIVE_LOG_SPANS,
     },
     rebuilds=frozenset({15, 16}),
 )

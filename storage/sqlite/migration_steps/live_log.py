@@ -33,4 +33,16 @@ LIVE_LOG = (
     f"UPDATE runs SET log_from = {NEXT_LOG_ID} WHERE status NOT IN {_ENDED_SQL}",
 )
 
-__all__ = ["LIVE_LOG"]
+#: Step 28: where a run's rows in the log were, once it is settled, so a conversation
+#: delete sweeps only that range (``EventLog.delete_conversation``): ``log_first`` is
+#: its first ``log_from`` (kept when a settle moves or clears it), ``log_until`` the
+#: log's next id when its ending was settled (every row of the run is below it). Runs
+#: settled before this step keep neither: their rows left in the log, if any, go with
+#: the log's trim.
+LIVE_LOG_SPANS = (
+    "ALTER TABLE runs ADD COLUMN log_first INTEGER",
+    "ALTER TABLE runs ADD COLUMN log_until INTEGER",
+    "UPDATE runs SET log_first = log_from WHERE log_from IS NOT NULL",
+)
+
+__all__ = ["LIVE_LOG", "LIVE_LOG_SPANS"]
