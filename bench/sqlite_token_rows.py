@@ -57,7 +57,11 @@ EVENTS = """CREATE TABLE run_events (
     run_id TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL, data TEXT NOT NULL, folded TEXT,
     PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID"""
-RUNS = """CREATE TABLE runs (id TEXT PRIMARY KEY, status TEXT NOT NULL, log_from INTEGER)"""
+#: ``log_first``/``log_until``: migration 28's columns, which the settle writes (where a
+#: settled run's rows were, for a bounded conversation delete).
+RUNS = """CREATE TABLE runs (
+    id TEXT PRIMARY KEY, status TEXT NOT NULL, log_from INTEGER, log_first INTEGER, log_until INTEGER
+)"""
 LOG = """CREATE TABLE run_log (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     run_id TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL, data TEXT NOT NULL

@@ -197,6 +197,7 @@ async def test_replay_comes_from_the_sqlite_log_once_the_run_left_memory(setting
     provider = GatedProvider([GatedTurn(["Stored ", "answer"])])
     async with running_app(settings, provider=provider, registry=Tools().registry(), embedder=None) as (base, app):
         svc = app.state.services
+        svc.storage.runs.settler.every_s = 3600  # no settle on the quiet timer in between: this test settles
         async with httpx.AsyncClient(base_url=base, timeout=30) as client:
             created = await start(client, base)
             url = created["stream_url"]

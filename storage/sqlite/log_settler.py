@@ -71,6 +71,8 @@ class LogSettler:
         #: Events this process wrote since the last settle began.
         self._written = 0
         self._first = True
+        #: When the last settle began (the event loop's clock).
+        self._last = 0.0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._reported: set[str] = set()
@@ -98,10 +100,14 @@ class LogSettler:
                 await self.settle()
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._last = loop.time()
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.every_s)
-            if not (self._wake.is_set() or self._written > 0 or self._first):
+            # The timer: due when ``every_s`` (read now) has passed and there is work.
+            idle = loop.time() - self._last < self.every_s or not (self._written > 0 or self._first)
+            if not self._wake.is_set() and idle:
                 continue
             with contextlib.suppress(Exception):  # counted and logged by ``settle``; the next one retries
                 await self.settle()
@@ -111,6 +117,7 @@ class LogSettler:
         reconciling (module docstring). Raises when it could not be done at all."""
         self._wake.clear()
         self._written, self._first = 0, False
+        self._last = asyncio.get_running_loop().time()
         statements = self.log.settle(everything=everything)
         if not statements:
             return
