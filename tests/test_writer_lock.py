@@ -14,6 +14,7 @@ event once and exactly one ending.
 from __future__ import annotations
 
 import asyncio
+import signal
 import uuid
 from pathlib import Path
 
@@ -118,7 +119,8 @@ async def test_a_second_serve_on_the_file_waits_then_takes_over_when_the_first_d
 
 async def test_the_workers_of_one_serve_share_the_lock_and_a_second_serve_waits(tmp_path: Path) -> None:
     """``serve --workers 2`` is one group: both workers serve (they inherit the
-    supervisor's lock); a second ``serve`` on the file waits while any of them lives."""
+    supervisor's lock); a second ``serve`` on the file waits while any of them lives,
+    and a SIGTERM stops it while it waits."""
     db = tmp_path / "agent.sqlite3"
     base_env = {
         "AGENT_LLM_PROVIDER": "extractive",
@@ -141,6 +143,8 @@ async def test_the_workers_of_one_serve_share_the_lock_and_a_second_serve_waits(
             await _waiting(second, http)
             ready = await http.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
             assert ready.status_code == 200, ready.text
+        second.send(signal.SIGTERM)  # a waiting process holds nothing: it stops at once
+        assert await second.wait_exit(30) in (0, 143), second.tail()
     finally:
         group.close()
         second.close()
