@@ -12,7 +12,11 @@ this connection (a new process, a run taken over; one admitted here starts at 0)
 looked up once: the largest seq
 of its ``run_events`` rows and its last row in the log. Several processes on one file
 (``--workers``) each check their own writes; two of them writing one run is what the
-lease epochs fence off (``storage.sqlite.runs``). An ending forgets the run's head.
+lease epochs fence off (``storage.sqlite.runs``). Two process groups on one file would
+each pass their own check; ``agentchat serve`` holds the file's writer lock so there is
+only one (``storage.sqlite.writer_lock``), and a settle that still meets a seq written
+twice reconciles it instead of failing (``storage.sqlite.log_settler``). An ending
+forgets the run's head.
 """
 
 from __future__ import annotations
