@@ -165,17 +165,25 @@ def _serve(args: argparse.Namespace) -> int:
             with _reference_backend(settings, args, port, "info") as url:
                 if url is not None:
                     os.environ["AGENT_BACKEND_URL"] = url
-                if not _become_writer(lock, sock, settings, args):
-                    return 0
+                try:
+                    if not _become_writer(lock, sock, settings, args):
+                        return 0
+                except CannotStart as exc:
+                    print(exc, file=sys.stderr)
+                    return 3
                 _run_reloader(reload_config(host, port, settings, log_format=args.log_format), sock)
             return 0
         with _reference_backend(settings, args, port, "warning") as url:
             if url is not None:
                 settings = settings.with_(backend_url=url)
             with contextlib.suppress(KeyboardInterrupt):
-                started = serving_run(
-                    _serve_agent(args, settings, host, sock, lock), choose_stack(settings.server_stack)
-                )
+                try:
+                    started = serving_run(
+                        _serve_agent(args, settings, host, sock, lock), choose_stack(settings.server_stack)
+                    )
+                except CannotStart as exc:
+                    print(exc, file=sys.stderr)
+                    return 3
     return 0 if started else 3
 
 
@@ -199,7 +207,15 @@ async def _wait_to_write(lock: WriterLock | None, sock: Any, settings: Settings,
         return True
     if args.listen_fd is not None and share_inherited(lock, dict(os.environ)):
         return True
-    return await wait_for_writer_lock(lock, sock, choose_stack(settings.server_stack), log_format=args.log_format)
+    try:
+        return await wait_for_writer_lock(lock, sock, choose_stack(settings.server_stack), log_format=args.log_format)
+    except OSError as exc:  # the database's directory is not there or not writable: nor would the file be
+        why = exc.strerror or str(exc)
+        raise CannotStart(f"agentchat: cannot take the database's writer lock {lock.path}: {why}") from None
+
+
+class CannotStart(Exception):
+    """The service cannot start at all; ``str()`` is one line for the operator (exit 3)."""
 
 
 def _become_writer(lock: WriterLock | None, sock: Any, settings: Settings, args: argparse.Namespace) -> bool:
@@ -222,7 +238,7 @@ def _serving_line(host: str, port: int, extra: str = "") -> str:
 def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers: int, port: int) -> int:
     """``--workers N``: the reference backend once, then N serving processes on ``sock``
     (``app/cli/workers.py``); returns when they have all stopped."""
-    from app.cli.workers import Supervisor, stop_deadline_s, worker_env
+    from app.cli.workers import NEVER_STARTED, Supervisor, stop_deadline_s, worker_env
     from storage.sqlite.writer_lock import INHERITED_FD_ENV
 
     faulthandler.enable()
@@ -231,8 +247,12 @@ def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers:
     with sock, _reference_backend(settings, args, port, "warning") as url:
         # The workers are one writer group: the supervisor holds the file's lock and each
         # worker inherits the open lock file, so the lock lives while any of them does.
-        if not _become_writer(lock, sock, settings, args):
-            return 0
+        try:
+            if not _become_writer(lock, sock, settings, args):
+                return 0
+        except CannotStart as exc:
+            print(exc, file=sys.stderr)
+            return NEVER_STARTED
         env = worker_env(None, workers, url)
         keep: tuple[int, ...] = ()
         if lock is not None:
