@@ -4,8 +4,9 @@ Every variable of ARCHITECTURE.md lives here; nothing else in the code reads
 ``os.environ``. ``Settings.from_env`` collects *all* problems before failing, so an
 operator fixes a bad deployment in one go.
 
-How a value is parsed is ``app.config_env`` (``EnvReader``); which settings are
-credentials or URLs, and what the logs show of them, ``app.config_redaction``.
+How a value is parsed is ``app.config_env`` (``EnvReader``); which combinations of
+settings are refused, ``app.config_checks``; which settings are credentials or URLs, and
+what the logs show of them, ``app.config_redaction``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,18 @@ from typing import Any
 
 from agenttools.mcp.config import McpConfigError, McpServerConfig, load_servers
 from app import config_redaction
-from app.config_env import EnvReader, approval_tools, demo_token, opt_path
+from app.config_checks import combination_problems
+from app.config_env import (
+    DAYS_BOUNDS,
+    KEYWORD_MIN_USAGE_BOUNDS,
+    PORT_BOUNDS,
+    SHUTDOWN_GRACE_BOUNDS,
+    WORKERS_BOUNDS,
+    EnvReader,
+    approval_tools,
+    demo_token,
+    opt_path,
+)
 
 PROVIDERS = ("auto", "ollama", "gemini", "openai", "extractive")
 EMBEDDERS = ("auto", "gemini", "ollama", "openai", "local", "hashing", "none")
@@ -289,7 +301,7 @@ class Settings:
             admin_users=reader.listing("AGENT_ADMIN_USERS", d.admin_users),
             admin_open=reader.boolean("AGENT_ADMIN_OPEN", d.admin_open),
             host=reader.text("AGENT_HOST", d.host),
-            port=reader.integer("AGENT_PORT", d.port, lo=0, hi=65535),
+            port=reader.integer("AGENT_PORT", d.port, lo=PORT_BOUNDS.lo, hi=PORT_BOUNDS.hi),
             llm_timeout_s=reader.number("AGENT_LLM_TIMEOUT_S", d.llm_timeout_s, lo=1),
             tool_timeout_s=reader.number("AGENT_TOOL_TIMEOUT_S", d.tool_timeout_s, lo=0.1),
             backend_timeout_s=reader.number("AGENT_BACKEND_TIMEOUT_S", d.backend_timeout_s, lo=0.1),
@@ -315,7 +327,8 @@ class Settings:
             finished_run_memory_s=reader.number(
                 "AGENT_FINISHED_RUN_MEMORY_S", d.finished_run_memory_s, lo=0, hi=86400
             ),
-            shutdown_grace_s=reader.number("AGENT_SHUTDOWN_GRACE_S", d.shutdown_grace_s, lo=0, hi=3600),
+            shutdown_grace_s=reader.number("AGENT_SHUTDOWN_GRACE_S", d.shutdown_grace_s,
+                                           lo=SHUTDOWN_GRACE_BOUNDS.lo, hi=SHUTDOWN_GRACE_BOUNDS.hi),
             db_write_retry_s=reader.number("AGENT_DB_WRITE_RETRY_S", d.db_write_retry_s, lo=0.05, hi=3600),
             heartbeat_s=reader.number("AGENT_HEARTBEAT_S", d.heartbeat_s, lo=0.05),
             max_runs_per_user=reader.integer("AGENT_MAX_RUNS_PER_USER", d.max_runs_per_user, lo=1),
@@ -323,7 +336,7 @@ class Settings:
             approval_tools=approval_tools(reader.optional("AGENT_APPROVAL_TOOLS")),
             approval_ttl_s=reader.number("AGENT_APPROVAL_TTL_S", d.approval_ttl_s, lo=0.05, hi=90 * 86400),
             max_loop_lag_ms=reader.number("AGENT_MAX_LOOP_LAG_MS", d.max_loop_lag_ms, lo=0, hi=600_000),
-            workers=reader.integer("AGENT_WORKERS", d.workers, lo=1, hi=256),
+            workers=reader.integer("AGENT_WORKERS", d.workers, lo=WORKERS_BOUNDS.lo, hi=WORKERS_BOUNDS.hi),
             workers_safety_poll_s=reader.number(
                 "AGENT_WORKERS_SAFETY_POLL_S", d.workers_safety_poll_s, lo=0.05, hi=3600
             ),
@@ -345,17 +358,19 @@ class Settings:
                 "AGENT_KB_REEMBED_BACKOFF_MAX_S", d.kb_reembed_backoff_max_s, lo=1, hi=86_400
             ),
             keyword_max_age_days=reader.number(
-                "AGENT_KEYWORD_MAX_AGE_DAYS", d.keyword_max_age_days, lo=0, hi=36_500
+                "AGENT_KEYWORD_MAX_AGE_DAYS", d.keyword_max_age_days, lo=DAYS_BOUNDS.lo, hi=DAYS_BOUNDS.hi
             ),
-            keyword_min_usage=reader.integer("AGENT_KEYWORD_MIN_USAGE", d.keyword_min_usage, lo=1, hi=1_000_000),
+            keyword_min_usage=reader.integer("AGENT_KEYWORD_MIN_USAGE", d.keyword_min_usage,
+                                             lo=KEYWORD_MIN_USAGE_BOUNDS.lo, hi=KEYWORD_MIN_USAGE_BOUNDS.hi),
             keyword_prune_interval_s=reader.number(
                 "AGENT_KEYWORD_PRUNE_INTERVAL_S", d.keyword_prune_interval_s, lo=0.01, hi=31_536_000
             ),
             run_events_retention_days=reader.number(
-                "AGENT_RUN_EVENTS_RETENTION_DAYS", d.run_events_retention_days, lo=0, hi=36_500
+                "AGENT_RUN_EVENTS_RETENTION_DAYS", d.run_events_retention_days, lo=DAYS_BOUNDS.lo, hi=DAYS_BOUNDS.hi
             ),
             conversation_retention_days=reader.number(
-                "AGENT_CONVERSATION_RETENTION_DAYS", d.conversation_retention_days, lo=0, hi=36_500
+                "AGENT_CONVERSATION_RETENTION_DAYS", d.conversation_retention_days, lo=DAYS_BOUNDS.lo,
+                hi=DAYS_BOUNDS.hi
             ),
             retention_interval_s=reader.number(
                 "AGENT_RETENTION_INTERVAL_S", d.retention_interval_s, lo=0.01, hi=31_536_000
@@ -371,20 +386,8 @@ class Settings:
                 s = replace(s, mcp_servers=load_servers(mcp_file, env))
             except McpConfigError as exc:
                 reader.problems.append(str(exc))
-        if s.llm_provider == "gemini" and not s.gemini_api_key:
-            reader.problems.append("AGENT_LLM_PROVIDER=gemini needs GEMINI_API_KEY")
-        if s.embedder == "gemini" and not s.gemini_api_key:
-            reader.problems.append("AGENT_EMBEDDER=gemini needs GEMINI_API_KEY")
-        if s.auth == "jwt" and not (s.jwt_secret or s.jwt_jwks_url or s.jwt_public_key):
-            reader.problems.append("AGENT_AUTH=jwt needs AGENT_JWT_SECRET, AGENT_JWT_JWKS_URL or AGENT_JWT_PUBLIC_KEY")
-        if s.jwt_public_key is not None and not s.jwt_public_key.is_file():
-            reader.problems.append(f"AGENT_JWT_PUBLIC_KEY: no such file {str(s.jwt_public_key)!r}")
-        if s.auth == "jwt" and s.jwt_secret and len(s.jwt_secret) < 16:
-            reader.problems.append("AGENT_JWT_SECRET must be at least 16 characters")
-        if s.stream_token_secret is not None and len(s.stream_token_secret) < 16:
-            reader.problems.append("AGENT_STREAM_TOKEN_SECRET must be at least 16 characters")
-        if s.secret_key is not None and len(s.secret_key) < 16:
-            reader.problems.append("AGENT_SECRET_KEY must be at least 16 characters")
+        for problem in combination_problems(s):  # append, one at a time: docs/config_docs.py's probe counts on it
+            reader.problems.append(problem)
         if reader.problems:
             raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(reader.problems))
         return s

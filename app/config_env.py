@@ -13,7 +13,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
+
+N = TypeVar("N", int, float)
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds(Generic[N]):
+    """The range a number setting must be in. A command-line option that sets the same
+    thing checks the same range (``app/cli/ranges.py``): one copy, so ``--port`` and
+    ``AGENT_PORT`` never disagree."""
+
+    lo: N
+    hi: N
+
+
+PORT_BOUNDS = Bounds(0, 65535)  # 0: any free port
+WORKERS_BOUNDS = Bounds(1, 256)
+SHUTDOWN_GRACE_BOUNDS = Bounds(0, 3600)
+KEYWORD_MIN_USAGE_BOUNDS = Bounds(1, 1_000_000)
+#: Ages in days: keywords' idle time, the retention of run events and of conversations.
+DAYS_BOUNDS = Bounds(0, 36_500)
 
 
 def demo_token(value: str) -> str | None:
@@ -94,7 +116,7 @@ class EnvReader:
             self.problems.append(f"{name} must be an integer, got {raw!r}")
             return default
         if (lo is not None and value < lo) or (hi is not None and value > hi):
-            self.problems.append(f"{name} must be between {lo} and {hi}, got {value}")
+            self.problems.append(f"{name} must be {_range_words(lo, hi)}, got {value}")
             return default
         return value
 
@@ -108,7 +130,7 @@ class EnvReader:
             self.problems.append(f"{name} must be a number, got {raw!r}")
             return default
         if not math.isfinite(value) or (lo is not None and value < lo) or (hi is not None and value > hi):
-            self.problems.append(f"{name} must be a finite number between {lo} and {hi}, got {raw!r}")
+            self.problems.append(f"{name} must be a finite number {_range_words(lo, hi)}, got {raw!r}")
             return default
         return value
 
@@ -142,6 +164,16 @@ class EnvReader:
             self.problems.append(f"{name} entries must be among {', '.join(allowed)}; got {bad}")
             return default
         return items
+
+
+def _range_words(lo: float | None, hi: float | None) -> str:
+    """A range in words - between 1 and 10, at least 1, at most 10 - naming only the
+    bounds there are ("between 1 and None" read as a typo)."""
+    if lo is not None and hi is not None:
+        return f"between {lo} and {hi}"
+    if lo is not None:
+        return f"at least {lo}"
+    return f"at most {hi}"
 
 
 __all__ = ["EnvReader", "approval_tools", "demo_token", "opt_path"]

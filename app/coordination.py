@@ -16,7 +16,6 @@ from typing import Any
 from app.config import Settings
 from app.ops.leader import FileLock, Leader
 from app.runs.remote import RemoteRuns
-from storage.sqlite.kb_index import SqliteKBIndex
 from storage.sqlite.runs import SqliteRunStore
 from storage.sqlite.worker_feed import WorkerFeed, runtime_dir
 
@@ -43,8 +42,8 @@ async def leader_for(settings: Settings, storage: Any) -> Leader | None:
         feed = WorkerFeed(runtime_dir(settings.db_path))
         await feed.start()
         storage.run_feed = storage.runs.feed = feed  # closed with the storage
-        if isinstance(storage.kb_index, SqliteKBIndex):  # each worker's in-memory vectors
-            storage.kb_index.listen(feed)
+        # The knowledge base needs no news from here: each worker reads the stored
+        # generation before a search (``knowledge.freshness``), as for any other process.
         return Leader(FileLock(feed.directory / "leader.lock"))
     return None
 

@@ -31,7 +31,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.ops.close_budget import TITLES_STOP_S
 from app.ops.history_metrics import HistoryMetrics
+from app.ops.stopping import cancel_and_wait
 from llm.provider import Completion, Provider
 from llm.types import ChatRequest, ContentDelta, Message, StreamError
 from storage.interfaces import HistoryStore
@@ -183,9 +185,9 @@ class Titler:
         return clean_model_title(done.text[:TITLE_READ_CHARS])
 
     async def aclose(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Cancel the titles still being written; one that does not end within
+        ``TITLES_STOP_S`` is named in the log and left (the close must not hang on it)."""
+        await cancel_and_wait(list(self._tasks), TITLES_STOP_S)
 
 
 def _title_read(parts: list[str]) -> bool:

@@ -35,6 +35,7 @@ from agenttools.mcp.catalog import McpCatalog, McpTool, tool_from_mcp
 from agenttools.mcp.client import McpConnection
 from agenttools.mcp.config import McpServerConfig
 from app.agent.selector import IndexState
+from app.ops.close_budget import MCP_CANCEL_S, MCP_CLOSE_S
 from toolindex.caches import VectorCache
 from toolindex.embedder import Embedder
 from toolindex.index import ToolIndex
@@ -77,7 +78,10 @@ class McpRoom:
             connection.start()
 
     async def aclose(self) -> None:
-        await asyncio.gather(*(c.close() for c in self.connections.values()), return_exceptions=True)
+        """Close every connection at once, each within the close budget's step for them."""
+        await asyncio.gather(
+            *(c.close(MCP_CLOSE_S, MCP_CANCEL_S) for c in self.connections.values()), return_exceptions=True
+        )
 
     # --- tool lists -----------------------------------------------------------------
 

@@ -17,8 +17,10 @@ import httpx
 
 from agenttools.core.registry import ToolRegistry
 from app.config import Settings
+from app.ops.close_budget import KB_REEMBED_STOP_S, KB_TASKS_STOP_S
 from app.ops.leader import Leader
 from app.ops.masking import mask_url
+from app.ops.stopping import cancel_and_wait
 from llm.pool import WaitHook
 from toolindex.embedder import Embedder
 
@@ -72,11 +74,17 @@ class KnowledgeComponent:
         has given them theirs — then it is ready again by itself. Documents waiting while
         the re-embedding makes progress (a corpus moving to another embedding model can
         take hours) are shown here and in a metric but keep the replica in service: text
-        search finds them meanwhile, and every semantic search says what it cannot see."""
+        search finds them meanwhile, and every semantic search says what it cannot see.
+
+        The sample's state is taken before the counts are read: taken after, an ingest
+        ending during the reads paired "ingested 106 chunks" (ready) with counts of none
+        (1 of 20 fresh starts in a CI run). Taken first, "ingested" means the counts'
+        reads began after its commit."""
+        sample = self.sample
         stats = await self.kb.stats()
         semantic = await self.kb.semantic_search()
-        loading = self.sample == "ingesting"
-        failed = self.sample.startswith("failed")
+        loading = sample == "ingesting"
+        failed = sample.startswith("failed")
         has_embedder = semantic["embedder"] is not None
         pending = int(stats.get("documents_without_current_vectors") or 0) if has_embedder else 0
         backfill = self.kb.backfill
@@ -89,14 +97,14 @@ class KnowledgeComponent:
             "vectors": stats.get("vectors"),
             "documents_without_current_vectors": stats.get("documents_without_current_vectors"),
             "pending_vectors": pending,
-            "sample_kb": self.sample,
+            "sample_kb": sample,
             "semantic_search": semantic,
             "reembedding": backfill.status(),
         }
         if loading:
             out["detail"] = "the sample knowledge base is being ingested"
         elif failed:
-            out["detail"] = f"the sample knowledge base could not be ingested ({self.sample})"
+            out["detail"] = f"the sample knowledge base could not be ingested ({sample})"
         elif pending:
             why = backfill.last_error if backfill.state == "waiting to retry" else None
             out["detail"] = (
@@ -180,9 +188,14 @@ async def attach_rooms(
         reembed_interval_s=settings.kb_reembed_interval_s,
         reembed_backoff_max_s=settings.kb_reembed_backoff_max_s,
         overload_threshold=settings.clarify_overload_hits,  # the corpus tools' rule too (OverloadRule)
+        reembed_stop_s=KB_REEMBED_STOP_S,  # a step of the close budget
     )
     kb = await KnowledgeBase.create(storage.kb_index, embedder, config=config, schema_version=storage.schema_version)
     stack.push_async_callback(kb.aclose)
+    # This room's tasks, cancelled together before the knowledge base closes, within
+    # one step of the close budget (a task that swallows its cancel is named and left).
+    tasks: list[asyncio.Task[Any]] = []
+    stack.push_async_callback(_stop, tasks)
     # Documents stored without vectors of this embedder (an ingest whose embedder failed,
     # or another embedder's) get them in the background: a pass now, after each failed
     # ingest, and on a slow timer; stopped by ``kb.aclose``.
@@ -191,14 +204,14 @@ async def attach_rooms(
     if leader is None:
         kb.backfill.start()
     else:
-        stack.push_async_callback(_cancel, leader.when_leading(_backfill_while_leading(kb), name="kb-backfill"))
+        tasks.append(leader.when_leading(_backfill_while_leading(kb), name="kb-backfill"))
     knowledge = KnowledgeComponent(kb)
     rooms.knowledge = knowledge
     if settings.ingest_sample_kb:
         knowledge.sample = "ingesting"
         task = asyncio.create_task(knowledge.ingest_sample(), name="sample-kb")
         knowledge.tasks.append(task)
-        stack.push_async_callback(_cancel, task)
+        tasks.append(task)
 
     # Saved external answers are found again by their keywords' terms and, with an
     # embedder, by meaning, in the KB's vector space (SC-006).
@@ -217,12 +230,11 @@ async def attach_rooms(
         stemmer=Stemmer(),
     )
     rooms.keywords = keywords
-    backfill = (
+    tasks.append(
         asyncio.create_task(_backfill_keywords(keywords), name="keyword-backfill")
         if leader is None
         else leader.when_leading(lambda: _backfill_keywords(keywords), name="keyword-backfill")
     )
-    stack.push_async_callback(_cancel, backfill)
     perplexity = (
         PerplexityClient(
             await perplexity_http(settings, stack, pool_waits),
@@ -362,6 +374,5 @@ async def _backfill_keywords(keywords: KeywordIndex) -> None:
         log.info("keyword index back-filled", extra=done)
 
 
-async def _cancel(task: asyncio.Task[Any]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+async def _stop(tasks: list[asyncio.Task[Any]]) -> None:
+    await cancel_and_wait(tasks, KB_TASKS_STOP_S)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sqlite3
 import uuid
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
@@ -14,7 +12,8 @@ from backend.auth import AuthUser, require_user
 from backend.clock import now_iso
 from backend.db import Database, Writer, request_db
 from backend.params import parse_page, path_uuid, query_uuid
-from backend.responses import JSONResponse, dumps_text, invalid_argument, loads_or_none, not_found, read_json_object
+from backend.responses import JSONResponse, dumps_text, invalid_argument, read_json_object
+from backend.workflow_rows import RULE_SELECT, load_action_types, load_actions, load_edges, load_rule, rule_json
 from backend.workflow_validation import (
     ActionTypeInfo,
     FieldProblems,
@@ -22,102 +21,6 @@ from backend.workflow_validation import (
     check_workflow,
     parse_workflow,
 )
-
-_RULE_SELECT = (
-    "SELECT r.*, e.name AS entity_name, e.schema_name AS entity_schema_name, e.entity_type_id, "
-    "et.name AS entity_type_name, t.name AS trigger_type_name "
-    "FROM rules r JOIN entities e ON e.id = r.entity_id "
-    "JOIN entity_types et ON et.id = e.entity_type_id "
-    "JOIN trigger_types t ON t.id = r.trigger_type_id"
-)
-
-
-def _rule_json(row: sqlite3.Row) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "id": row["id"],
-        "name": row["name"],
-        "description": row["description"],
-        "entity_id": row["entity_id"],
-        "entity_name": row["entity_name"],
-        "entity_schema_name": row["entity_schema_name"],
-        "entity_type_id": row["entity_type_id"],
-        "entity_type_name": row["entity_type_name"],
-        "trigger_type_id": row["trigger_type_id"],
-        "trigger_type_name": row["trigger_type_name"],
-        "trigger_conditions": loads_or_none(row["trigger_conditions"]),
-        "is_active": bool(row["is_active"]),
-        "is_default": bool(row["is_default"]),
-        "created_by": row["created_by"],
-        "updated_by": row["updated_by"],
-        "created_date": row["created_date"],
-        "updated_date": row["updated_date"],
-    }
-    if row["canvas_layout"] is not None:
-        body["canvas_layout"] = orjson.loads(row["canvas_layout"])
-    return body
-
-
-def _action_json(row: sqlite3.Row) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "id": row["id"],
-        "rule_id": row["rule_id"],
-        "name": row["name"],
-        "description": row["description"],
-        "action_type": row["action_type"],
-        "action_config": orjson.loads(row["action_config"]),
-        "is_active": bool(row["is_active"]),
-    }
-    if row["template_id"] is not None:
-        body["template_id"] = row["template_id"]
-    return body
-
-
-def _edge_json(row: sqlite3.Row) -> dict[str, Any]:
-    body: dict[str, Any] = {"id": row["id"], "rule_id": row["rule_id"]}
-    if row["source_action_id"] is not None:
-        body["source_action_id"] = row["source_action_id"]
-    body["target_action_id"] = row["target_action_id"]
-    body["edge_type"] = row["edge_type"]
-    if row["source_output"] is not None:
-        body["source_output"] = row["source_output"]
-    body["edge_order"] = row["edge_order"]
-    body["created_date"] = row["created_date"]
-    return body
-
-
-async def _load_rule(db: Database, rule_id: str) -> dict[str, Any]:
-    row = await db.fetch_one(f"{_RULE_SELECT} WHERE r.id = ?", (rule_id,))
-    if row is None:
-        raise not_found(f"workflow rule {rule_id} not found")
-    return _rule_json(row)
-
-
-async def _load_actions(db: Database, rule_id: str) -> list[dict[str, Any]]:
-    rows = await db.fetch_all("SELECT * FROM rule_actions WHERE rule_id = ? ORDER BY position, id", (rule_id,))
-    return [_action_json(r) for r in rows]
-
-
-async def _load_edges(db: Database, rule_id: str) -> list[dict[str, Any]]:
-    rows = await db.fetch_all("SELECT * FROM rule_edges WHERE rule_id = ? ORDER BY edge_order, id", (rule_id,))
-    return [_edge_json(r) for r in rows]
-
-
-async def load_action_types(db: Database) -> list[dict[str, Any]]:
-    rows = await db.fetch_all("SELECT * FROM action_types ORDER BY sort_order")
-    return [
-        {
-            "type": r["type"],
-            "name": r["name"],
-            "description": r["description"],
-            "category": r["category"],
-            "supports_manual_execution": bool(r["supports_manual_execution"]),
-            "is_async": bool(r["is_async"]),
-            "config_schema": orjson.loads(r["config_schema"]),
-            "output_ports": orjson.loads(r["output_ports"]),
-        }
-        for r in rows
-    ]
-
 
 # --- catalog ------------------------------------------------------------------------------
 
@@ -169,16 +72,16 @@ async def list_rules(request: Request) -> JSONResponse:
     page = parse_page(request)
     db = request_db(request)
     total = int(await db.fetch_value("SELECT COUNT(*) FROM rules"))
-    rows = await db.fetch_all(f"{_RULE_SELECT} ORDER BY r.name, r.id LIMIT ? OFFSET ?", (page.rows, page.offset))
-    return JSONResponse(page.envelope([_rule_json(r) for r in rows], total))
+    rows = await db.fetch_all(f"{RULE_SELECT} ORDER BY r.name, r.id LIMIT ? OFFSET ?", (page.rows, page.offset))
+    return JSONResponse(page.envelope([rule_json(r) for r in rows], total))
 
 
 async def get_rule(request: Request) -> JSONResponse:
     await require_user(request)
     rule_id = path_uuid(request, "rule_id", "workflow rule")
     db = request_db(request)
-    rule = await _load_rule(db, rule_id)
-    rule["actions"] = await _load_actions(db, rule_id)
+    rule = await load_rule(db, rule_id)
+    rule["actions"] = await load_actions(db, rule_id)
     return JSONResponse(rule)
 
 
@@ -186,16 +89,16 @@ async def get_rule_actions(request: Request) -> JSONResponse:
     await require_user(request)
     rule_id = path_uuid(request, "rule_id", "workflow rule")
     db = request_db(request)
-    await _load_rule(db, rule_id)
-    return JSONResponse(await _load_actions(db, rule_id))
+    await load_rule(db, rule_id)
+    return JSONResponse(await load_actions(db, rule_id))
 
 
 async def get_rule_edges(request: Request) -> JSONResponse:
     await require_user(request)
     rule_id = path_uuid(request, "rule_id", "workflow rule")
     db = request_db(request)
-    await _load_rule(db, rule_id)
-    return JSONResponse(await _load_edges(db, rule_id))
+    await load_rule(db, rule_id)
+    return JSONResponse(await load_edges(db, rule_id))
 
 
 # --- full save / dry run ---------------------------------------------------------------------
@@ -318,9 +221,9 @@ def _json_or_null(value: Any) -> str | None:
 
 
 async def _saved_rule(db: Database, rule_id: str) -> dict[str, Any]:
-    rule = await _load_rule(db, rule_id)
-    rule["actions"] = await _load_actions(db, rule_id)
-    rule["edges"] = await _load_edges(db, rule_id)
+    rule = await load_rule(db, rule_id)
+    rule["actions"] = await load_actions(db, rule_id)
+    rule["edges"] = await load_edges(db, rule_id)
     return rule
 
 
@@ -371,7 +274,7 @@ async def update_rule_full(request: Request) -> JSONResponse:
     dry_run = _dry_run_flag(request)
     rule_id = path_uuid(request, "rule_id", "workflow rule")
     db = request_db(request)
-    await _load_rule(db, rule_id)
+    await load_rule(db, rule_id)
     spec, types = await _struct_check(request, db, rule_id)
     errors = check_workflow(spec, types)
     if dry_run:

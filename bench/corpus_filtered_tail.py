@@ -49,6 +49,7 @@ KINDS = {"filtered_text": "text", "filtered_semantic": "semantic", "filtered_hyb
 #: "dense" the dense side.
 STAGES = [
     ("index", "scoped_doc_ids"),
+    ("index", "scoped_chunk_ids"),
     ("index", "selective_terms"),
     ("index", "text_candidates"),
     ("index", "hydrate"),

@@ -55,7 +55,8 @@ from agenttools.core.catalog_knowledge import knowledge_specs  # noqa: E402
 from agenttools.core.registry import RunToolState, ToolContext, ToolRegistry  # noqa: E402
 from agenttools.rag.deps import RagToolDeps  # noqa: E402
 from agenttools.rag.external_results import Citation, new_external_result  # noqa: E402
-from agenttools.rag.keywords import KeywordIndex, keyword_key, validate_keywords  # noqa: E402
+from agenttools.rag.keyword_rules import keyword_key, validate_keywords  # noqa: E402
+from agenttools.rag.keywords import KeywordIndex  # noqa: E402
 from agenttools.rag.policy import KB_SEARCH  # noqa: E402
 from agenttools.rag.tools import register_rag_tools  # noqa: E402
 from bench._common import pct, write_results  # noqa: E402

@@ -35,7 +35,8 @@ from agenttools.core.registry import RunToolState, ToolContext, ToolRegistry  # 
 from agenttools.core.validation import validate_arguments  # noqa: E402
 from agenttools.rag.deps import RagToolDeps  # noqa: E402
 from agenttools.rag.external_results import new_external_result  # noqa: E402
-from agenttools.rag.keywords import KeywordIndex, keyword_key  # noqa: E402
+from agenttools.rag.keyword_rules import keyword_key  # noqa: E402
+from agenttools.rag.keywords import KeywordIndex  # noqa: E402
 from agenttools.rag.policy import INDEX_KEYWORDS, mark_kb_searched, note_external_result  # noqa: E402
 from agenttools.rag.tools import register_rag_tools  # noqa: E402
 from bench._common import write_results  # noqa: E402

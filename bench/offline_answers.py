@@ -8,7 +8,10 @@ hashing embedder) on a fresh database, ingests the npm documentation installed w
 through ``agentchat ingest``, asks tests/data/offline_questions.json in the knowledge
 context (the original set, tuned on, then the held-out, fresh, final, unseen, last,
 round6, round8, round9, round10, round11, round12, round13, round14, round15, round16, round17,
-round18, round19 and round20 sets, only measured) and writes bench/results/offline_answers.json;
+round18, round19, round20 and round21 sets, only measured) and writes
+bench/results/offline_answers.json; a set's questions over the project's own docs/
+("docs": round21's) are asked of a second fresh database where docs/ is ingested as the
+bucket ``docs`` beside the sample KB;
 ``--show`` prints every answer to read.
 
 ``--capture FILE`` also keeps what the answerer was given for each question (the question
@@ -50,6 +53,7 @@ from tests.support.offline_answers import (
     fragments,
     load_questions,
     npm_docs,
+    project_docs,
     repeated_sentences,
 )
 from tests.test_offline_answers import ask_all, defaults, ingest
@@ -74,6 +78,7 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def print_set(label: str, sets: dict[str, list[dict[str, Any]]], show: bool) -> dict[str, Any]:
     """One set's figures per corpus and overall, printed (every answer too with ``show``)."""
+    sets = {name: results for name, results in sets.items() if results}
     out: dict[str, Any] = {name: summary(results) for name, results in sets.items()}
     out["overall"] = summary([r for results in sets.values() for r in results])
     for name, figures in out.items():
@@ -126,20 +131,29 @@ async def main(show: bool, capture: Path | None, embedder: str | None, results_p
     store: dict[str, Any] = {}
     if capture is not None:
         capturing(store)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as tmp_docs:
         env = defaults(Path(tmp))
+        # The project's docs/ in a database of their own (beside the sample KB, as a user
+        # adds a bucket), so that their pages do not move the other sets' corpus statistics.
+        env_docs = defaults(Path(tmp_docs))
         if embedder is not None:
-            env["AGENT_EMBEDDER"] = embedder
+            env["AGENT_EMBEDDER"] = env_docs["AGENT_EMBEDDER"] = embedder
         docs = npm_docs()
         if docs is not None:
             await ingest(env, docs, "npm")
         else:
             print("npm is not installed: the npm documentation set is skipped")
+        docs_ingested = False
         for label in SETS:
             questions = load_questions(name=label)
             sets = {"sample": await ask_all(env, questions["sample"], None)}
-            if docs is not None:
+            if docs is not None and questions["npm"]:
                 sets["npm"] = await ask_all(env, questions["npm"], {"bucket": "npm"})
+            if questions.get("docs"):
+                if not docs_ingested:
+                    await ingest(env_docs, project_docs(), "docs")
+                    docs_ingested = True
+                sets["docs"] = await ask_all(env_docs, questions["docs"], {"bucket": "docs"})
             out[label] = print_set(label, sets, show)
     out["embedder"] = embedder or "auto"
     results_path.parent.mkdir(parents=True, exist_ok=True)

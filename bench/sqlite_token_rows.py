@@ -57,7 +57,7 @@ EVENTS = """CREATE TABLE run_events (
     run_id TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL, data TEXT NOT NULL, folded TEXT,
     PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID"""
-#: ``log_first``/``log_until``: migration 28's columns, which the settle writes (where a
+#: ``log_first``/``log_until``: migration 30's columns, which the settle writes (where a
 #: settled run's rows were, for a bounded conversation delete).
 RUNS = """CREATE TABLE runs (
     id TEXT PRIMARY KEY, status TEXT NOT NULL, log_from INTEGER, log_first INTEGER, log_until INTEGER
@@ -66,7 +66,7 @@ LOG = """CREATE TABLE run_log (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     run_id TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL, data TEXT NOT NULL
 )"""
-#: The service's own schema of the log (migration 27): the admission trigger that sets
+#: The service's own schema of the log (migration 29): the admission trigger that sets
 #: a run's ``log_from``, the partial index of runs that have one.
 LOG_SCHEMA = tuple(sql for sql in LIVE_LOG if not sql.startswith(("ALTER", "UPDATE", "CREATE TABLE")))
 #: ``log-at-end``: each ending moves its run's rows in its own transaction — which scans

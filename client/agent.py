@@ -158,9 +158,15 @@ class AgentClient(HistoryMethods):
 
     # --- streams -------------------------------------------------------------------------------
 
-    def stream(self, run_id: str, after: int | None = None) -> EventStream:
+    def stream(self, run_id: StartedRun | str, after: int | None = None) -> EventStream:
         """The run's events after ``after`` (all when None), resuming across dropped
-        connections; ends after ``message_complete`` or when the server answers 204."""
+        connections; ends after ``message_complete`` or when the server answers 204.
+        ``run_id`` is the id or the ``StartedRun`` that ``start_run`` returned (handed
+        that, it raised ``TypeError: quote_from_bytes() expected bytes``)."""
+        if isinstance(run_id, StartedRun):
+            run_id = run_id.run_id
+        if not isinstance(run_id, str):
+            raise TypeError(f"stream() takes a run id or a StartedRun, not {type(run_id).__name__}")
         return EventStream(self, "GET", f"/v1/agent/runs/{quote(run_id, safe='')}/events", run_id, after=after)
 
     def chat(

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from knowledge.dense import DenseSide
-from knowledge.ingest import embedding_text
+from knowledge.ingest_docs import embedding_text
 from knowledge.ingest_stages import embed_texts
 from knowledge.types import IngestReport, KBConfig
 from storage.interfaces import KBIndex
@@ -44,11 +44,6 @@ from storage.kb_records import KBVectorWrite
 from toolindex.embedder import Embedder, EmbeddingError
 
 log = logging.getLogger("agentchat.kb.backfill")
-
-#: How long ``aclose`` waits for the loop once told to stop (a pass under way ends at
-#: its next batch; one that does not is named in the log and left behind rather than
-#: holding the process's shutdown).
-STOP_S = 15.0
 
 
 @dataclass(slots=True)
@@ -121,11 +116,12 @@ class VectorBackfill:
             # this close, hence the process's shutdown, with it.
             self._stop.set()
             task.cancel()
-            done, _ = await asyncio.wait({task}, timeout=STOP_S)
+            stop_s = self._config.reembed_stop_s
+            done, _ = await asyncio.wait({task}, timeout=stop_s)
             if not done:
                 log.error(
                     "the re-embedding loop did not stop; left behind",
-                    extra={"after_s": STOP_S, "stack": _stack_text(task)},
+                    extra={"after_s": stop_s, "stack": _stack_text(task)},
                 )
             elif not task.cancelled() and task.exception() is not None:
                 log.error("the re-embedding loop failed", exc_info=task.exception())

@@ -68,11 +68,21 @@ def typed_values(fields: Mapping[str, str], metadata: Mapping[str, Any]) -> list
 
 
 class Buckets:
-    """The bucket schemas, cached; reloaded when an unknown bucket is asked for."""
+    """The bucket schemas, cached; reloaded when an unknown bucket is asked for, and
+    after another process changed the knowledge base (``knowledge.freshness``)."""
 
     def __init__(self, index: KBIndex) -> None:
         self._index = index
         self._schemas: dict[str, dict[str, str]] = {}
+        #: Counts this process's creates and deletes of buckets.
+        self._changes = 0
+        #: How many ``load`` reads are under way, and what was created (a schema) or
+        #: deleted (``None``) here meanwhile, with its count: a read that began before
+        #: such a change may not hold it and must not overwrite the cache without it
+        #: (a bucket created here would vanish from every-bucket searches until the
+        #: next change made elsewhere). Kept only while a read is under way.
+        self._loading = 0
+        self._during_load: dict[str, tuple[int, dict[str, str] | None]] = {}
 
     def __len__(self) -> int:
         return len(self._schemas)
@@ -85,7 +95,29 @@ class Buckets:
         return self._schemas.get(bucket)
 
     async def load(self) -> None:
-        self._schemas = await self._index.bucket_schemas()
+        """Read every schema anew; a bucket this process created or deleted while the
+        read ran keeps what this process did (the read may predate it)."""
+        began = self._changes
+        self._loading += 1
+        try:
+            schemas = await self._index.bucket_schemas()
+        finally:
+            self._loading -= 1
+        for name, (count, schema) in self._during_load.items():
+            if count <= began:
+                continue  # made before this read began: the read holds it
+            if schema is None:
+                schemas.pop(name, None)
+            else:
+                schemas[name] = dict(schema)
+        if not self._loading:
+            self._during_load.clear()
+        self._schemas = schemas
+
+    def _changed(self, name: str, schema: dict[str, str] | None) -> None:
+        self._changes += 1
+        if self._loading:
+            self._during_load[name] = (self._changes, schema)
 
     async def create(self, name: str, fields: Mapping[str, str] | None = None) -> dict[str, str]:
         """Create ``name`` with typed ``fields``, or add new fields to an existing bucket.
@@ -97,6 +129,7 @@ class Buckets:
         schema = validate_schema(fields or {})
         merged = await self._index.create_bucket(name, schema, typed_row=typed_values)
         self._schemas[name] = merged
+        self._changed(name, merged)
         return dict(merged)
 
     async def exists(self, name: str) -> bool:
@@ -108,6 +141,7 @@ class Buckets:
     def forget(self, name: str) -> None:
         """After the bucket was deleted."""
         self._schemas.pop(name, None)
+        self._changed(name, None)
 
     async def ensure(self, name: str) -> None:
         if name in self._schemas:

@@ -6,9 +6,9 @@ Two ways, one interface (``DenseSide``), chosen once by ``dense_side``:
 * ``MatrixDense`` — the in-memory float32 matrix (``knowledge.vectors.VectorIndex``),
   filled from the store at start and kept in step by ingestion. The embedded SQLite
   engine has no vector index of its own, and a numpy scan of 1M rows takes ~60 ms.
-  Where sibling processes write the same file (``--workers``) the store counts their
-  changes (``sibling_changes``); the matrix is loaded anew before the next search after
-  one, so a document ingested through any worker is found by every worker's search.
+  Where another process writes the same file (a ``--workers`` sibling, ``agentchat
+  ingest`` or ``docs rm`` while the server runs) the stored generation says so before
+  the next search (``knowledge.freshness``) and the matrix is loaded anew (``reload``).
 * ``DatabaseDense`` — the engine answers (``storage.interfaces.KBVectorSearch``:
   pgvector on PostgreSQL). Nothing is held in memory, so replicas do not each carry
   the whole matrix, and a document another replica ingested is found the moment its
@@ -21,7 +21,7 @@ around them (``knowledge.search``) do not know which one answered.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -35,6 +35,17 @@ F32 = npt.NDArray[np.float32]
 
 
 class DenseSide(Protocol):
+    #: How often another process's changes need looking for before a search
+    #: (``knowledge.freshness``): 0, before every search, where this process holds the
+    #: vectors; otherwise at most once per this many seconds (only statistics and
+    #: schemas are cached then, and a read of the generation is a round trip).
+    check_every_s: float
+
+    #: Whether a filtered scope reaches ``nearest`` best resolved to its chunk ids
+    #: (``KBScope.chunk_ids``: the in-memory matrix masks its rows by them) rather
+    #: than to its documents (an engine's own statement takes their ids).
+    scope_by_chunks: bool
+
     @property
     def dim(self) -> int: ...
 
@@ -52,6 +63,11 @@ class DenseSide(Protocol):
 
     async def load(self) -> int:
         """Called once at start; returns how many vectors were loaded into memory."""
+        ...
+
+    async def reload(self) -> None:
+        """Another process changed the stored knowledge base (``knowledge.freshness``):
+        take it in (the matrix loaded anew; nothing where the engine searches)."""
         ...
 
     async def available(self) -> bool:
@@ -77,53 +93,59 @@ class DenseSide(Protocol):
 class MatrixDense:
     """The in-memory matrix (see the module docstring)."""
 
+    check_every_s = 0.0
+
+    scope_by_chunks = True
+
     def __init__(self, index: KBIndex, embed_model: str | None, dim: int, *, executor_rows: int = 2_000) -> None:
         self.matrix = VectorIndex(dim)
         self._index = index
         self._embed_model = embed_model
         self._executor_rows = executor_rows
-        self._seen_changes = self._sibling_changes()
         self._reloading = asyncio.Lock()
-        self._changed_here = False
-        #: Reloads after a sibling process's change (a figure for tests).
-        self.reloads = 0
+        #: While a reload reads the store: the changes made here meanwhile, replayed
+        #: onto the new matrix before it takes over (``reload``).
+        self._journal: list[Callable[[VectorIndex], object]] | None = None
 
-    def _sibling_changes(self) -> int:
-        """How many changes sibling processes made to the stored KB (0 where none can)."""
-        return int(getattr(self._index, "sibling_changes", 0))
-
-    async def refresh(self) -> None:
-        """Load the matrix anew if a sibling process changed the stored KB since the
-        last load; searches meanwhile use the old one."""
-        if self._sibling_changes() == self._seen_changes or self._embed_model is None:
+    async def reload(self) -> None:
+        """Load the matrix anew from the store: another process changed it
+        (``knowledge.freshness``). Searches meanwhile use the old one. What this process
+        adds or removes during the load goes to the old matrix and is replayed onto the
+        new one before it takes over: each such change removes a document's rows before
+        adding its new ones, so it lands right whether or not the load already read it."""
+        if self._embed_model is None:
             return
         async with self._reloading:
-            seen = self._sibling_changes()
-            if seen == self._seen_changes:
-                return
-            self._changed_here = False
-            fresh = VectorIndex(self.matrix.dim)
-            await load_vectors(fresh, self._index, self._embed_model)
-            self.matrix = fresh
-            # An ingest here during the load went to the old matrix: load again next time.
-            if not self._changed_here:
-                self._seen_changes = seen
-            self.reloads += 1
+            self._journal = []
+            try:
+                fresh = VectorIndex(self.matrix.dim)
+                await load_vectors(fresh, self._index, self._embed_model, private=True)
+                for change in self._journal:
+                    change(fresh)
+                self.matrix = fresh
+            finally:
+                self._journal = None
+
+    def _also_after_reload(self, change: Callable[[VectorIndex], object]) -> None:
+        if self._journal is not None:
+            self._journal.append(change)
 
     @property
     def dim(self) -> int:
         return self.matrix.dim
 
     def add(self, chunk_ids: Iterable[int], doc_id: str, bucket: str, vectors: F32) -> None:
-        self._changed_here = True
-        self.matrix.add(chunk_ids, doc_id, bucket, vectors)
+        ids = list(chunk_ids)
+        self.matrix.add(ids, doc_id, bucket, vectors)
+        self._also_after_reload(lambda m: m.add(ids, doc_id, bucket, vectors))
 
     def add_many(self, docs: Sequence[KBVectorRows]) -> None:
-        self._changed_here = True
-        self.matrix.add_many(docs)
+        batch = list(docs)
+        self.matrix.add_many(batch)
+        self._also_after_reload(lambda m: m.add_many(batch))
 
     def remove_document(self, doc_id: str) -> int:
-        self._changed_here = True
+        self._also_after_reload(lambda m: m.remove_document(doc_id))
         return self.matrix.remove_document(doc_id)
 
     async def load(self) -> int:
@@ -132,19 +154,18 @@ class MatrixDense:
         return await load_vectors(self.matrix, self._index, self._embed_model)
 
     async def available(self) -> bool:
-        await self.refresh()
         return self.matrix.size > 0
 
     async def count(self) -> int:
-        await self.refresh()
         return self.matrix.size
 
     async def nearest(self, query: F32, scope: KBScope, limit: int) -> KBRanked:
-        await self.refresh()
         matrix = self.matrix
         snap = matrix.snapshot()
         mask = None
-        if scope.doc_ids is not None:
+        if scope.chunk_ids is not None:
+            mask = matrix.chunk_mask(snap, scope.chunk_ids)
+        elif scope.doc_ids is not None:
             mask = matrix.doc_mask(snap, scope.doc_ids)
         elif scope.bucket is not None:
             code = matrix.bucket_code(scope.bucket)
@@ -170,6 +191,13 @@ class MatrixDense:
 class DatabaseDense:
     """The engine's own vector search (see the module docstring)."""
 
+    #: A search reads the vectors from the database: only the bucket schemas and text
+    #: statistics may be stale, and for at most this long (a round trip to PostgreSQL
+    #: before every search cost 0.5 ms of CPU and ~4 ms of a loaded machine's time).
+    check_every_s = 1.0
+
+    scope_by_chunks = False
+
     def __init__(self, search: KBVectorSearch, embed_model: str, dim: int) -> None:
         self._search = search
         self._embed_model = embed_model
@@ -192,6 +220,9 @@ class DatabaseDense:
 
     async def load(self) -> int:
         return 0
+
+    async def reload(self) -> None:
+        self._seen = False  # another process may have removed every vector: ask again
 
     async def available(self) -> bool:
         # Once vectors exist they are assumed to stay (a search of an emptied index just

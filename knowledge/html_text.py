@@ -108,6 +108,7 @@ MIN_EXTRACTED_CHARS = 200
 _HEADERLINK = re.compile(r"[ \t]*[¶\uf0c1]")
 
 
+# A module-level cache on purpose: whether trafilatura is installed, fixed for the process, one bool.
 @cache
 def extractor_available() -> bool:
     return importlib.util.find_spec("trafilatura") is not None

@@ -34,19 +34,14 @@ Why this shape:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
-import orjson
-
-from knowledge.buckets import Buckets, typed_row
-from knowledge.chunking import Chunk, chunk_text
+from knowledge.buckets import Buckets
+from knowledge.chunking import chunk_text
 from knowledge.dense import DenseSide
 from knowledge.filecheck import DEFAULT_MAX_FILE_MB, MB, SKIP_TOO_LARGE, SKIP_UNREADABLE, walk_files
 from knowledge.filestamps import (
@@ -58,9 +53,10 @@ from knowledge.filestamps import (
     unstamp_rejected,
     with_repeats,
 )
+from knowledge.ingest_docs import Prepared, document_writes, embedding_text, screen, with_summary
 from knowledge.ingest_stages import BatchWrites, EmbedHook, embed_texts
 from knowledge.loaders import SKIP_NOT_RECORDS, SUPPORTED_SUFFIXES, LoadedDocument, load_file, record_to_document
-from knowledge.names import check_bucket_name, is_doc_id, short_hash, slugify
+from knowledge.names import check_bucket_name, short_hash, slugify
 from knowledge.samepage import SKIP_SAME_PAGE, find_same_pages
 from knowledge.types import (
     DEFAULT_BUCKET,
@@ -70,7 +66,7 @@ from knowledge.types import (
     Rejection,
 )
 from storage.interfaces import KBIndex
-from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBVectorRows
+from storage.kb_records import KBVectorRows
 from toolindex.embedder import Embedder, EmbeddingError
 
 #: ``(files done, files in all, what is happening)``: after each file, and while a batch
@@ -83,52 +79,6 @@ DEFAULT_MAX_FILE_BYTES = int(DEFAULT_MAX_FILE_MB * MB)
 WRITES_IN_FLIGHT = 2
 #: Skipped files whose old documents stay: the file is still there, it just was not read.
 _KEEP_DOCUMENTS_OF = {SKIP_TOO_LARGE, SKIP_UNREADABLE}
-
-
-@dataclass(slots=True)
-class _Prepared:
-    doc: DocumentIn
-    line: int | None
-    content_hash: str
-    typed: list[Any]
-    chunks: list[Chunk]
-    existing_bucket: str | None
-    vectors: np.ndarray | None = None
-    stamp: str | None = None
-
-
-class HeadedText(Protocol):
-    """A chunk as the embedder sees it: a new ``Chunk``, or a stored ``KBChunkText``."""
-
-    @property
-    def heading(self) -> str: ...
-
-    @property
-    def text(self) -> str: ...
-
-
-def embedding_text(title: str, chunk: HeadedText) -> str:
-    """What is embedded for a chunk: its title and heading, then its text."""
-    head = title if not chunk.heading or chunk.heading == title else f"{title} — {chunk.heading}"
-    return f"{head}\n{chunk.text}" if head else chunk.text
-
-
-#: A page summary longer than this is no one-line summary.
-MAX_SUMMARY_CHARS = 200
-
-
-def with_summary(chunks: list[Chunk], metadata: Mapping[str, Any]) -> list[Chunk]:
-    """The first chunk of a Markdown page whose front matter gives a ``description`` is
-    headed by it ("List installed packages — Synopsis"): documentation sites summarise
-    each page in one line there, in the words a question uses ("how do I list the
-    installed packages?"), while the page itself may only say them in passing. The
-    heading is searched (full text and re-ranking) and embedded, the text is unchanged."""
-    summary = metadata.get("description") if metadata.get("format") == "markdown" else None
-    if not chunks or not isinstance(summary, str) or not summary.strip() or len(summary) > MAX_SUMMARY_CHARS:
-        return chunks
-    first = chunks[0]
-    heading = f"{summary.strip()} — {first.heading}" if first.heading else summary.strip()
-    return [replace(first, heading=heading), *chunks[1:]]
 
 
 class Ingestor:
@@ -307,29 +257,11 @@ class Ingestor:
         # A bucket is created by the first write into it, never for an ingestion that
         # stored nothing; until then it has no typed fields.
         schema = await self.buckets.schema(bucket) if await self.buckets.exists(bucket) else {}
-        candidates: list[tuple[LoadedDocument, str, list[Any]]] = []
-        for item in loaded:
-            doc = item.doc
-            src = doc.source
-            if not doc.id or not is_doc_id(doc.id):
-                report.rejected.append(Rejection(src, f"invalid document id {str(doc.id)[:40]!r}", item.line))
-                continue
-            if doc.id in seen:
-                report.rejected.append(Rejection(src, f"duplicate document id {doc.id!r} in this ingestion", item.line))
-                continue
-            if not doc.text.strip():
-                report.rejected.append(Rejection(src, "empty text", item.line))
-                continue
-            typed, errors = typed_row(schema, doc.metadata)
-            if errors:
-                report.rejected.append(Rejection(src, "; ".join(errors), item.line))
-                continue
-            seen.add(doc.id)
-            candidates.append((item, self._content_hash(doc), typed))
+        candidates = screen(loaded, schema, seen, report, self.config)
         if not candidates:
             return
         existing = await self.index.document_states([c[0].doc.id or "" for c in candidates])
-        todo: list[_Prepared] = []
+        todo: list[Prepared] = []
         restamp: list[tuple[str, str]] = []
         for item, digest, typed in candidates:
             old = existing.get(item.doc.id or "")
@@ -350,7 +282,7 @@ class Ingestor:
                     restamp.append((item.doc.id or "", item.stamp))
                 continue
             existing_bucket = old.bucket if old else None
-            todo.append(_Prepared(item.doc, item.line, digest, typed, [], existing_bucket, stamp=item.stamp))
+            todo.append(Prepared(item.doc, item.line, digest, typed, [], existing_bucket, stamp=item.stamp))
         await self.index.set_file_stamps(restamp)
         if not todo:
             return
@@ -372,7 +304,7 @@ class Ingestor:
 
     async def _write_batch(
         self,
-        todo: list[_Prepared],
+        todo: list[Prepared],
         bucket: str,
         schema: dict[str, str],
         report: IngestReport,
@@ -388,17 +320,7 @@ class Ingestor:
         if on_batch is not None:
             on_batch(report)
 
-    def _content_hash(self, doc: DocumentIn) -> str:
-        cfg = self.config
-        payload = orjson.dumps(
-            [doc.title, doc.text, doc.url, doc.source, doc.metadata, cfg.chunk_target, cfg.chunk_overlap]
-            + (["paged"] if doc.paged else []),
-            option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
-            default=str,
-        )
-        return hashlib.sha256(payload).hexdigest()
-
-    async def _embed(self, todo: list[_Prepared], report: IngestReport, on_embed: EmbedHook | None = None) -> None:
+    async def _embed(self, todo: list[Prepared], report: IngestReport, on_embed: EmbedHook | None = None) -> None:
         """Embed all chunks in batches; on failure the documents are stored without
         vectors (found by text search now) and counted as queued for re-embedding."""
         if self.embedder is None:
@@ -421,28 +343,10 @@ class Ingestor:
             p.vectors = matrix[offset : offset + n]
             offset += n
 
-    async def _write(self, todo: list[_Prepared], bucket: str, schema: dict[str, str]) -> None:
+    async def _write(self, todo: list[Prepared], bucket: str, schema: dict[str, str]) -> None:
         if not todo:
             return
-        docs = [
-            KBDocumentWrite(
-                id=p.doc.id or "",
-                title=p.doc.title,
-                source=p.doc.source,
-                url=p.doc.url,
-                content_hash=p.content_hash,
-                metadata=p.doc.metadata,
-                chars=len(p.doc.text),
-                chunks=[KBChunkWrite(c.position, c.heading, c.text, c.page, c.page_end) for c in p.chunks],
-                vectors=p.vectors,
-                embed_model=self.embed_key if p.vectors is not None else None,
-                embed_dim=self.dim if p.vectors is not None else None,
-                typed=p.typed if schema else (),
-                origin=p.doc.origin,
-                file_stamp=p.stamp,
-            )
-            for p in todo
-        ]
+        docs = document_writes(todo, schema, self.embed_key, self.dim)
         row_ids = await self.index.write_documents(bucket, schema, docs)
         for p in todo:
             self.vectors.remove_document(p.doc.id or "")

@@ -15,6 +15,10 @@ default), handed in by whoever opened the storage. What happens here:
   ``kb.backfill``, started by whoever runs the KB as a service).
 * Search (``knowledge/search.py``): full-text candidates ∪ vector top-N → fusion →
   re-ranking; filters validated in ``knowledge/filters.py`` into an engine-neutral tree.
+  Before each search, what another process changed in the stored KB (the CLI while a
+  server runs, a sibling worker, a replica) is taken in (``knowledge/freshness.py``).
+* A conversation's private bucket stays out of every other caller's view: the scope
+  rules every search, count and bucket name goes through (``knowledge/bucket_privacy.py``).
 
 ``embedder`` may be ``None``: search is then text-only and documents are stored without
 vectors (re-ingesting with an embedder later fills them in). An embedder's ``dim`` must
@@ -35,9 +39,11 @@ import numpy as np
 
 from knowledge.attachments import is_private_bucket
 from knowledge.backfill import VectorBackfill
+from knowledge.bucket_privacy import count_bucket, refuse_private, search_scope, shared_buckets
 from knowledge.buckets import Buckets, UnknownBucketError
 from knowledge.dense import dense_side
 from knowledge.filters import FilterError
+from knowledge.freshness import KBFreshness
 from knowledge.ingest import DEFAULT_MAX_FILE_BYTES, BatchHook, Ingestor, Progress
 from knowledge.names import is_doc_id, is_identifier
 from knowledge.search import Searcher
@@ -92,6 +98,8 @@ class KnowledgeBase:
         #: Vectors for documents stored without them; runs once ``backfill.start()``ed.
         self.backfill = VectorBackfill(index, self._vectors, embedder, self.config)
         self._search.pending_vectors = lambda: self.backfill.pending or 0
+        #: What other processes changed in the stored KB, taken in before each search.
+        self._fresh = KBFreshness(index, self._buckets, self._vectors)
 
     @classmethod
     async def create(
@@ -113,6 +121,7 @@ class KnowledgeBase:
 
     async def load(self) -> None:
         """Read the schemas, ready the dense side (in memory unless the engine searches)."""
+        await self._fresh.start()
         await self._buckets.load()
         await self._vectors.load()
 
@@ -122,6 +131,7 @@ class KnowledgeBase:
         if self._closed:
             return
         self._closed = True
+        await self._fresh.aclose()
         await self.backfill.aclose()
         if self._on_close is not None:
             await self._on_close()
@@ -136,7 +146,7 @@ class KnowledgeBase:
         """Create ``name`` with typed ``fields``, or add new fields to an existing bucket
         (existing documents get them filled from their JSON metadata where the value
         fits). Changing the type of an existing field is refused (``ValueError``)."""
-        _refuse_private(name)
+        refuse_private(name)
         await self._buckets.create(name, fields)
         return {b.name: b for b in await self.list_buckets()}[name]
 
@@ -147,7 +157,7 @@ class KnowledgeBase:
     async def list_buckets(self) -> list[BucketInfo]:
         """The shared buckets: a conversation's private one (``knowledge.attachments``) is
         nobody else's business, the administrator's included."""
-        return [b for b in await self._buckets.infos() if not is_private_bucket(b.name)]
+        return await shared_buckets(self._buckets)
 
     async def delete_bucket(self, name: str, *, private: bool = False) -> int | None:
         """Delete ``name`` with its documents (chunks, vectors, typed fields): how many
@@ -188,7 +198,7 @@ class KnowledgeBase:
         ``max_file_bytes`` are skipped and counted in ``report.skipped_files``.
         Documents' ``source`` is their path relative to the named folder's parent.
         """
-        _refuse_private(bucket)
+        refuse_private(bucket)
         report = await self._ingest.ingest_paths(
             paths, bucket=bucket, progress=progress, follow_links=follow_links,
             max_file_bytes=max_file_bytes, on_batch=on_batch, rehash=rehash,
@@ -212,7 +222,7 @@ class KnowledgeBase:
         ``private=True`` (an attachment).
         """
         if not private:
-            _refuse_private(bucket)
+            refuse_private(bucket)
         report = await self._ingest.ingest_documents(docs, bucket=bucket, progress=progress)
         self.backfill.ingested(report)
         return report
@@ -305,7 +315,8 @@ class KnowledgeBase:
         ``overload`` is the rule ``SearchResponse.overloaded`` is decided by (the
         corpus tools pass theirs); without one, ``KBConfig.overload_rule``.
         """
-        bucket, buckets = await self._scope(bucket, buckets, tuple(private))
+        await self._fresh.check()
+        bucket, buckets = await search_scope(self._buckets, bucket, buckets, tuple(private))
         response = await self._search.search(
             query, bucket=bucket, top_k=top_k, filters=filters, doc_id=doc_id, mode=mode,
             context_chars=context_chars, candidates=candidates, relax=relax, buckets=buckets, overload=overload,
@@ -319,44 +330,10 @@ class KnowledgeBase:
                 response = replace(response, hits=kept)
         return response
 
-    async def _scope(
-        self, bucket: str | None, buckets: Sequence[str] | None, private: tuple[str, ...]
-    ) -> tuple[str | None, Sequence[str] | None]:
-        """``(bucket, buckets)`` with other people's private buckets taken out. "Every
-        bucket" stays every bucket: the search's own statements leave the private ones
-        out (``Searcher``'s ``_scope``), so one another replica made since any list was
-        read is out too. With the caller's own private buckets it becomes the list of
-        the shared ones (reread) and those."""
-        if bucket is not None:
-            if is_private_bucket(bucket) and bucket not in private:
-                known = ", ".join(sorted(b.name for b in await self.list_buckets())) or "(none)"
-                raise UnknownBucketError(f"unknown bucket {bucket[:60]!r}; available buckets: {known}")
-            return bucket, buckets
-        if buckets is None or "*" in buckets:
-            await self._buckets.load()  # fresh schemas for the hits' facts (``collapse_duplicates``)
-            if not private:
-                return None, buckets
-            shared = [b for b in self._buckets.names() if not is_private_bucket(b)]
-            return None, [*shared, *private] or [_NO_BUCKET]
-        chosen = [b for b in buckets if not is_private_bucket(b)]
-        return None, [*chosen, *private] or [_NO_BUCKET]
-
     async def embed_query(self, text: str) -> np.ndarray:
         """The query vector ``search`` uses (cached), so another index in the KB's vector
         space embeds a query once. Raises ``EmbeddingError`` (also without an embedder)."""
         return await self._search.embed_query(text)
-
-    async def _count_bucket(self, bucket: str | None) -> str | None:
-        """The bucket a count covers: the one named (a private one is unknown here, as
-        for a search), else ``None`` — every shared bucket, which the count's own
-        statement keeps to (``Searcher``'s ``_count_scope``). No bucket list is read: a
-        private bucket someone made since would be missing from it and counted. A
-        conversation's attachments are never counted, not even by its owner, so no
-        count tells how many documents a private bucket holds."""
-        if bucket is not None and is_private_bucket(bucket):
-            known = ", ".join(sorted(b.name for b in await self.list_buckets())) or "(none)"
-            raise UnknownBucketError(f"unknown bucket {bucket[:60]!r}; available buckets: {known}")
-        return bucket
 
     async def relax_filters(
         self, filters: Mapping[str, Any], *, bucket: str | None = None
@@ -364,14 +341,16 @@ class KnowledgeBase:
         """Drop the most restrictive top-level constraint (the one that alone matches
         the fewest documents of the shared buckets): ``(remaining filters or None,
         dropped constraint as JSON)``. ``None`` when there is nothing to drop."""
-        return await self._search.relax_filters(filters, bucket=await self._count_bucket(bucket))
+        await self._fresh.check()
+        return await self._search.counts.relax_filters(filters, bucket=await count_bucket(self._buckets, bucket))
 
     async def constraint_counts(
         self, filters: Mapping[str, Any] | str | None, *, bucket: str | None = None
     ) -> list[ConstraintCount]:
         """Each top-level constraint of ``filters`` with the documents it alone matches
         (to name the condition a search found nothing for); shared buckets only."""
-        return await self._search.constraint_counts(filters, bucket=await self._count_bucket(bucket))
+        await self._fresh.check()
+        return await self._search.counts.constraint_counts(filters, bucket=await count_bucket(self._buckets, bucket))
 
     async def count_documents(
         self,
@@ -384,9 +363,10 @@ class KnowledgeBase:
     ) -> DocumentCount:
         """Documents in scope, or those of them whose text matches ``query``'s terms
         (a lower bound past ``limit`` matching passages): the size of a list-all request.
-        Shared buckets only (``_count_bucket``)."""
-        return await self._search.count_documents(
-            query, bucket=await self._count_bucket(bucket), filters=filters, doc_id=doc_id, limit=limit
+        Shared buckets only (``knowledge.bucket_privacy.count_bucket``)."""
+        await self._fresh.check()
+        return await self._search.counts.count_documents(
+            query, bucket=await count_bucket(self._buckets, bucket), filters=filters, doc_id=doc_id, limit=limit
         )
 
     @property
@@ -408,12 +388,20 @@ class KnowledgeBase:
                                "fallbacks": self._search.text_fallbacks}
         if self.embedder is None:
             return {"ok": False, "detail": "no embedder: every search runs on text", **out}
+        await self._fresh.check()
         out["index"] = await self._vectors.status()
         if not await self._vectors.available():
             return {"ok": False, "detail": f"no vectors of {self.embed_key} stored yet: searches run on text", **out}
         return {"ok": True, **out}
 
+    @property
+    def reloads(self) -> int:
+        """The dense side's reloads after another process changed the stored KB, since
+        start (``/metrics``; ``knowledge.freshness``)."""
+        return self._fresh.reloads
+
     async def stats(self) -> dict[str, Any]:
+        await self._fresh.check()
         dim = self.embedder.dim if self.embedder else None
         counts = await self.index.counts(self.embed_key, dim)
         return {
@@ -427,17 +415,6 @@ class KnowledgeBase:
             "schema_version": self.schema_version,
             "db_path": self.index.location,
         }
-
-
-#: Not a bucket name: a scope of nothing (``Searcher`` answers it with no hits).
-_NO_BUCKET = "-"
-
-
-def _refuse_private(bucket: str) -> None:
-    if is_private_bucket(bucket):
-        raise ValueError(
-            f"bucket names starting with 'att_' are reserved for conversations' attachments: {bucket[:60]!r}"
-        )
 
 
 __all__ = ["DEFAULT_BUCKET", "FilterError", "KBConfig", "KnowledgeBase", "UnknownBucketError"]

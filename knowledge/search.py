@@ -17,22 +17,20 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from knowledge.attachments import PRIVATE_PREFIX
 from knowledge.buckets import Buckets
 from knowledge.dense import DenseSide
 from knowledge.duplicates import collapse_duplicates, record_facts
 from knowledge.filters import (
     compile_filters,
-    constraint_label,
-    join_constraints,
     parse_filters,
-    split_constraints,
 )
 from knowledge.fusion import FusionPlan, combine, weigh
+from knowledge.query_terms import bm25_terms, related_terms
 from knowledge.ranking import (
     Candidate,
     FusionSide,
@@ -42,18 +40,17 @@ from knowledge.ranking import (
     signal_spread,
     snippet,
 )
-from knowledge.textnorm import STOP_WORDS, clipped_terms, content_terms, joined_terms, tokens
+from knowledge.scope_counts import ScopeCounts, search_scope
+from knowledge.textnorm import content_terms
 from knowledge.types import (
     ChunkHit,
-    ConstraintCount,
-    DocumentCount,
     KBConfig,
     OverloadRule,
     SearchMode,
     SearchResponse,
 )
 from storage.interfaces import KBIndex
-from storage.kb_records import KBFilter, KBRanked, KBScope
+from storage.kb_records import KBRanked, KBScope
 from toolindex.embedder import Embedder, EmbeddingError
 
 MODES = ("hybrid", "text", "semantic")
@@ -62,7 +59,8 @@ FUSION_SIDES = ("text", "semantic")
 
 
 class Searcher:
-    """Answers ``KnowledgeBase.search`` and ``relax_filters``."""
+    """Answers ``KnowledgeBase.search``; its ``counts`` answer the scope counts
+    (``knowledge.scope_counts``)."""
 
     def __init__(
         self,
@@ -78,6 +76,8 @@ class Searcher:
         self.embedder = embedder
         self.config = config
         self._tuning = config.text_tuning
+        #: Counts of a scope's documents and the filter relaxation built on them.
+        self.counts = ScopeCounts(index, buckets, config.text_tuning)
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         #: Searches that asked for vectors and ran on text instead (``/readyz``, ``/metrics``).
         self.text_fallbacks = 0
@@ -142,14 +142,15 @@ class Searcher:
         schema: dict[str, str] | None = await self.buckets.schema(bucket) if bucket is not None else None
         parsed = parse_filters(filters)
         compiled = compile_filters(parsed, schema, bucket=bucket)
-        response = await self._search_once(query, _scope(bucket, compiled, doc_id), mode, top_k, n_cand, context_chars)
+        scope = search_scope(bucket, compiled, doc_id)
+        response = await self._search_once(query, scope, mode, top_k, n_cand, context_chars)
         if relax and parsed and not response.hits:
-            relaxed = await self.relax_filters(parsed, bucket=bucket)
+            relaxed = await self.counts.relax_filters(parsed, bucket=bucket)
             if relaxed is not None:
                 new_filters, dropped = relaxed
                 compiled = compile_filters(new_filters, schema, bucket=bucket)
                 response = await self._search_once(
-                    query, _scope(bucket, compiled, doc_id), mode, top_k, n_cand, context_chars
+                    query, search_scope(bucket, compiled, doc_id), mode, top_k, n_cand, context_chars
                 )
                 response.relaxed = True
                 response.dropped_filter = dropped
@@ -180,61 +181,6 @@ class Searcher:
             query, KBScope(doc_ids=list(dict.fromkeys(in_scope))), mode, top_k, n_cand, context_chars
         )
 
-    async def relax_filters(
-        self, filters: Mapping[str, Any], *, bucket: str | None = None
-    ) -> tuple[dict[str, Any] | None, str] | None:
-        counted = await self.constraint_counts(filters, bucket=bucket)
-        if not counted:
-            return None
-        drop = min(range(len(counted)), key=lambda i: counted[i].documents)
-        rest = [c.constraint for i, c in enumerate(counted) if i != drop]
-        return join_constraints(rest), counted[drop].label
-
-    async def constraint_counts(
-        self, filters: Mapping[str, Any] | str | None, *, bucket: str | None = None
-    ) -> list[ConstraintCount]:
-        """Each top-level constraint of ``filters`` alone, with how many documents of
-        ``bucket`` (without one: of every shared bucket, ``_scope``) it matches:
-        which condition is the one that matches nothing."""
-        parsed = parse_filters(filters)
-        if not parsed:
-            return []
-        schema = await self.buckets.schema(bucket) if bucket is not None else None
-        out: list[ConstraintCount] = []
-        for c in split_constraints(parsed):
-            compiled = compile_filters(c, schema, bucket=bucket)
-            documents = await self.index.count_documents(_scope(bucket, compiled))
-            out.append(ConstraintCount(c, constraint_label(c), documents))
-        return out
-
-    async def count_documents(
-        self,
-        query: str | None = None,
-        *,
-        bucket: str | None = None,
-        filters: Mapping[str, Any] | str | None = None,
-        doc_id: str | None = None,
-        limit: int = 1000,
-    ) -> DocumentCount:
-        """How many documents a request covers: those in scope (bucket, filters,
-        doc_id) and, when ``query`` has content terms, whose text matches one of them.
-
-        Exact for a scope alone; with terms, the distinct documents among the best
-        ``limit`` matching passages (``exact`` is false when there were more passages,
-        so the count is a lower bound). Without ``bucket``: every shared bucket
-        (``_scope``).
-        """
-        schema = await self.buckets.schema(bucket) if bucket is not None else None
-        scope = _scope(bucket, compile_filters(filters, schema, bucket=bucket), doc_id)
-        terms = [t for t in tokens(query or "") if t not in STOP_WORDS]
-        if not terms:
-            return DocumentCount(await self.index.count_documents(scope), True)
-        ranked = await self.index.text_candidates(list(dict.fromkeys(terms)), scope, max(1, limit), self._tuning)
-        if not ranked.ids:
-            return DocumentCount(0, True)
-        rows = await self.index.hydrate(ranked.ids)
-        return DocumentCount(len({r.doc_id for r in rows}), ranked.total <= len(ranked.ids))
-
     # ------------------------------------------------------------------ one pass
     async def _search_once(
         self, query: str, scope: KBScope, mode: str, top_k: int, n_cand: int, context_chars: int | None
@@ -242,20 +188,30 @@ class Searcher:
         # The BM25 term choice needs only the query: start its lookups now, so they run
         # beside the scope query instead of after it.
         terms_task = (
-            asyncio.create_task(self.index.selective_terms(_text_terms(query or ""), n_cand, self._tuning))
+            asyncio.create_task(bm25_terms(self.index, query or "", n_cand, self._tuning))
             if mode != "semantic"
             else None
         )
         try:
             if (scope.filter is not None or scope.doc_id is not None) and mode != "text":
-                scoped_docs = await self.index.scoped_doc_ids(scope)
-                if not scoped_docs:
-                    return SearchResponse([], 0, False, 0.0, mode=mode)
-                scope = KBScope(scope.bucket, scope.filter, scope.doc_id, scoped_docs, scope.hidden_prefix)
+                if self.dense.scope_by_chunks:
+                    # The in-memory matrix masks its rows by chunk id, and the text side
+                    # ranks within the same ids: the scope straight from storage as
+                    # chunks, no walk over its documents on the event loop (issue 24).
+                    chunk_ids = await self.index.scoped_chunk_ids(scope)
+                    if not len(chunk_ids):
+                        return SearchResponse([], 0, False, 0.0, mode=mode)
+                    scope = replace(scope, chunk_ids=chunk_ids)
+                else:
+                    scoped_docs = await self.index.scoped_doc_ids(scope)
+                    if not scoped_docs:
+                        return SearchResponse([], 0, False, 0.0, mode=mode)
+                    scope = KBScope(scope.bucket, scope.filter, scope.doc_id, scoped_docs, scope.hidden_prefix)
             response = await self._rank(query, scope, terms_task, mode, top_k, n_cand, context_chars)
             if (
                 not response.hits
                 and scope.doc_ids is None
+                and scope.chunk_ids is None
                 and (scope.filter is not None or scope.doc_id is not None)
                 and not await self.index.count_documents(scope)
             ):
@@ -282,7 +238,7 @@ class Searcher:
         n_cand: int,
         context_chars: int | None,
     ) -> SearchResponse:
-        q = QueryTerms.of(query or "", content_terms(query or ""), _related_terms(query or ""))
+        q = QueryTerms.of(query or "", content_terms(query or ""), related_terms(query or ""))
         warnings: list[str] = []
         use_text = mode in ("hybrid", "text")
         use_vec = mode in ("hybrid", "semantic")
@@ -316,7 +272,7 @@ class Searcher:
             if terms_task is not None:
                 terms = await terms_task
             else:  # semantic search fell back to text
-                terms = await self.index.selective_terms(_text_terms(query or ""), n_cand, self._tuning)
+                terms = await bm25_terms(self.index, query or "", n_cand, self._tuning)
             return await self.index.text_candidates(terms, scope, n_cand, self._tuning)
 
         async def vec_side() -> KBRanked:
@@ -440,38 +396,6 @@ class Searcher:
         if len(self._query_cache) > self.config.query_cache:
             self._query_cache.popitem(last=False)
         return vec
-
-
-def _scope(bucket: str | None, compiled: KBFilter | None, doc_id: str | None = None) -> KBScope:
-    """A search's or a count's scope. Without a bucket it is every shared one: the
-    conversations' private buckets (``knowledge.attachments``) are left out by each
-    side's own selection (the text statement, the vector statement or the in-memory
-    matrix's stored bucket of each row), so one made by another replica an instant
-    before is never ranked nor counted, whoever's it is. A caller's own private bucket
-    is searched by name (``KnowledgeBase.search``'s ``private``: a list of buckets)."""
-    if bucket is not None:
-        return KBScope(bucket, compiled, doc_id)
-    return KBScope(None, compiled, doc_id, hidden_prefix=PRIVATE_PREFIX)
-
-
-def _related_terms(query: str) -> dict[str, str]:
-    """``{word: the query term it counts as}``: the words adjacent query words join into
-    ("log in" → ``login``, ``textnorm.joined_terms``) and the clipped or full forms of
-    query words ("configuration" → ``config``, ``textnorm.clipped_terms``)."""
-    terms = set(content_terms(query))
-    related = joined_terms(query)
-    for word, term in clipped_terms(query).items():
-        if term in terms:
-            related.setdefault(word, term)
-    return related
-
-
-def _text_terms(query: str) -> list[str]:
-    """The BM25 terms of ``query``: its content words, then the words adjacent ones join
-    into ("log in" → ``login``, found in ``npm-login``) and the other forms of its clipped
-    or full words ("configuration" → ``config``; see ``_related_terms``)."""
-    terms = content_terms(query)
-    return terms + [w for w in _related_terms(query) if w not in terms]
 
 
 __all__ = ["MODES", "Searcher"]

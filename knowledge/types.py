@@ -278,6 +278,11 @@ class KBConfig:
     reembed_interval_s: float = 300.0
     reembed_backoff_min_s: float = 1.0
     reembed_backoff_max_s: float = 30.0
+    #: How long the loop's ``aclose`` waits for it once told to stop (a pass under way
+    #: ends at its next batch; one that does not is named in the log and left behind
+    #: rather than holding the process's shutdown). A served app passes its close
+    #: budget's step (``app/ops/close_budget.py``).
+    reembed_stop_s: float = 15.0
 
     @property
     def overload_rule(self) -> OverloadRule:

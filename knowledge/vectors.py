@@ -16,6 +16,7 @@ PostgreSQL answers in the database instead (``knowledge.dense``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -23,6 +24,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from knowledge.vector_gather import gathered_scores
 from storage.interfaces import KBIndex
 from storage.kb_records import KBVectorRows
 
@@ -59,7 +61,11 @@ class VectorIndex:
         self._doc_code: dict[str, int] = {}
         self._doc_names: list[str] = []
         self._bucket_code: dict[str, int] = {}
-        self._row_of_chunk: dict[int, int] = {}
+        #: The row of each chunk id (``-1``: none), indexed by the id itself: chunk ids
+        #: are the store's small dense integers, so a scope of thousands of chunks maps
+        #: to its rows in one numpy indexing (``chunk_rows``), and 1M chunks take 4 MB
+        #: here where a dict of them took ~100 MB.
+        self._row_of_id: I32 = np.full(max(16, capacity), -1, np.int32)
         self._rows_of_doc: dict[int, list[int]] = {}
         self._dead = 0
         cap = max(16, capacity)
@@ -156,15 +162,12 @@ class VectorIndex:
         snap.doc_codes[n : n + k] = np.repeat(np.asarray(dcodes, np.int32), counts)
         snap.bucket_codes[n : n + k] = np.repeat(np.asarray(bcodes, np.int32), counts)
         snap.alive[n : n + k] = True
+        self._map_ids(ids, np.arange(n, n + k, dtype=np.int32))
         row = n
-        chunk_list = ids.tolist()
         for dcode, count in zip(dcodes, counts, strict=True):
             assert dcode is not None
-            rows_list = self._rows_of_doc.setdefault(dcode, [])
-            for cid in chunk_list[row - n : row - n + count]:
-                self._row_of_chunk[cid] = row
-                rows_list.append(row)
-                row += 1
+            self._rows_of_doc.setdefault(dcode, []).extend(range(row, row + count))
+            row += count
         self._snap = Snapshot(snap.matrix, snap.chunk_ids, snap.doc_codes, snap.bucket_codes, snap.alive, n + k)
 
     def remove_document(self, doc_id: str) -> int:
@@ -173,13 +176,46 @@ class VectorIndex:
             return 0
         rows = self._rows_of_doc.pop(code, [])
         snap = self._snap
-        for r in rows:
-            snap.alive[r] = False
-            self._row_of_chunk.pop(int(snap.chunk_ids[r]), None)
+        if rows:
+            at = np.asarray(rows, np.int64)
+            snap.alive[at] = False
+            self._row_of_id[snap.chunk_ids[at]] = -1
         self._dead += len(rows)
         if self._dead > 4096 and self._dead > self._snap.n // 4:
             self.compact()
         return len(rows)
+
+    def _map_ids(self, ids: I64, rows: I32) -> None:
+        """Record ``rows[i]`` as the row of chunk ``ids[i]``, growing the map to the
+        largest id (doubling, so appends of ever larger ids cost amortised O(1))."""
+        if not len(ids):
+            return
+        if int(ids.min()) < 0:
+            raise ValueError("chunk ids must not be negative")
+        top = int(ids.max())
+        if top >= len(self._row_of_id):
+            grown = np.full(max(top + 1, 2 * len(self._row_of_id)), -1, np.int32)
+            grown[: len(self._row_of_id)] = self._row_of_id
+            self._row_of_id = grown
+        self._row_of_id[ids] = rows
+
+    def chunk_rows(self, snap: Snapshot, chunk_ids: npt.ArrayLike) -> I64:
+        """The rows of ``snap`` holding the given chunks (those without one left out), in
+        the order given. Called on the event loop, where rows are assigned, with a
+        snapshot taken there: a row appended since is past ``snap.n`` and left out."""
+        ids = np.asarray(chunk_ids, np.int64).reshape(-1)
+        ids = ids[(ids >= 0) & (ids < len(self._row_of_id))]
+        rows = self._row_of_id[ids].astype(np.int64)
+        return rows[(rows >= 0) & (rows < snap.n)]
+
+    def chunk_mask(self, snap: Snapshot, chunk_ids: npt.ArrayLike) -> BoolArr:
+        """The rows of ``snap`` of the given chunks: the same rows as ``doc_mask`` of
+        their documents, found by chunk id in one indexing instead of one dict look-up
+        per document (a filter keeping 38k documents at 1M chunks: 35-45 ms of the event
+        loop, issue 24)."""
+        mask = np.zeros(snap.n, np.bool_)
+        mask[self.chunk_rows(snap, chunk_ids)] = True
+        return mask
 
     def _grow(self, needed: int) -> Snapshot:
         old = self._snap
@@ -214,7 +250,8 @@ class VectorIndex:
             np.concatenate([np.ones(n, np.bool_), np.zeros(cap - n, np.bool_)]),
             n,
         )
-        self._row_of_chunk = {int(c): i for i, c in enumerate(new.chunk_ids[:n].tolist())}
+        self._row_of_id = np.full(len(self._row_of_id), -1, np.int32)
+        self._map_ids(new.chunk_ids[:n], np.arange(n, dtype=np.int32))
         self._rows_of_doc = {}
         for i, code in enumerate(new.doc_codes[:n].tolist()):
             self._rows_of_doc.setdefault(code, []).append(i)
@@ -247,13 +284,15 @@ class VectorIndex:
     def cosines(self, chunk_ids: Iterable[int], query: F32) -> dict[int, float]:
         """Cosine of ``query`` with each given chunk that has a vector (for re-ranking)."""
         snap = self._snap
-        pairs = [(c, self._row_of_chunk.get(c)) for c in chunk_ids]
-        found = [(c, r) for c, r in pairs if r is not None and r < snap.n]
-        if not found:
+        ids = np.fromiter(chunk_ids, dtype=np.int64)
+        ids = ids[(ids >= 0) & (ids < len(self._row_of_id))]
+        rows = self._row_of_id[ids].astype(np.int64)
+        found = (rows >= 0) & (rows < snap.n)
+        if not found.any():
             return {}
-        rows = np.fromiter((r for _, r in found), dtype=np.int64, count=len(found))
+        ids, rows = ids[found], rows[found]
         scores = snap.matrix[rows] @ query.astype(np.float32, copy=False).reshape(-1)
-        return {c: float(s) for (c, _), s in zip(found, scores.tolist(), strict=True)}
+        return dict(zip(ids.tolist(), scores.tolist(), strict=True))
 
     @staticmethod
     def scan(snap: Snapshot, query: F32, limit: int, mask: BoolArr | None = None) -> tuple[I64, F32, int]:
@@ -295,40 +334,6 @@ class VectorIndex:
         return snap.chunk_ids[picked].copy(), scores[top].astype(np.float32), positive
 
 
-#: Rows gathered at a time by ``gathered_scores``: 1,024 rows of 384 floats is 1.5 MB, in
-#: cache for the product and under numpy's 4 MB threshold for asking the kernel for huge
-#: pages (``madvise``), so the buffer is plain heap memory that the allocator hands back
-#: search after search.
-GATHER_BLOCK = 1_024
-
-
-def gathered_scores(matrix: F32, rows: I64, query: F32) -> F32:
-    """``matrix[rows] @ query``, gathering ``GATHER_BLOCK`` rows at a time into one small
-    buffer instead of copying every row in scope at once.
-
-    Why: at 1M chunks a filter keeping 38k invoices gathered a 58 MB copy per search: a
-    fresh mapping each time, whose pages the kernel faults in (huge pages, zeroed, with
-    compaction when memory is fragmented) before the product reads them once; that
-    allocation was most of a filtered search by meaning's tail (issue 24). Each row's
-    score is the same dot product either way: the block is a multiple of the four rows
-    OpenBLAS's kernel takes at a time, so every row meets the same kernel as in the
-    one-shot product, and the scores (and so the rankings) are bit for bit the same
-    (``tests/test_vector_gather.py``, with the one BLAS thread the service runs).
-    """
-    out = np.empty(len(rows), np.float32)
-    if not len(rows):
-        return out
-    buf = np.empty((min(GATHER_BLOCK, len(rows)), matrix.shape[1]), np.float32)
-    for start in range(0, len(rows), GATHER_BLOCK):
-        part = rows[start : start + GATHER_BLOCK]
-        k = len(part)
-        # ``clip``: the rows are in range (positions of a mask of the matrix); the
-        # default ``raise`` would copy through a second buffer of the block's size.
-        np.take(matrix, part, axis=0, out=buf[:k], mode="clip")
-        np.matmul(buf[:k], query, out=out[start : start + k])
-    return out
-
-
 G = TypeVar("G", bound=np.generic)
 
 
@@ -346,7 +351,7 @@ LOAD_BATCH_DOCUMENTS = 5_000
 LOAD_BATCH_ROWS = 20_000
 
 
-async def load_vectors(vectors: VectorIndex, index: KBIndex, embed_model: str) -> int:
+async def load_vectors(vectors: VectorIndex, index: KBIndex, embed_model: str, *, private: bool = False) -> int:
     """Fill ``vectors`` with every stored vector of ``embed_model`` (at ``vectors.dim``
     dimensions); returns how many rows were added.
 
@@ -354,7 +359,11 @@ async def load_vectors(vectors: VectorIndex, index: KBIndex, embed_model: str) -
     through ``add_many``, which leaves the matrix exactly as ``add`` per document would:
     appending one document at a time cost ~45 us each (a normalisation, a copy and a
     snapshot per one-chunk document), most of the two to three minutes a 1M-chunk
-    knowledge base took to open (issue 24)."""
+    knowledge base took to open (issue 24).
+
+    ``private``: ``vectors`` is nobody else's yet (a reload's new matrix, swapped in when
+    full): each batch is appended on a worker thread, not the event loop, which serves
+    searches from the old matrix meanwhile."""
     added = 0
     batch: list[KBVectorRows] = []
     rows_in_batch = 0
@@ -363,7 +372,14 @@ async def load_vectors(vectors: VectorIndex, index: KBIndex, embed_model: str) -
         added += len(rows.chunk_ids)
         rows_in_batch += len(rows.chunk_ids)
         if len(batch) >= LOAD_BATCH_DOCUMENTS or rows_in_batch >= LOAD_BATCH_ROWS:
-            vectors.add_many(batch)
+            await _append(vectors, batch, private)
             batch, rows_in_batch = [], 0
-    vectors.add_many(batch)
+    await _append(vectors, batch, private)
     return added
+
+
+async def _append(vectors: VectorIndex, batch: list[KBVectorRows], private: bool) -> None:
+    if private and batch:
+        await asyncio.to_thread(vectors.add_many, batch)
+    else:
+        vectors.add_many(batch)

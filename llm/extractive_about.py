@@ -1,4 +1,4 @@
-"""What a passage is *about*, for the offline answerer (``llm.extractive_answer``).
+"""What a passage is *about*, for the offline answerer's scoring (``llm.extractive_score``).
 
 A bigger knowledge base offers more passages that share the question's words — "folder",
 "readiness", "body" — and most of them only mention the thing asked about. A reader
@@ -150,7 +150,7 @@ def generic_focus(question: Question) -> bool:
 
 #: For the sentence saying what the thing a "what" question asks about is
 #: (``says_what_asked_is``): as much as a named page's opening
-#: (``llm.extractive_answer.OPENING_BONUS``), the other place a reader finds what a thing is.
+#: (``llm.extractive_score.OPENING_BONUS``), the other place a reader finds what a thing is.
 SUBJECT_BONUS = 0.2
 #: "The request body is …", "A bucket's fields are …": a sentence opening with its
 #: subject (at most four words after an article) and "is" / "are".
@@ -190,7 +190,7 @@ def section_share(
 ) -> float:
     """The share of the question a section's heading says when the question names the
     section or the heading states the question, for the bonus of what the section says
-    first: ``named`` (``llm.extractive_answer._section_named``) unless the heading is
+    first: ``named`` (``llm.extractive_score._section_named``) unless the heading is
     about its page's subject (``heading_about_page``), or the heading stating the whole
     question (``heading_states_question``)."""
     own = 0.0 if heading_about_page(question, heading, title) else named(question, heading, title)

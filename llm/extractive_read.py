@@ -132,6 +132,13 @@ def opening_block(read: Read) -> int:
     return -1
 
 
+def document_of(read: Read) -> str:
+    """The document a passage is of: its ``source_id`` less the chunk's ``#n``. Both the
+    scoring (what each page says) and the answer (one passage per part of a page) group
+    passages by it."""
+    return read.passage.source_id.split("#", 1)[0]
+
+
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}")
 
 
@@ -158,6 +165,7 @@ __all__ = [
     "Passage",
     "Read",
     "Unit",
+    "document_of",
     "introduces",
     "is_aside",
     "next_block",

@@ -1,6 +1,6 @@
-"""Signals the offline answerer (``llm.extractive_answer``) adds to a unit's coverage of
-the question, each for a kind of passage that answers but says the question's words less
-often than another that does not:
+"""Signals the offline answerer's scoring (``llm.extractive_score``) adds to a unit's
+coverage of the question, each for a kind of passage that answers but says the
+question's words less often than another that does not:
 
 * ``continues_section``: what a section says first, when the chunk holding its heading
   states nothing quotable after it (a list's introduction cut from its list) — it is
@@ -183,7 +183,7 @@ def after_properties(read: _Read, b: int, title: frozenset[str], words: Words) -
     its properties that opens its section (npm's config reference: a heading
     ``fetch-retries``, "* Default: 2", "* Type: Number", then "The "retries" config for
     the `retry` module …"). It counts as the section's opening only for a question that
-    names the section (``llm.extractive_answer._section_named``): "how can I make npm retry more often when
+    names the section (``llm.extractive_score._section_named``): "how can I make npm retry more often when
     fetching a package fails?" asks every word of ``fetch-retries`` and is answered by
     its paragraph, not by ``fetch-retry-factor``'s, ranked higher and also about
     fetching and ``retry``. (As an opening for every question it made the options of

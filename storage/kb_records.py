@@ -82,13 +82,20 @@ class KBScope:
     since). Honoured by ``count_documents``, ``scoped_doc_ids``, ``text_candidates`` and
     the vector searches (PostgreSQL's statement, SQLite's in-memory matrix by each row's
     stored bucket) of a scope without ``bucket`` and ``doc_ids``; an every-bucket search
-    sets it too, so it neither ranks nor counts another user's attachments."""
+    sets it too, so it neither ranks nor counts another user's attachments.
+
+    ``chunk_ids`` is the same scope already resolved to the ids of its chunks (ascending,
+    ``KBIndex.scoped_chunk_ids``), set beside the bucket, filter or document it was
+    resolved from: a read may use it instead of running the filter again (SQLite's text
+    ranking, the in-memory matrix's mask), or ignore it and read the same chunks from the
+    rest of the scope. It never widens nor narrows the scope."""
 
     bucket: str | None = None
     filter: KBFilter | None = None
     doc_id: str | None = None
     doc_ids: Sequence[str] | None = None
     hidden_prefix: str | None = None
+    chunk_ids: npt.NDArray[np.int64] | None = field(default=None, compare=False)
 
     @property
     def everything(self) -> bool:
@@ -98,6 +105,7 @@ class KBScope:
             and self.doc_id is None
             and self.doc_ids is None
             and self.hidden_prefix is None
+            and self.chunk_ids is None
         )
 
 
@@ -228,7 +236,7 @@ class KBCounts:
 
 @dataclass(frozen=True, slots=True)
 class KBChunkText:
-    """One stored chunk as the embedder sees it (``knowledge.ingest.embedding_text``)."""
+    """One stored chunk as the embedder sees it (``knowledge.ingest_docs.embedding_text``)."""
 
     id: int
     heading: str

@@ -1,5 +1,6 @@
-"""Which query terms are worth scoring: the same rule for FTS5 and PostgreSQL text
-search (``storage/sqlite/kb_fts.py``, ``storage/postgres/kb_text.py``)."""
+"""Which query terms are worth scoring, and which split of a joined word the index knows
+better: the same rules for FTS5 and PostgreSQL text search (``storage/sqlite/kb_fts.py``,
+``storage/postgres/kb_text.py``)."""
 
 from __future__ import annotations
 
@@ -53,8 +54,6 @@ def selective_terms(
     return [present[rarest]]
 
 
-
-
 def tuned_selective_terms(
     terms: Sequence[str], df: Mapping[str, int], total_chunks: int, tuning: KBTextTuning, *, min_matches: int = 0
 ) -> list[str]:
@@ -70,4 +69,74 @@ def tuned_selective_terms(
     )
 
 
-__all__ = ["selective_terms", "tuned_selective_terms"]
+#: A query term matching fewer chunks than this is looked up for a split into words the
+#: index knows ("agentchat" → "agent chat"); a more frequent term is the index's own word
+#: and is never looked up.
+SPLIT_MAX_DF = 50
+#: Each part of a split must match at least this many chunks before its phrase is
+#: counted: a part the index barely holds is no reading of the word.
+SPLIT_MIN_PART_DF = 2
+#: Phrase counts stop here: they only rank the cuts of one word against each other.
+SPLIT_PHRASE_COUNT_CAP = 1_000
+
+
+def may_split(df: int) -> bool:
+    """Whether a term matching ``df`` chunks is rare enough to look up its splits."""
+    return df < SPLIT_MAX_DF
+
+
+def plausible_cuts(cuts: Sequence[Sequence[str]], part_df: Mapping[str, int]) -> list[tuple[str, ...]]:
+    """The cuts of a word whose every part the index holds (``SPLIT_MIN_PART_DF`` chunks
+    at least): the only ones whose phrase is worth counting."""
+    return [tuple(c) for c in cuts if len(c) >= 2 and all(part_df.get(p, 0) >= SPLIT_MIN_PART_DF for p in c)]
+
+
+def choose_split(cuts: Sequence[Sequence[str]], phrase_df: Mapping[str, int]) -> tuple[str, ...] | None:
+    """Of a rare word's plausible cuts (``plausible_cuts``), the one the documents write:
+    its phrase (``split_phrase``) matches chunks; fewer parts first (a two-word compound
+    before a three-word reading of it), then the phrase in most chunks. ``None`` when
+    no cut's phrase is written anywhere.
+
+    Why: a question writes "agentchat", "filesystem" or "keepalive" where the documents
+    write "agent chat", "file system", "keep alive"; the joined word then matches nothing,
+    or a handful of chunks that are not the page asked about (the sample knowledge base
+    names its command ``agentchat`` in 24 chunks, and its overview page says "the agent
+    chat service"). Counting the phrase rather than trusting the parts keeps a rare word
+    that merely splits into known words ("ano" + "ther") as it is.
+    """
+    best: tuple[str, ...] | None = None
+    best_key: tuple[int, int] | None = None
+    for cut in cuts:
+        n = phrase_df.get(split_phrase(cut), 0)
+        if n <= 0:
+            continue
+        key = (-len(cut), n)
+        if best_key is None or key > best_key:
+            best, best_key = tuple(cut), key
+    return best
+
+
+def split_phrase(parts: Sequence[str]) -> str:
+    """A split as one query term: its parts joined by a space, which both engines rank as
+    the parts written in sequence (FTS5: a quoted phrase; PostgreSQL: ``<->``)."""
+    return " ".join(parts)
+
+
+def is_split_phrase(term: str) -> bool:
+    """Whether a query term is a split's phrase (``split_phrase``): a folded query term
+    never holds a space otherwise."""
+    return " " in term
+
+
+__all__ = [
+    "SPLIT_MAX_DF",
+    "SPLIT_MIN_PART_DF",
+    "SPLIT_PHRASE_COUNT_CAP",
+    "choose_split",
+    "is_split_phrase",
+    "may_split",
+    "plausible_cuts",
+    "selective_terms",
+    "split_phrase",
+    "tuned_selective_terms",
+]

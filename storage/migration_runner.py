@@ -46,6 +46,18 @@ KB_FILE_STAMPS: tuple[str, ...] = ("ALTER TABLE kb_documents ADD COLUMN file_sta
 #: statement and every leased step names the epoch it was claimed under.
 RUN_LEASE_EPOCHS: tuple[str, ...] = ("ALTER TABLE runs ADD COLUMN lease_epoch BIGINT NOT NULL DEFAULT 0",)
 
+#: Step 28 on both engines (portable SQL). A running server keeps state derived from the
+#: knowledge base in memory (SQLite: the vector matrix; both: text statistics and bucket
+#: schemas), and a change made by another process (``agentchat ingest`` or ``docs rm``
+#: while it runs, another worker, another replica) reached none of it. Every write of
+#: the knowledge base counts ``generation`` up in its own transaction
+#: (``storage.stores.kb_generation``), so one indexed read tells a process whether anything
+#: changed that it did not write itself.
+KB_GENERATION: tuple[str, ...] = (
+    "CREATE TABLE IF NOT EXISTS kb_generation (id INTEGER PRIMARY KEY CHECK (id = 1), generation BIGINT NOT NULL)",
+    "INSERT INTO kb_generation(id, generation) VALUES (1, 0)",
+)
+
 #: Each step's name, as recorded in the version table (same text on both engines).
 STEP_NAMES: Mapping[int, str] = {
     1: "conversations, runs, tool calls, drafts, keywords, external results, knowledge base",
@@ -74,8 +86,10 @@ STEP_NAMES: Mapping[int, str] = {
     24: "knowledge base: each typed field's index covers its bucket's other fields (SQLite)",
     25: "knowledge base: the chunks' (document, position) key carries the chunk id (PostgreSQL)",
     26: "knowledge base: each chunk carries its bucket, for one HNSW graph per bucket (PostgreSQL)",
-    27: "runs: events of runs not yet settled are appended to a live log (SQLite)",
-    28: "runs: where a settled run's rows were in the live log, for a bounded delete (SQLite)",
+    27: "knowledge base: the chunk ids issued, so none is given twice (SQLite)",
+    28: "knowledge base: a generation every write counts up, so every process sees another's changes",
+    29: "runs: events of runs not yet settled are appended to a live log (SQLite)",
+    30: "runs: where a settled run's rows were in the live log, for a bounded delete (SQLite)",
 }
 
 
@@ -120,7 +134,8 @@ class MigrationRunner:
         raise NotImplementedError
 
     async def newest(self) -> int:
-        """The highest version recorded (0 for a new database)."""
+        """The highest version recorded (0 for a new database), asked inside each step's
+        transaction."""
         raise NotImplementedError
 
     async def apply(self, statement: str) -> None:
@@ -141,12 +156,16 @@ class MigrationRunner:
             f"version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at {self.time_type} NOT NULL)"
         )
         known = max((step.version for step in migrations), default=0)
-        found = await self.newest()
-        if found > known:  # a newer release migrated this database: never run on it
-            raise SchemaTooNew(found, known)
         version = 0
         for step in migrations:
             async with self.step(step):
+                # Read inside the step's transaction, under the lock its writes take: on
+                # SQLite a version read before it could predate a newer release that was
+                # migrating the file at that instant and commits while this one waits for
+                # the lock; every step checks, since that release may commit between two.
+                found = await self.newest()
+                if found > known:  # a newer release migrated this database: never run on it
+                    raise SchemaTooNew(found, known)
                 if not await self.applied(step):
                     for statement in step.statements:
                         await self.apply(statement)
@@ -163,6 +182,7 @@ class MigrationRunner:
 
 __all__ = [
     "KB_FILE_STAMPS",
+    "KB_GENERATION",
     "RUN_LEASE_EPOCHS",
     "STEP_NAMES",
     "VERSION_TABLE",

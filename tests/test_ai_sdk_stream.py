@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,8 +25,9 @@ import events
 from agenttools.core.registry import ToolContext, ToolOutcome, ToolRegistry, ToolSpec
 from app.config import Settings
 from llm.extractive import ExtractiveProvider
+from llm.provider import ProviderHealth
 from llm.scripted import ScriptedCall, ScriptedProvider, ScriptedTurn
-from llm.types import ToolDefinition
+from llm.types import ChatRequest, MessageStart, StreamError, StreamEvent, ToolDefinition, ToolUseStart
 from tests.conftest import running_app
 from tests.support.deadline import within
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
@@ -121,6 +123,16 @@ async def test_the_sdk_reader_assembles_text_tool_and_source_parts(node: str, of
         ("generate_response", "output-available"),
     ]
     assert all(t["providerExecuted"] and t["output"]["duration_ms"] >= 0 for t in tools)
+    # Each tool part holds what the call ran with and what came back, in the stream's line.
+    search, read, answered = tools
+    assert search["input"]["query"] and isinstance(read["input"]["doc_id"], str)
+    assert "Last-Event-ID" in answered["input"]["answer"]
+    assert re.match(r"\d+ passages? from \d+ documents?: \u201c", search["output"]["summary"]), search["output"]
+    assert answered["output"]["summary"].startswith("answer delivered, citing 2 sources: \u201c")
+    # The input arrives once, after the call's start: the part is input-streaming until then.
+    starts = [c for c in chunks if c["type"] == "tool-input-start"]
+    inputs = [c for c in chunks if c["type"] == "tool-input-available"]
+    assert len(starts) == len(inputs) == 3 and all(c["input"] for c in inputs)
     urls = [p for p in message["parts"] if p["type"] == "source-url"]
     documents = [p for p in message["parts"] if p["type"] == "source-document"]
     assert [(p["sourceId"], p["url"]) for p in urls] == [("doc-resume#0", "https://docs.example.com/resume")]
@@ -264,3 +276,73 @@ async def test_bad_bodies_are_refused_before_anything_streams(settings: Settings
     assert (no_id.status_code, no_id.json()["error"]) == (400, "invalid_field")
     assert assistant_last.status_code == 400 and "must be a user message" in assistant_last.json()["detail"]
     assert (context.status_code, context.json()["error"]) == (400, "unknown_context_type")
+
+
+class CutCallProvider:
+    """A model that begins a tool call and never finishes it: after ``tool_use_start`` its
+    stream fails, or it parks at ``gate`` until the run is cancelled."""
+
+    name = "cut"
+    model = "cut"
+
+    def __init__(self, gate: Gate | None = None) -> None:
+        self.gate = gate
+
+    async def stream_chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        yield MessageStart()
+        yield ToolUseStart("call_cut", "knowledge_base_search", 0)
+        if self.gate is not None:
+            self.gate.reached.set()
+            await self.gate.opened.wait()
+        yield StreamError("the model stream broke", "provider_error")
+
+    async def health(self) -> ProviderHealth:
+        return ProviderHealth(True, "cut")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def cut_part(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The one tool part the SDK's reader assembled; every chunk passed its schema."""
+    assert not [r for r in of(records, "error") if "schema" in r["message"].lower()], records
+    [message] = [r["message"] for r in of(records, "message")]
+    [part] = [p for p in message["parts"] if p["type"] == "dynamic-tool"]
+    return part
+
+
+async def test_a_call_the_model_stream_broke_off_ends_as_an_error(node: str, settings: Settings) -> None:
+    """2287d5a sends a call's input with its result; without a result the part stayed
+    ``input-streaming`` for ever, a tool a useChat UI shows running after the run failed."""
+    async with running_app(settings, provider=CutCallProvider(), embedder=None) as (base, _):
+        body = ui_body("chat-cut", "Search the docs.")
+        async with js(node, mode="reader", url=f"{base}/v1/agent/ui-stream", body=body) as client:
+            records = await client.finish()
+    part = cut_part(records)
+    assert (part["toolName"], part["state"], part["input"]) == ("knowledge_base_search", "output-error", None)
+    assert part["errorText"]
+    chunks = [r["chunk"] for r in of(records, "chunk")]
+    types = [c["type"] for c in chunks]
+    assert "tool-input-error" in types and types.index("tool-input-error") < types.index("error")
+    assert chunks[-1]["type"] == "finish" and chunks[-1]["finishReason"] == "error"
+
+
+async def test_a_call_of_a_cancelled_run_ends_as_an_error(node: str, settings: Settings) -> None:
+    gate = Gate()
+    async with running_app(settings, provider=CutCallProvider(gate), embedder=None) as (base, _):
+        body = ui_body("chat-cut-stop", "Search the docs.")
+        async with (
+            js(node, mode="reader", url=f"{base}/v1/agent/ui-stream", body=body) as client,
+            httpx.AsyncClient(base_url=base, timeout=30) as http,
+        ):
+            await within(gate.reached.wait(), "the model to begin its call")
+            await client.until(
+                lambda recs: any(r["chunk"]["type"] == "tool-input-start" for r in of(recs, "chunk")),
+                "the call's part",
+            )
+            run_id = next(r["chunk"]["messageId"] for r in of(client.records, "chunk") if r["chunk"]["type"] == "start")
+            assert (await http.post(f"/v1/agent/runs/{run_id}/cancel")).status_code == 200
+            records = await client.finish()
+    part = cut_part(records)
+    assert (part["state"], part["input"], part["errorText"]) == ("output-error", None, "the run was cancelled")
+    assert [r["chunk"] for r in of(records, "chunk")][-1]["type"] == "abort"

@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from agenttools.core.registry import ToolRegistry
 from app.config import ConfigError, Settings
-from app.server import auth as app_auth
+from app.server import jwks as app_jwks
 from app.server.auth import Authenticator, AuthError, sign_hs256
 from tests.conftest import running_app
 from tests.fakes import running_fake
@@ -184,10 +184,10 @@ async def test_key_rotation_is_picked_up_with_a_minimum_interval(jwks, http, mon
     server, url = jwks
     old, new = rsa_key(), ec_key()
     server.keys = [public_jwk(old, "old", "RS256")]
-    # The interval is read on app.server.auth's monotonic clock: the test moves that clock on
+    # The interval is read on app.server.jwks's monotonic clock: the test moves that clock on
     # instead of sleeping (a time.sleep here would block the event loop serving the JWKS).
     clock = [1000.0]
-    monkeypatch.setattr(app_auth, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
+    monkeypatch.setattr(app_jwks, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
     auth = auth_for(url, http, jwks_min_refresh_s=0.2)
     assert (await auth.authenticate("Bearer " + token(old, "RS256", "old"))).user_id == "alice"
     assert server.hits == 1

@@ -4,6 +4,7 @@ beside the agent and answering before the agent is, stopped when the agent stops
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import time
@@ -13,8 +14,11 @@ import httpx
 import pytest
 
 from app.cli import commands as cli
+from app.cli.reference_backend import reference_backend
 from app.config import Settings
 from tests.support.server import free_port
+
+REPO = Path(__file__).resolve().parents[1]
 
 DEMO = {"Authorization": "Bearer demo-bob"}
 
@@ -33,7 +37,7 @@ def wait_for(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -
 def test_serve_runs_the_backend_in_its_own_process_and_stops_it(tmp_path: Path) -> None:
     settings = Settings.from_env({"AGENT_DB_PATH": str(tmp_path / "agent.sqlite3")})
     args = argparse.Namespace(no_backend=False, backend_port=free_port())
-    with cli._reference_backend(settings, args, 0, "warning") as url:
+    with reference_backend(settings, args, 0, "warning") as url:
         assert url is not None
         resp = httpx.get(f"{url}/v1/workflow/trigger-types", headers=DEMO, timeout=5)  # up before we get here
         assert resp.status_code == 200 and resp.json()
@@ -46,7 +50,7 @@ def test_no_backend_when_one_is_configured(tmp_path: Path) -> None:
     settings = Settings.from_env(
         {"AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"), "AGENT_BACKEND_URL": "http://127.0.0.1:9"}
     )
-    with cli._reference_backend(settings, argparse.Namespace(no_backend=False, backend_port=None), 0, "info") as url:
+    with reference_backend(settings, argparse.Namespace(no_backend=False, backend_port=None), 0, "info") as url:
         assert url is None
     assert not (tmp_path / "backend.sqlite3").exists()
 
@@ -67,3 +71,13 @@ def test_agentchat_backend_becomes_python_m_backend(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(15)
+
+
+def test_the_readme_names_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """README's row for docs/cli.md lists every ``agentchat`` command (``compact`` was left out)."""
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    commands = re.search(r"\{([a-z,-]+)\}", capsys.readouterr().out)
+    assert commands is not None
+    row = next(line for line in (REPO / "README.md").read_text().splitlines() if "(docs/cli.md)" in line)
+    assert [c for c in commands.group(1).split(",") if f"`{c}`" not in row and f"agentchat {c}`" not in row] == []

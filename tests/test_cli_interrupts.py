@@ -241,3 +241,47 @@ async def test_a_sigterm_while_serve_is_still_starting_ends_it_with_one_line(tmp
     finally:
         (tmp_path / "gate").touch()
         await reap(proc, "agentchat serve", grace=5)
+
+
+@pytest.mark.parametrize(
+    ("sig", "code_expected", "line"),
+    [
+        (signal.SIGTERM, 143, "agentchat serve: terminated (SIGTERM)"),
+        (signal.SIGINT, 130, "agentchat serve: interrupted"),
+    ],
+    ids=["sigterm", "ctrl-c"],
+)
+async def test_a_signal_while_serve_imports_the_app_ends_it_with_one_line(
+    tmp_path: Path, sig: signal.Signals, code_expected: int, line: str
+) -> None:
+    """``agentchat serve`` signalled inside its event loop before uvicorn answers signals
+    (while it imports ``app.factory``): exit 143 (130) and that line last. Ctrl-C there
+    ended in a traceback (``UnboundLocalError``: the interrupted start left no result to
+    return), SIGTERM in exit 143 without a word."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(IMPORT_GATE)
+    env = child_env({
+        "PYTHONPATH": str(site), "CLI_IMPORT_GATE": str(tmp_path / "gate"), "CLI_GATE_MODULE": "app.factory",
+        "AGENT_DB_PATH": str(tmp_path / "agent.db"),
+    })  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app.cli", "serve", "--port", "0", "--no-backend", cwd=REPO, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=answers_ctrl_c,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    try:
+        held = await within(proc.stderr.readline(), "the import of app.factory held", 60)
+        assert held.strip() == b"gate: importing app.factory", held
+        proc.send_signal(sig)
+        # Ctrl-C cancels the loop's main task (``asyncio.Runner``), which takes effect once
+        # the import is over, as it would be on its own a moment later.
+        (tmp_path / "gate").touch()
+        _, err = await within(proc.communicate(), "serve after the signal", 60)
+        text = err.decode()
+        assert proc.returncode == code_expected, (proc.returncode, text)
+        assert "Traceback" not in text, text
+        assert text.splitlines()[-1] == line, text
+    finally:
+        (tmp_path / "gate").touch()
+        await reap(proc, "agentchat serve", grace=5)

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from app.cli.kb import IngestProgress, add_kb_commands, run_kb_command
+from app.cli.ingest_progress import IngestProgress
+from app.cli.kb import add_kb_commands, run_kb_command
 from app.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,6 +117,11 @@ async def test_docs_list_rm_and_buckets_rm(tmp_path: Path, capsys: pytest.Captur
     assert out == ["removing bucket 'lib': 2 documents, 2 chunks; other buckets are not touched",
                    "removed bucket 'lib' and its 2 documents"]
     assert await run(tmp_path, "buckets", "rm", "lib") == 1
+    assert capsys.readouterr().err.strip() == "agentchat buckets rm: unknown bucket 'lib'; available buckets: other"
+    # An unknown bucket is not an empty one: the same error, naming those there are.
+    assert await run(tmp_path, "docs", "list", "--bucket", "nosuch") == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip() == "agentchat docs list: unknown bucket 'nosuch'; available buckets: other"
     assert await run(tmp_path, "buckets") == 0
     assert capsys.readouterr().out.split()[0] == "other"
 
@@ -206,3 +212,25 @@ def test_agentchat_ingest_in_a_log_file_has_no_carriage_returns(tmp_path: Path) 
     assert proc.returncode == 1, log
     assert b"\r" not in log and b"ingest: 3/3 files (100%)" in log
     assert b"skipped 4 files" in proc.stdout and b"rejected 1" in proc.stdout
+
+
+def test_the_parser_loads_no_knowledge_base_and_keeps_its_size_limit() -> None:
+    """Every command builds the KB commands' parser (``serve --workers``' supervisor too):
+    it names the ingest's size limit itself, equal to the knowledge base's, so building it
+    imports nothing of ``knowledge`` (the whole KB with numpy)."""
+    import subprocess
+    import sys
+
+    from app.cli import kb
+    from knowledge.filecheck import DEFAULT_MAX_FILE_MB
+    from tests.support.procs import REPO, child_env
+
+    assert kb.DEFAULT_MAX_FILE_MB == DEFAULT_MAX_FILE_MB
+    code = (
+        "import argparse, sys; from app.cli.kb import add_kb_commands; "
+        "add_kb_commands(argparse.ArgumentParser().add_subparsers()); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('knowledge', 'numpy')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=child_env({}), capture_output=True,
+                         text=True, timeout=120, check=True)  # fmt: skip
+    assert out.stdout.strip() == "[]", out.stdout

@@ -145,6 +145,20 @@ async def test_start_stream_conversation_and_cancel(settings: Settings) -> None:
     assert missing.value.status == 404 and missing.value.error == "not_found"
 
 
+async def test_stream_takes_the_started_run_as_well_as_its_id(settings: Settings) -> None:
+    """``stream(run)`` with what ``start_run`` returned reads the same events as
+    ``stream(run.run_id)``; it raised ``TypeError`` inside ``urllib.parse.quote``."""
+    async with running_app(settings) as (base, _app), AgentClient(base) as agent:
+        run = await agent.start_run("How do I resume a stream?", "knowledge")
+        by_run = [event async for event in agent.stream(run)]
+        by_id = [event async for event in agent.stream(run.run_id)]
+        with pytest.raises(TypeError, match="a run id or a StartedRun"):
+            agent.stream(42)  # type: ignore[arg-type]
+    assert isinstance(by_run[0], events.RunStarted) and by_run[0].run_id == run.run_id
+    assert isinstance(by_run[-1], events.MessageComplete)
+    assert by_run == by_id
+
+
 async def test_chat_streams_typed_events(settings: Settings) -> None:
     async with running_app(settings) as (base, app), AgentClient(base) as agent:
         delivered = [event async for event in agent.chat("What is in the knowledge base?", "knowledge")]

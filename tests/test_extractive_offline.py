@@ -6,6 +6,7 @@ Through the real agent loop, over SSE, with the default mandatory policy.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -194,6 +195,11 @@ async def test_the_page_found_is_read_again_through_a_logged_tool_call(offline: 
     assert tools == ["knowledge_base_search", "search_text", "generate_response"]
     read = next(e.json() for e in events if e.event == "tool_call_result" and e.json()["name"] == "search_text")
     assert read["is_error"] is False and "frobnicator" in read["summary"]
+    # The stream says what each call ran with and what came back, in words (issue 20 item 6).
+    assert read["arguments"]["doc_id"] == "frobnicator" and read["arguments"]["query"]
+    assert re.fullmatch(r"\d+ passages? from 1 document: \u201cfrobnicator\u201d", read["summary"]), read["summary"]
+    done = next(e.json() for e in events if e.event == "tool_call_result" and e.json()["name"] == "generate_response")
+    assert done["summary"] == "answer delivered, citing 1 source: \u201cfrobnicator\u201d", done
     response = next(e.json() for e in events if e.event == "response")
     assert "handed unchanged to the job's own program" in response["answer"], response["answer"]
     assert run["tool_call_count"] == 3, run  # each call in the tool-call log

@@ -15,7 +15,7 @@ its own, and each test fails without its rule.
   lower-case names, not as a sentence.
 * A paragraph right after the code block a section opens with (``#### delete``,
   ``npm config delete key [key ...]``, "Deletes the specified keys …") is what the
-  section says first, as a paragraph right under its heading is (``_after_form``).
+  section says first, as a paragraph right under its heading is (``after_form``).
 * A reader's verb meets the document's verb for the same action (``SYNONYMS``: "remove"
   is "delete").
 """
@@ -25,10 +25,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from llm.extractive_answer import Passage, compose_answer
-from llm.extractive_answer import _after_form as after_form
 from llm.extractive_question import coverage, stems
 from llm.extractive_quote import item_shows
 from llm.extractive_read import read_passage
+from llm.extractive_score import after_form
 from tests.support.offline_answers import assert_clean, captured_passages
 
 CAPTURED = Path(__file__).resolve().parent / "data" / "extractive_round14_passages.json"

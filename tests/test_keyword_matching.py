@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from agenttools.rag.external_results import Citation, ExternalResult, new_external_result
-from agenttools.rag.keywords import KeywordIndex, check_keyword, validate_keywords
+from agenttools.rag.keyword_rules import check_keyword, validate_keywords
+from agenttools.rag.keywords import KeywordIndex
 from knowledge.saved_answers import SIMILARITY_SCALES, SavedAnswerVectors, SimilarityScale
 from knowledge.stemmer import Stemmer, porter_stem
 from knowledge.textnorm import STOP_WORDS, content_terms, keyword_terms, match_stem, query_terms
@@ -109,7 +110,7 @@ def test_a_query_lacking_a_term_does_not_contain_the_keyword(keyword: str, query
 
 def test_one_stop_word_list() -> None:
     """knowledge.textnorm owns the list; the keyword rules use the same object."""
-    import agenttools.rag.keywords as kw
+    import agenttools.rag.keyword_rules as kw
 
     assert kw.STOP_WORDS is STOP_WORDS
     assert {"the", "of", "also", "please"} <= STOP_WORDS

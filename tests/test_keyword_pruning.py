@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agenttools.rag.keywords import Candidate, KeywordIndex
+from agenttools.rag.keyword_rules import Candidate
+from agenttools.rag.keywords import KeywordIndex
 from app.config import ConfigError, Settings
 from app.keyword_pruning import KeywordPrunePolicy, PruneStats, prune_keywords_periodically
 from tests.conftest import running_app

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from agenttools.rag.external_results import Citation, new_external_result
-from agenttools.rag.keywords import (
+from agenttools.rag.keyword_rules import (
     Candidate,
-    KeywordIndex,
     Rejection,
     check_keyword,
     keyword_key,
     validate_keywords,
 )
+from agenttools.rag.keywords import KeywordIndex
 from storage.interfaces import ExternalResultStore
 from storage.sqlite import SqliteStorage, open_sqlite_storage
 from tests.support.storage import opened_storage

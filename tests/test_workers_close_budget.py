@@ -1,58 +1,164 @@
 """``serve --workers``' supervisor gives its workers their whole close budget, and no
 more (``app/cli/workers.py``, ``app/ops/close_budget.py``).
 
-The supervisor SIGKILLs a worker still running at the drain plus ``STOP_MARGIN_S``. That
-margin was 30 s while the close's own bounded steps (the drain's wait for cancelled
-runs, uvicorn's graceful shutdown, the background tasks, the re-embedding, the leader,
-the feed, the database close) add up to far more: a worker still within them was killed
-half-way through its close. The margin is now their sum. Through real processes
-(``tests/support/budget_supervisor.py``: the real supervisor over workers whose close
-the test ends), with a budget of seconds: a worker closing within it is waited for, one
-past it is killed.
+The supervisor SIGKILLs a worker still running at the drain plus ``STOP_MARGIN_S``, the
+budget: the sum of the bounds of every step the close waits on. A real app's close
+records the bound each step is handed, and the budget must be exactly those steps (a
+set of values passed with a step left out, as long as another had the same bound).
+Through real processes (``tests/support/budget_supervisor.py``: the real supervisor over
+workers whose close the test ends), with a budget of seconds: a worker closing within it
+is waited for, one past it is killed. Reading the budget loads no engine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import signal
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from app.config import Settings
 from app.ops import close_budget
 from app.ops.close_budget import CLOSE_BUDGET_S, CLOSE_STEPS_S
+from tests.conftest import running_app
+from tests.fakes import running_fake
+from tests.fakes.mcp_server import build_server
 from tests.support.deadline import reap, until, within
 from tests.support.procs import REPO, child_env
 
 pytestmark = pytest.mark.slow
 
 
-def test_the_stop_margin_is_the_sum_of_the_close_steps_bounds() -> None:
-    """Each bound the close waits on is in the budget, named where it is defined, and
-    the supervisor's margin is their sum - not a number the steps outgrow."""
-    import app.factory
-    import app.ops.leader
-    import knowledge.backfill
-    import storage.sqlite.database
-    import storage.sqlite.worker_feed
+def test_the_stop_margin_is_the_budget() -> None:
     from app.cli import workers
 
-    steps = set(CLOSE_STEPS_S.values())
-    assert close_budget.INTERRUPTED_RUNS_S in steps and close_budget.SERVER_CLOSE_S in steps
-    assert app.factory.BACKGROUND_STOP_S is close_budget.BACKGROUND_STOP_S
-    for bound in (
-        app.ops.leader.STOP_S,
-        knowledge.backfill.STOP_S,
-        storage.sqlite.database.CLOSE_AFTER_CANCEL_S,
-        storage.sqlite.worker_feed.CLOSE_S,
-    ):
-        assert bound in steps
     assert sum(CLOSE_STEPS_S.values()) == CLOSE_BUDGET_S
     assert workers.STOP_MARGIN_S == CLOSE_BUDGET_S
     assert workers.stop_deadline_s(20.0) == 20.0 + CLOSE_BUDGET_S
     assert workers.Supervisor.__dataclass_fields__["stop_after_s"].default == workers.stop_deadline_s(20.0)
+
+
+def test_the_supervisor_imports_no_engine_for_the_budget() -> None:
+    """``serve --workers``' parent only supervises: reading the budget must not load the
+    knowledge base, the storage engines or numpy (they cost it ~20 MB and its start)."""
+    code = (
+        "import sys; import app.cli.workers; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('knowledge', 'numpy', 'aiosqlite', 'psycopg', 'toolindex', 'agenttools') "
+        "or m.startswith(('storage.sqlite', 'storage.postgres'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=child_env({}), capture_output=True,
+                         text=True, timeout=120, check=True)  # fmt: skip
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+async def test_the_budget_is_every_bound_a_real_close_waits_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A served app with every part that has a bounded close (sibling workers' leader and
+    feed, MCP connections, its own OpenTelemetry provider, the knowledge base's
+    re-embedding) is closed, and each bounded step records the bound it was handed: every
+    step of the budget is there with that bound, and no step outside it. (uvicorn's own
+    graceful shutdown is set by ``agentchat serve``, checked by name; the exit is no wait.)"""
+    import app.factory
+    import app.history
+    import app.ops.embedder_check
+    import app.ops.leader
+    import app.rooms
+    import storage.sqlite.database
+    import storage.sqlite.worker_feed
+    from agenttools.mcp.client import McpConnection
+    from app.cli import commands
+    from app.ops.tracing import Tracing
+    from app.runs import drain
+    from app.runs.manager import RunManager
+    from knowledge.backfill import VectorBackfill
+    from storage.sqlite.database import SqliteDatabase
+    from storage.sqlite.worker_feed import WorkerFeed
+
+    given: dict[str, set[float]] = {}
+
+    def note(step: str, bound: float) -> None:
+        given.setdefault(step, set()).add(bound)
+
+    def recording_wait(step: str, real: Any) -> Any:
+        async def wait(tasks: Any, timeout_s: float) -> Any:
+            note(step, timeout_s)
+            return await real(tasks, timeout_s)
+
+        return wait
+
+    monkeypatch.setattr(app.factory, "cancel_and_wait", recording_wait("background tasks", app.factory.cancel_and_wait))
+    monkeypatch.setattr(
+        app.ops.leader, "cancel_and_wait", recording_wait("background jobs' leader", app.ops.leader.cancel_and_wait)
+    )
+    for module, step in ((app.history, "conversation titles"), (app.ops.embedder_check, "embedder check"),
+                         (app.rooms, "knowledge rooms' tasks")):  # fmt: skip
+        monkeypatch.setattr(module, "cancel_and_wait", recording_wait(step, module.cancel_and_wait))
+
+    def wrap(cls: Any, name: str, record: Any) -> None:
+        real = getattr(cls, name)
+
+        async def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+            record(self, inspect.signature(real).bind(self, *args, **kwargs))
+            return await real(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, wrapped)
+
+    def bound_arg(step: str, name: str) -> Any:
+        def record(_: Any, bound: inspect.BoundArguments) -> None:
+            bound.apply_defaults()
+            note(step, bound.arguments[name])
+
+        return record
+
+    wrap(McpConnection, "close", lambda self, b: (bound_arg("MCP connections", "timeout_s")(self, b),
+                                                   bound_arg("MCP connections' cancel", "cancel_s")(self, b)))
+    wrap(Tracing, "aclose", lambda self, b: self._owns and bound_arg("spans' flush", "flush_s")(self, b))
+    wrap(VectorBackfill, "aclose", lambda self, _: note("knowledge-base re-embedding", self._config.reembed_stop_s))
+    wrap(RunManager, "shutdown", lambda *_: note("runs cancelled by the drain", drain.INTERRUPTED_RUNS_S))
+    wrap(WorkerFeed, "close", lambda *_: note("sibling feed readers", storage.sqlite.worker_feed.CLOSE_S))
+    wrap(SqliteDatabase, "close", lambda *_: note("database close", storage.sqlite.database.CLOSE_AFTER_CANCEL_S))
+
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def traces(request: Request) -> Response:
+        await request.body()
+        return Response(b"", media_type="application/x-protobuf")
+
+    collector = Starlette(routes=[Route("/v1/traces", traces, methods=["POST"])])
+    desk_server, _ = build_server("desk")
+    servers = tmp_path / "mcp-servers.toml"
+    async with running_fake(desk_server.streamable_http_app()) as desk_url, running_fake(collector) as otel_url:
+        servers.write_text(f'[servers.desk]\nurl = "{desk_url}/mcp"\n')
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otel_url)
+        settings = Settings.from_env({
+            "AGENT_DB_PATH": str(tmp_path / "agent.db"),
+            "AGENT_CACHE_DIR": str(tmp_path / "cache"),
+            "AGENT_INGEST_SAMPLE_KB": "false",
+            "AGENT_EMBEDDER": "hashing",
+            "AGENT_LLM_PROVIDER": "extractive",
+            "AGENT_MCP_SERVERS": str(servers),
+            "AGENT_WORKERS": "2",  # a worker of ``serve --workers``: the leader and the feed
+            "OTEL_EXPORTER_OTLP_ENDPOINT": otel_url,
+        })  # fmt: skip
+        async with running_app(settings) as (_, app):
+            svc = app.state.services
+            assert svc.leader is not None and svc.rooms.mcp is not None
+        assert given, "the app never closed"
+    assert "SERVER_CLOSE_S" in inspect.getsource(commands._serve_agent)  # uvicorn's graceful shutdown
+    seen = {step: bounds for step, bounds in given.items()}
+    seen["open connections"] = {close_budget.SERVER_CLOSE_S}
+    seen["interpreter exit"] = {close_budget.EXIT_S}
+    assert seen == {step: {bound} for step, bound in CLOSE_STEPS_S.items()}
+    assert sum(bound for (bound,) in seen.values()) == CLOSE_BUDGET_S
 
 
 async def supervise(tmp_path: Path, *, budget: float) -> asyncio.subprocess.Process:

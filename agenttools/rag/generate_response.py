@@ -121,7 +121,14 @@ def make_generate_response_handler(deps: RagToolDeps) -> ToolHandler:
             "used_external_kb": used_external,
         }
         state.final_response = payload
-        content: dict[str, Any] = {"delivered": True, "source_count": len(cited)}
+        # The cited sources as the ``response`` event shows them (title, link or file, not
+        # the metadata): the conversation keeps this result, so a reloaded page shows the
+        # same source cards as the live one, not bare ids.
+        content: dict[str, Any] = {
+            "delivered": True,
+            "source_count": len(cited),
+            "sources": [_card(s) for s in payload["sources"]],
+        }
         if corrections:
             content["corrections"] = corrections
         event = Response(
@@ -134,6 +141,14 @@ def make_generate_response_handler(deps: RagToolDeps) -> ToolHandler:
         return ToolOutcome(content=content, events=[event], ends_run=True)
 
     return generate_response
+
+
+def _card(source: dict[str, Any]) -> dict[str, Any]:
+    """A cited source without its metadata: what a source card shows."""
+    card = {k: source[k] for k in ("id", "title", "kind", "url", "location") if source.get(k)}
+    if isinstance(card.get("title"), str):
+        card["title"] = card["title"][:200]
+    return card
 
 
 def _valid_sources(state: RunToolState) -> list[dict[str, str]]:

@@ -1,6 +1,6 @@
 """``index_keywords``: keywords from an external answer, stored so later queries find it.
 
-Validation is seed 001's (see :mod:`agenttools.rag.keywords`): individual bad keywords come
+Validation is seed 001's (see :mod:`agenttools.rag.keyword_rules`): individual bad keywords come
 back with reasons while the good ones are indexed; fewer than three good ones make the
 whole call an error so the model retries with better keywords.
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from agenttools.core.registry import ToolContext, ToolHandler, ToolOutcome
 from agenttools.rag.deps import RagToolDeps
-from agenttools.rag.keywords import MAX_PER_CALL, MIN_PER_CALL, validate_keywords
+from agenttools.rag.keyword_rules import MAX_PER_CALL, MIN_PER_CALL, validate_keywords
 from agenttools.rag.policy import (
     INDEX_KEYWORDS,
     external_result_ids,

@@ -168,7 +168,7 @@ def chunk_section(hit: object) -> str:
     about me back to the registry?"), as the chunker recorded it: a passage that
     continues a section no longer says its heading, so without it neither a model nor
     the offline answerer knows what the passage is about. A Markdown page's first chunk
-    is headed by the page's summary for search (``knowledge.ingest.with_summary``); the
+    is headed by the page's summary for search (``knowledge.ingest_docs.with_summary``); the
     summary is the page's, not the section's, and already in ``metadata``, so it is left
     out here. "" when the passage sits under no heading. A heading longer than
     ``SECTION_CHARS`` keeps its end (the nearest, most specific heading of a path) behind

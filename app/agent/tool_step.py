@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import orjson
 
 from agenttools.core.executor import ToolExecutor
-from agenttools.core.log_redaction import log_text, redact_for_log
+from agenttools.core.log_redaction import log_text, redact_for_log, redact_secrets
 from agenttools.core.registry import ToolContext, ToolOutcome
 from agenttools.core.result_summary import summarize_result
 from agenttools.core.untrusted import neutralize
@@ -39,7 +40,7 @@ from app.ops.run_metrics import RunMetrics
 from app.ops.tracing import Tracing
 from app.runs.run import Run
 from app.runs.state import PendingCalls, RunState
-from events import UNSET, Event, ToolCallResult
+from events import UNSET, Event, ToolCallResult, UnsetType
 from llm.types import ToolCall, ToolResult
 from storage.records import ToolCallRecord
 
@@ -202,7 +203,9 @@ class ToolStep:
             is_error=outcome.is_error,
             duration_ms=round(duration_ms, 2),
             error=failure_reason(outcome.content) if outcome.is_error else UNSET,
-            summary=UNSET if outcome.is_error else summarize_result(body),
+            # The caller's result, not ``model_content`` (a preview's fixed note to the model).
+            summary=UNSET if outcome.is_error else summarize_result(outcome.content),
+            arguments=streamed_arguments(call.arguments),
         )
         events: list[Event] = [*outcome.events, done]
         self.log_call(run, state, call, outcome, duration_ms)
@@ -261,6 +264,20 @@ class StartMark:
         write = self.write
         if write is not None and write.done() and not write.cancelled() and (exc := write.exception()) is not None:
             raise exc
+
+
+#: A call's arguments longer than this as JSON are left out of ``tool_call_result``
+#: (a whole workflow, a long answer): the stream shows those through their own events.
+MAX_STREAMED_ARGUMENTS_CHARS = 8_000
+
+
+def streamed_arguments(arguments: dict[str, Any]) -> dict[str, Any] | UnsetType:
+    """The arguments the call ran with, for ``tool_call_result`` (the AI SDK face's tool
+    ``input``): the same copy the conversation keeps (credentials masked), unless long."""
+    shown = redact_secrets(arguments)
+    if len(orjson.dumps(shown, default=str)) > MAX_STREAMED_ARGUMENTS_CHARS:
+        return UNSET
+    return shown if isinstance(shown, dict) else UNSET
 
 
 def failure_reason(content: object) -> str:

@@ -1,38 +1,48 @@
 """``agentchat``: serve, ingest, run the reference backend, list buckets, prune keywords.
 
 The reference backend (``backend/``) always runs in its own process (``python -m backend``):
-the agent talks to it over HTTP only, as it would to the real one, and never imports it.
+the agent talks to it over HTTP only, as it would to the real one, and never imports it
+(started and stopped beside ``serve`` by ``app/cli/reference_backend.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import faulthandler
 import logging
 import os
 import signal
-import subprocess
 import sys
-import time
-from collections.abc import Coroutine, Iterator
-from pathlib import Path
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from app.cli.children import die_with_parent
 from app.cli.compact import add_compact_command, run_compact
 from app.cli.gcpolicy import tune_for_serving
-from app.cli.interrupts import EXIT_TERMINATED, Termination, cancelled_by_sigterm
+from app.cli.interrupts import EXIT_INTERRUPTED, EXIT_TERMINATED, Termination, cancelled_by_sigterm
 from app.cli.kb import add_kb_commands, run_kb_command
 from app.cli.migrate import add_migrate_command, run_migrate_db
+from app.cli.ranges import integer_in, number_in
+from app.cli.reference_backend import BACKEND_PORT_BOUNDS, backend_argv, backend_db, reference_backend
 from app.config import ConfigError, Settings
+from app.config_env import (
+    DAYS_BOUNDS,
+    KEYWORD_MIN_USAGE_BOUNDS,
+    PORT_BOUNDS,
+    SHUTDOWN_GRACE_BOUNDS,
+    WORKERS_BOUNDS,
+    Bounds,
+)
 from app.ops.logs import announce, configure_logging, uvicorn_log_config
 
 if TYPE_CHECKING:
     from storage.sqlite.writer_lock import WriterLock
 
 log = logging.getLogger("agentchat.cli")
+
+#: ``--listen-fd`` (set by ``--workers``): a descriptor number.
+FD_BOUNDS = Bounds(0, 1 << 20)
 
 
 def _settings() -> Settings:
@@ -41,81 +51,6 @@ def _settings() -> Settings:
     except ConfigError as exc:
         print(f"agentchat: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-
-
-# --- the reference backend, in its own process ----------------------------------------------
-
-BACKEND_START_TIMEOUT_S = 30.0
-
-
-def _backend_db(settings: Settings, explicit: str | None = None) -> Path:
-    """The backend's SQLite file: ``explicit``, else beside ``AGENT_DB_PATH``."""
-    return Path(explicit) if explicit else settings.db_path.parent / "backend.sqlite3"
-
-
-def _backend_argv(host: str, port: int, db: Path, *, log_level: str = "info") -> list[str]:
-    return [sys.executable, "-m", "backend", "--host", host, "--port", str(port), "--db", str(db),
-            "--log-level", log_level]
-
-
-def _wait_until_up(proc: subprocess.Popen[bytes], url: str, timeout_s: float = BACKEND_START_TIMEOUT_S) -> None:
-    """Block until ``url/healthz`` answers 200; exit with a message if the process dies or never answers."""
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    with httpx.Client(timeout=2.0) as client:
-        while (code := proc.poll()) is None:
-            try:
-                if client.get(f"{url}/healthz").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                print(f"agentchat: the reference backend did not answer at {url} within {timeout_s:g} s",
-                      file=sys.stderr)
-                raise SystemExit(1)
-            time.sleep(0.05)
-    print(f"agentchat: the reference backend exited with code {code} (is {url} already in use?)", file=sys.stderr)
-    raise SystemExit(1)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()  # SIGTERM: uvicorn shuts down gracefully and the database is closed
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@contextlib.contextmanager
-def _reference_backend(settings: Settings, args: argparse.Namespace, port: int, log_level: str) -> Iterator[str | None]:
-    """Start ``python -m backend`` beside the agent unless ``AGENT_BACKEND_URL`` or
-    ``--no-backend`` says otherwise; yield its URL once it answers; stop it on the way out."""
-    from app.cli.serving import BindError, bind_socket
-
-    if settings.backend_url is not None or args.no_backend:
-        yield None
-        return
-    backend_port = args.backend_port or port + 1
-    url = f"http://127.0.0.1:{backend_port}"
-    try:  # a taken port is one clear line here, not the child's error after a wait
-        bind_socket("127.0.0.1", backend_port, what="agentchat (reference backend)",
-                    hint="--backend-port, --no-backend or AGENT_BACKEND_URL").close()
-    except BindError as exc:
-        print(exc, file=sys.stderr)
-        raise SystemExit(1) from None
-    proc = subprocess.Popen(
-        _backend_argv("127.0.0.1", backend_port, _backend_db(settings), log_level=log_level),
-        preexec_fn=die_with_parent(),
-    )
-    try:
-        _wait_until_up(proc, url)
-        log.info("reference backend started beside the agent", extra={"url": url, "pid": proc.pid})
-        yield url
-    finally:
-        _stop(proc)
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
@@ -162,7 +97,7 @@ def _serve(args: argparse.Namespace) -> int:
             os.environ["AGENT_PORT"] = str(port)
             # The reloader re-imports the app in a child process; the backend keeps running
             # in its own, so reloads do not reset it.
-            with _reference_backend(settings, args, port, "info") as url:
+            with reference_backend(settings, args, port, "info") as url:
                 if url is not None:
                     os.environ["AGENT_BACKEND_URL"] = url
                 try:
@@ -173,17 +108,23 @@ def _serve(args: argparse.Namespace) -> int:
                     return 3
                 _run_reloader(reload_config(host, port, settings, log_format=args.log_format), sock)
             return 0
-        with _reference_backend(settings, args, port, "warning") as url:
+        with reference_backend(settings, args, port, "warning") as url:
             if url is not None:
                 settings = settings.with_(backend_url=url)
-            with contextlib.suppress(KeyboardInterrupt):
-                try:
-                    started = serving_run(
-                        _serve_agent(args, settings, host, sock, lock), choose_stack(settings.server_stack)
-                    )
-                except CannotStart as exc:
-                    print(exc, file=sys.stderr)
-                    return 3
+            try:
+                started = serving_run(
+                    _serve_agent(args, settings, host, sock, lock), choose_stack(settings.server_stack)
+                )
+            except CannotStart as exc:
+                print(exc, file=sys.stderr)
+                return 3
+            except KeyboardInterrupt:  # Ctrl-C before uvicorn answers signals (the app's imports take seconds)
+                print("agentchat serve: interrupted", file=sys.stderr)
+                return EXIT_INTERRUPTED
+            except SystemExit as exc:  # SIGTERM then (``_exit_on_sigterm``): the same one line as earlier
+                if exc.code == EXIT_TERMINATED:
+                    print("agentchat serve: terminated (SIGTERM)", file=sys.stderr)
+                raise
     return 0 if started else 3
 
 
@@ -244,7 +185,7 @@ def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers:
     faulthandler.enable()
     grace_s = settings.shutdown_grace_s if args.grace is None else args.grace
     lock = _writer_lock(settings)
-    with sock, _reference_backend(settings, args, port, "warning") as url:
+    with sock, reference_backend(settings, args, port, "warning") as url:
         # The workers are one writer group: the supervisor holds the file's lock and each
         # worker inherits the open lock file, so the lock lives while any of them does.
         try:
@@ -281,10 +222,10 @@ async def _serve_agent(
     grace_s = settings.shutdown_grace_s if args.grace is None else args.grace
     app = create_app(settings, shutdown_deadline_s=grace_s)
 
-    async def drain() -> None:
+    async def drain(cut: asyncio.Event) -> None:
         svc = getattr(app.state, "services", None)
         if svc is not None:
-            await svc.runs.shutdown(grace_s)
+            await svc.runs.shutdown(grace_s, cut)
 
     port = bound_port(sock)
     agent = DrainingServer(
@@ -305,12 +246,23 @@ async def _serve_agent(
         try:
             await agent.serve(sockets=[sock])
         except SystemExit as exc:  # uvicorn's way out when the app's start-up fails; no traceback
-            log.error("the service did not start", extra={"code": exc.code})
+            if not agent.started:
+                log.error("the service did not start", extra={"code": exc.code})
+            # Started: a SIGTERM (``_exit_on_sigterm``) in the instant after uvicorn put the
+            # handlers back, its close already done - the stop is complete, as asked.
 
     task = asyncio.create_task(serve())
     worker = f"  [worker {args.worker}]" if args.worker else ""
-    await _when_serving(agent, [task], _serving_line(host, port, f"{worker}  [{stack.describe()}]"))
-    await task
+    try:
+        await _when_serving(agent, [task], _serving_line(host, port, f"{worker}  [{stack.describe()}]"))
+        await task
+    except asyncio.CancelledError:
+        # Ctrl-C before uvicorn answers signals: ``asyncio.Runner`` cancels this task, and
+        # the app would be cut off mid-start. Stop it as a signal does (the start ends, then
+        # the close), and let the cancel go on: ``serve`` exits 130 with one line.
+        agent.handle_exit(signal.SIGINT, None)
+        await asyncio.shield(task)
+        raise
     return bool(agent.started)
 
 
@@ -378,7 +330,7 @@ async def _prune_keywords(args: argparse.Namespace) -> int:
 
 def _backend(args: argparse.Namespace) -> int:
     """``agentchat backend``: become ``python -m backend`` (same pid, signals and exit code)."""
-    argv = _backend_argv(args.host, args.port, _backend_db(_settings(), args.db))
+    argv = backend_argv(args.host, args.port, backend_db(_settings(), args.db))
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(argv[0], argv)
@@ -401,17 +353,20 @@ def main(argv: list[str] | None = None) -> int:
 
     serve = sub.add_parser("serve", help="serve the agent (and the reference backend unless AGENT_BACKEND_URL is set)")
     serve.add_argument("--host", help="address to listen on (default AGENT_HOST, 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port to listen on, 0 for any free one (default AGENT_PORT, 8000)")
-    serve.add_argument("--backend-port", type=int, help="port of the embedded reference backend (default: port+1)")
+    serve.add_argument("--port", type=integer_in(PORT_BOUNDS),
+                       help="port to listen on, 0 for any free one (default AGENT_PORT, 8000)")
+    serve.add_argument("--backend-port", type=integer_in(BACKEND_PORT_BOUNDS),
+                       help="port of the embedded reference backend (default: port+1)")
     serve.add_argument("--no-backend", action="store_true", help="do not start the reference backend")
-    serve.add_argument("--grace", type=float, default=None,
+    serve.add_argument("--grace", type=number_in(SHUTDOWN_GRACE_BOUNDS), default=None,
                        help="seconds live runs may go on after SIGTERM before they are released "
                             "for the next process (default AGENT_SHUTDOWN_GRACE_S, 20)")
     serve.add_argument("--reload", action="store_true", help="restart on code changes (development)")
-    serve.add_argument("--workers", type=int, default=None,
+    serve.add_argument("--workers", type=integer_in(WORKERS_BOUNDS), default=None,
                        help="serving processes on this machine, one per core when one is CPU-bound; each a replica "
                             "on the same database (default AGENT_WORKERS, 1)")
-    serve.add_argument("--listen-fd", type=int, default=None, help=argparse.SUPPRESS)  # set by --workers
+    serve.add_argument("--listen-fd", type=integer_in(FD_BOUNDS), default=None,
+                       help=argparse.SUPPRESS)  # set by --workers
     serve.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # "i/N", set by --workers
 
     add_kb_commands(sub)
@@ -421,12 +376,14 @@ def main(argv: list[str] | None = None) -> int:
     kw = sub.add_parser("keywords", help="keyword index maintenance")
     kw_sub = kw.add_subparsers(dest="kw_command", required=True)
     prune = kw_sub.add_parser("prune", help="delete rarely used, stale keywords")
-    prune.add_argument("--min-usage", type=int, required=True, help="delete keywords used fewer times than this")
-    prune.add_argument("--older-than", type=float, required=True, help="…and unused for more than this many days")
+    prune.add_argument("--min-usage", type=integer_in(KEYWORD_MIN_USAGE_BOUNDS), required=True,
+                       help="delete keywords used fewer times than this (AGENT_KEYWORD_MIN_USAGE's range)")
+    prune.add_argument("--older-than", type=number_in(DAYS_BOUNDS), required=True,
+                       help="…and unused for more than this many days (0 or more)")
 
     backend = sub.add_parser("backend", help="run the reference Ichor-compatible backend alone")
     backend.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    backend.add_argument("--port", type=int, default=8081, help="port to listen on (default 8081)")
+    backend.add_argument("--port", type=integer_in(PORT_BOUNDS), default=8081, help="port to listen on (default 8081)")
     backend.add_argument("--db", help="SQLite file (default: beside AGENT_DB_PATH)")
 
     args = parser.parse_args(argv)

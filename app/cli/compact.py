@@ -14,7 +14,9 @@ import argparse
 import sys
 from typing import Any
 
+from app.cli.ranges import number_in
 from app.config import Settings
+from app.config_env import DAYS_BOUNDS
 
 
 def add_compact_command(sub: Any) -> None:
@@ -27,14 +29,14 @@ def add_compact_command(sub: Any) -> None:
     )
     p.add_argument(
         "--run-events-days",
-        type=float,
+        type=number_in(DAYS_BOUNDS),
         default=None,
         metavar="DAYS",
         help="compact runs finished more than DAYS ago (0: do not compact)",
     )
     p.add_argument(
         "--conversation-days",
-        type=float,
+        type=number_in(DAYS_BOUNDS),
         default=None,
         metavar="DAYS",
         help="delete conversations idle for more than DAYS (0: keep them)",

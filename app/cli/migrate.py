@@ -14,7 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app.cli.ranges import integer_in
 from app.config import Settings
+from app.config_env import Bounds
+
+#: Rows per batch of the copy: each batch is one transaction and is held in memory.
+BATCH_ROWS_BOUNDS = Bounds(1, 1_000_000)
 
 
 def add_migrate_command(sub: Any) -> None:
@@ -26,7 +31,8 @@ def add_migrate_command(sub: Any) -> None:
     )
     p.add_argument("--to", required=True, metavar="postgresql://…", help="the target database (migrated first)")
     p.add_argument("--from", dest="source", metavar="PATH", help="the SQLite file (default: AGENT_DB_PATH)")
-    p.add_argument("--batch-rows", type=int, default=2000, help="rows per batch, each one transaction (2000)")
+    p.add_argument("--batch-rows", type=integer_in(BATCH_ROWS_BOUNDS), default=2000,
+                   help="rows per batch, each one transaction (2000)")
 
 
 async def run_migrate_db(args: argparse.Namespace, settings: Settings) -> int:

@@ -5,7 +5,8 @@ long agent run either outlives that wait and is cut off, or holds the process. H
 first signal starts a drain — new runs are refused with 503 and ``Retry-After`` (the
 listener stays open so clients get that answer instead of a refused connection), live
 runs go on for ``AGENT_SHUTDOWN_GRACE_S``, the rest are released as *interrupted* for
-the next process — and only then does uvicorn shut down. A second signal exits at once.
+the next process — and only then does uvicorn shut down. A second signal ends the grace
+at once: the live runs are released then, and the close is the same (``DrainingServer``).
 """
 
 from __future__ import annotations
@@ -72,10 +73,22 @@ def run(main: Coroutine[Any, Any, T], stack: Stack) -> T:
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, drain: Callable[[], Awaitable[None]]) -> None:
+    """uvicorn that drains on the first SIGTERM/SIGINT (see the module docstring).
+
+    A second signal while it drains ends the grace now (``cut``: the live runs are released
+    for the next process at once), then the same close; later ones change nothing. A signal
+    before the app has started stops it once started (nothing to drain yet). No signal
+    reaches uvicorn's own ``handle_exit``: it records the signal and raises it again after
+    the close, when ``agentchat serve``'s SIGTERM handler turned it into an exit that read
+    as a failed start-up ("the service did not start", exit 0 - the newcomer's double
+    SIGTERM), and a second SIGINT there skips the app's close altogether."""
+
+    def __init__(self, config: uvicorn.Config, drain: Callable[[asyncio.Event], Awaitable[None]]) -> None:
         super().__init__(config)
         self._drain = drain
         self._draining = False
+        self._cut_asked = False
+        self._cut = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
 
@@ -84,12 +97,21 @@ class DrainingServer(uvicorn.Server):
         await super().serve(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self._draining or self._loop is None or not self.started:
-            uvicorn.Server.handle_exit(self, sig, frame)  # a second signal: stop now
+        if self._loop is None or not self.started:
+            if not self.should_exit:
+                log.info("stopping: a signal came while the service was starting", extra={"signal": sig})
+            self.should_exit = True  # uvicorn stops as soon as the start-up is over
             return
-        self._draining = True
-        log.info("draining: new runs are refused; live runs may finish", extra={"signal": sig})
-        self._loop.call_soon_threadsafe(self._start_drain)
+        if not self._draining:
+            self._draining = True
+            log.info("draining: new runs are refused; live runs may finish", extra={"signal": sig})
+            self._loop.call_soon_threadsafe(self._start_drain)
+            return
+        if not self._cut_asked:
+            self._cut_asked = True
+            log.info("a second signal: the grace ends now; live runs are released for the next process",
+                     extra={"signal": sig})
+            self._loop.call_soon_threadsafe(self._cut.set)
 
     def _start_drain(self) -> None:
         assert self._loop is not None
@@ -97,7 +119,7 @@ class DrainingServer(uvicorn.Server):
 
     async def _drain_then_exit(self) -> None:
         try:
-            await self._drain()
+            await self._drain(self._cut)
         except Exception:
             log.exception("drain failed; stopping anyway")
         finally:

@@ -11,8 +11,8 @@ across machines (``docs/scaling.md``).
 Why not uvicorn's ``workers=``: its supervisor imports the app by path in each child and
 knows nothing of the drain (``app/cli/serving.py``) or of the reference backend, and a
 worker it restarts is the same code path as ours anyway. Here the parent stays small: it
-forwards SIGTERM/SIGINT to every worker (each drains; a second signal stops them at
-once), restarts a worker that dies unasked (its runs are handed over by lease, as after
+forwards SIGTERM/SIGINT to every worker (each drains; a second signal ends their
+grace at once), restarts a worker that dies unasked (its runs are handed over by lease, as after
 any crash, and the new worker is a new replica), and exits when all have stopped. A
 worker that cannot start at all stops the whole service (exit 3) rather than loop.
 
@@ -73,7 +73,7 @@ CRASH_WINDOW_S = 60.0
 STOP_MARGIN_S = CLOSE_BUDGET_S
 #: Exit code when a worker had to be SIGKILLed on the way out.
 KILLED_ON_STOP = 1
-#: At most this many SIGTERMs go to a worker: the first drains, the second stops it at once.
+#: At most this many SIGTERMs go to a worker: the first drains, the second ends its grace at once.
 MAX_FORWARDED = 2
 
 

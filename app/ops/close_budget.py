@@ -13,15 +13,26 @@ The steps run one after another (worst cases, each ended by its own bound):
 * the drain's wait for the runs it cancelled after the grace (``app/runs/drain.py``);
 * uvicorn's graceful shutdown: open connections may finish (``app/cli/commands.py``);
 * the app's background tasks after their cancel (``app/factory.py``);
-* the knowledge base's re-embedding after its stop (``knowledge/backfill.py``);
-* the background jobs' leader and its jobs (``app/ops/leader.py``);
+* then the services, in the reverse order they were made (``app/wiring.py``'s exit
+  stack): the conversation titles being written (``app/history.py``); the embedder's
+  first answer (``app/ops/embedder_check.py``); the MCP connections, closed together
+  (``app/mcp_room.py``), then the wait for those whose supervisor had to be cancelled
+  (the MCP library's shielded clean-up can take ~4 s of its own); the knowledge rooms'
+  tasks — the sample knowledge base's ingest, the knowledge base's and the keywords'
+  back-fills — cancelled together (``app/rooms.py``); the knowledge base's re-embedding
+  after its stop (``knowledge/backfill.py``, given its bound by ``app/rooms.py``); the
+  spans' flush to the OpenTelemetry collector (``app/ops/tracing.py``); the background
+  jobs' leader and its jobs (``app/ops/leader.py``);
 * the storage: the sibling feed's readers (``storage/sqlite/worker_feed.py``), then the
   database's close, which commits what is queued within the writer's own bound
-  (``storage/sqlite/database.py``: ``CLOSE_AFTER_CANCEL_S`` is past it; PostgreSQL's
-  close — a graph build cancelled on the server, the pool's close, 5 s each — fits in
-  the same two steps);
+  (``storage/sqlite/database.py``; PostgreSQL's close — a graph build cancelled on the
+  server, the pool's close, 5 s each — fits in the same two steps);
 * the interpreter's exit and the short unbounded work between those waits (store
-  writes of the drain, clients closed): ``EXIT_S``.
+  writes of the drain, clients closed, tasks cancelled at once): ``EXIT_S``.
+
+This module imports only ``storage.close_bounds`` (no engine), so the supervisor that
+reads the budget stays small: the app's own bounds are named here and imported by the
+modules that wait on them; the storage's are named beside the storage.
 """
 
 from __future__ import annotations
@@ -29,10 +40,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from app.ops.leader import STOP_S as LEADER_STOP_S
-from knowledge.backfill import STOP_S as BACKFILL_STOP_S
-from storage.sqlite.database import CLOSE_AFTER_CANCEL_S
-from storage.sqlite.worker_feed import CLOSE_S as FEED_CLOSE_S
+from storage.close_bounds import DATABASE_CLOSE_S, FEED_CLOSE_S
 
 #: After the grace, how long the drain waits for the runs it cancelled (released as
 #: interrupted) before it goes on without them.
@@ -44,19 +52,44 @@ SERVER_CLOSE_S = 5  # uvicorn's setting is an int
 #: goes on without it (``app/ops/stopping.py``): the periodic jobs end at once when
 #: cancelled; one that does not would otherwise keep a SIGTERM'd process alive for ever.
 BACKGROUND_STOP_S = 15.0
+#: How long the conversation titles still being written may take to end once cancelled.
+TITLES_STOP_S = 5.0
+#: How long the embedder's first embedding (``/readyz``'s check) may take to end once cancelled.
+EMBEDDER_CHECK_STOP_S = 5.0
+#: How long each MCP connection's close may take (its supervisor asked to stop, then
+#: cancelled; a stdio server's process ended): all close at once.
+MCP_CLOSE_S = 5.0
+#: How long an MCP connection's supervisor, cancelled when it did not stop within
+#: ``MCP_CLOSE_S``, may take to end (the library's shielded clean-up): all at once.
+MCP_CANCEL_S = 5.0
+#: How long the knowledge rooms' tasks (the sample knowledge base's ingest, the knowledge
+#: base's and the keywords' back-fills) may take to end once cancelled, together.
+KB_TASKS_STOP_S = 5.0
+#: How long the close waits for the spans' flush to the OpenTelemetry collector.
+TRACING_FLUSH_S = 10.0
+#: How long the knowledge base's re-embedding may take to stop (``KBConfig.reembed_stop_s``).
+KB_REEMBED_STOP_S = 15.0
+#: How long the background jobs' leader waits for its campaign and jobs once cancelled.
+LEADER_STOP_S = 15.0
 #: The interpreter's exit and the short work between the bounded waits.
 EXIT_S = 5.0
 
-#: Each bounded step of the close, by what it waits for (module docstring).
+#: Each bounded step of the close, by what it waits for (module docstring), in order.
 CLOSE_STEPS_S: Mapping[str, float] = MappingProxyType(
     {
         "runs cancelled by the drain": INTERRUPTED_RUNS_S,
         "open connections": SERVER_CLOSE_S,
         "background tasks": BACKGROUND_STOP_S,
-        "knowledge-base re-embedding": BACKFILL_STOP_S,
+        "conversation titles": TITLES_STOP_S,
+        "embedder check": EMBEDDER_CHECK_STOP_S,
+        "MCP connections": MCP_CLOSE_S,
+        "MCP connections' cancel": MCP_CANCEL_S,
+        "knowledge rooms' tasks": KB_TASKS_STOP_S,
+        "knowledge-base re-embedding": KB_REEMBED_STOP_S,
+        "spans' flush": TRACING_FLUSH_S,
         "background jobs' leader": LEADER_STOP_S,
         "sibling feed readers": FEED_CLOSE_S,
-        "database close": CLOSE_AFTER_CANCEL_S,
+        "database close": DATABASE_CLOSE_S,
         "interpreter exit": EXIT_S,
     }
 )
@@ -67,7 +100,15 @@ __all__ = [
     "BACKGROUND_STOP_S",
     "CLOSE_BUDGET_S",
     "CLOSE_STEPS_S",
+    "EMBEDDER_CHECK_STOP_S",
     "EXIT_S",
     "INTERRUPTED_RUNS_S",
+    "KB_REEMBED_STOP_S",
+    "KB_TASKS_STOP_S",
+    "LEADER_STOP_S",
+    "MCP_CANCEL_S",
+    "MCP_CLOSE_S",
     "SERVER_CLOSE_S",
+    "TITLES_STOP_S",
+    "TRACING_FLUSH_S",
 ]

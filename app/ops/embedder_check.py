@@ -15,6 +15,8 @@ import asyncio
 import logging
 from typing import Any
 
+from app.ops.close_budget import EMBEDDER_CHECK_STOP_S
+from app.ops.stopping import cancel_and_wait
 from toolindex.embedder import Embedder, EmbeddingError
 
 log = logging.getLogger("agentchat.embedder")
@@ -74,6 +76,6 @@ class EmbedderCheck:
         return out
 
     async def aclose(self) -> None:
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        """Cancel the first embedding if it is still out; past ``EMBEDDER_CHECK_STOP_S``
+        it is named in the log and left (the close must not hang on an embedder)."""
+        await cancel_and_wait([self._task] if self._task is not None else [], EMBEDDER_CHECK_STOP_S)

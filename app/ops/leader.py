@@ -42,6 +42,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from app.ops.close_budget import LEADER_STOP_S
 from app.ops.stopping import cancel_and_wait
 from storage.run_feed import raise_if_cancel_lost
 
@@ -49,8 +50,9 @@ log = logging.getLogger("agentchat.ops")
 
 #: How long ``aclose`` waits for the campaign and the jobs once cancelled (the campaign
 #: ends within ``retry_s`` and one attempt at the lock; a job that does not end is named
-#: in the log and left behind rather than holding the process's shutdown).
-STOP_S = 15.0
+#: in the log and left behind rather than holding the process's shutdown): a step of the
+#: close budget.
+STOP_S = LEADER_STOP_S
 
 
 class LeaderLock(Protocol):

@@ -38,6 +38,9 @@ class LiveSources:
     #: Hybrid knowledge searches ranked on one side, by ``(the side that did not count,
     #: why)`` (``None``: no KB).
     kb_fusion_drops: Callable[[], Mapping[tuple[str, str], int]] | None = None
+    #: Reloads of the KB's in-memory state after another process changed the stored KB
+    #: (``None``: no KB).
+    kb_reloads: Callable[[], int] | None = None
     #: Requests per minute counted by this replica alone because the shared count (the
     #: database) was away (``None``: one process, always counted here).
     rate_limit_fallbacks: Callable[[], int] | None = None
@@ -125,6 +128,13 @@ class LiveCollector:
                 "agentchat_kb_semantic_fallbacks",
                 "Knowledge searches that asked for vectors and ran on text (no vectors, or the embedder failed).",
                 s.kb_text_fallbacks(),
+            )
+        if s.kb_reloads is not None:
+            yield _counter(
+                "agentchat_kb_reloads",
+                "Reloads of the knowledge base's in-memory vectors after another process (the CLI, "
+                "a sibling worker, a replica) changed the stored knowledge base.",
+                s.kb_reloads(),
             )
         if s.kb_fusion_drops is not None:
             drops = CounterMetricFamily(

@@ -29,10 +29,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
+from app.ops.close_budget import TRACING_FLUSH_S
 from llm.provider import Provider, ProviderHealth
 from llm.types import ChatRequest, MessageComplete, StreamError, StreamEvent
 
@@ -98,10 +100,33 @@ class Tracing:
         log.info("tracing on: spans go to the OTLP/HTTP exporter")
         return cls(own.get_tracer(SERVICE_NAME), own, owns_provider=True)
 
-    async def aclose(self) -> None:
-        """Flush and stop the app's own provider (never one the caller passed in)."""
-        if self._owns and self.provider is not None:
-            await asyncio.to_thread(self.provider.shutdown)
+    async def aclose(self, flush_s: float = TRACING_FLUSH_S) -> None:
+        """Flush and stop the app's own provider (never one the caller passed in), waiting
+        at most ``flush_s`` (a step of the close budget): the SDK's own shutdown may wait
+        30 s and more for an unreachable collector. The flush runs in a daemon thread of
+        its own, not the loop's executor, so one past the bound is left behind without
+        holding the interpreter's exit; the spans it had not sent are lost, as they would
+        be with the collector down."""
+        provider = self.provider
+        if not self._owns or provider is None:
+            return
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def flush() -> None:
+            try:
+                provider.shutdown()
+            except Exception:  # the exporter's failure: logged, the close goes on
+                log.exception("flushing the spans failed")
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(_settle, done)
+
+        threading.Thread(target=flush, name="agentchat-otel-flush", daemon=True).start()
+        try:
+            await asyncio.wait_for(done, flush_s)
+        except TimeoutError:
+            log.warning("the spans' flush did not end within %.0f s; closing without it", flush_s)
 
     # --- the hooks ---------------------------------------------------------------------
 
@@ -221,3 +246,8 @@ class TracedProvider:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def _settle(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)

@@ -5,6 +5,10 @@ ending, its last checkpoint stands, and its followers reconnect to whichever pro
 carries it on next (this one after a restart, or a sibling through an expired lease —
 released here at once, so a sibling need not wait for it to lapse). Runs queued behind
 a released run never started: they are stored ``interrupted`` too.
+
+``cut`` ends the grace early: ``agentchat serve``'s second SIGTERM/SIGINT sets it (an
+operator who will not wait the grace out), and the live runs are released then - the
+same hand-over, only sooner; the close after it is unchanged.
 """
 
 from __future__ import annotations
@@ -35,10 +39,10 @@ class Drain:
     cancels: RunCancels
     leases: LeaseKeeper
 
-    async def __call__(self, grace_s: float) -> None:
+    async def __call__(self, grace_s: float, cut: asyncio.Event | None = None) -> None:
         tasks = [r.task for r in self.registry.active() if r.task is not None and not r.task.done()]
         if tasks and grace_s > 0:
-            await asyncio.wait(tasks, timeout=grace_s)
+            await _grace(tasks, grace_s, cut)
         left = [r for r in self.registry.active() if r.task is not None and not r.task.done()]
         for run in left:
             run.interrupting = True
@@ -61,3 +65,20 @@ class Drain:
             with contextlib.suppress(StorageUnavailable):
                 await self.store.release_leases(self.leases.owner_id, mine)
                 self.counters.leases_released += len(mine)
+
+
+async def _grace(tasks: list[asyncio.Task[None]], grace_s: float, cut: asyncio.Event | None) -> None:
+    """Until every task has ended, ``grace_s`` has passed or ``cut`` is set. The tasks
+    themselves are left running: what is still live then is released by the caller."""
+    if cut is None:
+        await asyncio.wait(tasks, timeout=grace_s)
+        return
+    if cut.is_set():
+        return
+    ended = asyncio.ensure_future(asyncio.wait(tasks))
+    cut_set = asyncio.ensure_future(cut.wait())
+    try:
+        await asyncio.wait([ended, cut_set], timeout=grace_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        ended.cancel()  # only the waits: cancelling ``asyncio.wait`` leaves the tasks it watched alone
+        cut_set.cancel()

@@ -287,11 +287,11 @@ class RunManager:
         """Refuse new runs from now on (503 with Retry-After)."""
         self._closing = True
 
-    async def shutdown(self, grace_s: float) -> None:
-        """Let live runs go on for ``grace_s``, then release the rest as interrupted
-        (``app/runs/drain.py``)."""
+    async def shutdown(self, grace_s: float, cut: asyncio.Event | None = None) -> None:
+        """Let live runs go on for ``grace_s`` (less once ``cut`` is set), then release the
+        rest as interrupted (``app/runs/drain.py``)."""
         self._closing = True
-        await Drain(self.store, self.registry, self.counters, self.rescue, self.cancels, self.leases)(grace_s)
+        await Drain(self.store, self.registry, self.counters, self.rescue, self.cancels, self.leases)(grace_s, cut)
 
     # --- leases (``app/runs/leases.py``) ------------------------------------------------------
 

@@ -11,51 +11,35 @@ key). ``aud`` and ``iss`` are checked when configured, ``exp``/``nbf`` with
 ``AGENT_JWT_LEEWAY_S`` of clock skew; a token without ``exp`` is refused (it would be
 valid forever) unless ``AGENT_JWT_ALLOW_NO_EXP`` is set. The JWKS is fetched with the app's async httpx
 client, never blocking the event loop (PyJWT's ``PyJWKClient`` is synchronous). Tokens
-never reach the logs.
+never reach the logs. The token checks are ``app/server/jwt_tokens.py``, the JWKS keys
+``app/server/jwks.py``, who a caller is and the refusal ``app/server/identity.py``; this
+module picks the key and signs and checks the stream tokens.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import hmac
-import logging
-import math
 import secrets
 import time
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-import jwt
 import orjson
 
 from app.ops.log_context import note_user
-
-try:  # PyJWT >= 2.10 warns on every use of an HMAC key under 32 bytes; the config checks length once
-    from jwt.warnings import InsecureKeyLengthWarning as _ShortKeyWarning
-except ImportError:  # pragma: no cover - older PyJWT
-    _ShortKeyWarning = UserWarning  # type: ignore[assignment,misc]
-
-log = logging.getLogger("agentchat.auth")
-
-LOCAL_USER = "local"
-ASYMMETRIC_ALGS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512")
-
-
-class AuthError(Exception):
-    def __init__(self, message: str, status: int = 401) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-@dataclass(frozen=True, slots=True)
-class Identity:
-    user_id: str
-    authorization: str | None
+from app.server.identity import LOCAL_USER, AuthError, Identity
+from app.server.jwks import JwksKeys
+from app.server.jwt_tokens import (
+    ASYMMETRIC_ALGS,
+    decode_token,
+    jwk_key,
+    sign_hs256,
+    token_header,
+    verify_hs256,
+)
 
 
 def _b64url_decode(part: str) -> bytes:
@@ -64,181 +48,6 @@ def _b64url_decode(part: str) -> bytes:
 
 def _b64url(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def sign_hs256(claims: dict[str, Any], secret: str) -> str:
-    """Make an HS256 JWT (used by tests, the CLI and the playground in jwt mode)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", _ShortKeyWarning)
-        return jwt.encode(claims, secret, algorithm="HS256")
-
-
-def _decode(
-    token: str,
-    key: Any,
-    alg: str,
-    *,
-    audience: str | None,
-    issuer: str | None,
-    leeway: float,
-    require_exp: bool = False,
-) -> dict[str, Any]:
-    """Verify signature and registered claims; every failure is an ``AuthError``."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", _ShortKeyWarning)
-            claims = jwt.decode(
-                token,
-                key,
-                algorithms=[alg],
-                audience=audience,
-                issuer=issuer,
-                leeway=leeway,
-                options={
-                    "verify_aud": audience is not None,
-                    "verify_iss": issuer is not None,
-                    "require": ["exp"] if require_exp else [],
-                },
-            )
-    except jwt.ExpiredSignatureError:
-        raise AuthError("token expired") from None
-    except jwt.ImmatureSignatureError:
-        raise AuthError("token not yet valid") from None
-    except jwt.InvalidAudienceError:
-        raise AuthError("token audience not accepted") from None
-    except jwt.InvalidIssuerError:
-        raise AuthError("token issuer not accepted") from None
-    except jwt.MissingRequiredClaimError as exc:
-        if exc.claim == "exp":
-            raise AuthError("token has no exp claim: tokens that never expire are not accepted") from None
-        raise AuthError(f"token has no {exc.claim} claim") from None
-    except jwt.InvalidSignatureError:
-        raise AuthError("invalid token signature") from None
-    except jwt.InvalidTokenError:
-        raise AuthError("invalid token") from None
-    if not isinstance(claims, dict):
-        raise AuthError("malformed token claims")
-    sub = claims.get("sub")
-    if not isinstance(sub, str) or not sub or len(sub) > 200:
-        raise AuthError("token has no subject")
-    return claims
-
-
-def verify_hs256(token: str, secret: str, *, now: float | None = None, leeway: float = 30) -> dict[str, Any]:
-    """Verify an HS256 token (kept for callers of the earlier API; ``now`` is ignored
-    unless given, then expiry is checked against it)."""
-    alg = _header(token).get("alg")
-    if alg != "HS256":
-        raise AuthError("unsupported token algorithm")
-    if now is None:
-        return _decode(token, secret, "HS256", audience=None, issuer=None, leeway=leeway)
-    claims = _decode(token, secret, "HS256", audience=None, issuer=None, leeway=math.inf)
-    exp = claims.get("exp")
-    if isinstance(exp, (int, float)) and now > exp + leeway:
-        raise AuthError("token expired")
-    return claims
-
-
-def _header(token: str) -> dict[str, Any]:
-    try:
-        header = jwt.get_unverified_header(token)
-    except jwt.InvalidTokenError:
-        raise AuthError("malformed token") from None
-    if not isinstance(header, dict):
-        raise AuthError("malformed token")
-    return header
-
-
-def _jwk_key(jwk: jwt.PyJWK, alg: str) -> Any:
-    """The key of a JWK, refused for a token whose ``alg`` differs from the one the JWK declares."""
-    declared = jwk._jwk_data.get("alg")
-    if declared and declared != alg:
-        raise AuthError("token algorithm does not match its key")
-    return jwk.key
-
-
-class JwksKeys:
-    """The signing keys published at a JWKS URL, fetched with an async httpx client.
-
-    Keys are looked up by ``kid``. An unknown ``kid`` triggers a refetch (the provider
-    rotated its keys), at most once per ``min_refresh_s`` however many requests carry
-    it; a set older than ``max_age_s`` is refetched on next use (a failed refetch keeps
-    the old keys). Concurrent callers share one fetch.
-    """
-
-    def __init__(
-        self,
-        url: str,
-        http: httpx.AsyncClient | None = None,
-        *,
-        min_refresh_s: float = 30.0,
-        max_age_s: float = 3600.0,
-        timeout_s: float = 5.0,
-    ) -> None:
-        self.url = url
-        self._http = http
-        self._min_refresh_s = min_refresh_s
-        self._max_age_s = max_age_s
-        self._timeout_s = timeout_s
-        self._keys: dict[str | None, jwt.PyJWK] = {}
-        self._fetched_at = -math.inf
-        self._attempted_at = -math.inf
-        self._lock = asyncio.Lock()
-        self.fetches = 0
-
-    async def key(self, kid: str | None) -> jwt.PyJWK:
-        if time.monotonic() - self._fetched_at > self._max_age_s:
-            await self._refresh(force_interval=False)
-        found = self._lookup(kid)
-        if found is None:
-            await self._refresh(force_interval=True)
-            found = self._lookup(kid)
-        if found is None:
-            raise AuthError("token signed with an unknown key")
-        return found
-
-    def _lookup(self, kid: str | None) -> jwt.PyJWK | None:
-        if kid is None:
-            return next(iter(self._keys.values())) if len(self._keys) == 1 else None
-        return self._keys.get(kid)
-
-    async def _refresh(self, *, force_interval: bool) -> None:
-        started = time.monotonic()
-        async with self._lock:
-            # Another caller fetched while we waited: use its result.
-            if self._attempted_at >= started:
-                return
-            if force_interval and time.monotonic() - self._attempted_at < self._min_refresh_s:
-                return
-            self._attempted_at = time.monotonic()
-            try:
-                keys = await self._fetch()
-            except (httpx.HTTPError, ValueError) as exc:
-                log.warning("fetching the JWKS failed", extra={"url": self.url, "error": str(exc)[:200]})
-                return
-            self._keys, self._fetched_at = keys, time.monotonic()
-            self.fetches += 1
-
-    async def _fetch(self) -> dict[str | None, jwt.PyJWK]:
-        if self._http is not None:
-            response = await self._http.get(self.url, timeout=self._timeout_s)
-        else:
-            async with httpx.AsyncClient(timeout=self._timeout_s) as client:
-                response = await client.get(self.url)
-        response.raise_for_status()
-        data = orjson.loads(response.content)
-        entries = data.get("keys") if isinstance(data, dict) else None
-        if not isinstance(entries, list):
-            raise ValueError("JWKS has no 'keys' list")
-        keys: dict[str | None, jwt.PyJWK] = {}
-        for entry in entries:
-            if not isinstance(entry, dict) or entry.get("use", "sig") != "sig":
-                continue
-            try:
-                keys[entry.get("kid")] = jwt.PyJWK(entry)
-            except (jwt.PyJWKError, jwt.InvalidKeyError, ValueError, TypeError):
-                continue  # a key type or algorithm this build cannot use: skip it
-        return keys
 
 
 class Authenticator:
@@ -313,11 +122,11 @@ class Authenticator:
         if self.mode == "none":
             return Identity(LOCAL_USER, authorization)
         token = self._bearer(authorization)
-        header = _header(token)
+        header = token_header(token)
         alg = header.get("alg")
         if alg in ASYMMETRIC_ALGS and self._public_key is None and self.jwks is not None:
             jwk = await self.jwks.key(header.get("kid") if isinstance(header.get("kid"), str) else None)
-            claims = self._claims(token, _jwk_key(jwk, str(alg)), str(alg))
+            claims = self._claims(token, jwk_key(jwk, str(alg)), str(alg))
             note_user(str(claims["sub"]))
             return Identity(str(claims["sub"]), authorization)
         return self.identify(authorization)
@@ -327,7 +136,7 @@ class Authenticator:
         if self.mode == "none" or self.jwks is None or self._public_key is not None:
             return
         try:
-            header = _header(self._bearer(authorization))
+            header = token_header(self._bearer(authorization))
             if header.get("alg") in ASYMMETRIC_ALGS:
                 kid = header.get("kid")
                 await self.jwks.key(kid if isinstance(kid, str) else None)
@@ -341,7 +150,7 @@ class Authenticator:
             note_user(LOCAL_USER)
             return Identity(LOCAL_USER, authorization)
         token = self._bearer(authorization)
-        header = _header(token)
+        header = token_header(token)
         alg = header.get("alg")
         if alg == "HS256" and self.secret:
             key: Any = self.secret
@@ -352,7 +161,7 @@ class Authenticator:
             jwk = self.jwks._lookup(kid if isinstance(kid, str) else None)
             if jwk is None:
                 raise AuthError("token signed with an unknown key")
-            key = _jwk_key(jwk, str(alg))
+            key = jwk_key(jwk, str(alg))
         else:
             raise AuthError("unsupported token algorithm")
         claims = self._claims(token, key, str(alg))
@@ -360,7 +169,7 @@ class Authenticator:
         return Identity(str(claims["sub"]), authorization)
 
     def _claims(self, token: str, key: Any, alg: str) -> dict[str, Any]:
-        return _decode(
+        return decode_token(
             token, key, alg, audience=self.audience, issuer=self.issuer, leeway=self.leeway_s,
             require_exp=not self.allow_no_exp,
         )
@@ -417,3 +226,15 @@ class JwksPrefetch:
                         await auth.prefetch(value.decode("latin-1"))
                         break
         await self.app(scope, receive, send)
+
+
+__all__ = [
+    "LOCAL_USER",
+    "AuthError",
+    "Authenticator",
+    "Identity",
+    "JwksKeys",
+    "JwksPrefetch",
+    "sign_hs256",
+    "verify_hs256",
+]

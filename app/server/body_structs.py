@@ -31,6 +31,7 @@ Check = Callable[[str, Any], None]
 _REF = "#/$defs/"
 
 
+# A module-level cache on purpose: keyed by this program's own Struct classes (a fixed, small set), read-only.
 @functools.cache
 def _fields(struct: type[msgspec.Struct]) -> tuple[msgspec.structs.FieldInfo, ...]:
     """``msgspec.structs.fields``, once per struct class: it evaluates the class's

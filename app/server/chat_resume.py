@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from app.runs.records import ChatInput
 from app.runs.run import Run
-from app.server.auth import Identity
+from app.server.identity import Identity
 from app.server.problems import HTTPProblem
 from app.server.request_admission import events_after, idempotency_key
 from app.server.run_streams import follow_run, native_frames, sse

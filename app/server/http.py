@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.ops.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from app.server.auth import LOCAL_USER, AuthError
 from app.server.chat_resume import resume_chat, resume_stream
+from app.server.identity import LOCAL_USER, AuthError
 from app.server.problems import HTTPProblem, ORJSONResponse
 from app.server.request_admission import admit_request, events_after, idempotency_key, identify, services
 from app.server.run_start import start_run

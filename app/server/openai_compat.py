@@ -49,7 +49,6 @@ import events
 from app.runs.follow import Batches, Followed
 from app.runs.records import ChatInput
 from app.server import request_admission, run_start, run_streams, storage_budget
-from app.server.auth import Identity
 from app.server.compat_runs import (
     AnswerText,
     copy_history,
@@ -60,6 +59,7 @@ from app.server.compat_runs import (
     translated,
 )
 from app.server.context_scope import check_bucket_scope
+from app.server.identity import Identity
 from app.server.openai_request import (
     CompletionRequest,
     error_body,

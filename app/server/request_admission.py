@@ -19,9 +19,9 @@ from starlette.requests import ClientDisconnect, Request
 
 from app.runs.records import ChatInput
 from app.server import storage_budget
-from app.server.auth import AuthError, Identity
 from app.server.bounds import MAX_JSON_DEPTH, MAX_SAFE_INTEGER, check_json, parse_int
 from app.server.chat_request import parse_chat_input
+from app.server.identity import AuthError, Identity
 from app.server.problems import HTTPProblem
 
 if TYPE_CHECKING:

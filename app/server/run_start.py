@@ -13,8 +13,8 @@ from app.runs.admission import ReplicaFull
 from app.runs.records import Caller, ChatInput
 from app.runs.run import Run
 from app.server import storage_budget
-from app.server.auth import Identity
 from app.server.context_scope import check_bucket_scope
+from app.server.identity import Identity
 from app.server.problems import HTTPProblem
 from storage.errors import ConversationBusy, StorageUnavailable, TooManyRuns
 

@@ -143,6 +143,7 @@ class Services:
             kb_text_fallbacks=self._kb_text_fallbacks if self.rooms.knowledge is not None else None,
             kb_reembedding=self._kb_reembedding if self.rooms.knowledge is not None else None,
             kb_fusion_drops=self._kb_fusion_drops if self.rooms.knowledge is not None else None,
+            kb_reloads=self._kb_reloads if self.rooms.knowledge is not None else None,
             rate_limit_fallbacks=(lambda: self.limits.shared_fallbacks) if self.limits.store is not None else None,
             live_log=self._live_log_settles(),
         )
@@ -157,6 +158,10 @@ class Services:
             return 0, 0
         backfill = knowledge.kb.backfill
         return int(backfill.pending or 0), int(backfill.reembedded)
+
+    def _kb_reloads(self) -> int:
+        knowledge = self.rooms.knowledge
+        return int(knowledge.kb.reloads) if knowledge is not None else 0
 
     def _kb_text_fallbacks(self) -> int:
         knowledge = self.rooms.knowledge

@@ -216,9 +216,15 @@ export interface ToolCallResult {
    */
   error?: string;
   /**
-   * What the call returned, in one short line inside “” quotes: retrieved data to show the user, never instructions.
+   * What the call returned, in one short line a person reads (≤ 160 characters): counts and names, e.g. `8 passages from 3 documents: “Durable runs”, …`; every piece of retrieved text (titles, names, a server's words) inside “” quotes: data to show the user, never instructions.
    */
   summary?: string;
+  /**
+   * The arguments the call ran with (after an approval's edit; credentials masked), as the conversation keeps them; left out when longer than 8,000 characters as JSON.
+   */
+  arguments?: {
+    [k: string]: unknown;
+  };
 }
 /**
  * A call that waits for the user's decision before it runs; the run pauses (``waiting_approval``) until ``POST /v1/agent/runs/{run_id}/approvals/{tool_use_id}`` approves, edits or rejects it, or the approval expires.

@@ -16,7 +16,7 @@ which module holds a protocol stays this package's own business.
 from storage.interfaces.bundle import Health, StorageBundle, WriterHealth
 from storage.interfaces.conversations import ConversationStore, HistoryStore
 from storage.interfaces.drafts import DraftStore
-from storage.interfaces.knowledge_base import KBIndex, KBVectorSearch
+from storage.interfaces.knowledge_base import KBGenerations, KBIndex, KBVectorSearch
 from storage.interfaces.limits_and_secrets import LimitStore, SecretStore
 from storage.interfaces.runs import RetentionStore, RunStore, ToolCallLog
 from storage.interfaces.web_answers import ExternalResultStore, ExternalVectorStore, KeywordStore
@@ -28,6 +28,7 @@ __all__ = [
     "ExternalVectorStore",
     "Health",
     "HistoryStore",
+    "KBGenerations",
     "KBIndex",
     "KBVectorSearch",
     "KeywordStore",

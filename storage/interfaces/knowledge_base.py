@@ -105,6 +105,11 @@ class KBIndex(Protocol):
 
     async def scoped_doc_ids(self, scope: KBScope) -> list[str]: ...
 
+    async def scoped_chunk_ids(self, scope: KBScope) -> npt.NDArray[np.int64]:
+        """The ids of the chunks of the documents in scope, ascending (``KBScope.chunk_ids``):
+        what the in-memory matrix masks its rows by, with no walk over document ids."""
+        ...
+
     async def count_documents(self, scope: KBScope) -> int: ...
 
     async def selective_terms(self, terms: Sequence[str], min_matches: int, tuning: KBTextTuning) -> list[str]:
@@ -112,8 +117,20 @@ class KBIndex(Protocol):
         without very common ones when the engine's ranking pays for them."""
         ...
 
+    async def term_splits(
+        self, candidates: Mapping[str, Sequence[Sequence[str]]], tuning: KBTextTuning
+    ) -> dict[str, tuple[str, ...]]:
+        """For the terms of ``candidates`` the index barely knows (``kb_terms.may_split``),
+        the cut of each into words it does know (``kb_terms.choose_split``; the cuts
+        offered are the caller's, ``knowledge.query_terms.split_candidates``); terms with
+        none are left out. One lookup of a term's parts, cached until the index changes;
+        a term the index knows well costs only its own count."""
+        ...
+
     async def text_candidates(self, terms: Sequence[str], scope: KBScope, limit: int, tuning: KBTextTuning) -> KBRanked:
-        """Full-text (BM25) top ``limit`` chunks matching any of ``terms`` within ``scope``."""
+        """Full-text (BM25) top ``limit`` chunks matching any of ``terms`` within ``scope``.
+        A term holding a space is a split's phrase (``kb_terms.split_phrase``): it matches
+        a chunk holding its words in sequence."""
         ...
 
     async def hydrate(self, chunk_ids: Sequence[int]) -> list[KBChunkRow]:
@@ -175,4 +192,31 @@ class KBVectorSearch(Protocol):
     async def vector_index_status(self) -> dict[str, Any]:
         """How scoped searches run on this server (``/readyz``): on PostgreSQL, which
         pgvector and whether its HNSW scans are iterative (recall differs a lot)."""
+        ...
+
+
+@runtime_checkable
+class KBGenerations(Protocol):
+    """What lets a process holding knowledge-base state in memory see another process's
+    changes (``knowledge.freshness``): every write of the knowledge base, by any process
+    on the database, counts a stored generation up in its own transaction."""
+
+    async def kb_generation(self) -> int:
+        """The committed generation (one indexed read)."""
+        ...
+
+    def written_here(self, seen: int, current: int) -> bool | None:
+        """Whether every generation after ``seen`` up to ``current`` was written by this
+        process: ``True``; ``False``: another process wrote one; ``None``: none is
+        certainly another's, but a write here that counted one of them up has not
+        finished committing (ask again after it)."""
+        ...
+
+    def seen_upto(self, generation: int) -> None:
+        """Everything up to ``generation`` was taken in (what is kept for it may go)."""
+        ...
+
+    def changed_elsewhere(self) -> None:
+        """Another process changed the knowledge base: forget what the index caches of
+        it (text statistics, bucket schemas)."""
         ...

@@ -300,7 +300,7 @@ async def top_from_postings(
     else:
         read, kept = sum(x.read for x in lists), sum(len(x.ids) for x in lists)
         # Unread postings remain: never as few as the rows returned, which would read as
-        # an exact count (``_match_count``'s and the SQLite engine's convention).
+        # an exact count (``bm25_parts.match_count``'s and the SQLite engine's convention).
         estimate = round(max(df.get(x, 0) for x in lexemes) * (kept / read if read else 0.0))
         if hidden is not None and bucket is None:
             # The commonest lexeme's chunks outside the hidden buckets, counted: its df

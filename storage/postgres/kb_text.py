@@ -30,7 +30,7 @@ How a query runs:
   every match, far fewer rows read: a chunk row carries its vector (``migrations``:
   ``STORAGE MAIN``), so each scored match is a heap visit of ~2.7 kB. The match count
   (``KBRanked.total``) is the rank's own count of its matches; an estimate when
-  MaxScore left the commonest lexemes out (``_match_count``).
+  MaxScore left the commonest lexemes out (``bm25_parts.match_count``).
 * A bucket or the whole index is answered from the postings (``kb_postings``):
   impact-ordered, each with its term frequency and chunk length, so most chunks are
   scored exactly without their rows, and the few partly seen candidates that may
@@ -42,13 +42,31 @@ How a query runs:
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from storage.kb_records import KBRanked, KBScope, KBTextTuning
-from storage.kb_terms import tuned_selective_terms
+from storage.kb_terms import (
+    SPLIT_PHRASE_COUNT_CAP,
+    choose_split,
+    is_split_phrase,
+    may_split,
+    plausible_cuts,
+    split_phrase,
+    tuned_selective_terms,
+)
+from storage.postgres.bm25_parts import (
+    CUT,
+    essential_terms,
+    first_pass_terms,
+    idf,
+    match_count,
+    or_query,
+    phrase_query,
+    split_cut,
+    tsquery_literal,
+)
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.kb_filters_sql import scope_sql
 from storage.postgres.kb_postings import postings_may_fill, top_from_postings, top_in_scope
@@ -66,7 +84,7 @@ _LEXEME_CACHE = 50_000
 _RANK = """
 WITH q(lex, idf) AS (SELECT * FROM unnest(%(lex)s::text[], %(idf)s::float8[])),
 m AS MATERIALIZED (
-    SELECT c.id, c.ntok, ts_delete(c.tsv, tsvector_to_array(ts_delete(c.tsv, %(lex)s::text[]))) AS t
+    SELECT c.id, c.ntok, {cut} AS t
     FROM kb_chunks c WHERE c.tsv @@ %(tsq)s::tsquery {scope}
 ),
 s AS (
@@ -90,68 +108,6 @@ SELECT s.id, s.score, (SELECT count(*) FROM m) FROM s ORDER BY s.score DESC, s.i
 FIRST_PASS_DF_FACTOR = 4
 
 
-def tsquery_literal(lexeme: str) -> str:
-    """One lexeme as ``tsquery`` input: quoted, quotes and backslashes doubled, so no
-    character of it is query syntax."""
-    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
-def or_query(lexemes: Sequence[str]) -> str:
-    return " | ".join(tsquery_literal(x) for x in lexemes)
-
-
-def idf(n: int, df: int) -> float:
-    value = math.log((n - df + 0.5) / (df + 0.5)) if n > 0 else 0.0
-    return value if value > 0 else 1e-6
-
-
-def essential_terms(bounds: Mapping[str, float], bar: float) -> list[str]:
-    """The terms a chunk must hold to possibly score above ``bar``: all but the longest
-    run of lowest-bound terms whose bounds add up to less than ``bar``."""
-    order = sorted(bounds, key=lambda x: (bounds[x], x))
-    total = 0.0
-    for i, x in enumerate(order):
-        total += bounds[x]
-        if total >= bar:
-            return order[i:]
-    return []
-
-
-def first_pass_terms(
-    lexemes: Sequence[str], bounds: Mapping[str, float], df: Mapping[str, int], want: int
-) -> list[str]:
-    """The rarest terms, until their chunks are likely to number ``want``."""
-    chosen: list[str] = []
-    seen = 0
-    for x in sorted(lexemes, key=lambda x: (-bounds[x], x)):
-        chosen.append(x)
-        seen += df.get(x, 0)
-        if seen >= want:
-            break
-    return chosen
-
-
-def _match_count(
-    rows: Sequence[tuple[Any, ...]], ranked: Sequence[str], lexemes: Sequence[str], df: Mapping[str, int], n: int
-) -> int:
-    """How many chunks in scope match: counted by the rank itself (its materialized
-    matches) when it ranked every lexeme. When MaxScore left the commonest out, an
-    estimate: the ranked lexemes' count scaled by how much likelier a chunk is to hold
-    any lexeme than any ranked one (lexemes taken as independent, at their shares of
-    the ``n`` chunks), and never fewer than one more than the rows returned (there may
-    be more), as the postings path and the SQLite engine estimate theirs. A separate
-    exact count was a second bitmap heap scan of every match's row, beside the rank."""
-    matched = int(rows[0][2])
-    if len(ranked) >= len(lexemes) or n <= 0:
-        return matched
-
-    def any_of(xs: Sequence[str]) -> float:
-        return 1.0 - math.prod(1.0 - min(1.0, df.get(x, 0) / n) for x in xs)
-
-    some = any_of(ranked)
-    return max(len(rows) + 1, round(matched * any_of(lexemes) / some) if some > 0 else matched)
-
-
 def named_params(sql: str, values: Sequence[Any], into: dict[str, Any], prefix: str = "s") -> str:
     """``sql`` with its positional ``%s`` renamed ``%(s0)s``, ``%(s1)s`` …, their values
     added to ``into`` (so a fragment can sit inside a statement of named parameters)."""
@@ -173,6 +129,8 @@ class TextRanker:
         self._db = db
         self._lexemes: dict[str, tuple[str, ...]] = {}
         self._df: dict[str, int] = {}
+        #: A rare term's split (``term_splits``), ``None`` when it has none.
+        self._splits: dict[str, tuple[str, ...] | None] = {}
         self._totals: tuple[int, float] | None = None  # (chunks, average tokens)
         self._bucket_chunks: dict[str, int] = {}
         self._stats_at = 0.0
@@ -181,6 +139,7 @@ class TextRanker:
     def changed(self) -> None:
         self._generation += 1
         self._df.clear()
+        self._splits.clear()
         self._totals = None
         self._bucket_chunks.clear()
 
@@ -258,11 +217,68 @@ class TextRanker:
         total, _ = await self.totals()
         if total < tuning.common_term_min_df:
             return terms
+        df = await self._term_dfs(terms)
+        return tuned_selective_terms(terms, df, total, tuning, min_matches=min_matches)
+
+    async def _term_dfs(self, terms: Sequence[str]) -> dict[str, int]:
+        """A term's df: its most frequent lexeme's (a term is nearly always one lexeme;
+        a split's phrase is its words' lexemes, an upper bound of the phrase's count)."""
         lex = await self.lexemes(terms)
         df_lex = await self.document_frequencies([x for t in terms for x in lex[t]])
-        # A term's df: its most frequent lexeme's (a term is nearly always one lexeme).
-        df = {t: max((df_lex.get(x, 0) for x in lex[t]), default=0) for t in terms}
-        return tuned_selective_terms(terms, df, total, tuning, min_matches=min_matches)
+        return {t: max((df_lex.get(x, 0) for x in lex[t]), default=0) for t in terms}
+
+    async def term_splits(
+        self, candidates: Mapping[str, Sequence[Sequence[str]]], tuning: KBTextTuning
+    ) -> dict[str, tuple[str, ...]]:
+        """The split (``storage.kb_terms.choose_split``) of each term of ``candidates``
+        the index barely knows: its parts' postings counted (their lexemes once for good,
+        their counts in one statement, ``document_frequencies``), then the phrases of the
+        cuts whose parts are all held (``phrase_counts``), kept until the statistics
+        expire. A term the index knows well is never looked up past its own count (which
+        the term choice needs anyway)."""
+        generation = self._generation
+        df = await self._term_dfs(list(candidates))
+        rare = [t for t, cuts in candidates.items() if cuts and may_split(df[t])]
+        unknown = [t for t in rare if t not in self._splits]
+        chosen: dict[str, tuple[str, ...] | None] = {}
+        if unknown:
+            part_df = await self._term_dfs([p for t in unknown for cut in candidates[t] for p in cut])
+            cuts = {t: plausible_cuts(candidates[t], part_df) for t in unknown}
+            phrase_df = await self.phrase_counts([c for t in unknown for c in cuts[t]])
+            chosen = {t: choose_split(cuts[t], phrase_df) for t in unknown}
+            if generation == self._generation:
+                if len(self._splits) + len(chosen) > tuning.term_stats_cache:
+                    self._splits.clear()
+                self._splits.update(chosen)
+        out: dict[str, tuple[str, ...]] = {}
+        for t in rare:
+            split = chosen[t] if t in chosen else self._splits.get(t)
+            if split is not None:
+                out[t] = split
+        return out
+
+    async def phrase_counts(self, cuts: Sequence[Sequence[str]]) -> dict[str, int]:
+        """``{split_phrase(cut): chunks holding its words in sequence}``, each count
+        stopped at ``SPLIT_PHRASE_COUNT_CAP``, in one statement. The positions are on the
+        chunk rows only (the GIN index finds the chunks holding every word, each row is
+        read to check the sequence): asked once per rare word until the statistics
+        expire, never for a word the index knows."""
+        phrases: dict[str, str] = {}
+        lex = await self.lexemes([w for c in cuts for w in c])
+        for cut in cuts:
+            if all(lex[w] for w in cut):
+                phrases[split_phrase(cut)] = phrase_query([lex[w][0] for w in cut])
+        out = {split_phrase(c): 0 for c in cuts}
+        if not phrases:
+            return out
+        count = "(SELECT count(*) FROM (SELECT 1 FROM kb_chunks c WHERE c.tsv @@ %s::tsquery LIMIT %s) x)"
+        row = await self._db.fetchone(
+            "SELECT " + ", ".join([count] * len(phrases)),
+            [v for q in phrases.values() for v in (q, SPLIT_PHRASE_COUNT_CAP)],
+        )
+        if row:
+            out.update(zip(phrases, (int(n) for n in row), strict=True))
+        return out
 
     async def text_candidates(
         self,
@@ -272,8 +288,14 @@ class TextRanker:
         tuning: KBTextTuning,
         schema: Mapping[str, str] | None = None,
     ) -> KBRanked:
-        lex = await self.lexemes(terms)
-        lexemes = list(dict.fromkeys(x for t in terms for x in lex[t]))
+        alone_terms = [t for t in terms if not is_split_phrase(t)]
+        phrases = [t.split() for t in terms if is_split_phrase(t)]
+        lex = await self.lexemes([*alone_terms, *(w for p in phrases for w in p)])
+        alone = list(dict.fromkeys(x for t in alone_terms for x in lex[t]))
+        # A split's words, one lexeme each (a word the configuration drops leaves the
+        # phrase out: it could not match as written).
+        groups = [[lex[w][0] for w in p] for p in phrases if all(lex[w] for w in p)]
+        lexemes = list(dict.fromkeys([*alone, *(x for g in groups for x in g)]))
         if not lexemes or limit <= 0:
             return KBRanked()
         total, avgdl = await self.totals()
@@ -294,7 +316,8 @@ class TextRanker:
             "limit": limit,
         }
         if (
-            scope.doc_ids is None
+            not groups
+            and scope.doc_ids is None
             and scope.doc_id is None
             and scope.filter is None
             and (scope.bucket is None or postings_may_fill(await self.bucket_chunks(scope.bucket) / total, limit))
@@ -311,6 +334,18 @@ class TextRanker:
             inner, inner_params = scope_sql(scope, schema)
             # Positional parameters of the scope become named ones of this statement.
             condition = "AND c.doc_id IN (" + named_params(inner, inner_params, params) + ")"
+        if groups:
+            # A split's phrase needs the words' positions, which only the chunk rows
+            # hold (the postings keep term frequencies): every match ranked on its row,
+            # matched by the phrase (or any other term), no MaxScore pass (a phrase's
+            # words are no bound of their own). Only queries with a word the index
+            # barely knows come here.
+            params["tsq"] = " | ".join([*map(tsquery_literal, alone), *(f"({phrase_query(g)})" for g in groups)])
+            cut = split_cut(groups, alone, params)
+            rows = await self._db.fetchall(_RANK.format(scope=condition, cut=cut), params)
+            if not rows:
+                return KBRanked()
+            return KBRanked([int(r[0]) for r in rows], [float(r[1]) for r in rows], int(rows[0][2]))
         if condition and (scope.doc_ids is not None or scope.doc_id is None):
             # A filtered scope (or a list of documents) from the postings, kept to its
             # chunks; one document's few matches stay on their rows.
@@ -334,7 +369,7 @@ class TextRanker:
         if not rows:
             return KBRanked()
         return KBRanked(
-            [int(r[0]) for r in rows], [float(r[1]) for r in rows], _match_count(rows, ranked, lexemes, df, total)
+            [int(r[0]) for r in rows], [float(r[1]) for r in rows], match_count(rows, ranked, lexemes, df, total)
         )
 
     async def _from_postings(
@@ -358,4 +393,4 @@ class TextRanker:
 
     async def _rank(self, condition: str, params: dict[str, Any], matching: Sequence[str]) -> list[tuple[Any, ...]]:
         """The top chunks holding any of ``matching``, scored on every query lexeme."""
-        return await self._db.fetchall(_RANK.format(scope=condition), {**params, "tsq": or_query(matching)})
+        return await self._db.fetchall(_RANK.format(scope=condition, cut=CUT), {**params, "tsq": or_query(matching)})

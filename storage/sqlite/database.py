@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
+from storage.close_bounds import DATABASE_CLOSE_S
 from storage.errors import StorageUnavailable
 from storage.sqlite.connections import SqliteOptions, connect, transient
 from storage.sqlite.file_guard import DatabaseFileGuard
@@ -58,8 +59,9 @@ log = logging.getLogger("agentchat.storage")
 T = TypeVar("T")
 
 #: How long a cancelled ``close`` still waits for the connections to close: past the
-#: writer's own bound for committing what is queued (``AGENT_DB_WRITE_RETRY_S`` + 5 s).
-CLOSE_AFTER_CANCEL_S = 30.0
+#: writer's own bound for committing what is queued (``AGENT_DB_WRITE_RETRY_S`` + 5 s);
+#: named in ``storage.close_bounds``, which the close budget reads without this module.
+CLOSE_AFTER_CANCEL_S = DATABASE_CLOSE_S
 
 
 class SqliteDatabase(QueuedWrites):

@@ -6,7 +6,9 @@ parentheses and the words ``AND``/``OR``/``NOT``/``NEAR`` all mean something to 
 raise syntax errors or change the query. ``knowledge`` tokenises the query and drops
 stop words; each remaining term is emitted here as a double-quoted string (a token can
 contain no ``"``, but any is doubled anyway) joined with ``OR``; BM25 then ranks chunks
-that contain more of the terms higher.
+that contain more of the terms higher. A split of a joined word the index barely knows
+("agentchat" → ``agent chat``, ``term_splits``) is one term with a space: quoted, FTS5
+reads it as a phrase, matched and weighed (its own idf) as the words in sequence.
 
 BM25 cost grows with the matches it must score, so terms in a large share of the
 chunks (near-zero idf) are left out of the ``MATCH`` (``selective_terms``). A scoped
@@ -24,10 +26,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import orjson
 
 from storage.kb_records import KBRanked, KBScope, KBTextTuning
-from storage.kb_terms import tuned_selective_terms
+from storage.kb_terms import choose_split, may_split, plausible_cuts, split_phrase, tuned_selective_terms
 from storage.sqlite.database import SqliteDatabase
 from storage.sqlite.kb_filters_sql import scope_chunks_sql
 
@@ -44,6 +47,10 @@ RANK_ALL = (
 #: joined from the ids into ``kb_chunks``' ``doc_id`` index: ``c.doc_id IN (...)`` would
 #: first sort the ids into a temporary index.
 CHUNKS_OF_DOCS = "SELECT c.id FROM json_each(?) j CROSS JOIN kb_chunks c ON c.doc_id = j.value"
+
+#: The chunk ids in the JSON array ``?`` (a scope resolved to its chunks, ascending: the
+#: ranking's scope index is then built in key order).
+CHUNKS_IN = "SELECT value FROM json_each(?)"
 
 #: Rows ``(chunk id, bucket)`` of the chunk ids in the JSON array ``?`` (the probe's
 #: bucket test, asked only for the prefix of the ranking it needs).
@@ -70,22 +77,23 @@ SHOWN_MATCHES = (
 
 def rank_in_scope(chunks_sql: str) -> str:
     """Rows ``(chunk id, bm25, match count)``, best first, of the matches among the chunks
-    ``chunks_sql`` selects (the scope as chunk ids: ``scope_chunks_sql``, or
+    ``chunks_sql`` selects (the scope as chunk ids: ``scope_chunks_sql``, ``CHUNKS_IN`` or
     ``CHUNKS_OF_DOCS``); parameters: the scope's, then the ``MATCH`` expression, then the
     limit.
 
-    The scope's chunk ids are materialised once and the FTS cursor walks every match but
+    The scope's chunk ids are put in one index and the FTS cursor walks every match but
     computes ``bm25()`` only for those in scope: scoring costs 20-30x walking a match,
     and a filter typically keeps a few percent of them (at 1M chunks 3-6x faster than
     scoring every match and intersecting afterwards, same ranking). The scope test is
-    written ``+rowid IN sc`` so SQLite cannot hand it to FTS5 as a rowid constraint:
+    written ``+rowid IN (...)`` so SQLite cannot hand it to FTS5 as a rowid constraint:
     that would re-run the MATCH, and bm25's per-query statistics (a walk over each
-    term's whole doclist), once per chunk in scope.
+    term's whole doclist), once per chunk in scope. The ``IN`` list is built from the
+    scope's ``SELECT`` directly: a materialised CTE in between was one more copy of the
+    scope (at 1M chunks 8-15 ms of a 105-195 ms filtered ranking, same rows).
     """
     return (
-        f"WITH sc AS MATERIALIZED ({chunks_sql}), "
-        f"k AS MATERIALIZED (SELECT rowid AS id, bm25(kb_chunks_fts, {BM25_WEIGHTS}) AS s "
-        "FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ? AND +rowid IN sc) "
+        f"WITH k AS MATERIALIZED (SELECT rowid AS id, bm25(kb_chunks_fts, {BM25_WEIGHTS}) AS s "
+        f"FROM kb_chunks_fts WHERE +rowid IN ({chunks_sql}) AND kb_chunks_fts MATCH ?) "
         "SELECT id, s, (SELECT count(*) FROM k) FROM k ORDER BY s, id LIMIT ?"
     )
 
@@ -139,6 +147,8 @@ class FtsRanker:
     def __init__(self, db: SqliteDatabase) -> None:
         self._db = db
         self._df_cache: dict[str, int] = {}
+        #: A rare term's split (``term_splits``), ``None`` when it has none.
+        self._splits: dict[str, tuple[str, ...] | None] = {}
         self._df_total: int | None = None
         self._doc_counts: dict[str | None, int] = {}
         self._generation = 0
@@ -146,6 +156,7 @@ class FtsRanker:
     def changed(self) -> None:
         self._generation += 1
         self._df_cache.clear()
+        self._splits.clear()
         self._df_total = None
         self._doc_counts.clear()
 
@@ -166,14 +177,8 @@ class FtsRanker:
             self._doc_counts[bucket] = count
         return count
 
-    async def selective_terms(self, terms: Sequence[str], min_matches: int, tuning: KBTextTuning) -> list[str]:
-        """``terms`` without the very common ones (see ``selective_terms`` above).
-
-        Document frequencies come from the FTS index itself (an unscored ``count(*)`` of
-        the term's matches, so stemming and tokenising agree with the index) and are
-        cached until the next write.
-        """
-        terms = list(terms)
+    async def _chunk_total(self) -> int:
+        """Chunks in the index, cached until the next write."""
         generation = self._generation
         total = self._df_total
         if total is None:
@@ -181,10 +186,16 @@ class FtsRanker:
             total = int(row[0]) if row else 0
             if generation == self._generation:
                 self._df_total = total
-        if total < tuning.common_term_min_df:
-            return terms  # nothing can be common enough to matter: exact old behaviour
+        return total
+
+    async def _term_dfs(self, terms: Sequence[str], tuning: KBTextTuning) -> dict[str, int]:
+        """How many chunks match each of ``terms`` (an unscored ``count(*)`` of its
+        matches, so stemming and tokenising agree with the index; a split's phrase is
+        counted as the phrase), the missing ones in one statement, cached until the next
+        write."""
+        generation = self._generation
         df = {t: self._df_cache[t] for t in terms if t in self._df_cache}
-        missing = [t for t in terms if t not in df]
+        missing = [t for t in dict.fromkeys(terms) if t not in df]
         if missing:
             row = await self._db.fetchone(term_counts_statement(len(missing)), [or_expression([t]) for t in missing])
             counts = [int(c) for c in row] if row else [0] * len(missing)
@@ -193,7 +204,51 @@ class FtsRanker:
                     self._df_cache.clear()
                 self._df_cache.update(zip(missing, counts, strict=True))
             df.update(zip(missing, counts, strict=True))
+        return df
+
+    async def selective_terms(self, terms: Sequence[str], min_matches: int, tuning: KBTextTuning) -> list[str]:
+        """``terms`` without the very common ones (see ``selective_terms`` above).
+
+        Document frequencies come from the FTS index itself (``_term_dfs``) and are
+        cached until the next write.
+        """
+        terms = list(terms)
+        total = await self._chunk_total()
+        if total < tuning.common_term_min_df:
+            return terms  # nothing can be common enough to matter: exact old behaviour
+        df = await self._term_dfs(terms, tuning)
         return tuned_selective_terms(terms, df, total, tuning, min_matches=min_matches)
+
+    async def term_splits(
+        self, candidates: Mapping[str, Sequence[Sequence[str]]], tuning: KBTextTuning
+    ) -> dict[str, tuple[str, ...]]:
+        """The split (``storage.kb_terms.choose_split``) of each term of ``candidates``
+        the index barely knows: its parts counted (one statement for the parts of every
+        such term, ``_term_dfs``), then the phrases of the cuts whose parts are all held
+        (one more), kept until the next write. A term the index knows well is never
+        looked up past its own count (which the term choice needs anyway)."""
+        generation = self._generation
+        df = await self._term_dfs(list(candidates), tuning)
+        rare = [t for t, cuts in candidates.items() if cuts and may_split(df[t])]
+        unknown = [t for t in rare if t not in self._splits]
+        if unknown:
+            part_df = await self._term_dfs([p for t in unknown for cut in candidates[t] for p in cut], tuning)
+            cuts = {t: plausible_cuts(candidates[t], part_df) for t in unknown}
+            phrases = [split_phrase(c) for t in unknown for c in cuts[t]]
+            phrase_df = await self._term_dfs(phrases, tuning) if phrases else {}
+            chosen = {t: choose_split(cuts[t], phrase_df) for t in unknown}
+            if generation == self._generation:
+                if len(self._splits) + len(chosen) > tuning.term_stats_cache:
+                    self._splits.clear()
+                self._splits.update(chosen)
+        else:
+            chosen = {}
+        out: dict[str, tuple[str, ...]] = {}
+        for t in rare:
+            split = chosen[t] if t in chosen else self._splits.get(t)
+            if split is not None:
+                out[t] = split
+        return out
 
     async def text_candidates(
         self,
@@ -225,7 +280,12 @@ class FtsRanker:
             probed = await self._probe(match, scope, limit, tuning)
             if probed is not None:
                 return probed
-        if scope.doc_ids is not None:
+        if scope.chunk_ids is not None:
+            # Resolved to its chunks already (a hybrid search's vector side needed them):
+            # their ids, ascending, are the scope as is, with no join of documents.
+            ids = np.ascontiguousarray(scope.chunk_ids, np.int64)
+            chunks, params = CHUNKS_IN, [orjson.dumps(ids, option=orjson.OPT_SERIALIZE_NUMPY).decode()]
+        elif scope.doc_ids is not None:
             # The scope is already known: hand it over as JSON rather than re-running it.
             chunks, params = CHUNKS_OF_DOCS, [orjson.dumps(list(scope.doc_ids)).decode()]
         else:

@@ -12,8 +12,10 @@ tell each other instead, the way PostgreSQL's ``LISTEN/NOTIFY`` does between rep
   there (looked for again every ``scan_s``, and at once when a connection fails);
 * after a step of a run commits, the worker that wrote it sends the step's events to
   every sibling (``feed_payload``: the events themselves when they fit, else "read the
-  log"), coalesced into one write per sibling per loop tick; cancels asked for and
-  knowledge-base changes travel the same way.
+  log"), coalesced into one write per sibling per loop tick; cancels asked for travel
+  the same way, and so may a topic's news (``subscribe``/``announce``). Knowledge-base
+  changes do not: every process on the file, the CLI's included, counts them in the
+  file itself (``storage.stores.kb_generation``), which each worker reads before a search.
 
 The log stays the single source of truth. A frame that cannot be delivered — a sibling
 that does not keep up (its unread bytes past ``max_buffer``), a connection that broke or
@@ -24,8 +26,8 @@ first once it keeps up again. What slips through all of that is caught by the
 followers' slow safety poll (``RemoteRuns.poll_s``).
 
 Frames are ``<length: 4 bytes, big-endian><kind: 1 byte><text>``: ``E`` a run's
-events, ``C`` a cancel (the run id), ``T`` a topic's news (``<topic>\\n<text>``, e.g. the
-knowledge base changed), ``R`` "read everything".
+events, ``C`` a cancel (the run id), ``T`` a topic's news (``<topic>\\n<text>``), ``R`` "read
+everything".
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from storage.close_bounds import FEED_CLOSE_S
 from storage.feed_payload import encode_payload
 from storage.records import RunEvent
 from storage.run_feed import RunWatch, RunWatchers
@@ -54,8 +57,9 @@ MAX_FRAME_BYTES = 64 * 1024
 #: A sibling this far behind reading its socket gets frames dropped (then "read all").
 MAX_BUFFER_BYTES = 4 * 1024 * 1024
 _HEAD = struct.Struct(">I")
-#: How long ``close`` waits for the readers of siblings' connections once it closed them.
-CLOSE_S = 5.0
+#: How long ``close`` waits for the readers of siblings' connections once it closed them
+#: (named in ``storage.close_bounds``, which the close budget reads without this module).
+CLOSE_S = FEED_CLOSE_S
 EVENTS, CANCEL, TOPIC, READ_ALL = b"E", b"C", b"T", b"R"
 
 

@@ -36,7 +36,7 @@ group commit appends to the log's last page or two whatever the number of runs i
 PostgreSQL keeps the one clustered table (``CLUSTERED``): its ``run_events`` is a heap
 (rows already appended in insertion order) with a B-tree on the key, replicas write
 concurrently (sequence values are not committed in order, so a ``log_from`` would not
-bound a run's rows), and its tests gain nothing from a second path; its migration 27 is
+bound a run's rows), and its tests gain nothing from a second path; its migration 29 is
 empty.
 """
 

@@ -32,6 +32,10 @@ class TextSearch(Protocol):
 
     async def selective_terms(self, terms: Sequence[str], min_matches: int, tuning: KBTextTuning) -> list[str]: ...
 
+    async def term_splits(
+        self, candidates: Mapping[str, Sequence[Sequence[str]]], tuning: KBTextTuning
+    ) -> dict[str, tuple[str, ...]]: ...
+
     async def text_candidates(
         self, terms: Sequence[str], scope: KBScope, limit: int, tuning: KBTextTuning, schema: Schema | None = None
     ) -> KBRanked: ...

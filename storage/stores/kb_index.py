@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from storage.kb_filters_sql import FilterSql
 from storage.kb_records import (
     KBChunkWrite,
     KBDocumentWrite,
@@ -44,8 +45,9 @@ from storage.kb_records import (
     utc_now,
 )
 from storage.kb_tables import ident, meta_table
-from storage.sql import Row, Tx, take_lock
-from storage.stores.kb_engine_parts import parts
+from storage.sql import Row, SqlEngine, Tx, take_lock
+from storage.stores.kb_engine_parts import BucketTables, TextSearch, parts
+from storage.stores.kb_generation import WrittenHere, read_generation
 from storage.stores.kb_reads import KBReads
 
 _UPSERT_DOCUMENT = (
@@ -65,6 +67,36 @@ class SqlKBIndex(KBReads):
 
     #: The chunk column holding a vector.
     vector_column: ClassVar[str]
+
+    def __init__(
+        self, sql: SqlEngine, *, buckets: BucketTables, filters: FilterSql, text: TextSearch, location: str
+    ) -> None:
+        super().__init__(sql, buckets=buckets, filters=filters, text=text, location=location)
+        #: Every write counts the knowledge base's generation up (``kb_generation``).
+        self._written = WrittenHere()
+
+    # ------------------------------------------------------------------ generation
+    async def kb_generation(self) -> int:
+        """The committed generation of the knowledge base: counted up by every write,
+        by any process on the database (``storage.stores.kb_generation``)."""
+        return await read_generation(self._sql)
+
+    def written_here(self, seen: int, current: int) -> bool | None:
+        """Whether the generations after ``seen`` up to ``current`` are all this
+        process's own writes (``None``: one of them is a write here still committing, ask
+        again after)."""
+        return self._written.only_mine(seen, current)
+
+    def seen_upto(self, generation: int) -> None:
+        """The reader has taken in every change up to ``generation``."""
+        self._written.forget(generation)
+
+    def changed_elsewhere(self) -> None:
+        """Another process changed the knowledge base: forget what is cached of it here
+        (text statistics, bucket schemas)."""
+        self._stats_changed()
+        self._schemas.clear()
+        self._schema_changes += 1
 
     async def _lock_bucket(self, tx: Tx, name: str) -> Row | None:
         """The bucket's advisory lock (its DDL), then its row, locked; ``None`` if absent."""
@@ -113,8 +145,9 @@ class SqlKBIndex(KBReads):
                     await tx.execute(stmt)
             return merged
 
-        merged = await self._sql.transact(run)
+        merged = await self._written.write(self._sql, run)
         self._schemas[name] = dict(merged)
+        self._schema_changes += 1
         return merged
 
     @staticmethod
@@ -228,7 +261,7 @@ class SqlKBIndex(KBReads):
             return row_ids
 
         try:
-            return await self._sql.transact(run)
+            return await self._written.write(self._sql, run)
         finally:
             self._stats_changed()
 
@@ -254,7 +287,7 @@ class SqlKBIndex(KBReads):
             return gone
 
         try:
-            return await self._sql.transact(run)
+            return await self._written.write(self._sql, run)
         finally:
             self._stats_changed()
 
@@ -272,10 +305,11 @@ class SqlKBIndex(KBReads):
             return gone
 
         try:
-            gone = await self._sql.transact(run)
+            gone = await self._written.write(self._sql, run)
         finally:
             self._stats_changed()
         self._schemas.pop(name, None)
+        self._schema_changes += 1
         return gone
 
     async def store_vectors(self, embed_model: str, embed_dim: int, docs: Sequence[KBVectorWrite]) -> list[str]:
@@ -329,7 +363,7 @@ class SqlKBIndex(KBReads):
             return written
 
         try:
-            return await self._sql.transact(run)
+            return await self._written.write(self._sql, run)
         finally:
             self._stats_changed()
 

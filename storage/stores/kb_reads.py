@@ -9,9 +9,11 @@ the writes on this class, and each engine's ``kb_index`` on that one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
+import numpy.typing as npt
 import orjson
 
 from storage.kb_filters_sql import FilterSql
@@ -50,6 +52,10 @@ class KBReads:
         self._text = text
         self._location = location
         self._schemas: dict[str, dict[str, str]] = {}
+        #: Counts the changes of ``_schemas`` made by this process's bucket writes (and
+        #: its forgetting them): a schema read that began before one may not hold it and
+        #: does not overwrite the cache then.
+        self._schema_changes = 0
 
     @property
     def location(self) -> str:
@@ -64,9 +70,11 @@ class KBReads:
             return None
         known = self._schemas.get(bucket)
         if known is None:
+            began = self._schema_changes
             row = await self._sql.fetchone("SELECT schema FROM kb_buckets WHERE name = ?", (bucket,))
             known = orjson.loads(row[0]) if row else {}
-            self._schemas[bucket] = known
+            if self._schema_changes == began:
+                self._schemas[bucket] = known
         return known
 
     async def _filter_schema(self, scope: KBScope) -> dict[str, str] | None:
@@ -76,9 +84,11 @@ class KBReads:
 
     # ------------------------------------------------------------------ buckets
     async def bucket_schemas(self) -> dict[str, dict[str, str]]:
+        began = self._schema_changes
         rows = await self._sql.fetchall("SELECT name, schema FROM kb_buckets")
         out = {name: orjson.loads(schema) for name, schema in rows}
-        self._schemas = {k: dict(v) for k, v in out.items()}
+        if self._schema_changes == began:  # else the cache stays as the change left it
+            self._schemas = {k: dict(v) for k, v in out.items()}
         return out
 
     async def list_buckets(self) -> list[KBBucketRecord]:
@@ -131,6 +141,22 @@ class KBReads:
         sql, params = self._filters.scope_sql(scope, await self._filter_schema(scope))
         return [r[0] for r in await self._sql.db.fetchall(sql, params)]
 
+    async def scoped_chunk_ids(self, scope: KBScope) -> npt.NDArray[np.int64]:
+        if scope.chunk_ids is not None:
+            return np.unique(np.asarray(scope.chunk_ids, np.int64))
+        ids: list[int] = []
+        if scope.doc_ids is not None:
+            for part in parts(list(scope.doc_ids)):
+                rows = await self._sql.fetchall(
+                    f"SELECT id FROM kb_chunks WHERE doc_id IN ({self._sql.dialect.marks(len(part))})", part
+                )
+                ids.extend(int(r[0]) for r in rows)
+        else:
+            sql, params = self._filters.scope_sql(scope, await self._filter_schema(scope))
+            rows = await self._sql.db.fetchall(f"SELECT c.id FROM kb_chunks c WHERE c.doc_id IN ({sql})", params)
+            ids.extend(int(r[0]) for r in rows)
+        return np.unique(np.asarray(ids, np.int64))
+
     async def count_documents(self, scope: KBScope) -> int:
         sql, params = self._filters.count_sql(scope, await self._filter_schema(scope))
         row = await self._sql.db.fetchone(sql, params)
@@ -139,6 +165,11 @@ class KBReads:
     # ------------------------------------------------------------------ full text
     async def selective_terms(self, terms: Sequence[str], min_matches: int, tuning: KBTextTuning) -> list[str]:
         return await self._text.selective_terms(terms, min_matches, tuning)
+
+    async def term_splits(
+        self, candidates: Mapping[str, Sequence[Sequence[str]]], tuning: KBTextTuning
+    ) -> dict[str, tuple[str, ...]]:
+        return await self._text.term_splits(candidates, tuning)
 
     async def text_candidates(self, terms: Sequence[str], scope: KBScope, limit: int, tuning: KBTextTuning) -> KBRanked:
         return await self._text.text_candidates(terms, scope, limit, tuning, await self._filter_schema(scope))

@@ -142,11 +142,26 @@ async def test_rewriting_a_document_replaces_its_chunks(kb: KBIndex) -> None:
     await kb.create_bucket("docs", {}, typed_row=typed_values)
     [old] = await kb.write_documents("docs", {}, [doc("a", ["one", "two", "three"])])
     [new] = await kb.write_documents("docs", {}, [doc("a", ["only zebra"])])
-    assert len(old) == 3 and len(new) == 1  # (an engine may reuse the freed ids)
+    assert len(old) == 3 and len(new) == 1 and not set(old) & set(new)
     assert [r.text for r in await kb.hydrate([*old, *new])] == ["only zebra"]
     assert (await kb.counts("test-embed", DIM)).chunks == 1
     hits = await kb.text_candidates(["zebra"], KBScope(), 10, TUNING)
     assert hits.ids == new
+
+
+async def test_chunk_ids_are_never_issued_twice(kb: KBIndex) -> None:
+    # The newest document's ids, freed by its delete, went to the next ingest (SQLite took
+    # max(id)+1): a search holding its scope as chunk ids, or a process whose vectors were
+    # not reloaded yet, then named another bucket's (another owner's) chunk by a stale id.
+    await kb.create_bucket("parts", {}, typed_row=typed_values)
+    await kb.create_bucket("att_b", {}, typed_row=typed_values)
+    [older] = await kb.write_documents("parts", {}, [doc("bolt-1", ["bolt one"])])
+    [newest] = await kb.write_documents("parts", {}, [doc("bolt-2", ["bolt two", "bolt three"])])
+    assert await kb.delete_documents(["bolt-2"]) == ["bolt-2"]
+    [other] = await kb.write_documents("att_b", {}, [doc("b-secret", ["B earns 123456", "more"])])
+    assert not set(other) & set(newest) and not set(other) & set(older)
+    assert min(other) > max(newest)
+    assert [r.text for r in await kb.hydrate(newest)] == []
 
 
 async def test_delete_removes_documents_everywhere(kb: KBIndex) -> None:
@@ -207,6 +222,39 @@ async def test_text_candidates_stay_within_the_scope(kb: KBIndex) -> None:
     assert {r.doc_id for r in await kb.hydrate(filtered.ids)} == {"inv-1", "inv-3"}
     one = await kb.text_candidates(["widgets"], KBScope(doc_id="inv-2"), 10, TUNING)
     assert {r.doc_id for r in await kb.hydrate(one.ids)} == {"inv-2"}
+
+
+async def test_scoped_chunk_ids_are_the_chunks_of_the_documents_in_scope(kb: KBIndex) -> None:
+    """The scope as chunk ids (what the in-memory matrix masks by), ascending, for each
+    way a scope is given; and handed back in ``KBScope.chunk_ids`` it ranks the text as
+    the scope it was resolved from does."""
+    fields = {"kind": "TEXT"}
+    await kb.create_bucket("parts", fields, typed_row=typed_values)
+    docs = [
+        doc(f"p-{i}", [f"widget {i} housing", f"widget {i} mounting bracket", "spare"][: 1 + i % 3],
+            metadata={"kind": "bolt" if i % 2 else "nut"}, fields=fields, seed=i)
+        for i in range(7)
+    ]
+    written = dict(zip([d.id for d in docs], await kb.write_documents("parts", fields, docs), strict=True))
+    schema = (await kb.bucket_schemas())["parts"]
+    bolts = compile_filters(parse_filters({"kind": "bolt"}), schema, bucket="parts")
+
+    def chunks_of(*ids: str) -> list[int]:
+        return sorted(c for d in ids for c in written[d])
+
+    by_filter = await kb.scoped_chunk_ids(KBScope("parts", bolts))
+    assert by_filter.dtype == np.int64 and by_filter.tolist() == chunks_of("p-1", "p-3", "p-5")
+    assert (await kb.scoped_chunk_ids(KBScope(doc_id="p-2"))).tolist() == chunks_of("p-2")
+    listed = await kb.scoped_chunk_ids(KBScope(doc_ids=["p-6", "p-0", "missing"]))
+    assert listed.tolist() == chunks_of("p-0", "p-6")
+    given = await kb.scoped_chunk_ids(KBScope("parts", bolts, chunk_ids=by_filter[::-1]))
+    assert given.tolist() == by_filter.tolist()
+    nothing = compile_filters(parse_filters({"kind": "washer"}), schema, bucket="parts")
+    assert len(await kb.scoped_chunk_ids(KBScope("parts", nothing))) == 0
+    plain = await kb.text_candidates(["widget", "bracket"], KBScope("parts", bolts), 20, TUNING)
+    resolved = await kb.text_candidates(["widget", "bracket"], KBScope("parts", bolts, chunk_ids=by_filter), 20, TUNING)
+    assert plain.ids and (resolved.ids, resolved.scores, resolved.total) == (plain.ids, plain.scores, plain.total)
+    assert set(plain.ids) <= set(by_filter.tolist())
 
 
 async def test_selective_terms_keep_every_present_term_on_a_small_index(kb: KBIndex) -> None:

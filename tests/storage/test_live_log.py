@@ -207,7 +207,8 @@ async def test_the_retention_pass_settles_compacts_and_trims_the_log(tmp_path: P
         assert orjson.loads(replay[0].data) == {"chunk": "t1t2t3t4t5"}
 
 
-#: A file written before migration 27: one run unfinished (its events so far in
+#: A file written at main's schema before the live log (migration 28, the knowledge
+#: base's generation, its last step): one run unfinished (its events so far in
 #: ``run_events``), one finished.
 LEGACY = (
     "INSERT INTO conversations (id, user_id, created_at, updated_at) VALUES ('c', 'alice', 1, 2), ('d', 'alice', 1, 2)",
@@ -222,11 +223,14 @@ LEGACY = (
 async def test_a_file_of_the_previous_schema_carries_its_unfinished_run_on_in_the_log(tmp_path: Path) -> None:
     path = tmp_path / "legacy.db"
     async with aiosqlite.connect(path, isolation_level=None) as conn:
-        await migrations.migrate(conn, migrations.MIGRATIONS[:26])
+        await migrations.migrate(conn, migrations.MIGRATIONS[:28])
+        assert migrations.MIGRATIONS[27].version == 28
+        tables = await (await conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")).fetchall()
+        assert "kb_generation" in {t[0] for t in tables} and "run_log" not in {t[0] for t in tables}
         for statement in LEGACY:
             await conn.execute(statement)
     async with opened_storage(path) as storage:
-        assert storage.schema_version >= 27
+        assert storage.schema_version >= 30
         runs = storage.runs
         live = await runs.get("live")
         assert live is not None and live.last_seq == 2

@@ -9,10 +9,12 @@ import asyncio
 import contextlib
 import sqlite3
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiosqlite
 import psycopg
 import pytest
 
@@ -20,7 +22,7 @@ from storage.errors import SchemaTooNew
 from storage.open import open_storage
 from storage.postgres.migrations import MIGRATIONS as PG_MIGRATIONS
 from storage.sqlite.migrations import MIGRATIONS as SQLITE_MIGRATIONS
-from storage.sqlite.migrations import VERSION_TABLE
+from storage.sqlite.migrations import VERSION_TABLE, migrate
 from tests.support.deadline import reap, within
 from tests.support.postgres import GUARDED, TestPostgres
 from tests.support.procs import REPO, child_env
@@ -53,6 +55,45 @@ async def test_sqlite_refuses_a_file_a_newer_release_migrated(tmp_path: Path) ->
     assert f"version {newer}" in str(refused.value) and "newer release" in str(refused.value)
     with contextlib.closing(sqlite3.connect(path)) as conn:
         assert conn.execute(f"SELECT MAX(version) FROM {VERSION_TABLE}").fetchone() == (newer,)  # nothing written
+
+
+async def test_sqlite_sees_a_newer_release_that_commits_while_it_waits_for_the_write_lock(tmp_path: Path) -> None:
+    """The version is read under the write lock the steps take: a newer release that holds
+    the lock (migrating the file) when this one starts, and records its version while this
+    one waits, is refused - a read before the lock saw the old version and went on."""
+    path = tmp_path / "agent.db"
+    storage = await open_storage(path)
+    await storage.close()
+    newer = SQLITE_MIGRATIONS[-1].version + 1
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    ours = await aiosqlite.connect(path)
+    try:
+        await ours.execute("PRAGMA busy_timeout = 60000")
+        waiting = threading.Event()
+
+        def traced(sql: str) -> None:
+            if sql.strip().upper().startswith("BEGIN IMMEDIATE"):
+                waiting.set()  # called as the statement starts: before it has the lock
+
+        await ours.set_trace_callback(traced)
+        other.execute("BEGIN IMMEDIATE")  # the newer release is migrating the file
+        migrating = asyncio.create_task(migrate(ours))
+        try:
+            assert await within(asyncio.to_thread(waiting.wait, 60), "our first step asking for the write lock")
+            other.execute(f"INSERT INTO {VERSION_TABLE}(version, name, applied_at) VALUES (?, ?, ?)",
+                          (newer, "a_newer_release", time.time()))  # fmt: skip
+            other.execute("COMMIT")
+            with pytest.raises(SchemaTooNew) as refused:
+                await within(migrating, "the migration on the file the newer release migrated")
+        finally:
+            if not migrating.done():
+                migrating.cancel()
+                with contextlib.suppress(BaseException):
+                    await migrating
+        assert refused.value.found == newer
+    finally:
+        await ours.close()
+        other.close()
 
 
 async def test_postgres_refuses_a_database_a_newer_release_migrated(pg_url: str) -> None:

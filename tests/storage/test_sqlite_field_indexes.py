@@ -18,8 +18,8 @@ import aiosqlite
 from knowledge.buckets import typed_values
 from knowledge.filters import compile_filters
 from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBScope
-from storage.sqlite import kb_buckets
-from storage.sqlite.kb_filters_sql import scope_sql
+from storage.sqlite import kb_buckets, kb_fts
+from storage.sqlite.kb_filters_sql import scope_chunks_sql, scope_sql
 from storage.sqlite.kb_index import SqliteKBIndex
 from tests.support.storage import opened_storage
 
@@ -244,3 +244,30 @@ async def test_a_field_added_to_a_bucket_gets_its_index_on_either_engine(store_e
         sql = "SELECT indexname FROM pg_indexes WHERE tablename = 'meta_crm' AND indexname <> 'meta_crm_pkey'"
     names = {r[0] for r in await kb._db.fetchall(sql)}
     assert names == {"meta_crm__region", "meta_crm__size"}
+
+
+async def test_the_filtered_ranking_builds_its_scope_index_from_the_filter_directly(tmp_path: Path) -> None:
+    """The ranking's ``+rowid IN (...)`` list is built from the scope's ``SELECT`` itself,
+    not from a materialised copy of it (one more copy of 31k-38k ids at 1M chunks); the
+    rows are those of the whole ranking restricted to the scope."""
+    rng = random.Random(5)
+    metas = {i: _metadata(rng) for i in range(300)}
+    async with opened_storage(tmp_path / "kb.db") as storage:
+        kb = storage.kb_index
+        await kb.create_bucket("invoices", FIELDS, typed_row=typed_values)
+        await _write(kb, metas)
+        scope = _scope({"year": 2021, "amount": {">": 500}})
+        chunks, params = scope_chunks_sql(scope)
+        sql = kb_fts.rank_in_scope(chunks)
+        plan = " | ".join(str(r[-1]) for r in await kb._db.fetchall("EXPLAIN QUERY PLAN " + sql, [*params, "x", 5]))
+        assert "LIST SUBQUERY" in plan and "MATERIALIZE sc" not in plan, plan
+        whole = await kb._db.fetchall(
+            f"SELECT rowid, bm25(kb_chunks_fts, {kb_fts.BM25_WEIGHTS}) AS s FROM kb_chunks_fts "
+            "WHERE kb_chunks_fts MATCH ? ORDER BY s, rowid",
+            ('"invoice" OR "widgets"',),
+        )
+        in_scope = {r[0] for r in await kb._db.fetchall(chunks, params)}
+        expected = [(r[0], r[1]) for r in whole if r[0] in in_scope]
+        ranked = await kb._db.fetchall(sql, [*params, '"invoice" OR "widgets"', 1000])
+        assert expected and [(r[0], r[1]) for r in ranked] == expected
+        assert {r[2] for r in ranked} == {len(expected)}

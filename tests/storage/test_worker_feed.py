@@ -149,38 +149,6 @@ async def test_the_sqlite_run_store_announces_committed_steps_and_cancels(tmp_pa
             await storage.close()
 
 
-async def test_a_document_ingested_by_one_worker_is_found_by_the_others_semantic_search(tmp_path: Path) -> None:
-    """Two workers' knowledge bases on one file, each with its vectors in memory: what
-    one ingests, the other's search by meaning finds (it reloads after the news)."""
-    from knowledge.kb import KnowledgeBase
-    from toolindex.hashing import HashingEmbedder
-
-    path = tmp_path / "agent.sqlite3"
-    first, second = await open_sqlite_storage(path), await open_sqlite_storage(path)
-    try:
-        async with two_feeds(tmp_path) as (a, b):
-            first.kb_index.listen(a)
-            second.kb_index.listen(b)
-            kb_a = await KnowledgeBase.create(first.kb_index, HashingEmbedder())
-            kb_b = await KnowledgeBase.create(second.kb_index, HashingEmbedder())
-            try:
-                report = await kb_a.ingest_documents(
-                    [{"id": "fjord", "title": "Fjords", "text": "A fjord is a long narrow inlet carved by glaciers."}]
-                )
-                assert report.added == 1
-                await settled(lambda: second.kb_index.sibling_changes > 0, "B heard of A's ingest")
-                found = await kb_b.search("fjord inlet glaciers", mode="semantic")
-                assert [h.doc_id for h in found.hits][:1] == ["fjord"]
-                # On vectors, not the text fallback a worker without them takes.
-                assert found.mode == "semantic" and kb_b.text_fallbacks == 0, (found.mode, found.warnings)
-            finally:
-                await kb_a.aclose()
-                await kb_b.aclose()
-    finally:
-        await first.close()
-        await second.close()
-
-
 async def test_a_database_too_deep_for_a_socket_address_meets_in_the_temporary_directory(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)

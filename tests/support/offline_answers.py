@@ -36,7 +36,10 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: (10 + 10) after round 15, measured before round 16's changes; "round17" (10 + 10) after
 #: round 16, measured before round 17's changes; "round18" (10 + 10) after round 17, measured
 #: before round 18's changes; "round19" (10 + 10) after round 18, measured before round 19's
-#: changes; "round20" (10 + 10) after round 19, measured before round 20's changes.
+#: changes; "round20" (10 + 10) after round 19, measured before round 20's changes;
+#: "round21" (10 sample questions a newcomer asked, or wrote in a newcomer's words, and 2
+#: over the project's docs/ as a bucket, "docs"; no npm questions) after round 20, measured
+#: before round 21's changes.
 SETS = (
     "original",
     "held_out",
@@ -58,16 +61,27 @@ SETS = (
     "round18",
     "round19",
     "round20",
+    "round21",
 )
 
 
 def load_questions(held_out: bool = False, name: str | None = None) -> dict[str, list[dict[str, str]]]:
-    """One question set by name (see SETS); ``held_out=True`` is ``name="held_out"``."""
+    """One question set by name (see SETS); ``held_out=True`` is ``name="held_out"``. A set
+    may have questions over the project's own docs/ ingested as a bucket ("docs", asked
+    of a service of its own); a corpus a set has no questions for is an empty list."""
     data = orjson.loads(QUESTIONS.read_bytes())
     name = name or ("held_out" if held_out else "original")
     if name != "original":
         data = data[name]
-    return {"sample": data["sample"], "npm": data["npm"]}
+    out = {"sample": data["sample"], "npm": data["npm"]}
+    if "docs" in data:
+        out["docs"] = data["docs"]
+    return out
+
+
+def project_docs() -> Path:
+    """The project's own documentation folder (docs/), the "docs" corpus."""
+    return QUESTIONS.parents[2] / "docs"
 
 
 def npm_docs() -> Path | None:

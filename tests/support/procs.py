@@ -138,6 +138,8 @@ class ManagedProcess:
         self._log: TextIO = open(log_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed in close()
         #: This object's mark on every process it starts (``HARNESS_TAG``), unique in the machine.
         self.tag = f"{name}-{os.getpid()}-{uuid.uuid4().hex}"
+        #: Set before ``start`` by a test that sends SIGINT: the child gets its default back (``answers_ctrl_c``).
+        self.ctrl_c = False
 
     # -- life cycle --
 
@@ -154,12 +156,26 @@ class ManagedProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a Ctrl-C in the terminal reaches pytest only
-            preexec_fn=die_with_parent(signal.SIGKILL),  # a worker killed by pytest-timeout takes it along
+            preexec_fn=self._preexec(),
         )
         self.proc = proc
         threading.Thread(target=self._pump, args=(proc,), name=f"log-{self.name}", daemon=True).start()
         self._append(f"=== harness: {self.name} pid {proc.pid}\n")
         return proc.pid
+
+    def _preexec(self) -> Callable[[], None] | None:
+        """The child dies with this process (a worker killed by pytest-timeout takes it
+        along) and, with ``ctrl_c``, answers SIGINT."""
+        dies = die_with_parent(signal.SIGKILL)
+        if not self.ctrl_c:
+            return dies
+
+        def both() -> None:
+            if dies is not None:
+                dies()
+            answers_ctrl_c()
+
+        return both
 
     @property
     def pid(self) -> int | None:

@@ -3,7 +3,8 @@
 // `<img onerror=…>` and friends are shown as the characters they are.
 //
 // Supported: paragraphs, headings, bullet and numbered lists, block quotes, fenced and
-// inline code, **bold**, *italic*, [links](https://…) and <https://…> / bare URLs (only
+// inline code, GFM tables (a header row, the alignment row, body rows; each cell rendered
+// inline), **bold**, *italic*, [links](https://…) and <https://…> / bare URLs (only
 // http and https become links), and `[doc#n]` citations (handed to a callback that
 // returns the node to show, or null to keep the text).
 "use strict";
@@ -106,6 +107,62 @@
   const QUOTE = /^\s{0,3}>\s?(.*)$/;
   const RULE = /^\s{0,3}([-*_])(\s*\1){2,}\s*$/;
 
+  const TABLE_RULE = /^\s{0,3}\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
+
+  /** A table row's cells: split on pipes that are not escaped (`\|` is a pipe in a
+   *  cell, as GFM has it, also inside code), the outer pipes dropped. */
+  function cells(line) {
+    let text = line.trim();
+    if (text.startsWith("|")) text = text.slice(1);
+    if (text.endsWith("|") && !text.endsWith("\\|")) text = text.slice(0, -1);
+    const out = [];
+    let cell = "";
+    for (let i = 0; i < text.length; i++) {
+      if (text[i] === "\\" && text[i + 1] === "|") {
+        cell += "|";
+        i++;
+      } else if (text[i] === "|") {
+        out.push(cell.trim());
+        cell = "";
+      } else {
+        cell += text[i];
+      }
+    }
+    out.push(cell.trim());
+    return out;
+  }
+
+  /** The table starting at lines[i], or null: a header row with a pipe, then an
+   *  alignment row with as many cells. Returns {node, next}. */
+  function table(lines, i, opts) {
+    const head = lines[i];
+    const rule = lines[i + 1];
+    if (!head.includes("|") || rule === undefined || !TABLE_RULE.test(rule) || !rule.includes("-")) return null;
+    const names = cells(head);
+    const aligns = cells(rule).map((c) => {
+      const left = c.startsWith(":");
+      const right = c.endsWith(":");
+      return left && right ? "center" : right ? "right" : left ? "left" : "";
+    });
+    if (names.length !== aligns.length) return null;
+    const cell = (tag, text, k) => {
+      const node = wrap(tag, inline(text, opts));
+      if (aligns[k]) node.className = `align-${aligns[k]}`;
+      return node;
+    };
+    const thead = wrap("thead", [wrap("tr", names.map((n, k) => cell("th", n, k)))]);
+    const rows = [];
+    let j = i + 2;
+    while (j < lines.length && lines[j].trim() && lines[j].includes("|") && !FENCE.test(lines[j])) {
+      const row = cells(lines[j]);
+      rows.push(wrap("tr", names.map((_, k) => cell("td", row[k] ?? "", k))));
+      j++;
+    }
+    const node = wrap("div", [wrap("table", rows.length ? [thead, wrap("tbody", rows)] : [thead])]);
+    node.className = "table-wrap"; // a wide table scrolls inside the answer, not the page
+    return { node, next: j };
+  }
+
   /** Render `text` as a DocumentFragment. opts.cite(id) → Node | null. */
   function render(text, opts = {}) {
     const frag = document.createDocumentFragment();
@@ -134,6 +191,13 @@
         while (i < lines.length && !lines[i].trimStart().startsWith(fence[1])) body.push(lines[i++]);
         i++; // the closing fence (or the end)
         frag.append(wrap("pre", [wrap("code", [document.createTextNode(body.join("\n"))])]));
+        continue;
+      }
+      const grid = table(lines, i, opts);
+      if (grid) {
+        flush();
+        frag.append(grid.node);
+        i = grid.next;
         continue;
       }
       const heading = HEADING.exec(line);

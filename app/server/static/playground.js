@@ -452,6 +452,8 @@
         const reason = reasonOf(d.error ?? d.reason ?? d.detail ?? d.message);
         // Without a reason in the event, the run's stored tool result supplies it when it ends.
         setToolReason(item, reason || "", !reason);
+      } else if (typeof d.summary === "string" && d.summary.trim()) {
+        setToolSummary(item, d.summary);
       }
     },
 
@@ -812,6 +814,33 @@
     node.textContent = pending ? "" : `— ${reason}`;
   }
 
+  /** What a call returned, in one muted line under it (the event's `summary`: text,
+   *  never markup). A line too long for the width is cut with "…"; a click or Enter
+   *  shows it whole. */
+  function setToolSummary(item, summary) {
+    let node = item.querySelector(".tool-summary");
+    if (!node) {
+      node = el("span", "tool-summary");
+      node.tabIndex = 0;
+      node.setAttribute("role", "button");
+      node.setAttribute("aria-expanded", "false");
+      const toggle = () => {
+        const open = node.getAttribute("aria-expanded") !== "true";
+        node.setAttribute("aria-expanded", String(open));
+      };
+      node.addEventListener("click", toggle);
+      node.addEventListener("keydown", (e) => {
+        if (e.key === "Enter" || e.key === " ") {
+          e.preventDefault();
+          toggle();
+        }
+      });
+      item.append(node);
+    }
+    node.textContent = summary;
+    node.title = summary;
+  }
+
   /** Fill in the reasons of failed tools from the conversation's stored tool results. */
   async function fillToolReasons(run) {
     const items = [...run.view.tools.querySelectorAll('.tool-reason[data-pending="true"]')];
@@ -1074,6 +1103,7 @@
           const args = call && call.arguments;
           if (call.name === "generate_response" && args && typeof args.answer === "string") {
             turn.answer = args.answer;
+            turn.answerCall = call.id;
             turn.sources = (Array.isArray(args.sources) ? args.sources : []).map((id) =>
               typeof id === "object" && id ? id : { id: asText(id), title: asText(id).split("#")[0] });
           }
@@ -1081,6 +1111,13 @@
       }
       for (const r of results) {
         if (r && r.is_error) turn.failures.push({ name: asText(r.name), reason: reasonOf(r.content) });
+        // The answer's stored result names its sources as the live `response` showed
+        // them (title, file, link): the cards read the same after a reload.
+        if (r && !r.is_error && r.tool_call_id === turn.answerCall) {
+          const delivered = parse(asText(r.content));
+          const cards = delivered && Array.isArray(delivered.sources) ? delivered.sources : [];
+          if (cards.length && cards.every((c) => c && typeof c === "object" && c.id)) turn.sources = cards;
+        }
       }
     }
     return turns;

@@ -10,7 +10,14 @@ is ``storage.postgres.migrations``.
 
 from __future__ import annotations
 
-from storage.migration_runner import KB_FILE_STAMPS, RUN_ENDINGS_BACKFILL, RUN_LEASE_EPOCHS, Migration, numbered
+from storage.migration_runner import (
+    KB_FILE_STAMPS,
+    KB_GENERATION,
+    RUN_ENDINGS_BACKFILL,
+    RUN_LEASE_EPOCHS,
+    Migration,
+    numbered,
+)
 from storage.postgres.migration_steps.first_schema import (
     APP,
     DRAFTS,
@@ -79,9 +86,11 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         24: (),  # SQLite's covering field indexes; PostgreSQL ANDs its one-field indexes (bitmaps)
         25: KB_CHUNK_IDS_BY_DOCUMENT,
         26: KB_CHUNK_BUCKETS,
+        27: (),  # SQLite's record of the chunk ids issued; a sequence never reuses one
+        28: KB_GENERATION,
         # SQLite's live log of unsettled runs' events; PostgreSQL keeps one clustered
         # table (``storage.stores.event_log`` says why).
-        27: (),
-        28: (),  # SQLite's live log: where a settled run's rows were
+        29: (),
+        30: (),  # SQLite's live log: where a settled run's rows were
     },
 )

@@ -16,10 +16,17 @@ from types import MappingProxyType
 
 import aiosqlite
 
-from storage.migration_runner import KB_FILE_STAMPS, RUN_ENDINGS_BACKFILL, RUN_LEASE_EPOCHS, Migration, numbered
+from storage.migration_runner import (
+    KB_FILE_STAMPS,
+    KB_GENERATION,
+    RUN_ENDINGS_BACKFILL,
+    RUN_LEASE_EPOCHS,
+    Migration,
+    numbered,
+)
 from storage.sqlite import kb_buckets
 from storage.sqlite.migration_steps.first_schema import APP, DRAFTS, EXTERNAL, KB, KEYWORDS
-from storage.sqlite.migration_steps.knowledge_base import KB_CHUNK_PAGES, KB_DOCUMENT_ORIGIN
+from storage.sqlite.migration_steps.knowledge_base import KB_CHUNK_IDS_ISSUED, KB_CHUNK_PAGES, KB_DOCUMENT_ORIGIN
 from storage.sqlite.migration_steps.live_log import LIVE_LOG, LIVE_LOG_SPANS
 from storage.sqlite.migration_steps.owners import CONVERSATIONS_PER_USER, EXTERNAL_MATCHING, ISSUE_25, OWNERS
 from storage.sqlite.migration_steps.runs import (
@@ -61,8 +68,10 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         24: (),  # code: kb_buckets.rebuild_field_indexes (one statement per bucket table)
         25: (),  # PostgreSQL's (doc_id, position) key carries the chunk id; SQLite's holds the rowid
         26: (),  # PostgreSQL's chunks carry their bucket (a partial HNSW graph per bucket)
-        27: LIVE_LOG,
-        28: LIVE_LOG_SPANS,
+        27: KB_CHUNK_IDS_ISSUED,
+        28: KB_GENERATION,
+        29: LIVE_LOG,
+        30: LIVE_LOG_SPANS,
     },
     rebuilds=frozenset({15, 16}),
 )

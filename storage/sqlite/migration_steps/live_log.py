@@ -1,4 +1,4 @@
-"""SQLite's migration step 27: the live log of runs not yet settled (issue 23).
+"""SQLite's migration step 29: the live log of runs not yet settled (issue 23).
 
 Events of unfinished runs are appended to ``run_log`` instead of the clustered
 ``run_events`` (``storage.stores.event_log`` says why and how both are read). What the
@@ -33,7 +33,7 @@ LIVE_LOG = (
     f"UPDATE runs SET log_from = {NEXT_LOG_ID} WHERE status NOT IN {_ENDED_SQL}",
 )
 
-#: Step 28: where a run's rows in the log were, once it is settled, so a conversation
+#: Step 30: where a run's rows in the log were, once it is settled, so a conversation
 #: delete sweeps only that range (``EventLog.delete_conversation``): ``log_first`` is
 #: its first ``log_from`` (kept when a settle moves or clears it), ``log_until`` the
 #: log's next id when its ending was settled (every row of the run is below it). Runs

@@ -1,0 +1,94 @@
+"""What ``agentchat ingest`` says in words: the embedder it chose, the final report
+(what was stored, every skipped and rejected file by reason) and what an interruption
+leaves. Apart from the commands (``app/cli/kb.py``) so the wording can be read and
+tested without the command's database and signal handling around it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+
+def embedder_line(embedder: Any, why: str) -> str:
+    """One short line on what ``ingest`` embeds with and why: the chooser's reason
+    without its install hints (in parentheses), so a fallback is seen, not a paragraph."""
+    reason = why
+    while True:
+        shorter = re.sub(r"\s*\([^()]*\)", "", reason)
+        if shorter == reason:
+            break
+        reason = shorter
+    reason = " ".join(reason.split())
+    if len(reason) > 200:
+        reason = reason[:199] + "…"
+    if embedder is None:
+        return f"embedder: none, documents are stored for text search only ({reason})"
+    return f"embedder: {embedder.name} {embedder.model} ({reason})"
+
+
+def interrupted_text(stored: bool) -> str:
+    """What an interrupted ingest leaves: every batch stored before the interruption
+    stays (each commits on its own), and an index not built yet is built later — a
+    bucket's graph by the next open's repair (``agentchat serve`` or the next ingest),
+    its searches exact meanwhile. ``stored``: every file was stored (the report was
+    printed), the indexes were being built at the load's end."""
+    if stored:
+        return (
+            "agentchat ingest: stopped while building the indexes: the documents above are stored, and an "
+            "index not built yet is built when the knowledge base is next opened"
+        )
+    return (
+        "agentchat ingest: the documents stored before the interruption stay; the same command again stores "
+        "the rest (unchanged files are skipped)"
+    )
+
+
+def report_text(report: Any, bucket: str, max_file_mb: float, *, examples: int = 20) -> str:
+    """The final report: what was stored, then every skipped and rejected file by reason."""
+    lines = [
+        f"bucket {bucket!r}: {report.files - report.unread_files} files read"
+        + (f" ({report.unread_files} more unchanged, not opened)" if report.unread_files else "")
+        + f", {report.added} documents added, {report.updated} updated, "
+        f"{report.skipped} unchanged, {report.deleted} deleted, {report.chunks} chunks "
+        f"({report.elapsed_seconds:.1f} s)"
+    ]
+    if report.added == report.updated == 0 and report.skipped == 0:
+        lines.append(f"nothing was stored; bucket {bucket!r} was not created if it did not exist")
+    skipped = sum(report.skipped_files.values())
+    if skipped:
+        lines.append(f"skipped {plural(skipped, 'file')}:")
+        for reason, n in sorted(report.skipped_files.items(), key=lambda kv: (-kv[1], kv[0])):
+            lines.append(f"  {n:>7}  {reason}")
+    rejected = report.rejected_by_kind()
+    if rejected:
+        lines.append(f"rejected {len(report.rejected)}:")
+        for kind, n in sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0])):
+            lines.append(f"  {n:>7}  {kind}")
+        for r in report.rejected[:examples]:
+            where = f"{r.source} line {r.line}" if r.line else r.source
+            lines.append(f"  rejected: {where}: {r.reason}")
+        if len(report.rejected) > examples:
+            lines.append(f"  … and {len(report.rejected) - examples} more")
+    if report.queued_for_embedding:
+        lines.append(
+            f"warning: {plural(report.queued_for_embedding, 'document')} stored for text search only, the embedder "
+            f"failed ({report.embedding_error}); the server re-embeds them in the background "
+            "(agentchat serve over this database), or run this ingest again"
+        )
+    from knowledge.filecheck import SKIP_TOO_LARGE
+
+    large = [r for r in report.skipped_examples if r.kind == SKIP_TOO_LARGE]
+    if large:
+        n = report.skipped_files.get(SKIP_TOO_LARGE, len(large))
+        lines.append(f"warning: {plural(n, 'file')} over the {max_file_mb:g} MB limit skipped (raise --max-file-mb):")
+        lines.extend(f"  {r.source}: {r.reason}" for r in large[:examples])
+    return "\n".join(lines)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 file``, ``2 files``."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+__all__ = ["embedder_line", "interrupted_text", "plural", "report_text"]

@@ -1,0 +1,106 @@
+"""The reference backend beside ``agentchat serve``: its own process, started and stopped.
+
+``python -m backend`` always runs in a process of its own: the agent talks to it over
+HTTP only, as it would to the real one, and never imports it. Starting that child (its
+port checked first, its ``/healthz`` awaited), and stopping it on the way out, is one job
+apart from the commands' parser and the serving itself (``app/cli/commands.py``), which
+only ask for its URL; ``agentchat backend`` runs the same command line in place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from app.cli.children import die_with_parent
+from app.config import Settings
+from app.config_env import PORT_BOUNDS, Bounds
+
+log = logging.getLogger("agentchat.cli")
+
+#: The reference backend's port: a port of its own to listen on, so not 0 (any free one).
+BACKEND_PORT_BOUNDS = Bounds(1, PORT_BOUNDS.hi)
+BACKEND_START_TIMEOUT_S = 30.0
+
+
+def backend_db(settings: Settings, explicit: str | None = None) -> Path:
+    """The backend's SQLite file: ``explicit``, else beside ``AGENT_DB_PATH``."""
+    return Path(explicit) if explicit else settings.db_path.parent / "backend.sqlite3"
+
+
+def backend_argv(host: str, port: int, db: Path, *, log_level: str = "info") -> list[str]:
+    return [sys.executable, "-m", "backend", "--host", host, "--port", str(port), "--db", str(db),
+            "--log-level", log_level]
+
+
+def _wait_until_up(proc: subprocess.Popen[bytes], url: str, timeout_s: float = BACKEND_START_TIMEOUT_S) -> None:
+    """Block until ``url/healthz`` answers 200; exit with a message if the process dies or never answers."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=2.0) as client:
+        while (code := proc.poll()) is None:
+            try:
+                if client.get(f"{url}/healthz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                print(f"agentchat: the reference backend did not answer at {url} within {timeout_s:g} s",
+                      file=sys.stderr)
+                raise SystemExit(1)
+            time.sleep(0.05)
+    print(f"agentchat: the reference backend exited with code {code} (is {url} already in use?)", file=sys.stderr)
+    raise SystemExit(1)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()  # SIGTERM: uvicorn shuts down gracefully and the database is closed
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def reference_backend(settings: Settings, args: argparse.Namespace, port: int, log_level: str) -> Iterator[str | None]:
+    """Start ``python -m backend`` beside the agent unless ``AGENT_BACKEND_URL`` or
+    ``--no-backend`` says otherwise; yield its URL once it answers; stop it on the way out."""
+    from app.cli.serving import BindError, bind_socket
+
+    if settings.backend_url is not None or args.no_backend:
+        yield None
+        return
+    backend_port = args.backend_port or port + 1
+    if backend_port > BACKEND_PORT_BOUNDS.hi:  # the agent on the last port: port + 1 is none
+        print(f"agentchat: the reference backend's port would be {backend_port}; "
+              "pick one with --backend-port, or --no-backend or AGENT_BACKEND_URL", file=sys.stderr)
+        raise SystemExit(2)
+    url = f"http://127.0.0.1:{backend_port}"
+    try:  # a taken port is one clear line here, not the child's error after a wait
+        bind_socket("127.0.0.1", backend_port, what="agentchat (reference backend)",
+                    hint="--backend-port, --no-backend or AGENT_BACKEND_URL").close()
+    except BindError as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(1) from None
+    proc = subprocess.Popen(
+        backend_argv("127.0.0.1", backend_port, backend_db(settings), log_level=log_level),
+        preexec_fn=die_with_parent(),
+    )
+    try:
+        _wait_until_up(proc, url)
+        log.info("reference backend started beside the agent", extra={"url": url, "pid": proc.pid})
+        yield url
+    finally:
+        _stop(proc)
+
+
+__all__ = ["BACKEND_PORT_BOUNDS", "backend_argv", "backend_db", "reference_backend"]

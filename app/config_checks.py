@@ -1,0 +1,63 @@
+"""Which combinations of settings are refused at start-up, each with the line an
+operator reads: a provider or embedder named without its key, JWT auth without a way
+to verify tokens, a public key file that is not there, secrets too short to sign with.
+
+Why apart: each variable's own checks are made as it is read (``app.config_env``);
+these look at several at once, after every variable is read, so ``Settings.from_env``
+reports them together with the others. They read the settings through ``Combination``
+(the fields they need), so this module does not import ``app.config``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+#: Secrets that sign or seal something must be at least this long.
+MIN_SECRET_CHARS = 16
+
+
+class Combination(Protocol):
+    """The settings these checks read."""
+
+    @property
+    def llm_provider(self) -> str: ...
+    @property
+    def embedder(self) -> str: ...
+    @property
+    def gemini_api_key(self) -> str | None: ...
+    @property
+    def auth(self) -> str: ...
+    @property
+    def jwt_secret(self) -> str | None: ...
+    @property
+    def jwt_jwks_url(self) -> str | None: ...
+    @property
+    def jwt_public_key(self) -> Path | None: ...
+    @property
+    def stream_token_secret(self) -> str | None: ...
+    @property
+    def secret_key(self) -> str | None: ...
+
+
+def combination_problems(s: Combination) -> list[str]:
+    """Every refused combination in ``s``, one line each (none: an empty list)."""
+    problems: list[str] = []
+    if s.llm_provider == "gemini" and not s.gemini_api_key:
+        problems.append("AGENT_LLM_PROVIDER=gemini needs GEMINI_API_KEY")
+    if s.embedder == "gemini" and not s.gemini_api_key:
+        problems.append("AGENT_EMBEDDER=gemini needs GEMINI_API_KEY")
+    if s.auth == "jwt" and not (s.jwt_secret or s.jwt_jwks_url or s.jwt_public_key):
+        problems.append("AGENT_AUTH=jwt needs AGENT_JWT_SECRET, AGENT_JWT_JWKS_URL or AGENT_JWT_PUBLIC_KEY")
+    if s.jwt_public_key is not None and not s.jwt_public_key.is_file():
+        problems.append(f"AGENT_JWT_PUBLIC_KEY: no such file {str(s.jwt_public_key)!r}")
+    if s.auth == "jwt" and s.jwt_secret and len(s.jwt_secret) < MIN_SECRET_CHARS:
+        problems.append(f"AGENT_JWT_SECRET must be at least {MIN_SECRET_CHARS} characters")
+    if s.stream_token_secret is not None and len(s.stream_token_secret) < MIN_SECRET_CHARS:
+        problems.append(f"AGENT_STREAM_TOKEN_SECRET must be at least {MIN_SECRET_CHARS} characters")
+    if s.secret_key is not None and len(s.secret_key) < MIN_SECRET_CHARS:
+        problems.append(f"AGENT_SECRET_KEY must be at least {MIN_SECRET_CHARS} characters")
+    return problems
+
+
+__all__ = ["MIN_SECRET_CHARS", "Combination", "combination_problems"]

@@ -1,0 +1,80 @@
+"""Which buckets a caller of ``KnowledgeBase`` may name, list, search and count.
+
+A conversation's attachments live in a private bucket (``knowledge.attachments``): out of
+every public view unless the caller names it as its own. The rules that keep it so are
+one job — turn a request's bucket, bucket list and own private buckets into the scope the
+search and the counts run on, refusing a private bucket named by anyone else as unknown
+— and they stand apart from ``KnowledgeBase`` (which only calls them) so the whole of
+that guard can be read in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NoReturn
+
+from knowledge.attachments import is_private_bucket
+from knowledge.buckets import Buckets, UnknownBucketError
+from knowledge.types import BucketInfo
+
+#: Not a bucket name: a scope of nothing (``Searcher`` answers it with no hits).
+NO_BUCKET = "-"
+
+
+async def shared_buckets(buckets: Buckets) -> list[BucketInfo]:
+    """The shared buckets: a conversation's private one is nobody else's business, the
+    administrator's included."""
+    return [b for b in await buckets.infos() if not is_private_bucket(b.name)]
+
+
+async def search_scope(
+    buckets: Buckets, bucket: str | None, chosen: Sequence[str] | None, private: tuple[str, ...]
+) -> tuple[str | None, Sequence[str] | None]:
+    """``(bucket, buckets)`` with other people's private buckets taken out. "Every
+    bucket" stays every bucket: the search's own statements leave the private ones
+    out (``knowledge.scope_counts.search_scope``), so one another replica made since any list was
+    read is out too. With the caller's own private buckets it becomes the list of
+    the shared ones (reread) and those."""
+    if bucket is not None:
+        if is_private_bucket(bucket) and bucket not in private:
+            await _unknown(buckets, bucket)
+        return bucket, chosen
+    if chosen is None or "*" in chosen:
+        # The schemas (the hits' facts, ``collapse_duplicates``) are fresh: another
+        # process's change made ``search``'s check read them again.
+        if not private:
+            return None, chosen
+        shared = [b for b in buckets.names() if not is_private_bucket(b)]
+        return None, [*shared, *private] or [NO_BUCKET]
+    kept = [b for b in chosen if not is_private_bucket(b)]
+    return None, [*kept, *private] or [NO_BUCKET]
+
+
+async def count_bucket(buckets: Buckets, bucket: str | None) -> str | None:
+    """The bucket a count covers: the one named (a private one is unknown here, as
+    for a search), else ``None`` — every shared bucket, which the count's own
+    statement keeps to (``ScopeCounts.count_documents``). No bucket list is read: a
+    private bucket someone made since would be missing from it and counted. A
+    conversation's attachments are never counted, not even by its owner, so no
+    count tells how many documents a private bucket holds."""
+    if bucket is not None and is_private_bucket(bucket):
+        await _unknown(buckets, bucket)
+    return bucket
+
+
+async def _unknown(buckets: Buckets, bucket: str) -> NoReturn:
+    """Another person's private bucket is refused as any unknown one: named with the
+    shared buckets there are, never confirmed to exist."""
+    known = ", ".join(sorted(b.name for b in await shared_buckets(buckets))) or "(none)"
+    raise UnknownBucketError(f"unknown bucket {bucket[:60]!r}; available buckets: {known}")
+
+
+def refuse_private(bucket: str) -> None:
+    """An administrator's bucket may not take a private bucket's name (``ValueError``)."""
+    if is_private_bucket(bucket):
+        raise ValueError(
+            f"bucket names starting with 'att_' are reserved for conversations' attachments: {bucket[:60]!r}"
+        )
+
+
+__all__ = ["NO_BUCKET", "count_bucket", "refuse_private", "search_scope", "shared_buckets"]

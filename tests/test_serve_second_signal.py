@@ -1,0 +1,98 @@
+"""A second SIGTERM (or Ctrl-C) while ``agentchat serve`` drains ends the grace at once
+(``app/cli/serving.py``'s ``DrainingServer``), through real processes and real signals.
+
+The newcomer's walkthrough: SIGTERM, then SIGTERM again a moment later, logged
+``ERROR the service did not start {"code": 143}`` and exited 0 - the second signal went to
+uvicorn's own handler, which raised it again after the close, and ``serve``'s SIGTERM
+handler's ``SystemExit`` was taken for a failed start-up; and that second signal did not
+shorten anything (the app's close waited the whole grace again). Ctrl-C twice skipped the
+app's close (uvicorn's force exit: a traceback from the lifespan). Now the second signal
+releases the live runs for the next process at once, the close runs as after one signal,
+and the exit code is the one of a single signal (0: the stop that was asked for).
+
+Each run is held inside its backend call (the proxy holds the answer) with a grace of
+600 s, so the drain is still waiting when the second signal comes: the old code waited
+out the grace and fails the test's bounded wait.
+"""
+
+from __future__ import annotations
+
+import signal
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fakes.paced_ollama import run_body, side_effect_marker
+from tests.support.procs import DEMO_AUTH, AgentServer, until
+from tests.support.procs import tool_stack as make_tool_stack
+
+pytestmark = pytest.mark.slow
+
+DRAINING = "draining: new runs are refused"
+CUT = "a second signal: the grace ends now"
+RELEASED = "released live runs for the next process"
+#: Far longer than the test waits for the exit: only a cut grace ends the process in time
+#: (and the held backend call does not time out meanwhile).
+LONG = {"AGENT_SHUTDOWN_GRACE_S": "600", "AGENT_BACKEND_TIMEOUT_S": "600", "AGENT_TOOL_TIMEOUT_S": "600"}
+
+
+async def _start_held_run(base: str, tag: str) -> None:
+    """A run that waits inside its backend call until the test ends."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        answer = await http.post(f"{base}/v1/agent/runs", json=run_body(tag), headers=DEMO_AUTH)
+    assert answer.status_code == 201, answer.text
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+async def test_a_second_signal_while_serve_drains_ends_the_grace(tmp_path: Path, sig: signal.Signals) -> None:
+    async with make_tool_stack(tmp_path, tokens=30, pause_s=0.05) as tools:
+        server = AgentServer(tmp_path, tools.agent_env(**LONG), name="serve")
+        server.ctrl_c = True
+        tag = f"cut-{uuid.uuid4().hex[:6]}"
+        held = tools.proxy.hold(side_effect_marker(tag))
+        server.start()
+        try:
+            await server.wait_healthy()
+            await _start_held_run(server.base, tag)
+            await until(held.reached.is_set, "the run inside its backend call", 60)
+            server.send(sig)
+            await until(lambda: bool(server.grep(DRAINING)), "the drain's start", 60)
+            server.send(sig)
+            code = await server.wait_exit(60)
+            log = server.text()
+            assert code == 0, f"exit {code}:\n{server.tail(40)}"
+            assert "did not start" not in log and "Traceback" not in log, server.tail(40)
+            assert server.grep(RELEASED), server.tail(40)
+            assert len(server.grep(CUT)) == 1, server.tail(40)
+        finally:
+            held.release.set()
+            server.close()
+
+
+async def test_two_sigterms_to_the_workers_supervisor_end_every_workers_grace(tmp_path: Path) -> None:
+    """``serve --workers 2``: the supervisor forwards both signals to each worker; each
+    drains on the first and cuts its grace on the second, and the supervisor exits 0."""
+    async with make_tool_stack(tmp_path, tokens=30, pause_s=0.05) as tools:
+        env = tools.agent_env(**LONG, AGENT_WORKERS="2")
+        server = AgentServer(tmp_path, env, name="supervisor")
+        tag = f"cut-{uuid.uuid4().hex[:6]}"
+        held = tools.proxy.hold(side_effect_marker(tag))
+        server.start()
+        try:
+            await server.wait_healthy()
+            await _start_held_run(server.base, tag)
+            await until(held.reached.is_set, "the run inside its backend call", 60)
+            server.send(signal.SIGTERM)
+            await until(lambda: len(server.grep(DRAINING)) == 2, "both workers draining", 60)
+            server.send(signal.SIGTERM)
+            code = await server.wait_exit(60)
+            log = server.text()
+            assert code == 0, f"exit {code}:\n{server.tail(40)}"
+            assert "did not start" not in log and "Traceback" not in log, server.tail(40)
+            assert len(server.grep(RELEASED)) == 1, server.tail(40)  # the worker that held the run
+            assert len(server.grep(CUT)) == 2, server.tail(40)
+        finally:
+            held.release.set()
+            server.close()
