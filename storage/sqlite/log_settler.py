@@ -21,7 +21,9 @@ are named first (``EventLog.conflicts``), then every due run moves, keeping the 
 written row of each seq of the bad ones (deterministic; the others are trimmed with the
 log). It is never silent: an ERROR line per run (once), ``agentchat_run_log_*``
 counters, and ``/readyz``'s ``db.live_log``. A settle that fails otherwise (the disk)
-is counted and logged, and the next one does its work.
+is counted and logged, and the timer does it again ``SETTLE_EVERY_S`` later whether or
+not anything was written since (a quiet process too); ``last_error`` is shown until a
+settle succeeds.
 """
 
 from __future__ import annotations
@@ -73,6 +75,9 @@ class LogSettler:
         self._first = True
         #: When the last settle began (the event loop's clock).
         self._last = 0.0
+        #: The last settle failed: the timer tries again even when nothing was written
+        #: since (a quiet process would otherwise leave its ended runs in the log).
+        self._retry = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._reported: set[str] = set()
@@ -95,7 +100,7 @@ class LogSettler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if self.log.live and self._written > 0:
+        if self.log.live and (self._written > 0 or self._retry):
             with contextlib.suppress(Exception):  # counted and logged by ``settle``
                 await self.settle()
 
@@ -106,7 +111,7 @@ class LogSettler:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.every_s)
             # The timer: due when ``every_s`` (read now) has passed and there is work.
-            idle = loop.time() - self._last < self.every_s or not (self._written > 0 or self._first)
+            idle = loop.time() - self._last < self.every_s or not (self._written > 0 or self._first or self._retry)
             if not self._wake.is_set() and idle:
                 continue
             with contextlib.suppress(Exception):  # counted and logged by ``settle``; the next one retries
@@ -114,7 +119,8 @@ class LogSettler:
 
     async def settle(self, *, everything: bool = False) -> None:
         """Settle now, behind every write queued before; a refused settle is done again
-        reconciling (module docstring). Raises when it could not be done at all."""
+        reconciling (module docstring). Raises when it could not be done at all; the
+        timer then tries again ``every_s`` later, written to since or not."""
         self._wake.clear()
         self._written, self._first = 0, False
         self._last = asyncio.get_running_loop().time()
@@ -129,6 +135,10 @@ class LogSettler:
             self._failed(exc)
             raise
         self.stats.settles += 1
+        if self._retry:
+            self._retry = False
+            log.warning("the live log settled again after failing", extra={"error": self.stats.last_error})
+            self.stats.last_error = None
 
     async def _reconcile(self, everything: bool) -> None:
         try:
@@ -156,6 +166,7 @@ class LogSettler:
 
     def _failed(self, exc: BaseException) -> None:
         self.stats.failures += 1
+        self._retry = True
         message = str(exc) or type(exc).__name__
         if message != self.stats.last_error:
             log.error("settling the live log failed; the next settle retries", extra={"error": message})

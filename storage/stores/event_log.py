@@ -45,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from storage.dialect import Dialect, Statement
-from storage.records import TERMINAL_STATUSES
+from storage.records import TERMINAL_EVENT, TERMINAL_STATUSES
 
 _ENDED_SQL = "(" + ", ".join(f"'{s}'" for s in TERMINAL_STATUSES) + ")"
 #: The log's next id (SQLite's ``AUTOINCREMENT`` counter: ids are never reused).
@@ -135,24 +135,33 @@ class EventLog:
         duplicate written by two processes on one file before the writer lock,
         ``storage.sqlite.writer_lock``, or one already in ``run_events``), which the plain
         settle's insert refuses whole. Then the first-written row of each seq is kept
-        (``run_events``' before the log's, then the log's lowest id) and the others are
-        left to the trim: deterministic, and every other run moves as usual. The caller
-        says so (``storage.sqlite.log_settler``: ``conflicts`` names the runs first)."""
+        (``run_events``' before the log's, then the log's lowest id), and of those only
+        the ones up to the run's first kept ending (``TERMINAL_EVENT``): two writers'
+        streams of one run interleave by seq, and a second writer that went on longer
+        left seqs the first never wrote after the first's ending - kept, the run would be
+        stored with two endings and content after the first. The others are left to the
+        trim: deterministic, and every other run moves as usual. The caller says so
+        (``storage.sqlite.log_settler``: ``conflicts`` names the runs first)."""
         if not self.live:
             return []
         due, lag = self._due(everything)
-        verb, order = ("INSERT OR IGNORE", "l.run_id, l.seq, l.id") if reconciling else ("INSERT", "l.run_id, l.seq")
-        return [
+        if reconciling:
+            move = (
+                f"{self._kept_rows(due)} INSERT INTO run_events(run_id, seq, event, data) "
+                "SELECT k.run_id, k.seq, k.event, k.data FROM kept k ORDER BY k.run_id, k.seq"
+            )
+        else:
             # One pass over the log from the smallest ``log_from`` due; each row is
             # taken only from its own run's ``log_from`` on (a run settled while it
             # lived left copies below its new ``log_from``, trimmed later).
-            (
+            move = (
                 f"WITH due(id, log_from) AS MATERIALIZED (SELECT id, log_from FROM runs WHERE {due}) "
-                f"{verb} INTO run_events(run_id, seq, event, data) SELECT l.run_id, l.seq, l.event, l.data "
+                "INSERT INTO run_events(run_id, seq, event, data) SELECT l.run_id, l.seq, l.event, l.data "
                 "FROM run_log l JOIN due d ON d.id = l.run_id AND l.id >= d.log_from "
-                f"WHERE l.id >= (SELECT MIN(log_from) FROM due) ORDER BY {order}",
-                (lag,),
-            ),
+                "WHERE l.id >= (SELECT MIN(log_from) FROM due) ORDER BY l.run_id, l.seq"
+            )
+        return [
+            (move, (lag,)),
             (
                 # ``log_first``/``log_until``: the range a conversation delete sweeps later.
                 f"UPDATE runs SET log_first = COALESCE(log_first, log_from), "
@@ -168,20 +177,39 @@ class EventLog:
             ),
         ]
 
+    @staticmethod
+    def _kept_rows(due: str) -> str:
+        """The CTEs of a reconciling settle (``settle``): ``due`` the runs it moves,
+        ``logged`` their log rows from each run's ``log_from``, ``kept`` the rows that go
+        into ``run_events`` — the first-written of each seq not there already, up to
+        the run's first ending among those and ``run_events``' own."""
+        return (
+            f"WITH due(id, log_from) AS MATERIALIZED (SELECT id, log_from FROM runs WHERE {due}), "
+            "logged AS MATERIALIZED (SELECT l.id, l.run_id, l.seq, l.event, l.data FROM run_log l "
+            "JOIN due d ON d.id = l.run_id AND l.id >= d.log_from WHERE l.id >= (SELECT MIN(log_from) FROM due)), "
+            "firsts AS MATERIALIZED (SELECT g.run_id, g.seq, g.event, g.data FROM logged g "
+            "WHERE g.id IN (SELECT MIN(id) FROM logged GROUP BY run_id, seq) "
+            "AND NOT EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = g.run_id AND e.seq = g.seq)), "
+            "ending(run_id, seq) AS (SELECT run_id, MIN(seq) FROM ("
+            f"SELECT run_id, seq FROM firsts WHERE event = '{TERMINAL_EVENT}' UNION ALL "
+            f"SELECT e.run_id, e.seq FROM run_events e JOIN due d ON d.id = e.run_id WHERE e.event = '{TERMINAL_EVENT}'"
+            ") GROUP BY run_id), "
+            "kept AS (SELECT f.run_id, f.seq, f.event, f.data FROM firsts f LEFT JOIN ending x ON x.run_id = f.run_id "
+            "WHERE x.seq IS NULL OR f.seq <= x.seq)"
+        )
+
     def conflicts(self, *, everything: bool = False) -> Statement:
         """``run_id, rows, kept`` of each run a settle would move with rows that cannot
-        all go into ``run_events``: two with one seq, or one whose seq is there already
-        (``rows`` it has in the log from its ``log_from``, ``kept`` the seqs that go)."""
+        all go into ``run_events``: two with one seq, one whose seq is there already, or
+        one after the run's first kept ending (``rows`` it has in the log from its
+        ``log_from``, ``kept`` the rows that go: ``settle``'s reconciling rule)."""
         due, lag = self._due(everything)
-        fresh = (
-            "CASE WHEN NOT EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = l.run_id AND e.seq = l.seq) "
-            "THEN l.seq END"
-        )
         return (
-            f"WITH due(id, log_from) AS MATERIALIZED (SELECT id, log_from FROM runs WHERE {due}) "
-            f"SELECT l.run_id, COUNT(*), COUNT(DISTINCT {fresh}) FROM run_log l "
-            "JOIN due d ON d.id = l.run_id AND l.id >= d.log_from WHERE l.id >= (SELECT MIN(log_from) FROM due) "
-            f"GROUP BY l.run_id HAVING COUNT(*) > COUNT(DISTINCT {fresh}) ORDER BY l.run_id",
+            f"{self._kept_rows(due)}, "
+            "counted(run_id, rows) AS (SELECT run_id, COUNT(*) FROM logged GROUP BY run_id), "
+            "going(run_id, kept) AS (SELECT run_id, COUNT(*) FROM kept GROUP BY run_id) "
+            "SELECT c.run_id, c.rows, COALESCE(g.kept, 0) FROM counted c LEFT JOIN going g ON g.run_id = c.run_id "
+            "WHERE c.rows > COALESCE(g.kept, 0) ORDER BY c.run_id",
             (lag,),
         )
 

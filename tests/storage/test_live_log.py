@@ -430,3 +430,75 @@ async def test_a_conversation_delete_sweeps_only_its_runs_range_of_the_log(tmp_p
         deleted = await storage.history.delete_conversation("alice", "e")
         assert deleted is not None and deleted.events == 3 and where(path, "gone3") == (0, 0)
         assert [e.seq for e in await runs.events_after("holder", 0, 30_000)] == list(range(1, 20_002))
+
+
+async def test_a_reconciled_run_keeps_one_ending_and_nothing_after_it(tmp_path: Path) -> None:
+    """Two writers' streams of one run interleave by seq: the first wrote 1-5 (its ending
+    at 5, what its clients saw), a second took it over at 3 and went on longer (4-8 of its
+    own, its ending at 9). Keeping the first-written row of each seq kept the second's
+    6-9 after the first's ending - two endings, content after the first. Rows after the
+    first kept ending are dropped, and counted."""
+    path = tmp_path / "agent.db"
+    async with opened_storage(path) as storage:
+        runs = storage.runs
+        await runs.create(new_run("r"))
+        await runs.commit(step("r", range(1, 4)))
+        await runs.commit(step("r", range(4, 5), end=True))
+        await storage.db.flush()
+        plant_duplicates(path, "r", [4, 5, 6, 7, 8])
+        with sqlite3.connect(path) as conn:
+            conn.execute("INSERT INTO run_log(run_id, seq, event, data) VALUES ('r', 9, 'message_complete', '{}')")
+        await runs.settle_log()
+        replay = [(e.seq, e.event) for e in await runs.events_after("r", 0)]
+        assert replay == [(1, "content_chunk"), (2, "content_chunk"), (3, "content_chunk"), (4, "content_chunk"),
+                          (5, "message_complete")]
+        assert where(path, "r") == (5, 0)
+        stats = runs.settler.stats
+        assert (stats.reconciled_runs, stats.dropped_rows) == (1, 6)  # 4 and 5 written twice, 6-9 after the ending
+        assert stats.recent == [{"run_id": "r", "rows": 11, "kept": 5}]
+
+
+async def test_an_ending_already_settled_bounds_a_reconciled_runs_log_rows(tmp_path: Path) -> None:
+    """The run's ending is in ``run_events`` already (settled), and the log still holds
+    a later row of the run (a second writer): it never goes after the ending."""
+    path = tmp_path / "agent.db"
+    async with opened_storage(path) as storage:
+        runs = storage.runs
+        await runs.create(new_run("r"))
+        await runs.commit(step("r", range(1, 3)))
+        await runs.settle_log(everything=True)  # 1-2 in run_events, the run still live
+        await runs.commit(step("r", range(3, 4), end=True))  # 3, ending at 4, in the log
+        await storage.db.flush()
+        plant_duplicates(path, "r", [2, 5])  # 2 again (the conflict), 5 after the ending
+        await runs.settle_log()
+        assert [e.seq for e in await runs.events_after("r", 0)] == [1, 2, 3, 4]
+        assert runs.settler.stats.dropped_rows == 2
+
+
+async def test_a_failed_settle_is_tried_again_by_a_quiet_process(tmp_path: Path) -> None:
+    """A settle that fails (here a trigger on ``run_events`` refusing every row while a
+    gate is shut: a real error from the real file) reset the settler's count before its
+    commit, so a process that wrote nothing more never tried again: its ended runs stayed
+    in the log, and ``last_error`` on ``/readyz``, for good. Now the timer tries again,
+    and a success clears the error."""
+    path = tmp_path / "agent.db"
+    storage = await open_sqlite_storage(path, SqliteOptions(settle_every_s=0.05))
+    try:
+        runs = storage.runs
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE settle_gate (open INTEGER)")
+            conn.execute("INSERT INTO settle_gate VALUES (0)")
+            conn.execute("CREATE TRIGGER settle_gate BEFORE INSERT ON run_events "
+                         "WHEN (SELECT open FROM settle_gate) = 0 BEGIN SELECT RAISE(ABORT, 'gate shut'); END")
+        await runs.create(new_run("r1"))
+        await runs.commit(step("r1", range(1, 4), end=True))
+        await until_true(lambda: runs.settler.stats.failures >= 1, "a settle failing")
+        assert where(path, "r1") == (0, 4)
+        assert "gate shut" in str((await storage.readiness())["live_log"]["last_error"])  # type: ignore[index]
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE settle_gate SET open = 1")
+        await until_true(lambda: where(path, "r1") == (4, 0), "the timer's settle after the failure")
+        await until_true(lambda: runs.settler.stats.last_error is None, "the error cleared")
+        assert "last_error" not in (await storage.readiness())["live_log"]  # type: ignore[operator]
+    finally:
+        await storage.close()
