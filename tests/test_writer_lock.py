@@ -48,7 +48,7 @@ def _streaming(trace: Trace) -> bool:
     return any(name == "content_chunk" for _, name, _ in trace.frames)
 
 
-async def _waiting(server: AgentServer, http: httpx.AsyncClient) -> dict[str, object]:
+async def _waiting(server: AgentServer | AgentServerView, http: httpx.AsyncClient) -> dict[str, object]:
     """Until ``server`` answers as a waiting process: its ``/readyz`` body."""
     seen: list[tuple[int, object]] = []
 
@@ -148,3 +148,116 @@ async def test_the_workers_of_one_serve_share_the_lock_and_a_second_serve_waits(
     finally:
         group.close()
         second.close()
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+async def test_a_waiting_serve_starts_its_reference_backend_only_once_it_writes(tmp_path: Path) -> None:
+    """A serve waiting for the file started its reference backend first: a second
+    ``python -m backend`` on the same ``backend.sqlite3`` beside the holder's. Now the
+    lock comes first; the backend starts when the serve takes over."""
+    db = tmp_path / "agent.sqlite3"
+    base_env = {
+        "AGENT_LLM_PROVIDER": "extractive",
+        "AGENT_EMBEDDER": "none",
+        "AGENT_INGEST_SAMPLE_KB": "false",
+        "AGENT_AUTH": "none",
+        "AGENT_DB_PATH": str(db),
+    }
+    first = AgentServer(tmp_path, base_env, name="first")
+    second = AgentServer(tmp_path, base_env, name="second")
+    backend_port = free_port()
+    second.argv = [a for a in second.argv if a != "--no-backend"] + ["--backend-port", str(backend_port)]
+    try:
+        first.start()
+        await first.wait_ready()
+        second.start()
+        async with httpx.AsyncClient() as http:
+            await _waiting(second, http)
+            assert not _listening(backend_port), "a waiting serve started a reference backend"
+            await first.kill()
+            await second.wait_ready(timeout=90)
+            assert (await http.get(f"http://127.0.0.1:{backend_port}/healthz", timeout=5)).status_code == 200
+    finally:
+        first.close()
+        second.close()
+
+
+async def test_a_waiting_serve_stops_on_one_signal_like_a_serving_one_and_a_waiting_group_takes_over(
+    tmp_path: Path,
+) -> None:
+    """A serve waiting for the file (alone, or a ``--workers 2`` supervisor before any
+    worker) holds nothing: one SIGTERM stops it at once, exit 0 as a serving one's stop
+    by signal (main's ``DrainingServer``), with no traceback. uvicorn's own handler, which
+    the waiting server used, raised the signal again after its close: exit 143 alone,
+    death by the signal in the supervisor. A group left waiting takes over with both
+    workers once the holder is SIGKILLed."""
+    db = tmp_path / "agent.sqlite3"
+    env = {"AGENT_LLM_PROVIDER": "extractive", "AGENT_EMBEDDER": "none", "AGENT_INGEST_SAMPLE_KB": "false",
+           "AGENT_AUTH": "none", "AGENT_DB_PATH": str(db)}
+    lone = AgentServer(tmp_path, env, name="lone")
+    waiting = AgentServer(tmp_path, env, name="waiting")
+    procs: list[ManagedProcess] = [lone, waiting]
+
+    def group(name: str, port: int) -> ManagedProcess:
+        argv = [PYTHON, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--no-backend",
+                "--workers", "2"]
+        proc = ManagedProcess(name, argv, child_env(env), tmp_path / f"{name}.log")
+        procs.append(proc)
+        return proc
+
+    try:
+        lone.start()
+        await lone.wait_ready()
+        async with httpx.AsyncClient() as http:
+            waiting.start()
+            await _waiting(waiting, http)
+            waiting.send(signal.SIGTERM)
+            assert await waiting.wait_exit(30) == 0, waiting.tail()
+            assert not waiting.grep("Traceback", "did not start"), waiting.tail()
+
+            stopped_port, taking_port = free_port(), free_port()
+            stopped, taking = group("stopped", stopped_port), group("taking", taking_port)
+            for proc, port in ((stopped, stopped_port), (taking, taking_port)):
+                proc.start()
+                await _waiting(AgentServerView(port, proc), http)
+                assert not proc.grep("serving on"), proc.tail()
+            stopped.send(signal.SIGTERM)
+            assert await stopped.wait_exit(30) == 0, stopped.tail()
+            assert not stopped.grep("Traceback"), stopped.tail()
+
+            await lone.kill()
+            await until(lambda: len(taking.grep("serving on")) >= 2 or not taking.running, "both workers serving", 90)
+            ready = await http.get(f"http://127.0.0.1:{taking_port}/readyz", timeout=5)
+            assert len(taking.grep("serving on")) >= 2 and ready.status_code == 200, taking.tail()
+    finally:
+        for proc in procs:
+            proc.close()
+
+
+class AgentServerView:
+    """``_waiting``'s view of a process serving on ``port`` (a ``--workers`` group)."""
+
+    def __init__(self, port: int, proc: ManagedProcess) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+        self.proc = proc
+
+    @property
+    def running(self) -> bool:
+        return self.proc.running
+
+    def tail(self) -> str:
+        return self.proc.tail()
+
+    async def readyz(self, http: httpx.AsyncClient) -> tuple[int, dict[str, object] | None]:
+        try:
+            response = await http.get(f"{self.base}/readyz", timeout=5)
+        except httpx.HTTPError:
+            return 0, None
+        body = response.json() if response.headers.get("content-type", "").startswith("application/json") else None
+        return response.status_code, body if isinstance(body, dict) else None

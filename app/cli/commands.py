@@ -77,6 +77,9 @@ def _serve(args: argparse.Namespace) -> int:
         import socket
 
         sock = socket.socket(fileno=args.listen_fd)
+        # ``pass_fds`` made it inheritable here: an MCP stdio server started under uvloop
+        # (which closes no inherited descriptor) would keep the port after this worker.
+        sock.set_inheritable(False)
     else:
         # Bind before anything else starts: a taken port is one line and exit code 1.
         try:
@@ -93,6 +96,14 @@ def _serve(args: argparse.Namespace) -> int:
     # leaves a line and the Python stack on stderr instead of a silent death.
     faulthandler.enable()
     with sock:
+        # The file first: a serve waiting for another group's file starts nothing else (no
+        # reference backend on the same backend.sqlite3 beside the holder's).
+        try:
+            if not _become_writer(lock, sock, settings, args):
+                return 0
+        except CannotStart as exc:
+            print(exc, file=sys.stderr)
+            return 3
         if args.reload:
             os.environ["AGENT_PORT"] = str(port)
             # The reloader re-imports the app in a child process; the backend keeps running
@@ -100,13 +111,7 @@ def _serve(args: argparse.Namespace) -> int:
             with reference_backend(settings, args, port, "info") as url:
                 if url is not None:
                     os.environ["AGENT_BACKEND_URL"] = url
-                try:
-                    if not _become_writer(lock, sock, settings, args):
-                        return 0
-                except CannotStart as exc:
-                    print(exc, file=sys.stderr)
-                    return 3
-                _run_reloader(reload_config(host, port, settings, log_format=args.log_format), sock)
+                _run_reloader(reload_config(host, port, settings, log_format=args.log_format), sock, lock)
             return 0
         with reference_backend(settings, args, port, "warning") as url:
             if url is not None:
@@ -160,7 +165,8 @@ class CannotStart(Exception):
 
 
 def _become_writer(lock: WriterLock | None, sock: Any, settings: Settings, args: argparse.Namespace) -> bool:
-    """``_wait_to_write`` outside an event loop (the ``--workers`` supervisor, ``--reload``)."""
+    """``_wait_to_write`` outside an event loop, before ``serve`` starts anything else (the
+    reference backend, the reloader, the workers, the app)."""
     if lock is None:
         return True
     from app.cli.serving import choose_stack
@@ -185,15 +191,18 @@ def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers:
     faulthandler.enable()
     grace_s = settings.shutdown_grace_s if args.grace is None else args.grace
     lock = _writer_lock(settings)
+    # The workers are one writer group: the supervisor holds the file's lock and each
+    # worker inherits the open lock file, so the lock lives while any of them does. It is
+    # taken (or waited for) before the reference backend starts.
+    try:
+        if not _become_writer(lock, sock, settings, args):
+            sock.close()
+            return 0
+    except CannotStart as exc:
+        sock.close()
+        print(exc, file=sys.stderr)
+        return NEVER_STARTED
     with sock, reference_backend(settings, args, port, "warning") as url:
-        # The workers are one writer group: the supervisor holds the file's lock and each
-        # worker inherits the open lock file, so the lock lives while any of them does.
-        try:
-            if not _become_writer(lock, sock, settings, args):
-                return 0
-        except CannotStart as exc:
-            print(exc, file=sys.stderr)
-            return NEVER_STARTED
         env = worker_env(None, workers, url)
         keep: tuple[int, ...] = ()
         if lock is not None:
@@ -209,14 +218,13 @@ def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers:
 async def _serve_agent(
     args: argparse.Namespace, settings: Settings, host: str, sock: Any, lock: WriterLock | None = None
 ) -> bool:
-    """Serve on the bound socket until stopped; ``False`` if the app never started. On a
-    SQLite file another serving process writes, wait to take over first."""
+    """Serve on the bound socket until stopped; ``False`` if the app never started.
+    ``lock``: the SQLite file's writer lock, held (``_become_writer``), watched meanwhile."""
     from app.cli.serving import DrainingServer, bound_port, choose_stack, uvicorn_config
+    from app.cli.writer_wait import watch_writer_lock
     from app.factory import create_app
     from app.ops.close_budget import SERVER_CLOSE_S
 
-    if not await _wait_to_write(lock, sock, settings, args):
-        return True  # stopped while waiting: it never started, and nothing went wrong
     stack = choose_stack(settings.server_stack)
 
     grace_s = settings.shutdown_grace_s if args.grace is None else args.grace
@@ -253,6 +261,8 @@ async def _serve_agent(
 
     task = asyncio.create_task(serve())
     worker = f"  [worker {args.worker}]" if args.worker else ""
+    # Only the process that took the lock locks a new lock file (the workers share theirs).
+    watch = None if lock is None else asyncio.create_task(watch_writer_lock(lock, relock=args.listen_fd is None))
     try:
         await _when_serving(agent, [task], _serving_line(host, port, f"{worker}  [{stack.describe()}]"))
         await task
@@ -263,6 +273,9 @@ async def _serve_agent(
         agent.handle_exit(signal.SIGINT, None)
         await asyncio.shield(task)
         raise
+    finally:
+        if watch is not None:
+            watch.cancel()
     return bool(agent.started)
 
 
@@ -295,15 +308,17 @@ def reload_config(host: str, port: int, settings: Settings, *, log_format: str =
     )
 
 
-def _run_reloader(config: Any, sock: Any) -> None:
-    import uvicorn
+def _run_reloader(config: Any, sock: Any, lock: WriterLock | None) -> None:
+    """uvicorn's reloader; its serving child shares the writer lock and dies with it
+    (``app/cli/reload_child.py``)."""
     from uvicorn.supervisors import ChangeReload
 
+    from app.cli.reload_child import reload_child
     from app.cli.serving import bound_port
 
     sock.listen(2048)  # connections queue from now on, while the child starts the app
     announce(_serving_line(config.host, bound_port(sock), "  [reloading on changes]"))
-    ChangeReload(config, target=uvicorn.Server(config).run, sockets=[sock]).run()
+    ChangeReload(config, target=reload_child(config, lock), sockets=[sock]).run()
 
 
 # --- knowledge base: ingest, buckets, docs (app/cli/kb.py) ---------------------------------

@@ -28,6 +28,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import orjson
@@ -35,6 +36,7 @@ import uvicorn
 
 from app.cli.serving import Stack, http_protocol
 from app.ops.logs import uvicorn_log_config
+from storage.sqlite.log_settler import SETTLE_EVERY_S
 from storage.sqlite.writer_lock import INHERITED_FD_ENV, WriterLock
 
 log = logging.getLogger("agentchat.cli")
@@ -101,6 +103,16 @@ class _WaitingServer(uvicorn.Server):
             await asyncio.sleep(POLL_S)
         self.should_exit = True
 
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # Not uvicorn's own: it records the signal and raises it again once the server
+        # has closed, which ``serve``'s SIGTERM handler (and the ``--workers``
+        # supervisor's default one) turned into an exit from anywhere. A waiting process
+        # holds nothing: the first signal stops it (``wait_for_writer_lock`` returns
+        # False, ``serve`` exits 0 as any stop by signal does), a second cuts the close.
+        if self.should_exit:
+            self.force_exit = True
+        self.should_exit = True
+
 
 async def wait_for_writer_lock(lock: WriterLock, sock: socket.socket, stack: Stack, *, log_format: str) -> bool:
     """Take ``lock``, answering on ``sock`` as a waiting process while another group holds
@@ -133,6 +145,35 @@ async def wait_for_writer_lock(lock: WriterLock, sock: socket.socket, stack: Sta
     return lock.held
 
 
+async def watch_writer_lock(lock: WriterLock, *, relock: bool, every_s: float = SETTLE_EVERY_S) -> None:
+    """Every ``every_s`` (the live log's settle timer): is the lock file still the one
+    this process locked (``WriterLock.intact``)? Removed or replaced while held, it
+    excludes nobody: a serve started now would lock a new file and write beside this one.
+    With ``relock`` (the process took the lock itself; a worker shares its supervisor's)
+    the new file is locked at once, and the gap is this long at most; else, or when
+    another process got there first, an ERROR line (once until it is whole again) says
+    that this file may have a second writer - stop one of them."""
+    reported = False
+    while True:
+        await asyncio.sleep(every_s)
+        if lock.intact():
+            reported = False
+            continue
+        if relock and lock.relock():
+            log.warning(
+                "the database's writer lock file was removed or replaced while held; locked it again",
+                extra={"path": str(lock.db_path), "lock": str(lock.path)},
+            )
+            continue
+        if not reported:
+            reported = True
+            log.error(
+                "the database's writer lock file was removed or replaced while this process holds the lock; another "
+                "serve on the file would not wait: stop one of them (" + lock.holder() + " holds the new file)",
+                extra={"path": str(lock.db_path), "lock": str(lock.path)},
+            )
+
+
 def share_inherited(lock: WriterLock, env: dict[str, str]) -> bool:
     """A worker of ``--workers``: share its supervisor's lock (``INHERITED_FD_ENV``);
     False when it inherited none that holds this database's lock."""
@@ -140,4 +181,4 @@ def share_inherited(lock: WriterLock, env: dict[str, str]) -> bool:
     return bool(raw and raw.isdigit() and lock.inherit(int(raw)))
 
 
-__all__ = ["POLL_S", "share_inherited", "wait_for_writer_lock", "waiting_app", "waiting_reason"]
+__all__ = ["POLL_S", "share_inherited", "wait_for_writer_lock", "waiting_app", "waiting_reason", "watch_writer_lock"]

@@ -18,6 +18,15 @@ last holder dies, SIGKILL included — no stale lock to clean up. ``flock`` with
 ``LOCK_NB`` never blocks, so it is safe on an event loop; the holder's pid is written
 into the file only to name it in a waiting process's message.
 
+The lock file sits beside the file SQLite opens: the path with its symlinks resolved
+(``lock_path``). No descriptor of it is inheritable past the group (a worker's copy came
+from ``pass_fds``): uvloop starts subprocesses - MCP stdio servers - without closing
+inherited descriptors, and one lingering after the group would hold the lock for ever.
+The lock is on the file, not on its name: a lock file removed (or replaced) while held
+lets the next process lock a new one. A lock is only taken on the file the path still
+names (checked after the ``flock``), and the holder checks now and then (``intact``,
+``relock``; ``app.cli.writer_wait.watch_writer_lock``).
+
 One-off commands (``compact``, ``migrate-db``, ``kb …``) do not take it: they never
 write a live run's events (compaction folds settled runs only, a settle moves rows
 without changing a seq, a conversation delete refuses live runs), so they cannot break
@@ -38,7 +47,10 @@ INHERITED_FD_ENV = "AGENT_WRITER_LOCK_FD"
 
 
 def lock_path(db_path: str | Path) -> Path:
-    path = Path(db_path)
+    """``<db>.writer.lock`` beside the file SQLite opens: the path with its symlinks
+    resolved (``os.path.realpath``), as SQLite resolves them - a serve given a symlink to
+    another's file locks the same lock file, not one beside the link."""
+    path = Path(os.path.realpath(db_path))
     return path.with_name(path.name + SUFFIX)
 
 
@@ -64,15 +76,21 @@ class WriterLock:
         if self._fd is not None:
             return True
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # not inheritable (PEP 446)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return False
+            except BaseException:
+                os.close(fd)
+                raise
+            if _names(self.path, fd):
+                break
+            # The file was removed or replaced between our open and our lock (its holder
+            # gone, a clean-up): a lock on it excludes nobody who opens the path now.
             os.close(fd)
-            return False
-        except BaseException:
-            os.close(fd)
-            raise
         self._fd = fd
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -92,8 +110,32 @@ class WriterLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return False
+        # ``pass_fds`` made it inheritable in this worker: uvloop's subprocesses (MCP
+        # stdio servers) do not close inherited descriptors, and a child lingering after
+        # this group exits would hold the lock - the next serve would wait for ever.
+        os.set_inheritable(fd, False)
         self._fd = fd
         return True
+
+    def intact(self) -> bool:
+        """Whether the lock file's path still names the file this process locked. Not
+        when it was removed or replaced while held (an operator cleaning "stale" lock
+        files, a reset script): a serve started then would lock a new file and write
+        beside this one. ``storage.sqlite.log_settler`` asks at its timer."""
+        return self._fd is not None and _names(self.path, self._fd)
+
+    def relock(self) -> bool:
+        """The lock file was removed or replaced while held (``intact`` is False): lock
+        the file the path names now, if nobody else has, and keep that one instead."""
+        old = self._fd
+        if old is None:
+            return False
+        self._fd = None
+        if self.try_acquire():
+            os.close(old)
+            return True
+        self._fd = old
+        return False
 
     def holder(self) -> str:
         """Who holds the lock, for a message: ``pid N`` (as the holder wrote it) or ``another process``."""
@@ -107,6 +149,15 @@ class WriterLock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _names(path: Path, fd: int) -> bool:
+    """Whether ``path`` is the file open on ``fd`` (same device and inode)."""
+    try:
+        st, now = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
 
 
 __all__ = ["INHERITED_FD_ENV", "SUFFIX", "WriterLock", "lock_path"]
