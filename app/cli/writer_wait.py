@@ -89,6 +89,8 @@ class _WaitingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, lock: WriterLock) -> None:
         super().__init__(config)
         self.lock = lock
+        #: A SIGTERM/SIGINT came: stop, even if the lock became ours meanwhile.
+        self.signalled = False
 
     async def main_loop(self) -> None:
         # uvicorn's own loop ticks every 0.1 s; the lock is tried every POLL_S alongside.
@@ -111,7 +113,7 @@ class _WaitingServer(uvicorn.Server):
         # False, ``serve`` exits 0 as any stop by signal does), a second cuts the close.
         if self.should_exit:
             self.force_exit = True
-        self.should_exit = True
+        self.should_exit = self.signalled = True
 
 
 async def wait_for_writer_lock(lock: WriterLock, sock: socket.socket, stack: Stack, *, log_format: str) -> bool:
@@ -140,6 +142,9 @@ async def wait_for_writer_lock(lock: WriterLock, sock: socket.socket, stack: Sta
         await server.serve(sockets=[shadow])
     finally:
         shadow.close()
+    if server.signalled:  # asked to stop, the lock ours or not: nothing starts
+        lock.release()
+        return False
     if lock.held:
         log.warning("took over as the database's writer", extra={"path": str(lock.db_path)})
     return lock.held
