@@ -137,6 +137,19 @@ def _fd_naming(pid: int, target: str) -> int | None:
     return None
 
 
+def _holders(target: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every process with ``target`` open: a failure's message."""
+    found = []
+    for raw in os.listdir("/proc"):
+        if raw.isdigit():
+            try:
+                if _fd_naming(int(raw), target) is not None:
+                    found.append((int(raw), Path(f"/proc/{raw}/cmdline").read_bytes().replace(b"\0", b" ").decode()))
+            except OSError:
+                continue
+    return found
+
+
 async def test_the_reload_child_shares_the_lock_and_stops_when_the_reloader_is_killed(tmp_path: Path) -> None:
     db = tmp_path / "agent.sqlite3"
     port = free_port()
@@ -153,8 +166,13 @@ async def test_the_reload_child_shares_the_lock_and_stops_when_the_reloader_is_k
         assert flags & os.O_CLOEXEC, "the child's lock descriptor is inheritable"
         await dev.kill()  # SIGKILL: the reloader runs no clean-up
         await until(lambda: not _alive(child), "the reload child stopping after its reloader", 60)
+        # Free once both are gone (a process whose main thread shows as a zombie may
+        # still be closing its other threads' descriptors: waited for, briefly).
         lock = WriterLock(db)
-        assert lock.try_acquire()  # free once both are gone, and not before
+        try:
+            await until(lock.try_acquire, "the lock free once the reloader and its child are gone", 30)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}: held by {_holders(str(lock_path(db)))}") from None
         lock.release()
     finally:
         dev.close()
