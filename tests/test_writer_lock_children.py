@@ -49,8 +49,10 @@ for name in os.listdir("/proc/self/fd"):
         except OSError:
             pass
     seen.append({"fd": int(name), "target": target, "port": port})
-with open(os.path.join(sys.argv[1], f"fds.{os.getpid()}.json"), "w") as out:
+final = os.path.join(sys.argv[1], f"fds.{os.getpid()}.json")
+with open(final + ".tmp", "w") as out:
     json.dump(seen, out)
+os.rename(final + ".tmp", final)  # whole when the test sees it
 os.execv(sys.executable, [sys.executable, "-m", "tests.fakes.mcp_server", "ops"])
 """
 
