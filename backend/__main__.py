@@ -17,14 +17,23 @@ from pathlib import Path
 from backend.app import serve_backend
 
 DEFAULT_DB = Path("data/backend.sqlite3")
+#: The port ``agentchat serve`` starts the backend on by default (its own 8000, plus one)
+#: and ``agentchat backend``'s: one port for the reference backend wherever it is started.
+DEFAULT_PORT = 8001
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m backend", description="The reference Ichor-compatible backend.")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8081)
+    parser = argparse.ArgumentParser(
+        prog="python -m backend",
+        description="The bundled reference backend: the workflow and table-configuration REST service "
+        "agentchat's workflow and table tools call with the caller's own token, with seed data for demos "
+        "and tests.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
     parser.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"SQLite file (default: {DEFAULT_DB})")
-    parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                        help="log level (default info)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     args.db.parent.mkdir(parents=True, exist_ok=True)

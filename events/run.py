@@ -134,7 +134,9 @@ class Response(Event, frozen=True, kw_only=True):
 
 
 class Error(Event, frozen=True, kw_only=True):
-    """A failure; always followed by `message_complete`."""
+    """A failure; always followed by `message_complete` — except an `error` without an
+    `id` (`storage_unavailable`): the replica serving the stream could not read the run's
+    log, the stream ends there, and a reconnect with `Last-Event-ID` reads on."""
 
     name: ClassVar[str] = "error"
     message: str

@@ -3,7 +3,7 @@ filters, hybrid search with re-ranking, ingestion, and the shipped sample KB."""
 
 from knowledge.filters import FilterError, compile_filters
 from knowledge.kb import DEFAULT_BUCKET, KBConfig, KnowledgeBase, UnknownBucketError
-from knowledge.sample import SAMPLE_KB_DIR, ensure_sample_kb
+from knowledge.sample import SAMPLE_KB_DIR, SampleLeft, ensure_sample_kb
 from knowledge.types import (
     BucketInfo,
     ChunkHit,
@@ -29,6 +29,7 @@ __all__ = [
     "KnowledgeBase",
     "OverloadRule",
     "Rejection",
+    "SampleLeft",
     "SearchMode",
     "SearchResponse",
     "UnknownBucketError",

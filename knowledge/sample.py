@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from enum import StrEnum
 from pathlib import Path, PurePosixPath
 
 from knowledge.filecheck import walk_files
@@ -25,6 +26,30 @@ SAMPLE_KB_DIR = Path(__file__).resolve().parent / "sample_kb"
 #: More documents than this in the bucket: not the sample's bucket, whatever they are
 #: (the sample has a few dozen files; this bounds the look before a start).
 MAX_SAMPLE_DOCUMENTS = 200
+
+
+class SampleLeft(StrEnum):
+    """Why a start ingested nothing: the two reasons a person must tell apart in
+    ``/readyz`` (one said "already had documents" for both: was the sample there, or
+    were the documents someone else's and the sample never added?)."""
+
+    #: The bucket holds the shipped sample, stored by an earlier start (or by another
+    #: replica or worker on the same database, whose turn came first).
+    CURRENT = "current"
+    #: The bucket holds a document that is not the sample's: the sample is not added.
+    OTHERS = "others"
+
+    def status(self, bucket: str) -> str:
+        """The state as ``/readyz`` shows it (``sample_kb``), in words."""
+        if self is SampleLeft.CURRENT:
+            return (
+                "already there: ingested by an earlier start (or another replica or worker on this database), "
+                "and the shipped sample has not changed since"
+            )
+        return (
+            f"not added: the {bucket!r} bucket already holds documents that are not the sample's "
+            "(the sample goes only into an empty bucket, or one holding only the sample)"
+        )
 
 
 def is_sample_source(source: str | None) -> bool:
@@ -68,14 +93,15 @@ async def _stored_sample_is_current(kb: KnowledgeBase, bucket: str) -> bool:
     return all(stamps[origin] == {stamp} for origin, stamp in shipped.items())
 
 
-async def ensure_sample_kb(kb: KnowledgeBase, *, bucket: str = DEFAULT_BUCKET) -> IngestReport | None:
+async def ensure_sample_kb(kb: KnowledgeBase, *, bucket: str = DEFAULT_BUCKET) -> IngestReport | SampleLeft:
     """Ingest the sample KB into ``bucket`` when that bucket is empty, or when it holds
     only the sample's own documents and the shipped sample differs from them (a file
     added, changed or removed since they were stored).
 
-    Returns the report, or ``None`` when nothing was ingested: the bucket holds a
+    Returns the report, or why nothing was ingested (``SampleLeft``): the bucket holds a
     document that is not the sample's (it is never overwritten or mixed into a bucket
-    someone has filled), or the stored sample is the shipped one. The ingest is the
+    someone has filled: ``OTHERS``), or the stored sample is the shipped one
+    (``CURRENT``). The ingest is the
     ordinary idempotent one: unchanged files are skipped by their stamps, and documents
     of files no longer shipped are removed. Other buckets do not matter: a corpus
     ingested into its own bucket leaves the sample KB's answers alone
@@ -83,7 +109,7 @@ async def ensure_sample_kb(kb: KnowledgeBase, *, bucket: str = DEFAULT_BUCKET) -
     """
     only_sample = await _holds_only_the_sample(kb, bucket)
     if only_sample is False:
-        return None
+        return SampleLeft.OTHERS
     if only_sample and await _stored_sample_is_current(kb, bucket):
-        return None
+        return SampleLeft.CURRENT
     return await kb.ingest_paths([SAMPLE_KB_DIR], bucket=bucket)

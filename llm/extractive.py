@@ -10,9 +10,13 @@ not know. Everything it needs is in the conversation it is sent, so it keeps no 
 
 Acting on workflows and table configurations needs a model. A request from those
 contexts — told apart by the role the system prompt gives it, or else by the workflow and
-table tools it is offered — is declined with a message naming what to configure, after
-the mandatory knowledge-base search (so the run still follows the flow); the search
-results are not used, so no unrelated knowledge-base text is passed off as an answer.
+table tools it is offered — is declined with a message naming what to configure. The
+decline searches the knowledge base first only where the flow makes that search
+mandatory (the system prompt says so, as it tells a model; by default only in the
+``knowledge`` context, so not in ``workflow`` or ``tables``), or after the policy refused
+the answer for want of one: elsewhere the search was a call the answer never used. The
+search results are never used, so no unrelated knowledge-base text is passed off as an
+answer.
 """
 
 from __future__ import annotations
@@ -50,6 +54,11 @@ _ACTING_ROLE = re.compile(
     r"^## Your role: (?P<role>workflow automation|table configuration) assistant\s*$", re.MULTILINE
 )
 _ROLE_CONTEXT = {"workflow automation": "workflow", "table configuration": "tables"}
+#: The mandatory flow's first step as ``prompts/texts/rag_flow_first.md`` states it to a
+#: model, on a line of its own (the on-demand flow says nothing has to be searched first).
+_SEARCH_FIRST = re.compile(
+    r"^\*\*First: search the knowledge base\.\*\* Your first tool call for every message must be", re.MULTILINE
+)
 #: Without a recognisable role (a custom prompt), these offered tools mark the context.
 _WORKFLOW_TOOLS = frozenset(
     {"list_workflow_rules", "discover", "start_draft", "add_draft_action", "preview_draft", "preview_workflow"}
@@ -79,6 +88,12 @@ def acting_context(request: ChatRequest) -> str | None:
     if offered & _TABLE_TOOLS:
         return "tables"
     return None
+
+
+def search_required(request: ChatRequest) -> bool:
+    """Whether the system prompt makes a knowledge search the first step of every message
+    (the mandatory flow), as a model would read it."""
+    return _SEARCH_FIRST.search(request.system_prompt) is not None
 
 
 def decline_message(context: str) -> str:
@@ -222,7 +237,7 @@ class ExtractiveProvider:
         answered = [r for r in results if r.name == ANSWER_TOOL]
         acting = acting_context(request)
         if acting is not None:
-            for ev in self._decline(acting, offered, attempted, answered, question):
+            for ev in self._decline(acting, offered, attempted, answered, question, search_required(request)):
                 yield ev
             return
         if not attempted and SEARCH_TOOL not in offered:
@@ -284,24 +299,32 @@ class ExtractiveProvider:
         attempted: list[ToolResult],
         answered: list[ToolResult],
         question: str,
+        search_first: bool,
     ) -> list[StreamEvent]:
-        """Decline an acting request: the mandatory search first (when offered), then the
-        message through ``generate_response`` (when offered), else as plain text. Each
-        step is taken once, so whatever the policy offers when, this cannot loop."""
+        """Decline an acting request: the message through ``generate_response`` (when
+        offered), else as plain text. A knowledge search comes first only when the flow
+        demands one: the prompt makes it the first step (``search_first``), or the policy
+        refused the answer before any search (a custom prompt that does not say so). The
+        search is made at most once and the answer tried at most twice (the second only
+        after that search), so whatever the policy offers when, this cannot loop."""
         if answered and not answered[-1].is_error:
             return [MessageComplete(stop_for_tool_use=False, usage=Usage(), stop_reason="stop")]
-        if SEARCH_TOOL in offered and not attempted and not answered:
+        if SEARCH_TOOL in offered and not attempted and (search_first or answered):  # answered: refused
             return self._call(SEARCH_TOOL, {"query": (question or "help")[:500], "top_k": 3})
         text = decline_message(context)
+        args = {
+            "answer": text,
+            "sources": [],
+            "confidence_score": 0.0,  # a decline answers nothing: no confidence to claim
+            "used_internal_kb": False,
+            "used_external_kb": False,
+        }
+        if answered:  # the text was streamed with the refused answer: only the answer again, once
+            if ANSWER_TOOL in offered and len(answered) == 1 and attempted:
+                return self._call(ANSWER_TOOL, args)
+            return [MessageComplete(stop_for_tool_use=False, usage=Usage(), stop_reason="stop")]
         out: list[StreamEvent] = [ContentDelta(piece) for piece in _pieces(text)]
-        if ANSWER_TOOL in offered and not answered:
-            args = {
-                "answer": text,
-                "sources": [],
-                "confidence_score": 0.0,  # a decline answers nothing: no confidence to claim
-                "used_internal_kb": False,
-                "used_external_kb": False,
-            }
+        if ANSWER_TOOL in offered:
             return out + self._call(ANSWER_TOOL, args)
         return [*out, MessageComplete(stop_for_tool_use=False, usage=Usage(), stop_reason="stop")]
 
@@ -340,4 +363,4 @@ def _pieces(text: str, size: int = 48) -> list[str]:
     return out
 
 
-__all__ = ["ExtractiveProvider", "Passage", "acting_context", "compose_answer", "decline_message"]
+__all__ = ["ExtractiveProvider", "Passage", "acting_context", "compose_answer", "decline_message", "search_required"]

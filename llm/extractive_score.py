@@ -48,12 +48,13 @@ from llm.extractive_read import prev_block as _prev_block
 from llm.extractive_read import table_header as _table_rows_header
 from llm.extractive_read import table_rows as _table_rows
 from llm.extractive_signals import GLOSSARY_BONUS as _GLOSSARY_BONUS
-from llm.extractive_signals import MIN_LEAD_CHARS
+from llm.extractive_signals import HOW_TO_NAME_BONUS, MIN_LEAD_CHARS
 from llm.extractive_signals import after_properties as _after_properties
 from llm.extractive_signals import continues_section as _continues_section
 from llm.extractive_signals import defines_asked as _defines_asked
 from llm.extractive_signals import how_to_bonus as _how_to_bonus
 from llm.extractive_signals import names_kind as _names_kind
+from llm.extractive_signals import opens_setting_for as _opens_setting_for
 from llm.extractive_signals import row_about_asked as _row_about_asked
 from llm.extractive_words import Words
 from llm.markdown_blocks import item_body
@@ -288,7 +289,10 @@ def score_units(reads: list[_Read], question: _Question) -> list[_Unit]:
                     score += _GLOSSARY_BONUS
                 if _says_what_asked_is(question, plain):
                     score += SUBJECT_BONUS
-                score += _how_to_bonus(question, raw)
+                how = _how_to_bonus(question, raw)
+                if not how and i == 0 and _opens_setting_for(question, read, b, title, words):
+                    how = HOW_TO_NAME_BONUS  # its quote names the setting (``with_name``)
+                score += how
                 if block.kind == "list" and page_named and _subcommand(question, raw):
                     score += SUBCOMMAND_BONUS
                 bare = _EMPHASIS.sub("", plain)  # the sentence without Markdown emphasis

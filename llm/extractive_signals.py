@@ -14,7 +14,9 @@ question's words less often than another that does not:
   its name ("An FTS5 full-text index");
 * ``row_about_asked``: a table row is about what its first cell names;
 * ``after_properties``: a setting's paragraph after the list of its properties opens its
-  section, for a question naming the setting.
+  section, for a question naming the setting;
+* ``opens_setting_for``: that paragraph names the setting to use for a how-to that says
+  a word of the setting's name.
 """
 
 from __future__ import annotations
@@ -205,6 +207,24 @@ def after_properties(read: _Read, b: int, title: frozenset[str], words: Words) -
     )
 
 
+def opens_setting_for(question: Question, read: _Read, b: int, title: frozenset[str], words: Words) -> bool:
+    """For a how-to, block ``b`` opens the section of a setting named in the question's
+    words: the paragraph after the setting's properties (``after_properties``) under a
+    heading one of whose words the question says. That paragraph says what the setting
+    does without naming it ("Include the workspace root when workspaces are enabled for
+    a command." under ``include-workspace-root``), yet its quote carries the name as its
+    label (``llm.extractive_additions.with_name``), so it names the thing to use as a
+    unit naming it in code does (``how_to_bonus``): "how do I also run a command in the
+    root project when using --workspaces?" is that setting, not the workspaces page's
+    paragraph on running commands, which says more of the question's words and names no
+    setting that does it."""
+    return (
+        question.how_to
+        and bool(words.stems(read.headings[b]) & question.stems)
+        and after_properties(read, b, title, words)
+    )
+
+
 __all__ = [
     "GLOSSARY_BONUS",
     "HOW_TO_ENTRY_BONUS",
@@ -215,5 +235,6 @@ __all__ = [
     "defines_asked",
     "how_to_bonus",
     "names_kind",
+    "opens_setting_for",
     "row_about_asked",
 ]

@@ -278,6 +278,22 @@ async def test_bad_bodies_are_refused_before_anything_streams(settings: Settings
     assert (context.status_code, context.json()["error"]) == (400, "unknown_context_type")
 
 
+
+async def test_a_chat_id_the_post_refuses_is_a_400_on_the_resume_too(settings: Settings) -> None:
+    """The resume (``GET …/{chat_id}/stream``) answered 204 ("no live run") for an id the
+    POST refuses with 400: a client with a broken id was told all is well."""
+    long_id = "c" * 3000
+    async with running_app(settings) as (base, _), httpx.AsyncClient(base_url=base, timeout=30) as http:
+        posted = await http.post("/v1/agent/ui-stream", json=ui_body(long_id, "hi"))
+        resumed = await http.get(f"/v1/agent/ui-stream/{long_id}/stream")
+        odd = await http.get("/v1/agent/ui-stream/a%20b/stream")
+        fine = await http.get("/v1/agent/ui-stream/no-such-chat/stream")
+    assert (posted.status_code, posted.json()["error"]) == (400, "invalid_field")
+    assert (resumed.status_code, resumed.json()["error"]) == (400, "invalid_field"), resumed.text
+    assert "chat id" in resumed.json()["detail"]
+    assert odd.status_code == 400, odd.text
+    assert fine.status_code == 204  # a well-formed id with nothing live: still the SDK's 204
+
 class CutCallProvider:
     """A model that begins a tool call and never finishes it: after ``tool_use_start`` its
     stream fails, or it parks at ``gate`` until the run is cancelled."""

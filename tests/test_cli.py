@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -81,3 +82,68 @@ def test_the_readme_names_every_command(capsys: pytest.CaptureFixture[str]) -> N
     assert commands is not None
     row = next(line for line in (REPO / "README.md").read_text().splitlines() if "(docs/cli.md)" in line)
     assert [c for c in commands.group(1).split(",") if f"`{c}`" not in row and f"agentchat {c}`" not in row] == []
+
+
+def _help(capsys: pytest.CaptureFixture[str], main: Any, argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as done:
+        main([*argv, "--help"])
+    assert done.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_help_texts_say_what_the_backend_is_in_plain_words(capsys: pytest.CaptureFixture[str]) -> None:
+    """A newcomer met "Ichor-compatible" in the help with nothing to say what it is: the
+    help names what the reference backend is (the workflow/table REST service the tools
+    call), and no help text uses the project's name for it."""
+    from backend.__main__ import main as backend_main
+
+    top = _help(capsys, cli.main, [])
+    commands = re.search(r"\{([a-z,-]+)\}", top)
+    assert commands is not None
+    texts = {"agentchat": top, "python -m backend": _help(capsys, backend_main, [])}
+    for command in commands.group(1).split(","):
+        texts[f"agentchat {command}"] = _help(capsys, cli.main, [command])
+    assert [name for name, text in texts.items() if "ichor" in text.lower()] == []
+    flat = {name: " ".join(text.split()) for name, text in texts.items()}
+    assert "backend run the bundled reference backend alone (the workflow/table REST service" in flat["agentchat"]
+    assert "workflow/table REST service" in flat["agentchat serve"]
+    for name in ("agentchat backend", "python -m backend"):
+        assert "workflow and table-configuration REST service" in flat[name], flat[name]
+        assert "caller's own token" in flat[name], flat[name]
+
+
+class _Execed(Exception):
+    def __init__(self, argv: list[str]) -> None:
+        super().__init__(argv)
+        self.argv = argv
+
+
+def _backend_port(monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
+    """The port ``agentchat backend`` would exec ``python -m backend`` with."""
+
+    def execv(path: str, args: list[str]) -> None:
+        raise _Execed(args)
+
+    monkeypatch.setattr(cli.os, "execv", execv)
+    with pytest.raises(_Execed) as execed:
+        cli.main(["backend", *argv])
+    args = execed.value.argv
+    assert args[1:3] == ["-m", "backend"], args
+    return int(args[args.index("--port") + 1])
+
+
+def test_the_reference_backend_has_one_default_port(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``agentchat backend`` listened on 8081 while ``serve`` starts the backend on its own
+    port plus one (8001): one default now, the same for ``agentchat backend``, ``python -m
+    backend`` and ``serve``."""
+    from backend.__main__ import DEFAULT_PORT
+
+    monkeypatch.setenv("AGENT_DB_PATH", str(tmp_path / "agent.sqlite3"))
+    monkeypatch.delenv("AGENT_PORT", raising=False)
+    serve_default = Settings.from_env({}).port + 1  # serve: --backend-port, else its port + 1
+    assert _backend_port(monkeypatch) == serve_default == DEFAULT_PORT == 8001
+    monkeypatch.setenv("AGENT_PORT", "9000")
+    assert _backend_port(monkeypatch) == 9001  # where `serve` on AGENT_PORT=9000 starts it
+    assert _backend_port(monkeypatch, "--port", "7001") == 7001
+    monkeypatch.setenv("AGENT_PORT", "0")  # any free port for the agent: no neighbour to take
+    assert _backend_port(monkeypatch) == DEFAULT_PORT

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from storage.open import open_storage
 from tests.support.deadline import reap, within
 from tests.support.procs import REPO, answers_ctrl_c, child_env
 
@@ -194,6 +195,8 @@ async def test_a_sigterm_while_the_loop_runs_a_callback_ends_a_one_off_command(
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(SIGTERM_IN_CALLBACK)
+    storage = await open_storage(tmp_path / "agent.db")  # these commands create no database
+    await storage.close()
     env = child_env({
         "PYTHONPATH": str(site), "SIGTERM_AT_RESULT": "12",
         "AGENT_DB_PATH": str(tmp_path / "agent.db"),

@@ -100,7 +100,7 @@ async def test_commands_without_a_model_never_contact_one(tmp_path: Path) -> Non
     fake = FakeOllama()
     async with serve_app(fake.app) as url:
         env = child_env({"AGENT_DB_PATH": str(tmp_path / "agent.db"), "OLLAMA_HOST": url})
-        for i, argv in enumerate((["buckets"], ["docs", "list"], ["buckets", "create", "parts", "part:TEXT"])):
+        for i, argv in enumerate((["buckets", "create", "parts", "part:TEXT"], ["buckets"], ["docs", "list"])):
             code, _, err = await agentchat(env, *argv)
             # The first command finds no database and says it creates one (one short line); no
             # command says anything about a model.
@@ -113,6 +113,30 @@ async def test_commands_without_a_model_never_contact_one(tmp_path: Path) -> Non
         assert fake.embed_requests  # ingest embeds, so it (and only it) chose an embedder
         lines = err.splitlines()
         assert len(lines) == 1 and "embedder: ollama nomic-embed-text" in lines[0] and len(lines[0]) < 300
+
+
+async def test_commands_that_only_read_or_remove_create_no_database(tmp_path: Path) -> None:
+    """On a machine with no database yet, ``agentchat buckets`` (and every command that only
+    lists, removes, prunes or compacts) created an empty file, logging a WARNING about it,
+    to list nothing from it: now one line says there is none and how to make one, exit 1."""
+    db = tmp_path / "data" / "agent.db"
+    env = child_env({"AGENT_DB_PATH": str(db)})
+    for argv in (["buckets"], ["docs", "list"], ["docs", "rm", "some-doc"], ["buckets", "rm", "default", "--yes"],
+                 ["keywords", "prune", "--min-usage", "1", "--older-than", "1"], ["compact"]):
+        code, out, err = await agentchat(env, *argv)
+        name = " ".join(argv[:2])  # the command as the line names it
+        assert (code, out) == (1, ""), (argv, out, err)
+        assert err.splitlines() == [
+            f"agentchat {name}: no database yet at {db}; run `make run` (or `agentchat serve`) or "
+            "`agentchat ingest` to create it"
+        ], (argv, err)
+        assert not db.exists() and not db.parent.exists(), argv
+    # A command that writes makes it, as before; then the others read it.
+    (tmp_path / "a.md").write_text("# A\n\nThe a page.\n")
+    code, out, err = await agentchat(env, "ingest", str(tmp_path / "a.md"), "--quiet")
+    assert code == 0 and db.exists(), out + err
+    code, out, err = await agentchat(env, "buckets")
+    assert code == 0 and buckets_table(out) == {"default": 1} and err == "", out + err
 
 
 async def test_an_ordinary_documentation_folder_ingests_with_exit_0(tmp_path: Path) -> None:

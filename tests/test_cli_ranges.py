@@ -29,7 +29,7 @@ CASES = [
     (["serve", "--grace", "nan"], "agentchat serve: error: argument --grace: must be between 0 and 3600"),
     (["serve", "--workers", "0"], "agentchat serve: error: argument --workers: must be between 1 and 256"),
     (["serve", "--port", "eighty"], "agentchat serve: error: argument --port: not an integer: 'eighty'"),
-    (["backend", "--port", "70001"], "agentchat backend: error: argument --port: must be between 0 and 65535"),
+    (["backend", "--port", "70001"], "agentchat backend: error: argument --port: must be between 1 and 65535"),
     (["compact", "--run-events-days", "-1"],
      "agentchat compact: error: argument --run-events-days: must be between 0 and 36500"),
     (["compact", "--conversation-days", "40000"],

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from app.cli.kb_file import open_kb_file
-from knowledge import KnowledgeBase, ensure_sample_kb
+from knowledge import IngestReport, KnowledgeBase, ensure_sample_kb
 from knowledge.filecheck import SKIP_HIDDEN, SKIP_SYMLINK, SKIP_TOO_LARGE, decode_text
 from knowledge.html_text import extract_html, extractor_available
 from toolindex.hashing import HashingEmbedder
@@ -194,4 +194,4 @@ async def test_search_over_default_buckets_ignores_other_corpora(kb: KnowledgeBa
     assert (await kb.search(question, buckets=["missing"])).hits == []
     # The sample KB goes into an empty default bucket even when other buckets have documents.
     assert await kb.delete_bucket("default") is not None
-    assert (await ensure_sample_kb(kb)) is not None
+    assert isinstance(await ensure_sample_kb(kb), IngestReport)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from app.cli.kb_file import open_kb_file
-from knowledge import DocumentIn, KnowledgeBase, ensure_sample_kb
+from knowledge import DocumentIn, IngestReport, KnowledgeBase, SampleLeft, ensure_sample_kb
 from storage.sqlite.migrations import MIGRATIONS
 from toolindex.embedder import EmbeddingError
 from toolindex.hashing import HashingEmbedder
@@ -262,8 +262,8 @@ async def test_reopen_loads_vectors_and_migrations_once(tmp_path: Path) -> None:
 
 async def test_sample_kb_is_ingested_once_and_answers(kb: KnowledgeBase) -> None:
     report = await ensure_sample_kb(kb)
-    assert report is not None and report.added >= 8 and report.rejected == []
-    assert await ensure_sample_kb(kb) is None
+    assert isinstance(report, IngestReport) and report.added >= 8 and report.rejected == []
+    assert await ensure_sample_kb(kb) is SampleLeft.CURRENT
     res = await kb.search("which SSE events does a run stream and in what order")
     assert res.hits and any("message_complete" in h.text for h in res.hits)
     res = await kb.search("how do I run the tests")

@@ -342,3 +342,44 @@ async def test_an_unfinished_runs_events_in_the_live_log_are_copied(pg: TestPost
             status = conn.execute("SELECT status FROM runs WHERE id = 'live'").fetchone()
         assert rows == [(1, "run_started"), (2, "content_chunk"), (3, "content_chunk")]
         assert status == ("running",)
+
+
+async def test_an_unusable_target_is_one_line_and_exit_2(pg: TestPostgres, tmp_path: Path) -> None:
+    """Unreachable, or a user that may not create the ``vector`` extension: refused before
+    copying (exit 2), one line, no traceback (it was a 46-line traceback and exit 1)."""
+    db = tmp_path / "source.sqlite3"
+    storage = await open_sqlite_storage(db)
+    await storage.conversations.claim("conv-1", "user-1")
+    await storage.close()
+
+    away = run_migrate("postgresql://postgres@127.0.0.1:9/agent", db)
+    assert away.returncode == 2, away.stderr
+    assert "Traceback" not in away.stderr, away.stderr
+    said = [line for line in away.stderr.splitlines() if line.startswith("agentchat migrate-db:")]
+    assert len(said) == 1 and "cannot open the PostgreSQL" in said[0] and "Connection refused" in said[0], away.stderr
+
+    role = f"weak_{os.getpid()}"
+    name = pg.new_database(empty=True)
+    try:
+        pg.admin(f"CREATE ROLE {role} LOGIN")
+        pg.admin(f'ALTER DATABASE "{name}" OWNER TO {role}')
+        weak = run_migrate(f"postgresql://{role}@{pg.host}:{pg.port}/{name}", db)
+    finally:
+        pg.drop_database(name)
+        pg.admin(f"DROP ROLE IF EXISTS {role}")
+    assert weak.returncode == 2, weak.stderr
+    assert "Traceback" not in weak.stderr, weak.stderr
+    said = [line for line in weak.stderr.splitlines() if line.startswith("agentchat migrate-db:")]
+    assert len(said) == 1 and "create the vector extension (pgvector)" in said[0], weak.stderr
+
+
+async def test_progress_into_a_pipe_is_plain_lines(pg: TestPostgres, tmp_path: Path) -> None:
+    db = tmp_path / "source.sqlite3"
+    storage = await open_sqlite_storage(db)
+    await storage.conversations.claim("conv-1", "user-1")
+    await storage.close()
+    with pg.database(empty=True) as url:
+        done = run_migrate(url, db)  # stderr is a pipe here
+    assert done.returncode == 0, done.stderr
+    assert "\r" not in done.stderr, done.stderr[:2000]
+    assert "  conversations: done, 1/1 rows" in done.stderr.splitlines(), done.stderr

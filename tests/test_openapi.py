@@ -78,6 +78,81 @@ def test_the_document_is_valid_openapi_31_and_its_schemas_valid_json_schema(sett
         schemathesis.openapi.from_dict(broken).validate()
 
 
+def unresolved_refs(document: dict[str, Any]) -> list[str]:
+    """Every ``$ref`` of ``document`` that is not a local JSON pointer to a node of it."""
+    refs: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                refs.append(ref)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(document)
+    bad = []
+    for ref in refs:
+        target: Any = document
+        try:
+            assert ref.startswith("#/")
+            for part in ref[2:].split("/"):
+                target = target[part.replace("~1", "/").replace("~0", "~")]
+        except (AssertionError, KeyError, TypeError):
+            bad.append(ref)
+    return bad
+
+
+def test_every_ref_resolves(settings: Settings) -> None:
+    doc = built_document(create_app(settings))
+    assert unresolved_refs(doc) == []
+    assert any("requestBody" in op for item in doc["paths"].values() for op in item.values())
+    # The check is not vacuous: a reference to a component that is not there is named.
+    broken = copy.deepcopy(doc)
+    broken["paths"]["/v1/agent/chat"]["post"]["requestBody"]["content"]["application/json"]["schema"] = {
+        "$ref": "#/components/schemas/NoSuchRequest"
+    }
+    assert unresolved_refs(broken) == ["#/components/schemas/NoSuchRequest"]
+
+
+def _section(html: str, operation_id: str) -> str:
+    start = html.index(f'id="op-{operation_id}"')
+    return html[start:html.index("</section>", start)]
+
+
+def test_the_docs_page_shows_what_each_request_body_holds(settings: Settings) -> None:
+    """A body given as a reference to a component is shown by the component's name and,
+    for a request, its schema in place: the page showed every request body as the raw
+    ``{"$ref": "#/components/schemas/…"}`` (issue 20's newcomer walkthrough)."""
+    app = create_app(settings)
+    doc = built_document(app)
+    page = next(r for r in app.routes if getattr(r, "path", None) == "/docs")
+    html = asyncio.run(page.endpoint(None)).body.decode()
+    schemas = doc["components"]["schemas"]
+    assert "<code>{&quot;$ref&quot;" not in html  # no body is shown as a bare reference
+    shown = 0
+    for item in doc["paths"].values():
+        for op in item.values():
+            body = op.get("requestBody")
+            if not body:
+                continue
+            request = _section(html, op["operationId"]).split("<h4>Request body</h4>", 1)[1]
+            request = request.split("<h4>Responses</h4>", 1)[0]
+            for media in body["content"].values():
+                ref = media["schema"].get("$ref")
+                schema = schemas[ref.rsplit("/", 1)[-1]] if ref else media["schema"]
+                if ref:
+                    name = ref.rsplit("/", 1)[-1]
+                    assert f'<a href="#schema-{name}">{name}</a>' in request, (op["operationId"], request[:300])
+                for field in schema.get("properties", {}):
+                    assert f"&quot;{field}&quot;: {{" in request, (op["operationId"], field)
+                shown += bool(ref)
+    assert shown >= 5  # chat, runs, approvals, feedback, rename, completions, documents
+
+
 def test_the_event_catalogue_is_the_events_package(settings: Settings) -> None:
     doc = built_document(create_app(settings))
     catalogue = doc["x-sse-events"]

@@ -139,6 +139,10 @@ async def _scenario(  # type: ignore[no-untyped-def]
                 resumed = [orjson.loads(d) for _, n, d in pb.frames if n == "run_resumed"]
                 if not resumed:
                     found.append("a run unfinished at the kill was not announced as resumed")
+                info = await http.get(f"{b.base}/v1/agent/runs/{pb.run_id}", headers=DEMO_AUTH)
+                resumes = info.json().get("resumes") if info.status_code == 200 else info.status_code
+                if resumed and resumes != len(resumed):
+                    found.append(f"resumed {len(resumed)} time(s) but GET /v1/agent/runs says resumes={resumes}")
                 after = pb.received_at[seen_before[pb.tag] :]
                 if after:
                     handover.append(after[0] - killed_at)

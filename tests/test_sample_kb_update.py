@@ -20,7 +20,7 @@ import pytest
 
 from app.cli.kb_file import open_kb_file
 from app.config import Settings
-from knowledge import DocumentIn, KnowledgeBase, ensure_sample_kb
+from knowledge import DocumentIn, IngestReport, KnowledgeBase, SampleLeft, ensure_sample_kb
 from knowledge.sample import SAMPLE_KB_DIR, is_sample_source
 from llm.scripted import ScriptedProvider
 from tests.conftest import running_app
@@ -44,7 +44,7 @@ async def make_older_sample(kb: KnowledgeBase) -> tuple[dict[str, str], list[str
     """Ingest the shipped sample, then make it an older release's: the documents of the
     last ``MISSING`` files removed, the others' stamps cleared. Returns the whole
     sample's documents and the ids removed."""
-    assert (await ensure_sample_kb(kb)) is not None
+    assert isinstance(await ensure_sample_kb(kb), IngestReport)
     whole = await sample_docs(kb)
     assert len(whole) == len(shipped_files()) and all(is_sample_source(s) for s in whole.values()), whole
     last = {f"sample_kb/{p.name}" for p in shipped_files()[-MISSING:]}
@@ -67,17 +67,17 @@ async def kb(tmp_path: Path) -> AsyncIterator[KnowledgeBase]:
 async def test_an_older_sample_gets_the_new_files_and_then_stays(kb: KnowledgeBase) -> None:
     whole, removed = await make_older_sample(kb)
     report = await ensure_sample_kb(kb)
-    assert report is not None and report.rejected == [], report
+    assert isinstance(report, IngestReport) and report.rejected == [], report
     assert (report.added, report.updated, report.deleted) == (MISSING, 0, 0), report
     assert report.skipped == len(whole) - MISSING, report  # read, same content: not rewritten
     assert await sample_docs(kb) == whole
     # Stamped now: the next start neither reads nor ingests anything.
-    assert await ensure_sample_kb(kb) is None
+    assert await ensure_sample_kb(kb) is SampleLeft.CURRENT
     # A changed stamp (a file edited by a release) is a reason to ingest again.
     await kb.index.set_file_stamps([(removed[0], "0:0:0:0:sample_kb/old.md")])
     again = await ensure_sample_kb(kb)
-    assert again is not None and (again.added, again.updated, again.deleted) == (0, 0, 0), again
-    assert await ensure_sample_kb(kb) is None
+    assert isinstance(again, IngestReport) and (again.added, again.updated, again.deleted) == (0, 0, 0), again
+    assert await ensure_sample_kb(kb) is SampleLeft.CURRENT
 
 
 async def test_a_bucket_with_a_users_document_is_never_touched(kb: KnowledgeBase) -> None:
@@ -85,14 +85,14 @@ async def test_a_bucket_with_a_users_document_is_never_touched(kb: KnowledgeBase
     mine = DocumentIn(id="my-notes", title="My notes", text="Our own runbook for the agent.", source="notes/runbook.md")
     assert (await kb.ingest_documents([mine], bucket="default")).added == 1
     before = await sample_docs(kb)
-    assert await ensure_sample_kb(kb) is None
+    assert await ensure_sample_kb(kb) is SampleLeft.OTHERS
     assert await sample_docs(kb) == before
     assert not set(removed) & set(before) and before["my-notes"] == "notes/runbook.md"
     # A document posted without a source is someone's too.
     await kb.delete_documents(["my-notes"])
     posted = DocumentIn(id="posted", title="Posted", text="Posted over HTTP, no source.")
     assert (await kb.ingest_documents([posted], bucket="default")).added == 1
-    assert await ensure_sample_kb(kb) is None
+    assert await ensure_sample_kb(kb) is SampleLeft.OTHERS
     assert set(await sample_docs(kb)) == (set(whole) - set(removed)) | {"posted"}
 
 
@@ -101,7 +101,7 @@ async def test_other_buckets_do_not_hold_the_update_back(kb: KnowledgeBase) -> N
     other = DocumentIn(id="recipe", title="Recipe", text="Whisk eggs.", source="recipes/eggs.md")
     assert (await kb.ingest_documents([other], bucket="recipes")).added == 1
     report = await ensure_sample_kb(kb)
-    assert report is not None and report.added == MISSING, report
+    assert isinstance(report, IngestReport) and report.added == MISSING, report
     assert await sample_docs(kb) == whole
     assert set(await sample_docs(kb, "recipes")) == {"recipe"}
 
@@ -143,8 +143,10 @@ async def test_a_start_brings_an_older_sample_up_to_date_and_says_so(tmp_path: P
         assert await sample_docs(kb) == whole
     finally:
         await kb.aclose()
-    # The next start finds the shipped sample and leaves it.
-    assert (await start_and_read_sample_status(tmp_path, embedder))["sample_kb"] == "already had documents"
+    # The next start finds the shipped sample and leaves it, and says that is why.
+    status = await start_and_read_sample_status(tmp_path, embedder)
+    assert status["ok"] and status["sample_kb"] == SampleLeft.CURRENT.status("default"), status
+    assert status["sample_kb"].startswith("already there: ingested by an earlier start"), status
 
 
 async def test_a_start_leaves_a_bucket_with_a_users_document_alone(tmp_path: Path) -> None:
@@ -158,7 +160,10 @@ async def test_a_start_leaves_a_bucket_with_a_users_document_alone(tmp_path: Pat
     finally:
         await kb.aclose()
     status = await start_and_read_sample_status(tmp_path, embedder)
-    assert status["sample_kb"] == "already had documents" and status["documents"] == len(before), status
+    # Ready, and the words say the documents are someone else's, not that the sample is there.
+    assert status["ok"] and status["documents"] == len(before), status
+    assert status["sample_kb"] == SampleLeft.OTHERS.status("default"), status
+    assert status["sample_kb"].startswith("not added: the 'default' bucket already holds documents"), status
     kb = await open_kb_file(tmp_path / "a.db", embedder)
     try:
         assert await sample_docs(kb) == before and not set(removed) & set(before)

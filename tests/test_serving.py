@@ -1,8 +1,8 @@
 """``agentchat serve`` as an operator meets it, in a real subprocess: the address is
-printed once the port is bound and the app started; a taken port is one line and exit
-code 1; ``--version``; ``--reload`` watches only the project's packages; connections that
-trickle their headers or body are closed (408); a client that leaves mid-body is one
-INFO line, never a traceback.
+printed once the port is bound and the app started (with ``--reload`` too, where a child
+process starts the app); a taken port is one line and exit code 1; ``--version``;
+``--reload`` watches only the project's packages; connections that trickle their headers
+or body are closed (408); a client that leaves mid-body is one INFO line, never a traceback.
 """
 
 from __future__ import annotations
@@ -98,6 +98,46 @@ async def test_the_address_is_printed_once_bound_and_started(tmp_path: Path) -> 
     assert served.log.count("agentchat: serving on") == 1
     assert served.proc.returncode == 0
     assert "Traceback" not in served.log
+
+
+@pytest.mark.slow  # real `agentchat serve --reload` process
+async def test_with_reload_serving_is_said_once_the_app_answers(tmp_path: Path) -> None:
+    """``make dev`` (``--reload``) printed "serving on" as soon as the reloader bound the
+    port, seconds before its child had started the app: "starting" comes first now, and
+    "serving on" once the app answers."""
+    async with agentchat_serve(tmp_path, "--reload") as served:
+        printed_at = len(served.lines)
+        async with httpx.AsyncClient(timeout=5) as client:
+            health = await client.get(f"http://127.0.0.1:{served.port}/healthz")
+    assert health.status_code == 200
+    before = "".join(served.lines[:printed_at])
+    assert f"agentchat: starting on http://127.0.0.1:{served.port}  [reloading on changes]" in before
+    assert "Application startup complete" in before  # the child started the app before the line
+    assert before.index("agentchat: starting on") < before.index("Application startup complete")
+    assert served.log.count("agentchat: serving on") == 1
+    assert "Traceback" not in served.log
+
+
+def test_the_reload_watch_says_when_the_app_never_answers() -> None:
+    import threading
+
+    from app.cli.reload_ready import announce_when_answering, probe_url
+
+    said: list[str] = []
+    answered = iter([False, False, True])
+    url = probe_url("0.0.0.0", 8000)
+    assert url == "http://127.0.0.1:8000/healthz" and probe_url("::", 1) == "http://[::1]:1/healthz"
+    assert announce_when_answering(url, "serving", said.append, threading.Event(), probe=lambda _: next(answered))
+    assert said == ["serving"]
+    said.clear()
+    assert not announce_when_answering(url, "serving", said.append, threading.Event(), deadline_s=0,
+                                       probe=lambda _: False)
+    assert len(said) == 1 and said[0].startswith(f"agentchat: the app has not answered {url} within 0 s")
+    stopped = threading.Event()
+    stopped.set()  # the reloader ended: nothing is said
+    said.clear()
+    assert not announce_when_answering(url, "serving", said.append, stopped, probe=lambda _: False)
+    assert said == []
 
 
 @pytest.mark.slow  # real `agentchat serve` processes

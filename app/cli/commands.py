@@ -24,7 +24,13 @@ from app.cli.interrupts import EXIT_INTERRUPTED, EXIT_TERMINATED, Termination, c
 from app.cli.kb import add_kb_commands, run_kb_command
 from app.cli.migrate import add_migrate_command, run_migrate_db
 from app.cli.ranges import integer_in, number_in
-from app.cli.reference_backend import BACKEND_PORT_BOUNDS, backend_argv, backend_db, reference_backend
+from app.cli.reference_backend import (
+    BACKEND_PORT_BOUNDS,
+    backend_argv,
+    backend_db,
+    default_backend_port,
+    reference_backend,
+)
 from app.config import ConfigError, Settings
 from app.config_env import (
     DAYS_BOUNDS,
@@ -221,6 +227,7 @@ async def _serve_agent(
     """Serve on the bound socket until stopped; ``False`` if the app never started.
     ``lock``: the SQLite file's writer lock, held (``_become_writer``), watched meanwhile."""
     from app.cli.serving import DrainingServer, bound_port, choose_stack, uvicorn_config
+    from app.cli.start_failure import StartupWatch, report
     from app.cli.writer_wait import watch_writer_lock
     from app.factory import create_app
     from app.ops.close_budget import SERVER_CLOSE_S
@@ -236,9 +243,11 @@ async def _serve_agent(
             await svc.runs.shutdown(grace_s, cut)
 
     port = bound_port(sock)
+    watch = StartupWatch(app)  # a failed start-up is one line, not a traceback
     agent = DrainingServer(
         uvicorn_config(
-            app,
+            watch,
+            interface="asgi3",
             host=host,
             port=port,
             header_timeout_s=settings.header_timeout_s,
@@ -255,14 +264,14 @@ async def _serve_agent(
             await agent.serve(sockets=[sock])
         except SystemExit as exc:  # uvicorn's way out when the app's start-up fails; no traceback
             if not agent.started:
-                log.error("the service did not start", extra={"code": exc.code})
+                report(watch, settings, exc.code)
             # Started: a SIGTERM (``_exit_on_sigterm``) in the instant after uvicorn put the
             # handlers back, its close already done - the stop is complete, as asked.
 
     task = asyncio.create_task(serve())
     worker = f"  [worker {args.worker}]" if args.worker else ""
     # Only the process that took the lock locks a new lock file (the workers share theirs).
-    watch = None if lock is None else asyncio.create_task(watch_writer_lock(lock, relock=args.listen_fd is None))
+    lock_watch = None if lock is None else asyncio.create_task(watch_writer_lock(lock, relock=args.listen_fd is None))
     try:
         await _when_serving(agent, [task], _serving_line(host, port, f"{worker}  [{stack.describe()}]"))
         await task
@@ -274,8 +283,8 @@ async def _serve_agent(
         await asyncio.shield(task)
         raise
     finally:
-        if watch is not None:
-            watch.cancel()
+        if lock_watch is not None:
+            lock_watch.cancel()
     return bool(agent.started)
 
 
@@ -314,11 +323,19 @@ def _run_reloader(config: Any, sock: Any, lock: WriterLock | None) -> None:
     from uvicorn.supervisors import ChangeReload
 
     from app.cli.reload_child import reload_child
-    from app.cli.serving import bound_port
+    from app.cli.reload_ready import probe_url, start_watch
+    from app.cli.serving import bound_port, display_url
 
     sock.listen(2048)  # connections queue from now on, while the child starts the app
-    announce(_serving_line(config.host, bound_port(sock), "  [reloading on changes]"))
-    ChangeReload(config, target=reload_child(config, lock), sockets=[sock]).run()
+    port = bound_port(sock)
+    # The child imports and starts the app (seconds): "serving" only once it answers.
+    announce(f"agentchat: starting on {display_url(config.host, port)}  [reloading on changes]")
+    _, stop = start_watch(probe_url(config.host, port), _serving_line(config.host, port, "  [reloading on changes]"),
+                          announce)
+    try:
+        ChangeReload(config, target=reload_child(config, lock), sockets=[sock]).run()
+    finally:
+        stop.set()
 
 
 # --- knowledge base: ingest, buckets, docs (app/cli/kb.py) ---------------------------------
@@ -330,7 +347,7 @@ async def _prune_keywords(args: argparse.Namespace) -> int:
 
     settings = _settings()
     try:  # the service's database (AGENT_DATABASE_URL, else AGENT_DB_PATH), never a local copy
-        storage = await open_cli_storage(settings)
+        storage = await open_cli_storage(settings, create=False)  # nothing to prune in none
     except StorageUnavailable as exc:
         print(f"agentchat keywords prune: {exc}", file=sys.stderr)
         return 1
@@ -344,8 +361,13 @@ async def _prune_keywords(args: argparse.Namespace) -> int:
 
 
 def _backend(args: argparse.Namespace) -> int:
-    """``agentchat backend``: become ``python -m backend`` (same pid, signals and exit code)."""
-    argv = backend_argv(args.host, args.port, backend_db(_settings(), args.db))
+    """``agentchat backend``: become ``python -m backend`` (same pid, signals and exit code).
+    Its port is by default the one ``serve`` starts it on (``AGENT_PORT`` + 1): one port
+    for the reference backend, however it was started (it was 8081 here, 8001 beside
+    ``serve``)."""
+    settings = _settings()
+    port = args.port if args.port is not None else default_backend_port(settings)
+    argv = backend_argv(args.host, port, backend_db(settings, args.db))
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(argv[0], argv)
@@ -366,12 +388,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"agentchat {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="serve the agent (and the reference backend unless AGENT_BACKEND_URL is set)")
+    serve = sub.add_parser("serve", help="serve the agent (and, unless AGENT_BACKEND_URL is set, the bundled reference "
+                                         "backend: the workflow/table REST service its tools call)")
     serve.add_argument("--host", help="address to listen on (default AGENT_HOST, 127.0.0.1)")
     serve.add_argument("--port", type=integer_in(PORT_BOUNDS),
                        help="port to listen on, 0 for any free one (default AGENT_PORT, 8000)")
     serve.add_argument("--backend-port", type=integer_in(BACKEND_PORT_BOUNDS),
-                       help="port of the embedded reference backend (default: port+1)")
+                       help="port of the bundled reference backend, the workflow/table REST service the "
+                            "tools call (default: port+1)")
     serve.add_argument("--no-backend", action="store_true", help="do not start the reference backend")
     serve.add_argument("--grace", type=number_in(SHUTDOWN_GRACE_BOUNDS), default=None,
                        help="seconds live runs may go on after SIGTERM before they are released "
@@ -396,9 +420,16 @@ def main(argv: list[str] | None = None) -> int:
     prune.add_argument("--older-than", type=number_in(DAYS_BOUNDS), required=True,
                        help="…and unused for more than this many days (0 or more)")
 
-    backend = sub.add_parser("backend", help="run the reference Ichor-compatible backend alone")
+    backend = sub.add_parser(
+        "backend",
+        help="run the bundled reference backend alone (the workflow/table REST service the agent's tools call)",
+        description="Run the bundled reference backend alone: the workflow and table-configuration REST "
+        "service the agent's workflow and table tools call, with the caller's own token, and seed data for "
+        "demos and tests. In production AGENT_BACKEND_URL points the agent at the real service instead.",
+    )
     backend.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    backend.add_argument("--port", type=integer_in(PORT_BOUNDS), default=8081, help="port to listen on (default 8081)")
+    backend.add_argument("--port", type=integer_in(BACKEND_PORT_BOUNDS), default=None,
+                         help="port to listen on (default AGENT_PORT + 1, 8001: the port serve starts it on)")
     backend.add_argument("--db", help="SQLite file (default: beside AGENT_DB_PATH)")
 
     args = parser.parse_args(argv)

@@ -54,7 +54,7 @@ async def run_compact(args: argparse.Namespace, settings: Settings) -> int:
         print("agentchat compact: days must be 0 or more", file=sys.stderr)
         return 2
     try:  # the service's database (AGENT_DATABASE_URL, else AGENT_DB_PATH), never a local copy
-        storage = await open_cli_storage(settings)
+        storage = await open_cli_storage(settings, create=False)  # nothing to compact in none
     except StorageUnavailable as exc:
         print(f"agentchat compact: {exc}", file=sys.stderr)
         return 1

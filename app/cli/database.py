@@ -6,6 +6,11 @@ when set, else the SQLite file at ``AGENT_DB_PATH``): a command never writes one
 database while the service reads another. A database that cannot be opened is one
 clear line naming it (password removed) and exit code 1, never a traceback, and never
 a quiet fall-back to a local file.
+
+Only the commands that write documents or buckets (``ingest``, ``buckets create``) may
+create the SQLite file. The others (listing, removing, pruning, compacting) on a machine
+with no database yet say so in one line and exit 1 (``NoDatabaseYet``): they used to
+create an empty file, with a WARNING about creating it, to list nothing from it.
 """
 
 from __future__ import annotations
@@ -22,6 +27,21 @@ CLI_MAX_CONNECTIONS = 4
 
 class StorageUnavailable(RuntimeError):
     """The configured database could not be opened; the message names it and says why."""
+
+
+class NoDatabaseYet(StorageUnavailable):
+    """A command that needs an existing database found no SQLite file: none is created."""
+
+
+def _require_existing(target: str | Path) -> None:
+    """``NoDatabaseYet`` when ``target`` is a SQLite file that is not there. A PostgreSQL
+    database is the server's to have: opening it (and migrating) creates no file."""
+    from storage.open import is_postgres_url
+
+    if not is_postgres_url(target) and not Path(target).exists():
+        raise NoDatabaseYet(
+            f"no database yet at {target}; run `make run` (or `agentchat serve`) or `agentchat ingest` to create it"
+        )
 
 
 def storage_target(settings: Settings) -> str | Path:
@@ -56,11 +76,14 @@ def _first_line(exc: BaseException) -> str:
     return text[:300]
 
 
-async def open_cli_storage(settings: Settings) -> Any:
-    """The migrated storage bundle of the configured database (``StorageUnavailable`` if not)."""
+async def open_cli_storage(settings: Settings, *, create: bool) -> Any:
+    """The migrated storage bundle of the configured database (``StorageUnavailable`` if not);
+    without ``create``, a SQLite file that is not there is ``NoDatabaseYet``."""
     from storage.open import open_storage
 
     target = storage_target(settings)
+    if not create:
+        _require_existing(target)
     try:
         return await open_storage(
             target, write_retry_s=settings.db_write_retry_s, max_connections=CLI_MAX_CONNECTIONS
@@ -69,12 +92,15 @@ async def open_cli_storage(settings: Settings) -> Any:
         raise StorageUnavailable(f"cannot open the {describe_target(target)}: {_first_line(exc)}") from exc
 
 
-async def open_cli_kb(settings: Settings, embedder: Any) -> Any:
+async def open_cli_kb(settings: Settings, embedder: Any, *, create: bool) -> Any:
     """The knowledge base on the configured database; closing it closes the storage
-    (``StorageUnavailable`` if it cannot be opened)."""
+    (``StorageUnavailable`` if it cannot be opened; without ``create``, ``NoDatabaseYet``
+    for a SQLite file that is not there)."""
     from app.cli.kb_file import open_kb_file
 
     target = storage_target(settings)
+    if not create:
+        _require_existing(target)
     try:
         return await open_kb_file(
             target, embedder, write_retry_s=settings.db_write_retry_s, max_connections=CLI_MAX_CONNECTIONS
@@ -85,6 +111,7 @@ async def open_cli_kb(settings: Settings, embedder: Any) -> Any:
 
 __all__ = [
     "CLI_MAX_CONNECTIONS",
+    "NoDatabaseYet",
     "StorageUnavailable",
     "describe_target",
     "open_cli_kb",

@@ -101,10 +101,12 @@ async def run_kb_command(args: argparse.Namespace, settings: Settings) -> int:
     return await runner(args, settings)
 
 
-async def _open_kb(settings: Settings, command: str, *, embed: bool = False) -> Any:
+async def _open_kb(settings: Settings, command: str, *, create: bool, embed: bool = False) -> Any:
     """The KB on the service's database (``app.cli.database``). Only ``ingest`` embeds,
     so only it chooses (and probes) an embedder; listing and removing need no model.
-    ``None`` after printing why the database could not be opened."""
+    Only commands that write (``create``) may create the database; the others on a
+    machine without one say so. ``None`` after printing why the database could not be
+    opened."""
     from app.cli.database import StorageUnavailable, open_cli_kb
 
     embedder = None
@@ -114,7 +116,7 @@ async def _open_kb(settings: Settings, command: str, *, embed: bool = False) -> 
         embedder, why = await kb_embedder(settings)
         log.info(embedder_line(embedder, why))
     try:
-        return await open_cli_kb(settings, embedder)
+        return await open_cli_kb(settings, embedder, create=create)
     except StorageUnavailable as exc:
         print(f"agentchat {command}: {exc}", file=sys.stderr)
         return None
@@ -136,7 +138,7 @@ async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
     if missing:
         print(f"agentchat ingest: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return EXIT_USAGE
-    kb = await _open_kb(settings, "ingest", embed=True)
+    kb = await _open_kb(settings, "ingest", create=True, embed=True)
     if kb is None:
         return EXIT_REJECTED
     progress = None if args.quiet else IngestProgress()
@@ -183,11 +185,12 @@ async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _buckets(args: argparse.Namespace, settings: Settings) -> int:
-    kb = await _open_kb(settings, "buckets")
+    command = getattr(args, "bucket_command", None)
+    name = f"buckets {command}" if command else "buckets"
+    kb = await _open_kb(settings, name, create=command == "create")
     if kb is None:
         return EXIT_REJECTED
     try:
-        command = getattr(args, "bucket_command", None)
         if command == "create":
             fields: dict[str, str] = {}
             for spec in args.fields:
@@ -242,7 +245,7 @@ async def _known_bucket(kb: Any, name: str, command: str) -> bool:
 
 
 async def _docs(args: argparse.Namespace, settings: Settings) -> int:
-    kb = await _open_kb(settings, "docs")
+    kb = await _open_kb(settings, f"docs {args.docs_command}", create=False)
     if kb is None:
         return EXIT_REJECTED
     try:

@@ -3,8 +3,9 @@ of the service into PostgreSQL (the copy itself is ``storage.migrate_copy``).
 
 Exit codes: 0 copied and every table's count matches; 1 the counts differ or the copy
 failed (re-run to resume: it continues after the last committed batch); 2 refused
-before copying (the file is in use, the target is not empty or not PostgreSQL, the
-schema versions differ).
+before copying (the file is in use, the target is unreachable, not PostgreSQL, not
+empty, or does not let this user create the ``vector`` extension, the schema versions
+differ). Every failure is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ def add_migrate_command(sub: Any) -> None:
 
 
 async def run_migrate_db(args: argparse.Namespace, settings: Settings) -> int:
+    import psycopg
+
     from storage.migrate_copy.outcome import CountMismatch, MigrateError, SourceInUse, TargetNotEmpty
-    from storage.migrate_copy.progress import TqdmProgress
+    from storage.migrate_copy.progress import LineProgress, TqdmProgress
     from storage.migrate_copy.sqlite_to_postgres import copy_sqlite_to_postgres
     from storage.open import is_postgres_url
     from storage.postgres import redact
@@ -47,19 +50,24 @@ async def run_migrate_db(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     source = Path(args.source) if args.source else settings.db_path
     print(f"copying {source} into {redact(args.to)}", file=sys.stderr, flush=True)
+    # A bar on a terminal; plain lines into a pipe or a file (tqdm's \r frames were
+    # unreadable there), as ``agentchat ingest`` does.
+    progress = TqdmProgress(sys.stderr) if sys.stderr.isatty() else LineProgress(sys.stderr)
     try:
-        report = await copy_sqlite_to_postgres(
-            source, args.to, batch_rows=args.batch_rows, progress=TqdmProgress(sys.stderr)
-        )
+        report = await copy_sqlite_to_postgres(source, args.to, batch_rows=args.batch_rows, progress=progress)
     except CountMismatch as exc:
         print(f"agentchat migrate-db: {exc}", file=sys.stderr)
         return 1
     except (SourceInUse, TargetNotEmpty) as exc:
         print(f"agentchat migrate-db: refused: {exc}", file=sys.stderr)
         return 2
-    except MigrateError as exc:
+    except MigrateError as exc:  # TargetUnusable among them: the target unreachable or without pgvector
         print(f"agentchat migrate-db: {exc}", file=sys.stderr)
         return 2
+    except (psycopg.Error, OSError) as exc:  # the database went away during the copy
+        said = " ".join(str(exc).split())[:300] or type(exc).__name__
+        print(f"agentchat migrate-db: the copy failed: {said}; run it again to resume", file=sys.stderr)
+        return 1
     for t in report.tables:
         print(f"  {t.table:28s} {t.source:>10d} rows  (copied now {t.copied})", file=sys.stderr)
     print(

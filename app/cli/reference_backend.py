@@ -29,6 +29,16 @@ BACKEND_PORT_BOUNDS = Bounds(1, PORT_BOUNDS.hi)
 BACKEND_START_TIMEOUT_S = 30.0
 
 
+def default_backend_port(settings: Settings) -> int:
+    """The reference backend's port when none is named: ``serve``'s rule, the agent's port
+    plus one (8001 by default), so ``agentchat backend`` alone listens where ``serve``
+    starts it. ``AGENT_PORT`` 0 (any free port) or the last port has no such neighbour:
+    then the default agent port's."""
+    if 0 < settings.port < BACKEND_PORT_BOUNDS.hi:
+        return settings.port + 1
+    return Settings().port + 1
+
+
 def backend_db(settings: Settings, explicit: str | None = None) -> Path:
     """The backend's SQLite file: ``explicit``, else beside ``AGENT_DB_PATH``."""
     return Path(explicit) if explicit else settings.db_path.parent / "backend.sqlite3"
@@ -103,4 +113,4 @@ def reference_backend(settings: Settings, args: argparse.Namespace, port: int, l
         _stop(proc)
 
 
-__all__ = ["BACKEND_PORT_BOUNDS", "backend_argv", "backend_db", "reference_backend"]
+__all__ = ["BACKEND_PORT_BOUNDS", "backend_argv", "backend_db", "default_backend_port", "reference_backend"]

@@ -13,6 +13,7 @@ once from the log otherwise. SSE framing (``retry:``, heartbeats) stays at the H
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
@@ -20,12 +21,23 @@ from typing import Literal, Protocol, cast
 
 from app.runs.remote import RemoteRuns
 from app.runs.run import Run
-from events import AnyEvent, Event, parse_event
+from events import AnyEvent, Error, Event, parse_event
 from storage.errors import StorageUnavailable
 from storage.interfaces import RunStore
 from storage.records import TERMINAL_EVENT, UNFINISHED, RunEvent
 
-__all__ = ["Batches", "Followed", "Following", "LiveRuns", "follow", "follow_here"]
+__all__ = ["UNREADABLE", "Batches", "Followed", "Following", "LiveRuns", "follow", "follow_here"]
+
+log = logging.getLogger("agentchat.runs")
+
+#: What a follower reading a run from the store shows when the store stops answering.
+UNREADABLE = Error(
+    message=(
+        "The service cannot read this run from its database right now; the run was not stopped: "
+        "reconnect with Last-Event-ID to follow it on."
+    ),
+    code="storage_unavailable",
+)
 
 
 class Followed:
@@ -160,11 +172,39 @@ async def _live(run: Run, after: int, idle: float, on_leave: Callable[[Run], Non
             on_leave(run)
 
 
+@dataclass(frozen=True, slots=True)
+class _Unlogged(RunEvent):
+    """An event a follower shows that is not in the run's log: its frame has no ``id:``,
+    so a client's ``Last-Event-ID`` stays on the last logged event it saw."""
+
+    @property
+    def wire(self) -> bytes:
+        return b"event: %s\ndata: %s\n\n" % (self.event.encode(), self.data.encode())
+
+
+def _unreadable(run_id: str, exc: StorageUnavailable) -> list[Followed]:
+    """The end of a stream whose follower cannot read the run's log: ``error``
+    (``storage_unavailable``), then the stream's clean end, as a follower of a run of
+    this process ends when the store fails it (``Run._storage_failed``) — but without
+    its ``message_complete``. That one is the run's real ending, decided by the process
+    that owns the run and written to the log by its rescue writer; a follower here knows
+    no ending (the owner may well carry the run on once the database is back), so it
+    makes none up and leaves no id: the client resumes with ``Last-Event-ID``. Before,
+    the exception cut the connection mid-body (``peer closed connection``) and uvicorn
+    logged a traceback."""
+    log.warning(
+        "a followed run's log cannot be read; its stream ends", extra={"run_id": run_id, "error": str(exc)[:300]}
+    )
+    return [Followed(_Unlogged(seq=0, event=UNREADABLE.name, data=UNREADABLE.to_json().decode()), UNREADABLE)]
+
+
 async def _remote(remote: RemoteRuns, run_id: str, after: int, idle: float) -> Batches:
     batches = remote.follow_events(run_id, after, idle=idle)
     try:
         async for batch in batches:
             yield None if batch is None else [Followed(ev) for ev in batch]
+    except StorageUnavailable as exc:
+        yield _unreadable(run_id, exc)
     finally:
         await batches.aclose()  # leave the shared tail now, not when collected
 
@@ -175,4 +215,8 @@ async def _stored(store: RunStore, run_id: str, page: list[RunEvent]) -> Batches
         yield [Followed(ev) for ev in page]
         if page[-1].event == TERMINAL_EVENT:
             return
-        page = await store.events_after(run_id, page[-1].seq)
+        try:
+            page = await store.events_after(run_id, page[-1].seq)
+        except StorageUnavailable as exc:
+            yield _unreadable(run_id, exc)
+            return

@@ -320,6 +320,8 @@ class RunManager:
         keep renewing this process's leases and taking over runs whose lease expires."""
         if self.lease_s <= 0:
             stored_runs = await self.store.unfinished()
+            for stored in stored_runs:  # no claim to count them (``RESUMES_AFTER_CLAIM``)
+                await self.store.count_resume(stored.id)
         else:
             stored_runs = await self.store.claim(self.owner_id, self.lease_ttl_s, expired_only=not self.exclusive)
         for stored in stored_runs:

@@ -30,7 +30,7 @@ from app.server import request_admission, run_start, run_streams
 from app.server.ai_sdk_chunks import UIChunks, frames
 from app.server.ai_sdk_request import ApprovalReply, parse_body
 from app.server.approval_routes import apply_decision
-from app.server.chat_request import CONVERSATION_ID
+from app.server.chat_request import CONVERSATION_ID, CONVERSATION_ID_RULE
 from app.server.compat_runs import active_run, has_conversation, import_history, translated
 from app.server.context_scope import check_bucket_scope
 from app.server.problems import HTTPProblem
@@ -104,7 +104,9 @@ async def ui_stream_resume(request: Request) -> Response:
     svc = request_admission.services(request)
     ident = request_admission.identify(request)
     chat_id = request.path_params["chat_id"]
-    if not CONVERSATION_ID.match(chat_id) or not await has_conversation(svc, chat_id, ident.user_id):
+    if not CONVERSATION_ID.match(chat_id):  # the POST's 400, not a 204 saying the chat is idle
+        raise HTTPProblem(400, "invalid_field", f"the chat id must be {CONVERSATION_ID_RULE}")
+    if not await has_conversation(svc, chat_id, ident.user_id):
         return Response(status_code=204)
     run_id = await active_run(svc, ident.user_id, chat_id, within_s=svc.settings.finished_run_memory_s)
     following = await run_streams.follow_run(svc, run_id, ident.user_id, 0, cancel_on_exit=True) if run_id else None

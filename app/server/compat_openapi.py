@@ -161,10 +161,12 @@ def ai_sdk_api() -> ApiContribution:
         "/v1/agent/ui-stream/{chat_id}/stream": {"get": {
             "tags": ["ai-sdk"], "operationId": "resumeUiMessageStream",
             "summary": "Resume the chat's stream (what `useChat({resume: true})` calls)",
-            "parameters": [path_param("chat_id", {"type": "string"}, "The chat id.")],
+            "parameters": [path_param("chat_id", {"type": "string", "pattern": CONVERSATION_ID_PATTERN},
+                                      "The chat id.")],
             "responses": {
                 "200": stream,
                 "204": {"description": "The chat has no live or just-ended run"},
+                "400": problem("The chat id is not one a chat can have (`invalid_field`), as `POST` says it"),
                 "401": unauthenticated,
             },
         }},

@@ -5,6 +5,11 @@ disagree; no script and no CDN, so it works offline and under the playground's s
 Content-Security-Policy (its only other file is ``/static/docs.css``). Every operation
 shows its parameters, body and responses; every component schema (the SSE event
 catalogue among them) is shown as JSON with its ``$ref`` links made clickable.
+
+A body that is a reference to a component is shown by the component's name, linked,
+never as the raw ``{"$ref": …}`` a person cannot read; a *request* body also shows the
+component's schema in place, since what to send is what a reader of an operation came
+for (a newcomer found every request body on the page was one unreadable ``$ref``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 
 from app.server.openapi import HTTP_METHODS
 
+SCHEMA_REF = "#/components/schemas/"
 _REF = re.compile(r"&quot;#/components/schemas/([A-Za-z0-9_.\-]+)&quot;")
 _CODE = re.compile(r"`([^`]+)`")
 #: A schema this short is shown inline rather than as a block.
@@ -66,12 +72,33 @@ def _brief(schema: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
-def _content(content: Mapping[str, Any]) -> str:
+def _component_name(schema: Any) -> str | None:
+    """The component a schema only refers to (``{"$ref": "#/components/schemas/X"}``), else None."""
+    if isinstance(schema, Mapping) and set(schema) == {"$ref"}:
+        ref = str(schema["$ref"])
+        if ref.startswith(SCHEMA_REF):
+            return ref[len(SCHEMA_REF):]
+    return None
+
+
+def _body_schema_html(schema: Any, schemas: Mapping[str, Any], *, expand: bool) -> str:
+    """A body's schema: a referenced component by its linked name (and, with ``expand``,
+    its schema in place), anything else as JSON."""
+    name = _component_name(schema)
+    if name is None or name not in schemas:
+        return _schema_html(schema)
+    link = f" {_link(name, escape(name))}"
+    if not expand:
+        return link
+    return f"{link}<pre>{_schema_json(schemas[name])}</pre>"
+
+
+def _content(content: Mapping[str, Any], schemas: Mapping[str, Any], *, expand: bool = False) -> str:
     out = []
     for media, body in content.items():
         out.append(f"<div class=media><code>{escape(media)}</code>")
         if "schema" in body:
-            out.append(_schema_html(body["schema"]))
+            out.append(_body_schema_html(body["schema"], schemas, expand=expand))
         events = body.get("x-sse-events")
         if events:
             links = ", ".join(f'<a href="#{_anchor("event", n)}">{escape(n)}</a>' for n in events)
@@ -80,7 +107,9 @@ def _content(content: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
-def _operation(path: str, method: str, op: Mapping[str, Any], default_security: Any) -> str:
+def _operation(
+    path: str, method: str, op: Mapping[str, Any], default_security: Any, schemas: Mapping[str, Any]
+) -> str:
     anchor = _anchor("op", op.get("operationId") or f"{method}-{path}")
     html = [f'<section class=op id="{anchor}"><h3><span class="m {method}">{method.upper()}</span> '
             f"<code>{escape(path)}</code> <small>{_prose(op.get('summary', ''))}</small></h3>"]
@@ -101,13 +130,14 @@ def _operation(path: str, method: str, op: Mapping[str, Any], default_security: 
         html.append("</table>")
     body = op.get("requestBody")
     if body:
-        html.append(f"<h4>Request body</h4>{_content(body.get('content', {}))}")
+        note = f"<p>{_prose(body['description'])}</p>" if body.get("description") else ""
+        html.append(f"<h4>Request body</h4>{note}{_content(body.get('content', {}), schemas, expand=True)}")
     html.append("<h4>Responses</h4><dl>")
     for status, response in op.get("responses", {}).items():
         headers = ", ".join(f"<code>{escape(h)}</code>" for h in response.get("headers", {}))
         html.append(f"<dt>{escape(status)}</dt><dd>{_prose(response.get('description', ''))}"
                     + (f" — headers: {headers}" if headers else "")
-                    + _content(response.get("content", {})) + "</dd>")
+                    + _content(response.get("content", {}), schemas) + "</dd>")
     html.append("</dl></section>")
     return "".join(html)
 
@@ -132,7 +162,7 @@ def render_docs(document: Mapping[str, Any]) -> bytes:
         for path, method, op in ops:
             anchor = _anchor("op", op.get("operationId") or f"{method}-{path}")
             nav.append(f'<li><a href="#{anchor}">{method.upper()} {escape(path)}</a></li>')
-            body.append(_operation(path, method, op, default_security))
+            body.append(_operation(path, method, op, default_security, schemas))
         nav.append("</ul></li>")
     body.append('<h2 id="events">Server-Sent Events</h2><p>Each frame: <code>id</code> (position in the run, '
                 "from 1), <code>event</code> (the name), <code>data</code> (compact JSON of the schema below).</p>")

@@ -290,7 +290,7 @@ export interface Source {
   };
 }
 /**
- * A failure; always followed by `message_complete`.
+ * A failure; always followed by `message_complete` — except an `error` without an `id` (`storage_unavailable`): the replica serving the stream could not read the run's log, the stream ends there, and a reconnect with `Last-Event-ID` reads on.
  */
 export interface Error {
   message: string;

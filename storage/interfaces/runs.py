@@ -85,7 +85,12 @@ class RunStore(Protocol):
         self, owner: str, lease_s: float, *, expired_only: bool = True, limit: int = 100
     ) -> list[StoredRun]:
         """Atomically take the unfinished runs whose lease expired or that never had one
-        (every unfinished run when not ``expired_only``) for ``owner``; oldest first."""
+        (every unfinished run when not ``expired_only``) for ``owner``; oldest first. A
+        run another process held counts one more resume (``resumes``), in the claim."""
+        ...
+
+    async def count_resume(self, run_id: str) -> None:
+        """One more resume of a run carried on without a claim (a process without leases)."""
         ...
 
     async def renew(self, owner: str, run_ids: Sequence[str], lease_s: float) -> set[str]:

@@ -21,6 +21,23 @@ class TargetNotEmpty(MigrateError):
     pass
 
 
+class TargetUnusable(MigrateError):
+    """The target could not be opened or migrated (unreachable, no such database, no
+    right to create the ``vector`` extension): refused before anything was copied."""
+
+    @classmethod
+    def from_error(cls, exc: BaseException, target: str) -> TargetUnusable:
+        """The one line for a driver error ``exc`` met while opening ``target`` (shown
+        without its password)."""
+        said = " ".join(str(exc).split())[:300] or type(exc).__name__
+        if "extension" in said and "permission denied" in said:
+            return cls(
+                f"PostgreSQL {target} does not let this user create the vector extension (pgvector): {said}; "
+                "have a superuser run CREATE EXTENSION vector in that database once, then run migrate-db again"
+            )
+        return cls(f"cannot open the PostgreSQL {target}: {said}")
+
+
 class CountMismatch(MigrateError):
     def __init__(self, mismatches: list[tuple[str, int, int]]) -> None:
         self.mismatches = mismatches

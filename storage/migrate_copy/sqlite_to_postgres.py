@@ -21,6 +21,7 @@ from storage.migrate_copy.outcome import (
     SourceInUse,
     TableCount,
     TargetNotEmpty,
+    TargetUnusable,
 )
 from storage.migrate_copy.progress import ProgressFactory
 from storage.migrate_copy.source_guard import sqlite_in_use
@@ -66,6 +67,8 @@ async def copy_sqlite_to_postgres(
             target_version = await migrate_postgres(target_url)
         except SchemaTooNew as exc:
             raise MigrateError(f"PostgreSQL ({redact(target_url)}): {exc}") from exc
+        except (psycopg.Error, OSError) as exc:  # unreachable, no such database, no pgvector rights
+            raise TargetUnusable.from_error(exc, redact(target_url)) from exc
         if lite.schema_version != target_version:
             raise MigrateError(
                 f"schema versions differ: the SQLite file is at {lite.schema_version}, PostgreSQL "

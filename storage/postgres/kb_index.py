@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any
 
@@ -47,16 +46,13 @@ from storage.postgres.kb_ddl import POSTINGS_TEXT_INDEX, TSV_TEXT_INDEX, defer_i
 from storage.postgres.kb_filters_sql import POSTGRES_FILTERS
 from storage.postgres.kb_graph_builds import GraphUpkeep
 from storage.postgres.kb_text import TextRanker
+from storage.postgres.kb_vacuum import vacuum_after_load
 from storage.postgres.kb_vectors import EXACT_SCOPE_VECTORS, VectorSearch
 from storage.postgres.text_schema import POSTINGS_DEFERRED_SETTING
 from storage.sql import Tx
 from storage.stores.kb_index import SqlKBIndex
 
 log = logging.getLogger("agentchat.storage")
-
-#: How long the vacuum at a bulk load's end waits for the load's WAL to be flushed
-#: (``_vacuum_postings``).
-WAL_FLUSH_WAIT_S = 2.0
 
 #: During ``bulk_load``, a transaction that writes chunks posts them itself, set-wise
 #: (``_post_chunks``), and a first load builds the postings' B-tree once at its end;
@@ -306,12 +302,10 @@ class PostgresKBIndex(SqlKBIndex):
         read the heap for every posting (server CPU 22 → 8 ms per search once vacuumed).
         The vacuum visits only pages not yet all-visible (0.8 s for 4.4M postings).
 
-        First the WAL written so far must be flushed: with ``synchronous_commit`` off
-        (the tests' and the bench's server) a row whose commit record is not yet flushed
-        cannot be hinted committed, so the vacuum would leave its page unmarked. The WAL
-        writer flushes within three ``wal_writer_delay`` (200 ms by default); with
-        commits synchronous (PostgreSQL's default) it already is, and nothing waits.
-        Bounded by ``WAL_FLUSH_WAIT_S``: past it the vacuum marks what it can.
+        With ``synchronous_commit`` off a row whose commit (or any commit of its clog
+        group) is not yet flushed cannot be hinted committed, so the vacuum waits for the
+        WAL to be flushed and vacuums again while a pass left pages unmarked
+        (``kb_vacuum``, which says why).
 
         Upkeep, not part of the load: one that cannot run (a lock another session holds
         past ``lock_timeout``, a statement timeout, no connection) is logged and the
@@ -329,19 +323,13 @@ class PostgresKBIndex(SqlKBIndex):
 
     async def _vacuum_now(self) -> None:
         async with self._db.reading() as conn:
-            cur = await conn.execute("SELECT pg_current_wal_insert_lsn()")
-            row = await cur.fetchone()
-            deadline = time.monotonic() + WAL_FLUSH_WAIT_S
-            while row is not None:
-                cur = await conn.execute("SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", (row[0],))
-                flushed = await cur.fetchone()
-                if (flushed is not None and flushed[0]) or time.monotonic() > deadline:
-                    break
-                await asyncio.sleep(0.05)
-            # Analysed after: an analysis commits (asynchronously, there), and a commit not
-            # yet flushed holds off the hints of every transaction of its clog group.
-            await conn.execute("VACUUM kb_postings, kb_chunks")
-            await conn.execute("ANALYZE kb_postings")
+            unmarked = await vacuum_after_load(conn)
+        if unmarked:
+            log.info(
+                "the vacuum after a bulk load left %d postings pages unmarked (a concurrent writer, "
+                "or commits not yet flushed)",
+                unmarked,
+            )
 
     # ------------------------------------------------------------------ vectors
     async def iter_vectors(self, embed_model: str, dim: int) -> AsyncIterator[KBVectorRows]:

@@ -19,7 +19,7 @@ from storage.postgres.database import Conn, PostgresDatabase
 from storage.postgres.dialect import POSTGRES, PostgresSql
 from storage.postgres.notify_payload import encode_payload
 from storage.records import UNFINISHED, RunWrite
-from storage.stores.runs import EPOCH_AFTER_CLAIM, SqlRunStore
+from storage.stores.runs import EPOCH_AFTER_CLAIM, RESUMES_AFTER_CLAIM, SqlRunStore
 
 _NOW = POSTGRES.now
 
@@ -91,14 +91,15 @@ class PostgresRunStore(SqlRunStore):
         (returned: the take-over latency starts when the dead replica's lease expired),
         with the lease epoch the claiming statement left (``EPOCH_AFTER_CLAIM``)."""
         sql = POSTGRES.render(
-            f"UPDATE runs SET lease_owner = ?, lease_until = {_NOW} + ?, lease_epoch = {EPOCH_AFTER_CLAIM} FROM ("
+            f"UPDATE runs SET lease_owner = ?, lease_until = {_NOW} + ?, lease_epoch = {EPOCH_AFTER_CLAIM}, "
+            f"resumes = {RESUMES_AFTER_CLAIM} FROM ("
             f"SELECT id, lease_until FROM runs WHERE status = ANY(?) {self._expired(expired_only)} "
             "ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED) AS old WHERE runs.id = old.id "
             "RETURNING runs.id, old.lease_until, runs.lease_epoch"
         )
 
         async def tx(conn: Conn) -> dict[str, tuple[Any, int]]:
-            cur = await conn.execute(sql, (owner, float(lease_s), owner, list(UNFINISHED), limit))
+            cur = await conn.execute(sql, (owner, float(lease_s), owner, owner, list(UNFINISHED), limit))
             return {str(r[0]): (r[1], int(r[2])) for r in await cur.fetchall()}
 
         return await self._pg.transact(tx)

@@ -34,6 +34,13 @@ from storage.stores.event_log import event_log
 from storage.stores.run_rows import NOT_ENDED_SQL, UNFINISHED_SQL, columns, step_statements, stored_run
 
 _IN_CHUNK = 500
+#: A claim's new ``resumes`` (the one parameter: the claimer), in the claim's own
+#: statement: a run another process held (its lease expired: the process died or was cut
+#: off; or it was handed back at shutdown) is taken over, one more resume for
+#: ``RunInfo.resumes``. Not counted: a run nobody held (a decided or expired approval:
+#: parking hands the lease back) and a process taking back its own lapsed lease (its copy
+#: still runs). ``lease_owner`` is the row's value before this update (SQL's ``SET``).
+RESUMES_AFTER_CLAIM = "resumes + CASE WHEN lease_owner IS NOT NULL AND lease_owner <> ? THEN 1 ELSE 0 END"
 _KEY_SQL = "SELECT id FROM runs WHERE user_id = ? AND idempotency_key = ?"
 
 
@@ -265,6 +272,9 @@ class SqlRunStore(ApprovalWaits):
             await self.sql.execute(statements)
 
     async def count_resume(self, run_id: str) -> None:
+        """One more resume of ``run_id`` where it is carried on without a claim (a process
+        without leases, which carries on every unfinished run at start-up); a claim counts
+        its own (``RESUMES_AFTER_CLAIM``)."""
         await self.sql.execute([("UPDATE runs SET resumes = resumes + 1 WHERE id = ?", (run_id,))])
 
     # --- leases: which process executes which run -------------------------------------------
@@ -285,9 +295,9 @@ class SqlRunStore(ApprovalWaits):
         for rid, until in rows:
             row = yield (
                 "fetchone",
-                f"UPDATE runs SET lease_owner = ?, lease_until = {dialect.now} + ?, lease_epoch = {EPOCH_AFTER_CLAIM} "
-                "WHERE id = ? RETURNING lease_epoch",
-                (owner, float(lease_s), owner, rid),
+                f"UPDATE runs SET lease_owner = ?, lease_until = {dialect.now} + ?, lease_epoch = {EPOCH_AFTER_CLAIM}, "
+                f"resumes = {RESUMES_AFTER_CLAIM} WHERE id = ? RETURNING lease_epoch",
+                (owner, float(lease_s), owner, owner, rid),
             )
             taken[str(rid)] = (until, int(row[0]))
         return taken
@@ -350,4 +360,4 @@ class SqlRunStore(ApprovalWaits):
             await self.sql.execute(statements)
 
 
-__all__ = ["EPOCH_AFTER_CLAIM", "SqlRunStore"]
+__all__ = ["EPOCH_AFTER_CLAIM", "RESUMES_AFTER_CLAIM", "SqlRunStore"]

@@ -71,9 +71,12 @@ async def test_an_unreachable_postgresql_is_an_error_not_a_local_file(tmp_path: 
     url = f"postgresql://agent:s3cret@127.0.0.1:{free_port()}/agentchat"  # nothing listens there
     env = child_env({"AGENT_DB_PATH": str(sqlite_file), "AGENT_DATABASE_URL": url})
     (tmp_path / "a.md").write_text("# A\n\nText.\n")
-    for argv in (["buckets"], ["docs", "list"], ["ingest", str(tmp_path / "a.md"), "--quiet"],
-                 ["keywords", "prune", "--min-usage", "1", "--older-than", "1"]):
-        code, out, err = await agentchat(env, *argv)
+    commands = (["buckets"], ["docs", "list"], ["ingest", str(tmp_path / "a.md"), "--quiet"],
+                ["keywords", "prune", "--min-usage", "1", "--older-than", "1"])
+    # Side by side: each is a process of its own that starts the app's imports (~1 s of
+    # CPU, 4-5 s on a loaded machine) to fail at its first connect.
+    answers = await asyncio.gather(*(agentchat(env, *argv) for argv in commands))
+    for argv, (code, out, err) in zip(commands, answers, strict=True):
         assert code == 1, (argv, out, err)
         assert out == ""
         last = err.splitlines()[-1]

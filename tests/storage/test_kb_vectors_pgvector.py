@@ -44,14 +44,47 @@ def pgvector08_server() -> Iterator[TestPostgres]:
         server.stop()
 
 
+Corpus = tuple[np.ndarray, np.ndarray, list[int], list[int]]
+"""What ``_corpus`` wrote: the common chunks' centre, the rare vectors, and the chunk ids
+of buckets ``common`` and ``rare`` (a copy of the database keeps them)."""
+
+
+@pytest.fixture(scope="module")
+def corpora() -> Iterator[dict[str, tuple[TestPostgres, str, Corpus]]]:
+    """Per server: a database holding ``_corpus`` with its three graphs, written once for
+    the module (writing it and building its graphs was most of each test's time); every
+    test gets a copy of it (``CREATE DATABASE … TEMPLATE``), so one that drops a graph
+    changes nobody else's."""
+    built: dict[str, tuple[TestPostgres, str, Corpus]] = {}
+    try:
+        yield built
+    finally:
+        for server, name, _ in built.values():
+            server.drop_database(name)
+
+
 @pytest.fixture(params=["pgvector06", "pgvector08"])
-async def storage(request: pytest.FixtureRequest) -> AsyncIterator[PostgresStorage]:
+async def loaded(
+    request: pytest.FixtureRequest, corpora: dict[str, tuple[TestPostgres, str, Corpus]]
+) -> AsyncIterator[tuple[PostgresStorage, Corpus]]:
+    """A storage on a fresh copy of the corpus, its threshold 100 (as ``_corpus`` set it
+    before writing: every bucket past it, each with its graph)."""
     name = "pg_server" if request.param == "pgvector06" else "pgvector08_server"
     server: TestPostgres = request.getfixturevalue(name)
-    with server.database() as url:
+    if request.param not in corpora:
+        database = server.new_database()
+        writer = await open_postgres_storage(server.url(database))
+        try:
+            corpora[request.param] = (server, database, await _corpus(writer))
+        finally:
+            await writer.close()
+    _, template, corpus = corpora[request.param]
+    with server.database(template=template) as url:
         opened = await open_postgres_storage(url)
         try:
-            yield opened
+            opened.kb_index.exact_scope_vectors = 100
+            assert await asyncio.wait_for(opened.kb_index.graph_repair(), 60) == []  # every graph came along
+            yield opened, corpus
         finally:
             await opened.close()
 
@@ -76,9 +109,7 @@ def _unit(m: np.ndarray) -> np.ndarray:
     return (m / np.linalg.norm(m, axis=-1, keepdims=True)).astype(np.float32)
 
 
-async def _corpus(
-    storage: PostgresStorage, *, threshold: int = 100
-) -> tuple[np.ndarray, np.ndarray, list[int], list[int]]:
+async def _corpus(storage: PostgresStorage, *, threshold: int = 100) -> Corpus:
     """``COMMON`` chunks packed around one direction (bucket ``common``), ``RARE`` spread
     over the opposite hemisphere (bucket ``rare``), and both again in one bucket
     (``mixed``: the same vectors, documents ``mc*`` and ``mr*``). The threshold is set
@@ -108,14 +139,14 @@ async def _graphs(storage: PostgresStorage) -> set[str]:
 
 
 async def test_a_thin_scope_of_a_bucket_graph_far_from_the_query_gets_the_exact_answer_on_each_pgvector(
-    storage: PostgresStorage, request: pytest.FixtureRequest
+    loaded: tuple[PostgresStorage, Corpus], request: pytest.FixtureRequest
 ) -> None:
+    storage, (centre, rare, _ids_c, _ids_r) = loaded
     kb = storage.kb_index
     vs = kb._vectors
-    centre, rare, _ids_c, _ids_r = await _corpus(storage)
     assert await _graphs(storage) == {graph_name(DIM, b) for b in ("common", "rare", "mixed")}
     version = await vs.pgvector()
-    iterative = request.node.callspec.params["storage"] == "pgvector08"
+    iterative = request.node.callspec.params["loaded"] == "pgvector08"
     assert version.startswith("0.8.") if iterative else version.startswith(("0.6.", "0.7."))
     # The rare documents of the mixed bucket: a third of its graph, far from the query.
     scope = KBScope("mixed", doc_ids=[f"mr{i}" for i in range(RARE)])
@@ -169,12 +200,12 @@ async def test_a_thin_scope_of_a_bucket_graph_far_from_the_query_gets_the_exact_
 
 
 async def test_a_bucket_far_from_the_query_is_answered_by_its_own_graph_without_a_rerun(
-    storage: PostgresStorage,
+    loaded: tuple[PostgresStorage, Corpus],
 ) -> None:
     """The whole bucket is the graph: nothing of another bucket competes for its walk."""
+    storage, (centre, rare, _ids_c, ids_r) = loaded
     kb = storage.kb_index
     vs = kb._vectors
-    centre, rare, _ids_c, ids_r = await _corpus(storage)
     [part] = await vs.parts(KBScope("rare"), "m", DIM, 10)
     assert part.graph == "rare" and not part.plan.exact and part.where == ()
     # Nothing of the walk is filtered out: a plain scan as wide as the pool (10 x 10), on
@@ -191,11 +222,11 @@ async def test_a_bucket_far_from_the_query_is_answered_by_its_own_graph_without_
 
 
 async def test_an_unscoped_search_merges_every_bucket_graph_and_agrees_with_the_exact_one(
-    storage: PostgresStorage,
+    loaded: tuple[PostgresStorage, Corpus],
 ) -> None:
+    storage, (centre, _rare, _ids_c, _ids_r) = loaded
     kb = storage.kb_index
     vs = kb._vectors
-    centre, _rare, _ids_c, _ids_r = await _corpus(storage)
     rng = np.random.default_rng(9)
     for query in [_unit(centre + 0.05 * rng.normal(size=DIM)), _unit(rng.normal(size=DIM))]:
         parts = await vs.parts(KBScope(), "m", DIM, 10)

@@ -217,3 +217,29 @@ async def test_a_direct_commit_of_a_stale_copy_raises_lease_lost(store_engine: A
         await runs.commit(_step(1, "message_complete", "A", 0, finished=True))
     await runs.commit(_step(1, "run_resumed", "A", new))
     assert [e.event for e in await runs.events_after("r", 0)] == ["run_resumed"]
+
+
+async def test_a_claim_of_a_run_another_process_held_counts_a_resume(store_engine: Any) -> None:
+    """``RunInfo.resumes`` (``GET /v1/agent/runs/{id}``) counts the take-overs, written by
+    the claim itself: a dead process's run (its lease expired), a run handed back at
+    shutdown. Not a run nobody held (never leased, or a parked approval handed back), nor
+    a process taking back its own lapsed lease."""
+    runs, history = store_engine.runs, store_engine.history
+
+    async def resumes(run_id: str) -> int:
+        view = await history.run("alice", run_id)
+        assert view is not None
+        return int(view.resumes)
+
+    await runs.create(leased("dead", "A", lease_s=0.1))
+    await runs.create(leased("never", None))
+    claimed = await claim_until(runs, "B", "dead")  # A died: B takes it over
+    assert claimed["dead"].resumes == 1 and await resumes("dead") == 1
+    assert await resumes("never") == 0  # nobody held it: started, not resumed
+    await runs.claim("B", 5, expired_only=False)  # B takes back its own lease: no resume
+    assert await resumes("dead") == 1
+    await runs.claim("C", 5, expired_only=False)  # a lone process's start-up takes everything
+    assert await resumes("dead") == 2 and await resumes("never") == 1
+    await runs.release_leases("C", ["dead"])  # C stops; the next one carries it on
+    assert [r.id for r in await runs.claim("D", 5)] == ["dead"]
+    assert await resumes("dead") == 3

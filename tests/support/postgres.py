@@ -24,6 +24,7 @@ install, and the tests that asked for PostgreSQL fail.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import importlib.util
 import os
@@ -32,6 +33,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,6 +150,9 @@ class TestPostgres:
         self._dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._counter = 0
+        self._names = threading.Lock()
+        #: The next migrated database, being made in the background (``_prefetch``).
+        self._spare: concurrent.futures.Future[str] | None = None
 
     # --- the server ---------------------------------------------------------------
 
@@ -243,6 +248,10 @@ class TestPostgres:
             proc.wait(5)
 
     def stop(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:  # a copy under way ends before the server does; unused, it goes
+            with contextlib.suppress(Exception):
+                self.drop_database(spare.result(timeout=ADMIN_STATEMENT_GUARD_S))
         self._kill()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
@@ -294,8 +303,6 @@ class TestPostgres:
         # Its own event loop on its own thread: the caller may be inside a running loop.
         # A daemon thread joined with a deadline (an executor's exit would join without
         # one); the migration's own timeout normally ends it first, with its traceback.
-        import threading
-
         failure: list[BaseException] = []
 
         def run() -> None:
@@ -316,21 +323,49 @@ class TestPostgres:
                 ) from failure[0]
             raise failure[0]
 
-    def new_database(self, *, empty: bool = False) -> str:
-        """A fresh database (migrated, unless ``empty``); returns its name."""
-        self._counter += 1
-        name = f"agentchat_test_{os.getpid()}_{self._counter}"
-        self.admin(f'CREATE DATABASE "{name}" TEMPLATE "{"template0" if empty else TEMPLATE_DB}"')
+    def new_database(self, *, empty: bool = False, template: str | None = None) -> str:
+        """A fresh database (migrated, unless ``empty``; a copy of database ``template``
+        if given: a loaded corpus built once, copied per test); returns its name.
+
+        A migrated one was made in the background while the previous test ran, and the
+        next is started now: copying the template costs ~0.3 s of the server's CPU and
+        0.6-1.4 s of wall time on a loaded 2-core machine, for each of some 250 tests."""
+        if empty or template is not None:
+            return self._create(template or "template0")
+        spare, self._spare = self._spare, None
+        name = spare.result(timeout=ADMIN_STATEMENT_GUARD_S + 30) if spare is not None else self._create(TEMPLATE_DB)
+        self._prefetch()
         return name
+
+    def _create(self, source: str) -> str:
+        with self._names:
+            self._counter += 1
+            name = f"agentchat_test_{os.getpid()}_{self._counter}"
+        self.admin(f'CREATE DATABASE "{name}" TEMPLATE "{source}"')
+        return name
+
+    def _prefetch(self) -> None:
+        """The next migrated database, made on a thread of its own (a failure is raised
+        by the ``new_database`` that takes it)."""
+        future: concurrent.futures.Future[str] = concurrent.futures.Future()
+
+        def make() -> None:
+            try:
+                future.set_result(self._create(TEMPLATE_DB))
+            except BaseException as exc:  # handed to whoever takes it
+                future.set_exception(exc)
+
+        threading.Thread(target=make, name="pg-next-database", daemon=True).start()
+        self._spare = future
 
     def drop_database(self, name: str) -> None:
         with contextlib.suppress(Exception):
             self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     @contextlib.contextmanager
-    def database(self, *, empty: bool = False) -> Iterator[str]:
+    def database(self, *, empty: bool = False, template: str | None = None) -> Iterator[str]:
         """``with server.database() as url:`` a fresh database, dropped afterwards."""
-        name = self.new_database(empty=empty)
+        name = self.new_database(empty=empty, template=template)
         try:
             yield self.url(name)
         finally:

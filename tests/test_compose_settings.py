@@ -1,0 +1,55 @@
+"""``docker-compose.yml`` publishes the replicas' port (nginx, 8080): the settings it gives
+them must be safe as they stand. It defaulted ``AGENT_AUTH`` to ``none`` (one demo user
+for everyone, which docs/security.md says never to expose) and passed no
+``AGENT_ADMIN_USERS`` (in jwt mode nobody could use the knowledge-base admin routes).
+Here the agent's environment is resolved as compose resolves it (``${VAR:-default}``,
+``${VAR:?message}``) from what an operator exports, and read by ``Settings.from_env``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app.config import ConfigError, Settings
+
+COMPOSE = Path(__file__).resolve().parents[1] / "docker-compose.yml"
+_VAR = re.compile(r"\$\{(\w+)(?::([-?])([^}]*))?\}")
+
+
+def agent_environment(exported: dict[str, str]) -> dict[str, str]:
+    """The agent replicas' environment with ``exported`` in the shell, as compose makes it."""
+    spec: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    env = spec["x-agent"]["environment"]
+
+    def resolve(match: re.Match[str]) -> str:
+        name, how, rest = match.group(1), match.group(2), match.group(3) or ""
+        value = exported.get(name, "")
+        if how == "?" and not value:
+            raise ValueError(f"compose refuses to start: {rest}")
+        return value if value or how != "-" else rest
+
+    return {k: _VAR.sub(resolve, str(v).replace("$$", "$")) for k, v in env.items()}
+
+
+def test_the_published_replicas_check_callers_by_default() -> None:
+    env = agent_environment({"AGENT_SECRET_KEY": "k" * 44})
+    assert env["AGENT_AUTH"] == "jwt"
+    with pytest.raises(ConfigError, match="AGENT_AUTH=jwt needs AGENT_JWT_SECRET"):
+        Settings.from_env(env)  # no way to check tokens: refused at start, in one line
+
+
+def test_jwt_and_admin_users_reach_the_replicas() -> None:
+    exported = {"AGENT_SECRET_KEY": "k" * 44, "AGENT_JWT_SECRET": "j" * 44, "AGENT_ADMIN_USERS": "alice,bob"}
+    env = agent_environment(exported)
+    settings = Settings.from_env(env)
+    assert settings.auth == "jwt" and settings.jwt_secret == "j" * 44
+    assert settings.admin_users == ("alice", "bob")
+
+
+def test_a_demo_without_auth_is_asked_for_explicitly() -> None:
+    env = agent_environment({"AGENT_SECRET_KEY": "k" * 44, "AGENT_AUTH": "none"})
+    assert Settings.from_env(env).auth == "none"

@@ -1,0 +1,88 @@
+"""``agentchat serve`` that cannot start says why in one line (exit code 3), as the other
+commands do, instead of a JSON traceback and a bare "the service did not start": the
+database unreachable, a database that does not exist, PostgreSQL without
+``AGENT_SECRET_KEY``, a user that may not create the ``vector`` extension. The traceback
+is still there at ``AGENT_LOG_LEVEL=debug``. Real processes, a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from pathlib import Path
+
+from tests.support.postgres import TestPostgres
+from tests.support.server import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = "replicas-share-this-key-0123456789"
+
+
+async def _serve(tmp_path: Path, **env: str) -> tuple[int, str]:
+    full = {
+        **os.environ,
+        "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"),
+        "AGENT_LLM_PROVIDER": "extractive",
+        "AGENT_EMBEDDER": "hashing",
+        "AGENT_LOG_FORMAT": "text",
+        **env,
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(free_port()), "--no-backend",
+        cwd=ROOT, env=full, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), 120)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(errors="replace")
+
+
+def _one_line(rc: int, out: str, *needles: str) -> None:
+    assert rc == 3, (rc, out)
+    assert "Traceback" not in out, out
+    said = [line for line in out.splitlines() if "the service did not start" in line]
+    assert len(said) == 1, out
+    for needle in needles:
+        assert needle in said[0], (needle, said[0])
+    assert len(out.splitlines()) <= 6, out
+
+
+async def test_an_unreachable_database_is_one_line(tmp_path: Path) -> None:
+    rc, out = await _serve(tmp_path, AGENT_DATABASE_URL="postgresql://postgres@127.0.0.1:9/agent", AGENT_SECRET_KEY=KEY)
+    _one_line(rc, out, "cannot open the PostgreSQL postgresql://***@127.0.0.1:9/agent", "Connection refused")
+
+
+async def test_the_traceback_is_kept_at_debug_level(tmp_path: Path) -> None:
+    rc, out = await _serve(
+        tmp_path, AGENT_DATABASE_URL="postgresql://postgres@127.0.0.1:9/agent", AGENT_SECRET_KEY=KEY,
+        AGENT_LOG_LEVEL="debug",
+    )
+    assert rc == 3 and "Traceback" in out and "OperationalError" in out, out
+
+
+async def test_a_missing_database_no_key_and_no_pgvector_rights_are_one_line(
+    tmp_path: Path, pg_server: TestPostgres
+) -> None:
+    rc, out = await _serve(tmp_path, AGENT_DATABASE_URL=pg_server.url("no_such_db"), AGENT_SECRET_KEY=KEY)
+    _one_line(rc, out, "cannot open the PostgreSQL", 'database "no_such_db" does not exist')
+
+    with pg_server.database(empty=True) as url:
+        rc, out = await _serve(tmp_path, AGENT_DATABASE_URL=url)
+        _one_line(rc, out, "PostgreSQL needs AGENT_STREAM_TOKEN_SECRET or AGENT_SECRET_KEY")
+
+    role = f"weak_{uuid.uuid4().hex[:8]}"
+    name = pg_server.new_database(empty=True)
+    try:
+        pg_server.admin(f"CREATE ROLE {role} LOGIN")
+        pg_server.admin(f'ALTER DATABASE "{name}" OWNER TO {role}')
+        weak = f"postgresql://{role}@{pg_server.host}:{pg_server.port}/{name}"
+        rc, out = await _serve(tmp_path, AGENT_DATABASE_URL=weak, AGENT_SECRET_KEY=KEY)
+        _one_line(rc, out, "create the vector extension (pgvector)", "CREATE EXTENSION vector")
+    finally:
+        pg_server.drop_database(name)
+        pg_server.admin(f"DROP ROLE IF EXISTS {role}")
