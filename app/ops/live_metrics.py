@@ -99,7 +99,7 @@ class LiveCollector:
             )
             yield _counter(
                 "agentchat_run_log_settle_failures",
-                "Settles of SQLite's live log that failed (the next one retries).",
+                "Settles of SQLite's live log that failed (the timer tries again).",
                 settles.failures,
             )
             yield _counter(
@@ -109,7 +109,7 @@ class LiveCollector:
             )
             yield _counter(
                 "agentchat_run_log_dropped_rows",
-                "Live-log rows left out of a reconciled run (a seq already written).",
+                "Live-log rows left out of a reconciled run (a seq already written, or after its first ending).",
                 settles.dropped_rows,
             )
         if s.rate_limit_fallbacks is not None:
