@@ -101,11 +101,17 @@ def child(
     pg_pid: int | None = None,
     first: int | None = None,
 ) -> dict[str, Any]:
-    sys.path.insert(0, str(tree))
     import numpy as np
 
+    # The corpus module first: importing it puts this tree's root first on sys.path,
+    # which made every child import this tree's code whatever tree it was given.
     corpus = _corpus_module()
+    sys.path.insert(0, str(tree))
+    import knowledge
     from knowledge.kb import KBConfig, KnowledgeBase
+
+    if not Path(knowledge.__file__).resolve().is_relative_to(tree):
+        raise SystemExit(f"the child for {tree} imported {knowledge.__file__}")
 
     kb_dir = Path(tempfile.mkdtemp(dir=workdir))
 

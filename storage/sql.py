@@ -9,7 +9,7 @@ renders it and decides *where*.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
 from storage.dialect import Dialect, Statement
@@ -109,6 +109,16 @@ class SqlEngine:
         (``time.monotonic()``): a request not yet acknowledged stops waiting there
         (``app/server/storage_budget.py``); without one the engine's write retry applies."""
         raise NotImplementedError
+
+    async def transact_whole(
+        self, fn: Callable[[Tx], Coroutine[Any, Any, T]], *, deadline: float | None = None
+    ) -> T:
+        """``transact`` for an ``fn`` that awaits nothing but its ``Tx`` (and coroutines
+        that do the same): an engine may then run it whole where its connection lives.
+        SQLite runs it on the writer's own thread in one hop instead of one hop per
+        statement, each of which waited for the event loop (busy preparing the next
+        ingest batch) before the writer could go on; PostgreSQL runs it as ``transact``."""
+        return await self.transact(fn, deadline=deadline)
 
     async def transact_plan(self, make: Callable[[Dialect], Plan[T]], *, deadline: float | None = None) -> T:
         """``transact`` for a ``Plan`` (made afresh for each attempt)."""

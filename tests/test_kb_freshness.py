@@ -198,6 +198,11 @@ class _GatedWrites:
         await self.gate.wait()
         return await self._sql.transact(fn, **kw)
 
+    async def transact_whole(self, fn: Any, **kw: Any) -> Any:
+        self.waiting.set()
+        await self.gate.wait()
+        return await self._sql.transact_whole(fn, **kw)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sql, name)
 

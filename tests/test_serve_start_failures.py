@@ -86,3 +86,24 @@ async def test_a_missing_database_no_key_and_no_pgvector_rights_are_one_line(
     finally:
         pg_server.drop_database(name)
         pg_server.admin(f"DROP ROLE IF EXISTS {role}")
+
+
+async def test_a_statement_failing_on_an_opened_database_is_not_cannot_open(
+    tmp_path: Path, pg_server: TestPostgres
+) -> None:
+    """A database that opens but where a statement of the start-up fails (here a table
+    ``runs`` of someone else's, without the columns the migration indexes) is not
+    "cannot open the PostgreSQL": the line says a statement failed, with its SQLSTATE,
+    and its traceback follows at ERROR (a migration's SQL may be the bug); a traceback
+    only at DEBUG and "cannot open" before."""
+    import psycopg
+
+    with pg_server.database(empty=True) as url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE runs (id text PRIMARY KEY, note text)")
+        rc, out = await _serve(tmp_path, AGENT_DATABASE_URL=url, AGENT_SECRET_KEY=KEY)
+    said = [line for line in out.splitlines() if "the service did not start" in line]
+    assert rc == 3 and len(said) == 1, out
+    assert "cannot open" not in said[0], said[0]
+    assert "a start-up statement failed on the PostgreSQL" in said[0] and "SQLSTATE" in said[0], said[0]
+    assert "Traceback" in out, out

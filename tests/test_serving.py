@@ -140,6 +140,40 @@ def test_the_reload_watch_says_when_the_app_never_answers() -> None:
     assert said == []
 
 
+def test_the_reload_watch_asks_the_app_itself_not_a_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer with ``HTTP_PROXY`` in the environment (no ``NO_PROXY`` for loopback)
+    never saw "serving on": the probe of ``127.0.0.1`` went to the proxy."""
+    import http.server
+    import threading
+
+    from app.cli.reload_ready import answers
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    with socket.socket() as closed:  # a proxy address nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        dead_proxy = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    app = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    thread = threading.Thread(target=app.serve_forever, daemon=True)
+    thread.start()
+    try:
+        for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+            monkeypatch.setenv(name, dead_proxy)
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        assert answers(f"http://127.0.0.1:{app.server_port}/healthz", timeout_s=5)
+    finally:
+        app.shutdown()
+        app.server_close()
+        thread.join(5)
+
+
 @pytest.mark.slow  # real `agentchat serve` processes
 async def test_a_taken_port_is_one_line_and_exit_code_1(tmp_path: Path) -> None:
     with socket.socket() as taken:

@@ -71,9 +71,13 @@ def _open_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def _first_line(exc: BaseException) -> str:
+def _first_line(exc: BaseException, target: str | Path) -> str:
+    """The error's text on one line, without the target's password (libpq quotes the
+    part of a URL it cannot parse, the password included)."""
+    from app.ops.masking import without_url_secrets
+
     text = " ".join(str(exc).split()) or type(exc).__name__
-    return text[:300]
+    return without_url_secrets(text, str(target))[:300]
 
 
 async def open_cli_storage(settings: Settings, *, create: bool) -> Any:
@@ -89,7 +93,7 @@ async def open_cli_storage(settings: Settings, *, create: bool) -> Any:
             target, write_retry_s=settings.db_write_retry_s, max_connections=CLI_MAX_CONNECTIONS
         )
     except _open_errors() as exc:
-        raise StorageUnavailable(f"cannot open the {describe_target(target)}: {_first_line(exc)}") from exc
+        raise StorageUnavailable(f"cannot open the {describe_target(target)}: {_first_line(exc, target)}") from exc
 
 
 async def open_cli_kb(settings: Settings, embedder: Any, *, create: bool) -> Any:
@@ -106,7 +110,7 @@ async def open_cli_kb(settings: Settings, embedder: Any, *, create: bool) -> Any
             target, embedder, write_retry_s=settings.db_write_retry_s, max_connections=CLI_MAX_CONNECTIONS
         )
     except _open_errors() as exc:
-        raise StorageUnavailable(f"cannot open the {describe_target(target)}: {_first_line(exc)}") from exc
+        raise StorageUnavailable(f"cannot open the {describe_target(target)}: {_first_line(exc, target)}") from exc
 
 
 __all__ = [

@@ -39,6 +39,7 @@ def add_migrate_command(sub: Any) -> None:
 async def run_migrate_db(args: argparse.Namespace, settings: Settings) -> int:
     import psycopg
 
+    from app.ops.masking import without_url_secrets
     from storage.migrate_copy.outcome import CountMismatch, MigrateError, SourceInUse, TargetNotEmpty
     from storage.migrate_copy.progress import LineProgress, TqdmProgress
     from storage.migrate_copy.sqlite_to_postgres import copy_sqlite_to_postgres
@@ -62,10 +63,10 @@ async def run_migrate_db(args: argparse.Namespace, settings: Settings) -> int:
         print(f"agentchat migrate-db: refused: {exc}", file=sys.stderr)
         return 2
     except MigrateError as exc:  # TargetUnusable among them: the target unreachable or without pgvector
-        print(f"agentchat migrate-db: {exc}", file=sys.stderr)
+        print(f"agentchat migrate-db: {without_url_secrets(str(exc), args.to)}", file=sys.stderr)
         return 2
     except (psycopg.Error, OSError) as exc:  # the database went away during the copy
-        said = " ".join(str(exc).split())[:300] or type(exc).__name__
+        said = without_url_secrets(" ".join(str(exc).split())[:300] or type(exc).__name__, args.to)
         print(f"agentchat migrate-db: the copy failed: {said}; run it again to resume", file=sys.stderr)
         return 1
     for t in report.tables:

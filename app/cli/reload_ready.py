@@ -30,11 +30,13 @@ def probe_url(host: str, port: int) -> str:
 
 
 def answers(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
-    """Whether the app answers ``url`` with 200 (its start-up complete)."""
+    """Whether the app answers ``url`` with 200 (its start-up complete). Asked directly,
+    never through ``HTTP_PROXY``: the app is on this machine's port, which a proxy
+    elsewhere cannot reach (with one set, "serving on" never came)."""
     import httpx
 
     try:
-        return httpx.get(url, timeout=timeout_s).status_code == 200
+        return httpx.get(url, timeout=timeout_s, trust_env=False).status_code == 200
     except httpx.HTTPError:
         return False
 

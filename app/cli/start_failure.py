@@ -80,6 +80,11 @@ def explain(exc: BaseException, settings: Settings) -> str:
             f"the {target} does not let this user create the vector extension (pgvector): {_first_line(exc)}; "
             "have a superuser run CREATE EXTENSION vector in that database once, then start again"
         )
+    if psycopg is not None and _statement_failed(exc):
+        return (
+            f"a start-up statement failed on the {target}: {_first_line(exc)} "
+            f"(SQLSTATE {getattr(exc, 'sqlstate', None)}; its traceback follows)"
+        )
     if psycopg is not None and isinstance(exc, psycopg.Error):
         return f"cannot open the {target}: {_first_line(exc)}"
     if isinstance(exc, OSError):
@@ -87,16 +92,45 @@ def explain(exc: BaseException, settings: Settings) -> str:
     return f"{type(exc).__name__}: {_first_line(exc)}"
 
 
+def _statement_failed(exc: BaseException) -> bool:
+    """Whether the server refused a statement of the start-up (a ``psycopg`` error with a
+    SQLSTATE outside the connection's): the database was opened, so it is not "cannot
+    open" - a migration's SQL of ours, or a database not in the state it expects. A
+    connection's failure is an ``OperationalError``; a URL libpq cannot parse has no
+    SQLSTATE; a right the user lacks (the pgvector extension's, the schema's) is the
+    operator's to grant, said in one line as before (``explain``)."""
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - the postgres extra is not installed
+        return False
+    operators = psycopg.OperationalError | psycopg.errors.InsufficientPrivilege
+    if not isinstance(exc, psycopg.Error) or isinstance(exc, operators):
+        return False
+    return exc.sqlstate is not None
+
+
 def report(watch: StartupWatch, settings: Settings, code: Any) -> None:
-    """The start-up failed: one line, the traceback only at DEBUG."""
+    """The start-up failed: one line, the traceback only at DEBUG - but at ERROR after the
+    line when a statement failed on an opened database (``_statement_failed``): that is
+    no operator's setting to fix but a statement to find, perhaps a bug of ours."""
     if watch.failure is None:
         log.error("the service did not start", extra={"code": code})
         return
-    log.debug("the start-up's exception", exc_info=watch.failure)
+    from app.ops.masking import SecretScrubber, without_url_secrets
+
+    if not _statement_failed(watch.failure):
+        log.debug("the start-up's exception", exc_info=watch.failure)
+    # Logged after the app's scrubber is gone: its credentials are masked here (a URL
+    # libpq could not parse is quoted in its error, the password with it).
+    said = SecretScrubber(settings.secret_values()).text(
+        without_url_secrets(explain(watch.failure, settings), settings.database_url)
+    )
     log.error(
-        f"the service did not start: {explain(watch.failure, settings)}",
+        f"the service did not start: {said}",
         extra={"code": code, "error_type": type(watch.failure).__name__},
     )
+    if _statement_failed(watch.failure):
+        log.error("the start-up statement's traceback", exc_info=watch.failure)
 
 
 __all__ = ["StartupWatch", "explain", "report"]

@@ -140,6 +140,18 @@ class SecretScrubber:
         return value
 
 
+def without_url_secrets(text: str, *urls: str | None) -> str:
+    """``text`` (a driver's error about ``urls``) with their passwords and userinfo masked.
+
+    libpq quotes the part of a connection URL it cannot parse, the password included
+    (``invalid percent-encoded token: "p%zz…"``, ``unexpected spaces found in "…"``),
+    and the CLI's one-line errors and ``serve``'s start-up line print that text after
+    the log's own scrubber is gone (or where there is none). ``SecretScrubber``'s length
+    rule holds: a password as short as ``agent`` (docker-compose's, also its user and
+    database names) would mask the names the line is about and protect nothing."""
+    return SecretScrubber([v for url in urls for v in url_secrets(url)]).text(text)
+
+
 __all__ = [
     "MASK",
     "SecretScrubber",
@@ -148,4 +160,5 @@ __all__ = [
     "mask_url",
     "mask_urls_in",
     "url_secrets",
+    "without_url_secrets",
 ]

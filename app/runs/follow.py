@@ -26,7 +26,7 @@ from storage.errors import StorageUnavailable
 from storage.interfaces import RunStore
 from storage.records import TERMINAL_EVENT, UNFINISHED, RunEvent
 
-__all__ = ["UNREADABLE", "Batches", "Followed", "Following", "LiveRuns", "follow", "follow_here"]
+__all__ = ["UNREADABLE", "Batches", "Followed", "Following", "LiveRuns", "follow", "follow_here", "unreadable"]
 
 log = logging.getLogger("agentchat.runs")
 
@@ -182,7 +182,7 @@ class _Unlogged(RunEvent):
         return b"event: %s\ndata: %s\n\n" % (self.event.encode(), self.data.encode())
 
 
-def _unreadable(run_id: str, exc: StorageUnavailable) -> list[Followed]:
+def unreadable(run_id: str, exc: StorageUnavailable) -> list[Followed]:
     """The end of a stream whose follower cannot read the run's log: ``error``
     (``storage_unavailable``), then the stream's clean end, as a follower of a run of
     this process ends when the store fails it (``Run._storage_failed``) — but without
@@ -204,7 +204,7 @@ async def _remote(remote: RemoteRuns, run_id: str, after: int, idle: float) -> B
         async for batch in batches:
             yield None if batch is None else [Followed(ev) for ev in batch]
     except StorageUnavailable as exc:
-        yield _unreadable(run_id, exc)
+        yield unreadable(run_id, exc)
     finally:
         await batches.aclose()  # leave the shared tail now, not when collected
 
@@ -218,5 +218,5 @@ async def _stored(store: RunStore, run_id: str, page: list[RunEvent]) -> Batches
         try:
             page = await store.events_after(run_id, page[-1].seq)
         except StorageUnavailable as exc:
-            yield _unreadable(run_id, exc)
+            yield unreadable(run_id, exc)
             return

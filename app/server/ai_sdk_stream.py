@@ -48,8 +48,10 @@ async def _stream(ui: UIChunks, source: Batches) -> AsyncIterator[bytes]:
         yield part
     if not ui.done and ui.awaiting_approval:  # parked for a decision: the message ends here
         yield frames(ui.paused())
-    elif not ui.done:  # released at shutdown: the next process carries the run on
+    elif not ui.done and "error_code" not in ui.metadata:  # released at shutdown: the next process carries it on
         yield frames(ui.released())
+    # An error and no ending: the follower could not read the run's log (its ``error``
+    # already closed the text and the calls, and says to resume); no second error.
     yield DONE
 
 

@@ -47,9 +47,11 @@ _INSERT_CHUNK = (
 #: statement (``executemany``) wrote one segment per chunk, then merged them. And every
 #: statement's step lets go of the GIL and must win it back from the event loop, busy
 #: preparing the next batch meanwhile (20k plain rows beside a busy thread: 493 ms row by
-#: row, 284 ms 250 rows a statement). 250 rows flush and hand over 250x less often;
-#: larger statements gained nothing more (issue 24, bench/ingest_ab.py).
-ROWS_PER_INSERT = 250
+#: row, 284 ms 250 rows a statement). Since a write runs whole on the writer's thread
+#: (``SqlEngine.transact_whole``), 2,000 rows a statement - an ingest batch's whole table
+#: in one statement - cost 159-166 us of CPU a chunk at 100k against 203-214 with 250
+#: (fewer FTS5 segments to merge, fewer GIL hand-backs; bench/ingest_ab.py, issue 24).
+ROWS_PER_INSERT = 2000
 #: Bound parameters per statement, under SQLite's limit (32,766): a bucket with many
 #: typed fields gets fewer rows a statement.
 MAX_PARAMETERS = 30_000

@@ -20,8 +20,8 @@ recorded as this process's then.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from storage.sql import SqlEngine, Tx
 
@@ -54,7 +54,7 @@ class WrittenHere:
         #: Everything up to this was taken in by the reader (``forget``): no keeping.
         self._upto = 0
 
-    async def write(self, sql: SqlEngine, run: Callable[[Tx], Awaitable[T]]) -> T:
+    async def write(self, sql: SqlEngine, run: Callable[[Tx], Coroutine[Any, Any, T]]) -> T:
         """``run`` in one transaction of ``sql`` that also counts the generation up."""
         bumped: list[int] = []
 
@@ -68,7 +68,8 @@ class WrittenHere:
             return out, generation
 
         try:
-            out, generation = await sql.transact(counted)
+            # Awaits only its Tx: SQLite runs it whole on the writer's thread (one hop).
+            out, generation = await sql.transact_whole(counted)
         finally:
             for g in bumped:
                 self._pending.discard(g)

@@ -175,7 +175,7 @@ class SqlKBIndex(KBReads):
         async def run(tx: Tx) -> None:
             await tx.executemany("UPDATE kb_documents SET file_stamp = ? WHERE id = ?", [(s, i) for i, s in stamps])
 
-        await self._sql.transact(run)
+        await self._sql.transact_whole(run)
 
     @contextlib.asynccontextmanager
     async def bulk_load(self) -> AsyncIterator[None]:

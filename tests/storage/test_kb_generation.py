@@ -153,6 +153,10 @@ class _HeldBeforeCommit:
 
         return await self._sql.transact(held, **kw)
 
+    async def transact_whole(self, fn: Any, **kw: Any) -> Any:
+        """Held on the event loop (a wait there cannot run on SQLite's writer thread)."""
+        return await self.transact(fn, **kw)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sql, name)
 

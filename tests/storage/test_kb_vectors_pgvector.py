@@ -26,6 +26,10 @@ from storage.postgres import PostgresStorage, open_postgres_storage
 from storage.postgres.kb_graphs import graph_name
 from tests.support.postgres import PostgresUnavailable, TestPostgres, pgvector08_bin
 
+# Its servers come through request.getfixturevalue, which the marker hook in tests/conftest.py
+# cannot see: marked here so `make test-fast` leaves the module out like every PostgreSQL test.
+pytestmark = pytest.mark.postgres
+
 DIM = 16
 COMMON, RARE = 2000, 1000
 

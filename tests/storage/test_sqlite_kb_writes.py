@@ -5,6 +5,9 @@ and rewrites and deletes must leave no stale terms behind."""
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,6 +15,7 @@ from typing import Any
 import aiosqlite
 import numpy as np
 import orjson
+import pytest
 
 from knowledge.buckets import typed_values
 from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBScope, KBTextTuning
@@ -75,7 +79,8 @@ async def test_batched_chunk_inserts_index_exactly_what_a_rebuild_does(tmp_path:
         await kb.create_bucket("default", {}, typed_row=typed_values)
         # One write of several full statements and a partial one, in documents that
         # straddle the statements' boundaries.
-        docs = [_document(d, 7 + d % 5) for d in range(90)]
+        n = 2 * ROWS_PER_INSERT // 9 + 10  # ~9 chunks a document: more than two statements' worth
+        docs = [_document(d, 7 + d % 5) for d in range(n)]
         total = sum(len(d.chunks) for d in docs)
         assert total > 2 * ROWS_PER_INSERT and total % ROWS_PER_INSERT
         ids = await kb.write_documents("default", {}, docs)
@@ -106,8 +111,8 @@ async def test_batched_chunk_inserts_index_exactly_what_a_rebuild_does(tmp_path:
 
         # Rewritten documents (new text, other chunk counts) and deleted ones leave no
         # stale terms: the index still equals its rebuild, and old terms find nothing.
-        await kb.write_documents("default", {}, [_document(d, 3 + d % 9, version=1) for d in range(0, 90, 3)])
-        await kb.delete_documents([f"doc-{d}" for d in range(1, 90, 3)])
+        await kb.write_documents("default", {}, [_document(d, 3 + d % 9, version=1) for d in range(0, n, 3)])
+        await kb.delete_documents([f"doc-{d}" for d in range(1, n, 3)])
         assert await db.fetchall("SELECT rowid FROM kb_chunks_fts WHERE kb_chunks_fts MATCH '\"uniq3x0v0\"'") == []
         assert await db.fetchall("SELECT rowid FROM kb_chunks_fts WHERE kb_chunks_fts MATCH '\"uniq4x0v0\"'") == []
         assert len(await db.fetchall("SELECT rowid FROM kb_chunks_fts WHERE kb_chunks_fts MATCH '\"uniq3x0v1\"'")) == 1
@@ -141,3 +146,51 @@ async def test_documents_and_typed_fields_of_a_wide_bucket_are_written_whole(tmp
         typed = await kb._db.fetchall('SELECT * FROM "meta_wide" ORDER BY doc_id')
         assert [tuple(r) for r in typed] == sorted((d.id, *d.typed) for d in docs)
         assert await kb.count_documents(KBScope(bucket="wide")) == len(docs)
+
+
+async def test_a_document_write_commits_while_the_event_loop_is_busy(tmp_path: Path) -> None:
+    """A knowledge-base write runs whole on the writer's thread (``transact_whole``): it
+    commits while the event loop is busy (an ingest preparing its next batch), where one
+    hop per statement made each statement wait for the loop first."""
+    async with opened_storage(tmp_path / "kb.db") as storage:
+        kb = storage.kb_index
+        db = kb._db
+        await kb.create_bucket("default", {}, typed_row=typed_values)
+        docs = [_document(d, 3) for d in range(40)]
+        write = asyncio.create_task(kb.write_documents("default", {}, docs))
+        for _ in range(1000):  # until the write holds the writer
+            if db._write_lock.locked():
+                break
+            await asyncio.sleep(0)
+        assert db._write_lock.locked()
+        for _ in range(10):  # its transaction handed over (the task holding the lock starts)
+            await asyncio.sleep(0)
+        # The event loop is blocked from here on: only the writer's thread can commit.
+        deadline = time.monotonic() + 30
+        committed = 0
+        with sqlite3.connect(tmp_path / "kb.db") as other:
+            while time.monotonic() < deadline:
+                committed = other.execute("SELECT count(*) FROM kb_chunks").fetchone()[0]
+                if committed == 3 * len(docs):
+                    break
+                time.sleep(0.01)
+        assert committed == 3 * len(docs)
+        ids = await write
+        assert sorted(i for part in ids for i in part) == [
+            r[0] for r in await db.fetchall("SELECT id FROM kb_chunks ORDER BY id")
+        ]
+
+
+async def test_a_transaction_run_whole_refuses_to_wait_for_the_event_loop(tmp_path: Path) -> None:
+    """``transact_whole`` runs its function on the writer's thread, where nothing of the
+    event loop can be awaited: such a function is refused, its statements rolled back."""
+    async with opened_storage(tmp_path / "kb.db") as storage:
+        sql = storage.kb_index._sql
+
+        async def waits(tx: Any) -> None:
+            await tx.execute("INSERT INTO kb_buckets(name, schema, created_at) VALUES ('x', '{}', 'now')")
+            await asyncio.sleep(0)
+
+        with pytest.raises(RuntimeError, match="awaited something other than its Tx"):
+            await sql.transact_whole(waits)
+        assert await storage.kb_index._db.fetchall("SELECT name FROM kb_buckets WHERE name = 'x'") == []

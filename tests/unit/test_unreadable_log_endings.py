@@ -1,0 +1,42 @@
+"""A follower that cannot read a run's log (the database away) ends every face's stream
+with one ``error`` (``storage_unavailable``) and no made-up ending: the native frame has
+no ``id:`` (``Last-Event-ID`` stays on the last logged event), and the AI SDK message
+gets that one error part — not a second "the server restarted" one after it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+
+import orjson
+
+from app.runs.follow import Followed, unreadable
+from app.server.ai_sdk_chunks import UIChunks
+from app.server.ai_sdk_stream import _stream
+from app.server.run_streams import native_frames
+from storage.errors import StorageUnavailable
+from storage.records import RunEvent
+
+STARTED = RunEvent(1, "run_started", '{"run_id":"r1","conversation_id":"c1"}')
+
+
+async def _batches() -> AsyncGenerator[list[Followed] | None, None]:
+    yield [Followed(STARTED)]
+    yield unreadable("r1", StorageUnavailable("database unreachable"))
+
+
+async def test_the_native_frame_has_no_id_and_no_ending() -> None:
+    body = b"".join([frame async for frame in native_frames(_batches())]).decode()
+    frames = [f for f in body.split("\n\n") if f]
+    assert frames[-1].startswith("event: error\ndata: "), frames
+    assert "id:" not in frames[-1]
+    assert orjson.loads(frames[-1].split("data: ", 1)[1])["code"] == "storage_unavailable"
+    assert "message_complete" not in body
+
+
+async def test_the_ui_message_gets_one_error() -> None:
+    body = b"".join([part async for part in _stream(UIChunks("r1", "c1"), _batches())]).decode()
+    chunks = [orjson.loads(line[6:]) for line in body.splitlines() if line.startswith("data: {")]
+    errors = [c for c in chunks if c["type"] == "error"]
+    assert len(errors) == 1 and "Last-Event-ID" in errors[0]["errorText"], chunks
+    assert "finish" not in [c["type"] for c in chunks]
+    assert body.endswith("data: [DONE]\n\n")
