@@ -14,6 +14,7 @@ event once and exactly one ending.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import uuid
 from pathlib import Path
@@ -21,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from storage.sqlite.writer_lock import lock_path
+from storage.sqlite.writer_lock import WriterLock, lock_path
 from tests.fakes.paced_ollama import run_body
 from tests.support.procs import (
     PYTHON,
@@ -148,6 +149,52 @@ async def test_the_workers_of_one_serve_share_the_lock_and_a_second_serve_waits(
     finally:
         group.close()
         second.close()
+
+
+def _workers(supervisor: int) -> list[int]:
+    """The ``--workers`` supervisor's serving children (``--listen-fd`` in their argv)."""
+    pids = []
+    for raw in Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split():
+        try:
+            if b"--listen-fd" in Path(f"/proc/{raw}/cmdline").read_bytes():
+                pids.append(int(raw))
+        except OSError:  # gone meanwhile
+            continue
+    return sorted(pids)
+
+
+async def test_a_worker_restarted_after_the_lock_file_was_removed_serves(tmp_path: Path) -> None:
+    """Third review: with the lock file removed under ``serve --workers 2``, a worker
+    restarted afterwards refused its inherited descriptor (the path names another file
+    now) and waited for the new file - here locked by this test, as by a serve started
+    after the removal - on the group's own socket: 503 to part of the group's traffic.
+    It shares the group's lock whatever the path names: it serves."""
+    db = tmp_path / "agent.sqlite3"
+    env = {"AGENT_LLM_PROVIDER": "extractive", "AGENT_EMBEDDER": "none", "AGENT_INGEST_SAMPLE_KB": "false",
+           "AGENT_AUTH": "none", "AGENT_DB_PATH": str(db)}
+    port = free_port()
+    argv = [PYTHON, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--no-backend",
+            "--workers", "2"]
+    group = ManagedProcess("group", argv, child_env(env), tmp_path / "group.log")
+    other = WriterLock(db)  # what a serve started after the removal locks: the new file
+    try:
+        supervisor = group.start()
+        await until(lambda: len(group.grep("serving on")) >= 2 or not group.running, "both workers serving", 90)
+        assert len(group.grep("serving on")) >= 2, group.tail()
+        lock_path(db).unlink()
+        assert other.try_acquire()
+        killed = _workers(supervisor)[0]
+        os.kill(killed, signal.SIGKILL)
+        await until(lambda: len(group.grep("serving on")) >= 3 or len(group.grep("waiting to become")) > 0
+                    or not group.running, "the restarted worker serving (or waiting)", 90)
+        assert not group.grep("waiting to become"), group.tail()
+        assert killed not in _workers(supervisor) and len(_workers(supervisor)) == 2, group.tail()
+        async with httpx.AsyncClient() as http:
+            answers = [(await http.get(f"http://127.0.0.1:{port}/readyz", timeout=5)).status_code for _ in range(20)]
+        assert answers == [200] * 20, (answers, group.tail())
+    finally:
+        group.close()
+        other.release()
 
 
 def _listening(port: int) -> bool:

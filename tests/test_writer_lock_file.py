@@ -67,6 +67,27 @@ def test_an_inherited_lock_descriptor_is_not_handed_on(tmp_path: Path) -> None:
         holder.release()
 
 
+def test_an_inherited_lock_descriptor_is_the_groups_lock_after_the_file_was_removed(tmp_path: Path) -> None:
+    """Third review: a worker restarted after the lock file was removed refused the
+    descriptor it inherited (its inode no longer the path's) and waited for the new file
+    on the group's own socket. The supervisor holds the lock on that open file for the
+    group's life: the worker shares it, and its watch reports the removed file."""
+    db = tmp_path / "agent.sqlite3"
+    holder = WriterLock(db)
+    assert holder.try_acquire()
+    holder.path.unlink()
+    passed = os.dup(holder.fileno())
+    os.set_inheritable(passed, True)
+    try:
+        worker = WriterLock(db)
+        assert worker.inherit(passed)
+        assert worker.held and not worker.intact()  # the watch's ERROR line, not a wait
+        assert not os.get_inheritable(passed)
+    finally:
+        os.close(passed)
+        holder.release()
+
+
 def test_a_lock_file_replaced_between_open_and_lock_is_not_taken(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

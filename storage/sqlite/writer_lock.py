@@ -98,15 +98,18 @@ class WriterLock:
 
     def inherit(self, fd: int) -> bool:
         """A worker of ``serve --workers``: ``fd`` is its supervisor's open lock file.
-        True when it is this database's lock file and its lock is held (``flock`` on a
-        descriptor that shares the holder's open file succeeds at once)."""
+        True when it is an open file whose lock this group holds (``flock`` on a
+        descriptor that shares the holder's open file succeeds at once).
+
+        Whatever the path names now: the supervisor holds the lock on this open file for
+        the group's life, so it is the group's lock even when the lock file was removed
+        or replaced meanwhile (``intact`` is False then). Refusing it would make a worker
+        restarted after that wait for the new file on the group's own socket - 503 to
+        part of the group's traffic while its siblings serve. The worker's watch
+        (``app.cli.writer_wait.watch_writer_lock``) reports the removed file at ERROR,
+        once, as its siblings' do."""
         try:
-            st, mine = os.fstat(fd), os.stat(self.path)
-        except OSError:
-            return False
-        if (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino):
-            return False
-        try:
+            os.fstat(fd)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return False
