@@ -151,19 +151,27 @@ def _writer_lock(settings: Settings) -> WriterLock | None:
 async def _wait_to_write(lock: WriterLock | None, sock: Any, settings: Settings, args: argparse.Namespace) -> bool:
     """Hold ``lock`` for the rest of this process (``app/cli/writer_wait.py``): a worker of
     ``--workers`` shares its supervisor's; anyone else takes it, waiting while another
-    group holds it. False when stopped before it was ours."""
+    group holds it, then waits while a process of a release before the live log (which
+    takes no lock) has the file open. False when stopped before it was ours."""
     from app.cli.serving import choose_stack
-    from app.cli.writer_wait import share_inherited, wait_for_writer_lock
+    from app.cli.writer_wait import share_inherited, wait_for_older_release, wait_for_writer_lock
 
     if lock is None:
         return True
     if args.listen_fd is not None and share_inherited(lock, dict(os.environ)):
-        return True
+        return True  # the supervisor waited for the lock and for an earlier release before it started us
+    stack = choose_stack(settings.server_stack)
     try:
-        return await wait_for_writer_lock(lock, sock, choose_stack(settings.server_stack), log_format=args.log_format)
+        if not await wait_for_writer_lock(lock, sock, stack, log_format=args.log_format):
+            return False
     except OSError as exc:  # the database's directory is not there or not writable: nor would the file be
         why = exc.strerror or str(exc)
         raise CannotStart(f"agentchat: cannot take the database's writer lock {lock.path}: {why}") from None
+    # An upgrade from a release without the lock: its serve may still have the file open.
+    if not await wait_for_older_release(lock.db_path, sock, stack, log_format=args.log_format):
+        lock.release()
+        return False
+    return True
 
 
 class CannotStart(Exception):

@@ -27,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -37,12 +38,16 @@ import uvicorn
 from app.cli.serving import Stack, http_protocol
 from app.ops.logs import uvicorn_log_config
 from storage.sqlite.log_settler import SETTLE_EVERY_S
+from storage.sqlite.upgrade_guard import older_release_open
 from storage.sqlite.writer_lock import INHERITED_FD_ENV, WriterLock
 
 log = logging.getLogger("agentchat.cli")
 
 #: How often a waiting process tries the lock (``flock`` with ``LOCK_NB``: no syscall blocks).
 POLL_S = 0.25
+#: How often a process waiting for an earlier release's to close the file looks again
+#: (``wait_for_older_release``: two file lock probes and a short read, off the loop).
+UPGRADE_POLL_S = 2.0
 #: ``Retry-After`` of what a waiting process refuses.
 RETRY_AFTER_S = 5
 
@@ -84,16 +89,17 @@ def waiting_app(reason: Callable[[], str]) -> Callable[[dict[str, Any], Receive,
 
 
 class _WaitingServer(uvicorn.Server):
-    """uvicorn answering as a waiting process until the lock is ours (``should_exit``)."""
+    """uvicorn answering as a waiting process until ``ready()`` says so (``should_exit``)."""
 
-    def __init__(self, config: uvicorn.Config, lock: WriterLock) -> None:
+    def __init__(self, config: uvicorn.Config, ready: Callable[[], Awaitable[bool]], every_s: float) -> None:
         super().__init__(config)
-        self.lock = lock
-        #: A SIGTERM/SIGINT came: stop, even if the lock became ours meanwhile.
+        self.ready = ready
+        self.every_s = every_s
+        #: A SIGTERM/SIGINT came: stop, even if the wait was over meanwhile.
         self.signalled = False
 
     async def main_loop(self) -> None:
-        # uvicorn's own loop ticks every 0.1 s; the lock is tried every POLL_S alongside.
+        # uvicorn's own loop ticks every 0.1 s; ``ready`` is asked every ``every_s`` alongside.
         poll = asyncio.create_task(self._poll())
         try:
             await super().main_loop()
@@ -101,8 +107,8 @@ class _WaitingServer(uvicorn.Server):
             poll.cancel()
 
     async def _poll(self) -> None:
-        while not self.lock.try_acquire():
-            await asyncio.sleep(POLL_S)
+        while not await self.ready():
+            await asyncio.sleep(self.every_s)
         self.should_exit = True
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -116,6 +122,37 @@ class _WaitingServer(uvicorn.Server):
         self.should_exit = self.signalled = True
 
 
+async def _answer_until(
+    sock: socket.socket,
+    stack: Stack,
+    reason: Callable[[], str],
+    ready: Callable[[], Awaitable[bool]],
+    every_s: float,
+    *,
+    log_format: str,
+) -> bool:
+    """Answer on ``sock`` as a waiting process (``waiting_app``) until ``ready()``; False
+    when a SIGTERM/SIGINT stopped the wait first."""
+    # A duplicate of the listening socket: uvicorn closes what it served on, and the
+    # service serves on the original afterwards (connections queued meanwhile wait there).
+    shadow = sock.dup()
+    config = uvicorn.Config(
+        waiting_app(reason),
+        http=http_protocol(stack),
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
+        log_config=uvicorn_log_config(log_format),
+        timeout_graceful_shutdown=1,
+    )
+    server = _WaitingServer(config, ready, every_s)
+    try:
+        await server.serve(sockets=[shadow])
+    finally:
+        shadow.close()
+    return not server.signalled
+
+
 async def wait_for_writer_lock(lock: WriterLock, sock: socket.socket, stack: Stack, *, log_format: str) -> bool:
     """Take ``lock``, answering on ``sock`` as a waiting process while another group holds
     it; True once held, False when stopped (SIGTERM/SIGINT) before that."""
@@ -125,29 +162,49 @@ async def wait_for_writer_lock(lock: WriterLock, sock: socket.socket, stack: Sta
         "waiting to become the database's writer: " + waiting_reason(lock),
         extra={"path": str(lock.db_path), "lock": str(lock.path), "holder": lock.holder()},
     )
-    # A duplicate of the listening socket: uvicorn closes what it served on, and the
-    # service serves on the original afterwards (connections queued meanwhile wait there).
-    shadow = sock.dup()
-    config = uvicorn.Config(
-        waiting_app(lambda: waiting_reason(lock)),
-        http=http_protocol(stack),
-        lifespan="off",
-        access_log=False,
-        log_level="warning",
-        log_config=uvicorn_log_config(log_format),
-        timeout_graceful_shutdown=1,
-    )
-    server = _WaitingServer(config, lock)
-    try:
-        await server.serve(sockets=[shadow])
-    finally:
-        shadow.close()
-    if server.signalled:  # asked to stop, the lock ours or not: nothing starts
-        lock.release()
+
+    async def acquired() -> bool:
+        return lock.try_acquire()
+
+    if not await _answer_until(sock, stack, lambda: waiting_reason(lock), acquired, POLL_S, log_format=log_format):
+        lock.release()  # asked to stop, the lock ours or not: nothing starts
         return False
     if lock.held:
         log.warning("took over as the database's writer", extra={"path": str(lock.db_path)})
     return lock.held
+
+
+async def wait_for_older_release(db_path: Path, sock: socket.socket, stack: Stack, *, log_format: str) -> bool:
+    """With the writer lock held: wait while a process of a release before the live log -
+    one that takes no writer lock - has the file open (``storage.sqlite.upgrade_guard``),
+    answering on ``sock`` as a waiting process; True once it is gone (or was never
+    there), False when stopped (SIGTERM/SIGINT) first.
+
+    Why wait rather than refuse, as for the lock (module docstring): this is the rolling
+    deploy from that release - the new container starts before the old one stops - and
+    a refusal would crash-loop it with a growing back-off; waiting, it migrates the file
+    and claims the old process's unfinished runs the moment that process is gone, and
+    until then neither migrates under it nor claims its live runs (two writers of one
+    run's events). The check runs off the event loop (a file lock probe and a read)."""
+    version = await asyncio.to_thread(older_release_open, db_path)
+    if version is None:
+        return True
+
+    def reason() -> str:
+        return (
+            f"a process of an earlier release (schema version {version}, before the live log; it takes no writer "
+            f"lock) has the database {db_path} open; this process migrates the file and takes over when it exits"
+        )
+
+    log.warning("waiting to become the database's writer: " + reason(), extra={"path": str(db_path)})
+
+    async def gone() -> bool:
+        return await asyncio.to_thread(older_release_open, db_path) is None
+
+    if not await _answer_until(sock, stack, reason, gone, UPGRADE_POLL_S, log_format=log_format):
+        return False
+    log.warning("the earlier release's process closed the database; taking over", extra={"path": str(db_path)})
+    return True
 
 
 async def watch_writer_lock(lock: WriterLock, *, relock: bool, every_s: float = SETTLE_EVERY_S) -> None:
@@ -186,4 +243,13 @@ def share_inherited(lock: WriterLock, env: dict[str, str]) -> bool:
     return bool(raw and raw.isdigit() and lock.inherit(int(raw)))
 
 
-__all__ = ["POLL_S", "share_inherited", "wait_for_writer_lock", "waiting_app", "waiting_reason", "watch_writer_lock"]
+__all__ = [
+    "POLL_S",
+    "UPGRADE_POLL_S",
+    "share_inherited",
+    "wait_for_older_release",
+    "wait_for_writer_lock",
+    "waiting_app",
+    "waiting_reason",
+    "watch_writer_lock",
+]
