@@ -383,3 +383,40 @@ async def test_progress_into_a_pipe_is_plain_lines(pg: TestPostgres, tmp_path: P
     assert done.returncode == 0, done.stderr
     assert "\r" not in done.stderr, done.stderr[:2000]
     assert "  conversations: done, 1/1 rows" in done.stderr.splitlines(), done.stderr
+
+
+async def test_the_copy_holds_the_files_writer_lock(pg: TestPostgres, tmp_path: Path) -> None:
+    """``migrate-db`` holds the SQLite file's writer lock for its whole copy, so a serve
+    started during the copy waits for it (``app.cli.writer_wait``) rather than writing
+    rows the copy has passed; while a serve (here: this test) holds the lock, the copy is
+    refused before anything is copied. Third review of issue 23: it took no lock."""
+    from storage.sqlite.writer_lock import WriterLock
+
+    db = tmp_path / "agent.sqlite3"
+    lite = await open_sqlite_storage(db)
+    await lite.conversations.claim("conv-1", "user-1")
+    await lite.close()
+    serve = WriterLock(db)
+    assert serve.try_acquire()
+    try:
+        with pg.database(empty=True) as url:
+            busy = run_migrate(url, db)
+            assert busy.returncode == 2, busy.stderr
+            assert f"pid {os.getpid()} holds the writer lock of {db}" in busy.stderr, busy.stderr
+            assert _copied_so_far(url) == 0
+    finally:
+        serve.release()
+    with pg.database(empty=True) as url:
+        proc = subprocess.Popen(migrate_cmd(url, db), cwd=REPO, env=child_env({}),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+        assert proc.returncode == 0, err
+        after = WriterLock(db)
+        assert after.holder() == f"pid {proc.pid}"  # it took the lock (and released it: free now)
+        assert after.try_acquire()
+        after.release()

@@ -27,10 +27,12 @@ lets the next process lock a new one. A lock is only taken on the file the path 
 names (checked after the ``flock``), and the holder checks now and then (``intact``,
 ``relock``; ``app.cli.writer_wait.watch_writer_lock``).
 
-One-off commands (``compact``, ``migrate-db``, ``kb …``) do not take it: they never
-write a live run's events (compaction folds settled runs only, a settle moves rows
-without changing a seq, a conversation delete refuses live runs), so they cannot break
-what the lock protects, and they must keep working beside a running service.
+One-off commands (``compact``, ``kb …``) do not take it: they never write a live
+run's events (compaction folds settled runs only, a settle moves rows without changing
+a seq, a conversation delete refuses live runs), so they cannot break what the lock
+protects, and they must keep working beside a running service. ``migrate-db`` does, for
+its whole copy: it refuses a file a serve has open anyway, and a serve started during
+the copy waits for it instead of writing rows the copy has passed.
 """
 
 from __future__ import annotations
