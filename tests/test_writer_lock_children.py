@@ -180,3 +180,24 @@ async def test_the_reload_child_shares_the_lock_and_stops_when_the_reloader_is_k
         dev.close()
         if child and _alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+async def test_the_reloader_locks_a_removed_lock_file_again(tmp_path: Path) -> None:
+    """``serve --reload``'s reloader holds the lock, so it watches the lock file as a lone
+    serve does (third review of issue 23: docs/scaling.md said so, nothing did): removed
+    while held, the file is locked again, and a serve started afterwards would wait."""
+    db = tmp_path / "agent.sqlite3"
+    port = free_port()
+    argv = [PYTHON, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--no-backend", "--reload"]
+    dev = ManagedProcess("dev", argv, child_env(_env(tmp_path)), tmp_path / "dev.log")
+    try:
+        dev.start()
+        await _ready(port, dev)
+        lock_path(db).unlink()
+        await until(lambda: bool(dev.grep("locked it again")) or not dev.running, "the reloader relocking", 60)
+        assert dev.grep("locked it again"), dev.tail()
+        assert not WriterLock(db).try_acquire(), "the removed lock file was not locked again"
+        assert WriterLock(db).holder() == f"pid {dev.pid}"
+        await _ready(port, dev)
+    finally:
+        dev.close()

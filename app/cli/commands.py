@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -333,6 +334,7 @@ def _run_reloader(config: Any, sock: Any, lock: WriterLock | None) -> None:
     from app.cli.reload_child import reload_child
     from app.cli.reload_ready import probe_url, start_watch
     from app.cli.serving import bound_port, display_url
+    from app.cli.writer_wait import watch_writer_lock_thread
 
     sock.listen(2048)  # connections queue from now on, while the child starts the app
     port = bound_port(sock)
@@ -340,10 +342,15 @@ def _run_reloader(config: Any, sock: Any, lock: WriterLock | None) -> None:
     announce(f"agentchat: starting on {display_url(config.host, port)}  [reloading on changes]")
     _, stop = start_watch(probe_url(config.host, port), _serving_line(config.host, port, "  [reloading on changes]"),
                           announce)
+    unwatch = threading.Event()
+    if lock is not None and lock.held:  # the reloader holds the lock: it watches the lock file, as serve does
+        threading.Thread(target=watch_writer_lock_thread, args=(lock, unwatch), name="writer-lock-watch",
+                         daemon=True).start()
     try:
         ChangeReload(config, target=reload_child(config, lock), sockets=[sock]).run()
     finally:
         stop.set()
+        unwatch.set()
 
 
 # --- knowledge base: ingest, buckets, docs (app/cli/kb.py) ---------------------------------

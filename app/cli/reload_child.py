@@ -31,16 +31,24 @@ from storage.sqlite.writer_lock import WriterLock
 class ReloadChild:
     """uvicorn's ``target`` in the reloader: pickled into each child it starts."""
 
-    def __init__(self, config: uvicorn.Config, db_path: str | None, lock_fd: int | None, parent: int) -> None:
+    def __init__(
+        self, config: uvicorn.Config, db_path: str | None, lock_fd: int | None, parent: int,
+        lock: WriterLock | None = None,
+    ) -> None:
         self.config = config
         self.db_path = db_path
         self.lock_fd = lock_fd
         self.parent = parent
+        #: In the reloader: its lock, whose descriptor changes when the watch locks a
+        #: removed lock file again (``app.cli.writer_wait.watch_writer_lock_thread``).
+        self.lock = lock
 
     def __reduce__(self) -> tuple[Any, ...]:
         # DupFd while the child is being spawned: the descriptor is passed to it
-        # (``pass_fds``), where ``detach`` gives its number back.
-        shared = None if self.lock_fd is None else DupFd(self.lock_fd)
+        # (``pass_fds``), where ``detach`` gives its number back. The lock's current one:
+        # a child started after a relock shares the new file.
+        fd = self.lock.fileno() if self.lock is not None and self.lock.held else self.lock_fd
+        shared = None if fd is None else DupFd(fd)
         return (_rebuilt, (self.config, self.db_path, shared, self.parent))
 
     def __call__(self, sockets: list[socket.socket] | None = None) -> None:
@@ -63,7 +71,7 @@ def reload_child(config: uvicorn.Config, lock: WriterLock | None) -> ReloadChild
     """The target for ``uvicorn.supervisors.ChangeReload`` in this (the reloader) process."""
     if lock is None or not lock.held:
         return ReloadChild(config, None, None, os.getpid())
-    return ReloadChild(config, str(lock.db_path), lock.fileno(), os.getpid())
+    return ReloadChild(config, str(lock.db_path), lock.fileno(), os.getpid(), lock)
 
 
 __all__ = ["ReloadChild", "reload_child"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import FrameType
@@ -207,6 +208,37 @@ async def wait_for_older_release(db_path: Path, sock: socket.socket, stack: Stac
     return True
 
 
+class LockWatch:
+    """One look at the lock file (``watch_writer_lock``'s docstring), shared by the
+    asynchronous watch of a serving process and the thread of ``serve --reload``'s
+    reloader, which runs no event loop of its own."""
+
+    def __init__(self, lock: WriterLock, *, relock: bool, keep_old: bool = False) -> None:
+        self.lock = lock
+        self.relock = relock
+        self.keep_old = keep_old
+        self._reported = False
+
+    def check(self) -> None:
+        lock = self.lock
+        if lock.intact():
+            self._reported = False
+            return
+        if self.relock and lock.relock(keep_old=self.keep_old):
+            log.warning(
+                "the database's writer lock file was removed or replaced while held; locked it again",
+                extra={"path": str(lock.db_path), "lock": str(lock.path)},
+            )
+            return
+        if not self._reported:
+            self._reported = True
+            log.error(
+                "the database's writer lock file was removed or replaced while this process holds the lock; another "
+                "serve on the file would not wait: stop one of them (" + lock.holder() + " holds the new file)",
+                extra={"path": str(lock.db_path), "lock": str(lock.path)},
+            )
+
+
 async def watch_writer_lock(lock: WriterLock, *, relock: bool, every_s: float = SETTLE_EVERY_S) -> None:
     """Every ``every_s`` (the live log's settle timer): is the lock file still the one
     this process locked (``WriterLock.intact``)? Removed or replaced while held, it
@@ -215,25 +247,21 @@ async def watch_writer_lock(lock: WriterLock, *, relock: bool, every_s: float = 
     the new file is locked at once, and the gap is this long at most; else, or when
     another process got there first, an ERROR line (once until it is whole again) says
     that this file may have a second writer - stop one of them."""
-    reported = False
+    watch = LockWatch(lock, relock=relock)
     while True:
         await asyncio.sleep(every_s)
-        if lock.intact():
-            reported = False
-            continue
-        if relock and lock.relock():
-            log.warning(
-                "the database's writer lock file was removed or replaced while held; locked it again",
-                extra={"path": str(lock.db_path), "lock": str(lock.path)},
-            )
-            continue
-        if not reported:
-            reported = True
-            log.error(
-                "the database's writer lock file was removed or replaced while this process holds the lock; another "
-                "serve on the file would not wait: stop one of them (" + lock.holder() + " holds the new file)",
-                extra={"path": str(lock.db_path), "lock": str(lock.path)},
-            )
+        watch.check()
+
+
+def watch_writer_lock_thread(lock: WriterLock, stop: threading.Event, every_s: float = SETTLE_EVERY_S) -> None:
+    """``watch_writer_lock`` for ``serve --reload``'s reloader (a thread's target; it runs
+    until ``stop`` is set): the reloader holds the lock, so it locks a removed file again,
+    keeping the old descriptor open (a child being started may have been handed its
+    number: ``app.cli.reload_child``). A few syscalls every ``every_s``: no event loop
+    there to block."""
+    watch = LockWatch(lock, relock=True, keep_old=True)
+    while not stop.wait(every_s):
+        watch.check()
 
 
 def share_inherited(lock: WriterLock, env: dict[str, str]) -> bool:
@@ -252,4 +280,5 @@ __all__ = [
     "waiting_app",
     "waiting_reason",
     "watch_writer_lock",
+    "watch_writer_lock_thread",
 ]

@@ -63,6 +63,8 @@ class WriterLock:
         self.db_path = Path(db_path)
         self.path = lock_path(db_path)
         self._fd: int | None = None
+        #: Descriptors ``relock(keep_old=True)`` replaced, closed by ``release``.
+        self._retired: list[int] = []
 
     @property
     def held(self) -> bool:
@@ -129,15 +131,20 @@ class WriterLock:
         beside this one. ``storage.sqlite.log_settler`` asks at its timer."""
         return self._fd is not None and _names(self.path, self._fd)
 
-    def relock(self) -> bool:
+    def relock(self, *, keep_old: bool = False) -> bool:
         """The lock file was removed or replaced while held (``intact`` is False): lock
-        the file the path names now, if nobody else has, and keep that one instead."""
+        the file the path names now, if nobody else has, and keep that one instead.
+        ``keep_old``: the old descriptor stays open until ``release`` (``serve --reload``'s
+        reloader: a child being started may have been handed its number a moment ago)."""
         old = self._fd
         if old is None:
             return False
         self._fd = None
         if self.try_acquire():
-            os.close(old)
+            if keep_old:
+                self._retired.append(old)
+            else:
+                os.close(old)
             return True
         self._fd = old
         return False
@@ -154,6 +161,8 @@ class WriterLock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        while self._retired:
+            os.close(self._retired.pop())
 
 
 def _names(path: Path, fd: int) -> bool:
