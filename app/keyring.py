@@ -96,20 +96,42 @@ class Keyring:
 
 
 def key_file_for(db_path: Path) -> Path:
-    return db_path.with_name(db_path.name + ".key")
+    """``<db>.key`` beside the file SQLite opens (symlinks resolved, as SQLite does): two
+    serves given a symlink and its target share one key, and a takeover reads the run
+    inputs the other sealed."""
+    real = Path(os.path.realpath(db_path))
+    return real.with_name(real.name + ".key")
 
 
-def _read_or_create_key_file(path: Path) -> str:
-    """The master key in ``path``, created (0600) when missing. Written to a private
-    temporary file, then hard-linked into place: the link fails if another process
-    got there first, and then its complete key is read."""
+def _legacy_key_file(db_path: Path) -> Path | None:
+    """Where an earlier version kept the key of a symlinked ``db_path``: beside the link."""
+    legacy = db_path.with_name(db_path.name + ".key")
+    return legacy if legacy != key_file_for(db_path) and legacy.is_file() else None
+
+
+def _file_key(db_path: Path) -> tuple[Path, str]:
+    """The key file of ``db_path`` and its key; a key an earlier version kept beside a
+    symlink is carried over to the file beside the target (its tokens and sealed run
+    inputs still open)."""
+    path = key_file_for(db_path)
+    legacy = None if path.exists() else _legacy_key_file(db_path)
+    if legacy is not None:
+        log.warning("the key file moves beside the database's real path (AGENT_DB_PATH is a symlink)",
+                    extra={"from": str(legacy), "to": str(path)})
+    return path, _read_or_create_key_file(path, None if legacy is None else legacy.read_text().strip())
+
+
+def _read_or_create_key_file(path: Path, carried: str | None = None) -> str:
+    """The master key in ``path``, created (0600) when missing - ``carried`` if given,
+    else a new one. Written to a private temporary file, then hard-linked into place: the
+    link fails if another process got there first, and then its complete key is read."""
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             with os.fdopen(fd, "w") as out:
-                out.write(secrets.token_urlsafe(48) + "\n")
+                out.write((carried or secrets.token_urlsafe(48)) + "\n")
                 out.flush()
                 os.fsync(out.fileno())
             with contextlib.suppress(FileExistsError):  # another process's key is in place
@@ -143,8 +165,7 @@ async def resolve_keyring(settings: Settings, secret_store: SecretStore, *, engi
         stream = base64.urlsafe_b64encode(derive(memory_key, _STREAM_LABEL)).decode()
         return Keyring(stream, RunInputSealer(derive(memory_key, _INPUT_LABEL)), "in memory")
     if engine != "postgres":
-        path = key_file_for(settings.db_path)
-        file_key = await asyncio.to_thread(_read_or_create_key_file, path)
+        path, file_key = await asyncio.to_thread(_file_key, settings.db_path)
         stream = base64.urlsafe_b64encode(derive(file_key, _STREAM_LABEL)).decode()
         return Keyring(stream, RunInputSealer(derive(file_key, _INPUT_LABEL)), f"key file {path}")
     if not settings.stream_key_in_database:

@@ -108,8 +108,12 @@ def audit(runs: list[dict[str, Any]], db: Path, tokens: int) -> dict[str, Any]:
     con = sqlite3.connect(db)
     try:
         rows: dict[str, list[tuple[int, str, str]]] = {}
+        # Each run's events: ``run_events``, and those not yet settled out of SQLite's
+        # live log (``storage.stores.event_log``).
         for run_id, seq, event, data in con.execute(
-            "SELECT run_id, seq, event, data FROM run_events ORDER BY run_id, seq"
+            "SELECT run_id, seq, event, data FROM run_events UNION ALL "
+            "SELECT l.run_id, l.seq, l.event, l.data FROM runs r CROSS JOIN run_log l "
+            "ON l.run_id = r.id AND l.id >= r.log_from WHERE r.log_from IS NOT NULL ORDER BY 1, 2"
         ):
             rows.setdefault(str(run_id), []).append((int(seq), str(event), str(data)))
     finally:

@@ -50,6 +50,9 @@ class Dialect:
     #: Appended to a text expression so it compares byte by byte (SQLite's default;
     #: PostgreSQL's ``"C"`` collation whatever the database's locale).
     byte_order: str
+    #: Events of runs not yet settled are appended to ``run_log`` (SQLite, issue 23;
+    #: ``storage.stores.event_log`` says why and how they are read).
+    live_log: bool = False
 
     def render(self, portable: str) -> str:
         """``portable`` (``?`` placeholders) in this engine's paramstyle. Portable SQL

@@ -88,6 +88,8 @@ STEP_NAMES: Mapping[int, str] = {
     26: "knowledge base: each chunk carries its bucket, for one HNSW graph per bucket (PostgreSQL)",
     27: "knowledge base: the chunk ids issued, so none is given twice (SQLite)",
     28: "knowledge base: a generation every write counts up, so every process sees another's changes",
+    29: "runs: events of runs not yet settled are appended to a live log (SQLite)",
+    30: "runs: where a settled run's rows were in the live log, for a bounded delete (SQLite)",
 }
 
 

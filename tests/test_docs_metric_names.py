@@ -5,7 +5,8 @@
 an alert copied from the docs matched nothing. The names are read from a real app's
 ``/metrics`` on PostgreSQL with a backend configured, which turns on the conditional
 families (the leader's, the shared rate limit's, the resolution cache's), plus the
-``--workers`` merge of that answer (its ``agentchat_metrics_workers*``).
+``--workers`` merge of that answer (its ``agentchat_metrics_workers*``), plus a SQLite
+app's (its live log's ``agentchat_run_log_*``).
 """
 
 from __future__ import annotations
@@ -64,6 +65,18 @@ async def test_every_metric_name_in_the_docs_is_exposed(tmp_path: Path, pg_serve
             response = await http.get(f"{base}/metrics")
     assert response.status_code == 200
     exposed = _exposed(response.text) | _exposed(merge([("worker-1", response.content)]).decode())
+    # SQLite's own family: its live log of run events (``agentchat_run_log_*``).
+    lite = Settings.from_env({
+        "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"),
+        "AGENT_LLM_PROVIDER": "extractive",
+        "AGENT_EMBEDDER": "hashing",
+        "AGENT_INGEST_SAMPLE_KB": "false",
+        "OLLAMA_HOST": "http://127.0.0.1:9",
+    })
+    async with running_app(lite) as (base, _app), httpx.AsyncClient() as http:
+        sqlite_metrics = await http.get(f"{base}/metrics")
+    assert sqlite_metrics.status_code == 200
+    exposed |= _exposed(sqlite_metrics.text)
     for name, where in NOT_METRICS.items():
         sources = "".join(p.read_text() for p in (ROOT / where).rglob("*.py"))
         assert name in sources, f"{name} is no longer defined under {where}: drop it from NOT_METRICS"

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sqlite3
 import time
 import uuid
 from pathlib import Path
@@ -100,6 +101,26 @@ async def _shutdown_started(server: AgentServer, mark: int) -> None:
         )
 
 
+def _acknowledged_in_the_live_log(db: Path, cut: list[Trace]) -> None:
+    """Read the killed server's file: each run cut mid-stream has every id its client
+    saw, once, and those past what was settled while it lived are in ``run_log``."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        for trace in cut:
+            clustered = [r[0] for r in conn.execute("SELECT seq FROM run_events WHERE run_id = ?", (trace.run_id,))]
+            logged = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT l.seq FROM run_log l JOIN runs r ON r.id = l.run_id "
+                    "WHERE l.run_id = ? AND l.id >= r.log_from ORDER BY l.id",
+                    (trace.run_id,),
+                )
+            ]
+            seen = sorted({int(i) for i, _, _ in trace.frames if i})
+            assert logged, f"{trace.tag}: nothing of the cut run in the live log"
+            assert len(clustered) + len(logged) == len(set(clustered) | set(logged)), (clustered, logged)
+            assert set(seen) <= set(clustered) | set(logged), (trace.tag, seen, clustered, logged)
+
+
 async def _scenario(tmp_path: Path, sig: signal.Signals) -> None:
     async with tool_stack(tmp_path, tokens=20, pause_s=0.05) as stack:
         server = AgentServer(tmp_path, stack.agent_env())
@@ -142,6 +163,9 @@ async def _scenario(tmp_path: Path, sig: signal.Signals) -> None:
                 else:
                     server.send(signal.SIGKILL)
                     await server.wait_exit(30)
+                    # Every event its client saw of a run cut short was durable, in the
+                    # live log (issue 23): the next process carries the run on from there.
+                    _acknowledged_in_the_live_log(server.db_path, [t for t in traces if t.tag in unfinished])
                 exited_at = time.monotonic()
                 in_flight.release.set()
                 old_log = server.text(mark)

@@ -140,6 +140,10 @@ LIVE = {
     "agentchat_storage_write_retries": "counter",
     "agentchat_storage_write_failures": "counter",
     "agentchat_storage_write_batches": "counter",
+    "agentchat_run_log_settles": "counter",
+    "agentchat_run_log_settle_failures": "counter",
+    "agentchat_run_log_reconciled_runs": "counter",
+    "agentchat_run_log_dropped_rows": "counter",
     "agentchat_tool_index_ready": "gauge",
 }
 RECORDED = {

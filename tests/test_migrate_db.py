@@ -317,6 +317,33 @@ async def test_counts_that_differ_fail_and_a_busy_source_or_a_filled_target_is_r
         assert filled.returncode == 2 and "already holds data" in filled.stderr, filled.stderr
 
 
+async def test_an_unfinished_runs_events_in_the_live_log_are_copied(pg: TestPostgres, tmp_path: Path) -> None:
+    """SQLite appends an unfinished run's events to its live log (``run_log``, issue 23);
+    PostgreSQL keeps them in ``run_events``, where a replica carries the run on from."""
+    from storage.records import NewRun, RunEvent, RunWrite
+
+    db = tmp_path / "agent.sqlite3"
+    lite = await open_sqlite_storage(db)
+    try:
+        await lite.runs.create(NewRun("live", "c", "alice", "knowledge", b"{}", "enqueue"))
+        await lite.runs.commit(RunWrite("live", "c", "alice", events=[RunEvent(1, "run_started", "{}")]))
+        await lite.runs.settle_log(everything=True)  # one event settled while it lives, two in the log
+        await lite.runs.commit(RunWrite("live", "c", "alice", status="running", events=[
+            RunEvent(2, "content_chunk", '{"chunk":"a"}'), RunEvent(3, "content_chunk", '{"chunk":"b"}')]))
+        assert [e.seq for e in await lite.runs.events_after("live", 0)] == [1, 2, 3]
+        assert await lite.db.fetchone("SELECT count(*) FROM run_log WHERE run_id = 'live'") == (2,)
+    finally:
+        await lite.close()
+    with pg.database(empty=True) as url:
+        done = run_migrate(url, db)
+        assert done.returncode == 0, done.stderr
+        with psycopg.connect(url, **GUARDED) as conn:
+            rows = conn.execute("SELECT seq, event FROM run_events WHERE run_id = 'live' ORDER BY seq").fetchall()
+            status = conn.execute("SELECT status FROM runs WHERE id = 'live'").fetchone()
+        assert rows == [(1, "run_started"), (2, "content_chunk"), (3, "content_chunk")]
+        assert status == ("running",)
+
+
 async def test_an_unusable_target_is_one_line_and_exit_2(pg: TestPostgres, tmp_path: Path) -> None:
     """Unreachable, or a user that may not create the ``vector`` extension: refused before
     copying (exit 2), one line, no traceback (it was a 46-line traceback and exit 1)."""
@@ -356,3 +383,40 @@ async def test_progress_into_a_pipe_is_plain_lines(pg: TestPostgres, tmp_path: P
     assert done.returncode == 0, done.stderr
     assert "\r" not in done.stderr, done.stderr[:2000]
     assert "  conversations: done, 1/1 rows" in done.stderr.splitlines(), done.stderr
+
+
+async def test_the_copy_holds_the_files_writer_lock(pg: TestPostgres, tmp_path: Path) -> None:
+    """``migrate-db`` holds the SQLite file's writer lock for its whole copy, so a serve
+    started during the copy waits for it (``app.cli.writer_wait``) rather than writing
+    rows the copy has passed; while a serve (here: this test) holds the lock, the copy is
+    refused before anything is copied. Third review of issue 23: it took no lock."""
+    from storage.sqlite.writer_lock import WriterLock
+
+    db = tmp_path / "agent.sqlite3"
+    lite = await open_sqlite_storage(db)
+    await lite.conversations.claim("conv-1", "user-1")
+    await lite.close()
+    serve = WriterLock(db)
+    assert serve.try_acquire()
+    try:
+        with pg.database(empty=True) as url:
+            busy = run_migrate(url, db)
+            assert busy.returncode == 2, busy.stderr
+            assert f"pid {os.getpid()} holds the writer lock of {db}" in busy.stderr, busy.stderr
+            assert _copied_so_far(url) == 0
+    finally:
+        serve.release()
+    with pg.database(empty=True) as url:
+        proc = subprocess.Popen(migrate_cmd(url, db), cwd=REPO, env=child_env({}),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+        assert proc.returncode == 0, err
+        after = WriterLock(db)
+        assert after.holder() == f"pid {proc.pid}"  # it took the lock (and released it: free now)
+        assert after.try_acquire()
+        after.release()

@@ -197,6 +197,7 @@ async def test_replay_comes_from_the_sqlite_log_once_the_run_left_memory(setting
     provider = GatedProvider([GatedTurn(["Stored ", "answer"])])
     async with running_app(settings, provider=provider, registry=Tools().registry(), embedder=None) as (base, app):
         svc = app.state.services
+        svc.storage.runs.settler.every_s = 3600  # no settle on the quiet timer in between: this test settles
         async with httpx.AsyncClient(base_url=base, timeout=30) as client:
             created = await start(client, base)
             url = created["stream_url"]
@@ -207,12 +208,22 @@ async def test_replay_comes_from_the_sqlite_log_once_the_run_left_memory(setting
             assert svc.runs.sweep(now=time.time() + svc.runs.grace_s + 1) == 1
             assert svc.runs.get(run.id) is None
 
+            # Ended, not settled yet: its events are still in SQLite's live log (issue 23).
+            logged_rows = await svc.storage.db.fetchall("SELECT seq FROM run_log WHERE run_id = ?", (run.id,))
+            assert len(logged_rows) == len(expected)
             replay = frames(await collect_sse(client, "GET", url))
             tail = frames(await collect_sse(client, "GET", url, headers={"Last-Event-ID": "2"}))
+            # Settled: all in ``run_events``, none left in the log; the same replay.
+            await svc.storage.runs.settle_log()
+            assert await svc.storage.db.fetchall("SELECT seq FROM run_log WHERE run_id = ?", (run.id,)) == []
+            clustered = await svc.storage.db.fetchall("SELECT seq FROM run_events WHERE run_id = ?", (run.id,))
+            assert len(clustered) == len(expected)
+            settled = frames(await collect_sse(client, "GET", url))
+            settled_tail = frames(await collect_sse(client, "GET", url, headers={"Last-Event-ID": "2"}))
             at_end = await client.get(url, headers={"Last-Event-ID": str(len(expected))})
             cancel = await client.post(f"/v1/agent/runs/{run.id}/cancel")
-    assert replay == expected
-    assert tail == expected[2:]
+    assert replay == expected == settled
+    assert tail == expected[2:] == settled_tail
     assert at_end.status_code == 204
     assert cancel.status_code == 200 and cancel.json() == {"run_id": run.id, "status": "completed"}
 

@@ -245,25 +245,28 @@ async def test_sigkill_of_one_worker_hands_its_runs_to_the_other(
 
 
 def test_a_worker_that_cannot_start_stops_the_service(tmp_path: Path) -> None:
-    """No crash loop: a worker whose app cannot start (here its database cannot be
-    created) stops every worker, and the command exits 3 like a single process would."""
+    """No crash loop: a worker whose app cannot start (here its database is a
+    directory) stops every worker, and the command exits 3 like a single process would.
+    A database whose directory cannot be created stops it before any worker starts: the
+    supervisor cannot take the file's writer lock there (one line, exit 3)."""
     import subprocess
 
     from tests.support.procs import PYTHON, REPO, child_env
 
-    env = child_env(
-        {
-            "AGENT_DB_PATH": "/proc/no-such-dir/agent.sqlite3",
-            "AGENT_LLM_PROVIDER": "extractive",
-            "AGENT_EMBEDDER": "none",
-            "AGENT_INGEST_SAMPLE_KB": "false",
-        }
-    )
+    (tmp_path / "agent.sqlite3").mkdir()
+    settings = {"AGENT_LLM_PROVIDER": "extractive", "AGENT_EMBEDDER": "none", "AGENT_INGEST_SAMPLE_KB": "false"}
+    env = child_env({**settings, "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3")})
     argv = [PYTHON, "-m", "app.cli", "serve", "--port", "0", "--no-backend", "--workers", "2"]
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, timeout=120)
     assert done.returncode == 3, done.stderr[-2000:]
     assert b"a worker could not start the service" in done.stderr + done.stdout
-    refused = subprocess.run([*argv, "--reload"], cwd=REPO, env=env, capture_output=True, timeout=60)
+    nowhere = child_env({**settings, "AGENT_DB_PATH": "/proc/no-such-dir/agent.sqlite3"})
+    for command in (argv, argv[:-2]):  # the supervisor, a single process
+        early = subprocess.run(command, cwd=REPO, env=nowhere, capture_output=True, timeout=120)
+        assert early.returncode == 3, early.stderr[-2000:]
+        assert b"cannot take the database's writer lock /proc/no-such-dir/agent.sqlite3.writer.lock" in early.stderr
+        assert b"Traceback" not in early.stderr, early.stderr[-2000:]
+    refused = subprocess.run([*argv, "--reload"], cwd=REPO, env=nowhere, capture_output=True, timeout=60)
     assert refused.returncode == 2 and b"--workers" in refused.stderr
 
 

@@ -14,8 +14,10 @@ them over after a SIGKILL, and every scrape of ``/metrics`` counts every worker'
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
@@ -42,9 +44,10 @@ NO_SAFETY_POLL = {"AGENT_WORKERS_SAFETY_POLL_S": "3600"}
 async def test_a_follower_on_another_worker_gets_every_token_without_polling(tmp_path: Path) -> None:
     async with (
         workers(tmp_path, "sqlite", None, **NO_SAFETY_POLL) as (tools, server),
-        pinned_clients(server.base, 2) as pins,
+        pinned_clients(server.base, 3) as pins,
     ):
-        (a, a2), followers_on_b = pins.values()
+        (a, a2, _), (b1, b2, resumer) = pins.values()
+        followers_on_b = [b1, b2]
         tags = [f"wake-{i}-{uuid.uuid4().hex[:6]}" for i in range(2)]
         held = [tools.proxy.hold(side_effect_marker(tag)) for tag in tags]
         traces = []
@@ -59,9 +62,22 @@ async def test_a_follower_on_another_worker_gets_every_token_without_polling(tmp
             60,
         )
         seen = [len(t.frames) for t in traces]
+        # A client resuming on B with Last-Event-ID in the middle of the live run: B reads
+        # what A stored, from SQLite's live log (issue 23), then follows.
+        mid = seen[0] // 2
+        resuming = asyncio.create_task(replay(resumer.http, resumer.base, traces[0].stream_url or "", after=mid))
+        with contextlib.closing(sqlite3.connect(f"file:{server.db_path}?mode=ro", uri=True)) as conn:
+            in_log = conn.execute(
+                "SELECT count(*) FROM run_log l JOIN runs r ON r.id = l.run_id "
+                "WHERE l.run_id = ? AND l.id >= r.log_from",
+                (traces[0].run_id,),
+            ).fetchone()[0]
+        assert in_log >= seen[0], "the live run's events are not in the live log"
         for h in held:
             h.release.set()
         await asyncio.wait_for(asyncio.gather(*following), 60)
+        status, resumed = await asyncio.wait_for(resuming, 60)
+        assert status == 200 and resumed == traces[0].frames[mid:]
 
         for trace, before in zip(traces, seen, strict=True):
             assert orjson.loads(trace.frames[-1][2])["status"] == "completed", trace.frames[-3:]

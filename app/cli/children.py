@@ -43,4 +43,19 @@ def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
     return set_pdeathsig
 
 
-__all__ = ["die_with_parent"]
+def follow_parent(parent: int, sig: int = signal.SIGTERM) -> None:
+    """In a child started without a ``preexec_fn`` (``multiprocessing``'s spawn: the
+    ``serve --reload`` child): ask for ``sig`` when the parent goes, from the child itself.
+    ``parent`` is the pid that started it; gone already, the signal comes at once."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return
+    prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), sig)
+
+
+__all__ = ["die_with_parent", "follow_parent"]

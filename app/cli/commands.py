@@ -14,8 +14,9 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.cli.children import die_with_parent
 from app.cli.compact import add_compact_command, run_compact
@@ -41,6 +42,9 @@ from app.config_env import (
     Bounds,
 )
 from app.ops.logs import announce, configure_logging, uvicorn_log_config
+
+if TYPE_CHECKING:
+    from storage.sqlite.writer_lock import WriterLock
 
 log = logging.getLogger("agentchat.cli")
 
@@ -80,6 +84,9 @@ def _serve(args: argparse.Namespace) -> int:
         import socket
 
         sock = socket.socket(fileno=args.listen_fd)
+        # ``pass_fds`` made it inheritable here: an MCP stdio server started under uvloop
+        # (which closes no inherited descriptor) would keep the port after this worker.
+        sock.set_inheritable(False)
     else:
         # Bind before anything else starts: a taken port is one line and exit code 1.
         try:
@@ -90,11 +97,20 @@ def _serve(args: argparse.Namespace) -> int:
     port = bound_port(sock)
     if workers > 1 and args.listen_fd is None:
         return _supervise(args, settings, sock, workers, port)
+    lock = _writer_lock(settings)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     # A fatal signal (SIGBUS: SQLite's memory-mapped -shm cut short under the server)
     # leaves a line and the Python stack on stderr instead of a silent death.
     faulthandler.enable()
     with sock:
+        # The file first: a serve waiting for another group's file starts nothing else (no
+        # reference backend on the same backend.sqlite3 beside the holder's).
+        try:
+            if not _become_writer(lock, sock, settings, args):
+                return 0
+        except CannotStart as exc:
+            print(exc, file=sys.stderr)
+            return 3
         if args.reload:
             os.environ["AGENT_PORT"] = str(port)
             # The reloader re-imports the app in a child process; the backend keeps running
@@ -102,13 +118,18 @@ def _serve(args: argparse.Namespace) -> int:
             with reference_backend(settings, args, port, "info") as url:
                 if url is not None:
                     os.environ["AGENT_BACKEND_URL"] = url
-                _run_reloader(reload_config(host, port, settings, log_format=args.log_format), sock)
+                _run_reloader(reload_config(host, port, settings, log_format=args.log_format), sock, lock)
             return 0
         with reference_backend(settings, args, port, "warning") as url:
             if url is not None:
                 settings = settings.with_(backend_url=url)
             try:
-                started = serving_run(_serve_agent(args, settings, host, sock), choose_stack(settings.server_stack))
+                started = serving_run(
+                    _serve_agent(args, settings, host, sock, lock), choose_stack(settings.server_stack)
+                )
+            except CannotStart as exc:
+                print(exc, file=sys.stderr)
+                return 3
             except KeyboardInterrupt:  # Ctrl-C before uvicorn answers signals (the app's imports take seconds)
                 print("agentchat serve: interrupted", file=sys.stderr)
                 return EXIT_INTERRUPTED
@@ -117,6 +138,56 @@ def _serve(args: argparse.Namespace) -> int:
                     print("agentchat serve: terminated (SIGTERM)", file=sys.stderr)
                 raise
     return 0 if started else 3
+
+
+def _writer_lock(settings: Settings) -> WriterLock | None:
+    """The SQLite file's writer lock (``storage.sqlite.writer_lock``); ``None`` on PostgreSQL."""
+    from storage.open import is_postgres_url
+    from storage.sqlite.writer_lock import WriterLock
+
+    target = settings.database_url or settings.db_path
+    return None if is_postgres_url(target) else WriterLock(target)
+
+
+async def _wait_to_write(lock: WriterLock | None, sock: Any, settings: Settings, args: argparse.Namespace) -> bool:
+    """Hold ``lock`` for the rest of this process (``app/cli/writer_wait.py``): a worker of
+    ``--workers`` shares its supervisor's; anyone else takes it, waiting while another
+    group holds it, then waits while a process of a release before the live log (which
+    takes no lock) has the file open. False when stopped before it was ours."""
+    from app.cli.serving import choose_stack
+    from app.cli.writer_wait import share_inherited, wait_for_older_release, wait_for_writer_lock
+
+    if lock is None:
+        return True
+    if args.listen_fd is not None and share_inherited(lock, dict(os.environ)):
+        return True  # the supervisor waited for the lock and for an earlier release before it started us
+    stack = choose_stack(settings.server_stack)
+    try:
+        if not await wait_for_writer_lock(lock, sock, stack, log_format=args.log_format):
+            return False
+    except OSError as exc:  # the database's directory is not there or not writable: nor would the file be
+        why = exc.strerror or str(exc)
+        raise CannotStart(f"agentchat: cannot take the database's writer lock {lock.path}: {why}") from None
+    # An upgrade from a release without the lock: its serve may still have the file open.
+    if not await wait_for_older_release(lock.db_path, sock, stack, log_format=args.log_format):
+        lock.release()
+        return False
+    return True
+
+
+class CannotStart(Exception):
+    """The service cannot start at all; ``str()`` is one line for the operator (exit 3)."""
+
+
+def _become_writer(lock: WriterLock | None, sock: Any, settings: Settings, args: argparse.Namespace) -> bool:
+    """``_wait_to_write`` outside an event loop, before ``serve`` starts anything else (the
+    reference backend, the reloader, the workers, the app)."""
+    if lock is None:
+        return True
+    from app.cli.serving import choose_stack
+    from app.cli.serving import run as serving_run
+
+    return serving_run(_wait_to_write(lock, sock, settings, args), choose_stack(settings.server_stack))
 
 
 def _serving_line(host: str, port: int, extra: str = "") -> str:
@@ -129,22 +200,44 @@ def _serving_line(host: str, port: int, extra: str = "") -> str:
 def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers: int, port: int) -> int:
     """``--workers N``: the reference backend once, then N serving processes on ``sock``
     (``app/cli/workers.py``); returns when they have all stopped."""
-    from app.cli.workers import Supervisor, stop_deadline_s, worker_env
+    from app.cli.workers import NEVER_STARTED, Supervisor, stop_deadline_s, worker_env
+    from storage.sqlite.writer_lock import INHERITED_FD_ENV
 
     faulthandler.enable()
     grace_s = settings.shutdown_grace_s if args.grace is None else args.grace
+    lock = _writer_lock(settings)
+    # The workers are one writer group: the supervisor holds the file's lock and each
+    # worker inherits the open lock file, so the lock lives while any of them does. It is
+    # taken (or waited for) before the reference backend starts.
+    try:
+        if not _become_writer(lock, sock, settings, args):
+            sock.close()
+            return 0
+    except CannotStart as exc:
+        sock.close()
+        print(exc, file=sys.stderr)
+        return NEVER_STARTED
     with sock, reference_backend(settings, args, port, "warning") as url:
+        env = worker_env(None, workers, url)
+        keep: tuple[int, ...] = ()
+        if lock is not None:
+            keep = (lock.fileno(),)
+            env[INHERITED_FD_ENV] = str(lock.fileno())
         supervisor = Supervisor(
-            sock, workers, worker_env(None, workers, url), grace=args.grace,
-            preexec=die_with_parent(), stop_after_s=stop_deadline_s(grace_s),
+            sock, workers, env, grace=args.grace,
+            preexec=die_with_parent(), stop_after_s=stop_deadline_s(grace_s), keep_fds=keep,
         )
         return supervisor.run()
 
 
-async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, sock: Any) -> bool:
-    """Serve on the bound socket until stopped; ``False`` if the app never started."""
+async def _serve_agent(
+    args: argparse.Namespace, settings: Settings, host: str, sock: Any, lock: WriterLock | None = None
+) -> bool:
+    """Serve on the bound socket until stopped; ``False`` if the app never started.
+    ``lock``: the SQLite file's writer lock, held (``_become_writer``), watched meanwhile."""
     from app.cli.serving import DrainingServer, bound_port, choose_stack, uvicorn_config
     from app.cli.start_failure import StartupWatch, report
+    from app.cli.writer_wait import watch_writer_lock
     from app.factory import create_app
     from app.ops.close_budget import SERVER_CLOSE_S
 
@@ -186,6 +279,8 @@ async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, 
 
     task = asyncio.create_task(serve())
     worker = f"  [worker {args.worker}]" if args.worker else ""
+    # Only the process that took the lock locks a new lock file (the workers share theirs).
+    lock_watch = None if lock is None else asyncio.create_task(watch_writer_lock(lock, relock=args.listen_fd is None))
     try:
         await _when_serving(agent, [task], _serving_line(host, port, f"{worker}  [{stack.describe()}]"))
         await task
@@ -196,6 +291,9 @@ async def _serve_agent(args: argparse.Namespace, settings: Settings, host: str, 
         agent.handle_exit(signal.SIGINT, None)
         await asyncio.shield(task)
         raise
+    finally:
+        if lock_watch is not None:
+            lock_watch.cancel()
     return bool(agent.started)
 
 
@@ -228,12 +326,15 @@ def reload_config(host: str, port: int, settings: Settings, *, log_format: str =
     )
 
 
-def _run_reloader(config: Any, sock: Any) -> None:
-    import uvicorn
+def _run_reloader(config: Any, sock: Any, lock: WriterLock | None) -> None:
+    """uvicorn's reloader; its serving child shares the writer lock and dies with it
+    (``app/cli/reload_child.py``)."""
     from uvicorn.supervisors import ChangeReload
 
+    from app.cli.reload_child import reload_child
     from app.cli.reload_ready import probe_url, start_watch
     from app.cli.serving import bound_port, display_url
+    from app.cli.writer_wait import watch_writer_lock_thread
 
     sock.listen(2048)  # connections queue from now on, while the child starts the app
     port = bound_port(sock)
@@ -241,10 +342,15 @@ def _run_reloader(config: Any, sock: Any) -> None:
     announce(f"agentchat: starting on {display_url(config.host, port)}  [reloading on changes]")
     _, stop = start_watch(probe_url(config.host, port), _serving_line(config.host, port, "  [reloading on changes]"),
                           announce)
+    unwatch = threading.Event()
+    if lock is not None and lock.held:  # the reloader holds the lock: it watches the lock file, as serve does
+        threading.Thread(target=watch_writer_lock_thread, args=(lock, unwatch), name="writer-lock-watch",
+                         daemon=True).start()
     try:
-        ChangeReload(config, target=uvicorn.Server(config).run, sockets=[sock]).run()
+        ChangeReload(config, target=reload_child(config, lock), sockets=[sock]).run()
     finally:
         stop.set()
+        unwatch.set()
 
 
 # --- knowledge base: ingest, buckets, docs (app/cli/kb.py) ---------------------------------

@@ -11,6 +11,7 @@ differ). Every failure is one line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,19 +38,37 @@ def add_migrate_command(sub: Any) -> None:
 
 
 async def run_migrate_db(args: argparse.Namespace, settings: Settings) -> int:
+    from storage.open import is_postgres_url
+    from storage.sqlite.writer_lock import WriterLock
+
+    if not is_postgres_url(args.to):
+        print("agentchat migrate-db: --to must be a postgresql:// URL", file=sys.stderr)
+        return 2
+    source = Path(args.source) if args.source else settings.db_path
+    # The file's writer lock for the whole copy: a serve started meanwhile waits for it
+    # (``app.cli.writer_wait``) instead of writing rows the copy has passed already.
+    lock = WriterLock(source)
+    with contextlib.suppress(OSError):  # a directory nobody can write: no serve can lock it either
+        if source.exists() and not lock.try_acquire():
+            print(f"agentchat migrate-db: refused: {lock.holder()} holds the writer lock of {source} (a serve, or "
+                  "another migrate-db); stop it first", file=sys.stderr)
+            return 2
+    try:
+        return await _copy(args, source)
+    finally:
+        lock.release()
+
+
+async def _copy(args: argparse.Namespace, source: Path) -> int:
+    """The copy itself, its outcome one line on stderr (module docstring), the lock held."""
     import psycopg
 
     from app.ops.masking import without_url_secrets
     from storage.migrate_copy.outcome import CountMismatch, MigrateError, SourceInUse, TargetNotEmpty
     from storage.migrate_copy.progress import LineProgress, TqdmProgress
     from storage.migrate_copy.sqlite_to_postgres import copy_sqlite_to_postgres
-    from storage.open import is_postgres_url
     from storage.postgres import redact
 
-    if not is_postgres_url(args.to):
-        print("agentchat migrate-db: --to must be a postgresql:// URL", file=sys.stderr)
-        return 2
-    source = Path(args.source) if args.source else settings.db_path
     print(f"copying {source} into {redact(args.to)}", file=sys.stderr, flush=True)
     # A bar on a terminal; plain lines into a pipe or a file (tqdm's \r frames were
     # unreadable there), as ``agentchat ingest`` does.

@@ -160,7 +160,10 @@ def bind_socket(host: str, port: int, *, what: str = "agentchat", hint: str = "-
         else:
             why = exc.strerror or str(exc)
         raise BindError(f"{what}: cannot listen on {host}:{port}: {why}") from None
-    sock.set_inheritable(True)  # --reload hands it to the serving child
+    # Not inheritable (Python's default): the ``--workers`` supervisor hands it on with
+    # ``pass_fds`` and ``--reload`` through multiprocessing's own descriptor passing; an
+    # inheritable listener leaked into every subprocess a serve starts without closing
+    # inherited descriptors (MCP stdio servers under uvloop), which kept the port.
     return sock
 
 

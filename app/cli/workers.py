@@ -104,6 +104,9 @@ class Supervisor:
     env: dict[str, str]
     grace: float | None = None
     preexec: Callable[[], None] | None = None
+    #: Descriptors every worker inherits besides the socket: the SQLite file's writer
+    #: lock, which the workers share with the supervisor (``storage.sqlite.writer_lock``).
+    keep_fds: tuple[int, ...] = ()
     #: How long after the first SIGTERM/SIGINT the workers may run before SIGKILL
     #: (``stop_deadline_s`` of their drain; 20 s is ``AGENT_SHUTDOWN_GRACE_S``'s default).
     stop_after_s: float = 20.0 + STOP_MARGIN_S
@@ -125,7 +128,7 @@ class Supervisor:
         proc = subprocess.Popen(
             worker_argv(fd, index, self.count, grace=self.grace),
             env=self.env,
-            pass_fds=(fd,),
+            pass_fds=(fd, *self.keep_fds),
             preexec_fn=self.preexec,
             # A Ctrl-C in the terminal reaches the parent only; it forwards it once.
             start_new_session=True,

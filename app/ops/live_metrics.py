@@ -44,6 +44,9 @@ class LiveSources:
     #: Requests per minute counted by this replica alone because the shared count (the
     #: database) was away (``None``: one process, always counted here).
     rate_limit_fallbacks: Callable[[], int] | None = None
+    #: SQLite's live-log settles (``.settles .failures .reconciled_runs .dropped_rows``;
+    #: ``None``: PostgreSQL, no live log).
+    live_log: Callable[[], Any] | None = None
 
 
 class LiveCollector:
@@ -89,6 +92,26 @@ class LiveCollector:
             "queued steps (streamed tokens of many runs) into one; compare with the events written.",
             stats.batches,
         )
+        if s.live_log is not None:
+            settles = s.live_log()
+            yield _counter(
+                "agentchat_run_log_settles", "Settles of SQLite's live log of run events.", settles.settles
+            )
+            yield _counter(
+                "agentchat_run_log_settle_failures",
+                "Settles of SQLite's live log that failed (the timer tries again).",
+                settles.failures,
+            )
+            yield _counter(
+                "agentchat_run_log_reconciled_runs",
+                "Runs whose live-log rows repeated a seq, settled keeping the first-written row of each.",
+                settles.reconciled_runs,
+            )
+            yield _counter(
+                "agentchat_run_log_dropped_rows",
+                "Live-log rows left out of a reconciled run (a seq already written, or after its first ending).",
+                settles.dropped_rows,
+            )
         if s.rate_limit_fallbacks is not None:
             yield _counter(
                 "agentchat_rate_limit_shared_fallbacks",

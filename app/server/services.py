@@ -6,6 +6,7 @@ No module-level state anywhere: two apps in one process (tests do this) share no
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +126,11 @@ class Services:
             report["workers"] = {**self.leader.status(), "siblings_connected": getattr(feed, "siblings", None)}
         return report
 
+    def _live_log_settles(self) -> Callable[[], Any] | None:
+        """SQLite's live-log settle counts (``storage.sqlite.log_settler``), read at scrape time."""
+        settler = getattr(self.storage.runs, "settler", None)
+        return (lambda: settler.stats) if settler is not None else None
+
     def live_metric_sources(self) -> LiveSources:
         """What ``/metrics`` reads at scrape time from this app's live objects."""
         return LiveSources(
@@ -139,6 +145,7 @@ class Services:
             kb_fusion_drops=self._kb_fusion_drops if self.rooms.knowledge is not None else None,
             kb_reloads=self._kb_reloads if self.rooms.knowledge is not None else None,
             rate_limit_fallbacks=(lambda: self.limits.shared_fallbacks) if self.limits.store is not None else None,
+            live_log=self._live_log_settles(),
         )
 
     def _kb_fusion_drops(self) -> dict[tuple[str, str], int]:

@@ -19,7 +19,9 @@ What it does, in order:
    (``OVERRIDING SYSTEM VALUE``; ``runs.seq`` and ``keyword_associations.seq``, which
    SQLite keeps as the rowid, take the rowid), chunk vectors become pgvector values,
    ``kb_chunks.ntok`` is computed, ``kb_chunks.bucket`` is its document's, the
-   ``tsvector`` fills itself (a generated column).
+   ``tsvector`` fills itself (a generated column); SQLite's live log of runs' events
+   is settled into ``run_events`` before the copy (unfinished runs' events too), and
+   the log and ``runs.log_from`` stay behind (``storage.stores.event_log``).
 5. Moves every sequence past the copied ids, builds the HNSW graph of each bucket past
    the exact threshold (once, after the rows: faster than row by row), runs ``ANALYZE``.
 6. Counts every table on both sides; a difference is ``CountMismatch`` (exit 1).

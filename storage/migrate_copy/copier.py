@@ -20,6 +20,7 @@ from storage.migrate_copy.progress import TableProgress
 from storage.migrate_copy.table_plan import (
     NOT_DATA,
     RENAMED,
+    SQLITE_ONLY,
     Column,
     TablePlan,
     column_kind,
@@ -94,13 +95,14 @@ class Copier:
                 columns.append(Column(name, None, "doc_bucket"))  # its document's (``copy_table``)
             elif identity == "YES":
                 columns.append(Column(name, None, "int"))  # SQLite's rowid: the same order
-        lost = [c for c in source_cols if c not in used]
+        lost = [c for c in source_cols if c not in used and (table, c) not in SQLITE_ONLY]
         if lost:
             raise MigrateError(f"columns {lost} of {table} have no counterpart in PostgreSQL")
         key = tuple(pk) if pk else ("rowid",)
         computed = ("ntok", "bucket")
         wants_rowid = key == ("rowid",) or any(c.source is None and c.target not in computed for c in columns)
-        select = tuple(dict.fromkeys([*key, *(["rowid"] if wants_rowid else []), *source_cols]))
+        kept = [c for c in source_cols if (table, c) not in SQLITE_ONLY]
+        select = tuple(dict.fromkeys([*key, *(["rowid"] if wants_rowid else []), *kept]))
         return TablePlan(table, key, select, tuple(columns))
 
     # -------------------------------------------------------------- copying

@@ -74,6 +74,9 @@ async def copy_sqlite_to_postgres(
                 f"schema versions differ: the SQLite file is at {lite.schema_version}, PostgreSQL "
                 f"({redact(target_url)}) at {target_version}; run the same release on both"
             )
+        # Every run's events into ``run_events``, unfinished runs' included: their rows
+        # in SQLite's live log are what a replica on PostgreSQL carries them on from.
+        await lite.runs.settle_log(everything=True)
         async with await psycopg.AsyncConnection.connect(
             target_url, autocommit=True, application_name="agentchat-migrate-db"
         ) as conn:

@@ -36,9 +36,13 @@ ORDER = (
 #: SQLite tables that are not data: bookkeeping (the chunk ids issued included: the
 #: target's sequence is set past the copied ids; and ``kb_generation``: each database
 #: counts its own knowledge-base writes from its migration's row, read afresh by the
-#: processes that start on the copy), and FTS5's own index of ``kb_chunks``
-#: (PostgreSQL's ``tsvector`` is computed from the rows).
-NOT_DATA = ("schema_version", "sqlite_", "kb_chunks_fts", "kb_chunk_ids", "kb_generation")
+#: processes that start on the copy), FTS5's own index of ``kb_chunks`` (PostgreSQL's
+#: ``tsvector`` is computed from the rows), and the live log of runs' events, which the
+#: copy settles into ``run_events`` first (``storage.stores.event_log``: what is left in
+#: it are copies already settled).
+NOT_DATA = ("schema_version", "sqlite_", "kb_chunks_fts", "kb_chunk_ids", "kb_generation", "run_log")
+#: SQLite's own columns, with no counterpart in PostgreSQL: where a run's rows in the live log are.
+SQLITE_ONLY = {("runs", "log_from"), ("runs", "log_first"), ("runs", "log_until")}
 #: target column -> source column, where the engines name them differently
 RENAMED = {("kb_chunks", "embedding"): "vector"}
 

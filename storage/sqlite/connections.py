@@ -28,6 +28,9 @@ class SqliteOptions:
     cache_kib: int = 2_048
     #: How often the file's identity and writability are checked besides before writes.
     file_check_s: float = 1.0
+    #: A quiet process settles the live log this long after its last settle
+    #: (``storage.sqlite.log_settler``; tests make it short).
+    settle_every_s: float = 5.0
 
 
 def transient(exc: BaseException) -> bool:

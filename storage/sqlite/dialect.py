@@ -35,6 +35,7 @@ SQLITE = Dialect(
     same_as="IS",
     differs_from="IS NOT",
     byte_order="",
+    live_log=True,
 )
 
 

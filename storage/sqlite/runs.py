@@ -14,6 +14,11 @@ process is refused too, issue 23), and otherwise renews the lease and inserts no
 transaction, on the file's one write lock, so a claim cannot slip between the check and
 the step's events.
 
+Events go to the live log (``storage.stores.event_log``); its ``settler`` moves the
+events of runs ended since into ``run_events`` and trims the log, every ``SETTLE_ROWS``
+events this store writes, on a timer when it is quiet, and at close
+(``storage.sqlite.log_settler``).
+
 The same processes tell each other what they committed (``worker_feed``): a step's
 events after its commit, a cancel after it is stored — so a follower or the run's owner
 on a sibling worker is woken at once instead of reading the file on a timer.
@@ -26,6 +31,8 @@ from collections.abc import Callable
 from storage.dialect import Statement
 from storage.errors import LeaseLost
 from storage.records import Admitted, NewRun, RunWrite, StoredRun
+from storage.sql import SqlEngine
+from storage.sqlite.log_settler import LogSettler
 from storage.sqlite.worker_feed import WorkerFeed
 from storage.stores.runs import SqlRunStore
 
@@ -57,6 +64,11 @@ class SqliteRunStore(SqlRunStore):
     #: cancels are announced to them.
     feed: WorkerFeed | None = None
 
+    def __init__(self, sql: SqlEngine) -> None:
+        super().__init__(sql)
+        #: Settles the live log (``storage.sqlite.log_settler``); started with the writer.
+        self.settler = LogSettler(sql, self.log)
+
     def checks_lease(self, step: RunWrite) -> bool:
         return self.guard_leases and step.lease_owner is not None
 
@@ -80,9 +92,21 @@ class SqliteRunStore(SqlRunStore):
         on_fail: Callable[[BaseException], None] | None = None,
     ) -> None:
         super().write(step, on_commit=self._announcing(step, on_commit), on_fail=on_fail)
+        self._count(step)
 
     async def commit(self, step: RunWrite, *, on_commit: Callable[[], None] | None = None) -> None:
         await super().commit(step, on_commit=self._announcing(step, on_commit))
+        self._count(step)
+
+    def _count(self, step: RunWrite) -> None:
+        """Tell the settler (a settle is due every ``SETTLE_ROWS`` events)."""
+        if step.events:
+            self.settler.note(len(step.events))
+
+    async def settle_log(self, *, everything: bool = False) -> None:
+        """Settle now, through the settler (a run with conflicting rows is reconciled
+        and reported, never a settle refused for good)."""
+        await self.settler.settle(everything=everything)
 
     def _announcing(self, step: RunWrite, on_commit: Callable[[], None] | None) -> Callable[[], None] | None:
         """``on_commit`` that also tells the sibling workers (only with siblings)."""

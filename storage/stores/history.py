@@ -24,6 +24,7 @@ from storage.errors import ConversationBusy
 from storage.history_records import ConversationSummary, DeletedConversation, Feedback, RunView
 from storage.records import TERMINAL_STATUSES
 from storage.sql import Plan, Row, SqlEngine, Tx
+from storage.stores.event_log import event_log
 
 #: Any status but an ending: queued, running, interrupted, waiting for an approval, …
 _NOT_ENDED_SQL = "NOT IN (" + ", ".join(f"'{s}'" for s in TERMINAL_STATUSES) + ")"
@@ -32,13 +33,16 @@ _DRAFT_ID = re.compile(r'"draft_id"\s*:\s*"([0-9A-Za-z-]{1,64})"')
 #: item 4) add their ``DELETE`` here: ``(portable SQL, takes (user_id, conversation_id))``.
 CONVERSATION_PARTS: tuple[str, ...] = ()
 
-_RUN_COLUMNS = (
-    "r.id, r.conversation_id, r.user_id, r.context_type, r.status, r.created_at, r.started_at, r.finished_at, "
-    "r.tool_call_count, r.resumes, "
-    "(SELECT e.data FROM run_events e WHERE e.run_id = r.id AND e.event = 'message_complete' LIMIT 1), "
-    "(SELECT e.data FROM run_events e WHERE e.run_id = r.id AND e.event = 'error' ORDER BY e.seq DESC LIMIT 1), "
-    "r.feedback_score, r.feedback_comment, r.feedback_at, r.events_compacted_at"
-)
+
+def run_columns(dialect: Dialect) -> str:
+    """The ``runs r`` columns a ``RunView`` is read from; its ending and last error are
+    read wherever the engine keeps the run's events (``storage.stores.event_log``)."""
+    log = event_log(dialect)
+    return (
+        "r.id, r.conversation_id, r.user_id, r.context_type, r.status, r.created_at, r.started_at, r.finished_at, "
+        f"r.tool_call_count, r.resumes, {log.first_event('message_complete')}, {log.last_event('error')}, "
+        "r.feedback_score, r.feedback_comment, r.feedback_at, r.events_compacted_at"
+    )
 
 
 def _opt_float(value: Any) -> float | None:
@@ -79,6 +83,7 @@ class SqlHistoryStore:
         self.sql = sql
         # Rows in the order they were inserted (the tie-break of equal creation times).
         self._order = "rowid" if sql.dialect.name == "sqlite" else "seq"
+        self._run_columns = run_columns(sql.dialect)
 
     # --- conversations ------------------------------------------------------------------
 
@@ -199,11 +204,17 @@ class SqlHistoryStore:
                 f"DELETE FROM workflow_drafts WHERE owner = ? AND id IN ({d.marks(len(draft_ids))})",
                 (user_id, *draft_ids),
             )
-        events = yield (
-            "execute",
-            "DELETE FROM run_events WHERE run_id IN (SELECT id FROM runs WHERE user_id = ? AND conversation_id = ?)",
-            key,
-        )
+        # Its runs' events: ``run_events``, and on SQLite their rows in the live log —
+        # counted where not yet settled, then every copy of them swept.
+        events = 0
+        for kind, statement in event_log(d).delete_conversation():
+            if kind == "count":
+                row = yield ("fetchone", statement, key)
+                events += int(row[0]) if row is not None else 0
+            elif kind == "delete":
+                events += yield ("execute", statement, key)
+            else:
+                yield ("execute", statement, key)
         tool_calls = yield ("execute", "DELETE FROM tool_calls WHERE user_id = ? AND conversation_id = ?", key)
         # Keywords and saved web answers stay the owner's knowledge, without the link. An
         # association equal to one already unlinked would break its unique index: it goes.
@@ -245,7 +256,7 @@ class SqlHistoryStore:
     async def run(self, user_id: str, run_id: str) -> RunView | None:
         """The user's run (``None`` for an id that is not theirs, or none at all)."""
         row = await self.sql.fetchone(
-            f"SELECT {_RUN_COLUMNS} FROM runs r WHERE r.id = ? AND r.user_id = ?", (run_id, user_id)
+            f"SELECT {self._run_columns} FROM runs r WHERE r.id = ? AND r.user_id = ?", (run_id, user_id)
         )
         return run_view(row) if row is not None else None
 
@@ -261,7 +272,7 @@ class SqlHistoryStore:
             where += " AND (r.created_at < ? OR (r.created_at = ? AND r.id < ?))"
             params += [before[0], before[0], before[1]]
         rows = await self.sql.fetchall(
-            f"SELECT {_RUN_COLUMNS} FROM runs r WHERE {where} ORDER BY r.created_at DESC, r.id DESC LIMIT ?",
+            f"SELECT {self._run_columns} FROM runs r WHERE {where} ORDER BY r.created_at DESC, r.id DESC LIMIT ?",
             (*params, limit),
         )
         return [run_view(r) for r in rows]
@@ -291,4 +302,4 @@ class SqlHistoryStore:
         return [(str(r[0]), str(r[1])) for r in rows]
 
 
-__all__ = ["CONVERSATION_PARTS", "SqlHistoryStore", "run_view"]
+__all__ = ["CONVERSATION_PARTS", "SqlHistoryStore", "run_columns", "run_view"]

@@ -1,5 +1,5 @@
 """A run as a row and a step as statements, in portable SQL: the ``runs`` columns a
-``StoredRun`` is read from (``COLUMNS``, ``stored_run``), the status lists as SQL, and
+``StoredRun`` is read from (``columns``, ``stored_run``), the status lists as SQL, and
 the statements one step of a run writes (``step_statements``: its events, messages,
 checkpoint, summary and status).
 
@@ -17,15 +17,20 @@ from storage.dialect import Dialect, Statement
 from storage.records import NOT_ENDED, UNFINISHED, RunWrite, StoredRun
 from storage.stores.approval_waits import park_statement
 from storage.stores.conversations import append_statements
+from storage.stores.event_log import CLUSTERED, LIVE_LOG, event_log
 
 UNFINISHED_SQL = "(" + ", ".join(f"'{s}'" for s in UNFINISHED) + ")"
 NOT_ENDED_SQL = "(" + ", ".join(f"'{s}'" for s in NOT_ENDED) + ")"
-_EVENT_SQL = "INSERT INTO run_events(run_id, seq, event, data) VALUES (?, ?, ?, ?)"
-COLUMNS = (
-    "r.id, r.conversation_id, r.user_id, r.context_type, r.status, r.created_at, r.input, r.checkpoint, "
-    "r.checkpoint_seq, (SELECT COALESCE(MAX(seq), 0) FROM run_events e WHERE e.run_id = r.id), r.multitask, r.resumes, "
-    "r.cancel_requested_at IS NOT NULL"
-)
+
+
+def columns(dialect: Dialect) -> str:
+    """The ``runs r`` columns a ``StoredRun`` is read from; its ``last_seq`` is the
+    largest seq wherever the engine keeps the run's events (``storage.stores.event_log``)."""
+    return (
+        "r.id, r.conversation_id, r.user_id, r.context_type, r.status, r.created_at, r.input, r.checkpoint, "
+        f"r.checkpoint_seq, {event_log(dialect).last_seq('r')}, r.multitask, r.resumes, "
+        "r.cancel_requested_at IS NOT NULL"
+    )
 
 
 def _blob(value: Any) -> Any:
@@ -54,7 +59,8 @@ def stored_run(row: Sequence[Any]) -> StoredRun:
 def step_statements(dialect: Dialect, step: RunWrite) -> list[Statement]:
     """A step's statements in portable SQL (the engine's own come around them)."""
     now = dialect.now
-    out: list[Statement] = [(_EVENT_SQL, (step.run_id, e.seq, e.event, e.data)) for e in step.events]
+    insert = LIVE_LOG.insert if dialect.live_log else CLUSTERED.insert
+    out: list[Statement] = [(insert, (step.run_id, e.seq, e.event, e.data)) for e in step.events]
     if step.messages:
         out += append_statements(dialect, step.conversation_id, step.user_id, step.messages, step.run_id)
     if step.checkpoint is not None:
@@ -91,4 +97,4 @@ def step_statements(dialect: Dialect, step: RunWrite) -> list[Statement]:
     return out
 
 
-__all__ = ["COLUMNS", "NOT_ENDED_SQL", "UNFINISHED_SQL", "step_statements", "stored_run"]
+__all__ = ["NOT_ENDED_SQL", "UNFINISHED_SQL", "columns", "step_statements", "stored_run"]

@@ -30,7 +30,8 @@ from storage.records import NOT_ENDED, Admitted, NewRun, RunEvent, RunWrite, Sto
 from storage.sql import Plan, SqlEngine
 from storage.stores.approval_waits import EPOCH_AFTER_CLAIM, ApprovalWaits, unpark_cancelled_statement
 from storage.stores.conversations import claim_ops
-from storage.stores.run_rows import COLUMNS, NOT_ENDED_SQL, UNFINISHED_SQL, step_statements, stored_run
+from storage.stores.event_log import event_log
+from storage.stores.run_rows import NOT_ENDED_SQL, UNFINISHED_SQL, columns, step_statements, stored_run
 
 _IN_CHUNK = 500
 #: A claim's new ``resumes`` (the one parameter: the claimer), in the claim's own
@@ -56,6 +57,9 @@ class SqlRunStore(ApprovalWaits):
         self.db = sql.db
         # Rows in the order they were inserted: SQLite's rowid, PostgreSQL's seq.
         self.order = "rowid" if sql.dialect.name == "sqlite" else "seq"
+        #: Where the engine keeps a run's events (``storage.stores.event_log``).
+        self.log = event_log(sql.dialect)
+        self.columns = columns(sql.dialect)
 
     # --- engine hooks ---------------------------------------------------------------------
 
@@ -190,27 +194,24 @@ class SqlRunStore(ApprovalWaits):
         return out
 
     async def get(self, run_id: str) -> StoredRun | None:
-        row = await self.sql.fetchone(f"SELECT {COLUMNS} FROM runs r WHERE r.id = ?", (run_id,))
+        row = await self.sql.fetchone(f"SELECT {self.columns} FROM runs r WHERE r.id = ?", (run_id,))
         return stored_run(row) if row else None
 
     async def find_by_idempotency_key(self, user_id: str, key: str) -> StoredRun | None:
         row = await self.sql.fetchone(
-            f"SELECT {COLUMNS} FROM runs r WHERE r.user_id = ? AND r.idempotency_key = ?", (user_id, key)
+            f"SELECT {self.columns} FROM runs r WHERE r.user_id = ? AND r.idempotency_key = ?", (user_id, key)
         )
         return stored_run(row) if row else None
 
     async def events_after(self, run_id: str, after: int, limit: int = 10_000) -> list[RunEvent]:
-        rows = await self.sql.fetchall(
-            "SELECT seq, event, data, folded FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (run_id, after, limit),
-        )
+        rows = await self.sql.fetchall(*self.log.after(run_id, after, limit))
         # A compacted run's text stretch is one row; a reader resuming inside it gets the
         # rest of its text (``storage.event_folding``).
         return [RunEvent(int(s), str(e), unfold_after(after, str(d), f)) for s, e, d, f in rows]
 
     async def unfinished(self) -> list[StoredRun]:
         rows = await self.sql.fetchall(
-            f"SELECT {COLUMNS} FROM runs r WHERE r.status IN {UNFINISHED_SQL} ORDER BY r.{self.order}"
+            f"SELECT {self.columns} FROM runs r WHERE r.status IN {UNFINISHED_SQL} ORDER BY r.{self.order}"
         )
         return [stored_run(r) for r in rows]
 
@@ -247,6 +248,15 @@ class SqlRunStore(ApprovalWaits):
             if mapped is exc:
                 raise
             raise mapped from exc
+
+    async def settle_log(self, *, everything: bool = False) -> None:
+        """Move the events of runs ended since into ``run_events`` and trim the live log
+        (``storage.stores.event_log``; a no-op on PostgreSQL), after every step queued
+        before. ``everything``: every unfinished run's events too (``migrate-db``'s
+        copy reads ``run_events`` alone)."""
+        statements = self.log.settle(everything=everything)
+        if statements:
+            await self.sql.commit(statements)
 
     async def set_status(self, run_ids: Sequence[str], status: str) -> None:
         # An ending is an ending however it is written: it forgets the caller's credentials
@@ -308,7 +318,7 @@ class SqlRunStore(ApprovalWaits):
         out: list[StoredRun] = []
         for chunk in _chunks(list(claimed)):
             rows = await self.sql.fetchall(
-                f"SELECT {COLUMNS} FROM runs r WHERE r.id IN ({self.sql.dialect.marks(len(chunk))}) "
+                f"SELECT {self.columns} FROM runs r WHERE r.id IN ({self.sql.dialect.marks(len(chunk))}) "
                 f"ORDER BY r.{self.order}",
                 tuple(chunk),
             )

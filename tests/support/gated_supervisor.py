@@ -10,6 +10,8 @@ The workers are real ``agentchat serve`` workers (the environment configures the
 ``K``-th start (0-based, counting restarts) runs, in the child between ``fork`` and
 ``exec``, a read of one byte from the named pipe ``FIFO``: until the test writes it, the
 supervisor is blocked in that worker's ``Popen``. Exits with ``Supervisor.run``'s code.
+Like ``agentchat serve --workers`` it holds the SQLite file's writer lock and hands it to
+its workers (``storage.sqlite.writer_lock``); it exits 3 when another process holds it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from collections.abc import Callable
 from app.cli.children import die_with_parent
 from app.cli.serving import bind_socket
 from app.cli.workers import Supervisor, worker_env
+from app.config import Settings
+from storage.open import is_postgres_url
+from storage.sqlite.writer_lock import INHERITED_FD_ENV, WriterLock
 
 
 def gate(path: str, then: Callable[[], None] | None) -> Callable[[], None]:
@@ -58,8 +63,19 @@ def main(argv: list[str] | None = None) -> int:
 
     Supervisor.spawn = gated_spawn  # type: ignore[assignment,method-assign]  # this process only
     options = {} if args.stop_after is None else {"stop_after_s": args.stop_after}
+    env = worker_env(None, args.workers, None)
+    settings = Settings.from_env()
+    target = settings.database_url or settings.db_path
+    keep: tuple[int, ...] = ()
+    if not is_postgres_url(target):
+        lock = WriterLock(target)
+        if not lock.try_acquire():
+            print(f"gated_supervisor: the writer lock of {target} is held by {lock.holder()}", file=sys.stderr)
+            return 3
+        keep = (lock.fileno(),)
+        env[INHERITED_FD_ENV] = str(lock.fileno())
     with sock:
-        supervisor = Supervisor(sock, args.workers, worker_env(None, args.workers, None), grace=args.grace, **options)
+        supervisor = Supervisor(sock, args.workers, env, grace=args.grace, keep_fds=keep, **options)
         return supervisor.run()
 
 

@@ -88,5 +88,9 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         26: KB_CHUNK_BUCKETS,
         27: (),  # SQLite's record of the chunk ids issued; a sequence never reuses one
         28: KB_GENERATION,
+        # SQLite's live log of unsettled runs' events; PostgreSQL keeps one clustered
+        # table (``storage.stores.event_log`` says why).
+        29: (),
+        30: (),  # SQLite's live log: where a settled run's rows were
     },
 )

@@ -27,6 +27,7 @@ from storage.migration_runner import (
 from storage.sqlite import kb_buckets
 from storage.sqlite.migration_steps.first_schema import APP, DRAFTS, EXTERNAL, KB, KEYWORDS
 from storage.sqlite.migration_steps.knowledge_base import KB_CHUNK_IDS_ISSUED, KB_CHUNK_PAGES, KB_DOCUMENT_ORIGIN
+from storage.sqlite.migration_steps.live_log import LIVE_LOG, LIVE_LOG_SPANS
 from storage.sqlite.migration_steps.owners import CONVERSATIONS_PER_USER, EXTERNAL_MATCHING, ISSUE_25, OWNERS
 from storage.sqlite.migration_steps.runs import (
     DURABLE_RUNS,
@@ -69,6 +70,8 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         26: (),  # PostgreSQL's chunks carry their bucket (a partial HNSW graph per bucket)
         27: KB_CHUNK_IDS_ISSUED,
         28: KB_GENERATION,
+        29: LIVE_LOG,
+        30: LIVE_LOG_SPANS,
     },
     rebuilds=frozenset({15, 16}),
 )
