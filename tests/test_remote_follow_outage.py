@@ -98,3 +98,29 @@ async def _follow_on_b_while_postgres_stops(
         finally:
             if not reader.done():
                 reader.cancel()
+
+
+async def test_a_lost_listener_connection_sends_every_watcher_to_its_log_at_once() -> None:
+    """The listener's connection drops with the server: each watcher is told to read its
+    log then (where a follower meets the outage), not at its quiet poll (10 s) - the
+    reconnect's own read-all cannot come while the server is down."""
+    from storage.postgres.notify import RunEventsListener
+
+    pg = TestPostgres().start()
+    listener: RunEventsListener | None = None
+    try:
+        with pg.database(empty=True) as url:
+            listener = RunEventsListener(url, connect_timeout_s=1)
+            listener.start()
+            await asyncio.wait_for(listener.connected.wait(), 60)
+            with listener.watch("run-1") as watch:
+                watch.take()  # the first look's read, done
+                assert not watch.woke.is_set()
+                pg._kill()
+                assert await watch.wait(60), "the lost connection did not wake the watcher"
+                _, must_read = watch.take()
+                assert must_read, "the watcher was woken without being sent to its log"
+    finally:
+        if listener is not None:
+            await listener.close()
+        pg.stop()

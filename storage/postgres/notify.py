@@ -13,8 +13,9 @@ The same connection listens for cancels asked for on any replica (``run_cancels`
 payload: the run id) and hands each to the process's cancel subscribers (the run
 manager), which cancel the run if it executes here.
 
-When the connection drops, the listener reconnects with backoff and tells every watcher
-to read the log once (whatever was committed meanwhile), and every cancel subscriber to
+When the connection drops, every watcher reads its log at once (a follower learns of an
+outage then, not at its quiet poll); the listener reconnects with backoff and tells every
+watcher to read the log once more (whatever was committed meanwhile), and every cancel subscriber to
 look in the store (``None``: a cancel may have been missed).
 """
 
@@ -117,6 +118,10 @@ class RunEventsListener:
                 raise
             except Exception as exc:
                 log.warning("run events listener lost its connection", extra={"error": str(exc)[:300]})
+                # Every follower reads its log now instead of at its quiet poll (10 s): an
+                # outage reaches its clients as an error at once, and events committed just
+                # before the drop, whose notifications were lost with it, are not waited for.
+                self._hub.read_all()
             finally:
                 self.connected.clear()
                 self._conn = None
