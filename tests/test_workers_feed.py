@@ -20,17 +20,18 @@ import signal
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import orjson
 import pytest
+import pytest_asyncio
 
 from tests.fakes.paced_ollama import run_body, side_effect_marker
 from tests.support.postgres import TestPostgres
-from tests.support.procs import DEMO_AUTH, AgentServer, Trace, replay, until
+from tests.support.procs import DEMO_AUTH, AgentServer, ToolStack, Trace, replay, until
 from tests.test_workers import Pinned, follow_on, pinned_clients, saw, start_on, workers
 from tests.test_workers import pg as pg  # the module's PostgreSQL server, for the postgres cases
 
@@ -39,13 +40,30 @@ ENGINES = pytest.mark.parametrize("engine", ["sqlite", "postgres"])
 pytestmark = pytest.mark.slow
 
 NO_SAFETY_POLL = {"AGENT_WORKERS_SAFETY_POLL_S": "3600"}
+#: No look of its own at the log and, with leases of an hour, the owner's own look for
+#: cancels every six minutes: whatever crosses between the workers came over the feed.
+SLOW_LOOKS = {**NO_SAFETY_POLL, "AGENT_RUN_LEASE_S": "3600"}
+#: The tests that share ``sqlite_workers`` run in its event loop (its fake model and
+#: proxy are served there).
+MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
 
 
-async def test_a_follower_on_another_worker_gets_every_token_without_polling(tmp_path: Path) -> None:
-    async with (
-        workers(tmp_path, "sqlite", None, **NO_SAFETY_POLL) as (tools, server),
-        pinned_clients(server.base, 3) as pins,
-    ):
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def sqlite_workers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[ToolStack, AgentServer]]:
+    """Two workers on one SQLite file with ``SLOW_LOOKS``, their model fake and backend,
+    started once for the tests that only start runs of their own on them (each its own
+    tag, held and released by that test): a start-up is a backend and three processes
+    importing the whole app, the larger part of each test's time."""
+    async with workers(tmp_path_factory.mktemp("workers-feed"), "sqlite", None, **SLOW_LOOKS) as both:
+        yield both
+
+
+@MODULE_LOOP
+async def test_a_follower_on_another_worker_gets_every_token_without_polling(
+    sqlite_workers: tuple[ToolStack, AgentServer],
+) -> None:
+    tools, server = sqlite_workers
+    async with pinned_clients(server.base, 3) as pins:
         (a, a2, _), (b1, b2, resumer) = pins.values()
         followers_on_b = [b1, b2]
         tags = [f"wake-{i}-{uuid.uuid4().hex[:6]}" for i in range(2)]
@@ -102,16 +120,68 @@ ELSEWHERE = {"sqlite": "another worker", "postgres": "another worker or replica"
 LOCKS = {"sqlite": "file lock", "postgres": "postgres advisory lock"}
 
 
+#: The workers the tests without a model fake share: the extractive answerer, and the
+#: hashing embedder and open admin API the knowledge-base test ingests through.
+SHARED_ENV = {**EXTRACTIVE, "AGENT_WORKERS": "2", "AGENT_EMBEDDER": "hashing", "AGENT_ADMIN_OPEN": "true"}
+
+
 @contextmanager
 def on_engine(engine: str, request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
-    """The environment of workers on ``engine``: the default SQLite file in the test's
-    folder, or a fresh PostgreSQL database (dropped afterwards)."""
+    """The environment of workers on ``engine``: the default SQLite file in their folder,
+    or a fresh PostgreSQL database (dropped afterwards)."""
     if engine == "sqlite":
         yield {}
         return
     server: TestPostgres = request.getfixturevalue("pg")
     with server.database() as url:
         yield {"AGENT_DATABASE_URL": url, "AGENT_SECRET_KEY": "workers-share-this-key-0123456789"}
+
+
+class SharedServers:
+    """``agentchat serve --workers 2`` per engine (``SHARED_ENV``), started when a test
+    first asks and kept for the module's next tests: a start-up is three processes
+    importing the whole app, most of such a test's time. The tests that use them leave
+    them working (a worker SIGKILLed is replaced and the jobs taken over before that test
+    ends) or, the last one, stopped; one stopped or left by a failed test is replaced by
+    a fresh one at the next ask, so no test depends on another having run."""
+
+    def __init__(self, stack: contextlib.ExitStack, folders: pytest.TempPathFactory) -> None:
+        self._stack = stack
+        self._folders = folders
+        self._servers: dict[str, AgentServer] = {}
+
+    def running(self, engine: str, request: pytest.FixtureRequest) -> AgentServer:
+        """The engine's workers, started (not yet necessarily answering) if none run."""
+        server = self._servers.get(engine)
+        if server is not None and server.running:
+            return server
+        env = self._stack.enter_context(on_engine(engine, request))
+        server = AgentServer(self._folders.mktemp(f"workers-{engine}"), {**SHARED_ENV, **env}, name=f"workers-{engine}")
+        self._stack.callback(server.close)
+        server.start()
+        self._servers[engine] = server
+        return server
+
+    def discard(self, engine: str) -> None:
+        """Stop the engine's workers (a test failed on them: the next test starts afresh)."""
+        server = self._servers.pop(engine, None)
+        if server is not None:
+            server.close()
+
+
+@pytest.fixture(scope="module")
+def shared_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServers]:
+    with contextlib.ExitStack() as stack:
+        yield SharedServers(stack, tmp_path_factory)
+
+
+@pytest.fixture
+def extractive(engine: str, request: pytest.FixtureRequest, shared_servers: SharedServers) -> Iterator[AgentServer]:
+    """The shared workers on ``engine``; dropped if the test fails (their state is unknown)."""
+    failed_before = request.session.testsfailed
+    yield shared_servers.running(engine, request)
+    if request.session.testsfailed > failed_before:
+        shared_servers.discard(engine)
 
 
 async def background_jobs_by_replica(pins: dict[str, list[Pinned]]) -> dict[str, dict[str, object]]:
@@ -147,40 +217,35 @@ def leaders_in(values: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> 
 
 @ENGINES
 async def test_one_worker_runs_the_background_jobs_and_another_takes_them_over_after_sigkill(
-    tmp_path: Path, engine: str, request: pytest.FixtureRequest
+    extractive: AgentServer, engine: str
 ) -> None:
-    with on_engine(engine, request) as env:
-        server = AgentServer(tmp_path, {"AGENT_WORKERS": "2", **EXTRACTIVE, **env}, name=f"workers-leader-{engine}")
-        server.start()
+    server = extractive
+    await server.wait_healthy()
+    async with pinned_clients(server.base, 1) as pins:
+        # Each worker takes part in the election at start-up; wait until one leads.
+        await until_async(lambda: _one_leads(pins, engine), "one worker leading, the other following", 60)
+        jobs = await background_jobs_by_replica(pins)
+        assert {j["leader_lock"] for j in jobs.values()} == {LOCKS[engine]}, jobs
+        leader = next(r for r, j in jobs.items() if j["background_jobs"] == "here")
+        # /metrics, merged whichever worker answers, says the same per worker.
+        for _ in range(4):
+            assert leaders_in(await scrape(server.base)) == {r: float(r == leader) for r in pins}
+        os.kill(int(leader.split(":")[1]), signal.SIGKILL)
+
+    # The survivor (or the worker started in the dead one's place) takes the jobs over.
+    async def leads_now() -> bool:
         try:
-            await server.wait_healthy()
             async with pinned_clients(server.base, 1) as pins:
-                # Each worker takes part in the election at start-up; wait until one leads.
-                await until_async(lambda: _one_leads(pins, engine), "one worker leading, the other following", 60)
-                jobs = await background_jobs_by_replica(pins)
-                assert {j["leader_lock"] for j in jobs.values()} == {LOCKS[engine]}, jobs
-                leader = next(r for r, j in jobs.items() if j["background_jobs"] == "here")
-                # /metrics, merged whichever worker answers, says the same per worker.
-                for _ in range(4):
-                    assert leaders_in(await scrape(server.base)) == {r: float(r == leader) for r in pins}
-                os.kill(int(leader.split(":")[1]), signal.SIGKILL)
-
-            # The survivor (or the worker started in the dead one's place) takes the jobs over.
-            async def leads_now() -> bool:
-                try:
-                    async with pinned_clients(server.base, 1) as pins:
-                        if leader in pins:
-                            return False
-                        return await _one_leads(pins, engine)
-                except AssertionError:  # one worker only, until the parent starts another
+                if leader in pins:
                     return False
+                return await _one_leads(pins, engine)
+        except AssertionError:  # one worker only, until the parent starts another
+            return False
 
-            await until_async(leads_now, f"another worker leading:\n{server.tail(40)}", 60)
-            led = leaders_in(await scrape(server.base))
-            assert leader not in led and sorted(led.values()) == [0.0, 1.0], led
-            assert server.running
-        finally:
-            server.close()
+    await until_async(leads_now, f"another worker leading:\n{server.tail(40)}", 60)
+    led = leaders_in(await scrape(server.base))
+    assert leader not in led and sorted(led.values()) == [0.0, 1.0], led
+    assert server.running
 
 
 async def _one_leads(pins: dict[str, list[Pinned]], engine: str) -> bool:
@@ -189,11 +254,11 @@ async def _one_leads(pins: dict[str, list[Pinned]], engine: str) -> bool:
 
 
 async def until_async(condition: object, what: str, timeout_s: float) -> None:
-    """Until the awaited ``condition()`` is true (checked every 0.2 s), or fail saying ``what``."""
+    """Until the awaited ``condition()`` is true (checked every 0.05 s), or fail saying ``what``."""
     deadline = time.monotonic() + timeout_s
     while not await condition():  # type: ignore[operator]
         assert time.monotonic() < deadline, f"never: {what}"
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.05)
 
 
 async def knowledge_vectors(pin: Pinned) -> int:
@@ -202,12 +267,12 @@ async def knowledge_vectors(pin: Pinned) -> int:
     return int(answer.json()["checks"]["knowledge"]["vectors"] or 0)
 
 
-async def test_a_document_ingested_through_one_worker_is_in_the_others_vectors(tmp_path: Path) -> None:
+async def test_a_document_ingested_through_one_worker_is_in_the_others_vectors(
+    shared_servers: SharedServers, request: pytest.FixtureRequest
+) -> None:
     """Each worker holds the KB's vectors in memory; an ingest through worker A reaches
     worker B's before its next search (``/readyz`` counts the vectors a search scans)."""
-    env = {**EXTRACTIVE, "AGENT_WORKERS": "2", "AGENT_EMBEDDER": "hashing", "AGENT_ADMIN_OPEN": "true"}
-    server = AgentServer(tmp_path, env, name="workers-kb")
-    server.start()
+    server = shared_servers.running("sqlite", request)
     try:
         await server.wait_healthy()
         async with pinned_clients(server.base, 1) as pins:
@@ -225,50 +290,41 @@ async def test_a_document_ingested_through_one_worker_is_in_the_others_vectors(t
                 assert time.monotonic() < deadline, f"worker B never loaded A's vectors ({on_b} of {on_a})"
                 await asyncio.sleep(0.05)
                 on_b = await knowledge_vectors(b)
-    finally:
-        server.close()
+    except BaseException:
+        shared_servers.discard("sqlite")  # their state is unknown: the next test starts afresh
+        raise
 
 
 @ENGINES
-async def test_every_scrape_counts_the_runs_of_every_worker(
-    tmp_path: Path, engine: str, request: pytest.FixtureRequest
-) -> None:
-    with on_engine(engine, request) as env:
-        await _every_scrape_counts_the_runs_of_every_worker(tmp_path, engine, env)
-
-
-async def _every_scrape_counts_the_runs_of_every_worker(tmp_path: Path, engine: str, env: dict[str, str]) -> None:
-    server = AgentServer(tmp_path, {"AGENT_WORKERS": "2", **EXTRACTIVE, **env}, name=f"workers-metrics-{engine}")
-    server.start()
-    try:
-        await server.wait_healthy()
-        async with pinned_clients(server.base, 3) as pins:
-            (a, *on_a), (b, *on_b) = pins.values()
-            body = {"message": "What is in the knowledge base?", "context_type": "knowledge"}
-            # One pinned connection per run: two runs started on A, three on B.
-            for i, pin in enumerate([*on_a, b, *on_b]):
-                started = await start_on(pin, body)
-                trace = Trace(tag=f"m{i}", run_id=started["run_id"], stream_url=started["stream_url"])
-                await follow_on(pin, trace)  # to its end (the pin's last use)
-            replicas = {a.replica, b.replica}
-            # Where they meet: the supervisor's private directory (PostgreSQL has no feed).
-            meeting = {supervisors_dir(pin.pid) for pin in (a, b)}
-        for _ in range(8):  # fresh connections: the kernel hands them to either worker
-            values = await scrape(server.base)
-            assert values[("agentchat_runs_started_total", ())] == 5, values
-            assert values[("agentchat_metrics_workers", ())] == 2
-            live = {dict(labels)["worker"] for (name, labels) in values if name == "agentchat_live_runs"}
-            assert live == replicas
-        (directory,) = meeting
-        assert directory.stat().st_mode & 0o777 == 0o700
-        if engine == "postgres":
-            assert len(list(directory.glob("*.metrics"))) == 2
-        assert server.running
-        server.send(signal.SIGTERM)  # the supervisor drains its workers and cleans up
-        assert await server.wait_exit(60) == 0, server.tail(40)
-        assert not directory.exists()
-    finally:
-        server.close()
+async def test_every_scrape_counts_the_runs_of_every_worker(extractive: AgentServer, engine: str) -> None:
+    """The last test on the module's workers of ``engine``: it stops them (SIGTERM)."""
+    server = extractive
+    await server.wait_healthy()
+    async with pinned_clients(server.base, 3) as pins:
+        (a, *on_a), (b, *on_b) = pins.values()
+        body = {"message": "What is in the knowledge base?", "context_type": "knowledge"}
+        # One pinned connection per run: two runs started on A, three on B.
+        for i, pin in enumerate([*on_a, b, *on_b]):
+            started = await start_on(pin, body)
+            trace = Trace(tag=f"m{i}", run_id=started["run_id"], stream_url=started["stream_url"])
+            await follow_on(pin, trace)  # to its end (the pin's last use)
+        replicas = {a.replica, b.replica}
+        # Where they meet: the supervisor's private directory (PostgreSQL has no feed).
+        meeting = {supervisors_dir(pin.pid) for pin in (a, b)}
+    for _ in range(8):  # fresh connections: the kernel hands them to either worker
+        values = await scrape(server.base)
+        assert values[("agentchat_runs_started_total", ())] == 5, values
+        assert values[("agentchat_metrics_workers", ())] == 2
+        live = {dict(labels)["worker"] for (name, labels) in values if name == "agentchat_live_runs"}
+        assert live == replicas
+    (directory,) = meeting
+    assert directory.stat().st_mode & 0o777 == 0o700
+    if engine == "postgres":
+        assert len(list(directory.glob("*.metrics"))) == 2
+    assert server.running
+    server.send(signal.SIGTERM)  # the supervisor drains its workers and cleans up
+    assert await server.wait_exit(60) == 0, server.tail(40)
+    assert not directory.exists()
 
 
 def supervisors_dir(worker_pid: int) -> Path:
@@ -279,17 +335,38 @@ def supervisors_dir(worker_pid: int) -> Path:
     return Path(found[0].decode())
 
 
+@pytest.fixture
+def shared_on_sqlite(engine: str, request: pytest.FixtureRequest) -> tuple[ToolStack, AgentServer] | None:
+    """``sqlite_workers`` for the SQLite case (set up here, before the test's loop runs);
+    ``None``: the test starts its own workers on PostgreSQL."""
+    if engine != "sqlite":
+        return None
+    shared: tuple[ToolStack, AgentServer] = request.getfixturevalue("sqlite_workers")
+    return shared
+
+
+@contextlib.asynccontextmanager
+async def slow_looking_workers(
+    tmp_path: Path, engine: str, request: pytest.FixtureRequest, shared: tuple[ToolStack, AgentServer] | None
+) -> AsyncIterator[tuple[ToolStack, AgentServer]]:
+    """The module's SQLite workers, or workers on a fresh PostgreSQL database (``SLOW_LOOKS``)."""
+    if shared is not None:
+        yield shared
+        return
+    async with workers(tmp_path, engine, request.getfixturevalue("pg"), **SLOW_LOOKS) as both:
+        yield both
+
+
+@MODULE_LOOP
 @ENGINES
 async def test_a_cancel_through_one_worker_reaches_the_run_on_another_without_polling(
-    tmp_path: Path, engine: str, request: pytest.FixtureRequest
+    tmp_path: Path, engine: str, request: pytest.FixtureRequest, shared_on_sqlite: tuple[ToolStack, AgentServer] | None
 ) -> None:
     """With leases of an hour the owner's own look for cancels comes every six minutes:
     the run ends ``cancelled`` within the cancel request only because worker B told A —
     over the sibling sockets on SQLite, by ``NOTIFY`` on PostgreSQL."""
-    slow_looks = {**NO_SAFETY_POLL, "AGENT_RUN_LEASE_S": "3600"}
-    pg = request.getfixturevalue("pg") if engine == "postgres" else None
     async with (
-        workers(tmp_path, engine, pg, **slow_looks) as (tools, server),
+        slow_looking_workers(tmp_path, engine, request, shared_on_sqlite) as (tools, server),
         pinned_clients(server.base, 2) as pins,
     ):
         (a, _), (b, b2) = pins.values()
