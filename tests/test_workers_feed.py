@@ -31,8 +31,8 @@ import pytest_asyncio
 
 from tests.fakes.paced_ollama import run_body, side_effect_marker
 from tests.support.postgres import TestPostgres
-from tests.support.procs import DEMO_AUTH, AgentServer, ToolStack, Trace, replay, until
-from tests.test_workers import Pinned, follow_on, pinned_clients, saw, start_on, workers
+from tests.support.procs import DEMO_AUTH, AgentServer, ToolStack, Trace, replay, tool_stack, until
+from tests.test_workers import WORKERS, Pinned, follow_on, pinned_clients, saw, start_on
 from tests.test_workers import pg as pg  # the module's PostgreSQL server, for the postgres cases
 
 ENGINES = pytest.mark.parametrize("engine", ["sqlite", "postgres"])
@@ -49,12 +49,40 @@ MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def sqlite_workers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[ToolStack, AgentServer]]:
-    """Two workers on one SQLite file with ``SLOW_LOOKS``, their model fake and backend,
-    started once for the tests that only start runs of their own on them (each its own
-    tag, held and released by that test): a start-up is a backend and three processes
-    importing the whole app, the larger part of each test's time."""
-    async with workers(tmp_path_factory.mktemp("workers-feed"), "sqlite", None, **SLOW_LOOKS) as both:
+async def tools(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ToolStack]:
+    """The paced model fake, the counting proxy and the backend (``tests/test_workers.py``'s
+    settings), one for the module: every test holds and counts by a tag of its own."""
+    async with tool_stack(tmp_path_factory.mktemp("tools"), tokens=30, pause_s=0.05) as stack:
+        yield stack
+
+
+@contextlib.asynccontextmanager
+async def tool_workers(
+    tools: ToolStack, folder: Path, engine: str, pg: TestPostgres | None
+) -> AsyncIterator[tuple[ToolStack, AgentServer]]:
+    """``serve --workers 2`` on ``engine`` with ``SLOW_LOOKS``, against the module's ``tools``."""
+    with contextlib.ExitStack() as stack:
+        extra = {"AGENT_WORKERS": str(WORKERS), **SLOW_LOOKS}
+        if engine == "postgres":
+            assert pg is not None
+            extra["AGENT_DATABASE_URL"] = stack.enter_context(pg.database())
+            extra["AGENT_SECRET_KEY"] = "workers-share-this-key-0123456789"
+        server = AgentServer(folder, tools.agent_env(**extra), name=f"workers-{engine}")
+        stack.callback(server.close)
+        server.start()
+        await server.wait_healthy()
+        yield tools, server
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def sqlite_workers(
+    tools: ToolStack, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[tuple[ToolStack, AgentServer]]:
+    """Two workers on one SQLite file with ``SLOW_LOOKS``, started once for the tests that
+    only start runs of their own on them (each its own tag, held and released by that
+    test): a start-up is three processes importing the whole app, the larger part of each
+    test's time."""
+    async with tool_workers(tools, tmp_path_factory.mktemp("workers-feed"), "sqlite", None) as both:
         yield both
 
 
@@ -347,26 +375,34 @@ def shared_on_sqlite(engine: str, request: pytest.FixtureRequest) -> tuple[ToolS
 
 @contextlib.asynccontextmanager
 async def slow_looking_workers(
-    tmp_path: Path, engine: str, request: pytest.FixtureRequest, shared: tuple[ToolStack, AgentServer] | None
+    tools: ToolStack,
+    tmp_path: Path,
+    engine: str,
+    request: pytest.FixtureRequest,
+    shared: tuple[ToolStack, AgentServer] | None,
 ) -> AsyncIterator[tuple[ToolStack, AgentServer]]:
     """The module's SQLite workers, or workers on a fresh PostgreSQL database (``SLOW_LOOKS``)."""
     if shared is not None:
         yield shared
         return
-    async with workers(tmp_path, engine, request.getfixturevalue("pg"), **SLOW_LOOKS) as both:
+    async with tool_workers(tools, tmp_path, engine, request.getfixturevalue("pg")) as both:
         yield both
 
 
 @MODULE_LOOP
 @ENGINES
 async def test_a_cancel_through_one_worker_reaches_the_run_on_another_without_polling(
-    tmp_path: Path, engine: str, request: pytest.FixtureRequest, shared_on_sqlite: tuple[ToolStack, AgentServer] | None
+    tmp_path: Path,
+    engine: str,
+    request: pytest.FixtureRequest,
+    tools: ToolStack,
+    shared_on_sqlite: tuple[ToolStack, AgentServer] | None,
 ) -> None:
     """With leases of an hour the owner's own look for cancels comes every six minutes:
     the run ends ``cancelled`` within the cancel request only because worker B told A —
     over the sibling sockets on SQLite, by ``NOTIFY`` on PostgreSQL."""
     async with (
-        slow_looking_workers(tmp_path, engine, request, shared_on_sqlite) as (tools, server),
+        slow_looking_workers(tools, tmp_path, engine, request, shared_on_sqlite) as (tools, server),
         pinned_clients(server.base, 2) as pins,
     ):
         (a, _), (b, b2) = pins.values()
