@@ -15,9 +15,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agenttools.mcp.config import McpConfigError, McpServerConfig, load_servers
 from app import config_redaction
 from app.config_checks import combination_problems
 from app.config_env import (
@@ -38,6 +37,9 @@ SERVER_STACKS = ("auto", "portable")
 AUTH_MODES = ("none", "jwt")
 #: ``AGENT_CONVERSATION_TITLES``: where a conversation's automatic title comes from.
 TITLE_SOURCES = ("auto", "words", "model", "off")
+
+if TYPE_CHECKING:
+    from agenttools.mcp.config import McpServerConfig
 CONTEXT_TYPES = ("workflow", "tables", "knowledge")
 
 
@@ -382,6 +384,10 @@ class Settings:
         )
         mcp_file = reader.optional("AGENT_MCP_SERVERS")
         if mcp_file:
+            # Imported only when servers are configured: agenttools.mcp.config brings the
+            # tool catalog and httpx, ~0.2 s of CPU that every CLI command paid to read settings.
+            from agenttools.mcp.config import McpConfigError, load_servers
+
             try:
                 s = replace(s, mcp_servers=load_servers(mcp_file, env))
             except McpConfigError as exc:
