@@ -260,6 +260,12 @@ async def test_one_worker_runs_the_background_jobs_and_another_takes_them_over_a
             assert leaders_in(await scrape(server.base)) == {r: float(r == leader) for r in pins}
         os.kill(int(leader.split(":")[1]), signal.SIGKILL)
 
+    # The parent starts a worker in the dead one's place. Waited for with one fresh
+    # connection a check (the kernel hands it to either worker) rather than through
+    # pinned_clients' up to 400 connections a check, which kept the survivor busy answering
+    # while the new worker imported the app on the same cores.
+    await until_async(lambda: _new_replica_answers(server.base, set(pins)), "a worker in the dead one's place", 60)
+
     # The survivor (or the worker started in the dead one's place) takes the jobs over.
     async def leads_now() -> bool:
         try:
@@ -274,6 +280,16 @@ async def test_one_worker_runs_the_background_jobs_and_another_takes_them_over_a
     led = leaders_in(await scrape(server.base))
     assert leader not in led and sorted(led.values()) == [0.0, 1.0], led
     assert server.running
+
+
+async def _new_replica_answers(base: str, known: set[str]) -> bool:
+    """Whether a fresh connection reached a worker not in ``known``."""
+    async with httpx.AsyncClient(timeout=5) as http:
+        try:
+            answer = await http.get(f"{base}/readyz")
+            return str(answer.json()["load"]["replica"]) not in known
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return False
 
 
 async def _one_leads(pins: dict[str, list[Pinned]], engine: str) -> bool:
