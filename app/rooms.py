@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from agenttools.core.registry import ToolRegistry
 from app.config import Settings
+from app.knowledge_component import KnowledgeComponent, sample_turns
 from app.ops.close_budget import KB_REEMBED_STOP_S, KB_TASKS_STOP_S
-from app.ops.leader import Leader, LeaderLock
+from app.ops.leader import Leader
 from app.ops.masking import mask_url
 from app.ops.stopping import cancel_and_wait
 from llm.pool import WaitHook
@@ -32,30 +32,6 @@ if TYPE_CHECKING:
     from storage.interfaces import StorageBundle
 
 log = logging.getLogger("agentchat.rooms")
-
-#: The first pause after a failed sample ingest, and the longest (``KnowledgeComponent``).
-SAMPLE_RETRY_FIRST_S = 2.0
-SAMPLE_RETRY_MAX_S = 60.0
-#: ``sample_kb`` while another process on the database ingests the sample (a 503).
-SAMPLE_WAITING = "ingesting: waiting while another replica or worker ingests it"
-#: The session advisory lock the sample's ingest takes on PostgreSQL ("AGSAMPLE").
-SAMPLE_LOCK = int.from_bytes(b"AGSAMPLE", "big")
-#: How long a process waits for its turn before it ingests without one (``_wait_for_turn``).
-SAMPLE_TURN_WAIT_MAX_S = 300.0
-
-
-def sample_turns(storage: StorageBundle) -> LeaderLock | None:
-    """The lock the processes on one PostgreSQL database take in turn around the sample's
-    ingest: a session advisory lock on a connection of its own (``storage.postgres.
-    leader_lock``: released when that session ends, the process's death included).
-    ``None`` on SQLite, where the one writer orders the writes."""
-    if storage.engine != "postgres":
-        return None
-    from storage.postgres.leader_lock import AdvisoryLeaderLock
-
-    db: Any = storage.db  # PostgresDatabase: its URL
-    return AdvisoryLeaderLock(db.url, key=SAMPLE_LOCK, application_name="agentchat-sample-kb")
-
 
 async def kb_embedder(
     settings: Settings, http: httpx.AsyncClient | None = None, *, pool_waits: WaitHook | None = None
@@ -80,154 +56,6 @@ async def kb_embedder(
         max_connections=settings.embed_max_connections,
         on_pool_wait=pool_waits,
     )
-
-
-@dataclass(slots=True)
-class KnowledgeComponent:
-    """The KB as the app sees it, with the sample-KB ingestion status for /readyz."""
-
-    kb: Any
-    sample: str = "not requested"
-    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
-    #: Taken around each attempt of the sample's ingest by the processes sharing a
-    #: PostgreSQL database (``sample_turns``); ``None``: this process's writes need none.
-    turns: LeaderLock | None = None
-    #: The pause after a failed attempt, doubled at each failure up to ``retry_max_s``.
-    retry_first_s: float = SAMPLE_RETRY_FIRST_S
-    retry_max_s: float = SAMPLE_RETRY_MAX_S
-    #: How often a process waiting for its turn asks again.
-    turn_poll_s: float = 0.25
-    #: The longest wait for the turn: a holder that hangs alive (stopped, its loop stuck)
-    #: keeps its session and the lock, and must not keep every other replica unready.
-    turn_wait_max_s: float = SAMPLE_TURN_WAIT_MAX_S
-    #: Waits out the pause before the next attempt (a test watches the state meanwhile).
-    pause: Callable[[float], Awaitable[None]] = asyncio.sleep
-
-    async def readiness(self) -> dict[str, Any]:
-        """Not ready while the sample knowledge base loads or after its load failed
-        (the README's first question would be answered "I could not find an answer"),
-        nor while documents wait for vectors and the embedder fails: a search by meaning
-        cannot see them until the re-embedding in the background (``knowledge.backfill``)
-        has given them theirs — then it is ready again by itself. Documents waiting while
-        the re-embedding makes progress (a corpus moving to another embedding model can
-        take hours) are shown here and in a metric but keep the replica in service: text
-        search finds them meanwhile, and every semantic search says what it cannot see.
-
-        The sample's state is taken before the counts are read: taken after, an ingest
-        ending during the reads paired "ingested 106 chunks" (ready) with counts of none
-        (1 of 20 fresh starts in a CI run). Taken first, "ingested" means the counts'
-        reads began after its commit."""
-        sample = self.sample
-        stats = await self.kb.stats()
-        semantic = await self.kb.semantic_search()
-        loading = sample.startswith("ingesting")
-        failed = sample.startswith("failed")
-        has_embedder = semantic["embedder"] is not None
-        pending = int(stats.get("documents_without_current_vectors") or 0) if has_embedder else 0
-        backfill = self.kb.backfill
-        backfill.pending = pending if has_embedder else 0  # the count just read is the freshest
-        stalled = bool(pending) and backfill.failures > 0  # the last pass failed: no progress
-        out: dict[str, Any] = {
-            "ok": not (loading or failed or stalled),
-            "documents": stats.get("documents"),
-            "chunks": stats.get("chunks"),
-            "vectors": stats.get("vectors"),
-            "documents_without_current_vectors": stats.get("documents_without_current_vectors"),
-            "pending_vectors": pending,
-            "sample_kb": sample,
-            "semantic_search": semantic,
-            "reembedding": backfill.status(),
-        }
-        if loading:
-            out["detail"] = "the sample knowledge base is being ingested"
-        elif failed:
-            out["detail"] = f"the sample knowledge base could not be ingested ({sample})"
-        elif pending:
-            why = backfill.last_error if backfill.state == "waiting to retry" else None
-            out["detail"] = (
-                f"{pending} document(s) wait for vectors of {semantic['embedder']}: found by text search now, "
-                "re-embedded in the background" + (f" (the embedder failed: {why})" if why else "")
-            )
-        return out
-
-    async def ingest_sample(self) -> None:
-        """Ingest the sample until it is in: a failed attempt (the database briefly
-        unreachable, an embedder that did not answer) is tried again after a pause that
-        doubles up to ``retry_max_s``, and ``/readyz`` says meanwhile that it failed, at
-        which attempt, when the next one comes and why (``failed (attempt N, …): …``, a
-        503). Without the retry, one failure kept a replica out of every readiness probe
-        until it was restarted, while it served chats."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                await self._ingest_sample_once()
-                return
-            except Exception as exc:  # the service still works; search just finds nothing yet
-                pause = min(self.retry_first_s * 2 ** (attempt - 1), self.retry_max_s)
-                self.sample = f"failed (attempt {attempt}, trying again in {pause:g} s): {type(exc).__name__}: {exc}"[
-                    :400
-                ]
-                if attempt == 1:
-                    log.exception("sample knowledge base ingestion failed", extra={"retry_in_s": pause})
-                else:
-                    log.warning(
-                        "sample knowledge base ingestion failed again",
-                        extra={"attempt": attempt, "retry_in_s": pause, "error": f"{type(exc).__name__}: {exc}"[:300]},
-                    )
-            await self.pause(pause)
-
-    async def _ingest_sample_once(self) -> None:
-        """One attempt, in turn with the other processes on the database: replicas (or
-        workers) starting together on one fresh PostgreSQL database all found the bucket
-        empty and wrote the same documents side by side, and all but one failed on
-        ``kb_chunks_doc_position``. Under ``turns`` (a session advisory lock) the others
-        wait, then find the sample there (``already there``). SQLite needs no turns:
-        its one writer makes each document's replacement one transaction after another."""
-        from knowledge.kb import DEFAULT_BUCKET
-        from knowledge.sample import SampleLeft, ensure_sample_kb
-
-        self.sample = "ingesting"
-        turns = self.turns
-        try:
-            if turns is not None:
-                await self._wait_for_turn(turns)
-                self.sample = "ingesting"
-            report = await ensure_sample_kb(self.kb, bucket=DEFAULT_BUCKET)
-        finally:
-            if turns is not None:
-                await turns.release()
-        if isinstance(report, SampleLeft):  # nothing ingested: say which of the two reasons
-            self.sample = report.status(DEFAULT_BUCKET)
-        elif report.skipped or report.deleted:  # an older sample brought up to the shipped one
-            self.sample = (
-                f"ingested {report.chunks} chunks (sample updated: {report.added} added, {report.updated} updated, "
-                f"{report.deleted} removed, {report.skipped} unchanged)"
-            )
-        else:
-            self.sample = f"ingested {report.chunks} chunks"
-        log.info("sample knowledge base", extra={"status": self.sample})
-
-    async def _wait_for_turn(self, turns: LeaderLock) -> None:
-        """Until this process holds ``turns``; a lock that cannot even be asked for (the
-        database unreachable) is this attempt's failure, retried like any other.
-
-        At most ``turn_wait_max_s``: a holder that hangs while alive (SIGSTOP, a stuck
-        event loop) keeps its session, so its lock never ends by itself. Past that this
-        process ingests without the turn and says so; if the two writes then clash, the
-        clash is a failed attempt, retried (and waiting for the turn again) like any other."""
-        deadline = time.monotonic() + self.turn_wait_max_s
-        while not await turns.try_acquire():
-            if turns.last_error is not None:
-                raise RuntimeError(f"cannot take the sample ingest's turn: {turns.last_error}")
-            if time.monotonic() >= deadline:
-                log.warning(
-                    "sample knowledge base: another process has held the ingest's turn too long; ingesting without it",
-                    extra={"waited_s": self.turn_wait_max_s},
-                )
-                return
-            self.sample = SAMPLE_WAITING
-            await asyncio.sleep(self.turn_poll_s)
 
 
 @dataclass(slots=True)

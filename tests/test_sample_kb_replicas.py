@@ -103,7 +103,7 @@ class _HeldWrites:
 
 
 async def _component(storage: Any, index: Any, **options: Any) -> Any:
-    from app.rooms import KnowledgeComponent, sample_turns
+    from app.knowledge_component import KnowledgeComponent, sample_turns
     from knowledge.kb import KnowledgeBase
 
     kb = await KnowledgeBase.create(index, None, schema_version=storage.schema_version)
@@ -124,7 +124,7 @@ async def _opened(url: str) -> AsyncIterator[Any]:
 async def test_a_second_process_waits_for_the_first_ones_sample_ingest(pg: TestPostgres) -> None:
     """Deterministic: A is held inside its write of the sample; B, on its own pool of the
     same database, must wait its turn (and say so) rather than write the same documents."""
-    from app.rooms import SAMPLE_WAITING
+    from app.knowledge_component import SAMPLE_WAITING
 
     with pg.database() as url:
         async with _opened(url) as storage_a, _opened(url) as storage_b:
@@ -160,7 +160,7 @@ async def test_a_turn_held_by_a_hung_process_is_waited_for_only_so_long(pg: Test
     """A holder that hangs while alive (SIGSTOP, a stuck loop) keeps its session and the
     lock: past ``turn_wait_max_s`` the waiting process ingests without the turn instead
     of staying unready for ever (review: a replica waited 45 s and more, 503)."""
-    from app.rooms import SAMPLE_LOCK, SAMPLE_WAITING
+    from app.knowledge_component import SAMPLE_LOCK, SAMPLE_WAITING
     from storage.postgres.leader_lock import AdvisoryLeaderLock
 
     with pg.database() as url:
