@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.procs import run_cli
 from tests.support.server import free_port
 
 pytestmark = pytest.mark.slow  # `agentchat` CLI subprocesses
 
-ROOT = Path(__file__).resolve().parents[1]
 KEY = "replicas-share-this-key-0123456789"
 #: Passwords libpq rejects, quoting them: a bad percent-encoding; a space. (One shorter
 #: than ``SecretScrubber``'s 8 characters is left, as everywhere: masking it would mask
@@ -40,18 +39,7 @@ async def _agentchat(tmp_path: Path, url: str, *argv: str) -> tuple[int, str]:
         "AGENT_EMBEDDER": "hashing",
         "AGENT_LOG_FORMAT": "text",
     }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app.cli", *argv,
-        cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), 120)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(errors="replace")
+    return await run_cli(argv, env)
 
 
 async def test_an_unparsable_url_never_shows_its_password(tmp_path: Path) -> None:

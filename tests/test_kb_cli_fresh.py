@@ -23,7 +23,7 @@ import orjson
 import pytest
 
 from client import AgentClient
-from tests.support.procs import PYTHON, REPO, AgentServer, child_env
+from tests.support.procs import AgentServer, child_env, run_cli
 from tests.test_default_configs import UNREACHABLE, answered_from_the_kb
 
 pytestmark = pytest.mark.slow  # a real server and four CLI processes
@@ -41,19 +41,8 @@ REMOVED_QUESTION = "What is the agent chat service and which parts is it made of
 
 async def agentchat(db: Path, *args: str) -> str:
     """One CLI command on the server's file, as from another shell; its output."""
-    proc = await asyncio.create_subprocess_exec(
-        PYTHON, "-m", "app.cli", *args,
-        cwd=REPO, env=child_env({"AGENT_DB_PATH": str(db), **OFFLINE}),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), 120)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    text = out.decode(errors="replace")
-    assert proc.returncode == 0, f"agentchat {' '.join(args)} exited {proc.returncode}:\n{text}"
+    returncode, text = await run_cli(args, child_env({"AGENT_DB_PATH": str(db), **OFFLINE}))
+    assert returncode == 0, f"agentchat {' '.join(args)} exited {returncode}:\n{text}"
     return text
 
 

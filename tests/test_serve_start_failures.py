@@ -6,16 +6,14 @@ is still there at ``AGENT_LOG_LEVEL=debug``. Real processes, a real PostgreSQL."
 
 from __future__ import annotations
 
-import asyncio
 import os
-import sys
 import uuid
 from pathlib import Path
 
 from tests.support.postgres import TestPostgres
+from tests.support.procs import run_cli
 from tests.support.server import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
 KEY = "replicas-share-this-key-0123456789"
 
 
@@ -28,18 +26,7 @@ async def _serve(tmp_path: Path, **env: str) -> tuple[int, str]:
         "AGENT_LOG_FORMAT": "text",
         **env,
     }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(free_port()), "--no-backend",
-        cwd=ROOT, env=full, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), 120)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(errors="replace")
+    return await run_cli(["serve", "--host", "127.0.0.1", "--port", str(free_port()), "--no-backend"], full)
 
 
 def _one_line(rc: int, out: str, *needles: str) -> None:

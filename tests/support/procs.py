@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -72,6 +72,23 @@ def child_env(overrides: Mapping[str, str]) -> dict[str, str]:
     env.update({"PYTHONUNBUFFERED": "1", "OPENBLAS_NUM_THREADS": "1"})
     env.update({k: str(v) for k, v in overrides.items()})
     return env
+
+
+async def run_cli(args: Sequence[str], env: Mapping[str, str], *, timeout_s: float = 120.0) -> tuple[int, str]:
+    """``python -m app.cli ARGS`` as a user runs it, with exactly ``env``: its exit code and
+    its output (stdout and stderr interleaved); killed if it has not ended in ``timeout_s``."""
+    proc = await asyncio.create_subprocess_exec(
+        PYTHON, "-m", "app.cli", *args,
+        cwd=REPO, env=dict(env), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(errors="replace")
 
 
 def answers_ctrl_c() -> None:
