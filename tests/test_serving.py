@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.cli import commands as cli
+from app.cli.serve import reload_config
 from app.cli.serving import PACKAGES, PROJECT_ROOT
 from app.config import Settings
 from tests.support.deadline import reap, within
@@ -208,7 +208,7 @@ def test_version() -> None:
 
 def test_reload_watches_only_the_project_packages(tmp_path: Path) -> None:
     settings = Settings.from_env({"AGENT_DB_PATH": str(tmp_path / "a.db")})
-    config = cli.reload_config("127.0.0.1", 8123, settings)
+    config = reload_config("127.0.0.1", 8123, settings)
     watched = {Path(d) for d in config.reload_dirs}
     assert watched == {PROJECT_ROOT / name for name in PACKAGES}
     assert not any(".venv" in d.parts or d == PROJECT_ROOT for d in watched)

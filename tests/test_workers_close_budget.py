@@ -72,7 +72,7 @@ async def test_the_budget_is_every_bound_a_real_close_waits_on(tmp_path: Path, m
     import storage.sqlite.database
     import storage.sqlite.worker_feed
     from agenttools.mcp.client import McpConnection
-    from app.cli import commands
+    from app.cli import serve
     from app.ops.tracing import Tracing
     from app.runs import drain
     from app.runs.manager import RunManager
@@ -153,7 +153,7 @@ async def test_the_budget_is_every_bound_a_real_close_waits_on(tmp_path: Path, m
             svc = app.state.services
             assert svc.leader is not None and svc.rooms.mcp is not None
         assert given, "the app never closed"
-    assert "SERVER_CLOSE_S" in inspect.getsource(commands._serve_agent)  # uvicorn's graceful shutdown
+    assert "SERVER_CLOSE_S" in inspect.getsource(serve._serve_agent)  # uvicorn's graceful shutdown
     seen = {step: bounds for step, bounds in given.items()}
     seen["open connections"] = {close_budget.SERVER_CLOSE_S}
     seen["interpreter exit"] = {close_budget.EXIT_S}

@@ -1,9 +1,10 @@
 """``agentchat``, the command line: ``serve``, ``ingest``, ``backend``, ``migrate-db`` and more.
 
-The commands and their parser (``commands``), the knowledge-base commands (``kb``), the
-database move (``migrate``), the CLI's database (``database``), a knowledge base on its
-own storage (``kb_file``), uvicorn with a drain on SIGTERM (``serving``) and
-garbage-collector settings (``gcpolicy``). ``python -m app.cli`` runs ``main``, as does
+The parser and dispatch (``commands``), ``serve`` (``serve``), the knowledge-base
+commands (``kb``), the database move (``migrate``), ``keywords prune`` (``keywords``),
+the reference backend (``reference_backend``), the CLI's database (``database``), a
+knowledge base on its own storage (``kb_file``), uvicorn with a drain on SIGTERM
+(``serving``) and garbage-collector settings (``gcpolicy``). ``python -m app.cli`` runs ``main``, as does
 the console script.
 
 ``main`` imports the commands only once SIGTERM and Ctrl-C are answered (``interrupts``):

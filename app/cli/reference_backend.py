@@ -3,8 +3,9 @@
 ``python -m backend`` always runs in a process of its own: the agent talks to it over
 HTTP only, as it would to the real one, and never imports it. Starting that child (its
 port checked first, its ``/healthz`` awaited), and stopping it on the way out, is one job
-apart from the commands' parser and the serving itself (``app/cli/commands.py``), which
-only ask for its URL; ``agentchat backend`` runs the same command line in place.
+apart from the serving itself (``app/cli/serve.py``), which only asks for its URL;
+``agentchat backend`` (here too: its options and ``run_backend``) runs the same command
+line in place.
 """
 
 from __future__ import annotations
@@ -12,13 +13,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from app.cli.children import die_with_parent
+from app.cli.ranges import integer_in
 from app.config import Settings
 from app.config_env import PORT_BOUNDS, Bounds
 
@@ -113,4 +117,39 @@ def reference_backend(settings: Settings, args: argparse.Namespace, port: int, l
         _stop(proc)
 
 
-__all__ = ["BACKEND_PORT_BOUNDS", "backend_argv", "backend_db", "default_backend_port", "reference_backend"]
+def add_backend_command(sub: Any) -> None:
+    backend = sub.add_parser(
+        "backend",
+        help="run the bundled reference backend alone (the workflow/table REST service the agent's tools call)",
+        description="Run the bundled reference backend alone: the workflow and table-configuration REST "
+        "service the agent's workflow and table tools call, with the caller's own token, and seed data for "
+        "demos and tests. In production AGENT_BACKEND_URL points the agent at the real service instead.",
+    )
+    backend.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    backend.add_argument("--port", type=integer_in(BACKEND_PORT_BOUNDS), default=None,
+                         help="port to listen on (default AGENT_PORT + 1, 8001: the port serve starts it on)")
+    backend.add_argument("--db", help="SQLite file (default: beside AGENT_DB_PATH)")
+
+
+def run_backend(args: argparse.Namespace, settings: Settings) -> int:
+    """``agentchat backend``: become ``python -m backend`` (same pid, signals and exit code).
+    Its port is by default the one ``serve`` starts it on (``AGENT_PORT`` + 1): one port
+    for the reference backend, however it was started (it was 8081 here, 8001 beside
+    ``serve``)."""
+    port = args.port if args.port is not None else default_backend_port(settings)
+    argv = backend_argv(args.host, port, backend_db(settings, args.db))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(argv[0], argv)
+    return 0  # not reached
+
+
+__all__ = [
+    "BACKEND_PORT_BOUNDS",
+    "add_backend_command",
+    "backend_argv",
+    "backend_db",
+    "default_backend_port",
+    "reference_backend",
+    "run_backend",
+]

@@ -57,7 +57,7 @@ from app.ops.close_budget import CLOSE_BUDGET_S
 
 log = logging.getLogger("agentchat.workers")
 
-#: A worker's exit code when its app never started (``app/cli/commands.py``).
+#: A worker's exit code when its app never started (``app/cli/serve.py``).
 NEVER_STARTED = 3
 #: How often the parent looks at its workers.
 WATCH_EVERY_S = 0.2

@@ -11,7 +11,7 @@ is derived from it, so a step's bound that grows grows the margin with it.
 The steps run one after another (worst cases, each ended by its own bound):
 
 * the drain's wait for the runs it cancelled after the grace (``app/runs/drain.py``);
-* uvicorn's graceful shutdown: open connections may finish (``app/cli/commands.py``);
+* uvicorn's graceful shutdown: open connections may finish (``app/cli/serve.py``);
 * the app's background tasks after their cancel (``app/factory.py``);
 * then the services, in the reverse order they were made (``app/wiring.py``'s exit
   stack): the conversation titles being written (``app/history.py``); the embedder's

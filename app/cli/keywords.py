@@ -1,0 +1,47 @@
+"""``agentchat keywords prune``: delete rarely used, stale keywords from the keyword index
+(``agenttools/rag/keywords.py``) in the service's database.
+
+Its own module, like the other commands' (``kb``, ``migrate``, ``compact``): its options
+beside what it does, and nothing of it imported until it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from app.cli.ranges import integer_in, number_in
+from app.config import Settings
+from app.config_env import DAYS_BOUNDS, KEYWORD_MIN_USAGE_BOUNDS
+
+
+def add_keywords_command(sub: Any) -> None:
+    kw = sub.add_parser("keywords", help="keyword index maintenance")
+    kw_sub = kw.add_subparsers(dest="kw_command", required=True)
+    prune = kw_sub.add_parser("prune", help="delete rarely used, stale keywords")
+    prune.add_argument("--min-usage", type=integer_in(KEYWORD_MIN_USAGE_BOUNDS), required=True,
+                       help="delete keywords used fewer times than this (AGENT_KEYWORD_MIN_USAGE's range)")
+    prune.add_argument("--older-than", type=number_in(DAYS_BOUNDS), required=True,
+                       help="…and unused for more than this many days (0 or more)")
+
+
+async def run_prune_keywords(args: argparse.Namespace, settings: Settings) -> int:
+    from agenttools.rag.keywords import KeywordIndex
+    from app.cli.database import StorageUnavailable, open_cli_storage
+
+    try:  # the service's database (AGENT_DATABASE_URL, else AGENT_DB_PATH), never a local copy
+        storage = await open_cli_storage(settings, create=False)  # nothing to prune in none
+    except StorageUnavailable as exc:
+        print(f"agentchat keywords prune: {exc}", file=sys.stderr)
+        return 1
+    try:
+        index = KeywordIndex(storage.keywords, storage.external_results)
+        removed = await index.prune(min_usage=args.min_usage, older_than_days=args.older_than)
+    finally:
+        await storage.close()
+    print(f"pruned {removed} keywords (usage < {args.min_usage}, unused for more than {args.older_than} days)")
+    return 0
+
+
+__all__ = ["add_keywords_command", "run_prune_keywords"]

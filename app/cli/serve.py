@@ -1,0 +1,351 @@
+"""``agentchat serve``: its options, and serving in one of three ways — one process, the
+supervisor of ``--workers`` (``app/cli/workers.py``) or uvicorn's reloader (``--reload``).
+
+Every way takes the SQLite file's writer lock first (``app/cli/writer_wait.py``), before
+it starts anything else, then the reference backend beside it
+(``app/cli/reference_backend.py``), then the app. The parser and the other commands live
+in ``app/cli/commands.py``; everything heavier than the standard library and the settings
+(uvicorn, the app, the storage) is imported inside the functions here, so the other
+commands never pay for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import faulthandler
+import os
+import signal
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+from app.cli.children import die_with_parent
+from app.cli.gcpolicy import tune_for_serving
+from app.cli.interrupts import EXIT_INTERRUPTED, EXIT_TERMINATED
+from app.cli.ranges import integer_in, number_in
+from app.cli.reference_backend import BACKEND_PORT_BOUNDS, reference_backend
+from app.config import Settings
+from app.config_env import PORT_BOUNDS, SHUTDOWN_GRACE_BOUNDS, WORKERS_BOUNDS, Bounds
+from app.ops.logs import announce, uvicorn_log_config
+
+if TYPE_CHECKING:
+    from storage.sqlite.writer_lock import WriterLock
+
+#: ``--listen-fd`` (set by ``--workers``): a descriptor number.
+FD_BOUNDS = Bounds(0, 1 << 20)
+
+
+def add_serve_command(sub: Any) -> None:
+    serve = sub.add_parser("serve", help="serve the agent (and, unless AGENT_BACKEND_URL is set, the bundled reference "
+                                         "backend: the workflow/table REST service its tools call)")
+    serve.add_argument("--host", help="address to listen on (default AGENT_HOST, 127.0.0.1)")
+    serve.add_argument("--port", type=integer_in(PORT_BOUNDS),
+                       help="port to listen on, 0 for any free one (default AGENT_PORT, 8000)")
+    serve.add_argument("--backend-port", type=integer_in(BACKEND_PORT_BOUNDS),
+                       help="port of the bundled reference backend, the workflow/table REST service the "
+                            "tools call (default: port+1)")
+    serve.add_argument("--no-backend", action="store_true", help="do not start the reference backend")
+    serve.add_argument("--grace", type=number_in(SHUTDOWN_GRACE_BOUNDS), default=None,
+                       help="seconds live runs may go on after SIGTERM before they are released "
+                            "for the next process (default AGENT_SHUTDOWN_GRACE_S, 20)")
+    serve.add_argument("--reload", action="store_true", help="restart on code changes (development)")
+    serve.add_argument("--workers", type=integer_in(WORKERS_BOUNDS), default=None,
+                       help="serving processes on this machine, one per core when one is CPU-bound; each a replica "
+                            "on the same database (default AGENT_WORKERS, 1)")
+    serve.add_argument("--listen-fd", type=integer_in(FD_BOUNDS), default=None,
+                       help=argparse.SUPPRESS)  # set by --workers
+    serve.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # "i/N", set by --workers
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    # uvicorn handles SIGTERM while it serves, then restores this handler and re-raises the
+    # signal; the default action would kill the process before the backend is stopped.
+    raise SystemExit(128 + signum)
+
+
+def run_serve(args: argparse.Namespace, settings: Settings) -> int:
+    """``agentchat serve`` with its parsed options; returns the exit code."""
+    from app.cli.serving import BindError, bind_socket, bound_port, choose_stack
+    from app.cli.serving import run as serving_run
+
+    host = args.host or settings.host
+    port = args.port if args.port is not None else settings.port
+    workers = args.workers if args.workers is not None else settings.workers
+    if workers < 1 or (workers > 1 and args.reload):
+        print("agentchat: --workers takes a number from 1, and does not go with --reload", file=sys.stderr)
+        return 2
+    if args.listen_fd is not None:  # a worker of ``--workers``: the parent bound the port
+        import socket
+
+        sock = socket.socket(fileno=args.listen_fd)
+        # ``pass_fds`` made it inheritable here: an MCP stdio server started under uvloop
+        # (which closes no inherited descriptor) would keep the port after this worker.
+        sock.set_inheritable(False)
+    else:
+        # Bind before anything else starts: a taken port is one line and exit code 1.
+        try:
+            sock = bind_socket(host, port)
+        except BindError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+    port = bound_port(sock)
+    if workers > 1 and args.listen_fd is None:
+        return _supervise(args, settings, sock, workers, port)
+    lock = _writer_lock(settings)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # A fatal signal (SIGBUS: SQLite's memory-mapped -shm cut short under the server)
+    # leaves a line and the Python stack on stderr instead of a silent death.
+    faulthandler.enable()
+    with sock:
+        # The file first: a serve waiting for another group's file starts nothing else (no
+        # reference backend on the same backend.sqlite3 beside the holder's).
+        try:
+            if not _become_writer(lock, sock, settings, args):
+                return 0
+        except CannotStart as exc:
+            print(exc, file=sys.stderr)
+            return 3
+        if args.reload:
+            os.environ["AGENT_PORT"] = str(port)
+            # The reloader re-imports the app in a child process; the backend keeps running
+            # in its own, so reloads do not reset it.
+            with reference_backend(settings, args, port, "info") as url:
+                if url is not None:
+                    os.environ["AGENT_BACKEND_URL"] = url
+                _run_reloader(reload_config(host, port, settings, log_format=args.log_format), sock, lock)
+            return 0
+        with reference_backend(settings, args, port, "warning") as url:
+            if url is not None:
+                settings = settings.with_(backend_url=url)
+            try:
+                started = serving_run(
+                    _serve_agent(args, settings, host, sock, lock), choose_stack(settings.server_stack)
+                )
+            except CannotStart as exc:
+                print(exc, file=sys.stderr)
+                return 3
+            except KeyboardInterrupt:  # Ctrl-C before uvicorn answers signals (the app's imports take seconds)
+                print("agentchat serve: interrupted", file=sys.stderr)
+                return EXIT_INTERRUPTED
+            except SystemExit as exc:  # SIGTERM then (``_exit_on_sigterm``): the same one line as earlier
+                if exc.code == EXIT_TERMINATED:
+                    print("agentchat serve: terminated (SIGTERM)", file=sys.stderr)
+                raise
+    return 0 if started else 3
+
+
+def _writer_lock(settings: Settings) -> WriterLock | None:
+    """The SQLite file's writer lock (``storage.sqlite.writer_lock``); ``None`` on PostgreSQL."""
+    from storage.open import is_postgres_url
+    from storage.sqlite.writer_lock import WriterLock
+
+    target = settings.database_url or settings.db_path
+    return None if is_postgres_url(target) else WriterLock(target)
+
+
+async def _wait_to_write(lock: WriterLock | None, sock: Any, settings: Settings, args: argparse.Namespace) -> bool:
+    """Hold ``lock`` for the rest of this process (``app/cli/writer_wait.py``): a worker of
+    ``--workers`` shares its supervisor's; anyone else takes it, waiting while another
+    group holds it, then waits while a process of a release before the live log (which
+    takes no lock) has the file open. False when stopped before it was ours."""
+    from app.cli.serving import choose_stack
+    from app.cli.writer_wait import share_inherited, wait_for_older_release, wait_for_writer_lock
+
+    if lock is None:
+        return True
+    if args.listen_fd is not None and share_inherited(lock, dict(os.environ)):
+        return True  # the supervisor waited for the lock and for an earlier release before it started us
+    stack = choose_stack(settings.server_stack)
+    try:
+        if not await wait_for_writer_lock(lock, sock, stack, log_format=args.log_format):
+            return False
+    except OSError as exc:  # the database's directory is not there or not writable: nor would the file be
+        why = exc.strerror or str(exc)
+        raise CannotStart(f"agentchat: cannot take the database's writer lock {lock.path}: {why}") from None
+    # An upgrade from a release without the lock: its serve may still have the file open.
+    if not await wait_for_older_release(lock.db_path, sock, stack, log_format=args.log_format):
+        lock.release()
+        return False
+    return True
+
+
+class CannotStart(Exception):
+    """The service cannot start at all; ``str()`` is one line for the operator (exit 3)."""
+
+
+def _become_writer(lock: WriterLock | None, sock: Any, settings: Settings, args: argparse.Namespace) -> bool:
+    """``_wait_to_write`` outside an event loop, before ``serve`` starts anything else (the
+    reference backend, the reloader, the workers, the app)."""
+    if lock is None:
+        return True
+    from app.cli.serving import choose_stack
+    from app.cli.serving import run as serving_run
+
+    return serving_run(_wait_to_write(lock, sock, settings, args), choose_stack(settings.server_stack))
+
+
+def _serving_line(host: str, port: int, extra: str = "") -> str:
+    from app.cli.serving import display_url
+
+    return (f"agentchat: serving on {display_url(host, port)}  (playground at /, stream at POST /v1/agent/chat)"
+            f"{extra}")
+
+
+def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers: int, port: int) -> int:
+    """``--workers N``: the reference backend once, then N serving processes on ``sock``
+    (``app/cli/workers.py``); returns when they have all stopped."""
+    from app.cli.workers import NEVER_STARTED, Supervisor, stop_deadline_s, worker_env
+    from storage.sqlite.writer_lock import INHERITED_FD_ENV
+
+    faulthandler.enable()
+    grace_s = settings.shutdown_grace_s if args.grace is None else args.grace
+    lock = _writer_lock(settings)
+    # The workers are one writer group: the supervisor holds the file's lock and each
+    # worker inherits the open lock file, so the lock lives while any of them does. It is
+    # taken (or waited for) before the reference backend starts.
+    try:
+        if not _become_writer(lock, sock, settings, args):
+            sock.close()
+            return 0
+    except CannotStart as exc:
+        sock.close()
+        print(exc, file=sys.stderr)
+        return NEVER_STARTED
+    with sock, reference_backend(settings, args, port, "warning") as url:
+        env = worker_env(None, workers, url)
+        keep: tuple[int, ...] = ()
+        if lock is not None:
+            keep = (lock.fileno(),)
+            env[INHERITED_FD_ENV] = str(lock.fileno())
+        supervisor = Supervisor(
+            sock, workers, env, grace=args.grace,
+            preexec=die_with_parent(), stop_after_s=stop_deadline_s(grace_s), keep_fds=keep,
+        )
+        return supervisor.run()
+
+
+async def _serve_agent(
+    args: argparse.Namespace, settings: Settings, host: str, sock: Any, lock: WriterLock | None = None
+) -> bool:
+    """Serve on the bound socket until stopped; ``False`` if the app never started.
+    ``lock``: the SQLite file's writer lock, held (``_become_writer``), watched meanwhile."""
+    from app.cli.serving import DrainingServer, bound_port, choose_stack, uvicorn_config
+    from app.cli.start_failure import StartupWatch, report
+    from app.cli.writer_wait import watch_writer_lock
+    from app.factory import create_app
+    from app.ops.close_budget import SERVER_CLOSE_S
+
+    stack = choose_stack(settings.server_stack)
+
+    grace_s = settings.shutdown_grace_s if args.grace is None else args.grace
+    app = create_app(settings, shutdown_deadline_s=grace_s)
+
+    async def drain(cut: asyncio.Event) -> None:
+        svc = getattr(app.state, "services", None)
+        if svc is not None:
+            await svc.runs.shutdown(grace_s, cut)
+
+    port = bound_port(sock)
+    watch = StartupWatch(app)  # a failed start-up is one line, not a traceback
+    agent = DrainingServer(
+        uvicorn_config(
+            watch,
+            interface="asgi3",
+            host=host,
+            port=port,
+            header_timeout_s=settings.header_timeout_s,
+            stack=stack,
+            log_level="info",
+            log_config=uvicorn_log_config(args.log_format),
+            lifespan="on",
+            timeout_graceful_shutdown=SERVER_CLOSE_S,
+        ),
+        drain,
+    )
+    async def serve() -> None:
+        try:
+            await agent.serve(sockets=[sock])
+        except SystemExit as exc:  # uvicorn's way out when the app's start-up fails; no traceback
+            if not agent.started:
+                report(watch, settings, exc.code)
+            # Started: a SIGTERM (``_exit_on_sigterm``) in the instant after uvicorn put the
+            # handlers back, its close already done - the stop is complete, as asked.
+
+    task = asyncio.create_task(serve())
+    worker = f"  [worker {args.worker}]" if args.worker else ""
+    # Only the process that took the lock locks a new lock file (the workers share theirs).
+    lock_watch = None if lock is None else asyncio.create_task(watch_writer_lock(lock, relock=args.listen_fd is None))
+    try:
+        await _when_serving(agent, [task], _serving_line(host, port, f"{worker}  [{stack.describe()}]"))
+        await task
+    except asyncio.CancelledError:
+        # Ctrl-C before uvicorn answers signals: ``asyncio.Runner`` cancels this task, and
+        # the app would be cut off mid-start. Stop it as a signal does (the start ends, then
+        # the close), and let the cancel go on: ``serve`` exits 130 with one line.
+        agent.handle_exit(signal.SIGINT, None)
+        await asyncio.shield(task)
+        raise
+    finally:
+        if lock_watch is not None:
+            lock_watch.cancel()
+    return bool(agent.started)
+
+
+async def _when_serving(server: Any, tasks: list[asyncio.Task[None]], line: str) -> None:
+    """Once uvicorn accepts connections: say where, and apply the serving GC policy
+    (app/cli/gcpolicy.py). Nothing is printed when it never started."""
+    while not server.started and not any(t.done() for t in tasks):
+        await asyncio.sleep(0.05)
+    if server.started:
+        announce(line)
+        tune_for_serving()
+
+
+def reload_config(host: str, port: int, settings: Settings, *, log_format: str = "text") -> Any:
+    """uvicorn's config for ``--reload``: the app by import path, watching only the
+    project's packages (``app.cli.serving.PACKAGES``) — never ``.venv`` or ``data``."""
+    from app.cli.serving import PACKAGES, PROJECT_ROOT, choose_stack, uvicorn_config
+
+    return uvicorn_config(
+        "app.factory:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        header_timeout_s=settings.header_timeout_s,
+        stack=choose_stack(settings.server_stack),
+        reload=True,
+        reload_dirs=[str(PROJECT_ROOT / name) for name in PACKAGES if (PROJECT_ROOT / name).is_dir()],
+        log_level="info",
+        log_config=uvicorn_log_config(log_format),
+    )
+
+
+def _run_reloader(config: Any, sock: Any, lock: WriterLock | None) -> None:
+    """uvicorn's reloader; its serving child shares the writer lock and dies with it
+    (``app/cli/reload_child.py``)."""
+    from uvicorn.supervisors import ChangeReload
+
+    from app.cli.reload_child import reload_child
+    from app.cli.reload_ready import probe_url, start_watch
+    from app.cli.serving import bound_port, display_url
+    from app.cli.writer_wait import watch_writer_lock_thread
+
+    sock.listen(2048)  # connections queue from now on, while the child starts the app
+    port = bound_port(sock)
+    # The child imports and starts the app (seconds): "serving" only once it answers.
+    announce(f"agentchat: starting on {display_url(config.host, port)}  [reloading on changes]")
+    _, stop = start_watch(probe_url(config.host, port), _serving_line(config.host, port, "  [reloading on changes]"),
+                          announce)
+    unwatch = threading.Event()
+    if lock is not None and lock.held:  # the reloader holds the lock: it watches the lock file, as serve does
+        threading.Thread(target=watch_writer_lock_thread, args=(lock, unwatch), name="writer-lock-watch",
+                         daemon=True).start()
+    try:
+        ChangeReload(config, target=reload_child(config, lock), sockets=[sock]).run()
+    finally:
+        stop.set()
+        unwatch.set()
+
+
+__all__ = ["FD_BOUNDS", "CannotStart", "add_serve_command", "reload_config", "run_serve"]
