@@ -9,9 +9,12 @@ same through real processes, with SIGKILL, is in ``tests/test_workers_feed.py``.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 from pathlib import Path
 
-from app.ops.leader import FileLeader
+import pytest
+
+from app.ops.leader import FileLeader, FileLock
 
 
 async def test_one_leads_and_the_other_takes_over_when_it_goes(tmp_path: Path) -> None:
@@ -38,6 +41,37 @@ async def test_one_leads_and_the_other_takes_over_when_it_goes(tmp_path: Path) -
     finally:
         await first.aclose()
         await second.aclose()
+
+
+async def test_a_leader_lock_file_replaced_between_open_and_lock_is_not_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock file removed (a clean-up of the runtime directory) and made again after
+    ``open`` and before ``flock``: a lock on the old file would exclude nobody who opens
+    the path now - two leaders. The lock is taken on the file the path names
+    (``storage.file_lock``, as the writer lock's)."""
+    path = tmp_path / "leader.lock"
+    real_flock = fcntl.flock
+    replaced: list[bool] = []
+
+    def flock(fd: int, op: int) -> None:
+        if not replaced:
+            replaced.append(True)
+            path.unlink()
+            path.touch()
+        real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    first = FileLock(path)
+    assert await first.try_acquire()
+    try:
+        assert replaced
+        monkeypatch.setattr(fcntl, "flock", real_flock)
+        second = FileLock(path)
+        assert not await second.try_acquire()  # the file at the path is the one held
+        await second.release()
+    finally:
+        await first.release()
 
 
 async def _until(condition: object) -> None:

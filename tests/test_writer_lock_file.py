@@ -19,7 +19,6 @@ import pytest
 from app.cli.writer_wait import watch_writer_lock
 from app.config import Settings
 from app.keyring import key_file_for, resolve_keyring
-from storage.sqlite import writer_lock
 from storage.sqlite.writer_lock import WriterLock, lock_path
 
 
@@ -105,12 +104,12 @@ def test_a_lock_file_replaced_between_open_and_lock_is_not_taken(
             path.touch()
         real_flock(fd, op)
 
-    monkeypatch.setattr(writer_lock.fcntl, "flock", flock)
+    monkeypatch.setattr(fcntl, "flock", flock)
     lock = WriterLock(db)
     assert lock.try_acquire()
     try:
         assert replaced and lock.intact()
-        monkeypatch.setattr(writer_lock.fcntl, "flock", real_flock)
+        monkeypatch.setattr(fcntl, "flock", real_flock)
         assert not WriterLock(db).try_acquire()
     finally:
         lock.release()

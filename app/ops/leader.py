@@ -8,7 +8,8 @@ They elect one leader instead, by a lock only one of them can hold (``LeaderLock
 * on one SQLite file (``FileLock``): an exclusive ``flock`` on
   ``<runtime dir>/leader.lock``. The kernel releases it when its holder dies however it
   dies (SIGKILL included); it cannot be lost while the process lives. ``flock`` with
-  ``LOCK_NB`` never blocks, so it runs on the event loop.
+  ``LOCK_NB`` never blocks, so it runs on the event loop (the try:
+  ``storage.file_lock``, shared with the SQLite file's writer lock).
 * on PostgreSQL (``storage/postgres/leader_lock.py``): a session-level advisory lock on a
   connection of its own — one leader per database, across workers *and* replicas. It
   goes with its session: when the process dies, and also when the connection drops
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable
@@ -44,6 +44,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from app.ops.close_budget import LEADER_STOP_S
 from app.ops.stopping import cancel_and_wait
+from storage.file_lock import try_lock_file, write_pid
 from storage.run_feed import raise_if_cancel_lost
 
 log = logging.getLogger("agentchat.ops")
@@ -88,18 +89,11 @@ class FileLock:
     async def try_acquire(self) -> bool:
         if self._fd is not None:
             return True
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = try_lock_file(self.path)  # storage.file_lock, as the writer lock's
+        if fd is None:
             return False
-        except BaseException:
-            os.close(fd)
-            raise
         self._fd = fd
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        write_pid(fd)
         return True
 
     async def still_held(self) -> bool:

@@ -16,7 +16,8 @@ So ``serve`` holds this lock for its whole life: a lone process takes it, the
 descriptor shares the lock: one group, one lock), and the kernel releases it when the
 last holder dies, SIGKILL included — no stale lock to clean up. ``flock`` with
 ``LOCK_NB`` never blocks, so it is safe on an event loop; the holder's pid is written
-into the file only to name it in a waiting process's message.
+into the file only to name it in a waiting process's message (the try itself:
+``storage.file_lock``, shared with the background jobs' leader lock).
 
 The lock file sits beside the file SQLite opens: the path with its symlinks resolved
 (``lock_path``). No descriptor of it is inheritable past the group (a worker's copy came
@@ -41,6 +42,8 @@ import contextlib
 import fcntl
 import os
 from pathlib import Path
+
+from storage.file_lock import names, try_lock_file, write_pid
 
 #: The lock file beside the database: ``<db>.writer.lock``.
 SUFFIX = ".writer.lock"
@@ -80,24 +83,11 @@ class WriterLock:
         if self._fd is not None:
             return True
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # not inheritable (PEP 446)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                return False
-            except BaseException:
-                os.close(fd)
-                raise
-            if _names(self.path, fd):
-                break
-            # The file was removed or replaced between our open and our lock (its holder
-            # gone, a clean-up): a lock on it excludes nobody who opens the path now.
-            os.close(fd)
+        fd = try_lock_file(self.path)  # storage.file_lock: no wait, no child, this very file
+        if fd is None:
+            return False
         self._fd = fd
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        write_pid(fd)
         return True
 
     def inherit(self, fd: int) -> bool:
@@ -129,7 +119,7 @@ class WriterLock:
         when it was removed or replaced while held (an operator cleaning "stale" lock
         files, a reset script): a serve started then would lock a new file and write
         beside this one. ``storage.sqlite.log_settler`` asks at its timer."""
-        return self._fd is not None and _names(self.path, self._fd)
+        return self._fd is not None and names(self.path, self._fd)
 
     def relock(self, *, keep_old: bool = False) -> bool:
         """The lock file was removed or replaced while held (``intact`` is False): lock
@@ -163,15 +153,6 @@ class WriterLock:
             self._fd = None
         while self._retired:
             os.close(self._retired.pop())
-
-
-def _names(path: Path, fd: int) -> bool:
-    """Whether ``path`` is the file open on ``fd`` (same device and inode)."""
-    try:
-        st, now = os.fstat(fd), os.stat(path)
-    except OSError:
-        return False
-    return (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
 
 
 __all__ = ["INHERITED_FD_ENV", "SUFFIX", "WriterLock", "lock_path"]
