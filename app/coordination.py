@@ -17,7 +17,8 @@ from app.config import Settings
 from app.ops.leader import FileLock, Leader
 from app.runs.remote import RemoteRuns
 from storage.sqlite.runs import SqliteRunStore
-from storage.sqlite.worker_feed import WorkerFeed, runtime_dir
+from storage.sqlite.runtime_dir import LEADER_LOCK, runtime_dir
+from storage.sqlite.worker_feed import WorkerFeed
 
 
 def background_job(
@@ -44,7 +45,7 @@ async def leader_for(settings: Settings, storage: Any) -> Leader | None:
         storage.run_feed = storage.runs.feed = feed  # closed with the storage
         # The knowledge base needs no news from here: each worker reads the stored
         # generation before a search (``knowledge.freshness``), as for any other process.
-        return Leader(FileLock(feed.directory / "leader.lock"))
+        return Leader(FileLock(feed.directory / LEADER_LOCK))
     return None
 
 

@@ -20,7 +20,8 @@ dance:
   was locked (same device and inode), else it is tried again on the new file.
 
 The holder's pid is written into the file (``write_pid``) only to name it in a waiting
-process's message.
+process's message. Files named after the process that made them (the workers' sockets,
+the supervisor's directory) are judged by ``process_alive``: a dead one's can go.
 """
 
 from __future__ import annotations
@@ -66,4 +67,22 @@ def write_pid(fd: int) -> None:
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
 
 
-__all__ = ["names", "try_lock_file", "write_pid"]
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs. A zombie does not (killed, its parent has not
+    reaped it yet: a container whose first process reaps no orphans keeps them for
+    good). A pid reused by another process reads as alive: what is named after it is
+    kept, never removed wrongly."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it runs
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:  # no /proc here, or it ended just now: as ``kill`` said
+        return True
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
+__all__ = ["names", "process_alive", "try_lock_file", "write_pid"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import faulthandler
+import logging
 import os
 import signal
 import sys
@@ -31,6 +32,8 @@ from app.ops.logs import announce, uvicorn_log_config
 
 if TYPE_CHECKING:
     from storage.sqlite.writer_lock import WriterLock
+
+log = logging.getLogger("agentchat.cli")
 
 #: ``--listen-fd`` (set by ``--workers``): a descriptor number.
 FD_BOUNDS = Bounds(0, 1 << 20)
@@ -196,6 +199,7 @@ def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers:
     """``--workers N``: the reference backend once, then N serving processes on ``sock``
     (``app/cli/workers.py``); returns when they have all stopped."""
     from app.cli.workers import NEVER_STARTED, Supervisor, stop_deadline_s, worker_env
+    from storage.sqlite.runtime_dir import runtime_dir, tidy_runtime_dir
     from storage.sqlite.writer_lock import INHERITED_FD_ENV
 
     faulthandler.enable()
@@ -222,7 +226,20 @@ def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers:
             sock, workers, env, grace=args.grace,
             preexec=die_with_parent(), stop_after_s=stop_deadline_s(grace_s), keep_fds=keep,
         )
-        return supervisor.run()
+        if lock is None:
+            return supervisor.run()
+        # The workers' meeting place on the file (``storage.sqlite.runtime_dir``): what a
+        # killed group left there goes before they start, and the directory once they
+        # have all stopped. No other group can be in it meanwhile: this one holds the
+        # file's writer lock.
+        meeting = runtime_dir(settings.db_path)
+        tidy_runtime_dir(meeting)
+        try:
+            return supervisor.run()
+        finally:
+            if not tidy_runtime_dir(meeting):
+                log.warning("the workers' directory was left: something in it still runs",
+                            extra={"directory": str(meeting)})
 
 
 async def _serve_agent(

@@ -28,10 +28,12 @@ started while a signal arrives — the first ones, or one being restarted — is
 too, never missed.
 
 The parent also makes a private runtime directory for its workers (``AGENT_WORKERS_DIR``,
-removed when it exits) where each serves its ``/metrics`` figures to its siblings
-(``app/ops/worker_metrics.py``). Workers on one SQLite file meet beside the file anyway
-(its feed's ``<db>.workers/``); on PostgreSQL, which wakes followers and carries cancels
-itself, this directory is the only thing the workers of one port share besides it.
+removed when it exits, or by the next parent when it was killed) where each serves its
+``/metrics`` figures to its siblings (``app/ops/worker_metrics.py``). Workers on one
+SQLite file meet where the file's feed is anyway (``storage/sqlite/runtime_dir.py``,
+which ``serve`` tidies before and after the workers); on PostgreSQL, which wakes
+followers and carries cancels itself, this directory is the only thing the workers of
+one port share besides it.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -54,6 +57,7 @@ from types import FrameType
 
 from app.cli.interrupts import end_early_sigterm
 from app.ops.close_budget import CLOSE_BUDGET_S
+from storage.file_lock import process_alive
 
 log = logging.getLogger("agentchat.workers")
 
@@ -63,6 +67,8 @@ NEVER_STARTED = 3
 WATCH_EVERY_S = 0.2
 #: The workers' runtime directory (see the module docstring).
 WORKERS_DIR_ENV = "AGENT_WORKERS_DIR"
+#: Its name in the system's temporary directory: ``<prefix><supervisor's pid>-<random>``.
+RUNTIME_PREFIX = "agentchat-workers-"
 #: Workers that die this many times within ``CRASH_WINDOW_S`` stop the service.
 MAX_CRASHES = 5
 CRASH_WINDOW_S = 60.0
@@ -291,12 +297,30 @@ def stop_deadline_s(grace_s: float, close_budget_s: float = STOP_MARGIN_S) -> fl
 @contextlib.contextmanager
 def runtime_directory() -> Iterator[Path]:
     """A directory only this user can enter (``mkdtemp``: mode 0700, a fresh name), in
-    the system's temporary one — short, so a Unix socket's path fits — removed at the end."""
-    directory = Path(tempfile.mkdtemp(prefix="agentchat-workers-"))
+    the system's temporary one — short, so a Unix socket's path fits — removed at the end.
+
+    Named after this process (``agentchat-workers-<pid>-<random>``): a supervisor killed
+    by SIGKILL removes nothing, so the next one removes the directories of supervisors
+    that no longer run (``remove_dead_runtime_directories``) before it makes its own."""
+    remove_dead_runtime_directories(Path(tempfile.gettempdir()))
+    directory = Path(tempfile.mkdtemp(prefix=f"{RUNTIME_PREFIX}{os.getpid()}-"))
     try:
         yield directory
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def remove_dead_runtime_directories(parent: Path) -> None:
+    """Remove this user's ``agentchat-workers-<pid>-…`` directories in ``parent`` whose
+    supervisor no longer runs: nothing else uses one (its workers die with it)."""
+    for path in parent.glob(f"{RUNTIME_PREFIX}*-*"):
+        pid = path.name[len(RUNTIME_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or process_alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            info = os.lstat(path)
+            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def worker_env(base: dict[str, str] | None, count: int, backend_url: str | None) -> dict[str, str]:

@@ -8,7 +8,8 @@ tell each other instead, the way PostgreSQL's ``LISTEN/NOTIFY`` does between rep
 
 * each worker listens on a Unix stream socket in a runtime directory next to the file
   (``<db>.workers/<pid>-<token>.sock``; in the temporary directory where that path is
-  too long for a socket address, ``runtime_dir``) and connects to every sibling's socket it finds
+  too long for a socket address: ``storage.sqlite.runtime_dir``, which also says who
+  removes it) and connects to every sibling's socket it finds
   there (looked for again every ``scan_s``, and at once when a connection fails);
 * after a step of a run commits, the worker that wrote it sends the step's events to
   every sibling (``feed_payload``: the events themselves when they fit, else "read the
@@ -34,13 +35,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
 import secrets
-import stat
 import struct
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +47,7 @@ from storage.close_bounds import FEED_CLOSE_S
 from storage.feed_payload import encode_payload
 from storage.records import RunEvent
 from storage.run_feed import RunWatch, RunWatchers
+from storage.sqlite.runtime_dir import make_runtime_dir, runtime_dir, tidy_runtime_dir
 
 log = logging.getLogger("agentchat.storage")
 
@@ -61,34 +60,6 @@ _HEAD = struct.Struct(">I")
 #: (named in ``storage.close_bounds``, which the close budget reads without this module).
 CLOSE_S = FEED_CLOSE_S
 EVENTS, CANCEL, TOPIC, READ_ALL = b"E", b"C", b"T", b"R"
-
-
-#: Room kept in a socket path for the longest name put there (``<pid>-<token>.metrics``).
-_LONGEST_NAME = len("/4194304-0123abcd.metrics")
-#: Linux's bound on a Unix socket path (``sun_path``: 108 bytes with its final NUL).
-_SUN_PATH_MAX = 107
-
-
-def runtime_dir(db_path: str | Path) -> Path:
-    """The directory where the workers of one database file meet: next to the file,
-    ``<db>.workers``; where that path is too long for a Unix socket's address, a
-    directory of the system's temporary one named after the file's absolute path
-    (``agentchat-<hash>``), the same for every worker of the file."""
-    path = Path(db_path).absolute()
-    beside = path.with_name(path.name + ".workers")
-    if len(os.fsencode(beside)) + _LONGEST_NAME <= _SUN_PATH_MAX:
-        return beside
-    digest = hashlib.sha256(os.fsencode(path)).hexdigest()[:20]
-    return Path(tempfile.gettempdir()) / f"agentchat-{digest}"
-
-
-def make_runtime_dir(directory: Path) -> None:
-    """Create ``directory`` private to this user, or check that it is: a directory of
-    the shared temporary one could have been made by someone else first."""
-    directory.mkdir(mode=0o700, exist_ok=True)
-    info = os.lstat(directory)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise PermissionError(f"{directory} is not a directory private to this user; remove it or fix its mode")
 
 
 def _frame(kind: bytes, text: str) -> bytes:
@@ -140,9 +111,17 @@ class WorkerFeed:
         return len(self._peers)
 
     async def start(self) -> None:
-        make_runtime_dir(self.directory)
         self._path = self.directory / f"{os.getpid()}-{secrets.token_hex(4)}.sock"
-        self._server = await asyncio.start_unix_server(self._serve, path=str(self._path))
+        for attempt in range(3):
+            make_runtime_dir(self.directory)
+            try:
+                self._server = await asyncio.start_unix_server(self._serve, path=str(self._path))
+                break
+            except FileNotFoundError:
+                # The last worker of the group before removed the directory between our
+                # mkdir and our bind (``tidy_runtime_dir``): make it again.
+                if attempt == 2:
+                    raise
         os.chmod(self._path, 0o600)
         await self._scan()
         self._scanner = asyncio.create_task(self._scan_forever(), name="worker-feed-scan")
@@ -174,8 +153,11 @@ class WorkerFeed:
         for peer in list(self._peers.values()):
             peer.writer.close()
         self._peers.clear()
-        with contextlib.suppress(OSError):  # the last worker out leaves no directory behind
-            self.directory.rmdir()
+        # The last worker out leaves no directory behind: with the siblings gone (and
+        # this worker's metrics socket and leader lock closed before its storage), only
+        # dead workers' files and an unheld leader lock are left (``storage.sqlite.runtime_dir``).
+        with contextlib.suppress(OSError):
+            tidy_runtime_dir(self.directory)
         for task in list(self._tasks):
             task.cancel()
 

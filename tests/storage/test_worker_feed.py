@@ -24,6 +24,7 @@ import pytest
 
 from storage.records import NewRun, RunEvent, RunWrite
 from storage.sqlite import open_sqlite_storage
+from storage.sqlite.runtime_dir import tidy_runtime_dir
 from storage.sqlite.worker_feed import MAX_FRAME_BYTES, WorkerFeed, runtime_dir
 
 
@@ -206,6 +207,12 @@ def test_a_worker_closing_while_a_sibling_is_connected_logs_no_error(
         await settled(lambda: not readers_of(b), "b's reader of a's connection ended")
 
     caplog.set_level(logging.WARNING)
-    asyncio.run(worker_life())
+    try:
+        asyncio.run(worker_life())
+    finally:  # b's loop ended without its close: its socket, and the directory, go here
+        for feed in left:
+            if feed.path is not None:
+                feed.path.unlink(missing_ok=True)
+        tidy_runtime_dir(directory)
     errors = [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [], errors

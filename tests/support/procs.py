@@ -314,6 +314,11 @@ class ManagedProcess:
         return found[:limit]
 
 
+#: How long ``AgentServer.close`` waits for its workers' directory to hold nothing live
+#: (another group's on the same file may: then it is left to that group).
+TIDY_GUARD_S = 3.0
+
+
 class AgentServer(ManagedProcess):
     """``agentchat serve`` on 127.0.0.1:``port`` with ``AGENT_DB_PATH`` in ``workdir``."""
 
@@ -377,6 +382,28 @@ class AgentServer(ManagedProcess):
         self.start()
         await self.wait_healthy(timeout)
         return spawned
+
+    def close(self) -> None:
+        """SIGKILL everything (``ManagedProcess.close``), then remove what a killed
+        ``--workers`` group leaves in the temporary directory, as the product's next
+        start would (a test's group has none): the workers' meeting place on the file
+        (``storage.sqlite.runtime_dir``: files of dead pids only, the directory once
+        nothing live is left) and supervisors' directories of dead pids."""
+        try:
+            super().close()
+        finally:
+            import tempfile
+
+            from app.cli.workers import remove_dead_runtime_directories
+            from storage.sqlite.runtime_dir import runtime_dir, tidy_runtime_dir
+
+            # A worker SIGKILLed while already exiting (the supervisor's death sent it
+            # SIGTERM) may not show its tag any more, and holds the leader's lock until
+            # it is gone: the directory goes once nothing there runs, within a bound.
+            directory, deadline = runtime_dir(self.db_path), time.monotonic() + TIDY_GUARD_S
+            while not tidy_runtime_dir(directory) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            remove_dead_runtime_directories(Path(tempfile.gettempdir()))
 
 
 class BackendServer(ManagedProcess):

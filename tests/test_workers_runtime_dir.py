@@ -1,0 +1,133 @@
+"""The workers' runtime directory in the system's temporary one is removed with its group.
+
+Workers of ``agentchat serve --workers`` on one SQLite file meet in ``<db>.workers``, or,
+where that path is too long for a Unix socket's address, in ``$TMPDIR/agentchat-<hash>``
+(``storage.sqlite.runtime_dir``). Nothing removed that one: each worker took
+its socket away but left its ``.metrics`` file or the leader's lock file, so every
+``--workers`` start on a long path (every test's ``tmp_path``) left a directory in
+``/tmp`` for good — 1,260 of them after a few days of test runs.
+
+Through real processes and real signals:
+
+- a SIGTERM stops the group and the directory is gone (and the supervisor's own);
+- a group SIGKILLed leaves its files (nothing runs on the way out); the next group on
+  the same file removes the dead workers' files (and the dead supervisor's own
+  directory) when it starts, and the meeting place when it stops.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from storage.file_lock import process_alive
+from storage.sqlite.runtime_dir import runtime_dir
+from tests.support.procs import AgentServer, until
+
+pytestmark = pytest.mark.slow
+
+EXTRACTIVE = {
+    "AGENT_LLM_PROVIDER": "extractive",
+    "AGENT_EMBEDDER": "none",
+    "AGENT_INGEST_SAMPLE_KB": "false",
+    "OLLAMA_HOST": "http://127.0.0.1:9",
+    "AGENT_WORKERS": "2",
+}
+
+
+def long_db(tmp_path: Path) -> Path:
+    """A database whose ``<db>.workers`` is too long for a socket: the workers meet in
+    the system's temporary directory."""
+    db = tmp_path / ("d" * 80) / "agent.sqlite3"
+    db.parent.mkdir()
+    directory = runtime_dir(db)
+    assert directory.parent == Path(tempfile.gettempdir()) and directory.name.startswith("agentchat-"), directory
+    return db
+
+
+def pids_in(directory: Path, suffix: str) -> set[int]:
+    """The pids named by ``<pid>-<token><suffix>`` files in ``directory``."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return set()
+    return {int(name.split("-", 1)[0]) for name in names if name.endswith(suffix)}
+
+
+def workers_dir(supervisor_pid: int) -> Path | None:
+    """The supervisor's own directory (``AGENT_WORKERS_DIR``), read from a worker of it."""
+    for child in Path(f"/proc/{supervisor_pid}/task/{supervisor_pid}/children").read_text().split():
+        for entry in Path(f"/proc/{child}/environ").read_bytes().split(b"\0"):
+            if entry.startswith(b"AGENT_WORKERS_DIR="):
+                return Path(entry.split(b"=", 1)[1].decode())
+    return None
+
+
+async def serving(group: AgentServer, directory: Path) -> set[int]:
+    """Until both workers listen in ``directory`` (sockets and metrics) and one leads; their pids."""
+    await group.wait_healthy()
+
+    def both() -> bool:
+        socks = pids_in(directory, ".sock")
+        return len(socks) == 2 and pids_in(directory, ".metrics") >= socks and (directory / "leader.lock").exists()
+
+    await until(both, f"two workers in {directory}", 60)
+    return pids_in(directory, ".sock")
+
+
+async def test_a_sigterm_stops_the_group_and_removes_its_directory(tmp_path: Path) -> None:
+    db = long_db(tmp_path)
+    directory = runtime_dir(db)
+    group = AgentServer(tmp_path, EXTRACTIVE | {"AGENT_DB_PATH": str(db)}, name="group")
+    group.start()
+    assert group.pid is not None
+    try:
+        await serving(group, directory)
+        own = workers_dir(group.pid)
+        assert own is not None and own.is_dir()
+        group.send(signal.SIGTERM)
+        code = await group.wait_exit(90)
+        assert code == 0, f"exit {code}:\n{group.tail(40)}"
+        left = os.listdir(directory) if directory.exists() else None
+        assert left is None, f"{directory} left behind with {left}:\n{group.tail(40)}"
+        assert not own.exists()
+    finally:
+        group.close()
+
+
+async def test_the_next_group_removes_a_killed_groups_files_and_then_the_directory(tmp_path: Path) -> None:
+    db = long_db(tmp_path)
+    directory = runtime_dir(db)
+    env = EXTRACTIVE | {"AGENT_DB_PATH": str(db)}
+    killed = AgentServer(tmp_path, env, name="killed")
+    killed.start()
+    assert killed.pid is not None
+    try:
+        dead = await serving(killed, directory)
+        own = workers_dir(killed.pid)
+        assert own is not None and own.is_dir()
+        for pid in (*dead, killed.pid):  # SIGKILL, the supervisor and both workers: nobody cleans up
+            os.kill(pid, signal.SIGKILL)
+        await killed.wait_exit(30)
+        await until(lambda: not any(process_alive(p) for p in dead), "the killed workers gone", 30)
+        assert pids_in(directory, ".sock") == dead and own.is_dir()  # what a killed group leaves
+
+        again = AgentServer(tmp_path, env, port=killed.port, name="again")
+        again.start()
+        try:
+            live = await serving(again, directory)
+            assert not live & dead
+            assert not (pids_in(directory, ".sock") | pids_in(directory, ".metrics")) & dead, os.listdir(directory)
+            assert not own.exists()  # the killed supervisor's own directory
+            again.send(signal.SIGTERM)
+            code = await again.wait_exit(90)
+            assert code == 0, f"exit {code}:\n{again.tail(40)}"
+            assert not directory.exists(), os.listdir(directory)
+        finally:
+            again.close()
+    finally:
+        killed.close()
