@@ -18,6 +18,9 @@ from tests.support.postgres import PostgresUnavailable, TestPostgres
 from tests.support.server import serve_app
 from tests.support.sse import SSEEvent, iter_sse
 
+#: Names the ``agentchat-*`` directories a session left in the temporary directory.
+pytest_plugins = ["tests.support.runtime_leaks"]
+
 #: How long one ``collect_sse`` read may take, at most (a guard, never a measure of speed).
 SSE_GUARD_S = 240.0
 
