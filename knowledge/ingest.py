@@ -4,9 +4,10 @@ Why this shape:
 
 * Work happens in batches of documents (``KBConfig.batch_documents``): validate, skip
   what is unchanged (same content hash, same embedder, same bucket), chunk in a worker
-  thread, embed in batches, then one write per batch through the ``KBIndex`` (one
-  transaction, never held across an embedding call). The in-memory vector matrix is
-  updated only after the write committed.
+  thread, embed in batches, then the batch's writes through the ``KBIndex``: one
+  transaction per part of at most ``KBIndex.chunks_per_write`` chunks, whole documents
+  each (on SQLite no live run's event commits while one runs), never held across an
+  embedding call. The in-memory vector matrix is updated after each write committed.
 * The stages overlap (``BatchWrites``): while a batch is written, the next one is read,
   chunked and embedded, and up to ``WRITES_IN_FLIGHT`` writes run at once (PostgreSQL
   writes each on a connection of its own, one core each; SQLite's writer takes them in
@@ -54,7 +55,7 @@ from knowledge.filestamps import (
     with_repeats,
 )
 from knowledge.ingest_docs import Prepared, document_writes, embedding_text, screen, with_summary
-from knowledge.ingest_stages import BatchWrites, EmbedHook, embed_texts
+from knowledge.ingest_stages import BatchWrites, EmbedHook, embed_texts, write_parts
 from knowledge.loaders import SKIP_NOT_RECORDS, SUPPORTED_SUFFIXES, LoadedDocument, load_file, record_to_document
 from knowledge.names import check_bucket_name, short_hash, slugify
 from knowledge.samepage import SKIP_SAME_PAGE, find_same_pages
@@ -72,7 +73,7 @@ from toolindex.embedder import Embedder, EmbeddingError
 #: ``(files done, files in all, what is happening)``: after each file, and while a batch
 #: is embedded (``"embedding 128/900 chunks"``), so a long embedding is not silence.
 Progress = Callable[[int, int, str], None]
-#: Called after each batch is written, with the report so far (chunk counts for a progress bar).
+#: Called after each write (a batch's part), with the report so far (chunk counts for a progress bar).
 BatchHook = Callable[[IngestReport], None]
 DEFAULT_MAX_FILE_BYTES = int(DEFAULT_MAX_FILE_MB * MB)
 #: Batch writes in flight at once while the next batch is prepared (``BatchWrites``).
@@ -310,15 +311,16 @@ class Ingestor:
         report: IngestReport,
         on_batch: BatchHook | None,
     ) -> None:
-        await self._write(todo, bucket, schema)
-        for p in todo:
-            if p.existing_bucket is None:
-                report.added += 1
-            else:
-                report.updated += 1
-            report.chunks += len(p.chunks)
-        if on_batch is not None:
-            on_batch(report)
+        for part in write_parts(todo, self.index.chunks_per_write):
+            await self._write(part, bucket, schema)
+            for p in part:
+                if p.existing_bucket is None:
+                    report.added += 1
+                else:
+                    report.updated += 1
+                report.chunks += len(p.chunks)
+            if on_batch is not None:
+                on_batch(report)
 
     async def _embed(self, todo: list[Prepared], report: IngestReport, on_embed: EmbedHook | None = None) -> None:
         """Embed all chunks in batches; on failure the documents are stored without

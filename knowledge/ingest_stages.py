@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from knowledge.ingest_docs import Prepared
 from toolindex.embedder import Embedder
 
 #: ``(chunks embedded, chunks to embed)`` of the batch being embedded.
@@ -52,6 +53,24 @@ async def embed_texts(
     await _all_or_none([one(k, start) for k, start in enumerate(starts)])
     parts = [r for r in rows if r is not None]
     return np.concatenate(parts) if parts else np.zeros((0, embedder.dim), np.float32)
+
+
+def write_parts(todo: Sequence[Prepared], most_chunks: int | None) -> list[list[Prepared]]:
+    """``todo`` in consecutive parts of at most ``most_chunks`` chunks, whole documents
+    each (a document with more chunks is a part of its own): one write transaction a
+    part (``KBIndex.chunks_per_write`` says why; ``None``: one part)."""
+    if most_chunks is None:
+        return [list(todo)] if todo else []
+    out: list[list[Prepared]] = []
+    size = 0
+    for p in todo:
+        if out and size + len(p.chunks) <= most_chunks:
+            out[-1].append(p)
+            size += len(p.chunks)
+        else:
+            out.append([p])
+            size = len(p.chunks)
+    return out
 
 
 async def _all_or_none(coros: Sequence[Coroutine[Any, Any, None]]) -> None:
@@ -109,4 +128,4 @@ class BatchWrites:
         await self._settle(0)
 
 
-__all__ = ["EMBED_CONCURRENCY", "BatchWrites", "EmbedHook", "embed_texts"]
+__all__ = ["EMBED_CONCURRENCY", "BatchWrites", "EmbedHook", "embed_texts", "write_parts"]

@@ -47,6 +47,13 @@ class KBIndex(Protocol):
         """Where the data lives, for humans (a file path, a database URL without secrets)."""
         ...
 
+    @property
+    def chunks_per_write(self) -> int | None:
+        """The most chunks an ingest puts in one ``write_documents`` (whole documents: a
+        larger one is a write of its own); ``None``: no bound. SQLite's one writer
+        commits every live run's events too, and none while a write runs."""
+        ...
+
     # buckets
     async def bucket_schemas(self) -> dict[str, dict[str, str]]: ...
 

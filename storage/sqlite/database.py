@@ -79,6 +79,10 @@ class SqliteDatabase(QueuedWrites):
         for r in readers:
             self._idle.put_nowait(r)
         self._write_lock = asyncio.Lock()
+        #: Taken by a bulk write (a knowledge-base write) before ``_write_lock``, so at
+        #: most one of them is ever queued there: a run's events wait for one such write
+        #: at most, never for a second one queued ahead of them (``transact_sync``).
+        self._bulk_turn = asyncio.Lock()
         self._queue = OrderedWriter(
             lambda batch: self._locked(lambda: self._commit_items(batch)),
             transient=transient,
@@ -222,11 +226,22 @@ class SqliteDatabase(QueuedWrites):
         ``app/server/storage_budget.py``) the retries and the wait for the writer end there."""
         return await self._retrying(lambda: self._run_transaction(fn, immediate), deadline)
 
-    async def transact_sync(self, fn: Callable[[sqlite3.Connection], T], *, deadline: float | None = None) -> T:
+    async def transact_sync(
+        self, fn: Callable[[sqlite3.Connection], T], *, deadline: float | None = None, bulk: bool = False
+    ) -> T:
         """Like ``transact``, for a plain function run on the writer's own thread: the
         whole transaction is one hop, which keeps hot paths (admitting a run, before its
-        2xx) short when the event loop is busy."""
-        return await self._retrying(lambda: self._run_sync_transaction(fn), deadline)
+        2xx) short when the event loop is busy.
+
+        ``bulk``: a long write (a knowledge-base write) that waits its turn behind any
+        other bulk write before it queues for the writer. No run event commits while a
+        write runs; without this, an ingest's next write (two are in flight) queued on
+        the writer ahead of the events that came during the current one, and every live
+        stream waited for both."""
+        if not bulk:
+            return await self._retrying(lambda: self._run_sync_transaction(fn), deadline)
+        async with self._bulk_turn:
+            return await self._retrying(lambda: self._run_sync_transaction(fn), deadline)
 
     async def _run_sync_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         result: T = await self._writer._execute(transaction_sync, self._writer._conn, fn, self.guard)

@@ -96,8 +96,11 @@ class SqliteSql(SqlEngine):
     ) -> T:
         """``fn`` run whole on the writer's own thread (``run_whole_sync``), in one hop:
         a knowledge-base write is ~30 statements, and each of them, awaited on the event
-        loop, was a wait for a loop busy preparing the next batch (issue 24)."""
-        return await self.db.transact_sync(functools.partial(run_whole_sync, fn=fn), deadline=deadline)
+        loop, was a wait for a loop busy preparing the next batch (issue 24). A bulk
+        write: it queues for the writer behind no other one (``transact_sync``), and an
+        ingest keeps each one to ``KBIndex.chunks_per_write`` chunks - no run event commits
+        while it runs."""
+        return await self.db.transact_sync(functools.partial(run_whole_sync, fn=fn), deadline=deadline, bulk=True)
 
     async def transact_plan(self, make: Callable[[Dialect], Plan[T]], *, deadline: float | None = None) -> T:
         """The plan in the next group's transaction, run whole in one hop on the writer's

@@ -52,6 +52,14 @@ _INSERT_CHUNK = (
 #: in one statement - cost 159-166 us of CPU a chunk at 100k against 203-214 with 250
 #: (fewer FTS5 segments to merge, fewer GIL hand-backs; bench/ingest_ab.py, issue 24).
 ROWS_PER_INSERT = 2000
+#: The most chunks an ingest puts in one write (``KBIndex.chunks_per_write``; whole
+#: documents, a larger one alone). The one writer also commits every live run's events,
+#: and none while a knowledge-base write runs: an ingest batch of 256 documents in one
+#: write held every stream's next token for as long as its thousands of chunks took
+#: (seconds; a "docs" run of bench/kb_write_stall.py). 500 chunks are ~60-100 ms of the
+#: writer's CPU; a bulk write also never queues ahead of the events that came during
+#: the one before (``SqliteDatabase.transact_sync``).
+CHUNKS_PER_WRITE = 500
 #: Bound parameters per statement, under SQLite's limit (32,766): a bucket with many
 #: typed fields gets fewer rows a statement.
 MAX_PARAMETERS = 30_000
@@ -83,6 +91,7 @@ class SqliteKBIndex(SqlKBIndex):
     """The KB index on one ``SqliteDatabase``; built by ``open_sqlite_storage``."""
 
     vector_column = "vector"
+    chunks_per_write = CHUNKS_PER_WRITE
 
     def __init__(self, db: SqliteDatabase) -> None:
         super().__init__(

@@ -67,6 +67,9 @@ class SqlKBIndex(KBReads):
 
     #: The chunk column holding a vector.
     vector_column: ClassVar[str]
+    #: The most chunks an ingest puts in one write (``KBIndex.chunks_per_write``); no
+    #: bound here: an engine whose writes share one writer with live runs sets one.
+    chunks_per_write: int | None = None
 
     def __init__(
         self, sql: SqlEngine, *, buckets: BucketTables, filters: FilterSql, text: TextSearch, location: str
