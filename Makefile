@@ -60,9 +60,16 @@ PRODUCT := events client app llm toolindex storage agenttools knowledge prompts 
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 4
 DIST := --dist loadfile
+# mypy runs beside one collection of the suite: that collection writes every test module's
+# assertion-rewritten bytecode, which the xdist workers then read instead of each rewriting
+# all ~270 modules at once on a fresh clone (-n 4 collection: 44 s cold, 17 s warm, load ~4).
+# The collection's list goes to a file, shown only when collecting fails.
 test: install
 	$(BIN)/ruff check $(PRODUCT)
-	$(BIN)/mypy $(PRODUCT)
+	@$(BIN)/mypy $(PRODUCT) & mypy=$$!; \
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q --collect-only -p no:cacheprovider > $(VENV)/collected.txt 2>&1; \
+	collected=$$?; wait $$mypy; typed=$$?; \
+	if [ $$collected -ne 0 ]; then tail -40 $(VENV)/collected.txt; exit $$collected; fi; exit $$typed
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(DIST) $(PYTEST_ARGS)
 
 # The inner loop: the suite without the tests marked slow, postgres, browser or node
