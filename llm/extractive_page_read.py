@@ -12,10 +12,11 @@ ordinary tool call, in the stream and the tool-call log like the first search.
 
 Which pages: the first search's best page, and a page the question names by every
 word of its title (one it names as written, "npm ci", before one whose title words it
-says here and there). A page is read again only when the question says something its title
-does not, and the words left include one the page's passages already hold (so the
-scoped text search finds at least those: a scoped search that matches nothing would
-ask the user to rephrase, which a second read must never do).
+says here and there). A page is read again only when the question says something its
+title does not, and the words left include one the page's passages already hold that
+the text search searches for (not one of its stop words), so the scoped text search
+finds at least that: a scoped search that matches nothing asks the user to rephrase,
+which a second read must never do.
 """
 
 from __future__ import annotations
@@ -46,6 +47,20 @@ _FORM = frozenset(
     "why will with would you your about after before did get got has have having here just more most "
     "not only other over same some such too under up very via use used using see happen happens "
     "make sure way ways tell know want need".split()
+)
+#: Words the knowledge base's text search does not search for beside others (its stop
+#: words: ``knowledge.textnorm.FUNCTION_WORDS`` and ``REQUEST_WORDS``, written out here
+#: because the answerer imports no other room). A page read whose only words the page
+#: holds are among these matches nothing, and a scoped search that matches nothing ends
+#: the run asking the user to rephrase: "how quickly is an MCP server that crashed tried
+#: again?" read the MCP page for "quickly crashed tried again", held only "again", and
+#: the run ended in a clarification instead of an answer.
+_UNSEARCHED = _FORM | frozenset(
+    "above again against all am among any because been being below between both but did doing down during "
+    "each else few further had he her hers herself him himself his itself may might must myself no nor now "
+    "off once onto out own ours ourselves shall she theirs themselves they through until were whom whose "
+    "while within without yet yours yourself yourselves also yes don doesn didn isn aren wasn weren won "
+    "wouldn please show find give explain describe list s t d ll m re ve".split()
 )
 
 
@@ -93,7 +108,10 @@ def page_query(question: str, page: FoundPage) -> str | None:
             continue
         kept.append(word)
     held = set(_words(page.text))
-    if not kept or not any(w in held for w in kept):
+    # The words the search looks for: its stop words are dropped, unless nothing else
+    # is left (then it searches for them: ``knowledge.textnorm.content_terms``).
+    searched = [w for w in kept if w not in _UNSEARCHED] or kept
+    if not any(w in held for w in searched):
         return None
     return " ".join(kept)
 

@@ -41,6 +41,17 @@ def test_the_query_leaves_out_the_words_every_chunk_of_the_page_says() -> None:
     assert page_query("How does npx treat my shrinkwrap?", page) is None
 
 
+def test_a_page_holding_only_words_the_text_search_drops_is_not_read_again() -> None:
+    # "again" is in the page, but the text search never searches for a stop word: the
+    # scoped read would match nothing and end the run asking the user to rephrase.
+    page = FoundPage("cache-1", "npm", "npm-cache", "It is filled again when npm starts.")
+    assert page_query("How often does the npm cache get wiped again?", page) is None
+    # A word the search does search for, held by the page, still makes a read.
+    assert page_query("How often does the npm cache get filled again?", page) == "often filled again"
+    # Left with stop words only, the search looks for them after all: the page is read.
+    assert page_query("What does npm cache show again?", page) == "show again"
+
+
 def test_the_best_page_and_a_page_the_question_names_are_read_again() -> None:
     pages = found_pages(
         [

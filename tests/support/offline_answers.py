@@ -39,7 +39,8 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: changes; "round20" (10 + 10) after round 19, measured before round 20's changes;
 #: "round21" (10 sample questions a newcomer asked, or wrote in a newcomer's words, and 2
 #: over the project's docs/ as a bucket, "docs"; no npm questions) after round 20, measured
-#: before round 21's changes.
+#: before round 21's changes; "round23" (15 sample questions over pages round 23's changes
+#: were not worked on) written before round 23's changes and measured before and after them.
 SETS = (
     "original",
     "held_out",
@@ -62,6 +63,7 @@ SETS = (
     "round19",
     "round20",
     "round21",
+    "round23",
 )
 
 
@@ -207,7 +209,16 @@ def dangling_introductions(answer: str) -> list[str]:
 
 
 def response_of(events: list[Any]) -> dict[str, Any]:
-    return next(e.json() for e in events if e.event == "response")
+    """The run's ``response`` event; a run that ended asking the user to clarify instead
+    (a search that matched nothing) answers with what the reader was shown: the
+    clarification's text, no sources - a miss, judged like any other answer."""
+    for e in events:
+        if e.event == "response":
+            return dict(e.json())
+    asked = [e.json() for e in events if e.event == "clarification"]
+    if asked:
+        return {"answer": str(asked[-1].get("missing_info") or ""), "sources": [], "clarification": True}
+    raise AssertionError(f"no response event: {[e.event for e in events]}")
 
 
 def captured_passages(path: Path, question: str) -> list[Any]:
