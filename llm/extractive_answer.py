@@ -127,7 +127,7 @@ def _said(question: _Question, reads: list[_Read]) -> list[frozenset[str]]:
     words = question.words
     for read in reads:
         p = read.passage
-        seen[sentence_key(p.text)] = question.terms(p.text) | words.stems(p.title) | words.stems(p.section)
+        seen[sentence_key(p.text)] = question.terms(p.text) | question.terms(p.title) | words.stems(p.section)
     return list(seen.values())
 
 
@@ -141,6 +141,7 @@ def compose_answer(question: str, passages: list[Passage], words: Words | None =
     reads = [_read(p) for p in passages]
     aliases = alias_documents(_page_opening(r) for r in reads if r.first)
     reads = [r for r in reads if _document(r) not in aliases]
+    q = q.written_apart(t for r in reads for t in (r.passage.title, r.passage.text))
     q = q.weighed_by(_said(q, reads))
     units = sorted(_units(reads, q), key=lambda u: (-u.score, u.passage, u.block, u.index))
     units = [u for u in units if u.score >= MIN_RELEVANCE]

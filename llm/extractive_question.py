@@ -14,7 +14,18 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from llm.extractive_words import _STOP, WORD, Words, _match, _terms, coverage, one_verbs, phrase_share, stems
+from llm.extractive_words import (
+    _STOP,
+    WORD,
+    Words,
+    _match,
+    _terms,
+    coverage,
+    one_verbs,
+    phrase_share,
+    stems,
+    written_apart,
+)
 
 #: "which events (does …)", "which file formats does …": a plural noun right after
 #: "which", or one word later when an auxiliary or the end follows it ("which embedder
@@ -135,6 +146,9 @@ NAME_WEIGHT = 2.0
 #: authentication?" (npm-trust's "2FA enabled on account" item, saying the rarer
 #: "account", outscores npm profile's ``enable-2fa``); a logarithmic weight loses more.
 RARITY_WEIGHT = 0.2
+#: The shortest part of a question's word the passages write apart ("agent" + "chat"):
+#: as the knowledge search's split (``knowledge.query_terms.MIN_SPLIT_PART``).
+MIN_APART_PART = 3
 #: "How do I skip the questions when creating a package.json with npm init?": what a
 #: how-to asks to do is the action right after "how do I", up to the first word that
 #: opens its circumstances ("when …", "with …", "from …"); the rest says where or when.
@@ -219,6 +233,9 @@ class Question:
     #: How much each stem counts for its rarity among the passages being answered from
     #: (``weighed_by``); a stem not here counts 1.
     rarity: Mapping[str, float] = field(default_factory=dict)
+    #: ``{(left, right): the question's stem}`` for a word of the question the passages
+    #: write apart as two words ("agentchat" / "agent chat": ``written_apart``).
+    apart: Mapping[tuple[str, str], str] = field(default_factory=dict)
     #: The answerer's memoised word work (``llm.extractive_words.Words``) this question
     #: and every passage read against it go through.
     words: Words = field(default_factory=Words, compare=False, repr=False)
@@ -298,7 +315,26 @@ class Question:
             met = {stem(a) for a, b in itertools.pairwise(words) if self.phrasal.get(stem(a)) == b}
             found = found - (self.phrasal.keys() - met)
         found = found - self.split_names(text)
+        if self.apart:
+            words = WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+            extra |= {self.apart[pair] for pair in itertools.pairwise(words) if pair in self.apart}
         return found | extra if extra else found
+
+    def asked_apart(self) -> frozenset[str]:
+        """The stems of the words the passages write apart for a word of the question
+        ("agent" and "chat" for "agentchat"): asked too, as the search asks for them."""
+        stem = self.words.stem
+        return frozenset(stem(part) for pair in self.apart for part in pair)
+
+    def written_apart(self, texts: Iterable[str]) -> Question:
+        """The question with each of its words that the passages write as two adjacent
+        words ("what is agentchat?" where the overview's title and opening say "the agent
+        chat service") met by those two words wherever they stand side by side, as the
+        knowledge search splits a joined word the documents write apart. A word of
+        letters only, cut into parts of ``MIN_APART_PART`` letters or more."""
+        wanted = frozenset(q for q in self.stems if q.isalpha() and len(q) >= 2 * MIN_APART_PART)
+        apart = written_apart(wanted, texts, self.words.stem, MIN_APART_PART) if wanted else {}
+        return replace(self, apart=apart) if apart else self
 
     def split_names(self, text: str) -> frozenset[str]:
         """The stems of the question's underscore identifiers that ``text`` says only

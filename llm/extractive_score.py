@@ -150,7 +150,7 @@ def _names(question: _Question, title: frozenset[str], shared: frozenset[str]) -
     """The question names the document: every word of its title is asked about, or every
     word of it that no other passage's title has ("how do I log in" names ``npm-login``
     among ``npm-*`` pages; the shared "npm" names the collection, not a page)."""
-    asked = question.stems | frozenset(question.joined)
+    asked = question.stems | frozenset(question.joined) | question.asked_apart()
     coverage = question.words.coverage
     if coverage(title, asked) >= 1.0:
         return True
@@ -200,7 +200,7 @@ def score_units(reads: list[_Read], question: _Question) -> list[_Unit]:
         document = _document(read)
         page_terms[document] = page_terms.get(document, frozenset()) | question.terms(read.passage.text)
     for p, read in enumerate(reads):
-        title = words.stems(read.passage.title)
+        title = question.terms(read.passage.title) if question.apart else words.stems(read.passage.title)
         rank = 0.1 * read.passage.score - 0.02 * p
         # A question that names a document ("what does npm dedupe do?", every word in the
         # title "npm-dedupe") is answered by what that document says first.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import re
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache, partial
 from types import MappingProxyType
 
@@ -214,6 +214,32 @@ def coverage(question: frozenset[str], terms: frozenset[str]) -> float:
     return sum(_match(q, terms) for q in question) / len(question)
 
 
+def written_apart(
+    wanted: frozenset[str], texts: Iterable[str], stem: Callable[[str], str], shortest: int
+) -> dict[tuple[str, str], str]:
+    """``{(left, right): stem}`` for the adjacent words of ``texts`` (letters only, none a
+    stop word, each ``shortest`` letters or more) that join into one of the ``wanted``
+    stems: "agent chat" for the question's "agentchat" (``Question.written_apart``)."""
+    apart: dict[tuple[str, str], str] = {}
+    # A stem keeps its word's start: most pairs are ruled out before stemming them.
+    starts = frozenset(w[: 2 * shortest] for w in wanted)
+    for text in texts:
+        words = WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+        for left, right in itertools.pairwise(words):
+            if (
+                (left + right)[: 2 * shortest] in starts
+                and len(left) >= shortest
+                and len(right) >= shortest
+                and left.isalpha()
+                and right.isalpha()
+                and left not in _STOP
+                and right not in _STOP
+                and (joined := stem(left + right)) in wanted
+            ):
+                apart.setdefault((left, right), joined)
+    return apart
+
+
 class Words:
     """The answerer's word work, memoised: ``stem`` (``STEM_MEMO`` entries), a question
     stem meeting a word (``MEET_MEMO``) and a text's stems (``TEXT_MEMO``), each a bounded
@@ -242,4 +268,4 @@ class Words:
         return _phrase_share_with(self.stem, self.meets, pairs, text)
 
 
-__all__ = ["SYNONYMS", "WORD", "Words", "coverage", "phrase_share", "stems"]
+__all__ = ["SYNONYMS", "WORD", "Words", "coverage", "phrase_share", "stems", "written_apart"]
