@@ -274,7 +274,7 @@ word of the question the answer has not said yet (the configuration page's openi
 its ``AGENT_DB_PATH`` / ``AGENT_DATABASE_URL`` item). round21 5/12 -> 6/12, every other
 set unchanged; held-out-style overall 296/354, with round21 301/366 -> 302/366.
 Round 23: a twenty-third set (``round23``, 15 sample questions over pages the round's
-changes were not worked on, committed before it was first asked): 12/15 with the code
+changes were not worked on, written before any change of the round): 12/15 with the code
 before the round, one of its misses no answer at all (the page-scoped read searched only
 words the text search drops or the page lacks, and the run ended asking the user to
 rephrase); 13/15 once such a read is not made. Every other set unchanged.
