@@ -32,7 +32,7 @@ import orjson
 from llm.pool import PooledTransport, WaitHook, pooled_transport
 from toolindex.embedder import Embedder, EmbeddingError
 from toolindex.hashing import HashingEmbedder
-from toolindex.ollama import normalise_host
+from toolindex.ollama_host import normalise_host  # not toolindex.ollama: the client library only when chosen
 from toolindex.probe import EMBED_PROBE_TIMEOUT_S, probe_embedder
 
 EMBEDDER_KINDS = ("auto", "gemini", "ollama", "openai", "local", "hashing", "none")

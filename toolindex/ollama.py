@@ -26,17 +26,10 @@ import numpy as np
 import ollama
 
 from toolindex.embedder import EmbeddingError, EmbedTask, Matrix, Vector
+from toolindex.ollama_host import normalise_host
 from toolindex.vectors import describe_error, prepare_text, to_unit_rows
 
 _NOMIC_PREFIXES: dict[str, str] = {"document": "search_document: ", "query": "search_query: "}
-
-
-def normalise_host(host: str) -> str:
-    """``localhost:11434`` → ``http://localhost:11434``; no trailing slash."""
-    host = (host or "http://127.0.0.1:11434").strip().rstrip("/")
-    if "://" not in host:
-        host = "http://" + host
-    return host
 
 
 def embedding_length(model_info: Mapping[str, Any]) -> int:

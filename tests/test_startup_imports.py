@@ -1,0 +1,65 @@
+"""What ``agentchat serve`` imports before it is ready, with nothing configured: none of the
+model or embedder client libraries (``ollama``, ``google.genai``, ``openai``) nor the MCP
+SDK (``mcp``). Each costs a start 0.2-1 s of CPU, and every restarted replica, every
+``--workers`` child and every serve the test suite starts pays it; they load when their
+provider, embedder or MCP servers are configured, or when a probe found their server.
+
+The process is a real ``agentchat serve`` (the CLI's ``main``, run by ``python -c`` so it
+can name its modules on the way out): ready, then SIGTERM, then the list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from pathlib import Path
+
+from tests.support.procs import PYTHON, AgentServer
+from tests.support.server import free_port
+
+CLIENT_LIBRARIES = ("ollama", "google.genai", "openai", "mcp")
+
+#: ``agentchat serve`` with its arguments, naming on exit the client libraries it imported.
+_SERVE_AND_NAME = """
+import atexit, json, sys
+libraries = {libraries!r}
+atexit.register(lambda: print("imported: " + json.dumps(sorted(
+    m for m in sys.modules if any(m == lib or m.startswith(lib + ".") for lib in libraries)
+    ) + ["app.factory" if "app.factory" in sys.modules else "no app"]), flush=True))
+from app.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+async def _imported(server: AgentServer, timeout_s: float = 60.0) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while True:  # the log is pumped by a thread: the line may come after the exit
+        found = [line for line in server.lines() if line.startswith("imported: ")]
+        if found:
+            return list(json.loads(found[-1].removeprefix("imported: ")))
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no list of imports within {timeout_s} s:\n{server.tail()}")
+        await asyncio.sleep(0.05)
+
+
+async def test_serve_with_nothing_configured_imports_no_client_library(tmp_path: Path) -> None:
+    nothing_there = free_port()  # where Ollama is looked for: nothing listens
+    server = AgentServer(tmp_path, {"OLLAMA_HOST": f"http://127.0.0.1:{nothing_there}"})
+    assert server.argv[1:3] == ["-m", "app.cli"]
+    server.argv = [PYTHON, "-c", _SERVE_AND_NAME.format(libraries=CLIENT_LIBRARIES), *server.argv[3:]]
+    server.start()
+    try:
+        ready = await server.wait_ready(timeout=90)
+        # auto did look for Ollama (and found it unreachable): the probe ran, without the library.
+        assert "ollama not reachable" in json.dumps(ready).lower(), ready
+        server.send(signal.SIGTERM)
+        assert await server.wait_exit(60) is not None, server.tail()
+        imported = await _imported(server)
+    finally:
+        server.close()
+    assert imported == ["app.factory"], (
+        f"agentchat serve imported {imported} with no provider, embedder or MCP server configured"
+    )
+
