@@ -12,8 +12,10 @@ Why this shape (the SQLite engine's ``database.py`` is the model; differences on
   (run events, checkpoints, the tool-call log) are *items* on a queue that one task
   commits in batches. An item's statements commit together, in order, after every
   item queued before it (in this process); ``on_commit`` says when it is durable,
-  ``on_fail`` when it never will be. A batch of consecutive identical statements is
-  sent with ``executemany`` (one pipelined round trip, not one per row).
+  ``on_fail`` when it never will be. Consecutive identical inserts go as one multi-row
+  ``INSERT`` — never as a pipeline, whose rows leave the server waiting for the client
+  mid-transaction with no timeout: a frozen replica's run locks would outlive
+  ``idle_in_transaction_timeout_ms`` (``statements.py``).
 * The same write-retry semantics: a transient failure (connection lost, server
   restarting, lock timeout, deadlock, serialization failure, disk full) is retried with
   backoff for ``write_retry_s``; after that the waiting callers get
@@ -43,6 +45,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from storage.errors import StorageUnavailable
+from storage.postgres.statements import run_statements
 from storage.writer import (
     OrderedWriter,
     QueuedWrites,
@@ -50,7 +53,6 @@ from storage.writer import (
     WriteHealth,
     WriteItem,
     finish_even_if_cancelled,
-    group_consecutive,
     retrying,
 )
 
@@ -228,7 +230,7 @@ class PostgresDatabase(QueuedWrites):
         """Commit ``statements`` now, in one transaction (retried like ``transact``)."""
 
         async def run(conn: Conn) -> None:
-            await _run_statements(conn, statements)
+            await run_statements(conn, statements)
 
         await self.transact(run)
 
@@ -258,7 +260,7 @@ class PostgresDatabase(QueuedWrites):
             self._succeeded()
             return
         async with self.pool.connection() as conn, conn.transaction():
-            await _run_statements(conn, statements)
+            await run_statements(conn, statements)
         self._succeeded()
 
     def _succeeded(self) -> None:
@@ -287,11 +289,3 @@ class PostgresDatabase(QueuedWrites):
         }
 
 
-async def _run_statements(conn: Conn, statements: Sequence[Statement]) -> None:
-    """Run ``statements`` in order; consecutive identical ones as one ``executemany``."""
-    async with conn.cursor() as cur:
-        for sql, rows in group_consecutive(statements):
-            if len(rows) == 1:
-                await cur.execute(sql, rows[0])  # type: ignore[arg-type]
-            else:
-                await cur.executemany(sql, rows)  # type: ignore[arg-type]

@@ -7,22 +7,35 @@ the replica stays frozen (a CI run of tests/test_replicas.py's paused case waite
 ever). The service sets PostgreSQL's ``idle_in_transaction_session_timeout`` to the run
 lease (``app/wiring.py`` → ``storage/open.py``), so PostgreSQL ends such a session and
 releases its locks once the replica has lost its leases anyway.
+
+That timer only runs while the server waits *between* transactions' statements (after a
+``Sync``): a client frozen in the middle of a pipeline — psycopg's ``executemany``, which
+the writer used for a burst of events — left the server waiting for the pipeline's next
+row with no timer, and the run stayed locked for as long as the replica stayed frozen
+(tests/test_replicas.py's paused case, now and then on a loaded machine). The writer now
+sends every statement with its ``Sync`` (``storage/postgres/statements.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from urllib.parse import quote
 
 import psycopg
 import pytest
 
+from storage.errors import LeaseLost
 from storage.open import open_storage
 from storage.postgres import PostgresStorage
 from storage.postgres.database import transient
-from storage.records import NewRun
+from storage.records import NewRun, RunEvent, RunWrite
 from tests.support.deadline import within
+from tests.support.pg_freeze import freezing_relay
 from tests.support.postgres import TestPostgres
+
+#: The frozen replica's lease owner: only its lease check's parameters carry it.
+OWNER = "replica-a-frozen-mid-step"
 
 
 @pytest.fixture
@@ -79,3 +92,57 @@ async def test_the_default_pool_ends_a_transaction_left_waiting(pg_url: str) -> 
             assert (await cur.fetchone()) == ("10s",)
     finally:
         await storage.close()
+
+
+async def _claimed_by(other: PostgresStorage, run_id: str, owner: str) -> None:
+    """Until ``owner``'s claim (expired leases only, as the take-over's) gets ``run_id``."""
+    while not any(r.id == run_id for r in await other.runs.claim(owner, 5.0, expired_only=True)):
+        await asyncio.sleep(0.1)
+
+
+async def test_a_writer_frozen_between_its_writes_lets_another_replica_take_the_run(pg_url: str) -> None:
+    """The run writer's own step, frozen where a stopped process can stop — between two of
+    its writes, just after its lease check locked the run's row — must not keep the run
+    from the other replicas: PostgreSQL ends the session, the run is claimed, and the
+    thawed writer's step is refused by the lease (nothing of it stored)."""
+    params = psycopg.conninfo.conninfo_to_dict(pg_url)
+    async with freezing_relay(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432)) as relay:
+        auth = quote(str(params.get("user") or ""), safe="")
+        if params.get("password"):
+            auth += ":" + quote(str(params["password"]), safe="")
+        # A URL (a key=value string would be taken for a SQLite path); no TLS, so the
+        # relay reads the protocol.
+        relayed = f"postgresql://{auth}@127.0.0.1:{relay.port}/{params['dbname']}?sslmode=disable&gssencmode=disable"
+        frozen = await open_storage(relayed, idle_in_transaction_s=1.0, write_retry_s=60.0)
+        other = await open_storage(pg_url)
+        assert isinstance(frozen, PostgresStorage) and isinstance(other, PostgresStorage)
+        try:
+            await frozen.runs.create(
+                NewRun("r1", "c1", "alice", "workflow", b"{}", lease_owner=OWNER, lease_s=0.5)
+            )
+            relay.arm(OWNER.encode())
+            outcome: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+
+            def ended(exc: BaseException | None) -> None:
+                if not outcome.done():
+                    outcome.set_result(exc)
+
+            burst = [RunEvent(seq=i, event="content_chunk", data=f'{{"text":"w{i} "}}') for i in range(1, 21)]
+            frozen.runs.write(
+                RunWrite("r1", "c1", "alice", events=burst, lease_owner=OWNER, lease_s=0.5, lease_epoch=0),
+                on_commit=lambda: ended(None),
+                on_fail=ended,
+            )
+            await within(relay.frozen.wait(), "the writer to stop inside its step")
+            where = "mid-pipeline" if relay.froze_mid_pipeline else "between two statements"
+            await within(_claimed_by(other, "r1", "replica-b"), f"another replica's claim (writer frozen {where})", 30)
+            assert await other.db.fetchone("SELECT lease_owner FROM runs WHERE id = %s", ("r1",)) == ("replica-b",)
+
+            relay.thaw()
+            refused = await within(outcome, "the thawed writer's step to end")
+            assert isinstance(refused, LeaseLost), refused
+            assert await other.runs.events_after("r1", 0) == []
+        finally:
+            relay.thaw()
+            await frozen.close()
+            await other.close()
