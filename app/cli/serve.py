@@ -233,7 +233,7 @@ def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers:
         # have all stopped. No other group can be in it meanwhile: this one holds the
         # file's writer lock.
         meeting = runtime_dir(settings.db_path)
-        tidy_runtime_dir(meeting)
+        tidy_runtime_dir(meeting)  # at best: what it cannot remove, the workers live with
         try:
             return supervisor.run()
         finally:

@@ -156,8 +156,7 @@ class WorkerFeed:
         # The last worker out leaves no directory behind: with the siblings gone (and
         # this worker's metrics socket and leader lock closed before its storage), only
         # dead workers' files and an unheld leader lock are left (``storage.sqlite.runtime_dir``).
-        with contextlib.suppress(OSError):
-            tidy_runtime_dir(self.directory)
+        tidy_runtime_dir(self.directory)
         for task in list(self._tasks):
             task.cancel()
 
