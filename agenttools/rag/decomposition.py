@@ -22,12 +22,13 @@ import functools
 import json
 from collections.abc import Mapping, Sequence
 from importlib import resources
-from typing import Any
-
-from jsonschema import Draft202012Validator
+from typing import TYPE_CHECKING, Any
 
 from agenttools.core.registry import RunToolState
 from knowledge.filters import BUILTIN_FIELDS
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
 
 SCHEMA_RESOURCE = "schemas/decomposition.schema.json"
 INTENTS = ("qa", "list", "summarize", "compare", "compute")
@@ -54,6 +55,11 @@ class DecompositionError(ValueError):
 @functools.cache
 def decomposition_schema() -> dict[str, Any]:
     """The JSON Schema (read once from the package). Do not mutate the returned dict."""
+    # jsonschema (with referencing, attrs and its metaschemas: ~0.1 s of CPU) loads here,
+    # at the first plan, not with the module: every serve imports this module to build
+    # the RAG tools, and a run without a model never plans.
+    from jsonschema import Draft202012Validator
+
     text = resources.files("agenttools.rag").joinpath(SCHEMA_RESOURCE).read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     Draft202012Validator.check_schema(schema)
@@ -62,6 +68,8 @@ def decomposition_schema() -> dict[str, Any]:
 
 @functools.cache
 def _validator() -> Draft202012Validator:
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator(decomposition_schema())
 
 
