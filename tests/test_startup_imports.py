@@ -1,8 +1,10 @@
 """What ``agentchat serve`` imports before it is ready, with nothing configured: none of the
 model or embedder client libraries (``ollama``, ``google.genai``, ``openai``) nor the MCP
-SDK (``mcp``). Each costs a start 0.2-1 s of CPU, and every restarted replica, every
-``--workers`` child and every serve the test suite starts pays it; they load when their
-provider, embedder or MCP servers are configured, or when a probe found their server.
+SDK (``mcp``), nor what only some requests or settings use (``jsonschema``: the query
+planner's first plan; ``jwt``: ``AGENT_AUTH=jwt``). Each costs a start 0.05-1 s of CPU,
+and every restarted replica, every ``--workers`` child and every serve the test suite
+starts pays it; they load when their provider, embedder, MCP servers or auth mode are
+configured, when a probe found their server, or at their first use.
 
 The process is a real ``agentchat serve`` (the CLI's ``main``, run by ``python -c`` so it
 can name its modules on the way out): ready, then SIGTERM, then the list.
@@ -20,8 +22,9 @@ from tests.support.procs import PYTHON, AgentServer
 from tests.support.server import free_port
 
 CLIENT_LIBRARIES = ("ollama", "google.genai", "openai", "mcp")
+LOADED_WHEN_USED = (*CLIENT_LIBRARIES, "jsonschema", "jwt")
 
-#: ``agentchat serve`` with its arguments, naming on exit the client libraries it imported.
+#: ``agentchat serve`` with its arguments, naming on exit those of ``libraries`` it imported.
 _SERVE_AND_NAME = """
 import atexit, json, sys
 libraries = {libraries!r}
@@ -44,11 +47,11 @@ async def _imported(server: AgentServer, timeout_s: float = 60.0) -> list[str]:
         await asyncio.sleep(0.05)
 
 
-async def test_serve_with_nothing_configured_imports_no_client_library(tmp_path: Path) -> None:
+async def test_serve_with_nothing_configured_loads_no_client_library_nor_what_it_does_not_use(tmp_path: Path) -> None:
     nothing_there = free_port()  # where Ollama is looked for: nothing listens
     server = AgentServer(tmp_path, {"OLLAMA_HOST": f"http://127.0.0.1:{nothing_there}"})
     assert server.argv[1:3] == ["-m", "app.cli"]
-    server.argv = [PYTHON, "-c", _SERVE_AND_NAME.format(libraries=CLIENT_LIBRARIES), *server.argv[3:]]
+    server.argv = [PYTHON, "-c", _SERVE_AND_NAME.format(libraries=LOADED_WHEN_USED), *server.argv[3:]]
     server.start()
     try:
         ready = await server.wait_ready(timeout=90)
@@ -60,6 +63,6 @@ async def test_serve_with_nothing_configured_imports_no_client_library(tmp_path:
     finally:
         server.close()
     assert imported == ["app.factory"], (
-        f"agentchat serve imported {imported} with no provider, embedder or MCP server configured"
+        f"agentchat serve imported {imported} with no provider, embedder, MCP server or auth configured"
     )
 

@@ -24,22 +24,34 @@ import hmac
 import secrets
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
 
 from app.ops.log_context import note_user
 from app.server.identity import LOCAL_USER, AuthError, Identity
-from app.server.jwks import JwksKeys
-from app.server.jwt_tokens import (
-    ASYMMETRIC_ALGS,
-    decode_token,
-    jwk_key,
-    sign_hs256,
-    token_header,
-    verify_hs256,
-)
+
+if TYPE_CHECKING:
+    from app.server.jwks import JwksKeys
+
+# PyJWT (app/server/jwt_tokens.py, app/server/jwks.py; ~50 ms of CPU with cryptography's
+# x509) is imported by the functions that check tokens, and by an Authenticator of a mode
+# that does, at start-up; ``AGENT_AUTH=none``, the default, never loads it.
+
+
+def sign_hs256(claims: dict[str, Any], secret: str) -> str:
+    """Make an HS256 JWT (used by tests, the CLI and the playground in jwt mode)."""
+    from app.server.jwt_tokens import sign_hs256 as sign
+
+    return sign(claims, secret)
+
+
+def verify_hs256(token: str, secret: str, *, now: float | None = None, leeway: float = 30) -> dict[str, Any]:
+    """``app.server.jwt_tokens.verify_hs256``: an HS256 token's claims, or ``AuthError``."""
+    from app.server.jwt_tokens import verify_hs256 as verify
+
+    return verify(token, secret, now=now, leeway=leeway)
 
 
 def _b64url_decode(part: str) -> bytes:
@@ -69,6 +81,8 @@ class Authenticator:
         allow_no_exp: bool = False,
     ) -> None:
         self.mode = mode
+        if mode != "none":  # the token checks' imports at start-up, not at the first request
+            import app.server.jwt_tokens  # noqa: F401
         #: A token without ``exp`` would be valid forever: refused unless allowed.
         self.allow_no_exp = allow_no_exp
         self.secret = secret
@@ -82,9 +96,11 @@ class Authenticator:
 
             pem = public_key_pem.encode() if isinstance(public_key_pem, str) else public_key_pem
             self._public_key = load_pem_public_key(pem)
-        self.jwks = (
-            JwksKeys(jwks_url, http, min_refresh_s=jwks_min_refresh_s, max_age_s=jwks_max_age_s) if jwks_url else None
-        )
+        self.jwks: JwksKeys | None = None
+        if jwks_url:
+            from app.server.jwks import JwksKeys
+
+            self.jwks = JwksKeys(jwks_url, http, min_refresh_s=jwks_min_refresh_s, max_age_s=jwks_max_age_s)
         # Stream tokens are signed with ``stream_secret`` — the app passes one every
         # replica shares (``app.keyring``); an Authenticator built without one
         # (a single process, tests) signs with the JWT secret or a key of its own.
@@ -121,6 +137,8 @@ class Authenticator:
         """The caller's identity; fetches JWKS keys when needed (rotation)."""
         if self.mode == "none":
             return Identity(LOCAL_USER, authorization)
+        from app.server.jwt_tokens import ASYMMETRIC_ALGS, jwk_key, token_header
+
         token = self._bearer(authorization)
         header = token_header(token)
         alg = header.get("alg")
@@ -135,6 +153,8 @@ class Authenticator:
         """Make sure the JWKS key a token names is cached (fetching it if needed); never raises."""
         if self.mode == "none" or self.jwks is None or self._public_key is not None:
             return
+        from app.server.jwt_tokens import ASYMMETRIC_ALGS, token_header
+
         try:
             header = token_header(self._bearer(authorization))
             if header.get("alg") in ASYMMETRIC_ALGS:
@@ -149,6 +169,8 @@ class Authenticator:
         if self.mode == "none":
             note_user(LOCAL_USER)
             return Identity(LOCAL_USER, authorization)
+        from app.server.jwt_tokens import ASYMMETRIC_ALGS, jwk_key, token_header
+
         token = self._bearer(authorization)
         header = token_header(token)
         alg = header.get("alg")
@@ -169,6 +191,8 @@ class Authenticator:
         return Identity(str(claims["sub"]), authorization)
 
     def _claims(self, token: str, key: Any, alg: str) -> dict[str, Any]:
+        from app.server.jwt_tokens import decode_token
+
         return decode_token(
             token, key, alg, audience=self.audience, issuer=self.issuer, leeway=self.leeway_s,
             require_exp=not self.allow_no_exp,
@@ -233,7 +257,6 @@ __all__ = [
     "AuthError",
     "Authenticator",
     "Identity",
-    "JwksKeys",
     "JwksPrefetch",
     "sign_hs256",
     "verify_hs256",
