@@ -51,6 +51,9 @@ _INSERT_CHUNK = (
 #: (``SqlEngine.transact_whole``), 2,000 rows a statement - an ingest batch's whole table
 #: in one statement - cost 159-166 us of CPU a chunk at 100k against 203-214 with 250
 #: (fewer FTS5 segments to merge, fewer GIL hand-backs; bench/ingest_ab.py, issue 24).
+#: An ingest's write now holds at most ``CHUNKS_PER_WRITE`` chunks (a larger document
+#: all of its own), so its chunk statements hold that many; the CPU a chunk was the same
+#: (ingest_ab_sqlite_20000_writeparts.json).
 ROWS_PER_INSERT = 2000
 #: The most chunks an ingest puts in one write (``KBIndex.chunks_per_write``; whole
 #: documents, a larger one alone). The one writer also commits every live run's events,
