@@ -29,10 +29,7 @@ from app.server import (
     openai_compat,
 )
 from app.server.auth import JwksPrefetch
-from app.server.compat_openapi import ai_sdk_api, openai_api
-from app.server.docs_page import render_docs
-from app.server.openapi import build_openapi, openapi_routes
-from app.server.openapi_paths import builtin_api
+from app.server.openapi import openapi_routes
 from app.server.playground import playground_routes
 from app.server.problems import HTTPProblem
 from app.wiring import AUTO, Overrides, build_services
@@ -114,10 +111,9 @@ def create_app(
         Route("/v1/agent/ui-stream/{chat_id}/stream", ai_sdk_stream.ui_stream_resume, methods=["GET"]),
         *playground_routes(),
     ]
-    # /openapi.json and /docs describe every route above: a module adding routes adds its
-    # ApiContribution to this list (tests/test_openapi.py fails on an undescribed route).
-    api = build_openapi([*builtin_api(settings), openai_api(), ai_sdk_api()], auth_mode=settings.auth)
-    routes += openapi_routes(api, render_docs(api))
+    # /openapi.json and /docs describe every route above (``_describe_api``), built at
+    # their first request.
+    routes += openapi_routes(lambda: _describe_api(settings), _render_docs)
     # Outermost: every request's log fields, and its access-log line (app/ops/log_context.py).
     middleware = [Middleware(AccessLog)]
     if settings.cors_origins:
@@ -144,3 +140,20 @@ def create_app(
             500: error_handlers.server_error,
         },
     )
+
+
+def _describe_api(settings: Settings) -> dict[str, Any]:
+    """The OpenAPI document of ``create_app``'s routes: a module adding routes adds its
+    ApiContribution to this list (tests/test_openapi.py fails on an undescribed route).
+    Its modules are imported here, with the first request for the document."""
+    from app.server.compat_openapi import ai_sdk_api, openai_api
+    from app.server.openapi import build_openapi
+    from app.server.openapi_paths import builtin_api
+
+    return build_openapi([*builtin_api(settings), openai_api(), ai_sdk_api()], auth_mode=settings.auth)
+
+
+def _render_docs(document: dict[str, Any]) -> bytes:
+    from app.server.docs_page import render_docs
+
+    return render_docs(document)

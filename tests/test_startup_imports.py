@@ -1,7 +1,8 @@
 """What ``agentchat serve`` imports before it is ready, with nothing configured: none of the
 model or embedder client libraries (``ollama``, ``google.genai``, ``openai``) nor the MCP
 SDK (``mcp``), nor what only some requests or settings use (``jsonschema``: the query
-planner's first plan; ``jwt``: ``AGENT_AUTH=jwt``). Each costs a start 0.05-1 s of CPU,
+planner's first plan; ``jwt``: ``AGENT_AUTH=jwt``; the OpenAPI document and its page, built
+at the first ``/openapi.json`` or ``/docs``). Each costs a start 0.04-1 s of CPU,
 and every restarted replica, every ``--workers`` child and every serve the test suite
 starts pays it; they load when their provider, embedder, MCP servers or auth mode are
 configured, when a probe found their server, or at their first use.
@@ -22,7 +23,7 @@ from tests.support.procs import PYTHON, AgentServer
 from tests.support.server import free_port
 
 CLIENT_LIBRARIES = ("ollama", "google.genai", "openai", "mcp")
-LOADED_WHEN_USED = (*CLIENT_LIBRARIES, "jsonschema", "jwt")
+LOADED_WHEN_USED = (*CLIENT_LIBRARIES, "jsonschema", "jwt", "app.server.openapi_paths", "app.server.docs_page")
 
 #: ``agentchat serve`` with its arguments, naming on exit those of ``libraries`` it imported.
 _SERVE_AND_NAME = """

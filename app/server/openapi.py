@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -298,15 +298,26 @@ def self_description() -> ApiContribution:
     )
 
 
-def openapi_routes(document: dict[str, Any], docs_html: bytes) -> list[BaseRoute]:
-    """``GET /openapi.json`` and ``GET /docs``, both rendered once, here."""
-    body = orjson.dumps(document)
+def openapi_routes(
+    describe: Callable[[], dict[str, Any]], render_docs: Callable[[dict[str, Any]], bytes]
+) -> list[BaseRoute]:
+    """``GET /openapi.json`` and ``GET /docs``: ``describe()`` builds the document and
+    ``render_docs`` its page at the first request for either, once for this app. Not at
+    start-up: ~45 ms of CPU that every ``agentchat serve`` (a restarted replica, each
+    ``--workers`` child, every test's server) paid for two pages few of them serve."""
+    rendered: list[tuple[bytes, bytes]] = []
+
+    def pages() -> tuple[bytes, bytes]:
+        if not rendered:
+            document = describe()
+            rendered.append((orjson.dumps(document), render_docs(document)))
+        return rendered[0]
 
     async def openapi_json(request: Request) -> Response:
-        return Response(body, media_type="application/json", headers={"Cache-Control": "no-cache"})
+        return Response(pages()[0], media_type="application/json", headers={"Cache-Control": "no-cache"})
 
     async def docs(request: Request) -> Response:
-        return Response(docs_html, media_type="text/html; charset=utf-8", headers=SECURITY_HEADERS)
+        return Response(pages()[1], media_type="text/html; charset=utf-8", headers=SECURITY_HEADERS)
 
     return [
         Route("/openapi.json", openapi_json, methods=["GET"], name="openapi"),
