@@ -327,3 +327,29 @@ def test_the_shards_of_a_pool_share_one_tls_context_that_still_verifies(monkeypa
     assert shared[0].cert_store_stats()["x509_ca"] > 0  # the CA bundle is loaded
     unverified = contexts(pooled_transport("backend", 64, verify=False))
     assert len(unverified) == 2 and all(ctx is unverified[0] and ctx.verify_mode == ssl.CERT_NONE for ctx in unverified)
+
+
+async def test_an_apps_backend_and_model_pools_share_one_tls_context(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An app's start builds one TLS context for its backend and model pools, not one
+    each: every context loads the CA bundle (~30 ms of CPU), and every ``agentchat
+    serve`` paid for two. Counted as in the test above (the session memoises the builds)."""
+    import ssl
+
+    from app.factory import create_app
+
+    built: list[object] = []
+    memoised = ssl.create_default_context
+
+    def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        built.append(args)
+        return memoised(*args, **kwargs)
+
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+    settings = Settings(db_path=tmp_path / "agent.sqlite3", llm_provider="extractive", embedder="hashing")
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        http = app.state.services.http
+        assert http._transport._shards[0]._pool._ssl_context.verify_mode == ssl.CERT_REQUIRED  # type: ignore[attr-defined]
+    assert len(built) == 1, f"{len(built)} TLS contexts built by one app's start"
