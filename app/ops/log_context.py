@@ -31,8 +31,6 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any, Final
 
-from starlette.routing import Match
-
 from app.ops.masking import mask_query
 
 FIELDS: Final = ("run_id", "conversation_id", "user", "route")
@@ -105,6 +103,11 @@ def safe_query(raw: bytes) -> str | None:
 
 def _route_of(scope: Scope) -> tuple[str | None, dict[str, Any]]:
     """The template of the route the request will reach, and its path parameters."""
+    # Here, not at the top: every agentchat command configures its logs through this
+    # module (``app.ops.logs``), and only the served app needs Starlette (~45 ms of CPU
+    # of ``agentchat --help``'s ~270). Once imported, this line is a dictionary lookup.
+    from starlette.routing import Match
+
     app = scope.get("app")
     partial: tuple[str | None, dict[str, Any]] | None = None
     for route in getattr(app, "routes", ()):
