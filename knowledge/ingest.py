@@ -55,7 +55,7 @@ from knowledge.filestamps import (
     with_repeats,
 )
 from knowledge.ingest_docs import Prepared, document_writes, embedding_text, screen, with_summary
-from knowledge.ingest_stages import BatchWrites, EmbedHook, embed_texts, write_parts
+from knowledge.ingest_stages import BatchWrites, EmbedHook, bounded_parts, embed_texts, write_parts
 from knowledge.loaders import SKIP_NOT_RECORDS, SUPPORTED_SUFFIXES, LoadedDocument, load_file, record_to_document
 from knowledge.names import check_bucket_name, short_hash, slugify
 from knowledge.samepage import SKIP_SAME_PAGE, find_same_pages
@@ -78,6 +78,8 @@ BatchHook = Callable[[IngestReport], None]
 DEFAULT_MAX_FILE_BYTES = int(DEFAULT_MAX_FILE_MB * MB)
 #: Batch writes in flight at once while the next batch is prepared (``BatchWrites``).
 WRITES_IN_FLIGHT = 2
+#: Documents listed at a time while a bucket is emptied in parts (``empty_bucket``).
+EMPTY_PAGE = 1000
 #: Skipped files whose old documents stay: the file is still there, it just was not read.
 _KEEP_DOCUMENTS_OF = {SKIP_TOO_LARGE, SKIP_UNREADABLE}
 
@@ -240,6 +242,23 @@ class Ingestor:
         for d in found:
             self.vectors.remove_document(d)
         return len(found)
+
+    async def empty_bucket(self, bucket: str) -> int:
+        """Delete ``bucket``'s documents in writes of at most ``KBIndex.chunks_per_write``
+        chunks, whole documents each, before the bucket itself goes (``KnowledgeBase.
+        delete_bucket``): as one write, a large bucket held SQLite's one writer - and every
+        live stream's next token - for as long as all its chunks took. How many went
+        (0 without a bound: the bucket's own delete takes them all)."""
+        most = self.index.chunks_per_write
+        if most is None:
+            return 0
+        deleted = 0
+        after: str | None = None
+        while page := await self.index.list_documents(bucket, limit=EMPTY_PAGE, after=after):
+            for part in bounded_parts(page, [d.chunks for d in page], most):
+                deleted += await self.delete_documents([d.id for d in part])
+            after = page[-1].id
+        return deleted
 
     # ------------------------------------------------------------------ one batch
     async def _ingest_batch(

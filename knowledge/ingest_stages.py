@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from knowledge.ingest_docs import Prepared
 from toolindex.embedder import Embedder
 
+T = TypeVar("T")
 #: ``(chunks embedded, chunks to embed)`` of the batch being embedded.
 EmbedHook = Callable[[int, int], None]
 #: Embedding requests of one batch in flight at once: a remote embedder answers them on
@@ -59,17 +60,23 @@ def write_parts(todo: Sequence[Prepared], most_chunks: int | None) -> list[list[
     """``todo`` in consecutive parts of at most ``most_chunks`` chunks, whole documents
     each (a document with more chunks is a part of its own): one write transaction a
     part (``KBIndex.chunks_per_write`` says why; ``None``: one part)."""
-    if most_chunks is None:
-        return [list(todo)] if todo else []
-    out: list[list[Prepared]] = []
-    size = 0
-    for p in todo:
-        if out and size + len(p.chunks) <= most_chunks:
-            out[-1].append(p)
-            size += len(p.chunks)
+    return bounded_parts(todo, [len(p.chunks) for p in todo], most_chunks)
+
+
+def bounded_parts(items: Sequence[T], sizes: Sequence[int], most: int | None) -> list[list[T]]:
+    """``items`` in consecutive parts whose ``sizes`` add up to at most ``most`` (an item
+    larger than that is a part of its own; ``None``: one part)."""
+    if most is None:
+        return [list(items)] if items else []
+    out: list[list[T]] = []
+    total = 0
+    for item, size in zip(items, sizes, strict=True):
+        if out and total + size <= most:
+            out[-1].append(item)
+            total += size
         else:
-            out.append([p])
-            size = len(p.chunks)
+            out.append([item])
+            total = size
     return out
 
 
@@ -128,4 +135,4 @@ class BatchWrites:
         await self._settle(0)
 
 
-__all__ = ["EMBED_CONCURRENCY", "BatchWrites", "EmbedHook", "embed_texts", "write_parts"]
+__all__ = ["EMBED_CONCURRENCY", "BatchWrites", "EmbedHook", "bounded_parts", "embed_texts", "write_parts"]

@@ -165,13 +165,14 @@ class KnowledgeBase:
         with ``private=True`` (its conversation's attachments going)."""
         if not is_identifier(name) or is_private_bucket(name) != private:
             return None
+        emptied = await self._ingest.empty_bucket(name)  # its documents in bounded writes first
         gone = await self.index.delete_bucket(name)
         self._buckets.forget(name)
         if gone is None:
-            return None
+            return emptied or None
         for doc_id in gone:
             self._vectors.remove_document(doc_id)
-        return len(gone)
+        return emptied + len(gone)
 
     # ------------------------------------------------------------------ documents
     async def ingest_paths(

@@ -1,10 +1,11 @@
-"""An ingest writes a batch in parts of at most ``KBIndex.chunks_per_write`` chunks,
-whole documents each (``knowledge.ingest_stages.write_parts``).
+"""An ingest writes a batch, and a bucket's delete removes its documents, in parts of at
+most ``KBIndex.chunks_per_write`` chunks, whole documents each
+(``knowledge.ingest_stages.write_parts``, ``Ingestor.empty_bucket``).
 
 Why it matters: on SQLite one writer commits every live run's events too, and none
 commits while a knowledge-base write runs - a batch of 256 large documents written in one
-transaction held every stream's next token for seconds. Between two parts the writer
-takes the run events queued meanwhile.
+transaction, or a large bucket deleted in one, held every stream's next token for
+seconds. Between two parts the writer takes the run events queued meanwhile.
 """
 
 from __future__ import annotations
@@ -98,3 +99,60 @@ async def test_a_live_runs_events_commit_between_the_parts_of_a_large_batch(tmp_
             counts = dict(conn.execute("SELECT id, chunk_count FROM kb_documents").fetchall())
         assert stored == counts and len(stored) == 13
         assert sum(stored.values()) == report.chunks
+
+
+async def test_a_live_runs_events_commit_between_the_parts_of_a_bucket_delete(tmp_path: Path) -> None:
+    """A bucket of many chunks is deleted in several writes (its documents, then the
+    bucket), and a run event queued while one runs commits before the next. On the code
+    before, the bucket went in one write and no document was deleted on its own."""
+    path = tmp_path / "agent.db"
+    async with opened_storage(path) as storage:
+        await storage.runs.create(NewRun("r1", "c", "alice", "knowledge", orjson.dumps({"m": "hi"}), "enqueue"))
+        index = storage.kb_index
+        index.chunks_per_write = WRITE_CHUNKS
+        kb = await KnowledgeBase.create(index, None)
+        docs = [{"id": f"d{i}", "text": _text(i, 8)} for i in range(12)]
+        docs.insert(5, {"id": "big", "text": _text(99, 45)})
+        await kb.ingest_documents(docs, bucket="going")
+        await kb.ingest_documents([{"id": "stays", "text": _text(7, 3)}])
+        order: list[str] = []
+        writes: list[str] = []
+
+        def queue_event() -> int:
+            seq = len(writes) + 1
+            event = RunEvent(seq, "content_chunk", orjson.dumps({"chunk": f"t{seq}"}).decode())
+            storage.runs.write(
+                RunWrite("r1", "c", "alice", events=[event], status="running", finished=False),
+                on_commit=lambda: order.append(f"event {seq}"),
+            )
+            return seq
+
+        real_delete, real_drop = index.delete_documents, index.delete_bucket
+
+        async def delete_documents(ids: Sequence[str]) -> list[str]:
+            seq = queue_event()
+            gone = await real_delete(ids)
+            writes.append(f"documents {len(gone)}")
+            order.append(f"kb {seq}")
+            return gone
+
+        async def delete_bucket(name: str) -> list[str] | None:
+            seq = queue_event()
+            gone = await real_drop(name)
+            writes.append(f"bucket {gone}")
+            order.append(f"kb {seq}")
+            return gone
+
+        index.delete_documents = delete_documents  # type: ignore[method-assign]
+        index.delete_bucket = delete_bucket  # type: ignore[method-assign]
+        assert await kb.delete_bucket("going") == 13
+        await storage.db.flush()
+
+        assert len(writes) >= 5 and writes[-1] == "bucket []", writes  # the documents first, then the bucket
+        for seq in range(1, len(writes)):
+            assert order.index(f"event {seq}") < order.index(f"kb {seq + 1}"), order
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("SELECT name FROM kb_buckets ORDER BY name").fetchall() == [("default",)]
+            assert conn.execute("SELECT id FROM kb_documents").fetchall() == [("stays",)]
+            assert {r[0] for r in conn.execute("SELECT DISTINCT doc_id FROM kb_chunks")} == {"stays"}
+        assert await kb.delete_bucket("going") is None
