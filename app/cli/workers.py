@@ -39,6 +39,8 @@ one port share besides it.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import logging
 import os
 import select
@@ -69,6 +71,8 @@ WATCH_EVERY_S = 0.2
 WORKERS_DIR_ENV = "AGENT_WORKERS_DIR"
 #: Its name in the system's temporary directory: ``<prefix><supervisor's pid>-<random>``.
 RUNTIME_PREFIX = "agentchat-workers-"
+#: In it, the file its supervisor holds an ``flock`` on while it runs (``runtime_directory``).
+OWNER_LOCK = "supervisor.lock"
 #: Workers that die this many times within ``CRASH_WINDOW_S`` stop the service.
 MAX_CRASHES = 5
 CRASH_WINDOW_S = 60.0
@@ -299,28 +303,68 @@ def runtime_directory() -> Iterator[Path]:
     """A directory only this user can enter (``mkdtemp``: mode 0700, a fresh name), in
     the system's temporary one — short, so a Unix socket's path fits — removed at the end.
 
-    Named after this process (``agentchat-workers-<pid>-<random>``): a supervisor killed
-    by SIGKILL removes nothing, so the next one removes the directories of supervisors
-    that no longer run (``remove_dead_runtime_directories``) before it makes its own."""
-    remove_dead_runtime_directories(Path(tempfile.gettempdir()))
-    directory = Path(tempfile.mkdtemp(prefix=f"{RUNTIME_PREFIX}{os.getpid()}-"))
+    Named after this process (``agentchat-workers-<pid>-<random>``), and this process
+    holds an ``flock`` on its ``supervisor.lock`` (``OWNER_LOCK``) for as long as it
+    runs: a supervisor killed by SIGKILL removes nothing, so the next one removes the
+    directories whose lock nobody holds (``remove_dead_runtime_directories``) before it
+    makes its own. The directory is made and locked under a hidden name and then renamed
+    to its own, so no other supervisor ever sees it unlocked."""
+    parent = Path(tempfile.gettempdir())
+    remove_dead_runtime_directories(parent)
+    staging = Path(tempfile.mkdtemp(prefix=f".{RUNTIME_PREFIX}{os.getpid()}-", dir=parent))
+    directory, owner = staging.with_name(staging.name[1:]), -1
+    try:
+        owner = os.open(staging / OWNER_LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)  # not inheritable
+        fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a file no one else has open
+        if os.path.lexists(directory):  # rename would replace an empty directory of that name
+            raise FileExistsError(errno.EEXIST, "a runtime directory of that name exists", str(directory))
+        os.rename(staging, directory)
+    except BaseException:
+        if owner >= 0:
+            os.close(owner)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     try:
         yield directory
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+        os.close(owner)
 
 
 def remove_dead_runtime_directories(parent: Path) -> None:
     """Remove this user's ``agentchat-workers-<pid>-…`` directories in ``parent`` whose
-    supervisor no longer runs: nothing else uses one (its workers die with it)."""
+    supervisor no longer runs (``owner_gone``): nothing else uses one (its workers die
+    with it)."""
     for path in parent.glob(f"{RUNTIME_PREFIX}*-*"):
         pid = path.name[len(RUNTIME_PREFIX):].split("-", 1)[0]
-        if not pid.isdigit() or process_alive(int(pid)):
+        if not pid.isdigit():
             continue
         with contextlib.suppress(OSError):
             info = os.lstat(path)
-            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
+            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and owner_gone(path, int(pid)):
                 shutil.rmtree(path, ignore_errors=True)
+
+
+def owner_gone(directory: Path, pid: int) -> bool:
+    """Whether the supervisor that made ``directory`` has ended: nobody holds the lock
+    on its ``OWNER_LOCK`` (the kernel released it with the holder's last descriptor,
+    however it died). Not whether process ``pid`` runs: a temporary directory shared
+    between containers (a pod's volume, a bind-mounted ``/tmp``) holds supervisors of
+    other pid namespaces, whose pids name nothing or someone else here — a live
+    supervisor's directory was removed under its workers, and a dead one's pid 1 kept
+    its directory for good. A flock is one across namespaces. Only a directory without
+    the file (made before the lock was) is judged by ``pid``."""
+    try:
+        fd = os.open(directory / OWNER_LOCK, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return not process_alive(pid)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def worker_env(base: dict[str, str] | None, count: int, backend_url: str | None) -> dict[str, str]:
