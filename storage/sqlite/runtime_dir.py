@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import os
 import re
+import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -69,9 +70,10 @@ def tidy_runtime_dir(directory: Path) -> bool:
     """Remove the files of workers that no longer run from ``directory``, and, when
     nothing live is left there, the leader's lock file and ``directory`` itself; whether
     the directory is gone. A few system calls, none that waits (the lock is tried with
-    ``LOCK_NB``): fine on an event loop. Files not of this layout are never touched, and
-    keep the directory. Clean-up at best: a file it may not remove (an ``OSError``) is
-    left, and so is the directory (``False``), never an error for the caller."""
+    ``LOCK_NB``, a dead pid's socket with a non-blocking connect): fine on an event loop.
+    Files not of this layout are never touched, and keep the directory. Clean-up at
+    best: a file it may not remove (an ``OSError``) is left, and so is the directory
+    (``False``), never an error for the caller."""
     try:
         return _tidy(directory)
     except OSError:
@@ -88,7 +90,7 @@ def _tidy(directory: Path) -> bool:
         if name == LEADER_LOCK:
             continue
         match = _WORKER_FILE.fullmatch(name)
-        if match is None or process_alive(int(match.group(1))):
+        if match is None or not _left_by_the_dead(directory / name, int(match.group(1))):
             live = True
             continue
         with contextlib.suppress(FileNotFoundError):
@@ -111,6 +113,37 @@ def _tidy(directory: Path) -> bool:
     with contextlib.suppress(FileNotFoundError, OSError):
         directory.rmdir()  # not empty: a worker arrived meanwhile, and the directory is its
     return not directory.exists()
+
+
+def _left_by_the_dead(path: Path, pid: int) -> bool:
+    """Whether the worker that made ``path`` has ended: no process ``pid`` runs here, and,
+    for a socket, nobody listens on it. Not the pid alone: where the directory is shared
+    with workers of another pid namespace (two containers with one temporary directory
+    and a database at the same path meet in one ``agentchat-<hash>``), their pids name
+    nothing here — a group's start and close removed the other group's live sockets (seen
+    with real groups, one under ``unshare --pid``). The connect is the feed's own test of
+    a sibling (``ConnectionRefusedError``: nobody there) and does not wait."""
+    return not process_alive(pid) and not _listening(path)
+
+
+def _listening(path: Path) -> bool:
+    """Whether a process accepts connections on the Unix socket ``path``: a non-blocking
+    connect, so a full backlog (``EAGAIN``) or an error it cannot judge counts as
+    someone there."""
+    try:
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            return False
+    except FileNotFoundError:
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.setblocking(False)
+        try:
+            probe.connect(os.fsencode(path))
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+        except OSError:
+            return True
+    return True
 
 
 __all__ = ["LEADER_LOCK", "make_runtime_dir", "runtime_dir", "tidy_runtime_dir"]

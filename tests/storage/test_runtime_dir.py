@@ -5,6 +5,7 @@ meeting place and when it removes the directory itself. Through the tests of rea
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -61,3 +62,22 @@ def test_a_file_not_of_the_workers_is_left_and_keeps_the_directory(tmp_path: Pat
     directory = meeting(tmp_path, "notes.txt", LEADER_LOCK)
     assert not tidy_runtime_dir(directory)
     assert sorted(os.listdir(directory)) == sorted(["notes.txt", LEADER_LOCK])
+
+
+def test_a_socket_someone_listens_on_stays_whatever_its_pid_reads_here(tmp_path: Path) -> None:
+    """A worker of another pid namespace (containers sharing the temporary directory):
+    its pid is no process here, but it listens. A socket nobody listens on goes."""
+    dead = dead_pid()
+    directory = tmp_path / "w"
+    make_runtime_dir(directory)
+    listening, left = directory / f"{dead}-0a1b2c3d.sock", directory / f"{dead}-0a1b2c3e.metrics"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server, \
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as closed:  # fmt: skip
+        server.bind(str(listening))
+        server.listen(1)
+        closed.bind(str(left))  # bound, then its process ended: nobody listens
+        closed.close()
+        assert not tidy_runtime_dir(directory)
+        assert os.listdir(directory) == [listening.name]
+    assert tidy_runtime_dir(directory)  # its listener gone too
+    assert not directory.exists()
