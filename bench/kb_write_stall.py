@@ -196,6 +196,8 @@ async def variant_run(
     where = workdir / f"{label}-{scenario}-{round_}"
     where.mkdir()
     server = AgentServer(where, env_for(fakes, args), name=f"{label}-{scenario}")
+    if args.workers > 1:
+        server.argv += ["--workers", str(args.workers)]
     if tree.resolve() != ROOT:
         server.argv = [PYTHON, "-c", _BOOT, str(tree.resolve()), *server.argv[3:]]
     server.start()
@@ -262,6 +264,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--big-mb", type=float, default=4.0)
     p.add_argument("--embedder", default="none")
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--workers", type=int, default=1, help="serve --workers N (the ingest lands on one of them)")
     p.add_argument("--name", default="kb_write_stall")
     return p.parse_args()
 
