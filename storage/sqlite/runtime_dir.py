@@ -6,7 +6,7 @@ worker_metrics.py``) on a Unix socket there, ``<pid>-<token>.sock`` and
 ``<pid>-<token>.metrics``, and they elect the background jobs' leader by the lock file
 ``leader.lock`` (``app/ops/leader.py``). It is ``<db>.workers`` beside the file, or,
 where that path is too long for a socket's address, ``agentchat-<hash of the file's
-path>`` in the system's temporary directory (``runtime_dir``).
+path, its directory and the user>`` in the system's temporary directory (``runtime_dir``).
 
 Each worker removes its own sockets on a clean exit, but the leader's lock file stays
 (no worker can tell it is the last one to need it), and a group killed by SIGKILL
@@ -47,13 +47,28 @@ _SUN_PATH_MAX = 107
 def runtime_dir(db_path: str | Path) -> Path:
     """The directory where the workers of one database file meet: next to the file,
     ``<db>.workers``; where that path is too long for a Unix socket's address, a
-    directory of the system's temporary one named after the file's absolute path
-    (``agentchat-<hash>``), the same for every worker of the file."""
+    directory of the system's temporary one named after the file (``agentchat-<hash>``),
+    the same for every worker of the file.
+
+    The name is a hash of the file's absolute path, this user's id and the device and
+    inode of the file's directory (when it exists; ``serve`` makes it before any worker
+    starts): a path alone can name different files that meet in one temporary
+    directory — containers sharing ``/tmp`` (a pod's volume, a bind mount), each with
+    its own database at the same path — and their groups shared one leader lock (the
+    background jobs of one never ran) and each other's feed; and two users serving one
+    file (one group at a time: the writer lock) found the other's private directory
+    there and their workers could not start."""
     path = Path(db_path).absolute()
     beside = path.with_name(path.name + ".workers")
     if len(os.fsencode(beside)) + _LONGEST_NAME <= _SUN_PATH_MAX:
         return beside
-    digest = hashlib.sha256(os.fsencode(path)).hexdigest()[:20]
+    try:
+        info = os.stat(path.parent)
+        where = f"{info.st_dev}:{info.st_ino}"
+    except OSError:
+        where = ""
+    key = b"\0".join((os.fsencode(path), str(os.getuid()).encode(), where.encode()))
+    digest = hashlib.sha256(key).hexdigest()[:20]
     return Path(tempfile.gettempdir()) / f"agentchat-{digest}"
 
 

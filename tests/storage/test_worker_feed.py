@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import tempfile
 from collections.abc import AsyncIterator
@@ -216,3 +217,23 @@ def test_a_worker_closing_while_a_sibling_is_connected_logs_no_error(
         tidy_runtime_dir(directory)
     errors = [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [], errors
+
+
+def test_the_temporary_meeting_place_is_the_files_not_the_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Containers sharing ``/tmp``, each with its own database at one path, met in one
+    ``agentchat-<hash>`` (one leader lock for both groups, each other's feed), and so did
+    two users serving one file (the second's workers found the first's private directory).
+    Another directory at the same path (here: the first moved away, still there, so its
+    inode is not reused) or another user: another meeting place."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    first = runtime_dir(deep / "agent.sqlite3")
+    assert first.parent == Path(tempfile.gettempdir()) and first == runtime_dir(deep / "agent.sqlite3")
+    deep.rename(tmp_path / "moved")
+    deep.mkdir()
+    again = runtime_dir(deep / "agent.sqlite3")
+    assert again != first and again.parent == first.parent
+    monkeypatch.setattr(os, "getuid", lambda: os.geteuid() + 1)
+    assert runtime_dir(deep / "agent.sqlite3") != again
