@@ -6,7 +6,17 @@ together, after every item queued before it; ``on_commit`` tells its producer wh
 is durable, ``on_fail`` when it never will be. A transient failure (busy, locked,
 connection lost, disk full) is retried with backoff for ``retry_s``; after that the
 batch and everything queued behind it fail with ``StorageUnavailable`` (so producers end
-their runs loudly and in order), ``healthy`` turns false and ``stats`` counts it. A
+their runs loudly and in order), ``healthy`` turns false and ``stats`` counts it. It
+gives up only after an attempt *begun* past the window: an attempt that outlasted the
+window's end is tried once more at once. Why: a replica paused (SIGSTOP, a frozen VM)
+inside an attempt finds, when it runs again, its session ended by the server and the
+window spent while it was stopped — without that last try it took its own pause for an
+outage and ended its runs with ``storage_unavailable`` for its followers, under ids the
+replica that took the runs over meanwhile had stored other events with; the last try
+meets the lease check instead (``LeaseLost``: the runs are dropped quietly). A real
+outage that fails fast (server down, connection refused) is detected as before (its last
+attempt already began past the window); one whose attempts hang is detected one
+attempt's length later (bounded by the pool and lock timeouts). A
 constraint error re-runs the batch's items one by one so only the bad one fails. An
 engine that refuses outright (``StorageUnavailable`` from ``commit_batch``: SQLite's file
 was removed or replaced) is not retried: the batch and everything behind it fail at once.
@@ -226,6 +236,7 @@ class OrderedWriter:
         deadline = time.monotonic() + self.retry_s
         attempt = 0
         while True:
+            started = time.monotonic()
             try:
                 await self._commit_batch(batch)
             except StorageUnavailable as exc:  # the engine refused outright: no retry
@@ -236,7 +247,7 @@ class OrderedWriter:
                     await self._write_one_by_one(batch)
                     return
                 attempt += 1
-                if time.monotonic() >= deadline:
+                if started >= deadline:
                     err = StorageUnavailable(f"database write failed after {attempt} attempts: {exc}")
                     err.__cause__ = exc
                     self._give_up(batch, exc, err)
@@ -244,7 +255,10 @@ class OrderedWriter:
                 self.health.stats.retries += 1
                 if attempt == 1:
                     log.warning("storage busy; retrying", extra={"error": str(exc), "items": len(batch)})
-                await asyncio.sleep(backoff(attempt))
+                if time.monotonic() < deadline:
+                    await asyncio.sleep(backoff(attempt))
+                # Else the window ran out *during* this attempt (a process paused inside
+                # it): one more at once, on a fresh connection (the module docstring).
                 continue
             self.health.stats.batches += 1
             for item in batch:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import quote
 
 import psycopg
@@ -31,7 +32,7 @@ from storage.postgres import PostgresStorage
 from storage.postgres.database import transient
 from storage.records import NewRun, RunEvent, RunWrite
 from tests.support.deadline import within
-from tests.support.pg_freeze import freezing_relay
+from tests.support.pg_freeze import FreezingRelay, freezing_relay
 from tests.support.postgres import TestPostgres
 
 #: The frozen replica's lease owner: only its lease check's parameters carry it.
@@ -100,6 +101,15 @@ async def _claimed_by(other: PostgresStorage, run_id: str, owner: str) -> None:
         await asyncio.sleep(0.1)
 
 
+def _through(relay: FreezingRelay, params: dict[str, Any]) -> str:
+    """The database's URL through ``relay``: a URL (a key=value string would be taken for
+    a SQLite path); no TLS, so the relay reads the protocol."""
+    auth = quote(str(params.get("user") or ""), safe="")
+    if params.get("password"):
+        auth += ":" + quote(str(params["password"]), safe="")
+    return f"postgresql://{auth}@127.0.0.1:{relay.port}/{params['dbname']}?sslmode=disable&gssencmode=disable"
+
+
 async def test_a_writer_frozen_between_its_writes_lets_another_replica_take_the_run(pg_url: str) -> None:
     """The run writer's own step, frozen where a stopped process can stop — between two of
     its writes, just after its lease check locked the run's row — must not keep the run
@@ -107,12 +117,7 @@ async def test_a_writer_frozen_between_its_writes_lets_another_replica_take_the_
     thawed writer's step is refused by the lease (nothing of it stored)."""
     params = psycopg.conninfo.conninfo_to_dict(pg_url)
     async with freezing_relay(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432)) as relay:
-        auth = quote(str(params.get("user") or ""), safe="")
-        if params.get("password"):
-            auth += ":" + quote(str(params["password"]), safe="")
-        # A URL (a key=value string would be taken for a SQLite path); no TLS, so the
-        # relay reads the protocol.
-        relayed = f"postgresql://{auth}@127.0.0.1:{relay.port}/{params['dbname']}?sslmode=disable&gssencmode=disable"
+        relayed = _through(relay, params)
         frozen = await open_storage(relayed, idle_in_transaction_s=1.0, write_retry_s=60.0)
         other = await open_storage(pg_url)
         assert isinstance(frozen, PostgresStorage) and isinstance(other, PostgresStorage)
@@ -142,6 +147,57 @@ async def test_a_writer_frozen_between_its_writes_lets_another_replica_take_the_
             refused = await within(outcome, "the thawed writer's step to end")
             assert isinstance(refused, LeaseLost), refused
             assert await other.runs.events_after("r1", 0) == []
+        finally:
+            relay.thaw()
+            await frozen.close()
+            await other.close()
+
+
+async def test_a_writer_thawed_past_its_retry_window_meets_its_lease_not_an_outage(pg_url: str) -> None:
+    """The same freeze, thawed after the writer's retry window ran out while it was
+    stopped (tests/test_replicas.py's paused replica: a 1 s window, a longer pause). Its
+    first attempt fails then — the server ended its session — and the window is already
+    spent: it gave up ("failed after 1 attempts"), the run took it for an outage and showed
+    its followers a failed ending under ids the new owner's events hold. An attempt that
+    outlasted the window is tried once more, on a fresh connection, where the lease check
+    refuses it: ``LeaseLost``, not ``StorageUnavailable``."""
+    params = psycopg.conninfo.conninfo_to_dict(pg_url)
+    async with freezing_relay(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432)) as relay:
+        relayed = _through(relay, params)
+        window_s = 0.2
+        frozen = await open_storage(relayed, idle_in_transaction_s=1.0, write_retry_s=window_s)
+        other = await open_storage(pg_url)
+        assert isinstance(frozen, PostgresStorage) and isinstance(other, PostgresStorage)
+        try:
+            await frozen.runs.create(
+                NewRun("r1", "c1", "alice", "workflow", b"{}", lease_owner=OWNER, lease_s=0.5)
+            )
+            relay.arm(OWNER.encode())
+            outcome: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+
+            def ended(exc: BaseException | None) -> None:
+                if not outcome.done():
+                    outcome.set_result(exc)
+
+            burst = [RunEvent(seq=i, event="content_chunk", data=f'{{"text":"w{i} "}}') for i in range(1, 21)]
+            written_at = asyncio.get_running_loop().time()
+            frozen.runs.write(
+                RunWrite("r1", "c1", "alice", events=burst, lease_owner=OWNER, lease_s=0.5, lease_epoch=0),
+                on_commit=lambda: ended(None),
+                on_fail=ended,
+            )
+            await within(relay.frozen.wait(), "the writer to stop inside its step")
+            await within(_claimed_by(other, "r1", "replica-b"), "another replica's claim", 30)
+            # The claim waited for PostgreSQL to end the frozen session (1 s idle): the
+            # writer's window (0.2 s) is spent, as a paused process's is.
+            assert asyncio.get_running_loop().time() - written_at > window_s
+            assert not outcome.done()
+
+            relay.thaw()
+            refused = await within(outcome, "the thawed writer's step to end")
+            assert isinstance(refused, LeaseLost), refused
+            assert await other.runs.events_after("r1", 0) == []
+            assert frozen.db.healthy, "a replica that lost its lease took its pause for an outage"
         finally:
             relay.thaw()
             await frozen.close()
