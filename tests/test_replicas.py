@@ -12,6 +12,12 @@ followed by one client on B and one on C (they read it live from the store, woke
   the same sequence on B and C, and the same as the stored log;
 - a reconnect after the end answers 204 on every replica (A restarted included);
 - the side-effecting backend call reached the backend at most once per run.
+
+Paused (SIGSTOP, then SIGCONT once B and C finished the runs), a follower of each run on A
+itself too: when A wakes up it must show that follower the stored log on the same
+connection - the new owner's events and ending under their stored ids - never an ending
+of its own (its write failing after the pause: ``storage_unavailable`` under ids the log
+gives to other events).
 """
 
 from __future__ import annotations
@@ -85,11 +91,14 @@ async def test_three_replicas_hand_over_a_stopped_replicas_runs(
 async def _scenario(  # type: ignore[no-untyped-def]
     stack, a: AgentServer, b: AgentServer, c: AgentServer, stop: signal.Signals
 ) -> None:
-    async with client() as http:
+    # A paused A keeps its followers' connections open: their reads outlast the pause.
+    async with client() as http, client(read_timeout=600) as http_a:
         tags = [f"replica-{i}-{uuid.uuid4().hex[:6]}" for i in range(RUNS)]
         in_flight = stack.proxy.hold(side_effect_marker(tags[0]))  # A dies inside this call
         pairs: list[tuple[Trace, Trace]] = []
         tasks: list[asyncio.Task[Trace]] = []
+        #: Paused: one follower of each run on A itself, which sees A stop and resume.
+        on_a: list[tuple[Trace, asyncio.Task[Trace]]] = []
         for tag in tags:
             status, body = await start_run(http, a.base, run_body(tag))
             assert status == 201, (status, body, a.tail())
@@ -98,6 +107,9 @@ async def _scenario(  # type: ignore[no-untyped-def]
                 trace.run_id, trace.conversation_id = body["run_id"], body["conversation_id"]
                 trace.stream_url = body["stream_url"]
                 tasks.append(asyncio.create_task(follow(http, server.base, trace, deadline_s=120)))
+            if stop == signal.SIGSTOP:
+                trace_a = Trace(tag=tag, run_id=body["run_id"], stream_url=body["stream_url"])
+                on_a.append((trace_a, asyncio.create_task(follow(http_a, a.base, trace_a, deadline_s=240))))
             pairs.append(pair)
             await asyncio.sleep(0.2)
 
@@ -187,6 +199,25 @@ async def _scenario(  # type: ignore[no-untyped-def]
                 assert pb.stream_url is not None
                 status, stored = await replay(http, b.base, pb.stream_url)
                 assert status == 200 and stored == pb.frames == pc.frames, (pb.tag, a.tail())
+            # A's own followers: what A had stored, then - once A learns it lost the run -
+            # the new owner's events from the store, on the same connection; never an
+            # ending A made up (its write failing after the pause) under ids the log
+            # gives to other events.
+            _, pending_a = await asyncio.wait([t for _, t in on_a], timeout=120)
+            for task in pending_a:
+                task.cancel()
+            seen_on_a: dict[str, list[str]] = {}
+            for pa, _ in on_a:
+                assert pa.stream_url is not None
+                status, stored = await replay(http, b.base, pa.stream_url)
+                found = check_trace(pa, stored if status == 200 else [])
+                if "storage_unavailable" in pa.error_codes:
+                    found.append("a follower on A was shown storage_unavailable")
+                if pa.connects != ["200"]:
+                    found.append(f"a follower on A had to reconnect: {pa.connects}")
+                if found:
+                    seen_on_a[pa.tag] = found
+            assert not seen_on_a, orjson.dumps({"on_a": seen_on_a, "a_log": a.tail(60)}).decode()
             assert not b.grep("took over runs", since=logged[0]) and not c.grep("took over runs", since=logged[1])
         else:
             # A comes back: it takes nothing (every run ended) and answers 204 too.

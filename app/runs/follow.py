@@ -129,7 +129,7 @@ async def follow(
             return None
         if run.finished and run.durable >= len(run.events) and await _deleted(store, run_id):
             return None  # its conversation was deleted (on any replica): not replayed from memory
-        return follow_here(run, after, idle=idle, on_leave=on_leave)
+        return follow_here(run, after, idle=idle, on_leave=on_leave, remote=remote)
     stored = await store.get(run_id)
     if stored is None or stored.user_id != user_id:
         return None
@@ -150,19 +150,31 @@ async def _deleted(store: RunStore, run_id: str) -> bool:
 
 
 def follow_here(
-    run: Run, after: int, *, idle: float, on_leave: Callable[[Run], None] | None = None
+    run: Run,
+    after: int,
+    *,
+    idle: float,
+    on_leave: Callable[[Run], None] | None = None,
+    remote: RemoteRuns | None = None,
 ) -> Following:
-    """A run of this process, from after ``after``, live (a face that just started it)."""
+    """A run of this process, from after ``after``, live (a face that just started it).
+    With ``remote`` (replicas, workers), a run taken over by another process meanwhile is
+    followed on from the store, as a run of another replica is."""
     ended = run.finished and after >= run.last_seq
-    return Following(run.id, "here", ended, _live(run, after, idle, on_leave))
+    return Following(run.id, "here", ended, _live(run, after, idle, on_leave, remote))
 
 
-async def _live(run: Run, after: int, idle: float, on_leave: Callable[[Run], None] | None) -> Batches:
+async def _live(
+    run: Run, after: int, idle: float, on_leave: Callable[[Run], None] | None, remote: RemoteRuns | None
+) -> Batches:
     # Followers are counted while they read: a keyless chat's run is cancelled when its
     # last follower is gone for good (``on_leave``, at the HTTP edge, decides).
+    pos, ended = after, False
     run.followers += 1
     try:
         async for batch in run.follow(after, idle=idle):
+            if batch:
+                pos, ended = batch[-1].seq, batch[-1].event == TERMINAL_EVENT
             yield None if batch is None else [Followed(ev, run.typed(ev.seq)) for ev in batch]
     finally:
         run.followers -= 1
@@ -170,6 +182,12 @@ async def _live(run: Run, after: int, idle: float, on_leave: Callable[[Run], Non
             run.last_detached_at = time.time()
         if on_leave is not None:
             on_leave(run)
+    if run.lost and not ended and remote is not None:
+        # Another process took the run over (this one lost its lease, e.g. paused past
+        # it): what was stored here is what the follower saw; the rest, ending included,
+        # is the new owner's, read from the store under its ids, not made up here.
+        async for remote_batch in _remote(remote, run.id, pos, idle):
+            yield remote_batch
 
 
 @dataclass(frozen=True, slots=True)

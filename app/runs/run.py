@@ -288,8 +288,9 @@ class Run:
 
     def abandon(self) -> None:
         """Another process holds the run now: drop what was never stored, stop the agent
-        without emitting anything, and let followers go (they reconnect and read the
-        run from the store, where its new owner carries it on)."""
+        without emitting anything, and let followers go: they read the run on from the
+        store, where its new owner carries it on (``app.runs.follow`` hands them over on
+        replicas and workers; elsewhere they reconnect)."""
         if self.lost or self.parked:  # a parked run's lease was handed back on purpose
             return
         self.lost = True

@@ -56,7 +56,9 @@ def follow_run(
 
 def follow_started(svc: Services, run: Run, *, cancel_on_exit: bool) -> Following:
     """A run this request just started, from its first event."""
-    return follow_here(run, 0, idle=svc.settings.heartbeat_s, on_leave=_on_leave(svc, cancel_on_exit))
+    return follow_here(
+        run, 0, idle=svc.settings.heartbeat_s, on_leave=_on_leave(svc, cancel_on_exit), remote=svc.remote
+    )
 
 
 def _on_leave(svc: Services, cancel_on_exit: bool) -> Callable[[Run], None] | None:
