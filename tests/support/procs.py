@@ -140,6 +140,11 @@ def _start_time(pid: int) -> int | None:
 # --- processes ----------------------------------------------------------------------------------
 
 
+#: How long ``ManagedProcess.close`` waits for its workers' directory to hold nothing live
+#: (another group's on the same file may: then it is left to that group).
+TIDY_GUARD_S = 3.0
+
+
 class ManagedProcess:
     """One command that can be started, signalled and started again; output kept."""
 
@@ -232,7 +237,9 @@ class ManagedProcess:
 
     def close(self) -> None:
         """SIGKILL the process and everything it started, wait until they are gone (at
-        most ``CLOSE_GUARD_S``), close the log; raises naming any process that survives.
+        most ``CLOSE_GUARD_S``), close the log, remove what a killed ``--workers`` group on
+        its ``AGENT_DB_PATH`` left in the temporary directory (``_tidy_runtime_dirs``);
+        raises naming any process that survives.
 
         The descendants are found by the tag in their environment, not through the
         process tree: ``serve --workers``' workers run in sessions of their own (a
@@ -244,11 +251,35 @@ class ManagedProcess:
         finally:
             with self._lock:
                 self._log.close()
+            if "AGENT_DB_PATH" in self.env:
+                self._tidy_runtime_dirs(Path(self.env["AGENT_DB_PATH"]))
         if survivors:
             raise RuntimeError(
                 f"{self.name}: processes still running {CLOSE_GUARD_S:g} s after SIGKILL: "
                 + "; ".join(f"pid {pid} {what}" for pid, what in survivors.items())
             )
+
+    @staticmethod
+    def _tidy_runtime_dirs(db_path: Path) -> None:
+        """Remove what a killed ``--workers`` group on ``db_path`` leaves in the temporary
+        directory, as the product's next start would (a test's group has none): the
+        workers' meeting place on the file (``storage.sqlite.runtime_dir``: files of dead
+        pids only, the directory once nothing live is left) and supervisors' directories
+        nobody holds. Any process serving a file, not only an ``AgentServer``: a test's
+        group started as a bare ``ManagedProcess`` left both (``tests/test_writer_lock.py``:
+        three directories a run)."""
+        import tempfile
+
+        from app.cli.workers import remove_dead_runtime_directories
+        from storage.sqlite.runtime_dir import runtime_dir, tidy_runtime_dir
+
+        # A worker SIGKILLed while already exiting (the supervisor's death sent it
+        # SIGTERM) may not show its tag any more, and holds the leader's lock until
+        # it is gone: the directory goes once nothing there runs, within a bound.
+        directory, deadline = runtime_dir(db_path), time.monotonic() + TIDY_GUARD_S
+        while not tidy_runtime_dir(directory) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        remove_dead_runtime_directories(Path(tempfile.gettempdir()))
 
     def _kill_everything(self, timeout: float) -> dict[int, str]:
         """SIGKILL the process's group and every tagged process until none is left;
@@ -314,11 +345,6 @@ class ManagedProcess:
         return found[:limit]
 
 
-#: How long ``AgentServer.close`` waits for its workers' directory to hold nothing live
-#: (another group's on the same file may: then it is left to that group).
-TIDY_GUARD_S = 3.0
-
-
 class AgentServer(ManagedProcess):
     """``agentchat serve`` on 127.0.0.1:``port`` with ``AGENT_DB_PATH`` in ``workdir``."""
 
@@ -382,28 +408,6 @@ class AgentServer(ManagedProcess):
         self.start()
         await self.wait_healthy(timeout)
         return spawned
-
-    def close(self) -> None:
-        """SIGKILL everything (``ManagedProcess.close``), then remove what a killed
-        ``--workers`` group leaves in the temporary directory, as the product's next
-        start would (a test's group has none): the workers' meeting place on the file
-        (``storage.sqlite.runtime_dir``: files of dead pids only, the directory once
-        nothing live is left) and supervisors' directories of dead pids."""
-        try:
-            super().close()
-        finally:
-            import tempfile
-
-            from app.cli.workers import remove_dead_runtime_directories
-            from storage.sqlite.runtime_dir import runtime_dir, tidy_runtime_dir
-
-            # A worker SIGKILLed while already exiting (the supervisor's death sent it
-            # SIGTERM) may not show its tag any more, and holds the leader's lock until
-            # it is gone: the directory goes once nothing there runs, within a bound.
-            directory, deadline = runtime_dir(self.db_path), time.monotonic() + TIDY_GUARD_S
-            while not tidy_runtime_dir(directory) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            remove_dead_runtime_directories(Path(tempfile.gettempdir()))
 
 
 class BackendServer(ManagedProcess):
