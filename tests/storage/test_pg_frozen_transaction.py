@@ -19,7 +19,9 @@ sends every statement with its ``Sync`` (``storage/postgres/statements.py``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -110,47 +112,71 @@ def _through(relay: FreezingRelay, params: dict[str, Any]) -> str:
     return f"postgresql://{auth}@127.0.0.1:{relay.port}/{params['dbname']}?sslmode=disable&gssencmode=disable"
 
 
-async def test_a_writer_frozen_between_its_writes_lets_another_replica_take_the_run(pg_url: str) -> None:
-    """The run writer's own step, frozen where a stopped process can stop — between two of
-    its writes, just after its lease check locked the run's row — must not keep the run
-    from the other replicas: PostgreSQL ends the session, the run is claimed, and the
-    thawed writer's step is refused by the lease (nothing of it stored)."""
+@dataclass
+class _FrozenStep:
+    """A run writer behind a freezing relay, frozen inside its step's transaction, and a
+    second replica on the database itself."""
+
+    relay: FreezingRelay
+    frozen: PostgresStorage
+    other: PostgresStorage
+    #: The step's outcome: ``None`` once committed, else the exception it failed with.
+    outcome: asyncio.Future[BaseException | None]
+    #: Loop time when the step was handed to the writer.
+    written_at: float
+
+
+@contextlib.asynccontextmanager
+async def _frozen_step(pg_url: str, write_retry_s: float) -> AsyncIterator[_FrozenStep]:
+    """Replica A (``OWNER``, a 0.5 s lease, PostgreSQL ending its idle transactions after
+    1 s) writes a burst of 20 events; the relay freezes it right after its lease check,
+    and this yields once it is frozen. The relay is thawed and both closed on the way out."""
     params = psycopg.conninfo.conninfo_to_dict(pg_url)
     async with freezing_relay(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432)) as relay:
-        relayed = _through(relay, params)
-        frozen = await open_storage(relayed, idle_in_transaction_s=1.0, write_retry_s=60.0)
+        frozen = await open_storage(_through(relay, params), idle_in_transaction_s=1.0, write_retry_s=write_retry_s)
         other = await open_storage(pg_url)
         assert isinstance(frozen, PostgresStorage) and isinstance(other, PostgresStorage)
         try:
-            await frozen.runs.create(
-                NewRun("r1", "c1", "alice", "workflow", b"{}", lease_owner=OWNER, lease_s=0.5)
-            )
+            await frozen.runs.create(NewRun("r1", "c1", "alice", "workflow", b"{}", lease_owner=OWNER, lease_s=0.5))
             relay.arm(OWNER.encode())
-            outcome: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            outcome: asyncio.Future[BaseException | None] = loop.create_future()
 
             def ended(exc: BaseException | None) -> None:
                 if not outcome.done():
                     outcome.set_result(exc)
 
             burst = [RunEvent(seq=i, event="content_chunk", data=f'{{"text":"w{i} "}}') for i in range(1, 21)]
+            written_at = loop.time()
             frozen.runs.write(
                 RunWrite("r1", "c1", "alice", events=burst, lease_owner=OWNER, lease_s=0.5, lease_epoch=0),
                 on_commit=lambda: ended(None),
                 on_fail=ended,
             )
             await within(relay.frozen.wait(), "the writer to stop inside its step")
-            where = "mid-pipeline" if relay.froze_mid_pipeline else "between two statements"
-            await within(_claimed_by(other, "r1", "replica-b"), f"another replica's claim (writer frozen {where})", 30)
-            assert await other.db.fetchone("SELECT lease_owner FROM runs WHERE id = %s", ("r1",)) == ("replica-b",)
-
-            relay.thaw()
-            refused = await within(outcome, "the thawed writer's step to end")
-            assert isinstance(refused, LeaseLost), refused
-            assert await other.runs.events_after("r1", 0) == []
+            yield _FrozenStep(relay, frozen, other, outcome, written_at)
         finally:
             relay.thaw()
             await frozen.close()
             await other.close()
+
+
+async def test_a_writer_frozen_between_its_writes_lets_another_replica_take_the_run(pg_url: str) -> None:
+    """The run writer's own step, frozen where a stopped process can stop — between two of
+    its writes, just after its lease check locked the run's row — must not keep the run
+    from the other replicas: PostgreSQL ends the session, the run is claimed, and the
+    thawed writer's step is refused by the lease (nothing of it stored)."""
+    async with _frozen_step(pg_url, write_retry_s=60.0) as step:
+        where = "mid-pipeline" if step.relay.froze_mid_pipeline else "between two statements"
+        claimed = _claimed_by(step.other, "r1", "replica-b")
+        await within(claimed, f"another replica's claim (writer frozen {where})", 30)
+        owner = await step.other.db.fetchone("SELECT lease_owner FROM runs WHERE id = %s", ("r1",))
+        assert owner == ("replica-b",)
+
+        step.relay.thaw()
+        refused = await within(step.outcome, "the thawed writer's step to end")
+        assert isinstance(refused, LeaseLost), refused
+        assert await step.other.runs.events_after("r1", 0) == []
 
 
 async def test_a_writer_thawed_past_its_retry_window_meets_its_lease_not_an_outage(pg_url: str) -> None:
@@ -161,44 +187,16 @@ async def test_a_writer_thawed_past_its_retry_window_meets_its_lease_not_an_outa
     its followers a failed ending under ids the new owner's events hold. An attempt that
     outlasted the window is tried once more, on a fresh connection, where the lease check
     refuses it: ``LeaseLost``, not ``StorageUnavailable``."""
-    params = psycopg.conninfo.conninfo_to_dict(pg_url)
-    async with freezing_relay(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432)) as relay:
-        relayed = _through(relay, params)
-        window_s = 0.2
-        frozen = await open_storage(relayed, idle_in_transaction_s=1.0, write_retry_s=window_s)
-        other = await open_storage(pg_url)
-        assert isinstance(frozen, PostgresStorage) and isinstance(other, PostgresStorage)
-        try:
-            await frozen.runs.create(
-                NewRun("r1", "c1", "alice", "workflow", b"{}", lease_owner=OWNER, lease_s=0.5)
-            )
-            relay.arm(OWNER.encode())
-            outcome: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+    window_s = 0.2
+    async with _frozen_step(pg_url, write_retry_s=window_s) as step:
+        await within(_claimed_by(step.other, "r1", "replica-b"), "another replica's claim", 30)
+        # The claim waited for PostgreSQL to end the frozen session (1 s idle): the
+        # writer's window (0.2 s) is spent, as a paused process's is.
+        assert asyncio.get_running_loop().time() - step.written_at > window_s
+        assert not step.outcome.done()
 
-            def ended(exc: BaseException | None) -> None:
-                if not outcome.done():
-                    outcome.set_result(exc)
-
-            burst = [RunEvent(seq=i, event="content_chunk", data=f'{{"text":"w{i} "}}') for i in range(1, 21)]
-            written_at = asyncio.get_running_loop().time()
-            frozen.runs.write(
-                RunWrite("r1", "c1", "alice", events=burst, lease_owner=OWNER, lease_s=0.5, lease_epoch=0),
-                on_commit=lambda: ended(None),
-                on_fail=ended,
-            )
-            await within(relay.frozen.wait(), "the writer to stop inside its step")
-            await within(_claimed_by(other, "r1", "replica-b"), "another replica's claim", 30)
-            # The claim waited for PostgreSQL to end the frozen session (1 s idle): the
-            # writer's window (0.2 s) is spent, as a paused process's is.
-            assert asyncio.get_running_loop().time() - written_at > window_s
-            assert not outcome.done()
-
-            relay.thaw()
-            refused = await within(outcome, "the thawed writer's step to end")
-            assert isinstance(refused, LeaseLost), refused
-            assert await other.runs.events_after("r1", 0) == []
-            assert frozen.db.healthy, "a replica that lost its lease took its pause for an outage"
-        finally:
-            relay.thaw()
-            await frozen.close()
-            await other.close()
+        step.relay.thaw()
+        refused = await within(step.outcome, "the thawed writer's step to end")
+        assert isinstance(refused, LeaseLost), refused
+        assert await step.other.runs.events_after("r1", 0) == []
+        assert step.frozen.db.healthy, "a replica that lost its lease took its pause for an outage"
