@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from app.ops.leader import FileLeader, FileLock
+from tests.support.file_replaced import replace_on_first_flock
 
 
 async def test_one_leads_and_the_other_takes_over_when_it_goes(tmp_path: Path) -> None:
@@ -52,16 +53,7 @@ async def test_a_leader_lock_file_replaced_between_open_and_lock_is_not_taken(
     (``storage.file_lock``, as the writer lock's)."""
     path = tmp_path / "leader.lock"
     real_flock = fcntl.flock
-    replaced: list[bool] = []
-
-    def flock(fd: int, op: int) -> None:
-        if not replaced:
-            replaced.append(True)
-            path.unlink()
-            path.touch()
-        real_flock(fd, op)
-
-    monkeypatch.setattr(fcntl, "flock", flock)
+    replaced = replace_on_first_flock(monkeypatch, path)
     first = FileLock(path)
     assert await first.try_acquire()
     try:

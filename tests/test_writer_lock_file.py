@@ -19,7 +19,8 @@ import pytest
 from app.cli.writer_wait import watch_writer_lock
 from app.config import Settings
 from app.keyring import key_file_for, resolve_keyring
-from storage.sqlite.writer_lock import WriterLock, lock_path
+from storage.sqlite.writer_lock import WriterLock, held_by_a_group, lock_path
+from tests.support.file_replaced import replace_on_first_flock
 
 
 def _linked(tmp_path: Path) -> tuple[Path, Path]:
@@ -46,6 +47,23 @@ def test_a_symlink_to_the_file_names_the_same_lock(tmp_path: Path) -> None:
     second = WriterLock(link)
     assert second.try_acquire()
     second.release()
+
+
+def test_the_probe_of_a_one_off_command_sees_a_holder_and_never_keeps_the_lock(tmp_path: Path) -> None:
+    """``held_by_a_group`` (``storage.sqlite.group_gap``: ``agentchat ingest`` beside a
+    serve) tells a held lock from a free one, creates no lock file, and leaves a free
+    lock free: a serve trying it right after the probe takes it."""
+    real, link = _linked(tmp_path)
+    assert not held_by_a_group(real)
+    assert not lock_path(real).exists()
+    holder = WriterLock(real)
+    assert holder.try_acquire()
+    assert held_by_a_group(real) and held_by_a_group(link)
+    holder.release()
+    assert not held_by_a_group(real)
+    serve = WriterLock(link)
+    assert serve.try_acquire()  # the probe let go of it
+    serve.release()
 
 
 def test_an_inherited_lock_descriptor_is_not_handed_on(tmp_path: Path) -> None:
@@ -95,16 +113,7 @@ def test_a_lock_file_replaced_between_open_and_lock_is_not_taken(
     db = tmp_path / "agent.sqlite3"
     path = lock_path(db)
     real_flock = fcntl.flock
-    replaced: list[bool] = []
-
-    def flock(fd: int, op: int) -> None:
-        if not replaced:
-            replaced.append(True)
-            path.unlink()
-            path.touch()
-        real_flock(fd, op)
-
-    monkeypatch.setattr(fcntl, "flock", flock)
+    replaced = replace_on_first_flock(monkeypatch, path)
     lock = WriterLock(db)
     assert lock.try_acquire()
     try:
