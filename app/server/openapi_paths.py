@@ -96,7 +96,8 @@ def agent_api(settings: Settings) -> ApiContribution:
                 "tags": ["runs"],
                 "operationId": "chat",
                 "summary": "Start a run and stream its events",
-                "description": "The Go-compatible route. A retry of the same request resumes its run instead "
+                "description": "The native route: the response is the run's event stream. A retry of the same "
+                "request resumes its run instead "
                 "of starting another: with the same `Idempotency-Key`, or with `Last-Event-ID` and the same "
                 "body. Without a key, the run is cancelled when the client leaves and does not come back "
                 "within `AGENT_CHAT_REATTACH_S`.",
@@ -172,7 +173,7 @@ def agent_api(settings: Settings) -> ApiContribution:
         },
         "/v1/agent/conversations/{conversation_id}": {
             "get": {
-                "tags": ["runs"],
+                "tags": ["history"],
                 "operationId": "getConversation",
                 "summary": "A conversation's messages (owner only)",
                 "parameters": [path_param("conversation_id", {"type": "string"}, "The conversation.")],
