@@ -123,7 +123,14 @@ async def test_docs_list_rm_and_buckets_rm(tmp_path: Path, capsys: pytest.Captur
     out, err = capsys.readouterr()
     assert out == "" and err.strip() == "agentchat docs list: unknown bucket 'nosuch'; available buckets: other"
     assert await run(tmp_path, "buckets") == 0
-    assert capsys.readouterr().out.split()[0] == "other"
+    listed_bare = capsys.readouterr().out
+    assert listed_bare.split()[0] == "other"
+    assert await run(tmp_path, "buckets", "list") == 0  # the spelling `docs list` suggests
+    assert capsys.readouterr().out == listed_bare
+    assert await run(tmp_path, "buckets", "create", "inv", "amount:real") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "created bucket 'inv' (amount:REAL); every bucket now:"
+    assert [line.split()[0] for line in out[1:]] == ["inv", "other"]
 
 
 def test_progress_is_a_bar_on_a_terminal_and_plain_lines_otherwise() -> None:

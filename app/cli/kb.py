@@ -58,6 +58,7 @@ def add_kb_commands(sub: Any) -> None:
 
     buckets = sub.add_parser("buckets", help="list buckets, their schemas and counts; create or remove one")
     bucket_sub = buckets.add_subparsers(dest="bucket_command")
+    bucket_sub.add_parser("list", help="list buckets, their schemas and counts (as `agentchat buckets` alone)")
     create = bucket_sub.add_parser("create", help="create a bucket with typed metadata fields")
     create.add_argument("name", help="bucket name: lowercase letters, digits and _, starting with a letter")
     create.add_argument("fields", nargs="*", metavar="FIELD:TYPE",
@@ -186,7 +187,7 @@ async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _buckets(args: argparse.Namespace, settings: Settings) -> int:
     command = getattr(args, "bucket_command", None)
-    name = f"buckets {command}" if command else "buckets"
+    name = f"buckets {command}" if command and command != "list" else "buckets"
     kb = await _open_kb(settings, name, create=command == "create")
     if kb is None:
         return EXIT_REJECTED
@@ -204,6 +205,8 @@ async def _buckets(args: argparse.Namespace, settings: Settings) -> int:
             except ValueError as exc:
                 print(f"agentchat buckets create: {exc}", file=sys.stderr)
                 return EXIT_USAGE
+            typed = ", ".join(f"{k}:{v}" for k, v in fields.items()) or "no typed fields"
+            print(f"created bucket {args.name!r} ({typed}); every bucket now:")
         elif command == "rm":
             if not await _known_bucket(kb, args.name, "buckets rm"):
                 return EXIT_REJECTED
