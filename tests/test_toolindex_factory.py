@@ -12,6 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
 
 from tests.fakes import FakeGemini, FakeOllama, HttpError, running_fake
 from tests.fakes.openai import FakeOpenAI
@@ -149,6 +153,20 @@ async def test_auto_falls_back_to_hashing_when_the_embed_model_is_missing(tmp_pa
         embedder, reason = await choose_embedder("auto", **settings(ollama_host=base_url), local_model_dir=tmp_path)
     assert isinstance(embedder, HashingEmbedder)
     assert "nomic-embed-text" in reason and "hashing" in reason
+
+
+async def test_something_else_on_ollamas_port_is_not_taken_for_ollama_without_the_model(tmp_path: Path) -> None:
+    """A web server on 11434 that is not Ollama (an HTML page at /api/tags): the reason says
+    so, not that Ollama lacks the embedding model (a newcomer would go and pull it)."""
+
+    async def page(request: Request) -> HTMLResponse:
+        return HTMLResponse("<html><body>a dev server</body></html>")
+
+    async with running_fake(Starlette(routes=[Route("/api/tags", page)])) as base_url:
+        ok, reason = await probe_ollama(base_url, "nomic-embed-text")
+        embedder, chosen = await choose_embedder("auto", **settings(ollama_host=base_url), local_model_dir=tmp_path)
+    assert not ok and reason.endswith("is not Ollama: its /api/tags answer was not Ollama's JSON"), reason
+    assert "pulled" not in chosen and "not Ollama" in chosen and isinstance(embedder, HashingEmbedder)
 
 
 async def test_auto_falls_back_to_hashing_when_ollama_is_down(tmp_path: Path) -> None:

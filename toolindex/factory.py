@@ -40,11 +40,18 @@ EMBEDDER_KINDS = ("auto", "gemini", "ollama", "openai", "local", "hashing", "non
 PROBE_TIMEOUT_S = 2.0
 
 
-def _model_listed(tags_body: bytes, model: str) -> bool:
+def _model_listed(tags_body: bytes, model: str) -> bool | None:
+    """Whether Ollama's ``/api/tags`` answer lists ``model``; ``None`` when the answer is
+    not Ollama's (not a JSON object): something else listens there."""
     try:
-        listed = orjson.loads(tags_body).get("models") or []
-    except (orjson.JSONDecodeError, AttributeError):
-        return False
+        body = orjson.loads(tags_body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    listed = body.get("models") or []
+    if not isinstance(listed, list):
+        return None
     wanted = {model, model.split(":", 1)[0] + ":latest"} if ":" not in model else {model}
     for entry in listed:
         if not isinstance(entry, dict):
@@ -70,7 +77,10 @@ async def probe_ollama(
         return False, f"ollama not reachable at {normalise_host(host)} ({type(exc).__name__})"
     if response.status_code != 200:
         return False, f"ollama at {normalise_host(host)} answered HTTP {response.status_code} to /api/tags"
-    if not _model_listed(response.content, model):
+    listed = _model_listed(response.content, model)
+    if listed is None:
+        return False, f"{normalise_host(host)} is not Ollama: its /api/tags answer was not Ollama's JSON"
+    if not listed:
         return False, f"ollama at {normalise_host(host)} has no embedding model {model!r} pulled"
     return True, f"ollama at {normalise_host(host)} with {model!r}"
 
