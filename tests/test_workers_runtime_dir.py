@@ -18,6 +18,7 @@ Through real processes and real signals:
 from __future__ import annotations
 
 import os
+import re
 import signal
 import tempfile
 from pathlib import Path
@@ -89,6 +90,9 @@ async def test_a_sigterm_stops_the_group_and_removes_its_directory(tmp_path: Pat
         await serving(group, directory)
         own = workers_dir(group.pid)
         assert own is not None and own.is_dir()
+        # Each worker's "serving on" line names it as a person counts (it said 0/2 and 1/2).
+        await until(lambda: len(re.findall(r"\[worker \d+/2\]", group.text())) == 2, "both serving lines", 30)
+        assert sorted(re.findall(r"\[worker (\d+/2)\]", group.text())) == ["1/2", "2/2"], group.tail(40)
         group.send(signal.SIGTERM)
         code = await group.wait_exit(90)
         assert code == 0, f"exit {code}:\n{group.tail(40)}"

@@ -290,7 +290,7 @@ async def _serve_agent(
             # handlers back, its close already done - the stop is complete, as asked.
 
     task = asyncio.create_task(serve())
-    worker = f"  [worker {args.worker}]" if args.worker else ""
+    worker = f"  [worker {_counted_from_one(args.worker)}]" if args.worker else ""
     # Only the process that took the lock locks a new lock file (the workers share theirs).
     lock_watch = None if lock is None else asyncio.create_task(watch_writer_lock(lock, relock=args.listen_fd is None))
     try:
@@ -366,3 +366,10 @@ def _run_reloader(config: Any, sock: Any, lock: WriterLock | None) -> None:
 
 
 __all__ = ["FD_BOUNDS", "CannotStart", "add_serve_command", "reload_config", "run_serve"]
+
+
+def _counted_from_one(worker: str) -> str:
+    """``--worker i/N`` (0-based, as the supervisor hands it out) as a person counts:
+    ``1/2`` and ``2/2``, not ``0/2`` and ``1/2``."""
+    index, _, count = worker.partition("/")
+    return f"{int(index) + 1}/{count}" if index.isdigit() else worker
