@@ -144,6 +144,27 @@ def test_query_secrets_are_masked() -> None:
     assert safe_query(b"after=4&token=eyJ.x.y&api_key=k&note=a%20b") == "after=4&token=***&api_key=***&note=a+b"
 
 
+def test_the_ready_lines_settings_are_summarised_in_text_and_whole_in_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """The ready line carries every setting (~2,500 characters): a terminal (text, as
+    ``make run`` logs) gets their count and where to find them, a log shipper all of them."""
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    settings = {"AGENT_PORT": 8000, "AGENT_DB_PATH": "data/agentchat.sqlite3", "AGENT_AUTH": "none"}
+    try:
+        configure_logging(fmt="text")
+        logging.getLogger("agentchat.test").warning("agentchat ready", extra={"settings": settings})
+        configure_logging(fmt="json")
+        logging.getLogger("agentchat.test").warning("agentchat ready", extra={"settings": settings})
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+    text_line, json_line = capsys.readouterr().err.splitlines()[-2:]
+    assert text_line.endswith(
+        'agentchat ready {"settings":"3 values, listed in the JSON log format (AGENT_LOG_FORMAT=json)"}'
+    ), text_line
+    assert orjson.loads(json_line)["settings"] == settings
+
+
 def test_the_format_is_a_setting(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("AGENT_LOG_FORMAT", "text")
     assert log_format(default="json") == "text"

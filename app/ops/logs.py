@@ -37,6 +37,9 @@ FORMATS: Final = ("json", "text")
 #: uvicorn adds ``color_message`` (the message with ANSI colours) to its records.
 _NOT_FIELDS = frozenset({"color_message"})
 _STANDARD = set(logging.LogRecord("x", 0, "x", 0, "x", None, None).__dict__) | {"message", "asctime"} | _NOT_FIELDS
+#: Fields too long for a terminal line, summarised in the text form only: the settings
+#: the ready line carries (~2,500 characters) are for log shippers and audits.
+_TEXT_SUMMARISED = frozenset({"settings"})
 
 
 class StructuredFormatter(logging.Formatter):
@@ -45,6 +48,10 @@ class StructuredFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         base = super().format(record)
         extra = {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+        for name in _TEXT_SUMMARISED.intersection(extra):
+            value = extra[name]
+            count = len(value) if isinstance(value, dict) else "all"
+            extra[name] = f"{count} values, listed in the JSON log format (AGENT_LOG_FORMAT=json)"
         if extra:
             base += " " + orjson.dumps(extra, default=str).decode()
         return base
