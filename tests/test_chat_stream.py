@@ -268,6 +268,20 @@ async def test_malformed_tool_arguments_are_returned_then_fail(settings: Setting
     assert events[-1].json()["status"] == "failed"
 
 
+async def test_a_body_that_is_not_utf8_is_named_as_such(settings: Settings, probe: ToolProbe) -> None:
+    """orjson calls any byte that is not UTF-8 "surrogates not allowed" - words about
+    something the client never sent; the detail names the byte."""
+    async with running_app(settings, provider=ScriptedProvider([]), registry=probe.registry(), embedder=None) as (
+        base,
+        _,
+    ):
+        async with httpx.AsyncClient(timeout=30) as client:
+            response = await client.post(f"{base}/v1/agent/chat", content=b'{"message": "caf\xe9"}',
+                                         headers={"Content-Type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"] == "invalid_json"
+    assert response.json()["detail"] == "the body is not valid JSON: it is not UTF-8 text (byte 0xe9 at offset 16)"
+
+
 @pytest.mark.parametrize(
     ("body", "status", "error"),
     [

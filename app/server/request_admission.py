@@ -50,9 +50,19 @@ async def read_json_body(request: Request, limit: int, *, max_depth: int = MAX_J
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise HTTPProblem(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
+        raise HTTPProblem(400, "invalid_json", f"the body is not valid JSON: {_json_error(body, exc)}") from None
     check_json(value, max_depth=max_depth)
     return value
+
+
+def _json_error(body: bytes, exc: orjson.JSONDecodeError) -> str:
+    """What is wrong with ``body``: orjson says "str is not valid UTF-8: surrogates not
+    allowed" for any byte that is not UTF-8, surrogates or not; name the byte instead."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return f"it is not UTF-8 text (byte 0x{body[bad.start]:02x} at offset {bad.start})"
+    return str(exc)
 
 
 async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
