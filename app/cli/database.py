@@ -60,6 +60,20 @@ def describe_target(target: str | Path) -> str:
     return f"SQLite file {target}"
 
 
+def _sqlite_options(settings: Settings, target: str | Path) -> Any:
+    """The SQLite file's options for a command: the service's write retry, and gaps
+    between bulk writes while a ``serve`` holds the file's writer lock
+    (``storage.sqlite.group_gap``: a command writes without that lock, and its ingest
+    back to back held every live stream's next token). ``None`` for PostgreSQL."""
+    from storage.open import is_postgres_url
+
+    if is_postgres_url(target):
+        return None
+    from storage.sqlite import SqliteOptions
+
+    return SqliteOptions(write_retry_s=settings.db_write_retry_s, yield_to_writer_group=True)
+
+
 def _open_errors() -> tuple[type[BaseException], ...]:
     errors: list[type[BaseException]] = [OSError, sqlite3.Error, RuntimeError]
     try:
@@ -90,7 +104,10 @@ async def open_cli_storage(settings: Settings, *, create: bool) -> Any:
         _require_existing(target)
     try:
         return await open_storage(
-            target, write_retry_s=settings.db_write_retry_s, max_connections=CLI_MAX_CONNECTIONS
+            target,
+            write_retry_s=settings.db_write_retry_s,
+            max_connections=CLI_MAX_CONNECTIONS,
+            options=_sqlite_options(settings, target),
         )
     except _open_errors() as exc:
         raise StorageUnavailable(f"cannot open the {describe_target(target)}: {_first_line(exc, target)}") from exc
@@ -107,7 +124,11 @@ async def open_cli_kb(settings: Settings, embedder: Any, *, create: bool) -> Any
         _require_existing(target)
     try:
         return await open_kb_file(
-            target, embedder, write_retry_s=settings.db_write_retry_s, max_connections=CLI_MAX_CONNECTIONS
+            target,
+            embedder,
+            write_retry_s=settings.db_write_retry_s,
+            max_connections=CLI_MAX_CONNECTIONS,
+            options=_sqlite_options(settings, target),
         )
     except _open_errors() as exc:
         raise StorageUnavailable(f"cannot open the {describe_target(target)}: {_first_line(exc, target)}") from exc

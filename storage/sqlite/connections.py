@@ -31,6 +31,10 @@ class SqliteOptions:
     #: A quiet process settles the live log this long after its last settle
     #: (``storage.sqlite.log_settler``; tests make it short).
     settle_every_s: float = 5.0
+    #: A one-off command's process (``agentchat ingest``): while a ``serve`` holds the
+    #: file's writer lock, leave the file free between bulk writes for its writer
+    #: (``storage.sqlite.group_gap``). Never in a serving process.
+    yield_to_writer_group: bool = False
 
 
 def transient(exc: BaseException) -> bool:

@@ -42,7 +42,16 @@ from storage.close_bounds import DATABASE_CLOSE_S
 from storage.errors import StorageUnavailable
 from storage.sqlite.connections import SqliteOptions, connect, transient
 from storage.sqlite.file_guard import DatabaseFileGuard
-from storage.sqlite.thread_calls import commit_sync, fetchall_sync, fetchone_sync, transaction_sync
+from storage.sqlite.group_gap import GroupGap
+from storage.sqlite.thread_calls import (
+    commit_sync,
+    data_version_sync,
+    fetchall_sync,
+    fetchone_sync,
+    transaction_sync,
+    transaction_version_sync,
+)
+from storage.stores.run_rows import UNFINISHED_SQL
 from storage.writer import (
     OrderedWriter,
     QueuedWrites,
@@ -83,6 +92,8 @@ class SqliteDatabase(QueuedWrites):
         #: most one of them is ever queued there: a run's events wait for one such write
         #: at most, never for a second one queued ahead of them (``transact_sync``).
         self._bulk_turn = asyncio.Lock()
+        #: A one-off command's gaps between its bulk writes for a serving group's writer.
+        self.group_gap = GroupGap(path) if opts.yield_to_writer_group else None
         self._queue = OrderedWriter(
             lambda batch: self._locked(lambda: self._commit_items(batch)),
             transient=transient,
@@ -237,16 +248,41 @@ class SqliteDatabase(QueuedWrites):
         other bulk write before it queues for the writer. No run event commits while a
         write runs; without this, an ingest's next write (two are in flight) queued on
         the writer ahead of the events that came during the current one, and every live
-        stream waited for both."""
+        stream waited for both.
+
+        In a one-off command beside a ``serve`` (``SqliteOptions.yield_to_writer_group``)
+        the next bulk write also waits for the gap left after this one
+        (``storage.sqlite.group_gap``): the server's writer does not share this lock."""
         if not bulk:
             return await self._retrying(lambda: self._run_sync_transaction(fn), deadline)
         async with self._bulk_turn:
-            return await self._retrying(lambda: self._run_sync_transaction(fn), deadline)
+            gap = self.group_gap
+            if gap is None:
+                return await self._retrying(lambda: self._run_sync_transaction(fn), deadline)
+            began = time.monotonic()
+            result, version = await self._retrying(lambda: self._run_versioned_transaction(fn), deadline)
+            await gap.after_write(version, time.monotonic() - began, self._data_version, self._live_runs)
+            return result
 
     async def _run_sync_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         result: T = await self._writer._execute(transaction_sync, self._writer._conn, fn, self.guard)
         self._succeeded()
         return result
+
+    async def _run_versioned_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> tuple[T, int]:
+        done: tuple[T, int] = await self._writer._execute(transaction_version_sync, self._writer._conn, fn, self.guard)
+        self._succeeded()
+        return done
+
+    async def _live_runs(self) -> bool:
+        """Whether a run in the file is not finished (a serving group's streams)."""
+        row = await self.fetchone(f"SELECT EXISTS (SELECT 1 FROM runs WHERE status IN {UNFINISHED_SQL})")
+        return bool(row and row[0])
+
+    async def _data_version(self) -> int:
+        async with self._write_lock:  # never inside another coroutine's transaction
+            version: int = await self._writer._execute(data_version_sync, self._writer._conn)
+            return version
 
     async def _retrying(self, attempt_once: Callable[[], Awaitable[T]], deadline: float | None = None) -> T:
         return await retrying(

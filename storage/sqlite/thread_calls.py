@@ -56,6 +56,22 @@ def transaction_sync(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection]
     return result
 
 
+def transaction_version_sync(
+    conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T], guard: DatabaseFileGuard
+) -> tuple[T, int]:
+    """``transaction_sync``, then ``PRAGMA data_version`` read at once after the commit:
+    the count another connection's next commit moves (``storage.sqlite.group_gap``)."""
+    result = transaction_sync(conn, fn, guard)
+    return result, data_version_sync(conn)
+
+
+def data_version_sync(conn: sqlite3.Connection) -> int:
+    """SQLite's count of the commits other connections made to the file, as this
+    connection sees it (its own commits do not move it)."""
+    row = conn.execute("PRAGMA data_version").fetchone()
+    return int(row[0])
+
+
 def commit_sync(
     conn: sqlite3.Connection, groups: list[tuple[str, list[Sequence[Any]]]], guard: DatabaseFileGuard
 ) -> None:

@@ -31,7 +31,9 @@ names (checked after the ``flock``), and the holder checks now and then (``intac
 One-off commands (``compact``, ``kb …``) do not take it: they never write a live
 run's events (compaction folds settled runs only, a settle moves rows without changing
 a seq, a conversation delete refuses live runs), so they cannot break what the lock
-protects, and they must keep working beside a running service. ``migrate-db`` does, for
+protects, and they must keep working beside a running service. They only ask whether a
+group holds it (``held_by_a_group``), to leave the file free between their bulk writes
+(``storage.sqlite.group_gap``). ``migrate-db`` does, for
 its whole copy: it refuses a file a serve has open anyway, and a serve started during
 the copy waits for it instead of writing rows the copy has passed.
 """
@@ -155,4 +157,29 @@ class WriterLock:
             os.close(self._retired.pop())
 
 
-__all__ = ["INHERITED_FD_ENV", "SUFFIX", "WriterLock", "lock_path"]
+def held_by_a_group(db_path: str | Path) -> bool:
+    """Whether a writer group (a ``serve``) holds the lock of the file at ``db_path``,
+    asked by a process outside any group (``storage.sqlite.group_gap``) without taking
+    the lock for longer than the question: a shared ``flock`` tried without waiting and
+    dropped at once (closing the descriptor), on a lock file that is never created here.
+    Shared, so two one-off commands asking at once do not take each other for a group;
+    a ``serve`` whose own try falls in those microseconds waits ``POLL_S`` and takes it
+    then (``app.cli.writer_wait``). A lock file this process may not open counts as held:
+    the answer only decides whether to leave gaps between writes."""
+    path = lock_path(db_path)
+    try:
+        fd = os.open(path, os.O_RDONLY)  # not inheritable (PEP 446)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:  # BlockingIOError: an exclusive holder
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+__all__ = ["INHERITED_FD_ENV", "SUFFIX", "WriterLock", "held_by_a_group", "lock_path"]
