@@ -18,9 +18,13 @@ into them one ingest is posted (``POST /v1/kb/documents``):
 - ``bigdoc``: one document of ``--big-mb`` MiB (one write holding all its chunks);
 - ``cli``: ``agentchat ingest`` of a folder of ``--docs`` such files, in its own process
   on the same file (it takes SQLite's lock, not this server's writer: the server's
-  writer waits in SQLite's busy handler and its retries).
+  writer waits in SQLite's busy handler and its retries; the command leaves it gaps,
+  ``storage.sqlite.group_gap``); the folder is written before the streams start;
+- ``clialone``: the same command on a file no server has open (no streams): its
+  chunks/s, which the gaps must not lower.
 
-Reported per variant x scenario: the ingest's duration and chunks, and over the tokens a
+Reported per variant x scenario: the ingest's duration and chunks (for the command, its
+own report's chunks and seconds, and so chunks/s), and over the tokens a
 client received while the ingest ran (``during``) and before it (``before``): the largest
 token delay (arrival minus the fake's stamp) and the largest extra inter-token gap (gap
 minus the fake's pause), with p99 - so "the largest inter-token gap the runs see".
@@ -39,6 +43,7 @@ import asyncio
 import itertools
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -128,13 +133,21 @@ def judge(runs: list[dict[str, Any]], pause_s: float, window: tuple[int, int], w
     return out
 
 
-async def cli_ingest(server: AgentServer, args: argparse.Namespace, tag: str) -> dict[str, Any]:
-    """``agentchat ingest`` of ``--docs`` files from the server's tree, on its database."""
+def cli_folder(server: AgentServer, args: argparse.Namespace, tag: str) -> Path:
+    """The ``--docs`` files ``cli_ingest`` reads. Written before the streams start, off
+    the event loop: written inside the measured window, on the loop that reads the
+    streams, they held every token's arrival for the seconds they took (up to 15-20 s at
+    load 10 for 3,000 files) - most of what this scenario reported before."""
     folder = server.db_path.parent / f"files-{tag}"
     folder.mkdir()
     rng = random.Random(7)
     for i in range(args.docs):
         (folder / f"d{i}.txt").write_text(words(args.doc_kb * 1024 // 7, rng))
+    return folder
+
+
+async def cli_ingest(server: AgentServer, folder: Path) -> dict[str, Any]:
+    """``agentchat ingest`` of ``folder`` from the server's tree, on its database."""
     argv = list(server.argv)
     cut = argv.index("serve")
     env = {**server.env, "AGENT_LOG_LEVEL": "WARNING"}
@@ -148,13 +161,48 @@ async def cli_ingest(server: AgentServer, args: argparse.Namespace, tag: str) ->
         proc.kill()
         await proc.wait()
         raise
-    return {"status": proc.returncode, "output": out.decode(errors="replace")[-300:]}
+    text = out.decode(errors="replace")
+    report: dict[str, Any] = {"status": proc.returncode, "output": text[-300:]}
+    # The command's own report: "..., 15000 chunks (9.2 s)" - its ingest alone, without
+    # the process's start.
+    if (found := re.search(r"(\d+) chunks \(([\d.]+) s\)", text)) is not None:
+        chunks, seconds = int(found[1]), float(found[2])
+        report.update(chunks=chunks, cli_s=seconds, chunks_per_s=round(chunks / seconds) if seconds else None)
+    return report
+
+
+async def cli_alone(
+    label: str, tree: Path, workdir: Path, fakes: Fakes, args: argparse.Namespace, round_: int
+) -> dict[str, Any]:
+    """``clialone``: ``agentchat ingest`` with no server on the file (a serve made the
+    file and stopped): what the command's gaps must not slow."""
+    where = workdir / f"{label}-clialone-{round_}"
+    where.mkdir()
+    server = AgentServer(where, env_for(fakes, args), name=f"{label}-clialone")
+    if tree.resolve() != ROOT:
+        server.argv = [PYTHON, "-c", _BOOT, str(tree.resolve()), *server.argv[3:]]
+    server.start()
+    try:
+        await server.wait_ready(300)
+    finally:
+        server.close()
+    folder = await asyncio.to_thread(cli_folder, server, args, f"{label}{round_}")
+    load0 = os.getloadavg()[0]
+    started = time.monotonic()
+    report = await cli_ingest(server, folder)
+    empty = {"delay_ms_max": None, "delay_ms_p99": None, "extra_gap_ms_max": None}
+    return {
+        "scenario": "clialone", "variant": label, "round": round_, "ingest": report, "during": empty,
+        "before": empty, "completed": 0, "ingest_s": round(time.monotonic() - started, 2),
+        "load_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
+    }
 
 
 async def scenario_once(
     server: AgentServer, scenario: str, args: argparse.Namespace, tag: str
 ) -> dict[str, Any]:
     body = payload(scenario, args, tag)
+    folder = await asyncio.to_thread(cli_folder, server, args, tag) if scenario == "cli" else None
     t0 = time.monotonic_ns()
     specs = [
         {"key": f"{tag}-{i}", "at_s": i * 0.05, "protocol": "agent", "post": server.base, "follow": [server.base],
@@ -171,8 +219,8 @@ async def scenario_once(
         await asyncio.sleep(args.ingest_after_s)
         started = time.monotonic_ns()
         report: dict[str, Any] = {}
-        if scenario == "cli":
-            report = await cli_ingest(server, args, tag)
+        if folder is not None:
+            report = await cli_ingest(server, folder)
         elif body is not None:
             response = await http.post(f"{server.base}/v1/kb/documents", json=body)
             report = {"status": response.status_code, **{k: response.json().get(k) for k in ("added", "chunks")}}
@@ -215,7 +263,8 @@ def show(row: dict[str, Any]) -> None:
     d, b = row["during"], row["before"]
     print(
         f"{row['variant']:>8} {row['scenario']:>6} r{row['round']} ingest {row['ingest_s']:6.2f}s "
-        f"{row['ingest'].get('chunks')!s:>6} chunks | during: delay max {d['delay_ms_max']} p99 {d['delay_ms_p99']}"
+        f"{row['ingest'].get('chunks')!s:>6} chunks {row['ingest'].get('chunks_per_s')!s:>5}/s"
+        f" | during: delay max {d['delay_ms_max']} p99 {d['delay_ms_p99']}"
         f" gap max {d['extra_gap_ms_max']} | before: delay max {b['delay_ms_max']} gap max {b['extra_gap_ms_max']}"
         f" | done {row['completed']}/{args_runs} load {row['load_1m']}",
         flush=True,
@@ -240,7 +289,10 @@ async def main(args: argparse.Namespace) -> None:
                 for scenario in args.scenarios.split(","):
                     order = variants if round_ % 2 == 0 else list(reversed(variants))
                     for label, tree in order:
-                        row = await variant_run(label, tree, workdir, fakes, args, scenario, round_)
+                        if scenario == "clialone":
+                            row = await cli_alone(label, tree, workdir, fakes, args, round_)
+                        else:
+                            row = await variant_run(label, tree, workdir, fakes, args, scenario, round_)
                         show(row)
                         rows.append(row)
     finally:
