@@ -90,6 +90,7 @@ STEP_NAMES: Mapping[int, str] = {
     28: "knowledge base: a generation every write counts up, so every process sees another's changes",
     29: "runs: events of runs not yet settled are appended to a live log (SQLite)",
     30: "runs: where a settled run's rows were in the live log, for a bounded delete (SQLite)",
+    31: "runs: a fingerprint of the request an Idempotency-Key was first used for",
 }
 
 

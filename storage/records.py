@@ -55,6 +55,9 @@ class NewRun:
     multitask: MultitaskPolicy = "enqueue"
     #: The client's ``Idempotency-Key``: unique per user, it names this run for retries.
     idempotency_key: str | None = None
+    #: With a key: the sha256 (hex) of what the request asked (``app.runs.records.
+    #: request_fingerprint``), so a repeat of the key with another request is told apart.
+    request_fingerprint: str | None = None
     #: The process that will execute the run leases it from admission for ``lease_s``.
     lease_owner: str | None = None
     lease_s: float = 0.0
@@ -103,6 +106,9 @@ class StoredRun:
     #: A cancel was asked for (on any replica) while the run had not ended: whoever
     #: executes or next claims it ends it ``cancelled``.
     cancel_requested: bool = False
+    #: The fingerprint of the request its ``Idempotency-Key`` was first used for
+    #: (``NewRun.request_fingerprint``); ``None`` without one, or stored before step 31.
+    request_fingerprint: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

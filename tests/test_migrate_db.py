@@ -344,6 +344,27 @@ async def test_an_unfinished_runs_events_in_the_live_log_are_copied(pg: TestPost
         assert status == ("running",)
 
 
+async def test_an_idempotency_keys_request_fingerprint_is_copied(pg: TestPostgres, tmp_path: Path) -> None:
+    """A keyed run's request fingerprint (migration 31) moves with its key: after the
+    move, a repeat of the key with another request is still refused (422), not replayed."""
+    from storage.records import NewRun
+
+    db = tmp_path / "agent.sqlite3"
+    lite = await open_sqlite_storage(db)
+    try:
+        await lite.runs.create(NewRun("keyed", "c", "alice", "knowledge", b"{}", "enqueue", "k-1",
+                                      request_fingerprint="ab" * 32))
+        await lite.runs.create(NewRun("older", "c2", "alice", "knowledge", b"{}", "enqueue", "k-2"))
+    finally:
+        await lite.close()
+    with pg.database(empty=True) as url:
+        done = run_migrate(url, db)
+        assert done.returncode == 0, done.stderr
+        with psycopg.connect(url, **GUARDED) as conn:
+            rows = conn.execute("SELECT id, idempotency_key, request_fingerprint FROM runs ORDER BY id").fetchall()
+    assert rows == [("keyed", "k-1", "ab" * 32), ("older", "k-2", None)]
+
+
 async def test_an_unusable_target_is_one_line_and_exit_2(pg: TestPostgres, tmp_path: Path) -> None:
     """Unreachable, or a user that may not create the ``vector`` extension: refused before
     copying (exit 2), one line, no traceback (it was a 46-line traceback and exit 1)."""

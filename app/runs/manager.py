@@ -42,7 +42,7 @@ from app.runs.counters import RunCounters
 from app.runs.drain import Drain
 from app.runs.launch import RunLauncher
 from app.runs.leases import LEASE_CLAIM_SHARE, LeaseKeeper
-from app.runs.records import Caller, ChatInput, Sealer, encode_run_input
+from app.runs.records import Caller, ChatInput, Sealer, encode_run_input, request_fingerprint
 from app.runs.registry import RunRegistry
 from app.runs.rescue import EndingRescue
 from app.runs.run import Run
@@ -181,6 +181,7 @@ class RunManager:
                 input=encode_run_input(chat, caller, self.input_sealer),
                 multitask=chat.multitask,
                 idempotency_key=idempotency_key,
+                request_fingerprint=request_fingerprint(chat) if idempotency_key is not None else None,
                 lease_owner=self.owner_id if self.lease_s > 0 else None,
                 lease_s=self.lease_ttl_s,
                 max_unfinished_per_user=run_cap,

@@ -1,8 +1,10 @@
-"""The app's small shared types: what a chat asks for and who asks, and how a run's
-input is stored. No behaviour beyond that encoding."""
+"""The app's small shared types: what a chat asks for and who asks, how a run's
+input is stored, and the fingerprint of a request stored with its ``Idempotency-Key``.
+No behaviour beyond those encodings."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -50,6 +52,21 @@ def encode_run_input(chat: ChatInput, caller: Caller, sealer: Sealer | None = No
         }
     )
     return sealer.seal(plain) if sealer is not None else plain
+
+
+def request_fingerprint(chat: ChatInput) -> str:
+    """The sha256 (hex) of what defines a request for its ``Idempotency-Key``: the
+    message, the context type, the context and the conversation (``null`` when the
+    client named none), canonically encoded (keys sorted at every depth). Stored beside
+    the key — the run's input cannot be the comparison: it is cleared when the run ends —
+    so a repeat of the key with another request is told apart from a retry (422). Only
+    the hash is kept, never the text; the caller's credentials are no part of it (a
+    retry may carry a refreshed token), nor are ``multitask`` and ``title`` (how to
+    queue a run and what to call its conversation do not make it another request)."""
+    canonical = orjson.dumps(
+        [chat.message, chat.context_type, chat.context, chat.conversation_id], option=orjson.OPT_SORT_KEYS
+    )
+    return hashlib.sha256(b"agentchat.request.v1\0" + canonical).hexdigest()
 
 
 def decode_run_input(

@@ -1,5 +1,7 @@
 """A retried chat resumes its run instead of starting another: found by its
-``Idempotency-Key``, or by ``Last-Event-ID`` and the very body it sent first.
+``Idempotency-Key``, or by ``Last-Event-ID`` and the very body it sent first. A key
+reused for a different request is refused (422 ``idempotency_key_reused``) on every
+native route that takes one (``same_request``).
 
 Its own module because the matching rules (which run a retry means) are a job apart from
 starting and streaming.
@@ -14,17 +16,34 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.runs.records import ChatInput
+from app.runs.records import ChatInput, request_fingerprint
 from app.runs.run import Run
 from app.server.identity import Identity
 from app.server.problems import HTTPProblem
 from app.server.request_admission import events_after, idempotency_key
 from app.server.run_streams import follow_run, native_frames, sse
+from storage.records import StoredRun
 
 if TYPE_CHECKING:
     from app.server.services import Services
 
 log = logging.getLogger("agentchat.http")
+
+
+def same_request(stored: StoredRun, chat: ChatInput) -> None:
+    """Refuse (422 ``idempotency_key_reused``) a request whose ``Idempotency-Key`` names
+    ``stored`` but which asks for something else: another conversation, or another
+    message, context type or context than the request the key was first used for (the
+    fingerprint stored with the key, ``app.runs.records.request_fingerprint``). As the
+    IETF Idempotency-Key draft and Stripe answer: a reused key with another payload is
+    a client's bug, and replaying the first run's answer would hide it. A run stored
+    before the fingerprint was (no fingerprint) is checked for its conversation only."""
+    if chat.conversation_id is not None and chat.conversation_id != stored.conversation_id:
+        raise HTTPProblem(
+            422, "idempotency_key_reused", "this Idempotency-Key was used for a request to another conversation"
+        )
+    if stored.request_fingerprint is not None and stored.request_fingerprint != request_fingerprint(chat):
+        raise HTTPProblem(422, "idempotency_key_reused", "this Idempotency-Key was used for a different request")
 
 
 def retried_run(svc: Services, ident: Identity, chat: ChatInput, after: int) -> Run | None:
@@ -68,10 +87,7 @@ async def resume_chat(request: Request, svc: Services, ident: Identity, chat: Ch
         stored = await svc.run_store.find_by_idempotency_key(ident.user_id, key)
         if stored is None:
             return None
-        if chat.conversation_id is not None and chat.conversation_id != stored.conversation_id:
-            raise HTTPProblem(
-                422, "idempotency_key_reused", "this Idempotency-Key was used for a request to another conversation"
-            )
+        same_request(stored, chat)
         log.info("chat retried with its Idempotency-Key; resuming its run", extra={"run_id": stored.id, "after": after})
         return await resume_stream(svc, stored.id, ident.user_id, after, cancel_on_exit=False)
     if "last-event-id" not in request.headers:

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.ops.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from app.server.chat_resume import resume_chat, resume_stream
+from app.server.chat_resume import resume_chat, resume_stream, same_request
 from app.server.identity import LOCAL_USER, AuthError
 from app.server.problems import HTTPProblem, ORJSONResponse
 from app.server.request_admission import admit_request, events_after, idempotency_key, identify, services
@@ -37,6 +37,10 @@ async def chat(request: Request) -> Response:
     try:
         run = await start_run(svc, ident, chat_input, key=key)
     except IdempotencyKeyUsed as exc:  # a concurrent retry with this key started it first
+        first = await svc.run_store.get(exc.run_id)
+        if first is None:
+            raise HTTPProblem(409, "idempotency_conflict", "retry this request") from None
+        same_request(first, chat_input)
         resumed = await resume_stream(svc, exc.run_id, ident.user_id, events_after(request), cancel_on_exit=False)
         if resumed is None:
             raise HTTPProblem(409, "idempotency_conflict", "retry this request") from None
@@ -47,7 +51,8 @@ async def chat(request: Request) -> Response:
 
 async def create_run(request: Request) -> Response:
     """Start a run (201); a repeat with the same ``Idempotency-Key`` answers 200 with the
-    run the key started."""
+    run the key started — when it is the same request: another one is refused (422
+    ``idempotency_key_reused``, ``same_request``)."""
     svc = services(request)
     ident, chat_input = await admit_request(request)
     key = idempotency_key(request)
@@ -61,6 +66,7 @@ async def create_run(request: Request) -> Response:
             if existing is None:
                 raise HTTPProblem(409, "idempotency_conflict", "retry this request") from None
     if existing is not None:
+        same_request(existing, chat_input)
         run_id, conversation_id, status = existing.id, existing.conversation_id, 200
     token = svc.auth.stream_token(run_id, ident.user_id)
     return ORJSONResponse(

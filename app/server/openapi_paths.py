@@ -48,7 +48,8 @@ def _admission() -> dict[str, Any]:
         "409": problem("A run of this conversation is in progress and `multitask` is `reject` "
                        "(`conversation_busy`), or a concurrent retry (`idempotency_conflict`)"),
         "413": problem("The body is larger than `AGENT_MAX_BODY_BYTES` (`payload_too_large`)"),
-        "422": problem("This `Idempotency-Key` was used for another conversation (`idempotency_key_reused`)"),
+        "422": problem("This `Idempotency-Key` was used for a different request: another message, context "
+                       "type, context or conversation (`idempotency_key_reused`)"),
         "429": problem("Too many requests (`rate_limited`) or runs in progress for this user (`too_many_runs`)",
                        retry_after=True),
         "404": problem("`conversation_id` names a conversation of another user (`not_found`)"),
@@ -62,7 +63,8 @@ def _idempotency_key() -> dict[str, Any]:
     return header(
         "Idempotency-Key",
         {"type": "string", "pattern": r"^[\x21-\x7e]{1,255}$"},
-        "Repeat a request safely: the same key (per user) answers with the run it started.",
+        "Repeat a request safely: the same key (per user) with the same request answers with the run it "
+        "started; with a different request, 422 `idempotency_key_reused`.",
     )
 
 

@@ -29,7 +29,7 @@ def columns(dialect: Dialect) -> str:
     return (
         "r.id, r.conversation_id, r.user_id, r.context_type, r.status, r.created_at, r.input, r.checkpoint, "
         f"r.checkpoint_seq, {event_log(dialect).last_seq('r')}, r.multitask, r.resumes, "
-        "r.cancel_requested_at IS NOT NULL"
+        "r.cancel_requested_at IS NOT NULL, r.request_fingerprint"
     )
 
 
@@ -53,6 +53,7 @@ def stored_run(row: Sequence[Any]) -> StoredRun:
         multitask=str(row[10]),
         resumes=int(row[11] or 0),
         cancel_requested=bool(row[12]),
+        request_fingerprint=None if row[13] is None else str(row[13]),
     )
 
 

@@ -138,8 +138,8 @@ class SqlRunStore(ApprovalWaits):
         inserted = yield (
             "fetchone",
             "INSERT INTO runs(id, conversation_id, user_id, context_type, status, input, multitask, "
-            "idempotency_key, lease_owner, lease_until) "
-            f"VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, CASE WHEN ? THEN {dialect.now} + ? END) "
+            "idempotency_key, request_fingerprint, lease_owner, lease_until) "
+            f"VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, CASE WHEN ? THEN {dialect.now} + ? END) "
             "ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id",
             (
                 run.id,
@@ -149,6 +149,7 @@ class SqlRunStore(ApprovalWaits):
                 run.input,
                 run.multitask,
                 run.idempotency_key,
+                run.request_fingerprint,
                 run.lease_owner,
                 run.lease_owner is not None,
                 float(run.lease_s),

@@ -164,6 +164,27 @@ async def test_an_idempotency_key_names_one_run_per_user(store_engine: Any) -> N
     assert done is not None and (done.status, done.last_seq) == ("completed", 1)
 
 
+async def test_a_keyed_run_keeps_the_fingerprint_of_its_request(store_engine: Any) -> None:
+    """The request fingerprint is stored with the key and read back with the run, after
+    the run ended too (its input is cleared then; the fingerprint is what a repeat of the
+    key is compared with). Without one (no key, or a row from before step 31): ``None``."""
+    runs = store_engine.runs
+    sha = "9f" * 32
+    await runs.create(NewRun("r1", "c", "alice", "knowledge", b"{}", "enqueue", "k-1", request_fingerprint=sha))
+    await runs.create(NewRun("r2", "c2", "alice", "knowledge", b"{}", "enqueue", "k-2"))
+    await runs.create(NewRun("r3", "c3", "bob", "knowledge", b"{}", "enqueue", "k-1", request_fingerprint="0" * 64))
+    end = RunWrite("r1", "c", "alice", events=[ev(1, "message_complete")], status="completed", finished=True)
+    await runs.commit(end)
+    found = await runs.find_by_idempotency_key("alice", "k-1")
+    assert found is not None and found.id == "r1" and found.request_fingerprint == sha and found.input is None
+    fetched = await runs.get("r1")
+    assert fetched is not None and fetched.request_fingerprint == sha
+    bare = await runs.find_by_idempotency_key("alice", "k-2")
+    assert bare is not None and bare.request_fingerprint is None
+    bobs = await runs.find_by_idempotency_key("bob", "k-1")
+    assert bobs is not None and bobs.id == "r3" and bobs.request_fingerprint == "0" * 64
+
+
 async def test_concurrent_creates_with_one_key_store_one_run(store_engine: Any) -> None:
     runs = store_engine.runs
     attempts = [

@@ -50,6 +50,7 @@ from storage.postgres.migration_steps.runs import (
     RUN_CANCEL_REQUESTS,
     RUN_IDEMPOTENCY,
     RUN_LEASES,
+    RUN_REQUEST_FINGERPRINT,
     RUN_SUMMARY,
 )
 from storage.postgres.migration_steps.service import (
@@ -92,5 +93,6 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         # table (``storage.stores.event_log`` says why).
         29: (),
         30: (),  # SQLite's live log: where a settled run's rows were
+        31: RUN_REQUEST_FINGERPRINT,
     },
 )

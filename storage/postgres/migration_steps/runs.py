@@ -1,6 +1,7 @@
 """The PostgreSQL engine's migration steps for durable runs: input and checkpoints (2),
-the run summary (3), idempotency keys (6), leases (9), cross-replica cancels (14) and
-the lease-epoch check of every leased step (22, beside the portable column).
+the run summary (3), idempotency keys (6), leases (9), cross-replica cancels (14),
+the lease-epoch check of every leased step (22, beside the portable column) and the
+request fingerprint an idempotency key was first used for (31).
 
 Why apart: what the run engine (``app/runs``) relies on in the database, read together
 when a lease or a resume misbehaves.
@@ -82,3 +83,8 @@ LEASE_EPOCH_CHECK = (
     END
     $fn$""",
 )
+
+# What an ``Idempotency-Key`` was first used for: a sha256 of the request's canonical
+# encoding (never its text), so a key reused for a different request is refused (422).
+# NULL for runs without a key and for rows stored before this step (the old rule).
+RUN_REQUEST_FINGERPRINT = ("ALTER TABLE runs ADD COLUMN IF NOT EXISTS request_fingerprint TEXT",)

@@ -34,6 +34,7 @@ from storage.sqlite.migration_steps.runs import (
     RUN_CANCEL_REQUESTS,
     RUN_IDEMPOTENCY,
     RUN_LEASES,
+    RUN_REQUEST_FINGERPRINT,
     RUN_SUMMARY,
 )
 from storage.sqlite.migration_steps.service import APP_SECRETS, SHARED_LIMITS, TOOL_CALL_INDEXES
@@ -72,6 +73,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         28: KB_GENERATION,
         29: LIVE_LOG,
         30: LIVE_LOG_SPANS,
+        31: RUN_REQUEST_FINGERPRINT,
     },
     rebuilds=frozenset({15, 16}),
 )

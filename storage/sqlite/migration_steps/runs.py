@@ -1,5 +1,6 @@
 """The SQLite engine's migration steps for durable runs: input and checkpoints (2), the
-run summary (3), idempotency keys (6), leases (9) and cross-replica cancels (14).
+run summary (3), idempotency keys (6), leases (9), cross-replica cancels (14) and the
+request fingerprint an idempotency key was first used for (31).
 Step 22 (lease epochs) is portable, in ``storage.migration_runner``.
 
 Why apart: what the run engine (``app/runs``) relies on in the database, read together
@@ -57,3 +58,9 @@ RUN_LEASES = (
 # A cancel asked for on any replica (issue 21): marked on the run's row, so the replica
 # executing the run — or the next one to claim it — ends it ``cancelled``.
 RUN_CANCEL_REQUESTS = ("ALTER TABLE runs ADD COLUMN cancel_requested_at REAL",)
+
+# What an ``Idempotency-Key`` was first used for: a sha256 of the request's canonical
+# encoding (never its text), so a key reused for a different request is refused (422)
+# instead of replaying the first run. NULL for runs without a key and for rows stored
+# before this step (those keep the old rule: any body resumes).
+RUN_REQUEST_FINGERPRINT = ("ALTER TABLE runs ADD COLUMN request_fingerprint TEXT",)
