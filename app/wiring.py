@@ -356,8 +356,8 @@ def _attach_titles(
 
 def end_live_runs(runs: RunManager, exc: BaseException) -> None:
     """The database went away under the server (``storage/sqlite/file_guard.py``): every
-    live run ends now with ``error`` (``storage_unavailable``) and ``message_complete``,
-    not when it next writes — a run waiting on a slow model would otherwise stream on."""
+    live run ends now (its followers get an id-less ``error`` ``storage_unavailable``: its
+    ending cannot be stored), not when it next writes — a run waiting on a slow model would otherwise stream on."""
     for run in runs.active():
         run.storage_lost(exc)
 

@@ -135,8 +135,9 @@ class Response(Event, frozen=True, kw_only=True):
 
 class Error(Event, frozen=True, kw_only=True):
     """A failure; always followed by `message_complete` — except an `error` without an
-    `id` (`storage_unavailable`): the replica serving the stream could not read the run's
-    log, the stream ends there, and a reconnect with `Last-Event-ID` reads on."""
+    `id` (`storage_unavailable`): the run's log could not be written or read, so its
+    ending is not stored yet; the stream ends there, and a reconnect with `Last-Event-ID`
+    reads on from what the log holds once the service is back."""
 
     name: ClassVar[str] = "error"
     message: str

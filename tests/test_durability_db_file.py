@@ -9,8 +9,10 @@ Three faults, applied to the files of a server that is streaming runs:
 
 What must hold, for each:
 - ``/readyz`` turns 503 with ``checks.db.ok`` false and says why;
-- every live run ends loudly: ``error`` (``storage_unavailable``), then one
-  ``message_complete`` ``failed``, last, with contiguous ids;
+- every live run ends loudly: its follower gets ``error`` (``storage_unavailable``)
+  without an id, last, after contiguous ids, and no ``message_complete``: the run's
+  ending (``error`` + ``message_complete`` failed) is not stored — the file is gone —
+  so it is never shown under ids the log does not hold;
 - a new run is refused with 503 ``storage_unavailable`` and ``Retry-After``;
 - the process stays up, and never writes into the file now at the path: after
   *removed* no file appears there; after *replaced* the new file is byte for byte
@@ -91,7 +93,9 @@ async def test_a_database_file_changed_under_the_server_is_noticed_and_never_wri
                     status, body = await start_run(http, server.base, run_body(trace.tag))
                     assert status == 201, body
                     trace.stream_url = body["stream_url"]
-                    followers.append(asyncio.create_task(follow(http, server.base, trace, deadline_s=120)))
+                    followers.append(
+                        asyncio.create_task(follow(http, server.base, trace, deadline_s=120, reconnect=False))
+                    )
                 await until(
                     lambda: all(sum(n == "content_chunk" for n in t.names()) >= 3 for t in traces),
                     "every run to stream",
@@ -146,13 +150,11 @@ async def test_a_database_file_changed_under_the_server_is_noticed_and_never_wri
             server.close()
 
         for trace in traces:
-            ids = [f[0] for f in trace.frames]
+            assert trace.outcome == "ended", (trace.tag, trace.outcome, trace.frames[-3:])
+            ids = [f[0] for f in trace.frames[:-1]]
             assert ids == [str(i) for i in range(1, len(ids) + 1)], (trace.tag, ids)
-            assert trace.names().count("message_complete") == 1 and trace.names()[-1] == "message_complete", (
-                trace.tag, trace.names()[-4:],
-            )
-            assert trace.names()[-2] == "error" and trace.error_codes[-1:] == ["storage_unavailable"], (
-                trace.tag, trace.names()[-4:], trace.error_codes,
-            )
-            assert trace.final_status == "failed", trace.tag
+            last_id, last_name, _ = trace.frames[-1]
+            assert last_name == "error" and last_id is None, (trace.tag, trace.frames[-3:])
+            assert trace.error_codes == ["storage_unavailable"], (trace.tag, trace.error_codes)
+            assert "message_complete" not in trace.names(), (trace.tag, trace.names()[-4:])
         assert "the database file changed under the running server" in log, log[-3000:]

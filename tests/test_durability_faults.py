@@ -9,11 +9,14 @@ times ``AGENT_DB_WRITE_RETRY_S``), then cleared:
 
 What must hold:
 - ``/readyz`` answers 503 with ``checks.db.ok`` false during the fault, 200 after it;
-- every run that was live ends loudly: ``error`` with code ``storage_unavailable``,
-  then ``message_complete`` ``failed`` — exactly one, last;
-- nothing a follower saw is missing from the log: once the fault has cleared, a replay
-  from 0 — by a new process, after SIGKILL, so it can only come from the database — is
-  exactly what the follower received live (ids 1..N, no gap);
+- every run that was live ends loudly: during the fault its follower gets ``error``
+  (``storage_unavailable``) *without an id* and the stream ends — its ending is not
+  stored yet, so it is not shown under ids another process may still give to other
+  events; reconnecting by ``Last-Event-ID`` once the fault cleared, it gets the stored
+  ending: ``error`` ``storage_unavailable``, then ``message_complete`` ``failed`` — one, last;
+- nothing a follower saw under an id is missing from the log: once the fault has
+  cleared, a replay from 0 — by a new process, after SIGKILL, so it can only come from
+  the database — is exactly what the follower received with ids (1..N, no gap);
 - the server works again: a new run completes.
 """
 
@@ -149,8 +152,17 @@ async def test_a_storage_fault_ends_live_runs_loudly_and_loses_nothing(tmp_path:
     if not after or after[-1][0] != 200:
         problems.append(f"/readyz did not recover after the fault: {after[-1:]}")
     for trace in traces:
-        frames = trace.frames
+        frames = [f for f in trace.frames if f[0] is not None]  # what the log is asked to hold
+        unlogged = [(i, f) for i, f in enumerate(trace.frames) if f[0] is None]
         ids = [f[0] for f in frames]
+        if not unlogged or any(f[1] != "error" or orjson.loads(f[2]).get("code") != "storage_unavailable"
+                               for _, f in unlogged):
+            problems.append(f"{trace.tag}: no id-less error storage_unavailable during the fault: {unlogged[:3]}")
+        elif unlogged[0][0] > next(  # the first id-less error comes before the stored one
+            (i for i, f in enumerate(trace.frames) if f[0] and f[1] == "error"),
+            len(trace.frames),
+        ):
+            problems.append(f"{trace.tag}: the ending was shown with ids before it was stored: {trace.frames[-4:]}")
         if ids != [str(i) for i in range(1, len(frames) + 1)]:
             problems.append(f"{trace.tag}: ids not contiguous: {ids}")
         if trace.names().count("message_complete") != 1 or not frames or frames[-1][1] != "message_complete":

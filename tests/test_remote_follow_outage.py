@@ -3,11 +3,11 @@ mid-stream, gets an ``error`` (``storage_unavailable``) and the stream's clean e
 
 Before, B's shared tail raised ``StorageUnavailable`` through the SSE response after it
 had started: the client saw ``peer closed connection without sending complete message
-body`` and no ``error``, and B logged "Exception in ASGI application". A follower on A
-(the run's own process) ends with ``error`` and the run's ``message_complete`` (failed),
-the real ending its owner decided and rescues into the log. B knows no ending, so it
-makes none up: its ``error`` carries no ``id`` (a reconnect with ``Last-Event-ID`` goes
-on from the last logged event) and no ``message_complete`` follows it.
+body`` and no ``error``, and B logged "Exception in ASGI application". B knows no
+ending, so it makes none up: its ``error`` carries no ``id`` (a reconnect with
+``Last-Event-ID`` goes on from the last logged event) and no ``message_complete`` follows
+it — as a follower on A (the run's own process) ends while A's ending is not stored
+(``tests/storage/test_unstored_outage_ending.py``).
 
 A PostgreSQL of this test's own (stopping the session's would stop every other test's).
 """

@@ -26,7 +26,17 @@ from storage.errors import StorageUnavailable
 from storage.interfaces import RunStore
 from storage.records import TERMINAL_EVENT, UNFINISHED, RunEvent
 
-__all__ = ["UNREADABLE", "Batches", "Followed", "Following", "LiveRuns", "follow", "follow_here", "unreadable"]
+__all__ = [
+    "UNREADABLE",
+    "UNSTORED",
+    "Batches",
+    "Followed",
+    "Following",
+    "LiveRuns",
+    "follow",
+    "follow_here",
+    "unreadable",
+]
 
 log = logging.getLogger("agentchat.runs")
 
@@ -35,6 +45,18 @@ UNREADABLE = Error(
     message=(
         "The service cannot read this run from its database right now; the run was not stopped: "
         "reconnect with Last-Event-ID to follow it on."
+    ),
+    code="storage_unavailable",
+)
+
+#: What a follower of a run of this process shows when the run's writes failed for good
+#: (``Run._storage_failed``) and its ending is not stored yet: not that ending under its
+#: ids, which another process claiming the run once the database is back may give to
+#: events of its own (the rescue write is refused then), but this, without an id.
+UNSTORED = Error(
+    message=(
+        "The service could not store this run's progress and stopped it here; its ending is not stored yet: "
+        "reconnect with Last-Event-ID once the service is back to read how the run ended."
     ),
     code="storage_unavailable",
 )
@@ -188,6 +210,14 @@ async def _live(
         # is the new owner's, read from the store under its ids, not made up here.
         async for remote_batch in _remote(remote, run.id, pos, idle):
             yield remote_batch
+    elif run.storage_error is not None and not run.lost and not ended:
+        # The store gave up on the run: its ending (error + message_complete failed) is
+        # queued for the log but not in it, and may never be (a claim elsewhere wins).
+        yield [_unlogged(UNSTORED)]
+
+
+def _unlogged(error: Error) -> Followed:
+    return Followed(_Unlogged(seq=0, event=error.name, data=error.to_json().decode()), error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,17 +233,17 @@ class _Unlogged(RunEvent):
 def unreadable(run_id: str, exc: StorageUnavailable) -> list[Followed]:
     """The end of a stream whose follower cannot read the run's log: ``error``
     (``storage_unavailable``), then the stream's clean end, as a follower of a run of
-    this process ends when the store fails it (``Run._storage_failed``) — but without
-    its ``message_complete``. That one is the run's real ending, decided by the process
-    that owns the run and written to the log by its rescue writer; a follower here knows
-    no ending (the owner may well carry the run on once the database is back), so it
-    makes none up and leaves no id: the client resumes with ``Last-Event-ID``. Before,
+    this process ends when the store fails it (``Run._storage_failed``, ``UNSTORED``):
+    no ``message_complete``. The run's real ending is decided by the process that owns
+    the run and written to the log by its rescue writer (or the run is carried on by
+    another process); a follower here knows none, so it makes none up and leaves no id:
+    the client resumes with ``Last-Event-ID``. Before,
     the exception cut the connection mid-body (``peer closed connection``) and uvicorn
     logged a traceback."""
     log.warning(
         "a followed run's log cannot be read; its stream ends", extra={"run_id": run_id, "error": str(exc)[:300]}
     )
-    return [Followed(_Unlogged(seq=0, event=UNREADABLE.name, data=UNREADABLE.to_json().decode()), UNREADABLE)]
+    return [_unlogged(UNREADABLE)]
 
 
 async def _remote(remote: RemoteRuns, run_id: str, after: int, idle: float) -> Batches:

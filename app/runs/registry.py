@@ -171,8 +171,8 @@ class RunRegistry:
                 and now - run.finished_at > finished_memory_s
                 and run.followers == 0
             ):
-                if run.durable < len(run.events) or run.storage_error is not None:
-                    continue  # its tail is still being written
+                if run.durable < len(run.events):
+                    continue  # its tail is still being written (a failed run's: by the rescue)
                 self.forget(run_id)  # its run_resumed is in the log now
                 removed += 1
         if removed:

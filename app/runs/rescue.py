@@ -1,10 +1,12 @@
 """A run whose ending the store refused: the loud ending must reach the log eventually.
 
-When a run's writes fail (the database is away), its followers here already saw its
-``error`` and ``message_complete``; this writes that ending again until the store takes
-it, so a reader elsewhere or later sees the same. The write is made under the run's
-lease: if another replica took the run over meanwhile, its ending is that replica's to
-write, and this one must not overwrite the log with a failure.
+When a run's writes fail (the database is away), its followers here were shown an
+id-less ``error`` and the run made its ending (``error`` + ``message_complete`` failed);
+this writes that ending until the store takes it, and only then is it shown under its
+ids (``Run.ending_stored``). The write is made under the run's lease: if another replica
+took the run over meanwhile, its ending is that replica's to write, and this one must
+not overwrite the log with a failure; the run is abandoned here (``Run.abandon``), so a
+follower that comes back reads the new owner's events from the store.
 """
 
 from __future__ import annotations
@@ -64,10 +66,12 @@ class EndingRescue:
                 continue
             except LeaseLost:
                 log.info("a failed run was taken over by another replica; it ends there", extra={"run_id": run.id})
+                run.abandon()
                 return
             except Exception as exc:  # e.g. a key another owner's write took: nothing to retry
                 log.error("could not store a failed run's ending", extra={"run_id": run.id, "error": str(exc)[:300]})
                 return
+            run.ending_stored()
             self.counters.rescued_writes += 1
             log.info("stored the ending of a run that storage had failed", extra={"run_id": run.id})
             return

@@ -7,8 +7,12 @@ a client ever saw can be replayed. A step's events and its checkpoint go in one 
 
 If the store gives up (database locked or unwritable past the retry window), the run
 ends loudly: the events that were never shown are dropped, ``error``
-(``storage_unavailable``) and ``message_complete`` take their ids, followers see them at
-once, and their write is retried in the background until the database is back.
+(``storage_unavailable``) and ``message_complete`` take the next ids and their write is
+retried in the background until the database is back (under the run's lease). They are
+not shown under those ids before they are stored: another process may claim the run
+when the database is back and give those ids to its own events. Followers end at once
+with an id-less ``error`` (``app.runs.follow``) and read on by ``Last-Event-ID`` from
+whatever the log holds once it is back.
 
 Followers never own a queue: each keeps only its position and waits for the next
 commit, so a slow reader costs O(1) memory.
@@ -273,13 +277,23 @@ class Run:
             written.append(ev)
         self.finished_at = time.time()
         self.status = "failed"
-        self.durable = len(self.events)  # shown now; stored by the rescue writer below
+        # Not shown under its ids until stored (``ending_stored``): followers end now with
+        # an id-less error (``app.runs.follow``); the rescue writer below stores it.
         self._ending_changed()
         self._notify()
         if self.on_storage_failure is not None:
             self.on_storage_failure(self, written)
         if self.task is not None and not self.task.done() and self.task is not asyncio.current_task():
             self.task.cancel()
+
+    def ending_stored(self) -> None:
+        """The rescue writer stored the ending ``_storage_failed`` made: it is the run's
+        ending in the log now, shown under its ids to whoever reads the run from here on."""
+        if self.lost or self.storage_error is None:
+            return
+        self.durable = len(self.events)
+        self._ending_changed()
+        self._notify()
 
     def storage_lost(self, exc: BaseException) -> None:
         """The database went away under this process (its file removed or replaced):
@@ -333,7 +347,7 @@ class Run:
         """Ended here with its ending not stored yet (still in the write queue, or
         refused and being written again by the rescue): the store still counts the run
         unfinished, the per-user run cap must not."""
-        return self.finished_at is not None and (self.durable < len(self.events) or self.storage_error is not None)
+        return self.finished_at is not None and self.durable < len(self.events)
 
     @property
     def last_seq(self) -> int:
@@ -374,6 +388,8 @@ class Run:
                     continue
                 if self.released or (self.finished and pos >= self.durable and self.durable == len(self.events)):
                     return
+                if self.storage_error is not None and pos >= self.durable:
+                    return  # its ending is not stored (yet): ``app.runs.follow`` shows it without ids
                 if clock is None:
                     await self._changed.wait()
                     continue

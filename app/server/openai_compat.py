@@ -357,6 +357,8 @@ async def _stream(source: Batches, tr: Translator) -> AsyncIterator[bytes]:
         yield part
     if tr.status is None and tr.awaiting is not None:  # parked: the decision goes to its own route
         yield frame(_awaiting_body(tr.id.removeprefix("chatcmpl-"), tr.awaiting))  # the id names the run
+    elif tr.status is None and tr.error is not None:  # no ending stored (the database away): this error is the end
+        yield frame(error_body(tr.error["message"], tr.error["code"], _failure_status(tr.error["code"])))
     elif tr.status is None:  # released at shutdown: an OpenAI client cannot resume a stream
         yield frame(error_body("the server restarted before the run ended; retry", "interrupted", 503))
     yield DONE

@@ -290,7 +290,7 @@ export interface Source {
   };
 }
 /**
- * A failure; always followed by `message_complete` — except an `error` without an `id` (`storage_unavailable`): the replica serving the stream could not read the run's log, the stream ends there, and a reconnect with `Last-Event-ID` reads on.
+ * A failure; always followed by `message_complete` — except an `error` without an `id` (`storage_unavailable`): the run's log could not be written or read, so its ending is not stored yet; the stream ends there, and a reconnect with `Last-Event-ID` reads on from what the log holds once the service is back.
  */
 export interface Error {
   message: string;

@@ -622,6 +622,7 @@ class Trace:
     or the name of the transport error (a dropped connection)."""
     outcome: str = "pending"
     """``complete`` (saw message_complete), ``no_terminal`` (204 before a message_complete),
+    ``ended`` (a clean end after an id-less frame, read with ``reconnect=False``),
     ``not_found``, ``timeout`` or ``error: …``."""
 
     @property
@@ -690,10 +691,13 @@ async def follow(
     not_found_grace_s: float = 10,
     on_frame: Callable[[Trace, Frame], None] | None = None,
     headers: Mapping[str, str] = DEMO_AUTH,
+    reconnect: bool = True,
 ) -> Trace:
     """Read the run's events like an EventSource: on a dropped or cleanly closed stream,
-    reconnect with ``Last-Event-ID`` (server down: retry every 50 ms) until
-    ``message_complete`` arrives, the server answers 204, or the deadline passes."""
+    reconnect with ``Last-Event-ID`` (server down: retry every 50 ms; a clean end without
+    ``message_complete``, e.g. an id-less ``storage_unavailable`` error: after 100 ms)
+    until ``message_complete`` arrives, the server answers 204, or the deadline passes.
+    Without ``reconnect``, a clean end of the first stream read ends it (outcome ``ended``)."""
     assert trace.stream_url is not None
     deadline = time.monotonic() + deadline_s
     not_found_since: float | None = None
@@ -755,6 +759,12 @@ async def follow(
         except httpx.TransportError as exc:
             trace.connects.append(type(exc).__name__)
             await asyncio.sleep(0.05)
+            continue
+        if trace.outcome == "pending" and segment and segment[-1][0] is None:
+            if not reconnect:
+                trace.outcome = "ended"
+                break
+            await asyncio.sleep(0.1)  # an EventSource waits its ``retry:`` before reconnecting
     return trace
 
 

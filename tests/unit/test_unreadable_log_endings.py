@@ -40,3 +40,20 @@ async def test_the_ui_message_gets_one_error() -> None:
     assert len(errors) == 1 and "Last-Event-ID" in errors[0]["errorText"], chunks
     assert "finish" not in [c["type"] for c in chunks]
     assert body.endswith("data: [DONE]\n\n")
+
+
+async def test_the_openai_stream_ends_with_that_one_error_and_done() -> None:
+    """The OpenAI-compatible stream's documented error form after it started: one error
+    chunk with the run's code, then ``[DONE]`` (before: an ``interrupted`` 'the server
+    restarted' error instead of the storage_unavailable one, which rode only as an extra)."""
+    from app.server.openai_compat import Translator
+    from app.server.openai_compat import _stream as openai_stream
+
+    tr = Translator("chatcmpl-r1", "agent", 0, include_usage=False)
+    body = b"".join([part async for part in openai_stream(_batches(), tr)]).decode()
+    chunks = [orjson.loads(line[6:]) for line in body.splitlines() if line.startswith("data: {")]
+    errors = [c["error"] for c in chunks if "error" in c]
+    assert [e["code"] for e in errors] == ["storage_unavailable"], chunks
+    assert "Last-Event-ID" in errors[0]["message"]
+    assert not any(c.get("choices") and c["choices"][0].get("finish_reason") for c in chunks), chunks
+    assert body.endswith("data: [DONE]\n\n")
