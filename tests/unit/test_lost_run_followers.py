@@ -10,7 +10,6 @@ replica) at the last event it saw, and gets the new owner's events and its one e
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,20 +17,10 @@ import pytest
 from app.runs.follow import Followed, follow_here
 from app.runs.remote import RemoteRuns
 from app.runs.run import Run
-from storage.open import open_storage
 from storage.records import NewRun, RunEvent, RunWrite, StoredRun
 from tests.support.deadline import within
 
 COMPLETE = '{"status":"completed","run_id":"r1","conversation_id":"c1","turns":1}'
-
-
-@pytest.fixture
-async def storage(tmp_path: Path) -> AsyncIterator[Any]:
-    opened = await open_storage(tmp_path / "agent.sqlite3")
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 def _chunk(seq: int, who: str) -> RunEvent:

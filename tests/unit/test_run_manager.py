@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -19,7 +18,6 @@ from app.runs.run import Run
 from llm.provider import Provider
 from llm.scripted import ScriptedProvider, ScriptedTurn
 from storage.errors import ConversationBusy, TooManyRuns
-from storage.open import open_storage
 from storage.records import RunEvent, RunWrite
 from tests.support.agent_kit import build_agent, names, payloads, registry_of
 from tests.support.deadline import within
@@ -27,15 +25,6 @@ from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
 from tests.support.procs import until
 
 ALICE, BOB = Caller("alice"), Caller("bob")
-
-
-@pytest.fixture
-async def storage(tmp_path: Path) -> AsyncIterator[Any]:
-    opened = await open_storage(tmp_path / "agent.sqlite3")
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 Managers = Callable[..., RunManager]

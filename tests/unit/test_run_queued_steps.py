@@ -9,8 +9,7 @@ step's lease needs to map its failure, and only then may the queue hold the step
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,19 +17,9 @@ import pytest
 from app.runs.run import Run
 from events import ContentChunk
 from storage.errors import LeaseLost, StorageUnavailable
-from storage.open import open_storage
 from storage.records import NewRun, RunWrite
 
 Handlers = tuple[Callable[[], None] | None, Callable[[BaseException], None] | None]
-
-
-@pytest.fixture
-async def storage(tmp_path: Path) -> AsyncIterator[Any]:
-    opened = await open_storage(tmp_path / "agent.sqlite3")
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 def _holds_a_step(handlers: Handlers) -> bool:
