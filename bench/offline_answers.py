@@ -8,7 +8,7 @@ hashing embedder) on a fresh database, ingests the npm documentation installed w
 through ``agentchat ingest``, asks tests/data/offline_questions.json in the knowledge
 context (the original set, tuned on, then the held-out, fresh, final, unseen, last,
 round6, round8, round9, round10, round11, round12, round13, round14, round15, round16, round17,
-round18, round19, round20, round21 and round23 sets, only measured) and writes
+round18, round19, round20, round21, round23 and walkthrough sets, only measured) and writes
 bench/results/offline_answers.json; a set's questions over the project's own docs/
 ("docs": round21's) are asked of a second fresh database where docs/ is ingested as the
 bucket ``docs`` beside the sample KB;

@@ -40,7 +40,10 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: "round21" (10 sample questions a newcomer asked, or wrote in a newcomer's words, and 2
 #: over the project's docs/ as a bucket, "docs"; no npm questions) after round 20, measured
 #: before round 21's changes; "round23" (15 sample questions over pages round 23's changes
-#: were not worked on) written before round 23's changes and measured before and after them.
+#: were not worked on) written before round 23's changes and measured before and after them;
+#: "walkthrough" (6 sample questions of a newcomer walkthrough whose answers skipped the
+#: passage the search ranked first) written before the heading-phrase bonus and measured
+#: before and after it.
 SETS = (
     "original",
     "held_out",
@@ -64,6 +67,7 @@ SETS = (
     "round20",
     "round21",
     "round23",
+    "walkthrough",
 )
 
 
