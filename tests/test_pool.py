@@ -300,12 +300,10 @@ async def test_a_large_pool_is_sharded_behind_one_gate_and_spreads_streams_over_
     assert transport.waits == 1 and transport.in_flight == 0 and transport._load == [0, 0, 0, 0]
 
 
-def test_the_shards_of_a_pool_share_one_tls_context_that_still_verifies(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each httpx transport builds a TLS context of its own, loading the CA bundle (~50 ms
-    of CPU): an app's pools have 17 shards, most of a served process's start-up CPU. The
-    shards of one pool share one context, built once - verifying as httpx's default
-    does, or not when told. (The session memoises ``ssl.create_default_context``,
-    ``tests/conftest.py``: the contexts *built* are counted here, not compared.)"""
+def _count_tls_contexts(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Record every ``ssl.create_default_context`` call from here on (the arguments of
+    each, in the returned list); the contexts are still built by the session's memoised
+    one (``tests/conftest.py``)."""
     import ssl
 
     built: list[object] = []
@@ -316,6 +314,18 @@ def test_the_shards_of_a_pool_share_one_tls_context_that_still_verifies(monkeypa
         return memoised(*args, **kwargs)
 
     monkeypatch.setattr(ssl, "create_default_context", counting)
+    return built
+
+
+def test_the_shards_of_a_pool_share_one_tls_context_that_still_verifies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each httpx transport builds a TLS context of its own, loading the CA bundle (~50 ms
+    of CPU): an app's pools have 17 shards, most of a served process's start-up CPU. The
+    shards of one pool share one context, built once - verifying as httpx's default
+    does, or not when told. (The session memoises ``ssl.create_default_context``,
+    ``tests/conftest.py``: the contexts *built* are counted here, not compared.)"""
+    import ssl
+
+    built = _count_tls_contexts(monkeypatch)
 
     def contexts(transport: PooledTransport) -> list[ssl.SSLContext]:
         return [shard._pool._ssl_context for shard in transport._shards]  # type: ignore[attr-defined]
@@ -339,14 +349,7 @@ async def test_an_apps_backend_and_model_pools_share_one_tls_context(
 
     from app.factory import create_app
 
-    built: list[object] = []
-    memoised = ssl.create_default_context
-
-    def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
-        built.append(args)
-        return memoised(*args, **kwargs)
-
-    monkeypatch.setattr(ssl, "create_default_context", counting)
+    built = _count_tls_contexts(monkeypatch)
     settings = Settings(db_path=tmp_path / "agent.sqlite3", llm_provider="extractive", embedder="hashing")
     app = create_app(settings)
     async with app.router.lifespan_context(app):
