@@ -45,6 +45,13 @@ pytestmark = pytest.mark.slow  # real server processes on one file
 RUNS = 3
 
 
+def quiet_env(db: Path) -> dict[str, str]:
+    """A serve on ``db`` that needs nothing outside it: the offline answerer, no embedder,
+    no sample knowledge base, one local user (these tests are about the file's lock)."""
+    return {"AGENT_LLM_PROVIDER": "extractive", "AGENT_EMBEDDER": "none", "AGENT_INGEST_SAMPLE_KB": "false",
+            "AGENT_AUTH": "none", "AGENT_DB_PATH": str(db)}
+
+
 def _streaming(trace: Trace) -> bool:
     return any(name == "content_chunk" for _, name, _ in trace.frames)
 
@@ -123,13 +130,7 @@ async def test_the_workers_of_one_serve_share_the_lock_and_a_second_serve_waits(
     supervisor's lock); a second ``serve`` on the file waits while any of them lives,
     and a SIGTERM stops it while it waits."""
     db = tmp_path / "agent.sqlite3"
-    base_env = {
-        "AGENT_LLM_PROVIDER": "extractive",
-        "AGENT_EMBEDDER": "none",
-        "AGENT_INGEST_SAMPLE_KB": "false",
-        "AGENT_AUTH": "none",
-        "AGENT_DB_PATH": str(db),
-    }
+    base_env = quiet_env(db)
     port = free_port()
     argv = [PYTHON, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--no-backend"]
     group = ManagedProcess("group", [*argv, "--workers", "2"], child_env(base_env), tmp_path / "group.log")
@@ -170,8 +171,7 @@ async def test_a_worker_restarted_after_the_lock_file_was_removed_serves(tmp_pat
     after the removal - on the group's own socket: 503 to part of the group's traffic.
     It shares the group's lock whatever the path names: it serves."""
     db = tmp_path / "agent.sqlite3"
-    env = {"AGENT_LLM_PROVIDER": "extractive", "AGENT_EMBEDDER": "none", "AGENT_INGEST_SAMPLE_KB": "false",
-           "AGENT_AUTH": "none", "AGENT_DB_PATH": str(db)}
+    env = quiet_env(db)
     port = free_port()
     argv = [PYTHON, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--no-backend",
             "--workers", "2"]
@@ -209,13 +209,7 @@ async def test_a_waiting_serve_starts_its_reference_backend_only_once_it_writes(
     ``python -m backend`` on the same ``backend.sqlite3`` beside the holder's. Now the
     lock comes first; the backend starts when the serve takes over."""
     db = tmp_path / "agent.sqlite3"
-    base_env = {
-        "AGENT_LLM_PROVIDER": "extractive",
-        "AGENT_EMBEDDER": "none",
-        "AGENT_INGEST_SAMPLE_KB": "false",
-        "AGENT_AUTH": "none",
-        "AGENT_DB_PATH": str(db),
-    }
+    base_env = quiet_env(db)
     first = AgentServer(tmp_path, base_env, name="first")
     second = AgentServer(tmp_path, base_env, name="second")
     backend_port = free_port()
@@ -245,8 +239,7 @@ async def test_a_waiting_serve_stops_on_one_signal_like_a_serving_one_and_a_wait
     death by the signal in the supervisor. A group left waiting takes over with both
     workers once the holder is SIGKILLed."""
     db = tmp_path / "agent.sqlite3"
-    env = {"AGENT_LLM_PROVIDER": "extractive", "AGENT_EMBEDDER": "none", "AGENT_INGEST_SAMPLE_KB": "false",
-           "AGENT_AUTH": "none", "AGENT_DB_PATH": str(db)}
+    env = quiet_env(db)
     lone = AgentServer(tmp_path, env, name="lone")
     waiting = AgentServer(tmp_path, env, name="waiting")
     procs: list[ManagedProcess] = [lone, waiting]
