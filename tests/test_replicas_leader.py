@@ -19,17 +19,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.postgres import TestPostgres
-from tests.support.procs import AgentServer
+from tests.support.procs import OFFLINE_SERVE_ENV, AgentServer
 
 pytestmark = pytest.mark.slow
 
-ENV = {
-    "AGENT_LLM_PROVIDER": "extractive",
-    "AGENT_EMBEDDER": "none",
-    "AGENT_INGEST_SAMPLE_KB": "false",
-    "OLLAMA_HOST": "http://127.0.0.1:9",
-    "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789",
-}
+ENV = {**OFFLINE_SERVE_ENV, "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789"}
 
 
 @pytest.fixture

@@ -27,17 +27,11 @@ import pytest
 
 from storage.file_lock import process_alive
 from storage.sqlite.runtime_dir import runtime_dir
-from tests.support.procs import AgentServer, until
+from tests.support.procs import OFFLINE_SERVE_ENV, AgentServer, until
 
 pytestmark = pytest.mark.slow
 
-EXTRACTIVE = {
-    "AGENT_LLM_PROVIDER": "extractive",
-    "AGENT_EMBEDDER": "none",
-    "AGENT_INGEST_SAMPLE_KB": "false",
-    "OLLAMA_HOST": "http://127.0.0.1:9",
-    "AGENT_WORKERS": "2",
-}
+EXTRACTIVE = {**OFFLINE_SERVE_ENV, "AGENT_WORKERS": "2"}
 
 
 def long_db(tmp_path: Path) -> Path:

@@ -29,19 +29,13 @@ import orjson
 import pytest
 
 from tests.fakes.paced_ollama import run_body, side_effect_marker
-from tests.support.procs import PYTHON, AgentServer, Trace, check_trace, follow, replay, until
+from tests.support.procs import OFFLINE_SERVE_ENV, PYTHON, AgentServer, Trace, check_trace, follow, replay, until
 from tests.support.procs import tool_stack as make_tool_stack
 from tests.test_workers import pinned_clients, saw, start_on
 
 pytestmark = pytest.mark.slow
 
-EXTRACTIVE = {
-    "AGENT_LLM_PROVIDER": "extractive",
-    "AGENT_EMBEDDER": "none",
-    "AGENT_INGEST_SAMPLE_KB": "false",
-    "OLLAMA_HOST": "http://127.0.0.1:9",
-    "AGENT_WORKERS": "2",
-}
+EXTRACTIVE = {**OFFLINE_SERVE_ENV, "AGENT_WORKERS": "2"}
 
 
 def gated_supervisor(tmp_path: Path, env: dict[str, str], *args: str, name: str) -> AgentServer:

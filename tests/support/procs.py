@@ -50,6 +50,15 @@ from tests.support.sse import SSEEvent, iter_sse
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 DEMO_AUTH = {"Authorization": "Bearer demo-alice"}
+#: A serve that reaches for nothing outside its database: the offline answerer, no
+#: embedder, no sample knowledge base, and an Ollama address nothing listens on - for
+#: the tests about processes, files and signals rather than answers.
+OFFLINE_SERVE_ENV: Mapping[str, str] = {
+    "AGENT_LLM_PROVIDER": "extractive",
+    "AGENT_EMBEDDER": "none",
+    "AGENT_INGEST_SAMPLE_KB": "false",
+    "OLLAMA_HOST": "http://127.0.0.1:9",
+}
 """A token the reference backend accepts; with ``AGENT_AUTH=none`` the agent forwards it."""
 
 _ISOLATED_PREFIXES = ("AGENT_", "OLLAMA_", "GEMINI_", "PERPLEXITY_", "OPENAI_")
