@@ -2,7 +2,8 @@
 model or embedder client libraries (``ollama``, ``google.genai``, ``openai``) nor the MCP
 SDK (``mcp``), nor what only some requests or settings use (``jsonschema``: the query
 planner's first plan; ``jwt``: ``AGENT_AUTH=jwt``; the OpenAPI document and its page, built
-at the first ``/openapi.json`` or ``/docs``). Each costs a start 0.04-1 s of CPU,
+at the first ``/openapi.json`` or ``/docs``), nor httpx's own command-line client (``rich``,
+``pygments``: ``app.cli.without_httpx_cli``). Each costs a start 0.04-1 s of CPU,
 and every restarted replica, every ``--workers`` child and every serve the test suite
 starts pays it; they load when their provider, embedder, MCP servers or auth mode are
 configured, when a probe found their server, or at their first use.
@@ -26,6 +27,8 @@ from tests.support.server import free_port
 
 CLIENT_LIBRARIES = ("ollama", "google.genai", "openai", "mcp")
 LOADED_WHEN_USED = (*CLIENT_LIBRARIES, "jsonschema", "jwt", "app.server.openapi_paths", "app.server.docs_page")
+#: What httpx's command-line client (``httpx._main``) would load, which nothing here runs.
+NEVER_LOADED = ("rich", "pygments")
 
 #: ``agentchat serve`` with its arguments, naming on exit those of ``libraries`` it imported.
 _SERVE_AND_NAME = """
@@ -54,7 +57,7 @@ async def test_serve_with_nothing_configured_loads_no_client_library_nor_what_it
     nothing_there = free_port()  # where Ollama is looked for: nothing listens
     server = AgentServer(tmp_path, {"OLLAMA_HOST": f"http://127.0.0.1:{nothing_there}"})
     assert server.argv[1:3] == ["-m", "app.cli"]
-    server.argv = [PYTHON, "-c", _SERVE_AND_NAME.format(libraries=LOADED_WHEN_USED), *server.argv[3:]]
+    server.argv = [PYTHON, "-c", _SERVE_AND_NAME.format(libraries=(*LOADED_WHEN_USED, *NEVER_LOADED)), *server.argv[3:]]
     server.start()
     try:
         ready = await server.wait_ready(timeout=90)
@@ -84,7 +87,8 @@ def test_help_loads_no_web_framework_nor_engine() -> None:
         "except SystemExit:\n"
         "    pass\n"
         "heavy = ('starlette', 'uvicorn', 'anyio', 'httpx', 'numpy', 'knowledge', 'storage')\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy), file=sys.stderr)\n"
+        "loaded = [m for m, module in sys.modules.items() if module is not None]  # None: blocked\n"
+        "print(sorted(m for m in loaded if m.split('.')[0] in heavy), file=sys.stderr)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=child_env({}), capture_output=True,
                          text=True, timeout=120, check=True)  # fmt: skip

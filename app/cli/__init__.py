@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = early_sigterm()
     args = sys.argv[1:] if argv is None else argv
     try:
+        without_httpx_cli()
         from app.cli.commands import main as run_command
 
         return run_command(argv)
@@ -45,4 +46,15 @@ def main(argv: list[str] | None = None) -> int:
         restore_sigterm(previous)
 
 
-__all__ = ["main"]
+def without_httpx_cli() -> None:
+    """httpx, on import, loads its own command-line client (``httpx._main``: rich,
+    pygments, click) whenever those are installed - as they are beside the dev tools -
+    ~50 ms of CPU of every ``agentchat`` process start, for a client nothing here runs.
+    A ``None`` in ``sys.modules`` makes that import fail, and httpx then defines its
+    ``httpx.main`` as a stub that says the CLI extra is missing: httpx itself is the same.
+    Only before httpx is first imported; never replaces a loaded module."""
+    if "httpx" not in sys.modules:
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
+
+__all__ = ["main", "without_httpx_cli"]
