@@ -42,6 +42,7 @@ from app.tool_offer import build_tool_index, default_registry, flow_core_tools
 from knowledge.attachment_store import ConversationAttachments
 from llm.pool import PoolWaits, pooled_transport
 from llm.provider import Provider
+from llm.tls import deferred_tls_context
 from storage.open import open_storage
 from storage.sqlite.database import SqliteDatabase
 from storage.sqlite.runs import SqliteRunStore
@@ -93,7 +94,8 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     pool_waits = PoolWaits()
     # One TLS context for both pools, as ``pooled_transport`` shares one among a pool's
     # shards: each would otherwise load the CA bundle again (~30 ms of CPU every start).
-    tls = httpx.create_ssl_context()
+    # It reads the bundle at its first TLS connection, not here (``llm.tls``).
+    tls = deferred_tls_context()
     http = httpx.AsyncClient(
         timeout=httpx.Timeout(settings.backend_timeout_s, connect=5.0),
         transport=pooled_transport(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -35,6 +36,7 @@ from typing import Any
 import httpx
 
 from llm.netstream import lean_transport
+from llm.tls import deferred_tls_context
 
 log = logging.getLogger("agentchat.pool")
 
@@ -163,11 +165,15 @@ def pooled_transport(
     # own, loading the CA bundle every time (~50 ms of CPU), and an app's pools have 17
     # shards - most of an app start's CPU, in the profile of a fresh start. A context is
     # made to be shared by many connections; ``verify``/``cert`` are honoured as httpx would.
-    ssl_context = httpx.create_ssl_context(
-        verify=transport_kwargs.pop("verify", True),
-        cert=transport_kwargs.pop("cert", None),
-        trust_env=transport_kwargs.get("trust_env", True),
-    )
+    # httpx's default (``verify=True``) reads its bundle at the first TLS connection only
+    # (``llm.tls``): many a process never opens one.
+    verify = transport_kwargs.pop("verify", True)
+    cert = transport_kwargs.pop("cert", None)
+    trust_env = transport_kwargs.get("trust_env", True)
+    if verify is True and cert is None:
+        ssl_context: ssl.SSLContext = deferred_tls_context(trust_env=trust_env)
+    else:
+        ssl_context = httpx.create_ssl_context(verify=verify, cert=cert, trust_env=trust_env)
     # Each shard's connections on the lean asyncio backend (``llm.netstream``: no cancel
     # scope per read of a streamed answer).
     shards = [lean_transport(limits=limits, verify=ssl_context, **transport_kwargs) for _ in range(count)]

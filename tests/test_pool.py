@@ -320,10 +320,14 @@ def _count_tls_contexts(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 def test_the_shards_of_a_pool_share_one_tls_context_that_still_verifies(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each httpx transport builds a TLS context of its own, loading the CA bundle (~50 ms
     of CPU): an app's pools have 17 shards, most of a served process's start-up CPU. The
-    shards of one pool share one context, built once - verifying as httpx's default
-    does, or not when told. (The session memoises ``ssl.create_default_context``,
-    ``tests/conftest.py``: the contexts *built* are counted here, not compared.)"""
+    shards of one pool share one context - verifying as httpx's default does, or not
+    when told - whose bundle is read at its first use, not when the pool is built
+    (``llm/tls.py``; tests/test_tls_deferred.py connects through it). (The session
+    memoises ``ssl.create_default_context``, ``tests/conftest.py``: the contexts *built*
+    are counted here, not compared.)"""
     import ssl
+
+    from llm.tls import DeferredTrustContext
 
     built = _count_tls_contexts(monkeypatch)
 
@@ -332,9 +336,11 @@ def test_the_shards_of_a_pool_share_one_tls_context_that_still_verifies(monkeypa
 
     shared = contexts(pooled_transport("llm", 256))
     assert len(shared) == 8 and all(ctx is shared[0] for ctx in shared)
-    assert len(built) == 1, f"{len(built)} TLS contexts built for one pool"
+    assert built == [], f"{len(built)} CA bundles read for one pool before any connection"
+    assert isinstance(shared[0], DeferredTrustContext) and not shared[0].trust_loaded
     assert shared[0].verify_mode == ssl.CERT_REQUIRED and shared[0].check_hostname
-    assert shared[0].cert_store_stats()["x509_ca"] > 0  # the CA bundle is loaded
+    assert shared[0].cert_store_stats()["x509_ca"] > 0  # the CA bundle, read at this first look
+    assert shared[0].trust_loaded
     unverified = contexts(pooled_transport("backend", 64, verify=False))
     assert len(unverified) == 2 and all(ctx is unverified[0] and ctx.verify_mode == ssl.CERT_NONE for ctx in unverified)
 
@@ -343,16 +349,28 @@ async def test_an_apps_backend_and_model_pools_share_one_tls_context(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An app's start builds one TLS context for its backend and model pools, not one
-    each: every context loads the CA bundle (~30 ms of CPU), and every ``agentchat
-    serve`` paid for two. Counted as in the test above (the session memoises the builds)."""
+    each, and reads no CA bundle (~30 ms of CPU each) until a first TLS connection: every
+    ``agentchat serve`` paid for two, then one, though many never open one. Counted as
+    in the test above (the session memoises the builds)."""
     import ssl
 
+    import app.wiring
     from app.factory import create_app
+    from llm.tls import DeferredTrustContext, deferred_tls_context
 
     built = _count_tls_contexts(monkeypatch)
+    made: list[DeferredTrustContext] = []
+
+    def counted(**kwargs: Any) -> DeferredTrustContext:
+        made.append(deferred_tls_context(**kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(app.wiring, "deferred_tls_context", counted)
     settings = Settings(db_path=tmp_path / "agent.sqlite3", llm_provider="extractive", embedder="hashing")
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        http = app.state.services.http
-        assert http._transport._shards[0]._pool._ssl_context.verify_mode == ssl.CERT_REQUIRED  # type: ignore[attr-defined]
-    assert len(built) == 1, f"{len(built)} TLS contexts built by one app's start"
+    application = create_app(settings)
+    async with application.router.lifespan_context(application):
+        http = application.state.services.http
+        assert len(made) == 1, f"{len(made)} TLS contexts built by one app's start"
+        assert http._transport._shards[0]._pool._ssl_context is made[0]  # type: ignore[attr-defined]
+        assert made[0].verify_mode == ssl.CERT_REQUIRED and not made[0].trust_loaded
+    assert built == [], f"{len(built)} CA bundles read by one app's start"

@@ -1,0 +1,80 @@
+"""The outbound pools' TLS context reads its CA bundle at the first handshake, not when a
+pool is built (``llm/tls.py``): ~45 ms of CPU every ``agentchat serve`` start paid though
+many never open an https connection. Read then, it verifies as httpx's default does -
+an untrusted certificate is refused, ``SSL_CERT_FILE`` is honoured - on asyncio and on
+uvloop (which ``agentchat serve`` runs on), through a real loopback TLS server."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from pathlib import Path
+
+import httpx
+import pytest
+import uvloop
+
+from llm.pool import PooledTransport, pooled_transport
+from llm.tls import DeferredTrustContext
+from tests.test_netstream import CHUNKED_HEAD, _tls_pair, chunk, read_request, server
+
+
+def _context(transport: PooledTransport) -> ssl.SSLContext:
+    contexts = {id(shard._pool._ssl_context): shard._pool._ssl_context for shard in transport._shards}  # type: ignore[attr-defined]
+    assert len(contexts) == 1, "the shards of one pool share one context"
+    return next(iter(contexts.values()))
+
+
+async def _get(transport: PooledTransport, port: int) -> httpx.Response:
+    async with httpx.AsyncClient(transport=transport, timeout=10) as client:
+        return await client.get(f"https://localhost:{port}/")
+
+
+async def _untrusted_then_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server_ctx, _ = _tls_pair(tmp_path)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(CHUNKED_HEAD + chunk(b"ok\n") + b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async with server(handler, tls=server_ctx) as port:
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+        pool = pooled_transport("llm", 64)
+        context = _context(pool)
+        assert isinstance(context, DeferredTrustContext) and not context.trust_loaded
+        assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            await _get(pool, port)  # certifi's bundle does not hold the test's certificate
+        assert context.trust_loaded
+
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "cert.pem"))  # read at the first handshake
+        trusting = pooled_transport("llm", 64)
+        assert not _context(trusting).trust_loaded
+        response = await _get(trusting, port)
+        assert response.status_code == 200 and response.text == "ok\n"
+        assert _context(trusting).get_ca_certs()[0]["subject"] == ((("commonName", "localhost"),),)
+
+
+async def test_the_bundle_is_read_at_the_first_handshake_and_verifies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _untrusted_then_trusted(tmp_path, monkeypatch)
+
+
+def test_the_same_on_uvloop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    uvloop.run(_untrusted_then_trusted(tmp_path, monkeypatch))
+
+
+def test_a_bundle_that_does_not_exist_fails_when_the_pool_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As httpx's own context does (``load_verify_locations`` at build): a start with a
+    wrong ``SSL_CERT_FILE`` still fails at start, not at its first https call."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "missing.pem"))
+    with pytest.raises(FileNotFoundError, match=r"missing\.pem"):
+        pooled_transport("llm", 64)
+    with pytest.raises(FileNotFoundError):
+        httpx.create_ssl_context()  # httpx's own: the same error, when built
