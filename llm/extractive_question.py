@@ -42,6 +42,9 @@ _WHICH_KIND = re.compile(
     r"|should|must|will|would|has|have)\b)|(?P<word>[\w.-]+))",
     re.IGNORECASE,
 )
+#: The opening word of a question asking for a place, a time, a party, a choice or a
+#: reason. Not "how" or "what", which open how-tos and definitions as well.
+_ASKS = re.compile(r"^\W*(where|when|who|whom|whose|which|why)\b", re.IGNORECASE)
 _ENUMERATION = re.compile(r"^\s*(?:what\s+are\b|list\b|name\s+the\b)", re.IGNORECASE)
 #: A number followed by one of these counts nothing: "HTTP 204 on reconnect", "HTTP 200
 #: with the … content type" are codes, not amounts ("800 characters", "15 seconds" are).
@@ -241,6 +244,9 @@ class Question:
     #: ``{(left, right): the question's stem}`` for a word of the question the passages
     #: write apart as two words ("agentchat" / "agent chat": ``written_apart``).
     apart: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    #: The word a question of place, time, party, choice or reason opens with ("where",
+    #: "when", "who", "which", "why"; ``_ASKS``), folded, else "".
+    asks: str = ""
     #: The stems of a follow-up's topic (``llm.extractive_followup.about``): the earlier
     #: question's words the follow-up does not say, among ``stems`` but counting
     #: ``TOPIC_WEIGHT``.
@@ -313,6 +319,7 @@ class Question:
             action,
             tuple(c for c in compounds if c[1]),
             stems_of(next((g for g in k.groups() if g), "")) if (k := _WHICH_KIND.search(question)) else frozenset(),
+            asks=a.group(1).casefold() if (a := _ASKS.match(question)) else "",
             words=w,
         )
 

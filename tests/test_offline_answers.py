@@ -340,7 +340,7 @@ FLOORS = {
     "round20": {"sample": 0.8, "npm": 0.5},  # 8/10, 5/10 (8/10, 5/10 when first asked, before round 20)
     "round21": {"sample": 0.5, "npm": 1.0},  # 5/10 here, 6/10 in the bench (4/10, 5/10 before round 21); no npm
     "round23": {"sample": 0.8, "npm": 1.0},  # 12/15 here, 13/15 in the bench (12/15 before round 23); no npm
-    "walkthrough": {"sample": 0.66, "npm": 1.0},  # 4/6 in the bench (3/6 before the heading-phrase bonus); no npm
+    "walkthrough": {"sample": 0.66, "npm": 1.0},  # 4/6 here, 5/6 in the bench (3/6 first, 4/6 before the asked heading); no npm
     "followup": {"sample": 0.9, "npm": 1.0},  # 9/10 (5/10 before the answerer read the conversation); no npm
 }
 #: One loop for the module: the sample questions' task runs across both tests.
