@@ -8,7 +8,9 @@ hashing embedder) on a fresh database, ingests the npm documentation installed w
 through ``agentchat ingest``, asks tests/data/offline_questions.json in the knowledge
 context (the original set, tuned on, then the held-out, fresh, final, unseen, last,
 round6, round8, round9, round10, round11, round12, round13, round14, round15, round16, round17,
-round18, round19, round20, round21, round23 and walkthrough sets, only measured) and writes
+round18, round19, round20, round21, round23 and walkthrough sets, only measured; and the
+followup set, two-turn conversations whose earlier questions (an item's ``before``) are
+asked first in the same conversation) and writes
 bench/results/offline_answers.json; a set's questions over the project's own docs/
 ("docs": round21's) are asked of a second fresh database where docs/ is ingested as the
 bucket ``docs`` beside the sample KB;
@@ -43,6 +45,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import llm.extractive as extractive
+from llm.extractive_followup import FollowUp
 from llm.extractive_read import Passage
 from llm.extractive_words import Words
 from tests.support.offline_answers import (
@@ -96,14 +99,26 @@ def print_set(label: str, sets: dict[str, list[dict[str, Any]]], show: bool) -> 
 
 
 def capturing(store: dict[str, Any]) -> None:
-    """Keep, per question, the passages the answerer composes from (the last call wins)."""
+    """Keep, per question, the passages the answerer composes from (the last call wins);
+    for a follow-up (``llm.extractive_followup``) the passages and what it leans on,
+    ``{"passages": [...], "follow_up": {...}}``."""
     compose = extractive.compose_answer
 
-    def recorded(question: str, passages: list[Passage], words: Words | None = None) -> tuple[str, list[str], float]:
-        store[question] = [dataclasses.asdict(p) for p in passages]
-        return compose(question, passages, words)
+    def recorded(
+        question: str, passages: list[Passage], words: Words | None = None, follow_up: FollowUp | None = None
+    ) -> tuple[str, list[str], float]:
+        kept = [dataclasses.asdict(p) for p in passages]
+        store[question] = kept if follow_up is None else {"passages": kept, "follow_up": dataclasses.asdict(follow_up)}
+        return compose(question, passages, words, follow_up)
 
     extractive.compose_answer = recorded  # type: ignore[assignment]
+
+
+def _captured(entry: Any) -> tuple[list[Passage], FollowUp | None]:
+    """One captured question's passages and follow-up (a list: passages alone)."""
+    if isinstance(entry, list):
+        return [Passage(**p) for p in entry], None
+    return [Passage(**p) for p in entry["passages"]], FollowUp(**entry["follow_up"])
 
 
 def replay(path: Path, show: bool) -> None:
@@ -117,8 +132,8 @@ def replay(path: Path, show: bool) -> None:
             for item in questions:
                 if item["question"] not in captured:
                     continue
-                passages = [Passage(**p) for p in captured[item["question"]]]
-                answer, sources, _ = extractive.compose_answer(item["question"], passages, words)
+                passages, follow_up = _captured(captured[item["question"]])
+                answer, sources, _ = extractive.compose_answer(item["question"], passages, words, follow_up)
                 results.append({**item, "answer": answer, "sources": sources})
             if results:
                 sets[corpus] = results

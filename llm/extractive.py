@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 
 from llm.extractive_answer import Passage, compose_answer
+from llm.extractive_followup import FollowUp, earlier_questions, follow_up_of
 from llm.extractive_page_read import PAGE_READ_TOOL, found_pages, page_read_args, pages_to_read
 from llm.extractive_words import Words
 from llm.provider import ProviderHealth
@@ -122,6 +123,28 @@ def _question(messages: list[Message]) -> tuple[str, int]:
         if messages[i].role == "user" and messages[i].content:
             return messages[i].content, i
     return "", 0
+
+
+def _searches(question: str, follow: FollowUp | None) -> list[tuple[str, dict[str, Any]]]:
+    """The first turn's knowledge search: the question; for a follow-up, the question
+    with its topic's words (``FollowUp.search_query``) and the question alone, in
+    parallel, so that what the follow-up itself asks keeps its own search."""
+    own = (SEARCH_TOOL, {"query": question[:500], "top_k": SEARCH_TOP_K})
+    if follow is None:
+        return [own]
+    return [(SEARCH_TOOL, {"query": follow.search_query(), "top_k": SEARCH_TOP_K}), own]
+
+
+def _distinct(passages: list[Passage]) -> list[Passage]:
+    """Each chunk once, where it first came (two searches of one turn find some alike)."""
+    seen: set[str] = set()
+    out: list[Passage] = []
+    for p in passages:
+        key = p.chunk_id or p.source_id
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
 
 
 def _results_since(messages: list[Message], start: int) -> list[ToolResult]:
@@ -248,8 +271,9 @@ class ExtractiveProvider:
             yield ContentDelta(text)
             yield MessageComplete(stop_for_tool_use=False, usage=Usage(), stop_reason="stop")
             return
+        follow = follow_up_of(question, earlier_questions(request.messages, start))
         if not attempted:  # a failed search is not repeated: answer with what there is
-            for ev in self._call(SEARCH_TOOL, {"query": question[:500], "top_k": SEARCH_TOP_K}):
+            for ev in self._calls(_searches(question, follow)):
                 yield ev
             return
         if answered and not answered[-1].is_error:
@@ -257,16 +281,17 @@ class ExtractiveProvider:
             return
         read_again = [r for r in results if r.name == PAGE_READ_TOOL]
         if not read_again and not answered and PAGE_READ_TOOL in offered:
-            calls = [page_read_args(page, query) for page, query in pages_to_read(question, _pages(searched))]
+            asked = follow.search_query() if follow is not None else question
+            calls = [page_read_args(page, query) for page, query in pages_to_read(asked, _pages(searched))]
             if calls:  # the found page(s) read more deeply first (llm.extractive_page_read)
                 for ev in self._calls([(PAGE_READ_TOOL, args) for args in calls]):
                     yield ev
                 return
-        passages = _with_page_reads([p for r in searched for p in _passages(r)], read_again)
+        passages = _with_page_reads(_distinct([p for r in searched for p in _passages(r)]), read_again)
         # 15-20 ms of pure-Python scoring per answer: on a worker thread, so the event loop
         # (every other live stream) gets the GIL back every switch interval instead of
         # waiting out the whole answer. The memo's lru_caches are thread-safe.
-        answer, sources, confidence = await asyncio.to_thread(compose_answer, question, passages, self._words)
+        answer, sources, confidence = await asyncio.to_thread(compose_answer, question, passages, self._words, follow)
         if answered:  # the last answer was rejected: answer again without citations
             answer, sources, confidence = "", [], 0.0
         if not answer:

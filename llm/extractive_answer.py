@@ -36,6 +36,8 @@ from llm.extractive_additions import with_item_name as _with_item_name
 from llm.extractive_additions import with_name as _with_name
 from llm.extractive_additions import with_synopsis as _with_synopsis
 from llm.extractive_additions import with_syntax as _with_syntax
+from llm.extractive_followup import FollowUp
+from llm.extractive_followup import about as _about
 from llm.extractive_pages import PageOpening, alias_documents
 from llm.extractive_question import Question as _Question
 from llm.extractive_quote import cite as _cite
@@ -105,7 +107,7 @@ def _completes(question: _Question, lead: str, said: frozenset[str]) -> bool:
     """The lead says every word of the question the answer has not said yet (and there is
     at least one): quoted beside it, the answer covers the whole question."""
     match = question.words.match
-    missing = [q for q in question.stems if match(q, said) < 1.0]
+    missing = [q for q in question.stems - question.topic if match(q, said) < 1.0]
     if not missing:
         return False
     terms = question.terms(lead)
@@ -131,11 +133,17 @@ def _said(question: _Question, reads: list[_Read]) -> list[frozenset[str]]:
     return list(seen.values())
 
 
-def compose_answer(question: str, passages: list[Passage], words: Words | None = None) -> tuple[str, list[str], float]:
+def compose_answer(
+    question: str, passages: list[Passage], words: Words | None = None, follow_up: FollowUp | None = None
+) -> tuple[str, list[str], float]:
     """The best passage(s) for ``question``: ``(answer Markdown, cited source ids,
     confidence)``. ``words`` is the answerer's memoised word work (``ExtractiveProvider``
-    keeps one for its life); without it the answer builds its own, which only it uses."""
+    keeps one for its life); without it the answer builds its own, which only it uses.
+    ``follow_up``: the question leans on earlier ones (``llm.extractive_followup``), whose
+    words count too, below its own (``llm.extractive_followup.about``)."""
     q = _Question.of(question, words)
+    if follow_up is not None:
+        q = _about(q, follow_up)
     if not q.stems or not passages:
         return "", [], 0.0
     reads = [_read(p) for p in passages]
@@ -145,6 +153,9 @@ def compose_answer(question: str, passages: list[Passage], words: Words | None =
     q = q.weighed_by(_said(q, reads))
     units = sorted(_units(reads, q), key=lambda u: (-u.score, u.passage, u.block, u.index))
     units = [u for u in units if u.score >= MIN_RELEVANCE]
+    if q.form_only and q.wants is not None:
+        # "How big can it be?" of a file: only a unit stating an amount answers it.
+        units = [u for u in units if q.holds_wanted(u.text)] or units
     if not units:
         return "", [], 0.0
     best = units[0].score

@@ -47,9 +47,10 @@ from llm.extractive_read import opening_block as _opening
 from llm.extractive_read import prev_block as _prev_block
 from llm.extractive_read import table_header as _table_rows_header
 from llm.extractive_read import table_rows as _table_rows
+from llm.extractive_signals import ASKED_HEADING_BONUS, HOW_TO_NAME_BONUS, MIN_LEAD_CHARS
 from llm.extractive_signals import GLOSSARY_BONUS as _GLOSSARY_BONUS
-from llm.extractive_signals import HOW_TO_NAME_BONUS, MIN_LEAD_CHARS
 from llm.extractive_signals import after_properties as _after_properties
+from llm.extractive_signals import asked_by_heading as _asked_by_heading
 from llm.extractive_signals import continues_section as _continues_section
 from llm.extractive_signals import defines_asked as _defines_asked
 from llm.extractive_signals import how_to_bonus as _how_to_bonus
@@ -302,6 +303,7 @@ def score_units(reads: list[_Read], question: _Question) -> list[_Unit]:
                 plain = _LINK.sub(r"\1", raw)
                 score = _unit_score(question, raw, context) + rank - 0.004 * min(i, 10)
                 score += HEADING_PHRASE_BONUS * heading_phrase.get(read.headings[b], 0.0)
+                score += ASKED_HEADING_BONUS * _asked_by_heading(question, read.headings[b], words)
                 if (
                     words.coverage(question.stems, question.terms(plain) | _said_otherwise(question, plain)) <= 0
                     and not (named and b == opening)

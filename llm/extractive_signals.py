@@ -38,6 +38,11 @@ GLOSSARY_BONUS = 0.1
 #: about, and more for an entry defining it (``how_to_bonus``).
 HOW_TO_NAME_BONUS = 0.05
 HOW_TO_ENTRY_BONUS = 0.15
+#: For every unit of a section whose heading asks the question's own question ("Where
+#: data lives" for "where is my data stored?"), scaled by the share of the question's
+#: words the heading says (``asked_by_heading``). Replayed over every set's captured
+#: passages: 0.2-0.5 change that one answer (0.3 and more lead with the section), no other.
+ASKED_HEADING_BONUS = 0.3
 #: A term an entry defines: in code or bold, then a colon or dash.
 _TERM = re.compile(r"^\s*(?:`(?P<code>[^`]+)`|\*\*(?P<bold>[^*]+)\*\*)\s*[:\u2013\u2014-]\s")
 
@@ -225,12 +230,29 @@ def opens_setting_for(question: Question, read: _Read, b: int, title: frozenset[
     )
 
 
+def asked_by_heading(question: Question, heading: str, words: Words) -> float:
+    """The share of the question's own words (not a follow-up's topic) a section heading
+    says when it opens with the question's own word of place, time, party, choice or
+    reason (``Question.asks``): "Where data lives" is the section answering "where is my
+    data stored?", though its sentences say "lands" and "holds", never "stored", while a
+    sentence elsewhere says "stored" of something else ("typed fields stored as real
+    indexed columns"). Else 0."""
+    if not question.asks or not heading:
+        return 0.0
+    opening = heading.lstrip(" *_`\"'(").split(None, 1)
+    if not opening or opening[0].casefold().rstrip(":,") != question.asks:
+        return 0.0
+    return words.coverage(question.stems - question.topic, words.stems(heading))
+
+
 __all__ = [
+    "ASKED_HEADING_BONUS",
     "GLOSSARY_BONUS",
     "HOW_TO_ENTRY_BONUS",
     "HOW_TO_NAME_BONUS",
     "MIN_LEAD_CHARS",
     "after_properties",
+    "asked_by_heading",
     "continues_section",
     "defines_asked",
     "how_to_bonus",

@@ -340,7 +340,8 @@ FLOORS = {
     "round20": {"sample": 0.8, "npm": 0.5},  # 8/10, 5/10 (8/10, 5/10 when first asked, before round 20)
     "round21": {"sample": 0.5, "npm": 1.0},  # 5/10 here, 6/10 in the bench (4/10, 5/10 before round 21); no npm
     "round23": {"sample": 0.8, "npm": 1.0},  # 12/15 here, 13/15 in the bench (12/15 before round 23); no npm
-    "walkthrough": {"sample": 0.66, "npm": 1.0},  # 4/6 in the bench (3/6 before the heading-phrase bonus); no npm
+    "walkthrough": {"sample": 0.66, "npm": 1.0},  # 4/6 here, 5/6 in the bench (3/6 first, 4/6 before the asked heading); no npm
+    "followup": {"sample": 0.9, "npm": 1.0},  # 9/10 (5/10 before the answerer read the conversation); no npm
 }
 #: One loop for the module: the sample questions' task runs across both tests.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -383,14 +384,21 @@ async def ingest(env: dict[str, str], path: Path, bucket: str) -> None:
 async def ask_each(
     client: httpx.AsyncClient, base: str, questions: list[dict[str, str]], context: dict[str, Any] | None
 ) -> list[dict[str, Any]]:
-    """Each question asked over SSE in turn; the question with its ``response`` event."""
+    """Each question asked over SSE in turn; the question with its ``response`` event. A
+    question with ``before`` (earlier questions of its conversation: a follow-up) is asked
+    after them in one conversation, as a person chatting asks it; only its answer is kept."""
     results: list[dict[str, Any]] = []
     for item in questions:
-        body: dict[str, Any] = {"message": item["question"], "context_type": "knowledge"}
-        if context:
-            body["context"] = context
-        events = await collect_sse(client, "POST", f"{base}/v1/agent/chat", json=body)
-        assert events[-1].event == "message_complete" and events[-1].json()["status"] == "completed"
+        conversation: str | None = None
+        for asked in [*item.get("before", ()), item["question"]]:
+            body: dict[str, Any] = {"message": asked, "context_type": "knowledge"}
+            if context:
+                body["context"] = context
+            if conversation is not None:
+                body["conversation_id"] = conversation
+            events = await collect_sse(client, "POST", f"{base}/v1/agent/chat", json=body)
+            assert events[-1].event == "message_complete" and events[-1].json()["status"] == "completed"
+            conversation = next(e.json()["conversation_id"] for e in events if e.event == "run_started")
         results.append({**item, **response_of(events)})
     return results
 

@@ -43,7 +43,9 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: were not worked on) written before round 23's changes and measured before and after them;
 #: "walkthrough" (6 sample questions of a newcomer walkthrough whose answers skipped the
 #: passage the search ranked first) written before the heading-phrase bonus and measured
-#: before and after it.
+#: before and after it; "followup" (10 two-turn conversations over the sample KB: a
+#: question, then a follow-up referring back to it, each item's ``before``) written before
+#: the answerer read the conversation and measured before and after that change.
 SETS = (
     "original",
     "held_out",
@@ -68,6 +70,7 @@ SETS = (
     "round21",
     "round23",
     "walkthrough",
+    "followup",
 )
 
 
