@@ -104,3 +104,25 @@ async def test_both_parsers_guard_headers_and_serve_keep_alive_and_streams(stack
                     if line.startswith("id: "):
                         ids.append(int(line[4:]))
             assert ids == [1, 2, 3]
+
+
+@pytest.mark.parametrize("stack", STACKS, ids=lambda s: s.http)
+async def test_a_websocket_handshake_is_refused_with_403_and_the_app_never_sees_it(stack: Stack) -> None:
+    """The agent has no WebSocket route: a handshake gets 403 and a closed connection, as
+    with uvicorn's own WebSocket protocol (the router closed the websocket scope) -
+    answered by ``app/cli/no_websockets.py``, so that no start imports a WebSocket
+    library (``app`` here accepts only http scopes)."""
+    handshake = (b"GET /v1/agent/chat?x=1 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")  # fmt: skip
+    async with served(stack) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(handshake)
+        async with asyncio.timeout(10):
+            answer = await reader.read()  # to the end: the connection is closed
+        writer.close()
+        head = answer.split(b"\r\n\r\n", 1)[0].lower().split(b"\r\n")
+        assert head[0] == b"http/1.1 403 forbidden", answer
+        assert b"content-length: 0" in head and b"connection: close" in head
+        assert any(line.startswith(b"date: ") for line in head)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
+            assert (await http.get("/")).text == "ok"  # the server serves on

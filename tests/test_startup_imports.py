@@ -2,8 +2,9 @@
 model or embedder client libraries (``ollama``, ``google.genai``, ``openai``) nor the MCP
 SDK (``mcp``), nor what only some requests or settings use (``jsonschema``: the query
 planner's first plan; ``jwt``: ``AGENT_AUTH=jwt``; the OpenAPI document and its page, built
-at the first ``/openapi.json`` or ``/docs``), nor httpx's own command-line client (``rich``,
-``pygments``: ``app.cli.without_httpx_cli``). Each costs a start 0.04-1 s of CPU,
+at the first ``/openapi.json`` or ``/docs``; the installed version, ``importlib.metadata``:
+``--version`` and the OpenAPI document), nor httpx's own command-line client (``rich``,
+``pygments``: ``app.cli.without_httpx_cli``), nor a WebSocket library. Each costs a start 0.04-1 s of CPU,
 and every restarted replica, every ``--workers`` child and every serve the test suite
 starts pays it; they load when their provider, embedder, MCP servers or auth mode are
 configured, when a probe found their server, or at their first use.
@@ -26,9 +27,13 @@ from tests.support.procs import PYTHON, REPO, AgentServer, child_env
 from tests.support.server import free_port
 
 CLIENT_LIBRARIES = ("ollama", "google.genai", "openai", "mcp")
-LOADED_WHEN_USED = (*CLIENT_LIBRARIES, "jsonschema", "jwt", "app.server.openapi_paths", "app.server.docs_page")
-#: What httpx's command-line client (``httpx._main``) would load, which nothing here runs.
-NEVER_LOADED = ("rich", "pygments")
+LOADED_WHEN_USED = (
+    *CLIENT_LIBRARIES, "jsonschema", "jwt", "app.server.openapi_paths", "app.server.docs_page",
+    "importlib.metadata",  # the installed version: agentchat --version, /openapi.json
+)  # fmt: skip
+#: What httpx's command-line client (``httpx._main``) would load, which nothing here runs,
+#: and a WebSocket library (no WebSocket route: ``app/cli/no_websockets.py`` refuses them).
+NEVER_LOADED = ("rich", "pygments", "websockets", "wsproto")
 
 #: ``agentchat serve`` with its arguments, naming on exit those of ``libraries`` it imported.
 _SERVE_AND_NAME = """

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import uvicorn
 
 from app.cli.header_guard import KEEP_ALIVE_S, MAX_HEADER_BYTES, GuardedH11Protocol
+from app.cli.no_websockets import RefuseWebSocket
 
 __all__ = ["MAX_HEADER_BYTES", "DrainingServer", "Stack", "choose_stack", "http_protocol", "run", "uvicorn_config"]
 
@@ -180,7 +181,8 @@ def uvicorn_config(
 ) -> uvicorn.Config:
     """uvicorn's config for the agent: the stack's parser with a header deadline (and
     the stack's loop when uvicorn runs the loop itself: ``--reload``), a short
-    keep-alive, no access log (stream URLs carry tokens)."""
+    keep-alive, no access log (stream URLs carry tokens), WebSocket handshakes refused
+    (``app/cli/no_websockets.py``: the agent has no WebSocket route)."""
     stack = stack or choose_stack()
     config = uvicorn.Config(
         app,
@@ -191,6 +193,7 @@ def uvicorn_config(
         timeout_keep_alive=KEEP_ALIVE_S,
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
         access_log=False,
+        ws=RefuseWebSocket,  # no WebSocket route: refused without a WebSocket library
         **kwargs,
     )
     # Read by GuardedH11Protocol; an attribute (not a closure) so --reload can pickle it.

@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 import uvicorn
 
+from app.cli.no_websockets import RefuseWebSocket
 from app.cli.serving import Stack, http_protocol
 from app.ops.logs import uvicorn_log_config
 from storage.sqlite.log_settler import SETTLE_EVERY_S
@@ -142,6 +143,7 @@ async def _answer_until(
         http=http_protocol(stack),
         lifespan="off",
         access_log=False,
+        ws=RefuseWebSocket,
         log_level="warning",
         log_config=uvicorn_log_config(log_format),
         timeout_graceful_shutdown=1,

@@ -19,7 +19,6 @@ import copy
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any
 
 import orjson
@@ -190,6 +189,8 @@ def _security_schemes(auth_mode: str) -> dict[str, Any]:
 
 
 def _api_version() -> str:
+    from importlib import metadata  # at the document's first build: not every start's ~25 ms
+
     try:
         return metadata.version("agentchat")
     except metadata.PackageNotFoundError:
