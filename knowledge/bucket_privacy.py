@@ -6,6 +6,12 @@ one job — turn a request's bucket, bucket list and own private buckets into th
 search and the counts run on, refusing a private bucket named by anyone else as unknown
 — and they stand apart from ``KnowledgeBase`` (which only calls them) so the whole of
 that guard can be read in one place.
+
+Every "unknown bucket" a caller can see is decided here (``_unknown``): a name that is
+not a bucket and another person's private bucket get the same words, listing the shared
+buckets only, so neither the list nor the answer tells that a private bucket exists.
+A bucket named on its own (a chat's ``context.buckets``, a tool's ``bucket``/``kb_id``,
+a count) is checked here before anything reads its schema.
 """
 
 from __future__ import annotations
@@ -36,8 +42,7 @@ async def search_scope(
     read is out too. With the caller's own private buckets it becomes the list of
     the shared ones (reread) and those."""
     if bucket is not None:
-        if is_private_bucket(bucket) and bucket not in private:
-            await _unknown(buckets, bucket)
+        await _check_named(buckets, bucket, private)
         return bucket, chosen
     if chosen is None or "*" in chosen:
         # The schemas (the hits' facts, ``collapse_duplicates``) are fresh: another
@@ -50,6 +55,18 @@ async def search_scope(
     return None, [*kept, *private] or [NO_BUCKET]
 
 
+async def named_schema(buckets: Buckets, bucket: str, private: tuple[str, ...] = ()) -> dict[str, str]:
+    """The typed fields of a bucket a caller named (``KnowledgeBase.bucket_schema``):
+    a shared bucket, or one of ``private`` (the caller's own); anything else is
+    ``UnknownBucketError`` in ``_unknown``'s words."""
+    if is_private_bucket(bucket) and bucket not in private:
+        await _unknown(buckets, bucket)
+    try:
+        return await buckets.schema(bucket)
+    except UnknownBucketError:
+        await _unknown(buckets, bucket)
+
+
 async def count_bucket(buckets: Buckets, bucket: str | None) -> str | None:
     """The bucket a count covers: the one named (a private one is unknown here, as
     for a search), else ``None`` — every shared bucket, which the count's own
@@ -57,15 +74,27 @@ async def count_bucket(buckets: Buckets, bucket: str | None) -> str | None:
     private bucket someone made since would be missing from it and counted. A
     conversation's attachments are never counted, not even by its owner, so no
     count tells how many documents a private bucket holds."""
-    if bucket is not None and is_private_bucket(bucket):
-        await _unknown(buckets, bucket)
+    if bucket is not None:
+        await _check_named(buckets, bucket, ())
     return bucket
 
 
+async def _check_named(buckets: Buckets, bucket: str, private: tuple[str, ...]) -> None:
+    """A bucket named on its own exists and is the caller's to search: else unknown
+    (checked before the search or count reads its schema, whose own miss would not
+    know which buckets the caller may hear of)."""
+    if (is_private_bucket(bucket) and bucket not in private) or not await buckets.exists(bucket):
+        await _unknown(buckets, bucket)
+
+
 async def _unknown(buckets: Buckets, bucket: str) -> NoReturn:
-    """Another person's private bucket is refused as any unknown one: named with the
-    shared buckets there are, never confirmed to exist."""
-    known = ", ".join(sorted(b.name for b in await shared_buckets(buckets))) or "(none)"
+    """A name that is not a bucket and another person's private bucket are refused in
+    the same words: named with the shared buckets there are (the names reread, no
+    documents counted), a private bucket never listed nor confirmed to exist. The
+    caller's own private buckets are not listed either: no path takes one by name (a
+    conversation's attachments are searched in it without being named)."""
+    await buckets.load()
+    known = ", ".join(sorted(b for b in buckets.names() if not is_private_bucket(b))) or "(none)"
     raise UnknownBucketError(f"unknown bucket {bucket[:60]!r}; available buckets: {known}")
 
 
@@ -77,4 +106,4 @@ def refuse_private(bucket: str) -> None:
         )
 
 
-__all__ = ["NO_BUCKET", "count_bucket", "refuse_private", "search_scope", "shared_buckets"]
+__all__ = ["NO_BUCKET", "count_bucket", "named_schema", "refuse_private", "search_scope", "shared_buckets"]

@@ -151,12 +151,13 @@ class Buckets:
             await self.create(name, {})
 
     async def schema(self, bucket: str) -> dict[str, str]:
-        """The typed fields of ``bucket``; ``UnknownBucketError`` lists the known buckets."""
+        """The typed fields of ``bucket``; ``UnknownBucketError`` names no other bucket:
+        which buckets a caller may hear of (not another user's private ones) is
+        ``knowledge.bucket_privacy``'s to say, and it checks a named bucket first."""
         if bucket not in self._schemas:
             await self.load()
         if bucket not in self._schemas:
-            known = ", ".join(sorted(self._schemas)) or "(none)"
-            raise UnknownBucketError(f"unknown bucket {bucket[:60]!r}; available buckets: {known}")
+            raise UnknownBucketError(f"unknown bucket {bucket[:60]!r}")
         return dict(self._schemas[bucket])
 
     async def infos(self) -> list[BucketInfo]:

@@ -39,7 +39,7 @@ import numpy as np
 
 from knowledge.attachments import is_private_bucket
 from knowledge.backfill import VectorBackfill
-from knowledge.bucket_privacy import count_bucket, refuse_private, search_scope, shared_buckets
+from knowledge.bucket_privacy import count_bucket, named_schema, refuse_private, search_scope, shared_buckets
 from knowledge.buckets import Buckets, UnknownBucketError
 from knowledge.dense import dense_side
 from knowledge.filters import FilterError
@@ -151,8 +151,9 @@ class KnowledgeBase:
         return {b.name: b for b in await self.list_buckets()}[name]
 
     async def bucket_schema(self, bucket: str) -> dict[str, str]:
-        """The typed fields of ``bucket``; ``UnknownBucketError`` lists the known buckets."""
-        return await self._buckets.schema(bucket)
+        """The typed fields of the shared bucket ``bucket``; ``UnknownBucketError`` lists
+        the shared buckets (a private one is unknown here: ``knowledge.bucket_privacy``)."""
+        return await named_schema(self._buckets, bucket)
 
     async def list_buckets(self) -> list[BucketInfo]:
         """The shared buckets: a conversation's private one (``knowledge.attachments``) is

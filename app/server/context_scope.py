@@ -4,9 +4,13 @@
 (``context.buckets``, a list, or ``context.bucket``, one name) instead of the configured
 default. A name that is not a bucket used to search nothing, and the run answered "I
 could not find an answer" as if the knowledge base lacked the fact. So a context naming
-an unknown bucket is refused as a ``400 unknown_bucket`` whose detail lists the buckets
-that exist — on every face that takes a context, since they all start runs through
-``app.server.run_start.start_run``, which calls this first.
+an unknown bucket is refused as a ``400 unknown_bucket`` whose detail lists the shared
+buckets — on every face that takes a context, since they all start runs through
+``app.server.run_start.start_run``, which calls this first. A private bucket (a
+conversation's attachments, ``att_…``) is never a name a context takes, the caller's own
+included (it is searched in its conversation without being named): it is refused in the
+same words as a name that is no bucket (``knowledge.bucket_privacy``), so the answer
+tells nobody that another user's bucket exists.
 
 The names are looked up in the knowledge base's bucket cache (``KnowledgeBase.bucket_schema``,
 which reloads the schemas once on a miss), never counted: a run start costs no scan of
