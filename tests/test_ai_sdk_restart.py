@@ -7,20 +7,31 @@ A real server process on the paced Ollama fake (in this process, so it outlives 
 kill) is SIGKILLed while a model turn streams after a checkpoint; the next process
 carries the run on; the ``ai`` package's own reader (``tests/js/ai_sdk_client.mjs``)
 reads ``GET /v1/agent/ui-stream/{chat}/stream`` to the run's end.
+
+The same with the resume made at once, on another process, before the take-over
+(``serve --workers 2``, SQLite and PostgreSQL: one worker SIGKILLed, its lease not yet
+expired): the log then ends inside the cut turn and nothing says yet it will be
+discarded, so the face holds that turn back until the take-over's ``run_resumed`` drops
+it (walkthrough 39, bug 1: the reader showed the partial turn, then the re-run turn).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import uuid
 from pathlib import Path
+from typing import Any
 
 import orjson
+import pytest
 
 from tests.fakes.paced_ollama import run_body
+from tests.support.postgres import TestPostgres
 from tests.support.procs import DEMO_AUTH, AgentServer, Trace, client, follow, replay, start_run, tool_stack, until
 from tests.test_ai_sdk_stream import js, node, of, texts
+from tests.test_workers import follow_on, pinned_clients, start_on, workers
 
 __all__ = ["node"]  # the fixture, shared with the AI SDK tests
 
@@ -58,6 +69,23 @@ async def test_a_resume_after_a_restart_shows_the_answer_once(node: str, tmp_pat
             server.close()
 
     assert status == 200 and stored[-1][1] == "message_complete"
+    [response] = of(records, "response")
+    assert response["status"] == 200
+    _shown_once(stored, records, body["run_id"])
+
+
+def _reaped(pid: int) -> bool:
+    """``pid`` is gone or a zombie: its listening socket is closed."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def _shown_once(stored: list[Any], records: list[dict[str, Any]], run_id: str) -> None:
+    """The reader's message holds the run's text without the turn its ``run_resumed``
+    discarded (and that turn had text, else nothing is proved)."""
     [resumed] = [orjson.loads(d) for _, name, d in stored if name == "run_resumed"]
     assert resumed["discarded"] is not None, resumed
     first, last = resumed["discarded"]["from_seq"], resumed["discarded"]["to_seq"]
@@ -65,15 +93,45 @@ async def test_a_resume_after_a_restart_shows_the_answer_once(node: str, tmp_pat
     cut = "".join(c for seq, c in chunks if first <= seq <= last)
     kept = "".join(c for seq, c in chunks if not first <= seq <= last)
     assert cut.strip(), "the killed turn had streamed text (else this test proves nothing)"
-
-    [response] = of(records, "response")
-    assert response["status"] == 200
     assert not of(records, "error"), records  # every chunk passed the SDK's schema
     [message] = [r["message"] for r in of(records, "message")]
-    assert message["id"] == body["run_id"]
-    # The re-run turn once, without the cut-off partial before it (then the final answer,
-    # which the model gave through generate_response rather than as streamed text).
+    assert message["id"] == run_id
     [answer] = [orjson.loads(d)["answer"] for _, name, d in stored if name == "response"]
     assert texts(message) in (kept, kept + answer), (texts(message), kept)
-    assert texts(message) != "".join(c for _, c in chunks)
     assert [r["chunk"]["type"] for r in of(records, "chunk")][-1] == "finish"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["sqlite", "postgres"])
+async def test_a_resume_before_the_take_over_shows_the_answer_once(
+    node: str, tmp_path: Path, engine: str, request: pytest.FixtureRequest
+) -> None:
+    pg: TestPostgres | None = request.getfixturevalue("pg_server") if engine == "postgres" else None
+    chat_id = f"chat-takeover-{uuid.uuid4().hex[:8]}"
+    # A lease long enough that the resume is surely made before the take-over.
+    async with (
+        workers(tmp_path, engine, pg, AGENT_RUN_LEASE_S="5") as (_, server),
+        pinned_clients(server.base, 1) as pins,
+    ):
+        (a,), (b,) = pins.values()
+        started = await start_on(a, {**run_body(chat_id), "conversation_id": chat_id})
+        trace = Trace(tag=chat_id, run_id=started["run_id"], stream_url=started["stream_url"])
+        watching = asyncio.create_task(follow_on(b, trace))
+        url = f"{server.base}/v1/agent/ui-stream/{chat_id}/stream"
+        async with js(node, mode="reader", method="GET", url=url, headers=DEMO_AUTH, onCue=True) as reader:
+            await reader.until(lambda rs: bool(of(rs, "ready")), "the reader loaded")
+            await until(lambda: _mid_turn(trace), "a model turn streaming after a checkpoint", 60)
+            os.kill(a.pid, signal.SIGKILL)
+            await until(lambda: _reaped(a.pid), "the killed worker gone", 30)
+            await reader.send("go")  # useChat's resume on reload, at once, on the other worker
+            await reader.until(lambda rs: bool(of(rs, "response")), "the resume's response")
+            async with client() as http:  # b's one connection carries its follower
+                info = await http.get(f"{server.base}/v1/agent/runs/{trace.run_id}", headers=DEMO_AUTH)
+            assert info.json()["resumes"] == 0, "taken over before the resume: the test proves nothing"
+            records = await reader.finish(timeout=90)
+        await asyncio.wait_for(watching, 90)
+        status, stored = await replay(b.http, b.base, trace.stream_url or "")
+    assert status == 200 and stored[-1][1] == "message_complete"
+    [response] = of(records, "response")
+    assert response["status"] == 200
+    _shown_once(stored, records, started["run_id"])

@@ -110,13 +110,10 @@ def plan_recovery(stored: StoredRun, events: list[RunEvent], *, reason: str, sea
         if parked_cancel:
             state.cancel_waiting()  # ended by its agent, the waiting call answered
         reason = state.approval_account() or reason
+    cut = unsettled_span(stored)
     discarded = (
-        Discarded(
-            from_seq=stored.checkpoint_seq + 1,
-            to_seq=stored.last_seq,
-            reason="a model turn was cut off; it is run again",
-        )
-        if stored.last_seq > stored.checkpoint_seq
+        Discarded(from_seq=cut[0], to_seq=cut[1], reason="a model turn was cut off; it is run again")
+        if cut is not None
         else None
     )
     resumed = RunResumed(
@@ -132,13 +129,14 @@ def plan_recovery(stored: StoredRun, events: list[RunEvent], *, reason: str, sea
 def _restarted(stored: StoredRun, started_seq: int, reason: str) -> RunResumed:
     """``run_resumed`` for a run that starts again from its input: everything logged
     after its ``run_started`` (``started_seq``) is discarded."""
+    cut = unsettled_span(stored, started_seq)
     discarded = (
         Discarded(
-            from_seq=started_seq + 1,
-            to_seq=stored.last_seq,
+            from_seq=cut[0],
+            to_seq=cut[1],
             reason="the run had no checkpoint yet; it starts again from its request",
         )
-        if stored.last_seq > started_seq
+        if cut is not None
         else None
     )
     return RunResumed(
@@ -148,6 +146,16 @@ def _restarted(stored: StoredRun, started_seq: int, reason: str) -> RunResumed:
         discarded=discarded,
         pending_tool_calls=0,
     )
+
+
+def unsettled_span(stored: StoredRun, started_seq: int = 1) -> tuple[int, int] | None:
+    """The event ids of ``stored``'s log that a take-over now would discard and run
+    again (its ``run_resumed.discarded``): everything after its checkpoint, or after its
+    ``run_started`` (``started_seq``, the log's first event) when it stored none yet;
+    ``None`` when its log ends on what it stored. The one rule for recovery and for a
+    face that must not show what may yet be discarded (the AI SDK resume)."""
+    settled = stored.checkpoint_seq if stored.checkpoint is not None else started_seq
+    return (settled + 1, stored.last_seq) if stored.last_seq > settled else None
 
 
 #: A run carried on this many times from the same point (the same checkpoint, or its

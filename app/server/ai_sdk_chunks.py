@@ -52,11 +52,28 @@ class UIChunks:
     ``skip``: the event ids (``seq``, counted from 1 as the events arrive — every stream
     here reads a run from its first event) a restart discarded, a model turn cut off and
     streamed again. The native face sends them and lets ``run_resumed.discarded`` tell the
-    client to drop them; a UI message cannot take a part back, so they are left out."""
+    client to drop them; a UI message cannot take a part back, so they are left out.
 
-    def __init__(self, run_id: str, conversation_id: str, skip: Sequence[tuple[int, int]] = ()) -> None:
+    ``hold``: the event ids of a model turn the stored log ended inside when a resume of
+    a run of another process began (``recovery.unsettled_span``) — a turn its owner may
+    never finish: killed, its lease not yet expired, a take-over would discard it. They
+    are held back, not shown, until the first event after them says which it is: a
+    ``run_resumed`` whose ``discarded`` names them drops them (the re-run turn then
+    streams once); any other event is the owner going on, and they are sent then, ahead
+    of it. A stream that ends first (the run released, the log unreadable) never sends
+    them: its message ends asking for a resume, which replays the run from its start."""
+
+    def __init__(
+        self,
+        run_id: str,
+        conversation_id: str,
+        skip: Sequence[tuple[int, int]] = (),
+        hold: tuple[int, int] | None = None,
+    ) -> None:
         self.message_id = run_id
         self.skip = tuple(skip)
+        self.hold = hold
+        self._held: list[Followed] = []
         self.seq = 0
         self.metadata: dict[str, Any] = {"run_id": run_id, "conversation_id": conversation_id}
         self.answer = AnswerText()
@@ -138,9 +155,34 @@ class UIChunks:
                     **_TOOL})
 
     def wire(self, item: Followed) -> bytes:
-        """``feed`` as SSE bytes; a token inside an open text part takes the short way."""
+        """``feed`` as SSE bytes; a token inside an open text part takes the short way.
+        Events of the held turn wait (``hold``); the first logged one after it settles them."""
         self.seq += 1
-        if any(first <= self.seq <= last for first, last in self.skip):
+        if self.hold is not None and item.seq:  # an event not in the log (id 0) says nothing of the turn
+            first, last = self.hold
+            if item.seq <= last:
+                if item.seq >= first:
+                    self._held.append(item)
+                    return b""
+            else:
+                return self._settle(item)
+        return self._wire(self.seq, item)
+
+    def _settle(self, item: Followed) -> bytes:
+        """The first event after the held turn: every ``run_resumed`` among the held
+        events and it adds what it discarded to ``skip``, then the held events go out
+        (those discarded are left out, as any other) ahead of ``item``."""
+        self.hold = None
+        pending, self._held = [*self._held, item], []
+        for ev in pending:
+            if ev.name == events.RunResumed.name:
+                resumed = ev.event
+                if isinstance(resumed, events.RunResumed) and resumed.discarded is not None:
+                    self.skip += ((resumed.discarded.from_seq, resumed.discarded.to_seq),)
+        return b"".join(self._wire(ev.seq, ev) for ev in pending)
+
+    def _wire(self, seq: int, item: Followed) -> bytes:
+        if any(first <= seq <= last for first, last in self.skip):
             return b""
         event = item.event
         if isinstance(event, events.ContentChunk) and self.text_id is not None:

@@ -26,6 +26,7 @@ from starlette.responses import Response
 
 import events
 from app.runs.follow import Batches
+from app.runs.recovery import unsettled_span
 from app.server import request_admission, run_start, run_streams
 from app.server.ai_sdk_chunks import UIChunks, frames
 from app.server.ai_sdk_request import ApprovalReply, parse_body
@@ -34,6 +35,7 @@ from app.server.chat_request import CONVERSATION_ID, CONVERSATION_ID_RULE
 from app.server.compat_runs import active_run, has_conversation, import_history, translated
 from app.server.context_scope import check_bucket_scope
 from app.server.problems import HTTPProblem
+from storage.records import UNFINISHED
 
 if TYPE_CHECKING:
     from app.server.services import Services
@@ -114,7 +116,23 @@ async def ui_stream_resume(request: Request) -> Response:
     following = await run_streams.follow_run(svc, run_id, ident.user_id, 0, cancel_on_exit=True) if run_id else None
     if run_id is None or following is None:
         return Response(status_code=204)
-    return _response(svc, UIChunks(run_id, chat_id, await discarded_ranges(svc, run_id)), following.batches)
+    hold = await unsettled_turn(svc, run_id)  # read before the log: a take-over after it is in the log
+    ui = UIChunks(run_id, chat_id, await discarded_ranges(svc, run_id), hold)
+    return _response(svc, ui, following.batches)
+
+
+async def unsettled_turn(svc: Services, run_id: str) -> tuple[int, int] | None:
+    """The events of ``run_id`` a take-over would discard, when another process runs it:
+    its stored log ends inside a model turn after its checkpoint (``UIChunks.hold``).
+    Its owner may be dead with its lease not yet expired — the window between a kill
+    and the take-over, which a ``useChat`` resume on reload lands in. A run of this
+    process needs no hold: its owner is this process, which the stream dies with."""
+    if svc.runs.get(run_id) is not None:
+        return None
+    stored = await svc.run_store.get(run_id)
+    if stored is None or stored.status not in UNFINISHED:
+        return None
+    return unsettled_span(stored)
 
 
 async def discarded_ranges(svc: Services, run_id: str) -> list[tuple[int, int]]:

@@ -6,7 +6,8 @@
 // spec.mode:
 //   "reader"  POST spec.url with spec.body (GET without a body when spec.method is "GET"); the response is read with the SDK's own
 //             parseJsonEventStream + uiMessageChunkSchema (every chunk validated) and
-//             assembled by readUIMessageStream.
+//             assembled by readUIMessageStream. With spec.onCue, the request waits for
+//             one line on stdin first (the script loaded, so the request is made at once).
 //   "chat"    what useChat does: a Chat (AbstractChat with a plain state) over
 //             DefaultChatTransport({api: spec.api, body: spec.body}); sendMessage(spec.text)
 //             unless spec.text is absent; then, for each line "resume" read from stdin,
@@ -17,6 +18,7 @@
 //             and the wait for that request's end, until stdin closes.
 //
 // Every line on stdout is one JSON record:
+//   {kind: "ready"}                             waiting for its cue (reader with spec.onCue)
 //   {kind: "response", status, headers}         the raw response (reader)
 //   {kind: "chunk", chunk}                      a validated chunk (reader)
 //   {kind: "message", message}                  the assembled UI message (reader: the last snapshot)
@@ -42,6 +44,11 @@ const spec = JSON.parse(process.argv[2]);
 const out = (record) => process.stdout.write(JSON.stringify(record) + "\n");
 
 async function reader() {
+  if (spec.onCue) {
+    out({ kind: "ready" });
+    const lines = readline.createInterface({ input: process.stdin });
+    for await (const _ of lines) break;
+  }
   const get = spec.method === "GET"; // the resume request useChat({resume: true}) makes
   const response = await fetch(spec.url, {
     method: get ? "GET" : "POST",
