@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 
+from app.cli.gcpolicy import tune_for_start
 from app.cli.interrupts import (
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = early_sigterm()
     args = sys.argv[1:] if argv is None else argv
     try:
+        tune_for_start()
         without_httpx_cli()
         from app.cli.commands import main as run_command
 

