@@ -66,6 +66,8 @@ class KnowledgeComponent:
     turn_wait_max_s: float = SAMPLE_TURN_WAIT_MAX_S
     #: Waits out the pause before the next attempt (a test watches the state meanwhile).
     pause: Callable[[float], Awaitable[None]] = asyncio.sleep
+    #: ``AGENT_KB_DEFAULT_BUCKETS``: what a search covers when nobody names buckets.
+    default_buckets: tuple[str, ...] = ()
 
     async def readiness(self) -> dict[str, Any]:
         """Not ready while the sample knowledge base loads or after its load failed
@@ -102,6 +104,8 @@ class KnowledgeComponent:
             "semantic_search": semantic,
             "reembedding": backfill.status(),
         }
+        if self.default_buckets and "*" not in self.default_buckets:
+            out["default_buckets"] = await self.default_bucket_check()
         if loading:
             out["detail"] = "the sample knowledge base is being ingested"
         elif failed:
@@ -113,6 +117,41 @@ class KnowledgeComponent:
                 "re-embedded in the background" + (f" (the embedder failed: {why})" if why else "")
             )
         return out
+
+    async def default_bucket_check(self) -> dict[str, Any]:
+        """``/readyz``'s ``default_buckets``: the configured ones and those that are no
+        bucket (now: the names reread when one is missing). A missing one keeps the
+        replica in service — buckets may be created after the start — but is shown
+        here, in ``agentchat_kb_default_buckets_missing`` and in every search it
+        leaves empty (the tool result's ``missing_buckets``)."""
+        missing = await self.kb.missing_buckets(self.default_buckets)
+        out: dict[str, Any] = {"ok": not missing, "configured": list(self.default_buckets), "missing": missing}
+        if missing:
+            out["detail"] = _missing_detail(missing, self.kb.bucket_names())
+        return out
+
+    def missing_default_buckets(self) -> int:
+        """How many default buckets are no bucket as last read (``/metrics``: no read)."""
+        if not self.default_buckets or "*" in self.default_buckets:
+            return 0
+        return len(self.kb.absent_buckets(self.default_buckets))
+
+    async def warn_missing_default_buckets(self) -> None:
+        """At start, once the sample's ingest (which makes ``default``) has ended: one
+        WARNING naming each default bucket that is no bucket and the buckets there are.
+        Without it a typo in ``AGENT_KB_DEFAULT_BUCKETS`` served every knowledge
+        question "I could not find an answer" with ``/readyz`` 200 and not a word."""
+        if not self.default_buckets or "*" in self.default_buckets:
+            return
+        if self.tasks:  # the sample's ingest: however it ends, the check comes after
+            await asyncio.wait(self.tasks)
+        missing = await self.kb.missing_buckets(self.default_buckets)
+        if missing:
+            known = self.kb.bucket_names()
+            log.warning(
+                _missing_detail(missing, known),
+                extra={"setting": "AGENT_KB_DEFAULT_BUCKETS", "missing": missing, "known_buckets": known},
+            )
 
     async def ingest_sample(self) -> None:
         """Ingest the sample until it is in: a failed attempt (the database briefly
@@ -192,3 +231,14 @@ class KnowledgeComponent:
                 return
             self.sample = SAMPLE_WAITING
             await asyncio.sleep(self.turn_poll_s)
+
+
+def _missing_detail(missing: list[str], known: list[str]) -> str:
+    """Said whether the operator set ``AGENT_KB_DEFAULT_BUCKETS`` or left its ``default``
+    (a fresh database without the sample: nothing to search yet either)."""
+    names = ", ".join(repr(b) for b in missing)
+    there = ", ".join(known) or "(none)"
+    return (
+        f"no bucket {names}, which knowledge searches without a named bucket cover (AGENT_KB_DEFAULT_BUCKETS): "
+        f"they find nothing there until it is created (buckets there are: {there})"
+    )

@@ -128,13 +128,15 @@ async def attach_rooms(
         kb.backfill.start()
     else:
         tasks.append(leader.when_leading(_backfill_while_leading(kb), name="kb-backfill"))
-    knowledge = KnowledgeComponent(kb, turns=sample_turns(storage))
+    knowledge = KnowledgeComponent(kb, turns=sample_turns(storage), default_buckets=settings.kb_default_buckets)
     rooms.knowledge = knowledge
     if settings.ingest_sample_kb:
         knowledge.sample = "ingesting"
         task = asyncio.create_task(knowledge.ingest_sample(), name="sample-kb")
         knowledge.tasks.append(task)
         tasks.append(task)
+    # A default bucket that is no bucket is warned of once the sample (``default``) is in.
+    tasks.append(asyncio.create_task(knowledge.warn_missing_default_buckets(), name="kb-default-buckets"))
 
     # Saved external answers are found again by their keywords' terms and, with an
     # embedder, by meaning, in the KB's vector space (SC-006).

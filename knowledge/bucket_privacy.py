@@ -87,6 +87,22 @@ async def _check_named(buckets: Buckets, bucket: str, private: tuple[str, ...]) 
         await _unknown(buckets, bucket)
 
 
+def shared_names(buckets: Buckets) -> list[str]:
+    """The shared buckets' names as last read, sorted (nothing counted)."""
+    return sorted(b for b in buckets.names() if not is_private_bucket(b))
+
+
+def absent(buckets: Buckets, names: Sequence[str]) -> list[str]:
+    """Those of ``names`` that are no shared bucket as last read (``*``, every bucket,
+    never is; nor ``NO_BUCKET``, the scope of nothing): a private name is absent to
+    whoever asks, existing or not."""
+    return [
+        n
+        for n in dict.fromkeys(names)
+        if n not in ("*", NO_BUCKET) and (is_private_bucket(n) or buckets.cached(n) is None)
+    ]
+
+
 async def _unknown(buckets: Buckets, bucket: str) -> NoReturn:
     """A name that is not a bucket and another person's private bucket are refused in
     the same words: named with the shared buckets there are (the names reread, no
@@ -94,7 +110,7 @@ async def _unknown(buckets: Buckets, bucket: str) -> NoReturn:
     caller's own private buckets are not listed either: no path takes one by name (a
     conversation's attachments are searched in it without being named)."""
     await buckets.load()
-    known = ", ".join(sorted(b for b in buckets.names() if not is_private_bucket(b))) or "(none)"
+    known = ", ".join(shared_names(buckets)) or "(none)"
     raise UnknownBucketError(f"unknown bucket {bucket[:60]!r}; available buckets: {known}")
 
 
@@ -106,4 +122,13 @@ def refuse_private(bucket: str) -> None:
         )
 
 
-__all__ = ["NO_BUCKET", "count_bucket", "named_schema", "refuse_private", "search_scope", "shared_buckets"]
+__all__ = [
+    "NO_BUCKET",
+    "absent",
+    "count_bucket",
+    "named_schema",
+    "refuse_private",
+    "search_scope",
+    "shared_buckets",
+    "shared_names",
+]

@@ -39,7 +39,16 @@ import numpy as np
 
 from knowledge.attachments import is_private_bucket
 from knowledge.backfill import VectorBackfill
-from knowledge.bucket_privacy import count_bucket, named_schema, refuse_private, search_scope, shared_buckets
+from knowledge.bucket_privacy import (
+    NO_BUCKET,
+    absent,
+    count_bucket,
+    named_schema,
+    refuse_private,
+    search_scope,
+    shared_buckets,
+    shared_names,
+)
 from knowledge.buckets import Buckets, UnknownBucketError
 from knowledge.dense import dense_side
 from knowledge.filters import FilterError
@@ -159,6 +168,23 @@ class KnowledgeBase:
         """The shared buckets: a conversation's private one (``knowledge.attachments``) is
         nobody else's business, the administrator's included."""
         return await shared_buckets(self._buckets)
+
+    async def missing_buckets(self, names: Sequence[str]) -> list[str]:
+        """Those of ``names`` that are no shared bucket now (the names reread when one is
+        not cached; ``*`` is every bucket, never missing): what ``AGENT_KB_DEFAULT_BUCKETS``
+        names and is not there, for the start's warning and ``/readyz``."""
+        if absent(self._buckets, names):
+            await self._buckets.load()
+        return absent(self._buckets, names)
+
+    def absent_buckets(self, names: Sequence[str]) -> list[str]:
+        """``missing_buckets`` as last read, without a read (``/metrics`` at scrape time;
+        every search or ``/readyz`` that misses a name rereads them)."""
+        return absent(self._buckets, names)
+
+    def bucket_names(self) -> list[str]:
+        """The shared buckets' names as last read, sorted (nothing counted)."""
+        return shared_names(self._buckets)
 
     async def delete_bucket(self, name: str, *, private: bool = False) -> int | None:
         """Delete ``name`` with its documents (chunks, vectors, typed fields): how many
@@ -330,6 +356,12 @@ class KnowledgeBase:
             kept = [h for h in response.hits if not is_private_bucket(h.bucket)]
             if len(kept) != len(response.hits):
                 response = replace(response, hits=kept)
+        if response.missing_buckets:
+            # The caller's own private bucket before its first attachment is no news; a
+            # shared name that is no bucket is (``SearchResponse.missing_buckets``).
+            response.missing_buckets = [
+                b for b in response.missing_buckets if b != NO_BUCKET and not is_private_bucket(b)
+            ]
         return response
 
     async def embed_query(self, text: str) -> np.ndarray:

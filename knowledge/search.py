@@ -130,13 +130,18 @@ class Searcher:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
         top_k = max(1, min(int(top_k), self.config.max_top_k))
         n_cand = max(top_k, min(int(candidates or self.config.candidates), 1000))
+        missing: list[str] = []
         if bucket is None and buckets is not None and "*" not in buckets:
-            known = [b for b in dict.fromkeys(buckets) if await self.buckets.exists(b)]
+            named = list(dict.fromkeys(buckets))
+            known = [b for b in named if await self.buckets.exists(b)]
+            missing = [b for b in named if b not in known]
             if not known:
-                return SearchResponse([], 0, False, round((time.perf_counter() - started) * 1000, 3), mode=mode)
+                elapsed = round((time.perf_counter() - started) * 1000, 3)
+                return SearchResponse([], 0, False, elapsed, mode=mode, missing_buckets=missing)
             if len(known) > 1:
                 response = await self._search_buckets(query, known, filters, doc_id, mode, top_k, n_cand, context_chars)
                 response.elapsed_ms = round((time.perf_counter() - started) * 1000, 3)
+                response.missing_buckets = missing
                 return response
             bucket = known[0]
         schema: dict[str, str] | None = await self.buckets.schema(bucket) if bucket is not None else None
@@ -155,6 +160,7 @@ class Searcher:
                 response.relaxed = True
                 response.dropped_filter = dropped
         response.elapsed_ms = round((time.perf_counter() - started) * 1000, 3)
+        response.missing_buckets = missing
         return response
 
     async def _search_buckets(

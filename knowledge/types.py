@@ -185,6 +185,10 @@ class SearchResponse:
     #: not_confident, heads_disagree, ...). ``None`` and empty in text or semantic mode.
     fused_sides: list[str] | None = None
     dropped_sides: dict[str, str] = field(default_factory=dict)
+    #: Names of the search's bucket list (``buckets``) that are no bucket, left out of it:
+    #: a search of those only searched nothing, and says so instead of "no passages"
+    #: (a typo in ``AGENT_KB_DEFAULT_BUCKETS``). Shared names only (``KnowledgeBase.search``).
+    missing_buckets: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -189,6 +189,19 @@ def _body(result: ToolResult) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
+def _nothing_searched(searched: list[ToolResult]) -> str:
+    """The answer when the searches' buckets do not exist (``missing_buckets``: a typo in
+    ``AGENT_KB_DEFAULT_BUCKETS``), so nothing was searched: said, not "could not find"."""
+    missing = list(dict.fromkeys(str(b) for r in searched for b in _body(r).get("missing_buckets") or []))
+    if not missing:
+        return ""
+    names = ", ".join(repr(b) for b in missing)
+    return (
+        f"I could not search the knowledge base: the bucket(s) it is set to search ({names}) do not exist. "
+        "The administrator can check AGENT_KB_DEFAULT_BUCKETS and the buckets there are (agentchat buckets)."
+    )
+
+
 def _pages(searched: list[ToolResult]) -> list[Any]:
     """The pages the knowledge-base searches found, best first."""
     chunks = [c for r in searched for c in _body(r).get("chunks") or [] if isinstance(c, dict)]
@@ -295,7 +308,8 @@ class ExtractiveProvider:
         if answered:  # the last answer was rejected: answer again without citations
             answer, sources, confidence = "", [], 0.0
         if not answer:
-            answer = (
+            answer = _nothing_searched(searched) if not passages else ""
+            answer = answer or (
                 "I could not find an answer to that in the knowledge base. Try rephrasing the "
                 "question with the terms the documentation uses."
             )

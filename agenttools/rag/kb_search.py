@@ -53,7 +53,7 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
         top_k = _top_k(args.get("top_k"), settings.max_top_k)
         kb_id = str(args.get("kb_id") or settings.default_kb_id).strip() or settings.default_kb_id
         bucket = None if kb_id == settings.default_kb_id else kb_id
-        scope: dict[str, Any] = {} if bucket is not None else _default_scope(ctx.context, settings.default_buckets)
+        scope, named_by = ({}, "") if bucket is not None else _default_scope(ctx.context, settings.default_buckets)
         if bucket is None and settings.conversation_attachments:
             # The files dropped into this conversation, and no other's (issue 25 item 4).
             scope["private"] = (attachment_bucket(ctx.user_id, ctx.conversation_id),)
@@ -67,6 +67,7 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
         fused_sides: list[str] | None = None
         dropped_sides: dict[str, str] = {}
         warnings: list[str] = []
+        missing: list[str] = []
         try:
             response = await deps.knowledge.search(query, bucket=bucket, top_k=top_k, **scope)
             hits = list(response.hits)[:top_k]
@@ -75,6 +76,7 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
             fused_sides = getattr(response, "fused_sides", None)
             dropped_sides = dict(getattr(response, "dropped_sides", None) or {})
             warnings = [str(w) for w in getattr(response, "warnings", None) or ()]
+            missing = [str(b) for b in getattr(response, "missing_buckets", None) or ()]
         except ValueError as exc:  # the KB's own "bad request" (unknown bucket, bad filter)
             return ToolOutcome.error(
                 f"The knowledge base rejected the search: {str(exc)[:300]}",
@@ -110,6 +112,11 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
             note_external_result(state, result.id, needs_keywords=False)
 
         content: dict[str, Any] = {"query_id": query_id, "kb_id": kb_id}
+        if missing:
+            # A bucket of the scope that is no bucket (a typo in AGENT_KB_DEFAULT_BUCKETS,
+            # one deleted since): said first, never passed off as "no passages matched".
+            content["missing_buckets"] = missing
+            warnings = [_missing_warning(missing, named_by), *warnings]
         if warnings:
             # A search that fell back (the embedder failed: ranked by text only; documents
             # still waiting for vectors) says so, first, like the corpus tools do.
@@ -123,7 +130,11 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
             "chunks": [_chunk_view(hit, settings.max_chunk_chars) for hit in hits],
             "total_matches": total_matches,
             "external_answers": [_external_view(r, settings.max_external_answer_chars) for r in external],
-            "sufficient_hint": _sufficiency_hint(len(hits), relaxed, bool(external)),
+            "sufficient_hint": (
+                _nothing_searched_hint(missing, named_by)
+                if missing and not hits and not total_matches and not external
+                else _sufficiency_hint(len(hits), relaxed, bool(external))
+            ),
             "cite_with": "Cite what you use in generate_response by its source_id.",
         }
         if relaxed:
@@ -137,20 +148,42 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
     return knowledge_base_search
 
 
-def _default_scope(context: Mapping[str, Any], default: tuple[str, ...]) -> dict[str, Any]:
-    """The buckets a search without ``kb_id`` covers: those the caller's UI context
-    names (``{"buckets": [...]}`` or ``{"bucket": "..."}``), else the configured default;
-    nothing (every bucket) when neither names any."""
+#: Who named the buckets a search without ``kb_id`` covers, as its result says it.
+BY_CONTEXT = "the chat's context.buckets"
+BY_SETTING = "AGENT_KB_DEFAULT_BUCKETS"
+
+
+def _default_scope(context: Mapping[str, Any], default: tuple[str, ...]) -> tuple[dict[str, Any], str]:
+    """The buckets a search without ``kb_id`` covers, and who named them: those the
+    caller's UI context names (``{"buckets": [...]}`` or ``{"bucket": "..."}``), else the
+    configured default; nothing (every bucket) when neither names any."""
     named = context.get("buckets", context.get("bucket")) if isinstance(context, Mapping) else None
     if isinstance(named, str):
         named = [named]
     if isinstance(named, list):
         chosen = tuple(b.strip() for b in named if isinstance(b, str) and b.strip())[:20]
         if chosen:
-            return {"buckets": chosen}
+            return {"buckets": chosen}, BY_CONTEXT
     if default and "*" not in default:
-        return {"buckets": default}
-    return {}
+        return {"buckets": default}, BY_SETTING
+    return {}, ""
+
+
+def _missing_warning(missing: list[str], named_by: str) -> str:
+    """First the names (the stream's one-line summary keeps a warning's first 60 characters)."""
+    names = ", ".join(repr(b) for b in missing)
+    return f"no bucket{'s' if len(missing) > 1 else ''} {names}: not searched (named by {named_by or 'the search'})"
+
+
+def _nothing_searched_hint(missing: list[str], named_by: str) -> str:
+    """The hint when no bucket the search covers exists: the knowledge base was not
+    searched at all, which is not "it has no information on this"."""
+    names = ", ".join(repr(b) for b in missing)
+    return (
+        f"Nothing was searched: no bucket this search covers exists ({names}, named by "
+        f"{named_by or 'the search'}). Say through generate_response that the knowledge base "
+        "could not be searched because that bucket does not exist, not that it has no information."
+    )
 
 
 def _top_k(value: object, maximum: int) -> int:

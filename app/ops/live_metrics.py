@@ -41,6 +41,8 @@ class LiveSources:
     #: Reloads of the KB's in-memory state after another process changed the stored KB
     #: (``None``: no KB).
     kb_reloads: Callable[[], int] | None = None
+    #: How many ``AGENT_KB_DEFAULT_BUCKETS`` names are no bucket, as last read (``None``: no KB).
+    kb_default_buckets_missing: Callable[[], int] | None = None
     #: Requests per minute counted by this replica alone because the shared count (the
     #: database) was away (``None``: one process, always counted here).
     rate_limit_fallbacks: Callable[[], int] | None = None
@@ -135,6 +137,13 @@ class LiveCollector:
                 "Reloads of the knowledge base's in-memory vectors after another process (the CLI, "
                 "a sibling worker, a replica) changed the stored knowledge base.",
                 s.kb_reloads(),
+            )
+        if s.kb_default_buckets_missing is not None:
+            yield GaugeMetricFamily(
+                "agentchat_kb_default_buckets_missing",
+                "Buckets AGENT_KB_DEFAULT_BUCKETS names that do not exist (as last read): searches without "
+                "a named bucket find nothing there.",
+                value=s.kb_default_buckets_missing(),
             )
         if s.kb_fusion_drops is not None:
             drops = CounterMetricFamily(

@@ -144,6 +144,9 @@ class Services:
             kb_reembedding=self._kb_reembedding if self.rooms.knowledge is not None else None,
             kb_fusion_drops=self._kb_fusion_drops if self.rooms.knowledge is not None else None,
             kb_reloads=self._kb_reloads if self.rooms.knowledge is not None else None,
+            kb_default_buckets_missing=(
+                self.rooms.knowledge.missing_default_buckets if self.rooms.knowledge is not None else None
+            ),
             rate_limit_fallbacks=(lambda: self.limits.shared_fallbacks) if self.limits.store is not None else None,
             live_log=self._live_log_settles(),
         )
