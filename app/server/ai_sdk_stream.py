@@ -116,6 +116,7 @@ async def ui_stream_resume(request: Request) -> Response:
     following = await run_streams.follow_run(svc, run_id, ident.user_id, 0, cancel_on_exit=True) if run_id else None
     if run_id is None or following is None:
         return Response(status_code=204)
+    await run_streams.refuse_while_draining(svc, following)
     hold = await unsettled_turn(svc, run_id)  # read before the log: a take-over after it is in the log
     ui = UIChunks(run_id, chat_id, await discarded_ranges(svc, run_id), hold)
     return _response(svc, ui, following.batches)

@@ -21,7 +21,7 @@ from app.runs.run import Run
 from app.server.identity import Identity
 from app.server.problems import HTTPProblem
 from app.server.request_admission import events_after, idempotency_key
-from app.server.run_streams import follow_run, native_frames, sse
+from app.server.run_streams import follow_run, native_frames, refuse_while_draining, sse
 from storage.records import StoredRun
 
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ async def resume_stream(
     following = await follow_run(svc, run_id, user_id, after, cancel_on_exit=cancel_on_exit)
     if following is None:
         return None
+    await refuse_while_draining(svc, following)
     return sse(native_frames(following.batches), svc)
 
 

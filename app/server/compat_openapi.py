@@ -168,6 +168,8 @@ def ai_sdk_api() -> ApiContribution:
                 "204": {"description": "The chat has no live or just-ended run"},
                 "400": problem("The chat id is not one a chat can have (`invalid_field`), as `POST` says it"),
                 "401": unauthenticated,
+                "503": problem("The server is shutting down and will not follow the chat's unfinished run to its "
+                               "end (`shutting_down`): resume after `Retry-After`", retry_after=True),
             },
         }},
     }

@@ -20,7 +20,7 @@ from app.server.identity import LOCAL_USER, AuthError
 from app.server.problems import HTTPProblem, ORJSONResponse
 from app.server.request_admission import admit_request, events_after, idempotency_key, identify, services
 from app.server.run_start import start_run
-from app.server.run_streams import follow_run, follow_started, native_frames, sse
+from app.server.run_streams import follow_run, follow_started, native_frames, refuse_while_draining, sse
 from storage.errors import IdempotencyKeyUsed, StorageUnavailable
 from storage.records import NOT_ENDED
 
@@ -108,6 +108,7 @@ async def run_events(request: Request) -> Response:
         raise HTTPProblem(404, "not_found", "no such run")
     if following.ended:
         return Response(status_code=204)
+    await refuse_while_draining(svc, following)
     return sse(native_frames(following.batches), svc)
 
 

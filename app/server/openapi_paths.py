@@ -151,6 +151,8 @@ def agent_api(settings: Settings) -> ApiContribution:
                     "400": problem("`Last-Event-ID` or `after` is not an integer in range (`invalid_field`)"),
                     "401": problem("No valid bearer or stream token (`unauthenticated`)"),
                     "404": not_found_run,
+                    "503": problem("The server is shutting down and will not follow this unfinished run to its "
+                                   "end (`shutting_down`): reconnect after `Retry-After`", retry_after=True),
                 },
             }
         },

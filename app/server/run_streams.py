@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING
 
 from app.runs.follow import Batches, Following, follow, follow_here
 from app.runs.run import Run
+from app.server.problems import HTTPProblem
 from app.server.sse_response import SSEResponse
 from events import Heartbeat
+from storage.records import UNFINISHED
 
 if TYPE_CHECKING:
     from app.server.services import Services
@@ -52,6 +54,29 @@ def follow_run(
         idle=svc.settings.heartbeat_s,
         on_leave=_on_leave(svc, cancel_on_exit),
     )
+
+
+async def refuse_while_draining(svc: Services, following: Following) -> None:
+    """While this process shuts down, a client resuming a run it will not follow to the
+    end gets what a new run gets: 503 ``shutting_down`` with ``Retry-After``. Those are
+    the unfinished runs it does not run itself: one it released at the end of the grace
+    (its followers were let go; nothing more comes from here), one another process runs or
+    must carry on. Before, the resume answered 200 with an empty body (a stream of nothing
+    the client read as a clean end, reconnecting at once: 20 empty 200s in 80 ms until the
+    port closed). A run still live here in the grace is streamed (it may end within it),
+    and an ended one replayed; a follower that is refused is closed unread."""
+    if not svc.runs.closing or following.ended:
+        return
+    run = svc.runs.get(following.run_id)
+    if run is not None:
+        if run.finished or not (run.released or run.lost):
+            return
+    else:
+        stored = await svc.run_store.get(following.run_id)
+        if stored is None or stored.status not in UNFINISHED:
+            return
+    await following.batches.aclose()
+    raise HTTPProblem(503, "shutting_down", "the server is restarting; resume shortly", {"Retry-After": "2"})
 
 
 def follow_started(svc: Services, run: Run, *, cancel_on_exit: bool) -> Following:
