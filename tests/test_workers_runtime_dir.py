@@ -87,6 +87,10 @@ async def test_a_sigterm_stops_the_group_and_removes_its_directory(tmp_path: Pat
         # Each worker's "serving on" line names it as a person counts (it said 0/2 and 1/2).
         await until(lambda: len(re.findall(r"\[worker \d+/2\]", group.text())) == 2, "both serving lines", 30)
         assert sorted(re.findall(r"\[worker (\d+/2)\]", group.text())) == ["1/2", "2/2"], group.tail(40)
+        # The supervisor's lines about a worker name it the same way (they said 0 and 1:
+        # a restarted "worker":0 beside its own "[worker 1/2]").
+        named = re.findall(r'worker started[", {]*worker":"(\d+/2)"', group.text())  # JSON or text lines
+        assert sorted(named) == ["1/2", "2/2"], group.tail(40)
         group.send(signal.SIGTERM)
         code = await group.wait_exit(90)
         assert code == 0, f"exit {code}:\n{group.tail(40)}"

@@ -143,8 +143,14 @@ class Supervisor:
             # A Ctrl-C in the terminal reaches the parent only; it forwards it once.
             start_new_session=True,
         )
-        log.info("worker started", extra={"worker": index, "pid": proc.pid})
+        log.info("worker started", extra={"worker": self.named(index), "pid": proc.pid})
         return proc
+
+    def named(self, index: int) -> str:
+        """Worker ``index`` (0-based, as ``--worker`` hands it out) as its own lines name
+        it (``[worker 1/2]``, ``app/cli/serve.py``): the supervisor's lines about a worker
+        say the same ``1/2``, not ``0``."""
+        return f"{index + 1}/{self.count}"
 
     def signalled(self, sig: int, frame: FrameType | None = None) -> None:
         """SIGTERM/SIGINT: counted only; the watch loop forwards it (``_forward``). Sending
@@ -264,14 +270,17 @@ class Supervisor:
     def _died(self, index: int, proc: subprocess.Popen[bytes], status: int) -> str | None:
         """A worker exited unasked: ``None`` to start another, else why the service stops."""
         how = f"signal {signal.Signals(-status).name}" if status < 0 else f"exit code {status}"
-        log.warning("a worker stopped unasked", extra={"worker": index, "pid": proc.pid, "how": how})
+        log.warning("a worker stopped unasked", extra={"worker": self.named(index), "pid": proc.pid, "how": how})
         if status == NEVER_STARTED:
             return "a worker could not start the service"
         now = time.monotonic()
         self.crashes = [t for t in self.crashes if now - t < CRASH_WINDOW_S] + [now]
         if len(self.crashes) >= MAX_CRASHES:
             return f"workers stopped {len(self.crashes)} times within {CRASH_WINDOW_S:g} s"
-        log.info("starting another worker; the stopped one's runs are handed over by lease", extra={"worker": index})
+        log.info(
+            "starting another worker; the stopped one's runs are handed over by lease",
+            extra={"worker": self.named(index)},
+        )
         return None
 
     def _stop_all(self) -> None:
