@@ -20,7 +20,8 @@ from app.config import Settings
 from app.ops.log_context import safe_query
 from app.ops.logs import configure_logging, log_format, make_handler
 from app.runs.records import Caller, ChatInput, encode_run_input
-from storage.records import NewRun
+from events import ContentChunk, RunStarted
+from storage.records import NewRun, RunEvent, RunWrite
 from tests.conftest import running_app
 from tests.support.procs import AgentServer
 from tests.support.storage import opened_storage
@@ -64,6 +65,17 @@ async def test_every_line_is_json_and_names_its_run_and_request(tmp_path: Path) 
             id="run_left", conversation_id="conv_left", user_id="local", context_type="knowledge",
             input=encode_run_input(ChatInput("What is a stream?", "knowledge", {}), Caller("local")),
             lease_owner="a-dead-process", lease_s=0.01))
+        # One that died mid-answer before its first checkpoint: the next process discards
+        # its partial turn and runs it again from its request (lines logged before its task).
+        await storage.runs.create(NewRun(
+            id="run_cut", conversation_id="conv_cut", user_id="local", context_type="knowledge",
+            input=encode_run_input(ChatInput("What is a lease?", "knowledge", {}), Caller("local")),
+            lease_owner="a-dead-process", lease_s=0.01))
+        started = RunStarted(run_id="run_cut", conversation_id="conv_cut")
+        partial = ContentChunk(chunk="A lease is")
+        await storage.runs.commit(RunWrite(
+            run_id="run_cut", conversation_id="conv_cut", user_id="local", status="running",
+            events=[RunEvent(seq, ev.name, ev.to_json().decode()) for seq, ev in enumerate((started, partial), 1)]))
     server = AgentServer(tmp_path, {**OFFLINE, "AGENT_DB_PATH": str(db)})
     server.start()
     try:
@@ -71,6 +83,8 @@ async def test_every_line_is_json_and_names_its_run_and_request(tmp_path: Path) 
         async with httpx.AsyncClient(base_url=server.base, timeout=30) as client:
             status, left_body = await read_stream(client, "/v1/agent/runs/run_left/events")
             assert status == 200 and b"message_complete" in left_body
+            status, cut_body = await read_stream(client, "/v1/agent/runs/run_cut/events")
+            assert status == 200 and b"message_complete" in cut_body
             created = await client.post("/v1/agent/runs", json=QUESTION)
             assert created.status_code == 201
             run_id, conversation_id = created.json()["run_id"], created.json()["conversation_id"]
@@ -89,12 +103,18 @@ async def test_every_line_is_json_and_names_its_run_and_request(tmp_path: Path) 
     assert token not in server.text()
 
     # Lines logged inside each run (the tool selection logs no ids of its own) carry them.
-    for rid, cid in [(run_id, conversation_id), ("run_left", "conv_left")]:
+    for rid, cid in [(run_id, conversation_id), ("run_left", "conv_left"), ("run_cut", "conv_cut")]:
         mine = [r for r in records if r.get("run_id") == rid and r["logger"] != "agentchat.access"]
         assert any(r["message"] == "tool selection: final" for r in mine), (rid, mine)
         assert all(r.get("conversation_id") == cid and r.get("user") == "local" for r in mine), mine
     selections = [r for r in records if r["message"] == "tool selection: final"]
-    assert sorted(r["run_id"] for r in selections) == sorted([run_id, "run_left"])
+    assert sorted(r["run_id"] for r in selections) == sorted([run_id, "run_left", "run_cut"])
+    # The lines about carrying run_cut on, logged before its task names it, name it too.
+    carrying = ("discarding a partial model turn", "restarting a run from its request")
+    carried = [r for r in records if r["message"] in carrying]
+    assert len(carried) == 2, carried
+    assert all((r.get("run_id"), r.get("conversation_id"), r.get("user")) == ("run_cut", "conv_cut", "local")
+               for r in carried), carried
 
     access = [r for r in records if r["logger"] == "agentchat.access"]
     (post,) = [r for r in access if r["method"] == "POST"]

@@ -63,7 +63,7 @@ class RunCarrier:
             await self.store.set_status([run.id], plan.status)
             return
         if isinstance(plan, CannotResume):
-            log.warning("run cannot be carried on", extra={"run_id": run.id, "reason": plan.why})
+            log.warning("run cannot be carried on", extra={**_about(run), "reason": plan.why})
             run.emit_step(
                 [
                     Error(
@@ -85,7 +85,7 @@ class RunCarrier:
         resumed = plan.resumed
         self._note_discarded(run, resumed)
         if isinstance(plan, RestartFromInput):  # started, no checkpoint yet: from its request again
-            log.info("restarting a run from its request", extra={"run_id": run.id})
+            log.info("restarting a run from its request", extra=_about(run))
             self.launcher.start(run, earlier, lambda: self.current_agent()(run, chat, caller, resumed=resumed))
             if stored.cancel_requested:
                 self.cancels.cancel_here(run)
@@ -104,5 +104,12 @@ class RunCarrier:
             self.registry.discarded[run.id] = (resumed.discarded.from_seq, resumed.discarded.to_seq)
             log.info(
                 "discarding a partial model turn",
-                extra={"run_id": run.id, "from_seq": resumed.discarded.from_seq, "to_seq": resumed.discarded.to_seq},
+                extra={**_about(run), "from_seq": resumed.discarded.from_seq, "to_seq": resumed.discarded.to_seq},
             )
+
+
+def _about(run: Run) -> dict[str, str]:
+    """The fields every line of a run carries (``app/ops/log_context.py``), for the lines
+    logged here: carrying a run on happens before its task (``bind_run``) exists, in the
+    take-over loop or the start-up, whose lines name no run of their own."""
+    return {"run_id": run.id, "conversation_id": run.conversation_id, "user": run.user_id}
