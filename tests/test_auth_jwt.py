@@ -117,7 +117,9 @@ async def test_jwks_signed_tokens_are_accepted(jwks, http, make, alg: str) -> No
         ({"iss": "https://evil.example.test/"}, "issuer"),
         ({"exp": -120}, "expired"),  # seconds from the moment the token is made
         ({"nbf": 120}, "not yet valid"),
-        ({"sub": ""}, "subject"),
+        ({"sub": ""}, "token has no subject"),
+        # Too long is said as such, not as a missing subject.
+        ({"sub": "u" * 201}, r"token subject is too long \(201 characters; at most 200\)"),
     ],
 )
 async def test_bad_claims_are_refused(jwks, http, claims: dict[str, Any], reason: str) -> None:

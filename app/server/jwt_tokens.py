@@ -20,6 +20,8 @@ try:  # PyJWT >= 2.10 warns on every use of an HMAC key under 32 bytes; the conf
 except ImportError:  # pragma: no cover - older PyJWT
     _ShortKeyWarning = UserWarning  # type: ignore[assignment,misc]
 
+#: The longest ``sub`` taken: it is the user id every stored row is keyed by.
+MAX_SUBJECT_CHARS = 200
 ASYMMETRIC_ALGS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512")
 
 
@@ -76,8 +78,10 @@ def decode_token(
     if not isinstance(claims, dict):
         raise AuthError("malformed token claims")
     sub = claims.get("sub")
-    if not isinstance(sub, str) or not sub or len(sub) > 200:
+    if not isinstance(sub, str) or not sub:
         raise AuthError("token has no subject")
+    if len(sub) > MAX_SUBJECT_CHARS:
+        raise AuthError(f"token subject is too long ({len(sub)} characters; at most {MAX_SUBJECT_CHARS})")
     return claims
 
 
@@ -114,4 +118,12 @@ def jwk_key(jwk: jwt.PyJWK, alg: str) -> Any:
     return jwk.key
 
 
-__all__ = ["ASYMMETRIC_ALGS", "decode_token", "jwk_key", "sign_hs256", "token_header", "verify_hs256"]
+__all__ = [
+    "ASYMMETRIC_ALGS",
+    "MAX_SUBJECT_CHARS",
+    "decode_token",
+    "jwk_key",
+    "sign_hs256",
+    "token_header",
+    "verify_hs256",
+]
