@@ -140,6 +140,10 @@ class Settings:
     #: write (``app/server/storage_budget.py``) — not ``db_write_retry_s`` per step.
     db_pool_timeout_s: float = 10.0
     max_body_bytes: int = 1024 * 1024
+    #: The longest question a chat takes, in characters (400 ``invalid_field`` above it), on
+    #: every face: the native ``message``, the last user message of the OpenAI-compatible
+    #: and AI SDK faces; the OpenAPI description's ``maxLength``. A body over
+    #: ``AGENT_MAX_BODY_BYTES`` is refused (413) before its message is read.
     max_message_chars: int = 32000
     #: A request's headers must arrive within this (then the connection is closed), its
     #: body within ``body_timeout_s`` (408).
@@ -245,8 +249,13 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
-        reader = EnvReader(env)
+        return cls._read(EnvReader(os.environ if env is None else env))
+
+    @classmethod
+    def _read(cls, reader: EnvReader) -> Settings:
+        """The settings through ``reader``, which also records every name asked for
+        (``known_variables``: the same table the configuration reference is made from)."""
+        env = reader.env
         d = cls()
         s = cls(
             llm_provider=reader.choice("AGENT_LLM_PROVIDER", PROVIDERS, d.llm_provider),
@@ -318,6 +327,7 @@ class Settings:
             db_max_connections=reader.integer("AGENT_DB_MAX_CONNECTIONS", d.db_max_connections, lo=2, hi=10_000),
             db_pool_timeout_s=reader.number("AGENT_DB_POOL_TIMEOUT_S", d.db_pool_timeout_s, lo=0.1, hi=3600),
             max_body_bytes=reader.integer("AGENT_MAX_BODY_BYTES", d.max_body_bytes, lo=1024),
+            max_message_chars=reader.integer("AGENT_MAX_MESSAGE_CHARS", d.max_message_chars, lo=1, hi=10_000_000),
             header_timeout_s=reader.number("AGENT_HEADER_TIMEOUT_S", d.header_timeout_s, lo=0.1, hi=3600),
             body_timeout_s=reader.number("AGENT_BODY_TIMEOUT_S", d.body_timeout_s, lo=0.1, hi=3600),
             server_stack=reader.choice("AGENT_SERVER_STACK", SERVER_STACKS, d.server_stack),
@@ -418,3 +428,21 @@ class Settings:
         """The settings as a dict safe to log: secrets masked, URLs without userinfo
         (``app.config_redaction``)."""
         return config_redaction.redacted(self)
+
+
+#: Variables read outside ``Settings``: the log set-up's (``app.ops.logs``, read before
+#: the settings) and the SQLite writer lock a ``--workers`` supervisor hands its workers
+#: (``storage.sqlite.writer_lock.INHERITED_FD_ENV``). tests/test_config_docs.py checks
+#: that every variable docs/config_docs.py finds read elsewhere is here.
+READ_ELSEWHERE: frozenset[str] = frozenset({"AGENT_LOG_FORMAT", "AGENT_LOG_LEVEL", "AGENT_WRITER_LOCK_FD"})
+
+
+def known_variables() -> frozenset[str]:
+    """Every variable this service reads: the names ``Settings.from_env`` asks its reader
+    for (the settings' own table, which docs/config_docs.py writes
+    docs/configuration.md from; read with no environment, so every name is asked) and
+    ``READ_ELSEWHERE``. ``agentchat serve`` warns of an ``AGENT_*`` variable outside
+    it: ``AGENT_AUTHH=jwt`` served with no auth and not a word."""
+    reader = EnvReader({})
+    Settings._read(reader)
+    return frozenset(reader.asked) | READ_ELSEWHERE

@@ -1,6 +1,9 @@
 """Which combinations of settings are refused at start-up, each with the line an
 operator reads: a provider or embedder named without its key, JWT auth without a way
 to verify tokens, a public key file that is not there, secrets too short to sign with.
+And what ``agentchat serve`` warns of without refusing (``serve_warnings``): an
+``AGENT_*`` variable nothing reads (a typo: ``AGENT_AUTHH=jwt`` served with no auth and
+not a word), no authentication on an address other machines reach.
 
 Why apart: each variable's own checks are made as it is read (``app.config_env``);
 these look at several at once, after every variable is read, so ``Settings.from_env``
@@ -10,6 +13,9 @@ reports them together with the others. They read the settings through ``Combinat
 
 from __future__ import annotations
 
+import difflib
+import ipaddress
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -60,4 +66,35 @@ def combination_problems(s: Combination) -> list[str]:
     return problems
 
 
-__all__ = ["MIN_SECRET_CHARS", "Combination", "combination_problems"]
+def serve_warnings(env: Mapping[str, str], known: Collection[str], *, auth: str, host: str) -> list[str]:
+    """The WARNING lines of a serve's start, one each: every ``AGENT_*`` variable of
+    ``env`` not in ``known`` (``app.config.known_variables``), with the closest known
+    name when one is close; ``AGENT_AUTH=none`` on a ``host`` that is not loopback."""
+    names = sorted(known)
+    lines: list[str] = []
+    for name in sorted(n for n in env if n.startswith("AGENT_") and n not in known):
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        lines.append(f"{name} is not a setting: nothing reads it, and it changes nothing{hint}")
+    if auth == "none" and not is_loopback(host):
+        lines.append(
+            f"AGENT_AUTH=none on {host}, an address other machines may reach: every request is served "
+            "without a token, as one user; set AGENT_AUTH=jwt, or AGENT_HOST=127.0.0.1 behind a proxy "
+            "that authenticates"
+        )
+    return lines
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reached from this machine only: ``localhost`` or a loopback
+    address (``0.0.0.0`` and ``::`` are every address, so not)."""
+    name = host.strip().strip("[]").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False  # a host name: whatever it resolves to, it was named to be reached
+
+
+__all__ = ["MIN_SECRET_CHARS", "Combination", "combination_problems", "is_loopback", "serve_warnings"]

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from agenttools.core.urls import url_error
+
 N = TypeVar("N", int, float)
 
 
@@ -62,8 +64,11 @@ class EnvReader:
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = env
         self.problems: list[str] = []
+        #: Every name asked for, in order (``app.config.known_variables``).
+        self.asked: list[str] = []
 
     def _raw(self, name: str) -> str | None:
+        self.asked.append(name)
         value = self.env.get(name)
         if value is None:
             return None
@@ -78,18 +83,21 @@ class EnvReader:
 
     def url(self, name: str, default: str) -> str:
         value = self._raw(name) or default
-        if not value.startswith(("http://", "https://")):
-            if name == "OLLAMA_HOST" and "://" not in value:
-                return "http://" + value.rstrip("/")
-            self.problems.append(f"{name} must be an http(s) URL, got {value!r}")
-        return value.rstrip("/")
+        if name == "OLLAMA_HOST" and "://" not in value:
+            value = "http://" + value  # Ollama's own convention: host[:port]
+        return self._checked_url(name, value)
 
     def optional_url(self, name: str) -> str | None:
         value = self._raw(name)
-        if value is None:
-            return None
-        if not value.startswith(("http://", "https://")):
-            self.problems.append(f"{name} must be an http(s) URL, got {value!r}")
+        return None if value is None else self._checked_url(name, value)
+
+    def _checked_url(self, name: str, value: str) -> str:
+        """Every URL setting through the one check (``agenttools.core.urls``): an http(s) URL with
+        a host, so ``http://`` or ``localhost:8080`` stops the start instead of failing
+        each call later."""
+        problem = url_error(name, value)
+        if problem is not None:
+            self.problems.append(problem)
         return value.rstrip("/")
 
     def database_url(self, name: str) -> str | None:

@@ -223,8 +223,8 @@ def accepted(var: Variable) -> str:
         return word
     return {
         "boolean": "`true` \\| `false` (also 1/0, yes/no, on/off)",
-        "url": "http(s) URL",
-        "optional_url": "http(s) URL",
+        "url": "http(s) URL with a host",
+        "optional_url": "http(s) URL with a host",
         "database_url": "`postgresql://` URL",
         "listing": "comma-separated list",
     }.get(var.kind, "text")

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from agenttools.core.catalog import CONTEXT_TYPES
+from agenttools.core.urls import http_url_problem
 
 MCP_GROUP: Final = "mcp"
 """The catalog group every MCP tool carries, beside the chat contexts it is offered in."""
@@ -173,8 +174,9 @@ def _server(
         if command is None:
             problems.append(f"{where}: a stdio server needs a command")
     elif kind == "http":
-        if url is None or not url.startswith(("http://", "https://")):
-            problems.append(f"{where}: an HTTP server needs an http(s) url")
+        why = "it has none" if url is None else http_url_problem(url)
+        if why is not None:
+            problems.append(f"{where}: an HTTP server needs an http(s) url with a host ({why})")
     else:
         problems.append(f"{where}: transport must be stdio or http (streamable HTTP); got {kind!r}")
     args_raw = entry.get("args") or []

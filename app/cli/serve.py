@@ -78,6 +78,8 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     if workers < 1 or (workers > 1 and args.reload):
         print("agentchat: --workers takes a number from 1, and does not go with --reload", file=sys.stderr)
         return 2
+    if args.listen_fd is None:  # said once, by the process the operator started (not each worker)
+        _warn_of_settings(settings, host)
     if args.listen_fd is not None:  # a worker of ``--workers``: the parent bound the port
         import socket
 
@@ -136,6 +138,16 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
                     print("agentchat serve: terminated (SIGTERM)", file=sys.stderr)
                 raise
     return 0 if started else 3
+
+
+def _warn_of_settings(settings: Settings, host: str) -> None:
+    """A WARNING line each for an ``AGENT_*`` variable nothing reads and for no auth on
+    an address other machines reach (``app.config_checks.serve_warnings``)."""
+    from app.config import known_variables
+    from app.config_checks import serve_warnings
+
+    for line in serve_warnings(os.environ, known_variables(), auth=settings.auth, host=host):
+        log.warning(line)
 
 
 def _writer_lock(settings: Settings) -> WriterLock | None:

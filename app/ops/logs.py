@@ -33,6 +33,8 @@ from app.ops.log_context import ContextFilter
 from app.ops.masking import SecretScrubber
 
 FORMATS: Final = ("json", "text")
+#: ``AGENT_LOG_LEVEL``'s values (any case; ``warn`` is ``warning``).
+LEVELS: Final = ("debug", "info", "warning", "error", "critical")
 
 #: uvicorn adds ``color_message`` (the message with ANSI colours) to its records.
 _NOT_FIELDS = frozenset({"color_message"})
@@ -135,7 +137,15 @@ def log_format(explicit: str | None = None, *, default: str = "json") -> str:
 
 
 def log_level(explicit: str | None = None) -> str:
-    return (explicit or os.environ.get("AGENT_LOG_LEVEL") or "INFO").strip().upper()
+    """``explicit``, else ``AGENT_LOG_LEVEL``, else ``INFO``; a ``ValueError`` names the
+    variable and the allowed values (``logging``'s own "Unknown level: 'VERBOSE'" named
+    neither)."""
+    raw = explicit or os.environ.get("AGENT_LOG_LEVEL") or "INFO"
+    value = raw.strip().lower()
+    value = "warning" if value == "warn" else value
+    if value not in LEVELS:
+        raise ValueError(f"AGENT_LOG_LEVEL must be one of {', '.join(LEVELS)}; got {raw.strip()!r}")
+    return value.upper()
 
 
 def make_handler(fmt: str = "json", stream: Any = None) -> logging.Handler:

@@ -36,7 +36,8 @@ class ChatRequest(msgspec.Struct, kw_only=True):
 
     message: Annotated[str, Meta(
         min_length=1, pattern=r"\S",
-        description="The question (`AGENT_MAX_MESSAGE_CHARS`); not only white space.",
+        description="The question: at most `AGENT_MAX_MESSAGE_CHARS` characters (32000 unless configured), "
+        "not only white space.",
     )]
     context_type: Annotated[ContextType, Meta(description="Which tools and prompt the run uses.")]
     context: Annotated[dict[str, Any] | None, Meta(
