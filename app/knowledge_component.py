@@ -145,7 +145,14 @@ class KnowledgeComponent:
             return
         if self.tasks:  # the sample's ingest: however it ends, the check comes after
             await asyncio.wait(self.tasks)
-        missing = await self.kb.missing_buckets(self.default_buckets)
+        try:
+            missing = await self.kb.missing_buckets(self.default_buckets)
+        except Exception as exc:  # the database away: /readyz's entry says it once it is back
+            log.warning(
+                "could not check the default buckets (AGENT_KB_DEFAULT_BUCKETS) at start",
+                extra={"error": f"{type(exc).__name__}: {exc}"[:300]},
+            )
+            return
         if missing:
             known = self.kb.bucket_names()
             log.warning(
