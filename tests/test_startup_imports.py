@@ -99,3 +99,25 @@ def test_help_loads_no_web_framework_nor_engine() -> None:
                          text=True, timeout=120, check=True)  # fmt: skip
     assert "agentchat" in out.stdout  # the help was printed
     assert out.stderr.strip() == "[]", out.stderr
+
+
+async def test_a_workers_supervisor_loads_neither_the_app_nor_the_stores(tmp_path: Path) -> None:
+    """``serve --workers``'s supervisor binds the socket, holds the file's writer lock and
+    watches its workers; it serves nothing. It loaded every store and numpy anyway
+    (~0.3 s of CPU of every group's start) because the light modules it uses -
+    ``storage.sqlite.writer_lock``, ``runtime_dir``, the upgrade guard - sat in a package
+    whose ``__init__`` imported the engine; the engine loads at its first use now
+    (``storage.sqlite.engine``). Only the supervisor runs the naming wrapper: it starts
+    its workers as ``python -m app.cli``."""
+    libraries = ("numpy", "storage.sqlite.engine", "storage.bundle", "knowledge")
+    server = AgentServer(tmp_path, {"AGENT_WORKERS": "2", "OLLAMA_HOST": f"http://127.0.0.1:{free_port()}"})
+    server.argv = [PYTHON, "-c", _SERVE_AND_NAME.format(libraries=libraries), *server.argv[3:]]
+    server.start()
+    try:
+        await server.wait_ready(timeout=90)
+        server.send(signal.SIGTERM)
+        assert await server.wait_exit(60) is not None, server.tail()
+        imported = await _imported(server)
+    finally:
+        server.close()
+    assert imported == ["no app"], f"the supervisor of serve --workers imported {imported}"

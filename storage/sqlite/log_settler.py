@@ -33,11 +33,12 @@ import contextlib
 import logging
 import sqlite3
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from storage.dialect import Dialect
-from storage.sql import Plan, SqlEngine
-from storage.stores.event_log import EventLog
+if TYPE_CHECKING:  # annotations only: the module is imported by what must stay light (app.cli.writer_wait)
+    from storage.dialect import Dialect
+    from storage.sql import Plan, SqlEngine
+    from storage.stores.event_log import EventLog
 
 log = logging.getLogger("agentchat.storage")
 

@@ -20,14 +20,28 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from storage.migrate_copy.source_guard import sqlite_in_use
 from storage.migration_runner import VERSION_TABLE
-from storage.sqlite.migration_steps import MIGRATIONS
-from storage.sqlite.migration_steps.live_log import LIVE_LOG
 
-#: The live log's first step: a file below it was last written by a release without the writer lock.
-LIVE_LOG_STEP = next(step.version for step in MIGRATIONS if step.statements == LIVE_LOG)
+
+def live_log_step() -> int:
+    """The live log's first step: a file below it was last written by a release without
+    the writer lock. The steps are imported here, when a file is found open: they import
+    every record type (numpy among them), which a ``serve --workers`` supervisor - it
+    calls ``older_release_open`` and serves nothing - would otherwise load at every start."""
+    from storage.sqlite.migration_steps import MIGRATIONS
+    from storage.sqlite.migration_steps.live_log import LIVE_LOG
+
+    return next(step.version for step in MIGRATIONS if step.statements == LIVE_LOG)
+
+
+def __getattr__(name: str) -> Any:
+    """``LIVE_LOG_STEP``, the constant it was, computed at its first use (PEP 562)."""
+    if name == "LIVE_LOG_STEP":
+        return live_log_step()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def schema_version(db_path: Path) -> int:
@@ -56,9 +70,9 @@ def older_release_open(db_path: str | Path) -> int | None:
     version = schema_version(path)
     # The read above closed its connection: the probe again, as its docstring requires
     # it, so that the answer is about the other process and not about this one's read.
-    if version >= LIVE_LOG_STEP or not sqlite_in_use(path):
+    if version >= live_log_step() or not sqlite_in_use(path):
         return None
     return version
 
 
-__all__ = ["LIVE_LOG_STEP", "older_release_open", "schema_version"]
+__all__ = ["live_log_step", "older_release_open", "schema_version"]  # and LIVE_LOG_STEP (__getattr__)
