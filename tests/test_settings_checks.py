@@ -61,6 +61,27 @@ def test_good_urls_pass_and_a_password_is_not_echoed(tmp_path: Path) -> None:
     assert "pa55word" not in str(caught.value) and "http://***@:80" in str(caught.value)
 
 
+@pytest.mark.parametrize("url", [
+    "http://admin:s3cr@tp4ss@backend:80x/api",    # a raw '@' in the password, a bad port
+    "http://admin:s3cr/tp4ss@backend:8080/api",   # a raw '/': urlsplit reads 's3cr' as the port
+    "http://admin:s3cr#tp4ss@backend:8080/api",   # a raw '#': the same
+    "http://admin:s3cr:tp4ss@backend:80x/api",    # a ':' in the password
+    "http://admin:s3cr/t:p4ss@[::1/api",          # and a host that does not parse
+    "http://admin:s3cr@tp4ss@[::1:8080/api",      # a "[" the host never closes
+])
+def test_no_part_of_a_password_is_in_the_bad_url_line(tmp_path: Path, url: str) -> None:
+    """Review 39: the line masked up to the first '@' only and not across '/', and quoted
+    urlsplit's own words, which hold the port as written ('s3cr' above)."""
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_env(base_env(tmp_path, AGENT_BACKEND_URL=url))
+    [line] = [ln for ln in str(caught.value).splitlines() if "AGENT_BACKEND_URL" in ln]
+    assert "s3cr" not in line and "p4ss" not in line and "admin" not in line, line
+    assert line.endswith("'http://***@" + url.rpartition("@")[2] + "'"), line
+    if "8080/api" in url and "[" not in url:
+        assert "(the port is not a number; a '/', '?', '#' or '@' in a user name or password must be " \
+            "percent-encoded" in line, line
+
+
 def test_an_mcp_server_url_goes_through_the_same_check(tmp_path: Path) -> None:
     servers = tmp_path / "servers.toml"
     servers.write_text('[servers.a]\nurl = "http://"\n\n[servers.b]\nurl = "https://mcp.example/mcp"\n')
