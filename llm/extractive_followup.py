@@ -7,9 +7,13 @@ it ("big" alone finds nothing about attachments). The agent sends the provider t
 whole conversation, so the answerer can read the earlier questions as a model would.
 
 A question is a follow-up when it refers back (a pronoun or demonstrative whose thing
-is not in the question before it: "its keywords", "does that work"), opens
-elliptically ("and …?", "what about …?"), or has too few content words to stand alone
-("What is the default?").
+is not in the question before it: "its keywords", "does that work", "this one"), opens
+elliptically ("and …?", "what about …?"), or has no content word to stand alone on
+("How big can it be?", "What is the default?").
+A demonstrative before a noun names the question's own thing ("What are those 503
+responses during shutdown?", "Is this project open source?"), and a bare "this" is the
+thing the person is asking about ("Does this work on Windows?"): neither reads as a
+follow-up, as a question with one noun of its own does not ("What is the license?").
 Its topic is the previous user question's content words (and, when that one was a
 follow-up too, its own topic's, a few questions back at most). The search then asks
 for the follow-up's words with the topic's after them, and once more for the
@@ -30,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from llm.extractive_question import Question
-from llm.extractive_words import WORD, _terms
+from llm.extractive_words import _STOP, WORD, _terms
 from llm.types import Message
 
 #: An opening that continues the previous question instead of asking a new one: "And on
@@ -43,7 +47,18 @@ _ELLIPTICAL = re.compile(
 #: to its keywords?"). One that follows a content word of the question refers inside it
 #: ("Where does npm store its cache?", "How do users change their password?").
 _PRONOUNS = frozenset({"it", "its", "itself", "they", "them", "their", "theirs", "themselves"})
-_DEMONSTRATIVES = frozenset({"this", "these", "those"})
+_DEMONSTRATIVES = frozenset({"this", "that", "these", "those"})
+#: "these"/"those" before a plural noun (a word of its own between, "those 503 responses")
+#: are determiners of the thing the question names; standing alone ("Are these kept?")
+#: they refer back.
+_PLURAL_DEMONSTRATIVES = frozenset({"these", "those"})
+#: Nouns that stand in for a thing named elsewhere ("this one", "these ones", "that
+#: thing"), and adjectives standing as a noun phrase's head, their noun left out ("the
+#: default", "the same", "the other"): after a demonstrative or as a question's only
+#: content they name nothing of their own.
+_STAND_INS = frozenset(
+    "one ones thing things stuff kind sort type way part default defaults same other others rest former latter".split()
+)
 #: "that" is a demonstrative where a noun phrase stands: after a preposition ("for
 #: that"), an auxiliary ("does that work"), first, or last ("how do I change that?");
 #: elsewhere it joins a clause ("make sure that …", "the file that …").
@@ -67,9 +82,6 @@ _FORM = frozenset(
 )
 #: Where one sentence of a message ends and the next begins.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
-#: A question with fewer content words than this cannot stand alone ("What is the
-#: default?", "How big can it be?").
-MIN_OWN_WORDS = 2
 #: Earlier questions a topic reaches back through when each was a follow-up too.
 MAX_TOPIC_DEPTH = 3
 #: The longest search query the provider sends (``knowledge_base_search``'s query).
@@ -105,25 +117,56 @@ def own_words(question: str) -> list[str]:
     return [w for w in _terms(question) if w not in _FORM]
 
 
+def _names_a_thing(word: str) -> bool:
+    """A word that can be (part of) a noun phrase of the question's own: neither a
+    function word, nor a word of the question's form, nor a stand-in."""
+    return len(word) > 1 and word not in _STOP and word not in _FORM and word not in _STAND_INS
+
+
+def _plural(word: str) -> bool:
+    """A plural noun, as English marks most: "settings", "responses" (not "process")."""
+    return _names_a_thing(word) and word.endswith("s") and not word.endswith("ss")
+
+
+def _demonstrative_refers_back(words: list[str], at: int) -> bool:
+    """Whether ``words[at]``, a "this", "these", "those" or "that", points at a thing said
+    before the question. Before a stand-in ("this one", "that default") it does. Before a
+    noun of its own ("this service", "those 503 responses", "these settings for …") it is
+    the determiner of a thing the question names. A bare "this" ("use this with X", "does
+    this work") is what the person is asking about - the project in front of them: in a
+    first question there is nothing else for it to be, and the same question later in a
+    conversation means the same. A bare "these"/"those" refers back ("Are these kept?");
+    "that" does where a noun phrase stands (after a preposition, an auxiliary or a verb
+    taking an object, first or last), elsewhere it joins a clause ("the file that …")."""
+    word, after = words[at], words[at + 1 : at + 3]
+    if after and (after[0] in _STAND_INS or (len(after) > 1 and _names_a_thing(after[0]) and after[1] in _STAND_INS)):
+        return word != "that" or at == 0 or words[at - 1] in _BEFORE_THAT
+    if word == "this":
+        return False
+    if word in _PLURAL_DEMONSTRATIVES:
+        if not after:
+            return True
+        return not (_plural(after[0]) or (len(after) > 1 and _names_a_thing(after[0]) and _plural(after[1])))
+    return word == "that" and (at == 0 or at == len(words) - 1 or words[at - 1] in _BEFORE_THAT)
+
+
 def refers_back(question: str) -> bool:
-    """The question says "it", "its", "this", "those", "for that" … of a thing it does
-    not name: the thing is in the conversation before it."""
+    """The question says "it", "its", "those", "for that", "this one" … of a thing it
+    does not name: the thing is in the conversation before it."""
     # The sentence asking: an earlier sentence of the same message says its own context
     # ("My plugin needs a host library next to it. How do I declare that?").
     asking = _SENTENCE_END.split(question.strip())[-1]
-    own_context = len(asking) < len(question.strip())
+    if len(asking) < len(question.strip()):
+        return False
     words = _words(asking)
     for at, word in enumerate(words):
         if word == "it" and at + 1 < len(words):
             after = words[at + 1 : at + 3]
             if after[0] in _DUMMY_IT or (after[0] in {"is", "s", "be"} and after[1:] and after[1] in _DUMMY_IT):
                 continue  # "is it possible to …": no thing
-        if word in _PRONOUNS and not own_words(" ".join(words[:at])) and not own_context:
+        if word in _PRONOUNS and not own_words(" ".join(words[:at])):
             return True  # nothing of the question before it: its thing is said earlier
-        demonstrative = word in _DEMONSTRATIVES or (
-            word == "that" and (at == 0 or at == len(words) - 1 or words[at - 1] in _BEFORE_THAT)
-        )
-        if demonstrative and not own_context:
+        if word in _DEMONSTRATIVES and _demonstrative_refers_back(words, at):
             return True
     return False
 
@@ -134,21 +177,16 @@ def elliptical(question: str) -> bool:
 
 
 def too_short(question: str) -> bool:
-    """Too few content words to stand alone: none ("How long?", "Why?"), or one spoken of
-    as a thing already known ("What is the default?"); one named without "the" ("What
-    is agentchat?", "How many workers should I use?") is a question of its own."""
-    own = own_words(question)
-    if len(set(own)) >= MIN_OWN_WORDS:
-        return False
-    if not own:
-        return True
-    words = _words(question)
-    return any(w == own[0] and at > 0 and words[at - 1] == "the" for at, w in enumerate(words))
+    """No content word to stand alone on: none at all ("How long?", "Why?"), only the
+    words of a form ("How big can it be?"), or only a noun phrase's head whose noun is
+    left out ("What is the default?": the default of what?). One noun of its own is a
+    question of its own ("What is the license?", "What is agentchat?")."""
+    return all(w in _STAND_INS for w in own_words(question))
 
 
 def is_follow_up(question: str) -> bool:
     """The question leans on an earlier one: it refers back, opens elliptically, or has
-    too few content words to stand alone."""
+    no content word to stand alone on."""
     return elliptical(question) or refers_back(question) or too_short(question)
 
 
@@ -213,7 +251,6 @@ def about(question: Question, follow: FollowUp) -> Question:
 
 
 __all__ = [
-    "MIN_OWN_WORDS",
     "FollowUp",
     "about",
     "earlier_questions",
