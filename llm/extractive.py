@@ -31,7 +31,8 @@ import orjson
 
 from llm.extractive_answer import Passage, compose_answer
 from llm.extractive_followup import FollowUp, earlier_questions, follow_up_of
-from llm.extractive_page_read import PAGE_READ_TOOL, found_pages, page_read_args, pages_to_read
+from llm.extractive_page_read import PAGE_READ_TOOL, page_read_args, pages_to_read
+from llm.extractive_results import distinct, nothing_searched, pages_found, passages_of, results_since, with_page_reads
 from llm.extractive_words import Words
 from llm.provider import ProviderHealth
 from llm.types import (
@@ -135,124 +136,6 @@ def _searches(question: str, follow: FollowUp | None) -> list[tuple[str, dict[st
     return [(SEARCH_TOOL, {"query": follow.search_query(), "top_k": SEARCH_TOP_K}), own]
 
 
-def _distinct(passages: list[Passage]) -> list[Passage]:
-    """Each chunk once, where it first came (two searches of one turn find some alike)."""
-    seen: set[str] = set()
-    out: list[Passage] = []
-    for p in passages:
-        key = p.chunk_id or p.source_id
-        if key not in seen:
-            seen.add(key)
-            out.append(p)
-    return out
-
-
-def _results_since(messages: list[Message], start: int) -> list[ToolResult]:
-    return [r for m in messages[start:] for r in m.tool_results]
-
-
-def _passages(result: ToolResult) -> list[Passage]:
-    try:
-        body = orjson.loads(result.content)
-    except orjson.JSONDecodeError:
-        return []
-    if not isinstance(body, dict):
-        return []
-    out: list[Passage] = []
-    for chunk in body.get("chunks") or []:
-        if isinstance(chunk, dict) and chunk.get("source_id") and chunk.get("text"):
-            out.append(
-                Passage(
-                    str(chunk["source_id"]),
-                    str(chunk.get("title") or ""),
-                    str(chunk["text"]),
-                    float(chunk.get("score") or 0.0),
-                    _summary(chunk.get("metadata")),
-                    section=str(chunk.get("section") or ""),
-                )
-            )
-    for ext in body.get("external_answers") or []:
-        if isinstance(ext, dict) and ext.get("source_id") and ext.get("answer"):
-            out.append(
-                Passage(
-                    str(ext["source_id"]), str(ext.get("question") or "stored external answer"), str(ext["answer"]), 0.5
-                )
-            )
-    return out
-
-
-def _body(result: ToolResult) -> dict[str, Any]:
-    try:
-        body = orjson.loads(result.content)
-    except orjson.JSONDecodeError:
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def _nothing_searched(searched: list[ToolResult]) -> str:
-    """The answer when the searches' buckets do not exist (``missing_buckets``: a typo in
-    ``AGENT_KB_DEFAULT_BUCKETS``), so nothing was searched: said, not "could not find"."""
-    missing = list(dict.fromkeys(str(b) for r in searched for b in _body(r).get("missing_buckets") or []))
-    if not missing:
-        return ""
-    names = ", ".join(repr(b) for b in missing)
-    return (
-        f"I could not search the knowledge base: the bucket(s) it is set to search ({names}) do not exist. "
-        "The administrator can check AGENT_KB_DEFAULT_BUCKETS and the buckets there are (agentchat buckets)."
-    )
-
-
-def _pages(searched: list[ToolResult]) -> list[Any]:
-    """The pages the knowledge-base searches found, best first."""
-    chunks = [c for r in searched for c in _body(r).get("chunks") or [] if isinstance(c, dict)]
-    return found_pages(chunks)
-
-
-def _with_page_reads(passages: list[Passage], reads: list[ToolResult]) -> list[Passage]:
-    """The first search's passages, then the chunks the page-scoped reads found that it
-    had not. Those are cited by their document (what ``search_text`` registers) and rank
-    below the page's passages the first search returned (a read of one page scores its
-    chunks against each other, not against the corpus)."""
-    seen = {p.chunk_id or p.source_id for p in passages}
-    floor: dict[str, float] = {}
-    for p in passages:
-        doc = p.source_id.split("#", 1)[0]
-        floor[doc] = min(floor.get(doc, p.score), p.score)
-    out = list(passages)
-    for result in reads:
-        if result.is_error:
-            continue
-        for hit in _body(result).get("results") or []:
-            if not isinstance(hit, dict) or not hit.get("doc_id") or not hit.get("snippet"):
-                continue
-            doc, chunk = str(hit["doc_id"]), str(hit.get("chunk_id") or "")
-            if not chunk or chunk in seen:
-                continue
-            seen.add(chunk)
-            out.append(
-                Passage(
-                    doc,
-                    str(hit.get("title") or ""),
-                    str(hit["snippet"]),
-                    floor.get(doc, 0.0),
-                    _summary(hit.get("metadata")),
-                    chunk,
-                    str(hit.get("section") or ""),
-                )
-            )
-    return out
-
-
-def _summary(metadata: Any) -> str:
-    """A Markdown page's one-line summary: its front matter's ``description``, which the
-    loader keeps in the document's metadata (a record's ``description`` field is data,
-    not a summary of a page)."""
-    if not isinstance(metadata, dict) or metadata.get("format") != "markdown":
-        return ""
-    summary = metadata.get("description")
-    return summary if isinstance(summary, str) else ""
-
-
 class ExtractiveProvider:
     name = "extractive"
     model = "extractive-v1"
@@ -267,7 +150,7 @@ class ExtractiveProvider:
         yield MessageStart()
         offered = {t.name for t in request.tools}
         question, start = _question(request.messages)
-        results = _results_since(request.messages, start)
+        results = results_since(request.messages, start)
         attempted = [r for r in results if r.name == SEARCH_TOOL]
         searched = [r for r in attempted if not r.is_error]
         answered = [r for r in results if r.name == ANSWER_TOOL]
@@ -295,12 +178,12 @@ class ExtractiveProvider:
         read_again = [r for r in results if r.name == PAGE_READ_TOOL]
         if not read_again and not answered and PAGE_READ_TOOL in offered:
             asked = follow.search_query() if follow is not None else question
-            calls = [page_read_args(page, query) for page, query in pages_to_read(asked, _pages(searched))]
+            calls = [page_read_args(page, query) for page, query in pages_to_read(asked, pages_found(searched))]
             if calls:  # the found page(s) read more deeply first (llm.extractive_page_read)
                 for ev in self._calls([(PAGE_READ_TOOL, args) for args in calls]):
                     yield ev
                 return
-        passages = _with_page_reads(_distinct([p for r in searched for p in _passages(r)]), read_again)
+        passages = with_page_reads(distinct([p for r in searched for p in passages_of(r)]), read_again)
         # 15-20 ms of pure-Python scoring per answer: on a worker thread, so the event loop
         # (every other live stream) gets the GIL back every switch interval instead of
         # waiting out the whole answer. The memo's lru_caches are thread-safe.
@@ -308,7 +191,7 @@ class ExtractiveProvider:
         if answered:  # the last answer was rejected: answer again without citations
             answer, sources, confidence = "", [], 0.0
         if not answer:
-            answer = _nothing_searched(searched) if not passages else ""
+            answer = nothing_searched(searched) if not passages else ""
             answer = answer or (
                 "I could not find an answer to that in the knowledge base. Try rephrasing the "
                 "question with the terms the documentation uses."

@@ -3,7 +3,8 @@ content words, stemmed (``llm.extractive_words``, which also says how a passage'
 meet them: re-exported here); the words adjacent ones join into ("log in" is what
 ``npm-login`` is named by) and the phrasal verbs that do not mean their verb alone ("log
 in" is not "logs"); whether it asks for several things ("which events …"); and what kind
-of thing it wants ("where" a place, "how many" an amount).
+of thing it wants ("where" a place, "how many" an amount), read by the patterns of
+``llm.extractive_forms``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,26 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from llm.extractive_forms import (
+    ACTION,
+    ASKS,
+    BEFORE_VERB,
+    COMPOUND,
+    DEFINITION,
+    ENUMERATION,
+    EXAMPLES,
+    HOW_MANY,
+    HOW_TO,
+    NAME,
+    NEGATED_CASE,
+    NEGATED_CONDITION,
+    NEGATION,
+    NUMBER,
+    PARTICLES,
+    WANTS,
+    WHICH_KIND,
+    WHICH_MANY,
+)
 from llm.extractive_words import (
     _STOP,
     WORD,
@@ -27,119 +48,6 @@ from llm.extractive_words import (
     written_apart,
 )
 
-#: "which events (does …)", "which file formats does …": a plural noun right after
-#: "which", or one word later when an auxiliary or the end follows it ("which embedder
-#: works …" asks for one thing).
-_WHICH_MANY = re.compile(
-    r"^\s*which\s+(?:(?P<one>[a-z]+s)\b|[a-z]+\s+(?P<two>[a-z]+s)(?=\s+(?:do|does|did|are|is|can|could|should"
-    r"|must|will|would|were|have|has)\b|\s*[?.]?\s*$))",
-    re.IGNORECASE,
-)
-#: "Which full-text engine does …", "which tokenizer …": the kind of thing asked for by
-#: name, up to three words before the question's verb (or the one word after "which").
-_WHICH_KIND = re.compile(
-    r"^\s*which\s+(?:(?P<kind>[\w.-]+(?:\s+[\w.-]+){0,2}?)(?=\s+(?:do|does|did|is|are|was|were|can|could"
-    r"|should|must|will|would|has|have)\b)|(?P<word>[\w.-]+))",
-    re.IGNORECASE,
-)
-#: The opening word of a question asking for a place, a time, a party, a choice or a
-#: reason. Not "how" or "what", which open how-tos and definitions as well.
-_ASKS = re.compile(r"^\W*(where|when|who|whom|whose|which|why)\b", re.IGNORECASE)
-_ENUMERATION = re.compile(r"^\s*(?:what\s+are\b|list\b|name\s+the\b)", re.IGNORECASE)
-#: A number followed by one of these counts nothing: "HTTP 204 on reconnect", "HTTP 200
-#: with the … content type" are codes, not amounts ("800 characters", "15 seconds" are).
-_FUNCTION_WORDS = "(?:on|with|to|in|of|for|and|or|the|is|are|was|at|by|from|if|when|as|an|so|but|then)"
-#: What a question asks for by its form, and what a unit holding it looks like: "who"
-#: wants a party (an owner, a user); "where" a place (a path: ``~/.npm``, ``{prefix}/lib``,
-#: ``/etc/npmrc``), "how many / how large / how often …" an amount (a number with its unit: "800 characters", "15
-#: seconds", "3 to 10"). Of the units that cover the question alike, the one that holds
-#: what is asked for is the answer; the other only talks about the subject.
-_WANTS = (
-    (
-        "place",
-        re.compile(r"^\s*where\b", re.IGNORECASE),
-        re.compile(r"(?:^|[\s`'\"(])(?:~|\.{1,2}/|/[\w.]|\$\w+/|\{\w+\}/|%\w+%|[A-Za-z]:\\)[^\s`'\")]*"),
-    ),
-    (
-        "amount",
-        re.compile(r"^\s*(?:how\s+(?:many|much|large|big|long|often|far|old|fast|small)|what\s+size)\b", re.IGNORECASE),
-        re.compile(
-            rf"(?<![\w.@=])\d+(?:[.,]\d+)?(?:\s?%|\s?(?:to|-|–)\s?\d+|\s(?!{_FUNCTION_WORDS}\b)[a-z]{{2,}}\b"
-            # A unit's symbol: "(20 s)", "(250 ms)", "(5 MiB)", "1 MiB".
-            r"|\s?(?:s|ms|min|h|[KMGT]i?B)\b)"
-            # A duration in words: "(a day by default)", "an hour".
-            r"|\b(?i:an?|one|half\s+an?)\s+(?:second|minute|hour|day|week|month|year)\b",
-        ),
-    ),
-    # "who (may / can …)" wants a party: the owner, an admin, any user, the caller.
-    (
-        "party",
-        re.compile(r"^\s*who(?:m|se)?\b", re.IGNORECASE),
-        re.compile(
-            r"\b(?:owners?|users?|admins?|administrators?|callers?|maintainers?|authors?|members?"
-            r"|collaborators?|anyone|everyone|nobody|no one)\b",
-            re.IGNORECASE,
-        ),
-    ),
-)
-
-#: "how many chunks …": the thing counted. A unit stating a number of it ("at most 3
-#: chunks per document") answers; another amount beside it ("800 characters") does not.
-_HOW_MANY = re.compile(r"^\s*how\s+many\s+(?P<noun>[a-z]{3,})\b", re.IGNORECASE)
-_NUMBER = r"(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|twelve|a\s+single)"
-
-#: "How do I …", "how can we …", "how to …": the question asks how a thing is done, and
-#: a command is how it is done (see ``Question.how_to``).
-_HOW_TO = re.compile(
-    r"^\s*how\s+(?:(?:do|does|can|could|should|would|may|must)\s+(?:i|we|you|one)|to)\b", re.IGNORECASE
-)
-
-#: "What does npm rebuild run?", "what is package-lock.json for?": asks what a thing is
-#: or does (see ``Question.definition``).
-_DEFINITION = re.compile(r"^\s*what\s+(?:does|do|is|are)\b", re.IGNORECASE)
-
-#: A negation: a sentence about a negated case ("if it does not have a restart script …").
-NEGATION = re.compile(r"\b(?:no|not|without|never|none|nothing|unless|omitted|cannot)\b|n't\b", re.IGNORECASE)
-#: A question about a negated case: a condition with a negation ("… when there is no
-#: restart script?", "what happens if … is run without an initializer?"); "how do I run
-#: a command without installing it?" asks for a way, not about a case.
-_NEGATED_CASE = re.compile(
-    r"\b(?:when|if|unless)\b[^?]*?(?:\b(?:no|not|without|never|none|nothing)\b|n't\b)", re.IGNORECASE
-)
-
-#: A sentence that opens with a negated condition ("If no `"command"` is provided, …",
-#: "If the initializer is omitted …", "If it does _not_ have a restart script …"): it
-#: says what happens in the case a negated-case question asks about, where a sentence
-#: saying "without" somewhere else ("Runs on local `npm install` without package
-#: arguments") only shares the negation.
-NEGATED_CONDITION = re.compile(
-    r"^\W*(?:if|when|unless|without)\b[^,.;:]*?(?:\b(?:no|not|without|never|none|nothing|omitted|cannot)\b|n't\b)",
-    re.IGNORECASE,
-)
-
-#: English adverb particles: "log in" is the ``login`` a command or page is named by.
-_PARTICLES = frozenset("in up out on off down over back away".split())
-#: What comes before a verb: a word before a particle is a phrasal verb only after one
-#: of these ("how do I log in", "am I logged in") or first ("log in to …"); elsewhere
-#: the particle is a preposition ("change my password on the registry": the password
-#: is the password wherever the text says it).
-_BEFORE_VERB = frozenset("i we you they one to am are is be been get got and or please".split())
-
-#: A name the question writes as one (a path ``/metrics``, an identifier
-#: ``perplexity_search``, a code span, a hyphenated name ``install-scripts``, an option
-#: ``--global``): what the question is about, which a passage about something else does
-#: not say however many of the other words it shares ("what happens if I run npm
-#: install-scripts with --global?" is the sentence about ``--global``, not one that
-#: "runs" after "installation" and says "scripts").
-_NAME = re.compile(
-    r"`[^`]+`|(?<![\w/.])/[^\W_][\w./-]*|\b[^\W\d_]\w*_\w+"
-    r"|(?<![\w-])--?[^\W\d_][\w-]*|\b[^\W\d_]+(?:-[^\W\d_]+)+\b"
-)
-#: An identifier written with underscores (``search_text``, ``tool_call_result``,
-#: ``AGENT_DB_PATH``): one name, not its words. Its parts are met only where a text writes
-#: it whole: "``knowledge_base_search`` searches … and returns … ``text``" says "search"
-#: and "text" but nothing of ``search_text``.
-_COMPOUND = re.compile(r"(?<!\w)[^\W_]+(?:_[^\W_]+)+(?!\w)")
 #: How much more a named word counts than another word of the question.
 NAME_WEIGHT = 2.0
 #: How much more a question word said by one passage counts than one said by every
@@ -165,29 +73,6 @@ MIN_APART_PART = 3
 #: on npm init's page). 1.1-1.5 change the same answer and lose none; 1.7 loses two
 #: ("resume a stream after a disconnect", "audit only fail for …").
 ACTION_WEIGHT = 1.3
-_ACTION = re.compile(
-    r"^\s*how\s+(?:(?:do|does|can|could|should|would|may|must)\s+(?:i|we|you|one)|to)\s+"
-    r"(?P<action>.+?)(?=\s+(?:when|if|while|with|without|from|in|on|for|into|by|after|before|so|using|via)\b"
-    r"|[?.]|$)",
-    re.IGNORECASE,
-)
-
-
-#: The examples a question gives of what it asks about (", like alpha or beta,", "such as
-#: 1.2.0-5", "e.g. …"): they show what is meant, and a text answering need not say them.
-#: "How do I choose the identifier, like alpha or beta, used in a prerelease version?" is
-#: answered by ``preid``'s "The prerelease identifier to use as a prefix …", not by npm
-#: dist-tag's "… use a different tag for each stream, e.g., stable, beta …", which says
-#: "choose", "use" and "beta". "like" only after a comma: "what would I like to …" is a verb.
-#: An example ends at a comma, or is the question's last words (at most three: "such as
-#: 1.2.0-5?"); one followed by more of the question without a comma is left in, since
-#: where it ends is unknown ("which tools such as npm ci fail when the lock file is out
-#: of date?" would lose everything after "tools").
-_EXAMPLES = re.compile(
-    r"(?:,\s*like|\bsuch\s+as|\be\.g\.|\bfor\s+(?:example|instance))\s+"
-    r"(?:[^,?]*,|(?:[^\s,?]+\s+){0,2}[^\s,?]+\s*(?=\?|$))",
-    re.IGNORECASE,
-)
 
 
 def weighted_coverage(
@@ -226,17 +111,17 @@ class Question:
     negated: bool = False
     #: "How many <noun>": a number of it, as a pattern ("3 chunks", "one retry").
     counted: re.Pattern[str] | None = None
-    #: The stems of the words the question writes as a name (see ``_NAME``).
+    #: The stems of the words the question writes as a name (see ``NAME``).
     names: frozenset[str] = frozenset()
     #: The question's adjacent content words ("each document", "keep each"): a unit
     #: that says them side by side says what the question says (``phrase_share``).
     pairs: frozenset[tuple[str, str]] = frozenset()
-    #: The stems of what a how-to asks to do (``_ACTION``), less its names.
+    #: The stems of what a how-to asks to do (``ACTION``), less its names.
     action: frozenset[str] = frozenset()
-    #: Each underscore identifier of the question (``_COMPOUND``), folded, as a pattern
+    #: Each underscore identifier of the question (``COMPOUND``), folded, as a pattern
     #: finding it whole, with the stems only it gives the question (not also said apart).
     compounds: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = ()
-    #: The stems of the kind of thing "which …" asks for by name (``_WHICH_KIND``).
+    #: The stems of the kind of thing "which …" asks for by name (``WHICH_KIND``).
     kind: frozenset[str] = frozenset()
     #: How much each stem counts for its rarity among the passages being answered from
     #: (``weighed_by``); a stem not here counts 1.
@@ -245,7 +130,7 @@ class Question:
     #: write apart as two words ("agentchat" / "agent chat": ``written_apart``).
     apart: Mapping[tuple[str, str], str] = field(default_factory=dict)
     #: The word a question of place, time, party, choice or reason opens with ("where",
-    #: "when", "who", "which", "why"; ``_ASKS``), folded, else "".
+    #: "when", "who", "which", "why"; ``ASKS``), folded, else "".
     asks: str = ""
     #: The stems of a follow-up's topic (``llm.extractive_followup.about``): the earlier
     #: question's words the follow-up does not say, among ``stems`` but counting
@@ -272,39 +157,39 @@ class Question:
                 and right.isalpha()
                 and left not in _STOP
                 and len(left + right) >= 5
-                and (right not in _STOP or right in _PARTICLES)
+                and (right not in _STOP or right in PARTICLES)
             ):
                 joined.setdefault(stem(left + right), stem(left))
-                if right in _PARTICLES and (at == 0 or words[at - 1] in _BEFORE_VERB):
+                if right in PARTICLES and (at == 0 or words[at - 1] in BEFORE_VERB):
                     phrasal.setdefault(stem(left), right)
-        many = _WHICH_MANY.search(question)
+        many = WHICH_MANY.search(question)
         focus = stem((many.group("one") or many.group("two")).casefold()) if many else None
-        wants = next((unit for _, asks, unit in _WANTS if asks.search(question)), None)
-        enumeration = bool(many) or bool(_ENUMERATION.search(question))
-        how_to = _HOW_TO.search(question) is not None
-        definition = _DEFINITION.search(question) is not None
-        negated = _NEGATED_CASE.search(question) is not None
-        noun = _HOW_MANY.search(question)
+        wants = next((unit for _, asks, unit in WANTS if asks.search(question)), None)
+        enumeration = bool(many) or bool(ENUMERATION.search(question))
+        how_to = HOW_TO.search(question) is not None
+        definition = DEFINITION.search(question) is not None
+        negated = NEGATED_CASE.search(question) is not None
+        noun = HOW_MANY.search(question)
         counted = None
         if noun is not None:
             head = stem(noun.group("noun").casefold())
             # The number, at most one word before the noun ("3 chunks", "3 more chunks").
             noun_form = re.escape(head[:-1]) + "(?:y|ies)" if head.endswith("y") else re.escape(head)
-            counted = re.compile(rf"\b{_NUMBER}\s+(?:[\w-]+\s+)?{noun_form}", re.IGNORECASE)
-        names = frozenset(s for m in _NAME.finditer(question) for s in stems_of(m.group(0)))
+            counted = re.compile(rf"\b{NUMBER}\s+(?:[\w-]+\s+)?{noun_form}", re.IGNORECASE)
+        names = frozenset(s for m in NAME.finditer(question) for s in stems_of(m.group(0)))
         pairs = frozenset(itertools.pairwise(stem(t) for t in _terms(question)))
         # "how do I turn on X" asks to enable X: the particle is the verb's, not the
         # start of the action's circumstances ("on the registry").
-        acts = _ACTION.match(one_verbs(question))
+        acts = ACTION.match(one_verbs(question))
         action = stems_of(acts.group("action")) - names if acts is not None else frozenset()
         folded = unicodedata.normalize("NFKC", question).casefold()
-        apart = stems_of(_COMPOUND.sub(" ", folded))
+        apart = stems_of(COMPOUND.sub(" ", folded))
         compounds = tuple(
             (re.compile(rf"(?<!\w){re.escape(m.group(0))}(?!\w)"), stems_of(m.group(0)) - apart)
-            for m in _COMPOUND.finditer(folded)
+            for m in COMPOUND.finditer(folded)
         )
         return cls(
-            stems_of(_EXAMPLES.sub(" ", question)) or stems_of(question),
+            stems_of(EXAMPLES.sub(" ", question)) or stems_of(question),
             joined,
             phrasal,
             enumeration,
@@ -318,8 +203,8 @@ class Question:
             pairs,
             action,
             tuple(c for c in compounds if c[1]),
-            stems_of(next((g for g in k.groups() if g), "")) if (k := _WHICH_KIND.search(question)) else frozenset(),
-            asks=a.group(1).casefold() if (a := _ASKS.match(question)) else "",
+            stems_of(next((g for g in k.groups() if g), "")) if (k := WHICH_KIND.search(question)) else frozenset(),
+            asks=a.group(1).casefold() if (a := ASKS.match(question)) else "",
             words=w,
         )
 
@@ -357,7 +242,7 @@ class Question:
 
     def split_names(self, text: str) -> frozenset[str]:
         """The stems of the question's underscore identifiers that ``text`` says only
-        apart, not as the identifier (``_COMPOUND``): they are not the name there."""
+        apart, not as the identifier (``COMPOUND``): they are not the name there."""
         if not self.compounds:
             return frozenset()
         folded = unicodedata.normalize("NFKC", text).casefold()

@@ -228,7 +228,7 @@ def test_a_page_summary_answers_when_the_page_says_it_nowhere_else() -> None:
 def test_the_provider_reads_a_page_summary_from_the_chunk_metadata() -> None:
     import orjson
 
-    from llm.extractive import _passages
+    from llm.extractive_results import passages_of
     from llm.types import ToolResult
 
     chunk = {
@@ -240,7 +240,7 @@ def test_the_provider_reads_a_page_summary_from_the_chunk_metadata() -> None:
     }
     record = {**chunk, "source_id": "inv#0", "metadata": {"format": "json", "description": "Tarball crate"}}
     result = ToolResult("call_1", "knowledge_base_search", orjson.dumps({"chunks": [chunk, record]}).decode())
-    assert [p.summary for p in _passages(result)] == ["Create a tarball from a package", ""]
+    assert [p.summary for p in passages_of(result)] == ["Create a tarball from a package", ""]
 
 
 TOOLS = """# The RAG tools and their parameters

@@ -1,0 +1,141 @@
+"""What the offline answerer (``llm.extractive``) reads from the tool results its
+conversation carries: the passages of the knowledge searches (chunks and stored
+external answers) with the page-scoped reads' chunks after them, each chunk once; the
+pages the searches found; and, when the searches' buckets do not exist, the answer that
+says nothing was searched. The provider decides what to call and when; this reads what
+came back, so neither grows past one job.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from llm.extractive_answer import Passage
+from llm.extractive_page_read import found_pages
+from llm.types import Message, ToolResult
+
+
+def distinct(passages: list[Passage]) -> list[Passage]:
+    """Each chunk once, where it first came (two searches of one turn find some alike)."""
+    seen: set[str] = set()
+    out: list[Passage] = []
+    for p in passages:
+        key = p.chunk_id or p.source_id
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def results_since(messages: list[Message], start: int) -> list[ToolResult]:
+    """The tool results of the turns since the question at ``start``: this question's own."""
+    return [r for m in messages[start:] for r in m.tool_results]
+
+
+def passages_of(result: ToolResult) -> list[Passage]:
+    """A knowledge search's passages: its chunks, then its stored external answers (an
+    unreadable result gives none rather than failing the answer)."""
+    try:
+        body = orjson.loads(result.content)
+    except orjson.JSONDecodeError:
+        return []
+    if not isinstance(body, dict):
+        return []
+    out: list[Passage] = []
+    for chunk in body.get("chunks") or []:
+        if isinstance(chunk, dict) and chunk.get("source_id") and chunk.get("text"):
+            out.append(
+                Passage(
+                    str(chunk["source_id"]),
+                    str(chunk.get("title") or ""),
+                    str(chunk["text"]),
+                    float(chunk.get("score") or 0.0),
+                    _summary(chunk.get("metadata")),
+                    section=str(chunk.get("section") or ""),
+                )
+            )
+    for ext in body.get("external_answers") or []:
+        if isinstance(ext, dict) and ext.get("source_id") and ext.get("answer"):
+            out.append(
+                Passage(
+                    str(ext["source_id"]), str(ext.get("question") or "stored external answer"), str(ext["answer"]), 0.5
+                )
+            )
+    return out
+
+
+def _body(result: ToolResult) -> dict[str, Any]:
+    try:
+        body = orjson.loads(result.content)
+    except orjson.JSONDecodeError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def nothing_searched(searched: list[ToolResult]) -> str:
+    """The answer when the searches' buckets do not exist (``missing_buckets``: a typo in
+    ``AGENT_KB_DEFAULT_BUCKETS``), so nothing was searched: said, not "could not find"."""
+    missing = list(dict.fromkeys(str(b) for r in searched for b in _body(r).get("missing_buckets") or []))
+    if not missing:
+        return ""
+    names = ", ".join(repr(b) for b in missing)
+    return (
+        f"I could not search the knowledge base: the bucket(s) it is set to search ({names}) do not exist. "
+        "The administrator can check AGENT_KB_DEFAULT_BUCKETS and the buckets there are (agentchat buckets)."
+    )
+
+
+def pages_found(searched: list[ToolResult]) -> list[Any]:
+    """The pages the knowledge-base searches found, best first."""
+    chunks = [c for r in searched for c in _body(r).get("chunks") or [] if isinstance(c, dict)]
+    return found_pages(chunks)
+
+
+def with_page_reads(passages: list[Passage], reads: list[ToolResult]) -> list[Passage]:
+    """The first search's passages, then the chunks the page-scoped reads found that it
+    had not. Those are cited by their document (what ``search_text`` registers) and rank
+    below the page's passages the first search returned (a read of one page scores its
+    chunks against each other, not against the corpus)."""
+    seen = {p.chunk_id or p.source_id for p in passages}
+    floor: dict[str, float] = {}
+    for p in passages:
+        doc = p.source_id.split("#", 1)[0]
+        floor[doc] = min(floor.get(doc, p.score), p.score)
+    out = list(passages)
+    for result in reads:
+        if result.is_error:
+            continue
+        for hit in _body(result).get("results") or []:
+            if not isinstance(hit, dict) or not hit.get("doc_id") or not hit.get("snippet"):
+                continue
+            doc, chunk = str(hit["doc_id"]), str(hit.get("chunk_id") or "")
+            if not chunk or chunk in seen:
+                continue
+            seen.add(chunk)
+            out.append(
+                Passage(
+                    doc,
+                    str(hit.get("title") or ""),
+                    str(hit["snippet"]),
+                    floor.get(doc, 0.0),
+                    _summary(hit.get("metadata")),
+                    chunk,
+                    str(hit.get("section") or ""),
+                )
+            )
+    return out
+
+
+def _summary(metadata: Any) -> str:
+    """A Markdown page's one-line summary: its front matter's ``description``, which the
+    loader keeps in the document's metadata (a record's ``description`` field is data,
+    not a summary of a page)."""
+    if not isinstance(metadata, dict) or metadata.get("format") != "markdown":
+        return ""
+    summary = metadata.get("description")
+    return summary if isinstance(summary, str) else ""
+
+
+__all__ = ["distinct", "nothing_searched", "pages_found", "passages_of", "results_since", "with_page_reads"]
