@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
+from types import FunctionType, ModuleType
 from typing import Any
 
 import pytest
@@ -24,17 +25,23 @@ Handlers = tuple[Callable[[], None] | None, Callable[[BaseException], None] | No
 
 def _holds_a_step(handlers: Handlers) -> bool:
     """Whether a ``RunWrite`` is reachable from the queued handlers (closures, cells,
-    bound methods), not counting what the run itself holds."""
+    bound methods), not counting what the run itself holds, nor module globals: every
+    function reaches its module's globals and through them every module and the whole
+    heap (in a worker that has run many test files, millions of objects: ~5-10 s a
+    walk), and a step a module held would be no step the queue holds."""
     seen: set[int] = set()
     todo: list[object] = [h for h in handlers if h is not None]
     while todo:
         obj = todo.pop()
-        if id(obj) in seen or isinstance(obj, Run | type):
+        if id(obj) in seen or isinstance(obj, Run | type | ModuleType):
             continue
         seen.add(id(obj))
         if isinstance(obj, RunWrite):
             return True
-        todo.extend(gc.get_referents(obj))
+        referents = gc.get_referents(obj)
+        if isinstance(obj, FunctionType):
+            referents = [r for r in referents if r is not obj.__globals__]
+        todo.extend(referents)
     return False
 
 
