@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from agenttools.core.urls import url_error
+from toolindex.ollama_host import normalise_host
 
 N = TypeVar("N", int, float)
 
@@ -83,8 +84,8 @@ class EnvReader:
 
     def url(self, name: str, default: str) -> str:
         value = self._raw(name) or default
-        if name == "OLLAMA_HOST" and "://" not in value:
-            value = "http://" + value  # Ollama's own convention: host[:port]
+        if name == "OLLAMA_HOST":  # Ollama's own reading: 127.0.0.1 is port 11434, not 80
+            value = normalise_host(value)
         return self._checked_url(name, value)
 
     def optional_url(self, name: str) -> str | None:
