@@ -8,6 +8,7 @@ came back, so neither grows past one job.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -74,17 +75,39 @@ def _body(result: ToolResult) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
+#: Where a search's warning about a missing bucket says its scope came from
+#: (``agenttools.rag.kb_search``: "no bucket 'x': not searched (named by …)").
+_NAMED_BY = re.compile(r"^no buckets? .*\(named by (?P<by>[^()]*)\)\s*$")
+
+
+def _named_by(searched: list[ToolResult]) -> set[str]:
+    """Who named the missing buckets, as the searches' warnings say: the setting
+    ``AGENT_KB_DEFAULT_BUCKETS``, the chat's ``context.buckets``, or not said."""
+    out: set[str] = set()
+    for result in searched:
+        for warning in _body(result).get("warnings") or []:
+            if isinstance(warning, str) and (found := _NAMED_BY.match(warning)) is not None:
+                out.add(found.group("by"))
+    return out
+
+
 def nothing_searched(searched: list[ToolResult]) -> str:
-    """The answer when the searches' buckets do not exist (``missing_buckets``: a typo in
-    ``AGENT_KB_DEFAULT_BUCKETS``), so nothing was searched: said, not "could not find"."""
+    """The answer when the searches' buckets do not exist (``missing_buckets``), so
+    nothing was searched: said, not "could not find". What to check follows who named
+    them: ``AGENT_KB_DEFAULT_BUCKETS`` (a typo in the setting) or the request's
+    ``context.buckets``; when the result does not say, only the buckets there are."""
     missing = list(dict.fromkeys(str(b) for r in searched for b in _body(r).get("missing_buckets") or []))
     if not missing:
         return ""
     names = ", ".join(repr(b) for b in missing)
-    return (
-        f"I could not search the knowledge base: the bucket(s) it is set to search ({names}) do not exist. "
-        "The administrator can check AGENT_KB_DEFAULT_BUCKETS and the buckets there are (agentchat buckets)."
-    )
+    text = f"I could not search the knowledge base: the bucket(s) {names} do not exist. "
+    named_by = _named_by(searched)
+    if any("context.buckets" in by for by in named_by):
+        text += "This chat's context.buckets named them: name buckets that exist. "
+    if any("AGENT_KB_DEFAULT_BUCKETS" in by for by in named_by):
+        text += "The administrator can check AGENT_KB_DEFAULT_BUCKETS and the buckets there are"
+        return text + " (agentchat buckets)."
+    return text + "The administrator can list the buckets there are (agentchat buckets)."
 
 
 def pages_found(searched: list[ToolResult]) -> list[Any]:
