@@ -37,6 +37,10 @@ from storage.errors import StorageUnavailable
 
 log = logging.getLogger("agentchat")
 
+#: The response headers the docs tell clients to read (docs/http-api.md,
+#: docs/compatible-faces.md), exposed to cross-origin JavaScript with AGENT_CORS_ORIGINS.
+EXPOSED_HEADERS = ("X-Conversation-Id", "X-Run-Id", "Retry-After", "WWW-Authenticate")
+
 
 def create_app(
     settings: Settings | None = None,
@@ -122,7 +126,12 @@ def create_app(
                 CORSMiddleware,
                 allow_origins=list(settings.cors_origins),
                 allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
-                allow_headers=["Accept", "Content-Type", "Authorization", "Last-Event-ID", "Idempotency-Key"],
+                # Any request header: browser SDKs add their own (the openai JS SDK's
+                # ``x-stainless-*``, an app's ``x-`` headers), and a fixed list turned their
+                # preflight into a 400. Starlette echoes the requested headers back.
+                allow_headers=["*"],
+                # What the docs tell clients to read; cross-origin JS sees no others.
+                expose_headers=list(EXPOSED_HEADERS),
                 max_age=86400,
             )
         )
