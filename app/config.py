@@ -437,12 +437,15 @@ class Settings:
 READ_ELSEWHERE: frozenset[str] = frozenset({"AGENT_LOG_FORMAT", "AGENT_LOG_LEVEL", "AGENT_WRITER_LOCK_FD"})
 
 
-def known_variables() -> frozenset[str]:
+def known_variables(settings: Settings | None = None) -> frozenset[str]:
     """Every variable this service reads: the names ``Settings.from_env`` asks its reader
     for (the settings' own table, which docs/config_docs.py writes
-    docs/configuration.md from; read with no environment, so every name is asked) and
-    ``READ_ELSEWHERE``. ``agentchat serve`` warns of an ``AGENT_*`` variable outside
-    it: ``AGENT_AUTHH=jwt`` served with no auth and not a word."""
+    docs/configuration.md from; read with no environment, so every name is asked),
+    ``READ_ELSEWHERE``, and the names the files ``settings`` read take from the
+    environment (``${AGENT_TICKETS_TOKEN}`` in the MCP servers file: read, not a typo).
+    ``agentchat serve`` warns of an ``AGENT_*`` variable outside it: ``AGENT_AUTHH=jwt``
+    served with no auth and not a word."""
     reader = EnvReader({})
     Settings._read(reader)
-    return frozenset(reader.asked) | READ_ELSEWHERE
+    in_files = () if settings is None else (name for server in settings.mcp_servers for name in server.variables)
+    return frozenset(reader.asked) | READ_ELSEWHERE | frozenset(in_files)

@@ -192,3 +192,31 @@ async def test_serve_warns_of_a_variable_nothing_reads_and_of_no_auth_off_loopba
     # Two workers, one supervisor: said once; on loopback no word about auth.
     assert len(about(local, "AGENT_AUTHH is not a setting")) == 1, local
     assert about(local, "AGENT_AUTH=none") == [], local
+
+
+async def test_an_agent_variable_the_mcp_file_reads_is_not_warned_of(tmp_path: Path) -> None:
+    """Review 39: ``headers = { Authorization = "Bearer ${AGENT_TICKETS_TOKEN}" }`` in the
+    MCP servers file reads that variable; it was warned of as one nothing reads. A
+    variable the file names only in a disabled server is not read, and still said."""
+    servers = tmp_path / "mcp.toml"
+    servers.write_text(
+        '[servers.tickets]\nurl = "http://127.0.0.1:9/mcp"\n'
+        'headers = { Authorization = "Bearer ${AGENT_TICKETS_TOKEN}" }\n'
+        'contexts = ["knowledge"]\n\n'
+        '[servers.off]\nurl = "http://127.0.0.1:9/${AGENT_OFF_PATH}"\nenabled = false\n'
+    )
+    server = _serve(tmp_path, "mcp", "127.0.0.1", AGENT_MCP_SERVERS=str(servers), AGENT_TICKETS_TOKEN="s3cret-42",
+                    AGENT_OFF_PATH="x", AGENT_FRBNIZ="1")
+    try:
+        server.start()
+        said = await _warnings_of(server)
+    finally:
+        server.close()
+    assert not [line for line in said if "AGENT_TICKETS_TOKEN" in line], said
+    assert [line for line in said if "AGENT_FRBNIZ is not a setting" in line], said
+    assert [line for line in said if "AGENT_OFF_PATH is not a setting" in line], said
+    assert not [line for line in server.lines() if "s3cret-42" in line]
+    settings = Settings.from_env(base_env(tmp_path, AGENT_MCP_SERVERS=str(servers), AGENT_TICKETS_TOKEN="t",
+                                          AGENT_OFF_PATH="x"))
+    assert settings.mcp_servers[0].variables == ("AGENT_TICKETS_TOKEN",)
+    assert "AGENT_TICKETS_TOKEN" in known_variables(settings) and "AGENT_TICKETS_TOKEN" not in known_variables()

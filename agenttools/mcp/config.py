@@ -75,6 +75,10 @@ class McpServerConfig:
     protocol: Protocol = "auto"
     #: How long one connection attempt (start, handshake, first tool list) may take.
     connect_timeout_s: float = 10.0
+    #: The service's environment variables its ``${NAME}`` placeholders read, in order:
+    #: read, so ``agentchat serve`` does not warn of an ``AGENT_*`` one as nothing's
+    #: (``app.config.known_variables``). Names only, never values.
+    variables: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """Where the server is, for logs and ``/readyz``: never headers, env values, args
@@ -148,6 +152,7 @@ def _server(
     if entry.get("disabled") is True or entry.get("enabled") is False:
         return None
     before = len(problems)
+    read: list[str] = []  # the names its ${NAME}s read
 
     def text(key: str) -> str | None:
         value = entry.get(key)
@@ -156,14 +161,14 @@ def _server(
         if not isinstance(value, str) or not value.strip():
             problems.append(f"{where}: {key} must be a non-empty string")
             return None
-        return _expand(value.strip(), env, f"{where}: {key}", problems)
+        return _expand(value.strip(), env, f"{where}: {key}", problems, read)
 
     def table(key: str) -> dict[str, str]:
         value = entry.get(key) or {}
         if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
             problems.append(f"{where}: {key} must map names to strings")
             return {}
-        return {k: _expand(v, env, f"{where}: {key}.{k}", problems) for k, v in value.items()}
+        return {k: _expand(v, env, f"{where}: {key}.{k}", problems, read) for k, v in value.items()}
 
     command, url = text("command"), text("url")
     kind = str(entry.get("transport") or entry.get("type") or ("http" if url else "stdio")).lower()
@@ -200,7 +205,7 @@ def _server(
         name=name,
         transport=transport,
         command=command,
-        args=tuple(_expand(a, env, f"{where}: args", problems) for a in args_raw),
+        args=tuple(_expand(a, env, f"{where}: args", problems, read) for a in args_raw),
         env=table("env"),
         cwd=text("cwd"),
         url=url,
@@ -208,13 +213,17 @@ def _server(
         contexts=tuple(dict.fromkeys(contexts_raw)),
         protocol="legacy" if protocol == "legacy" else "auto",
         connect_timeout_s=float(timeout),
+        variables=tuple(dict.fromkeys(read)),
     )
     return config if len(problems) == before else None
 
 
-def _expand(value: str, env: Mapping[str, str], where: str, problems: list[str]) -> str:
+def _expand(value: str, env: Mapping[str, str], where: str, problems: list[str], read: list[str]) -> str:
+    """``value`` with each ``${NAME}`` replaced by ``env``'s; each name appended to ``read``."""
+
     def repl(match: re.Match[str]) -> str:
         var = match.group(1)
+        read.append(var)
         if var not in env:
             problems.append(f"{where}: ${{{var}}} is not set in the environment")
             return ""

@@ -146,7 +146,7 @@ def _warn_of_settings(settings: Settings, host: str) -> None:
     from app.config import known_variables
     from app.config_checks import serve_warnings
 
-    for line in serve_warnings(os.environ, known_variables(), auth=settings.auth, host=host):
+    for line in serve_warnings(os.environ, known_variables(settings), auth=settings.auth, host=host):
         log.warning(line)
 
 
