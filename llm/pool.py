@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 
 from llm.netstream import lean_transport
-from llm.tls import deferred_tls_context
+from llm.tls import DeferredTrustContext, deferred_tls_context
 
 log = logging.getLogger("agentchat.pool")
 
@@ -74,8 +74,13 @@ class PooledTransport(httpx.AsyncBaseTransport):
         max_connections: int,
         inner: httpx.AsyncBaseTransport | Sequence[httpx.AsyncBaseTransport],
         on_wait: WaitHook | None = None,
+        trust: DeferredTrustContext | None = None,
     ) -> None:
         self.name, self.max_connections = name, max_connections
+        #: The shards' TLS context when it reads its CA bundle late (``llm.tls``): an https
+        #: request awaits that read, done in a worker thread, before its handshake, which
+        #: would otherwise read it on the loop (~45 ms of every live stream's time, once).
+        self._trust = trust
         self._shards = [inner] if isinstance(inner, httpx.AsyncBaseTransport) else list(inner)
         #: Requests in flight on each shard (a request goes to the least busy one).
         self._load = [0] * len(self._shards)
@@ -85,6 +90,8 @@ class PooledTransport(httpx.AsyncBaseTransport):
         self.waits = 0
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._trust is not None and not self._trust.trust_loaded and request.url.scheme == "https":
+            await self._trust.load_trust()
         if self._gate.locked():
             # Said before the wait too: a wait the process never came back from leaves a trace.
             log.info(
@@ -177,7 +184,8 @@ def pooled_transport(
     # Each shard's connections on the lean asyncio backend (``llm.netstream``: no cancel
     # scope per read of a streamed answer).
     shards = [lean_transport(limits=limits, verify=ssl_context, **transport_kwargs) for _ in range(count)]
-    return PooledTransport(name, max_connections, shards, on_wait)
+    trust = ssl_context if isinstance(ssl_context, DeferredTrustContext) else None
+    return PooledTransport(name, max_connections, shards, on_wait, trust=trust)
 
 
 class PoolWaits:

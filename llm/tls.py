@@ -10,12 +10,22 @@ certificates required, host names checked, the bundle of ``SSL_CERT_FILE``,
 the first handshake (``wrap_bio`` / ``wrap_socket``, which every TLS connection of
 asyncio, anyio and httpcore goes through) or the first look at the trust store.
 
+Where it is read: never on the event loop. Reading it there (~45 ms) stalled every live
+stream once, at the first handshake. The pools await :meth:`DeferredTrustContext.load_trust`
+before an https request (``llm.pool``), which reads it in a worker thread, once, however
+many requests wait for it; the app starts that read itself once ``/readyz`` first answers
+ready (``app.server.services``), so the first handshake usually finds it done, and a start
+still pays nothing for it. The synchronous path (``wrap_socket`` / ``wrap_bio`` / a look at
+the store, as a sync client in a thread uses it) reads it there, under a lock, as before.
+
 A bundle file or directory that does not exist still fails where it did, when the
 context is built (at start); only reading it waits.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import errno
 import os
 import ssl
@@ -32,6 +42,9 @@ class DeferredTrustContext(ssl.SSLContext):
     _capath: str | None = None
     _loaded: bool = False
     _lock: threading.Lock
+    #: The worker thread's read (``load_trust``), once started; guarded by ``_start_lock``.
+    _reading: concurrent.futures.Future[None] | None = None
+    _start_lock: threading.Lock
 
     @property
     def trust_loaded(self) -> bool:
@@ -45,6 +58,28 @@ class DeferredTrustContext(ssl.SSLContext):
             if not self._loaded:
                 self.load_verify_locations(cafile=self._cafile, capath=self._capath)
                 self._loaded = True
+
+    async def load_trust(self) -> None:
+        """Read the CA bundle in a worker thread, once: every caller, on any loop, awaits
+        the one read (a failed read is tried again by the next caller). The loop only
+        waits; it never reads the bundle itself."""
+        if self._loaded:
+            return
+        with self._start_lock:  # held only to start the read, never during it
+            reading = self._reading
+            if reading is None or (reading.done() and reading.exception() is not None):
+                reading = self._reading = concurrent.futures.Future()
+                reading.set_running_or_notify_cancel()  # a waiter's cancellation cannot cancel the one read
+                asyncio.get_running_loop().run_in_executor(None, self._read_into, reading)
+        await asyncio.wrap_future(reading)
+
+    def _read_into(self, reading: concurrent.futures.Future[None]) -> None:
+        try:
+            self._load_trust()
+        except BaseException as exc:  # handed to every waiter, raised there
+            reading.set_exception(exc)
+        else:
+            reading.set_result(None)
 
     def wrap_socket(self, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
         self._load_trust()
@@ -79,6 +114,7 @@ def deferred_tls_context(*, trust_env: bool = True) -> DeferredTrustContext:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), where)
     context = DeferredTrustContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED, check_hostname
     context._cafile, context._capath, context._lock = cafile, capath, threading.Lock()
+    context._start_lock = threading.Lock()
     if sys.version_info >= (3, 13):  # the stricter chain checks create_default_context adds there
         context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN | ssl.VERIFY_X509_STRICT
     keylog = os.environ.get("SSLKEYLOGFILE")  # as ssl.create_default_context does

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import uvloop
 
+from app.config import Settings
 from llm.pool import PooledTransport, pooled_transport
 from llm.tls import DeferredTrustContext
+from tests.conftest import running_app
+from tests.support.deadline import within
 from tests.test_netstream import CHUNKED_HEAD, _tls_pair, chunk, read_request, server
 
 
@@ -78,3 +83,71 @@ def test_a_bundle_that_does_not_exist_fails_when_the_pool_is_built(
         pooled_transport("llm", 64)
     with pytest.raises(FileNotFoundError):
         httpx.create_ssl_context()  # httpx's own: the same error, when built
+
+
+def _record_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The thread of each CA bundle read of a deferred context (the read itself is real)."""
+    threads: list[int] = []
+    real = ssl.SSLContext.load_verify_locations
+
+    def load_verify_locations(self: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        threads.append(threading.get_ident())
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(DeferredTrustContext, "load_verify_locations", load_verify_locations)
+    return threads
+
+
+async def _first_handshakes_off_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server_ctx, _ = _tls_pair(tmp_path)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(CHUNKED_HEAD + chunk(b"ok\n") + b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    reads = _record_reads(monkeypatch)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "cert.pem"))
+    async with server(handler, tls=server_ctx) as port:
+        pool = pooled_transport("llm", 64)
+        async with httpx.AsyncClient(transport=pool, timeout=10) as client:
+            answers = await asyncio.gather(*(client.get(f"https://localhost:{port}/") for _ in range(32)))
+    assert [a.text for a in answers] == ["ok\n"] * 32
+    assert _context(pool).trust_loaded
+    assert len(reads) == 1, f"{len(reads)} reads of the bundle for one context"
+    assert reads[0] != threading.get_ident(), "the bundle was read on the event loop's thread"
+
+
+async def test_the_first_handshakes_read_the_bundle_once_in_a_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 39: the first handshake read the bundle (~45 ms of CPU) in ``wrap_bio``, on
+    the loop, stalling every live stream. Now 32 concurrent first requests await one
+    read, in a worker thread (fails before: read on the loop's thread)."""
+    await _first_handshakes_off_the_loop(tmp_path, monkeypatch)
+
+
+def test_the_same_off_the_loop_on_uvloop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    uvloop.run(_first_handshakes_off_the_loop(tmp_path, monkeypatch))
+
+
+async def test_an_app_reads_the_bundle_once_ready_not_at_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start still reads no bundle (tests/test_pool.py); once ``/readyz`` answers
+    ready the app reads it in a worker thread, so its first https request finds it read."""
+    reads = _record_reads(monkeypatch)
+    settings = Settings(db_path=tmp_path / "agent.sqlite3", llm_provider="extractive", embedder="none",
+                        ingest_sample_kb=False)
+    async with running_app(settings) as (base, app), httpx.AsyncClient(base_url=base, timeout=30) as http:
+        tls = app.state.services.tls
+        assert isinstance(tls, DeferredTrustContext) and not tls.trust_loaded and reads == []
+        assert (await http.get("/healthz")).status_code == 200 and not tls.trust_loaded
+
+        async def read_once_ready() -> None:
+            while (await http.get("/readyz")).status_code != 200:
+                await asyncio.sleep(0.05)
+            while not tls.trust_loaded:
+                await asyncio.sleep(0.01)
+
+        await within(read_once_ready(), "the bundle read after /readyz answered ready", 30)
+    assert len(reads) == 1 and reads[0] != threading.get_ident(), reads
