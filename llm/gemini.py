@@ -38,6 +38,7 @@ from google.genai import types
 
 from llm._toolcalls import new_call_id, whole_call_events
 from llm._transport_errors import transport_error
+from llm.error_text import provider_message
 from llm.gemini_messages import contents_from_messages, function_declarations, part_record
 from llm.provider import Completion, ProviderHealth
 from llm.types import (
@@ -285,7 +286,7 @@ class GeminiProvider:
 
     @staticmethod
     def _api_error(exc: genai_errors.APIError) -> StreamError:
-        detail = exc.message or str(exc)
+        detail = exc.message or provider_message(exc.details, exc)
         if exc.code == 429:
             return StreamError(message=f"Gemini rate limit: {detail}", code="provider_rate_limited")
         if exc.code in (401, 403) or (exc.code == 400 and "API key" in detail):

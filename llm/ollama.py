@@ -38,6 +38,7 @@ import orjson
 
 from llm._toolcalls import new_call_id, whole_call_events
 from llm._transport_errors import transport_error
+from llm.error_text import provider_message
 from llm.lean_http import endpoint, post_stream
 from llm.provider import Completion, ProviderHealth
 from llm.types import (
@@ -326,15 +327,16 @@ class OllamaProvider:
 
     def _response_error(self, exc: ollama.ResponseError) -> StreamError:
         status = exc.status_code
+        detail = provider_message(exc.error)
         if status == 429:
-            return StreamError(message=f"Ollama is rate limiting: {exc.error}", code="provider_rate_limited")
+            return StreamError(message=f"Ollama is rate limiting: {detail}", code="provider_rate_limited")
         if status == -1:
-            return StreamError(message=f"Ollama reported an error mid-stream: {exc.error}", code="provider_error")
+            return StreamError(message=f"Ollama reported an error mid-stream: {detail}", code="provider_error")
         if status == 404:
             return StreamError(
-                message=f"Ollama: {exc.error} (pull it with `ollama pull {self.model}`)", code="provider_error"
+                message=f"Ollama: {detail} (pull it with `ollama pull {self.model}`)", code="provider_error"
             )
-        return StreamError(message=f"Ollama returned HTTP {status}: {exc.error}", code="provider_error")
+        return StreamError(message=f"Ollama returned HTTP {status}: {detail}", code="provider_error")
 
     async def health(self) -> ProviderHealth:
         """Ok when the server answers ``/api/tags`` and lists the configured model."""

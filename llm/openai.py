@@ -39,6 +39,7 @@ import orjson
 
 from llm._toolcalls import new_call_id
 from llm._transport_errors import transport_error
+from llm.error_text import provider_message
 from llm.provider import Completion, ProviderHealth
 from llm.types import (
     ChatRequest,
@@ -354,7 +355,8 @@ class OpenAIProvider:
                 )
             )
         if isinstance(exc, openai.APIError):  # an error event inside an started stream
-            return StreamError(f"the OpenAI-compatible server reported an error: {exc.message}", "provider_error")
+            detail = provider_message(exc.body, exc.message)
+            return StreamError(f"the OpenAI-compatible server reported an error: {detail}", "provider_error")
         if isinstance(exc, httpx.HTTPError):  # transport failures while reading the stream
             return transport_error(exc, "the OpenAI-compatible server", self.base_url) or StreamError(
                 f"OpenAI-compatible request failed: {exc}"
@@ -364,7 +366,7 @@ class OpenAIProvider:
 
     def _status_error(self, exc: openai.APIStatusError) -> StreamError:
         status = exc.status_code
-        detail = f"{exc.message}"[:500]
+        detail = provider_message(exc.body, exc.message)
         if status == 429:
             return StreamError(f"the OpenAI-compatible server is rate limiting: {detail}", "provider_rate_limited")
         if status in (408, 504):

@@ -16,6 +16,7 @@ import httpx
 import numpy as np
 import openai
 
+from llm.error_text import provider_message
 from toolindex.embedder import EmbeddingError, EmbedTask, Matrix, Vector
 from toolindex.vectors import describe_error, prepare_text, to_unit_rows
 
@@ -92,7 +93,8 @@ class OpenAIEmbedder:
             else:
                 response = await self._client.embeddings.create(model=self.model, input=texts, encoding_format="float")
         except openai.APIStatusError as exc:
-            raise EmbeddingError(f"openai embedding HTTP {exc.status_code}: {str(exc.message)[:300]}") from exc
+            detail = provider_message(exc.body, exc.message)[:300]
+            raise EmbeddingError(f"openai embedding HTTP {exc.status_code}: {detail}") from exc
         except openai.APITimeoutError as exc:
             raise EmbeddingError(f"openai embedding timed out after {self._timeout_s:g}s") from exc
         except openai.APIConnectionError as exc:
