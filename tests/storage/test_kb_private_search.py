@@ -38,9 +38,9 @@ TOP_K = 4
 
 class RememberingEmbedder(HashingEmbedder):
     """The hashing embedder, remembering each text's vector in ``seen``, which this
-    module's tests share: the 2,200 notes of ``varied_shared_docs`` (~300,000 distinct
-    words) are embedded once for the three tests that load them, not once per test (it
-    was most of their time). A text's hashed vector depends on nothing but the text."""
+    module's tests share: the 2,200 notes of ``varied_shared_docs`` (~300,000 words)
+    are embedded once for the three tests that load them, not once per test (it was
+    most of their time). A text's hashed vector depends on nothing but the text."""
 
     def __init__(self, seen: dict[str, np.ndarray]) -> None:
         super().__init__(dim=64)
@@ -93,10 +93,14 @@ def private_docs(owner: str) -> list[DocumentIn]:
 def varied_shared_docs() -> list[DocumentIn]:
     """2,200 shared matches of "zeppelin", from a few words to a few hundred long: the
     best stand clear of the rest, so the ranking is settled long before every match is
-    read (the SQLite probe, the PostgreSQL postings) and the total is counted apart."""
+    read (the SQLite probe, the PostgreSQL postings) and the total is counted apart.
+
+    The other words are one vocabulary of 275 (note i says its first i // 8): only the
+    length ranks a note for "zeppelin", and embedding ~300,000 distinct words instead
+    (a vocabulary of its own per note) was ~10 s of CPU, most of this module's."""
     return [
         DocumentIn(
-            text="zeppelin " + " ".join(f"w{i}x{k}" for k in range(i // 8)),
+            text="zeppelin " + " ".join(f"w{k}" for k in range(i // 8)),
             title=f"note {i}",
             id=f"n{i}",
             source="notes",
@@ -236,7 +240,8 @@ async def test_a_private_bucket_made_after_the_list_was_read_changes_no_total_pa
     ranking, and B's matches ranked below the shared ones must not be in it either."""
     await kb.ingest_documents(varied_shared_docs())
     before = {mode: seen(await kb.search("zeppelin", top_k=TOP_K, mode=mode)) for mode in MODES}  # type: ignore[arg-type]
-    assert before["text"][1] == 2200 and before["semantic"][1] > 2000, before
+    # The semantic side counts the chunks of positive similarity: most notes (1,912).
+    assert before["text"][1] == 2200 and before["semantic"][1] > 1800, before
 
     names_before = kb._buckets.names()
     bob = attachment_bucket("bob", "conversation-b")
