@@ -133,8 +133,10 @@ def _reader_class(module: types.ModuleType) -> type:
 
 
 def field_comments(module: types.ModuleType) -> dict[str, str]:
-    """The ``#:`` comment lines above each field of ``Settings``, joined."""
-    source = inspect.getsource(module.Settings)
+    """The ``#:`` comment lines above each field of ``Settings``, joined: in its own body
+    or in a base class's that holds its fields (``app.config_fields.SettingsFields``)."""
+    classes = [c for c in module.Settings.__mro__ if c is not object]
+    source = "\n".join(inspect.getsource(c) for c in reversed(classes))
     comments: dict[str, str] = {}
     pending: list[str] = []
     for line in source.splitlines():
