@@ -95,19 +95,33 @@ async def logged_events(svc: Services, run_id: str, user_id: str) -> list[Follow
 
 
 async def active_run(svc: Services, user_id: str, conversation_id: str, *, within_s: float) -> str | None:
-    """The conversation's newest run that is live, or ended less than ``within_s`` ago
-    (this process remembers it); else an unfinished one in the store (another replica)."""
+    """The conversation's newest run that is live here; else one that has not ended in
+    the store (run by another process, or parked ``waiting_approval``); else one that
+    ended here less than ``within_s`` ago (this process remembers it).
+
+    A parked run is in no process's memory (it left it when it parked) but it is the
+    conversation's current turn: a client that reloads while it waits for a decision must
+    be shown the approval request again, so the store is asked before a run remembered
+    as ended here (an earlier turn, which the parked one came after)."""
     now = time.time()
+    ended_here: str | None = None
     for run in svc.runs.recent(user_id):
         if run.conversation_id != conversation_id:
             continue
-        if not run.finished or (run.finished_at is not None and now - run.finished_at <= within_s):
+        if not run.finished:
             return run.id
+        if run.finished_at is not None and now - run.finished_at <= within_s:
+            ended_here = run.id
         break
     unfinished: list[StoredRun] = [
         r for r in await svc.run_store.unfinished() if r.conversation_id == conversation_id and r.user_id == user_id
     ]
-    return unfinished[-1].id if unfinished else None
+    if unfinished:
+        return unfinished[-1].id
+    # With none unfinished, the conversation's runs that have not ended are parked ones
+    # (a conversation has one at a time: a new run is refused while one waits).
+    parked = await svc.storage.history.unfinished_runs(user_id, conversation_id)
+    return parked[0] if parked else ended_here
 
 
 # --- the conversation a transcript continues -------------------------------------------------
