@@ -35,6 +35,17 @@ class ConversationBusy(StorageError):
     """A run of this conversation is still live and the multitask policy is ``reject``."""
 
 
+class ApprovalPending(StorageError):
+    """A run of this conversation waits for its user's decision on a tool call (parked
+    ``waiting_approval``) and the new run's policy is not ``interrupt``: queued behind it,
+    the new run would wait for that decision as long as the approval lives (a day by
+    default), so it is refused instead; ``run_id`` is the waiting run."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id
+
+
 class TooManyRuns(StorageError):
     """The user already has ``NewRun.max_unfinished_per_user`` unfinished runs (counted
     in the admitting transaction): the run was not stored (callers answer 429)."""

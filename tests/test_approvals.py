@@ -285,22 +285,28 @@ async def test_a_waiting_run_takes_no_live_run_slot_and_no_place_in_the_users_ca
         assert w.app.state.services.runs.active() == []
 
 
-async def test_a_later_run_of_the_conversation_waits_for_the_waiting_run_to_end(world: World) -> None:
-    """Runs of a conversation stay in order: a question sent while a run waits for a
-    decision (``enqueue``, the default) starts only after that run has ended."""
+async def test_a_later_run_of_the_conversation_is_refused_while_the_run_waits(world: World) -> None:
+    """Runs of a conversation stay in order, and a question sent while a run waits for a
+    decision is not queued behind it for as long as the approval lives: 409
+    ``approval_pending`` names the run and the call (``enqueue``, the default, and
+    ``reject`` alike). Once the decision is made and the run has ended, it is admitted."""
     events = await world.start([cancel_call, say("First answer."), say("Second answer.")])
     wait = parked(events)
     run_id, conversation_id = events[0].json()["run_id"], events[0].json()["conversation_id"]
     async with httpx.AsyncClient(timeout=60, headers=ALICE) as client:
-        r = await client.post(f"{world.base}/v1/agent/runs", json={
-            "message": "And then?", "context_type": "workflow", "conversation_id": conversation_id})
-        assert r.status_code == 201, r.text
-        second = r.json()
-        assert await world.status(second["run_id"]) == "queued"
+        ask = {"message": "And then?", "context_type": "workflow", "conversation_id": conversation_id}
+        r = await client.post(f"{world.base}/v1/agent/runs", json=ask)
+        assert r.status_code == 409, r.text
+        refused = r.json()
+        assert refused["error"] == "approval_pending" and refused["run_id"] == run_id
+        assert refused["tool_use_id"] == wait["tool_use_id"] and refused["tool_name"] == "cancel_order"
+        assert await world.status(run_id) == "waiting_approval"
         decided = await world.decide(run_id, wait["tool_use_id"], {"decision": "approve"})
         assert decided.status_code == 202, decided.text
         first = await world.follow(decided.json()["stream_url"])
-        then = await collect_sse(client, "GET", f"{world.base}{second['stream_url']}")
+        r = await client.post(f"{world.base}/v1/agent/runs", json=ask)
+        assert r.status_code == 201, r.text
+        then = await collect_sse(client, "GET", f"{world.base}{r.json()['stream_url']}")
     assert first[-1].json()["status"] == "completed"
     assert "".join(e.json()["chunk"] for e in first if e.event == "content_chunk") == "First answer."
     assert then[-1].json()["status"] == "completed"

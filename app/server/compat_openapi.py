@@ -87,7 +87,9 @@ def openai_api() -> ApiContribution:
                 "401": unauthenticated,
                 "404": _openai_error("Unknown model (`model_not_found`) or another user's conversation"),
                 "408": _openai_error("The body did not arrive in time (`body_timeout`)"),
-                "409": _openai_error("The conversation is busy (`multitask: reject`) or the run was cancelled"),
+                "409": _openai_error("The conversation is busy (`multitask: reject`), a run of it waits for an "
+                                     "approval (`approval_pending`: `error` names `run_id`, `tool_use_id`, "
+                                     "`tool_name`, `decide_url`), or the run was cancelled"),
                 "413": _openai_error("The body is too large (`payload_too_large`)"),
                 "429": _openai_error("Too many requests or runs (`rate_limited`, `too_many_runs`)"),
                 "500": _openai_error("The run failed (its error code)"),
@@ -150,7 +152,9 @@ def ai_sdk_api() -> ApiContribution:
                 "404": problem("The chat id is another user's conversation, or an approval reply names no run "
                                "of the caller's in this chat, or no call it waits on (`not_found`)"),
                 "408": problem("The body did not arrive in time (`body_timeout`)"),
-                "409": problem("A run of this chat is in progress and `multitask` is `reject`; or an approval "
+                "409": problem("A run of this chat is in progress and `multitask` is `reject`; a run of it waits "
+                               "for an approval (`approval_pending`, naming `run_id`, `tool_use_id`, `tool_name`, "
+                               "`decide_url`) and `multitask` is not `interrupt`; or an approval "
                                "reply for a call already decided or a run not waiting (`approval_decided`, "
                                "`approval_not_pending`)"),
                 "413": problem("The body is too large (`payload_too_large`)"),

@@ -50,6 +50,7 @@ def error_body(message: str, code: str, status: int, param: str | None = None) -
 
 def error_response(exc: HTTPProblem) -> Response:
     body = error_body(exc.detail, exc.error, exc.status, getattr(exc, "param", None))
+    body["error"] = {**exc.fields, **body["error"]}  # e.g. approval_pending's run and call
     return ORJSONResponse(body, exc.status, headers=exc.headers)
 
 

@@ -46,7 +46,9 @@ def _admission() -> dict[str, Any]:
         "401": problem("No valid bearer token (`AGENT_AUTH=jwt`)", authenticate=True),
         "408": problem("The body did not arrive within `AGENT_BODY_TIMEOUT_S` (`body_timeout`)"),
         "409": problem("A run of this conversation is in progress and `multitask` is `reject` "
-                       "(`conversation_busy`), or a concurrent retry (`idempotency_conflict`)"),
+                       "(`conversation_busy`); a run of it waits for an approval and `multitask` is not "
+                       "`interrupt` (`approval_pending`: the answer names `run_id`, `tool_use_id`, `tool_name` "
+                       "and `decide_url`); or a concurrent retry (`idempotency_conflict`)"),
         "413": problem("The body is larger than `AGENT_MAX_BODY_BYTES` (`payload_too_large`)"),
         "422": problem("This `Idempotency-Key` was used for a different request: another message, context "
                        "type, context or conversation (`idempotency_key_reused`)"),

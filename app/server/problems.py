@@ -18,9 +18,22 @@ class ORJSONResponse(JSONResponse):
 
 
 class HTTPProblem(Exception):
-    def __init__(self, status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> None:
+    """``fields``: what a client acts on beside the words (``approval_pending`` names the
+    waiting run and call), members of the answer next to ``error`` and ``detail``."""
+
+    def __init__(
+        self,
+        status: int,
+        error: str,
+        detail: str,
+        headers: dict[str, str] | None = None,
+        *,
+        fields: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(detail)
         self.status, self.error, self.detail, self.headers = status, error, detail, headers or {}
+        self.fields = fields or {}
 
     def response(self) -> ORJSONResponse:
-        return ORJSONResponse({"error": self.error, "detail": self.detail}, self.status, headers=self.headers)
+        body = {**self.fields, "error": self.error, "detail": self.detail}
+        return ORJSONResponse(body, self.status, headers=self.headers)

@@ -1,22 +1,24 @@
 """Starting a run, or refusing it before anything streams: the replica's load (503
-``replica_busy``), the user's run cap (429 ``too_many_runs``), the busy conversation (409),
-the store away (503) — in the order ``docs/http-api.md`` documents for every face.
+``replica_busy``), the user's run cap (429 ``too_many_runs``), the busy conversation (409;
+``approval_pending`` while a run of it waits for a decision), the store away (503) — in
+the order ``docs/http-api.md`` documents for every face.
 
 Its own module because every face starts its runs here and nowhere else.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.runs.admission import ReplicaFull
 from app.runs.records import Caller, ChatInput
 from app.runs.run import Run
+from app.runs.state import RunState
 from app.server import storage_budget
 from app.server.context_scope import check_bucket_scope
 from app.server.identity import Identity
 from app.server.problems import HTTPProblem
-from storage.errors import ConversationBusy, StorageUnavailable, TooManyRuns
+from storage.errors import ApprovalPending, ConversationBusy, StorageUnavailable, TooManyRuns
 
 if TYPE_CHECKING:
     from app.server.services import Services
@@ -94,6 +96,8 @@ async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str
         if svc.load is not None:
             svc.load.refused_for(exc.reason)
         raise replica_busy(str(exc)) from None
+    except ApprovalPending as exc:
+        raise await approval_pending(svc, exc.run_id) from None
     except ConversationBusy:
         raise HTTPProblem(
             409,
@@ -103,3 +107,30 @@ async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str
         ) from None
     except StorageUnavailable:
         raise storage_budget.unavailable("the service cannot store new runs right now") from None
+
+
+async def approval_pending(svc: Services, run_id: str) -> HTTPProblem:
+    """409 ``approval_pending``: the conversation's run ``run_id`` waits for its user's
+    decision on a tool call, and a new message would wait behind it for as long as the
+    approval lives (``AGENT_APPROVAL_TTL_S``, a day by default) — a chat showing only
+    ``start`` and pings. The answer names the run, the call and the decision route, so a
+    UI shows the pending card (docs/approvals.md); ``multitask: "interrupt"`` is how a
+    client moves on without deciding (it cancels the waiting run). The call is read from
+    the run's checkpoint; a run decided meanwhile names no call (its run goes on)."""
+    stored = await storage_budget.bounded("the service cannot read runs right now", svc.run_store.get(run_id))
+    awaiting = RunState.decode(stored.checkpoint).awaiting if stored is not None and stored.checkpoint else None
+    call_id = str((awaiting or {}).get("tool_use_id") or "")
+    name = str((awaiting or {}).get("name") or "")
+    fields: dict[str, Any] = {"run_id": run_id, "tool_use_id": call_id or None, "tool_name": name or None}
+    if call_id:
+        fields["decide_url"] = f"/v1/agent/runs/{run_id}/approvals/{call_id}"
+        what = f"a decision on {name or 'a tool call'} ({call_id}): POST {fields['decide_url']}"
+    else:
+        what = "a decision on a tool call"
+    return HTTPProblem(
+        409,
+        "approval_pending",
+        f"run {run_id} of this conversation waits for {what}, then send the message again; "
+        'or send it with multitask "interrupt" to cancel the waiting run',
+        fields=fields,
+    )

@@ -29,7 +29,9 @@ class RunStore(Protocol):
         one transaction. Returns the ids of the user's conversation's other unfinished
         runs, oldest first, and whether the run's ``title`` became the conversation's
         (only a conversation without a title takes it). Raises ``ConversationBusy``
-        when the policy is ``reject`` and another run is unfinished. A run with an
+        when the policy is ``reject`` and another run is unfinished, and
+        ``ApprovalPending`` (naming it) when one waits for an approval and the policy is
+        not ``interrupt``. A run with an
         ``idempotency_key`` the user already used is not stored: ``IdempotencyKeyUsed``
         names the run that has it (checked first, and atomically with the insert). With
         ``max_unfinished_per_user``, the user's unfinished runs are counted in the same

@@ -24,9 +24,9 @@ from dataclasses import replace
 from typing import Any
 
 from storage.dialect import Dialect, Statement
-from storage.errors import ConversationBusy, IdempotencyKeyUsed, TooManyRuns
+from storage.errors import ApprovalPending, ConversationBusy, IdempotencyKeyUsed, TooManyRuns
 from storage.event_folding import unfold_after
-from storage.records import NOT_ENDED, Admitted, NewRun, RunEvent, RunWrite, StoredRun
+from storage.records import NOT_ENDED, WAITING_APPROVAL, Admitted, NewRun, RunEvent, RunWrite, StoredRun
 from storage.sql import Plan, SqlEngine
 from storage.stores.approval_waits import EPOCH_AFTER_CLAIM, ApprovalWaits, unpark_cancelled_statement
 from storage.stores.conversations import claim_ops
@@ -111,11 +111,14 @@ class SqlRunStore(ApprovalWaits):
         yield from claim_ops(dialect, run.conversation_id, run.user_id)  # PostgreSQL: locks its row
         rows = yield (
             "fetchall",
-            f"SELECT id FROM runs WHERE user_id = ? AND conversation_id = ? AND status IN {NOT_ENDED_SQL} "
+            f"SELECT id, status FROM runs WHERE user_id = ? AND conversation_id = ? AND status IN {NOT_ENDED_SQL} "
             f"ORDER BY {self.order}",
             (run.user_id, run.conversation_id),
         )
         others = [str(r[0]) for r in rows]
+        parked = [str(r[0]) for r in rows if r[1] == WAITING_APPROVAL]
+        if parked and run.multitask != "interrupt":  # queued, it would wait for the decision (docs/approvals.md)
+            raise ApprovalPending(parked[0])
         if others and run.multitask == "reject":
             raise ConversationBusy(run.conversation_id)
         cap = run.max_unfinished_per_user
