@@ -94,8 +94,8 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     pool_waits = PoolWaits()
     # One TLS context for both pools, as ``pooled_transport`` shares one among a pool's
     # shards: each would otherwise load the CA bundle again (~30 ms of CPU every start).
-    # It reads the bundle in a worker thread once /readyz first answers ready, or at the
-    # first https request if that comes first, never here nor on the loop (``llm.tls``).
+    # It reads the bundle in a worker thread when a first https request awaits it, never
+    # here nor on the loop (``llm.tls``): many a serve never opens one.
     tls = deferred_tls_context()
     http = httpx.AsyncClient(
         timeout=httpx.Timeout(settings.backend_timeout_s, connect=5.0),
@@ -279,7 +279,6 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         remote=remote_runs_for(storage, shared_file, settings.workers_safety_poll_s),
         embedder_check=embedder_check,
         leader=leader,
-        tls=tls,
     )
     if leader is not None:
         attach_leader(leader, metrics.registry)

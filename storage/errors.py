@@ -64,3 +64,12 @@ class LeaseLost(StorageError):
     was paused or cut off past the lease), so this process must stop writing the run."""
 
     code = "run_lease_lost"
+
+
+class UnknownRun(StorageError):
+    """A run id named as a turn of a conversation is no run of it (of its user): the
+    caller answers 400 naming it."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id

@@ -6,7 +6,6 @@ No module-level state anywhere: two apps in one process (tests do this) share no
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,14 +29,11 @@ from app.server.auth import Authenticator
 from app.server.limits import Admission
 from app.server.sse_response import LiveStreams
 from llm.provider import Provider
-from llm.tls import DeferredTrustContext
 from storage.interfaces import ConversationStore, RunStore, StorageBundle, ToolCallLog
 
 #: Rooms whose readiness reads the database: not asked while it is unavailable, so
 #: ``/readyz`` answers at once during an outage.
 STORAGE_ROOMS = frozenset({"knowledge", "keywords"})
-
-log = logging.getLogger("agentchat.server")
 
 
 @dataclass(slots=True)
@@ -71,13 +67,8 @@ class Services:
     leader: Leader | None = None
     #: Workers on one port: ``/metrics`` merges every worker's (``app/ops/worker_metrics``).
     worker_metrics: WorkerMetrics | None = None
-    #: The pools' TLS context (``llm.tls``): its CA bundle (~45 ms of CPU) is read in a
-    #: worker thread once ``/readyz`` first answers ready - not at start, which many a
-    #: serve would pay for nothing, and not on the loop at a first handshake.
-    tls: DeferredTrustContext | None = None
     #: Masks the configured secrets in what ``/readyz`` (unauthenticated) answers.
     scrubber: SecretScrubber = field(init=False)
-    _tls_read_started: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.scrubber = SecretScrubber(self.settings.secret_values())
@@ -121,8 +112,6 @@ class Services:
         if self.runs.closing:
             checks["shutdown"] = {"ok": False, "detail": "draining: new runs are refused"}
         ready = all(bool(c.get("ok")) for name, c in checks.items() if name != "tool_index")
-        if ready:
-            self._read_tls_trust()
         # Reasons and details quote URLs and exception texts: no credential is served.
         report: dict[str, Any] = {"ready": ready, "checks": self.scrubber.value(checks)}
         if self.load is not None:
@@ -136,22 +125,6 @@ class Services:
             feed = self.storage.run_feed
             report["workers"] = {**self.leader.status(), "siblings_connected": getattr(feed, "siblings", None)}
         return report
-
-    def _read_tls_trust(self) -> None:
-        """Start reading the TLS context's CA bundle in a worker thread, once: the first
-        https request then finds it read (or awaits the same read, ``llm.pool``)."""
-        tls = self.tls
-        if tls is None or tls.trust_loaded or self._tls_read_started:
-            return
-        self._tls_read_started = True
-
-        async def read() -> None:
-            try:
-                await tls.load_trust()
-            except Exception as exc:  # an https request will fail on it, and say why
-                log.warning("the CA bundle could not be read", extra={"error": f"{type(exc).__name__}: {exc}"})
-
-        self.background.append(asyncio.create_task(read(), name="tls-trust"))
 
     def _live_log_settles(self) -> Callable[[], Any] | None:
         """SQLite's live-log settle counts (``storage.sqlite.log_settler``), read at scrape time."""
