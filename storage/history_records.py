@@ -63,6 +63,15 @@ class DeletedConversation:
 
 
 @dataclass(frozen=True, slots=True)
+class HistoryCut:
+    """What cutting a conversation's history back took out: its last ``messages``
+    (the turns the model no longer sees), from message ``from_seq`` on."""
+
+    messages: int
+    from_seq: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class RetentionPass:
     """What one retention pass did."""
 
@@ -73,4 +82,4 @@ class RetentionPass:
     ran: bool = True
 
 
-__all__ = ["ConversationSummary", "DeletedConversation", "Feedback", "RetentionPass", "RunView"]
+__all__ = ["ConversationSummary", "DeletedConversation", "Feedback", "HistoryCut", "RetentionPass", "RunView"]

@@ -36,7 +36,13 @@ TRIGGERS: tuple[str, ...] = get_args(Trigger)
 class UIMessage(msgspec.Struct, kw_only=True):
     """A UI message (any object: what it lacks reads as no text); other members are ignored."""
 
-    id: Annotated[Any, Meta(description="The message id (not read).")] = None
+    id: Annotated[
+        Any,
+        Meta(
+            description="The message id: an assistant message's is its run id (this face's `start` chunk sets it), "
+            "which `regenerate` and an edit cut the chat's history at.",
+        ),
+    ] = None
     role: Annotated[
         Any,
         Meta(
@@ -62,9 +68,14 @@ class UIChatRequest(msgspec.Struct, kw_only=True):
     id: Annotated[ConversationId, Meta(description="The chat id: the conversation.")]
     trigger: Trigger = "submit-message"
     messages: Annotated[list[UIMessage], Meta(min_length=1, description="The chat; the last is the question.")]
-    message_id: Annotated[Any, Meta(description="The message to regenerate (not read).")] = msgspec.field(
-        default=None, name="messageId"
-    )
+    message_id: Annotated[
+        Any,
+        Meta(
+            description="`regenerate-message`: the assistant message replaced (its run), or the last message; "
+            "`submit-message`: the user message an edit replaces (the last one sent). The chat's stored history is "
+            "cut back to before the replaced turn first: the model sees the remaining history and the last message.",
+        ),
+    ] = msgspec.field(default=None, name="messageId")
     context_type: Annotated[ContextType, Meta(description="Which tools and prompt the run uses.")] = "knowledge"
     context: Annotated[Any, Meta(description="The UI context, as the native body's.")] = None
     multitask: Annotated[
@@ -96,6 +107,59 @@ def ui_chat_request_schema() -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class HistoryBranch:
+    """A ``regenerate()`` or an edited message (``sendMessage({text, messageId})``): the
+    chat's stored history is cut back before the run starts, so the model sees the branch
+    the client shows. ``run_id``: the run whose turn is replaced (``keep_run=False``) or
+    the last one kept (``keep_run=True``); ``None``: the whole history goes. ``named``:
+    the message id a 400 names when ``run_id`` is no run of the chat."""
+
+    run_id: str | None
+    keep_run: bool
+    named: str
+
+
+def _run_of(message: UIMessage) -> str | None:
+    """An assistant message's run: its ``metadata.run_id``, else its id (the same run id)."""
+    meta = message.metadata if isinstance(message.metadata, dict) else {}
+    run_id = meta.get("run_id") if isinstance(meta.get("run_id"), str) else message.id
+    return run_id if isinstance(run_id, str) and run_id else None
+
+
+def history_branch(request: UIChatRequest) -> HistoryBranch | None:
+    """What the request replaces, from the wire contract of the ``ai`` package's
+    ``AbstractChat``: ``regenerate()`` drops the answer from ``messages`` and sends
+    ``trigger: "regenerate-message"`` (``messageId``: the answer's id when named);
+    ``sendMessage({text, messageId})`` replaces that user message, drops what followed it,
+    and sends the rest with it last (``trigger: "submit-message"``). A plain message has
+    no ``messageId``, an automatic continuation names an earlier (assistant) message:
+    nothing is replaced; a ``messageId`` naming no message sent is a 400. Without a named
+    answer, the cut keeps the turn of the last answer before the question (none: the
+    question is the chat's first, and the whole stored history goes), so a retry after a
+    refusal cuts nothing more."""
+    message_id = request.message_id
+    if message_id is not None and (not isinstance(message_id, str) or not message_id):
+        raise HTTPProblem(400, "invalid_field", "messageId must be a message id (a string) or null")
+    last = request.messages[-1]
+    if request.trigger == "submit-message":
+        if message_id is None:
+            return None
+        if message_id != last.id:  # a continuation the SDK names by its assistant message: nothing replaced
+            if any(m.id == message_id for m in request.messages):
+                return None
+            raise HTTPProblem(400, "invalid_field", f"messageId {message_id!r} names no message of this chat")
+    elif message_id is not None and message_id != last.id:  # regenerate a named answer: it is its run
+        return HistoryBranch(message_id, keep_run=False, named=message_id)
+    before = next((m for m in reversed(request.messages[:-1]) if m.role == "assistant"), None)
+    if before is None:
+        return HistoryBranch(None, keep_run=False, named=str(last.id))
+    run_id = _run_of(before)
+    if run_id is None:
+        raise HTTPProblem(400, "invalid_field", "the answer before the last message has no id (its run)")
+    return HistoryBranch(run_id, keep_run=True, named=run_id)
+
+
+@dataclass(frozen=True, slots=True)
 class ApprovalReply:
     """The decision ``useChat``'s ``addToolApprovalResponse({id, approved, reason})`` sends:
     the last message is the assistant's, one of its tool parts in ``approval-responded``
@@ -121,9 +185,8 @@ def approval_reply(conversation_id: str, message: UIMessage) -> ApprovalReply | 
             continue
         if not isinstance(approval.get("id"), str) or not isinstance(approval.get("approved"), bool):
             raise HTTPProblem(400, "invalid_field", "an approval response needs approval.id and approval.approved")
-        meta = message.metadata if isinstance(message.metadata, dict) else {}
-        run_id = meta.get("run_id") if isinstance(meta.get("run_id"), str) else message.id
-        if not isinstance(run_id, str) or not run_id:
+        run_id = _run_of(message)
+        if run_id is None:
             raise HTTPProblem(400, "invalid_field", "the assistant message names no run (metadata.run_id or id)")
         reason = approval.get("reason")
         return ApprovalReply(
@@ -145,8 +208,11 @@ def _message_text(message: UIMessage) -> str:
     return message.content if isinstance(message.content, str) else ""
 
 
-def parse_body(body: dict[str, Any], *, max_message_chars: int) -> tuple[ChatInput, list[Message]] | ApprovalReply:
-    """The run's input and the chat's earlier turns, or the user's approval reply (the
+def parse_body(
+    body: dict[str, Any], *, max_message_chars: int
+) -> tuple[ChatInput, list[Message], HistoryBranch | None] | ApprovalReply:
+    """The run's input, the chat's earlier turns and what it replaces (a regenerated
+    answer, an edited message: ``history_branch``), or the user's approval reply (the
     last message an assistant's with an ``approval-responded`` tool part), or a 400
     naming the first field (in ``UIChatRequest``'s order) at fault."""
 
@@ -191,4 +257,5 @@ def parse_body(body: dict[str, Any], *, max_message_chars: int) -> tuple[ChatInp
         if m.role in ("user", "assistant") and (text := _message_text(m)).strip()
     ]
     question = _message_text(request.messages[-1])
-    return ChatInput(question, request.context_type, request.context or {}, request.id, request.multitask), earlier
+    chat = ChatInput(question, request.context_type, request.context or {}, request.id, request.multitask)
+    return chat, earlier, history_branch(request)

@@ -2,7 +2,9 @@
 
 ``POST /v1/agent/ui-stream`` takes the body ``useChat`` sends through its
 ``DefaultChatTransport`` (``{id, messages, trigger, messageId}`` plus our ``context_type``
-— default ``knowledge`` —, ``context`` and ``multitask``), starts a run of the same run
+— default ``knowledge`` —, ``context`` and ``multitask``; a ``regenerate()`` or an edited
+message first cuts the chat's stored history back to the turn it replaces:
+``app/server/history_branch.py``), starts a run of the same run
 manager as ``/v1/agent/runs`` in the conversation named by the chat ``id``, and answers
 with the run's event log translated into UI message chunks (``app/server/ai_sdk_chunks.py``
 has the mapping), then ``data: [DONE]``. ``GET
@@ -29,11 +31,13 @@ from app.runs.follow import Batches
 from app.runs.recovery import unsettled_span
 from app.server import request_admission, run_start, run_streams
 from app.server.ai_sdk_chunks import UIChunks, frames
+from app.server.ai_sdk_files import body_limit, file_parts, stored_for
 from app.server.ai_sdk_request import ApprovalReply, parse_body
 from app.server.approval_routes import apply_decision
 from app.server.chat_request import CONVERSATION_ID, CONVERSATION_ID_RULE
 from app.server.compat_runs import active_run, has_conversation, import_history, translated
 from app.server.context_scope import check_bucket_scope
+from app.server.history_branch import cut_history
 from app.server.problems import HTTPProblem
 from storage.records import UNFINISHED
 
@@ -63,23 +67,35 @@ def _response(svc: Services, ui: UIChunks, source: Batches) -> Response:
 
 async def ui_stream(request: Request) -> Response:
     """``POST /v1/agent/ui-stream``: start a run of the chat and stream it as UI chunks."""
-    svc, ident, parsed = await request_admission.admit(
-        request, lambda body, settings: parse_body(body, max_message_chars=settings.max_message_chars)
+    settings = request_admission.services(request).settings
+    svc, ident, (parsed, files) = await request_admission.admit(
+        request,
+        lambda body, settings: (
+            parse_body(body, max_message_chars=settings.max_message_chars),
+            file_parts(body, max_bytes=settings.attachment_max_bytes),  # attachments: ai_sdk_files
+        ),
+        max_body=body_limit(settings.max_body_bytes, settings.attachment_max_bytes),
     )
     if isinstance(parsed, ApprovalReply):
         return await _approval_reply(svc, ident.user_id, parsed)
-    chat, earlier = parsed
+    chat, earlier, branch = parsed
     assert chat.conversation_id is not None
     # A chat this user has not started here: its earlier turns become the history.
-    # (Without any, the run's creation makes the user's conversation of that id.)
-    known = await has_conversation(svc, chat.conversation_id, ident.user_id) if earlier else True
-    # Refused before any history is imported (a refusal leaves nothing), in start_run's
-    # order: the context's buckets, the replica's load; the run cap just before the import.
+    # (Without any, the run's creation makes the user's conversation of that id.) A
+    # regenerate or an edit replaces a turn of the stored history instead: it is cut.
+    known = await has_conversation(svc, chat.conversation_id, ident.user_id) if earlier and not branch else True
+    # Refused before any history is imported or cut (a refusal leaves it whole), in
+    # start_run's order: the context's buckets, the replica's load; the run cap just before.
     await check_bucket_scope(svc, chat.context)
     run_start.check_load(svc)
-    if not known:
+    if branch is not None:
+        await cut_history(
+            svc, ident.user_id, chat.conversation_id, branch.run_id, keep_run=branch.keep_run, named=branch.named
+        )
+    elif not known:
         await import_history(svc, chat.conversation_id, ident.user_id, earlier)
-    run = await run_start.start_run(svc, ident, chat)
+    async with stored_for(svc, ident.user_id, chat.conversation_id, files):  # removed if refused
+        run = await run_start.start_run(svc, ident, chat)
     following = run_streams.follow_started(svc, run, cancel_on_exit=True)
     return _response(svc, UIChunks(run.id, run.conversation_id), following.batches)
 

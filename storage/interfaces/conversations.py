@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from llm.types import Message
-from storage.history_records import ConversationSummary, DeletedConversation, RunView
+from storage.history_records import ConversationSummary, DeletedConversation, HistoryCut, RunView
 from storage.records import (
     StoredMessage,
 )
@@ -58,6 +58,15 @@ class HistoryStore(Protocol):
     async def delete_conversation(self, user_id: str, conversation_id: str) -> DeletedConversation | None:
         """Everything of the conversation gone (keywords and saved web answers unlinked);
         ``ConversationBusy`` while a run of it is unfinished; ``None``: no such conversation."""
+        ...
+
+    async def cut_history(
+        self, user_id: str, conversation_id: str, run_id: str | None, *, keep_run: bool, deadline: float | None = None
+    ) -> HistoryCut | None:
+        """The conversation's messages from run ``run_id``'s first on gone (``keep_run``:
+        from just after its last; ``run_id`` ``None``: all); its runs stay. ``None``: no
+        such conversation; ``UnknownRun``: no such run of it; ``ConversationBusy``: a run
+        of it has not ended."""
         ...
 
     async def run(self, user_id: str, run_id: str) -> RunView | None: ...

@@ -21,10 +21,11 @@ import orjson
 
 from storage.dialect import Dialect
 from storage.errors import ConversationBusy
-from storage.history_records import ConversationSummary, DeletedConversation, Feedback, RunView
+from storage.history_records import ConversationSummary, DeletedConversation, Feedback, HistoryCut, RunView
 from storage.records import TERMINAL_STATUSES
 from storage.sql import Plan, Row, SqlEngine, Tx
 from storage.stores.event_log import event_log
+from storage.stores.history_cut import cut_plan
 
 #: Any status but an ending: queued, running, interrupted, waiting for an approval, …
 _NOT_ENDED_SQL = "NOT IN (" + ", ".join(f"'{s}'" for s in TERMINAL_STATUSES) + ")"
@@ -249,6 +250,16 @@ class SqlHistoryStore:
             tool_calls=int(tool_calls),
             drafts=int(drafts),
             unlinked=int(unlinked),
+        )
+
+    async def cut_history(
+        self, user_id: str, conversation_id: str, run_id: str | None, *, keep_run: bool, deadline: float | None = None
+    ) -> HistoryCut | None:
+        """Cut the conversation's messages back to before run ``run_id``'s turn (or to
+        just after it: ``keep_run``; ``None``: all of them) — ``storage.stores.history_cut``.
+        ``deadline``: a request not yet acknowledged waits no longer (``SqlEngine.transact``)."""
+        return await self.sql.transact_plan(
+            lambda d: cut_plan(d, user_id, conversation_id, run_id, keep_run=keep_run), deadline=deadline
         )
 
     # --- runs -----------------------------------------------------------------------------

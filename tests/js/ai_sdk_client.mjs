@@ -11,7 +11,10 @@
 //   "chat"    what useChat does: a Chat (AbstractChat with a plain state) over
 //             DefaultChatTransport({api: spec.api, body: spec.body}); sendMessage(spec.text)
 //             unless spec.text is absent; then, for each line "resume" read from stdin,
-//             chat.resumeStream() (what useChat({resume: true}) calls on mount), for each
+//             chat.resumeStream() (what useChat({resume: true}) calls on mount), for
+//             "send <text>" sendMessage, for "regenerate [messageId]" chat.regenerate(),
+//             for "edit <index> <text>" sendMessage({text, messageId}) replacing the
+//             message at that index (what a UI's edit button does), for each
 //             line "approve [reason]" / "reject [reason]", addToolApprovalResponse on the
 //             waiting tool part (the chat sends it by itself, sendAutomaticallyWhen:
 //             lastAssistantMessageIsCompleteWithApprovalResponses, as a useChat app does)
@@ -137,6 +140,16 @@ async function chat() {
     const [command, ...rest] = line.trim().split(" ");
     if (command === "resume") {
       await session.resumeStream();
+      state();
+    } else if (command === "send") {
+      await session.sendMessage({ text: rest.join(" ") });
+      state();
+    } else if (command === "regenerate") {
+      await session.regenerate(rest.length ? { messageId: rest[0] } : {});
+      state();
+    } else if (command === "edit") {
+      const [index, ...words] = rest;
+      await session.sendMessage({ text: words.join(" "), messageId: session.messages[Number(index)].id });
       state();
     } else if (command === "approve" || command === "reject") {
       const waiting = session.messages

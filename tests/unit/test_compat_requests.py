@@ -57,7 +57,7 @@ def test_ai_sdk_body_first_field_wins_and_lenient_members() -> None:
     with pytest.raises(HTTPProblem) as caught:
         parse_body({"multitask": 1, "messages": [], "id": "c1", "trigger": "x"}, max_message_chars=10)
     assert caught.value.detail.startswith("trigger must be one of")
-    chat, earlier = parse_body({"id": "c1", "context": [], "messages": [
+    chat, earlier, _ = parse_body({"id": "c1", "context": [], "messages": [
         {"role": "assistant", "content": "a"}, {"role": "user", "parts": [{"type": "text", "text": "q"}, 3]}]},
         max_message_chars=10)
     assert (chat.message, chat.context, chat.context_type, [m.content for m in earlier]) == ("q", {}, "knowledge",
