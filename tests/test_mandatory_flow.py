@@ -120,10 +120,12 @@ async def test_kb_then_generate_response(tmp_path: Path) -> None:
     assert names(events) == [
         "run_started", "tool_selection",
         "message_start", "tool_call_start", "tool_call_result",
-        "message_start", "tool_call_start", "response", "tool_call_result", "message_complete",
+        "message_start", "tool_call_start", "content_chunk", "response", "tool_call_result", "message_complete",
     ]
     response = next(e.json() for e in events if e.event == "response")
     assert response["answer"] == "Reconnect with Last-Event-ID."
+    # The answer the call carries is streamed as text as it arrives (here whole: Ollama sends calls whole).
+    assert [e.json()["chunk"] for e in events if e.event == "content_chunk"] == [response["answer"]]
     assert response["used_internal_kb"] is True and response["sources"][0]["kind"] == "internal"
     assert events[-1].json()["status"] == "completed"
     first_tools = {t["function"]["name"] for t in sent(fake)[0]["tools"]}

@@ -31,6 +31,7 @@ from agenttools.core.executor import ToolExecutor
 from agenttools.core.registry import RunToolState, ToolContext, ToolOutcome, ToolRegistry
 from agenttools.rag.policy import FlowPolicy, set_flow_scope
 from agenttools.rag.review import review_after_round
+from app.agent.answer_stream import ShownText, streamed_answer_tool
 from app.agent.approvals import ApprovalCancelled, ApprovalExpired, AwaitingApproval
 from app.agent.budget import estimate_tokens, prune_history, prune_in_run
 from app.agent.deps import (
@@ -234,6 +235,7 @@ class Agent:
             if done is not None:
                 return done
 
+        shown = ShownText()  # the text this run streamed: an answer repeating it is not shown twice
         while state.turns < self.settings.max_loops:
             state.turns += 1
             offered = self._offered_tools(self._run_tool_defs(state), state.tools, policy)
@@ -251,6 +253,8 @@ class Agent:
                 idle_timeout_s=self.settings.idle_timeout_s,
                 partial=scope.partial,
                 cap=TurnTextCap(self.settings.max_chunk_chars, self.settings.max_answer_chars),
+                answer_tool=streamed_answer_tool([d.name for d in offered], state.tools, policy.last),
+                shown=shown,
             )
             state.usage = state.usage + outcome.usage
             self._observe_turn(scope, outcome)

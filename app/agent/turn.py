@@ -15,6 +15,7 @@ from typing import Any, assert_never
 
 import orjson
 
+from app.agent.answer_stream import AnswerReader, ShownText
 from app.agent.output_caps import TurnTextCap
 from app.runs.run import Run
 from events import ContentChunk, ToolCallStart
@@ -57,10 +58,19 @@ async def stream_turn(
     idle_timeout_s: float,
     partial: list[str],
     cap: TurnTextCap | None = None,
+    answer_tool: str | None = None,
+    shown: ShownText | None = None,
 ) -> TurnOutcome:
     """Stream one model turn into run events; collect its text and tool calls. Text is
-    also appended to ``partial`` as it arrives, so a cancelled run keeps what was said."""
+    also appended to ``partial`` as it arrives, so a cancelled run keeps what was said.
+
+    A call of ``answer_tool`` (``generate_response``) has its ``answer`` argument streamed
+    as ``content_chunk`` while the call's arguments arrive (``app.agent.answer_stream``);
+    ``shown``, the run's streamed text, keeps an answer that repeats it from showing twice."""
     out = TurnOutcome()
+    shown = shown if shown is not None else ShownText()
+    shown.new_turn()
+    answers: dict[str, AnswerReader] = {}
     text_parts: list[str] = []
     order: list[str] = []
     names: dict[str, str] = {}
@@ -78,19 +88,27 @@ async def stream_turn(
                         if cap is not None:
                             text = cap.admit(text)
                         if text:
-                            if out.first_text_at is None:
-                                out.first_text_at = time.time()
                             text_parts.append(text)
-                            partial.append(text)
-                            run.emit(ContentChunk(chunk=text))
+                            shown.text(text)
+                            _say(run, out, partial, text)
                     case ToolUseStart(id=cid, name=name):
                         if cid not in names:
                             order.append(cid)
                             args[cid] = []
+                            if answer_tool is not None and name == answer_tool:
+                                answers[cid] = AnswerReader()
+                                shown.answer_begins()
                         names[cid] = name
                         run.emit(ToolCallStart(tool_use_id=cid, tool_name=name))
                     case ToolUseInput(id=cid, partial_json=piece):
                         args.setdefault(cid, []).append(piece)
+                        reader = answers.get(cid)
+                        if reader is not None:
+                            text = shown.answer(reader.feed(piece))
+                            if cap is not None and text:
+                                text = cap.admit(text)
+                            if text:
+                                _say(run, out, partial, text)
                     case MessageStart():
                         run.emit(TurnStarted(turn=turn))
                     case MessageComplete(stop_for_tool_use=stop, usage=usage, replay=replay):
@@ -120,6 +138,15 @@ async def stream_turn(
         if out.calls and not out.stop_for_tool_use:
             log.info("tool calls with a non-tool stop reason; executing them anyway", extra={"run_id": run.id})
     return out
+
+
+def _say(run: Run, out: TurnOutcome, partial: list[str], text: str) -> None:
+    """Text the client is shown now: a ``content_chunk``, kept in ``partial`` (a cancelled
+    run keeps what was said) and timed for time-to-first-token."""
+    if out.first_text_at is None:
+        out.first_text_at = time.time()
+    partial.append(text)
+    run.emit(ContentChunk(chunk=text))
 
 
 class IdleWatch:

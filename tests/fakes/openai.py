@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -94,10 +95,13 @@ class FakeOpenAI:
         api_key: str | None = None,
         first_embed_delay_s: float = 0.0,
         embeddings: bool = True,
+        ascii_arguments: bool = False,
     ) -> None:
         """``first_embed_delay_s``: the first embedding is that slow (a cold start);
         ``embeddings=False``: a chat-only server (``/v1/embeddings`` answers 404, as
-        llama.cpp does without ``--embeddings``)."""
+        llama.cpp does without ``--embeddings``); ``ascii_arguments``: a call's arguments
+        are written with every non-ASCII character as a ``\\uXXXX`` escape (surrogate
+        pairs beyond the BMP), as models served through Python's ``json.dumps`` do."""
         self.turns = TurnQueue(script)
         self.first_embed_delay_s = first_embed_delay_s
         self.embeddings = embeddings
@@ -106,6 +110,7 @@ class FakeOpenAI:
         self.embed_fn: EmbedFn = embed_fn or HashingEmbedding()
         self.embed_dim = embed_dim
         self.split_arguments = split_arguments
+        self.ascii_arguments = ascii_arguments
         self.api_key = api_key
         self.embed_error: HttpError | None = None
         self.requests: list[RecordedRequest] = []
@@ -191,6 +196,11 @@ class FakeOpenAI:
         }
         return b"data: " + orjson.dumps(payload) + b"\n\n"
 
+    def _arguments(self, arguments: dict[str, Any]) -> str:
+        if self.ascii_arguments:
+            return json.dumps(arguments, ensure_ascii=True)
+        return orjson.dumps(arguments).decode()
+
     async def _events(self, model: str, turn: Turn, include_usage: bool) -> AsyncIterator[bytes]:
         self._ids += 1
         cid = f"chatcmpl-fake{self._ids}"
@@ -222,7 +232,7 @@ class FakeOpenAI:
                         "function": {"name": call.name, "arguments": ""},
                     }
                     yield self._chunk(cid, model, {"tool_calls": [head]})
-                    for piece in _pieces(orjson.dumps(call.arguments).decode(), self.split_arguments):
+                    for piece in _pieces(self._arguments(call.arguments), self.split_arguments):
                         yield self._chunk(
                             cid, model, {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
                         )

@@ -208,9 +208,10 @@ async def test_generate_response_ends_the_run_with_the_response_event() -> None:
     provider = ScriptedProvider(turns)
     run = await run_agent(build_agent(provider, knowledge_registry()), "How do I resume?", "knowledge")
     assert len(provider.requests) == 2  # no model turn after the answer
-    assert names(run)[-4:] == ["tool_call_start", "response", "tool_call_result", "message_complete"]
+    assert names(run)[-5:] == ["tool_call_start", "content_chunk", "response", "tool_call_result", "message_complete"]
     response = payloads(run, "response")[0]
     assert response["answer"] == "Reconnect with Last-Event-ID."
+    assert [p["chunk"] for p in payloads(run, "content_chunk")] == [response["answer"]]  # the answer as text
     assert [s["id"] for s in response["sources"]] == ["doc-resume"] and response["used_internal_kb"] is True
     done = payloads(run, "message_complete")[0]
     assert done["status"] == "completed" and done["turns"] == 2
