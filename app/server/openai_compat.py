@@ -60,14 +60,9 @@ from app.server.compat_runs import (
 )
 from app.server.context_scope import check_bucket_scope
 from app.server.identity import Identity
-from app.server.openai_request import (
-    CompletionRequest,
-    error_body,
-    error_response,
-    model_ids,
-    parse_request,
-    unknown_model,
-)
+from app.server.openai_cut import AnswerCut
+from app.server.openai_errors import error_body, error_response
+from app.server.openai_request import CompletionRequest, model_ids, parse_request, unknown_model
 from app.server.problems import HTTPProblem, ORJSONResponse
 from llm.types import Message
 from storage.errors import IdempotencyKeyUsed
@@ -156,9 +151,14 @@ class Translator:
     """Run events → ``chat.completion.chunk`` frames (SSE bytes); its state is the
     non-streamed answer."""
 
-    def __init__(self, completion_id: str, model: str, created: int, *, include_usage: bool) -> None:
+    def __init__(
+        self, completion_id: str, model: str, created: int, *, include_usage: bool, cut: AnswerCut | None = None
+    ) -> None:
         self.id, self.model, self.created, self.include_usage = completion_id, model, created, include_usage
         self.answer = AnswerText()
+        #: The client's ``max_tokens``/``stop``: what it is sent of the answer (``sent``).
+        self.cut = cut
+        self.sent: list[str] = []
         self.events: list[dict[str, Any]] = []  # ``{event, data}``, ``data`` as stored JSON
         self.usage: dict[str, int] | None = None
         self.error: dict[str, str] | None = None
@@ -187,6 +187,10 @@ class Translator:
 
     def _content(self, text: str, encoded: str | None = None) -> list[bytes]:
         """The chunk of ``text``; ``encoded`` is its JSON string when the run already wrote it."""
+        if self.cut is not None:
+            shown = self.cut.feed(text)
+            encoded, text = (encoded if shown == text else None), shown
+            self.sent.append(text)
         if not text:
             return []
         value = encoded.encode() if encoded is not None else orjson.dumps(text)
@@ -255,12 +259,27 @@ class Translator:
             return [frame(error_body(err["message"], err["code"], 500))]
         extra = {"event": events.MessageComplete.name, "data": orjson.Fragment(data)}
         self.events.append(extra)
-        out = [frame(self.chunk({}, "stop", extra))]
+        out: list[bytes] = []
+        if self.cut is not None:  # the text held back in case it began a stop sequence
+            held = self.cut.finish()
+            self.sent.append(held)
+            if held:
+                out.append(frame(self.chunk({"content": held})))
+        out.append(frame(self.chunk({}, self.finish_reason, extra)))
         if self.include_usage:
             last = self.chunk({})
             last["choices"], last["usage"] = [], self.usage
             out.append(frame(last))
         return out
+
+    @property
+    def finish_reason(self) -> str:
+        return (self.cut.reason if self.cut is not None else None) or "stop"
+
+    @property
+    def text(self) -> str:
+        """The answer as the client is sent it (cut at its ``max_tokens``/``stop``)."""
+        return "".join(self.sent) if self.cut is not None else self.answer.text
 
     def completion(self) -> dict[str, Any]:
         return {
@@ -272,9 +291,9 @@ class Translator:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": self.answer.text, "refusal": None},
+                    "message": {"role": "assistant", "content": self.text, "refusal": None},
                     "logprobs": None,
-                    "finish_reason": "stop",
+                    "finish_reason": self.finish_reason,
                 }
             ],
             "usage": self.usage,
@@ -322,7 +341,8 @@ async def _chat_completions(request: Request) -> Response:
         run = await run_start.start_run(svc, ident, chat, key=key)
     except IdempotencyKeyUsed:  # the same transcript again (regenerate): it runs again, the first keeps the key
         run = await run_start.start_run(svc, ident, chat)
-    tr = Translator(f"chatcmpl-{run.id}", req.model, int(time.time()), include_usage=req.include_usage)
+    cut = AnswerCut(req.max_tokens, req.stop) if req.max_tokens is not None or req.stop else None
+    tr = Translator(f"chatcmpl-{run.id}", req.model, int(time.time()), include_usage=req.include_usage, cut=cut)
     headers = {"X-Run-Id": run.id, "X-Conversation-Id": run.conversation_id}
     if req.stream:
         following = run_streams.follow_started(svc, run, cancel_on_exit=True)

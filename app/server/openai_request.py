@@ -1,10 +1,18 @@
 """The OpenAI-compatible request: the models it names, its body parsed into a run's
 input, and OpenAI's error shape (``{"error": {"message", "type", "param", "code"}}``).
 
-Parsing is lenient where OpenAI servers are (unknown fields, ``max_tokens``,
-``temperature``, client ``tools`` are accepted and ignored; ``system``/``developer``/
-``tool`` messages are skipped: the agent has its own prompt and tools) and strict where
-the agent needs it: the last message must be the user's question, in text.
+Parsing is lenient where OpenAI servers are (unknown fields are ignored; ``system``/
+``developer``/``tool`` messages are skipped: the agent has its own prompt and tools) and
+strict where the agent needs it: the last message must be the user's question, in text.
+No option that changes what the answer must be is dropped in silence: OpenAI's own ranges
+are checked (400 with OpenAI's codes), ``max_tokens``/``max_completion_tokens`` and
+``stop`` are honoured (``app/server/openai_cut.py``), and what the agent cannot honour
+(a JSON ``response_format``, a required or named ``tool_choice``, ``logprobs``, audio
+output, a ``logit_bias``, image/audio/file content parts) is a 400
+``unsupported_parameter`` naming it. Sampling knobs within range (``temperature``,
+``top_p``, the penalties, ``seed``, ``user``) and client ``tools`` the model may leave
+unused (``tool_choice`` ``auto``/``none``) are accepted and ignored: the agent's model
+and tools are the agent's.
 """
 
 from __future__ import annotations
@@ -14,12 +22,12 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
-from starlette.responses import Response
 
 from agenttools.core.catalog import CONTEXT_TYPES
 from app.server.body_structs import body_schema, decode_fields
 from app.server.chat_request import CONVERSATION_ID, CONVERSATION_ID_RULE, ConversationId
-from app.server.problems import HTTPProblem, ORJSONResponse
+from app.server.openai_errors import OpenAIProblem
+from app.server.openai_options import CONTRACTS, RANGES, out_of_range
 from storage.records import MULTITASK_POLICIES, MultitaskPolicy
 
 MODEL_PREFIX = "agentchat-"
@@ -28,30 +36,10 @@ _SKIPPED_ROLES = frozenset({"system", "developer", "tool", "function"})
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 #: The models as a type (``model_ids()``, in its order; a test keeps them equal).
 ModelId = Literal["agentchat-workflow", "agentchat-tables", "agentchat-knowledge"]
-_STATUS_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
 
 
 def model_ids() -> list[str]:
     return [MODEL_PREFIX + c for c in CONTEXT_TYPES]
-
-
-class OpenAIProblem(HTTPProblem):
-    """An ``HTTPProblem`` that also names the request field at fault (OpenAI's ``param``)."""
-
-    def __init__(self, status: int, error: str, detail: str, param: str | None = None) -> None:
-        super().__init__(status, error, detail)
-        self.param = param
-
-
-def error_body(message: str, code: str, status: int, param: str | None = None) -> dict[str, Any]:
-    kind = _STATUS_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
-def error_response(exc: HTTPProblem) -> Response:
-    body = error_body(exc.detail, exc.error, exc.status, getattr(exc, "param", None))
-    body["error"] = {**exc.fields, **body["error"]}  # e.g. approval_pending's run and call
-    return ORJSONResponse(body, exc.status, headers=exc.headers)
 
 
 def unknown_model(model: str) -> OpenAIProblem:
@@ -72,18 +60,55 @@ class ChatMessage(msgspec.Struct, kw_only=True):
         "`function`: skipped (the agent has its own prompt and tools).",
     )]
     content: Annotated[str | list[Any] | None, Meta(
-        description="The text, or parts whose `text` parts are read (images and the like are skipped).",
+        description="The text, or `text` parts (`refusal` parts of an assistant message are read as text); "
+        "image, audio and file parts are refused (400 `unsupported_parameter`).",
     )] = None
 
 
 class ChatCompletionRequest(msgspec.Struct, kw_only=True):
-    """Unknown members are ignored; `max_tokens`, `temperature`, `tools` and the like are too."""
+    """Unknown members are ignored. Out-of-range options are refused as OpenAI refuses them;
+    options the agent cannot honour are 400 `unsupported_parameter`."""
 
     model: Annotated[ModelId, Meta(description="The agent context, as a model of `GET /v1/models`.")]
     messages: Annotated[list[ChatMessage], Meta(
         min_length=1, description="The conversation; the last is the question.",
     )]
     n: Annotated[bool | int | float | None, Meta(description="Only 1.")] = 1
+    max_tokens: Annotated[Annotated[int, Meta(ge=1)] | None, Meta(
+        description="The answer stops there (`finish_reason: length`); tokens are estimated as 4 characters.",
+    )] = None
+    max_completion_tokens: Annotated[Annotated[int, Meta(ge=1)] | None, Meta(
+        description="As `max_tokens` (with both, the smaller).",
+    )] = None
+    stop: Annotated[str | Annotated[list[str], Meta(max_length=4)] | None, Meta(
+        description="Up to 4 sequences: the answer stops before the first (`finish_reason: stop`).",
+    )] = None
+    temperature: Annotated[Annotated[float, Meta(ge=0, le=2)] | None, Meta(
+        description="Checked (0..2), then ignored: the agent's model samples as configured.",
+    )] = None
+    top_p: Annotated[Annotated[float, Meta(ge=0, le=1)] | None, Meta(
+        description="Checked (0..1), then ignored.",
+    )] = None
+    presence_penalty: Annotated[Annotated[float, Meta(ge=-2, le=2)] | None, Meta(
+        description="Checked (-2..2), then ignored.",
+    )] = None
+    frequency_penalty: Annotated[Annotated[float, Meta(ge=-2, le=2)] | None, Meta(
+        description="Checked (-2..2), then ignored.",
+    )] = None
+    seed: Annotated[int | None, Meta(description="Checked (an integer), then ignored.")] = None
+    logprobs: Annotated[bool | None, Meta(description="Only false: log probabilities are not available.")] = None
+    top_logprobs: Annotated[Annotated[int, Meta(ge=0, le=20)] | None, Meta(description="Only 0.")] = None
+    response_format: Annotated[Any, Meta(description="Only `{\"type\": \"text\"}`: JSON output is refused.")] = None
+    tool_choice: Annotated[Any, Meta(
+        description="`auto` or `none` (client `tools` are then accepted and left unused); `required` or a named "
+        "function is refused: the agent calls only its own tools.",
+    )] = None
+    function_call: Annotated[Any, Meta(
+        description="As `tool_choice` (the legacy form): a named function is refused.",
+    )] = None
+    modalities: Annotated[list[str] | None, Meta(description="Only `text`.")] = None
+    audio: Annotated[Any, Meta(description="Refused: the answer is text.")] = None
+    logit_bias: Annotated[dict[str, Any] | None, Meta(description="Only empty: token biases are not available.")] = None
     stream: Annotated[bool | int | float | None, Meta(
         description="Answer `chat.completion.chunk`s, then `[DONE]`.",
     )] = False
@@ -121,17 +146,39 @@ class CompletionRequest:
     context: dict[str, Any] = field(default_factory=dict)
     conversation_id: str | None = None
     multitask: MultitaskPolicy = "enqueue"
+    #: ``max_tokens`` / ``max_completion_tokens`` (the smaller), ``stop``: the face cuts the answer there.
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
 
     @property
     def question(self) -> str:
         return self.turns[-1][1]
 
 
-def _text(content: str | list[Any] | None) -> str:
-    """A message's text: a string, or the ``text`` parts of a list (images etc. skipped)."""
+_TEXT_PARTS = {"user": frozenset({"text"}), "assistant": frozenset({"text", "refusal"})}
+
+
+def _text(content: str | list[Any] | None, role: str, where: str) -> str:
+    """A message's text: a string, or its text parts. A part the agent cannot read (an
+    image, audio, a file) is refused rather than dropped: the answer would ignore it."""
     if content is None or isinstance(content, str):
         return content or ""
-    return "\n".join(str(p.get("text") or "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    allowed = _TEXT_PARTS.get(role, frozenset({"text"}))
+    texts: list[str] = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if not isinstance(kind, str):
+            raise OpenAIProblem(
+                400, "invalid_value", f"{where}.content[{j}] must be an object with a type", f"{where}.content[{j}]"
+            )
+        if kind not in allowed:
+            raise OpenAIProblem(
+                400, "unsupported_parameter",
+                f"{kind} content parts are not supported: the agent reads text only ({where}.content[{j}])",
+                f"{where}.content[{j}]",
+            )
+        texts.append(str(part.get(kind) or ""))
+    return "\n".join(texts)
 
 
 def _turns(messages: list[Any]) -> list[tuple[str, str]]:
@@ -149,12 +196,14 @@ def _turns(messages: list[Any]) -> list[tuple[str, str]]:
         if not isinstance(m, dict):
             raise refuse("role", m)
         message = decode_fields(m, ChatMessage, refuse)
-        role, text = message.role, _text(message.content)
-        if role in ("user", "assistant"):
-            if text.strip() or (role == "user" and i == len(messages) - 1):
-                turns.append((role, text))
-        elif role not in _SKIPPED_ROLES:
-            raise OpenAIProblem(400, "invalid_value", f"{where}.role {role!r} is not supported", where)
+        role = message.role
+        if role not in ("user", "assistant"):
+            if role not in _SKIPPED_ROLES:
+                raise OpenAIProblem(400, "invalid_value", f"{where}.role {role!r} is not supported", where)
+            continue
+        text = _text(message.content, role, where)
+        if text.strip() or (role == "user" and i == len(messages) - 1):
+            turns.append((role, text))
     return turns
 
 
@@ -177,6 +226,13 @@ def parse_request(body: dict[str, Any], headers: Any, *, max_message_chars: int)
             return OpenAIProblem(400, "invalid_value", "messages must be a non-empty array", "messages")
         if name == "n":
             return OpenAIProblem(400, "unsupported_value", "only n=1 is supported", "n")
+        if name in RANGES:
+            return out_of_range(name, raw)
+        if name == "stop":
+            return OpenAIProblem(400, "invalid_value", "stop must be a string or an array of up to 4 strings", "stop")
+        if name in ("logprobs", "modalities", "logit_bias"):
+            shape = {"logprobs": "a boolean", "modalities": "an array of strings", "logit_bias": "an object"}[name]
+            return OpenAIProblem(400, "invalid_type", f"{name} must be {shape}", name)
         if name == "stream":
             return OpenAIProblem(400, "invalid_type", "stream must be a boolean", "stream")
         if name == "conversation_id":
@@ -199,6 +255,8 @@ def parse_request(body: dict[str, Any], headers: Any, *, max_message_chars: int)
                 )
         elif (name == "n" and value not in (1, None)) or (name == "stream" and value not in (True, False, None)):
             raise refuse(name, value)
+        elif name in CONTRACTS:
+            CONTRACTS[name](value)
         elif name == "context" and not isinstance(value or {}, dict):
             raise OpenAIProblem(400, "invalid_type", "context must be a JSON object", "context")
         elif name == "conversation_id" and value is not None and not CONVERSATION_ID.match(value):
@@ -206,6 +264,8 @@ def parse_request(body: dict[str, Any], headers: Any, *, max_message_chars: int)
 
     request = decode_fields(body, ChatCompletionRequest, refuse, check)
     options = request.stream_options
+    limits = [n for n in (request.max_tokens, request.max_completion_tokens) if n is not None]
+    stops = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
     return CompletionRequest(
         model=request.model,
         context_type=request.model[len(MODEL_PREFIX):],
@@ -215,4 +275,6 @@ def parse_request(body: dict[str, Any], headers: Any, *, max_message_chars: int)
         context=request.context or {},
         conversation_id=request.conversation_id,
         multitask=request.multitask,
+        max_tokens=min(limits) if limits else None,
+        stop=stops,
     )

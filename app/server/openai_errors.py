@@ -1,0 +1,31 @@
+"""OpenAI's error shape, ``{"error": {"message", "type", "param", "code"}}``, for the
+OpenAI-compatible face: an ``HTTPProblem`` that also names the request field at fault."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import Response
+
+from app.server.problems import HTTPProblem, ORJSONResponse
+
+_STATUS_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+
+
+class OpenAIProblem(HTTPProblem):
+    """An ``HTTPProblem`` that also names the request field at fault (OpenAI's ``param``)."""
+
+    def __init__(self, status: int, error: str, detail: str, param: str | None = None) -> None:
+        super().__init__(status, error, detail)
+        self.param = param
+
+
+def error_body(message: str, code: str, status: int, param: str | None = None) -> dict[str, Any]:
+    kind = _STATUS_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def error_response(exc: HTTPProblem) -> Response:
+    body = error_body(exc.detail, exc.error, exc.status, getattr(exc, "param", None))
+    body["error"] = {**exc.fields, **body["error"]}  # e.g. approval_pending's run and call
+    return ORJSONResponse(body, exc.status, headers=exc.headers)
