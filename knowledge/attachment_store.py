@@ -7,6 +7,7 @@ conversation is the user's; here the bucket name alone keeps conversations apart
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from typing import Any
 
 from knowledge.attachments import AttachmentRejected, attachment_bucket, read_attachment
@@ -31,6 +32,9 @@ class ConversationAttachments:
                 409, "too_many_attachments", f"a conversation holds at most {MAX_ATTACHMENTS} attachments"
             )
         read = await asyncio.to_thread(read_attachment, raw, filename, declared_type, bucket=bucket)
+        # Its digest: a file sent again (the AI SDK face, which receives every file with
+        # its message) is found instead of stored twice (``find``).
+        read.document.metadata["sha256"] = hashlib.sha256(raw).hexdigest()
         report = await self.kb.ingest_documents([read.document], bucket=bucket, private=True)
         if report.rejected:
             raise AttachmentRejected(400, "unreadable_file", report.rejected[0].reason)
@@ -38,6 +42,16 @@ class ConversationAttachments:
         if stored is None:  # removed in between (the conversation deleted meanwhile)
             raise AttachmentRejected(409, "conversation_gone", "the conversation was deleted meanwhile")
         return stored
+
+    async def find(self, user_id: str, conversation_id: str, sha256: str) -> dict[str, Any] | None:
+        """The conversation's attachment of exactly these bytes (by their digest), if any."""
+        bucket = attachment_bucket(user_id, conversation_id)
+        rows = await self.kb.list_documents(bucket=bucket, limit=MAX_ATTACHMENTS, private=bucket)
+        for row in rows:
+            doc = await self.kb.get_document(str(row["doc_id"]), private=bucket)
+            if doc is not None and doc["bucket"] == bucket and (doc.get("metadata") or {}).get("sha256") == sha256:
+                return _entry(doc)
+        return None
 
     async def get(self, user_id: str, conversation_id: str, attachment_id: str) -> dict[str, Any] | None:
         bucket = attachment_bucket(user_id, conversation_id)

@@ -31,6 +31,7 @@ from app.runs.follow import Batches
 from app.runs.recovery import unsettled_span
 from app.server import request_admission, run_start, run_streams
 from app.server.ai_sdk_chunks import UIChunks, frames
+from app.server.ai_sdk_files import body_limit, file_parts, stored_for
 from app.server.ai_sdk_request import ApprovalReply, parse_body
 from app.server.approval_routes import apply_decision
 from app.server.chat_request import CONVERSATION_ID, CONVERSATION_ID_RULE
@@ -66,8 +67,14 @@ def _response(svc: Services, ui: UIChunks, source: Batches) -> Response:
 
 async def ui_stream(request: Request) -> Response:
     """``POST /v1/agent/ui-stream``: start a run of the chat and stream it as UI chunks."""
-    svc, ident, parsed = await request_admission.admit(
-        request, lambda body, settings: parse_body(body, max_message_chars=settings.max_message_chars)
+    settings = request_admission.services(request).settings
+    svc, ident, (parsed, files) = await request_admission.admit(
+        request,
+        lambda body, settings: (
+            parse_body(body, max_message_chars=settings.max_message_chars),
+            file_parts(body, max_bytes=settings.attachment_max_bytes),  # attachments: ai_sdk_files
+        ),
+        max_body=body_limit(settings.max_body_bytes, settings.attachment_max_bytes),
     )
     if isinstance(parsed, ApprovalReply):
         return await _approval_reply(svc, ident.user_id, parsed)
@@ -87,7 +94,8 @@ async def ui_stream(request: Request) -> Response:
         )
     elif not known:
         await import_history(svc, chat.conversation_id, ident.user_id, earlier)
-    run = await run_start.start_run(svc, ident, chat)
+    async with stored_for(svc, ident.user_id, chat.conversation_id, files):  # removed if refused
+        run = await run_start.start_run(svc, ident, chat)
     following = run_streams.follow_started(svc, run, cancel_on_exit=True)
     return _response(svc, UIChunks(run.id, run.conversation_id), following.batches)
 

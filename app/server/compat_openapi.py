@@ -142,12 +142,16 @@ def ai_sdk_api() -> ApiContribution:
             "when the server does not know the chat yet. When the last message is the assistant's with a tool "
             "part in state `approval-responded` (`addToolApprovalResponse`), it is the user's decision on the "
             "call the run waits on, applied as `POST /v1/agent/runs/{run_id}/approvals/{tool_use_id}` applies "
-            "it, and the continued run is streamed.",
+            "it, and the continued run is streamed. The last message's `file` parts (`data:` URLs) are stored as "
+            "attachments of the chat's conversation before the run starts, with the kinds, limit and errors of "
+            "`POST /v1/agent/conversations/{id}/attachments` (a file already attached there is not stored again).",
             "requestBody": json_body(ui_chat_request_schema()),
             "responses": {
                 "200": stream,
-                "400": problem("The body is invalid (`invalid_json`, `invalid_field`, `unknown_context_type`), or "
-                               "`context.buckets` names an unknown bucket (`unknown_bucket`)"),
+                "400": problem("The body is invalid (`invalid_json`, `invalid_field`, `unknown_context_type`), "
+                               "`context.buckets` names an unknown bucket (`unknown_bucket`), or a `file` part "
+                               "is not a `data:` URL (`unsupported_part`), is empty (`empty_file`) or its text "
+                               "cannot be read (`unreadable_file`)"),
                 "401": unauthenticated,
                 "404": problem("The chat id is another user's conversation, or an approval reply names no run "
                                "of the caller's in this chat, or no call it waits on (`not_found`)"),
@@ -157,7 +161,11 @@ def ai_sdk_api() -> ApiContribution:
                                "`decide_url`) and `multitask` is not `interrupt`; or an approval "
                                "reply for a call already decided or a run not waiting (`approval_decided`, "
                                "`approval_not_pending`)"),
-                "413": problem("The body is too large (`payload_too_large`)"),
+                "413": problem("The body is too large (`payload_too_large`: `AGENT_MAX_BODY_BYTES` plus one "
+                               "attachment as base64), or a `file` part is larger than `AGENT_ATTACHMENT_MAX_BYTES` "
+                               "(`file_too_large`)"),
+                "415": problem("A `file` part is of a kind attachments cannot be (`unsupported_media_type`: PDF, "
+                               "HTML, Markdown and text are)"),
                 "429": problem("Too many requests or runs", retry_after=True),
                 "503": problem("Shutting down or storage unavailable", retry_after=True),
             },

@@ -125,7 +125,9 @@ def idempotency_key(request: Request) -> str | None:
     return key
 
 
-async def admit(request: Request, parse: Callable[[dict[str, Any], Settings], T]) -> tuple[Services, Identity, T]:
+async def admit(
+    request: Request, parse: Callable[[dict[str, Any], Settings], T], *, max_body: int | None = None
+) -> tuple[Services, Identity, T]:
     """Every chat request of every face (native, OpenAI-compatible, AI SDK) passes the same
     checks in one fixed order: shutting down → 503, credentials → 401, rate → 429, the
     body (size, arrival time, JSON, nesting, integers) → 4xx, not a JSON object → 400,
@@ -134,7 +136,9 @@ async def admit(request: Request, parse: Callable[[dict[str, Any], Settings], T]
 
     The request's storage budget (``storage_budget``: ``AGENT_DB_POOL_TIMEOUT_S`` for all
     its waits on the database until its client is acknowledged) opens here, at its
-    first storage step; reading the body does not spend it."""
+    first storage step; reading the body does not spend it. ``max_body``: a face whose
+    body may carry a file (the AI SDK's ``file`` parts) reads more than
+    ``AGENT_MAX_BODY_BYTES``."""
     svc = services(request)
     if svc.runs.closing:
         raise HTTPProblem(503, "shutting_down", "the server is restarting; retry shortly", {"Retry-After": "2"})
@@ -144,7 +148,7 @@ async def admit(request: Request, parse: Callable[[dict[str, Any], Settings], T]
     if wait is not None:
         raise HTTPProblem(429, "rate_limited", "too many requests; slow down", {"Retry-After": str(int(wait))})
     with storage_budget.paused():
-        body = await read_json_body(request, svc.settings.max_body_bytes)
+        body = await read_json_body(request, max_body or svc.settings.max_body_bytes)
     if not isinstance(body, dict):
         raise HTTPProblem(400, "invalid_request", "the body must be a JSON object")
     return svc, ident, parse(body, svc.settings)
