@@ -267,7 +267,10 @@ async def test_playground_in_headless_chromium(settings: Settings) -> None:
             script.reload_gate.open()
             await page.wait_for(f"{RUN}.dataset.status === 'completed'", what="the run to complete")
             streamed = "".join(orjson.loads(e.data)["chunk"] for e in run.events if e.event == "content_chunk")
-            assert streamed == "Let me draft that. The workflow is ready for review."
+            # The answer streams too, as generate_response's arguments arrive: after the
+            # turn's own text, as a paragraph of its own (a stream cannot take text back).
+            final = next(orjson.loads(e.data)["answer"] for e in run.events if e.event == "response")
+            assert streamed == "Let me draft that. The workflow is ready for review.\n\n" + final
             answer = await last_run(page, "run.querySelector('.answer').textContent")
             assert "ready for review" in answer and "Let me draft that" not in answer
             assert answer.count("Your low-stock workflow is ready for review") == 1
