@@ -8,6 +8,7 @@ conversation of the same id is another conversation, not refused."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,6 +23,8 @@ from app.config import Settings
 from llm.scripted import ScriptedCall, ScriptedProvider, ScriptedTurn
 from llm.types import ChatRequest
 from tests.conftest import running_app
+from tests.support.deadline import within
+from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
 from tests.test_ai_sdk_stream import js, node, of, ui_body
 from tests.test_approvals_faces import registry
 from tests.test_compat_faces_owners import bearer, env
@@ -172,3 +175,52 @@ async def test_openai_a_new_message_is_refused_naming_the_waiting_call(tmp_path:
         assert await conversation_runs(app, "alice", "conv-oai-pending") == [run_id]
         assert await status_of(app, run_id) == "waiting_approval"
     assert calls == []
+
+
+async def test_a_message_queued_before_the_run_parks_ends_approval_pending(tmp_path: Path) -> None:
+    """A message queued (``enqueue``) while the run ahead was still running, which then
+    parks for an approval: it does not run ahead of that turn (before: it ran at once and
+    completed while the earlier run waited) nor wait for the decision. It ends
+    ``cancelled`` with an ``approval_pending`` error naming the waiting run (the OpenAI face:
+    409), its message not in the conversation; the waiting run stays waiting."""
+    gate = Gate()
+
+    def turn(request: ChatRequest, index: int) -> GatedTurn:
+        last = request.messages[-1]
+        if last.role == "user" and not last.tool_results and "Clear" in last.content:
+            return GatedTurn([gate], calls=[ScriptedCall("clear_table", {"table": "stock"})])
+        return GatedTurn(["Done."])
+
+    calls: list[dict[str, Any]] = []
+    jwt = Settings.from_env(env(tmp_path))
+    async with (
+        running_app(jwt, provider=GatedProvider(turn), registry=registry(calls), embedder=None) as (base, app),
+        httpx.AsyncClient(base_url=base, timeout=30) as http,
+    ):
+        first = await http.post("/v1/agent/runs", headers=ALICE, json={
+            "message": "Clear the stock table.", "context_type": "workflow", "conversation_id": "conv-queued"})
+        await within(gate.reached.wait(), "the first run to reach its gate")
+        queued = await http.post("/v1/agent/runs", headers=ALICE, json={
+            "message": "What else?", "context_type": "workflow", "conversation_id": "conv-queued"})
+        assert queued.status_code == 201, queued.text
+        oai = asyncio.create_task(http.post("/v1/chat/completions", headers={
+            **ALICE, "X-Conversation-Id": "conv-queued"}, json={
+            "model": "agentchat-workflow", "messages": [{"role": "user", "content": "And then?"}]}))
+        await within(until_runs(app, "conv-queued", 3), "the OpenAI request's run to be queued")
+        gate.open()
+        run_id = first.json()["run_id"]
+        assert "approval_required" in (await http.get(first.json()["stream_url"], headers=ALICE)).text
+        events = (await http.get(queued.json()["stream_url"], headers=ALICE)).text
+        assert '"code":"approval_pending"' in events and run_id in events, events
+        assert '"status":"cancelled"' in events
+        completion = await within(oai, "the OpenAI answer")
+        assert completion.status_code == 409 and completion.json()["error"]["code"] == "approval_pending"
+        assert await status_of(app, run_id) == "waiting_approval"
+        history = await app.state.services.conversations.load("conv-queued", "alice")
+        assert [m.content for m in history if m.role == "user"] == ["Clear the stock table."]
+    assert calls == []
+
+
+async def until_runs(app: Any, conversation_id: str, n: int) -> None:
+    while len(await conversation_runs(app, "alice", conversation_id)) < n:
+        await asyncio.sleep(0.02)

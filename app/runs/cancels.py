@@ -67,11 +67,13 @@ class RunCancels:
         status = await self.wait_end(run_id, wait_s)
         return status if status is not None else "cancelling"
 
-    async def wait_end(self, run_id: str, timeout_s: float | None = None) -> str | None:
+    async def wait_end(self, run_id: str, timeout_s: float | None = None, *, parked_ends: bool = False) -> str | None:
         """The status ``run_id`` ended with, once its ending is stored by whichever
         process executes it; ``None`` if it has not ended within ``timeout_s``. Woken by
         the run's committed events where the engine has a feed (its ending commits with
-        its last event), else a look every ``poll_s``."""
+        its last event), else a look every ``poll_s``. ``parked_ends``: a run parked for
+        an approval ends the wait too (its status, ``waiting_approval``, is returned)."""
+        waiting = UNFINISHED if parked_ends else NOT_ENDED
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         watching = self.feed.watch(run_id) if self.feed is not None else contextlib.nullcontext(None)
         with watching as watch:
@@ -80,7 +82,7 @@ class RunCancels:
                     watch.take()  # before the read: an ending committed after it wakes the wait
                 stored = await self.store.get(run_id)
                 raise_if_cancel_lost()  # a store read may have swallowed this task's cancel
-                if stored is None or stored.status not in NOT_ENDED:  # a parked run has not ended
+                if stored is None or stored.status not in waiting:  # a parked run has not ended
                     return stored.status if stored is not None else None
                 pause = self.poll_s if watch is None else 1.0
                 if deadline is not None:

@@ -26,7 +26,7 @@ from app.runs.run import Run, RunEvent, terminal_event
 from events import Error, Event, RunStarted
 from llm.types import Message
 from storage.interfaces import RunStore
-from storage.records import StoredRun
+from storage.records import WAITING_APPROVAL, StoredRun
 
 log = logging.getLogger("agentchat.runs")
 
@@ -84,8 +84,13 @@ class RunLauncher:
             bind_run(run.id, run.conversation_id, run.user_id)  # every log line of the run names it
             for other in earlier:  # the conversation's turns run one after another
                 await other.wait_settled()
+                if other.parked and not other.finished:
+                    refuse_behind_parked(run, other.id)
+                    return
             for other_id in elsewhere:
-                await self.cancels.wait_end(other_id)
+                if await self.cancels.wait_end(other_id, parked_ends=True) == WAITING_APPROVAL:
+                    refuse_behind_parked(run, other_id)
+                    return
             await body()
 
         task = asyncio.create_task(go(), name=f"agent:{run.id}")
@@ -111,3 +116,21 @@ class RunLauncher:
                 self.registry.forget(run.id)
             self.registry.leave_turn_order(run)
         self.registry.settle_conversation(run)
+
+
+def refuse_behind_parked(run: Run, parked_id: str) -> None:
+    """End ``run``, queued behind ``parked_id``, which has just parked for an approval:
+    as a new message is refused while a run of its conversation waits (409
+    ``approval_pending``, docs/approvals.md), one queued a moment before the park does not
+    wait for the decision either — nor runs ahead of the turn it was queued behind. It
+    ends ``cancelled`` before its agent began, with an ``approval_pending`` error naming
+    the waiting run; its message is not added to the conversation."""
+    detail = (
+        f"run {parked_id} of this conversation now waits for a decision on a tool call: decide it "
+        "(POST /v1/agent/runs/{run_id}/approvals/{tool_use_id}) and send the message again, "
+        'or send it with multitask "interrupt" to cancel the waiting run'
+    )
+    events: list[Event] = [] if run.events else [RunStarted(run_id=run.id, conversation_id=run.conversation_id)]
+    events.append(Error(message=detail, code="approval_pending"))
+    events.append(terminal_event(run, "cancelled"))
+    run.emit_step(events, finished=True)

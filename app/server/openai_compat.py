@@ -313,7 +313,8 @@ def _failure_status(code: str) -> int:
         return 503
     if code.startswith("provider_"):
         return 502
-    return 409 if code == "cancelled" else 500
+    # approval_pending: queued behind a run that then parked for an approval (docs/approvals.md)
+    return 409 if code in ("cancelled", "approval_pending") else 500
 
 
 # --- POST /v1/chat/completions ------------------------------------------------------------------
