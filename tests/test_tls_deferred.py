@@ -30,6 +30,14 @@ def _context(transport: PooledTransport) -> ssl.SSLContext:
     return next(iter(contexts.values()))
 
 
+async def _answer_ok(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """The loopback https server's one answer: a chunked "ok"."""
+    await read_request(reader)
+    writer.write(CHUNKED_HEAD + chunk(b"ok\n") + b"0\r\n\r\n")
+    await writer.drain()
+    writer.close()
+
+
 async def _get(transport: PooledTransport, port: int) -> httpx.Response:
     async with httpx.AsyncClient(transport=transport, timeout=10) as client:
         return await client.get(f"https://localhost:{port}/")
@@ -38,13 +46,7 @@ async def _get(transport: PooledTransport, port: int) -> httpx.Response:
 async def _untrusted_then_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     server_ctx, _ = _tls_pair(tmp_path)
 
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(CHUNKED_HEAD + chunk(b"ok\n") + b"0\r\n\r\n")
-        await writer.drain()
-        writer.close()
-
-    async with server(handler, tls=server_ctx) as port:
+    async with server(_answer_ok, tls=server_ctx) as port:
         monkeypatch.delenv("SSL_CERT_FILE", raising=False)
         monkeypatch.delenv("SSL_CERT_DIR", raising=False)
         pool = pooled_transport("llm", 64)
@@ -101,15 +103,9 @@ def _record_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 async def _first_handshakes_off_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     server_ctx, _ = _tls_pair(tmp_path)
 
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(CHUNKED_HEAD + chunk(b"ok\n") + b"0\r\n\r\n")
-        await writer.drain()
-        writer.close()
-
     reads = _record_reads(monkeypatch)
     monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "cert.pem"))
-    async with server(handler, tls=server_ctx) as port:
+    async with server(_answer_ok, tls=server_ctx) as port:
         pool = pooled_transport("llm", 64)
         async with httpx.AsyncClient(transport=pool, timeout=10) as client:
             answers = await asyncio.gather(*(client.get(f"https://localhost:{port}/") for _ in range(32)))
