@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from inspect import unwrap
@@ -154,6 +155,19 @@ _USES = {
     "browser": {"find_chromium"},  # tests/browser/cdp.py
     "node": {"npm_ci", "NodeScript", "npm_docs"},  # tests/support/node.py, Node's npm docs
 }
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what collection left alive (``gc.freeze()``), as ``agentchat serve`` does after
+    start-up (``app/cli/gcpolicy.py``): every module, test item and fixture definition lives
+    until the process ends, so full collections need never walk them again. An xdist worker
+    collects the whole suite (~400,000 tracked objects, modules and items; nothing a test
+    file leaves grows it much) and each full collection walked all of them: on 25 files of
+    one worker's share, 14 full collections took 3.5-3.9 s, frozen 28 took 2.9-3.0 s.
+    Objects made later, by the tests, are collected as before; objects freed by their
+    reference count are freed frozen or not."""
+    gc.collect()
+    gc.freeze()
 
 
 def _names_called(item: pytest.Item) -> set[str]:
