@@ -15,7 +15,7 @@ directly either way.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -23,6 +23,9 @@ from starlette.responses import Response
 from app.server.bounds import check_int, check_number
 from app.server.problems import HTTPProblem, ORJSONResponse
 from app.server.request_admission import identify, read_json_body, services
+
+if TYPE_CHECKING:
+    from app.server.services import Services
 
 MAX_KB_BODY = 32 * 1024 * 1024
 MAX_DOCUMENTS = 5000
@@ -46,7 +49,12 @@ def _require_admin(request: Request) -> None:
 
 
 def _component(request: Request, name: str) -> Any:
-    comp = services(request).rooms.named(name)
+    return configured_component(services(request), name)
+
+
+def configured_component(svc: Services, name: str) -> Any:
+    """The app's ``name`` component (a room of ``app.rooms``), else 503 ``unavailable``."""
+    comp = svc.rooms.named(name)
     if comp is None:
         raise HTTPProblem(503, "unavailable", f"the {name} component is not configured in this app")
     return comp

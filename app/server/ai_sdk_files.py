@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes
 
+from app.server.admin_routes import configured_component
+from app.server.attachment_routes import file_too_large
 from app.server.problems import HTTPProblem
 from knowledge.attachment_store import ConversationAttachments
 from knowledge.attachments import AttachmentRejected, kind_of, safe_filename
@@ -84,7 +86,7 @@ def _read(part: dict[str, Any], max_bytes: int) -> FilePart:
     declared = part.get("mediaType") if isinstance(part.get("mediaType"), str) else params[0]
     if "base64" in params[1:]:
         if len(data) > (max_bytes + 2) // 3 * 4 + 4:  # refused before it is decoded
-            raise _too_large(max_bytes)
+            raise file_too_large(max_bytes)
         try:
             raw = base64.b64decode(data, validate=True)
         except (binascii.Error, ValueError):
@@ -92,7 +94,7 @@ def _read(part: dict[str, Any], max_bytes: int) -> FilePart:
     else:
         raw = unquote_to_bytes(data)
     if len(raw) > max_bytes:
-        raise _too_large(max_bytes)
+        raise file_too_large(max_bytes)
     if not raw:
         raise HTTPProblem(400, "empty_file", f"{named} is empty")
     name = safe_filename(filename)
@@ -101,12 +103,6 @@ def _read(part: dict[str, Any], max_bytes: int) -> FilePart:
     except AttachmentRejected as exc:
         raise HTTPProblem(exc.status, exc.code, str(exc)) from None
     return FilePart(raw, filename or name, str(declared or ""))
-
-
-def _too_large(max_bytes: int) -> HTTPProblem:
-    return HTTPProblem(
-        413, "file_too_large", f"an attachment may be at most {max_bytes} bytes (AGENT_ATTACHMENT_MAX_BYTES)"
-    )
 
 
 @contextlib.asynccontextmanager
@@ -118,10 +114,7 @@ async def stored_for(svc: Services, user_id: str, conversation_id: str, files: l
     if not files:
         yield
         return
-    room = svc.rooms.named("knowledge")
-    if room is None:
-        raise HTTPProblem(503, "unavailable", "the knowledge component is not configured in this app")
-    store = ConversationAttachments(room.kb)
+    store = ConversationAttachments(configured_component(svc, "knowledge").kb)
     await svc.storage.conversations.claim(conversation_id, user_id)
     added: list[str] = []
     try:

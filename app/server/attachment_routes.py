@@ -47,6 +47,14 @@ def _conversation_id(request: Request) -> str:
     return str(raw)
 
 
+def file_too_large(max_bytes: int) -> HTTPProblem:
+    """The 413 of an attachment past ``AGENT_ATTACHMENT_MAX_BYTES``, however it came (this
+    route's upload, an AI SDK ``file`` part: ``app.server.ai_sdk_files``)."""
+    return HTTPProblem(
+        413, "file_too_large", f"an attachment may be at most {max_bytes} bytes (AGENT_ATTACHMENT_MAX_BYTES)"
+    )
+
+
 async def _owned(request: Request) -> tuple[str, str]:
     """``(user_id, conversation_id)`` of a conversation the caller has, else 404."""
     ident = identify(request)
@@ -58,9 +66,7 @@ async def _owned(request: Request) -> tuple[str, str]:
 
 async def _capped_body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 as soon as it passes ``limit`` (never read whole first)."""
-    too_big = HTTPProblem(
-        413, "file_too_large", f"an attachment may be at most {limit - _FRAMING} bytes (AGENT_ATTACHMENT_MAX_BYTES)"
-    )
+    too_big = file_too_large(limit - _FRAMING)
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise too_big
@@ -115,9 +121,7 @@ async def upload(request: Request) -> Response:
     raw = await part.read()
     await part.close()
     if len(raw) > max_bytes:
-        raise HTTPProblem(
-            413, "file_too_large", f"an attachment may be at most {max_bytes} bytes (AGENT_ATTACHMENT_MAX_BYTES)"
-        )
+        raise file_too_large(max_bytes)
     if not raw:
         raise HTTPProblem(400, "empty_file", "the file is empty")
     store = _store(request)
