@@ -50,7 +50,8 @@ def streamed_answer_tool(offered: Sequence[str], tools: RunToolState, answer_too
 
 
 def normalized(text: str) -> str:
-    """Whitespace-insensitive form, for "was this already shown" checks (as the faces do)."""
+    """Whitespace-insensitive form, for "was this already shown" checks: the hold here and
+    the faces' own (``app.server.compat_runs.AnswerText.owed``)."""
     return " ".join(text.split())
 
 

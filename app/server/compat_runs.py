@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from app.agent.answer_stream import normalized
 from app.runs.follow import Batches, Followed
 from app.server import run_start, run_streams, storage_budget
 from llm.types import Message
@@ -24,11 +25,6 @@ from storage.records import StoredRun
 
 if TYPE_CHECKING:
     from app.server.services import Services
-
-
-def normalized(text: str) -> str:
-    """Whitespace-insensitive form, for "was this already said" checks."""
-    return " ".join(text.split())
 
 
 class AnswerText:
