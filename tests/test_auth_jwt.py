@@ -288,3 +288,47 @@ async def test_app_fetches_rotated_keys_before_the_route_checks_them(jwks, tmp_p
             assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
             r = await client.get(path, headers={"Authorization": "Bearer " + token(first, "RS256", "zzz")})
             assert r.status_code == 401
+
+
+async def test_a_token_whose_alg_does_not_fit_the_key_type_is_401_not_500(jwks, tmp_path: Path) -> None:
+    """Through the real app, unauthenticated: a token naming an ``alg`` of another key type
+    than the configured key (ES256 against an RSA PEM, RS256 against an EC JWK published
+    without ``alg``, ES384 against a P-256 key) is refused 401. Before, PyJWT's key
+    preparation raised ``TypeError``/``InvalidKeyError`` and anyone could make the
+    service answer 500 with a header alone."""
+    server, url = jwks
+    rsa_pem, ec_256 = rsa_key(), ec_key()
+    pem = tmp_path / "idp.pem"
+    pem.write_bytes(
+        rsa_pem.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    jwk = public_jwk(ec_256, "k-ec", "ES256")
+    del jwk["alg"]  # many identity providers publish keys without it
+    server.keys = [jwk]
+    base_env = {
+        "AGENT_MANDATORY_CONTEXTS": "none",
+        "AGENT_INGEST_SAMPLE_KB": "false",
+        "AGENT_EMBEDDER": "none",
+        "AGENT_LLM_PROVIDER": "extractive",
+        "AGENT_AUTH": "jwt",
+        "AGENT_JWT_AUDIENCE": AUD,
+        "AGENT_JWT_ISSUER": ISS,
+    }
+    cases = [
+        ({"AGENT_JWT_PUBLIC_KEY": str(pem)}, token(ec_key(), "ES256", None)),
+        ({"AGENT_JWT_PUBLIC_KEY": str(pem)}, token(ec.generate_private_key(ec.SECP384R1()), "ES384", None)),
+        ({"AGENT_JWT_JWKS_URL": url}, token(rsa_key(), "RS256", "k-ec")),
+        ({"AGENT_JWT_JWKS_URL": url}, token(ec.generate_private_key(ec.SECP384R1()), "ES384", "k-ec")),
+    ]
+    for i, (key_env, bad) in enumerate(cases):
+        settings = Settings.from_env({**base_env, **key_env, "AGENT_DB_PATH": str(tmp_path / f"agent{i}.sqlite3")})
+        async with (
+            running_app(settings, registry=ToolRegistry(), embedder=None) as (base, _app),
+            httpx.AsyncClient(base_url=base, timeout=10) as client,
+        ):
+            r = await client.get("/v1/agent/conversations", headers={"Authorization": "Bearer " + bad})
+            assert r.status_code == 401, (key_env, r.status_code, r.text)
+            assert r.json()["error"] == "unauthenticated" and "algorithm" in r.json()["detail"], r.text
+            good = token(ec_256, "ES256", "k-ec") if "AGENT_JWT_JWKS_URL" in key_env else token(rsa_pem, "RS256", None)
+            r = await client.get("/v1/agent/conversations", headers={"Authorization": "Bearer " + good})
+            assert r.status_code == 200, r.text

@@ -12,6 +12,7 @@ import warnings
 from typing import Any
 
 import jwt
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from app.server.identity import AuthError
 
@@ -42,7 +43,15 @@ def decode_token(
     leeway: float,
     require_exp: bool = False,
 ) -> dict[str, Any]:
-    """Verify signature and registered claims; every failure is an ``AuthError``."""
+    """Verify signature and registered claims; every failure is an ``AuthError``.
+
+    The ``alg`` comes from the token's unverified header: one of another key type than
+    ``key`` (ES256 against an RSA key, RS256 against an EC key published without ``alg``)
+    or another curve (ES384 against a P-256 key) is refused here, before PyJWT's key
+    preparation raises ``TypeError``/``InvalidKeyError`` on it (a 500 anyone could cause
+    with a header alone)."""
+    if not _key_fits(key, alg):
+        raise AuthError("token algorithm does not match its key")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", _ShortKeyWarning)
@@ -73,6 +82,8 @@ def decode_token(
         raise AuthError(f"token has no {exc.claim} claim") from None
     except jwt.InvalidSignatureError:
         raise AuthError("invalid token signature") from None
+    except jwt.InvalidKeyError:  # an EC key of another curve than the alg's
+        raise AuthError("token algorithm does not match its key") from None
     except jwt.InvalidTokenError:
         raise AuthError("invalid token") from None
     if not isinstance(claims, dict):
@@ -83,6 +94,15 @@ def decode_token(
     if len(sub) > MAX_SUBJECT_CHARS:
         raise AuthError(f"token subject is too long ({len(sub)} characters; at most {MAX_SUBJECT_CHARS})")
     return claims
+
+
+def _key_fits(key: Any, alg: str) -> bool:
+    """Whether an asymmetric ``alg`` can be checked with ``key`` at all (its key type)."""
+    if alg.startswith(("RS", "PS")):
+        return isinstance(key, rsa.RSAPublicKey | rsa.RSAPrivateKey)
+    if alg.startswith("ES"):
+        return isinstance(key, ec.EllipticCurvePublicKey | ec.EllipticCurvePrivateKey)
+    return True
 
 
 def verify_hs256(token: str, secret: str, *, now: float | None = None, leeway: float = 30) -> dict[str, Any]:
