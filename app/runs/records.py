@@ -5,12 +5,24 @@ No behaviour beyond those encodings."""
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
 
 from storage.records import MultitaskPolicy
+
+#: What a run id can be: the manager makes ``run_<32 hex digits>``; any id of letters,
+#: digits and ``_ . : -`` (at most 128) is looked up. Anything else — a NUL, a control
+#: character, a path's worth of text — is no run's id, and is never sent to the store:
+#: PostgreSQL refuses a NUL in a text parameter with an error, not with "no such row".
+_RUN_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}\Z")
+
+
+def could_be_run_id(value: object) -> bool:
+    """Whether ``value`` may name a run (``_RUN_ID``); a caller answers "no such run" otherwise."""
+    return isinstance(value, str) and _RUN_ID.match(value) is not None
 
 
 @dataclass(frozen=True, slots=True)

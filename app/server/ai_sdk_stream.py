@@ -28,6 +28,7 @@ from starlette.responses import Response
 
 import events
 from app.runs.follow import Batches
+from app.runs.records import could_be_run_id
 from app.runs.recovery import unsettled_span
 from app.server import request_admission, run_start, run_streams
 from app.server.ai_sdk_chunks import UIChunks, frames
@@ -106,7 +107,7 @@ async def _approval_reply(svc: Services, user_id: str, reply: ApprovalReply) -> 
     409 on a second decision), then the continued run streams into the same assistant
     message. A rejection's ``reason`` is not passed on: the model gets the route's
     rejection result."""
-    stored = await svc.run_store.get(reply.run_id)
+    stored = await svc.run_store.get(reply.run_id) if could_be_run_id(reply.run_id) else None
     if stored is None or stored.user_id != user_id or stored.conversation_id != reply.conversation_id:
         raise HTTPProblem(404, "not_found", "no such run in this chat")
     decision = "approve" if reply.approved else "reject"

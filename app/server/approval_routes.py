@@ -19,6 +19,7 @@ from starlette.responses import Response
 
 from agenttools.core.validation import validate_arguments
 from app.agent.approvals import DECISIONS
+from app.runs.records import could_be_run_id
 from app.runs.state import RunState
 from app.server import request_admission
 from app.server.problems import HTTPProblem, ORJSONResponse
@@ -58,7 +59,7 @@ async def apply_decision(
     the run as it was read (its ``last_seq``: where the continued stream starts). Shared
     by this route and the AI SDK face (a ``useChat`` approval reply): the same rules, the
     same 404 / 409 answers."""
-    stored = await svc.run_store.get(run_id)
+    stored = await svc.run_store.get(run_id) if could_be_run_id(run_id) else None
     if stored is None or stored.user_id != user_id:
         raise HTTPProblem(404, "not_found", "no such run")
     if stored.status != WAITING_APPROVAL or stored.checkpoint is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from app.runs.records import could_be_run_id
 from app.server import run_start, storage_budget
 from app.server.problems import HTTPProblem
 from storage.errors import ConversationBusy, StorageUnavailable, UnknownRun
@@ -33,6 +34,8 @@ async def cut_history(
 ) -> HistoryCut:
     """Cut the user's conversation back (``HistoryStore.cut_history``) or refuse:
     404 no such conversation of this user, 400 ``named`` is no turn of it, 409 busy."""
+    if run_id is not None and not could_be_run_id(run_id):  # no run's id: never sent to the store
+        raise HTTPProblem(400, "invalid_field", f"{named!r} names no answer (run) of this chat")
     if storage_budget.spent():
         raise storage_budget.unavailable(WHAT)
     await storage_budget.bounded(WHAT, run_start.check_run_limit(svc, user_id))

@@ -25,7 +25,7 @@ from app.server.bounds import parse_int
 from app.server.chat_request import CONVERSATION_ID, CONVERSATION_ID_RULE
 from app.server.history_request import parse_feedback, parse_rename
 from app.server.problems import HTTPProblem, ORJSONResponse
-from app.server.request_admission import identify, read_json_body, services
+from app.server.request_admission import identify, read_json_body, run_id_param, services
 from storage.errors import ConversationBusy
 from storage.history_records import ConversationSummary, RunView
 from storage.records import TERMINAL_STATUSES
@@ -195,7 +195,7 @@ async def delete_conversation(request: Request) -> Response:
 async def get_run(request: Request) -> Response:
     svc = services(request)
     ident = identify(request)
-    view = await svc.storage.history.run(ident.user_id, request.path_params["run_id"])
+    view = await svc.storage.history.run(ident.user_id, run_id_param(request))
     if view is None:
         raise HTTPProblem(404, "not_found", "no such run")
     return ORJSONResponse(run_json(view))
@@ -227,6 +227,7 @@ async def post_feedback(request: Request) -> Response:
         raise HTTPProblem(400, "invalid_request", "the body must be a JSON object")
     score, comment = parse_feedback(body)
     history = svc.storage.history
+    run_id = run_id_param(request)
     view = await history.run(ident.user_id, run_id)
     if view is None:
         raise HTTPProblem(404, "not_found", "no such run")

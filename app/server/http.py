@@ -15,10 +15,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.ops.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from app.server.chat_request import CONVERSATION_ID
 from app.server.chat_resume import resume_chat, resume_stream, same_request
 from app.server.identity import LOCAL_USER, AuthError
 from app.server.problems import HTTPProblem, ORJSONResponse
-from app.server.request_admission import admit_request, events_after, idempotency_key, identify, services
+from app.server.request_admission import (
+    admit_request,
+    events_after,
+    idempotency_key,
+    identify,
+    run_id_param,
+    services,
+)
 from app.server.run_start import start_run
 from app.server.run_streams import follow_run, follow_started, native_frames, refuse_while_draining, sse
 from storage.errors import IdempotencyKeyUsed, StorageUnavailable
@@ -103,6 +111,7 @@ async def run_events(request: Request) -> Response:
     svc = services(request)
     run_id = request.path_params["run_id"]
     user_id = _reader(request, run_id)
+    run_id = run_id_param(request)
     following = await follow_run(svc, run_id, user_id, events_after(request), cancel_on_exit=False)
     if following is None:
         raise HTTPProblem(404, "not_found", "no such run")
@@ -114,8 +123,8 @@ async def run_events(request: Request) -> Response:
 
 async def cancel_run(request: Request) -> Response:
     svc = services(request)
-    run_id = request.path_params["run_id"]
     ident = identify(request)
+    run_id = run_id_param(request)
     run = svc.runs.get(run_id)
     if run is None or run.user_id != ident.user_id:
         stored = await svc.run_store.get(run_id)
@@ -146,6 +155,8 @@ async def get_conversation(request: Request) -> Response:
     svc = services(request)
     conversation_id = request.path_params["conversation_id"]
     ident = identify(request)
+    if not CONVERSATION_ID.match(conversation_id):  # no conversation's id: never sent to the store
+        raise HTTPProblem(404, "not_found", "no such conversation")
     if not await svc.conversations.exists(conversation_id, ident.user_id):  # the caller's own, by (user, id)
         raise HTTPProblem(404, "not_found", "no such conversation")
     messages = []

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 from starlette.requests import ClientDisconnect, Request
 
-from app.runs.records import ChatInput
+from app.runs.records import ChatInput, could_be_run_id
 from app.server import storage_budget
 from app.server.bounds import MAX_JSON_DEPTH, MAX_SAFE_INTEGER, check_json, parse_int
 from app.server.chat_request import parse_chat_input
@@ -105,6 +105,15 @@ def identify(request: Request) -> Identity:
         return services(request).auth.identify(request.headers.get("authorization"))
     except AuthError as exc:
         raise HTTPProblem(exc.status, "unauthenticated", str(exc), {"WWW-Authenticate": "Bearer"}) from None
+
+
+def run_id_param(request: Request) -> str:
+    """The ``{run_id}`` of a route's path; one no run can have (``could_be_run_id``) is
+    the 404 an unknown or another user's run gets, before any storage read."""
+    run_id = request.path_params["run_id"]
+    if not could_be_run_id(run_id):
+        raise HTTPProblem(404, "not_found", "no such run")
+    return str(run_id)
 
 
 def rate_limit_key(request: Request, ident: Identity) -> str:
