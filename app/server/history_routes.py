@@ -57,6 +57,8 @@ def decode_cursor(raw: str | None) -> tuple[float, str] | None:
         when, ident = value
         if not isinstance(when, int | float) or isinstance(when, bool) or not isinstance(ident, str):
             raise ValueError("wrong shape")
+        if not CONVERSATION_ID.match(ident):  # a conversation's or a run's id (the same rule), else no page's
+            raise ValueError("not an id")  # a NUL would reach PostgreSQL, whose driver refuses it: a 500
         return float(when), ident
     except (ValueError, TypeError, binascii.Error, orjson.JSONDecodeError):
         raise HTTPProblem(400, "invalid_cursor", "cursor is not one this server returned; start without it") from None

@@ -2,16 +2,19 @@
 route that reads one, on both engines — never a 500. On PostgreSQL a NUL in a text
 parameter is an error of the driver, not "no such row": before, ``GET
 /v1/agent/runs/%00`` (and its events, cancel, feedback, approvals, ``GET
-/v1/agent/conversations/%00``, an AI SDK approval reply or an edit naming such a run)
-answered 500 to any signed-in user. Two JWT users over a real server: the owner's run
-still answers its owner, and the other user still gets the 404 an unknown run gets."""
+/v1/agent/conversations/%00``, an AI SDK approval reply or an edit naming such a run,
+a page cursor naming such an id) answered 500 to any signed-in user. Two JWT users
+over a real server: the owner's run still answers its owner, and the other user still
+gets the 404 an unknown run gets."""
 
 from __future__ import annotations
 
+import base64
 import time
 from pathlib import Path
 
 import httpx
+import orjson
 
 from app.config import Settings
 from app.server.auth import sign_hs256
@@ -80,6 +83,13 @@ async def test_ids_no_run_can_have_are_4xx_on_both_engines(shared_db: dict[str, 
             for route, answer in answers.items():
                 assert answer.status_code == 404, (odd, route, answer.status_code, answer.text)
                 assert answer.json()["error"] == "not_found", (odd, route, answer.text)
+
+        # A page cursor is the client's to send back: one naming no id is refused as any forged one.
+        for route in ("/v1/agent/conversations", "/v1/agent/runs"):
+            for ident in ("a\x00b", "x\n"):
+                cursor = base64.urlsafe_b64encode(orjson.dumps([1e12, ident])).decode().rstrip("=")
+                paged = await http.get(route, params={"cursor": cursor}, headers=alice)
+                assert paged.status_code == 400 and paged.json()["error"] == "invalid_cursor", (route, paged.text)
 
         # The AI SDK face reads run ids from the client's messages.
         bad = "run_\x00x"
