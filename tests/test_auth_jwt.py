@@ -332,3 +332,35 @@ async def test_a_token_whose_alg_does_not_fit_the_key_type_is_401_not_500(jwks, 
             good = token(ec_256, "ES256", "k-ec") if "AGENT_JWT_JWKS_URL" in key_env else token(rsa_pem, "RS256", None)
             r = await client.get("/v1/agent/conversations", headers={"Authorization": "Bearer " + good})
             assert r.status_code == 200, r.text
+
+
+async def test_a_subject_no_row_can_be_keyed_by_is_401(tmp_path: Path) -> None:
+    """Through the real app: a signed token whose ``sub`` holds a NUL, another control
+    character or a lone surrogate (JSON's ``"\\ud800"``) is refused 401. Every stored row
+    is keyed by the subject: before, the surrogate was a 500 on every route (no UTF-8 for
+    SQLite), and the NUL one on PostgreSQL."""
+    secret = "subject-secret-0123456789abcdef"
+    settings = Settings.from_env(
+        {
+            "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"),
+            "AGENT_INGEST_SAMPLE_KB": "false",
+            "AGENT_EMBEDDER": "none",
+            "AGENT_LLM_PROVIDER": "extractive",
+            "AGENT_AUTH": "jwt",
+            "AGENT_JWT_SECRET": secret,
+        }
+    )
+    now = int(time.time())
+    async with (
+        running_app(settings, registry=ToolRegistry(), embedder=None) as (base, _app),
+        httpx.AsyncClient(base_url=base, timeout=10) as client,
+    ):
+        for sub in ("a\ud800b", "a\x00b", "line\nbreak"):
+            bad = sign_hs256({"sub": sub, "exp": now + 300}, secret)
+            r = await client.get("/v1/agent/conversations", headers={"Authorization": "Bearer " + bad})
+            assert r.status_code == 401, (sub, r.status_code, r.text)
+            assert "subject" in r.json()["detail"], r.text
+        for sub in ("alice", "ünïcødé 日本", "a.b@c|d"):
+            good = sign_hs256({"sub": sub, "exp": now + 300}, secret)
+            r = await client.get("/v1/agent/conversations", headers={"Authorization": "Bearer " + good})
+            assert r.status_code == 200, (sub, r.text)

@@ -8,6 +8,7 @@ never a PyJWT exception. What key to use is the authenticator's business
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from typing import Any
 
@@ -23,6 +24,8 @@ except ImportError:  # pragma: no cover - older PyJWT
 
 #: The longest ``sub`` taken: it is the user id every stored row is keyed by.
 MAX_SUBJECT_CHARS = 200
+#: What a subject may not hold: C0 control characters, DEL, and lone UTF-16 surrogates.
+_UNSTORABLE = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 ASYMMETRIC_ALGS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512")
 
 
@@ -93,6 +96,10 @@ def decode_token(
         raise AuthError("token has no subject")
     if len(sub) > MAX_SUBJECT_CHARS:
         raise AuthError(f"token subject is too long ({len(sub)} characters; at most {MAX_SUBJECT_CHARS})")
+    if _UNSTORABLE.search(sub):
+        # Every stored row is keyed by it: PostgreSQL refuses a NUL in text, and a lone
+        # surrogate (JSON's "\ud800") is no UTF-8 for either engine — each was a 500.
+        raise AuthError("token subject holds a control character or is not valid Unicode text")
     return claims
 
 
