@@ -93,11 +93,15 @@ class KnowledgeComponent:
         backfill = self.kb.backfill
         backfill.pending = pending if has_embedder else 0  # the count just read is the freshest
         stalled = bool(pending) and backfill.failures > 0  # the last pass failed: no progress
+        # The shared corpus only: /readyz answers anyone, and a count that moved with a
+        # conversation's attachments would tell them when someone attached a file and
+        # how long it was. (Documents waiting for vectors include them: the re-embedding's work.)
+        private = stats.get("private") or {}
         out: dict[str, Any] = {
             "ok": not (loading or failed or stalled),
-            "documents": stats.get("documents"),
-            "chunks": stats.get("chunks"),
-            "vectors": stats.get("vectors"),
+            "documents": _less(stats.get("documents"), private.get("documents")),
+            "chunks": _less(stats.get("chunks"), private.get("chunks")),
+            "vectors": _less(stats.get("vectors"), private.get("vectors")),
             "documents_without_current_vectors": stats.get("documents_without_current_vectors"),
             "pending_vectors": pending,
             "sample_kb": sample,
@@ -249,3 +253,11 @@ def _missing_detail(missing: list[str], known: list[str]) -> str:
         f"no bucket {names}, which knowledge searches without a named bucket cover (AGENT_KB_DEFAULT_BUCKETS): "
         f"they find nothing there until it is created (buckets there are: {there})"
     )
+
+
+def _less(total: Any, private: Any) -> Any:
+    """``total`` without ``private`` (never below 0: the in-memory vectors and the stored
+    counts are read a moment apart); ``total`` as it is when it is no number."""
+    if not isinstance(total, int) or not isinstance(private, int):
+        return total
+    return max(0, total - private)

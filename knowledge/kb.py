@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from knowledge.attachments import is_private_bucket
+from knowledge.attachments import PRIVATE_PREFIX, is_private_bucket
 from knowledge.backfill import VectorBackfill
 from knowledge.bucket_privacy import (
     NO_BUCKET,
@@ -437,11 +437,18 @@ class KnowledgeBase:
     async def stats(self) -> dict[str, Any]:
         await self._fresh.check()
         dim = self.embedder.dim if self.embedder else None
-        counts = await self.index.counts(self.embed_key, dim)
+        counts = await self.index.counts(self.embed_key, dim, hidden_prefix=PRIVATE_PREFIX)
         return {
             "documents": counts.documents,
             "chunks": counts.chunks,
             "vectors": await self._vectors.count(),
+            # Conversations' attachments among the counts: ``/readyz`` shows the shared
+            # corpus only, so nobody watching it learns when someone attached a file.
+            "private": {
+                "documents": counts.hidden_documents,
+                "chunks": counts.hidden_chunks,
+                "vectors": counts.hidden_current_chunks if self.embedder else 0,
+            },
             "buckets": len(self._buckets),
             "embedder": self.embed_key,
             "dim": dim,

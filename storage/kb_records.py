@@ -229,6 +229,12 @@ class KBCounts:
     chunks: int
     #: Documents whose stored vectors are not of the given embedder (or missing).
     without_vectors: int
+    #: Of those counted, the documents and chunks of the buckets named by the prefix
+    #: ``counts`` was given (conversations' attachments), and their chunks whose vectors
+    #: are the embedder's: what a view for everyone (``/readyz``) takes out.
+    hidden_documents: int = 0
+    hidden_chunks: int = 0
+    hidden_current_chunks: int = 0
 
 
 # --- re-embedding ------------------------------------------------------------------------

@@ -14,10 +14,14 @@ import pytest
 from agenttools.core.executor import ToolExecutor
 from agenttools.core.validation import validate_arguments
 from app.cli.kb_file import open_kb_file
+from app.config import Settings
 from knowledge import KnowledgeBase
 from knowledge.attachments import attachment_bucket
 from knowledge.buckets import UnknownBucketError
 from knowledge.types import DocumentIn
+from llm.extractive import ExtractiveProvider
+from tests.conftest import running_app
+from tests.test_compat_faces_owners import bearer, env
 from tests.test_corpus_tools import Harness, build_corpus, build_registry
 from toolindex.hashing import HashingEmbedder
 
@@ -124,3 +128,42 @@ async def test_another_users_attachments_change_no_count_a_corpus_tool_shows(tmp
             assert bob not in {b["bucket"] for b in named.content["available_buckets"]}
     finally:
         await kb.aclose()
+
+
+async def test_readyz_counts_the_shared_corpus_only(tmp_path: Path) -> None:
+    """``/readyz`` answers anyone, without a token: its knowledge counts (documents,
+    chunks, vectors) are the shared corpus's, so nobody watching them learns when a user
+    attached a file to a conversation, nor how long it was. Before, each upload moved
+    all three (a file of N chunks: +1, +N, +N)."""
+    settings = Settings.from_env(env(tmp_path, AGENT_EMBEDDER="hashing", AGENT_ADMIN_USERS="admin"))
+    alice = bearer("alice")
+    async with (
+        running_app(settings, provider=ExtractiveProvider()) as (base, _app),
+        httpx.AsyncClient(base_url=base, timeout=60) as http,
+    ):
+        shared = {"documents": [{"id": "zeppelins", "title": "Zeppelins", "text": "Zeppelin hangar rules. " * 40}]}
+        ingested = await http.post("/v1/kb/documents", json=shared, headers=bearer("admin"))
+        assert ingested.status_code == 200, ingested.text
+
+        async def counts() -> tuple[int, int, int]:
+            knowledge = (await http.get("/readyz")).json()["checks"]["knowledge"]
+            return knowledge["documents"], knowledge["chunks"], knowledge["vectors"]
+
+        before = await counts()
+        assert before[0] == 1 and before[1] >= 1 and before[2] == before[1], before
+        note = "# Private plan\n\n" + "Alice's launch codes are kept in the blue folder. " * 200
+        up = await http.post(
+            "/v1/agent/conversations/alice-1/attachments",
+            files={"file": ("plan.md", note.encode(), "text/markdown")},
+            headers=alice,
+        )
+        assert up.status_code == 201 and up.json()["chunks"] > 1, up.text
+        assert await counts() == before
+        # The attachment is stored and searchable all the same: its owner's listing has it.
+        listed = await http.get("/v1/agent/conversations/alice-1/attachments", headers=alice)
+        assert [a["id"] for a in listed.json()["attachments"]] == [up.json()["id"]]
+        # A second shared document still moves the counts.
+        more = {"documents": [{"id": "hangars", "title": "Hangars", "text": "Hangar doors open at dawn."}]}
+        assert (await http.post("/v1/kb/documents", json=more, headers=bearer("admin"))).status_code == 200
+        after = await counts()
+        assert after[0] == 2 and after[1] > before[1] and after[2] == after[1], after

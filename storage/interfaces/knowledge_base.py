@@ -152,7 +152,11 @@ class KBIndex(Protocol):
         """Documents by id (of ``bucket``, or all), those with an id greater than ``after``."""
         ...
 
-    async def counts(self, embed_model: str | None, embed_dim: int | None) -> KBCounts: ...
+    async def counts(
+        self, embed_model: str | None, embed_dim: int | None, *, hidden_prefix: str | None = None
+    ) -> KBCounts:
+        """Every document's counts, and (``hidden_*``) those of buckets named ``hidden_prefix…``."""
+        ...
 
     # re-embedding (``knowledge.backfill``)
     async def documents_without_vectors(

@@ -247,16 +247,25 @@ class KBReads:
         rows = await self._sql.fetchall(sql, (*params, max(0, int(limit))))
         return [KBDocumentListing(str(i), b, t, s, u, int(c), int(n), up) for i, b, t, s, u, c, n, up in rows]
 
-    async def counts(self, embed_model: str | None, embed_dim: int | None) -> KBCounts:
+    async def counts(
+        self, embed_model: str | None, embed_dim: int | None, *, hidden_prefix: str | None = None
+    ) -> KBCounts:
+        """In one statement, so the hidden part is of the same rows as the totals."""
         same = self._sql.dialect.same_as
+        current = f"embed_model {same} ? AND embed_dim {same} ?"
+        hidden = f"substr(bucket, 1, {len(hidden_prefix or '')}) = ?"
         row = await self._sql.fetchone(
             "SELECT count(*), coalesce(sum(chunk_count), 0), "
-            f"coalesce(sum(CASE WHEN embed_model {same} ? AND embed_dim {same} ? THEN 0 ELSE 1 END), 0)"
+            f"coalesce(sum(CASE WHEN {current} THEN 0 ELSE 1 END), 0), "
+            f"coalesce(sum(CASE WHEN {hidden} THEN 1 ELSE 0 END), 0), "
+            f"coalesce(sum(CASE WHEN {hidden} THEN chunk_count ELSE 0 END), 0), "
+            f"coalesce(sum(CASE WHEN {hidden} AND {current} THEN chunk_count ELSE 0 END), 0)"
             " FROM kb_documents",
-            (embed_model, embed_dim),
+            # No prefix: ``substr(bucket, 1, 0)`` is '' and never equals '-': nothing is hidden.
+            (embed_model, embed_dim, *([hidden_prefix or "-"] * 3), embed_model, embed_dim),
         )
-        docs, chunks, stale = (int(x) for x in row) if row else (0, 0, 0)
-        return KBCounts(docs, chunks, stale)
+        docs, chunks, stale, h_docs, h_chunks, h_current = (int(x) for x in row) if row else (0,) * 6
+        return KBCounts(docs, chunks, stale, h_docs, h_chunks, h_current)
 
     # ------------------------------------------------------------------ re-embedding
     async def documents_without_vectors(
