@@ -187,6 +187,27 @@ async def test_sqlite_keeps_its_generated_key_in_a_private_file(tmp_path: Path) 
     assert first.stream_secret.encode() not in settings.db_path.read_bytes()
 
 
+async def test_a_new_sqlite_database_is_readable_by_its_user_only(tmp_path: Path) -> None:
+    """The database beside the key holds every user's conversations, runs and attachments:
+    a served app creates it, and SQLite its ``-wal`` and ``-shm``, ``0600`` like the key
+    file, whatever the umask lets through (022, the usual one: before, all three were
+    ``0644``, readable by every local account)."""
+    settings = _settings(tmp_path, AGENT_AUTH="jwt", AGENT_JWT_SECRET=JWT_SECRET)
+    previous = os.umask(0o022)
+    try:
+        app_ctx = running_app(settings, provider=GatedProvider([]), registry=ToolRegistry(), embedder=None)
+        async with app_ctx as (base, _), httpx.AsyncClient(timeout=10) as client:
+            token = sign_hs256({"sub": "alice", "exp": int(time.time()) + 300}, JWT_SECRET)
+            listed = await client.get(f"{base}/v1/agent/conversations", headers={"Authorization": f"Bearer {token}"})
+            assert listed.status_code == 200, listed.text
+            db = settings.db_path
+            files = [db, *(db.with_name(db.name + suffix) for suffix in ("-wal", "-shm"))]
+            modes = {f.name: stat.S_IMODE(os.stat(f).st_mode) for f in files}
+    finally:
+        os.umask(previous)
+    assert modes == {f.name: 0o600 for f in files}, {k: oct(v) for k, v in modes.items()}
+
+
 async def test_postgresql_without_a_key_refuses_to_start_unless_accepted(tmp_path: Path) -> None:
     class Store:
         def __init__(self) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -71,6 +72,17 @@ T = TypeVar("T")
 #: writer's own bound for committing what is queued (``AGENT_DB_WRITE_RETRY_S`` + 5 s);
 #: named in ``storage.close_bounds``, which the close budget reads without this module.
 CLOSE_AFTER_CANCEL_S = DATABASE_CLOSE_S
+
+
+def _create_private(path: Path) -> None:
+    """Create the empty database file readable by this user only (``0600``), as the
+    stream key beside it is: it holds every user's conversations, runs and attachments,
+    and with the usual umask (022) SQLite made it, and its ``-wal``/``-shm`` (which SQLite
+    creates with the database file's mode), readable by every local account. A file that
+    exists already is left as its owner made it; one made meanwhile by another process is
+    that process's."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 class SqliteDatabase(QueuedWrites):
@@ -122,6 +134,7 @@ class SqliteDatabase(QueuedWrites):
         if not await asyncio.to_thread(p.exists):
             # The normal first start — or a file removed while no server ran: say so.
             log.warning("creating a new database", extra={"path": str(p.resolve())})
+            await asyncio.to_thread(_create_private, p)
         writer = await connect(p, opts, writer=True)
         readers: list[aiosqlite.Connection] = []
         try:
