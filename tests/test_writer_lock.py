@@ -43,6 +43,9 @@ from tests.support.server import free_port
 pytestmark = pytest.mark.slow  # real server processes on one file
 
 RUNS = 3
+#: The fake model's pause between words once the first process is dead: the slow pacing
+#: only keeps the runs mid-turn until the kill; what the second carries on need not crawl.
+AFTER_KILL_PAUSE_S = 0.005
 
 
 def quiet_env(db: Path) -> dict[str, str]:
@@ -108,6 +111,7 @@ async def test_a_second_serve_on_the_file_waits_then_takes_over_when_the_first_d
                 assert not first.grep("could not be stored", "storage write rejected"), first.tail()
 
                 await first.kill()  # SIGKILL: the kernel releases the lock
+                stack.fake.pause_s = AFTER_KILL_PAUSE_S  # the pacing only had to outlast the kill
                 for task in followers:
                     task.cancel()
                 await asyncio.gather(*followers, return_exceptions=True)
@@ -255,16 +259,17 @@ async def test_a_waiting_serve_stops_on_one_signal_like_a_serving_one_and_a_wait
         lone.start()
         await lone.wait_ready()
         async with httpx.AsyncClient() as http:
-            waiting.start()
+            # The three waiters start together (each only waits for the holder's lock).
+            stopped_port, taking_port = free_port(), free_port()
+            stopped, taking = group("stopped", stopped_port), group("taking", taking_port)
+            for proc in (waiting, stopped, taking):
+                proc.start()
             await _waiting(waiting, http)
             waiting.send(signal.SIGTERM)
             assert await waiting.wait_exit(30) == 0, waiting.tail()
             assert not waiting.grep("Traceback", "did not start"), waiting.tail()
 
-            stopped_port, taking_port = free_port(), free_port()
-            stopped, taking = group("stopped", stopped_port), group("taking", taking_port)
             for proc, port in ((stopped, stopped_port), (taking, taking_port)):
-                proc.start()
                 await _waiting(AgentServerView(port, proc), http)
                 assert not proc.grep("serving on"), proc.tail()
             stopped.send(signal.SIGTERM)
