@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import pytest_asyncio
 
 from tests.fakes.paced_ollama import run_body, side_effect_marker
 from tests.support.postgres import TestPostgres
@@ -43,6 +44,11 @@ pytestmark = pytest.mark.slow
 
 LEASE_S = 2.0
 WORKERS = 2
+#: The fake model's pause between words once a worker is dead: the pacing only keeps the
+#: runs mid-turn until the kill; the hand-over need not crawl.
+AFTER_KILL_PAUSE_S = 0.005
+#: The tests on one ``tool_group`` run in its event loop (its fake model and proxy are served there).
+MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
 
 
 @pytest.fixture
@@ -151,16 +157,26 @@ async def workers(
         yield tools, server
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def engine(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["sqlite", "postgres"])
+async def tool_group(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[tuple[Any, AgentServer]]:
+    """One ``serve --workers 2`` group (and its tool stack) per engine for the follow/cancel
+    and the SIGKILL tests: each runs and counts by tags of its own, and the SIGKILL test,
+    last, leaves a group whose supervisor replaced the killed worker. One start of the
+    group, the backend and the fakes instead of two."""
+    engine = str(request.param)
+    pg = request.getfixturevalue("pg_server") if engine == "postgres" else None
+    async with workers(tmp_path_factory.mktemp(f"workers-{engine}"), engine, pg) as group:
+        yield group
 
 
+@MODULE_LOOP
 async def test_a_run_on_one_worker_is_followed_and_cancelled_from_another(
-    tmp_path: Path, engine: str, request: pytest.FixtureRequest
+    tool_group: tuple[Any, AgentServer],
 ) -> None:
-    pg = request.getfixturevalue("pg") if engine == "postgres" else None
-    async with workers(tmp_path, engine, pg) as (tools, server), pinned_clients(server.base, 2) as pins:
+    tools, server = tool_group
+    async with pinned_clients(server.base, 2) as pins:
         (a, a2), (b, b2) = pins.values()
         tag = f"follow-{uuid.uuid4().hex[:6]}"
         held = tools.proxy.hold(side_effect_marker(tag))  # the run waits mid-way until released
@@ -184,12 +200,12 @@ async def test_a_run_on_one_worker_is_followed_and_cancelled_from_another(
         assert server.running and a.replica != b.replica
 
 
-async def test_sigkill_of_one_worker_hands_its_runs_to_the_other(
-    tmp_path: Path, engine: str, request: pytest.FixtureRequest
-) -> None:
-    pg = request.getfixturevalue("pg") if engine == "postgres" else None
+@MODULE_LOOP
+async def test_sigkill_of_one_worker_hands_its_runs_to_the_other(tool_group: tuple[Any, AgentServer]) -> None:
+    tools, server = tool_group
     runs = 3
-    async with workers(tmp_path, engine, pg) as (tools, server), pinned_clients(server.base, runs) as pins:
+    paced = tools.fake.pause_s
+    async with pinned_clients(server.base, runs) as pins:
         (a, *_), followers_on_b = pins.values()
         tags = [f"kill-{i}-{uuid.uuid4().hex[:6]}" for i in range(runs)]
         held = tools.proxy.hold(side_effect_marker(tags[0]))  # worker A dies inside this call
@@ -209,8 +225,12 @@ async def test_sigkill_of_one_worker_hands_its_runs_to_the_other(
         assert unfinished, "the runs finished before the kill; the test proves nothing"
 
         os.kill(a.pid, signal.SIGKILL)
+        tools.fake.pause_s = AFTER_KILL_PAUSE_S
         held.release.set()
-        _, pending = await asyncio.wait(tasks, timeout=120)
+        try:
+            _, pending = await asyncio.wait(tasks, timeout=120)
+        finally:
+            tools.fake.pause_s = paced
         for task in pending:
             task.cancel()
         assert not pending, [t.frames[-2:] for t in traces]
