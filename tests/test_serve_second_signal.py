@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import signal
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
+import pytest_asyncio
 
 from tests.fakes.paced_ollama import run_body, side_effect_marker
-from tests.support.procs import DEMO_AUTH, AgentServer, until
+from tests.support.procs import DEMO_AUTH, AgentServer, ToolStack, until
 from tests.support.procs import tool_stack as make_tool_stack
 
 pytestmark = pytest.mark.slow
@@ -36,6 +38,17 @@ RELEASED = "released live runs for the next process"
 #: Far longer than the test waits for the exit: only a cut grace ends the process in time
 #: (and the held backend call does not time out meanwhile).
 LONG = {"AGENT_SHUTDOWN_GRACE_S": "600", "AGENT_BACKEND_TIMEOUT_S": "600", "AGENT_TOOL_TIMEOUT_S": "600"}
+#: The tests share the module's ``tools`` and run in its event loop (its fakes are served there).
+MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def tools(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ToolStack]:
+    """The model fake, the counting proxy and the backend, one for the module: each test
+    holds its own run's backend call by its tag. Two words a turn: nothing here is about
+    where in a turn the signal lands (the run waits inside its backend call)."""
+    async with make_tool_stack(tmp_path_factory.mktemp("tools"), tokens=2, pause_s=0.05) as stack:
+        yield stack
 
 
 async def _start_held_run(base: str, tag: str) -> None:
@@ -45,54 +58,56 @@ async def _start_held_run(base: str, tag: str) -> None:
     assert answer.status_code == 201, answer.text
 
 
+@MODULE_LOOP
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
-async def test_a_second_signal_while_serve_drains_ends_the_grace(tmp_path: Path, sig: signal.Signals) -> None:
-    async with make_tool_stack(tmp_path, tokens=30, pause_s=0.05) as tools:
-        server = AgentServer(tmp_path, tools.agent_env(**LONG), name="serve")
-        server.ctrl_c = True
-        tag = f"cut-{uuid.uuid4().hex[:6]}"
-        held = tools.proxy.hold(side_effect_marker(tag))
-        server.start()
-        try:
-            await server.wait_healthy()
-            await _start_held_run(server.base, tag)
-            await until(held.reached.is_set, "the run inside its backend call", 60)
-            server.send(sig)
-            await until(lambda: bool(server.grep(DRAINING)), "the drain's start", 60)
-            server.send(sig)
-            code = await server.wait_exit(60)
-            log = server.text()
-            assert code == 0, f"exit {code}:\n{server.tail(40)}"
-            assert "did not start" not in log and "Traceback" not in log, server.tail(40)
-            assert server.grep(RELEASED), server.tail(40)
-            assert len(server.grep(CUT)) == 1, server.tail(40)
-        finally:
-            held.release.set()
-            server.close()
+async def test_a_second_signal_while_serve_drains_ends_the_grace(
+    tmp_path: Path, tools: ToolStack, sig: signal.Signals
+) -> None:
+    server = AgentServer(tmp_path, tools.agent_env(**LONG), name="serve")
+    server.ctrl_c = True
+    tag = f"cut-{uuid.uuid4().hex[:6]}"
+    held = tools.proxy.hold(side_effect_marker(tag))
+    server.start()
+    try:
+        await server.wait_healthy()
+        await _start_held_run(server.base, tag)
+        await until(held.reached.is_set, "the run inside its backend call", 60)
+        server.send(sig)
+        await until(lambda: bool(server.grep(DRAINING)), "the drain's start", 60)
+        server.send(sig)
+        code = await server.wait_exit(60)
+        log = server.text()
+        assert code == 0, f"exit {code}:\n{server.tail(40)}"
+        assert "did not start" not in log and "Traceback" not in log, server.tail(40)
+        assert server.grep(RELEASED), server.tail(40)
+        assert len(server.grep(CUT)) == 1, server.tail(40)
+    finally:
+        held.release.set()
+        server.close()
 
 
-async def test_two_sigterms_to_the_workers_supervisor_end_every_workers_grace(tmp_path: Path) -> None:
+@MODULE_LOOP
+async def test_two_sigterms_to_the_workers_supervisor_end_every_workers_grace(tmp_path: Path, tools: ToolStack) -> None:
     """``serve --workers 2``: the supervisor forwards both signals to each worker; each
     drains on the first and cuts its grace on the second, and the supervisor exits 0."""
-    async with make_tool_stack(tmp_path, tokens=30, pause_s=0.05) as tools:
-        env = tools.agent_env(**LONG, AGENT_WORKERS="2")
-        server = AgentServer(tmp_path, env, name="supervisor")
-        tag = f"cut-{uuid.uuid4().hex[:6]}"
-        held = tools.proxy.hold(side_effect_marker(tag))
-        server.start()
-        try:
-            await server.wait_healthy()
-            await _start_held_run(server.base, tag)
-            await until(held.reached.is_set, "the run inside its backend call", 60)
-            server.send(signal.SIGTERM)
-            await until(lambda: len(server.grep(DRAINING)) == 2, "both workers draining", 60)
-            server.send(signal.SIGTERM)
-            code = await server.wait_exit(60)
-            log = server.text()
-            assert code == 0, f"exit {code}:\n{server.tail(40)}"
-            assert "did not start" not in log and "Traceback" not in log, server.tail(40)
-            assert len(server.grep(RELEASED)) == 1, server.tail(40)  # the worker that held the run
-            assert len(server.grep(CUT)) == 2, server.tail(40)
-        finally:
-            held.release.set()
-            server.close()
+    env = tools.agent_env(**LONG, AGENT_WORKERS="2")
+    server = AgentServer(tmp_path, env, name="supervisor")
+    tag = f"cut-{uuid.uuid4().hex[:6]}"
+    held = tools.proxy.hold(side_effect_marker(tag))
+    server.start()
+    try:
+        await server.wait_healthy()
+        await _start_held_run(server.base, tag)
+        await until(held.reached.is_set, "the run inside its backend call", 60)
+        server.send(signal.SIGTERM)
+        await until(lambda: len(server.grep(DRAINING)) == 2, "both workers draining", 60)
+        server.send(signal.SIGTERM)
+        code = await server.wait_exit(60)
+        log = server.text()
+        assert code == 0, f"exit {code}:\n{server.tail(40)}"
+        assert "did not start" not in log and "Traceback" not in log, server.tail(40)
+        assert len(server.grep(RELEASED)) == 1, server.tail(40)  # the worker that held the run
+        assert len(server.grep(CUT)) == 2, server.tail(40)
+    finally:
+        held.release.set()
+        server.close()
