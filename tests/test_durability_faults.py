@@ -27,17 +27,19 @@ import contextlib
 import shutil
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+import pytest_asyncio
 
 from tests.fakes.paced_ollama import run_body
 from tests.support.procs import (
     AgentServer,
     Frame,
+    ToolStack,
     Trace,
     client,
     follow,
@@ -54,6 +56,26 @@ pytestmark = pytest.mark.slow  # real server processes under storage faults
 RUNS = 3
 RETRY_S = 1.0
 HOLD_AFTER_NOTICED_S = 3 * RETRY_S
+#: The fake model's pause between words once the fault has cleared: the pacing only keeps
+#: the runs live through the fault; the run that shows the server works again need not crawl.
+AFTER_FAULT_PAUSE_S = 0.005
+PAUSE_S = 0.05
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def module_stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ToolStack]:
+    """The paced model fake, the proxy and the backend, one for the module: each fault has
+    a server and a database of its own, and its runs tags of their own."""
+    async with tool_stack(tmp_path_factory.mktemp("tools"), tokens=40, pause_s=PAUSE_S) as tools:
+        yield tools
+
+
+@pytest.fixture
+def stack(module_stack: ToolStack) -> Iterator[ToolStack]:
+    """The module's stack, paced again for the next test (a test speeds it up once its
+    fault has cleared)."""
+    yield module_stack
+    module_stack.fake.pause_s = PAUSE_S
 
 def database_locked(server: AgentServer) -> contextlib.AbstractAsyncContextManager[None]:
     """Another process holds the database's write lock until the block ends."""
@@ -82,64 +104,67 @@ def _db_ok(body: dict[str, Any] | None) -> Any:
     return (((body or {}).get("checks") or {}).get("db") or {}).get("ok")
 
 
+@pytest.mark.asyncio(loop_scope="module")  # the module's stack is served in its loop
 @pytest.mark.parametrize("fault", ["locked", "unwritable"])
-async def test_a_storage_fault_ends_live_runs_loudly_and_loses_nothing(tmp_path: Path, fault: str) -> None:
+async def test_a_storage_fault_ends_live_runs_loudly_and_loses_nothing(
+    tmp_path: Path, stack: ToolStack, fault: str
+) -> None:
     if fault == "unwritable" and shutil.which("prlimit") is None:
         pytest.skip("needs prlimit (util-linux) to cap the server's file size")
-    async with tool_stack(tmp_path, tokens=40, pause_s=0.05) as stack:
-        server = AgentServer(tmp_path, stack.agent_env(AGENT_DB_WRITE_RETRY_S=str(RETRY_S)))
-        server.start()
-        try:
-            await server.wait_healthy()
-            async with client() as http:
-                assert (await server.readyz(http))[0] == 200
-                traces = [Trace(tag=f"{fault}-{i}-{uuid.uuid4().hex[:6]}") for i in range(RUNS)]
-                followers = []
-                for trace in traces:
-                    status, body = await start_run(http, server.base, run_body(trace.tag))
-                    assert status == 201, body
-                    trace.run_id, trace.stream_url = body["run_id"], body["stream_url"]
-                    followers.append(asyncio.create_task(follow(http, server.base, trace, deadline_s=120)))
-                await until(lambda: all(_chunks(t) >= 3 for t in traces), "every run to stream", timeout=60)
-
-                mark = server.mark()
-                during: list[tuple[int, dict[str, Any] | None]] = []
-                async with FAULTS[fault](server):
-                    noticed_at: float | None = None
-                    deadline = time.monotonic() + 30
-                    while time.monotonic() < deadline:
-                        during.append(await server.readyz(http))
-                        if noticed_at is None and during[-1][0] == 503:
-                            noticed_at = time.monotonic()
-                        if noticed_at is not None and time.monotonic() - noticed_at > HOLD_AFTER_NOTICED_S:
-                            break
-                        await asyncio.sleep(0.1)
-
-                after: list[tuple[int, dict[str, Any] | None]] = []
-                with contextlib.suppress(TimeoutError):
-                    await server.wait_ready(timeout=30, history=after)
-                _, pending = await asyncio.wait(followers, timeout=90)
-                for task in pending:
-                    task.cancel()
-
-                # The server works again.
-                fresh = Trace(tag=f"{fault}-after-{uuid.uuid4().hex[:6]}")
-                status, body = await start_run(http, server.base, run_body(fresh.tag))
+    server = AgentServer(tmp_path, stack.agent_env(AGENT_DB_WRITE_RETRY_S=str(RETRY_S)))
+    server.start()
+    try:
+        await server.wait_healthy()
+        async with client() as http:
+            assert (await server.readyz(http))[0] == 200
+            traces = [Trace(tag=f"{fault}-{i}-{uuid.uuid4().hex[:6]}") for i in range(RUNS)]
+            followers = []
+            for trace in traces:
+                status, body = await start_run(http, server.base, run_body(trace.tag))
                 assert status == 201, body
-                fresh.stream_url = body["stream_url"]
-                await follow(http, server.base, fresh, deadline_s=90)
+                trace.run_id, trace.stream_url = body["run_id"], body["stream_url"]
+                followers.append(asyncio.create_task(follow(http, server.base, trace, deadline_s=120)))
+            await until(lambda: all(_chunks(t) >= 3 for t in traces), "every run to stream", timeout=60)
 
-                # What the log holds: read by a new process, so nothing comes from the
-                # old one's memory. SIGKILL: what followers saw must be durable already.
-                await server.kill()
-                await server.restart()
-                stored: dict[str, list[Frame]] = {}
-                for trace in traces:
-                    assert trace.stream_url is not None
-                    status, frames = await replay(http, server.base, trace.stream_url)
-                    stored[trace.tag] = frames if status == 200 else []
-        finally:
-            server.close()
+            mark = server.mark()
+            during: list[tuple[int, dict[str, Any] | None]] = []
+            async with FAULTS[fault](server):
+                noticed_at: float | None = None
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    during.append(await server.readyz(http))
+                    if noticed_at is None and during[-1][0] == 503:
+                        noticed_at = time.monotonic()
+                    if noticed_at is not None and time.monotonic() - noticed_at > HOLD_AFTER_NOTICED_S:
+                        break
+                    await asyncio.sleep(0.1)
+
+            after: list[tuple[int, dict[str, Any] | None]] = []
+            with contextlib.suppress(TimeoutError):
+                await server.wait_ready(timeout=30, history=after)
+            _, pending = await asyncio.wait(followers, timeout=90)
+            for task in pending:
+                task.cancel()
+
+            # The server works again.
+            stack.fake.pause_s = AFTER_FAULT_PAUSE_S
+            fresh = Trace(tag=f"{fault}-after-{uuid.uuid4().hex[:6]}")
+            status, body = await start_run(http, server.base, run_body(fresh.tag))
+            assert status == 201, body
+            fresh.stream_url = body["stream_url"]
+            await follow(http, server.base, fresh, deadline_s=90)
+
+            # What the log holds: read by a new process, so nothing comes from the
+            # old one's memory. SIGKILL: what followers saw must be durable already.
+            await server.kill()
+            await server.restart()
+            stored: dict[str, list[Frame]] = {}
+            for trace in traces:
+                assert trace.stream_url is not None
+                status, frames = await replay(http, server.base, trace.stream_url)
+                stored[trace.tag] = frames if status == 200 else []
+    finally:
+        server.close()
 
     log = server.grep("ERROR", "storage", "Traceback", "database is locked", "EFBIG", "too large", since=mark)
     context = orjson.dumps(
