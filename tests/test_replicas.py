@@ -26,16 +26,19 @@ import asyncio
 import signal
 import time
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import orjson
 import pytest
+import pytest_asyncio
 
 from tests.fakes.paced_ollama import SIDE_EFFECT_TOOL, run_body, side_effect_marker
 from tests.support.postgres import TestPostgres
 from tests.support.procs import (
     DEMO_AUTH,
     AgentServer,
+    ToolStack,
     Trace,
     check_trace,
     client,
@@ -51,6 +54,25 @@ LEASE_S = 2.0
 #: Hand-over deadline after the kill: the lease, a claim tick (lease/2), the resumed
 #: step's write, and slack for a loaded 2-core machine.
 HANDOVER_MARGIN_S = 8.0
+#: The fake model's pause between words once A is stopped: the pacing only keeps A's runs
+#: mid-turn until then; B and C carrying them on need not crawl.
+AFTER_STOP_PAUSE_S = 0.005
+PAUSE_S = 0.05
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def module_stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ToolStack]:
+    """The paced model fake, the counting proxy and the backend, one for the module: each
+    case has replicas and a database of its own, and its runs tags of their own."""
+    async with make_tool_stack(tmp_path_factory.mktemp("tools"), tokens=30, pause_s=PAUSE_S) as tools:
+        yield tools
+
+
+@pytest.fixture
+def stack(module_stack: ToolStack) -> Iterator[ToolStack]:
+    """The module's stack, paced again for the next case (a case speeds it up once A stopped)."""
+    yield module_stack
+    module_stack.fake.pause_s = PAUSE_S
 
 
 @pytest.fixture
@@ -66,26 +88,26 @@ def _saw(trace: Trace, name: str, tool: str | None = None) -> bool:
     )
 
 
+@pytest.mark.asyncio(loop_scope="module")  # the module's stack is served in its loop
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGSTOP], ids=["sigkill", "paused"])
 async def test_three_replicas_hand_over_a_stopped_replicas_runs(
-    tmp_path: Path, pg: TestPostgres, stop: signal.Signals
+    tmp_path: Path, pg: TestPostgres, stack: ToolStack, stop: signal.Signals
 ) -> None:
     with pg.database() as url:
-        async with make_tool_stack(tmp_path, tokens=30, pause_s=0.05) as stack:
-            env = stack.agent_env(AGENT_DATABASE_URL=url, AGENT_RUN_LEASE_S=str(LEASE_S),
-                                  AGENT_SECRET_KEY="replicas-share-this-key-0123456789")
-            servers = [AgentServer(tmp_path, env, name=name) for name in ("a", "b", "c")]
+        env = stack.agent_env(AGENT_DATABASE_URL=url, AGENT_RUN_LEASE_S=str(LEASE_S),
+                              AGENT_SECRET_KEY="replicas-share-this-key-0123456789")
+        servers = [AgentServer(tmp_path, env, name=name) for name in ("a", "b", "c")]
+        for server in servers:
+            server.start()
+        a, b, c = servers
+        try:
+            await asyncio.gather(*(s.wait_healthy() for s in servers))
+            await _scenario(stack, a, b, c, stop)
+        finally:
+            if stop == signal.SIGSTOP and a.running:
+                a.send(signal.SIGCONT)
             for server in servers:
-                server.start()
-            a, b, c = servers
-            try:
-                await asyncio.gather(*(s.wait_healthy() for s in servers))
-                await _scenario(stack, a, b, c, stop)
-            finally:
-                if stop == signal.SIGSTOP and a.running:
-                    a.send(signal.SIGCONT)
-                for server in servers:
-                    server.close()
+                server.close()
 
 
 async def _scenario(  # type: ignore[no-untyped-def]
@@ -124,6 +146,7 @@ async def _scenario(  # type: ignore[no-untyped-def]
         seen_before = {p[0].tag: len(p[0].frames) for p in pairs}
 
         a.send(stop)
+        stack.fake.pause_s = AFTER_STOP_PAUSE_S
         if stop == signal.SIGKILL:
             await a.wait_exit(30)
         killed_at = time.monotonic()
