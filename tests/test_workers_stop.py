@@ -125,7 +125,8 @@ def is_worker(pid: int) -> bool:
 
 async def test_a_worker_that_does_not_stop_is_killed_at_the_deadline_and_its_run_carried_on(tmp_path: Path) -> None:
     stop_after_s = 4.0
-    async with make_tool_stack(tmp_path, tokens=30, pause_s=0.05) as tools:
+    # Two words a turn: the run is placed by the held backend call, not by the pacing.
+    async with make_tool_stack(tmp_path, tokens=2, pause_s=0.05) as tools:
         env = tools.agent_env(AGENT_WORKERS="2", AGENT_RUN_LEASE_S="2")
         supervisor = gated_supervisor(tmp_path, env, "--grace", "0", "--stop-after", str(stop_after_s), name="hung")
         supervisor.start()
