@@ -9,11 +9,12 @@ first, scores higher-is-better, the match count.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import numpy as np
 import pytest
+import pytest_asyncio
 
 from knowledge.buckets import typed_values
 from knowledge.filters import compile_filters, parse_filters
@@ -26,6 +27,9 @@ from storage.kb_records import (
     KBTextTuning,
     KBVectorWrite,
 )
+from tests.storage.conftest import ENGINES
+from tests.support.postgres import TestPostgres
+from tests.support.storage import opened_storage
 
 TUNING = KBTextTuning()
 DIM = 8
@@ -263,6 +267,31 @@ async def test_selective_terms_keep_every_present_term_on_a_small_index(kb: KBIn
     assert await kb.selective_terms(["solar", "roof"], 10, TUNING) == ["solar", "roof"]
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=ENGINES)
+async def invoices_kb(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[KBIndex]:
+    """``invoices`` written once per engine for the filter cases, which only read it (a
+    fresh database and the same four invoices per case were most of this module's time
+    on PostgreSQL: a database copied and opened, and a storage opened, for each of 17)."""
+    if request.param == "sqlite":
+        async with opened_storage(tmp_path_factory.mktemp("filters") / "contract.db") as lite:
+            await invoices(lite.kb_index)
+            yield lite.kb_index
+        return
+    from storage.postgres import open_postgres_storage
+
+    server: TestPostgres = request.getfixturevalue("pg_server")
+    with server.database() as url:
+        storage = await open_postgres_storage(url)
+        try:
+            await invoices(storage.kb_index)
+            yield storage.kb_index
+        finally:
+            await storage.close()
+
+
+@pytest.mark.asyncio(loop_scope="module")
 @pytest.mark.parametrize(
     ("filters", "expected"),
     [
@@ -285,8 +314,8 @@ async def test_selective_terms_keep_every_present_term_on_a_small_index(kb: KBIn
         ({"created_at": {">=": "2000-01-01"}, "total": {">": 5000}}, ["inv-3"]),
     ],
 )
-async def test_filters_mean_the_same_on_every_engine(kb: KBIndex, filters: Any, expected: list[str]) -> None:
-    await invoices(kb)
+async def test_filters_mean_the_same_on_every_engine(invoices_kb: KBIndex, filters: Any, expected: list[str]) -> None:
+    kb = invoices_kb
     assert await scoped(kb, "invoices", filters) == expected
     schema = (await kb.bucket_schemas())["invoices"]
     compiled = compile_filters(parse_filters(filters), schema, bucket="invoices")
