@@ -221,6 +221,7 @@ def build_openapi(contributions: Iterable[ApiContribution], *, auth_mode: str) -
         for tag in contribution.tags:
             tags.setdefault(tag["name"], tag)
     _add_event_catalogue(paths, catalogue)
+    _add_json_only(paths)
     optional_auth = auth_mode == "none"
     return {
         "openapi": OPENAPI_VERSION,
@@ -233,7 +234,10 @@ def build_openapi(contributions: Iterable[ApiContribution], *, auth_mode: str) -
             "(`GET /v1/agent/runs/{run_id}/events`), or do both in one request (`POST /v1/agent/chat`). "
             "Every event has an `id` (its position in the run, from 1); reconnect with `Last-Event-ID` "
             "to resume without loss or repeats. A run ends with exactly one `message_complete`. "
-            "Refusals before a stream starts are `4xx`/`503` with a `Problem` body.",
+            "Refusals before a stream starts are `4xx`/`503` with a `Problem` body. JSON bodies are sent as "
+            "`Content-Type: application/json` (`415 unsupported_media_type` otherwise); a server listening on "
+            "loopback only answers this machine's `Host` names (`403 host_not_allowed` on every route "
+            "otherwise: `AGENT_ALLOWED_HOSTS`).",
         },
         "tags": list(tags.values()),
         # With AGENT_AUTH=none a token is optional ({} = anonymous is fine).
@@ -267,6 +271,27 @@ def _add_event_catalogue(paths: PathItems, catalogue: dict[str, Any]) -> None:
                 media = (response.get("content") or {}).get("text/event-stream")
                 if media is not None:
                     media.setdefault("x-sse-events", dict(catalogue))
+
+
+#: What every route that reads a JSON body answers to another ``Content-Type``.
+_NOT_JSON = ("The body was not sent as JSON: its `Content-Type` is not `application/json` (or `application/*+json`), "
+             "or it has none (`unsupported_media_type`)")
+
+
+def _add_json_only(paths: PathItems) -> None:
+    """Every operation whose body is JSON may answer 415 (``request_admission.read_json_body``),
+    in the error shape of its own 400 (OpenAI's on that face); one that already lists a 415
+    (the AI SDK's file parts) gets the reason added."""
+    for item in paths.values():
+        for op in item.values():
+            content = (op.get("requestBody") or {}).get("content") or {}
+            responses = op.get("responses") or {}
+            if "application/json" not in content or "400" not in responses:
+                continue
+            if "415" in responses:
+                responses["415"]["description"] += f"; or {_NOT_JSON[0].lower()}{_NOT_JSON[1:]}"
+            else:
+                responses["415"] = {**copy.deepcopy(responses["400"]), "description": _NOT_JSON}
 
 
 # --- /openapi.json and /docs --------------------------------------------------------------------

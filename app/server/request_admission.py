@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("agentchat.http")
 
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # visible ASCII, as HTTP header tokens go
+#: A media type taken as JSON (case-insensitive, as media types are): ``application/json``
+#: and the structured-syntax ``+json`` types (``application/merge-patch+json``, …).
+_JSON_MEDIA_TYPE = re.compile(r"application/(?:[a-z0-9!#$&^_.+-]+\+)?json", re.IGNORECASE)
 T = TypeVar("T")
 
 
@@ -39,12 +42,18 @@ def services(request: Request) -> Services:
 
 
 async def read_json_body(request: Request, limit: int, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """The body as JSON: at most ``limit`` bytes, nested at most ``max_depth`` levels, its
-    integers within SQLite's range (``app/server/bounds.py``) — else a ``4xx`` saying which."""
+    """The body as JSON: sent as JSON (``Content-Type``, ``json_media_type``), at most
+    ``limit`` bytes, nested at most ``max_depth`` levels, its integers within SQLite's
+    range (``app/server/bounds.py``) — else a ``4xx`` saying which."""
+    declared_type = request.headers.get("content-type", "").strip()
+    if declared_type and not json_media_type(declared_type):
+        raise _not_json(declared_type)  # refused before a byte of the body is read
     declared = request.headers.get("content-length")
     if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise HTTPProblem(413, "payload_too_large", f"the body is larger than {limit} bytes")
     body = await _read_body(request, limit, services(request).settings.body_timeout_s)
+    if not declared_type and body.strip():
+        raise _not_json(None)
     if not body.strip():
         raise HTTPProblem(400, "invalid_json", "the body is empty; send a JSON object")
     try:
@@ -53,6 +62,25 @@ async def read_json_body(request: Request, limit: int, *, max_depth: int = MAX_J
         raise HTTPProblem(400, "invalid_json", f"the body is not valid JSON: {_json_error(body, exc)}") from None
     check_json(value, max_depth=max_depth)
     return value
+
+
+def json_media_type(content_type: str) -> bool:
+    """``application/json`` or ``application/<anything>+json``, parameters (``charset``)
+    allowed. Why every JSON route insists: a browser page may send any site a "simple"
+    request — a form post (``text/plain``, ``application/x-www-form-urlencoded``) or a
+    ``fetch`` of a ``Blob`` without a type — with no CORS preflight; taking its body as
+    JSON let any page the developer visits start runs on a local ``AGENT_AUTH=none``
+    server (docs/security.md). ``application/json`` needs a preflight, which a
+    cross-origin page only passes when ``AGENT_CORS_ORIGINS`` names it."""
+    return _JSON_MEDIA_TYPE.fullmatch(content_type.split(";", 1)[0].strip()) is not None
+
+
+def _not_json(content_type: str | None) -> HTTPProblem:
+    sent = "no Content-Type" if content_type is None else f"Content-Type {content_type[:80]!r}"
+    return HTTPProblem(
+        415, "unsupported_media_type", f"the body must be JSON sent with Content-Type: application/json (got {sent})",
+        {"Accept": "application/json"},
+    )
 
 
 def _json_error(body: bytes, exc: orjson.JSONDecodeError) -> str:
