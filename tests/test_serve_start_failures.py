@@ -6,6 +6,7 @@ is still there at ``AGENT_LOG_LEVEL=debug``. Real processes, a real PostgreSQL."
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from pathlib import Path
@@ -55,21 +56,26 @@ async def test_the_traceback_is_kept_at_debug_level(tmp_path: Path) -> None:
 async def test_a_missing_database_no_key_and_no_pgvector_rights_are_one_line(
     tmp_path: Path, pg_server: TestPostgres
 ) -> None:
-    rc, out = await _serve(tmp_path, AGENT_DATABASE_URL=pg_server.url("no_such_db"), AGENT_SECRET_KEY=KEY)
-    _one_line(rc, out, "cannot open the PostgreSQL", 'database "no_such_db" does not exist')
-
-    with pg_server.database(empty=True) as url:
-        rc, out = await _serve(tmp_path, AGENT_DATABASE_URL=url)
-        _one_line(rc, out, "PostgreSQL needs AGENT_STREAM_TOKEN_SECRET or AGENT_SECRET_KEY")
-
+    """Three failed starts side by side (each its own process, folder and database): what
+    each one says is its own; waiting for them in turn only added their start-ups up."""
     role = f"weak_{uuid.uuid4().hex[:8]}"
     name = pg_server.new_database(empty=True)
     try:
         pg_server.admin(f"CREATE ROLE {role} LOGIN")
         pg_server.admin(f'ALTER DATABASE "{name}" OWNER TO {role}')
         weak = f"postgresql://{role}@{pg_server.host}:{pg_server.port}/{name}"
-        rc, out = await _serve(tmp_path, AGENT_DATABASE_URL=weak, AGENT_SECRET_KEY=KEY)
-        _one_line(rc, out, "create the vector extension (pgvector)", "CREATE EXTENSION vector")
+        with pg_server.database(empty=True) as url:
+            folders = [tmp_path / f"start-{i}" for i in range(3)]
+            for folder in folders:
+                folder.mkdir()
+            missing, no_key, no_rights = await asyncio.gather(
+                _serve(folders[0], AGENT_DATABASE_URL=pg_server.url("no_such_db"), AGENT_SECRET_KEY=KEY),
+                _serve(folders[1], AGENT_DATABASE_URL=url),
+                _serve(folders[2], AGENT_DATABASE_URL=weak, AGENT_SECRET_KEY=KEY),
+            )
+        _one_line(*missing, "cannot open the PostgreSQL", 'database "no_such_db" does not exist')
+        _one_line(*no_key, "PostgreSQL needs AGENT_STREAM_TOKEN_SECRET or AGENT_SECRET_KEY")
+        _one_line(*no_rights, "create the vector extension (pgvector)", "CREATE EXTENSION vector")
     finally:
         pg_server.drop_database(name)
         pg_server.admin(f"DROP ROLE IF EXISTS {role}")
