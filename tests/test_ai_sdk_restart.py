@@ -35,6 +35,10 @@ from tests.test_workers import follow_on, pinned_clients, start_on, workers
 
 __all__ = ["node"]  # the fixture, shared with the AI SDK tests
 
+#: The fake model's pause between words once the process is killed: the pacing only keeps
+#: the run mid-turn until the kill; what is carried on after it need not crawl.
+AFTER_KILL_PAUSE_S = 0.005
+
 
 def _mid_turn(trace: Trace) -> bool:
     """A tool result (a checkpoint) was seen, and text of the next model turn after it."""
@@ -57,6 +61,7 @@ async def test_a_resume_after_a_restart_shows_the_answer_once(node: str, tmp_pat
                 reading = asyncio.create_task(follow(http, server.base, trace, deadline_s=120))
                 await until(lambda: _mid_turn(trace), "a model turn streaming after a checkpoint", 60)
                 server.send(signal.SIGKILL)
+                stack.fake.pause_s = AFTER_KILL_PAUSE_S
                 await server.wait_exit(30)
                 server.start()
                 await server.wait_healthy()
@@ -110,7 +115,7 @@ async def test_a_resume_before_the_take_over_shows_the_answer_once(
     chat_id = f"chat-takeover-{uuid.uuid4().hex[:8]}"
     # A lease long enough that the resume is surely made before the take-over.
     async with (
-        workers(tmp_path, engine, pg, AGENT_RUN_LEASE_S="5") as (_, server),
+        workers(tmp_path, engine, pg, AGENT_RUN_LEASE_S="5") as (tools, server),
         pinned_clients(server.base, 1) as pins,
     ):
         (a,), (b,) = pins.values()
@@ -122,6 +127,7 @@ async def test_a_resume_before_the_take_over_shows_the_answer_once(
             await reader.until(lambda rs: bool(of(rs, "ready")), "the reader loaded")
             await until(lambda: _mid_turn(trace), "a model turn streaming after a checkpoint", 60)
             os.kill(a.pid, signal.SIGKILL)
+            tools.fake.pause_s = AFTER_KILL_PAUSE_S
             await until(lambda: _reaped(a.pid), "the killed worker gone", 30)
             await reader.send("go")  # useChat's resume on reload, at once, on the other worker
             await reader.until(lambda rs: bool(of(rs, "response")), "the resume's response")
