@@ -30,7 +30,8 @@ from tests.support.server import free_port
 pytestmark = pytest.mark.slow  # real server processes
 
 #: An MCP stdio server that first writes down every descriptor it was started with
-#: (what each names, and the port of each TCP socket), then becomes the tests' real one.
+#: (what each names, and the port of each TCP socket), then becomes a real one (the fakes'
+#: ``lean`` server: ops' own tools without the generated catalog, which only cost its start).
 PROBE = """
 import json, os, socket, sys
 seen = []
@@ -53,7 +54,7 @@ final = os.path.join(sys.argv[1], f"fds.{os.getpid()}.json")
 with open(final + ".tmp", "w") as out:
     json.dump(seen, out)
 os.rename(final + ".tmp", final)  # whole when the test sees it
-os.execv(sys.executable, [sys.executable, "-m", "tests.fakes.mcp_server", "ops"])
+os.execv(sys.executable, [sys.executable, "-m", "tests.fakes.mcp_server", "lean"])
 """
 
 

@@ -13,6 +13,9 @@ tools that do something checkable.
   that a rejected call never reached the server; ``DeskState.add_tool`` changes the list
   and publishes ``tools/list_changed``.
 * ``build_server("all")`` — the whole generated catalog, for the benchmark.
+* ``build_server("lean")`` — ops' own handful of tools without the catalog: a real stdio
+  server for a test about the process, not the catalog (building ~250 tools costs ~1 s of
+  CPU a start).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from tests.fakes.mcp_catalog import GeneratedTool, Param, generate_tools
 READS = ToolAnnotations(readOnlyHint=True)
 DESTROYS = ToolAnnotations(readOnlyHint=False, destructiveHint=True)
 
-PARTS = {"ops": range(0, 5), "desk": range(5, 10), "all": range(0, 10)}
+PARTS = {"ops": range(0, 5), "desk": range(5, 10), "all": range(0, 10), "lean": range(0, 0)}
 
 
 @dataclass(slots=True)
@@ -181,13 +184,13 @@ def _desk_tools(server: MCPServer, state: DeskState) -> None:
 
 
 def build_server(part: str) -> tuple[MCPServer, DeskState]:
-    """The server for ``part`` (``ops``, ``desk`` or ``all``) and its state."""
+    """The server for ``part`` (``ops``, ``desk``, ``all`` or ``lean``) and its state."""
     bus = InMemorySubscriptionBus()
     server = MCPServer(f"fake-{part}", subscriptions=bus, log_level="WARNING", warn_on_duplicate_tools=False)
     state = DeskState(server, bus)
     for tool in generate_tools(PARTS[part]):
         _generated(server, tool)
-    if part == "ops":
+    if part in ("ops", "lean"):
         _ops_tools(server)
     elif part == "desk":
         _desk_tools(server, state)
