@@ -105,6 +105,7 @@ class Settings(SettingsFields):
                 "AGENT_MANDATORY_CONTEXTS", CONTEXT_TYPES, d.mandatory_contexts
             ),
             cors_origins=reader.listing("AGENT_CORS_ORIGINS", d.cors_origins),
+            allowed_hosts=reader.host_names("AGENT_ALLOWED_HOSTS", d.allowed_hosts),
             auth=reader.choice("AGENT_AUTH", AUTH_MODES, d.auth),
             jwt_secret=reader.optional("AGENT_JWT_SECRET"),
             jwt_jwks_url=reader.optional_url("AGENT_JWT_JWKS_URL"),

@@ -11,7 +11,9 @@ public methods' calls to write the configuration reference.
 
 from __future__ import annotations
 
+import ipaddress
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,9 @@ from agenttools.core.urls import url_error
 from toolindex.ollama_host import normalise_host
 
 N = TypeVar("N", int, float)
+#: An ``AGENT_ALLOWED_HOSTS`` name: a DNS name or IPv4 address, ``*.`` before a domain
+#: for its names (an IPv6 address is checked by ``ipaddress``).
+_HOST_NAME = re.compile(r"(?:\*\.)?[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +166,27 @@ class EnvReader:
             return default
         return tuple(p.strip() for p in raw.split(",") if p.strip())
 
+    def host_names(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        """``AGENT_ALLOWED_HOSTS``: ``auto`` alone, or a comma list of host names (no port:
+        any port is fine), ``*.domain`` for a domain's names, ``*`` for any; lower-cased."""
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        items = tuple(dict.fromkeys(p.strip().lower().removesuffix(".") for p in raw.split(",") if p.strip()))
+        if not items:
+            return default
+        bad = [i for i in items if i not in {"auto", "*"} and not _host_entry(i)]
+        if bad:
+            self.problems.append(
+                f"{name} takes host names without a scheme or port (any port is allowed), *.domain, * or auto; "
+                f"got {', '.join(repr(b) for b in bad)}"
+            )
+            return default
+        if "auto" in items and len(items) > 1:
+            self.problems.append(f"{name}: auto stands alone (a list of names replaces it); got {raw.strip()!r}")
+            return default
+        return items
+
     def subset(self, name: str, allowed: tuple[str, ...], default: tuple[str, ...]) -> tuple[str, ...]:
         raw = self._raw(name)
         if raw is None:
@@ -173,6 +199,19 @@ class EnvReader:
             self.problems.append(f"{name} entries must be among {', '.join(allowed)}; got {bad}")
             return default
         return items
+
+
+def _host_entry(entry: str) -> bool:
+    if _HOST_NAME.fullmatch(entry):
+        return True
+    bare = entry.removeprefix("[").removesuffix("]")
+    if ":" not in bare or (entry.startswith("[") != entry.endswith("]")):
+        return False
+    try:
+        ipaddress.IPv6Address(bare)
+    except ValueError:
+        return False
+    return True
 
 
 def _range_words(lo: float | None, hi: float | None) -> str:

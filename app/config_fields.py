@@ -65,6 +65,9 @@ class SettingsFields:
     #: seeds' RAG system, the ``knowledge`` context. Elsewhere it runs on demand.
     mandatory_contexts: tuple[str, ...] = ("knowledge",)
     cors_origins: tuple[str, ...] = ()
+    #: The ``Host`` names the service answers to (``app/server/host_check.py``), against DNS
+    #: rebinding: ``auto`` checks only when it listens on loopback alone.
+    allowed_hosts: tuple[str, ...] = ("auto",)
     auth: str = "none"
     jwt_secret: str | None = None
     #: RS256/ES256 bearer tokens: keys from a JWKS URL (cached, refreshed on an unknown

@@ -29,6 +29,7 @@ from app.server import (
     openai_compat,
 )
 from app.server.auth import JwksPrefetch
+from app.server.host_check import HostCheck, host_rule
 from app.server.openapi import openapi_routes
 from app.server.playground import playground_routes
 from app.server.problems import HTTPProblem
@@ -120,6 +121,11 @@ def create_app(
     routes += openapi_routes(lambda: _describe_api(settings), _render_docs)
     # Outermost: every request's log fields, and its access-log line (app/ops/log_context.py).
     middleware = [Middleware(AccessLog)]
+    # Then the Host guard against DNS rebinding (AGENT_ALLOWED_HOSTS; app/server/host_check.py),
+    # before CORS and every route: none when every Host is answered.
+    rule = host_rule(settings.allowed_hosts, settings.host)
+    if rule is not None:
+        middleware.append(Middleware(HostCheck, rule=rule))
     if settings.cors_origins:
         middleware.append(
             Middleware(

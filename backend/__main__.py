@@ -1,4 +1,5 @@
-"""``python -m backend [--host H] [--port P] [--db FILE] [--log-level L]``: serve the reference backend.
+"""``python -m backend [--host H] [--port P] [--db FILE] [--allowed-hosts NAMES] [--log-level L]``: serve the
+reference backend.
 
 Its own process, so the agent never runs this app (it imports only ``backend.table_rules``,
 the table-configuration rules both run): ``agentchat serve`` starts it
@@ -15,6 +16,7 @@ import logging
 from pathlib import Path
 
 from backend.app import serve_backend
+from backend.host_check import parse_allowed_hosts
 
 DEFAULT_DB = Path("data/backend.sqlite3")
 #: The port ``agentchat serve`` starts the backend on by default (its own 8000, plus one)
@@ -32,14 +34,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
     parser.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"SQLite file (default: {DEFAULT_DB})")
+    parser.add_argument("--allowed-hosts", type=_allowed_hosts, default=("auto",),
+                        help="Host names answered, comma-separated (*.domain for a domain's, * for any); default "
+                             "auto: on a loopback address only this machine's names (localhost, IP addresses), "
+                             "elsewhere any. agentchat passes AGENT_ALLOWED_HOSTS")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                         help="log level (default info)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     args.db.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_backend(args.host, args.port, args.db, log_level=args.log_level))
+        asyncio.run(serve_backend(args.host, args.port, args.db, log_level=args.log_level,
+                                  allowed_hosts=args.allowed_hosts))
     return 0
+
+
+def _allowed_hosts(raw: str) -> tuple[str, ...]:
+    try:
+        return parse_allowed_hosts(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 if __name__ == "__main__":

@@ -17,11 +17,13 @@ from pathlib import Path
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.routing import Route
 
 from backend import routes_alerts, routes_core, routes_data, routes_introspection, routes_workflow
 from backend.db import Database
+from backend.host_check import HostCheck, HostRule, host_rule
 from backend.responses import ApiError, JSONResponse, handle_api_error, handle_http_exception
 from backend.seed_loader import seed_database
 
@@ -32,8 +34,9 @@ async def healthz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
-def create_backend_app(db_path: str | Path, *, seed: bool = True) -> Starlette:
-    """An Ichor-compatible REST backend over the SQLite file at ``db_path``."""
+def create_backend_app(db_path: str | Path, *, seed: bool = True, hosts: HostRule | None = None) -> Starlette:
+    """An Ichor-compatible REST backend over the SQLite file at ``db_path``; ``hosts``:
+    the ``Host`` names it answers to (``backend/host_check.py``), ``None`` for any."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -59,19 +62,24 @@ def create_backend_app(db_path: str | Path, *, seed: bool = True) -> Starlette:
     ]
     return Starlette(
         routes=routes,
+        middleware=[] if hosts is None else [Middleware(HostCheck, rule=hosts)],
         lifespan=lifespan,
         exception_handlers={ApiError: handle_api_error, HTTPException: handle_http_exception},
     )
 
 
-async def serve_backend(host: str, port: int, db_path: str | Path, *, log_level: str = "info") -> None:
-    """Run the backend on ``host:port`` until interrupted or cancelled (``python -m backend``).
+async def serve_backend(
+    host: str, port: int, db_path: str | Path, *, log_level: str = "info", allowed_hosts: tuple[str, ...] = ("auto",)
+) -> None:
+    """Run the backend on ``host:port`` until interrupted or cancelled (``python -m backend``);
+    ``allowed_hosts``: ``--allowed-hosts`` (``auto``: on loopback, the names of this machine only).
 
     Cancelling the calling task shuts the server down gracefully (lifespan shutdown runs,
     the database is closed) before the cancellation propagates, so the backend can run
     as a task beside other work (tests do).
     """
-    config = uvicorn.Config(create_backend_app(db_path), host=host, port=port, log_level=log_level, lifespan="on")
+    app = create_backend_app(db_path, hosts=host_rule(allowed_hosts, host))
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")
     server = uvicorn.Server(config)
     task = asyncio.ensure_future(server.serve())
     try:

@@ -237,14 +237,14 @@ async def test_slow_headers_and_bodies_are_timed_out_and_a_leaving_client_is_one
             trickled = await _read_until_closed(trickle_r)
         # 2. A body that never completes: 408 body_timeout, connection closed.
         body_r, body_w = await connect()
-        body_w.write(b"POST /v1/agent/chat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        body_w.write(b"POST /v1/agent/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 100\r\n\r\n{\"message\":")
         await body_w.drain()
         async with asyncio.timeout(20):
             slow_body = await _read_until_closed(body_r)
         # 3. A client that leaves mid-body.
         _gone_r, gone_w = await connect()
-        gone_w.write(b"POST /v1/agent/chat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        gone_w.write(b"POST /v1/agent/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 100\r\n\r\n{\"message\":")
         await gone_w.drain()
         await asyncio.sleep(0.1)

@@ -48,9 +48,13 @@ def backend_db(settings: Settings, explicit: str | None = None) -> Path:
     return Path(explicit) if explicit else settings.db_path.parent / "backend.sqlite3"
 
 
-def backend_argv(host: str, port: int, db: Path, *, log_level: str = "info") -> list[str]:
+def backend_argv(
+    host: str, port: int, db: Path, *, log_level: str = "info", allowed_hosts: tuple[str, ...] = ("auto",)
+) -> list[str]:
+    """``python -m backend``'s command line; ``allowed_hosts``: ``AGENT_ALLOWED_HOSTS``, the
+    same Host guard as the agent's (``backend/host_check.py``)."""
     return [sys.executable, "-m", "backend", "--host", host, "--port", str(port), "--db", str(db),
-            "--log-level", log_level]
+            "--allowed-hosts", ",".join(allowed_hosts), "--log-level", log_level]
 
 
 def _wait_until_up(proc: subprocess.Popen[bytes], url: str, timeout_s: float = BACKEND_START_TIMEOUT_S) -> None:
@@ -106,7 +110,8 @@ def reference_backend(settings: Settings, args: argparse.Namespace, port: int, l
         print(exc, file=sys.stderr)
         raise SystemExit(1) from None
     proc = subprocess.Popen(
-        backend_argv("127.0.0.1", backend_port, backend_db(settings), log_level=log_level),
+        backend_argv("127.0.0.1", backend_port, backend_db(settings), log_level=log_level,
+                     allowed_hosts=settings.allowed_hosts),
         preexec_fn=die_with_parent(),
     )
     try:
@@ -137,7 +142,7 @@ def run_backend(args: argparse.Namespace, settings: Settings) -> int:
     for the reference backend, however it was started (it was 8081 here, 8001 beside
     ``serve``)."""
     port = args.port if args.port is not None else default_backend_port(settings)
-    argv = backend_argv(args.host, port, backend_db(settings, args.db))
+    argv = backend_argv(args.host, port, backend_db(settings, args.db), allowed_hosts=settings.allowed_hosts)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(argv[0], argv)

@@ -95,6 +95,10 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
             print(exc, file=sys.stderr)
             return 1
     port = bound_port(sock)
+    # The address the socket is bound to, not the one asked for, is what the app knows as
+    # AGENT_HOST: the Host guard (app/server/host_check.py) decides from it. A worker of
+    # --workers inherits the socket, not --host; --reload's child reads AGENT_HOST.
+    settings = settings.with_(host=str(sock.getsockname()[0]))
     if workers > 1 and args.listen_fd is None:
         return _supervise(args, settings, sock, workers, port)
     lock = _writer_lock(settings)
@@ -113,6 +117,7 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
             return 3
         if args.reload:
             os.environ["AGENT_PORT"] = str(port)
+            os.environ["AGENT_HOST"] = settings.host
             # The reloader re-imports the app in a child process; the backend keeps running
             # in its own, so reloads do not reset it.
             with reference_backend(settings, args, port, "info") as url:
