@@ -78,11 +78,13 @@ async def test_an_outage_longer_than_the_pool_timeout_is_503_everywhere(
             assert ready.status_code == 503, ready.text
             assert ready.json()["checks"]["db"]["ok"] is False
 
-        answers = {
-            "start a run": await client.post(f"{base}/v1/agent/runs", json=body),
-            "a stored run's events": await client.get(f"{base}/v1/agent/runs/run_unknown/events"),
-            "a conversation": await client.get(f"{base}/v1/agent/conversations/{done['conversation_id']}x"),
-        }
+        # Side by side: each waits its own budget (one after another they only added up).
+        started, events, conversation = await asyncio.gather(
+            client.post(f"{base}/v1/agent/runs", json=body),
+            client.get(f"{base}/v1/agent/runs/run_unknown/events"),
+            client.get(f"{base}/v1/agent/conversations/{done['conversation_id']}x"),
+        )
+        answers = {"start a run": started, "a stored run's events": events, "a conversation": conversation}
         assert relay.refused > 0, "the app never tried to reach the database during the outage"
         for what, response in answers.items():
             assert response.status_code == 503, (what, response.status_code, response.text)
@@ -220,10 +222,14 @@ async def test_a_request_naming_buckets_is_503_within_the_budget_on_every_face(
             ("ui, a bucket to look up", "/v1/agent/ui-stream", ui("ui-outage-1", context=uncached)),
             ("ui, earlier turns to import", "/v1/agent/ui-stream", ui("ui-outage-2", context=known)),
         ]
-        for what, path, payload in requests:
+        async def timed(path: str, payload: dict[str, Any]) -> tuple[httpx.Response, float]:
             began = loop.time()
             response = await client.post(path, json=payload)
-            took = loop.time() - began
+            return response, loop.time() - began
+
+        # Side by side: each request waits its own budget (one after another they only added up).
+        answered = await asyncio.gather(*(timed(path, payload) for _, path, payload in requests))
+        for (what, _, _), (response, took) in zip(requests, answered, strict=True):
             assert code(response) == (503, "storage_unavailable"), (what, response.status_code, response.text)
             assert response.headers.get("retry-after"), what
             assert took < write_retry_s, f"{what}: 503 after {took:.1f} s, not within the budget"
@@ -290,14 +296,19 @@ async def test_a_read_kept_waiting_by_a_lock_is_503_within_the_budget(
         ):
             svc = app.state.services
             loop = asyncio.get_running_loop()
-            answers: dict[str, tuple[httpx.Response, float]] = {}
             async with locker.transaction():
                 await locker.execute("SET LOCAL lock_timeout = '30s'")  # a failure, never a hang
                 await locker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
-                for what, path, payload in LOCKED_READS[table]:
+
+                async def timed(path: str, payload: dict[str, Any]) -> tuple[httpx.Response, float]:
                     began = loop.time()
                     response = await client.post(path, json=payload)
-                    answers[what] = (response, loop.time() - began)
+                    return response, loop.time() - began
+
+                # Side by side: each waits its own budget (one after another they only added up).
+                reads = LOCKED_READS[table]
+                answered = await asyncio.gather(*(timed(path, payload) for _, path, payload in reads))
+                answers = {what: got for (what, _, _), got in zip(reads, answered, strict=True)}
             for what, (response, took) in answers.items():
                 assert code(response) == (503, "storage_unavailable"), (what, response.status_code, response.text)
                 assert response.headers.get("retry-after"), what
