@@ -70,9 +70,11 @@ def host_rule(allowed_hosts: tuple[str, ...], listen_host: str) -> HostRule | No
 
 
 def _loopback(host: str) -> bool:
+    """``localhost`` or a loopback address (``0.0.0.0`` and ``::`` are every address, so not)."""
     name = host.strip().strip("[]").lower()
-    return name == "localhost" or name.endswith(".localhost") or (_is_address(name) and ipaddress.ip_address(
-        name).is_loopback)
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    return _is_address(name) and ipaddress.ip_address(name).is_loopback
 
 
 def _bare(name: str) -> str:
