@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ import httpx
 import numpy as np
 import psycopg
 import pytest
+import pytest_asyncio
 
 from app.cli.kb_file import open_kb_file
 from app.config import Settings
@@ -30,6 +33,7 @@ from storage.draft_records import Draft, DraftAction
 from storage.keyword_records import Citation, ExternalResult, NewExternalVector
 from storage.sqlite import open_sqlite_storage
 from tests.conftest import collect_sse, running_app
+from tests.support.deadline import reap, within
 from tests.support.postgres import GUARDED, TestPostgres
 from tests.support.procs import REPO, child_env
 from toolindex.hashing import HashingEmbedder
@@ -317,14 +321,32 @@ async def test_counts_that_differ_fail_and_a_busy_source_or_a_filled_target_is_r
         assert filled.returncode == 2 and "already holds data" in filled.stderr, filled.stderr
 
 
-async def test_an_unfinished_runs_events_in_the_live_log_are_copied(pg: TestPostgres, tmp_path: Path) -> None:
-    """SQLite appends an unfinished run's events to its live log (``run_log``, issue 23);
-    PostgreSQL keeps them in ``run_events``, where a replica carries the run on from."""
+@dataclass(frozen=True)
+class SmallCopy:
+    """One ``agentchat migrate-db`` of a small SQLite file (``small_copy``)."""
+
+    source: Path
+    url: str
+    pid: int
+    returncode: int
+    stderr: str
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def small_copy(pg_server: TestPostgres, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SmallCopy]:
+    """A small SQLite file copied by one ``agentchat migrate-db`` into an empty PostgreSQL
+    database, its stderr a pipe: a conversation; an unfinished run whose events are partly
+    in SQLite's live log (``run_log``, issue 23); a keyed run with its request fingerprint
+    (migration 31) and an older keyed run without one. The tests of what one copy does (its
+    progress lines, the live log, the fingerprints, the writer lock it held) read this one
+    copy: a ``migrate-db`` each (a process start and the target's migration, ~2 CPU-s
+    apiece) only repeated the same copy."""
     from storage.records import NewRun, RunEvent, RunWrite
 
-    db = tmp_path / "agent.sqlite3"
+    db = tmp_path_factory.mktemp("small") / "agent.sqlite3"
     lite = await open_sqlite_storage(db)
     try:
+        await lite.conversations.claim("conv-1", "user-1")
         await lite.runs.create(NewRun("live", "c", "alice", "knowledge", b"{}", "enqueue"))
         await lite.runs.commit(RunWrite("live", "c", "alice", events=[RunEvent(1, "run_started", "{}")]))
         await lite.runs.settle_log(everything=True)  # one event settled while it lives, two in the log
@@ -332,37 +354,44 @@ async def test_an_unfinished_runs_events_in_the_live_log_are_copied(pg: TestPost
             RunEvent(2, "content_chunk", '{"chunk":"a"}'), RunEvent(3, "content_chunk", '{"chunk":"b"}')]))
         assert [e.seq for e in await lite.runs.events_after("live", 0)] == [1, 2, 3]
         assert await lite.db.fetchone("SELECT count(*) FROM run_log WHERE run_id = 'live'") == (2,)
+        await lite.runs.create(NewRun("keyed", "c-keyed", "alice", "knowledge", b"{}", "enqueue", "k-1",
+                                      request_fingerprint="ab" * 32))
+        await lite.runs.create(NewRun("older", "c-older", "alice", "knowledge", b"{}", "enqueue", "k-2"))
     finally:
         await lite.close()
-    with pg.database(empty=True) as url:
-        done = run_migrate(url, db)
-        assert done.returncode == 0, done.stderr
-        with psycopg.connect(url, **GUARDED) as conn:
-            rows = conn.execute("SELECT seq, event FROM run_events WHERE run_id = 'live' ORDER BY seq").fetchall()
-            status = conn.execute("SELECT status FROM runs WHERE id = 'live'").fetchone()
-        assert rows == [(1, "run_started"), (2, "content_chunk"), (3, "content_chunk")]
-        assert status == ("running",)
+    with pg_server.database(empty=True) as url:  # migrate-db migrates the target itself
+        proc = await asyncio.create_subprocess_exec(
+            *migrate_cmd(url, db), cwd=REPO, env=child_env({}),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            _, err = await within(proc.communicate(), "agentchat migrate-db of the small file", 300)
+        finally:
+            await reap(proc, "agentchat migrate-db", grace=5)
+        assert proc.returncode is not None
+        yield SmallCopy(db, url, proc.pid, proc.returncode, err.decode())
 
 
-async def test_an_idempotency_keys_request_fingerprint_is_copied(pg: TestPostgres, tmp_path: Path) -> None:
+@pytest.mark.asyncio(loop_scope="module")
+async def test_an_unfinished_runs_events_in_the_live_log_are_copied(small_copy: SmallCopy) -> None:
+    """SQLite appends an unfinished run's events to its live log (``run_log``, issue 23);
+    PostgreSQL keeps them in ``run_events``, where a replica carries the run on from."""
+    assert small_copy.returncode == 0, small_copy.stderr
+    with psycopg.connect(small_copy.url, **GUARDED) as conn:
+        rows = conn.execute("SELECT seq, event FROM run_events WHERE run_id = 'live' ORDER BY seq").fetchall()
+        status = conn.execute("SELECT status FROM runs WHERE id = 'live'").fetchone()
+    assert rows == [(1, "run_started"), (2, "content_chunk"), (3, "content_chunk")]
+    assert status == ("running",)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_an_idempotency_keys_request_fingerprint_is_copied(small_copy: SmallCopy) -> None:
     """A keyed run's request fingerprint (migration 31) moves with its key: after the
     move, a repeat of the key with another request is still refused (422), not replayed."""
-    from storage.records import NewRun
-
-    db = tmp_path / "agent.sqlite3"
-    lite = await open_sqlite_storage(db)
-    try:
-        await lite.runs.create(NewRun("keyed", "c", "alice", "knowledge", b"{}", "enqueue", "k-1",
-                                      request_fingerprint="ab" * 32))
-        await lite.runs.create(NewRun("older", "c2", "alice", "knowledge", b"{}", "enqueue", "k-2"))
-    finally:
-        await lite.close()
-    with pg.database(empty=True) as url:
-        done = run_migrate(url, db)
-        assert done.returncode == 0, done.stderr
-        with psycopg.connect(url, **GUARDED) as conn:
-            rows = conn.execute("SELECT id, idempotency_key, request_fingerprint FROM runs ORDER BY id").fetchall()
-    assert rows == [("keyed", "k-1", "ab" * 32), ("older", "k-2", None)]
+    assert small_copy.returncode == 0, small_copy.stderr
+    with psycopg.connect(small_copy.url, **GUARDED) as conn:
+        rows = conn.execute("SELECT id, idempotency_key, request_fingerprint FROM runs ORDER BY id").fetchall()
+    assert rows == [("keyed", "k-1", "ab" * 32), ("live", None, None), ("older", "k-2", None)]
 
 
 async def test_an_unusable_target_is_one_line_and_exit_2(pg: TestPostgres, tmp_path: Path) -> None:
@@ -394,29 +423,29 @@ async def test_an_unusable_target_is_one_line_and_exit_2(pg: TestPostgres, tmp_p
     assert len(said) == 1 and "create the vector extension (pgvector)" in said[0], weak.stderr
 
 
-async def test_progress_into_a_pipe_is_plain_lines(pg: TestPostgres, tmp_path: Path) -> None:
-    db = tmp_path / "source.sqlite3"
-    storage = await open_sqlite_storage(db)
-    await storage.conversations.claim("conv-1", "user-1")
-    await storage.close()
-    with pg.database(empty=True) as url:
-        done = run_migrate(url, db)  # stderr is a pipe here
-    assert done.returncode == 0, done.stderr
-    assert "\r" not in done.stderr, done.stderr[:2000]
-    assert "  conversations: done, 1/1 rows" in done.stderr.splitlines(), done.stderr
+@pytest.mark.asyncio(loop_scope="module")
+async def test_progress_into_a_pipe_is_plain_lines(small_copy: SmallCopy) -> None:
+    assert small_copy.returncode == 0, small_copy.stderr  # its stderr was a pipe
+    assert "\r" not in small_copy.stderr, small_copy.stderr[:2000]
+    # conv-1 and the three runs' conversations
+    assert "  conversations: done, 4/4 rows" in small_copy.stderr.splitlines(), small_copy.stderr
 
 
-async def test_the_copy_holds_the_files_writer_lock(pg: TestPostgres, tmp_path: Path) -> None:
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_copy_holds_the_files_writer_lock(pg: TestPostgres, small_copy: SmallCopy) -> None:
     """``migrate-db`` holds the SQLite file's writer lock for its whole copy, so a serve
     started during the copy waits for it (``app.cli.writer_wait``) rather than writing
     rows the copy has passed; while a serve (here: this test) holds the lock, the copy is
     refused before anything is copied. Third review of issue 23: it took no lock."""
     from storage.sqlite.writer_lock import WriterLock
 
-    db = tmp_path / "agent.sqlite3"
-    lite = await open_sqlite_storage(db)
-    await lite.conversations.claim("conv-1", "user-1")
-    await lite.close()
+    db = small_copy.source
+    assert small_copy.returncode == 0, small_copy.stderr
+    after = WriterLock(db)
+    assert after.holder() == f"pid {small_copy.pid}"  # the copy took the lock (and released it: free now)
+    assert after.try_acquire()
+    after.release()
+
     serve = WriterLock(db)
     assert serve.try_acquire()
     try:
@@ -427,17 +456,3 @@ async def test_the_copy_holds_the_files_writer_lock(pg: TestPostgres, tmp_path: 
             assert _copied_so_far(url) == 0
     finally:
         serve.release()
-    with pg.database(empty=True) as url:
-        proc = subprocess.Popen(migrate_cmd(url, db), cwd=REPO, env=child_env({}),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            _, err = proc.communicate(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(30)
-        assert proc.returncode == 0, err
-        after = WriterLock(db)
-        assert after.holder() == f"pid {proc.pid}"  # it took the lock (and released it: free now)
-        assert after.try_acquire()
-        after.release()
