@@ -100,7 +100,9 @@ class HostCheck:
             header = next((bytes(v).decode("latin-1") for k, v in scope.get("headers") or () if k.lower() == b"host"),
                           None)
             if header is not None and not self.rule.allows(header):
-                shown = header if len(header) <= 100 else header[:100] + "…"
+                match = _HOST_HEADER.fullmatch(header.strip())
+                shown = match["name"] if match is not None and match["name"] is not None else header
+                shown = shown if len(shown) <= 100 else shown[:100] + "…"
                 message = (f"this backend does not answer to the host name {shown!r} (a guard against DNS "
                            "rebinding); add the name to AGENT_ALLOWED_HOSTS (python -m backend --allowed-hosts)")
                 await JSONResponse({"code": "host_not_allowed", "message": message}, status_code=403)(

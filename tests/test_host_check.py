@@ -107,6 +107,7 @@ async def test_on_loopback_a_foreign_host_is_403_and_starts_no_run(tmp_path: Pat
         problem = chat.json()
         assert problem["error"] == "host_not_allowed"
         assert "AGENT_ALLOWED_HOSTS" in problem["detail"] and "\n" not in problem["detail"]
+        assert "host name 'evil.example' " in problem["detail"]  # the name to list, without its port
         for path in ("/healthz", "/v1/agent/conversations", "/openapi.json", "/"):
             assert (await client.get(path, headers=evil)).status_code == 403, path
         # The OpenAI-compatible face answers in OpenAI's error shape.
@@ -156,6 +157,7 @@ async def test_the_reference_backend_on_loopback_refuses_a_foreign_host(tmp_path
                 if expected == 403:
                     assert evil.json()["code"] == "host_not_allowed"
                     assert "AGENT_ALLOWED_HOSTS" in evil.json()["message"]
+                    assert "host name 'evil.example' " in evil.json()["message"]
                 mine = await client.get("/v1/workflow/trigger-types",
                                         headers={"Host": f"localhost:{port}", "Authorization": "Bearer demo-alice"})
                 assert mine.status_code == 200

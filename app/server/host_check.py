@@ -108,7 +108,7 @@ class HostCheck:
         await self.app(scope, receive, send)
 
     def _refuse(self, scope: Scope, header: str) -> ORJSONResponse:
-        shown = header if len(header) <= 100 else header[:100] + "…"
+        shown = _name_of(header)
         detail = (
             f"this server does not answer to the host name {shown!r} (a guard against DNS rebinding); "
             "to reach it under that name, add the name to AGENT_ALLOWED_HOSTS (comma-separated, * for any)"
@@ -120,6 +120,13 @@ class HostCheck:
         if str(scope.get("path", "")).startswith(_OPENAI_PATHS):
             return ORJSONResponse(error_body(detail, "host_not_allowed", 403), 403)
         return ORJSONResponse({"error": "host_not_allowed", "detail": detail}, 403)
+
+
+def _name_of(header: str) -> str:
+    """The name of a ``Host`` value (what ``AGENT_ALLOWED_HOSTS`` takes: no port), shortened."""
+    match = _HOST_HEADER.fullmatch(header.strip())
+    name = match["name"] if match is not None and match["name"] is not None else header
+    return name if len(name) <= 100 else name[:100] + "…"
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
