@@ -29,6 +29,12 @@ WHICH_KIND = re.compile(
 #: The opening word of a question asking for a place, a time, a party, a choice or a
 #: reason. Not "how" or "what", which open how-tos and definitions as well.
 ASKS = re.compile(r"^\W*(where|when|who|whom|whose|which|why)\b", re.IGNORECASE)
+#: A yes/no question: an auxiliary first, then (after an article or possessive) its
+#: subject and the rest ("Can an unscoped package be made private?").
+YES_NO = re.compile(
+    r"^\s*(?:can|could|is|are|does|do|will|should|may|must)\s+(?:(?:the|a|an|my|your|its|their)\s+)?(?P<rest>.+)$",
+    re.IGNORECASE,
+)
 ENUMERATION = re.compile(r"^\s*(?:what\s+are\b|list\b|name\s+the\b)", re.IGNORECASE)
 #: A number followed by one of these counts nothing: "HTTP 204 on reconnect", "HTTP 200
 #: with the … content type" are codes, not amounts ("800 characters", "15 seconds" are).
@@ -167,4 +173,5 @@ __all__ = [
     "WANTS",
     "WHICH_KIND",
     "WHICH_MANY",
+    "YES_NO",
 ]

@@ -34,6 +34,7 @@ from llm.extractive_forms import (
     WANTS,
     WHICH_KIND,
     WHICH_MANY,
+    YES_NO,
 )
 from llm.extractive_words import (
     _STOP,
@@ -42,8 +43,10 @@ from llm.extractive_words import (
     _match,
     _terms,
     coverage,
+    folded_words,
     one_verbs,
     phrase_share,
+    said_in_a_row,
     stems,
     written_apart,
 )
@@ -62,6 +65,12 @@ RARITY_WEIGHT = 0.2
 #: I add a file to one conversation?") say what it is about, but a passage saying what
 #: the follow-up itself asks comes first. 0.2-0.8 gave the same answers (round 24).
 TOPIC_WEIGHT = 0.5
+#: The content words a run of the question's words must hold to count as saying what
+#: the question says (``Question.said_in_a_row``): "the per-user config file" holds
+#: four, "remove a package from" two (a page's summary "Remove a package from the
+#: registry" says no more of "how do I remove a package from my project?" than
+#: npm uninstall's "Remove a package.").
+MIN_RUN_CONTENT = 3
 #: The shortest part of a question's word the passages write apart ("agent" + "chat"):
 #: as the knowledge search's split (``knowledge.query_terms.MIN_SPLIT_PART``).
 MIN_APART_PART = 3
@@ -139,6 +148,13 @@ class Question:
     #: A follow-up asking only by its form of what the earlier question was about ("How
     #: big can it be?"): only a unit holding what the form wants answers it.
     form_only: bool = False
+    #: The question's words as written, folded, function words included: a unit saying
+    #: a run of them in a row says what the question says (``said_in_a_row``).
+    spoken: tuple[str, ...] = ()
+    #: A yes/no question's words after its auxiliary and article ("unscoped package be
+    #: made private" of "Can an unscoped package be made private?"), its subject first;
+    #: () for any other question (``llm.extractive_about.says_of_subject``).
+    after_auxiliary: tuple[str, ...] = ()
     #: The answerer's memoised word work (``llm.extractive_words.Words``) this question
     #: and every passage read against it go through.
     words: Words = field(default_factory=Words, compare=False, repr=False)
@@ -206,6 +222,8 @@ class Question:
             stems_of(next((g for g in k.groups() if g), "")) if (k := WHICH_KIND.search(question)) else frozenset(),
             asks=a.group(1).casefold() if (a := ASKS.match(question)) else "",
             words=w,
+            spoken=folded_words(question),
+            after_auxiliary=folded_words(y.group("rest")) if (y := YES_NO.match(question)) else (),
         )
 
     def terms(self, text: str) -> frozenset[str]:
@@ -286,6 +304,11 @@ class Question:
         if not total:
             return 0.0, 0.0
         return own / total, around / total
+
+    def said_in_a_row(self, text: str) -> int:
+        """The words of the longest run of the question's own words ``text`` says in a
+        row, at least ``MIN_RUN_CONTENT`` of them content words (``said_in_a_row``)."""
+        return said_in_a_row(self.spoken, text, MIN_RUN_CONTENT)
 
     def holds_wanted(self, text: str) -> bool:
         return self.wants is not None and self.wants.search(text) is not None

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import re
 
-from llm.extractive_about import SUBJECT_BONUS
+from llm.extractive_about import SUBJECT_BONUS, YES_NO_SUBJECT_BONUS
 from llm.extractive_about import names_focus as _names_focus
 from llm.extractive_about import opening_shows_how as _opening_shows_how
 from llm.extractive_about import said_otherwise as _said_otherwise
+from llm.extractive_about import says_of_subject as _says_of_subject
 from llm.extractive_about import says_what_asked_is as _says_what_asked_is
 from llm.extractive_about import section_share as _section_share
 from llm.extractive_additions import SUBCOMMAND_ITEM as _SUBCOMMAND_ITEM
@@ -57,6 +58,7 @@ from llm.extractive_signals import how_to_bonus as _how_to_bonus
 from llm.extractive_signals import names_kind as _names_kind
 from llm.extractive_signals import opens_setting_for as _opens_setting_for
 from llm.extractive_signals import row_about_asked as _row_about_asked
+from llm.extractive_signals import run_bonus as _run_bonus
 from llm.extractive_words import Words
 from llm.markdown_blocks import item_body
 
@@ -136,7 +138,8 @@ def _unit_score(question: _Question, text: str, context: frozenset[str]) -> floa
     of its links, which name another page ("refer to [package-lock.json](…)" points at
     the answer, it is not it); less a little for every word past a sentence's worth (of
     two units that cover the question alike, the one that says only that is the answer);
-    plus a little for the question's adjacent words said side by side."""
+    plus a little for the question's adjacent words said side by side, and for a run of
+    its words said in a row as it says them (``llm.extractive_signals.run_bonus``)."""
     links = " ".join(m.group(1) for m in _LINK.finditer(text))
     if links:
         context = context | question.terms(links)
@@ -144,7 +147,7 @@ def _unit_score(question: _Question, text: str, context: frozenset[str]) -> floa
     terms = question.terms(text) | _said_otherwise(question, text)
     own, around = question.covers(terms, context)
     words = len(text.split())
-    phrase = PHRASE_WEIGHT * question.words.phrase_share(question.pairs, text)
+    phrase = PHRASE_WEIGHT * question.words.phrase_share(question.pairs, text) + _run_bonus(question, text)
     return own + CONTEXT_WEIGHT * (around - own) - min(0.1, 0.002 * max(0, words - 20)) + phrase
 
 
@@ -326,6 +329,8 @@ def score_units(reads: list[_Read], question: _Question) -> list[_Unit]:
                     score += _GLOSSARY_BONUS
                 if _says_what_asked_is(question, plain):
                     score += SUBJECT_BONUS
+                if _says_of_subject(question, plain):
+                    score += YES_NO_SUBJECT_BONUS
                 how = _how_to_bonus(question, raw)
                 if not how and i == 0 and _opens_setting_for(question, read, b, title, words):
                     how = HOW_TO_NAME_BONUS  # its quote names the setting (``with_name``)

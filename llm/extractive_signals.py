@@ -16,7 +16,9 @@ question's words less often than another that does not:
 * ``after_properties``: a setting's paragraph after the list of its properties opens its
   section, for a question naming the setting;
 * ``opens_setting_for``: that paragraph names the setting to use for a how-to that says
-  a word of the setting's name.
+  a word of the setting's name;
+* ``run_bonus``: a unit saying a run of the question's own words in a row ("set a value
+  in the npm configuration") says what the question says.
 """
 
 from __future__ import annotations
@@ -43,6 +45,18 @@ HOW_TO_ENTRY_BONUS = 0.15
 #: words the heading says (``asked_by_heading``). Replayed over every set's captured
 #: passages: 0.2-0.5 change that one answer (0.3 and more lead with the section), no other.
 ASKED_HEADING_BONUS = 0.3
+#: For every word past three of the longest run of the question's own words a unit
+#: says in a row, function words included, when the run holds three content words or
+#: more (``run_bonus``): "per-user config file (`~/.npmrc`)" says "per-user
+#: config file" as "where is the per-user config file?" does, and npm set's summary
+#: "Set a value in the npm configuration" says seven words of "how do I set a value in
+#: the npm configuration from the command line?" in a row, where other units hold as
+#: many of its words here and there ("… can be set via command line flags …"). Replayed
+#: over every set's captured passages: 0.05-0.08 gain those two answers and lose none
+#: (0.05 changes seven answers); 0.03 gains none; a run of three words, or of two content
+#: words, loses one or two ("remove a package from" led with npm unpublish).
+RUN_WEIGHT = 0.05
+MIN_RUN_WORDS = 4
 #: A term an entry defines: in code or bold, then a colon or dash.
 _TERM = re.compile(r"^\s*(?:`(?P<code>[^`]+)`|\*\*(?P<bold>[^*]+)\*\*)\s*[:\u2013\u2014-]\s")
 
@@ -245,12 +259,23 @@ def asked_by_heading(question: Question, heading: str, words: Words) -> float:
     return words.coverage(question.stems - question.topic, words.stems(heading))
 
 
+def run_bonus(question: Question, text: str) -> float:
+    """``RUN_WEIGHT`` for every word past three of the longest run of the question's own
+    words ``text`` says in a row as the question does (``Question.said_in_a_row``: three
+    content words or more among them): a unit saying "the per-user config file" or "set
+    a value in the npm configuration" says what the question says, not only its words."""
+    run = question.said_in_a_row(text)
+    return RUN_WEIGHT * (run - MIN_RUN_WORDS + 1) if run >= MIN_RUN_WORDS else 0.0
+
+
 __all__ = [
     "ASKED_HEADING_BONUS",
     "GLOSSARY_BONUS",
     "HOW_TO_ENTRY_BONUS",
     "HOW_TO_NAME_BONUS",
     "MIN_LEAD_CHARS",
+    "MIN_RUN_WORDS",
+    "RUN_WEIGHT",
     "after_properties",
     "asked_by_heading",
     "continues_section",
@@ -259,4 +284,5 @@ __all__ = [
     "names_kind",
     "opens_setting_for",
     "row_about_asked",
+    "run_bonus",
 ]

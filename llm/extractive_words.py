@@ -208,6 +208,40 @@ def phrase_share(pairs: frozenset[tuple[str, str]], text: str) -> float:
     return _phrase_share_with(_stem, _meets, pairs, text)
 
 
+def folded_words(text: str) -> tuple[str, ...]:
+    """``text``'s words as written, folded, function words included (``said_in_a_row``)."""
+    return tuple(WORD.findall(unicodedata.normalize("NFKC", text).casefold()))
+
+
+def said_in_a_row(asked: tuple[str, ...], text: str, min_content: int) -> int:
+    """The number of words in the longest run of the question's words (``asked``:
+    ``folded_words`` of it) that ``text`` says one after the other as the question does,
+    function words included, among the runs holding at least ``min_content`` content
+    words; 0 when there is none. "Where is the per-user config file?" is said in a row
+    by "per-user config file (`~/.npmrc`)", four words; "How do I set a value in the npm
+    configuration from the command line?" by npm set's "Set a value in the npm
+    configuration", seven."""
+    said = folded_words(text)
+    if not asked or not said:
+        return 0
+    best = 0
+    # The longest common run ending at each word of the text, per word of the question.
+    previous = [0] * (len(said) + 1)
+    for i, word in enumerate(asked):
+        current = [0] * (len(said) + 1)
+        for j, other in enumerate(said):
+            if word == other:
+                length = current[j + 1] = previous[j] + 1
+                if length > best and _content_count(asked[i + 1 - length : i + 1]) >= min_content:
+                    best = length
+        previous = current
+    return best
+
+
+def _content_count(words: tuple[str, ...]) -> int:
+    return sum(1 for w in words if w not in _STOP and len(w) > 1)
+
+
 def coverage(question: frozenset[str], terms: frozenset[str]) -> float:
     if not question or not terms:
         return 0.0
@@ -268,4 +302,14 @@ class Words:
         return _phrase_share_with(self.stem, self.meets, pairs, text)
 
 
-__all__ = ["SYNONYMS", "WORD", "Words", "coverage", "phrase_share", "stems", "written_apart"]
+__all__ = [
+    "SYNONYMS",
+    "WORD",
+    "Words",
+    "coverage",
+    "folded_words",
+    "phrase_share",
+    "said_in_a_row",
+    "stems",
+    "written_apart",
+]
