@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import pytest_asyncio
 
 from app.cli.kb_file import open_kb_file
 from knowledge import KBConfig, KnowledgeBase, OverloadRule, UnknownBucketError
@@ -28,45 +29,71 @@ ANIMALS = {
 }
 
 
+async def _animals(path: Path) -> KnowledgeBase:
+    base = await open_kb_file(path, HashingEmbedder(dim=256))
+    await base.ingest_documents([{"id": k, "title": k.capitalize(), "text": v} for k, v in ANIMALS.items()])
+    return base
+
+
 @pytest.fixture
 async def kb(tmp_path: Path) -> AsyncIterator[KnowledgeBase]:
-    base = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=256))
-    await base.ingest_documents([{"id": k, "title": k.capitalize(), "text": v} for k, v in ANIMALS.items()])
+    """The animals on a database of the test's own: for a test that ingests more."""
+    base = await _animals(tmp_path / "kb.db")
     try:
         yield base
     finally:
         await base.aclose()
 
 
-async def test_fts_folds_diacritics_both_ways(kb: KnowledgeBase) -> None:
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def read_kb(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[KnowledgeBase]:
+    """The animals once for the module's tests that only search them (a database opened
+    and ingested for each of the 78 hostile queries was most of this module's time)."""
+    base = await _animals(tmp_path_factory.mktemp("animals") / "kb.db")
+    try:
+        yield base
+    finally:
+        await base.aclose()
+
+
+#: The tests that only read ``read_kb`` run on its event loop (its connection lives there).
+module_loop = pytest.mark.asyncio(loop_scope="module")
+
+
+@module_loop
+async def test_fts_folds_diacritics_both_ways(read_kb: KnowledgeBase) -> None:
     for query in ("creme brulee", "CRÈME BRÛLÉE", "facade"):
-        res = await kb.search(query, mode="text")
+        res = await read_kb.search(query, mode="text")
         assert [h.doc_id for h in res.hits] == ["cafe"], query
 
 
+@module_loop
 @pytest.mark.parametrize("query", NASTY)
 @pytest.mark.parametrize("mode", ["text", "hybrid", "semantic"])
-async def test_punctuation_and_syntax_laden_queries_never_fail(kb: KnowledgeBase, query: str, mode: str) -> None:
-    res = await kb.search(query, mode=mode)  # type: ignore[arg-type]
+async def test_punctuation_and_syntax_laden_queries_never_fail(read_kb: KnowledgeBase, query: str, mode: str) -> None:
+    res = await read_kb.search(query, mode=mode)  # type: ignore[arg-type]
     assert all(0.0 <= h.score <= 1.0 for h in res.hits)
 
 
-async def test_fts_operators_in_queries_are_plain_words(kb: KnowledgeBase) -> None:
-    res = await kb.search('otters NOT "shellfish', mode="text")
+@module_loop
+async def test_fts_operators_in_queries_are_plain_words(read_kb: KnowledgeBase) -> None:
+    res = await read_kb.search('otters NOT "shellfish', mode="text")
     assert res.hits and res.hits[0].doc_id == "otter"
 
 
-async def test_semantic_finds_related_wording_without_shared_words(kb: KnowledgeBase) -> None:
+@module_loop
+async def test_semantic_finds_related_wording_without_shared_words(read_kb: KnowledgeBase) -> None:
     # Misspelt words share no token with the otter text, but the hashing embedder's
     # character n-grams still connect them.
-    text = await kb.search("shelfish craking", mode="text")
-    sem = await kb.search("shelfish craking", mode="semantic")
+    text = await read_kb.search("shelfish craking", mode="text")
+    sem = await read_kb.search("shelfish craking", mode="semantic")
     assert text.hits == []
     assert sem.hits[0].doc_id == "otter" and sem.mode == "semantic"
 
 
-async def test_hybrid_fuses_both_sides_and_scores_are_unit(kb: KnowledgeBase) -> None:
-    res = await kb.search("herons waiting for fish in water", top_k=4)
+@module_loop
+async def test_hybrid_fuses_both_sides_and_scores_are_unit(read_kb: KnowledgeBase) -> None:
+    res = await read_kb.search("herons waiting for fish in water", top_k=4)
     assert res.mode == "hybrid" and res.hits[0].doc_id == "heron"
     scores = [h.score for h in res.hits]
     assert scores == sorted(scores, reverse=True)
@@ -75,9 +102,10 @@ async def test_hybrid_fuses_both_sides_and_scores_are_unit(kb: KnowledgeBase) ->
     assert scores[0] - scores[-1] > 0.2
 
 
-async def test_weak_best_match_does_not_score_like_a_perfect_one(kb: KnowledgeBase) -> None:
-    strong = await kb.search("sea otters crack shellfish with stones", mode="semantic")
-    weak = await kb.search("quantum chromodynamics lattice", mode="semantic")
+@module_loop
+async def test_weak_best_match_does_not_score_like_a_perfect_one(read_kb: KnowledgeBase) -> None:
+    strong = await read_kb.search("sea otters crack shellfish with stones", mode="semantic")
+    weak = await read_kb.search("quantum chromodynamics lattice", mode="semantic")
     assert strong.hits[0].score > weak.hits[0].score + 0.3
 
 
