@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import pytest_asyncio
 
 from agenttools.core.catalog import build_catalog
 from agenttools.core.executor import ToolExecutor
@@ -127,12 +128,27 @@ def build_registry(kb: KnowledgeBase, **deps: Any) -> ToolRegistry:
     return registry
 
 
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
-    kb = await build_corpus(tmp_path / "kb.sqlite3")
+#: The module's tests run on one event loop, the shared corpus's connection's.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def corpus(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[KnowledgeBase]:
+    """The corpus built once for the module: every test but one only searches it (each
+    call with a context of its own), and the one that adds a document builds its own.
+    Built per test it was most of this module's time (a database opened and 34
+    documents ingested for each of some 45 tests)."""
+    kb = await build_corpus(tmp_path_factory.mktemp("corpus") / "kb.sqlite3")
+    try:
+        yield kb
+    finally:
+        await kb.aclose()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def harness(corpus: KnowledgeBase) -> AsyncIterator[Harness]:
     async with httpx.AsyncClient() as http:
-        yield Harness(kb, ToolExecutor(build_registry(kb), validator=validate_arguments), http)
-    await kb.aclose()
+        yield Harness(corpus, ToolExecutor(build_registry(corpus), validator=validate_arguments), http)
 
 
 def ids(outcome: ToolOutcome) -> set[str]:
@@ -350,14 +366,10 @@ async def test_conditions_that_match_only_apart_are_named_together(harness: Harn
     assert outcome.content["unmatched_conditions"]  # the most restrictive one, offered for dropping
 
 
-async def test_with_clarification_off_an_empty_filter_is_relaxed_once(tmp_path: Path) -> None:
-    kb = await build_corpus(tmp_path / "kb.sqlite3")
-    try:
-        async with httpx.AsyncClient() as http:
-            h = Harness(kb, ToolExecutor(build_registry(kb, clarify=False), validator=validate_arguments), http)
-            outcome = await search_invoices(h, {"vendor": "ACME", "year": 2031})
-    finally:
-        await kb.aclose()
+async def test_with_clarification_off_an_empty_filter_is_relaxed_once(corpus: KnowledgeBase) -> None:
+    async with httpx.AsyncClient() as http:
+        h = Harness(corpus, ToolExecutor(build_registry(corpus, clarify=False), validator=validate_arguments), http)
+        outcome = await search_invoices(h, {"vendor": "ACME", "year": 2031})
     assert not outcome.is_error and not outcome.events
     assert outcome.content["relaxed"] is True and outcome.content["dropped_filter"] == '{"year":2031}'
     assert ids(outcome) == expected(lambda m: m["vendor"] == "ACME")
@@ -378,28 +390,25 @@ async def test_no_results_after_relaxing_asks_the_user(harness: Harness) -> None
     assert not ctx.state.sources
 
 
-async def test_overload_with_flat_scores_asks_to_narrow_by_schema_fields(tmp_path: Path) -> None:
-    kb = await build_corpus(tmp_path / "kb.sqlite3")
-    try:
-        async with httpx.AsyncClient() as http:
-            h = Harness(kb, ToolExecutor(build_registry(kb, overload_threshold=20), validator=validate_arguments), http)
-            outcome, ctx = await h.call("search_text", {"bucket": "invoices", "query": "payable", "top_k": 5})
-            assert outcome.events and wire(outcome.events)[0][0] == "clarification", outcome.content
-            event = wire(outcome.events)[0][1]
-            assert event["type"] == "overload"
-            assert "30" in event["missing_info"]
-            for field_name in INVOICE_FIELDS:
-                assert field_name in event["missing_info"]
-            assert ctx.state.clarification == event
-            # A narrowing filter ends the overload, and the fields already used are not asked again.
-            narrowed, _ = await h.call("search_text", {"bucket": "invoices", "query": "payable", "filters": {"vendor": "ACME"}})
-            assert not narrowed.events and len(narrowed.content["results"]) == 6
-            # A discriminating query over as many matches is not an overload.
-            sharp, _ = await h.call("search_text", {"bucket": "invoices", "query": "invoice 007 payable", "top_k": 5})
-            assert not sharp.events, sharp.content
-            assert sharp.content["results"][0]["doc_id"] == "inv-007"
-    finally:
-        await kb.aclose()
+async def test_overload_with_flat_scores_asks_to_narrow_by_schema_fields(corpus: KnowledgeBase) -> None:
+    async with httpx.AsyncClient() as http:
+        registry = build_registry(corpus, overload_threshold=20)
+        h = Harness(corpus, ToolExecutor(registry, validator=validate_arguments), http)
+        outcome, ctx = await h.call("search_text", {"bucket": "invoices", "query": "payable", "top_k": 5})
+        assert outcome.events and wire(outcome.events)[0][0] == "clarification", outcome.content
+        event = wire(outcome.events)[0][1]
+        assert event["type"] == "overload"
+        assert "30" in event["missing_info"]
+        for field_name in INVOICE_FIELDS:
+            assert field_name in event["missing_info"]
+        assert ctx.state.clarification == event
+        # A narrowing filter ends the overload, and the fields already used are not asked again.
+        narrowed, _ = await h.call("search_text", {"bucket": "invoices", "query": "payable", "filters": {"vendor": "ACME"}})
+        assert not narrowed.events and len(narrowed.content["results"]) == 6
+        # A discriminating query over as many matches is not an overload.
+        sharp, _ = await h.call("search_text", {"bucket": "invoices", "query": "invoice 007 payable", "top_k": 5})
+        assert not sharp.events, sharp.content
+        assert sharp.content["results"][0]["doc_id"] == "inv-007"
 
 
 async def test_a_search_within_one_document_is_never_an_overload(tmp_path: Path) -> None:
@@ -428,12 +437,8 @@ async def test_a_search_within_one_document_is_never_an_overload(tmp_path: Path)
         await kb.aclose()
 
 
-async def test_clarify_off_returns_plain_results(tmp_path: Path) -> None:
-    kb = await build_corpus(tmp_path / "kb.sqlite3")
-    try:
-        async with httpx.AsyncClient() as http:
-            h = Harness(kb, ToolExecutor(build_registry(kb, clarify=False), validator=validate_arguments), http)
-            outcome, ctx = await h.call("search_text", {"bucket": "contracts", "query": "zeppelin"})
-            assert outcome.content["results"] == [] and not outcome.events and ctx.state.clarification is None
-    finally:
-        await kb.aclose()
+async def test_clarify_off_returns_plain_results(corpus: KnowledgeBase) -> None:
+    async with httpx.AsyncClient() as http:
+        h = Harness(corpus, ToolExecutor(build_registry(corpus, clarify=False), validator=validate_arguments), http)
+        outcome, ctx = await h.call("search_text", {"bucket": "contracts", "query": "zeppelin"})
+        assert outcome.content["results"] == [] and not outcome.events and ctx.state.clarification is None
