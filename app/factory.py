@@ -31,6 +31,7 @@ from app.server import (
 from app.server.auth import JwksPrefetch
 from app.server.host_check import HostCheck, host_rule
 from app.server.openapi import openapi_routes
+from app.server.origin_check import OriginCheck, origin_rule
 from app.server.playground import playground_routes
 from app.server.problems import HTTPProblem
 from app.wiring import AUTO, Overrides, build_services
@@ -126,6 +127,12 @@ def create_app(
     rule = host_rule(settings.allowed_hosts, settings.host)
     if rule is not None:
         middleware.append(Middleware(HostCheck, rule=rule))
+    # Then the guard against cross-site request forgery (app/server/origin_check.py): an
+    # unsafe request from another origin's page, unless AGENT_CORS_ORIGINS trusts it; before
+    # CORS (preflights are OPTIONS, never refused) and every route, in every auth mode.
+    origins = origin_rule(settings.cors_origins)
+    if origins is not None:
+        middleware.append(Middleware(OriginCheck, rule=origins))
     if settings.cors_origins:
         middleware.append(
             Middleware(

@@ -32,15 +32,13 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.config_checks import is_loopback
-from app.server.openai_errors import error_body
+from app.server.openai_errors import OPENAI_PATHS, error_body
 from app.server.problems import ORJSONResponse
 
 log = logging.getLogger("agentchat.http")
 
 #: ``name[:port]`` or ``[v6][:port]``; a name is kept as sent (checked by ``HostRule``).
 _HOST_HEADER = re.compile(r"(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<name>[^:\[\]]*))(?::[0-9]*)?")
-#: The paths of the OpenAI-compatible face: its clients read OpenAI's error shape.
-_OPENAI_PATHS = ("/v1/chat/completions", "/v1/models")
 #: Names warned about once per app (a hostile page may send thousands of requests).
 _WARNED_AT_MOST = 64
 
@@ -117,7 +115,7 @@ class HostCheck:
             self.warned.add(shown)
             log.warning("refused a request for a host name not allowed (AGENT_ALLOWED_HOSTS)",
                         extra={"host": shown, "path": scope.get("path", "")})
-        if str(scope.get("path", "")).startswith(_OPENAI_PATHS):
+        if str(scope.get("path", "")).startswith(OPENAI_PATHS):
             return ORJSONResponse(error_body(detail, "host_not_allowed", 403), 403)
         return ORJSONResponse({"error": "host_not_allowed", "detail": detail}, 403)
 

@@ -10,6 +10,9 @@ from starlette.responses import Response
 from app.server.problems import HTTPProblem, ORJSONResponse
 
 _STATUS_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+#: The paths of the OpenAI-compatible face: a refusal before any route (the Host and
+#: cross-origin guards) answers there in OpenAI's shape, as its clients read it.
+OPENAI_PATHS = ("/v1/chat/completions", "/v1/models")
 
 
 class OpenAIProblem(HTTPProblem):
