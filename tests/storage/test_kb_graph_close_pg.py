@@ -81,63 +81,83 @@ async def read_lines(stream: asyncio.StreamReader, into: list[str]) -> None:
         into.append(line.decode(errors="replace"))
 
 
-@pytest.mark.parametrize(
-    ("sig", "code_expected", "last_line"),
-    [
-        (signal.SIGINT, 130, "agentchat ingest: interrupted"),
-        (signal.SIGTERM, 143, "agentchat ingest: terminated (SIGTERM)"),
-    ],
-    ids=["ctrl-c", "sigterm"],
-)
-async def test_an_ingest_interrupted_while_its_graph_builds_ends_cleanly_and_the_next_open_builds_it(
-    pg_server: TestPostgres, tmp_path: Path, sig: signal.Signals, code_expected: int, last_line: str
+#: The interruptions, one after the other on one seeded database: (signal, exit code, last line).
+INTERRUPTIONS = [
+    (signal.SIGINT, 130, "agentchat ingest: interrupted"),
+    (signal.SIGTERM, 143, "agentchat ingest: terminated (SIGTERM)"),
+]
+
+
+async def interrupt_an_ingest(
+    url: str, docs: Path, env: dict[str, str], sig: signal.Signals, code_expected: int, last_line: str
 ) -> None:
-    """Ctrl-C (or SIGTERM) on ``agentchat ingest`` while the load's end waits for a bucket
-    graph (held by another session's open write): the report and one line on what stands,
-    exit 130 (143), no traceback; the build is cancelled on the server, and the next open
-    builds it."""
+    """``agentchat ingest`` of ``docs`` into ``manual`` stopped by ``sig`` while the load's
+    end waits for the bucket's graph (held by another session's open write): the report
+    and one line on what stands, ``code_expected``, no traceback; the build cancelled on
+    the server."""
+    observer = await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10)
+    holder = await psycopg.AsyncConnection.connect(url, connect_timeout=10)
+    before = await documents(observer, "manual")
+    await holder.execute("LOCK TABLE kb_chunks IN ROW EXCLUSIVE MODE")  # every concurrent build waits for it
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app.cli", "ingest", str(docs), "--bucket", "manual", "--quiet",
+        cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        preexec_fn=answers_ctrl_c,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    out: list[str] = []
+    err: list[str] = []
+    readers = [asyncio.create_task(read_lines(proc.stdout, out)), asyncio.create_task(read_lines(proc.stderr, err))]
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 120
+        # The load's end says what it waits for; the build waits for the open write.
+        while not (any("the load ends once the graphs" in line for line in err) and await lock_waiters(observer)):
+            assert proc.returncode is None, "".join(err)
+            assert loop.time() < deadline, "".join(err)
+            await asyncio.sleep(0.05)
+        os.kill(proc.pid, sig)
+        code = await within(proc.wait(), f"agentchat ingest after {sig.name}", 60)
+        await within(asyncio.gather(*readers), "its output", 10)
+        text = "".join(err)
+        assert code == code_expected, text
+        assert "Traceback" not in text and "CancelledError" not in text, text
+        assert "stopped while building the indexes: the documents above are stored" in text, text
+        assert text.splitlines()[-1] == last_line, text
+        assert "1 documents added" in "".join(out), "".join(out)
+        assert await documents(observer, "manual") == before + 1  # the ingest's row
+        assert await sessions(observer) == 0  # the close cancelled the build on the server
+    finally:
+        await reap(proc, "agentchat", grace=5)
+        await holder.close()
+        await observer.close()
+
+
+async def test_an_ingest_interrupted_while_its_graph_builds_ends_cleanly_and_the_next_open_builds_it(
+    pg_server: TestPostgres, tmp_path: Path
+) -> None:
+    """Ctrl-C, then SIGTERM, on ``agentchat ingest`` while the load's end waits for a
+    bucket graph (held by another session's open write): each time the report and one
+    line on what stands, exit 130 (143), no traceback, the build cancelled on the server;
+    and the next open builds the graph. Both interruptions run on one seeded database
+    (each leaves it as the seed did: past the threshold, no graph), so the 10,001 vectors
+    are seeded and their graph built once, not once per signal (the build alone is some
+    7 CPU-s of PostgreSQL)."""
     with pg_server.database() as url:
         await seed_past_threshold(url, "manual")
-        (tmp_path / "docs").mkdir()
-        (tmp_path / "docs" / "fjord.md").write_text("# Fjords\n\nA fjord is a long narrow inlet carved by glaciers.\n")
-        observer = await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10)
-        holder = await psycopg.AsyncConnection.connect(url, connect_timeout=10)
-        await holder.execute("LOCK TABLE kb_chunks IN ROW EXCLUSIVE MODE")  # every concurrent build waits for it
         env = child_env(
             {"AGENT_DB_PATH": str(tmp_path / "agent.db"), "AGENT_DATABASE_URL": url, "AGENT_EMBEDDER": "hashing"}
         )
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "app.cli", "ingest", str(tmp_path / "docs"), "--bucket", "manual", "--quiet",
-            cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            preexec_fn=answers_ctrl_c,
-        )  # fmt: skip
-        assert proc.stdout is not None and proc.stderr is not None
-        out: list[str] = []
-        err: list[str] = []
-        readers = [asyncio.create_task(read_lines(proc.stdout, out)), asyncio.create_task(read_lines(proc.stderr, err))]
+        for n, (sig, code_expected, last_line) in enumerate(INTERRUPTIONS):
+            docs = tmp_path / f"docs-{sig.name}"
+            docs.mkdir()
+            (docs / f"fjord-{n}.md").write_text(
+                f"# Fjords {n}\n\nA fjord is a long narrow inlet carved by glaciers ({sig.name}).\n"
+            )
+            await interrupt_an_ingest(url, docs, env, sig, code_expected, last_line)
+        observer = await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10)
         try:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 120
-            # The load's end says what it waits for; the build waits for the open write.
-            while not (any("the load ends once the graphs" in line for line in err) and await lock_waiters(observer)):
-                assert proc.returncode is None, "".join(err)
-                assert loop.time() < deadline, "".join(err)
-                await asyncio.sleep(0.05)
-            os.kill(proc.pid, sig)
-            code = await within(proc.wait(), f"agentchat ingest after {sig.name}", 60)
-            await within(asyncio.gather(*readers), "its output", 10)
-            text = "".join(err)
-            assert code == code_expected, text
-            assert "Traceback" not in text and "CancelledError" not in text, text
-            assert "stopped while building the indexes: the documents above are stored" in text, text
-            assert text.splitlines()[-1] == last_line, text
-            assert "1 documents added" in "".join(out), "".join(out)
-            assert await documents(observer, "manual") == 1 + EXACT_SCOPE_VECTORS // 1_000 + 1  # the ingest's row
-            assert await sessions(observer) == 0  # the close cancelled the build on the server
-        finally:
-            await reap(proc, "agentchat", grace=5)
-            await holder.close()
-        try:
+            assert await documents(observer, "manual") == EXACT_SCOPE_VECTORS // 1_000 + 1 + len(INTERRUPTIONS)
             again = await open_postgres_storage(url)
             try:
                 assert await asyncio.wait_for(again.kb_index.graph_repair(), 120) == [(DIM, "manual")]
