@@ -69,6 +69,10 @@ SocketOption = tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple
 Origin = tuple[str, str, int, str]
 
 
+class _Spoiled(Exception):
+    """Raised in a parser callback to stop parsing a connection that has failed."""
+
+
 class _Connection(asyncio.Protocol):
     """One HTTP/1.1 connection: its socket's bytes through the parser, one answer at a time."""
 
@@ -150,7 +154,7 @@ class _Connection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         if self.complete:  # bytes after the answer's end, before the next request: never reused
             self._fail(httpx.RemoteProtocolError("the server sent bytes after its answer"))
-            return
+            raise _Spoiled  # stops the parser: nothing of them reaches the answer read now
         self.status, self.reason, self.headers, self.framed = 0, b"", [], False
 
     def on_status(self, status: bytes) -> None:
@@ -323,25 +327,28 @@ class _Body(httpx.AsyncByteStream):
 
     def __init__(self, pool: H1Transport, connection: _Connection, read_timeout: float | None) -> None:
         self._pool, self._connection, self._timeout = pool, connection, read_timeout
-        self._released = False
+        self._released = self._ended = False
 
     def __aiter__(self) -> _Body:  # type: ignore[override]
         return self
 
     async def __anext__(self) -> bytes:
+        if self._released:  # the connection may be another request's by now
+            if self._ended:
+                raise StopAsyncIteration
+            raise httpx.StreamClosed()
         c = self._connection
         while True:
             if c.body:
                 return c.take()
             if c.complete:
+                self._ended = True
                 self._release()
                 raise StopAsyncIteration
             if c.error is not None or c.eof:
                 error = c.ended_early()
                 self._release()
                 raise error
-            if self._released:
-                raise httpx.StreamClosed()
             try:
                 await c.wait(self._timeout)
             except BaseException:

@@ -192,6 +192,26 @@ async def test_keepalive_reuses_a_connection_and_retires_one_the_server_closed_o
         assert connections == 3 and transport.connections == 1
 
 
+async def test_bytes_after_an_answer_never_reach_it_nor_the_next_request() -> None:
+    """Bytes the server sends after the answer's end, in the same segment (a second
+    answer nobody asked for): the answer is what its length says, and the connection is
+    not reused (the next request would read them as its own answer)."""
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokHTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale")
+        await writer.drain()
+        await reader.read()
+
+    transport = H1Transport()
+    async with server(handler) as port, httpx.AsyncClient(transport=transport, timeout=10) as client:
+        assert [(await client.get(f"http://127.0.0.1:{port}/")).text for _ in range(2)] == ["ok", "ok"]
+        assert connections == 2 and transport.connections == 0
+
+
 async def test_limits_bound_the_pool_its_idle_connections_and_their_age() -> None:
     """At most ``max_connections`` open (a request beyond waits, up to the pool timeout:
     ``httpx.PoolTimeout``); no idle connection kept with ``max_keepalive_connections=0``;
@@ -435,6 +455,7 @@ async def test_the_model_pool_is_this_transport_and_a_proxy_keeps_httpx() -> Non
         test_a_large_answer_is_read_whole_with_reading_paused_and_resumed,
         test_an_answer_delimited_by_the_connections_end_and_interim_answers,
         test_keepalive_reuses_a_connection_and_retires_one_the_server_closed_or_wrote_to,
+        test_bytes_after_an_answer_never_reach_it_nor_the_next_request,
         test_limits_bound_the_pool_its_idle_connections_and_their_age,
         test_an_answer_closed_before_its_end_closes_its_connection,
         test_a_read_without_timeout_outlives_the_previous_reads_timer,
