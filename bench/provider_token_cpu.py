@@ -13,9 +13,10 @@ the one-token turn's CPU.
 ``--variants`` picks what is measured, alternated in the same run: ``ollama`` and
 ``openai`` (the providers on today's model pool, ``llm.pool.pooled_transport``), and the
 Ollama provider over other transports behind the same gate (``llm.pool.PooledTransport``):
-``ollama-httpcore`` (httpx's transport, httpcore's HTTP/1.1 and h11 on our asyncio
-network backend, ``llm.netstream``), ``ollama-aiohttp`` (``httpx_aiohttp.AiohttpTransport``,
-aiohttp's llhttp parser; only if ``httpx-aiohttp`` is importable), ``ollama-h1``
+``ollama-httpcore`` (the model pool before ``H1Transport``: four httpx transports of 25,
+httpcore's HTTP/1.1 and h11 on our asyncio network backend, ``llm.netstream``),
+``ollama-aiohttp`` (``httpx_aiohttp.AiohttpTransport``, aiohttp's llhttp parser; only if
+``httpx-aiohttp`` is importable), ``ollama-h1``
 (``llm.h1transport.H1Transport``, httptools' parser on an asyncio protocol). The event
 loop is uvloop's, as the server's (``--loop asyncio`` for the stdlib's). ``--pause-ms``
 paces the Ollama fake, so each token reaches the client in a read of its own, as in a
@@ -168,12 +169,14 @@ async def measure(args: argparse.Namespace, o_url: str, a_url: str) -> dict[str,
         elif name == "openai":
             providers[name] = OpenAIProvider(a_url + "/v1", MODEL, api_key=KEY, timeout_s=60, http_client=http)
         elif name == "ollama-httpcore":
-            inner: httpx.AsyncBaseTransport = lean_transport(limits=limits)
-            providers[name] = OllamaProvider(o_url, MODEL, timeout=60, transport=PooledTransport("llm", 100, inner))
+            # The model pool before H1Transport: four httpx transports of 25 (its shards).
+            quarter = httpx.Limits(max_connections=25, max_keepalive_connections=25)
+            shards: list[httpx.AsyncBaseTransport] = [lean_transport(limits=quarter) for _ in range(4)]
+            providers[name] = OllamaProvider(o_url, MODEL, timeout=60, transport=PooledTransport("llm", 100, shards))
         elif name == "ollama-aiohttp":
             from httpx_aiohttp import AiohttpTransport
 
-            inner = AiohttpTransport(limits=limits)
+            inner: httpx.AsyncBaseTransport = AiohttpTransport(limits=limits)
             providers[name] = OllamaProvider(o_url, MODEL, timeout=60, transport=PooledTransport("llm", 100, inner))
         elif name == "ollama-h1":
             from llm.h1transport import H1Transport
@@ -241,6 +244,7 @@ def main() -> None:
     )
     p.add_argument("--variants", default="ollama,openai", help="what to measure, alternated (see the docstring)")
     p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="this process's event loop")
+    p.add_argument("--name", default="", help="also write bench/results/<name>.json")
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve:
@@ -273,7 +277,21 @@ def main() -> None:
             )
             for package, share in row.get("profile_share_by_package", {}).items():
                 print(f"    {package:<28} {share:6.1%}")
-        print(f"load average before/after: {load} / {os.getloadavg()}")
+        after = os.getloadavg()
+        print(f"load average before/after: {load} / {after}")
+        if args.name:
+            from bench._common import write_results
+
+            settings = {k: getattr(args, k) for k in ("tokens", "streams", "concurrency", "rounds", "pause_ms", "loop")}
+            path = write_results(
+                args.name,
+                {
+                    "settings": settings,
+                    "load_avg_1_5_15": {"before": [round(x, 2) for x in load], "after": [round(x, 2) for x in after]},
+                    "variants": result,
+                },
+            )
+            print(f"results: {path}")
     finally:
         if child.stdin is not None:
             child.stdin.close()
