@@ -36,7 +36,8 @@ The contract is ``httpx.AsyncBaseTransport``'s, as ``httpx.AsyncHTTPTransport`` 
 What it does not do it leaves to httpx's own transport (``llm.pool`` builds that one
 instead): proxies, HTTP/2, Unix sockets, connect retries. ``HEAD`` requests (whose
 answer's length describes a body that never comes: llhttp cannot be told) and methods
-other than the usual ones go through an httpx transport this one holds for them.
+other than the usual ones go through an httpx transport this one holds for them
+(``llm.netstream.lean_transport``).
 Redirects, cookies and auth are the client's (``httpx.AsyncClient``, ``llm.lean_http``),
 above any transport.
 """
@@ -54,6 +55,8 @@ from typing import Any, cast
 
 import httptools
 import httpx
+
+from llm.netstream import lean_transport
 
 #: Bytes of answer buffered before reading from the socket pauses until the reader catches up.
 HIGH_WATER = 256 * 1024
@@ -400,7 +403,8 @@ class H1Transport(httpx.AsyncBaseTransport):
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         self._closed = False
         self._limits = limits
-        #: httpx's own transport for ``HEAD`` and unusual methods, built at its first use.
+        #: httpx's own transport (on ``llm.netstream``) for ``HEAD`` and unusual methods,
+        #: built at its first use.
         self._other = other_methods
 
     @property
@@ -520,7 +524,7 @@ class H1Transport(httpx.AsyncBaseTransport):
             raise httpx.UnsupportedProtocol(f"Request URL has an unsupported protocol '{scheme}://'.")
         if request.method not in METHODS:
             if self._other is None:
-                self._other = httpx.AsyncHTTPTransport(verify=self._ssl, limits=self._limits)
+                self._other = lean_transport(verify=self._ssl, limits=self._limits)
             return await self._other.handle_async_request(request)
         if self._closed:
             raise RuntimeError("the transport is closed")
