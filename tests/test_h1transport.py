@@ -6,6 +6,7 @@ or malformed answer raises, the timeouts), the case runs on both and expects the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -374,6 +375,30 @@ async def test_timeouts_are_httpx_timeouts(factory: Factory) -> None:
     async with httpx.AsyncClient(transport=factory(), timeout=5) as client:
         with pytest.raises(httpx.ConnectError):
             await client.get(f"http://127.0.0.1:{port}/")
+
+
+@pytest.mark.parametrize("factory", BOTH, ids=_id)
+async def test_a_connect_that_is_not_answered_is_connect_timeout(factory: Factory) -> None:
+    """A listening socket whose accept queue is full drops new SYNs: the connect waits, and
+    the ``connect`` timeout ends it as ``httpx.ConnectTimeout``."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(3):
+            filler = socket.socket()
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(("127.0.0.1", port))
+            fillers.append(filler)
+        async with httpx.AsyncClient(transport=factory(), timeout=httpx.Timeout(5, connect=0.3)) as client:
+            with pytest.raises(httpx.ConnectTimeout):
+                await within(client.get(f"http://127.0.0.1:{port}/"), "the connect timeout")
+    finally:
+        for sock in [*fillers, listener]:
+            sock.close()
 
 
 async def test_a_read_without_timeout_outlives_the_previous_reads_timer() -> None:
