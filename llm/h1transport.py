@@ -22,7 +22,8 @@ The contract is ``httpx.AsyncBaseTransport``'s, as ``httpx.AsyncHTTPTransport`` 
   ``pool``; their expiry raises ``httpx.ConnectTimeout``, ``WriteTimeout``,
   ``ReadTimeout``, ``PoolTimeout``;
 * errors as httpx's: a refused or failed connection ``httpx.ConnectError``, a failed
-  send ``WriteError``, a connection reset while reading ``ReadError``, a connection
+  send ``WriteError`` (unless the server answered before it closed: that answer is
+  returned, as httpcore returns it), a connection reset while reading ``ReadError``, a connection
   closed before the answer's end (mid-stream, or before its head) or bytes that are not
   HTTP ``httpx.RemoteProtocolError`` - what httpcore and h11 raise for the same events;
 * request bodies with a ``Content-Length`` or chunked (``Transfer-Encoding: chunked``, an
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import math
 import select
 import ssl
@@ -535,7 +537,11 @@ class H1Transport(httpx.AsyncBaseTransport):
         connection = await self._connection((scheme, host, port, sni), timeouts)
         connection.busy = True
         try:
-            await self._send(connection, request, timeouts.get("write"))
+            # As httpcore does: a server may answer before it has read the whole request
+            # (a 413) and close; its answer is read, and if there is none the error is
+            # the missing answer's.
+            with contextlib.suppress(httpx.WriteError):
+                await self._send(connection, request, timeouts.get("write"))
             read_timeout = timeouts.get("read")
             while not connection.head_done:
                 if connection.error is not None or connection.eof:

@@ -311,6 +311,37 @@ async def test_a_broken_answer_raises_what_httpx_transport_raises(
                     pass
 
 
+async def test_an_answer_sent_before_the_request_was_whole_is_returned() -> None:
+    """A server that answers (413) and closes before it has read the whole request: the
+    send that finds the connection closed is not the request's error; the answer is
+    returned, as httpcore returns it. Without an answer it is the missing answer's
+    error (``RemoteProtocolError``)."""
+    closed = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        path = (await reader.readuntil(b"\r\n\r\n")).split(b" ")[1]
+        if path == b"/refuse":
+            writer.write(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\nconnection: close\r\n\r\ntoo long")
+            await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+        closed.set()
+
+    async def body() -> AsyncIterator[bytes]:
+        closed.clear()
+        yield b"first"
+        await closed.wait()
+        for _ in range(1000):  # until a send finds the connection closed (a few loop turns)
+            yield b"more"
+            await asyncio.sleep(0)
+
+    async with server(handler) as port, httpx.AsyncClient(transport=H1Transport(), timeout=10) as client:
+        response = await client.post(f"http://127.0.0.1:{port}/refuse", content=body())
+        assert (response.status_code, response.text) == (413, "too long")
+        with pytest.raises(httpx.RemoteProtocolError):
+            await client.post(f"http://127.0.0.1:{port}/silent", content=body())
+
+
 @pytest.mark.parametrize("factory", BOTH, ids=_id)
 async def test_a_connection_reset_mid_stream_is_a_read_error(factory: Factory) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -481,6 +512,7 @@ async def test_the_model_pool_is_this_transport_and_a_proxy_keeps_httpx() -> Non
         test_an_answer_delimited_by_the_connections_end_and_interim_answers,
         test_keepalive_reuses_a_connection_and_retires_one_the_server_closed_or_wrote_to,
         test_bytes_after_an_answer_never_reach_it_nor_the_next_request,
+        test_an_answer_sent_before_the_request_was_whole_is_returned,
         test_limits_bound_the_pool_its_idle_connections_and_their_age,
         test_an_answer_closed_before_its_end_closes_its_connection,
         test_a_read_without_timeout_outlives_the_previous_reads_timer,
