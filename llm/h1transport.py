@@ -49,19 +49,16 @@ import asyncio
 import collections
 import contextlib
 import math
-import select
 import ssl
 import time
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any
 
-import httptools
 import httpx
 
+from llm.h1connection import H1Connection, Origin
 from llm.netstream import lean_transport
 
-#: Bytes of answer buffered before reading from the socket pauses until the reader catches up.
-HIGH_WATER = 256 * 1024
 #: Request bodies up to this size go out in one write with the request's head.
 JOIN_BODY = 64 * 1024
 #: Methods this transport sends itself (``HEAD``'s answer is read by httpx's transport).
@@ -71,258 +68,6 @@ METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
 
 SocketOption = tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple[int, int, None, int]
-Origin = tuple[str, str, int, str]
-
-
-class _Spoiled(Exception):
-    """Raised in a parser callback to stop parsing a connection that has failed."""
-
-
-class _Connection(asyncio.Protocol):
-    """One HTTP/1.1 connection: its socket's bytes through the parser, one answer at a time."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, origin: Origin) -> None:
-        self.loop = loop
-        self.origin = origin
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
-        #: The answer being read: its head, then its body's pieces as they were parsed.
-        self.status = 0
-        self.reason = b""
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.head_done = False
-        self.interim = False
-        self.framed = False  # a Content-Length or chunked answer (else it ends with the connection)
-        self.body: collections.deque[bytes] = collections.deque()
-        self.buffered = 0
-        self.complete = False
-        self.keep_alive = False
-        #: Whether a request is on this connection (bytes arriving otherwise spoil it).
-        self.busy = False
-        self.eof = False
-        self.error: httpx.TransportError | None = None
-        self.waiter: asyncio.Future[None] | None = None
-        self.paused_reading = False
-        self.drain: asyncio.Future[None] | None = None
-        self.idle_since = 0.0
-        #: The read deadline (loop time) and the one timer that checks it.
-        self.deadline = 0.0
-        self.timer: asyncio.TimerHandle | None = None
-
-    # --- asyncio.Protocol --------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not ``asyncio.Transport`` subclasses: no isinstance here.
-        self.transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        if not self.busy:  # an idle connection the server wrote to: never reused
-            self._fail(httpx.RemoteProtocolError("the server sent bytes on an idle connection"))
-            return
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._fail(httpx.RemoteProtocolError("the server switched protocols"))
-        except httptools.HttpParserError as exc:
-            self._fail(httpx.RemoteProtocolError(f"malformed HTTP answer: {exc}"))
-
-    def eof_received(self) -> bool:
-        self.eof = True
-        if self.head_done and not self.complete and not self.framed:
-            self.complete = True  # an answer delimited by the connection's end
-        self._wake()
-        return False  # close the transport
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if exc is not None and self.error is None and not self.complete:
-            self.error = httpx.ReadError(str(exc) or type(exc).__name__)
-        self.eof = True
-        if self.head_done and not self.complete and not self.framed and self.error is None:
-            self.complete = True
-        self._wake()
-        if self.drain is not None and not self.drain.done():
-            self.drain.set_result(None)
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-
-    def pause_writing(self) -> None:
-        if self.drain is None or self.drain.done():
-            self.drain = self.loop.create_future()
-
-    def resume_writing(self) -> None:
-        if self.drain is not None and not self.drain.done():
-            self.drain.set_result(None)
-
-    # --- httptools' callbacks ------------------------------------------------------
-
-    def on_message_begin(self) -> None:
-        if self.complete:  # bytes after the answer's end, before the next request: never reused
-            self._fail(httpx.RemoteProtocolError("the server sent bytes after its answer"))
-            raise _Spoiled  # stops the parser: nothing of them reaches the answer read now
-        self.status, self.reason, self.headers, self.framed = 0, b"", [], False
-
-    def on_status(self, status: bytes) -> None:
-        self.reason += status  # may come in pieces
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
-        if not self.framed:
-            lower = name.lower()
-            self.framed = lower == b"content-length" or (
-                lower == b"transfer-encoding" and b"chunked" in value.lower()
-            )
-
-    def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
-        if 100 <= self.status < 200:
-            self.interim = True  # ``100 Continue`` and the like: the answer is still to come
-            return
-        # 204 and 304 have no body whatever their headers say; llhttp ends them itself.
-        self.framed = self.framed or self.status in (204, 304)
-        self.head_done = True
-        self._wake()
-
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
-        self.buffered += len(body)
-        if self.buffered > HIGH_WATER and not self.paused_reading and self.transport is not None:
-            self.paused_reading = True
-            self.transport.pause_reading()
-        self._wake()
-
-    def on_message_complete(self) -> None:
-        if self.interim:
-            self.interim = False
-            return
-        self.complete = True
-        self.keep_alive = self.parser.should_keep_alive()
-        self._wake()
-
-    # --- reading -----------------------------------------------------------------
-
-    def _fail(self, error: httpx.TransportError) -> None:
-        if self.error is None:
-            self.error = error
-        if self.transport is not None:
-            self.transport.close()
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter, self.waiter = self.waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def _arm(self, timeout: float) -> None:
-        self.deadline = self.loop.time() + timeout
-        timer = self.timer
-        if timer is None:
-            self.timer = self.loop.call_at(self.deadline, self._check)
-        elif timer.when() > self.deadline:  # a shorter timeout than the armed one
-            timer.cancel()
-            self.timer = self.loop.call_at(self.deadline, self._check)
-
-    def _check(self) -> None:
-        self.timer = None
-        waiter = self.waiter
-        if waiter is None or waiter.done():
-            return  # no read waits: the next one arms a timer again
-        if self.loop.time() >= self.deadline:
-            self.waiter = None
-            waiter.set_exception(httpx.ReadTimeout("timed out"))
-        elif self.deadline != math.inf:
-            self.timer = self.loop.call_at(self.deadline, self._check)
-
-    async def wait(self, timeout: float | None) -> None:
-        """Until the parser or the socket has news (or ``timeout`` seconds pass:
-        ``httpx.ReadTimeout``)."""
-        waiter = self.loop.create_future()
-        self.waiter = waiter
-        if timeout is not None:
-            self._arm(timeout)
-        else:  # no timeout: a timer a previous read armed must not end this one
-            self.deadline = math.inf
-        try:
-            await waiter
-        finally:
-            if self.waiter is waiter:
-                self.waiter = None
-
-    def take(self) -> bytes:
-        data = self.body.popleft()
-        self.buffered -= len(data)
-        if self.paused_reading and self.buffered <= HIGH_WATER // 4 and self.transport is not None:
-            self.paused_reading = False
-            self.transport.resume_reading()
-        return data
-
-    def ended_early(self) -> httpx.TransportError:
-        """The error for an answer the connection ended before its end."""
-        if self.error is not None:
-            return self.error
-        if not self.head_done:
-            return httpx.RemoteProtocolError("Server disconnected without sending a response.")
-        if any(name.lower() == b"transfer-encoding" for name, _ in self.headers):
-            return httpx.RemoteProtocolError(
-                "peer closed connection without sending complete message body: incomplete chunked read"
-            )
-        return httpx.RemoteProtocolError("peer closed connection without sending complete message body")
-
-    # --- the pool's view ----------------------------------------------------------
-
-    def reusable(self) -> bool:
-        transport = self.transport
-        return (
-            self.error is None
-            and not self.eof
-            and transport is not None
-            and not transport.is_closing()
-            and self.complete
-            and self.keep_alive
-        )
-
-    def quiet(self) -> bool:
-        """Whether the idle connection's socket has nothing to read: its end (or bytes
-        nobody asked for) may be in the kernel before the loop has handed it to us, and
-        a request sent then would fail. One ``poll`` call, as httpcore's check does."""
-        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
-        if sock is None:
-            return True
-        poller = select.poll()
-        poller.register(sock.fileno(), select.POLLIN)
-        return not poller.poll(0)
-
-    def reset(self) -> None:
-        """Ready for the next request on this kept-alive connection (an answer closed
-        after it arrived whole but before it was all read leaves its last pieces here)."""
-        self.head_done = self.complete = self.keep_alive = self.interim = False
-        self.status, self.reason, self.headers = 0, b"", []
-        self.body.clear()
-        self.buffered = 0
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-
-    def get_extra_info(self, info: str) -> Any:
-        """As httpcore's network streams answer it (``response.extensions["network_stream"]``)."""
-        transport = self.transport
-        if transport is None:
-            return None
-        if info == "ssl_object":
-            return transport.get_extra_info("ssl_object")
-        if info == "client_addr":
-            return transport.get_extra_info("sockname")
-        if info == "server_addr":
-            return transport.get_extra_info("peername")
-        if info == "socket":
-            return transport.get_extra_info("socket")
-        if info == "is_readable":
-            return self.eof or self.error is not None or transport.is_closing()
-        return None
 
 
 class _Body(httpx.AsyncByteStream):
@@ -330,7 +75,7 @@ class _Body(httpx.AsyncByteStream):
     connection goes back to the pool at the body's end, or is closed if the body is
     closed before it."""
 
-    def __init__(self, pool: H1Transport, connection: _Connection, read_timeout: float | None) -> None:
+    def __init__(self, pool: H1Transport, connection: H1Connection, read_timeout: float | None) -> None:
         self._pool, self._connection, self._timeout = pool, connection, read_timeout
         self._released = self._ended = False
 
@@ -397,7 +142,7 @@ class H1Transport(httpx.AsyncBaseTransport):
         self._local = (local_address, 0) if local_address else None
         self._socket_options = list(socket_options or ())
         #: Kept-alive connections by origin, the most recently used last.
-        self._idle: dict[Origin, list[_Connection]] = {}
+        self._idle: dict[Origin, list[H1Connection]] = {}
         self._idle_count = 0
         #: Connections open or opening (busy and idle).
         self.connections = 0
@@ -416,7 +161,7 @@ class H1Transport(httpx.AsyncBaseTransport):
 
     # --- the pool -------------------------------------------------------------------
 
-    async def _connection(self, origin: Origin, timeouts: dict[str, float | None]) -> _Connection:
+    async def _connection(self, origin: Origin, timeouts: dict[str, float | None]) -> H1Connection:
         """A kept-alive connection to ``origin``, or a new one once the pool has room."""
         while True:
             idle = self._idle.get(origin)
@@ -455,10 +200,10 @@ class H1Transport(httpx.AsyncBaseTransport):
             self._wake_one()
             raise
 
-    def _expired(self, connection: _Connection) -> bool:
+    def _expired(self, connection: H1Connection) -> bool:
         return self.keepalive_expiry is not None and time.monotonic() - connection.idle_since > self.keepalive_expiry
 
-    def _oldest_idle(self) -> _Connection:
+    def _oldest_idle(self) -> H1Connection:
         origin = min(
             (o for o, idle in self._idle.items() if idle), key=lambda o: self._idle[o][0].idle_since
         )
@@ -466,7 +211,7 @@ class H1Transport(httpx.AsyncBaseTransport):
         self._idle_count -= 1
         return connection
 
-    def _discard(self, connection: _Connection) -> None:
+    def _discard(self, connection: H1Connection) -> None:
         connection.close()
         self.connections -= 1
         self._wake_one()
@@ -478,7 +223,7 @@ class H1Transport(httpx.AsyncBaseTransport):
                 waiter.set_result(None)
                 return
 
-    def _release(self, connection: _Connection) -> None:
+    def _release(self, connection: H1Connection) -> None:
         """A request is done with ``connection``: kept for the next one, or closed."""
         connection.busy = False
         if self._closed or not connection.reusable() or self.max_idle <= 0:
@@ -491,14 +236,14 @@ class H1Transport(httpx.AsyncBaseTransport):
         self._idle_count += 1
         self._wake_one()
 
-    async def _open(self, origin: Origin, timeout: float | None) -> _Connection:
+    async def _open(self, origin: Origin, timeout: float | None) -> H1Connection:
         scheme, host, port, sni = origin
         loop = asyncio.get_running_loop()
         tls = scheme == "https"
         try:
             async with asyncio.timeout(timeout):
                 transport, protocol = await loop.create_connection(
-                    lambda: _Connection(loop, origin),
+                    lambda: H1Connection(loop, origin),
                     host,
                     port,
                     ssl=self._ssl if tls else None,
@@ -561,7 +306,7 @@ class H1Transport(httpx.AsyncBaseTransport):
             },
         )
 
-    async def _send(self, connection: _Connection, request: httpx.Request, timeout: float | None) -> None:
+    async def _send(self, connection: H1Connection, request: httpx.Request, timeout: float | None) -> None:
         url = request.url
         target = url.raw_path
         lines = [b"%s %s HTTP/1.1\r\n" % (request.method.encode("ascii"), target)]
@@ -590,7 +335,7 @@ class H1Transport(httpx.AsyncBaseTransport):
         if chunked:
             await self._write(connection, b"0\r\n\r\n", timeout)
 
-    async def _write(self, connection: _Connection, data: bytes, timeout: float | None) -> None:
+    async def _write(self, connection: H1Connection, data: bytes, timeout: float | None) -> None:
         transport = connection.transport
         if connection.error is not None or transport is None or transport.is_closing():
             raise httpx.WriteError(str(connection.error or "the connection is closed"))
