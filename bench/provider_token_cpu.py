@@ -8,8 +8,20 @@ formats, no pause between tokens) run in a child process, so this process's CPU
 stream, parsing each line or SSE event into ``StreamEvent``s. Each provider streams
 ``--streams`` turns of ``--tokens`` (60) tokens and of one token, in alternated batches;
 per token = (CPU of a long turn - CPU of a one-token turn) / (tokens - 1), per turn =
-the one-token turn's CPU. With ``--profile`` one more long batch per provider runs under
-``cProfile`` and its time is split by the package the frames belong to.
+the one-token turn's CPU.
+
+``--variants`` picks what is measured, alternated in the same run: ``ollama`` and
+``openai`` (the providers on today's model pool, ``llm.pool.pooled_transport``), and the
+Ollama provider over other transports behind the same gate (``llm.pool.PooledTransport``):
+``ollama-httpcore`` (the model pool before ``H1Transport``: four httpx transports of 25,
+httpcore's HTTP/1.1 and h11 on our asyncio network backend, ``llm.netstream``),
+``ollama-aiohttp`` (``httpx_aiohttp.AiohttpTransport``, aiohttp's llhttp parser; only if
+``httpx-aiohttp`` is importable), ``ollama-h1``
+(``llm.h1transport.H1Transport``, httptools' parser on an asyncio protocol). The event
+loop is uvloop's, as the server's (``--loop asyncio`` for the stdlib's). ``--pause-ms``
+paces the Ollama fake, so each token reaches the client in a read of its own, as in a
+served run. With ``--profile`` one more long batch per provider runs under ``cProfile``
+and its time is split by the package the frames belong to.
 
 Run from the repository root:  .venv/bin/python bench/provider_token_cpu.py
 """
@@ -35,18 +47,58 @@ if str(ROOT) not in sys.path:
 
 import httpx  # noqa: E402
 
+from llm.netstream import lean_transport  # noqa: E402
 from llm.ollama import OllamaProvider  # noqa: E402
 from llm.openai import OpenAIProvider  # noqa: E402
-from llm.pool import pooled_transport  # noqa: E402
+from llm.pool import PooledTransport, pooled_transport  # noqa: E402
 from llm.types import ChatRequest, ContentDelta, Message, StreamError  # noqa: E402
 
 KEY = "sk-bench"
 MODEL = "bench-model"
 
 
-def _serve(tokens: int) -> None:
+def _paced_ollama(tokens: int, pause_s: float) -> Any:
+    """An ``/api/chat`` that streams pre-encoded NDJSON lines ``pause_s`` apart (each token
+    its own write, as a model writes them), ``1`` line for a body whose last message says
+    ``one``: the fake's CPU is never what is measured, and each token reaches the client
+    in a read of its own, as in a served run."""
+    import orjson
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    def line(i: int) -> bytes:
+        return orjson.dumps(
+            {"model": MODEL, "created_at": "2026-01-01T00:00:00Z",
+             "message": {"role": "assistant", "content": f"tok{i} "}, "done": False}
+        ) + b"\n"
+
+    lines = [line(i) for i in range(tokens)]
+    final = orjson.dumps(
+        {"model": MODEL, "created_at": "2026-01-01T00:00:00Z", "message": {"role": "assistant", "content": ""},
+         "done": True, "done_reason": "stop", "prompt_eval_count": 11, "eval_count": tokens}
+    ) + b"\n"
+
+    async def chat(request: Request) -> StreamingResponse:
+        body = orjson.loads(await request.body())
+        n = 1 if str(body["messages"][-1].get("content", "")) == "one" else tokens
+
+        async def stream() -> Any:
+            for i in range(n):
+                await asyncio.sleep(pause_s)
+                yield lines[i]
+            yield final
+
+        return StreamingResponse(stream(), media_type="application/x-ndjson")
+
+    return Starlette(routes=[Route("/api/chat", chat, methods=["POST"])])
+
+
+def _serve(tokens: int, pause_ms: float) -> None:
     """The child: both fakes on loopback; prints their URLs, serves until stdin closes.
-    A body whose last message says ``one`` is answered with one token."""
+    A body whose last message says ``one`` is answered with one token. With a pause, the
+    Ollama fake is :func:`_paced_ollama`."""
     from tests.fakes import FakeOllama, Text, running_fake
     from tests.fakes.openai import FakeOpenAI
 
@@ -56,8 +108,9 @@ def _serve(tokens: int) -> None:
         return [Text(f"tok{i} ") for i in range(n)]
 
     async def main() -> None:
-        ollama, openai = FakeOllama(script), FakeOpenAI(script, api_key=KEY)
-        async with running_fake(ollama.app) as o_url, running_fake(openai.app) as a_url:
+        ollama_app = _paced_ollama(tokens, pause_ms / 1e3) if pause_ms > 0 else FakeOllama(script).app
+        openai = FakeOpenAI(script, api_key=KEY)
+        async with running_fake(ollama_app) as o_url, running_fake(openai.app) as a_url:
             print(o_url, a_url, flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
@@ -107,10 +160,31 @@ def _by_package(stats: pstats.Stats) -> dict[str, float]:
 
 
 async def measure(args: argparse.Namespace, o_url: str, a_url: str) -> dict[str, Any]:
-    ollama = OllamaProvider(o_url, MODEL, timeout=60, transport=pooled_transport("llm", 100))
     http = httpx.AsyncClient(timeout=httpx.Timeout(60, connect=10), transport=pooled_transport("llm", 100))
-    openai = OpenAIProvider(a_url + "/v1", MODEL, api_key=KEY, timeout_s=60, http_client=http)
-    providers = {"ollama": ollama, "openai": openai}
+    providers: dict[str, Any] = {}
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+    for name in args.variants.split(","):
+        if name == "ollama":
+            providers[name] = OllamaProvider(o_url, MODEL, timeout=60, transport=pooled_transport("llm", 100))
+        elif name == "openai":
+            providers[name] = OpenAIProvider(a_url + "/v1", MODEL, api_key=KEY, timeout_s=60, http_client=http)
+        elif name == "ollama-httpcore":
+            # The model pool before H1Transport: four httpx transports of 25 (its shards).
+            quarter = httpx.Limits(max_connections=25, max_keepalive_connections=25)
+            shards: list[httpx.AsyncBaseTransport] = [lean_transport(limits=quarter) for _ in range(4)]
+            providers[name] = OllamaProvider(o_url, MODEL, timeout=60, transport=PooledTransport("llm", 100, shards))
+        elif name == "ollama-aiohttp":
+            from httpx_aiohttp import AiohttpTransport
+
+            inner: httpx.AsyncBaseTransport = AiohttpTransport(limits=limits)
+            providers[name] = OllamaProvider(o_url, MODEL, timeout=60, transport=PooledTransport("llm", 100, inner))
+        elif name == "ollama-h1":
+            from llm.h1transport import H1Transport
+
+            inner = H1Transport(limits=limits)
+            providers[name] = OllamaProvider(o_url, MODEL, timeout=60, transport=PooledTransport("llm", 100, inner))
+        else:
+            raise SystemExit(f"unknown variant {name!r}")
     long_words = "many"
     try:
         for provider in providers.values():  # imports, connections
@@ -152,8 +226,8 @@ async def measure(args: argparse.Namespace, o_url: str, a_url: str) -> dict[str,
                 stats.sort_stats("tottime").print_stats(15)
         return out
     finally:
-        await ollama.aclose()
-        await openai.aclose()
+        for provider in providers.values():
+            await provider.aclose()
         await http.aclose()
 
 
@@ -164,13 +238,20 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=10, help="turns in flight at once")
     p.add_argument("--rounds", type=int, default=5, help="batches per provider and length, alternated")
     p.add_argument("--profile", action="store_true", help="one more batch per provider under cProfile")
+    p.add_argument(
+        "--pause-ms", type=float, default=0.0,
+        help="the Ollama fake's pause between tokens (0: none, tokens written back to back)",
+    )
+    p.add_argument("--variants", default="ollama,openai", help="what to measure, alternated (see the docstring)")
+    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="this process's event loop")
+    p.add_argument("--name", default="", help="also write bench/results/<name>.json")
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve:
-        _serve(args.tokens)
+        _serve(args.tokens, args.pause_ms)
         return
     child = subprocess.Popen(
-        [sys.executable, __file__, "--serve", "--tokens", str(args.tokens)],
+        [sys.executable, __file__, "--serve", "--tokens", str(args.tokens), "--pause-ms", str(args.pause_ms)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -182,16 +263,35 @@ def main() -> None:
         if len(line) != 2:
             raise SystemExit("the fakes did not start")
         load = os.getloadavg()
-        result = asyncio.run(measure(args, *line))
+        if args.loop == "uvloop":
+            import uvloop
+
+            result = uvloop.run(measure(args, *line))
+        else:
+            result = asyncio.run(measure(args, *line))
         print()
         for name, row in result.items():
             print(
-                f"{name:<7} turn of {args.tokens} tokens {row['long_turn_cpu_ms']:7.3f} ms  "
+                f"{name:<15} turn of {args.tokens} tokens {row['long_turn_cpu_ms']:7.3f} ms  "
                 f"turn of 1 token {row['turn_of_1_token_cpu_ms']:6.3f} ms  per token {row['per_token_cpu_us']:6.1f} us"
             )
             for package, share in row.get("profile_share_by_package", {}).items():
                 print(f"    {package:<28} {share:6.1%}")
-        print(f"load average before/after: {load} / {os.getloadavg()}")
+        after = os.getloadavg()
+        print(f"load average before/after: {load} / {after}")
+        if args.name:
+            from bench._common import write_results
+
+            settings = {k: getattr(args, k) for k in ("tokens", "streams", "concurrency", "rounds", "pause_ms", "loop")}
+            path = write_results(
+                args.name,
+                {
+                    "settings": settings,
+                    "load_avg_1_5_15": {"before": [round(x, 2) for x in load], "after": [round(x, 2) for x in after]},
+                    "variants": result,
+                },
+            )
+            print(f"results: {path}")
     finally:
         if child.stdin is not None:
             child.stdin.close()

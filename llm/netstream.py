@@ -1,5 +1,7 @@
-"""The network layer under our outbound ``httpx`` pools: an ``httpcore`` network backend
-on plain asyncio protocols.
+"""The network layer under our outbound ``httpx`` pools that keep httpx's own transport (a
+proxy, HTTP/2, connect retries: ``llm.pool``; the others are ``llm.h1transport``'s), and
+under ``H1Transport``'s ``HEAD`` requests: an ``httpcore`` network backend on plain
+asyncio protocols.
 
 Why: a streamed model answer arrives one small read per token, and httpcore's default
 backend (``anyio``) wraps every read in ``anyio.fail_after`` — a cancel scope entered

@@ -8,12 +8,16 @@ connection busy waits at the gate, where the wait is timed and reported
 (``on_wait(pool, seconds)``: a log line and ``agentchat_pool_wait_seconds``). A
 connection is held until the response is closed (a stream to its end).
 
-Behind the gate, a large pool is split into shards of ``SHARD_CONNECTIONS`` (each an
-httpx transport of its own; a request goes to the shard with the fewest requests in
-flight): httpcore's pool re-examines every connection it holds each time a request
-starts or ends, and its idle check is quadratic in them, so one pool of 256 streamed
-model answers spent more CPU there than on the answers' tokens. The stated size, the
-gate and its waits are the whole pool's, as before.
+Behind the gate the connections are ``llm.h1transport.H1Transport``'s: HTTP/1.1 parsed
+in C on asyncio protocols, a third less CPU per streamed token than httpcore's HTTP/1.1
+and ``h11`` and a quarter of it per request (issue 23; ``bench/provider_token_cpu.py``).
+A pool that needs what that transport does not do (a proxy, HTTP/2, a Unix socket,
+connect retries) keeps httpx's own transport, split into shards of ``SHARD_CONNECTIONS``
+(each an httpx transport of its own; a request goes to the shard with the fewest
+requests in flight): httpcore's pool re-examines every connection it holds each time a
+request starts or ends, and its idle check is quadratic in them, so one pool of 256
+streamed model answers spent more CPU there than on the answers' tokens. The stated
+size, the gate and its waits are the whole pool's either way.
 
 A request may carry an ``ON_SEND`` extension: an async callable awaited once the request
 holds its connection and before any of its bytes go out. A caller that must know whether
@@ -35,6 +39,7 @@ from typing import Any
 
 import httpx
 
+from llm.h1transport import H1Transport
 from llm.netstream import lean_transport
 from llm.tls import DeferredTrustContext, deferred_tls_context
 
@@ -45,8 +50,11 @@ SendHook = Callable[[], Awaitable[None]]
 
 #: The httpx request extension holding a :data:`SendHook` (see the module docstring).
 ON_SEND = "agentchat.on_send"
-#: Connections per shard of a large pool (see the module docstring).
+#: Connections per shard of a large pool on httpx's transport (see the module docstring).
 SHARD_CONNECTIONS = 32
+#: The ``pooled_transport`` keywords ``H1Transport`` honours itself; any other (``proxy``,
+#: ``http2``, ``uds``, ``retries``...) keeps httpx's transport.
+H1_KEYWORDS = frozenset({"trust_env", "local_address", "socket_options", "http1"})
 
 
 class _Released(httpx.AsyncByteStream):
@@ -164,12 +172,8 @@ def pooled_transport(
     keepalive: int | None = None,
     **transport_kwargs: Any,
 ) -> PooledTransport:
-    count = max(1, math.ceil(max_connections / SHARD_CONNECTIONS))
-    per_shard = math.ceil(max_connections / count)
-    kept = math.ceil(min(max_connections, keepalive or max_connections) / count)
-    limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=min(per_shard, kept))
-    # One TLS context for all the shards: each httpx transport would otherwise build its
-    # own, loading the CA bundle every time (~50 ms of CPU), and an app's pools have 17
+    # One TLS context for the whole pool: each httpx transport would otherwise build its
+    # own, loading the CA bundle every time (~50 ms of CPU), and an app's pools had 17
     # shards - most of an app start's CPU, in the profile of a fresh start. A context is
     # made to be shared by many connections; ``verify``/``cert`` are honoured as httpx would.
     # httpx's default (``verify=True``) reads its bundle at the first TLS connection only
@@ -181,10 +185,25 @@ def pooled_transport(
         ssl_context: ssl.SSLContext = deferred_tls_context(trust_env=trust_env)
     else:
         ssl_context = httpx.create_ssl_context(verify=verify, cert=cert, trust_env=trust_env)
+    trust = ssl_context if isinstance(ssl_context, DeferredTrustContext) else None
+    plain_http1 = transport_kwargs.get("http1", True) and not transport_kwargs.get("http2", False)
+    if plain_http1 and set(transport_kwargs) <= H1_KEYWORDS:
+        kept_alive = min(max_connections, keepalive or max_connections)
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=kept_alive)
+        h1 = H1Transport(
+            verify=ssl_context,
+            limits=limits,
+            local_address=transport_kwargs.get("local_address"),
+            socket_options=transport_kwargs.get("socket_options"),
+        )
+        return PooledTransport(name, max_connections, h1, on_wait, trust=trust)
+    count = max(1, math.ceil(max_connections / SHARD_CONNECTIONS))
+    per_shard = math.ceil(max_connections / count)
+    kept = math.ceil(min(max_connections, keepalive or max_connections) / count)
+    shard_limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=min(per_shard, kept))
     # Each shard's connections on the lean asyncio backend (``llm.netstream``: no cancel
     # scope per read of a streamed answer).
-    shards = [lean_transport(limits=limits, verify=ssl_context, **transport_kwargs) for _ in range(count)]
-    trust = ssl_context if isinstance(ssl_context, DeferredTrustContext) else None
+    shards = [lean_transport(limits=shard_limits, verify=ssl_context, **transport_kwargs) for _ in range(count)]
     return PooledTransport(name, max_connections, shards, on_wait, trust=trust)
 
 

@@ -1,7 +1,8 @@
-"""The outbound pools' asyncio network backend (``llm/netstream.py``): httpx over it reads a
-streamed answer in order, times out a stalled read, reuses and retires connections,
-speaks TLS, and reports a refused connection the way httpx's own backend does. Every
-server here is a real loopback socket."""
+"""The asyncio network backend of the outbound pools on httpx's transport (``llm/netstream.py``;
+a pool with a proxy or connect retries, the requests ``H1Transport`` hands on): httpx
+over it reads a streamed answer in order, times out a stalled read, reuses and retires
+connections, speaks TLS, and reports a refused connection the way httpx's own backend
+does. Every server here is a real loopback socket."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def streams_of(client: httpx.AsyncClient) -> list[object]:
 
 
 async def test_every_pool_shard_uses_the_lean_backend() -> None:
-    transport = pooled_transport("llm", 100)
+    transport = pooled_transport("llm", 100, retries=1)  # a pool on httpx's transport
     assert len(transport._shards) > 1
     assert all(uses_lean_backend(shard) for shard in transport._shards)
     await transport.aclose()
@@ -92,7 +93,7 @@ async def test_a_streamed_answer_arrives_line_by_line_in_order() -> None:
         writer.write(b"0\r\n\r\n")
         await writer.drain()
 
-    async with server(handler) as port, httpx.AsyncClient(transport=pooled_transport("llm", 4), timeout=30) as client:
+    async with server(handler) as port, httpx.AsyncClient(transport=lean_transport(), timeout=30) as client:
         async with client.stream("POST", f"http://127.0.0.1:{port}/api/chat", content=b"{}") as response:
             async for line in response.aiter_lines():
                 got.append(line.encode())
@@ -124,7 +125,7 @@ async def test_a_stalled_stream_times_out_and_a_paced_one_does_not() -> None:
         writer.close()
 
     async with server(handler) as port:
-        async with httpx.AsyncClient(transport=pooled_transport("llm", 4), timeout=httpx.Timeout(5, read=0.3)) as c:
+        async with httpx.AsyncClient(transport=lean_transport(), timeout=httpx.Timeout(5, read=0.3)) as c:
             lines = []
             async with c.stream("GET", f"http://127.0.0.1:{port}/paced") as response:
                 async for line in response.aiter_lines():
@@ -142,7 +143,8 @@ async def test_a_read_without_timeout_outlives_the_previous_reads_timer() -> Non
     """A request without a read timeout on a kept-alive connection is not ended by the
     timer a previous request's read armed on that connection: the server answers the
     second request only once that timer has run (its check found the untimed read)."""
-    async with httpx.AsyncClient(transport=pooled_transport("llm", 1), timeout=httpx.Timeout(5, read=0.05)) as c:
+    one = httpx.Limits(max_connections=1)
+    async with httpx.AsyncClient(transport=lean_transport(limits=one), timeout=httpx.Timeout(5, read=0.05)) as c:
         timer_ran = asyncio.Event()
 
         async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

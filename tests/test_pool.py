@@ -16,6 +16,7 @@ from agenttools.rag.perplexity import PerplexityClient
 from app.config import Settings
 from app.ops.metrics import AppMetrics
 from app.rooms import kb_embedder, perplexity_http
+from llm.h1transport import H1Transport
 from llm.pool import ON_SEND, PooledTransport, PoolWaits, honours_on_send, pooled_transport
 from tests.fakes import FakeGemini, FakeOllama, running_fake
 from tests.fakes.openai import FakeOpenAI
@@ -263,13 +264,16 @@ async def test_perplexity_reports_the_send_through_its_pool_or_before_sending_wi
     assert calls_at_send == [0, 1]  # each time before the fake saw the request
 
 
-async def test_a_large_pool_is_sharded_behind_one_gate_and_spreads_streams_over_its_shards() -> None:
-    """A pool of 100 is four httpx pools of 25 behind one gate of 100: 100 streamed
-    answers are open at once (no shard holds a request back while another has room),
-    spread evenly, and the 101st waits at the gate — where it is seen — not in a shard."""
-    from llm.pool import SHARD_CONNECTIONS
+def shard_context(shard: httpx.AsyncBaseTransport) -> object:
+    """The TLS context a pool's shard connects with: ``H1Transport``'s, or httpx's
+    transport's (httpcore's pool, private)."""
+    if isinstance(shard, H1Transport):
+        return shard.ssl_context
+    return shard._pool._ssl_context  # type: ignore[attr-defined]
 
-    assert SHARD_CONNECTIONS == 32
+
+def _hold_app() -> tuple[Any, asyncio.Event, Callable[[], int]]:
+    """An ASGI app whose answers send a first line, then wait for the event."""
     release = asyncio.Event()
     opened = 0
 
@@ -283,17 +287,54 @@ async def test_a_large_pool_is_sharded_behind_one_gate_and_spreads_streams_over_
         await release.wait()
         await send({"type": "http.response.body", "body": b"last\n"})
 
+    return app, release, lambda: opened
+
+
+async def test_a_large_pool_holds_its_stated_size_behind_one_gate() -> None:
+    """A pool of 100 is one ``H1Transport`` of 100 connections behind a gate of 100: 100
+    streamed answers are open at once, the 101st waits at the gate - where it is seen -
+    not in the transport; every connection is kept alive for the next requests."""
     from tests.support.server import serve_app
 
+    app, release, opened = _hold_app()
     transport = pooled_transport("llm", 100)
-    assert len(transport._shards) == 4
+    (h1,) = transport._shards
+    assert isinstance(h1, H1Transport) and h1.max_connections == 100
     async with serve_app(app, lifespan="off") as url, httpx.AsyncClient(transport=transport, base_url=url) as client:
         async def one() -> bytes:
             async with client.stream("GET", "/") as response:
                 return b"".join([chunk async for chunk in response.aiter_bytes()])
 
         streams = [asyncio.create_task(one()) for _ in range(101)]
-        await until(lambda: opened == 100 and transport._gate.locked(), "100 streams open, the gate full")
+        await until(lambda: opened() == 100 and transport._gate.locked(), "100 streams open, the gate full")
+        assert transport.in_flight == 100 and h1.connections == 100
+        release.set()
+        assert await asyncio.gather(*streams) == [b"first\nlast\n"] * 101
+        assert transport.waits == 1 and transport.in_flight == 0
+        assert h1.connections == 100  # kept alive, none opened for the 101st
+    assert h1.connections == 0  # closed with the client
+
+
+async def test_a_pool_on_httpx_transport_is_sharded_behind_one_gate_and_spreads_streams_over_its_shards() -> None:
+    """A pool that needs httpx's own transport (here: connect retries, which
+    ``H1Transport`` does not do) is four httpx pools of 25 behind one gate of 100: 100
+    streamed answers are open at once (no shard holds a request back while another has
+    room), spread evenly, and the 101st waits at the gate - where it is seen - not in a
+    shard."""
+    from llm.pool import SHARD_CONNECTIONS
+    from tests.support.server import serve_app
+
+    assert SHARD_CONNECTIONS == 32
+    app, release, opened = _hold_app()
+    transport = pooled_transport("llm", 100, retries=1)
+    assert len(transport._shards) == 4 and not any(isinstance(s, H1Transport) for s in transport._shards)
+    async with serve_app(app, lifespan="off") as url, httpx.AsyncClient(transport=transport, base_url=url) as client:
+        async def one() -> bytes:
+            async with client.stream("GET", "/") as response:
+                return b"".join([chunk async for chunk in response.aiter_bytes()])
+
+        streams = [asyncio.create_task(one()) for _ in range(101)]
+        await until(lambda: opened() == 100 and transport._gate.locked(), "100 streams open, the gate full")
         assert transport.in_flight == 100 and transport._load == [25, 25, 25, 25]
         release.set()
         assert await asyncio.gather(*streams) == [b"first\nlast\n"] * 101
@@ -319,10 +360,10 @@ def _count_tls_contexts(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 
 def test_the_shards_of_a_pool_share_one_tls_context_that_still_verifies(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each httpx transport builds a TLS context of its own, loading the CA bundle (~50 ms
-    of CPU): an app's pools have 17 shards, most of a served process's start-up CPU. The
-    shards of one pool share one context - verifying as httpx's default does, or not
-    when told - whose bundle is read at its first use, not when the pool is built
-    (``llm/tls.py``; tests/test_tls_deferred.py connects through it). (The session
+    of CPU): an app's pools had 17 shards, most of a served process's start-up CPU. A
+    pool's transport (or the shards of one on httpx's transport) shares one context -
+    verifying as httpx's default does, or not when told - whose bundle is read at its
+    first use, not when the pool is built (``llm/tls.py``; tests/test_tls_deferred.py connects through it). (The session
     memoises ``ssl.create_default_context``, ``tests/conftest.py``: the contexts *built*
     are counted here, not compared.)"""
     import ssl
@@ -332,17 +373,21 @@ def test_the_shards_of_a_pool_share_one_tls_context_that_still_verifies(monkeypa
     built = _count_tls_contexts(monkeypatch)
 
     def contexts(transport: PooledTransport) -> list[ssl.SSLContext]:
-        return [shard._pool._ssl_context for shard in transport._shards]  # type: ignore[attr-defined]
+        return [shard_context(shard) for shard in transport._shards]  # type: ignore[misc]
 
-    shared = contexts(pooled_transport("llm", 256))
+    shared = contexts(pooled_transport("llm", 256, retries=1))
     assert len(shared) == 8 and all(ctx is shared[0] for ctx in shared)
+    (h1,) = contexts(pooled_transport("llm", 256))
+    assert isinstance(h1, DeferredTrustContext) and not h1.trust_loaded
     assert built == [], f"{len(built)} CA bundles read for one pool before any connection"
     assert isinstance(shared[0], DeferredTrustContext) and not shared[0].trust_loaded
     assert shared[0].verify_mode == ssl.CERT_REQUIRED and shared[0].check_hostname
     assert shared[0].cert_store_stats()["x509_ca"] > 0  # the CA bundle, read at this first look
     assert shared[0].trust_loaded
-    unverified = contexts(pooled_transport("backend", 64, verify=False))
+    unverified = contexts(pooled_transport("backend", 64, verify=False, retries=1))
     assert len(unverified) == 2 and all(ctx is unverified[0] and ctx.verify_mode == ssl.CERT_NONE for ctx in unverified)
+    (h1_unverified,) = contexts(pooled_transport("backend", 64, verify=False))
+    assert isinstance(h1_unverified, ssl.SSLContext) and h1_unverified.verify_mode == ssl.CERT_NONE
 
 
 async def test_an_apps_backend_and_model_pools_share_one_tls_context(
@@ -371,6 +416,6 @@ async def test_an_apps_backend_and_model_pools_share_one_tls_context(
     async with application.router.lifespan_context(application):
         http = application.state.services.http
         assert len(made) == 1, f"{len(made)} TLS contexts built by one app's start"
-        assert http._transport._shards[0]._pool._ssl_context is made[0]  # type: ignore[attr-defined]
+        assert shard_context(http._transport._shards[0]) is made[0]  # type: ignore[attr-defined]
         assert made[0].verify_mode == ssl.CERT_REQUIRED and not made[0].trust_loaded
     assert built == [], f"{len(built)} CA bundles read by one app's start"

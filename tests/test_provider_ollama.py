@@ -7,9 +7,11 @@ import gc
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 
 from llm.ollama import OllamaProvider
+from llm.pool import pooled_transport
 from llm.provider import Provider
 from llm.types import (
     ChatRequest,
@@ -82,9 +84,19 @@ async def served() -> AsyncIterator[tuple[FakeOllama, str]]:
         yield fake, url
 
 
-@pytest.fixture
-async def provider(served: tuple[FakeOllama, str]) -> AsyncIterator[OllamaProvider]:
-    p = OllamaProvider(served[1], MODEL, timeout=10, num_ctx=16384, keep_alive="5m")
+def transport_of(kind: str) -> httpx.AsyncBaseTransport | None:
+    """The provider's transport: httpx's default, or the service's model pool
+    (``llm.pool.pooled_transport``: ``llm.h1transport.H1Transport`` behind a gate)."""
+    return pooled_transport("llm", 8) if kind == "model-pool" else None
+
+
+TRANSPORTS = ["httpx", "model-pool"]
+
+
+@pytest.fixture(params=TRANSPORTS)
+async def provider(served: tuple[FakeOllama, str], request: pytest.FixtureRequest) -> AsyncIterator[OllamaProvider]:
+    transport = transport_of(request.param)
+    p = OllamaProvider(served[1], MODEL, timeout=10, num_ctx=16384, keep_alive="5m", transport=transport)
     yield p
     await p.aclose()
 
@@ -257,8 +269,9 @@ async def test_http_error_at_start(served, provider, status: int, code: str) -> 
     assert f"failure {status}" in error.message
 
 
-async def test_connection_refused_is_provider_unreachable() -> None:
-    provider = OllamaProvider(f"http://127.0.0.1:{free_port()}", MODEL, timeout=5)
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_connection_refused_is_provider_unreachable(kind: str) -> None:
+    provider = OllamaProvider(f"http://127.0.0.1:{free_port()}", MODEL, timeout=5, transport=transport_of(kind))
 
     events = await collect(provider, user("hi"))
 
@@ -290,10 +303,11 @@ async def test_connection_dropped_mid_stream(served, provider) -> None:
     assert not any(isinstance(e, MessageComplete) for e in events)
 
 
-async def test_silent_stall_is_provider_timeout(served) -> None:
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_silent_stall_is_provider_timeout(served, kind: str) -> None:
     fake, url = served
     fake.add_turn([Text("a"), Hold()])
-    provider = OllamaProvider(url, MODEL, timeout=0.3)
+    provider = OllamaProvider(url, MODEL, timeout=0.3, transport=transport_of(kind))
 
     events = await collect(provider, user("hi"))
 

@@ -22,12 +22,15 @@ from llm.tls import DeferredTrustContext
 from tests.conftest import running_app
 from tests.support.deadline import within
 from tests.test_netstream import CHUNKED_HEAD, _tls_pair, chunk, read_request, server
+from tests.test_pool import shard_context
 
 
 def _context(transport: PooledTransport) -> ssl.SSLContext:
-    contexts = {id(shard._pool._ssl_context): shard._pool._ssl_context for shard in transport._shards}  # type: ignore[attr-defined]
+    contexts = {id(c): c for c in (shard_context(shard) for shard in transport._shards)}
     assert len(contexts) == 1, "the shards of one pool share one context"
-    return next(iter(contexts.values()))
+    context = next(iter(contexts.values()))
+    assert isinstance(context, ssl.SSLContext)
+    return context
 
 
 async def _answer_ok(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
