@@ -237,7 +237,9 @@ def build_openapi(contributions: Iterable[ApiContribution], *, auth_mode: str) -
             "Refusals before a stream starts are `4xx`/`503` with a `Problem` body. JSON bodies are sent as "
             "`Content-Type: application/json` (`415 unsupported_media_type` otherwise); a server listening on "
             "loopback only answers this machine's `Host` names (`403 host_not_allowed` on every route "
-            "otherwise: `AGENT_ALLOWED_HOSTS`).",
+            "otherwise: `AGENT_ALLOWED_HOSTS`); a POST, PATCH or DELETE a browser says comes from a page of "
+            "another origin (`Sec-Fetch-Site`, `Origin`) is `403 cross_origin_request` unless that origin is in "
+            "`AGENT_CORS_ORIGINS`.",
         },
         "tags": list(tags.values()),
         # With AGENT_AUTH=none a token is optional ({} = anonymous is fine).
