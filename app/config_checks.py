@@ -19,6 +19,8 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Protocol
 
+from app.config_env import is_host_entry
+
 #: Secrets that sign or seal something must be at least this long.
 MIN_SECRET_CHARS = 16
 
@@ -97,4 +99,31 @@ def is_loopback(host: str) -> bool:
         return False  # a host name: whatever it resolves to, it was named to be reached
 
 
-__all__ = ["MIN_SECRET_CHARS", "Combination", "combination_problems", "is_loopback", "serve_warnings"]
+def hosts_answered(allowed_hosts: tuple[str, ...], asked: str, bound: str) -> tuple[str, ...]:
+    """``AGENT_ALLOWED_HOSTS`` for a server ``serve`` was told to listen on by the name
+    ``asked`` (``--host devbox``) and bound to ``bound``, the address that name has.
+
+    Under ``auto`` a server bound to loopback answers only this machine's names
+    (``app/server/host_check.py``): a name of this machine that resolves to loopback
+    (``/etc/hosts``: ``127.0.1.1 devbox``) was refused, though it is the name the
+    operator gave, the one the "serving on" line shows and the one ``--reload``'s
+    readiness probe asks by (so that line never came). Here it is answered too: ``auto``
+    becomes that one name, which on loopback means the same plus it. Anything else —
+    a list, ``*``, an address, ``localhost``, a name bound elsewhere — stays as it is."""
+    name = asked.strip().lower().removesuffix(".")
+    if tuple(allowed_hosts) != ("auto",) or not is_loopback(bound) or is_loopback(name) or _is_address(name):
+        return allowed_hosts
+    return (name,) if name and not name.startswith("*") and is_host_entry(name) else allowed_hosts
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+__all__ = [
+    "MIN_SECRET_CHARS", "Combination", "combination_problems", "hosts_answered", "is_loopback", "serve_warnings",
+]

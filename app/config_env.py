@@ -175,7 +175,7 @@ class EnvReader:
         items = tuple(dict.fromkeys(p.strip().lower().removesuffix(".") for p in raw.split(",") if p.strip()))
         if not items:
             return default
-        bad = [i for i in items if i not in {"auto", "*"} and not _host_entry(i)]
+        bad = [i for i in items if i not in {"auto", "*"} and not is_host_entry(i)]
         if bad:
             self.problems.append(
                 f"{name} takes host names without a scheme or port (any port is allowed), *.domain, * or auto; "
@@ -201,7 +201,9 @@ class EnvReader:
         return items
 
 
-def _host_entry(entry: str) -> bool:
+def is_host_entry(entry: str) -> bool:
+    """Whether ``entry`` is one ``AGENT_ALLOWED_HOSTS`` takes (lower case): a DNS name or
+    address, ``*.domain``, or an IPv6 address (bracketed or not)."""
     if _HOST_NAME.fullmatch(entry):
         return True
     bare = entry.removeprefix("[").removesuffix("]")
@@ -224,4 +226,4 @@ def _range_words(lo: float | None, hi: float | None) -> str:
     return f"at most {hi}"
 
 
-__all__ = ["EnvReader", "approval_tools", "demo_token", "opt_path"]
+__all__ = ["EnvReader", "approval_tools", "demo_token", "is_host_entry", "opt_path"]

@@ -12,7 +12,9 @@ Over real servers: the uvicorn fixture, ``python -m backend``'s coroutine, and
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import re
+import socket
 import sys
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import pytest
 
 from app.cli.reference_backend import backend_argv
 from app.config import ConfigError, Settings
+from app.config_checks import hosts_answered
 from app.server.host_check import host_rule as agent_rule
 from backend.app import serve_backend
 from backend.host_check import host_rule as backend_rule
@@ -216,5 +219,59 @@ async def test_serve_bound_to_loopback_refuses_a_foreign_host_whatever_agent_hos
             assert (await client.get("/healthz")).status_code == 200
             assert (await client.get("/v1/agent/runs")).json()["runs"] == []
         assert "refused a request for a host name not allowed" in served.text()
+    finally:
+        served.close()
+
+
+def test_a_name_of_this_machine_given_as_host_is_answered_under_auto() -> None:
+    """``--host devbox`` (``/etc/hosts``: ``127.0.1.1 devbox``) binds loopback; the name the
+    operator gave is answered besides this machine's, and nothing else changes."""
+    assert hosts_answered(("auto",), "DevBox.", "127.0.1.1") == ("devbox",)
+    assert hosts_answered(("auto",), "devbox", "::1") == ("devbox",)
+    for allowed, asked, bound in [
+        (("auto",), "localhost", "127.0.0.1"),  # answered anyway
+        (("auto",), "app.localhost", "127.0.0.1"),
+        (("auto",), "127.0.0.1", "127.0.0.1"),  # an address: answered anyway
+        (("auto",), "devbox", "192.168.1.20"),  # bound elsewhere: any name
+        (("auto",), "0.0.0.0", "0.0.0.0"),
+        (("other.example",), "devbox", "127.0.1.1"),  # the operator's list stands
+        (("*",), "devbox", "127.0.1.1"),
+        (("auto",), "", "127.0.0.1"),
+    ]:
+        assert hosts_answered(allowed, asked, bound) == allowed, (allowed, asked, bound)
+    rule = agent_rule(hosts_answered(("auto",), "devbox", "127.0.1.1"), "127.0.1.1")
+    assert rule is not None and rule.allows("devbox:8000") and rule.allows("localhost") and not rule.allows(EVIL)
+
+
+def _loopback_name() -> str | None:
+    """A name of this machine other than ``localhost`` that resolves to loopback only."""
+    for name in (socket.gethostname(), "localhost.localdomain", "ip6-localhost", "ip6-loopback"):
+        try:
+            found = {info[4][0] for info in socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)}
+        except (socket.gaierror, UnicodeError):
+            continue
+        if found and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in found) \
+                and name.lower() != "localhost" and not name.lower().endswith(".localhost"):
+            return name
+    return None
+
+
+@pytest.mark.slow  # real `agentchat serve --reload` processes
+async def test_serve_answers_the_name_it_was_told_to_listen_on(tmp_path: Path) -> None:
+    """``serve --reload --host <a name of this machine>``: the "serving on" line names it and
+    the reloader's readiness probe asks by it — before, both met the 403 (the line never
+    came); a foreign name is still refused."""
+    name = _loopback_name()
+    if name is None:
+        pytest.skip("no name of this machine besides localhost resolves to loopback here")
+    served = _serve(tmp_path, "named", "--host", name, "--reload")
+    served.start()
+    try:
+        port = await _serving_port(served)
+        assert f"serving on http://{name}:{port}" in served.text()
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            assert (await client.get("/healthz", headers={"Host": f"{name}:{port}"})).status_code == 200
+            evil = await client.get("/healthz", headers={"Host": EVIL})
+            assert evil.status_code == 403 and evil.json()["error"] == "host_not_allowed"
     finally:
         served.close()

@@ -71,6 +71,7 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     """``agentchat serve`` with its parsed options; returns the exit code."""
     from app.cli.serving import BindError, bind_socket, bound_port, choose_stack
     from app.cli.serving import run as serving_run
+    from app.config_checks import hosts_answered
 
     host = args.host or settings.host
     port = args.port if args.port is not None else settings.port
@@ -98,7 +99,13 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     # The address the socket is bound to, not the one asked for, is what the app knows as
     # AGENT_HOST: the Host guard (app/server/host_check.py) decides from it. A worker of
     # --workers inherits the socket, not --host; --reload's child reads AGENT_HOST.
-    settings = settings.with_(host=str(sock.getsockname()[0]))
+    bound = str(sock.getsockname()[0])
+    # A name of this machine given as --host (devbox -> 127.0.1.1) is answered too; the
+    # workers and the reload child read that from the environment, as AGENT_HOST.
+    answered = hosts_answered(settings.allowed_hosts, host, bound)
+    if answered != settings.allowed_hosts:
+        os.environ["AGENT_ALLOWED_HOSTS"] = ",".join(answered)
+    settings = settings.with_(host=bound, allowed_hosts=answered)
     if workers > 1 and args.listen_fd is None:
         return _supervise(args, settings, sock, workers, port)
     lock = _writer_lock(settings)
