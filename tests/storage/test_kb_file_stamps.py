@@ -328,5 +328,9 @@ async def test_the_cli_skips_an_unchanged_file_unread_and_rehash_reads_it(
     assert code == 0, out + err
     assert "3 files read, 0 documents added, 1 updated, 2 unchanged" in out
 
-    code, out, _ = await agentchat(env, "ingest", "--help")
+
+@pytest.mark.slow  # an `agentchat` CLI subprocess
+async def test_the_cli_help_names_rehash() -> None:
+    """Once, not per engine: the help opens no database."""
+    code, out, _ = await agentchat(child_env({}), "ingest", "--help")
     assert code == 0 and "--rehash" in out and "modification" in out
