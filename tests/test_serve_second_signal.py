@@ -33,6 +33,7 @@ from tests.support.procs import tool_stack as make_tool_stack
 pytestmark = pytest.mark.slow
 
 DRAINING = "draining: new runs are refused"
+SERVING = "agentchat: serving on"
 CUT = "a second signal: the grace ends now"
 RELEASED = "released live runs for the next process"
 #: Far longer than the test waits for the exit: only a cut grace ends the process in time
@@ -96,7 +97,11 @@ async def test_two_sigterms_to_the_workers_supervisor_end_every_workers_grace(tm
     held = tools.proxy.hold(side_effect_marker(tag))
     server.start()
     try:
-        await server.wait_healthy()
+        await server.wait_healthy()  # one worker answers; the other may still be starting
+        # Both serving before the signal: a worker it meets still starting stops without
+        # draining (its own case), and the run reaches its held call in a moment (two
+        # words a turn), so under load the second worker's start could come after it.
+        await until(lambda: len(server.grep(SERVING)) == 2, "both workers serving", 120)
         await _start_held_run(server.base, tag)
         await until(held.reached.is_set, "the run inside its backend call", 60)
         server.send(signal.SIGTERM)
