@@ -71,7 +71,12 @@ async def probe_ollama(
         if http_client is not None:
             response = await http_client.get(url, timeout=timeout_s)
         else:
-            async with httpx.AsyncClient(timeout=timeout_s) as client:
+            # A one-connection pool of ours, not httpx's default client: that one reads the
+            # CA bundle on the event loop when built (60-100 ms of CPU, most of a small CLI
+            # command's probe), though an Ollama is usually plain http; ours reads it only
+            # when an https request needs it, off the loop.
+            transport = pooled_transport("ollama-probe", 1)
+            async with httpx.AsyncClient(timeout=timeout_s, transport=transport) as client:
                 response = await client.get(url)
     except httpx.HTTPError as exc:
         return False, f"ollama not reachable at {normalise_host(host)} ({type(exc).__name__})"
