@@ -82,7 +82,7 @@ def serve_warnings(env: Mapping[str, str], known: Collection[str], *, auth: str,
         lines.append(
             f"AGENT_AUTH=none on {host}, an address other machines may reach: every request is served "
             "without a token, as one user; set AGENT_AUTH=jwt, or AGENT_HOST=127.0.0.1 behind a proxy "
-            "that authenticates"
+            "that authenticates (and the Host name it forwards in AGENT_ALLOWED_HOSTS)"
         )
     return lines
 

@@ -189,6 +189,8 @@ async def test_serve_warns_of_a_variable_nothing_reads_and_of_no_auth_off_loopba
         "agentchat.cli: AGENT_FRBNIZ is not a setting: nothing reads it, and it changes nothing"
     ], opened
     assert len(about(opened, "AGENT_AUTH=none on 0.0.0.0")) == 1, opened
+    # Its advice - loopback behind a proxy - names the Host guard that proxy meets there.
+    assert "forwards in AGENT_ALLOWED_HOSTS" in about(opened, "AGENT_AUTH=none on 0.0.0.0")[0], opened
     # Two workers, one supervisor: said once; on loopback no word about auth.
     assert len(about(local, "AGENT_AUTHH is not a setting")) == 1, local
     assert about(local, "AGENT_AUTH=none") == [], local
