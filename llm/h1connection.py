@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import math
 import select
-from typing import Any, cast
+from typing import Any
 
 import httptools
 import httpx
+
+from llm.timed_protocol import TimedProtocol
 
 #: Bytes of answer buffered before reading from the socket pauses until the reader catches up.
 HIGH_WATER = 256 * 1024
@@ -29,13 +30,14 @@ class _Spoiled(Exception):
     """Raised in a parser callback to stop parsing a connection that has failed."""
 
 
-class H1Connection(asyncio.Protocol):
+class H1Connection(TimedProtocol):
     """One HTTP/1.1 connection: its socket's bytes through the parser, one answer at a time."""
 
+    read_timeout = httpx.ReadTimeout
+
     def __init__(self, loop: asyncio.AbstractEventLoop, origin: Origin) -> None:
-        self.loop = loop
+        super().__init__(loop)
         self.origin = origin
-        self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         #: The answer being read: its head, then its body's pieces as they were parsed.
         self.status = 0
@@ -52,19 +54,9 @@ class H1Connection(asyncio.Protocol):
         self.busy = False
         self.eof = False
         self.error: httpx.TransportError | None = None
-        self.waiter: asyncio.Future[None] | None = None
-        self.paused_reading = False
-        self.drain: asyncio.Future[None] | None = None
         self.idle_since = 0.0
-        #: The read deadline (loop time) and the one timer that checks it.
-        self.deadline = 0.0
-        self.timer: asyncio.TimerHandle | None = None
 
     # --- asyncio.Protocol --------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not ``asyncio.Transport`` subclasses: no isinstance here.
-        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if not self.busy:  # an idle connection the server wrote to: never reused
@@ -90,20 +82,7 @@ class H1Connection(asyncio.Protocol):
         self.eof = True
         if self.head_done and not self.complete and not self.framed and self.error is None:
             self.complete = True
-        self._wake()
-        if self.drain is not None and not self.drain.done():
-            self.drain.set_result(None)
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-
-    def pause_writing(self) -> None:
-        if self.drain is None or self.drain.done():
-            self.drain = self.loop.create_future()
-
-    def resume_writing(self) -> None:
-        if self.drain is not None and not self.drain.done():
-            self.drain.set_result(None)
+        self._lost()
 
     # --- httptools' callbacks ------------------------------------------------------
 
@@ -158,46 +137,6 @@ class H1Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
         self._wake()
-
-    def _wake(self) -> None:
-        waiter, self.waiter = self.waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def _arm(self, timeout: float) -> None:
-        self.deadline = self.loop.time() + timeout
-        timer = self.timer
-        if timer is None:
-            self.timer = self.loop.call_at(self.deadline, self._check)
-        elif timer.when() > self.deadline:  # a shorter timeout than the armed one
-            timer.cancel()
-            self.timer = self.loop.call_at(self.deadline, self._check)
-
-    def _check(self) -> None:
-        self.timer = None
-        waiter = self.waiter
-        if waiter is None or waiter.done():
-            return  # no read waits: the next one arms a timer again
-        if self.loop.time() >= self.deadline:
-            self.waiter = None
-            waiter.set_exception(httpx.ReadTimeout("timed out"))
-        elif self.deadline != math.inf:
-            self.timer = self.loop.call_at(self.deadline, self._check)
-
-    async def wait(self, timeout: float | None) -> None:
-        """Until the parser or the socket has news (or ``timeout`` seconds pass:
-        ``httpx.ReadTimeout``)."""
-        waiter = self.loop.create_future()
-        self.waiter = waiter
-        if timeout is not None:
-            self._arm(timeout)
-        else:  # no timeout: a timer a previous read armed must not end this one
-            self.deadline = math.inf
-        try:
-            await waiter
-        finally:
-            if self.waiter is waiter:
-                self.waiter = None
 
     def take(self) -> bytes:
         data = self.body.popleft()

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import ssl
 from collections.abc import Iterable
 from typing import Any, cast
 
 import httpcore
 import httpx
+
+from llm.timed_protocol import TimedProtocol
 
 log = logging.getLogger("agentchat.pool")
 
@@ -42,29 +43,20 @@ HIGH_WATER = 256 * 1024
 SocketOption = tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple[int, int, None, int]
 
 
-class _Protocol(asyncio.Protocol):
+class _Protocol(TimedProtocol):
     """One connection's bytes, its end, and its write flow control."""
 
+    read_timeout = httpcore.ReadTimeout
+
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.transport: asyncio.Transport | None = None
+        super().__init__(loop)
         #: Chunks as they arrived (a token is usually one chunk, handed on uncopied).
         self.buffer: list[bytes] = []
         self.buffered = 0
         self.eof = False
         self.error: BaseException | None = None
-        self.waiter: asyncio.Future[None] | None = None
-        self.paused_reading = False
-        self.drain: asyncio.Future[None] | None = None
-        #: The read deadline (loop time) and the one timer that checks it.
-        self.deadline = 0.0
-        self.timer: asyncio.TimerHandle | None = None
 
     # --- asyncio.Protocol --------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not ``asyncio.Transport`` subclasses: no isinstance here.
-        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.buffer.append(data)
@@ -83,48 +75,9 @@ class _Protocol(asyncio.Protocol):
         if exc is not None and self.error is None:
             self.error = exc
         self.eof = True
-        self._wake()
-        if self.drain is not None and not self.drain.done():
-            self.drain.set_result(None)
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-
-    def pause_writing(self) -> None:
-        if self.drain is None or self.drain.done():
-            self.drain = self.loop.create_future()
-
-    def resume_writing(self) -> None:
-        if self.drain is not None and not self.drain.done():
-            self.drain.set_result(None)
+        self._lost()
 
     # --- reading -----------------------------------------------------------------
-
-    def _wake(self) -> None:
-        waiter, self.waiter = self.waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def arm(self, timeout: float) -> None:
-        """The next read must be answered within ``timeout`` seconds from now."""
-        self.deadline = self.loop.time() + timeout
-        timer = self.timer
-        if timer is None:
-            self.timer = self.loop.call_at(self.deadline, self._check)
-        elif timer.when() > self.deadline:  # a shorter timeout than the armed one
-            timer.cancel()
-            self.timer = self.loop.call_at(self.deadline, self._check)
-
-    def _check(self) -> None:
-        self.timer = None
-        waiter = self.waiter
-        if waiter is None or waiter.done():
-            return  # no read waits: the next one arms a timer again
-        if self.loop.time() >= self.deadline:
-            self.waiter = None
-            waiter.set_exception(httpcore.ReadTimeout("timed out"))
-        elif self.deadline != math.inf:  # a read without a timeout needs no timer
-            self.timer = self.loop.call_at(self.deadline, self._check)
 
     def take(self, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` of what arrived, in order (at least one byte)."""
@@ -158,17 +111,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
                 raise httpcore.ReadError(str(p.error) or type(p.error).__name__)
             if p.eof:
                 return b""
-            waiter = p.loop.create_future()
-            p.waiter = waiter
-            if timeout is not None:
-                p.arm(timeout)
-            else:  # no timeout: a timer a previous read armed must not end this one
-                p.deadline = math.inf
-            try:
-                await waiter
-            finally:
-                if p.waiter is waiter:
-                    p.waiter = None
+            await p.wait(timeout)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
