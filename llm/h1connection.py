@@ -189,6 +189,11 @@ class H1Connection(TimedProtocol):
         self.status, self.reason, self.headers = 0, b"", []
         self.body.clear()
         self.buffered = 0
+        if self.paused_reading and self.transport is not None:
+            # The unread pieces paused reading (past HIGH_WATER) and are dropped: the next
+            # answer must be read, or its request would wait for it forever.
+            self.paused_reading = False
+            self.transport.resume_reading()
 
     def close(self) -> None:
         if self.transport is not None:

@@ -16,9 +16,10 @@ import httpx
 import pytest
 import uvloop
 
+from llm.h1connection import HIGH_WATER
 from llm.h1transport import H1Transport
 from llm.pool import pooled_transport
-from tests.support.deadline import within
+from tests.support.deadline import until, within
 from tests.test_netstream import CHUNKED_HEAD, _tls_pair, chunk, read_request, server
 
 Factory = Callable[..., httpx.AsyncBaseTransport]
@@ -284,6 +285,44 @@ async def test_an_answer_closed_before_its_end_closes_its_connection() -> None:
         assert connections == 2 and transport.connections == 0
 
 
+async def test_an_answer_whole_but_closed_unread_past_the_high_water_mark_leaves_reading_on() -> None:
+    """An answer that arrived whole while its unread pieces paused reading (past the
+    buffer's high-water mark), then closed unread: its connection is kept, and the next
+    request on it reads its own answer (reading resumed), not a timeout."""
+    first = b"x" * (HIGH_WATER - 10)  # buffered whole without pausing
+    tail = b"y" * 20  # one small segment: crosses the mark and ends the answer
+    buffered = asyncio.Event()
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        while True:
+            try:
+                path = (await read_request(reader)).split(b" ")[1]
+            except asyncio.IncompleteReadError:
+                return
+            if path == b"/big":
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(first + tail), first))
+                await writer.drain()
+                await buffered.wait()
+                writer.write(tail)
+            else:
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+
+    transport = H1Transport()
+    async with server(handler) as port, httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(10, read=2)) as c:
+        async with c.stream("GET", f"http://127.0.0.1:{port}/big") as response:
+            connection = response.extensions["network_stream"]
+            await until(lambda: connection.buffered == len(first), "the first part to arrive unread")
+            buffered.set()
+            await until(lambda: connection.complete, "the tail to arrive")
+            assert connection.paused_reading
+        assert (await c.get(f"http://127.0.0.1:{port}/small")).text == "ok"
+        assert connections == 1
+
+
 @pytest.mark.parametrize("factory", BOTH, ids=_id)
 @pytest.mark.parametrize(
     ("answer", "error"),
@@ -515,6 +554,7 @@ async def test_the_model_pool_is_this_transport_and_a_proxy_keeps_httpx() -> Non
         test_an_answer_sent_before_the_request_was_whole_is_returned,
         test_limits_bound_the_pool_its_idle_connections_and_their_age,
         test_an_answer_closed_before_its_end_closes_its_connection,
+        test_an_answer_whole_but_closed_unread_past_the_high_water_mark_leaves_reading_on,
         test_a_read_without_timeout_outlives_the_previous_reads_timer,
     ],
 )
