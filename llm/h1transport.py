@@ -49,6 +49,7 @@ import asyncio
 import collections
 import contextlib
 import math
+import re
 import ssl
 import time
 from collections.abc import Iterable
@@ -66,6 +67,11 @@ METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 #: httpx's default limits.
 DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+
+#: A header name (RFC 9110's token) and what must never be in a value: a CR or LF would end
+#: the header there and start another (header injection, request smuggling), as h11 refuses.
+HEADER_NAME = re.compile(rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+")
+BAD_VALUE = re.compile(rb"[\x00\r\n]")
 
 SocketOption = tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple[int, int, None, int]
 
@@ -275,6 +281,12 @@ class H1Transport(httpx.AsyncBaseTransport):
             return await self._other.handle_async_request(request)
         if self._closed:
             raise RuntimeError("the transport is closed")
+        for name, value in request.headers.raw:
+            # httpx builds headers unchecked; h11 refused these at the send, so must we.
+            if not HEADER_NAME.fullmatch(name):
+                raise httpx.LocalProtocolError(f"Illegal header name {name!r}")
+            if BAD_VALUE.search(value):
+                raise httpx.LocalProtocolError(f"Illegal header value {value!r}")
         timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
         host = url.host
         port = url.port or (443 if scheme == "https" else 80)

@@ -382,6 +382,31 @@ async def test_an_answer_sent_before_the_request_was_whole_is_returned() -> None
 
 
 @pytest.mark.parametrize("factory", BOTH, ids=_id)
+@pytest.mark.parametrize(
+    "headers",
+    [{"x-user": "v\r\nx-injected: 1"}, {"x-user": "v\nx-injected: 1"}, {"x-user": "a\x00b"}, {"x-a: b": "c"}],
+    ids=["crlf", "lf", "nul", "name"],
+)
+async def test_a_header_that_would_inject_another_is_refused_unsent(factory: Factory, headers: dict[str, str]) -> None:
+    """A CR, LF or NUL in a header value (user input passed on), or a name that is not a
+    token: ``httpx.LocalProtocolError``, as h11 raises it, and nothing of it is sent."""
+    heads: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError):
+            while True:
+                heads.append(await read_request(reader))
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                await writer.drain()
+
+    async with server(handler) as port, httpx.AsyncClient(transport=factory(), timeout=10) as client:
+        with pytest.raises(httpx.LocalProtocolError, match="Illegal header"):
+            await client.get(f"http://127.0.0.1:{port}/", headers=headers)
+        assert (await client.get(f"http://127.0.0.1:{port}/", headers={"x-user": "v\tw"})).text == "ok"
+    assert len(heads) == 1 and b"x-user: v\tw\r\n" in heads[0]
+
+
+@pytest.mark.parametrize("factory", BOTH, ids=_id)
 async def test_a_connection_reset_mid_stream_is_a_read_error(factory: Factory) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
