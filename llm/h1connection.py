@@ -44,6 +44,8 @@ class H1Connection(TimedProtocol):
         self.reason = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.head_done = False
+        #: The answer's HTTP version as ``httpx.Response.http_version`` has it.
+        self.http_version = b"HTTP/1.1"
         self.interim = False
         self.framed = False  # a Content-Length or chunked answer (else it ends with the connection)
         self.body: collections.deque[bytes] = collections.deque()
@@ -108,6 +110,8 @@ class H1Connection(TimedProtocol):
         if 100 <= self.status < 200:
             self.interim = True  # ``100 Continue`` and the like: the answer is still to come
             return
+        version = self.parser.get_http_version()
+        self.http_version = b"HTTP/1.1" if version == "1.1" else b"HTTP/" + version.encode("ascii")
         # 204 and 304 have no body whatever their headers say; llhttp ends them itself.
         self.framed = self.framed or self.status in (204, 304)
         self.head_done = True

@@ -312,7 +312,7 @@ class H1Transport(httpx.AsyncBaseTransport):
             headers=connection.headers,
             stream=_Body(self, connection, read_timeout),
             extensions={
-                "http_version": b"HTTP/1.1",
+                "http_version": connection.http_version,
                 "reason_phrase": connection.reason.strip(),
                 "network_stream": connection,
             },

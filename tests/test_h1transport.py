@@ -407,6 +407,28 @@ async def test_a_header_that_would_inject_another_is_refused_unsent(factory: Fac
 
 
 @pytest.mark.parametrize("factory", BOTH, ids=_id)
+async def test_an_http_1_0_answer_says_so_and_its_connection_is_not_reused(factory: Factory) -> None:
+    """An ``HTTP/1.0`` answer (no keep-alive stated): ``response.http_version`` is the
+    answer's, as httpx's transport reports it, and its connection is not kept, though the
+    server leaves it open."""
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await read_request(reader)
+        writer.write(b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        await reader.read()
+
+    async with server(handler) as port, httpx.AsyncClient(transport=factory(), timeout=10) as client:
+        for _ in range(2):
+            response = await client.get(f"http://127.0.0.1:{port}/")
+            assert (response.http_version, response.text) == ("HTTP/1.0", "ok")
+    assert connections == 2
+
+
+@pytest.mark.parametrize("factory", BOTH, ids=_id)
 async def test_a_connection_reset_mid_stream_is_a_read_error(factory: Factory) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
