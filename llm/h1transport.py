@@ -110,6 +110,10 @@ class _Body(httpx.AsyncByteStream):
             except BaseException:
                 self._release()  # a timed-out or cancelled read leaves the connection unusable
                 raise
+            if self._released:
+                # Closed by another task while this read waited: the connection may be the
+                # next request's already; waiting on it again would take that one's wake-ups.
+                raise httpx.StreamClosed()
 
     async def aclose(self) -> None:
         self._release()

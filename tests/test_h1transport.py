@@ -323,6 +323,49 @@ async def test_an_answer_whole_but_closed_unread_past_the_high_water_mark_leaves
         assert connections == 1
 
 
+async def test_an_answer_closed_by_another_task_while_read_is_not_read_after() -> None:
+    """A streamed answer closed (``aclose``) by another task while its reader waits for the
+    last bytes, which arrive just then: the connection goes to the next request whole; the
+    old reader stops (``httpx.StreamClosed``) instead of waiting on that connection again,
+    where it took the next request's wake-ups (that request hung, whatever its timeout)."""
+    go = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(CHUNKED_HEAD + chunk(b"first\n"))
+        await writer.drain()
+        await go.wait()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecond")
+        await writer.drain()
+        await reader.read()
+
+    transport = H1Transport()
+    async with server(handler) as port, httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(10, read=5)) as c:
+        response = await c.send(c.build_request("GET", f"http://127.0.0.1:{port}/a"), stream=True)
+        connection = response.extensions["network_stream"]
+        got: list[bytes] = []
+
+        async def read() -> None:
+            async for piece in response.aiter_raw():
+                got.append(piece)
+
+        reading = asyncio.create_task(read())
+        await until(lambda: bool(got), "the first piece")
+        go.set()
+        # Polled turn by turn: this task sees the answer complete before its reader wakes.
+        while not connection.complete:
+            await asyncio.sleep(0)
+        await response.aclose()
+        second = c.get(f"http://127.0.0.1:{port}/b")  # takes the connection in this same turn
+        assert (await within(second, "the next request on the connection", 10)).text == "second"
+        with pytest.raises(httpx.StreamClosed):
+            await within(reading, "the closed answer's reader", 10)
+        assert got == [b"first\n"] and transport.connections == 1
+
+
 @pytest.mark.parametrize("factory", BOTH, ids=_id)
 @pytest.mark.parametrize(
     ("answer", "error"),
@@ -602,6 +645,7 @@ async def test_the_model_pool_is_this_transport_and_a_proxy_keeps_httpx() -> Non
         test_limits_bound_the_pool_its_idle_connections_and_their_age,
         test_an_answer_closed_before_its_end_closes_its_connection,
         test_an_answer_whole_but_closed_unread_past_the_high_water_mark_leaves_reading_on,
+        test_an_answer_closed_by_another_task_while_read_is_not_read_after,
         test_a_read_without_timeout_outlives_the_previous_reads_timer,
     ],
 )
