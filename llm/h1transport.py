@@ -268,8 +268,12 @@ class H1Transport(httpx.AsyncBaseTransport):
         if self._socket_options:
             sock = transport.get_extra_info("socket")
             if sock is not None:  # uvloop's is a pseudo-socket with ``setsockopt``
-                for option in self._socket_options:
-                    sock.setsockopt(*option)
+                try:
+                    for option in self._socket_options:
+                        sock.setsockopt(*option)
+                except OSError as exc:  # an option the system refuses: as httpx's transport
+                    transport.close()
+                    raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
         return protocol
 
     # --- a request ------------------------------------------------------------------

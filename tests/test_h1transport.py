@@ -472,6 +472,26 @@ async def test_an_http_1_0_answer_says_so_and_its_connection_is_not_reused(facto
 
 
 @pytest.mark.parametrize("factory", BOTH, ids=_id)
+async def test_a_socket_option_the_system_refuses_is_connect_error(factory: Factory) -> None:
+    """``socket_options`` with an option the system refuses: ``httpx.ConnectError`` as
+    httpx's transport raises it (not a bare ``OSError``), and ours closes the socket
+    (httpx's, on anyio, leaves it open)."""
+    hung_up = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if await reader.read() == b"":
+            hung_up.set()
+
+    transport = factory(socket_options=[(socket.SOL_SOCKET, 12345, 1)])
+    async with server(handler) as port, httpx.AsyncClient(transport=transport, timeout=10) as client:
+        with pytest.raises(httpx.ConnectError):
+            await client.get(f"http://127.0.0.1:{port}/")
+        if isinstance(transport, H1Transport):
+            await within(hung_up.wait(), "the refused connection to be closed")
+            assert transport.connections == 0
+
+
+@pytest.mark.parametrize("factory", BOTH, ids=_id)
 async def test_a_connection_reset_mid_stream_is_a_read_error(factory: Factory) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
