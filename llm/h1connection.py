@@ -52,6 +52,8 @@ class H1Connection(TimedProtocol):
         self.buffered = 0
         self.complete = False
         self.keep_alive = False
+        #: Whether a request on it said ``Connection: close`` (the server may close it any time after).
+        self.must_close = False
         #: Whether a request is on this connection (bytes arriving otherwise spoil it).
         self.busy = False
         self.eof = False
@@ -173,6 +175,7 @@ class H1Connection(TimedProtocol):
             and not transport.is_closing()
             and self.complete
             and self.keep_alive
+            and not self.must_close
         )
 
     def quiet(self) -> bool:

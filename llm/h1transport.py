@@ -301,6 +301,8 @@ class H1Transport(httpx.AsyncBaseTransport):
         sni = request.extensions.get("sni_hostname") or host
         connection = await self._connection((scheme, host, port, sni), timeouts)
         connection.busy = True
+        # A request that says ``Connection: close`` ends its connection, as h11 ends it.
+        connection.must_close = "close" in request.headers.get("connection", "").lower()
         try:
             # As httpcore does: a server may answer before it has read the whole request
             # (a 413) and close; its answer is read, and if there is none the error is

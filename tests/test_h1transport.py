@@ -492,6 +492,28 @@ async def test_a_socket_option_the_system_refuses_is_connect_error(factory: Fact
 
 
 @pytest.mark.parametrize("factory", BOTH, ids=_id)
+async def test_a_request_that_says_connection_close_ends_its_connection(factory: Factory) -> None:
+    """A request sent with ``Connection: close``: its connection is not reused (the server
+    may close it at any moment after its answer, which need not repeat the header)."""
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        with contextlib.suppress(asyncio.IncompleteReadError):
+            while True:
+                await read_request(reader)
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                await writer.drain()
+
+    async with server(handler) as port, httpx.AsyncClient(transport=factory(), timeout=10) as client:
+        url = f"http://127.0.0.1:{port}/"
+        assert (await client.get(url, headers={"Connection": "close"})).text == "ok"
+        assert [(await client.get(url)).text for _ in range(2)] == ["ok", "ok"]
+    assert connections == 2
+
+
+@pytest.mark.parametrize("factory", BOTH, ids=_id)
 async def test_a_connection_reset_mid_stream_is_a_read_error(factory: Factory) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
