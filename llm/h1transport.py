@@ -296,7 +296,10 @@ class H1Transport(httpx.AsyncBaseTransport):
             if BAD_VALUE.search(value):
                 raise httpx.LocalProtocolError(f"Illegal header value {value!r}")
         timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
-        host = url.host
+        # The host as the ``Host`` header has it (IDNA 2008, as httpcore connects to it);
+        # ``url.host`` is Unicode, which the resolver and ``ssl`` would encode as IDNA 2003
+        # ("faß.de" becomes "fass.de": another host).
+        host = url.raw_host.decode("ascii")
         port = url.port or (443 if scheme == "https" else 80)
         sni = request.extensions.get("sni_hostname") or host
         connection = await self._connection((scheme, host, port, sni), timeouts)

@@ -11,6 +11,7 @@ import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -511,6 +512,44 @@ async def test_a_request_that_says_connection_close_ends_its_connection(factory:
         assert (await client.get(url, headers={"Connection": "close"})).text == "ok"
         assert [(await client.get(url)).text for _ in range(2)] == ["ok", "ok"]
     assert connections == 2
+
+
+class _ResolvingLoop(asyncio.SelectorEventLoop):
+    """A loop whose resolver knows one name, on loopback, and records the names asked."""
+
+    def __init__(self, known: str) -> None:
+        super().__init__()
+        self.known = known
+        self.asked: list[str] = []
+
+    async def getaddrinfo(self, host: Any, port: Any, **kwargs: Any) -> Any:
+        host = host.decode("ascii") if isinstance(host, bytes) else host  # anyio asks in bytes
+        self.asked.append(host)
+        if host != self.known:
+            raise socket.gaierror(socket.EAI_NONAME, "unknown name")
+        return await super().getaddrinfo("127.0.0.1", port, **kwargs)
+
+
+@pytest.mark.parametrize("factory", BOTH, ids=_id)
+def test_an_international_host_name_is_resolved_as_its_host_header_says(factory: Factory) -> None:
+    """A host name whose IDNA 2008 form (httpx's, the ``Host`` header's) differs from
+    IDNA 2003's ("faß.de": "xn--fa-hia.de", not "fass.de") is resolved in that form, as
+    httpx's transport resolves it: the host the request names is the host connected to."""
+    loop = _ResolvingLoop("xn--fa-hia.de")
+
+    async def case() -> None:
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = await read_request(reader)
+            assert b"\r\nHost: xn--fa-hia.de:" in head
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+
+        async with server(handler) as port, httpx.AsyncClient(transport=factory(), timeout=10) as client:
+            assert (await client.get(f"http://faß.de:{port}/")).text == "ok"
+
+    with asyncio.Runner(loop_factory=lambda: loop) as runner:
+        runner.run(case())
+    assert "xn--fa-hia.de" in loop.asked and "faß.de" not in loop.asked
 
 
 @pytest.mark.parametrize("factory", BOTH, ids=_id)
