@@ -100,6 +100,10 @@ class H1Connection(TimedProtocol):
         self.reason += status  # may come in pieces
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.head_done:
+            # A chunked answer's trailer: not the answer's headers (httpcore drops them too),
+            # though it may be parsed before the response is built from them.
+            return
         self.headers.append((name, value))
         if not self.framed:
             lower = name.lower()

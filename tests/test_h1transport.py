@@ -553,6 +553,33 @@ def test_an_international_host_name_is_resolved_as_its_host_header_says(factory:
 
 
 @pytest.mark.parametrize("factory", BOTH, ids=_id)
+async def test_a_chunked_answers_trailer_is_not_among_its_headers(factory: Factory) -> None:
+    """A chunked answer's trailer (and a chunk extension) arriving with its head: the
+    response's headers are the head's only, as httpx's transport gives them, and the
+    connection is kept."""
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        with contextlib.suppress(asyncio.IncompleteReadError):
+            while True:
+                await read_request(reader)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-sum\r\n\r\n"
+                    b"2;ext=1\r\nok\r\n0\r\nx-sum: 1\r\ncontent-type: text/evil\r\n\r\n"
+                )
+                await writer.drain()
+
+    async with server(handler) as port, httpx.AsyncClient(transport=factory(), timeout=10) as client:
+        for _ in range(2):
+            response = await client.get(f"http://127.0.0.1:{port}/")
+            assert response.text == "ok"
+            assert response.headers.multi_items() == [("transfer-encoding", "chunked"), ("trailer", "x-sum")]
+    assert connections == 1
+
+
+@pytest.mark.parametrize("factory", BOTH, ids=_id)
 async def test_a_connection_reset_mid_stream_is_a_read_error(factory: Factory) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
