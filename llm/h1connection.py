@@ -22,6 +22,9 @@ from llm.timed_protocol import TimedProtocol
 
 #: Bytes of answer buffered before reading from the socket pauses until the reader catches up.
 HIGH_WATER = 256 * 1024
+#: Bytes an answer's head (with any interim answers) may take: llhttp sets no bound, and a
+#: server that never ends its head would grow it for ever (h11's bound, as httpcore had it).
+MAX_HEAD = 100 * 1024
 
 Origin = tuple[str, str, int, str]
 
@@ -44,6 +47,8 @@ class H1Connection(TimedProtocol):
         self.reason = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.head_done = False
+        #: Bytes received for this answer before its head was whole (see MAX_HEAD).
+        self.head_bytes = 0
         #: The answer's HTTP version as ``httpx.Response.http_version`` has it.
         self.http_version = b"HTTP/1.1"
         self.interim = False
@@ -72,6 +77,10 @@ class H1Connection(TimedProtocol):
             self._fail(httpx.RemoteProtocolError("the server switched protocols"))
         except httptools.HttpParserError as exc:
             self._fail(httpx.RemoteProtocolError(f"malformed HTTP answer: {exc}"))
+        if not self.head_done:
+            self.head_bytes += len(data)
+            if self.head_bytes > MAX_HEAD:
+                self._fail(httpx.RemoteProtocolError("the answer's head is too long"))
 
     def eof_received(self) -> bool:
         self.eof = True
@@ -197,7 +206,7 @@ class H1Connection(TimedProtocol):
         """Ready for the next request on this kept-alive connection (an answer closed
         after it arrived whole but before it was all read leaves its last pieces here)."""
         self.head_done = self.complete = self.keep_alive = self.interim = False
-        self.status, self.reason, self.headers = 0, b"", []
+        self.status, self.reason, self.headers, self.head_bytes = 0, b"", [], 0
         self.body.clear()
         self.buffered = 0
         if self.paused_reading and self.transport is not None:

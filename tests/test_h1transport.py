@@ -580,6 +580,31 @@ async def test_a_chunked_answers_trailer_is_not_among_its_headers(factory: Facto
 
 
 @pytest.mark.parametrize("factory", BOTH, ids=_id)
+async def test_a_head_that_never_ends_is_remote_protocol_error(factory: Factory) -> None:
+    """A server that sends header lines without end: ``RemoteProtocolError`` once the head
+    passes a bound (as httpx's transport raises it), not a head growing without bound."""
+    stop = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        i = 0
+        with contextlib.suppress(ConnectionError):
+            while not stop.is_set() and not writer.is_closing():  # until the client hangs up
+                writer.write(b"x-filler-%08d: %s\r\n" % (i, b"v" * 20))
+                await writer.drain()
+                i += 1
+        writer.close()
+
+    async with server(handler) as port, httpx.AsyncClient(transport=factory(), timeout=10) as client:
+        try:
+            with pytest.raises(httpx.RemoteProtocolError):
+                await within(client.get(f"http://127.0.0.1:{port}/"), "the endless head's error", 10)
+        finally:
+            stop.set()
+
+
+@pytest.mark.parametrize("factory", BOTH, ids=_id)
 async def test_a_connection_reset_mid_stream_is_a_read_error(factory: Factory) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
