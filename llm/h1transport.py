@@ -339,11 +339,16 @@ class H1Transport(httpx.AsyncBaseTransport):
             lines.append(b"%s: %s\r\n" % (name, value))
         lines.append(b"\r\n")
         head = b"".join(lines)
+        # The framing is the headers' (as h11 frames it): a streamed body read into memory
+        # (``Request.aread``) still says ``Transfer-Encoding: chunked``.
+        chunked = "chunked" in request.headers.get("transfer-encoding", "").lower()
         try:
             body: bytes | None = request.content
         except httpx.RequestNotRead:
             body = None
         if body is not None:
+            if chunked:
+                body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) if body else b"0\r\n\r\n"
             if len(body) <= JOIN_BODY:
                 await self._write(connection, head + body, timeout)
             else:
@@ -351,7 +356,6 @@ class H1Transport(httpx.AsyncBaseTransport):
                 await self._write(connection, body, timeout)
             return
         await self._write(connection, head, timeout)
-        chunked = "chunked" in request.headers.get("transfer-encoding", "").lower()
         stream = request.stream
         assert isinstance(stream, httpx.AsyncByteStream)
         async for part in stream:
