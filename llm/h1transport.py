@@ -239,10 +239,17 @@ class H1Transport(httpx.AsyncBaseTransport):
         if self._closed or not connection.reusable() or self.max_idle <= 0:
             self._discard(connection)
             return
+        idle = self._idle.setdefault(connection.origin, [])
+        # The origin's oldest idle connections past their expiry are closed now: a request
+        # takes the most recent one, so after a burst the ones below it would otherwise
+        # stay open for ever under a steady load (httpcore closes them at each request).
+        while idle and self._expired(idle[0]):
+            self._idle_count -= 1
+            self._discard(idle.pop(0))
         if self._idle_count >= self.max_idle:
             self._discard(self._oldest_idle())
         connection.idle_since = time.monotonic()
-        self._idle.setdefault(connection.origin, []).append(connection)
+        idle.append(connection)
         self._idle_count += 1
         self._wake_one()
 

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import socket
 import struct
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -270,6 +271,36 @@ async def test_limits_bound_the_pool_its_idle_connections_and_their_age() -> Non
         async with server(handler) as port, httpx.AsyncClient(transport=transport, timeout=10) as c:
             assert [(await c.get(f"http://127.0.0.1:{port}/")).text for _ in range(3)] == ["ok"] * 3
             assert connections == 3  # each request's connection was accepted before its answer
+
+
+async def test_idle_connections_past_their_expiry_are_closed_under_a_steady_load() -> None:
+    """After a burst (three connections idle), a steady load reuses the most recent one;
+    the two below it are closed once past ``keepalive_expiry``, not left open for ever."""
+    accepted = 0
+    hung_up = 0
+    three = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted, hung_up
+        accepted += 1
+        if accepted == 3:
+            three.set()
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                await read_request(reader)
+                await three.wait()  # the burst's three requests are answered together
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                await writer.drain()
+        hung_up += 1
+
+    transport = H1Transport(limits=httpx.Limits(keepalive_expiry=0.2))
+    async with server(handler) as port, httpx.AsyncClient(transport=transport, timeout=10) as client:
+        url = f"http://127.0.0.1:{port}/"
+        await within(asyncio.gather(*(client.get(url) for _ in range(3))), "the burst")
+        deadline = time.monotonic() + 10
+        while hung_up < 2 and time.monotonic() < deadline:  # a steady load, one request at a time
+            assert (await client.get(url)).text == "ok"
+        assert (accepted, hung_up, transport.connections) == (3, 2, 1)
 
 
 async def test_an_answer_closed_before_its_end_closes_its_connection() -> None:
