@@ -217,6 +217,12 @@ class Settings(SettingsFields):
         return replace(self, **changes)
 
     @property
+    def outbound_http1(self) -> str:
+        """The HTTP/1.1 client under the outbound pools (``llm.pool``): ``httpcore``
+        with ``AGENT_SERVER_STACK=portable``, else our ``httptools`` one."""
+        return "httpcore" if self.server_stack == "portable" else "httptools"
+
+    @property
     def openai_configured(self) -> bool:
         """``OPENAI_API_KEY`` or ``OPENAI_BASE_URL`` is set: ``auto`` tries that server
         (after Gemini, before Ollama) for the chat model and the embedder."""

@@ -124,8 +124,10 @@ class SettingsFields:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     #: ``auto``: uvicorn on uvloop with the httptools parser when both are installed (a
-    #: fraction of the CPU per streamed token), else ``portable``: asyncio's own loop and
-    #: the pure-Python h11 parser (app/cli/serving.py).
+    #: fraction of the CPU per streamed token), and the outbound pools' HTTP/1.1 answers
+    #: parsed by httptools too (llm/h1transport.py); ``portable``: asyncio's own loop, the
+    #: pure-Python h11 parser (app/cli/serving.py) and httpx's own HTTP/1.1 (httpcore) for
+    #: the model, backend, embedder and Perplexity connections.
     server_stack: str = "auto"
     #: A chat without an Idempotency-Key is cancelled when its client leaves and does not
     #: re-attach (a retried POST with Last-Event-ID) within this many seconds.

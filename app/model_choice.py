@@ -103,7 +103,8 @@ def _ollama(settings: Settings, pool: PooledTransport | None, pool_waits: PoolWa
         timeout=settings.llm_timeout_s,
         num_ctx=settings.ollama_num_ctx,
         keep_alive=settings.ollama_keep_alive,
-        transport=pool or pooled_transport("llm", settings.llm_max_connections, on_wait=pool_waits),
+        transport=pool
+        or pooled_transport("llm", settings.llm_max_connections, on_wait=pool_waits, http1=settings.outbound_http1),
     )
 
 

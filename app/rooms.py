@@ -55,6 +55,7 @@ async def kb_embedder(
         openai_configured=settings.openai_configured,
         max_connections=settings.embed_max_connections,
         on_pool_wait=pool_waits,
+        pool_http1=settings.outbound_http1,
     )
 
 
@@ -265,7 +266,9 @@ async def perplexity_http(
     from llm.pool import pooled_transport
 
     client = httpx.AsyncClient(
-        transport=pooled_transport("perplexity", settings.perplexity_max_connections, on_wait=pool_waits),
+        transport=pooled_transport(
+            "perplexity", settings.perplexity_max_connections, on_wait=pool_waits, http1=settings.outbound_http1
+        ),
         follow_redirects=False,
     )
     stack.push_async_callback(client.aclose)

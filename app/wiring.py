@@ -100,12 +100,15 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     http = httpx.AsyncClient(
         timeout=httpx.Timeout(settings.backend_timeout_s, connect=5.0),
         transport=pooled_transport(
-            "backend", settings.backend_max_connections, on_wait=pool_waits, keepalive=50, verify=tls
+            "backend", settings.backend_max_connections, on_wait=pool_waits, keepalive=50, verify=tls,
+            http1=settings.outbound_http1,
         ),
         follow_redirects=False,
     )
     stack.push_async_callback(http.aclose)
-    llm_pool = pooled_transport("llm", settings.llm_max_connections, on_wait=pool_waits, verify=tls)
+    llm_pool = pooled_transport(
+        "llm", settings.llm_max_connections, on_wait=pool_waits, verify=tls, http1=settings.outbound_http1
+    )
     llm_http = httpx.AsyncClient(
         timeout=httpx.Timeout(settings.llm_timeout_s, connect=10.0),
         transport=llm_pool,

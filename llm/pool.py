@@ -50,6 +50,8 @@ SendHook = Callable[[], Awaitable[None]]
 
 #: The httpx request extension holding a :data:`SendHook` (see the module docstring).
 ON_SEND = "agentchat.on_send"
+#: The HTTP/1.1 clients a pool can run on (``pooled_transport``'s ``http1``).
+HTTP1_CLIENTS = ("httptools", "httpcore")
 #: Connections per shard of a large pool on httpx's transport (see the module docstring).
 SHARD_CONNECTIONS = 32
 #: The ``pooled_transport`` keywords ``H1Transport`` honours itself; any other (``proxy``,
@@ -170,8 +172,17 @@ def pooled_transport(
     *,
     on_wait: WaitHook | None = None,
     keepalive: int | None = None,
+    http1: str = "httptools",
     **transport_kwargs: Any,
 ) -> PooledTransport:
+    """A pool of ``max_connections`` behind its gate (see the module docstring).
+
+    ``http1`` picks the HTTP/1.1 client under it: ``httptools`` (``llm.h1transport``:
+    answers parsed by llhttp in C, the least CPU per streamed token) or ``httpcore``
+    (httpx's own HTTP/1.1 and pool, on ``llm.netstream``'s sockets: the portable path,
+    ``AGENT_SERVER_STACK=portable``, for a deployment that meets a server our parser
+    handles differently). A pool with a proxy, HTTP/2 or other transport options takes
+    the httpcore path whatever ``http1`` says."""
     # One TLS context for the whole pool: each httpx transport would otherwise build its
     # own, loading the CA bundle every time (~50 ms of CPU), and an app's pools had 17
     # shards - most of an app start's CPU, in the profile of a fresh start. A context is
@@ -187,7 +198,9 @@ def pooled_transport(
         ssl_context = httpx.create_ssl_context(verify=verify, cert=cert, trust_env=trust_env)
     trust = ssl_context if isinstance(ssl_context, DeferredTrustContext) else None
     plain_http1 = transport_kwargs.get("http1", True) and not transport_kwargs.get("http2", False)
-    if plain_http1 and set(transport_kwargs) <= H1_KEYWORDS:
+    if http1 not in HTTP1_CLIENTS:
+        raise ValueError(f"http1 must be one of {', '.join(HTTP1_CLIENTS)}, not {http1!r}")
+    if http1 == "httptools" and plain_http1 and set(transport_kwargs) <= H1_KEYWORDS:
         kept_alive = min(max_connections, keepalive or max_connections)
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=kept_alive)
         h1 = H1Transport(

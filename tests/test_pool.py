@@ -419,3 +419,17 @@ async def test_an_apps_backend_and_model_pools_share_one_tls_context(
         assert shard_context(http._transport._shards[0]) is made[0]  # type: ignore[attr-defined]
         assert made[0].verify_mode == ssl.CERT_REQUIRED and not made[0].trust_loaded
     assert built == [], f"{len(built)} CA bundles read by one app's start"
+
+
+async def test_portable_stack_puts_the_outbound_pools_on_httpx_own_http1() -> None:
+    """``AGENT_SERVER_STACK=portable`` is the way out of our HTTP/1.1 client
+    (``llm.h1transport``): the app's pools then run on httpx's own (httpcore), and
+    ``pooled_transport`` refuses a client it does not know."""
+    for env, on_h1 in (({}, True), ({"AGENT_SERVER_STACK": "portable"}, False)):
+        async with AsyncExitStack() as stack:
+            client = await perplexity_http(Settings.from_env(env), stack, PoolWaits())
+            transport = client._transport
+            assert isinstance(transport, PooledTransport)
+            assert [isinstance(s, H1Transport) for s in transport._shards] == [on_h1] * len(transport._shards)
+    with pytest.raises(ValueError, match="http1"):
+        pooled_transport("x", 4, http1="h11")

