@@ -27,15 +27,15 @@ import contextlib
 import shutil
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-import pytest_asyncio
 
 from tests.fakes.paced_ollama import run_body
+from tests.support.paced_stack import paced_stack_fixtures
 from tests.support.procs import (
     AgentServer,
     Frame,
@@ -46,7 +46,6 @@ from tests.support.procs import (
     prlimit_fsize,
     replay,
     start_run,
-    tool_stack,
     until,
 )
 from tests.support.sqlite_lock import sqlite_file_locked
@@ -62,20 +61,8 @@ AFTER_FAULT_PAUSE_S = 0.005
 PAUSE_S = 0.05
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def module_stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ToolStack]:
-    """The paced model fake, the proxy and the backend, one for the module: each fault has
-    a server and a database of its own, and its runs tags of their own."""
-    async with tool_stack(tmp_path_factory.mktemp("tools"), tokens=40, pause_s=PAUSE_S) as tools:
-        yield tools
-
-
-@pytest.fixture
-def stack(module_stack: ToolStack) -> Iterator[ToolStack]:
-    """The module's stack, paced again for the next test (a test speeds it up once its
-    fault has cleared)."""
-    yield module_stack
-    module_stack.fake.pause_s = PAUSE_S
+#: The module's paced tool stack, and each test's view of it paced again (tests/support/paced_stack.py).
+module_stack, stack = paced_stack_fixtures(tokens=40, pause_s=PAUSE_S)
 
 def database_locked(server: AgentServer) -> contextlib.AbstractAsyncContextManager[None]:
     """Another process holds the database's write lock until the block ends."""

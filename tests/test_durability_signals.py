@@ -29,15 +29,14 @@ import signal
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 import orjson
 import pytest
-import pytest_asyncio
 
 from tests.fakes.paced_ollama import SIDE_EFFECT_TOOL, run_body, side_effect_marker, tagged
+from tests.support.paced_stack import paced_stack_fixtures
 from tests.support.procs import (
     AgentServer,
     Frame,
@@ -48,7 +47,6 @@ from tests.support.procs import (
     follow,
     replay,
     start_run,
-    tool_stack,
     until,
 )
 
@@ -61,20 +59,8 @@ AFTER_EXIT_PAUSE_S = 0.005
 PAUSE_S = 0.05
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def module_stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ToolStack]:
-    """The paced model fake, the proxy and the backend, one for the module: each signal
-    has a server and a database of its own, and its runs tags of their own."""
-    async with tool_stack(tmp_path_factory.mktemp("tools"), tokens=20, pause_s=PAUSE_S) as tools:
-        yield tools
-
-
-@pytest.fixture
-def stack(module_stack: ToolStack) -> Iterator[ToolStack]:
-    """The module's stack, paced again for the next test (a test speeds it up once the old
-    process is gone)."""
-    yield module_stack
-    module_stack.fake.pause_s = PAUSE_S
+#: The module's paced tool stack, and each test's view of it paced again (tests/support/paced_stack.py).
+module_stack, stack = paced_stack_fixtures(tokens=20, pause_s=PAUSE_S)
 
 
 def _saw(trace: Trace, name: str, tool: str | None = None) -> bool:

@@ -26,14 +26,13 @@ import asyncio
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import orjson
 import pytest
-import pytest_asyncio
 
 from tests.fakes.paced_ollama import SIDE_EFFECT_TOOL, run_body, side_effect_marker
+from tests.support.paced_stack import paced_stack_fixtures
 from tests.support.postgres import TestPostgres
 from tests.support.procs import (
     DEMO_AUTH,
@@ -47,7 +46,6 @@ from tests.support.procs import (
     start_run,
     until,
 )
-from tests.support.procs import tool_stack as make_tool_stack
 
 RUNS = 4
 LEASE_S = 2.0
@@ -60,19 +58,8 @@ AFTER_STOP_PAUSE_S = 0.005
 PAUSE_S = 0.05
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def module_stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ToolStack]:
-    """The paced model fake, the counting proxy and the backend, one for the module: each
-    case has replicas and a database of its own, and its runs tags of their own."""
-    async with make_tool_stack(tmp_path_factory.mktemp("tools"), tokens=30, pause_s=PAUSE_S) as tools:
-        yield tools
-
-
-@pytest.fixture
-def stack(module_stack: ToolStack) -> Iterator[ToolStack]:
-    """The module's stack, paced again for the next case (a case speeds it up once A stopped)."""
-    yield module_stack
-    module_stack.fake.pause_s = PAUSE_S
+#: The module's paced tool stack, and each test's view of it paced again (tests/support/paced_stack.py).
+module_stack, stack = paced_stack_fixtures(tokens=30, pause_s=PAUSE_S)
 
 
 @pytest.fixture
