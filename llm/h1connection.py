@@ -37,6 +37,8 @@ class H1Connection(TimedProtocol):
     """One HTTP/1.1 connection: its socket's bytes through the parser, one answer at a time."""
 
     read_timeout = httpx.ReadTimeout
+    write_timeout = httpx.WriteTimeout
+    write_error = httpx.WriteError
 
     def __init__(self, loop: asyncio.AbstractEventLoop, origin: Origin) -> None:
         super().__init__(loop)

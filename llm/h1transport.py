@@ -372,19 +372,7 @@ class H1Transport(httpx.AsyncBaseTransport):
             await self._write(connection, b"0\r\n\r\n", timeout)
 
     async def _write(self, connection: H1Connection, data: bytes, timeout: float | None) -> None:
-        transport = connection.transport
-        if connection.error is not None or transport is None or transport.is_closing():
-            raise httpx.WriteError(str(connection.error or "the connection is closed"))
-        transport.write(data)
-        drain = connection.drain
-        if drain is not None and not drain.done():
-            try:
-                async with asyncio.timeout(timeout):
-                    await asyncio.shield(drain)
-            except TimeoutError as exc:
-                raise httpx.WriteTimeout("timed out") from exc
-            if connection.error is not None:
-                raise httpx.WriteError(str(connection.error))
+        await connection.write(connection.transport, data, timeout)
 
     async def aclose(self) -> None:
         self._closed = True

@@ -47,6 +47,8 @@ class _Protocol(TimedProtocol):
     """One connection's bytes, its end, and its write flow control."""
 
     read_timeout = httpcore.ReadTimeout
+    write_timeout = httpcore.WriteTimeout
+    write_error = httpcore.WriteError
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop)
@@ -54,7 +56,6 @@ class _Protocol(TimedProtocol):
         self.buffer: list[bytes] = []
         self.buffered = 0
         self.eof = False
-        self.error: BaseException | None = None
 
     # --- asyncio.Protocol --------------------------------------------------------
 
@@ -114,21 +115,8 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             await p.wait(timeout)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if not buffer:
-            return
-        p = self._protocol
-        if p.error is not None or self._transport.is_closing():
-            raise httpcore.WriteError(str(p.error or "the connection is closed"))
-        self._transport.write(buffer)
-        drain = p.drain
-        if drain is not None and not drain.done():
-            try:
-                async with asyncio.timeout(timeout):
-                    await asyncio.shield(drain)
-            except TimeoutError as exc:
-                raise httpcore.WriteTimeout("timed out") from exc
-            if p.error is not None:
-                raise httpcore.WriteError(str(p.error))
+        if buffer:
+            await self._protocol.write(self._transport, buffer, timeout)
 
     async def aclose(self) -> None:
         self._transport.close()

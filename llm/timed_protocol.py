@@ -8,8 +8,10 @@ armed for was answered long ago) - so a stream of tokens 100 ms apart costs one 
 timeout period, not one per token. A read without a timeout sets the deadline to infinity, so
 a timer a previous read armed does not end it.
 
-The one difference between the two is the exception a late read raises: httpcore's
-``ReadTimeout`` under httpcore (its transport maps it to httpx's), httpx's own in ours.
+A write hands its bytes to the transport and, while the peer is not reading
+(``pause_writing``), waits for it at most its timeout. The one difference between the two
+is the exception types: httpcore's under httpcore (its transport maps them to httpx's),
+httpx's own in ours.
 """
 
 from __future__ import annotations
@@ -22,12 +24,17 @@ from typing import cast
 class TimedProtocol(asyncio.Protocol):
     """A connection's waiter, read deadline and write flow control (see the module docstring)."""
 
-    #: What a read past its deadline raises.
+    #: What a read past its deadline raises, a write past its timeout, and a write the
+    #: connection cannot take.
     read_timeout: type[Exception] = TimeoutError
+    write_timeout: type[Exception] = TimeoutError
+    write_error: type[Exception] = ConnectionError
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.transport: asyncio.Transport | None = None
+        #: What ended or spoiled the connection, if anything did.
+        self.error: BaseException | None = None
         self.waiter: asyncio.Future[None] | None = None
         self.paused_reading = False
         self.drain: asyncio.Future[None] | None = None
@@ -81,6 +88,22 @@ class TimedProtocol(asyncio.Protocol):
             waiter.set_exception(self.read_timeout("timed out"))
         elif self.deadline != math.inf:  # a read without a timeout needs no timer
             self.timer = self.loop.call_at(self.deadline, self._check)
+
+    async def write(self, transport: asyncio.Transport | None, data: bytes, timeout: float | None) -> None:
+        """``data`` out on ``transport`` (this connection's, or the TLS one over it), waiting
+        at most ``timeout`` seconds while the peer is not reading."""
+        if self.error is not None or transport is None or transport.is_closing():
+            raise self.write_error(str(self.error or "the connection is closed"))
+        transport.write(data)
+        drain = self.drain
+        if drain is not None and not drain.done():
+            try:
+                async with asyncio.timeout(timeout):
+                    await asyncio.shield(drain)
+            except TimeoutError as exc:
+                raise self.write_timeout("timed out") from exc
+            if self.error is not None:
+                raise self.write_error(str(self.error))
 
     async def wait(self, timeout: float | None) -> None:
         """Until the connection has news (``_wake``) or ``timeout`` seconds pass
