@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.config_checks import is_loopback
-from app.server.openai_errors import OPENAI_PATHS, error_body
+from app.server.guards import refusal, scope_header
 from app.server.problems import ORJSONResponse
 
 log = logging.getLogger("agentchat.http")
@@ -99,7 +99,7 @@ class HostCheck:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            header = _header(scope, b"host")
+            header = scope_header(scope, b"host")
             if header is not None and not self.rule.allows(header):
                 await self._refuse(scope, header)(scope, receive, send)
                 return
@@ -115,9 +115,7 @@ class HostCheck:
             self.warned.add(shown)
             log.warning("refused a request for a host name not allowed (AGENT_ALLOWED_HOSTS)",
                         extra={"host": shown, "path": scope.get("path", "")})
-        if str(scope.get("path", "")).startswith(OPENAI_PATHS):
-            return ORJSONResponse(error_body(detail, "host_not_allowed", 403), 403)
-        return ORJSONResponse({"error": "host_not_allowed", "detail": detail}, 403)
+        return refusal(scope, 403, "host_not_allowed", detail)
 
 
 def _name_of(header: str) -> str:
@@ -125,13 +123,6 @@ def _name_of(header: str) -> str:
     match = _HOST_HEADER.fullmatch(header.strip())
     name = match["name"] if match is not None and match["name"] is not None else header
     return name if len(name) <= 100 else name[:100] + "…"
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers") or ():
-        if key.lower() == name:
-            return bytes(value).decode("latin-1")
-    return None
 
 
 __all__ = ["HostCheck", "HostRule", "host_rule"]

@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.server.openai_errors import OPENAI_PATHS, error_body
+from app.server.guards import refusal, scope_header
 from app.server.problems import ORJSONResponse
 
 log = logging.getLogger("agentchat.http")
@@ -114,10 +114,10 @@ class OriginCheck:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            origin = _header(scope, b"origin")
+            origin = scope_header(scope, b"origin")
             refused = self.rule.refuses(
-                str(scope.get("method", "GET")), _header(scope, b"sec-fetch-site"), origin,
-                str(scope.get("scheme", "http")), _header(scope, b"host"),
+                str(scope.get("method", "GET")), scope_header(scope, b"sec-fetch-site"), origin,
+                str(scope.get("scheme", "http")), scope_header(scope, b"host"),
             )
             if refused:
                 await self._refuse(scope, origin)(scope, receive, send)
@@ -137,20 +137,11 @@ class OriginCheck:
             log.warning("refused a cross-origin request (AGENT_CORS_ORIGINS)", extra=fields)
         else:
             log.info("refused a cross-origin request (AGENT_CORS_ORIGINS)", extra=fields)
-        if str(scope.get("path", "")).startswith(OPENAI_PATHS):
-            return ORJSONResponse(error_body(detail, "cross_origin_request", 403), 403)
-        return ORJSONResponse({"error": "cross_origin_request", "detail": detail}, 403)
+        return refusal(scope, 403, "cross_origin_request", detail)
 
 
 def _shortened(text: str) -> str:
     return text if len(text) <= 100 else text[:100] + "…"
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers") or ():
-        if key.lower() == name:
-            return bytes(value).decode("latin-1")
-    return None
 
 
 __all__ = ["SAFE_METHODS", "OriginCheck", "OriginRule", "origin_rule"]
