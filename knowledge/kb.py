@@ -367,7 +367,7 @@ class KnowledgeBase:
     async def embed_query(self, text: str) -> np.ndarray:
         """The query vector ``search`` uses (cached), so another index in the KB's vector
         space embeds a query once. Raises ``EmbeddingError`` (also without an embedder)."""
-        return await self._search.embed_query(text)
+        return await self._search.query_vectors.embed(text)
 
     async def relax_filters(
         self, filters: Mapping[str, Any], *, bucket: str | None = None

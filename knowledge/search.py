@@ -8,14 +8,14 @@ Filters are validated once into the engine-neutral tree and resolved to the set 
 documents in scope, used twice: to restrict the BM25 ranking and to restrict the dense
 side (a document mask of the matrix, or a condition of the engine's query). The BM25
 term choice needs only the query, so it runs beside the scope query. Vector scans over
-large matrices run in a worker thread.
+large matrices run in a worker thread. The query's own vector (embedded, checked,
+normalised, cached) comes from ``knowledge.query_vectors``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -31,6 +31,7 @@ from knowledge.filters import (
 )
 from knowledge.fusion import FusionPlan, combine, weigh
 from knowledge.query_terms import bm25_terms, related_terms
+from knowledge.query_vectors import QueryVectors
 from knowledge.ranking import (
     Candidate,
     FusionSide,
@@ -78,7 +79,8 @@ class Searcher:
         self._tuning = config.text_tuning
         #: Counts of a scope's documents and the filter relaxation built on them.
         self.counts = ScopeCounts(index, buckets, config.text_tuning)
-        self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        #: The query's unit vector, cached (also ``KnowledgeBase.embed_query``'s).
+        self.query_vectors = QueryVectors(embedder, dense, config.query_cache)
         #: Searches that asked for vectors and ran on text instead (``/readyz``, ``/metrics``).
         self.text_fallbacks = 0
         #: Hybrid searches whose ranking rested on one side, by ``(side, why the other
@@ -260,7 +262,7 @@ class Searcher:
         query_vec: np.ndarray | None = None
         if use_vec:
             try:
-                query_vec = await self._embed_query(query)
+                query_vec = await self.query_vectors.embed(query)
             except EmbeddingError as exc:
                 self.text_fallbacks += 1
                 warnings.append(f"embedder failed ({exc}); used text search only")
@@ -378,30 +380,6 @@ class Searcher:
             for side, why in dropped.items():
                 self.fusion_drops[(side, why)] = self.fusion_drops.get((side, why), 0) + 1
         return [FUSION_SIDES[i] for i in plan.counted], dropped
-
-    async def embed_query(self, query: str) -> np.ndarray:
-        """The query vector search uses (cached), for indexes in the same vector space
-        (the saved external answers of ``knowledge.saved_answers``)."""
-        if self.embedder is None:
-            raise EmbeddingError("the knowledge base has no embedder")
-        return await self._embed_query(query)
-
-    async def _embed_query(self, query: str) -> np.ndarray:
-        assert self.embedder is not None
-        cached = self._query_cache.get(query)
-        if cached is not None:
-            self._query_cache.move_to_end(query)
-            return cached
-        vec = np.asarray(await self.embedder.embed(query[: self.embedder.max_chars], task="query"), np.float32)
-        vec = vec.reshape(-1)
-        if vec.shape[0] != self.dense.dim:
-            raise EmbeddingError(f"query vector has {vec.shape[0]} dimensions, index has {self.dense.dim}")
-        norm = float(np.linalg.norm(vec))
-        vec = vec / norm if norm > 0 else vec
-        self._query_cache[query] = vec
-        if len(self._query_cache) > self.config.query_cache:
-            self._query_cache.popitem(last=False)
-        return vec
 
 
 __all__ = ["MODES", "Searcher"]
