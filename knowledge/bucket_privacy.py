@@ -7,6 +7,9 @@ search and the counts run on, refusing a private bucket named by anyone else as 
 — and they stand apart from ``KnowledgeBase`` (which only calls them) so the whole of
 that guard can be read in one place.
 
+What comes back is screened here too: a search's hits and missing buckets
+(``screen_response``), the documents listed or read (``readable``).
+
 Every "unknown bucket" a caller can see is decided here (``_unknown``): a name that is
 not a bucket and another person's private bucket get the same words, listing the shared
 buckets only, so neither the list nor the answer tells that a private bucket exists.
@@ -17,11 +20,12 @@ a count) is checked here before anything reads its schema.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import NoReturn
 
 from knowledge.attachments import is_private_bucket
 from knowledge.buckets import Buckets, UnknownBucketError
-from knowledge.types import BucketInfo
+from knowledge.types import BucketInfo, SearchResponse
 
 #: Not a bucket name: a scope of nothing (``Searcher`` answers it with no hits).
 NO_BUCKET = "-"
@@ -87,6 +91,32 @@ async def _check_named(buckets: Buckets, bucket: str, private: tuple[str, ...]) 
         await _unknown(buckets, bucket)
 
 
+def screen_response(
+    response: SearchResponse, bucket: str | None, buckets: Sequence[str] | None
+) -> SearchResponse:
+    """What a search over ``search_scope``'s ``(bucket, buckets)`` may show its caller.
+    Over every shared bucket, no hit of a private one: each side's own statement left
+    them out (``KBScope.hidden_prefix``); kept as a second guard, so that no engine's
+    slip ever hands another user's attachment to this caller. Among the missing buckets,
+    neither the caller's own private bucket before its first attachment (no news) nor
+    ``NO_BUCKET``; a shared name that is no bucket is (``SearchResponse.missing_buckets``)."""
+    if bucket is None and (buckets is None or "*" in buckets):
+        kept = [h for h in response.hits if not is_private_bucket(h.bucket)]
+        if len(kept) != len(response.hits):
+            response = replace(response, hits=kept)
+    if response.missing_buckets:
+        response.missing_buckets = [
+            b for b in response.missing_buckets if b != NO_BUCKET and not is_private_bucket(b)
+        ]
+    return response
+
+
+def readable(bucket: str, private: str | None) -> bool:
+    """A document of ``bucket`` is the caller's to list or read (``KnowledgeBase.list_documents``,
+    ``get_document``): a shared bucket's, or one of ``private``, the caller's own bucket."""
+    return not is_private_bucket(bucket) or bucket == private
+
+
 def shared_names(buckets: Buckets) -> list[str]:
     """The shared buckets' names as last read, sorted (nothing counted)."""
     return sorted(b for b in buckets.names() if not is_private_bucket(b))
@@ -127,7 +157,9 @@ __all__ = [
     "absent",
     "count_bucket",
     "named_schema",
+    "readable",
     "refuse_private",
+    "screen_response",
     "search_scope",
     "shared_buckets",
     "shared_names",

@@ -19,6 +19,8 @@ default), handed in by whoever opened the storage. What happens here:
   server runs, a sibling worker, a replica) is taken in (``knowledge/freshness.py``).
 * A conversation's private bucket stays out of every other caller's view: the scope
   rules every search, count and bucket name goes through (``knowledge/bucket_privacy.py``).
+* What the KB says about itself (``/readyz``: vectors or text, the counts) is
+  ``knowledge/kb_status.py``'s.
 
 ``embedder`` may be ``None``: search is then text-only and documents are stored without
 vectors (re-ingesting with an embedder later fills them in). An embedder's ``dim`` must
@@ -32,19 +34,19 @@ from __future__ import annotations
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from knowledge.attachments import PRIVATE_PREFIX, is_private_bucket
+from knowledge.attachments import is_private_bucket
 from knowledge.backfill import VectorBackfill
 from knowledge.bucket_privacy import (
-    NO_BUCKET,
     absent,
     count_bucket,
     named_schema,
+    readable,
     refuse_private,
+    screen_response,
     search_scope,
     shared_buckets,
     shared_names,
@@ -54,6 +56,7 @@ from knowledge.dense import dense_side
 from knowledge.filters import FilterError
 from knowledge.freshness import KBFreshness
 from knowledge.ingest import DEFAULT_MAX_FILE_BYTES, BatchHook, Ingestor, Progress
+from knowledge.kb_status import kb_stats, semantic_status
 from knowledge.names import is_doc_id, is_identifier
 from knowledge.search import Searcher
 from knowledge.types import (
@@ -271,14 +274,14 @@ class KnowledgeBase:
         """Documents ordered by id, ``limit`` at a time after the id ``after`` (no text).
         Private buckets' documents are left out unless ``private`` names their bucket (a
         page may then be shorter than ``limit``; ``after`` its last id still pages on)."""
-        if bucket is not None and is_private_bucket(bucket) and bucket != private:
+        if bucket is not None and not readable(bucket, private):
             return []
         rows = await self.index.list_documents(bucket, limit=limit, after=after)
-        rows = [r for r in rows if not is_private_bucket(r.bucket) or r.bucket == private]
         return [
             {"doc_id": r.id, "bucket": r.bucket, "title": r.title, "source": r.source, "url": r.url,
              "chars": r.chars, "chunks": r.chunks, "updated_at": r.updated_at}
             for r in rows
+            if readable(r.bucket, private)
         ]
 
     async def get_document(self, doc_id: str, *, private: str | None = None) -> dict[str, Any] | None:
@@ -287,7 +290,7 @@ class KnowledgeBase:
         if not isinstance(doc_id, str) or not is_doc_id(doc_id):
             return None
         d = await self.index.get_document(doc_id)
-        if d is None or (is_private_bucket(d.bucket) and d.bucket != private):
+        if d is None or not readable(d.bucket, private):
             return None
         return {
             "doc_id": d.id,
@@ -349,20 +352,7 @@ class KnowledgeBase:
             query, bucket=bucket, top_k=top_k, filters=filters, doc_id=doc_id, mode=mode,
             context_chars=context_chars, candidates=candidates, relax=relax, buckets=buckets, overload=overload,
         )
-        if bucket is None and (buckets is None or "*" in buckets):
-            # Every shared bucket: each side's own statement left the private buckets out
-            # (``KBScope.hidden_prefix``); kept as a second guard, so that no engine's
-            # slip ever hands another user's attachment to this caller.
-            kept = [h for h in response.hits if not is_private_bucket(h.bucket)]
-            if len(kept) != len(response.hits):
-                response = replace(response, hits=kept)
-        if response.missing_buckets:
-            # The caller's own private bucket before its first attachment is no news; a
-            # shared name that is no bucket is (``SearchResponse.missing_buckets``).
-            response.missing_buckets = [
-                b for b in response.missing_buckets if b != NO_BUCKET and not is_private_bucket(b)
-            ]
-        return response
+        return screen_response(response, bucket, buckets)
 
     async def embed_query(self, text: str) -> np.ndarray:
         """The query vector ``search`` uses (cached), so another index in the KB's vector
@@ -416,17 +406,12 @@ class KnowledgeBase:
 
     async def semantic_search(self) -> dict[str, Any]:
         """Whether a semantic search runs on vectors now, and why not: a search that
-        cannot falls back to text and says so in its result; this says so in ``/readyz``.
-        ``fallbacks`` counts the searches that asked for vectors and ran on text."""
-        out: dict[str, Any] = {"embedder": self.embed_key, "dim": self.embedder.dim if self.embedder else None,
-                               "fallbacks": self._search.text_fallbacks}
-        if self.embedder is None:
-            return {"ok": False, "detail": "no embedder: every search runs on text", **out}
-        await self._fresh.check()
-        out["index"] = await self._vectors.status()
-        if not await self._vectors.available():
-            return {"ok": False, "detail": f"no vectors of {self.embed_key} stored yet: searches run on text", **out}
-        return {"ok": True, **out}
+        cannot falls back to text and says so in its result; this says so in ``/readyz``
+        (``knowledge.kb_status``). ``fallbacks`` counts the searches that asked for
+        vectors and ran on text."""
+        return await semantic_status(
+            self.embedder, self.embed_key, self._vectors, self._fresh, fallbacks=self._search.text_fallbacks
+        )
 
     @property
     def reloads(self) -> int:
@@ -435,27 +420,10 @@ class KnowledgeBase:
         return self._fresh.reloads
 
     async def stats(self) -> dict[str, Any]:
-        await self._fresh.check()
-        dim = self.embedder.dim if self.embedder else None
-        counts = await self.index.counts(self.embed_key, dim, hidden_prefix=PRIVATE_PREFIX)
-        return {
-            "documents": counts.documents,
-            "chunks": counts.chunks,
-            "vectors": await self._vectors.count(),
-            # Conversations' attachments among the counts: ``/readyz`` shows the shared
-            # corpus only, so nobody watching it learns when someone attached a file.
-            "private": {
-                "documents": counts.hidden_documents,
-                "chunks": counts.hidden_chunks,
-                "vectors": counts.hidden_current_chunks if self.embedder else 0,
-            },
-            "buckets": len(self._buckets),
-            "embedder": self.embed_key,
-            "dim": dim,
-            "documents_without_current_vectors": counts.without_vectors if self.embedder else counts.documents,
-            "schema_version": self.schema_version,
-            "db_path": self.index.location,
-        }
+        """The counts ``/readyz`` shows, conversations' attachments apart (``knowledge.kb_status``)."""
+        return await kb_stats(
+            self.index, self.embedder, self.embed_key, self._vectors, self._fresh, self._buckets, self.schema_version
+        )
 
 
 __all__ = ["DEFAULT_BUCKET", "FilterError", "KBConfig", "KnowledgeBase", "UnknownBucketError"]
