@@ -1,5 +1,5 @@
 """A live run's followers tick (the SSE heartbeat) after ``idle`` seconds without an event,
-each on its own deadline, never while events keep coming (``Run.follow``,
+each on its own deadline, never while events keep coming (``app/runs/live_reader.py``,
 ``app/runs/idle.py``). Time is the loop's own clock moved by the test."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from app.runs.idle import IdleClock
+from app.runs.live_reader import read_durable
 from app.runs.run import Run, RunEvent
 from events import ContentChunk
 from tests.support.virtual_clock import VirtualClock, finished, virtual_clock
@@ -28,7 +29,7 @@ class Reader:
 
     def __init__(self, run: Run) -> None:
         self.got: list[list[RunEvent] | None] = []
-        self.follower = run.follow(0, idle=IDLE_S)
+        self.follower = read_durable(run, 0, idle=IDLE_S)
         self.task = asyncio.create_task(self._read())
 
     async def _read(self) -> None:

@@ -19,6 +19,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol, cast
 
+from app.runs.live_reader import read_durable
 from app.runs.remote import RemoteRuns
 from app.runs.run import Run
 from events import AnyEvent, Error, Event, parse_event
@@ -194,7 +195,7 @@ async def _live(
     pos, ended = after, False
     run.followers += 1
     try:
-        async for batch in run.follow(after, idle=idle):
+        async for batch in read_durable(run, after, idle=idle):
             if batch:
                 pos, ended = batch[-1].seq, batch[-1].event == TERMINAL_EVENT
             yield None if batch is None else [Followed(ev, run.typed(ev.seq)) for ev in batch]

@@ -4,7 +4,7 @@ A follower of a live run yields an idle tick (the SSE heartbeat) after ``idle`` 
 with no event. ``asyncio.wait_for`` per wait did that by wrapping every wait in a new
 task on Python 3.11 — once per token for every follower. Here a wait only moves the
 deadline (one float); one timer per follower, re-armed lazily when it fires early (events
-kept coming), calls ``wake`` (the run's ``_notify``: every waiter of the run wakes) once
+kept coming), calls ``wake`` (the run's ``notify``: every waiter of the run wakes) once
 the deadline has passed; the follower whose deadline it was sees ``expired()`` and yields
 its tick, the others find nothing new and wait again."""
 

@@ -14,8 +14,8 @@ when the database is back and give those ids to its own events. Followers end at
 with an id-less ``error`` (``app.runs.follow``) and read on by ``Last-Event-ID`` from
 whatever the log holds once it is back.
 
-Followers never own a queue: each keeps only its position and waits for the next
-commit, so a slow reader costs O(1) memory.
+Followers read the log up to ``durable`` and wait on ``next_change``
+(``app.runs.live_reader``): they never own a queue, so a slow reader costs O(1) memory.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from app.runs.idle import IdleClock
 from app.runs.step_queue import QueuedStep, RunEventLog
 from events import Error, Event, MessageComplete, RunEnding, TokenUsage
 from llm.types import Message
@@ -248,7 +248,7 @@ class Run:
             if self.finished_at is not None:  # its ending may be stored now
                 self._ending_changed()
             if not self._changed.is_set():
-                self._notify()
+                self.notify()
 
     def _storage_failed(self, exc: BaseException) -> None:
         """End the run loudly, in order, with what followers have seen so far. Not a run
@@ -280,7 +280,7 @@ class Run:
         # Not shown under its ids until stored (``ending_stored``): followers end now with
         # an id-less error (``app.runs.follow``); the rescue writer below stores it.
         self._ending_changed()
-        self._notify()
+        self.notify()
         if self.on_storage_failure is not None:
             self.on_storage_failure(self, written)
         if self.task is not None and not self.task.done() and self.task is not asyncio.current_task():
@@ -293,7 +293,7 @@ class Run:
             return
         self.durable = len(self.events)
         self._ending_changed()
-        self._notify()
+        self.notify()
 
     def storage_lost(self, exc: BaseException) -> None:
         """The database went away under this process (its file removed or replaced):
@@ -315,7 +315,7 @@ class Run:
         self._pending.clear()
         self.released = True
         self._ending_changed()  # an ending never stored is dropped with the rest
-        self._notify()
+        self.notify()
         if self.task is not None and not self.task.done() and self.task is not asyncio.current_task():
             self.task.cancel()
 
@@ -328,11 +328,19 @@ class Run:
     def release(self) -> None:
         """Stop following (server shutdown): followers end without a terminal event."""
         self.released = True
-        self._notify()
+        self.notify()
 
-    def _notify(self) -> None:
+    def notify(self) -> None:
+        """Wake whoever waits on the run's next change (``next_change``): its followers
+        and ``wait_*``, and a follower's idle clock (``app.runs.idle``) wakes them so."""
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
+
+    def next_change(self) -> Coroutine[Any, Any, Literal[True]]:
+        """Wait until the run changes next (an event made durable, its ending, a release,
+        a take-over, a storage failure): what a follower (``app.runs.live_reader``)
+        sleeps on between batches."""
+        return self._changed.wait()
 
     def _ending_changed(self) -> None:
         if self.on_ending_state is not None:
@@ -359,51 +367,6 @@ class Run:
         """The event appended here as ``seq`` (``None`` for one read back from the store)."""
         return self._typed.get(seq)
 
-    async def follow(
-        self, after: int = 0, *, idle: float | None = None, max_bytes: int = 65536
-    ) -> AsyncIterator[list[RunEvent] | None]:
-        """The durable events after ``after``, every event already committed (up to
-        ``max_bytes`` of SSE) in one batch; ``None`` after ``idle`` seconds without events
-        (the caller sends a heartbeat)."""
-        pos = max(0, after)
-        clock = IdleClock(idle, self._notify) if idle is not None else None
-        #: The next wait starts a new idle period (after a batch or a tick was taken).
-        fresh = True
-        try:
-            while True:
-                if pos < self.durable:
-                    batch: list[RunEvent] = []
-                    size = 0
-                    while pos < self.durable and size < max_bytes:
-                        ev = self.events[pos]
-                        pos += 1
-                        batch.append(ev)
-                        size += len(ev.data) + len(ev.event) + 24
-                        if ev.event == MessageComplete.name:
-                            break
-                    yield batch
-                    if batch[-1].event == MessageComplete.name:
-                        return
-                    fresh = True
-                    continue
-                if self.released or (self.finished and pos >= self.durable and self.durable == len(self.events)):
-                    return
-                if self.storage_error is not None and pos >= self.durable:
-                    return  # its ending is not stored (yet): ``app.runs.follow`` shows it without ids
-                if clock is None:
-                    await self._changed.wait()
-                    continue
-                if fresh:
-                    clock.start()
-                    fresh = False
-                await self._changed.wait()
-                if pos >= self.durable and not self.released and clock.expired():
-                    yield None
-                    fresh = True
-        finally:
-            if clock is not None:
-                clock.close()
-
     async def wait_settled(self) -> None:
         """Until the run has ended *and its ending is stored* (or it was released): the
         next run of the conversation loads its history from the store."""
@@ -413,11 +376,11 @@ class Run:
             or self.storage_error is not None
             or (self.finished and self.durable >= len(self.events))
         ):
-            await self._changed.wait()
+            await self.next_change()
 
     async def wait_finished(self) -> None:
         while not (self.finished or self.released):
-            await self._changed.wait()
+            await self.next_change()
 
 
 class _Ended(StorageError):

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
+from app.runs.live_reader import read_durable
 from app.runs.manager import RunManager
 from app.runs.records import Caller, ChatInput
 from app.runs.run import Run
@@ -176,15 +177,9 @@ async def test_the_per_user_cap_counts_unfinished_runs(storage: Any, manager_for
 
 async def followed_seqs(run: Run, *, idle: float) -> AsyncIterator[list[int] | None]:
     """The ids a live follower of ``run`` is shown, batch by batch (``None``: an idle
-    tick). Reads the run's own follower: ``Run.follow`` (batches of events) or, before
-    the typed event pipeline, ``Run.follow_wire`` (SSE bytes)."""
-    follow = getattr(run, "follow", None)
-    if follow is not None:
-        async for batch in follow(0, idle=idle):
-            yield None if batch is None else [ev.seq for ev in batch]
-        return
-    async for frame in run.follow_wire(0, idle=idle):  # type: ignore[attr-defined]
-        yield None if frame is None else [int(x[4:]) for x in frame.decode().splitlines() if x.startswith("id: ")]
+    tick), read as ``app.runs.follow`` reads a run of this process (``read_durable``)."""
+    async for batch in read_durable(run, 0, idle=idle):
+        yield None if batch is None else [ev.seq for ev in batch]
 
 
 class HeldWrites:
