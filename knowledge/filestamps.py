@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from knowledge.loaders import HTML_SUFFIXES
+from knowledge.md_links import READ_RULES
 from knowledge.samepage import MARKDOWN_SUFFIXES, SamePage
 from knowledge.types import KBConfig, Rejection
 from storage.interfaces import KBIndex
@@ -41,8 +42,8 @@ class Unchanged:
 def file_stamp(size: int, mtime_ns: int, shown: str, config: KBConfig) -> str:
     """What must be unchanged for a file to be skipped unread: its size and modification
     time, and what else its documents' content hash covers without reading it (the
-    chunking, the source it is shown as)."""
-    return f"{size}:{mtime_ns}:{config.chunk_target}:{config.chunk_overlap}:{shown}"
+    chunking, the rules the loader reads it by, the source it is shown as)."""
+    return f"{size}:{mtime_ns}:{config.chunk_target}:{config.chunk_overlap}:r{READ_RULES}:{shown}"
 
 
 def with_repeats(stamp: str, repeats: Iterable[Path], stamps: Mapping[Path, str]) -> str:

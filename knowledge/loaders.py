@@ -20,6 +20,7 @@ import orjson
 from knowledge.chunking import PAGE_BREAK
 from knowledge.filecheck import decode_text
 from knowledge.html_text import extract_html
+from knowledge.md_links import inline_reference_links
 from knowledge.names import is_doc_id, short_hash, slugify
 from knowledge.types import DEFAULT_BUCKET, DocumentIn, Rejection
 
@@ -126,6 +127,8 @@ def load_file(
         explicit = None
     elif suffix in TEXT_SUFFIXES:
         meta, body = _front_matter(text) if suffix in (".md", ".markdown") else ({}, text)
+        if suffix in (".md", ".markdown"):
+            body = inline_reference_links(body)
         explicit = meta.pop("id", None)
         title = meta.pop("title", "")
         if not title and suffix in (".md", ".markdown"):
