@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import socket
 from pathlib import Path
 
 from backend.app import serve_backend
@@ -40,12 +41,16 @@ def main(argv: list[str] | None = None) -> int:
                              "elsewhere any. agentchat passes AGENT_ALLOWED_HOSTS")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                         help="log level (default info)")
+    parser.add_argument("--fd", type=int, default=None,
+                        help="listen on this inherited socket, already bound to --host and --port "
+                             "(`agentchat backend` binds it, and says in one line when the port is taken)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     args.db.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(KeyboardInterrupt):
+        sock = None if args.fd is None else socket.socket(fileno=args.fd)
         asyncio.run(serve_backend(args.host, args.port, args.db, log_level=args.log_level,
-                                  allowed_hosts=args.allowed_hosts))
+                                  allowed_hosts=args.allowed_hosts, sock=sock))
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -69,10 +70,18 @@ def create_backend_app(db_path: str | Path, *, seed: bool = True, hosts: HostRul
 
 
 async def serve_backend(
-    host: str, port: int, db_path: str | Path, *, log_level: str = "info", allowed_hosts: tuple[str, ...] = ("auto",)
+    host: str,
+    port: int,
+    db_path: str | Path,
+    *,
+    log_level: str = "info",
+    allowed_hosts: tuple[str, ...] = ("auto",),
+    sock: socket.socket | None = None,
 ) -> None:
     """Run the backend on ``host:port`` until interrupted or cancelled (``python -m backend``);
     ``allowed_hosts``: ``--allowed-hosts`` (``auto``: on loopback, the names of this machine only).
+    ``sock``: a socket already bound to ``host:port`` to listen on (``agentchat backend``
+    binds it first, so a port in use is its one line, not uvicorn's traceback after start-up).
 
     Cancelling the calling task shuts the server down gracefully (lifespan shutdown runs,
     the database is closed) before the cancellation propagates, so the backend can run
@@ -81,7 +90,7 @@ async def serve_backend(
     app = create_backend_app(db_path, hosts=host_rule(allowed_hosts, host))
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")
     server = uvicorn.Server(config)
-    task = asyncio.ensure_future(server.serve())
+    task = asyncio.ensure_future(server.serve(sockets=None if sock is None else [sock]))
     try:
         await asyncio.shield(task)
     except asyncio.CancelledError:

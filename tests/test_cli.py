@@ -4,7 +4,9 @@ beside the agent and answering before the agent is, stopped when the agent stops
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +17,7 @@ import httpx
 import pytest
 
 from app.cli import commands as cli
+from app.cli import serving
 from app.cli.reference_backend import reference_backend
 from app.config import Settings
 from tests.support.server import free_port
@@ -78,10 +81,16 @@ def test_the_readme_names_every_command(capsys: pytest.CaptureFixture[str]) -> N
     """README's row for docs/cli.md lists every ``agentchat`` command (``compact`` was left out)."""
     with pytest.raises(SystemExit):
         cli.main(["--help"])
-    commands = re.search(r"\{([a-z,-]+)\}", capsys.readouterr().out)
-    assert commands is not None
+    commands = _commands(capsys.readouterr().out)
+    assert "serve" in commands and "compact" in commands
     row = next(line for line in (REPO / "README.md").read_text().splitlines() if "(docs/cli.md)" in line)
-    assert [c for c in commands.group(1).split(",") if f"`{c}`" not in row and f"agentchat {c}`" not in row] == []
+    assert [c for c in commands if f"`{c}`" not in row and f"agentchat {c}`" not in row] == []
+
+
+def _commands(help_text: str) -> list[str]:
+    """The commands a ``--help`` lists under ``commands:`` (``COMMAND``, then one a line)."""
+    listed = help_text.split("\n  COMMAND\n", 1)[1]
+    return re.findall(r"^    ([a-z][a-z-]*)\b", listed, re.MULTILINE)
 
 
 def _help(capsys: pytest.CaptureFixture[str], main: Any, argv: list[str]) -> str:
@@ -98,10 +107,10 @@ def test_help_texts_say_what_the_backend_is_in_plain_words(capsys: pytest.Captur
     from backend.__main__ import main as backend_main
 
     top = _help(capsys, cli.main, [])
-    commands = re.search(r"\{([a-z,-]+)\}", top)
-    assert commands is not None
+    commands = _commands(top)
+    assert "backend" in commands
     texts = {"agentchat": top, "python -m backend": _help(capsys, backend_main, [])}
-    for command in commands.group(1).split(","):
+    for command in commands:
         texts[f"agentchat {command}"] = _help(capsys, cli.main, [command])
     assert [name for name, text in texts.items() if "ichor" in text.lower()] == []
     flat = {name: " ".join(text.split()) for name, text in texts.items()}
@@ -124,12 +133,46 @@ def _backend_port(monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
     def execv(path: str, args: list[str]) -> None:
         raise _Execed(args)
 
+    def bind_any(host: str, port: int, **kwargs: Any) -> socket.socket:
+        """A free port, whatever was asked: only the port on the command line is looked at
+        here, and another process on this machine may hold 8001."""
+        return real_bind(host, 0, **kwargs)
+
+    real_bind = serving.bind_socket
     monkeypatch.setattr(cli.os, "execv", execv)
+    monkeypatch.setattr(serving, "bind_socket", bind_any)
     with pytest.raises(_Execed) as execed:
         cli.main(["backend", *argv])
     args = execed.value.argv
     assert args[1:3] == ["-m", "backend"], args
+    os.close(int(args[args.index("--fd") + 1]))  # the bound socket the backend would have listened on
     return int(args[args.index("--port") + 1])
+
+
+def test_agentchat_backend_on_a_taken_port_says_so_in_one_line_as_serve_does(tmp_path: Path) -> None:
+    """``agentchat backend`` on a port in use printed uvicorn's ~40-line traceback (after the
+    backend had started, migrated and seeded its database) and exit code 3; ``serve`` says
+    it in one line with exit code 1. Now the backend's is that line too, and nothing starts."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        db = tmp_path / "solo.sqlite3"
+        env = {**os.environ, "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3")}
+        done = subprocess.run([sys.executable, "-m", "app.cli", "backend", "--port", str(port), "--db", str(db)],
+                              capture_output=True, text=True, timeout=120, env=env)
+        served = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--no-backend"],
+                                capture_output=True, text=True, timeout=120, env=env)
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    assert done.stderr.splitlines() == [
+        f"agentchat backend: cannot listen on 127.0.0.1:{port}: the port is already in use "
+        "(another agentchat? pick another with --port)"
+    ]
+    assert not db.exists()  # refused before the backend started
+    assert served.returncode == 1 and served.stderr.splitlines() == [
+        f"agentchat: cannot listen on 127.0.0.1:{port}: the port is already in use "
+        "(another agentchat? pick another with --port or AGENT_PORT)"
+    ]
 
 
 def test_the_reference_backend_has_one_default_port(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -147,3 +190,47 @@ def test_the_reference_backend_has_one_default_port(monkeypatch: pytest.MonkeyPa
     assert _backend_port(monkeypatch, "--port", "7001") == 7001
     monkeypatch.setenv("AGENT_PORT", "0")  # any free port for the agent: no neighbour to take
     assert _backend_port(monkeypatch) == DEFAULT_PORT
+
+
+def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as done:
+        cli.main(argv)
+    assert done.value.code == 2
+    return capsys.readouterr().err.splitlines()[-1]
+
+
+def test_command_groups_speak_in_commands_not_argparse_names(capsys: pytest.CaptureFixture[str]) -> None:
+    """``agentchat docs`` said ``the following arguments are required: docs_command`` and
+    ``agentchat keywords`` ``… kw_command`` (argparse's internal names). Every group, the
+    top level included, now names its commands, and every group's ``--help`` says what it
+    is for."""
+    groups = {"": _commands(_help(capsys, cli.main, []))}
+    for command in groups[""]:
+        text = _help(capsys, cli.main, [command])
+        if "\n  COMMAND\n" in text:
+            groups[command] = _commands(text)
+            description = text.split("\n\n", 2)[1]
+            assert not description.startswith(("options:", "positional")), (command, text)
+    assert set(groups) == {"", "buckets", "docs", "keywords"}
+    assert groups["docs"] == ["list", "rm"] and groups["keywords"] == ["prune"]
+    for group, commands in groups.items():
+        wrong = _error(capsys, [*group.split(), "nosuch"])
+        assert "_command" not in wrong and "argument COMMAND: invalid choice: 'nosuch'" in wrong, wrong
+        if group == "buckets":  # `agentchat buckets` alone lists them
+            continue
+        prefix = f"agentchat {group}".strip()
+        assert _error(capsys, group.split()) == f"{prefix}: error: choose one of: {', '.join(commands)}"
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["docs"], "agentchat docs: error: choose one of: list, rm"),
+    (["keywords"], "agentchat keywords: error: choose one of: prune"),
+])
+def test_a_group_without_its_command_says_which_there_are(argv: list[str], line: str, tmp_path: Path) -> None:
+    """As a person sees it: usage, one line naming the commands, exit code 2, no database touched."""
+    env = {**os.environ, "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3")}
+    done = subprocess.run([sys.executable, "-m", "app.cli", *argv], capture_output=True, text=True, timeout=120,
+                          env=env, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.splitlines() == [f"usage: agentchat {argv[0]} [-h] COMMAND ...", line]
+    assert list(tmp_path.iterdir()) == []

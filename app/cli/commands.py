@@ -22,6 +22,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from app.cli.compact import add_compact_command, run_compact
+from app.cli.groups import check_commands, command_group
 from app.cli.interrupts import EXIT_TERMINATED, Termination, cancelled_by_sigterm
 from app.cli.kb import add_kb_commands, run_kb_command
 from app.cli.keywords import add_keywords_command, run_prune_keywords
@@ -68,7 +69,8 @@ class _VersionAction(argparse.Action):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agentchat", description="Streaming agent-chat service.")
     parser.add_argument("--version", action=_VersionAction)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = command_group(parser, dest="command",
+                        description="agentchat COMMAND --help says more of each; docs/cli.md has them all")
     add_serve_command(sub)
     add_kb_commands(sub)
     add_migrate_command(sub)
@@ -77,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     add_backend_command(sub)
 
     args = parser.parse_args(argv)
+    check_commands(args)  # a group without its command: `choose one of: list, rm`, exit code 2
     # numpy work (query embeddings, vector scans) runs in worker threads beside the event
     # loop; multi-threaded BLAS on top of that fights the loop for the cores. Must be set
     # before numpy is first imported, which nothing above has done.

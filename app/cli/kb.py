@@ -17,6 +17,7 @@ import logging
 import sys
 from typing import Any
 
+from app.cli.groups import command_group
 from app.cli.ingest_progress import IngestProgress
 from app.cli.ingest_report import embedder_line, interrupted_text, plural, report_text
 from app.config import Settings
@@ -38,7 +39,12 @@ DEFAULT_MAX_FILE_MB = 5.0
 
 def add_kb_commands(sub: Any) -> None:
     """Register ``ingest``, ``buckets`` and ``docs`` on the ``agentchat`` sub-parsers."""
-    ingest = sub.add_parser("ingest", help="ingest files or directories into the knowledge base")
+    ingest = sub.add_parser(
+        "ingest", help="ingest files or directories into the knowledge base",
+        description="Read the supported files under the paths into a bucket of the knowledge base: new and "
+        "changed files are chunked, embedded and stored, unchanged ones skipped, and the report counts every "
+        "file it did not read by reason. Exit code 1 when anything was rejected (--keep-going: 0).",
+    )
     ingest.add_argument("paths", nargs="+", metavar="PATH",
                         help="files or folders to read (.md .txt .rst .html .json .jsonl .pdf; folders recursively)")
     ingest.add_argument("--bucket", default="default", help="bucket to ingest into (created on the first document)")
@@ -56,8 +62,12 @@ def add_kb_commands(sub: Any) -> None:
                              "backups that keep old times)")
     ingest.add_argument("--strict", action="store_true", help=argparse.SUPPRESS)  # now the default
 
-    buckets = sub.add_parser("buckets", help="list buckets, their schemas and counts; create or remove one")
-    bucket_sub = buckets.add_subparsers(dest="bucket_command")
+    buckets = sub.add_parser(
+        "buckets", help="list buckets, their schemas and counts; create or remove one",
+        description="The knowledge base's buckets: each holds its own documents, searched together or alone. "
+        "`agentchat buckets` alone lists them, as `buckets list` does.",
+    )
+    bucket_sub = command_group(buckets, dest="bucket_command", required=False)
     bucket_sub.add_parser("list", help="list buckets, their schemas and counts (as `agentchat buckets` alone)")
     create = bucket_sub.add_parser("create", help="create a bucket with typed metadata fields")
     create.add_argument("name", help="bucket name: lowercase letters, digits and _, starting with a letter")
@@ -67,8 +77,12 @@ def add_kb_commands(sub: Any) -> None:
     rm.add_argument("name", help="the bucket to remove")
     rm.add_argument("--yes", action="store_true", help="needed when the bucket still holds documents")
 
-    docs = sub.add_parser("docs", help="list or remove knowledge-base documents")
-    docs_sub = docs.add_subparsers(dest="docs_command", required=True)
+    docs = sub.add_parser(
+        "docs", help="list or remove knowledge-base documents",
+        description="The knowledge base's documents by id: list them (a page at a time), or remove some. "
+        "`agentchat ingest` adds and updates them.",
+    )
+    docs_sub = command_group(docs, dest="docs_command")
     ls = docs_sub.add_parser("list", help="list documents by id (no text)")
     ls.add_argument("--bucket", help="only this bucket")
     ls.add_argument("--limit", type=_limit, default=100, help=f"at most this many (1..{MAX_LIST_LIMIT}, default 100)")

@@ -11,14 +11,19 @@ import argparse
 import sys
 from typing import Any
 
+from app.cli.groups import command_group
 from app.cli.ranges import integer_in, number_in
 from app.config import Settings
 from app.config_env import DAYS_BOUNDS, KEYWORD_MIN_USAGE_BOUNDS
 
 
 def add_keywords_command(sub: Any) -> None:
-    kw = sub.add_parser("keywords", help="keyword index maintenance")
-    kw_sub = kw.add_subparsers(dest="kw_command", required=True)
+    kw = sub.add_parser(
+        "keywords", help="keyword index maintenance",
+        description="The keyword index the knowledge-base tools learn from searches (which words found what). "
+        "`prune` deletes the keywords rarely used and not used for a while.",
+    )
+    kw_sub = command_group(kw, dest="kw_command")
     prune = kw_sub.add_parser("prune", help="delete rarely used, stale keywords")
     prune.add_argument("--min-usage", type=integer_in(KEYWORD_MIN_USAGE_BOUNDS), required=True,
                        help="delete keywords used fewer times than this (AGENT_KEYWORD_MIN_USAGE's range)")

@@ -49,12 +49,20 @@ def backend_db(settings: Settings, explicit: str | None = None) -> Path:
 
 
 def backend_argv(
-    host: str, port: int, db: Path, *, log_level: str = "info", allowed_hosts: tuple[str, ...] = ("auto",)
+    host: str,
+    port: int,
+    db: Path,
+    *,
+    log_level: str = "info",
+    allowed_hosts: tuple[str, ...] = ("auto",),
+    fd: int | None = None,
 ) -> list[str]:
     """``python -m backend``'s command line; ``allowed_hosts``: ``AGENT_ALLOWED_HOSTS``, the
-    same Host guard as the agent's (``backend/host_check.py``)."""
+    same Host guard as the agent's (``backend/host_check.py``); ``fd``: a socket bound to
+    ``host:port`` it inherits and listens on."""
     return [sys.executable, "-m", "backend", "--host", host, "--port", str(port), "--db", str(db),
-            "--allowed-hosts", ",".join(allowed_hosts), "--log-level", log_level]
+            "--allowed-hosts", ",".join(allowed_hosts), "--log-level", log_level,
+            *(["--fd", str(fd)] if fd is not None else [])]
 
 
 def _wait_until_up(proc: subprocess.Popen[bytes], url: str, timeout_s: float = BACKEND_START_TIMEOUT_S) -> None:
@@ -140,9 +148,24 @@ def run_backend(args: argparse.Namespace, settings: Settings) -> int:
     """``agentchat backend``: become ``python -m backend`` (same pid, signals and exit code).
     Its port is by default the one ``serve`` starts it on (``AGENT_PORT`` + 1): one port
     for the reference backend, however it was started (it was 8081 here, 8001 beside
-    ``serve``)."""
+    ``serve``).
+
+    The port is bound here, before the exec, by ``serve``'s own ``bind_socket``: a port in
+    use is the one line ``serve`` says (``cannot listen on …: the port is already in use``)
+    and exit code 1 - uvicorn, binding it after the backend's start-up, ended in a
+    ~40-line traceback and exit code 3. The bound socket is inherited (``--fd``), so no
+    other process can take the port between the check and the backend's listen."""
+    from app.cli.serving import BindError, bind_socket
+
     port = args.port if args.port is not None else default_backend_port(settings)
-    argv = backend_argv(args.host, port, backend_db(settings, args.db), allowed_hosts=settings.allowed_hosts)
+    try:
+        sock = bind_socket(args.host, port, what="agentchat backend", hint="--port")
+    except BindError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    sock.set_inheritable(True)  # kept across the exec; the backend closes it on exit
+    argv = backend_argv(args.host, port, backend_db(settings, args.db), allowed_hosts=settings.allowed_hosts,
+                        fd=sock.fileno())
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(argv[0], argv)
