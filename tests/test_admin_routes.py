@@ -27,7 +27,9 @@ def settings(tmp_path: Path, **env: str) -> Settings:
 @pytest.mark.parametrize(
     ("body", "status", "error"),
     [
-        ({"docs": []}, 400, "invalid_request"),
+        ({"docs": []}, 400, "unknown_field"),  # a member the body does not have (tests/test_unknown_fields.py)
+        ({"bucket": "default"}, 400, "invalid_request"),
+        ([{"text": "x"}], 400, "invalid_request"),
         ({"documents": []}, 400, "invalid_field"),
         ({"documents": [{"text": "x"}], "bucket": 3}, 400, "invalid_field"),
         ({"documents": [{"text": "x"}], "bucket": "Bad Name; DROP"}, 400, "invalid_field"),

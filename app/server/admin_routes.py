@@ -23,6 +23,7 @@ from starlette.responses import Response
 from app.server.bounds import check_int, check_number
 from app.server.problems import HTTPProblem, ORJSONResponse
 from app.server.request_admission import identify, read_json_body, services
+from app.server.unknown_fields import refuse_unknown_fields
 
 if TYPE_CHECKING:
     from app.server.services import Services
@@ -31,6 +32,11 @@ MAX_KB_BODY = 32 * 1024 * 1024
 MAX_DOCUMENTS = 5000
 MAX_MIN_USAGE = 2**31 - 1
 MAX_IDLE_DAYS = 100 * 366
+#: The members of each body; any other is a 400 ``unknown_field``. A document inside
+#: ``documents`` is a record as a JSON file of records holds it: checked by ingestion,
+#: its problems reported per document in ``rejected``.
+INGEST_FIELDS = ("documents", "bucket")
+PRUNE_FIELDS = ("min_usage", "older_than_days")
 
 
 def _require_admin(request: Request) -> None:
@@ -64,6 +70,8 @@ async def ingest_documents(request: Request) -> Response:
     _require_admin(request)
     knowledge = _component(request, "knowledge")
     body = await read_json_body(request, MAX_KB_BODY)
+    if isinstance(body, dict):
+        refuse_unknown_fields(body, INGEST_FIELDS)
     if not isinstance(body, dict) or not isinstance(body.get("documents"), list):
         raise HTTPProblem(400, "invalid_request", 'send {"documents": [ {...}, ... ], "bucket"?: "name"}')
     docs = body["documents"]
@@ -107,6 +115,7 @@ async def prune_keywords(request: Request) -> Response:
     body = await read_json_body(request, 4096)
     if not isinstance(body, dict):
         raise HTTPProblem(400, "invalid_request", 'send {"min_usage": N, "older_than_days": D}')
+    refuse_unknown_fields(body, PRUNE_FIELDS)
     min_usage = check_int(body.get("min_usage"), name="min_usage", lo=1, hi=MAX_MIN_USAGE)
     days = check_number(body.get("older_than_days"), name="older_than_days", lo=0, hi=MAX_IDLE_DAYS)
     removed = await keywords.prune(min_usage=min_usage, older_than_days=days)

@@ -23,6 +23,7 @@ from app.runs.records import could_be_run_id
 from app.runs.state import RunState
 from app.server import request_admission
 from app.server.problems import HTTPProblem, ORJSONResponse
+from app.server.unknown_fields import refuse_unknown_fields
 from storage.errors import StorageUnavailable
 from storage.records import WAITING_APPROVAL
 
@@ -36,9 +37,7 @@ log = logging.getLogger("agentchat.approvals")
 def _decision(body: Any) -> tuple[str, dict[str, Any] | None]:
     if not isinstance(body, dict):
         raise HTTPProblem(400, "invalid_request", "the body must be a JSON object")
-    unknown = sorted(set(body) - {"decision", "arguments"})
-    if unknown:
-        raise HTTPProblem(400, "invalid_request", f"unknown fields: {', '.join(unknown)}")
+    refuse_unknown_fields(body, ("decision", "arguments"))
     decision = body.get("decision")
     if decision not in DECISIONS:
         raise HTTPProblem(400, "invalid_request", "decision must be one of approve, reject, edit")

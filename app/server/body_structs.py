@@ -9,6 +9,11 @@ converted on its own, in the struct's order, and its face turns a refusal into i
 error code and message (``Refuse``); what a type cannot say (a bound from the settings, a
 pattern ECMAScript and Python read differently) is the face's ``Check``, run right
 after its field so the same error still wins.
+
+A struct declared with ``forbid_unknown_fields=True`` (the native face's bodies) refuses a
+member it does not declare, before any field (``app/server/unknown_fields.py``), and its
+schema says ``additionalProperties: false``: one declaration for both. The compatible
+faces' structs leave it off, and their unknown members are ignored.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import msgspec
+
+from app.server.unknown_fields import refuse_unknown_fields
 
 S = TypeVar("S", bound=msgspec.Struct)
 #: A field's member was absent from the body (``Refuse`` gets it for a missing required field).
@@ -40,12 +47,22 @@ def _fields(struct: type[msgspec.Struct]) -> tuple[msgspec.structs.FieldInfo, ..
     return msgspec.structs.fields(struct)
 
 
+@functools.cache
+def _names(struct: type[msgspec.Struct]) -> tuple[str, ...]:
+    """The members ``struct`` declares, as the body names them, in declaration order."""
+    return tuple(field.encode_name for field in _fields(struct))
+
+
 def decode_fields(body: Mapping[str, Any], struct: type[S], refuse: Refuse, check: Check | None = None) -> S:
     """``struct`` from a JSON object: each field in declaration order taken from its member
     (absent: its default; absent and required: ``refuse``), converted strictly with its
-    declared type (a mismatch: ``refuse``), then ``check``ed. Unknown members are ignored."""
+    declared type (a mismatch: ``refuse``), then ``check``ed. Unknown members are refused
+    first (400 ``unknown_field``) when the struct forbids them, else ignored."""
+    fields = _fields(struct)
+    if struct.__struct_config__.forbid_unknown_fields:
+        refuse_unknown_fields(body, _names(struct))
     values: dict[str, Any] = {}
-    for field in _fields(struct):
+    for field in fields:
         raw = body.get(field.encode_name, ABSENT)
         if raw is ABSENT:
             if field.required:

@@ -31,8 +31,9 @@ ConversationId = Annotated[str, Meta(pattern=CONVERSATION_ID_PATTERN)]
 CONVERSATION_ID_RULE = "1-128 characters of letters, digits, '_', '-', '.', ':'"
 
 
-class ChatRequest(msgspec.Struct, kw_only=True):
-    """Other members are ignored. Nested at most 64 levels; integers within 64 bits."""
+class ChatRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Any other member is a 400 `unknown_field` (a typo such as `conversationId` would otherwise
+    change what the run does in silence). Nested at most 64 levels; integers within 64 bits."""
 
     message: Annotated[str, Meta(
         min_length=1, pattern=r"\S",

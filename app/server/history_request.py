@@ -16,8 +16,8 @@ MAX_TITLE_CHARS = 200
 MAX_COMMENT_CHARS = 2000
 
 
-class RenameConversationRequest(msgspec.Struct, kw_only=True):
-    """Other members are ignored."""
+class RenameConversationRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Any other member is a 400 `unknown_field`."""
 
     title: Annotated[
         str,
@@ -30,8 +30,8 @@ class RenameConversationRequest(msgspec.Struct, kw_only=True):
     ]
 
 
-class RunFeedbackRequest(msgspec.Struct, kw_only=True):
-    """Other members are ignored. A second post replaces the first."""
+class RunFeedbackRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Any other member is a 400 `unknown_field`. A second post replaces the first."""
 
     score: Annotated[Literal[1, -1], Meta(description="1: thumbs up; -1: thumbs down.")]
     comment: Annotated[

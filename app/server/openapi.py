@@ -120,6 +120,10 @@ def _problem_schema() -> dict[str, Any]:
         "properties": {
             "error": {"type": "string", "description": "A stable code (`invalid_field`, `not_found`, …)."},
             "detail": {"type": "string", "description": "For people: what was wrong and how to fix it."},
+            "unknown_fields": {"type": "array", "items": {"type": "string"}, "description": "With "
+                               "`unknown_field`: the members the body does not have (the first five)."},
+            "did_you_mean": {"type": "object", "additionalProperties": {"type": "string"}, "description": "With "
+                             "`unknown_field`: the known field each unknown one was probably meant to be."},
         },
     }
 

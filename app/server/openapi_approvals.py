@@ -28,7 +28,8 @@ def approvals_api() -> ApiContribution:
                 "requestBody": json_body(schema_ref("ApprovalDecision")),
                 "responses": {
                     "202": json_response("Decided; the run goes on", schema_ref("ApprovalAccepted")),
-                    "400": problem("Not a decision, or an edit whose arguments do not fit the tool's schema "
+                    "400": problem("Not a decision, a member other than `decision` and `arguments` "
+                                   "(`unknown_field`), or an edit whose arguments do not fit the tool's schema "
                                    "(`invalid_request`, `invalid_arguments`, `invalid_json`)"),
                     "401": problem("No valid bearer token (`unauthenticated`)", authenticate=True),
                     "404": problem("No such run of yours, or it does not wait on this call (`not_found`)"),

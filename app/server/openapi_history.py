@@ -37,7 +37,8 @@ def history_api() -> ApiContribution:
     run_id = path_param("run_id", {"type": "string"}, "The run (`run_…`).")
     no_conversation = problem("No such conversation of yours (`not_found`): another user's id reads the same")
     no_run = problem("No such run of yours (`not_found`): another user's run reads the same")
-    body_refused = problem("The body or a field is invalid (`invalid_json`, `invalid_request`, `invalid_field`)")
+    body_refused = problem("The body or a field is invalid (`invalid_json`, `invalid_request`, `invalid_field`; "
+                           "`unknown_field`: a member the body does not have)")
     paths: dict[str, dict[str, Any]] = {
         "/v1/agent/conversations": {
             "get": {

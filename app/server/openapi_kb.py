@@ -64,7 +64,8 @@ def kb_api() -> ApiContribution:
                     "202": json_response("Stored and found by text search now, but the embedder failed: "
                                          "`queued_for_embedding` documents are re-embedded in the background", report),
                     "422": json_response("Nothing was added, updated or skipped (see `rejected`)", report),
-                    "400": problem("Not `{documents: [...]}`, empty, too many, or a bad bucket (`invalid_request`, "
+                    "400": problem("Not `{documents: [...]}`, empty, too many, a member other than `documents` and "
+                                   "`bucket` (`unknown_field`), or a bad bucket (`invalid_request`, "
                                    "`invalid_field`, `invalid_json`, `too_deep`, `number_out_of_range`)"),
                     **_admin(body=True),
                 },
@@ -122,6 +123,7 @@ def kb_api() -> ApiContribution:
                 "requestBody": json_body({
                     "type": "object",
                     "required": ["min_usage", "older_than_days"],
+                    "additionalProperties": False,
                     "properties": {
                         "min_usage": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
                         "older_than_days": {"type": "number", "minimum": 0, "maximum": 100 * 366},
@@ -131,7 +133,8 @@ def kb_api() -> ApiContribution:
                     "200": json_response("How many were removed", {
                         "type": "object", "required": ["removed"], "properties": {"removed": {"type": "integer"}},
                     }),
-                    "400": problem("Not an object, or a field out of range (`invalid_request`, `invalid_field`)"),
+                    "400": problem("Not an object, a field out of range, or another member (`invalid_request`, "
+                                   "`invalid_field`, `unknown_field`)"),
                     **_admin(body=True),
                 },
             }
@@ -152,6 +155,9 @@ def kb_api() -> ApiContribution:
         "IngestRequest": {
             "type": "object",
             "required": ["documents"],
+            "additionalProperties": False,
+            "description": "Another member is a 400 `unknown_field`; a document's members are a record's (see "
+            "`DocumentIn`), its problems reported per document in `rejected`.",
             "properties": {
                 "documents": {"type": "array", "minItems": 1, "maxItems": 5000, "items": schema_ref("DocumentIn")},
                 "bucket": {"type": "string", "pattern": BUCKET_PATTERN, "default": "default",

@@ -40,6 +40,7 @@ def _admission() -> dict[str, Any]:
     """What can refuse a request that starts a run, before anything streams."""
     return {
         "400": problem("The body, a field or a header is invalid (`invalid_json`, `invalid_field`, "
+                       "`unknown_field`: a member the body does not have, "
                        "`unknown_context_type`, `invalid_header`, `too_deep`, `number_out_of_range`), or "
                        "`context.buckets` names a bucket that does not exist (`unknown_bucket`; the detail "
                        "lists the buckets that do)"),

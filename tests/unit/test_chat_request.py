@@ -44,7 +44,16 @@ def test_the_first_field_in_declaration_order_wins(body: dict[str, Any], error: 
 
 
 def test_a_valid_body_becomes_the_run_input() -> None:
-    chat = parse_chat_input({"message": "hi", "context_type": "tables", "context": None, "extra": 1},
-                            max_message_chars=10)
+    chat = parse_chat_input({"message": "hi", "context_type": "tables", "context": None}, max_message_chars=10)
     assert (chat.message, chat.context_type, chat.context, chat.conversation_id, chat.multitask) == (
         "hi", "tables", {}, None, "enqueue")
+
+
+def test_an_unknown_member_is_refused_before_any_field() -> None:
+    """Before "message is required": the misspelt field is the fault the client must see."""
+    with pytest.raises(HTTPProblem) as caught:
+        parse_chat_input({"mesage": "hi", "context_type": "bad", "extra": 1}, max_message_chars=10)
+    problem = caught.value
+    assert (problem.status, problem.error) == (400, "unknown_field")
+    assert problem.detail.startswith("unknown fields: 'mesage' (did you mean message?), 'extra'; the known fields are")
+    assert problem.fields == {"unknown_fields": ["mesage", "extra"], "did_you_mean": {"mesage": "message"}}
