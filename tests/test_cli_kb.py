@@ -35,6 +35,13 @@ async def run(tmp_path: Path, *argv: str) -> int:
     return await run_kb_command(parse(*argv), settings(tmp_path))
 
 
+def said(out: str, tmp_path: Path) -> list[str]:
+    """A command's lines before its last, which names the database it worked on."""
+    *lines, last = out.splitlines()
+    assert last == f"database: SQLite file {tmp_path / 'kb.db'}", out
+    return lines
+
+
 def library(tmp_path: Path) -> Path:
     d = tmp_path / "library"
     (d / "guides").mkdir(parents=True)
@@ -82,7 +89,7 @@ async def test_nothing_ingested_creates_no_bucket(tmp_path: Path, capsys: pytest
     assert await run(tmp_path, "ingest", str(junk), "--bucket", "junk", "--quiet") == 1
     assert "nothing was stored" in capsys.readouterr().out
     assert await run(tmp_path, "buckets") == 0
-    assert capsys.readouterr().out.strip() == "no buckets"
+    assert said(capsys.readouterr().out, tmp_path) == ["no buckets"]
     assert await run(tmp_path, "ingest", str(tmp_path / "missing"), "--quiet") == 2
     assert await run(tmp_path, "ingest", str(junk), "--bucket", "Bad-Name", "--quiet") == 2
 
@@ -93,27 +100,27 @@ async def test_docs_list_rm_and_buckets_rm(tmp_path: Path, capsys: pytest.Captur
     await run(tmp_path, "ingest", str(d / "guides"), "--bucket", "other", "--quiet")  # a copy; 'lib' keeps its own
     capsys.readouterr()
     assert await run(tmp_path, "docs", "list", "--limit", "1") == 0
-    out = capsys.readouterr().out.splitlines()
+    out = said(capsys.readouterr().out, tmp_path)
     first = out[0].split()[0]
     assert out[-1] == f"(more may follow: --after {first})"
     assert await run(tmp_path, "docs", "list", "--after", first) == 0
-    rest = capsys.readouterr().out
+    rest = "\n".join(said(capsys.readouterr().out, tmp_path))
     assert first.startswith("faq-") and first not in rest
     assert "guides/install.md" in rest and str(tmp_path) not in rest
     assert await run(tmp_path, "docs", "list", "--bucket", "other") == 0
-    listed = capsys.readouterr().out
+    listed = "\n".join(said(capsys.readouterr().out, tmp_path))
     assert "guides/install.md" in listed and "faq" not in listed
     doc_id = listed.split()[0]
 
     assert await run(tmp_path, "docs", "rm", doc_id, "nope-123") == 1
     assert "removed 1 of 2 documents" in capsys.readouterr().out
     assert await run(tmp_path, "docs", "list", "--bucket", "other") == 0
-    assert capsys.readouterr().out.strip() == "no documents"
+    assert said(capsys.readouterr().out, tmp_path) == ["no documents"]
 
     assert await run(tmp_path, "buckets", "rm", "lib") == 2  # it holds documents: --yes
     assert "add --yes" in capsys.readouterr().err
     assert await run(tmp_path, "buckets", "rm", "lib", "--yes") == 0
-    out = capsys.readouterr().out.splitlines()
+    out = said(capsys.readouterr().out, tmp_path)
     assert out == ["removing bucket 'lib': 2 documents, 2 chunks; other buckets are not touched",
                    "removed bucket 'lib' and its 2 documents"]
     assert await run(tmp_path, "buckets", "rm", "lib") == 1
@@ -121,14 +128,15 @@ async def test_docs_list_rm_and_buckets_rm(tmp_path: Path, capsys: pytest.Captur
     # An unknown bucket is not an empty one: the same error, naming those there are.
     assert await run(tmp_path, "docs", "list", "--bucket", "nosuch") == 1
     out, err = capsys.readouterr()
-    assert out == "" and err.strip() == "agentchat docs list: unknown bucket 'nosuch'; available buckets: other"
+    assert said(out, tmp_path) == [] and err.strip() == "agentchat docs list: unknown bucket 'nosuch'; " \
+        "available buckets: other"
     assert await run(tmp_path, "buckets") == 0
     listed_bare = capsys.readouterr().out
     assert listed_bare.split()[0] == "other"
     assert await run(tmp_path, "buckets", "list") == 0  # the spelling `docs list` suggests
     assert capsys.readouterr().out == listed_bare
     assert await run(tmp_path, "buckets", "create", "inv", "amount:real") == 0
-    out = capsys.readouterr().out.splitlines()
+    out = said(capsys.readouterr().out, tmp_path)
     assert out[0] == "created bucket 'inv' (amount:REAL); every bucket now:"
     assert [line.split()[0] for line in out[1:]] == ["inv", "other"]
 
@@ -241,3 +249,11 @@ def test_the_parser_loads_no_knowledge_base_and_keeps_its_size_limit() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=child_env({}), capture_output=True,
                          text=True, timeout=120, check=True)  # fmt: skip
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_a_postgresql_database_is_named_without_its_password() -> None:
+    from app.cli.database import cli_database
+
+    url = "postgresql://bob:s3cret-Passw0rd@127.0.0.1:5432/agent"
+    where = cli_database(Settings.from_env({"AGENT_DATABASE_URL": url, "AGENT_SECRET_KEY": "k" * 40}))
+    assert where.line() == "database: PostgreSQL postgresql://bob@127.0.0.1:5432/agent" and not where.created

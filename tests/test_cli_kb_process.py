@@ -23,9 +23,9 @@ from tests.support.server import serve_app
 pytestmark = pytest.mark.slow  # `agentchat` CLI subprocesses
 
 
-async def agentchat(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
+async def agentchat(env: dict[str, str], *argv: str, cwd: Path = REPO) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app.cli", *argv, cwd=REPO, env=env,
+        sys.executable, "-m", "app.cli", *argv, cwd=cwd, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     try:
@@ -39,7 +39,7 @@ async def agentchat(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
 def buckets_table(out: str) -> dict[str, int]:
     """``{bucket: documents}`` from ``agentchat buckets``."""
     rows = {}
-    for line in out.splitlines():
+    for line in out.splitlines()[:-1]:  # the last names the database
         name, documents = line.split()[:2]
         rows[name] = int(documents.removeprefix("documents="))
     return rows
@@ -76,6 +76,7 @@ async def test_a_second_bucket_gets_copies_and_removing_it_leaves_the_first_alon
     assert out.splitlines() == [
         "removing bucket 'nodecheck': 2 documents, 2 chunks; other buckets are not touched",
         "removed bucket 'nodecheck' and its 2 documents",
+        f"database: SQLite file {tmp_path / 'agent.db'}",
     ]
     code, out, _ = await agentchat(env, "buckets")
     assert code == 0 and buckets_table(out) == {"default": 2}
@@ -139,6 +140,52 @@ async def test_commands_that_only_read_or_remove_create_no_database(tmp_path: Pa
     assert code == 0 and buckets_table(out) == {"default": 1} and err == "", out + err
 
 
+async def test_every_command_names_its_database_and_says_when_it_made_one(tmp_path: Path) -> None:
+    """``AGENT_DB_PATH`` defaults to the relative ``data/agentchat.sqlite3``: ``agentchat
+    ingest`` run in another directory made a new database there, said "1 documents added"
+    with exit code 0, and the running server never knew the bucket (a log line the only
+    sign). Now the last line of every command names the database by its absolute path,
+    says that the path is relative to where the command ran, and that the command created
+    the file when it did; a command that only reads creates none, naming where it looked."""
+    env = child_env({})  # the default AGENT_DB_PATH
+    here, other = tmp_path / "here", tmp_path / "other"
+    here.mkdir()
+    other.mkdir()
+    page = tmp_path / "a.md"
+    page.write_text("# A\n\nThe a page.\n")
+    db = here.resolve() / "data" / "agentchat.sqlite3"
+    relative = f"AGENT_DB_PATH data/agentchat.sqlite3 is relative to the current directory {here.resolve()}"
+
+    code, out, err = await agentchat(env, "ingest", str(page), "--bucket", "mine", "--quiet", cwd=here)
+    assert code == 0 and db.exists(), out + err
+    assert "1 documents added" in out
+    assert out.splitlines()[-1] == (
+        f"database: created a new SQLite file {db} ({relative}); a server started in another directory "
+        "does not see it (set AGENT_DB_PATH to an absolute path)"
+    )
+    for argv in (["ingest", str(page), "--bucket", "mine", "--quiet"], ["buckets"], ["docs", "list"]):
+        code, out, err = await agentchat(env, *argv, cwd=here)
+        assert code == 0 and out.splitlines()[-1] == f"database: SQLite file {db} ({relative})", (argv, out, err)
+
+    looked = other.resolve() / "data" / "agentchat.sqlite3"
+    for argv in (["buckets"], ["docs", "list"]):
+        code, out, err = await agentchat(env, *argv, cwd=other)
+        assert (code, out) == (1, ""), (argv, out, err)
+        assert err.splitlines() == [
+            f"agentchat {' '.join(argv)}: no database yet at {looked} (AGENT_DB_PATH data/agentchat.sqlite3 is "
+            f"relative to the current directory {other.resolve()}); run `make run` (or `agentchat serve`) or "
+            "`agentchat ingest` to create it"
+        ], (argv, err)
+    assert list(other.iterdir()) == []
+
+    # An absolute AGENT_DB_PATH: the path, and no note about the directory.
+    env = child_env({"AGENT_DB_PATH": str(db)})
+    code, out, _ = await agentchat(env, "buckets", cwd=other)
+    assert code == 0 and out.splitlines() == [
+        "mine                 documents=1        chunks=1        (no typed fields)", f"database: SQLite file {db}"
+    ]
+
+
 async def test_an_ordinary_documentation_folder_ingests_with_exit_0(tmp_path: Path) -> None:
     env = child_env({"AGENT_DB_PATH": str(tmp_path / "agent.db")})
     d = tmp_path / "docs"
@@ -166,7 +213,7 @@ async def test_an_ordinary_documentation_folder_ingests_with_exit_0(tmp_path: Pa
     assert err.splitlines()[-1].startswith("ingest: 5/5 files (100%), 3 chunks")  # progress on stderr, as plain lines
 
     code, out, _ = await agentchat(env, "docs", "list")
-    listed = out.splitlines()
+    listed = out.splitlines()[:-1]  # the last names the database
     assert code == 0 and len(listed) == 3
     assert any("docs/content/registry.md" in line for line in listed)
     assert not any("docs/output/registry.html" in line for line in listed)

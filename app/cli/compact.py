@@ -44,7 +44,7 @@ def add_compact_command(sub: Any) -> None:
 
 
 async def run_compact(args: argparse.Namespace, settings: Settings) -> int:
-    from app.cli.database import StorageUnavailable, open_cli_storage
+    from app.cli.database import StorageUnavailable, cli_database, open_cli_storage
     from app.retention import RetentionPolicy, retention_pass
     from knowledge.attachments import attachment_bucket
 
@@ -54,6 +54,7 @@ async def run_compact(args: argparse.Namespace, settings: Settings) -> int:
         print("agentchat compact: days must be 0 or more", file=sys.stderr)
         return 2
     try:  # the service's database (AGENT_DATABASE_URL, else AGENT_DB_PATH), never a local copy
+        where = cli_database(settings)
         storage = await open_cli_storage(settings, create=False)  # nothing to compact in none
     except StorageUnavailable as exc:
         print(f"agentchat compact: {exc}", file=sys.stderr)
@@ -80,11 +81,13 @@ async def run_compact(args: argparse.Namespace, settings: Settings) -> int:
         await storage.close()
     if not done.ran:
         print("agentchat compact: another process is compacting this database now; nothing done", file=sys.stderr)
+        print(where.line())
         return 3
     print(
         f"compacted {done.runs_compacted} runs ({done.events_removed} events removed); "
         f"deleted {done.conversations_deleted} idle conversations ({attachments} attachments removed)"
     )
+    print(where.line())
     return 0
 
 

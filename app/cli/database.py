@@ -11,11 +11,19 @@ Only the commands that write documents or buckets (``ingest``, ``buckets create`
 create the SQLite file. The others (listing, removing, pruning, compacting) on a machine
 with no database yet say so in one line and exit 1 (``NoDatabaseYet``): they used to
 create an empty file, with a WARNING about creating it, to list nothing from it.
+
+Every command that opened the database names it in its output (``CliDatabase.line``):
+the absolute path of the SQLite file, or the PostgreSQL URL without its password, and
+when the command created the file, that it did. ``AGENT_DB_PATH`` defaults to the
+relative ``data/agentchat.sqlite3``: ``agentchat ingest`` run from another folder made
+a new database there with rc 0 and "1 documents added", a log line its only sign, and
+the server never saw the bucket. The line makes that visible at once.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +41,65 @@ class NoDatabaseYet(StorageUnavailable):
     """A command that needs an existing database found no SQLite file: none is created."""
 
 
+@dataclass(frozen=True, slots=True)
+class CliDatabase:
+    """The database a command works on, as its output names it (``line``)."""
+
+    #: ``SQLite file /abs/path`` or ``PostgreSQL postgresql://user:***@host/db``.
+    shown: str
+    #: The SQLite file was not there before this command (which made it).
+    created: bool = False
+    #: ``AGENT_DB_PATH`` as given, when it is relative (to the current directory).
+    relative: Path | None = None
+
+    def line(self) -> str:
+        """``database: …``, the last line of a command's output."""
+        if self.relative is None:
+            return f"database: created a new {self.shown}" if self.created else f"database: {self.shown}"
+        where = f"{self.shown} ({_relative_note(self.relative)})"
+        if self.created:  # most likely not the server's: said so, with the way out
+            return (f"database: created a new {where}; a server started in another directory does not see it "
+                    "(set AGENT_DB_PATH to an absolute path)")
+        return f"database: {where}"
+
+
+def cli_database(settings: Settings) -> CliDatabase:
+    """Which database the command is about to open, and whether it is there yet: call it
+    before opening (a command that may create the SQLite file creates it then)."""
+    from storage.open import is_postgres_url
+
+    target = storage_target(settings)
+    if is_postgres_url(target):
+        return CliDatabase(shown_target(target))
+    path = Path(target)
+    return CliDatabase(shown_target(target), created=not path.exists(), relative=None if path.is_absolute() else path)
+
+
+def shown_target(target: str | Path) -> str:
+    """``describe_target`` with a SQLite file's absolute path: the commands' words (a
+    relative ``AGENT_DB_PATH`` means a different file in each directory)."""
+    from storage.open import is_postgres_url
+
+    return describe_target(target) if is_postgres_url(target) else f"SQLite file {Path(target).absolute()}"
+
+
+def _relative_note(path: Path) -> str:
+    return f"AGENT_DB_PATH {path} is relative to the current directory {Path.cwd()}"
+
+
 def _require_existing(target: str | Path) -> None:
     """``NoDatabaseYet`` when ``target`` is a SQLite file that is not there. A PostgreSQL
     database is the server's to have: opening it (and migrating) creates no file."""
     from storage.open import is_postgres_url
 
-    if not is_postgres_url(target) and not Path(target).exists():
+    if is_postgres_url(target):
+        return
+    path = Path(target)
+    if not path.exists():
+        where = "" if path.is_absolute() else f" ({_relative_note(path)})"
         raise NoDatabaseYet(
-            f"no database yet at {target}; run `make run` (or `agentchat serve`) or `agentchat ingest` to create it"
+            f"no database yet at {path.absolute()}{where}; run `make run` (or `agentchat serve`) or "
+            "`agentchat ingest` to create it"
         )
 
 
@@ -110,7 +169,7 @@ async def open_cli_storage(settings: Settings, *, create: bool) -> Any:
             options=_sqlite_options(settings, target),
         )
     except _open_errors() as exc:
-        raise StorageUnavailable(f"cannot open the {describe_target(target)}: {_first_line(exc, target)}") from exc
+        raise StorageUnavailable(f"cannot open the {shown_target(target)}: {_first_line(exc, target)}") from exc
 
 
 async def open_cli_kb(settings: Settings, embedder: Any, *, create: bool) -> Any:
@@ -131,15 +190,18 @@ async def open_cli_kb(settings: Settings, embedder: Any, *, create: bool) -> Any
             options=_sqlite_options(settings, target),
         )
     except _open_errors() as exc:
-        raise StorageUnavailable(f"cannot open the {describe_target(target)}: {_first_line(exc, target)}") from exc
+        raise StorageUnavailable(f"cannot open the {shown_target(target)}: {_first_line(exc, target)}") from exc
 
 
 __all__ = [
     "CLI_MAX_CONNECTIONS",
+    "CliDatabase",
     "NoDatabaseYet",
     "StorageUnavailable",
+    "cli_database",
     "describe_target",
     "open_cli_kb",
     "open_cli_storage",
+    "shown_target",
     "storage_target",
 ]

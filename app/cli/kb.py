@@ -117,12 +117,13 @@ async def run_kb_command(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _open_kb(settings: Settings, command: str, *, create: bool, embed: bool = False) -> Any:
-    """The KB on the service's database (``app.cli.database``). Only ``ingest`` embeds,
-    so only it chooses (and probes) an embedder; listing and removing need no model.
-    Only commands that write (``create``) may create the database; the others on a
-    machine without one say so. ``None`` after printing why the database could not be
-    opened."""
-    from app.cli.database import StorageUnavailable, open_cli_kb
+    """The KB on the service's database (``app.cli.database``) and that database, for the
+    command's last line (``CliDatabase.line``: which file, and whether this command made
+    it). Only ``ingest`` embeds, so only it chooses (and probes) an embedder; listing and
+    removing need no model. Only commands that write (``create``) may create the
+    database; the others on a machine without one say so. ``None`` after printing why
+    the database could not be opened."""
+    from app.cli.database import StorageUnavailable, cli_database, open_cli_kb
 
     embedder = None
     if embed:
@@ -130,8 +131,9 @@ async def _open_kb(settings: Settings, command: str, *, create: bool, embed: boo
 
         embedder, why = await kb_embedder(settings)
         log.info(embedder_line(embedder, why))
+    where = cli_database(settings)  # before opening, which may create the file
     try:
-        return await open_cli_kb(settings, embedder, create=create)
+        return await open_cli_kb(settings, embedder, create=create), where
     except StorageUnavailable as exc:
         print(f"agentchat {command}: {exc}", file=sys.stderr)
         return None
@@ -140,7 +142,6 @@ async def _open_kb(settings: Settings, command: str, *, create: bool, embed: boo
 async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
     from pathlib import Path
 
-    from knowledge.filecheck import MB
     from knowledge.names import check_bucket_name
 
     try:
@@ -153,9 +154,19 @@ async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
     if missing:
         print(f"agentchat ingest: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return EXIT_USAGE
-    kb = await _open_kb(settings, "ingest", create=True, embed=True)
-    if kb is None:
+    opened = await _open_kb(settings, "ingest", create=True, embed=True)
+    if opened is None:
         return EXIT_REJECTED
+    kb, where = opened
+    try:
+        return await _ingest_into(kb, args, paths)
+    finally:  # also after an interruption: the batches stored before it are in this database
+        print(where.line())
+
+
+async def _ingest_into(kb: Any, args: argparse.Namespace, paths: list[Any]) -> int:
+    from knowledge.filecheck import MB
+
     progress = None if args.quiet else IngestProgress()
     import asyncio
 
@@ -202,9 +213,17 @@ async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
 async def _buckets(args: argparse.Namespace, settings: Settings) -> int:
     command = getattr(args, "bucket_command", None)
     name = f"buckets {command}" if command and command != "list" else "buckets"
-    kb = await _open_kb(settings, name, create=command == "create")
-    if kb is None:
+    opened = await _open_kb(settings, name, create=command == "create")
+    if opened is None:
         return EXIT_REJECTED
+    kb, where = opened
+    try:
+        return await _bucket_command(kb, args, command)
+    finally:
+        print(where.line())
+
+
+async def _bucket_command(kb: Any, args: argparse.Namespace, command: str | None) -> int:
     try:
         if command == "create":
             fields: dict[str, str] = {}
@@ -262,9 +281,17 @@ async def _known_bucket(kb: Any, name: str, command: str) -> bool:
 
 
 async def _docs(args: argparse.Namespace, settings: Settings) -> int:
-    kb = await _open_kb(settings, f"docs {args.docs_command}", create=False)
-    if kb is None:
+    opened = await _open_kb(settings, f"docs {args.docs_command}", create=False)
+    if opened is None:
         return EXIT_REJECTED
+    kb, where = opened
+    try:
+        return await _docs_command(kb, args)
+    finally:
+        print(where.line())
+
+
+async def _docs_command(kb: Any, args: argparse.Namespace) -> int:
     try:
         if args.docs_command == "rm":
             ids = list(dict.fromkeys(args.ids))

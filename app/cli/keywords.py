@@ -33,9 +33,10 @@ def add_keywords_command(sub: Any) -> None:
 
 async def run_prune_keywords(args: argparse.Namespace, settings: Settings) -> int:
     from agenttools.rag.keywords import KeywordIndex
-    from app.cli.database import StorageUnavailable, open_cli_storage
+    from app.cli.database import StorageUnavailable, cli_database, open_cli_storage
 
     try:  # the service's database (AGENT_DATABASE_URL, else AGENT_DB_PATH), never a local copy
+        where = cli_database(settings)
         storage = await open_cli_storage(settings, create=False)  # nothing to prune in none
     except StorageUnavailable as exc:
         print(f"agentchat keywords prune: {exc}", file=sys.stderr)
@@ -46,6 +47,7 @@ async def run_prune_keywords(args: argparse.Namespace, settings: Settings) -> in
     finally:
         await storage.close()
     print(f"pruned {removed} keywords (usage < {args.min_usage}, unused for more than {args.older_than} days)")
+    print(where.line())
     return 0
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from storage.open import open_storage
+from storage.postgres import redact
 from tests.support.deadline import reap, within
 from tests.support.postgres import TestPostgres
 from tests.support.procs import REPO, child_env
@@ -42,15 +43,18 @@ async def test_ingest_buckets_and_docs_use_the_configured_engine(
     (d / "a.md").write_text("# Alpha\n\nThe alpha page.\n")
     (d / "b.md").write_text("# Beta\n\nThe beta page.\n")
 
-    async def check(env: dict[str, str], target: str | Path) -> None:
+    async def check(env: dict[str, str], target: str | Path, url: str = "") -> None:
         code, out, err = await agentchat(env, "ingest", str(d), "--bucket", "manual", "--quiet")
         assert code == 0 and "2 documents added" in out, out + err
         code, out, _ = await agentchat(env, "buckets")
         assert code == 0 and out.split()[:2] == ["manual", "documents=2"]
         code, out, _ = await agentchat(env, "docs", "list", "--bucket", "manual")
-        assert code == 0 and len(out.splitlines()) == 2
+        assert code == 0 and len(out.splitlines()) == 3
+        # Each names the database it worked on (a PostgreSQL URL without its password).
+        named = f"database: SQLite file {target}" if engine == "sqlite" else f"database: PostgreSQL {redact(url)}"
+        assert out.splitlines()[-1] == named
         code, out, _ = await agentchat(env, "keywords", "prune", "--min-usage", "1", "--older-than", "30")
-        assert code == 0 and out.startswith("pruned 0 keywords")
+        assert code == 0 and out.startswith("pruned 0 keywords") and out.splitlines()[-1] == named
         storage = await open_storage(target)  # the rows are where the service would read them
         try:
             assert [(b.name, b.documents) for b in await storage.kb_index.list_buckets()] == [("manual", 2)]
@@ -62,7 +66,7 @@ async def test_ingest_buckets_and_docs_use_the_configured_engine(
         return
     server: TestPostgres = request.getfixturevalue("pg_server")
     with server.database() as url:
-        await check(child_env({"AGENT_DB_PATH": str(sqlite_file), "AGENT_DATABASE_URL": url}), url)
+        await check(child_env({"AGENT_DB_PATH": str(sqlite_file), "AGENT_DATABASE_URL": url}), url, url)
     assert not sqlite_file.exists()
 
 
