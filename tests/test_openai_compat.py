@@ -40,6 +40,12 @@ DOCS = [
     },
 ]
 RESUME_Q = "How do I resume a stream after a disconnect?"
+#: What the answers cite, as an OpenAI client is shown it: a number, and the list at the end.
+RESUME_SOURCES = "\n\nSources:\n- [1] Resuming a run — https://docs.example.com/resume"
+RESUME_CITED = {
+    "number": 1, "ids": ["doc-resume#0"], "title": "Resuming a run", "url": "https://docs.example.com/resume",
+    "location": "api",  # posted over HTTP without a source of its own
+}
 REFUND_Q = "How long does a refund take to arrive?"
 
 
@@ -90,8 +96,12 @@ async def test_a_completion_is_a_run_answered_from_the_knowledge_base(server: tu
     names = [e["event"] for e in extra]
     assert names[0] == "run_started" and names[-1] == "message_complete" and "content_chunk" not in names
     response = next(e["data"] for e in extra if e["event"] == "response")
-    assert response["answer"] == choice.message.content
+    # The run's answer cites the passage by its id; the client reads a number and the list
+    # (the extension keeps the raw ids and the numbering).
+    assert response["answer"].endswith("[doc-resume#0]")
+    assert choice.message.content == response["answer"].replace("[doc-resume#0]", "[1]") + RESUME_SOURCES
     assert "doc-resume#0" in {s["id"] for s in response["sources"]}
+    assert completion.model_extra["agentchat"]["citations"] == [RESUME_CITED]
     calls = [e["data"]["name"] for e in extra if e["event"] == "tool_call_start"]
     assert calls[0] == "knowledge_base_search" and calls[-1] == "generate_response"
     # It is a run like any other: stored, with its conversation, under the ids the headers name.
@@ -126,7 +136,10 @@ async def test_streamed_chunks_carry_the_answer_tool_activity_and_usage(server: 
     native = native_events(chunks)
     assert native[-1]["event"] == "message_complete" and native[-1]["data"]["status"] == "completed"
     response = next(e["data"] for e in native if e["event"] == "response")
-    assert text == response["answer"] and "Last-Event-ID" in text  # shown once, not twice
+    # Shown once, not twice; its citation numbered, the sources listed at its end.
+    assert text == response["answer"].replace("[doc-resume#0]", "[1]") + RESUME_SOURCES
+    assert "Last-Event-ID" in text and "doc-resume" not in text
+    assert native[-1]["citations"] == [RESUME_CITED]
     tools = [(e["event"], e["data"]["name"]) for e in native if e["event"].startswith("tool_call")]
     assert tools == [
         ("tool_call_start", "knowledge_base_search"), ("tool_call_result", "knowledge_base_search"),

@@ -73,7 +73,9 @@ def openai_api() -> ApiContribution:
             "description": "The last message is the run's question; earlier user/assistant turns are its history "
             "(see docs/compatible-faces.md, OpenAI-compatible endpoints). `stream: true` answers "
             "`chat.completion.chunk`s, then `[DONE]`. Unknown fields are ignored; `max_tokens`, `temperature`, "
-            "`tools` and the like are too.",
+            "`tools` and the like are too. In `content` the answer's citations are numbered `[1]`, `[2]` (one per "
+            "source, in order of first use) and it ends with a `Sources:` list (number, title, link or file); "
+            "`agentchat.citations` maps each number to the run's source ids.",
             "parameters": [{"name": "X-Conversation-Id", "in": "header", "required": False,
                             "description": "Continue this server-side conversation.",
                             "schema": {"type": "string", "pattern": CONVERSATION_ID_PATTERN}}],
@@ -111,6 +113,12 @@ def openai_api() -> ApiContribution:
             "created": {"type": "integer"}, "owned_by": {"type": "string"},
         }},
         "ChatCompletionRequest": completion_request_schema(),
+        "OpenAICitation": {"type": "object", "required": ["number", "ids"], "properties": {
+            "number": {"type": "integer", "minimum": 1, "description": "The `[n]` in `content`."},
+            "ids": {"type": "array", "items": {"type": "string"}, "description": "The run's source ids it stands "
+                    "for (a document's passages, or one web page)."},
+            "title": {"type": "string"}, "url": {"type": "string"}, "location": {"type": "string"},
+        }},
         "ChatCompletion": {"type": "object", "required": ["id", "object", "choices"], "properties": {
             "id": {"type": "string"}, "object": {"const": "chat.completion"}, "model": {"type": "string"},
             "choices": {"type": "array", "items": {"type": "object", "properties": {
@@ -119,7 +127,11 @@ def openai_api() -> ApiContribution:
                 "finish_reason": {"type": "string"},
             }}},
             "usage": {"type": ["object", "null"]},
-            "agentchat": {"type": "object", "description": "Every native event but `content_chunk`, in order."},
+            "agentchat": {"type": "object", "description": "`events`: every native event but `content_chunk`, in "
+                          "order; `citations`: what each `[n]` of `content` stands for.", "properties": {
+                "events": {"type": "array", "items": {"type": "object"}},
+                "citations": {"type": "array", "items": schema_ref("OpenAICitation")},
+            }},
         }},
     }
     tags = [{"name": "openai", "description": "The agent as an OpenAI-compatible model (Open WebUI, OpenAI SDKs)."}]

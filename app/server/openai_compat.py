@@ -10,7 +10,9 @@ What a client gets (documented in docs/compatible-faces.md "OpenAI-compatible en
 
 * ``delta.content`` / ``message.content``: the streamed answer text; a final answer
   that reached us only through ``generate_response`` (or a clarification) is appended
-  unless it was already streamed.
+  unless it was already streamed. Its citation markers are numbered ``[1]``, ``[2]`` and
+  it ends with a "Sources:" list (``app/server/openai_citations.py``): the ids mean
+  nothing to a person reading an OpenAI client.
 * ``agentchat``, an extra top-level field on chunks with an empty ``delta``: every other
   native event as ``{"event", "data"}`` (tool calls and results, previews, the
   ``response`` with its sources, ``message_complete`` on the final chunk). Empty deltas
@@ -60,6 +62,7 @@ from app.server.compat_runs import (
 )
 from app.server.context_scope import check_bucket_scope
 from app.server.identity import Identity
+from app.server.openai_citations import CitationNumbers
 from app.server.openai_cut import AnswerCut
 from app.server.openai_errors import error_body, error_response
 from app.server.openai_request import CompletionRequest, model_ids, parse_request, unknown_model
@@ -121,7 +124,7 @@ async def _answered_by_us(svc: Services, user_id: str, earlier: list[tuple[str, 
     tr = Translator("", "", 0, include_usage=False)
     for item in await logged_events(svc, parent.id, user_id):
         tr.feed(item)
-    return parent.conversation_id if normalized(tr.answer.text) == held else None
+    return parent.conversation_id if normalized(tr.text) == held else None
 
 
 async def conversation_for(svc: Services, ident: Identity, req: CompletionRequest) -> tuple[str, str | None]:
@@ -155,14 +158,21 @@ class Translator:
         self, completion_id: str, model: str, created: int, *, include_usage: bool, cut: AnswerCut | None = None
     ) -> None:
         self.id, self.model, self.created, self.include_usage = completion_id, model, created, include_usage
+        #: The answer as the run wrote it (its citation ids): what ``owed`` compares with.
         self.answer = AnswerText()
-        #: The client's ``max_tokens``/``stop``: what it is sent of the answer (``sent``).
+        #: Its markers numbered for the client, and the sources the ``response`` names.
+        self.citations = CitationNumbers()
+        self.sources: list[events.Source] = []
+        #: The client's ``max_tokens``/``stop``: what it is sent of the answer.
         self.cut = cut
+        #: The content the client was sent, in order (``text``).
         self.sent: list[str] = []
         self.events: list[dict[str, Any]] = []  # ``{event, data}``, ``data`` as stored JSON
         self.usage: dict[str, int] | None = None
         self.error: dict[str, str] | None = None
         self.status: str | None = None
+        #: The numbers of the answer's citations (``CitationNumbers.mapping``), once it ended.
+        self.mapping: list[dict[str, Any]] = []
         #: The run waits for a decision on this call (its last event was ``approval_required``).
         self.awaiting: events.ApprovalRequired | None = None
         # The hot path (one frame per token) splices the delta into pre-encoded bytes.
@@ -186,13 +196,19 @@ class Translator:
         return out
 
     def _content(self, text: str, encoded: str | None = None) -> list[bytes]:
-        """The chunk of ``text``; ``encoded`` is its JSON string when the run already wrote it."""
+        """The chunk of the answer's ``text``, its citations numbered; ``encoded`` is its JSON
+        string when the run already wrote it."""
+        shown = self.citations.feed(text)
+        return self._send(shown, encoded if shown == text else None)
+
+    def _send(self, text: str, encoded: str | None = None) -> list[bytes]:
+        """The chunk of ``text`` as the client's ``max_tokens``/``stop`` let it through."""
         if self.cut is not None:
             shown = self.cut.feed(text)
             encoded, text = (encoded if shown == text else None), shown
-            self.sent.append(text)
         if not text:
             return []
+        self.sent.append(text)
         value = encoded.encode() if encoded is not None else orjson.dumps(text)
         return [self._before_delta + b'{"content":' + value + b"}" + self._after_content]
 
@@ -222,7 +238,8 @@ class Translator:
         match event:
             case events.MessageStart():
                 self.answer.new_turn()
-            case events.Response(answer=answer):
+            case events.Response(answer=answer, sources=sources):
+                self.sources = list(sources)
                 out += self._content(self.answer.owed(answer))
             case events.Clarification(missing_info=missing_info):
                 out += self._content(self.answer.owed(missing_info))
@@ -257,15 +274,18 @@ class Translator:
         if self.error is not None or self.status != "completed":
             err = self.error or {"message": "the run failed", "code": "run_failed"}
             return [frame(error_body(err["message"], err["code"], 500))]
-        extra = {"event": events.MessageComplete.name, "data": orjson.Fragment(data)}
-        self.events.append(extra)
-        out: list[bytes] = []
+        ended = {"event": events.MessageComplete.name, "data": orjson.Fragment(data)}
+        self.events.append(ended)
+        # The text held in case it began a marker, then the sources' list (never renumbered).
+        out = self._send(self.citations.finish())
+        self.mapping = self.citations.mapping(self.sources)
+        out += self._send(self.citations.sources_list(self.mapping))
         if self.cut is not None:  # the text held back in case it began a stop sequence
             held = self.cut.finish()
-            self.sent.append(held)
             if held:
+                self.sent.append(held)
                 out.append(frame(self.chunk({"content": held})))
-        out.append(frame(self.chunk({}, self.finish_reason, extra)))
+        out.append(frame(self.chunk({}, self.finish_reason, {**ended, "citations": self.mapping})))
         if self.include_usage:
             last = self.chunk({})
             last["choices"], last["usage"] = [], self.usage
@@ -278,8 +298,9 @@ class Translator:
 
     @property
     def text(self) -> str:
-        """The answer as the client is sent it (cut at its ``max_tokens``/``stop``)."""
-        return "".join(self.sent) if self.cut is not None else self.answer.text
+        """The answer as the client is sent it: citations numbered, the sources' list at
+        its end, cut at its ``max_tokens``/``stop``."""
+        return "".join(self.sent)
 
     def completion(self) -> dict[str, Any]:
         return {
@@ -297,7 +318,7 @@ class Translator:
                 }
             ],
             "usage": self.usage,
-            "agentchat": {"events": self.events},
+            "agentchat": {"events": self.events, "citations": self.mapping},
         }
 
 
