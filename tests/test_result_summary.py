@@ -55,8 +55,8 @@ KNOWLEDGE_RESULTS: dict[str, tuple[Any, str]] = {
          "chunks": [chunk(1, "Durable runs"), chunk(1, "Durable runs"), chunk(2, "Troubleshooting"),
                     chunk(3, "Compatible faces"), chunk(4, "Operations")],
          "total_matches": 9, "external_answers": [], "sufficient_hint": "5 passage(s) found.", "cite_with": "…"},
-        "5 passages from 4 documents (semantic side dropped): \u201cDurable runs\u201d, \u201cTroubleshooting\u201d, "
-        "\u201cCompatible faces\u201d, \u2026",
+        "5 passages from 4 documents (ranked by matching words only: no close match by meaning): "
+        "\u201cDurable runs\u201d, \u201cTroubleshooting\u201d, \u201cCompatible faces\u201d, \u2026",
     ),
     "search_text": (
         {"bucket": "default", "query": "resume", "filters": {}, "mode": "text", "total_matches": 2,

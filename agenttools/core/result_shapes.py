@@ -168,7 +168,7 @@ def _search_caveats(c: Mapping[str, Any]) -> str:
     notes: list[str] = []
     dropped = c.get("dropped_sides")
     if isinstance(dropped, Mapping) and dropped:
-        notes.append(" and ".join(label(str(side)) for side in dropped) + " side dropped")
+        notes.append(_dropped_side(dropped))
     if c.get("relaxed"):
         notes.append("filters relaxed")
     warnings = c.get("warnings")
@@ -177,6 +177,29 @@ def _search_caveats(c: Mapping[str, Any]) -> str:
     if c.get("kb_error"):
         notes.append("knowledge base unavailable")
     return f" ({'; '.join(notes)})" if notes else ""
+
+
+#: A hybrid search's side left out (``knowledge.search.FUSION_SIDES``), in a reader's words:
+#: what the passages were ranked by instead, and why (``knowledge.fusion``'s reasons).
+_LEFT_OUT: Final = {
+    "semantic": ("matching words", {
+        "heads_disagree": "the meaning-based ranking disagreed", "not_confident": "no close match by meaning",
+        "no_candidates": "nothing found by meaning", "no_weight": "ranking by meaning is off"}),
+    "text": ("meaning", {
+        "heads_disagree": "the word-matching ranking disagreed", "not_confident": "no close match by words",
+        "no_candidates": "nothing found by words", "no_weight": "ranking by words is off"}),
+}
+
+
+def _dropped_side(dropped: Mapping[Any, Any]) -> str:
+    """The ranking a hybrid search rested on and why the other did not count, in plain words
+    ("ranked by matching words only: no close match by meaning"), not the fusion's terms."""
+    [(side, why)] = dropped.items() if len(dropped) == 1 else [(None, None)]
+    if side in _LEFT_OUT:
+        kept, reasons = _LEFT_OUT[side]
+        reason = reasons.get(str(why))
+        return f"ranked by {kept} only" + (f": {reason}" if reason else "")
+    return " and ".join(label(str(s)) for s in dropped) + " rankings left out"
 
 
 def _web_answer(c: Mapping[str, Any]) -> str | None:

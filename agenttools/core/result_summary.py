@@ -43,6 +43,8 @@ from agenttools.core.result_shapes import (
 from agenttools.core.untrusted import neutralize_text
 
 MAX_SUMMARY_CHARS: Final = 160
+#: A quoted name cut to fewer characters than this is left out of a cut line.
+_SHORTEST_QUOTED: Final = 4
 OPEN_QUOTE: Final = "\u201c"
 CLOSE_QUOTE: Final = "\u201d"
 
@@ -84,9 +86,13 @@ def summarize_result(content: Any) -> str:
 
 
 def _cut(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters with "…", its quotes kept balanced."""
+    """``text`` cut to ``limit`` characters with "…", its quotes kept balanced; a quote
+    cut before a word of it shows is left out (``“Troubleshooting”, …``, not ``“…”``)."""
     cut = text[: limit - 2].rstrip()
     if cut.count(OPEN_QUOTE) > cut.count(CLOSE_QUOTE):
+        opened = cut.rfind(OPEN_QUOTE)
+        if len(cut[opened + 1 : limit - 3].strip()) < _SHORTEST_QUOTED:
+            return cut[:opened].rstrip() + " \u2026"
         return cut[: limit - 3].rstrip() + "\u2026" + CLOSE_QUOTE
     return cut + "\u2026"
 

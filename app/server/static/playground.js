@@ -881,8 +881,25 @@
   async function problemText(response) {
     const body = await response.json().catch(() => null);
     const detail = body && (body.detail || body.error);
+    if (response.status === 401) return signInText(detail);
     const retry = response.headers.get("Retry-After");
     return `HTTP ${response.status}${detail ? `: ${detail}` : ""}${retry ? ` (retry in ${retry} s)` : ""}`;
+  }
+
+  /** A 401 says where the token goes (the server's words alone, "missing Authorization
+   *  header", do not): the Settings field below the buttons. */
+  function signInText(detail) {
+    const refused = detail ? ` (the server said: ${detail})` : "";
+    return ui.token.value.trim()
+      ? `the bearer token in Settings → “Bearer token” was refused${refused}: paste a valid one there.`
+      : `this server needs a bearer token (AGENT_AUTH=jwt): paste yours in Settings → “Bearer token”, below.`;
+  }
+
+  /** Open Settings and put the cursor in the token field. */
+  function showTokenField() {
+    const settings = ui.token.closest("details");
+    if (settings) settings.open = true;
+    ui.token.focus();
   }
 
   async function ask(message) {
@@ -925,6 +942,7 @@
     if (response.status !== 201) {
       ui.formError.textContent = `The run was not started — ${await problemText(response)}`;
       ui.send.disabled = false;
+      if (response.status === 401) showTokenField();
       return;
     }
     const created = await response.json();
