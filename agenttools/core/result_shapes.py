@@ -23,86 +23,20 @@ text, not ours.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-QUOTED_CHARS: Final = 40
-_NAMES_SHOWN: Final = 3
-_ID_TEXT: Final = re.compile(
-    r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[a-z]{1,4}_[0-9a-f]{8,}|[0-9a-f]{12,})$",
-    re.IGNORECASE,
+from agenttools.core.result_words import (
+    label,
+    names_of,
+    plural,
+    quote,
 )
-_FIELD_NAME: Final = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
-_DIGIT_RUN: Final = re.compile(r"[0-9]{3}")
-
-
-def quote(text: str, limit: int = QUOTED_CHARS) -> str:
-    """Retrieved text as ``“…”``: one line, at most ``limit`` characters inside, and no
-    typographic quote of its own that could close ours early."""
-    clean = " ".join(str(text).split()).replace("\u201c", '"').replace("\u201d", '"')
-    if len(clean) > limit:
-        clean = clean[: limit - 1].rstrip() + "\u2026"
-    return f"\u201c{clean}\u201d"
-
-
-def words(key: str) -> str:
-    """A field name as words: ``action_types`` → ``action types``. Only for a name known
-    to be one; a key or code from a result goes through ``label``."""
-    return key.replace("_", " ").replace("-", " ").strip()
-
-
-def is_field_name(key: str) -> bool:
-    """``key`` looks like an identifier a program chose (``total``, ``action_types``), not
-    words addressed to a person: lower-case, no spaces or punctuation, at most 31
-    characters, and no run of three digits (a phone or account number spelled as a key)."""
-    return bool(_FIELD_NAME.match(key)) and not _DIGIT_RUN.search(key)
-
-
-def label(key: str) -> str:
-    """A key or code of a result in the line: as words when it is shaped like a field name
-    (``action types``), otherwise quoted like any other text the result supplied."""
-    return words(key) if is_field_name(key) else quote(key)
-
-
-def is_id_like(text: str) -> bool:
-    """A UUID, a prefixed or bare hex id (``q_41b6…``, ``px_…``): nothing a person reads."""
-    return bool(_ID_TEXT.match(text.strip()))
-
-
-def is_id_key(key: str) -> bool:
-    return key == "id" or key.endswith(("_id", "_ids", "Id", "Ids"))
-
-
-def name_of(item: Any) -> str:
-    """What an item of a list is called: its title, name, type or question; a string is
-    its own name. "" for an item without one (or only an id)."""
-    if isinstance(item, str):
-        return "" if is_id_like(item) else item
-    if isinstance(item, Mapping):
-        for key in ("title", "name", "type", "label", "question", "column", "field", "keyword", "message"):
-            value = item.get(key)
-            if isinstance(value, str) and value.strip() and not is_id_like(value):
-                return value
-    return ""
-
-
-def names_of(items: Sequence[Any], shown: int = _NAMES_SHOWN) -> str:
-    """The first distinct names of ``items``, quoted: ``“a”, “b”, “c”, …``."""
-    names = list(dict.fromkeys(n for n in (name_of(i) for i in items) if n))
-    if not names:
-        return ""
-    text = ", ".join(quote(n) for n in names[:shown])
-    return text + (", \u2026" if len(names) > shown else "")
 
 
 def _list(c: Mapping[str, Any], key: str) -> list[Any]:
     value = c.get(key)
     return value if isinstance(value, list) else []
-
-
-def plural(n: int, noun: str, many: str | None = None) -> str:
-    return f"{n} {noun if n == 1 else (many or noun + 's')}"
 
 
 def describe_shape(content: Any) -> str | None:
@@ -182,12 +116,24 @@ def _search_caveats(c: Mapping[str, Any]) -> str:
 #: A hybrid search's side left out (``knowledge.search.FUSION_SIDES``), in a reader's words:
 #: what the passages were ranked by instead, and why (``knowledge.fusion``'s reasons).
 _LEFT_OUT: Final = {
-    "semantic": ("matching words", {
-        "heads_disagree": "the meaning-based ranking disagreed", "not_confident": "no close match by meaning",
-        "no_candidates": "nothing found by meaning", "no_weight": "ranking by meaning is off"}),
-    "text": ("meaning", {
-        "heads_disagree": "the word-matching ranking disagreed", "not_confident": "no close match by words",
-        "no_candidates": "nothing found by words", "no_weight": "ranking by words is off"}),
+    "semantic": (
+        "matching words",
+        {
+            "heads_disagree": "the meaning-based ranking disagreed",
+            "not_confident": "no close match by meaning",
+            "no_candidates": "nothing found by meaning",
+            "no_weight": "ranking by meaning is off",
+        },
+    ),
+    "text": (
+        "meaning",
+        {
+            "heads_disagree": "the word-matching ranking disagreed",
+            "not_confident": "no close match by words",
+            "no_candidates": "nothing found by words",
+            "no_weight": "ranking by words is off",
+        },
+    ),
 }
 
 

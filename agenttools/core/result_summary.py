@@ -15,7 +15,7 @@ What a result holds is often text a server or a document supplied, so every piec
 it in the line is treated as retrieved data: control tokens neutralised
 (``agenttools.core.untrusted``), inside typographic quotes, cut short; the words around
 them are ours. A key is the server's choice too: it reads as words only when it is
-shaped like a field name (``result_shapes.label``), otherwise it is quoted. The line is
+shaped like a field name (``result_words.label``), otherwise it is quoted. The line is
 streamed and stored, so a credential in the result is masked first by the rule the
 conversation's stored arguments follow (``log_redaction.redact_secrets``: values under
 secret-looking keys, ``Bearer`` tokens), shown as ``password ***``. The line is derived
@@ -30,9 +30,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from agenttools.core.log_redaction import MASK, is_secret_key, redact_secrets
-from agenttools.core.result_shapes import (
+from agenttools.core.result_shapes import describe_shape
+from agenttools.core.result_words import (
     QUOTED_CHARS,
-    describe_shape,
     is_field_name,
     is_id_key,
     is_id_like,
