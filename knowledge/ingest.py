@@ -55,10 +55,20 @@ from knowledge.filestamps import (
     with_repeats,
 )
 from knowledge.ingest_docs import Prepared, document_writes, embedding_text, screen, with_summary
-from knowledge.ingest_stages import BatchWrites, EmbedHook, bounded_parts, embed_texts, write_parts
+from knowledge.ingest_stages import (
+    STAGE_COMPARE,
+    STAGE_EMBED,
+    BatchWrites,
+    EmbedHook,
+    EmbedTally,
+    StageHook,
+    bounded_parts,
+    embed_texts,
+    write_parts,
+)
 from knowledge.loaders import SKIP_NOT_RECORDS, SUPPORTED_SUFFIXES, LoadedDocument, load_file, record_to_document
 from knowledge.names import check_bucket_name, short_hash, slugify
-from knowledge.samepage import SKIP_SAME_PAGE, find_same_pages
+from knowledge.samepage import SKIP_SAME_PAGE, compare_pages
 from knowledge.types import (
     DEFAULT_BUCKET,
     DocumentIn,
@@ -113,6 +123,7 @@ class Ingestor:
         max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
         on_batch: BatchHook | None = None,
         rehash: bool = False,
+        on_stage: StageHook | None = None,
     ) -> IngestReport:
         started = time.perf_counter()
         check_bucket_name(bucket)
@@ -142,8 +153,12 @@ class Ingestor:
         unchanged = Unchanged() if rehash else await unchanged_files(
             self.index, bucket, existing, stamps, (self.embed_key, self.dim)
         )
-        found = await asyncio.to_thread(find_same_pages, pages_to_compare(files, unchanged))
-        repeats = all_repeats(found, unchanged, dict(files))
+        compared = await compare_pages(
+            pages_to_compare(files, unchanged),
+            bucket=bucket,
+            on_page=None if on_stage is None else lambda k, n: on_stage(STAGE_COMPARE, k, n),
+        )
+        repeats = all_repeats(compared.found, unchanged, dict(files))
         unread = unchanged.documents
         repeated: dict[Path, list[Path]] = {}
         for page in repeats.values():
@@ -160,12 +175,14 @@ class Ingestor:
         pending: list[LoadedDocument] = []
         done = 0
 
-        def embedding(k: int, n: int) -> None:
-            if progress is not None:
-                progress(done, len(files), f"embedding {k}/{n} chunks")
+        embedded = EmbedTally(
+            None if progress is None else lambda k, n: progress(done, len(files), f"embedding {k}/{n} chunks"),
+            None if on_stage is None else lambda k, n: on_stage(STAGE_EMBED, k, n),
+        )
 
         async with BatchWrites(WRITES_IN_FLIGHT) as writes:
             for done, (path, shown) in enumerate(files, start=1):
+                kept_loaded = compared.take(path)  # loaded to compare it with its twin: not again
                 if path in unread:  # same stamp: not opened, its documents are unchanged
                     seen.update(unread[path])
                     report.skipped += len(unread[path])
@@ -173,7 +190,9 @@ class Ingestor:
                     if progress is not None:
                         progress(done, len(files), shown)
                     continue
-                loaded, rejected = await asyncio.to_thread(load_file, path, shown, bucket=bucket)
+                if kept_loaded is None:
+                    kept_loaded = await asyncio.to_thread(load_file, path, shown, bucket=bucket)
+                loaded, rejected = kept_loaded
                 if not rejected and path in stamps:
                     for item in loaded:
                         item.stamp = with_repeats(stamps[path], repeated.get(path, ()), stamps)
@@ -186,12 +205,12 @@ class Ingestor:
                         protected.add(str(path))
                 pending.extend(loaded)
                 if len(pending) >= self.config.batch_documents:
-                    await self._ingest_batch(pending, bucket, report, seen, writes, embedding, on_batch)
+                    await self._ingest_batch(pending, bucket, report, seen, writes, embedded.batch(), on_batch)
                     pending = []
                 if progress is not None:
                     progress(done, len(files), shown)
             if pending:
-                await self._ingest_batch(pending, bucket, report, seen, writes, embedding, on_batch)
+                await self._ingest_batch(pending, bucket, report, seen, writes, embedded.batch(), on_batch)
             await writes.drain()
         await unstamp_rejected(self.index, bucket, files, report.rejected)
         stale = await self._stale_documents(bucket, existing, seen, protected)

@@ -17,6 +17,12 @@ from toolindex.embedder import Embedder
 T = TypeVar("T")
 #: ``(chunks embedded, chunks to embed)`` of the batch being embedded.
 EmbedHook = Callable[[int, int], None]
+#: ``(stage, done, total)``, for a display that counts a stage of an ingest: ``STAGE_COMPARE``,
+#: HTML pages compared with their Markdown twins (before any file is read); ``STAGE_EMBED``,
+#: chunks embedded of those to embed so far, over all batches (``EmbedTally``).
+StageHook = Callable[[str, int, int], None]
+STAGE_COMPARE = "compare"
+STAGE_EMBED = "embed"
 #: Embedding requests of one batch in flight at once: a remote embedder answers them on
 #: several connections of its pool (``AGENT_EMBED_MAX_CONNECTIONS``), the hashing one in
 #: worker threads; one at a time, the embedder idles during every round trip.
@@ -54,6 +60,34 @@ async def embed_texts(
     await _all_or_none([one(k, start) for k, start in enumerate(starts)])
     parts = [r for r in rows if r is not None]
     return np.concatenate(parts) if parts else np.zeros((0, embedder.dim), np.float32)
+
+
+class EmbedTally:
+    """The chunks an ingest has embedded, and has to embed, over its batches so far: each
+    batch's hook (``batch()``) tells ``per_batch`` its own ``(k, n)`` and ``overall`` the
+    batches' together. Without it a progress display had the stored chunks alone, which
+    moved only as each batch's write committed: ``0 chunks, 0 chunks/s`` for the whole
+    embedding of one large batch. A batch whose embedding failed counts the chunks it
+    embedded and all it had to: the difference stays visible."""
+
+    def __init__(self, per_batch: EmbedHook | None, overall: EmbedHook | None) -> None:
+        self._per_batch = per_batch
+        self._overall = overall
+        self.done = 0
+        self.total = 0
+
+    def batch(self) -> EmbedHook:
+        """The hook of the next batch (its embedding starts after the last one's ended)."""
+        before, before_total = self.done, self.total
+
+        def hook(k: int, n: int) -> None:
+            self.done, self.total = before + k, before_total + n
+            if self._per_batch is not None:
+                self._per_batch(k, n)
+            if self._overall is not None:
+                self._overall(self.done, self.total)
+
+        return hook
 
 
 def write_parts(todo: Sequence[Prepared], most_chunks: int | None) -> list[list[Prepared]]:
@@ -135,4 +169,15 @@ class BatchWrites:
         await self._settle(0)
 
 
-__all__ = ["EMBED_CONCURRENCY", "BatchWrites", "EmbedHook", "bounded_parts", "embed_texts", "write_parts"]
+__all__ = [
+    "EMBED_CONCURRENCY",
+    "STAGE_COMPARE",
+    "STAGE_EMBED",
+    "BatchWrites",
+    "EmbedHook",
+    "EmbedTally",
+    "StageHook",
+    "bounded_parts",
+    "embed_texts",
+    "write_parts",
+]

@@ -55,7 +55,7 @@ from knowledge.buckets import Buckets, UnknownBucketError
 from knowledge.dense import dense_side
 from knowledge.filters import FilterError
 from knowledge.freshness import KBFreshness
-from knowledge.ingest import DEFAULT_MAX_FILE_BYTES, BatchHook, Ingestor, Progress
+from knowledge.ingest import DEFAULT_MAX_FILE_BYTES, BatchHook, Ingestor, Progress, StageHook
 from knowledge.kb_status import kb_stats, semantic_status
 from knowledge.names import is_doc_id, is_identifier
 from knowledge.search import Searcher
@@ -215,6 +215,7 @@ class KnowledgeBase:
         max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
         on_batch: BatchHook | None = None,
         rehash: bool = False,
+        on_stage: StageHook | None = None,
     ) -> IngestReport:
         """Ingest files and directories into ``bucket``.
 
@@ -232,7 +233,7 @@ class KnowledgeBase:
         refuse_private(bucket)
         report = await self._ingest.ingest_paths(
             paths, bucket=bucket, progress=progress, follow_links=follow_links,
-            max_file_bytes=max_file_bytes, on_batch=on_batch, rehash=rehash,
+            max_file_bytes=max_file_bytes, on_batch=on_batch, rehash=rehash, on_stage=on_stage,
         )
         self.backfill.ingested(report)
         return report

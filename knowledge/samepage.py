@@ -11,17 +11,27 @@ Markdown is kept, being the source (headings and front matter intact).
 rendered page's extra navigation yet tells apart pages that merely share vocabulary:
 most of the smaller side's pairs must occur in the larger, and neither side may be
 less than half the other. Same-named pages that differ are both kept.
+
+Comparing means extracting every candidate HTML page's main content (trafilatura: 15 s
+of CPU for node's 64 API pages), so the check reports each page it has compared
+(``on_page``), and hands back what it loaded of the files the ingest still reads (the
+Markdown kept, an HTML page that is not a repeat) - loaded as the ingest would, so the
+ingest uses them instead of loading them again (``Comparison.loaded``, up to
+``KEEP_CHARS`` of text held at once).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import re
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from knowledge.loaders import HTML_SUFFIXES, load_file
+from knowledge.loaders import HTML_SUFFIXES, LoadedDocument, load_file
+from knowledge.types import DEFAULT_BUCKET, Rejection
 
 MARKDOWN_SUFFIXES = frozenset({".md", ".markdown"})
 #: The skip reason counted in the ingest report.
@@ -30,6 +40,15 @@ SKIP_SAME_PAGE = "same page as a Markdown file (the .md is kept)"
 MIN_CONTAINMENT = 0.75
 #: Smallest size ratio of the two texts (in word pairs).
 MIN_SIZE_RATIO = 0.5
+
+#: Text (characters) of loaded files a comparison keeps for the ingest to use: beyond
+#: it a file is loaded again when its turn comes, as before - the comparison of a huge
+#: tree must not hold the whole tree in memory until the ingest reaches each file.
+KEEP_CHARS = 64_000_000
+#: ``(pages compared, pages to compare)``: after each HTML page (and ``(0, n)`` first).
+PageHook = Callable[[int, int], None]
+#: What ``load_file`` gives: the file's documents and its rejections.
+Loaded = tuple[list[LoadedDocument], list[Rejection]]
 
 _WORD_RE = re.compile(r"[^\W_]+")
 _MD_LINK_TARGET_RE = re.compile(r"\]\([^)\s]*\)")
@@ -60,41 +79,93 @@ def same_text(a: str, b: str) -> bool:
     return sum((pa & pb).values()) / small >= MIN_CONTAINMENT
 
 
-def _text(path: Path) -> str | None:
-    loaded, _ = load_file(path)
-    return loaded[0].doc.text if len(loaded) == 1 else None
+@dataclass(slots=True)
+class Comparison:
+    """What ``find_same_pages`` found, and what it loaded of the files the ingest reads."""
+
+    found: list[SamePage] = field(default_factory=list)
+    #: ``load_file(path, shown, bucket=bucket)`` of compared files that are not repeats:
+    #: the ingest takes each (``take``) instead of loading the file again.
+    loaded: dict[Path, Loaded] = field(default_factory=dict)
+
+    def take(self, path: Path) -> Loaded | None:
+        """The loaded file, once (``None``: not kept, load it)."""
+        return self.loaded.pop(path, None)
 
 
-def find_same_pages(files: list[tuple[Path, str]]) -> list[SamePage]:
+def _text(loaded: Loaded) -> str | None:
+    docs, _ = loaded
+    return docs[0].doc.text if len(docs) == 1 else None
+
+
+def _size(loaded: Loaded) -> int:
+    return sum(len(d.doc.text) for d in loaded[0])
+
+
+def find_same_pages(
+    files: list[tuple[Path, str]],
+    *,
+    bucket: str = DEFAULT_BUCKET,
+    on_page: PageHook | None = None,
+    keep_chars: int = KEEP_CHARS,
+) -> Comparison:
     """The HTML files of ``files`` (``(path, shown)`` pairs) that repeat a Markdown file
-    of the same list. Synchronous file reads: run it in a worker thread."""
+    of the same list, and the files loaded to compare them that are not repeats (into
+    ``bucket``, as the ingest loads them; at most ``keep_chars`` of text). ``on_page``
+    hears each HTML page compared. Synchronous file reads: run it in a worker thread."""
     markdown: dict[str, list[tuple[Path, str]]] = {}
     for path, shown in files:
         if path.suffix.lower() in MARKDOWN_SUFFIXES:
             markdown.setdefault(path.stem.casefold(), []).append((path, shown))
+    out = Comparison()
     if not markdown:
-        return []
-    texts: dict[Path, str | None] = {}
+        return out
+    pages = [
+        (path, shown, markdown[path.stem.casefold()])
+        for path, shown in files
+        if path.suffix.lower() in HTML_SUFFIXES and path.stem.casefold() in markdown
+    ]
+    loaded: dict[Path, Loaded] = {}
 
-    def text_of(path: Path) -> str | None:
-        if path not in texts:
-            texts[path] = _text(path)
-        return texts[path]
+    def load(path: Path, shown: str) -> Loaded:
+        if path not in loaded:
+            loaded[path] = load_file(path, shown, bucket=bucket)
+        return loaded[path]
 
-    found: list[SamePage] = []
-    for path, _ in files:
-        candidates = markdown.get(path.stem.casefold()) if path.suffix.lower() in HTML_SUFFIXES else None
-        if not candidates:
-            continue
-        html_text = text_of(path)
-        if html_text is None:
-            continue
-        for md_path, md_shown in candidates:
-            md_text = text_of(md_path)
-            if md_text is not None and same_text(md_text, html_text):
-                found.append(SamePage(path, md_path, md_shown))
+    if on_page is not None:
+        on_page(0, len(pages))
+    for n, (path, shown, candidates) in enumerate(pages, start=1):
+        html_text = _text(load(path, shown))
+        for md_path, md_shown in candidates if html_text is not None else ():
+            md_text = _text(load(md_path, md_shown))
+            if md_text is not None and same_text(md_text, html_text or ""):
+                out.found.append(SamePage(path, md_path, md_shown))
                 break
-    return found
+        if on_page is not None:
+            on_page(n, len(pages))
+    repeats = {page.html for page in out.found}
+    kept = 0
+    for path, result in loaded.items():
+        size = _size(result)
+        if path not in repeats and kept + size <= keep_chars:
+            out.loaded[path] = result
+            kept += size
+    return out
 
 
-__all__ = ["SKIP_SAME_PAGE", "SamePage", "find_same_pages", "same_text"]
+async def compare_pages(
+    files: list[tuple[Path, str]], *, bucket: str = DEFAULT_BUCKET, on_page: PageHook | None = None
+) -> Comparison:
+    """``find_same_pages`` in a worker thread, ``on_page`` called on the event loop's."""
+    loop = asyncio.get_running_loop()
+    hook = on_page
+
+    def relay(done: int, total: int) -> None:
+        if hook is not None:
+            loop.call_soon_threadsafe(hook, done, total)
+
+    return await asyncio.to_thread(find_same_pages, files, bucket=bucket, on_page=relay)
+
+
+__all__ = ["KEEP_CHARS", "SKIP_SAME_PAGE", "Comparison", "PageHook", "SamePage", "compare_pages", "find_same_pages",
+           "same_text"]

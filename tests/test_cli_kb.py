@@ -158,7 +158,7 @@ def test_progress_is_a_bar_on_a_terminal_and_plain_lines_otherwise() -> None:
     lines = log.getvalue().splitlines()
     assert "\r" not in log.getvalue()
     assert lines[0].startswith("ingest: 1/3 files (33%)") and "files/s" in lines[0] and "ETA" in lines[0]
-    assert lines[-1].startswith("ingest: 3/3 files (100%), 42 chunks")
+    assert lines[-1].startswith("ingest: 3/3 files (100%)") and lines[-1].endswith("; chunks: 42 stored")
 
     tty = Tty()
     bar = IngestProgress(tty)
@@ -167,7 +167,7 @@ def test_progress_is_a_bar_on_a_terminal_and_plain_lines_otherwise() -> None:
     bar.on_batch(Report())
     bar.close()
     shown = tty.getvalue()
-    assert "\r" in shown and "3/3" in shown and "file/s" in shown and "42 chunks" in shown
+    assert "\r" in shown and "3/3" in shown and "file/s" in shown and "chunks: 42 stored" in shown
 
 
 def test_the_eta_waits_until_enough_is_seen_then_is_smoothed() -> None:
@@ -182,10 +182,10 @@ def test_the_eta_waits_until_enough_is_seen_then_is_smoothed() -> None:
         now[0] = t
         progress(done, 1000, f"docs/{done}.md")
     lines = log.getvalue().splitlines()
-    assert lines[0] == "ingest: 1/1000 files (0%), 0 chunks, 3.3 files/s, 0 chunks/s"
+    assert lines[0] == "ingest: 1/1000 files (0%), 3.3 files/s; chunks: 0 stored"
     assert "ETA" not in lines[1]
     # 5 s in: 10 files at 2 files/s so far, 990 left.
-    assert lines[2] == "ingest: 10/1000 files (1%), 0 chunks, 2.0 files/s, 0 chunks/s, ETA 8m15s"
+    assert lines[2] == "ingest: 10/1000 files (1%), 2.0 files/s; chunks: 0 stored, ETA 8m15s"
     # The last 5 s went at 4 files/s: 0.3 * 4 + 0.7 * 2 = 2.6 files/s, 970 left.
     assert lines[3].endswith(", ETA 6m13s"), lines[3]
 
@@ -194,7 +194,7 @@ def test_the_eta_waits_until_enough_is_seen_then_is_smoothed() -> None:
     early = IngestProgress(io.StringIO(), interval_s=0, tty=False, clock=lambda: now[0])
     now[0] = 0.5
     early(2, 100, "docs/2.md")
-    assert early.stream.getvalue().splitlines()[-1].endswith(", 4.0 files/s, 0 chunks/s, ETA 24s")
+    assert early.stream.getvalue().splitlines()[-1].endswith(", 4.0 files/s; chunks: 0 stored, ETA 24s")
 
 
 async def test_progress_ticks_through_a_quiet_stretch() -> None:
@@ -204,6 +204,7 @@ async def test_progress_ticks_through_a_quiet_stretch() -> None:
 
     log = io.StringIO()
     progress = IngestProgress(log, interval_s=0.01)
+    progress.on_stage("embed", 64, 900)
     progress(3, 3, "embedding 64/900 chunks")
     ticker = asyncio.create_task(progress.ticking())
     try:
@@ -214,7 +215,7 @@ async def test_progress_ticks_through_a_quiet_stretch() -> None:
         ticker.cancel()
     lines = log.getvalue().splitlines()
     assert all(line.startswith("ingest: 3/3 files (100%)") for line in lines)
-    assert lines[-1].endswith(", embedding 64/900 chunks") and "ETA" not in lines[-1]
+    assert lines[-1].endswith("; chunks: 64/900 embedded, 0 stored") and "ETA" not in lines[-1]
 
 
 def test_agentchat_ingest_in_a_log_file_has_no_carriage_returns(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ ingests with exit code 0, its non-documents skipped and counted."""
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import sys
 from pathlib import Path
@@ -210,7 +211,9 @@ async def test_an_ordinary_documentation_folder_ingests_with_exit_0(tmp_path: Pa
     assert "1  same page as a Markdown file (the .md is kept)" in out
     assert "2  JSON without document records (no text, content or body field)" in out
     assert "rejected" not in out
-    assert err.splitlines()[-1].startswith("ingest: 5/5 files (100%), 3 chunks")  # progress on stderr, as plain lines
+    last = err.splitlines()[-1]  # progress on stderr, as plain lines
+    assert last.startswith("ingest: 5/5 files (100%)") and re.search(r"; chunks: 3/3 embedded( \(\d+/s\))?, 3 stored$",
+                                                                      last), err
 
     code, out, _ = await agentchat(env, "docs", "list")
     listed = out.splitlines()[:-1]  # the last names the database
@@ -266,3 +269,51 @@ async def test_sigterm_ends_an_ingest_as_ctrl_c_does(tmp_path: Path) -> None:
         assert text.splitlines()[-1] == "agentchat ingest: terminated (SIGTERM)", text
         code, out_again, err_again = await agentchat(env, "ingest", str(docs), "--quiet")
         assert code == 0 and "1 documents added" in out_again, out_again + err_again
+
+
+async def test_the_progress_counts_chunks_as_they_are_embedded(tmp_path: Path) -> None:
+    """A log file's progress line while a batch is embedded said ``0 chunks, 0 chunks/s``
+    (~100 s of them for node's docs): the counter moved only when the batch was stored.
+    Here the embedder holds one request of the batch: the line says how many chunks are
+    embedded already, and that none is stored yet; then the end, all of both."""
+    import re
+
+    fake = HoldsTheDocuments()
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(80):  # more than one request's 64 texts; the held one is the last file's
+        held = f" ({fake.HOLD.decode()})" if i == 79 else ""
+        (docs / f"note{i:02d}.md").write_text(f"# Note {i}\n\nThe note about the item {i}{held}.\n")
+    async with serve_app(fake.app) as url:
+        env = child_env({"AGENT_DB_PATH": str(tmp_path / "agent.db"), "OLLAMA_HOST": url})
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "app.cli", "ingest", str(docs), cwd=REPO, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert proc.stderr is not None
+        lines: list[str] = []
+        try:
+            await within(fake.holding.wait(), "ingest embedding the batch", 120)
+
+            async def a_line_while_held() -> str:
+                assert proc.stderr is not None
+                while line := (await proc.stderr.readline()).decode():
+                    lines.append(line)
+                    if "embedded" in line:
+                        return line
+                raise AssertionError("".join(lines))
+
+            held_line = await within(a_line_while_held(), "a progress line while the request is held", 60)
+            fake.release.set()
+            out, rest = await within(proc.communicate(), "agentchat ingest", 120)
+        finally:
+            fake.release.set()
+            await reap(proc, "agentchat", grace=5)
+        assert proc.returncode == 0, "".join(lines) + rest.decode()
+        counted = re.search(r"; chunks: (\d+)/(\d+) embedded( \(\d+/s\))?, 0 stored", held_line)
+        assert counted is not None, held_line
+        assert 0 < int(counted[1]) < int(counted[2]), held_line
+        assert held_line.startswith("ingest: 80/80 files (100%)") and " 0 chunks" not in held_line, held_line
+        last = rest.decode().splitlines()[-1]
+        assert re.search(r"; chunks: (\d+)/\1 embedded( \(\d+/s\))?, \1 stored$", last), last
+        assert "80 documents added" in out.decode()

@@ -179,6 +179,7 @@ async def _ingest_into(kb: Any, args: argparse.Namespace, paths: list[Any]) -> i
                 bucket=args.bucket,
                 progress=progress,
                 on_batch=progress.on_batch if progress is not None else None,
+                on_stage=progress.on_stage if progress is not None else None,
                 follow_links=args.follow_links,
                 max_file_bytes=int(args.max_file_mb * MB),
                 rehash=args.rehash,
