@@ -17,6 +17,7 @@ from llm.extractive_question import WORD as _WORD
 from llm.extractive_question import Question
 from llm.extractive_quote import FOLLOWING_CODE_CHARS, WHOLE_PARAGRAPH_CHARS, is_verbatim, refers_back
 from llm.extractive_read import (
+    NAME_HEADING,
     Read,
     Unit,
     introduces,
@@ -182,12 +183,6 @@ def with_heading(read: Read, unit: Unit, pieces: list[str], memo: Words) -> list
     return [f"**{label}** {pieces[0]}", *pieces[1:]]
 
 
-#: A heading that is one name: an option, a field, a command (```save-exact```,
-#: ``peerDependencies``, ``ignore_scripts``): in code, or a lower-case word joined by
-#: hyphens or underscores, or with a capital inside it ("Keep-alive" is a title).
-_NAME_HEADING = re.compile(r"^(?:`[^`\s]+`|[a-z][a-z0-9]*(?:[-_][a-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*)$")
-
-
 def with_name(read: Read, unit: Unit, pieces: list[str]) -> list[str]:
     """A passage quoted from a section named by one name — a config option, a
     package.json field — keeps the name as its label when it does not say it: "Dependencies
@@ -195,7 +190,7 @@ def with_name(read: Read, unit: Unit, pieces: list[str]) -> list[str]:
     ``save-exact`` option does, and without the name the reader cannot use it. The
     heading is the one the passage sits under (its own, or the section it continues)."""
     heading = read.headings[unit.block].strip().strip("#*_ ").strip()
-    if not pieces or not heading or _NAME_HEADING.match(heading) is None or is_verbatim(pieces[0]):
+    if not pieces or not heading or NAME_HEADING.match(heading) is None or is_verbatim(pieces[0]):
         return pieces
     name = heading.strip("`")
     if pieces[0].startswith("**") or name.casefold() in " ".join(pieces).casefold():

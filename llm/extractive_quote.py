@@ -14,6 +14,7 @@ from llm.extractive_read import (
     introduces,
     next_block,
     opening_block,
+    opens_named_section,
     prev_block,
     sentence_key,
     table_header,
@@ -33,6 +34,12 @@ FOLLOWING_CODE_CHARS = 500
 _REFERRING = frozenset(
     "this that these those it its they their such then so however but instead otherwise therefore thus hence".split()
 )
+
+
+#: What a setting's paragraph may open with to say something of the setting its section
+#: is headed by ("This is a list of CIDR address …" under ``cidr``): a connective ("However
+#: …") still answers something before it.
+_OF_THE_NAME = frozenset({"this", "it"})
 
 
 def window(read: Read, unit: Unit, *, lead: bool = True) -> list[str]:
@@ -80,11 +87,18 @@ def window(read: Read, unit: Unit, *, lead: bool = True) -> list[str]:
             end = unit.index + 1
         chosen = list(range(start, end))
     lead_in: list[str] = []
+    label = ""
     if lead and chosen and refers_back(sentences[chosen[0]]):
         # "This command removes …" / "This resulted in some shifts …": what "this" is
         # comes first, or the quote starts where a sentence says it itself.
         lead_in = antecedent(read, unit.block)
-        if not lead_in:
+        of_name = not lead_in and chosen[0] == 0 and _first_word(sentences[0]) in _OF_THE_NAME
+        name = opens_named_section(read, unit.block) if of_name else ""
+        if name:
+            # "This is a list of CIDR address …" opening the section ``cidr``: the name
+            # the section is headed by is what "this" is, and labels the quote.
+            label = f"**`{name}`:** "
+        elif not lead_in:
             while chosen and chosen[0] < unit.index and refers_back(sentences[chosen[0]]):
                 chosen = chosen[1:]
             if not chosen or refers_back(sentences[chosen[0]]):
@@ -102,7 +116,7 @@ def window(read: Read, unit: Unit, *, lead: bool = True) -> list[str]:
         chosen = chosen[:-1]
     if chosen:
         pieces.extend(lead_in)
-        pieces.append(" ".join(sentences[i] for i in chosen))
+        pieces.append(label + " ".join(sentences[i] for i in chosen))
     if shown and chosen:
         pieces.append(shown)
     return pieces
@@ -150,11 +164,15 @@ def _introduction(read: Read, b: int, lead: bool) -> list[str]:
     return [*before, " ".join(units[start:])] if before else []
 
 
+def _first_word(sentence: str) -> str:
+    first = sentence.lstrip("*_`\"'( ").split(" ", 1)[0]
+    return first.casefold().strip("`*_\"',:;")
+
+
 def refers_back(sentence: str) -> bool:
     """The sentence opens with a word pointing at what came before it ("This …",
     "These …", "It …", "They …")."""
-    first = sentence.lstrip("*_`\"'( ").split(" ", 1)[0]
-    return first.casefold().strip("`*_\"',:;") in _REFERRING
+    return _first_word(sentence) in _REFERRING
 
 
 def antecedent(read: Read, b: int) -> list[str]:

@@ -11,7 +11,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from llm.extractive_question import WORD as _WORD
-from llm.markdown_blocks import Block, parse_passage
+from llm.markdown_blocks import Block, item_body, parse_passage
 
 #: A summary longer than this is no one-line summary (see ``_with_summary``).
 MAX_SUMMARY_CHARS = 200
@@ -139,6 +139,45 @@ def document_of(read: Read) -> str:
     return read.passage.source_id.split("#", 1)[0]
 
 
+#: A heading that is one name: an option, a field, a command (```save-exact```,
+#: ``peerDependencies``, ``ignore_scripts``): in code, or a lower-case word joined by
+#: hyphens or underscores, or with a capital inside it ("Keep-alive" is a title).
+NAME_HEADING = re.compile(r"^(?:`[^`\s]+`|[a-z][a-z0-9]*(?:[-_][a-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*)$")
+#: An item of a setting's properties ("* Default: 2", "* Type: Number"): a label and its
+#: value, short.
+_PROPERTY_ITEM = re.compile(r"^[A-Z][\w -]{0,24}:\s\S")
+_PROPERTY_ITEM_CHARS = 80
+
+
+def is_properties(block: Block) -> bool:
+    """The list of a setting's properties its section opens with ("* Default: 2",
+    "* Type: Number")."""
+    return (
+        block.kind == "list"
+        and bool(block.units)
+        and all(
+            len(item_body(u)) <= _PROPERTY_ITEM_CHARS and _PROPERTY_ITEM.match(item_body(u)) is not None
+            for u in block.units
+        )
+    )
+
+
+def opens_named_section(read: Read, b: int) -> str:
+    """The name a section is headed by (``cidr``, ``read-only``: ``NAME_HEADING``) when
+    paragraph ``b`` is what that section says first — right under the heading, or after
+    the setting's properties — else "". npm's settings open so: "#### `cidr`", its
+    Default/Type, then "This is a list of CIDR address to be used …": the "this" is the
+    setting the heading names."""
+    if read.blocks[b].kind != "prose":
+        return ""
+    at = b - 1 if b >= 2 and is_properties(read.blocks[b - 1]) else b
+    heading = read.blocks[at - 1] if at >= 1 else None
+    if heading is None or heading.kind != "heading":
+        return ""
+    name = heading.text.strip().strip("#*_ ").strip()
+    return name.strip("`") if NAME_HEADING.match(name) else ""
+
+
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}")
 
 
@@ -162,14 +201,17 @@ def table_rows(block: Block) -> list[tuple[str, str]]:
 
 __all__ = [
     "MAX_SUMMARY_CHARS",
+    "NAME_HEADING",
     "Passage",
     "Read",
     "Unit",
     "document_of",
     "introduces",
     "is_aside",
+    "is_properties",
     "next_block",
     "opening_block",
+    "opens_named_section",
     "prev_block",
     "read_passage",
     "sentence_key",

@@ -28,9 +28,9 @@ import re
 from llm.extractive_question import Question
 from llm.extractive_read import Read as _Read
 from llm.extractive_read import introduces as _introduces
+from llm.extractive_read import is_properties as _is_properties
 from llm.extractive_read import next_block as _next_block
 from llm.extractive_words import Words
-from llm.markdown_blocks import item_body
 
 #: A lead shorter than this says too little to answer with ("See also:").
 MIN_LEAD_CHARS = 25
@@ -193,12 +193,6 @@ def row_about_asked(question: Question, row: str) -> bool:
     return bool(term) and question.words.coverage(term, question.stems | frozenset(question.joined)) >= 1.0
 
 
-#: An item of a setting's properties ("* Default: 2", "* Type: Number"): a label and its
-#: value, short.
-_PROPERTY_ITEM = re.compile(r"^[A-Z][\w -]{0,24}:\s\S")
-_PROPERTY_ITEM_CHARS = 80
-
-
 def after_properties(read: _Read, b: int, title: frozenset[str], words: Words) -> bool:
     """Block ``b`` is the paragraph saying what a setting does, right after the list of
     its properties that opens its section (npm's config reference: a heading
@@ -215,15 +209,7 @@ def after_properties(read: _Read, b: int, title: frozenset[str], words: Words) -
         return False
     if len(words.stems(read.headings[b]) - title) < 2:
         return False
-    props = read.blocks[b - 1]
-    return (
-        props.kind == "list"
-        and bool(props.units)
-        and all(
-            len(item_body(u)) <= _PROPERTY_ITEM_CHARS and _PROPERTY_ITEM.match(item_body(u)) is not None
-            for u in props.units
-        )
-    )
+    return _is_properties(read.blocks[b - 1])
 
 
 def opens_setting_for(question: Question, read: _Read, b: int, title: frozenset[str], words: Words) -> bool:

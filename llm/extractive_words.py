@@ -22,7 +22,7 @@ _STOP = frozenset(
     "a an and are as at be by can could do does for from how i if in into is it its me my of on or our "
     "should so than that the their them then there these this those to was we what when where which who "
     "why will with would you your about after before does did get got has have having here just more most "
-    "not only other over same some such too under up very via use used using see".split()
+    "not only other over same some such too under up very via use used using".split()
 )
 _PREFIXES = ("dis", "re", "un", "de", "pre", "non")
 
@@ -127,9 +127,13 @@ def stems(text: str) -> frozenset[str]:
 #: the distributive quantifier, which a reader writes "each" where a reference page
 #: writes "every" ("in what format is the data of each SSE event written?" is "Every
 #: event has … `data: <compact JSON>`", not a table row saying "after each tool").
+#: What a reader asks to "see" is what a command lists, shows, displays or prints ("how
+#: can I see which access tokens my account has?" is npm token's "This lets you list,
+#: create and revoke authentication tokens" over the synopsis ``npm token list``), so
+#: "see" is no function word (``_STOP``) but one of that group.
 SYNONYMS = (
     "remove delete clear rm",
-    "show display print",
+    "show display print see list",
     "change modify edit",
     "make create",
     "stop disable",

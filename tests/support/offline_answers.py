@@ -167,6 +167,10 @@ _REFERRING = frozenset(
     "this these those it its they their such however but instead otherwise therefore thus hence".split()
 )
 _LABEL = re.compile(r"^\*\*[^*]+\*\*\s+")  # a section heading quoted as a label: "**Heading.** …"
+#: A section's name quoted as a label ("**`cidr`:** This is a list of CIDR address …"):
+#: the option a paragraph opening with "This" or "It" says it of.
+_NAME_LABEL = re.compile(r"^\*\*`[^`\s]+`:\*\*\s")
+_OF_THE_NAME = frozenset({"this", "it"})
 _CITED = re.compile(r"\[[A-Za-z0-9][\w.:#/@\-]*\]\s*$")
 
 
@@ -175,7 +179,9 @@ def dangling_openings(answer: str) -> list[str]:
     in some shifts in its functionality:", "It is always the last event."): the reader
     never saw what "this" or "it" is. A quote opens with the paragraph that carries its
     citation (``llm.extractive_quote.cite``); a section heading before it is a label and
-    does not count as the sentence."""
+    does not count as the sentence. A label that is the section's name ("**`cidr`:** This
+    is a list of CIDR address …", a setting's paragraph under its heading) is what a
+    "This" or "It" right after it refers to: that opening is not dangling."""
     out: list[str] = []
     in_code = False
     for line in answer.split("\n"):
@@ -184,9 +190,10 @@ def dangling_openings(answer: str) -> list[str]:
             continue
         if in_code or _ITEM.match(line) or line.lstrip().startswith("|") or not _CITED.search(line):
             continue
+        named = _NAME_LABEL.match(line.strip()) is not None
         text = _LABEL.sub("", line.strip())
         first = _MARKS.sub("", text.split(" ", 1)[0]).strip("\"'(,;:").casefold()
-        if first in _REFERRING:
+        if first in _REFERRING and not (named and first in _OF_THE_NAME):
             out.append(line)
     return out
 
