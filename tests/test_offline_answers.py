@@ -336,13 +336,13 @@ FLOORS = {
     "round10": {"sample": 1.0, "npm": 0.9},  # 10/10, 9/10 (8/10 before round 26, 7/10 before round 20; 6/10 first)
     "round11": {"sample": 0.9, "npm": 0.6},  # 9/10 here (8/10 before round 20), 6/10 (5/10 before round 26; 3/10 first)
     "round12": {"sample": 0.9, "npm": 0.6},  # 10/10 here, 9/10 in the bench; 6/10 (3/10 measured once, after round 12)
-    "round13": {"sample": 1.0, "npm": 0.4},  # 10/10 (9/10 before round 20), 4/10: measured once, after round 13
+    "round13": {"sample": 1.0, "npm": 0.5},  # 10/10 (9/10 before round 20), 5/10 (4/10 until round 27)
     "round14": {"sample": 1.0, "npm": 0.9},  # 10/10, 9/10 (9/10, 8/10 before round 20; 9/10, 4/10 first)
     "round15": {"sample": 0.8, "npm": 0.7},  # 8/10 here, 9/10 in the bench (before and after round 15); 7/10
     "round16": {"sample": 1.0, "npm": 0.7},  # 10/10, 7/10 (8/10 with the smaller sample, see round9; 7/10 first)
     "round17": {"sample": 0.9, "npm": 0.7},  # 9/10 (8/10 before round 20), 7/10 (8/10, 6/10 when first asked)
     "round18": {"sample": 0.9, "npm": 0.7},  # 9/10 here, 10/10 in the bench; 7/10 (8/10, 6/10 when first asked)
-    "round19": {"sample": 0.9, "npm": 0.4},  # 9/10 here, 10/10 in the bench (9/10 first); 4/10 (4/10 first)
+    "round19": {"sample": 0.9, "npm": 0.5},  # 9/10 here, 10/10 in the bench (9/10 first); 5/10 (4/10 until round 27)
     "round20": {"sample": 0.8, "npm": 0.5},  # 8/10, 5/10 (8/10, 5/10 when first asked, before round 20)
     "round21": {"sample": 0.5, "npm": 1.0},  # 5/10 here, 6/10 in the bench (4/10, 5/10 before round 21); no npm
     "round23": {"sample": 0.8, "npm": 1.0},  # 12/15 here, 13/15 in the bench (12/15 before round 23); no npm
