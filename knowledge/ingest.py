@@ -29,7 +29,8 @@ Why this shape:
   explicitly that already names a document of another bucket is rejected, never moved.
 * Files that are not documents are skipped and counted, not failures: a JSON file with
   no text field in any record, and an HTML page that repeats a Markdown file of the
-  same ingestion (``knowledge.samepage``).
+  same ingestion (``knowledge.samepage``). Which files are read at all — listed,
+  stamped, compared — is decided first, by ``knowledge.ingest_plan``.
 """
 
 from __future__ import annotations
@@ -44,19 +45,11 @@ from typing import Any
 from knowledge.buckets import Buckets
 from knowledge.chunking import chunk_text
 from knowledge.dense import DenseSide
-from knowledge.filecheck import DEFAULT_MAX_FILE_MB, MB, SKIP_TOO_LARGE, SKIP_UNREADABLE, walk_files
-from knowledge.filestamps import (
-    Unchanged,
-    all_repeats,
-    file_stamp,
-    pages_to_compare,
-    unchanged_files,
-    unstamp_rejected,
-    with_repeats,
-)
+from knowledge.filecheck import DEFAULT_MAX_FILE_MB, MB
+from knowledge.filestamps import unstamp_rejected, with_repeats
 from knowledge.ingest_docs import Prepared, document_writes, embedding_text, screen, with_summary
+from knowledge.ingest_plan import plan_files
 from knowledge.ingest_stages import (
-    STAGE_COMPARE,
     STAGE_EMBED,
     BatchWrites,
     EmbedHook,
@@ -66,9 +59,8 @@ from knowledge.ingest_stages import (
     embed_texts,
     write_parts,
 )
-from knowledge.loaders import SKIP_NOT_RECORDS, SUPPORTED_SUFFIXES, LoadedDocument, load_file, record_to_document
+from knowledge.loaders import SKIP_NOT_RECORDS, LoadedDocument, load_file, record_to_document
 from knowledge.names import check_bucket_name, short_hash, slugify
-from knowledge.samepage import SKIP_SAME_PAGE, compare_pages
 from knowledge.types import (
     DEFAULT_BUCKET,
     DocumentIn,
@@ -90,8 +82,6 @@ DEFAULT_MAX_FILE_BYTES = int(DEFAULT_MAX_FILE_MB * MB)
 WRITES_IN_FLIGHT = 2
 #: Documents listed at a time while a bucket is emptied in parts (``empty_bucket``).
 EMPTY_PAGE = 1000
-#: Skipped files whose old documents stay: the file is still there, it just was not read.
-_KEEP_DOCUMENTS_OF = {SKIP_TOO_LARGE, SKIP_UNREADABLE}
 
 
 class Ingestor:
@@ -128,48 +118,20 @@ class Ingestor:
         started = time.perf_counter()
         check_bucket_name(bucket)
         report = IngestReport()
-        roots = [Path(p).expanduser().resolve() for p in paths]
-        files: list[tuple[Path, str]] = []
-        stamps: dict[Path, str] = {}
-        protected: set[str] = set()
-        for root in roots:
-            if not root.exists():
-                report.rejected.append(Rejection(str(root), "path does not exist", kind="missing path"))
-                continue
-
-            def walk(r: Path = root) -> list[Any]:
-                return list(walk_files(r, SUPPORTED_SUFFIXES, follow_links=follow_links, max_file_bytes=max_file_bytes))
-
-            for entry in await asyncio.to_thread(walk):
-                if entry.skip is None:
-                    files.append((entry.path, entry.shown))
-                    if entry.size is not None and entry.mtime_ns is not None:
-                        stamps[entry.path] = file_stamp(entry.size, entry.mtime_ns, entry.shown, self.config)
-                    continue
-                report.skip_file(str(entry.path), entry.skip, entry.detail)
-                if entry.skip in _KEEP_DOCUMENTS_OF:
-                    protected.add(str(entry.path))
-        existing = [r for r in roots if r.exists()]
-        unchanged = Unchanged() if rehash else await unchanged_files(
-            self.index, bucket, existing, stamps, (self.embed_key, self.dim)
-        )
-        compared = await compare_pages(
-            pages_to_compare(files, unchanged),
+        plan = await plan_files(
+            paths,
+            index=self.index,
+            config=self.config,
             bucket=bucket,
-            on_page=None if on_stage is None else lambda k, n: on_stage(STAGE_COMPARE, k, n),
+            embedder=(self.embed_key, self.dim),
+            report=report,
+            follow_links=follow_links,
+            max_file_bytes=max_file_bytes,
+            rehash=rehash,
+            on_stage=on_stage,
         )
-        repeats = all_repeats(compared.found, unchanged, dict(files))
-        unread = unchanged.documents
-        repeated: dict[Path, list[Path]] = {}
-        for page in repeats.values():
-            repeated.setdefault(page.markdown, []).append(page.html)
-        kept: list[tuple[Path, str]] = []
-        for path, shown in files:
-            if path in repeats:
-                report.skip_file(str(path), SKIP_SAME_PAGE, f"{shown}: same page as {repeats[path].shown}")
-            else:
-                kept.append((path, shown))
-        files = kept
+        files, stamps, protected, compared = plan.files, plan.stamps, plan.protected, plan.compared
+        unread, repeated = plan.unchanged.documents, plan.repeated
         report.files = len(files)
         seen: set[str] = set()
         pending: list[LoadedDocument] = []
@@ -213,7 +175,7 @@ class Ingestor:
                 await self._ingest_batch(pending, bucket, report, seen, writes, embedded.batch(), on_batch)
             await writes.drain()
         await unstamp_rejected(self.index, bucket, files, report.rejected)
-        stale = await self._stale_documents(bucket, existing, seen, protected)
+        stale = await self._stale_documents(bucket, plan.roots, seen, protected)
         if stale:
             report.deleted += await self.delete_documents(stale)
         report.rejected.sort(key=lambda r: (r.source, r.line or 0))
@@ -305,16 +267,21 @@ class Ingestor:
         for item, digest, typed in candidates:
             old = existing.get(item.doc.id or "")
             if old is not None and old.bucket != bucket:
-                report.rejected.append(Rejection(
-                    item.doc.source,
-                    f"document id {item.doc.id!r} is taken by a document of bucket {old.bucket!r}; a document "
-                    "belongs to one bucket: remove it there first, or give this one another id",
-                    item.line,
-                    kind="id of another bucket",
-                ))
+                report.rejected.append(
+                    Rejection(
+                        item.doc.source,
+                        f"document id {item.doc.id!r} is taken by a document of bucket {old.bucket!r}; a document "
+                        "belongs to one bucket: remove it there first, or give this one another id",
+                        item.line,
+                        kind="id of another bucket",
+                    )
+                )
                 continue
             if old is not None and (old.content_hash, old.embed_model, old.embed_dim, old.bucket) == (
-                digest, self.embed_key, self.dim, bucket
+                digest,
+                self.embed_key,
+                self.dim,
+                bucket,
             ):
                 report.skipped += 1
                 if item.stamp is not None and item.stamp != old.file_stamp:
@@ -397,9 +364,7 @@ class Ingestor:
         ]
         self.vectors.add_many(added)
 
-    async def _stale_documents(
-        self, bucket: str, roots: list[Path], seen: set[str], protected: set[str]
-    ) -> list[str]:
+    async def _stale_documents(self, bucket: str, roots: list[Path], seen: set[str], protected: set[str]) -> list[str]:
         stale: list[str] = []
         for root in roots:
             if root.is_dir():
