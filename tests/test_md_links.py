@@ -75,3 +75,55 @@ def test_the_read_rules_are_part_of_a_files_stamp() -> None:
     """Files ingested before the rules changed are read again, not skipped by their stamp."""
     stamp = file_stamp(10, 20, "a.md", KBConfig())
     assert f":r{READ_RULES}:" in stamp
+
+
+def test_code_spans_indented_code_and_tilde_fences_stay_code() -> None:
+    """Review: ``hash.digest([encoding])`` in Node's crypto.md headings became a link."""
+    text = (
+        "### `hash.digest([encoding])`\n\n"
+        "Call `hash.digest([encoding])` with [encoding][].\n\n"
+        "    arr[encoding] = 1\n\n"
+        "  ~~~\n  [encoding][]\n  ~~~\n\n"
+        "[encoding]: buffer.md#enc\n"
+    )
+    out = inline_reference_links(text)
+    assert "### `hash.digest([encoding])`\n" in out
+    assert "Call `hash.digest([encoding])` with [encoding](buffer.md#enc)." in out
+    assert "    arr[encoding] = 1\n" in out
+    assert "  [encoding][]\n" in out
+
+
+def test_a_link_text_over_two_lines_is_one_link() -> None:
+    """Review: Node's cli.md 'The [environment\\nvariables which configure Node.js][environment_variables]'."""
+    text = (
+        "The [environment\nvariables which configure Node.js][environment_variables] apply.\n\n"
+        "[environment_variables]: #env\n"
+    )
+    out = inline_reference_links(text)
+    assert out == "The [environment\nvariables which configure Node.js](#env) apply.\n"
+
+
+def test_images_badges_and_footnotes() -> None:
+    text = (
+        "![Logo][logo]\n\n"
+        "[![Build Status][ci-img]][ci-url]\n\n"
+        "A claim.[^1]\n\n"
+        "[logo]: img/logo.png\n"
+        "[ci-img]: https://ci.test/badge.png\n"
+        "[ci-url]: https://ci.test/\n"
+        "[^1]: https://example.com/source\n"
+    )
+    out = inline_reference_links(text)
+    assert "![Logo](img/logo.png)" in out
+    assert "[![Build Status](https://ci.test/badge.png)](https://ci.test/)" in out
+    assert "A claim.[^1]" in out and "[^1]: https://example.com/source" in out  # footnotes are not links
+
+
+def test_crlf_files_are_read_alike() -> None:
+    text = NODE_STYLE.replace("\n", "\r\n")
+    assert inline_reference_links(text) == inline_reference_links(NODE_STYLE).replace("\n", "\r\n")
+
+
+def test_a_list_items_indented_continuation_is_prose() -> None:
+    text = "- item\n\n    see [V8][]\n\n[V8]: https://v8.dev\n"
+    assert "    see [V8](https://v8.dev)" in inline_reference_links(text)
