@@ -24,10 +24,23 @@ from dataclasses import dataclass, field
 from agenttools.core.registry import EvidenceSource, RunToolState
 from agenttools.rag.sources import resolve_citations
 
+#: The longest inside of a marker, in characters (``_BRACKET``).
+MAX_INSIDE = 400
 _BRACKET = re.compile(r"(?<![\w\\\[])\[([^\[\]\n]{1,400})\](?!\()")
+#: What may not stand right before a marker's ``[`` (``_BRACKET``'s look-behind): an index ``a[i]``.
+_NOT_AFTER = re.compile(r"[\w\\\[]")
 _SPLIT = re.compile(r"\s*[,;]\s*")
-_TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:#/@\-]{0,199}$")
+_TOKEN_FIRST = "A-Za-z0-9"
+_TOKEN_REST = r"A-Za-z0-9_.:#/@\-"
+_TOKEN = re.compile(rf"^[{_TOKEN_FIRST}][{_TOKEN_REST}]{{0,199}}$")
 _ID_HINT = re.compile(r"[0-9_.:#/@\-]")
+#: What an inside read so far must not hold to still become a marker's: a character no
+#: token or separator has, two tokens with no separator between, a token opening with a
+#: character only its rest may have, a token longer than ``_TOKEN`` allows.
+_NOT_A_MARKER_YET = re.compile(
+    rf"[^{_TOKEN_REST},;\s]|\n|[{_TOKEN_REST}]\s+[{_TOKEN_REST}]"
+    rf"|(?:^|[\s,;])[^{_TOKEN_FIRST},;\s]|[{_TOKEN_REST}]{{201}}"
+)
 _CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]*`", re.DOTALL)
 
 
@@ -62,6 +75,34 @@ def _resolve(token: str, state: RunToolState) -> EvidenceSource | None:
     return None
 
 
+def bracket_ids(inside: str) -> list[str] | None:
+    """The ids a bracket holding ``inside`` names, when it has a marker's shape (id-like
+    tokens separated by commas or semicolons); else None. Whether it is a citation also
+    takes one of them resolving or looking like an id (``looks_like_id``): ``[sic]`` is prose."""
+    tokens = [t for t in _SPLIT.split(inside.strip()) if t]
+    if not tokens or not all(_TOKEN.match(t) for t in tokens):
+        return None
+    return tokens
+
+
+def looks_like_id(token: str) -> bool:
+    """An id by its look (a digit or one of ``-_.:#/@``), whether or not it resolves."""
+    return _ID_HINT.search(token) is not None
+
+
+def may_open_marker(before: str) -> bool:
+    """Whether a ``[`` after the character ``before`` ('' at the start) may open a marker."""
+    return not before or _NOT_AFTER.fullmatch(before) is None
+
+
+def may_become_marker(inside: str) -> bool:
+    """Whether a bracket's inside read so far (no ``]`` yet) may still be a marker's: for
+    a reader of streamed text, which holds text back only while this holds."""
+    return len(inside) <= MAX_INSIDE and "[" not in inside and "]" not in inside and (
+        _NOT_A_MARKER_YET.search(inside) is None
+    )
+
+
 def _code_spans(answer: str) -> list[tuple[int, int]]:
     return [m.span() for m in _CODE.finditer(answer)]
 
@@ -76,18 +117,18 @@ def verify_citations(answer: str, state: RunToolState) -> CitationCheck:
     for m in _BRACKET.finditer(answer):
         if any(a <= m.start() < b for a, b in code):
             continue
-        tokens = [t for t in _SPLIT.split(m.group(1).strip()) if t]
-        if not tokens or not all(_TOKEN.match(t) for t in tokens):
+        tokens = bracket_ids(m.group(1))
+        if tokens is None:
             continue
         resolved = [(t, _resolve(t, state)) for t in tokens]
-        if not any(src is not None or _ID_HINT.search(t) for t, src in resolved):
+        if not any(src is not None or looks_like_id(t) for t, src in resolved):
             continue  # prose in brackets, e.g. [sic]
         kept: list[str] = []
         for token, src in resolved:
             if src is not None:
                 cited.setdefault(src.id, src)
                 kept.append(token)
-            elif _ID_HINT.search(token):
+            elif looks_like_id(token):
                 unknown.setdefault(token, None)
             else:
                 kept.append(token)
@@ -106,4 +147,12 @@ def verify_citations(answer: str, state: RunToolState) -> CitationCheck:
     return CitationCheck("".join(pieces), list(unknown), list(cited.values()))
 
 
-__all__ = ["CitationCheck", "verify_citations"]
+__all__ = [
+    "MAX_INSIDE",
+    "CitationCheck",
+    "bracket_ids",
+    "looks_like_id",
+    "may_become_marker",
+    "may_open_marker",
+    "verify_citations",
+]

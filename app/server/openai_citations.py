@@ -3,22 +3,29 @@ list at the end of it, as OpenAI-compatible RAG backends give them (Perplexity's
 numbered markers in the text, the list beside it).
 
 The run cites passages by their ids (``[agentchat-knowledge-cli#4]``, a chunk of a
-document; ``[px_…#2]``, a web page behind a web answer), which mean nothing to the person
-reading Open WebUI or LibreChat, and the titles travel only in the ``agentchat``
+document; ``[agentchat-knowledge-cli]``, the document; ``[px_…#2]``, a web page behind a
+web answer; ``[2]``, a web answer's own marker for that page), which mean nothing to the
+person reading Open WebUI or LibreChat, and the titles travel only in the ``agentchat``
 extension those clients do not show. So the OpenAI face renumbers them as it streams:
 
-* A marker is ``[id]`` or ``[id, id; id]``, not preceded by a letter, digit, ``_``,
-  ``\\`` or ``[`` and not followed by ``(`` (a link's text), outside code — the grammar
-  ``agenttools.rag.citations`` checks the answer with — whose every id has a source id's
-  shape: ``<document>#<n>`` or ``px_<16 hex>`` (the ids are known by shape: the sources
-  themselves arrive only with the ``response`` event, after the text). Brackets that are
-  not markers (``[sic]``, ``[1]``, a link) pass untouched.
-* One number per source, in order of first use: a document's passages share its number
-  (``doc#4`` and ``doc#6`` are one document, one line in the list); each web page behind a
-  web answer (``px_…#n``) has its own.
+* A marker is what ``agenttools.rag.citations`` checks the answer with (the same
+  functions, not a copy): ``[id]`` or ``[id, id; id]``, not after a letter, digit, ``_``,
+  ``\\`` or ``[``, not followed by ``(`` (a link's text), outside code, its tokens
+  id-shaped, one of them looking like an id (a digit or one of ``-_.:#/@``) or naming
+  one of the answer's sources. The sources arrive with the ``response`` event, after the
+  streamed text, so while streaming a marker is known by its look alone: ``[sic]`` is
+  prose, and so is a document id with none of those characters (``[faq]``) — numbered
+  only in text that follows the ``response`` (an answer not streamed before it).
+* One number per source, in order of first use: a document's passages and the document
+  share one (``doc#4``, ``doc#6`` and ``doc`` are one line in the list); each web page
+  behind a web answer has its own, and a web answer's ``[n]`` is that answer's page ``n``
+  (``px_…#n``): the one web answer cited so far, else the sources say which once they
+  come (its number is kept, the page's title goes in the list). Renumbered, it never
+  clashes with the face's own ``[n]``.
 * A marker may be split across stream deltas: text from a ``[`` that may still become a
   marker is held until it is one (then its numbers go out) or cannot be (then it goes out
-  as it was). Inline code and fenced blocks are passed as they are.
+  as it was). Held text goes out before anything that ends the answer: the list, an
+  error, a wait for an approval (``finish``). Inline code and fenced blocks pass as they are.
 * At the end: ``Sources:`` with one line per number (title, then its link or its file and
   page), and the sources the answer lists without a marker numbered after them.
 
@@ -34,16 +41,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import events
+from agenttools.rag.citations import bracket_ids, looks_like_id, may_become_marker, may_open_marker
 
-#: A source id by its shape: a knowledge-base chunk (``<doc_id>#<position>``; document
-#: ids have no ``#``) or a web answer and its pages (``px_`` + 16 hex, ``…#<n>``).
-_SOURCE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}#[0-9]{1,9}|px_[0-9a-f]{16}")
 _WEB_ANSWER = re.compile(r"px_[0-9a-f]{16}")
-_SPLIT = re.compile(r"\s*[,;]\s*")
-#: What a marker's inside may hold (ids, separators, spaces); anything else ends the hope.
-_INSIDE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-#,; \t")
-#: The longest marker read (``agenttools.rag.citations._BRACKET``: 400 characters inside).
-MAX_MARKER = 402
 MAX_TITLE = 200
 
 _TEXT, _CODE, _FENCE = 0, 1, 2
@@ -55,20 +55,70 @@ def source_key(source_id: str) -> str:
     return doc if sep and not _WEB_ANSWER.fullmatch(doc) else source_id
 
 
+def _metadata(source: events.Source) -> dict[str, Any]:
+    return source.metadata if isinstance(source.metadata, dict) else {}
+
+
+def resolve(token: str, sources: Sequence[events.Source]) -> events.Source | None:
+    """The source a cited token names, by the rules ``generate_response`` checked it with
+    (``agenttools.rag.sources``, ``agenttools.rag.citations``): its id, its link (a web
+    page's before the answer that carries the same link), its document's id, a web
+    answer's ``[n]`` (the page numbered ``n``)."""
+    for source in sources:
+        if source.id == token:
+            return source
+    by_url = [s for s in sources if isinstance(s.url, str) and s.url == token]
+    if by_url:
+        return min(by_url, key=lambda s: "urls" in _metadata(s))
+    for source in sources:
+        if source.kind == "internal" and (source_key(source.id) == token or _metadata(source).get("doc_id") == token):
+            return source
+    if token.isdigit():
+        for source in sources:
+            if source.kind == "external" and str(_metadata(source).get("index")) == token:
+                return source
+    return None
+
+
 class CitationNumbers:
     """Feed the answer's text in order (``feed``, then ``finish``); each call returns the
-    text to send now, markers numbered. ``sources_list`` is the closing list."""
+    text to send now, markers numbered. ``know`` hands over the sources when they come;
+    ``sources_list`` is the closing list."""
 
-    __slots__ = ("_held", "_ids", "_mode", "_numbers", "_prev")
+    __slots__ = ("_held", "_ids", "_mode", "_numbers", "_prev", "_same", "_sources", "_web")
 
     def __init__(self) -> None:
         self._mode = _TEXT
         #: Text not sent yet: a marker being read (``[…``, ``[…]``) or a run of backticks.
         self._held = ""
-        #: The last character sent (a marker is not preceded by a word character).
+        #: The last character sent (a marker does not follow a word character).
         self._prev = ""
         self._numbers: dict[str, int] = {}  # source key → its number
         self._ids: dict[str, list[str]] = {}  # source key → the ids cited for it, in order
+        #: The answer's sources, once its ``response`` came (``know``).
+        self._sources: list[events.Source] = []
+        #: The web answers cited so far (``px_…``), in order: whose pages a bare ``[n]`` means.
+        self._web: dict[str, None] = {}
+        #: A number's key → the key of the source it turned out to be, when that source
+        #: already had a number of its own (cited both ways before the sources came).
+        self._same: dict[str, str] = {}
+
+    def know(self, sources: Sequence[events.Source]) -> None:
+        """The answer's sources (its ``response``): markers read from now on are resolved
+        against them, and numbers given to what is now found (``[n]``, a link, a document
+        id) stand for the source it names."""
+        self._sources = list(sources)
+        for key in list(self._numbers):
+            if key in self._same or any(source_key(s.id) == key for s in self._sources):
+                continue
+            found = next((s for t in self._ids[key] if (s := resolve(t, self._sources)) is not None), None)
+            if found is None:
+                continue
+            target = source_key(found.id)
+            if target in self._numbers:
+                self._same[key] = target
+            else:
+                self._rename(key, target)
 
     def feed(self, text: str) -> str:
         if not self._held and "`" not in text and (
@@ -84,10 +134,13 @@ class CitationNumbers:
         return "".join(out)
 
     def finish(self) -> str:
-        """What was held at the answer's end: a marker closed just there, or text that began one."""
+        """What was held when the answer ends (its list, an error or a wait comes next): a
+        marker closed just there, numbered, or text that began one, as it was."""
         held, self._held = self._held, ""
         if held.startswith("[") and held.endswith("]") and len(held) > 2:
-            return self._marker(held)
+            held = self._marker(held)
+        if held:
+            self._prev = held[-1]
         return held
 
     def _step(self, c: str, out: list[str]) -> None:
@@ -108,14 +161,14 @@ class CitationNumbers:
             elif held[-1] == "]" and len(held) > 2:  # a marker closed: a link's text if "(" follows
                 self._held = ""
                 self._send(held if c == "(" else self._marker(held), out)
-            elif (c == "]" and len(held) > 1) or (c in _INSIDE and len(held) < MAX_MARKER):
+            elif (c == "]" and len(held) > 1) or (c != "]" and may_become_marker(held[1:] + c)):
                 self._held += c  # the marker closes, or goes on
                 return
             else:
                 self._held = ""
                 self._send(held, out)  # not a marker: sent as it was, and ``c`` read afresh
         if self._mode == _TEXT:
-            if c == "[" and not (self._prev.isalnum() or self._prev in "_\\["):
+            if c == "[" and may_open_marker(self._prev):
                 self._held = c
                 return
             if c == "`":
@@ -135,27 +188,56 @@ class CitationNumbers:
             self._prev = text[-1]
 
     def _marker(self, held: str) -> str:
-        """``held`` (``[…]``) numbered when every id in it has a source id's shape; else as it was."""
-        ids = _SPLIT.split(held[1:-1].strip())
-        if not ids or not all(_SOURCE_ID.fullmatch(t) for t in ids):
+        """``held`` (``[…]``) numbered when it is a citation (``agenttools.rag.citations``);
+        else as it was."""
+        tokens = bracket_ids(held[1:-1])
+        if tokens is None or not any(looks_like_id(t) or resolve(t, self._sources) for t in tokens):
             return held
         numbers: list[int] = []
-        for source_id in ids:
-            key = source_key(source_id)
+        for token in tokens:
+            key = self._key(token)
             n = self._numbers.setdefault(key, len(self._numbers) + 1)
             cited = self._ids.setdefault(key, [])
-            if source_id not in cited:
-                cited.append(source_id)
+            named = key if token.isdigit() and not key.startswith("#") else token  # [2]: px_…#2
+            if named not in cited:
+                cited.append(named)
             if n not in numbers:
                 numbers.append(n)
         return "".join(f"[{n}]" for n in numbers)
 
+    def _key(self, token: str) -> str:
+        """The key of the number ``token`` is shown as."""
+        found = resolve(token, self._sources)
+        if found is not None:
+            return source_key(found.id)
+        if token.isdigit():  # a web answer's own [n]: its page n
+            if "#" + token in self._numbers:  # numbered before its web answer was known
+                return "#" + token
+            if len(self._web) == 1:
+                return f"{next(iter(self._web))}#{token}"
+            return "#" + token  # which web answer's, the sources will say (``know``)
+        key = source_key(token)
+        answer, sep, page = key.partition("#")
+        if _WEB_ANSWER.fullmatch(answer):
+            self._web.setdefault(answer, None)
+            bare = "#" + page
+            if sep and key not in self._numbers and bare in self._numbers and len(self._web) == 1:
+                self._rename(bare, key)  # "[2]" before "[px_…#2]": the same page
+        return key
+
+    def _rename(self, key: str, target: str) -> None:
+        """The number of ``key`` now stands for ``target`` (which has none)."""
+        self._numbers[target] = self._numbers.pop(key)
+        self._ids[target] = self._ids.pop(key)
+
     # --- the list ----------------------------------------------------------------------------
 
     def mapping(self, sources: Sequence[events.Source]) -> list[dict[str, Any]]:
-        """Each number with the ids it stands for and its source's title and link or file:
-        the markers' numbers first, then the sources listed without a marker. Numbers given
-        to sources listed later are recorded, so the list is the same each time it is read."""
+        """Each number with the ids it stands for (the sources' own ids once they are known,
+        else what was cited) and its source's title and link or file: the markers' numbers
+        first, then the sources listed without a marker. Numbers given to sources listed
+        later are recorded, so the list is the same each time it is read."""
+        self.know(sources)
         by_key: dict[str, list[events.Source]] = {}
         for source in sources:
             key = source_key(source.id)
@@ -163,12 +245,12 @@ class CitationNumbers:
             if key not in self._numbers:
                 self._numbers[key] = len(self._numbers) + 1
                 self._ids[key] = []
-            if source.id not in self._ids[key]:
-                self._ids[key].append(source.id)
         out: list[dict[str, Any]] = []
         for key, n in sorted(self._numbers.items(), key=lambda item: item[1]):
-            found = by_key.get(key, [])
-            entry: dict[str, Any] = {"number": n, "ids": list(self._ids[key])}
+            found = by_key.get(self._same.get(key, key), [])
+            ids = [i for i in self._ids[key] if any(s.id == i for s in found)] if found else list(self._ids[key])
+            ids += [s.id for s in found if s.id not in ids]
+            entry: dict[str, Any] = {"number": n, "ids": ids}
             if found:
                 entry["title"] = " ".join(found[0].title.split())[:MAX_TITLE]
                 url = next((s.url for s in found if isinstance(s.url, str) and s.url), None)
@@ -186,10 +268,10 @@ class CitationNumbers:
             return ""
         lines = ["", "", "Sources:"]
         for entry in mapping:
-            title = entry.get("title") or ", ".join(entry["ids"])
+            title = entry.get("title") or ", ".join(f"web citation {i}" if i.isdigit() else i for i in entry["ids"])
             where = entry.get("url") or entry.get("location")
             lines.append(f"- [{entry['number']}] {title}" + (f" — {where}" if where else ""))
         return "\n".join(lines)
 
 
-__all__ = ["CitationNumbers", "source_key"]
+__all__ = ["CitationNumbers", "resolve", "source_key"]

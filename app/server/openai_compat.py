@@ -240,6 +240,7 @@ class Translator:
                 self.answer.new_turn()
             case events.Response(answer=answer, sources=sources):
                 self.sources = list(sources)
+                self.citations.know(self.sources)
                 out += self._content(self.answer.owed(answer))
             case events.Clarification(missing_info=missing_info):
                 out += self._content(self.answer.owed(missing_info))
@@ -273,23 +274,28 @@ class Translator:
             self.error = {"message": "the run was cancelled", "code": "cancelled"}
         if self.error is not None or self.status != "completed":
             err = self.error or {"message": "the run failed", "code": "run_failed"}
-            return [frame(error_body(err["message"], err["code"], 500))]
+            return [*self.held(), frame(error_body(err["message"], err["code"], 500))]
         ended = {"event": events.MessageComplete.name, "data": orjson.Fragment(data)}
         self.events.append(ended)
-        # The text held in case it began a marker, then the sources' list (never renumbered).
+        # The text held in case it began a marker, the sources' list (never renumbered), what the cut held.
         out = self._send(self.citations.finish())
         self.mapping = self.citations.mapping(self.sources)
-        out += self._send(self.citations.sources_list(self.mapping))
-        if self.cut is not None:  # the text held back in case it began a stop sequence
-            held = self.cut.finish()
-            if held:
-                self.sent.append(held)
-                out.append(frame(self.chunk({"content": held})))
+        out += self._send(self.citations.sources_list(self.mapping)) + self.held()
         out.append(frame(self.chunk({}, self.finish_reason, {**ended, "citations": self.mapping})))
         if self.include_usage:
             last = self.chunk({})
             last["choices"], last["usage"] = [], self.usage
             out.append(frame(last))
+        return out
+
+    def held(self) -> list[bytes]:
+        """The text held back in case it began a citation marker, then a stop sequence: it
+        goes out before what ends the answer (the sources' list, an error, a wait)."""
+        out = self._send(self.citations.finish())
+        held = self.cut.finish() if self.cut is not None else ""  # it began no stop sequence after all
+        if held:
+            self.sent.append(held)
+            out.append(frame(self.chunk({"content": held})))
         return out
 
     @property
@@ -397,6 +403,9 @@ async def _stream(source: Batches, tr: Translator) -> AsyncIterator[bytes]:
     yield frame(tr.chunk({"role": "assistant", "content": ""}))
     async for part in translated(source, tr.feed):
         yield part
+    if tr.status is None:  # no ending stored: what was held back goes out before the error that ends it
+        for part in tr.held():
+            yield part
     if tr.status is None and tr.awaiting is not None:  # parked: the decision goes to its own route
         yield frame(_awaiting_body(tr.id.removeprefix("chatcmpl-"), tr.awaiting))  # the id names the run
     elif tr.status is None and tr.error is not None:  # no ending stored (the database away): this error is the end
