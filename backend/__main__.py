@@ -41,16 +41,17 @@ def main(argv: list[str] | None = None) -> int:
                              "elsewhere any. agentchat passes AGENT_ALLOWED_HOSTS")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                         help="log level (default info)")
-    parser.add_argument("--fd", type=int, default=None,
-                        help="listen on this inherited socket, already bound to --host and --port "
-                             "(`agentchat backend` binds it, and says in one line when the port is taken)")
+    parser.add_argument("--fd", type=int, action="append", default=None,
+                        help="listen on this inherited socket, already bound to --host and --port; once per "
+                             "socket, one for each address of --host (`agentchat backend` binds them, and says "
+                             "in one line when the port is taken)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     args.db.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(KeyboardInterrupt):
-        sock = None if args.fd is None else socket.socket(fileno=args.fd)
+        sockets = None if args.fd is None else [socket.socket(fileno=fd) for fd in args.fd]
         asyncio.run(serve_backend(args.host, args.port, args.db, log_level=args.log_level,
-                                  allowed_hosts=args.allowed_hosts, sock=sock))
+                                  allowed_hosts=args.allowed_hosts, sockets=sockets))
     return 0
 
 

@@ -76,12 +76,13 @@ async def serve_backend(
     *,
     log_level: str = "info",
     allowed_hosts: tuple[str, ...] = ("auto",),
-    sock: socket.socket | None = None,
+    sockets: list[socket.socket] | None = None,
 ) -> None:
     """Run the backend on ``host:port`` until interrupted or cancelled (``python -m backend``);
     ``allowed_hosts``: ``--allowed-hosts`` (``auto``: on loopback, the names of this machine only).
-    ``sock``: a socket already bound to ``host:port`` to listen on (``agentchat backend``
-    binds it first, so a port in use is its one line, not uvicorn's traceback after start-up).
+    ``sockets``: sockets already bound to ``host:port``, one per address of ``host``, to listen
+    on (``agentchat backend`` binds them first, so a port in use is its one line, not
+    uvicorn's traceback after start-up); without them uvicorn binds each address itself.
 
     Cancelling the calling task shuts the server down gracefully (lifespan shutdown runs,
     the database is closed) before the cancellation propagates, so the backend can run
@@ -90,7 +91,7 @@ async def serve_backend(
     app = create_backend_app(db_path, hosts=host_rule(allowed_hosts, host))
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")
     server = uvicorn.Server(config)
-    task = asyncio.ensure_future(server.serve(sockets=None if sock is None else [sock]))
+    task = asyncio.ensure_future(server.serve(sockets=sockets))
     try:
         await asyncio.shield(task)
     except asyncio.CancelledError:

@@ -133,19 +133,21 @@ def _backend_port(monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
     def execv(path: str, args: list[str]) -> None:
         raise _Execed(args)
 
-    def bind_any(host: str, port: int, **kwargs: Any) -> socket.socket:
+    def bind_any(host: str, port: int, **kwargs: Any) -> list[socket.socket]:
         """A free port, whatever was asked: only the port on the command line is looked at
         here, and another process on this machine may hold 8001."""
         return real_bind(host, 0, **kwargs)
 
-    real_bind = serving.bind_socket
+    real_bind = serving.bind_sockets
     monkeypatch.setattr(cli.os, "execv", execv)
-    monkeypatch.setattr(serving, "bind_socket", bind_any)
+    monkeypatch.setattr(serving, "bind_sockets", bind_any)
     with pytest.raises(_Execed) as execed:
         cli.main(["backend", *argv])
     args = execed.value.argv
     assert args[1:3] == ["-m", "backend"], args
-    os.close(int(args[args.index("--fd") + 1]))  # the bound socket the backend would have listened on
+    for i, arg in enumerate(args):
+        if arg == "--fd":
+            os.close(int(args[i + 1]))  # a bound socket the backend would have listened on
     return int(args[args.index("--port") + 1])
 
 

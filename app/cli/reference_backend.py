@@ -55,14 +55,14 @@ def backend_argv(
     *,
     log_level: str = "info",
     allowed_hosts: tuple[str, ...] = ("auto",),
-    fd: int | None = None,
+    fds: tuple[int, ...] = (),
 ) -> list[str]:
     """``python -m backend``'s command line; ``allowed_hosts``: ``AGENT_ALLOWED_HOSTS``, the
-    same Host guard as the agent's (``backend/host_check.py``); ``fd``: a socket bound to
-    ``host:port`` it inherits and listens on."""
+    same Host guard as the agent's (``backend/host_check.py``); ``fds``: sockets bound to
+    ``host:port`` (one per address of ``host``) it inherits and listens on."""
     return [sys.executable, "-m", "backend", "--host", host, "--port", str(port), "--db", str(db),
             "--allowed-hosts", ",".join(allowed_hosts), "--log-level", log_level,
-            *(["--fd", str(fd)] if fd is not None else [])]
+            *(arg for fd in fds for arg in ("--fd", str(fd)))]
 
 
 def _wait_until_up(proc: subprocess.Popen[bytes], url: str, timeout_s: float = BACKEND_START_TIMEOUT_S) -> None:
@@ -150,22 +150,25 @@ def run_backend(args: argparse.Namespace, settings: Settings) -> int:
     for the reference backend, however it was started (it was 8081 here, 8001 beside
     ``serve``).
 
-    The port is bound here, before the exec, by ``serve``'s own ``bind_socket``: a port in
-    use is the one line ``serve`` says (``cannot listen on …: the port is already in use``)
-    and exit code 1 - uvicorn, binding it after the backend's start-up, ended in a
-    ~40-line traceback and exit code 3. The bound socket is inherited (``--fd``), so no
-    other process can take the port between the check and the backend's listen."""
-    from app.cli.serving import BindError, bind_socket
+    The port is bound here, before the exec, with ``serve``'s own messages: a port in use
+    is the one line ``serve`` says (``cannot listen on …: the port is already in use``) and
+    exit code 1 - uvicorn, binding it after the backend's start-up, ended in a ~40-line
+    traceback and exit code 3. Every address ``--host`` resolves to is bound, as uvicorn
+    did with the name (``localhost``: 127.0.0.1 and ::1, whichever the resolver lists
+    first), and each socket is inherited (``--fd``, once per socket), so no other process
+    can take the port between the check and the backend's listen."""
+    from app.cli.serving import BindError, bind_sockets
 
     port = args.port if args.port is not None else default_backend_port(settings)
     try:
-        sock = bind_socket(args.host, port, what="agentchat backend", hint="--port")
+        sockets = bind_sockets(args.host, port, what="agentchat backend", hint="--port")
     except BindError as exc:
         print(exc, file=sys.stderr)
         return 1
-    sock.set_inheritable(True)  # kept across the exec; the backend closes it on exit
+    for sock in sockets:
+        sock.set_inheritable(True)  # kept across the exec; the backend closes them on exit
     argv = backend_argv(args.host, port, backend_db(settings, args.db), allowed_hosts=settings.allowed_hosts,
-                        fd=sock.fileno())
+                        fds=tuple(sock.fileno() for sock in sockets))
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(argv[0], argv)

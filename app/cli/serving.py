@@ -141,33 +141,91 @@ class BindError(Exception):
 
 
 def bind_socket(host: str, port: int, *, what: str = "agentchat", hint: str = "--port or AGENT_PORT") -> socket.socket:
-    """A TCP socket bound to ``host:port`` (``port`` 0 picks a free one), or ``BindError``."""
+    """A TCP socket bound to ``host:port`` (``port`` 0 picks a free one), or ``BindError``:
+    the first address ``host`` resolves to (``bind_sockets`` binds each)."""
     try:
-        family, kind, proto, _, addr = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
+        family, kind, proto, _, addr = _addresses(host, port, what)[0]
+        return _bind(family, kind, proto, addr, v6only=False)
+    except OSError as exc:
+        raise _bind_error(exc, host, port, what, hint) from None
+
+
+def bind_sockets(
+    host: str, port: int, *, what: str = "agentchat", hint: str = "--port or AGENT_PORT"
+) -> list[socket.socket]:
+    """TCP sockets bound to every address ``host`` resolves to, all on one port (``port`` 0
+    picks a free one for all), or ``BindError``.
+
+    Why every address: ``localhost`` is 127.0.0.1 and ::1 on most machines, and a resolver
+    may list ::1 first; bound to that one alone, a client of ``http://127.0.0.1:P`` is
+    refused. uvicorn given the name binds each address (asyncio's ``create_server``); so
+    does this, and, as there, an address whose family the machine has not enabled (no
+    socket of it, or ``EADDRNOTAVAIL``) is left out when another one binds. IPv6 sockets
+    beside others are IPv6-only, so ``::`` does not take the IPv4 port ``0.0.0.0`` has."""
+    found = list(dict.fromkeys((f, k, p, a) for f, k, p, _, a in _addresses(host, port, what)))
+    for _attempt in range(20):  # port 0: another process may take the first's port on another address
+        sockets: list[socket.socket] = []
+        skipped: OSError | None = None
+        try:
+            for family, kind, proto, addr in found:
+                if sockets and port == 0:
+                    addr = (addr[0], bound_port(sockets[0]), *addr[2:])
+                try:
+                    sockets.append(_bind(family, kind, proto, addr, v6only=len(found) > 1))
+                except OSError as exc:
+                    if len(found) == 1 or exc.errno not in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                        raise
+                    skipped = skipped or exc
+        except OSError as exc:
+            for sock in sockets:
+                sock.close()
+            if port == 0 and sockets and exc.errno == errno.EADDRINUSE:
+                continue
+            raise _bind_error(exc, host, port, what, hint) from None
+        if not sockets:
+            assert skipped is not None
+            raise _bind_error(skipped, host, port, what, hint)
+        return sockets
+    raise BindError(f"{what}: cannot listen on {host}:{port}: no port free on every address of {host}")
+
+
+def _addresses(host: str, port: int, what: str) -> list[tuple[Any, ...]]:
+    try:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise BindError(f"{what}: cannot listen on {host}:{port}: unknown host ({exc.strerror})") from None
+
+
+def _bind(family: int, kind: int, proto: int, addr: Any, *, v6only: bool) -> socket.socket:
+    """One listening address's socket, bound (``OSError`` when it cannot be).
+
+    Not inheritable (Python's default): the ``--workers`` supervisor hands it on with
+    ``pass_fds``, ``--reload`` through multiprocessing's own descriptor passing and
+    ``agentchat backend`` across its exec after ``set_inheritable``; an inheritable listener
+    leaked into every subprocess a serve starts without closing inherited descriptors (MCP
+    stdio servers under uvloop), which kept the port."""
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if v6only and family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind(addr)
-    except OSError as exc:
+    except OSError:
         sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            why = f"the port is already in use (another agentchat? pick another with {hint})"
-        elif exc.errno == errno.EACCES:
-            why = f"permission denied (ports below 1024 need privileges; pick another with {hint})"
-        elif exc.errno == errno.EADDRNOTAVAIL:
-            why = "this machine has no such address"
-        else:
-            why = exc.strerror or str(exc)
-        raise BindError(f"{what}: cannot listen on {host}:{port}: {why}") from None
-    # Not inheritable (Python's default): the ``--workers`` supervisor hands it on with
-    # ``pass_fds`` and ``--reload`` through multiprocessing's own descriptor passing; an
-    # inheritable listener leaked into every subprocess a serve starts without closing
-    # inherited descriptors (MCP stdio servers under uvloop), which kept the port.
+        raise
     return sock
+
+
+def _bind_error(exc: OSError, host: str, port: int, what: str, hint: str) -> BindError:
+    if exc.errno == errno.EADDRINUSE:
+        why = f"the port is already in use (another agentchat? pick another with {hint})"
+    elif exc.errno == errno.EACCES:
+        why = f"permission denied (ports below 1024 need privileges; pick another with {hint})"
+    elif exc.errno == errno.EADDRNOTAVAIL:
+        why = "this machine has no such address"
+    else:
+        why = exc.strerror or str(exc)
+    return BindError(f"{what}: cannot listen on {host}:{port}: {why}")
 
 
 def bound_port(sock: socket.socket) -> int:
