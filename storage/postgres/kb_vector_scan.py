@@ -30,6 +30,9 @@ class Plan:
     estimate: int = 0
     #: With iterative scans: how many chunks the index hands over to the exact re-rank.
     pool: int = 0
+    #: With iterative scans: ``hnsw.scan_mem_multiplier`` (0: ``ScanSettings``'), sized
+    #: so the walk's memory lets it reach ``scan_tuples`` (``kb_vector_walk``).
+    scan_mem: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +100,7 @@ def statement(
     settings += [
         f"hnsw.iterative_scan = {order}",
         f"hnsw.max_scan_tuples = {int(plan.scan_tuples)}",
-        f"hnsw.scan_mem_multiplier = {max(1, int(s.scan_mem_multiplier))}",
+        f"hnsw.scan_mem_multiplier = {max(1, int(plan.scan_mem or s.scan_mem_multiplier))}",
     ]
     if part.where or join:
         # A hash join would drain the index scan (to ``max_scan_tuples``) before

@@ -28,12 +28,12 @@ How a query runs, and why:
   top-10 agreement with the exact scan at 100k (buckets of 25–50k) 0.995 on pgvector
   0.6.2 (0.937 at the share-based ``ef_search`` of 400), 0.992 on 0.8.5 — where the
   plain scan's p95 was 60 ms against the iterative pool's 79 for the same agreement.
-  A bucket past ``LARGE_GRAPH_VECTORS`` walks twice as far, iterating (pgvector ≥ 0.8):
-  at 1M, the bench's 250k-vector contracts bucket agreed 0.90 with a plain scan at
-  ``ef_search`` 1,000 and 1.0 with a pool of 2,000 (p95 125 ms against 66 at load ~5;
-  ``corpus_pg_recall_1000000_per_bucket_contracts_1m.json``; through this plan: 1.0 at
-  p95 58 ms against 27, load 3–5, ``…_contracts_1m_product.json``). pgvector 0.6 cannot walk
-  past 1,000: there a 1M corpus stays near 0.90.
+  A bucket past ``LARGE_GRAPH_VECTORS`` walks further, iterating (pgvector ≥ 0.8), to a
+  pool that grows with the bucket, with the scan's tuples and memory sized for it
+  (``kb_vector_walk``): at 1M the bench's 250k-vector buckets agreed 0.90 with a plain
+  scan at ``ef_search`` 1,000 and 1.0 with a pool of 2,000; its 500k one needs a pool of
+  4,000 and the memory to walk 80,000 tuples (``corpus_pg_recall_1000000_s41*.json``).
+  pgvector 0.6 cannot walk past 1,000: there a 1M corpus stays near 0.90.
 * **A thinner scope inside a big bucket** (a filter, a list of documents) follows the
   rules the single graph had, relative to the bucket's graph: a scan stops after
   ``hnsw.ef_search`` candidates and the scope's filter applies to those, so
@@ -43,8 +43,9 @@ How a query runs, and why:
   a scan that comes back short is done again exactly. pgvector ≥ 0.8 (the version is
   read once, from ``pg_extension``) scans iteratively: ``relaxed_order`` walks on past
   ``ef_search`` until ``POOL_FACTOR`` x ``limit`` chunks passed the filter (at most
-  ``hnsw.max_scan_tuples`` index tuples), and the pool is re-ranked exactly. Scopes
-  whose walk would visit more index tuples than they hold vectors are scanned exactly.
+  ``hnsw.max_scan_tuples`` index tuples), and the pool is re-ranked exactly; in a graph
+  past ``LARGE_GRAPH_VECTORS`` the pool grows with the graph (``kb_vector_walk``). Scopes whose
+  walk would visit more index tuples than they hold vectors are scanned exactly.
 * **How large a scope is** comes from counts per bucket and embedder (one ``GROUP BY``
   over ``kb_documents``) and which graphs are valid and ready (``pg_index``: one a
   concurrent build is making, or a failed one left, is not), cached until this
@@ -79,6 +80,7 @@ from storage.postgres.kb_graphs import HNSW_MAX_DIM, bucket_key, graph_names, gr
 from storage.postgres.kb_text import STATS_TTL_S
 from storage.postgres.kb_vector_parts import SchemaOf, VectorCounts, split
 from storage.postgres.kb_vector_scan import Part, Plan, ScanSettings, run_part
+from storage.postgres.kb_vector_walk import LARGE_GRAPH_VECTORS, WalkRule
 
 #: A scope of at most this many vectors is scored exactly (measured on 2 cores: ~3 µs a
 #: vector through the doc_id index, so 10k ≈ 30 ms, about one HNSW query at ef 1000).
@@ -101,18 +103,15 @@ MIN_SCAN_TUPLES = 20_000
 #: 2, 0.920 at 10 and 20. At 2 a filtered scope at 1M went through the index (0.973);
 #: at 10 its walk exceeds what it holds and it is scanned exactly (1.0).
 POOL_FACTOR = 10
-#: A whole bucket's graph past this many vectors is walked wider: a pool of
-#: ``LARGE_GRAPH_POOL_FACTOR`` x ``limit``, which only an iterative scan can collect
+#: A whole bucket's graph past ``LARGE_GRAPH_VECTORS`` is walked wider, to a pool that
+#: grows with the bucket (``kb_vector_walk``), which only an iterative scan can collect
 #: (``hnsw.ef_search`` stops at 1,000). ``bench/pg_recall.py --buckets``: top-10
 #: agreement with the exact scan of a 250k-vector bucket (the 1M corpus's contracts,
 #: pgvector 0.8.5) 0.90 with a plain scan at ``ef_search`` 1,000 (two of 20 queries found
 #: none of their top 10), 1.0 iterating to a pool of 2,000 (p50 93 ms against 45, load
 #: ~5); buckets of 25–50k agree 0.99 with the plain scan.
-LARGE_GRAPH_VECTORS = 100_000
-LARGE_GRAPH_POOL_FACTOR = 20
-#: With iterative scans: the scan's memory, in ``work_mem``s (``hnsw.scan_mem_multiplier``).
-#: pgvector's 1: at 1M, 8 gave the same agreement (0.920) at p50 182 ms against 131 ms
-#: (``bench/results/corpus_pg_recall_1000000_mem.json``, side by side).
+#: With iterative scans: the scan's memory, in ``work_mem``s (``hnsw.scan_mem_multiplier``),
+#: at least; ``kb_vector_walk`` sizes it from the walk's tuple cap.
 SCAN_MEM_MULTIPLIER = 1
 #: With iterative scans: ``relaxed_order`` (results nearly in order, re-ranked here)
 #: or ``strict_order`` (pgvector keeps them in order, and visits more to do so).
@@ -144,6 +143,7 @@ class VectorSearch:
         self._counts_at = 0.0
         self._generation = 0
         self._pgvector: str | None = None
+        self._work_mem: int | None = None
         #: Knobs ``bench/pg_recall.py`` turns to measure each setting on one server;
         #: ``iterative`` None: as the server's pgvector allows.
         self.iterative: bool | None = None
@@ -151,6 +151,7 @@ class VectorSearch:
         self.pool_factor = POOL_FACTOR
         self.scan_order = SCAN_ORDER
         self.scan_mem_multiplier = SCAN_MEM_MULTIPLIER
+        self.walk = WalkRule()
         #: Index scans that came back short and were done again exactly (a metric's worth).
         self.exact_reruns = 0
 
@@ -202,6 +203,14 @@ class VectorSearch:
             row = await self._db.fetchone("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
             self._pgvector = str(row[0]) if row else ""
         return self._pgvector
+
+    async def work_mem(self) -> int:
+        """The server's ``work_mem`` for this service's sessions, in bytes, read once:
+        pgvector bounds an iterative scan's memory by it (x ``hnsw.scan_mem_multiplier``)."""
+        if self._work_mem is None:
+            row = await self._db.fetchone("SELECT pg_size_bytes(current_setting('work_mem'))")
+            self._work_mem = int(row[0]) if row else 0
+        return self._work_mem
 
     async def _iterative_scans(self) -> bool:
         """pgvector ≥ 0.8 has iterative index scans (unless switched off by ``iterative``)."""
@@ -278,13 +287,14 @@ class VectorSearch:
         if estimate <= self.exact_scope_vectors or total <= 0:
             return Plan(True, join=join, estimate=estimate)
         pool = max(limit, math.ceil(self.pool_factor * limit))
-        if whole and total > LARGE_GRAPH_VECTORS:
-            pool = max(pool, math.ceil(LARGE_GRAPH_POOL_FACTOR * limit))
+        if total > LARGE_GRAPH_VECTORS:
+            pool = max(pool, self.walk.large_pool(total, limit)) if whole else self.walk.scoped_pool(pool, total)
         if whole:
             ef = max(MIN_EF_SEARCH, min(MAX_EF_SEARCH, max(pool, math.ceil(self.ef_search_factor * limit))))
             if pool <= MAX_EF_SEARCH or not await self._iterative_scans():
                 return Plan(False, ef, join=join, estimate=estimate)
-            return Plan(False, ef, max(MIN_SCAN_TUPLES, 2 * pool), join=join, estimate=estimate, pool=pool)
+            tuples = self.walk.large_tuples(pool, MIN_SCAN_TUPLES)
+            return Plan(False, ef, tuples, join=join, estimate=estimate, pool=pool, scan_mem=await self._mem(tuples))
         share = min(1.0, estimate / total)
         needed = math.ceil(2 * limit / share)  # candidates to walk for ``limit`` in scope, with margin
         wanted = math.ceil(self.ef_search_factor * limit / share)
@@ -293,10 +303,15 @@ class VectorSearch:
             walk = math.ceil(2 * pool / share)  # index tuples to visit for the pool, with margin
             if walk > estimate:  # the walk would visit more than the scope holds
                 return Plan(True, join=join, estimate=estimate)
-            return Plan(False, ef, max(MIN_SCAN_TUPLES, 2 * walk), join=join, estimate=estimate, pool=pool)
+            tuples = max(MIN_SCAN_TUPLES, 2 * walk)
+            return Plan(False, ef, tuples, join=join, estimate=estimate, pool=pool, scan_mem=await self._mem(tuples))
         if needed > MAX_EF_SEARCH:
             return Plan(True, join=join, estimate=estimate)
         return Plan(False, ef, join=join, estimate=estimate)
+
+    async def _mem(self, tuples: int) -> int:
+        """``hnsw.scan_mem_multiplier`` for a walk allowed ``tuples`` index tuples."""
+        return self.walk.mem_multiplier(tuples, await self.work_mem(), self.scan_mem_multiplier)
 
     async def counts_for(self, model: str, dim: int) -> VectorCounts:
         counts = await self.counts()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -300,6 +301,7 @@ async def test_a_whole_bucket_walks_as_wide_as_its_pool_and_a_large_one_iterates
         return None
 
     vs = VectorSearch(None, no_schema)  # type: ignore[arg-type]
+    vs._work_mem = 4 * 2**20  # what the server's work_mem would read: pgvector's default, 4 MB
     for iterative in (False, True):
         vs.iterative = iterative
         small = await vs.graph_plan(50_000, 50_000, 100, join=False, whole=True)
@@ -400,3 +402,75 @@ async def test_a_bucket_another_replica_deleted_gets_its_graph_again_when_it_gro
     assert await _graphs(storage) == set()
     await _write(storage, "big", "h", _unit(rng.normal(size=(THRESHOLD + 10, DIM))))
     assert await _graphs(storage) == {graph_name(DIM, "big")}
+
+
+async def test_a_big_buckets_walk_grows_with_the_bucket_and_its_scan_memory_with_the_walk() -> None:
+    """The plan alone: a whole bucket past ``LARGE_GRAPH_VECTORS`` hands over a pool that
+    grows with the bucket (up to a cap), may visit tuples in proportion, and gets the
+    scan memory those tuples need over the server's ``work_mem`` — every iterative plan
+    does (a filtered walk too): pgvector ends a walk at its memory, whatever its tuples."""
+    from storage.postgres.kb_vector_walk import (
+        LARGE_GRAPH_MAX_POOL,
+        LARGE_GRAPH_UNIT,
+        SCAN_BYTES_PER_TUPLE,
+        WALK_TUPLES_PER_POOL,
+    )
+    from storage.postgres.kb_vectors import VectorSearch
+
+    async def no_schema(_bucket: str | None) -> None:
+        return None
+
+    vs = VectorSearch(None, no_schema)  # type: ignore[arg-type]
+    vs.iterative = True
+    for work_mem in (4 * 2**20, 1 * 2**20):
+        vs._work_mem = work_mem
+        quarter = await vs.graph_plan(LARGE_GRAPH_UNIT, LARGE_GRAPH_UNIT, 100, join=False, whole=True)
+        half = await vs.graph_plan(2 * LARGE_GRAPH_UNIT, 2 * LARGE_GRAPH_UNIT, 100, join=False, whole=True)
+        assert (quarter.pool, half.pool) == (2000, 4000)  # twice the bucket, twice the pool
+        assert half.scan_tuples == WALK_TUPLES_PER_POOL * 4000 == 2 * quarter.scan_tuples
+        for plan in (quarter, half):  # memory enough for every tuple the walk may visit
+            assert plan.scan_mem * work_mem >= plan.scan_tuples * SCAN_BYTES_PER_TUPLE
+            assert (plan.scan_mem - 1) * work_mem < plan.scan_tuples * SCAN_BYTES_PER_TUPLE
+        huge = await vs.graph_plan(10**8, 10**8, 100, join=False, whole=True)
+        assert huge.pool == LARGE_GRAPH_MAX_POOL and huge.scan_mem <= 1000  # pgvector's bound
+        wide = await vs.graph_plan(150_000, 250_000, 100, join=False)  # a filter: one unit, pool 10 x 100
+        assert wide.pool == 1000 and wide.scan_mem * work_mem >= wide.scan_tuples * SCAN_BYTES_PER_TUPLE
+        # A filter's pool grows with the graph too: 12.5 % of a 250k graph (the 1M bench's
+        # datasheet filters) walks to 1,000 through it; 7.6 % of a 500k graph (its invoice
+        # filters) to 2,000, past what the scope holds, so it is scanned exactly.
+        sheets = await vs.graph_plan(31_000, LARGE_GRAPH_UNIT, 100, join=False)
+        assert not sheets.exact and sheets.pool == 1000
+        assert (await vs.graph_plan(38_000, 2 * LARGE_GRAPH_UNIT, 100, join=False)).exact
+        assert (await vs.graph_plan(120_000, 2 * LARGE_GRAPH_UNIT, 100, join=False)).pool == 2000
+    vs.iterative = False  # pgvector < 0.8: no walk past ef_search, no scan memory to set
+    plain = await vs.graph_plan(2 * LARGE_GRAPH_UNIT, 2 * LARGE_GRAPH_UNIT, 100, join=False, whole=True)
+    assert plain.pool == 0 and plain.scan_mem == 0
+
+
+async def test_a_search_of_every_bucket_whose_buckets_all_have_graphs_reads_no_chunk_in_its_exact_part(
+    storage: PostgresStorage,
+) -> None:
+    """The exact part of a search of every bucket covers the buckets no graph part
+    serves (none here). It reads their documents first and looks their chunks up: no
+    chunk row is read. As ``c.doc_id IN (subquery)`` the planner scanned every chunk
+    and probed each one's document (at 1M chunks: seconds per search, for nothing)."""
+    rng = np.random.default_rng(8)
+    await _write(storage, "a", "a", _unit(rng.normal(size=(120, DIM))))
+    await _write(storage, "b", "b", _unit(rng.normal(size=(90, DIM))))
+    parts = await storage.kb_index._vectors.parts(KBScope(), "m", DIM, 10)
+    assert sorted(str(p.graph) for p in parts if p.graph is not None) == ["a", "b"]
+    [rest] = [p for p in parts if p.graph is None]
+    query = _unit(rng.normal(size=DIM))
+
+    def chunk_rows(node: dict[str, Any]) -> int:
+        own = int(node.get("Actual Rows", 0)) * int(node.get("Actual Loops", 1))
+        own = own if node.get("Relation Name") == "kb_chunks" else 0
+        return own + sum(chunk_rows(n) for n in node.get("Plans", []))
+
+    async with storage.db.reading() as conn, conn.transaction():
+        st = statement(conn, rest, query, "m", 10, ScanSettings())
+        cur = await conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + st.sql, st.params)  # type: ignore[arg-type]
+        [[plan]] = await cur.fetchall()
+    assert chunk_rows(plan[0]["Plan"]) == 0, plan
+    got = await storage.kb_index.vector_candidates(query, "m", KBScope(), 10)
+    assert len(got.ids) == 10

@@ -244,3 +244,53 @@ async def test_an_unscoped_search_merges_every_bucket_graph_and_agrees_with_the_
         exact = await kb.vector_candidates(query, "m", KBScope(), 10)
         kb.exact_scope_vectors = 100
         assert got.ids == exact.ids and got.scores == pytest.approx(exact.scores, abs=1e-6)
+
+
+async def test_a_big_bucket_walks_to_a_pool_grown_with_it_under_scan_memory_sized_from_the_servers_work_mem(
+    loaded: tuple[PostgresStorage, Corpus], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``kb_vector_walk`` on a real server: the mixed bucket (3,000 vectors) taken as a
+    big one (the threshold and the rule's unit scaled down): on pgvector 0.8 the plan
+    iterates to a pool of 20 x 50 per 1,500 vectors, may visit 20 tuples per pooled
+    chunk, and its ``hnsw.scan_mem_multiplier`` comes from the ``work_mem`` this
+    database gives its sessions (256 kB here, not pgvector's default 4 MB); the server
+    takes those settings and the answer is the exact one. pgvector 0.6 walks plainly."""
+    from storage.postgres import kb_vectors
+    from storage.postgres.kb_vector_walk import SCAN_BYTES_PER_TUPLE, WalkRule
+
+    storage, (centre, _rare, _ids_c, _ids_r) = loaded
+    iterative = request.node.callspec.params["loaded"] == "pgvector08"
+    row = await storage.db.fetchone("SELECT current_database()")
+    assert row is not None
+
+    async def small_work_mem(conn: Any) -> None:
+        await conn.execute(f"ALTER DATABASE \"{row[0]}\" SET work_mem = '256kB'")
+
+    await storage.db.transact(small_work_mem)
+    monkeypatch.setattr(kb_vectors, "LARGE_GRAPH_VECTORS", 1000)
+    other = await open_postgres_storage(storage.db.url)  # new sessions: the database's work_mem
+    try:
+        kb = other.kb_index
+        kb.exact_scope_vectors = 100
+        vs = kb._vectors
+        vs.walk = WalkRule(unit=1500)
+        assert await vs.work_mem() == 256 * 1024
+        [part] = await vs.parts(KBScope("mixed"), "m", DIM, 50)
+        assert part.graph == "mixed" and not part.plan.exact
+        if iterative:
+            assert (part.plan.pool, part.plan.scan_tuples) == (2000, 40_000)
+            assert part.plan.scan_mem == -(-40_000 * SCAN_BYTES_PER_TUPLE // (256 * 1024)) == 40
+        else:
+            assert (part.plan.pool, part.plan.scan_mem, part.plan.ef_search) == (0, 0, 1000)
+        rows = await other.db.fetchall("SELECT id, embedding::text FROM kb_chunks WHERE bucket = 'mixed'")
+        ids = [int(r[0]) for r in rows]
+        matrix = _unit(np.array([[float(x) for x in str(r[1]).strip("[]").split(",")] for r in rows]))
+        rng = np.random.default_rng(13)
+        for query in [_unit(centre + 0.05 * rng.normal(size=DIM)), _unit(rng.normal(size=DIM))]:
+            sims = matrix @ query
+            exact = [ids[i] for i in sorted(range(len(ids)), key=lambda i: (-float(sims[i]), ids[i]))[:10]]
+            got = await kb.vector_candidates(query, "m", KBScope("mixed"), 50)
+            assert got.ids[:10] == exact
+        assert vs.exact_reruns == 0
+    finally:
+        await other.close()
