@@ -89,7 +89,9 @@ async def serve_backend(
     as a task beside other work (tests do).
     """
     app = create_backend_app(db_path, hosts=host_rule(allowed_hosts, host))
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")
+    # An idle keep-alive connection is kept longer than the agent's pool keeps one (5 s,
+    # httpx's expiry): else a tool call can go out on a connection uvicorn is closing.
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on", timeout_keep_alive=75)
     server = uvicorn.Server(config)
     task = asyncio.ensure_future(server.serve(sockets=sockets))
     try:

@@ -130,3 +130,13 @@ async def test_a_websocket_handshake_is_refused_with_403_and_the_app_never_sees_
         assert any(line.startswith(b"date: ") for line in head)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
             assert (await http.get("/")).text == "ok"  # the server serves on
+
+
+def test_the_server_keeps_an_idle_connection_longer_than_its_clients_and_proxies() -> None:
+    """The side that closes an idle keep-alive connection must be the client: uvicorn's
+    5 s, equal to httpx's expiry, let a request go out on a connection the server was
+    closing ("Server disconnected without sending a response", test_workers_feed under
+    load). Longer than httpx's and undici's expiry and than nginx's and AWS ALB's 60 s."""
+    config = uvicorn_config(app, host="127.0.0.1", port=0, header_timeout_s=10)
+    clients_and_proxies_s = [httpx.Limits().keepalive_expiry or 0.0, 4.0, 60.0]
+    assert config.timeout_keep_alive > max(clients_and_proxies_s)

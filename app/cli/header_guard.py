@@ -16,7 +16,13 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger("agentchat.serving")
 
-KEEP_ALIVE_S = 5
+#: How long an idle keep-alive connection is kept. Longer than any client or proxy in
+#: front keeps one idle (httpx 5 s, Node's undici 4 s, nginx's upstream 60 s, AWS ALB
+#: 60 s): the side that closes an idle connection must be the client, or a request it
+#: sends just as the server closes fails with "Server disconnected without sending a
+#: response" — which uvicorn's 5 s, equal to httpx's expiry, did in our own suite. 75 s
+#: is nginx's own default; an idle connection costs a file descriptor and no task.
+KEEP_ALIVE_S = 75
 MAX_HEADER_BYTES = 16 * 1024
 DEFAULT_HEADER_TIMEOUT_S = 10.0
 
