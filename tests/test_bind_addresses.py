@@ -3,13 +3,16 @@
 ``agentchat backend --host localhost`` bound only the first address the resolver gave: on
 a machine whose /etc/hosts lists ``::1 localhost`` beside ``127.0.0.1 localhost`` glibc
 returns ::1 first, and ``AGENT_BACKEND_URL=http://127.0.0.1:P`` was refused (uvicorn,
-given the name before, bound both). The resolver is replaced here for one made-up name
-(the machine's own ``localhost`` resolves to 127.0.0.1 alone); the real-process test puts
-the same replacement in the CLI process before it binds and execs ``python -m backend``.
+given the name before, bound both); ``agentchat serve --host localhost`` had bound the
+first address alone from the start. The resolver is replaced here for one made-up name
+(the machine's own ``localhost`` resolves to 127.0.0.1 alone); the real-process tests put
+the same replacement for ``localhost`` in the CLI process before it binds (and execs
+``python -m backend``, or starts the app or the workers of ``--workers``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import socket
@@ -24,8 +27,11 @@ import httpx
 import pytest
 
 from app.cli import serving
+from app.cli.serving import PROJECT_ROOT
+from tests.support.deadline import reap, within
 from tests.support.server import free_port
 from tests.test_cli import wait_for
+from tests.test_serving import offline_env
 
 NAME = "dual.invalid"
 
@@ -120,6 +126,22 @@ def ipv6_loopback() -> bool:
     return True
 
 
+def ipv6_first_cli(*argv: str) -> str:
+    """``python -c`` text: the CLI with ``argv``, ``localhost`` resolving to ::1, then 127.0.0.1."""
+    return textwrap.dedent(f"""
+        import socket, sys
+        real = socket.getaddrinfo
+        def getaddrinfo(host, port, *args, **kwargs):
+            if host == "localhost":
+                return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", port, 0, 0)),
+                        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+            return real(host, port, *args, **kwargs)
+        socket.getaddrinfo = getaddrinfo
+        from app.cli.commands import main
+        sys.exit(main({list(argv)!r}))
+    """)
+
+
 @pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback on this machine")
 def test_agentchat_backend_on_localhost_answers_on_both_loopbacks_when_the_resolver_lists_ipv6_first(
     tmp_path: Path,
@@ -130,18 +152,7 @@ def test_agentchat_backend_on_localhost_answers_on_both_loopbacks_when_the_resol
     and at http://[::1]:P."""
     port = free_port()
     db = tmp_path / "solo.sqlite3"
-    script = textwrap.dedent(f"""
-        import socket, sys
-        real = socket.getaddrinfo
-        def getaddrinfo(host, port, *args, **kwargs):
-            if host == "localhost":
-                return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", port, 0, 0)),
-                        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
-            return real(host, port, *args, **kwargs)
-        socket.getaddrinfo = getaddrinfo
-        from app.cli.commands import main
-        sys.exit(main(["backend", "--host", "localhost", "--port", "{port}", "--db", {str(db)!r}]))
-    """)
+    script = ipv6_first_cli("backend", "--host", "localhost", "--port", str(port), "--db", str(db))
     env = {**os.environ, "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3")}
     log = tmp_path / "backend.log"
     with log.open("wb") as err:
@@ -160,3 +171,40 @@ def test_agentchat_backend_on_localhost_answers_on_both_loopbacks_when_the_resol
             proc.wait(15)
     with pytest.raises(httpx.TransportError):
         httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+
+
+@pytest.mark.slow  # real `agentchat serve` processes
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback on this machine")
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_agentchat_serve_on_localhost_answers_on_both_loopbacks(tmp_path: Path, workers: int) -> None:
+    """``serve --host localhost`` bound the first address alone (since its first release):
+    with ::1 listed first, http://127.0.0.1:P was refused. Each address is bound now, in
+    one process and in each worker of ``--workers`` (``--listen-fd`` once per socket)."""
+    port = free_port()
+    script = ipv6_first_cli("serve", "--host", "localhost", "--port", str(port), "--no-backend",
+                            "--workers", str(workers))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, env=offline_env(tmp_path), cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )
+    lines: list[str] = []
+
+    async def pump() -> None:
+        assert proc.stdout is not None
+        async for raw in proc.stdout:
+            lines.append(raw.decode(errors="replace"))
+
+    reading = asyncio.create_task(pump())
+    try:
+        async with asyncio.timeout(90):
+            while "".join(lines).count("agentchat: serving on http://") < workers:  # each worker says it
+                assert proc.returncode is None and not reading.done(), "".join(lines)
+                await asyncio.sleep(0.05)
+        async with httpx.AsyncClient(timeout=5) as client:
+            for base in (f"http://127.0.0.1:{port}", f"http://[::1]:{port}"):
+                health = await client.get(f"{base}/healthz")
+                assert health.status_code == 200, (base, health.text)
+    finally:
+        await reap(proc, "agentchat serve", grace=30)
+        await within(reading, "the end of agentchat serve's output", 10)
+    assert "Traceback" not in "".join(lines)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentchat.cli")
 
-#: ``--listen-fd`` (set by ``--workers``): a descriptor number.
+#: ``--listen-fd`` (set by ``--workers``, once per listening socket): a descriptor number.
 FD_BOUNDS = Bounds(0, 1 << 20)
 
 
@@ -56,8 +56,8 @@ def add_serve_command(sub: Any) -> None:
     serve.add_argument("--workers", type=integer_in(WORKERS_BOUNDS), default=None,
                        help="serving processes on this machine, one per core when one is CPU-bound; each a replica "
                             "on the same database (default AGENT_WORKERS, 1)")
-    serve.add_argument("--listen-fd", type=integer_in(FD_BOUNDS), default=None,
-                       help=argparse.SUPPRESS)  # set by --workers
+    serve.add_argument("--listen-fd", type=integer_in(FD_BOUNDS), action="append", default=None,
+                       help=argparse.SUPPRESS)  # set by --workers, once per socket
     serve.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # "i/N", set by --workers
 
 
@@ -69,7 +69,7 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 
 def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     """``agentchat serve`` with its parsed options; returns the exit code."""
-    from app.cli.serving import BindError, bind_socket, bound_port, choose_stack
+    from app.cli.serving import BindError, bind_sockets, bound_port, choose_stack, closing
     from app.cli.serving import run as serving_run
     from app.config_checks import hosts_answered
 
@@ -84,22 +84,25 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     if args.listen_fd is not None:  # a worker of ``--workers``: the parent bound the port
         import socket
 
-        sock = socket.socket(fileno=args.listen_fd)
-        # ``pass_fds`` made it inheritable here: an MCP stdio server started under uvloop
-        # (which closes no inherited descriptor) would keep the port after this worker.
-        sock.set_inheritable(False)
+        sockets = [socket.socket(fileno=fd) for fd in args.listen_fd]
+        for sock in sockets:
+            # ``pass_fds`` made it inheritable here: an MCP stdio server started under uvloop
+            # (which closes no inherited descriptor) would keep the port after this worker.
+            sock.set_inheritable(False)
     else:
-        # Bind before anything else starts: a taken port is one line and exit code 1.
+        # Bind before anything else starts: a taken port is one line and exit code 1. A
+        # name is bound at each of its addresses (``localhost``: 127.0.0.1 and ::1).
         try:
-            sock = bind_socket(host, port)
+            sockets = bind_sockets(host, port)
         except BindError as exc:
             print(exc, file=sys.stderr)
             return 1
-    port = bound_port(sock)
-    # The address the socket is bound to, not the one asked for, is what the app knows as
-    # AGENT_HOST: the Host guard (app/server/host_check.py) decides from it. A worker of
-    # --workers inherits the socket, not --host; --reload's child reads AGENT_HOST.
-    bound = str(sock.getsockname()[0])
+    port = bound_port(sockets[0])
+    # The address the socket is bound to (the first, when a name has several), not the one
+    # asked for, is what the app knows as AGENT_HOST: the Host guard (app/server/host_check.py)
+    # decides from it. A worker of --workers inherits the sockets, not --host; --reload's
+    # child reads AGENT_HOST.
+    bound = str(sockets[0].getsockname()[0])
     # A name of this machine given as --host (devbox -> 127.0.1.1) is answered too; the
     # workers and the reload child read that from the environment, as AGENT_HOST.
     answered = hosts_answered(settings.allowed_hosts, host, bound)
@@ -107,17 +110,17 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
         os.environ["AGENT_ALLOWED_HOSTS"] = ",".join(answered)
     settings = settings.with_(host=bound, allowed_hosts=answered)
     if workers > 1 and args.listen_fd is None:
-        return _supervise(args, settings, sock, workers, port)
+        return _supervise(args, settings, sockets, workers, port)
     lock = _writer_lock(settings)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     # A fatal signal (SIGBUS: SQLite's memory-mapped -shm cut short under the server)
     # leaves a line and the Python stack on stderr instead of a silent death.
     faulthandler.enable()
-    with sock:
+    with closing(sockets):
         # The file first: a serve waiting for another group's file starts nothing else (no
         # reference backend on the same backend.sqlite3 beside the holder's).
         try:
-            if not _become_writer(lock, sock, settings, args):
+            if not _become_writer(lock, sockets, settings, args):
                 return 0
         except CannotStart as exc:
             print(exc, file=sys.stderr)
@@ -130,14 +133,14 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
             with reference_backend(settings, args, port, "info") as url:
                 if url is not None:
                     os.environ["AGENT_BACKEND_URL"] = url
-                _run_reloader(reload_config(host, port, settings, log_format=args.log_format), sock, lock)
+                _run_reloader(reload_config(host, port, settings, log_format=args.log_format), sockets, lock)
             return 0
         with reference_backend(settings, args, port, "warning") as url:
             if url is not None:
                 settings = settings.with_(backend_url=url)
             try:
                 started = serving_run(
-                    _serve_agent(args, settings, host, sock, lock), choose_stack(settings.server_stack)
+                    _serve_agent(args, settings, host, sockets, lock), choose_stack(settings.server_stack)
                 )
             except CannotStart as exc:
                 print(exc, file=sys.stderr)
@@ -171,7 +174,9 @@ def _writer_lock(settings: Settings) -> WriterLock | None:
     return None if is_postgres_url(target) else WriterLock(target)
 
 
-async def _wait_to_write(lock: WriterLock | None, sock: Any, settings: Settings, args: argparse.Namespace) -> bool:
+async def _wait_to_write(
+    lock: WriterLock | None, sockets: list[Any], settings: Settings, args: argparse.Namespace
+) -> bool:
     """Hold ``lock`` for the rest of this process (``app/cli/writer_wait.py``): a worker of
     ``--workers`` shares its supervisor's; anyone else takes it, waiting while another
     group holds it, then waits while a process of a release before the live log (which
@@ -185,13 +190,13 @@ async def _wait_to_write(lock: WriterLock | None, sock: Any, settings: Settings,
         return True  # the supervisor waited for the lock and for an earlier release before it started us
     stack = choose_stack(settings.server_stack)
     try:
-        if not await wait_for_writer_lock(lock, sock, stack, log_format=args.log_format):
+        if not await wait_for_writer_lock(lock, sockets, stack, log_format=args.log_format):
             return False
     except OSError as exc:  # the database's directory is not there or not writable: nor would the file be
         why = exc.strerror or str(exc)
         raise CannotStart(f"agentchat: cannot take the database's writer lock {lock.path}: {why}") from None
     # An upgrade from a release without the lock: its serve may still have the file open.
-    if not await wait_for_older_release(lock.db_path, sock, stack, log_format=args.log_format):
+    if not await wait_for_older_release(lock.db_path, sockets, stack, log_format=args.log_format):
         lock.release()
         return False
     return True
@@ -201,7 +206,7 @@ class CannotStart(Exception):
     """The service cannot start at all; ``str()`` is one line for the operator (exit 3)."""
 
 
-def _become_writer(lock: WriterLock | None, sock: Any, settings: Settings, args: argparse.Namespace) -> bool:
+def _become_writer(lock: WriterLock | None, sockets: list[Any], settings: Settings, args: argparse.Namespace) -> bool:
     """``_wait_to_write`` outside an event loop, before ``serve`` starts anything else (the
     reference backend, the reloader, the workers, the app)."""
     if lock is None:
@@ -209,7 +214,7 @@ def _become_writer(lock: WriterLock | None, sock: Any, settings: Settings, args:
     from app.cli.serving import choose_stack
     from app.cli.serving import run as serving_run
 
-    return serving_run(_wait_to_write(lock, sock, settings, args), choose_stack(settings.server_stack))
+    return serving_run(_wait_to_write(lock, sockets, settings, args), choose_stack(settings.server_stack))
 
 
 def _serving_line(host: str, port: int, extra: str = "") -> str:
@@ -219,9 +224,10 @@ def _serving_line(host: str, port: int, extra: str = "") -> str:
             f"{extra}")
 
 
-def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers: int, port: int) -> int:
-    """``--workers N``: the reference backend once, then N serving processes on ``sock``
+def _supervise(args: argparse.Namespace, settings: Settings, sockets: list[Any], workers: int, port: int) -> int:
+    """``--workers N``: the reference backend once, then N serving processes on ``sockets``
     (``app/cli/workers.py``); returns when they have all stopped."""
+    from app.cli.serving import closing
     from app.cli.workers import NEVER_STARTED, Supervisor, stop_deadline_s, worker_env
     from storage.sqlite.runtime_dir import runtime_dir, tidy_runtime_dir
     from storage.sqlite.writer_lock import INHERITED_FD_ENV
@@ -233,21 +239,21 @@ def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers:
     # worker inherits the open lock file, so the lock lives while any of them does. It is
     # taken (or waited for) before the reference backend starts.
     try:
-        if not _become_writer(lock, sock, settings, args):
-            sock.close()
+        if not _become_writer(lock, sockets, settings, args):
+            closing(sockets).close()
             return 0
     except CannotStart as exc:
-        sock.close()
+        closing(sockets).close()
         print(exc, file=sys.stderr)
         return NEVER_STARTED
-    with sock, reference_backend(settings, args, port, "warning") as url:
+    with closing(sockets), reference_backend(settings, args, port, "warning") as url:
         env = worker_env(None, workers, url)
         keep: tuple[int, ...] = ()
         if lock is not None:
             keep = (lock.fileno(),)
             env[INHERITED_FD_ENV] = str(lock.fileno())
         supervisor = Supervisor(
-            sock, workers, env, grace=args.grace,
+            sockets, workers, env, grace=args.grace,
             preexec=die_with_parent(), stop_after_s=stop_deadline_s(grace_s), keep_fds=keep,
         )
         if lock is None:
@@ -267,9 +273,9 @@ def _supervise(args: argparse.Namespace, settings: Settings, sock: Any, workers:
 
 
 async def _serve_agent(
-    args: argparse.Namespace, settings: Settings, host: str, sock: Any, lock: WriterLock | None = None
+    args: argparse.Namespace, settings: Settings, host: str, sockets: list[Any], lock: WriterLock | None = None
 ) -> bool:
-    """Serve on the bound socket until stopped; ``False`` if the app never started.
+    """Serve on the bound sockets until stopped; ``False`` if the app never started.
     ``lock``: the SQLite file's writer lock, held (``_become_writer``), watched meanwhile."""
     from app.cli.serving import DrainingServer, bound_port, choose_stack, uvicorn_config
     from app.cli.start_failure import StartupWatch, report
@@ -287,7 +293,7 @@ async def _serve_agent(
         if svc is not None:
             await svc.runs.shutdown(grace_s, cut)
 
-    port = bound_port(sock)
+    port = bound_port(sockets[0])
     watch = StartupWatch(app)  # a failed start-up is one line, not a traceback
     agent = DrainingServer(
         uvicorn_config(
@@ -306,7 +312,7 @@ async def _serve_agent(
     )
     async def serve() -> None:
         try:
-            await agent.serve(sockets=[sock])
+            await agent.serve(sockets=sockets)
         except SystemExit as exc:  # uvicorn's way out when the app's start-up fails; no traceback
             if not agent.started:
                 report(watch, settings, exc.code)
@@ -362,7 +368,7 @@ def reload_config(host: str, port: int, settings: Settings, *, log_format: str =
     )
 
 
-def _run_reloader(config: Any, sock: Any, lock: WriterLock | None) -> None:
+def _run_reloader(config: Any, sockets: list[Any], lock: WriterLock | None) -> None:
     """uvicorn's reloader; its serving child shares the writer lock and dies with it
     (``app/cli/reload_child.py``)."""
     from uvicorn.supervisors import ChangeReload
@@ -372,8 +378,9 @@ def _run_reloader(config: Any, sock: Any, lock: WriterLock | None) -> None:
     from app.cli.serving import bound_port, display_url
     from app.cli.writer_wait import watch_writer_lock_thread
 
-    sock.listen(2048)  # connections queue from now on, while the child starts the app
-    port = bound_port(sock)
+    for sock in sockets:
+        sock.listen(2048)  # connections queue from now on, while the child starts the app
+    port = bound_port(sockets[0])
     # The child imports and starts the app (seconds): "serving" only once it answers.
     announce(f"agentchat: starting on {display_url(config.host, port)}  [reloading on changes]")
     _, stop = start_watch(probe_url(config.host, port), _serving_line(config.host, port, "  [reloading on changes]"),
@@ -383,7 +390,7 @@ def _run_reloader(config: Any, sock: Any, lock: WriterLock | None) -> None:
         threading.Thread(target=watch_writer_lock_thread, args=(lock, unwatch), name="writer-lock-watch",
                          daemon=True).start()
     try:
-        ChangeReload(config, target=reload_child(config, lock), sockets=[sock]).run()
+        ChangeReload(config, target=reload_child(config, lock), sockets=sockets).run()
     finally:
         stop.set()
         unwatch.set()

@@ -12,6 +12,7 @@ at once: the live runs are released then, and the close is the same (``DrainingS
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import importlib.util
 import logging
@@ -226,6 +227,14 @@ def _bind_error(exc: OSError, host: str, port: int, what: str, hint: str) -> Bin
     else:
         why = exc.strerror or str(exc)
     return BindError(f"{what}: cannot listen on {host}:{port}: {why}")
+
+
+def closing(sockets: list[socket.socket]) -> contextlib.ExitStack:
+    """One ``with`` (or ``.close()``) closing every listening socket ``bind_sockets`` gave."""
+    stack = contextlib.ExitStack()
+    for sock in sockets:
+        stack.enter_context(sock)
+    return stack
 
 
 def bound_port(sock: socket.socket) -> int:

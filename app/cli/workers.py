@@ -87,15 +87,15 @@ KILLED_ON_STOP = 1
 MAX_FORWARDED = 2
 
 
-def worker_argv(fd: int, index: int, count: int, *, grace: float | None) -> list[str]:
-    """The command of worker ``index``: ``agentchat serve`` on the inherited socket ``fd``."""
+def worker_argv(fds: Sequence[int], index: int, count: int, *, grace: float | None) -> list[str]:
+    """The command of worker ``index``: ``agentchat serve`` on the inherited sockets ``fds``
+    (one per address of ``--host``)."""
     argv = [
         sys.executable,
         "-m",
         "app.cli",
         "serve",
-        "--listen-fd",
-        str(fd),
+        *(arg for fd in fds for arg in ("--listen-fd", str(fd))),
         "--no-backend",
         "--worker",
         f"{index}/{count}",
@@ -107,9 +107,10 @@ def worker_argv(fd: int, index: int, count: int, *, grace: float | None) -> list
 
 @dataclass(slots=True)
 class Supervisor:
-    """Starts ``count`` workers on ``sock`` and keeps them running until told to stop."""
+    """Starts ``count`` workers on ``sockets`` (one per address of ``--host``) and keeps
+    them running until told to stop."""
 
-    sock: socket.socket
+    sockets: Sequence[socket.socket]
     count: int
     env: dict[str, str]
     grace: float | None = None
@@ -134,11 +135,11 @@ class Supervisor:
     killed: list[int] = field(default_factory=list)
 
     def spawn(self, index: int) -> subprocess.Popen[bytes]:
-        fd = self.sock.fileno()
+        fds = tuple(sock.fileno() for sock in self.sockets)
         proc = subprocess.Popen(
-            worker_argv(fd, index, self.count, grace=self.grace),
+            worker_argv(fds, index, self.count, grace=self.grace),
             env=self.env,
-            pass_fds=(fd, *self.keep_fds),
+            pass_fds=(*fds, *self.keep_fds),
             preexec_fn=self.preexec,
             # A Ctrl-C in the terminal reaches the parent only; it forwards it once.
             start_new_session=True,
@@ -176,7 +177,8 @@ class Supervisor:
         try:
             with runtime_directory() as directory:
                 self.env = {**self.env, WORKERS_DIR_ENV: str(directory)}
-                self.sock.listen(2048)  # connections queue from now on, while the workers start
+                for sock in self.sockets:
+                    sock.listen(2048)  # connections queue from now on, while the workers start
                 self.procs = [None] * self.count
                 try:
                     for i in range(self.count):

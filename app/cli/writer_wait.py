@@ -125,7 +125,7 @@ class _WaitingServer(uvicorn.Server):
 
 
 async def _answer_until(
-    sock: socket.socket,
+    sockets: list[socket.socket],
     stack: Stack,
     reason: Callable[[], str],
     ready: Callable[[], Awaitable[bool]],
@@ -133,11 +133,11 @@ async def _answer_until(
     *,
     log_format: str,
 ) -> bool:
-    """Answer on ``sock`` as a waiting process (``waiting_app``) until ``ready()``; False
+    """Answer on ``sockets`` as a waiting process (``waiting_app``) until ``ready()``; False
     when a SIGTERM/SIGINT stopped the wait first."""
-    # A duplicate of the listening socket: uvicorn closes what it served on, and the
-    # service serves on the original afterwards (connections queued meanwhile wait there).
-    shadow = sock.dup()
+    # Duplicates of the listening sockets: uvicorn closes what it served on, and the
+    # service serves on the originals afterwards (connections queued meanwhile wait there).
+    shadows = [sock.dup() for sock in sockets]
     config = uvicorn.Config(
         waiting_app(reason),
         http=http_protocol(stack),
@@ -150,14 +150,17 @@ async def _answer_until(
     )
     server = _WaitingServer(config, ready, every_s)
     try:
-        await server.serve(sockets=[shadow])
+        await server.serve(sockets=shadows)
     finally:
-        shadow.close()
+        for shadow in shadows:
+            shadow.close()
     return not server.signalled
 
 
-async def wait_for_writer_lock(lock: WriterLock, sock: socket.socket, stack: Stack, *, log_format: str) -> bool:
-    """Take ``lock``, answering on ``sock`` as a waiting process while another group holds
+async def wait_for_writer_lock(
+    lock: WriterLock, sockets: list[socket.socket], stack: Stack, *, log_format: str
+) -> bool:
+    """Take ``lock``, answering on ``sockets`` as a waiting process while another group holds
     it; True once held, False when stopped (SIGTERM/SIGINT) before that."""
     if lock.try_acquire():
         return True
@@ -169,7 +172,7 @@ async def wait_for_writer_lock(lock: WriterLock, sock: socket.socket, stack: Sta
     async def acquired() -> bool:
         return lock.try_acquire()
 
-    if not await _answer_until(sock, stack, lambda: waiting_reason(lock), acquired, POLL_S, log_format=log_format):
+    if not await _answer_until(sockets, stack, lambda: waiting_reason(lock), acquired, POLL_S, log_format=log_format):
         lock.release()  # asked to stop, the lock ours or not: nothing starts
         return False
     if lock.held:
@@ -177,10 +180,12 @@ async def wait_for_writer_lock(lock: WriterLock, sock: socket.socket, stack: Sta
     return lock.held
 
 
-async def wait_for_older_release(db_path: Path, sock: socket.socket, stack: Stack, *, log_format: str) -> bool:
+async def wait_for_older_release(
+    db_path: Path, sockets: list[socket.socket], stack: Stack, *, log_format: str
+) -> bool:
     """With the writer lock held: wait while a process of a release before the live log -
     one that takes no writer lock - has the file open (``storage.sqlite.upgrade_guard``),
-    answering on ``sock`` as a waiting process; True once it is gone (or was never
+    answering on ``sockets`` as a waiting process; True once it is gone (or was never
     there), False when stopped (SIGTERM/SIGINT) first.
 
     Why wait rather than refuse, as for the lock (module docstring): this is the rolling
@@ -204,7 +209,7 @@ async def wait_for_older_release(db_path: Path, sock: socket.socket, stack: Stac
     async def gone() -> bool:
         return await asyncio.to_thread(older_release_open, db_path) is None
 
-    if not await _answer_until(sock, stack, reason, gone, UPGRADE_POLL_S, log_format=log_format):
+    if not await _answer_until(sockets, stack, reason, gone, UPGRADE_POLL_S, log_format=log_format):
         return False
     log.warning("the earlier release's process closed the database; taking over", extra={"path": str(db_path)})
     return True

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     Supervisor.spawn = spawn  # type: ignore[method-assign]  # this process only
     with bind_socket("127.0.0.1", 0) as sock:
-        supervisor = Supervisor(sock, args.workers, {}, grace=args.grace,
+        supervisor = Supervisor([sock], args.workers, {}, grace=args.grace,
                                 stop_after_s=stop_deadline_s(args.grace, args.budget))
         code = supervisor.run()
     print(json.dumps({"code": code, "killed": supervisor.killed}), flush=True)

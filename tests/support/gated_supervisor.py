@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         keep = (lock.fileno(),)
         env[INHERITED_FD_ENV] = str(lock.fileno())
     with sock:
-        supervisor = Supervisor(sock, args.workers, env, grace=args.grace, keep_fds=keep, **options)
+        supervisor = Supervisor([sock], args.workers, env, grace=args.grace, keep_fds=keep, **options)
         return supervisor.run()
 
 
