@@ -41,6 +41,13 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
 
     monkeypatch.setattr(ingest_module, "load_file", counting)
     monkeypatch.setattr(samepage, "load_file", counting)
+
+    def stripped(path: Path) -> str | None:  # the same-page check's cheap read of a page
+        calls.append(path)
+        return samepage_text(path)
+
+    samepage_text = samepage.stripped_page_text
+    monkeypatch.setattr(samepage, "stripped_page_text", stripped)
     return calls
 
 
@@ -76,8 +83,10 @@ async def test_no_file_is_loaded_twice(tmp_path: Path, opened: list[Path]) -> No
         assert (report.added, report.skipped_files.get(samepage.SKIP_SAME_PAGE)) == (4, 1)
         # Each file loaded once: the Markdown files and the HTML page that is not a repeat
         # were loaded by the comparison and used by the ingest (they were loaded twice).
-        assert Counter(opened) == {d / name: 1 for name in
-                                   ("registry.md", "registry.html", "scope.md", "scope.html", "alone.md")}
+        # Each HTML page is read once for the cheap check; the repeat is settled by it, the
+        # other page is then loaded (its main content extracted) once, for both uses.
+        assert Counter(opened) == {d / "registry.md": 1, d / "registry.html": 1, d / "scope.md": 1,
+                                   d / "scope.html": 2, d / "alone.md": 1}
         # What the comparison loaded is what a load of its own gives: read again and
         # hashed (--rehash), every document is unchanged, and each is shown by its path.
         again = await kb.ingest_paths([d], bucket="docs", rehash=True)
@@ -159,3 +168,20 @@ def test_the_display_knows_the_stages_by_the_ingests_names() -> None:
     assert (ingest_progress.STAGE_COMPARE, ingest_progress.STAGE_EMBED) == (
         ingest_stages.STAGE_COMPARE, ingest_stages.STAGE_EMBED,
     )  # fmt: skip
+
+
+def test_a_repeat_hidden_in_a_large_page_is_still_found_by_its_main_content(tmp_path: Path, opened: list[Path]) -> None:
+    """The stripped-text check settles a plain repeat without extracting it; a page whose
+    navigation outweighs its content (stripped text over twice the Markdown's) is not
+    settled by it, and the main-content comparison still finds it."""
+    nav = " ".join(f"<li><a href='/p{i}'>Other topic number {i} of the manual</a></li>" for i in range(120))
+    d = tmp_path / "site"
+    d.mkdir()
+    (d / "registry.md").write_text(f"# Registry\n\n{PAGE}\n")
+    (d / "registry.html").write_text(
+        f"<html><body><nav><ul>{nav}</ul></nav><main><article><h1>Registry</h1><p>{PAGE}</p></article></main>"
+        f"<footer><ul>{nav}</ul></footer></body></html>"
+    )
+    found = samepage.find_same_pages([(p, p.name) for p in sorted(d.iterdir())])
+    assert [(f.html.name, f.markdown.name) for f in found.found] == [("registry.html", "registry.md")]
+    assert opened.count(d / "registry.html") == 2  # read, then extracted: the stripped text could not settle it

@@ -67,6 +67,13 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
 
     monkeypatch.setattr(ingest_module, "load_file", counting)
     monkeypatch.setattr(samepage, "load_file", counting)
+
+    def stripped(path: Path) -> str | None:  # the same-page check's cheap read of a page
+        calls.append(path)
+        return samepage_text(path)
+
+    samepage_text = samepage.stripped_page_text
+    monkeypatch.setattr(samepage, "stripped_page_text", stripped)
     return calls
 
 
