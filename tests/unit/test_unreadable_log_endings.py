@@ -46,7 +46,7 @@ async def test_the_openai_stream_ends_with_that_one_error_and_done() -> None:
     """The OpenAI-compatible stream's documented error form after it started: one error
     chunk with the run's code, then ``[DONE]`` (before: an ``interrupted`` 'the server
     restarted' error instead of the storage_unavailable one, which rode only as an extra)."""
-    from app.server.openai_compat import Translator
+    from app.server.openai_chunks import Translator
     from app.server.openai_compat import _stream as openai_stream
 
     tr = Translator("chatcmpl-r1", "agent", 0, include_usage=False)
