@@ -9,7 +9,8 @@ Three kinds of query (the same 60 vectors): ``bucket`` — scoped to the query's
 "semantic" search); ``filtered`` — bucket plus the query's metadata filter (1–7 % of
 the chunks); ``all`` — no scope. ``agreement_at_10``: mean overlap of the top 10 with
 the exact top 10 (the engine's own exact scan for ``bucket``/``filtered``; numpy over
-``vectors.npy`` for ``all``). One chunk per document, so chunks are documents.
+``vectors.npy`` for ``all``). One chunk per document, so chunks are documents. Each
+figure is also given per query bucket (``<kind>/<setting>@<bucket>``).
 
 Settings (``SETTINGS``): ``legacy_ef4`` is the path pgvector < 0.8 gets (``ef_search``
 4x the candidates over the scope's share, capped at 1,000, no iterative scans);
@@ -435,7 +436,7 @@ async def measure(
         compiled = compile_filters(q["kb_filter"], SCHEMAS[q["bucket"]], bucket=q["bucket"])
         return {"bucket": KBScope(q["bucket"]), "filtered": KBScope(q["bucket"], compiled), "all": KBScope()}
 
-    async def top(srv: Measured, name: str, kind: str, scope: KBScope, vec: np.ndarray) -> list[int]:
+    async def top(srv: Measured, name: str, kind: str, scope: KBScope, vec: np.ndarray, bucket: str = "") -> list[int]:
         vs = srv.storage.kb_index._vectors
         default = (vs.iterative, vs.ef_search_factor, vs.pool_factor, vs.scan_order, vs.exact_scope_vectors)
         mem, walk = vs.scan_mem_multiplier, vs.walk
@@ -450,7 +451,10 @@ async def measure(
             before = vs.exact_reruns
             t0 = time.perf_counter()
             ranked = await vs.candidates(vec, EMBED_MODEL, scope, LIMIT)
-            srv.timings.setdefault(f"{kind}/{name}", []).append((time.perf_counter() - t0) * 1000)
+            took = (time.perf_counter() - t0) * 1000
+            srv.timings.setdefault(f"{kind}/{name}", []).append(took)
+            if bucket:  # the same, split by the query's bucket
+                srv.timings.setdefault(f"{kind}/{name}@{bucket}", []).append(took)
             if vs.exact_reruns > before:
                 srv.exact_runs[f"{kind}/{name}"] = srv.exact_runs.get(f"{kind}/{name}", 0) + 1
         finally:
@@ -481,8 +485,9 @@ async def measure(
                 for name in settings:
                     if name != "product" and SETTINGS[name].iterative and not srv.iterative:
                         continue  # pgvector < 0.8 has no iterative scans
-                    got = await top(srv, name, kind, scope, vec)
+                    got = await top(srv, name, kind, scope, vec, q["bucket"])
                     srv.overlap.setdefault(f"{kind}/{name}", []).append(_overlap(got, want))
+                    srv.overlap.setdefault(f"{kind}/{name}@{q['bucket']}", []).append(_overlap(got, want))
     sqlite = workdir / "top_ids_sqlite.json"
     if sqlite.exists() and engine_exact:  # the engine's exact scan against SQLite's (ties aside, the same)
         ids = orjson.loads(sqlite.read_bytes()).get("search_semantic", [])
