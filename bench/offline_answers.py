@@ -45,6 +45,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import llm.extractive as extractive
+from llm.extractive_answer import Composed
 from llm.extractive_followup import FollowUp
 from llm.extractive_read import Passage
 from llm.extractive_words import Words
@@ -99,26 +100,37 @@ def print_set(label: str, sets: dict[str, list[dict[str, Any]]], show: bool) -> 
 
 
 def capturing(store: dict[str, Any]) -> None:
-    """Keep, per question, the passages the answerer composes from (the last call wins);
-    for a follow-up (``llm.extractive_followup``) the passages and what it leans on,
-    ``{"passages": [...], "follow_up": {...}}``."""
-    compose = extractive.compose_answer
+    """Keep, per question, the passages the answerer composes from (the last call wins):
+    ``{"passages": [...]}``, with what it leans on for a follow-up
+    (``llm.extractive_followup``, ``"follow_up"``) and the chunks read for what they go on
+    with after an introduction (``llm.extractive_next``, ``"following"``)."""
+    compose = extractive.compose
 
     def recorded(
-        question: str, passages: list[Passage], words: Words | None = None, follow_up: FollowUp | None = None
-    ) -> tuple[str, list[str], float]:
-        kept = [dataclasses.asdict(p) for p in passages]
-        store[question] = kept if follow_up is None else {"passages": kept, "follow_up": dataclasses.asdict(follow_up)}
-        return compose(question, passages, words, follow_up)
+        question: str,
+        passages: list[Passage],
+        words: Words | None = None,
+        follow_up: FollowUp | None = None,
+        following: list[Passage] | None = None,
+    ) -> Composed:
+        entry: dict[str, Any] = {"passages": [dataclasses.asdict(p) for p in passages]}
+        if follow_up is not None:
+            entry["follow_up"] = dataclasses.asdict(follow_up)
+        if following:
+            entry["following"] = [dataclasses.asdict(p) for p in following]
+        store[question] = entry
+        return compose(question, passages, words, follow_up, following)
 
-    extractive.compose_answer = recorded  # type: ignore[assignment]
+    extractive.compose = recorded  # type: ignore[assignment]
 
 
-def _captured(entry: Any) -> tuple[list[Passage], FollowUp | None]:
-    """One captured question's passages and follow-up (a list: passages alone)."""
+def _captured(entry: Any) -> tuple[list[Passage], FollowUp | None, list[Passage]]:
+    """One captured question's passages, follow-up and following chunks (a list, as
+    captures before round 28 kept: passages alone)."""
     if isinstance(entry, list):
-        return [Passage(**p) for p in entry], None
-    return [Passage(**p) for p in entry["passages"]], FollowUp(**entry["follow_up"])
+        return [Passage(**p) for p in entry], None, []
+    follow_up = FollowUp(**entry["follow_up"]) if entry.get("follow_up") else None
+    return [Passage(**p) for p in entry["passages"]], follow_up, [Passage(**p) for p in entry.get("following") or []]
 
 
 def replay(path: Path, show: bool) -> None:
@@ -132,8 +144,8 @@ def replay(path: Path, show: bool) -> None:
             for item in questions:
                 if item["question"] not in captured:
                     continue
-                passages, follow_up = _captured(captured[item["question"]])
-                answer, sources, _ = extractive.compose_answer(item["question"], passages, words, follow_up)
+                passages, follow_up, following = _captured(captured[item["question"]])
+                answer, sources, _ = extractive.compose_answer(item["question"], passages, words, follow_up, following)
                 results.append({**item, "answer": answer, "sources": sources})
             if results:
                 sets[corpus] = results

@@ -29,10 +29,20 @@ from typing import Any
 
 import orjson
 
-from llm.extractive_answer import Passage, compose_answer
+from llm.extractive_answer import Composed, Passage, compose, compose_answer
 from llm.extractive_followup import FollowUp, earlier_questions, follow_up_of
+from llm.extractive_next import next_read_args
 from llm.extractive_page_read import PAGE_READ_TOOL, page_read_args, pages_to_read
-from llm.extractive_results import distinct, nothing_searched, pages_found, passages_of, results_since, with_page_reads
+from llm.extractive_results import (
+    calls_since,
+    chunks_read,
+    distinct,
+    nothing_searched,
+    pages_found,
+    passages_of,
+    results_since,
+    with_page_reads,
+)
 from llm.extractive_words import Words
 from llm.provider import ProviderHealth
 from llm.types import (
@@ -175,19 +185,43 @@ class ExtractiveProvider:
         if answered and not answered[-1].is_error:
             yield MessageComplete(stop_for_tool_use=False, usage=Usage(), stop_reason="stop")
             return
-        read_again = [r for r in results if r.name == PAGE_READ_TOOL]
-        if not read_again and not answered and PAGE_READ_TOOL in offered:
-            asked = follow.search_query() if follow is not None else question
-            calls = [page_read_args(page, query) for page, query in pages_to_read(asked, pages_found(searched))]
-            if calls:  # the found page(s) read more deeply first (llm.extractive_page_read)
+        asked = follow.search_query() if follow is not None else question
+        found = pages_found(searched)
+        planned = [page_read_args(page, query) for page, query in pages_to_read(asked, found)]
+        first = distinct([p for r in searched for p in passages_of(r)])
+        reads = [r for r in results if r.name == PAGE_READ_TOOL]
+        composed: Composed | None = None
+        if not reads and not answered and PAGE_READ_TOOL in offered:
+            # The found page(s) read more deeply (llm.extractive_page_read) and, in the same
+            # turn, the next chunk of a passage the first search's answer would quote that
+            # ends introducing what that chunk holds (llm.extractive_next): after this
+            # round of corpus searches the review closes the search tools.
+            composed = await asyncio.to_thread(compose, question, first, self._words, follow)
+            buckets = {page.doc_id: page.bucket for page in found}
+            nexts = [next_read_args(w, buckets[w.doc_id]) for w in composed.wants if w.doc_id in buckets]
+            calls = planned + [args for args in nexts if args not in planned]
+            if calls:
                 for ev in self._calls([(PAGE_READ_TOOL, args) for args in calls]):
                     yield ev
                 return
-        passages = with_page_reads(distinct([p for r in searched for p in passages_of(r)]), read_again)
-        # 15-20 ms of pure-Python scoring per answer: on a worker thread, so the event loop
-        # (every other live stream) gets the GIL back every switch interval instead of
-        # waiting out the whole answer. The memo's lru_caches are thread-safe.
-        answer, sources, confidence = await asyncio.to_thread(compose_answer, question, passages, self._words, follow)
+        # Which reads were the page's and which a next chunk's: by the arguments they were
+        # called with (a read whose call is not in the conversation is taken as the page's).
+        asked_with = calls_since(request.messages, start)
+        next_ids = {
+            r.tool_call_id
+            for r in reads
+            if (called := asked_with.get(r.tool_call_id)) is not None and called not in planned
+        }
+        read_again = [r for r in reads if r.tool_call_id not in next_ids]
+        read_next = [r for r in reads if r.tool_call_id in next_ids]
+        passages = with_page_reads(first, read_again)
+        if composed is None or reads:
+            # 15-20 ms of pure-Python scoring per answer: on a worker thread, so the event
+            # loop (every other live stream) gets the GIL back every switch interval instead
+            # of waiting out the whole answer. The memo's lru_caches are thread-safe.
+            chunks = chunks_read(read_next)
+            composed = await asyncio.to_thread(compose, question, passages, self._words, follow, chunks)
+        answer, sources, confidence = composed.answer, composed.sources, composed.confidence
         if answered:  # the last answer was rejected: answer again without citations
             answer, sources, confidence = "", [], 0.0
         if not answer:
@@ -285,4 +319,12 @@ def _pieces(text: str, size: int = 48) -> list[str]:
     return out
 
 
-__all__ = ["ExtractiveProvider", "Passage", "acting_context", "compose_answer", "decline_message", "search_required"]
+__all__ = [
+    "ExtractiveProvider",
+    "Passage",
+    "acting_context",
+    "compose",
+    "compose_answer",
+    "decline_message",
+    "search_required",
+]

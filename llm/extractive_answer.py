@@ -10,7 +10,8 @@ passage, not a bag of sentences:
   introduces, whole; a lead that is one item of such a list brings the introduction and
   the list; a short code block right after the lead's paragraph comes along;
 * a sentence that introduces a list the passage does not hold (the chunk ended there)
-  cannot be quoted whole, so it is never a lead — another copy of the page has the list;
+  cannot be quoted whole, so it is never a lead — unless the document's next chunk opens
+  with that list or code block (``llm.extractive_next``), which is then quoted after it;
 * a second passage joins only when it covers the question nearly as well, from another
   part of the documents, and adds sentences the answer does not already have: no
   sentence is ever said twice (compared over folded words, so the ``.md`` and ``.html``
@@ -29,6 +30,8 @@ pages ``llm.extractive_pages``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from llm.extractive_additions import with_command_line as _with_command_line
 from llm.extractive_additions import with_form_after as _with_form_after
 from llm.extractive_additions import with_heading as _with_heading
@@ -38,6 +41,7 @@ from llm.extractive_additions import with_synopsis as _with_synopsis
 from llm.extractive_additions import with_syntax as _with_syntax
 from llm.extractive_followup import FollowUp
 from llm.extractive_followup import about as _about
+from llm.extractive_next import NextChunk, attach_next, chunk_position, wants_next
 from llm.extractive_pages import PageOpening, alias_documents
 from llm.extractive_question import Question as _Question
 from llm.extractive_quote import cite as _cite
@@ -85,11 +89,7 @@ COMPLETING_SHARE = 0.6
 
 
 def _chunk_position(read: _Read) -> int | None:
-    """The chunk's position in its document (``doc#3``; a page-scoped read's passage
-    says it in its ``chunk_id``), or None when it is not known."""
-    where = read.passage.chunk_id or read.passage.source_id
-    tail = where.rsplit("#", 1)[-1] if "#" in where else ""
-    return int(tail) if tail.isdigit() else None
+    return chunk_position(read.passage)
 
 
 def _near(quoted: _Read, other: _Read) -> bool:
@@ -133,20 +133,52 @@ def _said(question: _Question, reads: list[_Read]) -> list[frozenset[str]]:
     return list(seen.values())
 
 
+@dataclass(slots=True)
+class Composed:
+    """An answer: its Markdown, the cited source ids, its confidence, and the next chunks
+    its quotes would go on into (``llm.extractive_next``: an introduction whose list or
+    code block the next chunk holds, left out of this answer for want of it)."""
+
+    answer: str = ""
+    sources: list[str] = field(default_factory=list)
+    confidence: float = 0.0
+    wants: list[NextChunk] = field(default_factory=list)
+
+
 def compose_answer(
-    question: str, passages: list[Passage], words: Words | None = None, follow_up: FollowUp | None = None
+    question: str,
+    passages: list[Passage],
+    words: Words | None = None,
+    follow_up: FollowUp | None = None,
+    following: list[Passage] | None = None,
 ) -> tuple[str, list[str], float]:
     """The best passage(s) for ``question``: ``(answer Markdown, cited source ids,
-    confidence)``. ``words`` is the answerer's memoised word work (``ExtractiveProvider``
-    keeps one for its life); without it the answer builds its own, which only it uses.
-    ``follow_up``: the question leans on earlier ones (``llm.extractive_followup``), whose
-    words count too, below its own (``llm.extractive_followup.about``)."""
+    confidence)`` (``compose``)."""
+    composed = compose(question, passages, words, follow_up, following)
+    return composed.answer, composed.sources, composed.confidence
+
+
+def compose(
+    question: str,
+    passages: list[Passage],
+    words: Words | None = None,
+    follow_up: FollowUp | None = None,
+    following: list[Passage] | None = None,
+) -> Composed:
+    """The best passage(s) for ``question``. ``words`` is the answerer's memoised word
+    work (``ExtractiveProvider`` keeps one for its life); without it the answer builds
+    its own, which only it uses. ``follow_up``: the question leans on earlier ones
+    (``llm.extractive_followup``), whose words count too, below its own
+    (``llm.extractive_followup.about``). ``following``: chunks read only for what they
+    go on with after a passage ending with an introduction (``llm.extractive_next``),
+    never quoted for themselves."""
     q = _Question.of(question, words)
     if follow_up is not None:
         q = _about(q, follow_up)
     if not q.stems or not passages:
-        return "", [], 0.0
+        return Composed()
     reads = [_read(p) for p in passages]
+    attach_next(reads, [*passages, *(following or [])])
     aliases = alias_documents(_page_opening(r) for r in reads if r.first)
     reads = [r for r in reads if _document(r) not in aliases]
     q = q.written_apart(t for r in reads for t in (r.passage.title, r.passage.text))
@@ -157,7 +189,7 @@ def compose_answer(
         # "How big can it be?" of a file: only a unit stating an amount answers it.
         units = [u for u in units if q.holds_wanted(u.text)] or units
     if not units:
-        return "", [], 0.0
+        return Composed()
     best = units[0].score
     said: set[str] = set()
     parts: list[str] = []
@@ -167,6 +199,7 @@ def compose_answer(
     used_passages: list[int] = []
     length = 0
     covered: frozenset[str] = frozenset()  # what the answer says so far, as the question's terms
+    wants: list[NextChunk] = []
     for unit in units:
         if len(parts) >= MAX_PASSAGES or (parts and unit.score < COMPLETING_SHARE * best):
             break
@@ -200,8 +233,11 @@ def compose_answer(
         length += size
         if source_id not in sources:
             sources.append(source_id)
+        wanted = wants_next(read, unit)
+        if wanted is not None and wanted not in wants:
+            wants.append(wanted)
     confidence = round(min(0.9, best), 2)
-    return "\n\n".join(parts), sources, confidence
+    return Composed("\n\n".join(parts), sources, confidence, wants)
 
 
-__all__ = ["MAX_ANSWER_CHARS", "MIN_RELEVANCE", "Passage", "compose_answer", "sentence_key"]
+__all__ = ["MAX_ANSWER_CHARS", "MIN_RELEVANCE", "Composed", "Passage", "compose", "compose_answer", "sentence_key"]

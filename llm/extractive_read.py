@@ -61,6 +61,10 @@ class Read:
     headings: list[str]
     first: bool  # the passage opens its document
     summary: int = -1  # the block of the document's summary (``_with_summary``), if any
+    #: What the document's next chunk opens with when it carries on where this passage
+    #: ends (``llm.extractive_next``): the list, code block or table the passage's last
+    #: sentence introduces. ``next_block`` of the last block is this block.
+    after: Block | None = None
 
 
 def read_passage(passage: Passage) -> Read:
@@ -106,7 +110,11 @@ def introduces(text: str) -> bool:
 
 
 def next_block(read: Read, b: int) -> Block | None:
-    return read.blocks[b + 1] if b + 1 < len(read.blocks) else None
+    """The block after block ``b``; after the passage's last block, what the next chunk of
+    the document goes on with, when it is known (``Read.after``)."""
+    if b + 1 < len(read.blocks):
+        return read.blocks[b + 1]
+    return read.after if b == len(read.blocks) - 1 else None
 
 
 def prev_block(read: Read, b: int) -> Block | None:

@@ -8,6 +8,7 @@ came back, so neither grows past one job.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -33,6 +34,12 @@ def distinct(passages: list[Passage]) -> list[Passage]:
 def results_since(messages: list[Message], start: int) -> list[ToolResult]:
     """The tool results of the turns since the question at ``start``: this question's own."""
     return [r for m in messages[start:] for r in m.tool_results]
+
+
+def calls_since(messages: list[Message], start: int) -> dict[str, dict[str, Any]]:
+    """The arguments of the tool calls made since the question at ``start``, by call id:
+    which of two ``search_text`` reads was the page's and which a next chunk's."""
+    return {c.id: c.arguments for m in messages[start:] for c in m.tool_calls}
 
 
 def passages_of(result: ToolResult) -> list[Passage]:
@@ -127,22 +134,33 @@ def with_page_reads(passages: list[Passage], reads: list[ToolResult]) -> list[Pa
         doc = p.source_id.split("#", 1)[0]
         floor[doc] = min(floor.get(doc, p.score), p.score)
     out = list(passages)
+    for hit in chunks_read(reads):
+        if hit.chunk_id in seen:
+            continue
+        seen.add(hit.chunk_id)
+        out.append(dataclasses.replace(hit, score=floor.get(hit.source_id, 0.0)))
+    return out
+
+
+def chunks_read(reads: list[ToolResult]) -> list[Passage]:
+    """The chunks ``search_text`` reads found, each cited by its document (what
+    ``search_text`` registers) and saying its place in ``chunk_id``; scored 0."""
+    out: list[Passage] = []
     for result in reads:
         if result.is_error:
             continue
         for hit in _body(result).get("results") or []:
             if not isinstance(hit, dict) or not hit.get("doc_id") or not hit.get("snippet"):
                 continue
-            doc, chunk = str(hit["doc_id"]), str(hit.get("chunk_id") or "")
-            if not chunk or chunk in seen:
+            chunk = str(hit.get("chunk_id") or "")
+            if not chunk:
                 continue
-            seen.add(chunk)
             out.append(
                 Passage(
-                    doc,
+                    str(hit["doc_id"]),
                     str(hit.get("title") or ""),
                     str(hit["snippet"]),
-                    floor.get(doc, 0.0),
+                    0.0,
                     _summary(hit.get("metadata")),
                     chunk,
                     str(hit.get("section") or ""),
@@ -161,4 +179,13 @@ def _summary(metadata: Any) -> str:
     return summary if isinstance(summary, str) else ""
 
 
-__all__ = ["distinct", "nothing_searched", "pages_found", "passages_of", "results_since", "with_page_reads"]
+__all__ = [
+    "calls_since",
+    "chunks_read",
+    "distinct",
+    "nothing_searched",
+    "pages_found",
+    "passages_of",
+    "results_since",
+    "with_page_reads",
+]

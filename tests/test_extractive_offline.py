@@ -285,13 +285,13 @@ async def test_the_answer_is_composed_off_the_event_loop(
     import llm.extractive
 
     threads: list[threading.Thread] = []
-    compose = llm.extractive.compose_answer
+    compose = llm.extractive.compose
 
     def recording(*args: Any) -> Any:
         threads.append(threading.current_thread())
         return compose(*args)
 
-    monkeypatch.setattr(llm.extractive, "compose_answer", recording)
+    monkeypatch.setattr(llm.extractive, "compose", recording)
     async with (
         running_app(offline, provider=ExtractiveProvider()) as (base, _),
         httpx.AsyncClient(timeout=30) as client,
