@@ -14,16 +14,15 @@ from __future__ import annotations
 import io
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from app.cli import ingest_progress
 from app.cli.ingest_progress import IngestProgress
 from app.cli.kb_file import open_kb_file
-from knowledge import ingest as ingest_module
-from knowledge import ingest_stages, loaders, samepage
+from knowledge import ingest_stages, samepage
 from knowledge.types import KBConfig
+from tests.support.opened_files import record_opened_files
 from toolindex.hashing import HashingEmbedder
 
 PAGE = ("Configuring the registry. Set the registry URL with npm config set registry, then every install "
@@ -33,22 +32,7 @@ PAGE = ("Configuring the registry. Set the registry URL with npm config set regi
 @pytest.fixture
 def opened(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Every file the ingest and its same-page check load, in order."""
-    calls: list[Path] = []
-
-    def counting(path: Path, *args: Any, **kwargs: Any) -> Any:
-        calls.append(path)
-        return loaders.load_file(path, *args, **kwargs)
-
-    monkeypatch.setattr(ingest_module, "load_file", counting)
-    monkeypatch.setattr(samepage, "load_file", counting)
-
-    def stripped(path: Path) -> str | None:  # the same-page check's cheap read of a page
-        calls.append(path)
-        return samepage_text(path)
-
-    samepage_text = samepage.stripped_page_text
-    monkeypatch.setattr(samepage, "stripped_page_text", stripped)
-    return calls
+    return record_opened_files(monkeypatch)
 
 
 def docs_folder(root: Path) -> Path:

@@ -22,12 +22,11 @@ import numpy as np
 import pytest
 
 from app.cli.kb_file import open_kb_file
-from knowledge import ingest as ingest_module
-from knowledge import loaders, samepage
 from knowledge.kb import KnowledgeBase
 from storage.open import open_storage
 from tests.storage.conftest import ENGINES
 from tests.support.deadline import reap, within
+from tests.support.opened_files import record_opened_files
 from tests.support.postgres import TestPostgres
 from tests.support.procs import REPO, child_env
 from toolindex.hashing import HashingEmbedder
@@ -59,22 +58,7 @@ async def target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 @pytest.fixture
 def opened(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Every file the ingest (and its same-page check) loads, in order."""
-    calls: list[Path] = []
-
-    def counting(path: Path, *args: Any, **kwargs: Any) -> Any:
-        calls.append(path)
-        return loaders.load_file(path, *args, **kwargs)
-
-    monkeypatch.setattr(ingest_module, "load_file", counting)
-    monkeypatch.setattr(samepage, "load_file", counting)
-
-    def stripped(path: Path) -> str | None:  # the same-page check's cheap read of a page
-        calls.append(path)
-        return samepage_text(path)
-
-    samepage_text = samepage.stripped_page_text
-    monkeypatch.setattr(samepage, "stripped_page_text", stripped)
-    return calls
+    return record_opened_files(monkeypatch)
 
 
 def folder(root: Path) -> Path:
