@@ -8,6 +8,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
 
 WORKDIR /srv/agentchat
 COPY pyproject.toml README.md ./
+# Every package pyproject.toml lists (tests/test_dockerfile.py checks it).
+COPY events ./events
+COPY client ./client
 COPY app ./app
 COPY llm ./llm
 COPY toolindex ./toolindex
