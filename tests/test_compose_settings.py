@@ -53,3 +53,19 @@ def test_jwt_and_admin_users_reach_the_replicas() -> None:
 def test_a_demo_without_auth_is_asked_for_explicitly() -> None:
     env = agent_environment({"AGENT_SECRET_KEY": "k" * 44, "AGENT_AUTH": "none"})
     assert Settings.from_env(env).auth == "none"
+
+
+def test_the_replicas_share_one_reference_backend() -> None:
+    """An operator review: without AGENT_BACKEND_URL each replica started its own reference
+    backend on its own volume, so a workflow drafted through one replica was unknown to
+    the others. The replicas now name one `backend` service, which the compose file runs."""
+    env = agent_environment({"AGENT_SECRET_KEY": "k" * 44, "AGENT_JWT_SECRET": "j" * 44})
+    settings = Settings.from_env(env)
+    assert settings.backend_url == "http://backend:8001"
+    spec: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    backend = spec["services"]["backend"]
+    assert backend["command"][:2] == ["agentchat", "backend"] and "8001" in backend["command"]
+    for name in ("agent1", "agent2", "agent3"):
+        assert spec["services"][name]["depends_on"]["backend"] == {"condition": "service_healthy"}
+    real = agent_environment({"AGENT_SECRET_KEY": "k" * 44, "AGENT_BACKEND_URL": "https://ichor.example"})
+    assert real["AGENT_BACKEND_URL"] == "https://ichor.example"
