@@ -14,6 +14,13 @@ class StorageUnavailable(StorageError):
     code = "storage_unavailable"
 
 
+class DatabaseLost(StorageUnavailable):
+    """The SQLite file this process opened was removed or replaced under it
+    (``storage/sqlite/file_guard.py``). Unlike a busy or unreachable database, waiting
+    does not help: nothing is read or written until a restart opens the file now at the
+    path, so callers say "restart", not "retry shortly"."""
+
+
 class SchemaTooNew(StorageError, RuntimeError):
     """The database was migrated by a newer release: its schema has steps this one does
     not know. Opening it anyway would run this release's code on tables it does not

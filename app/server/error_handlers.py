@@ -13,26 +13,28 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.server.problems import HTTPProblem, ORJSONResponse
+from app.server.problems import LOST_DETAIL, HTTPProblem, ORJSONResponse, as_said
+from storage.errors import DatabaseLost
 
 log = logging.getLogger("agentchat.http")
 
 
 async def problem(request: Request, exc: Exception) -> Response:
+    """An ``HTTPProblem`` as itself (``as_said``: a refusal made of a removed database
+    file says a restart is needed)."""
     assert isinstance(exc, HTTPProblem)
-    return exc.response()
+    return as_said(exc).response()
 
 
 async def storage_unavailable(request: Request, exc: Exception) -> Response:
     """Any route whose database is away — a write given up, SQLite's file removed or
     replaced, PostgreSQL's pool without a connection — answers 503 with ``Retry-After``,
-    never 500."""
+    never 500. A removed or replaced file (``DatabaseLost``) is said to need a restart:
+    "retry shortly" would send clients back for as long as nobody restarts the server."""
     log.warning("database unavailable; answered 503", extra={"path": request.url.path, "error": str(exc)[:300]})
-    return ORJSONResponse(
-        {"error": "storage_unavailable", "detail": "the service cannot reach its database right now; retry shortly"},
-        503,
-        headers={"Retry-After": "5"},
-    )
+    lost = isinstance(exc, DatabaseLost)
+    detail = LOST_DETAIL if lost else "the service cannot reach its database right now; retry shortly"
+    return ORJSONResponse({"error": "storage_unavailable", "detail": detail}, 503, headers={"Retry-After": "5"})
 
 
 async def not_found(request: Request, exc: Exception) -> Response:

@@ -7,7 +7,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from app.server.problems import HTTPProblem, ORJSONResponse
+from app.server.problems import HTTPProblem, ORJSONResponse, as_said
 
 _STATUS_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
 #: The paths of the OpenAI-compatible face: a refusal before any route (the Host and
@@ -29,6 +29,7 @@ def error_body(message: str, code: str, status: int, param: str | None = None) -
 
 
 def error_response(exc: HTTPProblem) -> Response:
+    exc = as_said(exc)
     body = error_body(exc.detail, exc.error, exc.status, getattr(exc, "param", None))
     body["error"] = {**exc.fields, **body["error"]}  # e.g. approval_pending's run and call
     return ORJSONResponse(body, exc.status, headers=exc.headers)

@@ -11,6 +11,17 @@ from typing import Any
 import orjson
 from starlette.responses import JSONResponse
 
+from storage.errors import DatabaseLost
+
+#: What a refusal says when the database file was removed or replaced under the server:
+#: waiting cannot help, only a restart opens the file at the path again.
+LOST_DETAIL = (
+    "the database file was removed or replaced under the running server: nothing can be read "
+    "or stored until the server is restarted (retrying helps only once it has been)"
+)
+#: How deep the chain of exceptions behind a refusal is looked through for its cause.
+_CAUSE_DEPTH = 8
+
 
 class ORJSONResponse(JSONResponse):
     def render(self, content: Any) -> bytes:
@@ -37,3 +48,27 @@ class HTTPProblem(Exception):
     def response(self) -> ORJSONResponse:
         body = {**self.fields, "error": self.error, "detail": self.detail}
         return ORJSONResponse(body, self.status, headers=self.headers)
+
+
+def _lost_behind(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while handling a ``DatabaseLost`` (``raise ... from
+    None`` hides the cause from a traceback but still keeps it as ``__context__``)."""
+    seen: BaseException | None = exc
+    for _ in range(_CAUSE_DEPTH):
+        if seen is None:
+            return False
+        if isinstance(seen, DatabaseLost):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def as_said(exc: HTTPProblem) -> HTTPProblem:
+    """The refusal as a client is told it, on every face. Each route words its own
+    ``storage_unavailable`` ("…; retry shortly") when a store raises; one made of a
+    ``DatabaseLost`` (the SQLite file removed or replaced under the server) says instead
+    that only a restart helps — retrying shortly never would. Its ``Retry-After`` stays:
+    an orchestrator may restart the process meanwhile."""
+    if exc.error != "storage_unavailable" or not _lost_behind(exc):
+        return exc
+    return HTTPProblem(exc.status, exc.error, LOST_DETAIL, exc.headers, fields=exc.fields)

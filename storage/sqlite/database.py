@@ -18,8 +18,9 @@ Why this shape:
 * The file is checked, not assumed (``file_guard.py``): before every write transaction
   and every ``file_check_s``, the database, ``-wal`` and ``-shm`` must still be the files
   opened, and writable. Removed or replaced, nothing more is written (a write would land
-  in a file that vanishes with the process) — every write and ``/readyz`` say
-  ``storage_unavailable`` until a restart, and ``on_lost`` ends the live runs at once.
+  in a file that vanishes with the process) — every write, every read (from then on:
+  the flag, not a ``stat`` per query) and ``/readyz`` say ``storage_unavailable``
+  (``DatabaseLost``) until a restart, and ``on_lost`` ends the live runs at once.
 
 A connection is opened with its pragmas in ``connections`` (with ``SqliteOptions``); the
 plain functions each hop runs on a connection's thread are ``thread_calls``.
@@ -40,7 +41,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from storage.close_bounds import DATABASE_CLOSE_S
-from storage.errors import StorageUnavailable
+from storage.errors import DatabaseLost, StorageUnavailable
 from storage.sqlite.connections import SqliteOptions, connect, transient
 from storage.sqlite.file_guard import DatabaseFileGuard
 from storage.sqlite.group_gap import GroupGap
@@ -161,7 +162,7 @@ class SqliteDatabase(QueuedWrites):
             await asyncio.to_thread(self.guard.check)
 
     def _lost_from_thread(self, reason: str) -> None:
-        exc = StorageUnavailable(f"database file {self.path}: {reason}")
+        exc = DatabaseLost(f"database file {self.path}: {reason} (restart the server)")
         self._loop.call_soon_threadsafe(self._announce_lost, exc)
 
     def _announce_lost(self, exc: StorageUnavailable) -> None:
@@ -213,7 +214,11 @@ class SqliteDatabase(QueuedWrites):
 
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[aiosqlite.Connection]:
-        """Borrow a reader connection for several statements (temp tables, cursors)."""
+        """Borrow a reader connection for several statements (temp tables, cursors).
+        Refused (``DatabaseLost``) once the file is known removed or replaced: the
+        readers still see the unlinked file, whose runs and conversations are no longer
+        the database's."""
+        self.guard.raise_if_lost()
         conn = await self._idle.get()
         try:
             yield conn

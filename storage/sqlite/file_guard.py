@@ -17,7 +17,9 @@ process with SIGBUS. So the database is *checked*, not assumed:
 
 The engine runs ``check`` before every write transaction (on the writer's thread, so the
 write never lands in a lost file) and on a timer (``/readyz`` and live runs learn of it
-even while nothing writes).
+even while nothing writes). Reads look at the flag those checks leave (``raise_if_lost``):
+once the file is known lost, a read is refused too — answered from the unlinked file, a
+run live at the loss was listed ``running`` long after it had ended.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.errors import StorageUnavailable
+from storage.errors import DatabaseLost, StorageUnavailable
 
 log = logging.getLogger("agentchat.storage")
 
@@ -95,8 +97,19 @@ class DatabaseFileGuard:
     def raise_if_unsafe(self) -> None:
         """``StorageUnavailable`` unless a write may go to this file now. Blocking."""
         problem = self.check()
+        if self.lost is not None:
+            raise DatabaseLost(f"database file {self.path}: {self.lost} (restart the server)")
         if problem is not None:
             raise StorageUnavailable(f"database file {self.path}: {problem}")
+
+    def raise_if_lost(self) -> None:
+        """``DatabaseLost`` once the file is *known* removed or replaced (by a write's
+        check or the timer's): reads refuse then, rather than answer from a file that is
+        no longer the database. Only the cached flag is read — no ``stat`` per query on
+        the hot path; the timer finds a loss within ``file_check_s``. Non-blocking."""
+        lost = self.lost
+        if lost is not None:
+            raise DatabaseLost(f"database file {self.path}: {lost} (restart the server)")
 
     def set_aside_orphans(self) -> list[Path]:
         """After the connections closed on a lost database: move its ``-wal``/``-shm``
