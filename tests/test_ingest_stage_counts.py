@@ -39,7 +39,9 @@ def docs_folder(root: Path) -> Path:
     d = root / "guide"
     d.mkdir()
     (d / "registry.md").write_text(f"# Registry\n\n{PAGE}\n")
-    (d / "registry.html").write_text(f"<html><body><nav>docs</nav><h1>Registry</h1><p>{PAGE}</p></body></html>")
+    (d / "registry.html").write_text(
+        f"<html><body><nav>docs</nav><main><h1>Registry</h1><p>{PAGE}</p></main></body></html>"
+    )
     (d / "scope.md").write_text("# Scope\n\nScoped package names start with an at sign.\n")
     (d / "scope.html").write_text("<h1>Scope</h1><p>Something else entirely: the release notes of 2019.</p>")
     (d / "alone.md").write_text("# Alone\n\nA page with no HTML rendering.\n")
@@ -154,18 +156,23 @@ def test_the_display_knows_the_stages_by_the_ingests_names() -> None:
     )  # fmt: skip
 
 
-def test_a_repeat_hidden_in_a_large_page_is_still_found_by_its_main_content(tmp_path: Path, opened: list[Path]) -> None:
-    """The stripped-text check settles a plain repeat without extracting it; a page whose
-    navigation outweighs its content (stripped text over twice the Markdown's) is not
-    settled by it, and the main-content comparison still finds it."""
-    nav = " ".join(f"<li><a href='/p{i}'>Other topic number {i} of the manual</a></li>" for i in range(120))
+def test_a_page_is_settled_on_its_main_region_and_only_on_it(tmp_path: Path, opened: list[Path]) -> None:
+    """A page that marks its main region is compared on that region: the Markdown's text in
+    an aside beside another main content is not a repeat (a review: the whole stripped
+    text made it one, and the page's own content was never indexed); a page that marks
+    no region is extracted and compared as before."""
+    notes = " ".join(f"Release note {i}: the registry cache was rebuilt for mirror {i}." for i in range(40))
+    guide = " ".join(f"Install step {i}: download the archive and run setup number {i}." for i in range(20))
     d = tmp_path / "site"
     d.mkdir()
-    (d / "registry.md").write_text(f"# Registry\n\n{PAGE}\n")
-    (d / "registry.html").write_text(
-        f"<html><body><nav><ul>{nav}</ul></nav><main><article><h1>Registry</h1><p>{PAGE}</p></article></main>"
-        f"<footer><ul>{nav}</ul></footer></body></html>"
+    (d / "notes.md").write_text(f"# Notes\n\n{notes}\n")
+    (d / "notes.html").write_text(
+        f"<html><body><aside>{notes}</aside>"
+        f"<main><article><h1>Install guide</h1><p>{guide}</p></article></main></body></html>"
     )
+    (d / "plain.md").write_text(f"# Plain\n\n{PAGE}\n")
+    (d / "plain.html").write_text(f"<html><body><h1>Plain</h1><p>{PAGE}</p></body></html>")
     found = samepage.find_same_pages([(p, p.name) for p in sorted(d.iterdir())])
-    assert [(f.html.name, f.markdown.name) for f in found.found] == [("registry.html", "registry.md")]
-    assert opened.count(d / "registry.html") == 2  # read, then extracted: the stripped text could not settle it
+    assert [(f.html.name, f.markdown.name) for f in found.found] == [("plain.html", "plain.md")]
+    assert opened.count(d / "notes.html") == 2  # its region read, then extracted: kept
+    assert opened.count(d / "plain.html") == 2  # no region: extracted, found a repeat

@@ -14,19 +14,19 @@ from knowledge import loaders, samepage
 
 def record_opened_files(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Every file the ingest loads and every page the same-page check reads (its cheap
-    stripped-text read, or a load), appended to the returned list as it happens."""
+    read of a page's main region, or a load), appended to the returned list as it happens."""
     calls: list[Path] = []
-    stripped_text = samepage.stripped_page_text
+    region_text = samepage.main_region_text
 
     def counting(path: Path, *args: Any, **kwargs: Any) -> Any:
         calls.append(path)
         return loaders.load_file(path, *args, **kwargs)
 
-    def stripped(path: Path) -> str | None:
+    def region(path: Path) -> str | None:
         calls.append(path)
-        return stripped_text(path)
+        return region_text(path)
 
     monkeypatch.setattr(ingest_module, "load_file", counting)
     monkeypatch.setattr(samepage, "load_file", counting)
-    monkeypatch.setattr(samepage, "stripped_page_text", stripped)
+    monkeypatch.setattr(samepage, "main_region_text", region)
     return calls
