@@ -34,6 +34,7 @@ from app.server.openapi import openapi_routes
 from app.server.origin_check import OriginCheck, origin_rule
 from app.server.playground import playground_routes
 from app.server.problems import HTTPProblem
+from app.server.storage_budget import StorageScope
 from app.wiring import AUTO, Overrides, build_services
 from storage.errors import StorageUnavailable
 
@@ -150,6 +151,10 @@ def create_app(
         )
     # JWKS keys are fetched (async) before the routes verify tokens synchronously.
     middleware.append(Middleware(JwksPrefetch))
+    # Innermost, so the route runs in its task: each of the request's waits for the
+    # database at most AGENT_DB_POOL_TIMEOUT_S, statements on a frozen PostgreSQL included
+    # (app/server/storage_budget.py, storage/request_scope.py).
+    middleware.append(Middleware(StorageScope, wait_s=settings.db_pool_timeout_s))
     return Starlette(
         routes=routes,
         middleware=middleware,

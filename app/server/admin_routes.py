@@ -24,6 +24,7 @@ from app.server.bounds import check_int, check_number
 from app.server.problems import HTTPProblem, ORJSONResponse
 from app.server.request_admission import identify, read_json_body, services
 from app.server.unknown_fields import refuse_unknown_fields
+from storage import request_scope
 
 if TYPE_CHECKING:
     from app.server.services import Services
@@ -83,7 +84,10 @@ async def ingest_documents(request: Request) -> Response:
     if not isinstance(bucket, str):
         raise HTTPProblem(400, "invalid_field", "bucket must be a string")
     try:
-        report = await knowledge.kb.ingest_documents(docs, bucket=bucket)
+        # A bulk load's statements (and the index builds at its end) may run long: not cut
+        # by the request's per-wait deadline (storage/request_scope.py).
+        with request_scope.unbounded():
+            report = await knowledge.kb.ingest_documents(docs, bucket=bucket)
     except ValueError as exc:  # unknown bucket, bad bucket name
         raise HTTPProblem(400, "invalid_field", str(exc)) from None
     payload = report.to_dict()
@@ -118,5 +122,6 @@ async def prune_keywords(request: Request) -> Response:
     refuse_unknown_fields(body, PRUNE_FIELDS)
     min_usage = check_int(body.get("min_usage"), name="min_usage", lo=1, hi=MAX_MIN_USAGE)
     days = check_number(body.get("older_than_days"), name="older_than_days", lo=0, hi=MAX_IDLE_DAYS)
-    removed = await keywords.prune(min_usage=min_usage, older_than_days=days)
+    with request_scope.unbounded():  # a bulk delete: may legitimately run long
+        removed = await keywords.prune(min_usage=min_usage, older_than_days=days)
     return ORJSONResponse({"removed": removed})

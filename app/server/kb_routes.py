@@ -19,6 +19,7 @@ from app.server.admin_routes import _component, _require_admin
 from app.server.bounds import parse_int
 from app.server.problems import HTTPProblem, ORJSONResponse
 from knowledge.names import is_doc_id, is_identifier
+from storage import request_scope
 
 MAX_LIST_LIMIT = 1000
 DEFAULT_LIST_LIMIT = 100
@@ -69,7 +70,8 @@ async def delete_bucket(request: Request) -> Response:
     _require_admin(request)
     kb = _component(request, "knowledge").kb
     name = request.path_params["name"]
-    gone = await kb.delete_bucket(name) if is_identifier(name) else None
+    with request_scope.unbounded():  # a bucket's rows, postings and graph: may run long
+        gone = await kb.delete_bucket(name) if is_identifier(name) else None
     if gone is None:
         raise HTTPProblem(404, "not_found", f"no bucket {name[:60]!r}")
     return ORJSONResponse({"bucket": name, "deleted_documents": gone})

@@ -18,6 +18,12 @@ only by this package's admission steps (``run_start``, ``compat_runs``,
 their reads with it (``bounded``): a run's own task inherits the value but nothing in
 it reads it, so acknowledged work never meets the request's budget. Its value is per
 request (each request runs in a context of its own), not shared state.
+
+Every request, admitted or not, also bounds each of its own waits for the database
+(``StorageScope``, innermost middleware → ``storage/request_scope.py``): at most
+``AGENT_DB_POOL_TIMEOUT_S``, and never past this budget once it is open. On PostgreSQL
+that deadline is enforced on the connection itself — a statement sent to a frozen
+server is cut there — so ``bounded`` only backstops it, a little later.
 """
 
 from __future__ import annotations
@@ -29,10 +35,15 @@ from collections.abc import Awaitable, Iterator
 from contextvars import ContextVar
 from typing import TypeVar
 
+from starlette.types import ASGIApp, Receive, Scope, Send
+
 from app.server.problems import HTTPProblem
+from storage import request_scope
 from storage.errors import StorageUnavailable
 
 T = TypeVar("T")
+#: How far past the budget ``bounded`` cancels a step an engine did not end itself.
+BACKSTOP_GRACE_S = 0.5
 
 _DEADLINE: ContextVar[float | None] = ContextVar("agentchat_storage_deadline", default=None)
 
@@ -41,6 +52,7 @@ def start(budget_s: float) -> float:
     """Open this request's budget now: its deadline (``time.monotonic()``)."""
     deadline = time.monotonic() + budget_s
     _DEADLINE.set(deadline)
+    request_scope.limit(deadline)  # the engine's own deadline on each wait, too
     return deadline
 
 
@@ -55,6 +67,7 @@ def paused() -> Iterator[None]:
         found = _DEADLINE.get()
         if found is not None:
             _DEADLINE.set(found + (time.monotonic() - began))
+            request_scope.limit(found + (time.monotonic() - began))
 
 
 def deadline() -> float | None:
@@ -84,7 +97,30 @@ async def bounded(what: str, step: Awaitable[T]) -> T:
     try:
         if found is None:
             return await step
-        async with asyncio.timeout(max(0.0, found - time.monotonic())):
+        # A backstop a little past the budget: an engine that bounds its own statements
+        # (PostgreSQL: ``storage/request_scope.py``) answers at the deadline itself, and
+        # must do so before this cancels the read — a psycopg read cancelled mid-statement
+        # asks the server to cancel it, which a frozen server never answers (10 s lost).
+        async with asyncio.timeout(max(0.0, found - time.monotonic()) + BACKSTOP_GRACE_S):
             return await step
     except (TimeoutError, StorageUnavailable):
         raise unavailable(what) from None
+
+
+class StorageScope:
+    """Every wait for the database of the task serving a request at most ``wait_s``
+    (``AGENT_DB_POOL_TIMEOUT_S``): a statement on a frozen PostgreSQL is answered 503
+    ``storage_unavailable`` then, not after the freeze (``storage/request_scope.py``).
+    Pure ASGI, so the route runs in this very task; what it starts (a run, a job) does
+    not inherit the deadline."""
+
+    def __init__(self, app: ASGIApp, wait_s: float) -> None:
+        self.app = app
+        self.wait_s = wait_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        with request_scope.bound(self.wait_s):
+            await self.app(scope, receive, send)

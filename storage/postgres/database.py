@@ -28,11 +28,18 @@ Why this shape (the SQLite engine's ``database.py`` is the model; differences on
   ``PoolTimeout``) or loses it raises ``StorageUnavailable``, like a write that gave up:
   routes answer 503 with ``Retry-After``, never 500. ``readiness`` answers within
   ``READINESS_TIMEOUT_S`` whatever the database does.
+* A statement on an open connection has no deadline of the server's when the server
+  is frozen (SIGSTOP, a stuck disk: TCP stays up). In the task serving a request
+  (``storage/request_scope.py``: each wait at most ``AGENT_DB_POOL_TIMEOUT_S``, and
+  never past the request's budget) and for ``readiness``, reads and transactions carry
+  a client-side deadline: past it the connection is cut and dropped, the caller gets
+  ``StorageUnavailable`` (``statement_deadline.py``). The ordered writer, a run's own
+  task, migrations and background builds carry none: their statements may run long,
+  and acknowledged work keeps its own retry rules.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -44,7 +51,9 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
+from storage import request_scope
 from storage.errors import StorageUnavailable
+from storage.postgres.statement_deadline import answered_by
 from storage.postgres.statements import run_statements
 from storage.writer import (
     OrderedWriter,
@@ -184,24 +193,47 @@ class PostgresDatabase(QueuedWrites):
     # --- reads --------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def reading(self) -> AsyncIterator[Conn]:
+    async def reading(self, *, deadline: float | None = None) -> AsyncIterator[Conn]:
         """Borrow a connection for several statements (autocommit: each its own snapshot).
-        No connection within the pool's timeout, or one lost mid-read: ``StorageUnavailable``."""
+        No connection within the pool's timeout, or one lost mid-read: ``StorageUnavailable``.
+        In the task serving a request (``storage/request_scope.py``), or with a
+        ``deadline`` (``time.monotonic()``), the wait for a connection and every statement
+        on it end there: past it the connection is dropped and ``StorageUnavailable`` raised."""
+        ends = self._deadline(deadline)
         try:
-            async with self.pool.connection() as conn:
+            async with (
+                self.pool.connection(timeout=self._pool_wait(ends)) as conn,
+                answered_by(conn, ends, self._waited(ends)),
+            ):
                 yield conn
         except psycopg.OperationalError as exc:  # PoolTimeout is one; so is a lost connection
             raise StorageUnavailable(f"database unreachable: {type(exc).__name__}: {exc}"[:300]) from exc
 
-    async def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
-        async with self.reading() as conn:
+    async def fetchall(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, deadline: float | None = None
+    ) -> list[tuple[Any, ...]]:
+        async with self.reading(deadline=deadline) as conn:
             cur = await conn.execute(sql, params)  # type: ignore[arg-type]
             return list(await cur.fetchall())
 
-    async def fetchone(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> tuple[Any, ...] | None:
-        async with self.reading() as conn:
+    async def fetchone(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, deadline: float | None = None
+    ) -> tuple[Any, ...] | None:
+        async with self.reading(deadline=deadline) as conn:
             cur = await conn.execute(sql, params)  # type: ignore[arg-type]
             return await cur.fetchone()
+
+    @staticmethod
+    def _deadline(given: float | None) -> float | None:
+        """The earlier of ``given`` and the serving request's (``request_scope``)."""
+        scoped = request_scope.wait_deadline()
+        if scoped is None or given is None:
+            return given if scoped is None else scoped
+        return min(given, scoped)
+
+    def _waited(self, ends: float | None) -> float:
+        """How long, from now, the caller allowed (for the error message)."""
+        return round(max(0.0, (ends or 0.0) - time.monotonic()), 3)
 
     # --- transactions -------------------------------------------------------------
 
@@ -210,9 +242,15 @@ class PostgresDatabase(QueuedWrites):
         failures (so ``fn`` must only touch the database). Raises ``StorageUnavailable``
         after ``write_retry_s``; other errors propagate at once. With a ``deadline``
         (``time.monotonic()``: a request not yet acknowledged, ``app/server/storage_budget.py``)
-        the retries and each attempt's wait for a pooled connection end there too."""
+        the retries, each attempt's wait for a pooled connection and its statements end
+        there too (past it the connection is dropped: ``statement_deadline.py``); in the
+        task serving a request (``storage/request_scope.py``) so does its own wait."""
+        deadline = self._deadline(deadline)
+        waited = self._waited(deadline)
         return await retrying(
-            lambda: finish_even_if_cancelled(self._run_transaction(fn, self._pool_wait(deadline), deadline)),
+            lambda: finish_even_if_cancelled(
+                self._run_transaction(fn, self._pool_wait(deadline), deadline, waited)
+            ),
             transient=transient,
             retry_s=self.opts.write_retry_s,
             health=self.health,
@@ -235,9 +273,13 @@ class PostgresDatabase(QueuedWrites):
         await self.transact(run)
 
     async def _run_transaction(
-        self, fn: Callable[[Conn], Awaitable[T]], pool_wait: float, deadline: float | None = None
+        self, fn: Callable[[Conn], Awaitable[T]], pool_wait: float, deadline: float | None = None, waited: float = 0.0
     ) -> T:
-        async with self.pool.connection(timeout=pool_wait) as conn, conn.transaction():
+        async with (
+            self.pool.connection(timeout=pool_wait) as conn,
+            answered_by(conn, deadline, waited),
+            conn.transaction(),
+        ):
             session_ms = self.opts.lock_timeout_ms  # 0: the session waits for locks without limit
             if deadline is not None and (
                 (left_ms := int((deadline - time.monotonic()) * 1000)) < session_ms or not session_ms
@@ -268,10 +310,13 @@ class PostgresDatabase(QueuedWrites):
 
     async def readiness(self) -> dict[str, Any]:
         try:
-            await asyncio.wait_for(self.fetchone("SELECT 1"), timeout=READINESS_TIMEOUT_S)
-        except TimeoutError:
-            detail = f"no connection answered within {READINESS_TIMEOUT_S} s (database unreachable or saturated)"
-            return {"ok": False, "engine": "postgres", "detail": detail}
+            # The probe's own deadline, enforced on the connection (``answered_by``), not by
+            # cancelling the read: cancelled, psycopg asks a frozen server to cancel the query
+            # and waits for it — 11 s before ``/readyz`` answered.
+            await self.fetchone("SELECT 1", deadline=time.monotonic() + READINESS_TIMEOUT_S)
+        except StorageUnavailable as exc:
+            detail = f"no answer within {READINESS_TIMEOUT_S} s (database unreachable, frozen or saturated): {exc}"
+            return {"ok": False, "engine": "postgres", "detail": detail[:400]}
         except Exception as exc:
             return {"ok": False, "engine": "postgres", "detail": f"read failed: {exc}"}
         if not self.healthy:

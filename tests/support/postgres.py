@@ -257,6 +257,11 @@ class TestPostgres:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 
+    @property
+    def pid(self) -> int | None:
+        """The postmaster's process id; ``None`` for an external server (not ours to signal)."""
+        return None if self._proc is None else self._proc.pid
+
     # --- databases ----------------------------------------------------------------
 
     def url(self, database: str) -> str:

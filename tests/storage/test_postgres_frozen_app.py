@@ -1,0 +1,150 @@
+"""A frozen PostgreSQL is a prompt 503, never a hang.
+
+The server is stopped with SIGSTOP (its postmaster and every backend: a stuck disk, a
+paused VM, a black-holed network — TCP stays up, so keepalives do not help) while the
+app holds open pooled connections to it. A statement sent on one of them used to wait
+for the whole freeze: ``GET /v1/agent/conversations`` answered 200 after it, a new run
+503 after it, ``/readyz`` 503 after 11 s. Now every wait for the database of a request
+ends within ``AGENT_DB_POOL_TIMEOUT_S`` (``/readyz``'s within ``READINESS_TIMEOUT_S``):
+the connection is cut and dropped, the request answered 503 ``storage_unavailable``
+with ``Retry-After``; once the server runs again the service is ready and serves runs.
+
+Below, the same deadline on the database object itself: a statement past it is cut and
+its connection never returned to the pool; a task the request starts (a run) and a bulk
+step opened ``unbounded()`` are not cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.server.storage_budget import BACKSTOP_GRACE_S
+from llm.extractive import ExtractiveProvider
+from storage import request_scope
+from storage.errors import StorageUnavailable
+from storage.postgres import PostgresStorage, open_postgres_storage
+from storage.postgres.database import READINESS_TIMEOUT_S
+from tests.conftest import collect_sse, running_app
+from tests.storage.test_postgres_outage_app import POOL_TIMEOUT_S, budget_settings
+from tests.support.deadline import until, within
+from tests.support.pg_sigstop import frozen
+from tests.support.postgres import TestPostgres
+from tests.test_cap_error_order import code
+
+#: What a request may take beyond its storage wait on a loaded 2-core machine (the
+#: HTTP round trip, the app's own work): one more budget.
+HANDLING_S = POOL_TIMEOUT_S
+#: Each request waits for the database at most the budget, then answers.
+ANSWER_BY_S = POOL_TIMEOUT_S + BACKSTOP_GRACE_S + HANDLING_S
+READY_BY_S = READINESS_TIMEOUT_S + HANDLING_S
+
+
+@pytest.fixture
+async def pg_url(pg_server: TestPostgres) -> AsyncIterator[str]:
+    with pg_server.database() as url:
+        yield url
+
+
+async def _timed(request: Awaitable[httpx.Response]) -> tuple[float, httpx.Response]:
+    """The response, and how long it took to come."""
+    began = time.monotonic()
+    response = await request
+    return time.monotonic() - began, response
+
+
+async def test_a_frozen_postgres_is_503_within_the_budget_then_serves_again(
+    pg_server: TestPostgres, pg_url: str, tmp_path: Path
+) -> None:
+    settings = budget_settings(pg_url, tmp_path)
+    assert settings.db_pool_timeout_s == POOL_TIMEOUT_S
+    assert settings.db_write_retry_s > ANSWER_BY_S, "the write retry must outlast the answer for this test to tell"
+    body = {"message": "How do I resume a stream?", "context_type": "knowledge"}
+    async with (
+        running_app(settings, provider=ExtractiveProvider()) as (base, app),
+        # Past the deadline a hung request fails the test here (ReadTimeout), never hangs it.
+        httpx.AsyncClient(base_url=base, timeout=ANSWER_BY_S + 5) as client,
+    ):
+        assert app.state.services.storage.engine == "postgres"
+        before = await collect_sse(client, "POST", "/v1/agent/chat", json=body)
+        assert before[-1].event == "message_complete" and before[-1].json()["status"] == "completed"
+        listed = await client.get("/v1/agent/conversations")
+        assert listed.status_code == 200, listed.text
+        assert (await client.get("/readyz")).status_code == 200
+
+        with frozen(pg_server) as stopped:
+            assert len(stopped) > 1, "the backends holding the pool's connections were not stopped"
+            # Side by side, each on its own budget: pooled connections are open to the
+            # frozen server, so each request sends a statement that is never answered.
+            (t_list, listed), (t_run, started), (t_chat, chat), (t_ready, ready) = await asyncio.gather(
+                _timed(client.get("/v1/agent/conversations")),
+                _timed(client.post("/v1/agent/runs", json=body)),
+                _timed(client.post("/v1/agent/chat", json=body)),
+                _timed(client.get("/readyz")),
+            )
+            for what, took, response in [
+                ("conversations", t_list, listed),
+                ("a new run", t_run, started),
+                ("a chat", t_chat, chat),
+            ]:
+                assert code(response) == (503, "storage_unavailable"), (what, response.status_code, response.text)
+                assert response.headers.get("retry-after"), what
+                assert took < ANSWER_BY_S, f"{what}: answered after {took:.1f} s, past {ANSWER_BY_S} s"
+            assert ready.status_code == 503, ready.text
+            assert ready.json()["checks"]["db"]["ok"] is False, ready.text
+            assert t_ready < READY_BY_S, f"/readyz answered after {t_ready:.1f} s, past {READY_BY_S} s"
+            # Again, with the pool's first connections dropped: still a prompt 503.
+            took, again = await _timed(client.get("/v1/agent/conversations"))
+            assert code(again) == (503, "storage_unavailable"), again.text
+            assert took < ANSWER_BY_S, f"again: answered after {took:.1f} s"
+
+        async def ready_again() -> bool:
+            return (await client.get("/readyz")).status_code == 200
+
+        await until(ready_again, "/readyz 200 once PostgreSQL runs again", step=0.05)
+        listed = await client.get("/v1/agent/conversations")
+        assert listed.status_code == 200, listed.text
+        after = await collect_sse(client, "POST", "/v1/agent/chat", json=body)
+        assert after[-1].event == "message_complete" and after[-1].json()["status"] == "completed"
+
+
+@pytest.fixture
+async def storage(pg_url: str) -> AsyncIterator[PostgresStorage]:
+    opened = await open_postgres_storage(pg_url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def test_a_statement_past_the_request_deadline_is_cut_and_its_connection_dropped(
+    storage: PostgresStorage,
+) -> None:
+    db = storage.db
+    wait_s = 0.5
+    with request_scope.bound(wait_s):
+        began = time.monotonic()
+        with pytest.raises(StorageUnavailable, match="did not answer within"):
+            await within(db.fetchone("SELECT pg_sleep(10)"), "the cut read")
+        assert time.monotonic() - began < wait_s + HANDLING_S
+        with pytest.raises(StorageUnavailable):
+            await within(db.transact(lambda conn: conn.execute("SELECT pg_sleep(10)")), "the cut transaction")
+        # A step opened unbounded (a bulk load) runs past the request's deadline.
+        with request_scope.unbounded():
+            assert await within(db.fetchone("SELECT 1 FROM pg_sleep(%s)", (2 * wait_s,)), "the long step") == (1,)
+
+        # A task the request starts (a run) inherits the scope but not its deadline.
+        async def run_task() -> tuple[int, ...] | None:
+            return await db.fetchone("SELECT 1 FROM pg_sleep(%s)", (2 * wait_s,))
+
+        assert await within(asyncio.create_task(run_task()), "the request's task") == (1,)
+    stats = db.pool.get_stats()
+    # The cut connections were never taken back: the pool counts them returned broken.
+    assert stats.get("returns_bad", 0) >= 2, stats
+    # The server ends the cut backends' sleeps on its own; new connections answer.
+    assert await within(db.fetchone("SELECT 2"), "a read after the cuts") == (2,)
