@@ -95,8 +95,10 @@ WEB_AND_POLICY_LIST = (
 
 def test_a_web_answers_own_marker_is_numbered_as_its_page() -> None:
     """``[1]`` copied from a web answer is that answer's page 1, not the face's first source:
-    renumbered, so it never points at another source's line in the list."""
+    renumbered, so it never points at another source's line in the list (the run read a
+    web answer first: without one, a bare number is prose)."""
     numbers = CitationNumbers()
+    numbers.read_web_answer()
     shown = numbers.feed("Paris is the capital [1]. A refund takes 5 days [policy#0].")
     assert shown == "Paris is the capital [1]. A refund takes 5 days [2]."
     mapping = numbers.mapping([WEB_PAGE, POLICY])
@@ -104,12 +106,14 @@ def test_a_web_answers_own_marker_is_numbered_as_its_page() -> None:
     assert [e["ids"] for e in mapping] == [["px_0123456789abcdef#1"], ["policy#0"]]
 
     numbers = CitationNumbers()  # the other order: the web's [1] is the face's [2]
+    numbers.read_web_answer()
     assert numbers.feed("5 days [policy#0]. Paris [1].") == "5 days [1]. Paris [2]."
     assert numbers.sources_list(numbers.mapping([WEB_PAGE, POLICY])) == (
         "\n\nSources:\n- [1] Refund policy — policy.md\n- [2] Paris - Wikipedia — https://en.wikipedia.org/wiki/Paris"
     )
 
     numbers = CitationNumbers()  # a page cited both ways, in either order, is one number
+    numbers.read_web_answer()
     assert numbers.feed("A [2], B [px_0123456789abcdef#2], C [2], D [px_0123456789abcdef#3], E [3].") == (
         "A [1], B [1], C [1], D [2], E [2]."
     )
@@ -159,13 +163,15 @@ def answer_call(answer: str) -> ScriptedTurn:
     })])
 
 
-async def ask_both_ways(base: str, question: str) -> tuple[str, str, list[Any], list[Any]]:
+async def ask_both_ways(
+    base: str, question: str, model: str = "agentchat-knowledge"
+) -> tuple[str, str, list[Any], list[Any]]:
     """The answer streamed and not: (streamed text, whole text, their ``agentchat.citations``)."""
     messages: Any = [{"role": "user", "content": question}]
     async with sdk(base) as client:
-        stream = await client.chat.completions.create(model="agentchat-knowledge", messages=messages, stream=True)
+        stream = await client.chat.completions.create(model=model, messages=messages, stream=True)
         chunks = [c async for c in stream]
-        whole = await client.chat.completions.create(model="agentchat-knowledge", messages=messages)
+        whole = await client.chat.completions.create(model=model, messages=messages)
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     final = next(c for c in chunks if c.choices and c.choices[0].finish_reason == "stop")
     return (
@@ -253,3 +259,91 @@ async def test_a_marker_held_back_is_sent_before_an_error_or_a_wait(settings: Se
         text = "".join(f["choices"][0]["delta"].get("content") or "" for f in frames if f.get("choices"))
         assert text == ("Partial answer [1]" if code == "provider_error" else "Clearing it [1]"), code
         assert frames[-1]["error"]["code"] == code and wire.rstrip().endswith("data: [DONE]")
+
+
+#: A reviewer's sentence: bracketed numbers in prose, none of them a citation.
+PROSE = "Python [3.11] came out before the [2024] release; see the list [0, 1, 2]."
+PROSE_DELTAS = ["Python [3.", "11] came out before the [20", "24] release; see the list [0, 1", ", 2]."]
+
+
+def test_bracketed_numbers_are_prose_unless_a_web_answer_numbers_its_pages() -> None:
+    """A number is no id: ``[3.11]``, ``[2024]``, ``[0, 1, 2]`` stay as written, and no
+    "web citation" line is made up for them — with or without a web answer read, split
+    anywhere. After a web answer, a bare ``[n]`` a page may have is its page ``n``."""
+    for web in (False, True):
+        for i in range(len(PROSE) + 1):
+            numbers = CitationNumbers()
+            if web:
+                numbers.read_web_answer()
+            assert numbers.feed(PROSE[:i]) + numbers.feed(PROSE[i:]) + numbers.finish() == PROSE, (web, i)
+            assert numbers.mapping([]) == [], (web, i)
+    numbers = CitationNumbers()
+    assert numbers.feed("Paris [1]; a year [2024]; none [0]; ") == "Paris [1]; a year [2024]; none [0]; "
+    numbers.read_web_answer()
+    assert numbers.feed("Paris [1]; a year [2024]; none [0]; a page [2]") + numbers.finish() == (
+        "Paris [1]; a year [2024]; none [0]; a page [2]"
+    )
+    numbers = CitationNumbers()  # the sources known: a bare number must name one of their pages
+    numbers.read_web_answer()
+    numbers.know([WEB_PAGE, POLICY])
+    assert numbers.feed("Paris [1], [2], [1, 2].") == "Paris [1], [2], [1, 2]."
+    assert numbers.sources_list(numbers.mapping([WEB_PAGE, POLICY])) == WEB_AND_POLICY_LIST
+
+
+def web_settings(tmp_path: Path, pplx: FakePerplexity, pplx_url: str) -> Settings:
+    return Settings.from_env({
+        "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"), "AGENT_INGEST_SAMPLE_KB": "false",
+        "AGENT_ADMIN_OPEN": "true", "OLLAMA_HOST": "http://127.0.0.1:9",
+        "PERPLEXITY_API_KEY": pplx.api_key, "PERPLEXITY_BASE_URL": pplx_url,
+    })
+
+
+async def test_bracketed_numbers_in_prose_reach_the_client_as_written(settings: Settings) -> None:
+    """The reviewer's sentence streamed by a run that read no web answer: streamed and not,
+    the client gets it unchanged, with no list and no citations."""
+    provider = ScriptedProvider(lambda request, index: ScriptedTurn(chunks=PROSE_DELTAS))
+    async with running_app(settings, provider=provider, embedder=None) as (base, _):
+        streamed, whole, streamed_cited, whole_cited = await ask_both_ways(
+            base, "When did Python 3.11 come out?", "agentchat-workflow")
+    assert streamed == whole == PROSE
+    assert streamed_cited == whole_cited == []
+
+
+async def test_bracketed_numbers_stay_prose_beside_a_web_answer(tmp_path: Path) -> None:
+    """The same sentence after the run read a web answer (the Perplexity fake, two pages) and
+    cited its page 2 as the answer did, ``[2]``: that is the page, numbered [1] (the run's
+    ``perplexity_search`` result tells the face a bare number may be a page); ``[3.11]``,
+    ``[2024]`` and ``[0, 1, 2]`` are not, and the list names that page alone."""
+
+    def turn(request: ChatRequest, index: int) -> ScriptedTurn:
+        match step(request):
+            case 0:
+                return ScriptedTurn(calls=[ScriptedCall("knowledge_base_search", {"query": "Python 3.11 release"})])
+            case 1:
+                return ScriptedTurn(calls=[ScriptedCall("perplexity_search", {"query": "Python 3.11 release"})])
+            case 2:
+                px = next(orjson.loads(r.content)["perplexity_result_id"] for m in request.messages
+                          for r in m.tool_results if "perplexity_result_id" in r.content)
+                keywords = ["Python 3.11", "Python release", "CPython 3.11"]
+                return ScriptedTurn(calls=[ScriptedCall("index_keywords", {
+                    "keywords": keywords, "perplexity_result_id": px})])
+        # The answer written as text, then delivered (``generate_response`` holds what was shown).
+        done = answer_call("It came out in 2022 [2].")
+        return ScriptedTurn(chunks=["It came out in 2022 [2", "]. ", *PROSE_DELTAS], calls=done.calls)
+
+    pplx = FakePerplexity()
+    pages = [Source("https://peps.python.org/pep-0664/", "PEP 664"),
+             Source("https://www.python.org/downloads/release/python-3110/", "Python 3.11.0")]
+    for _ in range(2):  # the streamed run and the other
+        pplx.add(Answer("Python 3.11 came out in October 2022 [2].", pages))
+    async with running_fake(pplx.app) as pplx_url:
+        settings = web_settings(tmp_path, pplx, pplx_url)
+        async with running_app(settings, provider=ScriptedProvider(turn), embedder=None) as (base, _):
+            streamed, whole, streamed_cited, whole_cited = await ask_both_ways(
+                base, "When did Python 3.11 come out?")
+    assert streamed == whole == (
+        "It came out in 2022 [1]. " + PROSE
+        + "\n\nSources:\n- [1] Python 3.11.0 — https://www.python.org/downloads/release/python-3110/"
+    )
+    assert [(e["number"], e["title"]) for e in streamed_cited] == [(1, "Python 3.11.0")]
+    assert [e["ids"][0].split("#")[1] for e in whole_cited] == ["2"]  # the web answer's page 2

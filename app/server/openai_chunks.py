@@ -16,6 +16,7 @@ from typing import Any, assert_never
 import orjson
 
 import events
+from agenttools.rag.policy import PERPLEXITY_SEARCH
 from app.runs.follow import Followed
 from app.server.compat_runs import AnswerText
 from app.server.openai_citations import CitationNumbers
@@ -117,6 +118,8 @@ class Translator:
                 out += self._content(self.answer.owed(answer))
             case events.Clarification(missing_info=missing_info):
                 out += self._content(self.answer.owed(missing_info))
+            case events.ToolCallResult(tool_name=tool, is_error=False) if tool == PERPLEXITY_SEARCH:
+                self.citations.read_web_answer()  # the answer's bare [n] may be its pages
             case events.Error(message=message, code=code):
                 self.error = {"message": message or "the run failed", "code": code}
             case (

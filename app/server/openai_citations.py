@@ -8,14 +8,23 @@ web answer; ``[2]``, a web answer's own marker for that page), which mean nothin
 person reading Open WebUI or LibreChat, and the titles travel only in the ``agentchat``
 extension those clients do not show. So the OpenAI face renumbers them as it streams:
 
-* A marker is what ``agenttools.rag.citations`` checks the answer with (the same
-  functions, not a copy): ``[id]`` or ``[id, id; id]``, not after a letter, digit, ``_``,
-  ``\\`` or ``[``, not followed by ``(`` (a link's text), outside code, its tokens
-  id-shaped, one of them looking like an id (a digit or one of ``-_.:#/@``) or naming
-  one of the answer's sources. The sources arrive with the ``response`` event, after the
-  streamed text, so while streaming a marker is known by its look alone: ``[sic]`` is
-  prose, and so is a document id with none of those characters (``[faq]``) — numbered
-  only in text that follows the ``response`` (an answer not streamed before it).
+* A marker is what the run's own citation check reads as one (``agenttools.rag.citations``,
+  the same functions, not a copy): ``[id]`` or ``[id, id; id]``, not after a letter,
+  digit, ``_``, ``\\`` or ``[``, not followed by ``(`` (a link's text), outside code, its
+  tokens id-shaped — but a number is not an id here. It is numbered only when every
+  token is a citation: one naming one of the answer's sources or one this answer cited
+  already (``[faq]`` after ``[faq#4]``), or an id by its look (``looks_like_id``: a digit
+  or one of ``-_.:#/@``) with a letter in it (``[doc-resume]``, ``[doc#4]``, ``[px_…#2]``),
+  or a web answer's page ``[n]`` (below). So ``[3.11]``, ``[2024]``, ``[0, 1, 2]`` are
+  prose: numbered, they would point at nothing. The sources arrive with the ``response``
+  event, after the streamed text (a ``generate_response`` answer streams before it too),
+  so while streaming a marker is known by its look: ``[sic]`` is prose, and so is a
+  document id with none of those characters (``[faq]``) — numbered only in text that
+  follows the ``response`` or its own passages' markers.
+* A bare ``[n]`` is a web answer's own marker only once the run has read a web answer
+  (a ``perplexity_search`` result, ``read_web_answer``, or a ``px_…`` id cited before
+  it). Once the sources are known it must name one of their pages; before, it must be a
+  page number a web answer gives (1 to ``MAX_WEB_PAGE``): ``[0]`` or a year is prose.
 * One number per source, in order of first use: a document's passages and the document
   share one (``doc#4``, ``doc#6`` and ``doc`` are one line in the list); each web page
   behind a web answer has its own, and a web answer's ``[n]`` is that answer's page ``n``
@@ -44,6 +53,10 @@ import events
 from agenttools.rag.citations import bracket_ids, looks_like_id, may_become_marker, may_open_marker
 
 _WEB_ANSWER = re.compile(r"px_[0-9a-f]{16}")
+#: The highest page number a web answer's bare ``[n]`` is read as before the sources say
+#: which pages there are: web answers number a handful of pages (Perplexity's
+#: ``search_results``), so ``[2024]`` in prose is a year, not a page.
+MAX_WEB_PAGE = 50
 MAX_TITLE = 200
 
 _TEXT, _CODE, _FENCE = 0, 1, 2
@@ -85,7 +98,7 @@ class CitationNumbers:
     text to send now, markers numbered. ``know`` hands over the sources when they come;
     ``sources_list`` is the closing list."""
 
-    __slots__ = ("_held", "_ids", "_mode", "_numbers", "_prev", "_same", "_sources", "_web")
+    __slots__ = ("_held", "_ids", "_known", "_mode", "_numbers", "_prev", "_same", "_sources", "_web", "_web_read")
 
     def __init__(self) -> None:
         self._mode = _TEXT
@@ -97,17 +110,26 @@ class CitationNumbers:
         self._ids: dict[str, list[str]] = {}  # source key → the ids cited for it, in order
         #: The answer's sources, once its ``response`` came (``know``).
         self._sources: list[events.Source] = []
+        self._known = False
+        #: The run read a web answer (``read_web_answer``): a bare ``[n]`` may be its page.
+        self._web_read = False
         #: The web answers cited so far (``px_…``), in order: whose pages a bare ``[n]`` means.
         self._web: dict[str, None] = {}
         #: A number's key → the key of the source it turned out to be, when that source
         #: already had a number of its own (cited both ways before the sources came).
         self._same: dict[str, str] = {}
 
+    def read_web_answer(self) -> None:
+        """The run read a web answer (a ``perplexity_search`` result, which comes before the
+        answer's text): from now on a bare ``[n]`` may be that answer's page ``n``."""
+        self._web_read = True
+
     def know(self, sources: Sequence[events.Source]) -> None:
         """The answer's sources (its ``response``): markers read from now on are resolved
         against them, and numbers given to what is now found (``[n]``, a link, a document
         id) stand for the source it names."""
         self._sources = list(sources)
+        self._known = True
         for key in list(self._numbers):
             if key in self._same or any(source_key(s.id) == key for s in self._sources):
                 continue
@@ -191,7 +213,7 @@ class CitationNumbers:
         """``held`` (``[…]``) numbered when it is a citation (``agenttools.rag.citations``);
         else as it was."""
         tokens = bracket_ids(held[1:-1])
-        if tokens is None or not any(looks_like_id(t) or resolve(t, self._sources) for t in tokens):
+        if tokens is None or not all(self._cites(t) for t in tokens):
             return held
         numbers: list[int] = []
         for token in tokens:
@@ -204,6 +226,21 @@ class CitationNumbers:
             if n not in numbers:
                 numbers.append(n)
         return "".join(f"[{n}]" for n in numbers)
+
+    def _cites(self, token: str) -> bool:
+        """Whether ``token`` is a citation: it names a source, or one this answer cited
+        already, or looks like an id and has a letter; a bare ``n`` only after a web answer
+        was read, as one of its pages. Anything else (``3.11``, ``2024``, ``sic``) is prose."""
+        if resolve(token, self._sources) is not None:
+            return True
+        if token.isdigit():
+            return (
+                not self._known and (self._web_read or bool(self._web))
+                and token[0] != "0" and len(token) <= len(str(MAX_WEB_PAGE)) and int(token) <= MAX_WEB_PAGE
+            )
+        if looks_like_id(token) and any(c.isalpha() for c in token):
+            return True
+        return source_key(token) in self._numbers
 
     def _key(self, token: str) -> str:
         """The key of the number ``token`` is shown as."""
@@ -268,10 +305,12 @@ class CitationNumbers:
             return ""
         lines = ["", "", "Sources:"]
         for entry in mapping:
-            title = entry.get("title") or ", ".join(f"web citation {i}" if i.isdigit() else i for i in entry["ids"])
+            # No title: what was cited, as it was (a web answer's page its sources do not name).
+            cited = (f"the web answer's [{i}]" if i.isdigit() else i for i in entry["ids"])
+            title = entry.get("title") or ", ".join(cited)
             where = entry.get("url") or entry.get("location")
             lines.append(f"- [{entry['number']}] {title}" + (f" — {where}" if where else ""))
         return "\n".join(lines)
 
 
-__all__ = ["CitationNumbers", "resolve", "source_key"]
+__all__ = ["MAX_WEB_PAGE", "CitationNumbers", "resolve", "source_key"]
