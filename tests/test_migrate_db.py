@@ -309,6 +309,9 @@ async def test_counts_that_differ_fail_and_a_busy_source_or_a_filled_target_is_r
         assert run_migrate(url, settings.db_path).returncode == 0
         with psycopg.connect(url, autocommit=True, **GUARDED) as conn:
             conn.execute("DELETE FROM kb_chunks WHERE id = (SELECT max(id) FROM kb_chunks)")
+            # A copy whose completion was never recorded (killed after its last batch): the
+            # counts decide (a recorded one is "already migrated", below).
+            conn.execute("DELETE FROM agentchat_migrate_db_done")
         again = run_migrate(url, settings.db_path)
         assert again.returncode == 1, again.stderr
         assert "kb_chunks: 2 in SQLite, 1 in PostgreSQL" in again.stderr, again.stderr
@@ -319,6 +322,58 @@ async def test_counts_that_differ_fail_and_a_busy_source_or_a_filled_target_is_r
         await storage.close()
         filled = run_migrate(url, other)
         assert filled.returncode == 2 and "already holds data" in filled.stderr, filled.stderr
+
+
+async def test_a_completed_copy_run_again_after_the_target_served_says_so(pg: TestPostgres, tmp_path: Path) -> None:
+    """Operator review: after the replicas served on the target, ``migrate-db`` run again
+    printed ``resumed at 13/13 rows`` per table and exited 1 "row counts differ after the
+    copy (conversations: 13 in SQLite, 17 in PostgreSQL …)" — exit 1 says "run it again
+    to resume", which never helps. A completed copy says so, how far the target moved on,
+    copies nothing and exits 0; a file changed since is refused (exit 2)."""
+    from storage.postgres import open_postgres_storage
+
+    db = tmp_path / "agent.sqlite3"
+    lite = await open_sqlite_storage(db)
+    try:
+        for c in range(3):
+            await lite.conversations.claim(f"conv-{c}", "user-1")
+            await lite.conversations.append(f"conv-{c}", "user-1", [Message(role="user", content=f"hello {c}")])
+    finally:
+        await lite.close()
+    with pg.database(empty=True) as url:
+        first = run_migrate(url, db)
+        assert first.returncode == 0 and "every count matches" in first.stderr, first.stderr
+        served = await open_postgres_storage(url)  # the replicas serve on the target
+        try:
+            await served.conversations.claim("conv-new", "user-2")
+            await served.conversations.append("conv-new", "user-2", [Message(role="user", content="hi")])
+            await served.conversations.append("conv-0", "user-1", [Message(role="user", content="more")])
+        finally:
+            await served.close()
+        with psycopg.connect(url, **GUARDED) as conn:
+            before = conn.execute("SELECT (SELECT count(*) FROM conversations), (SELECT count(*) FROM messages)")
+            target_before = before.fetchone()
+
+        again = run_migrate(url, db)
+        assert again.returncode == 0, again.stderr
+        said = [line for line in again.stderr.splitlines() if line.startswith("already migrated")]
+        assert len(said) == 1, again.stderr
+        assert "the target has moved on since — 3 more rows" in said[0], said
+        assert "conversations +1" in said[0] and "messages +2" in said[0], said
+        assert "resumed at" not in again.stderr and "differ" not in again.stderr, again.stderr
+        with psycopg.connect(url, **GUARDED) as conn:
+            after = conn.execute("SELECT (SELECT count(*) FROM conversations), (SELECT count(*) FROM messages)")
+            assert after.fetchone() == target_before  # nothing copied again
+
+        lite = await open_sqlite_storage(db)  # the SQLite file written after the move
+        try:
+            await lite.conversations.claim("conv-late", "user-1")
+        finally:
+            await lite.close()
+        changed = run_migrate(url, db)
+        assert changed.returncode == 2, changed.stderr
+        said = [line for line in changed.stderr.splitlines() if line.startswith("agentchat migrate-db:")]
+        assert len(said) == 1 and "the file has changed since (conversations: 3 then, 4 now)" in said[0], said
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,14 @@
 """``agentchat migrate-db --to postgresql://… [--from agent.db]``: move a SQLite database
 of the service into PostgreSQL (the copy itself is ``storage.migrate_copy``).
 
-Exit codes: 0 copied and every table's count matches; 1 the counts differ or the copy
-failed (re-run to resume: it continues after the last committed batch); 2 refused
-before copying (the file is in use, the target is unreachable, not PostgreSQL, not
-empty, or does not let this user create the ``vector`` extension, the schema versions
-differ). Every failure is one line on stderr, never a traceback.
+Exit codes: 0 copied and every table's count matches — or this file's copy into the
+target had completed already and the file is unchanged since ("already migrated", with
+how many rows the target gained or lost since: the replicas' work, not a failure; nothing
+is copied again); 1 the counts differ or the copy failed (re-run to resume: it continues
+after the last committed batch); 2 refused before copying (the file is in use, the target
+is unreachable, not PostgreSQL, not empty — or holds this file's completed copy and the
+file has changed since —, or does not let this user create the ``vector`` extension, the
+schema versions differ). Every failure is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -88,6 +91,9 @@ async def _copy(args: argparse.Namespace, source: Path) -> int:
         said = without_url_secrets(" ".join(str(exc).split())[:300] or type(exc).__name__, args.to)
         print(f"agentchat migrate-db: the copy failed: {said}; run it again to resume", file=sys.stderr)
         return 1
+    if report.completed_at is not None:
+        print(_already_migrated(source, report.completed_at, report.moved_on()), file=sys.stderr)
+        return 0
     for t in report.tables:
         print(f"  {t.table:28s} {t.source:>10d} rows  (copied now {t.copied})", file=sys.stderr)
     print(
@@ -96,6 +102,23 @@ async def _copy(args: argparse.Namespace, source: Path) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _already_migrated(source: Path, completed_at: float, moved_on: list[tuple[str, int]]) -> str:
+    """The one line of a copy run again after it completed: nothing was copied, and how
+    far the target has moved on since (the replicas' rows), which is not a failure."""
+    import time
+
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(completed_at))
+    head = f"already migrated: {source} was copied completely at {when}; nothing copied now"
+    if not moved_on:
+        return f"{head}; the target is as the copy left it"
+    more = sum(n for _, n in moved_on if n > 0)
+    fewer = sum(-n for _, n in moved_on if n < 0)
+    amounts = [f"{more} more row{'s' if more != 1 else ''}"] if more else []
+    amounts += [f"{fewer} fewer" if more else f"{fewer} fewer row{'s' if fewer != 1 else ''}"] if fewer else []
+    tables = ", ".join(f"{t} {n:+d}" for t, n in moved_on)
+    return f"{head}; the target has moved on since — {' and '.join(amounts)} ({tables})"
 
 
 __all__ = ["add_migrate_command", "run_migrate_db"]

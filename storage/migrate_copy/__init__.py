@@ -24,7 +24,11 @@ What it does, in order:
    the log and ``runs.log_from`` stay behind (``storage.stores.event_log``).
 5. Moves every sequence past the copied ids, builds the HNSW graph of each bucket past
    the exact threshold (once, after the rows: faster than row by row), runs ``ANALYZE``.
-6. Counts every table on both sides; a difference is ``CountMismatch`` (exit 1).
+6. Counts every table on both sides; a difference is ``CountMismatch`` (exit 1). When
+   they all match, the completion is recorded in the target (``agentchat_migrate_db_done``,
+   each table's count): run again later, after the replicas served on the target, the
+   copy copies nothing and reports "already migrated" with how far the target moved on
+   (exit 0), or refuses a file changed since (``SourceChanged``, exit 2).
 
 The copy's parts: ``sqlite_to_postgres`` (the entry point, the only module that opens
 connections; ``app/cli/migrate.py`` wires it), ``copier`` (reads, writes and counts one

@@ -34,6 +34,9 @@ from storage.postgres.kb_graphs import buckets_past, ensure_graph
 from storage.postgres.kb_vectors import EXACT_SCOPE_VECTORS
 
 PROGRESS_TABLE = "agentchat_migrate_db"
+#: One row per source whose copy completed (every count matched): each table's count
+#: then. A copy run again finds it and copies nothing into a target that serves since.
+DONE_TABLE = "agentchat_migrate_db_done"
 
 
 class Copier:
@@ -197,6 +200,21 @@ class Copier:
         for dim, bucket in await buckets_past(self.target, EXACT_SCOPE_VECTORS):
             async with self.target.transaction():
                 await ensure_graph(self.target, dim, bucket, bulk_build=True)
+
+    # -------------------------------------------------------------- completion
+    async def completed(self) -> tuple[float, dict[str, int]] | None:
+        """(when, each table's count then) of this source's completed copy, if any."""
+        rows = await self.pg(f"SELECT finished_at, counts FROM {DONE_TABLE} WHERE source = %s", (self.source_id,))
+        if not rows:
+            return None
+        return float(rows[0][0]), {str(k): int(v) for k, v in orjson.loads(rows[0][1]).items()}
+
+    async def mark_completed(self, counts: dict[str, int]) -> None:
+        await self.pg(
+            f"INSERT INTO {DONE_TABLE} (source, counts, finished_at) VALUES (%s, %s, %s) "
+            "ON CONFLICT (source) DO UPDATE SET counts = excluded.counts, finished_at = excluded.finished_at",
+            (self.source_id, orjson.dumps(counts).decode(), time.time()),
+        )
 
     async def count_source(self, table: str) -> int:
         return int((await self.lite(f"SELECT count(*) FROM {quote_ident(table)}"))[0][0])

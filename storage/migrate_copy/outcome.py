@@ -21,6 +21,12 @@ class TargetNotEmpty(MigrateError):
     pass
 
 
+class SourceChanged(TargetNotEmpty):
+    """This file's copy into the target completed before, and the file has changed since
+    (rows written to SQLite after the move): the target serves already, so copying the
+    difference would merge two diverged databases. Refused before anything is copied."""
+
+
 class TargetUnusable(MigrateError):
     """The target could not be opened or migrated (unreachable, no such database, no
     right to create the ``vector`` extension): refused before anything was copied."""
@@ -58,3 +64,12 @@ class CopyReport:
     schema_version: int
     resumed: bool
     tables: list[TableCount] = field(default_factory=list)
+    #: When this file's copy into the target had completed already (``time.time()``):
+    #: nothing was copied now, ``tables`` holds each table's count at that completion
+    #: (``source``) and in the target now (``target``). ``None``: the copy ran now.
+    completed_at: float | None = None
+
+    def moved_on(self) -> list[tuple[str, int]]:
+        """Each table whose target count differs from the completed copy's, and by how
+        much (the replicas served on it since)."""
+        return [(t.table, t.target - t.source) for t in self.tables if t.target != t.source]

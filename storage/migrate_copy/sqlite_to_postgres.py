@@ -13,11 +13,12 @@ from pathlib import Path
 import psycopg
 
 from storage.errors import SchemaTooNew
-from storage.migrate_copy.copier import PROGRESS_TABLE, Copier
+from storage.migrate_copy.copier import DONE_TABLE, PROGRESS_TABLE, Copier
 from storage.migrate_copy.outcome import (
     CopyReport,
     CountMismatch,
     MigrateError,
+    SourceChanged,
     SourceInUse,
     TableCount,
     TargetNotEmpty,
@@ -89,6 +90,8 @@ async def copy_sqlite_to_postgres(
             report = await _copy_all(copier, progress, target_version)
     finally:
         await lite.close()
+    if report.completed_at is not None:
+        return report  # copied before: counted against that copy's own counts (``_already_copied``)
     if sqlite_in_use(source):
         raise SourceInUse(f"{source} was opened by another process during the copy; stop it and run migrate-db again")
     mismatches = [(t.table, t.source, t.target) for t in report.tables if t.source != t.target]
@@ -103,7 +106,14 @@ async def _copy_all(copier: Copier, progress: ProgressFactory | None, version: i
         "last_key TEXT, rows BIGINT NOT NULL DEFAULT 0, updated_at DOUBLE PRECISION NOT NULL, "
         "PRIMARY KEY (source, tbl))"
     )
+    await copier.pg(
+        f"CREATE TABLE IF NOT EXISTS {DONE_TABLE} (source TEXT PRIMARY KEY, counts TEXT NOT NULL, "
+        "finished_at DOUBLE PRECISION NOT NULL)"
+    )
     tables = copy_order(await copier.source_tables())
+    completed = await copier.completed()
+    if completed is not None:
+        return await _already_copied(copier, tables, version, *completed)
     resumed = bool(await copier.pg(f"SELECT 1 FROM {PROGRESS_TABLE} WHERE source = %s LIMIT 1", (copier.source_id,)))
     if not resumed:
         filled = []
@@ -134,4 +144,31 @@ async def _copy_all(copier: Copier, progress: ProgressFactory | None, version: i
     await copier.pg("ANALYZE")
     for entry in report.tables:
         entry.source, entry.target = await copier.count(entry.table)
+    if all(t.source == t.target for t in report.tables):
+        await copier.mark_completed({t.table: t.source for t in report.tables})
+    return report
+
+
+async def _already_copied(
+    copier: Copier, tables: list[str], version: int, finished_at: float, counts: dict[str, int]
+) -> CopyReport:
+    """This file's copy completed before (every count matched then): nothing is copied
+    again. Run once more after the replicas served on the target, a resume copied nothing
+    and then counted the target's new rows as a failed copy (exit 1, "run it again to
+    resume", which never helps). The file as it was then: the report says so, and how far
+    the target has moved on since. A file changed since: refused (``SourceChanged``)."""
+    now = {t: await copier.count_source(t) for t in tables}
+    changed = [(t, counts.get(t, 0), n) for t, n in now.items() if counts.get(t, 0) != n]
+    changed += [(t, n, 0) for t, n in counts.items() if t not in now]
+    if changed:
+        said = ", ".join(f"{t}: {then} then, {n} now" for t, then, n in changed)
+        raise SourceChanged(
+            f"{copier.source_id} was copied completely into this database already, and the file has changed "
+            f"since ({said}); the target serves since, so migrate-db does not merge the difference into it — "
+            "copy into a new, empty database instead"
+        )
+    report = CopyReport(version, resumed=False, completed_at=finished_at)
+    for table in tables:
+        (target,) = (await copier.pg(f"SELECT count(*) FROM {quote_ident(table)}"))[0]  # type: ignore[arg-type]
+        report.tables.append(TableCount(table, counts[table], int(target)))
     return report
