@@ -1,5 +1,5 @@
-"""``python -m backend [--host H] [--port P] [--db FILE] [--allowed-hosts NAMES] [--log-level L]``: serve the
-reference backend.
+"""``python -m backend [--host H] [--port P] [--db FILE] [--allowed-hosts NAMES] [--log-level L] [--log-format F]``:
+serve the reference backend.
 
 Its own process, so the agent never runs this app (it imports only ``backend.table_rules``,
 the table-configuration rules both run): ``agentchat serve`` starts it
@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import socket
 from pathlib import Path
 
 from backend.app import serve_backend
 from backend.host_check import parse_allowed_hosts
+from backend.logs import FORMATS, configure
 
 DEFAULT_DB = Path("data/backend.sqlite3")
 #: The port ``agentchat serve`` starts the backend on by default (its own 8000, plus one)
@@ -41,17 +41,21 @@ def main(argv: list[str] | None = None) -> int:
                              "elsewhere any. agentchat passes AGENT_ALLOWED_HOSTS")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                         help="log level (default info)")
+    parser.add_argument("--log-format", default="text", choices=FORMATS,
+                        help="text, or json: one JSON object per line, uvicorn's lines and access log "
+                             "included, as the agent's AGENT_LOG_FORMAT=json (default text; agentchat passes "
+                             "the agent's)")
     parser.add_argument("--fd", type=int, action="append", default=None,
                         help="listen on this inherited socket, already bound to --host and --port; once per "
                              "socket, one for each address of --host (`agentchat backend` binds them, and says "
                              "in one line when the port is taken)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    log_config = configure(args.log_level, args.log_format)
     args.db.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(KeyboardInterrupt):
         sockets = None if args.fd is None else [socket.socket(fileno=fd) for fd in args.fd]
         asyncio.run(serve_backend(args.host, args.port, args.db, log_level=args.log_level,
-                                  allowed_hosts=args.allowed_hosts, sockets=sockets))
+                                  allowed_hosts=args.allowed_hosts, sockets=sockets, log_config=log_config))
     return 0
 
 

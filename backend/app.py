@@ -14,6 +14,7 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -77,12 +78,15 @@ async def serve_backend(
     log_level: str = "info",
     allowed_hosts: tuple[str, ...] = ("auto",),
     sockets: list[socket.socket] | None = None,
+    log_config: dict[str, Any] | None = None,
 ) -> None:
     """Run the backend on ``host:port`` until interrupted or cancelled (``python -m backend``);
     ``allowed_hosts``: ``--allowed-hosts`` (``auto``: on loopback, the names of this machine only).
     ``sockets``: sockets already bound to ``host:port``, one per address of ``host``, to listen
     on (``agentchat backend`` binds them first, so a port in use is its one line, not
     uvicorn's traceback after start-up); without them uvicorn binds each address itself.
+    ``log_config``: uvicorn's logging (``backend.logs.configure``: the JSON lines);
+    ``None``, uvicorn's own.
 
     Cancelling the calling task shuts the server down gracefully (lifespan shutdown runs,
     the database is closed) before the cancellation propagates, so the backend can run
@@ -91,7 +95,10 @@ async def serve_backend(
     app = create_backend_app(db_path, hosts=host_rule(allowed_hosts, host))
     # An idle keep-alive connection is kept longer than the agent's pool keeps one (5 s,
     # httpx's expiry): else a tool call can go out on a connection uvicorn is closing.
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on", timeout_keep_alive=75)
+    logging_given: dict[str, Any] = {} if log_config is None else {"log_config": log_config}
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, lifespan="on", timeout_keep_alive=75, **logging_given
+    )
     server = uvicorn.Server(config)
     task = asyncio.ensure_future(server.serve(sockets=sockets))
     try:

@@ -54,14 +54,17 @@ def backend_argv(
     db: Path,
     *,
     log_level: str = "info",
+    log_format: str = "text",
     allowed_hosts: tuple[str, ...] = ("auto",),
     fds: tuple[int, ...] = (),
 ) -> list[str]:
-    """``python -m backend``'s command line; ``allowed_hosts``: ``AGENT_ALLOWED_HOSTS``, the
-    same Host guard as the agent's (``backend/host_check.py``); ``fds``: sockets bound to
-    ``host:port`` (one per address of ``host``) it inherits and listens on."""
+    """``python -m backend``'s command line; ``log_format``: the agent's (``AGENT_LOG_FORMAT``,
+    ``app.ops.logs``), so both services' lines are JSON or neither's; ``allowed_hosts``:
+    ``AGENT_ALLOWED_HOSTS``, the same Host guard as the agent's (``backend/host_check.py``);
+    ``fds``: sockets bound to ``host:port`` (one per address of ``host``) it inherits and
+    listens on."""
     return [sys.executable, "-m", "backend", "--host", host, "--port", str(port), "--db", str(db),
-            "--allowed-hosts", ",".join(allowed_hosts), "--log-level", log_level,
+            "--allowed-hosts", ",".join(allowed_hosts), "--log-level", log_level, "--log-format", log_format,
             *(arg for fd in fds for arg in ("--fd", str(fd)))]
 
 
@@ -119,7 +122,7 @@ def reference_backend(settings: Settings, args: argparse.Namespace, port: int, l
         raise SystemExit(1) from None
     proc = subprocess.Popen(
         backend_argv("127.0.0.1", backend_port, backend_db(settings), log_level=log_level,
-                     allowed_hosts=settings.allowed_hosts),
+                     log_format=_log_format(args), allowed_hosts=settings.allowed_hosts),
         preexec_fn=die_with_parent(),
     )
     try:
@@ -128,6 +131,12 @@ def reference_backend(settings: Settings, args: argparse.Namespace, port: int, l
         yield url
     finally:
         _stop(proc)
+
+
+def _log_format(args: argparse.Namespace) -> str:
+    """The format the agent's logging chose (``configure_logging`` in ``app.cli.commands``
+    sets ``args.log_format``: ``AGENT_LOG_FORMAT``, else the command's default)."""
+    return str(getattr(args, "log_format", None) or "text")
 
 
 def add_backend_command(sub: Any) -> None:
@@ -167,8 +176,8 @@ def run_backend(args: argparse.Namespace, settings: Settings) -> int:
         return 1
     for sock in sockets:
         sock.set_inheritable(True)  # kept across the exec; the backend closes them on exit
-    argv = backend_argv(args.host, port, backend_db(settings, args.db), allowed_hosts=settings.allowed_hosts,
-                        fds=tuple(sock.fileno() for sock in sockets))
+    argv = backend_argv(args.host, port, backend_db(settings, args.db), log_format=_log_format(args),
+                        allowed_hosts=settings.allowed_hosts, fds=tuple(sock.fileno() for sock in sockets))
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(argv[0], argv)
