@@ -103,7 +103,7 @@ def _reader(request: Request, run_id: str) -> str:
         try:
             return svc.auth.verify_stream_token(token, run_id, run_live=live)
         except AuthError as exc:
-            raise HTTPProblem(401, "unauthenticated", str(exc)) from None
+            raise HTTPProblem(401, "unauthenticated", str(exc), {"WWW-Authenticate": "Bearer"}) from None
     return identify(request).user_id
 
 

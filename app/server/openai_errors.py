@@ -29,7 +29,7 @@ def error_body(message: str, code: str, status: int, param: str | None = None) -
 
 
 def error_response(exc: HTTPProblem) -> Response:
-    exc = as_said(exc)
-    body = error_body(exc.detail, exc.error, exc.status, getattr(exc, "param", None))
-    body["error"] = {**exc.fields, **body["error"]}  # e.g. approval_pending's run and call
-    return ORJSONResponse(body, exc.status, headers=exc.headers)
+    said = as_said(exc)  # the words and headers every face gives (problems.as_said)
+    body = error_body(said.detail, said.error, said.status, getattr(exc, "param", None))
+    body["error"] = {**said.fields, **body["error"]}  # e.g. approval_pending's run and call
+    return ORJSONResponse(body, said.status, headers=said.headers)

@@ -19,6 +19,8 @@ LOST_DETAIL = (
     "the database file was removed or replaced under the running server: nothing can be read "
     "or stored until the server is restarted (retrying helps only once it has been)"
 )
+#: The challenge every 401 carries (RFC 6750 §3), whichever route refused.
+BEARER_CHALLENGE = "Bearer"
 #: How deep the chain of exceptions behind a refusal is looked through for its cause.
 _CAUSE_DEPTH = 8
 
@@ -64,11 +66,20 @@ def _lost_behind(exc: BaseException) -> bool:
 
 
 def as_said(exc: HTTPProblem) -> HTTPProblem:
-    """The refusal as a client is told it, on every face. Each route words its own
-    ``storage_unavailable`` ("…; retry shortly") when a store raises; one made of a
-    ``DatabaseLost`` (the SQLite file removed or replaced under the server) says instead
-    that only a restart helps — retrying shortly never would. Its ``Retry-After`` stays:
-    an orchestrator may restart the process meanwhile."""
-    if exc.error != "storage_unavailable" or not _lost_behind(exc):
+    """The refusal as a client is told it, on every face (the agent's handler and the
+    OpenAI face's error shape both answer through this).
+
+    * Each route words its own ``storage_unavailable`` ("…; retry shortly") when a store
+      raises; one made of a ``DatabaseLost`` (the SQLite file removed or replaced under
+      the server) says instead that only a restart helps — retrying shortly never would.
+      Its ``Retry-After`` stays: an orchestrator may restart the process meanwhile.
+    * A 401 always carries ``WWW-Authenticate: Bearer`` (RFC 6750 §3): the stream-token
+      refusal had none, so a route's 401 no longer depends on its author adding it."""
+    headers = exc.headers
+    if exc.status == 401 and not any(name.lower() == "www-authenticate" for name in headers):
+        headers = {**headers, "WWW-Authenticate": BEARER_CHALLENGE}
+    lost = exc.error == "storage_unavailable" and _lost_behind(exc)
+    if not lost and headers is exc.headers:
         return exc
-    return HTTPProblem(exc.status, exc.error, LOST_DETAIL, exc.headers, fields=exc.fields)
+    detail = LOST_DETAIL if lost else exc.detail
+    return HTTPProblem(exc.status, exc.error, detail, headers, fields=exc.fields)
