@@ -26,11 +26,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes
 
+from app.server import storage_budget
 from app.server.admin_routes import configured_component
 from app.server.attachment_routes import file_too_large
 from app.server.problems import HTTPProblem
 from knowledge.attachment_store import ConversationAttachments
 from knowledge.attachments import AttachmentRejected, kind_of, safe_filename
+from storage import request_scope
 
 if TYPE_CHECKING:
     from app.server.services import Services
@@ -122,7 +124,11 @@ async def stored_for(svc: Services, user_id: str, conversation_id: str, files: l
             if await store.find(user_id, conversation_id, file.digest) is not None:
                 continue
             try:
-                entry = await store.add(user_id, conversation_id, file.raw, file.filename, file.media_type)
+                # Chunked, embedded and written as the attachments route does it: its time
+                # is the ingest's, not a wait for the database, so it is outside the
+                # admission's budget (a large file was always 503 on a healthy database).
+                with storage_budget.paused(), request_scope.unbounded():
+                    entry = await store.add(user_id, conversation_id, file.raw, file.filename, file.media_type)
             except AttachmentRejected as exc:
                 raise HTTPProblem(exc.status, exc.code, str(exc)) from None
             added.append(str(entry["id"]))

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Iterator
 from contextvars import ContextVar
 from typing import TypeVar
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.server.problems import HTTPProblem
 from storage import request_scope
@@ -68,6 +68,16 @@ def paused() -> Iterator[None]:
         if found is not None:
             _DEADLINE.set(found + (time.monotonic() - began))
             request_scope.limit(found + (time.monotonic() - began))
+
+
+def acknowledged() -> None:
+    """The client has the response's head (a run's id, its stream begun): the request's one
+    budget was for admission and is over. Later waits of the request (a stream's pages
+    of a stored run, a follower's catch-up read) keep only the per-wait bound of
+    ``StorageScope``; before, the spent budget refused them all."""
+    if _DEADLINE.get() is not None:
+        _DEADLINE.set(None)
+        request_scope.limit(None)
 
 
 def deadline() -> float | None:
@@ -122,5 +132,11 @@ class StorageScope:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+
+        async def sent(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                acknowledged()
+            await send(message)
+
         with request_scope.bound(self.wait_s):
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, sent)

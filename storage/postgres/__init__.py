@@ -31,11 +31,22 @@ class PostgresStorage(SqlStorage[PostgresDatabase, PostgresRunStore, PostgresKBI
         await super().close()
 
 
+#: How often the server checks, while a statement runs, that its client is still there
+#: (PostgreSQL >= 14). A request's deadline cuts a connection client-side
+#: (``storage/postgres/statement_deadline.py``); without this a live but slow server ran
+#: the cut statement to its end beside the pool's replacement connection, so each cut
+#: added a backend (a review: 16 backends for a pool of 4 after three waves of cuts).
+CLIENT_CHECK_INTERVAL_MS = 1000
+
+
 async def _configure(conn: Conn) -> None:
-    """Every pooled connection speaks pgvector's ``vector`` (binary, numpy in and out)."""
+    """Every pooled connection speaks pgvector's ``vector`` (binary, numpy in and out),
+    and has the server notice a client gone while a statement runs."""
     from pgvector.psycopg import register_vector_async
 
     await register_vector_async(conn)
+    if conn.info.server_version >= 140000:
+        await conn.execute(f"SET client_connection_check_interval = {CLIENT_CHECK_INTERVAL_MS}")
 
 
 def _start_feed(url: str, opts: PostgresOptions) -> RunEventsListener:

@@ -20,6 +20,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -148,3 +149,75 @@ async def test_a_statement_past_the_request_deadline_is_cut_and_its_connection_d
     assert stats.get("returns_bad", 0) >= 2, stats
     # The server ends the cut backends' sleeps on its own; new connections answer.
     assert await within(db.fetchone("SELECT 2"), "a read after the cuts") == (2,)
+
+
+async def test_a_statement_cut_on_a_live_server_ends_there_too(storage: PostgresStorage) -> None:
+    """A review: on a server that is slow but alive, a cut statement ran to its end beside
+    the pool's replacement connection, so every cut added a backend (16 for a pool of 4).
+    The server now checks its client while a statement runs and ends the cut ones."""
+    db = storage.db
+    with request_scope.bound(0.3):
+        for _ in range(2):
+            with pytest.raises(StorageUnavailable):
+                await within(db.fetchone("SELECT pg_sleep(60) AS cut_on_purpose"), "the cut read")
+
+    async def orphans() -> int:
+        row = await db.fetchone(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s AND pid <> pg_backend_pid()",
+            ("%cut_on_purpose%",),
+        )
+        return int(row[0]) if row else 0
+
+    async def none_left() -> bool:
+        return await orphans() == 0
+
+    await until(none_left, "the cut statements to end on the server", timeout=20, step=0.2)
+
+
+async def test_the_requests_budget_ends_when_its_response_begins() -> None:
+    """A review: the admission budget stayed on after the client had its answer's head, so
+    a stream's later reads (a stored run's next page, a follower's catch-up) were refused
+    once it was spent. The response's start ends it; each wait keeps its own bound."""
+    from app.server import storage_budget
+
+    seen: dict[str, object] = {}
+
+    async def app(scope: dict[str, object], receive: object, send: Any) -> None:
+        storage_budget.start(0.0)  # admission spent its whole budget
+        seen["before"] = (storage_budget.deadline(), request_scope.wait_deadline())
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        seen["after"] = (storage_budget.deadline(), request_scope.wait_deadline())
+        await send({"type": "http.response.body", "body": b""})
+
+    async def send(message: dict[str, object]) -> None:
+        return None
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b""}
+
+    began = time.monotonic()
+    await storage_budget.StorageScope(app, wait_s=5.0)({"type": "http"}, receive, send)
+    spent, waits_until = seen["before"]  # type: ignore[misc]
+    assert spent is not None and waits_until is not None and waits_until <= spent + 0.01
+    lifted, waits_until = seen["after"]  # type: ignore[misc]
+    assert lifted is None and waits_until is not None and waits_until >= began + 5.0
+
+
+async def test_a_large_ai_sdk_file_part_is_stored_whatever_the_storage_budget(pg_url: str, tmp_path: Path) -> None:
+    """A review: an AI SDK message's file part was ingested (chunked, embedded, written)
+    inside the admission's storage budget, so a file that takes longer than the budget to
+    ingest was always 503 ``storage_unavailable`` on a healthy database. Its time is the
+    ingest's, as on the attachments route."""
+    from tests.test_ai_sdk_files import data_url, with_file
+
+    text = "\n\n".join(f"Paragraph {i}: the vendor ledger for region {i % 97} was reconciled." for i in range(8000))
+    note = {"mediaType": "text/plain", "filename": "ledger.txt", "url": data_url(text.encode(), "text/plain")}
+    async with (
+        running_app(budget_settings(pg_url, tmp_path), provider=ExtractiveProvider()) as (base, _),
+        httpx.AsyncClient(base_url=base, timeout=300) as client,
+    ):
+        body = with_file("chat-large", "Which region was reconciled?", note, context_type="knowledge")
+        r = await within(client.post("/v1/agent/ui-stream", json=body), "the answer", timeout=300)
+        assert r.status_code == 200, r.text
+        listed = (await client.get("/v1/agent/conversations/chat-large/attachments")).json()["attachments"]
+        assert [a["filename"] for a in listed] == ["ledger.txt"]
