@@ -87,6 +87,18 @@ def test_ordinary_brackets_are_not_citations(text: str) -> None:
     assert check.ok and check.answer_without_unknown == text
 
 
+def test_numbers_in_brackets_are_prose_unless_the_run_read_a_web_answer() -> None:
+    """A review: an answer saying "Python [3.11] came out before the [2024] release; see the
+    list [0, 1, 2]." was refused as citing unretrieved ids and then stripped of them."""
+    text = "Python [3.11] came out before the [2024] release; see the list [0, 1, 2]. Billed [inv-001]."
+    check = verify_citations(text, state_with(INV))
+    assert check.ok and check.answer_without_unknown == text
+    assert [s.id for s in check.cited_sources] == ["inv-001"]
+    # With a web answer read, a bare number is one of its pages: an unknown one is invented.
+    web = verify_citations("Rates rose [1] in [2024].", state_with(WEB, WEB1))
+    assert web.unknown_ids == ["2024"] and web.answer_without_unknown == "Rates rose [1] in."
+
+
 def test_unknown_web_marker_numbers_are_invented_citations() -> None:
     check = verify_citations("Rates rose [1] and fell [7].", state_with(WEB, WEB1))
     assert check.unknown_ids == ["7"]

@@ -103,6 +103,16 @@ def may_become_marker(inside: str) -> bool:
     )
 
 
+def _claims_a_source(token: str, state: RunToolState) -> bool:
+    """An unresolved token the answer means as a citation: an id by its look with a letter
+    in it (``doc-9``, ``guide#3``), or a bare number once the run holds a web answer (its
+    pages are numbered). A number otherwise — a year, a version, an index list: ``[2024]``,
+    ``[3.11]``, ``[0, 1, 2]`` — is prose, not an invented source to refuse and strip."""
+    if any(c.isalpha() for c in token):
+        return looks_like_id(token)
+    return token.isdigit() and any(s.kind == "external" for s in state.sources.values())
+
+
 def _code_spans(answer: str) -> list[tuple[int, int]]:
     return [m.span() for m in _CODE.finditer(answer)]
 
@@ -121,14 +131,14 @@ def verify_citations(answer: str, state: RunToolState) -> CitationCheck:
         if tokens is None:
             continue
         resolved = [(t, _resolve(t, state)) for t in tokens]
-        if not any(src is not None or looks_like_id(t) for t, src in resolved):
-            continue  # prose in brackets, e.g. [sic]
+        if not any(src is not None or _claims_a_source(t, state) for t, src in resolved):
+            continue  # prose in brackets, e.g. [sic], [2024]
         kept: list[str] = []
         for token, src in resolved:
             if src is not None:
                 cited.setdefault(src.id, src)
                 kept.append(token)
-            elif looks_like_id(token):
+            elif _claims_a_source(token, state):
                 unknown.setdefault(token, None)
             else:
                 kept.append(token)
