@@ -90,6 +90,13 @@ def looks_like_id(token: str) -> bool:
     return _ID_HINT.search(token) is not None
 
 
+def names_an_id(token: str) -> bool:
+    """An id by its look with a letter in it (``doc-9``, ``guide#3``, ``px_…#2``): what an
+    answer means as a citation whether or not it resolves. A number alone (``2024``,
+    ``3.11``) is not one: a year, a version, or at most a web answer's page."""
+    return looks_like_id(token) and any(c.isalpha() for c in token)
+
+
 def may_open_marker(before: str) -> bool:
     """Whether a ``[`` after the character ``before`` ('' at the start) may open a marker."""
     return not before or _NOT_AFTER.fullmatch(before) is None
@@ -108,8 +115,8 @@ def _claims_a_source(token: str, state: RunToolState) -> bool:
     in it (``doc-9``, ``guide#3``), or a bare number once the run holds a web answer (its
     pages are numbered). A number otherwise — a year, a version, an index list: ``[2024]``,
     ``[3.11]``, ``[0, 1, 2]`` — is prose, not an invented source to refuse and strip."""
-    if any(c.isalpha() for c in token):
-        return looks_like_id(token)
+    if names_an_id(token):
+        return True
     return token.isdigit() and any(s.kind == "external" for s in state.sources.values())
 
 
@@ -164,5 +171,6 @@ __all__ = [
     "looks_like_id",
     "may_become_marker",
     "may_open_marker",
+    "names_an_id",
     "verify_citations",
 ]

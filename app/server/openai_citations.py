@@ -13,7 +13,7 @@ extension those clients do not show. So the OpenAI face renumbers them as it str
   digit, ``_``, ``\\`` or ``[``, not followed by ``(`` (a link's text), outside code, its
   tokens id-shaped — but a number is not an id here. It is numbered only when every
   token is a citation: one naming one of the answer's sources or one this answer cited
-  already (``[faq]`` after ``[faq#4]``), or an id by its look (``looks_like_id``: a digit
+  already (``[faq]`` after ``[faq#4]``), or an id by its look (``names_an_id``: a digit
   or one of ``-_.:#/@``) with a letter in it (``[doc-resume]``, ``[doc#4]``, ``[px_…#2]``),
   or a web answer's page ``[n]`` (below). So ``[3.11]``, ``[2024]``, ``[0, 1, 2]`` are
   prose: numbered, they would point at nothing. The sources arrive with the ``response``
@@ -50,7 +50,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import events
-from agenttools.rag.citations import bracket_ids, looks_like_id, may_become_marker, may_open_marker
+from agenttools.rag.citations import bracket_ids, may_become_marker, may_open_marker, names_an_id
 
 _WEB_ANSWER = re.compile(r"px_[0-9a-f]{16}")
 #: The highest page number a web answer's bare ``[n]`` is read as before the sources say
@@ -238,7 +238,7 @@ class CitationNumbers:
                 not self._known and (self._web_read or bool(self._web))
                 and token[0] != "0" and len(token) <= len(str(MAX_WEB_PAGE)) and int(token) <= MAX_WEB_PAGE
             )
-        if looks_like_id(token) and any(c.isalpha() for c in token):
+        if names_an_id(token):
             return True
         return source_key(token) in self._numbers
 
