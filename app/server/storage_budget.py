@@ -66,8 +66,9 @@ def paused() -> Iterator[None]:
     finally:
         found = _DEADLINE.get()
         if found is not None:
-            _DEADLINE.set(found + (time.monotonic() - began))
-            request_scope.limit(found + (time.monotonic() - began))
+            moved = found + (time.monotonic() - began)
+            _DEADLINE.set(moved)
+            request_scope.limit(moved)  # the same deadline the engine enforces
 
 
 def acknowledged() -> None:
