@@ -201,6 +201,61 @@ async def test_a_rejection_goes_back_to_the_model_as_the_result(world: World) ->
     assert len(world.cancels()) == before
 
 
+async def test_a_decided_run_the_periodic_claim_took_is_followed_not_ended(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decided run is claimable at once, so the lease upkeep's periodic claim (every
+    ``lease_s / 10``) may take it before the decision's own claim: the route then answers
+    202 while that claim is still reading the run back, not yet in memory here. The
+    decision's ``stream_url`` followed in that window answered 204 (the run "ended, every
+    event seen": an EventSource stops there) — it must follow the run on instead. The
+    window is held open here: the claim's read of the run waits until the follower has
+    looked the run up."""
+    svc = world.app.state.services
+    store = svc.run_store
+    events = await world.start([cancel_call, say("I left the order as it is.")])
+    wait = parked(events)
+    run_id = events[0].json()["run_id"]
+    reading, follower_looked, release = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    answered = False
+    claims: list[asyncio.Task[int]] = []
+    real_decide, real_events_after, real_get = store.decide, store.events_after, store.get
+
+    async def decide(*args: Any, **kwargs: Any) -> bool:
+        won = await real_decide(*args, **kwargs)
+        if won:  # the periodic claim comes first
+            claims.append(asyncio.create_task(svc.runs.take_over()))
+            await asyncio.wait_for(reading.wait(), 30)
+        return won
+
+    async def events_after(rid: str, after: int, *args: Any, **kwargs: Any) -> Any:
+        if rid == run_id and after == 0 and not release.is_set():  # the claim reading the run back
+            reading.set()
+            await asyncio.wait_for(release.wait(), 30)
+        return await real_events_after(rid, after, *args, **kwargs)
+
+    async def get(rid: str, *args: Any, **kwargs: Any) -> Any:
+        if rid == run_id and answered:
+            follower_looked.set()
+        return await real_get(rid, *args, **kwargs)
+
+    monkeypatch.setattr(store, "decide", decide)
+    monkeypatch.setattr(store, "events_after", events_after)
+    monkeypatch.setattr(store, "get", get)
+    r = await world.decide(run_id, wait["tool_use_id"], {"decision": "reject"})
+    assert r.status_code == 202, r.text
+    assert svc.runs.get(run_id) is None, "the claim must still be reading the run back"
+    answered = True
+    follower = asyncio.create_task(world.follow(r.json()["stream_url"]))
+    await asyncio.wait_for(follower_looked.wait(), 30)
+    release.set()
+    rest = await follower
+    assert await asyncio.wait_for(claims[0], 30) == 0  # a decided run: carried on, not counted taken over
+    names = [e.event for e in rest if e.event != "heartbeat"]
+    assert names[0] == "run_resumed" and names.count("message_complete") == 1, names
+    assert rest[-1].json()["status"] == "completed"
+
+
 async def test_an_edit_is_checked_against_the_schema_then_runs_with_the_new_arguments(world: World) -> None:
     before = len(world.cancels())
     events = await world.start([cancel_call, say("Cancelled ORD-4321 instead.")])

@@ -117,6 +117,8 @@ class LiveRuns(Protocol):
 
     def get(self, run_id: str) -> Run | None: ...
 
+    async def arrival(self, run_id: str, timeout: float) -> Run | None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class Following:
@@ -156,8 +158,14 @@ async def follow(
     stored = await store.get(run_id)
     if stored is None or stored.user_id != user_id:
         return None
-    if remote is not None and stored.status in UNFINISHED:
-        return Following(run_id, "remote", False, _remote(remote, run_id, after, idle))
+    if stored.status in UNFINISHED:
+        if remote is not None:
+            return Following(run_id, "remote", False, _remote(remote, run_id, after, idle))
+        # No other process shares this store: an unfinished run not in memory here is one
+        # this process is carrying on right now (claimed, read back, not yet registered:
+        # a decided approval taken by the periodic claim, a run taken over) or will claim
+        # at its next look. Not ended: the follower waits for it here.
+        return Following(run_id, "here", False, _arriving(runs, store, run_id, after, idle, on_leave))
     first = await store.events_after(run_id, after)
     return Following(run_id, "stored", not first, _stored(store, run_id, first))
 
@@ -215,6 +223,40 @@ async def _live(
         # The store gave up on the run: its ending (error + message_complete failed) is
         # queued for the log but not in it, and may never be (a claim elsewhere wins).
         yield [_unlogged(UNSTORED)]
+
+
+async def _arriving(
+    runs: LiveRuns,
+    store: RunStore,
+    run_id: str,
+    after: int,
+    idle: float,
+    on_leave: Callable[[Run], None] | None,
+) -> Batches:
+    """A run of this store that this process has not registered yet, followed live once
+    it is; an idle tick each ``idle`` seconds without it, when the store is asked again
+    whether it ended meanwhile (then its log is replayed). Before, such a run was read
+    from the store as if it had ended: 204 when nothing newer was stored, else the events
+    stored so far and a stream that ended without ``message_complete``."""
+    while True:
+        run = runs.get(run_id) or await runs.arrival(run_id, idle)
+        if run is not None:
+            async for batch in _live(run, after, idle, on_leave, None):
+                yield batch
+            return
+        try:
+            stored = await store.get(run_id)
+            page = [] if stored is None or stored.status in UNFINISHED else await store.events_after(run_id, after)
+        except StorageUnavailable as exc:
+            yield unreadable(run_id, exc)
+            return
+        if stored is None:  # deleted meanwhile
+            return
+        if stored.status not in UNFINISHED:  # it ended (or parked again) without being carried on here
+            async for batch in _stored(store, run_id, page):
+                yield batch
+            return
+        yield None
 
 
 def _unlogged(error: Error) -> Followed:

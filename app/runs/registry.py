@@ -10,6 +10,7 @@ users' same-named conversations never order each other.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 from dataclasses import dataclass, field
@@ -37,6 +38,9 @@ class RunRegistry:
     #: short runs, 84 µs a walk at 1,000 (issue 23); it now walks only these, and a run
     #: once ended (finished or released: neither is ever undone) is dropped for good.
     maybe_live: dict[str, Run] = field(default_factory=dict)
+    #: Followers waiting for a run to be registered here (``arrival``): a run claimed by
+    #: this process is in the store as claimed a moment before it is in memory.
+    arrivals: dict[str, list[asyncio.Future[Run]]] = field(default_factory=dict)
 
     def register(self, run: Run) -> None:
         self.runs[run.id] = run
@@ -45,6 +49,30 @@ class RunRegistry:
         self.by_conversation.setdefault((run.user_id, run.conversation_id), []).append(run)
         run.on_ending_state = self._ending_state
         self._ending_state(run)
+        for waiter in self.arrivals.pop(run.id, ()):
+            if not waiter.done():
+                waiter.set_result(run)
+
+    async def arrival(self, run_id: str, timeout: float) -> Run | None:
+        """The run ``run_id`` once it is registered here, or ``None`` after ``timeout``
+        seconds without it. Why: carrying a claimed run on reads it back from the store
+        before registering it, and a follower arriving in between must wait for it, not
+        take the store's snapshot of a run nobody has carried on yet for its end."""
+        if (run := self.runs.get(run_id)) is not None:
+            return run
+        waiter: asyncio.Future[Run] = asyncio.get_running_loop().create_future()
+        self.arrivals.setdefault(run_id, []).append(waiter)
+        try:
+            async with asyncio.timeout(timeout):
+                return await waiter
+        except TimeoutError:
+            return None
+        finally:
+            waiting = self.arrivals.get(run_id)
+            if waiting is not None and waiter in waiting:
+                waiting.remove(waiter)
+                if not waiting:
+                    del self.arrivals[run_id]
 
     def _ending_state(self, run: Run) -> None:
         """``Run.on_ending_state``: the run's id in or out of its user's ``unwritten``."""
