@@ -13,14 +13,21 @@ Through real processes and real signals:
 - a group SIGKILLed leaves its files (nothing runs on the way out); the next group on
   the same file removes the dead workers' files (and the dead supervisor's own
   directory) when it starts, and the meeting place when it stops.
+
+Each test's groups use a temporary directory of their own (``TMPDIR``): every
+``--workers`` start on the machine - another test's, on another xdist worker - removes
+the directories of supervisors that are gone, so in the shared one a killed group's
+directory could be removed before this test looked at what it left.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,6 +39,18 @@ from tests.support.procs import OFFLINE_SERVE_ENV, AgentServer, until
 pytestmark = pytest.mark.slow
 
 EXTRACTIVE = {**OFFLINE_SERVE_ENV, "AGENT_WORKERS": "2"}
+
+
+@pytest.fixture
+def own_tmpdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """A temporary directory only this test's groups use (module docstring): ``TMPDIR``
+    for them, ``tempfile.gettempdir()`` here. Short, so a Unix socket's path in it fits."""
+    private = tempfile.mkdtemp(prefix="acw-")
+    monkeypatch.setattr(tempfile, "tempdir", private)
+    try:
+        yield {"TMPDIR": private}
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def long_db(tmp_path: Path) -> Path:
@@ -74,10 +93,10 @@ async def serving(group: AgentServer, directory: Path) -> set[int]:
     return pids_in(directory, ".sock")
 
 
-async def test_a_sigterm_stops_the_group_and_removes_its_directory(tmp_path: Path) -> None:
+async def test_a_sigterm_stops_the_group_and_removes_its_directory(tmp_path: Path, own_tmpdir: dict[str, str]) -> None:
     db = long_db(tmp_path)
     directory = runtime_dir(db)
-    group = AgentServer(tmp_path, EXTRACTIVE | {"AGENT_DB_PATH": str(db)}, name="group")
+    group = AgentServer(tmp_path, EXTRACTIVE | own_tmpdir | {"AGENT_DB_PATH": str(db)}, name="group")
     group.start()
     assert group.pid is not None
     try:
@@ -101,10 +120,12 @@ async def test_a_sigterm_stops_the_group_and_removes_its_directory(tmp_path: Pat
         group.close()
 
 
-async def test_the_next_group_removes_a_killed_groups_files_and_then_the_directory(tmp_path: Path) -> None:
+async def test_the_next_group_removes_a_killed_groups_files_and_then_the_directory(
+    tmp_path: Path, own_tmpdir: dict[str, str]
+) -> None:
     db = long_db(tmp_path)
     directory = runtime_dir(db)
-    env = EXTRACTIVE | {"AGENT_DB_PATH": str(db)}
+    env = EXTRACTIVE | own_tmpdir | {"AGENT_DB_PATH": str(db)}
     killed = AgentServer(tmp_path, env, name="killed")
     killed.start()
     assert killed.pid is not None
