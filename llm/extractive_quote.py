@@ -164,8 +164,15 @@ def _introduction(read: Read, b: int, lead: bool) -> list[str]:
     return [*before, " ".join(units[start:])] if before else []
 
 
+#: A lead-in label before a sentence's first word: a bold one ("**Note:** This …") or an
+#: alert's ("Tip: This …", ``markdown_blocks.unquote_lines``).
+_LEAD_IN = re.compile(r"^(?:\*\*[^*]+\*\*|(?:Note|Tip|Important|Warning|Caution):)\s+")
+
+
 def _first_word(sentence: str) -> str:
-    first = sentence.lstrip("*_`\"'( ").split(" ", 1)[0]
+    """The sentence's first word after any lead-in label: "**Note:** This doesn't catch
+    every case" opens with "This", which points at what came before the note."""
+    first = _LEAD_IN.sub("", sentence, count=1).lstrip("*_`\"'( ").split(" ", 1)[0]
     return first.casefold().strip("`*_\"',:;")
 
 

@@ -85,6 +85,57 @@ def _reflow(lines: list[str]) -> str:
     return " ".join(" ".join(line.split()) for line in lines if line.strip())
 
 
+#: A block quote's line marker (``> ``), up to three spaces in.
+_QUOTE = re.compile(r"^\s{0,3}>[ \t]?")
+#: A GitHub alert's first line in a block quote (``[!TIP]``; ``\[!NOTE]`` as some
+#: converters escape it).
+_ALERT = re.compile(r"^\s*\\?\[!(note|tip|important|warning|caution)\]\s*$", re.IGNORECASE)
+
+
+def unquote_lines(lines: list[str]) -> list[str]:
+    """``lines`` with block quotes read as their content, each quote a block of its own.
+
+    Why: the answerer quotes sentences, and a quote's ``>`` markers read as words made
+    "> [!TIP] > Set `CACHE_TTL_S` to …" of a GitHub tip. A quote's markers go, a blank
+    line stands where a quote begins and ends (its paragraphs are not the text's around
+    it), and an alert's marker line becomes its label on the quote's first line ("Tip:
+    Set `CACHE_TTL_S` to …"). Lines in a code fence outside a quote are left as they are
+    (a shell's ``> `` prompt is not a quote)."""
+    out: list[str] = []
+    fence: str | None = None
+    quoted = False
+    label = ""
+    for line in lines:
+        if fence is not None:
+            out.append(line)
+            if line.strip().startswith(fence):
+                fence = None
+            continue
+        quote = _QUOTE.match(line)
+        if quote is None:
+            if quoted:
+                out.append("")
+                quoted = False
+            opened = _FENCE.match(line)
+            if opened:
+                fence = opened.group(1)
+            out.append(line)
+            continue
+        if not quoted:
+            out.append("")
+            quoted = True
+        body = line[quote.end() :]
+        alert = _ALERT.match(body)
+        if alert:
+            label = f"{alert.group(1).capitalize()}: "
+            continue
+        if label and body.strip():
+            indent = len(body) - len(body.lstrip())
+            body, label = f"{body[:indent]}{label}{body[indent:]}", ""
+        out.append(body)
+    return out
+
+
 def parse_blocks(text: str) -> list[Block]:
     """The Markdown blocks of ``text`` in order; an unclosed code fence is closed."""
     blocks: list[Block] = []
@@ -105,7 +156,7 @@ def parse_blocks(text: str) -> list[Block]:
             blocks.append(Block("table", text="\n".join(table)))
             table.clear()
 
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    lines = unquote_lines(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
     i = 0
     while i < len(lines):
         line = lines[i]

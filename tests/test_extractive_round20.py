@@ -50,14 +50,15 @@ def test_a_second_part_of_the_page_answers_too() -> None:
 
 
 def test_the_chunk_continuing_the_first_passage_is_not_the_second() -> None:
-    # developers#12 continues developers#11 (the first passage): more of the same
-    # passage, not another part of the page; the second place stays package.json's
+    # developers#11 and #12 are one passage read on (#12 continues #11): one of them is
+    # quoted, never both as two parts of the page; the second place stays package.json's
     # optionalDependencies.
     question = "How do I add a dependency my package can still work without if it fails to install?"
     answer, sources, _ = compose_answer(question, captured_passages(CAPTURED, question))
     assert_clean(answer)
     assert carries(answer, "optionalDependencies"), answer
-    assert "developers-4228d759#12" not in sources, sources
+    assert not {"developers-4228d759#11", "developers-4228d759#12"} <= set(sources), sources
+    assert sources[1] == "package-json-8d61b93e#45", sources
 
 
 def _page(chunk: int, text: str, score: float = 0.5) -> Passage:
