@@ -136,18 +136,28 @@ def _backend_port(monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
     def bind_any(host: str, port: int, **kwargs: Any) -> list[socket.socket]:
         """A free port, whatever was asked: only the port on the command line is looked at
         here, and another process on this machine may hold 8001."""
-        return real_bind(host, 0, **kwargs)
+        sockets = real_bind(host, 0, **kwargs)
+        bound.extend(sockets)
+        return sockets
 
+    bound: list[socket.socket] = []
     real_bind = serving.bind_sockets
     monkeypatch.setattr(cli.os, "execv", execv)
     monkeypatch.setattr(serving, "bind_sockets", bind_any)
-    with pytest.raises(_Execed) as execed:
-        cli.main(["backend", *argv])
+    try:
+        with pytest.raises(_Execed) as execed:
+            cli.main(["backend", *argv])
+    finally:
+        # The sockets the backend would have listened on, closed through their objects: an
+        # os.close of their numbers (as here before) left each object to close its number
+        # again when the garbage collector freed it (the exception's frames hold it: that
+        # can be minutes later, in another test of this worker), and by then the number
+        # was another's - an event loop's epoll (OSError EBADF from its poll), a socket.
+        for sock in bound:
+            sock.close()
     args = execed.value.argv
     assert args[1:3] == ["-m", "backend"], args
-    for i, arg in enumerate(args):
-        if arg == "--fd":
-            os.close(int(args[i + 1]))  # a bound socket the backend would have listened on
+    assert args.count("--fd") == len(bound) > 0, args  # each bound socket handed on
     return int(args[args.index("--port") + 1])
 
 
