@@ -9,9 +9,9 @@ Why this shape:
   each (on SQLite no live run's event commits while one runs), never held across an
   embedding call. The in-memory vector matrix is updated after each write committed.
 * The stages overlap (``BatchWrites``): while a batch is written, the next one is read,
-  chunked and embedded, and up to ``WRITES_IN_FLIGHT`` writes run at once (PostgreSQL
-  writes each on a connection of its own, one core each; SQLite's writer takes them in
-  turn). An embedder gets up to ``EMBED_CONCURRENCY`` requests of a batch at once.
+  chunked and embedded, and up to ``KBIndex.writes_in_flight`` writes run at once
+  (PostgreSQL's three, each on a connection of its own; SQLite's two, which its one
+  writer takes in turn). An embedder gets up to ``EMBED_CONCURRENCY`` requests of a batch at once.
 * A failing embedder does not lose documents: they are stored for text search only,
   the report counts them as ``queued_for_embedding``, and the re-embedding in the
   background (``knowledge.backfill``) gives them vectors once the embedder answers
@@ -78,8 +78,6 @@ Progress = Callable[[int, int, str], None]
 #: Called after each write (a batch's part), with the report so far (chunk counts for a progress bar).
 BatchHook = Callable[[IngestReport], None]
 DEFAULT_MAX_FILE_BYTES = int(DEFAULT_MAX_FILE_MB * MB)
-#: Batch writes in flight at once while the next batch is prepared (``BatchWrites``).
-WRITES_IN_FLIGHT = 2
 #: Documents listed at a time while a bucket is emptied in parts (``empty_bucket``).
 EMPTY_PAGE = 1000
 
@@ -142,7 +140,7 @@ class Ingestor:
             None if on_stage is None else lambda k, n: on_stage(STAGE_EMBED, k, n),
         )
 
-        async with BatchWrites(WRITES_IN_FLIGHT) as writes:
+        async with BatchWrites(self.index.writes_in_flight) as writes:
             for done, (path, shown) in enumerate(files, start=1):
                 kept_loaded = compared.take(path)  # loaded to compare it with its twin: not again
                 if path in unread:  # same stamp: not opened, its documents are unchanged
@@ -205,7 +203,7 @@ class Ingestor:
             loaded.append(LoadedDocument(doc, i))
         seen: set[str] = set()
         step = self.config.batch_documents
-        async with BatchWrites(WRITES_IN_FLIGHT) as writes:
+        async with BatchWrites(self.index.writes_in_flight) as writes:
             for start in range(0, len(loaded), step):
                 await self._ingest_batch(loaded[start : start + step], bucket, report, seen, writes)
                 if progress is not None:

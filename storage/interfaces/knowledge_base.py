@@ -54,6 +54,13 @@ class KBIndex(Protocol):
         commits every live run's events too, and none while a write runs."""
         ...
 
+    @property
+    def writes_in_flight(self) -> int:
+        """How many of an ingest's batch writes may run at once while the next batch is
+        prepared (``knowledge.ingest_stages.BatchWrites``): PostgreSQL writes each on a
+        connection of its own, SQLite's one writer takes them in turn."""
+        ...
+
     # buckets
     async def bucket_schemas(self) -> dict[str, dict[str, str]]: ...
 

@@ -65,6 +65,13 @@ class PostgresKBIndex(SqlKBIndex):
 
     vector_column = "embedding"
     schema_in_filters = True
+    #: Three batch writes at once (``KBIndex.writes_in_flight``), each on a pooled
+    #: connection of its own: a write is the server's CPU (rows, tsvectors, postings)
+    #: while the client prepares the next batch, and with two the rows phase of a bulk
+    #: load left CPU unused. ``bench/ingest_ab.py`` at 40k chunks, three alternated
+    #: pairs at load 6-7.6: rows 24.4 / 23.1 / 25.0 s -> 19.9 / 22.0 / 22.4 s, server
+    #: CPU per chunk unchanged (``bench/results/ingest_pg_s42_writes3_40k.json``).
+    writes_in_flight = 3
 
     def __init__(self, db: PostgresDatabase, *, exact_scope_vectors: int = EXACT_SCOPE_VECTORS) -> None:
         super().__init__(

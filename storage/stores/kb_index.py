@@ -70,6 +70,10 @@ class SqlKBIndex(KBReads):
     #: The most chunks an ingest puts in one write (``KBIndex.chunks_per_write``); no
     #: bound here: an engine whose writes share one writer with live runs sets one.
     chunks_per_write: int | None = None
+    #: Batch writes an ingest keeps in flight at once (``KBIndex.writes_in_flight``): two,
+    #: one committing while the next is sent; an engine whose writes run side by side
+    #: on connections of their own may take more.
+    writes_in_flight: int = 2
 
     def __init__(
         self, sql: SqlEngine, *, buckets: BucketTables, filters: FilterSql, text: TextSearch, location: str
