@@ -1,13 +1,14 @@
 """The BM25 terms of a query beyond its content words: the words adjacent ones join
-into and the other forms of clipped or full words (``knowledge.textnorm``), shared by
-the search's term choice and its re-ranking; and the ways a joined word could be read
-as two or three words (``split_candidates``), which the index judges against its
-vocabulary (``KBIndex.term_splits``).
+into, the other forms of clipped or full words and the words documentation writes for a
+reader's verb (``knowledge.textnorm``), shared by the search's term choice and its
+re-ranking; and the ways a joined word could be read as two or three words
+(``split_candidates``), which the index judges against its vocabulary
+(``KBIndex.term_splits``).
 """
 
 from __future__ import annotations
 
-from knowledge.textnorm import STOP_WORDS, clipped_terms, content_terms, joined_terms
+from knowledge.textnorm import STOP_WORDS, clipped_terms, content_terms, joined_terms, reader_terms
 from storage.interfaces import KBIndex
 from storage.kb_records import KBTextTuning
 from storage.kb_terms import split_phrase
@@ -23,12 +24,17 @@ MAX_SPLIT_WORD = 24
 
 def related_terms(query: str) -> dict[str, str]:
     """``{word: the query term it counts as}``: the words adjacent query words join into
-    ("log in" → ``login``, ``textnorm.joined_terms``) and the clipped or full forms of
-    query words ("configuration" → ``config``, ``textnorm.clipped_terms``)."""
+    ("log in" → ``login``, ``textnorm.joined_terms``), the clipped or full forms of
+    query words ("configuration" → ``config``, ``textnorm.clipped_terms``) and the words
+    documentation writes for a reader's verb ("see" → ``show``, ``list``, ``display``,
+    ``print``: ``textnorm.reader_terms``) unless the query says them itself."""
     terms = set(content_terms(query))
     related = joined_terms(query)
     for word, term in clipped_terms(query).items():
         if term in terms:
+            related.setdefault(word, term)
+    for word, term in reader_terms(query).items():
+        if term in terms and word not in terms:
             related.setdefault(word, term)
     return related
 

@@ -212,6 +212,32 @@ def clipped_terms(text: str) -> dict[str, str]:
     return out
 
 
+#: A reader's verb and the words documentation writes for the same action. What a
+#: reader asks to "see" is what a command shows, lists, displays or prints ("how do I see
+#: all the npm settings that are currently in effect?" is npm config's "list: Show all
+#: the config settings"), while documentation writes "see" for pointers to other pages
+#: ("See also", "see `npm help config`"): searched alone, the reader's "see" finds those
+#: pointers and never the action. The offline answerer reads "see" as one of that group
+#: already (``llm.extractive_words.SYNONYMS``, round 27); the search now does too. Only
+#: "see": the answerer's other action groups (remove / delete, change / modify …) are
+#: words documentation writes for the action itself, and searching each for the others
+#: lost answers when measured (round 29, docs/knowledge-base.md).
+_READER_VERBS: dict[str, tuple[str, ...]] = {"see": ("show", "list", "display", "print")}
+
+
+def reader_terms(text: str) -> dict[str, str]:
+    """``{documentation's word: the query word}`` for the reader's verbs of ``text`` that
+    documentation writes otherwise (``_READER_VERBS``: "see" is "show", "list",
+    "display", "print"), searched and counted as that word, as ``clipped_terms`` are. A
+    word inside a name is part of that name, not the verb."""
+    out: dict[str, str] = {}
+    for match in _FREE_WORD.finditer(fold(text)):
+        word = match.group(0)
+        for other in _READER_VERBS.get(word, ()):
+            out.setdefault(other, word)
+    return out
+
+
 def stem(word: str) -> str:
     """A light English suffix stripper for re-ranking (FTS5 itself uses Porter).
 

@@ -434,3 +434,40 @@ async def test_a_word_written_clipped_or_in_full_finds_the_other_form(tmp_path: 
             assert res.hits[0].doc_id == "repository", (mode, [(h.doc_id, h.score) for h in res.hits])
     finally:
         await base.aclose()
+
+
+async def test_a_readers_see_finds_what_documentation_shows_lists_displays_or_prints(tmp_path: Path) -> None:
+    # A reader asks to "see" what a command shows or lists, while documentation writes
+    # "see" for pointers to other pages ("See also", "see `npm help config`"): searched
+    # alone, the reader's word found the pointers, never the page that does it (round 29,
+    # "how do I see all the npm settings that are currently in effect?").
+    base = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=256))
+    try:
+        await base.ingest_documents([
+            {"id": "config", "title": "config", "text": "list: Show all the config settings in effect."},
+            {"id": "pointer", "title": "pointer", "text": "See also: see the settings page and see the folders page."},
+            {"id": "folders", "title": "folders", "text": "npm puts the settings file in your home folder."},
+        ])
+        for mode in ("text", "hybrid"):
+            res = await base.search("How do I see all the settings in effect?", mode=mode)  # type: ignore[arg-type]
+            assert res.hits[0].doc_id == "config", (mode, [(h.doc_id, h.score) for h in res.hits])
+    finally:
+        await base.aclose()
+
+
+def test_reader_terms_offer_the_words_documentation_writes_for_see() -> None:
+    from knowledge.query_terms import related_terms
+    from knowledge.textnorm import reader_terms
+
+    assert reader_terms("How can I see which tokens I have?") == {
+        "show": "see",
+        "list": "see",
+        "display": "see",
+        "print": "see",
+    }
+    # A word inside a name is part of the name; other verbs are searched as written.
+    assert reader_terms("open see-also.md and npm_see_all; remove a key") == {}
+    # A form the query says itself stays its own term.
+    related = related_terms("How do I list and see packages?")
+    assert "list" not in related
+    assert related["show"] == "see"
