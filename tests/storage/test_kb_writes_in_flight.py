@@ -2,8 +2,8 @@
 prepares the next batch (``knowledge.ingest_stages.BatchWrites``): three on PostgreSQL,
 each on a pooled connection of its own, two on SQLite, whose one writer takes them in turn.
 
-Why: with two, a PostgreSQL bulk load's rows phase left the server's cores idle between
-writes (``bench/ingest_ab.py``: 12 % shorter with three, ``ingest_pg_s42_writes3_40k.json``).
+Why: with two, a PostgreSQL bulk load's rows phase left CPU unused (``bench/ingest_ab.py``:
+the rows 12 % shorter with three at the same server CPU, ``ingest_pg_s42_writes3_40k.json``).
 
 How it is seen: the real index's ``write_documents`` is wrapped to count the writes
 running at once; each one after the first (which runs alone by design) waits until the
