@@ -299,9 +299,10 @@ async def test_a_served_answer_shows_the_code_the_next_chunk_holds(offline: Sett
     assert events[-1].json()["status"] == "completed"
     calls = [e.json() for e in events if e.event == "tool_call_result"]
     # The page read and the next chunk's, in one turn: logged tool calls, scoped to the page.
+    # Read-only calls of one turn run together, so their results come in the order they end.
     assert [c["name"] for c in calls] == ["knowledge_base_search", "search_text", "search_text", "generate_response"]
-    assert calls[2]["arguments"]["doc_id"] == "line-reader", calls[2]
-    assert "Walking through input" in calls[2]["arguments"]["query"], calls[2]
+    next_read = [c for c in calls[1:3] if "Walking through input" in c["arguments"]["query"]]
+    assert len(next_read) == 1 and next_read[0]["arguments"]["doc_id"] == "line-reader", calls[1:3]
     answer = next(e.json() for e in events if e.event == "response")["answer"]
     assert "to walk over it with a loop:" in answer, answer
     assert "show(item8)" in answer, answer
