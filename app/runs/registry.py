@@ -57,8 +57,10 @@ class RunRegistry:
         """The run ``run_id`` once it is registered here, or ``None`` after ``timeout``
         seconds without it. Why: carrying a claimed run on reads it back from the store
         before registering it, and a follower arriving in between must wait for it, not
-        take the store's snapshot of a run nobody has carried on yet for its end."""
-        if (run := self.runs.get(run_id)) is not None:
+        take the store's snapshot of a run nobody has carried on yet for its end. A copy
+        marked lost is not the run arriving: the claim that replaces it registers the
+        new copy (returning at once for it made a follower ask again at once, in a loop)."""
+        if (run := self.runs.get(run_id)) is not None and not run.lost:
             return run
         waiter: asyncio.Future[Run] = asyncio.get_running_loop().create_future()
         self.arrivals.setdefault(run_id, []).append(waiter)
