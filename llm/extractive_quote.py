@@ -164,9 +164,10 @@ def _introduction(read: Read, b: int, lead: bool) -> list[str]:
     return [*before, " ".join(units[start:])] if before else []
 
 
-#: A lead-in label before a sentence's first word: a bold one ("**Note:** This …") or an
-#: alert's ("Tip: This …", ``markdown_blocks.unquote_lines``).
-_LEAD_IN = re.compile(r"^(?:\*\*[^*]+\*\*|(?:Note|Tip|Important|Warning|Caution):)\s+")
+#: A lead-in label before a sentence's first word: a bold one ending with its colon or
+#: full stop ("**Note:** This …"; not "**This flag** disables …") or an alert's ("Tip:
+#: This …", ``markdown_blocks.unquote_lines``).
+_LEAD_IN = re.compile(r"^(?:\*\*[^*]*[:.]\*\*|\*\*[^*]+\*\*:|(?:Note|Tip|Important|Warning|Caution):)\s+")
 
 
 def _first_word(sentence: str) -> str:

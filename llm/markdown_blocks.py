@@ -85,11 +85,16 @@ def _reflow(lines: list[str]) -> str:
     return " ".join(" ".join(line.split()) for line in lines if line.strip())
 
 
-#: A block quote's line marker (``> ``), up to three spaces in.
-_QUOTE = re.compile(r"^\s{0,3}>[ \t]?")
+#: A block quote's line markers (``> ``, nested ``> > ``), up to three spaces in; a
+#: Python prompt (``>>> ``) is not one.
+_QUOTE = re.compile(r"^(?:\s{0,3}>(?!>>)[ \t]?)+")
 #: A GitHub alert's first line in a block quote (``[!TIP]``; ``\[!NOTE]`` as some
 #: converters escape it).
 _ALERT = re.compile(r"^\s*\\?\[!(note|tip|important|warning|caution)\]\s*$", re.IGNORECASE)
+
+
+def _is_prose_line(line: str) -> bool:
+    return not (_FENCE.match(line) or _HEADING.match(line) or _ITEM.match(line) or _TABLE.match(line))
 
 
 def unquote_lines(lines: list[str]) -> list[str]:
@@ -98,11 +103,15 @@ def unquote_lines(lines: list[str]) -> list[str]:
     Why: the answerer quotes sentences, and a quote's ``>`` markers read as words made
     "> [!TIP] > Set `CACHE_TTL_S` to …" of a GitHub tip. A quote's markers go, a blank
     line stands where a quote begins and ends (its paragraphs are not the text's around
-    it), and an alert's marker line becomes its label on the quote's first line ("Tip:
-    Set `CACHE_TTL_S` to …"). Lines in a code fence outside a quote are left as they are
-    (a shell's ``> `` prompt is not a quote)."""
+    it), a code fence the quote leaves open is closed where it ends (as Markdown reads
+    it), and an alert's marker line becomes its label: on the quote's first line when
+    that is prose ("Tip: Set `CACHE_TTL_S` to …"), else a line of its own before it.
+    A quote begins only where a paragraph may ("holds\n> 5 items" in a text file stays
+    one sentence), and lines in a code fence outside a quote are left as they are (a
+    shell's ``> `` prompt is not a quote)."""
     out: list[str] = []
-    fence: str | None = None
+    fence: str | None = None  # a fence open outside a quote
+    inner: str | None = None  # a fence open inside the current quote
     quoted = False
     label = ""
     for line in lines:
@@ -112,10 +121,14 @@ def unquote_lines(lines: list[str]) -> list[str]:
                 fence = None
             continue
         quote = _QUOTE.match(line)
+        if quote is not None and not quoted and out and out[-1].strip() and not _HEADING.match(out[-1]):
+            quote = None  # a ">" line inside a paragraph continues it
         if quote is None:
             if quoted:
+                if inner is not None:
+                    out.append(inner)
                 out.append("")
-                quoted = False
+                quoted, inner, label = False, None, ""
             opened = _FENCE.match(line)
             if opened:
                 fence = opened.group(1)
@@ -125,14 +138,24 @@ def unquote_lines(lines: list[str]) -> list[str]:
             out.append("")
             quoted = True
         body = line[quote.end() :]
-        alert = _ALERT.match(body)
-        if alert:
-            label = f"{alert.group(1).capitalize()}: "
+        if inner is None and (alert := _ALERT.match(body)):
+            label = f"{alert.group(1).capitalize()}:"
             continue
         if label and body.strip():
-            indent = len(body) - len(body.lstrip())
-            body, label = f"{body[:indent]}{label}{body[indent:]}", ""
+            if inner is None and _is_prose_line(body):
+                indent = len(body) - len(body.lstrip())
+                body = f"{body[:indent]}{label} {body[indent:]}"
+            else:
+                out.extend([label, ""])
+            label = ""
+        if inner is not None:
+            if body.strip().startswith(inner):
+                inner = None
+        elif opened := _FENCE.match(body):
+            inner = opened.group(1)
         out.append(body)
+    if quoted and inner is not None:
+        out.append(inner)
     return out
 
 
