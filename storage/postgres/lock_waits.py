@@ -13,7 +13,13 @@ which lock it waited for and who holds it; after the last attempt start-up fails
 PostgreSQL's own error ("canceling statement due to lock timeout") names no lock, so
 while a statement has waited half its ``lock_timeout`` a probe on a connection of its
 own reads what the migration's session waits for (``pg_locks``) and who blocks it
-(``pg_blocking_pids``). A statement that takes its locks at once never opens one.
+(``pg_blocking_pids``). The wait can only be read while it lasts, so the probe's
+connection (``LockProbe``) is opened before the first statement of a pending step and
+kept for the whole migration: opened only once the wait was half over, a connection
+slow to open (a loaded server forks and initialises a backend for it, a remote one
+adds TLS and authentication round trips) came after the ``lock_timeout`` and found
+nothing to read - the report then named no lock, exactly when one was held. A database
+with nothing to migrate never opens it.
 """
 
 from __future__ import annotations
@@ -66,21 +72,56 @@ class LockWait:
         return f"migration step {self.step} waited {waited_ms} ms for {what}: {self.statement[:160]}"
 
 
-async def waiting_for(url: str, pid: int, after_s: float, every_s: float, connect_timeout: int) -> str | None:
-    """What session ``pid`` waits for, read once it has waited ``after_s`` (then every
-    ``every_s`` until a wait is seen or this is cancelled): "<mode> on <relation> held
-    by pid N (application, state)"."""
-    await asyncio.sleep(after_s)
-    async with await psycopg.AsyncConnection.connect(
-        url, autocommit=True, connect_timeout=connect_timeout, application_name="agentchat-migrate-probe"
-    ) as probe:
+class LockProbe:
+    """A connection of its own that reads what the migration's session (``pid``) waits
+    for; opened by ``ready`` before a statement that may wait, then kept (module
+    docstring). A probe that could not connect says so when a wait is reported, in
+    place of the lock; it never fails the migration by itself."""
+
+    def __init__(self, url: str, pid: int, connect_timeout: int) -> None:
+        self._url, self._pid, self._connect_timeout = url, pid, connect_timeout
+        self._conn: psycopg.AsyncConnection[tuple[object, ...]] | None = None
+        self._error: Exception | None = None
+
+    async def ready(self) -> None:
+        """Open the connection if it is not open (again: psycopg closes one whose read
+        was cancelled and could not be stopped); once an attempt failed, not again -
+        every statement of the migration would wait ``connect_timeout`` for it."""
+        if self._error is not None or (self._conn is not None and not self._conn.closed):
+            return
+        try:
+            self._conn = await psycopg.AsyncConnection.connect(
+                self._url,
+                autocommit=True,
+                connect_timeout=self._connect_timeout,
+                application_name="agentchat-migrate-probe",
+            )
+        except (psycopg.Error, OSError) as exc:
+            self._error = exc
+
+    async def waiting_for(self, after_s: float, every_s: float) -> str | None:
+        """What the session waits for, read once it has waited ``after_s`` (then every
+        ``every_s`` until a wait is seen or this is cancelled): "<mode> on <relation>
+        held by pid N (application, state)"."""
+        await asyncio.sleep(after_s)
+        if self._error is not None:
+            raise self._error
+        probe = self._conn
+        if probe is None or probe.closed:
+            raise psycopg.OperationalError("the probe's connection was not open")
         while True:
-            cur = await probe.execute(_WAITING_FOR, (pid,))
+            cur = await probe.execute(_WAITING_FOR, (self._pid,))
             row = await cur.fetchone()
             if row is not None:
                 mode, target, holders = row
                 return f"{mode} on {target} held by {holders or 'another session'}"
             await asyncio.sleep(every_s)
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error, OSError):
+                await conn.close()
 
 
 async def probed(task: asyncio.Task[str | None], grace_s: float) -> str | None:

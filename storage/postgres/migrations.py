@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator
 import psycopg
 
 from storage.migration_runner import VERSION_TABLE, Migration, MigrationRunner
-from storage.postgres.lock_waits import LockRetries, LockWait, MigrationLockTimeout, probed, waiting_for
+from storage.postgres.lock_waits import LockProbe, LockRetries, LockWait, MigrationLockTimeout, probed
 from storage.postgres.migration_steps import MIGRATIONS
 
 __all__ = ["MIGRATIONS", "MIGRATION_LOCK", "migrate"]
@@ -44,17 +44,17 @@ class _PostgresRunner(MigrationRunner):
     """Each step in its own transaction; the applied versions are read once, under the
     session's advisory lock (``migrate``), before the first step. A statement that waits
     for a lock past the session's ``lock_timeout`` fails its step; ``blocked`` says what
-    it waited for (``storage.postgres.lock_waits``)."""
+    it waited for, read by ``probe`` (``storage.postgres.lock_waits``)."""
 
     time_type = "DOUBLE PRECISION"
     mark = "%s"
 
     def __init__(
-        self, conn: psycopg.AsyncConnection[tuple[object, ...]], url: str, retries: LockRetries, connect_timeout: int
+        self, conn: psycopg.AsyncConnection[tuple[object, ...]], retries: LockRetries, probe: LockProbe
     ) -> None:
         self._conn = conn
         self._done: set[int] | None = None
-        self._url, self._retries, self._connect_timeout = url, retries, connect_timeout
+        self._retries, self._probe = retries, probe
         #: The step under way ("25 (name)"), for the lock-wait report.
         self.current = "?"
         self.blocked: LockWait | None = None
@@ -64,11 +64,9 @@ class _PostgresRunner(MigrationRunner):
         if wait_s <= 0:  # no lock_timeout (asked for): nothing ever times out to report
             await self.execute(statement)
             return
-        probe = asyncio.create_task(
-            waiting_for(
-                self._url, self._conn.info.backend_pid, wait_s / 2, max(0.05, wait_s / 10), self._connect_timeout
-            )
-        )
+        # Open before the statement, never during its wait: the wait is read while it lasts.
+        await self._probe.ready()
+        probe = asyncio.create_task(self._probe.waiting_for(wait_s / 2, max(0.05, wait_s / 10)))
         try:
             await self.execute(statement)
         except psycopg.errors.LockNotAvailable:
@@ -77,8 +75,8 @@ class _PostgresRunner(MigrationRunner):
         finally:
             if not probe.done():
                 probe.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await probe
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await probe  # also takes a failed probe's error: never "exception never retrieved"
 
     async def execute(self, sql: str, params: tuple[object, ...] = ()) -> None:
         await self._conn.execute(sql, params or None)  # type: ignore[arg-type]
@@ -126,6 +124,7 @@ async def migrate(
         url, autocommit=True, connect_timeout=connect_timeout, application_name="agentchat-migrate"
     ) as conn:
         await conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+        lock_probe = LockProbe(url, conn.info.backend_pid, connect_timeout)
         try:
             await conn.execute(f"SET lock_timeout = {int(retries.lock_timeout_ms)}")
             # A step may run long (migration 26 rewrites every chunk row: about a minute
@@ -133,7 +132,7 @@ async def migrate(
             # at every start. The lock_timeout above bounds the waits instead.
             await conn.execute("SET statement_timeout = 0")
             for attempt in range(1, max(1, retries.attempts) + 1):
-                runner = _PostgresRunner(conn, url, retries, connect_timeout)
+                runner = _PostgresRunner(conn, retries, lock_probe)
                 try:
                     return await runner.run(migrations)
                 except psycopg.errors.LockNotAvailable as exc:
@@ -154,5 +153,6 @@ async def migrate(
                     await asyncio.sleep(retries.delay_s)
             raise AssertionError("unreachable: the last attempt returns or raises")
         finally:
+            await lock_probe.aclose()
             if not conn.closed:
                 await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))

@@ -11,7 +11,9 @@ ends its transaction between attempts, the migration completes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
@@ -20,6 +22,7 @@ from storage.errors import StorageUnavailable
 from storage.postgres.lock_waits import LockRetries, MigrationLockTimeout
 from storage.postgres.migrations import MIGRATIONS, migrate
 from tests.support.postgres import TestPostgres
+from tests.support.tcp_cut import CuttableRelay
 
 pytestmark = pytest.mark.postgres
 
@@ -118,3 +121,64 @@ async def test_a_long_step_is_not_cut_by_a_statement_timeout_set_for_the_databas
             )
         slow = Migration(LAST.version + 1, "a slow step", ("SELECT pg_sleep(0.5)",))
         assert await asyncio.wait_for(migrate(url, (*MIGRATIONS, slow), retries=RETRIES), 60) == slow.version
+
+
+class SlowWhileMigrationWaits(CuttableRelay):
+    """A relay to the server that holds each new connection for as long as the migration's
+    session waits for a lock: a server (or a network path) slow to open a connection
+    exactly while the wait lasts - what a loaded machine does to the probe's connection."""
+
+    def __init__(self, host: str, port: int, direct_url: str) -> None:
+        super().__init__(host, port)
+        self._direct_url = direct_url
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with (
+                asyncio.timeout(30),
+                await psycopg.AsyncConnection.connect(self._direct_url, autocommit=True, connect_timeout=10) as conn,
+            ):
+                while await (await conn.execute(_MIGRATION_WAITS)).fetchone() is not None:
+                    await asyncio.sleep(0.02)
+        except (TimeoutError, psycopg.Error):
+            writer.close()  # the client sees its connection refused, and says so
+            return
+        await super()._accept(reader, writer)
+
+
+_MIGRATION_WAITS = (
+    "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE a.datname = current_database()"
+    " AND a.application_name = 'agentchat-migrate' AND NOT l.granted LIMIT 1"
+)
+
+
+@contextlib.asynccontextmanager
+async def _relayed(url: str) -> AsyncIterator[str]:
+    """``url`` through a ``SlowWhileMigrationWaits`` relay."""
+    params = psycopg.conninfo.conninfo_to_dict(url)
+    host, port = str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432)
+    relay = await SlowWhileMigrationWaits(host, port, url).start()
+    try:
+        yield psycopg.conninfo.make_conninfo(url, host="127.0.0.1", port=relay.port)
+    finally:
+        await relay.aclose()
+
+
+async def test_the_lock_is_named_when_connecting_is_slow_during_the_wait(pg_server: TestPostgres) -> None:
+    """The probe's connection is open before the statement waits: opened once the wait
+    was half over (as it was), it came after the lock_timeout on a loaded machine and
+    the report said "a lock (it was not seen in pg_locks)" with the lock held."""
+    with pg_server.database() as url:
+        await _step_pending(url)
+        other = await _writer_holding_kb_chunks(url)
+        try:
+            async with _relayed(url) as relayed:
+                with pytest.raises(MigrationLockTimeout) as failed:
+                    once = LockRetries(lock_timeout_ms=1_000, attempts=1, delay_s=0.05)
+                    await asyncio.wait_for(migrate(relayed, retries=once), 60)
+        finally:
+            await other.rollback()
+            await other.close()
+        message = str(failed.value)
+        assert "ShareLock on kb_chunks" in message and "long-writer" in message, message
+        assert STEP.version not in await _applied(url)
