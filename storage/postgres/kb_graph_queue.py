@@ -22,6 +22,13 @@ stays searchable, exactly. ``stop`` (the storage's close) cancels the build on t
 (``cancel_safe``) and closes the connection, releasing the lock; the cancelled build's
 invalid leftover is the next repair's. Whoever waited for a job the close cancelled is
 told ``False`` (not built here), never a ``CancelledError`` of a cancel it did not ask for.
+
+Each build asks for the memory its graph needs (``kb_graphs.graph_build_memory_kb``), not
+a flat 2 GB. A parallel build allocates that memory whole as one dynamic shared memory
+segment; where ``/dev/shm`` is too small for it (Docker's 64 MB) the build fails
+("could not resize shared memory segment") and is run again serially, which needs no
+segment — said in a WARNING naming the fix (``shm_size``), counted (``serial_builds``,
+``/metrics``) and listed in the status (``graph_builds_serial``).
 """
 
 from __future__ import annotations
@@ -38,13 +45,14 @@ import psycopg
 
 from storage.postgres.database import Conn, PostgresDatabase
 from storage.postgres.kb_graphs import (
-    HNSW_BUILD_MEMORY,
     buckets_past,
     drop_ddl,
     graph_ddl,
     graph_name,
     graph_state,
     index_state,
+    set_build_memory,
+    shared_memory_short,
 )
 
 log = logging.getLogger("agentchat.storage")
@@ -133,6 +141,10 @@ class GraphBuildQueue:
         #: The job this process runs now, and the graphs whose last build failed (why).
         self._running: GraphJob | None = None
         self.failed: dict[tuple[int, str], str] = {}
+        #: Builds here that failed in parallel for want of shared memory and ran again
+        #: serially (``/metrics``), and the graphs whose last build did (why; status).
+        self.serial_builds = 0
+        self.serial: dict[tuple[int, str], str] = {}
         #: Set by ``GraphUpkeep.stop`` (the storage's close): no new worker after it.
         self._stopped = False
 
@@ -159,9 +171,9 @@ class GraphBuildQueue:
         conn: Conn = await psycopg.AsyncConnection.connect(
             self._db.url, autocommit=True, connect_timeout=self.connect_timeout, application_name=APPLICATION_NAME
         )
-        # The build's own memory; no statement or lock timeout: waiting here holds no
-        # writer, and a timeout in a concurrent build's last phase would waste the build.
-        await conn.execute(f"SET maintenance_work_mem = '{HNSW_BUILD_MEMORY}'")  # type: ignore[arg-type]
+        # No statement or lock timeout: waiting here holds no writer, and a timeout in a
+        # concurrent build's last phase would waste the build. Its memory is set per
+        # build, for the bucket's graph (``_build``).
         await conn.execute("SET statement_timeout = 0")
         await conn.execute("SET lock_timeout = 0")
         return conn
@@ -282,15 +294,21 @@ class GraphBuildQueue:
             await conn.execute(drop_ddl(name))
         if (dim, bucket) not in await buckets_past(conn, self._threshold(), [bucket]):
             return False
-        log.info("knowledge base: building the graph of bucket %r (%d dimensions) concurrently", bucket, dim)
+        memory_kb = await set_build_memory(conn, dim, bucket)
+        log.info(
+            "knowledge base: building the graph of bucket %r (%d dimensions) concurrently in %d MB",
+            bucket,
+            dim,
+            -(-memory_kb // 1024),
+        )
         started = time.monotonic()
         try:
-            await conn.execute(graph_ddl(dim, bucket))
-        except psycopg.Error:
-            if not conn.broken:
-                with contextlib.suppress(psycopg.Error):
-                    await conn.execute(drop_ddl(name))
-            raise
+            await _create(conn, dim, bucket)
+            self.serial.pop((dim, bucket), None)
+        except psycopg.Error as exc:
+            if not shared_memory_short(exc):
+                raise
+            await self._build_serially(conn, dim, bucket, memory_kb, exc)
         log.info(
             "knowledge base: built the graph of bucket %r (%d dimensions) in %.1f s",
             bucket,
@@ -299,6 +317,29 @@ class GraphBuildQueue:
         )
         self.failed.pop((dim, bucket), None)
         return True
+
+    async def _build_serially(self, conn: Conn, dim: int, bucket: str, memory_kb: int, exc: psycopg.Error) -> None:
+        """The parallel build's shared memory segment (``maintenance_work_mem`` whole)
+        did not fit ``/dev/shm``: build again without workers (no segment), several times
+        slower on a server with cores to spare — said in the log, ``/metrics`` and the
+        KB's status (``graph_builds_serial``), never silently."""
+        self.serial_builds += 1
+        self.serial[(dim, bucket)] = f"{type(exc).__name__}: {exc}"
+        log.warning(
+            "knowledge base: building the graph of bucket %r in parallel failed for want of shared memory (%s); "
+            "building it serially, more slowly. Give PostgreSQL more /dev/shm than its maintenance_work_mem "
+            "(%d MB here): Docker's default is 64 MB, raise the container's shm_size (compose) or --shm-size",
+            bucket,
+            exc,
+            -(-memory_kb // 1024),
+        )
+        await conn.execute("SET max_parallel_maintenance_workers = 0")
+        try:
+            await _create(conn, dim, bucket)
+        finally:
+            if not conn.broken:
+                with contextlib.suppress(psycopg.Error):
+                    await conn.execute("RESET max_parallel_maintenance_workers")
 
     # ------------------------------------------------------------------ status
     def status(self) -> dict[str, Any]:
@@ -310,6 +351,8 @@ class GraphBuildQueue:
             ),
             "graph_builds_queued": sorted({j.bucket for j in self._jobs.values() if not j.drop and j is not running}),
             "graph_builds_failed": {b: why for (_d, b), why in sorted(self.failed.items())},
+            # Built serially (slower) because a parallel build found too little shared memory.
+            "graph_builds_serial": {b: why for (_d, b), why in sorted(self.serial.items())},
         }
 
     async def idle(self) -> None:
@@ -320,6 +363,18 @@ class GraphBuildQueue:
 
 
 __all__ = ["APPLICATION_NAME", "DDL_LOCK", "GraphBuildQueue", "GraphJob"]
+
+
+async def _create(conn: Conn, dim: int, bucket: str) -> None:
+    """``CREATE INDEX CONCURRENTLY`` of the graph; the invalid index a failure leaves is
+    dropped at once (when the connection still works)."""
+    try:
+        await conn.execute(graph_ddl(dim, bucket))
+    except psycopg.Error:
+        if not conn.broken:
+            with contextlib.suppress(psycopg.Error):
+                await conn.execute(drop_ddl(graph_name(dim, bucket)))
+        raise
 
 
 async def _bucket_exists(conn: Conn, bucket: str) -> bool:

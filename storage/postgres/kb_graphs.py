@@ -36,20 +36,87 @@ nothing.
 from __future__ import annotations
 
 import hashlib
+import logging
+import math
 import re
 
+import psycopg
 from psycopg import sql
 
 from storage.postgres.database import Conn
 from storage.postgres.kb_ddl import index_exists
 
+log = logging.getLogger("agentchat.storage")
+
 #: pgvector's HNSW limit for ``vector`` columns; larger vectors are always scanned exactly.
 HNSW_MAX_DIM = 2000
-#: Memory for building an HNSW graph in one go (every build, ``kb_graph_builds``):
-#: the graph of a million 384-dimension vectors takes about 2 GB; when it does not fit,
-#: pgvector says so and goes on, more slowly. Only the building backend uses it.
+#: The most memory a graph build asks for (``graph_build_memory_kb``'s cap, unless the
+#: server's own ``maintenance_work_mem`` is higher): the graph of a million 384-dimension
+#: vectors; a larger one does not fit, and pgvector says so and goes on, more slowly.
 HNSW_BUILD_MEMORY = "2GB"
+HNSW_BUILD_MEMORY_KB = 2 * 1024 * 1024
+#: pgvector's (0.6-0.8) in-memory graph per element, besides the vector's own
+#: ``8 + 4 × dim`` bytes, at m = 16: the element (ten heap TIDs, its lock, pointers) and
+#: its neighbour arrays (2m slots of 16 bytes on level 0, m per level above).
+#: Measured, not derived: a build at a known ``maintenance_work_mem`` reports the tuples
+#: after which the graph "no longer fits" — 2,250 bytes a vector at 384 dimensions (1,544
+#: the vector), serial and parallel alike (pgvector 0.6.2).
+HNSW_ELEMENT_BYTES = 706
+#: Room over the count read before the build: rows written meanwhile, the levels' draw.
+HNSW_BUILD_HEADROOM = 1.25
 _NAME = re.compile(r"^kb_chunks_hnsw_(\d+)_b([0-9a-f]{16})$")
+
+
+def graph_build_memory_kb(vectors: int, dim: int, server_kb: int) -> int:
+    """The ``maintenance_work_mem`` (kB) a build of a graph of ``vectors`` vectors of
+    ``dim`` dimensions asks for. Why not a flat 2 GB: it is a per-backend allowance a
+    small server cannot give (the OOM killer), and a parallel build (pgvector ≥ 0.6)
+    allocates it whole up front as one dynamic shared memory segment, which a container's
+    64 MB ``/dev/shm`` refuses. So: what the graph needs with headroom, capped at
+    ``HNSW_BUILD_MEMORY_KB``, never below ``server_kb`` (the server's own setting: a DBA's
+    higher value wins, even over the cap)."""
+    need = max(0, vectors) * (8 + 4 * max(0, dim) + HNSW_ELEMENT_BYTES) * HNSW_BUILD_HEADROOM
+    return max(server_kb, min(HNSW_BUILD_MEMORY_KB, math.ceil(need / 1024)))
+
+
+async def server_build_memory_kb(conn: Conn) -> int:
+    """The session's ``maintenance_work_mem`` as the server, role or database set it (kB):
+    ``reset_val`` is what ``RESET`` restores, whatever this session ``SET`` since."""
+    cur = await conn.execute("SELECT reset_val::bigint FROM pg_settings WHERE name = 'maintenance_work_mem'")
+    row = await cur.fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+async def set_build_memory(conn: Conn, dim: int, bucket: str, *, local: bool = False) -> int:
+    """Size the session's (``local``: the transaction's) ``maintenance_work_mem`` for the
+    bucket's graph (``graph_build_memory_kb``); the kB set."""
+    kb = graph_build_memory_kb(await bucket_vectors(conn, dim, bucket), dim, await server_build_memory_kb(conn))
+    await conn.execute("SELECT set_config('maintenance_work_mem', %s, %s)", (f"{kb}kB", local))
+    return kb
+
+
+async def bucket_vectors(conn: Conn, dim: int, bucket: str) -> int:
+    """The vectors of ``dim`` dimensions in ``bucket`` (what its graph holds)."""
+    cur = await conn.execute(
+        "SELECT coalesce(sum(chunk_count), 0) FROM kb_documents WHERE embed_dim = %s AND bucket = %s",
+        (int(dim), bucket),
+    )
+    row = await cur.fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+def shared_memory_short(exc: BaseException) -> bool:
+    """A build that failed for want of dynamic shared memory: a parallel build's segment
+    (sized by ``maintenance_work_mem``) did not fit ``/dev/shm`` — Docker's is 64 MB —
+    "could not resize shared memory segment … No space left on device" (53100; 53200
+    when the kernel says out of memory; the message whatever the errno: a sandbox's
+    tmpfs said ENOENT). A serial build needs no such segment."""
+    if not isinstance(exc, psycopg.Error):
+        return False
+    said = (exc.diag.message_primary or str(exc)) if exc.diag is not None else str(exc)
+    if said.startswith("could not resize shared memory segment"):
+        return True
+    return isinstance(exc, (psycopg.errors.DiskFull, psycopg.errors.OutOfMemory)) and "shared memory segment" in said
 
 
 def bucket_key(bucket: str) -> str:
@@ -160,9 +227,23 @@ async def ensure_graph(conn: Conn, dim: int, bucket: str, *, bulk_build: bool = 
     if await index_exists(conn, graph_name(dim, bucket)):
         return False
     if bulk_build:
-        await conn.execute(f"SET LOCAL maintenance_work_mem = '{HNSW_BUILD_MEMORY}'")  # type: ignore[arg-type]
+        await set_build_memory(conn, dim, bucket, local=True)
         await conn.execute("SET LOCAL statement_timeout = 0")
-    await conn.execute(graph_ddl(dim, bucket, concurrently=False))
+    try:
+        async with conn.transaction():  # a savepoint: a failed parallel build can be tried serially
+            await conn.execute(graph_ddl(dim, bucket, concurrently=False))
+    except psycopg.Error as exc:
+        if not shared_memory_short(exc):
+            raise
+        log.warning(
+            "knowledge base: building the graph of bucket %r in parallel failed for want of shared memory (%s); "
+            "building it serially, more slowly. Give PostgreSQL more /dev/shm (Docker: shm_size / --shm-size) "
+            "than its maintenance_work_mem",
+            bucket,
+            exc,
+        )
+        await conn.execute("SET LOCAL max_parallel_maintenance_workers = 0")
+        await conn.execute(graph_ddl(dim, bucket, concurrently=False))
     return True
 
 
@@ -191,13 +272,16 @@ async def buckets_past(conn: Conn, threshold: int, buckets: list[str] | None = N
 
 __all__ = [
     "HNSW_BUILD_MEMORY",
+    "HNSW_BUILD_MEMORY_KB",
     "HNSW_MAX_DIM",
     "bucket_graphs",
     "bucket_key",
     "bucket_literal",
+    "bucket_vectors",
     "buckets_past",
     "drop_ddl",
     "ensure_graph",
+    "graph_build_memory_kb",
     "graph_ddl",
     "graph_exists",
     "graph_name",
@@ -206,4 +290,7 @@ __all__ = [
     "graph_states",
     "graphs_in_progress",
     "index_state",
+    "server_build_memory_kb",
+    "set_build_memory",
+    "shared_memory_short",
 ]

@@ -35,7 +35,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,13 +133,21 @@ class TestPostgres:
     __test__ = False  # not a test class, whatever pytest thinks of its name
 
     def __init__(
-        self, bindir: Path | None = None, settings: dict[str, str] | None = None, *, outlive_parent: bool = False
+        self,
+        bindir: Path | None = None,
+        settings: dict[str, str] | None = None,
+        *,
+        outlive_parent: bool = False,
+        before_start: Callable[[Path], None] | None = None,
     ) -> None:
         #: ``bindir``: these binaries, whatever the environment says (a server of a given
         #: kind); ``settings``: more ``-c name=value`` for the server (a benchmark's memory);
         #: ``outlive_parent``: keep running when this process exits (a benchmark that loads
         #: a corpus once and measures it later: ``bench/pg_recall.py --keep``), where a
-        #: test's server dies with pytest.
+        #: test's server dies with pytest; ``before_start``: called with the data
+        #: directory between ``initdb`` and the start (a test that mounts a small tmpfs
+        #: under it: every server process must see the mount from its start).
+        self._before_start = before_start
         self._bindir = bindir
         self._outlive_parent = outlive_parent
         self._settings = dict(settings or {})
@@ -192,6 +200,8 @@ class TestPostgres:
             raise PostgresUnavailable(
                 f"initdb failed ({init.returncode}): {init.stderr.decode(errors='replace')[-2000:]}"
             )
+        if self._before_start is not None:
+            self._before_start(data)
         log = self._dir / "postgres.log"
         last_error = ""
         for _ in range(3):  # a port taken between choosing and binding: try another

@@ -1,0 +1,141 @@
+"""Graph builds on a PostgreSQL short of shared memory (Docker's 64 MB ``/dev/shm``).
+
+A parallel HNSW build (pgvector >= 0.6) allocates ``maintenance_work_mem`` whole as one
+dynamic shared memory segment; where that does not fit, PostgreSQL fails the build with
+"could not resize shared memory segment … No space left on device" (53100). The failure
+here is real, not injected: a server of its own keeps its dynamic shared memory in files
+(``dynamic_shared_memory_type = mmap``, under ``pg_dynshmem``), and an 8 MB tmpfs
+mounted there before it starts is the too-small ``/dev/shm``: the 64 MB segment (the
+server's own ``maintenance_work_mem``, which the build's never goes below) does not fit.
+Mounted after the start it was not seen alike by every process (a parallel worker could
+not open its leader's segment), hence ``TestPostgres(before_start=…)``.
+Mounting takes root (``mount``); without it the test is skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pwd
+import shutil
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from knowledge.buckets import typed_values
+from storage.kb_records import KBChunkWrite, KBDocumentWrite
+from storage.postgres import PostgresStorage, open_postgres_storage
+from storage.postgres.kb_graphs import (
+    HNSW_BUILD_MEMORY_KB,
+    graph_build_memory_kb,
+    graph_state,
+)
+from tests.support.postgres import TestPostgres
+
+DIM = 16
+THRESHOLD = 50
+
+
+def test_build_memory_fits_the_graph_with_headroom() -> None:
+    """What the graph needs (2,250 bytes a 384-dim vector, measured) with headroom; the
+    server's own higher setting wins; 2 GB at most."""
+    assert graph_build_memory_kb(100_000, 384, 65_536) == 274_659  # 100k × 2,250 B × 1.25
+    assert graph_build_memory_kb(1_000, 384, 65_536) == 65_536  # the server's own 64 MB
+    assert graph_build_memory_kb(100_000, 768, 0) > graph_build_memory_kb(100_000, 384, 0)
+    assert graph_build_memory_kb(10_000_000, 384, 65_536) == HNSW_BUILD_MEMORY_KB  # capped
+    assert graph_build_memory_kb(10_000_000, 384, 4 * HNSW_BUILD_MEMORY_KB) == 4 * HNSW_BUILD_MEMORY_KB  # a DBA's
+    assert graph_build_memory_kb(0, 384, 1024) == 1024
+
+
+@pytest.fixture(scope="module")
+def cramped_server() -> Iterator[TestPostgres]:
+    """A server whose dynamic shared memory lives in files under ``pg_dynshmem``, an 8 MB
+    tmpfs mounted before the server starts (every process of it sees the mount), where
+    index builds are planned parallel for any table (``min_parallel_table_scan_size``)."""
+    mounted: list[Path] = []
+    refused: list[str] = []
+
+    def mount_small(data: Path) -> None:
+        if os.geteuid() != 0:
+            refused.append("mounting a tmpfs takes root")
+            return
+        nobody = pwd.getpwnam("nobody")
+        where = data / "pg_dynshmem"
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size=8m,mode=0700,uid={nobody.pw_uid},gid={nobody.pw_gid}", "tmpfs",
+             str(where)],
+            capture_output=True, timeout=30, check=False,
+        )  # fmt: skip
+        if done.returncode == 0:
+            mounted.append(where)
+        else:
+            refused.append(done.stderr.decode(errors="replace").strip())
+
+    server = TestPostgres(
+        settings={
+            "dynamic_shared_memory_type": "mmap",
+            "min_parallel_table_scan_size": "0",
+            "max_parallel_workers_per_gather": "0",  # only the index builds go parallel
+        },
+        before_start=mount_small,
+    )
+    try:
+        server.start()
+        if refused:
+            pytest.skip(f"no small tmpfs under pg_dynshmem here: {refused[0]}")
+        server.prepare_template()
+        yield server
+    finally:
+        home = server._dir
+        server.stop()  # before the unmount: the server's files are open there
+        for where in mounted:
+            subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=30, check=False)
+        if home is not None:
+            shutil.rmtree(home, ignore_errors=True)  # what stop could not remove under the mount
+
+
+@pytest.fixture
+async def storage(cramped_server: TestPostgres) -> AsyncIterator[PostgresStorage]:
+    with cramped_server.database() as url:
+        opened = await open_postgres_storage(url)
+        opened.kb_index.exact_scope_vectors = THRESHOLD
+        try:
+            yield opened
+        finally:
+            await asyncio.wait_for(opened.close(), 60)
+
+
+def _doc(doc_id: str, vectors: np.ndarray) -> KBDocumentWrite:
+    return KBDocumentWrite(
+        id=doc_id, title=doc_id, source=f"{doc_id}.md", url=None, content_hash=doc_id, metadata={}, chars=10,
+        chunks=[KBChunkWrite(i, "", f"chunk {i} of {doc_id}") for i in range(len(vectors))],
+        vectors=vectors.astype(np.float32), embed_model="m", embed_dim=DIM, typed=(),
+    )  # fmt: skip
+
+
+async def test_build_short_of_shared_memory_runs_serially_and_says_so(
+    storage: PostgresStorage, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The parallel build fails for want of shared memory (for real: the 8 MB tmpfs); the
+    graph is built serially anyway, with a WARNING naming the fix, the count for
+    ``/metrics`` and the bucket in the KB's status. Before: the build failed, the bucket
+    was searched exactly for ever, and every write or open tried (and failed) again."""
+    caplog.set_level(logging.INFO, logger="agentchat.storage")
+    kb = storage.kb_index
+    await kb.create_bucket("big", {}, typed_row=typed_values)
+    matrix = np.random.default_rng(7).standard_normal((THRESHOLD * 4, DIM)).astype(np.float32)
+    docs = [_doc(f"d{i}", matrix[i : i + 10]) for i in range(0, len(matrix), 10)]
+    await asyncio.wait_for(kb.write_documents("big", {}, docs), 30)
+    assert await asyncio.wait_for(kb._graphs.build_now(["big"]), 120) == [(DIM, "big")]
+    async with storage.db.reading() as conn:
+        assert await graph_state(conn, DIM, "big") is True
+    assert kb._graphs.serial_builds == 1
+    status = await kb.vector_index_status()
+    assert "shared memory segment" in status["graph_builds_serial"]["big"]
+    assert status["graph_builds_failed"] == {}
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("for want of shared memory" in m and "shm_size" in m for m in warned), warned
