@@ -71,7 +71,7 @@ from knowledge.types import (
     SearchMode,
     SearchResponse,
 )
-from storage.interfaces import KBIndex
+from storage.interfaces import KBIndex, KBVectorSearch
 from toolindex.embedder import Embedder
 from toolindex.probe import probe_embedder
 
@@ -393,6 +393,12 @@ class KnowledgeBase:
         return await self._search.counts.count_documents(
             query, bucket=await count_bucket(self._buckets, bucket), filters=filters, doc_id=doc_id, limit=limit
         )
+
+    @property
+    def graph_serial_builds(self) -> int | None:
+        """The engine's graph builds run serially for want of shared memory since start
+        (``/metrics``); ``None``: the engine builds no graphs (SQLite)."""
+        return self.index.graph_serial_builds if isinstance(self.index, KBVectorSearch) else None
 
     @property
     def text_fallbacks(self) -> int:

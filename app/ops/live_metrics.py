@@ -41,6 +41,9 @@ class LiveSources:
     #: Reloads of the KB's in-memory state after another process changed the stored KB
     #: (``None``: no KB).
     kb_reloads: Callable[[], int] | None = None
+    #: The KB engine's graph builds run serially for want of shared memory (``None``:
+    #: no KB, or an engine without graphs).
+    kb_graph_serial_builds: Callable[[], int] | None = None
     #: How many ``AGENT_KB_DEFAULT_BUCKETS`` names are no bucket, as last read (``None``: no KB).
     kb_default_buckets_missing: Callable[[], int] | None = None
     #: Requests per minute counted by this replica alone because the shared count (the
@@ -137,6 +140,13 @@ class LiveCollector:
                 "Reloads of the knowledge base's in-memory vectors after another process (the CLI, "
                 "a sibling worker, a replica) changed the stored knowledge base.",
                 s.kb_reloads(),
+            )
+        if s.kb_graph_serial_builds is not None:
+            yield _counter(
+                "agentchat_kb_graph_builds_serial",
+                "Knowledge-base graph (HNSW) builds that failed in parallel for want of shared memory (/dev/shm "
+                "smaller than maintenance_work_mem: raise the container's shm_size) and were built serially, slower.",
+                s.kb_graph_serial_builds(),
             )
         if s.kb_default_buckets_missing is not None:
             yield GaugeMetricFamily(

@@ -144,6 +144,7 @@ class Services:
             kb_reembedding=self._kb_reembedding if self.rooms.knowledge is not None else None,
             kb_fusion_drops=self._kb_fusion_drops if self.rooms.knowledge is not None else None,
             kb_reloads=self._kb_reloads if self.rooms.knowledge is not None else None,
+            kb_graph_serial_builds=self._kb_graph_serial_builds(),
             kb_default_buckets_missing=(
                 self.rooms.knowledge.missing_default_buckets if self.rooms.knowledge is not None else None
             ),
@@ -161,6 +162,14 @@ class Services:
             return 0, 0
         backfill = knowledge.kb.backfill
         return int(backfill.pending or 0), int(backfill.reembedded)
+
+    def _kb_graph_serial_builds(self) -> Callable[[], int] | None:
+        """The KB engine's serial graph builds, read at scrape time (``None``: no graphs)."""
+        knowledge = self.rooms.knowledge
+        if knowledge is None or knowledge.kb.graph_serial_builds is None:
+            return None
+        kb = knowledge.kb
+        return lambda: int(kb.graph_serial_builds or 0)
 
     def _kb_reloads(self) -> int:
         knowledge = self.rooms.knowledge

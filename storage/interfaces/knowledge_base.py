@@ -212,6 +212,12 @@ class KBVectorSearch(Protocol):
         pgvector and whether its HNSW scans are iterative (recall differs a lot)."""
         ...
 
+    @property
+    def graph_serial_builds(self) -> int:
+        """Graph builds here since start that found too little shared memory for a
+        parallel build and ran serially, more slowly (``/metrics``)."""
+        ...
+
 
 @runtime_checkable
 class KBGenerations(Protocol):

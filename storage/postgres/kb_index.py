@@ -388,6 +388,11 @@ class PostgresKBIndex(SqlKBIndex):
         what this process builds or failed to build (``GraphUpkeep.status``)."""
         return {**await self._vectors.describe(), **self._graphs.status()}
 
+    @property
+    def graph_serial_builds(self) -> int:
+        """``GraphBuildQueue.serial_builds``: builds run serially for want of shared memory."""
+        return self._graphs.serial_builds
+
     async def has_vectors(self, embed_model: str, dim: int) -> bool:
         return await self._vectors.has_vectors(embed_model, dim)
 

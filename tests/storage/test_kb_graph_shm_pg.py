@@ -133,7 +133,7 @@ async def test_build_short_of_shared_memory_runs_serially_and_says_so(
     assert await asyncio.wait_for(kb._graphs.build_now(["big"]), 120) == [(DIM, "big")]
     async with storage.db.reading() as conn:
         assert await graph_state(conn, DIM, "big") is True
-    assert kb._graphs.serial_builds == 1
+    assert kb.graph_serial_builds == 1  # /metrics: agentchat_kb_graph_builds_serial_total
     status = await kb.vector_index_status()
     assert "shared memory segment" in status["graph_builds_serial"]["big"]
     assert status["graph_builds_failed"] == {}
