@@ -69,3 +69,17 @@ def test_the_replicas_share_one_reference_backend() -> None:
         assert spec["services"][name]["depends_on"]["backend"] == {"condition": "service_healthy"}
     real = agent_environment({"AGENT_SECRET_KEY": "k" * 44, "AGENT_BACKEND_URL": "https://ichor.example"})
     assert real["AGENT_BACKEND_URL"] == "https://ichor.example"
+
+
+def test_postgres_has_room_for_a_parallel_graph_build() -> None:
+    """A parallel HNSW build allocates its whole ``maintenance_work_mem`` (up to
+    ``HNSW_BUILD_MEMORY_KB``) as one segment in ``/dev/shm``; Docker's 64 MB default failed
+    every build on this compose file (``docs/knowledge-base.md``, "a build's memory")."""
+    from storage.postgres.kb_graphs import HNSW_BUILD_MEMORY_KB
+
+    spec: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    size = str(spec["services"]["postgres"].get("shm_size", "64m")).lower()
+    m = re.fullmatch(r"(\d+)([kmg])b?", size)
+    assert m, size
+    kb = int(m.group(1)) * {"k": 1, "m": 1024, "g": 1024 * 1024}[m.group(2)]
+    assert kb > HNSW_BUILD_MEMORY_KB, size
