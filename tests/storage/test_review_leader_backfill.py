@@ -7,6 +7,12 @@ embedder was down) and that then lost its PostgreSQL advisory lock stops re-embe
 another process does it now — but kept its failure count, so it went on answering 503
 for as long as documents waited, however well the new leader was doing (a corpus moving
 to another model can take hours). Stopping the passes now clears what they had found.
+
+The first process's connection is cut (a loopback relay, as a network drop) and stays
+cut, so the lock can only go to the second: ended with ``pg_terminate_backend`` on a
+live connection, the first's campaign connected again and, on a loaded machine, could
+take the lock back before the second's next try - then the first led again, its passes
+failed again, and "the second took the lead" never came.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import psycopg
 
 from app.cli.kb_file import open_kb_file
 from app.ops.leader import Leader
@@ -23,6 +30,7 @@ from app.rooms import KnowledgeComponent, _backfill_while_leading
 from knowledge.types import KBConfig
 from storage.postgres.leader_lock import AdvisoryLeaderLock
 from tests.support.postgres import TestPostgres
+from tests.support.tcp_cut import cuttable_relay
 from toolindex.embedder import EmbeddingError
 from toolindex.hashing import HashingEmbedder
 
@@ -64,33 +72,36 @@ async def test_a_process_that_lost_the_lead_is_not_stalled_by_its_old_failures(
     kb.backfill._config = KBConfig(reembed_backoff_min_s=0.05, reembed_backoff_max_s=0.2)
     knowledge = KnowledgeComponent(kb)
     with pg_server.database() as url:
-        first = Leader(AdvisoryLeaderLock(url), retry_s=0.05)
-        second = Leader(AdvisoryLeaderLock(url), retry_s=0.05)
-        first.start()
-        await until(lambda: first.is_leader, "the first process leads")
-        job = first.when_leading(_backfill_while_leading(kb), name="kb-backfill")
-        try:
-            emb.broken = True
-            report = await kb.ingest_documents(DOCS)
-            assert report.queued_for_embedding == 2
-            await until(lambda: kb.backfill.failures > 0, "a failed pass while leading")
-            leading = await knowledge.readiness()
-            assert leading["ok"] is False and leading["pending_vectors"] == 2  # stalled: it is failing here
+        params = psycopg.conninfo.conninfo_to_dict(url)
+        async with cuttable_relay(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432)) as relay:
+            relayed = psycopg.conninfo.make_conninfo(url, host="127.0.0.1", port=relay.port)
+            first = Leader(AdvisoryLeaderLock(relayed), retry_s=0.05)
+            second = Leader(AdvisoryLeaderLock(url), retry_s=0.05)
+            first.start()
+            await until(lambda: first.is_leader, "the first process leads")
+            job = first.when_leading(_backfill_while_leading(kb), name="kb-backfill")
+            try:
+                emb.broken = True
+                report = await kb.ingest_documents(DOCS)
+                assert report.queued_for_embedding == 2
+                await until(lambda: kb.backfill.failures > 0, "a failed pass while leading")
+                leading = await knowledge.readiness()
+                assert leading["ok"] is False and leading["pending_vectors"] == 2  # stalled: it is failing here
 
-            # The lead moves: the first process's session ends, the second takes the lock.
-            second.start()
-            first_lock = first.lock
-            assert isinstance(first_lock, AdvisoryLeaderLock) and first_lock.backend_pid is not None
-            pg_server.admin(f"SELECT pg_terminate_backend({first_lock.backend_pid})")
-            await until(lambda: second.is_leader and not first.is_leader, "the second process took the lead")
-            await until(lambda: kb.backfill._task is None, "the first process's passes stopped")
+                # The lead moves: the first process's connection drops and stays down (its
+                # session ends with it), the second takes the lock.
+                second.start()
+                relay.cut()
+                await until(lambda: second.is_leader and not first.is_leader, "the second process took the lead")
+                await until(lambda: kb.backfill._task is None, "the first process's passes stopped")
+                assert first.lost == 1
 
-            after = await knowledge.readiness()
-            assert after["pending_vectors"] == 2  # still shown: the documents wait, found by text
-            assert after["ok"] is True, after  # but this process re-embeds nothing: not its failure
-            assert "last_error" not in after["reembedding"] and after["reembedding"]["state"] == "stopped"
-        finally:
-            await first.aclose()
-            await second.aclose()
-            await asyncio.gather(job, return_exceptions=True)
-            await kb.aclose()
+                after = await knowledge.readiness()
+                assert after["pending_vectors"] == 2  # still shown: the documents wait, found by text
+                assert after["ok"] is True, after  # but this process re-embeds nothing: not its failure
+                assert "last_error" not in after["reembedding"] and after["reembedding"]["state"] == "stopped"
+            finally:
+                await first.aclose()
+                await second.aclose()
+                await asyncio.gather(job, return_exceptions=True)
+                await kb.aclose()
