@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import numpy as np
+import psycopg
 import pytest
 
 from knowledge.buckets import typed_values
@@ -31,6 +32,7 @@ from storage.kb_records import KBChunkWrite, KBDocumentWrite
 from storage.postgres import PostgresStorage, open_postgres_storage
 from storage.postgres.kb_graphs import (
     HNSW_BUILD_MEMORY_KB,
+    ensure_graph,
     graph_build_memory_kb,
     graph_state,
 )
@@ -137,5 +139,28 @@ async def test_build_short_of_shared_memory_runs_serially_and_says_so(
     status = await kb.vector_index_status()
     assert "shared memory segment" in status["graph_builds_serial"]["big"]
     assert status["graph_builds_failed"] == {}
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("for want of shared memory" in m and "shm_size" in m for m in warned), warned
+
+
+async def test_plain_build_short_of_shared_memory_runs_serially(
+    storage: PostgresStorage, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``ensure_graph`` (``migrate-db``'s fresh target, the benches: a plain build inside
+    the caller's transaction): the failed parallel build is undone to a savepoint and the
+    graph built serially in the same transaction, with the same WARNING. Before: the
+    error aborted the caller's transaction."""
+    kb = storage.kb_index
+    kb.exact_scope_vectors = 10_000  # no graph queued by the write: ensure_graph builds it
+    await kb.create_bucket("plain", {}, typed_row=typed_values)
+    matrix = np.random.default_rng(8).standard_normal((THRESHOLD * 2, DIM)).astype(np.float32)
+    docs = [_doc(f"p{i}", matrix[i : i + 10]) for i in range(0, len(matrix), 10)]
+    await asyncio.wait_for(kb.write_documents("plain", {}, docs), 30)
+    caplog.set_level(logging.INFO, logger="agentchat.storage")
+    async with await psycopg.AsyncConnection.connect(storage.db.url, connect_timeout=10) as conn:
+        assert await asyncio.wait_for(ensure_graph(conn, DIM, "plain", bulk_build=True), 60)
+        await conn.commit()
+    async with storage.db.reading() as conn:
+        assert await graph_state(conn, DIM, "plain") is True
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("for want of shared memory" in m and "shm_size" in m for m in warned), warned
