@@ -278,6 +278,7 @@ async def test_a_waiting_serve_stops_on_one_signal_like_a_serving_one_and_a_wait
 
             await lone.kill()
             await until(lambda: len(taking.grep("serving on")) >= 2 or not taking.running, "both workers serving", 90)
+            assert taking.running, taking.tail()
             ready = await http.get(f"http://127.0.0.1:{taking_port}/readyz", timeout=5)
             assert len(taking.grep("serving on")) >= 2 and ready.status_code == 200, taking.tail()
     finally:
