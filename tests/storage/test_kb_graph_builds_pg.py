@@ -64,7 +64,7 @@ def _doc(doc_id: str, vectors: np.ndarray) -> KBDocumentWrite:
     return KBDocumentWrite(
         id=doc_id, title=doc_id, source=f"{doc_id}.md", url=None, content_hash=doc_id, metadata={}, chars=10,
         chunks=[KBChunkWrite(i, "", f"chunk {i} of {doc_id}") for i in range(len(vectors))],
-        vectors=vectors.astype(np.float32), embed_model="m", embed_dim=DIM, typed=(),
+        vectors=vectors.astype(np.float32), embed_model="m", embed_dim=int(vectors.shape[1]), typed=(),
     )  # fmt: skip
 
 

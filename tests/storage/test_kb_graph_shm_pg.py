@@ -28,7 +28,6 @@ import psycopg
 import pytest
 
 from knowledge.buckets import typed_values
-from storage.kb_records import KBChunkWrite, KBDocumentWrite
 from storage.postgres import PostgresStorage, open_postgres_storage
 from storage.postgres.kb_graphs import (
     HNSW_BUILD_MEMORY_KB,
@@ -36,6 +35,7 @@ from storage.postgres.kb_graphs import (
     graph_build_memory_kb,
     graph_state,
 )
+from tests.storage.test_kb_graph_builds_pg import _doc
 from tests.support.postgres import TestPostgres
 
 DIM = 16
@@ -109,14 +109,6 @@ async def storage(cramped_server: TestPostgres) -> AsyncIterator[PostgresStorage
             yield opened
         finally:
             await asyncio.wait_for(opened.close(), 60)
-
-
-def _doc(doc_id: str, vectors: np.ndarray) -> KBDocumentWrite:
-    return KBDocumentWrite(
-        id=doc_id, title=doc_id, source=f"{doc_id}.md", url=None, content_hash=doc_id, metadata={}, chars=10,
-        chunks=[KBChunkWrite(i, "", f"chunk {i} of {doc_id}") for i in range(len(vectors))],
-        vectors=vectors.astype(np.float32), embed_model="m", embed_dim=DIM, typed=(),
-    )  # fmt: skip
 
 
 async def test_build_short_of_shared_memory_runs_serially_and_says_so(
