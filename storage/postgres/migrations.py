@@ -64,8 +64,9 @@ class _PostgresRunner(MigrationRunner):
         if wait_s <= 0:  # no lock_timeout (asked for): nothing ever times out to report
             await self.execute(statement)
             return
-        # Open before the statement, never during its wait: the wait is read while it lasts.
-        await self._probe.ready()
+        # Opened by ``step`` before its transaction (a wait is read while it lasts, and a
+        # connection opened in a transaction would leave the session idle in it); one
+        # closed since is reported as gone, not opened again with locks held.
         probe = asyncio.create_task(self._probe.waiting_for(wait_s / 2, max(0.05, wait_s / 10)))
         try:
             await self.execute(statement)
@@ -94,6 +95,8 @@ class _PostgresRunner(MigrationRunner):
             yield
             return
         self.current = f"{step.version} ({step.name})"
+        if self._retries.lock_timeout_ms > 0:
+            await self._probe.ready()  # before the transaction: never idle in it while connecting
         async with self._conn.transaction():
             yield
 

@@ -182,3 +182,40 @@ async def test_the_lock_is_named_when_connecting_is_slow_during_the_wait(pg_serv
         message = str(failed.value)
         assert "ShareLock on kb_chunks" in message and "long-writer" in message, message
         assert STEP.version not in await _applied(url)
+
+
+class SlowAfterTheFirst(CuttableRelay):
+    """A relay that opens its first connection (the migration's) at once and every later
+    one (the lock probe's) after ``delay_s``: a server slow to accept a connection."""
+
+    def __init__(self, host: str, port: int, delay_s: float) -> None:
+        super().__init__(host, port)
+        self._delay_s, self._accepted = delay_s, 0
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._accepted += 1
+        if self._accepted > 1:
+            await asyncio.sleep(self._delay_s)
+        await super()._accept(reader, writer)
+
+
+async def test_the_probe_opens_before_the_steps_transaction_never_idle_in_it(pg_server: TestPostgres) -> None:
+    """The lock probe's connection opened inside the step's transaction, after the version
+    table was read in it: the migration's session sat idle in its transaction while the
+    probe connected, and a server with ``idle_in_transaction_session_timeout`` shorter than
+    that ended the session (start-up failed: IdleInTransactionSessionTimeout)."""
+    with pg_server.database() as url:
+        await _step_pending(url)
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+            db = admin.info.dbname
+            await admin.execute(f"ALTER DATABASE \"{db}\" SET idle_in_transaction_session_timeout = '1s'")
+        params = psycopg.conninfo.conninfo_to_dict(url)
+        host, port = str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432)
+        relay = await SlowAfterTheFirst(host, port, delay_s=1.5).start()
+        try:
+            relayed = psycopg.conninfo.make_conninfo(url, host="127.0.0.1", port=relay.port)
+            once = LockRetries(lock_timeout_ms=1_000, attempts=1, delay_s=0.05)
+            assert await asyncio.wait_for(migrate(relayed, retries=once), 60) >= STEP.version
+        finally:
+            await relay.aclose()
+        assert STEP.version in await _applied(url)
