@@ -335,6 +335,11 @@ class GraphBuildQueue:
         )
         await conn.execute("SET max_parallel_maintenance_workers = 0")
         try:
+            if await graph_state(conn, dim, bucket) is False:
+                # The failed build's invalid index is still there (``_create``'s drop
+                # failed): dropped now or the build fails, else ``IF NOT EXISTS`` would
+                # keep it and the graph be reported built.
+                await conn.execute(drop_ddl(graph_name(dim, bucket)))
             await _create(conn, dim, bucket)
         finally:
             if not conn.broken:

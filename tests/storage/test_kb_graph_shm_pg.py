@@ -22,9 +22,11 @@ import shutil
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psycopg
+import psycopg.sql
 import pytest
 
 from knowledge.buckets import typed_values
@@ -156,3 +158,30 @@ async def test_plain_build_short_of_shared_memory_runs_serially(
         assert await graph_state(conn, DIM, "plain") is True
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("for want of shared memory" in m and "shm_size" in m for m in warned), warned
+
+
+async def test_a_failed_builds_leftover_is_dropped_before_the_serial_build(
+    storage: PostgresStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failed parallel build's invalid index whose drop failed too (an administrator's
+    cancel, say) is dropped before the serial build: ``CREATE INDEX CONCURRENTLY IF NOT
+    EXISTS`` kept it, and the graph was reported built while the bucket was searched
+    exactly."""
+    from storage.postgres import kb_graph_queue
+
+    real_drop, drops = kb_graph_queue.drop_ddl, [0]
+
+    def first_drop_fails(name: str) -> Any:
+        drops[0] += 1
+        return psycopg.sql.SQL("SELECT 1 / 0") if drops[0] == 1 else real_drop(name)
+
+    monkeypatch.setattr(kb_graph_queue, "drop_ddl", first_drop_fails)
+    kb = storage.kb_index
+    await kb.create_bucket("left", {}, typed_row=typed_values)
+    matrix = np.random.default_rng(9).standard_normal((THRESHOLD * 4, DIM)).astype(np.float32)
+    docs = [_doc(f"l{i}", matrix[i : i + 10]) for i in range(0, len(matrix), 10)]
+    await asyncio.wait_for(kb.write_documents("left", {}, docs), 30)
+    assert await asyncio.wait_for(kb._graphs.build_now(["left"]), 120) == [(DIM, "left")]
+    assert drops[0] >= 2  # the failing drop, then the serial build's own
+    async with storage.db.reading() as conn:
+        assert await graph_state(conn, DIM, "left") is True
