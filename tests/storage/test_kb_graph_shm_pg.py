@@ -113,6 +113,20 @@ async def storage(cramped_server: TestPostgres) -> AsyncIterator[PostgresStorage
             await asyncio.wait_for(opened.close(), 60)
 
 
+async def _fill(storage: PostgresStorage, bucket: str, seed: int, vectors: int) -> None:
+    """``bucket`` made and given ``vectors`` random vectors, ten to a document."""
+    kb = storage.kb_index
+    await kb.create_bucket(bucket, {}, typed_row=typed_values)
+    matrix = np.random.default_rng(seed).standard_normal((vectors, DIM)).astype(np.float32)
+    docs = [_doc(f"{bucket}{i}", matrix[i : i + 10]) for i in range(0, len(matrix), 10)]
+    await asyncio.wait_for(kb.write_documents(bucket, {}, docs), 30)
+
+
+async def _graph_valid(storage: PostgresStorage, bucket: str) -> bool:
+    async with storage.db.reading() as conn:
+        return await graph_state(conn, DIM, bucket) is True
+
+
 async def test_build_short_of_shared_memory_runs_serially_and_says_so(
     storage: PostgresStorage, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -122,13 +136,9 @@ async def test_build_short_of_shared_memory_runs_serially_and_says_so(
     was searched exactly for ever, and every write or open tried (and failed) again."""
     caplog.set_level(logging.INFO, logger="agentchat.storage")
     kb = storage.kb_index
-    await kb.create_bucket("big", {}, typed_row=typed_values)
-    matrix = np.random.default_rng(7).standard_normal((THRESHOLD * 4, DIM)).astype(np.float32)
-    docs = [_doc(f"d{i}", matrix[i : i + 10]) for i in range(0, len(matrix), 10)]
-    await asyncio.wait_for(kb.write_documents("big", {}, docs), 30)
+    await _fill(storage, "big", 7, THRESHOLD * 4)
     assert await asyncio.wait_for(kb._graphs.build_now(["big"]), 120) == [(DIM, "big")]
-    async with storage.db.reading() as conn:
-        assert await graph_state(conn, DIM, "big") is True
+    assert await _graph_valid(storage, "big")
     assert kb.graph_serial_builds == 1  # /metrics: agentchat_kb_graph_builds_serial_total
     status = await kb.vector_index_status()
     assert "shared memory segment" in status["graph_builds_serial"]["big"]
@@ -146,16 +156,12 @@ async def test_plain_build_short_of_shared_memory_runs_serially(
     error aborted the caller's transaction."""
     kb = storage.kb_index
     kb.exact_scope_vectors = 10_000  # no graph queued by the write: ensure_graph builds it
-    await kb.create_bucket("plain", {}, typed_row=typed_values)
-    matrix = np.random.default_rng(8).standard_normal((THRESHOLD * 2, DIM)).astype(np.float32)
-    docs = [_doc(f"p{i}", matrix[i : i + 10]) for i in range(0, len(matrix), 10)]
-    await asyncio.wait_for(kb.write_documents("plain", {}, docs), 30)
+    await _fill(storage, "plain", 8, THRESHOLD * 2)
     caplog.set_level(logging.INFO, logger="agentchat.storage")
     async with await psycopg.AsyncConnection.connect(storage.db.url, connect_timeout=10) as conn:
         assert await asyncio.wait_for(ensure_graph(conn, DIM, "plain", bulk_build=True), 60)
         await conn.commit()
-    async with storage.db.reading() as conn:
-        assert await graph_state(conn, DIM, "plain") is True
+    assert await _graph_valid(storage, "plain")
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("for want of shared memory" in m and "shm_size" in m for m in warned), warned
 
@@ -176,12 +182,7 @@ async def test_a_failed_builds_leftover_is_dropped_before_the_serial_build(
         return psycopg.sql.SQL("SELECT 1 / 0") if drops[0] == 1 else real_drop(name)
 
     monkeypatch.setattr(kb_graph_queue, "drop_ddl", first_drop_fails)
-    kb = storage.kb_index
-    await kb.create_bucket("left", {}, typed_row=typed_values)
-    matrix = np.random.default_rng(9).standard_normal((THRESHOLD * 4, DIM)).astype(np.float32)
-    docs = [_doc(f"l{i}", matrix[i : i + 10]) for i in range(0, len(matrix), 10)]
-    await asyncio.wait_for(kb.write_documents("left", {}, docs), 30)
-    assert await asyncio.wait_for(kb._graphs.build_now(["left"]), 120) == [(DIM, "left")]
+    await _fill(storage, "left", 9, THRESHOLD * 4)
+    assert await asyncio.wait_for(storage.kb_index._graphs.build_now(["left"]), 120) == [(DIM, "left")]
     assert drops[0] >= 2  # the failing drop, then the serial build's own
-    async with storage.db.reading() as conn:
-        assert await graph_state(conn, DIM, "left") is True
+    assert await _graph_valid(storage, "left")
