@@ -226,9 +226,9 @@ class RunManager:
 
     async def arrival(self, run_id: str, timeout: float) -> Run | None:
         """``get`` once the run is registered here (a claim of this process carrying it
-        on), or ``None`` after ``timeout`` seconds."""
-        run = await self.registry.arrival(run_id, timeout)
-        return None if run is None or run.lost else run
+        on), or ``None`` after ``timeout`` seconds (never a copy marked lost:
+        ``RunRegistry.arrival`` waits past one)."""
+        return await self.registry.arrival(run_id, timeout)
 
     def discarded_at_recovery(self, run_id: str) -> tuple[int, int] | None:
         """The event ids a recovery here discarded from ``run_id`` (a cut-off model turn),
