@@ -228,14 +228,35 @@ _READER_VERBS: dict[str, tuple[str, ...]] = {"see": ("show", "list", "display", 
 def reader_terms(text: str) -> dict[str, str]:
     """``{documentation's word: the query word}`` for the reader's verbs of ``text`` that
     documentation writes otherwise (``_READER_VERBS``: "see" is "show", "list",
-    "display", "print"), searched and counted as that word, as ``clipped_terms`` are. A
-    word inside a name is part of that name, not the verb."""
+    "display", "print"), searched and counted as that word, as ``clipped_terms`` are.
+    Only the English verb in plain text (``_plain_verb``): a word inside a name is part
+    of that name, a backticked `` `see` `` is a code identifier, and a capitalised "See"
+    inside a sentence is a noun (German "der See", the lake)."""
     out: dict[str, str] = {}
-    for match in _FREE_WORD.finditer(fold(text)):
-        word = match.group(0)
-        for other in _READER_VERBS.get(word, ()):
-            out.setdefault(other, word)
+    for match in _FREE_WORD.finditer(text):
+        word = fold(match.group(0))
+        if word in _READER_VERBS and _plain_verb(text, match):
+            for other in _READER_VERBS[word]:
+                out.setdefault(other, word)
     return out
+
+
+#: What ends a sentence, so that the next word may be capitalised as its first.
+_SENTENCE_END = re.compile(r"(?:^|[.!?:;]|\n)\s*$")
+
+
+def _plain_verb(text: str, match: re.Match[str]) -> bool:
+    """True when ``match`` is written as a verb in running text: outside a code span (an
+    even number of backticks before it) and in lower case, or capitalised only as a
+    sentence's first word ("See which tokens …?"); a capital inside a sentence is a noun's
+    ("Wie tief ist der See?")."""
+    before = text[: match.start()]
+    if before.count("`") % 2:
+        return False
+    word = match.group(0)
+    if word.islower():
+        return True
+    return word[0].isupper() and word[1:].islower() and _SENTENCE_END.search(before) is not None
 
 
 def stem(word: str) -> str:

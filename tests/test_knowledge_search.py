@@ -471,3 +471,21 @@ def test_reader_terms_offer_the_words_documentation_writes_for_see() -> None:
     related = related_terms("How do I list and see packages?")
     assert "list" not in related
     assert related["show"] == "see"
+
+
+def test_reader_terms_read_see_only_as_the_english_verb_in_plain_text() -> None:
+    # A capitalised "See" inside a sentence is a noun (German "der See", the lake), and a
+    # backticked `see` is a code identifier: neither is the reader's verb, so neither is
+    # searched as "show", "list", "display", "print" (review of 781dc28).
+    from knowledge.query_terms import related_terms
+    from knowledge.textnorm import reader_terms
+
+    assert reader_terms("Wie tief ist der See?") == {}
+    assert reader_terms("Wo liegt der See Genezareth?") == {}
+    assert reader_terms("What does the `see` option of the linter do?") == {}
+    assert "show" not in related_terms("Wie tief ist der See im Winter?")
+    # The verb still counts: in lower case, first in a sentence, or after a code span.
+    verb = {"show": "see", "list": "see", "display": "see", "print": "see"}
+    assert reader_terms("See which tokens my account has?") == verb
+    assert reader_terms("I ran `npm token`. See which tokens it has?") == verb
+    assert reader_terms("After `npm login`, how do I see my tokens?") == verb
