@@ -89,10 +89,14 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
 
         external: list[ExternalResult] = []
         try:
-            # The asker's own saved answers only (everyone's in the shared mode).
-            external = await deps.keywords.lookup(query, owner=ctx.user_id, limit=settings.max_external_answers)
+            # The asker's own saved answers only (everyone's in the shared mode); a lookup
+            # that fell back (its database or its embedder failed) says so among the warnings.
+            saved = await deps.keywords.find(query, owner=ctx.user_id, limit=settings.max_external_answers)
+            external = saved.results
+            warnings.extend(saved.warnings)
         except Exception:
             log.exception("keyword lookup failed (run %s)", ctx.run_id)
+            warnings.append("saved web answers could not be searched")
 
         if kb_error is not None and not external:
             return ToolOutcome.error(

@@ -39,11 +39,12 @@ Keywords are still written per owner there, so switching it off again is clean.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Protocol
 
 from agenttools.rag.keyword_rules import Candidate, keyword_key
 from knowledge.saved_answers import SemanticMatches
@@ -58,6 +59,15 @@ log = logging.getLogger("agenttools.keywords")  # its name before the rag room
 MIN_MATCH_SCORE = 0.5
 #: A keyword is reported as matched (and kept from idle-pruning) at this evidence.
 _KEYWORD_SHOWN = 0.5
+#: Why a lookup or a write fell back (``KeywordIndex.fallbacks``' keys, the label of
+#: ``agentchat_saved_answer_fallbacks_total``): the whole lookup failed (no saved answer
+#: was searched), its meaning side failed (found by keyword terms only), or a saved answer's
+#: or its keywords' vectors could not be made (found by terms only until the next start's
+#: back-fill gives them theirs).
+LOOKUP_FAILED: Final = "lookup_failed"
+MEANING_FAILED: Final = "meaning_failed"
+NOT_EMBEDDED: Final = "not_embedded"
+
 #: Keywords close in meaning to a query that are looked up for their answers (the
 #: asker's best ones, from at most ``_SEMANTIC_KEYWORD_CANDIDATES`` of every owner's).
 _MAX_SEMANTIC_KEYWORDS = 50
@@ -77,6 +87,16 @@ class SavedAnswerSearch(Protocol):
     async def search(self, text: str) -> SemanticMatches: ...
 
     async def backfill(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SavedAnswerLookup:
+    """What ``KeywordIndex.find`` found, and what it could not search (``warnings``, in
+    words for the tool result: a lookup that fell back says so, never passes for one that
+    found nothing)."""
+
+    results: list[ExternalResult]
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +142,26 @@ class KeywordIndex:
         self.shared = shared
         self._min_score = min_score
         self._clock = clock
+        #: Lookups and writes that fell back, by why (``LOOKUP_FAILED``, ``MEANING_FAILED``,
+        #: ``NOT_EMBEDDED``): ``/readyz``'s ``keywords`` and ``/metrics`` read them.
+        self.fallbacks: dict[str, int] = {}
+        #: The last fallback's error, in words (``/readyz``).
+        self.last_fallback: str | None = None
+
+    def _fell_back(self, reason: str, exc: BaseException) -> None:
+        self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
+        self.last_fallback = f"{reason}: {type(exc).__name__}: {exc}"[:300]
+
+    async def readiness(self) -> dict[str, Any]:
+        """Informational (saved answers are a saving, not a need: a run without them asks
+        the web or says the knowledge base has nothing): whether they are found by meaning
+        too, and the lookups and writes that fell back since start."""
+        return {
+            "ok": True,
+            "by_meaning": self._semantic is not None,
+            "fallbacks": dict(sorted(self.fallbacks.items())),
+            "last_fallback": self.last_fallback,
+        }
 
     # ---------------------------------------------------------------- write side
 
@@ -133,7 +173,8 @@ class KeywordIndex:
         if self._semantic is not None:
             try:
                 await self._semantic.remember_result(result)
-            except Exception:
+            except Exception as exc:
+                self._fell_back(NOT_EMBEDDED, exc)
                 log.warning("embedding external result %s failed", result.id, exc_info=True)
 
     async def index(
@@ -168,7 +209,8 @@ class KeywordIndex:
         if self._semantic is not None:
             try:
                 await self._semantic.remember_keywords({r.key: r.display for r in stored})
-            except Exception:
+            except Exception as exc:
+                self._fell_back(NOT_EMBEDDED, exc)
                 log.warning("embedding %d keywords failed", len(stored), exc_info=True)
         return [IndexedKeyword(r.key, r.display, r.usage_count, merged=r.usage_count > 1) for r in stored]
 
@@ -207,16 +249,33 @@ class KeywordIndex:
     # ---------------------------------------------------------------- read side
 
     async def lookup(self, text: str, *, owner: str = NOBODY, limit: int = 3) -> list[ExternalResult]:
+        """``find``'s results alone."""
+        return (await self.find(text, owner=owner, limit=limit)).results
+
+    async def find(self, text: str, *, owner: str = NOBODY, limit: int = 3) -> SavedAnswerLookup:
         """The saved external answers of ``owner`` (of everyone when ``shared``) that
         ``text`` asks about, best first (see the module docstring for the score), each
-        with ``matched_keywords`` and ``match_score``.
+        with ``matched_keywords`` and ``match_score``, and what could not be searched:
+        a lookup that fails (the database) finds nothing and says so, one whose meaning
+        side fails finds by terms and says so; both are counted (``fallbacks``).
 
         Keywords that led to a returned answer get ``last_used_at`` set, which keeps
         them from being pruned as idle.
         """
+        warnings: list[str] = []
+        try:
+            results = await self._lookup(text, scope=None if self.shared else owner, limit=limit, warnings=warnings)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._fell_back(LOOKUP_FAILED, exc)
+            log.warning("lookup of saved answers failed", exc_info=True)
+            return SavedAnswerLookup([], [f"saved web answers could not be searched ({type(exc).__name__})"])
+        return SavedAnswerLookup(results, warnings)
+
+    async def _lookup(self, text: str, *, scope: str | None, limit: int, warnings: list[str]) -> list[ExternalResult]:
         if not text.strip():
             return []
-        scope = None if self.shared else owner
         evidence: dict[str, _Evidence] = {}
         terms = query_terms(text, self._stemmer)
         if terms:
@@ -227,7 +286,7 @@ class KeywordIndex:
                 if value >= 1.0:
                     e.full_terms += hit.terms
                 e.note(hit.key, hit.display, value)
-        semantic = await self._semantic_matches(text)
+        semantic = await self._semantic_matches(text, warnings)
         for result_id, value in semantic.results.items():
             e = evidence.setdefault(result_id, _Evidence())
             e.meaning = max(e.meaning, value)
@@ -261,12 +320,17 @@ class KeywordIndex:
             for r in ranked
         ]
 
-    async def _semantic_matches(self, text: str) -> SemanticMatches:
+    async def _semantic_matches(self, text: str, warnings: list[str]) -> SemanticMatches:
         if self._semantic is None:
             return SemanticMatches()
         try:
             return await self._semantic.search(text)
-        except Exception:  # the keyword terms still work without the vectors
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the keyword terms still work without the vectors
+            self._fell_back(MEANING_FAILED, exc)
+            why = f"the search by meaning failed ({exc})"
+            warnings.append(f"saved web answers found by their keywords only: {why}"[:300])
             log.warning("semantic lookup of saved answers failed", exc_info=True)
             return SemanticMatches()
 

@@ -46,6 +46,9 @@ class LiveSources:
     kb_graph_serial_builds: Callable[[], int] | None = None
     #: How many ``AGENT_KB_DEFAULT_BUCKETS`` names are no bucket, as last read (``None``: no KB).
     kb_default_buckets_missing: Callable[[], int] | None = None
+    #: Saved web answers' lookups and writes that fell back, by why (``lookup_failed``,
+    #: ``meaning_failed``, ``not_embedded``; ``None``: no saved answers).
+    saved_answer_fallbacks: Callable[[], Mapping[str, int]] | None = None
     #: Requests per minute counted by this replica alone because the shared count (the
     #: database) was away (``None``: one process, always counted here).
     rate_limit_fallbacks: Callable[[], int] | None = None
@@ -165,6 +168,17 @@ class LiveCollector:
             for (side, reason), n in sorted(s.kb_fusion_drops().items()):
                 drops.add_metric([side, reason], n)
             yield drops
+        if s.saved_answer_fallbacks is not None:
+            saved = CounterMetricFamily(
+                "agentchat_saved_answer_fallbacks",
+                "Lookups and writes of saved web answers that fell back, by why: lookup_failed (none was "
+                "searched), meaning_failed (found by keyword terms only), not_embedded (an answer or its "
+                "keywords stored without vectors: found by terms only until the next start's back-fill).",
+                labels=["reason"],
+            )
+            for reason, n in sorted(s.saved_answer_fallbacks().items()):
+                saved.add_metric([reason], n)
+            yield saved
         if s.kb_reembedding is not None:
             pending, reembedded = s.kb_reembedding()
             yield GaugeMetricFamily(

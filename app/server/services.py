@@ -148,9 +148,15 @@ class Services:
             kb_default_buckets_missing=(
                 self.rooms.knowledge.missing_default_buckets if self.rooms.knowledge is not None else None
             ),
+            saved_answer_fallbacks=self._saved_answer_fallbacks(),
             rate_limit_fallbacks=(lambda: self.limits.shared_fallbacks) if self.limits.store is not None else None,
             live_log=self._live_log_settles(),
         )
+
+    def _saved_answer_fallbacks(self) -> Callable[[], dict[str, int]] | None:
+        """The saved web answers' fallbacks, read at scrape time (``None``: no saved answers)."""
+        keywords = self.rooms.keywords
+        return (lambda: dict(keywords.fallbacks)) if keywords is not None else None
 
     def _kb_fusion_drops(self) -> dict[tuple[str, str], int]:
         knowledge = self.rooms.knowledge

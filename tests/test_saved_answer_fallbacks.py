@@ -1,0 +1,138 @@
+"""Saved web answers whose lookup falls back say so (no silent degradation): a lookup
+whose meaning side fails (the embedder) finds by keyword terms only, one whose database
+read fails finds nothing, an answer stored while the embedder fails has no vectors — each
+is said in ``knowledge_base_search``'s warnings (the model reads them; the stream's
+summary shows the first), counted in ``agentchat_saved_answer_fallbacks_total{reason}``
+and shown in ``/readyz``'s ``keywords``. Before, each was a log line only: the result
+looked like "no saved answer matched", which invites a paid web search again."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agenttools.core.catalog import build_catalog
+from agenttools.core.registry import RunToolState, ToolContext, ToolRegistry
+from agenttools.rag.external_results import Citation, new_external_result
+from agenttools.rag.keyword_rules import validate_keywords
+from agenttools.rag.keywords import KeywordIndex
+from agenttools.rag.tools import KB_SEARCH, RagToolDeps, register_rag_tools
+from app.config import Settings
+from app.server.identity import LOCAL_USER
+from knowledge import KnowledgeBase
+from knowledge.saved_answers import SavedAnswerVectors
+from llm.extractive import ExtractiveProvider
+from storage.keyword_records import KeywordTermHit
+from storage.sqlite import SqliteStorage
+from tests.conftest import collect_sse, running_app
+from tests.support.storage import opened_storage
+from tests.test_kb_search_warnings import BreakableEmbedder
+from tests.test_metrics import get_metrics, value
+
+FAMILY = "agentchat_saved_answer_fallbacks"
+
+
+async def save_answer(keywords: KeywordIndex, owner: str) -> str:
+    """One saved Perplexity answer with its keywords, as the tools store it."""
+    result = new_external_result(
+        provider="perplexity",
+        query="liquid nitrogen boiling point",
+        answer="Liquid nitrogen boils at -195.8 degrees C (77 K) [1].",
+        citations=[Citation(1, "https://example.org/nitrogen", "Nitrogen")],
+        query_id="q1",
+        now=1_700_000_000.0,
+        owner=owner,
+    )
+    await keywords.save_result(result)
+    accepted = validate_keywords(["liquid nitrogen boiling point", "cryogenics"]).accepted
+    await keywords.index(accepted, query_id="q1", external_result_ids=[result.id], owner=owner)
+    return result.id
+
+
+async def test_the_stream_readyz_and_the_metric_show_saved_answers_found_by_terms_only(tmp_path: Path) -> None:
+    settings = Settings.from_env(
+        {
+            "AGENT_DB_PATH": str(tmp_path / "v.db"),
+            "AGENT_INGEST_SAMPLE_KB": "false",
+            "AGENT_KB_DEFAULT_BUCKETS": "*",  # every bucket: no "no bucket 'default'" warning first
+            "AGENT_LLM_PROVIDER": "extractive",
+            "OLLAMA_HOST": "http://127.0.0.1:9",
+        }
+    )
+    embedder = BreakableEmbedder()
+    async with (
+        running_app(settings, provider=ExtractiveProvider(), embedder=embedder) as (base, app),
+        httpx.AsyncClient(timeout=60) as client,
+    ):
+        before = await get_metrics(client, base)
+        assert before[FAMILY][0] == "counter" and before[FAMILY][1] == {}
+        keywords = app.state.services.rooms.keywords
+        await save_answer(keywords, owner=LOCAL_USER)  # the one user of AGENT_AUTH=none
+        ready = (await client.get(f"{base}/readyz")).json()["checks"]["keywords"]
+        assert ready["ok"] and ready["by_meaning"] and ready["fallbacks"] == {}, ready
+
+        embedder.broken = True  # the embedder's server goes down
+        events = await collect_sse(
+            client,
+            "POST",
+            f"{base}/v1/agent/chat",
+            json={"message": "What is the boiling point of liquid nitrogen?", "context_type": "knowledge"},
+        )
+        assert events[-1].json()["status"] == "completed"
+        results = [e.json() for e in events if e.event == "tool_call_result" and e.json()["name"] == KB_SEARCH]
+        assert results and not results[0]["is_error"], results
+        summary = str(results[0].get("summary"))
+        # Still found (by its keywords' terms), and the summary says how.
+        assert "1 saved web answer" in summary and "by their keywords only" in summary, summary
+
+        ready = (await client.get(f"{base}/readyz")).json()["checks"]["keywords"]
+        assert ready["ok"] and ready["fallbacks"] == {"meaning_failed": 1}, ready
+        assert "connection refused" in ready["last_fallback"], ready
+        after = await get_metrics(client, base)
+    assert value(after, FAMILY, f"{FAMILY}_total", reason="meaning_failed") == 1
+
+
+class UnreadableKeywords:
+    """The keyword store of a database that fails every read of keyword terms."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    async def term_hits(self, terms: Sequence[str], *, owner: str | None) -> list[KeywordTermHit]:
+        raise OSError("disk I/O error")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+async def test_a_failed_lookup_and_an_answer_stored_without_vectors_are_said_and_counted(tmp_path: Path) -> None:
+    embedder = BreakableEmbedder()
+    async with opened_storage(tmp_path / "agent.db") as storage:
+        assert isinstance(storage, SqliteStorage)
+        kb = await KnowledgeBase.create(storage.kb_index, embedder)
+        try:
+            semantic = SavedAnswerVectors(storage.external_vectors, embedder, embed_query=kb.embed_query)
+            writer = KeywordIndex(storage.keywords, storage.external_results, semantic=semantic)
+            embedder.broken = True
+            await save_answer(writer, owner="u1")  # stored, but neither it nor its keywords embedded
+            assert writer.fallbacks == {"not_embedded": 2}
+            embedder.broken = False
+
+            reader = KeywordIndex(UnreadableKeywords(storage.keywords), storage.external_results)  # type: ignore[arg-type]
+            registry = ToolRegistry(build_catalog())
+            register_rag_tools(registry, RagToolDeps(kb, reader, storage.external_results))
+            handler = registry.handler(KB_SEARCH)
+            assert handler is not None
+            async with httpx.AsyncClient() as http:
+                ctx = ToolContext("u1", None, "c1", "r1", "knowledge", {}, http, RunToolState())
+                outcome = await handler({"query": "liquid nitrogen boiling point"}, ctx)
+            assert not outcome.is_error and outcome.content["external_answers"] == []
+            # After the empty knowledge base's own ("no vectors available ...").
+            assert outcome.content["warnings"][-1] == "saved web answers could not be searched (OSError)"
+            assert reader.fallbacks == {"lookup_failed": 1}
+            assert (await reader.readiness())["last_fallback"] == "lookup_failed: OSError: disk I/O error"
+        finally:
+            await kb.aclose()
