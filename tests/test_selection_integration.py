@@ -14,6 +14,7 @@ from app.config import Settings
 from llm.ollama import OllamaProvider
 from tests.conftest import collect_sse, running_app
 from tests.fakes import FakeOllama, Text, running_fake
+from tests.test_metrics import get_metrics, value
 from toolindex.embedder import EmbeddingError
 from toolindex.hashing import HashingEmbedder
 
@@ -118,6 +119,43 @@ async def test_failed_query_embedding_falls_back_with_the_reason(tmp_path: Path)
     selection, _ = await selection_run(tmp_path, GatedEmbedder(fail_query=True), "list my rules", {})
     assert selection["fallback"].startswith("search failed") and "timed out" in selection["fallback"]
     assert selection["tools"] == context_tools("workflow")
+
+
+async def test_every_fallback_is_counted_and_a_failing_search_shows_in_readyz(tmp_path: Path) -> None:
+    """A ready index whose searches fail looked healthy in ``/readyz`` and ``/metrics``
+    (status ready, ``agentchat_tool_index_ready`` 1) while every run was offered all
+    tools: each fallback is counted by why, and the failures shown with the last one."""
+    embedder = GatedEmbedder()
+    fake = FakeOllama([[Text("ok")], [Text("ok")], [Text("ok")]])
+    family = "agentchat_tool_selection_fallbacks"
+    async with running_fake(fake.app) as url:
+        provider = OllamaProvider(url, "llama3.2", timeout=10)
+        async with (
+            running_app(settings(tmp_path), provider=provider, embedder=embedder) as (base, _),
+            httpx.AsyncClient(timeout=30) as client,
+        ):
+
+            async def run(message: str) -> str | None:  # a new message each: no cached query vector
+                events = await collect_sse(client, "POST", f"{base}/v1/agent/chat",
+                                           json={"message": message, "context_type": "workflow"})
+                return next(e.json() for e in events if e.event == "tool_selection")["fallback"]
+
+            await wait_index(client, base, "building")
+            assert (await run("list my rules") or "").startswith("index building")
+            embedder.gate.set()
+            await wait_index(client, base, "ready")
+            assert await run("show my workflows") is None
+            embedder.fail_query = True
+            assert (await run("rename a workflow") or "").startswith("search failed")
+            index = (await client.get(f"{base}/readyz")).json()["checks"]["tool_index"]
+            metrics = await get_metrics(client, base)
+    assert index["status"] == "ready" and index["search_failures"] == 1
+    assert "timed out" in index["last_search_failure"]
+    assert metrics[family][1] == {
+        (f"{family}_total", (("reason", "index_building"),)): 1.0,
+        (f"{family}_total", (("reason", "search_failed"),)): 1.0,
+    }
+    assert value(metrics, "agentchat_tool_search_failures", "agentchat_tool_search_failures_total") == 1
 
 
 async def test_restart_reuses_cached_tool_vectors(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ them from the next model turn on, in this process or in the one that carries the
 
 When the index is not ready (no embedder, building, failed) it says so in its result
 (``fallback``) and ranks by the words the query shares with each tool's name and
-description instead; ``/readyz`` shows the index's state.
+description instead; ``/readyz`` shows the index's state, and a search of a ready index
+that fails is counted there and in ``agentchat_tool_search_failures_total``.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class FindTools:
                 raise
             except Exception as exc:  # the index failed this query: words instead, said in the result
                 fallback = f"tool search failed: {type(exc).__name__}: {exc}"[:300]
+                state.search_failed(fallback)  # and in /readyz and /metrics
         if fallback is not None:
             ranked = rank_by_words(query, specs, limit)
         by_name = {s.name: s for s in specs}

@@ -50,6 +50,24 @@ class IndexState:
     index: SearchableIndex | None = None
     embedder_name: str | None = None
     built_ms: float | None = None
+    #: Runs offered every tool of their context, by why (``index_disabled``,
+    #: ``index_building``, ``index_failed``, ``search_failed``, ``empty_message``):
+    #: ``agentchat_tool_selection_fallbacks_total``. The status above says whether the
+    #: index is ready; this says how many runs a not-ready index or a failing search cost.
+    fallbacks: dict[str, int] = field(default_factory=dict)
+    #: Searches of a ready index that failed (a run's selection, or ``find_tools``, which
+    #: then ranks by shared words), and the last one's error: ``/readyz``'s ``tool_index``
+    #: and ``agentchat_tool_search_failures_total`` (a ready index whose searches fail —
+    #: its embedder's server down — looked healthy there before).
+    search_failures: int = 0
+    last_search_failure: str | None = None
+
+    def search_failed(self, why: str) -> None:
+        self.search_failures += 1
+        self.last_search_failure = why
+
+    def fell_back(self, reason: str) -> None:
+        self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
 
     def ready(self, index: SearchableIndex, built_ms: float) -> None:
         self.index, self.status, self.reason, self.built_ms = index, "ready", "", built_ms
@@ -115,12 +133,14 @@ class ToolSelector:
         fallback: str | None = None
         search_ms: float | None = None
         state = self.index_state
+        reason = ""  # the fallback's kind, for the count
         if state.status != "ready" or state.index is None:
             fallback = f"index {state.status}: {state.reason}" if state.reason else f"index {state.status}"
+            reason = f"index_{state.status}"
         else:
             query = message.strip()[: self.max_query_chars]
             if not query:
-                fallback = "empty message"
+                fallback, reason = "empty message", "empty_message"
             else:
                 t0 = time.perf_counter()
                 try:
@@ -133,9 +153,11 @@ class ToolSelector:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # any search failure: fall back, never fail the run
-                    fallback = f"search failed: {type(exc).__name__}: {exc}"[:300]
+                    fallback, reason = f"search failed: {type(exc).__name__}: {exc}"[:300], "search_failed"
+                    state.search_failed(fallback)
         # Stage 3: core merge (or fallback to the whole context set).
         if fallback is not None:
+            state.fell_back(reason)
             tools = list(context_names)
         else:
             tools = []

@@ -28,6 +28,10 @@ class LiveSources:
     write_stats: Callable[[], Any]  # .batches .retries .failures
     index_ready: Callable[[], bool]
     resolution_cache: Callable[[], Any | None]  # None, or an object with stats.to_dict()
+    #: Runs offered every tool of their context, by why (``None``: not counted).
+    tool_selection_fallbacks: Callable[[], Mapping[str, int]] | None = None
+    #: Searches of the ready tool index that failed (``None``: not counted).
+    tool_search_failures: Callable[[], int] | None = None
     #: Runs this process holds a lease on (``None``: no leases, the gauge is left out).
     leases_held: Callable[[], int] | None = None
     #: Knowledge searches that asked for vectors and ran on text (``None``: no KB).
@@ -131,6 +135,24 @@ class LiveCollector:
             "Whether the tool index is ready (1) or selection falls back (0).",
             value=1 if s.index_ready() else 0,
         )
+        if s.tool_selection_fallbacks is not None:
+            selection = CounterMetricFamily(
+                "agentchat_tool_selection_fallbacks",
+                "Runs offered every tool of their context instead of the selected ones, by why: index_disabled "
+                "(no embedder), index_building, index_failed, search_failed (the index's search raised or timed "
+                "out), empty_message.",
+                labels=["reason"],
+            )
+            for reason, n in sorted(s.tool_selection_fallbacks().items()):
+                selection.add_metric([reason], n)
+            yield selection
+        if s.tool_search_failures is not None:
+            yield _counter(
+                "agentchat_tool_search_failures",
+                "Searches of the ready tool index that failed (its embedder failed or timed out): a run's "
+                "selection then offers every context tool, find_tools ranks by shared words.",
+                s.tool_search_failures(),
+            )
         if s.kb_text_fallbacks is not None:
             yield _counter(
                 "agentchat_kb_semantic_fallbacks",

@@ -97,6 +97,9 @@ class Services:
             "embedder": st.embedder_name,
             "detail": st.reason or None,
             "note": None if st.status == "ready" else "tool selection falls back to all tools of the context",
+            # A ready index whose searches fail (its embedder's server down) falls back too.
+            "search_failures": st.search_failures,
+            "last_search_failure": st.last_search_failure,
         }
         if self.embedder_check is not None:
             checks["embedder"] = self.embedder_check.readiness()
@@ -138,6 +141,8 @@ class Services:
             run_counters=lambda: self.runs.counters,
             write_stats=lambda: self.storage.db.stats,
             index_ready=lambda: self.index_state.status == "ready",
+            tool_selection_fallbacks=lambda: dict(self.index_state.fallbacks),
+            tool_search_failures=lambda: self.index_state.search_failures,
             resolution_cache=lambda: self.rooms.resolution_cache,
             leases_held=self.runs.leases_held,
             kb_text_fallbacks=self._kb_text_fallbacks if self.rooms.knowledge is not None else None,
