@@ -71,6 +71,10 @@ class McpRoom:
         self._base: ToolIndex | None = None
         self._segments: dict[str, ToolIndex] = {}
         self._index_notes: dict[str, str] = {}
+        #: Servers whose tools are offered but not in the tool index (their embedding
+        #: failed, or its dimension differs): a selection never ranks them, only a
+        #: fallback offers them. ``/readyz`` and ``agentchat_mcp_servers_unranked``.
+        self.unranked: set[str] = set()
         self.updates = 0
 
     def start(self) -> None:
@@ -110,6 +114,7 @@ class McpRoom:
             log.warning("MCP tool names could not be kept for the next start", extra={"reason": str(exc)})
 
     async def _embed(self, server: str, tools: list[McpTool]) -> ToolIndex | None:
+        self.unranked.discard(server)
         if self.embedder is None:
             self._index_notes.pop(server, None)
             return None
@@ -121,6 +126,7 @@ class McpRoom:
             raise
         except Exception as exc:  # its tools stay offered in fallbacks, just never ranked
             self._index_notes[server] = f"embedding failed: {exc}"[:300]
+            self.unranked.add(server)
             log.warning("MCP tools could not be embedded; they are not ranked",
                         extra={"mcp_server": server, "reason": self._index_notes[server]})
             return None
@@ -143,6 +149,7 @@ class McpRoom:
             segment = self._segments.get(server)
             if segment is not None and segment.dim != base.dim and len(segment):
                 self._index_notes[server] = f"dimension {segment.dim} differs from the index's {base.dim}"
+                self.unranked.add(server)
             elif segment is not None:
                 segments[server] = segment
         combined = combine_indexes(base, segments, self.catalog.exposed())
@@ -167,11 +174,23 @@ class McpRoom:
             "servers": servers,
         }
         down = [n for n, s in servers.items() if s["state"] != "up"]
+        unranked = sorted(self.unranked & set(self.connections))
+        if unranked:
+            out["unranked"] = unranked
         if waiting:
             out["detail"] = "connecting to MCP servers: " + ", ".join(waiting)
         elif down:
             out["detail"] = "MCP servers not connected (their tools are absent, retrying): " + ", ".join(down)
+        elif unranked:
+            out["detail"] = "MCP tools not in the tool index (never selected by meaning): " + ", ".join(unranked)
         return out
+
+    def server_states(self) -> dict[str, int]:
+        """How many servers are in each connection state (``agentchat_mcp_servers``)."""
+        counts: dict[str, int] = {}
+        for connection in self.connections.values():
+            counts[connection.state] = counts.get(connection.state, 0) + 1
+        return counts
 
 
 def combine_indexes(

@@ -38,6 +38,7 @@ from tests.fakes import FakeOllama, ToolCall, running_fake
 from tests.fakes.mcp_catalog import generate_tools, labelled_queries
 from tests.fakes.mcp_server import DeskState, build_server
 from tests.support.sse import SSEEvent
+from tests.test_metrics import get_metrics, value
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -323,6 +324,12 @@ async def test_clashes_are_prefixed_a_broken_server_is_reported_and_recall_is_me
     broken = body["checks"]["mcp"]["servers"]["broken"]
     assert broken["state"] == "down" and broken["tools"] == 0 and "nonexistent" in broken["last_error"]
     assert "desk-secret-1" not in orjson.dumps(body).decode()
+    # The down server is on /metrics too, for an alert (it was only in /readyz).
+    async with httpx.AsyncClient(timeout=10) as client:
+        metrics = await get_metrics(client, world.base)
+    assert value(metrics, "agentchat_mcp_servers", "agentchat_mcp_servers", state="down") == 1
+    assert value(metrics, "agentchat_mcp_servers", "agentchat_mcp_servers", state="up") == 2
+    assert value(metrics, "agentchat_mcp_servers_unranked", "agentchat_mcp_servers_unranked") == 0
     registry = world.registry
     # A clash between servers prefixes both; a clash with a built-in prefixes the MCP tool.
     assert "echo" not in registry and {"ops__echo", "desk__echo"} <= set(registry.names())

@@ -53,6 +53,10 @@ class LiveSources:
     #: Saved web answers' lookups and writes that fell back, by why (``lookup_failed``,
     #: ``meaning_failed``, ``not_embedded``; ``None``: no saved answers).
     saved_answer_fallbacks: Callable[[], Mapping[str, int]] | None = None
+    #: MCP servers by connection state (``None``: no MCP servers configured).
+    mcp_servers: Callable[[], Mapping[str, int]] | None = None
+    #: MCP servers whose tools are not in the tool index (``None``: no MCP servers).
+    mcp_unranked: Callable[[], int] | None = None
     #: Requests per minute counted by this replica alone because the shared count (the
     #: database) was away (``None``: one process, always counted here).
     rate_limit_fallbacks: Callable[[], int] | None = None
@@ -152,6 +156,23 @@ class LiveCollector:
                 "Searches of the ready tool index that failed (its embedder failed or timed out): a run's "
                 "selection then offers every context tool, find_tools ranks by shared words.",
                 s.tool_search_failures(),
+            )
+        if s.mcp_servers is not None:
+            servers = GaugeMetricFamily(
+                "agentchat_mcp_servers",
+                "Configured MCP servers by connection state (up, connecting, down, closed): a server that is "
+                "not up has its tools absent while it is retried.",
+                labels=["state"],
+            )
+            for state, n in sorted(s.mcp_servers().items()):
+                servers.add_metric([state], n)
+            yield servers
+        if s.mcp_unranked is not None:
+            yield GaugeMetricFamily(
+                "agentchat_mcp_servers_unranked",
+                "MCP servers whose tools are not in the tool index (their embedding failed, or its dimension "
+                "differs): selection never ranks them; only a fallback offers them.",
+                value=s.mcp_unranked(),
             )
         if s.kb_text_fallbacks is not None:
             yield _counter(

@@ -154,6 +154,8 @@ class Services:
                 self.rooms.knowledge.missing_default_buckets if self.rooms.knowledge is not None else None
             ),
             saved_answer_fallbacks=self._saved_answer_fallbacks(),
+            mcp_servers=self.rooms.mcp.server_states if self.rooms.mcp is not None else None,
+            mcp_unranked=self._mcp_unranked(),
             rate_limit_fallbacks=(lambda: self.limits.shared_fallbacks) if self.limits.store is not None else None,
             live_log=self._live_log_settles(),
         )
@@ -162,6 +164,11 @@ class Services:
         """The saved web answers' fallbacks, read at scrape time (``None``: no saved answers)."""
         keywords = self.rooms.keywords
         return (lambda: dict(keywords.fallbacks)) if keywords is not None else None
+
+    def _mcp_unranked(self) -> Callable[[], int] | None:
+        """MCP servers whose tools are not in the tool index (``None``: no MCP servers)."""
+        mcp = self.rooms.mcp
+        return (lambda: len(mcp.unranked & set(mcp.connections))) if mcp is not None else None
 
     def _kb_fusion_drops(self) -> dict[tuple[str, str], int]:
         knowledge = self.rooms.knowledge
