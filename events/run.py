@@ -79,6 +79,13 @@ class ToolSelection(Event, frozen=True, kw_only=True):
         str | None, Meta(description="Why every tool of the context was offered instead (null: search worked).")
     ]
     tools: Annotated[list[str], Meta(description="Every tool offered, in order.")]
+    history_error: Annotated[
+        str,
+        Meta(
+            description="Why the conversation's earlier messages could not be loaded: the model was sent none "
+            "of them this run (absent: loaded, or a new conversation)."
+        ),
+    ] | UnsetType = UNSET
 
 
 class MessageStart(Event, frozen=True, kw_only=True):

@@ -189,12 +189,16 @@ class Agent:
         """Load history, select tools, build the prompt; store it all as the first step."""
         run, chat = scope.run, scope.chat
         history: list[Message] = []
+        history_error: str | None = None
         try:
             if not run.new_conversation:  # a conversation this run's admission created holds nothing yet
                 history = await self.conversations.load(run.conversation_id, scope.caller.user_id)
-        except Exception:
+        except Exception as exc:
+            # The run goes on without it, and says so: in its first event and a metric.
             log.exception("could not load conversation history", extra={"run_id": run.id})
-            history = []
+            history, history_error = [], f"{type(exc).__name__}: {exc}"[:300]
+            if self.metrics is not None:
+                self.metrics.history_unavailable()
         selection = await self.selector.select(chat.context_type, chat.context, chat.message)
         policy = self.policy_for(chat.context_type)
         tool_defs = [self.registry.spec(n).definition for n in selection.tools if n in self.registry]
@@ -222,7 +226,7 @@ class Agent:
         )
         state.add(user)
         scope.state = state  # from here on the user's message is in the step below
-        await run_step(scope, state, events=[selection.event()], status="running")
+        await run_step(scope, state, events=[selection.event(history_error=history_error)], status="running")
         return state
 
     async def _loop(self, scope: RunScope) -> RunEnding:

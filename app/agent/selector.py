@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from msgspec import UNSET
+
 from agenttools.core.registry import ToolRegistry, ToolSpec
 from events import RagScore, ToolSelection
 
@@ -85,13 +87,16 @@ class Selection:
     tools: list[str]
     elapsed_ms: float = 0.0
 
-    def event(self) -> ToolSelection:
+    def event(self, *, history_error: str | None = None) -> ToolSelection:
+        """The run's first stored event after ``run_started``; ``history_error`` says the
+        run goes on without its conversation's earlier messages (they could not be loaded)."""
         return ToolSelection(
             context_type=self.context_type,
             core=self.core,
             rag=[RagScore(name=n, score=round(s, 4)) for n, s in self.rag],
             fallback=self.fallback,
             tools=self.tools,
+            history_error=UNSET if history_error is None else history_error,
         )
 
 

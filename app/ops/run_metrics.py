@@ -183,6 +183,12 @@ class RunMetrics:
             ["code"],
             registry=registry,
         )
+        self.history_failures = Counter(
+            "agentchat_history_load_failures",
+            "Runs whose conversation's earlier messages could not be loaded: the model was sent none of them "
+            "(said in the run's tool_selection.history_error).",
+            registry=registry,
+        )
         self.tokens = Counter(
             "agentchat_tokens",
             "Model tokens of finished runs as the provider reported them, by direction (in | out).",
@@ -237,6 +243,10 @@ class RunMetrics:
     def provider_error(self, code: str) -> None:
         """A model turn that ended in an error (``code`` is ours, a short fixed set)."""
         self.provider_errors.labels(code).inc()
+
+    def history_unavailable(self) -> None:
+        """A run that goes on without its conversation's history (it could not be loaded)."""
+        self.history_failures.inc()
 
     def run_finished(self, summary: FinishedRun) -> RunOutcome:
         """Once per run, when its ``message_complete`` is emitted. Returns what was read."""

@@ -132,6 +132,10 @@ export interface ToolSelection {
    * Every tool offered, in order.
    */
   tools: string[];
+  /**
+   * Why the conversation's earlier messages could not be loaded: the model was sent none of them this run (absent: loaded, or a new conversation).
+   */
+  history_error?: string;
 }
 /**
  * A tool found by the embedding search, with its similarity.
