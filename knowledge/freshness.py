@@ -75,6 +75,11 @@ class KBFreshness:
         self._read_at = -float("inf")
         #: Reloads after another process's change, since start (``/metrics``).
         self.reloads = 0
+        #: Reloads that failed since start (``/metrics``), and the last one's error while
+        #: the vectors in memory are older than the stored ones (``None`` once one
+        #: succeeds): searches by meaning and ``/readyz`` say so meanwhile.
+        self.reload_failures = 0
+        self.reload_error: str | None = None
 
     async def start(self) -> None:
         """Before the first load: the generation that load will contain (at least)."""
@@ -148,13 +153,16 @@ class KBFreshness:
             began = time.monotonic()
             try:
                 await self._dense.reload()
-            except Exception:
+            except Exception as exc:
                 # The old matrix keeps serving; the next check tries again.
                 log.exception("knowledge base: reloading the vectors after another process's change failed")
                 self._failed = True
+                self.reload_failures += 1
+                self.reload_error = f"{type(exc).__name__}: {exc}"[:300]
                 return
             self._reload_took = time.monotonic() - began
             self.reloads += 1
+            self.reload_error = None
             if not self._reload_again:
                 return
 

@@ -353,6 +353,9 @@ class KnowledgeBase:
             query, bucket=bucket, top_k=top_k, filters=filters, doc_id=doc_id, mode=mode,
             context_chars=context_chars, candidates=candidates, relax=relax, buckets=buckets, overload=overload,
         )
+        if (stale := self._fresh.reload_error) is not None and mode != "text":  # asked for vectors
+            response.warnings.insert(0, f"ranked by meaning on vectors older than the knowledge base: reloading "
+                                        f"them after another process's change failed ({stale})")
         return screen_response(response, bucket, buckets)
 
     async def embed_query(self, text: str) -> np.ndarray:
@@ -419,6 +422,11 @@ class KnowledgeBase:
         return await semantic_status(
             self.embedder, self.embed_key, self._vectors, self._fresh, fallbacks=self._search.text_fallbacks
         )
+
+    @property
+    def reload_failures(self) -> int:
+        """Reloads of the dense side that failed since start (``/metrics``)."""
+        return self._fresh.reload_failures
 
     @property
     def reloads(self) -> int:

@@ -35,6 +35,9 @@ async def semantic_status(
         return {"ok": False, "detail": "no embedder: every search runs on text", **out}
     await fresh.check()
     out["index"] = await vectors.status()
+    out["reload_failures"] = fresh.reload_failures
+    if fresh.reload_error is not None:  # the vectors in memory are older than the stored ones
+        out["reload_error"] = fresh.reload_error
     if not await vectors.available():
         return {"ok": False, "detail": f"no vectors of {embed_key} stored yet: searches run on text", **out}
     return {"ok": True, **out}

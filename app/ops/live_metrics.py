@@ -45,6 +45,8 @@ class LiveSources:
     #: Reloads of the KB's in-memory state after another process changed the stored KB
     #: (``None``: no KB).
     kb_reloads: Callable[[], int] | None = None
+    #: Reloads of the KB's in-memory vectors that failed (``None``: no KB).
+    kb_reload_failures: Callable[[], int] | None = None
     #: The KB engine's graph builds run serially for want of shared memory (``None``:
     #: no KB, or an engine without graphs).
     kb_graph_serial_builds: Callable[[], int] | None = None
@@ -186,6 +188,13 @@ class LiveCollector:
                 "Reloads of the knowledge base's in-memory vectors after another process (the CLI, "
                 "a sibling worker, a replica) changed the stored knowledge base.",
                 s.kb_reloads(),
+            )
+        if s.kb_reload_failures is not None:
+            yield _counter(
+                "agentchat_kb_reload_failures",
+                "Reloads of the knowledge base's in-memory vectors after another process's change that failed: "
+                "searches by meaning ran on the older vectors (and said so) until one succeeded.",
+                s.kb_reload_failures(),
             )
         if s.kb_graph_serial_builds is not None:
             yield _counter(

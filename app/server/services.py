@@ -149,6 +149,7 @@ class Services:
             kb_reembedding=self._kb_reembedding if self.rooms.knowledge is not None else None,
             kb_fusion_drops=self._kb_fusion_drops if self.rooms.knowledge is not None else None,
             kb_reloads=self._kb_reloads if self.rooms.knowledge is not None else None,
+            kb_reload_failures=self._kb_reload_failures(),
             kb_graph_serial_builds=self._kb_graph_serial_builds(),
             kb_default_buckets_missing=(
                 self.rooms.knowledge.missing_default_buckets if self.rooms.knowledge is not None else None
@@ -188,6 +189,11 @@ class Services:
             return None
         kb = knowledge.kb
         return lambda: int(kb.graph_serial_builds or 0)
+
+    def _kb_reload_failures(self) -> Callable[[], int] | None:
+        """The KB's failed reloads of its in-memory vectors (``None``: no KB)."""
+        knowledge = self.rooms.knowledge
+        return (lambda: int(knowledge.kb.reload_failures)) if knowledge is not None else None
 
     def _kb_reloads(self) -> int:
         knowledge = self.rooms.knowledge
