@@ -28,6 +28,9 @@ class LiveSources:
     write_stats: Callable[[], Any]  # .batches .retries .failures
     index_ready: Callable[[], bool]
     resolution_cache: Callable[[], Any | None]  # None, or an object with stats.to_dict()
+    #: The model and the embedder in use: ``(role, name, configured)`` each, where
+    #: ``configured`` is the setting (``auto`` picks the best reachable; ``None``: not shown).
+    model_choice: Callable[[], Iterable[tuple[str, str, str]]] | None = None
     #: Runs offered every tool of their context, by why (``None``: not counted).
     tool_selection_fallbacks: Callable[[], Mapping[str, int]] | None = None
     #: Searches of the ready tool index that failed (``None``: not counted).
@@ -141,6 +144,17 @@ class LiveCollector:
             "Whether the tool index is ready (1) or selection falls back (0).",
             value=1 if s.index_ready() else 0,
         )
+        if s.model_choice is not None:
+            chosen = GaugeMetricFamily(
+                "agentchat_model_chosen",
+                "The model (role provider) and the embedder (role embedder) this process uses, 1 each, with the "
+                "setting that chose it: under auto a name such as extractive or hashing means nothing better was "
+                "reachable at start-up (/readyz says what was passed over and why).",
+                labels=["role", "name", "configured"],
+            )
+            for role, name, configured in s.model_choice():
+                chosen.add_metric([role, name, configured], 1)
+            yield chosen
         if s.tool_selection_fallbacks is not None:
             selection = CounterMetricFamily(
                 "agentchat_tool_selection_fallbacks",

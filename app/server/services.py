@@ -141,6 +141,7 @@ class Services:
             run_counters=lambda: self.runs.counters,
             write_stats=lambda: self.storage.db.stats,
             index_ready=lambda: self.index_state.status == "ready",
+            model_choice=self._model_choice,
             tool_selection_fallbacks=lambda: dict(self.index_state.fallbacks),
             tool_search_failures=lambda: self.index_state.search_failures,
             resolution_cache=lambda: self.rooms.resolution_cache,
@@ -160,6 +161,15 @@ class Services:
             rate_limit_fallbacks=(lambda: self.limits.shared_fallbacks) if self.limits.store is not None else None,
             live_log=self._live_log_settles(),
         )
+
+    def _model_choice(self) -> list[tuple[str, str, str]]:
+        """The provider and the embedder in use, with the settings that chose them."""
+        chosen = [("provider", str(self.provider.name), self.settings.llm_provider)]
+        check = self.embedder_check
+        if check is not None:
+            name = check.embedder.name if check.embedder is not None else "none"
+            chosen.append(("embedder", str(name), check.configured))
+        return chosen
 
     def _saved_answer_fallbacks(self) -> Callable[[], dict[str, int]] | None:
         """The saved web answers' fallbacks, read at scrape time (``None``: no saved answers)."""
