@@ -88,7 +88,11 @@ class SqlStorage(Generic[DB, Runs, KB]):
         )
 
     async def readiness(self) -> dict[str, object]:
-        return await self.db.readiness()
+        out = await self.db.readiness()
+        feed_status = getattr(self.run_feed, "status", None)
+        if callable(feed_status):  # PostgreSQL's listener: informational, never "not ready"
+            out = {**out, "run_feed": feed_status()}
+        return out
 
     async def close(self) -> None:
         if self.run_feed is not None:

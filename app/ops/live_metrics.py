@@ -65,6 +65,9 @@ class LiveSources:
     #: Requests per minute counted by this replica alone because the shared count (the
     #: database) was away (``None``: one process, always counted here).
     rate_limit_fallbacks: Callable[[], int] | None = None
+    #: PostgreSQL's run-event listener (``{"listening": bool, "reconnects": int}``;
+    #: ``None``: no listener).
+    run_feed: Callable[[], Mapping[str, Any]] | None = None
     #: SQLite's live-log settles (``.settles .failures .reconciled_runs .dropped_rows``;
     #: ``None``: PostgreSQL, no live log).
     live_log: Callable[[], Any] | None = None
@@ -132,6 +135,19 @@ class LiveCollector:
                 "agentchat_run_log_dropped_rows",
                 "Live-log rows left out of a reconciled run (a seq already written, or after its first ending).",
                 settles.dropped_rows,
+            )
+        if s.run_feed is not None:
+            feed = s.run_feed()
+            yield GaugeMetricFamily(
+                "agentchat_run_feed_listening",
+                "Whether this replica hears other replicas' run events and cancels now (1), or follows runs "
+                "elsewhere at the quiet poll and takes their cancels at the lease-claim pace (0).",
+                value=1 if feed.get("listening") else 0,
+            )
+            yield _counter(
+                "agentchat_run_feed_reconnects",
+                "Reconnects of the run-event listener after it lost its connection.",
+                int(feed.get("reconnects") or 0),
             )
         if s.rate_limit_fallbacks is not None:
             yield _counter(

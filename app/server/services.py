@@ -134,6 +134,11 @@ class Services:
         settler = getattr(self.storage.runs, "settler", None)
         return (lambda: settler.stats) if settler is not None else None
 
+    def _run_feed_status(self) -> Callable[[], Any] | None:
+        """PostgreSQL's run-event listener's state, read at scrape time (``None``: none)."""
+        status = getattr(self.storage.run_feed, "status", None)
+        return status if callable(status) else None
+
     def live_metric_sources(self) -> LiveSources:
         """What ``/metrics`` reads at scrape time from this app's live objects."""
         return LiveSources(
@@ -160,6 +165,7 @@ class Services:
             mcp_unranked=self._mcp_unranked(),
             rate_limit_fallbacks=(lambda: self.limits.shared_fallbacks) if self.limits.store is not None else None,
             live_log=self._live_log_settles(),
+            run_feed=self._run_feed_status(),
         )
 
     def _model_choice(self) -> list[tuple[str, str, str]]:

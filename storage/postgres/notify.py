@@ -51,6 +51,19 @@ class RunEventsListener:
         self.connected = asyncio.Event()
         self.notifications = 0
         self.reconnects = 0
+        #: Why the listener is not listening now (``None`` while it listens).
+        self.last_error: str | None = None
+
+    def status(self) -> dict[str, Any]:
+        """``/readyz``'s ``db.run_feed`` and ``/metrics``: whether this replica hears other
+        replicas' run events and cancels now. While it does not, a stream of a run
+        executing elsewhere reads its log at the quiet poll (every 10 s), and a cancel
+        asked elsewhere reaches a run here at the lease-claim pace: slower, not lost."""
+        listening = self.connected.is_set()
+        out: dict[str, Any] = {"listening": listening, "reconnects": self.reconnects}
+        if not listening and self.last_error is not None:
+            out["detail"] = f"not listening ({self.last_error}): runs elsewhere are followed at the quiet poll"
+        return out
 
     def start(self) -> None:
         if self._task is None:
@@ -93,6 +106,7 @@ class RunEventsListener:
                 raise
             except Exception as exc:
                 attempt += 1
+                self.last_error = f"cannot connect: {type(exc).__name__}: {exc}"[:300]
                 if attempt == 1:
                     log.warning("run events listener cannot connect; retrying", extra={"error": str(exc)[:300]})
                 await asyncio.sleep(min(5.0, 0.2 * 2 ** min(attempt, 5)))
@@ -104,6 +118,7 @@ class RunEventsListener:
                 if attempt or self.reconnects:
                     log.info("run events listener connected again")
                 attempt = 0
+                self.last_error = None
                 self.connected.set()
                 self._hub.read_all()  # whatever was committed while we were away
                 if self.reconnects:
@@ -117,6 +132,7 @@ class RunEventsListener:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                self.last_error = f"lost its connection: {type(exc).__name__}: {exc}"[:300]
                 log.warning("run events listener lost its connection", extra={"error": str(exc)[:300]})
                 # Every follower reads its log now instead of at its quiet poll (10 s): an
                 # outage reaches its clients as an error at once, and events committed just
