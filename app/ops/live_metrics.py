@@ -93,6 +93,12 @@ class LiveCollector:
         yield runs
         yield _counter("agentchat_runs_resumed", "Runs carried on from a checkpoint after a restart.", counters.resumed)
         yield _counter(
+            "agentchat_runs_not_resumable",
+            "Unfinished runs found at a start or a take-over that could not be carried on (restarted too often "
+            "without progress, an unreadable checkpoint, an input sealed under another key): ended run_interrupted.",
+            getattr(counters, "not_resumable", 0),
+        )
+        yield _counter(
             "agentchat_runs_interrupted", "Runs released at shutdown for the next process.", counters.interrupted
         )
         yield from _lease_metrics(counters, s.leases_held)

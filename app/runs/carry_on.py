@@ -55,8 +55,11 @@ class RunCarrier:
         run = self.launcher.restore(stored, events)
         earlier = self.registry.live_in(run.user_id, run.conversation_id)
         self.registry.register(run)
-        self.counters.resumed += 1
         plan = plan_recovery(stored, events, reason=reason, sealer=self.input_sealer)
+        if isinstance(plan, CannotResume):
+            self.counters.not_resumable += 1
+        else:
+            self.counters.resumed += 1
         if isinstance(plan, AlreadyEnded):  # it ended, but the process died before its status was written
             run.finished_at = time.time()
             run.status = plan.status  # type: ignore[assignment]

@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 class RunCounters:
     started: int = 0
     resumed: int = 0
+    #: Unfinished runs found at a start or a take-over that could not be carried on (a
+    #: crash loop's cap, an unreadable checkpoint, an input sealed under another key):
+    #: ended ``run_interrupted``. Not counted in ``resumed``.
+    not_resumable: int = 0
     interrupted: int = 0
     storage_failures: int = 0
     rescued_writes: int = 0
