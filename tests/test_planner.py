@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 
@@ -21,10 +22,13 @@ from agenttools.rag.decomposition import (
 )
 from app.agent.planner import PlannerSettings, QueryPlanner
 from app.cli.kb_file import open_kb_file
+from app.config import Settings
 from knowledge.kb import KnowledgeBase
 from llm.ollama import OllamaProvider
+from tests.conftest import collect_sse, running_app
 from tests.fakes import FakeOllama, Hold, HttpError, Text, running_fake
 from tests.test_corpus_tools import build_corpus
+from tests.test_metrics import get_metrics, value
 
 QUESTION = "Find invoices over $1k from Acme in 2023"
 ROUTE = {
@@ -206,3 +210,37 @@ async def test_no_schemas_means_no_calls(tmp_path: Path) -> None:
     finally:
         await plain.aclose()
     assert hint is None and chat_bodies(fake) == []
+
+
+async def test_skipped_plans_are_counted_by_why_and_reach_metrics(kb: KnowledgeBase, tmp_path: Path) -> None:
+    """A plan skipped (the model's answer does not fit, it timed out, its call failed)
+    leaves the run searching without its filters: counted by why on the planner and in
+    ``agentchat_query_plans_total{outcome}``, where it was a log line only."""
+    fake = FakeOllama([[Text("Sure! The bucket is invoices.")], [Text("No plan needed.")]])
+    async with running_fake(fake.app) as url:
+        provider = OllamaProvider(url, "llama3.2", timeout=10)
+        planner = QueryPlanner(provider, kb)
+        settings = Settings.from_env({
+            "AGENT_DB_PATH": str(tmp_path / "agent.db"),
+            "AGENT_INGEST_SAMPLE_KB": "false",
+            "AGENT_MANDATORY_CONTEXTS": "none",
+        })
+        async with (
+            running_app(settings, provider=provider, embedder=None, planner=planner) as (base, _app),
+            httpx.AsyncClient(timeout=30) as client,
+        ):
+            events = await collect_sse(client, "POST", f"{base}/v1/agent/chat",
+                                       json={"message": QUESTION, "context_type": "knowledge"})
+            assert events[-1].json()["status"] == "completed"
+            metrics = await get_metrics(client, base)
+    assert planner.outcomes == {"rejected": 1}
+    assert value(metrics, "agentchat_query_plans", "agentchat_query_plans_total", outcome="rejected") == 1
+    made = FakeOllama([say(ROUTE), say(PLAN)])
+    async with running_fake(made.app) as url:
+        provider = OllamaProvider(url, "llama3.2", timeout=10)
+        try:
+            planner = QueryPlanner(provider, kb)
+            assert await planner.plan(QUESTION) is not None
+        finally:
+            await provider.aclose()
+    assert planner.outcomes == {"planned": 1}

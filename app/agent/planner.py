@@ -153,21 +153,35 @@ class QueryPlanner:
     provider: Provider
     catalog: BucketCatalog
     settings: PlannerSettings = field(default_factory=PlannerSettings)
+    #: Plans made and plans skipped by why (``planned``, ``timeout``, ``rejected``,
+    #: ``failed``; nothing to plan is not counted): ``agentchat_query_plans_total``, so a
+    #: model that never plans (every run searching without its filters) is seen.
+    outcomes: dict[str, int] = field(default_factory=dict)
 
     async def plan(self, message: str) -> PlanHint | None:
         """The plan hint for ``message``; ``None`` when there is nothing to plan or anything fails."""
+        outcome = "failed"
         try:
             async with asyncio.timeout(self.settings.timeout_s):
-                return await self._plan(message)
+                hint = await self._plan(message)
+            if hint is not None:
+                self._count("planned")
+            return hint
         except TimeoutError:
+            outcome = "timeout"
             log.warning("query plan skipped: timed out after %.1f s", self.settings.timeout_s)
         except PlanRejected as exc:
+            outcome = "rejected"
             log.warning("query plan skipped: %s", exc)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the hint is optional; never fail a run over it
             log.warning("query plan skipped: %s: %s", type(exc).__name__, exc)
+        self._count(outcome)
         return None
+
+    def _count(self, outcome: str) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
 
     async def _plan(self, message: str) -> PlanHint | None:
         text = message.strip()[: self.settings.max_message_chars]

@@ -31,6 +31,8 @@ class LiveSources:
     #: The model and the embedder in use: ``(role, name, configured)`` each, where
     #: ``configured`` is the setting (``auto`` picks the best reachable; ``None``: not shown).
     model_choice: Callable[[], Iterable[tuple[str, str, str]]] | None = None
+    #: Query plans made and skipped, by outcome (``None``: no planner).
+    query_plans: Callable[[], Mapping[str, int]] | None = None
     #: Runs offered every tool of their context, by why (``None``: not counted).
     tool_selection_fallbacks: Callable[[], Mapping[str, int]] | None = None
     #: Searches of the ready tool index that failed (``None``: not counted).
@@ -177,6 +179,17 @@ class LiveCollector:
             for role, name, configured in s.model_choice():
                 chosen.add_metric([role, name, configured], 1)
             yield chosen
+        if s.query_plans is not None:
+            plans = CounterMetricFamily(
+                "agentchat_query_plans",
+                "Query plans (the model's routing of a knowledge question to typed buckets and their filters), by "
+                "outcome: planned, or skipped - timeout, rejected (an answer that does not fit the schema), failed "
+                "(the model call failed); a skipped plan leaves the run searching without its filters.",
+                labels=["outcome"],
+            )
+            for outcome, n in sorted(s.query_plans().items()):
+                plans.add_metric([outcome], n)
+            yield plans
         if s.tool_selection_fallbacks is not None:
             selection = CounterMetricFamily(
                 "agentchat_tool_selection_fallbacks",

@@ -147,6 +147,7 @@ class Services:
             write_stats=lambda: self.storage.db.stats,
             index_ready=lambda: self.index_state.status == "ready",
             model_choice=self._model_choice,
+            query_plans=self._query_plans(),
             tool_selection_fallbacks=lambda: dict(self.index_state.fallbacks),
             tool_search_failures=lambda: self.index_state.search_failures,
             resolution_cache=lambda: self.rooms.resolution_cache,
@@ -176,6 +177,11 @@ class Services:
             name = check.embedder.name if check.embedder is not None else "none"
             chosen.append(("embedder", str(name), check.configured))
         return chosen
+
+    def _query_plans(self) -> Callable[[], dict[str, int]] | None:
+        """The planner's outcomes, read at scrape time (``None``: no planner)."""
+        outcomes = getattr(self.agent.planner, "outcomes", None)
+        return (lambda: dict(outcomes)) if isinstance(outcomes, dict) else None
 
     def _saved_answer_fallbacks(self) -> Callable[[], dict[str, int]] | None:
         """The saved web answers' fallbacks, read at scrape time (``None``: no saved answers)."""
