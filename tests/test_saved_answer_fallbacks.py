@@ -8,6 +8,7 @@ looked like "no saved answer matched", which invites a paid web search again."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -136,3 +137,37 @@ async def test_a_failed_lookup_and_an_answer_stored_without_vectors_are_said_and
             assert (await reader.readiness())["last_fallback"] == "lookup_failed: OSError: disk I/O error"
         finally:
             await kb.aclose()
+
+
+async def test_a_failed_start_up_back_fill_shows_in_readyz_and_metrics(tmp_path: Path) -> None:
+    """Answers saved while the embedder failed get their vectors from the next start's
+    back-fill; one that fails too (the embedder still down) leaves them found by terms
+    only until the start after — counted as ``backfill_failed``, no longer a log line."""
+    db = tmp_path / "v.db"
+    embedder = BreakableEmbedder()
+    embedder.broken = True
+    async with opened_storage(db) as storage:
+        kb = await KnowledgeBase.create(storage.kb_index, embedder)
+        try:
+            semantic = SavedAnswerVectors(storage.external_vectors, embedder, embed_query=kb.embed_query)
+            await save_answer(KeywordIndex(storage.keywords, storage.external_results, semantic=semantic), LOCAL_USER)
+        finally:
+            await kb.aclose()
+    settings = Settings.from_env({
+        "AGENT_DB_PATH": str(db),
+        "AGENT_INGEST_SAMPLE_KB": "false",
+        "AGENT_LLM_PROVIDER": "extractive",
+        "OLLAMA_HOST": "http://127.0.0.1:9",
+    })
+    async with (
+        running_app(settings, provider=ExtractiveProvider(), embedder=embedder) as (base, _app),
+        httpx.AsyncClient(timeout=30) as client,
+    ):
+        ready: dict[str, Any] = {}
+        async with asyncio.timeout(30):
+            while "backfill_failed" not in ready.get("fallbacks", {}):
+                ready = (await client.get(f"{base}/readyz")).json()["checks"]["keywords"]
+                await asyncio.sleep(0.02)
+        metrics = await get_metrics(client, base)
+    assert ready["fallbacks"] == {"backfill_failed": 1} and "connection refused" in ready["last_fallback"], ready
+    assert value(metrics, FAMILY, f"{FAMILY}_total", reason="backfill_failed") == 1

@@ -67,6 +67,9 @@ _KEYWORD_SHOWN = 0.5
 LOOKUP_FAILED: Final = "lookup_failed"
 MEANING_FAILED: Final = "meaning_failed"
 NOT_EMBEDDED: Final = "not_embedded"
+#: The start-up back-fill of keyword terms and saved-answer vectors failed: what it was to
+#: fill in stays missing (found by terms only, or not by its terms) until the next start.
+BACKFILL_FAILED: Final = "backfill_failed"
 
 #: Keywords close in meaning to a query that are looked up for their answers (the
 #: asker's best ones, from at most ``_SEMANTIC_KEYWORD_CANDIDATES`` of every owner's).
@@ -217,7 +220,17 @@ class KeywordIndex:
     async def backfill(self, *, batch: int = 500) -> dict[str, int]:
         """Fill in what data written before keyword terms and vectors existed lacks:
         the terms of old keywords, and (with an embedder) vectors of old results and
-        keywords. Run once at start-up, in the background; lookups work meanwhile."""
+        keywords. Run once at start-up, in the background; lookups work meanwhile. A
+        failure is counted (``BACKFILL_FAILED``) and raised."""
+        try:
+            return await self._backfill(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._fell_back(BACKFILL_FAILED, exc)
+            raise
+
+    async def _backfill(self, batch: int) -> dict[str, int]:
         terms = 0
         while True:
             missing = await self._keywords.without_terms(batch)

@@ -274,7 +274,8 @@ class LiveCollector:
                 "agentchat_saved_answer_fallbacks",
                 "Lookups and writes of saved web answers that fell back, by why: lookup_failed (none was "
                 "searched), meaning_failed (found by keyword terms only), not_embedded (an answer or its "
-                "keywords stored without vectors: found by terms only until the next start's back-fill).",
+                "keywords stored without vectors: found by terms only until the next start's back-fill), "
+                "backfill_failed (that back-fill failed: what it fills in stays missing until the start after).",
                 labels=["reason"],
             )
             for reason, n in sorted(s.saved_answer_fallbacks().items()):
