@@ -45,6 +45,18 @@ def transient(exc: BaseException) -> bool:
     )
 
 
+def busy(exc: BaseException) -> bool:
+    """SQLite's "database is locked" (``SQLITE_BUSY``, ``SQLITE_LOCKED`` and their extended
+    codes): another connection held what this one needed for longer than ``busy_timeout``.
+    Unlike ``transient``, not an SQL error that would fail again the same way."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return (
+        isinstance(exc, sqlite3.OperationalError)
+        and isinstance(code, int)
+        and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    )
+
+
 async def switch_to_wal(conn: aiosqlite.Connection, opts: SqliteOptions) -> None:
     """``PRAGMA journal_mode = WAL``, retried while another connection holds the file.
 

@@ -5,18 +5,29 @@ module of the package (``storage.sqlite.writer_lock``, ``runtime_dir``: what a `
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import aiosqlite
 
 from storage.bundle import SqlStorage
-from storage.sqlite.connections import SqliteOptions
+from storage.sqlite.connections import SqliteOptions, busy
 from storage.sqlite.database import SqliteDatabase
 from storage.sqlite.dialect import SqliteSql
 from storage.sqlite.kb_index import SqliteKBIndex
 from storage.sqlite.live_log import WRITER_SETUP
 from storage.sqlite.migrations import migrate
 from storage.sqlite.runs import SqliteRunStore
+from storage.writer import backoff
+
+log = logging.getLogger("agentchat.storage")
+
+T = TypeVar("T")
 
 
 class SqliteStorage(SqlStorage[SqliteDatabase, SqliteRunStore, SqliteKBIndex]):
@@ -43,6 +54,38 @@ async def _writer_setup(conn: aiosqlite.Connection) -> None:
         await conn.execute(statement)
 
 
+async def _when_free(db: SqliteDatabase, fn: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
+    """``db.transact_raw(fn)``, tried again while another connection holds the file's
+    write lock, for ``write_retry_s`` as every other write is; then its error.
+
+    Why: every migration step, applied or not, takes the write lock at every start
+    (``BEGIN IMMEDIATE``, its version re-checked inside), and that waited SQLite's
+    ``busy_timeout`` (1 s) only: beyond it the start-up failed - "database is locked",
+    exit 3. Whoever writes the file meanwhile can hold it longer: a sibling worker of
+    ``serve --workers`` migrating a new file (its first step is 30 statements, one
+    event-loop hop each, so on a loaded machine the step lasts as long as the machine
+    makes those hops wait), or a one-off command's bulk write (``agentchat kb ingest``)
+    beside a serve being started. And a ``--workers`` worker that cannot start stops
+    the whole group. Running ``fn`` again is safe: a migration step that failed rolled
+    back and the next run re-checks it inside its own transaction; the writer's setup
+    creates temporary objects only if they do not exist."""
+    deadline = time.monotonic() + db.opts.write_retry_s
+    attempt = 0
+    while True:
+        try:
+            return await db.transact_raw(fn)
+        except sqlite3.OperationalError as exc:
+            if not busy(exc) or time.monotonic() >= deadline:
+                raise
+        attempt += 1
+        if attempt == 1:
+            log.warning(
+                "the database is busy: another connection is writing it; the start-up waits for it",
+                extra={"path": str(db.path), "up_to_s": db.opts.write_retry_s},
+            )
+        await asyncio.sleep(backoff(attempt))
+
+
 async def open_sqlite_storage(path: str | Path, opts: SqliteOptions | None = None) -> SqliteStorage:
     """Open the file, apply every pending migration, then start the writer: nothing
     reads or writes a table before the schema is complete."""
@@ -50,8 +93,8 @@ async def open_sqlite_storage(path: str | Path, opts: SqliteOptions | None = Non
     try:
         async with db.reading():  # readers exist; no statement ran on them yet
             pass
-        version = await db.transact_raw(migrate)
-        await db.transact_raw(_writer_setup)  # the live log's order check (per connection)
+        version = await _when_free(db, migrate)
+        await _when_free(db, _writer_setup)  # the live log's order check (per connection)
         db.start()
         sql = SqliteSql(db)
         runs = SqliteRunStore(sql)
