@@ -33,10 +33,11 @@ import orjson
 
 from storage.sqlite.database import SqliteDatabase
 
-#: A scope of fewer chunks is ranked in one statement: below this, the second
-#: statistics pass and round trip cost more than half a ranking saves (at 100k chunks a
-#: filter keeps 1-10k).
-SHARE_MIN_CHUNKS = 8_192
+#: A scope of fewer chunks is ranked in one statement: the second statistics pass costs
+#: the same whatever the scope (a walk of each term's doclist, ~9 ms at 1M chunks), so
+#: a small scope would pay for it in a larger share of its CPU than it saves in time
+#: (at 100k chunks the bench's filters keep 1-4k; at 1M the datasheets' 31k pay ~3 %).
+SHARE_MIN_CHUNKS = 16_384
 #: Shares per ranking: the reader pool has three readers and the machines this runs on
 #: two or more cores; a hybrid search's vector scan runs beside them.
 SHARES = 2
