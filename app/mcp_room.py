@@ -92,6 +92,8 @@ class McpRoom:
     async def on_tools(self, server: str, listed: Sequence[types.Tool] | None) -> None:
         """A server's current tools (``None``: gone): embed its segment, then swap."""
         tools = [tool_from_mcp(server, t) for t in listed] if listed is not None else None
+        if not tools:  # down, or listing none: no tools offered, so none unranked
+            self.unranked.discard(server)
         segment = await self._embed(server, tools) if tools else None
         self.catalog.update(server, tools)
         if segment is None:

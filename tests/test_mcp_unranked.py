@@ -91,3 +91,24 @@ async def test_the_next_tool_list_that_embeds_ranks_them_again() -> None:
     await room.on_tools("web", TOOLS)  # the next list (a reconnect, a change) embeds them
     assert "get_sum" in state.index.names
     assert room.unranked == set() and "unranked" not in await room.readiness()
+
+
+async def test_a_server_that_goes_down_or_lists_no_tools_is_no_longer_unranked() -> None:
+    """Unranked means tools offered but never ranked: a server that went down (its tools
+    absent) or lists none has none to rank, so it leaves ``unranked`` (and the gauge) at
+    once instead of staying there until a later list embeds."""
+    registry = ToolRegistry(build_catalog())
+    embedder = BreakableEmbedder()
+    state = IndexState()
+    room = McpRoom([McpServerConfig("web", "stdio", command="/nonexistent/mcp")], registry, state, embedder, None)
+    room.base_ready(await ToolIndex.build([(s.name, s.definition.description) for s in registry], embedder))
+    embedder.broken = True
+    await room.on_tools("web", TOOLS)
+    assert room.unranked == {"web"}
+    await room.on_tools("web", None)  # the server went down: its tools are absent
+    assert "get_sum" not in registry and room.unranked == set()
+    assert "unranked" not in await room.readiness()
+    await room.on_tools("web", TOOLS)  # back up, still not embeddable
+    assert room.unranked == {"web"}
+    await room.on_tools("web", [])  # it now lists nothing
+    assert room.unranked == set()
