@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg.errors
 
 from agenttools.core.catalog import build_catalog
 from agenttools.core.registry import RunToolState, ToolContext, ToolRegistry
@@ -171,3 +172,39 @@ async def test_a_failed_start_up_back_fill_shows_in_readyz_and_metrics(tmp_path:
         metrics = await get_metrics(client, base)
     assert ready["fallbacks"] == {"backfill_failed": 1} and "connection refused" in ready["last_fallback"], ready
     assert value(metrics, FAMILY, f"{FAMILY}_total", reason="backfill_failed") == 1
+
+
+class RefusingVectors:
+    """The saved-answer vector store of a PostgreSQL that refuses the write, with the error
+    text libpq gives: a primary message, then a ``DETAIL`` line quoting the row."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    async def save(self, embed_model: str, rows: Sequence[Any]) -> None:
+        raise psycopg.errors.CheckViolation(
+            'new row for relation "external_vectors" violates check constraint "external_vectors_kind_check"\n'
+            "DETAIL:  Failing row contains (7, keyword, u1:my private diagnosis, hashing-384)."
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+async def test_readyz_never_shows_the_row_a_failed_write_quotes(tmp_path: Path) -> None:
+    """``/readyz`` answers anyone: ``keywords.last_fallback`` names the failure, but not
+    the user's keyword text or id that a database error's ``DETAIL`` line quotes."""
+    embedder = BreakableEmbedder()
+    async with opened_storage(tmp_path / "agent.db") as storage:
+        kb = await KnowledgeBase.create(storage.kb_index, embedder)
+        try:
+            vectors = RefusingVectors(storage.external_vectors)
+            semantic = SavedAnswerVectors(vectors, embedder, embed_query=kb.embed_query)  # type: ignore[arg-type]
+            keywords = KeywordIndex(storage.keywords, storage.external_results, semantic=semantic)
+            await save_answer(keywords, owner="u1")
+        finally:
+            await kb.aclose()
+    shown = (await keywords.readiness())["last_fallback"]
+    assert keywords.fallbacks == {"not_embedded": 2}
+    assert shown.startswith("not_embedded: CheckViolation: new row for relation"), shown
+    assert "diagnosis" not in shown and "u1" not in shown, shown

@@ -148,12 +148,15 @@ class KeywordIndex:
         #: Lookups and writes that fell back, by why (``LOOKUP_FAILED``, ``MEANING_FAILED``,
         #: ``NOT_EMBEDDED``): ``/readyz``'s ``keywords`` and ``/metrics`` read them.
         self.fallbacks: dict[str, int] = {}
-        #: The last fallback's error, in words (``/readyz``).
+        #: The last fallback's error, in words (``/readyz``, which answers anyone: its
+        #: first line only - a database error's ``DETAIL`` line quotes the row, a user's
+        #: keyword and id; the log has it all).
         self.last_fallback: str | None = None
 
     def _fell_back(self, reason: str, exc: BaseException) -> None:
         self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
-        self.last_fallback = f"{reason}: {type(exc).__name__}: {exc}"[:300]
+        first_line = str(exc).partition("\n")[0].strip()
+        self.last_fallback = f"{reason}: {type(exc).__name__}: {first_line}"[:300]
 
     async def readiness(self) -> dict[str, Any]:
         """Informational (saved answers are a saving, not a need: a run without them asks
