@@ -6,7 +6,8 @@ an alert copied from the docs matched nothing. The names are read from a real ap
 ``/metrics`` on PostgreSQL with a backend configured, which turns on the conditional
 families (the leader's, the shared rate limit's, the resolution cache's), plus the
 ``--workers`` merge of that answer (its ``agentchat_metrics_workers*``), plus a SQLite
-app's (its live log's ``agentchat_run_log_*``).
+app's (its live log's ``agentchat_run_log_*``) with an MCP server and a model (the MCP
+servers' and the query planner's families).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import httpx
 
 from app.config import Settings
 from app.ops.worker_metrics import merge
+from llm.ollama import OllamaProvider
 from tests.conftest import running_app
 from tests.support.postgres import TestPostgres
 
@@ -65,16 +67,26 @@ async def test_every_metric_name_in_the_docs_is_exposed(tmp_path: Path, pg_serve
             response = await http.get(f"{base}/metrics")
     assert response.status_code == 200
     exposed = _exposed(response.text) | _exposed(merge([("worker-1", response.content)]).decode())
-    # SQLite's own family: its live log of run events (``agentchat_run_log_*``).
+    # SQLite's own family: its live log of run events (``agentchat_run_log_*``); and the
+    # families of an MCP server configured (``agentchat_mcp_servers*``: this one never
+    # starts) and of a model that plans queries (``agentchat_query_plans_total``: any
+    # provider but the extractive answerer; this one is never asked).
+    mcp = tmp_path / "mcp.toml"
+    mcp.write_text('[servers.absent]\ncommand = "/nonexistent/mcp-server"\n')
     lite = Settings.from_env({
         "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"),
         "AGENT_LLM_PROVIDER": "extractive",
         "AGENT_EMBEDDER": "hashing",
         "AGENT_INGEST_SAMPLE_KB": "false",
+        "AGENT_MCP_SERVERS": str(mcp),
         "OLLAMA_HOST": "http://127.0.0.1:9",
     })
-    async with running_app(lite) as (base, _app), httpx.AsyncClient() as http:
-        sqlite_metrics = await http.get(f"{base}/metrics")
+    model = OllamaProvider("http://127.0.0.1:9", "llama3.2", timeout=5)
+    try:
+        async with running_app(lite, provider=model) as (base, _app), httpx.AsyncClient() as http:
+            sqlite_metrics = await http.get(f"{base}/metrics")
+    finally:
+        await model.aclose()  # a provider given to the app is the caller's to close
     assert sqlite_metrics.status_code == 200
     exposed |= _exposed(sqlite_metrics.text)
     for name, where in NOT_METRICS.items():
