@@ -3,7 +3,7 @@
 Stopping the session's PostgreSQL would take it from every other test; this relay sits
 between one app and the server instead. ``cut()`` closes every relayed connection and
 closes each new one as soon as it arrives (what a client sees when the server restarts
-or a firewall resets it); ``restore()`` relays again.
+or a firewall resets it); ``refuse_new()`` only the new ones; ``restore()`` relays again.
 """
 
 from __future__ import annotations
@@ -33,6 +33,12 @@ class CuttableRelay:
         self.cut_off = True
         for writer in list(self._writers):
             writer.close()
+
+    def refuse_new(self) -> None:
+        """Close each new connection as it arrives, and leave the relayed ones be: a
+        client whose session lives on until the server ends it, and that cannot connect
+        again meanwhile. ``restore()`` relays again."""
+        self.cut_off = True
 
     def restore(self) -> None:
         self.cut_off = False
