@@ -92,7 +92,7 @@ async def test_the_stream_readyz_and_the_metric_show_saved_answers_found_by_term
 
         ready = (await client.get(f"{base}/readyz")).json()["checks"]["keywords"]
         assert ready["ok"] and ready["fallbacks"] == {"meaning_failed": 1}, ready
-        assert "connection refused" in ready["last_fallback"], ready
+        assert ready["last_fallback"] == "meaning_failed: EmbeddingError" and ready["last_fallback_at"], ready
         after = await get_metrics(client, base)
     assert value(after, FAMILY, f"{FAMILY}_total", reason="meaning_failed") == 1
 
@@ -135,7 +135,7 @@ async def test_a_failed_lookup_and_an_answer_stored_without_vectors_are_said_and
             # After the empty knowledge base's own ("no vectors available ...").
             assert outcome.content["warnings"][-1] == "saved web answers could not be searched (OSError)"
             assert reader.fallbacks == {"lookup_failed": 1}
-            assert (await reader.readiness())["last_fallback"] == "lookup_failed: OSError: disk I/O error"
+            assert (await reader.readiness())["last_fallback"] == "lookup_failed: OSError"
         finally:
             await kb.aclose()
 
@@ -170,7 +170,7 @@ async def test_a_failed_start_up_back_fill_shows_in_readyz_and_metrics(tmp_path:
                 ready = (await client.get(f"{base}/readyz")).json()["checks"]["keywords"]
                 await asyncio.sleep(0.02)
         metrics = await get_metrics(client, base)
-    assert ready["fallbacks"] == {"backfill_failed": 1} and "connection refused" in ready["last_fallback"], ready
+    assert ready["fallbacks"] == {"backfill_failed": 1} and ready["last_fallback"].startswith("backfill_failed: "), ready
     assert value(metrics, FAMILY, f"{FAMILY}_total", reason="backfill_failed") == 1
 
 
@@ -192,8 +192,9 @@ class RefusingVectors:
 
 
 async def test_readyz_never_shows_the_row_a_failed_write_quotes(tmp_path: Path) -> None:
-    """``/readyz`` answers anyone: ``keywords.last_fallback`` names the failure, but not
-    the user's keyword text or id that a database error's ``DETAIL`` line quotes."""
+    """``/readyz`` answers anyone: ``keywords.last_fallback`` names the failure's kind, but
+    none of its text - not the user's keyword text or id that a database error's ``DETAIL``
+    line quotes."""
     embedder = BreakableEmbedder()
     async with opened_storage(tmp_path / "agent.db") as storage:
         kb = await KnowledgeBase.create(storage.kb_index, embedder)
@@ -206,5 +207,5 @@ async def test_readyz_never_shows_the_row_a_failed_write_quotes(tmp_path: Path) 
             await kb.aclose()
     shown = (await keywords.readiness())["last_fallback"]
     assert keywords.fallbacks == {"not_embedded": 2}
-    assert shown.startswith("not_embedded: CheckViolation: new row for relation"), shown
+    assert shown == "not_embedded: CheckViolation", shown
     assert "diagnosis" not in shown and "u1" not in shown, shown

@@ -44,6 +44,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 from agenttools.rag.keyword_rules import Candidate, keyword_key
@@ -148,15 +149,17 @@ class KeywordIndex:
         #: Lookups and writes that fell back, by why (``LOOKUP_FAILED``, ``MEANING_FAILED``,
         #: ``NOT_EMBEDDED``): ``/readyz``'s ``keywords`` and ``/metrics`` read them.
         self.fallbacks: dict[str, int] = {}
-        #: The last fallback's error, in words (``/readyz``, which answers anyone: its
-        #: first line only - a database error's ``DETAIL`` line quotes the row, a user's
-        #: keyword and id; the log has it all).
+        #: The last fallback's why and exception type, and when (``/readyz``, which answers
+        #: anyone: never the error's text - a database error's ``DETAIL`` line quotes the
+        #: row, a user's keyword and id, and an embedder's may quote the text it embedded;
+        #: the log has it all).
         self.last_fallback: str | None = None
+        self.last_fallback_at: str | None = None
 
     def _fell_back(self, reason: str, exc: BaseException) -> None:
         self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
-        first_line = str(exc).partition("\n")[0].strip()
-        self.last_fallback = f"{reason}: {type(exc).__name__}: {first_line}"[:300]
+        self.last_fallback = f"{reason}: {type(exc).__name__}"
+        self.last_fallback_at = datetime.fromtimestamp(self._clock(), tz=UTC).isoformat(timespec="seconds")
 
     async def readiness(self) -> dict[str, Any]:
         """Informational (saved answers are a saving, not a need: a run without them asks
@@ -167,6 +170,7 @@ class KeywordIndex:
             "by_meaning": self._semantic is not None,
             "fallbacks": dict(sorted(self.fallbacks.items())),
             "last_fallback": self.last_fallback,
+            "last_fallback_at": self.last_fallback_at,
         }
 
     # ---------------------------------------------------------------- write side

@@ -67,7 +67,7 @@ class FindTools:
                 raise
             except Exception as exc:  # the index failed this query: words instead, said in the result
                 fallback = f"tool search failed: {type(exc).__name__}: {exc}"[:300]
-                state.search_failed(fallback)  # and in /readyz and /metrics
+                state.search_failed(exc)  # and in /readyz and /metrics
         if fallback is not None:
             ranked = rank_by_words(query, specs, limit)
         by_name = {s.name: s for s in specs}

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from msgspec import UNSET
@@ -62,11 +63,16 @@ class IndexState:
     #: and ``agentchat_tool_search_failures_total`` (a ready index whose searches fail —
     #: its embedder's server down — looked healthy there before).
     search_failures: int = 0
+    #: The last failure's exception type and when (``/readyz`` answers anyone, and an
+    #: embedder's error text may quote the message it was embedding — a user's; the run's
+    #: own ``tool_selection`` event and the log carry the whole text).
     last_search_failure: str | None = None
+    last_search_failure_at: str | None = None
 
-    def search_failed(self, why: str) -> None:
+    def search_failed(self, exc: BaseException) -> None:
         self.search_failures += 1
-        self.last_search_failure = why
+        self.last_search_failure = type(exc).__name__
+        self.last_search_failure_at = datetime.now(UTC).isoformat(timespec="seconds")
 
     def fell_back(self, reason: str) -> None:
         self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
@@ -159,7 +165,7 @@ class ToolSelector:
                     raise
                 except Exception as exc:  # any search failure: fall back, never fail the run
                     fallback, reason = f"search failed: {type(exc).__name__}: {exc}"[:300], "search_failed"
-                    state.search_failed(fallback)
+                    state.search_failed(exc)
         # Stage 3: core merge (or fallback to the whole context set).
         if fallback is not None:
             state.fell_back(reason)

@@ -100,6 +100,7 @@ class Services:
             # A ready index whose searches fail (its embedder's server down) falls back too.
             "search_failures": st.search_failures,
             "last_search_failure": st.last_search_failure,
+            "last_search_failure_at": st.last_search_failure_at,
         }
         if self.embedder_check is not None:
             checks["embedder"] = self.embedder_check.readiness()
