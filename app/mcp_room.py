@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import mcp_types as types
 import numpy as np
@@ -32,7 +32,7 @@ import orjson
 
 from agenttools.core.registry import ToolRegistry
 from agenttools.mcp.catalog import McpCatalog, McpTool, tool_from_mcp
-from agenttools.mcp.client import McpConnection
+from agenttools.mcp.client import McpConnection, State
 from agenttools.mcp.config import McpServerConfig
 from app.agent.selector import IndexState
 from app.ops.close_budget import MCP_CANCEL_S, MCP_CLOSE_S
@@ -188,10 +188,13 @@ class McpRoom:
         return out
 
     def server_states(self) -> dict[str, int]:
-        """How many servers are in each connection state (``agentchat_mcp_servers``)."""
-        counts: dict[str, int] = {}
+        """How many servers are in each connection state (``agentchat_mcp_servers``), every
+        state listed, 0 included: a series that vanished when its last server left the
+        state would read as "no data" (``sum(agentchat_mcp_servers{state="down"})`` empty,
+        an alert on it never resolving) instead of 0."""
+        counts = dict.fromkeys(get_args(State), 0)
         for connection in self.connections.values():
-            counts[connection.state] = counts.get(connection.state, 0) + 1
+            counts[connection.state] += 1
         return counts
 
 

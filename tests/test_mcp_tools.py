@@ -329,6 +329,8 @@ async def test_clashes_are_prefixed_a_broken_server_is_reported_and_recall_is_me
         metrics = await get_metrics(client, world.base)
     assert value(metrics, "agentchat_mcp_servers", "agentchat_mcp_servers", state="down") == 1
     assert value(metrics, "agentchat_mcp_servers", "agentchat_mcp_servers", state="up") == 2
+    # A state no server is in reads 0, not "no data": an alert on it can resolve.
+    assert value(metrics, "agentchat_mcp_servers", "agentchat_mcp_servers", state="closed") == 0
     assert value(metrics, "agentchat_mcp_servers_unranked", "agentchat_mcp_servers_unranked") == 0
     registry = world.registry
     # A clash between servers prefixes both; a clash with a built-in prefixes the MCP tool.
