@@ -104,6 +104,8 @@ def with_command_line(reads: list[Read], read: Read, unit: Unit, pieces: list[st
     return pieces
 
 
+#: The label ``with_name`` puts before a quote: "**`save-exact`:** ".
+_NAME_LABEL = re.compile(r"^\*\*`[^`\s]+`:\*\* ")
 #: A list item that is one code span and nothing else: a form to type (``<alias>@npm:<name>``).
 _CODE_ITEM = re.compile(r"^`[^`]+`$")
 
@@ -117,7 +119,8 @@ def with_syntax(read: Read, unit: Unit, pieces: list[str], question: Question) -
     if not question.how_to or not pieces or unit.block < 2 or read.blocks[unit.block].kind != "prose":
         return pieces
     form = read.blocks[unit.block - 1]
-    if read.blocks[unit.block - 2].kind != "heading" or not pieces[0].startswith(read.blocks[unit.block].units[0]):
+    opening = _NAME_LABEL.sub("", pieces[0], count=1)  # the quote's own first words, past its name label
+    if read.blocks[unit.block - 2].kind != "heading" or not opening.startswith(read.blocks[unit.block].units[0]):
         return pieces
     if form.kind == "list" and form.units and all(_CODE_ITEM.match(item_body(u).strip()) for u in form.units):
         shown = form.markdown()
@@ -233,6 +236,41 @@ def with_item_name(read: Read, unit: Unit, pieces: list[str]) -> list[str]:
     return [f"**{name}:** {pieces[0]}", *pieces[1:]]
 
 
+#: A paragraph that is only a name in bold, maybe with a short note ("**prepublishOnly**",
+#: "**prepublish** (DEPRECATED)", "**prepare** (since `npm@4.0.0`)"): the name of the list
+#: right under it, as npm's scripts page names each life-cycle script.
+_BOLD_NAME = re.compile(r"^\*\*(?P<name>[A-Za-z][\w.-]{0,40})\*\*(?:\s+(?P<note>\([^()]{1,40}\)))?$")
+
+
+def with_list_name(read: Read, unit: Unit, pieces: list[str]) -> list[str]:
+    """An item quoted alone from a list named by the bold paragraph right above it keeps
+    that name as its label: "Does not run during `npm publish`, but does run during `npm
+    ci` and `npm install`." is what the ``prepublish`` script does, and quoted without
+    "**prepublish** (DEPRECATED)" the reader is not told which script it is, nor that it
+    is deprecated. The label is written as ``with_name``'s (the name in code, then a
+    colon), the note after it; an item that says the name itself needs none."""
+    block = read.blocks[unit.block]
+    named_by = prev_block(read, unit.block)
+    if (
+        block.kind != "list"
+        or unit.index < 0
+        or named_by is None
+        or named_by.kind != "prose"
+        or len(named_by.units) != 1
+        or not pieces
+        or is_verbatim(pieces[0])
+        or pieces[0].startswith("**")
+    ):
+        return pieces
+    bold = _BOLD_NAME.match(named_by.units[0].strip())
+    if bold is None or not pieces[0].startswith(item_body(block.units[unit.index])):
+        return pieces
+    if bold.group("name").casefold() in " ".join(pieces).casefold():
+        return pieces  # the item says the name itself
+    note = f"{bold.group('note')} " if bold.group("note") else ""
+    return [f"**`{bold.group('name')}`:** {note}{pieces[0]}", *pieces[1:]]
+
+
 __all__ = [
     "MIN_HEADING_WORDS",
     "SUBCOMMAND_ITEM",
@@ -240,6 +278,7 @@ __all__ = [
     "with_form_after",
     "with_heading",
     "with_item_name",
+    "with_list_name",
     "with_name",
     "with_synopsis",
     "with_syntax",

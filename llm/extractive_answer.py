@@ -36,6 +36,7 @@ from llm.extractive_additions import with_command_line as _with_command_line
 from llm.extractive_additions import with_form_after as _with_form_after
 from llm.extractive_additions import with_heading as _with_heading
 from llm.extractive_additions import with_item_name as _with_item_name
+from llm.extractive_additions import with_list_name as _with_list_name
 from llm.extractive_additions import with_name as _with_name
 from llm.extractive_additions import with_synopsis as _with_synopsis
 from llm.extractive_additions import with_syntax as _with_syntax
@@ -215,6 +216,7 @@ def compose(
         ):
             continue  # more of a page already quoted: only another part of it, answering as well
         quoted = _with_item_name(read, unit, _with_heading(read, unit, _window(read, unit), q.words))
+        quoted = _with_list_name(read, unit, quoted)
         quoted = _with_synopsis(read, unit, _with_name(read, unit, quoted), q)
         quoted = _with_command_line(reads, read, unit, quoted, q)
         quoted = _with_syntax(read, unit, quoted, q)

@@ -148,9 +148,12 @@ def document_of(read: Read) -> str:
 
 
 #: A heading that is one name: an option, a field, a command (```save-exact```,
-#: ``peerDependencies``, ``ignore_scripts``): in code, or a lower-case word joined by
-#: hyphens or underscores, or with a capital inside it ("Keep-alive" is a title).
-NAME_HEADING = re.compile(r"^(?:`[^`\s]+`|[a-z][a-z0-9]*(?:[-_][a-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*)$")
+#: ``peerDependencies``, ``ignore_scripts``, ``bin``): in code, or lower-case words
+#: joined by hyphens or underscores, or a lower-case word alone (package.json's fields
+#: ``bin``, ``overrides``, ``funding`` and npm config's subcommands ``set``, ``list``
+#: head their sections so; a title is capitalised), or a word with a capital inside it
+#: ("Keep-alive" is a title).
+NAME_HEADING = re.compile(r"^(?:`[^`\s]+`|[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*|[a-z]+[A-Z][A-Za-z0-9]*)$")
 #: An item of a setting's properties ("* Default: 2", "* Type: Number"): a label and its
 #: value, short.
 _PROPERTY_ITEM = re.compile(r"^[A-Z][\w -]{0,24}:\s\S")
