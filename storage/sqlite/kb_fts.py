@@ -27,14 +27,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import orjson
 
 from storage.kb_records import KBRanked, KBScope, KBTextTuning
 from storage.kb_terms import choose_split, may_split, plausible_cuts, split_phrase, tuned_selective_terms
 from storage.sqlite.database import SqliteDatabase
 from storage.sqlite.kb_filters_sql import scope_chunks_sql
-from storage.sqlite.kb_fts_shares import SHARE_MIN_CHUNKS, rank_shares
 
 BM25_WEIGHTS = "4.0, 2.0, 1.0"  # title, heading, text
 
@@ -77,7 +75,7 @@ SHOWN_MATCHES = (
 )
 
 
-def rank_in_scope(chunks_sql: str, *, bounded: bool = False) -> str:
+def rank_in_scope(chunks_sql: str) -> str:
     """Rows ``(chunk id, bm25, match count)``, best first, of the matches among the chunks
     ``chunks_sql`` selects (the scope as chunk ids: ``scope_chunks_sql``, ``CHUNKS_IN`` or
     ``CHUNKS_OF_DOCS``); parameters: the scope's, then the ``MATCH`` expression, then the
@@ -92,22 +90,12 @@ def rank_in_scope(chunks_sql: str, *, bounded: bool = False) -> str:
     term's whole doclist), once per chunk in scope. The ``IN`` list is built from the
     scope's ``SELECT`` directly: a materialised CTE in between was one more copy of the
     scope (at 1M chunks 8-15 ms of a 105-195 ms filtered ranking, same rows).
-
-    ``bounded``: only the matches with a rowid between two more parameters (after the
-    ``MATCH`` expression), which FTS5 takes as the range of its walk: one share of a
-    large scope's ranking (``kb_fts_shares``).
     """
-    bounds = " AND rowid >= ? AND rowid <= ?" if bounded else ""
     return (
         f"WITH k AS MATERIALIZED (SELECT rowid AS id, bm25(kb_chunks_fts, {BM25_WEIGHTS}) AS s "
-        f"FROM kb_chunks_fts WHERE +rowid IN ({chunks_sql}) AND kb_chunks_fts MATCH ?{bounds}) "
+        f"FROM kb_chunks_fts WHERE +rowid IN ({chunks_sql}) AND kb_chunks_fts MATCH ?) "
         "SELECT id, s, (SELECT count(*) FROM k) FROM k ORDER BY s, id LIMIT ?"
     )
-
-
-#: One share of a large scope's ranking (``kb_fts_shares``): parameters the share's chunk
-#: ids (a JSON array), the ``MATCH`` expression, its lower and upper rowid, the limit.
-RANK_SHARE = rank_in_scope(CHUNKS_IN, bounded=True)
 
 
 def term_counts_statement(n: int) -> str:
@@ -296,32 +284,15 @@ class FtsRanker:
             # Resolved to its chunks already (a hybrid search's vector side needed them):
             # their ids, ascending, are the scope as is, with no join of documents.
             ids = np.ascontiguousarray(scope.chunk_ids, np.int64)
-            if len(ids) >= SHARE_MIN_CHUNKS:
-                return _ranked(await rank_shares(self._db, RANK_SHARE, ids, match, limit))
             chunks, params = CHUNKS_IN, [orjson.dumps(ids, option=orjson.OPT_SERIALIZE_NUMPY).decode()]
         elif scope.doc_ids is not None:
             # The scope is already known: hand it over as JSON rather than re-running it.
             chunks, params = CHUNKS_OF_DOCS, [orjson.dumps(list(scope.doc_ids)).decode()]
         else:
-            # Not resolved yet (a text search needs no document list): its chunk ids
-            # read first, so a large scope is ranked in shares (``kb_fts_shares``); a
-            # small one goes to the ranking as they came, with no join of documents.
-            ids = await self._scope_chunk_ids(scope, schema)
-            if not len(ids):
-                return KBRanked()
-            if len(ids) >= SHARE_MIN_CHUNKS:
-                return _ranked(await rank_shares(self._db, RANK_SHARE, ids, match, limit))
-            chunks, params = CHUNKS_IN, [orjson.dumps(ids, option=orjson.OPT_SERIALIZE_NUMPY).decode()]
+            # Not resolved yet (a text search needs no document list): one statement
+            # from the filter to the ranking, no round trip of the ids.
+            chunks, params = scope_chunks_sql(scope, schema)
         return _ranked(await self._db.fetchall(rank_in_scope(chunks), [*params, match, limit]))
-
-    async def _scope_chunk_ids(self, scope: KBScope, schema: Mapping[str, str] | None) -> npt.NDArray[np.int64]:
-        """The chunks of a filter's scope, ascending, as one JSON array SQLite builds
-        (``scope_chunks_sql``; ``SqliteKBIndex.scoped_chunk_ids`` reads them so)."""
-        sql, params = scope_chunks_sql(scope, schema)
-        row = await self._db.fetchone(f"WITH s(id) AS ({sql}) SELECT json_group_array(id) FROM s", params)
-        ids = np.array(orjson.loads(row[0]) if row and row[0] else [], np.int64)
-        ids.sort()
-        return ids
 
     async def _probe_may_fill(self, bucket: str | None, limit: int, tuning: KBTextTuning) -> bool:
         """Whether a probe can be expected to find ``limit`` matches of ``bucket``: the
