@@ -101,10 +101,13 @@ async def test_two_sigterms_to_the_workers_supervisor_end_every_workers_grace(tm
         # Both serving before the signal: a worker it meets still starting stops without
         # draining (its own case), and the run reaches its held call in a moment (two
         # words a turn), so under load the second worker's start could come after it.
-        try:  # >= 2: a worker restarted by the supervisor says it again
-            await until(lambda: len(server.grep(SERVING)) >= 2, "both workers serving", 120)
+        # >= 2: a worker restarted by the supervisor says it again. A group whose worker
+        # could not start has stopped: said at once, with what it printed.
+        try:
+            await until(lambda: len(server.grep(SERVING)) >= 2 or not server.running, "both workers serving", 120)
         except TimeoutError:
             raise AssertionError(f"not both workers serving in 120 s:\n{server.tail()}") from None
+        assert server.running, f"the group stopped (exit {server.returncode}):\n{server.tail()}"
         await _start_held_run(server.base, tag)
         await until(held.reached.is_set, "the run inside its backend call", 60)
         server.send(signal.SIGTERM)
