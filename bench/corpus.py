@@ -23,7 +23,7 @@ Each side runs in its own child process so its memory is its own:
   metadata and vectors: ingest, vector query, filtered vector query.
 
 Run from the repository root:  .venv/bin/python bench/corpus.py [--full] [--chunks N] [--skip-postgres]
-[--reuse chroma] [--workdir DIR]
+[--reuse chroma] [--workdir DIR] [--pg-shared-buffers 512MB]
 ``--workdir`` keeps the generated corpus and its vectors in DIR (made once, reused by the
 next run with the same DIR and size): at 1M generating them takes 7 minutes of an idle
 core and half an hour of a loaded one, and the sides can then be measured one run at a time:
@@ -66,6 +66,11 @@ SEED = 7
 QUERIES = 60
 WARMUP = 5
 TARGETS = {"filtered_p95_ms_100k": 50.0, "filtered_p95_ms_1m": 200.0}
+#: The PostgreSQL side's ``shared_buffers`` unless ``--pg-shared-buffers`` says otherwise:
+#: the test servers' (``tests/support/postgres.py``), which every run before 2026-11-28
+#: used. At 100k the three bucket graphs alone are 196 MB, so a vector search there reads
+#: half its pages from the OS (docs/knowledge-base.md, "Figures at scale").
+DEFAULT_PG_SHARED_BUFFERS = "64MB"
 
 # --------------------------------------------------------------------------- synthetic corpus
 
@@ -493,12 +498,13 @@ def child(side: str, n: int, workdir: Path, *extra: str) -> dict[str, Any]:
     return orjson.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def postgres_side(n: int, workdir: Path) -> dict[str, Any]:
-    """The ``pg`` child against a PostgreSQL started as the tests start it."""
+def postgres_side(n: int, workdir: Path, shared_buffers: str = DEFAULT_PG_SHARED_BUFFERS) -> dict[str, Any]:
+    """The ``pg`` child against a PostgreSQL started as the tests start it, with
+    ``shared_buffers`` its own (``--pg-shared-buffers``; an external server keeps its own)."""
     try:
         from tests.support.postgres import TestPostgres, find_bin
 
-        server = TestPostgres().start()
+        server = TestPostgres(settings={"shared_buffers": shared_buffers}).start()
     except Exception as exc:  # the other columns still stand on their own
         return {"skipped": f"no PostgreSQL could be started: {type(exc).__name__}: {exc}"[:500]}
     try:
@@ -507,7 +513,9 @@ def postgres_side(n: int, workdir: Path) -> dict[str, Any]:
         result = child("pg", n, workdir, "--pg-url", server.url("corpus"), "--pg-pid", str(pid))
         if "latency_ms" in result:
             result["server"] = _server_versions(server.url("corpus")) + (
-                "" if server.external else f", {server._bindir or find_bin()}, fsync off, shared_buffers 64MB"
+                ""
+                if server.external
+                else f", {server._bindir or find_bin()}, fsync off, shared_buffers {shared_buffers}"
             )
         return result
     finally:
@@ -614,6 +622,9 @@ def main() -> int:
     ap.add_argument("--pg-pid", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--skip-chroma", action="store_true")
     ap.add_argument("--skip-postgres", action="store_true")
+    ap.add_argument("--pg-shared-buffers", default=DEFAULT_PG_SHARED_BUFFERS,
+                    help="the PostgreSQL side's shared_buffers (recorded in its column's 'server'); an external "
+                         "server (AGENT_TEST_DATABASE_URL) keeps its own")
     ap.add_argument("--reuse", type=lambda v: {x.strip() for x in v.split(",") if x.strip()}, default=set(),
                     help="columns to take from the existing results file (--out's, else this size's) instead of "
                          "measuring them again (kb,postgres,chroma: e.g. ChromaDB, which does not depend on our code "
@@ -651,7 +662,8 @@ def main() -> int:
         print("  kb:", _short(kb), flush=True)
         pg: dict[str, Any] = (
             {"skipped": "skipped (--skip-postgres)"} if args.skip_postgres
-            else reused_column(out_name, "postgres") if "postgres" in args.reuse else postgres_side(n, workdir)
+            else reused_column(out_name, "postgres") if "postgres" in args.reuse
+            else postgres_side(n, workdir, args.pg_shared_buffers)
         )
         print("  postgres:", _short(pg), flush=True)
         why_not = "skipped (--skip-chroma)" if args.skip_chroma else chroma_available()
