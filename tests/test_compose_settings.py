@@ -83,3 +83,24 @@ def test_postgres_has_room_for_a_parallel_graph_build() -> None:
     assert m, size
     kb = int(m.group(1)) * {"k": 1, "m": 1024, "g": 1024 * 1024}[m.group(2)]
     assert kb > HNSW_BUILD_MEMORY_KB, size
+
+
+def test_postgres_keeps_the_vector_graphs_in_its_shared_buffers() -> None:
+    """A vector search walks its bucket's HNSW graph through random pages (2,048 bytes a
+    vector at 384 dimensions, ``docs/scaling.md``); with 64 MB of ``shared_buffers`` half
+    the pages of a walk at 100k chunks (graphs of 196 MB) came from the OS and the search
+    took about twice as long (``bench/results/corpus_pg_shared_buffers_ab_s43_100k.json``).
+    PostgreSQL's own default is 128 MB; the compose file sets room for 250k vectors' graphs
+    at least, and an operator can size it (``AGENT_PG_SHARED_BUFFERS``)."""
+    spec: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    command = [str(x) for x in spec["services"]["postgres"].get("command", [])]
+    settings = [command[i + 1] for i, x in enumerate(command[:-1]) if x == "-c"]
+    given = [s.split("=", 1)[1] for s in settings if s.startswith("shared_buffers=")]
+    assert command[:1] == ["postgres"] and len(given) == 1, command
+    default = _VAR.sub(lambda m: m.group(3) or "", given[0])
+    m = re.fullmatch(r"(\d+)(kB|MB|GB)", default)
+    assert m, default
+    size = int(m.group(1)) * {"kB": 1024, "MB": 1024**2, "GB": 1024**3}[m.group(2)]
+    assert size >= 250_000 * 2048, default
+    override = _VAR.sub(lambda m: "4GB" if m.group(1) == "AGENT_PG_SHARED_BUFFERS" else "", given[0])
+    assert override == "4GB"
