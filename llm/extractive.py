@@ -122,6 +122,19 @@ def decline_message(context: str) -> str:
     )
 
 
+def not_found_message(unmentioned: tuple[str, ...] = ()) -> str:
+    """The answer when no passage answers: naming what the question asks about that the
+    knowledge base does not mention (``llm.extractive_subject``), when that is why, since
+    rephrasing cannot help there; else a hint to use the documentation's terms."""
+    if unmentioned:
+        quoted = " or ".join(unmentioned)
+        return f"I could not find anything about {quoted} in the knowledge base, so I cannot answer that from it."
+    return (
+        "I could not find an answer to that in the knowledge base. Try rephrasing the "
+        "question with the terms the documentation uses."
+    )
+
+
 def _question(messages: list[Message]) -> tuple[str, int]:
     """The latest user question and its index: the last user text that is neither tool
     results nor one of the agent's own reminders (marked ``reminder``). A question may
@@ -226,10 +239,7 @@ class ExtractiveProvider:
             answer, sources, confidence = "", [], 0.0
         if not answer:
             answer = nothing_searched(searched) if not passages else ""
-            answer = answer or (
-                "I could not find an answer to that in the knowledge base. Try rephrasing the "
-                "question with the terms the documentation uses."
-            )
+            answer = answer or not_found_message(composed.unmentioned if not answered else ())
             used_kb = False
         else:
             used_kb = True
@@ -326,5 +336,6 @@ __all__ = [
     "compose",
     "compose_answer",
     "decline_message",
+    "not_found_message",
     "search_required",
 ]

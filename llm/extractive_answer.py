@@ -54,6 +54,7 @@ from llm.extractive_read import document_of as _document
 from llm.extractive_read import opening_block as _opening
 from llm.extractive_read import read_passage as _read
 from llm.extractive_score import score_units as _units
+from llm.extractive_subject import unmentioned as _unmentioned
 from llm.extractive_words import Words
 
 MIN_RELEVANCE = 0.08
@@ -138,12 +139,15 @@ def _said(question: _Question, reads: list[_Read]) -> list[frozenset[str]]:
 class Composed:
     """An answer: its Markdown, the cited source ids, its confidence, and the next chunks
     its quotes would go on into (``llm.extractive_next``: an introduction whose list or
-    code block the next chunk holds, left out of this answer for want of it)."""
+    code block the next chunk holds, left out of this answer for want of it). With no
+    answer, ``unmentioned`` holds what the question names that no passage mentions
+    (``llm.extractive_subject``), for the answerer to say so."""
 
     answer: str = ""
     sources: list[str] = field(default_factory=list)
     confidence: float = 0.0
     wants: list[NextChunk] = field(default_factory=list)
+    unmentioned: tuple[str, ...] = ()
 
 
 def compose_answer(
@@ -183,7 +187,13 @@ def compose(
     aliases = alias_documents(_page_opening(r) for r in reads if r.first)
     reads = [r for r in reads if _document(r) not in aliases]
     q = q.written_apart(t for r in reads for t in (r.passage.title, r.passage.text))
-    q = q.weighed_by(_said(q, reads))
+    said_by = _said(q, reads)
+    missing = _unmentioned(question, said_by, q.words)
+    if missing:
+        # The question names something no passage mentions: whatever they share with it
+        # is common words, and quoting that would answer another question.
+        return Composed(unmentioned=missing)
+    q = q.weighed_by(said_by)
     units = sorted(_units(reads, q), key=lambda u: (-u.score, u.passage, u.block, u.index))
     units = [u for u in units if u.score >= MIN_RELEVANCE]
     if q.form_only and q.wants is not None:
