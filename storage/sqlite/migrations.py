@@ -41,14 +41,18 @@ class _SqliteRunner(MigrationRunner):
         keys_were = await _foreign_keys(conn) if step.rebuilds else 0
         if step.rebuilds:  # only outside a transaction does this pragma take effect
             await conn.execute("PRAGMA foreign_keys = OFF")
-        await conn.execute("BEGIN IMMEDIATE")
+        # The keys are restored whatever fails, the BEGIN too: a busy file fails it, the
+        # start-up tries the steps again (``engine._when_free``), and a writer left with
+        # keys off would read "off" as what to restore - and serve without ON DELETE CASCADE.
         try:
-            yield
-            await conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                await conn.execute("ROLLBACK")
-            raise
+            await conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+                await conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    await conn.execute("ROLLBACK")
+                raise
         finally:
             if step.rebuilds:
                 await conn.execute(f"PRAGMA foreign_keys = {keys_were}")

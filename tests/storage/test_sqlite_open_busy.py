@@ -15,10 +15,14 @@ import logging
 import sqlite3
 from pathlib import Path
 
+import aiosqlite
 import pytest
 
 from storage.sqlite.connections import SqliteOptions, busy
-from storage.sqlite.engine import SqliteStorage, open_sqlite_storage
+from storage.sqlite.database import SqliteDatabase
+from storage.sqlite.engine import SqliteStorage, _when_free, open_sqlite_storage
+from storage.sqlite.migration_steps import MIGRATIONS
+from storage.sqlite.migrations import migrate
 from tests.support.sqlite_lock import sqlite_file_locked
 
 WAITS = "the database is busy"
@@ -79,3 +83,40 @@ def test_only_sqlites_busy_errors_are_waited_for(tmp_path: Path) -> None:
         other.close()
     assert busy(locked.value), locked.value
     assert not busy(no_table.value), no_table.value
+
+
+async def test_a_rebuilding_step_met_busy_leaves_the_writers_foreign_keys_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The steps that rebuild a table (15, 16) turn foreign keys off on the writer before
+    their ``BEGIN IMMEDIATE``, and every start passes through them, applied or not. That
+    BEGIN meeting a busy file raised before the step's restoring ``finally``: keys stayed
+    off, the start-up's retry then read "off" as what to restore, and the writer served
+    with foreign keys off - no ``ON DELETE CASCADE`` (a conversation deleted, its
+    messages and runs left behind). Here the open's retry meets the lock at step 15 first."""
+    path = tmp_path / "agent.sqlite3"
+    await _migrated(path)
+    db = await SqliteDatabase.open(path, SqliteOptions(write_retry_s=120))
+    try:
+        from_rebuild = [m for m in MIGRATIONS if m.version >= 15]
+        assert from_rebuild[0].rebuilds
+
+        async def migrate_from_the_rebuild(conn: aiosqlite.Connection) -> int:
+            return await migrate(conn, tuple(from_rebuild))
+
+        with caplog.at_level(logging.WARNING, logger="agentchat.storage"):
+            async with sqlite_file_locked(path):
+                waiting = asyncio.create_task(_when_free(db, migrate_from_the_rebuild))
+                while not waiting.done() and not any(WAITS in r.getMessage() for r in caplog.records):
+                    await asyncio.sleep(0.02)
+                assert not waiting.done(), f"the open ended while the file was held: {waiting.exception()!r}"
+            await asyncio.wait_for(waiting, 120)
+
+        async def foreign_keys(conn: aiosqlite.Connection) -> int:
+            async with conn.execute("PRAGMA foreign_keys") as cur:
+                row = await cur.fetchone()
+            return int(row[0]) if row else -1
+
+        assert await db.transact_raw(foreign_keys) == 1
+    finally:
+        await db.close()
