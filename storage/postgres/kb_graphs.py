@@ -208,6 +208,22 @@ async def graphs_in_progress(conn: Conn) -> set[tuple[int, str]]:
     return out
 
 
+async def graph_memory(conn: Conn) -> tuple[int, int]:
+    """``(bytes of every valid graph, the server's shared_buffers in bytes)``. A search
+    walks its graph through random pages, and one outside ``shared_buffers`` is read from
+    the OS (and another evicted) at each visit: at 100k chunks, graphs of 196 MB against
+    64 MB of buffers took twice as long a walk (docs/scaling.md, "HNSW memory")."""
+    cur = await conn.execute(
+        "SELECT coalesce(sum(pg_relation_size(c.oid)), 0), pg_size_bytes(current_setting('shared_buffers'))"
+        " FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid"
+        " WHERE t.relname = 'kb_chunks' AND t.relnamespace = c.relnamespace"
+        " AND starts_with(c.relname, 'kb_chunks_hnsw_') AND pg_table_is_visible(t.oid)"
+        " AND i.indisvalid AND i.indisready"
+    )
+    row = await cur.fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
 async def graph_exists(conn: Conn, dim: int, bucket: str) -> bool:
     """A valid, ready graph of the bucket (one under way or left invalid is not)."""
     return bool(await graph_state(conn, dim, bucket))
@@ -284,6 +300,7 @@ __all__ = [
     "graph_build_memory_kb",
     "graph_ddl",
     "graph_exists",
+    "graph_memory",
     "graph_name",
     "graph_names",
     "graph_state",

@@ -76,7 +76,14 @@ import numpy.typing as npt
 from storage.kb_records import KBRanked, KBScope
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.kb_filters_sql import count_sql
-from storage.postgres.kb_graphs import HNSW_MAX_DIM, bucket_key, graph_names, graph_states, graphs_in_progress
+from storage.postgres.kb_graphs import (
+    HNSW_MAX_DIM,
+    bucket_key,
+    graph_memory,
+    graph_names,
+    graph_states,
+    graphs_in_progress,
+)
 from storage.postgres.kb_text import STATS_TTL_S
 from storage.postgres.kb_vector_parts import SchemaOf, VectorCounts, split
 from storage.postgres.kb_vector_scan import Part, Plan, ScanSettings, run_part
@@ -234,8 +241,15 @@ class VectorSearch:
         async with self._db.reading() as conn:
             states = await graph_states(conn)
             running = await graphs_in_progress(conn)
+            graph_bytes, buffer_bytes = await graph_memory(conn)
         valid = {k for k, ok in states.items() if ok}
         out["bucket_graphs"] = len(valid)
+        # Graphs larger than the server's shared_buffers are walked partly from the OS
+        # (half as fast at 100k: docs/scaling.md, "HNSW memory"): the operator's sign to
+        # raise shared_buffers.
+        out["graph_bytes"] = graph_bytes
+        out["shared_buffers_bytes"] = buffer_bytes
+        out["graphs_fit_shared_buffers"] = graph_bytes <= buffer_bytes
         # A bucket past the threshold without a valid graph (being built, a build not run
         # yet, or one that failed: the next write into it or the next open's repair makes
         # it) is searched exactly meanwhile.

@@ -189,6 +189,9 @@ async def test_a_thin_scope_of_a_bucket_graph_far_from_the_query_gets_the_exact_
     assert status["exact_reruns"] == (0 if iterative else 5)
     assert ("candidate_pool_factor" in status) is iterative and ("detail" in status) is not iterative
     assert status["bucket_graphs"] == 3 and status["buckets_without_graph"] == []
+    # The graphs' size beside the server's shared_buffers (the test servers' 64 MB).
+    assert 0 < status["graph_bytes"] < status["shared_buffers_bytes"] == 64 * 1024 * 1024
+    assert status["graphs_fit_shared_buffers"] is True
 
     # A bucket past the threshold without its graph (a crash before its build) is
     # searched exactly, says so, and gets its graph back from the repair at open.
