@@ -147,13 +147,28 @@ def document_of(read: Read) -> str:
     return read.passage.source_id.split("#", 1)[0]
 
 
+#: Lower-case words alone that title a section rather than name a thing in it: the
+#: READMEs of npm's own packages head theirs "## usage", "## install", "## api", "#
+#: example", "# methods" (safe-buffer, once, minimist), and a paragraph under them was
+#: labelled "**`usage`:**". None is a package.json field or an npm subcommand; "license"
+#: and "description" are fields, so they stay names.
+_SECTION_TITLES = (
+    "about", "api", "authors", "background", "benchmarks", "caveats", "changelog", "changes",
+    "compatibility", "configuration", "contents", "contributing", "contributors", "credits",
+    "details", "example", "examples", "faq", "features", "history", "install", "installation",
+    "introduction", "limitations", "links", "methods", "motivation", "note", "notes", "options",
+    "overview", "prerequisites", "reference", "references", "requirements", "setup", "summary",
+    "support", "synopsis", "testing", "tests", "todo", "troubleshooting", "usage",
+)  # fmt: skip
 #: A heading that is one name: an option, a field, a command (```save-exact```,
 #: ``peerDependencies``, ``ignore_scripts``, ``bin``): in code, or lower-case words
 #: joined by hyphens or underscores, or a lower-case word alone (package.json's fields
 #: ``bin``, ``overrides``, ``funding`` and npm config's subcommands ``set``, ``list``
-#: head their sections so; a title is capitalised), or a word with a capital inside it
-#: ("Keep-alive" is a title).
-NAME_HEADING = re.compile(r"^(?:`[^`\s]+`|[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*|[a-z]+[A-Z][A-Za-z0-9]*)$")
+#: head their sections so; a title is capitalised) unless it is a section's title
+#: (``_SECTION_TITLES``), or a word with a capital inside it ("Keep-alive" is a title).
+NAME_HEADING = re.compile(
+    rf"^(?:`[^`\s]+`|(?!(?:{'|'.join(_SECTION_TITLES)})$)[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*|[a-z]+[A-Z][A-Za-z0-9]*)$"
+)
 #: An item of a setting's properties ("* Default: 2", "* Type: Number"): a label and its
 #: value, short.
 _PROPERTY_ITEM = re.compile(r"^[A-Z][\w -]{0,24}:\s\S")

@@ -117,3 +117,27 @@ def test_a_bold_sentence_above_a_list_is_no_name() -> None:
     )
     answer, _, _ = compose_answer("When does the prepare script run before the package is published?", [passage])
     assert answer.startswith("Runs the prepare script before the package is published"), answer
+
+
+#: The README of npm's own dependency ``once`` (under npm's node_modules), its "## usage"
+#: section: a title, not the name of the thing the paragraph describes.
+ONCE_USAGE = Passage(
+    "once-readme#1",
+    "once",
+    "## usage\n\nIronically, the prototype feature makes this module twice as\ncomplicated as necessary.\n\n"
+    "To check whether you function has been called, use `fn.called`. Once the\nfunction is called for the first "
+    "time the return value of the original\nfunction is saved in `fn.value` and subsequent calls will continue "
+    "to\nreturn this value.",
+    0.5,
+    summary="Run a function exactly one time",
+    section="usage",
+)
+
+
+def test_a_readmes_lower_case_section_title_is_no_name() -> None:
+    # READMEs head their sections "## usage", "## install", "## api": quoted under
+    # "**`usage`:**", the paragraph read as what some ``usage`` setting does.
+    answer, _, _ = compose_answer("How do I check whether a function wrapped with once has been called?", [ONCE_USAGE])
+    assert answer.startswith("To check whether you function has been called, use `fn.called`."), answer
+    assert "`usage`" not in answer, answer
+    assert_clean(answer)
