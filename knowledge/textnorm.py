@@ -241,14 +241,17 @@ def reader_terms(text: str) -> dict[str, str]:
     return out
 
 
-#: What ends a sentence, so that the next word may be capitalised as its first.
-_SENTENCE_END = re.compile(r"(?:^|[.!?:;]|\n)\s*$")
+#: What ends a sentence, so that the next word may be capitalised as its first - maybe
+#: after the marks a sentence opens with: a list item's ("- ", "* ", "2) "), a block
+#: quote's ("> "), an opening quote, bracket or emphasis ("\"", "(", "**", "¿").
+_SENTENCE_END = re.compile(r"(?:^|[.!?:;]|\n)\s*(?:(?:[-*+•>]|\d{1,3}[.)])\s+)?[\"'\u201c\u2018«(\[¿¡*_]*$")
 
 
 def _plain_verb(text: str, match: re.Match[str]) -> bool:
     """True when ``match`` is written as a verb in running text: outside a code span (an
     even number of backticks before it) and in lower case, or capitalised only as a
-    sentence's first word ("See which tokens …?"); a capital inside a sentence is a noun's
+    sentence's first word ("See which tokens …?", "- See my tokens": ``_SENTENCE_END``);
+    a capital inside a sentence is a noun's
     ("Wie tief ist der See?")."""
     before = text[: match.start()]
     if before.count("`") % 2:

@@ -489,3 +489,23 @@ def test_reader_terms_read_see_only_as_the_english_verb_in_plain_text() -> None:
     assert reader_terms("See which tokens my account has?") == verb
     assert reader_terms("I ran `npm token`. See which tokens it has?") == verb
     assert reader_terms("After `npm login`, how do I see my tokens?") == verb
+
+
+def test_reader_terms_read_see_as_the_verb_where_a_sentence_opens_with_marks() -> None:
+    # A list item, a quote, a parenthesis, a block quote or emphasis opens a sentence
+    # with marks before its first word: "- See my tokens" is the verb as much as "See
+    # my tokens" (review of e03d371, which read only a bare sentence start). A capital
+    # after such a mark inside a sentence is still the noun.
+    from knowledge.textnorm import reader_terms
+
+    verb = {"show": "see", "list": "see", "display": "see", "print": "see"}
+    assert reader_terms("How do I:\n- See the installed packages?") == verb
+    assert reader_terms("Two things:\n* See my tokens\n* remove one") == verb
+    assert reader_terms("2) See my tokens") == verb
+    assert reader_terms('"See my tokens" is what I ask.') == verb
+    assert reader_terms("(See my tokens.)") == verb
+    assert reader_terms("> See my tokens") == verb
+    assert reader_terms("**See** my tokens") == verb
+    assert reader_terms("¿See?") == verb
+    assert reader_terms("Wo liegt der „See“?") == {}
+    assert reader_terms("Wie tief ist der (See)?") == {}
