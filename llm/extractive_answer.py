@@ -54,10 +54,19 @@ from llm.extractive_read import document_of as _document
 from llm.extractive_read import opening_block as _opening
 from llm.extractive_read import read_passage as _read
 from llm.extractive_score import score_units as _units
+from llm.extractive_subject import asked_about as _asked_about
 from llm.extractive_subject import unmentioned as _unmentioned
 from llm.extractive_words import Words
 
 MIN_RELEVANCE = 0.08
+#: The best unit's score under which a question naming something no passage mentions is
+#: declined (``llm.extractive_subject``). Over the sample KB, off-topic questions' best
+#: units score 0.26-0.48 ("npm ci … npm install" 0.30, "restart a Kubernetes pod" 0.38,
+#: "deploy to AWS Lambda" 0.48), questions with a name given only as context 0.68-0.84
+#: ("in Chrome" 0.68, "I'm on Ubuntu" 0.78, "On my Mac" 0.84). A question about the name
+#: (``llm.extractive_subject.asked_about``) is declined whatever its best unit scores:
+#: "How do I configure webpack's dev server port?" finds ``AGENT_PORT`` at 0.70.
+UNMENTIONED_MIN_SCORE = 0.6
 MAX_ANSWER_CHARS = 1200
 MAX_PASSAGES = 2
 #: A further passage must score at least this share of the best one.
@@ -189,13 +198,18 @@ def compose(
     q = q.written_apart(t for r in reads for t in (r.passage.title, r.passage.text))
     said_by = _said(q, reads)
     missing = _unmentioned(question, said_by, q.words)
-    if missing:
-        # The question names something no passage mentions: whatever they share with it
-        # is common words, and quoting that would answer another question.
-        return Composed(unmentioned=missing)
     q = q.weighed_by(said_by)
     units = sorted(_units(reads, q), key=lambda u: (-u.score, u.passage, u.block, u.index))
     units = [u for u in units if u.score >= MIN_RELEVANCE]
+    if missing and (
+        not units or units[0].score < UNMENTIONED_MIN_SCORE or set(missing) & set(_asked_about(question))
+    ):
+        # The question names something no passage mentions and is about it (its owner,
+        # "webpack's dev server"; a code span; what "what is X" asks), or no unit answers
+        # the rest of it well: whatever they share is common words, and quoting that would
+        # answer another question. A name given as the setting ("I'm on Ubuntu, how do I
+        # start the service?", "resume a stream in Chrome") leaves a unit answering the rest.
+        return Composed(unmentioned=missing)
     if q.form_only and q.wants is not None:
         # "How big can it be?" of a file: only a unit stating an amount answers it.
         units = [u for u in units if q.holds_wanted(u.text)] or units

@@ -91,6 +91,46 @@ def names(question: str) -> list[str]:
     return list(dict.fromkeys(n for n in out if n))
 
 
+#: Words before a name that make it where or with what the question is set ("on Ubuntu",
+#: "in Chrome", "On my Mac"), and the determiners that may stand between.
+_SETTING = frozenset("on in with from under inside using via behind through at within for".split())
+_DETERMINER = frozenset("my our your the a an their its this that".split())
+
+
+def _is_object(text: str, name: str) -> bool:
+    """Whether a capitalised name is what the question is about rather than its setting:
+    an owner ("Django's ORM"), or a name in the question's last clause not after a
+    preposition ("restart a Kubernetes pod", "use Elasticsearch instead of SQLite");
+    "I'm on Ubuntu, how do I …", "My team uses Slack; how do I …" and "in Chrome" set it."""
+    at = text.find(name)
+    if at < 0:
+        return False
+    after = text[at + len(name) :]
+    if "'s" in name or re.match(r"['\u2019]s\b", after):
+        return True
+    if re.search(r"[,;:]\s", after):
+        return False  # an earlier clause: the question proper comes after it
+    before = [w.casefold() for w in re.findall(r"[^\W\d_]+", text[:at])][-3:]
+    while before and before[-1] in _DETERMINER:
+        before.pop()
+    return not (before and before[-1] in _SETTING)
+
+
+def asked_about(question: str) -> list[str]:
+    """The names (``names``) the question is about, not merely set in: a possessive's
+    owner or a name holding one ("webpack's dev server", "Django's ORM"), a code span,
+    path, identifier or option, a definition question's subject. A capitalised name
+    may be only the setting of a question the knowledge base answers ("I'm on Ubuntu,
+    how do I start the service?", "resume a stream in Chrome"): ``_is_object``."""
+    text = unicodedata.normalize("NFKC", question)
+    out = [n for n in _capitalised_runs(text) if _is_object(text, n)]
+    out += [m.group(0) for m in _CODE.finditer(text)]
+    defined = _DEFINED.match(text)
+    if defined is not None:
+        out.append(_TRAILING.sub("", _ARTICLE.sub("", defined.group("subject").strip())))
+    return list(dict.fromkeys(n for n in out if n))
+
+
 def unmentioned(question: str, said: Iterable[frozenset[str]], words: Words) -> tuple[str, ...]:
     """The question's names (``names``) of which no passage says a word: ``said`` is what
     each passage says, its title and section included, as stems. A name with no content
@@ -109,4 +149,4 @@ def unmentioned(question: str, said: Iterable[frozenset[str]], words: Words) -> 
     return tuple(n for n in out if not any(o != n and o.strip("`") in n for o in out))
 
 
-__all__ = ["names", "unmentioned"]
+__all__ = ["asked_about", "names", "unmentioned"]

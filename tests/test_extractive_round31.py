@@ -14,7 +14,7 @@ import pytest
 
 from llm.extractive import not_found_message
 from llm.extractive_answer import Passage, compose
-from llm.extractive_subject import names
+from llm.extractive_subject import asked_about, names
 from llm.extractive_words import Words
 from tests.support.offline_answers import carries
 from tests.test_offline_answers import ONE_SERVICE, defaults, service
@@ -42,6 +42,11 @@ ANSWERABLE = [
     ("How do I put nginx in front of several replicas?", "nginx"),
     ("Why does my browser's EventSource reconnect?", "EventSource"),
     ("What does `AGENT_DB_PATH` set?", "SQLite"),
+    # A name the KB never mentions, given only as the question's setting: the rest is
+    # answered (each was declined by the name alone before).
+    ("I'm on Ubuntu, how do I start the service?", "make run"),
+    ("How do I resume a stream in Chrome after a disconnect?", "Last-Event-ID"),
+    ("On my Mac, how do I run the tests?", "make test"),
 ]
 
 
@@ -93,3 +98,13 @@ def test_a_name_no_passage_says_declines_and_one_a_passage_says_answers() -> Non
     assert "port 8000" in named.answer, named
     # A passage saying any word of a name of several mentions it.
     assert compose("Which port does the Docker Dockerfile image use?", passages, words).unmentioned == ()
+
+
+def test_a_name_the_question_is_about_and_one_it_is_only_set_in() -> None:
+    assert asked_about("How do I restart a Kubernetes pod?") == ["Kubernetes"]
+    assert asked_about("Does Django's ORM support async queries?") == ["Django's ORM"]
+    assert asked_about("How do I configure webpack's dev server port?") == ["webpack"]
+    # Where or with what the question is set: after a preposition, or in an earlier clause.
+    assert asked_about("How do I resume a stream in Chrome after a disconnect?") == []
+    assert asked_about("On my Mac, how do I run the tests?") == []
+    assert asked_about("My team uses Slack; how do I add an MCP server?") == []
