@@ -11,9 +11,11 @@ import os
 import uuid
 from pathlib import Path
 
+from storage.sqlite.engine import open_sqlite_storage
 from tests.support.postgres import TestPostgres
 from tests.support.procs import run_cli
 from tests.support.server import free_port
+from tests.support.sqlite_lock import sqlite_file_locked
 
 KEY = "replicas-share-this-key-0123456789"
 
@@ -100,3 +102,15 @@ async def test_a_statement_failing_on_an_opened_database_is_not_cannot_open(
     assert "cannot open" not in said[0], said[0]
     assert "a start-up statement failed on the PostgreSQL" in said[0] and "SQLSTATE" in said[0], said[0]
     assert "Traceback" in out, out
+
+
+async def test_a_sqlite_file_another_process_keeps_locked_is_named(tmp_path: Path) -> None:
+    """The start-up waits ``AGENT_DB_WRITE_RETRY_S`` for a file another process writes
+    (bb72065), then failed with "OperationalError: database is locked" alone: which file,
+    and what may hold it, were not said in the line that ends the start."""
+    db = tmp_path / "agent.sqlite3"
+    storage = await open_sqlite_storage(db)
+    await storage.close()
+    async with sqlite_file_locked(db):
+        rc, out = await _serve(tmp_path, AGENT_DB_WRITE_RETRY_S="0.5")
+    _one_line(rc, out, f"the SQLite file {db} stayed locked", "database is locked", "AGENT_DB_WRITE_RETRY_S, 0.5 s")

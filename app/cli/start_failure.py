@@ -87,9 +87,27 @@ def explain(exc: BaseException, settings: Settings) -> str:
         )
     if psycopg is not None and isinstance(exc, psycopg.Error):
         return f"cannot open the {target}: {_first_line(exc)}"
+    if _sqlite_busy(exc):
+        # Said before only as "OperationalError: database is locked", no file named (the
+        # start-up's WARNING before it named it, lines above); SQLite cannot tell who holds
+        # a lock, so the likely holders are named instead.
+        return (
+            f"the {target} stayed locked by another process writing it ({_first_line(exc)}; the start-up "
+            f"waited up to AGENT_DB_WRITE_RETRY_S, {settings.db_write_retry_s:g} s): a one-off command "
+            "(agentchat ingest, compact), an sqlite3 shell or a backup; start again once it is done, "
+            "or give it longer with AGENT_DB_WRITE_RETRY_S"
+        )
     if isinstance(exc, OSError):
         return f"{_first_line(exc)} ({type(exc).__name__})"
     return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+def _sqlite_busy(exc: BaseException) -> bool:
+    """SQLite's "database is locked" once the start-up's wait for the file is spent
+    (``storage.sqlite.engine._when_free``)."""
+    from storage.sqlite.connections import busy
+
+    return busy(exc)
 
 
 def _statement_failed(exc: BaseException) -> bool:

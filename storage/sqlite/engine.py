@@ -64,7 +64,7 @@ async def _when_free(db: SqliteDatabase, fn: Callable[[aiosqlite.Connection], Aw
     exit 3. Whoever writes the file meanwhile can hold it longer: a sibling worker of
     ``serve --workers`` migrating a new file (its first step is 30 statements, one
     event-loop hop each, so on a loaded machine the step lasts as long as the machine
-    makes those hops wait), or a one-off command's bulk write (``agentchat kb ingest``)
+    makes those hops wait), or a one-off command's bulk write (``agentchat ingest``)
     beside a serve being started. And a ``--workers`` worker that cannot start stops
     the whole group. Running ``fn`` again is safe: a migration step that failed rolled
     back and the next run re-checks it inside its own transaction; the writer's setup
