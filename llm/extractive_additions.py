@@ -238,8 +238,13 @@ def with_item_name(read: Read, unit: Unit, pieces: list[str]) -> list[str]:
 
 #: A paragraph that is only a name in bold, maybe with a short note ("**prepublishOnly**",
 #: "**prepublish** (DEPRECATED)", "**prepare** (since `npm@4.0.0`)"): the name of the list
-#: right under it, as npm's scripts page names each life-cycle script.
-_BOLD_NAME = re.compile(r"^\*\*(?P<name>[A-Za-z][\w.-]{0,40})\*\*(?:\s+(?P<note>\([^()]{1,40}\)))?$")
+#: right under it, as npm's scripts page names each life-cycle script. A capitalised word
+#: alone, or one in capitals, is a title over the list instead ("**Options**" over an API
+#: method's options in undici's docs, "**Bugfixes**", "**Security**" in a changelog, "**NOTE**"):
+#: its items are no "**`Options`:**".
+_BOLD_NAME = re.compile(
+    r"^\*\*(?![A-Z][a-z]*\*\*|[A-Z]+\*\*)(?P<name>[A-Za-z][\w.-]{0,40})\*\*(?:\s+(?P<note>\([^()]{1,40}\)))?$"
+)
 
 
 def with_list_name(read: Read, unit: Unit, pieces: list[str]) -> list[str]:

@@ -141,3 +141,28 @@ def test_a_readmes_lower_case_section_title_is_no_name() -> None:
     assert answer.startswith("To check whether you function has been called, use `fn.called`."), answer
     assert "`usage`" not in answer, answer
     assert_clean(answer)
+
+
+#: undici's Dispatcher docs (under npm's node_modules): "**Options**" titles the list of a
+#: method's options, as "**Bugfixes**" and "**Security**" title a changelog's lists.
+DUMP_OPTIONS = Passage(
+    "undici-dispatcher#40",
+    "Dispatcher",
+    "#### `dump`\n\nDump the response body by reading it and discarding the chunks.\n\n**Options**\n- `maxSize` - "
+    "The maximum size (in bytes) of the response body to dump. If the size of the request's body exceeds this "
+    "value then the connection will be closed. Default: `1048576`.\n",
+    0.5,
+    summary="undici Dispatcher API",
+    section="`dump`",
+)
+
+
+def test_a_capitalised_bold_title_over_a_list_is_no_name() -> None:
+    # Labelled "**`Options`:**", the item read as what some ``Options`` does.
+    answer, _, _ = compose_answer(
+        "What is the maximum size of the response body the dump interceptor reads before closing the connection?",
+        [DUMP_OPTIONS],
+    )
+    assert answer.startswith("`maxSize` - The maximum size (in bytes) of the response body to dump."), answer
+    assert "`Options`" not in answer, answer
+    assert_clean(answer)
