@@ -101,7 +101,8 @@ def _is_object(text: str, name: str) -> bool:
     """Whether a capitalised name is what the question is about rather than its setting:
     an owner ("Django's ORM"), or a name in the question's last clause not after a
     preposition ("restart a Kubernetes pod", "use Elasticsearch instead of SQLite");
-    "I'm on Ubuntu, how do I …", "My team uses Slack; how do I …" and "in Chrome" set it."""
+    "I'm on Ubuntu, how do I …", "My team uses Slack; how do I …", "I use Podman. How do
+    I …", "(I use Podman)" and "in Chrome" set it."""
     at = text.find(name)
     if at < 0:
         return False
@@ -110,6 +111,11 @@ def _is_object(text: str, name: str) -> bool:
         return True
     if re.search(r"[,;:]\s", after):
         return False  # an earlier clause: the question proper comes after it
+    said = re.search(r"[.!?](?=\s+\S)", after)
+    if said is not None and said.group(0) != "?":
+        return False  # a sentence before the question: "I use Podman. How do I …?"
+    if text[:at].count("(") > text[:at].count(")"):
+        return False  # an aside: "How do I start the service (I use Podman)?"
     before = [w.casefold() for w in re.findall(r"[^\W\d_]+", text[:at])][-3:]
     while before and before[-1] in _DETERMINER:
         before.pop()

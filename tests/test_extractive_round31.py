@@ -47,6 +47,10 @@ ANSWERABLE = [
     ("I'm on Ubuntu, how do I start the service?", "make run"),
     ("How do I resume a stream in Chrome after a disconnect?", "Last-Event-ID"),
     ("On my Mac, how do I run the tests?", "make test"),
+    # A name set in a sentence before the question, or in an aside (review of 531a526:
+    # both declined, "I could not find anything about Podman").
+    ("I use Podman. How do I start the service?", "make run"),
+    ("How do I start the service (I use Podman)?", "make run"),
 ]
 
 
@@ -108,3 +112,8 @@ def test_a_name_the_question_is_about_and_one_it_is_only_set_in() -> None:
     assert asked_about("How do I resume a stream in Chrome after a disconnect?") == []
     assert asked_about("On my Mac, how do I run the tests?") == []
     assert asked_about("My team uses Slack; how do I add an MCP server?") == []
+    # ... or in a sentence before the question, or an aside (review of 531a526); a name in
+    # the question itself, a remark after it, is still what it is about.
+    assert asked_about("I use Podman. How do I start the service?") == []
+    assert asked_about("How do I start the service (I use Podman)?") == []
+    assert asked_about("How do I restart a Kubernetes pod? It keeps crashing.") == ["Kubernetes"]
