@@ -223,12 +223,23 @@ def clipped_terms(text: str) -> dict[str, str]:
 #: words documentation writes for the action itself, and searching each for the others
 #: lost answers when measured (round 29, docs/knowledge-base.md).
 _READER_VERBS: dict[str, tuple[str, ...]] = {"see": ("show", "list", "display", "print")}
+#: A reader's phrasal verb and the word documentation writes for it: to "pick up" an
+#: answer again, or where one left off, is to resume it ("How can I pick up an answer
+#: again after my connection dropped?" is durable runs' "To resume a run's stream after a
+#: reload or a lost network …"; searched without it, the question's "connection" found
+#: the connection pools). The offline answerer reads the phrase as "resume" too
+#: (``llm.extractive_words.one_verbs``). Neither the sample KB nor npm's docs write
+#: "pick up", so nothing a document says is read otherwise.
+_READER_PHRASES: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
+    (re.compile(r"(?<![\w\-./@])pick(?:s|ed|ing)?\s+up\b"), "pick", ("resume",)),
+)
 
 
 def reader_terms(text: str) -> dict[str, str]:
     """``{documentation's word: the query word}`` for the reader's verbs of ``text`` that
     documentation writes otherwise (``_READER_VERBS``: "see" is "show", "list",
-    "display", "print"), searched and counted as that word, as ``clipped_terms`` are.
+    "display", "print"; ``_READER_PHRASES``: "pick up" is "resume"), searched and
+    counted as that word, as ``clipped_terms`` are.
     Only the English verb in plain text (``_plain_verb``): a word inside a name is part
     of that name, a backticked `` `see` `` is a code identifier, and a capitalised "See"
     inside a sentence is a noun (German "der See", the lake)."""
@@ -238,6 +249,11 @@ def reader_terms(text: str) -> dict[str, str]:
         if word in _READER_VERBS and _plain_verb(text, match):
             for other in _READER_VERBS[word]:
                 out.setdefault(other, word)
+    folded = fold(text)
+    for phrase, verb, others in _READER_PHRASES:
+        if phrase.search(folded) is not None:
+            for other in others:
+                out.setdefault(other, verb)
     return out
 
 

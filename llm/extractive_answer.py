@@ -48,6 +48,7 @@ from llm.extractive_question import Question as _Question
 from llm.extractive_quote import cite as _cite
 from llm.extractive_quote import new_sentences as _new_sentences
 from llm.extractive_quote import window as _window
+from llm.extractive_quote import without_answer_word as _without_answer_word
 from llm.extractive_read import Passage, sentence_key
 from llm.extractive_read import Read as _Read
 from llm.extractive_read import document_of as _document
@@ -245,6 +246,7 @@ def compose(
         quoted = _with_command_line(reads, read, unit, quoted, q)
         quoted = _with_syntax(read, unit, quoted, q)
         quoted = _with_form_after(read, unit, quoted, q)
+        quoted = _without_answer_word(quoted, question)
         pieces = _new_sentences(quoted, said.copy())
         size = sum(len(p) for p in pieces)
         if not pieces or (parts and length + size > MAX_ANSWER_CHARS):

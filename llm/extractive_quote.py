@@ -239,6 +239,43 @@ def new_sentences(pieces: list[str], said: set[str]) -> list[str]:
     return kept
 
 
+#: A question asking for a yes or a no: an auxiliary verb opening it, or opening a
+#: clause after its setting ("On my Mac, can I …?").
+_ASKS_YES_NO = re.compile(
+    r"(?:^|[,;:]\s*)(?:am|is|are|was|were|do|does|did|can|could|will|would|shall|should|may|might|must"
+    r"|has|have|had)(?:n't|not)?\s",
+    re.IGNORECASE,
+)
+#: A paragraph opening with the bare answer to a question it does not repeat ("Yes. By
+#: default everything durable lives in one SQLite file …", an FAQ's answer under a
+#: heading that is no question): the word, its emphasis and the mark after it.
+_ANSWER_WORD = re.compile(r"^(?:\*\*|__)?(?:yes|no)(?:\*\*|__)?(?:[.!,;:]|\s+[\u2014\u2013-])\s+", re.IGNORECASE)
+
+
+def asks_yes_no(question: str) -> bool:
+    """The question asks for a yes or a no (``_ASKS_YES_NO``)."""
+    return _ASKS_YES_NO.search(question.strip()) is not None
+
+
+def without_answer_word(pieces: list[str], question: str) -> list[str]:
+    """``pieces`` without a bare "Yes." / "No," opening a paragraph when ``question``
+    asks for no yes or no: the word answers the document's own question, which the
+    reader did not ask, and quoted for "How do I put my own files into the knowledge
+    base?" a "Yes." reads as nonsense. The sentence after it says the answer itself,
+    so only the word goes (and the next word takes its capital)."""
+    if asks_yes_no(question):
+        return pieces
+    out: list[str] = []
+    for piece in pieces:
+        word = None if is_verbatim(piece) else _ANSWER_WORD.match(piece)
+        rest = piece[word.end() :] if word is not None else ""
+        if word is None or not rest:
+            out.append(piece)
+            continue
+        out.append(rest[:1].upper() + rest[1:])
+    return out
+
+
 def cite(pieces: list[str], source_id: str) -> str:
     """The passage's Markdown with its citation after its prose (or after the list)."""
     marker = f"[{source_id}]"
@@ -252,10 +289,12 @@ __all__ = [
     "FOLLOWING_CODE_CHARS",
     "WHOLE_BLOCK_CHARS",
     "WHOLE_PARAGRAPH_CHARS",
+    "asks_yes_no",
     "cite",
     "is_verbatim",
     "item_shows",
     "new_sentences",
     "refers_back",
     "window",
+    "without_answer_word",
 ]

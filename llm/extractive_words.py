@@ -31,10 +31,18 @@ _PREFIXES = ("dis", "re", "un", "de", "pre", "non")
 #: authentication", and a page says "turn off logs completely" of what a reader asks to
 #: "stop" (``SYNONYMS``: stop / disable). Both the question and the text read them as the
 #: one verb, so "turn on" meets "enable" and never "disable", which shares the rest.
-_ONE_VERB = re.compile(r"\b(?:turn(?:s|ed|ing)?|switch(?:es|ed|ing)?)\s+(?P<particle>on|off)\b")
+#: A reader's "pick up" (an answer again, where one left off) is the documentation's
+#: "resume" likewise (round 32).
+_ONE_VERB = re.compile(
+    r"\b(?:(?:turn(?:s|ed|ing)?|switch(?:es|ed|ing)?)\s+(?P<particle>on|off)|pick(?:s|ed|ing)?\s+(?P<pick>up))\b"
+)
 
 
 def _one_verb(match: re.Match[str]) -> str:
+    if match.group("pick"):
+        # "pick up an answer again", "pick up where I left off": what documentation
+        # writes "resume" (``knowledge.textnorm.reader_terms`` searches it so too).
+        return "resume"
     return "enable" if match.group("particle") == "on" else "disable"
 
 
@@ -130,7 +138,11 @@ def stems(text: str) -> frozenset[str]:
 #: What a reader asks to "see" is what a command lists, shows, displays or prints ("how
 #: can I see which access tokens my account has?" is npm token's "This lets you list,
 #: create and revoke authentication tokens" over the synopsis ``npm token list``), so
-#: "see" is no function word (``_STOP``) but one of that group.
+#: "see" is no function word (``_STOP``) but one of that group. Where a reader asks
+#: what the service "keeps", documentation says what it stores or holds ("Where does the
+#: service keep its data?" is the overview's "Where data lives": "one SQLite file named
+#: by `AGENT_DB_PATH` … It holds conversations …"; with "keep" alone no sentence of that
+#: section met the question, and units saying `data` as a field name led).
 SYNONYMS = (
     "remove delete clear rm",
     "show display print see list",
@@ -140,6 +152,7 @@ SYNONYMS = (
     "fix repair",
     "check verify",
     "each every",
+    "keep store hold",
 )
 
 
