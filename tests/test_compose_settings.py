@@ -91,7 +91,7 @@ def test_postgres_keeps_the_vector_graphs_in_its_shared_buffers() -> None:
     the pages of a walk at 100k chunks (graphs of 196 MB) came from the OS and the search
     took about twice as long (``bench/results/corpus_pg_shared_buffers_ab_s43_100k.json``).
     PostgreSQL's own default is 128 MB; the compose file sets room for 250k vectors' graphs
-    at least, and an operator can size it (``AGENT_PG_SHARED_BUFFERS``)."""
+    at least, and an operator can size it (``PG_SHARED_BUFFERS``)."""
     spec: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
     command = [str(x) for x in spec["services"]["postgres"].get("command", [])]
     settings = [command[i + 1] for i, x in enumerate(command[:-1]) if x == "-c"]
@@ -102,5 +102,5 @@ def test_postgres_keeps_the_vector_graphs_in_its_shared_buffers() -> None:
     assert m, default
     size = int(m.group(1)) * {"kB": 1024, "MB": 1024**2, "GB": 1024**3}[m.group(2)]
     assert size >= 250_000 * 2048, default
-    override = _VAR.sub(lambda m: "4GB" if m.group(1) == "AGENT_PG_SHARED_BUFFERS" else "", given[0])
+    override = _VAR.sub(lambda m: "4GB" if m.group(1) == "PG_SHARED_BUFFERS" else "", given[0])
     assert override == "4GB"
