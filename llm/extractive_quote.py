@@ -239,13 +239,20 @@ def new_sentences(pieces: list[str], said: set[str]) -> list[str]:
     return kept
 
 
-#: A question asking for a yes or a no: an auxiliary verb opening it, or opening a
-#: clause after its setting ("On my Mac, can I …?").
+#: A question asking for a yes or a no: an auxiliary verb (or its negation, "can't",
+#: "won't", either apostrophe) opening it, or opening a clause or sentence after its
+#: setting ("On my Mac, can I …?", "I run three replicas. Can I …?", "Hi! Is it …?",
+#: "Quick question - can I …?").
 _ASKS_YES_NO = re.compile(
-    r"(?:^|[,;:]\s*)(?:am|is|are|was|were|do|does|did|can|could|will|would|shall|should|may|might|must"
-    r"|has|have|had)(?:n't|not)?\s",
+    r"(?:^|[,;:]\s*|[.!?]\s+|\s[\u2014\u2013-]\s*)"
+    r"(?:(?:am|is|are|was|were|do|does|did|can|could|will|would|shall|should|may|might|must"
+    r"|has|have|had)(?:n['\u2019]t|not)?|can['\u2019]t|won['\u2019]t|shan['\u2019]t|ain['\u2019]t)\s",
     re.IGNORECASE,
 )
+#: An open question's word: without one and without an auxiliary opening a clause, a
+#: question is still closed ("Any way to run without Docker?", "Possible to use
+#: PostgreSQL?", "PostgreSQL for every store?") and a "Yes." or "No." answers it.
+_OPEN_QUESTION = re.compile(r"\b(?:how|what|where|why|which|when|who|whom|whose)\b", re.IGNORECASE)
 #: A paragraph opening with the bare answer to a question it does not repeat ("Yes. By
 #: default everything durable lives in one SQLite file …", an FAQ's answer under a
 #: heading that is no question): the word, its emphasis and the mark after it.
@@ -253,8 +260,11 @@ _ANSWER_WORD = re.compile(r"^(?:\*\*|__)?(?:yes|no)(?:\*\*|__)?(?:[.!,;:]|\s+[\u
 
 
 def asks_yes_no(question: str) -> bool:
-    """The question asks for a yes or a no (``_ASKS_YES_NO``)."""
-    return _ASKS_YES_NO.search(question.strip()) is not None
+    """The question asks for a yes or a no (``_ASKS_YES_NO``), or may: only a question
+    plainly open (``_OPEN_QUESTION``: "How do I …?", "Where does …?") asks for none, so
+    one phrased without an auxiliary ("Any way to …?") keeps an FAQ's "No."."""
+    text = question.strip()
+    return _ASKS_YES_NO.search(text) is not None or _OPEN_QUESTION.search(text) is None
 
 
 def without_answer_word(pieces: list[str], question: str) -> list[str]:

@@ -99,3 +99,24 @@ def test_what_a_reader_asks_the_service_to_keep_is_what_it_stores_or_holds() -> 
     ]
     answer = compose("Where does the service keep its data?", passages).answer
     assert "AGENT_DB_PATH" in answer.split("\n\n")[0], answer
+
+
+def test_a_closed_question_without_an_auxiliary_first_keeps_the_answer_word() -> None:
+    """Review of f715e61: only an auxiliary opening the question or a clause after a
+    comma counted, so a yes/no question set after a sentence, a greeting or a dash, a
+    "can't", or one phrased without an auxiliary lost the FAQ's "No." it asks for."""
+    no = _faq("No. The service needs a database for its runs; set the database URL to use PostgreSQL instead.")
+    for question in [
+        "I run three replicas. Can I run every store without a database?",
+        "Hi! Is it possible to run every store without a database?",
+        "Quick question - can I run every store without a database?",
+        "Can't I run every store without a database?",
+        "Any way to run every store without a database?",
+        "Possible to run every store without a database?",
+    ]:
+        assert asks_yes_no(question), question
+        answer = compose(question, no).answer
+        assert answer.startswith("No. The service needs a database"), (question, answer)
+    # A plainly open question still loses the word, even after a sentence of its setting.
+    assert not asks_yes_no("I run three replicas. How do I put every store on PostgreSQL?")
+    assert not asks_yes_no("Which store, and where does it live?")
