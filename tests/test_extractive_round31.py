@@ -117,3 +117,24 @@ def test_a_name_the_question_is_about_and_one_it_is_only_set_in() -> None:
     assert asked_about("I use Podman. How do I start the service?") == []
     assert asked_about("How do I start the service (I use Podman)?") == []
     assert asked_about("How do I restart a Kubernetes pod? It keeps crashing.") == ["Kubernetes"]
+
+
+def test_a_question_opening_with_spaces_names_nothing_by_its_first_word() -> None:
+    """Review of 1ff6623: the question's first word is no name, but a question sent with
+    a space or blank lines before it ("  Summarize …", pasted) had its capitalised first
+    word read as one, never mentioned by the passages and asked about, so it was declined
+    ("I could not find anything about Summarize …")."""
+    passages = [
+        Passage(
+            "ingest#0",
+            "Filling the knowledge base",
+            "The ingest command reads every file of a folder into the knowledge base: run `agentchat ingest ./docs`.",
+            0.5,
+            section="Knowledge base › Ingest",
+        )
+    ]
+    for question in [" Explain the ingest command.", "\n\nSummarize the ingest command"]:
+        assert names(question) == [], question
+        composed = compose(question, passages)
+        assert composed.unmentioned == (), (question, composed.unmentioned)
+        assert "agentchat ingest" in composed.answer, (question, composed.answer)
