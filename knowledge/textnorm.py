@@ -228,10 +228,19 @@ _READER_VERBS: dict[str, tuple[str, ...]] = {"see": ("show", "list", "display", 
 #: again after my connection dropped?" is durable runs' "To resume a run's stream after a
 #: reload or a lost network …"; searched without it, the question's "connection" found
 #: the connection pools). The offline answerer reads the phrase as "resume" too
-#: (``llm.extractive_words.one_verbs``). Neither the sample KB nor npm's docs write
-#: "pick up", so nothing a document says is read otherwise.
+#: (``llm.extractive_words.one_verbs``). Only in that sense: "again" within a few words
+#: after it, or "where" ("pick up where I left off"); a reader's "Which settings does the
+#: service pick up at start?" or "the worker picks up queued runs" resumes nothing, and
+#: searched so found durable runs' "resume" paragraph and was answered with it (review of
+#: f715e61).
 _READER_PHRASES: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
-    (re.compile(r"(?<![\w\-./@])pick(?:s|ed|ing)?\s+up\b"), "pick", ("resume",)),
+    (
+        re.compile(
+            r"(?<![\w\-./@])pick(?:s|ed|ing)?\s+up\b(?=(?:\s+[^\s?.!,;:]+){0,5}?\s+again\b|\s+(?:from\s+)?where\b)"
+        ),
+        "pick",
+        ("resume",),
+    ),
 )
 
 

@@ -32,9 +32,12 @@ _PREFIXES = ("dis", "re", "un", "de", "pre", "non")
 #: "stop" (``SYNONYMS``: stop / disable). Both the question and the text read them as the
 #: one verb, so "turn on" meets "enable" and never "disable", which shares the rest.
 #: A reader's "pick up" (an answer again, where one left off) is the documentation's
-#: "resume" likewise (round 32).
+#: "resume" likewise (round 32), only with "again" a few words after it or "where" next
+#: (as ``knowledge.textnorm._READER_PHRASES``): "the service picks up a changed file at
+#: start" or "a worker picks up queued runs" resumes nothing.
 _ONE_VERB = re.compile(
-    r"\b(?:(?:turn(?:s|ed|ing)?|switch(?:es|ed|ing)?)\s+(?P<particle>on|off)|pick(?:s|ed|ing)?\s+(?P<pick>up))\b"
+    r"\b(?:(?:turn(?:s|ed|ing)?|switch(?:es|ed|ing)?)\s+(?P<particle>on|off)"
+    r"|pick(?:s|ed|ing)?\s+(?P<pick>up)(?=(?:\s+[^\s?.!,;:]+){0,5}?\s+again\b|\s+(?:from\s+)?where\b))\b"
 )
 
 

@@ -120,3 +120,32 @@ def test_a_closed_question_without_an_auxiliary_first_keeps_the_answer_word() ->
     # A plainly open question still loses the word, even after a sentence of its setting.
     assert not asks_yes_no("I run three replicas. How do I put every store on PostgreSQL?")
     assert not asks_yes_no("Which store, and where does it live?")
+
+
+def test_a_pick_up_that_resumes_nothing_is_not_read_as_resume() -> None:
+    """Review of f715e61: every "pick up" was "resume", searched and read so, so "Which
+    settings does the service pick up at start?" was answered with durable runs' resume
+    paragraph, where nothing was quoted before. Only "pick up … again" and "pick up
+    where …" resume."""
+    for question in [
+        "Which settings does the service pick up at start?",
+        "Does the worker pick up tools file changes?",
+    ]:
+        assert "resume" not in reader_terms(question), question
+    assert reader_terms("Can I pick up from where the stream stopped?") == {"resume": "pick"}
+    passages = [
+        Passage(
+            "runs#1",
+            "Durable runs",
+            "To resume a run's stream after a reload, send the Last-Event-ID header: the events after it come again.",
+            0.5,
+            section="Durable runs › Resuming",
+        ),
+        Passage(
+            "auth#0", "Authentication", "Your API key is shown once, on the account page, when you create it.", 0.5
+        ),
+    ]
+    answer = compose("Which settings does the service pick up at start?", passages).answer
+    assert "Last-Event-ID" not in answer, answer
+    again = compose("How can I pick up an answer again after a reload?", passages).answer
+    assert "Last-Event-ID" in again, again
