@@ -11,9 +11,9 @@ from pathlib import Path
 
 import httpx
 
-from app.config import Settings
 from llm.extractive import ExtractiveProvider
 from tests.conftest import collect_sse, running_app
+from tests.support.offline_app import offline_settings
 from tests.test_metrics import get_metrics
 
 FAMILY = "agentchat_history_load_failures"
@@ -35,12 +35,7 @@ def spoil_a_message(db: Path, conversation_id: str) -> None:
 
 async def test_a_run_without_its_history_says_so_in_its_event_and_a_metric(tmp_path: Path) -> None:
     db = tmp_path / "h.db"
-    settings = Settings.from_env({
-        "AGENT_DB_PATH": str(db),
-        "AGENT_INGEST_SAMPLE_KB": "false",
-        "AGENT_LLM_PROVIDER": "extractive",
-        "OLLAMA_HOST": "http://127.0.0.1:9",
-    })
+    settings = offline_settings(db)
     async with (
         running_app(settings, provider=ExtractiveProvider(), embedder=None) as (base, _app),
         httpx.AsyncClient(timeout=60) as client,

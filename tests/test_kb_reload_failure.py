@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from app.cli.kb_file import open_kb_file
-from app.config import Settings
 from llm.extractive import ExtractiveProvider
 from tests.conftest import collect_sse, running_app
+from tests.support.offline_app import offline_settings
 from tests.test_metrics import get_metrics, value
 from toolindex.hashing import HashingEmbedder
 
@@ -35,13 +35,7 @@ async def test_a_failed_reload_is_said_in_the_search_readyz_and_a_metric(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = tmp_path / "kb.db"
-    settings = Settings.from_env({
-        "AGENT_DB_PATH": str(db),
-        "AGENT_INGEST_SAMPLE_KB": "false",
-        "AGENT_KB_DEFAULT_BUCKETS": "*",
-        "AGENT_LLM_PROVIDER": "extractive",
-        "OLLAMA_HOST": "http://127.0.0.1:9",
-    })
+    settings = offline_settings(db, AGENT_KB_DEFAULT_BUCKETS="*")
     embedder = HashingEmbedder(dim=384)
     async with (
         running_app(settings, provider=ExtractiveProvider(), embedder=embedder) as (base, app),

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import httpx
 
-from app.config import Settings
 from app.runs.records import Caller, ChatInput, encode_run_input
 from app.runs.recovery import MAX_RESUMES_WITHOUT_PROGRESS
 from llm.extractive import ExtractiveProvider
 from storage.records import NewRun, RunWrite
 from storage.sqlite import open_sqlite_storage
 from tests.conftest import running_app
+from tests.support.offline_app import offline_settings
 from tests.support.procs import until
 from tests.test_metrics import get_metrics, value
 from tests.test_review_run_restart import CONV, RUN, STARTED, logged, resumed_from
@@ -35,12 +35,7 @@ async def test_a_run_that_cannot_be_carried_on_is_counted_apart(tmp_path: Path) 
         ))
     finally:
         await storage.close()
-    settings = Settings.from_env({
-        "AGENT_DB_PATH": str(db),
-        "AGENT_INGEST_SAMPLE_KB": "false",
-        "AGENT_LLM_PROVIDER": "extractive",
-        "OLLAMA_HOST": "http://127.0.0.1:9",
-    })
+    settings = offline_settings(db)
     async with (
         running_app(settings, provider=ExtractiveProvider(), embedder=None) as (base, app),
         httpx.AsyncClient(timeout=30) as client,

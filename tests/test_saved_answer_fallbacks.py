@@ -22,7 +22,6 @@ from agenttools.rag.external_results import Citation, new_external_result
 from agenttools.rag.keyword_rules import validate_keywords
 from agenttools.rag.keywords import KeywordIndex
 from agenttools.rag.tools import KB_SEARCH, RagToolDeps, register_rag_tools
-from app.config import Settings
 from app.server.identity import LOCAL_USER
 from knowledge import KnowledgeBase
 from knowledge.saved_answers import SavedAnswerVectors
@@ -30,6 +29,7 @@ from llm.extractive import ExtractiveProvider
 from storage.keyword_records import KeywordTermHit
 from storage.sqlite import SqliteStorage
 from tests.conftest import collect_sse, running_app
+from tests.support.offline_app import offline_settings
 from tests.support.storage import opened_storage
 from tests.test_kb_search_warnings import BreakableEmbedder
 from tests.test_metrics import get_metrics, value
@@ -55,15 +55,8 @@ async def save_answer(keywords: KeywordIndex, owner: str) -> str:
 
 
 async def test_the_stream_readyz_and_the_metric_show_saved_answers_found_by_terms_only(tmp_path: Path) -> None:
-    settings = Settings.from_env(
-        {
-            "AGENT_DB_PATH": str(tmp_path / "v.db"),
-            "AGENT_INGEST_SAMPLE_KB": "false",
-            "AGENT_KB_DEFAULT_BUCKETS": "*",  # every bucket: no "no bucket 'default'" warning first
-            "AGENT_LLM_PROVIDER": "extractive",
-            "OLLAMA_HOST": "http://127.0.0.1:9",
-        }
-    )
+    # Every bucket: no "no bucket 'default'" warning first.
+    settings = offline_settings(tmp_path / "v.db", AGENT_KB_DEFAULT_BUCKETS="*")
     embedder = BreakableEmbedder()
     async with (
         running_app(settings, provider=ExtractiveProvider(), embedder=embedder) as (base, app),
@@ -154,12 +147,7 @@ async def test_a_failed_start_up_back_fill_shows_in_readyz_and_metrics(tmp_path:
             await save_answer(KeywordIndex(storage.keywords, storage.external_results, semantic=semantic), LOCAL_USER)
         finally:
             await kb.aclose()
-    settings = Settings.from_env({
-        "AGENT_DB_PATH": str(db),
-        "AGENT_INGEST_SAMPLE_KB": "false",
-        "AGENT_LLM_PROVIDER": "extractive",
-        "OLLAMA_HOST": "http://127.0.0.1:9",
-    })
+    settings = offline_settings(db)
     async with (
         running_app(settings, provider=ExtractiveProvider(), embedder=embedder) as (base, _app),
         httpx.AsyncClient(timeout=30) as client,
@@ -170,7 +158,8 @@ async def test_a_failed_start_up_back_fill_shows_in_readyz_and_metrics(tmp_path:
                 ready = (await client.get(f"{base}/readyz")).json()["checks"]["keywords"]
                 await asyncio.sleep(0.02)
         metrics = await get_metrics(client, base)
-    assert ready["fallbacks"] == {"backfill_failed": 1} and ready["last_fallback"].startswith("backfill_failed: "), ready
+    assert ready["fallbacks"] == {"backfill_failed": 1}, ready
+    assert ready["last_fallback"].startswith("backfill_failed: "), ready
     assert value(metrics, FAMILY, f"{FAMILY}_total", reason="backfill_failed") == 1
 
 
