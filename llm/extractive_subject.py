@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from llm.extractive_words import Words
 
@@ -96,15 +96,22 @@ def _capitalised_runs(question: str) -> list[str]:
     return runs
 
 
-def names(question: str) -> list[str]:
-    """What the question writes as a name (see the module docstring), as written."""
+def _named(question: str, keep_run: Callable[[str, str], bool]) -> list[str]:
+    """The question's names, as written: its capitalised runs that ``keep_run(text, run)``
+    keeps, then its code spans, paths, identifiers and options, then a definition
+    question's subject; each once."""
     text = unicodedata.normalize("NFKC", question)
-    out = _capitalised_runs(text)
+    out = [run for run in _capitalised_runs(text) if keep_run(text, run)]
     out += [m.group(0) for m in _CODE.finditer(text)]
     defined = _DEFINED.match(text)
     if defined is not None:
         out.append(_TRAILING.sub("", _ARTICLE.sub("", defined.group("subject").strip())))
     return list(dict.fromkeys(n for n in out if n))
+
+
+def names(question: str) -> list[str]:
+    """What the question writes as a name (see the module docstring), as written."""
+    return _named(question, lambda _text, _run: True)
 
 
 #: Words before a name that make it where or with what the question is set ("on Ubuntu",
@@ -144,13 +151,7 @@ def asked_about(question: str) -> list[str]:
     path, identifier or option, a definition question's subject. A capitalised name
     may be only the setting of a question the knowledge base answers ("I'm on Ubuntu,
     how do I start the service?", "resume a stream in Chrome"): ``_is_object``."""
-    text = unicodedata.normalize("NFKC", question)
-    out = [n for n in _capitalised_runs(text) if _is_object(text, n)]
-    out += [m.group(0) for m in _CODE.finditer(text)]
-    defined = _DEFINED.match(text)
-    if defined is not None:
-        out.append(_TRAILING.sub("", _ARTICLE.sub("", defined.group("subject").strip())))
-    return list(dict.fromkeys(n for n in out if n))
+    return _named(question, _is_object)
 
 
 def unmentioned(question: str, said: Iterable[frozenset[str]], words: Words) -> tuple[str, ...]:
