@@ -76,7 +76,9 @@ async def test_readyz_and_metrics_show_a_server_whose_tools_are_not_ranked(tmp_p
     assert value(metrics, "agentchat_mcp_servers", "agentchat_mcp_servers", state="up") == 1
 
 
-async def test_the_next_tool_list_that_embeds_ranks_them_again() -> None:
+async def _web_room_unranked() -> tuple[ToolRegistry, BreakableEmbedder, IndexState, McpRoom]:
+    """A room whose "web" server listed ``TOOLS`` while the embedder failed: offered,
+    never ranked."""
     registry = ToolRegistry(build_catalog())
     embedder = BreakableEmbedder()
     state = IndexState()
@@ -84,6 +86,11 @@ async def test_the_next_tool_list_that_embeds_ranks_them_again() -> None:
     room.base_ready(await ToolIndex.build([(s.name, s.definition.description) for s in registry], embedder))
     embedder.broken = True
     await room.on_tools("web", TOOLS)
+    return registry, embedder, state, room
+
+
+async def test_the_next_tool_list_that_embeds_ranks_them_again() -> None:
+    registry, embedder, state, room = await _web_room_unranked()
     assert "get_sum" in registry  # offered ...
     assert state.index is not None and "get_sum" not in state.index.names  # ... never ranked
     assert room.unranked == {"web"} and (await room.readiness())["unranked"] == ["web"]
@@ -97,13 +104,7 @@ async def test_a_server_that_goes_down_or_lists_no_tools_is_no_longer_unranked()
     """Unranked means tools offered but never ranked: a server that went down (its tools
     absent) or lists none has none to rank, so it leaves ``unranked`` (and the gauge) at
     once instead of staying there until a later list embeds."""
-    registry = ToolRegistry(build_catalog())
-    embedder = BreakableEmbedder()
-    state = IndexState()
-    room = McpRoom([McpServerConfig("web", "stdio", command="/nonexistent/mcp")], registry, state, embedder, None)
-    room.base_ready(await ToolIndex.build([(s.name, s.definition.description) for s in registry], embedder))
-    embedder.broken = True
-    await room.on_tools("web", TOOLS)
+    registry, _embedder, _state, room = await _web_room_unranked()
     assert room.unranked == {"web"}
     await room.on_tools("web", None)  # the server went down: its tools are absent
     assert "get_sum" not in registry and room.unranked == set()

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import aiosqlite
 import pytest
@@ -26,11 +28,26 @@ from storage.sqlite.migrations import migrate
 from tests.support.sqlite_lock import sqlite_file_locked
 
 WAITS = "the database is busy"
+T = TypeVar("T")
 
 
 async def _migrated(path: Path) -> None:
     storage = await open_sqlite_storage(path)
     await storage.close()
+
+
+async def _released_once_waiting(
+    path: Path, opening: Coroutine[Any, Any, T], caplog: pytest.LogCaptureFixture
+) -> asyncio.Task[T]:
+    """``opening`` started while another process holds ``path``'s write lock, which is
+    held until the opening says it waits (past its first ``busy_timeout``) and then let
+    go; the opening's task, still running (it must not have ended while the file was held)."""
+    async with sqlite_file_locked(path):
+        task = asyncio.create_task(opening)
+        while not task.done() and not any(WAITS in r.getMessage() for r in caplog.records):
+            await asyncio.sleep(0.02)
+        assert not task.done(), f"the open ended while the file was held: {task.exception()!r}"
+    return task
 
 
 async def test_the_open_waits_for_a_write_lock_held_past_the_busy_timeout(
@@ -41,12 +58,7 @@ async def test_the_open_waits_for_a_write_lock_held_past_the_busy_timeout(
     # The write retry far longer than the test waits: only a start-up that gives up early fails.
     opts = SqliteOptions(write_retry_s=120)
     with caplog.at_level(logging.WARNING, logger="agentchat.storage"):
-        async with sqlite_file_locked(path):
-            opening = asyncio.create_task(open_sqlite_storage(path, opts))
-            # Held until the open says it waits (past its first busy_timeout), or has ended.
-            while not opening.done() and not any(WAITS in r.getMessage() for r in caplog.records):
-                await asyncio.sleep(0.02)
-            assert not opening.done(), f"the open ended while the file was held: {opening.exception()!r}"
+        opening = await _released_once_waiting(path, open_sqlite_storage(path, opts), caplog)
         storage: SqliteStorage = await asyncio.wait_for(opening, 120)
     try:
         waited = [r for r in caplog.records if WAITS in r.getMessage()]
@@ -105,11 +117,7 @@ async def test_a_rebuilding_step_met_busy_leaves_the_writers_foreign_keys_on(
             return await migrate(conn, tuple(from_rebuild))
 
         with caplog.at_level(logging.WARNING, logger="agentchat.storage"):
-            async with sqlite_file_locked(path):
-                waiting = asyncio.create_task(_when_free(db, migrate_from_the_rebuild))
-                while not waiting.done() and not any(WAITS in r.getMessage() for r in caplog.records):
-                    await asyncio.sleep(0.02)
-                assert not waiting.done(), f"the open ended while the file was held: {waiting.exception()!r}"
+            waiting = await _released_once_waiting(path, _when_free(db, migrate_from_the_rebuild), caplog)
             await asyncio.wait_for(waiting, 120)
 
         async def foreign_keys(conn: aiosqlite.Connection) -> int:
