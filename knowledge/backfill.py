@@ -74,6 +74,9 @@ class VectorBackfill:
         self.state = "not started" if embedder is not None else "no embedder"
         self.last_error: str | None = None
         self._retry_at: float | None = None
+        #: Documents with unreadable vectors already marked for re-embedding
+        #: (``_route_unreadable``), so that each is marked once.
+        self._routed: set[str] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         #: Set by ``aclose`` for the loop it stops (each ``start`` makes a new one).
@@ -184,6 +187,7 @@ class VectorBackfill:
             return 0
         done = 0
         after: str | None = None
+        await self._route_unreadable()
         await self.count_pending()
         if self.pending:
             self.state = "re-embedding"
@@ -202,6 +206,25 @@ class VectorBackfill:
         if done:
             log.info("documents re-embedded", extra={"documents": done, "pending": self.pending})
         return done
+
+    async def _route_unreadable(self) -> None:
+        """Documents some of whose stored vectors the dense side could not read (a wrong
+        length, none: ``DenseSide.unreadable``) are marked as without vectors, so this
+        pass embeds them again like any other: their document says it is embedded, and
+        nothing else would ever look at them again."""
+        if self._embedder is None or self._embed_key is None:
+            return
+        unreadable = self._dense.unreadable()
+        self._routed.intersection_update(unreadable)
+        todo = sorted(d for d in unreadable if d not in self._routed)
+        if not todo:
+            return
+        marked = await self._index.mark_unembedded(self._embed_key, self._embedder.dim, todo)
+        self._routed.update(todo)
+        log.warning(
+            "stored vectors that could not be read (wrong length or missing): re-embedding their documents",
+            extra={"documents": len(todo), "marked": len(marked), "chunks": sum(unreadable[d] for d in todo)},
+        )
 
     async def count_pending(self) -> int:
         if self._embedder is None:

@@ -89,6 +89,11 @@ class DenseSide(Protocol):
         index of the engine and how it is asked."""
         ...
 
+    def unreadable(self) -> dict[str, int]:
+        """The chunks, per document, whose stored vector the load could not read (a
+        wrong length, none): out of every search by meaning until re-embedded."""
+        ...
+
 
 class MatrixDense:
     """The in-memory matrix (see the module docstring)."""
@@ -185,7 +190,15 @@ class MatrixDense:
         return self.matrix.cosines(chunk_ids, query)
 
     async def status(self) -> dict[str, Any]:
-        return {"search": "exact, in memory"}
+        unreadable = self.matrix.unreadable
+        return {
+            "search": "exact, in memory",
+            "unreadable_vectors": sum(unreadable.values()),
+            "unreadable_documents": len(unreadable),
+        }
+
+    def unreadable(self) -> dict[str, int]:
+        return self.matrix.unreadable
 
 
 class DatabaseDense:
@@ -242,6 +255,11 @@ class DatabaseDense:
 
     async def status(self) -> dict[str, Any]:
         return {"search": "the engine's vector index", **await self._search.vector_index_status()}
+
+    def unreadable(self) -> dict[str, int]:
+        """Nothing is loaded here: the engine's search leaves a vector of another
+        width out by its own condition (``vector_dims``), uncounted."""
+        return {}
 
 
 def dense_side(index: KBIndex, embed_model: str | None, dim: int, *, executor_rows: int = 2_000) -> DenseSide:

@@ -429,6 +429,12 @@ class KnowledgeBase:
         return self._fresh.reload_failures
 
     @property
+    def unreadable_vectors(self) -> int:
+        """Stored vectors (chunks) the dense side's load could not read, until their
+        documents are re-embedded (``/metrics``; ``knowledge.backfill``)."""
+        return sum(self._vectors.unreadable().values())
+
+    @property
     def reloads(self) -> int:
         """The dense side's reloads after another process changed the stored KB, since
         start (``/metrics``; ``knowledge.freshness``)."""

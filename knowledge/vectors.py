@@ -67,6 +67,11 @@ class VectorIndex:
         #: here where a dict of them took ~100 MB.
         self._row_of_id: I32 = np.full(max(16, capacity), -1, np.int32)
         self._rows_of_doc: dict[int, list[int]] = {}
+        #: Each loaded document's chunks whose stored vector could not be read
+        #: (``KBVectorRows.unreadable``), until the document is removed or replaced
+        #: (re-embedded, re-ingested, deleted): what ``/readyz``, ``/metrics`` and a
+        #: search's warnings count as left out of the search by meaning.
+        self.unreadable: dict[str, int] = {}
         self._dead = 0
         cap = max(16, capacity)
         self._snap = Snapshot(
@@ -129,6 +134,9 @@ class VectorIndex:
         batches of thousands of one-chunk documents, and ``add``'s fixed numpy cost
         (~28 us a call, most of it normalising a single row) was ~15 % of an ingest's
         CPU at 100k chunks; a search sees the batch appear at once."""
+        for d in docs:
+            if d.unreadable:
+                self.unreadable[d.doc_id] = d.unreadable
         docs = [d for d in docs if len(d.chunk_ids)]
         if not docs:
             return
@@ -171,6 +179,7 @@ class VectorIndex:
         self._snap = Snapshot(snap.matrix, snap.chunk_ids, snap.doc_codes, snap.bucket_codes, snap.alive, n + k)
 
     def remove_document(self, doc_id: str) -> int:
+        self.unreadable.pop(doc_id, None)
         code = self._doc_code.get(doc_id)
         if code is None:
             return 0

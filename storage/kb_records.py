@@ -330,6 +330,11 @@ class KBVectorRows:
     bucket: str
     chunk_ids: list[int]
     vectors: npt.NDArray[np.float32]
+    #: The document's chunks whose stored vector could not be read (missing, or not
+    #: ``dim`` wide: a partial write, a copy from another embedder): left out of
+    #: ``chunk_ids``, so a search by meaning cannot find them until they are embedded
+    #: again (``knowledge.backfill`` routes them there).
+    unreadable: int = 0
 
 
 def utc_now() -> str:

@@ -52,6 +52,9 @@ class LiveSources:
     kb_reloads: Callable[[], int] | None = None
     #: Reloads of the KB's in-memory vectors that failed (``None``: no KB).
     kb_reload_failures: Callable[[], int] | None = None
+    #: Stored KB vectors the in-memory load could not read, left out of searches by
+    #: meaning until re-embedded (``None``: no KB).
+    kb_unreadable_vectors: Callable[[], int] | None = None
     #: The KB engine's graph builds run serially for want of shared memory (``None``:
     #: no KB, or an engine without graphs).
     kb_graph_serial_builds: Callable[[], int] | None = None
@@ -244,6 +247,14 @@ class LiveCollector:
                 "Reloads of the knowledge base's in-memory vectors after another process's change that failed: "
                 "searches by meaning ran on the older vectors (and said so) until one succeeded.",
                 s.kb_reload_failures(),
+            )
+        if s.kb_unreadable_vectors is not None:
+            yield GaugeMetricFamily(
+                "agentchat_kb_vectors_unreadable",
+                "Stored knowledge-base vectors (chunks) the in-memory load could not read - the wrong length, "
+                "or none for a chunk of an embedded document: out of searches by meaning until their documents "
+                "are re-embedded in the background.",
+                value=s.kb_unreadable_vectors(),
             )
         if s.kb_graph_serial_builds is not None:
             yield _counter(

@@ -174,6 +174,13 @@ class KBIndex(Protocol):
         with its chunks' text in position order."""
         ...
 
+    async def mark_unembedded(self, embed_model: str, embed_dim: int, doc_ids: Sequence[str]) -> list[str]:
+        """Those of these documents still marked as embedded by ``embed_model`` at
+        ``embed_dim`` are marked as without its vectors (``documents_without_vectors``
+        lists them from now on): some of their chunks' stored vectors could not be read
+        (``KBVectorRows.unreadable``). Returns the ids marked."""
+        ...
+
     async def store_vectors(self, embed_model: str, embed_dim: int, docs: Sequence[KBVectorWrite]) -> list[str]:
         """In one transaction, give these documents' chunks their vectors and mark the
         documents as embedded by ``embed_model`` — only those still as they were read

@@ -342,12 +342,13 @@ class PostgresKBIndex(SqlKBIndex):
     async def iter_vectors(self, embed_model: str, dim: int) -> AsyncIterator[KBVectorRows]:
         sql = (
             "SELECT c.id, c.doc_id, d.bucket, c.embedding FROM kb_chunks c JOIN kb_documents d ON d.id = c.doc_id "
-            "WHERE d.embed_model = %s AND d.embed_dim = %s AND c.embedding IS NOT NULL ORDER BY c.doc_id, c.position"
+            "WHERE d.embed_model = %s AND d.embed_dim = %s ORDER BY c.doc_id, c.position"
         )
         current: str | None = None
         bucket_of = ""
         ids: list[int] = []
         vecs: list[npt.NDArray[np.float32]] = []
+        unreadable = 0
         # A server-side cursor (it needs a transaction): 1M vectors never sit in memory twice.
         async with (
             self._db.reading() as conn,
@@ -357,17 +358,21 @@ class PostgresKBIndex(SqlKBIndex):
             cur.itersize = 5000
             await cur.execute(sql, (embed_model, dim))
             async for cid, doc_id, bucket, vector in cur:
+                if doc_id != current:
+                    if current is not None and (ids or unreadable):
+                        yield _vector_rows(current, bucket_of, ids, vecs, dim, unreadable)
+                    current, ids, vecs, bucket_of, unreadable = doc_id, [], [], bucket, 0
+                if vector is None:
+                    unreadable += 1  # counted, as on SQLite (``KBVectorRows.unreadable``)
+                    continue
                 arr = vector.to_numpy() if hasattr(vector, "to_numpy") else np.asarray(vector, np.float32)
                 if arr.shape[0] != dim:
+                    unreadable += 1
                     continue
-                if doc_id != current:
-                    if current is not None and ids:
-                        yield KBVectorRows(current, bucket_of, ids, np.vstack(vecs).astype(np.float32))
-                    current, ids, vecs, bucket_of = doc_id, [], [], bucket
                 ids.append(int(cid))
                 vecs.append(arr)
-        if current is not None and ids:
-            yield KBVectorRows(current, bucket_of, ids, np.vstack(vecs).astype(np.float32))
+        if current is not None and (ids or unreadable):
+            yield _vector_rows(current, bucket_of, ids, vecs, dim, unreadable)
 
     async def vector_candidates(
         self, query: npt.NDArray[np.float32], embed_model: str, scope: KBScope, limit: int
@@ -395,6 +400,13 @@ class PostgresKBIndex(SqlKBIndex):
 
     async def has_vectors(self, embed_model: str, dim: int) -> bool:
         return await self._vectors.has_vectors(embed_model, dim)
+
+
+def _vector_rows(
+    doc_id: str, bucket: str, ids: list[int], vecs: list[npt.NDArray[np.float32]], dim: int, unreadable: int
+) -> KBVectorRows:
+    matrix = np.vstack(vecs).astype(np.float32) if vecs else np.zeros((0, dim), np.float32)
+    return KBVectorRows(doc_id, bucket, ids, matrix, unreadable)
 
 
 __all__ = ["PostgresKBIndex"]

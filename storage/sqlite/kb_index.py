@@ -182,34 +182,40 @@ class SqliteKBIndex(SqlKBIndex):
     async def iter_vectors(self, embed_model: str, dim: int) -> AsyncIterator[KBVectorRows]:
         sql = (
             "SELECT c.id, c.doc_id, d.bucket, c.vector FROM kb_chunks c JOIN kb_documents d ON d.id = c.doc_id "
-            "WHERE d.embed_model = ? AND d.embed_dim = ? AND c.vector IS NOT NULL ORDER BY c.doc_id, c.position"
+            "WHERE d.embed_model = ? AND d.embed_dim = ? ORDER BY c.doc_id, c.position"
         )
         expected = dim * 4
         current: str | None = None
         bucket_of = ""
         ids: list[int] = []
         vecs: list[bytes] = []
+        unreadable = 0
         async with self._db.reading() as conn, conn.execute(sql, (embed_model, dim)) as cur:
             while True:
                 rows = await cur.fetchmany(5000)
                 if not rows:
                     break
                 for cid, doc_id, bucket, blob in rows:
-                    if blob is None or len(blob) != expected:
-                        continue
                     if doc_id != current:
-                        if current is not None and ids:
-                            yield _vector_rows(current, bucket_of, ids, vecs, dim)
-                        current, ids, vecs, bucket_of = doc_id, [], [], bucket
+                        if current is not None and (ids or unreadable):
+                            yield _vector_rows(current, bucket_of, ids, vecs, dim, unreadable)
+                        current, ids, vecs, bucket_of, unreadable = doc_id, [], [], bucket, 0
+                    if blob is None or len(blob) != expected:
+                        # Counted, not skipped silently: the chunk of an embedded document
+                        # that no search by meaning could ever find (``KBVectorRows.unreadable``).
+                        unreadable += 1
+                        continue
                     ids.append(cid)
                     vecs.append(blob)
-        if current is not None and ids:
-            yield _vector_rows(current, bucket_of, ids, vecs, dim)
+        if current is not None and (ids or unreadable):
+            yield _vector_rows(current, bucket_of, ids, vecs, dim, unreadable)
 
 
-def _vector_rows(doc_id: str, bucket: str, ids: list[int], vecs: list[bytes], dim: int) -> KBVectorRows:
+def _vector_rows(
+    doc_id: str, bucket: str, ids: list[int], vecs: list[bytes], dim: int, unreadable: int
+) -> KBVectorRows:
     matrix = np.frombuffer(b"".join(vecs), dtype=np.float32).reshape(len(ids), dim)
-    return KBVectorRows(doc_id, bucket, ids, matrix)
+    return KBVectorRows(doc_id, bucket, ids, matrix, unreadable)
 
 
 __all__ = ["SqliteKBIndex"]

@@ -319,6 +319,28 @@ class SqlKBIndex(KBReads):
         self._schema_changes += 1
         return gone
 
+    async def mark_unembedded(self, embed_model: str, embed_dim: int, doc_ids: Sequence[str]) -> list[str]:
+        """Only documents still of that embedder: one re-ingested or re-embedded since
+        its vectors were read has vectors of its own and keeps them."""
+        if not doc_ids:
+            return []
+
+        async def run(tx: Tx) -> list[str]:
+            marked: list[str] = []
+            for part in parts(list(doc_ids)):
+                rows = await tx.fetchall(
+                    "UPDATE kb_documents SET embed_model = NULL, embed_dim = NULL"
+                    f" WHERE embed_model = ? AND embed_dim = ? AND id IN ({tx.dialect.marks(len(part))}) RETURNING id",
+                    (embed_model, embed_dim, *part),
+                )
+                marked.extend(str(r[0]) for r in rows)
+            return marked
+
+        try:
+            return await self._written.write(self._sql, run)
+        finally:
+            self._stats_changed()
+
     async def store_vectors(self, embed_model: str, embed_dim: int, docs: Sequence[KBVectorWrite]) -> list[str]:
         if not docs:
             return []

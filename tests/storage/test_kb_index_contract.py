@@ -490,3 +490,14 @@ async def test_vectors_for_a_document_changed_since_it_was_read_are_not_stored(k
     assert await kb.store_vectors("test-embed", DIM, writes) == []
     assert [d.id for d in await kb.documents_without_vectors("test-embed", DIM, limit=10)] == ["a", "b"]
     assert [r async for r in kb.iter_vectors("test-embed", DIM)] == []
+
+
+async def test_documents_marked_unembedded_are_re_embedded_like_any_without_vectors(kb: KBIndex) -> None:
+    await kb.create_bucket("docs", {}, typed_row=typed_values)
+    await kb.write_documents("docs", {}, [doc("a", ["one"]), doc("b", ["two"]), doc("c", ["three"], vectors=False)])
+    # Only documents still of that embedder: "c" has no vectors, "zz" does not exist.
+    assert await kb.mark_unembedded("test-embed", DIM, ["a", "c", "zz"]) == ["a"]
+    assert [d.id for d in await kb.documents_without_vectors("test-embed", DIM, limit=10)] == ["a", "c"]
+    assert (await kb.counts("test-embed", DIM)).without_vectors == 2
+    assert [r.doc_id async for r in kb.iter_vectors("test-embed", DIM)] == ["b"]
+    assert await kb.mark_unembedded("other-model", DIM, ["b"]) == []

@@ -1,0 +1,61 @@
+"""A stored chunk vector the load cannot read (the wrong length, or none for a chunk of
+an embedded document: a partial write, a copy from another embedder) on a real SQLite
+knowledge base: it used to be skipped without a word, its document still marked as
+embedded, so no search by meaning could ever find that chunk and nothing re-embedded it.
+Now it is counted (``/readyz``'s ``semantic_search.index``, ``/metrics``, a search's
+``warnings``) and its document is re-embedded by the background pass."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+from app.cli.kb_file import open_kb_file
+from toolindex.hashing import HashingEmbedder
+
+DOCS = [
+    {"id": "kiwi", "title": "Kiwi", "text": "Kiwi birds cannot fly and live in New Zealand forests."},
+    {"id": "penguin", "title": "Penguin", "text": "Penguins swim in cold southern oceans and eat krill."},
+    {"id": "ostrich", "title": "Ostrich", "text": "Ostriches run fast across the African savanna."},
+]
+
+
+def _cut_vector(path: Path, doc_id: str) -> None:
+    """Cut the stored vector of ``doc_id``'s chunk to half its length, as a torn write would."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE kb_chunks SET vector = substr(vector, 1, length(vector) / 2) WHERE doc_id = ?", (doc_id,))
+
+
+async def test_a_vector_of_the_wrong_length_is_counted_and_its_document_re_embedded(tmp_path: Path) -> None:
+    path = tmp_path / "kb.db"
+    kb = await open_kb_file(path, HashingEmbedder(dim=128))
+    await kb.ingest_documents(DOCS)
+    await kb.aclose()
+    await asyncio.to_thread(_cut_vector, path, "penguin")
+
+    kb = await open_kb_file(path, HashingEmbedder(dim=128))
+    try:
+        index = (await kb.semantic_search())["index"]
+        assert (index["unreadable_vectors"], index["unreadable_documents"]) == (1, 1), index
+        assert kb.unreadable_vectors == 1
+        found = await kb.search("penguins in cold southern oceans", mode="semantic")
+        assert "penguin" not in [h.doc_id for h in found.hits]
+        assert any("1 chunk(s) of 1 document(s) have stored vectors that could not be read" in w
+                   for w in found.warnings), found.warnings
+
+        # The background pass routes the document to re-embedding, like one without vectors.
+        assert await kb.backfill.run_pass() == 1
+        assert kb.unreadable_vectors == 0 and kb.backfill.pending == 0
+        assert (await kb.semantic_search())["index"]["unreadable_vectors"] == 0
+        found = await kb.search("penguins in cold southern oceans", mode="semantic")
+        assert found.hits[0].doc_id == "penguin" and not found.warnings
+        assert (await kb.stats())["vectors"] == 3
+    finally:
+        await kb.aclose()
+
+    reopened = await open_kb_file(path, HashingEmbedder(dim=128))
+    try:  # the repair was stored: a restart reads every vector
+        assert (await reopened.stats())["vectors"] == 3 and reopened.unreadable_vectors == 0
+    finally:
+        await reopened.aclose()
