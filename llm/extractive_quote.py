@@ -272,18 +272,47 @@ def without_answer_word(pieces: list[str], question: str) -> list[str]:
     asks for no yes or no: the word answers the document's own question, which the
     reader did not ask, and quoted for "How do I put my own files into the knowledge
     base?" a "Yes." reads as nonsense. The sentence after it says the answer itself,
-    so only the word goes (and the next word takes its capital)."""
+    so only the word goes (and the next word takes its capital, ``_capitalised``)."""
     if asks_yes_no(question):
         return pieces
     out: list[str] = []
     for piece in pieces:
         word = None if is_verbatim(piece) else _ANSWER_WORD.match(piece)
         rest = piece[word.end() :] if word is not None else ""
-        if word is None or not rest:
-            out.append(piece)
-            continue
-        out.append(rest[:1].upper() + rest[1:])
+        opening = _capitalised(rest)
+        out.append(piece if word is None or opening is None else opening)
     return out
+
+
+#: Words a clause after "Yes," / "No," opens with in prose, which take a capital when the
+#: clause stands alone: pronouns, articles, determiners, conjunctions, prepositions and
+#: auxiliaries ("No, the service …", "Yes, you can …", "Yes, by default …").
+_PROSE_OPENINGS = frozenset(
+    "i you we they it he she one this that these those there here the a an my your our its their "
+    "each every all any both either neither no none some only just not but and or so as if when "
+    "while once unless until because since though although however instead also even still then "
+    "by in on at for from with without to of after before during under over through within "
+    "is are was were be been can could will would should may might must do does did has have had "
+    "everything nothing something anything most many several another other such what which who where "
+    "yes no".split()
+)
+
+
+def _capitalised(rest: str) -> str | None:
+    """The clause after a dropped answer word as a sentence of its own: its first letter
+    capitalised when it opens with a word of prose (``_PROSE_OPENINGS``), as it is when
+    it opens with a capital or a mark (a code span, a quote, emphasis, a digit); None
+    when it opens with another lower-case word, which may be written so by convention -
+    a command or identifier ("Yes, npm ci installs …" was quoted "Npm ci installs …") -
+    and the sentence is then quoted as written, its "Yes," kept."""
+    if not rest:
+        return None
+    first = rest.split(None, 1)[0].rstrip(",.;:!?")
+    if not first[:1].isalpha() or first[:1].isupper():
+        return rest
+    if first.isalpha() and first in _PROSE_OPENINGS:
+        return rest[:1].upper() + rest[1:]
+    return None
 
 
 def cite(pieces: list[str], source_id: str) -> str:
