@@ -48,6 +48,7 @@ import llm.extractive as extractive
 from llm.extractive_answer import Composed
 from llm.extractive_followup import FollowUp
 from llm.extractive_read import Passage
+from llm.extractive_subject import ask_of
 from llm.extractive_words import Words
 from tests.support.offline_answers import (
     SETS,
@@ -142,10 +143,14 @@ def replay(path: Path, show: bool) -> None:
         for corpus, questions in load_questions(name=label).items():
             results = []
             for item in questions:
-                if item["question"] not in captured:
+                # The provider composes for what the message asks (``ask_of``), and a capture
+                # keeps the passages under that; one made before round 35 under the message.
+                ask = ask_of(item["question"])
+                entry = captured.get(ask, captured.get(item["question"]))
+                if entry is None:
                     continue
-                passages, follow_up, following = _captured(captured[item["question"]])
-                answer, sources, _ = extractive.compose_answer(item["question"], passages, words, follow_up, following)
+                passages, follow_up, following = _captured(entry)
+                answer, sources, _ = extractive.compose_answer(ask, passages, words, follow_up, following)
                 results.append({**item, "answer": answer, "sources": sources})
             if results:
                 sets[corpus] = results

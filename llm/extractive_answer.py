@@ -55,7 +55,7 @@ from llm.extractive_read import document_of as _document
 from llm.extractive_read import opening_block as _opening
 from llm.extractive_read import read_passage as _read
 from llm.extractive_score import score_units as _units
-from llm.extractive_subject import asked_about as _asked_about
+from llm.extractive_subject import declined as _declined
 from llm.extractive_subject import unmentioned as _unmentioned
 from llm.extractive_words import Words
 
@@ -202,15 +202,15 @@ def compose(
     q = q.weighed_by(said_by)
     units = sorted(_units(reads, q), key=lambda u: (-u.score, u.passage, u.block, u.index))
     units = [u for u in units if u.score >= MIN_RELEVANCE]
-    if missing and (
-        not units or units[0].score < UNMENTIONED_MIN_SCORE or set(missing) & set(_asked_about(question))
-    ):
-        # The question names something no passage mentions and is about it (its owner,
-        # "webpack's dev server"; a code span; what "what is X" asks), or no unit answers
-        # the rest of it well: whatever they share is common words, and quoting that would
-        # answer another question. A name given as the setting ("I'm on Ubuntu, how do I
-        # start the service?", "resume a stream in Chrome") leaves a unit answering the rest.
-        return Composed(unmentioned=missing)
+    declined = _declined(question, missing, bool(units) and units[0].score >= UNMENTIONED_MIN_SCORE)
+    if declined:
+        # The question's ask names something no passage mentions and is about it (its
+        # owner, "webpack's dev server"; a code span; what "what is X" asks), or no unit
+        # answers the rest of it well: whatever they share is common words, and quoting
+        # that would answer another question. A name given as the setting ("resume a
+        # stream in Chrome") leaves a unit answering the rest, and one outside the ask
+        # ("I'm on Ubuntu. How do I …?", "Hello from Berlin!") never declines.
+        return Composed(unmentioned=declined)
     if q.form_only and q.wants is not None:
         # "How big can it be?" of a file: only a unit stating an amount answers it.
         units = [u for u in units if q.holds_wanted(u.text)] or units

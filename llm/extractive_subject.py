@@ -22,7 +22,11 @@ an answer):
 * what a definition question asks about ("What does npm ci do …?", "what is X?").
 
 A name is unmentioned when no passage (its text, title or section) says any of its
-words.
+words. It declines the question only when it is in what the question asks
+(``declined``): newcomers write a greeting, a sentence of context or a sign-off around
+their question ("Hello from Berlin! How do I cancel a run?", "My team uses Slack; how do
+I add an MCP server?", "Cheers, Maria"), and a name there says nothing of what is asked;
+the answer is chosen for the ask alone (``ask_of``).
 """
 
 from __future__ import annotations
@@ -31,14 +35,16 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable
 
-from llm.extractive_words import Words
+from llm.extractive_words import Words, stems
 
 #: A word of the question as written, with a possessive ending it may carry.
 _WORD = re.compile(r"[^\W_][\w.+#]*(?<![.])(?P<possessive>['\u2019]s\b)?")
 #: What ends a sentence of the question before a word (with a space after it), and what
 #: opens one (with or without): a word after either is capitalised as a sentence's first.
 _SENTENCE_END = ".!?:;"
-_SENTENCE_OPENING = '"\u201c('
+#: Spanish opens a question or an exclamation with an inverted mark ("¿Qué significa …?"):
+#: the word after it is the sentence's first.
+_SENTENCE_OPENING = '"\u201c(\u00bf\u00a1'
 #: A proper noun: a capital with lower-case letters after it ("Kubernetes", "GitHub").
 _PROPER = re.compile(r"^[A-Z].*[a-z]")
 #: Code spans, paths, underscore identifiers and options (``NAME`` without hyphenated words).
@@ -64,18 +70,47 @@ def _starts_sentence(text: str, at: int) -> bool:
     return text[mark - 1] in _SENTENCE_OPENING or (mark < at and text[mark - 1] in _SENTENCE_END)
 
 
+#: German capitalises every noun, so a German question's capitals say nothing of names
+#: ("Muss ich nach einem Update meiner Dokumente agentchat ingest erneut laufen lassen?"
+#: was declined for "Dokumente"). A question with two of these function words (none an
+#: English word a question writes: no "die", "an", "was", "will", "im") is German ...
+_GERMAN = frozenset(
+    "ich wir wie welche welcher welches warum kann muss soll einen einem einer eines ein eine "
+    "mein meine meiner meinen meinem dein deine unser unsere nicht und oder mit für über der den "
+    "dem des das ist sind wird werden auf bei nach zum zur vom beim kein keine keinen".split()
+)
+#: ... and in it a capitalised word after an article or possessive ("einem Update", "den
+#: Port des Servers"), maybe past one adjective ("meiner eigenen Dokumente"), is a common
+#: noun; one without ("wie installiere ich Kubernetes?") may still be a name.
+_GERMAN_ARTICLE = frozenset(
+    "der die das den dem des ein eine einen einem einer eines mein meine meiner meinen meinem meines "
+    "dein deine deiner deinen deinem unser unsere unserer unseren unserem kein keine keiner keinen "
+    "keinem welche welcher welches welchen welchem diese dieser dieses diesen diesem jede jeder jedes "
+    "jeden jedem zum zur im am vom beim ins".split()
+)
+
+
+def _is_german(question: str) -> bool:
+    words = {w.casefold() for w in re.findall(r"[^\W\d_]+", question)}
+    return len(words & _GERMAN) >= 2
+
+
 def _capitalised_runs(question: str) -> list[str]:
-    """The runs of capitalised words holding a proper noun, and possessives' owners."""
+    """The runs of capitalised words holding a proper noun, and possessives' owners; in a
+    German question (``_is_german``) not a run after an article (``_GERMAN_ARTICLE``)."""
     runs: list[str] = []
     run: list[tuple[int, int]] = []  # each word's start and end (its possessive left out)
     proper = False
+    common = False  # a German run after an article: nouns, not a name
     end = -1
+    german = _is_german(question)
+    before: list[str] = []  # the words before this one, folded (German questions only)
 
     def close() -> None:
-        nonlocal run, proper
-        if run and proper:
+        nonlocal run, proper, common
+        if run and proper and not common:
             runs.append(question[run[0][0] : run[-1][1]])
-        run, proper = [], False
+        run, proper, common = [], False, False
 
     for m in _WORD.finditer(question):
         word = m.group(0)
@@ -84,6 +119,8 @@ def _capitalised_runs(question: str) -> list[str]:
         capital = bare[:1].isupper() and bare != "I" and not _starts_sentence(question, m.start())
         if run and (not capital or gap.strip()):
             close()
+        if capital and not run and german and _after_article(before):
+            common = True  # German nouns: "nach einem Update", "einen MCP Server"
         if capital:
             run.append((m.start(), m.start() + len(bare)))
             proper = proper or _PROPER.match(bare) is not None
@@ -92,8 +129,15 @@ def _capitalised_runs(question: str) -> list[str]:
         if m.group("possessive") and capital:
             proper = True  # "Django's ORM": an owner named in capitals is a proper name
         end = m.end()
+        if german:
+            before.append(bare.casefold())
     close()
     return runs
+
+
+def _after_article(before: list[str]) -> bool:
+    """The next word follows a German article, maybe past one adjective ("meiner eigenen")."""
+    return bool(before) and (before[-1] in _GERMAN_ARTICLE or (len(before) >= 2 and before[-2] in _GERMAN_ARTICLE))
 
 
 def _named(question: str, keep_run: Callable[[str, str], bool]) -> list[str]:
@@ -154,6 +198,116 @@ def asked_about(question: str) -> list[str]:
     return _named(question, _is_object)
 
 
+#: Where a sentence of the message ends: its marks and a space or the message's end
+#: ("Next.js", "3.12" and "package-lock.json" end nothing).
+_SENTENCE_BREAK = re.compile(r"[.!?]+(?=\s|$)")
+#: What opens a question's own clause after a clause setting it ("I'm on Ubuntu, how do
+#: I …", "My team uses Slack; how do I …", "Quick question - can I …", "Hola, ¿cómo …"):
+#: a question word or an auxiliary, in English or the languages readers most often write.
+_OPENER = re.compile(
+    r"(?:\u00bf\s*)?(?:how|what|where|why|which|when|who|whom|whose|is|are|am|was|were|do|does|did|can|could"
+    r"|will|would|shall|should|may|might|must|has|have|had|any|c\u00f3mo|qu\u00e9|d\u00f3nde|cu\u00e1l|cu\u00e1ndo"
+    r"|comment|quel|quelle|quels|quelles|o\u00f9|pourquoi|est-ce|wie|wo|welche|welcher|welches|warum|kann|muss)\b",
+    re.IGNORECASE,
+)
+_CLAUSE_BREAK = re.compile(r"[,;:]\s+|\s[\u2014\u2013-]\s*")
+#: A clause opening with one of these qualifies the question after it ("If I open the
+#: events of a finished run, what do I get?", "In npm outdated's output, what does …",
+#: "On my Mac, how do I …"): part of what is asked, unlike a statement or a greeting.
+_QUALIFYING = frozenset(
+    "if when whenever after before while once since until unless because although though as in on at "
+    "for from with without during under over inside within by via through between among given besides "
+    "unlike like instead except per compared".split()
+)
+#: What is asked must hold this many content words; a question saying fewer refers back
+#: to what comes before it ("I want Slack notifications for finished runs. Is that
+#: possible?", "my stream ended without message_complete, what happened?"), which is
+#: then asked too.
+_OWN_ASK_WORDS = 2
+
+
+def _question_start(text: str, begin: int, end: int, before: int | None) -> int:
+    """Where the question of the sentence ``text[begin:end]`` starts: after a clause
+    setting it (a statement or a greeting before a comma, semicolon, colon or dash and a
+    question word, ``_OPENER``: "I'm on Ubuntu, how do I …", "Hey, quick q: which …"),
+    unless the sentence opens with a question word or the clause with a qualifying one
+    (``_QUALIFYING``); then back to the sentence's start, and to the sentence before it
+    (starting at ``before``), while what is asked says too little (``_OWN_ASK_WORDS``)."""
+    sentence = text[begin:end]
+    lead = len(sentence) - len(sentence.lstrip())
+    starts = [begin]
+    first = re.match(r"[^\W\d_]+", sentence[lead:])
+    if _OPENER.match(sentence, lead) is None and (first is None or first.group(0).casefold() not in _QUALIFYING):
+        opened = [b.end() for b in _CLAUSE_BREAK.finditer(sentence) if _OPENER.match(sentence, b.end())]
+        if opened:
+            starts.insert(0, begin + opened[-1])
+    if before is not None:
+        starts.append(before)
+    return next((at for at in starts if len(stems(text[at:end])) >= _OWN_ASK_WORDS), starts[-1])
+
+
+def _ask(text: str) -> list[tuple[int, int]]:
+    """The spans of ``text`` that ask: its question sentences (those ending with "?"),
+    each from where its question starts (``_question_start``); a message with no question
+    sentence asks with all of it (an imperative, "Explain Kubernetes pods. Keep it
+    short.", is not told from its setting). Greetings, sign-offs, a sentence of context
+    ("We use Jenkins.", "Cheers, Maria") are outside every span (``_outside_ask``)."""
+    sentences: list[tuple[int, int, bool]] = []
+    start = 0
+    for m in _SENTENCE_BREAK.finditer(text):
+        sentences.append((start, m.end(), "?" in m.group(0)))
+        start = m.end()
+    if text[start:].strip():
+        sentences.append((start, len(text), False))
+    if not any(question for _, _, question in sentences):
+        return [(0, len(text))]
+    return [
+        (_question_start(text, begin, end, sentences[at - 1][0] if at else None), end)
+        for at, (begin, end, question) in enumerate(sentences)
+        if question
+    ]
+
+
+def ask_of(question: str) -> str:
+    """What ``question`` asks (``_ask``), without its greetings, context and sign-off:
+    "Hello from Berlin! How do I cancel a run?" asks "How do I cancel a run?". The
+    answer is chosen for it, so the context's words (a team's Slack, a laptop's Ubuntu)
+    do not dilute how well a passage answers; ``question`` as it is when it is all ask."""
+    text = unicodedata.normalize("NFKC", question)
+    spans = _ask(text)
+    if spans == [(0, len(text))]:
+        return question
+    return " ".join(text[begin:end].strip() for begin, end in spans)
+
+
+def _outside_ask(text: str, name: str) -> bool:
+    """``name`` is written only outside the message's ask (``_ask``) or in brackets in it:
+    context, a greeting or a sign-off, not what is asked."""
+    spans = _ask(text)
+    at = text.find(name)
+    while at >= 0:
+        inside = any(begin <= at < end for begin, end in spans)
+        if inside and text[:at].count("(") <= text[:at].count(")"):
+            return False
+        at = text.find(name, at + 1)
+    return True
+
+
+def declined(question: str, missing: Iterable[str], answered: bool) -> tuple[str, ...]:
+    """Of the names no passage mentions (``unmentioned``), those the answer declines for,
+    to be named in it; none when it answers. Only a name in the question's ask counts
+    (``_ask``: "Hello from Berlin! How do I cancel a run?", "My team uses Slack; how do I
+    add an MCP server?" and "Which embedder works offline? Cheers, Maria" are answered:
+    the name says nothing of what is asked). Such a name declines the question when it is
+    what the question is about (``asked_about``), or when no unit answers the rest of it
+    well (``answered`` false: "Can I deploy the service on AWS Lambda?")."""
+    text = unicodedata.normalize("NFKC", question)
+    asked = tuple(n for n in missing if not _outside_ask(text, n))
+    if not asked or (answered and not set(asked) & set(asked_about(question))):
+        return ()
+    return asked
+
+
 def unmentioned(question: str, said: Iterable[frozenset[str]], words: Words) -> tuple[str, ...]:
     """The question's names (``names``) of which no passage says a word: ``said`` is what
     each passage says, its title and section included, as stems. A name with no content
@@ -172,4 +326,4 @@ def unmentioned(question: str, said: Iterable[frozenset[str]], words: Words) -> 
     return tuple(n for n in out if not any(o != n and o.strip("`") in n for o in out))
 
 
-__all__ = ["asked_about", "names", "unmentioned"]
+__all__ = ["ask_of", "asked_about", "declined", "names", "unmentioned"]

@@ -1,13 +1,119 @@
 """Offline answers (issue 20 item 4), round 35: questions in the words newcomers write.
-An FAQ's "Yes, npm ci …" is no longer quoted "Npm ci …" for a question asking no yes or
-no (``llm.extractive_quote.without_answer_word``).
+A name in a greeting, a sentence or clause of context, an aside or a sign-off ("Hello
+from Berlin!", "My team uses Slack; how do I …", "Cheers, Maria") is not what the
+question asks, so it no longer declines it ("I could not find anything about Slack …");
+a German question's capitalised nouns and a Spanish one's "¿Qué" are no names; and an
+FAQ's "Yes, npm ci …" is no longer quoted "Npm ci …" for a question asking no yes or no.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from llm.extractive import not_found_message
 from llm.extractive_answer import Passage, compose
 from llm.extractive_quote import without_answer_word
+from llm.extractive_subject import ask_of, declined, names
 from llm.extractive_words import Words
+from tests.support.offline_answers import carries
+from tests.test_offline_answers import ONE_SERVICE, defaults, service
+
+#: Questions of the round35 set the sample KB answers, each declined before for a name
+#: outside what it asks, and the fact its answer carries.
+ANSWERED = [
+    ("My team uses Slack; how do I add an MCP server?", "AGENT_MCP_SERVERS"),
+    ("We run Postgres 16 in production. How do I move my existing SQLite data to PostgreSQL?", "migrate-db"),
+    ("Using VS Code on Windows, how do I run the tests?", "make test"),
+    ("I'm on Ubuntu 22.04 with Python 3.12. How do I run the tests?", "make test"),
+    ("Which embedder works with no network? Cheers, Maria", "hashing"),
+    (
+        "Context: we're a small team at Acme Corp using GitHub Actions for CI. "
+        "How do I run the test suite without network access?",
+        "make test",
+    ),
+    ("Muss ich nach einem Update meiner Dokumente agentchat ingest erneut laufen lassen?", "skipped"),
+    ("¿Qué significa el error replica_busy?", "Retry-After"),
+]
+#: Questions about what the sample KB never mentions, declined naming only that: before,
+#: "Cómo or AWS Lambda", "Jenkins or Sentry".
+DECLINED = [
+    ("¿Cómo despliego el servicio en AWS Lambda?", ("AWS Lambda",)),
+    ("We use Jenkins. How do I send Sentry alerts when a run fails?", ("Sentry",)),
+    ("Hi! How do I set up Slack notifications for finished runs?", ("Slack",)),
+]
+
+
+@pytest.mark.slow
+async def test_newcomers_questions_are_answered_or_declined_by_what_they_ask(tmp_path: Path) -> None:
+    questions = [{"question": q, "fact": ""} for q, _ in ANSWERED + DECLINED]
+    async with service({**defaults(tmp_path), **ONE_SERVICE}) as ask:
+        results = {r["question"]: r for r in await ask(questions, None)}
+    for question, fact in ANSWERED:
+        answer = results[question]["answer"]
+        assert "could not find" not in answer and carries(answer, fact), (question, answer)
+    for question, missing in DECLINED:
+        assert results[question]["answer"] == not_found_message(missing), (question, results[question]["answer"])
+
+
+def test_a_name_outside_the_ask_declines_nothing() -> None:
+    """Only a name in the question's ask declines it (``declined``): not one in a
+    greeting, a sentence or clause of context before the question, an aside or a
+    sign-off after it. Whether the rest is answered well no longer matters for those."""
+    for question, name in [
+        ("Hello from Berlin! How do I cancel a run?", "Berlin"),
+        ("My team uses Slack; how do I add an MCP server?", "Slack"),
+        ("Using VS Code on Windows, how do I run the tests?", "Windows"),
+        ("We run Postgres 16 in production. How do I move my data to PostgreSQL?", "Postgres"),
+        ("Which embedder works with no network? Cheers, Maria", "Maria"),
+        ("Hi Maria, how do I cancel a run?", "Maria"),
+        ("How do I start the service (I use Podman)?", "Podman"),
+    ]:
+        assert name in names(question), question
+        assert declined(question, [name], answered=False) == (), question
+    # In the ask: declined when it is what is asked about, or the rest is not answered.
+    assert declined("How do I restart a Kubernetes pod? It keeps crashing.", ["Kubernetes"], True) == ("Kubernetes",)
+    assert declined("Can I deploy the service on AWS Lambda?", ["AWS Lambda"], answered=False) == ("AWS Lambda",)
+    assert declined("Can I deploy the service on AWS Lambda?", ["AWS Lambda"], answered=True) == ()
+    # A question saying too little to ask alone asks with the sentence before it.
+    assert declined("I want Slack notifications for finished runs. Is that possible?", ["Slack"], False) == ("Slack",)
+    # Only the name asked about is named, not the context's.
+    jenkins = "We use Jenkins. How do I send Sentry alerts when a run fails?"
+    assert declined(jenkins, names(jenkins), answered=True) == ("Sentry",)
+
+
+def test_the_answer_is_chosen_for_what_the_message_asks() -> None:
+    """``ask_of``: the message less its greeting, context and sign-off, for the answerer
+    to score passages by (the context's words, said by no passage, diluted every score:
+    "My team uses Slack; how do I add an MCP server?" quoted the MCP page's first line)."""
+    assert ask_of("My team uses Slack; how do I add an MCP server?") == "how do I add an MCP server?"
+    assert ask_of("Hello from Berlin! How do I cancel a run?") == "How do I cancel a run?"
+    assert ask_of("Which embedder works with no network? Cheers, Maria") == "Which embedder works with no network?"
+    # All ask: a qualifying clause, two questions, a message with no question mark.
+    for whole in [
+        "If I open the events of a finished run, what do I get?",
+        "On my Mac, how do I run the tests?",
+        "How do I cancel a run? And can I resume its stream later?",
+        "how do i ingest my own markdown files",
+    ]:
+        assert ask_of(whole) == whole
+    # A question saying too little alone keeps what it refers back to.
+    assert ask_of("need help pls: my stream ended early, what happened?") == (
+        "need help pls: my stream ended early, what happened?"
+    )
+    assert ask_of("I want Slack alerts. Is that possible?") == "I want Slack alerts. Is that possible?"
+
+
+def test_a_german_questions_nouns_and_a_spanish_opening_are_no_names() -> None:
+    assert names("Muss ich nach einem Update meiner Dokumente agentchat ingest erneut laufen lassen?") == []
+    assert names("Hallo! Wie kann ich einen MCP Server konfigurieren?") == []
+    assert names("Welche Variable setzt den Port des Servers?") == []
+    assert names("¿Qué significa el error replica_busy?") == ["replica_busy"]
+    assert names("¿Cómo despliego el servicio en AWS Lambda?") == ["AWS Lambda"]
+    # A German question's name without an article is still one; English keeps its capitals.
+    assert names("Hallo, wie installiere ich Kubernetes?") == ["Kubernetes"]
+    assert names("Does the Update event carry a Document id?") == ["Update", "Document"]
 
 
 def test_a_dropped_yes_leaves_a_command_name_as_written() -> None:
