@@ -112,6 +112,10 @@ class KnowledgeBase:
         self._search.pending_vectors = lambda: self.backfill.pending or 0
         #: What other processes changed in the stored KB, taken in before each search.
         self._fresh = KBFreshness(index, self._buckets, self._vectors)
+        #: Reads of the bucket list (``list_buckets``, a named bucket looked up) that
+        #: failed since start (``/metrics``): the answer said the list could not be read,
+        #: never that a bucket is unknown or that there are none.
+        self.bucket_list_failures = 0
 
     @classmethod
     async def create(
@@ -165,12 +169,22 @@ class KnowledgeBase:
     async def bucket_schema(self, bucket: str) -> dict[str, str]:
         """The typed fields of the shared bucket ``bucket``; ``UnknownBucketError`` lists
         the shared buckets (a private one is unknown here: ``knowledge.bucket_privacy``)."""
-        return await named_schema(self._buckets, bucket)
+        try:
+            return await named_schema(self._buckets, bucket)
+        except UnknownBucketError:
+            raise
+        except Exception:
+            self.bucket_list_failures += 1
+            raise
 
     async def list_buckets(self) -> list[BucketInfo]:
         """The shared buckets: a conversation's private one (``knowledge.attachments``) is
         nobody else's business, the administrator's included."""
-        return await shared_buckets(self._buckets)
+        try:
+            return await shared_buckets(self._buckets)
+        except Exception:
+            self.bucket_list_failures += 1
+            raise
 
     async def missing_buckets(self, names: Sequence[str]) -> list[str]:
         """Those of ``names`` that are no shared bucket now (the names reread when one is

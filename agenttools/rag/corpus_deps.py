@@ -116,10 +116,17 @@ def allowed_fields(schema: Mapping[str, str]) -> dict[str, str]:
     return {**BUILTIN_FIELDS, **dict(schema)}
 
 
-async def bucket_list(kb: CorpusKnowledge) -> list[dict[str, Any]]:
+async def bucket_list(kb: CorpusKnowledge) -> dict[str, Any]:
+    """A tool error's ``available_buckets``; when the listing itself fails,
+    ``available_buckets_error`` says so instead: an empty list read as "there are no
+    buckets", and the model told the user the knowledge base was empty (the failure is
+    counted by the knowledge base, ``agentchat_kb_bucket_list_failures_total``)."""
     try:
         buckets = await kb.list_buckets()
-    except Exception:  # the error message is what matters; the list is a courtesy
+    except Exception as exc:  # the error message is what matters; the list is a courtesy
         log.exception("listing buckets failed")
-        return []
-    return [{"bucket": b.name, "fields": b.fields, "documents": b.documents} for b in buckets]
+        return {
+            "available_buckets_error": f"the bucket list could not be read right now ({type(exc).__name__}): "
+            "the buckets are unknown, not absent; retry shortly"
+        }
+    return {"available_buckets": [{"bucket": b.name, "fields": b.fields, "documents": b.documents} for b in buckets]}

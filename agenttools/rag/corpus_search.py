@@ -45,7 +45,7 @@ def make_search_handler(deps: CorpusToolDeps, mode: Literal["text", "semantic"],
         if bucket is None or query is None:
             return ToolOutcome.error(
                 "bucket and query are required",
-                available_buckets=await bucket_list(kb),
+                **await bucket_list(kb),
                 guidance="Name one bucket from the list and what to look for.",
             )
         top_k = int_arg(args.get("top_k"), deps.default_top_k, 1, deps.max_top_k)
@@ -63,7 +63,7 @@ def make_search_handler(deps: CorpusToolDeps, mode: Literal["text", "semantic"],
             return ToolOutcome.error(
                 str(exc),
                 reason="unknown_bucket",
-                available_buckets=await bucket_list(kb),
+                **await bucket_list(kb),
                 guidance="Retry with one of the available buckets.",
             )
         try:
@@ -93,7 +93,7 @@ def make_search_handler(deps: CorpusToolDeps, mode: Literal["text", "semantic"],
                 example=FILTER_EXAMPLE,
             )
         except UnknownBucketError as exc:  # deleted between the two calls
-            return ToolOutcome.error(str(exc), reason="unknown_bucket", available_buckets=await bucket_list(kb))
+            return ToolOutcome.error(str(exc), reason="unknown_bucket", **await bucket_list(kb))
         except ValueError as exc:
             return ToolOutcome.error(f"The search was rejected: {str(exc)[:300]}", reason="invalid_search")
 

@@ -55,6 +55,8 @@ class LiveSources:
     #: Stored KB vectors the in-memory load could not read, left out of searches by
     #: meaning until re-embedded (``None``: no KB).
     kb_unreadable_vectors: Callable[[], int] | None = None
+    #: Reads of the KB's bucket list that failed (``None``: no KB).
+    kb_bucket_list_failures: Callable[[], int] | None = None
     #: The KB engine's graph builds run serially for want of shared memory (``None``:
     #: no KB, or an engine without graphs).
     kb_graph_serial_builds: Callable[[], int] | None = None
@@ -255,6 +257,14 @@ class LiveCollector:
                 "or none for a chunk of an embedded document: out of searches by meaning until their documents "
                 "are re-embedded in the background.",
                 value=s.kb_unreadable_vectors(),
+            )
+        if s.kb_bucket_list_failures is not None:
+            yield _counter(
+                "agentchat_kb_bucket_list_failures",
+                "Reads of the knowledge base's bucket list that failed (the storage): a run whose context names "
+                "buckets was answered 503 storage_unavailable, a corpus tool's error said the list could not be "
+                "read - never that a bucket is unknown or that there are none.",
+                s.kb_bucket_list_failures(),
             )
         if s.kb_graph_serial_builds is not None:
             yield _counter(

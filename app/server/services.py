@@ -159,6 +159,7 @@ class Services:
             kb_reloads=self._kb_reloads if self.rooms.knowledge is not None else None,
             kb_reload_failures=self._kb_reload_failures(),
             kb_unreadable_vectors=self._kb_unreadable_vectors(),
+            kb_bucket_list_failures=self._kb_bucket_list_failures(),
             kb_graph_serial_builds=self._kb_graph_serial_builds(),
             kb_default_buckets_missing=(
                 self.rooms.knowledge.missing_default_buckets if self.rooms.knowledge is not None else None
@@ -223,6 +224,11 @@ class Services:
         """The KB's stored vectors its load could not read (``None``: no KB)."""
         knowledge = self.rooms.knowledge
         return (lambda: int(knowledge.kb.unreadable_vectors)) if knowledge is not None else None
+
+    def _kb_bucket_list_failures(self) -> Callable[[], int] | None:
+        """The KB's failed reads of its bucket list (``None``: no KB)."""
+        knowledge = self.rooms.knowledge
+        return (lambda: int(knowledge.kb.bucket_list_failures)) if knowledge is not None else None
 
     def _kb_reloads(self) -> int:
         knowledge = self.rooms.knowledge
