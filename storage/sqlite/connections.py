@@ -8,12 +8,17 @@ are decided once here; ``database`` only holds and uses the connections.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiosqlite
+
+from storage.writer import backoff
+
+log = logging.getLogger("agentchat.storage")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,24 +62,32 @@ def busy(exc: BaseException) -> bool:
     )
 
 
-async def switch_to_wal(conn: aiosqlite.Connection, opts: SqliteOptions) -> None:
-    """``PRAGMA journal_mode = WAL``, retried while another connection holds the file.
+async def switch_to_wal(conn: aiosqlite.Connection, opts: SqliteOptions, path: Path) -> None:
+    """``PRAGMA journal_mode = WAL``, retried while another connection holds the file,
+    for ``write_retry_s`` as every other write of the start-up is (``engine._when_free``).
 
     SQLite answers this pragma "database is locked" at once, without its busy handler,
     when another connection is opening the same new file at that moment (several
-    processes or stores starting together); it is the same wait ``busy_timeout`` would
-    have done, so it is retried for as long."""
-    deadline = time.monotonic() + max(opts.busy_timeout_ms / 1000, 1.0)
-    delay = 0.01
+    processes or stores starting together), and after its busy timeout while another
+    process holds the file (a one-off command's write, an ``sqlite3`` shell, a backup).
+    That was retried for ~1 s only, so the start-up failed ("database is locked", exit 3)
+    where the migration check right after it would have waited."""
+    deadline = time.monotonic() + max(opts.write_retry_s, opts.busy_timeout_ms / 1000)
+    attempt = 0
     while True:
         try:
             await conn.execute("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
+            if not busy(exc) or time.monotonic() >= deadline:
                 raise
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.2)
+        attempt += 1
+        if attempt == 1:
+            log.warning(
+                "the database is busy: another connection is writing it; the start-up waits for it",
+                extra={"path": str(path), "up_to_s": opts.write_retry_s},
+            )
+        await asyncio.sleep(backoff(attempt))
 
 
 async def connect(path: Path, opts: SqliteOptions, *, writer: bool) -> aiosqlite.Connection:
@@ -83,7 +96,7 @@ async def connect(path: Path, opts: SqliteOptions, *, writer: bool) -> aiosqlite
         # busy_timeout first: switching to WAL itself needs the write lock.
         await conn.execute(f"PRAGMA busy_timeout = {int(opts.busy_timeout_ms)}")
         if writer:
-            await switch_to_wal(conn, opts)
+            await switch_to_wal(conn, opts, path)
         await conn.execute("PRAGMA synchronous = NORMAL")
         await conn.execute("PRAGMA foreign_keys = ON")
         await conn.execute(f"PRAGMA cache_size = -{int(opts.cache_kib)}")

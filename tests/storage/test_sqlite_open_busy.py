@@ -128,3 +128,34 @@ async def test_a_rebuilding_step_met_busy_leaves_the_writers_foreign_keys_on(
         assert await db.transact_raw(foreign_keys) == 1
     finally:
         await db.close()
+
+
+async def test_the_switch_to_wal_of_a_new_file_waits_for_a_lock_held_past_a_second(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file not yet in WAL mode (new, or left in rollback mode by another tool): the
+    writer's first connection switches it, which needs the file to itself. That retried
+    "database is locked" for ~1 s only, so the start-up failed where the migration check
+    after it waits ``write_retry_s``; now the switch waits as long, and says so."""
+    path = tmp_path / "agent.sqlite3"
+    with sqlite3.connect(path) as conn:  # a SQLite file in rollback-journal mode
+        conn.execute("CREATE TABLE left_by_another_tool (x INTEGER)")
+    opts = SqliteOptions(write_retry_s=120)
+    with caplog.at_level(logging.WARNING, logger="agentchat.storage"):
+        opening = await _released_once_waiting(path, open_sqlite_storage(path, opts), caplog)
+        storage: SqliteStorage = await asyncio.wait_for(opening, 120)
+    try:
+        assert (await storage.db.fetchone("PRAGMA journal_mode"))[0] == "wal"  # type: ignore[index]
+        assert storage.schema_version > 0
+    finally:
+        await storage.close()
+
+
+async def test_the_switch_to_wal_gives_up_once_the_write_retry_is_spent(tmp_path: Path) -> None:
+    path = tmp_path / "agent.sqlite3"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE left_by_another_tool (x INTEGER)")
+    async with sqlite_file_locked(path):
+        with pytest.raises(sqlite3.OperationalError) as failed:
+            await asyncio.wait_for(open_sqlite_storage(path, SqliteOptions(write_retry_s=0.5)), 60)
+    assert busy(failed.value), failed.value
