@@ -45,7 +45,11 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: passage the search ranked first) written before the heading-phrase bonus and measured
 #: before and after it; "followup" (10 two-turn conversations over the sample KB: a
 #: question, then a follow-up referring back to it, each item's ``before``) written before
-#: the answerer read the conversation and measured before and after that change.
+#: the answerer read the conversation and measured before and after that change;
+#: "round35" (42 sample questions in newcomers' phrasing - greetings, a sentence of context
+#: first, their own stack's names, other languages - 10 of them about things the sample KB
+#: never mentions, each item's ``decline``) written before round 35's changes and measured
+#: before and after them.
 SETS = (
     "original",
     "held_out",
@@ -71,20 +75,34 @@ SETS = (
     "round23",
     "walkthrough",
     "followup",
+    "round35",
 )
 
 
-def load_questions(held_out: bool = False, name: str | None = None) -> dict[str, list[dict[str, str]]]:
+def declined(name: str) -> str:
+    """What the answer to a question about ``name``, which the knowledge base never
+    mentions, must say (``llm.extractive.not_found_message``, the name first)."""
+    return f"I could not find anything about {name}"
+
+
+def _with_fact(item: dict[str, Any]) -> dict[str, Any]:
+    """A question item with its ``fact``: a ``decline`` item's is the decline naming it."""
+    return {**item, "fact": declined(item["decline"])} if "decline" in item else item
+
+
+def load_questions(held_out: bool = False, name: str | None = None) -> dict[str, list[dict[str, Any]]]:
     """One question set by name (see SETS); ``held_out=True`` is ``name="held_out"``. A set
     may have questions over the project's own docs/ ingested as a bucket ("docs", asked
-    of a service of its own); a corpus a set has no questions for is an empty list."""
+    of a service of its own); a corpus a set has no questions for is an empty list. An
+    item may expect a decline instead of a fact (``decline``: the name it must say it
+    found nothing about), judged as a fact like any other (``declined``)."""
     data = orjson.loads(QUESTIONS.read_bytes())
     name = name or ("held_out" if held_out else "original")
     if name != "original":
         data = data[name]
-    out = {"sample": data["sample"], "npm": data["npm"]}
+    out = {"sample": [_with_fact(q) for q in data["sample"]], "npm": [_with_fact(q) for q in data["npm"]]}
     if "docs" in data:
-        out["docs"] = data["docs"]
+        out["docs"] = [_with_fact(q) for q in data["docs"]]
     return out
 
 
