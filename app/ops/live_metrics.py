@@ -98,7 +98,13 @@ class LiveCollector:
         for status in (*RUN_STATUSES, *sorted(set(by_status) - set(RUN_STATUSES))):
             runs.add_metric([status], by_status.get(status, 0))
         yield runs
-        yield _counter("agentchat_runs_resumed", "Runs carried on from a checkpoint after a restart.", counters.resumed)
+        yield _counter(
+            "agentchat_runs_resumed",
+            "Unfinished runs whose work was carried on after a restart or a take-over: from a checkpoint, from "
+            "their request again, or begun when admitted but never started (not a run found already ended, "
+            "whose status alone was written).",
+            counters.resumed,
+        )
         yield _counter(
             "agentchat_runs_not_resumable",
             "Unfinished runs found at a start or a take-over that could not be carried on (restarted too often "

@@ -58,7 +58,7 @@ class RunCarrier:
         plan = plan_recovery(stored, events, reason=reason, sealer=self.input_sealer)
         if isinstance(plan, CannotResume):
             self.counters.not_resumable += 1
-        else:
+        elif not isinstance(plan, AlreadyEnded):  # its work goes on here (``RunCounters.resumed``)
             self.counters.resumed += 1
         if isinstance(plan, AlreadyEnded):  # it ended, but the process died before its status was written
             run.finished_at = time.time()

@@ -9,6 +9,10 @@ from dataclasses import dataclass, field
 @dataclass(slots=True)
 class RunCounters:
     started: int = 0
+    #: Unfinished runs whose work goes on here after a restart or a take-over: from a
+    #: checkpoint, from their request again, or begun when admitted but never started.
+    #: Not one found already ended (its ``message_complete`` logged, only its status
+    #: unwritten: the status is written and nothing runs), which this counted as well.
     resumed: int = 0
     #: Unfinished runs found at a start or a take-over that could not be carried on (a
     #: crash loop's cap, an unreadable checkpoint, an input sealed under another key):
