@@ -86,8 +86,22 @@ async def test_the_stream_readyz_and_the_metric_show_saved_answers_found_by_term
         ready = (await client.get(f"{base}/readyz")).json()["checks"]["keywords"]
         assert ready["ok"] and ready["fallbacks"] == {"meaning_failed": 1}, ready
         assert ready["last_fallback"] == "meaning_failed: EmbeddingError" and ready["last_fallback_at"], ready
+        assert ready["last_fallback_recovered_at"] is None, ready
         after = await get_metrics(client, base)
+
+        embedder.broken = False  # back: the next lookup searches by meaning again
+        events = await collect_sse(
+            client,
+            "POST",
+            f"{base}/v1/agent/chat",
+            json={"message": "At what temperature does liquid nitrogen boil?", "context_type": "knowledge"},
+        )
+        assert events[-1].json()["status"] == "completed"
+        recovered = (await client.get(f"{base}/readyz")).json()["checks"]["keywords"]
     assert value(after, FAMILY, f"{FAMILY}_total", reason="meaning_failed") == 1
+    # The fallback stays shown (and counted), as past: a reader does not take it for a current one.
+    assert recovered["last_fallback"] == "meaning_failed: EmbeddingError", recovered
+    assert recovered["last_fallback_recovered_at"] >= recovered["last_fallback_at"], recovered
 
 
 class UnreadableKeywords:

@@ -126,7 +126,7 @@ async def test_every_fallback_is_counted_and_a_failing_search_shows_in_readyz(tm
     (status ready, ``agentchat_tool_index_ready`` 1) while every run was offered all
     tools: each fallback is counted by why, and the failures shown with the last one."""
     embedder = GatedEmbedder()
-    fake = FakeOllama([[Text("ok")], [Text("ok")], [Text("ok")]])
+    fake = FakeOllama([[Text("ok")], [Text("ok")], [Text("ok")], [Text("ok")]])
     family = "agentchat_tool_selection_fallbacks"
     async with running_fake(fake.app) as url:
         provider = OllamaProvider(url, "llama3.2", timeout=10)
@@ -149,11 +149,18 @@ async def test_every_fallback_is_counted_and_a_failing_search_shows_in_readyz(tm
             assert (await run("rename a workflow") or "").startswith("search failed")
             index = (await client.get(f"{base}/readyz")).json()["checks"]["tool_index"]
             metrics = await get_metrics(client, base)
+            # The embedder answers again: the failure is shown as past, not as current.
+            embedder.fail_query = False
+            assert await run("delete a workflow") is None
+            recovered = (await client.get(f"{base}/readyz")).json()["checks"]["tool_index"]
     assert index["status"] == "ready" and index["search_failures"] == 1
     # /readyz answers anyone: the failure's kind and time, never its text (an embedder's
     # error may quote the message it embedded); the run's own event has the text.
     assert index["last_search_failure"] == "EmbeddingError" and index["last_search_failure_at"]
+    assert index["last_search_failure_recovered_at"] is None
     assert "timed out" not in str(index)
+    assert recovered["last_search_failure"] == "EmbeddingError" and recovered["search_failures"] == 1
+    assert recovered["last_search_failure_recovered_at"] >= recovered["last_search_failure_at"]
     assert metrics[family][1] == {
         (f"{family}_total", (("reason", "index_building"),)): 1.0,
         (f"{family}_total", (("reason", "search_failed"),)): 1.0,

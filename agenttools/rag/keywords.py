@@ -155,11 +155,26 @@ class KeywordIndex:
         #: the log has it all).
         self.last_fallback: str | None = None
         self.last_fallback_at: str | None = None
+        #: When the kind of step that last fell back (a lookup; an embedding of a write)
+        #: first went through again (``None`` while none has): the fallback is past. Kept
+        #: beside it, not cleared, so ``/readyz`` tells a current fallback from a recovered
+        #: one and still shows what happened.
+        self.last_fallback_recovered_at: str | None = None
+        self._last_reason: str | None = None
 
     def _fell_back(self, reason: str, exc: BaseException) -> None:
         self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
         self.last_fallback = f"{reason}: {type(exc).__name__}"
         self.last_fallback_at = datetime.fromtimestamp(self._clock(), tz=UTC).isoformat(timespec="seconds")
+        self.last_fallback_recovered_at = None
+        self._last_reason = reason
+
+    def _went_through(self, *reasons: str) -> None:
+        """A step that falls back for ``reasons`` did not: a last fallback of one of them is past."""
+        if self._last_reason in reasons and self.last_fallback_recovered_at is None:
+            self.last_fallback_recovered_at = datetime.fromtimestamp(self._clock(), tz=UTC).isoformat(
+                timespec="seconds"
+            )
 
     async def readiness(self) -> dict[str, Any]:
         """Informational (saved answers are a saving, not a need: a run without them asks
@@ -171,6 +186,7 @@ class KeywordIndex:
             "fallbacks": dict(sorted(self.fallbacks.items())),
             "last_fallback": self.last_fallback,
             "last_fallback_at": self.last_fallback_at,
+            "last_fallback_recovered_at": self.last_fallback_recovered_at,
         }
 
     # ---------------------------------------------------------------- write side
@@ -186,6 +202,8 @@ class KeywordIndex:
             except Exception as exc:
                 self._fell_back(NOT_EMBEDDED, exc)
                 log.warning("embedding external result %s failed", result.id, exc_info=True)
+            else:
+                self._went_through(NOT_EMBEDDED)
 
     async def index(
         self,
@@ -222,6 +240,8 @@ class KeywordIndex:
             except Exception as exc:
                 self._fell_back(NOT_EMBEDDED, exc)
                 log.warning("embedding %d keywords failed", len(stored), exc_info=True)
+            else:
+                self._went_through(NOT_EMBEDDED)
         return [IndexedKeyword(r.key, r.display, r.usage_count, merged=r.usage_count > 1) for r in stored]
 
     async def backfill(self, *, batch: int = 500) -> dict[str, int]:
@@ -230,12 +250,14 @@ class KeywordIndex:
         keywords. Run once at start-up, in the background; lookups work meanwhile. A
         failure is counted (``BACKFILL_FAILED``) and raised."""
         try:
-            return await self._backfill(batch)
+            filled = await self._backfill(batch)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             self._fell_back(BACKFILL_FAILED, exc)
             raise
+        self._went_through(BACKFILL_FAILED)
+        return filled
 
     async def _backfill(self, batch: int) -> dict[str, int]:
         terms = 0
@@ -291,6 +313,8 @@ class KeywordIndex:
             self._fell_back(LOOKUP_FAILED, exc)
             log.warning("lookup of saved answers failed", exc_info=True)
             return SavedAnswerLookup([], [f"saved web answers could not be searched ({type(exc).__name__})"])
+        if text.strip() and not warnings:  # searched whole: by its terms and, with an embedder, by meaning
+            self._went_through(LOOKUP_FAILED, MEANING_FAILED)
         return SavedAnswerLookup(results, warnings)
 
     async def _lookup(self, text: str, *, scope: str | None, limit: int, warnings: list[str]) -> list[ExternalResult]:

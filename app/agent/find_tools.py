@@ -63,6 +63,7 @@ class FindTools:
                 async with asyncio.timeout(self.search_timeout_s):
                     result = await state.index.search(query, top_k=limit, min_score=0.0, allowlist=allowed)
                 ranked = [(m.name, float(m.score)) for m in result.matches if m.name in allowed]
+                state.search_succeeded()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the index failed this query: words instead, said in the result

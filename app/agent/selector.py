@@ -68,11 +68,21 @@ class IndexState:
     #: own ``tool_selection`` event and the log carry the whole text).
     last_search_failure: str | None = None
     last_search_failure_at: str | None = None
+    #: When a search of the index first succeeded after that failure (``None`` while none
+    #: has): the failure is past. Kept beside it, not cleared, so ``/readyz`` tells a
+    #: current failure from a recovered one and still shows what happened.
+    last_search_failure_recovered_at: str | None = None
 
     def search_failed(self, exc: BaseException) -> None:
         self.search_failures += 1
         self.last_search_failure = type(exc).__name__
         self.last_search_failure_at = datetime.now(UTC).isoformat(timespec="seconds")
+        self.last_search_failure_recovered_at = None
+
+    def search_succeeded(self) -> None:
+        """A search of the ready index answered: a failure before it is past."""
+        if self.last_search_failure is not None and self.last_search_failure_recovered_at is None:
+            self.last_search_failure_recovered_at = datetime.now(UTC).isoformat(timespec="seconds")
 
     def fell_back(self, reason: str) -> None:
         self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
@@ -161,6 +171,7 @@ class ToolSelector:
                         )
                     rag = [(m.name, float(m.score)) for m in result.matches if m.name in allowed]
                     search_ms = round((time.perf_counter() - t0) * 1000, 3)
+                    state.search_succeeded()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # any search failure: fall back, never fail the run

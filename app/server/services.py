@@ -101,6 +101,7 @@ class Services:
             "search_failures": st.search_failures,
             "last_search_failure": st.last_search_failure,
             "last_search_failure_at": st.last_search_failure_at,
+            "last_search_failure_recovered_at": st.last_search_failure_recovered_at,
         }
         if self.embedder_check is not None:
             checks["embedder"] = self.embedder_check.readiness()
