@@ -162,6 +162,8 @@ def names(question: str) -> list[str]:
 #: "in Chrome", "On my Mac"), and the determiners that may stand between.
 _SETTING = frozenset("on in with from under inside using via behind through at within for".split())
 _DETERMINER = frozenset("my our your the a an their its this that".split())
+#: How far before a name its preceding words are looked for (three words, whatever their length).
+_BEFORE_CHARS = 200
 
 
 def _is_object(text: str, name: str) -> bool:
@@ -183,7 +185,9 @@ def _is_object(text: str, name: str) -> bool:
         return False  # a sentence before the question: "I use Podman. How do I …?"
     if text[:at].count("(") > text[:at].count(")"):
         return False  # an aside: "How do I start the service (I use Podman)?"
-    before = [w.casefold() for w in re.findall(r"[^\W\d_]+", text[:at])][-3:]
+    # The three words before it, read from just before it (not from the whole prefix, once
+    # per name: quadratic in a long message naming many things).
+    before = [w.casefold() for w in re.findall(r"[^\W\d_]+", text[max(0, at - _BEFORE_CHARS) : at])][-3:]
     while before and before[-1] in _DETERMINER:
         before.pop()
     return not (before and before[-1] in _SETTING)
@@ -280,14 +284,13 @@ def ask_of(question: str) -> str:
     return " ".join(text[begin:end].strip() for begin, end in spans)
 
 
-def _outside_ask(text: str, name: str) -> bool:
-    """``name`` is written only outside the message's ask (``_ask``) or in brackets in it:
-    context, a greeting or a sign-off, not what is asked."""
-    spans = _ask(text)
+def _outside_ask(text: str, spans: list[tuple[int, int]], name: str) -> bool:
+    """``name`` is written only outside the message's ask (``spans``, ``_ask``) or in
+    brackets in it: context, a greeting or a sign-off, not what is asked."""
     at = text.find(name)
     while at >= 0:
         inside = any(begin <= at < end for begin, end in spans)
-        if inside and text[:at].count("(") <= text[:at].count(")"):
+        if inside and text.count("(", 0, at) <= text.count(")", 0, at):
             return False
         at = text.find(name, at + 1)
     return True
@@ -302,7 +305,8 @@ def declined(question: str, missing: Iterable[str], answered: bool) -> tuple[str
     what the question is about (``asked_about``), or when no unit answers the rest of it
     well (``answered`` false: "Can I deploy the service on AWS Lambda?")."""
     text = unicodedata.normalize("NFKC", question)
-    asked = tuple(n for n in missing if not _outside_ask(text, n))
+    spans = _ask(text)  # once: a message of AGENT_MAX_MESSAGE_CHARS may name a thousand things
+    asked = tuple(n for n in missing if not _outside_ask(text, spans, n))
     if not asked or (answered and not set(asked) & set(asked_about(question))):
         return ()
     return asked
