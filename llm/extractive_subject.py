@@ -265,23 +265,38 @@ def _ask(text: str) -> list[tuple[int, int]]:
         sentences.append((start, len(text), False))
     if not any(question for _, _, question in sentences):
         return [(0, len(text))]
-    return [
-        (_question_start(text, begin, end, sentences[at - 1][0] if at else None), end)
-        for at, (begin, end, question) in enumerate(sentences)
-        if question
-    ]
+    spans: list[tuple[int, int]] = []
+    for at, (begin, end, question) in enumerate(sentences):
+        if question:
+            begin = _question_start(text, begin, end, sentences[at - 1][0] if at else None)
+            if spans and begin <= spans[-1][1]:  # "How do I …? Is that possible?": one span
+                begin = spans.pop()[0]
+            spans.append((begin, end))
+    return spans
 
 
 def ask_of(question: str) -> str:
-    """What ``question`` asks (``_ask``), without its greetings, context and sign-off:
-    "Hello from Berlin! How do I cancel a run?" asks "How do I cancel a run?". The
-    answer is chosen for it, so the context's words (a team's Slack, a laptop's Ubuntu)
-    do not dilute how well a passage answers; ``question`` as it is when it is all ask."""
+    """``question`` without the greetings, context and sign-off outside its ask (``_ask``)
+    that write a name (``names``): "Hello from Berlin! How do I cancel a run?" asks "How
+    do I cancel a run?". The answer is chosen for it, so a name of the reader's own
+    stack (a team's Slack, a laptop's Ubuntu), said by no passage, does not dilute how
+    well a passage answers; context without a name stays ("I run three replicas. How
+    many database connections does each one keep?": its words are the documents')."""
     text = unicodedata.normalize("NFKC", question)
     spans = _ask(text)
-    if spans == [(0, len(text))]:
-        return question
-    return " ".join(text[begin:end].strip() for begin, end in spans)
+    kept: list[str] = []
+    dropped = False
+    at = 0
+    for begin, end in [*spans, (len(text), len(text))]:
+        context = text[at:begin]
+        if context.strip() and names(context):
+            dropped = True
+        elif context.strip():
+            kept.append(context.strip())
+        if end > begin:
+            kept.append(text[begin:end].strip())
+        at = end
+    return " ".join(kept) if dropped else question
 
 
 def _outside_ask(text: str, spans: list[tuple[int, int]], name: str) -> bool:

@@ -84,9 +84,10 @@ def test_a_name_outside_the_ask_declines_nothing() -> None:
 
 
 def test_the_answer_is_chosen_for_what_the_message_asks() -> None:
-    """``ask_of``: the message less its greeting, context and sign-off, for the answerer
-    to score passages by (the context's words, said by no passage, diluted every score:
-    "My team uses Slack; how do I add an MCP server?" quoted the MCP page's first line)."""
+    """``ask_of``: the message less the greeting, context and sign-off naming something,
+    for the answerer to score passages by (the name, said by no passage, diluted every
+    score: "My team uses Slack; how do I add an MCP server?" quoted the MCP page's first
+    line)."""
     assert ask_of("My team uses Slack; how do I add an MCP server?") == "how do I add an MCP server?"
     assert ask_of("Hello from Berlin! How do I cancel a run?") == "How do I cancel a run?"
     assert ask_of("Which embedder works with no network? Cheers, Maria") == "Which embedder works with no network?"
@@ -103,6 +104,10 @@ def test_the_answer_is_chosen_for_what_the_message_asks() -> None:
         "need help pls: my stream ended early, what happened?"
     )
     assert ask_of("I want Slack alerts. Is that possible?") == "I want Slack alerts. Is that possible?"
+    assert ask_of("How do I cancel a run? Is that possible?") == "How do I cancel a run? Is that possible?"
+    # Context writing no name stays: its words are the documents' ("replicas").
+    replicas = "I run three replicas. How many database connections does each one keep?"
+    assert ask_of(replicas) == replicas
 
 
 def test_a_german_questions_nouns_and_a_spanish_opening_are_no_names() -> None:
