@@ -59,3 +59,39 @@ async def test_a_vector_of_the_wrong_length_is_counted_and_its_document_re_embed
         assert (await reopened.stats())["vectors"] == 3 and reopened.unreadable_vectors == 0
     finally:
         await reopened.aclose()
+
+
+async def test_a_document_re_ingested_elsewhere_since_the_load_is_not_re_embedded(tmp_path: Path) -> None:
+    """The pass marks what this process's matrix read as unreadable, and that may be old:
+    another process (the CLI, a sibling worker) re-ingested the document since, with
+    readable vectors. Marking it threw them away - re-embedded for nothing, and out of
+    every other process's search by meaning meanwhile. The mark checks the stored
+    vectors themselves."""
+    path = tmp_path / "kb.db"
+    kb = await open_kb_file(path, HashingEmbedder(dim=128))
+    await kb.ingest_documents(DOCS)
+    await kb.aclose()
+    await asyncio.to_thread(_cut_vector, path, "penguin")
+
+    kb = await open_kb_file(path, HashingEmbedder(dim=128))
+    try:
+        assert kb.unreadable_vectors == 1
+        elsewhere = await open_kb_file(path, HashingEmbedder(dim=128))
+        try:
+            report = await elsewhere.ingest_documents(
+                [{"id": "penguin", "title": "Penguin", "text": "Penguins dive for krill under the Antarctic ice."}]
+            )
+            assert report.updated == 1, report
+        finally:
+            await elsewhere.aclose()
+        assert kb.unreadable_vectors == 1  # this process has not looked since
+
+        assert await kb.backfill.run_pass() == 0
+        assert kb.backfill.reembedded == 0
+        stored = await kb.get_document("penguin")
+        assert stored is not None and stored["embedding_model"] == kb.embed_key, stored
+        found = await kb.search("penguins dive for krill under the ice", mode="semantic")  # takes the change in
+        assert found.hits[0].doc_id == "penguin" and not found.warnings, found.warnings
+        assert kb.unreadable_vectors == 0
+    finally:
+        await kb.aclose()

@@ -176,9 +176,11 @@ class KBIndex(Protocol):
 
     async def mark_unembedded(self, embed_model: str, embed_dim: int, doc_ids: Sequence[str]) -> list[str]:
         """Those of these documents still marked as embedded by ``embed_model`` at
-        ``embed_dim`` are marked as without its vectors (``documents_without_vectors``
-        lists them from now on): some of their chunks' stored vectors could not be read
-        (``KBVectorRows.unreadable``). Returns the ids marked."""
+        ``embed_dim`` and some of whose chunks' stored vectors cannot be read now (none,
+        or another width: ``KBVectorRows.unreadable``) are marked as without its vectors
+        (``documents_without_vectors`` lists them from now on). One whose vectors are
+        all readable by the time of the write (re-ingested or re-embedded since the
+        caller read them) keeps them. Returns the ids marked."""
         ...
 
     async def store_vectors(self, embed_model: str, embed_dim: int, docs: Sequence[KBVectorWrite]) -> list[str]:

@@ -64,6 +64,7 @@ class PostgresKBIndex(SqlKBIndex):
     """The KB index on one ``PostgresDatabase``; built by ``open_postgres_storage``."""
 
     vector_column = "embedding"
+    unreadable_vector_sql = "c.embedding IS NULL OR vector_dims(c.embedding) <> ?"
     schema_in_filters = True
     #: Three batch writes at once (``KBIndex.writes_in_flight``), each on a pooled
     #: connection of its own: a write is the server's CPU (rows, tsvectors, postings)

@@ -94,6 +94,7 @@ class SqliteKBIndex(SqlKBIndex):
     """The KB index on one ``SqliteDatabase``; built by ``open_sqlite_storage``."""
 
     vector_column = "vector"
+    unreadable_vector_sql = "c.vector IS NULL OR length(c.vector) <> 4 * ?"  # float32 blobs
     chunks_per_write = CHUNKS_PER_WRITE
 
     def __init__(self, db: SqliteDatabase) -> None:

@@ -10,6 +10,7 @@ first, scores higher-is-better, the match count.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -494,9 +495,12 @@ async def test_vectors_for_a_document_changed_since_it_was_read_are_not_stored(k
 
 async def test_documents_marked_unembedded_are_re_embedded_like_any_without_vectors(kb: KBIndex) -> None:
     await kb.create_bucket("docs", {}, typed_row=typed_values)
-    await kb.write_documents("docs", {}, [doc("a", ["one"]), doc("b", ["two"]), doc("c", ["three"], vectors=False)])
-    # Only documents still of that embedder: "c" has no vectors, "zz" does not exist.
-    assert await kb.mark_unembedded("test-embed", DIM, ["a", "c", "zz"]) == ["a"]
+    torn = doc("a", ["one", "two"])
+    torn = replace(torn, vectors=np.ones((2, DIM // 2), np.float32))  # stored at another width than it says
+    await kb.write_documents("docs", {}, [torn, doc("b", ["two"]), doc("c", ["three"], vectors=False)])
+    # Only documents still of that embedder whose vectors cannot be read now: "b"'s all
+    # can (re-embedded or re-ingested since the caller's read), "c" has none, "zz" does not exist.
+    assert await kb.mark_unembedded("test-embed", DIM, ["a", "b", "c", "zz"]) == ["a"]
     assert [d.id for d in await kb.documents_without_vectors("test-embed", DIM, limit=10)] == ["a", "c"]
     assert (await kb.counts("test-embed", DIM)).without_vectors == 2
     assert [r.doc_id async for r in kb.iter_vectors("test-embed", DIM)] == ["b"]
