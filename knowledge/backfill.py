@@ -214,7 +214,9 @@ class VectorBackfill:
         nothing else would ever look at them again."""
         if self._embedder is None or self._embed_key is None:
             return
-        unreadable = self._dense.unreadable()
+        # A copy: the dense side's own dict loses a document the moment an ingest or a
+        # delete of this process replaces it, which may happen during the mark's write.
+        unreadable = dict(self._dense.unreadable())
         self._routed.intersection_update(unreadable)
         todo = sorted(d for d in unreadable if d not in self._routed)
         if not todo:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
+
+import pytest
 
 from app.cli.kb_file import open_kb_file
 from toolindex.hashing import HashingEmbedder
@@ -93,5 +96,34 @@ async def test_a_document_re_ingested_elsewhere_since_the_load_is_not_re_embedde
         found = await kb.search("penguins dive for krill under the ice", mode="semantic")  # takes the change in
         assert found.hits[0].doc_id == "penguin" and not found.warnings, found.warnings
         assert kb.unreadable_vectors == 0
+    finally:
+        await kb.aclose()
+
+
+async def test_a_document_replaced_here_while_its_mark_is_written_does_not_fail_the_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass read the dense side's own count of unreadable chunks, and named each
+    document's after the mark's write: a delete or an ingest of this process that lands
+    meanwhile (it waits for the same writer) takes the document out of that count, and
+    the pass failed on a KeyError - 'waiting to retry', its backoff, a WARNING that
+    re-embedding failed. Here the real delete runs inside the mark's call."""
+    path = tmp_path / "kb.db"
+    kb = await open_kb_file(path, HashingEmbedder(dim=128))
+    await kb.ingest_documents(DOCS)
+    await kb.aclose()
+    await asyncio.to_thread(_cut_vector, path, "penguin")
+
+    kb = await open_kb_file(path, HashingEmbedder(dim=128))
+    try:
+        mark = kb.index.mark_unembedded
+
+        async def deleted_meanwhile(embed_model: str, embed_dim: int, doc_ids: Sequence[str]) -> list[str]:
+            assert await kb.delete_documents(["penguin"]) == 1
+            return await mark(embed_model, embed_dim, doc_ids)
+
+        monkeypatch.setattr(kb.index, "mark_unembedded", deleted_meanwhile)
+        assert await kb.backfill.run_pass() == 0
+        assert kb.unreadable_vectors == 0 and kb.backfill.pending == 0
     finally:
         await kb.aclose()
