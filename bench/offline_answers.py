@@ -134,6 +134,24 @@ def _captured(entry: Any) -> tuple[list[Passage], FollowUp | None, list[Passage]
     return [Passage(**p) for p in entry["passages"]], follow_up, [Passage(**p) for p in entry.get("following") or []]
 
 
+def replay_answers(captured: dict[str, Any], questions: list[dict[str, Any]], words: Words) -> list[dict[str, Any]]:
+    """``questions`` answered again from ``captured`` passages, each answer what the
+    provider says of them (``extractive.reply_of``: a decline too); a question not
+    captured is left out."""
+    results = []
+    for item in questions:
+        # The provider composes for what the message asks (``ask_of``), and a capture keeps
+        # the passages under that; one made before round 35 under the message.
+        ask = ask_of(item["question"])
+        entry = captured.get(ask, captured.get(item["question"]))
+        if entry is None:
+            continue
+        passages, follow_up, following = _captured(entry)
+        said = extractive.reply_of(extractive.compose(ask, passages, words, follow_up, following))
+        results.append({**item, "answer": said.answer, "sources": said.sources})
+    return results
+
+
 def replay(path: Path, show: bool) -> None:
     """Every set's answers composed again from captured passages (no service)."""
     captured: dict[str, Any] = orjson.loads(path.read_bytes())
@@ -141,17 +159,7 @@ def replay(path: Path, show: bool) -> None:
     for label in SETS:
         sets: dict[str, list[dict[str, Any]]] = {}
         for corpus, questions in load_questions(name=label).items():
-            results = []
-            for item in questions:
-                # The provider composes for what the message asks (``ask_of``), and a capture
-                # keeps the passages under that; one made before round 35 under the message.
-                ask = ask_of(item["question"])
-                entry = captured.get(ask, captured.get(item["question"]))
-                if entry is None:
-                    continue
-                passages, follow_up, following = _captured(entry)
-                answer, sources, _ = extractive.compose_answer(ask, passages, words, follow_up, following)
-                results.append({**item, "answer": answer, "sources": sources})
+            results = replay_answers(captured, questions, words)
             if results:
                 sets[corpus] = results
         if sets:

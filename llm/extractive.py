@@ -25,6 +25,7 @@ import asyncio
 import itertools
 import re
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -136,6 +137,31 @@ def not_found_message(unmentioned: tuple[str, ...] = ()) -> str:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What the provider says for a question: the text it streams and the arguments of its
+    ``generate_response`` call (``used_kb``: the text quotes the knowledge base)."""
+
+    answer: str
+    sources: list[str]
+    confidence: float
+    used_kb: bool
+
+
+def reply_of(composed: Composed, unsearched: str = "") -> Reply:
+    """What the provider says of a composed answer: the answer, or with none, why -
+    ``unsearched`` when the searches' buckets did not exist (``nothing_searched``), else
+    what the question names that no passage mentions (``not_found_message``). One
+    function, so that ``bench/offline_answers.py --replay`` says what the live provider
+    says, declines included (it composed the answer and dropped the decline: round35's
+    ten declines replayed as no answer at all, 31/42 where the service gave 40/42)."""
+    if composed.answer:
+        return Reply(composed.answer, composed.sources, composed.confidence, used_kb=True)
+    return Reply(
+        unsearched or not_found_message(composed.unmentioned), composed.sources, composed.confidence, used_kb=False
+    )
+
+
 def _question(messages: list[Message]) -> tuple[str, int]:
     """The latest user question and its index: the last user text that is neither tool
     results nor one of the agent's own reminders (marked ``reminder``). A question may
@@ -239,25 +265,19 @@ class ExtractiveProvider:
             # of waiting out the whole answer. The memo's lru_caches are thread-safe.
             chunks = chunks_read(read_next)
             composed = await asyncio.to_thread(compose, ask, passages, self._words, follow, chunks)
-        answer, sources, confidence = composed.answer, composed.sources, composed.confidence
         if answered:  # the last answer was rejected: answer again without citations
-            answer, sources, confidence = "", [], 0.0
-        if not answer:
-            answer = nothing_searched(searched) if not passages else ""
-            answer = answer or not_found_message(composed.unmentioned if not answered else ())
-            used_kb = False
-        else:
-            used_kb = True
-        for piece in _pieces(answer):
+            composed = Composed()
+        said = reply_of(composed, nothing_searched(searched) if not passages else "")
+        for piece in _pieces(said.answer):
             yield ContentDelta(piece)
         if ANSWER_TOOL not in offered or len(answered) >= 2:  # say it as text; never loop on it
             yield MessageComplete(stop_for_tool_use=False, usage=Usage(), stop_reason="stop")
             return
         args: dict[str, Any] = {
-            "answer": answer,
-            "sources": sources,
-            "confidence_score": confidence,
-            "used_internal_kb": used_kb,
+            "answer": said.answer,
+            "sources": said.sources,
+            "confidence_score": said.confidence,
+            "used_internal_kb": said.used_kb,
             "used_external_kb": False,
         }
         for ev in self._call(ANSWER_TOOL, args):
@@ -337,10 +357,12 @@ def _pieces(text: str, size: int = 48) -> list[str]:
 __all__ = [
     "ExtractiveProvider",
     "Passage",
+    "Reply",
     "acting_context",
     "compose",
     "compose_answer",
     "decline_message",
     "not_found_message",
+    "reply_of",
     "search_required",
 ]
