@@ -14,6 +14,12 @@ them. ``VectorBackfill`` does:
   for documents still as they were read — one re-ingested meanwhile belongs to that
   ingest. The dense side (in-memory matrix) learns them after the commit, as after an
   ingest.
+* a document some of whose stored vectors cannot be read (a wrong length, none: the
+  dense side counts them, ``DenseSide.unreadable``) still says it is embedded, so no
+  pass would list it: each pass first embeds such documents again and stores their
+  vectors in one write, only those still unreadable in the store
+  (``KBIndex.documents_with_unreadable_vectors``); their readable chunks stay searched
+  meanwhile, in every process, whatever the embedder does.
 * passes run at start-up, after every ingest that left documents without vectors (and
   after one that embedded while documents were pending: the embedder is back), and on
   a slow timer (``KBConfig.reembed_interval_s``). While the embedder keeps failing the
@@ -30,6 +36,7 @@ import contextlib
 import io
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +47,7 @@ from knowledge.ingest_docs import embedding_text
 from knowledge.ingest_stages import embed_texts
 from knowledge.types import IngestReport, KBConfig
 from storage.interfaces import KBIndex
-from storage.kb_records import KBVectorWrite
+from storage.kb_records import KBUnembedded, KBVectorWrite
 from toolindex.embedder import Embedder, EmbeddingError
 
 log = logging.getLogger("agentchat.kb.backfill")
@@ -74,9 +81,6 @@ class VectorBackfill:
         self.state = "not started" if embedder is not None else "no embedder"
         self.last_error: str | None = None
         self._retry_at: float | None = None
-        #: Documents with unreadable vectors already marked for re-embedding
-        #: (``_route_unreadable``), so that each is marked once.
-        self._routed: set[str] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         #: Set by ``aclose`` for the loop it stops (each ``start`` makes a new one).
@@ -178,8 +182,9 @@ class VectorBackfill:
             delay = cfg.reembed_interval_s
 
     async def run_pass(self, stop: asyncio.Event | None = None) -> int:
-        """Re-embed every document without current vectors, a batch at a time; how many
-        got vectors. Raises ``EmbeddingError`` (or a storage error) on the first failure.
+        """Re-embed every document with unreadable vectors, then every one without
+        current vectors, a batch at a time; how many got vectors. Raises
+        ``EmbeddingError`` (or a storage error) on the first failure.
         ``stop`` (the loop's, set by ``aclose``): no batch starts once it is set - a
         close whose cancel a store call swallowed (psycopg's pool waits through
         ``asyncio.wait_for``) ends the pass at its next batch, not after all of them."""
@@ -187,7 +192,7 @@ class VectorBackfill:
             return 0
         done = 0
         after: str | None = None
-        await self._route_unreadable()
+        done += await self._repair_unreadable(stop)
         await self.count_pending()
         if self.pending:
             self.state = "re-embedding"
@@ -207,26 +212,41 @@ class VectorBackfill:
             log.info("documents re-embedded", extra={"documents": done, "pending": self.pending})
         return done
 
-    async def _route_unreadable(self) -> None:
+    async def _repair_unreadable(self, stop: asyncio.Event | None) -> int:
         """Documents some of whose stored vectors the dense side could not read (a wrong
-        length, none: ``DenseSide.unreadable``) are marked as without vectors, so this
-        pass embeds them again like any other: their document says it is embedded, and
-        nothing else would ever look at them again."""
-        if self._embedder is None or self._embed_key is None:
-            return
+        length, none: ``DenseSide.unreadable``) are embedded again and their vectors
+        stored: their document says it is embedded, so nothing else would ever look at
+        them again. Embedded first, stored in one write (``store_vectors``): never marked
+        as without vectors beforehand, which took the document's readable chunks out of
+        every other process's search by meaning (and out of this one's at its next
+        reload) until the embedding was done - for as long as the embedder was down.
+        Only documents whose stored vectors are still unreadable
+        (``KBIndex.documents_with_unreadable_vectors``): one re-ingested or re-embedded
+        since this matrix was loaded keeps its vectors. How many were repaired."""
+        embedder = self._embedder
+        if embedder is None or self._embed_key is None:
+            return 0
         # A copy: the dense side's own dict loses a document the moment an ingest or a
-        # delete of this process replaces it, which may happen during the mark's write.
+        # delete of this process replaces it, which may happen during this pass's awaits.
         unreadable = dict(self._dense.unreadable())
-        self._routed.intersection_update(unreadable)
-        todo = sorted(d for d in unreadable if d not in self._routed)
-        if not todo:
-            return
-        marked = await self._index.mark_unembedded(self._embed_key, self._embedder.dim, todo)
-        self._routed.update(todo)
-        log.warning(
-            "stored vectors that could not be read (wrong length or missing): re-embedding their documents",
-            extra={"documents": len(todo), "marked": len(marked), "chunks": sum(unreadable[d] for d in todo)},
-        )
+        todo = sorted(unreadable)
+        step = max(1, self._config.reembed_batch_documents)
+        repaired = 0
+        for start in range(0, len(todo), step):
+            if stop is not None and stop.is_set():
+                break
+            part = todo[start : start + step]
+            docs = await self._index.documents_with_unreadable_vectors(self._embed_key, embedder.dim, part)
+            if not docs:  # readable by now: this matrix is older than the store, its next reload says so
+                continue
+            self.state = "re-embedding"
+            log.warning(
+                "stored vectors that could not be read (wrong length or missing): re-embedding their documents",
+                extra={"documents": len(docs), "chunks": sum(unreadable.get(d.id, 0) for d in docs)},
+            )
+            repaired += len(await self._embed_and_store(docs))
+        self.reembedded += repaired
+        return repaired
 
     async def count_pending(self) -> int:
         if self._embedder is None:
@@ -245,6 +265,17 @@ class VectorBackfill:
         )
         if not docs:
             return BatchResult(0, [], None)
+        written = await self._embed_and_store(docs)
+        self.reembedded += len(written)
+        if self.pending is not None:
+            self.pending = max(0, self.pending - len(written))
+        return BatchResult(len(docs), [d.id for d in docs if d.id in written], docs[-1].id)
+
+    async def _embed_and_store(self, docs: Sequence[KBUnembedded]) -> set[str]:
+        """Embed these documents' chunks and store their vectors (only for documents
+        still as they were read: ``store_vectors``); the ids written, in the dense side too."""
+        embedder = self._embedder
+        assert embedder is not None and self._embed_key is not None
         texts = [embedding_text(d.title, c) for d in docs for c in d.chunks]
         matrix = await embed_texts(embedder, texts, self._config.embed_batch)
         writes: list[KBVectorWrite] = []
@@ -258,10 +289,7 @@ class VectorBackfill:
             if d.id in written:  # committed: searchable by meaning from now on
                 self._dense.remove_document(d.id)
                 self._dense.add(w.chunk_ids, d.id, d.bucket, np.asarray(w.vectors, np.float32))
-        self.reembedded += len(written)
-        if self.pending is not None:
-            self.pending = max(0, self.pending - len(written))
-        return BatchResult(len(docs), [d.id for d in docs if d.id in written], docs[-1].id)
+        return written
 
 
 def _stack_text(task: asyncio.Task[None]) -> str:

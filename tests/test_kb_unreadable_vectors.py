@@ -12,9 +12,12 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from app.cli.kb_file import open_kb_file
+from storage.kb_records import KBUnembedded
+from toolindex.embedder import EmbeddingError
 from toolindex.hashing import HashingEmbedder
 
 DOCS = [
@@ -103,11 +106,11 @@ async def test_a_document_re_ingested_elsewhere_since_the_load_is_not_re_embedde
 async def test_a_document_replaced_here_while_its_mark_is_written_does_not_fail_the_pass(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The pass read the dense side's own count of unreadable chunks, and named each
-    document's after the mark's write: a delete or an ingest of this process that lands
-    meanwhile (it waits for the same writer) takes the document out of that count, and
-    the pass failed on a KeyError - 'waiting to retry', its backoff, a WARNING that
-    re-embedding failed. Here the real delete runs inside the mark's call."""
+    """The pass read the dense side's own count of unreadable chunks across its awaits: a
+    delete or an ingest of this process that lands meanwhile takes the document out of
+    that count, and the pass failed on a KeyError - 'waiting to retry', its backoff, a
+    WARNING that re-embedding failed. Here the real delete runs inside the pass's read
+    of the store."""
     path = tmp_path / "kb.db"
     kb = await open_kb_file(path, HashingEmbedder(dim=128))
     await kb.ingest_documents(DOCS)
@@ -116,14 +119,54 @@ async def test_a_document_replaced_here_while_its_mark_is_written_does_not_fail_
 
     kb = await open_kb_file(path, HashingEmbedder(dim=128))
     try:
-        mark = kb.index.mark_unembedded
+        read = kb.index.documents_with_unreadable_vectors
 
-        async def deleted_meanwhile(embed_model: str, embed_dim: int, doc_ids: Sequence[str]) -> list[str]:
+        async def deleted_meanwhile(embed_model: str, embed_dim: int, doc_ids: Sequence[str]) -> list[KBUnembedded]:
             assert await kb.delete_documents(["penguin"]) == 1
-            return await mark(embed_model, embed_dim, doc_ids)
+            return await read(embed_model, embed_dim, doc_ids)
 
-        monkeypatch.setattr(kb.index, "mark_unembedded", deleted_meanwhile)
+        monkeypatch.setattr(kb.index, "documents_with_unreadable_vectors", deleted_meanwhile)
         assert await kb.backfill.run_pass() == 0
         assert kb.unreadable_vectors == 0 and kb.backfill.pending == 0
     finally:
         await kb.aclose()
+
+
+class DownEmbedder(HashingEmbedder):
+    """The real hashing embedder, whose document embedding fails (the server is down)."""
+
+    async def embed_batch(self, texts: list[str], *, task: str = "document") -> np.ndarray:  # type: ignore[override]
+        raise EmbeddingError("upstream 503")
+
+
+async def test_the_readable_chunks_stay_searched_elsewhere_while_the_embedder_is_down(tmp_path: Path) -> None:
+    """A document with one torn vector among six: the pass marked it as without vectors
+    before embedding it, so every other process (a sibling worker, once it took the
+    change in) lost its five readable chunks from every search by meaning - with no
+    warning there (only the leader counts pending documents) - for as long as the
+    embedder stayed down. Now nothing is written until the embedding is done."""
+    path = tmp_path / "kb.db"
+    text = "\n\n".join(
+        ["Kiwi birds cannot fly and live in New Zealand forests. " * 40,
+         "Penguins swim in cold southern oceans and eat krill. " * 40]
+    )
+    kb = await open_kb_file(path, HashingEmbedder(dim=128))
+    await kb.ingest_documents([{"id": "birds", "title": "Birds", "text": text}, DOCS[2]])
+    await kb.aclose()
+    with sqlite3.connect(path) as conn:  # one chunk's vector torn
+        conn.execute("UPDATE kb_chunks SET vector = substr(vector, 1, 8)"
+                     " WHERE id = (SELECT min(id) FROM kb_chunks WHERE doc_id = 'birds')")
+
+    sibling = await open_kb_file(path, HashingEmbedder(dim=128))
+    leader = await open_kb_file(path, DownEmbedder(dim=128))
+    try:
+        question = "penguins swim in cold southern oceans and eat krill"
+        assert (await sibling.search(question, mode="semantic")).hits[0].doc_id == "birds"
+        with pytest.raises(EmbeddingError):
+            await leader.backfill.run_pass()
+        found = await sibling.search(question, mode="semantic")
+        assert found.hits and found.hits[0].doc_id == "birds", [h.doc_id for h in found.hits]
+        assert leader.unreadable_vectors == 1  # still counted, still to repair
+    finally:
+        await leader.aclose()
+        await sibling.aclose()

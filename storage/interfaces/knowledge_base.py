@@ -174,13 +174,15 @@ class KBIndex(Protocol):
         with its chunks' text in position order."""
         ...
 
-    async def mark_unembedded(self, embed_model: str, embed_dim: int, doc_ids: Sequence[str]) -> list[str]:
-        """Those of these documents still marked as embedded by ``embed_model`` at
-        ``embed_dim`` and some of whose chunks' stored vectors cannot be read now (none,
-        or another width: ``KBVectorRows.unreadable``) are marked as without its vectors
-        (``documents_without_vectors`` lists them from now on). One whose vectors are
-        all readable by the time of the write (re-ingested or re-embedded since the
-        caller read them) keeps them. Returns the ids marked."""
+    async def documents_with_unreadable_vectors(
+        self, embed_model: str, embed_dim: int, doc_ids: Sequence[str]
+    ) -> list[KBUnembedded]:
+        """Those of these documents, by id, still marked as embedded by ``embed_model``
+        at ``embed_dim`` some of whose chunks' stored vectors cannot be read now (none,
+        or another width: ``KBVectorRows.unreadable``), each with its chunks' text in
+        position order: what ``store_vectors`` repairs once they are embedded again.
+        One whose vectors are all readable by now (re-ingested or re-embedded since the
+        caller's read) is left out."""
         ...
 
     async def store_vectors(self, embed_model: str, embed_dim: int, docs: Sequence[KBVectorWrite]) -> list[str]:

@@ -67,9 +67,6 @@ class SqlKBIndex(KBReads):
 
     #: The chunk column holding a vector.
     vector_column: ClassVar[str]
-    #: A condition on a chunk ``c``: its stored vector cannot be read at ``?`` dimensions
-    #: (none, or another width) - what ``iter_vectors`` counts as unreadable.
-    unreadable_vector_sql: ClassVar[str]
     #: The most chunks an ingest puts in one write (``KBIndex.chunks_per_write``); no
     #: bound here: an engine whose writes share one writer with live runs sets one.
     chunks_per_write: int | None = None
@@ -321,39 +318,6 @@ class SqlKBIndex(KBReads):
         self._schemas.pop(name, None)
         self._schema_changes += 1
         return gone
-
-    async def mark_unembedded(self, embed_model: str, embed_dim: int, doc_ids: Sequence[str]) -> list[str]:
-        """Only documents still of that embedder whose stored vectors are unreadable now
-        (``unreadable_vector_sql``), checked in the write itself: the caller's list comes
-        from a matrix loaded earlier, and a document re-ingested or re-embedded since -
-        by another process (the CLI, a sibling worker) or by an ingest here committing
-        first - has readable vectors of its own, which a mark would have thrown away
-        (re-embedded for nothing, and out of every other process's search by meaning
-        until then). The documents are locked first (PostgreSQL: the check then reads
-        what a rewrite committed before it, and none commits during it)."""
-        if not doc_ids:
-            return []
-
-        async def run(tx: Tx) -> list[str]:
-            marked: list[str] = []
-            for part in parts(list(doc_ids)):
-                marks = tx.dialect.marks(len(part))
-                if lock := tx.dialect.for_update:  # SQLite's one writer has the file to itself already
-                    await tx.fetchall(f"SELECT id FROM kb_documents WHERE id IN ({marks}) ORDER BY id{lock}", part)
-                rows = await tx.fetchall(
-                    "UPDATE kb_documents SET embed_model = NULL, embed_dim = NULL"
-                    f" WHERE embed_model = ? AND embed_dim = ? AND id IN ({marks})"
-                    " AND EXISTS (SELECT 1 FROM kb_chunks c WHERE c.doc_id = kb_documents.id"
-                    f" AND ({self.unreadable_vector_sql})) RETURNING id",
-                    (embed_model, embed_dim, *part, embed_dim),
-                )
-                marked.extend(str(r[0]) for r in rows)
-            return marked
-
-        try:
-            return await self._written.write(self._sql, run)
-        finally:
-            self._stats_changed()
 
     async def store_vectors(self, embed_model: str, embed_dim: int, docs: Sequence[KBVectorWrite]) -> list[str]:
         if not docs:

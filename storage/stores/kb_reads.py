@@ -42,6 +42,9 @@ class KBReads:
     #: Whether the engine's filter conditions depend on a field's type (then the
     #: bucket's schema is read, and cached, for every filtered scope).
     schema_in_filters: ClassVar[bool] = False
+    #: A condition on a chunk ``c``: its stored vector cannot be read at ``?`` dimensions
+    #: (none, or another width) - what ``iter_vectors`` counts as unreadable.
+    unreadable_vector_sql: ClassVar[str]
 
     def __init__(
         self, sql: SqlEngine, *, buckets: BucketTables, filters: FilterSql, text: TextSearch, location: str
@@ -278,8 +281,33 @@ class KBReads:
             f" AND id{d.byte_order} > ? ORDER BY id{d.byte_order} LIMIT ?",
             (embed_model, embed_dim, after or "", max(0, int(limit))),
         )
+        return await self._with_chunks(docs)
+
+    async def documents_with_unreadable_vectors(
+        self, embed_model: str, embed_dim: int, doc_ids: Sequence[str]
+    ) -> list[KBUnembedded]:
+        """Checked against the stored vectors themselves: the caller's ids come from a
+        matrix loaded earlier, and a document re-ingested or re-embedded since (by
+        another process too) has readable vectors of its own."""
+        d = self._sql.dialect
+        docs: list[Sequence[Any]] = []
+        for part in parts(list(doc_ids)):
+            docs.extend(
+                await self._sql.fetchall(
+                    "SELECT id, bucket, title, content_hash FROM kb_documents"
+                    f" WHERE embed_model = ? AND embed_dim = ? AND id IN ({d.marks(len(part))})"
+                    " AND EXISTS (SELECT 1 FROM kb_chunks c WHERE c.doc_id = kb_documents.id"
+                    f" AND ({self.unreadable_vector_sql})) ORDER BY id{d.byte_order}",
+                    (embed_model, embed_dim, *part, embed_dim),
+                )
+            )
+        return await self._with_chunks(docs)
+
+    async def _with_chunks(self, docs: Sequence[Sequence[Any]]) -> list[KBUnembedded]:
+        """``(id, bucket, title, content_hash)`` rows with their chunks' text in position order."""
         if not docs:
             return []
+        d = self._sql.dialect
         ids = [str(r[0]) for r in docs]
         chunks: dict[str, list[KBChunkText]] = {}
         rows = await self._sql.fetchall(

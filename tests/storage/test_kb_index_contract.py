@@ -493,15 +493,19 @@ async def test_vectors_for_a_document_changed_since_it_was_read_are_not_stored(k
     assert [r async for r in kb.iter_vectors("test-embed", DIM)] == []
 
 
-async def test_documents_marked_unembedded_are_re_embedded_like_any_without_vectors(kb: KBIndex) -> None:
+async def test_documents_with_unreadable_vectors_are_listed_by_what_is_stored(kb: KBIndex) -> None:
     await kb.create_bucket("docs", {}, typed_row=typed_values)
-    torn = doc("a", ["one", "two"])
-    torn = replace(torn, vectors=np.ones((2, DIM // 2), np.float32))  # stored at another width than it says
+    torn = replace(doc("a", ["one", "two"]), vectors=np.ones((2, DIM // 2), np.float32))  # another width than it says
     await kb.write_documents("docs", {}, [torn, doc("b", ["two"]), doc("c", ["three"], vectors=False)])
     # Only documents still of that embedder whose vectors cannot be read now: "b"'s all
     # can (re-embedded or re-ingested since the caller's read), "c" has none, "zz" does not exist.
-    assert await kb.mark_unembedded("test-embed", DIM, ["a", "b", "c", "zz"]) == ["a"]
-    assert [d.id for d in await kb.documents_without_vectors("test-embed", DIM, limit=10)] == ["a", "c"]
-    assert (await kb.counts("test-embed", DIM)).without_vectors == 2
-    assert [r.doc_id async for r in kb.iter_vectors("test-embed", DIM)] == ["b"]
-    assert await kb.mark_unembedded("other-model", DIM, ["b"]) == []
+    (found,) = await kb.documents_with_unreadable_vectors("test-embed", DIM, ["a", "b", "c", "zz"])
+    assert (found.id, found.bucket, [c.text for c in found.chunks]) == ("a", "docs", ["one", "two"])
+    assert await kb.documents_with_unreadable_vectors("other-model", DIM, ["a"]) == []
+    assert [r.doc_id async for r in kb.iter_vectors("test-embed", DIM)] == ["a", "b"]
+    # The repair is an ordinary store of its vectors: all of them readable after it.
+    write = KBVectorWrite("a", found.content_hash, [c.id for c in found.chunks], np.stack([vec(1), vec(2)]))
+    assert await kb.store_vectors("test-embed", DIM, [write]) == ["a"]
+    assert await kb.documents_with_unreadable_vectors("test-embed", DIM, ["a"]) == []
+    rows = {r.doc_id: r async for r in kb.iter_vectors("test-embed", DIM)}
+    assert (len(rows["a"].chunk_ids), rows["a"].unreadable) == (2, 0)
