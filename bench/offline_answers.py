@@ -48,7 +48,7 @@ import llm.extractive as extractive
 from llm.extractive_answer import Composed
 from llm.extractive_followup import FollowUp
 from llm.extractive_read import Passage
-from llm.extractive_subject import ask_of
+from llm.extractive_subject import ask_of, names
 from llm.extractive_words import Words
 from tests.support.offline_answers import (
     SETS,
@@ -140,14 +140,15 @@ def replay_answers(captured: dict[str, Any], questions: list[dict[str, Any]], wo
     captured is left out."""
     results = []
     for item in questions:
-        # The provider composes for what the message asks (``ask_of``), and a capture keeps
-        # the passages under that; one made before round 35 under the message.
-        ask = ask_of(item["question"])
-        entry = captured.get(ask, captured.get(item["question"]))
+        # A capture keeps the passages under the message the provider composed for; one made
+        # between round 35 and its review under the message less every context naming
+        # anything (``ask_of`` then left all of them out).
+        question = item["question"]
+        entry = captured.get(question, captured.get(ask_of(question, names(question))))
         if entry is None:
             continue
         passages, follow_up, following = _captured(entry)
-        said = extractive.reply_of(extractive.compose(ask, passages, words, follow_up, following))
+        said = extractive.reply_of(extractive.compose(question, passages, words, follow_up, following))
         results.append({**item, "answer": said.answer, "sources": said.sources})
     return results
 

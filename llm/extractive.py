@@ -44,7 +44,6 @@ from llm.extractive_results import (
     results_since,
     with_page_reads,
 )
-from llm.extractive_subject import ask_of
 from llm.extractive_words import Words
 from llm.provider import ProviderHealth
 from llm.types import (
@@ -226,10 +225,6 @@ class ExtractiveProvider:
             yield MessageComplete(stop_for_tool_use=False, usage=Usage(), stop_reason="stop")
             return
         asked = follow.search_query() if follow is not None else question
-        # The answer is chosen for what the message asks, without its greeting, context or
-        # sign-off (llm.extractive_subject.ask_of): "My team uses Slack; how do I add an
-        # MCP server?" scored every passage by "team" and "Slack" too, which none says.
-        ask = ask_of(question)
         found = pages_found(searched)
         planned = [page_read_args(page, query) for page, query in pages_to_read(asked, found)]
         first = distinct([p for r in searched for p in passages_of(r)])
@@ -240,7 +235,7 @@ class ExtractiveProvider:
             # turn, the next chunk of a passage the first search's answer would quote that
             # ends introducing what that chunk holds (llm.extractive_next): after this
             # round of corpus searches the review closes the search tools.
-            composed = await asyncio.to_thread(compose, ask, first, self._words, follow)
+            composed = await asyncio.to_thread(compose, question, first, self._words, follow)
             buckets = {page.doc_id: page.bucket for page in found}
             nexts = [next_read_args(w, buckets[w.doc_id]) for w in composed.wants if w.doc_id in buckets]
             calls = planned + [args for args in nexts if args not in planned]
@@ -264,7 +259,7 @@ class ExtractiveProvider:
             # loop (every other live stream) gets the GIL back every switch interval instead
             # of waiting out the whole answer. The memo's lru_caches are thread-safe.
             chunks = chunks_read(read_next)
-            composed = await asyncio.to_thread(compose, ask, passages, self._words, follow, chunks)
+            composed = await asyncio.to_thread(compose, question, passages, self._words, follow, chunks)
         if answered:  # the last answer was rejected: answer again without citations
             composed = Composed()
         said = reply_of(composed, nothing_searched(searched) if not passages else "")

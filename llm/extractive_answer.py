@@ -55,6 +55,7 @@ from llm.extractive_read import document_of as _document
 from llm.extractive_read import opening_block as _opening
 from llm.extractive_read import read_passage as _read
 from llm.extractive_score import score_units as _units
+from llm.extractive_subject import ask_of as _ask_of
 from llm.extractive_subject import declined as _declined
 from llm.extractive_subject import unmentioned as _unmentioned
 from llm.extractive_words import Words
@@ -186,7 +187,9 @@ def compose(
     (``llm.extractive_followup``), whose words count too, below its own
     (``llm.extractive_followup.about``). ``following``: chunks read only for what they
     go on with after a passage ending with an introduction (``llm.extractive_next``),
-    never quoted for themselves."""
+    never quoted for themselves. ``question`` is the whole message: a greeting, context
+    or sign-off naming what no passage says is left out of what the passages are scored
+    by (``llm.extractive_subject.ask_of``), and only a name in what it asks declines it."""
     q = _Question.of(question, words)
     if follow_up is not None:
         q = _about(q, follow_up)
@@ -199,6 +202,16 @@ def compose(
     q = q.written_apart(t for r in reads for t in (r.passage.title, r.passage.text))
     said_by = _said(q, reads)
     missing = _unmentioned(question, said_by, q.words)
+    asked = _ask_of(question, missing)
+    if asked != question:
+        # Scored by what the message asks, without the context naming the reader's own
+        # stack ("My team uses Slack; how do I add an MCP server?" scored every passage by
+        # "team" and "Slack" too, which none says).
+        q = _Question.of(asked, q.words)
+        if follow_up is not None:
+            q = _about(q, follow_up)
+        q = q.written_apart(t for r in reads for t in (r.passage.title, r.passage.text))
+        said_by = _said(q, reads)
     q = q.weighed_by(said_by)
     units = sorted(_units(reads, q), key=lambda u: (-u.score, u.passage, u.block, u.index))
     units = [u for u in units if u.score >= MIN_RELEVANCE]
@@ -246,7 +259,7 @@ def compose(
         quoted = _with_command_line(reads, read, unit, quoted, q)
         quoted = _with_syntax(read, unit, quoted, q)
         quoted = _with_form_after(read, unit, quoted, q)
-        quoted = _without_answer_word(quoted, question)
+        quoted = _without_answer_word(quoted, asked)
         pieces = _new_sentences(quoted, said.copy())
         size = sum(len(p) for p in pieces)
         if not pieces or (parts and length + size > MAX_ANSWER_CHARS):

@@ -275,13 +275,21 @@ def _ask(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def ask_of(question: str) -> str:
+def ask_of(question: str, unsaid: Iterable[str] = ()) -> str:
     """``question`` without the greetings, context and sign-off outside its ask (``_ask``)
-    that write a name (``names``): "Hello from Berlin! How do I cancel a run?" asks "How
-    do I cancel a run?". The answer is chosen for it, so a name of the reader's own
-    stack (a team's Slack, a laptop's Ubuntu), said by no passage, does not dilute how
-    well a passage answers; context without a name stays ("I run three replicas. How
-    many database connections does each one keep?": its words are the documents')."""
+    that write a name in ``unsaid``, what no passage found says (``unmentioned``): "Hello
+    from Berlin! How do I cancel a run?" asks "How do I cancel a run?". The answer is
+    chosen for it, so a name of the reader's own stack (a team's Slack, a laptop's
+    Ubuntu), said by no passage, does not dilute how well a passage answers. Context
+    naming only what the passages say stays: it holds the documents' words, often the
+    very subject ("The `Idempotency-Key` header confuses me. How long does the server
+    remember it?", "Using PostgreSQL with pgvector. How do I move my SQLite data over?"
+    lost the key and PostgreSQL, and were answered with MCP settings and without the
+    migration, when every context writing a name was dropped); so does context without a
+    name ("I run three replicas. How many database connections does each one keep?")."""
+    missing = frozenset(unsaid)
+    if not missing:
+        return question
     text = unicodedata.normalize("NFKC", question)
     spans = _ask(text)
     kept: list[str] = []
@@ -289,7 +297,7 @@ def ask_of(question: str) -> str:
     at = 0
     for begin, end in [*spans, (len(text), len(text))]:
         context = text[at:begin]
-        if context.strip() and names(context):
+        if context.strip() and not missing.isdisjoint(names(context)):
             dropped = True
         elif context.strip():
             kept.append(context.strip())

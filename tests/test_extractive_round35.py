@@ -84,13 +84,14 @@ def test_a_name_outside_the_ask_declines_nothing() -> None:
 
 
 def test_the_answer_is_chosen_for_what_the_message_asks() -> None:
-    """``ask_of``: the message less the greeting, context and sign-off naming something,
-    for the answerer to score passages by (the name, said by no passage, diluted every
-    score: "My team uses Slack; how do I add an MCP server?" quoted the MCP page's first
-    line)."""
-    assert ask_of("My team uses Slack; how do I add an MCP server?") == "how do I add an MCP server?"
-    assert ask_of("Hello from Berlin! How do I cancel a run?") == "How do I cancel a run?"
-    assert ask_of("Which embedder works with no network? Cheers, Maria") == "Which embedder works with no network?"
+    """``ask_of``: the message less the greeting, context and sign-off naming what no
+    passage says (``unsaid``), for the answerer to score passages by (the name, said by
+    no passage, diluted every score: "My team uses Slack; how do I add an MCP server?"
+    quoted the MCP page's first line)."""
+    assert ask_of("My team uses Slack; how do I add an MCP server?", ["Slack"]) == "how do I add an MCP server?"
+    assert ask_of("Hello from Berlin! How do I cancel a run?", ["Berlin"]) == "How do I cancel a run?"
+    signed = "Which embedder works with no network? Cheers, Maria"
+    assert ask_of(signed, ["Maria"]) == "Which embedder works with no network?"
     # All ask: a qualifying clause, two questions, a message with no question mark.
     for whole in [
         "If I open the events of a finished run, what do I get?",
@@ -98,16 +99,55 @@ def test_the_answer_is_chosen_for_what_the_message_asks() -> None:
         "How do I cancel a run? And can I resume its stream later?",
         "how do i ingest my own markdown files",
     ]:
-        assert ask_of(whole) == whole
+        assert ask_of(whole, names(whole)) == whole
     # A question saying too little alone keeps what it refers back to.
-    assert ask_of("need help pls: my stream ended early, what happened?") == (
+    assert ask_of("need help pls: my stream ended early, what happened?", ["pls"]) == (
         "need help pls: my stream ended early, what happened?"
     )
-    assert ask_of("I want Slack alerts. Is that possible?") == "I want Slack alerts. Is that possible?"
+    assert ask_of("I want Slack alerts. Is that possible?", ["Slack"]) == "I want Slack alerts. Is that possible?"
     assert ask_of("How do I cancel a run? Is that possible?") == "How do I cancel a run? Is that possible?"
     # Context writing no name stays: its words are the documents' ("replicas").
     replicas = "I run three replicas. How many database connections does each one keep?"
-    assert ask_of(replicas) == replicas
+    assert ask_of(replicas, names(replicas)) == replicas
+
+
+def test_context_naming_what_the_passages_say_is_kept() -> None:
+    """Context whose names the passages say is the documents' own words, often the very
+    subject: only a context naming something unsaid is left out of the ask."""
+    for question in [
+        "The `Idempotency-Key` header confuses me. How long does the server remember it?",
+        "Using PostgreSQL with pgvector. How do I move my SQLite data over?",
+        "Quick question about AGENT_RUN_LEASE_S: what happens when it expires?",
+    ]:
+        assert names(question), question
+        assert ask_of(question, unsaid=()) == question
+        assert ask_of(question, unsaid=["Grafana"]) == question
+    # The same context naming something no passage says as well is left out.
+    grafana = "My Grafana board shows agentchat_runs_resumed_total rising. What does that mean for my runs?"
+    assert ask_of(grafana, ["Grafana"]) == "What does that mean for my runs?"
+
+
+#: Questions the sample KB answers whose context names what its pages say - the subject -
+#: answered without it when every context writing a name was left out of the ask: the
+#: MCP servers' settings for the key, the 400 codes for the rate limit, no migration.
+CONTEXT_IS_THE_SUBJECT = [
+    (
+        "The `Idempotency-Key` header confuses me. How long does the server remember it?",
+        "a repeat of the key streams the run",
+    ),
+    ("We set AGENT_REQUESTS_PER_MINUTE to 60. What status do clients get over it?", "rate_limited"),
+    ("Using PostgreSQL with pgvector. How do I move my SQLite data over?", "migrate-db"),
+]
+
+
+@pytest.mark.slow
+async def test_context_naming_the_documents_words_is_what_is_answered(tmp_path: Path) -> None:
+    questions = [{"question": q, "fact": ""} for q, _ in CONTEXT_IS_THE_SUBJECT]
+    async with service({**defaults(tmp_path), **ONE_SERVICE}) as ask:
+        results = {r["question"]: r for r in await ask(questions, None)}
+    for question, fact in CONTEXT_IS_THE_SUBJECT:
+        answer = results[question]["answer"]
+        assert carries(answer, fact), (question, answer)
 
 
 def test_a_german_questions_nouns_and_a_spanish_opening_are_no_names() -> None:
