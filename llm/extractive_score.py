@@ -59,7 +59,7 @@ from llm.extractive_signals import names_kind as _names_kind
 from llm.extractive_signals import opens_setting_for as _opens_setting_for
 from llm.extractive_signals import row_about_asked as _row_about_asked
 from llm.extractive_signals import run_bonus as _run_bonus
-from llm.extractive_words import Words
+from llm.extractive_words import Words, apart_from_paths
 from llm.markdown_blocks import item_body
 
 #: A whole list or table says more than the question asks: an item or sentence that
@@ -128,6 +128,16 @@ SUBCOMMAND_BONUS = 0.05
 #: For a table row about what the question asks (``llm.extractive_signals.row_about_asked``).
 ROW_KEY_BONUS = 0.1
 
+#: How much a question word said only inside a file's path counts
+#: (``llm.extractive_words.apart_from_paths``): the folders of a path name a file, not
+#: what the sentence says. "How do I deploy this on Heroku?" was answered with the MCP
+#: servers paragraph, whose one "deploy" is in `deploy/mcp-servers.example.toml` (0.72:
+#: the unmentioned Heroku did not decline it), and so was "… with Docker?" over the
+#: docker-compose section. Replayed over every set (465 answers): 0 to 0.65 change only
+#: the Heroku question, now declined as expected (round35 40/42 -> 41/42), 0.8 nothing;
+#: every path (routes, `~/.npm`) lost an original answer, bare file names
+#: (`package.json`) changed nine npm answers, `--flag` words three misses.
+FILE_PATH_WEIGHT = 0.5
 _EMPHASIS = re.compile(r"[*_`]")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 
@@ -136,19 +146,25 @@ def _unit_score(question: _Question, text: str, context: frozenset[str]) -> floa
     """Coverage of the question by the unit, its title and heading counting a little less
     ("This command removes …" under "npm-prune" is about npm prune), and so do the words
     of its links, which name another page ("refer to [package-lock.json](…)" points at
-    the answer, it is not it); less a little for every word past a sentence's worth (of
-    two units that cover the question alike, the one that says only that is the answer);
+    the answer, it is not it), and those of a file's path less still (``FILE_PATH_WEIGHT``);
+    less a little for every word past a sentence's worth (of two units that cover the
+    question alike, the one that says only that is the answer);
     plus a little for the question's adjacent words said side by side, and for a run of
     its words said in a row as it says them (``llm.extractive_signals.run_bonus``)."""
     links = " ".join(m.group(1) for m in _LINK.finditer(text))
     if links:
         context = context | question.terms(links)
         text = _LINK.sub("", text)
+    words = len(text.split())
+    text, paths = apart_from_paths(text)
     terms = question.terms(text) | _said_otherwise(question, text)
     own, around = question.covers(terms, context)
-    words = len(text.split())
+    in_paths = 0.0
+    if paths:
+        _, with_paths = question.covers(terms, context | question.terms(paths))
+        in_paths = FILE_PATH_WEIGHT * (with_paths - around)
     phrase = PHRASE_WEIGHT * question.words.phrase_share(question.pairs, text) + _run_bonus(question, text)
-    return own + CONTEXT_WEIGHT * (around - own) - min(0.1, 0.002 * max(0, words - 20)) + phrase
+    return own + CONTEXT_WEIGHT * (around - own) + in_paths - min(0.1, 0.002 * max(0, words - 20)) + phrase
 
 
 def _enumerates(text: str) -> bool:
@@ -376,6 +392,7 @@ __all__ = [
     "COUNT_BONUS",
     "DEFINITION_BONUS",
     "ENUMERATION_BONUS",
+    "FILE_PATH_WEIGHT",
     "FIRST_UNDER_HEADING_BONUS",
     "FOCUS_BONUS",
     "HEADING_PHRASE_BONUS",

@@ -54,6 +54,25 @@ def one_verbs(text: str) -> str:
     return _ONE_VERB.sub(_one_verb, unicodedata.normalize("NFKC", text).casefold())
 
 
+#: A path of folders ending with a file's name and a known extension, as documentation
+#: writes where a file is: not a route (``/v1/agent/runs/{run_id}/events``), a folder
+#: (``~/.npm``) or a bare file name (``package.json``), which are often what is asked.
+_FILE_PATH = re.compile(
+    r"(?<![\w/.~-])[\w.~{}<>*-]*(?:/[\w.{}<>*-]+)+"
+    r"\.(?:toml|json|jsonl|md|py|yaml|yml|txt|js|mjs|cjs|ts|sh|cfg|ini|html|lock|sqlite3|env|conf|pem|log)(?![\w/])"
+)
+
+
+def apart_from_paths(text: str) -> tuple[str, str]:
+    """``text`` with the file paths it writes taken out, and those paths (space-separated;
+    "" when there are none): a word met only in a path names a file, so the answerer's
+    scoring counts it less (``llm.extractive_score.FILE_PATH_WEIGHT``)."""
+    paths = _FILE_PATH.findall(text)
+    if not paths:
+        return text, ""
+    return _FILE_PATH.sub(" ", text), " ".join(paths)
+
+
 def _terms(text: str) -> list[str]:
     folded = one_verbs(text)
     return [w for w in WORD.findall(folded) if w not in _STOP and len(w) > 1]
@@ -326,6 +345,7 @@ __all__ = [
     "SYNONYMS",
     "WORD",
     "Words",
+    "apart_from_paths",
     "coverage",
     "folded_words",
     "phrase_share",
