@@ -228,6 +228,10 @@ _QUALIFYING = frozenset(
 #: possible?", "my stream ended without message_complete, what happened?"), which is
 #: then asked too.
 _OWN_ASK_WORDS = 2
+#: Words of a tag question asking for help with what comes before it ("I need to rotate
+#: the JWT key in Okta. Any tips?", "Any ideas?", "Thoughts?"): no content word of what
+#: is asked ("Any tips?" stood alone, and its answer was chosen for "any" and "tips").
+_TAG_WORDS = stems("any tips ideas advice suggestions thoughts pointers help recommend recommendations")
 
 
 def _question_start(text: str, begin: int, end: int, before: int | None) -> int:
@@ -236,7 +240,8 @@ def _question_start(text: str, begin: int, end: int, before: int | None) -> int:
     question word, ``_OPENER``: "I'm on Ubuntu, how do I …", "Hey, quick q: which …"),
     unless the sentence opens with a question word or the clause with a qualifying one
     (``_QUALIFYING``); then back to the sentence's start, and to the sentence before it
-    (starting at ``before``), while what is asked says too little (``_OWN_ASK_WORDS``)."""
+    (starting at ``before``), while what is asked says too little (``_OWN_ASK_WORDS``, a
+    tag question's ``_TAG_WORDS`` not counted)."""
     sentence = text[begin:end]
     lead = len(sentence) - len(sentence.lstrip())
     starts = [begin]
@@ -247,15 +252,31 @@ def _question_start(text: str, begin: int, end: int, before: int | None) -> int:
             starts.insert(0, begin + opened[-1])
     if before is not None:
         starts.append(before)
-    return next((at for at in starts if len(stems(text[at:end])) >= _OWN_ASK_WORDS), starts[-1])
+    return next((at for at in starts if len(stems(text[at:end]) - _TAG_WORDS) >= _OWN_ASK_WORDS), starts[-1])
+
+
+#: What opens a sentence that greets, signs off or says the writer's own setting rather
+#: than asking ("Hello from Berlin!", "Thanks, Maria", "I'm on Ubuntu.", "We use
+#: Jenkins."): in a message with no question mark, the sentences opening otherwise (an
+#: imperative, "tell me how to run the tests") are what it asks.
+_STATEMENT_OPENER = re.compile(
+    r"[\s\"'\u201c(\u00bf\u00a1]*(?:hi|hello|hey|hiya|howdy|greetings|dear|thanks|thank|thx|cheers|regards"
+    r"|best(?=\s*,)|best\s+(?:regards|wishes)|good\s+(?:morning|afternoon|evening|day)|sorry|hallo|hola|bonjour|salut|ciao"
+    r"|i|i['\u2019](?:m|ve|d|ll)|im|we|we['\u2019](?:re|ve|d|ll)|my|our)\b",
+    re.IGNORECASE,
+)
 
 
 def _ask(text: str) -> list[tuple[int, int]]:
     """The spans of ``text`` that ask: its question sentences (those ending with "?"),
-    each from where its question starts (``_question_start``); a message with no question
-    sentence asks with all of it (an imperative, "Explain Kubernetes pods. Keep it
-    short.", is not told from its setting). Greetings, sign-offs, a sentence of context
-    ("We use Jenkins.", "Cheers, Maria") are outside every span (``_outside_ask``)."""
+    each from where its question starts (``_question_start``); in a message with no
+    question sentence, those not greeting or saying the writer's setting
+    (``_STATEMENT_OPENER``: "Hello from Berlin! Explain how to cancel a run.", "Hi, I'm
+    on Ubuntu. tell me how to run the tests" were declined for Berlin and Ubuntu), and
+    all of it when every sentence does ("I need to rotate the JWT key"); an imperative
+    ("Explain Kubernetes pods. Keep it short.") is asked whole. Greetings, sign-offs, a
+    sentence of context ("We use Jenkins.", "Cheers, Maria") are outside every span
+    (``_outside_ask``)."""
     sentences: list[tuple[int, int, bool]] = []
     start = 0
     for m in _SENTENCE_BREAK.finditer(text):
@@ -264,7 +285,9 @@ def _ask(text: str) -> list[tuple[int, int]]:
     if text[start:].strip():
         sentences.append((start, len(text), False))
     if not any(question for _, _, question in sentences):
-        return [(0, len(text))]
+        sentences = [(begin, end, _STATEMENT_OPENER.match(text, begin) is None) for begin, end, _ in sentences]
+        if not any(asking for _, _, asking in sentences):
+            return [(0, len(text))]
     spans: list[tuple[int, int]] = []
     for at, (begin, end, question) in enumerate(sentences):
         if question:

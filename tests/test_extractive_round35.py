@@ -150,6 +150,49 @@ async def test_context_naming_the_documents_words_is_what_is_answered(tmp_path: 
         assert carries(answer, fact), (question, answer)
 
 
+#: Messages without a question mark whose first sentence greets or says the writer's
+#: setting, declined for its name when every sentence was taken for the ask.
+IMPERATIVE_AFTER_GREETING = [
+    ("Hello from Berlin! Explain how to cancel a run.", "/cancel"),
+    ("Hi, I'm on Ubuntu. tell me how to run the tests", "make test"),
+]
+
+
+@pytest.mark.slow
+async def test_an_imperative_after_a_greeting_is_what_is_asked(tmp_path: Path) -> None:
+    questions = [{"question": q, "fact": ""} for q, _ in IMPERATIVE_AFTER_GREETING]
+    async with service({**defaults(tmp_path), **ONE_SERVICE}) as ask:
+        results = {r["question"]: r for r in await ask(questions, None)}
+    for question, fact in IMPERATIVE_AFTER_GREETING:
+        answer = results[question]["answer"]
+        assert "could not find" not in answer and carries(answer, fact), (question, answer)
+
+
+def test_what_a_message_without_a_question_mark_asks() -> None:
+    """With no "?", the sentences not greeting, signing off or saying the writer's own
+    setting are the ask; a message all of those, or imperatives, asks whole."""
+    assert ask_of("Hello from Berlin! Explain how to cancel a run.", ["Berlin"]) == "Explain how to cancel a run."
+    assert declined("Hi, I'm on Ubuntu. tell me how to run the tests", ["Ubuntu"], answered=False) == ()
+    assert declined("Explain how to cancel a run. Best, Johan", ["Johan"], answered=False) == ()
+    for whole in ["Explain Kubernetes pods. Keep it short.", "Best practices for Kubernetes. Keep it short."]:
+        assert declined(whole, ["Kubernetes"], answered=False) == ("Kubernetes",), whole
+    assert declined("I need to run it on Kubernetes", ["Kubernetes"], answered=False) == ("Kubernetes",)
+
+
+def test_a_tag_question_asks_with_the_sentence_before_it() -> None:
+    """A tag question ("Any tips?") says nothing of what is asked: the sentence before it
+    is the ask, and a name there is asked about (it was context, and the answer was
+    chosen for "any" and "tips" alone)."""
+    okta = "I need to rotate the JWT key in Okta. Any tips?"
+    assert ask_of(okta, ["Okta"]) == okta
+    assert declined(okta, ["Okta"], answered=False) == ("Okta",)
+    for tag in ["Any ideas?", "Thoughts?", "Any advice?", "Any suggestions or pointers?"]:
+        assert declined(f"We want Slack alerts for failed runs. {tag}", ["Slack"], answered=False) == ("Slack",), tag
+    # A question of its own after the context still stands alone.
+    slack = "We use Slack and Teams. Any way to get notified when a run finishes?"
+    assert ask_of(slack, ["Slack", "Teams"]) == "Any way to get notified when a run finishes?"
+
+
 def test_a_german_questions_nouns_and_a_spanish_opening_are_no_names() -> None:
     assert names("Muss ich nach einem Update meiner Dokumente agentchat ingest erneut laufen lassen?") == []
     assert names("Hallo! Wie kann ich einen MCP Server konfigurieren?") == []
