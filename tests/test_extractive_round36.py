@@ -15,7 +15,6 @@ from pathlib import Path
 
 from llm.extractive import not_found_message, reply_of
 from llm.extractive_answer import compose
-from llm.extractive_subject import ask_of
 from llm.extractive_words import apart_from_paths
 from tests.support.offline_answers import captured_passages
 
@@ -24,8 +23,7 @@ PASSAGES = Path(__file__).resolve().parent / "data" / "extractive_round36_passag
 
 def _said(question: str) -> str:
     """What the provider says of ``question`` from its captured passages."""
-    ask = ask_of(question)
-    return reply_of(compose(ask, captured_passages(PASSAGES, question))).answer
+    return reply_of(compose(question, captured_passages(PASSAGES, question))).answer
 
 
 def test_a_question_whose_only_match_is_in_a_path_is_declined_for_the_name_it_asks_about() -> None:
