@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.cli.serve import reload_config
+from app.cli.reloader import reload_config
 from app.cli.serving import PACKAGES, PROJECT_ROOT
 from app.config import Settings
 from tests.support.deadline import reap, within

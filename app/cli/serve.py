@@ -1,5 +1,6 @@
 """``agentchat serve``: its options, and serving in one of three ways — one process, the
-supervisor of ``--workers`` (``app/cli/workers.py``) or uvicorn's reloader (``--reload``).
+supervisor of ``--workers`` (``app/cli/workers.py``) or uvicorn's reloader (``--reload``,
+``app/cli/reloader.py``).
 
 Every way takes the SQLite file's writer lock first (``app/cli/writer_wait.py``), before
 it starts anything else, then the reference backend beside it
@@ -18,7 +19,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 from typing import TYPE_CHECKING, Any
 
 from app.cli.children import die_with_parent
@@ -26,6 +26,7 @@ from app.cli.gcpolicy import tune_for_serving
 from app.cli.interrupts import EXIT_INTERRUPTED, EXIT_TERMINATED
 from app.cli.ranges import integer_in, number_in
 from app.cli.reference_backend import BACKEND_PORT_BOUNDS, reference_backend
+from app.cli.reloader import reload_config, run_reloader
 from app.config import Settings
 from app.config_env import PORT_BOUNDS, SHUTDOWN_GRACE_BOUNDS, WORKERS_BOUNDS, Bounds
 from app.ops.logs import announce, uvicorn_log_config
@@ -133,7 +134,10 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
             with reference_backend(settings, args, port, "info") as url:
                 if url is not None:
                     os.environ["AGENT_BACKEND_URL"] = url
-                _run_reloader(reload_config(host, port, settings, log_format=args.log_format), sockets, lock)
+                run_reloader(
+                    reload_config(host, port, settings, log_format=args.log_format), sockets, lock,
+                    serving_line=_serving_line(host, port, "  [reloading on changes]"),
+                )
             return 0
         with reference_backend(settings, args, port, "warning") as url:
             if url is not None:
@@ -349,54 +353,7 @@ async def _when_serving(server: Any, tasks: list[asyncio.Task[None]], line: str)
         tune_for_serving()
 
 
-def reload_config(host: str, port: int, settings: Settings, *, log_format: str = "text") -> Any:
-    """uvicorn's config for ``--reload``: the app by import path, watching only the
-    project's packages (``app.cli.serving.PACKAGES``) — never ``.venv`` or ``data``."""
-    from app.cli.serving import PACKAGES, PROJECT_ROOT, choose_stack, uvicorn_config
-
-    return uvicorn_config(
-        "app.factory:create_app",
-        factory=True,
-        host=host,
-        port=port,
-        header_timeout_s=settings.header_timeout_s,
-        stack=choose_stack(settings.server_stack),
-        reload=True,
-        reload_dirs=[str(PROJECT_ROOT / name) for name in PACKAGES if (PROJECT_ROOT / name).is_dir()],
-        log_level="info",
-        log_config=uvicorn_log_config(log_format),
-    )
-
-
-def _run_reloader(config: Any, sockets: list[Any], lock: WriterLock | None) -> None:
-    """uvicorn's reloader; its serving child shares the writer lock and dies with it
-    (``app/cli/reload_child.py``)."""
-    from uvicorn.supervisors import ChangeReload
-
-    from app.cli.reload_child import reload_child
-    from app.cli.reload_ready import probe_url, start_watch
-    from app.cli.serving import bound_port, display_url
-    from app.cli.writer_wait import watch_writer_lock_thread
-
-    for sock in sockets:
-        sock.listen(2048)  # connections queue from now on, while the child starts the app
-    port = bound_port(sockets[0])
-    # The child imports and starts the app (seconds): "serving" only once it answers.
-    announce(f"agentchat: starting on {display_url(config.host, port)}  [reloading on changes]")
-    _, stop = start_watch(probe_url(config.host, port), _serving_line(config.host, port, "  [reloading on changes]"),
-                          announce)
-    unwatch = threading.Event()
-    if lock is not None and lock.held:  # the reloader holds the lock: it watches the lock file, as serve does
-        threading.Thread(target=watch_writer_lock_thread, args=(lock, unwatch), name="writer-lock-watch",
-                         daemon=True).start()
-    try:
-        ChangeReload(config, target=reload_child(config, lock), sockets=sockets).run()
-    finally:
-        stop.set()
-        unwatch.set()
-
-
-__all__ = ["FD_BOUNDS", "CannotStart", "add_serve_command", "reload_config", "run_serve"]
+__all__ = ["FD_BOUNDS", "CannotStart", "add_serve_command", "run_serve"]
 
 
 def _counted_from_one(worker: str) -> str:
