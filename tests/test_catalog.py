@@ -374,10 +374,13 @@ def test_is_new_workflow_other_shapes(impl, raw, expected):
 def test_no_mutable_module_state():
     import __future__
 
-    from agenttools.core import catalog_knowledge, catalog_tables, catalog_workflow, validation
+    from agenttools.core import catalog_knowledge, catalog_table_edits, catalog_tables, catalog_workflow, validation
 
     immutable = (str, int, float, tuple, frozenset, MappingProxyType, re.Pattern, type(None))
-    modules = (catalog, catalog_schema, catalog_workflow, catalog_tables, catalog_knowledge, validation, prompts.builder)
+    modules = (
+        catalog, catalog_schema, catalog_workflow, catalog_tables, catalog_table_edits, catalog_knowledge, validation,
+        prompts.builder,
+    )
     for module in modules:
         for name, value in vars(module).items():
             if name.startswith("__") or callable(value) or isinstance(value, (type(re), __future__._Feature)):

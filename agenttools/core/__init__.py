@@ -6,6 +6,6 @@ The registry (``registry``: ``ToolSpec``, handlers, ``ToolContext``), the execut
 result summaries (``result_summary``), preview interception (``previews``); the backend
 plumbing the workflow and table tools share (``backend_client``, ``resolution``, ``drafts``,
 ``tool_support``); and the catalog: every tool's definition (``catalog_workflow``,
-``catalog_tables``, ``catalog_knowledge``, ``catalog_discovery``, built with
+``catalog_tables``, ``catalog_table_edits``, ``catalog_knowledge``, ``catalog_discovery``, built with
 ``catalog_schema``), assembled per context in ``catalog``.
 """

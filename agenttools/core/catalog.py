@@ -2,7 +2,7 @@
 core tools each context always gets.
 
 ``build_catalog()`` returns fresh ``ToolSpec`` values (the definitions live in
-``catalog_workflow``, ``catalog_tables`` and ``catalog_knowledge``); the app builds a
+``catalog_workflow``, ``catalog_tables``, ``catalog_table_edits`` and ``catalog_knowledge``); the app builds a
 ``ToolRegistry`` from them once at start-up. Everything else here is a pure function of its
 arguments or an immutable constant, so several apps can live in one process.
 
@@ -22,6 +22,7 @@ import orjson
 
 from agenttools.core.catalog_discovery import FIND_TOOLS, discovery_specs
 from agenttools.core.catalog_knowledge import knowledge_specs
+from agenttools.core.catalog_table_edits import table_edit_specs
 from agenttools.core.catalog_tables import table_specs
 from agenttools.core.catalog_workflow import NEW_WORKFLOW, workflow_specs
 from agenttools.core.registry import ToolSpec
@@ -49,7 +50,7 @@ a tool that selection did not offer (``agenttools.core.catalog_discovery``)."""
 
 def build_catalog() -> list[ToolSpec]:
     """Every tool, in catalog order: workflow tools, table tools, knowledge tools, ``find_tools``."""
-    specs = [*workflow_specs(), *table_specs(), *knowledge_specs(), *discovery_specs()]
+    specs = [*workflow_specs(), *table_specs(), *table_edit_specs(), *knowledge_specs(), *discovery_specs()]
     seen: set[str] = set()
     for spec in specs:
         if spec.name in seen:
