@@ -19,7 +19,9 @@ bucket ``docs`` beside the sample KB;
 ``--capture FILE`` also keeps what the answerer was given for each question (the question
 and the passages of its searches, page-scoped reads included) and ``--replay FILE``
 composes the answers again from that file with the answerer as it is now, without a
-service: how a change to the answerer alone (``llm/extractive*.py``) is tried on every
+service, and says of each what the provider says (``llm.extractive.reply_of``: a decline
+or the hint to rephrase too, so a capture replayed unchanged gives the live figures and
+answers): how a change to the answerer alone (``llm/extractive*.py``) is tried on every
 set in seconds before the live measurement. A change to what the searches return needs
 a new capture.
 
