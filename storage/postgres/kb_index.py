@@ -24,11 +24,9 @@ its own way:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,12 +39,11 @@ from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBRanked, KBScope,
 from storage.postgres import kb_buckets
 from storage.postgres.database import PostgresDatabase
 from storage.postgres.dialect import PostgresSql, PostgresTx
+from storage.postgres.kb_bulk_load import BulkLoad
 from storage.postgres.kb_chunk_sql import CHUNK_TYPES, COPY_CHUNKS, IN_INDEX_ORDER, POST_CHUNKS, clean, token_count
-from storage.postgres.kb_ddl import POSTINGS_TEXT_INDEX, TSV_TEXT_INDEX, defer_index, ensure_index
 from storage.postgres.kb_filters_sql import POSTGRES_FILTERS
 from storage.postgres.kb_graph_builds import GraphUpkeep
 from storage.postgres.kb_text import TextRanker
-from storage.postgres.kb_vacuum import vacuum_after_load
 from storage.postgres.kb_vectors import EXACT_SCOPE_VECTORS, VectorSearch
 from storage.postgres.text_schema import POSTINGS_DEFERRED_SETTING
 from storage.sql import Tx
@@ -83,11 +80,8 @@ class PostgresKBIndex(SqlKBIndex):
         #: The buckets' HNSW graphs (``kb_graphs``): made past ``exact_scope_vectors``,
         #: in the background (``kb_graph_builds``).
         self._graphs = GraphUpkeep(db, lambda: self.exact_scope_vectors, changed=self._stats_changed)
-        self._bulk = 0
-        #: ``bulk_load`` dropped (or found missing) the postings' B-tree: built at its end.
-        self._postings_index_deferred = False
-        #: Likewise the chunks' GIN index.
-        self._tsv_index_deferred = False
+        #: ``bulk_load``: the indexes it defers to its end, and the upkeep there (``kb_bulk_load``).
+        self._loading = BulkLoad(db, self._graphs, build_graphs=self.ensure_bucket_graphs, changed=self._stats_changed)
 
     @property
     def exact_scope_vectors(self) -> int:
@@ -141,7 +135,7 @@ class PostgresKBIndex(SqlKBIndex):
         postings, whatever happens to the load."""
         assert isinstance(tx, PostgresTx)
         conn = tx.connection
-        own_postings = bool(self._bulk) and BULK_POSTINGS
+        own_postings = self._loading.active and BULK_POSTINGS
         if own_postings:
             await conn.execute("SELECT set_config(%s, 'on', true)", (POSTINGS_DEFERRED_SETTING,))
         async with conn.cursor() as cur, cur.copy(COPY_CHUNKS) as copy:
@@ -150,14 +144,14 @@ class PostgresKBIndex(SqlKBIndex):
                 await copy.write_row(r)
         if own_postings:
             await conn.execute("SELECT set_config(%s, 'off', true)", (POSTINGS_DEFERRED_SETTING,))
-            order = "" if self._postings_index_deferred else IN_INDEX_ORDER
+            order = "" if self._loading.postings_index_deferred else IN_INDEX_ORDER
             await conn.execute(POST_CHUNKS + order, ([int(r[0]) for r in rows],))  # type: ignore[arg-type]
 
     async def _vectors_written(self, tx: Tx, dims: Sequence[int], buckets: Sequence[str] | None) -> None:
         """Inside the write's transaction only a bulk load's note of the graphs to build
         at its end; any other write's graph is queued after its commit (``_after_write``)."""
         assert isinstance(tx, PostgresTx)
-        if self._bulk and buckets is not None:
+        if self._loading.active and buckets is not None:
             for bucket in buckets:
                 for dim in dims:
                     await self._graphs.written(tx.connection, dim, bucket)
@@ -181,7 +175,7 @@ class PostgresKBIndex(SqlKBIndex):
         never inside the write). The write has committed whatever happens here, so a
         failure is logged, not raised: the bucket is searched exactly meanwhile, and the
         next write into it (or the next open) asks again."""
-        if self._bulk or not dims:
+        if self._loading.active or not dims:
             return
         try:
             await self._graphs.after_write(dims, buckets)
@@ -242,102 +236,8 @@ class PostgresKBIndex(SqlKBIndex):
         postings likewise: each batch posts its own chunks in one sorted statement
         (``_write_chunks``), and a load into an empty knowledge base builds their B-tree
         once at its end, and so does its full-text GIN index."""
-        if not self._bulk and BULK_POSTINGS:
-            deferring = functools.partial(defer_index, index=POSTINGS_TEXT_INDEX)
-            self._postings_index_deferred = await self._db.transact(deferring)
-        if not self._bulk:
-            self._tsv_index_deferred = await self._db.transact(functools.partial(defer_index, index=TSV_TEXT_INDEX))
-        self._bulk += 1
-        try:
+        async with self._loading.open(own_postings=BULK_POSTINGS):
             yield
-        finally:
-            self._bulk -= 1
-            if not self._bulk:
-                await self._build_deferred()
-
-    async def _build_deferred(self) -> None:
-        """The indexes a bulk load left for its end, each on a connection of its own at
-        the same time: pgvector builds an HNSW graph with parallel workers, the postings'
-        B-tree sort and the GIN build take a backend each. The buckets' graphs are built
-        one after another (their sizes add up to what one graph over every bucket was;
-        each build is pgvector's, with its parallel workers), concurrently, so writers
-        outside the load go on; after the chunks' GIN build, never beside it: a plain
-        build on ``kb_chunks`` waiting for the concurrent one's lock would hold a
-        snapshot the concurrent build waits for (a deadlock, one of them aborted)."""
-        builds: list[Awaitable[object]] = []
-        if self._postings_index_deferred:
-            self._postings_index_deferred = False
-            builds.append(self._db.transact(functools.partial(ensure_index, index=POSTINGS_TEXT_INDEX)))
-        tsv = self._tsv_index_deferred
-        self._tsv_index_deferred = False
-        loaded = self._graphs.take_deferred()
-        if tsv or loaded:
-            builds.append(self._chunk_indexes(tsv, loaded))
-        try:
-            outcomes = await asyncio.gather(*builds, return_exceptions=True)
-            await self._vacuum_postings()
-        finally:
-            self._stats_changed()
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-        if loaded:
-            # Fresh planner statistics for the loaded rows (autovacuum would get there later).
-            # Upkeep, like the vacuum: another replica's graph build holds the lock ANALYZE
-            # needs past the pool's lock_timeout, and the load stands without it.
-            try:
-                async with self._db.reading() as conn:
-                    await conn.execute("ANALYZE kb_chunks")
-            except (StorageUnavailable, psycopg.Error) as exc:
-                log.warning("the ANALYZE after a bulk load did not run (%s: %s)", type(exc).__name__, exc)
-            self._stats_changed()
-
-    async def _chunk_indexes(self, tsv: bool, loaded: list[str]) -> None:
-        """The chunks' GIN index (plain, a first load's), then the loaded buckets' graphs."""
-        if tsv:
-            await self._db.transact(functools.partial(ensure_index, index=TSV_TEXT_INDEX))
-        if loaded:
-            await self.ensure_bucket_graphs(loaded)
-
-    async def _vacuum_postings(self) -> None:
-        """``VACUUM kb_postings, kb_chunks`` once a bulk load ends, so that the postings'
-        reads (and a filtered scope's lookup of its chunk ids, migration 25) are
-        index-only in fact. Every text search reads them through index-only scans of
-        ``kb_postings_impact``; a page not yet marked all-visible in the visibility map
-        costs a heap visit per posting. Autovacuum marks a table's inserts only once they
-        reach a fifth of its rows: after a 100k-chunk load the last 320k postings (the
-        last bucket loaded) stayed unmarked, and a text search of that bucket's lexemes
-        read the heap for every posting (server CPU 22 → 8 ms per search once vacuumed).
-        The vacuum visits only pages not yet all-visible (0.8 s for 4.4M postings).
-
-        With ``synchronous_commit`` off a row whose commit (or any commit of its clog
-        group) is not yet flushed cannot be hinted committed, so the vacuum waits for the
-        WAL to be flushed and vacuums again while a pass left pages unmarked
-        (``kb_vacuum``, which says why).
-
-        Upkeep, not part of the load: one that cannot run (a lock another session holds
-        past ``lock_timeout``, a statement timeout, no connection) is logged and the
-        load stands — its rows are committed and its indexes built; autovacuum marks
-        the pages later."""
-        try:
-            await self._vacuum_now()
-        except (StorageUnavailable, psycopg.Error) as exc:
-            log.warning(
-                "the vacuum after a bulk load did not run (%s: %s); text searches may read the heap per "
-                "posting until autovacuum marks the new pages",
-                type(exc).__name__,
-                exc,
-            )
-
-    async def _vacuum_now(self) -> None:
-        async with self._db.reading() as conn:
-            unmarked = await vacuum_after_load(conn)
-        if unmarked:
-            log.info(
-                "the vacuum after a bulk load left %d postings pages unmarked (a concurrent writer, "
-                "or commits not yet flushed)",
-                unmarked,
-            )
 
     # ------------------------------------------------------------------ vectors
     async def iter_vectors(self, embed_model: str, dim: int) -> AsyncIterator[KBVectorRows]:

@@ -1,4 +1,4 @@
-"""The vacuum at a bulk load's end (``PostgresKBIndex._vacuum_postings``): the postings'
+"""The vacuum at a bulk load's end (``kb_bulk_load.BulkLoad._vacuum_postings``): the postings'
 pages marked all-visible, so that every text search's read of them is index-only.
 
 VACUUM marks a page all-visible only once each of its rows is *hinted* committed, and

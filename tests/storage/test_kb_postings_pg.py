@@ -478,7 +478,7 @@ async def test_a_load_that_dies_mid_transaction_leaves_no_chunk_without_its_post
         # Nor later: the suspended load would be finalized as this test's event loop
         # closes, its end then waiting ~10 s on the closed pool for nothing (teardown
         # time, no assertion). A dead process's load has no end: it stays open for good.
-        storage.kb_index._bulk += 1
+        storage.kb_index._loading.depth += 1
 
         storage = await open_postgres_storage(url)
         try:

@@ -1,4 +1,4 @@
-"""The vacuum at a bulk load's end (``PostgresKBIndex._vacuum_postings``) is upkeep: it
+"""The vacuum at a bulk load's end (``kb_bulk_load.BulkLoad._vacuum_postings``) is upkeep: it
 makes the postings' reads index-only sooner than autovacuum would. When it cannot run
 (here: another session holds a lock VACUUM needs, past the pool's ``lock_timeout``), the
 load — its rows committed, its indexes built — has still succeeded; the vacuum's failure
