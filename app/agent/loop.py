@@ -1,7 +1,8 @@
 """The agent loop as named steps, each stored before the next begins.
 
 A run is: **prepare** (load history, select tools, build the system prompt; stored as
-the first checkpoint together with the user's message) → up to ``max_loops`` **turns**.
+the first checkpoint together with the user's message: ``prepare``) → up to ``max_loops``
+**turns**.
 A turn streams the model's answer into run events; the finished turn is stored (the
 assistant message, and the tool calls it asked for as *pending*). Then the **tool
 step** runs every pending call (read-only ones concurrently), storing each result with
@@ -33,7 +34,7 @@ from agenttools.rag.policy import FlowPolicy, set_flow_scope
 from agenttools.rag.review import review_after_round
 from app.agent.answer_stream import ShownText, streamed_answer_tool
 from app.agent.approvals import ApprovalCancelled, ApprovalExpired, AwaitingApproval
-from app.agent.budget import estimate_tokens, prune_history, prune_in_run
+from app.agent.budget import prune_in_run
 from app.agent.deps import (
     AgentSettings,
     ConversationHistory,
@@ -43,6 +44,7 @@ from app.agent.deps import (
 )
 from app.agent.find_tools import found_tools
 from app.agent.output_caps import TurnTextCap
+from app.agent.prepare import RunPreparation
 from app.agent.run_endings import close_cancelled, finish_run, park_run, release_run
 from app.agent.run_scope import RunFailed, RunScope, resumed_event, run_step
 from app.agent.selector import ToolSelector
@@ -108,6 +110,10 @@ class Agent:
         self.policy = policy or FlowPolicy()
         self.planner = planner
         self.metrics = metrics
+        self.preparation = RunPreparation(
+            conversations=conversations, selector=selector, registry=registry, prompts=prompts, settings=settings,
+            planner=planner, metrics=metrics,
+        )
         self.tools = ToolStep(
             executor=executor, prompts=prompts, tool_log=tool_log, settings=settings, flow=self.policy, metrics=metrics
         )
@@ -151,7 +157,7 @@ class Agent:
                 # ``resumed`` without a state: a run taken over before its first checkpoint
                 # starts again from its request; its ``run_started`` is logged already.
                 run.emit(resumed or RunStarted(run_id=run.id, conversation_id=run.conversation_id))
-                scope.state = await self._prepare(scope)
+                scope.state = await self.preparation.prepare(scope, self.policy_for(chat.context_type))
             else:
                 await run.emit_step([resumed or resumed_event(run, scope.state)], status="running")
             ctx.state = scope.state.tools
@@ -184,50 +190,6 @@ class Agent:
             log.exception("agent run crashed", extra={"run_id": run.id})
             error, status = Error(message=f"internal error ({type(exc).__name__})", code="internal_error"), "failed"
         self._finish(scope, status, error)
-
-    async def _prepare(self, scope: RunScope) -> RunState:
-        """Load history, select tools, build the prompt; store it all as the first step."""
-        run, chat = scope.run, scope.chat
-        history: list[Message] = []
-        history_error: str | None = None
-        try:
-            if not run.new_conversation:  # a conversation this run's admission created holds nothing yet
-                history = await self.conversations.load(run.conversation_id, scope.caller.user_id)
-        except Exception as exc:
-            # The run goes on without it, and says so: in its first event and a metric.
-            log.exception("could not load conversation history", extra={"run_id": run.id})
-            history, history_error = [], f"{type(exc).__name__}: {exc}"[:300]
-            if self.metrics is not None:
-                self.metrics.history_unavailable()
-        selection = await self.selector.select(chat.context_type, chat.context, chat.message)
-        policy = self.policy_for(chat.context_type)
-        tool_defs = [self.registry.spec(n).definition for n in selection.tools if n in self.registry]
-        hint = None
-        if self.planner is not None and chat.context_type == "knowledge":
-            plan = await self.planner.plan(chat.message)  # never raises; None skips the hint
-            hint = plan.text if plan is not None else None
-            if plan is not None and hasattr(plan, "attach"):
-                plan.attach(scope.ctx.state)  # its constraints become the corpus tools' filters
-        system = self.prompts.system_prompt(
-            chat.context_type,
-            chat.context,
-            tool_names=[d.name for d in tool_defs],
-            policy=policy,
-            max_tool_calls=self.settings.max_tool_calls,
-            plan_hint=hint,
-        )
-        user = Message("user", chat.message)
-        state = RunState(
-            system=system,
-            tool_names=[d.name for d in tool_defs],
-            budget=max(1024, self.settings.context_budget_tokens - estimate_tokens(system)),
-            messages=prune_history(history, self.settings.history_budget_tokens),
-            tools=scope.ctx.state,
-        )
-        state.add(user)
-        scope.state = state  # from here on the user's message is in the step below
-        await run_step(scope, state, events=[selection.event(history_error=history_error)], status="running")
-        return state
 
     async def _loop(self, scope: RunScope) -> RunEnding:
         chat, state = scope.chat, scope.state
