@@ -84,8 +84,8 @@ class KnowledgeComponent:
         (1 of 20 fresh starts in a CI run). Taken first, "ingested" means the counts'
         reads began after its commit."""
         sample = self.sample
-        stats = await self.kb.stats()
-        semantic = await self.kb.semantic_search()
+        stats = await self.kb.status.stats()
+        semantic = await self.kb.status.semantic()
         loading = sample.startswith("ingesting")
         failed = sample.startswith("failed")
         has_embedder = semantic["embedder"] is not None

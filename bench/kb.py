@@ -127,7 +127,7 @@ async def run_size(n_chunks: int, n_queries: int, workdir: Path) -> dict[str, An
     t0 = time.perf_counter()
     report = await kb.ingest_documents(docs, bucket="bench")
     wall = time.perf_counter() - t0
-    stats = await kb.stats()
+    stats = await kb.status.stats()
     chunks = report.chunks
     ingest = {
         "documents": report.added,

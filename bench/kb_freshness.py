@@ -97,7 +97,7 @@ async def main() -> dict[str, Any]:
             reload_cpu, reload_wall = time.process_time(), time.perf_counter()
             await kb._vectors.reload()
             reload = (time.process_time() - reload_cpu, time.perf_counter() - reload_wall)
-            stats = await kb.stats()
+            stats = await kb.status.stats()
         finally:
             await kb.aclose()
             await storage.close()

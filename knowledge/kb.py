@@ -19,8 +19,8 @@ default), handed in by whoever opened the storage. What happens here:
   server runs, a sibling worker, a replica) is taken in (``knowledge/freshness.py``).
 * A conversation's private bucket stays out of every other caller's view: the scope
   rules every search, count and bucket name goes through (``knowledge/bucket_privacy.py``).
-* What the KB says about itself (``/readyz``: vectors or text, the counts) is
-  ``knowledge/kb_status.py``'s.
+* What the KB says about itself (``/readyz``: vectors or text, the counts; the
+  ``/metrics`` counters) is ``kb.status`` (``knowledge/kb_status.py``).
 
 ``embedder`` may be ``None``: search is then text-only and documents are stored without
 vectors (re-ingesting with an embedder later fills them in). An embedder's ``dim`` must
@@ -56,7 +56,7 @@ from knowledge.dense import dense_side
 from knowledge.filters import FilterError
 from knowledge.freshness import KBFreshness
 from knowledge.ingest import DEFAULT_MAX_FILE_BYTES, BatchHook, Ingestor, Progress, StageHook
-from knowledge.kb_status import kb_stats, semantic_status
+from knowledge.kb_status import KBStatus
 from knowledge.names import is_doc_id, is_identifier
 from knowledge.search import Searcher
 from knowledge.types import (
@@ -71,7 +71,7 @@ from knowledge.types import (
     SearchMode,
     SearchResponse,
 )
-from storage.interfaces import KBIndex, KBVectorSearch
+from storage.interfaces import KBIndex
 from toolindex.embedder import Embedder
 from toolindex.probe import probe_embedder
 
@@ -112,10 +112,11 @@ class KnowledgeBase:
         self._search.pending_vectors = lambda: self.backfill.pending or 0
         #: What other processes changed in the stored KB, taken in before each search.
         self._fresh = KBFreshness(index, self._buckets, self._vectors)
-        #: Reads of the bucket list (``list_buckets``, a named bucket looked up) that
-        #: failed since start (``/metrics``): the answer said the list could not be read,
-        #: never that a bucket is unknown or that there are none.
-        self.bucket_list_failures = 0
+        #: What the KB says about itself: ``/readyz``'s reads and ``/metrics``' counters.
+        self.status = KBStatus(
+            index, embedder, embed_key, self._vectors, self._fresh, self._buckets, self._search,
+            schema_version=schema_version,
+        )
 
     @classmethod
     async def create(
@@ -174,7 +175,7 @@ class KnowledgeBase:
         except UnknownBucketError:
             raise
         except Exception:
-            self.bucket_list_failures += 1
+            self.status.bucket_list_failures += 1
             raise
 
     async def list_buckets(self) -> list[BucketInfo]:
@@ -183,7 +184,7 @@ class KnowledgeBase:
         try:
             return await shared_buckets(self._buckets)
         except Exception:
-            self.bucket_list_failures += 1
+            self.status.bucket_list_failures += 1
             raise
 
     async def missing_buckets(self, names: Sequence[str]) -> list[str]:
@@ -409,55 +410,6 @@ class KnowledgeBase:
         await self._fresh.check()
         return await self._search.counts.count_documents(
             query, bucket=await count_bucket(self._buckets, bucket), filters=filters, doc_id=doc_id, limit=limit
-        )
-
-    @property
-    def graph_serial_builds(self) -> int | None:
-        """The engine's graph builds run serially for want of shared memory since start
-        (``/metrics``); ``None``: the engine builds no graphs (SQLite)."""
-        return self.index.graph_serial_builds if isinstance(self.index, KBVectorSearch) else None
-
-    @property
-    def text_fallbacks(self) -> int:
-        """Searches that asked for vectors and ran on text since start (``/metrics``)."""
-        return self._search.text_fallbacks
-
-    @property
-    def fusion_drops(self) -> Mapping[tuple[str, str], int]:
-        """Hybrid searches since start whose ranking rested on one side, by ``(the side
-        that did not count, why)`` (``/metrics``)."""
-        return self._search.fusion_drops
-
-    async def semantic_search(self) -> dict[str, Any]:
-        """Whether a semantic search runs on vectors now, and why not: a search that
-        cannot falls back to text and says so in its result; this says so in ``/readyz``
-        (``knowledge.kb_status``). ``fallbacks`` counts the searches that asked for
-        vectors and ran on text."""
-        return await semantic_status(
-            self.embedder, self.embed_key, self._vectors, self._fresh, fallbacks=self._search.text_fallbacks
-        )
-
-    @property
-    def reload_failures(self) -> int:
-        """Reloads of the dense side that failed since start (``/metrics``)."""
-        return self._fresh.reload_failures
-
-    @property
-    def unreadable_vectors(self) -> int:
-        """Stored vectors (chunks) the dense side's load could not read, until their
-        documents are re-embedded (``/metrics``; ``knowledge.backfill``)."""
-        return sum(self._vectors.unreadable().values())
-
-    @property
-    def reloads(self) -> int:
-        """The dense side's reloads after another process changed the stored KB, since
-        start (``/metrics``; ``knowledge.freshness``)."""
-        return self._fresh.reloads
-
-    async def stats(self) -> dict[str, Any]:
-        """The counts ``/readyz`` shows, conversations' attachments apart (``knowledge.kb_status``)."""
-        return await kb_stats(
-            self.index, self.embedder, self.embed_key, self._vectors, self._fresh, self._buckets, self.schema_version
         )
 
 

@@ -1,80 +1,139 @@
 """What the knowledge base says about itself: whether a semantic search runs on vectors
-now, and the counts ``/readyz`` shows (``app.knowledge_component``).
+now and the counts ``/readyz`` shows (``app.knowledge_component``), and the counters
+``/metrics`` reads at scrape time (``app.server.services``) — ``KnowledgeBase.status``.
 
-A job apart from the face that serves searches and ingests (``knowledge.kb``, which
-only calls these): the reader is the operator, not a search's caller, and the rules are
-their own. A search that cannot use vectors falls back to text and says so in its own
-result; ``semantic_status`` says so where an operator looks, before anyone searches (the
-Ollama embedder's failure once hid behind that fallback). ``kb_stats`` counts
-conversations' attachments apart (``private``), so that whoever reads the shared counts
-learns nothing of who attached what (``/readyz`` answers without a token).
+A job apart from the face that serves searches and ingests (``knowledge.kb``): the
+reader is the operator, not a search's caller, and the rules are their own. A search
+that cannot use vectors falls back to text and says so in its own result; ``semantic``
+says so where an operator looks, before anyone searches (the Ollama embedder's failure
+once hid behind that fallback). ``stats`` counts conversations' attachments apart
+(``private``), so that whoever reads the shared counts learns nothing of who attached
+what (``/readyz`` answers without a token). The counters are read from the parts that
+count (the searcher, the freshness check, the dense side, the engine), never kept twice.
 
-Both take in first what another process changed in the stored KB (``knowledge.freshness``),
-as a search does, so a count never lags behind a search.
+Both reads take in first what another process changed in the stored KB
+(``knowledge.freshness``), as a search does, so a count never lags behind a search.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from knowledge.attachments import PRIVATE_PREFIX
 from knowledge.buckets import Buckets
 from knowledge.dense import DenseSide
 from knowledge.freshness import KBFreshness
-from storage.interfaces import KBIndex
+from knowledge.search import Searcher
+from storage.interfaces import KBIndex, KBVectorSearch
 from toolindex.embedder import Embedder
 
 
-async def semantic_status(
-    embedder: Embedder | None, embed_key: str | None, vectors: DenseSide, fresh: KBFreshness, *, fallbacks: int
-) -> dict[str, Any]:
-    """``ok`` when a semantic search runs on vectors now, else ``detail`` says why not;
-    ``fallbacks`` is the searches that asked for vectors and ran on text since start."""
-    out: dict[str, Any] = {"embedder": embed_key, "dim": embedder.dim if embedder else None, "fallbacks": fallbacks}
-    if embedder is None:
-        return {"ok": False, "detail": "no embedder: every search runs on text", **out}
-    await fresh.check()
-    out["index"] = await vectors.status()
-    out["reload_failures"] = fresh.reload_failures
-    if fresh.reload_error is not None:  # the vectors in memory are older than the stored ones
-        out["reload_error"] = fresh.reload_error
-    if not await vectors.available():
-        return {"ok": False, "detail": f"no vectors of {embed_key} stored yet: searches run on text", **out}
-    return {"ok": True, **out}
+class KBStatus:
+    """The operator's view of one knowledge base, over the parts it is built of."""
+
+    def __init__(
+        self,
+        index: KBIndex,
+        embedder: Embedder | None,
+        embed_key: str | None,
+        vectors: DenseSide,
+        fresh: KBFreshness,
+        buckets: Buckets,
+        search: Searcher,
+        *,
+        schema_version: int | None,
+    ) -> None:
+        self._index = index
+        self._embedder = embedder
+        self._embed_key = embed_key
+        self._vectors = vectors
+        self._fresh = fresh
+        self._buckets = buckets
+        self._search = search
+        self._schema_version = schema_version
+        #: Reads of the bucket list (``KnowledgeBase.list_buckets``, a named bucket looked
+        #: up) that failed since start: the answer said the list could not be read, never
+        #: that a bucket is unknown or that there are none.
+        self.bucket_list_failures = 0
+
+    async def semantic(self) -> dict[str, Any]:
+        """``ok`` when a semantic search runs on vectors now, else ``detail`` says why not;
+        ``fallbacks`` is the searches that asked for vectors and ran on text since start."""
+        embedder, embed_key, fresh = self._embedder, self._embed_key, self._fresh
+        out: dict[str, Any] = {
+            "embedder": embed_key, "dim": embedder.dim if embedder else None, "fallbacks": self._search.text_fallbacks,
+        }
+        if embedder is None:
+            return {"ok": False, "detail": "no embedder: every search runs on text", **out}
+        await fresh.check()
+        out["index"] = await self._vectors.status()
+        out["reload_failures"] = fresh.reload_failures
+        if fresh.reload_error is not None:  # the vectors in memory are older than the stored ones
+            out["reload_error"] = fresh.reload_error
+        if not await self._vectors.available():
+            return {"ok": False, "detail": f"no vectors of {embed_key} stored yet: searches run on text", **out}
+        return {"ok": True, **out}
+
+    async def stats(self) -> dict[str, Any]:
+        """Documents, chunks and vectors (the shared corpus's and, apart, the attachments'),
+        buckets, the embedder, documents still without its vectors, where the KB is stored."""
+        await self._fresh.check()
+        embedder, index = self._embedder, self._index
+        dim = embedder.dim if embedder else None
+        counts = await index.counts(self._embed_key, dim, hidden_prefix=PRIVATE_PREFIX)
+        return {
+            "documents": counts.documents,
+            "chunks": counts.chunks,
+            "vectors": await self._vectors.count(),
+            # Conversations' attachments among the counts: ``/readyz`` shows the shared
+            # corpus only, so nobody watching it learns when someone attached a file.
+            "private": {
+                "documents": counts.hidden_documents,
+                "chunks": counts.hidden_chunks,
+                "vectors": counts.hidden_current_chunks if embedder else 0,
+            },
+            "buckets": len(self._buckets),
+            "embedder": self._embed_key,
+            "dim": dim,
+            "documents_without_current_vectors": counts.without_vectors if embedder else counts.documents,
+            "schema_version": self._schema_version,
+            "db_path": index.location,
+        }
+
+    @property
+    def text_fallbacks(self) -> int:
+        """Searches that asked for vectors and ran on text since start."""
+        return self._search.text_fallbacks
+
+    @property
+    def fusion_drops(self) -> Mapping[tuple[str, str], int]:
+        """Hybrid searches since start whose ranking rested on one side, by ``(the side
+        that did not count, why)``."""
+        return self._search.fusion_drops
+
+    @property
+    def reloads(self) -> int:
+        """The dense side's reloads after another process changed the stored KB, since
+        start (``knowledge.freshness``)."""
+        return self._fresh.reloads
+
+    @property
+    def reload_failures(self) -> int:
+        """Reloads of the dense side that failed since start."""
+        return self._fresh.reload_failures
+
+    @property
+    def unreadable_vectors(self) -> int:
+        """Stored vectors (chunks) the dense side's load could not read, until their
+        documents are re-embedded (``knowledge.backfill``)."""
+        return sum(self._vectors.unreadable().values())
+
+    @property
+    def graph_serial_builds(self) -> int | None:
+        """The engine's graph builds run serially for want of shared memory since start;
+        ``None``: the engine builds no graphs (SQLite)."""
+        return self._index.graph_serial_builds if isinstance(self._index, KBVectorSearch) else None
 
 
-async def kb_stats(
-    index: KBIndex,
-    embedder: Embedder | None,
-    embed_key: str | None,
-    vectors: DenseSide,
-    fresh: KBFreshness,
-    buckets: Buckets,
-    schema_version: int | None,
-) -> dict[str, Any]:
-    """Documents, chunks and vectors (the shared corpus's and, apart, the attachments'),
-    buckets, the embedder, documents still without its vectors, where the KB is stored."""
-    await fresh.check()
-    dim = embedder.dim if embedder else None
-    counts = await index.counts(embed_key, dim, hidden_prefix=PRIVATE_PREFIX)
-    return {
-        "documents": counts.documents,
-        "chunks": counts.chunks,
-        "vectors": await vectors.count(),
-        # Conversations' attachments among the counts: ``/readyz`` shows the shared
-        # corpus only, so nobody watching it learns when someone attached a file.
-        "private": {
-            "documents": counts.hidden_documents,
-            "chunks": counts.hidden_chunks,
-            "vectors": counts.hidden_current_chunks if embedder else 0,
-        },
-        "buckets": len(buckets),
-        "embedder": embed_key,
-        "dim": dim,
-        "documents_without_current_vectors": counts.without_vectors if embedder else counts.documents,
-        "schema_version": schema_version,
-        "db_path": index.location,
-    }
-
-
-__all__ = ["kb_stats", "semantic_status"]
+__all__ = ["KBStatus"]

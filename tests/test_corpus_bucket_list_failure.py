@@ -46,7 +46,7 @@ async def test_a_failed_bucket_listing_is_not_an_empty_one(tmp_path: Path) -> No
         assert failed.is_error and "bucket and query are required" in failed.content["error"]
         assert "available_buckets" not in failed.content, failed.content
         assert "the bucket list could not be read" in failed.content["available_buckets_error"]
-        assert kb.bucket_list_failures == 1
+        assert kb.status.bucket_list_failures == 1
     finally:
         if not closed:
             await storage.close()

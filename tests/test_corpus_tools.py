@@ -263,7 +263,7 @@ async def test_injection_attempts_never_widen_the_match_or_touch_the_tables(
         assert outcome.content["total_matches"] == 0 and "results" not in outcome.content
         assert len(outcome.content["unmatched_conditions"]) == 1
         assert outcome.content["unmatched_conditions"][0].startswith("vendor ")
-    stats = await harness.kb.stats()
+    stats = await harness.kb.status.stats()
     assert stats["documents"] == 34
     again = await search_invoices(harness, {"vendor": "ACME"})
     assert ids(again) == expected(lambda m: m["vendor"] == "ACME")

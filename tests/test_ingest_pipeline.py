@@ -128,7 +128,7 @@ async def test_the_next_batch_is_prepared_while_a_batch_is_written(tmp_path: Pat
         assert report.added == 8 and report.chunks == 8 and not report.rejected
         assert max(progress_during_first_write) > 2  # files of later batches were read meanwhile
         assert sorted(d for w in writes for d in w) == sorted({d for w in writes for d in w})
-        assert (await kb.stats())["documents"] == 8
+        assert (await kb.status.stats())["documents"] == 8
         assert (await kb.search("gannets page 5", mode="text")).hits
     finally:
         await kb.aclose()
@@ -157,7 +157,7 @@ async def test_a_failed_write_is_raised_and_earlier_batches_stay(tmp_path: Path)
             assert "disk full" in str(exc)
         else:
             raise AssertionError("the failed write was lost")
-        stored = (await kb.stats())["documents"]
+        stored = (await kb.status.stats())["documents"]
         assert stored >= 2 and stored % 2 == 0  # whole batches only; the first one for sure
         assert await kb.get_document("d0") is not None
     finally:

@@ -66,14 +66,14 @@ async def test_documents_stored_while_the_embedder_fails_get_vectors_once_it_ans
         emb.broken = False
         await until(lambda: kb.backfill.pending == 0, "the documents re-embedded", 10)
         assert kb.backfill.reembedded == 3 and kb.backfill.state == "idle"
-        stats = await kb.stats()
+        stats = await kb.status.stats()
         assert stats["vectors"] == 3 and stats["documents_without_current_vectors"] == 0
         found = await kb.search("flightless bird of New Zealand forests", mode="semantic")
         assert found.mode == "semantic" and found.hits[0].doc_id == "kiwi" and not found.warnings
         # The matrix in memory was filled without a restart, and a restart reads the same.
         reopened = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=128))
         try:
-            assert (await reopened.stats())["vectors"] == 3
+            assert (await reopened.status.stats())["vectors"] == 3
         finally:
             await reopened.aclose()
     finally:
@@ -107,10 +107,10 @@ async def test_vectors_of_another_embedder_are_replaced_on_start(tmp_path: Path)
 
     kb = await fast_kb(path, HashingEmbedder(dim=128))
     try:
-        assert (await kb.stats())["documents_without_current_vectors"] == 3
+        assert (await kb.status.stats())["documents_without_current_vectors"] == 3
         kb.backfill.start()
         await until(lambda: kb.backfill.reembedded == 3 and kb.backfill.state == "idle", "the start-up pass", 10)
-        stats = await kb.stats()
+        stats = await kb.status.stats()
         assert (stats["vectors"], stats["documents_without_current_vectors"]) == (3, 0)
         assert (await kb.get_document("ostrich") or {})["embedding_dim"] == 128
     finally:
@@ -143,7 +143,7 @@ async def test_a_document_re_ingested_while_its_batch_is_embedded_keeps_its_inge
         assert await passing == 0  # its vectors were for chunks that are gone: not stored
         found = await kb.search("nocturnal insects nostrils", mode="semantic")
         assert found.hits and found.hits[0].doc_id == "kiwi"
-        assert (await kb.stats())["vectors"] == 1  # the ingest's chunk only, never the stale one too
+        assert (await kb.status.stats())["vectors"] == 1  # the ingest's chunk only, never the stale one too
     finally:
         await kb.aclose()
 

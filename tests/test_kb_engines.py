@@ -222,7 +222,7 @@ async def test_two_apps_on_one_postgresql_find_each_others_documents_at_once(
             assert [h.doc_id for h in semantic.hits][:1] == ["doc-zephyr"]
             text = await kb_b.search(query, mode="text")
             assert [h.doc_id for h in text.hits][:1] == ["doc-zephyr"]
-            assert (await kb_b.stats())["vectors"] == 1
+            assert (await kb_b.status.stats())["vectors"] == 1
 
             events = await collect_sse(http, "POST", f"{base_b}/v1/agent/chat", json={
                 "message": "What does the quarterly zephyr calibration reset?", "context_type": "knowledge"})

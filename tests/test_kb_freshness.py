@@ -62,14 +62,14 @@ async def test_what_another_process_ingests_and_removes_reaches_the_next_search(
         found = await server.search("fjord inlet carved by glaciers", mode="semantic")
         # Found by meaning, on the server's own vectors (not a fallback to text).
         assert [h.doc_id for h in found.hits][:1] == ["fjord"] and found.mode == "semantic", found.warnings
-        assert server.text_fallbacks == 0 and server.reloads == 1
-        assert (await server.stats())["vectors"] == 1
+        assert server.status.text_fallbacks == 0 and server.status.reloads == 1
+        assert (await server.status.stats())["vectors"] == 1
 
         assert await cli.delete_documents(["fjord"]) == 1
-        stats = await server.stats()
+        stats = await server.status.stats()
         assert (stats["documents"], stats["chunks"], stats["vectors"]) == (0, 0, 0), stats
         gone = await server.search("fjord inlet carved by glaciers", mode="semantic")
-        assert gone.hits == [] and server.reloads == 2
+        assert gone.hits == [] and server.status.reloads == 2
 
 
 async def test_the_server_s_own_writes_reload_nothing(tmp_path: Path) -> None:
@@ -79,10 +79,10 @@ async def test_the_server_s_own_writes_reload_nothing(tmp_path: Path) -> None:
         await server.delete_documents(["volcano"])
         found = await server.search("fjord glaciers", mode="semantic")
         assert [h.doc_id for h in found.hits] == ["fjord"]
-        assert server.reloads == 0
+        assert server.status.reloads == 0
         # ...while the other process's first search takes all three in at once.
         await cli.search("fjord glaciers", mode="semantic")
-        assert cli.reloads == 1
+        assert cli.status.reloads == 1
 
 
 async def test_a_removed_document_is_never_a_hit_while_the_reload_waits(tmp_path: Path) -> None:
@@ -139,7 +139,7 @@ async def test_searches_arriving_together_share_one_read_of_the_generation(tmp_p
         assert all([h.doc_id for h in f.hits] == ["fjord"] for f in found)
         # The first read, then at most one more for all that arrived while it ran.
         assert 1 <= reads <= 2, reads
-        assert server.reloads == 1
+        assert server.status.reloads == 1
 
 
 async def test_a_bucket_created_here_while_the_schemas_are_read_again_stays_known(tmp_path: Path) -> None:
@@ -225,7 +225,7 @@ async def test_another_process_s_write_is_taken_in_while_this_one_writes(tmp_pat
             reload = freshness(server)._reload
             if reload is not None:
                 await asyncio.wait_for(reload, 30)
-            assert server.reloads == 1, "the other process's write was not taken in"
+            assert server.status.reloads == 1, "the other process's write was not taken in"
             found = await server.search("lava magma volcano crater", mode="semantic")
             assert [h.doc_id for h in found.hits][:1] == ["volcano"] and found.mode == "semantic"
             assert not ingest.done()
@@ -235,7 +235,7 @@ async def test_another_process_s_write_is_taken_in_while_this_one_writes(tmp_pat
             index._sql = gated._sql  # type: ignore[attr-defined]
         # The server's own write, committed after, reloads nothing more.
         found = await server.search("fjord glaciers", mode="semantic")
-        assert [h.doc_id for h in found.hits][:1] == ["fjord"] and server.reloads == 1
+        assert [h.doc_id for h in found.hits][:1] == ["fjord"] and server.status.reloads == 1
 
 
 async def test_a_search_does_not_wait_for_a_reload_once_reloads_take_longer_than_the_wait(
@@ -259,4 +259,4 @@ async def test_a_search_does_not_wait_for_a_reload_once_reloads_take_longer_than
         await asyncio.wait_for(fresh._reload, 30)
         assert fresh._reload_took is not None and fresh._reload_took < 120.0  # measured anew
         found = await server.search("lava magma volcano crater", mode="semantic")
-        assert [h.doc_id for h in found.hits][:1] == ["volcano"] and server.reloads == 1
+        assert [h.doc_id for h in found.hits][:1] == ["volcano"] and server.status.reloads == 1

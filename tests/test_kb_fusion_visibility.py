@@ -52,9 +52,9 @@ async def test_a_hybrid_search_says_which_sides_its_ranking_rests_on(tmp_path: P
         for mode in ("text", "semantic"):
             alone = await kb.search(WEAK, bucket="b", mode=mode)  # type: ignore[arg-type]
             assert alone.fused_sides is None and alone.dropped_sides == {}
-        assert dict(kb.fusion_drops) == {("semantic", NOT_CONFIDENT): 1}
+        assert dict(kb.status.fusion_drops) == {("semantic", NOT_CONFIDENT): 1}
         await kb.search(WEAK, bucket="b", top_k=2)
-        assert dict(kb.fusion_drops) == {("semantic", NOT_CONFIDENT): 2}
+        assert dict(kb.status.fusion_drops) == {("semantic", NOT_CONFIDENT): 2}
     finally:
         await kb.aclose()
 

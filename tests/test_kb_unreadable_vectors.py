@@ -42,9 +42,9 @@ async def test_a_vector_of_the_wrong_length_is_counted_and_its_document_re_embed
 
     kb = await open_kb_file(path, HashingEmbedder(dim=128))
     try:
-        index = (await kb.semantic_search())["index"]
+        index = (await kb.status.semantic())["index"]
         assert (index["unreadable_vectors"], index["unreadable_documents"]) == (1, 1), index
-        assert kb.unreadable_vectors == 1
+        assert kb.status.unreadable_vectors == 1
         found = await kb.search("penguins in cold southern oceans", mode="semantic")
         assert "penguin" not in [h.doc_id for h in found.hits]
         assert any("1 chunk(s) of 1 document(s) have stored vectors that could not be read" in w
@@ -52,17 +52,17 @@ async def test_a_vector_of_the_wrong_length_is_counted_and_its_document_re_embed
 
         # The background pass routes the document to re-embedding, like one without vectors.
         assert await kb.backfill.run_pass() == 1
-        assert kb.unreadable_vectors == 0 and kb.backfill.pending == 0
-        assert (await kb.semantic_search())["index"]["unreadable_vectors"] == 0
+        assert kb.status.unreadable_vectors == 0 and kb.backfill.pending == 0
+        assert (await kb.status.semantic())["index"]["unreadable_vectors"] == 0
         found = await kb.search("penguins in cold southern oceans", mode="semantic")
         assert found.hits[0].doc_id == "penguin" and not found.warnings
-        assert (await kb.stats())["vectors"] == 3
+        assert (await kb.status.stats())["vectors"] == 3
     finally:
         await kb.aclose()
 
     reopened = await open_kb_file(path, HashingEmbedder(dim=128))
     try:  # the repair was stored: a restart reads every vector
-        assert (await reopened.stats())["vectors"] == 3 and reopened.unreadable_vectors == 0
+        assert (await reopened.status.stats())["vectors"] == 3 and reopened.status.unreadable_vectors == 0
     finally:
         await reopened.aclose()
 
@@ -81,7 +81,7 @@ async def test_a_document_re_ingested_elsewhere_since_the_load_is_not_re_embedde
 
     kb = await open_kb_file(path, HashingEmbedder(dim=128))
     try:
-        assert kb.unreadable_vectors == 1
+        assert kb.status.unreadable_vectors == 1
         elsewhere = await open_kb_file(path, HashingEmbedder(dim=128))
         try:
             report = await elsewhere.ingest_documents(
@@ -90,7 +90,7 @@ async def test_a_document_re_ingested_elsewhere_since_the_load_is_not_re_embedde
             assert report.updated == 1, report
         finally:
             await elsewhere.aclose()
-        assert kb.unreadable_vectors == 1  # this process has not looked since
+        assert kb.status.unreadable_vectors == 1  # this process has not looked since
 
         assert await kb.backfill.run_pass() == 0
         assert kb.backfill.reembedded == 0
@@ -98,7 +98,7 @@ async def test_a_document_re_ingested_elsewhere_since_the_load_is_not_re_embedde
         assert stored is not None and stored["embedding_model"] == kb.embed_key, stored
         found = await kb.search("penguins dive for krill under the ice", mode="semantic")  # takes the change in
         assert found.hits[0].doc_id == "penguin" and not found.warnings, found.warnings
-        assert kb.unreadable_vectors == 0
+        assert kb.status.unreadable_vectors == 0
     finally:
         await kb.aclose()
 
@@ -127,7 +127,7 @@ async def test_a_document_replaced_here_while_its_mark_is_written_does_not_fail_
 
         monkeypatch.setattr(kb.index, "documents_with_unreadable_vectors", deleted_meanwhile)
         assert await kb.backfill.run_pass() == 0
-        assert kb.unreadable_vectors == 0 and kb.backfill.pending == 0
+        assert kb.status.unreadable_vectors == 0 and kb.backfill.pending == 0
     finally:
         await kb.aclose()
 
@@ -166,7 +166,7 @@ async def test_the_readable_chunks_stay_searched_elsewhere_while_the_embedder_is
             await leader.backfill.run_pass()
         found = await sibling.search(question, mode="semantic")
         assert found.hits and found.hits[0].doc_id == "birds", [h.doc_id for h in found.hits]
-        assert leader.unreadable_vectors == 1  # still counted, still to repair
+        assert leader.status.unreadable_vectors == 1  # still counted, still to repair
     finally:
         await leader.aclose()
         await sibling.aclose()

@@ -123,7 +123,7 @@ INJECTIONS: list[Any] = [
 async def test_injection_attempts_are_rejected(kb: KnowledgeBase, filters: Any) -> None:
     with pytest.raises(FilterError):
         await kb.search("invoice", bucket="invoices", filters=filters)
-    assert (await kb.stats())["documents"] == 4
+    assert (await kb.status.stats())["documents"] == 4
 
 
 async def test_values_are_bound_never_interpolated(kb: KnowledgeBase) -> None:

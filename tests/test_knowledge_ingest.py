@@ -83,7 +83,7 @@ async def test_unchanged_documents_are_skipped_and_changes_update(kb: KnowledgeB
     assert (changed.updated, changed.skipped) == (1, 1)
     assert (await kb.search("pelicans", mode="text")).hits == []
     assert (await kb.search("flamingos")).hits[0].title == "Alpha"
-    stats = await kb.stats()
+    stats = await kb.status.stats()
     assert stats["documents"] == 2 and stats["chunks"] == stats["vectors"] == 2
 
 
@@ -98,7 +98,7 @@ async def test_removed_files_are_deleted_everywhere(kb: KnowledgeBase, tmp_path:
     assert report.deleted == 1 and report.skipped == 1
     hits = (await kb.search("manatee", mode="text")).hits
     assert [h.title for h in hits] == ["Other"]  # the sibling directory is not in scope
-    stats = await kb.stats()
+    stats = await kb.status.stats()
     assert stats["documents"] == 2 and stats["vectors"] == 2
     with sqlite3.connect(kb.index.location) as db:  # FTS rows went with the chunks
         n = db.execute("SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH 'manatee'").fetchone()[0]
@@ -227,10 +227,10 @@ async def test_embedding_failure_keeps_text_search_and_heals_on_reingest(tmp_pat
         assert report.added == 1 and not report.rejected
         assert report.queued_for_embedding == 1 and "upstream 503" in str(report.embedding_error)
         assert (await kb.search("kiwi", mode="text")).hits[0].title == "Kiwi"
-        assert (await kb.stats())["documents_without_current_vectors"] == 1
+        assert (await kb.status.stats())["documents_without_current_vectors"] == 1
         emb.broken = False
         healed = await kb.ingest_paths([d])
-        assert healed.updated == 1 and (await kb.stats())["vectors"] == 1
+        assert healed.updated == 1 and (await kb.status.stats())["vectors"] == 1
     finally:
         await kb.aclose()
 
@@ -242,7 +242,7 @@ async def test_reopen_loads_vectors_and_migrations_once(tmp_path: Path) -> None:
     await kb.aclose()
     kb = await open_kb_file(path, HashingEmbedder(dim=128))
     try:
-        assert (await kb.stats())["vectors"] == 1
+        assert (await kb.status.stats())["vectors"] == 1
         res = await kb.search("capybara grooming", mode="semantic")
         assert res.mode == "semantic" and res.hits[0].doc_id == "d1"
     finally:
@@ -253,7 +253,7 @@ async def test_reopen_loads_vectors_and_migrations_once(tmp_path: Path) -> None:
     # A different embedder space: vectors are not mixed in; the document needs re-embedding.
     kb = await open_kb_file(path, HashingEmbedder(dim=64))
     try:
-        stats = await kb.stats()
+        stats = await kb.status.stats()
         assert stats["vectors"] == 0 and stats["documents_without_current_vectors"] == 1
         assert (await kb.search("capybara")).hits[0].doc_id == "d1"
     finally:

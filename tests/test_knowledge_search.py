@@ -239,7 +239,7 @@ async def test_concurrent_searches_while_ingesting(tmp_path: Path) -> None:
 
         results = await asyncio.gather(ingest(), *(search_loop() for _ in range(4)))
         assert results[1:] == [30, 30, 30, 30]
-        stats = await kb.stats()
+        stats = await kb.status.stats()
         assert stats["documents"] == 1 + 5 * 20 and stats["vectors"] == stats["chunks"]
     finally:
         await kb.aclose()

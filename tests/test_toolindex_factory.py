@@ -272,7 +272,7 @@ async def test_the_knowledge_base_is_never_sized_from_an_unknown_dimension(tmp_p
             kb = await KnowledgeBase.create(storage.kb_index, embedder)  # probes first
             report = await kb.ingest_documents([{"id": "d1", "title": "Streams", "text": "Resume with Last-Event-ID."}])
             assert report.added == 1 and not report.rejected, report
-            assert (await kb.stats())["vectors"] == 1 and embedder.dim == 256
+            assert (await kb.status.stats())["vectors"] == 1 and embedder.dim == 256
             response = await kb.search("resume a stream", mode="semantic")
             assert response.mode == "semantic" and not response.warnings
             await embedder.aclose()

@@ -199,7 +199,7 @@ class Services:
 
     def _kb_fusion_drops(self) -> dict[tuple[str, str], int]:
         knowledge = self.rooms.knowledge
-        return dict(knowledge.kb.fusion_drops) if knowledge is not None else {}
+        return dict(knowledge.kb.status.fusion_drops) if knowledge is not None else {}
 
     def _kb_reembedding(self) -> tuple[int, int]:
         knowledge = self.rooms.knowledge
@@ -211,33 +211,33 @@ class Services:
     def _kb_graph_serial_builds(self) -> Callable[[], int] | None:
         """The KB engine's serial graph builds, read at scrape time (``None``: no graphs)."""
         knowledge = self.rooms.knowledge
-        if knowledge is None or knowledge.kb.graph_serial_builds is None:
+        if knowledge is None or knowledge.kb.status.graph_serial_builds is None:
             return None
-        kb = knowledge.kb
-        return lambda: int(kb.graph_serial_builds or 0)
+        status = knowledge.kb.status
+        return lambda: int(status.graph_serial_builds or 0)
 
     def _kb_reload_failures(self) -> Callable[[], int] | None:
         """The KB's failed reloads of its in-memory vectors (``None``: no KB)."""
         knowledge = self.rooms.knowledge
-        return (lambda: int(knowledge.kb.reload_failures)) if knowledge is not None else None
+        return (lambda: int(knowledge.kb.status.reload_failures)) if knowledge is not None else None
 
     def _kb_unreadable_vectors(self) -> Callable[[], int] | None:
         """The KB's stored vectors its load could not read (``None``: no KB)."""
         knowledge = self.rooms.knowledge
-        return (lambda: int(knowledge.kb.unreadable_vectors)) if knowledge is not None else None
+        return (lambda: int(knowledge.kb.status.unreadable_vectors)) if knowledge is not None else None
 
     def _kb_bucket_list_failures(self) -> Callable[[], int] | None:
         """The KB's failed reads of its bucket list (``None``: no KB)."""
         knowledge = self.rooms.knowledge
-        return (lambda: int(knowledge.kb.bucket_list_failures)) if knowledge is not None else None
+        return (lambda: int(knowledge.kb.status.bucket_list_failures)) if knowledge is not None else None
 
     def _kb_reloads(self) -> int:
         knowledge = self.rooms.knowledge
-        return int(knowledge.kb.reloads) if knowledge is not None else 0
+        return int(knowledge.kb.status.reloads) if knowledge is not None else 0
 
     def _kb_text_fallbacks(self) -> int:
         knowledge = self.rooms.knowledge
-        return int(knowledge.kb.text_fallbacks) if knowledge is not None else 0
+        return int(knowledge.kb.status.text_fallbacks) if knowledge is not None else 0
 
     def metrics_body(self) -> bytes:
         """This app's metrics in the Prometheus text format."""

@@ -19,11 +19,10 @@ class _Backfill:
         return {"state": self.state}
 
 
-class _KB:
+class _Status:
     """Counts read while the sample's ingest ends: the reads saw the database before it."""
 
     def __init__(self) -> None:
-        self.backfill = _Backfill()
         self.component: KnowledgeComponent | None = None
 
     async def stats(self) -> dict[str, Any]:
@@ -32,14 +31,20 @@ class _KB:
         self.component.sample = "ingested 106 chunks"  # the ingest commits meanwhile
         return {"documents": 0, "chunks": 0, "vectors": 0, "documents_without_current_vectors": 0}
 
-    async def semantic_search(self) -> dict[str, Any]:
+    async def semantic(self) -> dict[str, Any]:
         return {"embedder": None}
+
+
+class _KB:
+    def __init__(self) -> None:
+        self.backfill = _Backfill()
+        self.status = _Status()
 
 
 async def test_an_ingest_ending_during_the_counts_is_not_ready_yet() -> None:
     kb = _KB()
     component = KnowledgeComponent(kb=kb, sample="ingesting")
-    kb.component = component
+    kb.status.component = component
     out = await component.readiness()
     assert out["ok"] is False and out["sample_kb"] == "ingesting", out
     again = await component.readiness()  # the next poll: the counts begin after the commit
