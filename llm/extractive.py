@@ -25,13 +25,14 @@ import asyncio
 import itertools
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
 from llm.extractive_answer import Composed, Passage, compose, compose_answer
 from llm.extractive_followup import FollowUp, earlier_questions, follow_up_of
+from llm.extractive_long import cut_note, read_part
 from llm.extractive_next import next_read_args
 from llm.extractive_page_read import PAGE_READ_TOOL, page_read_args, pages_to_read
 from llm.extractive_results import (
@@ -198,7 +199,11 @@ class ExtractiveProvider:
     async def stream_chat(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         yield MessageStart()
         offered = {t.name for t in request.tools}
-        question, start = _question(request.messages)
+        message, start = _question(request.messages)
+        # A long message is read by its last words only (``llm.extractive_long``): the
+        # answerer's CPU grows with the words it reads, and it holds the GIL meanwhile.
+        part = read_part(message)
+        question = part.text
         results = results_since(request.messages, start)
         attempted = [r for r in results if r.name == SEARCH_TOOL]
         searched = [r for r in attempted if not r.is_error]
@@ -216,7 +221,7 @@ class ExtractiveProvider:
             yield ContentDelta(text)
             yield MessageComplete(stop_for_tool_use=False, usage=Usage(), stop_reason="stop")
             return
-        follow = follow_up_of(question, earlier_questions(request.messages, start))
+        follow = follow_up_of(question, [read_part(q).text for q in earlier_questions(request.messages, start)])
         if not attempted:  # a failed search is not repeated: answer with what there is
             for ev in self._calls(_searches(question, follow)):
                 yield ev
@@ -263,6 +268,8 @@ class ExtractiveProvider:
         if answered:  # the last answer was rejected: answer again without citations
             composed = Composed()
         said = reply_of(composed, nothing_searched(searched) if not passages else "")
+        if part.cut:  # never a silent cut: the answer says what it read
+            said = replace(said, answer=f"{cut_note(part)}\n\n{said.answer}")
         for piece in _pieces(said.answer):
             yield ContentDelta(piece)
         if ANSWER_TOOL not in offered or len(answered) >= 2:  # say it as text; never loop on it

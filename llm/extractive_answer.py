@@ -42,6 +42,7 @@ from llm.extractive_additions import with_synopsis as _with_synopsis
 from llm.extractive_additions import with_syntax as _with_syntax
 from llm.extractive_followup import FollowUp
 from llm.extractive_followup import about as _about
+from llm.extractive_long import read_part
 from llm.extractive_next import NextChunk, attach_next, chunk_position, wants_next
 from llm.extractive_pages import PageOpening, alias_documents
 from llm.extractive_question import Question as _Question
@@ -189,7 +190,10 @@ def compose(
     go on with after a passage ending with an introduction (``llm.extractive_next``),
     never quoted for themselves. ``question`` is the whole message: a greeting, context
     or sign-off naming what no passage says is left out of what the passages are scored
-    by (``llm.extractive_subject.ask_of``), and only a name in what it asks declines it."""
+    by (``llm.extractive_subject.ask_of``), and only a name in what it asks declines it.
+    Of a long message only its last words are read (``llm.extractive_long.read_part``):
+    the work grows with the words read, on a thread holding the GIL."""
+    question = read_part(question).text
     q = _Question.of(question, words)
     if follow_up is not None:
         q = _about(q, follow_up)

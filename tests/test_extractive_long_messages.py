@@ -1,0 +1,115 @@
+"""Round 37: a long message costs the offline answerer a bounded amount of work, and says so.
+
+The answerer is pure Python and holds the GIL while it composes: a message of
+``AGENT_MAX_MESSAGE_CHARS`` made of thousands of made-up words cost it 30 s of CPU,
+every other stream of the process slowed meanwhile. It now reads at most a message's
+last ``MAX_READ_WORDS`` words and ``MAX_READ_CHARS`` characters (``llm.extractive_long``),
+searches for those and answers them, and the answer says the message was cut. What is
+asserted is that rule (what is searched and composed for), never a time.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import httpx
+import pytest
+
+from app.config import Settings
+from llm.extractive import ExtractiveProvider
+from llm.extractive_answer import Passage, compose
+from llm.extractive_long import MAX_READ_CHARS, MAX_READ_WORDS, cut_note, read_part
+from llm.extractive_words import Words
+from tests.conftest import running_app
+from tests.support.offline_answers import SETS, load_questions
+from tests.test_extractive_offline import DOCS, chat
+
+#: The largest message the service accepts.
+MAX_CHARS = Settings.from_env({}).max_message_chars
+QUESTION = "How do I resume a stream after a disconnect?"
+
+
+def _made_up(rng: random.Random) -> str:
+    return "".join(rng.choice("bdfgklmnprstvz") + rng.choice("aeiou") for _ in range(rng.randint(3, 6)))
+
+
+def long_message(ending: str, opening: str = "", seed: int = 37) -> str:
+    """``opening``, then distinct made-up words and capitalised names in sentences, then
+    ``ending``: ``MAX_CHARS`` at most in all."""
+    rng = random.Random(seed)
+    words: list[str] = [opening] if opening else []
+    size = len(opening) + len(ending)
+    while size < MAX_CHARS - 40:
+        word = _made_up(rng)
+        word = word.capitalize() if rng.random() < 0.3 else word
+        word += "." if rng.random() < 0.1 else ""
+        words.append(word)
+        size += len(word) + 1
+    return " ".join(words) + " " + ending
+
+
+def test_no_question_of_any_set_is_cut() -> None:
+    """The bound is above every question the answerer is measured on (the longest is 23
+    words, 121 characters), earlier questions of a conversation included."""
+    asked = [
+        q
+        for name in SETS
+        for items in load_questions(name=name).values()
+        for item in items
+        for q in [item["question"], *item.get("before", ())]
+    ]
+    assert len(asked) >= 465
+    for question in asked:
+        part = read_part(question)
+        assert not part.cut and part.text == question, question
+
+
+@pytest.mark.parametrize("ending", [f"{QUESTION}", "x" * 900, "?" * 600, "a " * 400])
+def test_a_message_at_the_maximum_is_read_by_its_last_words(ending: str) -> None:
+    message = long_message(ending)[-MAX_CHARS:]
+    part = read_part(message)
+    assert part.cut and message.rstrip().endswith(part.text)
+    assert len(part.text.split()) <= MAX_READ_WORDS and len(part.text) <= MAX_READ_CHARS
+    assert part.words == len(message.split()) and part.chars == len(message)
+    if ending == QUESTION:
+        assert part.text.endswith(QUESTION)
+
+
+def test_compose_reads_only_the_last_words() -> None:
+    """``compose`` answers a long message as it answers its last words: what comes
+    before them (here a question another passage answers) is not read."""
+    passages = [Passage(f"{d['id']}#0", d["title"], d["text"], 1.0) for d in DOCS]
+    message = long_message(QUESTION, opening="Which variables does the shell environment list?")
+    assert len(message) <= MAX_CHARS
+    words = Words()
+    whole = compose(message, passages, words)
+    assert whole == compose(read_part(message).text, passages, words)
+    assert "Last-Event-ID" in whole.answer and "PATH" not in whole.answer
+
+
+def _calls(events: list[Any], name: str) -> list[dict[str, Any]]:
+    return [e.json() for e in events if e.event == "tool_call_result" and e.json()["name"] == name]
+
+
+@pytest.mark.slow
+async def test_a_maximum_size_message_is_searched_and_answered_by_its_last_words(offline: Settings) -> None:
+    """Through the service: the search is for the message's last words, the answer
+    answers them and says first that the message was cut."""
+    message = long_message(QUESTION)
+    assert len(message) <= offline.max_message_chars
+    part = read_part(message)
+    async with (
+        running_app(offline, provider=ExtractiveProvider()) as (base, _),
+        httpx.AsyncClient(timeout=120) as client,
+    ):
+        assert (await client.post(f"{base}/v1/kb/documents", json={"documents": DOCS})).status_code == 200
+        events = await chat(client, base, message, "knowledge")
+    assert events[-1].json()["status"] == "completed"
+    searched = [call["arguments"]["query"] for call in _calls(events, "knowledge_base_search")]
+    assert searched == [part.text]
+    read = part.text.casefold()
+    for call in _calls(events, "search_text"):  # a page read: the last words' words only
+        assert all(word in read for word in call["arguments"]["query"].split()), call["arguments"]
+    answer = next(e.json() for e in events if e.event == "response")["answer"]
+    assert answer.startswith(cut_note(part)) and "Last-Event-ID" in answer
