@@ -18,7 +18,8 @@ default), handed in by whoever opened the storage. What happens here:
   Before each search, what another process changed in the stored KB (the CLI while a
   server runs, a sibling worker, a replica) is taken in (``knowledge/freshness.py``).
 * A conversation's private bucket stays out of every other caller's view: the scope
-  rules every search, count and bucket name goes through (``knowledge/bucket_privacy.py``).
+  rules every search, count and bucket name goes through (``knowledge/bucket_privacy.py``);
+  what a listed or read document shows of itself is ``knowledge/document_views.py``'s.
 * What the KB says about itself (``/readyz``: vectors or text, the counts; the
   ``/metrics`` counters) is ``kb.status`` (``knowledge/kb_status.py``).
 
@@ -44,7 +45,6 @@ from knowledge.bucket_privacy import (
     absent,
     count_bucket,
     named_schema,
-    readable,
     refuse_private,
     screen_response,
     search_scope,
@@ -53,11 +53,12 @@ from knowledge.bucket_privacy import (
 )
 from knowledge.buckets import Buckets, UnknownBucketError
 from knowledge.dense import dense_side
+from knowledge.document_views import document_metadata, document_page
 from knowledge.filters import FilterError
 from knowledge.freshness import KBFreshness
 from knowledge.ingest import DEFAULT_MAX_FILE_BYTES, BatchHook, Ingestor, Progress, StageHook
 from knowledge.kb_status import KBStatus
-from knowledge.names import is_doc_id, is_identifier
+from knowledge.names import is_identifier
 from knowledge.search import Searcher
 from knowledge.types import (
     DEFAULT_BUCKET,
@@ -290,40 +291,12 @@ class KnowledgeBase:
         """Documents ordered by id, ``limit`` at a time after the id ``after`` (no text).
         Private buckets' documents are left out unless ``private`` names their bucket (a
         page may then be shorter than ``limit``; ``after`` its last id still pages on)."""
-        if bucket is not None and not readable(bucket, private):
-            return []
-        rows = await self.index.list_documents(bucket, limit=limit, after=after)
-        return [
-            {"doc_id": r.id, "bucket": r.bucket, "title": r.title, "source": r.source, "url": r.url,
-             "chars": r.chars, "chunks": r.chunks, "updated_at": r.updated_at}
-            for r in rows
-            if readable(r.bucket, private)
-        ]
+        return await document_page(self.index, bucket, limit=limit, after=after, private=private)
 
     async def get_document(self, doc_id: str, *, private: str | None = None) -> dict[str, Any] | None:
         """Everything known about a document except its text (for ``get_document_metadata``).
         A private bucket's document only for the caller naming that bucket."""
-        if not isinstance(doc_id, str) or not is_doc_id(doc_id):
-            return None
-        d = await self.index.get_document(doc_id)
-        if d is None or not readable(d.bucket, private):
-            return None
-        return {
-            "doc_id": d.id,
-            "bucket": d.bucket,
-            "title": d.title,
-            "source": d.source,
-            "url": d.url,
-            "metadata": d.metadata,
-            "fields": d.fields,
-            "content_hash": d.content_hash,
-            "embedding_model": d.embed_model,
-            "embedding_dim": d.embed_dim,
-            "chars": d.chars,
-            "chunks": d.chunks,
-            "created_at": d.created_at,
-            "updated_at": d.updated_at,
-        }
+        return await document_metadata(self.index, doc_id, private=private)
 
     # ------------------------------------------------------------------ search
     async def search(
