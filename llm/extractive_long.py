@@ -3,16 +3,15 @@
 The answerer (``llm.extractive_answer``) is pure Python and holds the GIL while it
 works: its word matching, unit scoring and name finding grow with the words of the
 message, so one message of ``AGENT_MAX_MESSAGE_CHARS`` (32,000 characters, ~2,900
-distinct made-up words) cost it 8-14 s of CPU, every other stream of the process slowed
+distinct made-up words) cost it 7-14 s of CPU, every other stream of the process slowed
 meanwhile, and the rate limit lets one user send 60 a minute. Questions are short (the
 longest of every set in tests/data/offline_questions.json is 23 words, 121 characters)
 and come last, after any context. So the answerer reads at most a message's last
 ``MAX_READ_WORDS`` words and ``MAX_READ_CHARS`` characters, and its knowledge search
 looks for those: a bound a reader can state, not a timeout, and no question of any set
-is cut (round 37, docs/knowledge-base.md: 8-14 s of CPU for such a message before,
-0.02-0.12 s after, search included). A message that was cut says so first in its answer
-(``cut_note``), so the reader knows what was read and can ask again with the question
-alone.
+is cut (round 37, docs/knowledge-base.md: such a message now costs the whole offline path
+0.02-0.10 s). A message that was cut says so first in its answer (``cut_note``), so the
+reader knows what was read and can ask again with the question alone.
 """
 
 from __future__ import annotations
