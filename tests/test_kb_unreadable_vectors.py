@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from app.cli.kb_file import open_kb_file
+from knowledge.kb import KnowledgeBase
 from storage.kb_records import KBUnembedded
 from toolindex.embedder import EmbeddingError
 from toolindex.hashing import HashingEmbedder
@@ -33,14 +34,19 @@ def _cut_vector(path: Path, doc_id: str) -> None:
         conn.execute("UPDATE kb_chunks SET vector = substr(vector, 1, length(vector) / 2) WHERE doc_id = ?", (doc_id,))
 
 
-async def test_a_vector_of_the_wrong_length_is_counted_and_its_document_re_embedded(tmp_path: Path) -> None:
-    path = tmp_path / "kb.db"
+async def _opened_with_penguin_torn(path: Path) -> KnowledgeBase:
+    """``DOCS`` ingested into a new file, penguin's vector torn (``_cut_vector``) while the
+    file is closed, then the file opened again: the load finds one unreadable vector."""
     kb = await open_kb_file(path, HashingEmbedder(dim=128))
     await kb.ingest_documents(DOCS)
     await kb.aclose()
     await asyncio.to_thread(_cut_vector, path, "penguin")
+    return await open_kb_file(path, HashingEmbedder(dim=128))
 
-    kb = await open_kb_file(path, HashingEmbedder(dim=128))
+
+async def test_a_vector_of_the_wrong_length_is_counted_and_its_document_re_embedded(tmp_path: Path) -> None:
+    path = tmp_path / "kb.db"
+    kb = await _opened_with_penguin_torn(path)
     try:
         index = (await kb.status.semantic())["index"]
         assert (index["unreadable_vectors"], index["unreadable_documents"]) == (1, 1), index
@@ -74,12 +80,7 @@ async def test_a_document_re_ingested_elsewhere_since_the_load_is_not_re_embedde
     every other process's search by meaning meanwhile. The mark checks the stored
     vectors themselves."""
     path = tmp_path / "kb.db"
-    kb = await open_kb_file(path, HashingEmbedder(dim=128))
-    await kb.ingest_documents(DOCS)
-    await kb.aclose()
-    await asyncio.to_thread(_cut_vector, path, "penguin")
-
-    kb = await open_kb_file(path, HashingEmbedder(dim=128))
+    kb = await _opened_with_penguin_torn(path)
     try:
         assert kb.status.unreadable_vectors == 1
         elsewhere = await open_kb_file(path, HashingEmbedder(dim=128))
@@ -112,12 +113,7 @@ async def test_a_document_replaced_here_while_its_mark_is_written_does_not_fail_
     WARNING that re-embedding failed. Here the real delete runs inside the pass's read
     of the store."""
     path = tmp_path / "kb.db"
-    kb = await open_kb_file(path, HashingEmbedder(dim=128))
-    await kb.ingest_documents(DOCS)
-    await kb.aclose()
-    await asyncio.to_thread(_cut_vector, path, "penguin")
-
-    kb = await open_kb_file(path, HashingEmbedder(dim=128))
+    kb = await _opened_with_penguin_torn(path)
     try:
         read = kb.index.documents_with_unreadable_vectors
 
