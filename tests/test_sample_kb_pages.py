@@ -3,6 +3,7 @@ reads first (the offline answerer quotes these pages)."""
 
 from __future__ import annotations
 
+from app.config import Settings
 from knowledge.sample import SAMPLE_KB_DIR
 
 
@@ -17,3 +18,33 @@ def test_the_running_page_gives_autos_provider_order() -> None:
     places = [make_run.find(word) for word in order]
     assert -1 not in places, dict(zip(order, places, strict=True))
     assert places == sorted(places), dict(zip(order, places, strict=True))
+
+
+def _section(page: str, heading: str) -> str:
+    """The text under ``## heading`` of a sample KB page, up to the next heading."""
+    text = (SAMPLE_KB_DIR / page).read_text(encoding="utf-8")
+    return text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_limits_page_names_the_message_length_limit() -> None:
+    """The limits page named the body's bytes, its timeout, the request rate and the runs
+    per user, but not ``AGENT_MAX_MESSAGE_CHARS``, so "I want to limit how long a message
+    can be. Which setting?" was answered with run errors and MCP settings (round 38). The
+    default it gives is the code's, and so is the refusal (``app/server/chat_request.py``).
+    It has a section of its own: one more item in "Request limits" made that chunk longer
+    and cost it the second place in two answers that quote it ("Is there a rate limit?")."""
+    page = (SAMPLE_KB_DIR / "20-limits-and-errors.md").read_text(encoding="utf-8")
+    default = Settings.from_env({}).max_message_chars
+    said = [line for line in page.splitlines() if "`AGENT_MAX_MESSAGE_CHARS`" in line]
+    assert said and f"`AGENT_MAX_MESSAGE_CHARS` ({default:,})" in said[0], said
+    assert "400 `invalid_field`" in said[0], said
+
+
+def test_the_search_page_says_how_the_code_fuses_the_two_searches() -> None:
+    """The page said the two rankings "are fused with reciprocal rank fusion (k = 60)";
+    the search adds min-max normalised scores with a weight per embedder
+    (``knowledge/fusion.py``; ``ranking.rrf`` stays only for callers that have ranks), and
+    a reader asking how the "hybrid search" works met neither word (round 38)."""
+    search = _section("09-knowledge-base.md", "Search")
+    assert "reciprocal rank fusion" not in search, search
+    assert "hybrid" in search and "min-max normalised" in search, search
