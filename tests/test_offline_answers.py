@@ -323,7 +323,10 @@ FLOORS = {
     "final": {"sample": 1.0, "npm": 0.87},  # 8/8 (6/8 before round 6, 7/8 before round 9), 7/8 (6/8 before round 11)
     "unseen": {"sample": 1.0, "npm": 1.0},  # 8/8 (7/8 before round 11), 8/8 (6/8, 6/8 when first measured)
     "last": {"sample": 0.87, "npm": 1.0},  # 7/8, 8/8 (7/8 measured once, after round 5; 8/8 since round 18)
-    "round6": {"sample": 1.0, "npm": 1.0},  # 8/8, 8/8 (5/8 when measured once after round 6; 7/8 after round 8)
+    # round6 sample 7/8 since round 38: "What constant does the reciprocal rank fusion use?" was
+    # carried by the sample KB's "k = 60", untrue since the search fuses min-max normalised
+    # scores (knowledge/fusion.py); its fact is now that, which no answer of it carries.
+    "round6": {"sample": 0.87, "npm": 1.0},  # 7/8, 8/8 (5/8 when measured once after round 6; 7/8 after round 8)
     "round8": {"sample": 1.0, "npm": 0.75},  # 8/8, 6/8 (5/8 when measured once after round 8)
     # npm 5/10 since the sample grew (issue 20's bigger sample KB): FTS5's bm25() takes its
     # statistics over every bucket, so the default bucket's new pages move the npm bucket's
@@ -349,6 +352,7 @@ FLOORS = {
     "walkthrough": {"sample": 0.66, "npm": 1.0},  # 4/6 here, 5/6 in the bench (3/6 first, 4/6 before the asked heading); no npm
     "followup": {"sample": 0.9, "npm": 1.0},  # 9/10 (5/10 before the answerer read the conversation); no npm
     "round35": {"sample": 0.97, "npm": 1.0},  # 41/42 (40/42 before round 36, 30/42 before round 35); no npm
+    "round38": {"sample": 0.65, "npm": 1.0},  # 23/35 in the bench (15/35 before round 38); no npm
 }
 #: One loop for the module: the sample questions' task runs across both tests.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
