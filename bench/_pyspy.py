@@ -122,7 +122,7 @@ STEPS: list[tuple[str, tuple[str, ...]]] = [
             "jwt/",
         ),
     ),
-    ("history load, plan", ("_prepare@app/agent/loop.py", "app/agent/planner.py", "app/agent/budget.py")),
+    ("history load, plan", ("app/agent/prepare.py", "app/agent/planner.py", "app/agent/budget.py")),
     ("tool selection", ("app/agent/selector.py", "toolindex/", "app/agent/find_tools.py")),
     ("prompt build", ("prompts/", "app/agent/prompting.py")),
     ("model stream", ("llm/", "httpx/", "httpcore/", "h11/", "anyio/", "app/ops/load.py")),
