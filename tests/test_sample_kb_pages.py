@@ -48,3 +48,42 @@ def test_the_search_page_says_how_the_code_fuses_the_two_searches() -> None:
     search = _section("09-knowledge-base.md", "Search")
     assert "reciprocal rank fusion" not in search, search
     assert "hybrid" in search and "min-max normalised" in search, search
+
+
+def test_the_events_page_names_every_event_the_service_emits() -> None:
+    """The events table lacked ``approval_required``, ``run_resumed`` and ``heartbeat``
+    (review of e34dee9), though a client meets all three (``events.catalog.EVENT_TYPES``);
+    and it said every event has an ``id``, which the heartbeat's frame never carries
+    (``app/server/run_streams.py``: it is not part of the run's log)."""
+    from app.server.run_streams import heartbeat_frame
+    from events.catalog import EVENT_TYPES
+
+    events = _section("03-sse-events.md", "The events")
+    rows = [line.split("|")[1].strip().strip("`") for line in events.splitlines() if line.startswith("| `")]
+    assert sorted(rows) == sorted(EVENT_TYPES), sorted(set(EVENT_TYPES) ^ set(rows))
+    assert b"id:" not in heartbeat_frame()
+    heartbeat = next(line for line in events.splitlines() if line.startswith("| `heartbeat`"))
+    assert "no `id`" in heartbeat, heartbeat
+
+
+def test_what_leaves_the_machine_names_every_destination_of_user_text() -> None:
+    """The page said questions and their passages go to "the LLM provider, embedder and
+    Perplexity": the embedder is sent what it embeds (documents, queries), not passages,
+    Perplexity the model's web query, and tool calls also go to the workflow/table
+    backend (``agenttools/core/backend_client.py``, ``AGENT_BACKEND_URL``) and to MCP
+    servers (``agenttools/mcp/client.py``), which it left out (review of e34dee9)."""
+    text = (SAMPLE_KB_DIR / "01-overview.md").read_text(encoding="utf-8")
+    section = text.split("## What leaves the machine\n", 1)[1].split("\n## ", 1)[0]
+    for destination in ("LLM provider", "embedder", "Perplexity", "`AGENT_BACKEND_URL`", "MCP servers"):
+        assert destination in section, destination
+    assert "provider, embedder and Perplexity" not in section, section
+
+
+def test_the_upgrade_advice_orders_postgresql_replicas() -> None:
+    """"With several replicas or ``--workers``, upgrade them together" did not say in what
+    order; only a process opening the database is refused by ``SchemaTooNew``
+    (``storage/migration_runner.py``), so an old PostgreSQL replica left running carries
+    on over the schema the first new one migrated (review of e34dee9)."""
+    upgrading = _section("08-running.md", "Upgrading to a new release")
+    assert "upgrade them together" not in upgrading, upgrading
+    assert "stop every replica of the old release before the first new one starts" in upgrading, upgrading
