@@ -48,8 +48,8 @@ from llm.extractive_words import (
     phrase_share,
     said_in_a_row,
     stems,
-    written_apart,
 )
+from llm.extractive_written_apart import written_apart
 
 #: How much more a named word counts than another word of the question.
 NAME_WEIGHT = 2.0
@@ -281,9 +281,9 @@ class Question:
         if len(said) < 2:
             return self
         rarity: dict[str, float] = {}
-        match = self.words.match
+        indexes = [self.words.index(terms).match for terms in said]
         for q in self.stems:
-            saying = sum(1 for terms in said if match(q, terms) >= 1.0)
+            saying = sum(1 for match in indexes if match(q) >= 1.0)
             if saying:
                 rarity[q] = 1.0 + RARITY_WEIGHT * (1.0 - saying / len(said))
         return replace(self, rarity=rarity)
@@ -293,14 +293,15 @@ class Question:
         stem met by the text is met by the text with its context, so each question stem
         is matched against the (small) context only when the text does not meet it."""
         total = own = around = 0.0
-        match = self.words.match
+        in_terms = self.words.index(terms).match
+        in_context = self.words.index(context).match
         for q in self.stems:
             weight = NAME_WEIGHT if q in self.names else ACTION_WEIGHT if q in self.action else 1.0
             weight *= self.rarity.get(q, 1.0) * (TOPIC_WEIGHT if q in self.topic else 1.0)
-            met = match(q, terms) if terms else 0.0
+            met = in_terms(q) if terms else 0.0
             total += weight
             own += weight * met
-            around += weight * (met if met >= 1.0 or not context else max(met, match(q, context)))
+            around += weight * (met if met >= 1.0 or not context else max(met, in_context(q)))
         if not total:
             return 0.0, 0.0
         return own / total, around / total

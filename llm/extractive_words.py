@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache, partial
 from types import MappingProxyType
 
@@ -90,6 +90,8 @@ MEET_MEMO = 131_072
 #: Texts (a sentence, a heading, a title) whose stems are memoised: the units of the
 #: answer being composed, and more.
 TEXT_MEMO = 4_096
+#: Term sets whose ``TermIndex`` is memoised (a unit's, a passage's, a heading's stems).
+INDEX_MEMO = 1_024
 
 
 def _stem(word: str) -> str:
@@ -213,6 +215,50 @@ def _match(q: str, terms: frozenset[str]) -> float:
     return _match_with(_meets, q, terms)
 
 
+def _probe(q: str) -> tuple[frozenset[str], str, bool]:
+    """What ``TermIndex`` looks up for the question stem ``q``: the terms meeting it whole
+    (itself, its synonyms, itself but for its last 1-3 letters, at least 5 long), its
+    root ("" when shorter than 4 letters), and whether that root is ``q`` itself."""
+    n = len(q)
+    whole = {q, *_SYNONYM_OF.get(q, frozenset()), *(q[:k] for k in range(max(5, n - 3), n))}
+    root = _root(q)
+    return frozenset(whole), root if len(root) >= 4 else "", root == q
+
+
+class TermIndex:
+    """``terms`` indexed by what ``_meets`` compares, so ``match(q)`` is ``_match(q,
+    terms)`` in a few set look-ups, however many terms there are: their prefixes a
+    shorter stem may be (``_heads``: up to 3 letters short, at least 5 long), their first
+    7 letters (``_sevens``) and their roots (``_roots``: True where a term of that root is
+    not the bare root). A made-up word met nothing after a scan of every word of every
+    passage (~3.5 ms each, round 37); through this it costs the same as a real one.
+    ``probe`` is ``_probe`` or its memo (``Words``)."""
+
+    __slots__ = ("_heads", "_probe", "_roots", "_sevens", "terms")
+
+    def __init__(
+        self, terms: frozenset[str], probe: Callable[[str], tuple[frozenset[str], str, bool]] = _probe
+    ) -> None:
+        self.terms = terms
+        self._probe = probe
+        self._heads = frozenset(t[:k] for t in terms for k in range(max(5, len(t) - 3), len(t)))
+        self._sevens = frozenset(t[:7] for t in terms if len(t) >= 7)
+        roots: dict[str, bool] = {}
+        for t in terms:
+            if len(r := _root(t)) >= 4:
+                roots[r] = roots.get(r, False) or r != t
+        self._roots: Mapping[str, bool] = roots
+
+    def match(self, q: str) -> float:
+        whole, root, bare = self._probe(q)
+        # ``_heads`` holds only prefixes of 5 letters or more, ``_sevens`` of exactly 7.
+        if not whole.isdisjoint(self.terms) or q in self._heads or q[:7] in self._sevens:
+            return 1.0
+        # Only the roots meet ("disconnect"/"reconnect"): not a bare root with itself.
+        prefixed = self._roots.get(root) if root else None
+        return 0.5 if prefixed is not None and (prefixed or not bare) else 0.0
+
+
 def _meets(q: str, t: str) -> float:
     """How one question stem meets one word's stem (``_match`` over a single word)."""
     if q == t or t in _SYNONYM_OF.get(q, frozenset()):
@@ -227,13 +273,22 @@ def _meets(q: str, t: str) -> float:
 
 
 def _phrase_share_with(
-    stem: Callable[[str], str], meets: Callable[[str, str], float], pairs: frozenset[tuple[str, str]], text: str
+    stem: Callable[[str], str],
+    meets: Callable[[str, str], float],
+    index: Callable[[frozenset[str]], TermIndex],
+    pairs: frozenset[tuple[str, str]],
+    text: str,
 ) -> float:
     if not pairs:
         return 0.0
     said = [stem(t) for t in _terms(text)]
+    # A pair whose either word the text never says is not said side by side: ruled out in
+    # a look-up each, before any scan of the text's words.
+    says = index(frozenset(said)).match
     found = 0
     for a, b in pairs:
+        if says(a) < 1.0 or says(b) < 1.0:
+            continue
         if any(meets(a, x) >= 1.0 and meets(b, y) >= 1.0 for x, y in itertools.pairwise(said)):
             found += 1
     return found / len(pairs)
@@ -244,7 +299,7 @@ def phrase_share(pairs: frozenset[tuple[str, str]], text: str) -> float:
     ``text`` also says side by side, in the same order: "Each document has an id, a
     bucket, … a content hash" says the question's "each document"; "… tables are cut
     … and keep their Markdown" says "keep" apart from anything else asked."""
-    return _phrase_share_with(_stem, _meets, pairs, text)
+    return _phrase_share_with(_stem, _meets, TermIndex, pairs, text)
 
 
 def folded_words(text: str) -> tuple[str, ...]:
@@ -287,63 +342,47 @@ def coverage(question: frozenset[str], terms: frozenset[str]) -> float:
     return sum(_match(q, terms) for q in question) / len(question)
 
 
-def written_apart(
-    wanted: frozenset[str], texts: Iterable[str], stem: Callable[[str], str], shortest: int
-) -> dict[tuple[str, str], str]:
-    """``{(left, right): stem}`` for the adjacent words of ``texts`` (letters only, none a
-    stop word, each ``shortest`` letters or more) that join into one of the ``wanted``
-    stems: "agent chat" for the question's "agentchat" (``Question.written_apart``)."""
-    apart: dict[tuple[str, str], str] = {}
-    # A stem keeps its word's start: most pairs are ruled out before stemming them.
-    starts = frozenset(w[: 2 * shortest] for w in wanted)
-    for text in texts:
-        words = WORD.findall(unicodedata.normalize("NFKC", text).casefold())
-        for left, right in itertools.pairwise(words):
-            if (
-                (left + right)[: 2 * shortest] in starts
-                and len(left) >= shortest
-                and len(right) >= shortest
-                and left.isalpha()
-                and right.isalpha()
-                and left not in _STOP
-                and right not in _STOP
-                and (joined := stem(left + right)) in wanted
-            ):
-                apart.setdefault((left, right), joined)
-    return apart
-
-
 class Words:
     """The answerer's word work, memoised: ``stem`` (``STEM_MEMO`` entries), a question
-    stem meeting a word (``MEET_MEMO``) and a text's stems (``TEXT_MEMO``), each a bounded
-    least-recently-used memo of the pure function above, so ``match``, ``coverage`` and
-    ``phrase_share`` are those functions' answers, only faster. One answer reads the
-    same few thousand words and pairs many times over; the provider keeps one ``Words``
-    for its life (built with it in the app factory), so its answers share the memo and a
-    process holds none outside it."""
+    stem meeting a word (``MEET_MEMO``), a text's stems (``TEXT_MEMO``), a term set's
+    ``TermIndex`` (``INDEX_MEMO``) and what it looks up for a stem (``STEM_MEMO``), each
+    a bounded least-recently-used memo, so ``match``, ``coverage`` and ``phrase_share``
+    are the pure functions' answers, only faster. One answer reads the same few thousand
+    words and pairs many times over; the provider keeps one ``Words`` for its life (built
+    with it in the app factory), so its answers share the memo and a process holds none
+    outside it."""
 
-    __slots__ = ("match", "meets", "stem", "stems")
+    __slots__ = ("index", "meets", "probe", "stem", "stems")
 
     def __init__(self) -> None:
         self.stem: Callable[[str], str] = lru_cache(maxsize=STEM_MEMO)(_stem)
         self.meets: Callable[[str, str], float] = lru_cache(maxsize=MEET_MEMO)(_meets)
         self.stems: Callable[[str], frozenset[str]] = lru_cache(maxsize=TEXT_MEMO)(partial(_stems_with, self.stem))
-        #: ``_match`` over the memo (a partial, so a call costs what ``_match``'s did).
-        self.match: Callable[[str, frozenset[str]], float] = partial(_match_with, self.meets)
+        #: A term set's ``TermIndex`` (``INDEX_MEMO``): a unit's stems are met by every
+        #: question stem, a passage's by each again.
+        self.probe: Callable[[str], tuple[frozenset[str], str, bool]] = lru_cache(maxsize=STEM_MEMO)(_probe)
+        self.index: Callable[[frozenset[str]], TermIndex] = lru_cache(maxsize=INDEX_MEMO)(
+            partial(TermIndex, probe=self.probe)
+        )
+
+    def match(self, q: str, terms: frozenset[str]) -> float:
+        """``_match(q, terms)``, through ``terms``' memoised ``TermIndex``."""
+        return self.index(terms).match(q)
 
     def coverage(self, question: frozenset[str], terms: frozenset[str]) -> float:
         if not question or not terms:
             return 0.0
-        match = self.match
-        return sum(match(q, terms) for q in question) / len(question)
+        match = self.index(terms).match
+        return sum(match(q) for q in question) / len(question)
 
     def phrase_share(self, pairs: frozenset[tuple[str, str]], text: str) -> float:
-        return _phrase_share_with(self.stem, self.meets, pairs, text)
+        return _phrase_share_with(self.stem, self.meets, self.index, pairs, text)
 
 
 __all__ = [
     "SYNONYMS",
     "WORD",
+    "TermIndex",
     "Words",
     "apart_from_paths",
     "coverage",
@@ -351,5 +390,4 @@ __all__ = [
     "phrase_share",
     "said_in_a_row",
     "stems",
-    "written_apart",
 ]
