@@ -16,9 +16,14 @@ so the most a model can send).
 
 ``--profile`` prints each message's ten costliest functions of ``compose`` (cProfile,
 cumulative). ``--db FILE`` reuses (or builds there) the knowledge-base file of
-``bench/offline_search_plan.py``.
+``bench/offline_search_plan.py``. ``--read WORDS CHARS`` tries another bound on what the
+answerer reads (``llm.extractive_long.MAX_READ_WORDS``, ``MAX_READ_CHARS``): how the
+bound was chosen. Besides the adversarial messages, two real ones: a question with the
+two sentences of why it is asked (47 words, which round 37's 32 words cut), and a
+question followed by a message's worth of context.
 
     .venv/bin/python bench/offline_long_messages.py [--db FILE] [--profile] [--out FILE] [--only LABEL ...]
+        [--read WORDS CHARS]
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import llm.extractive as extractive
+import llm.extractive_long as long_part
 from app.cli.kb_file import open_kb_file
 from app.config import Settings
 from bench.offline_search_plan import Question, Tools, ask, build
@@ -52,6 +58,12 @@ from toolindex.hashing import HashingEmbedder
 MAX_CHARS = Settings.from_env({}).max_message_chars
 #: The longest query the knowledge search tools take (``agenttools.core.catalog_knowledge``).
 TOOL_QUERY_CHARS = 500
+#: Why the question is asked, after it: an ordinary message of 47 words, 263 characters.
+REASON = (
+    " I'm asking because our users are on flaky mobile networks and we see the EventSource connection drop "
+    "every few minutes, and each time they lose the half-written answer and have to ask again, which is "
+    "annoying for them."
+)
 _CONSONANTS = "bcdfghjklmnprstvwz"
 _VOWELS = "aeiou"
 
@@ -94,8 +106,10 @@ def messages(seed: int = 37) -> dict[str, str]:
     context = _fill(rng, lambda r: f"Our {_word(r, 3)} team {_word(r, 2)}s the {_word(r, 3)}.")
     asked = " How do I resume a stream after a disconnect?"
     real_tail = context[: MAX_CHARS - len(asked)].rsplit(".", 1)[0] + "." + asked
+    real_first = asked.strip() + " " + context[: MAX_CHARS - len(asked)].rsplit(".", 1)[0] + "."
     return {
         "a_real_question": asked.strip(),
+        "question_with_its_reason": asked.strip() + REASON,
         "distinct_words": distinct,
         "capitalised_names": names,
         "many_questions": sentences,
@@ -104,6 +118,7 @@ def messages(seed: int = 37) -> dict[str, str]:
         "long_words": long_words,
         "one_word": one_word,
         "context_then_question": real_tail,
+        "question_then_context": real_first,
     }
 
 
@@ -158,6 +173,8 @@ async def _cpu(coro: Any) -> tuple[Any, float]:
 
 
 async def main(args: argparse.Namespace) -> None:
+    if args.read:
+        long_part.MAX_READ_WORDS, long_part.MAX_READ_CHARS = args.read
     with tempfile.TemporaryDirectory() as tmp:
         db = args.db or Path(tmp) / "kb.sqlite3"
         if not db.exists():
@@ -204,6 +221,7 @@ async def main(args: argparse.Namespace) -> None:
                 extractive.compose = meter._compose  # type: ignore[assignment]
         finally:
             await kb.aclose()
+    rows["read_bound"] = [long_part.MAX_READ_WORDS, long_part.MAX_READ_CHARS]
     rows["loadavg"] = Path("/proc/loadavg").read_text().split()[:3]
     print(f"load {' '.join(rows['loadavg'])}")
     if args.out is not None:
@@ -217,4 +235,11 @@ if __name__ == "__main__":
     parser.add_argument("--profile", action="store_true", help="print compose's costliest functions per message")
     parser.add_argument("--out", type=Path, help="write the figures here")
     parser.add_argument("--only", nargs="*", help="only these messages (their labels)")
+    parser.add_argument(
+        "--read",
+        nargs=2,
+        type=int,
+        metavar=("WORDS", "CHARS"),
+        help="the answerer's bound to try",
+    )
     asyncio.run(main(parser.parse_args()))

@@ -32,7 +32,7 @@ import orjson
 
 from llm.extractive_answer import Composed, Passage, compose, compose_answer
 from llm.extractive_followup import FollowUp, earlier_questions, follow_up_of
-from llm.extractive_long import cut_note, read_part
+from llm.extractive_long import cut_note, read_part, search_text
 from llm.extractive_next import next_read_args
 from llm.extractive_page_read import PAGE_READ_TOOL, page_read_args, pages_to_read
 from llm.extractive_results import (
@@ -180,7 +180,7 @@ def _searches(question: str, follow: FollowUp | None) -> list[tuple[str, dict[st
     """The first turn's knowledge search: the question; for a follow-up, the question
     with its topic's words (``FollowUp.search_query``) and the question alone, in
     parallel, so that what the follow-up itself asks keeps its own search."""
-    own = (SEARCH_TOOL, {"query": question[:500], "top_k": SEARCH_TOP_K})
+    own = (SEARCH_TOOL, {"query": search_text(question), "top_k": SEARCH_TOP_K})
     if follow is None:
         return [own]
     return [(SEARCH_TOOL, {"query": follow.search_query(), "top_k": SEARCH_TOP_K}), own]
@@ -229,7 +229,7 @@ class ExtractiveProvider:
         if answered and not answered[-1].is_error:
             yield MessageComplete(stop_for_tool_use=False, usage=Usage(), stop_reason="stop")
             return
-        asked = follow.search_query() if follow is not None else question
+        asked = follow.search_query() if follow is not None else search_text(question)
         found = pages_found(searched)
         planned = [page_read_args(page, query) for page, query in pages_to_read(asked, found)]
         first = distinct([p for r in searched for p in passages_of(r)])
@@ -303,7 +303,7 @@ class ExtractiveProvider:
         if answered and not answered[-1].is_error:
             return [MessageComplete(stop_for_tool_use=False, usage=Usage(), stop_reason="stop")]
         if SEARCH_TOOL in offered and not attempted and (search_first or answered):  # answered: refused
-            return self._call(SEARCH_TOOL, {"query": (question or "help")[:500], "top_k": 3})
+            return self._call(SEARCH_TOOL, {"query": search_text(question or "help"), "top_k": 3})
         text = decline_message(context)
         args = {
             "answer": text,

@@ -33,6 +33,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from llm.extractive_long import MAX_QUERY_CHARS, search_text
 from llm.extractive_question import Question
 from llm.extractive_words import _STOP, WORD, _terms
 from llm.types import Message
@@ -84,8 +85,6 @@ _FORM = frozenset(
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
 #: Earlier questions a topic reaches back through when each was a follow-up too.
 MAX_TOPIC_DEPTH = 3
-#: The longest search query the provider sends (``knowledge_base_search``'s query).
-MAX_QUERY_CHARS = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +104,7 @@ class FollowUp:
         for word in _terms(self.topic):
             if word not in own and word not in _FORM and word not in extra:
                 extra.append(word)
-        return f"{self.question.strip()} {' '.join(extra)}".strip()[:MAX_QUERY_CHARS]
+        return f"{search_text(self.question.strip())} {' '.join(extra)}".strip()[:MAX_QUERY_CHARS]
 
 
 def _words(text: str) -> list[str]:
