@@ -86,4 +86,4 @@ def test_the_upgrade_advice_orders_postgresql_replicas() -> None:
     on over the schema the first new one migrated (review of e34dee9)."""
     upgrading = _section("08-running.md", "Upgrading to a new release")
     assert "upgrade them together" not in upgrading, upgrading
-    assert "stop every replica of the old release before the first new one starts" in upgrading, upgrading
+    assert "stop every replica of the old release before the first new one opens the database" in upgrading, upgrading
