@@ -134,6 +134,19 @@ def test_compose_reads_only_the_last_words() -> None:
 def _calls(events: list[Any], name: str) -> list[dict[str, Any]]:
     return [e.json() for e in events if e.event == "tool_call_result" and e.json()["name"] == name]
 
+async def _asked(offline: Settings, message: str) -> list[Any]:
+    """``message`` asked of a real offline service over ``DOCS``, in the knowledge context;
+    its events, the run completed."""
+    async with (
+        running_app(offline, provider=ExtractiveProvider()) as (base, _),
+        httpx.AsyncClient(timeout=120) as client,
+    ):
+        assert (await client.post(f"{base}/v1/kb/documents", json={"documents": DOCS})).status_code == 200
+        events = await chat(client, base, message, "knowledge")
+    assert events[-1].json()["status"] == "completed"
+    return events
+
+
 
 @pytest.mark.slow
 async def test_a_maximum_size_message_is_searched_and_answered_by_its_last_words(offline: Settings) -> None:
@@ -142,13 +155,7 @@ async def test_a_maximum_size_message_is_searched_and_answered_by_its_last_words
     message = long_message(QUESTION)
     assert len(message) <= offline.max_message_chars
     part = read_part(message)
-    async with (
-        running_app(offline, provider=ExtractiveProvider()) as (base, _),
-        httpx.AsyncClient(timeout=120) as client,
-    ):
-        assert (await client.post(f"{base}/v1/kb/documents", json={"documents": DOCS})).status_code == 200
-        events = await chat(client, base, message, "knowledge")
-    assert events[-1].json()["status"] == "completed"
+    events = await _asked(offline, message)
     searched = [call["arguments"]["query"] for call in _calls(events, "knowledge_base_search")]
     # The question's sentence (after the made-up words' last full stop), not the first
     # 500 characters of the part read.
@@ -166,13 +173,7 @@ async def test_a_question_with_a_paragraph_of_context_is_answered_whole(offline:
     """Through the service: a question with why it is asked, or after a paragraph of
     context, is read whole (no note that it was cut), searched for by its question, and
     answered."""
-    async with (
-        running_app(offline, provider=ExtractiveProvider()) as (base, _),
-        httpx.AsyncClient(timeout=120) as client,
-    ):
-        assert (await client.post(f"{base}/v1/kb/documents", json={"documents": DOCS})).status_code == 200
-        events = await chat(client, base, message, "knowledge")
-    assert events[-1].json()["status"] == "completed"
+    events = await _asked(offline, message)
     searched = [call["arguments"]["query"] for call in _calls(events, "knowledge_base_search")]
     assert searched == [message if len(message) <= MAX_QUERY_CHARS else QUESTION]
     answer = next(e.json() for e in events if e.event == "response")["answer"]
