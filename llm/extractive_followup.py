@@ -33,7 +33,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from llm.extractive_long import MAX_QUERY_CHARS, search_text
+from llm.extractive_long import MAX_QUERY_CHARS, SENTENCE_GAP, search_text
 from llm.extractive_question import Question
 from llm.extractive_words import _STOP, WORD, _terms
 from llm.types import Message
@@ -81,8 +81,6 @@ _FORM = frozenset(
     "big large long many much often far old fast small soon "
     "may might must shall".split()
 )
-#: Where one sentence of a message ends and the next begins.
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
 #: Earlier questions a topic reaches back through when each was a follow-up too.
 MAX_TOPIC_DEPTH = 3
 
@@ -154,7 +152,7 @@ def refers_back(question: str) -> bool:
     does not name: the thing is in the conversation before it."""
     # The sentence asking: an earlier sentence of the same message says its own context
     # ("My plugin needs a host library next to it. How do I declare that?").
-    asking = _SENTENCE_END.split(question.strip())[-1]
+    asking = SENTENCE_GAP.split(question.strip())[-1]
     if len(asking) < len(question.strip()):
         return False
     words = _words(asking)

@@ -36,10 +36,11 @@ MAX_QUERY_CHARS = 500
 _WORD = re.compile(r"\S+")
 #: The end of a question sentence: its question mark(s), then a space or the message's end.
 _QUESTION_END = re.compile(r"\?+[\"'\u201d)\]]*(?=\s|$)")
-#: Where a sentence ends (as ``llm.extractive_subject`` cuts sentences).
+#: Where a sentence ends, its closing quotes or brackets included.
 _SENTENCE_BREAK = re.compile(r"[.!?]+[\"'\u201d)\]]*(?=\s|$)")
-#: The space between two sentences.
-_SENTENCES = re.compile(r"(?<=[.!?])\s+")
+#: Where one sentence of a message ends and the next begins (also how
+#: ``llm.extractive_followup`` finds a message's last sentence).
+SENTENCE_GAP = re.compile(r"(?<=[.!?])\s+(?=\S)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +99,7 @@ def search_text(text: str) -> str:
     asked = [
         " ".join(sentence.split())
         for begin, end in _ask(text)
-        for sentence in _SENTENCES.split(text[begin:end])
+        for sentence in SENTENCE_GAP.split(text[begin:end])
         if sentence.strip()
     ]
     kept: list[str] = []
@@ -130,4 +131,13 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
-__all__ = ["MAX_QUERY_CHARS", "MAX_READ_CHARS", "MAX_READ_WORDS", "ReadPart", "cut_note", "read_part", "search_text"]
+__all__ = [
+    "MAX_QUERY_CHARS",
+    "MAX_READ_CHARS",
+    "MAX_READ_WORDS",
+    "SENTENCE_GAP",
+    "ReadPart",
+    "cut_note",
+    "read_part",
+    "search_text",
+]
