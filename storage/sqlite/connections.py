@@ -11,14 +11,17 @@ import asyncio
 import logging
 import sqlite3
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import aiosqlite
 
 from storage.writer import backoff
 
 log = logging.getLogger("agentchat.storage")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +67,7 @@ def busy(exc: BaseException) -> bool:
 
 async def switch_to_wal(conn: aiosqlite.Connection, opts: SqliteOptions, path: Path) -> None:
     """``PRAGMA journal_mode = WAL``, retried while another connection holds the file,
-    for ``write_retry_s`` as every other write of the start-up is (``engine._when_free``).
+    for ``write_retry_s`` as every other write of the start-up is (``when_free``).
 
     SQLite answers this pragma "database is locked" at once, without its busy handler,
     when another connection is opening the same new file at that moment (several
@@ -72,12 +75,24 @@ async def switch_to_wal(conn: aiosqlite.Connection, opts: SqliteOptions, path: P
     process holds the file (a one-off command's write, an ``sqlite3`` shell, a backup).
     That was retried for ~1 s only, so the start-up failed ("database is locked", exit 3)
     where the migration check right after it would have waited."""
-    deadline = time.monotonic() + max(opts.write_retry_s, opts.busy_timeout_ms / 1000)
+    await when_free(
+        lambda: conn.execute("PRAGMA journal_mode = WAL"),
+        path,
+        max(opts.write_retry_s, opts.busy_timeout_ms / 1000),
+    )
+
+
+async def when_free(fn: Callable[[], Awaitable[T]], path: Path, wait_s: float) -> T:
+    """``fn()``, tried again while another connection holds the file (``busy``), for up
+    to ``wait_s`` with the writer's backoff; then its error. One WARNING names the file
+    at the first wait: the start-up's steps (the WAL switch, each migration step, the
+    writer's set-up) wait for another process's write this way instead of failing after
+    SQLite's busy timeout."""
+    deadline = time.monotonic() + wait_s
     attempt = 0
     while True:
         try:
-            await conn.execute("PRAGMA journal_mode = WAL")
-            return
+            return await fn()
         except sqlite3.OperationalError as exc:
             if not busy(exc) or time.monotonic() >= deadline:
                 raise
@@ -85,7 +100,7 @@ async def switch_to_wal(conn: aiosqlite.Connection, opts: SqliteOptions, path: P
         if attempt == 1:
             log.warning(
                 "the database is busy: another connection is writing it; the start-up waits for it",
-                extra={"path": str(path), "up_to_s": opts.write_retry_s},
+                extra={"path": str(path), "up_to_s": wait_s},
             )
         await asyncio.sleep(backoff(attempt))
 

@@ -5,10 +5,6 @@ module of the package (``storage.sqlite.writer_lock``, ``runtime_dir``: what a `
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import sqlite3
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -16,16 +12,13 @@ from typing import TypeVar
 import aiosqlite
 
 from storage.bundle import SqlStorage
-from storage.sqlite.connections import SqliteOptions, busy
+from storage.sqlite.connections import SqliteOptions, when_free
 from storage.sqlite.database import SqliteDatabase
 from storage.sqlite.dialect import SqliteSql
 from storage.sqlite.kb_index import SqliteKBIndex
 from storage.sqlite.live_log import WRITER_SETUP
 from storage.sqlite.migrations import migrate
 from storage.sqlite.runs import SqliteRunStore
-from storage.writer import backoff
-
-log = logging.getLogger("agentchat.storage")
 
 T = TypeVar("T")
 
@@ -69,21 +62,7 @@ async def _when_free(db: SqliteDatabase, fn: Callable[[aiosqlite.Connection], Aw
     the whole group. Running ``fn`` again is safe: a migration step that failed rolled
     back and the next run re-checks it inside its own transaction; the writer's setup
     creates temporary objects only if they do not exist."""
-    deadline = time.monotonic() + db.opts.write_retry_s
-    attempt = 0
-    while True:
-        try:
-            return await db.transact_raw(fn)
-        except sqlite3.OperationalError as exc:
-            if not busy(exc) or time.monotonic() >= deadline:
-                raise
-        attempt += 1
-        if attempt == 1:
-            log.warning(
-                "the database is busy: another connection is writing it; the start-up waits for it",
-                extra={"path": str(db.path), "up_to_s": db.opts.write_retry_s},
-            )
-        await asyncio.sleep(backoff(attempt))
+    return await when_free(lambda: db.transact_raw(fn), db.path, db.opts.write_retry_s)
 
 
 async def open_sqlite_storage(path: str | Path, opts: SqliteOptions | None = None) -> SqliteStorage:

@@ -42,7 +42,7 @@ class _SqliteRunner(MigrationRunner):
         if step.rebuilds:  # only outside a transaction does this pragma take effect
             await conn.execute("PRAGMA foreign_keys = OFF")
         # The keys are restored whatever fails, the BEGIN too: a busy file fails it, the
-        # start-up tries the steps again (``engine._when_free``), and a writer left with
+        # start-up tries the steps again (``connections.when_free``), and a writer left with
         # keys off would read "off" as what to restore - and serve without ON DELETE CASCADE.
         try:
             await conn.execute("BEGIN IMMEDIATE")
