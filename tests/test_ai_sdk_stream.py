@@ -278,6 +278,28 @@ async def test_bad_bodies_are_refused_before_anything_streams(settings: Settings
     assert (context.status_code, context.json()["error"]) == (400, "unknown_context_type")
 
 
+@pytest.mark.parametrize("text", [5, ["What is a bucket?"], {"text": "hi"}], ids=["number", "array", "object"])
+async def test_a_text_part_whose_text_is_not_a_string_is_refused(settings: Settings, text: Any) -> None:
+    """A text part's ``text`` of another type was turned into its Python repr (``5``,
+    ``['What is a bucket?']``) and answered, the chat titled with it: in the question and
+    in an earlier turn alike, it is a 400 naming the part."""
+    earlier = {"id": "m0", "role": "user", "parts": [{"type": "text", "text": text}]}
+    answer = {"id": "a0", "role": "assistant", "parts": [{"type": "text", "text": "An answer."}]}
+    async with running_app(settings) as (base, _), httpx.AsyncClient(base_url=base, timeout=30) as http:
+        question = ui_body("c-text", "ignored")
+        question["messages"][0]["parts"][0]["text"] = text
+        last = await http.post("/v1/agent/ui-stream", json=question)
+        history = ui_body("c-text-2", "What is a bucket?")
+        history["messages"][:0] = [earlier, answer]
+        first = await http.post("/v1/agent/ui-stream", json=history)
+        chats = (await http.get("/v1/agent/conversations")).json()["conversations"]
+    assert (last.status_code, last.json()["error"]) == (400, "invalid_field"), last.text
+    assert last.json()["detail"] == "messages[0].parts[0].text must be a string"
+    assert (first.status_code, first.json()["error"]) == (400, "invalid_field"), first.text
+    assert first.json()["detail"] == "messages[0].parts[0].text must be a string"
+    assert chats == []  # nothing started
+
+
 
 async def test_a_chat_id_the_post_refuses_is_a_400_on_the_resume_too(settings: Settings) -> None:
     """The resume (``GET …/{chat_id}/stream``) answered 204 ("no live run") for an id the

@@ -110,6 +110,20 @@ async def test_a_content_part_the_agent_cannot_read_is_refused(base: str, stream
     assert isinstance(refused.value.body, dict) and part["type"] in refused.value.body["message"]
 
 
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("text", [5, ["What is a bucket?"], {"text": "hi"}], ids=["number", "array", "object"])
+async def test_a_text_part_whose_text_is_not_a_string_is_refused(base: str, stream: bool, text: Any) -> None:
+    """A text part's ``text`` of another type was turned into its Python repr (``5``,
+    ``['What is a bucket?']``) and answered, the conversation titled with it; OpenAI's API
+    refuses it as a type error, and so does this face."""
+    message = {"role": "user", "content": [{"type": "text", "text": text}]}
+    async with sdk(base) as client:
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.chat.completions.create(model=MODEL, messages=[message], stream=stream)  # type: ignore[call-overload]
+    assert (refused.value.param, refused.value.code) == ("messages[0].content[0].text", "invalid_type")
+    assert isinstance(refused.value.body, dict) and "must be a string" in refused.value.body["message"]
+
 async def _whole(client: openai.AsyncOpenAI, **extra: Any) -> tuple[str, str]:
     done = await client.chat.completions.create(model=MODEL, messages=QUESTION, **extra)  # type: ignore[call-overload]
     [choice] = done.choices

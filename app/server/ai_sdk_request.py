@@ -4,8 +4,8 @@ both decodes the body (``parse_body``) and is its schema in the OpenAPI descript
 
 Decoded as the native body is (``app/server/body_structs.py``: field by field in
 declaration order, the first field at fault answers), and as leniently as before: any
-object is a UI message (its text: its ``text`` parts, else a ``content`` string), and a
-``context`` of ``null``, ``""``, ``0``, ``[]`` or ``false`` is no context.
+object is a UI message (its text: its ``text`` parts, each a string, else a ``content``
+string), and a ``context`` of ``null``, ``""``, ``0``, ``[]`` or ``false`` is no context.
 """
 
 from __future__ import annotations
@@ -199,12 +199,20 @@ def part_state(part: Any) -> Any:
     return part.get("state") if isinstance(part, dict) else None
 
 
-def _message_text(message: UIMessage) -> str:
-    """A UI message's text: its ``text`` parts (AI SDK 5+), else a ``content`` string."""
+def _message_text(message: UIMessage, where: str) -> str:
+    """A UI message's text: its ``text`` parts (AI SDK 5+), else a ``content`` string. A
+    text part whose ``text`` is not a string is a 400 naming it (``where``: the message):
+    read leniently, its repr became the question (``['a']``) and the chat's title."""
     if isinstance(message.parts, list):
-        return "".join(
-            str(p.get("text") or "") for p in message.parts if isinstance(p, dict) and p.get("type") == "text"
-        )
+        texts: list[str] = []
+        for j, part in enumerate(message.parts):
+            if not isinstance(part, dict) or part.get("type") != "text":
+                continue
+            text = part.get("text")
+            if text is not None and not isinstance(text, str):
+                raise HTTPProblem(400, "invalid_field", f"{where}.parts[{j}].text must be a string")
+            texts.append(text or "")
+        return "".join(texts)
     return message.content if isinstance(message.content, str) else ""
 
 
@@ -237,7 +245,7 @@ def parse_body(
                 part_state(p) == "approval-responded" for p in (value[-1].parts or []) if isinstance(p, dict)
             ):
                 return  # an approval reply (read below)
-            question = _message_text(value[-1])
+            question = _message_text(value[-1], f"messages[{len(value) - 1}]")
             if value[-1].role != "user" or not question.strip():
                 raise HTTPProblem(400, "invalid_field", "the last message must be a user message with a text part")
             if len(question) > max_message_chars:
@@ -253,9 +261,9 @@ def parse_body(
         return reply
     earlier = [
         Message(m.role, text)
-        for m in request.messages[:-1]
-        if m.role in ("user", "assistant") and (text := _message_text(m)).strip()
+        for i, m in enumerate(request.messages[:-1])
+        if m.role in ("user", "assistant") and (text := _message_text(m, f"messages[{i}]")).strip()
     ]
-    question = _message_text(request.messages[-1])
+    question = _message_text(request.messages[-1], f"messages[{len(request.messages) - 1}]")
     chat = ChatInput(question, request.context_type, request.context or {}, request.id, request.multitask)
     return chat, earlier, history_branch(request)

@@ -177,7 +177,13 @@ def _text(content: str | list[Any] | None, role: str, where: str) -> str:
                 f"{kind} content parts are not supported: the agent reads text only ({where}.content[{j}])",
                 f"{where}.content[{j}]",
             )
-        texts.append(str(part.get(kind) or ""))
+        text = part.get(kind)
+        if text is not None and not isinstance(text, str):
+            # OpenAI refuses it too; str() made its repr the question (``['a']``).
+            raise OpenAIProblem(
+                400, "invalid_type", f"{where}.content[{j}].{kind} must be a string", f"{where}.content[{j}].{kind}"
+            )
+        texts.append(text or "")
     return "\n".join(texts)
 
 
