@@ -226,6 +226,7 @@ class VectorBackfill:
         embedder = self._embedder
         if embedder is None or self._embed_key is None:
             return 0
+        await self._dense.count_unreadable()  # where the engine searches, nothing else counts them
         # A copy: the dense side's own dict loses a document the moment an ingest or a
         # delete of this process replaces it, which may happen during this pass's awaits.
         unreadable = dict(self._dense.unreadable())

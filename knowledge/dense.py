@@ -94,6 +94,11 @@ class DenseSide(Protocol):
         wrong length, none): out of every search by meaning until re-embedded."""
         ...
 
+    async def count_unreadable(self) -> None:
+        """Count ``unreadable`` anew from the store (the back-fill pass asks before it
+        repairs): where the load reads every vector it counts them itself."""
+        ...
+
 
 class MatrixDense:
     """The in-memory matrix (see the module docstring)."""
@@ -200,6 +205,9 @@ class MatrixDense:
     def unreadable(self) -> dict[str, int]:
         return self.matrix.unreadable
 
+    async def count_unreadable(self) -> None:
+        """Nothing to do: every load and reload reads each vector and counts (``VectorIndex``)."""
+
 
 class DatabaseDense:
     """The engine's own vector search (see the module docstring)."""
@@ -216,6 +224,11 @@ class DatabaseDense:
         self._embed_model = embed_model
         self._dim = dim
         self._seen = False
+        #: Chunks per document whose stored vector is none or of another width (the
+        #: engine's search leaves them out by its own condition), as last counted: at
+        #: the load, by each back-fill pass (``count_unreadable``), and those still
+        #: counted are asked again at a reload (another process may have repaired them).
+        self._unreadable: dict[str, int] = {}
 
     @property
     def dim(self) -> int:
@@ -229,13 +242,19 @@ class DatabaseDense:
             self._seen = True
 
     def remove_document(self, doc_id: str) -> int:
+        self._unreadable.pop(doc_id, None)  # replaced or re-embedded: its new vectors are readable
         return 0
 
     async def load(self) -> int:
+        await self.count_unreadable()
         return 0
 
     async def reload(self) -> None:
         self._seen = False  # another process may have removed every vector: ask again
+        if self._unreadable:  # only those counted: a whole count is the load's and the pass's
+            found = await self._search.unreadable_vectors(self._embed_model, self._dim, list(self._unreadable))
+            # One replaced here meanwhile (``remove_document``) stays out.
+            self._unreadable = {d: n for d, n in found.items() if d in self._unreadable}
 
     async def available(self) -> bool:
         # Once vectors exist they are assumed to stay (a search of an emptied index just
@@ -254,12 +273,20 @@ class DatabaseDense:
         return await self._search.cosines(chunk_ids, query)
 
     async def status(self) -> dict[str, Any]:
-        return {"search": "the engine's vector index", **await self._search.vector_index_status()}
+        return {
+            "search": "the engine's vector index",
+            **await self._search.vector_index_status(),
+            "unreadable_vectors": sum(self._unreadable.values()),
+            "unreadable_documents": len(self._unreadable),
+        }
 
     def unreadable(self) -> dict[str, int]:
-        """Nothing is loaded here: the engine's search leaves a vector of another
-        width out by its own condition (``vector_dims``), uncounted."""
-        return {}
+        return self._unreadable
+
+    async def count_unreadable(self) -> None:
+        """Ask the engine (``KBVectorSearch.unreadable_vectors``: one scan of this
+        embedder's chunks)."""
+        self._unreadable = await self._search.unreadable_vectors(self._embed_model, self._dim)
 
 
 def dense_side(index: KBIndex, embed_model: str | None, dim: int, *, executor_rows: int = 2_000) -> DenseSide:

@@ -259,8 +259,9 @@ class LiveCollector:
         if s.kb_unreadable_vectors is not None:
             yield GaugeMetricFamily(
                 "agentchat_kb_vectors_unreadable",
-                "Stored knowledge-base vectors (chunks) the in-memory load could not read - the wrong length, "
-                "or none for a chunk of an embedded document: out of searches by meaning until their documents "
+                "Stored knowledge-base vectors (chunks) that cannot be read - the wrong length, or none for a "
+                "chunk of an embedded document (on PostgreSQL counted at start and by the back-fill pass): out "
+                "of searches by meaning until their documents "
                 "are re-embedded in the background.",
                 value=s.kb_unreadable_vectors(),
             )

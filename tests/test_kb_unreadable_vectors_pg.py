@@ -1,0 +1,100 @@
+"""A stored chunk vector of another width than its document says, on a real PostgreSQL:
+the column is an unsized ``vector``, so such a row can be stored (``agentchat migrate-db``
+copies a torn SQLite vector as it is, an embedder may answer another width than it
+said), and the engine's search leaves it out by its own condition (``vector_dims``).
+It used to be left out uncounted, its document still embedded, never re-embedded. Now,
+as on SQLite (``tests/test_kb_unreadable_vectors.py``), it is counted (``/readyz``'s
+``semantic_search.index``, ``KBStatus.unreadable_vectors`` for ``/metrics``, a
+search's ``warnings``) and its document is re-embedded by the back-fill pass."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+
+from knowledge.kb import KnowledgeBase
+from storage.postgres import PostgresStorage, open_postgres_storage
+from tests.support.deadline import until
+from tests.support.postgres import GUARDED, TestPostgres
+from toolindex.hashing import HashingEmbedder
+
+DOCS = [
+    {"id": "kiwi", "title": "Kiwi", "text": "Kiwi birds cannot fly and live in New Zealand forests."},
+    {"id": "penguin", "title": "Penguin", "text": "Penguins swim in cold southern oceans and eat krill."},
+    {"id": "ostrich", "title": "Ostrich", "text": "Ostriches run fast across the African savanna."},
+]
+QUESTION = "penguins in cold southern oceans"
+
+
+@pytest.fixture
+async def url(pg_server: TestPostgres) -> AsyncIterator[str]:
+    with pg_server.database() as url:
+        yield url
+
+
+async def _opened(url: str) -> tuple[PostgresStorage, KnowledgeBase]:
+    """A replica's start: its own storage and knowledge base on the shared database."""
+    storage = await open_postgres_storage(url)
+    kb = await KnowledgeBase.create(storage.kb_index, HashingEmbedder(dim=128), schema_version=storage.schema_version)
+    return storage, kb
+
+
+async def _closed(storage: PostgresStorage, kb: KnowledgeBase) -> None:
+    await kb.aclose()
+    await storage.close()
+
+
+async def _cut_vector(url: str, doc_id: str) -> None:
+    """Store ``doc_id``'s vectors at half their width, as a copy of a torn SQLite vector does."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True, **GUARDED) as conn:
+        await conn.execute(
+            "UPDATE kb_chunks SET embedding = ((embedding::real[])[1:64])::vector WHERE doc_id = %s", (doc_id,)
+        )
+
+
+async def test_a_vector_of_another_width_is_counted_and_its_document_re_embedded(url: str) -> None:
+    storage, kb = await _opened(url)
+    try:
+        await kb.ingest_documents(DOCS)
+    finally:
+        await _closed(storage, kb)
+    await _cut_vector(url, "penguin")
+
+    leader, sibling = await _opened(url), await _opened(url)
+    try:
+        kb = leader[1]
+        index = (await kb.status.semantic())["index"]
+        assert (index["unreadable_vectors"], index["unreadable_documents"]) == (1, 1), index
+        assert kb.status.unreadable_vectors == 1
+        found = await kb.search(QUESTION, mode="semantic")
+        assert "penguin" not in [h.doc_id for h in found.hits]
+        assert any(
+            "1 chunk(s) of 1 document(s) have stored vectors that could not be read" in w for w in found.warnings
+        ), found.warnings
+        assert sibling[1].status.unreadable_vectors == 1  # every replica counts at its start
+
+        assert await kb.backfill.run_pass() == 1
+        assert kb.status.unreadable_vectors == 0
+        assert (await kb.status.semantic())["index"]["unreadable_vectors"] == 0
+        found = await kb.search(QUESTION, mode="semantic")
+        assert found.hits[0].doc_id == "penguin" and not found.warnings, found.warnings
+
+        # The sibling asks again about what it counted once it takes the change in (its
+        # searches look for other processes' writes at most once a second).
+        async def sibling_sees_the_repair() -> bool:
+            found = await sibling[1].search(QUESTION, mode="semantic")
+            return not found.warnings and found.hits[0].doc_id == "penguin"
+
+        await until(sibling_sees_the_repair, "the sibling replica to take the repair in", step=0.05)
+        assert sibling[1].status.unreadable_vectors == 0
+    finally:
+        await _closed(*sibling)
+        await _closed(*leader)
+
+    storage, kb = await _opened(url)
+    try:  # the repair was stored: a new replica counts nothing
+        assert kb.status.unreadable_vectors == 0
+    finally:
+        await _closed(storage, kb)
