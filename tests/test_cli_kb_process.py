@@ -7,6 +7,7 @@ ingests with exit code 0, its non-documents skipped and counted."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import sys
@@ -317,3 +318,32 @@ async def test_the_progress_counts_chunks_as_they_are_embedded(tmp_path: Path) -
         last = rest.decode().splitlines()[-1]
         assert re.search(r"; chunks: (\d+)/\1 embedded( \(\d+/s\))?, \1 stored$", last), last
         assert "80 documents added" in out.decode()
+
+
+async def test_output_piped_into_a_reader_that_stops_ends_quietly(tmp_path: Path) -> None:
+    """``agentchat docs list | head`` printed two chained ``BrokenPipeError`` tracebacks
+    once ``head`` had its lines; a short listing whose reader left before the end said
+    ``Exception ignored ... BrokenPipeError`` at exit (code 120). Now either ends as a
+    shell tool does: nothing on stderr, exit 141 (128 + SIGPIPE)."""
+    env = child_env({"AGENT_DB_PATH": str(tmp_path / "agent.db")})
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    for i in range(150):  # a listing of ~13 KB: written while the command runs, past the pipe's buffer
+        (pages / f"page-{i:03}.md").write_text(f"# Page {i}\n\nThe text of page number {i}.\n")
+    code, out, err = await agentchat(env, "ingest", str(pages), "--quiet")
+    assert code == 0, out + err
+    for argv in (["docs", "list", "--limit", "150"], ["buckets"]):
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # the reader is gone before the first line
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "app.cli", *argv, cwd=REPO, env=env,
+                stdout=write_end, stderr=asyncio.subprocess.PIPE,
+            )
+        finally:
+            os.close(write_end)
+        try:
+            _, err_bytes = await within(proc.communicate(), f"agentchat {' '.join(argv)}", 180)
+        finally:
+            await reap(proc, "agentchat", grace=5)
+        assert (proc.returncode, err_bytes.decode()) == (141, ""), argv

@@ -14,6 +14,7 @@ without a word (SIGTERM) or with a traceback (Ctrl-C).
 
 from __future__ import annotations
 
+import os
 import sys
 
 from app.cli.gcpolicy import tune_for_start
@@ -26,10 +27,13 @@ from app.cli.interrupts import (
     restore_sigterm,
 )
 
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE (13), as a shell reports a tool SIGPIPE ended
+
 
 def main(argv: list[str] | None = None) -> int:
     """``agentchat``: SIGTERM or Ctrl-C before the command handles them itself ends it
-    with one line on stderr and exit code 143 or 130."""
+    with one line on stderr and exit code 143 or 130; output piped into a reader that
+    stopped reading (``| head``) ends it quietly with 141."""
     previous = early_sigterm()
     args = sys.argv[1:] if argv is None else argv
     try:
@@ -37,7 +41,14 @@ def main(argv: list[str] | None = None) -> int:
         without_httpx_cli()
         from app.cli.commands import main as run_command
 
-        return run_command(argv)
+        code = run_command(argv)
+        sys.stdout.flush()  # here, not at exit, where a reader that left is a BrokenPipeError
+        return code
+    except BrokenPipeError:
+        # `agentchat docs list | head`: the reader has what it wanted. Quiet, as a shell tool
+        # killed by SIGPIPE; stdout onto /dev/null, or the exit's flush raises it again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except Terminated:
         print(f"{command_name(args)}: terminated (SIGTERM)", file=sys.stderr)
         return EXIT_TERMINATED
