@@ -234,6 +234,15 @@ def test_command_groups_speak_in_commands_not_argparse_names(capsys: pytest.Capt
         assert _error(capsys, group.split()) == f"{prefix}: error: choose one of: {', '.join(commands)}"
 
 
+
+def test_a_missing_argument_names_only_what_is_required(capsys: pytest.CaptureFixture[str]) -> None:
+    """``agentchat buckets create`` alone said ``the following arguments are required: name,
+    FIELD:TYPE`` (Python 3.11's argparse counts an empty ``nargs="*"`` as missing), while
+    ``buckets create NAME`` with no field makes a bucket: only the name is required."""
+    assert _error(capsys, ["buckets", "create"]) == (
+        "agentchat buckets create: error: the following arguments are required: name"
+    )
+
 @pytest.mark.parametrize(("argv", "line"), [
     (["docs"], "agentchat docs: error: choose one of: list, rm"),
     (["keywords"], "agentchat keywords: error: choose one of: prune"),

@@ -71,7 +71,8 @@ def add_kb_commands(sub: Any) -> None:
     bucket_sub.add_parser("list", help="list buckets, their schemas and counts (as `agentchat buckets` alone)")
     create = bucket_sub.add_parser("create", help="create a bucket with typed metadata fields")
     create.add_argument("name", help="bucket name: lowercase letters, digits and _, starting with a letter")
-    create.add_argument("fields", nargs="*", metavar="FIELD:TYPE",
+    # default=[]: without one, Python 3.11's argparse lists an empty "*" as a required argument.
+    create.add_argument("fields", nargs="*", default=[], metavar="FIELD:TYPE",
                         help="TYPE is TEXT, INTEGER, REAL, DATE or BOOLEAN (e.g. vendor:TEXT amount:REAL)")
     rm = bucket_sub.add_parser("rm", help="remove a bucket and every document in it (no other bucket's)")
     rm.add_argument("name", help="the bucket to remove")
