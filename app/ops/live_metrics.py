@@ -268,7 +268,8 @@ class LiveCollector:
         if s.kb_bucket_list_failures is not None:
             yield _counter(
                 "agentchat_kb_bucket_list_failures",
-                "Reads of the knowledge base's bucket list that failed (the storage): a run whose context names "
+                "Reads of the knowledge base's bucket list that failed (the storage) or outlasted a request's "
+                "storage budget: a run whose context names "
                 "buckets was answered 503 storage_unavailable, a corpus tool's error said the list could not be "
                 "read - never that a bucket is unknown or that there are none.",
                 s.kb_bucket_list_failures(),

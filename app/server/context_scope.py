@@ -62,7 +62,17 @@ async def check_bucket_scope(svc: Services, context: Mapping[str, Any]) -> None:
     if named is None or knowledge is None:  # no KB room: no search tool reads the scope
         return
     key, names = named
-    await storage_budget.bounded("the knowledge base cannot be read right now", _check_names(knowledge.kb, key, names))
+    kb = knowledge.kb
+
+    def cut() -> None:
+        # The budget's backstop cancelled the read: the knowledge base, which counts the
+        # bucket list's failed reads (``agentchat_kb_bucket_list_failures_total``), never
+        # saw it fail, and this 503 went uncounted.
+        kb.status.bucket_list_failures += 1
+
+    await storage_budget.bounded(
+        "the knowledge base cannot be read right now", _check_names(kb, key, names), on_cut=cut
+    )
 
 
 async def _check_names(kb: Any, key: str, names: list[str]) -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from typing import TypeVar
 
@@ -96,25 +96,30 @@ def unavailable(what: str) -> HTTPProblem:
     return HTTPProblem(503, "storage_unavailable", f"{what}; retry shortly", {"Retry-After": "5"})
 
 
-async def bounded(what: str, step: Awaitable[T]) -> T:
+async def bounded(what: str, step: Awaitable[T], *, on_cut: Callable[[], None] | None = None) -> T:
     """A read of an admission step (the context's buckets looked up, the user's runs
     counted before an import) within what is left of the request's budget: past it, or
     when the store says it is away, 503 ``storage_unavailable`` (``unavailable(what)``).
     Such reads take no deadline of their own — a pooled connection's wait is the pool's
     whole timeout, a connection that hangs has none — so the budget bounds the wait
     here, where the request is refused anyway; the read abandoned is a read only.
+    ``on_cut`` hears of a read this backstop cancelled: the store never saw it fail, so
+    whatever counts the store's failures would not count that refusal.
     Outside an admitted request the step runs unbounded."""
     found = _DEADLINE.get()
+    if found is None:
+        return await step
+    # A backstop a little past the budget: an engine that bounds its own statements
+    # (PostgreSQL: ``storage/request_scope.py``) answers at the deadline itself, and
+    # must do so before this cancels the read — a psycopg read cancelled mid-statement
+    # asks the server to cancel it, which a frozen server never answers (10 s lost).
+    backstop = asyncio.timeout(max(0.0, found - time.monotonic()) + BACKSTOP_GRACE_S)
     try:
-        if found is None:
-            return await step
-        # A backstop a little past the budget: an engine that bounds its own statements
-        # (PostgreSQL: ``storage/request_scope.py``) answers at the deadline itself, and
-        # must do so before this cancels the read — a psycopg read cancelled mid-statement
-        # asks the server to cancel it, which a frozen server never answers (10 s lost).
-        async with asyncio.timeout(max(0.0, found - time.monotonic()) + BACKSTOP_GRACE_S):
+        async with backstop:
             return await step
     except (TimeoutError, StorageUnavailable):
+        if backstop.expired() and on_cut is not None:
+            on_cut()
         raise unavailable(what) from None
 
 
