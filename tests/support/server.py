@@ -7,6 +7,7 @@ responses and hides streaming, timing and disconnect bugs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -14,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import uvicorn
+from uvicorn.config import LifespanType
 
 #: How long an app's start-up (its lifespan) may take before the test fails.
 STARTUP_GUARD_S = 120.0
@@ -40,10 +42,8 @@ class _Server(uvicorn.Server):
         should_exit = await self.on_tick(counter)
         while not should_exit:
             counter = (counter + 1) % 864000
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), 0.1)
-            except TimeoutError:
-                pass
             should_exit = await self.on_tick(counter)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
@@ -75,7 +75,7 @@ class _Server(uvicorn.Server):
 
 
 @asynccontextmanager
-async def serve_app(app: Any, *, lifespan: str = "on", **config: Any) -> AsyncIterator[str]:
+async def serve_app(app: Any, *, lifespan: LifespanType = "on", **config: Any) -> AsyncIterator[str]:
     """Serve ``app`` on 127.0.0.1:<free port> inside the current event loop; yield its base URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
