@@ -106,6 +106,20 @@ def test_the_knowledge_tools_read_as_a_person_says_them() -> None:
         assert readable(summarize_result(content)) == expected, name
 
 
+def test_an_answer_citing_two_passages_of_one_page_cites_one_source() -> None:
+    """The playground shows one source card per document and the OpenAI face one
+    ``Sources:`` line per document; the summary counted passages ("citing 2 sources") above
+    a single card. It counts documents as they do: the link, else the id before ``#``."""
+    same_page = {"delivered": True, "source_count": 3,
+                 "sources": [{"id": "doc-1#1", "title": "Durable runs", "kind": "internal"},
+                             {"id": "doc-1#4", "title": "Durable runs", "kind": "internal"},
+                             {"id": "px_1#2", "title": "npm docs", "kind": "external", "url": "https://docs.npmjs.com"}]}
+    assert readable(summarize_result(same_page)) == (
+        "answer delivered, citing 2 sources: \u201cDurable runs\u201d, \u201cnpm docs\u201d")
+    one = {"delivered": True, "source_count": 2,
+           "sources": [{"id": "doc-1#1", "title": "Durable runs"}, {"id": "doc-1#4", "title": "Durable runs"}]}
+    assert readable(summarize_result(one)) == "answer delivered, citing 1 source: \u201cDurable runs\u201d"
+
 def test_other_shapes_errors_and_server_text() -> None:
     # An MCP tool's text is the server's words, quoted; labels and advice are left out.
     assert summarize_result({"server": "x", "tool": "echo", "text": "Echo: hi", "quoted_from": "mcp:x/echo",

@@ -180,11 +180,21 @@ def _delivered(c: Mapping[str, Any]) -> str | None:
     if c.get("delivered") is not True:
         return None
     sources = _list(c, "sources")
-    n = c.get("source_count") if isinstance(c.get("source_count"), int) else len(sources)
+    # Documents, as the playground's source cards and the OpenAI face's Sources: lines count
+    # them (the link, else the id before '#'): two passages of one page are one source.
+    documents = {_document_key(s) for s in sources if isinstance(s, Mapping)} - {""}
+    n = len(documents) or (c.get("source_count") if isinstance(c.get("source_count"), int) else len(sources))
     if not n:
         return "answer delivered, citing no sources"
     names = names_of(sources)
     return f"answer delivered, citing {plural(int(n), 'source')}" + (f": {names}" if names else "")
+
+
+def _document_key(source: Mapping[str, Any]) -> str:
+    url, ident = source.get("url"), source.get("id")
+    if isinstance(url, str) and url:
+        return url
+    return ident.split("#")[0] if isinstance(ident, str) else ""
 
 
 def _document(c: Mapping[str, Any]) -> str | None:
