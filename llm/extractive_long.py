@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from llm.extractive_subject import _ask
+from llm.extractive_subject import asking_spans
 
 #: The most words (runs of non-space characters) of a message the answerer reads.
 MAX_READ_WORDS = 250
@@ -92,13 +92,13 @@ def _window(text: str, starts: list[int], end: int) -> int:
 def search_text(text: str) -> str:
     """What the knowledge search looks for when asked ``text`` (the part read): itself
     within ``MAX_QUERY_CHARS``; past that, what it asks (its question sentences,
-    ``llm.extractive_subject._ask``), as many of the last sentences as fit, not its
+    ``llm.extractive_subject.asking_spans``), as many of the last sentences as fit, not its
     first characters, which are the context a question follows."""
     if len(text) <= MAX_QUERY_CHARS:
         return text
     asked = [
         " ".join(sentence.split())
-        for begin, end in _ask(text)
+        for begin, end in asking_spans(text)
         for sentence in SENTENCE_GAP.split(text[begin:end])
         if sentence.strip()
     ]

@@ -267,7 +267,7 @@ _STATEMENT_OPENER = re.compile(
 )
 
 
-def _ask(text: str) -> list[tuple[int, int]]:
+def asking_spans(text: str) -> list[tuple[int, int]]:
     """The spans of ``text`` that ask: its question sentences (those ending with "?"),
     each from where its question starts (``_question_start``); in a message with no
     question sentence, those not greeting or saying the writer's setting
@@ -276,7 +276,8 @@ def _ask(text: str) -> list[tuple[int, int]]:
     all of it when every sentence does ("I need to rotate the JWT key"); an imperative
     ("Explain Kubernetes pods. Keep it short.") is asked whole. Greetings, sign-offs, a
     sentence of context ("We use Jenkins.", "Cheers, Maria") are outside every span
-    (``_outside_ask``)."""
+    (``_outside_ask``). Public: a message too long for the search tools is searched for
+    by these spans (``llm.extractive_long.search_text``)."""
     sentences: list[tuple[int, int, bool]] = []
     start = 0
     for m in _SENTENCE_BREAK.finditer(text):
@@ -299,7 +300,7 @@ def _ask(text: str) -> list[tuple[int, int]]:
 
 
 def ask_of(question: str, unsaid: Iterable[str] = ()) -> str:
-    """``question`` without the greetings, context and sign-off outside its ask (``_ask``)
+    """``question`` without the greetings, context and sign-off outside its ask (``asking_spans``)
     that write a name in ``unsaid``, what no passage found says (``unmentioned``): "Hello
     from Berlin! How do I cancel a run?" asks "How do I cancel a run?". The answer is
     chosen for it, so a name of the reader's own stack (a team's Slack, a laptop's
@@ -314,7 +315,7 @@ def ask_of(question: str, unsaid: Iterable[str] = ()) -> str:
     if not missing:
         return question
     text = unicodedata.normalize("NFKC", question)
-    spans = _ask(text)
+    spans = asking_spans(text)
     kept: list[str] = []
     dropped = False
     at = 0
@@ -331,7 +332,7 @@ def ask_of(question: str, unsaid: Iterable[str] = ()) -> str:
 
 
 def _outside_ask(text: str, spans: list[tuple[int, int]], name: str) -> bool:
-    """``name`` is written only outside the message's ask (``spans``, ``_ask``) or in
+    """``name`` is written only outside the message's ask (``spans``, ``asking_spans``) or in
     brackets in it: context, a greeting or a sign-off, not what is asked."""
     at = text.find(name)
     while at >= 0:
@@ -345,13 +346,13 @@ def _outside_ask(text: str, spans: list[tuple[int, int]], name: str) -> bool:
 def declined(question: str, missing: Iterable[str], answered: bool) -> tuple[str, ...]:
     """Of the names no passage mentions (``unmentioned``), those the answer declines for,
     to be named in it; none when it answers. Only a name in the question's ask counts
-    (``_ask``: "Hello from Berlin! How do I cancel a run?", "My team uses Slack; how do I
+    (``asking_spans``: "Hello from Berlin! How do I cancel a run?", "My team uses Slack; how do I
     add an MCP server?" and "Which embedder works offline? Cheers, Maria" are answered:
     the name says nothing of what is asked). Such a name declines the question when it is
     what the question is about (``asked_about``), or when no unit answers the rest of it
     well (``answered`` false: "Can I deploy the service on AWS Lambda?")."""
     text = unicodedata.normalize("NFKC", question)
-    spans = _ask(text)  # once: a message of AGENT_MAX_MESSAGE_CHARS may name a thousand things
+    spans = asking_spans(text)  # once: a message of AGENT_MAX_MESSAGE_CHARS may name a thousand things
     asked = tuple(n for n in missing if not _outside_ask(text, spans, n))
     if not asked or (answered and not set(asked) & set(asked_about(question))):
         return ()
@@ -376,4 +377,4 @@ def unmentioned(question: str, said: Iterable[frozenset[str]], words: Words) -> 
     return tuple(n for n in out if not any(o != n and o.strip("`") in n for o in out))
 
 
-__all__ = ["ask_of", "asked_about", "declined", "names", "unmentioned"]
+__all__ = ["ask_of", "asked_about", "asking_spans", "declined", "names", "unmentioned"]
