@@ -121,6 +121,12 @@ def test_help_texts_say_what_the_backend_is_in_plain_words(capsys: pytest.Captur
         assert "caller's own token" in flat[name], flat[name]
 
 
+def test_ingest_help_says_which_bucket_it_fills_without_bucket(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--bucket BUCKET  bucket to ingest into (created on the first document)`` left a
+    newcomer guessing where ``agentchat ingest DIR`` alone puts the files."""
+    text = " ".join(_help(capsys, cli.main, ["ingest"]).split())
+    assert "--bucket BUCKET bucket to ingest into (default: default, " in text, text
+
 class _Execed(Exception):
     def __init__(self, argv: list[str]) -> None:
         super().__init__(argv)

@@ -47,7 +47,9 @@ def add_kb_commands(sub: Any) -> None:
     )
     ingest.add_argument("paths", nargs="+", metavar="PATH",
                         help="files or folders to read (.md .txt .rst .html .json .jsonl .pdf; folders recursively)")
-    ingest.add_argument("--bucket", default="default", help="bucket to ingest into (created on the first document)")
+    ingest.add_argument("--bucket", default="default",
+                        help="bucket to ingest into (default: default, the bucket of the sample knowledge base that "
+                        "chats search unless told otherwise: AGENT_KB_DEFAULT_BUCKETS; created on the first document)")
     ingest.add_argument("--quiet", action="store_true", help="no progress")
     ingest.add_argument("--follow-links", action="store_true",
                         help="follow symbolic links below the named paths (skipped and counted by default)")
