@@ -144,7 +144,12 @@ async def test_max_message_chars_is_a_setting_on_every_face(tmp_path: Path) -> N
         fits = await http.post("/v1/agent/runs", json={"message": "x" * 10, "context_type": "knowledge"})
         described = (await http.get("/openapi.json")).json()
     assert native.status_code == 400 and native.json()["detail"] == "message is longer than 10 characters"
+    assert native.json()["error"] == "invalid_field"  # the native face's code for a field's value
     assert openai.status_code == 400 and "longer than 10 characters" in openai.json()["error"]["message"]
+    # OpenAI's own code and param for a string past its limit, which its clients tell apart.
+    said = openai.json()["error"]
+    assert (said["type"], said["code"], said["param"]) == (
+        "invalid_request_error", "string_above_max_length", "messages[0].content"), said
     assert ui.status_code == 400 and "longer than 10 characters" in ui.json()["detail"], ui.text
     assert fits.status_code == 201, fits.text
     assert described["components"]["schemas"]["ChatRequest"]["properties"]["message"]["maxLength"] == 10

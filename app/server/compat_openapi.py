@@ -85,6 +85,8 @@ def openai_api() -> ApiContribution:
                         "content": {"application/json": {"schema": schema_ref("ChatCompletion")},
                                     "text/event-stream": _frames(chunk, "One chunk, or `[DONE]`")}},
                 "400": _openai_error("The body is invalid (`invalid_json`, `invalid_value`, …; `param` names it), "
+                                     "the last message is past `AGENT_MAX_MESSAGE_CHARS` "
+                                     "(`string_above_max_length`), "
                                      "or `context.buckets` names an unknown bucket (`unknown_bucket`)"),
                 "401": unauthenticated,
                 "404": _openai_error("Unknown model (`model_not_found`) or another user's conversation"),

@@ -256,8 +256,15 @@ def parse_request(body: dict[str, Any], headers: Any, *, max_message_chars: int)
                     400, "invalid_value", "the last message must be a user message with text", "messages"
                 )
             if len(turns[-1][1]) > max_message_chars:
+                # OpenAI's own words for a string past its limit (code and param), which a
+                # client written for it tells apart from other invalid values.
+                where = f"messages[{len(body['messages']) - 1}].content"
                 raise OpenAIProblem(
-                    400, "invalid_value", f"the last message is longer than {max_message_chars} characters", "messages"
+                    400,
+                    "string_above_max_length",
+                    f"Invalid '{where}': string too long: the last message is longer than {max_message_chars} "
+                    "characters",
+                    where,
                 )
         elif (name == "n" and value not in (1, None)) or (name == "stream" and value not in (True, False, None)):
             raise refuse(name, value)
