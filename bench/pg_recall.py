@@ -147,6 +147,13 @@ DEFAULT_SETTINGS = (
 )
 
 
+def _graph_of(name: str) -> tuple[str, bool]:
+    """A setting's name -> ``(the setting without its graph suffix, whether it walks the
+    halfvec graph)``: ``<setting>_halfvec`` is ``<setting>`` through ``bench.pg_halfvec``'s
+    graph (``--graphs vector,halfvec``)."""
+    return (name.removesuffix("_halfvec"), True) if name.endswith("_halfvec") else (name, False)
+
+
 def doc_id(i: int) -> str:
     return f"{_PREFIX[_BUCKET_OF_KIND[i % 4]]}-{i:07d}"
 
@@ -202,9 +209,9 @@ def _in(bucket: str, only: set[str] | None) -> bool:
     return only is None or bucket in only
 
 
-async def loaded(url: str, n: int, only: set[str] | None = None) -> bool:
+async def loaded(url: str, n: int, only: set[str] | None = None, graphs: tuple[str, ...] = ("vector",)) -> bool:
     """Whether the database holds this corpus (documents per bucket) and its index
-    (``only``: those buckets, each with its own graph)."""
+    (``only``: those buckets, each with its own graph of every kind in ``graphs``)."""
     conn = await _connect(url)
     try:
         cur = await conn.execute("SELECT to_regclass('kb_documents') IS NOT NULL")
@@ -220,9 +227,16 @@ async def loaded(url: str, n: int, only: set[str] | None = None) -> bool:
             return False
         if held != expected:
             raise SystemExit(f"the database holds another corpus: {held}, expected {expected}")
+        from bench.pg_halfvec import index_name
         from storage.postgres.kb_graphs import graph_name
 
-        names = [f"kb_chunks_hnsw_{DIM}"] if only is None else [graph_name(DIM, b) for b in sorted(only)]
+        names = (
+            [f"kb_chunks_hnsw_{DIM}"]
+            if only is None
+            else [graph_name(DIM, b) for b in sorted(only)]
+            + [index_name(k, DIM, b) for k in graphs for b in sorted(only)]
+        )
+        names = sorted(set(names))
         cur = await conn.execute("SELECT count(*) FROM pg_indexes WHERE indexname = ANY(%s)", (names,))
         return (await cur.fetchone())[0] == len(names)
     finally:
@@ -240,13 +254,17 @@ async def load(
     memory: str,
     overlap: bool,
     only: set[str] | None = None,
+    graphs: tuple[str, ...] = ("vector",),
+    build_rounds: int = 1,
 ) -> dict[str, Any]:
     """Migrate, create the buckets, ``COPY`` documents, fields and vectors, build the HNSW
     index (named and shaped as ``storage.postgres.kb_index`` makes it, with ``m`` and
     ``ef_construction``). Triggers are off during the copy (``session_replication_role``):
     the chunks carry no text, so there is nothing to post or check. ``overlap``: the
     documents are copied while the index builds (at 1M their Python side takes minutes;
-    the build time then includes that contention)."""
+    the build time then includes that contention). ``graphs`` other than the product's
+    ``vector`` alone (with ``only``): every kind of graph per bucket, built
+    ``build_rounds`` times alternately after the documents (``bench.pg_halfvec``)."""
     from knowledge.buckets import typed_values
     from storage.postgres import open_postgres_storage
     from storage.postgres.kb_ddl import hnsw_index_name
@@ -296,12 +314,21 @@ async def load(
             )
             return time.perf_counter() - started
 
-        building = asyncio.create_task(build()) if overlap else None
+        kinds_ab = only is not None and graphs != ("vector",)
+        building = asyncio.create_task(build()) if overlap and not kinds_ab else None
         t0 = time.perf_counter()
         await _copy_documents(conn, n, only)
         await conn.execute("ANALYZE")
         copy_s += time.perf_counter() - t0
-        build_s = await building if building is not None else await build()
+        ab: list[dict[str, Any]] = []
+        if kinds_ab:
+            from bench.pg_halfvec import build_graphs
+
+            started = time.perf_counter()
+            ab = await build_graphs(other, DIM, sorted(only or ()), list(graphs), rounds=build_rounds, workers=workers)
+            build_s = time.perf_counter() - started
+        else:
+            build_s = await building if building is not None else await build()
         from storage.postgres.kb_graphs import graph_name
 
         names = [hnsw_index_name(DIM)] if only is None else [graph_name(DIM, b) for b in sorted(only)]
@@ -312,6 +339,19 @@ async def load(
     finally:
         await conn.close()
         await other.close()
+    if ab:
+        from bench.pg_halfvec import build_totals
+
+        return {
+            "copy_seconds": round(copy_s, 1),
+            "graph_kinds": list(graphs),
+            "build_rounds": build_rounds,
+            "by_kind": build_totals(ab),
+            "each_build": ab,
+            "m": m,
+            "ef_construction": ef_construction,
+            "parallel_workers": workers,
+        }
     return {
         "copy_seconds": round(copy_s, 1),
         "hnsw_build_seconds": round(build_s, 1),
@@ -440,6 +480,7 @@ async def measure(
         vs = srv.storage.kb_index._vectors
         default = (vs.iterative, vs.ef_search_factor, vs.pool_factor, vs.scan_order, vs.exact_scope_vectors)
         mem, walk = vs.scan_mem_multiplier, vs.walk
+        label, name, halfvec = name, *_graph_of(name)
         if name == "exact":
             vs.exact_scope_vectors = 10**12
         elif name != "product":
@@ -447,17 +488,25 @@ async def measure(
             vs.iterative, vs.ef_search_factor, vs.pool_factor, vs.scan_order = s.iterative, s.ef_factor, s.pool, s.order
             vs.scan_mem_multiplier = s.mem
             vs.walk = s.walk or walk
+        import storage.postgres.kb_vector_scan as scan_sql
+
+        vector_statement = scan_sql.statement
+        if halfvec:  # the graph parts walk the halfvec graph (bench.pg_halfvec)
+            from bench.pg_halfvec import halfvec_statement
+
+            scan_sql.statement = halfvec_statement
         try:
             before = vs.exact_reruns
             t0 = time.perf_counter()
             ranked = await vs.candidates(vec, EMBED_MODEL, scope, LIMIT)
             took = (time.perf_counter() - t0) * 1000
-            srv.timings.setdefault(f"{kind}/{name}", []).append(took)
+            srv.timings.setdefault(f"{kind}/{label}", []).append(took)
             if bucket:  # the same, split by the query's bucket
-                srv.timings.setdefault(f"{kind}/{name}@{bucket}", []).append(took)
+                srv.timings.setdefault(f"{kind}/{label}@{bucket}", []).append(took)
             if vs.exact_reruns > before:
-                srv.exact_runs[f"{kind}/{name}"] = srv.exact_runs.get(f"{kind}/{name}", 0) + 1
+                srv.exact_runs[f"{kind}/{label}"] = srv.exact_runs.get(f"{kind}/{label}", 0) + 1
         finally:
+            scan_sql.statement = vector_statement
             vs.iterative, vs.ef_search_factor, vs.pool_factor, vs.scan_order, vs.exact_scope_vectors = default
             vs.scan_mem_multiplier, vs.walk = mem, walk
         return [int(i) for i in ranked.ids[:10]]
@@ -483,7 +532,8 @@ async def measure(
                 if kind == "bucket" and engine_exact:
                     srv.overlap.setdefault("bucket/exact_vs_numpy", []).append(_overlap(want, truth["bucket"][qi]))
                 for name in settings:
-                    if name != "product" and SETTINGS[name].iterative and not srv.iterative:
+                    base = _graph_of(name)[0]
+                    if base != "product" and SETTINGS[base].iterative and not srv.iterative:
                         continue  # pgvector < 0.8 has no iterative scans
                     got = await top(srv, name, kind, scope, vec, q["bucket"])
                     srv.overlap.setdefault(f"{kind}/{name}", []).append(_overlap(got, want))
@@ -529,6 +579,13 @@ def main() -> int:
     )
     ap.add_argument("--tag", default="", help="appended to the result file's name")
     ap.add_argument(
+        "--graphs",
+        default="vector",
+        help="with --buckets: the graph kinds each bucket gets, vector and/or halfvec (bench/pg_halfvec.py); "
+        "a setting named <setting>_halfvec walks the halfvec one",
+    )
+    ap.add_argument("--build-rounds", type=int, default=1, help="with --graphs: build each graph this many times")
+    ap.add_argument(
         "--buckets",
         default="",
         help="only these buckets, each with its own graph (the product's design since issue 24)",
@@ -545,8 +602,11 @@ def main() -> int:
     memory = args.memory or f"{max(256, gb * 1024)}MB"
     buffers = args.shared_buffers or f"{max(128, min(4096, gb * 1024))}MB"
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
+    graphs = tuple(g.strip() for g in args.graphs.split(",") if g.strip())
+    if any(g not in ("vector", "halfvec") for g in graphs) or (graphs != ("vector",) and only is None):
+        raise SystemExit("--graphs takes vector and/or halfvec, and needs --buckets (the per-bucket graphs)")
     for s in settings:
-        if s not in SETTINGS and s != "product":
+        if _graph_of(s)[0] not in SETTINGS and _graph_of(s)[0] != "product":
             raise SystemExit(f"unknown setting {s!r}: {', '.join([*SETTINGS, 'product'])}")
     kinds = {"pgserver": find_bin, "pgvector08": pgvector08_bin}
     wanted = [] if args.database_url else (list(kinds) if args.server == "both" else [args.server])
@@ -574,6 +634,8 @@ def main() -> int:
                     memory=memory,
                     overlap=args.overlap,
                     only=only,
+                    graphs=graphs,
+                    build_rounds=args.build_rounds,
                 )
             )
             print(f"{kind}: built {builds[kind]}", flush=True)
@@ -583,7 +645,7 @@ def main() -> int:
             print(f"kept: {dict(urls)} (stop them with kill -INT on their postmaster pid)")
             return 0
         for name, url in urls:
-            if not asyncio.run(loaded(url, args.chunks, only)):
+            if not asyncio.run(loaded(url, args.chunks, only, graphs)):
                 raise SystemExit(f"{name}: {url} does not hold a {args.chunks}-chunk corpus with its index")
         kinds_wanted = [k.strip() for k in args.kinds.split(",") if k.strip() in KINDS]
         if only is not None and only != set(SCHEMAS):
@@ -606,7 +668,11 @@ def main() -> int:
         "truth": "numpy over vectors.npy for all"
         + (" and bucket" if args.numpy_truth else "; the engine's exact scan for bucket and filtered"),
         "builds": builds,
-        "settings": {s: (SETTINGS[s].__repr__() if s in SETTINGS else "the product's defaults") for s in settings},
+        "settings": {
+            s: (SETTINGS[_graph_of(s)[0]].__repr__() if _graph_of(s)[0] in SETTINGS else "the product's defaults")
+            + (" through the halfvec graph, re-ranked on the full vectors" if _graph_of(s)[1] else "")
+            for s in settings
+        },
         **result,
         "load_average_1_5_15": {"start": load_start, "end": [round(x, 2) for x in os.getloadavg()]},
     }
