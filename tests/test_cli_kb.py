@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -196,6 +197,32 @@ def test_the_eta_waits_until_enough_is_seen_then_is_smoothed() -> None:
     early(2, 100, "docs/2.md")
     assert early.stream.getvalue().splitlines()[-1].endswith(", 4.0 files/s; chunks: 0 stored, ETA 24s")
 
+
+def test_the_eta_stays_sane_while_no_file_finishes() -> None:
+    """An ``ingest /usr/share/doc`` with the local embedder stood at 512/965 files while a
+    batch was embedded: each 5 s line folded a rate of 0 files/s into the smoothed rate,
+    and the ETA grew 1.43 times a line, "ETA 97h33m" to "ETA 174663h07m" in 100 s. Only a
+    finished file moves the smoothed rate now (over the time since the last one); while
+    none finishes, the ETA is the one that rate would give if a file finished now."""
+    now = [0.0]
+    log = io.StringIO()
+    progress = IngestProgress(log, interval_s=0, tty=False, clock=lambda: now[0])
+    for k in range(1, 6):  # 1 file/s for 500 s
+        now[0] = 100.0 * k
+        progress(100 * k, 1000, f"docs/{100 * k}.md")
+    assert log.getvalue().splitlines()[-1].endswith(", ETA 8m20s")  # 500 left at 1/s
+    for t in range(505, 655, 5):  # then 150 s without a finished file, a line every 5 s
+        now[0] = float(t)
+        progress.tick()
+    stalled = log.getvalue().splitlines()[5:]
+    assert len(stalled) == 30
+    # 0.3 * (1 file / 150 s) + 0.7 * 1 file/s = 0.702 files/s, 500 left.
+    assert stalled[-1].endswith(", ETA 11m52s"), stalled[-1]
+    assert all(re.search(r"ETA ([0-9]+m[0-9]{2}s)$", line) for line in stalled), stalled
+    # The reading resumes: 100 files in the 160 s since the last one.
+    now[0] = 660.0
+    progress(600, 1000, "docs/600.md")
+    assert log.getvalue().splitlines()[-1].endswith(", ETA 7m31s")  # 0.3 * 0.625 + 0.7 * 1, 400 left
 
 async def test_progress_ticks_through_a_quiet_stretch() -> None:
     """No file finished and no batch written for a while (one slow embedding call): the
