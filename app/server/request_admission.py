@@ -59,6 +59,8 @@ async def read_json_body(request: Request, limit: int, *, max_depth: int = MAX_J
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
+        if str(exc).startswith("depth limit exceeded"):  # orjson stops at 1024 levels, past any max_depth
+            raise HTTPProblem(400, "too_deep", f"the body is nested deeper than {max_depth} levels") from None
         raise HTTPProblem(400, "invalid_json", f"the body is not valid JSON: {_json_error(body, exc)}") from None
     check_json(value, max_depth=max_depth)
     return value
