@@ -56,7 +56,12 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: the same kind - limits, errors, health, privacy, storage, models, deployment, costs,
 #: upgrades, logs, auth, attachments, streaming, resuming - one expecting a decline) written
 #: before round 45's changes and before any answer to them was read, its facts taken from
-#: docs/ and the code: the held-out check of round 45, measured before and after it.
+#: docs/ and the code: the held-out check of round 45, measured before and after it;
+#: "round46" (31 sample questions of a newcomer, an operator or a front-end developer
+#: integrating the SSE stream - limits, timeouts, retention, logs, storage, probes, backups,
+#: error codes, history, events, EventSource, ingesting, approvals, MCP, retries, shutdown,
+#: hosts, Docker - two expecting a decline) written before round 46's changes and before
+#: any answer to them was read, its facts from docs/ and the code: round 46's held-out check.
 SETS = (
     "original",
     "held_out",
@@ -85,6 +90,7 @@ SETS = (
     "round35",
     "round38",
     "round45",
+    "round46",
 )
 
 
