@@ -285,11 +285,10 @@ class PostgresKBIndex(SqlKBIndex):
         it out by its own condition (``vector_dims``). One scan of those documents'
         chunks (~0.07 s per 100,000 chunks of 384 dimensions, warm): asked at a load and
         by the back-fill pass, never by a search."""
-        only = "" if doc_ids is None else "AND d.id = ANY(%s) "
-        rows = await self._db.fetchall(
+        only = "" if doc_ids is None else "AND d.id = ANY(?) "
+        rows = await self._sql.fetchall(
             "SELECT c.doc_id, count(*) FROM kb_chunks c JOIN kb_documents d ON d.id = c.doc_id "
-            f"WHERE d.embed_model = %s AND d.embed_dim = %s {only}"
-            "AND (c.embedding IS NULL OR vector_dims(c.embedding) <> %s) GROUP BY c.doc_id",
+            f"WHERE d.embed_model = ? AND d.embed_dim = ? {only}AND ({self.unreadable_vector_sql}) GROUP BY c.doc_id",
             (embed_model, int(dim), *(() if doc_ids is None else (list(doc_ids),)), int(dim)),
         )
         return {str(doc_id): int(n) for doc_id, n in rows}
