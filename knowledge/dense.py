@@ -229,6 +229,10 @@ class DatabaseDense:
         #: the load, by each back-fill pass (``count_unreadable``), and those still
         #: counted are asked again at a reload (another process may have repaired them).
         self._unreadable: dict[str, int] = {}
+        #: Per count under way, the documents replaced here since it began: its scan may
+        #: have read their old vectors, and setting them back would say "unreadable" until
+        #: the next pass (which finds them readable and leaves them).
+        self._replaced_while_counting: list[set[str]] = []
 
     @property
     def dim(self) -> int:
@@ -243,6 +247,8 @@ class DatabaseDense:
 
     def remove_document(self, doc_id: str) -> int:
         self._unreadable.pop(doc_id, None)  # replaced or re-embedded: its new vectors are readable
+        for replaced in self._replaced_while_counting:
+            replaced.add(doc_id)
         return 0
 
     async def load(self) -> int:
@@ -285,8 +291,14 @@ class DatabaseDense:
 
     async def count_unreadable(self) -> None:
         """Ask the engine (``KBVectorSearch.unreadable_vectors``: one scan of this
-        embedder's chunks)."""
-        self._unreadable = await self._search.unreadable_vectors(self._embed_model, self._dim)
+        embedder's chunks); a document replaced here meanwhile stays out."""
+        replaced: set[str] = set()
+        self._replaced_while_counting.append(replaced)
+        try:
+            found = await self._search.unreadable_vectors(self._embed_model, self._dim)
+        finally:
+            self._replaced_while_counting = [r for r in self._replaced_while_counting if r is not replaced]
+        self._unreadable = {d: n for d, n in found.items() if d not in replaced}
 
 
 def dense_side(index: KBIndex, embed_model: str | None, dim: int, *, executor_rows: int = 2_000) -> DenseSide:

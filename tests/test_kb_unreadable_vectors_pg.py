@@ -9,11 +9,13 @@ search's ``warnings``) and its document is re-embedded by the back-fill pass."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
 
+from knowledge.dense import dense_side
 from knowledge.kb import KnowledgeBase
 from storage.postgres import PostgresStorage, open_postgres_storage
 from tests.support.deadline import until
@@ -98,3 +100,31 @@ async def test_a_vector_of_another_width_is_counted_and_its_document_re_embedded
         assert kb.status.unreadable_vectors == 0
     finally:
         await _closed(storage, kb)
+
+
+async def test_a_document_replaced_here_during_a_count_is_not_counted_again(url: str) -> None:
+    """The back-fill pass counts with one scan, and this process may replace a counted
+    document meanwhile (an ingest: ``remove_document`` once its readable vectors are
+    stored). The scan may have read the old vectors; its count set the document back,
+    and ``/readyz`` and every search's ``warnings`` said it was unreadable until the
+    next pass (the pass itself finds it readable and leaves it)."""
+    storage, kb = await _opened(url)
+    try:
+        await kb.ingest_documents(DOCS)
+    finally:
+        await _closed(storage, kb)
+    await _cut_vector(url, "penguin")  # the scan reads what was stored before the replacement
+
+    storage = await open_postgres_storage(url)
+    try:
+        embedder = HashingEmbedder(dim=128)
+        dense = dense_side(storage.kb_index, f"{embedder.name}:{embedder.model}", embedder.dim)
+        counting = asyncio.create_task(dense.count_unreadable())
+        await asyncio.sleep(0)  # the scan is under way
+        dense.remove_document("penguin")  # replaced here, its new vectors stored
+        await counting
+        assert dense.unreadable() == {}
+        await dense.count_unreadable()  # a count begun after it reads the store as it is
+        assert dense.unreadable() == {"penguin": 1}
+    finally:
+        await storage.close()
