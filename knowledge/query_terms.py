@@ -8,7 +8,8 @@ re-ranking; and the ways a joined word could be read as two or three words
 
 from __future__ import annotations
 
-from knowledge.textnorm import STOP_WORDS, clipped_terms, content_terms, joined_terms, reader_terms
+from knowledge.textnorm import STOP_WORDS, content_terms
+from knowledge.word_forms import clipped_terms, joined_terms, reader_terms
 from storage.interfaces import KBIndex
 from storage.kb_records import KBTextTuning
 from storage.kb_terms import split_phrase
@@ -24,10 +25,10 @@ MAX_SPLIT_WORD = 24
 
 def related_terms(query: str) -> dict[str, str]:
     """``{word: the query term it counts as}``: the words adjacent query words join into
-    ("log in" → ``login``, ``textnorm.joined_terms``), the clipped or full forms of
-    query words ("configuration" → ``config``, ``textnorm.clipped_terms``) and the words
+    ("log in" → ``login``, ``word_forms.joined_terms``), the clipped or full forms of
+    query words ("configuration" → ``config``, ``word_forms.clipped_terms``) and the words
     documentation writes for a reader's verb ("see" → ``show``, ``list``, ``display``,
-    ``print``: ``textnorm.reader_terms``) unless the query says them itself."""
+    ``print``: ``word_forms.reader_terms``) unless the query says them itself."""
     terms = set(content_terms(query))
     related = joined_terms(query)
     for word, term in clipped_terms(query).items():

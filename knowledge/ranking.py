@@ -78,7 +78,7 @@ class QueryTerms:
     terms: tuple[str, ...]
     phrase: str  # folded, whitespace-normalised query; empty if a single term
     #: ``{joined word: the term it extends}`` ("login": "log"): a chunk holding the
-    #: joined word covers that term (``textnorm.joined_terms``).
+    #: joined word covers that term (``word_forms.joined_terms``).
     joined: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod

@@ -33,7 +33,7 @@ _PREFIXES = ("dis", "re", "un", "de", "pre", "non")
 #: one verb, so "turn on" meets "enable" and never "disable", which shares the rest.
 #: A reader's "pick up" (an answer again, where one left off) is the documentation's
 #: "resume" likewise (round 32), only with "again" a few words after it or "where" next
-#: (as ``knowledge.textnorm._READER_PHRASES``): "the service picks up a changed file at
+#: (as ``knowledge.word_forms._READER_PHRASES``): "the service picks up a changed file at
 #: start" or "a worker picks up queued runs" resumes nothing.
 _ONE_VERB = re.compile(
     r"\b(?:(?:turn(?:s|ed|ing)?|switch(?:es|ed|ing)?)\s+(?P<particle>on|off)"
@@ -44,7 +44,7 @@ _ONE_VERB = re.compile(
 def _one_verb(match: re.Match[str]) -> str:
     if match.group("pick"):
         # "pick up an answer again", "pick up where I left off": what documentation
-        # writes "resume" (``knowledge.textnorm.reader_terms`` searches it so too).
+        # writes "resume" (``knowledge.word_forms.reader_terms`` searches it so too).
         return "resume"
     return "enable" if match.group("particle") == "on" else "disable"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from knowledge.query_terms import related_terms
-from knowledge.textnorm import reader_terms
+from knowledge.word_forms import reader_terms
 from llm.extractive_answer import Passage, compose
 from llm.extractive_quote import asks_yes_no
 from llm.extractive_words import Words

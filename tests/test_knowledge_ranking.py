@@ -137,7 +137,7 @@ def test_rerank_default_scale_is_still_rrf() -> None:
 
 
 def test_words_written_apart_offer_the_word_documents_join_them_into() -> None:
-    from knowledge.textnorm import joined_terms
+    from knowledge.word_forms import joined_terms
 
     assert joined_terms("How do I log in to the registry?") == {"login": "log"}
     assert "setup" in joined_terms("How do I set up workspaces?")
@@ -158,7 +158,8 @@ def test_a_page_named_by_its_own_title_word_opens_the_answer() -> None:
         _page(3, "npm-logout", 0, "npm logout ends the session with the registry", 0.8),
     ]
     query = "How do I log in to the registry?"
-    from knowledge.textnorm import content_terms, joined_terms
+    from knowledge.textnorm import content_terms
+    from knowledge.word_forms import joined_terms
 
     q = QueryTerms.of(query, content_terms(query), joined_terms(query))
     top = rerank(cands, q, lists=1, top_k=3, max_fused=1.0)
@@ -169,7 +170,8 @@ def test_a_named_page_shows_its_opening_among_its_chunks_without_moving_any_page
     # npm-rebuild's option sections outscore its description; with two chunks per page
     # the opening would be left out. It takes the place of the page's last kept chunk:
     # the pages keep their order and none leaves the list.
-    from knowledge.textnorm import content_terms, joined_terms
+    from knowledge.textnorm import content_terms
+    from knowledge.word_forms import joined_terms
 
     query = "What does npm rebuild run?"
     q = QueryTerms.of(query, content_terms(query), joined_terms(query))
@@ -207,7 +209,7 @@ def test_fold_of_ascii_text_is_the_full_unicode_fold() -> None:
 
 
 def test_clipped_words_offer_their_full_form_and_the_reverse() -> None:
-    from knowledge.textnorm import clipped_terms
+    from knowledge.word_forms import clipped_terms
 
     assert clipped_terms("Where does npm get its configuration settings from?") == {"config": "configuration"}
     assert clipped_terms("Open the repo and its docs") == {"repository": "repo", "documentation": "docs"}
@@ -250,7 +252,8 @@ def _random_candidates(rng: random.Random, n: int) -> list[Candidate]:
 def test_rerank_early_exit_returns_what_scoring_every_candidate_returns(seed: int) -> None:
     rng = random.Random(seed)
     query = rng.choice(["alpha beta", "log in to npm", "tests", "gamma delta alpha", "run alpha for beta", "ünïcödé"])
-    from knowledge.textnorm import content_terms, joined_terms
+    from knowledge.textnorm import content_terms
+    from knowledge.word_forms import joined_terms
 
     q = QueryTerms.of(query, content_terms(query), joined_terms(query))
     n = rng.randint(1, 120)

@@ -457,7 +457,7 @@ async def test_a_readers_see_finds_what_documentation_shows_lists_displays_or_pr
 
 def test_reader_terms_offer_the_words_documentation_writes_for_see() -> None:
     from knowledge.query_terms import related_terms
-    from knowledge.textnorm import reader_terms
+    from knowledge.word_forms import reader_terms
 
     assert reader_terms("How can I see which tokens I have?") == {
         "show": "see",
@@ -478,7 +478,7 @@ def test_reader_terms_read_see_only_as_the_english_verb_in_plain_text() -> None:
     # backticked `see` is a code identifier: neither is the reader's verb, so neither is
     # searched as "show", "list", "display", "print" (review of 781dc28).
     from knowledge.query_terms import related_terms
-    from knowledge.textnorm import reader_terms
+    from knowledge.word_forms import reader_terms
 
     assert reader_terms("Wie tief ist der See?") == {}
     assert reader_terms("Wo liegt der See Genezareth?") == {}
@@ -496,7 +496,7 @@ def test_reader_terms_read_see_as_the_verb_where_a_sentence_opens_with_marks() -
     # with marks before its first word: "- See my tokens" is the verb as much as "See
     # my tokens" (review of e03d371, which read only a bare sentence start). A capital
     # after such a mark inside a sentence is still the noun.
-    from knowledge.textnorm import reader_terms
+    from knowledge.word_forms import reader_terms
 
     verb = {"show": "see", "list": "see", "display": "see", "print": "see"}
     assert reader_terms("How do I:\n- See the installed packages?") == verb
