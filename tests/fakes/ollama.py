@@ -254,8 +254,10 @@ class FakeOllama:
                 group = [entry] if isinstance(entry, ToolCall) else list(entry.calls)
                 calls.extend(_tool_call_json(c, len(calls) + i) for i, c in enumerate(group))
             elif isinstance(entry, (ErrorChunk, Drop, HttpError)):
-                message = getattr(entry, "message", "fake failure")
-                return _json_response({"error": message}, 500)
+                # A whole (non-streamed) answer has no stream to fail inside: any failure
+                # entry is the request's own 500, with the entry's message when it has one.
+                failure = "fake failure" if isinstance(entry, Drop) else entry.message
+                return _json_response({"error": failure}, 500)
         message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
         if thinking:
             message["thinking"] = "".join(thinking)
