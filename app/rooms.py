@@ -187,6 +187,7 @@ async def attach_rooms(
             knowledge=kb,
             overload_threshold=settings.clarify_overload_hits,
             max_tool_calls=settings.max_tool_calls,
+            conversation_attachments=True,
         ),
     )
 

@@ -7,7 +7,8 @@ the same index. What makes it private is its bucket's name: ``att_`` and a hash 
 owner and the conversation (``attachment_bucket``). ``KnowledgeBase`` treats such a
 bucket as absent from every public view (bucket listings, document listings, searches of
 "every bucket", a ``kb_id`` naming it, ``get_document``) unless the caller names it as
-the conversation's own (``search(private=...)``, the attachment routes).
+the conversation's own (``search(private=...)``, the attachment routes, a run's tools in
+that conversation: ``agenttools.rag.own_bucket``).
 
 A file is read by the very loader the ingest CLI uses (``knowledge.loaders.load_file``:
 binary refused, PDF through pypdf, HTML reduced to its text, Markdown front matter),

@@ -15,6 +15,12 @@ not a bucket and another person's private bucket get the same words, listing the
 buckets only, so neither the list nor the answer tells that a private bucket exists.
 A bucket named on its own (a chat's ``context.buckets``, a tool's ``bucket``/``kb_id``,
 a count) is checked here before anything reads its schema.
+
+"The caller's own" private buckets (``private``) are never decided here from a name: the
+caller hands them over, derived from who asks and where (a run's tools: its user's and
+conversation's attachment bucket, ``agenttools.rag.own_bucket``; the attachment routes:
+the route's). A private name outside them is refused before anything is read, existing
+or not, so neither the words nor the path taken tells whether it exists.
 """
 
 from __future__ import annotations
@@ -71,15 +77,17 @@ async def named_schema(buckets: Buckets, bucket: str, private: tuple[str, ...] =
         await _unknown(buckets, bucket)
 
 
-async def count_bucket(buckets: Buckets, bucket: str | None) -> str | None:
-    """The bucket a count covers: the one named (a private one is unknown here, as
-    for a search), else ``None`` — every shared bucket, which the count's own
-    statement keeps to (``ScopeCounts.count_documents``). No bucket list is read: a
-    private bucket someone made since would be missing from it and counted. A
-    conversation's attachments are never counted, not even by its owner, so no
-    count tells how many documents a private bucket holds."""
+async def count_bucket(buckets: Buckets, bucket: str | None, private: tuple[str, ...] = ()) -> str | None:
+    """The bucket a count covers: the one named (a private one only if it is one of
+    ``private``, the caller's own — anyone else's is unknown, as for a search), else
+    ``None`` — every shared bucket, which the count's own statement keeps to
+    (``ScopeCounts.count_documents``). No bucket list is read: a private bucket
+    someone made since would be missing from it and counted. So no count tells anyone
+    but its owner how many documents a conversation's attachments hold (the owner's
+    corpus tool counts them when it names its own bucket: the "nothing matched"
+    clarification of a filtered search there)."""
     if bucket is not None:
-        await _check_named(buckets, bucket, ())
+        await _check_named(buckets, bucket, private)
     return bucket
 
 
@@ -137,8 +145,9 @@ async def _unknown(buckets: Buckets, bucket: str) -> NoReturn:
     """A name that is not a bucket and another person's private bucket are refused in
     the same words: named with the shared buckets there are (the names reread, no
     documents counted), a private bucket never listed nor confirmed to exist. The
-    caller's own private buckets are not listed either: no path takes one by name (a
-    conversation's attachments are searched in it without being named)."""
+    caller's own private buckets are not listed either: the list is the same whoever asks
+    (a run's tools take their own conversation's bucket by name, as a hit gave it; a
+    chat's context never takes one)."""
     await buckets.load()
     known = ", ".join(shared_names(buckets)) or "(none)"
     raise UnknownBucketError(f"unknown bucket {bucket[:60]!r}; available buckets: {known}")

@@ -168,11 +168,12 @@ class KnowledgeBase:
         await self._buckets.create(name, fields)
         return {b.name: b for b in await self.list_buckets()}[name]
 
-    async def bucket_schema(self, bucket: str) -> dict[str, str]:
-        """The typed fields of the shared bucket ``bucket``; ``UnknownBucketError`` lists
-        the shared buckets (a private one is unknown here: ``knowledge.bucket_privacy``)."""
+    async def bucket_schema(self, bucket: str, *, private: Sequence[str] = ()) -> dict[str, str]:
+        """The typed fields of the shared bucket ``bucket``, or of one of ``private`` (the
+        caller's own private buckets, as for ``search``); ``UnknownBucketError`` lists the
+        shared buckets (any other private one is unknown here: ``knowledge.bucket_privacy``)."""
         try:
-            return await named_schema(self._buckets, bucket)
+            return await named_schema(self._buckets, bucket, tuple(private))
         except UnknownBucketError:
             raise
         except Exception:
@@ -352,21 +353,24 @@ class KnowledgeBase:
         return await self._search.query_vectors.embed(text)
 
     async def relax_filters(
-        self, filters: Mapping[str, Any], *, bucket: str | None = None
+        self, filters: Mapping[str, Any], *, bucket: str | None = None, private: Sequence[str] = ()
     ) -> tuple[dict[str, Any] | None, str] | None:
         """Drop the most restrictive top-level constraint (the one that alone matches
         the fewest documents of the shared buckets): ``(remaining filters or None,
         dropped constraint as JSON)``. ``None`` when there is nothing to drop."""
         await self._fresh.check()
-        return await self._search.counts.relax_filters(filters, bucket=await count_bucket(self._buckets, bucket))
+        scope = await count_bucket(self._buckets, bucket, tuple(private))
+        return await self._search.counts.relax_filters(filters, bucket=scope)
 
     async def constraint_counts(
-        self, filters: Mapping[str, Any] | str | None, *, bucket: str | None = None
+        self, filters: Mapping[str, Any] | str | None, *, bucket: str | None = None, private: Sequence[str] = ()
     ) -> list[ConstraintCount]:
         """Each top-level constraint of ``filters`` with the documents it alone matches
-        (to name the condition a search found nothing for); shared buckets only."""
+        (to name the condition a search found nothing for); shared buckets only, or the
+        one named: a shared one or one of ``private``, the caller's own."""
         await self._fresh.check()
-        return await self._search.counts.constraint_counts(filters, bucket=await count_bucket(self._buckets, bucket))
+        scope = await count_bucket(self._buckets, bucket, tuple(private))
+        return await self._search.counts.constraint_counts(filters, bucket=scope)
 
     async def count_documents(
         self,
@@ -376,13 +380,16 @@ class KnowledgeBase:
         filters: Mapping[str, Any] | str | None = None,
         doc_id: str | None = None,
         limit: int = 1000,
+        private: Sequence[str] = (),
     ) -> DocumentCount:
         """Documents in scope, or those of them whose text matches ``query``'s terms
         (a lower bound past ``limit`` matching passages): the size of a list-all request.
-        Shared buckets only (``knowledge.bucket_privacy.count_bucket``)."""
+        Shared buckets only, or the one named: a shared one or one of ``private``, the
+        caller's own (``knowledge.bucket_privacy.count_bucket``)."""
         await self._fresh.check()
         return await self._search.counts.count_documents(
-            query, bucket=await count_bucket(self._buckets, bucket), filters=filters, doc_id=doc_id, limit=limit
+            query, bucket=await count_bucket(self._buckets, bucket, tuple(private)), filters=filters,
+            doc_id=doc_id, limit=limit,
         )
 
 

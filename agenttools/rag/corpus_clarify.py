@@ -65,8 +65,10 @@ async def overload_clarification(
     doc_id: str | None,
     schema: Mapping[str, str],
     response: SearchResponse,
+    private: tuple[str, ...] = (),
 ) -> tuple[Any, dict[str, Any]] | None:
-    """The overload clarification for this search, or ``None``.
+    """The overload clarification for this search, or ``None``. ``private``: the run's
+    own private buckets (``agenttools.rag.own_bucket``), which ``bucket`` may be.
 
     A list-all request counts the documents it covers (exactly for a whole scope, a lower
     bound past a few hundred matching passages); any other search is an overload when
@@ -77,7 +79,7 @@ async def overload_clarification(
     if is_list and doc_id is None:
         try:
             counted = await deps.knowledge.count_documents(
-                topic, bucket=bucket, filters=filters, limit=min(1000, max(3 * threshold, 100))
+                topic, bucket=bucket, filters=filters, limit=min(1000, max(3 * threshold, 100)), private=private
             )
         except Exception:  # the count is a courtesy; the results still go back
             log.exception("counting the documents of a list request failed")
@@ -99,11 +101,13 @@ async def unmatched_filters_clarification(
     filters: Any,
     doc_id: str | None,
     response: SearchResponse,
+    private: tuple[str, ...] = (),
 ) -> tuple[Any, dict[str, Any]]:
     """The ``no_results`` clarification of a filtered search: which condition matches
-    nothing (alone, or only in combination), and what dropping it would find."""
+    nothing (alone, or only in combination), and what dropping it would find.
+    ``private`` as for ``overload_clarification``."""
     try:
-        counts = await kb.constraint_counts(filters, bucket=bucket)
+        counts = await kb.constraint_counts(filters, bucket=bucket, private=private)
     except Exception:
         log.exception("counting the documents of each condition failed")
         counts = []
@@ -116,7 +120,7 @@ async def unmatched_filters_clarification(
     if culprits:
         remaining: Any = None if not rest else (rest[0] if len(rest) == 1 else {"$and": rest})
         try:
-            found = await kb.count_documents(query, bucket=bucket, filters=remaining, doc_id=doc_id)
+            found = await kb.count_documents(query, bucket=bucket, filters=remaining, doc_id=doc_id, private=private)
             without = found.documents
         except Exception:
             log.exception("counting the documents without the condition failed")

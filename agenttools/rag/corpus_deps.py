@@ -8,7 +8,7 @@ metadata handler each depend on one small module instead of on each other.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -42,17 +42,18 @@ class CorpusKnowledge(Protocol):
         context_chars: int | None = None,
         candidates: int | None = None,
         relax: bool = False,
+        private: Sequence[str] = (),
         overload: OverloadRule | None = None,
     ) -> SearchResponse: ...
 
-    async def bucket_schema(self, bucket: str) -> dict[str, str]: ...
+    async def bucket_schema(self, bucket: str, *, private: Sequence[str] = ()) -> dict[str, str]: ...
 
     async def list_buckets(self) -> list[BucketInfo]: ...
 
-    async def get_document(self, doc_id: str) -> dict[str, Any] | None: ...
+    async def get_document(self, doc_id: str, *, private: str | None = None) -> dict[str, Any] | None: ...
 
     async def constraint_counts(
-        self, filters: Mapping[str, Any] | str | None, *, bucket: str | None = None
+        self, filters: Mapping[str, Any] | str | None, *, bucket: str | None = None, private: Sequence[str] = ()
     ) -> list[ConstraintCount]: ...
 
     async def count_documents(
@@ -63,6 +64,7 @@ class CorpusKnowledge(Protocol):
         filters: Mapping[str, Any] | str | None = None,
         doc_id: str | None = None,
         limit: int = 1000,
+        private: Sequence[str] = (),
     ) -> DocumentCount: ...
 
 
@@ -78,6 +80,8 @@ class CorpusToolDeps:
     ``knowledge.types.OverloadRule``, the one decision). ``clarify`` turns the clarifications off
     (results are then returned as they are, relaxed filters included).
     ``max_tool_calls`` (``AGENT_MAX_TOOL_CALLS``) lets the review count the calls left.
+    ``conversation_attachments``: the run's own conversation's attachment bucket may be
+    named (a ``knowledge_base_search`` hit's bucket followed: ``agenttools.rag.own_bucket``).
     """
 
     knowledge: CorpusKnowledge
@@ -90,6 +94,7 @@ class CorpusToolDeps:
     max_metadata_chars: int = 200
     clarify: bool = True
     max_tool_calls: int | None = None
+    conversation_attachments: bool = False
 
     @property
     def overload_rule(self) -> OverloadRule:

@@ -12,6 +12,7 @@ from typing import Any
 from agenttools.core.registry import EvidenceSource, ToolContext, ToolHandler, ToolOutcome
 from agenttools.core.untrusted import TRUST, safe_url
 from agenttools.rag.corpus_deps import CorpusToolDeps, opt_str
+from agenttools.rag.own_bucket import own_private_buckets
 from agenttools.rag.sources import shown_source, small_metadata
 
 
@@ -22,7 +23,9 @@ def make_metadata_handler(deps: CorpusToolDeps) -> ToolHandler:
         doc_id = opt_str(args.get("doc_id"))
         if doc_id is None:
             return ToolOutcome.error("doc_id is required", guidance="Pass a doc_id from a search result.")
-        doc = await kb.get_document(doc_id)
+        # A document of the run's own conversation's attachments is readable, no other private one's.
+        own = own_private_buckets(ctx, deps.conversation_attachments)
+        doc = await kb.get_document(doc_id, private=own[0] if own else None)
         if doc is None:
             known = [s.id for s in ctx.state.sources.values() if s.kind == "internal"][:20]
             return ToolOutcome.error(

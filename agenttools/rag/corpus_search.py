@@ -27,6 +27,7 @@ from agenttools.rag.corpus_deps import (
 )
 from agenttools.rag.corpus_evidence import hit_view, register_hit
 from agenttools.rag.decomposition import plan_filters
+from agenttools.rag.own_bucket import own_private_buckets
 from agenttools.rag.policy import mark_kb_searched
 from agenttools.rag.review import record_search, review_round
 from knowledge.filters import FilterError, parse_filters
@@ -57,8 +58,9 @@ def make_search_handler(deps: CorpusToolDeps, mode: Literal["text", "semantic"],
             planned = plan_filters(ctx.state, bucket)
             filters = planned or filters
 
+        own = own_private_buckets(ctx, deps.conversation_attachments)  # a hit's att_… bucket, if the run's
         try:
-            schema = await kb.bucket_schema(bucket)
+            schema = await kb.bucket_schema(bucket, private=own)
         except UnknownBucketError as exc:
             return ToolOutcome.error(
                 str(exc),
@@ -77,6 +79,7 @@ def make_search_handler(deps: CorpusToolDeps, mode: Literal["text", "semantic"],
                 context_chars=context_chars,
                 candidates=deps.candidates,
                 relax=True,
+                private=own,
                 overload=deps.overload_rule,
             )
         except FilterError as exc:
@@ -112,7 +115,9 @@ def make_search_handler(deps: CorpusToolDeps, mode: Literal["text", "semantic"],
         if unmatched and deps.clarify:
             record_search(state, tool=tool, bucket=bucket, query=query, filters=filters, hits=[], total=0)
             if filters:
-                clar, extra = await unmatched_filters_clarification(kb, state, bucket, query, filters, doc_id, response)
+                clar, extra = await unmatched_filters_clarification(
+                    kb, state, bucket, query, filters, doc_id, response, own
+                )
             else:
                 clar, extra = no_results(bucket, query, None, None, schema), {}
             log.info(
@@ -127,7 +132,9 @@ def make_search_handler(deps: CorpusToolDeps, mode: Literal["text", "semantic"],
             details["dropped_filter"] = response.dropped_filter
 
         if deps.clarify:
-            overloaded = await overload_clarification(deps, state, bucket, query, filters, doc_id, schema, response)
+            overloaded = await overload_clarification(
+                deps, state, bucket, query, filters, doc_id, schema, response, own
+            )
             if overloaded is not None:
                 clar, extra = overloaded
                 record_search(

@@ -20,9 +20,9 @@ from agenttools.core.registry import RunToolState, ToolContext, ToolHandler, Too
 from agenttools.core.untrusted import neutralize_text, quoted, safe_url
 from agenttools.rag.deps import ChunkHitLike, RagToolDeps
 from agenttools.rag.external_results import ExternalResult
+from agenttools.rag.own_bucket import own_private_buckets
 from agenttools.rag.policy import mark_kb_searched, note_external_result
 from agenttools.rag.sources import chunk_source, chunk_source_id, external_sources, iso_time
-from knowledge.attachments import attachment_bucket
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +54,9 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
         kb_id = str(args.get("kb_id") or settings.default_kb_id).strip() or settings.default_kb_id
         bucket = None if kb_id == settings.default_kb_id else kb_id
         scope, named_by = ({}, "") if bucket is not None else _default_scope(ctx.context, settings.default_buckets)
-        if bucket is None and settings.conversation_attachments:
-            # The files dropped into this conversation, and no other's (issue 25 item 4).
-            scope["private"] = (attachment_bucket(ctx.user_id, ctx.conversation_id),)
+        # The files dropped into this conversation, and no other's (issue 25 item 4):
+        # searched along with the scope, or alone when ``kb_id`` names their bucket.
+        scope["private"] = own_private_buckets(ctx, settings.conversation_attachments)
         state = ctx.state
         query_id = ensure_query_id(state)
         # The model did its mandatory step even if the backend fails below.
