@@ -35,6 +35,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from app.ops.admission_metrics import AdmissionMetrics
 from app.ops.gc_metrics import GCPolicyCollector
 from app.ops.history_metrics import HistoryMetrics
 from app.ops.live_metrics import LiveCollector, LiveSources
@@ -59,6 +60,7 @@ class AppMetrics:
         self.registry.register(GCPolicyCollector())
         self.runs = RunMetrics(self.registry, tool_names=tool_names)
         self.history = HistoryMetrics(self.registry)
+        self.admission = AdmissionMetrics(self.registry)
         self._live: LiveCollector | None = None
         # A request that found every connection of an outbound pool busy (``llm.pool``).
         self.pool_wait_seconds = Histogram(

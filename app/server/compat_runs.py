@@ -136,20 +136,25 @@ async def import_history(svc: Services, conversation_id: str, user_id: str, mess
     if not messages:
         return
     what = "the service cannot store conversations right now"
+    refused = svc.metrics.admission.storage_refused("run_limit")
     if storage_budget.spent():  # the database kept the request waiting its whole budget already
+        refused()
         raise storage_budget.unavailable(what)
     # The count of the user's runs is a read within the same budget (a 429 passes through).
-    await storage_budget.bounded(what, run_start.check_run_limit(svc, user_id))
+    await storage_budget.bounded(what, run_start.check_run_limit(svc, user_id), refused=refused)
     try:
         await svc.conversations.append(conversation_id, user_id, messages, deadline=storage_budget.deadline())
     except StorageUnavailable:
+        svc.metrics.admission.storage_refused("transcript_import")()
         raise storage_budget.unavailable(what) from None
 
 
 async def copy_history(svc: Services, source: str, target: str, user_id: str) -> None:
     """Start ``target`` with ``source``'s stored messages (tool calls and results included)."""
     stored = await storage_budget.bounded(
-        "the service cannot read conversations right now", svc.conversations.load(source, user_id)
+        "the service cannot read conversations right now",
+        svc.conversations.load(source, user_id),
+        refused=svc.metrics.admission.storage_refused("conversation"),
     )
     await import_history(svc, target, user_id, stored)
 
@@ -159,7 +164,9 @@ async def has_conversation(svc: Services, conversation_id: str, user_id: str) ->
     another user's conversation of the same id is neither seen nor in the way. Before
     a run is acknowledged, within the request's storage budget (``storage_budget.bounded``)."""
     return await storage_budget.bounded(
-        "the service cannot read conversations right now", svc.conversations.exists(conversation_id, user_id)
+        "the service cannot read conversations right now",
+        svc.conversations.exists(conversation_id, user_id),
+        refused=svc.metrics.admission.storage_refused("conversation"),
     )
 
 

@@ -71,7 +71,10 @@ async def check_bucket_scope(svc: Services, context: Mapping[str, Any]) -> None:
         kb.status.bucket_list_failures += 1
 
     await storage_budget.bounded(
-        "the knowledge base cannot be read right now", _check_names(kb, key, names), on_cut=cut
+        "the knowledge base cannot be read right now",
+        _check_names(kb, key, names),
+        refused=svc.metrics.admission.storage_refused("bucket_list"),
+        on_cut=cut,
     )
 
 

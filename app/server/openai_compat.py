@@ -137,7 +137,9 @@ async def conversation_for(svc: Services, ident: Identity, req: CompletionReques
     conversation_id = f"oai_{uuid.uuid4().hex}"
     # Reads before the run is acknowledged: within the request's storage budget.
     source = await storage_budget.bounded(
-        "the service cannot read runs right now", _answered_by_us(svc, user, req.turns[:-1])
+        "the service cannot read runs right now",
+        _answered_by_us(svc, user, req.turns[:-1]),
+        refused=svc.metrics.admission.storage_refused("answered_turns"),
     )
     if source is not None:
         await copy_history(svc, source, conversation_id, user)

@@ -106,6 +106,7 @@ async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str
             'multitask "enqueue" (run after it) or "interrupt" (cancel it)',
         ) from None
     except StorageUnavailable:
+        svc.metrics.admission.storage_refused("run_admission")()
         raise storage_budget.unavailable("the service cannot store new runs right now") from None
 
 
@@ -117,7 +118,11 @@ async def approval_pending(svc: Services, run_id: str) -> HTTPProblem:
     UI shows the pending card (docs/approvals.md); ``multitask: "interrupt"`` is how a
     client moves on without deciding (it cancels the waiting run). The call is read from
     the run's checkpoint; a run decided meanwhile names no call (its run goes on)."""
-    stored = await storage_budget.bounded("the service cannot read runs right now", svc.run_store.get(run_id))
+    stored = await storage_budget.bounded(
+        "the service cannot read runs right now",
+        svc.run_store.get(run_id),
+        refused=svc.metrics.admission.storage_refused("waiting_run"),
+    )
     awaiting = RunState.decode(stored.checkpoint).awaiting if stored is not None and stored.checkpoint else None
     call_id = str((awaiting or {}).get("tool_use_id") or "")
     name = str((awaiting or {}).get("name") or "")

@@ -96,15 +96,19 @@ def unavailable(what: str) -> HTTPProblem:
     return HTTPProblem(503, "storage_unavailable", f"{what}; retry shortly", {"Retry-After": "5"})
 
 
-async def bounded(what: str, step: Awaitable[T], *, on_cut: Callable[[], None] | None = None) -> T:
+async def bounded(
+    what: str, step: Awaitable[T], *, refused: Callable[[], None], on_cut: Callable[[], None] | None = None
+) -> T:
     """A read of an admission step (the context's buckets looked up, the user's runs
     counted before an import) within what is left of the request's budget: past it, or
     when the store says it is away, 503 ``storage_unavailable`` (``unavailable(what)``).
     Such reads take no deadline of their own — a pooled connection's wait is the pool's
     whole timeout, a connection that hangs has none — so the budget bounds the wait
     here, where the request is refused anyway; the read abandoned is a read only.
-    ``on_cut`` hears of a read this backstop cancelled: the store never saw it fail, so
-    whatever counts the store's failures would not count that refusal.
+    ``refused`` counts each such 503 (``agentchat_admission_storage_refusals_total``,
+    by check): nothing else does. ``on_cut`` hears of a read this backstop cancelled:
+    the store never saw it fail, so whatever counts the store's failures would not count
+    that refusal.
     Outside an admitted request the step runs unbounded."""
     found = _DEADLINE.get()
     if found is None:
@@ -118,6 +122,7 @@ async def bounded(what: str, step: Awaitable[T], *, on_cut: Callable[[], None] |
         async with backstop:
             return await step
     except (TimeoutError, StorageUnavailable):
+        refused()
         if backstop.expired() and on_cut is not None:
             on_cut()
         raise unavailable(what) from None
