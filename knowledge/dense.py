@@ -258,9 +258,15 @@ class DatabaseDense:
     async def reload(self) -> None:
         self._seen = False  # another process may have removed every vector: ask again
         if self._unreadable:  # only those counted: a whole count is the load's and the pass's
-            found = await self._search.unreadable_vectors(self._embed_model, self._dim, list(self._unreadable))
-            # One replaced here meanwhile (``remove_document``) stays out.
-            self._unreadable = {d: n for d, n in found.items() if d in self._unreadable}
+            asked = list(self._unreadable)
+            found = await self._search.unreadable_vectors(self._embed_model, self._dim, asked)
+            # Only those asked about: what a whole count that ended meanwhile found of the
+            # others stays; one replaced here meanwhile (``remove_document``) stays out.
+            for doc_id in asked:
+                if doc_id in found and doc_id in self._unreadable:
+                    self._unreadable[doc_id] = found[doc_id]
+                else:
+                    self._unreadable.pop(doc_id, None)
 
     async def available(self) -> bool:
         # Once vectors exist they are assumed to stay (a search of an emptied index just

@@ -18,6 +18,7 @@ import pytest
 from knowledge.dense import dense_side
 from knowledge.kb import KnowledgeBase
 from storage.postgres import PostgresStorage, open_postgres_storage
+from storage.postgres.database import PostgresOptions
 from tests.support.deadline import until
 from tests.support.postgres import GUARDED, TestPostgres
 from toolindex.hashing import HashingEmbedder
@@ -126,5 +127,34 @@ async def test_a_document_replaced_here_during_a_count_is_not_counted_again(url:
         assert dense.unreadable() == {}
         await dense.count_unreadable()  # a count begun after it reads the store as it is
         assert dense.unreadable() == {"penguin": 1}
+    finally:
+        await storage.close()
+
+
+async def test_a_reload_during_a_count_keeps_what_the_count_found(url: str) -> None:
+    """A replica asks again about the documents it counted when another process changes
+    the knowledge base (``reload``); the back-fill pass counts them all. When the pass's
+    count ended while the reload waited, the reload's answer - about the documents counted
+    before - replaced the whole count, and a document newly found unreadable was out of
+    ``/readyz``, the metric and the warnings until the next pass. One connection here, so
+    the two queries run in the order they were asked: the count's first."""
+    storage, kb = await _opened(url)
+    try:
+        await kb.ingest_documents(DOCS)
+    finally:
+        await _closed(storage, kb)
+    await _cut_vector(url, "penguin")
+
+    storage = await open_postgres_storage(url, PostgresOptions(min_connections=1, max_connections=1))
+    try:
+        embedder = HashingEmbedder(dim=128)
+        dense = dense_side(storage.kb_index, f"{embedder.name}:{embedder.model}", embedder.dim)
+        await dense.load()
+        assert dense.unreadable() == {"penguin": 1}
+        await _cut_vector(url, "kiwi")  # another process's doing, after this replica's start
+        counting = asyncio.create_task(dense.count_unreadable())
+        await asyncio.sleep(0)  # the count holds the connection
+        await asyncio.gather(dense.reload(), counting)
+        assert dense.unreadable() == {"kiwi": 1, "penguin": 1}
     finally:
         await storage.close()
