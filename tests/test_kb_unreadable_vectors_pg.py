@@ -57,13 +57,18 @@ async def _cut_vector(url: str, doc_id: str) -> None:
         )
 
 
-async def test_a_vector_of_another_width_is_counted_and_its_document_re_embedded(url: str) -> None:
+async def _ingested_with_penguin_cut(url: str) -> None:
+    """``DOCS`` ingested by a replica since stopped, penguin's vectors then cut."""
     storage, kb = await _opened(url)
     try:
         await kb.ingest_documents(DOCS)
     finally:
         await _closed(storage, kb)
     await _cut_vector(url, "penguin")
+
+
+async def test_a_vector_of_another_width_is_counted_and_its_document_re_embedded(url: str) -> None:
+    await _ingested_with_penguin_cut(url)
 
     leader, sibling = await _opened(url), await _opened(url)
     try:
@@ -109,12 +114,7 @@ async def test_a_document_replaced_here_during_a_count_is_not_counted_again(url:
     stored). The scan may have read the old vectors; its count set the document back,
     and ``/readyz`` and every search's ``warnings`` said it was unreadable until the
     next pass (the pass itself finds it readable and leaves it)."""
-    storage, kb = await _opened(url)
-    try:
-        await kb.ingest_documents(DOCS)
-    finally:
-        await _closed(storage, kb)
-    await _cut_vector(url, "penguin")  # the scan reads what was stored before the replacement
+    await _ingested_with_penguin_cut(url)  # the scan reads what was stored before the replacement
 
     storage = await open_postgres_storage(url)
     try:
@@ -138,12 +138,7 @@ async def test_a_reload_during_a_count_keeps_what_the_count_found(url: str) -> N
     before - replaced the whole count, and a document newly found unreadable was out of
     ``/readyz``, the metric and the warnings until the next pass. One connection here, so
     the two queries run in the order they were asked: the count's first."""
-    storage, kb = await _opened(url)
-    try:
-        await kb.ingest_documents(DOCS)
-    finally:
-        await _closed(storage, kb)
-    await _cut_vector(url, "penguin")
+    await _ingested_with_penguin_cut(url)
 
     storage = await open_postgres_storage(url, PostgresOptions(min_connections=1, max_connections=1))
     try:
