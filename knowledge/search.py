@@ -267,11 +267,15 @@ class Searcher:
                 self.text_fallbacks += 1
                 warnings.append(f"embedder failed ({exc}); used text search only")
                 use_vec, use_text = False, True
-        if use_vec and (unreadable := self.dense.unreadable()):
-            warnings.append(
-                f"{sum(unreadable.values())} chunk(s) of {len(unreadable)} document(s) have stored vectors that "
-                "could not be read (wrong length): not searched by meaning until re-embedded"
-            )
+        if use_vec and (unreadable := dict(self.dense.unreadable())):
+            # Those this search covered only: the whole index's count (``/readyz``,
+            # ``/metrics``) includes other users' attachments and buckets not searched.
+            covered = await self.index.docs_in_scope(scope, list(unreadable))
+            if covered:
+                warnings.append(
+                    f"{sum(unreadable[d] for d in covered)} chunk(s) of {len(covered)} document(s) have stored "
+                    "vectors that could not be read (wrong length): not searched by meaning until re-embedded"
+                )
         if use_vec and (waiting := self.pending_vectors()):
             seen_by = "found by text in this search" if use_text else "a search in text mode finds them"
             warnings.append(

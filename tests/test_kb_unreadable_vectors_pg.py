@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import psycopg
 import pytest
 
+from knowledge.attachments import attachment_bucket
 from knowledge.dense import dense_side
 from knowledge.kb import KnowledgeBase
 from storage.postgres import PostgresStorage, open_postgres_storage
@@ -153,3 +155,39 @@ async def test_a_reload_during_a_count_keeps_what_the_count_found(url: str) -> N
         assert dense.unreadable() == {"kiwi": 1, "penguin": 1}
     finally:
         await storage.close()
+
+
+async def test_a_searchs_warning_counts_only_the_unreadable_vectors_it_covered(url: str) -> None:
+    """``/readyz`` and the metric count the whole index (the operator's view), but a
+    search's warning speaks to whoever searched: it counted every unreadable vector,
+    another user's attachment and buckets the search did not cover included. Now only
+    those of the documents it covered: its buckets, and the caller's own attachments when
+    searched (``KBIndex.docs_in_scope``, the scope's own statement)."""
+    attachments = attachment_bucket("alice", "c-one")
+    storage, kb = await _opened(url)
+    try:
+        await kb.ingest_documents(DOCS)
+        await kb.ingest_documents([{"id": "hull", "title": "Hull", "text": "Penguins swim past the keel."}],
+                                  bucket=attachments, private=True)  # fmt: skip
+        await kb.ingest_documents([{"id": "crane", "title": "Crane", "text": "Cranes wade in marshes."}],
+                                  bucket="marsh")  # fmt: skip
+    finally:
+        await _closed(storage, kb)
+    await _cut_vector(url, "penguin")
+    await _cut_vector(url, "hull")
+
+    storage, kb = await _opened(url)
+    try:
+        assert kb.status.unreadable_vectors == 2  # the operator's view: the whole index
+
+        def warned(found: Any) -> list[str]:
+            return [w.split(" have stored vectors")[0] for w in found.warnings if "could not be read" in w]
+
+        every_shared = await kb.search(QUESTION, mode="semantic")  # the attachment is not searched
+        assert warned(every_shared) == ["1 chunk(s) of 1 document(s)"], every_shared.warnings
+        assert warned(await kb.search(QUESTION, mode="semantic", bucket="marsh")) == []
+        assert warned(await kb.search(QUESTION, mode="semantic", doc_id="kiwi")) == []
+        own = await kb.search(QUESTION, mode="semantic", buckets=["default", attachments], private=[attachments])
+        assert warned(own) == ["2 chunk(s) of 2 document(s)"], own.warnings
+    finally:
+        await _closed(storage, kb)

@@ -119,6 +119,12 @@ class KBIndex(Protocol):
 
     async def scoped_doc_ids(self, scope: KBScope) -> list[str]: ...
 
+    async def docs_in_scope(self, scope: KBScope, doc_ids: Sequence[str]) -> list[str]:
+        """Those of ``doc_ids`` that ``scope`` covers (its ``chunk_ids`` aside: the same
+        scope). What a search says about a few documents - its unreadable vectors - must
+        speak of what it searched only, never of another user's private bucket."""
+        ...
+
     async def scoped_chunk_ids(self, scope: KBScope) -> npt.NDArray[np.int64]:
         """The ids of the chunks of the documents in scope, ascending (``KBScope.chunk_ids``):
         what the in-memory matrix masks its rows by, with no walk over document ids."""

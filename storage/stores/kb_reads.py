@@ -144,6 +144,22 @@ class KBReads:
         sql, params = self._filters.scope_sql(scope, await self._filter_schema(scope))
         return [r[0] for r in await self._sql.db.fetchall(sql, params)]
 
+    async def docs_in_scope(self, scope: KBScope, doc_ids: Sequence[str]) -> list[str]:
+        # The scope's own statement restricted to the ids asked about: the database
+        # answers for a bucket, a filter, a document or the hidden private buckets alike.
+        if scope.doc_ids is not None:
+            inside = set(scope.doc_ids)
+            return [d for d in doc_ids if d in inside]
+        sql, params = self._filters.scope_sql(scope, await self._filter_schema(scope))
+        found: list[str] = []
+        for part in parts(list(doc_ids)):
+            marks = ", ".join([self._filters.mark] * len(part))
+            rows = await self._sql.db.fetchall(
+                f"WITH s(id) AS ({sql}) SELECT id FROM s WHERE id IN ({marks})", [*params, *part]
+            )
+            found.extend(str(r[0]) for r in rows)
+        return found
+
     async def scoped_chunk_ids(self, scope: KBScope) -> npt.NDArray[np.int64]:
         if scope.chunk_ids is not None:
             return np.unique(np.asarray(scope.chunk_ids, np.int64))
