@@ -352,7 +352,7 @@ FLOORS = {
     "walkthrough": {"sample": 0.66, "npm": 1.0},  # 4/6 here, 5/6 in the bench (3/6 first, 4/6 before the asked heading); no npm
     "followup": {"sample": 0.9, "npm": 1.0},  # 9/10 (5/10 before the answerer read the conversation); no npm
     "round35": {"sample": 0.97, "npm": 1.0},  # 41/42 (40/42 before round 36, 30/42 before round 35); no npm
-    "round38": {"sample": 0.85, "npm": 1.0},  # 30/35 here, 31/35 in the bench (29/35, 30/35 before round 46; 23/35 before 45)
+    "round38": {"sample": 0.85, "npm": 1.0},  # 30/35 here, 31/35 in the bench (29/35, 30/35 before round 46)
     "round45": {"sample": 0.88, "npm": 1.0},  # 32/36 here, 33/36 in the bench (15/36, 16/36 before round 46); no npm
     "round46": {"sample": 0.64, "npm": 1.0},  # 20/31 here and in the bench, before and after round 46 (held out)
 }
