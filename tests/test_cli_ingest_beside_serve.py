@@ -84,8 +84,13 @@ def _parts_with_events(samples: list[tuple[int, int]]) -> tuple[int, int]:
 async def test_a_running_servers_run_keeps_storing_events_between_the_cli_ingests_parts(tmp_path: Path) -> None:
     folder = tmp_path / "files"
     await asyncio.to_thread(_write_files, folder)
-    # ~3 model turns of 120 words 25 ms apart: ~9 s, longer than the command's start and ingest.
+    # Model turns of 120 words 25 ms apart, the first streaming on until the command has
+    # ended: the run is live through the whole ingest whatever the machine's load. It
+    # used to be ~9 s of turns, guessed longer than the command's start and ingest; at
+    # load ~9 the command's start alone outlasted them, the run ended before the ingest's
+    # third part, and no event could be stored between the later parts (2 of 8).
     async with tool_stack(tmp_path, tokens=120, pause_s=0.025) as stack:
+        stack.fake.streaming_until = ingested = asyncio.Event()
         env = stack.agent_env(AGENT_DB_WRITE_RETRY_S="10")  # the default: no failed run as the pass mark
         server = AgentServer(tmp_path, env, name="serve")
         try:
@@ -115,6 +120,7 @@ async def test_a_running_servers_run_keeps_storing_events_between_the_cli_ingest
                     output = (await cli.stdout.read()).decode(errors="replace")
                 finally:
                     code = await reap(cli, "agentchat ingest")
+                    ingested.set()  # the run's turn ends now, and the run with it
                 assert code == 0, output
                 assert f"{FILES} documents added" in output, output
                 done = await asyncio.wait_for(following, 120)

@@ -140,6 +140,10 @@ class PacedOllama:
     """Serve ``fake.app`` on loopback (``tests.support.server.serve_app``).
 
     ``tokens`` words are streamed ``pause_s`` apart before each turn's tool call.
+    ``streaming_until``: while it is set to an event not yet set, a turn goes on
+    streaming words past ``tokens`` until it is - a run that must be live for as long
+    as something else takes (a command's ingest) is, by that condition, not by a guess
+    of how long its turns last on a loaded machine.
     ``flow`` is the sequence of tools a run walks (empty: a text-only answer).
     Counters: ``chats`` (turns answered), ``streams_finished`` and ``streams_cut``.
     """
@@ -156,6 +160,7 @@ class PacedOllama:
         self.tokens = tokens
         self.pause_s = pause_s
         self.flow = tuple(flow)
+        self.streaming_until: asyncio.Event | None = None
         self.chats = 0
         self.streams_finished = 0
         self.streams_cut = 0
@@ -200,6 +205,11 @@ class PacedOllama:
             for i in range(self.tokens):
                 await asyncio.sleep(self.pause_s)
                 yield self._chunk(model, {"role": "assistant", "content": f"w{i} "})
+            i = self.tokens
+            while self.streaming_until is not None and not self.streaming_until.is_set():
+                await asyncio.sleep(self.pause_s)
+                yield self._chunk(model, {"role": "assistant", "content": f"w{i} "})
+                i += 1
             yield self._chunk(model, self._message(step))
             yield orjson.dumps(self._final(model, {"role": "assistant", "content": ""})) + b"\n"
             finished = True
