@@ -58,6 +58,10 @@ MODES = ("hybrid", "text", "semantic")
 #: The names of the fusion's two sides, in the order ``_rank`` passes them: BM25, vectors.
 FUSION_SIDES = ("text", "semantic")
 
+#: How deep a search's scores are read to tell whether they are flat (``OverloadRule``):
+#: the best against the 10th, or the ``top_k``-th when more are asked for.
+SPREAD_DEPTH = 10
+
 
 class Searcher:
     """Answers ``KnowledgeBase.search``; its ``counts`` answer the scope counts
@@ -370,7 +374,10 @@ class Searcher:
             )
             for c in top
         ]
-        spreads = [signal_spread(s, top_k) for s in (text.scores, v_scores) if s]
+        # Flatness is read at a fixed depth, not at the asked-for count: two best passages
+        # that score alike do not make a query too broad (top_k 2 compared only them).
+        depth = max(top_k, SPREAD_DEPTH)
+        spreads = [signal_spread(s, depth) for s in (text.scores, v_scores) if s]
         spread = round(max(spreads), 4) if spreads else 1.0
         total = max(text.total, v_total)
         return SearchResponse(

@@ -216,6 +216,29 @@ async def test_overload_signal_on_many_flat_matches(tmp_path: Path) -> None:
         await kb.aclose()
 
 
+async def test_two_best_passages_alike_are_no_overload(tmp_path: Path) -> None:
+    """Flatness is read at a fixed depth (the 10th score), not at the asked-for count: a
+    search for two passages whose two best score alike, far above the rest, is answered,
+    not sent back as too broad (``top_k`` 2 compared the 1st and 2nd alone; an ordinary
+    ``search_semantic`` on the sample KB ended its run with an overload clarification)."""
+    kb = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=64), config=KBConfig(overload_threshold=50))
+    try:
+        docs = [{"id": f"inv-{i}", "title": "Invoice", "text": f"Invoice number {i} for the payment schedule."}
+                for i in range(80)]
+        docs += [{"id": "rota-pager", "title": "Pager rota",
+                  "text": "The zebra rotation schedule hands the pager to Alice every Tuesday."},
+                 {"id": "rota-phone", "title": "Phone rota",
+                  "text": "The zebra rotation schedule gives the phone to Bob each Friday."}]
+        await kb.ingest_documents(docs)
+        twins = await kb.search("zebra rotation schedule", mode="text", top_k=2)
+        assert {h.doc_id for h in twins.hits} == {"rota-pager", "rota-phone"}, twins.hits
+        assert twins.total_matches >= 50 and not twins.overloaded, twins
+        broad = await kb.search("payment schedule", mode="text", top_k=2)
+        assert broad.total_matches >= 50 and broad.overloaded, broad  # still an overload when flat deep down
+    finally:
+        await kb.aclose()
+
+
 async def test_concurrent_searches_while_ingesting(tmp_path: Path) -> None:
     kb = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=64), config=KBConfig(executor_rows=10, batch_documents=20))
     try:
