@@ -21,6 +21,7 @@ around them (``knowledge.search``) do not know which one answered.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -32,6 +33,8 @@ from storage.interfaces import KBIndex, KBVectorSearch
 from storage.kb_records import KBRanked, KBScope, KBVectorRows
 
 F32 = npt.NDArray[np.float32]
+
+log = logging.getLogger("agentchat.knowledge")
 
 
 class DenseSide(Protocol):
@@ -65,6 +68,10 @@ class DenseSide(Protocol):
         """Called once at start; returns how many vectors were loaded into memory."""
         ...
 
+    async def aclose(self) -> None:
+        """Stop what ``load`` left running in the background (``KnowledgeBase.aclose``)."""
+        ...
+
     async def reload(self) -> None:
         """Another process changed the stored knowledge base (``knowledge.freshness``):
         take it in (the matrix loaded anew; nothing where the engine searches)."""
@@ -92,6 +99,10 @@ class DenseSide(Protocol):
     def unreadable(self) -> dict[str, int]:
         """The chunks, per document, whose stored vector the load could not read (a
         wrong length, none): out of every search by meaning until re-embedded."""
+        ...
+
+    def unreadable_counted(self) -> bool:
+        """Whether ``unreadable`` is a count (else none has landed yet: it is empty, not 0)."""
         ...
 
     async def count_unreadable(self) -> None:
@@ -163,6 +174,9 @@ class MatrixDense:
             return 0
         return await load_vectors(self.matrix, self._index, self._embed_model)
 
+    async def aclose(self) -> None:
+        """Nothing runs in the background here."""
+
     async def available(self) -> bool:
         return self.matrix.size > 0
 
@@ -205,6 +219,9 @@ class MatrixDense:
     def unreadable(self) -> dict[str, int]:
         return self.matrix.unreadable
 
+    def unreadable_counted(self) -> bool:
+        return True  # the load, awaited at start, read and counted every vector
+
     async def count_unreadable(self) -> None:
         """Nothing to do: every load and reload reads each vector and counts (``VectorIndex``)."""
 
@@ -225,10 +242,18 @@ class DatabaseDense:
         self._dim = dim
         self._seen = False
         #: Chunks per document whose stored vector is none or of another width (the
-        #: engine's search leaves them out by its own condition), as last counted: at
+        #: engine's search leaves them out by its own condition), as last counted: after
         #: the load, by each back-fill pass (``count_unreadable``), and those still
         #: counted are asked again at a reload (another process may have repaired them).
         self._unreadable: dict[str, int] = {}
+        #: Whether a whole count has landed: until then ``status`` says "counting" (or
+        #: why it failed) rather than 0, and ``/metrics`` leaves the gauge out.
+        self._counted = False
+        self._count_error: str | None = None
+        #: The count ``load`` starts in the background: one scan of every chunk of this
+        #: embedder (1.7-2.0 s warm per 1,000,000 chunks of 384 dimensions, the whole heap
+        #: read cold), which a replica's start and ``agentchat ingest`` no longer wait for.
+        self._first_count: asyncio.Task[None] | None = None
         #: Per count under way, the documents replaced here since it began: its scan may
         #: have read their old vectors, and setting them back would say "unreadable" until
         #: the next pass (which finds them readable and leaves them).
@@ -252,8 +277,30 @@ class DatabaseDense:
         return 0
 
     async def load(self) -> int:
-        await self.count_unreadable()
+        """Starts the count of unreadable vectors and returns at once: the rare torn
+        vector must not hold a replica's readiness for a scan of the whole table.
+        Searches meanwhile warn of none; ``status`` says the count is under way."""
+        if self._first_count is None:
+            self._first_count = asyncio.create_task(self._count_at_start(), name="kb-unreadable-count")
         return 0
+
+    async def _count_at_start(self) -> None:
+        try:
+            await self._count_whole()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the back-fill pass counts again; status says why meanwhile
+            self._count_error = f"{type(exc).__name__}: {exc}"[:300]
+            log.warning(
+                "knowledge base: counting unreadable stored vectors failed", extra={"reason": self._count_error}
+            )
+
+    async def aclose(self) -> None:
+        """Cancel the start's count if it still runs, and wait for it to end."""
+        task, self._first_count = self._first_count, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task})
 
     async def reload(self) -> None:
         self._seen = False  # another process may have removed every vector: ask again
@@ -288,14 +335,37 @@ class DatabaseDense:
         return {
             "search": "the engine's vector index",
             **await self._search.vector_index_status(),
+            **self._unreadable_status(),
+        }
+
+    def _unreadable_status(self) -> dict[str, Any]:
+        if not self._counted:  # not 0: nobody has looked yet
+            state = f"failed: {self._count_error}" if self._count_error is not None else "counting"
+            return {"unreadable_vectors": None, "unreadable_documents": None, "unreadable_count": state}
+        return {
             "unreadable_vectors": sum(self._unreadable.values()),
             "unreadable_documents": len(self._unreadable),
+            "unreadable_count": "counted",
         }
 
     def unreadable(self) -> dict[str, int]:
         return self._unreadable
 
+    def unreadable_counted(self) -> bool:
+        return self._counted
+
     async def count_unreadable(self) -> None:
+        """Count anew (the back-fill pass, before it repairs). While the start's count
+        still runs, its answer is this one's: the pass that starts with the leader
+        would scan the whole table a second time beside it."""
+        first = self._first_count
+        if first is not None and not first.done():
+            await asyncio.wait({first})  # a cancelled pass leaves the start's count running
+            if self._counted:
+                return
+        await self._count_whole()
+
+    async def _count_whole(self) -> None:
         """Ask the engine (``KBVectorSearch.unreadable_vectors``: one scan of this
         embedder's chunks); a document replaced here meanwhile stays out."""
         replaced: set[str] = set()
@@ -305,6 +375,7 @@ class DatabaseDense:
         finally:
             self._replaced_while_counting = [r for r in self._replaced_while_counting if r is not replaced]
         self._unreadable = {d: n for d, n in found.items() if d not in replaced}
+        self._counted, self._count_error = True, None
 
 
 def dense_side(index: KBIndex, embed_model: str | None, dim: int, *, executor_rows: int = 2_000) -> DenseSide:

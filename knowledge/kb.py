@@ -5,8 +5,9 @@ vectors live behind a ``storage.interfaces.KBIndex`` (``storage/sqlite/kb_index.
 default), handed in by whoever opened the storage. What happens here:
 
 * ``load()`` reads the bucket schemas and readies the dense side (``knowledge.dense``):
-  on an engine with its own vector search (PostgreSQL: pgvector) nothing is loaded,
-  otherwise the in-memory float32 matrix is filled from the index. A bucket exists
+  on an engine with its own vector search (PostgreSQL: pgvector) nothing is loaded -
+  its count of unreadable stored vectors, a scan of every chunk, runs in the background
+  until ``aclose`` - otherwise the in-memory float32 matrix is filled from the index. A bucket exists
   once something was ingested into it (or it was created with typed fields); no bucket
   is created empty by accident.
 * Ingestion (``knowledge/ingest.py``): validate, skip unchanged, chunk, embed, write.
@@ -151,6 +152,7 @@ class KnowledgeBase:
         self._closed = True
         await self._fresh.aclose()
         await self.backfill.aclose()
+        await self._vectors.aclose()  # the start's count of unreadable vectors, if it still runs
         if self._on_close is not None:
             await self._on_close()
 

@@ -124,9 +124,12 @@ class KBStatus:
         return self._fresh.reload_failures
 
     @property
-    def unreadable_vectors(self) -> int:
+    def unreadable_vectors(self) -> int | None:
         """Stored vectors (chunks) the dense side's load could not read, until their
-        documents are re-embedded (``knowledge.backfill``)."""
+        documents are re-embedded (``knowledge.backfill``); ``None`` until counted
+        (PostgreSQL counts in the background after the start)."""
+        if not self._vectors.unreadable_counted():
+            return None
         return sum(self._vectors.unreadable().values())
 
     @property

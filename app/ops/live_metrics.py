@@ -53,8 +53,10 @@ class LiveSources:
     #: Reloads of the KB's in-memory vectors that failed (``None``: no KB).
     kb_reload_failures: Callable[[], int] | None = None
     #: Stored KB vectors the in-memory load could not read, left out of searches by
-    #: meaning until re-embedded (``None``: no KB).
-    kb_unreadable_vectors: Callable[[], int] | None = None
+    #: meaning until re-embedded (``None``: no KB; the callable's ``None``: not counted
+    #: yet - PostgreSQL counts in the background after the start - and the gauge is left
+    #: out rather than saying 0).
+    kb_unreadable_vectors: Callable[[], int | None] | None = None
     #: Reads of the KB's bucket list that failed (``None``: no KB).
     kb_bucket_list_failures: Callable[[], int] | None = None
     #: The KB engine's graph builds run serially for want of shared memory (``None``:
@@ -256,14 +258,15 @@ class LiveCollector:
                 "searches by meaning ran on the older vectors (and said so) until one succeeded.",
                 s.kb_reload_failures(),
             )
-        if s.kb_unreadable_vectors is not None:
+        if s.kb_unreadable_vectors is not None and (unreadable := s.kb_unreadable_vectors()) is not None:
             yield GaugeMetricFamily(
                 "agentchat_kb_vectors_unreadable",
                 "Stored knowledge-base vectors (chunks) that cannot be read - the wrong length, or none for a "
-                "chunk of an embedded document (on PostgreSQL counted at start and by the back-fill pass): out "
+                "chunk of an embedded document (on PostgreSQL counted after start, in the background - absent "
+                "until then - and by the back-fill pass): out "
                 "of searches by meaning until their documents "
                 "are re-embedded in the background.",
-                value=s.kb_unreadable_vectors(),
+                value=unreadable,
             )
         if s.kb_bucket_list_failures is not None:
             yield _counter(

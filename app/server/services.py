@@ -221,10 +221,11 @@ class Services:
         knowledge = self.rooms.knowledge
         return (lambda: int(knowledge.kb.status.reload_failures)) if knowledge is not None else None
 
-    def _kb_unreadable_vectors(self) -> Callable[[], int] | None:
-        """The KB's stored vectors its load could not read (``None``: no KB)."""
+    def _kb_unreadable_vectors(self) -> Callable[[], int | None] | None:
+        """The KB's stored vectors its load could not read (``None``: no KB; the
+        callable's ``None``: not counted yet)."""
         knowledge = self.rooms.knowledge
-        return (lambda: int(knowledge.kb.status.unreadable_vectors)) if knowledge is not None else None
+        return (lambda: knowledge.kb.status.unreadable_vectors) if knowledge is not None else None
 
     def _kb_bucket_list_failures(self) -> Callable[[], int] | None:
         """The KB's failed reads of its bucket list (``None``: no KB)."""

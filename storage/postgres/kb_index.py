@@ -285,9 +285,9 @@ class PostgresKBIndex(SqlKBIndex):
         it out by its own condition (``vector_dims``). One scan of those documents'
         chunks (~0.07 s per 100,000 chunks of 384 dimensions, warm, at load 1.1-3.6; at
         1,000,000 chunks of 384 dimensions with 640 characters of text each, a 1.95 GB
-        heap, 1.7-2.0 s warm at load 9-10): asked at a load - each replica's start and
-        ``agentchat ingest`` on PostgreSQL (the CLI's other commands open no embedder,
-        hence no engine search) wait for it - and by the back-fill pass, never by a search."""
+        heap, 1.7-2.0 s warm at load 9-10; cold, the whole heap is read): asked in the
+        background after a load (``DatabaseDense.load``: neither a replica's start nor
+        ``agentchat ingest`` waits for it) and by the back-fill pass, never by a search."""
         only = "" if doc_ids is None else "AND d.id = ANY(?) "
         rows = await self._sql.fetchall(
             "SELECT c.doc_id, count(*) FROM kb_chunks c JOIN kb_documents d ON d.id = c.doc_id "
