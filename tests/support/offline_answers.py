@@ -61,7 +61,11 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: integrating the SSE stream - limits, timeouts, retention, logs, storage, probes, backups,
 #: error codes, history, events, EventSource, ingesting, approvals, MCP, retries, shutdown,
 #: hosts, Docker - two expecting a decline) written before round 46's changes and before
-#: any answer to them was read, its facts from docs/ and the code: round 46's held-out check.
+#: any answer to them was read, its facts from docs/ and the code: round 46's held-out check;
+#: "round47" (26 sample questions of the same kind - logs, conversations, rate limits,
+#: timeouts, tracing, retention, the CLI, approvals, CORS, JWT, replicas - two with a
+#: greeting first, two expecting a decline) written before round 47's changes and before
+#: any answer to them was read: round 47's held-out check.
 SETS = (
     "original",
     "held_out",
@@ -91,6 +95,7 @@ SETS = (
     "round38",
     "round45",
     "round46",
+    "round47",
 )
 
 
