@@ -6,7 +6,9 @@ question; the next turn reads the chunks that came back, quotes the passage(s) t
 cover the question whole (``llm.extractive_answer``: neighbouring sentences, lists and
 code blocks intact, no sentence twice), streams them as the answer with ``[source_id]``
 citations, and calls ``generate_response`` with those sources. With nothing relevant it says it does
-not know. Everything it needs is in the conversation it is sent, so it keeps no state.
+not know. A message that only greets or thanks ("hi", "thanks") is answered with what it
+can do instead (``llm.extractive_greeting``), citing nothing. Everything it needs is in the
+conversation it is sent, so it keeps no state.
 
 Acting on workflows and table configurations needs a model. A request from those
 contexts — told apart by the role the system prompt gives it, or else by the workflow and
@@ -32,6 +34,7 @@ import orjson
 
 from llm.extractive_answer import Composed, Passage, compose, compose_answer
 from llm.extractive_followup import FollowUp, earlier_questions, follow_up_of
+from llm.extractive_greeting import greeting_reply
 from llm.extractive_long import cut_note, read_part, search_text
 from llm.extractive_next import next_read_args
 from llm.extractive_page_read import PAGE_READ_TOOL, page_read_args, pages_to_read
@@ -210,7 +213,13 @@ class ExtractiveProvider:
         answered = [r for r in results if r.name == ANSWER_TOOL]
         acting = acting_context(request)
         if acting is not None:
-            for ev in self._decline(acting, offered, attempted, answered, question, search_required(request)):
+            text = decline_message(acting)
+            for ev in self._say(text, offered, attempted, answered, question, search_required(request)):
+                yield ev
+            return
+        greeted = greeting_reply(message)
+        if greeted is not None:  # "hi", "thanks": nothing asked, nothing to look up or cite
+            for ev in self._say(greeted, offered, attempted, answered, question, search_required(request)):
                 yield ev
             return
         if not attempted and SEARCH_TOOL not in offered:
@@ -285,17 +294,18 @@ class ExtractiveProvider:
         for ev in self._call(ANSWER_TOOL, args):
             yield ev
 
-    def _decline(
+    def _say(
         self,
-        context: str,
+        text: str,
         offered: set[str],
         attempted: list[ToolResult],
         answered: list[ToolResult],
         question: str,
         search_first: bool,
     ) -> list[StreamEvent]:
-        """Decline an acting request: the message through ``generate_response`` (when
-        offered), else as plain text. A knowledge search comes first only when the flow
+        """Say ``text``, which quotes nothing (an acting request's decline, the reply to a
+        greeting), through ``generate_response`` (when offered, citing no source), else as
+        plain text. A knowledge search comes first only when the flow
         demands one: the prompt makes it the first step (``search_first``), or the policy
         refused the answer before any search (a custom prompt that does not say so). The
         search is made at most once and the answer tried at most twice (the second only
@@ -304,11 +314,10 @@ class ExtractiveProvider:
             return [MessageComplete(stop_for_tool_use=False, usage=Usage(), stop_reason="stop")]
         if SEARCH_TOOL in offered and not attempted and (search_first or answered):  # answered: refused
             return self._call(SEARCH_TOOL, {"query": search_text(question or "help"), "top_k": 3})
-        text = decline_message(context)
         args = {
             "answer": text,
             "sources": [],
-            "confidence_score": 0.0,  # a decline answers nothing: no confidence to claim
+            "confidence_score": 0.0,  # it answers nothing from the knowledge base: no confidence to claim
             "used_internal_kb": False,
             "used_external_kb": False,
         }

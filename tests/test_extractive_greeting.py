@@ -1,0 +1,106 @@
+"""Offline answers (issue 20 item 4), round 47: a message that only greets or thanks.
+
+A newcomer's first message to ``make run`` (no model: the extractive answerer over the
+sample KB) is often "hi" or "good morning"; it was searched as a question and answered
+"I could not find an answer to that in the knowledge base". It is answered now with what
+the service can answer and how (from the knowledge base, quoting passages), citing no
+source, through the usual events (one ``response``, one ``message_complete``), and the
+same text on the OpenAI-compatible and AI SDK faces. A greeting with a question is still
+the question (round35's greetings).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import openai
+import orjson
+import pytest
+import pytest_asyncio
+
+from app.config import Settings
+from llm.extractive_greeting import GREETING_REPLY, THANKS_REPLY, greeting_reply
+from tests.conftest import collect_sse, running_app
+from tests.support.offline_answers import carries
+from tests.test_offline_answers import ONE_SERVICE, defaults
+
+GREETINGS = ["hi", "Hello!", "Hallo", "hey there", "Good morning :)", "hi all, good afternoon"]
+THANKS = ["thanks", "Thank you so much!", "ok thanks", "thx"]
+#: Greetings around a question, and messages that only look like one: searched as ever.
+NOT_ONLY_GREETINGS = [
+    "Hi, how do I cancel a run?",
+    "Hello from Berlin! How do I cancel a run?",
+    "thanks, and how do I resume a stream?",
+    "Hi, I'm Priya",
+    "hey",  # a greeting
+]
+
+
+def test_only_a_greeting_or_thanks_is_one() -> None:
+    assert {m: greeting_reply(m) for m in GREETINGS} == dict.fromkeys(GREETINGS, GREETING_REPLY)
+    assert {m: greeting_reply(m) for m in THANKS} == dict.fromkeys(THANKS, THANKS_REPLY)
+    assert [greeting_reply(m) for m in NOT_ONLY_GREETINGS] == [None, None, None, None, GREETING_REPLY]
+    assert greeting_reply("") is None and greeting_reply("What is the hello world example?") is None
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def base(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    """The default configuration, no model reachable, served until its sample KB is in."""
+    tmp_path: Path = tmp_path_factory.mktemp("greeting")
+    async with running_app(Settings.from_env({**defaults(tmp_path), **ONE_SERVICE})) as (url, _):
+        async with httpx.AsyncClient(timeout=30) as client:
+            for _ in range(600):
+                if (await client.get(f"{url}/readyz")).status_code == 200:
+                    break
+                await asyncio.sleep(0.1)
+        yield url
+
+
+async def ask(base: str, message: str) -> list[object]:
+    async with httpx.AsyncClient(timeout=60) as client:
+        events = await collect_sse(
+            client, "POST", f"{base}/v1/agent/chat", json={"message": message, "context_type": "knowledge"}
+        )
+    return list(events)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize(
+    ("message", "reply"), [("hi", GREETING_REPLY), ("Good morning!", GREETING_REPLY), ("thanks!", THANKS_REPLY)]
+)
+async def test_a_greeting_is_answered_with_what_the_service_answers(base: str, message: str, reply: str) -> None:
+    events = await ask(base, message)
+    names = [e.event for e in events]  # type: ignore[attr-defined]
+    assert names.count("response") == 1 and names.count("message_complete") == 1 and names[-1] == "message_complete"
+    [response] = [e.json() for e in events if e.event == "response"]  # type: ignore[attr-defined]
+    assert response["answer"] == reply and response["sources"] == []
+    assert events[-1].json()["status"] == "completed"  # type: ignore[attr-defined]
+    assert "knowledge base" in response["answer"] and "could not find" not in response["answer"]
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_greeting_with_a_question_answers_the_question(base: str) -> None:
+    events = await ask(base, "Hi, how do I cancel a run?")
+    [response] = [e.json() for e in events if e.event == "response"]  # type: ignore[attr-defined]
+    assert carries(response["answer"], "/cancel") and response["sources"]
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_other_faces_say_the_same(base: str) -> None:
+    async with openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="sk-local", max_retries=0) as client:
+        completion = await client.chat.completions.create(
+            model="agentchat-knowledge",
+            messages=[{"role": "user", "content": "hello"}],
+        )
+    assert completion.choices[0].message.content == GREETING_REPLY
+    message = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hey there"}]}
+    body = {"id": "chat-hi", "messages": [message], "trigger": "submit-message", "context_type": "knowledge"}
+    async with httpx.AsyncClient(timeout=60) as http:
+        events = await collect_sse(http, "POST", f"{base}/v1/agent/ui-stream", json=body)
+    chunks = [orjson.loads(e.data) for e in events if e.data != "[DONE]"]
+    text = "".join(c["delta"] for c in chunks if c["type"] == "text-delta")
+    assert text == GREETING_REPLY
+    assert not [c for c in chunks if c["type"] in ("source-url", "source-document", "error")]
