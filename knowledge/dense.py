@@ -254,6 +254,7 @@ class DatabaseDense:
         #: embedder (1.7-2.0 s warm per 1,000,000 chunks of 384 dimensions, the whole heap
         #: read cold), which a replica's start and ``agentchat ingest`` no longer wait for.
         self._first_count: asyncio.Task[None] | None = None
+        self._closed = False
         #: Per count under way, the documents replaced here since it began: its scan may
         #: have read their old vectors, and setting them back would say "unreadable" until
         #: the next pass (which finds them readable and leaves them).
@@ -280,16 +281,21 @@ class DatabaseDense:
         """Starts the count of unreadable vectors and returns at once: the rare torn
         vector must not hold a replica's readiness for a scan of the whole table.
         Searches meanwhile warn of none; ``status`` says the count is under way."""
-        if self._first_count is None:
-            self._first_count = asyncio.create_task(self._count_at_start(), name="kb-unreadable-count")
+        self._count_in_background()
         return 0
+
+    def _count_in_background(self) -> None:
+        """Start the whole count unless one runs or this side is closed."""
+        if self._closed or (self._first_count is not None and not self._first_count.done()):
+            return
+        self._first_count = asyncio.create_task(self._count_at_start(), name="kb-unreadable-count")
 
     async def _count_at_start(self) -> None:
         try:
             await self._count_whole()
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the back-fill pass counts again; status says why meanwhile
+        except Exception as exc:  # the leader's pass or the next reload counts again; status says why
             self._count_error = f"{type(exc).__name__}: {exc}"[:300]
             log.warning(
                 "knowledge base: counting unreadable stored vectors failed", extra={"reason": self._count_error}
@@ -297,6 +303,7 @@ class DatabaseDense:
 
     async def aclose(self) -> None:
         """Cancel the start's count if it still runs, and wait for it to end."""
+        self._closed = True
         task, self._first_count = self._first_count, None
         if task is not None and not task.done():
             task.cancel()
@@ -304,6 +311,8 @@ class DatabaseDense:
 
     async def reload(self) -> None:
         self._seen = False  # another process may have removed every vector: ask again
+        if not self._counted:  # the start's count failed: only the leader's passes count again
+            self._count_in_background()
         if self._unreadable:  # only those counted: a whole count is the load's and the pass's
             asked = list(self._unreadable)
             found = await self._search.unreadable_vectors(self._embed_model, self._dim, asked)

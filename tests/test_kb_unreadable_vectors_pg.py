@@ -323,3 +323,42 @@ async def test_the_first_back_fill_pass_takes_the_starts_count_rather_than_scann
         gate.set()
         await kb.aclose()
         await storage.close()
+
+
+async def test_a_failed_count_at_start_is_said_and_counted_again_at_the_next_reload(url: str) -> None:
+    """The start's count in the background may fail (the database away for a moment): the
+    start no longer fails with it, so ``/readyz`` says why it has no count, and a replica
+    that does not lead the back-fill passes counts again when it takes another process's
+    change in (``reload``) rather than never."""
+    await _ingested_with_penguin_cut(url)
+    storage = await open_postgres_storage(url)
+    index = storage.kb_index
+    engine_count = index.unreadable_vectors
+    failures = [RuntimeError("the database went away")]
+
+    async def failing_once(embed_model: str, dim: int, doc_ids: Sequence[str] | None = None) -> dict[str, int]:
+        if doc_ids is None and failures:
+            raise failures.pop()
+        return await engine_count(embed_model, dim, doc_ids)
+
+    index.unreadable_vectors = failing_once  # type: ignore[method-assign]
+    kb = await KnowledgeBase.create(index, HashingEmbedder(dim=128), schema_version=storage.schema_version)
+    other = await _opened(url)
+    try:
+
+        async def said_failed() -> bool:
+            return str((await kb.status.semantic())["index"]["unreadable_count"]).startswith("failed: ")
+
+        await until(said_failed, "the failed count to be shown", step=0.02)
+        assert kb.status.unreadable_vectors is None
+        await other[1].ingest_documents([{"id": "crane", "title": "Crane", "text": "Cranes wade in marshes."}])
+
+        async def counted_after_the_change() -> bool:
+            await kb.search(QUESTION, mode="semantic")  # takes the other replica's change in
+            return kb.status.unreadable_vectors == 1
+
+        await until(counted_after_the_change, "the count after the next reload", step=0.05)
+    finally:
+        await _closed(*other)
+        await kb.aclose()
+        await storage.close()
