@@ -50,6 +50,7 @@ from knowledge.types import (
     SearchMode,
     SearchResponse,
 )
+from knowledge.vector_warnings import unsearched_vector_warnings
 from storage.interfaces import KBIndex
 from storage.kb_records import KBRanked, KBScope
 from toolindex.embedder import Embedder, EmbeddingError
@@ -271,20 +272,16 @@ class Searcher:
                 self.text_fallbacks += 1
                 warnings.append(f"embedder failed ({exc}); used text search only")
                 use_vec, use_text = False, True
-        if use_vec and (unreadable := dict(self.dense.unreadable())):
-            # Those this search covered only: the whole index's count (``/readyz``,
-            # ``/metrics``) includes other users' attachments and buckets not searched.
-            covered = await self.index.docs_in_scope(scope, list(unreadable))
-            if covered:
-                warnings.append(
-                    f"{sum(unreadable[d] for d in covered)} chunk(s) of {len(covered)} document(s) have stored "
-                    "vectors that could not be read (wrong length): not searched by meaning until re-embedded"
-                )
-        if use_vec and (waiting := self.pending_vectors()):
-            seen_by = "found by text in this search" if use_text else "a search in text mode finds them"
-            warnings.append(
-                f"{waiting} document(s) have no vectors yet (re-embedding in the background): "
-                f"not searched by meaning; {seen_by}"
+        if use_vec and self.embedder is not None:
+            # Of the documents this search covered only (``knowledge.vector_warnings``).
+            warnings += await unsearched_vector_warnings(
+                self.index,
+                self.dense,
+                scope,
+                pending=self.pending_vectors(),
+                embed_key=f"{self.embedder.name}:{self.embedder.model}",  # as ``Ingestor`` stores it
+                embed_dim=self.embedder.dim,
+                use_text=use_text,
             )
 
         async def text_side() -> KBRanked:

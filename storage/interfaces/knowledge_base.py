@@ -125,6 +125,13 @@ class KBIndex(Protocol):
         speak of what it searched only, never of another user's private bucket."""
         ...
 
+    async def count_without_vectors(self, scope: KBScope, embed_model: str, embed_dim: int) -> int:
+        """How many of the documents ``scope`` covers have no vectors of this embedder
+        (``KBCounts.without_vectors``' condition, within the scope; its ``chunk_ids``
+        aside). A search's "no vectors yet" warning speaks of what it searched, never of
+        another user's attachment waiting for vectors nor of a bucket it did not search."""
+        ...
+
     async def scoped_chunk_ids(self, scope: KBScope) -> npt.NDArray[np.int64]:
         """The ids of the chunks of the documents in scope, ascending (``KBScope.chunk_ids``):
         what the in-memory matrix masks its rows by, with no walk over document ids."""

@@ -160,6 +160,29 @@ class KBReads:
             found.extend(str(r[0]) for r in rows)
         return found
 
+    async def count_without_vectors(self, scope: KBScope, embed_model: str, embed_dim: int) -> int:
+        # The scope's own statement with ``counts``' condition of a document without
+        # current vectors: a search's warning counts what it searched, never the index.
+        mark = self._filters.mark
+        d = self._sql.dialect
+        stale = f"(x.embed_model {d.differs_from} {mark} OR x.embed_dim {d.differs_from} {mark})"
+        if scope.doc_ids is not None:
+            total = 0
+            for part in parts(list(scope.doc_ids)):
+                marks = ", ".join([mark] * len(part))
+                row = await self._sql.db.fetchone(
+                    f"SELECT count(*) FROM kb_documents x WHERE x.id IN ({marks}) AND {stale}",
+                    [*part, embed_model, embed_dim],
+                )
+                total += int(row[0]) if row else 0
+            return total
+        sql, params = self._filters.scope_sql(scope, await self._filter_schema(scope))
+        row = await self._sql.db.fetchone(
+            f"WITH s(id) AS ({sql}) SELECT count(*) FROM kb_documents x JOIN s ON s.id = x.id WHERE {stale}",
+            [*params, embed_model, embed_dim],
+        )
+        return int(row[0]) if row else 0
+
     async def scoped_chunk_ids(self, scope: KBScope) -> npt.NDArray[np.int64]:
         if scope.chunk_ids is not None:
             return np.unique(np.asarray(scope.chunk_ids, np.int64))
