@@ -30,6 +30,7 @@ import orjson
 from agenttools.core.registry import RunToolState, ToolOutcome
 from events import Clarification as ClarificationEvent
 from events import Event
+from knowledge.attachments import is_private_bucket
 
 ClarificationType = Literal["no_results", "overload"]
 MAX_FIELDS_NAMED = 6
@@ -87,8 +88,21 @@ def _filters_text(filters: Any) -> str:
     return text if len(text) <= 200 else text[:200] + "…"
 
 
+#: The run's own attachment bucket as its owner reads it (``bucket_words``).
+OWN_ATTACHMENTS = "this conversation's attached files"
+
+
+def bucket_words(bucket: str) -> str:
+    """Where a search looked, as the user reads it: a shared bucket by its quoted name;
+    a private one as ``OWN_ATTACHMENTS``. Its name (``att_`` and a hash,
+    ``knowledge.attachments``) says nothing to anyone, and the only private bucket a
+    clarification can be of is the run's own conversation's: another one is refused
+    before anything is searched (``knowledge.bucket_privacy``)."""
+    return OWN_ATTACHMENTS if is_private_bucket(bucket) else f'"{bucket}"'
+
+
 def no_results(bucket: str, query: str, filters: Any, dropped: str | None, schema: Mapping[str, str]) -> Clarification:
-    parts = [f'No documents in "{bucket}" matched "{query[:120]}"']
+    parts = [f'No documents in {bucket_words(bucket)} matched "{query[:120]}"']
     shown = _filters_text(filters)
     if shown:
         parts[0] += f" with the conditions {shown}"
@@ -166,12 +180,13 @@ def no_results_for_constraints(
     that was not tried, 0 when it found nothing either).
     """
     names = " and ".join(c.named() for c in culprits[:3]) or "the given conditions"
+    where = bucket_words(bucket)
     if together:
-        text = f'No documents in "{bucket}" match all the conditions together for "{query[:120]}"'
+        text = f'No documents in {where} match all the conditions together for "{query[:120]}"'
     elif culprits and all(c.documents > 0 for c in culprits):  # the condition holds; the query finds nothing
-        text = f'No documents in "{bucket}" with {names} match "{query[:120]}"'
+        text = f'No documents in {where} with {names} match "{query[:120]}"'
     else:
-        text = f'No documents in "{bucket}" match {names}'
+        text = f"No documents in {where} match {names}"
         if query.strip():
             text += f' (searching for "{query[:120]}")'
     text += "."
@@ -196,7 +211,7 @@ def list_overload(
 ) -> Clarification:
     """A list-all request covering too many documents to list (seed 004 §10.2)."""
     count = f"{documents:,}" if exact else f"at least {documents:,}"
-    what = f'{count} documents in "{bucket}"'
+    what = f"{count} documents in {bucket_words(bucket)}"
     if topic:
         what += f' about "{topic[:80]}"'
     shown = _filters_text(filters)
@@ -212,7 +227,7 @@ def list_overload(
 
 def overload(bucket: str, total: int, filters: Any, schema: Mapping[str, str]) -> Clarification:
     fields = narrowing_fields(schema, filters)
-    text = f'Found {total:,} matching passages in "{bucket}", and none stands out.'
+    text = f"Found {total:,} matching passages in {bucket_words(bucket)}, and none stands out."
     if fields:
         ask = "Please narrow the question by " + ", ".join(fields) + "."
     else:
@@ -247,9 +262,11 @@ def clarification_outcome(state: RunToolState, clarification: Clarification, det
 
 
 __all__ = [
+    "OWN_ATTACHMENTS",
     "Clarification",
     "ClarificationType",
     "UnmatchedConstraint",
+    "bucket_words",
     "clarification_outcome",
     "constraint_text",
     "list_overload",
