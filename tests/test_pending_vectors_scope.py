@@ -51,7 +51,9 @@ async def check_scopes(opened: Opener) -> None:
     kb, close = await opened(DocumentsDownEmbedder(dim=DIM))  # queries embed, documents do not
     try:
         hull = [{"id": "hull", "title": "Hull", "text": "Penguins swim past the keel."}]
-        crane = [{"id": "crane", "title": "Crane", "text": "Penguins and cranes wade in marshes."}]
+        crane = [{"id": "crane", "title": "Crane", "text": "Penguins and cranes wade in marshes.",
+                  "metadata": {"habitat": "wetland"}}]  # fmt: skip
+        await kb.create_bucket("marsh", {"habitat": "TEXT"})
         assert (await kb.ingest_documents(hull, bucket=ATTACHMENTS, private=True)).queued_for_embedding == 1
         assert (await kb.ingest_documents(crane, bucket="marsh")).queued_for_embedding == 1
         assert kb.backfill.pending == 2  # the operator's view: the whole index
@@ -61,6 +63,8 @@ async def check_scopes(opened: Opener) -> None:
         assert waiting(await kb.search(QUESTION, mode="semantic", bucket="marsh")) == ["1"]
         assert waiting(await kb.search(QUESTION, mode="semantic", bucket="marsh", doc_id="crane")) == ["1"]
         assert waiting(await kb.search(QUESTION, mode="hybrid", doc_id="kiwi")) == []
+        for where in ({"title": "Crane"}, {"habitat": "wetland"}):  # a field of the document, a typed one
+            assert waiting(await kb.search(QUESTION, mode="semantic", bucket="marsh", filters=where)) == ["1"], where
         own = await kb.search(QUESTION, mode="semantic", buckets=["default", ATTACHMENTS], private=[ATTACHMENTS])
         assert waiting(own) == ["1"], own.warnings  # her attachment: hull
         both = await kb.search(QUESTION, mode="semantic", buckets=["marsh", ATTACHMENTS], private=[ATTACHMENTS])
