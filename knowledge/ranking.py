@@ -223,6 +223,18 @@ def _with_openings(kept: list[Candidate], openings: list[Candidate], top_k: int,
     return out
 
 
+#: How deep a search's scores are read to tell whether they are flat (``OverloadRule``):
+#: the best against the 10th, or the ``top_k``-th when more are asked for.
+SPREAD_DEPTH = 10
+
+
+def spread_depth(top_k: int, scored: int) -> int:
+    """The score a side's best is compared with (``signal_spread``): the ``SPREAD_DEPTH``-th,
+    or the ``top_k``-th when more are asked for, or the last of fewer (never fewer than
+    ``top_k``: fewer than asked for are not flat)."""
+    return max(top_k, min(SPREAD_DEPTH, scored))
+
+
 def signal_spread(values: Sequence[float], top_k: int) -> float:
     """Relative drop of a raw relevance signal from the best to the ``top_k``-th value.
 

@@ -40,6 +40,7 @@ from knowledge.ranking import (
     rerank,
     signal_spread,
     snippet,
+    spread_depth,
 )
 from knowledge.scope_counts import ScopeCounts, search_scope
 from knowledge.textnorm import content_terms
@@ -58,10 +59,6 @@ from toolindex.embedder import Embedder, EmbeddingError
 MODES = ("hybrid", "text", "semantic")
 #: The names of the fusion's two sides, in the order ``_rank`` passes them: BM25, vectors.
 FUSION_SIDES = ("text", "semantic")
-
-#: How deep a search's scores are read to tell whether they are flat (``OverloadRule``):
-#: the best against the 10th, or the ``top_k``-th when more are asked for.
-SPREAD_DEPTH = 10
 
 
 class Searcher:
@@ -372,9 +369,10 @@ class Searcher:
             for c in top
         ]
         # Flatness is read at a fixed depth, not at the asked-for count: two best passages
-        # that score alike do not make a query too broad (top_k 2 compared only them).
-        depth = max(top_k, SPREAD_DEPTH)
-        spreads = [signal_spread(s, depth) for s in (text.scores, v_scores) if s]
+        # that score alike do not make a query too broad (top_k 2 compared only them). A
+        # side with fewer scores than that is read at its last one, not called never flat
+        # (seven alike under AGENT_CLARIFY_OVERLOAD_HITS 5 are an overload).
+        spreads = [signal_spread(s, spread_depth(top_k, len(s))) for s in (text.scores, v_scores) if s]
         spread = round(max(spreads), 4) if spreads else 1.0
         total = max(text.total, v_total)
         return SearchResponse(

@@ -205,10 +205,11 @@ class OverloadRule:
     search and the tools that act on it can never disagree. A search is overloaded when
     it matched at least ``threshold`` passages *and* its relevance signal is flat
     (``score_spread`` below ``flat_spread``, the best score's relative drop to the 10th,
-    or to the ``top_k``-th when more are asked for): the query does not tell the passages
-    apart. A search kept to one document (``doc_id``: a page read again) never is:
-    there is nothing narrower to ask for, and the clarification would end the run
-    without an answer. ``threshold`` is ``AGENT_CLARIFY_OVERLOAD_HITS`` in the service.
+    or to the ``top_k``-th when more are asked for, or to the last of fewer scored:
+    ``knowledge.ranking.spread_depth``): the query does not tell the passages apart. A
+    search kept to one document (``doc_id``: a page read again) never is: there is
+    nothing narrower to ask for, and the clarification would end the run without an
+    answer. ``threshold`` is ``AGENT_CLARIFY_OVERLOAD_HITS`` in the service.
     """
 
     threshold: int = 100

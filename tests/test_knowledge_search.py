@@ -239,6 +239,25 @@ async def test_two_best_passages_alike_are_no_overload(tmp_path: Path) -> None:
         await kb.aclose()
 
 
+async def test_fewer_flat_matches_than_the_spread_depth_still_overload(tmp_path: Path) -> None:
+    """A search matching fewer passages than the spread depth (10) is read at its last
+    score, not called never flat: with ``AGENT_CLARIFY_OVERLOAD_HITS`` 5, seven invoices
+    that score alike are an overload (as the setting's doc says), and a matched set with
+    one passage far above the rest is not."""
+    rule = OverloadRule(threshold=5, flat_spread=0.05)
+    kb = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=64), config=KBConfig(overload_threshold=5))
+    try:
+        docs = [{"id": f"inv-{i}", "title": "Invoice", "text": f"Invoice number {i} for services rendered."}
+                for i in range(7)]
+        await kb.ingest_documents(docs)
+        flat = await kb.search("invoice", mode="text", top_k=5, overload=rule)
+        assert flat.total_matches == 7 and flat.score_spread < 0.05 and flat.overloaded, flat
+        narrow = await kb.search("invoice 3", mode="text", top_k=5, overload=rule)
+        assert narrow.hits[0].doc_id == "inv-3" and not narrow.overloaded, narrow
+    finally:
+        await kb.aclose()
+
+
 async def test_concurrent_searches_while_ingesting(tmp_path: Path) -> None:
     kb = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=64), config=KBConfig(executor_rows=10, batch_documents=20))
     try:
