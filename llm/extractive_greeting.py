@@ -81,6 +81,20 @@ _FILLER = (
     "bot",
     "agent",
     "assistant",
+    # what closes a thanks in a follow-up ("thanks for the help earlier", "thanks, that helped")
+    "for the help",
+    "for your help",
+    "for helping",
+    "earlier",
+    "that helped",
+    "that helps",
+    "this helped",
+    "that works",
+    "that worked",
+    "got it",
+    "perfect",
+    "much appreciated",
+    "appreciated",
 )
 
 

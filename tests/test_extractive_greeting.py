@@ -28,7 +28,7 @@ from tests.support.offline_answers import carries
 from tests.test_offline_answers import ONE_SERVICE, defaults
 
 GREETINGS = ["hi", "Hello!", "Hallo", "hey there", "Good morning :)", "hi all, good afternoon"]
-THANKS = ["thanks", "Thank you so much!", "ok thanks", "thx"]
+THANKS = ["thanks", "Thank you so much!", "ok thanks", "thx", "thanks, that helped", "Got it, thank you!"]
 #: Greetings around a question, and messages that only look like one: searched as ever.
 NOT_ONLY_GREETINGS = [
     "Hi, how do I cancel a run?",
@@ -36,13 +36,14 @@ NOT_ONLY_GREETINGS = [
     "thanks, and how do I resume a stream?",
     "Hi, I'm Priya",
     "hey",  # a greeting
+    "Thanks, but that did not work",
 ]
 
 
 def test_only_a_greeting_or_thanks_is_one() -> None:
     assert {m: greeting_reply(m) for m in GREETINGS} == dict.fromkeys(GREETINGS, GREETING_REPLY)
     assert {m: greeting_reply(m) for m in THANKS} == dict.fromkeys(THANKS, THANKS_REPLY)
-    assert [greeting_reply(m) for m in NOT_ONLY_GREETINGS] == [None, None, None, None, GREETING_REPLY]
+    assert [greeting_reply(m) for m in NOT_ONLY_GREETINGS] == [None, None, None, None, GREETING_REPLY, None]
     assert greeting_reply("") is None and greeting_reply("What is the hello world example?") is None
 
 
@@ -86,6 +87,20 @@ async def test_a_greeting_with_a_question_answers_the_question(base: str) -> Non
     events = await ask(base, "Hi, how do I cancel a run?")
     [response] = [e.json() for e in events if e.event == "response"]  # type: ignore[attr-defined]
     assert carries(response["answer"], "/cancel") and response["sources"]
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_thanks_in_a_follow_up_is_one(base: str) -> None:
+    """A follow-up that greets and thanks for an earlier answer asks nothing: it was
+    searched as a question and answered with an unrelated passage (or "could not find")."""
+    first = await ask(base, "How do I cancel a run?")
+    [started] = [e.json() for e in first if e.event == "run_started"]  # type: ignore[attr-defined]
+    body = {"message": "Hi there, thanks for the help earlier", "context_type": "knowledge",
+            "conversation_id": started["conversation_id"]}
+    async with httpx.AsyncClient(timeout=60) as client:
+        events = await collect_sse(client, "POST", f"{base}/v1/agent/chat", json=body)
+    [response] = [e.json() for e in events if e.event == "response"]  # type: ignore[attr-defined]
+    assert response["answer"] == THANKS_REPLY and response["sources"] == []
 
 
 @pytest.mark.asyncio(loop_scope="module")
