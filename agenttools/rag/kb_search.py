@@ -56,7 +56,9 @@ def make_kb_search_handler(deps: RagToolDeps) -> ToolHandler:
         scope, named_by = ({}, "") if bucket is not None else _default_scope(ctx.context, settings.default_buckets)
         # The files dropped into this conversation, and no other's (issue 25 item 4):
         # searched along with the scope, or alone when ``kb_id`` names their bucket.
-        scope["private"] = own_private_buckets(ctx, settings.conversation_attachments)
+        own = own_private_buckets(ctx, settings.conversation_attachments)
+        if own:  # none: the search is asked as before, with no private= at all
+            scope["private"] = own
         state = ctx.state
         query_id = ensure_query_id(state)
         # The model did its mandatory step even if the backend fails below.
