@@ -36,8 +36,10 @@ def test_the_limits_page_names_the_message_length_limit() -> None:
     page = (SAMPLE_KB_DIR / "20-limits-and-errors.md").read_text(encoding="utf-8")
     default = Settings.from_env({}).max_message_chars
     said = [line for line in page.splitlines() if "`AGENT_MAX_MESSAGE_CHARS`" in line]
-    assert said and f"`AGENT_MAX_MESSAGE_CHARS` ({default:,})" in said[0], said
-    assert "400 `invalid_field`" in said[0], said
+    assert said and f"at most {default:,} characters long (`AGENT_MAX_MESSAGE_CHARS`)" in said[0], said
+    # The refusal per face: the native and AI SDK routes' code, and OpenAI's own on its face
+    # (``app/server/openai_request.py``).
+    assert "400: `invalid_field`" in said[0] and "`string_above_max_length`" in said[0], said
 
 
 def test_the_search_page_says_how_the_code_fuses_the_two_searches() -> None:
