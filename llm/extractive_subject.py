@@ -371,7 +371,11 @@ def unmentioned(question: str, said: Iterable[frozenset[str]], words: Words) -> 
     out: list[str] = []
     for name in names(question):
         stems = words.stems(name)
-        if stems and all(words.match(s, everything) < 1.0 for s in stems):
+        # A code span, path, identifier or option is one name: a passage that says only
+        # some of its words ("DNS" for `--verbose-dns`) does not mention it. A name in
+        # capitals is mentioned by any of its words ("Helm" of "Helm chart").
+        unsaid = [words.match(s, everything) < 1.0 for s in stems]
+        if stems and (any(unsaid) if _CODE.fullmatch(name) else all(unsaid)):
             out.append(name)
     # "What is a Helm chart?" names "Helm" and asks about "Helm chart": say "Helm" once.
     return tuple(n for n in out if not any(o != n and o.strip("`") in n for o in out))
