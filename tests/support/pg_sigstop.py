@@ -61,7 +61,9 @@ def frozen(server: TestPostgres) -> Iterator[list[int]]:
                     os.kill(child, signal.SIGSTOP)
                     stopped.append(child)
         deadline = time.monotonic() + STOP_GUARD_S
-        while not all(_state(p) in ("T", "t", "gone") for p in stopped):
+        # A backend that was exiting as the postmaster stopped stays a zombie ("Z"): it
+        # runs nothing, and nobody can reap it until the postmaster goes on.
+        while not all(_state(p) in ("T", "t", "Z", "X", "gone") for p in stopped):
             assert time.monotonic() < deadline, f"PostgreSQL's processes did not stop: {stopped}"
             time.sleep(0.01)
         yield stopped
