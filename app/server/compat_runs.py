@@ -136,12 +136,7 @@ async def import_history(svc: Services, conversation_id: str, user_id: str, mess
     if not messages:
         return
     what = "the service cannot store conversations right now"
-    refused = svc.metrics.admission.storage_refused("run_limit")
-    if storage_budget.spent():  # the database kept the request waiting its whole budget already
-        refused()
-        raise storage_budget.unavailable(what)
-    # The count of the user's runs is a read within the same budget (a 429 passes through).
-    await storage_budget.bounded(what, run_start.check_run_limit(svc, user_id), refused=refused)
+    await run_start.check_run_limit_before_write(svc, user_id, what)
     try:
         await svc.conversations.append(conversation_id, user_id, messages, deadline=storage_budget.deadline())
     except StorageUnavailable:

@@ -36,11 +36,7 @@ async def cut_history(
     404 no such conversation of this user, 400 ``named`` is no turn of it, 409 busy."""
     if run_id is not None and not could_be_run_id(run_id):  # no run's id: never sent to the store
         raise HTTPProblem(400, "invalid_field", f"{named!r} names no answer (run) of this chat")
-    refused = svc.metrics.admission.storage_refused("run_limit")
-    if storage_budget.spent():
-        refused()
-        raise storage_budget.unavailable(WHAT)
-    await storage_budget.bounded(WHAT, run_start.check_run_limit(svc, user_id), refused=refused)
+    await run_start.check_run_limit_before_write(svc, user_id, WHAT)
     try:
         cut = await svc.storage.history.cut_history(
             user_id, conversation_id, run_id, keep_run=keep_run, deadline=storage_budget.deadline()

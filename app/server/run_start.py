@@ -56,15 +56,29 @@ async def check_run_limit(svc: Services, user_id: str) -> None:
     """Counts the user's unfinished runs in the store: refuses early when the user is at
     the cap. The cap itself is held by ``start_run``, which counts again in the
     transaction that stores the run (concurrent requests on any replica all pass this
-    read at once), so only ``compat_runs.import_history`` calls this, just before it
-    writes a client's earlier turns ahead of that transaction: a refusal must not leave
-    them behind. It is called after the request's own checks, so every face answers in
+    read at once), so only the writes ahead of that transaction call this
+    (``check_run_limit_before_write``: ``compat_runs.import_history`` before it writes a
+    client's earlier turns, ``history_branch.cut_history`` before it cuts a conversation
+    back): a refusal must not leave them behind. It is called after the request's own checks, so every face answers in
     the one order of ``docs/http-api.md`` (the request's own 4xx first, then 429
     ``too_many_runs``). The native faces go straight to ``start_run``: one read less per
     run (a hop to a reader thread on SQLite, a round trip on PostgreSQL)."""
     cap = svc.settings.max_runs_per_user
     if await svc.limits.active_runs(user_id, svc.runs.registry, cap) >= cap:
         raise too_many_runs()
+
+
+async def check_run_limit_before_write(svc: Services, user_id: str, what: str) -> None:
+    """``check_run_limit`` ahead of a write that precedes the run's admission (a client's
+    transcript imported, a conversation cut back), within the request's storage budget:
+    503 ``storage_unavailable`` (``what``) when the budget is already spent or runs out
+    on the read, each counted as ``run_limit`` (``agentchat_admission_storage_refusals_total``);
+    a 429 passes through."""
+    refused = svc.metrics.admission.storage_refused("run_limit")
+    if storage_budget.spent():  # the database kept the request waiting its whole budget already
+        refused()
+        raise storage_budget.unavailable(what)
+    await storage_budget.bounded(what, check_run_limit(svc, user_id), refused=refused)
 
 
 async def start_run(svc: Services, ident: Identity, chat: ChatInput, *, key: str | None = None) -> Run:
