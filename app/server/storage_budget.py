@@ -111,19 +111,19 @@ async def bounded(
     that refusal.
     Outside an admitted request the step runs unbounded."""
     found = _DEADLINE.get()
-    if found is None:
-        return await step
     # A backstop a little past the budget: an engine that bounds its own statements
     # (PostgreSQL: ``storage/request_scope.py``) answers at the deadline itself, and
     # must do so before this cancels the read — a psycopg read cancelled mid-statement
     # asks the server to cancel it, which a frozen server never answers (10 s lost).
-    backstop = asyncio.timeout(max(0.0, found - time.monotonic()) + BACKSTOP_GRACE_S)
+    backstop = None if found is None else asyncio.timeout(max(0.0, found - time.monotonic()) + BACKSTOP_GRACE_S)
     try:
+        if backstop is None:
+            return await step
         async with backstop:
             return await step
     except (TimeoutError, StorageUnavailable):
         refused()
-        if backstop.expired() and on_cut is not None:
+        if backstop is not None and backstop.expired() and on_cut is not None:
             on_cut()
         raise unavailable(what) from None
 
