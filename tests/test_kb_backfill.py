@@ -64,7 +64,9 @@ async def test_documents_stored_while_the_embedder_fails_get_vectors_once_it_ans
         await until(lambda: emb.calls >= calls + 2, "retries while the embedder fails", 10)
 
         emb.broken = False
-        await until(lambda: kb.backfill.pending == 0, "the documents re-embedded", 10)
+        # The pass's last batch takes pending to 0 and the pass then counts again before it
+        # ends and the state turns idle: wait for its end, not the count.
+        await until(lambda: kb.backfill.pending == 0 and kb.backfill.state == "idle", "the documents re-embedded", 10)
         assert kb.backfill.reembedded == 3 and kb.backfill.state == "idle"
         stats = await kb.status.stats()
         assert stats["vectors"] == 3 and stats["documents_without_current_vectors"] == 0
