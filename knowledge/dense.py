@@ -21,6 +21,7 @@ around them (``knowledge.search``) do not know which one answered.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
@@ -236,8 +237,10 @@ class DatabaseDense:
 
     scope_by_chunks = False
 
-    def __init__(self, search: KBVectorSearch, embed_model: str, dim: int) -> None:
+    def __init__(self, search: KBVectorSearch, embed_model: str, dim: int, *, count_stop_s: float = 5.0) -> None:
         self._search = search
+        #: How long ``aclose`` waits for the start's count once cancelled (``KBConfig``).
+        self._count_stop_s = count_stop_s
         self._embed_model = embed_model
         self._dim = dim
         self._seen = False
@@ -302,12 +305,20 @@ class DatabaseDense:
             )
 
     async def aclose(self) -> None:
-        """Cancel the start's count if it still runs, and wait for it to end."""
+        """Cancel the start's count if it still runs; wait at most ``count_stop_s`` for it:
+        a cancelled statement waits for PostgreSQL to answer the cancel, which a frozen
+        server never does (psycopg then drops the connection after ~10 s). One still
+        running is logged with its stack and left, so the shutdown goes on."""
         self._closed = True
         task, self._first_count = self._first_count, None
         if task is not None and not task.done():
             task.cancel()
-            await asyncio.wait({task})
+            done, _ = await asyncio.wait({task}, timeout=self._count_stop_s)
+            if not done:
+                task.print_stack(file=(stack := io.StringIO()))
+                log.error("knowledge base: the count of unreadable stored vectors did not end within %.1f s of "
+                          "its cancellation; closing without it", self._count_stop_s,
+                          extra={"task": task.get_name(), "stack": stack.getvalue()[-3000:]})  # fmt: skip
 
     async def reload(self) -> None:
         self._seen = False  # another process may have removed every vector: ask again
@@ -387,11 +398,13 @@ class DatabaseDense:
         self._counted, self._count_error = True, None
 
 
-def dense_side(index: KBIndex, embed_model: str | None, dim: int, *, executor_rows: int = 2_000) -> DenseSide:
+def dense_side(
+    index: KBIndex, embed_model: str | None, dim: int, *, executor_rows: int = 2_000, count_stop_s: float = 5.0
+) -> DenseSide:
     """The engine's vector search when it has one (and there is an embedder), else the
-    in-memory matrix."""
+    in-memory matrix. ``count_stop_s`` bounds the engine's side's close (``DatabaseDense.aclose``)."""
     if embed_model is not None and isinstance(index, KBVectorSearch):
-        return DatabaseDense(index, embed_model, dim)
+        return DatabaseDense(index, embed_model, dim, count_stop_s=count_stop_s)
     return MatrixDense(index, embed_model, dim, executor_rows=executor_rows)
 
 

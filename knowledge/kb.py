@@ -105,7 +105,11 @@ class KnowledgeBase:
         self._buckets = Buckets(index)
         embed_key = f"{embedder.name}:{embedder.model}" if embedder else None  # as ``Ingestor`` stores it
         self._vectors = dense_side(
-            index, embed_key, embedder.dim if embedder else 1, executor_rows=self.config.executor_rows
+            index,
+            embed_key,
+            embedder.dim if embedder else 1,
+            executor_rows=self.config.executor_rows,
+            count_stop_s=self.config.unreadable_count_stop_s,
         )
         self._ingest = Ingestor(index, self._buckets, self._vectors, embedder, self.config)
         self._search = Searcher(index, self._buckets, self._vectors, embedder, self.config)

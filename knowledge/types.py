@@ -289,6 +289,11 @@ class KBConfig:
     #: rather than holding the process's shutdown). A served app passes its close
     #: budget's step (``app/ops/close_budget.py``).
     reembed_stop_s: float = 15.0
+    #: How long the dense side's ``aclose`` waits for the start's count of unreadable
+    #: vectors once cancelled (``knowledge.dense.DatabaseDense``: a scan in PostgreSQL,
+    #: whose cancel a frozen server may not answer for many seconds); one still running
+    #: then is named in the log and left behind. A served app passes its close budget's step.
+    unreadable_count_stop_s: float = 5.0
 
     @property
     def overload_rule(self) -> OverloadRule:

@@ -20,7 +20,9 @@ The steps run one after another (worst cases, each ended by its own bound):
   (the MCP library's shielded clean-up can take ~4 s of its own); the knowledge rooms'
   tasks — the sample knowledge base's ingest, the knowledge base's and the keywords'
   back-fills — cancelled together (``app/rooms.py``); the knowledge base's re-embedding
-  after its stop (``knowledge/backfill.py``, given its bound by ``app/rooms.py``); the
+  after its stop (``knowledge/backfill.py``, given its bound by ``app/rooms.py``), then,
+  on PostgreSQL, the start's count of unreadable vectors after its cancel
+  (``knowledge/dense.py``, likewise); the
   spans' flush to the OpenTelemetry collector (``app/ops/tracing.py``); the background
   jobs' leader and its jobs (``app/ops/leader.py``);
 * the storage: the sibling feed's readers (``storage/sqlite/worker_feed.py``), then the
@@ -69,6 +71,9 @@ KB_TASKS_STOP_S = 5.0
 TRACING_FLUSH_S = 10.0
 #: How long the knowledge base's re-embedding may take to stop (``KBConfig.reembed_stop_s``).
 KB_REEMBED_STOP_S = 15.0
+#: How long the start's count of unreadable stored vectors (a scan in PostgreSQL) may
+#: take to end once cancelled (``KBConfig.unreadable_count_stop_s``).
+KB_UNREADABLE_COUNT_STOP_S = 5.0
 #: How long the background jobs' leader waits for its campaign and jobs once cancelled.
 LEADER_STOP_S = 15.0
 #: The interpreter's exit and the short work between the bounded waits.
@@ -86,6 +91,7 @@ CLOSE_STEPS_S: Mapping[str, float] = MappingProxyType(
         "MCP connections' cancel": MCP_CANCEL_S,
         "knowledge rooms' tasks": KB_TASKS_STOP_S,
         "knowledge-base re-embedding": KB_REEMBED_STOP_S,
+        "knowledge-base unreadable-vector count": KB_UNREADABLE_COUNT_STOP_S,
         "spans' flush": TRACING_FLUSH_S,
         "background jobs' leader": LEADER_STOP_S,
         "sibling feed readers": FEED_CLOSE_S,
@@ -105,6 +111,7 @@ __all__ = [
     "INTERRUPTED_RUNS_S",
     "KB_REEMBED_STOP_S",
     "KB_TASKS_STOP_S",
+    "KB_UNREADABLE_COUNT_STOP_S",
     "LEADER_STOP_S",
     "MCP_CANCEL_S",
     "MCP_CLOSE_S",
