@@ -15,6 +15,7 @@ without a word (SIGTERM) or with a traceback (Ctrl-C).
 from __future__ import annotations
 
 import os
+import select
 import sys
 
 from app.cli.gcpolicy import tune_for_start
@@ -45,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at exit, where a reader that left is a BrokenPipeError
         return code
     except BrokenPipeError:
+        if not stdout_reader_gone():
+            raise  # another pipe's or socket's (a child process, a server): an error like any other
         # `agentchat docs list | head`: the reader has what it wanted. Quiet, as a shell tool
         # killed by SIGPIPE; stdout onto /dev/null, or the exit's flush raises it again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -59,6 +62,21 @@ def main(argv: list[str] | None = None) -> int:
         restore_sigterm(previous)
 
 
+def stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe (or socket) whose reader has left: then a BrokenPipeError
+    is stdout's, and ``main`` ends quietly. Any other - a write to a child process that
+    exited, a socket a server closed - is the command's own failure and must not pass for
+    a reader that stopped early. The kernel says so without writing: polled, the write end
+    of a pipe with no reader is in error (POLLERR), a socket whose peer left hung up."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # no stdout, or not a file
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
 def without_httpx_cli() -> None:
     """httpx, on import, loads its own command-line client (``httpx._main``: rich,
     pygments, click) whenever those are installed - as they are beside the dev tools -
@@ -70,4 +88,4 @@ def without_httpx_cli() -> None:
         sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 
-__all__ = ["main", "without_httpx_cli"]
+__all__ = ["main", "stdout_reader_gone", "without_httpx_cli"]
