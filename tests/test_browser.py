@@ -182,6 +182,7 @@ async def test_playground_page_and_static_files_are_served_safely(settings: Sett
             missing = await client.get(f"{base}/static/nope.js")
             icon = await client.get(f"{base}/favicon.ico")
             markdown = await client.get(f"{base}/static/markdown.js")
+            source_key = await client.get(f"{base}/static/source_key.js")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "script-src 'self'" in page.headers["content-security-policy"]
     assert page.headers["referrer-policy"] == "no-referrer"
@@ -194,7 +195,8 @@ async def test_playground_page_and_static_files_are_served_safely(settings: Sett
     assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
     assert '<link rel="icon" href="/static/favicon.svg"' in page.text
     # The renderer builds elements; nothing in the page's scripts parses HTML.
-    for source in (script.text, markdown.text):
+    assert source_key.status_code == 200 and "documentKey" in source_key.text
+    for source in (script.text, markdown.text, source_key.text):
         assert "innerHTML" not in source and "outerHTML" not in source and "insertAdjacentHTML" not in source
         assert "DOMParser" not in source and "document.write" not in source
 

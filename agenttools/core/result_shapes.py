@@ -32,6 +32,7 @@ from agenttools.core.result_words import (
     plural,
     quote,
 )
+from events.source_key import document_key
 
 
 def _list(c: Mapping[str, Any], key: str) -> list[Any]:
@@ -181,7 +182,7 @@ def _delivered(c: Mapping[str, Any]) -> str | None:
         return None
     sources = _list(c, "sources")
     # Documents, as the playground's source cards and the OpenAI face's Sources: lines count
-    # them (the link, else the id before '#'): two passages of one page are one source.
+    # them (``events.source_key``): two passages of one page are one source.
     documents = {_document_key(s) for s in sources if isinstance(s, Mapping)} - {""}
     n = len(documents) or (c.get("source_count") if isinstance(c.get("source_count"), int) else len(sources))
     if not n:
@@ -191,10 +192,13 @@ def _delivered(c: Mapping[str, Any]) -> str | None:
 
 
 def _document_key(source: Mapping[str, Any]) -> str:
-    url, ident = source.get("url"), source.get("id")
-    if isinstance(url, str) and url:
-        return url
-    return ident.split("#")[0] if isinstance(ident, str) else ""
+    """A source card's document (``events.source_key.document_key``); "" without an id."""
+    url, ident, meta = source.get("url"), source.get("id"), source.get("metadata")
+    link = url if isinstance(url, str) else None
+    if not isinstance(ident, str):
+        return link or ""
+    doc_id = meta.get("doc_id") if isinstance(meta, Mapping) else None
+    return document_key(ident, link, doc_id if isinstance(doc_id, str) else None)
 
 
 def _document(c: Mapping[str, Any]) -> str | None:

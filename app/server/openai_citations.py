@@ -27,7 +27,9 @@ extension those clients do not show. So the OpenAI face renumbers them as it str
   page number a web answer gives (1 to ``MAX_WEB_PAGE``): ``[0]`` or a year is prose.
 * One number per source, in order of first use: a document's passages and the document
   share one (``doc#4``, ``doc#6`` and ``doc`` are one line in the list); each web page
-  behind a web answer has its own, and a web answer's ``[n]`` is that answer's page ``n``
+  behind a web answer has its own (one page behind two web answers is one: the rule of
+  ``events.source_key``, as the playground's cards and the tool summary count sources),
+  and a web answer's ``[n]`` is that answer's page ``n``
   (``px_…#n``): the one web answer cited so far, else the sources say which once they
   come (its number is kept, the page's title goes in the list). Renumbered, it never
   clashes with the face's own ``[n]``.
@@ -45,14 +47,13 @@ numbering for it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import events
 from agenttools.rag.citations import bracket_ids, may_become_marker, may_open_marker, names_an_id
+from events.source_key import WEB_ANSWER, document_key
 
-_WEB_ANSWER = re.compile(r"px_[0-9a-f]{16}")
 #: The highest page number a web answer's bare ``[n]`` is read as before the sources say
 #: which pages there are: web answers number a handful of pages (Perplexity's
 #: ``search_results``), so ``[2024]`` in prose is a year, not a page.
@@ -62,10 +63,12 @@ MAX_TITLE = 200
 _TEXT, _CODE, _FENCE = 0, 1, 2
 
 
-def source_key(source_id: str) -> str:
-    """What one number stands for: a document (its passages share it), else the id."""
-    doc, sep, _ = source_id.partition("#")
-    return doc if sep and not _WEB_ANSWER.fullmatch(doc) else source_id
+def source_key(source: events.Source) -> str:
+    """What one number stands for: the source's document (``events.source_key``: its
+    passages share it, as one web page cited through two web answers does), else its id."""
+    doc_id = _metadata(source).get("doc_id")
+    url = source.url if isinstance(source.url, str) else None
+    return document_key(source.id, url, doc_id if isinstance(doc_id, str) else None)
 
 
 def _metadata(source: events.Source) -> dict[str, Any]:
@@ -84,7 +87,7 @@ def resolve(token: str, sources: Sequence[events.Source]) -> events.Source | Non
     if by_url:
         return min(by_url, key=lambda s: "urls" in _metadata(s))
     for source in sources:
-        if source.kind == "internal" and (source_key(source.id) == token or _metadata(source).get("doc_id") == token):
+        if source.kind == "internal" and (document_key(source.id) == token or _metadata(source).get("doc_id") == token):
             return source
     if token.isdigit():
         for source in sources:
@@ -131,12 +134,12 @@ class CitationNumbers:
         self._sources = list(sources)
         self._known = True
         for key in list(self._numbers):
-            if key in self._same or any(source_key(s.id) == key for s in self._sources):
+            if key in self._same or any(source_key(s) == key for s in self._sources):
                 continue
             found = next((s for t in self._ids[key] if (s := resolve(t, self._sources)) is not None), None)
             if found is None:
                 continue
-            target = source_key(found.id)
+            target = source_key(found)
             if target in self._numbers:
                 self._same[key] = target
             else:
@@ -240,22 +243,22 @@ class CitationNumbers:
             )
         if names_an_id(token):
             return True
-        return source_key(token) in self._numbers
+        return document_key(token) in self._numbers
 
     def _key(self, token: str) -> str:
         """The key of the number ``token`` is shown as."""
         found = resolve(token, self._sources)
         if found is not None:
-            return source_key(found.id)
+            return source_key(found)
         if token.isdigit():  # a web answer's own [n]: its page n
             if "#" + token in self._numbers:  # numbered before its web answer was known
                 return "#" + token
             if len(self._web) == 1:
                 return f"{next(iter(self._web))}#{token}"
             return "#" + token  # which web answer's, the sources will say (``know``)
-        key = source_key(token)
+        key = document_key(token)
         answer, sep, page = key.partition("#")
-        if _WEB_ANSWER.fullmatch(answer):
+        if WEB_ANSWER.fullmatch(answer):
             self._web.setdefault(answer, None)
             bare = "#" + page
             if sep and key not in self._numbers and bare in self._numbers and len(self._web) == 1:
@@ -277,7 +280,7 @@ class CitationNumbers:
         self.know(sources)
         by_key: dict[str, list[events.Source]] = {}
         for source in sources:
-            key = source_key(source.id)
+            key = source_key(source)
             by_key.setdefault(key, []).append(source)
             if key not in self._numbers:
                 self._numbers[key] = len(self._numbers) + 1

@@ -24,6 +24,7 @@
   const STORE_CONTEXT = "agentchat.context";
   const STORE_DECISIONS = "agentchat.decisions";
   const md = window.AgentMarkdown;
+  const { documentKey } = window.AgentSourceKey;
   const CONTEXT_EXAMPLES = {
     workflow: '{"workflow_id": ""}',
     tables: '{"config_id": ""}',
@@ -217,11 +218,12 @@
     const cards = [];
     const byKey = new Map();
     const byId = new Map();
-    const docOf = (s) => asText((s.metadata && s.metadata.doc_id) || asText(s.id).split("#")[0]);
+    // One card per document, by the rule the server counts sources with (source_key.js).
+    const docOf = (s) => documentKey(asText(s.id), "", asText(s.metadata && s.metadata.doc_id));
     for (const s of Array.isArray(sources) ? sources : []) {
       if (!s || typeof s !== "object") continue;
       const href = safeHref(s.url);
-      const key = href || docOf(s) || asText(s.title);
+      const key = documentKey(asText(s.id), href, asText(s.metadata && s.metadata.doc_id)) || asText(s.title);
       let card = byKey.get(key);
       if (!card) {
         card = { n: cards.length + 1, source: s, href, anchor: `src-${view.root.dataset.runId}-${cards.length + 1}` };
