@@ -94,6 +94,13 @@ class PostgresOptions:
     idle_in_transaction_timeout_ms: int = 10_000
     #: How long to wait for a pooled connection before the attempt counts as failed.
     connect_timeout_s: float = 10.0
+    #: How long the pool keeps retrying one lost connection (its delays double from 1 s)
+    #: before it gives that attempt up. psycopg's default is five minutes, and while such
+    #: an attempt waits out its delay no request makes the pool try sooner: a 40 s outage
+    #: left both replicas answering 503 for 17-19 s after PostgreSQL was back (the next
+    #: attempt 32 s after the one before). Given up sooner, the next request that finds no
+    #: connection starts a fresh attempt at once, so service returns with the database.
+    reconnect_window_s: float = 5.0
     application_name: str = "agentchat"
     #: psycopg prepares a statement on a connection after this many runs of it; ``None``
     #: never prepares (needed behind a transaction-pooling PgBouncer).
@@ -174,6 +181,7 @@ class PostgresDatabase(QueuedWrites):
             configure=configure,
             open=False,
             timeout=opts.connect_timeout_s,
+            reconnect_timeout=opts.reconnect_window_s,
             name="agentchat-storage",
         )
         try:
