@@ -7,6 +7,14 @@ answer to that in the knowledge base" - unfriendly, and untrue in spirit, since 
 asked. Such a message is answered with what the provider can do instead. A greeting *with*
 a question ("Hi, how do I cancel a run?") is not one: every word of the message must be a
 greeting's, a thanks' or their filler ("there", "everyone", "so much") for it to count.
+
+A thanks that is not a plain one - "thanks :(", "no thanks", "thanks, but that didn't
+help", "thanks anyway" - says an answer missed: "You're welcome!" to it reads as mockery,
+and searched as a question it found an unrelated passage. It gets ``NOT_HELPED_REPLY``
+(how to ask so the knowledge base can answer), citing nothing. The greeting names no
+sample question: the provider cannot tell whether the sample knowledge base is there
+(``AGENT_INGEST_SAMPLE_KB=false``, or documents of one's own), so it says what is true of
+every configuration - how to see what the knowledge base holds and how to add to it.
 """
 
 from __future__ import annotations
@@ -97,6 +105,50 @@ _FILLER = (
     "appreciated",
 )
 
+#: What says an answer missed, beside a thanks or a greeting ("no thanks", "thanks, but
+#: that didn't help", "thanks anyway"); matched after the filler is taken out.
+_MISSED = (
+    "no",
+    "nope",
+    "not",
+    "but",
+    "anyway",
+    "anyways",
+    "for nothing",
+    "unhelpful",
+    "useless",
+    *(
+        f"{subject}{state}"
+        for subject in ("", "that is ", "that's ", "this is ", "it is ", "it's ", "that was ", "this was ")
+        for state in (
+            "wrong",
+            "not it",
+            "not right",
+            "not helpful",
+            "not very helpful",
+            "not really",
+            "not quite",
+            "not what i asked",
+            "not what i meant",
+            "not what i needed",
+        )
+    ),
+    *(
+        f"{subject}{verb} {what}"
+        for subject in ("", "that ", "this ", "it ", "the answer ", "your answer ")
+        for verb in ("did not", "didn't", "didnt", "does not", "doesn't", "doesnt")
+        for what in ("help", "work", "really help", "help much", "help at all", "answer it", "answer my question")
+    ),
+)
+#: A smile written with letters (":D", ":P"): filler, as the punctuation of ":)" is.
+_GRIN = re.compile(r"(?<!\w):-?[DPp]\b")
+#: Emoticons and emoji that say an answer missed ("thanks :(").
+_SAD = re.compile(
+    r"(?<![\w/]):['-]?[(/\\|\[]|(?<![\w/])\):|(?<!\w)D:"
+    "|[\u2639\U0001F612\U0001F614\U0001F615\U0001F61E\U0001F61F\U0001F620\U0001F621\U0001F622"
+    "\U0001F629\U0001F62B\U0001F62D\U0001F641\U0001F644\U0001F44E]"
+)
+
 
 def _alternation(phrases: tuple[str, ...]) -> str:
     ordered = sorted(phrases, key=len, reverse=True)
@@ -106,6 +158,7 @@ def _alternation(phrases: tuple[str, ...]) -> str:
 _GREETING = re.compile(rf"\b(?:{_alternation(_GREETINGS)})\b", re.IGNORECASE)
 _THANK = re.compile(rf"\b(?:{_alternation(_THANKS)})\b", re.IGNORECASE)
 _FILL = re.compile(rf"\b(?:{_alternation(_FILLER)})\b", re.IGNORECASE)
+_MISS = re.compile(rf"\b(?:{_alternation(_MISSED)})(?![\w'])", re.IGNORECASE)
 #: What is left of a message that only greets once its words are taken out: punctuation,
 #: emoji and other symbols, spaces.
 _LEFTOVER = re.compile(r"[\W_]*")
@@ -115,30 +168,39 @@ _MAX_CHARS = 80
 GREETING_REPLY = (
     "Hello! I answer questions from the knowledge base. This service is running without a "
     "language model (the offline mode), so my answers quote the passages of the knowledge "
-    "base that answer a question, with their sources. Ask me about what it covers - the "
-    "sample knowledge base describes this service, so you could ask, for example, \"How do I "
-    "resume a stream after a disconnect?\""
+    "base that answer a question, with their sources. Ask me about anything its documents "
+    "cover: `agentchat docs list` lists them, and `agentchat ingest <folder>` (or "
+    "`POST /v1/kb/documents`) adds your own."
 )
 THANKS_REPLY = (
     "You're welcome! Ask me anything else the knowledge base covers: I answer by quoting "
     "its passages, with their sources."
 )
+NOT_HELPED_REPLY = (
+    "Sorry that did not help. I can only quote what the knowledge base says, so try asking "
+    "again in other words - name the setting, error message or term you are after - or ask "
+    "about one part of it at a time. If the knowledge base does not cover it, I cannot answer it."
+)
 
 
 def greeting_reply(message: str) -> str | None:
-    """The reply to ``message`` when it only greets or thanks (``THANKS_REPLY`` when it
-    thanks, else ``GREETING_REPLY``), else None: it asks something, to be searched."""
-    text = message.strip()
+    """The reply to ``message`` when it only greets or thanks: ``NOT_HELPED_REPLY`` when
+    it also says an answer missed ("thanks :(", "no thanks"), else ``THANKS_REPLY`` when
+    it thanks, else ``GREETING_REPLY``; None when it asks something, to be searched."""
+    text = message.strip().replace("\u2019", "'")
     if not text or len(text) > _MAX_CHARS:
         return None
     thanked = _THANK.search(text) is not None
     greeted = _GREETING.search(text) is not None
     if not (thanked or greeted):
         return None
-    rest = _FILL.sub(" ", _THANK.sub(" ", _GREETING.sub(" ", text)))
-    if _LEFTOVER.fullmatch(rest) is None:
+    rest = _GRIN.sub(" ", _FILL.sub(" ", _THANK.sub(" ", _GREETING.sub(" ", text))))
+    if _LEFTOVER.fullmatch(_SAD.sub(" ", _MISS.sub(" ", rest))) is None:
         return None
+    # A sad face after a thanks says the answer missed; after a greeting, only a bad mood.
+    if _MISS.search(rest) is not None or (thanked and _SAD.search(rest) is not None):
+        return NOT_HELPED_REPLY
     return THANKS_REPLY if thanked else GREETING_REPLY
 
 
-__all__ = ["GREETING_REPLY", "THANKS_REPLY", "greeting_reply"]
+__all__ = ["GREETING_REPLY", "NOT_HELPED_REPLY", "THANKS_REPLY", "greeting_reply"]

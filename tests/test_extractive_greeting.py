@@ -7,11 +7,18 @@ the service can answer and how (from the knowledge base, quoting passages), citi
 source, through the usual events (one ``response``, one ``message_complete``), and the
 same text on the OpenAI-compatible and AI SDK faces. A greeting with a question is still
 the question (round35's greetings).
+
+The greeting named a sample-KB question even with ``AGENT_INGEST_SAMPLE_KB=false``, where
+the knowledge base cannot answer it; it now says how to see and add documents, true in
+every configuration. A thanks that says the answer missed ("thanks :(", "no thanks",
+"thanks, but that didn't help") was told "You're welcome!" (or searched as a question);
+it gets ``NOT_HELPED_REPLY``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,7 +29,7 @@ import pytest
 import pytest_asyncio
 
 from app.config import Settings
-from llm.extractive_greeting import GREETING_REPLY, THANKS_REPLY, greeting_reply
+from llm.extractive_greeting import GREETING_REPLY, NOT_HELPED_REPLY, THANKS_REPLY, greeting_reply
 from tests.conftest import collect_sse, running_app
 from tests.support.offline_answers import carries
 from tests.test_offline_answers import ONE_SERVICE, defaults
@@ -36,7 +43,18 @@ NOT_ONLY_GREETINGS = [
     "thanks, and how do I resume a stream?",
     "Hi, I'm Priya",
     "hey",  # a greeting
+    "Thanks, but how do I resume a stream?",
+]
+#: A thanks that says the answer missed: never "You're welcome!".
+NOT_PLAIN_THANKS = [
+    "thanks :(",
+    "Thank you 🙁",
+    "no thanks",
+    "thanks, but that didn't help",
     "Thanks, but that did not work",
+    "thanks anyway",
+    "thank you, that's not what I asked",
+    "Hi, that didn\u2019t help",
 ]
 
 
@@ -44,6 +62,8 @@ def test_only_a_greeting_or_thanks_is_one() -> None:
     assert {m: greeting_reply(m) for m in GREETINGS} == dict.fromkeys(GREETINGS, GREETING_REPLY)
     assert {m: greeting_reply(m) for m in THANKS} == dict.fromkeys(THANKS, THANKS_REPLY)
     assert [greeting_reply(m) for m in NOT_ONLY_GREETINGS] == [None, None, None, None, GREETING_REPLY, None]
+    assert {m: greeting_reply(m) for m in NOT_PLAIN_THANKS} == dict.fromkeys(NOT_PLAIN_THANKS, NOT_HELPED_REPLY)
+    assert greeting_reply("hi :(") == GREETING_REPLY and greeting_reply("thanks :D") == THANKS_REPLY
     assert greeting_reply("") is None and greeting_reply("What is the hello world example?") is None
 
 
@@ -57,6 +77,15 @@ async def base(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
                 if (await client.get(f"{url}/readyz")).status_code == 200:
                     break
                 await asyncio.sleep(0.1)
+        yield url
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def empty(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    """The defaults with ``AGENT_INGEST_SAMPLE_KB=false``: a knowledge base of nothing yet."""
+    tmp_path: Path = tmp_path_factory.mktemp("greeting-no-sample")
+    env = {**defaults(tmp_path), **ONE_SERVICE, "AGENT_INGEST_SAMPLE_KB": "false"}
+    async with running_app(Settings.from_env(env)) as (url, _):
         yield url
 
 
@@ -119,3 +148,47 @@ async def test_the_other_faces_say_the_same(base: str) -> None:
     text = "".join(c["delta"] for c in chunks if c["type"] == "text-delta")
     assert text == GREETING_REPLY
     assert not [c for c in chunks if c["type"] in ("source-url", "source-document", "error")]
+
+
+def answer_of(events: list[object]) -> dict[str, object]:
+    [response] = [e.json() for e in events if e.event == "response"]  # type: ignore[attr-defined]
+    assert isinstance(response, dict)
+    return response
+
+
+async def suggests_only_what_it_answers(url: str) -> None:
+    """Every question the greeting suggests is answered by the same service, and the
+    greeting says how to see and add documents."""
+    greeting = answer_of(await ask(url, "hi"))
+    assert greeting["answer"] == GREETING_REPLY and greeting["sources"] == []
+    for question in re.findall(r"[\"“]([^\"”]+\?)[\"”]", GREETING_REPLY):
+        answered = answer_of(await ask(url, question))
+        assert answered["sources"], (question, answered["answer"])
+    assert "agentchat docs list" in GREETING_REPLY and "agentchat ingest" in GREETING_REPLY
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_without_the_sample_kb_the_greeting_suggests_no_sample_question(empty: str) -> None:
+    """It suggested "How do I resume a stream after a disconnect?", which a service
+    without the sample knowledge base answers "I could not find an answer"."""
+    await suggests_only_what_it_answers(empty)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_with_the_sample_kb_the_greeting_suggests_what_it_answers(base: str) -> None:
+    await suggests_only_what_it_answers(base)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("message", ["thanks :(", "no thanks", "thanks, but that didn't help"])
+async def test_a_thanks_that_says_the_answer_missed_is_not_welcomed(base: str, message: str) -> None:
+    """After an answer, a thanks that is not a plain one is told how to ask again, citing
+    nothing - not "You're welcome!" ("thanks :("), not an unrelated passage."""
+    first = await ask(base, "How do I cancel a run?")
+    [started] = [e.json() for e in first if e.event == "run_started"]  # type: ignore[attr-defined]
+    body = {"message": message, "context_type": "knowledge", "conversation_id": started["conversation_id"]}
+    async with httpx.AsyncClient(timeout=60) as client:
+        events = await collect_sse(client, "POST", f"{base}/v1/agent/chat", json=body)
+    response = answer_of(list(events))
+    assert response["answer"] == NOT_HELPED_REPLY and response["sources"] == []
+    assert "welcome" not in NOT_HELPED_REPLY.lower()
