@@ -62,7 +62,7 @@ TABLE_CONFIG = {
     ]
 }
 SERVER_PATH = "/srv/agent/knowledge/sample_kb/10-troubleshooting.md"
-RESPONSE = {
+RESPONSE: dict[str, Any] = {
     "answer": (
         "Your **low-stock** workflow is ready for review [wf-guide#1].\n\n"
         f"- It checks stock {HOSTILE} <script>window.__pwned = 2</script>\n"

@@ -154,8 +154,8 @@ async def test_the_budget_is_every_bound_a_real_close_waits_on(tmp_path: Path, m
             "AGENT_WORKERS": "2",  # a worker of ``serve --workers``: the leader and the feed
             "OTEL_EXPORTER_OTLP_ENDPOINT": otel_url,
         })  # fmt: skip
-        async with running_app(settings) as (_, app):
-            svc = app.state.services
+        async with running_app(settings) as (_, served):
+            svc = served.state.services
             assert svc.leader is not None and svc.rooms.mcp is not None
         assert given, "the app never closed"
     assert "SERVER_CLOSE_S" in inspect.getsource(serve._serve_agent)  # uvicorn's graceful shutdown
