@@ -285,3 +285,31 @@ def test_a_postgresql_database_is_named_without_its_password() -> None:
     url = "postgresql://bob:s3cret-Passw0rd@127.0.0.1:5432/agent"
     where = cli_database(Settings.from_env({"AGENT_DATABASE_URL": url, "AGENT_SECRET_KEY": "k" * 40}))
     assert where.line() == "database: PostgreSQL postgresql://bob@127.0.0.1:5432/agent" and not where.created
+
+
+async def test_ingest_into_a_bucket_chats_do_not_search_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A walkthrough ingested npm's docs with ``--bucket npmdocs`` and asked about them: the
+    answer was 'I could not find an answer', since chats search AGENT_KB_DEFAULT_BUCKETS
+    (``default``) unless they name a bucket, and the ingest's report said nothing of it."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# Walrus\n\nThe walrus kiosk is on floor nine.\n")
+
+    async def ingest(bucket: str, defaults: str | None = None) -> list[str]:
+        env = {"AGENT_DB_PATH": str(tmp_path / "kb.db"), "AGENT_EMBEDDER": "hashing"}
+        if defaults is not None:
+            env["AGENT_KB_DEFAULT_BUCKETS"] = defaults
+        code = await run_kb_command(parse("ingest", str(tmp_path / "docs"), "--bucket", bucket, "--quiet"),
+                                    Settings.from_env(env))
+        assert code == 0
+        return [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+
+    assert await ingest("npmdocs") == [
+        "note: chats search bucket 'npmdocs' only when they name it (context.buckets): AGENT_KB_DEFAULT_BUCKETS "
+        "is 'default' here; to search it by default, set AGENT_KB_DEFAULT_BUCKETS=default,npmdocs on every replica"
+    ]
+    assert await ingest("npmdocs") != [], "said again when nothing changed: the bucket is still not searched"
+    assert await ingest("npmdocs", "default,npmdocs") == []
+    assert await ingest("npmdocs", "*") == []
+    assert await ingest("default") == []

@@ -86,9 +86,25 @@ def report_text(report: Any, bucket: str, max_file_mb: float, *, examples: int =
     return "\n".join(lines)
 
 
+def unsearched_bucket_note(bucket: str, default_buckets: tuple[str, ...]) -> str | None:
+    """A line when chats will not search ``bucket`` unless they name it: it is not among
+    ``AGENT_KB_DEFAULT_BUCKETS`` (as this command's environment sets it). Without it, a
+    team that ingested its documentation into its own bucket, as ``--bucket`` invites,
+    asked the playground about them and was told the knowledge base had no answer,
+    with nothing on the command's screen saying why. ``None`` when chats search it."""
+    if "*" in default_buckets or bucket in default_buckets:
+        return None
+    wanted = ",".join((*default_buckets, bucket))
+    return (
+        f"note: chats search bucket {bucket!r} only when they name it (context.buckets): AGENT_KB_DEFAULT_BUCKETS "
+        f"is {','.join(default_buckets)!r} here; to search it by default, set AGENT_KB_DEFAULT_BUCKETS={wanted} "
+        "on every replica"
+    )
+
+
 def plural(count: int, noun: str) -> str:
     """``1 file``, ``2 files``."""
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
-__all__ = ["embedder_line", "interrupted_text", "plural", "report_text"]
+__all__ = ["embedder_line", "interrupted_text", "plural", "report_text", "unsearched_bucket_note"]

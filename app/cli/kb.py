@@ -19,7 +19,7 @@ from typing import Any
 
 from app.cli.groups import command_group
 from app.cli.ingest_progress import IngestProgress
-from app.cli.ingest_report import embedder_line, interrupted_text, plural, report_text
+from app.cli.ingest_report import embedder_line, interrupted_text, plural, report_text, unsearched_bucket_note
 from app.config import Settings
 
 log = logging.getLogger("agentchat.cli")
@@ -162,12 +162,12 @@ async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_REJECTED
     kb, where = opened
     try:
-        return await _ingest_into(kb, args, paths)
+        return await _ingest_into(kb, args, paths, settings.kb_default_buckets)
     finally:  # also after an interruption: the batches stored before it are in this database
         print(where.line())
 
 
-async def _ingest_into(kb: Any, args: argparse.Namespace, paths: list[Any]) -> int:
+async def _ingest_into(kb: Any, args: argparse.Namespace, paths: list[Any], default_buckets: tuple[str, ...]) -> int:
     from knowledge.filecheck import MB
 
     progress = None if args.quiet else IngestProgress()
@@ -203,6 +203,10 @@ async def _ingest_into(kb: Any, args: argparse.Namespace, paths: list[Any]) -> i
             progress.close()
         await kb.aclose()
     print(report_text(report, args.bucket, args.max_file_mb))
+    stored = report.added or report.updated or report.skipped  # else the bucket may not exist
+    note = unsearched_bucket_note(args.bucket, default_buckets) if stored else None
+    if note is not None:
+        print(note)
     if report.rejected and not args.keep_going:
         print(f"agentchat ingest: {len(report.rejected)} rejected; exit code {EXIT_REJECTED} "
               "(--keep-going to exit 0)", file=sys.stderr)
