@@ -36,6 +36,7 @@ from app.ops.history_metrics import HistoryMetrics
 from app.ops.stopping import cancel_and_wait
 from llm.provider import Completion, Provider
 from llm.types import ChatRequest, ContentDelta, Message, StreamError
+from storage.errors import StorageUnavailable
 from storage.interfaces import HistoryStore
 
 log = logging.getLogger("agentchat.history")
@@ -132,6 +133,11 @@ class Titler:
                 self.metrics.titles.labels(source=source).inc()
         except asyncio.CancelledError:
             raise
+        except StorageUnavailable as exc:  # an outage: every run ending then says so, so one line, no traceback
+            log.warning(
+                "could not title a conversation: the database is unavailable",
+                extra={"conversation_id": conversation_id, "error": str(exc)},
+            )
         except Exception:  # a title never fails anything: logged, and the list shows none
             log.warning("could not title a conversation", exc_info=True, extra={"conversation_id": conversation_id})
 

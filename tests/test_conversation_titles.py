@@ -5,10 +5,12 @@ words when that call fails or the provider is not a real LLM; ``model`` asks any
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client import CollectorRegistry
 
 from app.config import Settings
@@ -16,6 +18,7 @@ from app.history import TITLE_PROMPT, Titler, clean_model_title, title_model_wan
 from app.ops.history_metrics import HistoryMetrics
 from llm.provider import ProviderHealth
 from llm.types import ChatRequest, ContentDelta, MessageStart, StreamError, StreamEvent
+from storage.errors import StorageUnavailable
 from storage.history_records import ConversationSummary
 from tests.conftest import collect_sse, running_app
 from tests.fakes import FakeOllama, Text, running_fake
@@ -246,3 +249,28 @@ async def test_a_conversation_the_run_created_is_titled_without_a_read_and_a_tit
     titler.after_run("alice", "c", "A later run", new=False)  # reads, finds the title, asks no model
     await asyncio.gather(*titler._tasks)
     assert store.reads == 1 and store.title == "Set by the user" and model.sent == asked
+
+
+class UnreachableHistory:
+    """A history store whose database is away (what PostgreSQL's stores raise then)."""
+
+    async def conversation(self, user_id: str, conversation_id: str) -> ConversationSummary:
+        raise StorageUnavailable("database unreachable: PoolTimeout: couldn't get a connection after 10.00 sec")
+
+    async def set_title_if_unset(self, user_id: str, conversation_id: str, title: str) -> bool:
+        raise StorageUnavailable("database unreachable: PoolTimeout: couldn't get a connection after 10.00 sec")
+
+
+async def test_a_database_outage_is_one_line_per_title_not_a_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    """Walking two replicas through a 40 s PostgreSQL stop, every run that ended meanwhile
+    logged 'could not title a conversation' with a ~3 kB traceback of the pool's timeout:
+    the only tracebacks of the outage, for a cause /readyz and the writer already name."""
+    titler = Titler(UnreachableHistory(), HistoryMetrics(CollectorRegistry()))  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="agentchat.history"):
+        titler.after_run("alice", "c", "How do I resume a stream?", new=True)
+        titler.after_run("alice", "d", "How do I resume a stream?")
+        await asyncio.gather(*titler._tasks)
+    said = [r for r in caplog.records if r.name == "agentchat.history"]
+    assert [r.getMessage() for r in said] == ["could not title a conversation: the database is unavailable"] * 2
+    assert all(r.exc_info is None for r in said)
+    assert all("PoolTimeout" in r.__dict__["error"] for r in said)
