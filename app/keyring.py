@@ -31,6 +31,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
+import hmac
 import logging
 import os
 import secrets
@@ -51,6 +53,8 @@ log = logging.getLogger("agentchat.keyring")
 STREAM_SECRET_NAME = "stream_token"
 _STREAM_LABEL = b"agentchat stream_url tokens v1"
 _INPUT_LABEL = b"agentchat run input v1"
+#: ``Keyring.source`` of keys made for one process's life (SQLite ``:memory:``).
+IN_MEMORY_KEYS = "in memory"
 #: Prefix of an encrypted run input (a plain one is JSON: it starts with ``{``).
 SEALED_PREFIX = b"F1:"
 
@@ -72,6 +76,9 @@ class RunInputSealer:
 
     def __init__(self, key: bytes) -> None:
         self._fernet = Fernet(base64.urlsafe_b64encode(key))
+        #: A digest under the key (Fernet's ciphertexts are random, so not comparable):
+        #: two sealers with equal ``key_check`` open each other's inputs (app/key_check.py).
+        self.key_check = hmac.new(key, b"agentchat run input key check v1", hashlib.sha256).digest()
 
     def seal(self, plain: bytes) -> bytes:
         return SEALED_PREFIX + self._fernet.encrypt(plain)
@@ -163,7 +170,7 @@ async def resolve_keyring(settings: Settings, secret_store: SecretStore, *, engi
         # One process, nothing on disk: a key for this process's life is enough.
         memory_key = secrets.token_urlsafe(48)
         stream = base64.urlsafe_b64encode(derive(memory_key, _STREAM_LABEL)).decode()
-        return Keyring(stream, RunInputSealer(derive(memory_key, _INPUT_LABEL)), "in memory")
+        return Keyring(stream, RunInputSealer(derive(memory_key, _INPUT_LABEL)), IN_MEMORY_KEYS)
     if engine != "postgres":
         path, file_key = await asyncio.to_thread(_file_key, settings.db_path)
         stream = base64.urlsafe_b64encode(derive(file_key, _STREAM_LABEL)).decode()
@@ -184,6 +191,7 @@ async def resolve_keyring(settings: Settings, secret_store: SecretStore, *, engi
 
 
 __all__ = [
+    "IN_MEMORY_KEYS",
     "Keyring",
     "KeyringError",
     "RunInputSealer",

@@ -24,7 +24,8 @@ from app.agent.selector import IndexState, ToolSelector
 from app.config import Settings
 from app.coordination import background_job, leader_for, remote_runs_for, siblings_dir
 from app.history import Titler, title_model_wanted, with_titles
-from app.keyring import resolve_keyring
+from app.key_check import check_shared_keys
+from app.keyring import IN_MEMORY_KEYS, resolve_keyring
 from app.model_choice import choose_embedder, choose_provider, streams_through_pool
 from app.ops.leader import attach as attach_leader
 from app.ops.load import ReplicaLoad, StreamCounter
@@ -89,6 +90,8 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     # (app/keyring.py); PostgreSQL without a configured key refuses to start here.
     keyring = await resolve_keyring(settings, storage.secrets, engine=storage.engine)
     log.info("keys", extra={"source": keyring.source, "run_input_encrypted": keyring.sealer is not None})
+    if keyring.source != IN_MEMORY_KEYS:  # a database no other process opens
+        await check_shared_keys(keyring, storage.secrets)
     # Every outbound pool has a stated size; a request that waits for a connection says
     # so (``llm.pool``; the hook reaches the metrics once they exist).
     pool_waits = PoolWaits()

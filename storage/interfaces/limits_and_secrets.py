@@ -38,3 +38,8 @@ class SecretStore(Protocol):
         stored one. Concurrent first calls (replicas starting together) all return the
         same value."""
         ...
+
+    async def replace(self, name: str, value: str) -> str | None:
+        """Store ``value`` under ``name`` whatever was stored; return the value it
+        replaced (``None``: there was none), read in the same transaction."""
+        ...

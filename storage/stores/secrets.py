@@ -25,3 +25,19 @@ class SqlSecretStore:
             return str(row[0])
 
         return await self.db.transact(tx)
+
+    async def replace(self, name: str, value: str) -> str | None:
+        """Read what ``name`` holds and store ``value`` in its place, in one write
+        transaction. Two processes replacing at the same moment may both read the value
+        stored before them (PostgreSQL reads without locking); the later write stays."""
+
+        async def tx(conn: Tx) -> str | None:
+            row = await conn.fetchone("SELECT value FROM app_secrets WHERE name = ?", (name,))
+            await conn.execute(
+                "INSERT INTO app_secrets(name, value) VALUES (?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                (name, value),
+            )
+            return None if row is None else str(row[0])
+
+        return await self.db.transact(tx)

@@ -50,3 +50,12 @@ async def test_processes_starting_together_agree_on_one_value(three_processes: l
     assert len(set(got)) == 1 and got[0] in candidates
     # A process that starts later reads it too.
     assert await three_processes[1].secrets.get_or_create("stream_token", "late") == got[0]
+
+
+async def test_replace_stores_the_new_value_and_returns_the_one_it_replaced(store_engine: Any) -> None:
+    store = store_engine.secrets
+    assert await store.replace("key_check", "one") is None
+    assert await store.replace("key_check", "two") == "one"
+    assert await store.replace("key_check", "two") == "two"
+    assert await store.get_or_create("key_check", "three") == "two"
+    assert await store.get_or_create("other", "kept") == "kept"  # other names untouched
