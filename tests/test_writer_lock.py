@@ -24,6 +24,7 @@ import pytest
 
 from storage.sqlite.writer_lock import WriterLock, lock_path
 from tests.fakes.paced_ollama import run_body
+from tests.support.group_ready import until_ready
 from tests.support.procs import (
     PYTHON,
     AgentServer,
@@ -150,22 +151,8 @@ async def test_the_workers_of_one_serve_share_the_lock_and_a_second_serve_waits(
             # The group answers ready (a loaded machine may take a while: waited for, not
             # probed once with a short timeout), and no worker of it ever waited for the
             # file's lock - the group's own log says so, whichever worker answered.
-            seen: list[tuple[int, object]] = []
-
-            async def group_ready() -> bool:
-                try:
-                    answer = await http.get(f"http://127.0.0.1:{port}/readyz", timeout=15)
-                except httpx.HTTPError as exc:
-                    seen.append((0, repr(exc)))
-                    return False
-                seen.append((answer.status_code, answer.text[:300]))
-                return answer.status_code == 200
-
-            deadline = asyncio.get_running_loop().time() + 60
-            while not await group_ready():
-                assert group.running and asyncio.get_running_loop().time() < deadline, (seen[-3:], group.tail())
-                await asyncio.sleep(0.05)
-            assert not any('"writer"' in str(body) for _, body in seen), (seen, group.tail())
+            seen = await until_ready(http, port, group)
+            assert not any('"writer"' in body for _, body in seen), (seen, group.tail())
             assert not group.grep("waiting to become"), group.tail()
         second.send(signal.SIGTERM)  # a waiting process holds nothing: it stops at once
         assert await second.wait_exit(30) in (0, 143), second.tail()
@@ -297,8 +284,10 @@ async def test_a_waiting_serve_stops_on_one_signal_like_a_serving_one_and_a_wait
             await lone.kill()
             await until(lambda: len(taking.grep("serving on")) >= 2 or not taking.running, "both workers serving", 90)
             assert taking.running, taking.tail()
-            ready = await http.get(f"http://127.0.0.1:{taking_port}/readyz", timeout=5)
-            assert len(taking.grep("serving on")) >= 2 and ready.status_code == 200, taking.tail()
+            # Both workers serve: the group answers ready (waited for, not probed once: a
+            # loaded machine may answer late), and none of them as a waiting process.
+            seen = await until_ready(http, taking_port, taking)
+            assert not any('"writer"' in body for _, body in seen), (seen, taking.tail())
     finally:
         for proc in procs:
             proc.close()
