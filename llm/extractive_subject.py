@@ -164,6 +164,13 @@ _SETTING = frozenset("on in with from under inside using via behind through at w
 _DETERMINER = frozenset("my our your the a an their its this that".split())
 #: How far before a name its preceding words are looked for (three words, whatever their length).
 _BEFORE_CHARS = 200
+#: The reader's own: a name between one of these and a common noun says what the reader's
+#: thing is set in ("Which URL should my Kubernetes liveness probe hit?" asks about the
+#: probe, as "a liveness probe on Kubernetes" would), not what is asked about; "restart a
+#: Kubernetes pod" (an article) still asks about Kubernetes.
+_OWN = frozenset("my our".split())
+#: A lower-case word right after the name: the noun it qualifies.
+_LOWER_WORD = re.compile(r"\s+[a-z][a-z-]*\b")
 
 
 def _is_object(text: str, name: str) -> bool:
@@ -171,7 +178,8 @@ def _is_object(text: str, name: str) -> bool:
     an owner ("Django's ORM"), or a name in the question's last clause not after a
     preposition ("restart a Kubernetes pod", "use Elasticsearch instead of SQLite");
     "I'm on Ubuntu, how do I …", "My team uses Slack; how do I …", "I use Podman. How do
-    I …", "(I use Podman)" and "in Chrome" set it."""
+    I …", "(I use Podman)", "in Chrome" and "my Kubernetes liveness probe" (``_OWN``)
+    set it."""
     at = text.find(name)
     if at < 0:
         return False
@@ -188,6 +196,8 @@ def _is_object(text: str, name: str) -> bool:
     # The three words before it, read from just before it (not from the whole prefix, once
     # per name: quadratic in a long message naming many things).
     before = [w.casefold() for w in re.findall(r"[^\W\d_]+", text[max(0, at - _BEFORE_CHARS) : at])][-3:]
+    if before and before[-1] in _OWN and _LOWER_WORD.match(after):
+        return False  # the reader's own thing: "my Kubernetes liveness probe", "our Jenkins job"
     while before and before[-1] in _DETERMINER:
         before.pop()
     return not (before and before[-1] in _SETTING)
