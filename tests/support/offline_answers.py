@@ -65,7 +65,10 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: "round47" (26 sample questions of the same kind - logs, conversations, rate limits,
 #: timeouts, tracing, retention, the CLI, approvals, CORS, JWT, replicas - two with a
 #: greeting first, two expecting a decline) written before round 47's changes and before
-#: any answer to them was read: round 47's held-out check.
+#: any answer to them was read: round 47's held-out check; "round48" (25 sample questions
+#: of the same kind - the playground, Ollama, JWKS, a replaced SQLite file, the OpenTelemetry
+#: extra, images, buckets, stream links, replicas - two expecting a decline) written before
+#: round 48's changes and before any answer to them was read: round 48's held-out check.
 SETS = (
     "original",
     "held_out",
@@ -96,6 +99,7 @@ SETS = (
     "round45",
     "round46",
     "round47",
+    "round48",
 )
 
 
