@@ -77,6 +77,9 @@ class LiveSources:
     #: PostgreSQL's run-event listener (``{"listening": bool, "reconnects": int}``;
     #: ``None``: no listener).
     run_feed: Callable[[], Mapping[str, Any]] | None = None
+    #: PostgreSQL known away (``(unreachable now, requests refused at once since start)``;
+    #: ``None``: an engine without a pool).
+    db_unreachable: Callable[[], tuple[bool, int]] | None = None
     #: SQLite's live-log settles (``.settles .failures .reconciled_runs .dropped_rows``;
     #: ``None``: PostgreSQL, no live log).
     live_log: Callable[[], Any] | None = None
@@ -137,6 +140,20 @@ class LiveCollector:
             "queued steps (streamed tokens of many runs) into one; compare with the events written.",
             stats.batches,
         )
+        if s.db_unreachable is not None:
+            down, refused = s.db_unreachable()
+            yield GaugeMetricFamily(
+                "agentchat_storage_unreachable",
+                "1 while this replica knows its database is away (two connection attempts in a row failed and no "
+                "idle connection is left): requests that need it are answered 503 at once while a probe reconnects.",
+                value=1 if down else 0,
+            )
+            yield _counter(
+                "agentchat_storage_refused_at_once",
+                "Requests answered 503 storage_unavailable at once because the database was known away, "
+                "instead of after the pool's timeout.",
+                refused,
+            )
         if s.live_log is not None:
             settles = s.live_log()
             yield _counter(

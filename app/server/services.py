@@ -136,6 +136,12 @@ class Services:
         settler = getattr(self.storage.runs, "settler", None)
         return (lambda: settler.stats) if settler is not None else None
 
+    def _db_unreachable(self) -> Callable[[], tuple[bool, int]] | None:
+        """PostgreSQL's reachability (``storage.postgres.reachability``), read at scrape
+        time (``None``: SQLite, no pool to be refused by)."""
+        reach = getattr(self.storage.db, "reach", None)
+        return (lambda: (reach.down, reach.refused)) if reach is not None else None
+
     def _run_feed_status(self) -> Callable[[], Any] | None:
         """PostgreSQL's run-event listener's state, read at scrape time (``None``: none)."""
         status = getattr(self.storage.run_feed, "status", None)
@@ -170,6 +176,7 @@ class Services:
             mcp_unranked=self._mcp_unranked(),
             rate_limit_fallbacks=(lambda: self.limits.shared_fallbacks) if self.limits.store is not None else None,
             live_log=self._live_log_settles(),
+            db_unreachable=self._db_unreachable(),
             run_feed=self._run_feed_status(),
         )
 

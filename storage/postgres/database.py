@@ -28,6 +28,10 @@ Why this shape (the SQLite engine's ``database.py`` is the model; differences on
   ``PoolTimeout``) or loses it raises ``StorageUnavailable``, like a write that gave up:
   routes answer 503 with ``Retry-After``, never 500. ``readiness`` answers within
   ``READINESS_TIMEOUT_S`` whatever the database does.
+* While the database is known away (two connection attempts in a row failed as an
+  absent server fails, and no idle connection is left), a caller with a deadline — a
+  request, ``readiness`` — is refused at once instead of waiting the pool's timeout,
+  and a probe reconnects in the background (``reachability.py``).
 * A statement on an open connection has no deadline of the server's when the server
   is frozen (SIGSTOP, a stuck disk: TCP stays up). In the task serving a request
   (``storage/request_scope.py``: each wait at most ``AGENT_DB_POOL_TIMEOUT_S``, and
@@ -40,6 +44,7 @@ Why this shape (the SQLite engine's ``database.py`` is the model; differences on
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -53,6 +58,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from storage import request_scope
 from storage.errors import StorageUnavailable
+from storage.postgres.reachability import Reachability
 from storage.postgres.statement_deadline import answered_by
 from storage.postgres.statements import run_statements
 from storage.writer import (
@@ -134,12 +140,18 @@ class PostgresDatabase(QueuedWrites):
 
     engine = "postgres"
 
-    def __init__(self, url: str, pool: AsyncConnectionPool[Any], opts: PostgresOptions) -> None:
+    def __init__(
+        self, url: str, pool: AsyncConnectionPool[Any], opts: PostgresOptions, reach: Reachability | None = None
+    ) -> None:
         self.url = url
         self.location = redact(url)
         self.opts = opts
         self.health = WriteHealth()
         self.pool = pool
+        #: Whether the database is known away (the pool's connection attempts): a
+        #: request is then refused at once, not after the pool's whole timeout.
+        self.reach = reach or Reachability()
+        self.reach.bind(self._probe)
         self._queue = OrderedWriter(
             lambda batch: finish_even_if_cancelled(self._commit_items(batch)),
             transient=transient,
@@ -173,8 +185,10 @@ class PostgresDatabase(QueuedWrites):
     ) -> PostgresDatabase:
         """Open the pool (``configure`` runs on every new connection: type adapters)."""
         opts = opts or PostgresOptions()
+        reach = Reachability()
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             url,
+            connection_class=reach.connection_class(),
             min_size=max(1, opts.min_connections),
             max_size=max(opts.min_connections, opts.max_connections, 2),
             kwargs=cls.connection_kwargs(opts),
@@ -189,13 +203,14 @@ class PostgresDatabase(QueuedWrites):
         except BaseException:
             await pool.close()
             raise
-        return cls(url, pool, opts)
+        return cls(url, pool, opts, reach)
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         await self._queue.close()  # commits what is queued; anything left fails loudly
+        await self.reach.aclose()
         await self.pool.close()
 
     # --- reads --------------------------------------------------------------------
@@ -208,12 +223,15 @@ class PostgresDatabase(QueuedWrites):
         ``deadline`` (``time.monotonic()``), the wait for a connection and every statement
         on it end there: past it the connection is dropped and ``StorageUnavailable`` raised."""
         ends = self._deadline(deadline)
+        if ends is not None:
+            await self._refuse_if_known_down(ends)
         try:
             async with (
                 self.pool.connection(timeout=self._pool_wait(ends)) as conn,
                 answered_by(conn, ends, self._waited(ends)),
             ):
                 yield conn
+            self.reach.answered()
         except psycopg.OperationalError as exc:  # PoolTimeout is one; so is a lost connection
             raise StorageUnavailable(f"database unreachable: {type(exc).__name__}: {exc}"[:300]) from exc
 
@@ -254,6 +272,8 @@ class PostgresDatabase(QueuedWrites):
         there too (past it the connection is dropped: ``statement_deadline.py``); in the
         task serving a request (``storage/request_scope.py``) so does its own wait."""
         deadline = self._deadline(deadline)
+        if deadline is not None:
+            await self._refuse_if_known_down(deadline)
         waited = self._waited(deadline)
         return await retrying(
             lambda: finish_even_if_cancelled(
@@ -264,6 +284,25 @@ class PostgresDatabase(QueuedWrites):
             health=self.health,
             deadline=deadline,
         )
+
+    async def _refuse_if_known_down(self, ends: float) -> None:
+        """A caller with a deadline (a request, ``/readyz``) is refused at once while the
+        database is known away and no idle connection is left to try: its wait for the
+        pool could only end in ``StorageUnavailable`` (``reachability.py``). Callers
+        without one (the writer, a run's own steps) keep their retry rules."""
+        idle = int(self.pool.get_stats().get("pool_available", 0))
+        await self.reach.refuse_if_down(idle, ends - time.monotonic())
+
+    async def _probe(self, wait_s: float) -> None:
+        """Open one connection of the pool's class (which records how it went) and close
+        it, within ``wait_s``: the reachability probe while the database is known away.
+        Apart from the pool on purpose: the pool's own attempt may be waiting out a
+        backoff delay (up to 4 s) that a borrow would wait behind; once this one
+        connects, the next request's borrow makes the pool open its own at once."""
+        kwargs = {**self.connection_kwargs(self.opts), "connect_timeout": max(2, int(wait_s))}
+        async with asyncio.timeout(wait_s):
+            conn = await self.pool.connection_class.connect(self.url, **kwargs)
+        await conn.close()
 
     def _pool_wait(self, deadline: float | None) -> float:
         """How long an attempt may wait for a pooled connection: the pool's timeout, or
@@ -315,6 +354,7 @@ class PostgresDatabase(QueuedWrites):
 
     def _succeeded(self) -> None:
         self.health.succeeded()
+        self.reach.answered()
 
     async def readiness(self) -> dict[str, Any]:
         try:
@@ -323,8 +363,11 @@ class PostgresDatabase(QueuedWrites):
             # and waits for it — 11 s before ``/readyz`` answered.
             await self.fetchone("SELECT 1", deadline=time.monotonic() + READINESS_TIMEOUT_S)
         except StorageUnavailable as exc:
-            detail = f"no answer within {READINESS_TIMEOUT_S} s (database unreachable, frozen or saturated): {exc}"
-            return {"ok": False, "engine": "postgres", "detail": detail[:400]}
+            if self.reach.down:  # refused at once: requests are too, until the probe connects
+                detail = f"database unreachable, requests refused at once: {exc}"
+            else:
+                detail = f"no answer within {READINESS_TIMEOUT_S} s (database unreachable, frozen or saturated): {exc}"
+            return {"ok": False, "engine": "postgres", "detail": detail[:400], **self.reach.readiness()}
         except Exception as exc:
             return {"ok": False, "engine": "postgres", "detail": f"read failed: {exc}"}
         if not self.healthy:
@@ -339,6 +382,7 @@ class PostgresDatabase(QueuedWrites):
             "pool_size": pool.get("pool_size", 0),
             "pool_available": pool.get("pool_available", 0),
             "requests_waiting": pool.get("requests_waiting", 0),
+            **self.reach.readiness(),
         }
 
 
