@@ -15,6 +15,7 @@ from typing import Any
 
 from app.config import Settings
 from app.ops.leader import FileLock, Leader
+from app.runs.presence import FollowerPresence
 from app.runs.remote import RemoteRuns
 from storage.sqlite.runs import SqliteRunStore
 from storage.sqlite.runtime_dir import LEADER_LOCK, runtime_dir
@@ -63,9 +64,11 @@ def siblings_dir(settings: Settings, storage: Any) -> Path | None:
 def remote_runs_for(storage: Any, shared_file: bool, safety_poll_s: float) -> RemoteRuns | None:
     """Followers of runs executing in another process, woken by the engine's feed:
     PostgreSQL's notifications, or the sibling workers' sockets on one SQLite file (whose
-    log is also read after ``safety_poll_s`` without news)."""
+    log is also read after ``safety_poll_s`` without news). They are said on the same
+    feed (``FollowerPresence``: its ``beat_forever`` is the caller's to run)."""
     if storage.run_feed is None:
         return None
+    presence = FollowerPresence(storage.run_feed)
     if shared_file:
-        return RemoteRuns(storage.runs, storage.run_feed, poll_s=safety_poll_s)
-    return RemoteRuns(storage.runs, storage.run_feed)
+        return RemoteRuns(storage.runs, storage.run_feed, poll_s=safety_poll_s, presence=presence)
+    return RemoteRuns(storage.runs, storage.run_feed, presence=presence)

@@ -38,6 +38,7 @@ from app.rooms import Rooms
 from app.runs.manager import RunManager
 from app.server.auth import Authenticator
 from app.server.limits import Admission
+from app.server.run_streams import watch_clients_elsewhere
 from app.server.services import Services
 from app.tool_offer import build_tool_index, default_registry, flow_core_tools
 from knowledge.attachment_store import ConversationAttachments
@@ -288,6 +289,10 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     )
     if leader is not None:
         attach_leader(leader, metrics.registry)
+    if svc.remote is not None and svc.remote.presence is not None:
+        # A chat whose client reads it through another replica is not cancelled as left.
+        watch_clients_elsewhere(svc)
+        background.append(asyncio.create_task(svc.remote.presence.beat_forever(), name="follower-presence"))
     siblings = siblings_dir(settings, storage)
     if siblings is not None:  # workers on one port: a scrape answers for all of them
         worker_metrics = WorkerMetrics(siblings, svc.metrics_body, label=runs.owner_id)

@@ -8,7 +8,10 @@ oversized step, a reconnect, a lost notification — ``must_read`` says "read th
 The log stays the single source of truth either way.
 
 The feed also carries cancels asked for on another process (``subscribe_cancels``), so
-the process executing the run stops it at once.
+the process executing the run stops it at once, and each process's word of which runs
+executing elsewhere it has clients attached to (``announce_followers``, read by
+``app.runs.presence``), so the process executing a chat does not cancel it as abandoned
+while its client reads it through another.
 
 SQLite used by one process has no feed: its live runs are followed in memory. Several
 worker processes on one SQLite file (``agentchat serve --workers``) feed each other over
@@ -100,17 +103,27 @@ class RunFeed(Protocol):
         ``callback(None)`` when one may have been missed (look in the store)."""
         ...
 
+    def announce_followers(self, payload: str) -> None:
+        """Tell every process (this one too) ``payload``, a word of ``app.runs.presence``:
+        sent in the background, in the order announced; a word lost is not sent again."""
+        ...
+
+    def subscribe_followers(self, callback: Callable[[str], None]) -> None:
+        """``callback(payload)`` for every word ``announce_followers`` sent, on any process."""
+        ...
+
 
 class RunWatchers:
     """The local side of a feed, shared by every engine's: who watches which run, who
     wants to hear of cancels, and handing each of them what arrived. The transports
     (PostgreSQL's ``LISTEN``, the sibling workers' sockets) only decide what arrived."""
 
-    __slots__ = ("_by_run", "_cancel_subscribers", "_log")
+    __slots__ = ("_by_run", "_cancel_subscribers", "_followers_subscribers", "_log")
 
     def __init__(self, log: logging.Logger) -> None:
         self._by_run: dict[str, list[RunWatch]] = {}
         self._cancel_subscribers: list[Callable[[str | None], None]] = []
+        self._followers_subscribers: list[Callable[[str], None]] = []
         self._log = log
 
     @contextlib.contextmanager
@@ -131,6 +144,9 @@ class RunWatchers:
 
     def subscribe_cancels(self, callback: Callable[[str | None], None]) -> None:
         self._cancel_subscribers.append(callback)
+
+    def subscribe_followers(self, callback: Callable[[str], None]) -> None:
+        self._followers_subscribers.append(callback)
 
     @property
     def watched(self) -> int:
@@ -160,3 +176,11 @@ class RunWatchers:
                 callback(run_id)
             except Exception:  # one subscriber's bug must not stop the feed
                 self._log.exception("a cancel subscriber failed", extra={"run_id": run_id})
+
+    def followers(self, payload: str) -> None:
+        """A process's word of its followers (``announce_followers``) to every subscriber."""
+        for callback in self._followers_subscribers:
+            try:
+                callback(payload)
+            except Exception:  # one subscriber's bug must not stop the feed
+                self._log.exception("a followers subscriber failed")

@@ -160,7 +160,8 @@ async def follow(
         return None
     if stored.status in UNFINISHED:
         if remote is not None:
-            return Following(run_id, "remote", False, _remote(remote, run_id, after, idle))
+            cancels = on_leave is not None  # a chat's own client: its leaving may cancel the chat
+            return Following(run_id, "remote", False, _remote(remote, run_id, after, idle, cancels=cancels))
         # No other process shares this store: an unfinished run not in memory here is one
         # this process is carrying on right now (claimed, read back, not yet registered:
         # a decided approval taken by the periodic claim, a run taken over) or will claim
@@ -217,7 +218,7 @@ async def _live(
         # Another process took the run over (this one lost its lease, e.g. paused past
         # it): what was stored here is what the follower saw; the rest, ending included,
         # is the new owner's, read from the store under its ids, not made up here.
-        async for remote_batch in _remote(remote, run.id, pos, idle):
+        async for remote_batch in _remote(remote, run.id, pos, idle, cancels=on_leave is not None):
             yield remote_batch
     elif run.storage_error is not None and not run.lost and not ended:
         # The store gave up on the run: its ending (error + message_complete failed) is
@@ -289,8 +290,8 @@ def unreadable(run_id: str, exc: StorageUnavailable) -> list[Followed]:
     return [_unlogged(UNREADABLE)]
 
 
-async def _remote(remote: RemoteRuns, run_id: str, after: int, idle: float) -> Batches:
-    batches = remote.follow_events(run_id, after, idle=idle)
+async def _remote(remote: RemoteRuns, run_id: str, after: int, idle: float, *, cancels: bool = False) -> Batches:
+    batches = remote.follow_events(run_id, after, idle=idle, cancels=cancels)
     try:
         async for batch in batches:
             yield None if batch is None else [Followed(ev) for ev in batch]

@@ -13,6 +13,8 @@ that starts behind the tail's window catches up from the log on its own, then jo
 
 Ids are the stored ones and a tail never skips a gap (it waits for the missing step to
 commit or reads the log), so a client resumes with ``Last-Event-ID`` on any replica.
+Each follower is told to ``presence`` as it starts and leaves: the replica executing a
+chat does not cancel it as abandoned while a client reads it here.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+from app.runs.presence import FollowerPresence
 from events import MessageComplete
 from storage.interfaces import RunStore
 from storage.records import RunEvent
@@ -111,10 +114,19 @@ class RemoteRuns:
     connection, and kept at a second or so."""
 
     def __init__(
-        self, store: RunStore, feed: RunFeed | None, *, poll_s: float = 10.0, batch: int = 1000, window: int = 2048
+        self,
+        store: RunStore,
+        feed: RunFeed | None,
+        *,
+        poll_s: float = 10.0,
+        batch: int = 1000,
+        window: int = 2048,
+        presence: FollowerPresence | None = None,
     ) -> None:
         self.store = store
         self.feed = feed
+        #: Where this replica says which runs it has followers of (and hears the others').
+        self.presence = presence
         self.poll_s = poll_s
         self.batch = batch
         self.window = window
@@ -126,19 +138,25 @@ class RemoteRuns:
     def followed_runs(self) -> int:
         return len(self._tails)
 
-    async def follow(self, run_id: str, after: int, *, idle: float) -> AsyncIterator[bytes | None]:
+    async def follow(
+        self, run_id: str, after: int, *, idle: float, cancels: bool = False
+    ) -> AsyncIterator[bytes | None]:
         """``follow_events`` as SSE bytes (each event's stored frame)."""
-        async with contextlib.aclosing(self.follow_events(run_id, after, idle=idle)) as batches:
+        async with contextlib.aclosing(self.follow_events(run_id, after, idle=idle, cancels=cancels)) as batches:
             async for batch in batches:
                 yield None if batch is None else b"".join(ev.wire for ev in batch)
 
     async def follow_events(
-        self, run_id: str, after: int, *, idle: float
+        self, run_id: str, after: int, *, idle: float, cancels: bool = False
     ) -> AsyncGenerator[list[RunEvent] | None, None]:
         """The run's events after ``after``, live, until its terminal event; ``None``
-        after ``idle`` seconds without events (send a heartbeat)."""
+        after ``idle`` seconds without events (send a heartbeat). ``cancels``: this
+        follower is a chat's own client, whose leaving cancels the chat when no other
+        client is left (said to the replica executing it through ``presence``)."""
         pos = max(0, after)
         tail = self._join(run_id, pos)
+        if self.presence is not None:
+            self.presence.attached(run_id)
         last_sent = time.monotonic()
         try:
             while True:
@@ -168,6 +186,8 @@ class RemoteRuns:
                     last_sent = time.monotonic()
         finally:
             self._leave(tail)
+            if self.presence is not None:
+                self.presence.detached(run_id, cancels=cancels)
 
     def _join(self, run_id: str, pos: int) -> _Tail:
         tail = self._tails.get(run_id)

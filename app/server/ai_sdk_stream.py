@@ -13,8 +13,8 @@ has the mapping), then ``data: [DONE]``. ``GET
 ``AGENT_FINISHED_RUN_MEMORY_S``, else that run replayed from its first event and followed
 live (the SDK's transport treats a resumed stream as a replay: the message is rebuilt
 from its ``start`` chunk, whose ``messageId`` is the run id). A client that leaves
-(``stop()``) cancels the run unless it re-attaches within ``AGENT_CHAT_REATTACH_S``, as a
-keyless native chat does.
+(``stop()``) cancels the run unless it re-attaches within ``AGENT_CHAT_REATTACH_S``, on
+any replica (``app/runs/presence.py``), as a keyless native chat does.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from typing import TYPE_CHECKING
 
 from app.runs.follow import Batches, Following, follow, follow_here
+from app.runs.presence import FollowerPresence
 from app.runs.run import Run
 from app.server.problems import HTTPProblem
 from app.server.sse_response import SSEResponse
@@ -89,38 +90,77 @@ def follow_started(svc: Services, run: Run, *, cancel_on_exit: bool) -> Followin
 def _on_leave(svc: Services, cancel_on_exit: bool) -> Callable[[Run], None] | None:
     """When ``cancel_on_exit`` (a chat without an ``Idempotency-Key``) and the last client
     leaves, the agent is cancelled unless a client re-attaches within
-    ``AGENT_CHAT_REATTACH_S`` (a retried POST with ``Last-Event-ID``) — scheduled
-    synchronously, because the follower is being cancelled and must not await."""
+    ``AGENT_CHAT_REATTACH_S`` (a retried POST with ``Last-Event-ID``, a resume), here or
+    on another replica (``app.runs.presence``) — scheduled synchronously, because the
+    follower is being cancelled and must not await."""
     if not cancel_on_exit:
         return None
-
-    def left(run: Run) -> None:
-        # A stream closed because the server is stopping leaves its run alone: the run
-        # finishes (up to the shutdown deadline) into the durable log, and the client
-        # resumes it from the next process with Last-Event-ID.
-        # A run parked for an approval is no longer this process's: nothing to cancel.
-        if not run.finished and not run.parked and run.task is not None and not svc.streams.stopping:
-            _cancel_unless_reattached(run, svc.settings.chat_reattach_s)
-
-    return left
+    return lambda run: _client_left(svc, run)
 
 
-def _cancel_unless_reattached(run: Run, within_s: float) -> None:
+def _client_left(svc: Services, run: Run) -> None:
+    # A stream closed because the server is stopping leaves its run alone: the run
+    # finishes (up to the shutdown deadline) into the durable log, and the client
+    # resumes it from the next process with Last-Event-ID.
+    # A run parked for an approval is no longer this process's: nothing to cancel.
+    if not run.finished and not run.parked and run.task is not None and not svc.streams.stopping:
+        presence = svc.remote.presence if svc.remote is not None else None
+        _cancel_unless_reattached(run, svc.settings.chat_reattach_s, presence)
+
+
+def watch_clients_elsewhere(svc: Services) -> None:
+    """A run of this process whose last client on another replica left is treated as
+    one whose last client here left: with nobody attached anywhere, its timer starts
+    (when that client was a chat's own: ``cancels``), and an older timer stands down, as
+    it does when a client here comes and goes. Followers this replica lets go as it
+    stops are not clients gone (``FollowerPresence.server_stopping``)."""
+    presence = svc.remote.presence if svc.remote is not None else None
+    if presence is None:
+        return
+    presence.server_stopping = lambda: svc.streams.stopping
+
+    def left_elsewhere(run_id: str, cancels: bool) -> None:
+        run = svc.runs.get(run_id)
+        if run is None or run.followers > 0:
+            return
+        run.last_detached_at = time.time()
+        if cancels:
+            _client_left(svc, run)
+
+    presence.on_left(left_elsewhere)
+
+
+def _cancel_unless_reattached(run: Run, within_s: float, presence: FollowerPresence | None) -> None:
     if run.followers > 0:
         return
     detached_at = run.last_detached_at
+    loop = asyncio.get_running_loop()
+    told = False  # that a client elsewhere holds the run: said once per departure
 
     def cancel() -> None:
+        nonlocal told
         # Still alone since this detach (a client that came back and left again set a
-        # newer time and its own timer), still running: the client is gone for good.
-        if run.followers == 0 and run.last_detached_at == detached_at and not run.finished and run.task is not None:
-            log.info("chat client left; cancelling its run", extra={"run_id": run.id})
-            run.task.cancel()
+        # newer time and its own timer), still running: the client is gone for good -
+        # unless one reads the run on another replica: then look again when what that
+        # replica said lapses (it says it again while its client stays; when the client
+        # leaves, ``watch_clients_elsewhere`` starts a timer of its own).
+        if run.followers > 0 or run.last_detached_at != detached_at or run.finished or run.task is None:
+            return
+        held = presence.held_until(run.id) if presence is not None else None
+        if held is not None and presence is not None:
+            presence.kept += 1
+            if not told:
+                told = True
+                log.info("chat client left; a client reads the run on another replica", extra={"run_id": run.id})
+            loop.call_later(max(0.05, held - time.monotonic()), cancel)
+            return
+        log.info("chat client left; cancelling its run", extra={"run_id": run.id})
+        run.task.cancel()
 
     if within_s <= 0:
         cancel()
     else:
-        asyncio.get_running_loop().call_later(within_s, cancel)
+        loop.call_later(within_s, cancel)
 
 
 async def native_frames(batches: Batches) -> AsyncIterator[bytes]:

@@ -49,8 +49,11 @@ async def _configure(conn: Conn) -> None:
         await conn.execute(f"SET client_connection_check_interval = {CLIENT_CHECK_INTERVAL_MS}")
 
 
-def _start_feed(url: str, opts: PostgresOptions) -> RunEventsListener:
-    feed = RunEventsListener(url, connect_timeout_s=opts.connect_timeout_s)
+def _start_feed(url: str, opts: PostgresOptions, db: PostgresDatabase) -> RunEventsListener:
+    async def send(sql: str, payload: str) -> None:
+        await db.fetchone(sql, (payload,))
+
+    feed = RunEventsListener(url, connect_timeout_s=opts.connect_timeout_s, send=send)
     feed.start()
     return feed
 
@@ -83,7 +86,7 @@ async def open_postgres_storage(url: str, opts: PostgresOptions | None = None) -
             schema_version=version,
             runs=PostgresRunStore(db),
             kb_index=kb_index,
-            run_feed=_start_feed(url, opts),
+            run_feed=_start_feed(url, opts, db),
         )
     except BaseException:
         await db.close()

@@ -11,7 +11,10 @@ notification to the local watchers of its run (``RunWatch``).
 
 The same connection listens for cancels asked for on any replica (``run_cancels``,
 payload: the run id) and hands each to the process's cancel subscribers (the run
-manager), which cancel the run if it executes here.
+manager), which cancel the run if it executes here, and for each replica's word of which
+runs it has clients attached to (``run_followers``, ``app.runs.presence``): sent here too,
+through ``send`` (a pooled connection, never the listening one, which ``notifies()``
+holds), one at a time in the order announced.
 
 When the connection drops, every watcher reads its log at once (a follower learns of an
 outage then, not at its quiet poll); the listener reconnects with backoff and tells every
@@ -23,8 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -34,15 +39,33 @@ from storage.run_feed import RunWatch, RunWatchers
 
 log = logging.getLogger("agentchat.storage")
 
+#: Channel of each replica's word of its followers of runs elsewhere (``app.runs.presence``).
+FOLLOWERS_CHANNEL = "run_followers"
+#: ``send``'s statement: ``pg_notify`` outside any other transaction (a word is not a write).
+FOLLOWERS_SQL = f"SELECT pg_notify('{FOLLOWERS_CHANNEL}', %s)"
+#: Words waiting to be sent at most (the oldest are dropped past it: while the database
+#: does not answer, each replica's beat adds one every ``FollowerPresence.beat_s``).
+OUTBOX = 1000
+
 
 class RunEventsListener:
     """Hands a run's committed events (or "read the log") to its local watchers, whichever
     process committed them."""
 
     def __init__(
-        self, url: str, *, connect_timeout_s: float = 10.0, application_name: str = "agentchat-listen"
+        self,
+        url: str,
+        *,
+        connect_timeout_s: float = 10.0,
+        application_name: str = "agentchat-listen",
+        send: Callable[[str, str], Awaitable[object]] | None = None,
     ) -> None:
         self.url = url
+        #: ``send(sql, payload)``: runs ``FOLLOWERS_SQL`` (``None``: words are not sent).
+        self.send = send
+        self._outbox: deque[str] = deque(maxlen=OUTBOX)
+        self._sender: asyncio.Task[None] | None = None
+        self._send_failing = False
         self.connect_timeout_s = connect_timeout_s
         self.application_name = application_name
         self._hub = RunWatchers(log)
@@ -70,6 +93,11 @@ class RunEventsListener:
             self._task = asyncio.create_task(self._listen(), name="run-events-listener")
 
     async def close(self) -> None:
+        if self._sender is not None:
+            self._sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._sender
+            self._sender = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -87,6 +115,36 @@ class RunEventsListener:
         """Call ``callback(run_id)`` for every cancel asked for on any replica, and
         ``callback(None)`` after a reconnect (look in the store: one may have been missed)."""
         self._hub.subscribe_cancels(callback)
+
+    def subscribe_followers(self, callback: Callable[[str], None]) -> None:
+        self._hub.subscribe_followers(callback)
+
+    def announce_followers(self, payload: str) -> None:
+        """Send ``payload`` on ``run_followers`` in the background, after those before it."""
+        if self.send is None:
+            return
+        self._outbox.append(payload)
+        if self._sender is None or self._sender.done():
+            # A context of its own: not the request's deadline (``storage.request_scope``)
+            # of whichever stream happened to announce first.
+            self._sender = asyncio.get_running_loop().create_task(
+                self._send_outbox(), name="run-followers-send", context=contextvars.Context()
+            )
+
+    async def _send_outbox(self) -> None:
+        assert self.send is not None
+        while self._outbox:
+            payload = self._outbox.popleft()
+            try:
+                await self.send(FOLLOWERS_SQL, payload)
+            except Exception as exc:  # a word lost lapses at its replicas (``ttl_s``)
+                if not self._send_failing:
+                    log.warning(
+                        "cannot tell other replicas which runs are followed here", extra={"error": str(exc)[:300]}
+                    )
+                self._send_failing = True
+            else:
+                self._send_failing = False
 
     @property
     def watched(self) -> int:
@@ -115,6 +173,7 @@ class RunEventsListener:
             try:
                 await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                 await conn.execute(f"LISTEN {CANCEL_CHANNEL}")
+                await conn.execute(f"LISTEN {FOLLOWERS_CHANNEL}")
                 if attempt or self.reconnects:
                     log.info("run events listener connected again")
                 attempt = 0
@@ -127,6 +186,8 @@ class RunEventsListener:
                     self.notifications += 1
                     if note.channel == CANCEL_CHANNEL:
                         self._hub.cancel(note.payload)
+                    elif note.channel == FOLLOWERS_CHANNEL:
+                        self._hub.followers(note.payload)
                     else:
                         self._hub.deliver(note.payload)
             except asyncio.CancelledError:

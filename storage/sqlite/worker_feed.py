@@ -14,9 +14,11 @@ tell each other instead, the way PostgreSQL's ``LISTEN/NOTIFY`` does between rep
 * after a step of a run commits, the worker that wrote it sends the step's events to
   every sibling (``feed_payload``: the events themselves when they fit, else "read the
   log"), coalesced into one write per sibling per loop tick; cancels asked for travel
-  the same way, and so may a topic's news (``subscribe``/``announce``). Knowledge-base
-  changes do not: every process on the file, the CLI's included, counts them in the
-  file itself (``storage.stores.kb_generation``), which each worker reads before a search.
+  the same way, and so do a worker's words of which runs it has clients attached to
+  (``announce_followers``, ``app.runs.presence``) and a topic's news
+  (``subscribe``/``announce``). Knowledge-base changes do not: every process on the
+  file, the CLI's included, counts them in the file itself
+  (``storage.stores.kb_generation``), which each worker reads before a search.
 
 The log stays the single source of truth. A frame that cannot be delivered — a sibling
 that does not keep up (its unread bytes past ``max_buffer``), a connection that broke or
@@ -27,8 +29,8 @@ first once it keeps up again. What slips through all of that is caught by the
 followers' slow safety poll (``RemoteRuns.poll_s``).
 
 Frames are ``<length: 4 bytes, big-endian><kind: 1 byte><text>``: ``E`` a run's
-events, ``C`` a cancel (the run id), ``T`` a topic's news (``<topic>\\n<text>``), ``R`` "read
-everything".
+events, ``C`` a cancel (the run id), ``F`` a word of followers, ``T`` a topic's news
+(``<topic>\\n<text>``), ``R`` "read everything".
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ _HEAD = struct.Struct(">I")
 #: How long ``close`` waits for the readers of siblings' connections once it closed them
 #: (named in ``storage.close_bounds``, which the close budget reads without this module).
 CLOSE_S = FEED_CLOSE_S
-EVENTS, CANCEL, TOPIC, READ_ALL = b"E", b"C", b"T", b"R"
+EVENTS, CANCEL, FOLLOWERS, TOPIC, READ_ALL = b"E", b"C", b"F", b"T", b"R"
 
 
 def _frame(kind: bytes, text: str) -> bytes:
@@ -168,6 +170,9 @@ class WorkerFeed:
     def subscribe_cancels(self, callback: Callable[[str | None], None]) -> None:
         self._hub.subscribe_cancels(callback)
 
+    def subscribe_followers(self, callback: Callable[[str], None]) -> None:
+        self._hub.subscribe_followers(callback)
+
     def subscribe(self, topic: str, callback: Callable[[str], None]) -> None:
         """``callback(text)`` when a sibling announces news of ``topic`` (and ``""`` when
         some may have been missed)."""
@@ -188,6 +193,11 @@ class WorkerFeed:
         """Cancels of these runs were stored here (call after the commit)."""
         for run_id in run_ids:
             self._queue(_frame(CANCEL, run_id))
+
+    def announce_followers(self, payload: str) -> None:
+        """A word of this worker's followers, to its siblings and to itself."""
+        self._queue(_frame(FOLLOWERS, payload))
+        self._hub.followers(payload)
 
     def announce(self, topic: str, text: str = "") -> None:
         self._queue(_frame(TOPIC, f"{topic}\n{text}"))
@@ -299,6 +309,8 @@ class WorkerFeed:
             self._hub.deliver(text)
         elif kind == CANCEL:
             self._hub.cancel(text)
+        elif kind == FOLLOWERS:
+            self._hub.followers(text)
         elif kind == TOPIC:
             topic, _, news = text.partition("\n")
             for callback in self._topics.get(topic, ()):

@@ -1,0 +1,185 @@
+"""A chat whose client left one replica is not cancelled while the client reads it
+through another (``app/runs/presence.py``): two replicas on one PostgreSQL database,
+served on loopback.
+
+Found walking two replicas: an AI SDK chat POSTed on A, dropped after a few parts and
+resumed with ``GET /v1/agent/ui-stream/{id}/stream`` through B ended ``abort`` when A's
+re-attach timer fired, since A counted only its own followers. The timer is
+``AGENT_CHAT_REATTACH_S`` (1 s here); every wait is on a condition, bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.storage.test_replica_ops_app import replica, replica_settings
+from tests.support.gated_provider import Gate, GatedTurn
+from tests.support.postgres import TestPostgres
+from tests.support.procs import until
+
+pytestmark = pytest.mark.slow  # two replicas per test
+
+REATTACH = {"AGENT_CHAT_REATTACH_S": "1", "AGENT_HEARTBEAT_S": "0.2"}
+#: A bound on a run's ending once nothing holds it (the timer, then the agent's ending).
+END_BOUND_S = 15.0
+
+
+@pytest.fixture
+def pg_db(pg_server: TestPostgres, tmp_path: Path) -> Any:
+    with pg_server.database() as url:
+        yield {"AGENT_DATABASE_URL": url, "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
+               "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789"}
+
+
+def held_at(gate: Gate) -> Any:
+    return lambda _request, _i: GatedTurn(steps=("Partial ", "answer", gate, " and the rest."))
+
+
+def ui_body(chat_id: str) -> dict[str, Any]:
+    message = {"id": "msg-user-1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}
+    return {"id": chat_id, "messages": [message], "trigger": "submit-message", "messageId": None}
+
+
+class Reader:
+    """An SSE response read in the background, line by line, until it ends or is dropped."""
+
+    def __init__(self, client: httpx.AsyncClient, method: str, url: str, **kwargs: Any) -> None:
+        self.lines: list[str] = []
+        self.status: int | None = None
+        self.ended = False
+        self.error: httpx.HTTPError | None = None
+        self._task = asyncio.create_task(self._read(client, method, url, kwargs))
+
+    async def _read(self, client: httpx.AsyncClient, method: str, url: str, kwargs: dict[str, Any]) -> None:
+        try:
+            async with client.stream(method, url, **kwargs) as response:
+                self.status = response.status_code
+                async for line in response.aiter_lines():
+                    self.lines.append(line)
+        except httpx.HTTPError as exc:  # a server stopped under a stream the test left open
+            self.error = exc
+            return
+        self.ended = True
+
+    def saw(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    async def drop(self) -> None:
+        """The client goes away: its connection is closed mid-stream."""
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def finished(self) -> list[str]:
+        await asyncio.wait_for(self._task, END_BOUND_S)
+        return self.lines
+
+
+@contextlib.asynccontextmanager
+async def two_replicas(
+    pg_db: dict[str, str], gate: Gate
+) -> AsyncIterator[tuple[str, Any, str, Any, httpx.AsyncClient]]:
+    async with AsyncExitStack() as stack:
+        a, app_a = await replica(stack, replica_settings(pg_db, **REATTACH), held_at(gate))
+        b, app_b = await replica(stack, replica_settings(pg_db, **REATTACH), held_at(gate))
+        client = await stack.enter_async_context(httpx.AsyncClient(timeout=30))
+        yield a, app_a, b, app_b, client
+
+
+def chunks(lines: list[str]) -> list[dict[str, Any]]:
+    return [orjson.loads(ln[6:]) for ln in lines if ln.startswith("data: {")]
+
+
+def status_of(run: Any) -> str:
+    assert [e.event for e in run.events].count("message_complete") == 1
+    assert run.events[-1].event == "message_complete"
+    return str(orjson.loads(run.events[-1].data)["status"])
+
+
+async def started_on_a(client: httpx.AsyncClient, a: str, app_a: Any, gate: Gate, chat_id: str) -> tuple[Reader, Any]:
+    """An AI SDK chat POSTed on A, read until the model waits at the gate."""
+    post = Reader(client, "POST", f"{a}/v1/agent/ui-stream", json=ui_body(chat_id))
+    await asyncio.wait_for(gate.reached.wait(), 10)
+    await until(lambda: post.saw('"delta":"answer"'), "A's client to read the parts before the gate")
+    start = next(c for c in chunks(post.lines) if c["type"] == "start")
+    return post, app_a.state.services.runs.get(start["messageId"])
+
+
+async def heard_on(app: Any, run_id: str) -> None:
+    """Until ``app`` has heard that another replica's client reads ``run_id``."""
+    presence = app.state.services.remote.presence
+    await until(lambda: presence.held_until(run_id) is not None, "the owner to hear of the client on the other replica")
+
+
+async def test_an_ai_sdk_chat_resumed_through_another_replica_completes(pg_db: dict[str, str]) -> None:
+    gate = Gate()
+    async with two_replicas(pg_db, gate) as (a, app_a, b, _, client):
+        post, run = await started_on_a(client, a, app_a, gate, "chat-elsewhere")
+        resumed = Reader(client, "GET", f"{b}/v1/agent/ui-stream/chat-elsewhere/stream")
+        await until(lambda: resumed.saw('"type":"start"'), "B's resume to start")
+        await heard_on(app_a, run.id)
+        await post.drop()
+        presence = app_a.state.services.remote.presence
+        await until(lambda: presence.kept > 0 or run.finished, "A's re-attach timer to fire", timeout=END_BOUND_S)
+        gate.open()
+        lines = await resumed.finished()
+    assert resumed.status == 200
+    kinds = [c["type"] for c in chunks(lines)]
+    assert "abort" not in kinds and kinds[-1] == "finish", kinds
+    assert "".join(c.get("delta", "") for c in chunks(lines)) == "Partial answer and the rest."
+    assert status_of(run) == "completed"
+
+
+async def test_a_native_keyless_chat_read_through_another_replica_completes(pg_db: dict[str, str]) -> None:
+    gate = Gate()
+    async with two_replicas(pg_db, gate) as (a, app_a, b, _, client):
+        post = Reader(client, "POST", f"{a}/v1/agent/chat", json={"message": "hi", "context_type": "knowledge"})
+        await asyncio.wait_for(gate.reached.wait(), 10)
+        await until(lambda: post.saw("run_started"), "the run to start")
+        run_id = next(orjson.loads(ln[6:])["run_id"] for ln in post.lines if '"run_id"' in ln)
+        run = app_a.state.services.runs.get(run_id)
+        follower = Reader(client, "GET", f"{b}/v1/agent/runs/{run_id}/events")
+        await until(lambda: follower.saw("Partial "), "B's follower to read the parts")
+        await heard_on(app_a, run_id)
+        await post.drop()
+        presence = app_a.state.services.remote.presence
+        await until(lambda: presence.kept > 0 or run.finished, "A's re-attach timer to fire", timeout=END_BOUND_S)
+        gate.open()
+        lines = await follower.finished()
+    assert any('"status":"completed"' in ln for ln in lines), lines[-6:]
+    assert status_of(run) == "completed"
+
+
+async def test_a_chat_nobody_reads_anywhere_is_cancelled_after_the_timer(pg_db: dict[str, str]) -> None:
+    gate = Gate()
+    async with two_replicas(pg_db, gate) as (a, app_a, _, _, client):
+        post, run = await started_on_a(client, a, app_a, gate, "chat-gone")
+        await post.drop()
+        await asyncio.wait_for(run.wait_finished(), END_BOUND_S)
+        assert app_a.state.services.remote.presence.kept == 0
+    assert status_of(run) == "cancelled"
+
+
+async def test_a_client_that_leaves_the_other_replica_starts_the_timer_again(pg_db: dict[str, str]) -> None:
+    gate = Gate()
+    async with two_replicas(pg_db, gate) as (a, app_a, b, _, client):
+        post, run = await started_on_a(client, a, app_a, gate, "chat-left-twice")
+        resumed = Reader(client, "GET", f"{b}/v1/agent/ui-stream/chat-left-twice/stream")
+        await until(lambda: resumed.saw('"type":"start"'), "B's resume to start")
+        await heard_on(app_a, run.id)
+        await post.drop()
+        presence = app_a.state.services.remote.presence
+        await until(lambda: presence.kept > 0 or run.finished, "A's re-attach timer to fire", timeout=END_BOUND_S)
+        assert not run.finished
+        await resumed.drop()  # the client leaves B too: nobody is left anywhere
+        await asyncio.wait_for(run.wait_finished(), END_BOUND_S)
+    assert status_of(run) == "cancelled"
