@@ -80,7 +80,8 @@ async def choose_provider(
         reason = "AGENT_LLM_PROVIDER=extractive"
     from llm.extractive import ExtractiveProvider
 
-    return ExtractiveProvider(), f"no model reachable ({reason}); answering extractively from the knowledge base"
+    offline = ExtractiveProvider(sample_kb=settings.ingest_sample_kb)  # its greeting suggests a sample question
+    return offline, f"no model reachable ({reason}); answering extractively from the knowledge base"
 
 
 #: The providers ``choose_provider`` builds on the model pool (``llm_http`` / ``llm_pool``).

@@ -193,7 +193,11 @@ class ExtractiveProvider:
     name = "extractive"
     model = "extractive-v1"
 
-    def __init__(self) -> None:
+    def __init__(self, *, sample_kb: bool = False) -> None:
+        """``sample_kb``: whether the sample knowledge base is ingested
+        (``AGENT_INGEST_SAMPLE_KB``), which the greeting's suggested question needs
+        (``llm.extractive_greeting``); the app factory knows, the messages do not."""
+        self._sample_kb = sample_kb
         self._ids = itertools.count(1)
         #: The answerer's memoised word work, shared by this provider's answers
         #: (``llm.extractive_words.Words``: bounded, built with the provider).
@@ -217,7 +221,7 @@ class ExtractiveProvider:
             for ev in self._say(text, offered, attempted, answered, question, search_required(request)):
                 yield ev
             return
-        greeted = greeting_reply(message)
+        greeted = greeting_reply(message, sample_kb=self._sample_kb)
         if greeted is not None:  # "hi", "thanks": nothing asked, nothing to look up or cite
             for ev in self._say(greeted, offered, attempted, answered, question, search_required(request)):
                 yield ev

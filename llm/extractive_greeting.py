@@ -11,10 +11,14 @@ greeting's, a thanks' or their filler ("there", "everyone", "so much") for it to
 A thanks that is not a plain one - "thanks :(", "no thanks", "thanks, but that didn't
 help", "thanks anyway" - says an answer missed: "You're welcome!" to it reads as mockery,
 and searched as a question it found an unrelated passage. It gets ``NOT_HELPED_REPLY``
-(how to ask so the knowledge base can answer), citing nothing. The greeting names no
-sample question: the provider cannot tell whether the sample knowledge base is there
-(``AGENT_INGEST_SAMPLE_KB=false``, or documents of one's own), so it says what is true of
-every configuration - how to see what the knowledge base holds and how to add to it.
+(how to ask so the knowledge base can answer), citing nothing.
+
+Which greeting depends on the configuration, which the app factory tells the provider
+(``sample_kb``, from ``AGENT_INGEST_SAMPLE_KB``): with the sample knowledge base ingested
+(``make run``'s default) it suggests a question that knowledge base answers - a browser
+newcomer's first answer is then something to try, not CLI commands; without it a sample
+question would be answered "I could not find an answer", so it says what is true of every
+configuration - how to see what the knowledge base holds and how to add to it.
 """
 
 from __future__ import annotations
@@ -172,6 +176,15 @@ GREETING_REPLY = (
     "cover: `agentchat docs list` lists them, and `agentchat ingest <folder>` (or "
     "`POST /v1/kb/documents`) adds your own."
 )
+#: The greeting when the sample knowledge base is ingested: its question is one that
+#: knowledge base answers (tests/test_extractive_greeting.py asks it of the service).
+SAMPLE_KB_GREETING_REPLY = (
+    "Hello! I answer questions from the knowledge base. This service is running without a "
+    "language model (the offline mode), so my answers quote the passages of the knowledge "
+    "base that answer a question, with their sources. Ask me about what it covers - the "
+    "sample knowledge base describes this service, so you could ask, for example, \"How do I "
+    "resume a stream after a disconnect?\""
+)
 THANKS_REPLY = (
     "You're welcome! Ask me anything else the knowledge base covers: I answer by quoting "
     "its passages, with their sources."
@@ -183,10 +196,12 @@ NOT_HELPED_REPLY = (
 )
 
 
-def greeting_reply(message: str) -> str | None:
+def greeting_reply(message: str, *, sample_kb: bool = False) -> str | None:
     """The reply to ``message`` when it only greets or thanks: ``NOT_HELPED_REPLY`` when
     it also says an answer missed ("thanks :(", "no thanks"), else ``THANKS_REPLY`` when
-    it thanks, else ``GREETING_REPLY``; None when it asks something, to be searched."""
+    it thanks, else the greeting - ``SAMPLE_KB_GREETING_REPLY`` when the sample knowledge
+    base is ingested (``sample_kb``), ``GREETING_REPLY`` otherwise; None when it asks
+    something, to be searched."""
     text = message.strip().replace("\u2019", "'")
     if not text or len(text) > _MAX_CHARS:
         return None
@@ -200,7 +215,9 @@ def greeting_reply(message: str) -> str | None:
     # A sad face after a thanks says the answer missed; after a greeting, only a bad mood.
     if _MISS.search(rest) is not None or (thanked and _SAD.search(rest) is not None):
         return NOT_HELPED_REPLY
-    return THANKS_REPLY if thanked else GREETING_REPLY
+    if thanked:
+        return THANKS_REPLY
+    return SAMPLE_KB_GREETING_REPLY if sample_kb else GREETING_REPLY
 
 
-__all__ = ["GREETING_REPLY", "NOT_HELPED_REPLY", "THANKS_REPLY", "greeting_reply"]
+__all__ = ["GREETING_REPLY", "NOT_HELPED_REPLY", "SAMPLE_KB_GREETING_REPLY", "THANKS_REPLY", "greeting_reply"]

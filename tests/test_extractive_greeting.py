@@ -9,10 +9,12 @@ same text on the OpenAI-compatible and AI SDK faces. A greeting with a question 
 the question (round35's greetings).
 
 The greeting named a sample-KB question even with ``AGENT_INGEST_SAMPLE_KB=false``, where
-the knowledge base cannot answer it; it now says how to see and add documents, true in
-every configuration. A thanks that says the answer missed ("thanks :(", "no thanks",
-"thanks, but that didn't help") was told "You're welcome!" (or searched as a question);
-it gets ``NOT_HELPED_REPLY``.
+the knowledge base cannot answer it; it then said how to see and add documents in every
+configuration, so ``make run``'s browser newcomer read CLI commands first. It now depends
+on the configuration (round 49): with the sample knowledge base it suggests a question
+the service answers, without it how to see and add documents. A thanks that says the
+answer missed ("thanks :(", "no thanks", "thanks, but that didn't help") was told
+"You're welcome!" (or searched as a question); it gets ``NOT_HELPED_REPLY``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,13 @@ import pytest
 import pytest_asyncio
 
 from app.config import Settings
-from llm.extractive_greeting import GREETING_REPLY, NOT_HELPED_REPLY, THANKS_REPLY, greeting_reply
+from llm.extractive_greeting import (
+    GREETING_REPLY,
+    NOT_HELPED_REPLY,
+    SAMPLE_KB_GREETING_REPLY,
+    THANKS_REPLY,
+    greeting_reply,
+)
 from tests.conftest import collect_sse, running_app
 from tests.support.offline_answers import carries
 from tests.test_offline_answers import ONE_SERVICE, defaults
@@ -65,6 +73,12 @@ def test_only_a_greeting_or_thanks_is_one() -> None:
     assert {m: greeting_reply(m) for m in NOT_PLAIN_THANKS} == dict.fromkeys(NOT_PLAIN_THANKS, NOT_HELPED_REPLY)
     assert greeting_reply("hi :(") == GREETING_REPLY and greeting_reply("thanks :D") == THANKS_REPLY
     assert greeting_reply("") is None and greeting_reply("What is the hello world example?") is None
+    sample = {m: greeting_reply(m, sample_kb=True) for m in [*GREETINGS, *THANKS, *NOT_PLAIN_THANKS]}
+    assert sample == {
+        **dict.fromkeys(GREETINGS, SAMPLE_KB_GREETING_REPLY),
+        **dict.fromkeys(THANKS, THANKS_REPLY),
+        **dict.fromkeys(NOT_PLAIN_THANKS, NOT_HELPED_REPLY),
+    }
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
@@ -99,7 +113,8 @@ async def ask(base: str, message: str) -> list[object]:
 
 @pytest.mark.asyncio(loop_scope="module")
 @pytest.mark.parametrize(
-    ("message", "reply"), [("hi", GREETING_REPLY), ("Good morning!", GREETING_REPLY), ("thanks!", THANKS_REPLY)]
+    ("message", "reply"),
+    [("hi", SAMPLE_KB_GREETING_REPLY), ("Good morning!", SAMPLE_KB_GREETING_REPLY), ("thanks!", THANKS_REPLY)],
 )
 async def test_a_greeting_is_answered_with_what_the_service_answers(base: str, message: str, reply: str) -> None:
     events = await ask(base, message)
@@ -139,14 +154,14 @@ async def test_the_other_faces_say_the_same(base: str) -> None:
             model="agentchat-knowledge",
             messages=[{"role": "user", "content": "hello"}],
         )
-    assert completion.choices[0].message.content == GREETING_REPLY
+    assert completion.choices[0].message.content == SAMPLE_KB_GREETING_REPLY
     message = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hey there"}]}
     body = {"id": "chat-hi", "messages": [message], "trigger": "submit-message", "context_type": "knowledge"}
     async with httpx.AsyncClient(timeout=60) as http:
         events = await collect_sse(http, "POST", f"{base}/v1/agent/ui-stream", json=body)
     chunks = [orjson.loads(e.data) for e in events if e.data != "[DONE]"]
     text = "".join(c["delta"] for c in chunks if c["type"] == "text-delta")
-    assert text == GREETING_REPLY
+    assert text == SAMPLE_KB_GREETING_REPLY
     assert not [c for c in chunks if c["type"] in ("source-url", "source-document", "error")]
 
 
@@ -156,27 +171,34 @@ def answer_of(events: list[object]) -> dict[str, object]:
     return response
 
 
-async def suggests_only_what_it_answers(url: str) -> None:
-    """Every question the greeting suggests is answered by the same service, and the
-    greeting says how to see and add documents."""
-    greeting = answer_of(await ask(url, "hi"))
-    assert greeting["answer"] == GREETING_REPLY and greeting["sources"] == []
-    for question in re.findall(r"[\"“]([^\"”]+\?)[\"”]", GREETING_REPLY):
+async def suggests_only_what_it_answers(url: str, greeting: str) -> list[str]:
+    """The service greets with ``greeting``, and every question it suggests is answered
+    by that same service; the questions suggested."""
+    said = answer_of(await ask(url, "hi"))
+    assert said["answer"] == greeting and said["sources"] == []
+    suggested = re.findall(r"[\"“]([^\"”]+\?)[\"”]", greeting)
+    for question in suggested:
         answered = answer_of(await ask(url, question))
         assert answered["sources"], (question, answered["answer"])
-    assert "agentchat docs list" in GREETING_REPLY and "agentchat ingest" in GREETING_REPLY
+    return suggested
 
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_without_the_sample_kb_the_greeting_suggests_no_sample_question(empty: str) -> None:
     """It suggested "How do I resume a stream after a disconnect?", which a service
-    without the sample knowledge base answers "I could not find an answer"."""
-    await suggests_only_what_it_answers(empty)
+    without the sample knowledge base answers "I could not find an answer"; it says how
+    to see and add documents instead."""
+    assert await suggests_only_what_it_answers(empty, GREETING_REPLY) == []
+    assert "agentchat docs list" in GREETING_REPLY and "agentchat ingest" in GREETING_REPLY
 
 
 @pytest.mark.asyncio(loop_scope="module")
-async def test_with_the_sample_kb_the_greeting_suggests_what_it_answers(base: str) -> None:
-    await suggests_only_what_it_answers(base)
+async def test_with_the_sample_kb_the_greeting_suggests_a_question_it_answers(base: str) -> None:
+    """``make run``'s default (the sample knowledge base ingested): a browser newcomer's
+    first answer suggests a question to try - not CLI commands - and the service answers
+    it with its sources."""
+    assert await suggests_only_what_it_answers(base, SAMPLE_KB_GREETING_REPLY)
+    assert "agentchat" not in SAMPLE_KB_GREETING_REPLY
 
 
 @pytest.mark.asyncio(loop_scope="module")
