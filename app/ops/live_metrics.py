@@ -125,6 +125,12 @@ class LiveCollector:
             "Runs ended because their events could not be stored.",
             counters.storage_failures,
         )
+        yield _counter(
+            "agentchat_runs_outage_suspended",
+            "Runs whose events could not be stored while PostgreSQL was away, let go without an ending: their "
+            "lease lapses and a claim carries them on from their last checkpoint once the database is back.",
+            getattr(counters, "outage_suspended", 0),
+        )
         stats = s.write_stats()
         yield _counter(
             "agentchat_storage_write_retries",

@@ -20,6 +20,10 @@ class RunCounters:
     not_resumable: int = 0
     interrupted: int = 0
     storage_failures: int = 0
+    #: Runs whose writes the store gave up on while the database was away (PostgreSQL),
+    #: let go here without an ending: their lease lapses and they are carried on from
+    #: their last checkpoint, here or on another replica, once it is back.
+    outage_suspended: int = 0
     rescued_writes: int = 0
     #: Run ownership across replicas (``/metrics``): renewals that failed, runs another
     #: replica took from this one, runs taken over here, leases handed back at shutdown.

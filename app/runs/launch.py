@@ -65,9 +65,17 @@ class RunLauncher:
         """What every run of this process reports: a refused ending, a lost lease."""
         run.on_storage_failure = self.rescue.rescue
         run.on_abandon = self._lost
+        run.on_suspend = self._suspended
         if self.lease_owner is not None:
             run.lease_owner, run.lease_s = self.lease_owner, self.lease_ttl_s
+            # An outage's given-up write lets the run go for a claim to carry on (its
+            # lease lapses), where the store says an outage passes: PostgreSQL.
+            run.survives_outage = bool(getattr(self.store, "outage_passes", False))
         return run
+
+    def _suspended(self, run: Run) -> None:
+        """A run of this process was let go for an outage (``Run._suspend``)."""
+        self.counters.outage_suspended += 1
 
     def _lost(self, run: Run) -> None:
         """A run of this process was taken over by another (found by a renewal, or by a

@@ -59,6 +59,10 @@ def _as_lease_lost(step: RunWrite, exc: BaseException) -> BaseException:
 
 
 class PostgresRunStore(SqlRunStore):
+    #: A write given up means a server away that comes back, with every replica's claims
+    #: for the lapsed leases waiting on it (``app.runs.run.Run.survives_outage``); not,
+    #: as on SQLite, this process's own file locked or replaced.
+    outage_passes = True
     def __init__(self, db: PostgresDatabase) -> None:
         super().__init__(PostgresSql(db))
         self._pg = db
