@@ -3,7 +3,10 @@ reads first (the offline answerer quotes these pages)."""
 
 from __future__ import annotations
 
+import pytest
+
 from app.config import Settings
+from knowledge.attachments import AttachmentRejected, read_attachment
 from knowledge.sample import SAMPLE_KB_DIR
 
 
@@ -93,3 +96,21 @@ def test_the_upgrade_advice_orders_postgresql_replicas() -> None:
     upgrading = _section("08-running.md", "Upgrading to a new release")
     assert "upgrade them together" not in upgrading, upgrading
     assert "stop every replica of the old release before the first new one opens the database" in upgrading, upgrading
+
+
+def test_the_attachment_page_names_the_415_codes_the_code_gives() -> None:
+    """The attachment section said every 415 is ``unsupported_media_type`` (39b0f3c), but
+    binary content under a readable file's name is refused by the loader as 415
+    ``unreadable_file`` (``knowledge/attachments.py``); only a file type the service does
+    not read is ``unsupported_media_type``. The page names each code the code gives."""
+    section = _section("19-conversations.md", "Attachment limits")
+    elf = b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 8
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8
+    codes: dict[str, str] = {}
+    for name, raw in [("photo.png", png), ("notes.txt", elf)]:
+        with pytest.raises(AttachmentRejected) as refused:
+            read_attachment(raw, name, None, bucket="b")
+        assert refused.value.status == 415, (name, refused.value)
+        codes[name] = refused.value.code
+    assert codes == {"photo.png": "unsupported_media_type", "notes.txt": "unreadable_file"}
+    assert all(f"`{code}`" in section for code in codes.values()), section
