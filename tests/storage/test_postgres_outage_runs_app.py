@@ -11,6 +11,7 @@ exactly one ending, ``completed``.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import httpx
@@ -88,3 +89,61 @@ async def test_a_run_whose_writes_were_given_up_is_carried_on_once_the_database_
     assert not [e for e in shown if e.event == "error"], [e.data for e in shown if e.event == "error"]
     assert any(e.event == "run_resumed" for e in shown), "the run was not carried on from its checkpoint"
     assert counters.taken_over >= 1
+
+
+async def test_runs_on_two_replicas_outlive_an_outage_of_their_database(
+    relayed_url: tuple[str, CuttableRelay], tmp_path: Path
+) -> None:
+    """The walk's case: every replica loses the database at once, each with a run in
+    flight. Once it is back, each run is carried on (by either replica) to exactly one
+    ending, ``completed``, its log numbered 1..n without a gap or a repeat."""
+    from app.factory import create_app
+
+    url, relay = relayed_url
+    gates = [Gate(), Gate()]
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    apps = [
+        create_app(
+            settings_for(url, tmp_path / name),
+            provider=GatedProvider([
+                GatedTurn(steps=("before the outage ", gate, "after the outage")),
+                *[GatedTurn(steps=("carried on after the outage",))] * 3,
+            ]),
+        )
+        for name, gate in zip(("a", "b"), gates, strict=True)
+    ]
+    async with (
+        serve_app(apps[0]) as base_a,
+        serve_app(apps[1]) as base_b,
+        httpx.AsyncClient(timeout=30) as client,
+    ):
+        run_ids = []
+        for base in (base_a, base_b):
+            started = await client.post(f"{base}/v1/agent/runs", json={"message": "hello", "context_type": "workflow"})
+            assert started.status_code == 201, started.text
+            run_ids.append(started.json()["run_id"])
+        for gate in gates:
+            await until(gate.reached.is_set, "a run mid-answer", 30)
+        counters = [app.state.services.runs.counters for app in apps]
+
+        relay.cut()
+        for gate in gates:
+            gate.open()
+        await until(lambda: sum(c.outage_suspended for c in counters) >= 2, "both runs let go", 60)
+        assert sum(c.storage_failures for c in counters) == 0, "a run was ended for the outage"
+        relay.restore()
+
+        async def completed(run_id: str) -> bool:
+            got = await client.get(f"{base_a}/v1/agent/runs/{run_id}")
+            return got.status_code == 200 and got.json()["status"] == "completed"
+
+        for run_id in run_ids:
+            await until(functools.partial(completed, run_id), f"{run_id} carried on to its ending", 60, step=0.1)
+            log = await collect_sse(client, "GET", f"{base_b}/v1/agent/runs/{run_id}/events")
+            ids = [int(e.id) for e in log if e.id is not None]
+            assert ids == list(range(1, len(ids) + 1)), f"{run_id}: every event once, in order: {ids}"
+            endings = [e.json()["status"] for e in log if e.event == "message_complete"]
+            assert endings == ["completed"], (run_id, endings)
+            assert not [e for e in log if e.event == "error"], (run_id, [e.data for e in log if e.event == "error"])
+        assert sum(c.taken_over for c in counters) >= 2
