@@ -140,6 +140,15 @@ def _after_article(before: list[str]) -> bool:
     return bool(before) and (before[-1] in _GERMAN_ARTICLE or (len(before) >= 2 and before[-2] in _GERMAN_ARTICLE))
 
 
+def _defined_subject(text: str) -> str:
+    """What a definition question asks about ("What is the zebra launch code?": "zebra
+    launch code"), without its article and a trailing preposition; "" for another question."""
+    defined = _DEFINED.match(text)
+    if defined is None:
+        return ""
+    return _TRAILING.sub("", _ARTICLE.sub("", defined.group("subject").strip()))
+
+
 def _named(question: str, keep_run: Callable[[str, str], bool]) -> list[str]:
     """The question's names, as written: its capitalised runs that ``keep_run(text, run)``
     keeps, then its code spans, paths, identifiers and options, then a definition
@@ -147,10 +156,46 @@ def _named(question: str, keep_run: Callable[[str, str], bool]) -> list[str]:
     text = unicodedata.normalize("NFKC", question)
     out = [run for run in _capitalised_runs(text) if keep_run(text, run)]
     out += [m.group(0) for m in _CODE.finditer(text)]
-    defined = _DEFINED.match(text)
-    if defined is not None:
-        out.append(_TRAILING.sub("", _ARTICLE.sub("", defined.group("subject").strip())))
+    out.append(_defined_subject(text))
     return list(dict.fromkeys(n for n in out if n))
+
+
+#: Words that end a definition subject's leading noun phrase ("limits on attachments",
+#: "token for streams"): its head is the last word before one.
+_PHRASE_END = frozenset("of on in for to from with about by at as and or that which who whose when where".split())
+
+
+#: A definition question whose subject is a noun phrase: "What is/are X?", "What does X
+#: do?" - not "What does X tell the model?" or "What do errors look like …?", whose
+#: subject runs on into what is asked of it.
+_DEFINED_THING = re.compile(
+    r"^\s*what\s+(?:(?:is|are)\s+.+?|(?:does|do)\s+.+?\s+do\b[^?.!]*)\s*[?.!]*\s*$", re.IGNORECASE
+)
+
+
+#: Words that rank or judge ("the recommended database for production", "the fastest
+#: embedder"): they choose among things the knowledge base may hold rather than name one,
+#: and documentation rarely writes them, so they qualify nothing (``_qualifiers``).
+_JUDGING = frozenset(
+    "best worst better good bad right wrong correct proper ideal optimal typical usual normal common "
+    "recommended preferred suggested advised fastest quickest slowest easiest simplest safest cheapest "
+    "smallest largest biggest shortest longest latest newest oldest cleanest".split()
+)
+
+
+def _qualifiers(subject: str) -> list[str]:
+    """The words qualifying the head of a definition subject's leading noun phrase - all
+    its words but the last ("zebra" and "launch" of "zebra launch code"; none of "heartbeat",
+    "limits" of "limits on attachments"). A thing the knowledge base holds is named by
+    words it says: a qualifier no passage says names another thing than the passages'
+    ("the zebra launch code" is no error code), while the head may be the reader's own
+    word for it ("the retention window")."""
+    phrase: list[str] = []
+    for word in re.findall(r"[^\W_]+(?:['\u2019]s\b)?", subject):
+        if word.casefold() in _PHRASE_END:
+            break
+        phrase.append(re.sub(r"['\u2019]s$", "", word))
+    return [word for word in phrase[:-1] if word.casefold() not in _JUDGING]
 
 
 def names(question: str) -> list[str]:
@@ -378,14 +423,21 @@ def unmentioned(question: str, said: Iterable[frozenset[str]], words: Words) -> 
     if not passages:
         return ()
     everything = frozenset().union(*passages)
+    text = unicodedata.normalize("NFKC", question)
+    subject = _defined_subject(text) if _DEFINED_THING.match(text) else ""
     out: list[str] = []
     for name in names(question):
         stems = words.stems(name)
         # A code span, path, identifier or option is one name: a passage that says only
         # some of its words ("DNS" for `--verbose-dns`) does not mention it. A name in
-        # capitals is mentioned by any of its words ("Helm" of "Helm chart").
+        # capitals is mentioned by any of its words ("Helm" of "Helm chart"). A definition's
+        # subject is not mentioned when a word qualifying its head is unsaid ("What is the
+        # zebra launch code?" was answered with the error codes: ``_qualifiers``).
         unsaid = [words.match(s, everything) < 1.0 for s in stems]
-        if stems and (any(unsaid) if _CODE.fullmatch(name) else all(unsaid)):
+        qualified = name == subject and any(
+            words.match(s, everything) < 1.0 for q in _qualifiers(name) for s in words.stems(q)
+        )
+        if stems and (any(unsaid) if _CODE.fullmatch(name) else all(unsaid) or qualified):
             out.append(name)
     # "What is a Helm chart?" names "Helm" and asks about "Helm chart": say "Helm" once.
     return tuple(n for n in out if not any(o != n and o.strip("`") in n for o in out))
