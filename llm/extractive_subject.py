@@ -50,7 +50,9 @@ _PROPER = re.compile(r"^[A-Z].*[a-z]")
 #: Code spans, paths, underscore identifiers and options (``NAME`` without hyphenated words).
 _CODE = re.compile(r"`[^`]+`|(?<![\w/.])/[^\W_][\w./-]*|\b[^\W\d_]\w*_\w+|(?<![\w-])--?[^\W\d_][\w-]*")
 #: "What does X do …?" / "what is X?": X is what the question asks about.
-_DEFINED = re.compile(r"^\s*what\s+(?:does|do|is|are)\s+(?P<subject>.+?)(?:\s+do\b.*)?\s*[?.!]*\s*$", re.IGNORECASE)
+_DEFINED = re.compile(
+    r"^\s*what(?:\s+(?:does|do|is|are)|['\u2019]s)\s+(?P<subject>.+?)(?:\s+do\b.*)?\s*[?.!]*\s*$", re.IGNORECASE
+)
 _ARTICLE = re.compile(r"^(?:the|a|an|my|your|our|its|their)\s+", re.IGNORECASE)
 #: A preposition ending a definition's subject ("what is X for?") is not part of it.
 _TRAILING = re.compile(r"\s+(?:for|in|about|of|like|with|to|on)$", re.IGNORECASE)
@@ -169,7 +171,7 @@ _PHRASE_END = frozenset("of on in for to from with about by at as and or that wh
 #: do?" - not "What does X tell the model?" or "What do errors look like …?", whose
 #: subject runs on into what is asked of it.
 _DEFINED_THING = re.compile(
-    r"^\s*what\s+(?:(?:is|are)\s+.+?|(?:does|do)\s+.+?\s+do\b[^?.!]*)\s*[?.!]*\s*$", re.IGNORECASE
+    r"^\s*what(?:(?:\s+(?:is|are)|['\u2019]s)\s+.+?|\s+(?:does|do)\s+.+?\s+do\b[^?.!]*)\s*[?.!]*\s*$", re.IGNORECASE
 )
 
 

@@ -41,12 +41,14 @@ def test_a_definition_whose_qualifier_no_passage_says_is_declined() -> None:
         ("What is the zebra launch code?", "zebra launch code"),
         ("What is the launch code?", "launch code"),
         ("What are the zebra error codes?", "zebra error codes"),
+        ("What's the zebra launch code?", "zebra launch code"),  # "what's" is "what is"
     ]:
         composed = compose(question, [CODES, RETENTION], words)
         assert composed.answer == "" and composed.unmentioned == (name,), (question, composed)
     # Every qualifier said: answered, whatever the head is called.
     for question, fact in [
         ("What is the error code?", "unauthenticated"),
+        ("What\u2019s the error code?", "unauthenticated"),
         ("What are the status codes?", "unauthenticated"),
         ("What is the conversation retention window?", "AGENT_CONVERSATION_RETENTION_DAYS"),
         # A judging word qualifies nothing; a subject running on into what is asked of it
