@@ -28,6 +28,10 @@ Why this shape (the SQLite engine's ``database.py`` is the model; differences on
   ``PoolTimeout``) or loses it raises ``StorageUnavailable``, like a write that gave up:
   routes answer 503 with ``Retry-After``, never 500. ``readiness`` answers within
   ``READINESS_TIMEOUT_S`` whatever the database does.
+* A borrow never hands out a connection the server already closed while it sat idle
+  (a restart or a cut no request saw): its socket is looked at first, without a round
+  trip, and such a connection is replaced (``pooled_borrow.py``) — else the first
+  requests after a short outage, one per idle connection, were refused.
 * While the database is known away (two connection attempts in a row failed as an
   absent server fails, and no idle connection is left), a caller with a deadline — a
   request, ``readiness`` — is refused at once instead of waiting the pool's timeout,
@@ -58,6 +62,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from storage import request_scope
 from storage.errors import StorageUnavailable
+from storage.postgres.pooled_borrow import borrow
 from storage.postgres.reachability import Reachability
 from storage.postgres.statement_deadline import answered_by
 from storage.postgres.statements import run_statements
@@ -227,7 +232,7 @@ class PostgresDatabase(QueuedWrites):
             await self._refuse_if_known_down(ends)
         try:
             async with (
-                self.pool.connection(timeout=self._pool_wait(ends)) as conn,
+                borrow(self.pool, self._pool_wait(ends)) as conn,
                 answered_by(conn, ends, self._waited(ends)),
             ):
                 yield conn
@@ -323,7 +328,7 @@ class PostgresDatabase(QueuedWrites):
         self, fn: Callable[[Conn], Awaitable[T]], pool_wait: float, deadline: float | None = None, waited: float = 0.0
     ) -> T:
         async with (
-            self.pool.connection(timeout=pool_wait) as conn,
+            borrow(self.pool, pool_wait) as conn,
             answered_by(conn, deadline, waited),
             conn.transaction(),
         ):
@@ -348,7 +353,7 @@ class PostgresDatabase(QueuedWrites):
         if not statements:
             self._succeeded()
             return
-        async with self.pool.connection() as conn, conn.transaction():
+        async with borrow(self.pool, self.opts.connect_timeout_s) as conn, conn.transaction():
             await run_statements(conn, statements)
         self._succeeded()
 

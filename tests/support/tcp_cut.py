@@ -43,6 +43,12 @@ class CuttableRelay:
     def restore(self) -> None:
         self.cut_off = False
 
+    @property
+    def relaying(self) -> int:
+        """Connections relayed now (each a client's and the server's end); after ``cut()``
+        it reaches 0 once every one of them is closed on both sides."""
+        return len(self._writers) // 2
+
     async def aclose(self) -> None:
         self.cut()
         if self._server is not None:
