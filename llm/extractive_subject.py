@@ -216,8 +216,23 @@ _BEFORE_CHARS = 200
 #: probe, as "a liveness probe on Kubernetes" would), not what is asked about; "restart a
 #: Kubernetes pod" (an article) still asks about Kubernetes.
 _OWN = frozenset("my our".split())
-#: A lower-case word right after the name: the noun it qualifies.
-_LOWER_WORD = re.compile(r"\s+[a-z][a-z-]*\b")
+#: Two lower-case words right after the name: the noun it qualifies and the next word
+#: ("my Kubernetes liveness probe", "our Jenkins job start"). One word alone ends the
+#: question or is what is said of the name ("Why is my Redis slow?"), and a function word
+#: in either place makes the first a verb with its object ("my Grafana show no data",
+#: "make my Redis use less memory"): the name is then what is asked about.
+_QUALIFIED_NOUN = re.compile(r"\s+([a-z][a-z-]*)\s+([a-z][a-z-]*)\b")
+#: Words that follow a verb, never a noun of a compound: a determiner or quantifier.
+_FUNCTION_WORDS = frozenset(
+    "a an the no not any all some much many more less most least too very so this that these those "
+    "its their your my our his her up down out off away again".split()
+)
+
+
+def _qualifies_a_noun(after: str) -> bool:
+    """Whether the words after a name make it qualify the reader's own thing (``_OWN``)."""
+    found = _QUALIFIED_NOUN.match(after)
+    return found is not None and not (set(found.groups()) & _FUNCTION_WORDS)
 
 
 def _is_object(text: str, name: str) -> bool:
@@ -243,7 +258,7 @@ def _is_object(text: str, name: str) -> bool:
     # The three words before it, read from just before it (not from the whole prefix, once
     # per name: quadratic in a long message naming many things).
     before = [w.casefold() for w in re.findall(r"[^\W\d_]+", text[max(0, at - _BEFORE_CHARS) : at])][-3:]
-    if before and before[-1] in _OWN and _LOWER_WORD.match(after):
+    if before and before[-1] in _OWN and _qualifies_a_noun(after):
         return False  # the reader's own thing: "my Kubernetes liveness probe", "our Jenkins job"
     while before and before[-1] in _DETERMINER:
         before.pop()

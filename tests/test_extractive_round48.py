@@ -72,6 +72,16 @@ def test_a_name_qualifying_the_readers_own_thing_is_its_setting() -> None:
     assert declined("How do I restart a Kubernetes pod?", ["Kubernetes"], answered=True) == ("Kubernetes",)
 
 
+def test_a_name_followed_by_what_is_said_of_it_is_still_asked_about() -> None:
+    """Review of 1683547: any lower-case word after "my X" made X the reader's setting, so
+    "Why is my Redis slow?" stopped asking about Redis and was answered with an unrelated
+    passage instead of declined. A verb or adjective said of the name keeps it asked about."""
+    assert asked_about("Why is my Redis slow?") == ["Redis"]
+    assert asked_about("Why does my Grafana show no data?") == ["Grafana"]
+    assert asked_about("How do I make my Redis use less memory?") == ["Redis"]
+    assert declined("Why is my Redis slow?", ["Redis"], answered=True) == ("Redis",)
+
+
 @pytest.mark.slow
 async def test_round48_questions_the_default_service_now_answers(tmp_path: Path) -> None:
     questions = [{"question": q, "fact": fact} for q, fact in GAINED]
