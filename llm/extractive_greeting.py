@@ -8,10 +8,11 @@ asked. Such a message is answered with what the provider can do instead. A greet
 a question ("Hi, how do I cancel a run?") is not one: every word of the message must be a
 greeting's, a thanks' or their filler ("there", "everyone", "so much") for it to count.
 
-A thanks that is not a plain one - "thanks :(", "no thanks", "thanks, but that didn't
-help", "thanks anyway" - says an answer missed: "You're welcome!" to it reads as mockery,
-and searched as a question it found an unrelated passage. It gets ``NOT_HELPED_REPLY``
-(how to ask so the knowledge base can answer), citing nothing.
+A thanks that is not a plain one - "thanks :(", "thanks, but that didn't help", "thanks
+anyway" - says an answer missed: "You're welcome!" to it reads as mockery, and searched
+as a question it found an unrelated passage. It gets ``NOT_HELPED_REPLY`` (how to ask so
+the knowledge base can answer), citing nothing. "No, thank you" may say that too, or turn
+down "Ask me anything else" (the reply to a thanks): ``NO_THANKS_REPLY`` fits both.
 
 Which greeting depends on the configuration, which the app factory tells the provider
 (``sample_kb``, from ``AGENT_INGEST_SAMPLE_KB``): with the sample knowledge base ingested
@@ -109,7 +110,7 @@ _FILLER = (
     "appreciated",
 )
 
-#: What says an answer missed, beside a thanks or a greeting ("no thanks", "thanks, but
+#: What says an answer missed, beside a thanks or a greeting ("thanks :(", "thanks, but
 #: that didn't help", "thanks anyway"); matched after the filler is taken out.
 _MISSED = (
     "no",
@@ -166,6 +167,10 @@ _MISS = re.compile(rf"\b(?:{_alternation(_MISSED)})(?![\w'])", re.IGNORECASE)
 #: What is left of a message that only greets once its words are taken out: punctuation,
 #: emoji and other symbols, spaces.
 _LEFTOVER = re.compile(r"[\W_]*")
+#: A thanks that declines an offer ("no thanks", "no, thank you", "nope, thanks"): nothing
+#: but a "no" before a thanks. It may answer "Ask me anything else…" as well as say the
+#: last answer missed, so it gets ``NO_THANKS_REPLY``, true either way.
+_NO_THANKS = re.compile(rf"^\W*(?:no|nope|nah)\W+(?:{_alternation(_THANKS)})\W*$", re.IGNORECASE)
 #: A greeting is a short message: a longer one asks something even in greeting words.
 _MAX_CHARS = 80
 
@@ -189,6 +194,11 @@ THANKS_REPLY = (
     "You're welcome! Ask me anything else the knowledge base covers: I answer by quoting "
     "its passages, with their sources."
 )
+NO_THANKS_REPLY = (
+    "All right. If another question comes up, ask it here: I answer from the knowledge base, "
+    "quoting its passages with their sources. If my last answer missed, asking again in other "
+    "words - the setting, error message or term you are after - often finds it."
+)
 NOT_HELPED_REPLY = (
     "Sorry that did not help. I can only quote what the knowledge base says, so try asking "
     "again in other words - name the setting, error message or term you are after - or ask "
@@ -198,13 +208,16 @@ NOT_HELPED_REPLY = (
 
 def greeting_reply(message: str, *, sample_kb: bool = False) -> str | None:
     """The reply to ``message`` when it only greets or thanks: ``NOT_HELPED_REPLY`` when
-    it also says an answer missed ("thanks :(", "no thanks"), else ``THANKS_REPLY`` when
+    it also says an answer missed ("thanks :(", "thanks anyway"), ``NO_THANKS_REPLY`` when it
+    declines ("no, thank you": an offer turned down or an answer that missed), else ``THANKS_REPLY`` when
     it thanks, else the greeting - ``SAMPLE_KB_GREETING_REPLY`` when the sample knowledge
     base is ingested (``sample_kb``), ``GREETING_REPLY`` otherwise; None when it asks
     something, to be searched."""
     text = message.strip().replace("\u2019", "'")
     if not text or len(text) > _MAX_CHARS:
         return None
+    if _NO_THANKS.match(text) is not None:
+        return NO_THANKS_REPLY
     thanked = _THANK.search(text) is not None
     greeted = _GREETING.search(text) is not None
     if not (thanked or greeted):
@@ -220,4 +233,11 @@ def greeting_reply(message: str, *, sample_kb: bool = False) -> str | None:
     return SAMPLE_KB_GREETING_REPLY if sample_kb else GREETING_REPLY
 
 
-__all__ = ["GREETING_REPLY", "NOT_HELPED_REPLY", "SAMPLE_KB_GREETING_REPLY", "THANKS_REPLY", "greeting_reply"]
+__all__ = [
+    "GREETING_REPLY",
+    "NOT_HELPED_REPLY",
+    "NO_THANKS_REPLY",
+    "SAMPLE_KB_GREETING_REPLY",
+    "THANKS_REPLY",
+    "greeting_reply",
+]

@@ -13,8 +13,9 @@ the knowledge base cannot answer it; it then said how to see and add documents i
 configuration, so ``make run``'s browser newcomer read CLI commands first. It now depends
 on the configuration (round 49): with the sample knowledge base it suggests a question
 the service answers, without it how to see and add documents. A thanks that says the
-answer missed ("thanks :(", "no thanks", "thanks, but that didn't help") was told
-"You're welcome!" (or searched as a question); it gets ``NOT_HELPED_REPLY``.
+answer missed ("thanks :(", "thanks, but that didn't help") was told "You're welcome!"
+(or searched as a question); it gets ``NOT_HELPED_REPLY``, and "no, thank you"
+``NO_THANKS_REPLY``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import pytest_asyncio
 from app.config import Settings
 from llm.extractive_greeting import (
     GREETING_REPLY,
+    NO_THANKS_REPLY,
     NOT_HELPED_REPLY,
     SAMPLE_KB_GREETING_REPLY,
     THANKS_REPLY,
@@ -57,7 +59,6 @@ NOT_ONLY_GREETINGS = [
 NOT_PLAIN_THANKS = [
     "thanks :(",
     "Thank you 🙁",
-    "no thanks",
     "thanks, but that didn't help",
     "Thanks, but that did not work",
     "thanks anyway",
@@ -72,6 +73,11 @@ def test_only_a_greeting_or_thanks_is_one() -> None:
     assert [greeting_reply(m) for m in NOT_ONLY_GREETINGS] == [None, None, None, None, GREETING_REPLY, None]
     assert {m: greeting_reply(m) for m in NOT_PLAIN_THANKS} == dict.fromkeys(NOT_PLAIN_THANKS, NOT_HELPED_REPLY)
     assert greeting_reply("hi :(") == GREETING_REPLY and greeting_reply("thanks :D") == THANKS_REPLY
+    # Review of 7910ca6: "no, thank you" after "Ask me anything else…" was told "Sorry that
+    # did not help"; a declining thanks gets a reply true whichever it means.
+    declining = ["no thanks", "No, thank you.", "nope, thanks", "nah thanks!"]
+    assert {m: greeting_reply(m) for m in declining} == dict.fromkeys(declining, NO_THANKS_REPLY)
+    assert "sorry" not in NO_THANKS_REPLY.lower() and "welcome" not in NO_THANKS_REPLY.lower()
     assert greeting_reply("") is None and greeting_reply("What is the hello world example?") is None
     sample = {m: greeting_reply(m, sample_kb=True) for m in [*GREETINGS, *THANKS, *NOT_PLAIN_THANKS]}
     assert sample == {
@@ -202,7 +208,7 @@ async def test_with_the_sample_kb_the_greeting_suggests_a_question_it_answers(ba
 
 
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("message", ["thanks :(", "no thanks", "thanks, but that didn't help"])
+@pytest.mark.parametrize("message", ["thanks :(", "thanks anyway", "thanks, but that didn't help"])
 async def test_a_thanks_that_says_the_answer_missed_is_not_welcomed(base: str, message: str) -> None:
     """After an answer, a thanks that is not a plain one is told how to ask again, citing
     nothing - not "You're welcome!" ("thanks :("), not an unrelated passage."""
