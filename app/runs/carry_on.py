@@ -53,7 +53,9 @@ class RunCarrier:
         """Carry ``stored`` on here as ``recovery.plan_recovery`` decides."""
         events = await self.store.events_after(stored.id, 0, limit=self.max_events)
         run = self.launcher.restore(stored, events)
-        earlier = self.registry.live_in(run.user_id, run.conversation_id)
+        # Not the later turns queued behind this run's copy let go here (an outage, a
+        # take-over): they wait for this run's stored ending (``RunLauncher.start``).
+        earlier = [r for r in self.registry.live_in(run.user_id, run.conversation_id) if run.id not in r.turn_after]
         self.registry.register(run)
         plan = plan_recovery(stored, events, reason=reason, sealer=self.input_sealer)
         if isinstance(plan, CannotResume):

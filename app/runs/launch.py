@@ -25,10 +25,15 @@ from app.runs.rescue import EndingRescue
 from app.runs.run import Run, RunEvent, terminal_event
 from events import Error, Event, RunStarted
 from llm.types import Message
+from storage.errors import StorageUnavailable
 from storage.interfaces import RunStore
 from storage.records import WAITING_APPROVAL, StoredRun
 
 log = logging.getLogger("agentchat.runs")
+
+#: How soon a turn waiting for an earlier one's stored ending reads the store again
+#: after it did not answer.
+STORE_AWAY_RETRY_S = 0.5
 
 
 @dataclass(slots=True)
@@ -95,15 +100,37 @@ class RunLauncher:
                 if other.parked and not other.finished:
                     refuse_behind_parked(run, other.id)
                     return
+                # A copy let go here (an outage's given-up write, a take-over, a later
+                # claim's copy), its unstored ending dropped (``finished`` may still say
+                # True): a claim carries it on, here or elsewhere, so its turn ends with
+                # the ending stored, not with this copy.
+                if other.lost and await self._stored_end(other.id) == WAITING_APPROVAL:
+                    refuse_behind_parked(run, other.id)
+                    return
             for other_id in elsewhere:
-                if await self.cancels.wait_end(other_id, parked_ends=True) == WAITING_APPROVAL:
+                if await self._stored_end(other_id) == WAITING_APPROVAL:
                     refuse_behind_parked(run, other_id)
                     return
             await body()
 
+        run.turn_after = frozenset(o.id for o in earlier) | frozenset(elsewhere)
+
         task = asyncio.create_task(go(), name=f"agent:{run.id}")
         run.task = task
         task.add_done_callback(lambda t: self._on_done(run, t))
+
+    async def _stored_end(self, run_id: str) -> str | None:
+        """The status an earlier turn ended (or parked) with in the store, read again
+        while the database is away: a turn queued behind a run let go for an outage
+        waits through it (its own lease lapses meanwhile, and a claim that takes it
+        over stops this copy), where a read's ``StorageUnavailable`` would end it
+        ``failed``."""
+        while True:
+            try:
+                return await self.cancels.wait_end(run_id, parked_ends=True)
+            except StorageUnavailable as exc:
+                log.info("waiting for an earlier turn: the database is away", extra={"error": str(exc)[:200]})
+                await asyncio.sleep(STORE_AWAY_RETRY_S)
 
     def _on_done(self, run: Run, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:

@@ -120,11 +120,16 @@ class RunRegistry:
             self.by_conversation.pop((run.user_id, run.conversation_id), None)
 
     def live_in(self, user_id: str, conversation_id: str) -> list[Run]:
-        """The conversation's runs here that have not ended: a new turn waits for them."""
-        return [r for r in self.by_conversation.get((user_id, conversation_id), []) if not r.finished]
+        """The conversation's runs here that have not ended: a new turn waits for them.
+        Not a copy let go (``Run.lost``: an outage, a take-over): whoever claims it carries
+        it on, and a new turn waits for its stored ending (``ids_in``)."""
+        return [r for r in self.by_conversation.get((user_id, conversation_id), []) if not r.finished and not r.lost]
 
     def ids_in(self, user_id: str, conversation_id: str) -> set[str]:
-        return {r.id for r in self.by_conversation.get((user_id, conversation_id), [])}
+        """The conversation's runs this process holds: the store's other unfinished runs
+        of it are waited for through the store, a copy let go here among them (its
+        ``finished`` may say True of an ending that was dropped unstored)."""
+        return {r.id for r in self.by_conversation.get((user_id, conversation_id), []) if not r.lost}
 
     def active(self) -> list[Run]:
         """The runs executing here (registered, neither finished nor released)."""

@@ -113,6 +113,9 @@ class Run:
     #: The run waits for a user's decision (``waiting_approval``), stored and held by no
     #: process: its followers end without a terminal event and it is forgotten here.
     parked: bool = False
+    #: The runs of its conversation this one's turn waits for (``RunLauncher.start``): a
+    #: claim carrying one of them on here must not wait for this one in turn.
+    turn_after: frozenset[str] = frozenset()
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     #: Plain events emitted in this turn of the event loop, written as one step.
     _pending: list[RunEvent] = field(default_factory=list)
