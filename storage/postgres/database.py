@@ -62,6 +62,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from storage import request_scope
 from storage.errors import StorageUnavailable
+from storage.postgres.pool_refill import refill_now
 from storage.postgres.pooled_borrow import borrow
 from storage.postgres.reachability import Reachability
 from storage.postgres.statement_deadline import answered_by
@@ -303,11 +304,12 @@ class PostgresDatabase(QueuedWrites):
         it, within ``wait_s``: the reachability probe while the database is known away.
         Apart from the pool on purpose: the pool's own attempt may be waiting out a
         backoff delay (up to 4 s) that a borrow would wait behind; once this one
-        connects, the next request's borrow makes the pool open its own at once."""
+        connects, the pool is told to open its own at once (``pool_refill.py``)."""
         kwargs = {**self.connection_kwargs(self.opts), "connect_timeout": max(2, int(wait_s))}
         async with asyncio.timeout(wait_s):
             conn = await self.pool.connection_class.connect(self.url, **kwargs)
         await conn.close()
+        await refill_now(self.pool)
 
     def _pool_wait(self, deadline: float | None) -> float:
         """How long an attempt may wait for a pooled connection: the pool's timeout, or

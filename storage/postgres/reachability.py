@@ -17,7 +17,8 @@ pool or by this module's probe), a statement answered on any connection. While i
 lasts a probe opens a connection every ``PROBE_INTERVAL_S`` (each attempt at most
 ``PROBE_WAIT_S``; one at a time), so this process keeps trying though no request
 reaches the pool, and ends the state within that interval of the database's return:
-the request after it is served (its borrow makes the pool open a connection).
+the request after it is served (the probe's success has the pool open connections
+at once, though its own attempt may be sleeping a backoff delay: ``pool_refill.py``).
 A single failed attempt refuses nothing: the probe tries again at once, and only a
 second failure in a row (``FAILURES_TO_REFUSE``) makes the database known away; an
 answered statement or a connection opened meanwhile resets the count.
