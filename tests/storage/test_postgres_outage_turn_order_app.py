@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
 from llm.types import ChatRequest
 from tests.storage.test_postgres_outage_app import relayed_url
@@ -27,13 +28,21 @@ from tests.support.tcp_cut import CuttableRelay
 __all__ = ["relayed_url"]  # the fixture, used by name
 
 
+@pytest.mark.parametrize("let_go", ["with its ending unstored", "mid-answer"])
 async def test_a_turn_queued_behind_a_run_let_go_for_an_outage_waits_for_its_ending(
-    relayed_url: tuple[str, CuttableRelay], tmp_path: Path
+    relayed_url: tuple[str, CuttableRelay], tmp_path: Path, let_go: str
 ) -> None:
+    """``with its ending unstored``: the first answer ends during the outage, the copy
+    let go here keeps ``finished``; ``mid-answer``: a chunk's write is given up while the
+    answer waits at a second gate, the copy let go is unfinished (its claim here must
+    not wait for it)."""
     from app.factory import create_app
 
     url, relay = relayed_url
-    gate = Gate()
+    gate, never = Gate(), Gate()
+    tail: tuple[str | Gate, ...] = ("first, after the outage",)
+    if let_go == "mid-answer":
+        tail = ("first, during the outage ", never, "first, after the outage")
     first_answers = 0
 
     def turn(request: ChatRequest, index: int) -> GatedTurn:
@@ -41,7 +50,7 @@ async def test_a_turn_queued_behind_a_run_let_go_for_an_outage_waits_for_its_end
         if last_user_text(request) == "first":
             first_answers += 1
             if first_answers == 1:
-                return GatedTurn(steps=("first, before the outage ", gate, "first, after the outage"))
+                return GatedTurn(steps=("first, before the outage ", gate, *tail))
             return GatedTurn(steps=("first, carried on",))
         return GatedTurn(steps=("second answered",))
 
