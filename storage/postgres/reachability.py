@@ -23,10 +23,14 @@ A single failed attempt refuses nothing: the probe tries again at once, and only
 second failure in a row (``FAILURES_TO_REFUSE``) makes the database known away; an
 answered statement or a connection opened meanwhile resets the count.
 
-Only a failure that says the server is unreachable counts (no SQLSTATE, class 08
-connection exception, or 57P operator intervention): a server that answers but refuses
-a connection (too many clients, a bad password) is reachable, and a request may still
-be served by a connection another returns.
+A failed connection attempt counts when it has no SQLSTATE, class 08 (connection
+exception) or 57P (operator intervention). psycopg gives a failed *connection* no
+SQLSTATE at all, so a server that answers but refuses new connections (too many
+clients, a bad password, connections not allowed) counts as away too: requests are then
+refused at once where they would have waited the pool's timeout for a connection it
+cannot open, and a connection another request returns ends the state (an answered
+statement). Telling those apart would mean matching libpq's message texts, which
+follow the server's language setting.
 """
 
 from __future__ import annotations
@@ -58,7 +62,8 @@ REQUEST_WAIT_S = 1.0
 
 
 def says_unreachable(exc: BaseException) -> bool:
-    """A failed connection attempt that says the server is away, not that it refused us."""
+    """A failed attempt that says no connection can be had now: the server away, or (no
+    SQLSTATE either: psycopg gives none to a failed connection) refusing new ones."""
     if not isinstance(exc, psycopg.OperationalError):
         return False
     state = exc.sqlstate
