@@ -20,10 +20,9 @@ from pathlib import Path
 import httpx
 import psycopg
 
-from app.config import Settings
 from llm.extractive import ExtractiveProvider
 from tests.conftest import collect_sse, running_app
-from tests.storage.test_postgres_outage_app import relayed_url
+from tests.storage.test_postgres_outage_app import budget_settings, relayed_url
 from tests.support.tcp_cut import CuttableRelay
 
 __all__ = ["relayed_url"]  # the fixture, used by name
@@ -34,18 +33,6 @@ POOL_WAIT_S = 120.0
 CLIENT_TIMEOUT_S = 20.0
 BODY = {"message": "How do I resume a stream?", "context_type": "knowledge"}
 
-
-def settings_for(url: str, tmp_path: Path) -> Settings:
-    return Settings.from_env({
-        "AGENT_DATABASE_URL": url,
-        "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789",
-        "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
-        "AGENT_DB_POOL_TIMEOUT_S": str(POOL_WAIT_S),
-        "AGENT_INGEST_SAMPLE_KB": "false",
-        "AGENT_EMBEDDER": "hashing",
-        "AGENT_LLM_PROVIDER": "extractive",
-        "OLLAMA_HOST": "http://127.0.0.1:9",
-    })
 
 
 def metric(scraped: str, name: str) -> float:
@@ -58,7 +45,7 @@ async def test_requests_are_refused_at_once_while_the_database_is_known_away(
 ) -> None:
     url, relay = relayed_url
     async with (
-        running_app(settings_for(url, tmp_path), provider=ExtractiveProvider()) as (base, app),
+        running_app(budget_settings(url, tmp_path, POOL_WAIT_S), provider=ExtractiveProvider()) as (base, app),
         httpx.AsyncClient(base_url=base, timeout=CLIENT_TIMEOUT_S) as client,
     ):
         assert app.state.services.storage.engine == "postgres"
@@ -122,7 +109,7 @@ async def test_one_failed_attempt_among_answered_statements_refuses_nothing(
     statement's answer resets the count."""
     url, _relay = relayed_url
     async with (
-        running_app(settings_for(url, tmp_path), provider=ExtractiveProvider()) as (base, app),
+        running_app(budget_settings(url, tmp_path, POOL_WAIT_S), provider=ExtractiveProvider()) as (base, app),
         httpx.AsyncClient(base_url=base, timeout=CLIENT_TIMEOUT_S) as client,
     ):
         reach = app.state.services.storage.db.reach

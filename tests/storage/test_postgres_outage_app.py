@@ -30,18 +30,22 @@ from tests.test_cap_error_order import code, native, openai, ui
 POOL_TIMEOUT_S = 1.0
 
 
-def budget_settings(url: str, tmp_path: Path) -> Settings:
+def budget_settings(
+    url: str, tmp_path: Path, pool_timeout_s: float = POOL_TIMEOUT_S, **extra: str
+) -> Settings:
     """The app on PostgreSQL at ``url`` with a request storage budget of
-    ``POOL_TIMEOUT_S`` (the setting under test), offline and without the sample KB."""
+    ``pool_timeout_s`` (the setting under test), offline and without the sample KB;
+    ``extra``: other settings of the test (``AGENT_RUN_LEASE_S="2"``)."""
     return Settings.from_env({
         "AGENT_DATABASE_URL": url,
         "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789",  # PostgreSQL: a key the database does not hold
         "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
-        "AGENT_DB_POOL_TIMEOUT_S": str(POOL_TIMEOUT_S),
+        "AGENT_DB_POOL_TIMEOUT_S": str(pool_timeout_s),
         "AGENT_INGEST_SAMPLE_KB": "false",
         "AGENT_EMBEDDER": "hashing",
         "AGENT_LLM_PROVIDER": "extractive",
         "OLLAMA_HOST": "http://127.0.0.1:9",
+        **extra,
     })
 
 

@@ -19,11 +19,10 @@ from pathlib import Path
 
 import httpx
 
-from app.config import Settings
 from llm.extractive import ExtractiveProvider
 from storage.postgres.database import PostgresOptions
 from tests.conftest import collect_sse, running_app
-from tests.storage.test_postgres_outage_app import relayed_url
+from tests.storage.test_postgres_outage_app import budget_settings, relayed_url
 from tests.support.tcp_cut import CuttableRelay
 
 __all__ = ["relayed_url"]  # the fixture, used by name
@@ -36,18 +35,6 @@ OUTAGE_S = 21.0
 #: database that is back takes milliseconds, so this only has to outlast a loaded machine.
 POOL_WAIT_S = 3.0
 
-
-def settings_for(url: str, tmp_path: Path) -> Settings:
-    return Settings.from_env({
-        "AGENT_DATABASE_URL": url,
-        "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789",
-        "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
-        "AGENT_DB_POOL_TIMEOUT_S": str(POOL_WAIT_S),
-        "AGENT_INGEST_SAMPLE_KB": "false",
-        "AGENT_EMBEDDER": "hashing",
-        "AGENT_LLM_PROVIDER": "extractive",
-        "OLLAMA_HOST": "http://127.0.0.1:9",
-    })
 
 
 def test_the_reconnect_window_is_shorter_than_the_outage() -> None:
@@ -62,7 +49,7 @@ async def test_the_first_request_after_an_outage_is_served(
     url, relay = relayed_url
     body = {"message": "How do I resume a stream?", "context_type": "knowledge"}
     async with (
-        running_app(settings_for(url, tmp_path), provider=ExtractiveProvider()) as (base, app),
+        running_app(budget_settings(url, tmp_path, POOL_WAIT_S), provider=ExtractiveProvider()) as (base, app),
         httpx.AsyncClient(base_url=base, timeout=3 * POOL_WAIT_S) as client,
     ):
         assert app.state.services.storage.engine == "postgres"

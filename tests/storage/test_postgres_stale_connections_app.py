@@ -17,10 +17,9 @@ from pathlib import Path
 
 import httpx
 
-from app.config import Settings
 from llm.extractive import ExtractiveProvider
 from tests.conftest import collect_sse, running_app
-from tests.storage.test_postgres_outage_app import relayed_url
+from tests.storage.test_postgres_outage_app import budget_settings, relayed_url
 from tests.support.tcp_cut import CuttableRelay
 
 __all__ = ["relayed_url"]  # the fixture, used by name
@@ -28,25 +27,13 @@ __all__ = ["relayed_url"]  # the fixture, used by name
 BODY = {"message": "How do I resume a stream?", "context_type": "knowledge"}
 
 
-def settings_for(url: str, tmp_path: Path) -> Settings:
-    return Settings.from_env({
-        "AGENT_DATABASE_URL": url,
-        "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789",
-        "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
-        "AGENT_DB_POOL_TIMEOUT_S": "5",
-        "AGENT_INGEST_SAMPLE_KB": "false",
-        "AGENT_EMBEDDER": "hashing",
-        "AGENT_LLM_PROVIDER": "extractive",
-        "OLLAMA_HOST": "http://127.0.0.1:9",
-    })
-
 
 async def test_connections_closed_while_idle_are_not_handed_out_after_the_outage(
     relayed_url: tuple[str, CuttableRelay], tmp_path: Path
 ) -> None:
     url, relay = relayed_url
     async with (
-        running_app(settings_for(url, tmp_path), provider=ExtractiveProvider()) as (base, app),
+        running_app(budget_settings(url, tmp_path, 5), provider=ExtractiveProvider()) as (base, app),
         httpx.AsyncClient(base_url=base, timeout=30) as client,
     ):
         db = app.state.services.storage.db
