@@ -292,6 +292,8 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     if svc.remote is not None and svc.remote.presence is not None:
         # A chat whose client reads it through another replica is not cancelled as left.
         watch_clients_elsewhere(svc)
+        presence = svc.remote.presence
+        runs.held_elsewhere = lambda run_id: presence.held_until(run_id) is not None  # nor swept as abandoned
         background.append(asyncio.create_task(svc.remote.presence.beat_forever(), name="follower-presence"))
     siblings = siblings_dir(settings, storage)
     if siblings is not None:  # workers on one port: a scrape answers for all of them

@@ -87,6 +87,10 @@ class RunManager:
     max_live: int = 0
     #: Live runs at most as the model pool has connections (``AdmissionSlots``; 0: no cap).
     model_pool: int = 0
+    #: Whether a client reads the run through another replica now (``app.runs.presence``,
+    #: set by the wiring where replicas share a feed): the sweep does not cancel it as
+    #: abandoned; when that client leaves, the run's ``last_detached_at`` is reset.
+    held_elsewhere: Callable[[str], bool] | None = None
     registry: RunRegistry = field(default_factory=RunRegistry)
     _closing: bool = False
     cancels: RunCancels = field(init=False)
@@ -273,7 +277,8 @@ class RunManager:
 
     def sweep(self, now: float | None = None) -> int:
         """Forget finished runs nobody follows after ``finished_memory_s`` (their log is in
-        the store); cancel running ones abandoned for ``grace_s``."""
+        the store); cancel running ones abandoned for ``grace_s`` — not one a client reads
+        through another replica (``held_elsewhere``)."""
         now = time.time() if now is None else now
         removed = self.registry.sweep(now, self.finished_memory_s)
         for run_id, run in list(self.registry.runs.items()):
@@ -283,6 +288,7 @@ class RunManager:
                 and run.last_detached_at is not None
                 and now - run.last_detached_at > self.grace_s
                 and run.task is not None
+                and not (self.held_elsewhere is not None and self.held_elsewhere(run_id))
             ):
                 log.info("cancelling abandoned run", extra={"run_id": run_id})
                 run.task.cancel()

@@ -183,3 +183,29 @@ async def test_a_client_that_leaves_the_other_replica_starts_the_timer_again(pg_
         await resumed.drop()  # the client leaves B too: nobody is left anywhere
         await asyncio.wait_for(run.wait_finished(), END_BOUND_S)
     assert status_of(run) == "cancelled"
+
+
+async def test_a_run_read_through_another_replica_is_not_swept_as_abandoned(pg_db: dict[str, str]) -> None:
+    """The owner's sweep cancels a run nobody has followed for ``grace_s`` (600 s): a
+    run whose only client reads it through the other replica is not such a run. Before,
+    the sweep counted this replica's followers only and cancelled it."""
+    gate = Gate()
+    async with two_replicas(pg_db, gate) as (a, app_a, b, _, client):
+        started = await client.post(f"{a}/v1/agent/runs", json={"message": "hi", "context_type": "knowledge"})
+        assert started.status_code == 201, started.text
+        run_id = started.json()["run_id"]
+        await asyncio.wait_for(gate.reached.wait(), 10)
+        run = app_a.state.services.runs.get(run_id)
+        here = Reader(client, "GET", f"{a}/v1/agent/runs/{run_id}/events")
+        await until(lambda: here.saw("Partial "), "A's follower to read the parts")
+        follower = Reader(client, "GET", f"{b}/v1/agent/runs/{run_id}/events")
+        await until(lambda: follower.saw("Partial "), "B's follower to read the parts")
+        await heard_on(app_a, run_id)
+        await here.drop()  # the client moved to B: nobody follows the run on A
+        await until(lambda: run.followers == 0 and run.last_detached_at is not None, "A's follower to leave")
+        manager = app_a.state.services.runs
+        manager.sweep(now=run.last_detached_at + manager.grace_s + 1)
+        gate.open()
+        lines = await follower.finished()
+    assert any('"status":"completed"' in ln for ln in lines), lines[-6:]
+    assert status_of(run) == "completed"
