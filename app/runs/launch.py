@@ -125,11 +125,14 @@ class RunLauncher:
         waits through it (its own lease lapses meanwhile, and a claim that takes it
         over stops this copy), where a read's ``StorageUnavailable`` would end it
         ``failed``."""
+        said = False
         while True:
             try:
                 return await self.cancels.wait_end(run_id, parked_ends=True)
             except StorageUnavailable as exc:
-                log.info("waiting for an earlier turn: the database is away", extra={"error": str(exc)[:200]})
+                if not said:  # once per wait: an outage is read again every half second
+                    said = True
+                    log.info("waiting for an earlier turn: the database is away", extra={"error": str(exc)[:200]})
                 await asyncio.sleep(STORE_AWAY_RETRY_S)
 
     def _on_done(self, run: Run, task: asyncio.Task[None]) -> None:
