@@ -25,7 +25,7 @@ from app.runs.rescue import EndingRescue
 from app.runs.run import Run, RunEvent, terminal_event
 from events import Error, Event, RunStarted
 from llm.types import Message
-from storage.errors import StorageUnavailable
+from storage.errors import DatabaseLost, StorageUnavailable
 from storage.interfaces import RunStore
 from storage.records import WAITING_APPROVAL, StoredRun
 
@@ -130,6 +130,8 @@ class RunLauncher:
             try:
                 return await self.cancels.wait_end(run_id, parked_ends=True)
             except StorageUnavailable as exc:
+                if isinstance(exc, DatabaseLost):  # SQLite's file removed or replaced: not coming back
+                    raise
                 if not said:  # once per wait: an outage is read again every half second
                     said = True
                     log.info("waiting for an earlier turn: the database is away", extra={"error": str(exc)[:200]})
