@@ -66,6 +66,9 @@ class RunEventsListener:
         self._outbox: deque[str] = deque(maxlen=OUTBOX)
         self._sender: asyncio.Task[None] | None = None
         self._send_failing = False
+        #: ``close()`` was called: words announced later (followers detaching after the
+        #: storage closed, at shutdown) are dropped, never sent through a closed pool.
+        self._closed = False
         self.connect_timeout_s = connect_timeout_s
         self.application_name = application_name
         self._hub = RunWatchers(log)
@@ -93,6 +96,7 @@ class RunEventsListener:
             self._task = asyncio.create_task(self._listen(), name="run-events-listener")
 
     async def close(self) -> None:
+        self._closed = True
         if self._sender is not None:
             self._sender.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -120,8 +124,12 @@ class RunEventsListener:
         self._hub.subscribe_followers(callback)
 
     def announce_followers(self, payload: str) -> None:
-        """Send ``payload`` on ``run_followers`` in the background, after those before it."""
-        if self.send is None:
+        """Send ``payload`` on ``run_followers`` in the background, after those before it.
+        Ignored once closed: a stream's follower may detach after the storage closed (a
+        stream uvicorn cancelled at its shutdown timeout ends during the app's shutdown),
+        and a sender started then would only fail on the closed pool (or be left pending
+        when the loop ends); the other replicas let this word lapse (``ttl_s``)."""
+        if self.send is None or self._closed:
             return
         self._outbox.append(payload)
         if self._sender is None or self._sender.done():
