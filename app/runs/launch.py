@@ -101,9 +101,8 @@ class RunLauncher:
                     refuse_behind_parked(run, other.id)
                     return
                 # A copy let go here (an outage's given-up write, a take-over, a later
-                # claim's copy), its unstored ending dropped (``finished`` may still say
-                # True): a claim carries it on, here or elsewhere, so its turn ends with
-                # the ending stored, not with this copy.
+                # claim's copy), its unstored ending dropped: a claim carries it on, here
+                # or elsewhere, so its turn ends with the ending stored, not with this copy.
                 if other.lost and await self._stored_end(other.id) == WAITING_APPROVAL:
                     refuse_behind_parked(run, other.id)
                     return

@@ -128,7 +128,7 @@ class RunRegistry:
     def ids_in(self, user_id: str, conversation_id: str) -> set[str]:
         """The conversation's runs this process holds: the store's other unfinished runs
         of it are waited for through the store, a copy let go here among them (its
-        ``finished`` may say True of an ending that was dropped unstored)."""
+        ending, when dropped unstored, no longer counts: ``Run._let_go``)."""
         return {r.id for r in self.by_conversation.get((user_id, conversation_id), []) if not r.lost}
 
     def active(self) -> list[Run]:

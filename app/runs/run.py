@@ -349,6 +349,13 @@ class Run:
         self.lost = True
         del self.events[self.durable :]
         self._pending.clear()
+        if self.finished_at is not None and not (self.events and self.events[-1].event == MessageComplete.name):
+            # Its ending was dropped unstored: this copy did not end, the claim carrying
+            # the run on ends it. Left ``finished`` (and ``completed``), the run cap's
+            # read before a write (``RunRegistry.finished_here``) did not count it while
+            # the store holds it unfinished, and the census counted it ended.
+            self.finished_at = None
+            self.status = "running"
         self.released = True
         self._ending_changed()  # an ending never stored is dropped with the rest
         self.notify()

@@ -32,8 +32,8 @@ __all__ = ["relayed_url"]  # the fixture, used by name
 async def test_a_turn_queued_behind_a_run_let_go_for_an_outage_waits_for_its_ending(
     relayed_url: tuple[str, CuttableRelay], tmp_path: Path, let_go: str
 ) -> None:
-    """``with its ending unstored``: the first answer ends during the outage, the copy
-    let go here keeps ``finished``; ``mid-answer``: a chunk's write is given up while the
+    """``with its ending unstored``: the first answer ends during the outage, its ending
+    dropped with the copy let go here; ``mid-answer``: a chunk's write is given up while the
     answer waits at a second gate, the copy let go is unfinished (its claim here must
     not wait for it)."""
     from app.factory import create_app
