@@ -21,10 +21,10 @@ import pytest
 from knowledge.kb import KnowledgeBase
 from knowledge.types import KBConfig
 from storage.postgres import open_postgres_storage
-from tests.support.deadline import until, within
+from tests.support.deadline import within
 from tests.support.pg_sigstop import frozen
 from tests.support.postgres import GUARDED, TestPostgres
-from tests.test_kb_unreadable_vectors_pg import _ingested_with_penguin_cut
+from tests.test_kb_unreadable_vectors_pg import _ingested_with_penguin_cut, until_the_count_waits_on_the_lock
 from toolindex.hashing import HashingEmbedder
 
 COUNT_TASK = "kb-unreadable-count"
@@ -56,17 +56,7 @@ async def test_a_close_during_the_count_on_a_frozen_server_goes_on_without_it(
             created,
             "the knowledge base's start while the chunks' table is locked",
         )
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True, **GUARDED) as watcher:
-
-            async def count_waits_on_the_lock() -> bool:
-                cur = await watcher.execute(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE wait_event_type = 'Lock' AND query LIKE '%vector_dims%' AND pid <> pg_backend_pid()"
-                )
-                row = await cur.fetchone()
-                return row is not None and row[0] > 0
-
-            await until(count_waits_on_the_lock, "the count to wait for the table lock", step=0.02)
+        await until_the_count_waits_on_the_lock(url)
         [count] = count_tasks()
         try:
             with frozen(pg_server), caplog.at_level(logging.ERROR, logger="agentchat.knowledge"):

@@ -257,6 +257,22 @@ async def test_a_replica_is_ready_while_its_count_of_unreadable_vectors_is_held_
         await storage.close()
 
 
+async def until_the_count_waits_on_the_lock(url: str) -> None:
+    """Until the start's count of unreadable vectors waits in PostgreSQL for a lock on
+    the chunks' table (watched from a connection of its own)."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True, **GUARDED) as watcher:
+
+        async def count_waits_on_the_lock() -> bool:
+            cur = await watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND query LIKE '%vector_dims%' AND pid <> pg_backend_pid()"
+            )
+            row = await cur.fetchone()
+            return row is not None and row[0] > 0
+
+        await until(count_waits_on_the_lock, "the count to wait for the table lock", step=0.02)
+
+
 async def test_a_close_during_the_count_ends_it(url: str) -> None:
     """The count waits in PostgreSQL (another session holds the chunks' table locked): the
     start returns all the same, and closing the knowledge base cancels the count and waits
@@ -270,17 +286,7 @@ async def test_a_close_during_the_count_ends_it(url: str) -> None:
                 KnowledgeBase.create(storage.kb_index, HashingEmbedder(dim=128), schema_version=storage.schema_version),
                 "the knowledge base's start while the chunks' table is locked",
             )
-            async with await psycopg.AsyncConnection.connect(url, autocommit=True, **GUARDED) as watcher:
-
-                async def count_waits_on_the_lock() -> bool:
-                    cur = await watcher.execute(
-                        "SELECT count(*) FROM pg_stat_activity "
-                        "WHERE wait_event_type = 'Lock' AND query LIKE '%vector_dims%' AND pid <> pg_backend_pid()"
-                    )
-                    row = await cur.fetchone()
-                    return row is not None and row[0] > 0
-
-                await until(count_waits_on_the_lock, "the count to wait for the table lock", step=0.02)
+            await until_the_count_waits_on_the_lock(url)
             assert [t for t in asyncio.all_tasks() if t.get_name() == "kb-unreadable-count"]
             await within(kb.aclose(), "the close during the count")
             assert not [t for t in asyncio.all_tasks() if t.get_name() == "kb-unreadable-count"]

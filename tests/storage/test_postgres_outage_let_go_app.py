@@ -17,10 +17,9 @@ from pathlib import Path
 
 import httpx
 
-from app.config import Settings
 from tests.conftest import collect_sse
 from tests.storage.test_postgres_outage_app import relayed_url
-from tests.storage.test_postgres_outage_runs_app import WRITE_RETRY_S
+from tests.storage.test_postgres_outage_runs_app import settings_for
 from tests.support.deadline import until
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
 from tests.support.server import serve_app
@@ -45,18 +44,7 @@ async def test_a_run_let_go_with_its_ending_unstored_counts_against_the_run_cap(
     from app.factory import create_app
 
     url, relay = relayed_url
-    settings = Settings.from_env({
-        "AGENT_DATABASE_URL": url,
-        "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789",
-        "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
-        "AGENT_DB_POOL_TIMEOUT_S": "3",
-        "AGENT_DB_WRITE_RETRY_S": str(WRITE_RETRY_S),
-        "AGENT_RUN_LEASE_S": str(LEASE_S),
-        "AGENT_MAX_RUNS_PER_USER": "1",
-        "AGENT_INGEST_SAMPLE_KB": "false",
-        "AGENT_EMBEDDER": "hashing",
-        "OLLAMA_HOST": "http://127.0.0.1:9",
-    })
+    settings = settings_for(url, tmp_path, AGENT_RUN_LEASE_S=str(LEASE_S), AGENT_MAX_RUNS_PER_USER="1")
     gate = Gate()
     provider = GatedProvider([
         GatedTurn(steps=("before the outage ", gate, "ended during the outage")),

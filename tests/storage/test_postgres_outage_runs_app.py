@@ -31,7 +31,9 @@ WRITE_RETRY_S = 0.5
 LEASE_S = 2.0
 
 
-def settings_for(url: str, tmp_path: Path) -> Settings:
+def settings_for(url: str, tmp_path: Path, **extra: str) -> Settings:
+    """The app on PostgreSQL at ``url`` whose writer gives up after ``WRITE_RETRY_S``;
+    ``extra``: a test's other settings."""
     return Settings.from_env({
         "AGENT_DATABASE_URL": url,
         "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789",
@@ -42,6 +44,7 @@ def settings_for(url: str, tmp_path: Path) -> Settings:
         "AGENT_INGEST_SAMPLE_KB": "false",
         "AGENT_EMBEDDER": "hashing",
         "OLLAMA_HOST": "http://127.0.0.1:9",
+        **extra,
     })
 
 
