@@ -295,7 +295,10 @@ class PostgresDatabase(QueuedWrites):
         """A caller with a deadline (a request, ``/readyz``) is refused at once while the
         database is known away and no idle connection is left to try: its wait for the
         pool could only end in ``StorageUnavailable`` (``reachability.py``). Callers
-        without one (the writer, a run's own steps) keep their retry rules."""
+        without one (the writer, a run's own steps) keep their retry rules. The pool's
+        stats are read only then: this runs before every read a request makes."""
+        if not self.reach.down:
+            return
         idle = int(self.pool.get_stats().get("pool_available", 0))
         await self.reach.refuse_if_down(idle, ends - time.monotonic())
 
