@@ -170,6 +170,15 @@ async def ask(page: Page, question: str) -> None:
     await page.click("#send")
 
 
+async def open_playground(page: Page, base: str) -> None:
+    """Load the playground and wait until its start-up has placed everything: the model
+    line comes from /readyz, and offline it brings the banner that moves the form ~180 px
+    down - a click aimed before that lands beside the button (a CI flake: the Ask click
+    missed and no refusal came)."""
+    await page.navigate(f"{base}/")
+    await page.wait_for("document.getElementById('provider').textContent !== '…'", what="the model line")
+
+
 async def test_playground_page_and_static_files_are_served_safely(settings: Settings) -> None:
     provider = GatedProvider([])
     async with running_app(settings, provider=provider, registry=registry(), embedder=None) as (base, app):
@@ -450,7 +459,7 @@ async def test_playground_approves_a_call_in_headless_chromium(settings: Setting
         with_playground(app)
         async with launch(binary) as browser:
             page = await browser.new_page()
-            await page.navigate(f"{base}/")
+            await open_playground(page, base)
             await page.click("input[value=workflow]")
             await ask(page, "Clear the stock table")
             await page.wait_for(f"{RUN} && {RUN}.querySelector('.approval button.approve') !== null",

@@ -14,7 +14,7 @@ from app.config import Settings
 from tests.browser.cdp import find_chromium, launch
 from tests.conftest import running_app
 from tests.test_attachments import NOTE, QUESTION
-from tests.test_browser import ARTIFACTS, RUN, ask, js, last_run, with_playground
+from tests.test_browser import ARTIFACTS, RUN, ask, js, last_run, open_playground, with_playground
 
 CHIPS = "[...document.querySelectorAll('#attachment-chips .chip-name')].map(c => c.textContent)"
 
@@ -42,7 +42,7 @@ async def test_playground_attaches_dropped_and_chosen_files_in_headless_chromium
     async with running_app(settings) as (base, app), launch(binary) as browser:
         with_playground(app)
         page = await browser.new_page()
-        await page.navigate(f"{base}/")
+        await open_playground(page, base)
         await page.click("input[value=knowledge]")
         assert await page.evaluate(CHIPS) == []
 

@@ -11,7 +11,7 @@ from app.config import Settings
 from tests.browser.cdp import find_chromium, launch
 from tests.conftest import running_app
 from tests.support.gated_provider import GatedProvider, GatedTurn
-from tests.test_browser import ARTIFACTS, RUN, ask, last_run, with_playground
+from tests.test_browser import ARTIFACTS, RUN, ask, last_run, open_playground, with_playground
 
 
 async def test_playground_thumbs_store_feedback_in_headless_chromium(settings: Settings) -> None:
@@ -22,7 +22,7 @@ async def test_playground_thumbs_store_feedback_in_headless_chromium(settings: S
     async with running_app(settings, provider=provider, embedder=None) as (base, app), launch(binary) as browser:
         with_playground(app)
         page = await browser.new_page()
-        await page.navigate(f"{base}/")
+        await open_playground(page, base)
         await page.click("input[value=workflow]")
         await ask(page, "Tell me something")
         await page.wait_for(f"{RUN} && {RUN}.dataset.status === 'completed'", what="the answer")

@@ -19,7 +19,17 @@ from llm.types import ChatRequest, ToolDefinition
 from tests.browser.cdp import find_chromium, launch
 from tests.conftest import running_app
 from tests.support.gated_provider import GatedProvider, GatedTurn
-from tests.test_browser import ALL, HOSTILE, NO_ARGS, RUN, ask, last_run, turn_in_run, with_playground
+from tests.test_browser import (
+    ALL,
+    HOSTILE,
+    NO_ARGS,
+    RUN,
+    ask,
+    last_run,
+    open_playground,
+    turn_in_run,
+    with_playground,
+)
 
 SHOTS = Path(os.environ.get("AGENT_TOOLVIEW_SHOTS", "/tmp/toolview_shots"))
 TABLE_ANSWER = (
@@ -77,7 +87,7 @@ async def test_tool_lines_and_a_markdown_table_in_headless_chromium(settings: Se
         with_playground(app)
         async with launch(binary) as browser:
             page = await browser.new_page()
-            await page.navigate(f"{base}/")
+            await open_playground(page, base)
             await page.click("input[value=workflow]")
             await ask(page, "How do the faces differ?")
             await page.wait_for(f"{RUN} && {RUN}.dataset.status === 'completed'", what="the answer")

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from app.config import Settings
-from tests.browser.cdp import Page, find_chromium, launch
+from tests.browser.cdp import find_chromium, launch
 from tests.conftest import running_app
+from tests.test_browser import RUN, ask, open_playground
 from tests.test_compat_faces_owners import bearer, env
 
 pytestmark = pytest.mark.slow
 
 ARTIFACTS = Path(__file__).parent / "artifacts"  # ignored by git: look at them after a run
-RUN = "[...document.querySelectorAll('article.run')].pop()"
 ERROR = "document.querySelector('#form-error').textContent"
 
 
@@ -29,17 +29,12 @@ def chromium() -> str:
     return binary
 
 
-async def ask(page: Page, question: str) -> None:
-    await page.type_into("#message", question)
-    await page.click("#send")
-
-
 async def test_a_question_refused_for_its_token_says_where_the_token_goes(tmp_path: Path) -> None:
     binary = chromium()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     async with running_app(Settings.from_env(env(tmp_path))) as (base, _), launch(binary) as browser:
         page = await browser.new_page()
-        await page.navigate(f"{base}/")
+        await open_playground(page, base)
         assert await page.evaluate("document.querySelector('details.settings').open") is False
         await ask(page, "What is a bucket?")
         await page.wait_for(f"{ERROR}.length > 0", what="the refusal")
