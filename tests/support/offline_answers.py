@@ -68,7 +68,11 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: any answer to them was read: round 47's held-out check; "round48" (25 sample questions
 #: of the same kind - the playground, Ollama, JWKS, a replaced SQLite file, the OpenTelemetry
 #: extra, images, buckets, stream links, replicas - two expecting a decline) written before
-#: round 48's changes and before any answer to them was read: round 48's held-out check.
+#: round 48's changes and before any answer to them was read: round 48's held-out check;
+#: "round50" (12 sample questions - tool selection, list-all clarifications, the pool wait,
+#: admin routes, JWT audience, run and stream error codes, loop lag; two expecting a
+#: decline - and 12 npm questions in a newcomer's words) written before round 50's changes
+#: and before any answer to them was read: round 50's held-out check.
 SETS = (
     "original",
     "held_out",
@@ -100,6 +104,7 @@ SETS = (
     "round46",
     "round47",
     "round48",
+    "round50",
 )
 
 
