@@ -144,29 +144,31 @@ async def follow(
     *,
     idle: float,
     on_leave: Callable[[Run], None] | None = None,
+    cancels: bool = False,
 ) -> Following | None:
     """The user's run ``run_id`` from after ``after``: live here, live on another replica
     (this replica's shared tail of it), or replayed from the store; ``None`` when the user
-    has no such run. ``on_leave`` is told when a follower of a run of this process leaves."""
+    has no such run. ``on_leave`` is told when a follower of a run of this process leaves;
+    ``cancels``: this follower is a chat's own client, whose leaving may cancel the chat
+    (told to the run's replica when the run executes elsewhere)."""
     run = runs.get(run_id)
     if run is not None:
         if run.user_id != user_id:
             return None
         if run.finished and run.durable >= len(run.events) and await _deleted(store, run_id):
             return None  # its conversation was deleted (on any replica): not replayed from memory
-        return follow_here(run, after, idle=idle, on_leave=on_leave, remote=remote)
+        return follow_here(run, after, idle=idle, on_leave=on_leave, cancels=cancels, remote=remote)
     stored = await store.get(run_id)
     if stored is None or stored.user_id != user_id:
         return None
     if stored.status in UNFINISHED:
         if remote is not None:
-            cancels = on_leave is not None  # a chat's own client: its leaving may cancel the chat
             return Following(run_id, "remote", False, _remote(remote, run_id, after, idle, cancels=cancels))
         # No other process shares this store: an unfinished run not in memory here is one
         # this process is carrying on right now (claimed, read back, not yet registered:
         # a decided approval taken by the periodic claim, a run taken over) or will claim
         # at its next look. Not ended: the follower waits for it here.
-        return Following(run_id, "here", False, _arriving(runs, store, run_id, after, idle, on_leave))
+        return Following(run_id, "here", False, _arriving(runs, store, run_id, after, idle, on_leave, cancels))
     first = await store.events_after(run_id, after)
     return Following(run_id, "stored", not first, _stored(store, run_id, first))
 
@@ -187,20 +189,27 @@ def follow_here(
     *,
     idle: float,
     on_leave: Callable[[Run], None] | None = None,
+    cancels: bool = False,
     remote: RemoteRuns | None = None,
 ) -> Following:
     """A run of this process, from after ``after``, live (a face that just started it).
     With ``remote`` (replicas, workers), a run taken over by another process meanwhile is
     followed on from the store, as a run of another replica is."""
     ended = run.finished and after >= run.last_seq
-    return Following(run.id, "here", ended, _live(run, after, idle, on_leave, remote))
+    return Following(run.id, "here", ended, _live(run, after, idle, on_leave, cancels, remote))
 
 
 async def _live(
-    run: Run, after: int, idle: float, on_leave: Callable[[Run], None] | None, remote: RemoteRuns | None
+    run: Run,
+    after: int,
+    idle: float,
+    on_leave: Callable[[Run], None] | None,
+    cancels: bool,
+    remote: RemoteRuns | None,
 ) -> Batches:
     # Followers are counted while they read: a keyless chat's run is cancelled when its
-    # last follower is gone for good (``on_leave``, at the HTTP edge, decides).
+    # last follower, of whatever kind, is gone for good (``on_leave``, at the HTTP edge,
+    # decides).
     pos, ended = after, False
     run.followers += 1
     try:
@@ -218,7 +227,7 @@ async def _live(
         # Another process took the run over (this one lost its lease, e.g. paused past
         # it): what was stored here is what the follower saw; the rest, ending included,
         # is the new owner's, read from the store under its ids, not made up here.
-        async for remote_batch in _remote(remote, run.id, pos, idle, cancels=on_leave is not None):
+        async for remote_batch in _remote(remote, run.id, pos, idle, cancels=cancels):
             yield remote_batch
     elif run.storage_error is not None and not run.lost and not ended:
         # The store gave up on the run: its ending (error + message_complete failed) is
@@ -233,6 +242,7 @@ async def _arriving(
     after: int,
     idle: float,
     on_leave: Callable[[Run], None] | None,
+    cancels: bool,
 ) -> Batches:
     """A run of this store that this process has not registered yet, followed live once
     it is; an idle tick each ``idle`` seconds without it, when the store is asked again
@@ -242,7 +252,7 @@ async def _arriving(
     while True:
         run = runs.get(run_id) or await runs.arrival(run_id, idle)
         if run is not None:
-            async for batch in _live(run, after, idle, on_leave, None):
+            async for batch in _live(run, after, idle, on_leave, cancels, None):
                 yield batch
             return
         try:

@@ -14,8 +14,13 @@ sibling workers' sockets on one SQLite file):
 * ``+`` when a run gets its first follower here, and again every ``beat_s`` while it
   has one (a word lost with a reconnect, or a replica killed with its followers, lapses
   after ``ttl_s`` instead of keeping the run for ever);
-* ``-`` when its last follower here leaves, ``!`` when that follower was one whose
-  leaving cancels the chat (what the owner does when such a follower of its own leaves).
+* ``-`` when its last follower here leaves, ``!`` when a follower whose leaving cancels
+  the chat (the chat's own client) was among those that left since the run was first
+  followed here — not only when it was the last to go: a reader of ``/events`` leaving
+  after it does not make the chat's client's departure forgotten. The owner, told ``!``,
+  treats the run as one whose own client left (``Run.cancel_when_alone``), as it does
+  when such a follower of its own leaves; from then on any last departure starts its
+  timer.
 
 Every replica keeps what it heard; the one executing the run asks ``held_until`` before
 its timer cancels, and is told (``on_left``) when the last client elsewhere left, so its
@@ -67,6 +72,9 @@ class FollowerPresence:
     server_stopping: Callable[[], bool] = lambda: False
     #: Followers here of runs executing elsewhere, by run.
     _here: dict[str, int] = field(default_factory=dict)
+    #: Runs in ``_here`` a chat's own client left while other followers here stayed:
+    #: the word when the last one leaves is ``!`` all the same.
+    _client_left: set[str] = field(default_factory=set)
     #: What was heard: run -> replica -> until when (``time.monotonic()``) it counts.
     _elsewhere: dict[str, dict[str, float]] = field(default_factory=dict)
     _on_left: list[Callable[[str, bool], None]] = field(default_factory=list)
@@ -94,8 +102,13 @@ class FollowerPresence:
         count = self._here.get(run_id, 0) - 1
         if count > 0:
             self._here[run_id] = count
+            if cancels:
+                self._client_left.add(run_id)
             return
         self._here.pop(run_id, None)
+        if run_id in self._client_left:
+            self._client_left.discard(run_id)
+            cancels = True
         self._say("!" if cancels and not self.server_stopping() else "-", run_id)
 
     async def beat_forever(self) -> None:

@@ -68,6 +68,12 @@ class Run:
     finished_at: float | None = None
     followers: int = 0
     last_detached_at: float | None = None
+    #: A chat's run (no ``Idempotency-Key``; AI SDK, streamed OpenAI) whose own client
+    #: left once: from then on it is cancelled whenever its last follower leaves, of
+    #: whatever kind (a reader of ``/events`` too), and none comes back, on any replica,
+    #: within ``AGENT_CHAT_REATTACH_S`` (``app/server/run_streams``). Before, a reader
+    #: that came and went after the chat's client stood the chat's timer down for good.
+    cancel_when_alone: bool = False
     log: RunEventLog | None = None
     max_events: int = 100_000
     #: Set when the server releases the run at shutdown: followers end cleanly (no

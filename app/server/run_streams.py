@@ -54,6 +54,7 @@ def follow_run(
         after,
         idle=svc.settings.heartbeat_s,
         on_leave=_on_leave(svc, cancel_on_exit),
+        cancels=cancel_on_exit,
     )
 
 
@@ -83,19 +84,32 @@ async def refuse_while_draining(svc: Services, following: Following) -> None:
 def follow_started(svc: Services, run: Run, *, cancel_on_exit: bool) -> Following:
     """A run this request just started, from its first event."""
     return follow_here(
-        run, 0, idle=svc.settings.heartbeat_s, on_leave=_on_leave(svc, cancel_on_exit), remote=svc.remote
+        run,
+        0,
+        idle=svc.settings.heartbeat_s,
+        on_leave=_on_leave(svc, cancel_on_exit),
+        cancels=cancel_on_exit,
+        remote=svc.remote,
     )
 
 
-def _on_leave(svc: Services, cancel_on_exit: bool) -> Callable[[Run], None] | None:
-    """When ``cancel_on_exit`` (a chat without an ``Idempotency-Key``) and the last client
-    leaves, the agent is cancelled unless a client re-attaches within
-    ``AGENT_CHAT_REATTACH_S`` (a retried POST with ``Last-Event-ID``, a resume), here or
-    on another replica (``app.runs.presence``) — scheduled synchronously, because the
-    follower is being cancelled and must not await."""
-    if not cancel_on_exit:
-        return None
-    return lambda run: _client_left(svc, run)
+def _on_leave(svc: Services, cancel_on_exit: bool) -> Callable[[Run], None]:
+    """A follower left a run of this process. When ``cancel_on_exit`` (the client of a
+    chat without an ``Idempotency-Key``), the run becomes one cancelled when alone
+    (``Run.cancel_when_alone``); then whenever its last follower leaves, whatever kind
+    (a reader of ``/events`` too: docs/http-api.md, "Retrying a chat"), the agent is
+    cancelled unless a client re-attaches within ``AGENT_CHAT_REATTACH_S`` (a retried
+    POST with ``Last-Event-ID``, a resume, a reader), here or on another replica
+    (``app.runs.presence``) — scheduled synchronously, because the follower is being
+    cancelled and must not await."""
+
+    def left(run: Run) -> None:
+        if cancel_on_exit:
+            run.cancel_when_alone = True
+        if run.cancel_when_alone:
+            _client_left(svc, run)
+
+    return left
 
 
 def _client_left(svc: Services, run: Run) -> None:
@@ -111,9 +125,10 @@ def _client_left(svc: Services, run: Run) -> None:
 def watch_clients_elsewhere(svc: Services) -> None:
     """A run of this process whose last client on another replica left is treated as
     one whose last client here left: with nobody attached anywhere, its timer starts
-    (when that client was a chat's own: ``cancels``), and an older timer stands down, as
-    it does when a client here comes and goes. Followers this replica lets go as it
-    stops are not clients gone (``FollowerPresence.server_stopping``)."""
+    (when the run is a chat's: its own client left, here or there — ``cancels`` — and
+    whatever kind the last one to leave was), and an older timer stands down, as it does
+    when a client here comes and goes. Followers this replica lets go as it stops are
+    not clients gone (``FollowerPresence.server_stopping``)."""
     presence = svc.remote.presence if svc.remote is not None else None
     if presence is None:
         return
@@ -125,6 +140,8 @@ def watch_clients_elsewhere(svc: Services) -> None:
             return
         run.last_detached_at = time.time()
         if cancels:
+            run.cancel_when_alone = True
+        if run.cancel_when_alone:
             _client_left(svc, run)
 
     presence.on_left(left_elsewhere)

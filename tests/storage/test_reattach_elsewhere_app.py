@@ -209,3 +209,23 @@ async def test_a_run_read_through_another_replica_is_not_swept_as_abandoned(pg_d
         lines = await follower.finished()
     assert any('"status":"completed"' in ln for ln in lines), lines[-6:]
     assert status_of(run) == "completed"
+
+
+async def test_a_reader_leaving_the_other_replica_after_the_chat_left_starts_the_timer(pg_db: dict[str, str]) -> None:
+    """A reader of ``/events`` (not a chat's own client) holds the chat while it reads,
+    and its leaving, the last client anywhere, starts the timer: the run is a chat's
+    (its own client left) whatever kind of client leaves last. Before, B's ``-`` reset
+    A's ``last_detached_at`` without a timer and the chat ran on until the 600 s sweep."""
+    gate = Gate()
+    async with two_replicas(pg_db, gate) as (a, app_a, b, _, client):
+        post, run = await started_on_a(client, a, app_a, gate, "chat-read-elsewhere")
+        reader = Reader(client, "GET", f"{b}/v1/agent/runs/{run.id}/events")
+        await until(lambda: reader.saw("Partial "), "B's reader to read the parts")
+        await heard_on(app_a, run.id)
+        await post.drop()
+        presence = app_a.state.services.remote.presence
+        await until(lambda: presence.kept > 0 or run.finished, "A's re-attach timer to fire", timeout=END_BOUND_S)
+        assert not run.finished
+        await reader.drop()  # the reader leaves B: nobody is left anywhere
+        await asyncio.wait_for(run.wait_finished(), END_BOUND_S)
+    assert status_of(run) == "cancelled"
