@@ -15,7 +15,6 @@ never opens its gate, so only the timer can end the run.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import httpx
 
