@@ -41,5 +41,6 @@ class SecretStore(Protocol):
 
     async def replace(self, name: str, value: str) -> str | None:
         """Store ``value`` under ``name`` whatever was stored; return the value it
-        replaced (``None``: there was none), read in the same transaction."""
+        replaced (``None``: there was none), atomically: concurrent calls each read the
+        value they replace, as if they ran one after another."""
         ...

@@ -10,8 +10,10 @@ settings when they differ. Served apps on one database of each engine.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -20,6 +22,8 @@ from app.config import Settings
 from app.server.jwt_tokens import sign_hs256
 from llm.extractive import ExtractiveProvider
 from tests.conftest import running_app
+from tests.support.pg_table_lock import writes_held
+from tests.support.postgres import TestPostgres
 
 JWT_SECRET = "team-jwt-secret-0123456789abcdef"
 KEY_A = "replicas-share-this-key-0123456789"
@@ -70,3 +74,35 @@ async def test_a_replica_with_another_key_logs_an_error_at_start(
         assert mismatches(caplog) == []
     async with running_app(replica(shared_db, KEY_A), provider=ExtractiveProvider()):
         assert len(mismatches(caplog)) == 1
+
+
+async def test_two_replicas_with_different_keys_starting_together_are_told(
+    pg_server: TestPostgres, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two replicas with different keys starting at the same moment on a fresh
+    PostgreSQL database: the later of the two says so. Before, each start's read of the
+    recorded fingerprint did not lock, so both read nothing and neither said a word.
+    The fingerprint table's writes are held until both starts wait on them (their reads,
+    before the fix, went first)."""
+    caplog.set_level(logging.INFO, logger="agentchat.keyring")
+    with pg_server.database() as url:
+        db = {"AGENT_DATABASE_URL": url, "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3")}
+        serving = [asyncio.Event(), asyncio.Event()]
+        stop = asyncio.Event()
+
+        async def serve(key: str, up: asyncio.Event) -> None:
+            async with running_app(replica(db, key), provider=ExtractiveProvider()):
+                up.set()
+                await stop.wait()
+
+        async with writes_held(url, "app_secrets") as held:
+            starts = [asyncio.create_task(serve(key, up)) for key, up in zip((KEY_A, KEY_B), serving, strict=True)]
+            try:
+                await held.until_waiting(2, "both starts to wait to record their keys")
+                await held.release()
+                await asyncio.wait_for(asyncio.gather(*(up.wait() for up in serving)), 60)
+                said = mismatches(caplog)
+            finally:
+                stop.set()
+                await asyncio.gather(*starts)
+    assert len(said) == 1, said

@@ -14,6 +14,7 @@ import pytest
 
 from storage.open import open_storage
 from tests.storage.conftest import ENGINES
+from tests.support.pg_table_lock import writes_held
 from tests.support.postgres import TestPostgres
 
 
@@ -59,3 +60,32 @@ async def test_replace_stores_the_new_value_and_returns_the_one_it_replaced(stor
     assert await store.replace("key_check", "two") == "two"
     assert await store.get_or_create("key_check", "three") == "two"
     assert await store.get_or_create("other", "kept") == "kept"  # other names untouched
+
+
+async def test_replacing_at_the_same_moment_each_reads_the_value_it_replaced(pg_server: TestPostgres) -> None:
+    """Replicas starting together on a fresh database (``app/key_check.py``): each
+    replace must read the value it replaces, as if they ran one after another - one
+    reads nothing, every other value is replaced once. Before, on PostgreSQL each read
+    without locking, so all read nothing and two replicas with different keys both
+    missed the check. The table's writes are held until every replace waits on them:
+    the reads (before the fix, each replace's first statement) all run first."""
+    candidates = [f"fingerprint-{i}" for i in range(6)]
+    with pg_server.database() as url:
+        async with AsyncExitStack() as stack:
+            bundles = []
+            for _ in range(3):
+                bundle = await open_storage(url)
+                stack.push_async_callback(bundle.close)
+                bundles.append(bundle)
+            async with writes_held(url, "app_secrets") as held:
+                replaces = asyncio.gather(
+                    *(bundles[i % 3].secrets.replace("key_check", value) for i, value in enumerate(candidates))
+                )
+                await held.until_waiting(len(candidates), "every replace to wait on the table's writes")
+                await held.release()
+                got = await replaces
+            last = await bundles[0].secrets.replace("key_check", "later")
+    assert got.count(None) == 1, got
+    replaced = [value for value in got if value is not None]
+    assert len(set(replaced)) == len(replaced) and set(replaced) <= set(candidates), got
+    assert set(candidates) - set(replaced) == {last}  # the one nobody replaced stayed
