@@ -301,6 +301,9 @@ def unreadable(run_id: str, exc: StorageUnavailable) -> list[Followed]:
 
 
 async def _remote(remote: RemoteRuns, run_id: str, after: int, idle: float, *, cancels: bool = False) -> Batches:
+    """A run read through the log (another replica's, or one let go here): the follower
+    is kept through an outage (``RemoteRuns.follow_events``); it ends with ``unreadable``
+    only when waiting cannot help (a SQLite file removed or replaced)."""
     batches = remote.follow_events(run_id, after, idle=idle, cancels=cancels)
     try:
         async for batch in batches:

@@ -15,6 +15,15 @@ Ids are the stored ones and a tail never skips a gap (it waits for the missing s
 commit or reads the log), so a client resumes with ``Last-Event-ID`` on any replica.
 Each follower is told to ``presence`` as it starts and leaves: the replica executing a
 chat does not cancel it as abandoned while a client reads it here.
+
+While the log cannot be read (the database away: ``StorageUnavailable``), a follower is
+kept, not ended: heartbeats go on and the log is read again every ``outage_pause_s``,
+until it answers; the run's events then come on, the ending of whichever process carries
+it on included. Ending the stream instead told the client to reconnect, and a browser
+``EventSource`` reconnecting while the database was still away was answered 503, which
+it never retries: it closed for good, though the run was carried on to its end once the
+database was back. A lost SQLite file (``DatabaseLost``) does not come back without a
+restart: that ends the follower, as before.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from dataclasses import dataclass, field
 
 from app.runs.presence import FollowerPresence
 from events import MessageComplete
+from storage.errors import DatabaseLost, StorageUnavailable
 from storage.interfaces import RunStore
 from storage.records import RunEvent
 from storage.run_feed import RunFeed, RunWatch, set_within
@@ -122,9 +132,12 @@ class RemoteRuns:
         batch: int = 1000,
         window: int = 2048,
         presence: FollowerPresence | None = None,
+        outage_pause_s: float = 2.0,
     ) -> None:
         self.store = store
         self.feed = feed
+        #: How often a follower kept through an outage reads the log again.
+        self.outage_pause_s = outage_pause_s
         #: Where this replica says which runs it has followers of (and hears the others').
         self.presence = presence
         self.poll_s = poll_s
@@ -150,21 +163,26 @@ class RemoteRuns:
         self, run_id: str, after: int, *, idle: float, cancels: bool = False
     ) -> AsyncGenerator[list[RunEvent] | None, None]:
         """The run's events after ``after``, live, until its terminal event; ``None``
-        after ``idle`` seconds without events (send a heartbeat). ``cancels``: this
-        follower is a chat's own client, whose leaving cancels the chat when no other
-        client is left (said to the replica executing it through ``presence``)."""
+        after ``idle`` seconds without events (send a heartbeat), also while the log
+        cannot be read (the module's docstring). ``cancels``: this follower is a chat's
+        own client, whose leaving cancels the chat when no other client is left (said to
+        the replica executing it through ``presence``)."""
         pos = max(0, after)
         tail = self._join(run_id, pos)
         if self.presence is not None:
             self.presence.attached(run_id)
         last_sent = time.monotonic()
+        told = False  # that the follower waits for the database: said once
         try:
             while True:
                 changed = tail.changed
+                unreadable: BaseException | None = None
+                events: Sequence[RunEvent] = ()
                 if pos < tail.base:  # behind the shared window: catch up from the log
-                    events: Sequence[RunEvent] = await self.store.events_after(
-                        run_id, pos, limit=min(self.batch, tail.base - pos)
-                    )
+                    try:
+                        events = await self.store.events_after(run_id, pos, limit=min(self.batch, tail.base - pos))
+                    except StorageUnavailable as exc:
+                        unreadable = exc
                 else:
                     events = tail.events[pos - tail.base :]
                 frames, pos, done = _continuing(events, pos)
@@ -175,8 +193,25 @@ class RemoteRuns:
                     return
                 if frames:
                     continue
-                if tail.error is not None:
-                    raise tail.error
+                if unreadable is None and tail.error is not None:
+                    unreadable = tail.error
+                if unreadable is not None:
+                    if not isinstance(unreadable, StorageUnavailable) or isinstance(unreadable, DatabaseLost):
+                        raise unreadable
+                    if not told:
+                        told = True
+                        log.info(
+                            "a followed run's log cannot be read; its follower waits for the database",
+                            extra={"run_id": run_id, "error": str(unreadable)[:300]},
+                        )
+                    await asyncio.sleep(min(idle, self.outage_pause_s))
+                    if time.monotonic() - last_sent >= idle:
+                        yield None
+                        last_sent = time.monotonic()
+                    if tail.error is not None:  # a new tail reads the log again
+                        self._leave(tail)
+                        tail = self._join(run_id, pos)
+                    continue
                 if tail.done and pos >= tail.last_seq:
                     return  # resumed past the end
                 wait = max(0.05, idle - (time.monotonic() - last_sent))

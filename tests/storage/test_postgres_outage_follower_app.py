@@ -1,0 +1,87 @@
+"""What a browser's EventSource following a run sees when the run is let go for a
+PostgreSQL outage (``Run._suspend``) and carried on once the database is back.
+
+The client is the npm ``eventsource`` package (the WHATWG EventSource), driven by
+``tests/js/sse_client.mjs`` against a served app whose database sits behind a relay
+this test cuts. Before, the follower was handed an id-less ``error``
+(``storage_unavailable``) and its stream ended; EventSource reconnected after the
+stream's ``retry:`` (2 s) with ``Last-Event-ID``, and while the database was still away
+that reconnect was answered 503 — which EventSource never retries: it closed for good,
+and the run, carried on to ``completed`` once the database was back, was never seen.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from tests.storage.test_postgres_outage_app import relayed_url
+from tests.storage.test_postgres_outage_runs_app import settings_for
+from tests.support.deadline import until
+from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
+from tests.support.server import serve_app
+from tests.support.tcp_cut import CuttableRelay
+from tests.test_sse_clients import has_chunk, js_client, node, run_events
+
+__all__ = ["node", "relayed_url"]  # the fixtures, used by name
+
+EVENTS = ["run_started", "tool_selection", "message_start", "content_chunk", "tool_call_start",
+          "tool_call_result", "response", "error", "heartbeat", "run_resumed", "message_complete"]
+
+
+async def test_an_eventsource_following_a_run_let_go_for_an_outage_reads_it_to_its_end(
+    relayed_url: tuple[str, CuttableRelay], tmp_path: Path, node: str
+) -> None:
+    from app.factory import create_app
+
+    url, relay = relayed_url
+    gate = Gate()
+    provider = GatedProvider([
+        GatedTurn(steps=("before the outage ", gate, "after the outage")),
+        GatedTurn(steps=("carried on after the outage",)),
+    ])
+    app = create_app(settings_for(url, tmp_path, AGENT_HEARTBEAT_S="0.5"), provider=provider)
+    async with serve_app(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
+        started = await http.post("/v1/agent/runs", json={"message": "hello", "context_type": "workflow"})
+        assert started.status_code == 201, started.text
+        run_id, stream_url = started.json()["run_id"], started.json()["stream_url"]
+        counters = app.state.services.runs.counters
+        async with js_client(node, client="eventsource", url=f"{base}{stream_url}", events=EVENTS) as client:
+            await client.until(has_chunk("before the outage "), "the text before the gate")
+            relay.cut()
+            gate.open()  # the answer goes on while nothing can be stored: the run is let go
+            await until(lambda: counters.outage_suspended >= 1, "the run let go for the outage", 60)
+            # The database stays away past the stream's retry: (2 s): until the client
+            # gave up, or has been kept (heartbeats every 0.5 s) for twice that.
+            let_go = len(client.records)
+            await client.until(
+                lambda recs: _closed(recs) or _heartbeats(recs[let_go:]) >= 8, "the client kept or closed", 60
+            )
+            relay.restore()
+
+            async def completed() -> bool:
+                got = await http.get(f"/v1/agent/runs/{run_id}")
+                return got.status_code == 200 and got.json()["status"] == "completed"
+
+            await until(completed, "the run carried on to its ending once the database is back", 60, step=0.1)
+            records = await client.finish()
+    assert [r["kind"] for r in records].count("open") == 1, "the stream was ended: the client had to reconnect"
+    events = run_events(records)
+    assert not [m for m in events if m["event"] == "error"], [m["data"] for m in events if m["event"] == "error"]
+    ids = [int(m["id"]) for m in events]
+    assert ids == list(range(1, len(ids) + 1)), f"every event once, in order: {ids}"
+    assert events[-1]["event"] == "message_complete", [m["event"] for m in events]
+    assert orjson.loads(events[-1]["data"])["status"] == "completed"
+    assert any(m["event"] == "run_resumed" for m in events)
+
+
+def _closed(records: list[dict[str, Any]]) -> bool:
+    """EventSource closed for good (readyState 2) or the script ended."""
+    return any(r["kind"] == "done" or r.get("readyState") == 2 for r in records)
+
+
+def _heartbeats(records: list[dict[str, Any]]) -> int:
+    return sum(1 for r in records if r["kind"] == "message" and r["event"] == "heartbeat")
