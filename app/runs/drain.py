@@ -3,7 +3,8 @@
 A run still live after the grace period is cancelled as *interrupted*: it writes no
 ending, its last checkpoint stands, and its followers reconnect to whichever process
 carries it on next (this one after a restart, or a sibling through an expired lease —
-released here at once, so a sibling need not wait for it to lapse). Runs queued behind
+released here at once, so a sibling need not wait for it to lapse; so is the lease of a
+run let go for a database outage, when the database answers again by then). Runs queued behind
 a released run never started: they are stored ``interrupted`` too.
 
 ``cut`` ends the grace early: ``agentchat serve``'s second SIGTERM/SIGINT sets it (an
@@ -61,7 +62,15 @@ class Drain:
         self.cancels.close()
         await self.leases.stop()
         if self.leases.lease_s > 0:
-            mine = [r.id for r in self.registry.runs.values() if r.released and not r.lost and not r.finished]
+            runs = list(self.registry.runs.values())
+            mine = [r.id for r in runs if r.released and not r.lost and not r.finished]
+            if self.leases.store_answers():
+                # Copies let go for an outage (``Run._suspend``; their ending, if any,
+                # not stored): nobody renews their leases, and another replica would
+                # wait for them to lapse. Handed back only when the database answers
+                # again (else the attempt would wait the outage out). A copy another
+                # process took over is left alone by ``release_leases`` (not our lease).
+                mine += [r.id for r in runs if r.lost and r.released and not r.finished]
             with contextlib.suppress(StorageUnavailable):
                 await self.store.release_leases(self.leases.owner_id, mine)
                 self.counters.leases_released += len(mine)

@@ -67,6 +67,8 @@ class LeaseKeeper:
     #: When this process last failed to reach the store (epoch seconds): a lease that
     #: lapsed around then lapsed because of the outage, not because its replica died.
     store_unreachable_at: float | None = None
+    #: When the upkeep last reached the store (epoch seconds): a claim's look, a renewal.
+    store_reached_at: float | None = None
     _task: asyncio.Task[None] | None = field(default=None)
 
     @property
@@ -78,6 +80,12 @@ class LeaseKeeper:
 
     def note_unreachable(self) -> None:
         self.store_unreachable_at = time.time()
+
+    def store_answers(self) -> bool:
+        """Whether the store answered the upkeep since it last failed to: what the drain
+        asks before it hands back the leases of runs let go for an outage."""
+        reached, failed = self.store_reached_at, self.store_unreachable_at
+        return reached is not None and (failed is None or reached > failed)
 
     # --- take-over ------------------------------------------------------------------------
 
@@ -144,6 +152,7 @@ class LeaseKeeper:
         except Exception:
             self.counters.lease_renewals_failed += 1
             raise
+        self.store_reached_at = time.time()
         lost = [r for r in held if r.id not in still and not r.finished]
         for run in lost:
             run.abandon()  # counted by the run's ``on_abandon``
@@ -178,6 +187,7 @@ class LeaseKeeper:
                         next_claim = now + claim_every
                         await self.before_claim()
                         await self.take_over()
+                        self.store_reached_at = time.time()
                     if now >= next_cancel and not self.is_closing():
                         next_cancel = now + self.cancel_every_s
                         await self.check_cancels()
