@@ -17,10 +17,10 @@ sibling workers' sockets on one SQLite file):
 * ``-`` when its last follower here leaves, ``!`` when a follower whose leaving cancels
   the chat (the chat's own client) was among those that left since the run was first
   followed here — not only when it was the last to go: a reader of ``/events`` leaving
-  after it does not make the chat's client's departure forgotten. The owner, told ``!``,
-  treats the run as one whose own client left (``Run.cancel_when_alone``), as it does
-  when such a follower of its own leaves; from then on any last departure starts its
-  timer.
+  after it does not make the chat's client's departure forgotten. The owner, told ``!``
+  (``on_client_left``, whoever still holds the run, here or elsewhere), treats the run
+  as one whose own client left (``Run.cancel_when_alone``), as it does when such a
+  follower of its own leaves; from then on any last departure starts its timer.
 
 Every replica keeps what it heard; the one executing the run asks ``held_until`` before
 its timer cancels, and is told (``on_left``) when the last client elsewhere left, so its
@@ -78,6 +78,7 @@ class FollowerPresence:
     #: What was heard: run -> replica -> until when (``time.monotonic()``) it counts.
     _elsewhere: dict[str, dict[str, float]] = field(default_factory=dict)
     _on_left: list[Callable[[str, bool], None]] = field(default_factory=list)
+    _on_client_left: list[Callable[[str], None]] = field(default_factory=list)
     _pending: list[tuple[Word, str]] = field(default_factory=list)
     _flush_scheduled: bool = False
     _next_prune: float = 0.0
@@ -139,6 +140,15 @@ class FollowerPresence:
         ``run_id`` left (``cancels``: the one that left was a chat's own client)."""
         self._on_left.append(callback)
 
+    def on_client_left(self, callback: Callable[[str], None]) -> None:
+        """``callback(run_id)`` whenever a replica says ``!`` for ``run_id`` (a chat's own
+        client left there), whoever still holds the run, here or elsewhere: the owner
+        marks the run a chat's then (``Run.cancel_when_alone``). ``on_left`` alone came
+        only with the last departure anywhere, so a reader still attached when the
+        client left (on the owner, or on a third replica) made the word forgotten, and
+        once that reader left no timer started."""
+        self._on_client_left.append(callback)
+
     def held_until(self, run_id: str) -> float | None:
         """Until when (``time.monotonic()``) a client attached elsewhere holds ``run_id``
         as things were last heard; ``None``: nobody does."""
@@ -163,6 +173,11 @@ class FollowerPresence:
             if word == "+":
                 self._elsewhere.setdefault(run_id, {})[replica] = now + self.ttl_s
                 continue
+            for mark in self._on_client_left if word == "!" else ():
+                try:
+                    mark(run_id)
+                except Exception:  # as below
+                    log.exception("a chat-client-left subscriber failed", extra={"run_id": run_id})
             heard = self._elsewhere.get(run_id)
             if heard is not None:
                 heard.pop(replica, None)

@@ -144,6 +144,15 @@ def watch_clients_elsewhere(svc: Services) -> None:
         if run.cancel_when_alone:
             _client_left(svc, run)
 
+    def client_left_elsewhere(run_id: str) -> None:
+        # ``!`` heard while a follower still holds the run (here, or on a third replica):
+        # no timer yet, but the run is a chat's whose client left, so the last of those
+        # followers to leave starts one (``left_elsewhere``, or ``_on_leave`` here).
+        run = svc.runs.get(run_id)
+        if run is not None:
+            run.cancel_when_alone = True
+
+    presence.on_client_left(client_left_elsewhere)
     presence.on_left(left_elsewhere)
 
 

@@ -21,6 +21,10 @@ import httpx
 import orjson
 import pytest
 
+from app.runs.records import Caller, ChatInput, encode_run_input
+from app.server.auth import LOCAL_USER
+from storage.open import open_storage
+from storage.records import NewRun
 from tests.storage.test_replica_ops_app import replica, replica_settings
 from tests.support.gated_provider import Gate, GatedTurn
 from tests.support.postgres import TestPostgres
@@ -227,5 +231,44 @@ async def test_a_reader_leaving_the_other_replica_after_the_chat_left_starts_the
         await until(lambda: presence.kept > 0 or run.finished, "A's re-attach timer to fire", timeout=END_BOUND_S)
         assert not run.finished
         await reader.drop()  # the reader leaves B: nobody is left anywhere
+        await asyncio.wait_for(run.wait_finished(), END_BOUND_S)
+    assert status_of(run) == "cancelled"
+
+
+async def test_the_chat_client_leaving_another_replica_while_a_reader_holds_the_run_is_kept(
+    pg_db: dict[str, str],
+) -> None:
+    """The owner hears ``!`` (the chat's own client left another replica) while a reader
+    of ``/events`` still holds the run on the owner: the run is a chat's from then on,
+    and the reader's leaving, the last client anywhere, starts the timer. Before, the
+    owner dropped the word (it had a follower of its own: ``watch_clients_elsewhere``
+    returned before marking the run), and once the reader left nothing started a timer:
+    the chat ran on until the 600 s sweep. The run is one taken over from a dead replica,
+    so its client never left the owner itself (the mark that leaving sets is not there)."""
+    gate = Gate()
+    settings = replica_settings(pg_db, **REATTACH, AGENT_RUN_LEASE_S="1")
+    async with AsyncExitStack() as stack:
+        replicas = [await replica(stack, settings, held_at(gate)) for _ in range(2)]
+        client = await stack.enter_async_context(httpx.AsyncClient(timeout=30))
+        dead = await open_storage(pg_db["AGENT_DATABASE_URL"])
+        stack.push_async_callback(dead.close)
+        await dead.runs.create(NewRun(
+            id="run_dead_chat", conversation_id="chat-taken-over", user_id=LOCAL_USER, context_type="knowledge",
+            input=encode_run_input(ChatInput("hi", "knowledge", {}), Caller(LOCAL_USER)),
+            lease_owner="dead-replica", lease_s=0.05))
+        await asyncio.wait_for(gate.reached.wait(), END_BOUND_S)  # taken over by one of them
+        owner_at = next(i for i, (_, app) in enumerate(replicas) if app.state.services.runs.get("run_dead_chat"))
+        (owner, app_owner), (other, _) = replicas[owner_at], replicas[1 - owner_at]
+        run = app_owner.state.services.runs.get("run_dead_chat")
+        resumed = Reader(client, "GET", f"{other}/v1/agent/ui-stream/chat-taken-over/stream")
+        await until(lambda: resumed.saw('"type":"start"'), "the chat's client to resume on the other replica")
+        await heard_on(app_owner, run.id)
+        reader = Reader(client, "GET", f"{owner}/v1/agent/runs/{run.id}/events")
+        await until(lambda: reader.saw("Partial ") and run.followers == 1, "the owner's reader to read the parts")
+        presence = app_owner.state.services.remote.presence
+        await resumed.drop()  # the chat's client leaves; the reader on the owner holds the run
+        await until(lambda: presence.held_until(run.id) is None, "the owner to hear the client left")
+        assert not run.finished
+        await reader.drop()  # the reader leaves too: nobody is left anywhere
         await asyncio.wait_for(run.wait_finished(), END_BOUND_S)
     assert status_of(run) == "cancelled"
