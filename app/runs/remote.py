@@ -261,7 +261,15 @@ class RemoteRuns:
                     if not await watch.wait(self.poll_s):
                         watch.must_read = True  # a notification may have been lost
         except Exception as exc:
-            log.warning("reading a run followed here failed", extra={"run_id": tail.run_id, "error": str(exc)[:300]})
+            # The database away: each follower waits and says so once, and looks again
+            # through a new tail every ``outage_pause_s`` - a warning per look was a line
+            # per follower every 2 s for as long as the outage lasted.
+            waited_out = isinstance(exc, StorageUnavailable) and not isinstance(exc, DatabaseLost)
+            log.log(
+                logging.DEBUG if waited_out else logging.WARNING,
+                "reading a run followed here failed",
+                extra={"run_id": tail.run_id, "error": str(exc)[:300]},
+            )
             tail.error = exc
             if self._tails.get(tail.run_id) is tail:
                 del self._tails[tail.run_id]

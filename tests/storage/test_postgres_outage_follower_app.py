@@ -12,14 +12,17 @@ and the run, carried on to ``completed`` once the database was back, was never s
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
+import pytest
 
 from tests.storage.test_postgres_outage_app import relayed_url
 from tests.storage.test_postgres_outage_runs_app import settings_for
+from tests.storage.test_reattach_elsewhere_app import Reader
 from tests.support.deadline import until
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
 from tests.support.server import serve_app
@@ -85,3 +88,52 @@ def _closed(records: list[dict[str, Any]]) -> bool:
 
 def _heartbeats(records: list[dict[str, Any]]) -> int:
     return sum(1 for r in records if r["kind"] == "message" and r["event"] == "heartbeat")
+
+
+async def test_a_follower_kept_through_an_outage_does_not_log_a_warning_per_look(
+    relayed_url: tuple[str, CuttableRelay], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The follower says once that it waits for the database; each look at the log it
+    takes meanwhile (a new tail every ``outage_pause_s``: 2 s, 0.1 s here) is not a
+    warning. Before, every failed look logged 'reading a run followed here failed' at
+    WARNING: one line per follower every 2 s for as long as the outage lasted."""
+    from app.factory import create_app
+
+    caplog.set_level(logging.INFO, logger="agentchat.runs")
+    url, relay = relayed_url
+    gate = Gate()
+    provider = GatedProvider([
+        GatedTurn(steps=("before the outage ", gate, "after the outage")),
+        GatedTurn(steps=("carried on after the outage",)),
+    ])
+    app = create_app(settings_for(url, tmp_path, AGENT_HEARTBEAT_S="0.2"), provider=provider)
+    async with serve_app(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
+        remote = app.state.services.remote
+        remote.outage_pause_s = 0.1
+        started = await http.post("/v1/agent/runs", json={"message": "hello", "context_type": "workflow"})
+        assert started.status_code == 201, started.text
+        run_id = started.json()["run_id"]
+        counters = app.state.services.runs.counters
+        follower = Reader(http, "GET", f"/v1/agent/runs/{run_id}/events")
+        await until(lambda: follower.saw("before the outage "), "the text before the gate", 30)
+        relay.cut()
+        gate.open()
+        await until(lambda: counters.outage_suspended >= 1, "the run let go for the outage", 60)
+
+        def waiting() -> bool:
+            return any("waits for the database" in r.getMessage() for r in caplog.records)
+
+        await until(waiting, "the follower to wait for the database", 60)
+        looked = remote.log_reads
+        await until(lambda: remote.log_reads >= looked + 5, "the follower to look at the log again", 60)
+        assert _beats(follower.lines) > 0
+        relay.restore()
+        lines = await follower.finished()
+    assert any('"status":"completed"' in ln for ln in lines), lines[-6:]
+    looks = [r for r in caplog.records if r.levelno >= logging.WARNING and "followed here failed" in r.getMessage()]
+    assert not looks, f"{len(looks)} warnings, one per look at the log"
+    assert len([r for r in caplog.records if "waits for the database" in r.getMessage()]) == 1
+
+
+def _beats(lines: list[str]) -> int:
+    return sum(1 for ln in lines if ln == "event: heartbeat")
