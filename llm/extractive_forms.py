@@ -137,6 +137,32 @@ ACTION = re.compile(
 )
 
 
+#: A question word opening a clause after a statement, a greeting or a condition ("I
+#: upgraded Node.js; how do I …", "Quick question: what is …", "In npm outdated's
+#: output, what does …"): where the question's form is read from (``asking_clause``).
+_ASKING_CLAUSE = re.compile(
+    r"(?<=[;:.!?,])\s+(?=(?:how|what|where|when|who|whom|whose|which|why|can|could|is|are|does|do|will"
+    r"|should|may|must)\b)",
+    re.IGNORECASE,
+)
+_OPENS_ASKING = re.compile(
+    r"^\W*(?:how|what|where|when|who|whom|whose|which|why|can|could|is|are|does|do|will|should|may|must|list"
+    r"|name)\b",
+    re.IGNORECASE,
+)
+
+
+def asking_clause(question: str) -> str:
+    """The part of ``question`` its form is read from: all of it when it opens with a
+    question word, else from the last clause that does. Every form above is anchored at
+    the start, so "I upgraded Node.js; how do I recompile my native add-ons?" was no
+    how-to and its answer never showed the command (``with_synopsis``)."""
+    if _OPENS_ASKING.match(question):
+        return question
+    starts = [m.end() for m in _ASKING_CLAUSE.finditer(question)]
+    return question[starts[-1] :] if starts else question
+
+
 #: The examples a question gives of what it asks about (", like alpha or beta,", "such as
 #: 1.2.0-5", "e.g. …"): they show what is meant, and a text answering need not say them.
 #: "How do I choose the identifier, like alpha or beta, used in a prerelease version?" is
@@ -174,4 +200,5 @@ __all__ = [
     "WHICH_KIND",
     "WHICH_MANY",
     "YES_NO",
+    "asking_clause",
 ]

@@ -35,6 +35,7 @@ from llm.extractive_forms import (
     WHICH_KIND,
     WHICH_MANY,
     YES_NO,
+    asking_clause,
 )
 from llm.extractive_words import (
     _STOP,
@@ -178,14 +179,15 @@ class Question:
                 joined.setdefault(stem(left + right), stem(left))
                 if right in PARTICLES and (at == 0 or words[at - 1] in BEFORE_VERB):
                     phrasal.setdefault(stem(left), right)
-        many = WHICH_MANY.search(question)
+        form = asking_clause(question)
+        many = WHICH_MANY.search(form)
         focus = stem((many.group("one") or many.group("two")).casefold()) if many else None
-        wants = next((unit for _, asks, unit in WANTS if asks.search(question)), None)
-        enumeration = bool(many) or bool(ENUMERATION.search(question))
-        how_to = HOW_TO.search(question) is not None
-        definition = DEFINITION.search(question) is not None
+        wants = next((unit for _, asks, unit in WANTS if asks.search(form)), None)
+        enumeration = bool(many) or bool(ENUMERATION.search(form))
+        how_to = HOW_TO.search(form) is not None
+        definition = DEFINITION.search(form) is not None
         negated = NEGATED_CASE.search(question) is not None
-        noun = HOW_MANY.search(question)
+        noun = HOW_MANY.search(form)
         counted = None
         if noun is not None:
             head = stem(noun.group("noun").casefold())
@@ -196,7 +198,7 @@ class Question:
         pairs = frozenset(itertools.pairwise(stem(t) for t in _terms(question)))
         # "how do I turn on X" asks to enable X: the particle is the verb's, not the
         # start of the action's circumstances ("on the registry").
-        acts = ACTION.match(one_verbs(question))
+        acts = ACTION.match(one_verbs(form))
         action = stems_of(acts.group("action")) - names if acts is not None else frozenset()
         folded = unicodedata.normalize("NFKC", question).casefold()
         apart = stems_of(COMPOUND.sub(" ", folded))
@@ -219,11 +221,11 @@ class Question:
             pairs,
             action,
             tuple(c for c in compounds if c[1]),
-            stems_of(next((g for g in k.groups() if g), "")) if (k := WHICH_KIND.search(question)) else frozenset(),
-            asks=a.group(1).casefold() if (a := ASKS.match(question)) else "",
+            stems_of(next((g for g in k.groups() if g), "")) if (k := WHICH_KIND.search(form)) else frozenset(),
+            asks=a.group(1).casefold() if (a := ASKS.match(form)) else "",
             words=w,
             spoken=folded_words(question),
-            after_auxiliary=folded_words(y.group("rest")) if (y := YES_NO.match(question)) else (),
+            after_auxiliary=folded_words(y.group("rest")) if (y := YES_NO.match(form)) else (),
         )
 
     def terms(self, text: str) -> frozenset[str]:
