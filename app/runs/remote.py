@@ -23,7 +23,8 @@ it on included. Ending the stream instead told the client to reconnect, and a br
 ``EventSource`` reconnecting while the database was still away was answered 503, which
 it never retries: it closed for good, though the run was carried on to its end once the
 database was back. A lost SQLite file (``DatabaseLost``) does not come back without a
-restart: that ends the follower, as before.
+restart: that ends the follower, as before; so does a run found deleted once the store
+answers again (its conversation deleted meanwhile: its log would never grow).
 """
 
 from __future__ import annotations
@@ -173,6 +174,7 @@ class RemoteRuns:
             self.presence.attached(run_id)
         last_sent = time.monotonic()
         told = False  # that the follower waits for the database: said once
+        waited = False  # through an outage: once the store answers, is the run still there?
         try:
             while True:
                 changed = tail.changed
@@ -195,9 +197,21 @@ class RemoteRuns:
                     continue
                 if unreadable is None and tail.error is not None:
                     unreadable = tail.error
+                if unreadable is None and waited:
+                    # Its conversation may have been deleted meanwhile (its ending stored,
+                    # then the run removed, while this follower was not looking): the log
+                    # then never grows, and the follower would wait for ever. It ends
+                    # instead, with no ending made up; a reconnect is answered 404.
+                    try:
+                        if await self.store.get(run_id) is None:
+                            return
+                        waited = False
+                    except StorageUnavailable as exc:
+                        unreadable = exc
                 if unreadable is not None:
                     if not isinstance(unreadable, StorageUnavailable) or isinstance(unreadable, DatabaseLost):
                         raise unreadable
+                    waited = True
                     if not told:
                         told = True
                         log.info(

@@ -13,20 +13,25 @@ and the run, carried on to ``completed`` once the database was back, was never s
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
+import psycopg
 import pytest
 
 from tests.storage.test_postgres_outage_app import relayed_url
 from tests.storage.test_postgres_outage_runs_app import settings_for
 from tests.storage.test_reattach_elsewhere_app import Reader
+from tests.storage.test_replica_ops_app import quick, replica
 from tests.support.deadline import until
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
+from tests.support.postgres import TestPostgres
 from tests.support.server import serve_app
-from tests.support.tcp_cut import CuttableRelay
+from tests.support.tcp_cut import CuttableRelay, cuttable_relay
 from tests.test_sse_clients import has_chunk, js_client, node, run_events
 
 __all__ = ["node", "relayed_url"]  # the fixtures, used by name
@@ -137,3 +142,53 @@ async def test_a_follower_kept_through_an_outage_does_not_log_a_warning_per_look
 
 def _beats(lines: list[str]) -> int:
     return sum(1 for ln in lines if ln == "event: heartbeat")
+
+
+@pytest.fixture
+async def direct_and_relayed(pg_server: TestPostgres) -> AsyncIterator[tuple[str, str, CuttableRelay]]:
+    """One database, reached directly and through a relay the test cuts."""
+    with pg_server.database() as url:
+        params = psycopg.conninfo.conninfo_to_dict(url)
+        async with cuttable_relay(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432)) as relay:
+            params["host"], params["port"] = "127.0.0.1", str(relay.port)
+            yield url, "postgresql://{user}@{host}:{port}/{dbname}".format(**params), relay
+
+
+async def test_a_follower_waiting_through_an_outage_ends_when_its_run_was_deleted_meanwhile(
+    direct_and_relayed: tuple[str, str, CuttableRelay], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """B's follower of A's run waits while B cannot reach the database; meanwhile the run
+    ends on A and its conversation is deleted. Once B reaches the database again the
+    run's log never grows: before, the follower waited for ever (heartbeats until the
+    client left); now it finds the run gone and its stream ends (a reconnect: 404)."""
+    caplog.set_level(logging.INFO, logger="agentchat.runs")
+    direct, relayed, relay = direct_and_relayed
+    gate = Gate()
+    held = GatedTurn(steps=("before the outage ", gate, "after the outage"))
+    async with AsyncExitStack() as stack:
+        a, app_a = await replica(stack, settings_for(direct, tmp_path, AGENT_HEARTBEAT_S="0.2"), lambda _r, _i: held)
+        b, app_b = await replica(stack, settings_for(relayed, tmp_path, AGENT_HEARTBEAT_S="0.2"), quick)
+        http = await stack.enter_async_context(httpx.AsyncClient(timeout=30))
+        started = await http.post(f"{a}/v1/agent/runs", json={"message": "hello", "context_type": "workflow"})
+        assert started.status_code == 201, started.text
+        run_id, conversation_id = started.json()["run_id"], started.json()["conversation_id"]
+        await until(gate.reached.is_set, "the run at the gate on A", 30)
+        app_b.state.services.remote.outage_pause_s = 0.1
+        follower = Reader(http, "GET", f"{b}/v1/agent/runs/{run_id}/events")
+        await until(lambda: follower.saw("before the outage "), "B's follower to read the text before the gate", 30)
+        relay.cut()  # B cannot reach the database; A can
+
+        def waiting() -> bool:
+            return any("waits for the database" in r.getMessage() for r in caplog.records)
+
+        await until(waiting, "B's follower to wait for the database", 60)
+        gate.open()
+        run = app_a.state.services.runs.get(run_id)
+        await until(lambda: run.finished and run.durable == len(run.events), "the run's ending stored on A", 30)
+        deleted = await http.delete(f"{a}/v1/agent/conversations/{conversation_id}")
+        assert deleted.status_code == 204, deleted.text
+        relay.restore()
+        lines = await follower.finished()
+        assert not any("message_complete" in ln for ln in lines), "B made up an ending it never read"
+        again = await http.get(f"{b}/v1/agent/runs/{run_id}/events")
+    assert again.status_code == 404, again.text
