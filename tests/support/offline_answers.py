@@ -72,7 +72,11 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: "round50" (12 sample questions - tool selection, list-all clarifications, the pool wait,
 #: admin routes, JWT audience, run and stream error codes, loop lag; two expecting a
 #: decline - and 12 npm questions in a newcomer's words) written before round 50's changes
-#: and before any answer to them was read: round 50's held-out check.
+#: and before any answer to them was read: round 50's held-out check; "walkthrough50" (25
+#: sample questions in a newcomer's plain words - 14 of a lead's walkthrough of a fresh
+#: default service, its misses and its good answers, and nine more of the same kind written
+#: before any answer to them was read; two expecting a decline) written before round 50b's
+#: changes and measured before and after them.
 SETS = (
     "original",
     "held_out",
@@ -105,6 +109,7 @@ SETS = (
     "round47",
     "round48",
     "round50",
+    "walkthrough50",
 )
 
 
