@@ -58,6 +58,7 @@ from llm.extractive_read import read_passage as _read
 from llm.extractive_score import score_units as _units
 from llm.extractive_subject import ask_of as _ask_of
 from llm.extractive_subject import declined as _declined
+from llm.extractive_subject import proper_names_asked as _proper_names_asked
 from llm.extractive_subject import unmentioned as _unmentioned
 from llm.extractive_words import Words
 
@@ -100,6 +101,17 @@ SAME_PAGE_SHARE = 0.85
 #: 0.6-0.7 changed 13-35 answers, several with an unrelated passage, and gained nothing
 #: more.
 COMPLETING_SHARE = 0.6
+#: A passage from another document joins only when the search scored it at least this
+#: share of the passage the answer opens with. The answerer scores a unit by the
+#: question's words it says, and a page the search found far less relevant may say the
+#: one word the answer lacks in another sense: "Is my data sent anywhere?" (0.64, the
+#: overview's "What leaves the machine") was followed by tool selection's "… the result
+#: is sent as the `tool_selection` event" (0.15), "How do I make someone an
+#: administrator?" (0.50) by ``make bench`` (0.10). Replayed over every set's captured
+#: passages: of 349 answers with two passages, the four under 0.3 carried no fact in the
+#: second (three unrelated, one another part of the same page, which this leaves alone);
+#: the lowest second passage carrying the answer's fact was at 0.35.
+SECOND_SEARCH_SHARE = 0.3
 
 
 def _chunk_position(read: _Read) -> int | None:
@@ -126,6 +138,12 @@ def _completes(question: _Question, lead: str, said: frozenset[str]) -> bool:
         return False
     terms = question.terms(lead)
     return all(match(q, terms) >= 1.0 for q in missing)
+
+
+def _proper_names(asked: str, missing: tuple[str, ...], words: Words) -> frozenset[str]:
+    """The stems of the capitalised names ``asked`` is about that a passage mentions
+    (``Question.naming``); a name no passage says (``missing``) tells no passage apart."""
+    return frozenset(s for name in _proper_names_asked(asked) if name not in missing for s in words.stems(name))
 
 
 def _page_opening(read: _Read) -> PageOpening:
@@ -216,7 +234,7 @@ def compose(
             q = _about(q, follow_up)
         q = q.written_apart(t for r in reads for t in (r.passage.title, r.passage.text))
         said_by = _said(q, reads)
-    q = q.weighed_by(said_by)
+    q = q.weighed_by(said_by).naming(_proper_names(asked, missing, q.words))
     units = sorted(_units(reads, q), key=lambda u: (-u.score, u.passage, u.block, u.index))
     units = [u for u in units if u.score >= MIN_RELEVANCE]
     declined = _declined(question, missing, bool(units) and units[0].score >= UNMENTIONED_MIN_SCORE)
@@ -243,6 +261,7 @@ def compose(
     length = 0
     covered: frozenset[str] = frozenset()  # what the answer says so far, as the question's terms
     wants: list[NextChunk] = []
+    lead_found = 0.0  # the search's score of the passage the answer opens with
     for unit in units:
         if len(parts) >= MAX_PASSAGES or (parts and unit.score < COMPLETING_SHARE * best):
             break
@@ -252,6 +271,8 @@ def compose(
             continue
         if document not in used_documents and parts and unit.score < SECOND_PASSAGE_SHARE * best:
             continue
+        if document not in used_documents and parts and read.passage.score < SECOND_SEARCH_SHARE * lead_found:
+            continue  # a page the search found far less relevant than the answer's first
         if document in used_documents and (
             any(_near(reads[i], read) for i in used_passages)
             or (unit.score < SAME_PAGE_SHARE * best and not _completes(q, unit.text, covered))
@@ -272,6 +293,8 @@ def compose(
         used_blocks.add((unit.passage, unit.block))
         used_documents.add(document)
         used_passages.append(unit.passage)
+        if len(parts) == 0:
+            lead_found = read.passage.score
         source_id = read.passage.source_id
         parts.append(_cite(pieces, source_id))
         covered |= q.terms(" ".join(pieces))

@@ -179,6 +179,12 @@ EXAMPLES = re.compile(
     re.IGNORECASE,
 )
 
+#: A reciprocal pronoun ("see each other's conversations", "one another"): no content
+#: word of the question. "Can two users see each other's conversations?" was answered
+#: second by the hybrid search's "The two score lists are each min-max normalised …",
+#: whose "each" said the question's "each".
+RECIPROCAL = re.compile(r"\b(?:each\s+other|one\s+another)(?:['\u2019]s)?\b", re.IGNORECASE)
+
 
 __all__ = [
     "ACTION",
@@ -196,6 +202,7 @@ __all__ = [
     "NEGATION",
     "NUMBER",
     "PARTICLES",
+    "RECIPROCAL",
     "WANTS",
     "WHICH_KIND",
     "WHICH_MANY",

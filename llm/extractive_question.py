@@ -31,6 +31,7 @@ from llm.extractive_forms import (
     NEGATION,
     NUMBER,
     PARTICLES,
+    RECIPROCAL,
     WANTS,
     WHICH_KIND,
     WHICH_MANY,
@@ -207,7 +208,7 @@ class Question:
             for m in COMPOUND.finditer(folded)
         )
         return cls(
-            stems_of(EXAMPLES.sub(" ", question)) or stems_of(question),
+            stems_of(RECIPROCAL.sub(" ", EXAMPLES.sub(" ", question))) or stems_of(question),
             joined,
             phrasal,
             enumeration,
@@ -271,6 +272,17 @@ class Question:
             if whole.search(folded) is None:
                 out |= parts
         return frozenset(out)
+
+    def naming(self, named: frozenset[str]) -> Question:
+        """The question with the stems ``named`` counting as its names (``NAME_WEIGHT``,
+        out of its action): a capitalised name it asks about ("Gemini" of "how do I
+        connect Gemini?", ``llm.extractive_subject.proper_names_asked``) is what the answer
+        must say, more than the common verb beside it, which passages about something
+        else say too ("Servers connect in the background", ``connect_timeout_s``)."""
+        named = named & self.stems
+        if not named or named <= self.names:
+            return self
+        return replace(self, names=self.names | named, action=self.action - named)
 
     def weighed_by(self, passages: Iterable[frozenset[str]]) -> Question:
         """The question with each of its stems weighed by how few of the passages say it

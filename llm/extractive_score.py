@@ -198,7 +198,8 @@ def _section_named(question: _Question, heading: str, title: frozenset[str]) -> 
     question itself); else 0. Like a named page, a named section is answered by what it
     says first (``llm.extractive_signals.continues_section``: even when that is in the next chunk)."""
     words = question.words
-    heading_stems = words.stems(heading) - title
+    said = question.terms(heading)  # "Backups" says the question's "back up"
+    heading_stems = said - title
     asked = question.stems | frozenset(question.joined)
     if not heading_stems:
         return 0.0
@@ -206,7 +207,7 @@ def _section_named(question: _Question, heading: str, title: frozenset[str]) -> 
         # A heading that says the whole question and one word more ("Does npm send any
         # information about me back to the registry?") names the section too.
         extra = sum(1 for h in heading_stems if words.coverage(frozenset({h}), asked) < 1.0)
-        if extra > 1 or len(heading_stems) < 4 or words.coverage(question.stems, words.stems(heading)) < 1.0:
+        if extra > 1 or len(heading_stems) < 4 or words.coverage(question.stems, said) < 1.0:
             return 0.0
     return words.coverage(question.stems, heading_stems)
 
@@ -254,7 +255,10 @@ def score_units(reads: list[_Read], question: _Question) -> list[_Unit]:
         page_terms[document] = page_terms.get(document, frozenset()) | question.terms(read.passage.text)
     heading_phrase = _heading_phrases(reads, question)
     for p, read in enumerate(reads):
-        title = question.terms(read.passage.title) if question.apart else words.stems(read.passage.title)
+        # A title and a heading are read as the unit's own words are (``Question.terms``):
+        # "What the OpenAI-compatible face sends back" says nothing of "how do I back up
+        # my data?" (a phrasal verb without its particle), "Backups" says its "back up".
+        title = question.terms(read.passage.title)
         rank = 0.1 * read.passage.score - 0.02 * p
         # A question that names a document ("what does npm dedupe do?", every word in the
         # title "npm-dedupe") is answered by what that document says first.
@@ -277,7 +281,7 @@ def score_units(reads: list[_Read], question: _Question) -> list[_Unit]:
         for b, block in enumerate(read.blocks):
             if block.kind == "heading" or block.kind == "code":
                 continue
-            context = (title | words.stems(read.headings[b])) - question.split_names(read.headings[b])
+            context = title | question.terms(read.headings[b])
             after_heading = (b > 0 and read.blocks[b - 1].kind == "heading") or b == continued or after_form(read, b)
             if block.kind in ("list", "table") and question.enumeration:
                 # The whole block, for a question asking for several things: when its
@@ -326,7 +330,7 @@ def score_units(reads: list[_Read], question: _Question) -> list[_Unit]:
                 if (
                     words.coverage(question.stems, question.terms(plain) | _said_otherwise(question, plain)) <= 0
                     and not (named and b == opening)
-                    and words.coverage(question.stems, words.stems(read.headings[b])) < 0.5
+                    and words.coverage(question.stems, question.terms(read.headings[b])) < 0.5
                 ):
                     continue  # about the question neither itself nor by its section
                 if after_heading and i == 0:  # what a section says first is what it is about

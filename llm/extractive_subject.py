@@ -274,6 +274,15 @@ def asked_about(question: str) -> list[str]:
     return _named(question, _is_object)
 
 
+def proper_names_asked(question: str) -> list[str]:
+    """The capitalised names the question is about (``asked_about``'s runs of capitalised
+    words: "Gemini" of "How do I connect Gemini?", not "Ubuntu" of "I'm on Ubuntu, how do
+    I …"; nor a possessive's lower-case owner, "a search result's score"), as written:
+    what the answer must be about when a passage says it."""
+    text = unicodedata.normalize("NFKC", question)
+    return [run for run in _capitalised_runs(text) if run[:1].isupper() and _is_object(text, run)]
+
+
 #: Where a sentence of the message ends: its marks and a space or the message's end
 #: ("Next.js", "3.12" and "package-lock.json" end nothing).
 _SENTENCE_BREAK = re.compile(r"[.!?]+(?=\s|$)")
@@ -460,4 +469,12 @@ def unmentioned(question: str, said: Iterable[frozenset[str]], words: Words) -> 
     return tuple(n for n in out if not any(o != n and o.strip("`") in n for o in out))
 
 
-__all__ = ["ask_of", "asked_about", "asking_spans", "declined", "names", "unmentioned"]
+__all__ = [
+    "ask_of",
+    "asked_about",
+    "asking_spans",
+    "declined",
+    "names",
+    "proper_names_asked",
+    "unmentioned",
+]
