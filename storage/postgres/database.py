@@ -32,6 +32,8 @@ Why this shape (the SQLite engine's ``database.py`` is the model; differences on
   (a restart or a cut no request saw): its socket is looked at first, without a round
   trip, and such a connection is replaced (``pooled_borrow.py``) — else the first
   requests after a short outage, one per idle connection, were refused.
+* A caller with a deadline (a request, ``readiness``) gets a pooled connection before
+  callers without one, queued during an outage ahead of it (``borrow_order.py``).
 * While the database is known away (two connection attempts in a row failed as an
   absent server fails, and no idle connection is left), a caller with a deadline — a
   request, ``readiness`` — is refused at once instead of waiting the pool's timeout,
@@ -62,6 +64,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from storage import request_scope
 from storage.errors import StorageUnavailable
+from storage.postgres.borrow_order import BorrowOrder
 from storage.postgres.pool_refill import refill_now
 from storage.postgres.pooled_borrow import borrow
 from storage.postgres.reachability import Reachability
@@ -158,6 +161,8 @@ class PostgresDatabase(QueuedWrites):
         #: request is then refused at once, not after the pool's whole timeout.
         self.reach = reach or Reachability()
         self.reach.bind(self._probe)
+        #: Who is handed a pooled connection first: callers with a deadline.
+        self.order = BorrowOrder()
         self._queue = OrderedWriter(
             lambda batch: finish_even_if_cancelled(self._commit_items(batch)),
             transient=transient,
@@ -233,7 +238,7 @@ class PostgresDatabase(QueuedWrites):
             await self._refuse_if_known_down(ends)
         try:
             async with (
-                borrow(self.pool, self._pool_wait(ends)) as conn,
+                borrow(self.pool, self._pool_wait(ends), self.order, urgent=ends is not None) as conn,
                 answered_by(conn, ends, self._waited(ends)),
             ):
                 yield conn
@@ -312,7 +317,7 @@ class PostgresDatabase(QueuedWrites):
         async with asyncio.timeout(wait_s):
             conn = await self.pool.connection_class.connect(self.url, **kwargs)
         await conn.close()
-        await refill_now(self.pool)
+        await refill_now(self.pool, self.order.waiting_urgent)
 
     def _pool_wait(self, deadline: float | None) -> float:
         """How long an attempt may wait for a pooled connection: the pool's timeout, or
@@ -333,7 +338,7 @@ class PostgresDatabase(QueuedWrites):
         self, fn: Callable[[Conn], Awaitable[T]], pool_wait: float, deadline: float | None = None, waited: float = 0.0
     ) -> T:
         async with (
-            borrow(self.pool, pool_wait) as conn,
+            borrow(self.pool, pool_wait, self.order, urgent=deadline is not None) as conn,
             answered_by(conn, deadline, waited),
             conn.transaction(),
         ):
@@ -358,7 +363,7 @@ class PostgresDatabase(QueuedWrites):
         if not statements:
             self._succeeded()
             return
-        async with borrow(self.pool, self.opts.connect_timeout_s) as conn, conn.transaction():
+        async with borrow(self.pool, self.opts.connect_timeout_s, self.order, urgent=False) as conn, conn.transaction():
             await run_statements(conn, statements)
         self._succeeded()
 

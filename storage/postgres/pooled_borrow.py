@@ -36,6 +36,8 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
+from storage.postgres.borrow_order import BorrowOrder
+
 
 def went_away(conn: AsyncConnection[Any]) -> bool:
     """Whether ``conn`` is already known dead: closed, or its socket has something to
@@ -61,13 +63,17 @@ def _readable(fd: int) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def borrow(pool: AsyncConnectionPool[Any], timeout: float) -> AsyncIterator[AsyncConnection[Any]]:
+async def borrow(
+    pool: AsyncConnectionPool[Any], timeout: float, order: BorrowOrder, *, urgent: bool
+) -> AsyncIterator[AsyncConnection[Any]]:
     """``pool.connection(timeout)``, but a connection already known dead (``went_away``)
     is handed back — the pool discards and replaces it — and another drawn, all within
-    ``timeout``. The pool's ``PoolTimeout`` past it, as before."""
+    ``timeout``; a caller with a deadline (``urgent``) is served before callers without
+    one (``borrow_order.py``), for its first draw and any other. The pool's
+    ``PoolTimeout`` past ``timeout``, as before."""
     ends = time.monotonic() + timeout
     while True:
-        conn = await pool.getconn(timeout=max(0.001, ends - time.monotonic()))
+        conn = await order.getconn(pool, max(0.001, ends - time.monotonic()), urgent=urgent)
         if not went_away(conn):
             break
         await pool.putconn(conn)  # its status says closed: the pool drops it and opens another
