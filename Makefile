@@ -61,9 +61,14 @@ PRODUCT := events client app llm toolindex storage agenttools knowledge prompts 
 # --dist loadfile: each test module runs whole on one worker, so a module-scoped fixture
 # (a second PostgreSQL, an MCP world, a loaded corpus) is built once, not once per worker
 # as the default `load` (tests dealt out one by one) did.
+# --no-loadscope-reorder: modules are dealt out in the workers' collection order, which
+# tests/support/module_order.py sorts longest first by tests/data/module_durations.json
+# (xdist's own order, by number of tests, could deal a 100-130 s module of one test last,
+# to run alone while the other workers idled). Refresh the table after adding a long module:
+# `make test PYTEST_ARGS=--module-durations=tests/data/module_durations.json`.
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 4
-DIST := --dist loadfile
+DIST := --dist loadfile --no-loadscope-reorder
 # mypy runs beside one collection of the suite: that collection writes every test module's
 # assertion-rewritten bytecode, which the xdist workers then read instead of each rewriting
 # all ~270 modules at once on a fresh clone (-n 4 collection: 44 s cold, 17 s warm, load ~4).

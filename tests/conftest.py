@@ -19,8 +19,9 @@ from tests.support.postgres import PostgresUnavailable, TestPostgres
 from tests.support.server import serve_app
 from tests.support.sse import SSEEvent, iter_sse
 
-#: Names the ``agentchat-*`` directories a session left in the temporary directory.
-pytest_plugins = ["tests.support.runtime_leaks"]
+#: Names the ``agentchat-*`` directories a session left in the temporary directory; deals the
+#: longest modules out to xdist workers first (and writes the table it deals by).
+pytest_plugins = ["tests.support.runtime_leaks", "tests.support.module_order"]
 
 #: How long one ``collect_sse`` read may take, at most (a guard, never a measure of speed).
 SSE_GUARD_S = 240.0
