@@ -317,7 +317,7 @@ class PostgresDatabase(QueuedWrites):
         async with asyncio.timeout(wait_s):
             conn = await self.pool.connection_class.connect(self.url, **kwargs)
         await conn.close()
-        await refill_now(self.pool, self.order.waiting_urgent)
+        await refill_now(self.pool, self.order.waiting)
 
     def _pool_wait(self, deadline: float | None) -> float:
         """How long an attempt may wait for a pooled connection: the pool's timeout, or

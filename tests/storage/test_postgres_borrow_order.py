@@ -50,6 +50,7 @@ async def test_a_connection_given_back_goes_to_a_caller_with_a_deadline_before_t
     await until(lambda: queued(pool) == 2, "two callers without a deadline queued on the pool")
     urgent = asyncio.create_task(order.getconn(pool, LONG_S, urgent=True))
     await until(lambda: order.waiting_urgent == 1, "the caller with a deadline waiting")
+    assert order.waiting == 3  # what the refill counts (the pool's own count keeps timed-out waits)
 
     await pool.putconn(held)
     conn = await urgent

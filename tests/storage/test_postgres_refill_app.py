@@ -68,6 +68,9 @@ async def test_the_first_run_after_the_probe_finds_the_database_back_is_served(
                 break
             await asyncio.sleep(0.01)
         assert not db.reach.down, "the database is back, yet the replica still takes it for away"
+        # One connection for each caller waiting and one more, not one for every wait
+        # that timed out during the outage (the pool's own count): the pool not filled.
+        assert db.pool.get_stats()["pool_size"] < db.pool.max_size, db.pool.get_stats()
 
         started = await client.post("/v1/agent/runs", json=BODY)
         assert started.status_code == 201, f"the database is back, yet: {started.status_code} {started.text}"
