@@ -769,13 +769,60 @@
         return;
       }
       if (es.readyState === EventSource.CLOSED) {
-        setConn("disconnected");
-        addError(view, "The stream could not be opened or resumed (the run may be gone, or its link expired).");
-        finish(run, "unknown");
+        resumeLater(run, url);
       } else {
         setConn("reconnecting…");
       }
     });
+  }
+
+  /** How often a stream refused with 503 is asked again before the page gives up (with
+   *  waits doubling to 30 s, or the server's Retry-After: several minutes). */
+  const RESUME_ATTEMPTS = 20;
+
+  /** The browser gives a stream up for good when a reconnect is answered with anything but
+   *  200 - also the 503 (`storage_unavailable`, `shutting_down`, with `Retry-After`) that
+   *  a replica answers while its database is away or it restarts, though the run goes on
+   *  (a run let go in an outage is carried on once the database is back, and its events
+   *  are stored). So ask the stream's URL what it says now: a 503 or 502/504, or no answer
+   *  at all, is waited out and the stream opened again after the last event shown; any
+   *  other refusal (the run gone, its link expired) ends the attempt with its reason. */
+  async function resumeLater(run, url, attempt = 0) {
+    run.es.close();
+    if (run.done) return;
+    const next = run.lastSeq > 0 ? withParam(url, "after", String(run.lastSeq)) : url;
+    const asking = new AbortController();
+    let response = null;
+    try {
+      response = await fetch(next, {
+        headers: { Accept: "text/event-stream", ...authHeaders() },
+        signal: asking.signal,
+      });
+    } catch {
+      response = null;
+    }
+    if (run.done) {
+      asking.abort();
+      return;
+    }
+    if (response && response.status === 200) {
+      asking.abort(); // the stream answers again: follow it with EventSource
+      listen(run, next, { replay: false });
+      return;
+    }
+    const transient = !response || [502, 503, 504].includes(response.status);
+    if (!transient || attempt + 1 >= RESUME_ATTEMPTS) {
+      const why = response ? await problemText(response) : "the server did not answer";
+      setConn("disconnected");
+      addError(run.view, `The stream could not be opened or resumed — ${why} (the run may be gone, or its link expired).`);
+      finish(run, "unknown");
+      return;
+    }
+    const asked = Number(response && response.headers.get("Retry-After"));
+    const wait = Math.min(30, Number.isFinite(asked) && asked > 0 ? asked : 2 ** attempt);
+    const why = response ? `HTTP ${response.status}` : "no answer";
+    setConn(`reconnecting in ${wait} s (${why})…`);
+    setTimeout(() => resumeLater(run, url, attempt + 1), wait * 1000);
   }
 
   function finish(run, status) {
