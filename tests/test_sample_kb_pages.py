@@ -114,3 +114,21 @@ def test_the_attachment_page_names_the_415_codes_the_code_gives() -> None:
         codes[name] = refused.value.code
     assert codes == {"photo.png": "unsupported_media_type", "notes.txt": "unreadable_file"}
     assert all(f"`{code}`" in section for code in codes.values()), section
+
+
+def test_the_errors_page_says_a_postgresql_outage_keeps_the_stream() -> None:
+    """The page said a database away always ends a run's stream with an id-less
+    ``storage_unavailable`` (and a run with an ``error``); since ea0ff56 a run on
+    PostgreSQL is let go and carried on once the database is back, and a stream following
+    it is kept with heartbeats (``app.runs.remote.RemoteRuns.follow_events``,
+    tests/storage/test_postgres_outage_follower_app.py): only on SQLite does it end so.
+    The offline answerer quoted the old sentence to "What happens to a running answer if
+    the database goes away?"."""
+    during = _section("20-limits-and-errors.md", "Errors during a run")
+    exception = during.split("The one exception", 1)[1]
+    sqlite, postgres = exception.find("On SQLite"), exception.find("On PostgreSQL the stream is kept")
+    assert postgres != -1 and sqlite != -1, exception
+    assert "without an `id` and ends" in exception[sqlite:], exception
+    assert "without an `id` and ends" not in exception[:sqlite], exception
+    meaning = _section("20-limits-and-errors.md", "storage_unavailable")
+    assert "during a run it ends the run" not in meaning and "during a run on SQLite it ends the run" in meaning, meaning
