@@ -131,4 +131,5 @@ def test_the_errors_page_says_a_postgresql_outage_keeps_the_stream() -> None:
     assert "without an `id` and ends" in exception[sqlite:], exception
     assert "without an `id` and ends" not in exception[:sqlite], exception
     meaning = _section("20-limits-and-errors.md", "storage_unavailable")
-    assert "during a run it ends the run" not in meaning and "during a run on SQLite it ends the run" in meaning, meaning
+    assert "during a run it ends the run" not in meaning, meaning
+    assert "during a run on SQLite it ends the run" in meaning, meaning
