@@ -107,11 +107,14 @@ async def slow_relayed_url(pg_server: TestPostgres) -> AsyncIterator[tuple[str, 
 
 #: Callers without a deadline queued during the outage, each holding the connection it
 #: gets until the test lets it go, so none is passed on to the request by the pool.
-HOLDERS = 12
+HOLDERS = 15
 #: How long each new connection takes once the database is back: the pool opens three at
-#: a time, so the request, thirteenth in the pool's queue, would get its first after five
-#: rounds (1.5 s); first in line, after one.
-CONNECT_DELAY_S = 0.3
+#: a time, so the request, sixteenth in the pool's queue, would get its first after six
+#: rounds (3 s); first in line, after one, and its next step after one more at most.
+CONNECT_DELAY_S = 0.5
+#: The request's storage budget here: past two rounds, short of six, with a second of
+#: margin either way for a loaded machine.
+BUDGET_S = 2.0
 
 
 async def test_a_run_started_as_the_database_comes_back_goes_before_callers_queued_without_a_deadline(
@@ -120,14 +123,14 @@ async def test_a_run_started_as_the_database_comes_back_goes_before_callers_queu
     """The callers queued on the pool during an outage — the ordered writer, runs' own
     steps, background jobs: no deadline, each retrying its wait for the write retry —
     were handed the connections the pool opened once the database was back, in the
-    order they queued, and a new run's request, queued after them, waited its whole 1 s
+    order they queued, and a new run's request, queued after them, waited its whole
     storage budget behind them: 503 ``storage_unavailable`` though the database answered
     (the suite's failure under load: its first step waited ~420 ms of the 1 s behind nine
     such callers while connections were opened a few at a time). A caller with a
     deadline is now handed the next connection first."""
     url, relay = slow_relayed_url
     async with (
-        running_app(budget_settings(url, tmp_path), provider=ExtractiveProvider()) as (base, app),
+        running_app(budget_settings(url, tmp_path, BUDGET_S), provider=ExtractiveProvider()) as (base, app),
         httpx.AsyncClient(base_url=base, timeout=30) as client,
     ):
         db = app.state.services.storage.db
