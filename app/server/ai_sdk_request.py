@@ -26,6 +26,7 @@ from app.server.chat_request import (
     context_type_problem,
 )
 from app.server.problems import HTTPProblem
+from app.server.visible_text import has_visible_text
 from llm.types import Message
 from storage.records import MULTITASK_POLICIES, MultitaskPolicy
 
@@ -246,7 +247,7 @@ def parse_body(
             ):
                 return  # an approval reply (read below)
             question = _message_text(value[-1], f"messages[{len(value) - 1}]")
-            if value[-1].role != "user" or not question.strip():
+            if value[-1].role != "user" or not has_visible_text(question):
                 raise HTTPProblem(400, "invalid_field", "the last message must be a user message with a text part")
             if len(question) > max_message_chars:
                 raise HTTPProblem(

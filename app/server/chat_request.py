@@ -19,6 +19,7 @@ from app.runs.records import ChatInput
 from app.server.body_structs import ABSENT, body_schema, decode_fields
 from app.server.history_request import MAX_TITLE_CHARS, title_problem
 from app.server.problems import HTTPProblem
+from app.server.visible_text import has_visible_text
 from storage.records import MULTITASK_POLICIES, MultitaskPolicy
 
 #: The contexts as a type (``app.config.CONTEXT_TYPES``, in its order; a test keeps them equal).
@@ -38,7 +39,7 @@ class ChatRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     message: Annotated[str, Meta(
         min_length=1, pattern=r"\S",
         description="The question: at most `AGENT_MAX_MESSAGE_CHARS` characters (32000 unless configured), "
-        "not only white space.",
+        "not only white space or invisible characters (zero-width spaces, control characters).",
     )]
     context_type: Annotated[ContextType, Meta(description="Which tools and prompt the run uses.")]
     context: Annotated[dict[str, Any] | None, Meta(
@@ -86,7 +87,9 @@ def parse_chat_input(body: dict[str, Any], *, max_message_chars: int) -> ChatInp
                 return HTTPProblem(400, "invalid_field", "message is required")
             if not isinstance(raw, str):
                 return HTTPProblem(400, "invalid_field", "message must be a string")
-            return HTTPProblem(400, "invalid_field", "message must not be empty")
+            return HTTPProblem(
+                400, "invalid_field", "message must not be empty (it holds only white space or invisible characters)"
+            )
         if name == "context_type":
             return context_type_problem(raw)
         if name == "context":
@@ -98,6 +101,8 @@ def parse_chat_input(body: dict[str, Any], *, max_message_chars: int) -> ChatInp
         return HTTPProblem(400, "invalid_field", f"multitask must be one of {', '.join(MULTITASK_POLICIES)}")
 
     def check(name: str, value: Any) -> None:
+        if name == "message" and not has_visible_text(value):
+            raise refuse(name, value)
         if name == "message" and len(value) > max_message_chars:
             raise HTTPProblem(400, "invalid_field", f"message is longer than {max_message_chars} characters")
         if name == "conversation_id" and value is not None and not CONVERSATION_ID.match(value):

@@ -28,6 +28,7 @@ from app.server.body_structs import body_schema, decode_fields
 from app.server.chat_request import CONVERSATION_ID, CONVERSATION_ID_RULE, ConversationId
 from app.server.openai_errors import OpenAIProblem
 from app.server.openai_options import CONTRACTS, RANGES, out_of_range
+from app.server.visible_text import has_visible_text
 from storage.records import MULTITASK_POLICIES, MultitaskPolicy
 
 MODEL_PREFIX = "agentchat-"
@@ -251,7 +252,8 @@ def parse_request(body: dict[str, Any], headers: Any, *, max_message_chars: int)
         if name == "messages":
             turns.extend(_turns(body["messages"]))
             last = body["messages"][-1]
-            if not (isinstance(last, dict) and last.get("role") == "user") or not turns or not turns[-1][1].strip():
+            asked = isinstance(last, dict) and last.get("role") == "user" and turns
+            if not asked or not has_visible_text(turns[-1][1]):
                 raise OpenAIProblem(
                     400, "invalid_value", "the last message must be a user message with text", "messages"
                 )
