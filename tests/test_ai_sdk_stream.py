@@ -45,9 +45,10 @@ DOCS = [
         "Last-Event-ID header and the server replays every event you missed.",
     },
     {
-        "id": "doc-shell",
-        "title": "Shell sessions",
-        "text": "A shell session survives a disconnect: resume the stream of the shell with its Last-Event-ID.",
+        "id": "doc-browser",
+        "title": "Resuming in a browser",
+        "text": "A browser resumes a stream after a disconnect by itself: its EventSource reconnects and "
+        "sends the Last-Event-ID header.",
     },
 ]
 QUESTION = "How do I resume a stream after a disconnect?"
@@ -136,7 +137,7 @@ async def test_the_sdk_reader_assembles_text_tool_and_source_parts(node: str, of
     urls = [p for p in message["parts"] if p["type"] == "source-url"]
     documents = [p for p in message["parts"] if p["type"] == "source-document"]
     assert [(p["sourceId"], p["url"]) for p in urls] == [("doc-resume#0", "https://docs.example.com/resume")]
-    assert [(p["sourceId"], p["title"]) for p in documents] == [("doc-shell#0", "Shell sessions")]
+    assert [(p["sourceId"], p["title"]) for p in documents] == [("doc-browser#0", "Resuming in a browser")]
     # The answer is shown once: streamed as text, not repeated when generate_response delivers it.
     [answer] = [p for p in message["parts"] if p["type"] == "text"]
     assert answer["state"] == "done"
