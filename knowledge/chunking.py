@@ -265,28 +265,8 @@ def _opens_fence(text: str) -> bool:
     return len(_FENCE_LINE_RE.findall(text)) % 2 == 1
 
 
-def _opening(piece: str, room: int) -> list[str]:
-    """``piece`` as pieces whose first fits in ``room`` characters: what follows headings
-    that open a chunk, so headings and text together keep the chunk's bound. Prose cut
-    this way goes on as one piece (the rest of the same text); a code block or table
-    cut is fenced or headed again in each part."""
-    cut = _pieces(piece, room)
-    if len(cut) < 2:
-        return cut
-    if piece.startswith(cut[0]):
-        rest = piece[len(cut[0]) :].strip()
-        return [cut[0], rest] if rest else [cut[0]]
-    return cut
-
-
 def chunk_text(text: str, *, target: int = 800, overlap: int = 120, paged: bool = False) -> list[Chunk]:
     """Chunks of roughly ``target`` characters (never more than ``target + overlap``).
-
-    A heading is held back until the text under it comes and goes into the chunk that
-    text starts in, so no chunk ends with a heading whose section then starts the next
-    chunk without it (a heading with no text under it before the next heading goes with
-    that one; only headings at the very end of the document end a chunk). A chunk opened
-    by headings carries no overlap: the overlap stays within a section.
 
     ``paged``: ``text`` is pages separated by ``PAGE_BREAK``; chunks carry page numbers.
     """
@@ -298,8 +278,6 @@ def chunk_text(text: str, *, target: int = 800, overlap: int = 120, paged: bool 
     pages: list[int] = []
     size = 0
     heading = ""
-    #: Headings not yet followed by text: they go in with the text under them.
-    waiting: list[_Block] = []
 
     def emit() -> None:
         nonlocal parts, size, pages
@@ -309,42 +287,18 @@ def chunk_text(text: str, *, target: int = 800, overlap: int = 120, paged: bool 
             chunks.append(Chunk(len(chunks), heading, body, first, last))
         parts, size, pages = [], 0, []
 
-    def add(text: str, page: int | None) -> None:
-        nonlocal size
-        parts.append(text)
-        size += len(text) + 2
-        if page is not None:
-            pages.append(page)
-
-    def place_waiting(pieces: list[str]) -> None:
-        """The waiting headings into the chunk with ``pieces[0]``, the first text under
-        them; a new chunk when both do not fit the current one (then ``pieces[0]`` may be
-        cut so headings and text keep the bound)."""
-        nonlocal heading
-        opened = sum(len(h.text) + 2 for h in waiting)
-        if parts and size + opened + len(pieces[0]) > target:
-            emit()
-        if not parts:
-            heading = waiting[0].heading
-            if opened + len(pieces[0]) > target + overlap:
-                pieces[:1] = _opening(pieces[0], max(target // 2, target + overlap - opened))
-        for h in waiting:
-            add(h.text, h.page)
-        waiting.clear()
-
     for block in _blocks(text, paged):
         if block.is_heading:
-            if not waiting and size >= target // 2:
+            if size >= target // 2:
                 emit()
-            waiting.append(block)
+            if not parts:
+                heading = block.heading
+            parts.append(block.text)
+            size += len(block.text) + 2
+            if block.page is not None:
+                pages.append(block.page)
             continue
-        pieces = _pieces(block.text, target)
-        while pieces:
-            if waiting:  # the first text under them: it goes in with them, whatever fits
-                place_waiting(pieces)
-                add(pieces.pop(0), block.page)
-                continue
-            piece = pieces.pop(0)
+        for piece in _pieces(block.text, target):
             if parts and size + len(piece) > target:
                 previous = "\n\n".join(parts)
                 emit()
@@ -354,13 +308,9 @@ def chunk_text(text: str, *, target: int = 800, overlap: int = 120, paged: bool 
                     parts, size = [carry], len(carry) + 2
             if not parts:
                 heading = block.heading
-            add(piece, block.page)
-    if waiting:  # headings at the very end, with nothing under them
-        if parts and size + sum(len(h.text) + 2 for h in waiting) > target + overlap:
-            emit()
-        if not parts:
-            heading = waiting[0].heading
-        for h in waiting:
-            add(h.text, h.page)
+            parts.append(piece)
+            size += len(piece) + 2
+            if block.page is not None:
+                pages.append(block.page)
     emit()
     return chunks
