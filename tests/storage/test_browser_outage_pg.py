@@ -19,9 +19,9 @@ import pytest
 
 from tests.browser.cdp import find_chromium, launch
 from tests.storage.test_postgres_outage_app import relayed_url
-from tests.storage.test_postgres_outage_runs_app import settings_for
+from tests.storage.test_postgres_outage_runs_app import let_go, outage_provider, settings_for
 from tests.support.deadline import until
-from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
+from tests.support.gated_provider import Gate
 from tests.support.server import serve_app
 from tests.support.tcp_cut import CuttableRelay, cuttable_relay
 from tests.test_browser import ARTIFACTS, RUN, ask, last_run, open_playground
@@ -41,29 +41,22 @@ async def test_the_playground_follows_a_run_through_an_outage_to_its_ending(
         pytest.skip("no chromium binary (install Debian's `chromium` package; .ci/run does)")
     url, relay = relayed_url
     gate = Gate()
-    provider = GatedProvider([
-        GatedTurn(steps=("Before the outage. ", gate, "Ended during the outage.")),
-        GatedTurn(steps=("Carried on after the outage.",)),
-    ])
-    app = create_app(settings_for(url, tmp_path), provider=provider)
+    app = create_app(settings_for(url, tmp_path), provider=outage_provider(gate, ending="ended during the outage"))
     async with (
         serve_app(app) as direct,
         cuttable_relay("127.0.0.1", int(direct.rsplit(":", 1)[1])) as web,
         httpx.AsyncClient(base_url=direct, timeout=30) as client,
         launch(binary) as browser,
     ):
-        counters = app.state.services.runs.counters
         page = await browser.new_page()
         await open_playground(page, f"http://127.0.0.1:{web.port}")
         await ask(page, "Tell me something")
         await until(gate.reached.is_set, "the run mid-answer", 30)
-        await page.wait_for(f"{RUN} && {RUN}.querySelector('.answer').textContent.includes('Before the outage')",
+        await page.wait_for(f"{RUN} && {RUN}.querySelector('.answer').textContent.includes('before the outage')",
                             what="the answer's first part")
         run_id = await last_run(page, "run.dataset.runId")
 
-        relay.cut()
-        gate.open()  # the answer ends while nothing can be stored: the run is let go
-        await until(lambda: counters.outage_suspended >= 1, "the run let go for the outage", 60)
+        await let_go(app, relay, gate)  # the answer ends while nothing can be stored
         # The page's connection drops (a proxy's timeout, a network change): the browser's
         # reconnect is refused 503 while the database is away, and the page waits.
         web.cut()
@@ -81,8 +74,8 @@ async def test_the_playground_follows_a_run_through_an_outage_to_its_ending(
         await page.wait_for(f"{RUN}.dataset.status === 'completed'", timeout=60, what="the page showing the ending")
         answer = await last_run(page, "run.querySelector('.answer').textContent")
         await page.screenshot(ARTIFACTS / "playground-outage.png")
-        assert "Before the outage." in answer and "Carried on after the outage." in answer, answer
-        assert answer.count("Before the outage.") == 1, answer
+        assert "before the outage" in answer and "carried on after the outage" in answer, answer
+        assert answer.count("before the outage") == 1, answer
         errors = await last_run(page, "[...run.querySelectorAll('.errors p')].map(n => n.textContent)")
         assert not any("could not be opened" in e for e in errors), errors
         assert page.exceptions == [], page.exceptions

@@ -16,7 +16,7 @@ import httpx
 import psycopg
 
 from tests.storage.test_postgres_outage_app import relayed_url
-from tests.storage.test_postgres_outage_runs_app import settings_for
+from tests.storage.test_postgres_outage_runs_app import let_go, settings_for
 from tests.support.deadline import until
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
 from tests.support.server import serve_app
@@ -43,9 +43,7 @@ async def test_a_replica_stopping_releases_the_lease_of_a_run_it_let_go(
         run_id = started.json()["run_id"]
         counters = app.state.services.runs.counters
         await until(gate.reached.is_set, "the run mid-answer", 30)
-        relay.cut()
-        gate.open()
-        await until(lambda: counters.outage_suspended >= 1, "the run let go for the outage", 60)
+        await let_go(app, relay, gate)
         relay.restore()
 
         async def ready() -> bool:

@@ -24,11 +24,11 @@ import psycopg
 import pytest
 
 from tests.storage.test_postgres_outage_app import relayed_url
-from tests.storage.test_postgres_outage_runs_app import settings_for
+from tests.storage.test_postgres_outage_runs_app import let_go, outage_provider, settings_for
 from tests.storage.test_reattach_elsewhere_app import Reader
 from tests.storage.test_replica_ops_app import quick, replica
 from tests.support.deadline import until
-from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
+from tests.support.gated_provider import Gate, GatedTurn
 from tests.support.postgres import TestPostgres
 from tests.support.server import serve_app
 from tests.support.tcp_cut import CuttableRelay, cuttable_relay
@@ -47,26 +47,20 @@ async def test_an_eventsource_following_a_run_let_go_for_an_outage_reads_it_to_i
 
     url, relay = relayed_url
     gate = Gate()
-    provider = GatedProvider([
-        GatedTurn(steps=("before the outage ", gate, "after the outage")),
-        GatedTurn(steps=("carried on after the outage",)),
-    ])
+    provider = outage_provider(gate)
     app = create_app(settings_for(url, tmp_path, AGENT_HEARTBEAT_S="0.5"), provider=provider)
     async with serve_app(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
         started = await http.post("/v1/agent/runs", json={"message": "hello", "context_type": "workflow"})
         assert started.status_code == 201, started.text
         run_id, stream_url = started.json()["run_id"], started.json()["stream_url"]
-        counters = app.state.services.runs.counters
         async with js_client(node, client="eventsource", url=f"{base}{stream_url}", events=EVENTS) as client:
             await client.until(has_chunk("before the outage "), "the text before the gate")
-            relay.cut()
-            gate.open()  # the answer goes on while nothing can be stored: the run is let go
-            await until(lambda: counters.outage_suspended >= 1, "the run let go for the outage", 60)
+            await let_go(app, relay, gate)  # the answer goes on while nothing can be stored
             # The database stays away past the stream's retry: (2 s): until the client
             # gave up, or has been kept (heartbeats every 0.5 s) for twice that.
-            let_go = len(client.records)
+            at_let_go = len(client.records)
             await client.until(
-                lambda recs: _closed(recs) or _heartbeats(recs[let_go:]) >= 8, "the client kept or closed", 60
+                lambda recs: _closed(recs) or _heartbeats(recs[at_let_go:]) >= 8, "the client kept or closed", 60
             )
             relay.restore()
 
@@ -107,10 +101,7 @@ async def test_a_follower_kept_through_an_outage_does_not_log_a_warning_per_look
     caplog.set_level(logging.INFO, logger="agentchat.runs")
     url, relay = relayed_url
     gate = Gate()
-    provider = GatedProvider([
-        GatedTurn(steps=("before the outage ", gate, "after the outage")),
-        GatedTurn(steps=("carried on after the outage",)),
-    ])
+    provider = outage_provider(gate)
     app = create_app(settings_for(url, tmp_path, AGENT_HEARTBEAT_S="0.2"), provider=provider)
     async with serve_app(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
         remote = app.state.services.remote
@@ -118,12 +109,9 @@ async def test_a_follower_kept_through_an_outage_does_not_log_a_warning_per_look
         started = await http.post("/v1/agent/runs", json={"message": "hello", "context_type": "workflow"})
         assert started.status_code == 201, started.text
         run_id = started.json()["run_id"]
-        counters = app.state.services.runs.counters
         follower = Reader(http, "GET", f"/v1/agent/runs/{run_id}/events")
         await until(lambda: follower.saw("before the outage "), "the text before the gate", 30)
-        relay.cut()
-        gate.open()
-        await until(lambda: counters.outage_suspended >= 1, "the run let go for the outage", 60)
+        await let_go(app, relay, gate)
 
         def waiting() -> bool:
             return any("waits for the database" in r.getMessage() for r in caplog.records)

@@ -19,7 +19,7 @@ import httpx
 
 from tests.conftest import collect_sse
 from tests.storage.test_postgres_outage_app import relayed_url
-from tests.storage.test_postgres_outage_runs_app import settings_for
+from tests.storage.test_postgres_outage_runs_app import let_go, settings_for
 from tests.support.deadline import until
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
 from tests.support.server import serve_app
@@ -59,9 +59,7 @@ async def test_a_run_let_go_with_its_ending_unstored_counts_against_the_run_cap(
         counters = app.state.services.runs.counters
         await until(gate.reached.is_set, "the run mid-answer", 30)
 
-        relay.cut()
-        gate.open()  # the answer ends while nothing can be stored: its ending is dropped
-        await until(lambda: counters.outage_suspended >= 1, "the run let go for the outage", 60)
+        await let_go(app, relay, gate)  # the answer ends while nothing can be stored: its ending is dropped
         relay.restore()
 
         async def ready() -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -48,6 +49,24 @@ def settings_for(url: str, tmp_path: Path, **extra: str) -> Settings:
     })
 
 
+def outage_provider(gate: Gate, *, ending: str = "after the outage") -> GatedProvider:
+    """A model whose answer waits at ``gate`` after its first words (the outage begins
+    there), ends with ``ending``, and whose next turn carries the run on after it."""
+    return GatedProvider([
+        GatedTurn(steps=("before the outage ", gate, ending)),
+        GatedTurn(steps=("carried on after the outage",)),
+    ])
+
+
+async def let_go(app: Any, relay: CuttableRelay, gate: Gate) -> None:
+    """Cut the database away from a run waiting at ``gate`` and let the answer go on: the
+    writes it cannot store are given up, and the run is let go for the outage."""
+    counters = app.state.services.runs.counters
+    relay.cut()
+    gate.open()
+    await until(lambda: counters.outage_suspended >= 1, "the run let go for the outage", 60)
+
+
 async def test_a_run_whose_writes_were_given_up_is_carried_on_once_the_database_is_back(
     relayed_url: tuple[str, CuttableRelay], tmp_path: Path
 ) -> None:
@@ -55,11 +74,7 @@ async def test_a_run_whose_writes_were_given_up_is_carried_on_once_the_database_
 
     url, relay = relayed_url
     gate = Gate()
-    provider = GatedProvider([
-        GatedTurn(steps=("before the outage ", gate, "after the outage")),
-        GatedTurn(steps=("carried on after the outage",)),
-    ])
-    app = create_app(settings_for(url, tmp_path), provider=provider)
+    app = create_app(settings_for(url, tmp_path), provider=outage_provider(gate))
     async with serve_app(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as client:
         started = await client.post("/v1/agent/runs", json={"message": "hello", "context_type": "workflow"})
         assert started.status_code == 201, started.text
@@ -70,9 +85,7 @@ async def test_a_run_whose_writes_were_given_up_is_carried_on_once_the_database_
             client, "GET", stream_url, stop=lambda e: e.event == "content_chunk" and "before" in e.data
         )
         assert gate.reached.is_set()
-        relay.cut()
-        gate.open()  # the answer goes on while nothing can be stored
-        await until(lambda: counters.outage_suspended >= 1, "the run let go for the outage", 60)
+        await let_go(app, relay, gate)  # the answer goes on while nothing can be stored
         assert counters.storage_failures == 0, "the run was ended for the outage"
         relay.restore()
 
