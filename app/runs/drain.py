@@ -68,9 +68,10 @@ class Drain:
                 # Copies let go for an outage (``Run._suspend``; their ending, if any,
                 # not stored): nobody renews their leases, and another replica would
                 # wait for them to lapse. Handed back only when the database answers
-                # again (else the attempt would wait the outage out). A copy another
-                # process took over is left alone by ``release_leases`` (not our lease).
-                mine += [r.id for r in runs if r.lost and r.released and not r.finished]
+                # again (else the attempt would wait the outage out). Not the copies of
+                # runs another process took over (``abandon``: not our lease, and not
+                # ours to count as handed back).
+                mine += [r.id for r in runs if r.suspended and r.released and not r.finished]
             with contextlib.suppress(StorageUnavailable):
                 await self.store.release_leases(self.leases.owner_id, mine)
                 self.counters.leases_released += len(mine)

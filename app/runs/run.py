@@ -116,6 +116,9 @@ class Run:
     #: Another process took the run over (this one lost its lease): nothing more is
     #: written or shown here; followers end without a terminal event and reconnect.
     lost: bool = False
+    #: Let go because the store gave up on a write during an outage (``_suspend``), not
+    #: taken over: this process still holds its lease until it lapses or is handed back.
+    suspended: bool = False
     #: The run waits for a user's decision (``waiting_approval``), stored and held by no
     #: process: its followers end without a terminal event and it is forgotten here.
     parked: bool = False
@@ -349,6 +352,7 @@ class Run:
         )
         if self.on_suspend is not None:
             self.on_suspend(self)
+        self.suspended = True
         self._let_go()
 
     def _let_go(self) -> None:
