@@ -94,7 +94,11 @@ async def pinned_clients(base: str, per_worker: int) -> AsyncIterator[dict[str, 
             http = await stack.enter_async_context(
                 httpx.AsyncClient(
                     timeout=httpx.Timeout(30, connect=5),
-                    limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+                    # httpx drops a connection idle for 5 s by default (keepalive_expiry), and
+                    # its replacement may land on another worker: a pin idle while a loaded
+                    # machine waits for a run lost its worker (CI). Kept below the server's
+                    # 75 s (app/cli/header_guard.KEEP_ALIVE_S), longer than any wait here.
+                    limits=httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=70),
                 )
             )
             pin = Pinned(http, base)
