@@ -20,7 +20,11 @@ one is ahead of them there). With no caller without a deadline queued, everyone 
 from the pool directly, in the pool's order, at no cost. Only the order changes: a
 caller without a deadline is served as soon as none with one is waiting, so a stream of
 requests that keeps the pool busy delays the writer no longer than they hold their
-connections.
+connections - and a caller without a deadline passes on at most ``MAX_PASSES``
+connections per wait, then keeps the next: with requests always waiting (a pool kept full
+under load) it would otherwise never be served, and the ordered writer, whose every
+event a client waits for, would give up after its write retry (runs let go as in an
+outage) while the requests went on.
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+#: How many connections one wait of a caller without a deadline passes on to callers with
+#: one before it keeps the next: enough for the requests queued behind it when the
+#: database comes back, never a wait without end.
+MAX_PASSES = 2
 
 
 class BorrowOrder:
@@ -79,11 +88,13 @@ class BorrowOrder:
     async def _patient_getconn(self, pool: AsyncConnectionPool[Any], timeout: float) -> AsyncConnection[Any]:
         ends = time.monotonic() + timeout
         self._patient += 1
+        passed = 0
         try:
             while True:
                 conn = await pool.getconn(timeout=max(0.001, ends - time.monotonic()))
-                if not self._pass_on(conn):
+                if passed >= MAX_PASSES or not self._pass_on(conn):
                     return conn
+                passed += 1
         finally:
             self._left()
 
@@ -132,4 +143,4 @@ class BorrowOrder:
                 await pool.putconn(given)
 
 
-__all__ = ["BorrowOrder"]
+__all__ = ["MAX_PASSES", "BorrowOrder"]

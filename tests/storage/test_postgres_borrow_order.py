@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from storage.postgres.borrow_order import BorrowOrder
+from storage.postgres.borrow_order import MAX_PASSES, BorrowOrder
 from tests.support.postgres import TestPostgres
 
 #: Long enough never to end a wait this test ends otherwise.
@@ -102,3 +102,27 @@ async def test_when_no_caller_without_a_deadline_is_left_queued_the_waiting_one_
 
     await pool.putconn(held)
     await pool.putconn(await urgent)
+
+
+async def test_a_caller_without_a_deadline_is_served_though_callers_with_one_keep_coming(
+    one_connection: AsyncConnectionPool[Any],
+) -> None:
+    """A pool kept busy by requests: a caller without a deadline (the ordered writer) passes
+    on at most MAX_PASSES connections, then keeps the next though another caller with a
+    deadline waits - else it would wait until its retry gave up, however long the
+    requests kept coming."""
+    pool, order = one_connection, BorrowOrder()
+    held = await order.getconn(pool, LONG_S, urgent=True)
+    writer = asyncio.create_task(order.getconn(pool, LONG_S, urgent=False))
+    await until(lambda: queued(pool) == 1, "the caller without a deadline queued on the pool")
+    requests = [asyncio.create_task(order.getconn(pool, LONG_S, urgent=True)) for _ in range(MAX_PASSES + 1)]
+    await until(lambda: order.waiting_urgent == MAX_PASSES + 1, "the callers with a deadline waiting")
+    for served in requests[:MAX_PASSES]:  # each connection given back is passed on...
+        await pool.putconn(held)
+        held = await served
+        assert not writer.done()
+    await pool.putconn(held)  # ...until the caller without one keeps the next
+    conn = await writer
+    assert not requests[-1].done(), "the last caller with a deadline was served before it"
+    await pool.putconn(conn)
+    await pool.putconn(await requests[-1])
