@@ -59,9 +59,10 @@ def outage_provider(gate: Gate, *, ending: str = "after the outage") -> GatedPro
 
 
 async def let_go(app: Any, relay: CuttableRelay, gate: Gate) -> None:
-    """Cut the database away from a run waiting at ``gate`` and let the answer go on: the
-    writes it cannot store are given up, and the run is let go for the outage."""
+    """Cut the database away from a run once it waits at ``gate`` and let the answer go on:
+    the writes it cannot store are given up, and the run is let go for the outage."""
     counters = app.state.services.runs.counters
+    await until(gate.reached.is_set, "the run mid-answer", 30)
     relay.cut()
     gate.open()
     await until(lambda: counters.outage_suspended >= 1, "the run let go for the outage", 60)

@@ -173,20 +173,29 @@ async def test_a_chat_nobody_reads_anywhere_is_cancelled_after_the_timer(pg_db: 
     assert status_of(run) == "cancelled"
 
 
-async def test_a_client_that_leaves_the_other_replica_starts_the_timer_again(pg_db: dict[str, str]) -> None:
+async def last_leaving_b_cancels(pg_db: dict[str, str], chat_id: str, path: str, started: str) -> None:
+    """A chat started on A; a client reads it on B at ``path`` (``{run}``: the run's id)
+    until it shows ``started``; the chat's own client leaves A, and A's timer, on firing,
+    keeps the run for B's client; when that one leaves B too, nobody is left anywhere
+    and the chat is cancelled."""
     gate = Gate()
     async with two_replicas(pg_db, gate) as (a, app_a, b, _, client):
-        post, run = await started_on_a(client, a, app_a, gate, "chat-left-twice")
-        resumed = Reader(client, "GET", f"{b}/v1/agent/ui-stream/chat-left-twice/stream")
-        await until(lambda: resumed.saw('"type":"start"'), "B's resume to start")
+        post, run = await started_on_a(client, a, app_a, gate, chat_id)
+        elsewhere = Reader(client, "GET", b + path.format(run=run.id))
+        await until(lambda: elsewhere.saw(started), "B's client to read the run")
         await heard_on(app_a, run.id)
         await post.drop()
         presence = app_a.state.services.remote.presence
         await until(lambda: presence.kept > 0 or run.finished, "A's re-attach timer to fire", timeout=END_BOUND_S)
         assert not run.finished
-        await resumed.drop()  # the client leaves B too: nobody is left anywhere
+        await elsewhere.drop()  # B's client leaves: nobody is left anywhere
         await asyncio.wait_for(run.wait_finished(), END_BOUND_S)
     assert status_of(run) == "cancelled"
+
+
+async def test_a_client_that_leaves_the_other_replica_starts_the_timer_again(pg_db: dict[str, str]) -> None:
+    resume = "/v1/agent/ui-stream/chat-left-twice/stream"
+    await last_leaving_b_cancels(pg_db, "chat-left-twice", resume, '"type":"start"')
 
 
 async def test_a_run_read_through_another_replica_is_not_swept_as_abandoned(pg_db: dict[str, str]) -> None:
@@ -220,19 +229,7 @@ async def test_a_reader_leaving_the_other_replica_after_the_chat_left_starts_the
     and its leaving, the last client anywhere, starts the timer: the run is a chat's
     (its own client left) whatever kind of client leaves last. Before, B's ``-`` reset
     A's ``last_detached_at`` without a timer and the chat ran on until the 600 s sweep."""
-    gate = Gate()
-    async with two_replicas(pg_db, gate) as (a, app_a, b, _, client):
-        post, run = await started_on_a(client, a, app_a, gate, "chat-read-elsewhere")
-        reader = Reader(client, "GET", f"{b}/v1/agent/runs/{run.id}/events")
-        await until(lambda: reader.saw("Partial "), "B's reader to read the parts")
-        await heard_on(app_a, run.id)
-        await post.drop()
-        presence = app_a.state.services.remote.presence
-        await until(lambda: presence.kept > 0 or run.finished, "A's re-attach timer to fire", timeout=END_BOUND_S)
-        assert not run.finished
-        await reader.drop()  # the reader leaves B: nobody is left anywhere
-        await asyncio.wait_for(run.wait_finished(), END_BOUND_S)
-    assert status_of(run) == "cancelled"
+    await last_leaving_b_cancels(pg_db, "chat-read-elsewhere", "/v1/agent/runs/{run}/events", "Partial ")
 
 
 async def test_the_chat_client_leaving_another_replica_while_a_reader_holds_the_run_is_kept(
