@@ -55,3 +55,26 @@ async def test_the_chat_client_leaving_before_a_reader_is_still_said() -> None:
     other.detached("run-1", cancels=False)
     await settled()
     assert left[-1] == ("run-1", False)
+
+
+async def test_the_owner_is_told_once_when_a_replica_first_follows_a_run() -> None:
+    """``on_joined``: the first ``+`` from a replica, not its beats; again after that
+    replica's client left and another came."""
+    feed = OneFeed()
+    owner, other, third = FollowerPresence(feed), FollowerPresence(feed), FollowerPresence(feed)
+    joined: list[str] = []
+    owner.on_joined(joined.append)
+
+    other.attached("run-1")
+    await settled()
+    assert joined == ["run-1"]
+    other._say("+", "run-1")  # a beat (``beat_forever``) is no news
+    await settled()
+    assert joined == ["run-1"]
+    third.attached("run-1")  # a client of the run on a third replica is
+    await settled()
+    assert joined == ["run-1", "run-1"]
+    other.detached("run-1", cancels=False)
+    other.attached("run-1")
+    await settled()
+    assert joined == ["run-1"] * 3

@@ -33,6 +33,10 @@ pytestmark = pytest.mark.slow
 
 KEPT_LINE = "a client reads the run on another replica"
 CANCEL_LINE = "chat client left; cancelling its run"
+#: Worker A heard worker B's word that B has a client of the run: only then does a
+#: departure on A wait for it (under load the word, relayed by the parent, can arrive
+#: after A's 1 s timer: the cancel a CI run saw).
+FOLLOWED_LINE = "run followed from another replica"
 
 
 @contextlib.asynccontextmanager
@@ -102,6 +106,7 @@ async def test_a_chat_dropped_on_one_worker_and_resumed_on_the_other_completes(
             await until(lambda: post.has(8), "eight parts of the chat on worker A")
             resumed = Reader(pin_b, "GET", f"/v1/agent/ui-stream/chat-{engine}/stream")
             await until(lambda: resumed.has(1), "the resume on worker B to start")
+            await until(lambda: bool(server.grep(FOLLOWED_LINE)), "worker A to hear of the client on B", timeout=30)
             await post.drop()
 
             fired = "worker A's re-attach timer to fire"
@@ -126,6 +131,7 @@ async def test_a_client_on_a_killed_worker_holds_the_run_no_longer(tmp_path: Pat
             run_id = post.parts()[0]["messageId"]
             resumed = Reader(pin_b, "GET", "/v1/agent/ui-stream/chat-killed/stream")
             await until(lambda: resumed.has(1), "the resume on worker B to start")
+            await until(lambda: bool(server.grep(FOLLOWED_LINE)), "worker A to hear of the client on B", timeout=30)
             await post.drop()
             await until(lambda: bool(server.grep(KEPT_LINE)), "worker A's timer to find the client on B", timeout=30)
             os.kill(pin_b.pid, signal.SIGKILL)

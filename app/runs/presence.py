@@ -79,6 +79,7 @@ class FollowerPresence:
     _elsewhere: dict[str, dict[str, float]] = field(default_factory=dict)
     _on_left: list[Callable[[str, bool], None]] = field(default_factory=list)
     _on_client_left: list[Callable[[str], None]] = field(default_factory=list)
+    _on_joined: list[Callable[[str], None]] = field(default_factory=list)
     _pending: list[tuple[Word, str]] = field(default_factory=list)
     _flush_scheduled: bool = False
     _next_prune: float = 0.0
@@ -149,6 +150,12 @@ class FollowerPresence:
         once that reader left no timer started."""
         self._on_client_left.append(callback)
 
+    def on_joined(self, callback: Callable[[str], None]) -> None:
+        """``callback(run_id)`` when a replica first says it has a client of ``run_id``
+        (not its beats): the owner says so in its log, the one sign outside the process
+        that a departure there will wait for that client."""
+        self._on_joined.append(callback)
+
     def held_until(self, run_id: str) -> float | None:
         """Until when (``time.monotonic()``) a client attached elsewhere holds ``run_id``
         as things were last heard; ``None``: nobody does."""
@@ -171,7 +178,14 @@ class FollowerPresence:
         self._prune(now)
         for run_id in ids:
             if word == "+":
-                self._elsewhere.setdefault(run_id, {})[replica] = now + self.ttl_s
+                heard_from = self._elsewhere.setdefault(run_id, {})
+                joined = replica not in heard_from
+                heard_from[replica] = now + self.ttl_s
+                for callback in self._on_joined if joined else ():
+                    try:
+                        callback(run_id)
+                    except Exception:  # as below
+                        log.exception("a followers-joined subscriber failed", extra={"run_id": run_id})
                 continue
             for mark in self._on_client_left if word == "!" else ():
                 try:

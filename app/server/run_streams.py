@@ -152,6 +152,11 @@ def watch_clients_elsewhere(svc: Services) -> None:
         if run is not None:
             run.cancel_when_alone = True
 
+    def joined_elsewhere(run_id: str) -> None:
+        if svc.runs.get(run_id) is not None:
+            log.info("run followed from another replica", extra={"run_id": run_id})
+
+    presence.on_joined(joined_elsewhere)
     presence.on_client_left(client_left_elsewhere)
     presence.on_left(left_elsewhere)
 
