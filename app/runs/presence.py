@@ -179,11 +179,11 @@ class FollowerPresence:
         for run_id in ids:
             if word == "+":
                 heard_from = self._elsewhere.setdefault(run_id, {})
-                joined = replica not in heard_from
+                joined = heard_from.get(replica, 0.0) <= now  # new, or lapsed and said again
                 heard_from[replica] = now + self.ttl_s
-                for callback in self._on_joined if joined else ():
+                for tell in self._on_joined if joined else ():
                     try:
-                        callback(run_id)
+                        tell(run_id)
                     except Exception:  # as below
                         log.exception("a followers-joined subscriber failed", extra={"run_id": run_id})
                 continue
