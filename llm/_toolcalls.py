@@ -1,4 +1,6 @@
-"""Tool-call helpers shared by providers whose wire format delivers calls whole."""
+"""Tool-call helpers shared by the providers: the OpenAI-style tool entries and failed
+result prefix that Ollama and OpenAI-compatible servers both take, and, for wire formats
+that deliver calls whole (Ollama), call ids and events."""
 
 from __future__ import annotations
 
@@ -8,7 +10,22 @@ from typing import Any
 
 import orjson
 
-from llm.types import StreamEvent, ToolUseInput, ToolUseStart
+from llm.types import StreamEvent, ToolDefinition, ToolUseInput, ToolUseStart
+
+#: Prefixed to a failed tool result's content, so the model can tell a failure from data.
+ERROR_PREFIX = "ERROR: "
+
+
+def tools_payload(tools: list[ToolDefinition]) -> list[dict[str, Any]]:
+    """The request's ``tools`` list: OpenAI-style function entries with the schema as given
+    (Ollama's chat API takes the same shape)."""
+    return [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        }
+        for t in tools
+    ]
 
 
 def new_call_id() -> str:

@@ -36,7 +36,7 @@ import httpx
 import ollama
 import orjson
 
-from llm._toolcalls import new_call_id, whole_call_events
+from llm._toolcalls import ERROR_PREFIX, new_call_id, tools_payload, whole_call_events
 from llm._transport_errors import transport_error
 from llm.error_text import provider_message
 from llm.lean_http import endpoint, post_stream
@@ -50,25 +50,10 @@ from llm.types import (
     StreamError,
     StreamEvent,
     ThinkingDelta,
-    ToolDefinition,
     Usage,
 )
 
 log = logging.getLogger(__name__)
-
-ERROR_PREFIX = "ERROR: "
-
-
-def tools_payload(tools: list[ToolDefinition]) -> list[dict[str, Any]]:
-    """Ollama's ``tools`` list: OpenAI-style function entries with the schema as given."""
-    return [
-        {
-            "type": "function",
-            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
-        }
-        for t in tools
-    ]
-
 
 def messages_payload(system_prompt: str, messages: list[Message]) -> list[dict[str, Any]]:
     """Provider-neutral messages to Ollama chat messages.

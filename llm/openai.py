@@ -37,7 +37,7 @@ import httpx
 import openai
 import orjson
 
-from llm._toolcalls import new_call_id
+from llm._toolcalls import ERROR_PREFIX, new_call_id, tools_payload
 from llm._transport_errors import transport_error
 from llm.error_text import provider_message
 from llm.provider import Completion, ProviderHealth
@@ -50,7 +50,6 @@ from llm.types import (
     StreamError,
     StreamEvent,
     ThinkingDelta,
-    ToolDefinition,
     ToolUseInput,
     ToolUseStart,
     Usage,
@@ -58,20 +57,9 @@ from llm.types import (
 
 log = logging.getLogger(__name__)
 
-ERROR_PREFIX = "ERROR: "
 #: Sent when no key is configured: local servers ignore it, the SDK insists on one.
 NO_KEY = "no-key"
 DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
-
-
-def tools_payload(tools: list[ToolDefinition]) -> list[dict[str, Any]]:
-    return [
-        {
-            "type": "function",
-            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
-        }
-        for t in tools
-    ]
 
 
 def messages_payload(system_prompt: str, messages: list[Message]) -> list[dict[str, Any]]:
