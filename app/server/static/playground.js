@@ -697,7 +697,7 @@
   function follow(info, { replay, onReplayFailed = null }) {
     const view = newRunView(info);
     const url = replay ? withParam(info.stream_url, "after", "0") : info.stream_url;
-    const run = { info, view, es: null, lastSeq: 0, done: false, waiting: false };
+    const run = { info, view, es: null, lastSeq: 0, done: false, waiting: false, refusals: 0 };
     view.run = run;
     current = run;
     listen(run, url, { replay, onReplayFailed });
@@ -734,7 +734,10 @@
     for (const name of Object.keys(render)) on(name);
 
     es.addEventListener("heartbeat", () => setConn("connected"));
-    es.addEventListener("open", () => setConn("connected"));
+    es.addEventListener("open", () => {
+      run.refusals = 0; // the stream answers: a later refusal starts the waits afresh
+      setConn("connected");
+    });
     // Both the server's `error` event and the browser's own connection errors arrive
     // here; only the server's carries data.
     es.addEventListener("error", (e) => {
@@ -769,7 +772,16 @@
         return;
       }
       if (es.readyState === EventSource.CLOSED) {
-        resumeLater(run, url);
+        if (run.refusals === 0) {
+          resumeLater(run, url);
+        } else {
+          // A stream the page opened again after a 200 was refused before it opened (a
+          // load balancer sending the ask to one replica and the stream to a refusing
+          // one): a refused attempt like any other, waited out before the next ask -
+          // else the page asked again at once, for ever.
+          es.close();
+          waitToResume(run, url, null, "the stream was refused");
+        }
       } else {
         setConn("reconnecting…");
       }
@@ -787,9 +799,10 @@
    *  are stored). So ask the stream's URL what it says now: a 503 or 502/504, or no answer
    *  at all, is waited out and the stream opened again after the last event shown; any
    *  other refusal (the run gone, its link expired) ends the attempt with its reason. */
-  async function resumeLater(run, url, attempt = 0) {
+  async function resumeLater(run, url) {
     run.es.close();
     if (run.done) return;
+    run.refusals += 1; // back to 0 once a stream opens
     const next = run.lastSeq > 0 ? withParam(url, "after", String(run.lastSeq)) : url;
     const asking = new AbortController();
     let response = null;
@@ -811,18 +824,31 @@
       return;
     }
     const transient = !response || [502, 503, 504].includes(response.status);
-    if (!transient || attempt + 1 >= RESUME_ATTEMPTS) {
-      const why = response ? await problemText(response) : "the server did not answer";
-      setConn("disconnected");
-      addError(run.view, `The stream could not be opened or resumed — ${why} (the run may be gone, or its link expired).`);
-      finish(run, "unknown");
+    if (!transient) {
+      giveUp(run, await problemText(response));
       return;
     }
     const asked = Number(response && response.headers.get("Retry-After"));
-    const wait = Math.min(30, Number.isFinite(asked) && asked > 0 ? asked : 2 ** attempt);
-    const why = response ? `HTTP ${response.status}` : "no answer";
+    waitToResume(run, url, Number.isFinite(asked) && asked > 0 ? asked : null, response ? `HTTP ${response.status}` : "no answer");
+  }
+
+  /** Ask the stream again after `retryAfter` seconds (the server's), else 1 s doubling per
+   *  refused attempt to 30 s; after RESUME_ATTEMPTS refused attempts in a row, give up. */
+  function waitToResume(run, url, retryAfter, why) {
+    if (run.done) return;
+    if (run.refusals >= RESUME_ATTEMPTS) {
+      giveUp(run, why);
+      return;
+    }
+    const wait = Math.min(30, retryAfter ?? 2 ** (run.refusals - 1));
     setConn(`reconnecting in ${wait} s (${why})…`);
-    setTimeout(() => resumeLater(run, url, attempt + 1), wait * 1000);
+    setTimeout(() => resumeLater(run, url), wait * 1000);
+  }
+
+  function giveUp(run, why) {
+    setConn("disconnected");
+    addError(run.view, `The stream could not be opened or resumed — ${why} (the run may be gone, or its link expired).`);
+    finish(run, "unknown");
   }
 
   function finish(run, status) {

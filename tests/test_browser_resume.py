@@ -1,0 +1,150 @@
+"""The playground's resume of a refused stream waits between attempts, in a real headless
+Chromium against the real app behind a front that refuses every other stream request.
+
+A browser's EventSource gives a stream up for good when a reconnect is answered anything
+but 200, and the page then asks the stream's URL itself (``resumeLater``) and opens a new
+EventSource once it answers 200. Behind a load balancer spreading requests over a replica
+that answers and one that refuses (a rolling restart's draining replica: 503
+``shutting_down``), the page's own ask reached the one and its new EventSource the other:
+refused, the page asked again at once, as a first attempt - a loop with no wait and no
+end, a few requests every few milliseconds per open page. An EventSource that never opened
+now counts as a refused attempt: the page waits (doubling) before it asks again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.config import Settings
+from tests.browser.cdp import find_chromium, launch
+from tests.conftest import running_app
+from tests.support.deadline import within
+from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
+from tests.test_browser import RUN, ask, last_run, open_playground, registry, with_playground
+
+pytestmark = pytest.mark.slow
+
+REFUSAL = b'{"error":"shutting_down","detail":"the server is restarting; resume shortly"}'
+
+
+class FlappingFront:
+    """A load balancer over two replicas, one of which refuses streams: one request per
+    connection, relayed to the app; while ``flapping``, every other GET of a run's events
+    is answered 503 with ``Retry-After`` instead. ``drop()`` closes every connection (a
+    proxy's idle timeout)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.port = 0
+        self.flapping = False
+        #: The GETs of a run's events while flapping, and how many of them were refused.
+        self.stream_requests = 0
+        self.refused = 0
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+
+    def drop(self) -> None:
+        for writer in list(self._writers):
+            writer.close()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            with contextlib.suppress(OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+                await self._serve(reader, writer)
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        method, target = head.split(b" ", 2)[:2]
+        if method == b"GET" and b"/events" in target and self.flapping:
+            self.stream_requests += 1
+            if self.stream_requests % 2 == 1:
+                self.refused += 1
+                writer.write(
+                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+                    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(REFUSAL), REFUSAL)
+                )
+                await writer.drain()
+                return
+        lines = [line for line in head[:-4].split(b"\r\n") if not line.lower().startswith(b"connection:")]
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        self._writers.add(up_writer)
+        try:
+            up_writer.write(b"\r\n".join([*lines, b"Connection: close"]) + b"\r\n\r\n")
+            body = asyncio.create_task(_pipe(reader, up_writer))  # a POST's body
+            try:
+                await _pipe(up_reader, writer)  # the answer, until the app closes (Connection: close)
+            finally:
+                body.cancel()
+        finally:
+            self._writers.discard(up_writer)
+            up_writer.close()
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(OSError):
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+
+
+@contextlib.asynccontextmanager
+async def flapping_front(upstream_port: int) -> AsyncIterator[FlappingFront]:
+    front = FlappingFront(upstream_port)
+    server = await asyncio.start_server(front._accept, "127.0.0.1", 0)
+    front.port = int(server.sockets[0].getsockname()[1])
+    try:
+        yield front
+    finally:
+        front.drop()
+        server.close()
+        await within(server.wait_closed(), "the front's connections to close", 10)
+
+
+async def test_a_resumed_stream_refused_again_is_asked_again_only_after_a_wait(settings: Settings) -> None:
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("no chromium binary (install Debian's `chromium` package; .ci/run does)")
+    gate = Gate()
+    provider = GatedProvider([GatedTurn(["before the flapping ", gate, "and after it."])])
+    async with running_app(settings, provider=provider, registry=registry(), embedder=None) as (base, app):
+        with_playground(app)
+        async with flapping_front(int(base.rsplit(":", 1)[1])) as front, launch(binary) as browser:
+            page = await browser.new_page()
+            await open_playground(page, f"http://127.0.0.1:{front.port}")
+            await page.click("input[value=workflow]")
+            await ask(page, "Tell me something")
+            await within(gate.reached.wait(), "the run mid-answer", 60)
+            await page.wait_for(f"{RUN} && {RUN}.querySelector('.answer').textContent.includes('before the')",
+                                what="the answer's first part")
+
+            # The page's connection drops; from now on every other stream request is refused
+            # (the draining replica), the others answered: the page's own ask gets a 200, the
+            # EventSource it opens then a 503.
+            front.flapping = True
+            front.drop()
+            try:
+                await page.wait_for("document.getElementById('conn').textContent.startsWith('reconnecting in 2 s')",
+                                    timeout=30, what="the page waiting longer after a second refused resume")
+            except TimeoutError:
+                raise AssertionError(
+                    f"never waited 2 s: {front.stream_requests} stream requests, {front.refused} refused"
+                ) from None
+            assert front.refused <= 3, f"{front.stream_requests} stream requests, {front.refused} refused"
+            assert await last_run(page, "run.dataset.status") == "running"
+
+            front.flapping = False  # the draining replica is gone
+            gate.open()
+            await page.wait_for(f"{RUN}.dataset.status === 'completed'", timeout=60, what="the page showing the ending")
+            answer = await last_run(page, "run.querySelector('.answer').textContent")
+            assert answer.count("before the flapping") == 1 and "and after it." in answer, answer
+            errors = await last_run(page, "[...run.querySelectorAll('.errors p')].map(n => n.textContent)")
+            assert not any("could not be opened" in e for e in errors), errors
+            assert page.exceptions == [], page.exceptions
