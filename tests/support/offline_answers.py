@@ -76,7 +76,10 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: sample questions in a newcomer's plain words - 14 of a lead's walkthrough of a fresh
 #: default service, its misses and its good answers, and nine more of the same kind written
 #: before any answer to them was read; two expecting a decline) written before round 50b's
-#: changes and measured before and after them.
+#: changes and measured before and after them; "round51" (13 sample questions - approvals,
+#: MCP settings, the conversations list and titles, /readyz's load, the pool-wait metric; two
+#: expecting a decline - and 12 npm questions in a newcomer's words) written before round
+#: 51's changes and before any answer to them was read: round 51's held-out check.
 SETS = (
     "original",
     "held_out",
@@ -110,6 +113,7 @@ SETS = (
     "round48",
     "round50",
     "walkthrough50",
+    "round51",
 )
 
 
