@@ -69,12 +69,12 @@ class Drain:
                 # not stored): nobody renews their leases, and another replica would
                 # wait for them to lapse. Handed back only when the database answers
                 # again (else the attempt would wait the outage out). Not the copies of
-                # runs another process took over (``abandon``: not our lease, and not
-                # ours to count as handed back).
+                # runs another process took over (``abandon``: not our lease). A copy let
+                # go whose lease lapsed and was claimed elsewhere meanwhile is not ours
+                # either: only the rows still ours are handed back, and counted.
                 mine += [r.id for r in runs if r.suspended and r.released and not r.finished]
             with contextlib.suppress(StorageUnavailable):
-                await self.store.release_leases(self.leases.owner_id, mine)
-                self.counters.leases_released += len(mine)
+                self.counters.leases_released += await self.store.release_leases(self.leases.owner_id, mine)
 
 
 async def _grace(tasks: list[asyncio.Task[None]], grace_s: float, cut: asyncio.Event | None) -> None:

@@ -99,8 +99,9 @@ class RunStore(Protocol):
         """Extend ``owner``'s leases of ``run_ids``; returns the ones it still holds."""
         ...
 
-    async def release_leases(self, owner: str, run_ids: Sequence[str]) -> None:
-        """Let other processes take these runs at once (shutdown)."""
+    async def release_leases(self, owner: str, run_ids: Sequence[str]) -> int:
+        """Let other processes take these runs at once (shutdown); how many ``owner``
+        still held (those are the leases handed back)."""
         ...
 
     # Approvals: a run parked ``waiting_approval`` is held by nobody; a decision, a cancel

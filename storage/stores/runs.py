@@ -350,18 +350,23 @@ class SqlRunStore(ApprovalWaits):
             return set()
         return await self.sql.transact_plan(lambda dialect: self._renew(dialect, owner, run_ids, lease_s))
 
-    async def release_leases(self, owner: str, run_ids: Sequence[str]) -> None:
-        """Give runs up at once (shutdown): the next process that looks takes them."""
-        statements: list[Statement] = [
-            (
-                f"UPDATE runs SET lease_until = NULL WHERE id IN ({self.sql.dialect.marks(len(c))}) "
-                "AND lease_owner = ?",
-                (*c, owner),
+    def _release(self, dialect: Dialect, owner: str, run_ids: Sequence[str]) -> Plan[int]:
+        released = 0
+        for chunk in _chunks(list(run_ids)):
+            released += yield (
+                "execute",
+                f"UPDATE runs SET lease_until = NULL WHERE id IN ({dialect.marks(len(chunk))}) AND lease_owner = ?",
+                (*chunk, owner),
             )
-            for c in _chunks(list(run_ids))
-        ]
-        if statements:
-            await self.sql.execute(statements)
+        return released
+
+    async def release_leases(self, owner: str, run_ids: Sequence[str]) -> int:
+        """Give runs up at once (shutdown): the next process that looks takes them. How
+        many ``owner`` still held (a run another process took over meanwhile is left alone
+        and not counted)."""
+        if not run_ids:
+            return 0
+        return await self.sql.transact_plan(lambda dialect: self._release(dialect, owner, run_ids))
 
 
 __all__ = ["EPOCH_AFTER_CLAIM", "RESUMES_AFTER_CLAIM", "SqlRunStore"]
