@@ -141,6 +141,9 @@ class KBDocState:
     bucket: str
     #: The stamp of the file it was read from (``None``: posted, or stored before stamps).
     file_stamp: str | None = None
+    #: The chunking rules it was cut by (``knowledge.chunking.CHUNK_RULES``; ``None``:
+    #: stored before they were recorded).
+    chunk_rules: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +156,8 @@ class KBFileDocument:
     file_stamp: str | None
     embed_model: str | None
     embed_dim: int | None
+    #: The chunking rules it was cut by (``None``: stored before they were recorded).
+    chunk_rules: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +194,8 @@ class KBDocumentWrite:
     #: That file's stamp (size, modification time, chunking): an unchanged stamp lets a
     #: re-ingest skip the file unread. ``None`` for posted documents.
     file_stamp: str | None = None
+    #: The version of the chunking rules that cut ``chunks`` (``knowledge.chunking.CHUNK_RULES``).
+    chunk_rules: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +242,9 @@ class KBCounts:
     hidden_documents: int = 0
     hidden_chunks: int = 0
     hidden_current_chunks: int = 0
+    #: Documents outside those buckets not cut by the chunking rules ``counts`` was given
+    #: (older ones, or unknown: stored before the rules were recorded).
+    older_chunking: int = 0
 
 
 # --- re-embedding ------------------------------------------------------------------------

@@ -58,6 +58,14 @@ KB_GENERATION: tuple[str, ...] = (
     "INSERT INTO kb_generation(id, generation) VALUES (1, 0)",
 )
 
+#: Step 32 on both engines (portable SQL). The version of the chunking rules
+#: (``knowledge.chunking.CHUNK_RULES``) each document was cut by: its content hash and its
+#: file's stamp say nothing of the chunker's code, so an upgrade whose chunker cut
+#: differently kept every stored document's old chunks. Documents stored before have none
+#: (``NULL``): the rules that cut them are unknown, so they count as older and are re-made
+#: like any other (``knowledge.ingest``, ``knowledge.sample``).
+KB_CHUNK_RULES: tuple[str, ...] = ("ALTER TABLE kb_documents ADD COLUMN chunk_rules INTEGER",)
+
 #: Each step's name, as recorded in the version table (same text on both engines).
 STEP_NAMES: Mapping[int, str] = {
     1: "conversations, runs, tool calls, drafts, keywords, external results, knowledge base",
@@ -91,6 +99,7 @@ STEP_NAMES: Mapping[int, str] = {
     29: "runs: events of runs not yet settled are appended to a live log (SQLite)",
     30: "runs: where a settled run's rows were in the live log, for a bounded delete (SQLite)",
     31: "runs: a fingerprint of the request an Idempotency-Key was first used for",
+    32: "knowledge base: the version of the chunking rules each document was cut by",
 }
 
 
@@ -182,6 +191,7 @@ class MigrationRunner:
 
 
 __all__ = [
+    "KB_CHUNK_RULES",
     "KB_FILE_STAMPS",
     "KB_GENERATION",
     "RUN_LEASE_EPOCHS",

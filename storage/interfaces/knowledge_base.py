@@ -173,9 +173,15 @@ class KBIndex(Protocol):
         ...
 
     async def counts(
-        self, embed_model: str | None, embed_dim: int | None, *, hidden_prefix: str | None = None
+        self,
+        embed_model: str | None,
+        embed_dim: int | None,
+        *,
+        hidden_prefix: str | None = None,
+        chunk_rules: int | None = None,
     ) -> KBCounts:
-        """Every document's counts, and (``hidden_*``) those of buckets named ``hidden_prefix…``."""
+        """Every document's counts, and (``hidden_*``) those of buckets named ``hidden_prefix…``;
+        with ``chunk_rules``, the documents of the other buckets not cut by those rules."""
         ...
 
     # re-embedding (``knowledge.backfill``)

@@ -109,7 +109,7 @@ class PostgresKBIndex(SqlKBIndex):
         return (
             d.id, bucket, clean(d.title) or "", clean(d.source) or "", clean(d.url), d.content_hash, d.embed_model,
             d.embed_dim, orjson.dumps(d.metadata, default=str).decode().replace("\\u0000", " "),
-            d.chars, len(d.chunks), now, now, clean(d.origin), d.file_stamp,
+            d.chars, len(d.chunks), now, now, clean(d.origin), d.file_stamp, d.chunk_rules,
         )  # fmt: skip
 
     def _chunk_row(

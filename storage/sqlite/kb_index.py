@@ -160,6 +160,7 @@ class SqliteKBIndex(SqlKBIndex):
             now,
             d.origin,
             d.file_stamp,
+            d.chunk_rules,
         )
 
     def _chunk_row(

@@ -52,13 +52,13 @@ from storage.stores.kb_reads import KBReads
 
 _UPSERT_DOCUMENT = (
     "INSERT INTO kb_documents(id, bucket, title, source, url, content_hash, embed_model, embed_dim,"
-    " metadata, chars, chunk_count, created_at, updated_at, origin, file_stamp)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " metadata, chars, chunk_count, created_at, updated_at, origin, file_stamp, chunk_rules)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (id) DO UPDATE SET bucket = excluded.bucket, title = excluded.title,"
     " source = excluded.source, origin = excluded.origin, url = excluded.url, content_hash = excluded.content_hash,"
     " embed_model = excluded.embed_model, embed_dim = excluded.embed_dim,"
     " metadata = excluded.metadata, chars = excluded.chars, chunk_count = excluded.chunk_count,"
-    " updated_at = excluded.updated_at, file_stamp = excluded.file_stamp"
+    " updated_at = excluded.updated_at, file_stamp = excluded.file_stamp, chunk_rules = excluded.chunk_rules"
 )
 
 

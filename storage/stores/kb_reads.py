@@ -107,12 +107,12 @@ class KBReads:
         out: dict[str, KBDocState] = {}
         for part in parts(doc_ids):
             rows = await self._sql.fetchall(
-                "SELECT id, content_hash, embed_model, embed_dim, bucket, file_stamp FROM kb_documents "
+                "SELECT id, content_hash, embed_model, embed_dim, bucket, file_stamp, chunk_rules FROM kb_documents "
                 f"WHERE id IN ({self._sql.dialect.marks(len(part))})",
                 part,
             )
-            for doc_id, h, model, dim, b, stamp in rows:
-                out[doc_id] = KBDocState(h, model, dim, b, stamp)
+            for doc_id, h, model, dim, b, stamp, rules in rows:
+                out[doc_id] = KBDocState(h, model, dim, b, stamp, None if rules is None else int(rules))
         return out
 
     async def source_documents(self, bucket: str, origin: str, *, prefix: bool) -> list[tuple[str, str]]:
@@ -127,14 +127,16 @@ class KBReads:
 
     async def file_documents(self, bucket: str, origin: str, *, prefix: bool) -> list[KBFileDocument]:
         """``source_documents`` with each document's file stamp and embedder."""
-        cols = "SELECT id, origin, file_stamp, embed_model, embed_dim FROM kb_documents WHERE bucket = ?"
+        cols = "SELECT id, origin, file_stamp, embed_model, embed_dim, chunk_rules FROM kb_documents WHERE bucket = ?"
         if prefix and origin:
             upper = origin[:-1] + chr(ord(origin[-1]) + 1)
             sql, params = f"{cols} AND origin >= ? AND origin < ?", [bucket, origin, upper]
         else:
             sql, params = f"{cols} AND origin = ?", [bucket, origin]
         rows = await self._sql.fetchall(sql, params)
-        return [KBFileDocument(str(i), str(o), s, m, d) for i, o, s, m, d in rows]
+        return [
+            KBFileDocument(str(i), str(o), s, m, d, None if r is None else int(r)) for i, o, s, m, d, r in rows
+        ]
 
     # ------------------------------------------------------------------ scopes
     async def scoped_doc_ids(self, scope: KBScope) -> list[str]:
@@ -293,24 +295,35 @@ class KBReads:
         return [KBDocumentListing(str(i), b, t, s, u, int(c), int(n), up) for i, b, t, s, u, c, n, up in rows]
 
     async def counts(
-        self, embed_model: str | None, embed_dim: int | None, *, hidden_prefix: str | None = None
+        self,
+        embed_model: str | None,
+        embed_dim: int | None,
+        *,
+        hidden_prefix: str | None = None,
+        chunk_rules: int | None = None,
     ) -> KBCounts:
         """In one statement, so the hidden part is of the same rows as the totals."""
         same = self._sql.dialect.same_as
         current = f"embed_model {same} ? AND embed_dim {same} ?"
         hidden = f"substr(bucket, 1, {len(hidden_prefix or '')}) = ?"
+        # A document stored before the rules were recorded (NULL) was cut by unknown ones.
+        older = f"NOT {hidden} AND (chunk_rules IS NULL OR chunk_rules <> ?)" if chunk_rules is not None else "0 = 1"
         row = await self._sql.fetchone(
             "SELECT count(*), coalesce(sum(chunk_count), 0), "
             f"coalesce(sum(CASE WHEN {current} THEN 0 ELSE 1 END), 0), "
             f"coalesce(sum(CASE WHEN {hidden} THEN 1 ELSE 0 END), 0), "
             f"coalesce(sum(CASE WHEN {hidden} THEN chunk_count ELSE 0 END), 0), "
-            f"coalesce(sum(CASE WHEN {hidden} AND {current} THEN chunk_count ELSE 0 END), 0)"
+            f"coalesce(sum(CASE WHEN {hidden} AND {current} THEN chunk_count ELSE 0 END), 0), "
+            f"coalesce(sum(CASE WHEN {older} THEN 1 ELSE 0 END), 0)"
             " FROM kb_documents",
             # No prefix: ``substr(bucket, 1, 0)`` is '' and never equals '-': nothing is hidden.
-            (embed_model, embed_dim, *([hidden_prefix or "-"] * 3), embed_model, embed_dim),
-        )
-        docs, chunks, stale, h_docs, h_chunks, h_current = (int(x) for x in row) if row else (0,) * 6
-        return KBCounts(docs, chunks, stale, h_docs, h_chunks, h_current)
+            (
+                embed_model, embed_dim, *([hidden_prefix or "-"] * 3), embed_model, embed_dim,
+                *(() if chunk_rules is None else (hidden_prefix or "-", chunk_rules)),
+            ),
+        )  # fmt: skip
+        docs, chunks, stale, h_docs, h_chunks, h_current, older_docs = (int(x) for x in row) if row else (0,) * 7
+        return KBCounts(docs, chunks, stale, h_docs, h_chunks, h_current, older_docs)
 
     # ------------------------------------------------------------------ re-embedding
     async def documents_without_vectors(

@@ -11,6 +11,7 @@ is ``storage.postgres.migrations``.
 from __future__ import annotations
 
 from storage.migration_runner import (
+    KB_CHUNK_RULES,
     KB_FILE_STAMPS,
     KB_GENERATION,
     RUN_ENDINGS_BACKFILL,
@@ -94,5 +95,6 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         29: (),
         30: (),  # SQLite's live log: where a settled run's rows were
         31: RUN_REQUEST_FINGERPRINT,
+        32: KB_CHUNK_RULES,
     },
 )

@@ -17,6 +17,7 @@ from types import MappingProxyType
 import aiosqlite
 
 from storage.migration_runner import (
+    KB_CHUNK_RULES,
     KB_FILE_STAMPS,
     KB_GENERATION,
     RUN_ENDINGS_BACKFILL,
@@ -74,6 +75,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
         29: LIVE_LOG,
         30: LIVE_LOG_SPANS,
         31: RUN_REQUEST_FINGERPRINT,
+        32: KB_CHUNK_RULES,
     },
     rebuilds=frozenset({15, 16}),
 )
