@@ -108,6 +108,7 @@ class KnowledgeComponent:
             "semantic_search": semantic,
             "reembedding": backfill.status(),
         }
+        out["older_chunking"] = older_chunking(int(stats.get("documents_older_chunking") or 0), sample)
         if self.default_buckets and "*" not in self.default_buckets:
             out["default_buckets"] = await self.default_bucket_check()
         if loading:
@@ -213,10 +214,11 @@ class KnowledgeComponent:
                 await turns.release()
         if isinstance(report, SampleLeft):  # nothing ingested: say which of the two reasons
             self.sample = report.status(DEFAULT_BUCKET)
-        elif report.skipped or report.deleted:  # an older sample brought up to the shipped one
+        elif report.skipped or report.deleted or report.rechunked:  # an older sample brought up to the shipped one
+            rechunked = f", {report.rechunked} re-chunked by today's chunking rules" if report.rechunked else ""
             self.sample = (
-                f"ingested {report.chunks} chunks (sample updated: {report.added} added, {report.updated} updated, "
-                f"{report.deleted} removed, {report.skipped} unchanged)"
+                f"ingested {report.chunks} chunks (sample updated: {report.added} added, {report.updated} updated"
+                f"{rechunked}, {report.deleted} removed, {report.skipped} unchanged)"
             )
         else:
             self.sample = f"ingested {report.chunks} chunks"
@@ -242,6 +244,24 @@ class KnowledgeComponent:
                 return
             self.sample = SAMPLE_WAITING
             await asyncio.sleep(self.turn_poll_s)
+
+
+def older_chunking(documents: int, sample: str) -> dict[str, Any]:
+    """``/readyz``'s word on shared documents whose chunks were cut by other chunking rules
+    than today's (``knowledge.chunking.CHUNK_RULES``; an upgrade's chunker cut otherwise):
+    how many, and how to re-make them. They keep the replica in service - every search
+    finds them, only their passages are cut as the older release cut them - but an
+    operator must learn that the answers read from them are not those of today's rules.
+    The sample's own documents are re-made by the start itself; while that runs
+    (``sample``: ``ingesting``) they are counted too, and the detail says so."""
+    out: dict[str, Any] = {"documents": documents}
+    if documents:
+        out["detail"] = (
+            f"{documents} document(s) were cut into chunks by older chunking rules: run `agentchat ingest` "
+            "on their folder again (into the same bucket) or post them again to re-chunk them"
+            + ("; the sample knowledge base is being re-made now" if sample.startswith("ingesting") else "")
+        )
+    return out
 
 
 def _missing_detail(missing: list[str], known: list[str]) -> str:

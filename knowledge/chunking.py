@@ -41,6 +41,17 @@ _FENCE_LINE_RE = re.compile(r"^\s*(```|~~~)", re.MULTILINE)
 #: What separates the pages of paged text: a line holding a form feed.
 PAGE_BREAK = "\n\f\n"
 
+#: The version of the rules this module cuts text by. Bump it with any change that makes
+#: other chunks of the same text (boundaries, carried overlap, headings, pages): every
+#: stored document records the version it was cut by (``kb_documents.chunk_rules``), and
+#: one cut by another is re-made - the sample knowledge base at the next start, a user's
+#: documents by the next ``agentchat ingest`` of their folder (or posting them again) -
+#: while ``/readyz`` counts those still waiting (``older_chunking``). Without it an
+#: upgrade kept the old chunks, unchanged files being skipped by their stamps and hashes.
+#: ``tests/test_chunk_rules_fingerprint.py`` fails when the chunks of a fixed corpus change
+#: while this number did not.
+CHUNK_RULES = 1
+
 
 @dataclass(frozen=True, slots=True)
 class Chunk:

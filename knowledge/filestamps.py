@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from knowledge.chunking import CHUNK_RULES
 from knowledge.loaders import HTML_SUFFIXES
 from knowledge.md_links import READ_RULES
 from knowledge.samepage import MARKDOWN_SUFFIXES, SamePage
@@ -59,7 +60,8 @@ async def unchanged_files(
     embedder: tuple[str | None, int | None],
 ) -> Unchanged:
     """The files of ``stamps`` whose documents in ``bucket`` all carry their current stamp
-    (and their repeats' current stamps) and vectors of ``embedder`` (``(key, dim)``)."""
+    (and their repeats' current stamps), vectors of ``embedder`` (``(key, dim)``) and
+    chunks cut by today's rules (``CHUNK_RULES``: a file is unchanged, its cut is not)."""
     docs: dict[str, list[str]] = {}
     fresh: dict[str, bool] = {}
     repeats: dict[str, list[Path]] = {}
@@ -70,7 +72,7 @@ async def unchanged_files(
             if d.id in docs.get(d.origin, ()):
                 continue
             docs.setdefault(d.origin, []).append(d.id)
-            ok = d.file_stamp is not None and (d.embed_model, d.embed_dim) == embedder
+            ok = d.file_stamp is not None and (d.embed_model, d.embed_dim) == embedder and d.chunk_rules == CHUNK_RULES
             if ok and d.file_stamp is not None:
                 own, *lines = d.file_stamp.split("\n")
                 twins = [line.rpartition("\t") for line in lines]

@@ -18,8 +18,11 @@ Why this shape:
   (a later ingest of the same documents does too).
 * A file is read only when its stamp (size, modification time in ns, its path as
   shown, the chunking) differs from the one stored with its documents, or they lack
-  vectors of today's embedder; a file read unchanged (touched, same content hash) only
-  gets its new stamp. ``rehash`` reads every file, for filesystems whose times lie.
+  vectors of today's embedder or were cut by other chunking rules than today's
+  (``knowledge.chunking.CHUNK_RULES``); a file read unchanged (touched, same content
+  hash, same rules) only gets its new stamp. A document cut by other rules is chunked
+  again even when its content hash is the same, and replaced like any changed one: its
+  old chunks stay until the new ones commit. ``rehash`` reads every file, for filesystems whose times lie.
   A file with rejected records is never stamped (it is read, and its rejections
   reported, every time).
 * Re-ingesting a directory deletes the documents that came from it but are gone, unless
@@ -43,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from knowledge.buckets import Buckets
-from knowledge.chunking import chunk_text
+from knowledge.chunking import CHUNK_RULES, chunk_text
 from knowledge.dense import DenseSide
 from knowledge.filecheck import DEFAULT_MAX_FILE_MB, MB
 from knowledge.filestamps import unstamp_rejected, with_repeats
@@ -275,18 +278,27 @@ class Ingestor:
                     )
                 )
                 continue
-            if old is not None and (old.content_hash, old.embed_model, old.embed_dim, old.bucket) == (
+            if old is not None and (old.content_hash, old.embed_model, old.embed_dim, old.bucket, old.chunk_rules) == (
                 digest,
                 self.embed_key,
                 self.dim,
                 bucket,
+                CHUNK_RULES,
             ):
                 report.skipped += 1
                 if item.stamp is not None and item.stamp != old.file_stamp:
                     restamp.append((item.doc.id or "", item.stamp))
                 continue
             existing_bucket = old.bucket if old else None
-            todo.append(Prepared(item.doc, item.line, digest, typed, [], existing_bucket, stamp=item.stamp))
+            rechunk = old is not None and (old.content_hash, old.embed_model, old.embed_dim, old.bucket) == (
+                digest,
+                self.embed_key,
+                self.dim,
+                bucket,
+            )
+            todo.append(
+                Prepared(item.doc, item.line, digest, typed, [], existing_bucket, stamp=item.stamp, rechunk=rechunk)
+            )
         await self.index.set_file_stamps(restamp)
         if not todo:
             return
@@ -321,6 +333,7 @@ class Ingestor:
                     report.added += 1
                 else:
                     report.updated += 1
+                    report.rechunked += p.rechunk
                 report.chunks += len(p.chunks)
             if on_batch is not None:
                 on_batch(report)

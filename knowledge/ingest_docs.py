@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 
 from knowledge.buckets import typed_row
-from knowledge.chunking import Chunk
+from knowledge.chunking import CHUNK_RULES, Chunk
 from knowledge.loaders import LoadedDocument
 from knowledge.names import is_doc_id
 from knowledge.types import DocumentIn, IngestReport, KBConfig, Rejection
@@ -39,6 +39,8 @@ class Prepared:
     existing_bucket: str | None
     vectors: np.ndarray | None = None
     stamp: str | None = None
+    #: Stored with the same content, cut by other chunking rules: stored again for its cut only.
+    rechunk: bool = False
 
 
 class HeadedText(Protocol):
@@ -118,8 +120,8 @@ def screen(
 def document_writes(
     todo: Sequence[Prepared], schema: dict[str, str], embed_key: str | None, dim: int | None
 ) -> list[KBDocumentWrite]:
-    """What the index stores for each prepared document: its row, chunks, vectors (with
-    the embedder they came from) and typed fields."""
+    """What the index stores for each prepared document: its row, chunks (with the version
+    of the rules that cut them), vectors (with the embedder they came from) and typed fields."""
     return [
         KBDocumentWrite(
             id=p.doc.id or "",
@@ -136,6 +138,7 @@ def document_writes(
             typed=p.typed if schema else (),
             origin=p.doc.origin,
             file_stamp=p.stamp,
+            chunk_rules=CHUNK_RULES,
         )
         for p in todo
     ]

@@ -22,6 +22,7 @@ from typing import Any
 
 from knowledge.attachments import PRIVATE_PREFIX
 from knowledge.buckets import Buckets
+from knowledge.chunking import CHUNK_RULES
 from knowledge.dense import DenseSide
 from knowledge.freshness import KBFreshness
 from knowledge.search import Searcher
@@ -77,11 +78,12 @@ class KBStatus:
 
     async def stats(self) -> dict[str, Any]:
         """Documents, chunks and vectors (the shared corpus's and, apart, the attachments'),
-        buckets, the embedder, documents still without its vectors, where the KB is stored."""
+        buckets, the embedder, documents still without its vectors, shared documents cut by
+        older chunking rules, where the KB is stored."""
         await self._fresh.check()
         embedder, index = self._embedder, self._index
         dim = embedder.dim if embedder else None
-        counts = await index.counts(self._embed_key, dim, hidden_prefix=PRIVATE_PREFIX)
+        counts = await index.counts(self._embed_key, dim, hidden_prefix=PRIVATE_PREFIX, chunk_rules=CHUNK_RULES)
         return {
             "documents": counts.documents,
             "chunks": counts.chunks,
@@ -97,6 +99,9 @@ class KBStatus:
             "embedder": self._embed_key,
             "dim": dim,
             "documents_without_current_vectors": counts.without_vectors if embedder else counts.documents,
+            # Shared documents cut by other chunking rules than today's (an upgrade's): their
+            # chunks are re-made only when they are ingested again (``knowledge.ingest``).
+            "documents_older_chunking": counts.older_chunking,
             "schema_version": self._schema_version,
             "db_path": index.location,
         }

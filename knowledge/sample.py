@@ -15,6 +15,7 @@ import os
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
 
+from knowledge.chunking import CHUNK_RULES
 from knowledge.filecheck import walk_files
 from knowledge.filestamps import file_stamp
 from knowledge.kb import DEFAULT_BUCKET, KnowledgeBase
@@ -72,9 +73,11 @@ async def _holds_only_the_sample(kb: KnowledgeBase, bucket: str) -> bool | None:
 
 async def _stored_sample_is_current(kb: KnowledgeBase, bucket: str) -> bool:
     """Whether every shipped file has documents in ``bucket`` carrying its current stamp
-    (size, modification time, path as shown, chunking) and no stored document comes from
-    a file no longer shipped. Vectors do not matter here: documents waiting for vectors
-    are the background re-embedding's job, not a reason to ingest again at every start."""
+    (size, modification time, path as shown, chunking) and cut by today's chunking rules
+    (``CHUNK_RULES``: an upgrade whose chunker cuts otherwise re-makes them, though no
+    file changed), and no stored document comes from a file no longer shipped. Vectors
+    do not matter here: documents waiting for vectors are the background re-embedding's
+    job, not a reason to ingest again at every start."""
 
     def walk() -> dict[str, str]:
         out: dict[str, str] = {}
@@ -85,6 +88,8 @@ async def _stored_sample_is_current(kb: KnowledgeBase, bucket: str) -> bool:
 
     shipped = await asyncio.to_thread(walk)
     stored = await kb.index.file_documents(bucket, str(SAMPLE_KB_DIR) + os.sep, prefix=True)
+    if any(d.chunk_rules != CHUNK_RULES for d in stored):  # cut by an older release's chunker
+        return False
     stamps: dict[str, set[str | None]] = {}
     for d in stored:
         stamps.setdefault(d.origin, set()).add(d.file_stamp.split("\n")[0] if d.file_stamp else None)
@@ -96,7 +101,7 @@ async def _stored_sample_is_current(kb: KnowledgeBase, bucket: str) -> bool:
 async def ensure_sample_kb(kb: KnowledgeBase, *, bucket: str = DEFAULT_BUCKET) -> IngestReport | SampleLeft:
     """Ingest the sample KB into ``bucket`` when that bucket is empty, or when it holds
     only the sample's own documents and the shipped sample differs from them (a file
-    added, changed or removed since they were stored).
+    added, changed or removed since they were stored, or chunking rules changed since).
 
     Returns the report, or why nothing was ingested (``SampleLeft``): the bucket holds a
     document that is not the sample's (it is never overwritten or mixed into a bucket

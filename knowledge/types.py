@@ -109,6 +109,10 @@ class IngestReport:
     queued_for_embedding: int = 0
     #: Why the embedder failed (when ``queued_for_embedding``).
     embedding_error: str | None = None
+    #: Of ``updated``, the documents whose content was unchanged but whose stored chunks
+    #: were cut by other chunking rules than today's (``knowledge.chunking.CHUNK_RULES``):
+    #: cut again and replaced.
+    rechunked: int = 0
 
     #: How many files of each skip reason ``skipped_examples`` keeps.
     EXAMPLES_PER_REASON = 20

@@ -49,8 +49,9 @@ def report_text(report: Any, bucket: str, max_file_mb: float, *, examples: int =
     lines = [
         f"bucket {bucket!r}: {report.files - report.unread_files} files read"
         + (f" ({report.unread_files} more unchanged, not opened)" if report.unread_files else "")
-        + f", {report.added} documents added, {report.updated} updated, "
-        f"{report.skipped} unchanged, {report.deleted} deleted, {report.chunks} chunks "
+        + f", {report.added} documents added, {report.updated} updated"
+        + (f" ({report.rechunked} re-chunked: cut by older chunking rules)" if report.rechunked else "")
+        + f", {report.skipped} unchanged, {report.deleted} deleted, {report.chunks} chunks "
         f"({report.elapsed_seconds:.1f} s)"
     ]
     if report.added == report.updated == 0 and report.skipped == 0:

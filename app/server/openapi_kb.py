@@ -196,6 +196,8 @@ def kb_api() -> ApiContribution:
                 "queued_for_embedding": {**count, "description": "Stored without vectors (the embedder failed), "
                                          "re-embedded in the background."},
                 "embedding_error": {"type": ["string", "null"]},
+                "rechunked": {**count, "description": "Of `updated`, documents whose content was unchanged but "
+                              "whose stored chunks were cut by older chunking rules: cut again and replaced."},
                 "embedding": {
                     "type": "object",
                     "properties": {
