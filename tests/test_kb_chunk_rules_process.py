@@ -1,5 +1,6 @@
 """Stored chunks follow a change of the chunking rules (``knowledge.chunking.CHUNK_RULES``),
-with real processes: ``agentchat serve`` on a fresh database, ``agentchat ingest`` beside it.
+with real processes: ``agentchat serve`` on a fresh database (SQLite, the default, and
+PostgreSQL), ``agentchat ingest`` beside it.
 
 The first start ingests the sample, and ``agentchat ingest`` a user's folder into a
 bucket of its own. The database is then made what an older release whose chunker cut
@@ -21,6 +22,7 @@ but their cut differs.
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,9 @@ import httpx
 import pytest
 
 from knowledge.sample import SAMPLE_KB_DIR
+from tests.storage.conftest import ENGINES
 from tests.support.older_chunks import cut_by_older_rules, stored_chunks, todays_chunks
+from tests.support.postgres import TestPostgres
 from tests.support.procs import AgentServer, child_env, run_cli
 from toolindex.hashing import HashingEmbedder
 
@@ -60,11 +64,24 @@ async def older_chunking(server: AgentServer) -> dict[str, Any]:
     return dict(body["checks"]["knowledge"]["older_chunking"])
 
 
-async def test_stored_chunks_cut_by_older_rules_are_re_made(tmp_path: Path) -> None:
+@pytest.fixture(params=ENGINES)
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The environment naming a fresh database of each engine: the default SQLite file in
+    the data directory, or a PostgreSQL database of the session's server."""
+    if request.param == "sqlite":
+        yield {"AGENT_DB_PATH": str(tmp_path / "agent.sqlite3")}
+        return
+    server: TestPostgres = request.getfixturevalue("pg_server")
+    with server.database() as url:
+        yield {"AGENT_DATABASE_URL": url, "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
+               "AGENT_SECRET_KEY": "a-key-for-this-test-0123456789"}  # fmt: skip
+
+
+async def test_stored_chunks_cut_by_older_rules_are_re_made(tmp_path: Path, database: dict[str, str]) -> None:
     folder = user_folder(tmp_path)
-    server = AgentServer(tmp_path, {"AGENT_EMBEDDER": "hashing"})
-    target = str(server.db_path)
-    cli_env = child_env({"AGENT_DB_PATH": target, "AGENT_EMBEDDER": "hashing"})
+    server = AgentServer(tmp_path, {**database, "AGENT_EMBEDDER": "hashing"})
+    target = database.get("AGENT_DATABASE_URL") or database["AGENT_DB_PATH"]
+    cli_env = child_env({**database, "AGENT_EMBEDDER": "hashing"})
     sample, manual = todays_chunks(SAMPLE_KB_DIR, "default"), todays_chunks(folder, MANUAL)
     server.start()
     try:
