@@ -22,7 +22,8 @@ Why this shape:
   (``knowledge.chunking.CHUNK_RULES``); a file read unchanged (touched, same content
   hash, same rules) only gets its new stamp. A document cut by other rules is chunked
   again even when its content hash is the same, and replaced like any changed one: its
-  old chunks stay until the new ones commit. ``rehash`` reads every file, for filesystems whose times lie.
+  old chunks stay until the new ones commit. ``rehash`` reads every file, for
+  filesystems whose times lie.
   A file with rejected records is never stamped (it is read, and its rejections
   reported, every time).
 * Re-ingesting a directory deletes the documents that came from it but are gone, unless
@@ -278,24 +279,19 @@ class Ingestor:
                     )
                 )
                 continue
-            if old is not None and (old.content_hash, old.embed_model, old.embed_dim, old.bucket, old.chunk_rules) == (
-                digest,
-                self.embed_key,
-                self.dim,
-                bucket,
-                CHUNK_RULES,
-            ):
-                report.skipped += 1
-                if item.stamp is not None and item.stamp != old.file_stamp:
-                    restamp.append((item.doc.id or "", item.stamp))
-                continue
-            existing_bucket = old.bucket if old else None
-            rechunk = old is not None and (old.content_hash, old.embed_model, old.embed_dim, old.bucket) == (
+            same = old is not None and (old.content_hash, old.embed_model, old.embed_dim, old.bucket) == (
                 digest,
                 self.embed_key,
                 self.dim,
                 bucket,
             )
+            if same and old is not None and old.chunk_rules == CHUNK_RULES:
+                report.skipped += 1
+                if item.stamp is not None and item.stamp != old.file_stamp:
+                    restamp.append((item.doc.id or "", item.stamp))
+                continue
+            existing_bucket = old.bucket if old else None
+            rechunk = same  # the same document, cut by other chunking rules: cut again
             todo.append(
                 Prepared(item.doc, item.line, digest, typed, [], existing_bucket, stamp=item.stamp, rechunk=rechunk)
             )
