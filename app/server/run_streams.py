@@ -145,12 +145,18 @@ def watch_clients_elsewhere(svc: Services) -> None:
             _client_left(svc, run)
 
     def client_left_elsewhere(run_id: str) -> None:
-        # ``!`` heard while a follower still holds the run (here, or on a third replica):
-        # no timer yet, but the run is a chat's whose client left, so the last of those
-        # followers to leave starts one (``left_elsewhere``, or ``_on_leave`` here).
+        # ``!`` heard: the run is a chat's whose client left. A follower here holds it:
+        # its leaving starts the timer (``_on_leave``). Nobody here: the timer starts
+        # now, and waits while a client on a third replica holds the run (``cancel``
+        # looks at ``held_until``) - that replica's last ``-`` would start one too
+        # (``left_elsewhere``), but a replica that dies says nothing, and its word lapses.
         run = svc.runs.get(run_id)
-        if run is not None:
-            run.cancel_when_alone = True
+        if run is None:
+            return
+        run.cancel_when_alone = True
+        if run.followers == 0:
+            run.last_detached_at = time.time()
+            _client_left(svc, run)
 
     def joined_elsewhere(run_id: str) -> None:
         if svc.runs.get(run_id) is not None:

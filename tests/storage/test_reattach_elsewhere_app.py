@@ -33,6 +33,10 @@ from tests.support.procs import until
 pytestmark = pytest.mark.slow  # two replicas per test
 
 REATTACH = {"AGENT_CHAT_REATTACH_S": "1", "AGENT_HEARTBEAT_S": "0.2"}
+#: A dead replica's run is claimed within a tenth of this; the owner's own lease lives
+#: 0.7 of it, so a loaded machine that renews it late (1 s failed: the other replica took
+#: the run over mid-test) does not hand the run on.
+TAKE_OVER_LEASE_S = "3"
 #: A bound on a run's ending once nothing holds it (the timer, then the agent's ending).
 END_BOUND_S = 15.0
 
@@ -243,7 +247,7 @@ async def test_the_chat_client_leaving_another_replica_while_a_reader_holds_the_
     the chat ran on until the 600 s sweep. The run is one taken over from a dead replica,
     so its client never left the owner itself (the mark that leaving sets is not there)."""
     gate = Gate()
-    settings = replica_settings(pg_db, **REATTACH, AGENT_RUN_LEASE_S="1")
+    settings = replica_settings(pg_db, **REATTACH, AGENT_RUN_LEASE_S=TAKE_OVER_LEASE_S)
     async with AsyncExitStack() as stack:
         replicas = [await replica(stack, settings, held_at(gate)) for _ in range(2)]
         client = await stack.enter_async_context(httpx.AsyncClient(timeout=30))
@@ -268,4 +272,43 @@ async def test_the_chat_client_leaving_another_replica_while_a_reader_holds_the_
         assert not run.finished
         await reader.drop()  # the reader leaves too: nobody is left anywhere
         await asyncio.wait_for(run.wait_finished(), END_BOUND_S)
+    assert status_of(run) == "cancelled"
+
+
+async def test_the_chat_client_leaving_while_a_silent_third_replica_holds_the_run_is_cancelled_when_it_lapses(
+    pg_db: dict[str, str],
+) -> None:
+    """The owner hears ``!`` while a client on a third replica holds the run, and has no
+    follower of its own: the timer starts then, and waits while that replica's word
+    holds. When that replica dies without a word (its ``+`` lapses after ``ttl_s``), the
+    chat is cancelled. Before, the owner only marked the run: with no follower of its own
+    to leave and no last ``-`` ever said, nothing started a timer and the chat ran on
+    until the 600 s sweep (found by review). The run is taken over from a dead replica,
+    so its client never left the owner itself; the third replica is one announcement on
+    the database's feed, never said again."""
+    gate = Gate()
+    settings = replica_settings(pg_db, **REATTACH, AGENT_RUN_LEASE_S=TAKE_OVER_LEASE_S)
+    async with AsyncExitStack() as stack:
+        replicas = [await replica(stack, settings, held_at(gate)) for _ in range(2)]
+        client = await stack.enter_async_context(httpx.AsyncClient(timeout=30))
+        dead = await open_storage(pg_db["AGENT_DATABASE_URL"])
+        stack.push_async_callback(dead.close)
+        await dead.runs.create(NewRun(
+            id="run_silent_third", conversation_id="chat-silent-third", user_id=LOCAL_USER, context_type="knowledge",
+            input=encode_run_input(ChatInput("hi", "knowledge", {}), Caller(LOCAL_USER)),
+            lease_owner="dead-replica", lease_s=0.05))
+        await asyncio.wait_for(gate.reached.wait(), END_BOUND_S)  # taken over by one of them
+        owner_at = next(i for i, (_, app) in enumerate(replicas) if app.state.services.runs.get("run_silent_third"))
+        (_, app_owner), (other, _) = replicas[owner_at], replicas[1 - owner_at]
+        run = app_owner.state.services.runs.get("run_silent_third")
+        presence = app_owner.state.services.remote.presence
+        resumed = Reader(client, "GET", f"{other}/v1/agent/ui-stream/chat-silent-third/stream")
+        await until(lambda: resumed.saw('"type":"start"'), "the chat's client to resume on the other replica")
+        await heard_on(app_owner, run.id)
+        presence.feed.announce_followers(f"silentthird0 + {run.id}")  # a reader on a third replica
+        await until(lambda: "silentthird0" in presence._elsewhere.get(run.id, {}), "the owner to hear the third")
+        assert run.followers == 0
+        await resumed.drop()  # the chat's client leaves; the third replica holds the run, then says nothing
+        await asyncio.wait_for(run.wait_finished(), END_BOUND_S)
+        assert presence.kept > 0  # the timer found the third replica's client and waited for it
     assert status_of(run) == "cancelled"
