@@ -33,7 +33,9 @@ Why this shape (the SQLite engine's ``database.py`` is the model; differences on
   trip, and such a connection is replaced (``pooled_borrow.py``) — else the first
   requests after a short outage, one per idle connection, were refused.
 * A caller with a deadline (a request, ``readiness``) gets a pooled connection before
-  callers without one, queued during an outage ahead of it (``borrow_order.py``).
+  callers without one, queued during an outage ahead of it; each of those passes on at
+  most two per wait, so a pool kept full by requests still serves the writer
+  (``borrow_order.py``).
 * While the database is known away (two connection attempts in a row failed as an
   absent server fails, and no idle connection is left), a caller with a deadline — a
   request, ``readiness`` — is refused at once instead of waiting the pool's timeout,
