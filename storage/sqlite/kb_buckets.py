@@ -28,9 +28,9 @@ against the same strict pattern before interpolating anything.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Mapping
 
-import aiosqlite
 import orjson
 
 from storage.kb_tables import create_table_sql, ident, meta_table
@@ -77,21 +77,20 @@ def index_statements(bucket: str, fields: Mapping[str, str]) -> list[str]:
     return out
 
 
-async def rebuild_field_indexes(conn: aiosqlite.Connection) -> None:
+def rebuild_field_indexes(conn: sqlite3.Connection) -> None:
     """Migration 24: every bucket's field indexes in their covering shape. Costs one
-    index build per field (a sort of the side table: ~5 s a field for 500k documents)."""
-    async with conn.execute("SELECT name, schema FROM kb_buckets ORDER BY name") as cur:
-        buckets = [(str(n), orjson.loads(s)) for n, s in await cur.fetchall()]
+    index build per field (a sort of the side table: ~5 s a field for 500k documents).
+    Runs on the connection's own thread, inside the step's transaction
+    (``storage.sqlite.migrations``)."""
+    buckets = [(str(n), orjson.loads(s)) for n, s in conn.execute("SELECT name, schema FROM kb_buckets ORDER BY name")]
     for bucket, fields in buckets:
         if not fields:
             continue
-        async with conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (f"meta_{ident(bucket)}",)
-        ) as cur:
-            if await cur.fetchone() is None:
-                continue
+        table = f"meta_{ident(bucket)}"
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone() is None:
+            continue
         for stmt in index_statements(bucket, fields):
-            await conn.execute(stmt)
+            conn.execute(stmt)
 
 
 def upsert_statement(bucket: str, fields: Mapping[str, str]) -> str:

@@ -11,10 +11,9 @@ number, and which step runs code. Numbers and names are shared with PostgreSQL
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import sqlite3
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-
-import aiosqlite
 
 from storage.migration_runner import (
     KB_CHUNK_RULES,
@@ -81,8 +80,7 @@ MIGRATIONS: tuple[Migration, ...] = numbered(
 )
 
 #: Steps with work beyond their statements (``MigrationRunner.code``), by number.
-CODE: Mapping[int, Callable[[aiosqlite.Connection], Awaitable[None]]] = MappingProxyType(
-    {24: kb_buckets.rebuild_field_indexes}
-)
+#: Each runs on the connection's own thread, inside its step's transaction.
+CODE: Mapping[int, Callable[[sqlite3.Connection], None]] = MappingProxyType({24: kb_buckets.rebuild_field_indexes})
 
 __all__ = ["CODE", "MIGRATIONS"]
