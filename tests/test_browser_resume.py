@@ -24,6 +24,7 @@ from tests.browser.cdp import find_chromium, launch
 from tests.conftest import running_app
 from tests.support.deadline import within
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
+from tests.support.procs import until
 from tests.test_browser import RUN, ask, last_run, open_playground, registry, with_playground
 
 pytestmark = pytest.mark.slow
@@ -41,6 +42,8 @@ class FlappingFront:
         self.upstream_port = upstream_port
         self.port = 0
         self.flapping = False
+        #: While set (with ``flapping``), every GET of a run's events is refused.
+        self.refuse_all = False
         #: The GETs of a run's events while flapping, and how many of them were refused.
         self.stream_requests = 0
         self.refused = 0
@@ -65,7 +68,7 @@ class FlappingFront:
         method, target = head.split(b" ", 2)[:2]
         if method == b"GET" and b"/events" in target and self.flapping:
             self.stream_requests += 1
-            if self.stream_requests % 2 == 1:
+            if self.refuse_all or self.stream_requests % 2 == 1:
                 self.refused += 1
                 writer.write(
                     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
@@ -148,3 +151,48 @@ async def test_a_resumed_stream_refused_again_is_asked_again_only_after_a_wait(s
             errors = await last_run(page, "[...run.querySelectorAll('.errors p')].map(n => n.textContent)")
             assert not any("could not be opened" in e for e in errors), errors
             assert page.exceptions == [], page.exceptions
+
+
+async def test_a_refused_resume_is_given_up_after_ten_minutes_of_refusals_not_after_a_count(
+    settings: Settings,
+) -> None:
+    """A database outage lasts minutes and the run is carried on after it, so the page
+    keeps asking for ten minutes of refusals in a row (``RESUME_GIVE_UP_MS``), then says
+    it gave up. Before, it gave up after 20 refused attempts: 100 s at the server's
+    ``Retry-After`` of 5 s. The page's clock is moved on (``Date.now``) instead of
+    waiting minutes."""
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("no chromium binary (install Debian's `chromium` package; .ci/run does)")
+    gate = Gate()
+    provider = GatedProvider([GatedTurn(["before the outage ", gate, "and after it."])])
+    async with running_app(settings, provider=provider, registry=registry(), embedder=None) as (base, app):
+        with_playground(app)
+        async with flapping_front(int(base.rsplit(":", 1)[1])) as front, launch(binary) as browser:
+            page = await browser.new_page()
+            await open_playground(page, f"http://127.0.0.1:{front.port}")
+            await page.click("input[value=workflow]")
+            await ask(page, "Tell me something")
+            await within(gate.reached.wait(), "the run mid-answer", 60)
+            await page.wait_for(f"{RUN} && {RUN}.querySelector('.answer').textContent.includes('before the')",
+                                what="the answer's first part")
+            await page.evaluate("(() => { const real = Date.now; window.__skew = 0;"
+                                " Date.now = () => real() + window.__skew; })()")
+            front.flapping = front.refuse_all = True
+            front.drop()
+            await page.wait_for("document.getElementById('conn').textContent.startsWith('reconnecting in')",
+                                timeout=30, what="the page waiting after a refused resume")
+            await page.evaluate("window.__skew = 9 * 60 * 1000")  # nine minutes of refusals
+            asked = front.stream_requests
+            await until(lambda: front.stream_requests >= asked + 2, "two more refused asks", timeout=30)
+            assert await last_run(page, "run.dataset.status") == "running"  # still waiting, not given up
+
+            await page.evaluate("window.__skew = 11 * 60 * 1000")  # past ten minutes
+            asked = front.stream_requests
+            await page.wait_for(f"{RUN}.dataset.status === 'unknown'", timeout=60, what="the page giving up")
+            assert front.stream_requests - asked <= 2, "gave up by a count of asks, not by the time refused"
+            errors = await last_run(page, "[...run.querySelectorAll('.errors p')].map(n => n.textContent)")
+            assert any("could not be opened or resumed" in e for e in errors), errors
+            assert page.exceptions == [], page.exceptions
+        gate.open()
+

@@ -697,7 +697,7 @@
   function follow(info, { replay, onReplayFailed = null }) {
     const view = newRunView(info);
     const url = replay ? withParam(info.stream_url, "after", "0") : info.stream_url;
-    const run = { info, view, es: null, lastSeq: 0, done: false, waiting: false, refusals: 0 };
+    const run = { info, view, es: null, lastSeq: 0, done: false, waiting: false, refusals: 0, refusedSince: 0 };
     view.run = run;
     current = run;
     listen(run, url, { replay, onReplayFailed });
@@ -788,9 +788,11 @@
     });
   }
 
-  /** How often a stream refused with 503 is asked again before the page gives up (with
-   *  waits doubling to 30 s, or the server's Retry-After: several minutes). */
-  const RESUME_ATTEMPTS = 20;
+  /** How long a stream refused with 503 (refused attempts in a row) is asked again before
+   *  the page gives up: a database outage that lasts minutes keeps the run (it is carried
+   *  on once the database is back), so the page waits as long. A count of attempts gave up
+   *  after 100 s at the server's Retry-After of 5 s. */
+  const RESUME_GIVE_UP_MS = 10 * 60 * 1000;
 
   /** The browser gives a stream up for good when a reconnect is answered with anything but
    *  200 - also the 503 (`storage_unavailable`, `shutting_down`, with `Retry-After`) that
@@ -802,6 +804,7 @@
   async function resumeLater(run, url) {
     run.es.close();
     if (run.done) return;
+    if (run.refusals === 0) run.refusedSince = Date.now();
     run.refusals += 1; // back to 0 once a stream opens
     const next = run.lastSeq > 0 ? withParam(url, "after", String(run.lastSeq)) : url;
     const asking = new AbortController();
@@ -833,10 +836,10 @@
   }
 
   /** Ask the stream again after `retryAfter` seconds (the server's), else 1 s doubling per
-   *  refused attempt to 30 s; after RESUME_ATTEMPTS refused attempts in a row, give up. */
+   *  refused attempt to 30 s; once refused for RESUME_GIVE_UP_MS in a row, give up. */
   function waitToResume(run, url, retryAfter, why) {
     if (run.done) return;
-    if (run.refusals >= RESUME_ATTEMPTS) {
+    if (Date.now() - run.refusedSince >= RESUME_GIVE_UP_MS) {
       giveUp(run, why);
       return;
     }
