@@ -40,6 +40,24 @@ __all__ = ["node"]  # the fixture, shared with the AI SDK tests
 AFTER_KILL_PAUSE_S = 0.005
 
 
+async def held_mid_turn(fake: Any, trace: Trace) -> None:
+    """Until a model turn after a checkpoint streams and cannot end: once a tool result
+    (a checkpoint) is seen, every turn streams on (``streaming_until``) until the test
+    lets it go after the kill. Before, a loaded machine's follower lagged a whole turn
+    behind the server, which had ended that turn and written the next checkpoint when the
+    kill came: nothing was cut, and ``run_resumed`` discarded nothing (a CI failure)."""
+    await until(lambda: "tool_call_result" in trace.names(), "a checkpoint", 60)
+    fake.streaming_until = asyncio.Event()
+    await until(lambda: fake.held_words > 0 and _mid_turn(trace), "a model turn held streaming after a checkpoint", 60)
+
+
+def let_go(fake: Any) -> None:
+    """After the kill: what is carried on need not crawl, nor be held."""
+    fake.pause_s = AFTER_KILL_PAUSE_S
+    assert fake.streaming_until is not None
+    fake.streaming_until.set()
+
+
 def _mid_turn(trace: Trace) -> bool:
     """A tool result (a checkpoint) was seen, and text of the next model turn after it."""
     names = trace.names()
@@ -59,9 +77,9 @@ async def test_a_resume_after_a_restart_shows_the_answer_once(node: str, tmp_pat
                 assert status == 201, (status, body)
                 trace = Trace(tag=chat_id, run_id=body["run_id"], stream_url=body["stream_url"])
                 reading = asyncio.create_task(follow(http, server.base, trace, deadline_s=120))
-                await until(lambda: _mid_turn(trace), "a model turn streaming after a checkpoint", 60)
+                await held_mid_turn(stack.fake, trace)
                 server.send(signal.SIGKILL)
-                stack.fake.pause_s = AFTER_KILL_PAUSE_S
+                let_go(stack.fake)
                 await server.wait_exit(30)
                 server.start()
                 await server.wait_healthy()
@@ -125,9 +143,9 @@ async def test_a_resume_before_the_take_over_shows_the_answer_once(
         url = f"{server.base}/v1/agent/ui-stream/{chat_id}/stream"
         async with js(node, mode="reader", method="GET", url=url, headers=DEMO_AUTH, onCue=True) as reader:
             await reader.until(lambda rs: bool(of(rs, "ready")), "the reader loaded")
-            await until(lambda: _mid_turn(trace), "a model turn streaming after a checkpoint", 60)
+            await held_mid_turn(tools.fake, trace)
             os.kill(a.pid, signal.SIGKILL)
-            tools.fake.pause_s = AFTER_KILL_PAUSE_S
+            let_go(tools.fake)
             await until(lambda: _reaped(a.pid), "the killed worker gone", 30)
             await reader.send("go")  # useChat's resume on reload, at once, on the other worker
             await reader.until(lambda rs: bool(of(rs, "response")), "the resume's response")

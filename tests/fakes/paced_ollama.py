@@ -161,6 +161,8 @@ class PacedOllama:
         self.pause_s = pause_s
         self.flow = tuple(flow)
         self.streaming_until: asyncio.Event | None = None
+        #: Words streamed past ``tokens`` while held by ``streaming_until``.
+        self.held_words = 0
         self.chats = 0
         self.streams_finished = 0
         self.streams_cut = 0
@@ -210,6 +212,7 @@ class PacedOllama:
                 await asyncio.sleep(self.pause_s)
                 yield self._chunk(model, {"role": "assistant", "content": f"w{i} "})
                 i += 1
+                self.held_words += 1
             yield self._chunk(model, self._message(step))
             yield orjson.dumps(self._final(model, {"role": "assistant", "content": ""})) + b"\n"
             finished = True

@@ -210,10 +210,13 @@ async def test_a_large_ai_sdk_file_part_is_stored_whatever_the_storage_budget(pg
     ingest's, as on the attachments route."""
     from tests.test_ai_sdk_files import data_url, with_file
 
-    text = "\n\n".join(f"Paragraph {i}: the vendor ledger for region {i % 97} was reconciled." for i in range(8000))
+    text = "\n\n".join(f"Paragraph {i}: the vendor ledger for region {i % 97} was reconciled." for i in range(16000))
     note = {"mediaType": "text/plain", "filename": "ledger.txt", "url": data_url(text.encode(), "text/plain")}
+    # A budget that the request's own storage steps keep on a loaded machine (1 s did not
+    # at load 20: the rate limit's statement was cut), and a file whose ingest takes
+    # several times as long.
     async with (
-        running_app(budget_settings(pg_url, tmp_path), provider=ExtractiveProvider()) as (base, _),
+        running_app(budget_settings(pg_url, tmp_path, pool_timeout_s=2.5), provider=ExtractiveProvider()) as (base, _),
         httpx.AsyncClient(base_url=base, timeout=300) as client,
     ):
         body = with_file("chat-large", "Which region was reconciled?", note, context_type="knowledge")
