@@ -130,6 +130,15 @@ def _tidy(directory: Path) -> bool:
     return not directory.exists()
 
 
+def worker_gone(path: Path) -> bool:
+    """Whether the worker that made ``path`` (``<pid>-<token>.<kind>``) has ended, by the
+    rule ``tidy_runtime_dir`` removes by; a name not of this layout: no. For a sibling
+    refused at its socket (``storage.sqlite.worker_feed``): a worker starting binds its
+    socket before it listens, and is refused meanwhile though it runs."""
+    match = _WORKER_FILE.fullmatch(path.name)
+    return match is not None and _left_by_the_dead(path, int(match.group(1)))
+
+
 def _left_by_the_dead(path: Path, pid: int) -> bool:
     """Whether the worker that made ``path`` has ended: no process ``pid`` runs here, and,
     for a socket, nobody listens on it. Not the pid alone: where the directory is shared
@@ -161,4 +170,4 @@ def _listening(path: Path) -> bool:
     return True
 
 
-__all__ = ["LEADER_LOCK", "make_runtime_dir", "runtime_dir", "tidy_runtime_dir"]
+__all__ = ["LEADER_LOCK", "make_runtime_dir", "runtime_dir", "tidy_runtime_dir", "worker_gone"]

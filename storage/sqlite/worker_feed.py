@@ -49,7 +49,7 @@ from storage.close_bounds import FEED_CLOSE_S
 from storage.feed_payload import encode_payload
 from storage.records import RunEvent
 from storage.run_feed import RunWatch, RunWatchers
-from storage.sqlite.runtime_dir import make_runtime_dir, runtime_dir, tidy_runtime_dir
+from storage.sqlite.runtime_dir import make_runtime_dir, runtime_dir, tidy_runtime_dir, worker_gone
 
 log = logging.getLogger("agentchat.storage")
 
@@ -255,9 +255,12 @@ class WorkerFeed:
             try:
                 _, writer = await asyncio.open_unix_connection(str(path))
             except (ConnectionRefusedError, FileNotFoundError):
-                # A worker killed without cleaning up left its socket: nobody listens.
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
+                # A worker killed without cleaning up left its socket: nobody listens. A
+                # sibling starting has bound its socket and may not listen yet: its pid
+                # runs, so the socket is kept, and the next scan connects to it.
+                if worker_gone(path):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
                 continue
             except OSError as exc:
                 log.warning("cannot reach a sibling worker", extra={"peer": path.name, "error": str(exc)[:200]})

@@ -109,6 +109,27 @@ async def test_a_socket_left_by_a_killed_worker_is_cleared(tmp_path: Path) -> No
     assert not any(directory.glob("*.sock"))  # its own socket went with it
 
 
+async def test_a_sibling_that_has_bound_its_socket_but_not_yet_listens_is_kept(tmp_path: Path) -> None:
+    """A worker starting binds its socket, then listens; a sibling scanning between the
+    two is refused like at a dead worker's socket. It removed the socket, and the starting
+    worker failed its start ("No such file or directory" on its own socket: seen in
+    ``serve --workers 2`` on a loaded machine, the whole group stopped). Its pid runs: kept,
+    and connected to once it listens."""
+    directory = runtime_dir(tmp_path / "agent.sqlite3")
+    directory.mkdir(mode=0o700)
+    starting = directory / f"{os.getpid()}-0123abcd.sock"  # a live pid's, as a sibling's is
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sibling:
+        sibling.bind(str(starting))  # bound, not listening yet
+        feed = WorkerFeed(directory, scan_s=0.05)
+        await feed.start()
+        try:
+            assert starting.exists() and feed.siblings == 0
+            sibling.listen()
+            await settled(lambda: feed.siblings == 1, "the sibling was connected to once it listened")
+        finally:
+            await feed.close()
+
+
 async def test_a_sibling_that_does_not_keep_up_reads_everything_once_it_does(tmp_path: Path) -> None:
     async with two_feeds(tmp_path) as (a, b):
         a.max_buffer = -1  # every flush finds the sibling "behind": frames are dropped
