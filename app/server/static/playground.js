@@ -697,7 +697,7 @@
   function follow(info, { replay, onReplayFailed = null }) {
     const view = newRunView(info);
     const url = replay ? withParam(info.stream_url, "after", "0") : info.stream_url;
-    const run = { info, view, es: null, lastSeq: 0, done: false, waiting: false, refusals: 0, refusedSince: 0 };
+    const run = { info, view, es: null, lastSeq: 0, done: false, waiting: false, refusals: 0, refusedMs: 0, lookedAt: 0 };
     view.run = run;
     current = run;
     listen(run, url, { replay, onReplayFailed });
@@ -793,6 +793,21 @@
    *  on once the database is back), so the page waits as long. A count of attempts gave up
    *  after 100 s at the server's Retry-After of 5 s. */
   const RESUME_GIVE_UP_MS = 10 * 60 * 1000;
+  /** The most one gap between two looks at the refusals counts (`refusedFor`): the page's
+   *  longest wait is 30 s, so a longer gap is a machine that slept (its timers paused) or
+   *  a clock set forward, not minutes of refusals. */
+  const REFUSAL_GAP_MAX_MS = 60 * 1000;
+
+  /** How long `run` has been refused in a row, as the page lived it: each gap since the
+   *  last look counts at most REFUSAL_GAP_MAX_MS, never less than 0. `Date.now()` alone
+   *  gave up a run at the first ask after a laptop woke (asleep ten minutes, its network
+   *  not back yet: "no answer"), and waited on for as long as a clock set back. */
+  function refusedFor(run) {
+    const now = Date.now();
+    run.refusedMs += Math.min(REFUSAL_GAP_MAX_MS, Math.max(0, now - run.lookedAt));
+    run.lookedAt = now;
+    return run.refusedMs;
+  }
 
   /** The browser gives a stream up for good when a reconnect is answered with anything but
    *  200 - also the 503 (`storage_unavailable`, `shutting_down`, with `Retry-After`) that
@@ -804,7 +819,10 @@
   async function resumeLater(run, url) {
     run.es.close();
     if (run.done) return;
-    if (run.refusals === 0) run.refusedSince = Date.now();
+    if (run.refusals === 0) {
+      run.refusedMs = 0;
+      run.lookedAt = Date.now();
+    }
     run.refusals += 1; // back to 0 once a stream opens
     const next = run.lastSeq > 0 ? withParam(url, "after", String(run.lastSeq)) : url;
     const asking = new AbortController();
@@ -839,7 +857,7 @@
    *  refused attempt to 30 s; once refused for RESUME_GIVE_UP_MS in a row, give up. */
   function waitToResume(run, url, retryAfter, why) {
     if (run.done) return;
-    if (Date.now() - run.refusedSince >= RESUME_GIVE_UP_MS) {
+    if (refusedFor(run) >= RESUME_GIVE_UP_MS) {
       giveUp(run, why);
       return;
     }
