@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from functools import partial
 
 import pytest
 
@@ -189,12 +190,14 @@ async def test_a_refused_resume_is_given_up_after_ten_minutes_of_refusals_not_af
             await page.wait_for("document.getElementById('conn').textContent.startsWith('reconnecting in')",
                                 timeout=30, what="the page waiting after a refused resume")
 
+            def asked_since(seen: int) -> bool:
+                return front.stream_requests > seen
+
             async def refused_asks(count: int, *, skew_step_ms: int = 0) -> None:
                 """Wait for ``count`` more refused asks, the page's clock moved on by
                 ``skew_step_ms`` as each one is refused."""
                 for _ in range(count):
-                    asked = front.stream_requests
-                    await until(lambda: front.stream_requests > asked, "a refused ask (none: the page gave up?)", timeout=30)
+                    await until(partial(asked_since, front.stream_requests), "a refused ask (none: gave up?)", 30)
                     if skew_step_ms:
                         await page.evaluate(f"window.__skew += {skew_step_ms}")
 
