@@ -9,14 +9,20 @@ chunks, which the offline answerer quotes while our tests measure today's.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 import pytest
 
+from knowledge import chunking
 from knowledge.chunking import CHUNK_RULES
 from tests.support import chunk_fingerprint
 from tests.support.chunk_fingerprint import FINGERPRINT, PAGED, fingerprint
+
+#: The corpus's file of blocks longer than a chunk, one of each kind.
+LONG_BLOCKS = "21-long-blocks.md"
 
 REFRESH = "python -m tests.support.chunk_fingerprint --write"
 
@@ -67,3 +73,32 @@ def test_a_change_of_the_cut_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(chunk_fingerprint, "chunk_text", other_cut)
     texts, cuts = changes(recorded(), fingerprint())
     assert texts == [] and PAGED in cuts and len(cuts) > len(recorded()["files"]) // 2, cuts
+
+
+def _never(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    return re.compile(r"(?!x)x")
+
+
+def _whole(block: str, target: int) -> list[str]:
+    return [block]
+
+
+#: Each way the chunker cuts a block longer than a chunk, and a change of it.
+OTHER_BLOCK_CUTS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "a code block between lines": ("_fenced_pieces", lambda real: _whole),
+    "a table between rows": ("_table_pieces", lambda real: _whole),
+    "a list between items": ("_ITEM_RE", _never),
+    "a sentence (and a word) longer than a chunk": ("_wrap_words", lambda real: lambda t, n: real(t, n // 2)),
+}
+
+
+@pytest.mark.parametrize("cut", sorted(OTHER_BLOCK_CUTS))
+def test_each_way_of_cutting_a_long_block_is_seen(cut: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The corpus holds a block of each kind longer than a chunk (``21-long-blocks.md``:
+    the sample has no code block or sentence that long), so a change of how the chunker
+    cuts any of them changes the fingerprint. Before that file, a code block kept whole
+    or a long sentence cut elsewhere left every digest as it was."""
+    name, other = OTHER_BLOCK_CUTS[cut]
+    monkeypatch.setattr(chunking, name, other(getattr(chunking, name)))
+    texts, cuts = changes(recorded(), fingerprint())
+    assert texts == [] and LONG_BLOCKS in cuts, (cut, cuts)

@@ -9,9 +9,12 @@ and fails when they differ under the same version.
 
 The corpus is ``tests/data/chunking_corpus/``: the sample knowledge base as it was when
 the fingerprint began (its text moves with the service; a fixed copy moves only with
-the chunker), read by the ingest's own loader, cut at the ingest's default target and
-overlap, each page summary put on as stored (``with_summary``); and once more as one
-paged text (its files as pages) so that page numbers count too.
+the chunker), and ``21-long-blocks.md``, a block of each kind longer than a chunk (a
+code block, a table, a list, a sentence and a word: the sample has no code block or
+sentence that long, so a change of their cut went unseen), read by the ingest's own
+loader, cut at the ingest's default target and overlap, each page summary put on as
+stored (``with_summary``); and once more as one paged text (its files as pages) so that
+page numbers count too.
 
 Refresh after bumping ``CHUNK_RULES``: ``.venv/bin/python -m tests.support.chunk_fingerprint --write``.
 """
