@@ -68,6 +68,9 @@ class KnowledgeComponent:
     pause: Callable[[float], Awaitable[None]] = asyncio.sleep
     #: ``AGENT_KB_DEFAULT_BUCKETS``: what a search covers when nobody names buckets.
     default_buckets: tuple[str, ...] = ()
+    #: The sample's bucket holds others' documents too (``SampleLeft.OTHERS``): the start
+    #: leaves the sample's documents there as they are, older chunks included.
+    sample_beside_others: bool = False
 
     async def readiness(self) -> dict[str, Any]:
         """Not ready while the sample knowledge base loads or after its load failed
@@ -108,7 +111,9 @@ class KnowledgeComponent:
             "semantic_search": semantic,
             "reembedding": backfill.status(),
         }
-        out["older_chunking"] = older_chunking(int(stats.get("documents_older_chunking") or 0), sample)
+        older = int(stats.get("documents_older_chunking") or 0)
+        of_sample = await self.older_sample_documents() if older and self.sample_beside_others else 0
+        out["older_chunking"] = older_chunking(older, sample, of_sample)
         if self.default_buckets and "*" not in self.default_buckets:
             out["default_buckets"] = await self.default_bucket_check()
         if loading:
@@ -122,6 +127,14 @@ class KnowledgeComponent:
                 "re-embedded in the background" + (f" (the embedder failed: {why})" if why else "")
             )
         return out
+
+    async def older_sample_documents(self) -> int:
+        """The sample's documents cut by older chunking rules in its bucket, left there
+        by the start beside others' documents (``knowledge.sample.older_sample_documents``)."""
+        from knowledge.kb import DEFAULT_BUCKET
+        from knowledge.sample import older_sample_documents
+
+        return await older_sample_documents(self.kb, DEFAULT_BUCKET)
 
     async def default_bucket_check(self) -> dict[str, Any]:
         """``/readyz``'s ``default_buckets``: the configured ones and those that are no
@@ -212,6 +225,7 @@ class KnowledgeComponent:
         finally:
             if turns is not None:
                 await turns.release()
+        self.sample_beside_others = report is SampleLeft.OTHERS
         if isinstance(report, SampleLeft):  # nothing ingested: say which of the two reasons
             self.sample = report.status(DEFAULT_BUCKET)
         elif report.skipped or report.deleted or report.rechunked:  # an older sample brought up to the shipped one
@@ -246,20 +260,33 @@ class KnowledgeComponent:
             await asyncio.sleep(self.turn_poll_s)
 
 
-def older_chunking(documents: int, sample: str) -> dict[str, Any]:
+def older_chunking(documents: int, sample: str, of_sample: int = 0) -> dict[str, Any]:
     """``/readyz``'s word on shared documents whose chunks were cut by other chunking rules
     than today's (``knowledge.chunking.CHUNK_RULES``; an upgrade's chunker cut otherwise):
     how many, and how to re-make them. They keep the replica in service - every search
     finds them, only their passages are cut as the older release cut them - but an
     operator must learn that the answers read from them are not those of today's rules.
     The sample's own documents are re-made by the start itself; while that runs
-    (``sample``: ``ingesting``) they are counted too, and the detail says so."""
+    (``sample``: ``ingesting``) they are counted too, and the detail says so. Not in a
+    bucket that holds others' documents too (the start never touches one): ``of_sample``
+    of them are the sample's there, and the detail names the folder to ingest - "their
+    folder" is inside the installed package, and the count never reached 0 otherwise."""
     out: dict[str, Any] = {"documents": documents}
     if documents:
         out["detail"] = (
             f"{documents} document(s) were cut into chunks by older chunking rules: run `agentchat ingest` "
             "on their folder again (into the same bucket) or post them again to re-chunk them"
             + ("; the sample knowledge base is being re-made now" if sample.startswith("ingesting") else "")
+        )
+    if documents and of_sample:
+        from knowledge.kb import DEFAULT_BUCKET
+        from knowledge.sample import SAMPLE_KB_DIR
+
+        out["sample_documents"] = of_sample
+        out["detail"] += (
+            f"; {of_sample} of them are the shipped sample's, in the {DEFAULT_BUCKET!r} bucket beside other "
+            f"documents, which the start leaves alone: `agentchat ingest {SAMPLE_KB_DIR} --bucket {DEFAULT_BUCKET}` "
+            "re-chunks them"
         )
     return out
 

@@ -98,6 +98,17 @@ async def _stored_sample_is_current(kb: KnowledgeBase, bucket: str) -> bool:
     return all(stamps[origin] == {stamp} for origin, stamp in shipped.items())
 
 
+async def older_sample_documents(kb: KnowledgeBase, bucket: str = DEFAULT_BUCKET) -> int:
+    """How many of the shipped sample's documents in ``bucket`` were cut by other chunking
+    rules than today's (``CHUNK_RULES``). Asked only when the bucket holds others'
+    documents too (``SampleLeft.OTHERS``): the start never touches such a bucket, so those
+    documents keep their older chunks until someone ingests the sample's folder into it,
+    and ``/readyz``'s count of older documents never reached 0 while it told the operator
+    only to ingest "their folder" again (``app.knowledge_component.older_chunking``)."""
+    stored = await kb.index.file_documents(bucket, str(SAMPLE_KB_DIR) + os.sep, prefix=True)
+    return len({d.id for d in stored if d.chunk_rules != CHUNK_RULES})
+
+
 async def ensure_sample_kb(kb: KnowledgeBase, *, bucket: str = DEFAULT_BUCKET) -> IngestReport | SampleLeft:
     """Ingest the sample KB into ``bucket`` when that bucket is empty, or when it holds
     only the sample's own documents and the shipped sample differs from them (a file

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from app.cli.kb_file import open_kb_file
-from knowledge import IngestReport, SampleLeft, ensure_sample_kb
+from app.knowledge_component import KnowledgeComponent
+from knowledge import SAMPLE_KB_DIR, IngestReport, SampleLeft, ensure_sample_kb
 from knowledge.attachments import attachment_bucket
 from knowledge.kb import KnowledgeBase
 from storage.kb_records import KBDocumentWrite
@@ -178,5 +179,46 @@ async def test_a_re_chunk_cut_short_leaves_each_document_whole(target: str, tmp_
         report = await kb.ingest_paths([d])
         assert report.rechunked == len(kept) and await stored_chunks(target, "default") == todays, report
         assert await older_count(kb) == 0
+    finally:
+        await kb.aclose()
+
+
+async def test_the_sample_beside_others_documents_is_named_with_its_folder(target: str, tmp_path: Path) -> None:
+    """A bucket holding the sample and someone's documents (``agentchat ingest`` puts them
+    into ``default``, the sample's bucket, unless told otherwise) is never touched by the
+    start, so the sample's documents there keep their older chunks. ``/readyz`` counted
+    them for ever and said only "run agentchat ingest on their folder": the user's own
+    ingest left the count at the sample's documents. It now says how many are the
+    sample's and the command that re-chunks them, which brings the count to 0."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "ocelots.md").write_text("# Ocelots\n\nThe ocelot feeding round starts at noon and is logged.")
+    kb = await open_kb_file(target, HashingEmbedder(dim=64))
+    try:
+        first = await ensure_sample_kb(kb)
+        assert isinstance(first, IngestReport) and first.added > 0
+        assert (await kb.ingest_paths([mine])).added == 1  # into ``default``, beside the sample
+    finally:
+        await kb.aclose()
+    storage = await open_storage(target)
+    try:  # as migration 32 leaves a database from before it
+        await storage.runs.sql.execute([("UPDATE kb_documents SET chunk_rules = NULL", ())])
+    finally:
+        await storage.close()
+
+    kb = await open_kb_file(target, HashingEmbedder(dim=64))
+    try:
+        component = KnowledgeComponent(kb=kb)
+        await component.ingest_sample()
+        assert component.sample.startswith("not added"), component.sample
+        assert (await kb.ingest_paths([mine])).rechunked == 1  # the user's own: re-chunked
+        older = (await component.readiness())["older_chunking"]
+        assert older["documents"] == older["sample_documents"] == first.added, older
+        command = f"`agentchat ingest {SAMPLE_KB_DIR} --bucket default`"
+        assert command in older["detail"], older
+
+        report = await kb.ingest_paths([SAMPLE_KB_DIR])  # what the detail says
+        assert (report.rechunked, report.added, report.deleted) == (first.added, 0, 0), report
+        assert (await component.readiness())["older_chunking"] == {"documents": 0}
     finally:
         await kb.aclose()
