@@ -105,8 +105,16 @@ def test_compact_command_compacts_and_deletes_idle_conversations(
             return str(orjson.loads(events[0].data)["run_id"])
 
     asyncio.run(serve_one_run())
+    ended = time.time()  # the run's stored end and its conversation's last word are earlier
     assert main(["compact", "--run-events-days", "0"]) == 0
     assert "compacted 0 runs" in capsys.readouterr().out
+    # 0.000001 days is 86.4 ms: the run is older than that only once 86.4 ms have passed
+    # since it ended (with a fast open, the commands above can take less).
+    older = 0.000001 * 86_400
+    deadline = ended + older + 30
+    while time.time() - ended <= older:
+        assert time.time() < deadline, "the clock did not move past the run's end"
+        time.sleep(0.01)
     assert main(["compact", "--run-events-days", "0.000001"]) == 0
     assert "compacted 1 runs" in capsys.readouterr().out
     assert main(["compact", "--run-events-days", "0.000001", "--conversation-days", "0.000001"]) == 0
