@@ -70,6 +70,25 @@ def create_backend_app(db_path: str | Path, *, seed: bool = True, hosts: HostRul
     )
 
 
+class AddressedServer(uvicorn.Server):
+    """uvicorn's server, saying its address also when it listens on sockets it was given.
+
+    uvicorn logs ``Uvicorn running on …`` only for the sockets it binds itself, and
+    ``agentchat backend`` hands it the ones the CLI bound (a port in use is then one
+    line): run alone, the backend never said where it listened. The same line, on the
+    same logger, so it follows the log format as uvicorn's own does."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if sockets is not None and self.started:
+            host = self.config.host
+            shown = f"[{host}]" if ":" in host else host
+            port = sockets[0].getsockname()[1] if sockets else self.config.port
+            logging.getLogger("uvicorn.error").info(
+                "Uvicorn running on http://%s:%d (Press CTRL+C to quit)", shown, port
+            )
+
+
 async def serve_backend(
     host: str,
     port: int,
@@ -99,7 +118,7 @@ async def serve_backend(
     config = uvicorn.Config(
         app, host=host, port=port, log_level=log_level, lifespan="on", timeout_keep_alive=75, **logging_given
     )
-    server = uvicorn.Server(config)
+    server = AddressedServer(config)
     task = asyncio.ensure_future(server.serve(sockets=sockets))
     try:
         await asyncio.shield(task)

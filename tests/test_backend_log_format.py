@@ -38,10 +38,10 @@ def _json_lines(output: str) -> list[dict[str, Any]]:
     return parsed
 
 
-def _run_backend(tmp_path: Path, log_format: str) -> str:
+def _run_backend(tmp_path: Path, log_format: str, port: int | None = None) -> str:
     """``agentchat backend`` with ``AGENT_LOG_FORMAT``, one request for ``/`` (404); its
     output (stdout and stderr: uvicorn's text access log goes to stdout)."""
-    port = free_port()
+    port = free_port() if port is None else port
     env = child_env({"AGENT_LOG_FORMAT": log_format, "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3")})
     cmd = [sys.executable, "-m", "app.cli", "backend", "--port", str(port), "--db", str(tmp_path / "b.sqlite3")]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -67,6 +67,20 @@ def test_agentchat_backend_text_logs_are_unchanged(tmp_path: Path) -> None:
     err = _run_backend(tmp_path, "text")
     assert '"GET / HTTP/1.1" 404' in err, err
     assert not any(line.startswith("{") for line in err.splitlines()), err
+
+
+def test_agentchat_backend_says_where_it_listens(tmp_path: Path) -> None:
+    """Walking the docs as a newcomer: ``agentchat backend`` logged ``Started server process``
+    and ``Application startup complete`` but never its address - it listens on the sockets
+    the CLI bound, and uvicorn names no address for given sockets. Now its one line is
+    uvicorn's own ``Uvicorn running on http://HOST:PORT``, in either log format."""
+    port = free_port()
+    said = f"Uvicorn running on http://127.0.0.1:{port} (Press CTRL+C to quit)"
+    assert said in _run_backend(tmp_path / "text", "text", port)
+    port = free_port()
+    lines = _json_lines(_run_backend(tmp_path / "json", "json", port))
+    said = f"Uvicorn running on http://127.0.0.1:{port} (Press CTRL+C to quit)"
+    assert [line["logger"] for line in lines if line["message"] == said] == ["uvicorn.error"], lines
 
 
 def test_the_backend_beside_serve_logs_in_the_agents_format(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
