@@ -350,7 +350,7 @@ FLOORS = {
     "round20": {"sample": 1.0, "npm": 0.5},  # 10/10 (9/10 before round 48, 8/10 first), 5/10 (5/10 first)
     "round21": {"sample": 0.5, "npm": 1.0},  # 5/10 here, 6/10 in the bench (4/10, 5/10 before round 21); no npm
     "round23": {"sample": 0.8, "npm": 1.0},  # 12/15 here, 13/15 in the bench (12/15 before round 23); no npm
-    "walkthrough": {"sample": 0.66, "npm": 1.0},  # 4/6 here, 5/6 in the bench (3/6 first, 4/6 before the asked heading); no npm
+    "walkthrough": {"sample": 0.66, "npm": 1.0},  # 4/6 here, 5/6 in the bench (3/6 first, then 4/6); no npm
     "followup": {"sample": 0.9, "npm": 1.0},  # 9/10 (5/10 before the answerer read the conversation); no npm
     "round35": {"sample": 0.97, "npm": 1.0},  # 41/42 (40/42 before round 36, 30/42 before round 35); no npm
     "round38": {"sample": 0.85, "npm": 1.0},  # 30/35 here, 31/35 in the bench (29/35, 30/35 before round 46)
