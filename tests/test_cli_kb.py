@@ -95,6 +95,21 @@ async def test_nothing_ingested_creates_no_bucket(tmp_path: Path, capsys: pytest
     assert await run(tmp_path, "ingest", str(junk), "--bucket", "Bad-Name", "--quiet") == 2
 
 
+async def test_buckets_rm_of_one_document_says_it_in_the_singular(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Walking docs/cli.md: ``buckets rm`` of a bucket holding one document said ``holds 1
+    documents; add --yes to remove them with it``."""
+    guide = tmp_path / "guide.md"
+    guide.write_text("# Guide\n\nOne page.\n")
+    assert await run(tmp_path, "ingest", str(guide), "--bucket", "one", "--quiet") == 0
+    capsys.readouterr()
+    assert await run(tmp_path, "buckets", "rm", "one") == 2
+    assert capsys.readouterr().err.strip() == (
+        "agentchat buckets rm: bucket 'one' holds 1 document; add --yes to remove it with the bucket"
+    )
+
+
 async def test_docs_list_rm_and_buckets_rm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     d = library(tmp_path)
     await run(tmp_path, "ingest", str(d), "--bucket", "lib", "--quiet", "--keep-going", "--max-file-mb", "1")

@@ -253,8 +253,9 @@ async def _bucket_command(kb: Any, args: argparse.Namespace, command: str | None
                 return EXIT_REJECTED
             info = {b.name: b for b in await kb.list_buckets()}[args.name]
             if info.documents and not args.yes:
-                print(f"agentchat buckets rm: bucket {args.name!r} holds {info.documents} documents; "
-                      "add --yes to remove them with it", file=sys.stderr)
+                them = "it" if info.documents == 1 else "them"
+                print(f"agentchat buckets rm: bucket {args.name!r} holds {plural(info.documents, 'document')}; "
+                      f"add --yes to remove {them} with the bucket", file=sys.stderr)
                 return EXIT_USAGE
             # Said before it happens: a bucket holds only its own documents (a document
             # belongs to one bucket), and this is how many of them go.
