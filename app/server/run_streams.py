@@ -159,7 +159,9 @@ def watch_clients_elsewhere(svc: Services) -> None:
             _client_left(svc, run)
 
     def joined_elsewhere(run_id: str) -> None:
-        if svc.runs.get(run_id) is not None:
+        run = svc.runs.get(run_id)
+        # The run this process executes: not a copy it lost to another or let go.
+        if run is not None and not run.lost and not run.suspended and not run.finished:
             log.info("run followed from another replica", extra={"run_id": run_id})
 
     presence.on_joined(joined_elsewhere)
