@@ -22,7 +22,9 @@ Why this shape:
   (``knowledge.chunking.CHUNK_RULES``); a file read unchanged (touched, same content
   hash, same rules) only gets its new stamp. A document cut by other rules is chunked
   again even when its content hash is the same, and replaced like any changed one: its
-  old chunks stay until the new ones commit. ``rehash`` reads every file, for
+  old chunks stay until the new ones commit. A re-made document (changed, or cut again)
+  embeds only its chunks whose text its stored ones lack: the others keep the vectors
+  it stores, when they are of today's embedder (``knowledge.ingest_reuse``). ``rehash`` reads every file, for
   filesystems whose times lie.
   A file with rejected records is never stamped (it is read, and its rejections
   reported, every time).
@@ -46,13 +48,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from knowledge.buckets import Buckets
 from knowledge.chunking import CHUNK_RULES, chunk_text
 from knowledge.dense import DenseSide
 from knowledge.filecheck import DEFAULT_MAX_FILE_MB, MB
 from knowledge.filestamps import unstamp_rejected, with_repeats
-from knowledge.ingest_docs import Prepared, document_writes, embedding_text, screen, with_summary
+from knowledge.ingest_docs import Prepared, document_writes, screen, with_summary
 from knowledge.ingest_plan import plan_files
+from knowledge.ingest_reuse import plan_embedding
 from knowledge.ingest_stages import (
     STAGE_EMBED,
     BatchWrites,
@@ -308,7 +313,7 @@ class Ingestor:
 
         await asyncio.to_thread(chunk_all)
         todo = [p for p in todo if p.chunks]
-        await self._embed(todo, report, on_embed)
+        await self._embed(todo, bucket, report, on_embed)
         if not todo:
             return
         await self.buckets.ensure(bucket)
@@ -334,28 +339,29 @@ class Ingestor:
             if on_batch is not None:
                 on_batch(report)
 
-    async def _embed(self, todo: list[Prepared], report: IngestReport, on_embed: EmbedHook | None = None) -> None:
-        """Embed all chunks in batches; on failure the documents are stored without
-        vectors (found by text search now) and counted as queued for re-embedding."""
-        if self.embedder is None:
+    async def _embed(
+        self, todo: list[Prepared], bucket: str, report: IngestReport, on_embed: EmbedHook | None = None
+    ) -> None:
+        """Embed the chunks in batches, but for those whose stored vector is reused (the
+        same text, in the same document, of today's embedder: ``knowledge.ingest_reuse``);
+        on failure the documents that needed an embedding are stored without vectors
+        (found by text search now) and counted as queued for re-embedding."""
+        if self.embedder is None or self.embed_key is None or self.dim is None:
             return
-        texts: list[str] = []
-        for p in todo:
-            texts.extend(embedding_text(p.doc.title, c) for c in p.chunks)
-        started = time.perf_counter()
-        try:
-            matrix = await embed_texts(self.embedder, texts, self.config.embed_batch, on_embed)
-        except EmbeddingError as exc:
-            report.queued_for_embedding += len(todo)
-            report.embedding_error = str(exc)[:400]
-            return
-        finally:
-            report.embed_seconds = round(report.embed_seconds + time.perf_counter() - started, 4)
-        offset = 0
-        for p in todo:
-            n = len(p.chunks)
-            p.vectors = matrix[offset : offset + n]
-            offset += n
+        plan = await plan_embedding(self.index, bucket, self.embed_key, self.dim, todo)
+        report.reused_vectors += plan.reused
+        matrix: np.ndarray | None = None
+        if plan.texts:
+            started = time.perf_counter()
+            try:
+                matrix = await embed_texts(self.embedder, plan.texts, self.config.embed_batch, on_embed)
+            except EmbeddingError as exc:
+                report.embedding_error = str(exc)[:400]
+            finally:
+                report.embed_seconds = round(report.embed_seconds + time.perf_counter() - started, 4)
+        for k, p in enumerate(todo):
+            p.vectors = plan.vectors(k, matrix)
+            report.queued_for_embedding += p.vectors is None
 
     async def _write(self, todo: list[Prepared], bucket: str, schema: dict[str, str]) -> None:
         if not todo:

@@ -113,6 +113,9 @@ class IngestReport:
     #: were cut by other chunking rules than today's (``knowledge.chunking.CHUNK_RULES``):
     #: cut again and replaced.
     rechunked: int = 0
+    #: Chunks of updated documents that kept the vector their document stored (the same
+    #: text, embedder and width: ``knowledge.ingest_reuse``), not embedded again.
+    reused_vectors: int = 0
 
     #: How many files of each skip reason ``skipped_examples`` keeps.
     EXAMPLES_PER_REASON = 20

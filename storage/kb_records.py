@@ -273,6 +273,28 @@ class KBUnembedded:
 
 
 @dataclass(frozen=True, slots=True)
+class KBStoredChunkVector:
+    """One stored chunk's vector with what it was embedded from (its heading and text;
+    the document's title is ``KBStoredVectors.title``)."""
+
+    heading: str
+    text: str
+    vector: npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class KBStoredVectors:
+    """A stored document's readable vectors of one embedder at one width
+    (``KBIndex.stored_vectors``): what a re-made document reuses for its chunks whose
+    text is unchanged, instead of embedding them again."""
+
+    id: str
+    title: str
+    #: In position order; chunks without a readable vector are left out.
+    chunks: tuple[KBStoredChunkVector, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class KBVectorWrite:
     """Vectors for a document's chunks as read (``KBIndex.store_vectors``): written only
     if the document still has this content hash and these chunk ids."""

@@ -198,6 +198,9 @@ def kb_api() -> ApiContribution:
                 "embedding_error": {"type": ["string", "null"]},
                 "rechunked": {**count, "description": "Of `updated`, documents whose content was unchanged but "
                               "whose stored chunks were cut by older chunking rules: cut again and replaced."},
+                "reused_vectors": {**count, "description": "Chunks of updated documents whose text was unchanged: "
+                                   "they kept the vector their document stored (same embedder and width), "
+                                   "not embedded again."},
                 "embedding": {
                     "type": "object",
                     "properties": {

@@ -25,6 +25,7 @@ from storage.kb_records import (
     KBFileDocument,
     KBRanked,
     KBScope,
+    KBStoredVectors,
     KBTextTuning,
     KBUnembedded,
     KBVectorRows,
@@ -202,6 +203,15 @@ class KBIndex(Protocol):
         position order: what ``store_vectors`` repairs once they are embedded again.
         One whose vectors are all readable by now (re-ingested or re-embedded since the
         caller's read) is left out."""
+        ...
+
+    async def stored_vectors(
+        self, bucket: str, embed_model: str, embed_dim: int, doc_ids: Sequence[str]
+    ) -> dict[str, KBStoredVectors]:
+        """Of these documents, those in ``bucket`` whose vectors are of ``embed_model`` at
+        ``embed_dim``, each with its title and its chunks' readable vectors (heading, text,
+        vector; in position order): what a re-made document reuses for its unchanged
+        chunk texts. One statement per part of ``doc_ids``, never one per chunk."""
         ...
 
     async def store_vectors(self, embed_model: str, embed_dim: int, docs: Sequence[KBVectorWrite]) -> list[str]:

@@ -40,6 +40,7 @@ from storage.kb_records import (
     KBChunkWrite,
     KBDocumentWrite,
     KBSchemaConflict,
+    KBStoredVectors,
     KBVectorWrite,
     TypedRow,
     utc_now,
@@ -49,6 +50,7 @@ from storage.sql import Row, SqlEngine, Tx, take_lock
 from storage.stores.kb_engine_parts import BucketTables, TextSearch, parts
 from storage.stores.kb_generation import WrittenHere, read_generation
 from storage.stores.kb_reads import KBReads
+from storage.stores.kb_vector_reuse import read_stored_vectors
 
 _UPSERT_DOCUMENT = (
     "INSERT INTO kb_documents(id, bucket, title, source, url, content_hash, embed_model, embed_dim,"
@@ -318,6 +320,13 @@ class SqlKBIndex(KBReads):
         self._schemas.pop(name, None)
         self._schema_changes += 1
         return gone
+
+    async def stored_vectors(
+        self, bucket: str, embed_model: str, embed_dim: int, doc_ids: Sequence[str]
+    ) -> dict[str, KBStoredVectors]:
+        """These documents' readable vectors of ``embed_model`` at ``embed_dim`` in
+        ``bucket`` (``storage.stores.kb_vector_reuse``)."""
+        return await read_stored_vectors(self._sql, self.vector_column, bucket, embed_model, embed_dim, doc_ids)
 
     async def store_vectors(self, embed_model: str, embed_dim: int, docs: Sequence[KBVectorWrite]) -> list[str]:
         if not docs:
