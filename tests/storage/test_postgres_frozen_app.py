@@ -72,7 +72,16 @@ async def test_a_frozen_postgres_is_503_within_the_budget_then_serves_again(
         httpx.AsyncClient(base_url=base, timeout=ANSWER_BY_S + 5) as client,
     ):
         assert app.state.services.storage.engine == "postgres"
-        before = await collect_sse(client, "POST", "/v1/agent/chat", json=body)
+        # Served before the freeze. At load 10-14 a first request, beside the app's start-up
+        # work (the tool index still building), spent this test's 1 s storage budget and was
+        # refused 503 with Retry-After (a CI failure): asked again, as a client would.
+        for attempt in range(5):
+            try:
+                before = await collect_sse(client, "POST", "/v1/agent/chat", json=body)
+                break
+            except AssertionError as exc:
+                if "storage_unavailable" not in str(exc) or attempt == 4:
+                    raise
         assert before[-1].event == "message_complete" and before[-1].json()["status"] == "completed"
         listed = await client.get("/v1/agent/conversations")
         assert listed.status_code == 200, listed.text
