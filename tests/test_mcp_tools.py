@@ -30,6 +30,7 @@ import pytest_asyncio
 
 from agenttools.core.untrusted import TRUST
 from agenttools.mcp.catalog import assign_names
+from agenttools.mcp.client import McpConnection
 from agenttools.mcp.config import load_servers
 from app.config import ConfigError, Settings
 from llm.ollama import OllamaProvider
@@ -410,3 +411,39 @@ async def test_names_are_assigned_deterministically() -> None:
     assert names[("ops", "word.stats")] == "word_stats" and names[("ops", "lookup")] == "lookup"
     long = assign_names(set(), [("s", "x" * 100)])[("s", "x" * 100)]
     assert len(long) <= 64
+
+
+async def test_a_stdio_server_has_a_minute_to_start_and_an_http_one_ten_seconds(tmp_path: Path) -> None:
+    """An ``npx -y`` server downloads its package at its first start (19-22 s on a fresh
+    machine), and an ``npx`` ended mid-install leaves npm's cache broken for every later
+    start: the README's first start did that with the old 10 s for every server. A value
+    given is kept."""
+    toml = tmp_path / "servers.toml"
+    toml.write_text(
+        '[servers.files]\ncommand = "npx"\nargs = ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]\n'
+        '[servers.remote]\nurl = "http://127.0.0.1:9/mcp"\n'
+        '[servers.quick]\ncommand = "npx"\nconnect_timeout_s = 5\n'
+    )
+    timeouts = {s.name: s.connect_timeout_s for s in load_servers(toml, {})}
+    assert timeouts == {"files": 60.0, "remote": 10.0, "quick": 5.0}
+
+
+async def test_a_start_over_its_time_says_which_timeout_it_was(tmp_path: Path) -> None:
+    """``/readyz``'s ``last_error`` for a server that did not answer in time named no
+    setting ("TimeoutError: timed out"): now it names ``connect_timeout_s`` and its value,
+    the one thing to change."""
+    toml = tmp_path / "servers.toml"
+    silent = f'[servers.mute]\ncommand = "{sys.executable}"\nargs = ["-c", "import time; time.sleep(60)"]\n'
+    toml.write_text(silent + "connect_timeout_s = 0.5\n")
+    [config] = load_servers(toml, {})
+
+    async def on_tools(server: str, tools: Any) -> None:
+        return None
+
+    conn = McpConnection(config, on_tools)
+    conn.start()
+    try:
+        await asyncio.wait_for(conn.first_attempt.wait(), 30)
+    finally:
+        await conn.close()
+    assert conn.last_error == "TimeoutError: not connected within connect_timeout_s (0.5 s)", conn.last_error

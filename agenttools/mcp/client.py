@@ -198,6 +198,9 @@ class McpConnection:
                 await self._session()
             except asyncio.CancelledError:
                 raise
+            except TimeoutError as exc:  # ``connect_timeout_s``, the one timeout here: name it
+                self.last_error = _describe(exc) if str(exc) else (
+                    f"TimeoutError: not connected within connect_timeout_s ({self.config.connect_timeout_s:g} s)")
             except Exception as exc:  # a failed start or a lost server: retry
                 self.last_error = _describe(exc)
             finally:

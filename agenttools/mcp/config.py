@@ -57,6 +57,15 @@ class McpConfigError(ValueError):
     """The servers file is unreadable or invalid; the message lists every problem."""
 
 
+#: How long one connection attempt may take unless configured. A stdio server's start
+#: includes its process's: an ``npx -y`` server downloads its package then (19-22 s on a
+#: fresh machine at load ~10), and an ``npx`` ended in the middle of that install leaves
+#: npm's cache half-filled (``~/.npm/_npx/…``: every later start exits at once, "Cannot
+#: find package"). 10 s, the old default for both, did exactly that on the README's
+#: first start.
+DEFAULT_CONNECT_TIMEOUT_S: dict[Transport, float] = {"stdio": 60.0, "http": 10.0}
+
+
 @dataclass(frozen=True, slots=True)
 class McpServerConfig:
     """One MCP server as configured. ``env`` and ``headers`` stay out of ``repr`` (secrets)."""
@@ -197,10 +206,10 @@ def _server(
     protocol = entry.get("protocol", "auto")
     if protocol not in ("auto", "legacy"):
         problems.append(f"{where}: protocol must be auto or legacy")
-    timeout = entry.get("connect_timeout_s", 10.0)
+    timeout = entry.get("connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S[transport])
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0.1 <= timeout <= 600:
         problems.append(f"{where}: connect_timeout_s must be a number between 0.1 and 600")
-        timeout = 10.0
+        timeout = DEFAULT_CONNECT_TIMEOUT_S[transport]
     config = McpServerConfig(
         name=name,
         transport=transport,
