@@ -51,9 +51,9 @@ def report_text(report: Any, bucket: str, max_file_mb: float, *, examples: int =
         + (f" ({report.unread_files} more unchanged, not opened)" if report.unread_files else "")
         + f", {report.added} documents added, {report.updated} updated"
         + (f" ({report.rechunked} re-chunked: cut by older chunking rules)" if report.rechunked else "")
-        + f", {report.skipped} unchanged, {report.deleted} deleted, {report.chunks} chunks "
-        + (f"({report.reused_vectors} kept their stored vectors) " if report.reused_vectors else "")
-        + f"({report.elapsed_seconds:.1f} s)"
+        + f", {report.skipped} unchanged, {report.deleted} deleted, {report.chunks} chunks ("
+        + (f"{report.reused_vectors} kept their stored vectors, " if report.reused_vectors else "")
+        + f"{report.elapsed_seconds:.1f} s)"
     ]
     if report.added == report.updated == 0 and report.skipped == 0:
         lines.append(f"nothing was stored; bucket {bucket!r} was not created if it did not exist")
