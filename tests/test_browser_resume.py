@@ -21,7 +21,7 @@ from functools import partial
 import pytest
 
 from app.config import Settings
-from tests.browser.cdp import find_chromium, launch
+from tests.browser.cdp import Page, find_chromium, launch
 from tests.conftest import running_app
 from tests.support.deadline import within
 from tests.support.gated_provider import Gate, GatedProvider, GatedTurn
@@ -112,12 +112,17 @@ async def flapping_front(upstream_port: int) -> AsyncIterator[FlappingFront]:
         await within(server.wait_closed(), "the front's connections to close", 10)
 
 
-async def test_a_resumed_stream_refused_again_is_asked_again_only_after_a_wait(settings: Settings) -> None:
+@contextlib.asynccontextmanager
+async def page_mid_answer(
+    settings: Settings, before: str, after: str
+) -> AsyncIterator[tuple[FlappingFront, Page, Gate]]:
+    """The playground in headless Chromium behind the front, its run's answer shown up to
+    ``before`` and held there at the model's gate (``after`` comes once it opens)."""
     binary = find_chromium()
     if binary is None:
         pytest.skip("no chromium binary (install Debian's `chromium` package; .ci/run does)")
     gate = Gate()
-    provider = GatedProvider([GatedTurn(["before the flapping ", gate, "and after it."])])
+    provider = GatedProvider([GatedTurn([before, gate, after])])
     async with running_app(settings, provider=provider, registry=registry(), embedder=None) as (base, app):
         with_playground(app)
         async with flapping_front(int(base.rsplit(":", 1)[1])) as front, launch(binary) as browser:
@@ -128,30 +133,35 @@ async def test_a_resumed_stream_refused_again_is_asked_again_only_after_a_wait(s
             await within(gate.reached.wait(), "the run mid-answer", 60)
             await page.wait_for(f"{RUN} && {RUN}.querySelector('.answer').textContent.includes('before the')",
                                 what="the answer's first part")
+            yield front, page, gate
+        gate.open()
 
-            # The page's connection drops; from now on every other stream request is refused
-            # (the draining replica), the others answered: the page's own ask gets a 200, the
-            # EventSource it opens then a 503.
-            front.flapping = True
-            front.drop()
-            try:
-                await page.wait_for("document.getElementById('conn').textContent.startsWith('reconnecting in 2 s')",
-                                    timeout=30, what="the page waiting longer after a second refused resume")
-            except TimeoutError:
-                raise AssertionError(
-                    f"never waited 2 s: {front.stream_requests} stream requests, {front.refused} refused"
-                ) from None
-            assert front.refused <= 3, f"{front.stream_requests} stream requests, {front.refused} refused"
-            assert await last_run(page, "run.dataset.status") == "running"
 
-            front.flapping = False  # the draining replica is gone
-            gate.open()
-            await page.wait_for(f"{RUN}.dataset.status === 'completed'", timeout=60, what="the page showing the ending")
-            answer = await last_run(page, "run.querySelector('.answer').textContent")
-            assert answer.count("before the flapping") == 1 and "and after it." in answer, answer
-            errors = await last_run(page, "[...run.querySelectorAll('.errors p')].map(n => n.textContent)")
-            assert not any("could not be opened" in e for e in errors), errors
-            assert page.exceptions == [], page.exceptions
+async def test_a_resumed_stream_refused_again_is_asked_again_only_after_a_wait(settings: Settings) -> None:
+    async with page_mid_answer(settings, "before the flapping ", "and after it.") as (front, page, gate):
+        # The page's connection drops; from now on every other stream request is refused
+        # (the draining replica), the others answered: the page's own ask gets a 200, the
+        # EventSource it opens then a 503.
+        front.flapping = True
+        front.drop()
+        try:
+            await page.wait_for("document.getElementById('conn').textContent.startsWith('reconnecting in 2 s')",
+                                timeout=30, what="the page waiting longer after a second refused resume")
+        except TimeoutError:
+            raise AssertionError(
+                f"never waited 2 s: {front.stream_requests} stream requests, {front.refused} refused"
+            ) from None
+        assert front.refused <= 3, f"{front.stream_requests} stream requests, {front.refused} refused"
+        assert await last_run(page, "run.dataset.status") == "running"
+
+        front.flapping = False  # the draining replica is gone
+        gate.open()
+        await page.wait_for(f"{RUN}.dataset.status === 'completed'", timeout=60, what="the page showing the ending")
+        answer = await last_run(page, "run.querySelector('.answer').textContent")
+        assert answer.count("before the flapping") == 1 and "and after it." in answer, answer
+        errors = await last_run(page, "[...run.querySelectorAll('.errors p')].map(n => n.textContent)")
+        assert not any("could not be opened" in e for e in errors), errors
+        assert page.exceptions == [], page.exceptions
 
 
 async def test_a_refused_resume_is_given_up_after_ten_minutes_of_refusals_not_after_a_count(
@@ -168,58 +178,43 @@ async def test_a_refused_resume_is_given_up_after_ten_minutes_of_refusals_not_af
     nothing. Before, the page read ``Date.now()`` against the first refusal: two hours
     asleep gave the run up at the first ask after waking (its network not back yet, or the
     outage not over), and a clock set back an hour kept it asking an hour longer."""
-    binary = find_chromium()
-    if binary is None:
-        pytest.skip("no chromium binary (install Debian's `chromium` package; .ci/run does)")
-    gate = Gate()
-    provider = GatedProvider([GatedTurn(["before the outage ", gate, "and after it."])])
-    async with running_app(settings, provider=provider, registry=registry(), embedder=None) as (base, app):
-        with_playground(app)
-        async with flapping_front(int(base.rsplit(":", 1)[1])) as front, launch(binary) as browser:
-            page = await browser.new_page()
-            await open_playground(page, f"http://127.0.0.1:{front.port}")
-            await page.click("input[value=workflow]")
-            await ask(page, "Tell me something")
-            await within(gate.reached.wait(), "the run mid-answer", 60)
-            await page.wait_for(f"{RUN} && {RUN}.querySelector('.answer').textContent.includes('before the')",
-                                what="the answer's first part")
-            await page.evaluate("(() => { const real = Date.now; window.__skew = 0;"
-                                " Date.now = () => real() + window.__skew; })()")
-            front.flapping = front.refuse_all = True
-            front.drop()
-            await page.wait_for("document.getElementById('conn').textContent.startsWith('reconnecting in')",
-                                timeout=30, what="the page waiting after a refused resume")
+    async with page_mid_answer(settings, "before the outage ", "and after it.") as (front, page, _):
+        await page.evaluate("(() => { const real = Date.now; window.__skew = 0;"
+                            " Date.now = () => real() + window.__skew; })()")
+        front.flapping = front.refuse_all = True
+        front.drop()
+        await page.wait_for("document.getElementById('conn').textContent.startsWith('reconnecting in')",
+                            timeout=30, what="the page waiting after a refused resume")
 
-            def asked_since(seen: int) -> bool:
-                return front.stream_requests > seen
+        def asked_since(seen: int) -> bool:
+            return front.stream_requests > seen
 
-            async def refused_asks(count: int, *, skew_step_ms: int = 0) -> None:
-                """Wait for ``count`` more refused asks, the page's clock moved on by
-                ``skew_step_ms`` as each one is refused."""
-                for _ in range(count):
-                    await until(partial(asked_since, front.stream_requests), "a refused ask (none: gave up?)", 30)
-                    if skew_step_ms:
-                        await page.evaluate(f"window.__skew += {skew_step_ms}")
+        async def refused_asks(count: int, *, skew_step_ms: int = 0) -> None:
+            """Wait for ``count`` more refused asks, the page's clock moved on by
+            ``skew_step_ms`` as each one is refused."""
+            for _ in range(count):
+                await until(partial(asked_since, front.stream_requests), "a refused ask (none: gave up?)", 30)
+                if skew_step_ms:
+                    await page.evaluate(f"window.__skew += {skew_step_ms}")
 
-            await page.evaluate("window.__skew += 2 * 60 * 60 * 1000")  # two hours asleep
-            await refused_asks(2)
-            assert await last_run(page, "run.dataset.status") == "running", "gave up at waking from a sleep"
-            await page.evaluate("window.__skew -= 60 * 60 * 1000")  # the clock set back an hour
-            await refused_asks(1)
+        await page.evaluate("window.__skew += 2 * 60 * 60 * 1000")  # two hours asleep
+        await refused_asks(2)
+        assert await last_run(page, "run.dataset.status") == "running", "gave up at waking from a sleep"
+        await page.evaluate("window.__skew -= 60 * 60 * 1000")  # the clock set back an hour
+        await refused_asks(1)
 
-            await refused_asks(10, skew_step_ms=45_000)  # under nine minutes of refusals, lived
-            assert await last_run(page, "run.dataset.status") == "running"  # still waiting, not given up
-            asked = front.stream_requests
-            give_up = asyncio.create_task(refused_asks(20, skew_step_ms=45_000))
-            try:
-                await page.wait_for(f"{RUN}.dataset.status === 'unknown'", timeout=120, what="the page giving up")
-            finally:
-                give_up.cancel()
-                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                    await give_up
-            # Ten minutes at 45 s an ask: 14 or 15 asks in all, a few more than the 13 so far.
-            assert front.stream_requests - asked <= 4, f"gave up after {front.stream_requests - asked} more asks"
-            errors = await last_run(page, "[...run.querySelectorAll('.errors p')].map(n => n.textContent)")
-            assert any("could not be opened or resumed" in e for e in errors), errors
-            assert page.exceptions == [], page.exceptions
-        gate.open()
+        await refused_asks(10, skew_step_ms=45_000)  # under nine minutes of refusals, lived
+        assert await last_run(page, "run.dataset.status") == "running"  # still waiting, not given up
+        asked = front.stream_requests
+        give_up = asyncio.create_task(refused_asks(20, skew_step_ms=45_000))
+        try:
+            await page.wait_for(f"{RUN}.dataset.status === 'unknown'", timeout=120, what="the page giving up")
+        finally:
+            give_up.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await give_up
+        # Ten minutes at 45 s an ask: 14 or 15 asks in all, a few more than the 13 so far.
+        assert front.stream_requests - asked <= 4, f"gave up after {front.stream_requests - asked} more asks"
+        errors = await last_run(page, "[...run.querySelectorAll('.errors p')].map(n => n.textContent)")
+        assert any("could not be opened or resumed" in e for e in errors), errors
+        assert page.exceptions == [], page.exceptions

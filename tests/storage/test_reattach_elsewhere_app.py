@@ -236,16 +236,14 @@ async def test_a_reader_leaving_the_other_replica_after_the_chat_left_starts_the
     await last_leaving_b_cancels(pg_db, "chat-read-elsewhere", "/v1/agent/runs/{run}/events", "Partial ")
 
 
-async def test_the_chat_client_leaving_another_replica_while_a_reader_holds_the_run_is_kept(
-    pg_db: dict[str, str],
-) -> None:
-    """The owner hears ``!`` (the chat's own client left another replica) while a reader
-    of ``/events`` still holds the run on the owner: the run is a chat's from then on,
-    and the reader's leaving, the last client anywhere, starts the timer. Before, the
-    owner dropped the word (it had a follower of its own: ``watch_clients_elsewhere``
-    returned before marking the run), and once the reader left nothing started a timer:
-    the chat ran on until the 600 s sweep. The run is one taken over from a dead replica,
-    so its client never left the owner itself (the mark that leaving sets is not there)."""
+@contextlib.asynccontextmanager
+async def taken_over(
+    pg_db: dict[str, str], run_id: str, chat_id: str
+) -> AsyncIterator[tuple[str, Any, str, Any, httpx.AsyncClient]]:
+    """Two replicas, and a chat's run left by a dead replica that one of them takes over,
+    held at the model's gate: (owner's URL, owner's app, the other's URL, the run on the
+    owner, a client). Its client never left the owner itself, so the mark that leaving
+    sets is not there."""
     gate = Gate()
     settings = replica_settings(pg_db, **REATTACH, AGENT_RUN_LEASE_S=TAKE_OVER_LEASE_S)
     async with AsyncExitStack() as stack:
@@ -254,13 +252,26 @@ async def test_the_chat_client_leaving_another_replica_while_a_reader_holds_the_
         dead = await open_storage(pg_db["AGENT_DATABASE_URL"])
         stack.push_async_callback(dead.close)
         await dead.runs.create(NewRun(
-            id="run_dead_chat", conversation_id="chat-taken-over", user_id=LOCAL_USER, context_type="knowledge",
+            id=run_id, conversation_id=chat_id, user_id=LOCAL_USER, context_type="knowledge",
             input=encode_run_input(ChatInput("hi", "knowledge", {}), Caller(LOCAL_USER)),
             lease_owner="dead-replica", lease_s=0.05))
         await asyncio.wait_for(gate.reached.wait(), END_BOUND_S)  # taken over by one of them
-        owner_at = next(i for i, (_, app) in enumerate(replicas) if app.state.services.runs.get("run_dead_chat"))
+        owner_at = next(i for i, (_, app) in enumerate(replicas) if app.state.services.runs.get(run_id))
         (owner, app_owner), (other, _) = replicas[owner_at], replicas[1 - owner_at]
-        run = app_owner.state.services.runs.get("run_dead_chat")
+        yield owner, app_owner, other, app_owner.state.services.runs.get(run_id), client
+
+
+async def test_the_chat_client_leaving_another_replica_while_a_reader_holds_the_run_is_kept(
+    pg_db: dict[str, str],
+) -> None:
+    """The owner hears ``!`` (the chat's own client left another replica) while a reader
+    of ``/events`` still holds the run on the owner: the run is a chat's from then on,
+    and the reader's leaving, the last client anywhere, starts the timer. Before, the
+    owner dropped the word (it had a follower of its own: ``watch_clients_elsewhere``
+    returned before marking the run), and once the reader left nothing started a timer:
+    the chat ran on until the 600 s sweep. The run is one taken over from a dead replica
+    (``taken_over``)."""
+    async with taken_over(pg_db, "run_dead_chat", "chat-taken-over") as (owner, app_owner, other, run, client):
         resumed = Reader(client, "GET", f"{other}/v1/agent/ui-stream/chat-taken-over/stream")
         await until(lambda: resumed.saw('"type":"start"'), "the chat's client to resume on the other replica")
         await heard_on(app_owner, run.id)
@@ -283,24 +294,10 @@ async def test_the_chat_client_leaving_while_a_silent_third_replica_holds_the_ru
     holds. When that replica dies without a word (its ``+`` lapses after ``ttl_s``), the
     chat is cancelled. Before, the owner only marked the run: with no follower of its own
     to leave and no last ``-`` ever said, nothing started a timer and the chat ran on
-    until the 600 s sweep (found by review). The run is taken over from a dead replica,
-    so its client never left the owner itself; the third replica is one announcement on
-    the database's feed, never said again."""
-    gate = Gate()
-    settings = replica_settings(pg_db, **REATTACH, AGENT_RUN_LEASE_S=TAKE_OVER_LEASE_S)
-    async with AsyncExitStack() as stack:
-        replicas = [await replica(stack, settings, held_at(gate)) for _ in range(2)]
-        client = await stack.enter_async_context(httpx.AsyncClient(timeout=30))
-        dead = await open_storage(pg_db["AGENT_DATABASE_URL"])
-        stack.push_async_callback(dead.close)
-        await dead.runs.create(NewRun(
-            id="run_silent_third", conversation_id="chat-silent-third", user_id=LOCAL_USER, context_type="knowledge",
-            input=encode_run_input(ChatInput("hi", "knowledge", {}), Caller(LOCAL_USER)),
-            lease_owner="dead-replica", lease_s=0.05))
-        await asyncio.wait_for(gate.reached.wait(), END_BOUND_S)  # taken over by one of them
-        owner_at = next(i for i, (_, app) in enumerate(replicas) if app.state.services.runs.get("run_silent_third"))
-        (_, app_owner), (other, _) = replicas[owner_at], replicas[1 - owner_at]
-        run = app_owner.state.services.runs.get("run_silent_third")
+    until the 600 s sweep (found by review). The run is taken over from a dead replica
+    (``taken_over``); the third replica is one announcement on the database's feed,
+    never said again."""
+    async with taken_over(pg_db, "run_silent_third", "chat-silent-third") as (_, app_owner, other, run, client):
         presence = app_owner.state.services.remote.presence
         resumed = Reader(client, "GET", f"{other}/v1/agent/ui-stream/chat-silent-third/stream")
         await until(lambda: resumed.saw('"type":"start"'), "the chat's client to resume on the other replica")
