@@ -22,6 +22,18 @@ ENGINES = ["sqlite", "postgres"]
 
 
 @pytest.fixture(params=ENGINES)
+async def target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """Where a knowledge base file or database is opened (``open_kb_file``), fresh, on each
+    engine: a SQLite file's path, or a PostgreSQL database's URL."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "kb.db")
+        return
+    server: TestPostgres = request.getfixturevalue("pg_server")
+    with server.database() as url:
+        yield url
+
+
+@pytest.fixture(params=ENGINES)
 async def store_engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
     if request.param == "sqlite":
         async with opened_storage(tmp_path / "contract.db") as storage:

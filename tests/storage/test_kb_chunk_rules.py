@@ -11,7 +11,7 @@ older_chunks``: the real ingest at another cut, the same hashes and stamps, no r
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,22 +24,9 @@ from knowledge.attachments import attachment_bucket
 from knowledge.kb import KnowledgeBase
 from storage.kb_records import KBDocumentWrite
 from storage.open import open_storage
-from tests.storage.conftest import ENGINES
 from tests.support.older_chunks import cut_by_older_rules, stored_chunks, todays_chunks
 from tests.support.opened_files import record_opened_files
-from tests.support.postgres import TestPostgres
 from toolindex.hashing import HashingEmbedder
-
-
-@pytest.fixture(params=ENGINES)
-async def target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    """A fresh database of each engine: a SQLite file, or a PostgreSQL database."""
-    if request.param == "sqlite":
-        yield str(tmp_path / "kb.db")
-        return
-    server: TestPostgres = request.getfixturevalue("pg_server")
-    with server.database() as url:
-        yield url
 
 
 @pytest.fixture

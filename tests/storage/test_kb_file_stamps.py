@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +23,8 @@ import pytest
 from app.cli.kb_file import open_kb_file
 from knowledge.kb import KnowledgeBase
 from storage.open import open_storage
-from tests.storage.conftest import ENGINES
 from tests.support.deadline import reap, within
 from tests.support.opened_files import record_opened_files
-from tests.support.postgres import TestPostgres
 from tests.support.procs import REPO, child_env
 from toolindex.hashing import HashingEmbedder
 
@@ -42,17 +39,6 @@ class CountingEmbedder(HashingEmbedder):
     async def embed_batch(self, texts: list[str], *, task: Any = "document") -> np.ndarray:
         self.texts += len(texts)
         return await super().embed_batch(texts, task=task)
-
-
-@pytest.fixture(params=ENGINES)
-async def target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    """A fresh database of each engine: a SQLite file, or a PostgreSQL database."""
-    if request.param == "sqlite":
-        yield str(tmp_path / "kb.db")
-        return
-    server: TestPostgres = request.getfixturevalue("pg_server")
-    with server.database() as url:
-        yield url
 
 
 @pytest.fixture
