@@ -181,28 +181,18 @@ class FollowerPresence:
                 heard_from = self._elsewhere.setdefault(run_id, {})
                 joined = heard_from.get(replica, 0.0) <= now  # new, or lapsed and said again
                 heard_from[replica] = now + self.ttl_s
-                for tell in self._on_joined if joined else ():
-                    try:
-                        tell(run_id)
-                    except Exception:  # as below
-                        log.exception("a followers-joined subscriber failed", extra={"run_id": run_id})
+                if joined:
+                    _tell(self._on_joined, "followers-joined", run_id)
                 continue
-            for mark in self._on_client_left if word == "!" else ():
-                try:
-                    mark(run_id)
-                except Exception:  # as below
-                    log.exception("a chat-client-left subscriber failed", extra={"run_id": run_id})
+            if word == "!":
+                _tell(self._on_client_left, "chat-client-left", run_id)
             heard = self._elsewhere.get(run_id)
             if heard is not None:
                 heard.pop(replica, None)
                 if not heard:
                     del self._elsewhere[run_id]
             if self.held_until(run_id) is None:
-                for callback in self._on_left:
-                    try:
-                        callback(run_id, word == "!")
-                    except Exception:  # one subscriber's bug must not stop the others
-                        log.exception("a followers-left subscriber failed", extra={"run_id": run_id})
+                _tell(self._on_left, "followers-left", run_id, word == "!")
 
     def _prune(self, now: float) -> None:
         """Forget what lapsed, once per ``ttl_s``: runs that ended elsewhere are never said
@@ -222,6 +212,16 @@ def _runs_of_words(pending: Sequence[tuple[Word, str]]) -> list[tuple[Word, list
         else:
             out.append((word, [run_id]))
     return out
+
+
+def _tell(subscribers: Sequence[Callable[..., None]], what: str, run_id: str, *args: bool) -> None:
+    """Call each subscriber with ``run_id`` (and ``args``); one subscriber's bug must not
+    stop the others, nor the word's other runs."""
+    for subscriber in subscribers:
+        try:
+            subscriber(run_id, *args)
+        except Exception:
+            log.exception("a %s subscriber failed", what, extra={"run_id": run_id})
 
 
 def _parse(payload: str) -> tuple[str, Word | None, list[str]]:

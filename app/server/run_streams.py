@@ -151,12 +151,9 @@ def watch_clients_elsewhere(svc: Services) -> None:
         # looks at ``held_until``) - that replica's last ``-`` would start one too
         # (``left_elsewhere``), but a replica that dies says nothing, and its word lapses.
         run = svc.runs.get(run_id)
-        if run is None:
-            return
-        run.cancel_when_alone = True
-        if run.followers == 0:
-            run.last_detached_at = time.time()
-            _client_left(svc, run)
+        if run is not None:
+            run.cancel_when_alone = True
+            left_elsewhere(run_id, True)
 
     def joined_elsewhere(run_id: str) -> None:
         run = svc.runs.get(run_id)
