@@ -25,7 +25,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from starlette.types import Message, Receive, Scope, Send  # noqa: E402
+
 from bench._common import write_results  # noqa: E402
 from tests.fakes import FakeOllama, running_fake  # noqa: E402
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class SlowEmbeds:
@@ -61,7 +57,7 @@ class SlowEmbeds:
         async with self._one_at_a_time:
             before = len(self.fake.embed_requests)
 
-            async def answer_after_the_model(message: MutableMapping[str, Any]) -> None:
+            async def answer_after_the_model(message: Message) -> None:
                 if message["type"] == "http.response.start":  # the request is read and recorded by now
                     added = sum(len(b["input"]) for b in self.fake.embed_requests[before:])
                     await asyncio.sleep(added * self.ms_per_text / 1000)
