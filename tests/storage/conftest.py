@@ -43,11 +43,11 @@ async def store_engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
 
         server: TestPostgres = request.getfixturevalue("pg_server")
         with server.database() as url:
-            storage = await open_postgres_storage(url)
+            pg_storage = await open_postgres_storage(url)
             try:
-                yield storage
+                yield pg_storage
             finally:
-                await storage.close()
+                await pg_storage.close()
     else:  # pragma: no cover - a new engine must be wired here
         raise AssertionError(f"unknown storage engine {request.param!r}")
 
