@@ -235,7 +235,8 @@ def live_server(app: Any) -> Iterator[str]:
         leftovers = asyncio.all_tasks(loop)
         for task in leftovers:
             task.cancel()
-        loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
+        if leftovers:  # ``gather()`` of nothing looks for a current loop, and this thread has none
+            loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
 
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=run, name="live-api", daemon=True)

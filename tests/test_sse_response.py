@@ -5,6 +5,8 @@ live stream ended (incomplete, so clients resume) when the server stops, HEAD wi
 from __future__ import annotations
 
 import asyncio
+import signal
+import threading
 from collections.abc import AsyncGenerator
 
 import httpx
@@ -13,7 +15,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Route
 
-from app.server.sse_response import LiveStreams, SSEResponse
+from app.server.sse_response import LiveStreams, SSEResponse, uvicorn_exiting
 from tests.support.deadline import until
 from tests.support.server import serve_app
 
@@ -156,3 +158,31 @@ async def test_body_frames_skip_the_middleware_between_the_access_log_and_the_ro
         assert line.bytes == len(b"".join(FRAMES)) and line.status == 200  # type: ignore[attr-defined]
     else:
         assert seen == ["http.response.start"] + ["http.response.body"] * (len(FRAMES) + 1)
+
+
+class _StoppedServer:
+    """What uvicorn installs as the SIGTERM handler while it serves in the main thread: a
+    bound method of a server, here one told to exit."""
+
+    should_exit = True
+
+    def handle_exit(self, sig: int, frame: object) -> None:
+        pass
+
+
+def test_a_server_stopping_in_the_main_thread_ends_no_stream_of_an_app_served_in_another() -> None:
+    """The schemathesis suite serves the app from a thread; the project's CI on 1827cfe saw
+    its knowledge chat cut mid-body (``IncompleteRead``) while a server of the main thread
+    said ``should_exit`` through the SIGTERM handler it installed: only the main thread's
+    own streams may read that handler."""
+    stopped = _StoppedServer()
+    previous = signal.signal(signal.SIGTERM, stopped.handle_exit)
+    try:
+        assert uvicorn_exiting()  # the main thread's server is stopping
+        seen: list[bool] = []
+        worker = threading.Thread(target=lambda: seen.append(LiveStreams().stopping))
+        worker.start()
+        worker.join(10)
+        assert seen == [False]
+    finally:
+        signal.signal(signal.SIGTERM, previous)

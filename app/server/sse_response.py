@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import threading
 from collections.abc import AsyncGenerator, Callable, Mapping
 
 from prometheus_client import Gauge
@@ -44,7 +45,15 @@ TAIL_HEADERS: tuple[tuple[bytes, bytes], ...] = (
 def uvicorn_exiting() -> bool:
     """True once the serving uvicorn ``Server`` was told to exit. uvicorn gives an app no
     hook for that; its SIGTERM handler is a bound method of the server (sse-starlette's
-    fallback, kept because ``DrainingServer`` sets ``should_exit`` only after its drain)."""
+    fallback, kept because ``DrainingServer`` sets ``should_exit`` only after its drain).
+
+    Only a server in the main thread installs that handler, so an app served from another
+    thread never asks it: the handler found there is some other server's. Before, an app
+    served in a thread (an embedding program, the schemathesis suite's live server) had
+    every open stream cut within ``POLL_S`` when a server in the main thread stopped - or
+    ever after, when one left its handler behind with ``should_exit`` set."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
     server = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
     return bool(getattr(server, "should_exit", False))
 
