@@ -79,7 +79,11 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: changes and measured before and after them; "round51" (13 sample questions - approvals,
 #: MCP settings, the conversations list and titles, /readyz's load, the pool-wait metric; two
 #: expecting a decline - and 12 npm questions in a newcomer's words) written before round
-#: 51's changes and before any answer to them was read: round 51's held-out check.
+#: 51's changes and before any answer to them was read: round 51's held-out check;
+#: "round52" (10 sample questions - agentchat ingest's options, the refused-runs metric, an
+#: unknown bucket, the embedder down, shutdown, migrate-db, docker-compose's port; two
+#: expecting a decline - and 12 npm questions in a newcomer's words) written before round
+#: 52's changes to the search and before any answer to them was read: its held-out check.
 SETS = (
     "original",
     "held_out",
@@ -114,6 +118,7 @@ SETS = (
     "round50",
     "walkthrough50",
     "round51",
+    "round52",
 )
 
 
