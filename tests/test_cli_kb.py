@@ -79,7 +79,7 @@ async def test_ingest_reports_every_skip_and_rejection_and_exits_1(
     code = await run(tmp_path, "ingest", str(d), "--bucket", "lib", "--quiet", "--keep-going", "--follow-links",
                      "--max-file-mb", "1")
     out, _ = capsys.readouterr()
-    assert code == 0 and "1 documents added" in out and "2 unchanged" in out and "symbolic link" not in out
+    assert code == 0 and "1 document added" in out and "2 unchanged" in out and "symbolic link" not in out
 
 
 async def test_nothing_ingested_creates_no_bucket(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

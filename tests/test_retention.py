@@ -116,10 +116,10 @@ def test_compact_command_compacts_and_deletes_idle_conversations(
         assert time.time() < deadline, "the clock did not move past the run's end"
         time.sleep(0.01)
     assert main(["compact", "--run-events-days", "0.000001"]) == 0
-    assert "compacted 1 runs" in capsys.readouterr().out
+    assert "compacted 1 run (" in capsys.readouterr().out
     assert main(["compact", "--run-events-days", "0.000001", "--conversation-days", "0.000001"]) == 0
     out = capsys.readouterr().out
-    assert "compacted 0 runs" in out and "deleted 1 idle conversations" in out
+    assert "compacted 0 runs" in out and "deleted 1 idle conversation (0 attachments removed)" in out
     with pytest.raises(SystemExit) as refused:  # argparse's range check (app/cli/ranges.py): one line, exit 2
         main(["compact", "--run-events-days", "-1"])
     assert refused.value.code == 2

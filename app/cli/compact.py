@@ -14,6 +14,7 @@ import argparse
 import sys
 from typing import Any
 
+from app.cli.counts import plural
 from app.cli.ranges import number_in
 from app.config import Settings
 from app.config_env import DAYS_BOUNDS
@@ -84,8 +85,9 @@ async def run_compact(args: argparse.Namespace, settings: Settings) -> int:
         print(where.line())
         return 3
     print(
-        f"compacted {done.runs_compacted} runs ({done.events_removed} events removed); "
-        f"deleted {done.conversations_deleted} idle conversations ({attachments} attachments removed)"
+        f"compacted {plural(done.runs_compacted, 'run')} ({plural(done.events_removed, 'event')} removed); "
+        f"deleted {plural(done.conversations_deleted, 'idle conversation')} "
+        f"({plural(attachments, 'attachment')} removed)"
     )
     print(where.line())
     return 0

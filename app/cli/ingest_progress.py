@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from app.cli.counts import plural
+
 #: A plain progress line shows an ETA once this much of the ingestion has been seen -
 #: this many seconds, or this share of the files: one file's time times the files left
 #: read "ETA 3h45m" on the first line of an ingestion whose first file was a large one.
@@ -218,7 +220,8 @@ class IngestProgress:
         c = self.compared
         if c.first is None or not c.total:
             return f"ingest: looking for files ({_duration(elapsed)} so far)"
-        line = f"ingest: comparing {c.total} HTML pages with their Markdown copies: {c.done}/{c.total}"
+        copies = "its Markdown copy" if c.total == 1 else "their Markdown copies"
+        line = f"ingest: comparing {plural(c.total, 'HTML page')} with {copies}: {c.done}/{c.total}"
         rate = c.rate(now)
         if rate and c.done < c.total:
             return f"{line}, ETA {_duration((c.total - c.done) / rate)}"

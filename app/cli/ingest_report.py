@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from app.cli.counts import plural
+
 
 def embedder_line(embedder: Any, why: str) -> str:
     """One short line on what ``ingest`` embeds with and why: the chooser's reason
@@ -47,11 +49,11 @@ def interrupted_text(stored: bool) -> str:
 def report_text(report: Any, bucket: str, max_file_mb: float, *, examples: int = 20) -> str:
     """The final report: what was stored, then every skipped and rejected file by reason."""
     lines = [
-        f"bucket {bucket!r}: {report.files - report.unread_files} files read"
+        f"bucket {bucket!r}: {plural(report.files - report.unread_files, 'file')} read"
         + (f" ({report.unread_files} more unchanged, not opened)" if report.unread_files else "")
-        + f", {report.added} documents added, {report.updated} updated"
+        + f", {plural(report.added, 'document')} added, {report.updated} updated"
         + (f" ({report.rechunked} re-chunked: cut by older chunking rules)" if report.rechunked else "")
-        + f", {report.skipped} unchanged, {report.deleted} deleted, {report.chunks} chunks ("
+        + f", {report.skipped} unchanged, {report.deleted} deleted, {plural(report.chunks, 'chunk')} ("
         + (f"{report.reused_vectors} kept their stored vectors, " if report.reused_vectors else "")
         + f"{report.elapsed_seconds:.1f} s)"
     ]
@@ -104,9 +106,4 @@ def unsearched_bucket_note(bucket: str, default_buckets: tuple[str, ...]) -> str
     )
 
 
-def plural(count: int, noun: str) -> str:
-    """``1 file``, ``2 files``."""
-    return f"{count} {noun}" + ("" if count == 1 else "s")
-
-
-__all__ = ["embedder_line", "interrupted_text", "plural", "report_text", "unsearched_bucket_note"]
+__all__ = ["embedder_line", "interrupted_text", "report_text", "unsearched_bucket_note"]

@@ -17,9 +17,10 @@ import logging
 import sys
 from typing import Any
 
+from app.cli.counts import plural
 from app.cli.groups import command_group
 from app.cli.ingest_progress import IngestProgress
-from app.cli.ingest_report import embedder_line, interrupted_text, plural, report_text, unsearched_bucket_note
+from app.cli.ingest_report import embedder_line, interrupted_text, report_text, unsearched_bucket_note
 from app.config import Settings
 
 log = logging.getLogger("agentchat.cli")
@@ -212,8 +213,8 @@ async def _ingest_into(kb: Any, args: argparse.Namespace, paths: list[Any], defa
               "(--keep-going to exit 0)", file=sys.stderr)
         return EXIT_REJECTED
     if report.queued_for_embedding and not args.keep_going:
-        print(f"agentchat ingest: {report.queued_for_embedding} documents not embedded; exit code {EXIT_REJECTED} "
-              "(--keep-going to exit 0)", file=sys.stderr)
+        print(f"agentchat ingest: {plural(report.queued_for_embedding, 'document')} not embedded; "
+              f"exit code {EXIT_REJECTED} (--keep-going to exit 0)", file=sys.stderr)
         return EXIT_REJECTED
     return 0
 
@@ -305,7 +306,7 @@ async def _docs_command(kb: Any, args: argparse.Namespace) -> int:
         if args.docs_command == "rm":
             ids = list(dict.fromkeys(args.ids))
             gone = await kb.delete_documents(ids)
-            print(f"removed {gone} of {len(ids)} documents")
+            print(f"removed {gone} of {plural(len(ids), 'document')}")
             if gone < len(ids):
                 print("agentchat docs rm: some ids were not found", file=sys.stderr)
                 return EXIT_REJECTED

@@ -11,6 +11,7 @@ import argparse
 import sys
 from typing import Any
 
+from app.cli.counts import noun_for, plural
 from app.cli.groups import command_group
 from app.cli.ranges import integer_in, number_in
 from app.config import Settings
@@ -46,7 +47,8 @@ async def run_prune_keywords(args: argparse.Namespace, settings: Settings) -> in
         removed = await index.prune(min_usage=args.min_usage, older_than_days=args.older_than)
     finally:
         await storage.close()
-    print(f"pruned {removed} keywords (usage < {args.min_usage}, unused for more than {args.older_than} days)")
+    print(f"pruned {plural(removed, 'keyword')} (usage < {args.min_usage}, unused for more than "
+          f"{args.older_than:g} {noun_for(args.older_than, 'day')})")
     print(where.line())
     return 0
 

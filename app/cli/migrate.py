@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app.cli.counts import noun_for, plural
 from app.cli.ranges import integer_in
 from app.config import Settings
 from app.config_env import Bounds
@@ -95,10 +96,11 @@ async def _copy(args: argparse.Namespace, source: Path) -> int:
         print(_already_migrated(source, report.completed_at, report.moved_on()), file=sys.stderr)
         return 0
     for t in report.tables:
-        print(f"  {t.table:28s} {t.source:>10d} rows  (copied now {t.copied})", file=sys.stderr)
+        print(f"  {t.table:28s} {t.source:>10d} {noun_for(t.source, 'row'):4s}  (copied now {t.copied})",
+              file=sys.stderr)
     print(
-        f"done: {len(report.tables)} tables, {sum(t.target for t in report.tables)} rows, schema version "
-        f"{report.schema_version}{' (resumed)' if report.resumed else ''}; every count matches",
+        f"done: {plural(len(report.tables), 'table')}, {plural(sum(t.target for t in report.tables), 'row')}, "
+        f"schema version {report.schema_version}{' (resumed)' if report.resumed else ''}; every count matches",
         file=sys.stderr,
     )
     return 0
@@ -115,8 +117,8 @@ def _already_migrated(source: Path, completed_at: float, moved_on: list[tuple[st
         return f"{head}; the target is as the copy left it"
     more = sum(n for _, n in moved_on if n > 0)
     fewer = sum(-n for _, n in moved_on if n < 0)
-    amounts = [f"{more} more row{'s' if more != 1 else ''}"] if more else []
-    amounts += [f"{fewer} fewer" if more else f"{fewer} fewer row{'s' if fewer != 1 else ''}"] if fewer else []
+    amounts = [f"{more} more {noun_for(more, 'row')}"] if more else []
+    amounts += [f"{fewer} fewer" if more else f"{fewer} fewer {noun_for(fewer, 'row')}"] if fewer else []
     tables = ", ".join(f"{t} {n:+d}" for t, n in moved_on)
     return f"{head}; the target has moved on since — {' and '.join(amounts)} ({tables})"
 
