@@ -223,13 +223,17 @@ class Ingestor:
         return report
 
     async def delete_documents(self, doc_ids: Sequence[str]) -> int:
+        return len(await self.remove_documents(doc_ids))
+
+    async def remove_documents(self, doc_ids: Sequence[str]) -> list[str]:
+        """Delete the documents; the ids that existed (each once)."""
         ids = [d for d in dict.fromkeys(doc_ids) if isinstance(d, str)]
         if not ids:
-            return 0
+            return []
         found = await self.index.delete_documents(ids)
         for d in found:
             self.vectors.remove_document(d)
-        return len(found)
+        return found
 
     async def empty_bucket(self, bucket: str) -> int:
         """Delete ``bucket``'s documents in writes of at most ``KBIndex.chunks_per_write``

@@ -290,7 +290,12 @@ class KnowledgeBase:
 
     async def delete_documents(self, doc_ids: Sequence[str]) -> int:
         """Delete documents (chunks, full-text rows, typed metadata, vectors). Returns how many existed."""
-        return await self._ingest.delete_documents(doc_ids)
+        return len(await self.remove_documents(doc_ids))
+
+    async def remove_documents(self, doc_ids: Sequence[str]) -> list[str]:
+        """``delete_documents``, returning the ids that existed: ``agentchat docs rm``
+        names the others, which a count alone could not tell apart."""
+        return await self._ingest.remove_documents(doc_ids)
 
     async def list_documents(
         self, *, bucket: str | None = None, limit: int = 100, after: str | None = None, private: str | None = None

@@ -128,8 +128,15 @@ async def test_docs_list_rm_and_buckets_rm(tmp_path: Path, capsys: pytest.Captur
     assert "guides/install.md" in listed and "faq" not in listed
     doc_id = listed.split()[0]
 
-    assert await run(tmp_path, "docs", "rm", doc_id, "nope-123") == 1
-    assert "removed 1 of 2 documents" in capsys.readouterr().out
+    assert await run(tmp_path, "docs", "rm", doc_id, "nope-123", "lib-nope", "nope-123") == 1
+    removal = capsys.readouterr()
+    # Which went and which did not: the missing ids named, each once (as ingest lists its rejections).
+    assert said(removal.out, tmp_path) == ["removed 1 of 3 documents", "not found 2:", "  nope-123", "  lib-nope"]
+    assert removal.err.strip() == "agentchat docs rm: 2 ids not found (listed above); exit code 1"
+    assert await run(tmp_path, "docs", "rm", doc_id) == 1  # already gone
+    removal = capsys.readouterr()
+    assert said(removal.out, tmp_path) == ["removed 0 of 1 document", "not found 1:", f"  {doc_id}"]
+    assert removal.err.strip() == "agentchat docs rm: 1 id not found (listed above); exit code 1"
     assert await run(tmp_path, "docs", "list", "--bucket", "other") == 0
     assert said(capsys.readouterr().out, tmp_path) == ["no documents"]
 
@@ -155,6 +162,22 @@ async def test_docs_list_rm_and_buckets_rm(tmp_path: Path, capsys: pytest.Captur
     out = said(capsys.readouterr().out, tmp_path)
     assert out[0] == "created bucket 'inv' (amount:REAL); every bucket now:"
     assert [line.split()[0] for line in out[1:]] == ["inv", "other"]
+
+
+async def test_docs_rm_of_ids_that_all_exist_counts_them_and_exits_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    for name in ("one", "two"):
+        (pages / f"{name}.md").write_text(f"# {name}\n\nA page.\n")
+    assert await run(tmp_path, "ingest", str(pages), "--quiet") == 0
+    capsys.readouterr()
+    assert await run(tmp_path, "docs", "list") == 0
+    ids = [line.split()[0] for line in said(capsys.readouterr().out, tmp_path)]
+    assert await run(tmp_path, "docs", "rm", *ids) == 0
+    removal = capsys.readouterr()
+    assert said(removal.out, tmp_path) == ["removed 2 documents"] and removal.err == ""
 
 
 def test_progress_is_a_bar_on_a_terminal_and_plain_lines_otherwise() -> None:

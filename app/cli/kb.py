@@ -276,6 +276,24 @@ async def _bucket_command(kb: Any, args: argparse.Namespace, command: str | None
     return 0
 
 
+async def _remove_documents(kb: Any, ids: list[str]) -> int:
+    """``docs rm``: how many went, then every id that named no document, as ``ingest``
+    lists its rejections (report on stdout, the count and exit code on stderr). It said
+    only "some ids were not found", and the user could not tell which had gone."""
+    found = set(await kb.remove_documents(ids))
+    missing = [i for i in ids if i not in found]
+    if not missing:
+        print(f"removed {plural(len(found), 'document')}")
+        return 0
+    print(f"removed {len(found)} of {plural(len(ids), 'document')}")
+    print(f"not found {len(missing)}:")
+    for doc_id in missing:
+        print(f"  {doc_id}")
+    print(f"agentchat docs rm: {plural(len(missing), 'id')} not found (listed above); exit code {EXIT_REJECTED}",
+          file=sys.stderr)
+    return EXIT_REJECTED
+
+
 async def _known_bucket(kb: Any, name: str, command: str) -> bool:
     """Whether ``name`` is a bucket; if not, says so naming those there are - the words
     of a search or a run's context naming one (``UnknownBucketError``). ``docs list
@@ -304,13 +322,7 @@ async def _docs(args: argparse.Namespace, settings: Settings) -> int:
 async def _docs_command(kb: Any, args: argparse.Namespace) -> int:
     try:
         if args.docs_command == "rm":
-            ids = list(dict.fromkeys(args.ids))
-            gone = await kb.delete_documents(ids)
-            print(f"removed {gone} of {plural(len(ids), 'document')}")
-            if gone < len(ids):
-                print("agentchat docs rm: some ids were not found", file=sys.stderr)
-                return EXIT_REJECTED
-            return 0
+            return await _remove_documents(kb, list(dict.fromkeys(args.ids)))
         if args.bucket is not None and not await _known_bucket(kb, args.bucket, "docs list"):
             return EXIT_REJECTED
         docs = await kb.list_documents(bucket=args.bucket, limit=args.limit, after=args.after)
