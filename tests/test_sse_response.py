@@ -186,3 +186,17 @@ def test_a_server_stopping_in_the_main_thread_ends_no_stream_of_an_app_served_in
         assert seen == [False]
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.asyncio
+async def test_test_servers_leave_the_processs_sigterm_handler_as_they_found_it() -> None:
+    """Two servers stopped in the order they started (a test's replicas): uvicorn restored
+    the first one's handler as the second one's 'previous', and it stayed installed."""
+    before = signal.getsignal(signal.SIGTERM)
+    first = serve_app(app_for(Source(finite=True), LiveStreams()), lifespan="off")
+    second = serve_app(app_for(Source(finite=True), LiveStreams()), lifespan="off")
+    await first.__aenter__()
+    await second.__aenter__()
+    await first.__aexit__(None, None, None)
+    await second.__aexit__(None, None, None)
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -36,6 +36,16 @@ class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config) -> None:
         super().__init__(config)
         self.wake = asyncio.Event()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """A test's server takes none of the process's signals: it is stopped by the test.
+        uvicorn's own installs its ``handle_exit`` for SIGTERM and restores what was there
+        at its end, so two servers of one test stopped in the order they started (replicas,
+        workers) left the first one's handler installed for every later test of the
+        process - and ``app.server.sse_response.uvicorn_exiting`` read that stopped
+        server's ``should_exit`` as the stop of whatever app was serving then."""
+        yield
 
     async def main_loop(self) -> None:
         counter = 0
