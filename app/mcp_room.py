@@ -180,7 +180,7 @@ class McpRoom:
         if unranked:
             out["unranked"] = unranked
         if waiting:
-            out["detail"] = "connecting to MCP servers: " + ", ".join(waiting)
+            out["detail"] = "connecting to MCP servers: " + ", ".join(_with_timeout(n, servers[n]) for n in waiting)
         elif down:
             out["detail"] = "MCP servers not connected (their tools are absent, retrying): " + ", ".join(down)
         elif unranked:
@@ -236,6 +236,14 @@ def _read_known(path: Path) -> dict[str, list[str]]:
         return {}
     return {s: [n for n in names if isinstance(n, str)] for s, names in value.items()
             if isinstance(s, str) and isinstance(names, list)}
+
+
+def _with_timeout(name: str, status: dict[str, Any]) -> str:
+    """A server still on its first attempt, with the most that attempt can still take:
+    ``/readyz`` is not ok until it ends, and a watcher should know whether to wait a
+    second or a minute (a stdio server has 60 s by default)."""
+    left = status.get("timeout_in_s")
+    return name if left is None else f"{name} (times out in {left:.0f} s)"
 
 
 async def attach_mcp(

@@ -100,6 +100,9 @@ class McpConnection:
         self.failures = 0
         self.last_error: str | None = None
         self.next_retry_at: float | None = None
+        #: When the connection attempt under way times out (``connect_timeout_s``), for
+        #: ``/readyz``: ``None`` when no attempt is under way.
+        self.attempt_times_out_at: float | None = None
         self.refreshes = 0
         self._listed: tuple[tuple[str, str], ...] = ()
 
@@ -160,6 +163,10 @@ class McpConnection:
             out["last_error"] = self.last_error
         if self.state == "down" and self.next_retry_at is not None:
             out["retry_in_s"] = round(max(0.0, self.next_retry_at - time.monotonic()), 2)
+        if self.state == "connecting" and self.attempt_times_out_at is not None:
+            # How long a watcher may wait for this attempt: it connects, or is "down" by then.
+            out["connect_timeout_s"] = self.config.connect_timeout_s
+            out["timeout_in_s"] = round(max(0.0, self.attempt_times_out_at - time.monotonic()), 2)
         return out
 
     # --- calls ------------------------------------------------------------------------
@@ -205,6 +212,7 @@ class McpConnection:
                 self.last_error = _describe(exc)
             finally:
                 self._client = None
+                self.attempt_times_out_at = None
                 self.first_attempt.set()
             if self.tool_count:
                 self.tool_count = 0
@@ -227,6 +235,7 @@ class McpConnection:
         self._lost.clear()
         self._changed.clear()
         async with AsyncExitStack() as stack:
+            self.attempt_times_out_at = time.monotonic() + self.config.connect_timeout_s
             async with asyncio.timeout(self.config.connect_timeout_s):
                 client = await stack.enter_async_context(self._new_client(stack))
                 tools = await self._list_tools(client)
@@ -237,6 +246,7 @@ class McpConnection:
             # /readyz (a person, a probe, a test) finds them registered.
             await self._report(tools)
             self.state, self.failures, self.last_error, self.next_retry_at = "up", 0, None, None
+            self.attempt_times_out_at = None
             self.connects += 1
             self.first_attempt.set()
             log.info("MCP server connected", extra={
