@@ -36,7 +36,6 @@ behave as they do on OpenAI's own stateless API.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import time
 import uuid
@@ -65,6 +64,7 @@ from app.server.openai_chunks import DONE, Translator, frame
 from app.server.openai_cut import AnswerCut
 from app.server.openai_errors import error_body, error_response
 from app.server.openai_request import CompletionRequest, model_ids, parse_request, unknown_model
+from app.server.openai_unstreamed import RETRY_AFTER_S, DatabaseAway, away_message, collect
 from app.server.problems import HTTPProblem, ORJSONResponse
 from llm.types import Message
 from storage.errors import IdempotencyKeyUsed
@@ -188,10 +188,11 @@ async def _chat_completions(request: Request) -> Response:
     if req.stream:
         following = run_streams.follow_started(svc, run, cancel_on_exit=True)
         return run_streams.sse(_stream(following.batches, tr), svc, headers)
-    async with contextlib.aclosing(run_streams.follow_started(svc, run, cancel_on_exit=False).batches) as batches:
-        async for batch in batches:
-            for item in batch or ():
-                tr.feed(item)
+    try:
+        await collect(svc, run, tr)
+    except DatabaseAway:
+        body = error_body(away_message(run.id), "storage_unavailable", 503)
+        return ORJSONResponse(body, 503, headers={**headers, "Retry-After": str(RETRY_AFTER_S)})
     if tr.status == "completed" and tr.error is None:
         return ORJSONResponse(tr.completion(), headers=headers)
     if tr.status is None and tr.awaiting is not None:

@@ -81,12 +81,13 @@ async def refuse_while_draining(svc: Services, following: Following) -> None:
     raise HTTPProblem(503, "shutting_down", "the server is restarting; resume shortly", {"Retry-After": "2"})
 
 
-def follow_started(svc: Services, run: Run, *, cancel_on_exit: bool) -> Following:
-    """A run this request just started, from its first event."""
+def follow_started(svc: Services, run: Run, *, cancel_on_exit: bool, idle: float | None = None) -> Following:
+    """A run this request just started, from its first event; an idle tick after ``idle``
+    seconds without one (default: the heartbeat's interval)."""
     return follow_here(
         run,
         0,
-        idle=svc.settings.heartbeat_s,
+        idle=svc.settings.heartbeat_s if idle is None else idle,
         on_leave=_on_leave(svc, cancel_on_exit),
         cancels=cancel_on_exit,
         remote=svc.remote,
