@@ -25,6 +25,7 @@ from knowledge.buckets import Buckets
 from knowledge.chunking import CHUNK_RULES
 from knowledge.dense import DenseSide
 from knowledge.freshness import KBFreshness
+from knowledge.kb_counts_memo import CountsAtGeneration
 from knowledge.search import Searcher
 from storage.interfaces import KBIndex, KBVectorSearch
 from toolindex.embedder import Embedder
@@ -53,6 +54,8 @@ class KBStatus:
         self._buckets = buckets
         self._search = search
         self._schema_version = schema_version
+        #: The store's counts, read again only once the stored knowledge base changed.
+        self._counted = CountsAtGeneration(index, vectors)
         #: Reads of the bucket list (``KnowledgeBase.list_buckets``, a named bucket looked
         #: up) that failed since start: the answer said the list could not be read, never
         #: that a bucket is unknown or that there are none.
@@ -79,15 +82,18 @@ class KBStatus:
     async def stats(self) -> dict[str, Any]:
         """Documents, chunks and vectors (the shared corpus's and, apart, the attachments'),
         buckets, the embedder, documents still without its vectors, shared documents cut by
-        older chunking rules, where the KB is stored."""
+        older chunking rules, where the KB is stored. The sums over the documents are read
+        again only when the stored knowledge base changed (``knowledge.kb_counts_memo``):
+        the same numbers, without a scan per probe."""
         await self._fresh.check()
         embedder, index = self._embedder, self._index
         dim = embedder.dim if embedder else None
-        counts = await index.counts(self._embed_key, dim, hidden_prefix=PRIVATE_PREFIX, chunk_rules=CHUNK_RULES)
+        stored = await self._counted.read(self._embed_key, dim, hidden_prefix=PRIVATE_PREFIX, chunk_rules=CHUNK_RULES)
+        counts = stored.counts
         return {
             "documents": counts.documents,
             "chunks": counts.chunks,
-            "vectors": await self._vectors.count(),
+            "vectors": stored.vectors if stored.vectors is not None else await self._vectors.count(),
             # Conversations' attachments among the counts: ``/readyz`` shows the shared
             # corpus only, so nobody watching it learns when someone attached a file.
             "private": {

@@ -312,8 +312,11 @@ class PostgresKBIndex(SqlKBIndex):
 
     async def vector_index_status(self) -> dict[str, Any]:
         """``VectorSearch.describe`` (the server's view of every replica's graphs) and
-        what this process builds or failed to build (``GraphUpkeep.status``)."""
-        return {**await self._vectors.describe(), **self._graphs.status()}
+        what this process builds or failed to build (``GraphUpkeep.status``). The
+        generation first: its counts are summed over every document again only when the
+        knowledge base changed since they were (``/readyz`` asks every few seconds)."""
+        generation = await self.kb_generation()
+        return {**await self._vectors.describe(generation), **self._graphs.status()}
 
     @property
     def graph_serial_builds(self) -> int:

@@ -148,6 +148,9 @@ class VectorSearch:
         self.exact_scope_vectors = exact_scope_vectors
         self._counts: VectorCounts | None = None
         self._counts_at = 0.0
+        #: The knowledge base's stored generation the counts were read at (``None``: not
+        #: known, a search's read): while it stands, they are exact whatever their age.
+        self._counts_kb_generation: int | None = None
         self._generation = 0
         self._pgvector: str | None = None
         self._work_mem: int | None = None
@@ -172,7 +175,16 @@ class VectorSearch:
         self._counts = None
 
     # ------------------------------------------------------------------ counts
-    async def counts(self, *, fresh: bool = False) -> VectorCounts:
+    async def counts(self, *, fresh: bool = False, kb_generation: int | None = None) -> VectorCounts:
+        """Per model, dimension and bucket, kept ``STATS_TTL_S`` for the searches' plans.
+        ``kb_generation``: the stored generation, read just before (``/readyz``'s
+        ``describe``): counts read at that very generation are exact still - nothing was
+        written since - and kept on; others are read again, and kept with it."""
+        if kb_generation is not None:
+            if self._counts is not None and self._counts_kb_generation == kb_generation:
+                self._counts_at = time.monotonic()
+                return self._counts
+            fresh = True
         if not fresh and self._counts is not None and time.monotonic() - self._counts_at < STATS_TTL_S:
             return self._counts
         generation = self._generation
@@ -186,7 +198,7 @@ class VectorSearch:
         for model, dim, bucket, docs, vectors in rows:
             counts.by_model.setdefault((str(model), int(dim)), {})[str(bucket)] = (int(docs), int(vectors))
         if generation == self._generation:
-            self._counts, self._counts_at = counts, time.monotonic()
+            self._counts, self._counts_at, self._counts_kb_generation = counts, time.monotonic(), kb_generation
         return counts
 
     async def count_vectors(self, embed_model: str, dim: int) -> int:
@@ -225,9 +237,10 @@ class VectorSearch:
             return self.iterative
         return pgvector_version(await self.pgvector()) >= ITERATIVE_SINCE
 
-    async def describe(self) -> dict[str, Any]:
+    async def describe(self, kb_generation: int | None = None) -> dict[str, Any]:
         """How scoped searches run on this server, for the KB's status: which pgvector,
-        whether its scans are iterative and how big the exactly re-ranked pool is."""
+        whether its scans are iterative and how big the exactly re-ranked pool is.
+        ``kb_generation``: the stored generation just read (``counts``)."""
         iterative = await self._iterative_scans()
         out: dict[str, Any] = {
             "pgvector": await self.pgvector() or None,
@@ -236,7 +249,7 @@ class VectorSearch:
             "exact_scope_vectors": self.exact_scope_vectors,
             "exact_reruns": self.exact_reruns,
         }
-        counts = await self.counts()
+        counts = await self.counts(kb_generation=kb_generation)
         # The catalog itself, not the cached counts: a build that just ended shows at once.
         async with self._db.reading() as conn:
             states = await graph_states(conn)

@@ -1,0 +1,132 @@
+"""``/readyz``'s knowledge counts on both engines: a probe of a knowledge base nobody
+changed reads no row of ``kb_documents`` (each probe summed every row: 0.1-0.25 s of a
+reader thread or a pooled connection at 1M chunks, every few seconds on every replica),
+and the counts still move with every write - this process's ingest and delete, and
+another process's write on the same database - at the very next probe, while the
+readiness decision (``ok``) follows the sample's state at once.
+
+What a probe reads is recorded at the storage boundary: every statement the database
+object is handed (``fetchone`` / ``fetchall``, which the knowledge base's stores call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.knowledge_component import KnowledgeComponent
+from knowledge import KnowledgeBase
+from knowledge.types import DocumentIn
+from tests.support.postgres import TestPostgres
+from toolindex.hashing import HashingEmbedder
+
+COUNTED = ("documents", "chunks", "vectors", "documents_without_current_vectors", "pending_vectors")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def two_processes(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[Any, Any]]:
+    """Two storage bundles on one database of each engine: this process's and another's
+    (its own connections, nothing shared in memory)."""
+    if request.param == "sqlite":
+        from storage.sqlite import open_sqlite_storage
+
+        path = tmp_path / "kb.sqlite3"
+        here, there = await open_sqlite_storage(path), await open_sqlite_storage(path)
+        try:
+            yield here, there
+        finally:
+            await here.close()
+            await there.close()
+        return
+    from storage.postgres import open_postgres_storage
+
+    server: TestPostgres = request.getfixturevalue("pg_server")
+    with server.database() as url:
+        here, there = await open_postgres_storage(url), await open_postgres_storage(url)
+        try:
+            yield here, there
+        finally:
+            await here.close()
+            await there.close()
+
+
+class Statements:
+    """Every statement handed to a database object's reads, from ``start`` on."""
+
+    def __init__(self, db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.seen: list[str] = []
+        for name in ("fetchone", "fetchall"):
+            read = getattr(db, name)
+
+            def recorded(sql: str, params: Sequence[Any] = (), *a: Any, _read: Any = read, **kw: Any) -> Any:
+                self.seen.append(sql)
+                return _read(sql, params, *a, **kw)
+
+            monkeypatch.setattr(db, name, recorded)
+
+    def start(self) -> None:
+        self.seen.clear()
+
+    def over_documents(self) -> list[str]:
+        return [s for s in self.seen if "FROM kb_documents" in s]
+
+
+def docs(*ids: str) -> list[DocumentIn]:
+    return [DocumentIn(id=i, title=f"note {i}", text=f"The {i} glacier retreated by the moraine.") for i in ids]
+
+
+async def counted(component: KnowledgeComponent) -> dict[str, Any]:
+    out = await component.readiness()
+    return {k: out[k] for k in ("ok", *COUNTED)}
+
+
+async def test_an_unchanged_knowledge_base_is_probed_without_reading_its_documents(
+    two_processes: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    here, there = two_processes
+    kb = await KnowledgeBase.create(here.kb_index, HashingEmbedder(dim=64))
+    elsewhere = await KnowledgeBase.create(there.kb_index, HashingEmbedder(dim=32))  # another embedder
+    try:
+        if here.engine == "postgres":
+            # As a probe more than 30 s after the last count: the engine's own counts of
+            # the vectors (kept for the searches' plans) have expired.
+            from storage.postgres import kb_vectors
+
+            monkeypatch.setattr(kb_vectors, "STATS_TTL_S", 0.0)
+        component = KnowledgeComponent(kb, sample="ingested 2 chunks")
+        await kb.ingest_documents(docs("a", "b"))
+        statements = Statements(here.db, monkeypatch)
+        first = await counted(component)
+        assert first == {"ok": True, "documents": 2, "chunks": 2, "vectors": 2,
+                         "documents_without_current_vectors": 0, "pending_vectors": 0}  # fmt: skip
+
+        statements.start()
+        assert await counted(component) == first
+        assert statements.over_documents() == [], "a probe of an unchanged knowledge base summed its documents"
+        assert statements.seen, "the probe read nothing: the statements are not recorded where they run"
+
+        # This process's ingest and delete: the next probe counts again.
+        await kb.ingest_documents(docs("c"))
+        assert (await counted(component))["documents"] == 3
+        assert await kb.delete_documents(["a"]) == 1
+        after_delete = await counted(component)
+        assert after_delete["documents"] == after_delete["chunks"] == after_delete["vectors"] == 2, after_delete
+
+        # Another process's write (by another embedder: one more document without
+        # today's vectors): at the very next probe, nothing kept from before it.
+        await elsewhere.ingest_documents(docs("d"))
+        moved = await counted(component)
+        assert (moved["documents"], moved["documents_without_current_vectors"], moved["pending_vectors"]) == (3, 1, 1)
+
+        # The counts kept again, the decision is not: a failed sample ingest shows at once.
+        statements.start()
+        component.sample = "failed (attempt 1, trying again in 2 s): OSError: disk full"
+        failed = await component.readiness()
+        assert failed["ok"] is False and "could not be ingested" in failed["detail"]
+        assert statements.over_documents() == []
+    finally:
+        await elsewhere.aclose()
+        await kb.aclose()
