@@ -199,6 +199,8 @@ async def _chat_completions(request: Request) -> Response:
         return ORJSONResponse(_awaiting_body(run.id, tr.awaiting), 409, headers=headers)
     err = tr.error or {"message": "the server stopped before the run ended; retry", "code": "interrupted"}
     status = _failure_status(err["code"]) if tr.status is not None else 503
+    if status == 503:  # the database away, or the server restarting: as every 503 of the service
+        headers["Retry-After"] = str(RETRY_AFTER_S)
     return ORJSONResponse(error_body(err["message"], err["code"], status), status, headers=headers)
 
 
