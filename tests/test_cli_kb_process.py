@@ -160,7 +160,7 @@ async def test_every_command_names_its_database_and_says_when_it_made_one(tmp_pa
 
     code, out, err = await agentchat(env, "ingest", str(page), "--bucket", "mine", "--quiet", cwd=here)
     assert code == 0 and db.exists(), out + err
-    assert "1 documents added" in out
+    assert "1 document added" in out
     assert out.splitlines()[-1] == (
         f"database: created a new SQLite file {db} ({relative}); a server started in another directory "
         "does not see it (set AGENT_DB_PATH to an absolute path)"
@@ -269,7 +269,7 @@ async def test_sigterm_ends_an_ingest_as_ctrl_c_does(tmp_path: Path) -> None:
         assert "the documents stored before the interruption stay" in text, text
         assert text.splitlines()[-1] == "agentchat ingest: terminated (SIGTERM)", text
         code, out_again, err_again = await agentchat(env, "ingest", str(docs), "--quiet")
-        assert code == 0 and "1 documents added" in out_again, out_again + err_again
+        assert code == 0 and "1 document added" in out_again, out_again + err_again
 
 
 async def test_the_progress_counts_chunks_as_they_are_embedded(tmp_path: Path) -> None:

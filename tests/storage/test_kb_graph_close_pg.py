@@ -124,7 +124,7 @@ async def interrupt_an_ingest(
         assert "Traceback" not in text and "CancelledError" not in text, text
         assert "stopped while building the indexes: the documents above are stored" in text, text
         assert text.splitlines()[-1] == last_line, text
-        assert "1 documents added" in "".join(out), "".join(out)
+        assert "1 document added" in "".join(out), "".join(out)
         assert await documents(observer, "manual") == before + 1  # the ingest's row
         assert await sessions(observer) == 0  # the close cancelled the build on the server
     finally:
