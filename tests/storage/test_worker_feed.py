@@ -128,6 +128,10 @@ async def test_a_sibling_that_has_bound_its_socket_but_not_yet_listens_is_kept(t
             await settled(lambda: feed.siblings == 1, "the sibling was connected to once it listened")
         finally:
             await feed.close()
+            # The sibling is this test's: its socket file and the directory (in the system's
+            # temporary one, tmp_path being long) are this test's to remove, as a worker's are.
+            starting.unlink(missing_ok=True)
+            directory.rmdir()
 
 
 async def test_a_sibling_that_does_not_keep_up_reads_everything_once_it_does(tmp_path: Path) -> None:
