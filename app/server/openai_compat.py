@@ -64,7 +64,7 @@ from app.server.openai_chunks import DONE, Translator, frame
 from app.server.openai_cut import AnswerCut
 from app.server.openai_errors import error_body, error_response
 from app.server.openai_request import CompletionRequest, model_ids, parse_request, unknown_model
-from app.server.openai_unstreamed import RETRY_AFTER_S, DatabaseAway, away_message, collect
+from app.server.openai_unstreamed import AWAY_HEADERS, RETRY_AFTER_S, DatabaseAway, away_message, collect
 from app.server.problems import HTTPProblem, ORJSONResponse
 from llm.types import Message
 from storage.errors import IdempotencyKeyUsed
@@ -192,7 +192,7 @@ async def _chat_completions(request: Request) -> Response:
         await collect(svc, run, tr)
     except DatabaseAway:
         body = error_body(away_message(run.id), "storage_unavailable", 503)
-        return ORJSONResponse(body, 503, headers={**headers, "Retry-After": str(RETRY_AFTER_S)})
+        return ORJSONResponse(body, 503, headers={**headers, **AWAY_HEADERS})
     if tr.status == "completed" and tr.error is None:
         return ORJSONResponse(tr.completion(), headers=headers)
     if tr.status is None and tr.awaiting is not None:

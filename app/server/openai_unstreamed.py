@@ -9,13 +9,21 @@ again. Now, after ``AGENT_DB_POOL_TIMEOUT_S`` without an event, the run is read 
 store within what the setting allows a request; a store that does not answer ends the
 request with 503 ``storage_unavailable`` and ``Retry-After``, naming the run. The run
 is not stopped: it rides out the outage in its durable log (carried on once the database
-is back) and can be read at ``/v1/agent/runs/{id}``.
+is back) and its answer can be read at ``/v1/agent/runs/{id}/events``.
+
+The 503 also says ``x-should-retry: false``: the ``openai`` SDKs (Python and JS) retry a
+503 by themselves, twice, after ``Retry-After``, and the same transcript sent again is
+another run (a regeneration, ``openai_compat``) while this one is carried on - the
+question asked twice, tools included, whenever the database was back within those
+retries. The SDKs obey that header before the status.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from app.runs.run import Run
@@ -28,6 +36,9 @@ if TYPE_CHECKING:
 
 #: ``Retry-After`` of the 503: as the admission steps' (``storage_budget.unavailable``).
 RETRY_AFTER_S = 5
+#: The 503's headers besides the run's: when the service may answer again, and to the
+#: ``openai`` SDKs, that sending the request again would start a second run.
+AWAY_HEADERS: Mapping[str, str] = MappingProxyType({"Retry-After": str(RETRY_AFTER_S), "x-should-retry": "false"})
 
 
 class DatabaseAway(Exception):
@@ -67,11 +78,12 @@ async def _answers(svc: Services, run_id: str, wait_s: float) -> None:
 
 
 def away_message(run_id: str) -> str:
-    """What the 503 says: the run was not stopped, and where its answer will be."""
+    """What the 503 says: the run was not stopped, and where its answer will be (its
+    events: ``GET /v1/agent/runs/{id}`` has its status, not its answer)."""
     return (
         "the service cannot reach its database right now; the run was not stopped and its answer is stored once "
-        f"the database is back: read it at GET /v1/agent/runs/{run_id} (a retry starts another run)"
+        f"the database is back: read it at GET /v1/agent/runs/{run_id}/events (a retry starts another run)"
     )
 
 
-__all__ = ["RETRY_AFTER_S", "DatabaseAway", "away_message", "collect"]
+__all__ = ["AWAY_HEADERS", "RETRY_AFTER_S", "DatabaseAway", "away_message", "collect"]

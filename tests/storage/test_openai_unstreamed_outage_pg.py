@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
+import pytest
 
+from tests.conftest import collect_sse
 from tests.storage.test_postgres_outage_app import relayed_url
 from tests.storage.test_postgres_outage_runs_app import let_go, outage_provider, settings_for
 from tests.support.deadline import until
@@ -55,14 +58,14 @@ async def test_a_non_streamed_completion_is_503_during_an_outage_and_its_run_is_
         assert error["code"] == "storage_unavailable" and error["type"] == "server_error", error
         assert int(response.headers["retry-after"]) > 0
         run_id = response.headers["x-run-id"]
-        assert f"/v1/agent/runs/{run_id}" in error["message"], error
+        events_url = f"/v1/agent/runs/{run_id}/events"
+        assert events_url in error["message"], error
 
-        async def completed() -> bool:
-            got = await http.get(f"/v1/agent/runs/{run_id}")
-            return got.status_code == 200 and got.json()["status"] == "completed"
-
-        # Not ended by the refusal: the run rides out the outage in its log.
-        await until(completed, "the run carried on to its ending once the database is back", 60, step=0.1)
+        # Not ended by the refusal: the run rides out the outage in its log, and the
+        # address the message names gives its answer (GET /v1/agent/runs/{id} has none).
+        answer = await collect_sse(http, "GET", events_url, deadline_s=60)
+        assert answer[-1].event == "message_complete" and answer[-1].json()["status"] == "completed"
+        assert any("carried on after the outage" in e.data for e in answer if e.event == "content_chunk"), answer
 
 
 async def test_a_non_streamed_completion_waits_for_a_slow_model_while_the_database_answers(
@@ -100,3 +103,42 @@ async def test_a_non_streamed_completion_waits_for_a_slow_model_while_the_databa
         response = await asked
     assert response.status_code == 200, response.text
     assert response.json()["choices"][0]["message"]["content"] == "slow but here"
+
+
+async def test_the_openai_sdk_does_not_send_the_completion_again_after_the_outage_503(
+    relayed_url: tuple[str, CuttableRelay], tmp_path: Path
+) -> None:
+    """The ``openai`` SDKs retry a 503 by themselves (twice, after ``Retry-After``), and
+    the same transcript sent again is another run (a regeneration), while the first one
+    is carried on: the 503 says ``x-should-retry: false``, which both SDKs obey. Before,
+    a database back within those retries ran the question twice (tools included)."""
+    from app.factory import create_app
+
+    url, relay = relayed_url
+    gate = Gate()
+    app = create_app(settings_for(url, tmp_path), provider=outage_provider(gate))
+    posted: list[int] = []
+
+    async def answered(response: httpx.Response) -> None:
+        posted.append(response.status_code)
+        if response.status_code == 503:
+            relay.restore()  # the database back before the SDK could send the request again
+
+    async with (
+        serve_app(app) as base,
+        httpx.AsyncClient(timeout=OUTAGE_LIMIT_S + 30, event_hooks={"response": [answered]}) as http,
+    ):
+        sdk = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="sk-local", http_client=http)  # default retries
+        asked = asyncio.create_task(
+            sdk.chat.completions.create(model="agentchat-workflow", messages=[{"role": "user", "content": "hello"}])
+        )
+        try:
+            await until(gate.reached.is_set, "the run mid-answer", 30)
+            relay.cut()  # the database away mid-answer (back at the 503, maybe before the run is let go)
+            gate.open()
+            with pytest.raises(openai.InternalServerError) as refused:
+                await asyncio.wait_for(asked, OUTAGE_LIMIT_S)
+        finally:
+            relay.restore()
+        assert posted == [503], posted
+        assert refused.value.response.headers["x-should-retry"] == "false"
