@@ -3,9 +3,10 @@ base changed (``knowledge.kb_status``).
 
 Why: the counts (documents, chunks, vectors, documents without today's vectors or cut by
 older chunking rules, the attachments' apart) are sums over every row of
-``kb_documents``: 0.1-0.25 s of a reader thread (SQLite) or a pooled connection
-(PostgreSQL) at 1M chunks, and a load balancer or Kubernetes asks every few seconds on
-every replica - for numbers that had not moved since the last probe.
+``kb_documents``: at 1M chunks ~1 s of a reader thread (SQLite) or of a pooled
+connection (PostgreSQL, 0.4 s of its CPU) per probe (``bench/readyz_cost.py``), and a load
+balancer or Kubernetes asks every few seconds on every replica - for numbers that had not
+moved since the last probe.
 
 How, without serving a stale number: every write of the knowledge base, by any process
 on the database, counts the stored generation up in its own transaction

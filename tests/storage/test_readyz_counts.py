@@ -1,6 +1,6 @@
 """``/readyz``'s knowledge counts on both engines: a probe of a knowledge base nobody
-changed reads no row of ``kb_documents`` (each probe summed every row: 0.1-0.25 s of a
-reader thread or a pooled connection at 1M chunks, every few seconds on every replica),
+changed reads no row of ``kb_documents`` (each probe summed every row: ~1 s of a reader
+thread or a pooled connection at 1M chunks, every few seconds on every replica),
 and the counts still move with every write - this process's ingest and delete, and
 another process's write on the same database - at the very next probe, while the
 readiness decision (``ok``) follows the sample's state at once.
