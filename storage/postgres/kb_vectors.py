@@ -88,6 +88,7 @@ from storage.postgres.kb_text import STATS_TTL_S
 from storage.postgres.kb_vector_parts import SchemaOf, VectorCounts, split
 from storage.postgres.kb_vector_scan import Part, Plan, ScanSettings, run_part
 from storage.postgres.kb_vector_walk import LARGE_GRAPH_VECTORS, WalkRule
+from storage.stores.kb_generation import READ as READ_GENERATION
 
 #: A scope of at most this many vectors is scored exactly (measured on 2 cores: ~3 µs a
 #: vector through the doc_id index, so 10k ≈ 30 ms, about one HNSW query at ef 1000).
@@ -176,18 +177,23 @@ class VectorSearch:
 
     # ------------------------------------------------------------------ counts
     async def counts(self, *, fresh: bool = False, kb_generation: int | None = None) -> VectorCounts:
-        """Per model, dimension and bucket, kept ``STATS_TTL_S`` for the searches' plans.
+        """Per model, dimension and bucket, and the graphs there are: kept ``STATS_TTL_S``
+        for the searches' plans (a graph built or dropped counts up no generation).
         ``kb_generation``: the stored generation, read just before (``/readyz``'s
-        ``describe``): counts read at that very generation are exact still - nothing was
-        written since - and kept on; others are read again, and kept with it."""
+        ``describe``, which reads the graphs from the catalog itself): the documents'
+        counts read at that very generation are exact still - nothing was written since -
+        whatever their age; others are read again. Every read is kept with the generation
+        read before it, so a search's read serves the next probe too."""
         if kb_generation is not None:
             if self._counts is not None and self._counts_kb_generation == kb_generation:
-                self._counts_at = time.monotonic()
                 return self._counts
             fresh = True
         if not fresh and self._counts is not None and time.monotonic() - self._counts_at < STATS_TTL_S:
             return self._counts
         generation = self._generation
+        if kb_generation is None:
+            row = await self._db.fetchone(READ_GENERATION)
+            kb_generation = int(row[0]) if row else None
         rows = await self._db.fetchall(
             "SELECT embed_model, embed_dim, bucket, count(*), coalesce(sum(chunk_count), 0) FROM kb_documents "
             "WHERE embed_model IS NOT NULL AND embed_dim IS NOT NULL GROUP BY embed_model, embed_dim, bucket"
