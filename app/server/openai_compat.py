@@ -39,7 +39,8 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -73,6 +74,11 @@ if TYPE_CHECKING:
     from app.server.services import Services
 
 CHAIN_KEY_PREFIX = "oai-chain:"
+#: On a non-streamed 409 whose run parked for an approval or ended cancelled: the
+#: ``openai`` SDKs (Python and JS) retry a 409 by themselves, twice, and the same
+#: transcript sent again is another run (parked for the same approval: three of them for
+#: one ``create()``; a cancelled question asked again). They obey this header first.
+NOT_RETRIED: Mapping[str, str] = MappingProxyType({"x-should-retry": "false"})
 
 
 # --- GET /v1/models -----------------------------------------------------------------------
@@ -196,9 +202,11 @@ async def _chat_completions(request: Request) -> Response:
     if tr.status == "completed" and tr.error is None:
         return ORJSONResponse(tr.completion(), headers=headers)
     if tr.status is None and tr.awaiting is not None:
-        return ORJSONResponse(_awaiting_body(run.id, tr.awaiting), 409, headers=headers)
+        return ORJSONResponse(_awaiting_body(run.id, tr.awaiting), 409, headers={**headers, **NOT_RETRIED})
     err = tr.error or {"message": "the server stopped before the run ended; retry", "code": "interrupted"}
     status = _failure_status(err["code"]) if tr.status is not None else 503
+    if status == 409:  # cancelled (sent again, it runs again), or behind a parked run (ends so again)
+        headers.update(NOT_RETRIED)
     if status == 503:  # the database away, or the server restarting: as every 503 of the service
         headers["Retry-After"] = str(RETRY_AFTER_S)
     return ORJSONResponse(error_body(err["message"], err["code"], status), status, headers=headers)
