@@ -66,3 +66,39 @@ async def test_a_connecting_server_says_when_its_attempt_times_out(tmp_path: Pat
     assert "timeout_in_s" not in exits and exits["retry_in_s"] >= 0, exits
     assert mcp["ok"] is False
     assert mcp["detail"] == f"connecting to MCP servers: silent (times out in {silent['timeout_in_s']:.0f} s)", mcp
+
+
+async def test_a_server_whose_tools_are_being_embedded_has_no_timeout_left(tmp_path: Path) -> None:
+    """Past its handshake and first tool list, a server stays "connecting" while its
+    tools go into the catalog (embedded: with Ollama, a cold model takes seconds), but
+    ``connect_timeout_s`` no longer applies: it ends "up" however long that takes. Before,
+    ``timeout_in_s`` kept counting down to 0 there ("times out in 0 s") for an attempt
+    that could not time out any more. A real stdio server; the catalog's side held."""
+    from agenttools.mcp.client import McpConnection
+    from agenttools.mcp.config import load_servers
+
+    python = orjson.dumps(sys.executable).decode()
+    toml = tmp_path / "servers.toml"
+    toml.write_text(f'[servers.lean]\ncommand = {python}\nargs = ["-m", "tests.fakes.mcp_server", "lean"]\n'
+                    f"cwd = {orjson.dumps(str(Path.cwd())).decode()}\nconnect_timeout_s = {SILENT_TIMEOUT_S}\n")
+    [config] = load_servers(toml, {})
+    reached, embedded = asyncio.Event(), asyncio.Event()
+
+    async def on_tools(server: str, tools: Any) -> None:
+        if tools:
+            reached.set()
+            await embedded.wait()
+
+    conn = McpConnection(config, on_tools)
+    conn.start()
+    try:
+        await asyncio.wait_for(reached.wait(), 50)
+        status = conn.status()
+        assert status["state"] == "connecting", status
+        assert "timeout_in_s" not in status and "connect_timeout_s" not in status, status
+        embedded.set()
+        await asyncio.wait_for(conn.first_attempt.wait(), 30)
+        assert conn.state == "up", conn.status()
+    finally:
+        embedded.set()
+        await conn.close()

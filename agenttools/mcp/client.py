@@ -239,6 +239,9 @@ class McpConnection:
             async with asyncio.timeout(self.config.connect_timeout_s):
                 client = await stack.enter_async_context(self._new_client(stack))
                 tools = await self._list_tools(client)
+            # Past the timeout: putting its tools in the catalog (embedding them) may take
+            # longer, and then it is up. A countdown to 0 here said it could still time out.
+            self.attempt_times_out_at = None
             self._client = client
             self.protocol_version = client.protocol_version
             self.server_name = client.server_info.name if client.server_info else None
@@ -246,7 +249,6 @@ class McpConnection:
             # /readyz (a person, a probe, a test) finds them registered.
             await self._report(tools)
             self.state, self.failures, self.last_error, self.next_retry_at = "up", 0, None, None
-            self.attempt_times_out_at = None
             self.connects += 1
             self.first_attempt.set()
             log.info("MCP server connected", extra={
