@@ -9,7 +9,9 @@ says so where an operator looks, before anyone searches (the Ollama embedder's f
 once hid behind that fallback). ``stats`` counts conversations' attachments apart
 (``private``), so that whoever reads the shared counts learns nothing of who attached
 what (``/readyz`` answers without a token). The counters are read from the parts that
-count (the searcher, the freshness check, the dense side, the engine), never kept twice.
+count (the searcher, the freshness check, the dense side, the engine), never kept twice;
+the store's sums alone are kept, while the stored generation says nothing was written
+since (``knowledge.kb_counts_memo``: a probe every few seconds summed every document).
 
 Both reads take in first what another process changed in the stored KB
 (``knowledge.freshness``), as a search does, so a count never lags behind a search.
