@@ -200,3 +200,32 @@ async def test_test_servers_leave_the_processs_sigterm_handler_as_they_found_it(
     await first.__aexit__(None, None, None)
     await second.__aexit__(None, None, None)
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.asyncio
+async def test_stop_ends_the_open_streams_incomplete_and_each_one_opened_after() -> None:
+    """``LiveStreams.stop``: how a server that runs the app off the main thread (a program
+    embedding it, the suite's servers) says it stops, which ``uvicorn_exiting`` cannot see."""
+    source, later, live = Source(finite=False), Source(finite=False), LiveStreams(exiting=lambda: False)
+    sources = iter([source, later])
+
+    async def stream(request: Request) -> SSEResponse:
+        return SSEResponse(next(sources).frames(), live)
+
+    app = Starlette(routes=[Route("/s", stream, methods=["GET"])])
+    async with serve_app(app, lifespan="off") as url, httpx.AsyncClient() as client:
+        async with client.stream("GET", f"{url}/s") as resp:
+            it = resp.aiter_bytes()
+            got = b""
+            while got != b"".join(FRAMES):
+                got += await anext(it)
+            live.stop()
+            with pytest.raises(httpx.RemoteProtocolError):  # no terminating chunk: resume elsewhere
+                async for _ in it:
+                    pass
+        assert source.closed.is_set() and live.stopping
+        with pytest.raises(httpx.RemoteProtocolError):
+            async with client.stream("GET", f"{url}/s") as resp:
+                async for _ in resp.aiter_bytes():
+                    pass
+        await asyncio.wait_for(later.closed.wait(), 10)

@@ -75,6 +75,16 @@ class LiveStreams:
             self._stopped = True
         return self._stopped
 
+    def stop(self) -> None:
+        """End every open stream now, and each one opened after, incomplete (clients resume
+        with ``Last-Event-ID`` elsewhere): what a server that runs this app calls as it
+        stops. uvicorn in the main thread (``agentchat serve``) is seen without it
+        (``uvicorn_exiting``); a server run in another thread (a program embedding the app,
+        the test suite's servers) has no other way to say it."""
+        self._stopped = True
+        for end in list(self._ends):
+            end()
+
     def add(self, end: Callable[[], None]) -> None:
         self._ends.add(end)
         if self._watcher is None or self._watcher.done():

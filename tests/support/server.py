@@ -17,6 +17,8 @@ from typing import Any
 import uvicorn
 from uvicorn.config import LifespanType
 
+from app.server.sse_response import LiveStreams
+
 #: How long an app's start-up (its lifespan) may take before the test fails.
 STARTUP_GUARD_S = 120.0
 #: How long a stop may take before the server task is cancelled.
@@ -44,7 +46,8 @@ class _Server(uvicorn.Server):
         at its end, so two servers of one test stopped in the order they started (replicas,
         workers) left the first one's handler installed for every later test of the
         process - and ``app.server.sse_response.uvicorn_exiting`` read that stopped
-        server's ``should_exit`` as the stop of whatever app was serving then."""
+        server's ``should_exit`` as the stop of whatever app was serving then. The app's
+        streams are ended by ``shutdown`` instead."""
         yield
 
     async def main_loop(self) -> None:
@@ -62,6 +65,11 @@ class _Server(uvicorn.Server):
         0.1 s until they and its tasks are gone - 0.1-0.2 s of every stop, and the suite
         stops an app for most of its tests. Here it looks every 5 ms; the bound
         (``timeout_graceful_shutdown``) and what happens past it are uvicorn's."""
+        # An agentchat app's open streams end now, as ``agentchat serve``'s do when its
+        # uvicorn stops (``LiveStreams``); else each waited for the graceful timeout.
+        streams = getattr(getattr(getattr(self.config.app, "state", None), "services", None), "streams", None)
+        if isinstance(streams, LiveStreams):
+            streams.stop()
         for server in self.servers:
             server.close()
         for sock in sockets or []:
