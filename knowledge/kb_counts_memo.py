@@ -73,8 +73,11 @@ class CountsAtGeneration:
             if (kept := self._kept) is not None and kept.generation == generation and kept.asked == asked:
                 return kept.stored
             stored = await self._count(asked)
-            if self._kept is None or generation >= self._kept.generation:
-                self._kept = _Kept(generation, asked, stored)
+            # Kept whatever the generation kept before: counts run one at a time, so this
+            # is the newest. A generation lower than that one is a database brought back
+            # (a restore, a failover to a standby behind): the counts kept for the lost
+            # timeline would be served again once new writes count up to its number.
+            self._kept = _Kept(generation, asked, stored)
             return stored
 
     async def _count(self, asked: tuple[str | None, int | None, str | None, int | None]) -> StoredCounts:

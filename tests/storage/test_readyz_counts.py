@@ -133,3 +133,37 @@ async def test_an_unchanged_knowledge_base_is_probed_without_reading_its_documen
     finally:
         await elsewhere.aclose()
         await kb.aclose()
+
+
+async def test_counts_follow_a_knowledge_base_restored_to_an_older_generation(two_processes: tuple[Any, Any]) -> None:
+    """A database brought back to an earlier state under a running server (PostgreSQL
+    restored from a dump, or a failover to a standby that had not received the last
+    commits) brings its generation back too; the writes after it count it up through
+    the same numbers again, over other rows. The counts kept for the lost timeline's
+    generation must not be served when the new one reaches it."""
+    here, there = two_processes
+    kb = await KnowledgeBase.create(here.kb_index, HashingEmbedder(dim=64))
+    elsewhere = await KnowledgeBase.create(there.kb_index, HashingEmbedder(dim=64))
+    try:
+        component = KnowledgeComponent(kb, sample="ingested 1 chunk")
+        await kb.ingest_documents(docs("a"))
+        backup = await here.kb_index.kb_generation()  # the dump: document a, at this generation
+        assert (await counted(component))["documents"] == 1
+        await kb.ingest_documents(docs("b", "c"))
+        assert await here.kb_index.kb_generation() == backup + 1
+        assert (await counted(component))["documents"] == 3
+
+        async def restore(tx: Any) -> None:  # what a restore of the dump leaves in these tables
+            await tx.execute("DELETE FROM kb_documents WHERE id <> ?", ("a",))
+            await tx.execute("UPDATE kb_generation SET generation = ? WHERE id = 1", (backup,))
+
+        await there.kb_index._sql.transact_whole(restore)
+        assert (await counted(component))["documents"] == 1
+
+        # Another replica ingests one document: the generation is the lost timeline's again.
+        await elsewhere.ingest_documents(docs("d"))
+        assert await here.kb_index.kb_generation() == backup + 1
+        assert (await counted(component))["documents"] == 2, "the counts of the lost timeline were served"
+    finally:
+        await elsewhere.aclose()
+        await kb.aclose()
