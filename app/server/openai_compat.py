@@ -203,13 +203,27 @@ async def _chat_completions(request: Request) -> Response:
         return ORJSONResponse(tr.completion(), headers=headers)
     if tr.status is None and tr.awaiting is not None:
         return ORJSONResponse(_awaiting_body(run.id, tr.awaiting), 409, headers={**headers, **NOT_RETRIED})
-    err = tr.error or {"message": "the server stopped before the run ended; retry", "code": "interrupted"}
+    err = tr.error or {"message": released_message(run.id), "code": "interrupted"}
     status = _failure_status(err["code"]) if tr.status is not None else 503
     if status == 409:  # cancelled (sent again, it runs again), or behind a parked run (ends so again)
         headers.update(NOT_RETRIED)
     if status == 503:  # the database away, or the server restarting: as every 503 of the service
+        # ... and the run goes on elsewhere (carried on by the next process or a replica):
+        # the SDKs' own retry would ask the question a second time.
         headers["Retry-After"] = str(RETRY_AFTER_S)
+        headers.update(NOT_RETRIED)
     return ORJSONResponse(error_body(err["message"], err["code"], status), status, headers=headers)
+
+
+def released_message(run_id: str) -> str:
+    """What a completion whose run this server released as it stopped is told: the run is
+    carried on (by the next process, or another replica) and its answer stored, so asking
+    again - what "retry" said before, and what the SDKs did by themselves - ran the
+    question twice, tools included."""
+    return (
+        "the server restarted before the run ended; the run is carried on and its answer stored: read it at "
+        f"GET /v1/agent/runs/{run_id}/events (a retry starts another run)"
+    )
 
 
 def _awaiting_body(run_id: str, wait: events.ApprovalRequired) -> dict[str, Any]:
@@ -235,5 +249,5 @@ async def _stream(source: Batches, tr: Translator) -> AsyncIterator[bytes]:
     elif tr.status is None and tr.error is not None:  # no ending stored (the database away): this error is the end
         yield frame(error_body(tr.error["message"], tr.error["code"], _failure_status(tr.error["code"])))
     elif tr.status is None:  # released at shutdown: an OpenAI client cannot resume a stream
-        yield frame(error_body("the server restarted before the run ended; retry", "interrupted", 503))
+        yield frame(error_body(released_message(tr.id.removeprefix("chatcmpl-")), "interrupted", 503))
     yield DONE
