@@ -53,7 +53,9 @@ class CountsAtGeneration:
         self._dense = dense
         self._kept: _Kept | None = None
         #: One count at a time: probes arriving while one counts wait for it, then
-        #: take its answer if the generation has not moved meanwhile.
+        #: take its answer if it counted the generation they arrived at (a write
+        #: committed since does not send them to count again: an ingest under way
+        #: commits batch after batch).
         self._counting = asyncio.Lock()
         #: Counts read from the store since start (one sum over ``kb_documents`` each).
         self.reads = 0
@@ -69,9 +71,11 @@ class CountsAtGeneration:
         if (kept := self._kept) is not None and kept.generation == generation and kept.asked == asked:
             return kept.stored
         async with self._counting:
-            generation = await self._gens.kb_generation()  # another probe may have counted it
+            # Counted meanwhile at the generation this probe arrived at: every write
+            # committed before it arrived is in those counts, whatever came after.
             if (kept := self._kept) is not None and kept.generation == generation and kept.asked == asked:
                 return kept.stored
+            generation = await self._gens.kb_generation()
             stored = await self._count(asked)
             # Kept whatever the generation kept before: counts run one at a time, so this
             # is the newest. A generation lower than that one is a database brought back

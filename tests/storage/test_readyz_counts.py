@@ -11,6 +11,7 @@ object is handed (``fetchone`` / ``fetchall``, which the knowledge base's stores
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,65 @@ async def test_counts_follow_a_knowledge_base_restored_to_an_older_generation(tw
         await elsewhere.ingest_documents(docs("d"))
         assert await here.kb_index.kb_generation() == backup + 1
         assert (await counted(component))["documents"] == 2, "the counts of the lost timeline were served"
+    finally:
+        await elsewhere.aclose()
+        await kb.aclose()
+
+
+async def test_a_probe_waiting_for_a_count_of_its_generation_takes_that_count(
+    two_processes: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two probes at once (a load balancer's and the orchestrator's) after a write: the
+    second waits for the first's count and takes it - it holds every write committed
+    before the second arrived - even when another write commits meanwhile (an ingest
+    under way writes batch after batch). It counted again after it: one count waited
+    for and one more made, each ~1 s at 1M chunks (``bench/readyz_cost.py``)."""
+    here, there = two_processes
+    kb = await KnowledgeBase.create(here.kb_index, HashingEmbedder(dim=64))
+    elsewhere = await KnowledgeBase.create(there.kb_index, HashingEmbedder(dim=64))
+    try:
+        component = KnowledgeComponent(kb, sample="ingested 1 chunk")
+        await kb.ingest_documents(docs("a"))
+        assert (await counted(component))["documents"] == 1
+        await elsewhere.ingest_documents(docs("b"))
+
+        count, entered, release = here.kb_index.counts, asyncio.Event(), asyncio.Event()
+
+        async def held_count(*args: Any, **kwargs: Any) -> Any:
+            if not entered.is_set():  # the first probe's count waits until the test lets it go
+                entered.set()
+                await release.wait()
+            return await count(*args, **kwargs)
+
+        memo = kb.status._counted
+        arrived = asyncio.Event()
+
+        class Arrivals:
+            """The memo's reads of the generation: the one after the held count's is the
+            second probe's, which then waits for the count (no await in between)."""
+
+            async def kb_generation(self) -> int:
+                out = await here.kb_index.kb_generation()
+                if entered.is_set():
+                    arrived.set()
+                return out
+
+        monkeypatch.setattr(here.kb_index, "counts", held_count)
+        monkeypatch.setattr(memo, "_gens", Arrivals())
+        counts_before = memo.reads
+        first = asyncio.create_task(counted(component))
+        await entered.wait()
+        second = asyncio.create_task(counted(component))
+        await arrived.wait()
+        await elsewhere.ingest_documents(docs("c"))  # committed while both probes are under way
+        release.set()
+        one, two = await first, await second
+        # The held count read the rows after c's commit: newer than the generation it is
+        # kept with (read before it), so the next probe counts again.
+        assert one == two and one["documents"] == 3
+        assert memo.reads == counts_before + 1, "the second probe counted again"
+        assert (await counted(component))["documents"] == 3
+        assert memo.reads == counts_before + 2
     finally:
         await elsewhere.aclose()
         await kb.aclose()
