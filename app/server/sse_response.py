@@ -80,7 +80,9 @@ class LiveStreams:
         with ``Last-Event-ID`` elsewhere): what a server that runs this app calls as it
         stops. uvicorn in the main thread (``agentchat serve``) is seen without it
         (``uvicorn_exiting``); a server run in another thread (a program embedding the app,
-        the test suite's servers) has no other way to say it."""
+        the test suite's servers) has no other way to say it. Call it on the app's event
+        loop (from another thread: ``loop.call_soon_threadsafe(streams.stop)``): it
+        cancels the streams' tasks."""
         self._stopped = True
         for end in list(self._ends):
             end()
