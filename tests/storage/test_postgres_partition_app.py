@@ -86,6 +86,13 @@ async def test_a_run_whose_replica_alone_loses_the_database_is_finished_by_anoth
 
         relay.restore()  # A reaches the database again
         lines_a = await on_a.finished()
+
+        def let_go_on_a() -> bool:
+            copy = app_a.state.services.runs.get(run_id)
+            return copy is None or copy.lost or copy.finished
+
+        # A's copy of the run is dropped or known lost, so nothing of it can still write.
+        await until(let_go_on_a, "A to let its copy of the run go", 60)
         stored = await http.get(f"{b}/v1/agent/runs/{run_id}/events")
         assert stored.status_code == 200, stored.text
         # A, back, writes nothing more into the run it lost: reading it again through A
