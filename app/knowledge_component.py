@@ -114,6 +114,7 @@ class KnowledgeComponent:
         older = int(stats.get("documents_older_chunking") or 0)
         of_sample = await self.older_sample_documents() if older and self.sample_beside_others else 0
         out["older_chunking"] = older_chunking(older, sample, of_sample)
+        out["newer_chunking"] = newer_chunking(int(stats.get("documents_newer_chunking") or 0))
         if self.default_buckets and "*" not in self.default_buckets:
             out["default_buckets"] = await self.default_bucket_check()
         if loading:
@@ -261,7 +262,7 @@ class KnowledgeComponent:
 
 
 def older_chunking(documents: int, sample: str, of_sample: int = 0) -> dict[str, Any]:
-    """``/readyz``'s word on shared documents whose chunks were cut by other chunking rules
+    """``/readyz``'s word on shared documents whose chunks were cut by older chunking rules
     than today's (``knowledge.chunking.CHUNK_RULES``; an upgrade's chunker cut otherwise):
     how many, and how to re-make them. They keep the replica in service - every search
     finds them, only their passages are cut as the older release cut them - but an
@@ -287,6 +288,23 @@ def older_chunking(documents: int, sample: str, of_sample: int = 0) -> dict[str,
             f"; {of_sample} of them are the shipped sample's, in the {DEFAULT_BUCKET!r} bucket beside other "
             f"documents, which the start leaves alone: `agentchat ingest {SAMPLE_KB_DIR} --bucket {DEFAULT_BUCKET}` "
             "re-chunks them"
+        )
+    return out
+
+
+def newer_chunking(documents: int) -> dict[str, Any]:
+    """``/readyz``'s word on shared documents cut by newer chunking rules than this
+    release's: a newer release shares the database (a rolling upgrade under way) or was
+    rolled back from. This release searches them as they are and leaves them alone, so
+    the operator must hear that nothing is to be done - before, they were counted as
+    older and the detail said to ingest them again, which this release would only have
+    cut back down."""
+    out: dict[str, Any] = {"documents": documents}
+    if documents:
+        out["detail"] = (
+            f"{documents} document(s) were cut into chunks by newer chunking rules than this release's (a rolling "
+            "upgrade in progress, or a rollback): searched as they are and left alone - not an error, nothing to "
+            "ingest again"
         )
     return out
 

@@ -44,13 +44,24 @@ PAGE_BREAK = "\n\f\n"
 #: The version of the rules this module cuts text by. Bump it with any change that makes
 #: other chunks of the same text (boundaries, carried overlap, headings, pages): every
 #: stored document records the version it was cut by (``kb_documents.chunk_rules``), and
-#: one cut by another is re-made - the sample knowledge base at the next start, a user's
+#: one cut by an older one is re-made - the sample knowledge base at the next start, a user's
 #: documents by the next ``agentchat ingest`` of their folder (or posting them again) -
 #: while ``/readyz`` counts those still waiting (``older_chunking``). Without it an
 #: upgrade kept the old chunks, unchanged files being skipped by their stamps and hashes.
 #: ``tests/test_chunk_rules_fingerprint.py`` fails when the chunks of a fixed corpus change
-#: while this number did not.
+#: while this number did not. Only *lower* rules are re-made (``older_than_ours``).
 CHUNK_RULES = 1
+
+
+def older_than_ours(rules: int | None) -> bool:
+    """Whether a document recorded as cut by ``rules`` was cut by older rules than this
+    release's, so an ingest or a start re-makes it and ``/readyz`` counts it (``None``:
+    stored before the rules were recorded, migration 32 - older). A document cut by
+    *newer* rules is left alone: during a rolling upgrade (or after a rollback) this
+    release shares the database with a newer one, and re-cutting its documents down made
+    the two re-make each other's at every start. The chunk rows' shape is the same, so
+    this release searches them as they are."""
+    return rules is None or rules < CHUNK_RULES
 
 
 @dataclass(frozen=True, slots=True)

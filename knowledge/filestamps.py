@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from knowledge.chunking import CHUNK_RULES
+from knowledge.chunking import older_than_ours
 from knowledge.loaders import HTML_SUFFIXES
 from knowledge.md_links import READ_RULES
 from knowledge.samepage import MARKDOWN_SUFFIXES, SamePage
@@ -61,7 +61,8 @@ async def unchanged_files(
 ) -> Unchanged:
     """The files of ``stamps`` whose documents in ``bucket`` all carry their current stamp
     (and their repeats' current stamps), vectors of ``embedder`` (``(key, dim)``) and
-    chunks cut by today's rules (``CHUNK_RULES``: a file is unchanged, its cut is not)."""
+    chunks cut by today's rules or newer ones (``older_than_ours``: a file is unchanged,
+    its cut is not; a newer release's cut is left to it)."""
     docs: dict[str, list[str]] = {}
     fresh: dict[str, bool] = {}
     repeats: dict[str, list[Path]] = {}
@@ -72,7 +73,8 @@ async def unchanged_files(
             if d.id in docs.get(d.origin, ()):
                 continue
             docs.setdefault(d.origin, []).append(d.id)
-            ok = d.file_stamp is not None and (d.embed_model, d.embed_dim) == embedder and d.chunk_rules == CHUNK_RULES
+            ok = d.file_stamp is not None and (d.embed_model, d.embed_dim) == embedder
+            ok = ok and not older_than_ours(d.chunk_rules)
             if ok and d.file_stamp is not None:
                 own, *lines = d.file_stamp.split("\n")
                 twins = [line.rpartition("\t") for line in lines]

@@ -18,11 +18,12 @@ Why this shape:
   (a later ingest of the same documents does too).
 * A file is read only when its stamp (size, modification time in ns, its path as
   shown, the chunking) differs from the one stored with its documents, or they lack
-  vectors of today's embedder or were cut by other chunking rules than today's
-  (``knowledge.chunking.CHUNK_RULES``); a file read unchanged (touched, same content
-  hash, same rules) only gets its new stamp. A document cut by other rules is chunked
-  again even when its content hash is the same, and replaced like any changed one: its
-  old chunks stay until the new ones commit. A re-made document (changed, or cut again)
+  vectors of today's embedder or were cut by older chunking rules than today's
+  (``knowledge.chunking.older_than_ours``: a newer release's cut, met during a rolling
+  upgrade, is left alone); a file read unchanged (touched, same content hash, same
+  rules) only gets its new stamp. A document cut by older rules is chunked again even
+  when its content hash is the same, and replaced like any changed one: its old chunks
+  stay until the new ones commit. A re-made document (changed, or cut again)
   embeds only its chunks whose text its stored ones lack: the others keep the vectors
   it stores, when they are of today's embedder (``knowledge.ingest_reuse``). ``rehash`` reads every file, for
   filesystems whose times lie.
@@ -51,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from knowledge.buckets import Buckets
-from knowledge.chunking import CHUNK_RULES, chunk_text
+from knowledge.chunking import chunk_text, older_than_ours
 from knowledge.dense import DenseSide
 from knowledge.filecheck import DEFAULT_MAX_FILE_MB, MB
 from knowledge.filestamps import unstamp_rejected, with_repeats
@@ -294,13 +295,14 @@ class Ingestor:
                 self.dim,
                 bucket,
             )
-            if same and old is not None and old.chunk_rules == CHUNK_RULES:
+            # Cut by today's rules or a newer release's (a rolling upgrade): left as it is.
+            if same and old is not None and not older_than_ours(old.chunk_rules):
                 report.skipped += 1
                 if item.stamp is not None and item.stamp != old.file_stamp:
                     restamp.append((item.doc.id or "", item.stamp))
                 continue
             existing_bucket = old.bucket if old else None
-            rechunk = same  # the same document, cut by other chunking rules: cut again
+            rechunk = same  # the same document, cut by older chunking rules: cut again
             todo.append(
                 Prepared(item.doc, item.line, digest, typed, [], existing_bucket, stamp=item.stamp, rechunk=rechunk)
             )

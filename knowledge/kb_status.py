@@ -107,9 +107,11 @@ class KBStatus:
             "embedder": self._embed_key,
             "dim": dim,
             "documents_without_current_vectors": counts.without_vectors if embedder else counts.documents,
-            # Shared documents cut by other chunking rules than today's (an upgrade's): their
+            # Shared documents cut by older chunking rules than today's (an upgrade's): their
             # chunks are re-made only when they are ingested again (``knowledge.ingest``).
             "documents_older_chunking": counts.older_chunking,
+            # Cut by a newer release's rules (a rolling upgrade, a rollback): left as they are.
+            "documents_newer_chunking": counts.newer_chunking,
             "schema_version": self._schema_version,
             "db_path": index.location,
         }

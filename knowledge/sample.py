@@ -15,7 +15,7 @@ import os
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
 
-from knowledge.chunking import CHUNK_RULES
+from knowledge.chunking import older_than_ours
 from knowledge.filecheck import walk_files
 from knowledge.filestamps import file_stamp
 from knowledge.kb import DEFAULT_BUCKET, KnowledgeBase
@@ -74,10 +74,11 @@ async def _holds_only_the_sample(kb: KnowledgeBase, bucket: str) -> bool | None:
 async def _stored_sample_is_current(kb: KnowledgeBase, bucket: str) -> bool:
     """Whether every shipped file has documents in ``bucket`` carrying its current stamp
     (size, modification time, path as shown, chunking) and cut by today's chunking rules
-    (``CHUNK_RULES``: an upgrade whose chunker cuts otherwise re-makes them, though no
-    file changed), and no stored document comes from a file no longer shipped. Vectors
-    do not matter here: documents waiting for vectors are the background re-embedding's
-    job, not a reason to ingest again at every start."""
+    or newer ones (``older_than_ours``: an upgrade whose chunker cuts otherwise re-makes
+    them, though no file changed; a newer release's cut, on a database shared with it
+    during a rolling upgrade, is left as it is), and no stored document comes from a
+    file no longer shipped. Vectors do not matter here: documents waiting for vectors
+    are the background re-embedding's job, not a reason to ingest again at every start."""
 
     def walk() -> dict[str, str]:
         out: dict[str, str] = {}
@@ -88,7 +89,7 @@ async def _stored_sample_is_current(kb: KnowledgeBase, bucket: str) -> bool:
 
     shipped = await asyncio.to_thread(walk)
     stored = await kb.index.file_documents(bucket, str(SAMPLE_KB_DIR) + os.sep, prefix=True)
-    if any(d.chunk_rules != CHUNK_RULES for d in stored):  # cut by an older release's chunker
+    if any(older_than_ours(d.chunk_rules) for d in stored):  # cut by an older release's chunker
         return False
     stamps: dict[str, set[str | None]] = {}
     for d in stored:
@@ -99,14 +100,15 @@ async def _stored_sample_is_current(kb: KnowledgeBase, bucket: str) -> bool:
 
 
 async def older_sample_documents(kb: KnowledgeBase, bucket: str = DEFAULT_BUCKET) -> int:
-    """How many of the shipped sample's documents in ``bucket`` were cut by other chunking
-    rules than today's (``CHUNK_RULES``). Asked only when the bucket holds others'
-    documents too (``SampleLeft.OTHERS``): the start never touches such a bucket, so those
-    documents keep their older chunks until someone ingests the sample's folder into it,
-    and ``/readyz``'s count of older documents never reached 0 while it told the operator
-    only to ingest "their folder" again (``app.knowledge_component.older_chunking``)."""
+    """How many of the shipped sample's documents in ``bucket`` were cut by older chunking
+    rules than today's (``older_than_ours``; a newer release's are not). Asked only when
+    the bucket holds others' documents too (``SampleLeft.OTHERS``): the start never
+    touches such a bucket, so those documents keep their older chunks until someone
+    ingests the sample's folder into it, and ``/readyz``'s count of older documents never
+    reached 0 while it told the operator only to ingest "their folder" again
+    (``app.knowledge_component.older_chunking``)."""
     stored = await kb.index.file_documents(bucket, str(SAMPLE_KB_DIR) + os.sep, prefix=True)
-    return len({d.id for d in stored if d.chunk_rules != CHUNK_RULES})
+    return len({d.id for d in stored if older_than_ours(d.chunk_rules)})
 
 
 async def ensure_sample_kb(kb: KnowledgeBase, *, bucket: str = DEFAULT_BUCKET) -> IngestReport | SampleLeft:

@@ -242,9 +242,12 @@ class KBCounts:
     hidden_documents: int = 0
     hidden_chunks: int = 0
     hidden_current_chunks: int = 0
-    #: Documents outside those buckets not cut by the chunking rules ``counts`` was given
-    #: (older ones, or unknown: stored before the rules were recorded).
+    #: Documents outside those buckets cut by older chunking rules than those ``counts``
+    #: was given (or unknown ones: stored before the rules were recorded).
     older_chunking: int = 0
+    #: Documents outside those buckets cut by newer rules (a newer release's, sharing the
+    #: database during a rolling upgrade, or left by one rolled back).
+    newer_chunking: int = 0
 
 
 # --- re-embedding ------------------------------------------------------------------------

@@ -182,7 +182,8 @@ class KBIndex(Protocol):
         chunk_rules: int | None = None,
     ) -> KBCounts:
         """Every document's counts, and (``hidden_*``) those of buckets named ``hidden_prefix…``;
-        with ``chunk_rules``, the documents of the other buckets not cut by those rules."""
+        with ``chunk_rules``, the documents of the other buckets cut by older rules (or
+        none recorded) and, apart, by newer ones."""
         ...
 
     # re-embedding (``knowledge.backfill``)

@@ -306,24 +306,29 @@ class KBReads:
         same = self._sql.dialect.same_as
         current = f"embed_model {same} ? AND embed_dim {same} ?"
         hidden = f"substr(bucket, 1, {len(hidden_prefix or '')}) = ?"
-        # A document stored before the rules were recorded (NULL) was cut by unknown ones.
-        older = f"NOT {hidden} AND (chunk_rules IS NULL OR chunk_rules <> ?)" if chunk_rules is not None else "0 = 1"
+        # A document stored before the rules were recorded (NULL) was cut by unknown ones:
+        # older. Higher rules are a newer release's (a rolling upgrade, a rollback): apart.
+        older = f"NOT {hidden} AND (chunk_rules IS NULL OR chunk_rules < ?)" if chunk_rules is not None else "0 = 1"
+        newer = f"NOT {hidden} AND chunk_rules > ?" if chunk_rules is not None else "0 = 1"
         row = await self._sql.fetchone(
             "SELECT count(*), coalesce(sum(chunk_count), 0), "
             f"coalesce(sum(CASE WHEN {current} THEN 0 ELSE 1 END), 0), "
             f"coalesce(sum(CASE WHEN {hidden} THEN 1 ELSE 0 END), 0), "
             f"coalesce(sum(CASE WHEN {hidden} THEN chunk_count ELSE 0 END), 0), "
             f"coalesce(sum(CASE WHEN {hidden} AND {current} THEN chunk_count ELSE 0 END), 0), "
-            f"coalesce(sum(CASE WHEN {older} THEN 1 ELSE 0 END), 0)"
+            f"coalesce(sum(CASE WHEN {older} THEN 1 ELSE 0 END), 0), "
+            f"coalesce(sum(CASE WHEN {newer} THEN 1 ELSE 0 END), 0)"
             " FROM kb_documents",
             # No prefix: ``substr(bucket, 1, 0)`` is '' and never equals '-': nothing is hidden.
             (
                 embed_model, embed_dim, *([hidden_prefix or "-"] * 3), embed_model, embed_dim,
-                *(() if chunk_rules is None else (hidden_prefix or "-", chunk_rules)),
+                *(() if chunk_rules is None else (hidden_prefix or "-", chunk_rules) * 2),
             ),
         )  # fmt: skip
-        docs, chunks, stale, h_docs, h_chunks, h_current, older_docs = (int(x) for x in row) if row else (0,) * 7
-        return KBCounts(docs, chunks, stale, h_docs, h_chunks, h_current, older_docs)
+        docs, chunks, stale, h_docs, h_chunks, h_current, older_docs, newer_docs = (
+            (int(x) for x in row) if row else (0,) * 8
+        )
+        return KBCounts(docs, chunks, stale, h_docs, h_chunks, h_current, older_docs, newer_docs)
 
     # ------------------------------------------------------------------ re-embedding
     async def documents_without_vectors(

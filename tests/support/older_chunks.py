@@ -67,6 +67,16 @@ async def stored_chunks(target: str, bucket: str) -> Chunks:
 async def cut_by_older_rules(target: str, folders: Sequence[tuple[Path, str]], embedder: Embedder | None) -> None:
     """Make the stored documents of each ``(folder, bucket)`` an older release's (module
     docstring). ``embedder``: the one they were stored with (``None``: none)."""
+    await cut_by_other_rules(target, folders, embedder, rules=None)
+
+
+async def cut_by_other_rules(
+    target: str, folders: Sequence[tuple[Path, str]], embedder: Embedder | None, *, rules: int | None
+) -> None:
+    """Make the stored documents of each ``(folder, bucket)`` another release's: cut at
+    ``OLDER_CUT``, recorded as cut by ``rules`` (``None``: none recorded, a document
+    stored before migration 32; above ``CHUNK_RULES``: a newer release's, as a rolling
+    upgrade or a rollback leaves them for this one)."""
     storage = await open_storage(target)
     try:
         kept = await storage.runs.sql.fetchall("SELECT id, content_hash, file_stamp FROM kb_documents")
@@ -88,11 +98,11 @@ async def cut_by_older_rules(target: str, folders: Sequence[tuple[Path, str]], e
                     ("UPDATE kb_documents SET content_hash = ?, file_stamp = ? WHERE id = ?", (h, stamp, i))
                     for i, h, stamp in kept
                 ),
-                ("UPDATE kb_documents SET chunk_rules = NULL", ()),
+                ("UPDATE kb_documents SET chunk_rules = ?", (rules,)),
             ]
         )
     finally:
         await storage.close()
 
 
-__all__ = ["OLDER_CUT", "Chunks", "cut_by_older_rules", "stored_chunks", "todays_chunks"]
+__all__ = ["OLDER_CUT", "Chunks", "cut_by_older_rules", "cut_by_other_rules", "stored_chunks", "todays_chunks"]
