@@ -215,6 +215,25 @@ def test_reload_watches_only_the_project_packages(tmp_path: Path) -> None:
     assert config.should_reload and config.factory and config.header_timeout_s == settings.header_timeout_s
 
 
+def test_reload_watches_every_project_package_the_app_imports() -> None:
+    """A package the served app imports but ``--reload`` does not watch is edited without a
+    restart (``events/``, the wire's event types, was left out): the app keeps the old code."""
+    listing = (
+        "import sys, app.factory; from pathlib import Path; root = Path(sys.argv[1]); "
+        "print('\\n'.join(sorted({Path(m.__file__).resolve().relative_to(root).parts[0] "
+        "for m in list(sys.modules.values()) if getattr(m, '__file__', None) "
+        "and Path(m.__file__).resolve().is_relative_to(root) and '.venv' not in Path(m.__file__).parts})))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", listing, str(PROJECT_ROOT)],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    imported = set(done.stdout.split())
+    assert {"app", "events"} <= imported
+    assert imported <= set(PACKAGES)
+
+
 async def _read_until_closed(reader: asyncio.StreamReader) -> bytes:
     return await reader.read()  # until EOF
 

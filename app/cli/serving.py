@@ -133,7 +133,7 @@ class DrainingServer(uvicorn.Server):
 # --- listening: bind first, say so after; guard connections that never finish a request ----
 
 #: The project's packages: ``--reload`` watches these and nothing else (not ``.venv``).
-PACKAGES = ("app", "llm", "toolindex", "storage", "agenttools", "knowledge", "prompts", "backend")
+PACKAGES = ("app", "events", "llm", "toolindex", "storage", "agenttools", "knowledge", "prompts", "backend")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
