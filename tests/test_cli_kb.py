@@ -164,6 +164,23 @@ async def test_docs_list_rm_and_buckets_rm(tmp_path: Path, capsys: pytest.Captur
     assert [line.split()[0] for line in out[1:]] == ["inv", "other"]
 
 
+async def test_buckets_create_of_an_existing_bucket_says_it_was_not_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``buckets create`` of a bucket that exists adds the fields it does not have yet (or
+    nothing): it said ``created bucket 'lib'`` all the same, as if it had been made anew."""
+    assert await run(tmp_path, "ingest", str(library(tmp_path)), "--bucket", "lib", "--keep-going", "--quiet") == 0
+    capsys.readouterr()
+    assert await run(tmp_path, "buckets", "create", "lib", "year:integer") == 0
+    out = said(capsys.readouterr().out, tmp_path)
+    assert out[0] == "bucket 'lib' already exists: added year:INTEGER, read from the metadata of its 3 " \
+        "documents where it fits; every bucket now:"
+    assert out[1].split()[0] == "lib" and "year:INTEGER" in out[1]
+    assert await run(tmp_path, "buckets", "create", "lib", "year:integer") == 0
+    out = said(capsys.readouterr().out, tmp_path)
+    assert out[0] == "bucket 'lib' already exists with year:INTEGER: nothing changed; every bucket now:"
+
+
 async def test_docs_rm_of_ids_that_all_exist_counts_them_and_exits_0(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

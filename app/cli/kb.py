@@ -15,13 +15,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.cli.counts import plural
 from app.cli.groups import command_group
 from app.cli.ingest_progress import IngestProgress
 from app.cli.ingest_report import embedder_line, interrupted_text, report_text, unsearched_bucket_note
 from app.config import Settings
+
+if TYPE_CHECKING:
+    from knowledge.types import BucketInfo
 
 log = logging.getLogger("agentchat.cli")
 
@@ -232,6 +235,24 @@ async def _buckets(args: argparse.Namespace, settings: Settings) -> int:
         print(where.line())
 
 
+def _created_line(name: str, fields: dict[str, str], before: BucketInfo | None) -> str:
+    """What ``buckets create`` did: made the bucket, or - when it existed - added the
+    fields it did not have yet, or nothing (it said "created" for an existing bucket)."""
+    def typed(kinds: dict[str, str]) -> str:
+        return ", ".join(f"{k}:{v}" for k, v in kinds.items())
+
+    if before is None:
+        return f"created bucket {name!r} ({typed(fields) or 'no typed fields'})"
+    added = {k: v for k, v in fields.items() if k not in before.fields}
+    if not added:
+        return f"bucket {name!r} already exists{' with ' + typed(fields) if fields else ''}: nothing changed"
+    filled = (
+        f", read from the metadata of its {plural(before.documents, 'document')} where it fits"
+        if before.documents else ""
+    )
+    return f"bucket {name!r} already exists: added {typed(added)}{filled}"
+
+
 async def _bucket_command(kb: Any, args: argparse.Namespace, command: str | None) -> int:
     try:
         if command == "create":
@@ -242,13 +263,13 @@ async def _bucket_command(kb: Any, args: argparse.Namespace, command: str | None
                     print(f"agentchat buckets create: field {spec!r} must be NAME:TYPE", file=sys.stderr)
                     return EXIT_USAGE
                 fields[name] = kind.upper()
+            before = {b.name: b for b in await kb.list_buckets()}.get(args.name)
             try:
                 await kb.create_bucket(args.name, fields)
             except ValueError as exc:
                 print(f"agentchat buckets create: {exc}", file=sys.stderr)
                 return EXIT_USAGE
-            typed = ", ".join(f"{k}:{v}" for k, v in fields.items()) or "no typed fields"
-            print(f"created bucket {args.name!r} ({typed}); every bucket now:")
+            print(_created_line(args.name, fields, before) + "; every bucket now:")
         elif command == "rm":
             if not await _known_bucket(kb, args.name, "buckets rm"):
                 return EXIT_REJECTED
