@@ -308,8 +308,10 @@ class KBReads:
         hidden = f"substr(bucket, 1, {len(hidden_prefix or '')}) = ?"
         # A document stored before the rules were recorded (NULL) was cut by unknown ones:
         # older. Higher rules are a newer release's (a rolling upgrade, a rollback): apart.
-        older = f"NOT {hidden} AND (chunk_rules IS NULL OR chunk_rules < ?)" if chunk_rules is not None else "0 = 1"
-        newer = f"NOT {hidden} AND chunk_rules > ?" if chunk_rules is not None else "0 = 1"
+        # The rules are tested first: most rows fail them and skip the bucket's prefix,
+        # so the second sum costs no more than the one ``<>`` sum did (SQLite's AND stops early).
+        older = f"(chunk_rules IS NULL OR chunk_rules < ?) AND NOT {hidden}" if chunk_rules is not None else "0 = 1"
+        newer = f"chunk_rules > ? AND NOT {hidden}" if chunk_rules is not None else "0 = 1"
         row = await self._sql.fetchone(
             "SELECT count(*), coalesce(sum(chunk_count), 0), "
             f"coalesce(sum(CASE WHEN {current} THEN 0 ELSE 1 END), 0), "
@@ -322,7 +324,7 @@ class KBReads:
             # No prefix: ``substr(bucket, 1, 0)`` is '' and never equals '-': nothing is hidden.
             (
                 embed_model, embed_dim, *([hidden_prefix or "-"] * 3), embed_model, embed_dim,
-                *(() if chunk_rules is None else (hidden_prefix or "-", chunk_rules) * 2),
+                *(() if chunk_rules is None else (chunk_rules, hidden_prefix or "-") * 2),
             ),
         )  # fmt: skip
         docs, chunks, stale, h_docs, h_chunks, h_current, older_docs, newer_docs = (
