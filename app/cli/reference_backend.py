@@ -16,6 +16,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,12 +126,29 @@ def reference_backend(settings: Settings, args: argparse.Namespace, port: int, l
                      log_format=_log_format(args), allowed_hosts=settings.allowed_hosts),
         preexec_fn=die_with_parent(),
     )
+    stopping = threading.Event()
     try:
         _wait_until_up(proc, url)
         log.info("reference backend started beside the agent", extra={"url": url, "pid": proc.pid})
+        threading.Thread(target=_say_when_it_exits, args=(proc, url, stopping), name="backend-watch",
+                         daemon=True).start()
         yield url
     finally:
+        stopping.set()
         _stop(proc)
+
+
+def _say_when_it_exits(proc: subprocess.Popen[bytes], url: str, stopping: threading.Event) -> None:
+    """Log the child's end unless ``serve`` is stopping it: it died in silence before, the
+    agent serving on with every workflow and table tool failing and ``/readyz`` saying only
+    ``not reachable (ConnectError)``. It is not restarted (its port and seed data are this
+    start's); the line says what to do."""
+    code = proc.wait()
+    if not stopping.is_set():
+        log.error(
+            "the reference backend exited (code %s): workflow and table tools fail until agentchat serve is "
+            "restarted", code, extra={"url": url, "pid": proc.pid, "exit_code": code},
+        )
 
 
 def _log_format(args: argparse.Namespace) -> str:
