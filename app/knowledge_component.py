@@ -214,7 +214,7 @@ class KnowledgeComponent:
         wait, then find the sample there (``already there``). SQLite needs no turns:
         its one writer makes each document's replacement one transaction after another."""
         from knowledge.kb import DEFAULT_BUCKET
-        from knowledge.sample import SampleLeft, ensure_sample_kb
+        from knowledge.sample import SampleLeft, ensure_sample_kb, sample_documents
 
         self.sample = "ingesting"
         turns = self.turns
@@ -227,8 +227,9 @@ class KnowledgeComponent:
             if turns is not None:
                 await turns.release()
         self.sample_beside_others = report is SampleLeft.OTHERS
-        if isinstance(report, SampleLeft):  # nothing ingested: say which of the two reasons
-            self.sample = report.status(DEFAULT_BUCKET)
+        if isinstance(report, SampleLeft):  # nothing ingested: say which of the reasons
+            beside = await sample_documents(self.kb, DEFAULT_BUCKET) if self.sample_beside_others else 0
+            self.sample = report.status(DEFAULT_BUCKET, beside)
         elif report.skipped or report.deleted or report.rechunked:  # an older sample brought up to the shipped one
             rechunked = f", {report.rechunked} re-chunked by today's chunking rules" if report.rechunked else ""
             self.sample = (

@@ -40,12 +40,21 @@ class SampleLeft(StrEnum):
     #: The bucket holds a document that is not the sample's: the sample is not added.
     OTHERS = "others"
 
-    def status(self, bucket: str) -> str:
-        """The state as ``/readyz`` shows it (``sample_kb``), in words."""
+    def status(self, bucket: str, sample_documents: int = 0) -> str:
+        """The state as ``/readyz`` shows it (``sample_kb``), in words. ``OTHERS`` with
+        ``sample_documents`` (the sample's, stored before the others came): the sample is
+        there, only no longer updated at start - "not added" read as if it were missing."""
         if self is SampleLeft.CURRENT:
             return (
                 "already there: ingested by an earlier start (or another replica or worker on this database), "
                 "and the shipped sample has not changed since"
+            )
+        if sample_documents:
+            return (
+                f"kept as stored: the {bucket!r} bucket holds the sample's {sample_documents} "
+                f"document{'' if sample_documents == 1 else 's'} beside documents that are not the sample's, "
+                "so the start leaves the bucket alone and no longer updates the sample there "
+                f"(`agentchat ingest {SAMPLE_KB_DIR} --bucket {bucket}` updates it)"
             )
         return (
             f"not added: the {bucket!r} bucket already holds documents that are not the sample's "
@@ -97,6 +106,12 @@ async def _stored_sample_is_current(kb: KnowledgeBase, bucket: str) -> bool:
     if set(stamps) != set(shipped):
         return False
     return all(stamps[origin] == {stamp} for origin, stamp in shipped.items())
+
+
+async def sample_documents(kb: KnowledgeBase, bucket: str = DEFAULT_BUCKET) -> int:
+    """How many of the shipped sample's documents ``bucket`` holds (whatever their rules)."""
+    stored = await kb.index.file_documents(bucket, str(SAMPLE_KB_DIR) + os.sep, prefix=True)
+    return len({d.id for d in stored})
 
 
 async def older_sample_documents(kb: KnowledgeBase, bucket: str = DEFAULT_BUCKET) -> int:

@@ -160,12 +160,24 @@ async def test_a_start_leaves_a_bucket_with_a_users_document_alone(tmp_path: Pat
     finally:
         await kb.aclose()
     status = await start_and_read_sample_status(tmp_path, embedder)
-    # Ready, and the words say the documents are someone else's, not that the sample is there.
+    # Ready, and the words say the sample is there, kept as stored beside someone else's
+    # documents - not "not added", which a newcomer read as the sample missing.
     assert status["ok"] and status["documents"] == len(before), status
-    assert status["sample_kb"] == SampleLeft.OTHERS.status("default"), status
-    assert status["sample_kb"].startswith("not added: the 'default' bucket already holds documents"), status
+    kept = len(before) - 1
+    assert status["sample_kb"] == SampleLeft.OTHERS.status("default", kept), status
+    words = f"kept as stored: the 'default' bucket holds the sample's {kept} documents"
+    assert status["sample_kb"].startswith(words), status
     kb = await open_kb_file(tmp_path / "a.db", embedder)
     try:
         assert await sample_docs(kb) == before and not set(removed) & set(before)
     finally:
         await kb.aclose()
+
+
+def test_the_words_for_a_bucket_of_others_say_whether_the_sample_is_in_it() -> None:
+    """A walk of the README read "not added: the 'default' bucket already holds documents
+    that are not the sample's" with the sample's 20 documents right there."""
+    assert SampleLeft.OTHERS.status("default").startswith("not added: the 'default' bucket already holds")
+    kept = SampleLeft.OTHERS.status("default", 1)
+    assert kept.startswith("kept as stored: the 'default' bucket holds the sample's 1 document beside"), kept
+    assert "--bucket default` updates it" in kept
