@@ -64,3 +64,30 @@ async def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
             # PostgreSQL replicas share a key the database does not hold (app/keyring.py).
             yield {"AGENT_DATABASE_URL": url, "AGENT_DB_PATH": str(tmp_path / "unused.sqlite3"),
                    "AGENT_SECRET_KEY": "replicas-share-this-key-0123456789"}
+
+
+@pytest.fixture(params=ENGINES)
+async def two_bundles(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[Any, Any]]:
+    """Two storage bundles on one fresh database of each engine, as two processes have:
+    each its own connections, nothing shared in memory."""
+    if request.param == "sqlite":
+        from storage.sqlite import open_sqlite_storage
+
+        path = tmp_path / "kb.sqlite3"
+        first, second = await open_sqlite_storage(path), await open_sqlite_storage(path)
+        try:
+            yield first, second
+        finally:
+            await first.close()
+            await second.close()
+        return
+    from storage.postgres import open_postgres_storage
+
+    server: TestPostgres = request.getfixturevalue("pg_server")
+    with server.database() as url:
+        pg_first, pg_second = await open_postgres_storage(url), await open_postgres_storage(url)
+        try:
+            yield pg_first, pg_second
+        finally:
+            await pg_first.close()
+            await pg_second.close()

@@ -10,8 +10,6 @@ connections, nothing shared in memory.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,33 +19,7 @@ from knowledge.buckets import typed_values
 from knowledge.filters import FilterError
 from knowledge.kb import KnowledgeBase
 from storage.kb_records import KBChunkWrite, KBDocumentWrite, KBVectorWrite
-from storage.sqlite import open_sqlite_storage
-from tests.support.postgres import TestPostgres
 from toolindex.hashing import HashingEmbedder
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def two_bundles(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[Any, Any]]:
-    if request.param == "sqlite":
-        path = tmp_path / "kb.sqlite3"
-        first, second = await open_sqlite_storage(path), await open_sqlite_storage(path)
-        try:
-            yield first, second
-        finally:
-            await first.close()
-            await second.close()
-        return
-    from storage.postgres import open_postgres_storage
-
-    server: TestPostgres = request.getfixturevalue("pg_server")
-    with server.database() as url:
-        first = await open_postgres_storage(url)
-        second = await open_postgres_storage(url)
-        try:
-            yield first, second
-        finally:
-            await first.close()
-            await second.close()
 
 
 def document(doc_id: str, text: str, typed: tuple[Any, ...] = ()) -> KBDocumentWrite:

@@ -12,8 +12,7 @@ object is handed (``fetchone`` / ``fetchall``, which the knowledge base's stores
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -21,37 +20,9 @@ import pytest
 from app.knowledge_component import KnowledgeComponent
 from knowledge import KnowledgeBase
 from knowledge.types import DocumentIn
-from tests.support.postgres import TestPostgres
 from toolindex.hashing import HashingEmbedder
 
 COUNTED = ("documents", "chunks", "vectors", "documents_without_current_vectors", "pending_vectors")
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def two_processes(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[Any, Any]]:
-    """Two storage bundles on one database of each engine: this process's and another's
-    (its own connections, nothing shared in memory)."""
-    if request.param == "sqlite":
-        from storage.sqlite import open_sqlite_storage
-
-        path = tmp_path / "kb.sqlite3"
-        here, there = await open_sqlite_storage(path), await open_sqlite_storage(path)
-        try:
-            yield here, there
-        finally:
-            await here.close()
-            await there.close()
-        return
-    from storage.postgres import open_postgres_storage
-
-    server: TestPostgres = request.getfixturevalue("pg_server")
-    with server.database() as url:
-        here, there = await open_postgres_storage(url), await open_postgres_storage(url)
-        try:
-            yield here, there
-        finally:
-            await here.close()
-            await there.close()
 
 
 class Statements:
@@ -85,9 +56,9 @@ async def counted(component: KnowledgeComponent) -> dict[str, Any]:
 
 
 async def test_an_unchanged_knowledge_base_is_probed_without_reading_its_documents(
-    two_processes: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+    two_bundles: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    here, there = two_processes
+    here, there = two_bundles
     kb = await KnowledgeBase.create(here.kb_index, HashingEmbedder(dim=64))
     elsewhere = await KnowledgeBase.create(there.kb_index, HashingEmbedder(dim=32))  # another embedder
     try:
@@ -136,13 +107,13 @@ async def test_an_unchanged_knowledge_base_is_probed_without_reading_its_documen
         await kb.aclose()
 
 
-async def test_counts_follow_a_knowledge_base_restored_to_an_older_generation(two_processes: tuple[Any, Any]) -> None:
+async def test_counts_follow_a_knowledge_base_restored_to_an_older_generation(two_bundles: tuple[Any, Any]) -> None:
     """A database brought back to an earlier state under a running server (PostgreSQL
     restored from a dump, or a failover to a standby that had not received the last
     commits) brings its generation back too; the writes after it count it up through
     the same numbers again, over other rows. The counts kept for the lost timeline's
     generation must not be served when the new one reaches it."""
-    here, there = two_processes
+    here, there = two_bundles
     kb = await KnowledgeBase.create(here.kb_index, HashingEmbedder(dim=64))
     elsewhere = await KnowledgeBase.create(there.kb_index, HashingEmbedder(dim=64))
     try:
@@ -171,14 +142,14 @@ async def test_counts_follow_a_knowledge_base_restored_to_an_older_generation(tw
 
 
 async def test_a_probe_waiting_for_a_count_of_its_generation_takes_that_count(
-    two_processes: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+    two_bundles: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two probes at once (a load balancer's and the orchestrator's) after a write: the
     second waits for the first's count and takes it - it holds every write committed
     before the second arrived - even when another write commits meanwhile (an ingest
     under way writes batch after batch). It counted again after it: one count waited
     for and one more made, each ~1 s at 1M chunks (``bench/readyz_cost.py``)."""
-    here, there = two_processes
+    here, there = two_bundles
     kb = await KnowledgeBase.create(here.kb_index, HashingEmbedder(dim=64))
     elsewhere = await KnowledgeBase.create(there.kb_index, HashingEmbedder(dim=64))
     try:
