@@ -65,7 +65,7 @@ from app.server.openai_chunks import DONE, Translator, frame
 from app.server.openai_cut import AnswerCut
 from app.server.openai_errors import error_body, error_response
 from app.server.openai_request import CompletionRequest, model_ids, parse_request, unknown_model
-from app.server.openai_unstreamed import AWAY_HEADERS, RETRY_AFTER_S, DatabaseAway, away_message, collect
+from app.server.openai_unstreamed import AWAY_HEADERS, DatabaseAway, away_message, collect
 from app.server.problems import HTTPProblem, ORJSONResponse
 from llm.types import Message
 from storage.errors import IdempotencyKeyUsed
@@ -210,8 +210,7 @@ async def _chat_completions(request: Request) -> Response:
     if status == 503:  # the database away, or the server restarting: as every 503 of the service
         # ... and the run goes on elsewhere (carried on by the next process or a replica):
         # the SDKs' own retry would ask the question a second time.
-        headers["Retry-After"] = str(RETRY_AFTER_S)
-        headers.update(NOT_RETRIED)
+        headers.update(AWAY_HEADERS)
     return ORJSONResponse(error_body(err["message"], err["code"], status), status, headers=headers)
 
 
