@@ -108,6 +108,25 @@ async def test_buckets_rm_of_one_document_says_it_in_the_singular(
     assert capsys.readouterr().err.strip() == (
         "agentchat buckets rm: bucket 'one' holds 1 document; add --yes to remove it with the bucket"
     )
+    assert await run(tmp_path, "buckets", "rm", "one", "--yes") == 0
+    assert said(capsys.readouterr().out, tmp_path) == [
+        "removing bucket 'one': 1 document, 1 chunk; other buckets are not touched",
+        "removed bucket 'one' and its 1 document",
+    ]
+
+
+async def test_buckets_rm_of_an_empty_bucket_says_it_held_no_documents(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``buckets rm`` of an empty bucket said ``removed bucket 'x' and its 0 documents``
+    (and ``removing bucket 'x': 0 documents, 0 chunks`` before it); it asks no --yes."""
+    assert await run(tmp_path, "buckets", "create", "empty") == 0
+    capsys.readouterr()
+    assert await run(tmp_path, "buckets", "rm", "empty") == 0
+    assert said(capsys.readouterr().out, tmp_path) == [
+        "removing bucket 'empty' (it holds no documents)",
+        "removed bucket 'empty' (it held no documents)",
+    ]
 
 
 async def test_docs_list_rm_and_buckets_rm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

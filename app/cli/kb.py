@@ -253,6 +253,23 @@ def _created_line(name: str, fields: dict[str, str], before: BucketInfo | None) 
     return f"bucket {name!r} already exists: added {typed(added)}{filled}"
 
 
+def _removing_line(name: str, documents: int, chunks: int) -> str:
+    """Said before it happens: a bucket holds only its own documents (a document belongs
+    to one bucket), and this is how many of them go - or that none do, in words (an
+    empty bucket read ``0 documents, 0 chunks``)."""
+    if not documents:
+        return f"removing bucket {name!r} (it holds no documents)"
+    return (f"removing bucket {name!r}: {plural(documents, 'document')}, "
+            f"{plural(chunks, 'chunk')}; other buckets are not touched")
+
+
+def _removed_line(name: str, gone: int) -> str:
+    """What went with the bucket; an empty one said ``and its 0 documents``."""
+    if not gone:
+        return f"removed bucket {name!r} (it held no documents)"
+    return f"removed bucket {name!r} and its {plural(gone, 'document')}"
+
+
 async def _bucket_command(kb: Any, args: argparse.Namespace, command: str | None) -> int:
     try:
         if command == "create":
@@ -279,12 +296,9 @@ async def _bucket_command(kb: Any, args: argparse.Namespace, command: str | None
                 print(f"agentchat buckets rm: bucket {args.name!r} holds {plural(info.documents, 'document')}; "
                       f"add --yes to remove {them} with the bucket", file=sys.stderr)
                 return EXIT_USAGE
-            # Said before it happens: a bucket holds only its own documents (a document
-            # belongs to one bucket), and this is how many of them go.
-            print(f"removing bucket {args.name!r}: {plural(info.documents, 'document')}, "
-                  f"{plural(info.chunks, 'chunk')}; other buckets are not touched", flush=True)
+            print(_removing_line(args.name, info.documents, info.chunks), flush=True)
             gone = await kb.delete_bucket(args.name)
-            print(f"removed bucket {args.name!r} and its {plural(gone or 0, 'document')}")
+            print(_removed_line(args.name, gone or 0))
             return 0
         buckets = await kb.list_buckets()
     finally:
