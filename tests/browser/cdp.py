@@ -17,7 +17,9 @@ import itertools
 import os
 import re
 import shutil
+import signal
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,8 +221,18 @@ class Browser:
 
 @contextlib.asynccontextmanager
 async def launch(binary: str) -> AsyncIterator[Browser]:
-    """Start headless Chromium on a throw-away profile; yield a connected ``Browser``."""
-    profile = tempfile.mkdtemp(prefix="cdp-profile-")
+    """Start headless Chromium on a throw-away profile; yield a connected ``Browser``.
+
+    Everything the browser writes goes under one ``cdp-profile-*`` directory - the profile
+    and, as its ``TMPDIR``, Chromium's own temporary files (an ``org.chromium.Chromium.*``
+    directory per start, left in ``/tmp`` when it is stopped before its shutdown ends) - which is
+    removed once no process of the browser's is left: it runs in a process group of its
+    own, and its helpers (the network service among them) wrote into the profile after
+    the browser itself had exited, so the directory was sometimes left behind."""
+    scratch = tempfile.mkdtemp(prefix="cdp-profile-")
+    profile, own_tmp = os.path.join(scratch, "profile"), os.path.join(scratch, "t")
+    os.mkdir(profile)
+    os.mkdir(own_tmp)
     proc = await asyncio.create_subprocess_exec(
         binary,
         *FLAGS,
@@ -230,6 +242,8 @@ async def launch(binary: str) -> AsyncIterator[Browser]:
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "TMPDIR": own_tmp},
+        start_new_session=True,
     )
     drain: asyncio.Task[None] | None = None
     try:
@@ -251,12 +265,51 @@ async def launch(binary: str) -> AsyncIterator[Browser]:
             # Chromium's own children inherit its stderr: ``proc.wait()`` also waits for
             # that pipe to close, so it has a deadline (reap) and the drain keeps reading.
             await reap(proc, "chromium")
+            await _end_group(proc.pid)
         finally:
             if drain is not None:
                 drain.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await drain
-            shutil.rmtree(profile, ignore_errors=True)
+            shutil.rmtree(scratch)
+
+
+async def _end_group(pgid: int, *, within_s: float = 10) -> None:
+    """SIGKILL what is left of the browser's process group (helpers outlive the browser
+    for a moment) and wait until none of it runs, so nothing writes into the profile
+    while it is removed."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + within_s
+    while await asyncio.to_thread(_running_in_group, pgid):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"chromium's process group {pgid} outlived SIGKILL by {within_s} s")
+        await asyncio.sleep(0.01)
+
+
+def _running_in_group(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs. A killed helper is left a zombie
+    until its new parent (the container's init) reaps it, a second or so later: it holds
+    no file and writes nothing, so it is not waited for (``killpg(pgid, 0)`` counts it)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+        state, _ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
+        if int(pgrp) == pgid and state != "Z":
+            return True
+    return False
 
 
 async def _devtools_url(stderr: asyncio.StreamReader) -> str:
