@@ -125,6 +125,9 @@ def reference_backend(settings: Settings, args: argparse.Namespace, port: int, l
         backend_argv("127.0.0.1", backend_port, backend_db(settings), log_level=log_level,
                      log_format=_log_format(args), allowed_hosts=settings.allowed_hosts),
         preexec_fn=die_with_parent(),
+        # A Ctrl-C in the terminal reaches serve alone (as its workers, app/cli/workers.py):
+        # the backend stays up while serve drains its runs, and is stopped below after them.
+        start_new_session=True,
     )
     stopping = threading.Event()
     try:
