@@ -69,9 +69,8 @@ def test_the_ordinary_stop_logs_no_exit(tmp_path: Path, caplog: pytest.LogCaptur
 
 
 async def test_ctrl_c_reaches_serve_alone_and_the_backend_serves_the_drain(tmp_path: Path) -> None:
-    """A terminal's Ctrl-C (SIGINT to ``serve``'s whole process group; systemd and
-    ``docker stop`` of a shell signal the group too) reached the backend child as well: it
-    stopped at once, while ``serve`` drained its live runs - whose workflow and table tools
+    """A terminal's Ctrl-C (SIGINT to ``serve``'s whole process group) reached the backend
+    child as well: it stopped at once, while ``serve`` drained its live runs - whose workflow and table tools
     then failed against it - and the watcher logged the ordinary stop as the backend dying
     ("... fail until agentchat serve is restarted"). The child sits in a session of its
     own, as ``serve --workers``' workers do: ``serve`` stops it once the drain is over.
