@@ -82,19 +82,34 @@ class KnowledgeComponent:
         take hours) are shown here and in a metric but keep the replica in service: text
         search finds them meanwhile, and every semantic search says what it cannot see.
 
+        The counts never decide ``ok`` and are never counted in the probe
+        (``knowledge.kb_counts_memo``: ~1 s at 1M chunks, Kubernetes' default timeout): those
+        kept are shown at once and ``counted`` says how current they are (``current``,
+        their ``generation`` and ``age_s``, ``counting`` while the one background count
+        runs, its ``error``). What decides is read at every probe: the sample's state, the
+        re-embedding's failures and the documents it has to embed - from counts of the
+        stored generation when they are current, else from the re-embedding's own tally
+        (counted at its passes, moved by this process's ingests and embeddings).
+
         The sample's state is taken before the counts are read: taken after, an ingest
         ending during the reads paired "ingested 106 chunks" (ready) with counts of none
-        (1 of 20 fresh starts in a CI run). Taken first, "ingested" means the counts'
-        reads began after its commit."""
+        (1 of 20 fresh starts in a CI run). Taken first, "ingested" beside ``current``
+        counts means they were read after its commit."""
         sample = self.sample
-        stats = await self.kb.status.stats()
+        stats = await self.kb.status.stats(wait=False)
         semantic = await self.kb.status.semantic()
         loading = sample.startswith("ingesting")
         failed = sample.startswith("failed")
         has_embedder = semantic["embedder"] is not None
-        pending = int(stats.get("documents_without_current_vectors") or 0) if has_embedder else 0
+        counted = stats["counted"]
+        without = stats.get("documents_without_current_vectors")
         backfill = self.kb.backfill
-        backfill.pending = pending if has_embedder else 0  # the count just read is the freshest
+        if not has_embedder:
+            pending = backfill.pending = 0
+        elif counted["current"] and without is not None:
+            pending = backfill.pending = int(without)  # exact now: nothing written since the count
+        else:  # older counts: the re-embedding's own tally is the fresher one
+            pending = int(backfill.pending if backfill.pending is not None else without or 0)
         stalled = bool(pending) and backfill.failures > 0  # the last pass failed: no progress
         # The shared corpus only: /readyz answers anyone, and a count that moved with a
         # conversation's attachments would tell them when someone attached a file and
@@ -107,14 +122,18 @@ class KnowledgeComponent:
             "vectors": _less(stats.get("vectors"), private.get("vectors")),
             "documents_without_current_vectors": stats.get("documents_without_current_vectors"),
             "pending_vectors": pending,
+            "counted": counted,
             "sample_kb": sample,
             "semantic_search": semantic,
             "reembedding": backfill.status(),
         }
-        older = int(stats.get("documents_older_chunking") or 0)
-        of_sample = await self.older_sample_documents() if older and self.sample_beside_others else 0
-        out["older_chunking"] = older_chunking(older, sample, of_sample)
-        out["newer_chunking"] = newer_chunking(int(stats.get("documents_newer_chunking") or 0))
+        if stats.get("documents_older_chunking") is None:  # not counted yet: nothing to say of them
+            out["older_chunking"], out["newer_chunking"] = {"documents": None}, {"documents": None}
+        else:
+            older = int(stats["documents_older_chunking"])
+            of_sample = await self.older_sample_documents() if older and self.sample_beside_others else 0
+            out["older_chunking"] = older_chunking(older, sample, of_sample)
+            out["newer_chunking"] = newer_chunking(int(stats.get("documents_newer_chunking") or 0))
         if self.default_buckets and "*" not in self.default_buckets:
             out["default_buckets"] = await self.default_bucket_check()
         if loading:

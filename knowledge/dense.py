@@ -50,11 +50,6 @@ class DenseSide(Protocol):
     #: than to its documents (an engine's own statement takes their ids).
     scope_by_chunks: bool
 
-    #: Whether ``count`` reads the store (a sum over every document's row) rather than
-    #: memory: ``/readyz`` then keeps the count while the stored knowledge base has not
-    #: changed (``knowledge.kb_counts_memo``); one in memory is read live at each probe.
-    count_reads_store: bool
-
     @property
     def dim(self) -> int: ...
 
@@ -87,7 +82,11 @@ class DenseSide(Protocol):
         """Whether there is anything to search (else the search falls back to text)."""
         ...
 
-    async def count(self) -> int: ...
+    async def count(self) -> int:
+        """The vectors searches by meaning see: the matrix's size in memory, or a sum over
+        the documents' rows in the store (``/readyz`` reads it beside the counts, in the
+        background: ``knowledge.kb_counts_memo``)."""
+        ...
 
     async def nearest(self, query: F32, scope: KBScope, limit: int) -> KBRanked:
         """The ``limit`` chunks in ``scope`` nearest to ``query`` (unit length), by cosine,
@@ -123,8 +122,6 @@ class MatrixDense:
     check_every_s = 0.0
 
     scope_by_chunks = True
-
-    count_reads_store = False  # the matrix's size: what searches by meaning see now
 
     def __init__(self, index: KBIndex, embed_model: str | None, dim: int, *, executor_rows: int = 2_000) -> None:
         self.matrix = VectorIndex(dim)
@@ -243,8 +240,6 @@ class DatabaseDense:
     check_every_s = 1.0
 
     scope_by_chunks = False
-
-    count_reads_store = True  # a sum over the documents' rows (``KBVectorSearch.count_vectors``)
 
     def __init__(self, search: KBVectorSearch, embed_model: str, dim: int, *, count_stop_s: float = 5.0) -> None:
         self._search = search

@@ -155,6 +155,7 @@ class KnowledgeBase:
             return
         self._closed = True
         await self._fresh.aclose()
+        await self.status.aclose()  # a /readyz count under way in the background
         await self.backfill.aclose()
         await self._vectors.aclose()  # the start's count of unreadable vectors, if it still runs
         if self._on_close is not None:

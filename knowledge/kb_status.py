@@ -11,7 +11,8 @@ once hid behind that fallback). ``stats`` counts conversations' attachments apar
 what (``/readyz`` answers without a token). The counters are read from the parts that
 count (the searcher, the freshness check, the dense side, the engine), never kept twice;
 the store's sums alone are kept, while the stored generation says nothing was written
-since (``knowledge.kb_counts_memo``: a probe every few seconds summed every document).
+since, and counted again in the background once it moved (``knowledge.kb_counts_memo``:
+a probe every few seconds summed every document, ~1 s at 1M chunks).
 
 Both reads take in first what another process changed in the stored KB
 (``knowledge.freshness``), as a search does, so a count never lags behind a search.
@@ -81,40 +82,54 @@ class KBStatus:
             return {"ok": False, "detail": f"no vectors of {embed_key} stored yet: searches run on text", **out}
         return {"ok": True, **out}
 
-    async def stats(self) -> dict[str, Any]:
+    async def stats(self, *, wait: bool = True) -> dict[str, Any]:
         """Documents, chunks and vectors (the shared corpus's and, apart, the attachments'),
         buckets, the embedder, documents still without its vectors, shared documents cut by
-        older chunking rules, where the KB is stored. The sums over the documents are read
-        again only when the stored knowledge base changed (``knowledge.kb_counts_memo``):
-        the same numbers, without a scan per probe."""
+        older chunking rules, where the KB is stored. The sums over the documents are
+        kept while the stored knowledge base is unchanged and counted again, one count at
+        a time in the background, once it changed (``knowledge.kb_counts_memo``: a count
+        takes ~1 s at 1M chunks). ``wait``: until they hold every write committed before
+        the call; ``wait=False`` (``/readyz``, which must never wait for a count): those
+        kept, at once - ``counted`` says how current they are, and every sum is ``None``
+        before the first count ended."""
         await self._fresh.check()
         embedder, index = self._embedder, self._index
         dim = embedder.dim if embedder else None
-        stored = await self._counted.read(self._embed_key, dim, hidden_prefix=PRIVATE_PREFIX, chunk_rules=CHUNK_RULES)
-        counts = stored.counts
+        seen = await self._counted.read(
+            self._embed_key, dim, hidden_prefix=PRIVATE_PREFIX, chunk_rules=CHUNK_RULES, wait=wait
+        )
+        stored = seen.stored
+        counts = stored.counts if stored is not None else None
         return {
-            "documents": counts.documents,
-            "chunks": counts.chunks,
-            "vectors": stored.vectors if stored.vectors is not None else await self._vectors.count(),
+            "documents": counts.documents if counts is not None else None,
+            "chunks": counts.chunks if counts is not None else None,
+            "vectors": stored.vectors if stored is not None else None,
             # Conversations' attachments among the counts: ``/readyz`` shows the shared
             # corpus only, so nobody watching it learns when someone attached a file.
             "private": {
-                "documents": counts.hidden_documents,
-                "chunks": counts.hidden_chunks,
-                "vectors": counts.hidden_current_chunks if embedder else 0,
+                "documents": counts.hidden_documents if counts is not None else None,
+                "chunks": counts.hidden_chunks if counts is not None else None,
+                "vectors": (counts.hidden_current_chunks if embedder else 0) if counts is not None else None,
             },
             "buckets": len(self._buckets),
             "embedder": self._embed_key,
             "dim": dim,
-            "documents_without_current_vectors": counts.without_vectors if embedder else counts.documents,
+            "documents_without_current_vectors": (
+                (counts.without_vectors if embedder else counts.documents) if counts is not None else None
+            ),
             # Shared documents cut by older chunking rules than today's (an upgrade's): their
             # chunks are re-made only when they are ingested again (``knowledge.ingest``).
-            "documents_older_chunking": counts.older_chunking,
+            "documents_older_chunking": counts.older_chunking if counts is not None else None,
             # Cut by a newer release's rules (a rolling upgrade, a rollback): left as they are.
-            "documents_newer_chunking": counts.newer_chunking,
+            "documents_newer_chunking": counts.newer_chunking if counts is not None else None,
+            "counted": seen.status(),
             "schema_version": self._schema_version,
             "db_path": index.location,
         }
+
+    async def aclose(self) -> None:
+        """Stop a count under way in the background (``KnowledgeBase.aclose``)."""
+        await self._counted.aclose()
 
     @property
     def text_fallbacks(self) -> int:

@@ -38,6 +38,7 @@ from client import AgentClient
 from tests.fakes import FakeGemini, FakeOllama, HttpError, ToolCall, running_fake
 from tests.fakes.openai import FakeOpenAI
 from tests.support.procs import AgentServer, until
+from tests.support.readyz_counts import counts_current, current
 
 pytestmark = pytest.mark.slow  # real `agentchat serve` processes against fakes, a restart each
 
@@ -174,6 +175,9 @@ async def test_the_default_configuration_answers_from_vectors(row_name: str, tmp
                 assert embedder.get("name") == row.embedder, embedder
             assert embedder.get("ok") and embedder.get("dim"), embedder
             assert str(knowledge.get("sample_kb", "")).startswith("ingested"), knowledge
+            if not counts_current(ready):  # counted in the background: a probe never waits for it
+                async with httpx.AsyncClient() as http:
+                    knowledge = check((await current(lambda: server.readyz(http), lambda a: a[1]))[1], "knowledge")
             assert knowledge.get("vectors") and knowledge["vectors"] > 0, knowledge
             assert knowledge.get("semantic_search", {}).get("ok") is True, knowledge
 

@@ -24,6 +24,7 @@ from knowledge import DocumentIn, IngestReport, KnowledgeBase, SampleLeft, ensur
 from knowledge.sample import SAMPLE_KB_DIR, is_sample_source
 from llm.scripted import ScriptedProvider
 from tests.conftest import running_app
+from tests.support.readyz_counts import counts_current
 from toolindex.hashing import HashingEmbedder
 
 #: How many of the shipped documents the older sample lacks.
@@ -108,7 +109,8 @@ async def test_other_buckets_do_not_hold_the_update_back(kb: KnowledgeBase) -> N
 
 async def start_and_read_sample_status(tmp_path: Path, embedder: HashingEmbedder) -> dict[str, Any]:
     """Start the app on the database at ``tmp_path / 'a.db'`` and return ``/readyz``'s
-    knowledge check once the sample ingestion at start-up has ended."""
+    knowledge check once the sample ingestion at start-up has ended and its counts are
+    current (counted in the background after it)."""
     settings = Settings.from_env({"AGENT_DB_PATH": str(tmp_path / "a.db")})
     async with (
         running_app(settings, provider=ScriptedProvider([]), embedder=embedder) as (base, _),
@@ -120,7 +122,7 @@ async def start_and_read_sample_status(tmp_path: Path, embedder: HashingEmbedder
                 while True:
                     body = (await http.get("/readyz")).json()
                     seen = dict((body.get("checks") or {}).get("knowledge") or {})
-                    if seen.get("sample_kb") not in (None, "ingesting"):
+                    if seen.get("sample_kb") not in (None, "ingesting") and counts_current(body):
                         return seen
                     await asyncio.sleep(0.05)
         except TimeoutError:

@@ -32,6 +32,7 @@ import pytest_asyncio
 from tests.fakes.paced_ollama import run_body, side_effect_marker
 from tests.support.postgres import TestPostgres
 from tests.support.procs import DEMO_AUTH, AgentServer, ToolStack, Trace, replay, tool_stack, until
+from tests.support.readyz_counts import current
 from tests.test_workers import WORKERS, Pinned, follow_on, pinned_clients, saw, start_on
 from tests.test_workers import pg as pg  # the module's PostgreSQL server, for the postgres cases
 
@@ -306,8 +307,15 @@ async def until_async(condition: object, what: str, timeout_s: float) -> None:
 
 
 async def knowledge_vectors(pin: Pinned) -> int:
-    answer = await pin.http.get(f"{pin.base}/readyz")
-    pin.check(answer)
+    """``/readyz``'s vectors once counted at the stored generation (in the background
+    after a write: a probe never waits for the count)."""
+
+    async def probe() -> httpx.Response:
+        answer = await pin.http.get(f"{pin.base}/readyz")
+        pin.check(answer)
+        return answer
+
+    answer = await current(probe, lambda response: response.json())
     return int(answer.json()["checks"]["knowledge"]["vectors"] or 0)
 
 

@@ -26,6 +26,7 @@ from storage.kb_records import KBDocumentWrite
 from storage.open import open_storage
 from tests.support.older_chunks import cut_by_older_rules, stored_chunks, todays_chunks
 from tests.support.opened_files import record_opened_files
+from tests.support.readyz_counts import current_readiness
 from toolindex.hashing import HashingEmbedder
 
 
@@ -199,13 +200,13 @@ async def test_the_sample_beside_others_documents_is_named_with_its_folder(targe
         await component.ingest_sample()
         assert component.sample.startswith("kept as stored"), component.sample
         assert (await kb.ingest_paths([mine])).rechunked == 1  # the user's own: re-chunked
-        older = (await component.readiness())["older_chunking"]
+        older = (await current_readiness(component))["older_chunking"]
         assert older["documents"] == older["sample_documents"] == first.added, older
         command = f"`agentchat ingest {SAMPLE_KB_DIR} --bucket default`"
         assert command in older["detail"], older
 
         report = await kb.ingest_paths([SAMPLE_KB_DIR])  # what the detail says
         assert (report.rechunked, report.added, report.deleted) == (first.added, 0, 0), report
-        assert (await component.readiness())["older_chunking"] == {"documents": 0}
+        assert (await current_readiness(component))["older_chunking"] == {"documents": 0}
     finally:
         await kb.aclose()

@@ -2,8 +2,10 @@
 changed reads no row of ``kb_documents`` (each probe summed every row: ~1 s of a reader
 thread or a pooled connection at 1M chunks, every few seconds on every replica),
 and the counts still move with every write - this process's ingest and delete, and
-another process's write on the same database - at the very next probe, while the
-readiness decision (``ok``) follows the sample's state at once.
+another process's write on the same database - once the background count the next
+probe starts has ended (``tests/storage/test_readyz_counts_background.py``: a probe
+never waits for it), while the readiness decision (``ok``) follows the sample's state
+at once.
 
 What a probe reads is recorded at the storage boundary: every statement the database
 object is handed (``fetchone`` / ``fetchall``, which the knowledge base's stores call).
@@ -20,6 +22,7 @@ import pytest
 from app.knowledge_component import KnowledgeComponent
 from knowledge import KnowledgeBase
 from knowledge.types import DocumentIn
+from tests.support.readyz_counts import current_readiness
 from toolindex.hashing import HashingEmbedder
 
 COUNTED = ("documents", "chunks", "vectors", "documents_without_current_vectors", "pending_vectors")
@@ -51,7 +54,8 @@ def docs(*ids: str) -> list[DocumentIn]:
 
 
 async def counted(component: KnowledgeComponent) -> dict[str, Any]:
-    out = await component.readiness()
+    """The probe's counts once they are current (counted in the background after a write)."""
+    out = await current_readiness(component)
     return {k: out[k] for k in ("ok", *COUNTED)}
 
 
@@ -141,10 +145,11 @@ async def test_counts_follow_a_knowledge_base_restored_to_an_older_generation(tw
         await kb.aclose()
 
 
-async def test_a_probe_waiting_for_a_count_of_its_generation_takes_that_count(
+async def test_a_caller_waiting_for_a_count_of_its_generation_takes_that_count(
     two_bundles: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two probes at once (a load balancer's and the orchestrator's) after a write: the
+    """Two callers at once that want counts holding every write before them
+    (``KBStatus.stats()``, which waits; ``/readyz`` never does) after a write: the
     second waits for the first's count and takes it - it holds every write committed
     before the second arrived - even when another write commits meanwhile (an ingest
     under way writes batch after batch). It counted again after it: one count waited
@@ -153,9 +158,8 @@ async def test_a_probe_waiting_for_a_count_of_its_generation_takes_that_count(
     kb = await KnowledgeBase.create(here.kb_index, HashingEmbedder(dim=64))
     elsewhere = await KnowledgeBase.create(there.kb_index, HashingEmbedder(dim=64))
     try:
-        component = KnowledgeComponent(kb, sample="ingested 1 chunk")
         await kb.ingest_documents(docs("a"))
-        assert (await counted(component))["documents"] == 1
+        assert (await kb.status.stats())["documents"] == 1
         await elsewhere.ingest_documents(docs("b"))
 
         count, entered, release = here.kb_index.counts, asyncio.Event(), asyncio.Event()
@@ -171,7 +175,7 @@ async def test_a_probe_waiting_for_a_count_of_its_generation_takes_that_count(
 
         class Arrivals:
             """The memo's reads of the generation: the one after the held count's is the
-            second probe's, which then waits for the count (no await in between)."""
+            second caller's, which then waits for the count (no await in between)."""
 
             async def kb_generation(self) -> int:
                 out = await here.kb_index.kb_generation()
@@ -182,18 +186,18 @@ async def test_a_probe_waiting_for_a_count_of_its_generation_takes_that_count(
         monkeypatch.setattr(here.kb_index, "counts", held_count)
         monkeypatch.setattr(memo, "_gens", Arrivals())
         counts_before = memo.reads
-        first = asyncio.create_task(counted(component))
+        first = asyncio.create_task(kb.status.stats())
         await entered.wait()
-        second = asyncio.create_task(counted(component))
+        second = asyncio.create_task(kb.status.stats())
         await arrived.wait()
-        await elsewhere.ingest_documents(docs("c"))  # committed while both probes are under way
+        await elsewhere.ingest_documents(docs("c"))  # committed while both callers wait
         release.set()
         one, two = await first, await second
         # The held count read the rows after c's commit: newer than the generation it is
-        # kept with (read before it), so the next probe counts again.
-        assert one == two and one["documents"] == 3
-        assert memo.reads == counts_before + 1, "the second probe counted again"
-        assert (await counted(component))["documents"] == 3
+        # kept with (read before it), so the next call counts again.
+        assert one["documents"] == two["documents"] == 3
+        assert memo.reads == counts_before + 1, "the second caller counted again"
+        assert (await kb.status.stats())["documents"] == 3
         assert memo.reads == counts_before + 2
     finally:
         await elsewhere.aclose()

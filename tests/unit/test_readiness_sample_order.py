@@ -25,11 +25,12 @@ class _Status:
     def __init__(self) -> None:
         self.component: KnowledgeComponent | None = None
 
-    async def stats(self) -> dict[str, Any]:
+    async def stats(self, *, wait: bool = True) -> dict[str, Any]:
         await asyncio.sleep(0)
         assert self.component is not None
         self.component.sample = "ingested 106 chunks"  # the ingest commits meanwhile
-        return {"documents": 0, "chunks": 0, "vectors": 0, "documents_without_current_vectors": 0}
+        return {"documents": 0, "chunks": 0, "vectors": 0, "documents_without_current_vectors": 0,
+                "counted": {"current": True}}  # fmt: skip
 
     async def semantic(self) -> dict[str, Any]:
         return {"embedder": None}
