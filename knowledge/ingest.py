@@ -21,12 +21,14 @@ Why this shape:
   vectors of today's embedder or were cut by older chunking rules than today's
   (``knowledge.chunking.older_than_ours``: a newer release's cut, met during a rolling
   upgrade, is left alone); a file read unchanged (touched, same content hash, same
-  rules) only gets its new stamp. A document cut by older rules is chunked again even
-  when its content hash is the same, and replaced like any changed one: its old chunks
-  stay until the new ones commit. A re-made document (changed, or cut again)
-  embeds only its chunks whose text its stored ones lack: the others keep the vectors
-  it stores, when they are of today's embedder (``knowledge.ingest_reuse``). ``rehash`` reads every file, for
-  filesystems whose times lie.
+  rules) only gets its new stamp, and its new path when its tree moved (the sample in
+  a new virtualenv's site-packages, a folder moved): else the documents kept the old
+  path, and a file gone from the tree never had its documents removed. A document cut
+  by older rules is chunked again even when its content hash is the same, and replaced
+  like any changed one: its old chunks stay until the new ones commit. A re-made
+  document (changed, or cut again) embeds only its chunks whose text its stored ones
+  lack: the others keep the vectors it stores, when they are of today's embedder
+  (``knowledge.ingest_reuse``). ``rehash`` reads every file, for filesystems whose times lie.
   A file with rejected records is never stamped (it is read, and its rejections
   reported, every time).
 * Re-ingesting a directory deletes the documents that came from it but are gone, unless
@@ -275,7 +277,8 @@ class Ingestor:
             return
         existing = await self.index.document_states([c[0].doc.id or "" for c in candidates])
         todo: list[Prepared] = []
-        restamp: list[tuple[str, str]] = []
+        restamp: list[tuple[str, str | None]] = []
+        rehome: dict[str, str] = {}
         for item, digest, typed in candidates:
             old = existing.get(item.doc.id or "")
             if old is not None and old.bucket != bucket:
@@ -298,15 +301,19 @@ class Ingestor:
             # Cut by today's rules or a newer release's (a rolling upgrade): left as it is.
             if same and old is not None and not older_than_ours(old.chunk_rules):
                 report.skipped += 1
-                if item.stamp is not None and item.stamp != old.file_stamp:
-                    restamp.append((item.doc.id or "", item.stamp))
+                doc_id, origin = item.doc.id or "", item.doc.origin
+                if origin is not None and origin != old.origin:  # its tree moved: the tree is where it is now
+                    rehome[doc_id] = origin
+                    restamp.append((doc_id, item.stamp))
+                elif item.stamp is not None and item.stamp != old.file_stamp:
+                    restamp.append((doc_id, item.stamp))
                 continue
             existing_bucket = old.bucket if old else None
             rechunk = same  # the same document, cut by older chunking rules: cut again
             todo.append(
                 Prepared(item.doc, item.line, digest, typed, [], existing_bucket, stamp=item.stamp, rechunk=rechunk)
             )
-        await self.index.set_file_stamps(restamp)
+        await self.index.set_file_stamps(restamp, origins=rehome)
         if not todo:
             return
         target, overlap = self.config.chunk_target, self.config.chunk_overlap

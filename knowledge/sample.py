@@ -71,13 +71,33 @@ def is_sample_source(source: str | None) -> bool:
     return len(parts) >= 2 and parts[-2] == SAMPLE_KB_DIR.name
 
 
-async def _holds_only_the_sample(kb: KnowledgeBase, bucket: str) -> bool | None:
-    """``None`` for an empty bucket, else whether every document of it came from the
-    sample folder (a bucket with any other document belongs to someone)."""
+def is_packaged_sample_path(origin: str | None) -> bool:
+    """A file of the sample folder of an installed package, this one or another install's
+    (``.../knowledge/sample_kb/<name>``: a virtualenv of an older release, a Python
+    version's ``site-packages`` before an upgrade); not a copy someone made elsewhere."""
+    if not origin:
+        return False
+    return Path(origin).parts[-3:-1] == SAMPLE_KB_DIR.parts[-2:]
+
+
+async def _sample_bucket_ids(kb: KnowledgeBase, bucket: str) -> set[str] | None:
+    """The ids of the bucket's documents when every one of them came from the sample
+    folder (none for an empty bucket); ``None`` when any other document is there (the
+    bucket belongs to someone)."""
     docs = await kb.list_documents(bucket=bucket, limit=MAX_SAMPLE_DOCUMENTS + 1)
-    if not docs:
+    if len(docs) > MAX_SAMPLE_DOCUMENTS or not all(is_sample_source(d["source"]) for d in docs):
         return None
-    return len(docs) <= MAX_SAMPLE_DOCUMENTS and all(is_sample_source(d["source"]) for d in docs)
+    return {str(d["doc_id"]) for d in docs}
+
+
+async def _left_by_another_install(kb: KnowledgeBase, bucket: str, ids: set[str]) -> list[str]:
+    """Those of ``ids`` (the bucket's sample documents) still read from another install's
+    sample folder. An unchanged file re-ingested from today's folder is re-homed there
+    (``knowledge.ingest``), so after an ingest these are the files the shipped sample no
+    longer has: under the old path, no re-ingest of today's folder ever removed them."""
+    here = {d.id for d in await kb.index.file_documents(bucket, str(SAMPLE_KB_DIR) + os.sep, prefix=True)}
+    states = await kb.index.document_states(sorted(ids - here))
+    return sorted(i for i, s in states.items() if s.bucket == bucket and is_packaged_sample_path(s.origin))
 
 
 async def _stored_sample_is_current(kb: KnowledgeBase, bucket: str) -> bool:
@@ -136,13 +156,18 @@ async def ensure_sample_kb(kb: KnowledgeBase, *, bucket: str = DEFAULT_BUCKET) -
     someone has filled: ``OTHERS``), or the stored sample is the shipped one
     (``CURRENT``). The ingest is the
     ordinary idempotent one: unchanged files are skipped by their stamps, and documents
-    of files no longer shipped are removed. Other buckets do not matter: a corpus
+    of files no longer shipped are removed - those stored from another install's sample
+    folder too (the install path moved: a new virtualenv, a Python upgrade), once the
+    ingest has re-homed the files still shipped. Other buckets do not matter: a corpus
     ingested into its own bucket leaves the sample KB's answers alone
     (``knowledge_base_search`` covers ``AGENT_KB_DEFAULT_BUCKETS``, the sample's bucket).
     """
-    only_sample = await _holds_only_the_sample(kb, bucket)
-    if only_sample is False:
+    held = await _sample_bucket_ids(kb, bucket)
+    if held is None:
         return SampleLeft.OTHERS
-    if only_sample and await _stored_sample_is_current(kb, bucket):
+    if held and not await _left_by_another_install(kb, bucket, held) and await _stored_sample_is_current(kb, bucket):
         return SampleLeft.CURRENT
-    return await kb.ingest_paths([SAMPLE_KB_DIR], bucket=bucket)
+    report = await kb.ingest_paths([SAMPLE_KB_DIR], bucket=bucket)
+    if held and (gone := await _left_by_another_install(kb, bucket, held)):
+        report.deleted += await kb.delete_documents(gone)
+    return report

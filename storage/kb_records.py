@@ -144,6 +144,10 @@ class KBDocState:
     #: The chunking rules it was cut by (``knowledge.chunking.CHUNK_RULES``; ``None``:
     #: stored before they were recorded).
     chunk_rules: int | None = None
+    #: The absolute path of the file it was read from (``None``: posted): an unchanged
+    #: document read from another path (its tree moved: a new virtualenv, a Python
+    #: upgrade's site-packages) is re-homed there, or its folder's re-ingest never finds it.
+    origin: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,8 +104,12 @@ class KBIndex(Protocol):
         a re-ingest compares before opening a file."""
         ...
 
-    async def set_file_stamps(self, stamps: Sequence[tuple[str, str | None]]) -> None:
-        """Set the file stamp of each ``(doc_id, stamp)`` (``None`` clears it), nothing else."""
+    async def set_file_stamps(
+        self, stamps: Sequence[tuple[str, str | None]], *, origins: Mapping[str, str] | None = None
+    ) -> None:
+        """Set the file stamp of each ``(doc_id, stamp)`` (``None`` clears it), and the
+        origin ``origins`` gives a document (an unchanged file read from a tree that
+        moved), nothing else."""
         ...
 
     async def delete_bucket(self, name: str) -> list[str] | None:

@@ -175,14 +175,24 @@ class SqlKBIndex(KBReads):
             await tx.execute(f"DELETE FROM {table} WHERE {column} IN ({tx.dialect.marks(len(part))})", part)
 
     # ------------------------------------------------------------------ writes
-    async def set_file_stamps(self, stamps: Sequence[tuple[str, str | None]]) -> None:
+    async def set_file_stamps(
+        self, stamps: Sequence[tuple[str, str | None]], *, origins: Mapping[str, str] | None = None
+    ) -> None:
         """Record ``(doc_id, stamp)`` pairs: files that were touched but read the same
-        (nothing else of the document changes, nothing is re-embedded)."""
+        (nothing else of the document changes, nothing is re-embedded). A document in
+        ``origins`` gets that origin too: the same file read from where its tree is now
+        (no state a process keeps in memory derives from it: no generation to count up)."""
         if not stamps:
             return
+        moved = origins or {}
+        stamp_only = [(s, i) for i, s in stamps if i not in moved]
+        rehomed = [(s, moved[i], i) for i, s in stamps if i in moved]
 
         async def run(tx: Tx) -> None:
-            await tx.executemany("UPDATE kb_documents SET file_stamp = ? WHERE id = ?", [(s, i) for i, s in stamps])
+            if stamp_only:
+                await tx.executemany("UPDATE kb_documents SET file_stamp = ? WHERE id = ?", stamp_only)
+            if rehomed:
+                await tx.executemany("UPDATE kb_documents SET file_stamp = ?, origin = ? WHERE id = ?", rehomed)
 
         await self._sql.transact_whole(run)
 

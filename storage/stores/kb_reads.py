@@ -107,12 +107,12 @@ class KBReads:
         out: dict[str, KBDocState] = {}
         for part in parts(doc_ids):
             rows = await self._sql.fetchall(
-                "SELECT id, content_hash, embed_model, embed_dim, bucket, file_stamp, chunk_rules FROM kb_documents "
-                f"WHERE id IN ({self._sql.dialect.marks(len(part))})",
+                "SELECT id, content_hash, embed_model, embed_dim, bucket, file_stamp, chunk_rules, origin "
+                f"FROM kb_documents WHERE id IN ({self._sql.dialect.marks(len(part))})",
                 part,
             )
-            for doc_id, h, model, dim, b, stamp, rules in rows:
-                out[doc_id] = KBDocState(h, model, dim, b, stamp, None if rules is None else int(rules))
+            for doc_id, h, model, dim, b, stamp, rules, origin in rows:
+                out[doc_id] = KBDocState(h, model, dim, b, stamp, None if rules is None else int(rules), origin)
         return out
 
     async def source_documents(self, bucket: str, origin: str, *, prefix: bool) -> list[tuple[str, str]]:
