@@ -83,6 +83,7 @@ class Settings(SettingsFields):
             perplexity_model=reader.text("PERPLEXITY_MODEL", d.perplexity_model),
             shared_web_answers=reader.boolean("AGENT_SHARED_WEB_ANSWERS", d.shared_web_answers),
             backend_url=reader.optional_url("AGENT_BACKEND_URL"),
+            backend_state_file=opt_path(reader.optional("AGENT_BACKEND_STATE_FILE")),
             backend_demo_token=demo_token(reader.text("AGENT_BACKEND_DEMO_TOKEN", d.backend_demo_token or "none")),
             db_path=Path(reader.text("AGENT_DB_PATH", str(d.db_path))),
             database_url=reader.database_url("AGENT_DATABASE_URL"),

@@ -44,6 +44,9 @@ class SettingsFields:
     #: every user (single-tenant deployments); off, each user finds only their own.
     shared_web_answers: bool = False
     backend_url: str | None = None
+    #: Set by ``agentchat serve`` for the app beside the reference backend it started:
+    #: where its keeper says whether it runs (``app/ops/backend_state.py``), for ``/readyz``.
+    backend_state_file: Path | None = None
     #: ``AGENT_AUTH=none``: the reference backend's demo user the tools call as when the
     #: caller sends no ``Authorization`` (``AGENT_BACKEND_DEMO_TOKEN``; ``none`` turns it off).
     backend_demo_token: str | None = "demo-alice"

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -18,6 +19,7 @@ import httpx
 from agenttools.core.registry import ToolRegistry
 from app.config import Settings
 from app.knowledge_component import KnowledgeComponent, sample_turns
+from app.ops.backend_state import read_state, readiness_of
 from app.ops.close_budget import KB_REEMBED_STOP_S, KB_TASKS_STOP_S, KB_UNREADABLE_COUNT_STOP_S
 from app.ops.leader import Leader
 from app.ops.masking import mask_url
@@ -229,6 +231,9 @@ class BackendComponent:
     http: httpx.AsyncClient
     fallback_authorization: str | None
     auth_mode: str
+    #: The reference backend ``agentchat serve`` started and keeps running: its keeper's
+    #: state file (``AGENT_BACKEND_STATE_FILE``); ``None`` for a backend of your own.
+    state_file: Path | None = None
 
     @classmethod
     def of(cls, settings: Settings, http: httpx.AsyncClient) -> BackendComponent:
@@ -240,7 +245,7 @@ class BackendComponent:
             mode = "the demo user of AGENT_BACKEND_DEMO_TOKEN when the caller sends no Authorization"
         else:
             mode = "the caller's Authorization only (AGENT_BACKEND_DEMO_TOKEN=none)"
-        return cls(settings.backend_url, http, f"Bearer {token}" if token else None, mode)
+        return cls(settings.backend_url, http, f"Bearer {token}" if token else None, mode, settings.backend_state_file)
 
     async def readiness(self) -> dict[str, Any]:
         """Informational: an unreachable backend fails workflow/table tools only, so it
@@ -257,6 +262,12 @@ class BackendComponent:
         except httpx.HTTPError as exc:
             out["reachable"] = False
             out["detail"] = f"not reachable ({type(exc).__name__}): workflow and table tools will fail"
+        kept = None if self.state_file is None else await asyncio.to_thread(read_state, self.state_file)
+        if kept is not None:
+            # Whether serve is starting it again after it exited, or gave up (then what to do).
+            out["kept_by_serve"], given_up = readiness_of(kept)
+            if given_up is not None and not out["reachable"]:
+                out["detail"] = given_up
         return out
 
 

@@ -88,8 +88,8 @@ def test_the_backend_beside_serve_logs_in_the_agents_format(tmp_path: Path, capf
     agent logs JSON (``args.log_format``, set by the CLI's logging set-up)."""
     settings = Settings.from_env({"AGENT_DB_PATH": str(tmp_path / "agent.sqlite3")})
     args = argparse.Namespace(no_backend=False, backend_port=free_port(), log_format="json")
-    with reference_backend(settings, args, 0, "info") as url:
-        assert url is not None
-        assert httpx.get(f"{url}/", timeout=5).status_code == 404
+    with reference_backend(settings, args, 0, "info") as backend:
+        assert backend is not None
+        assert httpx.get(f"{backend.url}/", timeout=5).status_code == 404
     lines = _json_lines(capfd.readouterr().err)
     assert [line["status"] for line in lines if line.get("path") == "/"] == [404], lines

@@ -41,8 +41,9 @@ def wait_for(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -
 def test_serve_runs_the_backend_in_its_own_process_and_stops_it(tmp_path: Path) -> None:
     settings = Settings.from_env({"AGENT_DB_PATH": str(tmp_path / "agent.sqlite3")})
     args = argparse.Namespace(no_backend=False, backend_port=free_port())
-    with reference_backend(settings, args, 0, "warning") as url:
-        assert url is not None
+    with reference_backend(settings, args, 0, "warning") as backend:
+        assert backend is not None
+        url = backend.url
         resp = httpx.get(f"{url}/v1/workflow/trigger-types", headers=DEMO, timeout=5)  # up before we get here
         assert resp.status_code == 200 and resp.json()
     assert (tmp_path / "backend.sqlite3").exists()
@@ -54,8 +55,8 @@ def test_no_backend_when_one_is_configured(tmp_path: Path) -> None:
     settings = Settings.from_env(
         {"AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"), "AGENT_BACKEND_URL": "http://127.0.0.1:9"}
     )
-    with reference_backend(settings, argparse.Namespace(no_backend=False, backend_port=None), 0, "info") as url:
-        assert url is None
+    with reference_backend(settings, argparse.Namespace(no_backend=False, backend_port=None), 0, "info") as backend:
+        assert backend is None
     assert not (tmp_path / "backend.sqlite3").exists()
 
 

@@ -1,9 +1,13 @@
-"""The reference backend that ``agentchat serve`` started beside the agent says when it dies.
+"""The reference backend that ``agentchat serve`` started beside the agent is started again
+when it dies, and ``/readyz`` says so.
 
 Walking the README as a newcomer: with the backend child gone (killed, crashed), ``serve``
 logged nothing and served on, every workflow and table tool failing, ``/readyz`` saying
-only ``not reachable (ConnectError)``. Now its end is one ERROR line saying what to do;
-the ordinary stop on the way out says nothing.
+only ``not reachable (ConnectError)``; then (80b5a09) it logged one ERROR line and still
+served on without it. Now each exit is an ERROR line and the backend is started again,
+with a back-off and a bounded number of restarts within a window; ``/readyz``
+``checks.backend.kept_by_serve`` shows the keeper's state, and once it has given up,
+``detail`` says the backend stays down and what to do. The ordinary stop says nothing.
 """
 
 from __future__ import annotations
@@ -13,17 +17,24 @@ import asyncio
 import logging
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
 import pytest
 
+from app.cli.backend_keeper import BackendKeeper
 from app.cli.reference_backend import reference_backend
 from app.config import Settings
-from tests.support.procs import OFFLINE_SERVE_ENV, PYTHON, ManagedProcess, child_env, until
+from app.ops.backend_state import read_state, readiness_of
+from app.rooms import BackendComponent
+from tests.support.procs import OFFLINE_SERVE_ENV, PYTHON, AgentServer, ManagedProcess, child_env, until
 from tests.support.server import free_port
+
+pytestmark = pytest.mark.slow
 
 GUARD_S = 60.0
 SERVING = "agentchat: serving on"
@@ -31,41 +42,123 @@ STARTED = "reference backend started beside the agent"
 DRAINING = "draining: new runs are refused"
 
 
-def _wait_for_record(caplog: pytest.LogCaptureFixture, message: str) -> logging.LogRecord:
-    deadline = time.monotonic() + GUARD_S
-    while time.monotonic() < deadline:
-        for record in caplog.records:
-            if record.getMessage().startswith(message):
-                return record
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {GUARD_S} s waiting for a log line {message!r}")
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
 
 
-def test_a_backend_that_dies_under_serve_is_one_error_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def _backend_pid(serve_pid: int) -> int | None:
+    """The ``python -m backend`` child of ``serve``, when it has one."""
+    for child in _children_of(serve_pid):
+        try:
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"backend" in argv and b"-m" in argv:
+            return child
+    return None
+
+
+async def test_serve_starts_a_killed_backend_again_and_readyz_says_so(tmp_path: Path) -> None:
+    backend_port = free_port()
+    server = AgentServer(tmp_path, {})
+    server.argv = [a for a in server.argv if a != "--no-backend"] + ["--backend-port", str(backend_port)]
+    server.start()
+    try:
+        body = await server.wait_ready()
+        assert body["checks"]["backend"]["kept_by_serve"] == {"state": "running", "restarts": 0}
+        first = _backend_pid(server.pid or 0)
+        assert first is not None, server.tail()
+        os.kill(first, signal.SIGKILL)
+
+        last: dict[str, Any] = {}
+        async with httpx.AsyncClient() as http:
+
+            async def answered_again() -> bool:
+                _, body = await server.readyz(http)
+                backend = (body or {}).get("checks", {}).get("backend", {})
+                last.clear()
+                last.update(backend)
+                kept = backend.get("kept_by_serve", {})
+                return backend.get("reachable") is True and kept.get("restarts") == 1
+
+            deadline = time.monotonic() + GUARD_S
+            while not await answered_again():
+                assert time.monotonic() < deadline, f"not back within {GUARD_S} s: {last}\n{server.tail()}"
+                await asyncio.sleep(0.05)
+            assert last["kept_by_serve"] == {"state": "running", "restarts": 1, "last_exit": "signal SIGKILL"}
+            assert "detail" not in last
+            # The workflow/table backend itself answers again, from a new process.
+            assert (await http.get(f"http://127.0.0.1:{backend_port}/healthz")).status_code == 200
+        second = _backend_pid(server.pid or 0)
+        assert second is not None and second != first
+        said = server.grep("the reference backend exited (signal SIGKILL): starting it again in 0.5 s "
+                           "(restart 1 of at most 5 within 60 s)")
+        assert len(said) == 1, server.tail()
+        assert server.grep("the reference backend answers again (restarted 1 time)"), server.tail()
+    finally:
+        server.close()
+
+
+async def test_a_backend_that_keeps_exiting_is_given_up_and_readyz_says_what_to_do(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A child that exits at once every time: restarted ``restart_limit`` times, then not
+    again - one ERROR line, and ``/readyz``'s backend check says it stays down and what to do."""
     caplog.set_level(logging.INFO, logger="agentchat.cli")
-    settings = Settings.from_env({"AGENT_DB_PATH": str(tmp_path / "agent.sqlite3")})
-    args = argparse.Namespace(no_backend=False, backend_port=free_port())
-    with reference_backend(settings, args, 0, "warning") as url:
-        started = _wait_for_record(caplog, "reference backend started beside the agent")
-        pid = started.__dict__["pid"]
-        os.kill(pid, signal.SIGKILL)
-        died = _wait_for_record(caplog, "the reference backend exited")
-    assert died.levelno == logging.ERROR
-    assert died.getMessage() == (
-        f"the reference backend exited (code {-signal.SIGKILL}): workflow and table tools fail until "
-        "agentchat serve is restarted"
-    )
-    assert died.__dict__["url"] == url and died.__dict__["pid"] == pid
+    argv = [PYTHON, "-c", "raise SystemExit(3)"]
+    first = subprocess.Popen(argv)
+    state_file = tmp_path / "backend.state.json"
+    keeper = BackendKeeper(argv, "http://127.0.0.1:9", first, state_file, restart_limit=2, first_delay_s=0.05)
+    keeper.start()
+    try:
+        deadline = time.monotonic() + GUARD_S
+        while (state := read_state(state_file)) is None or state.state != "given_up":
+            assert time.monotonic() < deadline, caplog.text
+            await asyncio.sleep(0.02)
+        assert state.restarts == 2 and state.exits == 3 and state.last_exit == "code 3"
+        exits = [r.getMessage() for r in caplog.records if r.getMessage().startswith("the reference backend exited")]
+        assert exits == [
+            "the reference backend exited (code 3): starting it again in 0.05 s (restart 1 of at most 2 within "
+            "60 s); workflow and table tools fail meanwhile",
+            "the reference backend exited (code 3): starting it again in 0.1 s (restart 2 of at most 2 within "
+            "60 s); workflow and table tools fail meanwhile",
+            "the reference backend exited (code 3), 3 times within 60 s: not started again; workflow and table "
+            "tools fail until agentchat serve is restarted",
+        ]
+        shown, detail = readiness_of(state)
+        assert shown == {"state": "given_up", "restarts": 2, "last_exit": "code 3"}
+        assert detail == (
+            "the reference backend agentchat serve started exited 3 times within 60 s (last: code 3) and is not "
+            "restarted again: workflow and table tools fail until agentchat serve is restarted (its log says why "
+            "the backend exited)"
+        )
+        async with httpx.AsyncClient() as http:  # /readyz's check, against the port nothing answers on
+            nobody = f"http://127.0.0.1:{free_port()}"
+            check = await BackendComponent(nobody, http, None, "demo", state_file).readiness()
+        assert check["reachable"] is False and check["kept_by_serve"] == shown and check["detail"] == detail
+    finally:
+        keeper.stop()
+    assert not state_file.exists()
 
 
 def test_the_ordinary_stop_logs_no_exit(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="agentchat.cli")
     settings = Settings.from_env({"AGENT_DB_PATH": str(tmp_path / "agent.sqlite3")})
     args = argparse.Namespace(no_backend=False, backend_port=free_port())
-    with reference_backend(settings, args, 0, "warning") as url:
-        assert url is not None
-        _wait_for_record(caplog, "reference backend started beside the agent")
+    with reference_backend(settings, args, 0, "warning") as backend:
+        assert backend is not None
+        assert read_state(backend.state_file) is not None
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert not backend.state_file.exists()
 
 
 async def test_ctrl_c_reaches_serve_alone_and_the_backend_serves_the_drain(tmp_path: Path) -> None:

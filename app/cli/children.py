@@ -25,9 +25,14 @@ from collections.abc import Callable
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child get ``sig`` when this thread ends, or None."""
-    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+def die_with_parent(sig: int = signal.SIGTERM, *, thread_outlives_child: bool = False) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get ``sig`` when this thread ends, or None.
+    ``thread_outlives_child``: a thread other than the main one may ask, when it ends only
+    after the child has (the reference backend's keeper, ``app/cli/backend_keeper.py``,
+    which waits on its child for the life of the process)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    if threading.current_thread() is not threading.main_thread() and not thread_outlives_child:
         return None
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl  # loaded here, not in the child

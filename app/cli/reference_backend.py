@@ -2,8 +2,9 @@
 
 ``python -m backend`` always runs in a process of its own: the agent talks to it over
 HTTP only, as it would to the real one, and never imports it. Starting that child (its
-port checked first, its ``/healthz`` awaited), and stopping it on the way out, is one job
-apart from the serving itself (``app/cli/serve.py``), which only asks for its URL;
+port checked first, its ``/healthz`` awaited), starting it again when it exits unasked
+(``app/cli/backend_keeper.py``), and stopping it on the way out, is one job apart from the
+serving itself (``app/cli/serve.py``), which only asks for its URL and state file;
 ``agentchat backend`` (here too: its options and ``run_backend``) runs the same command
 line in place.
 """
@@ -16,16 +17,18 @@ import logging
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.cli.backend_keeper import BackendKeeper, stop_child
 from app.cli.children import die_with_parent
 from app.cli.ranges import integer_in
 from app.config import Settings
 from app.config_env import PORT_BOUNDS, Bounds
+from app.ops.backend_state import STATE_FILE_ENV
 
 log = logging.getLogger("agentchat.cli")
 
@@ -90,20 +93,26 @@ def _wait_until_up(proc: subprocess.Popen[bytes], url: str, timeout_s: float = B
     raise SystemExit(1)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()  # SIGTERM: uvicorn shuts down gracefully and the database is closed
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+@dataclass(frozen=True, slots=True)
+class StartedBackend:
+    """The reference backend ``serve`` started: where it answers, and the file its
+    keeper's state is in (``app/ops/backend_state.py``), both for the app."""
+
+    url: str
+    state_file: Path
+
+    def env(self) -> dict[str, str]:
+        """For an app in another process (``--workers``, ``--reload``)."""
+        return {"AGENT_BACKEND_URL": self.url, STATE_FILE_ENV: str(self.state_file)}
 
 
 @contextlib.contextmanager
-def reference_backend(settings: Settings, args: argparse.Namespace, port: int, log_level: str) -> Iterator[str | None]:
+def reference_backend(
+    settings: Settings, args: argparse.Namespace, port: int, log_level: str
+) -> Iterator[StartedBackend | None]:
     """Start ``python -m backend`` beside the agent unless ``AGENT_BACKEND_URL`` or
-    ``--no-backend`` says otherwise; yield its URL once it answers; stop it on the way out."""
+    ``--no-backend`` says otherwise; yield it once it answers, kept running
+    (``app/cli/backend_keeper.py``); stop it on the way out."""
     from app.cli.serving import BindError, bind_socket
 
     if settings.backend_url is not None or args.no_backend:
@@ -121,37 +130,24 @@ def reference_backend(settings: Settings, args: argparse.Namespace, port: int, l
     except BindError as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(1) from None
-    proc = subprocess.Popen(
-        backend_argv("127.0.0.1", backend_port, backend_db(settings), log_level=log_level,
-                     log_format=_log_format(args), allowed_hosts=settings.allowed_hosts),
-        preexec_fn=die_with_parent(),
-        # A Ctrl-C in the terminal reaches serve alone (as its workers, app/cli/workers.py):
-        # the backend stays up while serve drains its runs, and is stopped below after them.
-        start_new_session=True,
-    )
-    stopping = threading.Event()
+    db = backend_db(settings)
+    argv = backend_argv("127.0.0.1", backend_port, db, log_level=log_level, log_format=_log_format(args),
+                        allowed_hosts=settings.allowed_hosts)
+    # A Ctrl-C in the terminal reaches serve alone (as its workers, app/cli/workers.py):
+    # the backend stays up while serve drains its runs, and is stopped below after them.
+    proc = subprocess.Popen(argv, preexec_fn=die_with_parent(), start_new_session=True)
+    keeper: BackendKeeper | None = None
     try:
         _wait_until_up(proc, url)
         log.info("reference backend started beside the agent", extra={"url": url, "pid": proc.pid})
-        threading.Thread(target=_say_when_it_exits, args=(proc, url, stopping), name="backend-watch",
-                         daemon=True).start()
-        yield url
+        keeper = BackendKeeper(argv, url, proc, db.parent / f"backend-{backend_port}.state.json")
+        keeper.start()
+        yield StartedBackend(url, keeper.state_file)
     finally:
-        stopping.set()
-        _stop(proc)
-
-
-def _say_when_it_exits(proc: subprocess.Popen[bytes], url: str, stopping: threading.Event) -> None:
-    """Log the child's end unless ``serve`` is stopping it: it died in silence before, the
-    agent serving on with every workflow and table tool failing and ``/readyz`` saying only
-    ``not reachable (ConnectError)``. It is not restarted (its port and seed data are this
-    start's); the line says what to do."""
-    code = proc.wait()
-    if not stopping.is_set():
-        log.error(
-            "the reference backend exited (code %s): workflow and table tools fail until agentchat serve is "
-            "restarted", code, extra={"url": url, "pid": proc.pid, "exit_code": code},
-        )
+        if keeper is not None:
+            keeper.stop()
+        else:
+            stop_child(proc)
 
 
 def _log_format(args: argparse.Namespace) -> str:
@@ -207,6 +203,7 @@ def run_backend(args: argparse.Namespace, settings: Settings) -> int:
 
 __all__ = [
     "BACKEND_PORT_BOUNDS",
+    "StartedBackend",
     "add_backend_command",
     "backend_argv",
     "backend_db",

@@ -131,17 +131,17 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
             os.environ["AGENT_HOST"] = settings.host
             # The reloader re-imports the app in a child process; the backend keeps running
             # in its own, so reloads do not reset it.
-            with reference_backend(settings, args, port, "info") as url:
-                if url is not None:
-                    os.environ["AGENT_BACKEND_URL"] = url
+            with reference_backend(settings, args, port, "info") as backend:
+                if backend is not None:
+                    os.environ.update(backend.env())
                 run_reloader(
                     reload_config(host, port, settings, log_format=args.log_format), sockets, lock,
                     serving_line=_serving_line(host, port, "  [reloading on changes]"),
                 )
             return 0
-        with reference_backend(settings, args, port, "warning") as url:
-            if url is not None:
-                settings = settings.with_(backend_url=url)
+        with reference_backend(settings, args, port, "warning") as backend:
+            if backend is not None:
+                settings = settings.with_(backend_url=backend.url, backend_state_file=backend.state_file)
             try:
                 started = serving_run(
                     _serve_agent(args, settings, host, sockets, lock), choose_stack(settings.server_stack)
@@ -250,8 +250,10 @@ def _supervise(args: argparse.Namespace, settings: Settings, sockets: list[Any],
         closing(sockets).close()
         print(exc, file=sys.stderr)
         return NEVER_STARTED
-    with closing(sockets), reference_backend(settings, args, port, "warning") as url:
-        env = worker_env(None, workers, url)
+    with closing(sockets), reference_backend(settings, args, port, "warning") as backend:
+        env = worker_env(None, workers, None)
+        if backend is not None:
+            env.update(backend.env())
         keep: tuple[int, ...] = ()
         if lock is not None:
             keep = (lock.fileno(),)

@@ -1,0 +1,182 @@
+"""Keeps the reference backend that ``agentchat serve`` started running: a child that
+exits unasked (killed, crashed) is started again on the same port and database.
+
+It used to be logged once and left dead, the agent serving on with every workflow and
+table tool failing until someone restarted ``serve``. Now each exit is an ERROR line
+saying when the next start is tried; the starts back off (``FIRST_DELAY_S`` doubling up
+to ``MAX_DELAY_S``), and a backend that exits ``RESTART_LIMIT`` + 1 times within
+``RESTART_WINDOW_S`` is not started again (it would only crash again: a broken database
+file, a port someone else took) - one ERROR line says so, as the supervisor of
+``--workers`` stops restarting a worker that keeps dying (``app/cli/workers.py``). Its
+state goes to ``/readyz`` through a file (``app/ops/backend_state.py``).
+
+A thread of ``serve``'s process waits on the child (the main thread serves); it starts
+the next child itself, which then gets SIGTERM if ``serve`` dies outright
+(``app/cli/children.py``: the thread outlives every child it starts).
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from app.cli.children import die_with_parent
+from app.cli.counts import plural
+from app.ops.backend_state import GIVEN_UP, RESTARTING, RUNNING, KeptBackend, exit_described, write_state
+
+log = logging.getLogger("agentchat.cli")
+
+#: Restarts allowed within ``RESTART_WINDOW_S``; one more exit in the window ends them.
+RESTART_LIMIT = 5
+RESTART_WINDOW_S = 60.0
+#: The wait before the first restart after a quiet window, doubled for each further exit
+#: within the window, up to ``MAX_DELAY_S``.
+FIRST_DELAY_S = 0.5
+MAX_DELAY_S = 8.0
+#: How long a restarted backend has to answer ``/healthz``; past it, it is killed and
+#: counts as one more exit.
+START_TIMEOUT_S = 30.0
+#: ``serve``'s stop waits this long for the keeper's thread.
+JOIN_TIMEOUT_S = 15.0
+
+
+class BackendKeeper:
+    """Watches ``first`` (already answering at ``url``) and starts ``argv`` again whenever
+    the child exits unasked; ``stop`` ends the child and the watching."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        url: str,
+        first: subprocess.Popen[bytes],
+        state_file: Path,
+        *,
+        restart_limit: int = RESTART_LIMIT,
+        window_s: float = RESTART_WINDOW_S,
+        first_delay_s: float = FIRST_DELAY_S,
+    ) -> None:
+        self.argv = argv
+        self.restart_limit = restart_limit
+        self.window_s = window_s
+        self.first_delay_s = first_delay_s
+        self.url = url
+        self.state_file = state_file
+        self._proc = first
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._exits: list[float] = []
+        self._restarts = 0
+        self._last_exit: str | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._say(KeptBackend(RUNNING))
+        self._thread = threading.Thread(target=self._keep, name="backend-keeper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the child (SIGTERM, then SIGKILL after 10 s) and the watching; a start under
+        way is not begun, or is ended."""
+        self._stopping.set()
+        with self._lock:
+            proc = self._proc
+        stop_child(proc)
+        if self._thread is not None:
+            self._thread.join(JOIN_TIMEOUT_S)
+        with self._lock:
+            stop_child(self._proc)  # one the thread started after the stop began
+        self.state_file.unlink(missing_ok=True)
+
+    def _keep(self) -> None:
+        while True:
+            proc = self._proc
+            code = proc.wait()
+            if self._stopping.is_set():
+                return
+            now = time.monotonic()
+            self._exits = [t for t in self._exits if now - t < self.window_s] + [now]
+            how = self._last_exit = exit_described(code)
+            if len(self._exits) > self.restart_limit:
+                self._give_up(proc.pid, code, how)
+                return
+            delay = min(MAX_DELAY_S, self.first_delay_s * 2 ** (len(self._exits) - 1))
+            log.error(
+                "the reference backend exited (%s): starting it again in %g s (restart %d of at most %d within "
+                "%g s); workflow and table tools fail meanwhile", how, delay, len(self._exits), self.restart_limit,
+                self.window_s,
+                extra={"url": self.url, "pid": proc.pid, "exit_code": code, "restart_in_s": delay},
+            )
+            self._say(KeptBackend(RESTARTING, self._restarts, how, time.time() + delay))
+            if self._stopping.wait(delay) or not self._start_again():
+                return
+
+    def _start_again(self) -> bool:
+        """Start the next child and wait until it answers; ``False`` when stopping."""
+        with self._lock:
+            if self._stopping.is_set():
+                return False
+            # In a session of its own, as the first (``reference_backend``): a Ctrl-C reaches serve alone.
+            self._proc = subprocess.Popen(
+                self.argv, preexec_fn=die_with_parent(thread_outlives_child=True), start_new_session=True
+            )
+            proc = self._proc
+        self._restarts += 1
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while proc.poll() is None and not self._stopping.is_set():
+            if _answers_healthz(self.url):
+                log.warning(
+                    "the reference backend answers again (restarted %s)", plural(self._restarts, "time"),
+                    extra={"url": self.url, "pid": proc.pid, "restarts": self._restarts},
+                )
+                self._say(KeptBackend(RUNNING, self._restarts, self._last_exit))
+                return True
+            if time.monotonic() > deadline:
+                log.error("the restarted reference backend did not answer within %g s; killed", START_TIMEOUT_S,
+                          extra={"url": self.url, "pid": proc.pid})
+                proc.kill()
+                break
+            self._stopping.wait(0.1)
+        return not self._stopping.is_set()  # it exited: the loop counts that exit
+
+    def _give_up(self, pid: int, code: int, how: str) -> None:
+        log.error(
+            "the reference backend exited (%s), %d times within %g s: not started again; workflow and table tools "
+            "fail until agentchat serve is restarted", how, len(self._exits), self.window_s,
+            extra={"url": self.url, "pid": pid, "exit_code": code, "restarts": self._restarts},
+        )
+        self._say(KeptBackend(GIVEN_UP, self._restarts, how, None, len(self._exits), self.window_s))
+
+    def _say(self, state: KeptBackend) -> None:
+        """Write the state for ``/readyz``; a file that cannot be written costs ``/readyz``
+        its view, never the restarts."""
+        try:
+            write_state(self.state_file, state)
+        except OSError as exc:
+            log.warning("cannot write the reference backend's state for /readyz: %s", exc,
+                        extra={"path": str(self.state_file)})
+
+
+def stop_child(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (uvicorn shuts down gracefully and the database is closed), SIGKILL after 10 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _answers_healthz(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/healthz", timeout=2.0).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+__all__ = ["RESTART_LIMIT", "RESTART_WINDOW_S", "BackendKeeper", "stop_child"]
