@@ -87,13 +87,19 @@ def settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def offline(tmp_path: Path) -> Settings:
+    """``offline_settings`` in the test's own folder."""
+    return offline_settings(tmp_path)
+
+
+def offline_settings(folder: Path) -> Settings:
     """The default configuration (provider and embedder ``auto``, the flow mandatory in
     ``knowledge``, on demand in ``workflow`` and ``tables``) with no model reachable: the
     extractive answerer and the embedder ``auto`` falls back to; no sample KB, and an
-    open admin route so a test can ingest its own documents."""
+    open admin route so a test can ingest its own documents. Its database is in ``folder``
+    (a module-scoped server's own, from ``tmp_path_factory``)."""
     return Settings.from_env(
         {
-            "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"),
+            "AGENT_DB_PATH": str(folder / "agent.sqlite3"),
             "AGENT_INGEST_SAMPLE_KB": "false",
             "AGENT_ADMIN_OPEN": "true",  # POST /v1/kb/documents in `none` mode
             "OLLAMA_HOST": "http://127.0.0.1:9",

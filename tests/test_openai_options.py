@@ -16,9 +16,10 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import pytest_asyncio
 
 from app.config import Settings
-from tests.conftest import running_app
+from tests.conftest import offline_settings, running_app
 
 DOCS = [
     {
@@ -34,11 +35,31 @@ MODEL = "agentchat-knowledge"
 FUNCTION = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}
 
 
-@pytest.fixture
-async def base(offline: Settings) -> AsyncIterator[str]:
-    async with running_app(offline) as (url, _), httpx.AsyncClient(base_url=url, timeout=30) as http:
+async def _serving(settings: Settings) -> AsyncIterator[str]:
+    async with running_app(settings) as (url, _), httpx.AsyncClient(base_url=url, timeout=30) as http:
         assert (await http.post("/v1/kb/documents", json={"documents": DOCS})).status_code == 200
         yield url
+
+
+@pytest.fixture
+async def base(offline: Settings) -> AsyncIterator[str]:
+    """A server of the test's own, for the tests whose requests are answered."""
+    async for url in _serving(offline):
+        yield url
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def refusing(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    """One server for every refusal test: a refused request starts no run and stores
+    nothing (it is refused before its stream or run starts), so what one refusal test does
+    cannot change another's answer; a server each was ~80 % of this file's time. The 46
+    refusals stay within the default 60 requests a minute of one client."""
+    async for url in _serving(offline_settings(tmp_path_factory.mktemp("refusing"))):
+        yield url
+
+
+#: The refusal tests run in the loop of the module's ``refusing`` server.
+REFUSAL = pytest.mark.asyncio(loop_scope="module")
 
 
 def sdk(base: str) -> openai.AsyncOpenAI:
@@ -86,12 +107,13 @@ PARTS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+@REFUSAL
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 @pytest.mark.parametrize(("extra", "param", "code"), [r[1:] for r in REFUSED], ids=[r[0] for r in REFUSED])
 async def test_an_option_the_answer_cannot_honour_is_refused_by_name(
-    base: str, stream: bool, extra: dict[str, Any], param: str, code: str
+    refusing: str, stream: bool, extra: dict[str, Any], param: str, code: str
 ) -> None:
-    async with sdk(base) as client:
+    async with sdk(refusing) as client:
         with pytest.raises(openai.BadRequestError) as refused:
             await client.chat.completions.create(model=MODEL, messages=QUESTION, stream=stream, **extra)  # type: ignore[call-overload]
     assert refused.value.status_code == 400
@@ -99,30 +121,34 @@ async def test_an_option_the_answer_cannot_honour_is_refused_by_name(
     assert isinstance(refused.value.body, dict) and param in refused.value.body["message"]
 
 
+@REFUSAL
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 @pytest.mark.parametrize("part", [p[1] for p in PARTS], ids=[p[0] for p in PARTS])
-async def test_a_content_part_the_agent_cannot_read_is_refused(base: str, stream: bool, part: dict[str, Any]) -> None:
+async def test_a_content_part_the_agent_cannot_read_is_refused(
+    refusing: str, stream: bool, part: dict[str, Any]
+) -> None:
     message = {"role": "user", "content": [{"type": "text", "text": "What does this show?"}, part]}
-    async with sdk(base) as client:
+    async with sdk(refusing) as client:
         with pytest.raises(openai.BadRequestError) as refused:
             await client.chat.completions.create(model=MODEL, messages=[message], stream=stream)  # type: ignore[call-overload]
     assert (refused.value.param, refused.value.code) == ("messages[0].content[1]", "unsupported_parameter")
     assert isinstance(refused.value.body, dict) and part["type"] in refused.value.body["message"]
 
 
-
+@REFUSAL
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 @pytest.mark.parametrize("text", [5, ["What is a bucket?"], {"text": "hi"}], ids=["number", "array", "object"])
-async def test_a_text_part_whose_text_is_not_a_string_is_refused(base: str, stream: bool, text: Any) -> None:
+async def test_a_text_part_whose_text_is_not_a_string_is_refused(refusing: str, stream: bool, text: Any) -> None:
     """A text part's ``text`` of another type was turned into its Python repr (``5``,
     ``['What is a bucket?']``) and answered, the conversation titled with it; OpenAI's API
     refuses it as a type error, and so does this face."""
     message = {"role": "user", "content": [{"type": "text", "text": text}]}
-    async with sdk(base) as client:
+    async with sdk(refusing) as client:
         with pytest.raises(openai.BadRequestError) as refused:
             await client.chat.completions.create(model=MODEL, messages=[message], stream=stream)  # type: ignore[call-overload]
     assert (refused.value.param, refused.value.code) == ("messages[0].content[0].text", "invalid_type")
     assert isinstance(refused.value.body, dict) and "must be a string" in refused.value.body["message"]
+
 
 async def _whole(client: openai.AsyncOpenAI, **extra: Any) -> tuple[str, str]:
     done = await client.chat.completions.create(model=MODEL, messages=QUESTION, **extra)  # type: ignore[call-overload]
