@@ -86,9 +86,14 @@ DATASHEETS = [
 ]
 
 
+def corpus_embedder() -> HashingEmbedder:
+    """The embedder the shared corpus is built with, and a copy of its file opened with."""
+    return HashingEmbedder(dim=128)
+
+
 async def build_corpus(path: Path) -> KnowledgeBase:
     """The shared test corpus: invoices, contracts and datasheets with typed schemas."""
-    kb = await open_kb_file(path, HashingEmbedder(dim=128))
+    kb = await open_kb_file(path, corpus_embedder())
     await kb.create_bucket("invoices", INVOICE_FIELDS)
     await kb.create_bucket("contracts", {"party": "TEXT", "year": "INTEGER"})
     await kb.create_bucket("datasheets", {"part": "TEXT", "type": "TEXT"})

@@ -3,6 +3,8 @@ client to a loopback fake of Ollama; buckets and schemas come from a real knowle
 
 from __future__ import annotations
 
+import asyncio
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from knowledge.kb import KnowledgeBase
 from llm.ollama import OllamaProvider
 from tests.conftest import collect_sse, running_app
 from tests.fakes import FakeOllama, Hold, HttpError, Text, running_fake
-from tests.test_corpus_tools import build_corpus
+from tests.test_corpus_tools import build_corpus, corpus_embedder
 from tests.test_metrics import get_metrics, value
 
 QUESTION = "Find invoices over $1k from Acme in 2023"
@@ -63,9 +65,26 @@ def constrain(**constraint: Any) -> list[Any]:
     return say({"constraints": [constraint]})
 
 
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shared corpus built once for the module, closed (its WAL folded into the file):
+    each test opens a copy of its own (``kb``), so nothing one test writes reaches another.
+    A build per test (an ingest of the three buckets) was ~70 % of this file's time."""
+    path = tmp_path_factory.mktemp("corpus") / "kb.sqlite3"
+
+    async def build() -> None:
+        await (await build_corpus(path)).aclose()
+
+    asyncio.run(build())
+    assert not path.with_name(path.name + "-wal").exists(), "the corpus file is not whole"
+    return path
+
+
 @pytest.fixture
-async def kb(tmp_path: Path) -> AsyncIterator[KnowledgeBase]:
-    kb = await build_corpus(tmp_path / "kb.sqlite3")
+async def kb(tmp_path: Path, corpus_file: Path) -> AsyncIterator[KnowledgeBase]:
+    copy = tmp_path / "kb.sqlite3"
+    shutil.copyfile(corpus_file, copy)
+    kb = await open_kb_file(copy, corpus_embedder())
     yield kb
     await kb.aclose()
 
