@@ -19,7 +19,7 @@ from knowledge.chunking import older_than_ours
 from knowledge.filecheck import walk_files
 from knowledge.filestamps import file_stamp
 from knowledge.kb import DEFAULT_BUCKET, KnowledgeBase
-from knowledge.loaders import SUPPORTED_SUFFIXES
+from knowledge.loaders import SUPPORTED_SUFFIXES, load_file
 from knowledge.types import IngestReport
 
 SAMPLE_KB_DIR = Path(__file__).resolve().parent / "sample_kb"
@@ -128,10 +128,33 @@ async def _stored_sample_is_current(kb: KnowledgeBase, bucket: str) -> bool:
     return all(stamps[origin] == {stamp} for origin, stamp in shipped.items())
 
 
+def _shipped_ids(bucket: str) -> list[str]:
+    """The ids of the shipped sample's documents in ``bucket``, as its files give them."""
+    ids: list[str] = []
+    for e in walk_files(SAMPLE_KB_DIR, SUPPORTED_SUFFIXES):
+        if e.skip is None:
+            ids.extend(item.doc.id or "" for item in load_file(e.path, e.shown, bucket=bucket)[0])
+    return ids
+
+
+async def _stored_sample_rules(kb: KnowledgeBase, bucket: str) -> dict[str, int | None]:
+    """doc id → chunking rules of the sample's documents in ``bucket``: those read from
+    today's sample folder, and the shipped files' documents still read from another
+    install's (the install path moved since they were stored; in a bucket the start leaves
+    alone, ``SampleLeft.OTHERS``, nothing re-homes them, and counted by today's folder
+    alone they were none: "not added", with the sample right there)."""
+    stored = await kb.index.file_documents(bucket, str(SAMPLE_KB_DIR) + os.sep, prefix=True)
+    here = {d.id: d.chunk_rules for d in stored}
+    elsewhere = [i for i in await asyncio.to_thread(_shipped_ids, bucket) if i not in here]
+    for doc_id, s in (await kb.index.document_states(elsewhere)).items():
+        if s.bucket == bucket and is_packaged_sample_path(s.origin):
+            here[doc_id] = s.chunk_rules
+    return here
+
+
 async def sample_documents(kb: KnowledgeBase, bucket: str = DEFAULT_BUCKET) -> int:
     """How many of the shipped sample's documents ``bucket`` holds (whatever their rules)."""
-    stored = await kb.index.file_documents(bucket, str(SAMPLE_KB_DIR) + os.sep, prefix=True)
-    return len({d.id for d in stored})
+    return len(await _stored_sample_rules(kb, bucket))
 
 
 async def older_sample_documents(kb: KnowledgeBase, bucket: str = DEFAULT_BUCKET) -> int:
@@ -142,8 +165,7 @@ async def older_sample_documents(kb: KnowledgeBase, bucket: str = DEFAULT_BUCKET
     ingests the sample's folder into it, and ``/readyz``'s count of older documents never
     reached 0 while it told the operator only to ingest "their folder" again
     (``app.knowledge_component.older_chunking``)."""
-    stored = await kb.index.file_documents(bucket, str(SAMPLE_KB_DIR) + os.sep, prefix=True)
-    return len({d.id for d in stored if older_than_ours(d.chunk_rules)})
+    return sum(older_than_ours(rules) for rules in (await _stored_sample_rules(kb, bucket)).values())
 
 
 async def ensure_sample_kb(kb: KnowledgeBase, *, bucket: str = DEFAULT_BUCKET) -> IngestReport | SampleLeft:

@@ -26,9 +26,11 @@ import pytest
 import knowledge.sample
 from app.cli.kb_file import open_kb_file
 from app.config import Settings
-from knowledge import IngestReport, KnowledgeBase, SampleLeft, ensure_sample_kb
+from knowledge import DocumentIn, IngestReport, KnowledgeBase, SampleLeft, ensure_sample_kb
+from knowledge.sample import older_sample_documents, sample_documents
 from llm.scripted import ScriptedProvider
 from tests.conftest import running_app
+from tests.support.older_chunks import cut_by_older_rules
 from toolindex.hashing import HashingEmbedder
 
 READY_DEADLINE_S = 120.0
@@ -80,6 +82,40 @@ async def test_a_moved_sample_is_re_homed_and_the_file_it_dropped_removed(
     assert await ensure_sample_kb(kb) is SampleLeft.CURRENT
     again = await kb.ingest_paths([new])
     assert (again.unread_files, again.skipped, again.deleted) == (len(shipped), len(shipped), 0), again
+
+
+async def test_the_sample_kept_beside_others_is_counted_after_the_install_moved(
+    target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start leaves a bucket holding someone's documents alone, so nothing re-homes
+    the sample there: counted under today's folder alone, its documents were none after
+    the install moved - "not added" with the sample right there, its older chunks
+    uncounted - until the command the detail names re-homed them."""
+    old, new = installed_sample(tmp_path / "v1"), installed_sample(tmp_path / "v2", drop=1)
+    shipped = len(list(new.glob("*.md")))
+    monkeypatch.setattr(knowledge.sample, "SAMPLE_KB_DIR", old)
+    kb = await open_kb_file(target, HashingEmbedder(dim=64))
+    try:
+        assert isinstance(await ensure_sample_kb(kb), IngestReport)
+        mine = DocumentIn(id="my-notes", title="My notes", text="Our own runbook.", source="notes/runbook.md")
+        assert (await kb.ingest_documents([mine])).added == 1
+    finally:
+        await kb.aclose()
+    await cut_by_older_rules(target, [(old, "default")], HashingEmbedder(dim=64))  # and an older chunker's
+
+    monkeypatch.setattr(knowledge.sample, "SAMPLE_KB_DIR", new)
+    kb = await open_kb_file(target, HashingEmbedder(dim=64))
+    try:
+        assert await ensure_sample_kb(kb) is SampleLeft.OTHERS
+        # The shipped files' documents; not the one this release no longer ships.
+        assert (await sample_documents(kb), await older_sample_documents(kb)) == (shipped, shipped)
+        assert SampleLeft.OTHERS.status("default", shipped).startswith("kept as stored")
+        report = await kb.ingest_paths([new])  # `agentchat ingest <sample dir> --bucket default`
+        assert (report.rechunked, report.deleted) == (shipped, 0), report
+        assert (await sample_documents(kb), await older_sample_documents(kb)) == (shipped, 0)
+        assert await ensure_sample_kb(kb) is SampleLeft.OTHERS
+    finally:
+        await kb.aclose()
 
 
 async def test_a_moved_folder_is_re_homed_and_a_file_removed_from_it_is_removed(
