@@ -17,6 +17,7 @@ from app.config import Settings
 from app.factory import create_app
 from tests.support.postgres import PostgresUnavailable, TestPostgres
 from tests.support.server import serve_app
+from tests.support.sqlite_templates import SqliteTemplates, build_sqlite_templates
 from tests.support.sse import SSEEvent, iter_sse
 
 #: Names the ``agentchat-*`` directories a session left in the temporary directory; deals the
@@ -50,6 +51,14 @@ def _one_ca_bundle_load() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ssl, "create_default_context", shared)
         yield
+
+
+@pytest.fixture(scope="session")
+def sqlite_templates(tmp_path_factory: pytest.TempPathFactory) -> SqliteTemplates:
+    """An empty migrated agent database and a seeded reference backend's, made once a
+    session (of each xdist worker): a test copies them instead of migrating (and seeding)
+    fresh files (``tests/support/sqlite_templates.py``)."""
+    return build_sqlite_templates(tmp_path_factory.mktemp("sqlite-templates"))
 
 
 @pytest.fixture(scope="session")

@@ -19,20 +19,14 @@ from backend.seed import ALICE_ID, BOB_ID, TABLE_CONFIG_IDS
 from storage.sqlite import open_sqlite_storage
 from tests.support.events import wire
 from tests.support.server import serve_app
-from tests.support.sqlite_templates import SqliteTemplates, build_sqlite_templates
-
-
-@pytest.fixture(scope="module")
-def templates(tmp_path_factory: pytest.TempPathFactory) -> SqliteTemplates:
-    """The seeded backend's and the agent's databases, each test taking copies of its own."""
-    return build_sqlite_templates(tmp_path_factory.mktemp("templates"))
+from tests.support.sqlite_templates import SqliteTemplates
 
 
 @pytest.fixture
-async def env(tmp_path, templates: SqliteTemplates):
-    async with serve_app(create_backend_app(str(templates.backend_copy(tmp_path / "backend.db")))) as base_url:
+async def env(tmp_path, sqlite_templates: SqliteTemplates):
+    async with serve_app(create_backend_app(str(sqlite_templates.backend_copy(tmp_path / "backend.db")))) as base_url:
         async with httpx.AsyncClient() as http:
-            storage = await open_sqlite_storage(templates.agent_copy(tmp_path / "agent.db"))
+            storage = await open_sqlite_storage(sqlite_templates.agent_copy(tmp_path / "agent.db"))
             drafts = Drafts(storage.drafts)
             registry = ToolRegistry(build_catalog())
             register_backend_tools(registry, WorkflowToolDeps(backend_url=base_url, drafts=drafts))

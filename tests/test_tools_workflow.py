@@ -19,24 +19,18 @@ from backend.seed import ADMIN_ID, ALERT_IDS, ALICE_ID, BOB_ID, ENTITIES, RULE_I
 from storage.sqlite import open_sqlite_storage
 from tests.support.events import wire
 from tests.support.server import serve_app
-from tests.support.sqlite_templates import SqliteTemplates, build_sqlite_templates
+from tests.support.sqlite_templates import SqliteTemplates
 
 Call = Callable[..., Awaitable[ToolOutcome]]
 USER_IDS = {"alice": ALICE_ID, "bob": BOB_ID, "admin": ADMIN_ID}
 
 
-@pytest.fixture(scope="module")
-def templates(tmp_path_factory: pytest.TempPathFactory) -> SqliteTemplates:
-    """The seeded backend's and the agent's databases, each test taking copies of its own."""
-    return build_sqlite_templates(tmp_path_factory.mktemp("templates"))
-
-
 @pytest.fixture
-async def env(tmp_path, templates: SqliteTemplates):
+async def env(tmp_path, sqlite_templates: SqliteTemplates):
     """(call, cache): ``await call(tool, args, user="alice", context=None)``."""
-    async with serve_app(create_backend_app(str(templates.backend_copy(tmp_path / "backend.db")))) as base_url:
+    async with serve_app(create_backend_app(str(sqlite_templates.backend_copy(tmp_path / "backend.db")))) as base_url:
         async with httpx.AsyncClient() as http:
-            storage = await open_sqlite_storage(templates.agent_copy(tmp_path / "agent.db"))
+            storage = await open_sqlite_storage(sqlite_templates.agent_copy(tmp_path / "agent.db"))
             drafts = Drafts(storage.drafts)
             cache = ResolutionCache()
             registry = ToolRegistry(build_catalog())

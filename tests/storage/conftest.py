@@ -2,8 +2,9 @@
 
 ``store_engine`` yields a whole storage bundle (``.conversations``, ``.runs``,
 ``.drafts``, ``.keywords``, ``.external_results``, ``.kb_index`` …) on a fresh database
-of each engine: a SQLite file, and a PostgreSQL database copied from the migrated
-template of the session's server (``pg_server``, ``tests/conftest.py``). Every contract
+of each engine: a SQLite file copied from the session's migrated one (``sqlite_templates``,
+tests/conftest.py), and a PostgreSQL database copied from the migrated template of the
+session's server (``pg_server``, ``tests/conftest.py``). Every contract
 test runs against both; a PostgreSQL that cannot start fails the tests, it never skips them.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support.postgres import TestPostgres
+from tests.support.sqlite_templates import SqliteTemplates
 from tests.support.storage import opened_storage
 
 ENGINES = ["sqlite", "postgres"]
@@ -34,9 +36,11 @@ async def target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 
 
 @pytest.fixture(params=ENGINES)
-async def store_engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
-    if request.param == "sqlite":
-        async with opened_storage(tmp_path / "contract.db") as storage:
+async def store_engine(
+    request: pytest.FixtureRequest, tmp_path: Path, sqlite_templates: SqliteTemplates
+) -> AsyncIterator[Any]:
+    if request.param == "sqlite":  # a copy of the migrated template, as PostgreSQL's is
+        async with opened_storage(sqlite_templates.agent_copy(tmp_path / "contract.db")) as storage:
             yield storage
     elif request.param == "postgres":
         from storage.postgres import open_postgres_storage
@@ -67,13 +71,15 @@ async def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
 
 
 @pytest.fixture(params=ENGINES)
-async def two_bundles(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[Any, Any]]:
+async def two_bundles(
+    request: pytest.FixtureRequest, tmp_path: Path, sqlite_templates: SqliteTemplates
+) -> AsyncIterator[tuple[Any, Any]]:
     """Two storage bundles on one fresh database of each engine, as two processes have:
     each its own connections, nothing shared in memory."""
     if request.param == "sqlite":
         from storage.sqlite import open_sqlite_storage
 
-        path = tmp_path / "kb.sqlite3"
+        path = sqlite_templates.agent_copy(tmp_path / "kb.sqlite3")
         first, second = await open_sqlite_storage(path), await open_sqlite_storage(path)
         try:
             yield first, second

@@ -1,7 +1,7 @@
 """Migrated SQLite files to copy, like the PostgreSQL template (``tests/support/postgres.py``).
 
 A test that needs an empty agent database, or the reference backend's seeded one, of its
-own gets a copy of a file made once (``SqliteTemplates``, built by a module-scoped fixture)
+own gets a copy of a file made once a session (``sqlite_templates`` in tests/conftest.py)
 instead of running every migration - and the backend's seed - for each test: on a fresh
 file that is ~0.1 CPU-s a test, most of a tool test's time. The copy is the test's own, so
 nothing one test writes reaches another; the templates are closed before any copy is made
@@ -37,7 +37,7 @@ class SqliteTemplates:
 
 
 def build_sqlite_templates(folder: Path) -> SqliteTemplates:
-    """Both templates in ``folder``; blocking (a module-scoped fixture's, before its tests)."""
+    """Both templates in ``folder``; blocking (a session fixture's, before its tests)."""
     templates = SqliteTemplates(folder / "agent-template.sqlite3", folder / "backend-template.db")
     asyncio.run(_build(templates))
     for path in (templates.agent, templates.backend):
@@ -57,7 +57,10 @@ async def _build(templates: SqliteTemplates) -> None:
 
 
 def _copy(template: Path, dest: Path) -> Path:
+    """``template``'s bytes and mode at ``dest``: the agent's file is made ``0600``
+    (``storage/sqlite/database.py``), and so is its copy."""
     shutil.copyfile(template, dest)
+    shutil.copymode(template, dest)
     return dest
 
 
