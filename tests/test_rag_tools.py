@@ -37,6 +37,7 @@ from storage.sqlite import SqliteStorage, open_sqlite_storage
 from tests.fakes.perplexity import Answer, Fail, FakePerplexity, Hang, Source
 from tests.support.events import wire
 from tests.support.server import serve_app
+from tests.support.sqlite_templates import SqliteTemplates
 
 DOCS = [
     ("events", "SSE events", "Every run streams run_started first and message_complete last over SSE."),
@@ -134,9 +135,9 @@ class Harness:
 
 
 async def build(
-    tmp_path: Path, http: httpx.AsyncClient, fake: FakePerplexity, base_url: str | None
+    db: Path, http: httpx.AsyncClient, fake: FakePerplexity, base_url: str | None
 ) -> Harness:
-    storage = await open_sqlite_storage(tmp_path / "agent.db")
+    storage = await open_sqlite_storage(db)
     results = storage.external_results
     keywords = KeywordIndex(storage.keywords, results)
     kb = SmallKnowledgeBase(DOCS)
@@ -147,18 +148,18 @@ async def build(
 
 
 @pytest.fixture
-async def h(tmp_path: Path) -> AsyncIterator[Harness]:
+async def h(tmp_path: Path, sqlite_templates: SqliteTemplates) -> AsyncIterator[Harness]:
     fake = FakePerplexity()
     async with httpx.AsyncClient() as http, serve_app(fake.app) as base:
-        harness = await build(tmp_path, http, fake, base)
+        harness = await build(sqlite_templates.agent_copy(tmp_path / "agent.db"), http, fake, base)
         yield harness
         await harness.storage.close()
 
 
 @pytest.fixture
-async def unconfigured(tmp_path: Path) -> AsyncIterator[Harness]:
+async def unconfigured(tmp_path: Path, sqlite_templates: SqliteTemplates) -> AsyncIterator[Harness]:
     async with httpx.AsyncClient() as http:
-        harness = await build(tmp_path, http, FakePerplexity(), None)
+        harness = await build(sqlite_templates.agent_copy(tmp_path / "agent.db"), http, FakePerplexity(), None)
         yield harness
         await harness.storage.close()
 
