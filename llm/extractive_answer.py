@@ -222,7 +222,8 @@ def compose(
     attach_next(reads, [*passages, *(following or [])])
     aliases = alias_documents(_page_opening(r) for r in reads if r.first)
     reads = [r for r in reads if _document(r) not in aliases]
-    q = q.written_apart(t for r in reads for t in (r.passage.title, r.passage.text))
+    texts = [t for r in reads for t in (r.passage.title, r.passage.text)]
+    q = q.written_apart(texts).modifier_alone_in(texts)
     said_by = _said(q, reads)
     missing = _unmentioned(question, said_by, q.words)
     asked = _ask_of(question, missing)
@@ -233,7 +234,7 @@ def compose(
         q = _Question.of(asked, q.words)
         if follow_up is not None:
             q = _about(q, follow_up)
-        q = q.written_apart(t for r in reads for t in (r.passage.title, r.passage.text))
+        q = q.written_apart(texts).modifier_alone_in(texts)
         said_by = _said(q, reads)
     q = q.weighed_by(said_by).naming(_proper_names(asked, missing, q.words))
     units = sorted(_units(reads, q), key=lambda u: (-u.score, u.passage, u.block, u.index))

@@ -134,6 +134,13 @@ class Question:
     compounds: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = ()
     #: The stems of the kind of thing "which …" asks for by name (``WHICH_KIND``).
     kind: frozenset[str] = frozenset()
+    #: The stem of the word before the focus of "which <word> <things>" ("language" of
+    #: "which language models can I use?"): it says which of the things.
+    focus_modifier: str | None = None
+    #: The passages say the focus but never with ``focus_modifier`` (``modifier_alone_in``):
+    #: where a unit says it, it is another sense ("`filters` is one small language"), so
+    #: it is not the question's word there (``terms``).
+    modifier_alone: bool = False
     #: How much each stem counts for its rarity among the passages being answered from
     #: (``weighed_by``); a stem not here counts 1.
     rarity: Mapping[str, float] = field(default_factory=dict)
@@ -183,6 +190,7 @@ class Question:
         form = asking_clause(question)
         many = WHICH_MANY.search(form)
         focus = stem((many.group("one") or many.group("two")).casefold()) if many else None
+        modifier = many.group(0).split()[1].casefold() if many and many.group("two") else None
         wants = next((unit for _, asks, unit in WANTS if asks.search(form)), None)
         enumeration = bool(many) or bool(ENUMERATION.search(form))
         how_to = HOW_TO.search(form) is not None
@@ -223,6 +231,7 @@ class Question:
             action,
             tuple(c for c in compounds if c[1]),
             stems_of(next((g for g in k.groups() if g), "")) if (k := WHICH_KIND.search(form)) else frozenset(),
+            focus_modifier=stem(modifier) if modifier and modifier not in _STOP else None,
             asks=a.group(1).casefold() if (a := ASKS.match(form)) else "",
             words=w,
             spoken=folded_words(question),
@@ -240,6 +249,8 @@ class Question:
             met = {stem(a) for a, b in itertools.pairwise(words) if self.phrasal.get(stem(a)) == b}
             found = found - (self.phrasal.keys() - met)
         found = found - self.split_names(text)
+        if self.modifier_alone and self.focus_modifier in found and self.focus not in found:
+            found = found - {self.focus_modifier}
         if self.apart:
             words = WORD.findall(unicodedata.normalize("NFKC", text).casefold())
             extra |= {self.apart[pair] for pair in itertools.pairwise(words) if pair in self.apart}
@@ -260,6 +271,21 @@ class Question:
         wanted = frozenset(q for q in self.stems if q.isalpha() and len(q) >= 2 * MIN_APART_PART)
         apart = written_apart(wanted, texts, self.words.stem, MIN_APART_PART) if wanted else {}
         return replace(self, apart=apart) if apart else self
+
+    def modifier_alone_in(self, texts: Iterable[str]) -> Question:
+        """The question knowing whether the passages (``texts``) say its focus but never
+        with the word before it: "Which language models can I use?" over passages saying
+        "model" on many pages and "language" only as the search tools' filter language
+        (its rarest word, so that sentence led the answer). Where a passage says both
+        ("typed fields" for "which field types …"), or none says the focus ("which file
+        formats …" over pages listing the files read), the word counts wherever it is said."""
+        if self.focus_modifier is None or self.focus is None:
+            return self
+        said = [self.words.stems(text) for text in texts]
+        alone = any(self.focus in terms for terms in said) and not any(
+            self.focus in terms and self.focus_modifier in terms for terms in said
+        )
+        return replace(self, modifier_alone=alone) if alone != self.modifier_alone else self
 
     def split_names(self, text: str) -> frozenset[str]:
         """The stems of the question's underscore identifiers that ``text`` says only

@@ -539,3 +539,56 @@ def test_a_quote_never_opens_with_a_sentence_referring_to_text_not_shown() -> No
     )
     assert answer.startswith("The location of user-level configuration settings. [config#94]\n\nThis may be"), answer
     assert dangling_openings(answer) == [] and fragments(answer) == []
+
+
+FILTERS_LANGUAGE = (
+    "- `get_document_metadata(doc_id)`: all metadata of one document.\n\n`filters` is one small language: "
+    "`{field: value}` or `{field: {op: value}}` with the operators `=`, `!=`, `>`, `>=`, `<`, `<=`, `in`, "
+    "`nin` and `like`, combined with `$and` and `$or`. Fields are checked against the bucket's schema."
+)
+NO_MODEL = (
+    "# Troubleshooting\n\n## The answers come from the extractive provider\n\nNo model was reachable at "
+    "start-up. Check `/readyz`: it names the provider in use. Start Ollama (`OLLAMA_HOST`) or set "
+    "`GEMINI_API_KEY`, or pin a provider with `AGENT_LLM_PROVIDER`.\n\n## The run ends with error code "
+    "mandatory_tool_missing\n\nThe model did not call `knowledge_base_search` first or did not end with "
+    "`generate_response`, even after the enforcement prompt and one retry. Use a model with reliable tool "
+    "calling, or check that the tools were offered (see the `tool_selection` event)."
+)
+MODEL_PER_CONTEXT = (
+    "## Using the agent from an OpenAI SDK\n\nOpen WebUI, LibreChat or any OpenAI SDK (the OpenAI Python SDK "
+    "too) can use the agent as a model through `POST /v1/chat/completions`: set the base URL to "
+    "`http://<host>:8000/v1` and send the API key as usual (a JWT with `AGENT_AUTH=jwt`, any value with `none`). "
+    "`GET /v1/models` lists one model per UI context: `agentchat-workflow`, `agentchat-tables` and "
+    "`agentchat-knowledge`; the model picks the context."
+)
+
+
+def test_which_language_models_is_not_answered_by_another_language() -> None:
+    """The sample KB's answer to "Which language models can I use?" opened with the search
+    tools' ``filters`` ("one small language: … with the operators …"): "language" was the
+    question's rarest word among the passages, and that sentence its only one saying it -
+    in another sense, without the models it qualifies."""
+    passages = [
+        Passage("agentchat-tools#3", "The RAG tools and their parameters", FILTERS_LANGUAGE, 0.48),
+        Passage("agentchat-compatible-faces#1", "OpenAI-compatible API and the Vercel AI SDK", MODEL_PER_CONTEXT, 0.43),
+        Passage("agentchat-troubleshooting#0", "Troubleshooting", NO_MODEL, 0.39),
+    ]
+    answer, sources, _ = compose_answer("Which language models can I use?", passages)
+    assert "filters" not in answer and "agentchat-tools#3" not in sources, answer
+    assert answer.startswith("**The answers come from the extractive provider.** No model was reachable"), answer
+
+
+def test_the_word_before_the_focus_counts_where_a_passage_says_it_with_the_focus() -> None:
+    """Only passages that say the focus but never beside that word make it another sense:
+    "typed fields" keeps "field" of "which field types …", and with no passage saying
+    "formats" the files of "which file formats …" still count."""
+    from llm.extractive_question import Question
+
+    language = Question.of("Which language models can I use?")
+    alone = language.modifier_alone_in([FILTERS_LANGUAGE, NO_MODEL])
+    assert alone.modifier_alone and not language.words.stems("language") & alone.terms(FILTERS_LANGUAGE)
+    field_types = Question.of("Which field types can a bucket declare?")
+    typed = "A bucket may declare typed fields (TEXT, INTEGER, REAL, DATE, BOOLEAN)."
+    assert not field_types.modifier_alone_in([typed, "An unknown field is a tool error."]).modifier_alone
+    formats = Question.of("Which file formats does agentchat ingest accept?")
+    assert not formats.modifier_alone_in(["It reads Markdown, text and HTML files."]).modifier_alone
