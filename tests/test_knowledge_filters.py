@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 from app.cli.kb_file import open_kb_file
 from knowledge import FilterError, KnowledgeBase, compile_filters
 from storage.sqlite.kb_filters_sql import filter_sql
+from tests.support.sqlite_templates import copy_database
 from toolindex.hashing import HashingEmbedder
 
 SCHEMA = {"vendor": "TEXT", "amount": "REAL", "year": "INTEGER", "issued": "DATE", "paid": "BOOLEAN"}
@@ -22,16 +24,33 @@ INVOICES: list[dict[str, Any]] = [
 ]
 
 
+async def _build_invoices(path: Path) -> None:
+    base = await open_kb_file(path, HashingEmbedder(dim=64))
+    try:
+        await base.create_bucket("invoices", SCHEMA)
+        docs = [
+            {**inv, "title": f"Invoice {inv['id']}", "text": f"Invoice from {inv['vendor']} for widgets."}
+            for inv in INVOICES
+        ]
+        report = await base.ingest_documents(docs, bucket="invoices")
+        assert report.added == 4
+    finally:
+        await base.aclose()
+
+
+@pytest.fixture(scope="module")
+def invoices_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The invoices bucket built once for the module, the file closed: each test opens a
+    copy of its own (``kb``), so what one writes never reaches another. A build per test
+    (a fresh file's migrations, the bucket, the ingest) was ~90 % of this file's time."""
+    path = tmp_path_factory.mktemp("invoices") / "kb.db"
+    asyncio.run(_build_invoices(path))
+    return path
+
+
 @pytest.fixture
-async def kb(tmp_path: Path) -> AsyncIterator[KnowledgeBase]:
-    base = await open_kb_file(tmp_path / "kb.db", HashingEmbedder(dim=64))
-    await base.create_bucket("invoices", SCHEMA)
-    docs = [
-        {**inv, "title": f"Invoice {inv['id']}", "text": f"Invoice from {inv['vendor']} for widgets."}
-        for inv in INVOICES
-    ]
-    report = await base.ingest_documents(docs, bucket="invoices")
-    assert report.added == 4
+async def kb(tmp_path: Path, invoices_file: Path) -> AsyncIterator[KnowledgeBase]:
+    base = await open_kb_file(copy_database(invoices_file, tmp_path / "kb.db"), HashingEmbedder(dim=64))
     try:
         yield base
     finally:

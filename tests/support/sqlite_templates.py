@@ -29,11 +29,11 @@ class SqliteTemplates:
 
     def agent_copy(self, dest: Path) -> Path:
         """A copy of the agent template at ``dest`` (``open_sqlite_storage(dest)``)."""
-        return _copy(self.agent, dest)
+        return copy_database(self.agent, dest)
 
     def backend_copy(self, dest: Path) -> Path:
         """A copy of the backend template at ``dest`` (``create_backend_app(dest)``)."""
-        return _copy(self.backend, dest)
+        return copy_database(self.backend, dest)
 
 
 def build_sqlite_templates(folder: Path) -> SqliteTemplates:
@@ -56,12 +56,13 @@ async def _build(templates: SqliteTemplates) -> None:
         await db.close()
 
 
-def _copy(template: Path, dest: Path) -> Path:
-    """``template``'s bytes and mode at ``dest``: the agent's file is made ``0600``
-    (``storage/sqlite/database.py``), and so is its copy."""
+def copy_database(template: Path, dest: Path) -> Path:
+    """A closed SQLite file ``template``'s bytes and mode at ``dest`` (also for a module's
+    own prepared file): the agent's file is made ``0600`` (``storage/sqlite/database.py``),
+    and so is its copy."""
     shutil.copyfile(template, dest)
     shutil.copymode(template, dest)
     return dest
 
 
-__all__ = ["SqliteTemplates", "build_sqlite_templates"]
+__all__ = ["SqliteTemplates", "build_sqlite_templates", "copy_database"]
