@@ -97,7 +97,7 @@ class KnowledgeComponent:
         counts means they were read after its commit."""
         sample = self.sample
         stats = await self.kb.status.stats(wait=False)
-        semantic = await self.kb.status.semantic()
+        semantic = await self.kb.status.semantic(wait=False)
         loading = sample.startswith("ingesting")
         failed = sample.startswith("failed")
         has_embedder = semantic["embedder"] is not None

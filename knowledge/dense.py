@@ -96,9 +96,10 @@ class DenseSide(Protocol):
 
     async def cosines(self, chunk_ids: Sequence[int], query: F32) -> dict[int, float]: ...
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self, *, kept_counts: bool = False) -> dict[str, Any]:
         """How a search by meaning runs here (``/readyz``): exact in memory, or which
-        index of the engine and how it is asked."""
+        index of the engine and how it is asked (``kept_counts``: from the counts kept,
+        never a sum over the documents - ``KBVectorSearch.vector_index_status``)."""
         ...
 
     def unreadable(self) -> dict[str, int]:
@@ -213,7 +214,7 @@ class MatrixDense:
     async def cosines(self, chunk_ids: Sequence[int], query: F32) -> dict[int, float]:
         return self.matrix.cosines(chunk_ids, query)
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self, *, kept_counts: bool = False) -> dict[str, Any]:
         unreadable = self.matrix.unreadable
         return {
             "search": "exact, in memory",
@@ -355,10 +356,10 @@ class DatabaseDense:
     async def cosines(self, chunk_ids: Sequence[int], query: F32) -> dict[int, float]:
         return await self._search.cosines(chunk_ids, query)
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self, *, kept_counts: bool = False) -> dict[str, Any]:
         return {
             "search": "the engine's vector index",
-            **await self._search.vector_index_status(),
+            **await self._search.vector_index_status(kept_counts=kept_counts),
             **self._unreadable_status(),
         }
 

@@ -64,9 +64,11 @@ class KBStatus:
         #: that a bucket is unknown or that there are none.
         self.bucket_list_failures = 0
 
-    async def semantic(self) -> dict[str, Any]:
+    async def semantic(self, *, wait: bool = True) -> dict[str, Any]:
         """``ok`` when a semantic search runs on vectors now, else ``detail`` says why not;
-        ``fallbacks`` is the searches that asked for vectors and ran on text since start."""
+        ``fallbacks`` is the searches that asked for vectors and ran on text since start.
+        ``wait=False`` (``/readyz``): the engine's index status from the vector counts
+        kept, never summed in the call (``DenseSide.status``)."""
         embedder, embed_key, fresh = self._embedder, self._embed_key, self._fresh
         out: dict[str, Any] = {
             "embedder": embed_key, "dim": embedder.dim if embedder else None, "fallbacks": self._search.text_fallbacks,
@@ -74,7 +76,7 @@ class KBStatus:
         if embedder is None:
             return {"ok": False, "detail": "no embedder: every search runs on text", **out}
         await fresh.check()
-        out["index"] = await self._vectors.status()
+        out["index"] = await self._vectors.status(kept_counts=not wait)
         out["reload_failures"] = fresh.reload_failures
         if fresh.reload_error is not None:  # the vectors in memory are older than the stored ones
             out["reload_error"] = fresh.reload_error

@@ -261,9 +261,12 @@ class KBVectorSearch(Protocol):
         counts where the vectors are loaded into memory)."""
         ...
 
-    async def vector_index_status(self) -> dict[str, Any]:
+    async def vector_index_status(self, *, kept_counts: bool = False) -> dict[str, Any]:
         """How scoped searches run on this server (``/readyz``): on PostgreSQL, which
-        pgvector and whether its HNSW scans are iterative (recall differs a lot)."""
+        pgvector and whether its HNSW scans are iterative (recall differs a lot).
+        ``kept_counts``: what needs the vectors' counts per bucket reads those kept,
+        whatever their generation (``null`` before any) - ``/readyz`` never waits for a
+        count (``knowledge.kb_counts_memo``, which counts them again in the background)."""
         ...
 
     @property

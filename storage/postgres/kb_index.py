@@ -310,13 +310,15 @@ class PostgresKBIndex(SqlKBIndex):
     async def count_vectors(self, embed_model: str, dim: int) -> int:
         return await self._vectors.count_vectors(embed_model, dim)
 
-    async def vector_index_status(self) -> dict[str, Any]:
+    async def vector_index_status(self, *, kept_counts: bool = False) -> dict[str, Any]:
         """``VectorSearch.describe`` (the server's view of every replica's graphs) and
         what this process builds or failed to build (``GraphUpkeep.status``). The
         generation first: its counts are summed over every document again only when the
-        knowledge base changed since they were (``/readyz`` asks every few seconds)."""
+        knowledge base changed since they were - and never with ``kept_counts``
+        (``/readyz``, which asks every few seconds and must not wait for a count)."""
         generation = await self.kb_generation()
-        return {**await self._vectors.describe(generation), **self._graphs.status()}
+        described = await self._vectors.describe(generation, kept_counts=kept_counts)
+        return {**described, **self._graphs.status()}
 
     @property
     def graph_serial_builds(self) -> int:

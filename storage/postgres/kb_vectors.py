@@ -208,11 +208,11 @@ class VectorSearch:
         return counts
 
     async def count_vectors(self, embed_model: str, dim: int) -> int:
-        row = await self._db.fetchone(
-            "SELECT coalesce(sum(chunk_count), 0) FROM kb_documents WHERE embed_model = %s AND embed_dim = %s",
-            (embed_model, int(dim)),
-        )
-        return int(row[0]) if row else 0
+        """From the counts per model and bucket, read anew: the one sum over the documents
+        that ``/readyz``'s count in the background makes serves ``describe`` too, which
+        then never reads them in a probe (``describe(kept_counts=True)``)."""
+        counts = await self.counts(fresh=True)
+        return sum(vectors for _docs, vectors in counts.by_model.get((embed_model, int(dim)), {}).values())
 
     async def has_vectors(self, embed_model: str, dim: int) -> bool:
         row = await self._db.fetchone(
@@ -243,10 +243,14 @@ class VectorSearch:
             return self.iterative
         return pgvector_version(await self.pgvector()) >= ITERATIVE_SINCE
 
-    async def describe(self, kb_generation: int | None = None) -> dict[str, Any]:
+    async def describe(self, kb_generation: int | None = None, *, kept_counts: bool = False) -> dict[str, Any]:
         """How scoped searches run on this server, for the KB's status: which pgvector,
         whether its scans are iterative and how big the exactly re-ranked pool is.
-        ``kb_generation``: the stored generation just read (``counts``)."""
+        ``kb_generation``: the stored generation just read (``counts``). ``kept_counts``
+        (``/readyz``): the buckets without a graph from the counts kept, whatever their
+        generation, and ``null`` before any - a read of them sums every document (~1 s
+        at 1M chunks); ``count_vectors`` (``/readyz``'s count in the background) and the
+        searches keep them anew."""
         iterative = await self._iterative_scans()
         out: dict[str, Any] = {
             "pgvector": await self.pgvector() or None,
@@ -255,7 +259,7 @@ class VectorSearch:
             "exact_scope_vectors": self.exact_scope_vectors,
             "exact_reruns": self.exact_reruns,
         }
-        counts = await self.counts(kb_generation=kb_generation)
+        counts = self._counts if kept_counts else await self.counts(kb_generation=kb_generation)
         # The catalog itself, not the cached counts: a build that just ended shows at once.
         async with self._db.reading() as conn:
             states = await graph_states(conn)
@@ -271,18 +275,19 @@ class VectorSearch:
         out["graphs_fit_shared_buffers"] = graph_bytes <= buffer_bytes
         # A bucket past the threshold without a valid graph (being built, a build not run
         # yet, or one that failed: the next write into it or the next open's repair makes
-        # it) is searched exactly meanwhile.
-        out["buckets_without_graph"] = sorted(
+        # it) is searched exactly meanwhile. ``None``: no counts kept yet (``kept_counts``).
+        by_model = counts.by_model if counts is not None else {}
+        out["buckets_without_graph"] = None if counts is None else sorted(
             {
                 b
-                for (_m, dim), buckets in counts.by_model.items()
+                for (_m, dim), buckets in by_model.items()
                 for b, (_d, vectors) in buckets.items()
                 if 0 < dim <= HNSW_MAX_DIM and vectors > self.exact_scope_vectors and (dim, bucket_key(b)) not in valid
             }
         )
         # Graphs in the catalog but not valid: under way (any replica), or left invalid
         # by a failed or cancelled build (dropped and built again by the next repair).
-        names = {bucket_key(b): b for buckets in counts.by_model.values() for b in buckets}
+        names = {bucket_key(b): b for buckets in by_model.values() for b in buckets}
         invalid = {k for k, ok in states.items() if not ok}
         out["buckets_building_graph"] = sorted({names.get(k, k) for _d, k in invalid & running})
         out["buckets_with_invalid_graph"] = sorted({names.get(k, k) for _d, k in invalid - running})

@@ -32,7 +32,7 @@ class _Status:
         return {"documents": 0, "chunks": 0, "vectors": 0, "documents_without_current_vectors": 0,
                 "counted": {"current": True}}  # fmt: skip
 
-    async def semantic(self) -> dict[str, Any]:
+    async def semantic(self, *, wait: bool = True) -> dict[str, Any]:
         return {"embedder": None}
 
 
