@@ -16,10 +16,16 @@ Every probe is ``KnowledgeComponent.readiness()`` as ``/readyz`` calls it, in a 
 process per source tree (``--trees NAME=PATH ...``, alternated size by size on the very
 same databases, ``--rounds`` times each), after ``--warmup`` probes; ``--modes``:
 ``steady`` probes of an unchanged knowledge base, ``after-write`` probes each right after
-a write of it (one document ingested, outside the figures).
+a write of it (one document ingested, outside the figures), back to back;
+``after-write-paced`` the same, the background count a probe started ended (outside the
+figures) before the next write, as when probes come seconds apart. A probe that answers with
+older counts and counts in the background (``knowledge/kb_counts_memo.py``) is measured
+as it answers; where the counts' cost went is in ``loop_process_cpu_ms_per_probe`` (the
+whole loop, writes and background counts included), ``counts_read`` and
+``settle_after_last_probe`` (until the counts of the last write are current).
 
 Run from the repository root, under the bench lock:
-  flock /tmp/s49/bench.lock .venv/bin/python bench/readyz_cost.py \
+  flock /tmp/s50/bench.lock .venv/bin/python bench/readyz_cost.py \
       --trees before=/tmp/wt-before after=. [--base 100000] [--chunks 100000 1000000]
 Writes bench/results/readyz_cost.json (``--out`` names another).
 """
@@ -168,10 +174,30 @@ def _server_cpu_s(pid: int) -> float:
     return total
 
 
-async def measure(engine: str, where: str, probes: int, warmup: int, pg_pid: int, writes: bool) -> dict[str, Any]:
+async def _settled(component: Any, out: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Probes (``out``: the last one's answer) until one answers with counts of the stored
+    generation: at once on a tree that counts in the probe."""
+    out = out if out is not None else await component.readiness()
+    while not out.get("counted", {"current": True})["current"]:
+        await asyncio.sleep(0.02)
+        out = await component.readiness()
+    return out
+
+
+async def _count_ended(counted: Any) -> None:
+    """Until no count runs in the background (nothing to wait for on a tree without)."""
+    while counted is not None and getattr(counted, "counting", False):
+        await asyncio.sleep(0.005)
+
+
+async def measure(
+    engine: str, where: str, probes: int, warmup: int, pg_pid: int, writes: bool, paced: bool = False
+) -> dict[str, Any]:
     """``probes`` probes after ``warmup``; ``writes``: each probe right after a write of the
     knowledge base (one document ingested into a bucket of its own, outside the figures),
-    as on a replica whose users attach files or whose operator ingests meanwhile."""
+    as on a replica whose users attach files or whose operator ingests meanwhile.
+    ``paced``: the background count a probe started ends before the next write, as when
+    probes come seconds apart (back to back, one count serves many probes)."""
     from app.knowledge_component import KnowledgeComponent
 
     kb = await _open_kb(engine, where)
@@ -186,13 +212,23 @@ async def measure(engine: str, where: str, probes: int, warmup: int, pg_pid: int
         first = await component.readiness()
         for _ in range(warmup):
             await component.readiness()
+        # A tree that counts in the background: from counts of the stored generation on,
+        # as a replica is once its first count has ended (else the whole loop may run
+        # beside that count).
+        await _settled(component)
         walls: list[float] = []
         cpus: list[float] = []
+        current = 0
         # The server's CPU summed probe by probe (its clock ticks are 10 ms: too coarse for
         # one probe, unbiased over many), the writes left out.
         server_s = 0.0
+        counted = getattr(kb.status, "_counted", None)
+        reads_before = getattr(counted, "reads", 0)
+        loop_c0 = time.process_time()
         for i in range(probes):
             if writes:
+                if paced:  # the count the last probe started ends before the next write
+                    await _count_ended(counted)
                 doc = {"id": f"w-{os.getpid()}-{i}", "title": "a write", "text": f"written before probe {i}"}
                 await kb.ingest_documents([doc], bucket="readyz_writes")
             s0 = _server_cpu_s(pg_pid) if pg_pid else 0.0
@@ -202,14 +238,33 @@ async def measure(engine: str, where: str, probes: int, warmup: int, pg_pid: int
             server_s += _server_cpu_s(pg_pid) - s0 if pg_pid else 0.0
             walls.append((w1 - w0) * 1000)
             cpus.append((c1 - c0) * 1000)
+            current += bool(out.get("counted", {"current": True})["current"])  # a tree before: always counted
+        loop_cpu_ms = (time.process_time() - loop_c0) * 1000 / probes
+        reads = getattr(counted, "reads", 0) - reads_before
+        # A tree whose probes answer with older counts: until a probe finds them current
+        # (the background count of the last write ended), so the last answer is the truth.
+        settle_c0, settle_w0 = time.process_time(), time.perf_counter()
+        out = await _settled(component, out)
+        settle_ms = (time.perf_counter() - settle_w0) * 1000
+        settle_cpu_ms = (time.process_time() - settle_c0) * 1000
         server_ms = server_s * 1000 / probes if pg_pid else None
         result: dict[str, Any] = {
             "probes": probes,
             "after_a_write": writes,
+            "paced": paced,
             "wall_ms": {"median": round(statistics.median(walls), 2), "max": round(max(walls), 2)},
             "process_cpu_ms": {"median": round(statistics.median(cpus), 2), "mean": round(statistics.mean(cpus), 2)},
             "answer": {k: out.get(k) for k in ("ok", "documents", "chunks", "vectors", "pending_vectors")},
             "first_answer_documents": first.get("documents"),
+            # Probes whose counts were of the stored generation, and the counts read over
+            # the probes (one per probe before; in the background, never two at once, after).
+            "current_answers": current,
+            "counts_read": reads if counted is not None else None,
+            # This process's CPU over the whole loop per probe: the writes, the probes and
+            # the counts in the background (a reader thread's on SQLite) - where the counts'
+            # cost went once it left the probe.
+            "loop_process_cpu_ms_per_probe": round(loop_cpu_ms, 2),
+            "settle_after_last_probe": {"wall_ms": round(settle_ms, 1), "process_cpu_ms": round(settle_cpu_ms, 1)},
         }
         if server_ms is not None:
             result["server_cpu_ms_per_probe"] = round(server_ms, 2)
@@ -218,12 +273,14 @@ async def measure(engine: str, where: str, probes: int, warmup: int, pg_pid: int
         await kb.aclose()
 
 
-def child(tree: Path, engine: str, where: str, probes: int, warmup: int, pg_pid: int, writes: bool) -> dict[str, Any]:
+def child(
+    tree: Path, engine: str, where: str, probes: int, warmup: int, pg_pid: int, writes: bool, paced: bool = False
+) -> dict[str, Any]:
     env = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, __file__, "--child", str(tree), "--engine", engine, "--where", where,
          "--probes", str(probes), "--warmup", str(warmup), "--pg-pid", str(pg_pid),
-         *(["--writes"] if writes else [])],
+         *(["--writes"] if writes else []), *(["--paced"] if paced else [])],
         capture_output=True, text=True, env=env, check=False, cwd=str(tree),
     )  # fmt: skip
     if proc.returncode != 0:
@@ -249,12 +306,14 @@ def main() -> int:
     ap.add_argument("--where", help=argparse.SUPPRESS)
     ap.add_argument("--pg-pid", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--writes", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--paced", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument(
         "--modes",
         nargs="+",
         default=["steady", "after-write"],
-        choices=["steady", "after-write"],
-        help="probes of an unchanged knowledge base, and probes each right after a write",
+        choices=["steady", "after-write", "after-write-paced"],
+        help="probes of an unchanged knowledge base, probes each right after a write, and the same with the"
+        " background count a probe started ended before the next write (probes seconds apart)",
     )
     args = ap.parse_args()
 
@@ -262,7 +321,9 @@ def main() -> int:
         import json
 
         _tree_first(args.child.resolve())
-        out = asyncio.run(measure(args.engine, args.where, args.probes, args.warmup, args.pg_pid, args.writes))
+        out = asyncio.run(
+            measure(args.engine, args.where, args.probes, args.warmup, args.pg_pid, args.writes, args.paced)
+        )
         print(json.dumps(out))
         return 0
 
@@ -305,8 +366,11 @@ def main() -> int:
                 for mode in args.modes:
                     for round_ in range(args.rounds):  # the trees alternated: A B A B ...
                         for name, tree in trees.items():
-                            got = child(tree, engine, where, args.probes, args.warmup, pg_pid, mode == "after-write")
-                            key = name if mode == "steady" else f"{name}, after a write"
+                            writes, paced = mode.startswith("after-write"), mode == "after-write-paced"
+                            got = child(tree, engine, where, args.probes, args.warmup, pg_pid, writes, paced)
+                            key = {"steady": name, "after-write": f"{name}, after a write"}.get(
+                                mode, f"{name}, after a write, paced"
+                            )
                             size.setdefault(key, []).append(got)
                             print(f"  {engine} {n:,} {key} (round {round_ + 1}): {got}", flush=True)
                 by_size[str(n)] = size
