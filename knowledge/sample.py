@@ -24,6 +24,12 @@ from knowledge.types import IngestReport
 
 SAMPLE_KB_DIR = Path(__file__).resolve().parent / "sample_kb"
 
+#: The ids the sample's files give their documents start so (``id: agentchat-overview``),
+#: every file it ever shipped too: a file of another install's sample folder is one of
+#: them - not a file of someone's own in a folder that is also ``.../knowledge/sample_kb``
+#: (a clone of the project with notes added), which the start must never remove.
+SAMPLE_ID_PREFIX = "agentchat-"
+
 #: More documents than this in the bucket: not the sample's bucket, whatever they are
 #: (the sample has a few dozen files; this bounds the look before a start).
 MAX_SAMPLE_DOCUMENTS = 200
@@ -94,9 +100,11 @@ async def _left_by_another_install(kb: KnowledgeBase, bucket: str, ids: set[str]
     """Those of ``ids`` (the bucket's sample documents) still read from another install's
     sample folder. An unchanged file re-ingested from today's folder is re-homed there
     (``knowledge.ingest``), so after an ingest these are the files the shipped sample no
-    longer has: under the old path, no re-ingest of today's folder ever removed them."""
+    longer has: under the old path, no re-ingest of today's folder ever removed them.
+    Only the sample's own documents (``SAMPLE_ID_PREFIX``): the path alone also matched
+    someone's notes in a folder of the same name, removed at every start."""
     here = {d.id for d in await kb.index.file_documents(bucket, str(SAMPLE_KB_DIR) + os.sep, prefix=True)}
-    states = await kb.index.document_states(sorted(ids - here))
+    states = await kb.index.document_states(sorted(i for i in ids - here if i.startswith(SAMPLE_ID_PREFIX)))
     return sorted(i for i, s in states.items() if s.bucket == bucket and is_packaged_sample_path(s.origin))
 
 

@@ -84,6 +84,30 @@ async def test_a_moved_sample_is_re_homed_and_the_file_it_dropped_removed(
     assert (again.unread_files, again.skipped, again.deleted) == (len(shipped), len(shipped), 0), again
 
 
+async def test_own_documents_in_a_folder_named_like_the_samples_are_kept(
+    kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder of one's own whose path ends in ``knowledge/sample_kb`` (a clone of the
+    project, or the package's folder copied out, with notes added beside the sample's
+    files) ingested into the sample's bucket: its own files are no sample file, whatever
+    the folder is called - the start re-homes the shipped ones and removes nothing."""
+    clone = installed_sample(tmp_path / "clone")
+    (clone / "my-notes.md").write_text("---\nid: my-notes\n---\n# My notes\n\nThe ocelot is fed at noon.\n")
+    (clone / "runbook.md").write_text("# Runbook\n\nRestart the ocelot feeder on Mondays.\n")  # id from its path
+    assert (await kb.ingest_paths([clone])).added == len(list(clone.glob("*.md")))
+    mine = {i for i, o in (await origins(kb)).items() if Path(o).name in ("my-notes.md", "runbook.md")}
+    assert len(mine) == 2
+
+    monkeypatch.setattr(knowledge.sample, "SAMPLE_KB_DIR", installed_sample(tmp_path / "venv"))
+    started = await ensure_sample_kb(kb)
+    assert isinstance(started, IngestReport) and started.deleted == 0, started  # before: 2 deleted
+    homes = await origins(kb)
+    assert mine <= homes.keys(), homes
+    # What tells them apart: every file the sample ships names its document so.
+    assert all(i.startswith(knowledge.sample.SAMPLE_ID_PREFIX) for i in homes.keys() - mine), homes
+    assert await ensure_sample_kb(kb) is SampleLeft.CURRENT
+
+
 async def test_the_sample_kept_beside_others_is_counted_after_the_install_moved(
     target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
