@@ -4,7 +4,6 @@ client to a loopback fake of Ollama; buckets and schemas come from a real knowle
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from knowledge.kb import KnowledgeBase
 from llm.ollama import OllamaProvider
 from tests.conftest import collect_sse, running_app
 from tests.fakes import FakeOllama, Hold, HttpError, Text, running_fake
+from tests.support.sqlite_templates import copy_database
 from tests.test_corpus_tools import build_corpus, corpus_embedder
 from tests.test_metrics import get_metrics, value
 
@@ -82,9 +82,7 @@ def corpus_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 async def kb(tmp_path: Path, corpus_file: Path) -> AsyncIterator[KnowledgeBase]:
-    copy = tmp_path / "kb.sqlite3"
-    shutil.copyfile(corpus_file, copy)
-    kb = await open_kb_file(copy, corpus_embedder())
+    kb = await open_kb_file(copy_database(corpus_file, tmp_path / "kb.sqlite3"), corpus_embedder())
     yield kb
     await kb.aclose()
 
