@@ -150,6 +150,38 @@ async def test_a_backend_that_keeps_exiting_is_given_up_and_readyz_says_what_to_
     assert not state_file.exists()
 
 
+async def test_a_backend_that_cannot_be_started_again_is_given_up_too(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No child at all (its interpreter gone: a virtualenv made anew under a running
+    ``serve``; no memory to fork): the start's error ended the keeper's thread, and
+    ``/readyz`` said ``restarting`` for ever with nothing more in the log. Each failed start
+    counts as an exit: the restarts back off, then end as for a child that keeps exiting."""
+    caplog.set_level(logging.INFO, logger="agentchat.cli")
+    first = subprocess.Popen([PYTHON, "-c", "raise SystemExit(3)"])
+    state_file = tmp_path / "backend.state.json"
+    gone = [str(tmp_path / "venv-made-anew" / "python"), "-m", "backend"]
+    keeper = BackendKeeper(gone, "http://127.0.0.1:9", first, state_file, restart_limit=2, first_delay_s=0.05)
+    keeper.start()
+    try:
+        deadline = time.monotonic() + GUARD_S
+        while (state := read_state(state_file)) is None or state.state != "given_up":
+            # before: the thread died at the first start, the state left at restarting
+            assert keeper._thread is not None and keeper._thread.is_alive(), (state, caplog.text)
+            assert time.monotonic() < deadline, caplog.text
+            await asyncio.sleep(0.02)
+        assert (state.restarts, state.exits) == (0, 3), state
+        assert state.last_exit is not None and state.last_exit.startswith("not started: FileNotFoundError"), state
+        said = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert said[0].startswith("the reference backend exited (code 3): starting it again"), said
+        assert said[-1].startswith("the reference backend exited (not started: FileNotFoundError"), said
+        assert said[-1].endswith("3 times within 60 s: not started again; workflow and table tools fail until "
+                                 "agentchat serve is restarted"), said
+    finally:
+        keeper.stop()
+    assert not state_file.exists()
+
+
 def test_the_ordinary_stop_logs_no_exit(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="agentchat.cli")
     settings = Settings.from_env({"AGENT_DB_PATH": str(tmp_path / "agent.sqlite3")})

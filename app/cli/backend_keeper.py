@@ -70,6 +70,8 @@ class BackendKeeper:
         self._exits: list[float] = []
         self._restarts = 0
         self._last_exit: str | None = None
+        #: Why the last start made no child at all (``_start_again``), until counted.
+        self._not_started: str | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -93,12 +95,13 @@ class BackendKeeper:
     def _keep(self) -> None:
         while True:
             proc = self._proc
-            code = proc.wait()
+            not_started, self._not_started = self._not_started, None
+            code = proc.wait()  # the last child's, at once when the last start made none
             if self._stopping.is_set():
                 return
             now = time.monotonic()
             self._exits = [t for t in self._exits if now - t < self.window_s] + [now]
-            how = self._last_exit = exit_described(code)
+            how = self._last_exit = f"not started: {not_started}" if not_started else exit_described(code)
             if len(self._exits) > self.restart_limit:
                 self._give_up(proc.pid, code, how)
                 return
@@ -119,9 +122,14 @@ class BackendKeeper:
             if self._stopping.is_set():
                 return False
             # In a session of its own, as the first (``reference_backend``): a Ctrl-C reaches serve alone.
-            self._proc = subprocess.Popen(
-                self.argv, preexec_fn=die_with_parent(thread_outlives_child=True), start_new_session=True
-            )
+            try:
+                self._proc = subprocess.Popen(
+                    self.argv, preexec_fn=die_with_parent(thread_outlives_child=True), start_new_session=True
+                )
+            except OSError as exc:  # no child at all: its interpreter gone (a virtualenv made anew), no memory
+                # Counted as one more exit (``_keep``): it ended this thread, /readyz saying restarting for ever.
+                self._not_started = f"{type(exc).__name__}: {exc}"[:300]
+                return True
             proc = self._proc
         self._restarts += 1
         deadline = time.monotonic() + START_TIMEOUT_S
