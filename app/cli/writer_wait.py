@@ -58,9 +58,14 @@ Send = Callable[[dict[str, Any]], Any]
 
 
 def waiting_reason(lock: WriterLock) -> str:
+    """Why this process waits, and what to do when it was meant to serve beside the other:
+    a second ``make run`` on another port in the same checkout (the README's advice when
+    8000 is taken) shares the first one's file and waits here, which the bare reason left
+    a newcomer to work out."""
     return (
         f"another agentchat serve ({lock.holder()}) writes the database {lock.db_path}; "
-        "this process takes over when it exits"
+        "this process takes over when it exits (to serve beside it instead, give this one "
+        "a database of its own: AGENT_DB_PATH)"
     )
 
 
