@@ -103,7 +103,26 @@ async def _copy(args: argparse.Namespace, source: Path) -> int:
         f"schema version {report.schema_version}{' (resumed)' if report.resumed else ''}; every count matches",
         file=sys.stderr,
     )
+    print(_next_step(source), file=sys.stderr)
     return 0
+
+
+def _next_step(source: Path) -> str:
+    """What to start the replicas with. Without it the first serve on the target refused for
+    want of a key and said to set one - any one, and a new key fails the runs the SQLite
+    service left unfinished and breaks the stream links it gave out (docs/scaling.md,
+    "The keys go with it"); the key to give is the file's content beside the database."""
+    from app.keyring import key_file_for
+
+    key_file = key_file_for(source)
+    if key_file.is_file():
+        key = f'AGENT_SECRET_KEY="$(cat {key_file})" (the SQLite service\'s key file)'
+    else:
+        key = "the AGENT_SECRET_KEY (or AGENT_STREAM_TOKEN_SECRET) the SQLite service had"
+    return (
+        f"next: start the service with AGENT_DATABASE_URL set to the target and {key}, so the runs it "
+        "left unfinished go on and its stream links still open (docs/scaling.md, \"The keys go with it\")"
+    )
 
 
 def _already_migrated(source: Path, completed_at: float, moved_on: list[tuple[str, int]]) -> str:
