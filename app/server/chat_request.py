@@ -87,6 +87,8 @@ def parse_chat_input(body: dict[str, Any], *, max_message_chars: int) -> ChatInp
                 return HTTPProblem(400, "invalid_field", "message is required")
             if not isinstance(raw, str):
                 return HTTPProblem(400, "invalid_field", "message must be a string")
+            if raw == "":  # "it holds only white space ..." read wrong for a message of nothing
+                return HTTPProblem(400, "invalid_field", "message must not be empty")
             return HTTPProblem(
                 400, "invalid_field", "message must not be empty (it holds only white space or invisible characters)"
             )
