@@ -331,12 +331,14 @@ def newer_chunking(documents: int) -> dict[str, Any]:
 
 def _missing_detail(missing: list[str], known: list[str]) -> str:
     """Said whether the operator set ``AGENT_KB_DEFAULT_BUCKETS`` or left its ``default``
-    (a fresh database without the sample: nothing to search yet either)."""
+    (a fresh database without the sample: nothing to search yet either), with the two ways
+    out: the command that fills the bucket, or a setting that names buckets there are."""
     names = ", ".join(repr(b) for b in missing)
     there = ", ".join(known) or "(none)"
     return (
         f"no bucket {names}, which knowledge searches without a named bucket cover (AGENT_KB_DEFAULT_BUCKETS): "
-        f"they find nothing there until it is created (buckets there are: {there})"
+        f"they find nothing there until it is created (`agentchat ingest PATH --bucket NAME` fills it) or the "
+        f"setting names buckets there are (buckets there are: {there})"
     )
 
 

@@ -65,7 +65,8 @@ async def test_a_default_bucket_that_does_not_exist_is_said_everywhere(
     warned = [r.getMessage() for r in caplog.records if "AGENT_KB_DEFAULT_BUCKETS" in r.getMessage()]
     assert warned == [
         "no bucket 'nosuchbucket', which knowledge searches without a named bucket cover (AGENT_KB_DEFAULT_BUCKETS): "
-        "they find nothing there until it is created (buckets there are: handbook)"
+        "they find nothing there until it is created (`agentchat ingest PATH --bucket NAME` fills it) or the "
+        "setting names buckets there are (buckets there are: handbook)"
     ], warned
     assert all(r.levelno == logging.WARNING for r in caplog.records if "AGENT_KB_DEFAULT_BUCKETS" in r.getMessage())
     assert ready.status_code == 200, ready.text  # still in service: buckets may come later
