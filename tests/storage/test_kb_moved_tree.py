@@ -242,3 +242,29 @@ async def test_a_start_after_the_install_moved_updates_the_sample_once_then_find
     finally:
         await kb.aclose()
     assert sorted(Path(o) for o in homes.values()) == sorted(new.glob("*.md")), homes
+
+
+async def test_a_moved_folder_is_cited_by_its_new_name(kb: KnowledgeBase, tmp_path: Path) -> None:
+    """``mv notes notes-2024 && agentchat ingest notes-2024``: a search cites the folder
+    by the name it has now. The document keeps its id (its ``id:``); the path it is shown
+    as is part of its content hash (``knowledge.ingest_docs.content_hash``), so a renamed
+    folder's file is updated - source and origin written together, its vectors reused -
+    never skipped as unchanged with the old name (only a move that keeps the shown path,
+    ``a/notes`` -> ``b/notes``, is a re-home of origin alone)."""
+    old = tmp_path / "notes"
+    old.mkdir()
+    (old / "feeding.md").write_text("---\nid: feeding\n---\n# Feeding\n\nThe ocelot is fed at noon.\n")
+    assert (await kb.ingest_paths([old], bucket="notes")).added == 1
+    before = await kb.search("ocelot fed noon", bucket="notes")
+    assert [h.source for h in before.hits] == ["notes/feeding.md"], before
+
+    new = old.rename(tmp_path / "notes-2024")
+    moved = await kb.ingest_paths([new], bucket="notes")
+    assert (moved.added, moved.updated, moved.skipped, moved.deleted, moved.reused_vectors) == (0, 1, 0, 0, 1), moved
+    after = await kb.search("ocelot fed noon", bucket="notes")
+    assert [h.source for h in after.hits] == ["notes-2024/feeding.md"], after
+    assert await origins(kb, "notes") == {"feeding": str(new / "feeding.md")}
+    # Its document says so too, and the next re-ingest finds it unchanged, unread.
+    assert (await kb.get_document("feeding") or {}).get("source") == "notes-2024/feeding.md"
+    again = await kb.ingest_paths([new], bucket="notes")
+    assert (again.unread_files, again.skipped) == (1, 1), again
