@@ -4,7 +4,9 @@ provider's reply to it.
 A newcomer's first message is often "hi", "Hallo" or "good morning", and the last one
 "thanks": searched as a question, each found nothing and was answered "I could not find an
 answer to that in the knowledge base" - unfriendly, and untrue in spirit, since nothing was
-asked. Such a message is answered with what the provider can do instead. A greeting *with*
+asked. Such a message is answered with what the provider can do instead, and so is a
+question to the assistant itself ("What can you do?", "Who are you?"), which the
+knowledge base does not answer either. A greeting *with*
 a question ("Hi, how do I cancel a run?") is not one: every word of the message must be a
 greeting's, a thanks' or their filler ("there", "everyone", "so much") for it to count.
 
@@ -58,6 +60,19 @@ _GREETINGS = (
     "how are you",
     "how are you doing",
     "how's it going",
+    # What a newcomer asks the assistant itself, which is what the greeting tells: searched
+    # as a question, "What can you do?" was answered "I could not find an answer to that".
+    "what can you do",
+    "what do you do",
+    "what can you help with",
+    "what can you help me with",
+    "how can you help",
+    "how can you help me",
+    "what can i ask",
+    "what can i ask you",
+    "what should i ask",
+    "who are you",
+    "what are you",
 )
 _THANKS = (
     "thank you",
