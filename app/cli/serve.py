@@ -130,8 +130,10 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
             os.environ["AGENT_PORT"] = str(port)
             os.environ["AGENT_HOST"] = settings.host
             # The reloader re-imports the app in a child process; the backend keeps running
-            # in its own, so reloads do not reset it.
-            with reference_backend(settings, args, port, "info") as backend:
+            # in its own, so reloads do not reset it. At WARNING as without --reload: at INFO
+            # `make dev`'s first address was the backend's "Uvicorn running on
+            # http://127.0.0.1:8001", which a newcomer opened instead of the agent's.
+            with reference_backend(settings, args, port, "warning") as backend:
                 if backend is not None:
                     os.environ.update(backend.env())
                 run_reloader(
