@@ -20,7 +20,12 @@ from agenttools.core.registry import ToolRegistry
 from app.config import Settings
 from app.knowledge_component import KnowledgeComponent, sample_turns
 from app.ops.backend_state import read_state, readiness_of
-from app.ops.close_budget import KB_REEMBED_STOP_S, KB_TASKS_STOP_S, KB_UNREADABLE_COUNT_STOP_S
+from app.ops.close_budget import (
+    KB_READYZ_COUNT_STOP_S,
+    KB_REEMBED_STOP_S,
+    KB_TASKS_STOP_S,
+    KB_UNREADABLE_COUNT_STOP_S,
+)
 from app.ops.leader import Leader
 from app.ops.masking import mask_url
 from app.ops.stopping import cancel_and_wait
@@ -116,6 +121,7 @@ async def attach_rooms(
         overload_threshold=settings.clarify_overload_hits,  # the corpus tools' rule too (OverloadRule)
         reembed_stop_s=KB_REEMBED_STOP_S,  # a step of the close budget
         unreadable_count_stop_s=KB_UNREADABLE_COUNT_STOP_S,  # another
+        readyz_count_stop_s=KB_READYZ_COUNT_STOP_S,  # and another
     )
     kb = await KnowledgeBase.create(storage.kb_index, embedder, config=config, schema_version=storage.schema_version)
     stack.push_async_callback(kb.aclose)

@@ -121,7 +121,7 @@ class KnowledgeBase:
         #: What the KB says about itself: ``/readyz``'s reads and ``/metrics``' counters.
         self.status = KBStatus(
             index, embedder, embed_key, self._vectors, self._fresh, self._buckets, self._search,
-            schema_version=schema_version,
+            schema_version=schema_version, count_stop_s=self.config.readyz_count_stop_s,
         )
 
     @classmethod

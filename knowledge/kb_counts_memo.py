@@ -44,6 +44,7 @@ An index without a generation (a test's fake) is counted at every call, in the c
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import time
 from collections.abc import Callable
@@ -120,8 +121,12 @@ class CountsAtGeneration:
     """The store's counts of one knowledge base, kept while its generation stands and
     counted again by one background task when it moved (see the module docstring)."""
 
-    def __init__(self, index: KBIndex, dense: DenseSide, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, index: KBIndex, dense: DenseSide, *, stop_s: float = 5.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._index = index
+        #: How long ``aclose`` waits for a cancelled count (``KBConfig.readyz_count_stop_s``).
+        self._stop_s = stop_s
         self._gens: KBGenerations | None = index if isinstance(index, KBGenerations) else None
         self._dense = dense
         self._clock = clock
@@ -239,12 +244,21 @@ class CountsAtGeneration:
         return StoredCounts(counts, vectors)
 
     async def aclose(self) -> None:
-        """Cancel a count under way and wait for its task to end; no count starts after."""
+        """Cancel a count under way and wait at most ``stop_s`` for its task to end; no
+        count starts after. A cancelled statement waits for PostgreSQL to answer the
+        cancel, which a server hanging at shutdown never does: a count still running
+        then is logged with its stack and left, so the shutdown goes on (a step of the
+        close budget, ``app/ops/close_budget.py``)."""
         self._closed = True
         task = self._task
         if task is not None and not task.done():
             task.cancel()
-            await asyncio.wait({task})  # its cancellation is not this close's
+            done, _ = await asyncio.wait({task}, timeout=self._stop_s)  # its cancellation is not this close's
+            if not done:
+                task.print_stack(file=(stack := io.StringIO()))
+                log.error("knowledge base: the /readyz count did not end within %.1f s of its cancellation; "
+                          "closing without it", self._stop_s,
+                          extra={"task": task.get_name(), "stack": stack.getvalue()[-3000:]})  # fmt: skip
 
 
 __all__ = ["CountsAtGeneration", "CountsSeen", "StoredCounts"]

@@ -48,6 +48,7 @@ class KBStatus:
         search: Searcher,
         *,
         schema_version: int | None,
+        count_stop_s: float = 5.0,
     ) -> None:
         self._index = index
         self._embedder = embedder
@@ -58,7 +59,7 @@ class KBStatus:
         self._search = search
         self._schema_version = schema_version
         #: The store's counts, read again only once the stored knowledge base changed.
-        self._counted = CountsAtGeneration(index, vectors)
+        self._counted = CountsAtGeneration(index, vectors, stop_s=count_stop_s)
         #: Reads of the bucket list (``KnowledgeBase.list_buckets``, a named bucket looked
         #: up) that failed since start: the answer said the list could not be read, never
         #: that a bucket is unknown or that there are none.

@@ -301,6 +301,11 @@ class KBConfig:
     #: whose cancel a frozen server may not answer for many seconds); one still running
     #: then is named in the log and left behind. A served app passes its close budget's step.
     unreadable_count_stop_s: float = 5.0
+    #: How long the close waits for ``/readyz``'s background count once cancelled
+    #: (``knowledge.kb_counts_memo.CountsAtGeneration``: a sum over the documents, whose
+    #: cancel a hanging PostgreSQL may not answer); one still running then is named in
+    #: the log and left behind. A served app passes its close budget's step.
+    readyz_count_stop_s: float = 5.0
 
     @property
     def overload_rule(self) -> OverloadRule:

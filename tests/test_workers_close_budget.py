@@ -78,6 +78,7 @@ async def test_the_budget_is_every_bound_a_real_close_waits_on(tmp_path: Path, m
     from app.runs.manager import RunManager
     from knowledge.backfill import VectorBackfill
     from knowledge.kb import KnowledgeBase
+    from knowledge.kb_counts_memo import CountsAtGeneration
     from storage.sqlite.database import SqliteDatabase
     from storage.sqlite.worker_feed import WorkerFeed
 
@@ -125,6 +126,7 @@ async def test_the_budget_is_every_bound_a_real_close_waits_on(tmp_path: Path, m
     # nothing to wait for; the wait itself: tests/test_kb_count_close_frozen_pg.py)
     wrap(KnowledgeBase, "aclose",
          lambda self, _: note("knowledge-base unreadable-vector count", self.config.unreadable_count_stop_s))
+    wrap(CountsAtGeneration, "aclose", lambda self, _: note("knowledge-base /readyz count", self._stop_s))
     wrap(RunManager, "shutdown", lambda *_: note("runs cancelled by the drain", drain.INTERRUPTED_RUNS_S))
     wrap(WorkerFeed, "close", lambda *_: note("sibling feed readers", storage.sqlite.worker_feed.CLOSE_S))
     wrap(SqliteDatabase, "close", lambda *_: note("database close", storage.sqlite.database.CLOSE_AFTER_CANCEL_S))

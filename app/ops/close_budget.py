@@ -19,7 +19,9 @@ The steps run one after another (worst cases, each ended by its own bound):
   (``app/mcp_room.py``), then the wait for those whose supervisor had to be cancelled
   (the MCP library's shielded clean-up can take ~4 s of its own); the knowledge rooms'
   tasks — the sample knowledge base's ingest, the knowledge base's and the keywords'
-  back-fills — cancelled together (``app/rooms.py``); the knowledge base's re-embedding
+  back-fills — cancelled together (``app/rooms.py``); ``/readyz``'s background count
+  of the knowledge base after its cancel (``knowledge/kb_counts_memo.py``, given its
+  bound by ``app/rooms.py``); the knowledge base's re-embedding
   after its stop (``knowledge/backfill.py``, given its bound by ``app/rooms.py``), then,
   on PostgreSQL, the start's count of unreadable vectors after its cancel
   (``knowledge/dense.py``, likewise); the
@@ -69,6 +71,9 @@ MCP_CANCEL_S = 5.0
 KB_TASKS_STOP_S = 5.0
 #: How long the close waits for the spans' flush to the OpenTelemetry collector.
 TRACING_FLUSH_S = 10.0
+#: How long ``/readyz``'s background count of the knowledge base (a sum over its documents)
+#: may take to end once cancelled (``KBConfig.readyz_count_stop_s``).
+KB_READYZ_COUNT_STOP_S = 5.0
 #: How long the knowledge base's re-embedding may take to stop (``KBConfig.reembed_stop_s``).
 KB_REEMBED_STOP_S = 15.0
 #: How long the start's count of unreadable stored vectors (a scan in PostgreSQL) may
@@ -90,6 +95,7 @@ CLOSE_STEPS_S: Mapping[str, float] = MappingProxyType(
         "MCP connections": MCP_CLOSE_S,
         "MCP connections' cancel": MCP_CANCEL_S,
         "knowledge rooms' tasks": KB_TASKS_STOP_S,
+        "knowledge-base /readyz count": KB_READYZ_COUNT_STOP_S,
         "knowledge-base re-embedding": KB_REEMBED_STOP_S,
         "knowledge-base unreadable-vector count": KB_UNREADABLE_COUNT_STOP_S,
         "spans' flush": TRACING_FLUSH_S,
@@ -109,6 +115,7 @@ __all__ = [
     "EMBEDDER_CHECK_STOP_S",
     "EXIT_S",
     "INTERRUPTED_RUNS_S",
+    "KB_READYZ_COUNT_STOP_S",
     "KB_REEMBED_STOP_S",
     "KB_TASKS_STOP_S",
     "KB_UNREADABLE_COUNT_STOP_S",

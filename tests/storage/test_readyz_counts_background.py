@@ -21,7 +21,7 @@ import pytest
 
 from app.knowledge_component import KnowledgeComponent
 from knowledge import KnowledgeBase
-from knowledge.types import DocumentIn
+from knowledge.types import DocumentIn, KBConfig
 from tests.storage.test_readyz_counts import Statements
 from tests.support.deadline import until, within
 from tests.support.readyz_counts import current_readiness
@@ -47,6 +47,10 @@ class HeldCounts:
         self.running = 0
         self.most_at_once = 0
         self.failing: Exception | None = None
+        #: Held, a cancel is not answered either: the count goes on waiting for ``release``
+        #: (a cancelled statement waiting for a server that hangs).
+        self.deaf = False
+        self.cancels = 0
         monkeypatch.setattr(index, "counts", self.counts)
 
     async def counts(self, *args: Any, **kwargs: Any) -> Any:
@@ -54,8 +58,13 @@ class HeldCounts:
         self.running += 1
         self.most_at_once = max(self.most_at_once, self.running)
         try:
-            if self.held:
-                await self.release.wait()
+            while self.held:
+                try:
+                    await self.release.wait()
+                except asyncio.CancelledError:
+                    self.cancels += 1
+                    if not self.deaf:
+                        raise
             if self.failing is not None:
                 raise self.failing
             return await self._count(*args, **kwargs)
@@ -214,3 +223,37 @@ async def test_a_close_while_counting_leaves_no_task_behind(
     finally:
         if not closed:
             await kb.aclose()
+
+
+async def test_a_close_while_a_count_does_not_answer_its_cancel_goes_on_without_it(
+    two_bundles: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A count whose cancel is not answered (PostgreSQL hanging at shutdown: psycopg's
+    cancelled statement waits for the server) held the close, and the app's shutdown,
+    for as long as it hung: the close now waits ``KBConfig.readyz_count_stop_s``, names
+    the count it left in the log once, and goes on; the count ends once answered."""
+    here, _ = two_bundles
+    config = KBConfig(readyz_count_stop_s=0.2)
+    kb = await KnowledgeBase.create(here.kb_index, HashingEmbedder(dim=64), config=config)
+    held = HeldCounts(here.kb_index, monkeypatch)
+    closed = False
+    try:
+        await kb.ingest_documents(docs("a"))
+        held.hold()
+        held.deaf = True
+        await within(KnowledgeComponent(kb, sample="ingested 1 chunk").readiness(), "a probe while its count is held")
+        await until(lambda: held.running == 1, "the count to wait in the store")
+        [count] = count_tasks()
+        with caplog.at_level(logging.ERROR, logger="agentchat.knowledge"):
+            await within(kb.aclose(), "the close while a count does not answer its cancel")  # before: never returned
+        closed = True
+        assert not count.done() and held.cancels == 1, "the close waited until the cancelled count ended"
+        left = [r for r in caplog.records if "/readyz count" in r.getMessage()]
+        assert len(left) == 1 and getattr(left[0], "task", None) == COUNT_TASK, [r.getMessage() for r in caplog.records]
+    finally:
+        held.let_go()  # answered at last: the count left behind ends by itself
+        if not closed:
+            await kb.aclose()
+        if left_behind := count_tasks():
+            await within(asyncio.wait(left_behind), "the count left behind, once answered")
+    assert count_tasks() == []
