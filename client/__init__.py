@@ -1,6 +1,9 @@
 """A small typed Python client of the agent service's HTTP API.
 
-    async with AgentClient("http://127.0.0.1:8080", token=jwt) as agent:
+    import events
+    from client import AgentClient
+
+    async with AgentClient("http://127.0.0.1:8000") as agent:   # token=... with AGENT_AUTH=jwt
         run = await agent.start_run("How do I resume a stream?", "knowledge")
         async for event in agent.stream(run.run_id):   # resumes by Last-Event-ID on drops
             if isinstance(event, events.ContentChunk):
