@@ -12,6 +12,9 @@ included (it is searched in its conversation without being named): it is refused
 same words as a name that is no bucket (``knowledge.bucket_privacy``), so the answer
 tells nobody that another user's bucket exists.
 
+Each refusal names the field at fault as ``param`` for the OpenAI-compatible face, as its
+other 400s do (``context.bucket``); the native faces answer error and detail as before.
+
 The names are looked up in the knowledge base's bucket cache (``KnowledgeBase.bucket_schema``,
 which reloads the schemas once on a miss), never counted: a run start costs no scan of
 the corpus.
@@ -23,7 +26,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.server import storage_budget
-from app.server.problems import HTTPProblem
+from app.server.openai_errors import OpenAIProblem
 from knowledge.buckets import UnknownBucketError
 
 if TYPE_CHECKING:
@@ -44,10 +47,14 @@ def named_buckets(context: Mapping[str, Any]) -> tuple[str, list[str]] | None:
     raw = context[key]
     values = [raw] if isinstance(raw, str) else raw
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-        raise HTTPProblem(400, "invalid_field", f"context.{key} must be a bucket name or an array of bucket names")
+        raise OpenAIProblem(
+            400, "invalid_field", f"context.{key} must be a bucket name or an array of bucket names", f"context.{key}"
+        )
     names = list(dict.fromkeys(v.strip() for v in values if v.strip()))
     if len(names) > MAX_CONTEXT_BUCKETS:
-        raise HTTPProblem(400, "invalid_field", f"context.{key} names more than {MAX_CONTEXT_BUCKETS} buckets")
+        raise OpenAIProblem(
+            400, "invalid_field", f"context.{key} names more than {MAX_CONTEXT_BUCKETS} buckets", f"context.{key}"
+        )
     return (key, names) if names else None
 
 
@@ -85,4 +92,4 @@ async def _check_names(kb: Any, key: str, names: list[str]) -> None:
         try:
             await kb.bucket_schema(name)
         except UnknownBucketError as exc:
-            raise HTTPProblem(400, "unknown_bucket", f"context.{key}: {exc}") from None
+            raise OpenAIProblem(400, "unknown_bucket", f"context.{key}: {exc}", f"context.{key}") from None
