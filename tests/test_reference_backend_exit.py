@@ -31,8 +31,17 @@ from app.cli.reference_backend import reference_backend
 from app.config import Settings
 from app.ops.backend_state import read_state, readiness_of
 from app.rooms import BackendComponent
-from tests.support.procs import OFFLINE_SERVE_ENV, PYTHON, AgentServer, ManagedProcess, child_env, until
-from tests.support.server import free_port
+from tests.fakes.paced_ollama import PacedOllama
+from tests.support.procs import (
+    DEMO_AUTH,
+    OFFLINE_SERVE_ENV,
+    PYTHON,
+    AgentServer,
+    ManagedProcess,
+    child_env,
+    until,
+)
+from tests.support.server import free_port, serve_app
 
 pytestmark = pytest.mark.slow
 
@@ -230,3 +239,52 @@ async def test_ctrl_c_reaches_serve_alone_and_the_backend_serves_the_drain(tmp_p
         if held is not None:
             held.close()
         serve.close()
+
+
+
+async def test_a_stop_that_signals_serve_and_its_backend_together_is_no_crash(tmp_path: Path) -> None:
+    """systemd's default stop (``KillMode=control-group``) SIGTERMs every process of the
+    unit, the backend with ``serve``: the backend ended at once while ``serve`` drained its
+    live run, and the keeper logged an ERROR ("exited (signal SIGTERM): starting it
+    again"). An exit on SIGTERM while ``serve`` stops - the backend's signal sent first
+    here - is one INFO line, and the backend is started again for the drain, whose
+    workflow and table tools still reach it; it stops with ``serve`` after the drain."""
+    fake = PacedOllama(tokens=2, pause_s=0.05, flow=())
+    fake.streaming_until = asyncio.Event()  # the run stays live, and the drain open, until set
+    async with serve_app(fake.app) as ollama_url:
+        port = free_port()
+        env = child_env({"AGENT_LLM_PROVIDER": "ollama", "OLLAMA_HOST": ollama_url, "OLLAMA_MODEL": fake.model,
+                         "AGENT_EMBEDDER": "none", "AGENT_INGEST_SAMPLE_KB": "false", "AGENT_SHUTDOWN_GRACE_S": "600",
+                         "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"), "AGENT_PORT": str(port)})  # fmt: skip
+        argv = [PYTHON, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+                "--backend-port", str(free_port())]  # fmt: skip
+        serve = ManagedProcess("serve", argv, env, tmp_path / "serve.log")
+        serve.start()
+        try:
+            await until(lambda: bool(serve.grep(SERVING)) or not serve.running, "serve listening", GUARD_S)
+            [started] = [orjson.loads(line) for line in serve.grep(STARTED)]
+            async with httpx.AsyncClient(timeout=30) as http:
+                body = {"message": "hello", "context_type": "workflow", "context": {}}
+                run = await http.post(f"http://127.0.0.1:{port}/v1/agent/runs", json=body, headers=DEMO_AUTH)
+                assert run.status_code == 201, run.text
+                await until(lambda: fake.chats >= 1, "the run's turn streaming", GUARD_S)
+                assert serve.pid is not None
+                os.kill(started["pid"], signal.SIGTERM)  # as systemd does: every process of the unit
+                os.kill(serve.pid, signal.SIGTERM)
+                await until(lambda: bool(serve.grep(DRAINING)), "the drain's start", GUARD_S)
+                await until(lambda: bool(serve.grep("the reference backend answers again")) or not serve.running,
+                            "the backend started again for the drain", GUARD_S)  # fmt: skip
+                assert (await http.get(f"{started['url']}/healthz")).status_code == 200, serve.tail(40)
+            again = _backend_pid(serve.pid)
+            assert again is not None and again != started["pid"], serve.tail(40)
+            [said] = [orjson.loads(line) for line in serve.grep("the reference backend was stopped with serve")]
+            assert said["level"] == "INFO", said
+            assert not serve.grep("the reference backend exited"), serve.tail(40)  # before: its ERROR line
+            fake.streaming_until.set()  # the run ends, and with it the drain
+            assert await serve.wait_exit(GUARD_S) is not None, serve.tail(40)
+            assert not serve.grep('"level":"ERROR"', '"level":"WARNING","logger":"agentchat.cli"'), serve.tail(40)
+            with pytest.raises(ProcessLookupError):
+                os.kill(again, 0)  # the backend started for the drain stopped with serve
+        finally:
+            fake.streaming_until.set()
+            serve.close()

@@ -13,11 +13,21 @@ state goes to ``/readyz`` through a file (``app/ops/backend_state.py``).
 A thread of ``serve``'s process waits on the child (the main thread serves); it starts
 the next child itself, which then gets SIGTERM if ``serve`` dies outright
 (``app/cli/children.py``: the thread outlives every child it starts).
+
+A stop that signals every process at once is no crash: systemd's default stop
+(``KillMode=control-group``) SIGTERMs the unit's whole cgroup, the backend with
+``serve``, and the backend ends at once while ``serve`` drains its live runs. ``serve``'s
+own SIGTERM/SIGINT handler tells the keeper (``serve_stopping``); a backend that ends on
+SIGTERM then - or up to ``STOP_SIGNAL_WINDOW_S`` before it: the two signals arrive
+together, and either process may run its handler first - is one INFO line and started
+again at once, so the drain's workflow and table tools still have a backend; it counts
+towards no give-up, and the stop ends it after the drain as usual.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import subprocess
 import threading
 import time
@@ -41,6 +51,12 @@ MAX_DELAY_S = 8.0
 START_TIMEOUT_S = 30.0
 #: ``serve``'s stop waits this long for the keeper's thread.
 JOIN_TIMEOUT_S = 15.0
+#: A backend ended by SIGTERM waits this long for ``serve``'s own stop signal before its
+#: exit counts as unasked (a stop that signals both: whichever handler runs first).
+STOP_SIGNAL_WINDOW_S = 2.0
+#: How a child ended by SIGTERM exits: killed by it, or exiting ``128 + 15`` after its
+#: own handler (uvicorn's shutdown re-raises it).
+SIGTERM_EXITS = frozenset({-signal.SIGTERM, 128 + signal.SIGTERM})
 
 
 class BackendKeeper:
@@ -67,6 +83,8 @@ class BackendKeeper:
         self._proc = first
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        #: ``serve`` received SIGTERM/SIGINT (``serve_stopping``): it drains, then stops us.
+        self._serve_stopping = threading.Event()
         self._exits: list[float] = []
         self._restarts = 0
         self._last_exit: str | None = None
@@ -78,6 +96,11 @@ class BackendKeeper:
         self._say(KeptBackend(RUNNING))
         self._thread = threading.Thread(target=self._keep, name="backend-keeper", daemon=True)
         self._thread.start()
+
+    def serve_stopping(self) -> None:
+        """``serve`` received SIGTERM or SIGINT and drains (called from its signal handler):
+        a backend ending on SIGTERM now is stopped with it, not crashed."""
+        self._serve_stopping.set()
 
     def stop(self) -> None:
         """End the child (SIGTERM, then SIGKILL after 10 s) and the watching; a start under
@@ -99,6 +122,12 @@ class BackendKeeper:
             code = proc.wait()  # the last child's, at once when the last start made none
             if self._stopping.is_set():
                 return
+            if not not_started and self._stopped_with_serve(proc.pid, code):
+                if not self._start_again():
+                    return
+                continue
+            if self._stopping.is_set():  # stopped while it waited for serve's signal
+                return
             now = time.monotonic()
             self._exits = [t for t in self._exits if now - t < self.window_s] + [now]
             how = self._last_exit = f"not started: {not_started}" if not_started else exit_described(code)
@@ -115,6 +144,22 @@ class BackendKeeper:
             self._say(KeptBackend(RESTARTING, self._restarts, how, time.time() + delay))
             if self._stopping.wait(delay) or not self._start_again():
                 return
+
+    def _stopped_with_serve(self, pid: int, code: int) -> bool:
+        """Whether this exit is the backend's share of a stop that signalled ``serve`` too
+        (then said at INFO, and the backend is started again for the drain)."""
+        if code not in SIGTERM_EXITS or not self._serve_stopping.wait(STOP_SIGNAL_WINDOW_S):
+            return False
+        if self._stopping.is_set():  # the drain is over meanwhile: nothing to start again for
+            return True
+        self._last_exit = exit_described(code)
+        log.info(
+            "the reference backend was stopped with serve (%s: a stop that signals every process, as systemd's "
+            "KillMode=control-group does): starting it again for the drain's workflow and table tools",
+            self._last_exit, extra={"url": self.url, "pid": pid, "exit_code": code},
+        )
+        self._say(KeptBackend(RESTARTING, self._restarts, self._last_exit, time.time()))
+        return True
 
     def _start_again(self) -> bool:
         """Start the next child and wait until it answers; ``False`` when stopping."""
@@ -135,7 +180,8 @@ class BackendKeeper:
         deadline = time.monotonic() + START_TIMEOUT_S
         while proc.poll() is None and not self._stopping.is_set():
             if _answers_healthz(self.url):
-                log.warning(
+                log.log(
+                    logging.INFO if self._serve_stopping.is_set() else logging.WARNING,  # a stop's, or a crash's
                     "the reference backend answers again (restarted %s)", plural(self._restarts, "time"),
                     extra={"url": self.url, "pid": proc.pid, "restarts": self._restarts},
                 )

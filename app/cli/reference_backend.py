@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,10 +96,12 @@ def _wait_until_up(proc: subprocess.Popen[bytes], url: str, timeout_s: float = B
 @dataclass(frozen=True, slots=True)
 class StartedBackend:
     """The reference backend ``serve`` started: where it answers, and the file its
-    keeper's state is in (``app/ops/backend_state.py``), both for the app."""
+    keeper's state is in (``app/ops/backend_state.py``), both for the app; and what
+    ``serve``'s SIGTERM/SIGINT handler calls (``BackendKeeper.serve_stopping``)."""
 
     url: str
     state_file: Path
+    serve_stopping: Callable[[], None]
 
     def env(self) -> dict[str, str]:
         """For an app in another process (``--workers``, ``--reload``)."""
@@ -142,7 +144,7 @@ def reference_backend(
         log.info("reference backend started beside the agent", extra={"url": url, "pid": proc.pid})
         keeper = BackendKeeper(argv, url, proc, db.parent / f"backend-{backend_port}.state.json")
         keeper.start()
-        yield StartedBackend(url, keeper.state_file)
+        yield StartedBackend(url, keeper.state_file, keeper.serve_stopping)
     finally:
         if keeper is not None:
             keeper.stop()

@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from app.cli.children import die_with_parent
@@ -145,8 +146,9 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
             if backend is not None:
                 settings = settings.with_(backend_url=backend.url, backend_state_file=backend.state_file)
             try:
+                on_signal = None if backend is None else backend.serve_stopping
                 started = serving_run(
-                    _serve_agent(args, settings, host, sockets, lock), choose_stack(settings.server_stack)
+                    _serve_agent(args, settings, host, sockets, lock, on_signal), choose_stack(settings.server_stack)
                 )
             except CannotStart as exc:
                 print(exc, file=sys.stderr)
@@ -263,6 +265,7 @@ def _supervise(args: argparse.Namespace, settings: Settings, sockets: list[Any],
         supervisor = Supervisor(
             sockets, workers, env, grace=args.grace,
             preexec=die_with_parent(), stop_after_s=stop_deadline_s(grace_s), keep_fds=keep,
+            on_signal=None if backend is None else backend.serve_stopping,
         )
         if lock is None:
             return supervisor.run()
@@ -281,10 +284,16 @@ def _supervise(args: argparse.Namespace, settings: Settings, sockets: list[Any],
 
 
 async def _serve_agent(
-    args: argparse.Namespace, settings: Settings, host: str, sockets: list[Any], lock: WriterLock | None = None
+    args: argparse.Namespace,
+    settings: Settings,
+    host: str,
+    sockets: list[Any],
+    lock: WriterLock | None = None,
+    on_signal: Callable[[], None] | None = None,
 ) -> bool:
     """Serve on the bound sockets until stopped; ``False`` if the app never started.
-    ``lock``: the SQLite file's writer lock, held (``_become_writer``), watched meanwhile."""
+    ``lock``: the SQLite file's writer lock, held (``_become_writer``), watched meanwhile;
+    ``on_signal``: told of each SIGTERM/SIGINT (the reference backend's keeper)."""
     from app.cli.serving import DrainingServer, bound_port, choose_stack, uvicorn_config
     from app.cli.start_failure import StartupWatch, report
     from app.cli.writer_wait import watch_writer_lock
@@ -317,6 +326,7 @@ async def _serve_agent(
             timeout_graceful_shutdown=SERVER_CLOSE_S,
         ),
         drain,
+        on_signal,
     )
     async def serve() -> None:
         try:

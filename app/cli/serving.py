@@ -87,9 +87,17 @@ class DrainingServer(uvicorn.Server):
     as a failed start-up ("the service did not start", exit 0 - the newcomer's double
     SIGTERM), and a second SIGINT there skips the app's close altogether."""
 
-    def __init__(self, config: uvicorn.Config, drain: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        drain: Callable[[asyncio.Event], Awaitable[None]],
+        on_signal: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(config)
         self._drain = drain
+        #: Told of every SIGTERM/SIGINT, in the handler (the reference backend's keeper:
+        #: a backend that ends on the same stop is no crash).
+        self._on_signal = on_signal
         self._draining = False
         self._cut_asked = False
         self._cut = asyncio.Event()
@@ -101,6 +109,8 @@ class DrainingServer(uvicorn.Server):
         await super().serve(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._on_signal is not None:
+            self._on_signal()
         if self._loop is None or not self.started:
             if not self.should_exit:
                 log.info("stopping: a signal came while the service was starting", extra={"signal": sig})

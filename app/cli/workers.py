@@ -127,6 +127,9 @@ class Supervisor:
     restarts: int = 0
     #: SIGTERM/SIGINT received (counted by the handler, forwarded by the watch loop).
     signals: int = 0
+    #: Told of each SIGTERM/SIGINT, in the handler (the reference backend's keeper: a
+    #: backend that ends on the same stop is no crash).
+    on_signal: Callable[[], None] | None = None
     #: ``time.monotonic()`` past which live workers are SIGKILLed (set by the first stop).
     deadline: float | None = None
     #: SIGTERMs sent to each worker, by pid.
@@ -158,6 +161,8 @@ class Supervisor:
         from here would miss a worker whose ``Popen`` this signal interrupted (not yet in
         ``procs``), and that worker would then keep the parent waiting for ever."""
         self.signals += 1
+        if self.on_signal is not None:
+            self.on_signal()
         self._begin_stop()
 
     def _begin_stop(self) -> None:
