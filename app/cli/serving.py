@@ -6,7 +6,10 @@ first signal starts a drain — new runs are refused with 503 and ``Retry-After`
 listener stays open so clients get that answer instead of a refused connection), live
 runs go on for ``AGENT_SHUTDOWN_GRACE_S``, the rest are released as *interrupted* for
 the next process — and only then does uvicorn shut down. A second signal ends the grace
-at once: the live runs are released then, and the close is the same (``DrainingServer``).
+at once: the live runs are released then, and the close is the same (``DrainingServer``) —
+unless it comes within ``SAME_STOP_S`` of the first: that is the same stop delivered twice
+(systemd's default stop signals every process of the unit, and ``serve --workers``'
+supervisor forwards its own signal to each worker too), and it changes nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import errno
 import importlib.util
 import logging
 import socket
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +32,26 @@ import uvicorn
 from app.cli.header_guard import KEEP_ALIVE_S, MAX_HEADER_BYTES, GuardedH11Protocol
 from app.cli.no_websockets import RefuseWebSocket
 
-__all__ = ["MAX_HEADER_BYTES", "DrainingServer", "Stack", "choose_stack", "http_protocol", "run", "uvicorn_config"]
+__all__ = [
+    "MAX_HEADER_BYTES",
+    "SAME_STOP_S",
+    "DrainingServer",
+    "Stack",
+    "choose_stack",
+    "http_protocol",
+    "run",
+    "uvicorn_config",
+]
 
 log = logging.getLogger("agentchat.serving")
 T = TypeVar("T")
+
+#: A second SIGTERM/SIGINT this soon after the first is the same stop delivered twice, not a
+#: person's second one (``DrainingServer``): systemd's duplicate reaches a worker within
+#: milliseconds of its supervisor's (seconds would take a machine stalled), while a person
+#: who reads "draining" and signals again takes longer; one who presses twice faster is told
+#: to signal again.
+SAME_STOP_S = 1.0
 
 
 # --- the serving stack: uvloop + httptools when installed, else asyncio + h11 ------------------
@@ -85,7 +105,19 @@ class DrainingServer(uvicorn.Server):
     reaches uvicorn's own ``handle_exit``: it records the signal and raises it again after
     the close, when ``agentchat serve``'s SIGTERM handler turned it into an exit that read
     as a failed start-up ("the service did not start", exit 0 - the newcomer's double
-    SIGTERM), and a second SIGINT there skips the app's close altogether."""
+    SIGTERM), and a second SIGINT there skips the app's close altogether.
+
+    A second signal within ``SAME_STOP_S`` of the first is ignored (one INFO line): it is
+    the first one delivered twice. systemd's default stop (``KillMode=control-group``)
+    SIGTERMs every process of the unit, so a ``--workers`` worker got systemd's SIGTERM and
+    its supervisor's forwarded one milliseconds apart and read the pair as "drain, then end
+    the grace": every live run was released at once, the drain lost. The worker cannot
+    tell the senders apart (Python's handlers get no ``siginfo``) and the supervisor cannot
+    know whom systemd reached, so time decides. uvicorn and gunicorn escalate only on
+    another signal (uvicorn: a repeated SIGTERM changes nothing, a second SIGINT forces the
+    exit; gunicorn: SIGTERM is graceful, SIGINT/SIGQUIT quick); here a second SIGTERM still
+    ends the grace as a second Ctrl-C does (``kill`` again is how an operator asks, and
+    the documented way), once it is clearly a second stop."""
 
     def __init__(
         self,
@@ -99,6 +131,9 @@ class DrainingServer(uvicorn.Server):
         #: a backend that ends on the same stop is no crash).
         self._on_signal = on_signal
         self._draining = False
+        #: ``time.monotonic()`` of the signal that started the drain.
+        self._first_at = 0.0
+        self._repeat_logged = False
         self._cut_asked = False
         self._cut = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -118,8 +153,15 @@ class DrainingServer(uvicorn.Server):
             return
         if not self._draining:
             self._draining = True
+            self._first_at = time.monotonic()
             log.info("draining: new runs are refused; live runs may finish", extra={"signal": sig})
             self._loop.call_soon_threadsafe(self._start_drain)
+            return
+        if time.monotonic() - self._first_at < SAME_STOP_S:
+            if not self._repeat_logged and not self._cut_asked:
+                self._repeat_logged = True
+                log.info(f"the same stop signalled again within {SAME_STOP_S:g} s: still draining "
+                         "(signal again to end the grace)", extra={"signal": sig})
             return
         if not self._cut_asked:
             self._cut_asked = True

@@ -11,10 +11,11 @@ across machines (``docs/scaling.md``).
 Why not uvicorn's ``workers=``: its supervisor imports the app by path in each child and
 knows nothing of the drain (``app/cli/serving.py``) or of the reference backend, and a
 worker it restarts is the same code path as ours anyway. Here the parent stays small: it
-forwards SIGTERM/SIGINT to every worker (each drains; a second signal ends their
-grace at once), restarts a worker that dies unasked (its runs are handed over by lease, as after
-any crash, and the new worker is a new replica), and exits when all have stopped. A
-worker that cannot start at all stops the whole service (exit 3) rather than loop.
+forwards each SIGTERM/SIGINT to every worker (each drains; a second signal, past
+``app.cli.serving.SAME_STOP_S`` after the first, ends their grace at once), restarts a
+worker that dies unasked (its runs are handed over by lease, as after any crash, and the
+new worker is a new replica), and exits when all have stopped. A worker that cannot start
+at all stops the whole service (exit 3) rather than loop.
 
 The parent always exits within ``stop_after_s`` of the first signal (the workers' drain,
 ``--grace``, plus ``STOP_MARGIN_S`` for their own close — the sum of the bounds of the
@@ -83,8 +84,6 @@ CRASH_WINDOW_S = 60.0
 STOP_MARGIN_S = CLOSE_BUDGET_S
 #: Exit code when a worker had to be SIGKILLed on the way out.
 KILLED_ON_STOP = 1
-#: At most this many SIGTERMs go to a worker: the first drains, the second ends its grace at once.
-MAX_FORWARDED = 2
 
 
 def worker_argv(fds: Sequence[int], index: int, count: int, *, grace: float | None) -> list[str]:
@@ -232,9 +231,11 @@ class Supervisor:
             self._pause(wake)
 
     def _forward(self) -> None:
-        """Every live worker gets as many SIGTERMs as the parent was sent (at most
-        ``MAX_FORWARDED``), once each — also one started after the signal came."""
-        wanted = min(self.signals, MAX_FORWARDED)
+        """Every live worker gets as many SIGTERMs as the parent was sent, once each — also
+        one started after the signal came. All of them, not two: a worker takes a second one
+        that comes within ``SAME_STOP_S`` of its first for the same stop (a person's quick
+        double Ctrl-C too), so the third is the one that ends its grace."""
+        wanted = self.signals
         for proc in self.procs:
             if proc is None or proc.poll() is not None:
                 continue
