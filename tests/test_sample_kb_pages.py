@@ -133,3 +133,21 @@ def test_the_errors_page_says_a_postgresql_outage_keeps_the_stream() -> None:
     meaning = _section("20-limits-and-errors.md", "storage_unavailable")
     assert "during a run it ends the run" not in meaning, meaning
     assert "during a run on SQLite it ends the run" in meaning, meaning
+
+
+def test_the_overview_says_which_models_are_supported() -> None:
+    """"Which models are supported?" was answered with `agentchat ingest`'s "reads the
+    supported files …" (15-knowledge-cli.md): no other chunk said "supported", so that word
+    outweighed "models", which many pages say, and no page said plainly which providers
+    can be used (the configuration page lists their variables). The overview says it in a
+    section of its own, naming each provider the code has (``app.config.PROVIDERS`` less
+    ``auto``, the choice among them). A section at the page's end is a chunk of its own:
+    the sentence under the configuration page's "Providers and models" heading moved that
+    heading off the chunk of ``AGENT_LLM_PROVIDER`` and lost two answers."""
+    from app.config import PROVIDERS
+
+    section = _section("01-overview.md", "Supported models")
+    said = {"gemini": "Gemini", "ollama": "Ollama", "openai": "OpenAI-compatible server", "extractive": "`extractive`"}
+    assert set(PROVIDERS) - {"auto"} == set(said), PROVIDERS
+    assert all(name in section for name in said.values()), section
+    assert "supported LLM providers" in section and "`AGENT_LLM_PROVIDER`" in section, section
