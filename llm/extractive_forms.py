@@ -13,10 +13,13 @@ import re
 
 #: "which events (does …)", "which file formats does …": a plural noun right after
 #: "which", or one word later when an auxiliary or the end follows it ("which embedder
-#: works …" asks for one thing).
+#: works …" asks for one thing); and "what models can I use?", "what events are …": a
+#: plural noun right after "what" with a plural's auxiliary after it ("what does …",
+#: "what happens when …" ask for no things).
 WHICH_MANY = re.compile(
-    r"^\s*which\s+(?:(?P<one>[a-z]+s)\b|[a-z]+\s+(?P<two>[a-z]+s)(?=\s+(?:do|does|did|are|is|can|could|should"
-    r"|must|will|would|were|have|has)\b|\s*[?.]?\s*$))",
+    r"^\s*(?:which\s+(?:(?P<one>[a-z]+s)\b|[a-z]+\s+(?P<two>[a-z]+s)(?=\s+(?:do|does|did|are|is|can|could|should"
+    r"|must|will|would|were|have|has)\b|\s*[?.]?\s*$))"
+    r"|what\s+(?P<what>[a-z]+s)(?=\s+(?:do|did|are|can|could|should|must|will|would|were|have)\b))",
     re.IGNORECASE,
 )
 #: "Which full-text engine does …", "which tokenizer …": the kind of thing asked for by

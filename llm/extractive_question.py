@@ -189,7 +189,7 @@ class Question:
                     phrasal.setdefault(stem(left), right)
         form = asking_clause(question)
         many = WHICH_MANY.search(form)
-        focus = stem((many.group("one") or many.group("two")).casefold()) if many else None
+        focus = stem((many.group("one") or many.group("two") or many.group("what")).casefold()) if many else None
         modifier = many.group(0).split()[1].casefold() if many and many.group("two") else None
         wants = next((unit for _, asks, unit in WANTS if asks.search(form)), None)
         enumeration = bool(many) or bool(ENUMERATION.search(form))

@@ -592,3 +592,41 @@ def test_the_word_before_the_focus_counts_where_a_passage_says_it_with_the_focus
     assert not field_types.modifier_alone_in([typed, "An unknown field is a tool error."]).modifier_alone
     formats = Question.of("Which file formats does agentchat ingest accept?")
     assert not formats.modifier_alone_in(["It reads Markdown, text and HTML files."]).modifier_alone
+
+
+SUPPORTED_MODELS = (
+    "## Supported models\n\nThe supported LLM providers, and so the models you can use, are Gemini, any model "
+    "Ollama serves on your own machine, any OpenAI-compatible server (OpenAI itself, vLLM, LM Studio, llama.cpp's "
+    "server or OpenRouter) and the offline `extractive` provider, which needs no model at all. "
+    "`AGENT_LLM_PROVIDER` chooses among them; with `auto`, the default, the service takes the first one "
+    "configured and reachable."
+)
+
+
+def test_what_models_asks_for_several_as_which_models_does() -> None:
+    """"What models can I use?" is "Which models can I use?" in other words, and is answered
+    alike: the sentence naming the models and listing them. It was read as a question
+    about one thing, and every passage saying "model" answered it as well, so the sample
+    KB's answer opened with the troubleshooting page's "No model was reachable at
+    start-up" (the search's second passage) over the overview's supported models."""
+    passages = [
+        Passage("agentchat-compatible-faces#1", "OpenAI-compatible API and the Vercel AI SDK", MODEL_PER_CONTEXT, 0.8),
+        Passage("agentchat-troubleshooting#0", "Troubleshooting", NO_MODEL, 0.7167),
+        Passage("agentchat-overview#4", "What the agent chat service is", SUPPORTED_MODELS, 0.6891),
+    ]
+    for question in ("What models can I use?", "Which models can I use?"):
+        answer, sources, _ = compose_answer(question, passages)
+        assert answer.startswith("The supported LLM providers, and so the models you can use, are Gemini"), answer
+        assert sources[0] == "agentchat-overview#4", sources
+
+
+def test_what_with_a_plural_before_an_auxiliary_has_a_focus() -> None:
+    """"What <things> do / are / can …" asks for several of them, as "which <things>"
+    does; "what does …", "what is …" and "what happens …" name no things asked for."""
+    from llm.extractive_question import Question
+
+    assert Question.of("What models can I use?").focus == "model"
+    assert Question.of("What events are sent after a tool call?").focus == "event"
+    assert Question.of("What models can I use?").enumeration
+    for question in ("What does npm dedupe do?", "What is this service?", "What happens when a run fails?"):
+        assert Question.of(question).focus is None, question
