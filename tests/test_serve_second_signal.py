@@ -32,6 +32,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -154,6 +155,18 @@ async def _both_workers_serving(server: AgentServer) -> None:
     assert server.running, f"the group stopped (exit {server.returncode}):\n{server.tail()}"
 
 
+async def _two_workers_holding_a_run(server: AgentServer, held: Any, tag: str) -> tuple[int, list[int]]:
+    """Both workers serving and a run held inside its backend call: (the supervisor's
+    pid, the workers')."""
+    await _both_workers_serving(server)
+    assert server.pid is not None
+    workers = _workers(server.pid)
+    assert len(workers) == 2, (workers, server.tail())
+    await _start_held_run(server.base, tag)
+    await until(held.reached.is_set, "the run inside its backend call", 60)
+    return server.pid, workers
+
+
 def _workers(supervisor: int) -> list[int]:
     """The supervisor's children that run a worker (the reference backend, when it
     started one, has no ``AGENT_WORKERS_DIR``)."""
@@ -182,21 +195,18 @@ async def test_systemds_stop_of_every_process_drains_the_workers(
     held = tools.proxy.hold(side_effect_marker(tag))
     server.start()
     try:
-        await _both_workers_serving(server)
-        assert server.pid is not None
-        workers = _workers(server.pid)
-        assert len(workers) == 2, (workers, server.tail())
-        await _start_held_run(server.base, tag)
-        await until(held.reached.is_set, "the run inside its backend call", 60)
+        supervisor, workers = await _two_workers_holding_a_run(server, held, tag)
         first = time.monotonic()
         if workers_first:
             for pid in workers:
                 os.kill(pid, signal.SIGTERM)
             await until(lambda: len(server.grep(DRAINING)) == 2, "both workers draining", 60)
-            os.kill(server.pid, signal.SIGTERM)
-            assert time.monotonic() - first < SAME_STOP_S, "the duplicates did not come within the window"
+            os.kill(supervisor, signal.SIGTERM)
+            if time.monotonic() - first >= SAME_STOP_S:  # a machine too loaded to make the case (at-once still does)
+                pytest.skip(f"both workers logged their drain only {time.monotonic() - first:.2f} s after their "
+                            f"SIGTERM: the supervisor's came past SAME_STOP_S, no duplicate to test")  # fmt: skip
         else:
-            for pid in (server.pid, *workers):  # as systemd's KillMode=control-group does
+            for pid in (supervisor, *workers):  # as systemd's KillMode=control-group does
                 os.kill(pid, signal.SIGTERM)
         await until(lambda: len(server.grep(DRAINING)) == 2, "both workers draining", 60)
         await _past_the_window(first)  # every duplicate has come (the forwarded ones at once)
@@ -225,14 +235,9 @@ async def test_a_deliberate_signal_after_systemds_stop_ends_the_grace(tmp_path: 
     held = tools.proxy.hold(side_effect_marker(tag))
     server.start()
     try:
-        await _both_workers_serving(server)
-        assert server.pid is not None
-        workers = _workers(server.pid)
-        assert len(workers) == 2, (workers, server.tail())
-        await _start_held_run(server.base, tag)
-        await until(held.reached.is_set, "the run inside its backend call", 60)
+        supervisor, workers = await _two_workers_holding_a_run(server, held, tag)
         first = time.monotonic()
-        for pid in (server.pid, *workers):
+        for pid in (supervisor, *workers):
             os.kill(pid, signal.SIGTERM)
         await until(lambda: len(server.grep(DRAINING)) == 2, "both workers draining", 60)
         await _past_the_window(first)
