@@ -94,8 +94,16 @@ class KnowledgeComponent:
         The sample's state is taken before the counts are read: taken after, an ingest
         ending during the reads paired "ingested 106 chunks" (ready) with counts of none
         (1 of 20 fresh starts in a CI run). Taken first, "ingested" beside ``current``
-        counts means they were read after its commit."""
+        counts means they were read after its commit.
+
+        The re-embedding's tally is read as it was before the generation was: counts
+        current at that generation replace it only if nothing moved it since (a pass that
+        stored vectors and ended during this probe's awaits left 0 there, and counts read
+        before its commit said 1: "ready" beside a document waiting, and the tally kept
+        saying 1 until the next count)."""
         sample = self.sample
+        backfill = self.kb.backfill
+        moves = backfill.tally_moves  # before the generation is read: see below
         stats = await self.kb.status.stats(wait=False)
         semantic = await self.kb.status.semantic(wait=False)
         loading = sample.startswith("ingesting")
@@ -103,12 +111,11 @@ class KnowledgeComponent:
         has_embedder = semantic["embedder"] is not None
         counted = stats["counted"]
         without = stats.get("documents_without_current_vectors")
-        backfill = self.kb.backfill
         if not has_embedder:
             pending = backfill.pending = 0
-        elif counted["current"] and without is not None:
+        elif counted["current"] and without is not None and backfill.tally_moves == moves:
             pending = backfill.pending = int(without)  # exact now: nothing written since the count
-        else:  # older counts: the re-embedding's own tally is the fresher one
+        else:  # older counts, or the tally moved since they were found current: the tally is fresher
             pending = int(backfill.pending if backfill.pending is not None else without or 0)
         stalled = bool(pending) and backfill.failures > 0  # the last pass failed: no progress
         # The shared corpus only: /readyz answers anyone, and a count that moved with a

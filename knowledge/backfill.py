@@ -72,8 +72,9 @@ class VectorBackfill:
         self._embedder = embedder
         self._config = config
         self._embed_key = f"{embedder.name}:{embedder.model}" if embedder else None
-        #: Documents without vectors of this embedder, as last counted (``None``: not yet).
-        self.pending: int | None = None if embedder is not None else 0
+        #: Times ``pending`` was set, by anyone (``pending``'s setter).
+        self.tally_moves = 0
+        self._pending: int | None = None if embedder is not None else 0
         #: Documents given vectors by this process (``/metrics``).
         self.reembedded = 0
         #: Passes that ended on an embedder or storage failure, in a row.
@@ -85,6 +86,21 @@ class VectorBackfill:
         self._task: asyncio.Task[None] | None = None
         #: Set by ``aclose`` for the loop it stops (each ``start`` makes a new one).
         self._stop = asyncio.Event()
+
+    @property
+    def pending(self) -> int | None:
+        """Documents without vectors of this embedder, as last counted and moved since
+        (``None``: not yet counted)."""
+        return self._pending
+
+    @pending.setter
+    def pending(self, value: int | None) -> None:
+        """Counts the move: ``/readyz`` sets the tally from counts current at the
+        generation it read only when nothing moved it after that read began
+        (``app.knowledge_component``) - a pass that stored vectors and ended while the
+        probe awaited made those counts older than the tally."""
+        self._pending = value
+        self.tally_moves += 1
 
     # ------------------------------------------------------------------ control
     def start(self) -> asyncio.Task[None] | None:

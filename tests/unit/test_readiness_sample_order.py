@@ -11,6 +11,7 @@ from app.rooms import KnowledgeComponent
 
 class _Backfill:
     pending = 0
+    tally_moves = 0
     failures = 0
     state = "idle"
     last_error = None
