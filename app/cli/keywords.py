@@ -27,7 +27,9 @@ def add_keywords_command(sub: Any) -> None:
     kw_sub = command_group(kw, dest="kw_command")
     prune = kw_sub.add_parser("prune", help="delete rarely used, stale keywords")
     prune.add_argument("--min-usage", type=integer_in(KEYWORD_MIN_USAGE_BOUNDS), required=True,
-                       help="delete keywords used fewer times than this (AGENT_KEYWORD_MIN_USAGE's range)")
+                       help=f"delete keywords used fewer times than this ({KEYWORD_MIN_USAGE_BOUNDS.lo:,}"
+                       f"-{KEYWORD_MIN_USAGE_BOUNDS.hi:,}; the service's own pruning uses "
+                       "AGENT_KEYWORD_MIN_USAGE)")
     prune.add_argument("--older-than", type=number_in(DAYS_BOUNDS), required=True,
                        help="…and unused for more than this many days (0 or more)")
 
