@@ -109,25 +109,35 @@ async def load(engine: str, where: str, n: int) -> float:
 def grow(engine: str, where: str, n: int) -> int:
     """Copy ``kb_documents`` rows (the ingested ones, new ids) until it holds ``n``."""
     if engine == "sqlite":
-        import sqlite3
+        return _grow_sqlite(where, n)
+    return _grow_postgres(where, n)
 
-        conn = sqlite3.connect(where)
-        cols = [r[1] for r in conn.execute("PRAGMA table_info(kb_documents)")]
-        have = conn.execute("SELECT count(*) FROM kb_documents").fetchone()[0]
-        base = conn.execute("SELECT count(*) FROM kb_documents WHERE id NOT LIKE '%~%'").fetchone()[0]
-        rest = [c for c in cols if c != "id"]
-        copy = 1
-        while have < n:
-            take = min(base, n - have)
-            conn.execute(
-                f"INSERT INTO kb_documents(id, {', '.join(rest)}) SELECT id || '~{copy}', {', '.join(rest)}"
-                f" FROM kb_documents WHERE id NOT LIKE '%~%' ORDER BY id LIMIT {take}"
-            )
-            conn.commit()
-            have += take
-            copy += 1
-        conn.close()
-        return int(have)
+
+def _grow_sqlite(where: str, n: int) -> int:
+    """``grow`` on a SQLite file (one function per engine: each has its own connection type)."""
+    import sqlite3
+
+    conn = sqlite3.connect(where)
+    cols = [r[1] for r in conn.execute("PRAGMA table_info(kb_documents)")]
+    have = conn.execute("SELECT count(*) FROM kb_documents").fetchone()[0]
+    base = conn.execute("SELECT count(*) FROM kb_documents WHERE id NOT LIKE '%~%'").fetchone()[0]
+    rest = [c for c in cols if c != "id"]
+    copy = 1
+    while have < n:
+        take = min(base, n - have)
+        conn.execute(
+            f"INSERT INTO kb_documents(id, {', '.join(rest)}) SELECT id || '~{copy}', {', '.join(rest)}"
+            f" FROM kb_documents WHERE id NOT LIKE '%~%' ORDER BY id LIMIT {take}"
+        )
+        conn.commit()
+        have += take
+        copy += 1
+    conn.close()
+    return int(have)
+
+
+def _grow_postgres(where: str, n: int) -> int:
+    """``grow`` on a PostgreSQL database."""
     import psycopg
 
     with psycopg.connect(where, autocommit=True) as conn:

@@ -306,7 +306,8 @@ async def test_results_carry_ids_snippets_and_register_evidence_by_doc_id(harnes
     assert first["metadata"]["party"] in ("ACME", "Globex")
     src = ctx.state.sources[first["doc_id"]]
     assert src.title == first["title"] and src.kind == "internal"
-    assert src.location == first["location"] and src.location.startswith("chunk ")
+    assert src.location is not None and src.location == first["location"]
+    assert src.location.startswith("chunk ")
     assert src.metadata["bucket"] == "contracts" and src.metadata["chunks"] == [first["chunk_id"]]
     assert kb_searched(ctx.state)  # counts as the knowledge-base step of the RAG flow
     assert f"[{first['doc_id']}]" in outcome.content["cite_with"]
