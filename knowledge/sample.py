@@ -24,11 +24,22 @@ from knowledge.types import IngestReport
 
 SAMPLE_KB_DIR = Path(__file__).resolve().parent / "sample_kb"
 
-#: The ids the sample's files give their documents start so (``id: agentchat-overview``),
-#: every file it ever shipped too: a file of another install's sample folder is one of
-#: them - not a file of someone's own in a folder that is also ``.../knowledge/sample_kb``
-#: (a clone of the project with notes added), which the start must never remove.
-SAMPLE_ID_PREFIX = "agentchat-"
+#: Every id the sample has ever shipped (each file's ``id:``): a document of another
+#: install's sample folder is the sample's only when its id is one of these - never a
+#: file of someone's own in a folder that is also ``.../knowledge/sample_kb`` (a clone of
+#: the project with notes added), which the start must never remove, even when it is
+#: named like the sample's (``id: agentchat-deploy`` copied from the files beside it, a
+#: file ``agentchat-notes.md``: the ids' prefix alone removed those). A file added to the
+#: sample adds its id here (``tests/storage/test_kb_moved_tree.py`` checks it); a file
+#: dropped keeps its id here, so installs that stored it have it removed.
+SAMPLE_IDS = frozenset(
+    f"agentchat-{name}"
+    for name in (
+        "approvals", "authentication", "capacity", "compatible-faces", "configuration", "conversations",
+        "durable-runs", "http-api", "knowledge-base", "knowledge-cli", "limits-and-errors", "mcp-servers",
+        "overview", "rag-flow", "running", "scaling", "sse-events", "tool-selection", "tools", "troubleshooting",
+    )
+)
 
 #: More documents than this in the bucket: not the sample's bucket, whatever they are
 #: (the sample has a few dozen files; this bounds the look before a start).
@@ -101,10 +112,10 @@ async def _left_by_another_install(kb: KnowledgeBase, bucket: str, ids: set[str]
     sample folder. An unchanged file re-ingested from today's folder is re-homed there
     (``knowledge.ingest``), so after an ingest these are the files the shipped sample no
     longer has: under the old path, no re-ingest of today's folder ever removed them.
-    Only the sample's own documents (``SAMPLE_ID_PREFIX``): the path alone also matched
+    Only the sample's own documents (``SAMPLE_IDS``): the path alone also matched
     someone's notes in a folder of the same name, removed at every start."""
     here = {d.id for d in await kb.index.file_documents(bucket, str(SAMPLE_KB_DIR) + os.sep, prefix=True)}
-    states = await kb.index.document_states(sorted(i for i in ids - here if i.startswith(SAMPLE_ID_PREFIX)))
+    states = await kb.index.document_states(sorted((ids - here) & SAMPLE_IDS))
     return sorted(i for i, s in states.items() if s.bucket == bucket and is_packaged_sample_path(s.origin))
 
 

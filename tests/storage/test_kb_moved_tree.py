@@ -103,9 +103,39 @@ async def test_own_documents_in_a_folder_named_like_the_samples_are_kept(
     assert isinstance(started, IngestReport) and started.deleted == 0, started  # before: 2 deleted
     homes = await origins(kb)
     assert mine <= homes.keys(), homes
-    # What tells them apart: every file the sample ships names its document so.
-    assert all(i.startswith(knowledge.sample.SAMPLE_ID_PREFIX) for i in homes.keys() - mine), homes
+    # What tells them apart: the ids the sample ships.
+    assert homes.keys() - mine <= knowledge.sample.SAMPLE_IDS, homes
     assert await ensure_sample_kb(kb) is SampleLeft.CURRENT
+
+
+async def test_own_documents_named_like_the_samples_in_such_a_folder_are_kept(
+    kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same folder, with notes that follow the sample's own naming beside them: an
+    ``id: agentchat-...`` copied from the neighbouring files, or a file named
+    ``agentchat-....md`` (its id made from its name). Only ids the sample ever shipped
+    are the sample's; these are the user's, and the start removes none of them."""
+    clone = installed_sample(tmp_path / "clone")
+    (clone / "deploy.md").write_text("---\nid: agentchat-deploy\n---\n# Deploy\n\nThe ocelot runs on host 7.\n")
+    (clone / "agentchat-notes.md").write_text("# Notes\n\nRestart the ocelot feeder on Mondays.\n")
+    assert (await kb.ingest_paths([clone])).added == len(list(clone.glob("*.md")))
+    mine = {i for i, o in (await origins(kb)).items() if Path(o).name in ("deploy.md", "agentchat-notes.md")}
+    assert len(mine) == 2 and all(i.startswith("agentchat-") for i in mine), mine
+
+    monkeypatch.setattr(knowledge.sample, "SAMPLE_KB_DIR", installed_sample(tmp_path / "venv"))
+    started = await ensure_sample_kb(kb)
+    assert isinstance(started, IngestReport) and started.deleted == 0, started  # before: 2 deleted
+    assert mine <= (await origins(kb)).keys()
+    assert await ensure_sample_kb(kb) is SampleLeft.CURRENT
+
+
+def test_every_id_the_sample_ships_is_one_of_its_ids() -> None:
+    """A file added to the sample adds its id to ``SAMPLE_IDS``: a document of another
+    install's sample folder is removed at a start only when its id is there, so a file
+    a later release drops is removed from the installs that stored it."""
+    shipped = set(knowledge.sample._shipped_ids("default"))
+    assert shipped, "no sample files found"
+    assert shipped <= knowledge.sample.SAMPLE_IDS, sorted(shipped - knowledge.sample.SAMPLE_IDS)
 
 
 async def test_the_sample_kept_beside_others_is_counted_after_the_install_moved(
