@@ -67,3 +67,15 @@ async def test_a_callers_own_header_wins_and_the_fallback_can_be_turned_off(tmp_
         assert "AGENT_BACKEND_DEMO_TOKEN=none" in ready["checks"]["backend"]["auth"]
         await chat_without_auth(base, "Show that alert", "workflow", {})
         assert "HTTP 401" in str(last_result(sent(fake)[1], "get_alert_detail"))
+
+
+async def test_an_empty_bearer_is_no_credential_and_calls_the_backend_as_demo_alice(tmp_path: Path) -> None:
+    """Open WebUI with its API key left empty sends ``Authorization: Bearer`` and nothing
+    after it: no token to forward, so the tools use the demo token as for no header
+    (forwarded, every backend answers 401 and every workflow tool fails)."""
+    steps = [call("get_alert_detail", {"alert_id": ALICE_ALERT}), say("done")]
+    env = {"AGENT_AUTH": "none", "AGENT_MANDATORY_CONTEXTS": "none"}
+    async with backend_app(tmp_path, steps, **env) as (base, fake):
+        await chat_without_auth(base, "Show my alert", "workflow", {}, {"Authorization": "Bearer"})
+        detail = last_result(sent(fake)[1], "get_alert_detail")
+    assert ALICE_ALERT in str(detail) and "HTTP 401" not in str(detail)

@@ -62,6 +62,17 @@ def _b64url(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
+def _credential_or_none(authorization: str | None) -> str | None:
+    """With ``AGENT_AUTH=none`` the caller's header is passed on to the backend, except
+    one that carries no credential: ``Bearer`` alone (Open WebUI with its API key left
+    empty sends it) is no token, so the tools fall back to the demo token as for a
+    request without the header, instead of forwarding a header every backend refuses."""
+    if authorization is None:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    return None if not token.strip() and scheme.lower() in ("bearer", "") else authorization
+
+
 class Authenticator:
     def __init__(
         self,
@@ -136,7 +147,7 @@ class Authenticator:
     async def authenticate(self, authorization: str | None) -> Identity:
         """The caller's identity; fetches JWKS keys when needed (rotation)."""
         if self.mode == "none":
-            return Identity(LOCAL_USER, authorization)
+            return Identity(LOCAL_USER, _credential_or_none(authorization))
         from app.server.jwt_tokens import ASYMMETRIC_ALGS, jwk_key, token_header
 
         token = self._bearer(authorization)
@@ -168,7 +179,7 @@ class Authenticator:
         cached (an unknown ``kid`` needs ``authenticate``, which can fetch)."""
         if self.mode == "none":
             note_user(LOCAL_USER)
-            return Identity(LOCAL_USER, authorization)
+            return Identity(LOCAL_USER, _credential_or_none(authorization))
         from app.server.jwt_tokens import ASYMMETRIC_ALGS, jwk_key, token_header
 
         token = self._bearer(authorization)
