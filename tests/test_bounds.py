@@ -191,6 +191,18 @@ async def test_405_names_the_allowed_methods(agent: tuple[httpx.AsyncClient, str
     resp = await client.delete(url)
     assert_problem(resp, 405, "method_not_allowed")
     assert "GET" in resp.headers["allow"]
+    # A path served by several routes (one per method) names them all, not the first
+    # route's: the conversation's was "GET, HEAD" (found by schemathesis' Allow check).
+    for method, path, allowed in [
+        ("OPTIONS", "/v1/agent/conversations/conv_1", {"GET", "HEAD", "PATCH", "DELETE"}),
+        ("PUT", "/v1/agent/runs", {"GET", "HEAD", "POST"}),
+        ("OPTIONS", "/v1/agent/conversations/conv_1/attachments", {"GET", "HEAD", "POST"}),
+        ("PUT", "/v1/kb/documents", {"GET", "HEAD", "POST"}),
+    ]:
+        resp = await client.request(method, path)
+        body = assert_problem(resp, 405, "method_not_allowed")
+        assert set(resp.headers["allow"].replace(" ", "").split(",")) == allowed, (path, resp.headers["allow"])
+        assert body["detail"].endswith(resp.headers["allow"])
 
 
 # --- the reference backend -------------------------------------------------------------------------

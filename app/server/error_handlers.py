@@ -12,6 +12,7 @@ import logging
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match, Route
 
 from app.server.problems import LOST_DETAIL, HTTPProblem, ORJSONResponse, as_said
 from storage.errors import DatabaseLost
@@ -41,9 +42,24 @@ async def not_found(request: Request, exc: Exception) -> Response:
     return ORJSONResponse({"error": "not_found", "detail": f"no route for {request.url.path}"}, 404)
 
 
+def _allowed_methods(request: Request) -> str | None:
+    """Every method some route serves at this path, for ``Allow`` (RFC 9110 §15.5.6: the
+    target resource's methods). Starlette's router names only the first route whose path
+    matched, and a path served by several routes (GET, PATCH and DELETE of a conversation,
+    one route each) was said to allow GET alone (found by schemathesis' Allow check)."""
+    methods: set[str] = set()
+    for route in getattr(request.app, "routes", ()):
+        if isinstance(route, Route) and route.methods and route.matches(request.scope)[0] is not Match.NONE:
+            methods |= route.methods
+    return ", ".join(sorted(methods)) or None
+
+
 async def method_not_allowed(request: Request, exc: Exception) -> Response:
-    # Starlette's router raises the 405 with the route's ``Allow`` header; keep it (RFC 9110 §15.5.6).
-    headers = exc.headers if isinstance(exc, HTTPException) else None
+    # Starlette's router raises the 405 with the route's ``Allow`` header; it names all the path's methods.
+    headers = dict(exc.headers or {}) if isinstance(exc, HTTPException) else None
+    allow = _allowed_methods(request)
+    if headers is not None and allow is not None:
+        headers["Allow"] = allow
     allowed = f"; allowed: {headers['Allow']}" if headers and "Allow" in headers else ""
     detail = f"{request.method} is not allowed here{allowed}"
     return ORJSONResponse({"error": "method_not_allowed", "detail": detail}, 405, headers=headers)
