@@ -13,6 +13,8 @@ import argparse
 import asyncio
 import contextlib
 import socket
+import sqlite3
+import sys
 from pathlib import Path
 
 from backend.app import serve_backend
@@ -51,12 +53,37 @@ def main(argv: list[str] | None = None) -> int:
                              "in one line when the port is taken)")
     args = parser.parse_args(argv)
     log_config = configure(args.log_level, args.log_format)
-    args.db.parent.mkdir(parents=True, exist_ok=True)
+    unusable = _unusable_database(args.db)
+    if unusable is not None:
+        print(unusable, file=sys.stderr)
+        return 1
     with contextlib.suppress(KeyboardInterrupt):
         sockets = None if args.fd is None else [socket.socket(fileno=fd) for fd in args.fd]
         asyncio.run(serve_backend(args.host, args.port, args.db, log_level=args.log_level,
                                   allowed_hosts=args.allowed_hosts, sockets=sockets, log_config=log_config))
     return 0
+
+
+def _unusable_database(db: Path) -> str | None:
+    """Why the backend cannot open ``db``, in one line, or ``None`` when it can.
+
+    Checked before serving: else a folder that cannot be made was ``mkdir``'s traceback,
+    and a file SQLite cannot open uvicorn's start-up traceback naming no file - for an
+    operator whose ``serve`` runs where it may not write (a systemd unit without
+    ``WorkingDirectory`` runs in ``/``, and the backend's file goes beside
+    ``AGENT_DB_PATH``, ``data/`` there by default, on PostgreSQL too)."""
+    where = db.absolute()
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        sqlite3.connect(db).close()  # opens (or creates) the file as the backend will
+    except OSError as exc:
+        why = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+    except sqlite3.Error as exc:
+        why = str(exc)
+    else:
+        return None
+    return (f"the reference backend cannot open its database {where}: {why} (it is --db, or beside "
+            "AGENT_DB_PATH when agentchat serve starts it: a file in a folder this user may write)")
 
 
 def _allowed_hosts(raw: str) -> tuple[str, ...]:
