@@ -209,6 +209,49 @@ async def test_a_conversation_id_with_a_trailing_newline_is_refused(settings: Se
     assert refused.status_code == 400 and refused.json()["error"] == "invalid_field"
 
 
+def _parameter_schema(doc: dict[str, Any], path: str, method: str, name: str) -> dict[str, Any]:
+    for param in doc["paths"][path][method]["parameters"]:
+        if param["name"] == name:
+            return dict(param["schema"])
+    raise AssertionError(f"{method} {path} has no parameter {name}")
+
+
+async def test_parameters_the_server_refuses_are_described_as_refused(settings: Settings) -> None:
+    """Each parameter value below is refused with 400 or served with 200, and the document
+    says the same of it: a deep schemathesis run found conversation ids the attachment,
+    rename, delete and run-list routes refuse described as any string, and ``?bucket=`` and
+    ``?after=`` (read as not sent) described as refused."""
+    probes = [  # (method, path template, parameter, value, the route's answer)
+        ("get", "/v1/agent/conversations/{conversation_id}/attachments", "conversation_id", "\u00d6", 400),
+        ("post", "/v1/agent/conversations/{conversation_id}/attachments", "conversation_id", "a b", 400),
+        ("delete", "/v1/agent/conversations/{conversation_id}/attachments/{attachment_id}",
+         "conversation_id", "\u00d6", 400),
+        ("patch", "/v1/agent/conversations/{conversation_id}", "conversation_id", "\u00d6", 400),
+        ("delete", "/v1/agent/conversations/{conversation_id}", "conversation_id", "x" * 129, 400),
+        ("get", "/v1/agent/runs", "conversation_id", "", 400),
+        ("get", "/v1/kb/documents", "bucket", "", 200),
+        ("get", "/v1/kb/documents", "after", "", 200),
+    ]
+    async with running_app(settings.with_(admin_open=True)) as (base, _app), httpx.AsyncClient(
+        base_url=base, timeout=30
+    ) as http:
+        doc = (await http.get("/openapi.json")).json()
+        for method, template, name, value, status in probes:
+            schema = _parameter_schema(doc, template, method, name)
+            described_valid = Draft202012Validator(schema).is_valid(value)
+            if "{" + name + "}" in template:
+                url, params = template.replace("{" + name + "}", value), {}
+            else:
+                url, params = template, {name: value}
+            url = url.replace("{attachment_id}", "att-1")
+            kwargs: dict[str, Any] = {"json": {"title": "t"}} if method == "patch" else {}
+            if method == "post":
+                kwargs = {"files": {"file": ("a.txt", b"text", "text/plain")}}
+            answer = await http.request(method.upper(), url, params=params, **kwargs)
+            assert answer.status_code == status, (method, template, value, answer.text)
+            assert described_valid == (status == 200), (method, template, name, value, schema)
+
+
 # --- schemathesis against a live server ---------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.server.chat_request import CONVERSATION_ID_PATTERN
 from app.server.openapi import ApiContribution, json_response, path_param, problem, schema_ref
 from knowledge.attachment_store import MAX_ATTACHMENTS
 from knowledge.attachments import MEDIA_TYPES
@@ -12,7 +13,9 @@ from knowledge.attachments import MEDIA_TYPES
 
 def attachments_api() -> ApiContribution:
     unauthenticated = problem("No valid bearer token (`AGENT_AUTH=jwt`)", authenticate=True)
-    conversation_id = path_param("conversation_id", {"type": "string"}, "The conversation (yours).")
+    conversation_id = path_param(
+        "conversation_id", {"type": "string", "pattern": CONVERSATION_ID_PATTERN}, "The conversation (yours)."
+    )
     attachment_id = path_param("attachment_id", {"type": "string"}, "The attachment (`att-…`).")
     no_conversation = problem("No such conversation of yours (`not_found`): another user's id reads the same")
     bad_id = problem("A malformed conversation id (`invalid_field`)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.server.chat_request import CONVERSATION_ID_PATTERN
 from app.server.history_request import feedback_schema, rename_schema
 from app.server.history_routes import DEFAULT_LIMIT, MAX_LIMIT
 from app.server.openapi import ApiContribution, json_body, json_response, path_param, problem, query, schema_ref
@@ -33,7 +34,10 @@ def history_api() -> ApiContribution:
     bad_page = problem(
         "`limit` out of range, or a `cursor` this server did not give (`invalid_field`, `invalid_cursor`)"
     )
-    conversation_id = path_param("conversation_id", {"type": "string"}, "The conversation (yours).")
+    # PATCH and DELETE refuse an id not of this form with 400 (GET, in openapi_paths, reads it as not found).
+    conversation_id = path_param(
+        "conversation_id", {"type": "string", "pattern": CONVERSATION_ID_PATTERN}, "The conversation (yours)."
+    )
     run_id = path_param("run_id", {"type": "string"}, "The run (`run_…`).")
     no_conversation = problem("No such conversation of yours (`not_found`): another user's id reads the same")
     no_run = problem("No such run of yours (`not_found`): another user's run reads the same")
@@ -92,7 +96,11 @@ def history_api() -> ApiContribution:
                 "operationId": "listRuns",
                 "summary": "Your runs, newest first",
                 "parameters": [
-                    query("conversation_id", {"type": "string"}, "Only this conversation's runs."),
+                    query(
+                        "conversation_id",
+                        {"type": "string", "pattern": CONVERSATION_ID_PATTERN},
+                        "Only this conversation's runs.",
+                    ),
                     *_paging("runs"),
                 ],
                 "responses": {
