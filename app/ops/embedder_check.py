@@ -69,7 +69,14 @@ class EmbedderCheck:
             "status": self.status if e is not None else "none",
             "chosen_because": self.reason,
         }
-        if e is None:
+        if e is None and not ok:  # chosen once, at start-up: nothing probes it again
+            out["detail"] = (
+                f"no embedder: AGENT_EMBEDDER={self.configured} could not be used at start-up (chosen_because "
+                "says why), so knowledge search runs on text only and tool selection offers all tools; this "
+                "stays so until agentchat is restarted with that embedder reachable (or AGENT_EMBEDDER=auto "
+                "to take the best one reachable, none for text only)"
+            )
+        elif e is None:
             out["detail"] = "no embedder: knowledge search runs on text only, tool selection offers all tools"
         elif self.status != "answered":
             out["detail"] = self.detail or "the embedding model is loading"
