@@ -252,6 +252,25 @@ async def test_parameters_the_server_refuses_are_described_as_refused(settings: 
             assert described_valid == (status == 200), (method, template, name, value, schema)
 
 
+async def test_an_upload_with_more_parts_than_the_route_reads_is_described_as_refused(settings: Settings) -> None:
+    """The attachment upload reads at most 8 text parts beside ``file``: a body with 9 is a
+    400 ``invalid_multipart``, and the document's multipart schema refuses it too (it
+    allowed any parts; found by schemathesis' stateful phase on PostgreSQL)."""
+    async with running_app(settings) as (base, _app), httpx.AsyncClient(base_url=base, timeout=30) as http:
+        doc = (await http.get("/openapi.json")).json()
+        op = doc["paths"]["/v1/agent/conversations/{conversation_id}/attachments"]["post"]
+        validator = Draft202012Validator(op["requestBody"]["content"]["multipart/form-data"]["schema"])
+        for extra, status in [(8, 201), (9, 400)]:
+            fields = {f"note{i}": "x" for i in range(extra)}
+            answer = await http.post(
+                f"/v1/agent/conversations/conv_parts{extra}/attachments",
+                data=fields,
+                files={"file": ("a.txt", b"some text", "text/plain")},
+            )
+            assert answer.status_code == status, answer.text
+            assert validator.is_valid({"file": "some text", **fields}) == (status == 201), extra
+
+
 # --- schemathesis against a live server ---------------------------------------------------------
 
 

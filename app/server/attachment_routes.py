@@ -34,6 +34,8 @@ from knowledge.names import is_doc_id
 
 #: Room for the multipart framing and a small field or two beyond the file itself.
 _FRAMING = 64 * 1024
+#: Text parts an upload may carry beside ``file`` (ignored); past them the body is refused.
+MAX_FORM_FIELDS = 8
 
 
 def _store(request: Request) -> ConversationAttachments:
@@ -93,7 +95,7 @@ async def _file_part(request: Request, body: bytes) -> UploadFile:
 
     replay = Request(request.scope, receive)
     try:
-        form = await replay.form(max_files=1, max_fields=8)
+        form = await replay.form(max_files=1, max_fields=MAX_FORM_FIELDS)
     except Exception as exc:  # python-multipart's and Starlette's parse errors
         raise HTTPProblem(400, "invalid_multipart", f"the multipart body cannot be read: {str(exc)[:200]}") from None
     part = form.get("file")

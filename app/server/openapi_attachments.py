@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.server.attachment_routes import MAX_FORM_FIELDS
 from app.server.chat_request import CONVERSATION_ID_PATTERN
 from app.server.openapi import ApiContribution, json_response, path_param, problem, schema_ref
 from knowledge.attachment_store import MAX_ATTACHMENTS
@@ -43,6 +44,10 @@ def attachments_api() -> ApiContribution:
                                 "type": "object",
                                 "required": ["file"],
                                 "properties": {"file": {"type": "string", "format": "binary"}},
+                                # Other parts are ignored text fields, at most MAX_FORM_FIELDS of them
+                                # (400 `invalid_multipart` past that, as for a second file).
+                                "additionalProperties": {"type": "string"},
+                                "maxProperties": 1 + MAX_FORM_FIELDS,
                             }
                         }
                     },
