@@ -5,8 +5,11 @@ Each command lives in a module of its own with its options beside it: ``serve``
 (``app/cli/kb.py``), ``migrate-db`` (``app/cli/migrate.py``), ``compact``
 (``app/cli/compact.py``), ``keywords prune`` (``app/cli/keywords.py``) and ``backend``
 (``app/cli/reference_backend.py``). Those modules import only what their parsers need at
-the top, and the rest when their command runs, so building the parser costs every
-command the same small import.
+the top (the standard library, ``app.cli``'s own small helpers and ``app.config_env``'s
+bounds), and the rest - asyncio, the settings, logging's formatters, the storage, the
+knowledge base, uvicorn and the app - when their command runs: ``agentchat --help`` or
+``agentchat ingest --help`` then costs a fraction of the import of a command that runs
+(``tests/test_cli_startup_imports.py`` names what none of them imports).
 
 The reference backend (``backend/``) always runs in its own process (``python -m backend``):
 the agent talks to it over HTTP only, as it would to the real one, and never imports it.
@@ -15,11 +18,10 @@ the agent talks to it over HTTP only, as it would to the real one, and never imp
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.cli.compact import add_compact_command, run_compact
 from app.cli.groups import check_commands, command_group
@@ -29,11 +31,16 @@ from app.cli.keywords import add_keywords_command, run_prune_keywords
 from app.cli.migrate import add_migrate_command, run_migrate_db
 from app.cli.reference_backend import add_backend_command, run_backend
 from app.cli.serve import add_serve_command, run_serve
-from app.config import ConfigError, Settings
-from app.ops.logs import configure_logging
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 
 def _settings() -> Settings:
+    """The settings from the environment, imported once a command runs: the settings'
+    module and its checks are no part of building the parser (``--help``)."""
+    from app.config import ConfigError, Settings
+
     try:
         return Settings.from_env()
     except ConfigError as exc:
@@ -86,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     # JSON lines for the service (log shippers), readable text for the other commands
     # (progress bars, one-off output); AGENT_LOG_FORMAT chooses for all of them.
+    from app.ops.logs import configure_logging  # its JSON formatter: not for --help
+
     try:
         args.log_format = configure_logging(default_format="json" if args.command == "serve" else "text")
     except ValueError as exc:
@@ -110,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
 def _one_off(args: argparse.Namespace, work: Coroutine[Any, Any, int]) -> int:
     """Run a one-off command: Ctrl-C or SIGTERM cancel it (its ``finally`` blocks close
     its storage), then one line on stderr and exit 130 or 143."""
+    import asyncio  # a command that runs, not the parser: ``--help`` never needs it
+
     termination = Termination()
     try:
         return asyncio.run(cancelled_by_sigterm(work, termination))

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.cli.counts import plural
 from app.cli.ranges import number_in
-from app.config import Settings
 from app.config_env import DAYS_BOUNDS
+
+if TYPE_CHECKING:
+    from app.config import Settings  # imported by the command that runs: not by its --help
 
 
 def add_compact_command(sub: Any) -> None:
@@ -46,8 +48,6 @@ def add_compact_command(sub: Any) -> None:
 
 async def run_compact(args: argparse.Namespace, settings: Settings) -> int:
     from app.cli.database import StorageUnavailable, cli_database, open_cli_storage
-    from app.retention import RetentionPolicy, retention_pass
-    from knowledge.attachments import attachment_bucket
 
     events_days = settings.run_events_retention_days if args.run_events_days is None else args.run_events_days
     convo_days = settings.conversation_retention_days if args.conversation_days is None else args.conversation_days
@@ -72,6 +72,11 @@ async def run_compact(args: argparse.Namespace, settings: Settings) -> int:
         attachments += len(gone or ())
 
     try:
+        # Once the database is open: ``no database yet`` needs neither the retention pass
+        # nor the knowledge base (numpy and the storage's records: most of the start-up).
+        from app.retention import RetentionPolicy, retention_pass
+        from knowledge.attachments import attachment_bucket
+
         done = await retention_pass(
             storage.retention,
             storage.history,

@@ -176,11 +176,13 @@ async def open_cli_kb(settings: Settings, embedder: Any, *, create: bool) -> Any
     """The knowledge base on the configured database; closing it closes the storage
     (``StorageUnavailable`` if it cannot be opened; without ``create``, ``NoDatabaseYet``
     for a SQLite file that is not there)."""
-    from app.cli.kb_file import open_kb_file
-
     target = storage_target(settings)
     if not create:
         _require_existing(target)
+    # After that check: importing the knowledge base (numpy, the storage's records) is most
+    # of such a command's start-up, and ``no database yet`` needs none of it.
+    from app.cli.kb_file import open_kb_file
+
     try:
         return await open_kb_file(
             target,

@@ -19,11 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from app.cli.counts import plural
 from app.cli.groups import command_group
-from app.cli.ingest_progress import IngestProgress
-from app.cli.ingest_report import embedder_line, interrupted_text, report_text, unsearched_bucket_note
-from app.config import Settings
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the rest is imported by the command that runs, never by its --help
+    from app.config import Settings
     from knowledge.types import BucketInfo
 
 log = logging.getLogger("agentchat.cli")
@@ -134,6 +132,7 @@ async def _open_kb(settings: Settings, command: str, *, create: bool, embed: boo
 
     embedder = None
     if embed:
+        from app.cli.ingest_report import embedder_line
         from app.rooms import kb_embedder
 
         embedder, why = await kb_embedder(settings)
@@ -172,10 +171,13 @@ async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _ingest_into(kb: Any, args: argparse.Namespace, paths: list[Any], default_buckets: tuple[str, ...]) -> int:
+    import asyncio
+
+    from app.cli.ingest_progress import IngestProgress
+    from app.cli.ingest_report import interrupted_text, report_text, unsearched_bucket_note
     from knowledge.filecheck import MB
 
     progress = None if args.quiet else IngestProgress()
-    import asyncio
 
     ticker = asyncio.create_task(progress.ticking()) if progress is not None else None
     report = None

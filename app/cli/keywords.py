@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.cli.counts import noun_for, plural
 from app.cli.groups import command_group
 from app.cli.ranges import integer_in, number_in
-from app.config import Settings
 from app.config_env import DAYS_BOUNDS, KEYWORD_MIN_USAGE_BOUNDS
+
+if TYPE_CHECKING:
+    from app.config import Settings  # imported by the command that runs: not by its --help
 
 
 def add_keywords_command(sub: Any) -> None:
@@ -35,7 +37,6 @@ def add_keywords_command(sub: Any) -> None:
 
 
 async def run_prune_keywords(args: argparse.Namespace, settings: Settings) -> int:
-    from agenttools.rag.keywords import KeywordIndex
     from app.cli.database import StorageUnavailable, cli_database, open_cli_storage
 
     try:  # the service's database (AGENT_DATABASE_URL, else AGENT_DB_PATH), never a local copy
@@ -45,6 +46,8 @@ async def run_prune_keywords(args: argparse.Namespace, settings: Settings) -> in
         print(f"agentchat keywords prune: {exc}", file=sys.stderr)
         return 1
     try:
+        from agenttools.rag.keywords import KeywordIndex  # once there is a database to prune
+
         index = KeywordIndex(storage.keywords, storage.external_results)
         removed = await index.prune(min_usage=args.min_usage, older_than_days=args.older_than)
     finally:

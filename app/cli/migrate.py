@@ -17,12 +17,14 @@ import argparse
 import contextlib
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.cli.counts import noun_for, plural
 from app.cli.ranges import integer_in
-from app.config import Settings
 from app.config_env import Bounds
+
+if TYPE_CHECKING:
+    from app.config import Settings  # imported by the command that runs: not by its --help
 
 #: Rows per batch of the copy: each batch is one transaction and is held in memory.
 BATCH_ROWS_BOUNDS = Bounds(1, 1_000_000)

@@ -21,14 +21,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.cli.backend_keeper import BackendKeeper, stop_child
-from app.cli.children import die_with_parent
 from app.cli.ranges import integer_in
-from app.config import Settings
 from app.config_env import PORT_BOUNDS, Bounds
-from app.ops.backend_state import STATE_FILE_ENV
+
+if TYPE_CHECKING:  # imported where the backend starts: every command's parser imports this module
+    from app.cli.backend_keeper import BackendKeeper
+    from app.config import Settings
 
 log = logging.getLogger("agentchat.cli")
 
@@ -42,6 +42,8 @@ def default_backend_port(settings: Settings) -> int:
     plus one (8001 by default), so ``agentchat backend`` alone listens where ``serve``
     starts it. ``AGENT_PORT`` 0 (any free port) or the last port has no such neighbour:
     then the default agent port's."""
+    from app.config import Settings
+
     if 0 < settings.port < BACKEND_PORT_BOUNDS.hi:
         return settings.port + 1
     return Settings().port + 1
@@ -105,6 +107,8 @@ class StartedBackend:
 
     def env(self) -> dict[str, str]:
         """For an app in another process (``--workers``, ``--reload``)."""
+        from app.ops.backend_state import STATE_FILE_ENV
+
         return {"AGENT_BACKEND_URL": self.url, STATE_FILE_ENV: str(self.state_file)}
 
 
@@ -115,6 +119,8 @@ def reference_backend(
     """Start ``python -m backend`` beside the agent unless ``AGENT_BACKEND_URL`` or
     ``--no-backend`` says otherwise; yield it once it answers, kept running
     (``app/cli/backend_keeper.py``); stop it on the way out."""
+    from app.cli.backend_keeper import BackendKeeper, stop_child
+    from app.cli.children import die_with_parent
     from app.cli.serving import BindError, bind_socket
 
     if settings.backend_url is not None or args.no_backend:

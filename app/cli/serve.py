@@ -7,13 +7,14 @@ it starts anything else, then the reference backend beside it
 (``app/cli/reference_backend.py``), then the app. The parser and the other commands live
 in ``app/cli/commands.py``; everything heavier than the standard library and the settings
 (uvicorn, the app, the storage) is imported inside the functions here, so the other
-commands never pay for it.
+commands never pay for it. The parser (``add_serve_command``) is built by every command,
+``--help`` included: asyncio, the settings, the reloader, logging's formatters and the
+reference backend's keeper are imported where ``serve`` runs, not at the top.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import faulthandler
 import logging
 import os
@@ -22,17 +23,16 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from app.cli.children import die_with_parent
 from app.cli.gcpolicy import tune_for_serving
 from app.cli.interrupts import EXIT_INTERRUPTED, EXIT_TERMINATED
 from app.cli.ranges import integer_in, number_in
 from app.cli.reference_backend import BACKEND_PORT_BOUNDS, reference_backend
-from app.cli.reloader import reload_config, run_reloader
-from app.config import Settings
 from app.config_env import PORT_BOUNDS, SHUTDOWN_GRACE_BOUNDS, WORKERS_BOUNDS, Bounds
-from app.ops.logs import announce, uvicorn_log_config
 
 if TYPE_CHECKING:
+    import asyncio
+
+    from app.config import Settings
     from storage.sqlite.writer_lock import WriterLock
 
 log = logging.getLogger("agentchat.cli")
@@ -71,6 +71,7 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 
 def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     """``agentchat serve`` with its parsed options; returns the exit code."""
+    from app.cli.reloader import reload_config, run_reloader
     from app.cli.serving import BindError, bind_sockets, bound_port, choose_stack, closing
     from app.cli.serving import run as serving_run
     from app.config_checks import hosts_answered
@@ -235,6 +236,7 @@ def _serving_line(host: str, port: int, extra: str = "") -> str:
 def _supervise(args: argparse.Namespace, settings: Settings, sockets: list[Any], workers: int, port: int) -> int:
     """``--workers N``: the reference backend once, then N serving processes on ``sockets``
     (``app/cli/workers.py``); returns when they have all stopped."""
+    from app.cli.children import die_with_parent
     from app.cli.serving import closing
     from app.cli.workers import NEVER_STARTED, Supervisor, stop_deadline_s, worker_env
     from storage.sqlite.runtime_dir import runtime_dir, tidy_runtime_dir
@@ -294,11 +296,14 @@ async def _serve_agent(
     """Serve on the bound sockets until stopped; ``False`` if the app never started.
     ``lock``: the SQLite file's writer lock, held (``_become_writer``), watched meanwhile;
     ``on_signal``: told of each SIGTERM/SIGINT (the reference backend's keeper)."""
+    import asyncio
+
     from app.cli.serving import DrainingServer, bound_port, choose_stack, uvicorn_config
     from app.cli.start_failure import StartupWatch, report
     from app.cli.writer_wait import watch_writer_lock
     from app.factory import create_app
     from app.ops.close_budget import SERVER_CLOSE_S
+    from app.ops.logs import uvicorn_log_config
 
     stack = choose_stack(settings.server_stack)
 
@@ -360,6 +365,10 @@ async def _serve_agent(
 async def _when_serving(server: Any, tasks: list[asyncio.Task[None]], line: str) -> None:
     """Once uvicorn accepts connections: say where, and apply the serving GC policy
     (app/cli/gcpolicy.py). Nothing is printed when it never started."""
+    import asyncio
+
+    from app.ops.logs import announce
+
     while not server.started and not any(t.done() for t in tasks):
         await asyncio.sleep(0.05)
     if server.started:
