@@ -271,6 +271,29 @@ async def test_an_upload_with_more_parts_than_the_route_reads_is_described_as_re
             assert validator.is_valid({"file": "some text", **fields}) == (status == 201), extra
 
 
+async def test_an_approval_body_is_refused_exactly_when_its_schema_refuses_it(settings: Settings) -> None:
+    """``arguments`` go with ``edit`` only, and an edit needs them: the route refuses either
+    mistake with 400 before it looks for the run, while a good body reaches the lookup (404
+    here). The schema said ``arguments`` were an optional object for every decision (found
+    by schemathesis: ``{"decision": "reject", "arguments": {}}`` refused)."""
+    bodies = [
+        ({"decision": "reject", "arguments": {}}, 400),
+        ({"decision": "approve", "arguments": {"x": 1}}, 400),
+        ({"decision": "edit"}, 400),
+        ({"decision": "edit", "arguments": None}, 400),
+        ({"decision": "approve", "arguments": None}, 404),
+        ({"decision": "approve"}, 404),
+        ({"decision": "edit", "arguments": {"x": 1}}, 404),
+    ]
+    async with running_app(settings) as (base, _app), httpx.AsyncClient(base_url=base, timeout=30) as http:
+        doc = (await http.get("/openapi.json")).json()
+        validator = Draft202012Validator(doc["components"]["schemas"]["ApprovalDecision"])
+        for body, status in bodies:
+            answer = await http.post("/v1/agent/runs/run_none/approvals/call_1", json=body)
+            assert answer.status_code == status, (body, answer.text)
+            assert validator.is_valid(body) == (status == 404), body
+
+
 # --- schemathesis against a live server ---------------------------------------------------------
 
 

@@ -47,9 +47,14 @@ def approvals_api() -> ApiContribution:
             "additionalProperties": False,
             "properties": {
                 "decision": {"enum": list(DECISIONS)},
-                "arguments": {"type": "object", "description": "With `edit` only: the arguments to run the call "
-                              "with, checked against the tool's schema."},
+                "arguments": {"type": ["object", "null"], "description": "With `edit` only (and required "
+                              "there): the arguments to run the call with, checked against the tool's schema."},
             },
+            # As ``approval_routes._decision`` reads it: an edit without arguments, or arguments
+            # with another decision, is a 400 (schemathesis sent the latter as valid).
+            "if": {"required": ["decision"], "properties": {"decision": {"const": "edit"}}},
+            "then": {"required": ["arguments"], "properties": {"arguments": {"type": "object"}}},
+            "else": {"properties": {"arguments": {"type": "null"}}},
         },
         "ApprovalAccepted": {
             "type": "object",
