@@ -62,3 +62,7 @@ def test_serve_shows_the_backend_s_reason(tmp_path: Path, capfd: pytest.CaptureF
     said = capfd.readouterr().err
     assert f"the reference backend cannot open its database {tmp_path / 'taken' / 'backend.sqlite3'}: " in said
     assert "Traceback" not in said
+    # serve's own line no longer guesses a taken port (it checked the port free just before):
+    # it points at the backend's reason above it.
+    assert "already in use" not in said, said
+    assert "the reference backend exited with code 1 before answering" in said, said

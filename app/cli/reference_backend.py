@@ -91,7 +91,9 @@ def _wait_until_up(proc: subprocess.Popen[bytes], url: str, timeout_s: float = B
                       file=sys.stderr)
                 raise SystemExit(1)
             time.sleep(0.05)
-    print(f"agentchat: the reference backend exited with code {code} (is {url} already in use?)", file=sys.stderr)
+    # Its port was found free just before: the backend's own lines above say why it ended.
+    print(f"agentchat: the reference backend exited with code {code} before answering at {url} "
+          "(its reason is in the lines above)", file=sys.stderr)
     raise SystemExit(1)
 
 
