@@ -7,9 +7,14 @@ what the image copies."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
+import sys
+import threading
 import tomllib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import setuptools
@@ -49,3 +54,41 @@ def test_the_packages_found_in_what_the_image_copies_are_every_package(tmp_path:
     packages = setuptools.find_packages(where=str(tmp_path), include=found["include"], exclude=found.get("exclude", ()))
     tops = {p.split(".")[0] for p in packages}
     assert set(_packages()) <= tops, f"the image would install without {set(_packages()) - tops}"
+
+
+def _healthcheck_code() -> str:
+    """The Python the image's ``HEALTHCHECK`` runs (``CMD python -c "..."``)."""
+    text = (ROOT / "Dockerfile").read_text()
+    m = re.search(r'HEALTHCHECK[^\n]*\\\n\s*CMD python -c "(.+)"\n', text)
+    assert m, "no HEALTHCHECK ... CMD python -c line"
+    return m.group(1)
+
+
+def _serve_readyz(status: int) -> tuple[ThreadingHTTPServer, int]:
+    class Readyz(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status if self.path == "/readyz" else 404)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Readyz)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, server.server_address[1]
+
+
+def test_the_healthcheck_probes_the_port_agent_port_names() -> None:
+    """An image run with ``AGENT_PORT=9000`` (the README's way past a taken port) serves
+    there; a health check fixed at 8000 marked it unhealthy for ever, and orchestrators
+    that act on it restarted a working replica."""
+    for status, healthy in ((200, True), (503, False)):
+        server, port = _serve_readyz(status)
+        try:
+            done = subprocess.run([sys.executable, "-c", _healthcheck_code()], capture_output=True,
+                                  env={**os.environ, "AGENT_PORT": str(port)}, timeout=30)
+        finally:
+            server.shutdown()
+            server.server_close()
+        assert (done.returncode == 0) is healthy, (status, done.stderr[-300:])
