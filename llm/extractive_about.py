@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from llm.extractive_code_names import CODE_NAME, MIN_CLIPPED_CHARS
 from llm.extractive_question import Question
 from llm.extractive_question import stems as _stems
 from llm.extractive_read import Read
@@ -58,8 +59,9 @@ def heading_states_question(question: Question, heading: str, title: frozenset[s
     return question.words.coverage(question.stems, own)
 
 
-#: The words a reader calls a folder by.
+#: The words a reader calls a folder by, and their stems (each word is one stem).
 _FOLDER_WORDS = frozenset({"folder", "directory", "dir"})
+_FOLDER_STEMS = frozenset(next(iter(_stems(w))) for w in _FOLDER_WORDS)
 #: A folder written as a path: a code span ending in "/" (```backend/```, ```knowledge/sample_kb/```).
 _FOLDER_PATH = re.compile(r"`([^`\s]*[^\W_][^`\s]*)/`")
 
@@ -70,7 +72,7 @@ def folder_terms(question: Question, text: str) -> frozenset[str]:
     folder" to a reader, and an entry "```backend/```: a reference implementation …"
     answers "what is in the backend folder?" as fully as one saying both words. Nothing
     otherwise (a path the question does not name, or a question about no folder)."""
-    asked = question.stems & {next(iter(question.words.stems(w))) for w in _FOLDER_WORDS}
+    asked = question.stems & _FOLDER_STEMS
     if not asked:
         return frozenset()
     for m in _FOLDER_PATH.finditer(text):
@@ -81,10 +83,7 @@ def folder_terms(question: Question, text: str) -> frozenset[str]:
 
 
 #: A thing named in code: a code span, or a constant (``AGENT_AUTH``).
-_IDENT = re.compile(r"`([^`]+)`|\b([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)\b")
-_PART = re.compile(r"[^\W\d_]+")
-#: A clipped word this short says too little to stand for a longer one ("max", "db").
-MIN_CLIPPED_CHARS = 4
+_IDENT = CODE_NAME
 
 
 def clipped_terms(question: Question, text: str) -> frozenset[str]:
@@ -94,12 +93,13 @@ def clipped_terms(question: Question, text: str) -> frozenset[str]:
     authentication?" meets "`AGENT_AUTH` chooses how callers are identified". A part of
     the name of at least ``MIN_CLIPPED_CHARS`` letters that begins a longer word of the
     question says that word; prose is read as written."""
+    parts = question.words.code_parts(text)
+    if not parts:
+        return frozenset()
+    beginning = question.words.beginnings(question.stems)
     out: set[str] = set()
-    for m in _IDENT.finditer(text):
-        for part in _PART.findall((m.group(1) or m.group(2)).casefold()):
-            if len(part) < MIN_CLIPPED_CHARS:
-                continue
-            out.update(q for q in question.stems if len(q) > len(part) and q.startswith(part))
+    for part in parts:
+        out.update(beginning.get(part, ()))
     return frozenset(out)
 
 

@@ -162,7 +162,8 @@ def _said(question: _Question, reads: list[_Read]) -> list[frozenset[str]]:
     words = question.words
     for read in reads:
         p = read.passage
-        seen[sentence_key(p.text)] = question.terms(p.text) | question.terms(p.title) | words.stems(p.section)
+        # ``sentence_key`` of the text, from its memoised folded words.
+        seen[" ".join(words.folded(p.text))] = question.terms(p.text) | question.terms(p.title) | words.stems(p.section)
     return list(seen.values())
 
 
@@ -218,7 +219,7 @@ def compose(
         q = _about(q, follow_up)
     if not q.stems or not passages:
         return Composed()
-    reads = [_read(p) for p in passages]
+    reads = [_read(p, q.words) for p in passages]
     attach_next(reads, [*passages, *(following or [])])
     aliases = alias_documents(_page_opening(r) for r in reads if r.first)
     reads = [r for r in reads if _document(r) not in aliases]

@@ -48,7 +48,6 @@ from llm.extractive_words import (
     folded_words,
     one_verbs,
     phrase_share,
-    said_in_a_row,
     stems,
 )
 from llm.extractive_written_apart import written_apart
@@ -167,6 +166,11 @@ class Question:
     #: The answerer's memoised word work (``llm.extractive_words.Words``) this question
     #: and every passage read against it go through.
     words: Words = field(default_factory=Words, compare=False, repr=False)
+    #: ``terms`` of each text read against this question so far: a unit's text is read by
+    #: its score, its coverage and several signals, each of which asked for its terms. Per
+    #: question object (a ``replace`` starts a new one: its terms may differ), so it lives
+    #: as long as one answer's scoring and holds the texts of its passages.
+    _terms_of: dict[str, frozenset[str]] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @classmethod
     def of(cls, question: str, memo: Words | None = None) -> Question:
@@ -241,18 +245,25 @@ class Question:
     def terms(self, text: str) -> frozenset[str]:
         """The stems of ``text``, with the question's words a joined word stands for, and
         without a phrasal verb of the question met without its particle."""
+        known = self._terms_of.get(text)
+        if known is None:
+            known = self._terms_of[text] = self._read_terms(text)
+        return known
+
+    def _read_terms(self, text: str) -> frozenset[str]:
+        """``terms`` of ``text``, read (``terms`` keeps what it read)."""
         found = self.words.stems(text)
         extra = {head for word, head in self.joined.items() if word in found}
         if self.phrasal and found & self.phrasal.keys():
             stem = self.words.stem
-            words = WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+            words = self.words.folded(text)
             met = {stem(a) for a, b in itertools.pairwise(words) if self.phrasal.get(stem(a)) == b}
             found = found - (self.phrasal.keys() - met)
         found = found - self.split_names(text)
         if self.modifier_alone and self.focus_modifier in found and self.focus not in found:
             found = found - {self.focus_modifier}
         if self.apart:
-            words = WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+            words = self.words.folded(text)
             extra |= {self.apart[pair] for pair in itertools.pairwise(words) if pair in self.apart}
         return found | extra if extra else found
 
@@ -269,7 +280,7 @@ class Question:
         knowledge search splits a joined word the documents write apart. A word of
         letters only, cut into parts of ``MIN_APART_PART`` letters or more."""
         wanted = frozenset(q for q in self.stems if q.isalpha() and len(q) >= 2 * MIN_APART_PART)
-        apart = written_apart(wanted, texts, self.words.stem, MIN_APART_PART) if wanted else {}
+        apart = written_apart(wanted, texts, self.words.stem, MIN_APART_PART, self.words.folded) if wanted else {}
         return replace(self, apart=apart) if apart else self
 
     def modifier_alone_in(self, texts: Iterable[str]) -> Question:
@@ -349,7 +360,7 @@ class Question:
     def said_in_a_row(self, text: str) -> int:
         """The words of the longest run of the question's own words ``text`` says in a
         row, at least ``MIN_RUN_CONTENT`` of them content words (``said_in_a_row``)."""
-        return said_in_a_row(self.spoken, text, MIN_RUN_CONTENT)
+        return self.words.said_in_a_row(self.spoken, text, MIN_RUN_CONTENT)
 
     def holds_wanted(self, text: str) -> bool:
         return self.wants is not None and self.wants.search(text) is not None

@@ -11,6 +11,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from llm.extractive_question import WORD as _WORD
+from llm.extractive_words import Words
 from llm.markdown_blocks import Block, item_body, parse_passage
 
 #: A summary longer than this is no one-line summary (see ``_with_summary``).
@@ -67,10 +68,14 @@ class Read:
     after: Block | None = None
 
 
-def read_passage(passage: Passage) -> Read:
+def read_passage(passage: Passage, words: Words | None = None) -> Read:
+    """``passage`` read; ``words``: the answerer's memo, which parses a text once."""
     where = passage.chunk_id or passage.source_id
     first = "#" not in where or where.endswith("#0")
-    blocks = parse_passage(passage.text, first_of_document=first)
+    if words is None:
+        blocks = parse_passage(passage.text, first_of_document=first)
+    else:
+        blocks = words.blocks(passage.text, first_of_document=first)
     summary = -1
     if first:
         blocks, summary = _with_summary(blocks, passage.summary)

@@ -59,7 +59,7 @@ from llm.extractive_signals import names_kind as _names_kind
 from llm.extractive_signals import opens_setting_for as _opens_setting_for
 from llm.extractive_signals import row_about_asked as _row_about_asked
 from llm.extractive_signals import run_bonus as _run_bonus
-from llm.extractive_words import Words, apart_from_paths
+from llm.extractive_words import Words
 from llm.markdown_blocks import item_body
 
 #: A whole list or table says more than the question asks: an item or sentence that
@@ -156,7 +156,7 @@ def _unit_score(question: _Question, text: str, context: frozenset[str]) -> floa
         context = context | question.terms(links)
         text = _LINK.sub("", text)
     words = len(text.split())
-    text, paths = apart_from_paths(text)
+    text, paths = question.words.paths_apart(text)
     terms = question.terms(text) | _said_otherwise(question, text)
     own, around = question.covers(terms, context)
     in_paths = 0.0

@@ -1,6 +1,7 @@
 """Words for the offline answerer: how a text is cut into content words and stemmed,
 which verbs count as one (``SYNONYMS``; "turn on" as "enable"), and how a question's
-stems meet a passage's (``coverage``, ``phrase_share``). Both the question and every
+stems meet a passage's (``coverage``, ``phrase_share``; a word's stem and root are
+``llm.extractive_stems``, names in code ``llm.extractive_code_names``). Both the question and every
 passage go through these; what a question asks by its form stays in
 ``llm.extractive_question``, which re-exports the public names (its importers are
 unchanged). The answerer does this word work through ``Words``, which memoises it and
@@ -13,9 +14,12 @@ from __future__ import annotations
 import itertools
 import re
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from functools import lru_cache, partial
-from types import MappingProxyType
+
+from llm.extractive_code_names import beginnings, code_parts
+from llm.extractive_stems import _SYNONYM_OF, SYNONYMS, _root, _stem
+from llm.markdown_blocks import Block, copied_blocks, parse_passage
 
 WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _STOP = frozenset(
@@ -24,7 +28,6 @@ _STOP = frozenset(
     "why will with would you your about after before does did get got has have having here just more most "
     "not only other over same some such too under up very via use used using".split()
 )
-_PREFIXES = ("dis", "re", "un", "de", "pre", "non")
 
 #: Phrasal verbs that documentation writes as one verb: a reader asks how to "turn on
 #: two-factor authentication" where the page says "enable-2fa: Enables two-factor
@@ -92,105 +95,31 @@ MEET_MEMO = 131_072
 TEXT_MEMO = 4_096
 #: Term sets whose ``TermIndex`` is memoised (a unit's, a passage's, a heading's stems).
 INDEX_MEMO = 1_024
-
-
-def _stem(word: str) -> str:
-    for suffix in (
-        "ations",
-        "ation",
-        "ings",
-        "ing",
-        "ies",
-        "ied",
-        "ences",
-        "ence",
-        "ently",
-        "ent",
-        "es",
-        "ed",
-        "ly",
-        "s",
-    ):
-        if suffix == "es" and not _SIBILANT_ES.search(word):
-            continue  # "files" is "file" + "s": the "s" goes, then a silent "e" as below
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            if suffix == "s":
-                return _silent_e(word[:-1])
-            # "retries" is "retry" again ("ies" and "ied" of a word ending in "y"): the
-            # prefix match in ``_match`` joins long words ("dependencies"/"dependency")
-            # but a short one stripped to "retr" never met the question's "retry".
-            return word[:-3] + "y" if suffix in ("ies", "ied") else word[: -len(suffix)]
-    return _silent_e(word)
-
-
-#: A plural or verb in "-es" that adds the syllable to a word not ending in "e"
-#: ("matches", "pushes", "boxes", "processes", "goes"). Elsewhere "-es" is "-e" + "s":
-#: "files", "names", "types", "nodes" were cut to "fil", "nam", "typ", "nod", which
-#: never met "file", "name", "type", "node" (too short for ``_match``'s shared prefix):
-#: "Which file formats …" did not meet "reads the supported files".
-_SIBILANT_ES = re.compile(r"(?:ch|sh|x|ss|o)es$")
-
-
-def _silent_e(word: str) -> str:
-    """A silent final "e" goes too, so "store" meets "stored" and "stores" ("stor")."""
-    return word[:-1] if word.endswith("e") and len(word) >= 5 else word
-
-
-def _root(stem: str) -> str:
-    for prefix in _PREFIXES:
-        if stem.startswith(prefix) and len(stem) - len(prefix) >= 4:
-            return stem[len(prefix) :]
-    return stem
+#: Passages whose Markdown blocks are memoised (``Words.blocks``): an answer reads up to
+#: a dozen, the provider composes twice per question over the first search's passages
+#: (before and after its page-scoped reads), and the same chunks come back question
+#: after question. A chunk is at most a few kB of text, its blocks about as much again.
+PASSAGE_MEMO = 512
 
 
 def _stems_with(stem: Callable[[str], str], text: str) -> frozenset[str]:
     return frozenset(stem(t) for t in _terms(text))
 
 
+def _stem_sequence(stem: Callable[[str], str], text: str) -> tuple[str, ...]:
+    """The stems of ``text``'s content words in the order it says them (``phrase_share``
+    reads which stand side by side)."""
+    return tuple(stem(t) for t in _terms(text))
+
+
+def _stems_in(sequence: Callable[[str], tuple[str, ...]], text: str) -> frozenset[str]:
+    """``_stems_with`` from the (memoised) ``sequence`` of ``text``: the same stems."""
+    return frozenset(sequence(text))
+
+
 def stems(text: str) -> frozenset[str]:
     """The stems of ``text``'s content words (``Words.stems`` memoises it)."""
     return _stems_with(_stem, text)
-
-
-#: Verbs documentation and its readers write for one action ("how do I remove a key"
-#: is npm config's "delete: Deletes the specified keys"): a word meets the others of its
-#: group as itself, since to the reader they are one word. Only actions a command or
-#: setting performs, each group's words interchangeable in any sentence about it; and
-#: the distributive quantifier, which a reader writes "each" where a reference page
-#: writes "every" ("in what format is the data of each SSE event written?" is "Every
-#: event has … `data: <compact JSON>`", not a table row saying "after each tool").
-#: What a reader asks to "see" is what a command lists, shows, displays or prints ("how
-#: can I see which access tokens my account has?" is npm token's "This lets you list,
-#: create and revoke authentication tokens" over the synopsis ``npm token list``), so
-#: "see" is no function word (``_STOP``) but one of that group. Where a reader asks
-#: what the service "keeps", documentation says what it stores or holds ("Where does the
-#: service keep its data?" is the overview's "Where data lives": "one SQLite file named
-#: by `AGENT_DB_PATH` … It holds conversations …"; with "keep" alone no sentence of that
-#: section met the question, and units saying `data` as a field name led).
-SYNONYMS = (
-    "remove delete clear rm",
-    "show display print see list",
-    "change modify edit",
-    "make create",
-    "stop disable",
-    "fix repair",
-    "check verify",
-    "each every",
-    "keep store hold",
-)
-
-
-def _synonym_table() -> dict[str, frozenset[str]]:
-    table: dict[str, frozenset[str]] = {}
-    for group in SYNONYMS:
-        words = frozenset(_stem(w) for w in group.split())
-        for w in words:
-            table[w] = words - {w}
-    return table
-
-
-#: Built once from the constants above and read-only.
-_SYNONYM_OF: Mapping[str, frozenset[str]] = MappingProxyType(_synonym_table())
 
 
 def _match_with(meets: Callable[[str, str], float], q: str, terms: frozenset[str]) -> float:
@@ -225,6 +154,24 @@ def _probe(q: str) -> tuple[frozenset[str], str, bool]:
     return frozenset(whole), root if len(root) >= 4 else "", root == q
 
 
+#: What ``TermIndex`` files one term under: its prefixes a shorter stem may be (up to 3
+#: letters short, at least 5 long), its first 7 letters ("" when shorter), its root (""
+#: when shorter than 4 letters) and whether that root is not the term itself.
+TermKeys = tuple[tuple[str, ...], str, str, bool]
+
+
+def term_keys(t: str) -> TermKeys:
+    """``TermKeys`` of the term ``t`` (``Words.keys`` memoises it: a unit's index is built
+    from the same few thousand words' keys answer after answer)."""
+    root = _root(t)
+    return (
+        tuple(t[:k] for k in range(max(5, len(t) - 3), len(t))),
+        t[:7] if len(t) >= 7 else "",
+        root if len(root) >= 4 else "",
+        root != t,
+    )
+
+
 class TermIndex:
     """``terms`` indexed by what ``_meets`` compares, so ``match(q)`` is ``_match(q,
     terms)`` in a few set look-ups, however many terms there are: their prefixes a
@@ -237,16 +184,25 @@ class TermIndex:
     __slots__ = ("_heads", "_probe", "_roots", "_sevens", "terms")
 
     def __init__(
-        self, terms: frozenset[str], probe: Callable[[str], tuple[frozenset[str], str, bool]] = _probe
+        self,
+        terms: frozenset[str],
+        probe: Callable[[str], tuple[frozenset[str], str, bool]] = _probe,
+        keys: Callable[[str], TermKeys] = term_keys,
     ) -> None:
         self.terms = terms
         self._probe = probe
-        self._heads = frozenset(t[:k] for t in terms for k in range(max(5, len(t) - 3), len(t)))
-        self._sevens = frozenset(t[:7] for t in terms if len(t) >= 7)
+        heads: set[str] = set()
+        sevens: set[str] = set()
         roots: dict[str, bool] = {}
         for t in terms:
-            if len(r := _root(t)) >= 4:
-                roots[r] = roots.get(r, False) or r != t
+            prefixes, seven, root, prefixed = keys(t)
+            heads.update(prefixes)
+            if seven:
+                sevens.add(seven)
+            if root:
+                roots[root] = roots.get(root, False) or prefixed
+        self._heads: Set[str] = heads
+        self._sevens: Set[str] = sevens
         self._roots: Mapping[str, bool] = roots
 
     def match(self, q: str) -> float:
@@ -273,7 +229,8 @@ def _meets(q: str, t: str) -> float:
 
 
 def _phrase_share_with(
-    stem: Callable[[str], str],
+    sequence: Callable[[str], tuple[str, ...]],
+    stems: Callable[[str], frozenset[str]],
     meets: Callable[[str, str], float],
     index: Callable[[frozenset[str]], TermIndex],
     pairs: frozenset[tuple[str, str]],
@@ -281,10 +238,10 @@ def _phrase_share_with(
 ) -> float:
     if not pairs:
         return 0.0
-    said = [stem(t) for t in _terms(text)]
+    said = sequence(text)
     # A pair whose either word the text never says is not said side by side: ruled out in
     # a look-up each, before any scan of the text's words.
-    says = index(frozenset(said)).match
+    says = index(stems(text)).match
     found = 0
     for a, b in pairs:
         if says(a) < 1.0 or says(b) < 1.0:
@@ -299,7 +256,7 @@ def phrase_share(pairs: frozenset[tuple[str, str]], text: str) -> float:
     ``text`` also says side by side, in the same order: "Each document has an id, a
     bucket, … a content hash" says the question's "each document"; "… tables are cut
     … and keep their Markdown" says "keep" apart from anything else asked."""
-    return _phrase_share_with(_stem, _meets, TermIndex, pairs, text)
+    return _phrase_share_with(partial(_stem_sequence, _stem), stems, _meets, TermIndex, pairs, text)
 
 
 def folded_words(text: str) -> tuple[str, ...]:
@@ -315,19 +272,33 @@ def said_in_a_row(asked: tuple[str, ...], text: str, min_content: int) -> int:
     by "per-user config file (`~/.npmrc`)", four words; "How do I set a value in the npm
     configuration from the command line?" by npm set's "Set a value in the npm
     configuration", seven."""
-    said = folded_words(text)
+    return _said_in_a_row_in(asked, folded_words(text), min_content)
+
+
+def _said_in_a_row_in(asked: tuple[str, ...], said: tuple[str, ...], min_content: int) -> int:
+    """``said_in_a_row`` over the text's ``folded_words`` (``said``): the longest common run
+    ending at each place the text says a word of the question, per word of the question
+    - the dynamic programme over every (question word, text word) pair, visiting only
+    the pairs that are the same word (a unit of 40 words against a question of 10 was
+    400 steps for the few that meet). The order the pairs are visited in does not
+    matter: the answer is the longest qualifying run of any pair."""
     if not asked or not said:
         return 0
+    wanted = frozenset(asked)
+    positions: dict[str, list[int]] = {}
+    for j, word in enumerate(said):
+        if word in wanted:
+            positions.setdefault(word, []).append(j)
+    if not positions:
+        return 0
     best = 0
-    # The longest common run ending at each word of the text, per word of the question.
-    previous = [0] * (len(said) + 1)
+    previous: dict[int, int] = {}
     for i, word in enumerate(asked):
-        current = [0] * (len(said) + 1)
-        for j, other in enumerate(said):
-            if word == other:
-                length = current[j + 1] = previous[j] + 1
-                if length > best and _content_count(asked[i + 1 - length : i + 1]) >= min_content:
-                    best = length
+        current: dict[int, int] = {}
+        for j in positions.get(word, ()):
+            length = current[j + 1] = previous.get(j, 0) + 1
+            if length > best and _content_count(asked[i + 1 - length : i + 1]) >= min_content:
+                best = length
         previous = current
     return best
 
@@ -342,6 +313,12 @@ def coverage(question: frozenset[str], terms: frozenset[str]) -> float:
     return sum(_match(q, terms) for q in question) / len(question)
 
 
+def _blocks_of(text: str, first_of_document: bool) -> tuple[Block, ...]:
+    """``parse_passage`` kept as a tuple, for ``Words.blocks``' memo: its blocks are
+    copied out (``copied_blocks``) so that no caller shares one."""
+    return tuple(parse_passage(text, first_of_document=first_of_document))
+
+
 class Words:
     """The answerer's word work, memoised: ``stem`` (``STEM_MEMO`` entries), a question
     stem meeting a word (``MEET_MEMO``), a text's stems (``TEXT_MEMO``), a term set's
@@ -350,20 +327,59 @@ class Words:
     are the pure functions' answers, only faster. One answer reads the same few thousand
     words and pairs many times over; the provider keeps one ``Words`` for its life (built
     with it in the app factory), so its answers share the memo and a process holds none
-    outside it."""
+    outside it. Round 51 added the rest of the per-text work a unit's score repeats (its
+    words in order and folded, its file paths, the names it writes in code) and a
+    passage's Markdown blocks (``PASSAGE_MEMO``), which the provider parsed twice per
+    question and again whenever a search found the chunk: ~35 % of the answerer's CPU,
+    every answer unchanged (``bench/offline_answers.py --replay``)."""
 
-    __slots__ = ("index", "meets", "probe", "stem", "stems")
+    __slots__ = (
+        "_blocks",
+        "beginnings",
+        "code_parts",
+        "folded",
+        "index",
+        "keys",
+        "meets",
+        "paths_apart",
+        "probe",
+        "sequence",
+        "stem",
+        "stems",
+    )
 
     def __init__(self) -> None:
         self.stem: Callable[[str], str] = lru_cache(maxsize=STEM_MEMO)(_stem)
         self.meets: Callable[[str, str], float] = lru_cache(maxsize=MEET_MEMO)(_meets)
-        self.stems: Callable[[str], frozenset[str]] = lru_cache(maxsize=TEXT_MEMO)(partial(_stems_with, self.stem))
-        #: A term set's ``TermIndex`` (``INDEX_MEMO``): a unit's stems are met by every
-        #: question stem, a passage's by each again.
-        self.probe: Callable[[str], tuple[frozenset[str], str, bool]] = lru_cache(maxsize=STEM_MEMO)(_probe)
-        self.index: Callable[[frozenset[str]], TermIndex] = lru_cache(maxsize=INDEX_MEMO)(
-            partial(TermIndex, probe=self.probe)
+        #: A text's stems in order (``TEXT_MEMO``), and as a set.
+        self.sequence: Callable[[str], tuple[str, ...]] = lru_cache(maxsize=TEXT_MEMO)(
+            partial(_stem_sequence, self.stem)
         )
+        self.stems: Callable[[str], frozenset[str]] = lru_cache(maxsize=TEXT_MEMO)(partial(_stems_in, self.sequence))
+        #: A text's words as written, folded (``folded_words``, ``TEXT_MEMO``), for
+        #: ``said_in_a_row`` and ``Question.terms``; and its file paths set apart
+        #: (``apart_from_paths``).
+        self.folded: Callable[[str], tuple[str, ...]] = lru_cache(maxsize=TEXT_MEMO)(folded_words)
+        self.paths_apart: Callable[[str], tuple[str, str]] = lru_cache(maxsize=TEXT_MEMO)(apart_from_paths)
+        #: The parts of the names a text writes in code (``code_parts``, ``TEXT_MEMO``).
+        self.code_parts: Callable[[str], frozenset[str]] = lru_cache(maxsize=TEXT_MEMO)(code_parts)
+        #: The beginnings of a question's stems (``beginnings``, ``INDEX_MEMO``).
+        self.beginnings: Callable[[frozenset[str]], Mapping[str, frozenset[str]]] = lru_cache(maxsize=INDEX_MEMO)(
+            beginnings
+        )
+        #: A term set's ``TermIndex`` (``INDEX_MEMO``): a unit's stems are met by every
+        #: question stem, a passage's by each again; built from its terms' memoised keys.
+        self.probe: Callable[[str], tuple[frozenset[str], str, bool]] = lru_cache(maxsize=STEM_MEMO)(_probe)
+        self.keys: Callable[[str], TermKeys] = lru_cache(maxsize=STEM_MEMO)(term_keys)
+        self.index: Callable[[frozenset[str]], TermIndex] = lru_cache(maxsize=INDEX_MEMO)(
+            partial(TermIndex, probe=self.probe, keys=self.keys)
+        )
+        #: A passage's Markdown blocks (``PASSAGE_MEMO``; ``blocks``).
+        self._blocks: Callable[[str, bool], tuple[Block, ...]] = lru_cache(maxsize=PASSAGE_MEMO)(_blocks_of)
+
+    def blocks(self, text: str, *, first_of_document: bool) -> list[Block]:
+        """``parse_passage(text, first_of_document=…)``, parsed once per text and copied out."""
+        return copied_blocks(self._blocks(text, first_of_document))
 
     def match(self, q: str, terms: frozenset[str]) -> float:
         """``_match(q, terms)``, through ``terms``' memoised ``TermIndex``."""
@@ -376,7 +392,11 @@ class Words:
         return sum(match(q) for q in question) / len(question)
 
     def phrase_share(self, pairs: frozenset[tuple[str, str]], text: str) -> float:
-        return _phrase_share_with(self.stem, self.meets, self.index, pairs, text)
+        return _phrase_share_with(self.sequence, self.stems, self.meets, self.index, pairs, text)
+
+    def said_in_a_row(self, asked: tuple[str, ...], text: str, min_content: int) -> int:
+        """``said_in_a_row``, through ``text``'s memoised ``folded_words``."""
+        return _said_in_a_row_in(asked, self.folded(text), min_content)
 
 
 __all__ = [

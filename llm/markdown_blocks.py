@@ -16,6 +16,7 @@ sentences, so what is quoted never starts or ends mid-sentence.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -276,4 +277,11 @@ def _drop_unit(blocks: list[Block], *, first: bool) -> None:
             return
 
 
-__all__ = ["Block", "item_body", "parse_blocks", "parse_passage", "split_item", "split_sentences"]
+def copied_blocks(blocks: Iterable[Block]) -> list[Block]:
+    """Fresh ``Block`` objects equal to ``blocks`` (a ``Block`` and its units are mutable
+    lists: a memo of parsed passages, ``llm.extractive_words.Words.blocks``, hands out
+    copies, never what it keeps)."""
+    return [Block(b.kind, list(b.units), b.text) for b in blocks]
+
+
+__all__ = ["Block", "copied_blocks", "item_body", "parse_blocks", "parse_passage", "split_item", "split_sentences"]
