@@ -30,8 +30,11 @@ from tests.support.server import free_port
 pytestmark = pytest.mark.slow  # real server processes
 
 #: An MCP stdio server that first writes down every descriptor it was started with
-#: (what each names, and the port of each TCP socket), then becomes a real one (the fakes'
-#: ``lean`` server: ops' own tools without the generated catalog, which only cost its start).
+#: (what each names, and the port of each TCP socket), then answers the protocol itself:
+#: ``initialize`` (at 2025-06-18, a version the agent's client speaks), ``tools/list`` (one
+#: tool), ``ping``, and "method not found" to anything else. The descriptors are the test's
+#: point; a fake of the SDK's server (``tests.fakes.mcp_server``) cost ~1.6 CPU-s of
+#: imports in each serving process's child, for the same ``MCP server connected``.
 PROBE = """
 import json, os, socket, sys
 seen = []
@@ -54,7 +57,25 @@ final = os.path.join(sys.argv[1], f"fds.{os.getpid()}.json")
 with open(final + ".tmp", "w") as out:
     json.dump(seen, out)
 os.rename(final + ".tmp", final)  # whole when the test sees it
-os.execv(sys.executable, [sys.executable, "-m", "tests.fakes.mcp_server", "lean"])
+
+TOOL = {"name": "echo", "description": "Repeat the text back.",
+        "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}
+for line in sys.stdin:
+    message = json.loads(line)
+    if "id" not in message or "method" not in message:
+        continue  # a notification, or an answer to nothing this server asked
+    method = message["method"]
+    if method == "initialize":
+        answer = {"result": {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                             "serverInfo": {"name": "fd-probe", "version": "1"}}}
+    elif method == "tools/list":
+        answer = {"result": {"tools": [TOOL]}}
+    elif method == "ping":
+        answer = {"result": {}}
+    else:
+        answer = {"error": {"code": -32601, "message": f"method not found: {method}"}}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], **answer}) + "\\n")
+    sys.stdout.flush()
 """
 
 
