@@ -81,6 +81,12 @@ class KBFreshness:
         self.reload_failures = 0
         self.reload_error: str | None = None
 
+    def follow(self, dense: DenseSide) -> None:
+        """Reload ``dense`` from now on: the knowledge base's new dense side, loaded
+        already (``KnowledgeBase.adopt_embedder``; the generation seen stays: a change
+        since is reloaded into it at the next check)."""
+        self._dense = dense
+
     async def start(self) -> None:
         """Before the first load: the generation that load will contain (at least)."""
         if self._gens is not None:

@@ -25,7 +25,8 @@ default), handed in by whoever opened the storage. What happens here:
   ``/metrics`` counters) is ``kb.status`` (``knowledge/kb_status.py``).
 
 ``embedder`` may be ``None``: search is then text-only and documents are stored without
-vectors (re-ingesting with an embedder later fills them in). An embedder's ``dim`` must
+vectors (an embedder adopted later, ``adopt_embedder``, or a re-ingest with one fills them
+in). An embedder's ``dim`` must
 be known before the vectors are sized from it: ``create`` probes one that does not know
 it yet (``toolindex.probe``), and the constructor refuses it (issue 20: a matrix sized
 0 wide refused every vector after its document had been stored).
@@ -53,7 +54,7 @@ from knowledge.bucket_privacy import (
     shared_names,
 )
 from knowledge.buckets import Buckets, UnknownBucketError
-from knowledge.dense import dense_side
+from knowledge.dense import DenseSide, dense_side
 from knowledge.document_views import document_metadata, document_page
 from knowledge.filters import FilterError
 from knowledge.freshness import KBFreshness
@@ -97,32 +98,68 @@ class KnowledgeBase:
                 "(KnowledgeBase.create does, or toolindex.probe.probe_embedder)"
             )
         self.index = index
-        self.embedder = embedder
         self.config = config or KBConfig()
         self.schema_version = schema_version
         self._on_close = on_close
         self._closed = False
         self._buckets = Buckets(index)
-        embed_key = f"{embedder.name}:{embedder.model}" if embedder else None  # as ``Ingestor`` stores it
-        self._vectors = dense_side(
-            index,
-            embed_key,
+        self._embedder_parts(embedder)
+        #: What other processes changed in the stored KB, taken in before each search.
+        self._fresh = KBFreshness(index, self._buckets, self._vectors)
+        #: What the KB says about itself: ``/readyz``'s reads and ``/metrics``' counters.
+        self.status = self._status()
+
+    def _embedder_parts(self, embedder: Embedder | None, dense: DenseSide | None = None) -> None:
+        """The parts sized or keyed by the embedder: the dense side (``dense``, loaded,
+        or a new one ``load`` fills), ingest, search and the re-embedding (``__init__``,
+        and ``adopt_embedder`` once one is found late)."""
+        self.embedder = embedder
+        self._vectors = dense if dense is not None else self._dense_side(embedder)
+        self._ingest = Ingestor(self.index, self._buckets, self._vectors, embedder, self.config)
+        self._search = Searcher(self.index, self._buckets, self._vectors, embedder, self.config)
+        #: Vectors for documents stored without them; runs once ``backfill.start()``ed.
+        self.backfill = VectorBackfill(self.index, self._vectors, embedder, self.config)
+        self._search.pending_vectors = lambda: self.backfill.pending or 0
+
+    def _dense_side(self, embedder: Embedder | None) -> DenseSide:
+        return dense_side(
+            self.index,
+            f"{embedder.name}:{embedder.model}" if embedder else None,  # as ``Ingestor`` stores it
             embedder.dim if embedder else 1,
             executor_rows=self.config.executor_rows,
             count_stop_s=self.config.unreadable_count_stop_s,
         )
-        self._ingest = Ingestor(index, self._buckets, self._vectors, embedder, self.config)
-        self._search = Searcher(index, self._buckets, self._vectors, embedder, self.config)
-        #: Vectors for documents stored without them; runs once ``backfill.start()``ed.
-        self.backfill = VectorBackfill(index, self._vectors, embedder, self.config)
-        self._search.pending_vectors = lambda: self.backfill.pending or 0
-        #: What other processes changed in the stored KB, taken in before each search.
-        self._fresh = KBFreshness(index, self._buckets, self._vectors)
-        #: What the KB says about itself: ``/readyz``'s reads and ``/metrics``' counters.
-        self.status = KBStatus(
-            index, embedder, embed_key, self._vectors, self._fresh, self._buckets, self._search,
-            schema_version=schema_version, count_stop_s=self.config.readyz_count_stop_s,
+
+    def _status(self) -> KBStatus:
+        return KBStatus(
+            self.index, self.embedder, self.embed_key, self._vectors, self._fresh, self._buckets, self._search,
+            schema_version=self.schema_version, count_stop_s=self.config.readyz_count_stop_s,
         )
+
+    async def adopt_embedder(self, embedder: Embedder) -> None:
+        """Start using ``embedder`` in a KB built without one (an explicit
+        ``AGENT_EMBEDDER`` whose server was down at start-up and answered later:
+        ``app.ops.embedder_recovery``). Its dense side is loaded first, then ingest,
+        search and the re-embedding switch to it at once; the documents stored meanwhile
+        without vectors are the re-embedding's to fill once ``backfill.start()``ed (the
+        caller's, as at start-up: it knows whether this process leads). An ingest under
+        way keeps the parts it began with: it stores text only, and its report wakes the
+        new re-embedding. The counters ``/metrics`` reads carry over. Once only: an
+        embedder is never swapped for another under live searches."""
+        if self.embedder is not None:
+            raise RuntimeError(f"the knowledge base already embeds with {self.embed_key}")
+        if embedder.dim <= 0:
+            await probe_embedder(embedder)
+        dense = self._dense_side(embedder)
+        await dense.load()
+        old_vectors, old_status, old_search = self._vectors, self.status, self._search
+        self._embedder_parts(embedder, dense)
+        self._search.text_fallbacks, self._search.fusion_drops = old_search.text_fallbacks, old_search.fusion_drops
+        self._fresh.follow(dense)
+        self.status = self._status()
+        self.status.bucket_list_failures = old_status.bucket_list_failures
+        await old_status.aclose()
+        await old_vectors.aclose()
 
     @classmethod
     async def create(
