@@ -134,10 +134,8 @@ async def attach_rooms(
     # ingest, and on a slow timer; stopped by ``kb.aclose``.
     # With sibling workers on one file, or any processes on PostgreSQL, only the leading
     # one back-fills, and stops when it no longer leads (``app/ops/leader``).
-    if leader is None:
-        kb.backfill.start()
-    else:
-        tasks.append(leader.when_leading(_backfill_while_leading(kb), name="kb-backfill"))
+    if (backfill := start_backfill(kb, leader)) is not None and leader is not None:
+        tasks.append(backfill)
     knowledge = KnowledgeComponent(kb, turns=sample_turns(storage), default_buckets=settings.kb_default_buckets)
     rooms.knowledge = knowledge
     if settings.ingest_sample_kb:
@@ -165,11 +163,7 @@ async def attach_rooms(
         stemmer=Stemmer(),
     )
     rooms.keywords = keywords
-    tasks.append(
-        asyncio.create_task(_backfill_keywords(keywords), name="keyword-backfill")
-        if leader is None
-        else leader.when_leading(lambda: _backfill_keywords(keywords), name="keyword-backfill")
-    )
+    tasks.append(start_keyword_backfill(keywords, leader))
     perplexity = (
         PerplexityClient(
             await perplexity_http(settings, stack, pool_waits),
@@ -292,6 +286,23 @@ async def perplexity_http(
     )
     stack.push_async_callback(client.aclose)
     return client
+
+
+def start_backfill(kb: Any, leader: Leader | None) -> asyncio.Task[Any] | None:
+    """The knowledge base's re-embedding, started here or as the leader's job (at
+    start-up, or once an embedder found late was adopted: ``app.embedder_adoption``);
+    either way ``kb.aclose`` or the leader's close stops it."""
+    if leader is None:
+        return kb.backfill.start()
+    return leader.when_leading(_backfill_while_leading(kb), name="kb-backfill")
+
+
+def start_keyword_backfill(keywords: KeywordIndex, leader: Leader | None) -> asyncio.Task[Any]:
+    """Terms and vectors for the keywords and saved answers stored before they existed,
+    here or as the leader's job."""
+    if leader is None:
+        return asyncio.create_task(_backfill_keywords(keywords), name="keyword-backfill")
+    return leader.when_leading(lambda: _backfill_keywords(keywords), name="keyword-backfill")
 
 
 def _backfill_while_leading(kb: Any) -> Callable[[], Awaitable[None]]:

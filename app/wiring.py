@@ -175,6 +175,13 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     embedder_check = EmbedderCheck(embedder, why, settings.embedder if overrides.embedder == AUTO else "given")
     embedder_check.start()
     stack.push_async_callback(embedder_check.aclose)
+    if embedder is None and overrides.embedder == AUTO:  # an explicit remote one down at start: probed again
+        from app.embedder_adoption import LateEmbedder, probe_again
+
+        late = LateEmbedder(settings, rooms, storage, leader, index_state, registry, cache_dir, background,
+                            embedder_check)
+        if (recovery := probe_again(settings, http, pool_waits, late, why)) is not None:
+            embedder_check.recover(recovery)
 
     warm = getattr(provider, "warm", None)
     if warm is not None:

@@ -19,7 +19,8 @@ Each step that is skipped adds its reason to the one returned, so the log and
 ``/readyz`` say why ``auto`` landed where it did. An explicit choice is honoured, but
 one that cannot be satisfied (gemini without a key, local without its packages, a
 remote embedder whose probe fails) yields ``None`` with the reason: no vectors rather
-than vectors of an unknown size.
+than vectors of an unknown size. The service asks again in the background for a remote
+one (``app.ops.embedder_recovery``) and uses it once it answers.
 """
 
 from __future__ import annotations

@@ -162,6 +162,11 @@ class KeywordIndex:
         self.last_fallback_recovered_at: str | None = None
         self._last_reason: str | None = None
 
+    def search_by_meaning(self, semantic: SavedAnswerSearch) -> None:
+        """Look saved answers up by meaning too from now on: an embedder found after
+        start-up (``app.embedder_adoption``); the back-fill gives the stored ones vectors."""
+        self._semantic = semantic
+
     def _fell_back(self, reason: str, exc: BaseException) -> None:
         self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
         self.last_fallback = f"{reason}: {type(exc).__name__}"

@@ -15,7 +15,8 @@ The steps run one after another (worst cases, each ended by its own bound):
 * the app's background tasks after their cancel (``app/factory.py``);
 * then the services, in the reverse order they were made (``app/wiring.py``'s exit
   stack): the conversation titles being written (``app/history.py``); the embedder's
-  first answer (``app/ops/embedder_check.py``); the MCP connections, closed together
+  first answer and the probing again of one down at start-up, together
+  (``app/ops/embedder_check.py``); the MCP connections, closed together
   (``app/mcp_room.py``), then the wait for those whose supervisor had to be cancelled
   (the MCP library's shielded clean-up can take ~4 s of its own); the knowledge rooms'
   tasks — the sample knowledge base's ingest, the knowledge base's and the keywords'
@@ -58,7 +59,8 @@ SERVER_CLOSE_S = 5  # uvicorn's setting is an int
 BACKGROUND_STOP_S = 15.0
 #: How long the conversation titles still being written may take to end once cancelled.
 TITLES_STOP_S = 5.0
-#: How long the embedder's first embedding (``/readyz``'s check) may take to end once cancelled.
+#: How long the embedder's first embedding (``/readyz``'s check) and the probing again of an
+#: embedder down at start-up (``app/ops/embedder_recovery.py``) may take to end once cancelled, together.
 EMBEDDER_CHECK_STOP_S = 5.0
 #: How long each MCP connection's close may take (its supervisor asked to stop, then
 #: cancelled; a stdio server's process ended): all close at once.

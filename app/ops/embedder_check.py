@@ -7,6 +7,10 @@ answered the service does not say ready — a restarted service over a filled kn
 base would otherwise be "ready" while every ingest fails (issue 20). A failed attempt is
 retried on the next ``/readyz`` call, so the service becomes ready when the server recovers.
 Every other remote embedder answered a real embedding when it was probed.
+
+An explicit remote choice that failed its start-up probe is probed again in the
+background (``app.ops.embedder_recovery``, ``recover``): ``/readyz`` is 503 meanwhile,
+says so under ``recovery``, and turns ready once it answered (``adopt``).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import logging
 from typing import Any
 
 from app.ops.close_budget import EMBEDDER_CHECK_STOP_S
+from app.ops.embedder_recovery import EmbedderRecovery
 from app.ops.stopping import cancel_and_wait
 from toolindex.embedder import Embedder, EmbeddingError
 
@@ -33,6 +38,20 @@ class EmbedderCheck:
         self.status = "waiting for a first embedding" if needs_answer else "answered"
         self.detail: str | None = None
         self._task: asyncio.Task[None] | None = None
+        #: Probing again an explicit choice that failed at start-up (``recover``).
+        self.recovery: EmbedderRecovery | None = None
+
+    def recover(self, recovery: EmbedderRecovery) -> None:
+        """Probe the configured embedder again in the background until it answers."""
+        self.recovery = recovery
+        recovery.start()
+
+    def adopt(self, embedder: Embedder, reason: str) -> None:
+        """The configured embedder answered after start-up: shown, and checked as at start."""
+        self.embedder, self.reason = embedder, reason
+        needs_answer = callable(getattr(embedder, "learn_dimension", None))
+        self.status = "waiting for a first embedding" if needs_answer else "answered"
+        self.start()
 
     def start(self) -> asyncio.Task[None] | None:
         """Ask for one real embedding in the background (when one is still needed)."""
@@ -69,12 +88,20 @@ class EmbedderCheck:
             "status": self.status if e is not None else "none",
             "chosen_because": self.reason,
         }
-        if e is None and not ok:  # chosen once, at start-up: nothing probes it again
+        if self.recovery is not None:
+            out["recovery"] = self.recovery.status()
+        if e is None and not ok and self.recovery is not None:
             out["detail"] = (
-                f"no embedder: AGENT_EMBEDDER={self.configured} could not be used at start-up (chosen_because "
-                "says why), so knowledge search runs on text only and tool selection offers all tools; this "
-                "stays so until agentchat is restarted with that embedder reachable (or AGENT_EMBEDDER=auto "
-                "to take the best one reachable, none for text only)"
+                f"no embedder yet: AGENT_EMBEDDER={self.configured} failed its start-up probe (chosen_because "
+                "says why) and is probed again in the background (recovery): knowledge search runs on text "
+                "only and tool selection offers all tools until it answers, then both use it without a restart"
+            )
+        elif e is None and not ok:  # a setting is missing (gemini without a key, local without its packages)
+            out["detail"] = (
+                f"no embedder: AGENT_EMBEDDER={self.configured} cannot be used (chosen_because says why), so "
+                "knowledge search runs on text only and tool selection offers all tools; this stays so until "
+                "agentchat is restarted with what it lacks (or AGENT_EMBEDDER=auto to take the best one "
+                "reachable, none for text only)"
             )
         elif e is None:
             out["detail"] = "no embedder: knowledge search runs on text only, tool selection offers all tools"
@@ -83,6 +110,10 @@ class EmbedderCheck:
         return out
 
     async def aclose(self) -> None:
-        """Cancel the first embedding if it is still out; past ``EMBEDDER_CHECK_STOP_S``
-        it is named in the log and left (the close must not hang on an embedder)."""
-        await cancel_and_wait([self._task] if self._task is not None else [], EMBEDDER_CHECK_STOP_S)
+        """Cancel the first embedding if it is still out, and the probing again with it;
+        past ``EMBEDDER_CHECK_STOP_S`` they are named in the log and left (the close must
+        not hang on an embedder). The embedder the probing found is closed here."""
+        tasks = [t for t in (self._task, self.recovery.task if self.recovery else None) if t is not None]
+        await cancel_and_wait(tasks, EMBEDDER_CHECK_STOP_S)
+        if self.recovery is not None:
+            await self.recovery.close()

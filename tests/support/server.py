@@ -93,13 +93,14 @@ class _Server(uvicorn.Server):
 
 
 @asynccontextmanager
-async def serve_app(app: Any, *, lifespan: LifespanType = "on", **config: Any) -> AsyncIterator[str]:
-    """Serve ``app`` on 127.0.0.1:<free port> inside the current event loop; yield its base URL."""
+async def serve_app(app: Any, *, lifespan: LifespanType = "on", port: int = 0, **config: Any) -> AsyncIterator[str]:
+    """Serve ``app`` on 127.0.0.1:<free port> (or ``port``: a server that comes up where a
+    client already looks) inside the current event loop; yield its base URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # Without it, Nagle's algorithm delays small responses by ~40 ms on loopback.
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     port = sock.getsockname()[1]
     cfg = uvicorn.Config(
         app,

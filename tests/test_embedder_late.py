@@ -1,0 +1,195 @@
+"""An explicit ``AGENT_EMBEDDER=ollama`` whose server is not up at start-up is taken by
+itself once it answers, without a restart (found by the operator's walk: the docker-compose
+start, where the agent and Ollama start together and Ollama answers a few seconds later).
+
+The app serves on a real uvicorn server with the Ollama fake's address configured; the
+fake is first not listening at all (then starts on that port), or answers HTTP 500 to
+everything (then recovers). Meanwhile ``/readyz`` is 503 and says the embedder is being
+probed again, and a document posted is stored for text search only. Afterwards, with
+nobody restarting anything: ``/readyz`` is 200, the tool index is built, the document has
+its vectors, and ``search_semantic`` finds it in ``semantic`` mode.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from starlette.types import Receive, Scope, Send
+
+from app.config import Settings
+from client import AgentClient
+from tests.conftest import running_app
+from tests.fakes import FakeOllama, ToolCall, running_fake
+from tests.support.deadline import until
+from tests.support.readyz_counts import counts_current
+from tests.support.server import free_port
+
+MODELS = ["qwen3:4b", "nomic-embed-text:latest"]
+NOTE = {"id": "zebra-note", "title": "Zebra rotation",
+        "text": "The zebra rotation schedule moves the on-call pager every Tuesday at noon."}
+
+_MODE = re.compile(r'\\*"mode\\*":\s*\\*"(\w+)')
+_DOC_ID = re.compile(r'\\*"doc_id\\*":\s*\\*"([^"\\]+)')
+
+
+@dataclass
+class SearchingModel:
+    """Plays the chat model: calls ``search_semantic`` with ``query``, then
+    ``generate_response`` citing the first passage found; records each search's mode and ids."""
+
+    query: str = ""
+    searches: list[tuple[str, list[str]]] = field(default_factory=list)
+
+    def __call__(self, body: Any) -> list[Any]:
+        text = orjson.dumps(body).decode()
+        if "cite_with" not in text:  # no search result yet in this conversation
+            return [ToolCall("search_semantic", {"bucket": "default", "query": self.query, "top_k": 2})]
+        doc_ids = _DOC_ID.findall(text)
+        modes = _MODE.findall(text)
+        self.searches.append((modes[-1] if modes else "", doc_ids))
+        return [ToolCall("generate_response", {
+            "answer": f"See [{doc_ids[0]}].", "sources": doc_ids[:1], "used_internal_kb": True,
+            "used_external_kb": False,
+        })]
+
+
+class DownFirst:
+    """The fake's ASGI app answering HTTP 500 to every request until ``down`` is cleared."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.down = True
+        self.refused = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.down:
+            self.refused += 1
+            await send({"type": "http.response.start", "status": 500,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": b'{"error": "llama runner process has terminated"}'})
+            return
+        await self.app(scope, receive, send)
+
+
+def late_settings(tmp_path: Path, port: int) -> Settings:
+    return Settings.from_env({
+        "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"),
+        "AGENT_INGEST_SAMPLE_KB": "false",
+        "AGENT_ADMIN_OPEN": "true",  # this test posts a document
+        "AGENT_EMBEDDER": "ollama",
+        "AGENT_LLM_PROVIDER": "ollama",  # chosen without a probe: the fake plays the model once up
+        "OLLAMA_MODEL": "qwen3:4b",
+        "OLLAMA_HOST": f"http://127.0.0.1:{port}",
+    })
+
+
+def checks(body: dict[str, Any]) -> dict[str, Any]:
+    return dict(body.get("checks") or {})
+
+
+async def readyz(http: httpx.AsyncClient) -> tuple[int, dict[str, Any]]:
+    response = await http.get("/readyz")
+    return response.status_code, response.json()
+
+
+async def recovered(http: httpx.AsyncClient, seen: list[dict[str, Any]]) -> bool:
+    """Ready, the tool index built and nothing left waiting for vectors (counted at the
+    generation the probe read)."""
+    status, body = await readyz(http)
+    seen[:] = [body]
+    c = checks(body)
+    return (status == 200 and c["tool_index"]["status"] == "ready" and counts_current(body)
+            and c["knowledge"].get("pending_vectors") == 0 and c["embedder"]["status"] == "answered")
+
+
+async def run_late_embedder(
+    tmp_path: Path, port: int, bring_up: AbstractAsyncContextManager[Any], model: SearchingModel
+) -> None:
+    async with running_app(late_settings(tmp_path, port)) as (base, _app), httpx.AsyncClient(
+        base_url=base, timeout=30
+    ) as http:
+        status, body = await readyz(http)
+        embedder = checks(body)["embedder"]
+        assert status == 503 and embedder["name"] is None, body
+        assert embedder["recovery"]["state"] == "probing", embedder
+        assert "probed again in the background" in embedder["detail"], embedder
+        assert "until agentchat is restarted" not in embedder["detail"], embedder
+        assert checks(body)["tool_index"]["status"] == "disabled", body
+        await until(lambda: _tried(http), "a probe again while the embedder is down")
+
+        posted = await http.post("/v1/kb/documents", json={"documents": [NOTE]})
+        assert posted.status_code == 200, posted.text  # stored, searchable by text (no embedder yet)
+        assert posted.json()["added"] == 1, posted.text
+
+        async with bring_up:
+            seen: list[dict[str, Any]] = []
+            await until(lambda: recovered(http, seen), "ready on the embedder found late, nothing pending")
+            body = seen[0]
+            embedder = checks(body)["embedder"]
+            assert embedder["name"] == "ollama" and embedder["dim"] == 64, embedder
+            assert embedder["recovery"]["state"] == "recovered" and embedder["recovery"]["tries"] >= 2, embedder
+            assert "detail" not in embedder, embedder
+            kb = checks(body)["knowledge"]
+            assert kb["documents_without_current_vectors"] == 0, kb
+            assert kb["reembedding"]["reembedded_documents"] >= 1, kb
+
+            # The fake's embedding model is a bag of hashed words: "by meaning" is by vector here.
+            model.query = "which day does the on-call pager move"
+            async with AgentClient(base) as agent:
+                names = [event.name async for event in agent.chat(model.query, "knowledge")]
+            assert "response" in names and model.searches, names
+            mode, found = model.searches[-1]
+            assert (mode, found[:1]) == ("semantic", [NOTE["id"]]), model.searches
+
+
+async def _tried(http: httpx.AsyncClient, tries: int = 1) -> bool:
+    _, body = await readyz(http)
+    return int(checks(body)["embedder"]["recovery"]["tries"]) >= tries
+
+
+async def test_an_ollama_not_listening_at_start_is_used_once_it_listens(tmp_path: Path) -> None:
+    port = free_port()
+    model = SearchingModel()
+    fake = FakeOllama(model, models=MODELS, embed_dim=64)
+    await run_late_embedder(tmp_path, port, running_fake(fake.app, port=port), model)
+
+
+async def test_an_ollama_answering_500_at_start_is_used_once_it_recovers(tmp_path: Path) -> None:
+    port = free_port()
+    model = SearchingModel()
+    fake = FakeOllama(model, models=MODELS, embed_dim=64)
+    gate = DownFirst(fake.app)
+
+    @asynccontextmanager
+    async def recovers() -> AsyncIterator[None]:
+        assert gate.refused >= 2, gate.refused  # the start-up probe and at least one probe again
+        gate.down = False
+        yield
+
+    async with running_fake(gate, port=port):
+        await run_late_embedder(tmp_path, port, recovers(), model)
+
+
+async def test_the_probing_logs_changes_not_tries_and_stops_at_shutdown(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing ever listens: one line when the probing starts, none per try, and the
+    app's close cancels it (the task is over once the server stopped)."""
+    caplog.set_level(logging.INFO, logger="agentchat.embedder")
+    port = free_port()
+    async with running_app(late_settings(tmp_path, port)) as (base, app), httpx.AsyncClient(base_url=base) as http:
+        await until(lambda: _tried(http, 2), "two probes again while nothing listens")
+        recovery = app.state.services.embedder_check.recovery
+        assert recovery.state == "probing" and recovery.task is not None
+    assert recovery.task.done(), recovery.task
+    lines = [r.getMessage() for r in caplog.records if r.name == "agentchat.embedder"]
+    assert lines == ["the embedder failed its start-up probe: probing it again in the background"], lines
