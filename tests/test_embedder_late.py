@@ -30,6 +30,7 @@ from client import AgentClient
 from tests.conftest import running_app
 from tests.fakes import FakeOllama, ToolCall, running_fake
 from tests.support.deadline import until
+from tests.support.postgres import TestPostgres
 from tests.support.readyz_counts import counts_current
 from tests.support.server import free_port
 
@@ -80,8 +81,9 @@ class DownFirst:
         await self.app(scope, receive, send)
 
 
-def late_settings(tmp_path: Path, port: int) -> Settings:
+def late_settings(tmp_path: Path, port: int, **more: str) -> Settings:
     return Settings.from_env({
+        **more,
         "AGENT_DB_PATH": str(tmp_path / "agent.sqlite3"),
         "AGENT_INGEST_SAMPLE_KB": "false",
         "AGENT_ADMIN_OPEN": "true",  # this test posts a document
@@ -112,9 +114,9 @@ async def recovered(http: httpx.AsyncClient, seen: list[dict[str, Any]]) -> bool
 
 
 async def run_late_embedder(
-    tmp_path: Path, port: int, bring_up: AbstractAsyncContextManager[Any], model: SearchingModel
+    tmp_path: Path, port: int, bring_up: AbstractAsyncContextManager[Any], model: SearchingModel, **more: str
 ) -> None:
-    async with running_app(late_settings(tmp_path, port)) as (base, _app), httpx.AsyncClient(
+    async with running_app(late_settings(tmp_path, port, **more)) as (base, _app), httpx.AsyncClient(
         base_url=base, timeout=30
     ) as http:
         status, body = await readyz(http)
@@ -161,6 +163,22 @@ async def test_an_ollama_not_listening_at_start_is_used_once_it_listens(tmp_path
     model = SearchingModel()
     fake = FakeOllama(model, models=MODELS, embed_dim=64)
     await run_late_embedder(tmp_path, port, running_fake(fake.app, port=port), model)
+
+
+@pytest.mark.postgres
+async def test_on_postgresql_the_leader_back_fills_with_the_embedder_found_late(
+    tmp_path: Path, pg_server: TestPostgres
+) -> None:
+    """The same on PostgreSQL: the engine's own vector search is what the knowledge base
+    adopts, and the re-embedding runs as the background jobs' leader's job."""
+    port = free_port()
+    model = SearchingModel()
+    fake = FakeOllama(model, models=MODELS, embed_dim=64)
+    with pg_server.database() as url:
+        await run_late_embedder(
+            tmp_path, port, running_fake(fake.app, port=port), model,
+            AGENT_DATABASE_URL=url, AGENT_SECRET_KEY="late-embedder-key-0123456789abcdef",
+        )
 
 
 async def test_an_ollama_answering_500_at_start_is_used_once_it_recovers(tmp_path: Path) -> None:
