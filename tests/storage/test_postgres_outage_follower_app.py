@@ -36,6 +36,11 @@ from tests.test_sse_clients import has_chunk, js_client, node, run_events
 
 __all__ = ["node", "relayed_url"]  # the fixtures, used by name
 
+#: How long a request waits for a connection while the database is away (``settings_for``
+#: says 3 s): each write the run retries, and each look the follower takes at the log,
+#: fails after it - the same failure, sooner. The follower's five looks took ~12 s at 3 s.
+POOL_TIMEOUT_S = "1"
+
 EVENTS = ["run_started", "tool_selection", "message_start", "content_chunk", "tool_call_start",
           "tool_call_result", "response", "error", "heartbeat", "run_resumed", "message_complete"]
 
@@ -48,7 +53,9 @@ async def test_an_eventsource_following_a_run_let_go_for_an_outage_reads_it_to_i
     url, relay = relayed_url
     gate = Gate()
     provider = outage_provider(gate)
-    app = create_app(settings_for(url, tmp_path, AGENT_HEARTBEAT_S="0.5"), provider=provider)
+    app = create_app(
+        settings_for(url, tmp_path, AGENT_HEARTBEAT_S="0.5", AGENT_DB_POOL_TIMEOUT_S=POOL_TIMEOUT_S), provider=provider
+    )
     async with serve_app(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
         started = await http.post("/v1/agent/runs", json={"message": "hello", "context_type": "workflow"})
         assert started.status_code == 201, started.text
@@ -102,7 +109,9 @@ async def test_a_follower_kept_through_an_outage_does_not_log_a_warning_per_look
     url, relay = relayed_url
     gate = Gate()
     provider = outage_provider(gate)
-    app = create_app(settings_for(url, tmp_path, AGENT_HEARTBEAT_S="0.2"), provider=provider)
+    app = create_app(
+        settings_for(url, tmp_path, AGENT_HEARTBEAT_S="0.2", AGENT_DB_POOL_TIMEOUT_S=POOL_TIMEOUT_S), provider=provider
+    )
     async with serve_app(app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
         remote = app.state.services.remote
         remote.outage_pause_s = 0.1
