@@ -218,6 +218,9 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
     # This app's own Prometheus registry; the agent loop records run outcomes in it.
     metrics = AppMetrics(tool_names=registry)
     pool_waits.attach(metrics.pool_waited)
+    from app.ops.embedder_metrics import EmbedderRecoveryCollector
+
+    metrics.registry.register(EmbedderRecoveryCollector(embedder_check))  # the embedder probed again, or not
     agent = Agent(
         provider=provider,
         registry=registry,

@@ -127,6 +127,8 @@ async def run_late_embedder(
         assert "until agentchat is restarted" not in embedder["detail"], embedder
         assert checks(body)["tool_index"]["status"] == "disabled", body
         await until(lambda: _tried(http), "a probe again while the embedder is down")
+        recovering, probes = await recovery_metrics(http)
+        assert recovering == 1 and probes >= 1, (recovering, probes)
 
         posted = await http.post("/v1/kb/documents", json={"documents": [NOTE]})
         assert posted.status_code == 200, posted.text  # stored, searchable by text (no embedder yet)
@@ -140,6 +142,8 @@ async def run_late_embedder(
             assert embedder["name"] == "ollama" and embedder["dim"] == 64, embedder
             assert embedder["recovery"]["state"] == "recovered" and embedder["recovery"]["tries"] >= 2, embedder
             assert "detail" not in embedder, embedder
+            recovering, probes = await recovery_metrics(http)
+            assert recovering == 0 and probes == embedder["recovery"]["tries"], (recovering, probes, embedder)
             kb = checks(body)["knowledge"]
             assert kb["documents_without_current_vectors"] == 0, kb
             assert kb["reembedding"]["reembedded_documents"] >= 1, kb
@@ -151,6 +155,14 @@ async def run_late_embedder(
             assert "response" in names and model.searches, names
             mode, found = model.searches[-1]
             assert (mode, found[:1]) == ("semantic", [NOTE["id"]]), model.searches
+
+
+async def recovery_metrics(http: httpx.AsyncClient) -> tuple[float, float]:
+    """``agentchat_embedder_recovering`` and ``agentchat_embedder_recovery_probes_total``
+    as ``/metrics`` serves them."""
+    text = (await http.get("/metrics")).text
+    values = dict(line.split(" ", 1) for line in text.splitlines() if line.startswith("agentchat_embedder_recover"))
+    return float(values["agentchat_embedder_recovering"]), float(values["agentchat_embedder_recovery_probes_total"])
 
 
 async def _tried(http: httpx.AsyncClient, tries: int = 1) -> bool:
