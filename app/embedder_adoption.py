@@ -9,8 +9,8 @@ ranks by embeddings once it is ready), and ``/readyz``'s check. The wiring build
 same parts at start-up from an embedder chosen then; here they are built late, in the
 same order, and nothing is swapped twice (the knowledge base refuses a second one).
 
-MCP servers already connected keep their tools unranked (offered in fallbacks) until
-their tool list changes or they reconnect: their segments are embedded then.
+MCP servers already connected have their tools (offered, never embedded) embedded then
+too: they join the tool index as the built-in ones do (``McpRoom.adopt_embedder``).
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ class LateEmbedder:
             )
             self.background.append(start_keyword_backfill(keywords, self.leader))  # the stored ones' vectors
         on_ready: Callable[[Any], None] | None = None
-        if self.rooms.mcp is not None:
-            self.rooms.mcp.embedder = embedder  # servers whose tools change from now on are ranked
+        if self.rooms.mcp is not None:  # the servers' tools listed meanwhile are embedded now
+            self.background.append(self.rooms.mcp.adopt_embedder(embedder))
             on_ready = self.rooms.mcp.base_ready
         self.index_state.embedder_name = embedder.name
         self.background.append(asyncio.create_task(

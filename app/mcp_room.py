@@ -135,6 +135,24 @@ class McpRoom:
         self._index_notes[server] = f"{len(tools)} tools embedded in {(time.perf_counter() - started) * 1000:.0f} ms"
         return segment
 
+    def adopt_embedder(self, embedder: Embedder) -> asyncio.Task[None]:
+        """An embedder found after start-up (``app.embedder_adoption``): tool lists from
+        now on are embedded, and the servers that listed theirs meanwhile (offered, never
+        embedded) get their segments now, in a task whose end the combined index shows."""
+        self.embedder = embedder
+        return asyncio.create_task(self._embed_listed(), name="mcp-embed-late")
+
+    async def _embed_listed(self) -> None:
+        for server in self.connections:
+            tools = self.catalog.tools(server)
+            if not tools or server in self._segments:
+                continue
+            segment = await self._embed(server, tools)
+            # A list that came meanwhile was embedded by its own ``on_tools``: not overwritten.
+            if segment is not None and server not in self._segments and self.catalog.tools(server) == tools:
+                self._segments[server] = segment
+                self._combine()
+
     # --- the combined index -----------------------------------------------------------
 
     def base_ready(self, index: ToolIndex) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from tests.support.postgres import TestPostgres
 from tests.support.readyz_counts import counts_current
 from tests.support.server import free_port
 
+ROOT = Path(__file__).resolve().parent.parent
 MODELS = ["qwen3:4b", "nomic-embed-text:latest"]
 NOTE = {"id": "zebra-note", "title": "Zebra rotation",
         "text": "The zebra rotation schedule moves the on-call pager every Tuesday at noon."}
@@ -223,3 +225,28 @@ async def test_the_probing_logs_changes_not_tries_and_stops_at_shutdown(
     assert recovery.task.done(), recovery.task
     lines = [r.getMessage() for r in caplog.records if r.name == "agentchat.embedder"]
     assert lines == ["the embedder failed its start-up probe: probing it again in the background"], lines
+
+
+async def test_mcp_tools_listed_before_the_embedder_answered_are_ranked_once_it_does(tmp_path: Path) -> None:
+    """An MCP server connected while there was no embedder has its tools offered, not
+    embedded: once the embedder answers they join the tool index with the built-in ones
+    (they were left out, and out of ``unranked`` too, until the server's list changed or
+    it reconnected)."""
+    port = free_port()
+    fake = FakeOllama(SearchingModel(), models=MODELS, embed_dim=64)
+    config = tmp_path / "mcp.toml"
+    config.write_text(
+        f'[servers.ops]\ncommand = {orjson.dumps(sys.executable).decode()}\n'
+        f'args = ["-m", "tests.fakes.mcp_server", "ops"]\ncwd = {orjson.dumps(str(ROOT)).decode()}\n'
+        'protocol = "legacy"\nconnect_timeout_s = 60\n'
+    )
+    settings = late_settings(tmp_path, port, AGENT_MCP_SERVERS=str(config))
+    async with running_app(settings) as (base, app), httpx.AsyncClient(base_url=base, timeout=30) as http:
+        services = app.state.services
+        await until(lambda: "word_stats" in services.agent.registry, "the MCP server's tools offered", timeout=90)
+        async with running_fake(fake.app, port=port):
+            await until(lambda: services.index_state.status == "ready", "the tool index built late")
+            await until(lambda: "word_stats" in services.index_state.index.names,
+                        "the MCP tools listed before in the tool index", timeout=15)
+            _, body = await readyz(http)
+            assert "unranked" not in checks(body)["mcp"], checks(body)["mcp"]
