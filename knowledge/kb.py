@@ -143,8 +143,8 @@ class KnowledgeBase:
         search and the re-embedding switch to it at once; the documents stored meanwhile
         without vectors are the re-embedding's to fill once ``backfill.start()``ed (the
         caller's, as at start-up: it knows whether this process leads). An ingest under
-        way keeps the parts it began with: it stores text only, and its report wakes the
-        new re-embedding. The counters ``/metrics`` reads carry over. Once only: an
+        way keeps the parts it began with: it stores text only, and its end wakes the
+        new re-embedding (``_ingested``). The counters ``/metrics`` reads carry over. Once only: an
         embedder is never swapped for another under live searches."""
         if self.embedder is not None:
             raise RuntimeError(f"the knowledge base already embeds with {self.embed_key}")
@@ -292,11 +292,12 @@ class KnowledgeBase:
         Documents' ``source`` is their path relative to the named folder's parent.
         """
         refuse_private(bucket)
-        report = await self._ingest.ingest_paths(
+        ingest = self._ingest
+        report = await ingest.ingest_paths(
             paths, bucket=bucket, progress=progress, follow_links=follow_links,
             max_file_bytes=max_file_bytes, on_batch=on_batch, rehash=rehash, on_stage=on_stage,
         )
-        self.backfill.ingested(report)
+        self._ingested(ingest, report)
         return report
 
     async def ingest_documents(
@@ -316,9 +317,19 @@ class KnowledgeBase:
         """
         if not private:
             refuse_private(bucket)
-        report = await self._ingest.ingest_documents(docs, bucket=bucket, progress=progress)
-        self.backfill.ingested(report)
+        ingest = self._ingest
+        report = await ingest.ingest_documents(docs, bucket=bucket, progress=progress)
+        self._ingested(ingest, report)
         return report
+
+    def _ingested(self, ingest: Ingestor, report: IngestReport) -> None:
+        """Tell the re-embedding what an ingest stored. One that began on the text-only
+        parts before ``adopt_embedder`` stored its documents without vectors yet queued
+        none (it had no embedder to fail): a pass now gives them their vectors, not the
+        slow timer's (``reembed_interval_s``) after the pass the adoption started."""
+        self.backfill.ingested(report)
+        if ingest is not self._ingest and (report.added or report.updated):
+            self.backfill.wake()
 
     def bulk_load(self) -> AbstractAsyncContextManager[None]:
         """``async with kb.bulk_load():`` around a large first load: the engine may build
