@@ -36,7 +36,7 @@ import pytest_asyncio
 
 from tests.fakes.paced_ollama import run_body, side_effect_marker
 from tests.support.postgres import TestPostgres
-from tests.support.procs import DEMO_AUTH, AgentServer, Trace, check_trace, replay, until
+from tests.support.procs import DEMO_AUTH, AgentServer, ToolStack, Trace, check_trace, replay, until
 from tests.support.procs import tool_stack as make_tool_stack
 from tests.support.sse import iter_sse
 
@@ -145,10 +145,13 @@ def saw(trace: Trace, name: str) -> bool:
 
 @asynccontextmanager
 async def workers(
-    tmp_path: Path, engine: str, pg: TestPostgres | None, **env: str
+    tmp_path: Path, engine: str, pg: TestPostgres | None, *, tools: ToolStack | None = None, **env: str
 ) -> AsyncIterator[tuple[Any, AgentServer]]:
+    """``serve --workers 2`` on ``engine`` against ``tools`` (a module's own, served in its
+    event loop), or against a tool stack started here for the group."""
     async with AsyncExitStack() as stack:
-        tools = await stack.enter_async_context(make_tool_stack(tmp_path, tokens=30, pause_s=0.05))
+        if tools is None:
+            tools = await stack.enter_async_context(make_tool_stack(tmp_path, tokens=30, pause_s=0.05))
         extra = {"AGENT_WORKERS": str(WORKERS), "AGENT_RUN_LEASE_S": str(LEASE_S), **env}
         if engine == "postgres":
             assert pg is not None
@@ -161,17 +164,26 @@ async def workers(
         yield tools, server
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def tools(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ToolStack]:
+    """The paced model fake, the counting proxy and the backend, one for both engines'
+    groups: every test holds and counts by tags of its own, and the SIGKILL test puts the
+    fake's pacing back when it is done."""
+    async with make_tool_stack(tmp_path_factory.mktemp("tools"), tokens=30, pause_s=0.05) as stack:
+        yield stack
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=["sqlite", "postgres"])
 async def tool_group(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, tools: ToolStack
 ) -> AsyncIterator[tuple[Any, AgentServer]]:
-    """One ``serve --workers 2`` group (and its tool stack) per engine for the follow/cancel
-    and the SIGKILL tests: each runs and counts by tags of its own, and the SIGKILL test,
-    last, leaves a group whose supervisor replaced the killed worker. One start of the
-    group, the backend and the fakes instead of two."""
+    """One ``serve --workers 2`` group per engine (on the module's ``tools``) for the
+    follow/cancel and the SIGKILL tests: each runs and counts by tags of its own, and the
+    SIGKILL test, last, leaves a group whose supervisor replaced the killed worker. One
+    start of the group instead of two, and one of the backend and the fakes for both."""
     engine = str(request.param)
     pg = request.getfixturevalue("pg_server") if engine == "postgres" else None
-    async with workers(tmp_path_factory.mktemp(f"workers-{engine}"), engine, pg) as group:
+    async with workers(tmp_path_factory.mktemp(f"workers-{engine}"), engine, pg, tools=tools) as group:
         yield group
 
 
