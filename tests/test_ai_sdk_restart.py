@@ -21,15 +21,28 @@ import asyncio
 import os
 import signal
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+import pytest_asyncio
 
 from tests.fakes.paced_ollama import run_body
 from tests.support.postgres import TestPostgres
-from tests.support.procs import DEMO_AUTH, AgentServer, Trace, client, follow, replay, start_run, tool_stack, until
+from tests.support.procs import (
+    DEMO_AUTH,
+    AgentServer,
+    ToolStack,
+    Trace,
+    client,
+    follow,
+    replay,
+    start_run,
+    tool_stack,
+    until,
+)
 from tests.test_ai_sdk_stream import js, node, of, texts
 from tests.test_workers import follow_on, pinned_clients, start_on, workers
 
@@ -38,6 +51,26 @@ __all__ = ["node"]  # the fixture, shared with the AI SDK tests
 #: The fake model's pause between words once the process is killed: the pacing only keeps
 #: the run mid-turn until the kill; what is carried on after it need not crawl.
 AFTER_KILL_PAUSE_S = 0.005
+#: The fake's pacing until the kill.
+PAUSE_S = 0.05
+#: The tests run in the event loop of the module's ``tools`` (its fake model and proxy are served there).
+MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def tools(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ToolStack]:
+    """The paced model fake, the counting proxy and the backend, one for the module (a
+    backend's start each test saved): each test chats under an id of its own and sets the
+    fake up for itself (``paced``)."""
+    async with tool_stack(tmp_path_factory.mktemp("tools"), tokens=30, pause_s=PAUSE_S) as stack:
+        yield stack
+
+
+def paced(tools: ToolStack, tokens: int) -> ToolStack:
+    """``tools`` with its fake as a test starts it: ``tokens`` words a turn ``PAUSE_S``
+    apart, held by nothing (``let_go`` sped the last test's up and let it go)."""
+    tools.fake.tokens, tools.fake.pause_s, tools.fake.streaming_until = tokens, PAUSE_S, None
+    return tools
 
 
 async def held_mid_turn(fake: Any, trace: Trace) -> None:
@@ -65,31 +98,32 @@ def _mid_turn(trace: Trace) -> bool:
     return last_result >= 0 and "content_chunk" in names[last_result + 1 :]
 
 
-async def test_a_resume_after_a_restart_shows_the_answer_once(node: str, tmp_path: Path) -> None:
+@MODULE_LOOP
+async def test_a_resume_after_a_restart_shows_the_answer_once(node: str, tmp_path: Path, tools: ToolStack) -> None:
     chat_id = f"chat-restart-{uuid.uuid4().hex[:8]}"
-    async with tool_stack(tmp_path, tokens=40, pause_s=0.05) as stack:
-        server = AgentServer(tmp_path, stack.agent_env())
-        server.start()
-        try:
+    stack = paced(tools, tokens=40)
+    server = AgentServer(tmp_path, stack.agent_env())
+    server.start()
+    try:
+        await server.wait_healthy()
+        async with client() as http:
+            status, body = await start_run(http, server.base, {**run_body(chat_id), "conversation_id": chat_id})
+            assert status == 201, (status, body)
+            trace = Trace(tag=chat_id, run_id=body["run_id"], stream_url=body["stream_url"])
+            reading = asyncio.create_task(follow(http, server.base, trace, deadline_s=120))
+            await held_mid_turn(stack.fake, trace)
+            server.send(signal.SIGKILL)
+            let_go(stack.fake)
+            await server.wait_exit(30)
+            server.start()
             await server.wait_healthy()
-            async with client() as http:
-                status, body = await start_run(http, server.base, {**run_body(chat_id), "conversation_id": chat_id})
-                assert status == 201, (status, body)
-                trace = Trace(tag=chat_id, run_id=body["run_id"], stream_url=body["stream_url"])
-                reading = asyncio.create_task(follow(http, server.base, trace, deadline_s=120))
-                await held_mid_turn(stack.fake, trace)
-                server.send(signal.SIGKILL)
-                let_go(stack.fake)
-                await server.wait_exit(30)
-                server.start()
-                await server.wait_healthy()
-                url = f"{server.base}/v1/agent/ui-stream/{chat_id}/stream"
-                async with js(node, mode="reader", method="GET", url=url, headers=DEMO_AUTH) as reader:
-                    records = await reader.finish()
-                await reading
-                status, stored = await replay(http, server.base, trace.stream_url or "")
-        finally:
-            server.close()
+            url = f"{server.base}/v1/agent/ui-stream/{chat_id}/stream"
+            async with js(node, mode="reader", method="GET", url=url, headers=DEMO_AUTH) as reader:
+                records = await reader.finish()
+            await reading
+            status, stored = await replay(http, server.base, trace.stream_url or "")
+    finally:
+        server.close()
 
     assert status == 200 and stored[-1][1] == "message_complete"
     [response] = of(records, "response")
@@ -125,15 +159,16 @@ def _shown_once(stored: list[Any], records: list[dict[str, Any]], run_id: str) -
 
 
 @pytest.mark.slow
+@MODULE_LOOP
 @pytest.mark.parametrize("engine", ["sqlite", "postgres"])
 async def test_a_resume_before_the_take_over_shows_the_answer_once(
-    node: str, tmp_path: Path, engine: str, request: pytest.FixtureRequest
+    node: str, tmp_path: Path, engine: str, request: pytest.FixtureRequest, tools: ToolStack
 ) -> None:
     pg: TestPostgres | None = request.getfixturevalue("pg_server") if engine == "postgres" else None
     chat_id = f"chat-takeover-{uuid.uuid4().hex[:8]}"
     # A lease long enough that the resume is surely made before the take-over.
     async with (
-        workers(tmp_path, engine, pg, AGENT_RUN_LEASE_S="5") as (tools, server),
+        workers(tmp_path, engine, pg, tools=paced(tools, tokens=30), AGENT_RUN_LEASE_S="5") as (tools, server),
         pinned_clients(server.base, 1) as pins,
     ):
         (a,), (b,) = pins.values()
