@@ -12,6 +12,7 @@ its vectors, and ``search_semantic`` finds it in ``semantic`` mode.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import sys
@@ -250,3 +251,36 @@ async def test_mcp_tools_listed_before_the_embedder_answered_are_ranked_once_it_
                         "the MCP tools listed before in the tool index", timeout=15)
             _, body = await readyz(http)
             assert "unranked" not in checks(body)["mcp"], checks(body)["mcp"]
+
+
+async def test_a_document_posted_across_the_adoption_is_said_searchable_by_text_then_re_embedded(
+    tmp_path: Path,
+) -> None:
+    """A POST /v1/kb/documents whose ingest began before the embedder answered stores
+    text only (the parts it began with): its answer says so, not "searchable by meaning"
+    as the embedder adopted meanwhile would, and the re-embedding gives it vectors."""
+    port = free_port()
+    fake = FakeOllama(SearchingModel(), models=MODELS, embed_dim=64)
+    async with running_app(late_settings(tmp_path, port)) as (base, app), httpx.AsyncClient(
+        base_url=base, timeout=30
+    ) as http:
+        kb = app.state.services.rooms.knowledge.kb
+        index: Any = kb.index
+        write_documents = index.write_documents
+        arrived, release = asyncio.Event(), asyncio.Event()
+
+        async def held_write(*args: Any, **kwargs: Any) -> Any:
+            arrived.set()
+            await release.wait()
+            return await write_documents(*args, **kwargs)
+
+        index.write_documents = held_write  # the real write, once released
+        posting = asyncio.create_task(http.post("/v1/kb/documents", json={"documents": [NOTE]}))
+        await until(arrived.is_set, "the ingest at its write, before the embedder answers")
+        async with running_fake(fake.app, port=port):
+            await until(lambda: kb.embedder is not None, "the embedder adopted")
+            release.set()
+            posted = await posting
+            assert posted.status_code == 200 and posted.json()["added"] == 1, posted.text
+            assert posted.json()["embedding"]["searchable_by"] == ["text"], posted.json()
+            await until(lambda: kb.backfill.reembedded >= 1, "the document posted across the adoption re-embedded")

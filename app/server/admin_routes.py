@@ -83,6 +83,9 @@ async def ingest_documents(request: Request) -> Response:
     bucket = body.get("bucket", "default")
     if not isinstance(bucket, str):
         raise HTTPProblem(400, "invalid_field", "bucket must be a string")
+    # Before the ingest: one begun without an embedder stores text only, even if one
+    # found late is adopted meanwhile (``KnowledgeBase.adopt_embedder``).
+    has_embedder = knowledge.kb.embedder is not None
     try:
         # A bulk load's statements (and the index builds at its end) may run long: not cut
         # by the request's per-wait deadline (storage/request_scope.py).
@@ -91,7 +94,7 @@ async def ingest_documents(request: Request) -> Response:
     except ValueError as exc:  # unknown bucket, bad bucket name
         raise HTTPProblem(400, "invalid_field", str(exc)) from None
     payload = report.to_dict()
-    payload["embedding"] = _embedding_state(report, has_embedder=knowledge.kb.embedder is not None)
+    payload["embedding"] = _embedding_state(report, has_embedder=has_embedder)
     status = 200 if (payload["added"] or payload["updated"] or payload["skipped"]) else 422
     if status == 200 and report.queued_for_embedding:
         status = 202  # stored and searchable by text; the vectors are work still pending
