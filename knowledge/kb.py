@@ -42,7 +42,6 @@ from typing import Any
 import numpy as np
 
 from knowledge.attachments import is_private_bucket
-from knowledge.backfill import VectorBackfill
 from knowledge.bucket_privacy import (
     absent,
     count_bucket,
@@ -54,14 +53,13 @@ from knowledge.bucket_privacy import (
     shared_names,
 )
 from knowledge.buckets import Buckets, UnknownBucketError
-from knowledge.dense import DenseSide, dense_side
 from knowledge.document_views import document_metadata, document_page
 from knowledge.filters import FilterError
 from knowledge.freshness import KBFreshness
 from knowledge.ingest import DEFAULT_MAX_FILE_BYTES, BatchHook, Ingestor, Progress, StageHook
+from knowledge.kb_parts import EmbedderParts, adopted_parts, embedder_parts
 from knowledge.kb_status import KBStatus
 from knowledge.names import is_identifier
-from knowledge.search import Searcher
 from knowledge.types import (
     DEFAULT_BUCKET,
     BucketInfo,
@@ -103,32 +101,21 @@ class KnowledgeBase:
         self._on_close = on_close
         self._closed = False
         self._buckets = Buckets(index)
-        self._embedder_parts(embedder)
+        self._use(embedder_parts(index, self._buckets, embedder, self.config))
         #: What other processes changed in the stored KB, taken in before each search.
         self._fresh = KBFreshness(index, self._buckets, self._vectors)
         #: What the KB says about itself: ``/readyz``'s reads and ``/metrics``' counters.
         self.status = self._status()
 
-    def _embedder_parts(self, embedder: Embedder | None, dense: DenseSide | None = None) -> None:
-        """The parts sized or keyed by the embedder: the dense side (``dense``, loaded,
-        or a new one ``load`` fills), ingest, search and the re-embedding (``__init__``,
-        and ``adopt_embedder`` once one is found late)."""
-        self.embedder = embedder
-        self._vectors = dense if dense is not None else self._dense_side(embedder)
-        self._ingest = Ingestor(self.index, self._buckets, self._vectors, embedder, self.config)
-        self._search = Searcher(self.index, self._buckets, self._vectors, embedder, self.config)
-        #: Vectors for documents stored without them; runs once ``backfill.start()``ed.
-        self.backfill = VectorBackfill(self.index, self._vectors, embedder, self.config)
-        self._search.pending_vectors = lambda: self.backfill.pending or 0
-
-    def _dense_side(self, embedder: Embedder | None) -> DenseSide:
-        return dense_side(
-            self.index,
-            f"{embedder.name}:{embedder.model}" if embedder else None,  # as ``Ingestor`` stores it
-            embedder.dim if embedder else 1,
-            executor_rows=self.config.executor_rows,
-            count_stop_s=self.config.unreadable_count_stop_s,
+    def _use(self, parts: EmbedderParts) -> None:
+        """Ingest, search and the re-embedding on ``parts`` from now on (``knowledge.kb_parts``:
+        ``__init__``, and ``adopt_embedder`` once an embedder is found late)."""
+        self.embedder, self._vectors, self._ingest, self._search = (
+            parts.embedder, parts.vectors, parts.ingest, parts.search
         )
+        #: Vectors for documents stored without them; runs once ``backfill.start()``ed.
+        self.backfill = parts.backfill
+        self._search.pending_vectors = lambda: self.backfill.pending or 0
 
     def _status(self) -> KBStatus:
         return KBStatus(
@@ -148,14 +135,10 @@ class KnowledgeBase:
         embedder is never swapped for another under live searches."""
         if self.embedder is not None:
             raise RuntimeError(f"the knowledge base already embeds with {self.embed_key}")
-        if embedder.dim <= 0:
-            await probe_embedder(embedder)
-        dense = self._dense_side(embedder)
-        await dense.load()
-        old_vectors, old_status, old_search = self._vectors, self.status, self._search
-        self._embedder_parts(embedder, dense)
-        self._search.text_fallbacks, self._search.fusion_drops = old_search.text_fallbacks, old_search.fusion_drops
-        self._fresh.follow(dense)
+        parts = await adopted_parts(self.index, self._buckets, embedder, self.config, self._search)
+        old_vectors, old_status = self._vectors, self.status
+        self._use(parts)
+        self._fresh.follow(parts.vectors)
         self.status = self._status()
         self.status.bucket_list_failures = old_status.bucket_list_failures
         await old_status.aclose()
