@@ -58,7 +58,11 @@ class LateEmbedder:
         knowledge = self.rooms.knowledge
         if knowledge is not None:
             await knowledge.kb.adopt_embedder(embedder)
-            start_backfill(knowledge.kb, self.leader)
+            # The leader's job is stopped with the background, before the knowledge base
+            # closes (as start-up's is): else its re-embedding ending under it looks like
+            # a lost lead and it starts again on the closing knowledge base.
+            if (backfill := start_backfill(knowledge.kb, self.leader)) is not None and self.leader is not None:
+                self.background.append(backfill)
         keywords = self.rooms.keywords
         if keywords is not None:
             from knowledge.saved_answers import SavedAnswerVectors

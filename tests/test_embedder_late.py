@@ -182,10 +182,15 @@ async def test_an_ollama_not_listening_at_start_is_used_once_it_listens(tmp_path
 
 @pytest.mark.postgres
 async def test_on_postgresql_the_leader_back_fills_with_the_embedder_found_late(
-    tmp_path: Path, pg_server: TestPostgres
+    tmp_path: Path, pg_server: TestPostgres, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The same on PostgreSQL: the engine's own vector search is what the knowledge base
-    adopts, and the re-embedding runs as the background jobs' leader's job."""
+    adopts, and the re-embedding runs as the background jobs' leader's job - stopped
+    before the knowledge base closes at shutdown, as the one started with the app is: it
+    used to see its re-embedding end under it, take that for a lost lead ("background job
+    stopped with the lead", though the lead was never lost) and start it again on the
+    closing knowledge base."""
+    caplog.set_level(logging.INFO, logger="agentchat.ops")
     port = free_port()
     model = SearchingModel()
     fake = FakeOllama(model, models=MODELS, embed_dim=64)
@@ -194,6 +199,8 @@ async def test_on_postgresql_the_leader_back_fills_with_the_embedder_found_late(
             tmp_path, port, running_fake(fake.app, port=port), model,
             AGENT_DATABASE_URL=url, AGENT_SECRET_KEY="late-embedder-key-0123456789abcdef",
         )
+    stopped = [r for r in caplog.records if r.getMessage() == "background job stopped with the lead"]
+    assert not stopped, [getattr(r, "job", None) for r in stopped]
 
 
 async def test_an_ollama_answering_500_at_start_is_used_once_it_recovers(tmp_path: Path) -> None:
