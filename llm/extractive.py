@@ -273,7 +273,8 @@ class ExtractiveProvider:
         read_next = [r for r in reads if r.tool_call_id in next_ids]
         passages = with_page_reads(first, read_again)
         if composed is None or reads:
-            # 15-20 ms of pure-Python scoring per answer: on a worker thread, so the event
+            # ~10 ms of pure-Python scoring per answer (16-18 ms before the memos of 2026-11-29;
+            # bench/offline_answers.py --replay): on a worker thread, so the event
             # loop (every other live stream) gets the GIL back every switch interval instead
             # of waiting out the whole answer. The memo's lru_caches are thread-safe.
             chunks = chunks_read(read_next)

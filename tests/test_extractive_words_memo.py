@@ -1,5 +1,5 @@
 """The offline answerer's memoised word work (``llm.extractive_words.Words``) gives the
-answers of the plain functions it stands in for, only faster (round 51's CPU cut: the
+answers of the plain functions it stands in for, only faster (the CPU cut of 2026-11-29: the
 answerer's ~20 ms per answer of string work):
 
 - ``said_in_a_row`` visits only the pairs of words the question and the text share,
