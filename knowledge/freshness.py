@@ -81,11 +81,16 @@ class KBFreshness:
         self.reload_failures = 0
         self.reload_error: str | None = None
 
-    def follow(self, dense: DenseSide) -> None:
+    def follow(self, dense: DenseSide, *, seen_at_load: int) -> None:
         """Reload ``dense`` from now on: the knowledge base's new dense side, loaded
-        already (``KnowledgeBase.adopt_embedder``; the generation seen stays: a change
-        since is reloaded into it at the next check)."""
+        already (``KnowledgeBase.adopt_embedder``) by a load that began when ``seen`` was
+        ``seen_at_load``. A change taken in since went to the old side, and the load may
+        have read before it: ``dense`` is reloaded now (else it missed those vectors
+        until another change came from elsewhere). A change not taken in yet is
+        reloaded into it at the next check."""
         self._dense = dense
+        if self.seen != seen_at_load:
+            self._start_reload()
 
     async def start(self) -> None:
         """Before the first load: the generation that load will contain (at least)."""

@@ -135,10 +135,11 @@ class KnowledgeBase:
         embedder is never swapped for another under live searches."""
         if self.embedder is not None:
             raise RuntimeError(f"the knowledge base already embeds with {self.embed_key}")
+        seen = self._fresh.seen
         parts = await adopted_parts(self.index, self._buckets, embedder, self.config, self._search)
         old_vectors, old_status = self._vectors, self.status
         self._use(parts)
-        self._fresh.follow(parts.vectors)
+        self._fresh.follow(parts.vectors, seen_at_load=seen)
         self.status = self._status()
         self.status.bucket_list_failures = old_status.bucket_list_failures
         await old_status.aclose()

@@ -1,4 +1,5 @@
-"""``KnowledgeBase.adopt_embedder`` while an ingest runs on the text-only parts.
+"""``KnowledgeBase.adopt_embedder`` while an ingest runs on the text-only parts, and while
+another process stores vectors in the same SQLite file (the last test).
 
 An ingest that began before the embedder was adopted keeps the parts it began with and
 stores its documents without vectors; if it commits after the re-embedding's first pass
@@ -64,3 +65,41 @@ async def test_an_ingest_under_way_at_the_adoption_gets_its_vectors(tmp_path: Pa
 async def test_an_ingest_under_way_at_the_adoption_gets_its_vectors_on_postgresql(pg_server: TestPostgres) -> None:
     with pg_server.database() as url:
         await ingest_across_adoption(url)
+
+
+async def test_vectors_another_process_stored_while_the_adoption_loaded_are_searched(tmp_path: Path) -> None:
+    """Two processes on one SQLite file (``serve --workers``: the leader adopted first and
+    re-embeds). The other loads its new matrix; another process's vectors commit after
+    that read, and a search here takes the change in before the switch - into the old,
+    text-only dense side. The new matrix must be reloaded: it used to miss those vectors
+    until yet another change came from elsewhere (the generation was counted as seen)."""
+    path = tmp_path / "kb.db"
+    leader = await open_kb_file(path, HashingEmbedder(dim=128))
+    late = await open_kb_file(path, None)
+    try:
+        index: Any = late.index
+        iter_vectors = index.iter_vectors
+        read, release = asyncio.Event(), asyncio.Event()
+
+        async def read_then_held(*args: Any, **kwargs: Any) -> Any:
+            async for rows in iter_vectors(*args, **kwargs):
+                yield rows
+            read.set()
+            await release.wait()
+
+        index.iter_vectors = read_then_held  # the real read; the switch waits
+        adopting = asyncio.create_task(late.adopt_embedder(HashingEmbedder(dim=128)))
+        await until(read.is_set, "the new matrix read")
+        await leader.ingest_documents([NOTE])  # its vectors, committed after that read
+        await late.search("zebra rotation", mode="text")  # takes the change in, before the switch
+        release.set()
+        await adopting
+
+        async def found() -> bool:
+            response = await late.search("which day does the on-call pager move", mode="semantic")
+            return response.mode == "semantic" and [h.doc_id for h in response.hits][:1] == [NOTE["id"]]
+
+        await until(found, "the vectors stored elsewhere searched by meaning", timeout=10)
+    finally:
+        await late.aclose()
+        await leader.aclose()
