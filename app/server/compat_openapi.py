@@ -89,7 +89,7 @@ def openai_api() -> ApiContribution:
                                      "(`string_above_max_length`), "
                                      "or `context.buckets` names an unknown bucket (`unknown_bucket`)"),
                 "401": unauthenticated,
-                "404": _openai_error("Unknown model (`model_not_found`) or another user's conversation"),
+                "404": _openai_error("Unknown model (`model_not_found`)"),
                 "408": _openai_error("The body did not arrive in time (`body_timeout`)"),
                 "409": _openai_error("The conversation is busy (`multitask: reject`), a run of it waits for an "
                                      "approval (`approval_pending`: `error` names `run_id`, `tool_use_id`, "
@@ -167,8 +167,9 @@ def ai_sdk_api() -> ApiContribution:
                                "is not a `data:` URL (`unsupported_part`), is empty (`empty_file`) or its text "
                                "cannot be read (`unreadable_file`)"),
                 "401": unauthenticated,
-                "404": problem("The chat id is another user's conversation, or an approval reply names no run "
-                               "of the caller's in this chat, or no call it waits on (`not_found`)"),
+                "404": problem("A regenerate or an edit names a chat the caller does not have, or an approval "
+                               "reply names no run of the caller's in this chat, or no call it waits on "
+                               "(`not_found`; another user's chat id reads as one the caller does not have)"),
                 "408": problem("The body did not arrive in time (`body_timeout`)"),
                 "409": problem("A run of this chat is in progress and `multitask` is `reject`; a run of it waits "
                                "for an approval (`approval_pending`, naming `run_id`, `tool_use_id`, `tool_name`, "

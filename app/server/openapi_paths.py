@@ -55,7 +55,6 @@ def _admission() -> dict[str, Any]:
                        "type, context or conversation (`idempotency_key_reused`)"),
         "429": problem("Too many requests (`rate_limited`) or runs in progress for this user (`too_many_runs`)",
                        retry_after=True),
-        "404": problem("`conversation_id` names a conversation of another user (`not_found`)"),
         "503": problem("The server is restarting (`shutting_down`), cannot store runs (`storage_unavailable`) "
                        "or is past what it can serve (`replica_busy`: live-run cap or a lasting event-loop lag)",
                        retry_after=True),
