@@ -83,7 +83,12 @@ _LOWERCASE_STARTS = frozenset({"npm", "npx"})
 #: "round52" (10 sample questions - agentchat ingest's options, the refused-runs metric, an
 #: unknown bucket, the embedder down, shutdown, migrate-db, docker-compose's port; two
 #: expecting a decline - and 12 npm questions in a newcomer's words) written before round
-#: 52's changes to the search and before any answer to them was read: its held-out check.
+#: 52's changes to the search and before any answer to them was read: its held-out check;
+#: "round53" (11 sample questions a person trying the service for the first time types, in
+#: plain words - starting it, pasted-looking answers, a local model, PDFs, the first answers'
+#: source, old chats, one's own tools and files, another Gemini model, no internet - and one
+#: expecting a decline) written before round 53's changes and before any answer to them was
+#: read: its held-out check.
 SETS = (
     "original",
     "held_out",
@@ -119,6 +124,7 @@ SETS = (
     "walkthrough50",
     "round51",
     "round52",
+    "round53",
 )
 
 
