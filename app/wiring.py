@@ -182,6 +182,10 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
                             embedder_check)
         if (recovery := probe_again(settings, http, pool_waits, late, why)) is not None:
             embedder_check.recover(recovery)
+            # Stopped with the background, before any room closes: an adoption finishing
+            # later would start tasks (the tool index, back-fills) nobody cancels.
+            if recovery.task is not None:
+                background.append(recovery.task)
 
     warm = getattr(provider, "warm", None)
     if warm is not None:

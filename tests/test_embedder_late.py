@@ -235,6 +235,30 @@ async def test_the_probing_logs_changes_not_tries_and_stops_at_shutdown(
     assert lines == ["the embedder failed its start-up probe: probing it again in the background"], lines
 
 
+async def test_the_probing_is_stopped_with_the_background_before_the_rooms_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The close cancels the app's background tasks first, then closes the rooms; the
+    embedder check (which also cancels the probing) closes among them. A probing still
+    running there could finish an adoption and start tasks (the tool index, back-fills)
+    that nothing cancels, on rooms being closed: it is over before any room closes."""
+    from app.ops.embedder_check import EmbedderCheck
+
+    seen: list[bool] = []
+    close = EmbedderCheck.aclose
+
+    async def noting_close(self: EmbedderCheck) -> None:
+        if self.recovery is not None and self.recovery.task is not None:
+            seen.append(self.recovery.task.done())
+        await close(self)
+
+    monkeypatch.setattr(EmbedderCheck, "aclose", noting_close)
+    port = free_port()
+    async with running_app(late_settings(tmp_path, port)) as (base, _app), httpx.AsyncClient(base_url=base) as http:
+        await until(lambda: _tried(http, 1), "a probe again while nothing listens")
+    assert seen == [True], seen
+
+
 async def test_mcp_tools_listed_before_the_embedder_answered_are_ranked_once_it_does(tmp_path: Path) -> None:
     """An MCP server connected while there was no embedder has its tools offered, not
     embedded: once the embedder answers they join the tool index with the built-in ones
