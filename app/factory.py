@@ -15,8 +15,9 @@ from starlette.routing import Route
 from app.config import Settings
 from app.ops.close_budget import BACKGROUND_STOP_S
 from app.ops.log_context import AccessLog
-from app.ops.logs import scrubbed_logs
+from app.ops.logs import replica_logs, scrubbed_logs
 from app.ops.stopping import cancel_and_wait
+from app.runs.manager import new_replica_id
 from app.server import (
     admin_routes,
     ai_sdk_stream,
@@ -68,7 +69,11 @@ def create_app(
         async with AsyncExitStack() as stack:
             # The configured secrets never reach a log line of this app (app.ops.logs).
             stack.enter_context(scrubbed_logs(settings.secret_values()))
-            svc = await build_services(settings, stack, overrides)
+            # Every line of this app names its replica: the id its run leases are stored
+            # under (and /readyz's load.replica), so a line is traced to its process.
+            replica_id = new_replica_id()
+            stack.enter_context(replica_logs(replica_id))
+            svc = await build_services(settings, stack, overrides, replica_id=replica_id)
             app.state.services = svc
             # Runs the last process left unfinished (SIGTERM or SIGKILL) are carried on
             # before the first request is served.

@@ -66,7 +66,11 @@ class Overrides:
     tracer_provider: Any = None
 
 
-async def build_services(settings: Settings, stack: AsyncExitStack, overrides: Overrides) -> Services:
+async def build_services(
+    settings: Settings, stack: AsyncExitStack, overrides: Overrides, *, replica_id: str
+) -> Services:
+    """``replica_id``: this process's, from the app factory - its runs' lease owner, named
+    by every line of its log (``app.ops.logs.replica_logs``)."""
     # The one storage room: migrated completely before anything else reads or writes.
     storage = await open_storage(
         settings.database_url or settings.db_path,
@@ -271,6 +275,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack, overrides: O
         input_sealer=keyring.sealer,
         max_live=settings.max_live_runs,
         model_pool=model_pool,
+        owner_id=replica_id,
     )
     _attach_titles(runs, storage, metrics, provider, settings, stack)
     svc = Services(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import pytest
 
 from app.config import Settings
 from app.ops.log_context import safe_query
-from app.ops.logs import configure_logging, log_format, make_handler
+from app.ops.logs import configure_logging, log_format, make_handler, replica_logs
 from app.runs.records import Caller, ChatInput, encode_run_input
 from events import ContentChunk, RunStarted
 from storage.records import NewRun, RunEvent, RunWrite
@@ -205,4 +206,34 @@ def test_the_format_is_a_setting(monkeypatch: pytest.MonkeyPatch, capsys: pytest
     text_line, json_line = capsys.readouterr().err.splitlines()[-2:]
     assert text_line.endswith('WARNING agentchat.test: readable {"tool":"x"}')
     assert orjson.loads(json_line) | {"time": None} == {
-        "time": None, "level": "WARNING", "logger": "agentchat.test", "message": "parsable", "tool": "x"}
+        "time": None, "level": "WARNING", "logger": "agentchat.test", "message": "parsable", "tool": "x",
+        "pid": os.getpid()}  # fmt: skip
+
+
+def test_a_replicas_lines_name_it_in_json_not_in_text() -> None:
+    """Inside ``replica_logs`` every JSON line names the replica (a call's own ``replica``
+    field stands), after the pid; the text form for a terminal stays as short as before;
+    after the block no line names it."""
+    json_out, text_out = io.StringIO(), io.StringIO()
+    handlers = [make_handler("json", json_out), make_handler("text", text_out)]
+    log = logging.getLogger("agentchat.test.replica")
+    log.propagate, log.level = False, logging.INFO
+    for handler in handlers:
+        log.addHandler(handler)
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    root.handlers[:] = handlers  # replica_logs names the lines of the root logger's handlers
+    try:
+        with replica_logs("host:1:abc"):
+            log.info("inside", extra={"tool": "x"})
+            log.info("named", extra={"replica": "elsewhere"})
+        log.info("after")
+    finally:
+        root.handlers[:] = saved
+        for handler in handlers:
+            log.removeHandler(handler)
+    inside, named, after = (orjson.loads(line) for line in json_out.getvalue().splitlines())
+    assert list(inside)[-3:] == ["tool", "pid", "replica"] and inside["replica"] == "host:1:abc", inside
+    assert named["replica"] == "elsewhere" and inside["pid"] == os.getpid()
+    assert "replica" not in after and after["pid"] == os.getpid()
+    assert text_out.getvalue().splitlines()[0].endswith('agentchat.test.replica: inside {"tool":"x"}')

@@ -234,7 +234,7 @@ async def test_ctrl_c_reaches_serve_alone_and_the_backend_serves_the_drain(tmp_p
         assert await serve.wait_exit(GUARD_S) == 0, serve.tail(40)
         assert not serve.grep("the reference backend exited"), serve.tail(40)
         with pytest.raises(ProcessLookupError):
-            os.kill(started["pid"], 0)  # stopped on the way out all the same
+            os.kill(started["backend_pid"], 0)  # stopped on the way out all the same
     finally:
         if held is not None:
             held.close()
@@ -269,14 +269,14 @@ async def test_a_stop_that_signals_serve_and_its_backend_together_is_no_crash(tm
                 assert run.status_code == 201, run.text
                 await until(lambda: fake.chats >= 1, "the run's turn streaming", GUARD_S)
                 assert serve.pid is not None
-                os.kill(started["pid"], signal.SIGTERM)  # as systemd does: every process of the unit
+                os.kill(started["backend_pid"], signal.SIGTERM)  # as systemd does: every process of the unit
                 os.kill(serve.pid, signal.SIGTERM)
                 await until(lambda: bool(serve.grep(DRAINING)), "the drain's start", GUARD_S)
                 await until(lambda: bool(serve.grep("the reference backend answers again")) or not serve.running,
                             "the backend started again for the drain", GUARD_S)  # fmt: skip
                 assert (await http.get(f"{started['url']}/healthz")).status_code == 200, serve.tail(40)
             again = _backend_pid(serve.pid)
-            assert again is not None and again != started["pid"], serve.tail(40)
+            assert again is not None and again != started["backend_pid"], serve.tail(40)
             [said] = [orjson.loads(line) for line in serve.grep("the reference backend was stopped with serve")]
             assert said["level"] == "INFO", said
             assert not serve.grep("the reference backend exited"), serve.tail(40)  # before: its ERROR line

@@ -139,7 +139,7 @@ class BackendKeeper:
                 "the reference backend exited (%s): starting it again in %g s (restart %d of at most %d within "
                 "%g s); workflow and table tools fail meanwhile", how, delay, len(self._exits), self.restart_limit,
                 self.window_s,
-                extra={"url": self.url, "pid": proc.pid, "exit_code": code, "restart_in_s": delay},
+                extra={"url": self.url, "backend_pid": proc.pid, "exit_code": code, "restart_in_s": delay},
             )
             self._say(KeptBackend(RESTARTING, self._restarts, how, time.time() + delay))
             if self._stopping.wait(delay) or not self._start_again():
@@ -156,7 +156,7 @@ class BackendKeeper:
         log.info(
             "the reference backend was stopped with serve (%s: a stop that signals every process, as systemd's "
             "KillMode=control-group does): starting it again for the drain's workflow and table tools",
-            self._last_exit, extra={"url": self.url, "pid": pid, "exit_code": code},
+            self._last_exit, extra={"url": self.url, "backend_pid": pid, "exit_code": code},
         )
         self._say(KeptBackend(RESTARTING, self._restarts, self._last_exit, time.time()))
         return True
@@ -183,13 +183,13 @@ class BackendKeeper:
                 log.log(
                     logging.INFO if self._serve_stopping.is_set() else logging.WARNING,  # a stop's, or a crash's
                     "the reference backend answers again (restarted %s)", plural(self._restarts, "time"),
-                    extra={"url": self.url, "pid": proc.pid, "restarts": self._restarts},
+                    extra={"url": self.url, "backend_pid": proc.pid, "restarts": self._restarts},
                 )
                 self._say(KeptBackend(RUNNING, self._restarts, self._last_exit))
                 return True
             if time.monotonic() > deadline:
                 log.error("the restarted reference backend did not answer within %g s; killed", START_TIMEOUT_S,
-                          extra={"url": self.url, "pid": proc.pid})
+                          extra={"url": self.url, "backend_pid": proc.pid})
                 proc.kill()
                 break
             self._stopping.wait(0.1)
@@ -199,7 +199,7 @@ class BackendKeeper:
         log.error(
             "the reference backend exited (%s), %d times within %g s: not started again; workflow and table tools "
             "fail until agentchat serve is restarted", how, len(self._exits), self.window_s,
-            extra={"url": self.url, "pid": pid, "exit_code": code, "restarts": self._restarts},
+            extra={"url": self.url, "backend_pid": pid, "exit_code": code, "restarts": self._restarts},
         )
         self._say(KeptBackend(GIVEN_UP, self._restarts, how, None, len(self._exits), self.window_s))
 

@@ -149,7 +149,7 @@ def reference_backend(
     keeper: BackendKeeper | None = None
     try:
         _wait_until_up(proc, url)
-        log.info("reference backend started beside the agent", extra={"url": url, "pid": proc.pid})
+        log.info("reference backend started beside the agent", extra={"url": url, "backend_pid": proc.pid})
         keeper = BackendKeeper(argv, url, proc, db.parent / f"backend-{backend_port}.state.json")
         keeper.start()
         yield StartedBackend(url, keeper.state_file, keeper.serve_stopping)

@@ -146,7 +146,7 @@ class Supervisor:
             # A Ctrl-C in the terminal reaches the parent only; it forwards it once.
             start_new_session=True,
         )
-        log.info("worker started", extra={"worker": self.named(index), "pid": proc.pid})
+        log.info("worker started", extra={"worker": self.named(index), "worker_pid": proc.pid})
         return proc
 
     def named(self, index: int) -> str:
@@ -278,7 +278,7 @@ class Supervisor:
     def _died(self, index: int, proc: subprocess.Popen[bytes], status: int) -> str | None:
         """A worker exited unasked: ``None`` to start another, else why the service stops."""
         how = f"signal {signal.Signals(-status).name}" if status < 0 else f"exit code {status}"
-        log.warning("a worker stopped unasked", extra={"worker": self.named(index), "pid": proc.pid, "how": how})
+        log.warning("a worker stopped unasked", extra={"worker": self.named(index), "worker_pid": proc.pid, "how": how})
         if status == NEVER_STARTED:
             return "a worker could not start the service"
         now = time.monotonic()

@@ -167,7 +167,7 @@ class Leader:
         self.terms += 1
         self._term_over = asyncio.Event()
         self.leading.set()
-        log.info("this process runs the background jobs", extra={"pid": os.getpid(), "lock": self.lock.kind})
+        log.info("this process runs the background jobs", extra={"lock": self.lock.kind})
 
     def _step_down(self) -> None:
         self.lost += 1

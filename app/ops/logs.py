@@ -7,7 +7,11 @@ they are, with no second logging API to learn or to bridge uvicorn's and the lib
 records into. ``text`` (``make dev``, the other CLI commands) keeps the one-line form
 with the fields appended as JSON. Either way ``app.ops.log_context.ContextFilter`` adds
 ``run_id``, ``conversation_id``, ``user`` and ``route`` to the lines of a request or a
-run. ``AGENT_LOG_LEVEL`` sets the level. uvicorn's loggers go through the same handler
+run. Every JSON line also says which process wrote it: ``pid``, and in a serving
+process ``replica`` (``replica_logs``: the id its run leases are stored under), so a line
+of ``serve --workers`` or of one PostgreSQL replica is traced to its process; the text
+form, for one terminal, leaves both out. ``AGENT_LOG_LEVEL`` sets the level. uvicorn's
+loggers go through the same handler
 (``uvicorn_log_config``), and its access log stays off: ``app.ops.log_context.AccessLog``
 writes ours, without query secrets. ``MaskingFilter`` masks the userinfo of every URL
 a line quotes (``http://***@host``), on every handler; while an app runs,
@@ -42,6 +46,8 @@ _STANDARD = set(logging.LogRecord("x", 0, "x", 0, "x", None, None).__dict__) | {
 #: Fields too long for a terminal line, summarised in the text form only: the settings
 #: the ready line carries (~2,500 characters) are for log shippers and audits.
 _TEXT_SUMMARISED = frozenset({"settings"})
+#: The writer's identity (``replica_logs``): on every JSON line, left out of the text form.
+REPLICA_FIELD: Final = "replica"
 
 
 class StructuredFormatter(logging.Formatter):
@@ -49,7 +55,11 @@ class StructuredFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         base = super().format(record)
-        extra = {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+        extra = {
+            k: v
+            for k, v in record.__dict__.items()
+            if k not in _STANDARD and k != REPLICA_FIELD and not k.startswith("_")
+        }
         for name in _TEXT_SUMMARISED.intersection(extra):
             value = extra[name]
             count = len(value) if isinstance(value, dict) else "all"
@@ -61,7 +71,8 @@ class StructuredFormatter(logging.Formatter):
 
 class JsonLinesFormatter(OrjsonFormatter):
     """One JSON object per record: ``time``, ``level``, ``logger``, ``message``, then the
-    context fields and the call's ``extra`` fields."""
+    context fields and the call's ``extra`` fields, then the writer's ``pid`` and (in a
+    serving process, ``replica_logs``) its ``replica``."""
 
     def __init__(self) -> None:
         super().__init__(
@@ -74,6 +85,11 @@ class JsonLinesFormatter(OrjsonFormatter):
         # The time first, in UTC with milliseconds: what log shippers sort and parse.
         log_data["time"] = datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds")
         super().add_fields(log_data, record, message_dict)
+        # Who wrote it, last: the pid the record was made in (``--workers``' supervisor
+        # and each worker), and the replica whose leases its runs are under.
+        log_data["pid"] = record.process
+        if (replica := log_data.pop(REPLICA_FIELD, None)) is not None:
+            log_data[REPLICA_FIELD] = replica
 
 
 class MaskingFilter(logging.Filter):
@@ -105,6 +121,36 @@ class MaskingFilter(logging.Filter):
         if record.stack_info:
             record.stack_info = scrub.text(record.stack_info)
         return True
+
+
+class ReplicaFilter(logging.Filter):
+    """Names the replica on each record (``REPLICA_FIELD``) that does not name one itself."""
+
+    def __init__(self, replica_id: str) -> None:
+        super().__init__()
+        self.replica_id = replica_id
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, REPLICA_FIELD):
+            setattr(record, REPLICA_FIELD, self.replica_id)
+        return True
+
+
+@contextmanager
+def replica_logs(replica_id: str) -> Iterator[None]:
+    """While the block runs (an app's life), every line of the root logger's handlers
+    names ``replica_id``: set once per process by the app factory, with the id the
+    process's run leases are stored under, so an ERROR is traced to its worker and a
+    run's lease owner to its lines. Removed afterwards, as ``scrubbed_logs``'s filter."""
+    naming = ReplicaFilter(replica_id)
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:
+        handler.addFilter(naming)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(naming)
 
 
 @contextmanager

@@ -53,6 +53,13 @@ from storage.run_feed import RunFeed
 log = logging.getLogger("agentchat.runs")
 
 
+def new_replica_id() -> str:
+    """``host:pid:random``: unique per process start, and readable - the host and pid say
+    where to look. Stored as the owner of this replica's run leases, shown by ``/readyz``
+    (``load.replica``) and carried by every log line of the app (``app.ops.logs``)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
 @dataclass(slots=True)
 class RunManager:
     store: RunStore
@@ -68,7 +75,8 @@ class RunManager:
     #: At start-up, take every unfinished run, leased or not (one process per database,
     #: as with the embedded SQLite engine); later claims take expired leases only.
     exclusive: bool = False
-    owner_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
+    #: This replica's id, its leases' owner (``new_replica_id``; the app's log lines carry it).
+    owner_id: str = field(default_factory=new_replica_id)
     counters: RunCounters = field(default_factory=RunCounters)
     #: Called with the seconds from a dead replica's lease expiry to its run resumed here.
     on_take_over: Callable[[float], None] | None = None
