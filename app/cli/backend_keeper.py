@@ -54,6 +54,9 @@ JOIN_TIMEOUT_S = 15.0
 #: A backend ended by SIGTERM waits this long for ``serve``'s own stop signal before its
 #: exit counts as unasked (a stop that signals both: whichever handler runs first).
 STOP_SIGNAL_WINDOW_S = 2.0
+#: How often the keeper's thread looks for ``serve``'s stop signal while it waits for it
+#: (``serve_stopped`` is a plain flag: the signal handler takes no lock).
+SERVE_STOP_POLL_S = 0.02
 #: How a child ended by SIGTERM exits: killed by it, or exiting ``128 + 15`` after its
 #: own handler (uvicorn's shutdown re-raises it).
 SIGTERM_EXITS = frozenset({-signal.SIGTERM, 128 + signal.SIGTERM})
@@ -84,7 +87,10 @@ class BackendKeeper:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         #: ``serve`` received SIGTERM/SIGINT (``serve_stopping``): it drains, then stops us.
-        self._serve_stopping = threading.Event()
+        #: A plain attribute, not a ``threading.Event``: it is set in a signal handler, and
+        #: ``Event.set`` holds a non-reentrant lock that a second signal's handler, run
+        #: between two of its bytecodes, waited on for ever (``serve``'s main thread hung).
+        self.serve_stopped = False
         self._exits: list[float] = []
         self._restarts = 0
         self._last_exit: str | None = None
@@ -99,8 +105,9 @@ class BackendKeeper:
 
     def serve_stopping(self) -> None:
         """``serve`` received SIGTERM or SIGINT and drains (called from its signal handler):
-        a backend ending on SIGTERM now is stopped with it, not crashed."""
-        self._serve_stopping.set()
+        a backend ending on SIGTERM now is stopped with it, not crashed. One attribute
+        store, no lock: another signal may run this again between any two bytecodes."""
+        self.serve_stopped = True
 
     def stop(self) -> None:
         """End the child (SIGTERM, then SIGKILL after 10 s) and the watching; a start under
@@ -148,7 +155,7 @@ class BackendKeeper:
     def _stopped_with_serve(self, pid: int, code: int) -> bool:
         """Whether this exit is the backend's share of a stop that signalled ``serve`` too
         (then said at INFO, and the backend is started again for the drain)."""
-        if code not in SIGTERM_EXITS or not self._serve_stopping.wait(STOP_SIGNAL_WINDOW_S):
+        if code not in SIGTERM_EXITS or not self._serve_stops_within(STOP_SIGNAL_WINDOW_S):
             return False
         if self._stopping.is_set():  # the drain is over meanwhile: nothing to start again for
             return True
@@ -159,6 +166,16 @@ class BackendKeeper:
             self._last_exit, extra={"url": self.url, "backend_pid": pid, "exit_code": code},
         )
         self._say(KeptBackend(RESTARTING, self._restarts, self._last_exit, time.time()))
+        return True
+
+    def _serve_stops_within(self, window_s: float) -> bool:
+        """Whether ``serve`` is stopping or starts to within ``window_s``: the flag looked
+        at every ``SERVE_STOP_POLL_S`` (this thread's wait; the handler only sets it)."""
+        deadline = time.monotonic() + window_s
+        while not self.serve_stopped:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(SERVE_STOP_POLL_S)
         return True
 
     def _start_again(self) -> bool:
@@ -181,7 +198,7 @@ class BackendKeeper:
         while proc.poll() is None and not self._stopping.is_set():
             if _answers_healthz(self.url):
                 log.log(
-                    logging.INFO if self._serve_stopping.is_set() else logging.WARNING,  # a stop's, or a crash's
+                    logging.INFO if self.serve_stopped else logging.WARNING,  # a stop's, or a crash's
                     "the reference backend answers again (restarted %s)", plural(self._restarts, "time"),
                     extra={"url": self.url, "backend_pid": proc.pid, "restarts": self._restarts},
                 )
