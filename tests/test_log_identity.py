@@ -5,6 +5,7 @@ owner to its lines."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.support.procs import AgentServer, until
+from tests.support.procs import DEMO_AUTH, AgentServer, until
 
 pytestmark = pytest.mark.slow
 
@@ -47,11 +48,22 @@ async def test_each_workers_lines_name_its_pid_and_replica(tmp_path: Path) -> No
             if len(replicas) == WORKERS:
                 break
         assert len(replicas) == WORKERS, replicas
-        # Each worker's access line for its /readyz names the worker.
-        def logged() -> set[str]:
-            return {str(line.get("replica")) for line in json_lines(server) if line.get("logger") == "agentchat.access"}
+        # A run's lease owner, as stored, is the replica its admission's lines name.
+        async with httpx.AsyncClient(timeout=30) as http:
+            body = {"message": "What is in the knowledge base?", "context_type": "knowledge"}
+            answer = await http.post(f"{server.base}/v1/agent/runs", json=body, headers=DEMO_AUTH)
+        assert answer.status_code == 201, answer.text
+        run_id = answer.json()["run_id"]
+        with sqlite3.connect(f"file:{server.db_path}?mode=ro", uri=True) as db:
+            [(owner,)] = db.execute("SELECT lease_owner FROM runs WHERE id = ?", (run_id,)).fetchall()
+        assert owner in replicas, (owner, replicas)
 
-        await until(lambda: replicas <= logged(), "the access lines of both workers' /readyz", 30)
+        def logged() -> bool:  # each worker's access line for its /readyz, and the run's admission's
+            access = [line for line in json_lines(server) if line.get("logger") == "agentchat.access"]
+            named = {line.get("replica") for line in access if line.get("path") == "/readyz"}
+            return replicas <= named and any(line.get("run_id") == run_id for line in access)
+
+        await until(logged, "the access lines of both workers' /readyz and of the run's start", 30)
         lines = json_lines(server)
         assert all(isinstance(line.get("pid"), int) for line in lines), [x for x in lines if "pid" not in x][:3]
         pids = set()
@@ -63,6 +75,8 @@ async def test_each_workers_lines_name_its_pid_and_replica(tmp_path: Path) -> No
             assert all(line.get("replica") in (None, replica) for line in lines if line["pid"] == pid)
             pids.add(pid)
         assert len(pids) == WORKERS
+        admitted = [line for line in lines if line.get("run_id") == run_id and line["logger"] == "agentchat.access"]
+        assert admitted and all(line["replica"] == owner for line in admitted), admitted
         # The supervisor's lines: its own pid, no replica (it serves nothing); each worker it
         # started is named by the pid its lines carry.
         started = [line for line in lines if line["message"] == "worker started"]
