@@ -3,8 +3,9 @@
 Why: re-ingesting a folder that barely changed used to open, decode and hash every file.
 A document read from a file now keeps that file's *stamp* — its size and modification
 time (ns), the path it is shown as, the chunking — and a file whose stamp is the one
-stored with all its documents in the bucket, with vectors of today's embedder, is not
-opened at all. A touched file whose content hash did not change only gets its new stamp
+stored with all its documents in the bucket is not opened at all, unless one of them has
+no vectors and this process has an embedder (vectors of another embedder are kept:
+``knowledge.ingest_docs.keeps_vectors``). A touched file whose content hash did not change only gets its new stamp
 (``knowledge.ingest``); a file with a rejected document is never left stamped
 (read, and its rejections reported, every time); ``rehash`` (``agentchat ingest --rehash``) reads every file, for
 filesystems whose times cannot be trusted.
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from knowledge.chunking import older_than_ours
+from knowledge.ingest_docs import keeps_vectors
 from knowledge.loaders import HTML_SUFFIXES
 from knowledge.md_links import READ_RULES
 from knowledge.samepage import MARKDOWN_SUFFIXES, SamePage
@@ -60,7 +62,8 @@ async def unchanged_files(
     embedder: tuple[str | None, int | None],
 ) -> Unchanged:
     """The files of ``stamps`` whose documents in ``bucket`` all carry their current stamp
-    (and their repeats' current stamps), vectors of ``embedder`` (``(key, dim)``) and
+    (and their repeats' current stamps), vectors kept by ``embedder`` (``(key, dim)``:
+    ``keeps_vectors``) and
     chunks cut by today's rules or newer ones (``older_than_ours``: a file is unchanged,
     its cut is not; a newer release's cut is left to it)."""
     docs: dict[str, list[str]] = {}
@@ -73,7 +76,7 @@ async def unchanged_files(
             if d.id in docs.get(d.origin, ()):
                 continue
             docs.setdefault(d.origin, []).append(d.id)
-            ok = d.file_stamp is not None and (d.embed_model, d.embed_dim) == embedder
+            ok = d.file_stamp is not None and keeps_vectors((d.embed_model, d.embed_dim), embedder)
             ok = ok and not older_than_ours(d.chunk_rules)
             if ok and d.file_stamp is not None:
                 own, *lines = d.file_stamp.split("\n")

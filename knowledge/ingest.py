@@ -3,7 +3,8 @@
 Why this shape:
 
 * Work happens in batches of documents (``KBConfig.batch_documents``): validate, skip
-  what is unchanged (same content hash, same embedder, same bucket), chunk in a worker
+  what is unchanged (same content hash, same bucket; its vectors kept, also another
+  embedder's: ``knowledge.ingest_docs.keeps_vectors``), chunk in a worker
   thread, embed in batches, then the batch's writes through the ``KBIndex``: one
   transaction per part of at most ``KBIndex.chunks_per_write`` chunks, whole documents
   each (on SQLite no live run's event commits while one runs), never held across an
@@ -18,7 +19,7 @@ Why this shape:
   (a later ingest of the same documents does too).
 * A file is read only when its stamp (size, modification time in ns, its path as
   shown, the chunking) differs from the one stored with its documents, or they lack
-  vectors of today's embedder or were cut by older chunking rules than today's
+  vectors while this process has an embedder, or were cut by older chunking rules than today's
   (``knowledge.chunking.older_than_ours``: a newer release's cut, met during a rolling
   upgrade, is left alone); a file read unchanged (touched, same content hash, same
   rules) only gets its new stamp, and its new path when its tree moved (the sample in
@@ -58,7 +59,7 @@ from knowledge.chunking import chunk_text, older_than_ours
 from knowledge.dense import DenseSide
 from knowledge.filecheck import DEFAULT_MAX_FILE_MB, MB
 from knowledge.filestamps import unstamp_rejected, with_repeats
-from knowledge.ingest_docs import Prepared, document_writes, screen, with_summary
+from knowledge.ingest_docs import Prepared, document_writes, keeps_vectors, screen, with_summary
 from knowledge.ingest_plan import plan_files
 from knowledge.ingest_reuse import plan_embedding
 from knowledge.ingest_stages import (
@@ -292,11 +293,11 @@ class Ingestor:
                     )
                 )
                 continue
-            same = old is not None and (old.content_hash, old.embed_model, old.embed_dim, old.bucket) == (
-                digest,
-                self.embed_key,
-                self.dim,
-                bucket,
+            # Unchanged text keeps the vectors it has, also another embedder's (``keeps_vectors``).
+            same = (
+                old is not None
+                and (old.content_hash, old.bucket) == (digest, bucket)
+                and keeps_vectors((old.embed_model, old.embed_dim), (self.embed_key, self.dim))
             )
             # Cut by today's rules or a newer release's (a rolling upgrade): left as it is.
             if same and old is not None and not older_than_ours(old.chunk_rules):

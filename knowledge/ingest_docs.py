@@ -89,6 +89,23 @@ def content_hash(doc: DocumentIn, cfg: KBConfig) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
+def keeps_vectors(stored: tuple[str | None, int | None], ours: tuple[str | None, int | None]) -> bool:
+    """Whether an unchanged document (same content hash, same chunking rules) whose
+    vectors are ``stored`` (``(embed_model, embed_dim)``, ``(None, None)``: none) is left
+    as it is by an ingest embedding with ``ours`` (``(None, None)``: no embedder).
+
+    Only a document without vectors is worth re-making, and only by a process that has an
+    embedder. Vectors of another embedder are kept, as vectors of ours are: the process
+    that ingests may not have the embedder the service searches with (``agentchat ingest``
+    while the configured Ollama is down, ``auto`` fallen back to hashing, a worker that has
+    not adopted a late embedder yet), and re-making the document stripped the vectors the
+    service serves, or replaced them with vectors it does not search, until its
+    re-embedding put them back. When the service's embedder changes on purpose, its
+    re-embedding (``knowledge.backfill``) replaces the outdated vectors: the text is the
+    same, only the embedder that should embed it differs."""
+    return stored[0] is not None or stored == ours or ours[0] is None
+
+
 def screen(
     loaded: Sequence[LoadedDocument], schema: dict[str, str], seen: set[str], report: IngestReport, cfg: KBConfig
 ) -> list[tuple[LoadedDocument, str, list[Any]]]:
@@ -151,6 +168,7 @@ __all__ = [
     "content_hash",
     "document_writes",
     "embedding_text",
+    "keeps_vectors",
     "screen",
     "with_summary",
 ]

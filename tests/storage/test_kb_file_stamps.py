@@ -116,7 +116,7 @@ async def test_an_unchanged_folder_is_not_opened_and_a_touched_file_is_not_re_em
         await kb.aclose()
 
 
-async def test_the_stamp_is_per_bucket_and_a_new_embedder_reads_again(
+async def test_the_stamp_is_per_bucket_and_another_embedder_leaves_the_files_unread(
     target: str, tmp_path: Path, opened: list[Path]
 ) -> None:
     d = folder(tmp_path)
@@ -133,11 +133,18 @@ async def test_the_stamp_is_per_bucket_and_a_new_embedder_reads_again(
         assert opened == []
     finally:
         await kb.aclose()
-    emb = HashingEmbedder(dim=32)  # another embedder: the stamps match, the vectors do not
-    kb = await open_kb_file(target, emb)
+    # Another embedder: the stamps match and the documents keep the vectors they have
+    # (``keeps_vectors``: the service's re-embedding replaces them if its embedder changed).
+    kb = await open_kb_file(target, HashingEmbedder(dim=32))
     try:
         report = await kb.ingest_paths([d])
-        assert (report.unread_files, report.updated) == (0, 3) and len(opened) == 3
+        assert (report.unread_files, report.updated, report.skipped) == (3, 0, 3) and opened == []
+    finally:
+        await kb.aclose()
+    kb = await open_kb_file(target, None)  # none at all: the same
+    try:
+        report = await kb.ingest_paths([d])
+        assert (report.unread_files, report.updated, report.skipped) == (3, 0, 3) and opened == []
     finally:
         await kb.aclose()
 
