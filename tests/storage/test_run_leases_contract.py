@@ -36,10 +36,12 @@ async def claim_until(runs: Any, owner: str, run_id: str, timeout: float = 10) -
 async def test_only_expired_or_unleased_runs_are_claimed(store_engine: Any) -> None:
     runs = store_engine.runs
     await runs.create(leased("held", "A"))
-    await runs.create(leased("short", "A", lease_s=0.2))
     await runs.create(leased("never", None))
     assert [r.id for r in await runs.claim("B", 5)] == ["never"]
     assert await runs.claim("C", 5) == []  # B holds it now
+    # Made only now: a 0.2 s lease made with the others ran out before C's claim on a
+    # loaded machine, and C took it.
+    await runs.create(leased("short", "A", lease_s=0.2))
     assert list(await claim_until(runs, "B", "short")) == ["short"]
     assert await runs.renew("A", ["held", "short"], 30) == {"held"}
     # At start-up of a lone process: every unfinished run, whoever held it.
