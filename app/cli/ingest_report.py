@@ -15,6 +15,14 @@ from app.cli.counts import plural
 def embedder_line(embedder: Any, why: str) -> str:
     """One short line on what ``ingest`` embeds with and why: the chooser's reason
     without its install hints (in parentheses), so a fallback is seen, not a paragraph."""
+    reason = short_reason(why)
+    if embedder is None:
+        return f"embedder: none, documents are stored for text search only ({reason})"
+    return f"embedder: {embedder.name} {embedder.model} ({reason})"
+
+
+def short_reason(why: str) -> str:
+    """The embedder chooser's reason without its parenthesised hints, at most 200 characters."""
     reason = why
     while True:
         shorter = re.sub(r"\s*\([^()]*\)", "", reason)
@@ -24,9 +32,46 @@ def embedder_line(embedder: Any, why: str) -> str:
     reason = " ".join(reason.split())
     if len(reason) > 200:
         reason = reason[:199] + "…"
-    if embedder is None:
-        return f"embedder: none, documents are stored for text search only ({reason})"
-    return f"embedder: {embedder.name} {embedder.model} ({reason})"
+    return reason
+
+
+#: The ``AGENT_EMBEDDER`` values that name one embedder: when it cannot be had, ``ingest``
+#: refuses rather than storing text alone (``--text-only`` goes on).
+EXPLICIT_EMBEDDERS = ("gemini", "ollama", "openai", "local")
+
+
+def refusal_text(kind: str, why: str) -> str:
+    """Why ``ingest`` stops before reading anything: the embedder named is not there. It
+    went on and stored new and changed documents for text search only, silently
+    downgrading what the operator asked for; the same command with ``--text-only`` does."""
+    return (
+        f"agentchat ingest: AGENT_EMBEDDER={kind} is not available ({short_reason(why)}); "
+        "nothing was ingested. Start it and run this again, or add --text-only to store new and changed "
+        "documents for text search only (unchanged ones keep their vectors; the service embeds the others "
+        "once its embedder answers)"
+    )
+
+
+def other_vectors_line(ours: tuple[str | None, int | None], stored: list[tuple[str, int, int]]) -> str | None:
+    """One line when documents hold vectors of another embedder than this ingest's
+    (``stored``: ``KBIndex.vector_embedders``), naming both and what happens: unchanged
+    documents keep their vectors (``knowledge.ingest_docs.keeps_vectors``), new and changed
+    ones get this ingest's vectors or none, and the service re-embeds what is not of its
+    embedder. ``None`` when every stored vector is of this ingest's embedder."""
+    others = [(model, dim, n) for model, dim, n in stored if (model, dim) != ours]
+    if not others:
+        return None
+    model, dim, n = others[0]
+    more = f" (and {plural(sum(o[2] for o in others[1:]), 'document')} of other embedders)" if others[1:] else ""
+    key, our_dim = ours
+    here = "none" if key is None else f"{key}, {our_dim} dimensions"
+    fate = "are stored for text search only" if key is None else f"get {key} vectors"
+    hold = "holds" if n == 1 else "hold"
+    return (
+        f"note: {plural(n, 'document')} {hold} vectors of {model} ({dim} dimensions){more}, not of this ingest's "
+        f"embedder ({here}): unchanged documents keep their vectors; new and changed ones {fate}, and a service "
+        f"embedding with {model} gives them its vectors in the background"
+    )
 
 
 def interrupted_text(stored: bool) -> str:
@@ -106,4 +151,13 @@ def unsearched_bucket_note(bucket: str, default_buckets: tuple[str, ...]) -> str
     )
 
 
-__all__ = ["embedder_line", "interrupted_text", "report_text", "unsearched_bucket_note"]
+__all__ = [
+    "EXPLICIT_EMBEDDERS",
+    "embedder_line",
+    "interrupted_text",
+    "other_vectors_line",
+    "refusal_text",
+    "report_text",
+    "short_reason",
+    "unsearched_bucket_note",
+]

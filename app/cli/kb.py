@@ -64,6 +64,10 @@ def add_kb_commands(sub: Any) -> None:
                              "time are those stored at the last ingest (skipped unread by default); for filesystems "
                              "whose modification times cannot be trusted (some network and FUSE mounts, restored "
                              "backups that keep old times)")
+    ingest.add_argument("--text-only", action="store_true",
+                        help="go on when the embedder AGENT_EMBEDDER names is not available: new and changed "
+                             "documents are stored for text search only (unchanged ones keep their vectors) and "
+                             "the service embeds them later; without it, such an ingest stops with exit code 2")
     ingest.add_argument("--strict", action="store_true", help=argparse.SUPPRESS)  # now the default
 
     buckets = sub.add_parser(
@@ -121,22 +125,15 @@ async def run_kb_command(args: argparse.Namespace, settings: Settings) -> int:
     return await runner(args, settings)
 
 
-async def _open_kb(settings: Settings, command: str, *, create: bool, embed: bool = False) -> Any:
+async def _open_kb(settings: Settings, command: str, *, create: bool, embedder: Any = None) -> Any:
     """The KB on the service's database (``app.cli.database``) and that database, for the
     command's last line (``CliDatabase.line``: which file, and whether this command made
-    it). Only ``ingest`` embeds, so only it chooses (and probes) an embedder; listing and
+    it). Only ``ingest`` embeds, so only it passes an ``embedder``; listing and
     removing need no model. Only commands that write (``create``) may create the
     database; the others on a machine without one say so. ``None`` after printing why
     the database could not be opened."""
     from app.cli.database import StorageUnavailable, cli_database, open_cli_kb
 
-    embedder = None
-    if embed:
-        from app.cli.ingest_report import embedder_line
-        from app.rooms import kb_embedder
-
-        embedder, why = await kb_embedder(settings)
-        log.info(embedder_line(embedder, why))
     where = cli_database(settings)  # before opening, which may create the file
     try:
         return await open_cli_kb(settings, embedder, create=create), where
@@ -160,7 +157,15 @@ async def _ingest(args: argparse.Namespace, settings: Settings) -> int:
     if missing:
         print(f"agentchat ingest: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return EXIT_USAGE
-    opened = await _open_kb(settings, "ingest", create=True, embed=True)
+    from app.cli.ingest_report import EXPLICIT_EMBEDDERS, embedder_line, refusal_text
+    from app.rooms import kb_embedder
+
+    embedder, why = await kb_embedder(settings)  # only ingest embeds, so only it chooses (and probes) one
+    log.info(embedder_line(embedder, why))
+    if embedder is None and settings.embedder in EXPLICIT_EMBEDDERS and not args.text_only:
+        print(refusal_text(settings.embedder, why), file=sys.stderr)
+        return EXIT_USAGE
+    opened = await _open_kb(settings, "ingest", create=True, embedder=embedder)
     if opened is None:
         return EXIT_REJECTED
     kb, where = opened
@@ -174,9 +179,18 @@ async def _ingest_into(kb: Any, args: argparse.Namespace, paths: list[Any], defa
     import asyncio
 
     from app.cli.ingest_progress import IngestProgress
-    from app.cli.ingest_report import interrupted_text, report_text, unsearched_bucket_note
+    from app.cli.ingest_report import interrupted_text, other_vectors_line, report_text, unsearched_bucket_note
     from knowledge.filecheck import MB
 
+    try:
+        # Said before anything is read: documents whose vectors another embedder made keep them.
+        ours = (kb.embed_key, kb.embedder.dim if kb.embedder is not None else None)
+        note = other_vectors_line(ours, await kb.index.vector_embedders())
+    except BaseException:
+        await kb.aclose()
+        raise
+    if note is not None:
+        log.warning(note)
     progress = None if args.quiet else IngestProgress()
 
     ticker = asyncio.create_task(progress.ticking()) if progress is not None else None

@@ -190,6 +190,11 @@ class KBIndex(Protocol):
         none recorded) and, apart, by newer ones."""
         ...
 
+    async def vector_embedders(self) -> list[tuple[str, int, int]]:
+        """``(embed_model, embed_dim, documents)`` for each embedder whose vectors some
+        documents hold, most documents first: whose vectors an ingest would meet."""
+        ...
+
     # re-embedding (``knowledge.backfill``)
     async def documents_without_vectors(
         self, embed_model: str, embed_dim: int, *, limit: int, after: str | None = None

@@ -332,6 +332,13 @@ class KBReads:
         )
         return KBCounts(docs, chunks, stale, h_docs, h_chunks, h_current, older_docs, newer_docs)
 
+    async def vector_embedders(self) -> list[tuple[str, int, int]]:
+        rows = await self._sql.fetchall(
+            "SELECT embed_model, embed_dim, count(*) FROM kb_documents"
+            " WHERE embed_model IS NOT NULL AND embed_dim IS NOT NULL GROUP BY embed_model, embed_dim"
+        )
+        return sorted(((str(m), int(d), int(n)) for m, d, n in rows), key=lambda r: (-r[2], r[0], r[1]))
+
     # ------------------------------------------------------------------ re-embedding
     async def documents_without_vectors(
         self, embed_model: str, embed_dim: int, *, limit: int, after: str | None = None
