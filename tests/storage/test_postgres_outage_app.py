@@ -140,7 +140,12 @@ async def test_a_request_not_yet_acknowledged_waits_one_budget_for_all_its_stora
     ):
         svc = app.state.services
         assert svc.limits.store is not None, "PostgreSQL counts requests in the database"
-        warm = await client.post(f"{base}/v1/agent/runs", json=body)
+        # Before any cut, a loaded machine (the full suite beside other work) can take the
+        # pool past the 1 s budget once: the warm-up is asked again, as a client would.
+        for _ in range(10):
+            warm = await client.post(f"{base}/v1/agent/runs", json=body)
+            if warm.status_code != 503:
+                break
         assert warm.status_code == 201, warm.text
         for _ in range(200):  # its ending stored, so the store holds no unfinished run
             if not await svc.run_store.unfinished():
