@@ -151,3 +151,27 @@ def test_the_overview_says_which_models_are_supported() -> None:
     assert set(PROVIDERS) - {"auto"} == set(said), PROVIDERS
     assert all(name in section for name in said.values()), section
     assert "supported LLM providers" in section and "`AGENT_LLM_PROVIDER`" in section, section
+
+
+def test_a_newcomers_plain_questions_meet_plain_sentences_that_say_what_the_code_does() -> None:
+    """Round 53 (docs/knowledge-base.md): a newcomer asking the default start how to stop
+    the server, whether there is a web UI, how to see the logs, how to stop it searching
+    the web, how to update or how to pick another Gemini model met no sentence in those
+    words. Each now has one, and each says what the code does: Ctrl-C drains as SIGTERM
+    does, for the grace period (``AGENT_SHUTDOWN_GRACE_S``'s default; docs/cli.md), the
+    playground is served at ``GET /``, the logs go to stderr, no Perplexity client exists
+    without its key (``app/rooms.py``), and ``GEMINI_MODEL``'s default is the code's."""
+    defaults = Settings.from_env({})
+    stopping = _section("08-running.md", "Stopping the server")
+    assert "Ctrl-C" in stopping and "SIGTERM" in stopping, stopping
+    assert f"(`AGENT_SHUTDOWN_GRACE_S`, {defaults.shutdown_grace_s:g} s)" in stopping, stopping
+    assert "web UI of its own, the playground" in _section("08-running.md", "Trying it")
+    assert "writes its logs to stderr, so you see them in the terminal" in _section("08-running.md", "Logs")
+    assert "To update to a newer version" in _section("08-running.md", "Upgrading to a new release")
+    assert "To stop the service from searching the web, leave `PERPLEXITY_API_KEY` unset" in _section(
+        "05-rag-flow.md", "When Perplexity fails"
+    )
+    providers = _section("04-configuration.md", "Providers and models")
+    assert f"`GEMINI_MODEL` picks the Gemini chat model (`{defaults.gemini_model}` by default)" in providers, providers
+    listing = _section("19-conversations.md", "Listing your conversations")
+    assert "the caller's conversations, their earlier chats" in listing, listing
