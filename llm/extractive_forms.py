@@ -115,6 +115,11 @@ PARTICLES = frozenset("in up out on off down over back away".split())
 #: the particle is a preposition ("change my password on the registry": the password
 #: is the password wherever the text says it).
 BEFORE_VERB = frozenset("i we you they one to am are is be been get got and or please".split())
+#: Verbs whose object is followed by a bare verb ("how do I make users log in", "let
+#: people sign up"): a word after such a verb's object, with a particle ending the
+#: question, is a phrasal verb too, as one after "I" is. Not "have" or "help": "which
+#: of my dependencies have newer versions out" has no verb after "have"'s object.
+CAUSATIVE = frozenset("make let".split())
 
 #: A name the question writes as one (a path ``/metrics``, an identifier
 #: ``perplexity_search``, a code span, a hyphenated name ``install-scripts``, an option
@@ -193,6 +198,7 @@ __all__ = [
     "ACTION",
     "ASKS",
     "BEFORE_VERB",
+    "CAUSATIVE",
     "COMPOUND",
     "DEFINITION",
     "ENUMERATION",

@@ -19,6 +19,7 @@ from llm.extractive_forms import (
     ACTION,
     ASKS,
     BEFORE_VERB,
+    CAUSATIVE,
     COMPOUND,
     DEFINITION,
     ENUMERATION,
@@ -189,7 +190,11 @@ class Question:
                 and (right not in _STOP or right in PARTICLES)
             ):
                 joined.setdefault(stem(left + right), stem(left))
-                if right in PARTICLES and (at == 0 or words[at - 1] in BEFORE_VERB):
+                # A verb stands first, after a subject ("how do I log in") or after a
+                # causative verb's object when the particle ends the question ("make
+                # users log in": the Logs section's "logs" is not what it asks).
+                after_object = at + 2 == len(words) and at >= 2 and words[at - 2] in CAUSATIVE
+                if right in PARTICLES and (at == 0 or words[at - 1] in BEFORE_VERB or after_object):
                     phrasal.setdefault(stem(left), right)
         form = asking_clause(question)
         many = WHICH_MANY.search(form)

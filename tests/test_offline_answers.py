@@ -360,11 +360,12 @@ FLOORS = {
     "round47": {"sample": 0.8, "npm": 1.0},  # 21/26 here, 22/26 in the bench (18/26, 19/26 before round 48)
     "round48": {"sample": 0.76, "npm": 1.0},  # 19/25 here, 20/25 in the bench (14/25, 15/25 before round 48, held out)
     "round50": {"sample": 0.83, "npm": 0.5},  # 11/12, 6/12 in the bench (5/12 when first asked, held out)
-    # walkthrough50: 26/30 here, 25/30 in the bench (21/26 before round 53's sample-KB sentences, which
-    # came with four questions added - stop, install, a web UI, OpenAI; 20/26 with "Which models are
-    # supported?", added later, before the overview's "Supported models"; 18/25 before round 51's two
-    # sample-KB sentences, 15/25 before round 50b); no npm
-    "walkthrough50": {"sample": 0.86, "npm": 1.0},
+    # walkthrough50: 27/30 here, 26/30 in the bench (26/30, 25/30 before round 53's causative "make
+    # users log in"; 21/26 before round 53's sample-KB sentences, which came with four questions added -
+    # stop, install, a web UI, OpenAI; 20/26 with "Which models are supported?", added later, before the
+    # overview's "Supported models"; 18/25 before round 51's two sample-KB sentences, 15/25 before round
+    # 50b); no npm
+    "walkthrough50": {"sample": 0.89, "npm": 1.0},
     "round51": {"sample": 0.76, "npm": 0.58},  # 10/13 here and in the bench, 7/12 (held out, before round 51)
     "round52": {"sample": 0.91, "npm": 0.16},  # 11/12 here and in the bench, 2/12 (held out, before round 52)
     "round53": {"sample": 0.58, "npm": 1.0},  # 7/12 here and in the bench (5/12 held out, before round 53); no npm
