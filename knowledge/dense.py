@@ -354,7 +354,7 @@ class DatabaseDense:
         return await self._search.vector_candidates(query, self._embed_model, scope, limit)
 
     async def cosines(self, chunk_ids: Sequence[int], query: F32) -> dict[int, float]:
-        return await self._search.cosines(chunk_ids, query)
+        return await self._search.cosines(chunk_ids, query, self._embed_model)
 
     async def status(self, *, kept_counts: bool = False) -> dict[str, Any]:
         return {

@@ -245,8 +245,11 @@ class KBVectorSearch(Protocol):
         best first) among the vectors of ``embed_model`` within ``scope``."""
         ...
 
-    async def cosines(self, chunk_ids: Sequence[int], query: npt.NDArray[np.float32]) -> dict[int, float]:
-        """Cosine similarity of each of these chunks' vectors to ``query``."""
+    async def cosines(
+        self, chunk_ids: Sequence[int], query: npt.NDArray[np.float32], embed_model: str
+    ) -> dict[int, float]:
+        """Cosine similarity of each of these chunks' vectors of ``embed_model`` to ``query``
+        (a chunk whose document holds another embedder's vectors has none)."""
         ...
 
     async def has_vectors(self, embed_model: str, dim: int) -> bool:

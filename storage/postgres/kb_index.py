@@ -304,8 +304,10 @@ class PostgresKBIndex(SqlKBIndex):
         for small scopes, through the HNSW index for large ones (``kb_vectors``)."""
         return await self._vectors.candidates(query, embed_model, scope, limit)
 
-    async def cosines(self, chunk_ids: Sequence[int], query: npt.NDArray[np.float32]) -> dict[int, float]:
-        return await self._vectors.cosines(chunk_ids, query)
+    async def cosines(
+        self, chunk_ids: Sequence[int], query: npt.NDArray[np.float32], embed_model: str
+    ) -> dict[int, float]:
+        return await self._vectors.cosines(chunk_ids, query, embed_model)
 
     async def count_vectors(self, embed_model: str, dim: int) -> int:
         return await self._vectors.count_vectors(embed_model, dim)

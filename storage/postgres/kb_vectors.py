@@ -393,16 +393,21 @@ class VectorSearch:
         best = rows[:limit]
         return KBRanked([int(r[0]) for r in best], [float(r[1]) for r in best], total)
 
-    async def cosines(self, chunk_ids: Sequence[int], query: npt.NDArray[np.float32]) -> dict[int, float]:
-        """Cosine similarity of each stored chunk vector to ``query`` (chunks without a
-        vector of that dimension are left out): the re-ranker's dense signal."""
+    async def cosines(
+        self, chunk_ids: Sequence[int], query: npt.NDArray[np.float32], embed_model: str
+    ) -> dict[int, float]:
+        """Cosine similarity of each stored chunk vector of ``embed_model`` to ``query``
+        (chunks without a vector of that embedder and dimension are left out, as from the
+        in-memory matrix): the re-ranker's dense signal. Another embedder's vectors of the
+        same width, kept until the re-embedding replaces them, are another model's space."""
         if not chunk_ids:
             return {}
         dim = int(np.asarray(query).shape[-1])
         rows = await self._db.fetchall(
-            f"SELECT id, 1 - (embedding::vector({dim}) <=> %s::vector({dim})) FROM kb_chunks "
-            f"WHERE id = ANY(%s) AND vector_dims(embedding) = {dim}",
-            (np.asarray(query, dtype=np.float32).reshape(dim), [int(i) for i in chunk_ids]),
+            f"SELECT c.id, 1 - (c.embedding::vector({dim}) <=> %s::vector({dim})) FROM kb_chunks c "
+            "JOIN kb_documents d ON d.id = c.doc_id "
+            f"WHERE c.id = ANY(%s) AND d.embed_model = %s AND d.embed_dim = {dim} AND vector_dims(c.embedding) = {dim}",
+            (np.asarray(query, dtype=np.float32).reshape(dim), [int(i) for i in chunk_ids], embed_model),
         )
         return {int(i): float(c) for i, c in rows}
 

@@ -232,7 +232,7 @@ async def test_vector_candidates_use_hnsw_and_agree_with_an_exact_scan(pg_url: s
         assert sorted(listed.ids) == sorted([*ids_b[5], *ids_a[0]])
         assert (await kb.vector_candidates(query, "other", KBScope(), 5)).ids == []
         assert isinstance(kb, KBVectorSearch)
-        cos = await kb.cosines([int(chunk_ids[0]), int(chunk_ids[250]), 10**9], query)
+        cos = await kb.cosines([int(chunk_ids[0]), int(chunk_ids[250]), 10**9], query, "m")
         assert set(cos) == {int(chunk_ids[0]), int(chunk_ids[250])}
         assert cos[int(chunk_ids[250])] == pytest.approx(float(matrix[250] @ query), abs=1e-5)
     finally:
