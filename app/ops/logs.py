@@ -142,15 +142,8 @@ def replica_logs(replica_id: str) -> Iterator[None]:
     names ``replica_id``: set once per process by the app factory, with the id the
     process's run leases are stored under, so an ERROR is traced to its worker and a
     run's lease owner to its lines. Removed afterwards, as ``scrubbed_logs``'s filter."""
-    naming = ReplicaFilter(replica_id)
-    handlers = list(logging.getLogger().handlers)
-    for handler in handlers:
-        handler.addFilter(naming)
-    try:
+    with _on_root_handlers(ReplicaFilter(replica_id)):
         yield
-    finally:
-        for handler in handlers:
-            handler.removeFilter(naming)
 
 
 @contextmanager
@@ -162,15 +155,22 @@ def scrubbed_logs(secret_values: Iterable[str]) -> Iterator[None]:
     if scrubber.empty:
         yield
         return
-    masking = MaskingFilter(scrubber)
+    with _on_root_handlers(MaskingFilter(scrubber)):
+        yield
+
+
+@contextmanager
+def _on_root_handlers(log_filter: logging.Filter) -> Iterator[None]:
+    """``log_filter`` on each of the root logger's handlers for the block: every line of
+    the process passes it, and it is gone afterwards (apps built one after another)."""
     handlers = list(logging.getLogger().handlers)
     for handler in handlers:
-        handler.addFilter(masking)
+        handler.addFilter(log_filter)
     try:
         yield
     finally:
         for handler in handlers:
-            handler.removeFilter(masking)
+            handler.removeFilter(log_filter)
 
 
 def log_format(explicit: str | None = None, *, default: str = "json") -> str:
