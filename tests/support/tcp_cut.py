@@ -43,6 +43,19 @@ class CuttableRelay:
     def restore(self) -> None:
         self.cut_off = False
 
+    def reset_relayed(self) -> frozenset[asyncio.StreamWriter]:
+        """Close every relayed connection and go on relaying new ones: the sessions a
+        database restart ends, without the seconds it refuses connections (a client that
+        reconnects at once finds it back). Returns the ends closed, for ``still_open``."""
+        closed = frozenset(self._writers)
+        for writer in closed:
+            writer.close()
+        return closed
+
+    def still_open(self, ends: frozenset[asyncio.StreamWriter]) -> int:
+        """How many of ``ends`` (``reset_relayed``'s) are still relayed."""
+        return len(ends & self._writers)
+
     @property
     def relaying(self) -> int:
         """Connections relayed now (each a client's and the server's end); after ``cut()``
