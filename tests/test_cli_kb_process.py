@@ -19,23 +19,10 @@ from starlette.responses import Response
 
 from tests.fakes.ollama import FakeOllama
 from tests.support.deadline import reap, within
-from tests.support.procs import REPO, child_env
+from tests.support.procs import REPO, agentchat, child_env
 from tests.support.server import serve_app
 
 pytestmark = pytest.mark.slow  # `agentchat` CLI subprocesses
-
-
-async def agentchat(env: dict[str, str], *argv: str, cwd: Path = REPO) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app.cli", *argv, cwd=cwd, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await within(proc.communicate(), f"agentchat {' '.join(argv)}", 180)
-    finally:
-        await reap(proc, "agentchat", grace=5)  # left running by a timeout otherwise
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 def buckets_table(out: str) -> dict[str, int]:

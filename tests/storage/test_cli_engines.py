@@ -5,32 +5,17 @@ reached is one clear line and exit code 1, never a SQLite file made on the side.
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 
 import pytest
 
 from storage.open import open_storage
 from storage.postgres import redact
-from tests.support.deadline import reap, within
 from tests.support.postgres import TestPostgres
-from tests.support.procs import REPO, child_env
+from tests.support.procs import agentchat, child_env
 from tests.support.server import free_port
 
 pytestmark = pytest.mark.slow  # `agentchat` CLI subprocesses
-
-
-async def agentchat(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app.cli", *argv, cwd=REPO, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await within(proc.communicate(), f"agentchat {' '.join(argv)}", 180)
-    finally:
-        await reap(proc, "agentchat", grace=5)  # left running by a timeout otherwise
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 @pytest.mark.parametrize("engine", ["sqlite", "postgres"])

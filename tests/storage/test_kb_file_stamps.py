@@ -11,9 +11,7 @@ second ingest still reports it unchanged (and the old text is what is searched),
 
 from __future__ import annotations
 
-import asyncio
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +21,8 @@ import pytest
 from app.cli.kb_file import open_kb_file
 from knowledge.kb import KnowledgeBase
 from storage.open import open_storage
-from tests.support.deadline import reap, within
 from tests.support.opened_files import record_opened_files
-from tests.support.procs import REPO, child_env
+from tests.support.procs import agentchat, child_env
 from toolindex.hashing import HashingEmbedder
 
 
@@ -272,25 +269,6 @@ async def test_documents_posted_through_the_api_have_no_stamp(target: str, tmp_p
         assert rows == [(None,)]
     finally:
         await storage.close()
-
-
-async def agentchat(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "app.cli",
-        *argv,
-        cwd=REPO,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await within(proc.communicate(), f"agentchat {' '.join(argv)}", 180)
-    finally:
-        await reap(proc, "agentchat", grace=5)  # left running by a timeout otherwise
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 @pytest.mark.slow  # `agentchat` CLI subprocesses

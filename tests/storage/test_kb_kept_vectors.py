@@ -13,8 +13,6 @@ the CLI runs as a subprocess, as an operator runs it."""
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,8 +22,7 @@ from app.cli.kb_file import open_kb_file
 from knowledge.kb import KnowledgeBase
 from storage.open import open_storage
 from tests.fakes import FakeOllama, running_fake
-from tests.support.deadline import reap, within
-from tests.support.procs import REPO, child_env
+from tests.support.procs import agentchat, child_env
 from toolindex.hashing import HashingEmbedder
 from toolindex.ollama import OllamaEmbedder
 
@@ -104,19 +101,6 @@ async def test_an_unchanged_document_keeps_its_vectors_without_the_embedder_that
         assert (await kb.search("plugins", mode="text")).hits
     finally:
         await kb.aclose()
-
-
-async def agentchat(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app.cli", *argv, cwd=REPO, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        out, err = await within(proc.communicate(), f"agentchat {' '.join(argv)}", 180)
-    finally:
-        await reap(proc, "agentchat", grace=5)  # left running by a timeout otherwise
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def stored_embedders(env: dict[str, str]) -> dict[str, tuple[str | None, int | None]]:

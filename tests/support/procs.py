@@ -44,6 +44,7 @@ import orjson
 
 from app.cli.children import die_with_parent
 from tests.fakes.paced_ollama import SIDE_EFFECT_PATH, PacedOllama, side_effect_marker
+from tests.support.deadline import reap, within
 from tests.support.server import free_port, serve_app
 from tests.support.sse import SSEEvent, iter_sse
 
@@ -81,6 +82,21 @@ def child_env(overrides: Mapping[str, str]) -> dict[str, str]:
     env.update({"PYTHONUNBUFFERED": "1", "OPENBLAS_NUM_THREADS": "1"})
     env.update({k: str(v) for k, v in overrides.items()})
     return env
+
+
+async def agentchat(env: Mapping[str, str], *argv: str, cwd: Path = REPO) -> tuple[int, str, str]:
+    """``python -m app.cli ARGV`` with exactly ``env``: its exit code, stdout and stderr
+    apart (``run_cli`` interleaves them); reaped even when the 180 s guard ends the wait."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app.cli", *argv, cwd=cwd, env=dict(env),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        out, err = await within(proc.communicate(), f"agentchat {' '.join(argv)}", 180)
+    finally:
+        await reap(proc, "agentchat", grace=5)  # left running by a timeout otherwise
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
 
 
 async def run_cli(args: Sequence[str], env: Mapping[str, str], *, timeout_s: float = 120.0) -> tuple[int, str]:
