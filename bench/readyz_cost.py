@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,19 +122,11 @@ def _grow_sqlite(where: str, n: int) -> int:
     cols = [r[1] for r in conn.execute("PRAGMA table_info(kb_documents)")]
     have = conn.execute("SELECT count(*) FROM kb_documents").fetchone()[0]
     base = conn.execute("SELECT count(*) FROM kb_documents WHERE id NOT LIKE '%~%'").fetchone()[0]
-    rest = [c for c in cols if c != "id"]
-    copy = 1
-    while have < n:
-        take = min(base, n - have)
-        conn.execute(
-            f"INSERT INTO kb_documents(id, {', '.join(rest)}) SELECT id || '~{copy}', {', '.join(rest)}"
-            f" FROM kb_documents WHERE id NOT LIKE '%~%' ORDER BY id LIMIT {take}"
-        )
+    for statement in _copies(cols, int(have), int(base), n):
+        conn.execute(statement)
         conn.commit()
-        have += take
-        copy += 1
     conn.close()
-    return int(have)
+    return max(int(have), n)
 
 
 def _grow_postgres(where: str, n: int) -> int:
@@ -152,18 +145,25 @@ def _grow_postgres(where: str, n: int) -> int:
         have = int(row[0]) if row else 0
         row = conn.execute("SELECT count(*) FROM kb_documents WHERE id NOT LIKE '%~%'").fetchone()
         base = int(row[0]) if row else 0
-        rest = [c for c in cols if c != "id"]
-        copy = 1
-        while have < n:
-            take = min(base, n - have)
-            conn.execute(
-                f"INSERT INTO kb_documents(id, {', '.join(rest)}) SELECT id || '~{copy}', {', '.join(rest)}"
-                f" FROM kb_documents WHERE id NOT LIKE '%~%' ORDER BY id LIMIT {take}"
-            )
-            have += take
-            copy += 1
+        for statement in _copies(cols, have, base, n):
+            conn.execute(statement)
         conn.execute("VACUUM ANALYZE kb_documents")
-        return have
+        return max(have, n)
+
+
+def _copies(cols: list[str], have: int, base: int, n: int) -> Iterator[str]:
+    """The INSERTs that copy the ``base`` ingested rows under new ids (``id~1``, ``id~2``,
+    …) until the table, holding ``have``, holds ``n``: the same SQL on both engines."""
+    rest = ", ".join(c for c in cols if c != "id")
+    copy = 1
+    while have < n:
+        take = min(base, n - have)
+        yield (
+            f"INSERT INTO kb_documents(id, {rest}) SELECT id || '~{copy}', {rest}"
+            f" FROM kb_documents WHERE id NOT LIKE '%~%' ORDER BY id LIMIT {take}"
+        )
+        have += take
+        copy += 1
 
 
 # --------------------------------------------------------------------------- the probe
